@@ -1,0 +1,1 @@
+"""dnnplan cost model: machines, compute, communication, layouts, memory (pure)."""

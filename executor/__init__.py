@@ -1,0 +1,1 @@
+"""dnnplan executor: runs a plan across MPI ranks, times it and checks its numerics."""

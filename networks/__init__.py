@@ -1,0 +1,1 @@
+"""dnnplan networks: the spec format, graph IR, op catalogue and shipped zoo."""

@@ -1,0 +1,1 @@
+"""dnnplan planner: strategy space, graph reduction, ILP, plan files and the CLI."""

@@ -1,0 +1,1 @@
+"""dnnplan profiler: the kernels (numpy/cupy), timing harness and profile tables."""
