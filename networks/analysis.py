@@ -1,0 +1,55 @@
+"""Counts for a whole network at a batch size: per-layer costs and totals (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from networks.ir import DTYPE_BYTES, Layer, Network
+from networks.ops.base import DimSplit, LayerCost
+from networks.ops.catalogue import OPS
+
+
+def layer_cost(layer: Layer, batch: int) -> LayerCost:
+    """The op catalogue's counts for one layer at this batch size."""
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    return OPS[layer.op].costs(layer.p, layer.in_shapes, layer.out_shape, batch, itemsize)
+
+
+def layer_splits(layer: Layer) -> dict[str, DimSplit]:
+    """Dimension letter -> how splitting it maps onto this layer's tensors."""
+    return {s.dim: s for s in OPS[layer.op].splits(layer.p, layer.in_shapes, layer.out_shape)}
+
+
+@dataclass(frozen=True)
+class NetworkSummary:
+    network: str
+    batch: int
+    params: int
+    macs_per_sample: int
+    flops_fwd: int
+    flops_bwd: int
+    activation_bytes: int
+    layers: tuple[tuple[Layer, LayerCost], ...]
+
+
+def summarize(net: Network, batch: int) -> NetworkSummary:
+    rows = tuple((layer, layer_cost(layer, batch)) for layer in net.layers)
+    per_sample = sum(layer_cost(layer, 1).macs for layer in net.layers)
+    return NetworkSummary(
+        network=net.name, batch=batch, params=net.num_params, macs_per_sample=per_sample,
+        flops_fwd=sum(c.flops_fwd for _, c in rows), flops_bwd=sum(c.flops_bwd for _, c in rows),
+        activation_bytes=sum(c.activation_bytes for _, c in rows), layers=rows)
+
+
+def summary_json(s: NetworkSummary) -> dict:
+    """The ``dnnplan info --json`` object."""
+    return {
+        "network": s.network,
+        "batch": s.batch,
+        "totals": {"params": s.params, "macs_per_sample": s.macs_per_sample, "flops_fwd": s.flops_fwd,
+                   "flops_bwd": s.flops_bwd, "activation_bytes": s.activation_bytes},
+        "layers": [{"name": layer.name, "op": layer.op, "output_shape": [s.batch, *layer.out_shape],
+                    "params": layer.num_params, "flops_fwd": c.flops_fwd, "flops_bwd": c.flops_bwd,
+                    "work": c.step_work, "depth": c.step_depth, "activation_bytes": c.activation_bytes}
+                   for layer, c in s.layers],
+    }

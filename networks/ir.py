@@ -1,0 +1,104 @@
+"""The graph IR: frozen dataclasses for a network, its inputs and its layers.
+
+Shapes are *per sample* (the batch dimension is left out and given when a network is analysed);
+batched tensors put the batch first, so a per-sample image ``(C, H, W)`` is ``(N, C, H, W)`` once
+batched. Layers are stored in topological order and every input a layer names exists before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Shape = tuple[int, ...]
+
+DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
+FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A network input: its name, per-sample shape and element type."""
+
+    name: str
+    shape: Shape
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One node of the network graph, with everything shape inference found out about it."""
+
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    params: tuple[tuple[str, Any], ...]
+    in_shapes: tuple[Shape, ...]
+    out_shape: Shape
+    dtype: str = "float32"
+    weights: tuple[tuple[str, Shape], ...] = ()
+    line: int | None = field(default=None, compare=False)
+
+    @property
+    def p(self) -> dict[str, Any]:
+        """The op parameters (defaults filled in) as a plain dict."""
+        return dict(self.params)
+
+    @property
+    def weight_shapes(self) -> dict[str, Shape]:
+        return dict(self.weights)
+
+    @property
+    def num_params(self) -> int:
+        total = 0
+        for _, shape in self.weights:
+            n = 1
+            for s in shape:
+                n *= s
+            total += n
+        return total
+
+
+@dataclass(frozen=True)
+class Network:
+    """A DAG of layers in topological order. The last layer is the network's output (its loss)."""
+
+    name: str
+    inputs: tuple[InputSpec, ...]
+    layers: tuple[Layer, ...]
+    source: str = ""
+
+    def layer(self, name: str) -> Layer:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(name)
+
+    def index(self) -> dict[str, int]:
+        """Layer name -> position in topological order."""
+        return {layer.name: i for i, layer in enumerate(self.layers)}
+
+    def input_spec(self, name: str) -> InputSpec | None:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        return None
+
+    def consumers(self) -> dict[str, tuple[str, ...]]:
+        """Tensor name (a layer or an input) -> names of the layers that read it, in order."""
+        out: dict[str, list[str]] = {spec.name: [] for spec in self.inputs}
+        for layer in self.layers:
+            out.setdefault(layer.name, [])
+            for src in layer.inputs:
+                out[src].append(layer.name)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def edges(self) -> tuple[tuple[str, str, int], ...]:
+        """Every (producer layer, consumer layer, input slot) between two layers (inputs excluded)."""
+        names = {layer.name for layer in self.layers}
+        return tuple((src, layer.name, slot) for layer in self.layers
+                     for slot, src in enumerate(layer.inputs) if src in names)
+
+    @property
+    def num_params(self) -> int:
+        return sum(layer.num_params for layer in self.layers)

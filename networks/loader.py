@@ -1,0 +1,41 @@
+"""Finding and reading network specs: a zoo name or a path. The one I/O edge of ``networks``."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from networks.errors import DnnplanError
+from networks.ir import Network
+from networks.spec import parse_network
+
+ZOO_PACKAGE = "networks.zoo"
+
+
+def zoo_names() -> list[str]:
+    """Names of the shipped networks, sorted."""
+    return sorted(p.name[:-5] for p in resources.files(ZOO_PACKAGE).iterdir() if p.name.endswith(".yaml"))
+
+
+def spec_text(name_or_path: str) -> tuple[str, str]:
+    """Return (text, source) for a zoo name or a path to a YAML file."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists() or "/" in name_or_path:
+        if not path.is_file():
+            raise DnnplanError(f"no such network spec file '{name_or_path}'",
+                               hint=f"zoo networks: {', '.join(zoo_names())}")
+        try:
+            return path.read_text(encoding="utf-8"), str(path)
+        except (OSError, UnicodeDecodeError) as err:
+            raise DnnplanError(f"cannot read the spec: {err}", file=str(path)) from None
+    entry = resources.files(ZOO_PACKAGE) / f"{name_or_path}.yaml"
+    if not entry.is_file():
+        raise DnnplanError(f"'{name_or_path}' is neither a zoo network nor a spec file",
+                           hint=f"zoo networks: {', '.join(zoo_names())}; or pass a path to a .yaml spec")
+    return entry.read_text(encoding="utf-8"), f"zoo/{name_or_path}.yaml"
+
+
+def load_network(name_or_path: str) -> Network:
+    """Load and validate a network by zoo name or path."""
+    text, source = spec_text(name_or_path)
+    return parse_network(text, source)

@@ -1,0 +1,73 @@
+"""attention: multi-head self-attention with its projections (GPT-2's ``attn`` block).
+
+Input (S, D) -> output (S, D). Weights: the fused query/key/value projection (3, D, D) with bias
+(3, D), and the output projection (D, D) with bias (D,), i.e. 4*D^2 + 4*D parameters.
+Work per sample: 3*S*D^2 (projections in) + 2*S^2*D (scores and weighted sum) + S*D^2 (out).
+Splitting heads (F) is Megatron-style: the input projection is column-parallel (input gradients
+are partial sums), the output projection row-parallel (the output is a partial sum). Splitting the
+sequence (H) gathers keys and values over the group.
+"""
+
+from __future__ import annotations
+
+from networks.ops.base import (DimSplit, ExtraComm, LayerCost, OpDef, Param, ShapeError, clog2,
+                               need_float, need_rank)
+
+PARAMS = (Param("heads", "pos", doc="number of attention heads (must divide D)"),
+          Param("causal", "bool", False, "mask future positions (decoder)"),
+          Param("bias", "bool", True, "projection biases"))
+
+
+def infer(p, in_shapes, dtypes):
+    (x,) = in_shapes
+    need_rank(x, (2,), "its input", "attention")
+    need_float(dtypes[0], "attention")
+    if x[1] % p["heads"]:
+        raise ShapeError(f"heads={p['heads']} must divide the width {x[1]}", "heads")
+    return x, dtypes[0]
+
+
+def weights(p, in_shapes):
+    d = in_shapes[0][1]
+    out = {"qkv_weight": (3, d, d), "out_weight": (d, d)}
+    if p["bias"]:
+        out["qkv_bias"] = (3, d)
+        out["out_bias"] = (d,)
+    return out
+
+
+def costs(p, in_shapes, out_shape, n, itemsize):
+    s, d = in_shapes[0]
+    proj = n * 4 * s * d * d
+    core = n * 2 * s * s * d
+    macs = proj + core
+    act = n * s * d * itemsize
+    # kept for backward: q, k, v, the attention probabilities and the per-head output
+    kept = 4 * act + n * p["heads"] * s * s * itemsize + act
+    soft = n * p["heads"] * s * s
+    return LayerCost(
+        flops=(2 * macs + 5 * soft, 2 * macs + 5 * soft, 2 * proj),
+        work=(macs + soft, macs + soft, proj),
+        depth=(clog2(d) + clog2(s) + clog2(d), clog2(d) + clog2(s) + clog2(d), clog2(n * s)),
+        bytes_read=(act + 4 * d * d * itemsize, 5 * act + 4 * d * d * itemsize, 5 * act),
+        bytes_written=(kept, act, 4 * d * d * itemsize),
+        activation_bytes=kept,
+        macs=macs,
+    )
+
+
+def splits(p, in_shapes, out_shape):
+    s, d = in_shapes[0]
+    wts = tuple(weights(p, in_shapes))
+    head_axes = [("qkv_weight", 1), ("out_weight", 1)]
+    if p["bias"]:
+        head_axes.append(("qkv_bias", 1))
+    kv = (ExtraComm("fwd", "allgather", "output", 2), ExtraComm("bwd", "reduce_scatter", "output", 2))
+    return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts),
+            DimSplit("H", s, (1,), 1, partial_weight_grad=wts, extra=kv),
+            DimSplit("F", p["heads"], (None,), None, weight_axes=tuple(head_axes), partial_out=True,
+                     partial_in_grad=True, partial_weight_grad=("out_bias",) if p["bias"] else ()))
+
+
+OP = OpDef("attention", "multi-head self-attention with input and output projections", PARAMS, (1, 1),
+           infer, weights, costs, splits)

@@ -1,0 +1,127 @@
+"""conv2d: 2-D convolution (cross-correlation, as every framework computes it), NCHW.
+
+Work and depth follow reference/004 (Ben-Nun & Hoefler), Table 4 (direct convolution: work
+N*Cout*Cin*H'*W'*Kx*Ky per pass, depth log Kx + log Ky + log Cin) and Table 6 for the other
+algorithms (see :func:`algorithm_work_depth`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from networks.ir import DTYPE_BYTES
+from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, Window, clog2,
+                               need_float, need_rank, prod)
+
+PARAMS = (
+    Param("filters", "pos", doc="output channels F"),
+    Param("kernel", "pair", doc="kernel size, k or [kh, kw]"),
+    Param("stride", "pair", 1, "stride, s or [sh, sw]"),
+    Param("padding", "pad", 0, "zero padding on each side, p or [ph, pw]"),
+    Param("dilation", "pair", 1, "dilation, d or [dh, dw]"),
+    Param("groups", "pos", 1, "grouped convolution: channels and filters split into this many groups"),
+    Param("bias", "bool", True, "add a learned bias per filter"),
+)
+
+
+def out_size(n: int, k: int, s: int, p: int, d: int) -> int:
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def infer(p, in_shapes, dtypes):
+    (x,) = in_shapes
+    need_rank(x, (3,), "its input", "conv2d")
+    need_float(dtypes[0], "conv2d")
+    c, h, w = x
+    g = p["groups"]
+    if c % g or p["filters"] % g:
+        raise ShapeError(f"groups={g} must divide input channels ({c}) and filters ({p['filters']})", "groups")
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = p["kernel"], p["stride"], p["padding"], p["dilation"]
+    ho, wo = out_size(h, kh, sh, ph, dh), out_size(w, kw, sw, pw, dw)
+    if ho < 1 or wo < 1:
+        span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
+        raise ShapeError(f"kernel spans {span[0]}x{span[1]} but the padded input is only "
+                         f"{h + 2 * ph}x{w + 2 * pw}", "kernel", hint="use a smaller kernel or more padding")
+    return (p["filters"], ho, wo), dtypes[0]
+
+
+def weights(p, in_shapes):
+    c = in_shapes[0][0]
+    kh, kw = p["kernel"]
+    out = {"weight": (p["filters"], c // p["groups"], kh, kw)}
+    if p["bias"]:
+        out["bias"] = (p["filters"],)
+    return out
+
+
+def costs(p, in_shapes, out_shape, n, itemsize):
+    c, h, w = in_shapes[0]
+    f, ho, wo = out_shape
+    kh, kw = p["kernel"]
+    cg = c // p["groups"]
+    macs = n * f * ho * wo * cg * kh * kw
+    bias = n * f * ho * wo if p["bias"] else 0
+    x_b, y_b = n * c * h * w * itemsize, n * f * ho * wo * itemsize
+    w_b = (f * cg * kh * kw + (f if p["bias"] else 0)) * itemsize
+    d = clog2(kh) + clog2(kw) + clog2(cg)
+    # Table 4, backward-data: work N*Cout*Cin*H*W*Kx*Ky over the *input* extent.
+    work_bwd_data = n * f * cg * h * w * kh * kw
+    return LayerCost(
+        flops=(2 * macs + bias, 2 * macs, 2 * macs + bias),
+        work=(macs, work_bwd_data, macs),
+        depth=(d, d, d),
+        bytes_read=(x_b + w_b, y_b + w_b, y_b + x_b),
+        bytes_written=(y_b, x_b, w_b),
+        activation_bytes=y_b,
+        macs=macs,
+    )
+
+
+def splits(p, in_shapes, out_shape):
+    c, h, w = in_shapes[0]
+    f, ho, wo = out_shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = p["kernel"], p["stride"], p["padding"], p["dilation"]
+    wts = ("weight", "bias") if p["bias"] else ("weight",)
+    out = [
+        DimSplit("N", 0, (0,), 0, partial_weight_grad=wts),
+        DimSplit("H", ho, (2,), 2, window=Window(kh, sh, ph, dh, h), partial_weight_grad=wts,
+                 min_block=1),
+        DimSplit("W", wo, (3,), 3, window=Window(kw, sw, pw, dw, w), partial_weight_grad=wts,
+                 min_block=1),
+    ]
+    if p["groups"] == 1:
+        out.append(DimSplit("C", c, (1,), None, weight_axes=(("weight", 1),), partial_out=True,
+                            partial_weight_grad=("bias",) if p["bias"] else ()))
+        f_axes = (("weight", 0), ("bias", 0)) if p["bias"] else (("weight", 0),)
+        out.append(DimSplit("F", f, (None,), 1, weight_axes=f_axes, partial_in_grad=True))
+    return tuple(out)
+
+
+def algorithm_work_depth(algo: str, n: int, c: int, f: int, h: int, w: int, ho: int, wo: int,
+                         kh: int, kw: int, m: int = 4) -> tuple[int, int]:
+    """Forward work and depth of one convolution algorithm, reference/004 Table 6.
+
+    direct and im2col: W = N*Cout*H'*W'*Cin*Ky*Kx, D = ceil(log2 Cin) + ceil(log2 Ky) + ceil(log2 Kx).
+    FFT: W = c*HW*log2(HW)*(Cout*Cin + N*Cin + N*Cout) + HW*N*Cin*Cout with c = 1 here,
+    D = 2*ceil(log2 HW) + ceil(log2 Cin).
+    Winograd with m x m input tiles and r x r kernels, in Table 6's own notation: alpha = m - r + 1
+    (the output tile), P = N*ceil(H/m)*ceil(W/m), W = alpha*(r^2 + alpha*r + 2*alpha^2 + alpha*m + m^2)
+    + Cout*Cin*P; m = 4 with r = 3 is F(2x2, 3x3).
+    D = 2*ceil(log2 r) + 4*ceil(log2 alpha) + ceil(log2 Cin).
+    """
+    if algo in ("direct", "im2col"):
+        return n * f * ho * wo * c * kh * kw, clog2(c) + clog2(kh) + clog2(kw)
+    if algo == "fft":
+        hw = h * w
+        work = int(hw * math.log2(max(hw, 2)) * (f * c + n * c + n * f)) + hw * n * c * f
+        return work, 2 * clog2(hw) + clog2(c)
+    if algo == "winograd":
+        r = kh
+        alpha = m - r + 1
+        tiles = n * math.ceil(h / m) * math.ceil(w / m)
+        work = alpha * (r * r + alpha * r + 2 * alpha * alpha + alpha * m + m * m) + f * c * tiles
+        return work, 2 * clog2(r) + 4 * clog2(alpha) + clog2(c)
+    raise ValueError(algo)
+
+
+OP = OpDef("conv2d", "2-D convolution over (C, H, W) inputs", PARAMS, (1, 1), infer, weights, costs, splits)

@@ -1,0 +1,33 @@
+"""softmax_cross_entropy: the training loss, mean over samples (and positions) of -log softmax.
+
+Labels are implicit (synthetic). The output is one number for the whole batch, so a split over
+samples or positions leaves partial sums that are all-reduced (one element)."""
+
+from __future__ import annotations
+
+from networks.ops.base import (DimSplit, LayerCost, OpDef, clog2, need_float, need_rank, no_weights,
+                               prod)
+
+
+def infer(p, in_shapes, dtypes):
+    need_rank(in_shapes[0], (1, 2), "its input (the logits)", "softmax_cross_entropy")
+    need_float(dtypes[0], "softmax_cross_entropy")
+    return (), "float32"
+
+
+def costs(p, in_shapes, out_shape, n, itemsize):
+    elems = n * prod(in_shapes[0])
+    k = in_shapes[0][-1]
+    return LayerCost((5 * elems, 3 * elems, 0), (elems, elems, 0), (2 * clog2(k) + clog2(elems // k), 1, 0),
+                     (elems * itemsize, elems * itemsize, 0), (4, elems * itemsize, 0), elems * itemsize, 0)
+
+
+def splits(p, in_shapes, out_shape):
+    out = [DimSplit("N", 0, (0,), None, partial_out=True)]
+    if len(in_shapes[0]) == 2:
+        out.append(DimSplit("H", in_shapes[0][0], (1,), None, partial_out=True))
+    return tuple(out)
+
+
+OP = OpDef("softmax_cross_entropy", "softmax cross-entropy loss against (synthetic) labels", (), (1, 1),
+           infer, no_weights, costs, splits)

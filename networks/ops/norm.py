@@ -1,0 +1,82 @@
+"""batchnorm2d (training-mode batch statistics) and layernorm (over the last axis).
+
+Work and depth: reference/004 Table 4, batch normalisation (work NCHW per pass, depth logarithmic
+in the number of values each statistic reduces over; the table writes O(log N) with N that count).
+Element operation counts (7 forward, 10 backward) are this project's convention.
+"""
+
+from __future__ import annotations
+
+from networks.ops.base import (DimSplit, ExtraComm, OpDef, Param, axes_of, clog2, elementwise_cost,
+                               need_float, need_rank, prod)
+
+NORM_PARAMS = (Param("eps", "float", 1e-5, "added to the variance"),
+               Param("momentum", "rate", 0.1, "running-statistics momentum (inference only)"))
+
+
+def bn_infer(p, in_shapes, dtypes):
+    need_rank(in_shapes[0], (3,), "its input", "batchnorm2d")
+    need_float(dtypes[0], "batchnorm2d")
+    return in_shapes[0], dtypes[0]
+
+
+def bn_weights(p, in_shapes):
+    c = in_shapes[0][0]
+    return {"gamma": (c,), "beta": (c,)}
+
+
+def bn_costs(p, in_shapes, out_shape, n, itemsize):
+    c, h, w = in_shapes[0]
+    elems = n * c * h * w
+    cost = elementwise_cost(elems, itemsize, 7, 10, elems * itemsize, clog2(n * h * w), clog2(n * h * w))
+    return cost.__class__(cost.flops[:2] + (2 * elems,), cost.work[:2] + (elems,),
+                          cost.depth[:2] + (clog2(n * h * w),), cost.bytes_read, cost.bytes_written,
+                          cost.activation_bytes, 0)
+
+
+def bn_splits(p, in_shapes, out_shape):
+    c, h, w = in_shapes[0]
+    wts = ("gamma", "beta")
+    # statistics (sum and sum of squares per channel) are all-reduced over every rank that holds
+    # the same channels, forward and backward, so results equal the single-process ones
+    stats = (ExtraComm("fwd", "allreduce", "channels", 2), ExtraComm("bwd", "allreduce", "channels", 2))
+    return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts, extra=stats),
+            DimSplit("C", c, (1,), 1, weight_axes=(("gamma", 0), ("beta", 0))),
+            DimSplit("H", h, (2,), 2, partial_weight_grad=wts, extra=stats),
+            DimSplit("W", w, (3,), 3, partial_weight_grad=wts, extra=stats))
+
+
+BATCHNORM = OpDef("batchnorm2d", "batch normalisation over (C, H, W) inputs", NORM_PARAMS, (1, 1),
+                  bn_infer, bn_weights, bn_costs, bn_splits, stats_axis=1)
+
+
+def ln_infer(p, in_shapes, dtypes):
+    need_rank(in_shapes[0], (1, 2), "its input", "layernorm")
+    need_float(dtypes[0], "layernorm")
+    return in_shapes[0], dtypes[0]
+
+
+def ln_weights(p, in_shapes):
+    d = in_shapes[0][-1]
+    return {"gamma": (d,), "beta": (d,)}
+
+
+def ln_costs(p, in_shapes, out_shape, n, itemsize):
+    elems = n * prod(in_shapes[0])
+    d = in_shapes[0][-1]
+    cost = elementwise_cost(elems, itemsize, 7, 10, elems * itemsize, clog2(d), clog2(d))
+    return cost.__class__(cost.flops[:2] + (2 * elems,), cost.work[:2] + (elems,),
+                          cost.depth[:2] + (clog2(elems // d),), cost.bytes_read, cost.bytes_written,
+                          cost.activation_bytes, 0)
+
+
+def ln_splits(p, in_shapes, out_shape):
+    wts = ("gamma", "beta")
+    out = [DimSplit("N", 0, (0,), 0, partial_weight_grad=wts)]
+    if len(in_shapes[0]) == 2:
+        out.append(DimSplit("H", in_shapes[0][0], (1,), 1, partial_weight_grad=wts))
+    return tuple(out)
+
+
+LAYERNORM = OpDef("layernorm", "layer normalisation over the last axis", (Param("eps", "float", 1e-5,
+                  "added to the variance"),), (1, 1), ln_infer, ln_weights, ln_costs, ln_splits)

@@ -1,0 +1,113 @@
+"""Ops without weights that touch each element a fixed number of times: relu, gelu, dropout,
+add, concat, flatten. Work and depth: reference/004 Table 4, activation (work NCHW, depth 1).
+Element operation counts are this project's convention (relu 1/1, gelu 8/12, dropout 2/1)."""
+
+from __future__ import annotations
+
+from networks.ops.base import (DimSplit, OpDef, Param, ShapeError, axes_of, elementwise_cost,
+                               need_float, need_rank, no_weights, prod)
+
+
+def same_infer(p, in_shapes, dtypes):
+    need_float(dtypes[0], "this op")
+    return in_shapes[0], dtypes[0]
+
+
+def pointwise_splits(p, in_shapes, out_shape):
+    shape = in_shapes[0]
+    axes = axes_of(shape)
+    out = []
+    for dim, ax in axes.items():
+        size = 0 if dim == "N" else shape[ax - 1]
+        out.append(DimSplit(dim, size, tuple(ax for _ in in_shapes), ax))
+    return tuple(out)
+
+
+def _unary(name, doc, fwd, bwd, params=()):
+    def costs(p, in_shapes, out_shape, n, itemsize):
+        elems = n * prod(out_shape)
+        return elementwise_cost(elems, itemsize, fwd, bwd, elems * itemsize)
+    return OpDef(name, doc, params, (1, 1), same_infer, no_weights, costs, pointwise_splits)
+
+
+RELU = _unary("relu", "max(x, 0)", 1, 1)
+GELU = _unary("gelu", "GELU (tanh approximation, as GPT-2)", 8, 12)
+DROPOUT = _unary("dropout", "inverted dropout", 2, 1, (Param("rate", "rate", 0.1, "probability of zeroing"),))
+
+
+def add_infer(p, in_shapes, dtypes):
+    first = in_shapes[0]
+    for k, shape in enumerate(in_shapes[1:], 1):
+        if shape != first:
+            raise ShapeError(f"cannot add shapes {tuple(first)} and {tuple(shape)} (input {k})", "inputs",
+                             hint="both branches must produce the same shape")
+    for d in dtypes:
+        need_float(d, "add")
+    return first, dtypes[0]
+
+
+def add_costs(p, in_shapes, out_shape, n, itemsize):
+    elems = n * prod(out_shape)
+    return elementwise_cost(elems, itemsize, len(in_shapes) - 1, 0, elems * itemsize,
+                            n_inputs=len(in_shapes))
+
+
+ADD = OpDef("add", "elementwise sum of inputs of equal shape (residual connections)", (), (2, None),
+            add_infer, no_weights, add_costs, pointwise_splits)
+
+
+def concat_infer(p, in_shapes, dtypes):
+    ax = p["axis"]
+    first = in_shapes[0]
+    if ax >= len(first):
+        raise ShapeError(f"axis {ax} does not exist for per-sample shape {tuple(first)}", "axis")
+    total = 0
+    for k, shape in enumerate(in_shapes):
+        if len(shape) != len(first) or any(a != b for i, (a, b) in enumerate(zip(shape, first)) if i != ax):
+            raise ShapeError(f"cannot concatenate {tuple(first)} and {tuple(shape)} (input {k}) along axis {ax}",
+                             "inputs")
+        total += shape[ax]
+    for d in dtypes:
+        need_float(d, "concat")
+    return first[:ax] + (total,) + first[ax + 1:], dtypes[0]
+
+
+def concat_costs(p, in_shapes, out_shape, n, itemsize):
+    elems = n * prod(out_shape)
+    return elementwise_cost(elems, itemsize, 0, 0, elems * itemsize)
+
+
+def concat_splits(p, in_shapes, out_shape):
+    # every dimension but the concatenated one splits all inputs and the output alike
+    axes = axes_of(in_shapes[0])
+    out = []
+    for dim, ax in axes.items():
+        if ax == p["axis"] + 1:
+            continue
+        size = 0 if dim == "N" else in_shapes[0][ax - 1]
+        out.append(DimSplit(dim, size, tuple(ax for _ in in_shapes), ax))
+    return tuple(out)
+
+
+CONCAT = OpDef("concat", "concatenation along a per-sample axis (0: channels)",
+               (Param("axis", "nonneg", 0, "per-sample axis to join along (0 = channels)"),), (2, None),
+               concat_infer, no_weights, concat_costs, concat_splits)
+
+
+def flatten_infer(p, in_shapes, dtypes):
+    need_rank(in_shapes[0], (1, 3), "its input", "flatten")
+    return (prod(in_shapes[0]),), dtypes[0]
+
+
+def flatten_costs(p, in_shapes, out_shape, n, itemsize):
+    return elementwise_cost(n * prod(out_shape), itemsize, 0, 0, 0)
+
+
+def flatten_splits(p, in_shapes, out_shape):
+    c = in_shapes[0][0]
+    # a channel split stays a contiguous block of features (needs C divisible by the degree)
+    return (DimSplit("N", 0, (0,), 0), DimSplit("C", c, (1,), 1))
+
+
+FLATTEN = OpDef("flatten", "(C, H, W) -> (C*H*W,)", (), (1, 1), flatten_infer, no_weights,
+                flatten_costs, flatten_splits)

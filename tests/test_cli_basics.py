@@ -1,0 +1,56 @@
+"""The CLI's surface: help for every command, JSON output, and the error boundary."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+
+
+def commands():
+    import typer.main
+    return list(typer.main.get_command(app).commands)
+
+
+def test_top_level_help_lists_every_command():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for name in commands():
+        assert name in result.output
+
+
+@pytest.mark.parametrize("name", commands())
+def test_every_command_has_help(name):
+    result = runner.invoke(app, [name, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output
+
+
+def test_info_json_matches_the_documented_schema():
+    result = runner.invoke(app, ["info", "lenet5", "--batch", "8", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert set(data) == {"network", "batch", "totals", "layers"}
+    assert data["batch"] == 8
+    assert set(data["totals"]) == {"params", "macs_per_sample", "flops_fwd", "flops_bwd", "activation_bytes"}
+    assert data["totals"]["params"] == 61706
+    assert data["layers"][0]["output_shape"] == [8, 6, 28, 28]
+    assert {"name", "op", "output_shape", "params", "flops_fwd", "flops_bwd", "work", "depth",
+            "activation_bytes"} == set(data["layers"][0])
+    assert sum(l["params"] for l in data["layers"]) == data["totals"]["params"]
+
+
+def test_unknown_network_is_one_line_exit_2():
+    result = runner.invoke(app, ["info", "no-such-net"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert "zoo networks" in result.output
+
+
+def test_bad_batch_is_exit_2():
+    result = runner.invoke(app, ["info", "lenet5", "--batch", "0"])
+    assert result.exit_code == 2
+    assert "--batch" in result.output
