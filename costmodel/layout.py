@@ -1,0 +1,249 @@
+"""The layout algebra: which block of a tensor each rank holds, and what a reshard moves.
+
+Shared by the cost model (which counts what moves) and the executor (which moves it with
+``Alltoallv``), so that prediction and reality move the same blocks (DESIGN.md, rule 2).
+
+A :class:`Layout` says, for each axis of a batched tensor, which grid dimension of a strategy cuts
+it (or none). Axis ``a`` cut by dimension ``d`` of degree ``k`` gives the rank with coordinate
+``c`` the interval ``[c*n//k, (c+1)*n//k)`` (blocks differ by at most one when ``k`` does not
+divide ``n``). A *needed* layout may carry a :class:`~networks.ops.base.Window` on an axis: the
+interval then partitions the consumer's output extent and maps to the input rows it reads, so
+neighbouring blocks overlap by the halo. A halo exchange is a reshard whose needed blocks overlap.
+
+Forward, rank ``d`` receives ``|need_d| - |need_d ∩ own_d|`` elements, each from one replica of
+the producer block that holds it. Backward, the gradient flows the other way and overlapping
+contributions are summed: producer rank ``d`` receives, from every distinct consumer block ``B``
+other than its own, ``|B ∩ own_d|`` elements. Both are products over axes, so they vectorise over
+all ranks at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from costmodel.strategy import Strategy
+from networks.ops.base import Window
+
+Region = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class AxisSplit:
+    """One axis cut by grid dimension ``dim`` into ``degree`` parts of ``extent``."""
+
+    dim: str
+    degree: int
+    extent: int
+    window: Window | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    shape: tuple[int, ...]
+    strategy: Strategy
+    axes: tuple[AxisSplit | None, ...]
+
+    @property
+    def p(self) -> int:
+        return self.strategy.p
+
+    def split_dims(self) -> tuple[str, ...]:
+        return tuple(a.dim for a in self.axes if a is not None)
+
+
+def interval(extent: int, degree: int, c):
+    """The part of ``[0, extent)`` coordinate ``c`` owns (works on arrays too)."""
+    return (c * extent) // degree, ((c + 1) * extent) // degree
+
+
+def axis_intervals(layout: Layout, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct intervals along one axis, indexed by coordinate: (lo[k], hi[k])."""
+    split = layout.axes[axis]
+    if split is None:
+        return np.array([0]), np.array([layout.shape[axis]])
+    c = np.arange(split.degree)
+    lo, hi = interval(split.extent, split.degree, c)
+    if split.window is not None:
+        return _apply_window(split.window, lo, hi)
+    return lo, hi
+
+
+def _apply_window(win: Window, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a = lo * win.stride - win.pad_lo
+    b = (hi - 1) * win.stride - win.pad_lo + win.dilation * (win.kernel - 1) + 1
+    empty = hi <= lo
+    a = np.clip(a, 0, win.in_size)
+    b = np.clip(b, 0, win.in_size)
+    return np.where(empty, 0, a), np.where(empty, 0, np.maximum(a, b))
+
+
+def rank_axis_coords(layout: Layout, axis: int) -> np.ndarray:
+    """Coordinate of every rank along the grid dimension that cuts ``axis`` (zeros if none)."""
+    split = layout.axes[axis]
+    if split is None:
+        return np.zeros(layout.p, dtype=np.int64)
+    return layout.strategy.coords_all(split.dim)
+
+
+def rank_intervals(layout: Layout, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = axis_intervals(layout, axis)
+    c = rank_axis_coords(layout, axis)
+    return lo[c], hi[c]
+
+
+def block(layout: Layout, rank: int) -> Region:
+    """The region of the tensor rank ``rank`` holds (owned) or reads (needed)."""
+    out = []
+    for axis in range(len(layout.shape)):
+        lo, hi = axis_intervals(layout, axis)
+        c = 0 if layout.axes[axis] is None else layout.strategy.coord(rank, layout.axes[axis].dim)
+        out.append((int(lo[c]), int(hi[c])))
+    return tuple(out)
+
+
+def region_size(region: Region) -> int:
+    n = 1
+    for lo, hi in region:
+        n *= max(0, hi - lo)
+    return n
+
+
+def max_block_extents(layout: Layout) -> tuple[int, ...]:
+    """The largest block extent along each axis (the straggler's local shape)."""
+    return tuple(int(np.max(axis_intervals(layout, a)[1] - axis_intervals(layout, a)[0]))
+                 for a in range(len(layout.shape)))
+
+
+def same_blocks(a: Layout, b: Layout) -> bool:
+    """True when every rank holds the same region under both layouts (so nothing moves)."""
+    if a.shape != b.shape or a.p != b.p:
+        return False
+    for axis in range(len(a.shape)):
+        la, ha = rank_intervals(a, axis)
+        lb, hb = rank_intervals(b, axis)
+        if not (np.array_equal(la, lb) and np.array_equal(ha, hb)):
+            return False
+    return True
+
+
+def _overlap(lo1, hi1, lo2, hi2):
+    return np.maximum(0, np.minimum(hi1, hi2) - np.maximum(lo1, lo2))
+
+
+@dataclass(frozen=True)
+class ReshardVolume:
+    """Per-rank receive volume and message count of one reshard (elements, not bytes)."""
+
+    recv_elems: np.ndarray  # per rank
+    messages: np.ndarray  # per rank (remote senders)
+
+    @property
+    def max_recv(self) -> int:
+        return int(self.recv_elems.max()) if self.recv_elems.size else 0
+
+    @property
+    def max_messages(self) -> int:
+        return int(self.messages.max()) if self.messages.size else 0
+
+    @property
+    def total_recv(self) -> int:
+        return int(self.recv_elems.sum())
+
+
+@lru_cache(maxsize=65536)
+def reshard_volume(src: Layout, dst: Layout, backward: bool = False) -> ReshardVolume:
+    """What a reshard moves, per rank, computed axis by axis (pure; memoised by its arguments).
+
+    Forward (``backward=False``): ``src`` is the producer's owned layout, ``dst`` the consumer's
+    needed layout. Backward: gradients go from the consumer's needed layout ``src`` back to the
+    producer's owned layout ``dst``, overlapping pieces summed on arrival.
+    """
+    p = src.p
+    if same_blocks(src, dst):
+        zero = np.zeros(p, dtype=np.int64)
+        return ReshardVolume(zero, zero)
+    total = np.ones(p, dtype=np.int64)
+    local = np.ones(p, dtype=np.int64)
+    pieces = np.ones(p, dtype=np.int64)
+    for axis in range(len(src.shape)):
+        slo, shi = axis_intervals(src, axis)  # distinct source intervals on this axis
+        dlo, dhi = rank_intervals(dst, axis)  # each receiving rank's interval
+        olo, ohi = rank_intervals(src, axis)  # each rank's own source interval
+        ov = _overlap(slo[None, :], shi[None, :], dlo[:, None], dhi[:, None])  # (ranks, intervals)
+        local *= _overlap(olo, ohi, dlo, dhi)
+        pieces *= (ov > 0).sum(axis=1)
+        if backward:
+            total *= ov.sum(axis=1)  # every distinct consumer block contributes, overlaps summed
+        else:
+            total *= dhi - dlo  # each needed element arrives once
+    has_local = (local > 0).astype(np.int64)
+    return ReshardVolume(total - local, np.maximum(pieces - has_local, 0))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One block that moves: from ``src`` rank to ``dst`` rank (equal ranks: a local copy)."""
+
+    src: int
+    dst: int
+    region: Region
+
+    @property
+    def size(self) -> int:
+        return region_size(self.region)
+
+
+def _class_ranks(layout: Layout, coords: tuple[int, ...]) -> np.ndarray:
+    """Ranks whose coordinates along every splitting axis equal ``coords``."""
+    mask = np.ones(layout.p, dtype=bool)
+    for axis, c in enumerate(coords):
+        if layout.axes[axis] is not None:
+            mask &= rank_axis_coords(layout, axis) == c
+    return np.nonzero(mask)[0]
+
+
+def _nearest(candidates: np.ndarray, rank: int) -> int:
+    """The replica a rank reads from: nearest in rank order (same node first), lower on ties."""
+    return int(candidates[np.argmin(np.abs(candidates - rank) * 2 + (candidates > rank))])
+
+
+def transfers(src: Layout, dst: Layout, backward: bool = False) -> tuple[Piece, ...]:
+    """Every block a reshard moves, rank by rank: what the executor turns into Alltoallv counts.
+
+    Forward: each rank gets each part of its needed region from one holder (itself if it can).
+    Backward: each producer rank gets, from one replica of every distinct consumer block that
+    overlaps its owned region, that overlap (to be summed).
+    """
+    ndim = len(src.shape)
+    senders, receivers = (src, dst)
+    out: list[Piece] = []
+    ints = [axis_intervals(senders, a) for a in range(ndim)]
+    for d in range(dst.p):
+        want = block(receivers, d)
+        mine = tuple(0 if senders.axes[a] is None else senders.strategy.coord(d, senders.axes[a].dim)
+                     for a in range(ndim))
+        per_axis = []
+        for a in range(ndim):
+            lo, hi = ints[a]
+            ks = [k for k in range(len(lo)) if min(hi[k], want[a][1]) > max(lo[k], want[a][0])]
+            per_axis.append(ks)
+        for combo in _product(per_axis):
+            region = tuple((max(int(ints[a][0][k]), want[a][0]), min(int(ints[a][1][k]), want[a][1]))
+                           for a, k in enumerate(combo))
+            if combo == mine:
+                out.append(Piece(d, d, region))
+            else:
+                out.append(Piece(_nearest(_class_ranks(senders, combo), d), d, region))
+    return tuple(out)
+
+
+def _product(lists):
+    if not lists:
+        yield ()
+        return
+    for k in lists[0]:
+        for rest in _product(lists[1:]):
+            yield (k,) + rest

@@ -1,0 +1,135 @@
+"""Strategies and the grid mapping of degrees onto ranks (DESIGN.md, "Grid mapping").
+
+A strategy gives each splittable dimension of a layer a degree; the degrees multiply to at most
+``p`` and the leftover factor is the replication degree ``R``. Degrees are laid on ranks in the
+fixed order N, H, W, C, F, R with R innermost: rank = mixed-radix number whose most significant
+digit is the N coordinate. Groups that talk most often (replicas, filters, channels) are thus
+neighbours in rank order and fall inside a node first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from networks.errors import DnnplanError
+
+GRID_ORDER = ("N", "H", "W", "C", "F", "R")
+SPLIT_DIMS = GRID_ORDER[:-1]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """Degrees per dimension (only those > 1 are stored, in grid order) over ``p`` ranks."""
+
+    p: int
+    degrees: tuple[tuple[str, int], ...] = ()
+
+    @staticmethod
+    def of(p: int, **degrees: int) -> "Strategy":
+        return make_strategy(p, degrees)
+
+    def degree(self, dim: str) -> int:
+        if dim == "R":
+            return self.replication
+        for d, k in self.degrees:
+            if d == dim:
+                return k
+        return 1
+
+    @property
+    def replication(self) -> int:
+        used = 1
+        for _, k in self.degrees:
+            used *= k
+        return self.p // used
+
+    @property
+    def label(self) -> str:
+        parts = [f"{d}={k}" for d, k in self.degrees]
+        if self.replication > 1 and parts:
+            parts.append(f"R={self.replication}")
+        if not parts:
+            return "replicated" if self.p > 1 else "serial"
+        return ",".join(parts)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.degrees)
+
+    @cached_property
+    def radix(self) -> tuple[int, ...]:
+        return tuple(self.degree(d) for d in GRID_ORDER)
+
+    @cached_property
+    def strides(self) -> tuple[int, ...]:
+        out, acc = [], 1
+        for k in reversed(self.radix):
+            out.append(acc)
+            acc *= k
+        return tuple(reversed(out))
+
+    def coord(self, rank: int, dim: str) -> int:
+        i = GRID_ORDER.index(dim)
+        return (rank // self.strides[i]) % self.radix[i]
+
+    def coords_all(self, dim: str) -> np.ndarray:
+        """The coordinate along ``dim`` of every rank 0..p-1 (vectorised)."""
+        i = GRID_ORDER.index(dim)
+        return (np.arange(self.p) // self.strides[i]) % self.radix[i]
+
+    def group(self, rank: int, dims) -> tuple[int, ...]:
+        """Ranks that share every coordinate with ``rank`` except along ``dims`` (a communicator)."""
+        members = [rank]
+        for dim in dims:
+            i = GRID_ORDER.index(dim)
+            k, s = self.radix[i], self.strides[i]
+            base = [m - ((m // s) % k) * s for m in members]
+            members = [b + c * s for b in base for c in range(k)]
+        return tuple(sorted(set(members)))
+
+    def group_size(self, dims) -> int:
+        out = 1
+        for d in set(dims):
+            out *= self.degree(d)
+        return out
+
+
+def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
+    """Build a strategy, checking the degrees; a user mistake raises DnnplanError."""
+    if p < 1:
+        raise DnnplanError(f"the device count must be positive, got {p}")
+    used = 1
+    items = []
+    for dim in SPLIT_DIMS:
+        k = int(degrees.get(dim, 1))
+        if k < 1:
+            raise DnnplanError(f"degree of {dim} must be positive, got {k}")
+        if k > 1:
+            items.append((dim, k))
+            used *= k
+    unknown = set(degrees) - set(SPLIT_DIMS) - {"R"}
+    if unknown:
+        raise DnnplanError(f"unknown dimension(s) {', '.join(sorted(unknown))}",
+                           hint="dimensions are N (sample), H and W (spatial), C (channels), F (filters)")
+    if p % used:
+        raise DnnplanError(f"degrees {'x'.join(str(k) for _, k in items)} = {used} do not divide {p} devices")
+    if "R" in degrees and int(degrees["R"]) != p // used:
+        raise DnnplanError(f"R={degrees['R']} does not match {p} devices / {used} = {p // used}")
+    return Strategy(p, tuple(items))
+
+
+def parse_degrees(text: str, p: int) -> Strategy:
+    """Parse ``"N=4,F=2"`` into a strategy over ``p`` ranks."""
+    degrees: dict[str, int] = {}
+    for part in filter(None, (s.strip() for s in text.split(","))):
+        if "=" not in part:
+            raise DnnplanError(f"cannot read '{part}' in strategy '{text}'", hint="write degrees like N=4,F=2")
+        dim, _, val = part.partition("=")
+        dim = dim.strip().upper()
+        try:
+            degrees[dim] = int(val)
+        except ValueError:
+            raise DnnplanError(f"degree '{val}' of {dim} is not an integer", hint="write degrees like N=4,F=2") from None
+    return make_strategy(p, degrees)
