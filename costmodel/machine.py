@@ -27,7 +27,7 @@ from networks.errors import DnnplanError
 GIB = 2**30
 GB = 1e9
 TERA = 1e12
-MICRO = 1e-6
+MICRO = 1e6  # microseconds per second
 
 #: Data types a device's ``peak_tflops`` may name.
 DTYPES = ("float64", "float32", "tf32", "float16", "bfloat16", "float8", "int8")
@@ -130,7 +130,7 @@ _LINK_REQUIRED = ("latency_us", "bandwidth_gb_per_s")
 _LINK_OPTIONAL = ("name", "reduce_gb_per_s")
 
 
-def _fail(message: str, source: str, field: str, hint: str | None = None) -> DnnplanError:
+def _fail(message: str, source: str, field: str | None, hint: str | None = None) -> DnnplanError:
     return DnnplanError(message, file=source, field=field, hint=hint)
 
 
@@ -139,7 +139,7 @@ def _check_keys(data: Any, required: tuple[str, ...], optional: tuple[str, ...],
     label = where or "the top level"
     if not isinstance(data, Mapping):
         raise _fail(f"expected a mapping of keys at {label}, got {type(data).__name__}", source,
-                    where or "<top>", hint="see docs/machines.md for the schema")
+                    where or None, hint="see docs/machines.md for the schema")
     allowed = required + optional
     for key in data:
         if key not in allowed:
@@ -220,7 +220,7 @@ def _link_from_dict(data: Any, level: str, device: DeviceSpec, source: str) -> L
     else:
         gamma = REDUCE_TRAFFIC_FACTOR / device.mem_bandwidth_bytes_per_s
     name = _string(d.get("name", level), f"{level}.name", source)
-    return LinkLevel(name=name, alpha_s=latency * MICRO, beta_s_per_byte=1.0 / (bandwidth * GB),
+    return LinkLevel(name=name, alpha_s=latency / MICRO, beta_s_per_byte=1.0 / (bandwidth * GB),
                      gamma_s_per_byte=gamma)
 
 
