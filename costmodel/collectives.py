@@ -152,8 +152,9 @@ def allgather_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto",
 
     Source: reference/000_0882bce98377ddd2.txt, "Allgather" slides (Recursive-doubling, Ring):
 
-    - recursive_doubling: lg p a + (p-1)/p n b  (non-power-of-two p: ceil(lg p) rounds, an
-      approximation; MPICH never selects it there)
+    - recursive_doubling: lg p a + (p-1)/p n b; non-power-of-two p: (2 ceil(lg p) - 1) a + (p-1)/p n b,
+      an approximation of MPICH's extra steps for ranks whose partner is missing (MPICH never
+      selects it there)
     - ring:  (p-1) a + (p-1)/p n b
     - bruck: ceil(lg p) a + (p-1)/p n b  (MPICH's short-message choice for non-power-of-two p)
     """
@@ -163,6 +164,8 @@ def allgather_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto",
     a, b, n = link.alpha_s, link.beta_s_per_byte, float(nbytes)
     if algo == "ring":
         return (p - 1) * a + (p - 1) / p * n * b
+    if algo == "recursive_doubling" and p != _pof2(p):
+        return (2 * _ceil_lg(p) - 1) * a + (p - 1) / p * n * b
     return _ceil_lg(p) * a + (p - 1) / p * n * b
 
 

@@ -27,7 +27,7 @@ from networks.errors import DnnplanError
 GIB = 2**30
 GB = 1e9
 TERA = 1e12
-MICRO = 1e6  # microseconds per second
+US_PER_S = 1e6
 
 #: Data types a device's ``peak_tflops`` may name.
 DTYPES = ("float64", "float32", "tf32", "float16", "bfloat16", "float8", "int8")
@@ -220,7 +220,7 @@ def _link_from_dict(data: Any, level: str, device: DeviceSpec, source: str) -> L
     else:
         gamma = REDUCE_TRAFFIC_FACTOR / device.mem_bandwidth_bytes_per_s
     name = _string(d.get("name", level), f"{level}.name", source)
-    return LinkLevel(name=name, alpha_s=latency / MICRO, beta_s_per_byte=1.0 / (bandwidth * GB),
+    return LinkLevel(name=name, alpha_s=latency / US_PER_S, beta_s_per_byte=1.0 / (bandwidth * GB),
                      gamma_s_per_byte=gamma)
 
 
