@@ -228,7 +228,7 @@ def alltoall_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto", 
 
     The slides of reference/000_0882bce98377ddd2.txt give no all-to-all; these are the same
     alpha-beta accounting applied to MPICH's algorithms (reference/004_f294eac0d22243ce.txt
-    Section 2.5 notes fully connected layers "incur all-to-all communication"):
+    Section 5.2 notes fully connected layers "incur all-to-all communication"):
 
     - pairwise:  (p-1) (a + n/p b)  ((p-1) exchange steps of one block each)
     - scattered: (p-1) (a + n/p b)  (all sends posted at once; same cost with one port per rank)
