@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -62,7 +62,7 @@ class DeviceSpec:
     """
 
     name: str
-    peak_flops: Mapping[str, float]
+    peak_flops: Mapping[str, float] = field(hash=False)  # a read-only mapping; not hashable
     mem_bandwidth_bytes_per_s: float
     mem_capacity_bytes: float
     efficiency: float = DEFAULT_EFFICIENCY
@@ -157,10 +157,13 @@ def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
+_AUTO_HINT = "'auto' is filled in only when the file is loaded by costmodel.files.load_machine"
+
+
 def _positive(value: Any, field: str, source: str, unit: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(f"expected a number ({unit}), got {value!r}", source, field,
-                    hint=f"write a positive number in {unit}")
+        hint = _AUTO_HINT if value == "auto" else f"write a positive number in {unit}"
+        raise _fail(f"expected a number ({unit}), got {value!r}", source, field, hint=hint)
     if not value > 0 or value != value or value == float("inf"):
         raise _fail(f"must be a positive finite number ({unit}), got {value!r}", source, field,
                     hint=f"write a positive number in {unit}")
@@ -169,8 +172,8 @@ def _positive(value: Any, field: str, source: str, unit: str) -> float:
 
 def _positive_int(value: Any, field: str, source: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail(f"expected a positive integer, got {value!r}", source, field,
-                    hint="write a whole number, 1 or more")
+        hint = _AUTO_HINT if value == "auto" else "write a whole number, 1 or more"
+        raise _fail(f"expected a positive integer, got {value!r}", source, field, hint=hint)
     return value
 
 

@@ -90,6 +90,8 @@ def test_units_converted_at_load():
     # no reduce_gb_per_s: a third of the device's memory bandwidth (read 2, write 1)
     assert m.inter.gamma_s_per_byte == pytest.approx(3 / 1000e9)
     assert m.source == "toy.yaml" and m.profile is None
+    # frozen and hashable, so planners can key caches on a machine
+    assert m == machine_from_dict(GOOD, "toy.yaml") and hash(m) == hash(machine_from_dict(GOOD, "toy.yaml"))
 
 
 def test_group_span_and_links():
