@@ -1,0 +1,253 @@
+"""The machine model: devices, nodes, and the two link levels between devices.
+
+A machine is ``nodes`` nodes of ``devices_per_node`` identical devices. Devices inside a node talk
+over the ``intra`` link (NVLink, shared memory); devices on different nodes over the ``inter`` link
+(InfiniBand). Each link is an alpha-beta-gamma triple as in the collective costs of
+reference/000_0882bce98377ddd2.txt ("Collectives for deep learning" slides): ``alpha_s`` seconds per
+message, ``beta_s_per_byte`` seconds per byte moved, ``gamma_s_per_byte`` seconds per byte reduced.
+
+Ranks are laid out consecutively, ``devices_per_node`` per node (rank r lives on node
+``r // devices_per_node``), which is how ``mpiexec`` fills nodes by default.
+
+Pure: :func:`machine_from_dict` turns an already-parsed YAML mapping into a frozen :class:`Machine`,
+converting the human units in the key names (TFLOP/s, GiB, GB/s, microseconds) into SI units.
+Reading files is :mod:`costmodel.files`' job. The schema is documented in docs/machines.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from networks.errors import DnnplanError
+
+GIB = 2**30
+GB = 1e9
+TERA = 1e12
+US_PER_S = 1e6
+
+#: Data types a device's ``peak_tflops`` may name.
+DTYPES = ("float64", "float32", "tf32", "float16", "bfloat16", "float8", "int8")
+
+#: Bytes of memory traffic per byte reduced (read two operands, write one), used to derive gamma
+#: from the device's memory bandwidth when a link gives no ``reduce_gb_per_s``.
+REDUCE_TRAFFIC_FACTOR = 3.0
+
+DEFAULT_EFFICIENCY = 0.6
+
+
+@dataclass(frozen=True)
+class LinkLevel:
+    """One level of the network, in the alpha-beta-gamma model (reference/000, collectives slides).
+
+    ``alpha_s``: latency per message; ``beta_s_per_byte``: inverse bandwidth per direction per
+    device; ``gamma_s_per_byte``: time to reduce (sum) one byte.
+    """
+
+    name: str
+    alpha_s: float
+    beta_s_per_byte: float
+    gamma_s_per_byte: float
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One device (GPU or CPU core) from its datasheet, SI units.
+
+    ``efficiency`` derates the roofline ``max(flops / peak, bytes / bandwidth)`` to what kernels
+    reach in practice; 0.6 by default (documented in docs/machines.md), to be replaced by a profile.
+    """
+
+    name: str
+    peak_flops: Mapping[str, float] = field(hash=False)  # a read-only mapping; not hashable
+    mem_bandwidth_bytes_per_s: float
+    mem_capacity_bytes: float
+    efficiency: float = DEFAULT_EFFICIENCY
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A machine: ``nodes`` nodes (``None``: as many as asked for) of ``devices_per_node`` devices."""
+
+    name: str
+    devices_per_node: int
+    nodes: int | None
+    device: DeviceSpec
+    intra: LinkLevel
+    inter: LinkLevel
+    profile: str | None = None
+    source: str = "<dict>"
+
+    def max_devices(self) -> int | None:
+        """Total devices, or ``None`` when the node count is unlimited."""
+        return None if self.nodes is None else self.nodes * self.devices_per_node
+
+    def check_devices(self, p: int) -> None:
+        """Raise :class:`DnnplanError` unless ``p`` devices fit on this machine."""
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise DnnplanError(f"device count must be a positive integer, got {p!r}",
+                               field="devices", hint="pass --devices 1 or more")
+        most = self.max_devices()
+        if most is not None and p > most:
+            raise DnnplanError(
+                f"{p} devices do not fit on machine '{self.name}' ({self.nodes} nodes x "
+                f"{self.devices_per_node} devices = {most})", file=self.source, field="nodes",
+                hint=f"ask for at most {most} devices or pick a larger machine")
+
+    def group_span(self, ranks: Sequence[int]) -> tuple[int, int]:
+        """``(ranks_per_node, nodes_spanned)`` of a group of global ranks.
+
+        Ranks live ``devices_per_node`` per node in rank order. ``ranks_per_node`` is the most
+        ranks of the group on any one node (equal on every node for the regular groups a grid
+        mapping produces).
+        """
+        if len(ranks) == 0:
+            raise ValueError("group_span of an empty group")
+        per_node: dict[int, int] = {}
+        for rank in ranks:
+            if rank < 0:
+                raise ValueError(f"negative rank {rank}")
+            node = rank // self.devices_per_node
+            per_node[node] = per_node.get(node, 0) + 1
+        return max(per_node.values()), len(per_node)
+
+    def link_for(self, ranks: Sequence[int]) -> LinkLevel:
+        """The slowest link level the group crosses: ``intra`` inside one node, else ``inter``."""
+        _, nodes = self.group_span(ranks)
+        return self.intra if nodes == 1 else self.inter
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+_TOP_REQUIRED = ("name", "devices_per_node", "device", "intra", "inter")
+_TOP_OPTIONAL = ("nodes", "profile", "description")
+_DEVICE_REQUIRED = ("name", "peak_tflops", "memory_gib", "memory_bandwidth_gb_per_s")
+_DEVICE_OPTIONAL = ("efficiency",)
+_LINK_REQUIRED = ("latency_us", "bandwidth_gb_per_s")
+_LINK_OPTIONAL = ("name", "reduce_gb_per_s")
+
+
+def _fail(message: str, source: str, field: str | None, hint: str | None = None) -> DnnplanError:
+    return DnnplanError(message, file=source, field=field, hint=hint)
+
+
+def _check_keys(data: Any, required: tuple[str, ...], optional: tuple[str, ...], where: str,
+                source: str) -> Mapping[str, Any]:
+    label = where or "the top level"
+    if not isinstance(data, Mapping):
+        raise _fail(f"expected a mapping of keys at {label}, got {type(data).__name__}", source,
+                    where or None, hint="see docs/machines.md for the schema")
+    allowed = required + optional
+    for key in data:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(allowed)}"
+            raise _fail(f"unknown key '{key}' in {label}", source, _join(where, str(key)), hint)
+    for key in required:
+        if key not in data:
+            raise _fail(f"missing key '{key}' in {label}", source, _join(where, key),
+                        hint="see docs/machines.md for the schema")
+    return data
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+_AUTO_HINT = "'auto' is filled in only when the file is loaded by costmodel.files.load_machine"
+
+
+def _positive(value: Any, field: str, source: str, unit: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        hint = _AUTO_HINT if value == "auto" else f"write a positive number in {unit}"
+        raise _fail(f"expected a number ({unit}), got {value!r}", source, field, hint=hint)
+    if not value > 0 or value != value or value == float("inf"):
+        raise _fail(f"must be a positive finite number ({unit}), got {value!r}", source, field,
+                    hint=f"write a positive number in {unit}")
+    return float(value)
+
+
+def _positive_int(value: Any, field: str, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        hint = _AUTO_HINT if value == "auto" else "write a whole number, 1 or more"
+        raise _fail(f"expected a positive integer, got {value!r}", source, field, hint=hint)
+    return value
+
+
+def _string(value: Any, field: str, source: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(f"expected a non-empty string, got {value!r}", source, field)
+    return value
+
+
+def _device_from_dict(data: Any, source: str) -> DeviceSpec:
+    d = _check_keys(data, _DEVICE_REQUIRED, _DEVICE_OPTIONAL, "device", source)
+    peaks_raw = d["peak_tflops"]
+    if not isinstance(peaks_raw, Mapping) or not peaks_raw:
+        raise _fail("expected a mapping of dtype to TFLOP/s, e.g. {float32: 19.5}", source,
+                    "device.peak_tflops")
+    peaks: dict[str, float] = {}
+    for dtype, tflops in peaks_raw.items():
+        if dtype not in DTYPES:
+            raise _fail(f"unknown dtype '{dtype}'", source, f"device.peak_tflops.{dtype}",
+                        hint=f"use one of {', '.join(DTYPES)}")
+        peaks[dtype] = _positive(tflops, f"device.peak_tflops.{dtype}", source, "TFLOP/s") * TERA
+    if "float32" not in peaks:
+        raise _fail("missing key 'float32' in device.peak_tflops", source,
+                    "device.peak_tflops.float32", hint="every device needs its float32 peak")
+    efficiency = d.get("efficiency", DEFAULT_EFFICIENCY)
+    efficiency = _positive(efficiency, "device.efficiency", source, "fraction of peak")
+    if efficiency > 1:
+        raise _fail(f"must be at most 1, got {efficiency}", source, "device.efficiency",
+                    hint="a fraction of peak between 0 and 1")
+    return DeviceSpec(
+        name=_string(d["name"], "device.name", source),
+        peak_flops=MappingProxyType(peaks),
+        mem_bandwidth_bytes_per_s=_positive(d["memory_bandwidth_gb_per_s"],
+                                            "device.memory_bandwidth_gb_per_s", source, "GB/s") * GB,
+        mem_capacity_bytes=_positive(d["memory_gib"], "device.memory_gib", source, "GiB") * GIB,
+        efficiency=efficiency,
+    )
+
+
+def _link_from_dict(data: Any, level: str, device: DeviceSpec, source: str) -> LinkLevel:
+    d = _check_keys(data, _LINK_REQUIRED, _LINK_OPTIONAL, level, source)
+    latency = _positive(d["latency_us"], f"{level}.latency_us", source, "microseconds")
+    bandwidth = _positive(d["bandwidth_gb_per_s"], f"{level}.bandwidth_gb_per_s", source, "GB/s")
+    if "reduce_gb_per_s" in d:
+        gamma = 1.0 / (_positive(d["reduce_gb_per_s"], f"{level}.reduce_gb_per_s", source,
+                                 "GB/s") * GB)
+    else:
+        gamma = REDUCE_TRAFFIC_FACTOR / device.mem_bandwidth_bytes_per_s
+    name = _string(d.get("name", level), f"{level}.name", source)
+    return LinkLevel(name=name, alpha_s=latency / US_PER_S, beta_s_per_byte=1.0 / (bandwidth * GB),
+                     gamma_s_per_byte=gamma)
+
+
+def machine_from_dict(data: Mapping[str, Any], source: str) -> Machine:
+    """Build a :class:`Machine` from a parsed machine YAML mapping, strictly.
+
+    Unknown or missing keys, wrong types and non-positive numbers raise :class:`DnnplanError`
+    naming ``source`` and the dotted key. Units are converted here: ``peak_tflops`` (TFLOP/s)
+    -> FLOP/s, ``memory_gib`` -> bytes, ``*_gb_per_s`` (GB/s = 1e9 bytes/s) -> bytes/s or s/byte,
+    ``latency_us`` -> seconds. A link without ``reduce_gb_per_s`` reduces at a third of the
+    device's memory bandwidth (read two operands, write one).
+    """
+    d = _check_keys(data, _TOP_REQUIRED, _TOP_OPTIONAL, "", source)
+    name = _string(d["name"], "name", source)
+    devices_per_node = _positive_int(d["devices_per_node"], "devices_per_node", source)
+    nodes_raw = d.get("nodes")
+    nodes = None if nodes_raw is None else _positive_int(nodes_raw, "nodes", source)
+    if "description" in d:
+        _string(d["description"], "description", source)
+    profile = d.get("profile")
+    if profile is not None:
+        profile = _string(profile, "profile", source)
+    device = _device_from_dict(d["device"], source)
+    intra = _link_from_dict(d["intra"], "intra", device, source)
+    inter = _link_from_dict(d["inter"], "inter", device, source)
+    return Machine(name=name, devices_per_node=devices_per_node, nodes=nodes, device=device,
+                   intra=intra, inter=inter, profile=profile, source=source)

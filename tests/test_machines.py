@@ -1,0 +1,202 @@
+"""Machine model: shipped YAMLs, strict parsing, the local machine, group spans."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import yaml
+
+from costmodel.files import (DEFAULT_MACHINE, HostFacts, list_machines, load_machine,
+                             resolve_auto, shipped_machine_names)
+from costmodel.machine import GIB, machine_from_dict
+from networks.errors import DnnplanError
+
+GOOD = {
+    "name": "toy",
+    "devices_per_node": 4,
+    "nodes": 2,
+    "device": {"name": "toy-gpu", "peak_tflops": {"float32": 10, "bfloat16": 100},
+               "memory_gib": 16, "memory_bandwidth_gb_per_s": 1000, "efficiency": 0.5},
+    "intra": {"name": "nvlink", "latency_us": 2, "bandwidth_gb_per_s": 100, "reduce_gb_per_s": 200},
+    "inter": {"latency_us": 5, "bandwidth_gb_per_s": 25},
+}
+
+
+def test_every_shipped_machine_loads():
+    names = shipped_machine_names()
+    assert {"dgx-h100", "dgx-a100", "summit", "local"} <= set(names)
+    machines = list_machines()
+    assert [m.name for m in machines] == names
+    for m in machines:
+        assert m.device.peak_flops["float32"] > 0
+        assert m.intra.beta_s_per_byte <= m.inter.beta_s_per_byte
+
+
+def test_dgx_h100_figures():
+    m = load_machine("dgx-h100")
+    assert m.devices_per_node == 8 and m.nodes is None and m.max_devices() is None
+    assert m.device.mem_capacity_bytes == 80 * 2**30
+    assert m.device.peak_flops["bfloat16"] == pytest.approx(989.5e12)
+    assert m.device.mem_bandwidth_bytes_per_s == pytest.approx(3.35e12)
+    assert 1 / m.intra.beta_s_per_byte == pytest.approx(450e9)   # 900 GB/s bidirectional
+    assert 1 / m.inter.beta_s_per_byte == pytest.approx(50e9)    # 400 Gb/s per GPU
+
+
+def test_summit_shares_two_edr_rails_among_six_gpus():
+    m = load_machine("summit")
+    assert (m.devices_per_node, m.nodes, m.max_devices()) == (6, 4608, 6 * 4608)
+    assert m.device.mem_capacity_bytes == 16 * 2**30
+    assert 1 / m.inter.beta_s_per_byte == pytest.approx(25e9 / 6, rel=1e-4)
+
+
+def test_default_machine_runs_the_readme_job():
+    m = load_machine(DEFAULT_MACHINE)
+    m.check_devices(64)
+    assert m.link_for(range(8)) is m.intra and m.link_for(range(64)) is m.inter
+
+
+def test_local_resolves_to_this_computers_cores():
+    m = load_machine("local")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert m.devices_per_node == cores and m.nodes == 1
+    assert m.device.peak_flops["float64"] == m.device.peak_flops["float32"] / 2
+    assert 0 < m.device.mem_capacity_bytes < 2**50
+    with pytest.raises(DnnplanError, match="do not fit"):
+        m.check_devices(cores + 1)
+
+
+def test_resolve_auto_uses_the_facts_given():
+    facts = HostFacts(cores=12, cpu_name="Toy CPU", flops_per_cycle_float32=32, clock_hz=2e9,
+                      memory_bytes=48 * 2**30)
+    data = copy.deepcopy(GOOD)
+    data["devices_per_node"] = "auto"
+    data["device"].update(name="auto", peak_tflops="auto", memory_gib="auto")
+    m = machine_from_dict(resolve_auto(data, facts), "toy.yaml")
+    assert m.devices_per_node == 12 and m.device.name == "Toy CPU (one core)"
+    assert m.device.peak_flops["float32"] == pytest.approx(32 * 2e9)
+    assert m.device.mem_capacity_bytes == pytest.approx(4 * 2**30)
+
+
+def test_units_converted_at_load():
+    m = machine_from_dict(GOOD, "toy.yaml")
+    assert m.device.peak_flops["float32"] == 10e12
+    assert m.device.mem_capacity_bytes == 16 * GIB
+    assert m.intra.alpha_s == pytest.approx(2e-6)
+    assert m.intra.beta_s_per_byte == pytest.approx(1 / 100e9)
+    assert m.intra.gamma_s_per_byte == pytest.approx(1 / 200e9)
+    assert m.inter.name == "inter"
+    # no reduce_gb_per_s: a third of the device's memory bandwidth (read 2, write 1)
+    assert m.inter.gamma_s_per_byte == pytest.approx(3 / 1000e9)
+    assert m.source == "toy.yaml" and m.profile is None
+    # frozen and hashable, so planners can key caches on a machine
+    assert m == machine_from_dict(GOOD, "toy.yaml") and hash(m) == hash(machine_from_dict(GOOD, "toy.yaml"))
+
+
+def test_group_span_and_links():
+    m = machine_from_dict(GOOD, "toy.yaml")
+    assert m.group_span([0, 1, 2, 3]) == (4, 1)
+    assert m.group_span([0, 4]) == (1, 2)
+    assert m.group_span([2, 3, 4, 5]) == (2, 2)
+    assert m.group_span(range(8)) == (4, 2)
+    assert m.link_for([1, 3]) is m.intra and m.link_for([3, 4]) is m.inter
+    assert m.max_devices() == 8
+    m.check_devices(8)
+    with pytest.raises(DnnplanError, match="9 devices do not fit"):
+        m.check_devices(9)
+    with pytest.raises(DnnplanError):
+        m.check_devices(0)
+
+
+def _mutated(path: tuple[str, ...], value=None, delete: bool = False) -> dict:
+    data = copy.deepcopy(GOOD)
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if delete:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+BAD = [
+    # (what is wrong, mutated mapping, key the message must name, words it must contain)
+    ("unknown top key", _mutated(("gpus",), 8), "gpus", "unknown key"),
+    ("unknown link key", _mutated(("inter", "bandwidth_gbps"), 25), "inter.bandwidth_gbps",
+     "bandwidth_gb_per_s"),
+    ("missing device", _mutated(("device",), delete=True), "device", "missing key"),
+    ("missing latency", _mutated(("intra", "latency_us"), delete=True), "intra.latency_us",
+     "missing key"),
+    ("negative bandwidth", _mutated(("inter", "bandwidth_gb_per_s"), -25),
+     "inter.bandwidth_gb_per_s", "positive"),
+    ("zero memory", _mutated(("device", "memory_gib"), 0), "device.memory_gib", "positive"),
+    ("string number", _mutated(("device", "memory_gib"), "80GB"), "device.memory_gib",
+     "expected a number"),
+    ("float node count", _mutated(("devices_per_node",), 8.5), "devices_per_node", "integer"),
+    ("bool node count", _mutated(("nodes",), True), "nodes", "integer"),
+    ("unknown dtype", _mutated(("device", "peak_tflops", "fp32"), 5), "device.peak_tflops.fp32",
+     "unknown dtype"),
+    ("no float32 peak", _mutated(("device", "peak_tflops"), {"float16": 5}),
+     "device.peak_tflops.float32", "missing key"),
+    ("efficiency above one", _mutated(("device", "efficiency"), 1.5), "device.efficiency",
+     "at most 1"),
+    ("link not a mapping", _mutated(("intra",), [1, 2]), "intra", "mapping"),
+]
+
+
+@pytest.mark.parametrize("what,data,key,words", BAD, ids=[b[0] for b in BAD])
+def test_bad_machine_dicts_name_key_and_file(what, data, key, words):
+    with pytest.raises(DnnplanError) as info:
+        machine_from_dict(data, "bad.yaml")
+    err = info.value
+    assert err.file == "bad.yaml" and err.field == key
+    assert "bad.yaml" in str(err) and key in str(err) and words in str(err)
+
+
+@pytest.mark.parametrize("what,data,key,words", BAD, ids=[b[0] for b in BAD])
+def test_bad_machine_files_name_key_file_and_line(tmp_path, what, data, key, words):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(DnnplanError) as info:
+        load_machine(str(path))
+    err = info.value
+    assert err.file == str(path) and err.field == key and words in str(err)
+    lines = path.read_text().splitlines()
+    if words == "missing key":       # the line of the mapping that lacks it, if not the top level
+        parent = key.rpartition(".")[0]
+        if parent:
+            assert lines[err.line - 1].strip().startswith(parent.split(".")[-1] + ":")
+    else:
+        assert lines[err.line - 1].strip().startswith(key.split(".")[-1] + ":")
+
+
+def test_yaml_syntax_errors_and_duplicates(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("name: a\nname: b\n")
+    with pytest.raises(DnnplanError, match="duplicate key 'name'") as info:
+        load_machine(str(path))
+    assert info.value.line == 2
+    path.write_text("name: [a\n")
+    with pytest.raises(DnnplanError, match="not valid YAML"):
+        load_machine(str(path))
+    path.write_text("")
+    with pytest.raises(DnnplanError, match="expected a mapping"):
+        load_machine(str(path))
+
+
+def test_unknown_machine_and_missing_file(tmp_path):
+    with pytest.raises(DnnplanError, match="did you mean 'dgx-h100'"):
+        load_machine("dgx-h10")
+    with pytest.raises(DnnplanError, match="no such machine file"):
+        load_machine(str(tmp_path / "nope.yaml"))
+
+
+def test_relative_profile_resolved_against_the_file(tmp_path):
+    data = dict(GOOD, profile="tables/toy.json")
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    m = load_machine(str(path))
+    assert m.profile == str(tmp_path / "tables" / "toy.json")
+    assert m.source == str(path)
