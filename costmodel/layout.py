@@ -153,32 +153,35 @@ class ReshardVolume:
         return int(self.recv_elems.sum())
 
 
+@lru_cache(maxsize=None)
+def _axis_info(layout: Layout, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    lo, hi = axis_intervals(layout, axis)
+    return lo, hi, rank_axis_coords(layout, axis)
+
+
 @lru_cache(maxsize=65536)
 def reshard_volume(src: Layout, dst: Layout, backward: bool = False) -> ReshardVolume:
     """What a reshard moves, per rank, computed axis by axis (pure; memoised by its arguments).
 
     Forward (``backward=False``): ``src`` is the producer's owned layout, ``dst`` the consumer's
     needed layout. Backward: gradients go from the consumer's needed layout ``src`` back to the
-    producer's owned layout ``dst``, overlapping pieces summed on arrival.
+    producer's owned layout ``dst``, overlapping pieces summed on arrival. Overlaps are computed
+    between distinct intervals (a small matrix per axis), then gathered per rank by coordinates.
     """
     p = src.p
-    if same_blocks(src, dst):
-        zero = np.zeros(p, dtype=np.int64)
-        return ReshardVolume(zero, zero)
     total = np.ones(p, dtype=np.int64)
     local = np.ones(p, dtype=np.int64)
     pieces = np.ones(p, dtype=np.int64)
     for axis in range(len(src.shape)):
-        slo, shi = axis_intervals(src, axis)  # distinct source intervals on this axis
-        dlo, dhi = rank_intervals(dst, axis)  # each receiving rank's interval
-        olo, ohi = rank_intervals(src, axis)  # each rank's own source interval
-        ov = _overlap(slo[None, :], shi[None, :], dlo[:, None], dhi[:, None])  # (ranks, intervals)
-        local *= _overlap(olo, ohi, dlo, dhi)
-        pieces *= (ov > 0).sum(axis=1)
+        slo, shi, sc = _axis_info(src, axis)  # distinct sending intervals, each rank's coordinate
+        dlo, dhi, dc = _axis_info(dst, axis)  # distinct receiving intervals, each rank's coordinate
+        ov = _overlap(slo[:, None], shi[:, None], dlo[None, :], dhi[None, :])  # (sending, receiving)
         if backward:
-            total *= ov.sum(axis=1)  # every distinct consumer block contributes, overlaps summed
+            total *= ov.sum(axis=0)[dc]  # every distinct consumer block contributes, overlaps summed
         else:
-            total *= dhi - dlo  # each needed element arrives once
+            total *= (dhi - dlo)[dc]  # each needed element arrives once
+        pieces *= (ov > 0).sum(axis=0)[dc]
+        local *= ov[sc, dc]
     has_local = (local > 0).astype(np.int64)
     return ReshardVolume(total - local, np.maximum(pieces - has_local, 0))
 
