@@ -6,14 +6,14 @@ Rendering lives in :mod:`planner.report`; the work lives in the packages.
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 from networks.analysis import summarize, summary_json
 from networks.errors import DnnplanError
 from networks.loader import load_network, zoo_names
-from planner import report
+from planner import context, report
 from planner.app import app, run
 
 NetworkArg = Annotated[str, typer.Argument(help="A zoo network name (see `dnnplan networks`) or a path to a "
@@ -57,6 +57,56 @@ def networks(as_json: JsonOpt = False) -> None:
         print(json.dumps(rows))
     else:
         report.networks_table(rows)
+
+
+DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.")]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Global batch per training step "
+                                                 "[default: 32 per device].")]
+MachineOpt = Annotated[Optional[str], typer.Option("--machine", "-m", help="A shipped machine (see `dnnplan "
+                                                   "machines`) or a machine YAML path [default: dgx-a100].")]
+ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="A profile table (from `dnnplan profile`) "
+                                                   "to time kernels with instead of the datasheet roofline.")]
+
+
+@app.command()
+def machines(as_json: JsonOpt = False) -> None:
+    """List the shipped machines: devices per node, peak FLOP/s, memory, link latency and bandwidth.
+
+    Pass one by name with --machine anywhere, or a path to your own machine YAML (docs/machines.md).
+    """
+    from costmodel.files import DEFAULT_MACHINE, list_machines
+    rows = [report.machine_row(m, m.name == DEFAULT_MACHINE) for m in list_machines()]
+    if as_json:
+        print(json.dumps(rows))
+    else:
+        report.machines_table(rows)
+
+
+@app.command()
+def predict(network: NetworkArg,
+            devices: DevicesOpt = 1,
+            strategy: Annotated[str, typer.Option("--strategy", "-s", help="Uniform strategy for every layer: "
+                                                  "data, filter, channel, spatial, or degrees like N=4,F=2.")] = "data",
+            batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
+            as_json: JsonOpt = False) -> None:
+    """Predict one training step under one strategy applied to every layer.
+
+    Layers that cannot take the strategy fall back to data parallelism, and the output says which.
+    The step is forward + backward + gradient synchronisation + update with no overlap
+    (docs/costmodel.md).
+    """
+    from costmodel.step import predict_step, prediction_json
+    from costmodel.uniform import uniform_strategies
+    ctx = context.resolve(network, devices, batch, machine, profile)
+    strategies, fallbacks = uniform_strategies(ctx.network, devices, ctx.batch, strategy)
+    algorithms = {l.name: "im2col" for l in ctx.network.layers if l.op == "conv2d"}
+    pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute)
+    if as_json:
+        out = prediction_json(pred)
+        out["fallbacks"] = [f.__dict__ for f in fallbacks]
+        print(json.dumps(out))
+    else:
+        report.prediction_table(pred, fallbacks)
 
 
 def main() -> None:

@@ -1,0 +1,124 @@
+"""Compute time of a layer's local shard: one interface, two estimators.
+
+* :class:`Roofline`: ``max(flops / peak, bytes / bandwidth) / efficiency`` from the machine
+  datasheet (DESIGN.md, "Costs").
+* A profile table (``costmodel.profile_table``) that looks up the time of the very kernels the
+  executor runs at the local shape, interpolating in log space between measured shapes.
+
+Both answer :meth:`ComputeModel.pass_s` for (local layer, pass, convolution algorithm).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from costmodel.layer_layouts import LocalLayer
+from costmodel.machine import Machine
+from networks.ir import DTYPE_BYTES
+from networks.ops.base import LayerCost
+from networks.ops.catalogue import OPS
+from networks.ops.conv import algorithm_work_depth
+
+PASSES = ("fwd", "bwd_data", "bwd_weights")
+CONV_ALGORITHMS = ("direct", "im2col", "fft", "winograd")
+
+
+def local_cost(local: LocalLayer) -> LayerCost:
+    """The op catalogue's counts for the local shard."""
+    layer = local.layer
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    return OPS[layer.op].costs(local.p, local.in_shapes, local.out_shape, local.batch, itemsize)
+
+
+def algorithm_factor(local: LocalLayer, algorithm: str) -> float:
+    """Work of a convolution algorithm relative to direct convolution (reference/004 Table 6)."""
+    if local.layer.op != "conv2d" or algorithm in ("direct", "im2col", ""):
+        return 1.0
+    c, h, w = local.in_shapes[0]
+    f, ho, wo = local.out_shape
+    kh, kw = local.p["kernel"]
+    cg = c // local.p["groups"]
+    base, _ = algorithm_work_depth("direct", local.batch, cg, f, h, w, ho, wo, kh, kw)
+    work, _ = algorithm_work_depth(algorithm, local.batch, cg, f, h, w, ho, wo, kh, kw)
+    return work / max(base, 1)
+
+
+def algorithm_applies(layer, algorithm: str) -> bool:
+    """Whether a convolution algorithm can run this layer (the kernels' own applicability rule)."""
+    if layer.op != "conv2d":
+        return algorithm == ""
+    p = layer.p
+    if algorithm in ("direct", "im2col"):
+        return True
+    if algorithm == "winograd":
+        return p["kernel"] == (3, 3) and p["stride"] == (1, 1) and p["dilation"] == (1, 1) and p["groups"] == 1
+    if algorithm == "fft":
+        return p["stride"] == (1, 1) and p["dilation"] == (1, 1) and p["groups"] == 1
+    return False
+
+
+class ComputeModel(Protocol):
+    name: str
+
+    def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float: ...
+
+    def update_s(self, weight_elems: int, itemsize: int) -> float: ...
+
+    def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int: ...
+
+
+def conv_workspace_bytes(local: LocalLayer, algorithm: str) -> int:
+    """Extra memory a convolution algorithm allocates (largest of its passes), from the shapes.
+
+    im2col: the column buffer C*KH*KW x N*Ho*Wo. FFT: padded spectra of input, filters and output.
+    Winograd F(2x2,3x3): transformed input, filter and output tiles (16 values per 2x2 tile).
+    """
+    if local.layer.op != "conv2d":
+        return 0
+    itemsize = DTYPE_BYTES.get(local.layer.dtype, 4)
+    c, h, w = local.in_shapes[0]
+    f, ho, wo = local.out_shape
+    kh, kw = local.p["kernel"]
+    ph, pw = local.p["padding"]
+    n = local.batch
+    if algorithm == "im2col":
+        return c * kh * kw * n * ho * wo * itemsize
+    if algorithm == "fft":
+        hp, wp = h + 2 * ph, w + 2 * pw
+        bins = hp * (wp // 2 + 1)
+        return 2 * itemsize * bins * (n * c + f * c + n * f)
+    if algorithm == "winograd":
+        tiles = n * -(-ho // 2) * -(-wo // 2)
+        return 16 * itemsize * (tiles * c + f * c + tiles * f)
+    return 0
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Datasheet roofline: time = max(FLOPs / peak, bytes / bandwidth) / efficiency."""
+
+    machine: Machine
+    dtype: str = "float32"
+    name: str = "roofline"
+
+    def _time(self, flops: float, nbytes: float) -> float:
+        dev = self.machine.device
+        peak = dev.peak_flops.get(self.dtype) or dev.peak_flops["float32"]
+        return max(flops / peak, nbytes / dev.mem_bandwidth_bytes_per_s) / dev.efficiency
+
+    def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
+        cost = local_cost(local)
+        i = PASSES.index(pass_)
+        flops = cost.flops[i] * algorithm_factor(local, algorithm)
+        nbytes = cost.bytes_read[i] + cost.bytes_written[i]
+        if flops == 0 and nbytes == 0:
+            return 0.0
+        return self._time(flops, nbytes)
+
+    def update_s(self, weight_elems: int, itemsize: int) -> float:
+        # SGD with momentum: read weight, gradient, momentum; write weight and momentum
+        return self._time(3 * weight_elems, 5 * weight_elems * itemsize) if weight_elems else 0.0
+
+    def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
+        return conv_workspace_bytes(local, algorithm)

@@ -1,0 +1,216 @@
+"""Cost of one layer under a strategy, and of one edge between two strategies (pure).
+
+Per layer (DESIGN.md, "Costs"): forward and backward compute of the local shard; the forward
+partial-sum allreduce of a split contraction (C); the backward allreduce of partial input
+gradients of a split filter dimension (F); op-specific collectives (batch-norm statistics,
+attention keys and values); the weight-gradient allreduce over the ranks holding replicas of the
+same weight shard; the optimiser update; memory per device. Per edge: the reshard from the
+producer's layout to the consumer's, forward and backward (halo exchanges included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from costmodel.collectives import alltoallv_s, collective_s
+from costmodel.compute import ComputeModel
+from costmodel.layer_layouts import (_splits, input_layout, local_layer, output_layout,
+                                     weight_layouts)
+from costmodel.layout import Layout, reshard_volume
+from costmodel.machine import Machine
+from costmodel.strategy import Strategy
+from networks.ir import DTYPE_BYTES, Layer
+from networks.ops.base import prod
+
+OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One collective a layer runs: what it is for, the phase, bytes per rank and group size."""
+
+    purpose: str  # "partial_sum", "input_grad", "stats", "kv", "grad_sync"
+    phase: str  # "fwd", "bwd", "sync"
+    collective: str
+    nbytes: int
+    group: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per device one layer holds over a step (the straggler's shard)."""
+
+    weights: int
+    grads: int
+    optimizer: int
+    activations: int
+    workspace: int
+
+    @property
+    def persistent(self) -> int:
+        """Everything but the transient kernel workspace."""
+        return self.weights + self.grads + self.optimizer + self.activations
+
+    @property
+    def total(self) -> int:
+        return self.persistent + self.workspace
+
+
+@dataclass(frozen=True)
+class LayerEstimate:
+    name: str
+    strategy: Strategy
+    algorithm: str
+    fwd_compute_s: float
+    bwd_data_s: float
+    bwd_weights_s: float
+    update_s: float
+    comms: tuple[Comm, ...]
+    memory: Memory
+
+    def comm_s(self, phase: str) -> float:
+        return sum(c.seconds for c in self.comms if c.phase == phase)
+
+    @property
+    def fwd_comm_s(self) -> float:
+        return self.comm_s("fwd")
+
+    @property
+    def bwd_comm_s(self) -> float:
+        return self.comm_s("bwd")
+
+    @property
+    def grad_sync_s(self) -> float:
+        return self.comm_s("sync")
+
+    @property
+    def bwd_compute_s(self) -> float:
+        return self.bwd_data_s + self.bwd_weights_s
+
+    @property
+    def total_s(self) -> float:
+        return (self.fwd_compute_s + self.bwd_compute_s + self.fwd_comm_s + self.bwd_comm_s
+                + self.grad_sync_s + self.update_s)
+
+
+def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
+               rule: str = "mpi") -> float:
+    """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group)."""
+    dims = tuple(dims)
+    if not dims or nbytes <= 0 or strategy.group_size(dims) == 1:
+        return 0.0
+    ranks = strategy.group(0, dims)
+    per_node, nodes = machine.group_span(ranks)
+    return collective_s(collective, nbytes, per_node, nodes, machine, rule=rule)
+
+
+def _elems(shape) -> int:
+    return prod(shape)
+
+
+def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machine,
+                   compute: ComputeModel, algorithm: str = "", optimizer: str = "momentum",
+                   rule: str = "mpi") -> LayerEstimate:
+    """Everything one layer costs under one strategy, per device (the straggler)."""
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    local = local_layer(layer, strategy, batch)
+    splits = _splits(layer)
+    active = [(dim, splits[dim]) for dim, _ in strategy.degrees]
+    comms: list[Comm] = []
+
+    def add(purpose, phase, collective, nbytes, dims):
+        dims = tuple(dims)
+        if not dims or nbytes <= 0:
+            return
+        secs = group_time(collective, nbytes, strategy, dims, machine, rule)
+        comms.append(Comm(purpose, phase, collective, int(nbytes), strategy.group_size(dims), secs))
+
+    out_bytes = local.batch * _elems(local.out_shape) * itemsize
+    partial_out = [d for d, s in active if s.partial_out]
+    add("partial_sum", "fwd", "allreduce", out_bytes, partial_out)
+    partial_in = [d for d, s in active if s.partial_in_grad]
+    for k, shape in enumerate(local.in_shapes):
+        add("input_grad", "bwd", "allreduce", local.batch * _elems(shape) * itemsize, partial_in)
+    extra_dims = [d for d, s in active if s.extra]
+    if extra_dims:
+        for ex in dict((s.dim, s) for _, s in active if s.extra)[extra_dims[0]].extra:
+            base = local.in_shapes[0][0] if ex.per == "channels" else local.batch * _elems(local.out_shape)
+            contrib = ex.factor * base * itemsize
+            nbytes = contrib * strategy.group_size(extra_dims) if ex.collective == "allgather" else contrib
+            add("stats" if ex.per == "channels" else "kv", ex.phase, ex.collective, nbytes, extra_dims)
+    wshapes = dict(local.weight_shapes)
+    by_group: dict[tuple[str, ...], int] = {}
+    for name, _ in layer.weights:
+        dims = tuple(d for d, s in active if name in s.partial_weight_grad)
+        if dims:
+            by_group[dims] = by_group.get(dims, 0) + _elems(wshapes[name]) * itemsize
+    for dims, nbytes in by_group.items():
+        add("grad_sync", "sync", "allreduce", nbytes, dims)
+
+    weight_bytes = sum(_elems(s) for s in wshapes.values()) * itemsize
+    activations = _local_activation_bytes(local, strategy, batch)
+    memory = Memory(weight_bytes, weight_bytes, OPTIMIZER_STATE[optimizer] * weight_bytes, activations,
+                    compute.workspace_bytes(local, algorithm))
+    return LayerEstimate(
+        name=layer.name, strategy=strategy, algorithm=algorithm,
+        fwd_compute_s=compute.pass_s(local, "fwd", algorithm),
+        bwd_data_s=compute.pass_s(local, "bwd_data", algorithm),
+        bwd_weights_s=compute.pass_s(local, "bwd_weights", algorithm) if layer.weights else 0.0,
+        update_s=compute.update_s(weight_bytes // itemsize, itemsize),
+        comms=tuple(comms), memory=memory)
+
+
+def _local_activation_bytes(local, strategy: Strategy, batch: int) -> int:
+    """Activations kept for backward: the op's own count at the local shape, plus the received
+    input block when it carries halos (the executor keeps that buffer for backward)."""
+    from costmodel.compute import local_cost
+    kept = local_cost(local).activation_bytes
+    layer = local.layer
+    if any(_splits(layer)[d].window is not None for d, _ in strategy.degrees):
+        itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+        kept += sum(local.batch * _elems(s) * itemsize for s in local.in_shapes)
+    return kept
+
+
+@dataclass(frozen=True)
+class EdgeEstimate:
+    """A reshard on one edge, forward and backward (zero when the layouts match)."""
+
+    fwd_s: float
+    bwd_s: float
+    fwd_bytes: int  # the most any rank receives
+    bwd_bytes: int
+    halo: bool  # the layouts differ only by halos (a halo exchange)
+
+
+def _strip_windows(layout: Layout) -> Layout:
+    return Layout(layout.shape, layout.strategy,
+                  tuple(None if a is None else a.__class__(a.dim, a.degree, a.extent if a.window is None
+                                                           else layout.shape[i]) for i, a in enumerate(layout.axes)))
+
+
+def _reshard_time(src: Layout, dst: Layout, backward: bool, itemsize: int, machine: Machine) -> tuple[float, int]:
+    vol = reshard_volume(src, dst, backward)
+    nbytes = vol.max_recv * itemsize
+    if nbytes == 0:
+        return 0.0, 0
+    dims = tuple(sorted(set(src.split_dims()) | set(dst.split_dims())))
+    # the ranks one rank exchanges with lie in the group of the dimensions either layout splits
+    group = dst.strategy.group(0, dims) if dims else tuple(range(dst.p))
+    link = machine.link_for(group)
+    # sends are spread over replicas as evenly as receives (assumed; the executor measures it)
+    return alltoallv_s(nbytes, nbytes, vol.max_messages, link), nbytes
+
+
+@lru_cache(maxsize=None)
+def edge_estimate(producer: Layer, pstrat: Strategy, consumer: Layer, cstrat: Strategy, slot: int,
+                  batch: int, machine: Machine) -> EdgeEstimate:
+    src = output_layout(producer, pstrat, batch)
+    dst = input_layout(consumer, cstrat, batch, slot)
+    itemsize = DTYPE_BYTES.get(producer.dtype, 4)
+    fwd_s, fwd_b = _reshard_time(src, dst, False, itemsize, machine)
+    bwd_s, bwd_b = _reshard_time(dst, src, True, itemsize, machine)
+    halo = bool(fwd_b) and reshard_volume(src, _strip_windows(dst)).max_recv == 0
+    return EdgeEstimate(fwd_s, bwd_s, fwd_b, bwd_b, halo)

@@ -1,0 +1,120 @@
+"""A whole training step under one strategy (and algorithm) per layer (pure).
+
+The step, stated so the executor can do exactly the same (no overlap of compute and
+communication yet)::
+
+    step = sum over layers in order   of (reshard of inputs, forward compute, forward comm)
+         + sum over layers in reverse of (backward compute, backward comm, reshard of input grads)
+         + sum over layers of the weight-gradient allreduce
+         + sum over layers of the optimiser update
+
+Peak memory per device = sum over layers of (weights + gradients + optimiser state + activations
+kept for backward) + the largest kernel workspace of any layer (workspace is transient).
+Network inputs arrive already in the layout their first consumer needs (the data loader reads
+each rank's block), so they cost no reshard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.compute import ComputeModel
+from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, layer_estimate
+from costmodel.machine import Machine
+from costmodel.strategy import Strategy
+from networks.ir import Network
+
+
+@dataclass(frozen=True)
+class LayerPrediction:
+    layer: LayerEstimate
+    reshard_fwd_s: float  # reshards into this layer's inputs
+    reshard_bwd_s: float  # the input gradients going back to the producers
+    halo: bool
+
+    @property
+    def reshard_s(self) -> float:
+        return self.reshard_fwd_s + self.reshard_bwd_s
+
+    @property
+    def total_s(self) -> float:
+        return self.layer.total_s + self.reshard_s
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    network: str
+    batch: int
+    p: int
+    machine: str
+    compute: str
+    layers: tuple[LayerPrediction, ...]
+
+    @property
+    def fwd_s(self) -> float:
+        return sum(x.layer.fwd_compute_s + x.layer.fwd_comm_s + x.reshard_fwd_s for x in self.layers)
+
+    @property
+    def bwd_s(self) -> float:
+        return sum(x.layer.bwd_compute_s + x.layer.bwd_comm_s + x.reshard_bwd_s for x in self.layers)
+
+    @property
+    def sync_s(self) -> float:
+        return sum(x.layer.grad_sync_s for x in self.layers)
+
+    @property
+    def update_s(self) -> float:
+        return sum(x.layer.update_s for x in self.layers)
+
+    @property
+    def step_s(self) -> float:
+        return self.fwd_s + self.bwd_s + self.sync_s + self.update_s
+
+    @property
+    def memory_peak_bytes(self) -> int:
+        mems = [x.layer.memory for x in self.layers]
+        return sum(m.persistent for m in mems) + max((m.workspace for m in mems), default=0)
+
+
+def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algorithms: dict[str, str],
+                 machine: Machine, compute: ComputeModel, optimizer: str = "momentum",
+                 rule: str = "mpi") -> StepPrediction:
+    """Predict one training step of ``net`` with the given per-layer strategies and algorithms."""
+    by_name = {layer.name: layer for layer in net.layers}
+    rows = []
+    for layer in net.layers:
+        strat = strategies[layer.name]
+        est = layer_estimate(layer, strat, batch, machine, compute, algorithms.get(layer.name, ""),
+                             optimizer, rule)
+        fwd = bwd = 0.0
+        halo = False
+        for slot, src in enumerate(layer.inputs):
+            if src not in by_name:
+                continue
+            edge: EdgeEstimate = edge_estimate(by_name[src], strategies[src], layer, strat, slot, batch, machine)
+            fwd += edge.fwd_s
+            bwd += edge.bwd_s
+            halo = halo or edge.halo
+        rows.append(LayerPrediction(est, fwd, bwd, halo))
+    return StepPrediction(net.name, batch, next(iter(strategies.values())).p if strategies else 1,
+                          machine.name, compute.name, tuple(rows))
+
+
+def prediction_json(pred: StepPrediction) -> dict:
+    """The ``dnnplan predict --json`` object."""
+    return {
+        "network": pred.network, "batch": pred.batch, "devices": pred.p, "machine": pred.machine,
+        "compute_model": pred.compute,
+        "step_s": pred.step_s, "fwd_s": pred.fwd_s, "bwd_s": pred.bwd_s, "grad_sync_s": pred.sync_s,
+        "update_s": pred.update_s, "memory_peak_bytes": pred.memory_peak_bytes,
+        "layers": [{
+            "name": x.layer.name, "strategy": x.layer.strategy.label, "degrees": x.layer.strategy.as_dict(),
+            "algorithm": x.layer.algorithm,
+            "fwd_compute_s": x.layer.fwd_compute_s, "bwd_compute_s": x.layer.bwd_compute_s,
+            "comm_s": x.layer.fwd_comm_s + x.layer.bwd_comm_s + x.layer.grad_sync_s,
+            "comm": [{"purpose": c.purpose, "phase": c.phase, "collective": c.collective, "bytes": c.nbytes,
+                      "group": c.group, "s": c.seconds} for c in x.layer.comms],
+            "reshard_s": x.reshard_s, "halo": x.halo, "update_s": x.layer.update_s,
+            "memory_bytes": x.layer.memory.total,
+        } for x in pred.layers],
+    }

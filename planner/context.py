@@ -1,0 +1,49 @@
+"""Resolving what a command works on: network, machine, batch, compute model (the I/O edge)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.compute import ComputeModel, Roofline
+from costmodel.files import DEFAULT_MACHINE, load_machine
+from costmodel.machine import Machine
+from networks.errors import DnnplanError
+from networks.ir import Network
+from networks.loader import load_network
+
+PER_DEVICE_BATCH = 32
+
+
+@dataclass(frozen=True)
+class Context:
+    network: Network
+    machine: Machine
+    batch: int
+    devices: int
+    compute: ComputeModel
+
+
+def default_batch(devices: int) -> int:
+    """The batch when none is given: 32 samples per device (weak scaling, as data parallel runs)."""
+    return PER_DEVICE_BATCH * devices
+
+
+def resolve(network: str, devices: int, batch: int | None, machine: str | None,
+            profile: str | None = None) -> Context:
+    if devices < 1:
+        raise DnnplanError(f"--devices must be a positive integer, got {devices}")
+    if batch is not None and batch < 1:
+        raise DnnplanError(f"--batch must be a positive integer, got {batch}")
+    net = load_network(network)
+    mach = load_machine(machine or DEFAULT_MACHINE)
+    mach.check_devices(devices)
+    return Context(net, mach, batch or default_batch(devices), devices, compute_model(mach, profile))
+
+
+def compute_model(machine: Machine, profile: str | None = None) -> ComputeModel:
+    """The profile table when one is given or the machine names one, else the datasheet roofline."""
+    path = profile or machine.profile
+    if path:
+        from costmodel.profile_table import ProfiledCompute, load_table  # noqa: PLC0415 - optional
+        return ProfiledCompute(load_table(path), Roofline(machine))
+    return Roofline(machine)
