@@ -74,11 +74,12 @@ def forward(x, w, g: ConvGeom, trace=None):
     x_pad = pad_input(xc, g, trace)
     ws = _spread_w(wc, g, trace)
     X = _rfft(x_pad, g, trace).reshape(g.n, g.groups, g.cg, g.hp, -1)
-    W = _rfft(ws, g, trace).reshape(g.groups, g.fg, g.cg, g.hp, -1).transpose(1, 0, 2, 3, 4)
+    W = _rfft(ws, g, trace).reshape(g.groups, g.fg, g.cg, g.hp, -1).transpose(2, 0, 1, 3, 4)
     hs, wsz = X.shape[-2:]
     Xf = _freq_major(X, trace)                                  # (S, G, N, Cg)
-    Wf = _freq_major(W, trace)                                  # (S, G, Fg, Cg)
-    Yf = xp.matmul(Xf, Wf.conj().transpose(0, 1, 3, 2))        # (S, G, N, Fg)
+    Wf = _freq_major(W, trace)                                  # (S, G, Cg, Fg)
+    xp.conj(Wf, out=Wf)                                         # correlation: X * conj(W)
+    Yf = xp.matmul(Xf, Wf)                                      # (S, G, N, Fg)
     note(trace, Yf)
     Y = _back_to_nchw(Yf, g.n, g.f, hs, wsz, trace)
     y_full = xp.fft.irfft2(Y, s=(g.hp, g.wp), axes=(-2, -1))
@@ -122,8 +123,9 @@ def backward_weights(dy, x, g: ConvGeom, trace=None):
     DY = _rfft(dy_full, g, trace).reshape(g.n, g.groups, g.fg, g.hp, -1)
     hs, wsz = X.shape[-2:]
     Xf = _freq_major(X, trace)                                  # (S, G, N, Cg)
-    DYf = _freq_major(DY, trace)                                # (S, G, N, Fg)
-    DWf = xp.matmul(DYf.conj().transpose(0, 1, 3, 2), Xf)      # (S, G, Fg, Cg)
+    DYf = _freq_major(DY.transpose(2, 1, 0, 3, 4), trace)       # (S, G, Fg, N)
+    xp.conj(DYf, out=DYf)                                       # correlation: conj(DY) * X
+    DWf = xp.matmul(DYf, Xf)                                    # (S, G, Fg, Cg)
     note(trace, DWf)
     DW = xp.ascontiguousarray(DWf.transpose(1, 2, 3, 0)).reshape(g.f, g.cg, hs, wsz)
     note(trace, DW)
