@@ -70,7 +70,7 @@ def maxpool2d_forward(x, kernel, stride=None, padding=(0, 0, 0, 0), dilation=(1,
             v = buf[_win(g, i, j)]
             better = v > y
             xp.copyto(y, v, where=better)
-            xp.copyto(arg, i * g["kw"] + j, where=better)
+            xp.copyto(arg, xp.asarray(i * g["kw"] + j, dtype=arg.dtype), where=better)
     return y, {"arg": arg, "g": g}
 
 
