@@ -1,0 +1,69 @@
+"""im2col convolution: unroll input patches into a column matrix, then one (batched) GEMM.
+
+Follows reference/004_f294eac0d22243ce.txt, Appendix B.2 (Algorithm 4): the column matrix is
+``(C/groups * KH * KW) x (Ho * Wo)`` per sample and group, the kernel matrix ``F/groups x
+(C/groups * KH * KW)``. Samples and groups are batch dimensions of a single ``matmul`` call.
+
+Buffers (the workspace, see ``conv_workspace_bytes``):
+  fwd         padded input (if padded) + columns N*C*KH*KW*Ho*Wo
+  bwd_data    columns (w^T @ dy) + padded gradient (if padded)
+  bwd_weights padded input (if padded) + columns + per-sample products N*F*(C/g)*KH*KW
+"""
+
+from __future__ import annotations
+
+from profiler.kernels._conv_common import ConvGeom, crop, note, pad_input, padded_zeros
+from profiler.xp import module_of
+
+
+def _columns(x_pad, g: ConvGeom, trace=None):
+    """(N, groups, C/g*KH*KW, Ho*Wo) patch matrix, filled with one strided copy per kernel offset."""
+    xp = module_of(x_pad)
+    cols = xp.empty((g.n, g.c, g.kh, g.kw, g.ho, g.wo), dtype=x_pad.dtype)
+    for i in range(g.kh):
+        for j in range(g.kw):
+            cols[:, :, i, j] = x_pad[:, :, g.rows(i), g.cols(j)]
+    note(trace, cols)
+    return cols.reshape(g.n, g.groups, g.cg * g.kh * g.kw, g.ho * g.wo)
+
+
+def _w_matrix(w, g: ConvGeom):
+    return w.reshape(g.groups, g.fg, g.cg * g.kh * g.kw)
+
+
+def forward(x, w, g: ConvGeom, trace=None):
+    cols = _columns(pad_input(x, g, trace), g, trace)
+    y = module_of(x).matmul(_w_matrix(w, g), cols)             # (N, G, Fg, Ho*Wo)
+    return y.reshape(g.n, g.f, g.ho, g.wo)
+
+
+def backward_data(dy, w, g: ConvGeom, trace=None):
+    xp = module_of(dy)
+    dyg = dy.reshape(g.n, g.groups, g.fg, g.ho * g.wo)
+    dcols = xp.matmul(_w_matrix(w, g).transpose(0, 2, 1), dyg)  # (N, G, Cg*KH*KW, Ho*Wo)
+    note(trace, dcols)
+    dcols = dcols.reshape(g.n, g.c, g.kh, g.kw, g.ho, g.wo)
+    dx_pad = padded_zeros(xp, g, dy.dtype, trace)
+    for i in range(g.kh):                                        # col2im
+        for j in range(g.kw):
+            dx_pad[:, :, g.rows(i), g.cols(j)] += dcols[:, :, i, j]
+    return crop(dx_pad, g)
+
+
+def backward_weights(dy, x, g: ConvGeom, trace=None):
+    xp = module_of(dy)
+    cols = _columns(pad_input(x, g, trace), g, trace)
+    dyg = dy.reshape(g.n, g.groups, g.fg, g.ho * g.wo)
+    per_sample = xp.matmul(dyg, cols.transpose(0, 1, 3, 2))     # (N, G, Fg, Cg*KH*KW)
+    note(trace, per_sample)
+    return per_sample.sum(axis=0).reshape(g.f, g.cg, g.kh, g.kw)
+
+
+def workspace_elems(g: ConvGeom, pass_name: str) -> int:
+    pad = g.n * g.c * g.hp * g.wp if g.padded else 0
+    cols = g.n * g.c * g.kh * g.kw * g.ho * g.wo
+    if pass_name == "fwd":
+        return pad + cols
+    if pass_name == "bwd_data":
+        return cols + pad
+    return pad + cols + g.n * g.f * g.cg * g.kh * g.kw
