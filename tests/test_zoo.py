@@ -13,6 +13,7 @@ Reference figures:
 import json
 import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -208,3 +209,30 @@ def test_largeimage2d_is_a_spatial_parallelism_case():
     assert summarize(network, 1).activation_bytes > 2**30
     for layer in convs:
         assert {"H", "W"} <= set(layer_splits(layer))
+
+
+# --- docs/network-spec.md stays true ---------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "network-spec.md"
+
+
+def test_doc_op_table_names_every_op_and_parameter():
+    from networks.ops.catalogue import OPS
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("## Op catalogue"):text.index("### Which dimensions")]
+    table = {line.split("|")[1].strip().strip("`"): line for line in section.splitlines()
+             if line.startswith("| `")}
+    for name, op in OPS.items():
+        assert name in table, f"op {name} missing from the op table"
+        for prm in op.params:
+            assert f"`{prm.name}`" in table[name], f"{name}.{prm.name} missing from the op table"
+
+
+def test_doc_worked_example_is_what_it_says():
+    from networks.spec import parse_network
+    text = DOC.read_text(encoding="utf-8")
+    example = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+    network = parse_network(example, "example")
+    assert len(network.layers) == 19 and network.num_params == 9_962
+    assert round(summarize(network, 1).macs_per_sample / 1e6, 2) == 9.88
+    assert network.layers[-1].op == "softmax_cross_entropy"
