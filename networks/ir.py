@@ -102,3 +102,12 @@ class Network:
     @property
     def num_params(self) -> int:
         return sum(layer.num_params for layer in self.layers)
+
+    def content_hash(self) -> str:
+        """A short hash of everything that defines the network (not its file or comments)."""
+        import hashlib
+        import json
+        canon = {"inputs": [[i.name, list(i.shape), i.dtype] for i in self.inputs],
+                 "layers": [[l.name, l.op, list(l.inputs), [[k, repr(v)] for k, v in l.params]]
+                            for l in self.layers]}
+        return hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()[:16]

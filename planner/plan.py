@@ -1,0 +1,51 @@
+"""The plan: network + batch + devices + machine + one strategy and algorithm per layer, with the
+prediction that came with it. :mod:`planner.plan_file` reads and writes it as YAML or JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from costmodel.strategy import Strategy
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    name: str
+    strategy: Strategy
+    algorithm: str = ""  # convolution algorithm ("" for other ops)
+    fwd_s: float = 0.0  # predicted forward compute
+    bwd_s: float = 0.0  # predicted backward compute
+    comm_s: float = 0.0  # predicted collectives and reshards
+    memory_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str  # e.g. "data", "best uniform (N=8,F=2)"
+    step_s: float
+    memory_peak_bytes: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    network: str  # the zoo name or the spec path the plan was made from
+    network_name: str
+    network_hash: str
+    batch: int
+    devices: int
+    machine: str
+    layers: tuple[LayerPlan, ...]
+    step_s: float = 0.0
+    memory_peak_bytes: int = 0
+    profile_fingerprint: str | None = None
+    baselines: tuple[Baseline, ...] = ()
+    solver: dict = field(default_factory=dict, compare=False, hash=False)
+    version: int = PLAN_VERSION
+
+    def strategies(self) -> dict[str, Strategy]:
+        return {lp.name: lp.strategy for lp in self.layers}
+
+    def algorithms(self) -> dict[str, str]:
+        return {lp.name: lp.algorithm for lp in self.layers if lp.algorithm}
