@@ -284,3 +284,16 @@ def test_problem_arrays_are_read_only():
 def test_brute_refuses_big_instances():
     with pytest.raises(ValueError):
         solve_brute(random_problem(2), limit=1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pruned_min_plus_equals_dense(seed):
+    from planner.solvers.minplus import min_plus, min_plus_dense
+    rng = np.random.default_rng(seed)
+    i, j, k = (int(x) for x in rng.integers(1, 90, 3))
+    a, c, b = rng.random((i, j)), rng.random(j) * rng.choice([0.0, 1.0, 5.0]), rng.random((j, k))
+    if seed % 3 == 0:  # ties everywhere
+        a, b = np.round(a, 1), np.round(b, 1)
+    if seed % 4 == 1:
+        np.fill_diagonal(b, 0.0)
+    assert np.array_equal(min_plus(a, c, b), min_plus_dense(a, c, b))

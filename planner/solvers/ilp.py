@@ -54,13 +54,13 @@ def build_ilp(problem: Problem) -> IlpModel:
     lp = pulp.LpProblem("dnnplan", pulp.LpMinimize)
 
     # 1. variables
-    x = tuple(tuple(pulp.LpVariable(f"x_{i}_{c}", cat=pulp.LpBinary) for c in range(k))
+    x = tuple(tuple(lp.add_variable(f"x_{i}_{c}", cat=pulp.LpBinary) for c in range(k))
               for i, k in enumerate(problem.sizes))
     edges = merged_edges(problem)
     e_vars = {}
     for n, (u, v) in enumerate(edges):
         ku, kv = problem.sizes[u], problem.sizes[v]
-        e_vars[(u, v)] = [[pulp.LpVariable(f"e_{n}_{a}_{b}", lowBound=0) for b in range(kv)]
+        e_vars[(u, v)] = [[lp.add_variable(f"e_{n}_{a}_{b}", lowBound=0) for b in range(kv)]
                           for a in range(ku)]
 
     # 2. objective
@@ -87,7 +87,7 @@ def build_ilp(problem: Problem) -> IlpModel:
     #     (bytes are ~1e9; HiGHS returned wrong "optimal" answers with such coefficients)
     if problem.memory_limit is not None:
         unit = max(abs(float(problem.memory_limit)), 1.0)
-        w = pulp.LpVariable("workspace_max", lowBound=0)
+        w = lp.add_variable("workspace_max", lowBound=0)
         for i, ws in enumerate(problem.node_workspace):
             lp += (pulp.LpAffineExpression([(w, 1.0)] + [(x[i][c], -float(ws[c]) / unit)
                                                          for c in range(ws.shape[0])]) >= 0,
@@ -147,9 +147,9 @@ def solve_ilp(problem: Problem, time_limit_s: float | None = None, gap: float | 
         raise DnnplanError(f"the ILP solver ({label}) returned a plan over the memory limit",
                            hint="report this as a bug")
     status, achieved = _status_and_gap(model.lp, label, found, gap)
-    detail = (f"{label} ILP: {len(model.lp.variables())} variables "
+    detail = (f"{label} ILP: {model.lp.numVariables()} variables "
               f"({sum(len(xi) for xi in model.x)} node, {model.num_edge_vars} edge), "
-              f"{len(model.lp.constraints)} constraints; built in {built - start:.3f} s, "
+              f"{model.lp.numConstraints()} constraints; built in {built - start:.3f} s, "
               f"solved in {solved - built:.3f} s")
     return Assignment(choice, objective, memory, f"ilp-{label.lower()}", status, achieved,
                       time.perf_counter() - start, problem.num_nodes, detail)

@@ -26,9 +26,9 @@ def _rows(a2: np.ndarray, b: np.ndarray, out: np.ndarray, lo: int, hi: int) -> N
         t.min(axis=1, out=out[s:e])
 
 
-def min_plus(a: np.ndarray, c: np.ndarray, b: np.ndarray,
-             executor: Executor | None = None, workers: int = 1) -> np.ndarray:
-    """``out[i, k] = min_j a[i, j] + c[j] + b[j, k]``, optionally split over ``workers`` threads."""
+def min_plus_dense(a: np.ndarray, c: np.ndarray, b: np.ndarray,
+                   executor: Executor | None = None, workers: int = 1) -> np.ndarray:
+    """``out[i, k] = min_j a[i, j] + c[j] + b[j, k]`` over every ``j`` (the reference kernel)."""
     a2 = a + c[None, :]
     rows = a2.shape[0]
     out = np.empty((rows, b.shape[1]))
@@ -40,6 +40,44 @@ def min_plus(a: np.ndarray, c: np.ndarray, b: np.ndarray,
                for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
     for f in futures:
         f.result()
+    return out
+
+
+def min_plus(a: np.ndarray, c: np.ndarray, b: np.ndarray,
+             executor: Executor | None = None, workers: int = 1) -> np.ndarray:
+    """``out[i, k] = min_j a[i, j] + c[j] + b[j, k]``, skipping ``j`` that provably cannot win.
+
+    Each row ``i`` visits ``j`` in increasing ``a[i, j] + c[j]`` (blocks of doubling width) and
+    stops once ``a[i, j] + c[j] + min_j' b[j', k]`` of the next ``j`` is no less than every
+    ``out[i, k]`` found so far: every later ``j`` is at least that large (floating-point addition
+    is monotone), so the result equals :func:`min_plus_dense` exactly. Falls back to the dense
+    kernel when little can be skipped. ``executor``/``workers`` apply to that fallback only.
+    """
+    a2 = a + c[None, :]
+    rows_n, inner = a2.shape
+    cols = b.shape[1]
+    if inner <= 16 or rows_n * inner * cols <= 1 << 15:
+        return min_plus_dense(a, c, b, executor, workers)
+    order = np.argsort(a2, axis=1, kind="stable")
+    ordered = np.take_along_axis(a2, order, axis=1)
+    col_min = b.min(axis=0)
+    out = np.full((rows_n, cols), np.inf)
+    rows = np.arange(rows_n)
+    start, width = 0, 16
+    while rows.size and start < inner:
+        stop = min(start + width, inner)
+        chunk = max(1, _BLOCK_ELEMENTS // ((stop - start) * cols))
+        for lo in range(0, rows.size, chunk):
+            r = rows[lo:lo + chunk]
+            idx = order[r, start:stop]
+            block = np.take(b, idx.ravel(), axis=0).reshape(idx.shape + (cols,))  # gather rows
+            block += ordered[r, start:stop, None]
+            out[r] = np.minimum(out[r], block.min(axis=1))
+        start = stop
+        if start < inner:
+            bound = ordered[rows, start][:, None] + col_min[None, :]
+            rows = rows[(bound < out[rows]).any(axis=1)]
+        width *= 2
     return out
 
 
