@@ -27,11 +27,11 @@ class Fallback:
 
 
 def _square_split(p: int) -> tuple[int, int]:
-    best = (p, 1)
+    """(h, w) with h * w = p, h >= w, as close to square as possible."""
     for a in range(1, p + 1):
         if p % a == 0 and a >= p // a:
-            best = (a, p // a)
-    return best
+            return a, p // a
+    return p, 1
 
 
 def data_strategy(layer: Layer, p: int, batch: int) -> Strategy:

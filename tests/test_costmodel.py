@@ -1,0 +1,112 @@
+"""The cost model's must-hold properties (issue 3)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from costmodel.compute import Roofline
+from costmodel.files import load_machine
+from costmodel.layer_cost import layer_estimate
+from costmodel.step import predict_step
+from costmodel.strategy import Strategy
+from costmodel.uniform import uniform_strategies
+from networks.analysis import layer_cost
+from networks.loader import load_network
+
+MACHINE = load_machine("dgx-a100")
+ROOF = Roofline(MACHINE)
+
+
+def predict(net, p, batch, spec):
+    strategies, _ = uniform_strategies(net, p, batch, spec)
+    return predict_step(net, batch, strategies, {}, MACHINE, ROOF)
+
+
+@pytest.mark.parametrize("name", ["lenet5", "resnet18", "googlenet", "gpt2"])
+def test_one_device_has_no_communication(name):
+    net = load_network(name)
+    pred = predict(net, 1, 2, "data")
+    for row in pred.layers:
+        assert row.reshard_s == 0.0
+        assert row.layer.comms == ()
+    assert pred.sync_s == 0.0 and pred.step_s > 0
+
+
+@pytest.mark.parametrize("name,p", [("resnet50", 8), ("vgg16", 4), ("gpt2", 2), ("googlenet", 16)])
+def test_data_parallel_allreduces_exactly_the_parameter_bytes(name, p):
+    net = load_network(name)
+    pred = predict(net, p, 2 * p, "data")
+    synced = sum(c.nbytes for row in pred.layers for c in row.layer.comms if c.purpose == "grad_sync")
+    assert synced == net.num_params * 4
+    assert all(c.group == p for row in pred.layers for c in row.layer.comms if c.purpose == "grad_sync")
+    # data parallel never reshards: every layer splits the batch the same way
+    assert sum(row.reshard_s for row in pred.layers) == 0.0
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_filter_parallel_linear_holds_one_pth_of_the_weights(p):
+    net = load_network("mlp")
+    for layer in (l for l in net.layers if l.op == "linear"):
+        est = layer_estimate(layer, Strategy.of(p, F=p), 64, MACHINE, ROOF)
+        full = layer.num_params * 4
+        features, inputs = layer.weight_shapes["weight"]
+        if features % p == 0:
+            assert est.memory.weights * p == full, layer.name
+        else:  # uneven split: the largest shard holds ceil(F/p) rows of weight and bias
+            assert est.memory.weights == -(-features // p) * (inputs + 1) * 4, layer.name
+        data = layer_estimate(layer, Strategy.of(p, N=p), 64, MACHINE, ROOF)
+        assert data.memory.weights == full
+
+
+def _table_rows():
+    rows = []
+    for line in Path(__file__).with_name("assets").joinpath("vgg16_footprint.tsv").read_text().splitlines():
+        if line.startswith("#") or "\t" not in line:
+            continue
+        cols = line.split("\t")
+        m = re.fullmatch(r"\s*([\d.]+)\s*(MB|KB|K)\s*", cols[-1])
+        if m is None:  # the header row
+            continue
+        dims = [int(x) for x in re.findall(r"\d+", cols[-2])]
+        rows.append((cols[0], dims, float(m.group(1)), m.group(2)))
+    return rows
+
+
+def test_vgg16_activation_memory_matches_the_reference_footprint_table():
+    """reference/001's VGG-16 table, batch 1, fp32: per layer output size and memory.
+
+    Sizes must match exactly. The memory column is rounded on the slide (e.g. 784 KiB is printed as
+    766 KB), so bytes are compared within 2.5%, in binary units (KB = KiB, MB = MiB)."""
+    net = load_network("vgg16")
+    rows = _table_rows()[1:]  # the first row is the input image
+    layers = [l for l in net.layers if l.op in ("conv2d", "maxpool2d", "linear")]
+    assert len(rows) - 1 == len(layers)  # the last row is the softmax
+    for (label, dims, value, unit), layer in zip(rows, layers):
+        got = layer_cost(layer, 1).activation_bytes
+        n = 1
+        for d in dims:
+            n *= d
+        assert sorted(dims) == sorted(x for x in layer.out_shape if x > 1), (label, layer.name)
+        assert got == 4 * n
+        expect = value * (2**20 if unit == "MB" else 2**10)
+        assert got == pytest.approx(expect, rel=0.025), (label, layer.name, got, expect)
+
+
+def test_uniform_fallback_is_reported():
+    net = load_network("resnet50")
+    strategies, fallbacks = uniform_strategies(net, 8, 64, "filter")
+    assert fallbacks and all(f.used.startswith("N=") for f in fallbacks)
+    convs = [l for l in net.layers if l.op == "conv2d"]
+    assert all(strategies[l.name].label == "F=8" for l in convs)
+
+
+def test_channel_split_reduces_partial_sums_and_filter_split_input_grads():
+    net = load_network("resnet18")
+    conv = next(l for l in net.layers if l.op == "conv2d" and l.name.endswith("conv2"))
+    c = layer_estimate(conv, Strategy.of(4, C=4), 32, MACHINE, ROOF)
+    f = layer_estimate(conv, Strategy.of(4, F=4), 32, MACHINE, ROOF)
+    assert [x.purpose for x in c.comms] == ["partial_sum"]
+    assert c.comms[0].nbytes == 32 * conv.out_shape[0] * conv.out_shape[1] * conv.out_shape[2] * 4
+    assert [x.purpose for x in f.comms] == ["input_grad"]
+    assert c.memory.weights == f.memory.weights == conv.num_params * 4 // 4
