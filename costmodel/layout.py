@@ -133,6 +133,33 @@ def _overlap(lo1, hi1, lo2, hi2):
     return np.maximum(0, np.minimum(hi1, hi2) - np.maximum(lo1, lo2))
 
 
+def _interval_aggregates(slo, shi, dlo, dhi, dense_limit: int = 4096):
+    """For each receiving interval [a, b): how many sending intervals overlap it, and the sum of
+    the overlaps. Sending intervals are sorted (lo and hi non-decreasing, as every layout's are),
+    so the overlapping ones are a contiguous run found by binary search and the sum comes from
+    prefix sums: O((k + k') log k) instead of a k x k' matrix (used when the matrix is small)."""
+    if len(slo) * len(dlo) <= dense_limit:
+        ov = _overlap(slo[:, None], shi[:, None], dlo[None, :], dhi[None, :])
+        return (ov > 0).sum(axis=0), ov.sum(axis=0)
+    nonempty = shi > slo
+    if not nonempty.all():  # drop empty intervals (more parts than elements) before searching
+        slo, shi = slo[nonempty], shi[nonempty]
+    start = np.searchsorted(shi, dlo, side="right")  # first with hi > a
+    end = np.searchsorted(slo, dhi, side="left")  # one past the last with lo < b
+    end = np.maximum(end, start)
+    count = np.where(dhi > dlo, end - start, 0)
+    hi_pre = np.concatenate(([0], np.cumsum(shi)))
+    lo_pre = np.concatenate(([0], np.cumsum(slo)))
+    # sum of min(hi_k, b): hi_k for hi_k <= b, else b
+    j = np.clip(np.searchsorted(shi, dhi, side="right"), start, end)
+    sum_min_hi = hi_pre[j] - hi_pre[start] + (end - j) * dhi
+    # sum of max(lo_k, a): a for lo_k <= a, else lo_k
+    i = np.clip(np.searchsorted(slo, dlo, side="right"), start, end)
+    sum_max_lo = (i - start) * dlo + lo_pre[end] - lo_pre[i]
+    covered = np.where(count > 0, sum_min_hi - sum_max_lo, 0)
+    return count, covered
+
+
 @dataclass(frozen=True)
 class ReshardVolume:
     """Per-rank receive volume and message count of one reshard (elements, not bytes)."""
@@ -175,13 +202,13 @@ def reshard_volume(src: Layout, dst: Layout, backward: bool = False) -> ReshardV
     for axis in range(len(src.shape)):
         slo, shi, sc = _axis_info(src, axis)  # distinct sending intervals, each rank's coordinate
         dlo, dhi, dc = _axis_info(dst, axis)  # distinct receiving intervals, each rank's coordinate
-        ov = _overlap(slo[:, None], shi[:, None], dlo[None, :], dhi[None, :])  # (sending, receiving)
+        count, covered = _interval_aggregates(slo, shi, dlo, dhi)
         if backward:
-            total *= ov.sum(axis=0)[dc]  # every distinct consumer block contributes, overlaps summed
+            total *= covered[dc]  # every distinct consumer block contributes, overlaps summed
         else:
             total *= (dhi - dlo)[dc]  # each needed element arrives once
-        pieces *= (ov > 0).sum(axis=0)[dc]
-        local *= ov[sc, dc]
+        pieces *= count[dc]
+        local *= _overlap(slo[sc], shi[sc], dlo[dc], dhi[dc])
     has_local = (local > 0).astype(np.int64)
     return ReshardVolume(total - local, np.maximum(pieces - has_local, 0))
 

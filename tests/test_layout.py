@@ -142,3 +142,31 @@ def test_grid_mapping_order_and_groups():
     assert s.group(0, ["F"]) == (0, 2)
     assert s.group(0, ["N"]) == (0, 8)
     assert len(s.group(5, ["N", "H", "R"])) == 8
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_binary_search_aggregates_equal_the_overlap_matrix(seed):
+    """The O(k log k) path used for large degrees against the dense overlap matrix."""
+    from costmodel.layout import _interval_aggregates, axis_intervals
+    rng = random.Random(seed)
+    n = rng.randint(1, 300)
+    def intervals(windowed):
+        k = rng.randint(1, n)
+        win = None
+        if windowed:
+            kern, stride, dil = rng.choice([1, 3, 5]), rng.choice([1, 2]), rng.choice([1, 2])
+            pad = rng.randrange(0, kern)
+            out = (n + 2 * pad - dil * (kern - 1) - 1) // stride + 1
+            if out >= 1:
+                k = min(k, out)
+                win = Window(kern, stride, pad, dil, n)
+                grid = Strategy.of(k, N=k) if k > 1 else Strategy(1)
+                return axis_intervals(Layout((n,), grid, (AxisSplit("N", k, out, win) if k > 1 else None,)), 0)
+        return axis_intervals(Layout((n,), Strategy.of(k, N=k) if k > 1 else Strategy(1),
+                                     (AxisSplit("N", k, n) if k > 1 else None,)), 0)
+    slo, shi = intervals(rng.random() < 0.5)
+    dlo, dhi = intervals(rng.random() < 0.5)
+    fast = _interval_aggregates(slo, shi, dlo, dhi, dense_limit=0)
+    dense = _interval_aggregates(slo, shi, dlo, dhi, dense_limit=10**9)
+    assert np.array_equal(fast[0], dense[0])
+    assert np.array_equal(fast[1], dense[1])
