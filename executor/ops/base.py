@@ -68,7 +68,7 @@ class LayerCtx:
 
 def unsupported(layer: Layer, what: str) -> DnnplanError:
     return DnnplanError(f"the executor cannot run {what}", layer=layer.name,
-                        hint="choose another strategy for this layer (see docs/executor.md)")
+                        hint="choose another strategy for this layer")
 
 
 def local_pads(win: Window, out_iv: tuple[int, int], need_iv: tuple[int, int], pad_hi: int):
