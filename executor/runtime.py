@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodel.layer_layouts import input_layout, output_layout, weight_layouts
+from costmodel.layer_layouts import input_layout, output_layout, require_fits, weight_layouts
 from costmodel.layout import block
 from costmodel.strategy import Strategy
 from executor.check import CheckResult, run_check
@@ -106,6 +106,7 @@ class _Runtime:
                 raise DnnplanError("the plan has no strategy for this layer", layer=layer.name)
             if self.strategies[layer.name].p != self.plan.devices:
                 raise DnnplanError("the layer's strategy is for another device count", layer=layer.name)
+            require_fits(layer, self.strategies[layer.name], self.plan.batch)
             if layer.op not in OPS:
                 raise DnnplanError(f"the executor cannot run op '{layer.op}'", layer=layer.name,
                                    hint="executable ops: " + ", ".join(sorted(OPS)))
@@ -233,18 +234,16 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
         raise DnnplanError(f"need at least one step (steps={steps}, warmup={warmup})")
     timers = timers if timers is not None else Timers()
     rt = _Runtime(plan, net, comm, seed, timers, check)
-    try:
-        losses, kept = [], None
-        for i in range(-warmup, steps):
-            comm.Barrier()
-            loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
-            losses.append(loss)
-            if grads is not None:
-                kept = grads
-        result = None
-        if check:
-            result = run_check(comm, net, plan.batch, rt.strategies, rt.algorithms, seed, losses[0], kept)
-        step_s = [timers.step_wall[i] for i in range(steps)]
-        return RunResult(losses[0], losses, step_s, result)
-    finally:
-        rt.comms.free()
+    losses, kept = [], None
+    for i in range(-warmup, steps):
+        comm.Barrier()
+        loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
+        losses.append(loss)
+        if grads is not None:
+            kept = grads
+    result = None
+    if check:
+        result = run_check(comm, net, plan.batch, rt.strategies, rt.algorithms, seed, losses[0], kept)
+    rt.comms.free()  # collective: only on success (after a failure the launcher aborts the job)
+    step_s = [timers.step_wall[i] for i in range(steps)]
+    return RunResult(losses[0], losses, step_s, result)
