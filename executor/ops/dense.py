@@ -7,7 +7,20 @@ from __future__ import annotations
 import numpy as np
 
 from executor.ops.base import LayerCtx, check_shape, unsupported
+from profiler.kernels import gemm
 from profiler.kernels.gemm import linear_backward, linear_forward
+
+# The profiler times backward-data and backward-weights as two kernels (costmodel.kernel_calls);
+# run those two when this kernel set has them, else the combined kernel.
+_SPLIT_BWD = hasattr(gemm, "linear_backward_data") and hasattr(gemm, "linear_backward_weights")
+
+
+def _linear_backward(dy, x, w, with_bias):
+    if _SPLIT_BWD:
+        dx = gemm.linear_backward_data(dy, w)
+        dw, db = gemm.linear_backward_weights(dy, x, with_bias)
+        return dx.reshape(x.shape), dw, db
+    return linear_backward(dy, x, w, with_bias)
 
 
 def _has_bias(ctx: LayerCtx) -> bool:
@@ -28,7 +41,7 @@ def forward(ctx: LayerCtx, xs):
 def backward(ctx: LayerCtx, dy, x):
     with_bias = "bias" in ctx.weights
     with ctx.span("bwd_compute"):
-        dx, dw, db = linear_backward(dy, x, ctx.weights["weight"], with_bias)
+        dx, dw, db = _linear_backward(dy, x, ctx.weights["weight"], with_bias)
     dx = np.ascontiguousarray(dx)
     ctx.allreduce(dx, ("F",), "bwd_comm")
     grads = {"weight": dw}
