@@ -1,0 +1,113 @@
+"""Executor runtime core, in-process (one rank on COMM_SELF) and pure pieces (pads, reshard plans).
+
+The multi-rank checks live in test_executor_mpi.py (they spawn mpiexec)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from costmodel.layer_layouts import input_layout, output_layout
+from costmodel.layout import reshard_volume
+from executor.check import rel_error, tolerance_for
+from executor.comm import reshard_plan
+from executor.init import init_weights, make_inputs
+from executor.ops.base import local_pads
+from executor.reference import reference_step
+from executor.runtime import run_plan
+from executor.testing.cases import load, make_plan
+from executor.timers import PHASES, Timers
+from networks.errors import DnnplanError
+from networks.ops.base import Window
+
+
+@pytest.mark.parametrize("net_name,batch", [("lenet5", 8), ("tinyres", 4), ("edgenet", 4)])
+def test_single_rank_equals_reference(net_name, batch):
+    net = load(net_name)
+    plan = make_plan(net, batch, 1, "data")
+    res = run_plan(plan, net, MPI.COMM_SELF, steps=1, warmup=0, check=True, seed=1)
+    assert res.check.passed
+    assert res.check.worst_rel_error <= 1e-6
+    ref_loss, _ = reference_step(net, batch, plan.algorithms(), 1)
+    assert res.loss == pytest.approx(ref_loss, rel=1e-6)
+
+
+def test_training_lowers_the_loss_and_times_every_phase():
+    net = load("tinyres")
+    plan = make_plan(net, 4, 1, "data")
+    timers = Timers(keep_spans=True)
+    res = run_plan(plan, net, MPI.COMM_SELF, steps=3, warmup=2, seed=0, timers=timers, lr=0.01)
+    assert len(res.losses) == 5 and len(res.step_s) == 3
+    assert res.losses[-1] < res.losses[0]
+    assert res.loss == res.losses[0]
+    assert all(s > 0 for s in res.step_s)
+    per = timers.per_layer(range(3))
+    assert set(per) == {l.name for l in net.layers}
+    assert all(per["stem"][ph][0] > 0 for ph in ("fwd_compute", "bwd_compute", "update"))
+    assert all(v > 0 for v in per["fc"]["fwd_compute"])
+    assert {s.step for s in timers.spans} == set(range(-2, 3))
+    assert {s.phase for s in timers.spans} <= set(PHASES)
+
+
+def test_wrong_rank_count_is_refused():
+    net = load("lenet5")
+    plan = make_plan(net, 8, 2, "data")
+    with pytest.raises(DnnplanError, match="2 devices but 1 ranks"):
+        run_plan(plan, net, MPI.COMM_SELF)
+
+
+def test_token_inputs_are_refused():
+    net = load("gpt2")
+    plan = make_plan(net, 1, 1, "data")
+    with pytest.raises(DnnplanError):
+        run_plan(plan, net, MPI.COMM_SELF, steps=1, warmup=0)
+
+
+def test_init_is_deterministic_and_seeded():
+    net = load("lenet5")
+    a, b, c = init_weights(net, 0), init_weights(net, 0), init_weights(net, 1)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert not np.array_equal(a[("conv1", "weight")], c[("conv1", "weight")])
+    x = make_inputs(net, 8, 0)["image"]
+    assert x.shape == (8, 1, 32, 32) and x.dtype == np.float32
+
+
+def test_local_pads_reproduce_the_global_window():
+    # conv 3x3 pad 1 over 10 rows, output rows split [0,5) [5,10)
+    win = Window(3, 1, 1, 1, 10)
+    assert local_pads(win, (0, 5), win.needed(0, 5), 1) == (1, 0, False)
+    assert local_pads(win, (5, 10), win.needed(5, 10), 1) == (0, 1, False)
+    # ceil-mode pool k3 s2 p1 over 4 rows -> 3 outputs; the last window hangs past the padding
+    win = Window(3, 2, 1, 1, 4)
+    assert local_pads(win, (0, 3), win.needed(0, 3), 1) == (1, 1, True)
+    assert local_pads(win, (0, 1), win.needed(0, 1), 1) == (1, 0, False)
+
+
+def test_tolerance_by_algorithm():
+    assert tolerance_for({"a": "im2col", "b": "direct"}) == 1e-4
+    assert tolerance_for({"a": "im2col", "b": "winograd"}) == 2e-4
+    assert rel_error(np.ones(4), np.ones(4)) == 0.0
+    assert rel_error(np.zeros(4) + 1e-9, np.zeros(4), floor=1.0) == pytest.approx(2e-9)
+
+
+@pytest.mark.parametrize("net_name,batch,p", [("lenet5", 8, 4), ("tinyres", 4, 4), ("edgenet", 4, 4),
+                                              ("tinyres", 4, 2)])
+def test_reshards_move_what_the_cost_model_counts(net_name, batch, p):
+    """Rule 2: per rank, the elements the executor receives from other ranks equal
+    costmodel.layout.reshard_volume, forward and backward, on every edge of a mixed plan."""
+    net = load(net_name)
+    plan = make_plan(net, batch, p, "mixed")
+    strat = plan.strategies()
+    edges = 0
+    for src, dst, slot in net.edges():
+        a = output_layout(net.layer(src), strat[src], batch)
+        b = input_layout(net.layer(dst), strat[dst], batch, slot)
+        for backward, (s, d) in ((False, (a, b)), (True, (b, a))):
+            vol = reshard_volume(s, d, backward)
+            got = [reshard_plan(s, d, backward, r).recv_elems for r in range(p)]
+            sent = sum(reshard_plan(s, d, backward, r).send_elems for r in range(p))
+            assert got == list(vol.recv_elems), (src, dst, backward)
+            assert sent == sum(got)
+        edges += 1
+    assert edges >= len(net.layers) - 1
