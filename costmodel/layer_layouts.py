@@ -33,6 +33,8 @@ def check_fits(layer: Layer, strategy: Strategy, batch: int) -> str | None:
         size = batch if dim == "N" else splits[dim].size
         if k > size:
             return f"{dim}={k} exceeds the {size} {'samples' if dim == 'N' else 'positions'} of {dim}"
+        if splits[dim].divides and size % k:
+            return f"{dim}={k} must divide {size} for {layer.op}"
     return None
 
 

@@ -105,6 +105,7 @@ class DimSplit:
     partial_weight_grad: tuple[str, ...] = ()
     extra: tuple[ExtraComm, ...] = ()
     min_block: int = 1
+    divides: bool = False  # the degree must divide ``size`` (blocks must stay contiguous elsewhere)
 
 
 @dataclass(frozen=True)

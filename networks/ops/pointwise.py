@@ -106,7 +106,7 @@ def flatten_costs(p, in_shapes, out_shape, n, itemsize):
 def flatten_splits(p, in_shapes, out_shape):
     c = in_shapes[0][0]
     # a channel split stays a contiguous block of features (needs C divisible by the degree)
-    return (DimSplit("N", 0, (0,), 0), DimSplit("C", c, (1,), 1))
+    return (DimSplit("N", 0, (0,), 0), DimSplit("C", c, (1,), 1, divides=True))
 
 
 FLATTEN = OpDef("flatten", "(C, H, W) -> (C*H*W,)", (), (1, 1), flatten_infer, no_weights,
