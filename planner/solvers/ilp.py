@@ -1,0 +1,173 @@
+"""The integer linear program, built with PuLP apart from solving it (as Alpa's auto_sharding does).
+
+Formulation (the sections below carry the same labels):
+
+1. variables: ``x[i][c]`` binary, node ``i`` takes candidate ``c``; ``e[k][a][b]`` continuous in
+   [0, 1], edge ``k`` joins candidate ``a`` of its source with candidate ``b`` of its destination;
+   ``w`` continuous, the largest chosen workspace (only under a memory limit).
+2. objective: ``sum cost[i][c] x[i][c] + sum cost_k[a][b] e[k][a][b]``.
+3. constraints:
+   (a) one candidate per node: ``sum_c x[i][c] = 1``;
+   (b) edge linearisation, the tight form: ``sum_b e[k][a][b] = x[src][a]`` and
+       ``sum_a e[k][a][b] = x[dst][b]`` (with integral ``x`` this forces ``e = x_src * x_dst``, and
+       its LP relaxation is at least as tight as ``e >= x_src + x_dst - 1``);
+   (c) memory: ``w >= sum_c workspace[i][c] x[i][c]`` for every node and
+       ``sum memory[i][c] x[i][c] + w <= memory_limit``.
+
+Parallel edges are merged (their matrices added) and all-zero edges dropped before building; both
+are exact.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pulp
+
+from networks.errors import DnnplanError
+
+from .problem import Assignment, Problem, check_feasible, evaluate, fits
+
+
+@dataclass(frozen=True, eq=False)
+class IlpModel:
+    """A built PuLP model and the node variables to read the choice back from."""
+
+    lp: pulp.LpProblem
+    x: tuple[tuple[pulp.LpVariable, ...], ...]
+    num_edge_vars: int
+
+
+def merged_edges(problem: Problem) -> dict[tuple[int, int], np.ndarray]:
+    """Edges keyed by ``(low, high)`` node index, parallel ones added, all-zero ones dropped."""
+    merged: dict[tuple[int, int], np.ndarray] = {}
+    for e in problem.edges:
+        key, cost = ((e.src, e.dst), e.cost) if e.src < e.dst else ((e.dst, e.src), e.cost.T)
+        merged[key] = merged[key] + cost if key in merged else cost
+    return {key: cost for key, cost in merged.items() if np.any(cost != 0)}
+
+
+def build_ilp(problem: Problem) -> IlpModel:
+    """The PuLP model of ``problem`` (not solved)."""
+    lp = pulp.LpProblem("dnnplan", pulp.LpMinimize)
+
+    # 1. variables
+    x = tuple(tuple(lp.add_variable(f"x_{i}_{c}", cat=pulp.LpBinary) for c in range(k))
+              for i, k in enumerate(problem.sizes))
+    edges = merged_edges(problem)
+    e_vars = {}
+    for n, (u, v) in enumerate(edges):
+        ku, kv = problem.sizes[u], problem.sizes[v]
+        e_vars[(u, v)] = [[lp.add_variable(f"e_{n}_{a}_{b}", lowBound=0) for b in range(kv)]
+                          for a in range(ku)]
+
+    # 2. objective
+    terms = [(x[i][c], float(cost[c])) for i, cost in enumerate(problem.node_cost)
+             for c in range(cost.shape[0]) if cost[c] != 0]
+    for key, cost in edges.items():
+        rows = e_vars[key]
+        terms += [(rows[a][b], float(cost[a, b])) for a, b in zip(*np.nonzero(cost))]
+    lp += pulp.LpAffineExpression(terms)
+
+    # 3. constraints
+    # (a) one candidate per node
+    for i, xi in enumerate(x):
+        lp += pulp.LpAffineExpression([(v, 1.0) for v in xi]) == 1, f"one_{i}"
+    # (b) edge linearisation (tight form): row sums follow the source, column sums the destination
+    for n, ((u, v), rows) in enumerate(e_vars.items()):
+        for a, row in enumerate(rows):
+            lp += (pulp.LpAffineExpression([(var, 1.0) for var in row] + [(x[u][a], -1.0)]) == 0,
+                   f"edge_{n}_src_{a}")
+        for b in range(len(rows[0])):
+            lp += (pulp.LpAffineExpression([(row[b], 1.0) for row in rows] + [(x[v][b], -1.0)])
+                   == 0, f"edge_{n}_dst_{b}")
+    # (c) memory: summed memory plus the largest workspace (auxiliary w), in units of the limit
+    #     (bytes are ~1e9; HiGHS returned wrong "optimal" answers with such coefficients)
+    if problem.memory_limit is not None:
+        unit = max(abs(float(problem.memory_limit)), 1.0)
+        w = lp.add_variable("workspace_max", lowBound=0)
+        for i, ws in enumerate(problem.node_workspace):
+            lp += (pulp.LpAffineExpression([(w, 1.0)] + [(x[i][c], -float(ws[c]) / unit)
+                                                         for c in range(ws.shape[0])]) >= 0,
+                   f"workspace_{i}")
+        mem_terms = [(x[i][c], float(m[c]) / unit) for i, m in enumerate(problem.node_memory)
+                     for c in range(m.shape[0]) if m[c] != 0]
+        lp += (pulp.LpAffineExpression(mem_terms + [(w, 1.0)])
+               <= float(problem.memory_limit) / unit, "memory")
+    return IlpModel(lp, x, sum(c.size for c in edges.values()))
+
+
+def _pick_solver(solver: str, time_limit_s: float | None, gap: float | None):
+    available = pulp.listSolvers(onlyAvailable=True)
+    name = solver.lower()
+    if name == "auto":
+        name = "highs" if "HiGHS" in available else "cbc"
+    rel_gap = 0.0 if gap is None else float(gap)
+    if name == "highs":
+        if "HiGHS" not in available:
+            raise DnnplanError("the HiGHS solver is not available", hint="pip install highspy")
+        return "HiGHS", pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=rel_gap,
+                                   gapAbs=0.0 if gap is None else None,
+                                   mip_feasibility_tolerance=1e-9,
+                                   primal_feasibility_tolerance=1e-9)
+    if name == "cbc":
+        if "PULP_CBC_CMD" not in available:
+            raise DnnplanError("the CBC solver is not available", hint="reinstall pulp")
+        return "CBC", pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=rel_gap)
+    raise ValueError(f"unknown ILP solver '{solver}' (auto, highs or cbc)")
+
+
+def solve_ilp(problem: Problem, time_limit_s: float | None = None, gap: float | None = None,
+              solver: str = "auto") -> Assignment:
+    """Solve ``problem`` as an ILP with HiGHS (through PuLP) or CBC.
+
+    ``gap`` is the relative MIP gap at which to stop (``None``: prove optimality); ``time_limit_s``
+    bounds the solver (``None``: no bound). Infeasible memory raises :class:`DnnplanError` naming
+    the least memory any assignment needs.
+    """
+    start = time.perf_counter()
+    check_feasible(problem)
+    if problem.num_nodes == 0:
+        return Assignment((), 0.0, 0.0, "ilp", "optimal", 0.0, 0.0, 0, "empty problem")
+    model = build_ilp(problem)
+    built = time.perf_counter()
+    label, backend = _pick_solver(solver, time_limit_s, gap)
+    model.lp.solve(backend)
+    solved = time.perf_counter()
+    found = model.lp.sol_status
+    if found not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        reason = pulp.LpStatus.get(model.lp.status, str(model.lp.status))
+        raise DnnplanError(f"the ILP solver ({label}) found no plan: {reason}",
+                           hint="raise the solver time limit")
+    choice = tuple(int(np.argmax([v.varValue or 0.0 for v in xi])) for xi in model.x)
+    objective, memory = evaluate(problem, choice)
+    if not fits(problem, memory):
+        raise DnnplanError(f"the ILP solver ({label}) returned a plan over the memory limit",
+                           hint="report this as a bug")
+    status, achieved = _status_and_gap(model.lp, label, found, gap)
+    detail = (f"{label} ILP: {model.lp.numVariables()} variables "
+              f"({sum(len(xi) for xi in model.x)} node, {model.num_edge_vars} edge), "
+              f"{model.lp.numConstraints()} constraints; built in {built - start:.3f} s, "
+              f"solved in {solved - built:.3f} s")
+    return Assignment(choice, objective, memory, f"ilp-{label.lower()}", status, achieved,
+                      time.perf_counter() - start, problem.num_nodes, detail)
+
+
+def _status_and_gap(lp: pulp.LpProblem, label: str, found: int,
+                    gap: float | None) -> tuple[str, float | None]:
+    """``"optimal"`` when proven (gap zero), else ``"feasible"`` with the gap the solver reached."""
+    achieved = None
+    if label == "HiGHS" and getattr(lp, "solverModel", None) is not None:
+        try:
+            achieved = float(lp.solverModel.getInfo().mip_gap)
+        except (AttributeError, RuntimeError):
+            achieved = None
+    if found == pulp.LpSolutionOptimal:
+        if achieved is None or not np.isfinite(achieved):
+            achieved = 0.0 if gap is None else float(gap)
+        achieved = max(achieved, 0.0)
+        proven = gap is None or achieved <= 1e-9
+        return ("optimal" if proven else "feasible"), achieved
+    return "feasible", achieved
