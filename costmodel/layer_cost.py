@@ -101,9 +101,14 @@ def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine
     dims = tuple(dims)
     if not dims or nbytes <= 0 or strategy.group_size(dims) == 1:
         return 0.0
-    ranks = strategy.group(0, dims)
-    per_node, nodes = machine.group_span(ranks)
+    per_node, nodes = _group_span(strategy, dims, machine)
     return collective_s(collective, nbytes, per_node, nodes, machine, rule=rule)
+
+
+@lru_cache(maxsize=None)
+def _group_span(strategy: Strategy, dims: tuple[str, ...], machine: Machine) -> tuple[int, int]:
+    """``machine.group_span`` of rank 0's group along ``dims`` (memoised: the planner asks often)."""
+    return machine.group_span(strategy.group(0, dims))
 
 
 def _elems(shape) -> int:
