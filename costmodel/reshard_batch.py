@@ -30,51 +30,12 @@ from typing import Sequence
 import numpy as np
 
 from costmodel.collectives import alltoallv_s
-from costmodel.layout import AxisSplit, Layout, reshard_volume
+from costmodel.layout import Layout, _reducible, reduce_pair, reshard_volume  # noqa: F401
 from costmodel.machine import LinkLevel, Machine
-from costmodel.strategy import GRID_ORDER, make_strategy
+from costmodel.strategy import GRID_ORDER
 
 TABLE_LIMIT = 1 << 15  # largest per-pair overlap table (dst blocks x src blocks) vectorised
 CHUNK_ELEMS = 1 << 22  # pairs x ranks x blocks per numpy batch
-
-
-def _reducible(layout: Layout) -> bool:
-    n = layout.strategy.degree("N")
-    if n == 1:
-        return True
-    ax = layout.axes[0] if layout.axes else None
-    if ax is None or ax.dim != "N" or ax.degree != n or ax.window is not None:
-        return False
-    if ax.extent != layout.shape[0] or layout.shape[0] % n:
-        return False
-    return all(a is None or a.dim != "N" for a in layout.axes[1:])
-
-
-def _shrink(layout: Layout, span: int, ranks: int) -> Layout:
-    """The layout restricted to the first ``ranks`` ranks (``span`` = its ranks per N block)."""
-    degrees = {d: k for d, k in layout.strategy.degrees if d != "N"}
-    n_new = ranks // span
-    if n_new > 1:
-        degrees["N"] = n_new
-    strat = make_strategy(ranks, degrees)
-    batch = layout.shape[0] * ranks // layout.p
-    axes = list(layout.axes)
-    axes[0] = AxisSplit("N", n_new, batch) if n_new > 1 else None
-    return Layout((batch, *layout.shape[1:]), strat, tuple(axes))
-
-
-def reduce_pair(src: Layout, dst: Layout) -> tuple[Layout, Layout]:
-    """An equivalent pair over fewer ranks (step 1 of the module docstring), or the pair itself."""
-    p = src.p
-    if dst.p != p or src.shape != dst.shape or not src.shape:
-        return src, dst
-    if not (_reducible(src) and _reducible(dst)):
-        return src, dst
-    ms, md = p // src.strategy.degree("N"), p // dst.strategy.degree("N")
-    big, small = max(ms, md), min(ms, md)
-    if big == p or big % small:
-        return src, dst
-    return _shrink(src, ms, big), _shrink(dst, md, big)
 
 
 # --- vectorised evaluation -------------------------------------------------------------------------
@@ -108,6 +69,8 @@ class LayoutTable:
         self.reducible = np.zeros(n, bool)
         self.dimmask = np.zeros(n, np.int64)
         self.contrib = np.zeros((n, len(DIM_BIT)), np.int64)  # (degree - 1) * stride per dim
+        self.spec = np.zeros((n, axes), np.int64)  # id of (degree, extent, window) per axis
+        specs: dict[tuple, int] = {}
         for i, lay in enumerate(self.layouts):
             strat = lay.strategy
             for a, size in enumerate(lay.shape):
@@ -126,6 +89,10 @@ class LayoutTable:
             for d, bit in DIM_BIT.items():
                 g = GRID_ORDER.index(d)
                 self.contrib[i, bit.bit_length() - 1] = (strat.radix[g] - 1) * strat.strides[g]
+            for a in range(axes):
+                key = (int(self.deg[i, a]), int(self.ext[i, a]), bool(self.hasw[i, a]),
+                       tuple(int(x) for x in self.win[i, a]))
+                self.spec[i, a] = specs.setdefault(key, len(specs))
             if lay.shape:
                 self.batch[i] = lay.shape[0]
             self.span[i] = self.p // strat.degree("N")
@@ -161,22 +128,25 @@ def _side(t: LayoutTable, ids, ranks, ok):
     ext[red, 0] = t.batch[ids][red] * ranks[red] // t.p
     radix[red, 0] = n_new[red]
     stride[red, 0] = np.where(n_new[red] > 1, span[red], 1)
-    return deg, ext, t.hasw[ids], t.win[ids], radix, stride
+    code = t.spec[ids].copy()  # reduced batch axes get negative codes of (extent, degree)
+    code[red, 0] = -1 - (ext[red, 0] * (t.p + 1) + n_new[red])
+    return deg, ext, t.hasw[ids], t.win[ids], radix, stride, code
 
 
-def _axis_tables(sdeg, sext, shasw, swin, ddeg, dext, dhasw, dwin):
+def _axis_tables(scode, dcode, sdeg, sext, shasw, swin, ddeg, dext, dhasw, dwin):
     """Overlap tables of the distinct (source axis, destination axis) specs among the pairs.
 
-    Returns ``inverse`` (pair -> distinct spec) and, per distinct spec, the table
-    ``T[dst block, src block]`` with the destination block sizes, the summed overlaps and the number
-    of overlapping source blocks per destination block.
+    ``scode``/``dcode`` identify each side's axis spec. Returns ``inverse`` (pair -> distinct spec)
+    and, per distinct spec, the table ``T[dst block, src block]`` with the destination block sizes,
+    the summed overlaps and the number of overlapping source blocks per destination block.
     """
-    spec = np.concatenate([sdeg[:, None], sext[:, None], shasw[:, None], swin,
-                           ddeg[:, None], dext[:, None], dhasw[:, None], dwin], axis=1)
-    uniq, inverse = np.unique(spec, axis=0, return_inverse=True)
+    _, rs = np.unique(scode, return_inverse=True)
+    _, rd = np.unique(dcode, return_inverse=True)
+    _, first, inverse = np.unique(rs.reshape(-1) * (int(rd.max()) + 1) + rd.reshape(-1), return_index=True,
+                                  return_inverse=True)
     inverse = inverse.reshape(-1)
-    us = uniq[:, 0], uniq[:, 1], uniq[:, 2].astype(bool), uniq[:, 3:8]
-    ud = uniq[:, 8], uniq[:, 9], uniq[:, 10].astype(bool), uniq[:, 11:16]
+    us = sdeg[first], sext[first], shasw[first], swin[first]
+    ud = ddeg[first], dext[first], dhasw[first], dwin[first]
     slo, shi = _intervals_v(*us, int(us[0].max()))
     dlo, dhi = _intervals_v(*ud, int(ud[0].max()))
     table = np.maximum(0, np.minimum(dhi[:, :, None], shi[:, None, :])
@@ -186,15 +156,16 @@ def _axis_tables(sdeg, sext, shasw, swin, ddeg, dext, dhasw, dwin):
 
 def _evaluate(sides, backward: bool, nranks: int):
     """Maxima over ``nranks`` ranks for pairs with prepared parameters (see :func:`_side`)."""
-    (sdeg, sext, shasw, swin, srad, sstr), (ddeg, dext, dhasw, dwin, drad, dstr) = sides
+    (sdeg, sext, shasw, swin, srad, sstr, scode), (ddeg, dext, dhasw, dwin, drad, dstr, dcode) = sides
     npairs, axes = sdeg.shape
     ranks = np.arange(nranks, dtype=np.int64)[None, :]
     total = np.ones((npairs, nranks), np.int64)
     local = np.ones((npairs, nranks), np.int64)
     pieces = np.ones((npairs, nranks), np.int64)
     for a in range(axes):
-        inv, table, need, summed, count = _axis_tables(sdeg[:, a], sext[:, a], shasw[:, a], swin[:, a],
-                                                       ddeg[:, a], dext[:, a], dhasw[:, a], dwin[:, a])
+        inv, table, need, summed, count = _axis_tables(scode[:, a], dcode[:, a], sdeg[:, a], sext[:, a],
+                                                       shasw[:, a], swin[:, a], ddeg[:, a], dext[:, a],
+                                                       dhasw[:, a], dwin[:, a])
         rows = inv[:, None]
         sc = (ranks // sstr[:, a, None]) % srad[:, a, None]
         dc = (ranks // dstr[:, a, None]) % drad[:, a, None]

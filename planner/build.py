@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.compute import ComputeModel
-from costmodel.layer_cost import layer_estimate
-from costmodel.layer_layouts import input_layout, output_layout
+from costmodel.layer_cost import LayerEstimate, layer_estimate
+from costmodel.layer_layouts import input_layout, local_layer, output_layout
 from costmodel.layout import Layout
 from costmodel.machine import Machine
 from costmodel.reshard_batch import LayoutTable, reshard_times_ids
@@ -32,6 +32,19 @@ from costmodel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Layer, Network
 from planner.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from planner.solvers import Edge, Problem
+
+
+def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: int, compute: ComputeModel,
+                    algorithm: str) -> LayerEstimate:
+    """``layer_estimate`` for another convolution algorithm, from one already made for the same
+    strategy: only the compute passes and the workspace depend on the algorithm."""
+    local = local_layer(layer, strat, batch)
+    return dataclasses.replace(
+        base, algorithm=algorithm,
+        fwd_compute_s=compute.pass_s(local, "fwd", algorithm),
+        bwd_data_s=compute.pass_s(local, "bwd_data", algorithm),
+        bwd_weights_s=compute.pass_s(local, "bwd_weights", algorithm) if layer.weights else 0.0,
+        memory=dataclasses.replace(base.memory, workspace=compute.workspace_bytes(local, algorithm)))
 
 
 def signature(layer: Layer) -> Layer:
@@ -71,22 +84,22 @@ class _Builder:
         self.batch, self.p, self.machine, self.compute = batch, p, machine, compute
         self.optimizer, self.rule = optimizer, rule
         self.max_model_degree, self.max_candidates = max_model_degree, max_candidates
-        self.estimates: dict[tuple, tuple[float, float, float]] = {}
         self.layout_ids: dict[Layout, int] = {}
         self.layouts: list[Layout] = []
 
     def strategies(self, sig: Layer) -> tuple[Strategy, ...]:
         return candidate_strategies(sig, self.p, self.batch, self.max_model_degree, self.max_candidates)
 
-    def estimate(self, sig: Layer, strat: Strategy, algo: str) -> tuple[float, float, float]:
-        key = (sig, strat, algo)
-        got = self.estimates.get(key)
-        if got is None:
-            est = layer_estimate(sig, strat, self.batch, self.machine, self.compute, algo, self.optimizer,
-                                 self.rule)
-            got = (est.total_s, float(est.memory.persistent), float(est.memory.workspace))
-            self.estimates[key] = got
-        return got
+    def estimates(self, sig: Layer, strat: Strategy, algos: tuple[str, ...]) -> list[tuple[float, float, float]]:
+        """(total_s, persistent bytes, workspace bytes) of each algorithm under one strategy.
+
+        ``layer_estimate`` runs once; the other algorithms change only the three compute passes and
+        the workspace, so they reuse its collectives and memory (``derive_estimate``).
+        """
+        base = layer_estimate(sig, strat, self.batch, self.machine, self.compute, algos[0], self.optimizer,
+                              self.rule)
+        ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a) for a in algos[1:]]
+        return [(e.total_s, float(e.memory.persistent), float(e.memory.workspace)) for e in ests]
 
     def layout_id(self, layout: Layout) -> int:
         got = self.layout_ids.get(layout)
@@ -113,7 +126,8 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
             strats = b.strategies(sig)
             algos = algorithms(sig)
             cand = tuple((s, a) for s in strats for a in algos)
-            vals = np.array([b.estimate(sig, s, a) for s, a in cand], dtype=np.float64).reshape(len(cand), 3)
+            vals = np.array([v for s in strats for v in b.estimates(sig, s, algos)],
+                            dtype=np.float64).reshape(len(cand), 3)
             best = []
             for i in range(len(strats)):
                 block = vals[i * len(algos):(i + 1) * len(algos)]
