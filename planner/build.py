@@ -111,8 +111,10 @@ class _Builder:
 
 def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
                   memory_limit: float | None, optimizer: str = "momentum", rule: str = "mpi",
-                  max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES) -> Built:
-    """The planning problem of ``net`` at ``batch`` on ``p`` devices of ``machine``."""
+                  max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES,
+                  edges: bool = True) -> Built:
+    """The planning problem of ``net`` at ``batch`` on ``p`` devices of ``machine``
+    (``edges=False``: nodes only, e.g. to ask how much memory a plan needs at least)."""
     b = _Builder(batch, p, machine, compute, optimizer, rule, max_model_degree, max_candidates)
     index = net.index()
     sigs = [signature(layer) for layer in net.layers]
@@ -145,7 +147,7 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
     # 2. edges: one cost matrix per distinct (producer, consumer, slot) signature, per strategy pair
     patterns: dict[tuple, tuple[list[int], list[int], int]] = {}
     edge_keys = []
-    for src, dst, slot in net.edges():
+    for src, dst, slot in (net.edges() if edges else ()):
         u, v = index[src], index[dst]
         key = (sigs[u], sigs[v], slot)
         edge_keys.append((u, v, key))
