@@ -101,9 +101,14 @@ def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine
     dims = tuple(dims)
     if not dims or nbytes <= 0 or strategy.group_size(dims) == 1:
         return 0.0
-    ranks = strategy.group(0, dims)
-    per_node, nodes = machine.group_span(ranks)
+    per_node, nodes = _group_span(strategy, dims, machine)
     return collective_s(collective, nbytes, per_node, nodes, machine, rule=rule)
+
+
+@lru_cache(maxsize=None)
+def _group_span(strategy: Strategy, dims: tuple[str, ...], machine: Machine) -> tuple[int, int]:
+    """``machine.group_span`` of rank 0's group along ``dims`` (memoised: the planner asks often)."""
+    return machine.group_span(strategy.group(0, dims))
 
 
 def _elems(shape) -> int:
@@ -198,10 +203,15 @@ def _reshard_time(src: Layout, dst: Layout, backward: bool, itemsize: int, machi
         return 0.0, 0
     dims = tuple(sorted(set(src.split_dims()) | set(dst.split_dims())))
     # the ranks one rank exchanges with lie in the group of the dimensions either layout splits
-    group = dst.strategy.group(0, dims) if dims else tuple(range(dst.p))
-    link = machine.link_for(group)
+    link = _link(dst.strategy, dims, machine)
     # sends are spread over replicas as evenly as receives (assumed; the executor measures it)
     return alltoallv_s(nbytes, nbytes, vol.max_messages, link), nbytes
+
+
+@lru_cache(maxsize=None)
+def _link(strategy: Strategy, dims: tuple[str, ...], machine: Machine):
+    """The link of rank 0's group along ``dims`` (every rank when ``dims`` is empty), memoised."""
+    return machine.link_for(strategy.group(0, dims) if dims else tuple(range(strategy.p)))
 
 
 @lru_cache(maxsize=None)

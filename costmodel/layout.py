@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from costmodel.strategy import Strategy
+from costmodel.strategy import Strategy, make_strategy
 from networks.ops.base import Window
 
 Region = tuple[tuple[int, int], ...]
@@ -112,9 +112,21 @@ def region_size(region: Region) -> int:
 
 
 def max_block_extents(layout: Layout) -> tuple[int, ...]:
-    """The largest block extent along each axis (the straggler's local shape)."""
-    return tuple(int(np.max(axis_intervals(layout, a)[1] - axis_intervals(layout, a)[0]))
-                 for a in range(len(layout.shape)))
+    """The largest block extent along each axis (the straggler's local shape).
+
+    Without a window the blocks ``[c*n//k, (c+1)*n//k)`` are ``floor`` or ``ceil(n/k)`` long, so the
+    largest is ``ceil(n/k)`` (no arrays needed); windowed blocks are measured.
+    """
+    out = []
+    for a, split in enumerate(layout.axes):
+        if split is None:
+            out.append(int(layout.shape[a]))
+        elif split.window is None:
+            out.append(-(-int(split.extent) // int(split.degree)))
+        else:
+            lo, hi = axis_intervals(layout, a)
+            out.append(int(np.max(hi - lo)))
+    return tuple(out)
 
 
 def same_blocks(a: Layout, b: Layout) -> bool:
@@ -180,6 +192,56 @@ class ReshardVolume:
         return int(self.recv_elems.sum())
 
 
+# --- reduction over the batch dimension -----------------------------------------------------------
+
+def _reducible(layout: Layout) -> bool:
+    n = layout.strategy.degree("N")
+    if n == 1:
+        return True
+    ax = layout.axes[0] if layout.axes else None
+    if ax is None or ax.dim != "N" or ax.degree != n or ax.window is not None:
+        return False
+    if ax.extent != layout.shape[0] or layout.shape[0] % n:
+        return False
+    return all(a is None or a.dim != "N" for a in layout.axes[1:])
+
+
+def _shrink(layout: Layout, span: int, ranks: int) -> Layout:
+    """The layout restricted to the first ``ranks`` ranks (``span`` = its ranks per N block)."""
+    degrees = {d: k for d, k in layout.strategy.degrees if d != "N"}
+    n_new = ranks // span
+    if n_new > 1:
+        degrees["N"] = n_new
+    strat = make_strategy(ranks, degrees)
+    batch = layout.shape[0] * ranks // layout.p
+    axes = list(layout.axes)
+    axes[0] = AxisSplit("N", n_new, batch) if n_new > 1 else None
+    return Layout((batch, *layout.shape[1:]), strat, tuple(axes))
+
+
+def reduce_pair(src: Layout, dst: Layout) -> tuple[Layout, Layout]:
+    """An equivalent pair over fewer ranks, or the pair itself.
+
+    N is outermost in the grid, so rank ``r`` has N coordinate ``r // m`` with ``m = p / n``. When
+    both layouts cut the batch axis by N with degrees that divide the batch and ``m_src``, ``m_dst``
+    nest (one divides the other; always so for powers of two), shifting ``r`` by
+    ``L = max(m_src, m_dst)`` shifts both batch blocks by the same ``B L / p`` samples and leaves
+    every other coordinate unchanged. Every per-rank quantity of a reshard is invariant under that
+    shift, so the first ``L`` ranks, as a reshard of a ``B L / p``-sample tensor over ``L`` ranks,
+    say everything (the rest repeats them).
+    """
+    p = src.p
+    if dst.p != p or src.shape != dst.shape or not src.shape:
+        return src, dst
+    if not (_reducible(src) and _reducible(dst)):
+        return src, dst
+    ms, md = p // src.strategy.degree("N"), p // dst.strategy.degree("N")
+    big, small = max(ms, md), min(ms, md)
+    if big == p or big % small:
+        return src, dst
+    return _shrink(src, ms, big), _shrink(dst, md, big)
+
+
 @lru_cache(maxsize=None)
 def _axis_info(layout: Layout, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lo, hi = axis_intervals(layout, axis)
@@ -194,7 +256,18 @@ def reshard_volume(src: Layout, dst: Layout, backward: bool = False) -> ReshardV
     needed layout. Backward: gradients go from the consumer's needed layout ``src`` back to the
     producer's owned layout ``dst``, overlapping pieces summed on arrival. Overlaps are computed
     between distinct intervals (a small matrix per axis), then gathered per rank by coordinates.
+    Pairs that :func:`reduce_pair` shrinks are computed over the first ``L`` ranks and tiled.
     """
+    rsrc, rdst = reduce_pair(src, dst)
+    if rsrc is not src:
+        small = reshard_volume(rsrc, rdst, backward)
+        reps = src.p // rsrc.p
+        return ReshardVolume(np.tile(small.recv_elems, reps), np.tile(small.messages, reps))
+    return reshard_volume_unreduced(src, dst, backward)
+
+
+def reshard_volume_unreduced(src: Layout, dst: Layout, backward: bool = False) -> ReshardVolume:
+    """:func:`reshard_volume` over all ``p`` ranks, without the batch reduction (the reference)."""
     p = src.p
     total = np.ones(p, dtype=np.int64)
     local = np.ones(p, dtype=np.int64)

@@ -89,7 +89,10 @@ def predict(network: NetworkArg,
                                                   "data, filter, channel, spatial, or degrees like N=4,F=2.")] = "data",
             batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
             as_json: JsonOpt = False) -> None:
-    """Predict one training step under one strategy applied to every layer.
+    """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
+
+    Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
+    predicts that plan on the network, batch, devices and machine it names.
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
     The step is forward + backward + gradient synchronisation + update with no overlap
@@ -97,6 +100,9 @@ def predict(network: NetworkArg,
     """
     from costmodel.step import predict_step, prediction_json
     from costmodel.uniform import uniform_strategies
+    from planner.plan_file import is_plan_file
+    if is_plan_file(network):
+        return predict_plan(network, profile, as_json)
     ctx = context.resolve(network, devices, batch, machine, profile)
     strategies, fallbacks = uniform_strategies(ctx.network, devices, ctx.batch, strategy)
     algorithms = {l.name: "im2col" for l in ctx.network.layers if l.op == "conv2d"}
@@ -107,6 +113,27 @@ def predict(network: NetworkArg,
         print(json.dumps(out))
     else:
         report.prediction_table(pred, fallbacks)
+
+
+def predict_plan(path: str, profile: str | None, as_json: bool) -> None:
+    """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now."""
+    from costmodel.step import predict_step, prediction_json
+    from planner.plan_file import read_plan
+    plan, net = read_plan(path)
+    ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile)
+    pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute)
+    if as_json:
+        out = prediction_json(pred)
+        out["plan"] = {"file": path, "recorded_step_s": plan.step_s}
+        print(json.dumps(out))
+    else:
+        report.prediction_table(pred)
+        if plan.step_s and abs(plan.step_s - pred.step_s) > 1e-9 * plan.step_s:
+            report.console.print(f"the plan file recorded {plan.step_s:.6g} s; as written it predicts "
+                                 f"{pred.step_s:.6g} s ({pred.step_s / plan.step_s:.4f}x)")
+
+
+import planner.cli_plan  # noqa: F401,E402 - registers `dnnplan plan`
 
 
 def main() -> None:

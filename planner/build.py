@@ -1,0 +1,192 @@
+"""From a network to the solver's :class:`~planner.solvers.Problem` (pure).
+
+Nodes are layers; a node's candidates are its (strategy, algorithm) pairs
+(:mod:`planner.candidates`). The numbers are exactly those :func:`costmodel.step.predict_step`
+adds up, so the solver's objective for a choice *is* the predicted step time of that plan:
+
+* node cost = ``LayerEstimate.total_s`` (compute, collectives, update);
+* node memory = ``Memory.persistent``, node workspace = ``Memory.workspace`` (the step's peak is
+  their sum plus the largest workspace, as in the solver's memory constraint);
+* edge cost = forward + backward reshard of ``edge_estimate`` for every candidate pair.
+
+Sharing makes it fast: layers with the same op, parameters and shapes (ResNet blocks repeat) share
+their candidates, their estimates and the cost matrices of their edges; the matrices are built per
+distinct strategy (algorithms share them), and all reshards are evaluated in one vectorised batch
+(:mod:`costmodel.reshard_batch`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.compute import ComputeModel
+from costmodel.layer_cost import LayerEstimate, layer_estimate
+from costmodel.layer_layouts import input_layout, local_layer, output_layout
+from costmodel.layout import Layout
+from costmodel.machine import Machine
+from costmodel.reshard_batch import LayoutTable, reshard_times_ids
+from costmodel.strategy import Strategy
+from networks.ir import DTYPE_BYTES, Layer, Network
+from planner.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
+from planner.solvers import Edge, Problem
+
+
+def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: int, compute: ComputeModel,
+                    algorithm: str) -> LayerEstimate:
+    """``layer_estimate`` for another convolution algorithm, from one already made for the same
+    strategy: only the compute passes and the workspace depend on the algorithm."""
+    local = local_layer(layer, strat, batch)
+    return dataclasses.replace(
+        base, algorithm=algorithm,
+        fwd_compute_s=compute.pass_s(local, "fwd", algorithm),
+        bwd_data_s=compute.pass_s(local, "bwd_data", algorithm),
+        bwd_weights_s=compute.pass_s(local, "bwd_weights", algorithm) if layer.weights else 0.0,
+        memory=dataclasses.replace(base.memory, workspace=compute.workspace_bytes(local, algorithm)))
+
+
+def signature(layer: Layer) -> Layer:
+    """The layer without its name and inputs: equal for layers that cost the same."""
+    return dataclasses.replace(layer, name="", inputs=(), line=None)
+
+
+@dataclass(frozen=True, eq=False)
+class Built:
+    """The problem and what its candidate indices mean.
+
+    ``candidates[i][c]`` is the (strategy, algorithm) of candidate ``c`` of layer ``i``;
+    ``fastest[i]`` are the candidate indices that keep, for each strategy, its fastest algorithm
+    (ties: less workspace, then catalogue order) — the unconstrained optimum lies among them.
+    """
+
+    problem: Problem
+    candidates: tuple[tuple[tuple[Strategy, str], ...], ...]
+    fastest: tuple[np.ndarray, ...]
+    distinct_layers: int
+    distinct_edges: int
+    reshard_pairs: int
+
+    def restrict(self, keep: tuple[np.ndarray, ...]) -> Problem:
+        """The problem with only candidates ``keep[i]`` of each node."""
+        p = self.problem
+        return Problem(p.names, tuple(c[k] for c, k in zip(p.node_cost, keep)),
+                       tuple(m[k] for m, k in zip(p.node_memory, keep)),
+                       tuple(w[k] for w, k in zip(p.node_workspace, keep)),
+                       tuple(Edge(e.src, e.dst, e.cost[np.ix_(keep[e.src], keep[e.dst])]) for e in p.edges),
+                       p.memory_limit)
+
+
+class _Builder:
+    def __init__(self, batch: int, p: int, machine: Machine, compute: ComputeModel, optimizer: str,
+                 rule: str, max_model_degree: int, max_candidates: int):
+        self.batch, self.p, self.machine, self.compute = batch, p, machine, compute
+        self.optimizer, self.rule = optimizer, rule
+        self.max_model_degree, self.max_candidates = max_model_degree, max_candidates
+        self.layout_ids: dict[Layout, int] = {}
+        self.layouts: list[Layout] = []
+
+    def strategies(self, sig: Layer) -> tuple[Strategy, ...]:
+        return candidate_strategies(sig, self.p, self.batch, self.max_model_degree, self.max_candidates)
+
+    def estimates(self, sig: Layer, strat: Strategy, algos: tuple[str, ...]) -> list[tuple[float, float, float]]:
+        """(total_s, persistent bytes, workspace bytes) of each algorithm under one strategy.
+
+        ``layer_estimate`` runs once; the other algorithms change only the three compute passes and
+        the workspace, so they reuse its collectives and memory (``derive_estimate``).
+        """
+        base = layer_estimate(sig, strat, self.batch, self.machine, self.compute, algos[0], self.optimizer,
+                              self.rule)
+        ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a) for a in algos[1:]]
+        return [(e.total_s, float(e.memory.persistent), float(e.memory.workspace)) for e in ests]
+
+    def layout_id(self, layout: Layout) -> int:
+        got = self.layout_ids.get(layout)
+        if got is None:
+            got = self.layout_ids[layout] = len(self.layouts)
+            self.layouts.append(layout)
+        return got
+
+
+def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
+                  memory_limit: float | None, optimizer: str = "momentum", rule: str = "mpi",
+                  max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES,
+                  edges: bool = True) -> Built:
+    """The planning problem of ``net`` at ``batch`` on ``p`` devices of ``machine``
+    (``edges=False``: nodes only, e.g. to ask how much memory a plan needs at least)."""
+    b = _Builder(batch, p, machine, compute, optimizer, rule, max_model_degree, max_candidates)
+    index = net.index()
+    sigs = [signature(layer) for layer in net.layers]
+
+    # 1. nodes: candidates, cost, memory, workspace (shared by layers with one signature)
+    per_sig: dict[Layer, tuple] = {}
+    cands, costs, mems, wss, fastest, strat_of = [], [], [], [], [], []
+    for sig in sigs:
+        got = per_sig.get(sig)
+        if got is None:
+            strats = b.strategies(sig)
+            algos = algorithms(sig)
+            cand = tuple((s, a) for s in strats for a in algos)
+            vals = np.array([v for s in strats for v in b.estimates(sig, s, algos)],
+                            dtype=np.float64).reshape(len(cand), 3)
+            best = []
+            for i in range(len(strats)):
+                block = vals[i * len(algos):(i + 1) * len(algos)]
+                best.append(i * len(algos) + min(range(len(algos)), key=lambda j: (block[j, 0], block[j, 2], j)))
+            got = (cand, vals, np.array(best), np.repeat(np.arange(len(strats)), len(algos)), strats)
+            per_sig[sig] = got
+        cand, vals, best, sidx, _ = got
+        cands.append(cand)
+        costs.append(vals[:, 0])
+        mems.append(vals[:, 1])
+        wss.append(vals[:, 2])
+        fastest.append(best)
+        strat_of.append(sidx)
+
+    # 2. edges: one cost matrix per distinct (producer, consumer, slot) signature, per strategy pair
+    patterns: dict[tuple, tuple[list[int], list[int], int]] = {}
+    edge_keys = []
+    for src, dst, slot in (net.edges() if edges else ()):
+        u, v = index[src], index[dst]
+        key = (sigs[u], sigs[v], slot)
+        edge_keys.append((u, v, key))
+        if key not in patterns:
+            su, sv = per_sig[sigs[u]][4], per_sig[sigs[v]][4]
+            outs = [b.layout_id(output_layout(sigs[u], s, batch)) for s in su]
+            ins = [b.layout_id(input_layout(sigs[v], s, batch, slot)) for s in sv]
+            patterns[key] = (outs, ins, DTYPE_BYTES.get(sigs[u].dtype, 4))
+    needed: dict[tuple[int, int, int], None] = {}
+    for outs, ins, size in patterns.values():
+        for o in outs:
+            for i in ins:
+                needed[(o, i, size)] = None
+    pairs = list(needed)
+    cost = _times(b, pairs, backward=False) + _times(b, pairs, backward=True)
+    where = {k: n for n, k in enumerate(pairs)}
+    matrices = {}
+    for key, (outs, ins, size) in patterns.items():
+        flat = np.array([where[(o, i, size)] for o in outs for i in ins], dtype=np.int64)
+        matrices[key] = cost[flat].reshape(len(outs), len(ins))
+    edges = tuple(Edge(u, v, matrices[key][np.ix_(strat_of[u], strat_of[v])]) for u, v, key in edge_keys)
+
+    problem = Problem(tuple(layer.name for layer in net.layers), tuple(costs), tuple(mems), tuple(wss),
+                      edges, memory_limit)
+    return Built(problem, tuple(cands), tuple(fastest), len(per_sig), len(patterns), len(pairs))
+
+
+def _times(b: _Builder, pairs, backward: bool) -> np.ndarray:
+    """Reshard seconds of each (producer layout id, consumer layout id, itemsize)."""
+    out = np.zeros(len(pairs))
+    if not pairs:
+        return out
+    table = LayoutTable(b.layouts)
+    arr = np.array(pairs, dtype=np.int64).reshape(len(pairs), 3)
+    for size in np.unique(arr[:, 2]):
+        idx = np.nonzero(arr[:, 2] == size)[0]
+        own, need = arr[idx, 0], arr[idx, 1]
+        if backward:  # gradients flow from the consumer's needed layout to the producer's own
+            out[idx] = reshard_times_ids(table, need, own, True, int(size), b.machine)
+        else:
+            out[idx] = reshard_times_ids(table, own, need, False, int(size), b.machine)
+    return out

@@ -1,0 +1,116 @@
+"""The strategy space of one layer: which (strategy, convolution algorithm) pairs the planner weighs.
+
+Rules (docs/planner.md, "Candidates"); each keeps the space exact *over the candidates* and small
+enough that p = 4096 stays tractable:
+
+1. **Dimensions** are the ones the op catalogue says the layer can split (N, H, W, C, F); the
+   leftover factor of ``p`` is replication R.
+2. **Divisibility.** A degree ``k`` of a dimension is a divisor of ``p`` that divides the extent it
+   cuts (the batch for N, the split size otherwise), so every rank gets an equal block and no
+   padding is needed. A spatial split with a window (convolution, pooling) also leaves each rank
+   an input block at least a kernel wide (``in_size // k >= kernel``) and at least the op's
+   ``min_block`` output rows.
+3. **Shape of a hybrid.** At most two model-parallel dimensions (H, W, C, F) besides N, so at most
+   three split dimensions. Their product ``m`` (the model-parallel degree) is at most
+   ``max(MAX_MODEL_DEGREE, p / n_max)`` where ``n_max`` is the largest N degree the batch allows:
+   beyond two DGX nodes model parallelism only adds traffic, unless the batch is too small to keep
+   the devices busy with N alone.
+4. **N takes the rest.** Given the model-parallel degrees, N is the largest divisor of ``p / m``
+   that divides the batch; what is left is replication R (only when the batch is too small).
+5. **Cap.** At most ``MAX_CANDIDATES`` strategies per layer, preferring less replication, then a
+   smaller model-parallel degree (a deterministic order, so plans are reproducible).
+6. **Algorithms.** Each convolution strategy is paired with every algorithm that can run the layer
+   (``costmodel.compute.algorithm_applies``); other ops have the single algorithm ``""``.
+
+Pure: functions of the layer, ``p`` and the batch.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from itertools import combinations
+
+from costmodel.compute import CONV_ALGORITHMS, algorithm_applies
+from costmodel.layer_layouts import _splits
+from costmodel.strategy import Strategy, make_strategy
+from networks.ir import Layer
+
+MODEL_DIMS = ("H", "W", "C", "F")
+MAX_MODEL_DIMS = 2
+MAX_MODEL_DEGREE = 16
+MAX_CANDIDATES = 64
+
+
+def divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
+
+
+def _dim_degrees(layer: Layer, dim: str, p: int) -> tuple[int, ...]:
+    """Degrees > 1 of one model dimension that keep equal blocks (rule 2)."""
+    split = _splits(layer)[dim]
+    size = split.size
+    out = []
+    for k in divisors(p)[1:]:
+        if k > size or size % k or size // k < split.min_block:
+            continue
+        win = split.window
+        if win is not None and win.in_size // k < win.kernel:
+            continue
+        out.append(k)
+    return tuple(out)
+
+
+def largest_batch_degree(p: int, batch: int) -> int:
+    """The largest divisor of ``p`` that divides the batch (the most N can take)."""
+    return max(d for d in divisors(p) if batch % d == 0)
+
+
+@lru_cache(maxsize=4096)
+def _candidate_strategies(layer: Layer, p: int, batch: int, max_model_degree: int,
+                          max_candidates: int) -> tuple[Strategy, ...]:
+    splits = _splits(layer)
+    cap = max(max_model_degree, p // largest_batch_degree(p, batch))
+    options = {d: _dim_degrees(layer, d, p) for d in MODEL_DIMS if d in splits}
+    combos: list[dict[str, int]] = [{}]
+    for r in range(1, MAX_MODEL_DIMS + 1):
+        for dims in combinations([d for d in MODEL_DIMS if options.get(d)], r):
+            partial: list[dict[str, int]] = [{}]
+            for d in dims:
+                partial = [{**c, d: k} for c in partial for k in options[d]]
+            combos.extend(partial)
+    seen: dict[Strategy, tuple] = {}
+    for combo in combos:
+        m = 1
+        for k in combo.values():
+            m *= k
+        if p % m or m > cap:
+            continue
+        n = largest_batch_degree(p // m, batch) if "N" in splits else 1
+        degrees = dict(combo)
+        if n > 1:
+            degrees["N"] = n
+        strat = make_strategy(p, degrees)
+        seen.setdefault(strat, (strat.replication, m, strat.label))
+    ranked = sorted(seen, key=lambda s: seen[s])
+    return tuple(ranked[:max_candidates])
+
+
+def candidate_strategies(layer: Layer, p: int, batch: int, max_model_degree: int = MAX_MODEL_DEGREE,
+                         max_candidates: int = MAX_CANDIDATES) -> tuple[Strategy, ...]:
+    """The strategies the planner weighs for ``layer`` on ``p`` devices (module docstring rules)."""
+    return _candidate_strategies(layer, p, batch, max_model_degree, max_candidates)
+
+
+def algorithms(layer: Layer) -> tuple[str, ...]:
+    """The kernel algorithms that can run ``layer`` (``("",)`` for non-convolutions)."""
+    if layer.op != "conv2d":
+        return ("",)
+    return tuple(a for a in CONV_ALGORITHMS if algorithm_applies(layer, a))
+
+
+def candidates(layer: Layer, p: int, batch: int, max_model_degree: int = MAX_MODEL_DEGREE,
+               max_candidates: int = MAX_CANDIDATES) -> tuple[tuple[Strategy, str], ...]:
+    """Every (strategy, algorithm) pair for ``layer``, strategy-major."""
+    algos = algorithms(layer)
+    return tuple((s, a) for s in candidate_strategies(layer, p, batch, max_model_degree, max_candidates)
+                 for a in algos)

@@ -1,0 +1,95 @@
+"""Strong scaling: the optimal plan and pure data parallelism over a list of device counts (pure)."""
+
+from __future__ import annotations
+
+from costmodel.compute import ComputeModel
+from costmodel.machine import Machine
+from costmodel.step import predict_step
+from costmodel.uniform import uniform_strategies
+from networks.errors import DnnplanError
+from networks.ir import Network
+from planner.optimize import Settings, fastest_algorithms, make_plan, strategy_mix
+
+
+def parse_counts(text: str) -> list[int]:
+    """``"1,2,4,...,1024"`` -> [1, 2, 4, ..., 1024] (``...`` continues the doubling)."""
+    parts = [t.strip() for t in text.split(",") if t.strip()]
+    out: list[int] = []
+    for i, part in enumerate(parts):
+        if part == "...":
+            if len(out) < 2 or i + 1 >= len(parts):
+                raise DnnplanError(f"cannot read '...' in --sweep '{text}'", hint="write e.g. 1,2,4,...,1024")
+            ratio = out[-1] // out[-2]
+            end = int(parts[i + 1])
+            while out[-1] * ratio < end and ratio > 1:
+                out.append(out[-1] * ratio)
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise DnnplanError(f"'{part}' in --sweep is not a device count", hint="write e.g. 1,2,4,...,1024") from None
+        if value < 1:
+            raise DnnplanError(f"device counts in --sweep must be positive, got {value}")
+        out.append(value)
+    if not out:
+        raise DnnplanError("--sweep names no device count", hint="write e.g. 1,2,4,...,1024")
+    return sorted(set(out))
+
+
+def sweep(net: Network, network_ref: str, batch: int, counts: list[int], machine: Machine, compute: ComputeModel,
+          memory_limit_bytes: float | None, settings: Settings) -> list[dict]:
+    """One row per device count: plan step, data-parallel step, speedups, efficiencies, strategy mix."""
+    rows = []
+    for p in counts:
+        try:
+            machine.check_devices(p)
+            plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, settings,
+                             with_baselines=False)
+        except DnnplanError as err:
+            rows.append({"devices": p, "error": str(err)})
+            continue
+        strategies, _ = uniform_strategies(net, p, batch, "data")
+        data = predict_step(net, batch, strategies, fastest_algorithms(net, strategies, batch, machine, compute,
+                                                                       settings.optimizer),
+                            machine, compute, settings.optimizer)
+        rows.append({"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
+                     "data_step_s": data.step_s, "data_memory_peak_bytes": data.memory_peak_bytes,
+                     "mix": strategy_mix(plan), "solver": plan.solver.get("solver"),
+                     "status": plan.solver.get("status")})
+    ok = [r for r in rows if "error" not in r]
+    if ok:
+        p0, t0, d0 = ok[0]["devices"], ok[0]["step_s"], ok[0]["data_step_s"]
+        for r in ok:
+            r["speedup"] = t0 / r["step_s"]
+            r["efficiency"] = r["speedup"] * p0 / r["devices"]
+            r["data_speedup"] = d0 / r["data_step_s"]
+            r["data_efficiency"] = r["data_speedup"] * p0 / r["devices"]
+    return rows
+
+
+def plot_sweep(rows: list[dict], path: str, title: str) -> None:
+    """A PNG of step time against devices for the plan and data parallel (needs matplotlib)."""
+    try:
+        import matplotlib  # noqa: PLC0415 - optional extra
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        raise DnnplanError("--plot needs matplotlib", hint="pip install 'dnnplan[plot]'") from None
+    ok = [r for r in rows if "error" not in r]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ps = [r["devices"] for r in ok]
+    ax.loglog(ps, [r["step_s"] for r in ok], "o-", label="plan")
+    ax.loglog(ps, [r["data_step_s"] for r in ok], "s--", label="data parallel")
+    if ok:
+        ax.loglog(ps, [ok[0]["step_s"] * ok[0]["devices"] / p for p in ps], ":", color="grey", label="ideal")
+    ax.set_xlabel("devices")
+    ax.set_ylabel("predicted step (s)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as err:
+        raise DnnplanError(f"cannot write the plot: {err}", file=path) from None
+    finally:
+        plt.close(fig)

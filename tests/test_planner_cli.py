@@ -1,0 +1,137 @@
+"""`dnnplan plan` and `dnnplan predict plan.yaml` through the real app; plan files round-trip."""
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from costmodel.compute import Roofline
+from costmodel.files import DEFAULT_MACHINE, load_machine
+from networks.errors import DnnplanError
+from networks.loader import load_network
+from planner.cli import app
+from planner.optimize import make_plan
+from planner.plan_file import plan_to_dict, read_plan, write_plan
+
+runner = CliRunner()
+MACHINE = load_machine(DEFAULT_MACHINE)
+
+
+@pytest.fixture(scope="module")
+def alexnet_plan():
+    net = load_network("alexnet")
+    return make_plan(net, "alexnet", 128, 4, MACHINE, Roofline(MACHINE), machine_ref=DEFAULT_MACHINE)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_plan_round_trips_through_its_file_unchanged(alexnet_plan, tmp_path, suffix):
+    path = str(tmp_path / f"plan{suffix}")
+    write_plan(alexnet_plan, path)
+    back, _ = read_plan(path)
+    assert back == alexnet_plan
+    assert plan_to_dict(back) == plan_to_dict(alexnet_plan)
+
+
+def test_plan_command_prints_layers_baselines_and_solver():
+    result = runner.invoke(app, ["plan", "lenet5", "--devices", "4"])
+    assert result.exit_code == 0, result.output
+    for text in ("conv1", "baselines", "data parallel", "best uniform", "solver reduced", "optimal"):
+        assert text in result.output
+
+
+def test_plan_json_and_out_then_predict_agrees(tmp_path):
+    out = str(tmp_path / "p.yaml")
+    result = runner.invoke(app, ["plan", "resnet18", "-p", "4", "--json", "--out", out])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["devices"] == 4 and data["solver"]["status"] == "optimal"
+    assert {"name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes"} == set(data["layers"][0])
+    pred = runner.invoke(app, ["predict", out, "--json"])
+    assert pred.exit_code == 0, pred.output
+    assert json.loads(pred.output)["step_s"] == pytest.approx(data["step_s"], rel=1e-12)
+
+
+def test_hand_edited_plan_evaluates_and_is_not_faster(tmp_path):
+    out = tmp_path / "p.yaml"
+    assert runner.invoke(app, ["plan", "alexnet", "-p", "4", "--out", str(out)]).exit_code == 0
+    data = yaml.safe_load(out.read_text())
+    conv = next(l for l in data["layers"] if l["name"] == "conv2")
+    conv["strategy"] = {"F": 4} if conv["strategy"] != {"F": 4} else {"N": 4}
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = runner.invoke(app, ["predict", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    assert got["step_s"] >= data["step_s"] * (1 - 1e-9)
+    assert got["plan"]["recorded_step_s"] == data["step_s"]
+    table = runner.invoke(app, ["predict", str(out)])
+    assert table.exit_code == 0 and "recorded" in table.output
+
+
+def test_plan_for_another_network_version_is_rejected(alexnet_plan, tmp_path):
+    path = tmp_path / "p.yaml"
+    write_plan(alexnet_plan, str(path))
+    data = yaml.safe_load(path.read_text())
+    data["network_hash"] = "0123456789abcdef"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(DnnplanError, match="different version"):
+        read_plan(str(path))
+    result = runner.invoke(app, ["predict", str(path)])
+    assert result.exit_code == 2 and "different version" in result.output
+
+
+def test_plan_for_a_wrong_machine_is_rejected(alexnet_plan, tmp_path):
+    path = tmp_path / "p.yaml"
+    write_plan(alexnet_plan, str(path))
+    data = yaml.safe_load(path.read_text())
+    data["machine"] = "no-such-machine"
+    path.write_text(yaml.safe_dump(data))
+    result = runner.invoke(app, ["predict", str(path)])
+    assert result.exit_code == 2 and "no-such-machine" in result.output
+    data["machine"] = "local"
+    data["devices"] = 4096
+    path.write_text(yaml.safe_dump(data))
+    result = runner.invoke(app, ["predict", str(path)])
+    assert result.exit_code == 2, result.output
+
+
+def test_sweep_table_and_json():
+    result = runner.invoke(app, ["plan", "mlp", "-p", "8", "--sweep", "1,2,4,8", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["rows"]
+    assert [r["devices"] for r in rows] == [1, 2, 4, 8]
+    assert rows[0]["speedup"] == 1.0 and all(r["step_s"] <= r["data_step_s"] * (1 + 1e-9) for r in rows)
+    table = runner.invoke(app, ["plan", "mlp", "-p", "8", "--sweep", "1,2,...,8"])
+    assert table.exit_code == 0 and "strong scaling" in table.output
+
+
+def test_plot_needs_matplotlib_or_writes_a_png(tmp_path):
+    png = tmp_path / "s.png"
+    result = runner.invoke(app, ["plan", "mlp", "-p", "4", "--sweep", "1,2,4", "--plot", str(png)])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert result.exit_code == 2 and "matplotlib" in result.output
+    else:
+        assert result.exit_code == 0 and png.stat().st_size > 0
+
+
+@pytest.mark.parametrize("args,text", [
+    (["--solver", "magic"], "--solver"),
+    (["--memory", "0.001"], "least any plan needs"),
+    (["--memory", "-1"], "--memory"),
+    (["--plot", "x.png"], "--sweep"),
+    (["--sweep", "1,x"], "--sweep"),
+])
+def test_plan_errors_are_one_line_exit_2(args, text):
+    result = runner.invoke(app, ["plan", "resnet18", "-p", "4", *args])
+    assert result.exit_code == 2, result.output
+    assert text in result.output and "Traceback" not in result.output
+
+
+def test_ilp_solver_option_gives_the_same_plan_step():
+    a = json.loads(runner.invoke(app, ["plan", "lenet5", "-p", "4", "--json"]).output)
+    b = json.loads(runner.invoke(app, ["plan", "lenet5", "-p", "4", "--json", "--solver", "ilp",
+                                       "--time-limit", "60"]).output)
+    assert b["solver"]["solver"].startswith("ilp") and b["solver"]["time_limit_s"] == 60
+    assert a["step_s"] == pytest.approx(b["step_s"], rel=1e-9)

@@ -1,0 +1,166 @@
+"""The planner: candidates, problem building, exact solving, the prediction check, memory."""
+
+import random
+
+import numpy as np
+import pytest
+
+from costmodel.compute import Roofline
+from costmodel.files import DEFAULT_MACHINE, load_machine
+from costmodel.layer_cost import layer_estimate
+from costmodel.layer_layouts import _splits, input_layout, output_layout
+from costmodel.layout import reshard_volume, reshard_volume_unreduced
+from costmodel.reshard_batch import reshard_maxima
+from costmodel.step import predict_step
+from networks.loader import load_network, zoo_names
+from planner.build import build_problem, derive_estimate
+from planner.candidates import algorithms, candidate_strategies, candidates
+from planner.optimize import Settings, make_plan
+from planner.solvers import Edge, Problem, evaluate, min_memory, solve
+
+MACHINE = load_machine(DEFAULT_MACHINE)
+COMPUTE = Roofline(MACHINE)
+GIB = 2.0 ** 30
+
+
+def plan_of(name, p, **kw):
+    net = load_network(name)
+    return net, make_plan(net, name, 32 * p, p, MACHINE, COMPUTE, **kw)
+
+
+@pytest.mark.parametrize("name", zoo_names())
+@pytest.mark.parametrize("p", [2, 4])
+def test_every_zoo_network_plans_and_matches_its_prediction(name, p):
+    net, plan = plan_of(name, p, with_baselines=False)
+    assert [lp.name for lp in plan.layers] == [l.name for l in net.layers]
+    assert plan.solver["status"] == "optimal"
+    pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), MACHINE, COMPUTE)
+    assert pred.step_s == pytest.approx(plan.solver["objective_s"], rel=1e-9)
+    assert plan.memory_peak_bytes <= MACHINE.device.mem_capacity_bytes
+
+
+@pytest.mark.parametrize("p", [1, 3, 4, 6, 64, 4096])
+def test_candidates_split_evenly_and_stay_few(p):
+    net = load_network("resnet50")
+    batch = 32 * p
+    for layer in net.layers:
+        strats = candidate_strategies(layer, p, batch)
+        assert 1 <= len(strats) <= 64
+        for s in strats:
+            assert s.p == p and len(s.degrees) <= 3
+            for dim, k in s.degrees:
+                size = batch if dim == "N" else _splits(layer)[dim].size
+                assert size % k == 0
+    conv3 = next(l for l in net.layers if l.op == "conv2d" and l.p["kernel"] == (3, 3) and l.p["stride"] == (1, 1))
+    assert set(algorithms(conv3)) == {"direct", "im2col", "fft", "winograd"}
+
+
+def test_algorithms_share_one_estimate_exactly():
+    net = load_network("resnet18")
+    for layer in [l for l in net.layers if l.op == "conv2d"][:6]:
+        for strat in candidate_strategies(layer, 8, 256)[:6]:
+            algos = algorithms(layer)
+            base = layer_estimate(layer, strat, 256, MACHINE, COMPUTE, algos[0])
+            for a in algos:
+                assert derive_estimate(base, layer, strat, 256, COMPUTE, a) == \
+                    layer_estimate(layer, strat, 256, MACHINE, COMPUTE, a)
+
+
+@pytest.mark.parametrize("name,p,batch", [("resnet50", 1024, 32768), ("resnet18", 8, 6), ("googlenet", 16, 512),
+                                          ("gpt2", 8, 8), ("largeimage2d", 64, 4), ("vgg16", 12, 96)])
+def test_batched_and_reduced_reshards_equal_the_reference(name, p, batch):
+    net = load_network(name)
+    by = {l.name: l for l in net.layers}
+    rng = random.Random(p)
+    pairs = []
+    for _ in range(60):
+        u, v, slot = rng.choice(net.edges())
+        su = rng.choice(candidate_strategies(by[u], p, batch))
+        sv = rng.choice(candidate_strategies(by[v], p, batch))
+        pairs.append((output_layout(by[u], su, batch), input_layout(by[v], sv, batch, slot)))
+    for backward in (False, True):
+        ps = [(b, a) for a, b in pairs] if backward else pairs
+        got = reshard_maxima(ps, backward)
+        for (src, dst), (recv, msgs) in zip(ps, got):
+            ref = reshard_volume_unreduced(src, dst, backward)
+            assert (recv, msgs) == (ref.max_recv, ref.max_messages)
+            fast = reshard_volume(src, dst, backward)
+            assert np.array_equal(fast.recv_elems, ref.recv_elems)
+            assert np.array_equal(fast.messages, ref.messages)
+
+
+@pytest.mark.parametrize("name", ["lenet5", "resnet18"])
+def test_ilp_and_reduction_agree_on_real_networks(name):
+    _, a = plan_of(name, 4, with_baselines=False)
+    _, b = plan_of(name, 4, with_baselines=False, settings=Settings(method="ilp"))
+    assert b.solver["solver"].startswith("ilp")
+    assert a.solver["objective_s"] == pytest.approx(b.solver["objective_s"], rel=1e-9)
+
+
+def _random_problem(rng, n):
+    k = [rng.randint(1, 4) for _ in range(n)]
+    edges = []
+    for v in range(1, n):
+        for u in rng.sample(range(v), min(v, rng.randint(1, 2))):
+            edges.append(Edge(u, v, np.array([[rng.random() for _ in range(k[v])] for _ in range(k[u])])))
+    return Problem(tuple(f"n{i}" for i in range(n)), tuple(np.array([rng.random() for _ in range(x)]) for x in k),
+                   tuple(np.array([rng.random() for _ in range(x)]) for x in k),
+                   tuple(np.array([rng.random() * 0.2 for _ in range(x)]) for x in k), tuple(edges), None)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ilp_reduced_and_brute_force_agree_on_random_dags(seed):
+    rng = random.Random(seed)
+    prob = _random_problem(rng, rng.randint(3, 7))
+    free = [solve(prob, m).objective for m in ("reduced", "ilp", "brute")]
+    assert free[1] == pytest.approx(free[0], rel=1e-9) and free[2] == pytest.approx(free[0], rel=1e-9)
+    need, _ = min_memory(prob)
+    top = evaluate(prob, solve(prob, "reduced").choice)[1]
+    limited = prob.with_memory_limit((need + top) / 2)
+    got = [solve(limited, m) for m in ("reduced", "ilp", "brute")]
+    for g in got:
+        assert g.objective == pytest.approx(got[2].objective, rel=1e-9)
+        assert g.memory <= limited.memory_limit * (1 + 1e-9)
+
+
+def test_memory_limit_changes_the_plan_when_it_binds_and_the_plan_fits():
+    net, free = plan_of("resnet18", 4, with_baselines=False)
+    built = build_problem(net, 128, 4, MACHINE, COMPUTE, None)
+    need, _ = min_memory(built.problem)
+    assert need < free.memory_peak_bytes
+    limit = (need + free.memory_peak_bytes) / 2
+    _, tight = plan_of("resnet18", 4, with_baselines=False, memory_limit_bytes=limit)
+    assert tight.memory_peak_bytes <= limit * (1 + 1e-9)
+    assert tight.strategies() != free.strategies() or tight.algorithms() != free.algorithms()
+    assert tight.step_s >= free.step_s * (1 - 1e-12)
+    assert "binding" in tight.solver["detail"]
+
+
+def test_infeasible_memory_says_what_would_fit():
+    from networks.errors import DnnplanError
+    with pytest.raises(DnnplanError, match="least any plan needs"):
+        plan_of("resnet18", 4, with_baselines=False, memory_limit_bytes=0.01 * GIB)
+
+
+@pytest.mark.parametrize("name", ["lenet5", "alexnet"])
+def test_no_single_layer_change_beats_the_plan(name):
+    net, plan = plan_of(name, 4, with_baselines=False)
+    strategies, algos = plan.strategies(), dict(plan.algorithms())
+    for layer in net.layers:
+        for strat, algo in candidates(layer, 4, plan.batch):
+            if strat == strategies[layer.name] and algo == algos.get(layer.name, ""):
+                continue
+            s2, a2 = dict(strategies), dict(algos)
+            s2[layer.name] = strat
+            if algo:
+                a2[layer.name] = algo
+            other = predict_step(net, plan.batch, s2, a2, MACHINE, COMPUTE)
+            assert other.step_s >= plan.step_s * (1 - 1e-9), (layer.name, strat.label, algo)
+
+
+def test_baselines_are_reported_and_never_beat_the_plan():
+    _, plan = plan_of("vgg16", 8)
+    names = [b.name for b in plan.baselines]
+    assert names[0] == "data parallel" and names[1].startswith("best uniform")
+    for b in plan.baselines:
+        assert b.step_s >= plan.step_s * (1 - 1e-9)
