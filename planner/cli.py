@@ -109,5 +109,8 @@ def predict(network: NetworkArg,
         report.prediction_table(pred, fallbacks)
 
 
+import planner.cli_profile  # noqa: E402,F401  (registers profile, profile-comm)
+
+
 def main() -> None:
     run()
