@@ -134,7 +134,13 @@ def test_local_machine_profiles_on_demand_into_the_cache(tmp_path):
     assert json.loads(r.output)["compute_model"].startswith("profile ")
     from planner.context import compute_model
     from costmodel.files import load_machine
+    from costmodel.layer_layouts import local_layer
+    from costmodel.strategy import Strategy
+    from networks.loader import load_network
     cm = compute_model(load_machine("local"))
+    layer = load_network("lenet5").layers[0]
+    assert cm.pass_s(local_layer(layer, Strategy(1), 4), "fwd", "direct") > 0
+    assert not cm.misses
     cm.save()
     files = list((tmp_path / "cache").glob("profile-numpy-1t-*.json"))
     assert len(files) == 1 and json.loads(files[0].read_text())["entries"]
