@@ -199,24 +199,33 @@ def _dist(a: tuple[float, ...], b: tuple[float, ...]) -> float:
     return sum((x - y) ** 2 for x, y in zip(a, b))
 
 
+def _between(lo, hi, log_work, sizes) -> float:
+    a = min(lo, key=lambda p: (_dist(p[1], sizes), log_work - p[0]))
+    b = min(hi, key=lambda p: (_dist(p[1], sizes), p[0] - log_work))
+    if b[0] == a[0]:
+        return (a[2] + b[2]) / 2
+    t = (log_work - a[0]) / (b[0] - a[0])
+    return a[2] + t * (b[2] - a[2])
+
+
 def interpolate(points, log_work: float, sizes: tuple[float, ...]) -> tuple[float, bool]:
     """Log throughput at ``log_work`` from measured ``(log work, log sizes, log throughput)``.
 
-    Takes the measured point nearest in shape (log-size distance) among those with at most the
-    target's work, and likewise among those with at least it, and interpolates log throughput
-    linearly in log work between them: the time at a measured point is exact, and between two
-    points it is monotone and bounded by theirs. With points on one side only, the nearest one's
+    Interpolates log throughput linearly in log work between a measured point with less work and
+    one with more: the nearest in shape (log-size distance) among the points whose sizes are all
+    <= / all >= the target's (the corners of a box around it), or, without such corners, among all
+    points with less / more work. At a measured point the result is exact, and between two points
+    it is monotone and bounded by theirs. With points on one side only, the nearest one's
     throughput is kept (extrapolation). Returns (log throughput, inside the measured range).
     """
     lo = [p for p in points if p[0] <= log_work]
     hi = [p for p in points if p[0] >= log_work]
     if lo and hi:
-        a = min(lo, key=lambda p: (_dist(p[1], sizes), log_work - p[0]))
-        b = min(hi, key=lambda p: (_dist(p[1], sizes), p[0] - log_work))
-        if b[0] == a[0]:
-            return (a[2] + b[2]) / 2, True
-        t = (log_work - a[0]) / (b[0] - a[0])
-        return a[2] + t * (b[2] - a[2]), True
+        box_lo = [p for p in lo if len(p[1]) == len(sizes) and all(a <= b for a, b in zip(p[1], sizes))]
+        box_hi = [p for p in hi if len(p[1]) == len(sizes) and all(a >= b for a, b in zip(p[1], sizes))]
+        if box_lo and box_hi:
+            return _between(box_lo, box_hi, log_work, sizes), True
+        return _between(lo, hi, log_work, sizes), True
     near = min(points, key=lambda p: (_dist(p[1], sizes), abs(p[0] - log_work)))
     return near[2], False
 
