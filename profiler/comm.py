@@ -1,0 +1,73 @@
+"""``dnnplan profile-comm``: launch the micro-benchmarks under mpiexec, fit, write into a table."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+
+from costmodel.comm_fit import Fit, fit_all, fit_json
+from costmodel.profile_table import ProfileTable
+from networks.errors import DnnplanError
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+def default_sizes(max_bytes: int = 16 * MIB) -> list[int]:
+    """Powers of four from 8 bytes up to ``max_bytes`` (16 MiB by default: a 2-core box)."""
+    out, n = [], 8
+    while n <= max_bytes:
+        out.append(n)
+        n *= 4
+    return out
+
+
+def find_mpiexec() -> str:
+    found = shutil.which("mpiexec")
+    if found:
+        return found
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.exists(here):
+        return here
+    raise DnnplanError("mpiexec not found", hint="pip install mpich (it ships mpiexec), or put mpiexec on PATH")
+
+
+def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float = 0.3,
+            timeout_s: float = 600) -> list[tuple[str, int, float]]:
+    """Run :mod:`profiler.comm_bench` under ``mpiexec -n ranks`` and return its measurements."""
+    if ranks < 2:
+        raise DnnplanError(f"--ranks must be at least 2 to measure communication, got {ranks}")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "comm.json")
+        cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "profiler.comm_bench",
+               "--sizes", ",".join(map(str, sizes)), "--collectives", ",".join(collectives),
+               "--cap", str(cap_s), "--out", out]
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        except subprocess.TimeoutExpired:
+            raise DnnplanError(f"mpiexec did not finish within {timeout_s:.0f} s",
+                               hint="use fewer --sizes or a smaller --max-bytes") from None
+        if proc.returncode != 0 or not os.path.exists(out):
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise DnnplanError(f"mpiexec -n {ranks} failed (exit {proc.returncode}): {tail[0]}",
+                               hint="check that mpi4py and mpiexec come from the same MPI")
+        with open(out, encoding="utf-8") as fh:
+            data = json.load(fh)
+    return [(c, int(n), float(t)) for c, n, t in data["measurements"]]
+
+
+def comm_section(measurements: list[tuple[str, int, float]], ranks: int) -> tuple[dict, dict[str, Fit], Fit]:
+    per, joint = fit_all(measurements, ranks)
+    section = {"ranks": ranks, "collectives": {c: fit_json(f) for c, f in per.items()}, "link": fit_json(joint)}
+    return section, per, joint
+
+
+def with_comm(table: ProfileTable, section: dict) -> ProfileTable:
+    return replace(table, comm=section)

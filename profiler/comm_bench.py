@@ -1,0 +1,88 @@
+"""Communication micro-benchmarks, run under ``mpiexec -n P python -m profiler.comm_bench``.
+
+Each rank times sendrecv (ranks paired 0-1, 2-3, ...) and each collective (allreduce, allgather,
+reduce_scatter, broadcast, alltoall) on float32 buffers of each size, osu-style: warm-up, barrier,
+then samples of ``iters`` operations; a sample's time is the slowest rank's; the median over samples
+is not kept: the fastest sample is, because on a small shared box other processes inflate
+small-message times by several times (docs/profiler.md). Sizes mean what :mod:`costmodel.collectives` means (allgather: the gathered total;
+reduce_scatter and alltoall: a rank's whole input). Rank 0 writes ``[[collective, nbytes, seconds],
+...]`` as JSON to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+ITEM = 4
+
+
+def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3) -> float:
+    from mpi4py import MPI
+    op()
+    op()
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    op()
+    one = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+    iters = max(1, min(200, int(2e-3 / max(one, 1e-7))))
+    samples = []
+    start = time.perf_counter()
+    while True:
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        for _ in range(iters):
+            op()
+        dt = (MPI.Wtime() - t0) / iters
+        samples.append(comm.allreduce(dt, op=MPI.MAX))
+        done = len(samples) >= min_samples and (time.perf_counter() - start > cap_s or len(samples) >= 30)
+        if comm.bcast(done, root=0):  # rank 0 decides for everyone, so no rank waits alone
+            break
+    return float(np.min(samples))
+
+
+def run(sizes: list[int], collectives: list[str], cap_s: float) -> list[tuple[str, int, float]]:
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    p, rank = comm.Get_size(), comm.Get_rank()
+    out = []
+    for nbytes in sizes:
+        n = max(p, nbytes // ITEM // p * p)  # a multiple of p elements
+        nb = n * ITEM
+        send = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
+        recv = np.empty_like(send)
+        part = np.empty(n // p, dtype=np.float32)
+        ops = {
+            "sendrecv": lambda: comm.Sendrecv(send, dest=rank ^ 1, recvbuf=recv, source=rank ^ 1)
+            if (rank ^ 1) < p else None,
+            "allreduce": lambda: comm.Allreduce(send, recv, op=MPI.SUM),
+            "allgather": lambda: comm.Allgather(send[: n // p], recv),
+            "reduce_scatter": lambda: comm.Reduce_scatter_block(send, part, op=MPI.SUM),
+            "broadcast": lambda: comm.Bcast(send, root=0),
+            "alltoall": lambda: comm.Alltoall(send, recv),
+        }
+        for c in collectives:
+            t = _bench(comm, ops[c], cap_s=cap_s)
+            out.append((c, nb, t))
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", required=True, help="comma-separated byte counts")
+    ap.add_argument("--collectives", default="sendrecv,allreduce,allgather,reduce_scatter,broadcast,alltoall")
+    ap.add_argument("--cap", type=float, default=0.3, help="seconds per (collective, size)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    from mpi4py import MPI
+    res = run([int(s) for s in args.sizes.split(",")], args.collectives.split(","), args.cap)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump({"ranks": MPI.COMM_WORLD.Get_size(), "measurements": res}, fh)
+
+
+if __name__ == "__main__":
+    main()

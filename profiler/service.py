@@ -1,0 +1,114 @@
+"""What the profile commands do, as library calls (the CLI in planner/cli_profile.py stays thin)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.kernel_calls import KernelCall
+from costmodel.profile_table import ProfileTable
+from networks.errors import DnnplanError
+from networks.loader import load_network
+from profiler.collect import conv_grid, gemm_grid, network_calls
+from profiler.fingerprint import fingerprint
+from profiler.harness import QUICK, TimingPolicy
+from profiler.run import ProfileRun, profile_calls
+from profiler.tables import cache_path, open_for_device
+from profiler.xp import array_module
+
+GRID_MODES = ("gemm", "conv")
+
+
+def parse_ints(text: str, what: str) -> list[int]:
+    try:
+        out = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise DnnplanError(f"--{what} must be comma-separated integers, got {text!r}") from None
+    if not out or any(v < 1 for v in out):
+        raise DnnplanError(f"--{what} must list positive integers, got {text!r}")
+    return out
+
+
+def device_peak_flops(fp: dict, threads: int) -> float | None:
+    """The datasheet float32 peak of the profiled device: the local machine's core peak times
+    threads on a CPU, a shipped machine's GPU when the name matches, else None."""
+    from costmodel.files import load_machine
+    try:
+        if fp["backend"] == "numpy":
+            return load_machine("local").device.peak_flops["float32"] * threads
+        for tag, name in (("H100", "dgx-h100"), ("A100", "dgx-a100")):
+            if tag in fp["device"]:
+                return load_machine(name).device.peak_flops["float32"]
+    except DnnplanError:
+        return None
+    return None
+
+
+@dataclass
+class ProfileRequest:
+    target: str                 # a network, or a grid mode ("gemm", "conv")
+    devices: list[int]
+    batch: int | None = None    # global batch; default 32 per device
+    backend: str = "numpy"
+    threads: int = 1
+    out: str | None = None      # default: the per-user cache of this device
+    max_seconds: float | None = None
+    sizes: list[int] | None = None       # gemm grid sizes / conv spatial sizes
+    channels: list[int] | None = None    # conv grid
+    algorithms: list[str] | None = None
+    quick: bool = False
+
+
+def plan_calls(req: ProfileRequest) -> list[KernelCall]:
+    if req.target == "gemm":
+        return gemm_grid(req.sizes or [64, 128, 256, 512])
+    if req.target == "conv":
+        return conv_grid(req.devices if req.batch is None else [req.batch], req.channels or [16, 32, 64],
+                         req.sizes or [14, 28, 56], algorithms=req.algorithms or ("im2col",),
+                         passes=("fwd", "bwd_data", "bwd_weights"))
+    net = load_network(req.target)
+    return network_calls(net, req.devices, lambda p: req.batch or 32 * p, req.algorithms)
+
+
+def run_profile(req: ProfileRequest, progress=None) -> tuple[ProfileRun, str, dict]:
+    """Profile the request's calls into its table (resuming); returns (run, table path, fingerprint)."""
+    if req.threads < 1:
+        raise DnnplanError(f"--threads must be positive, got {req.threads}")
+    xp = array_module(req.backend)
+    fp = fingerprint(req.backend, req.threads)
+    out = req.out or str(cache_path(fp))
+    table = open_for_device(out, fp)
+    calls = plan_calls(req)
+    policy = QUICK if req.quick else TimingPolicy()
+    run = profile_calls(calls, table, xp, threads=req.threads, policy=policy, max_seconds=req.max_seconds,
+                        out=out, progress=progress)
+    return run, out, fp
+
+
+def run_summary(run: ProfileRun, fp: dict, threads: int, path: str) -> dict:
+    flops = sum(e.flops for e in run.measured.values())
+    secs = sum(e.median_s for e in run.measured.values() if e.flops > 0)
+    best = max((e.flops / e.median_s for e in run.measured.values() if e.flops > 0), default=0.0)
+    peak = device_peak_flops(fp, threads)
+    return {"table": path, "device": fp["device"], "backend": fp["backend"], "threads": threads,
+            "measured": len(run.measured), "resumed": run.skipped, "left": len(run.left),
+            "failed": run.failed, "seconds": run.seconds, "entries": len(run.table.entries),
+            "achieved_flops": flops / secs if secs else 0.0, "best_flops": best, "peak_flops": peak,
+            "by_kernel": _by_kernel(run)}
+
+
+def _by_kernel(run: ProfileRun) -> list[dict]:
+    from costmodel.kernel_calls import split_key
+    agg: dict[tuple[str, str], list[float]] = {}
+    for key, e in run.measured.items():
+        kernel, _, _, algo = split_key(key)
+        a = agg.setdefault((kernel, algo), [0, 0.0, 0.0])
+        a[0] += 1
+        a[1] += e.median_s
+        a[2] += e.flops
+    return [{"kernel": k, "algo": a, "count": int(v[0]), "seconds": v[1],
+             "flops_per_s": v[2] / v[1] if v[1] else 0.0} for (k, a), v in sorted(agg.items())]
+
+
+def table_info(table: ProfileTable) -> dict:
+    return {"device": table.fingerprint.get("device"), "fingerprint": table.short_id, "entries": len(table.entries),
+            "comm": bool(table.comm)}

@@ -1,0 +1,146 @@
+"""profile / profile-comm end to end, the comm fit on synthetic data, the harness, the cupy path."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from costmodel.comm_fit import COLLECTIVES, fit, fit_all, model_s
+from costmodel.kernel_calls import kernel_calls
+from costmodel.machine import LinkLevel
+from planner.cli import app
+from profiler.harness import QUICK, build, time_call
+from profiler.xp import gpu_available
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+
+
+def test_profile_lenet5_end_to_end(tmp_path):
+    out = tmp_path / "lenet.json"
+    r = runner.invoke(app, ["profile", "lenet5", "--devices", "1,2", "--out", str(out), "--quick", "--json",
+                            "--max-seconds", "20"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["measured"] > 20 and s["entries"] == s["measured"] + s["left"] * 0 and not s["failed"]
+    table = json.loads(out.read_text())
+    assert table["format"] == "dnnplan-profile" and table["fingerprint"]["backend"] == "numpy"
+    # resume: nothing left to measure
+    r2 = runner.invoke(app, ["profile", "lenet5", "--devices", "1,2", "--out", str(out), "--quick", "--json"])
+    assert json.loads(r2.output)["measured"] == 0
+    # the planner side reads it
+    r3 = runner.invoke(app, ["predict", "lenet5", "--devices", "2", "--profile", str(out), "--json"])
+    assert r3.exit_code == 0, r3.output
+
+
+def test_profile_gemm_sweep_and_budget(tmp_path):
+    out = tmp_path / "g.json"
+    r = runner.invoke(app, ["profile", "gemm", "--sizes", "16,32", "--out", str(out), "--quick"])
+    assert r.exit_code == 0, r.output
+    assert "8 kernel shapes measured" in r.output
+
+
+def test_profile_rejects_foreign_table(tmp_path):
+    out = tmp_path / "g.json"
+    runner.invoke(app, ["profile", "gemm", "--sizes", "16", "--out", str(out), "--quick"])
+    r = runner.invoke(app, ["profile", "gemm", "--sizes", "16", "--out", str(out), "--quick", "--threads", "2"])
+    assert r.exit_code == 2 and "another device" in r.output
+
+
+def test_profile_bad_inputs_are_one_line_errors():
+    r = runner.invoke(app, ["profile", "lenet5", "--devices", "1,x"])
+    assert r.exit_code == 2 and "--devices" in r.output
+    r = runner.invoke(app, ["profile", "lenet5", "--backend", "tpu"])
+    assert r.exit_code == 2
+
+
+def test_help():
+    for cmd in ("profile", "profile-comm"):
+        assert runner.invoke(app, [cmd, "--help"]).exit_code == 0
+
+
+def test_comm_fit_recovers_synthetic_parameters():
+    link = LinkLevel("t", 3e-6, 1e-10, 4e-10)
+    sizes = [8 * 4**k for k in range(12)]
+    meas = [(c, n, model_s(c, n, 2, link)) for c in COLLECTIVES for n in sizes]
+    per, joint = fit_all(meas, 2)
+    assert joint.alpha_s == pytest.approx(3e-6, rel=1e-6)
+    assert joint.beta_s_per_byte == pytest.approx(1e-10, rel=1e-6)
+    assert joint.gamma_s_per_byte == pytest.approx(4e-10, rel=1e-6)
+    assert joint.max_error < 1e-9
+    assert per["sendrecv"].gamma_s_per_byte == 0.0
+
+
+def test_comm_fit_is_nonnegative_on_noisy_data():
+    rng = np.random.default_rng(0)
+    link = LinkLevel("t", 2e-6, 2e-10, 0.0)
+    meas = [("allreduce", n, model_s("allreduce", n, 4, link) * rng.uniform(0.8, 1.2)) for n in (8, 64, 4096, 2**20)]
+    f = fit(meas, 4)
+    assert min(f.alpha_s, f.beta_s_per_byte, f.gamma_s_per_byte) >= 0
+    assert f.median_error < 0.25
+
+
+def test_harness_builds_and_times_every_kernel_of_small_nets():
+    from networks.loader import load_network
+    from profiler.collect import network_calls
+    kinds = {}
+    for name in ("lenet5", "resnet18"):
+        net = load_network(name)
+        for call in network_calls(net, [1], lambda p: 1, ("im2col",)):
+            kinds.setdefault(call.kernel, call)
+    for call in kinds.values():
+        e = time_call(call, policy=QUICK) if call.flops < 5e8 else None
+        if e is not None:
+            assert e.median_s > 0 and e.count >= 3 and e.min_s <= e.median_s
+
+
+@pytest.mark.mpi
+def test_profile_comm_two_ranks(tmp_path):
+    if shutil.which("mpiexec") is None:
+        pytest.skip("no mpiexec")
+    out = tmp_path / "c.json"
+    r = runner.invoke(app, ["profile-comm", "--ranks", "2", "--sizes", "8,4096,65536", "--cap", "0.02",
+                            "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert set(s["collectives"]) == set(COLLECTIVES) and s["link"]["alpha_s"] >= 0
+    assert json.loads(out.read_text())["comm"]["ranks"] == 2
+
+
+@pytest.mark.gpu
+def test_cupy_timing_matches_kernel_shapes():
+    if not gpu_available():
+        pytest.skip("no cupy / CUDA device")
+    import cupy as cp
+    from costmodel.kernel_calls import linear_call
+    call = linear_call("linear.fwd", 512, 512, 512, True, "float32", 4)
+    e = time_call(call, cp, QUICK)
+    assert e.median_s > 0
+    y = build(call, cp)()
+    assert isinstance(y, cp.ndarray) and y.shape == (512, 512)
+
+
+def test_local_machine_profiles_on_demand_into_the_cache(tmp_path):
+    r = runner.invoke(app, ["predict", "lenet5", "--machine", "local", "--devices", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["compute_model"].startswith("profile ")
+    from planner.context import compute_model
+    from costmodel.files import load_machine
+    from costmodel.layer_layouts import local_layer
+    from costmodel.strategy import Strategy
+    from networks.loader import load_network
+    cm = compute_model(load_machine("local"))
+    layer = load_network("lenet5").layers[0]
+    assert cm.pass_s(local_layer(layer, Strategy(1), 4), "fwd", "direct") > 0
+    assert not cm.misses
+    cm.save()
+    files = list((tmp_path / "cache").glob("profile-numpy-1t-*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["entries"]

@@ -1,0 +1,175 @@
+"""Profile tables: kernel_calls vs the catalogue, format round-trip, merge, resume, errors, interpolation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from costmodel.compute import PASSES, Roofline, local_cost
+from costmodel.files import load_machine
+from costmodel.kernel_calls import KernelCall, kernel_calls, linear_call
+from costmodel.layer_layouts import local_layer
+from costmodel.profile_table import (Entry, ProfileTable, ProfiledCompute, interpolate, links_from_table,
+                                     merge, table_from_dict, table_to_dict)
+from costmodel.uniform import uniform_strategies
+from networks.errors import DnnplanError
+from networks.loader import load_network
+from profiler.tables import open_for_device, read_table, write_table
+
+FP = {"backend": "numpy", "device": "test cpu", "cores": 2, "threads": 1, "memory_bytes": 1}
+# ops whose calls follow the catalogue pass by pass (embedding has no kernel; layernorm's one
+# backward kernel computes dgamma too; attention's projections carry biases the catalogue omits)
+EXACT_OPS = {"conv2d", "linear", "relu", "gelu", "dropout", "add", "concat", "maxpool2d", "avgpool2d",
+             "global_avgpool", "batchnorm2d", "softmax_cross_entropy", "flatten"}
+
+
+@pytest.mark.parametrize("name", ["lenet5", "alexnet", "resnet18", "googlenet", "gpt2", "mlp"])
+@pytest.mark.parametrize("spec", ["data", "filter", "channel", "spatial"])
+def test_kernel_call_flops_equal_catalogue(name, spec):
+    net = load_network(name)
+    for p in (1, 2, 4):
+        strategies, _ = uniform_strategies(net, p, 8 * p, spec)
+        for layer in net.layers:
+            local = local_layer(layer, strategies[layer.name], 8 * p)
+            cost = local_cost(local)
+            calls = [kernel_calls(local, ps, "im2col") for ps in PASSES]
+            if layer.op in EXACT_OPS:
+                assert [sum(c.flops for c in cs) for cs in calls] == list(cost.flops), (layer.name, spec, p)
+            elif layer.op == "layernorm":
+                assert sum(c.flops for cs in calls for c in cs) == sum(cost.flops)
+            elif layer.op == "attention" and p == 1:
+                total = sum(c.flops for cs in calls for c in cs)
+                assert abs(total - sum(cost.flops)) / sum(cost.flops) < 0.01
+
+
+def test_conv_padding_of_a_spatial_shard_reproduces_the_local_output():
+    from profiler.kernels.conv import conv_output_hw
+    net = load_network("resnet18")
+    strategies, _ = uniform_strategies(net, 4, 8, "spatial")
+    for layer in net.layers:
+        if layer.op != "conv2d":
+            continue
+        local = local_layer(layer, strategies[layer.name], 8)
+        (call,) = kernel_calls(local, "fwd", "im2col")
+        n, c, h, w, f, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw, g, b = call.shape
+        assert conv_output_hw(h, w, kh, kw, (sh, sw), (pt, pb, pl, pr), (dh, dw)) == local.out_shape[1:]
+
+
+def _table(entries=None, comm=None, fp=FP):
+    return ProfileTable(dict(fp), entries or {}, comm or {}, "<test>")
+
+
+def _entry(t, flops):
+    return Entry(t, t, 0.01, 5, flops, flops)
+
+
+def test_round_trip_and_atomic_write(tmp_path):
+    call = linear_call("linear.fwd", 64, 64, 64, True, "float32", 4)
+    t = _table({call.key: _entry(1e-3, call.flops)}, {"ranks": 2})
+    path = tmp_path / "t.json"
+    write_table(t, path)
+    back = read_table(path)
+    assert table_to_dict(back) == table_to_dict(t)
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # no temporary left behind
+
+
+def test_merge_and_foreign_refusal():
+    a = _table({"k|1|float32|": _entry(1.0, 1)})
+    b = _table({"k|1|float32|": _entry(2.0, 1), "k|2|float32|": _entry(3.0, 2)})
+    m = merge(a, b)
+    assert m.entries["k|1|float32|"].median_s == 2.0 and len(m.entries) == 2
+    other = _table(fp={**FP, "device": "other"})
+    with pytest.raises(DnnplanError, match="different devices"):
+        merge(a, other)
+
+
+def test_resume_skips_measured(tmp_path):
+    from profiler.run import profile_calls
+    from profiler.harness import QUICK
+    calls = [KernelCall("relu.fwd", (n,), "float32", "", n, 8 * n) for n in (100, 200)]
+    path = str(tmp_path / "t.json")
+    fp = {**FP}
+    first = profile_calls(calls[:1], open_for_device(path, fp), policy=QUICK, out=path)
+    assert len(first.measured) == 1
+    second = profile_calls(calls, open_for_device(path, fp), policy=QUICK, out=path)
+    assert second.skipped == 1 and list(second.measured) == [calls[1].key]
+    assert len(read_table(path).entries) == 2
+
+
+def test_open_for_device_refuses_a_foreign_table(tmp_path):
+    path = tmp_path / "t.json"
+    write_table(_table(), path)
+    with pytest.raises(DnnplanError, match="another device"):
+        open_for_device(str(path), {**FP, "threads": 2})
+
+
+@pytest.mark.parametrize("text,match", [("{not json", "corrupt: invalid JSON"), ("[]", "not a dnnplan profile"),
+                                        ('{"format": "dnnplan-profile", "version": 99}', "version"),
+                                        ('{"format": "dnnplan-profile", "version": 1, "fingerprint": {}}', "corrupt")])
+def test_corrupt_tables_are_clear_errors(tmp_path, text, match):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(DnnplanError, match=match):
+        read_table(path)
+
+
+def test_bad_entry_is_corrupt():
+    data = table_to_dict(_table())
+    data["entries"] = {"relu.fwd|10|float32|": {"median_s": -1}}
+    with pytest.raises(DnnplanError, match="corrupt"):
+        table_from_dict(data, "x")
+
+
+def test_missing_table_is_clear_error(tmp_path):
+    with pytest.raises(DnnplanError, match="not found"):
+        read_table(tmp_path / "nope.json")
+
+
+def _gemm_table():
+    entries = {}
+    for m, t in ((64, 1e-4), (256, 2e-3), (1024, 5e-2)):
+        c = linear_call("linear.fwd", m, m, m, False, "float32", 4)
+        entries[c.key] = _entry(t, c.flops)
+    return _table(entries)
+
+
+def test_interpolation_exact_at_measured_points_and_monotone_between():
+    pc = ProfiledCompute(_gemm_table(), Roofline(load_machine("dgx-a100")))
+    for m, t in ((64, 1e-4), (256, 2e-3), (1024, 5e-2)):
+        assert pc.lookup(linear_call("linear.fwd", m, m, m, False, "float32", 4)).seconds == t
+    prev = 1e-4
+    for m in range(72, 1024, 40):
+        got = pc.lookup(linear_call("linear.fwd", m, m, m, False, "float32", 4))
+        assert got.how == "interpolated"
+        assert prev <= got.seconds <= 5e-2
+        prev = got.seconds
+    out = pc.lookup(linear_call("linear.fwd", 2048, 2048, 2048, False, "float32", 4))
+    assert out.how == "extrapolated" and out.seconds > 5e-2
+
+
+def test_interpolate_between_two_points_is_linear_in_log_space():
+    pts = [(0.0, (0.0,), 1.0), (2.0, (1.0,), 3.0)]
+    assert interpolate(pts, 1.0, (0.5,)) == (2.0, True)
+    assert interpolate(pts, 3.0, (2.0,)) == (3.0, False)
+
+
+def test_unprofiled_kernels_fall_back_and_are_counted():
+    net = load_network("lenet5")
+    pc = ProfiledCompute(_gemm_table(), Roofline(load_machine("dgx-a100")))
+    strategies, _ = uniform_strategies(net, 1, 8, "data")
+    conv = next(l for l in net.layers if l.op == "conv2d")
+    local = local_layer(conv, strategies[conv.name], 8)
+    assert pc.pass_s(local, "fwd", "im2col") == pytest.approx(Roofline(load_machine("dgx-a100")).pass_s(local, "fwd", "im2col"), rel=1e-9)
+    assert len(pc.misses) == 1
+    assert pc.name.startswith("profile test cpu")
+
+
+def test_links_from_table_replaces_intra_link_immutably():
+    machine = load_machine("local")
+    table = _table(comm={"ranks": 2, "link": {"alpha_s": 2e-6, "beta_s_per_byte": 1e-10, "gamma_s_per_byte": 2e-10}})
+    m2 = links_from_table(machine, table)
+    assert m2.intra.alpha_s == 2e-6 and m2.inter.alpha_s == 2e-6
+    assert machine.intra.alpha_s != 2e-6
+    assert links_from_table(machine, _table()) is machine
