@@ -109,5 +109,8 @@ def predict(network: NetworkArg,
         report.prediction_table(pred, fallbacks)
 
 
+import planner.cli_execute  # noqa: E402,F401  - registers `execute` and `validate`
+
+
 def main() -> None:
     run()
