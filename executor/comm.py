@@ -1,0 +1,172 @@
+"""Communication for the executor: cached group communicators, in-place allreduce, and reshards.
+
+Reshards move exactly the pieces :func:`costmodel.layout.transfers` lists (DESIGN.md, rule 2):
+this module only turns them into one ``Alltoallv`` (counts and displacements, each piece packed
+contiguous in list order, which sender and receiver compute identically). Forward, each rank's
+needed block is assembled from its pieces; backward (halo accumulation), the pieces a producer
+rank receives are summed into its owned block.
+
+Arrays are numpy (host) arrays; a cupy backend would stage through the host (not done yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from mpi4py import MPI
+
+from costmodel.layout import Layout, Region, block, same_blocks, transfers
+from costmodel.strategy import Strategy
+
+_MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE}
+
+
+class GroupComms:
+    """Sub-communicators of ``comm``, one per distinct partition of the ranks into groups.
+
+    ``get(strategy, dims)`` returns the communicator of the ranks that differ from this rank only
+    along ``dims`` (``Strategy.group``), or None when that group is this rank alone. Creating one
+    is collective over ``comm``: every rank must call ``get`` with the same arguments in the same
+    order (the runtime does so once, at setup, layer by layer). Partitions are cached, so two
+    layers with equal groups share a communicator.
+    """
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self._cache: dict[tuple, object] = {}
+
+    def get(self, strategy: Strategy, dims) -> object | None:
+        dims = tuple(d for d in dims if strategy.degree(d) > 1)
+        if not dims:
+            return None
+        partition = tuple(sorted({strategy.group(r, dims) for r in range(strategy.p)}))
+        if partition not in self._cache:
+            mine = strategy.group(self.rank, dims)
+            self._cache[partition] = self.comm.Split(partition.index(mine), self.rank)
+        return self._cache[partition]
+
+    def free(self) -> None:
+        for sub in self._cache.values():
+            sub.Free()
+        self._cache.clear()
+
+
+def allreduce_(sub, arr: np.ndarray) -> np.ndarray:
+    """Sum ``arr`` in place over the communicator ``sub`` (None: nothing to do). Returns ``arr``."""
+    if sub is None:
+        return arr
+    if not arr.flags.c_contiguous:
+        raise ValueError("allreduce_ needs a contiguous array")
+    sub.Allreduce(MPI.IN_PLACE, [arr, _MPI_TYPES[arr.dtype]], op=MPI.SUM)
+    return arr
+
+
+def _rel(region: Region, base: Region) -> tuple[slice, ...]:
+    return tuple(slice(lo - b0, hi - b0) for (lo, hi), (b0, _) in zip(region, base))
+
+
+def _shape(region: Region) -> tuple[int, ...]:
+    return tuple(hi - lo for lo, hi in region)
+
+
+@dataclass(frozen=True)
+class ReshardPlan:
+    """One rank's part of a reshard: what it copies locally, sends and receives (in piece order)."""
+
+    out_shape: tuple[int, ...]
+    local: tuple[tuple[tuple[slice, ...], tuple[slice, ...]], ...]  # (from my src block, into my dst block)
+    sends: tuple[tuple[int, tuple[slice, ...], int], ...]  # (dst rank, slice of my src block, size)
+    recvs: tuple[tuple[int, tuple[slice, ...], tuple[int, ...]], ...]  # (src rank, slice of my dst block, shape)
+    send_counts: tuple[int, ...]
+    recv_counts: tuple[int, ...]
+    any_remote: bool  # any rank sends anything (all ranks agree: the piece list is global)
+    identity: bool  # every rank already holds exactly its block (either direction)
+
+    @property
+    def send_elems(self) -> int:
+        return sum(self.send_counts)
+
+    @property
+    def recv_elems(self) -> int:
+        return sum(self.recv_counts)
+
+
+@lru_cache(maxsize=4096)
+def reshard_plan(src: Layout, dst: Layout, backward: bool, rank: int) -> ReshardPlan:
+    """Turn the layout algebra's pieces into this rank's copies, sends and receives."""
+    pieces = transfers(src, dst, backward)
+    mine_src, mine_dst = block(src, rank), block(dst, rank)
+    local, sends, recvs = [], [], []
+    send_counts, recv_counts = [0] * src.p, [0] * src.p
+    any_remote = False
+    for pc in pieces:
+        if pc.size == 0:
+            continue
+        if pc.src != pc.dst:
+            any_remote = True
+        if pc.src == rank and pc.dst == rank:
+            local.append((_rel(pc.region, mine_src), _rel(pc.region, mine_dst)))
+        elif pc.src == rank:
+            sends.append((pc.dst, _rel(pc.region, mine_src), pc.size))
+            send_counts[pc.dst] += pc.size
+        elif pc.dst == rank:
+            recvs.append((pc.src, _rel(pc.region, mine_dst), _shape(pc.region)))
+            recv_counts[pc.src] += pc.size
+    sends.sort(key=lambda s: s[0])  # stable: piece order kept within one destination
+    recvs.sort(key=lambda r: r[0])
+    identity = same_blocks(src, dst)  # each rank holds exactly its block: nothing moves, no sum
+    return ReshardPlan(_shape(mine_dst), tuple(local), tuple(sends), tuple(recvs), tuple(send_counts),
+                       tuple(recv_counts), any_remote, identity)
+
+
+def _displs(counts) -> list[int]:
+    out, acc = [], 0
+    for c in counts:
+        out.append(acc)
+        acc += c
+    return out
+
+
+def reshard(comm, local: np.ndarray, src: Layout, dst: Layout, backward: bool = False) -> np.ndarray:
+    """Move ``local`` (this rank's block of ``src``) to this rank's block of ``dst``.
+
+    Forward: returns the needed block. When every rank already holds its block, the same array
+    comes back in either direction (callers never write into it in place). Backward: ``local`` is
+    this rank's gradient of the consumer's needed block (``src``) and the result is the summed
+    gradient of its owned producer block (``dst``); regions no consumer reads stay zero.
+    Collective over ``comm`` whenever any rank has something to send.
+    """
+    rp = reshard_plan(src, dst, backward, comm.Get_rank())
+    if rp.identity:
+        return local
+    dtype = local.dtype
+    out = (np.zeros if backward else np.empty)(rp.out_shape, dtype=dtype)
+    for s_sl, d_sl in rp.local:
+        if backward:
+            out[d_sl] += local[s_sl]
+        else:
+            out[d_sl] = local[s_sl]
+    if not rp.any_remote:
+        return out
+    sendbuf = np.empty(rp.send_elems, dtype=dtype)
+    pos = 0
+    for _, sl, size in rp.sends:
+        sendbuf[pos:pos + size] = local[sl].reshape(-1)
+        pos += size
+    recvbuf = np.empty(rp.recv_elems, dtype=dtype)
+    mtype = _MPI_TYPES[np.dtype(dtype)]
+    comm.Alltoallv([sendbuf, (list(rp.send_counts), _displs(rp.send_counts)), mtype],
+                   [recvbuf, (list(rp.recv_counts), _displs(rp.recv_counts)), mtype])
+    pos = 0
+    for _, sl, shape in rp.recvs:
+        size = int(np.prod(shape))
+        piece = recvbuf[pos:pos + size].reshape(shape)
+        if backward:
+            out[sl] += piece
+        else:
+            out[sl] = piece
+        pos += size
+    return out

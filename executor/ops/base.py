@@ -1,0 +1,106 @@
+"""What a distributed op sees of its layer on this rank: :class:`LayerCtx`.
+
+Each op family (one file per family) provides ``forward(ctx, xs) -> (y, cache)`` and
+``backward(ctx, dy, cache) -> (dxs, wgrads)``. Inputs arrive already resharded to this rank's
+needed blocks (halos included); the output is this rank's owned block of the layer's output
+layout; ``dxs`` are gradients of the needed blocks (the runtime reshards them back, summing halos);
+``wgrads`` are this rank's contributions to the gradients of its weight shards (the runtime
+all-reduces them over the replica group). Ops run their own collectives (partial sums over C,
+input-gradient sums over F, batch-norm statistics) and wrap every piece of work in
+``ctx.span(phase)``.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costmodel.layout import Layout, Region
+from costmodel.strategy import Strategy
+from executor.comm import GroupComms, allreduce_
+from executor.timers import Timers
+from networks.errors import DnnplanError
+from networks.ir import Layer
+from networks.ops.base import Window
+
+
+@dataclass
+class LayerCtx:
+    layer: Layer
+    strategy: Strategy
+    rank: int
+    batch: int
+    algo: str
+    in_layouts: tuple[Layout, ...]
+    out_layout: Layout
+    in_blocks: tuple[Region, ...]
+    out_block: Region
+    comms: GroupComms
+    timers: Timers
+    weights: dict[str, np.ndarray] = field(default_factory=dict)  # local shards
+    labels: np.ndarray | None = None  # loss layers: the labels of this rank's logits block
+    dropout_seed: int = 0
+    identity_dropout: bool = False
+
+    @property
+    def p(self) -> dict:
+        return self.layer.p
+
+    def coord(self, dim: str) -> int:
+        return self.strategy.coord(self.rank, dim)
+
+    def split(self, dim: str) -> bool:
+        return self.strategy.degree(dim) > 1
+
+    def span(self, phase: str) -> AbstractContextManager:
+        return self.timers.span(self.layer.name, phase)
+
+    def allreduce(self, arr: np.ndarray, dims, phase: str) -> np.ndarray:
+        """Sum ``arr`` in place over the ranks differing from this one only along ``dims``."""
+        sub = self.comms.get(self.strategy, dims)
+        if sub is None:
+            return arr
+        with self.span(phase):
+            return allreduce_(sub, arr)
+
+
+def unsupported(layer: Layer, what: str) -> DnnplanError:
+    return DnnplanError(f"the executor cannot run {what}", layer=layer.name,
+                        hint="choose another strategy for this layer (see docs/executor.md)")
+
+
+def local_pads(win: Window, out_iv: tuple[int, int], need_iv: tuple[int, int], pad_hi: int):
+    """Padding (lo, hi) and ceil flag for a window op on a shard, so the local output is exactly
+    the rank's output rows ``out_iv`` computed from its needed input rows ``need_iv``.
+
+    Output row ``i`` reads input rows from ``i*stride - pad_lo``; the shard's first output row
+    ``a`` starts at ``a*stride - pad_lo``, so the local low padding is ``lo_needed - (a*stride -
+    pad_lo)`` (nonzero only at the global top border). The high padding is what the last window
+    still lacks. When that exceeds the layer's own ``pad_hi`` (a ceil-mode pool whose last window
+    hangs past the padding) it is capped at ``pad_hi`` and ceil mode is used, so clipped windows
+    keep the global divisor.
+    """
+    a, b = out_iv
+    lo, hi = need_iv
+    s, d, k = win.stride, win.dilation, win.kernel
+    pt = lo - (a * s - win.pad_lo)
+    span = (b - 1 - a) * s + d * (k - 1) + 1
+    pb = span - (hi - lo) - pt
+    ceil = False
+    if pb > pad_hi:
+        pb, ceil = pad_hi, True
+    return pt, max(pb, 0), ceil
+
+
+def region_shape(region: Region) -> tuple[int, ...]:
+    return tuple(hi - lo for lo, hi in region)
+
+
+def check_shape(ctx: LayerCtx, y: np.ndarray) -> np.ndarray:
+    want = region_shape(ctx.out_block)
+    if tuple(y.shape) != want:
+        raise unsupported(ctx.layer, f"{ctx.layer.op} under {ctx.strategy.label}: the local output is "
+                                     f"{tuple(y.shape)}, the owned block {want}")
+    return y

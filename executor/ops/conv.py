@@ -1,0 +1,57 @@
+"""conv2d split over N, H, W (halos arrive with the input), C (partial sums all-reduced forward)
+and F (input-gradient partial sums all-reduced backward), in any combination.
+
+Under a C split only the rank with C-coordinate 0 adds the bias and contributes its gradient
+(the others contribute zero), so the forward and the weight-gradient sums are right.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from executor.ops.base import LayerCtx, check_shape, local_pads
+from networks.ops.base import Window
+from profiler.kernels.conv import conv2d_backward_data, conv2d_backward_weights, conv2d_forward
+
+
+def geometry(ctx: LayerCtx):
+    """(stride, padding (t, b, l, r), dilation) of this rank's shard."""
+    p = ctx.p
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = p["kernel"], p["stride"], p["padding"], p["dilation"]
+    _, _, h, w = ctx.in_layouts[0].shape
+    pads = []
+    for axis, (k, s, pad, d, n) in ((2, (kh, sh, ph, dh, h)), (3, (kw, sw, pw, dw, w))):
+        lo, hi, _ = local_pads(Window(k, s, pad, d, n), ctx.out_block[axis], ctx.in_blocks[0][axis], pad)
+        pads += [lo, hi]
+    return (sh, sw), tuple(pads), (dh, dw)
+
+
+def _has_bias(ctx: LayerCtx) -> bool:
+    return "bias" in ctx.weights and ctx.coord("C") == 0
+
+
+def forward(ctx: LayerCtx, xs):
+    (x,) = xs
+    stride, pads, dil = geometry(ctx)
+    with ctx.span("fwd_compute"):
+        y = conv2d_forward(x, ctx.weights["weight"], ctx.weights["bias"] if _has_bias(ctx) else None,
+                           stride, pads, dil, ctx.p["groups"], ctx.algo)
+    y = np.ascontiguousarray(y)
+    ctx.allreduce(y, ("C",), "fwd_comm")
+    return check_shape(ctx, y), (x, stride, pads, dil)
+
+
+def backward(ctx: LayerCtx, dy, cache):
+    x, stride, pads, dil = cache
+    w = ctx.weights["weight"]
+    g = ctx.p["groups"]
+    with_bias = "bias" in ctx.weights
+    with ctx.span("bwd_compute"):
+        dx = conv2d_backward_data(dy, w, x.shape, stride, pads, dil, g, ctx.algo)
+        dw, db = conv2d_backward_weights(dy, x, w.shape, stride, pads, dil, g, ctx.algo, with_bias)
+    dx = np.ascontiguousarray(dx)
+    ctx.allreduce(dx, ("F",), "bwd_comm")
+    grads = {"weight": dw}
+    if with_bias:
+        grads["bias"] = db if _has_bias(ctx) else np.zeros_like(db)
+    return [dx], grads

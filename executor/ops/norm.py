@@ -1,0 +1,57 @@
+"""batchnorm2d split over N, C, H, W: per-channel sums are all-reduced over every rank holding the
+same channels (the N, H, W group), forward (sum, sum of squares, count) and backward (sum dy,
+sum dy*xhat), so the statistics equal the single-process ones. The gamma/beta gradients a rank
+returns are its LOCAL sums (the weight-gradient allreduce over the same group completes them);
+layernorm split over N and H needs no statistics exchange."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from executor.ops.base import LayerCtx, check_shape
+from profiler.kernels.norm import (bn_backward_apply, bn_backward_local_sums, bn_forward_apply,
+                                   bn_local_sums, bn_stats_from_sums, layernorm_backward,
+                                   layernorm_forward)
+
+STAT_DIMS = ("N", "H", "W")
+
+
+def bn_forward(ctx: LayerCtx, xs):
+    (x,) = xs
+    with ctx.span("fwd_compute"):
+        s, ss, count = bn_local_sums(x)
+    c = s.shape[0]
+    buf = np.concatenate([s, ss, [float(count)]])
+    ctx.allreduce(buf, STAT_DIMS, "fwd_comm")
+    count = buf[-1]
+    with ctx.span("fwd_compute"):
+        mean, var = bn_stats_from_sums(buf[:c], buf[c:2 * c], count)
+        y, cache = bn_forward_apply(x, mean, var, ctx.weights["gamma"], ctx.weights["beta"], ctx.p["eps"])
+    cache["count"] = count
+    return check_shape(ctx, y), cache
+
+
+def bn_backward(ctx: LayerCtx, dy, cache):
+    with ctx.span("bwd_compute"):
+        sdy, sdyx = bn_backward_local_sums(dy, cache)
+    c = sdy.shape[0]
+    pdt = ctx.weights["gamma"].dtype
+    grads = {"gamma": sdyx.astype(pdt), "beta": sdy.astype(pdt)}  # local: grad sync sums them
+    buf = np.concatenate([sdy, sdyx])
+    ctx.allreduce(buf, STAT_DIMS, "bwd_comm")
+    with ctx.span("bwd_compute"):
+        dx = bn_backward_apply(dy, cache, buf[:c], buf[c:], cache["count"], ctx.weights["gamma"])
+    return [dx], grads
+
+
+def ln_forward(ctx: LayerCtx, xs):
+    (x,) = xs
+    with ctx.span("fwd_compute"):
+        y, cache = layernorm_forward(x, ctx.weights["gamma"], ctx.weights["beta"], ctx.p["eps"])
+    return check_shape(ctx, y), cache
+
+
+def ln_backward(ctx: LayerCtx, dy, cache):
+    with ctx.span("bwd_compute"):
+        dx, dgamma, dbeta = layernorm_backward(dy, cache)
+    return [dx], {"gamma": dgamma, "beta": dbeta}

@@ -1,0 +1,90 @@
+"""Ops without weights on matching blocks: relu, gelu, dropout, add, concat, flatten.
+
+Dropout draws its mask per shard (``dropout_forward`` seeds by shape), so a distributed run with
+dropout cannot equal a single-process one; check mode runs dropout as the identity on both sides.
+Flatten under a C split keeps a contiguous feature block only when the degree divides C (the
+output block is checked and anything else refused)."""
+
+from __future__ import annotations
+
+from executor.ops.base import LayerCtx, check_shape, unsupported
+from profiler.kernels.activation import (add_backward, add_forward, concat_backward, concat_forward,
+                                         dropout_backward, dropout_forward, gelu_backward, gelu_forward,
+                                         relu_backward, relu_forward)
+
+
+def relu_fwd(ctx: LayerCtx, xs):
+    with ctx.span("fwd_compute"):
+        y, cache = relu_forward(xs[0])
+    return check_shape(ctx, y), cache
+
+
+def relu_bwd(ctx: LayerCtx, dy, cache):
+    with ctx.span("bwd_compute"):
+        return [relu_backward(dy, cache)], {}
+
+
+def gelu_fwd(ctx: LayerCtx, xs):
+    with ctx.span("fwd_compute"):
+        y, cache = gelu_forward(xs[0])
+    return check_shape(ctx, y), cache
+
+
+def gelu_bwd(ctx: LayerCtx, dy, cache):
+    with ctx.span("bwd_compute"):
+        return [gelu_backward(dy, cache)], {}
+
+
+def dropout_fwd(ctx: LayerCtx, xs):
+    rate = 0.0 if ctx.identity_dropout else ctx.p["rate"]
+    with ctx.span("fwd_compute"):
+        y, cache = dropout_forward(xs[0], rate, ctx.dropout_seed)
+    return check_shape(ctx, y), cache
+
+
+def dropout_bwd(ctx: LayerCtx, dy, cache):
+    with ctx.span("bwd_compute"):
+        return [dropout_backward(dy, cache)], {}
+
+
+def add_fwd(ctx: LayerCtx, xs):
+    with ctx.span("fwd_compute"):
+        y, _ = add_forward(xs[0], xs[1])
+        for x in xs[2:]:
+            y, _ = add_forward(y, x)
+    return check_shape(ctx, y), len(xs)
+
+
+def add_bwd(ctx: LayerCtx, dy, k):
+    with ctx.span("bwd_compute"):
+        da, _ = add_backward(dy)
+    return [da] * k, {}  # the same array for every input: the runtime never sums into it in place
+
+
+def concat_fwd(ctx: LayerCtx, xs):
+    with ctx.span("fwd_compute"):
+        y, cache = concat_forward(list(xs), axis=ctx.p["axis"] + 1)
+    return check_shape(ctx, y), cache
+
+
+def concat_bwd(ctx: LayerCtx, dy, cache):
+    with ctx.span("bwd_compute"):
+        return concat_backward(dy, cache), {}
+
+
+def flatten_fwd(ctx: LayerCtx, xs):
+    x = xs[0]
+    (clo, chi) = ctx.in_blocks[0][1]
+    hw = x.shape[2] * x.shape[3] if x.ndim == 4 else 1
+    if ctx.out_block[1] != (clo * hw, chi * hw):
+        raise unsupported(ctx.layer, f"flatten under {ctx.strategy.label}: channels {clo}:{chi} do not "
+                                     f"flatten to the owned features {ctx.out_block[1]} (the C degree "
+                                     "must divide the channels)")
+    with ctx.span("fwd_compute"):
+        y = x.reshape(x.shape[0], -1)
+    return check_shape(ctx, y), x.shape
+
+
+def flatten_bwd(ctx: LayerCtx, dy, shape):
+    with ctx.span("bwd_compute"):
+        return [dy.reshape(shape)], {}

@@ -1,0 +1,250 @@
+"""The MPI runtime: build each rank's shard of every layer from a plan, run training steps, time
+every piece of work, and (``check=True``) compare step 0 with the single-process reference.
+
+One step (DESIGN.md, "Execution"):
+
+1. forward, layers in order: reshard each input from its producer's owned layout to the layer's
+   needed layout (``fwd_comm``; halos included), compute (``fwd_compute``), the op's forward
+   collectives (``fwd_comm``: partial sums over C, batch-norm statistics, the loss);
+2. backward, in reverse: compute (``bwd_compute``), the op's backward collectives (``bwd_comm``:
+   input-gradient sums over F, batch-norm sums), then reshard the input gradients back to the
+   producers' owned layouts, summing overlaps (``bwd_comm``);
+3. the weight-gradient allreduce of each layer over its replica group: the ranks that differ only
+   along dimensions whose split lists the weight in ``partial_weight_grad`` (``grad_sync``);
+4. SGD with momentum, ``v = momentum*v + g; w -= lr*v`` (``update``).
+
+Replication (the leftover factor R of a strategy) recomputes the same block on every replica; its
+gradients are equal, not partial, so R never joins a gradient allreduce.
+
+Warm-up steps are numbered ``-warmup .. -1`` in the timers, timed steps ``0 .. steps-1``. The
+check compares the FIRST executed step (initial weights; a warm-up step when ``warmup > 0``),
+gradients taken after the allreduce and before the update; gathering and the reference run after
+that step's clock stops.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costmodel.layer_layouts import input_layout, output_layout, weight_layouts
+from costmodel.layout import block
+from costmodel.strategy import Strategy
+from executor.check import CheckResult, run_check
+from executor.comm import GroupComms, allreduce_, reshard, reshard_plan
+from executor.init import init_weights, make_inputs, make_labels, take
+from executor.ops import OPS
+from executor.ops.base import LayerCtx, region_shape
+from executor.ops.norm import STAT_DIMS
+from executor.timers import Timers
+from networks.analysis import layer_splits
+from networks.errors import DnnplanError
+from networks.ir import Layer, Network
+from planner.plan import Plan
+
+LOSS_OP = "softmax_cross_entropy"
+
+
+@dataclass
+class RunResult:
+    """``loss``: the first step's loss (initial weights, the one the check compares);
+    ``losses``: every executed step's loss in order, warm-up first; ``step_s``: this rank's wall
+    time of each timed step; ``check``: the comparison with the reference, when asked for."""
+
+    loss: float
+    losses: list[float]
+    step_s: list[float]
+    check: CheckResult | None = None
+
+
+@dataclass
+class _LayerRun:
+    layer: Layer
+    ctx: LayerCtx
+    forward: object
+    backward: object
+    grad_groups: dict[str, object] = field(default_factory=dict)  # weight -> communicator or None
+    momentum: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _grad_dims(layer: Layer, strategy: Strategy, weight: str) -> tuple[str, ...]:
+    splits = layer_splits(layer)
+    return tuple(d for d, _ in strategy.degrees if weight in splits[d].partial_weight_grad)
+
+
+class _Runtime:
+    def __init__(self, plan: Plan, net: Network, comm, seed: int, timers: Timers, check: bool):
+        self.comm, self.net, self.plan, self.timers = comm, net, plan, timers
+        self.rank = comm.Get_rank()
+        self.strategies = plan.strategies()
+        self.algorithms = plan.algorithms()
+        self.batch = plan.batch
+        self.inputs = {spec.name for spec in net.inputs}
+        self.comms = GroupComms(comm)
+        self.seed = seed
+        self.check = check
+        self._validate()
+        full_w = init_weights(net, seed)
+        data = make_inputs(net, self.batch, seed)
+        self.input_blocks: dict[tuple[str, int], np.ndarray] = {}
+        self.out_layouts = {}
+        self.runs: list[_LayerRun] = []
+        for layer in net.layers:
+            self.runs.append(self._build(layer, full_w, data))
+        if not net.layers or net.layers[-1].op != LOSS_OP:
+            raise DnnplanError(f"network '{net.name}' does not end in a {LOSS_OP} layer",
+                               hint="the executor trains against a loss")
+
+    def _validate(self) -> None:
+        if self.comm.Get_size() != self.plan.devices:
+            raise DnnplanError(f"the plan is for {self.plan.devices} devices but {self.comm.Get_size()} "
+                               f"ranks run it", hint=f"run it with --ranks {self.plan.devices}")
+        for layer in self.net.layers:
+            if layer.name not in self.strategies:
+                raise DnnplanError("the plan has no strategy for this layer", layer=layer.name)
+            if self.strategies[layer.name].p != self.plan.devices:
+                raise DnnplanError("the layer's strategy is for another device count", layer=layer.name)
+            if layer.op not in OPS:
+                raise DnnplanError(f"the executor cannot run op '{layer.op}'", layer=layer.name,
+                                   hint="executable ops: " + ", ".join(sorted(OPS)))
+
+    def _build(self, layer: Layer, full_w, data) -> _LayerRun:
+        strat, rank, batch = self.strategies[layer.name], self.rank, self.batch
+        out_l = output_layout(layer, strat, batch)
+        self.out_layouts[layer.name] = out_l
+        in_ls = tuple(input_layout(layer, strat, batch, k) for k in range(len(layer.inputs)))
+        in_blocks = tuple(block(l, rank) for l in in_ls)
+        wl = weight_layouts(layer, strat)
+        weights = {name: take(full_w[(layer.name, name)], block(wl[name], rank)) for name, _ in layer.weights}
+        for slot, src in enumerate(layer.inputs):
+            if src in self.inputs:
+                self.input_blocks[(layer.name, slot)] = take(data[src], in_blocks[slot])
+        labels = None
+        if layer.op == LOSS_OP:
+            labels = take(make_labels(layer, batch, self.seed), in_blocks[0][:-1])
+        ctx = LayerCtx(layer, strat, rank, batch, self.algorithms.get(layer.name) or "im2col", in_ls, out_l,
+                       in_blocks, block(out_l, rank), self.comms, self.timers, weights, labels,
+                       identity_dropout=self.check)
+        # every communicator this layer can use, created now (collective, same order on all ranks)
+        for dims in (("C",), ("F",), ("H", "W"), ("N", "H"), STAT_DIMS):
+            self.comms.get(strat, dims)
+        fwd, bwd = OPS[layer.op]
+        run = _LayerRun(layer, ctx, fwd, bwd)
+        for name, _ in layer.weights:
+            run.grad_groups[name] = self.comms.get(strat, _grad_dims(layer, strat, name))
+            run.momentum[name] = np.zeros_like(weights[name])
+        return run
+
+    # -- one training step ------------------------------------------------------------------------
+
+    def _gather_inputs(self, run: _LayerRun, acts) -> list[np.ndarray]:
+        layer, ctx = run.layer, run.ctx
+        moves = any(src not in self.inputs and not reshard_plan(self.out_layouts[src], ctx.in_layouts[k],
+                                                                False, self.rank).identity
+                    for k, src in enumerate(layer.inputs))
+        xs = []
+        if not moves:
+            for k, src in enumerate(layer.inputs):
+                xs.append(self.input_blocks[(layer.name, k)] if src in self.inputs else acts[src])
+            return xs
+        with self.timers.span(layer.name, "fwd_comm"):
+            for k, src in enumerate(layer.inputs):
+                if src in self.inputs:
+                    xs.append(self.input_blocks[(layer.name, k)])
+                else:
+                    xs.append(reshard(self.comm, acts[src], self.out_layouts[src], ctx.in_layouts[k]))
+        return xs
+
+    def _scatter_grads(self, run: _LayerRun, dxs, grads) -> None:
+        layer, ctx = run.layer, run.ctx
+        srcs = [(k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs]
+        if not srcs:
+            return
+        moves = any(not reshard_plan(ctx.in_layouts[k], self.out_layouts[src], True, self.rank).identity
+                    for k, src in srcs)
+        with (self.timers.span(layer.name, "bwd_comm") if moves else _nullspan()):
+            for k, src in srcs:
+                g = reshard(self.comm, dxs[k], ctx.in_layouts[k], self.out_layouts[src], backward=True)
+                grads[src] = g if src not in grads else grads[src] + g  # never in place: arrays alias
+
+    def step(self, index: int, lr: float, momentum: float, keep_grads: bool):
+        self.timers.begin_step(index)
+        acts, caches = {}, {}
+        for run in self.runs:
+            run.ctx.dropout_seed = zlib.crc32(f"{self.seed}/{run.layer.name}/{index}/{run.ctx.out_block}".encode())
+            y, caches[run.layer.name] = run.forward(run.ctx, self._gather_inputs(run, acts))
+            acts[run.layer.name] = y
+        loss = float(acts[self.runs[-1].layer.name])
+        grads: dict[str, np.ndarray] = {}
+        wgrads: dict[str, dict[str, np.ndarray]] = {}
+        for run in reversed(self.runs):
+            name = run.layer.name
+            dy = None
+            if run.layer.op != LOSS_OP:
+                dy = grads.pop(name, None)
+                if dy is None:  # an output nothing reads
+                    dy = np.zeros(region_shape(run.ctx.out_block), dtype=np.float32)
+            dxs, wgrads[name] = run.backward(run.ctx, dy, caches.pop(name))
+            self._scatter_grads(run, dxs, grads)
+        for run in self.runs:
+            gs = wgrads[run.layer.name]
+            if not gs:
+                continue
+            for w in gs:
+                gs[w] = np.ascontiguousarray(gs[w], dtype=run.ctx.weights[w].dtype)
+            if any(sub is not None for sub in run.grad_groups.values()):
+                with self.timers.span(run.layer.name, "grad_sync"):
+                    for w, g in gs.items():
+                        allreduce_(run.grad_groups[w], g)
+        kept = {(n, w): g.copy() for n, gs in wgrads.items() for w, g in gs.items()} if keep_grads else None
+        for run in self.runs:
+            gs = wgrads[run.layer.name]
+            if not gs:
+                continue
+            with self.timers.span(run.layer.name, "update"):
+                for w, g in gs.items():
+                    v = run.momentum[w]
+                    v *= momentum
+                    v += g
+                    run.ctx.weights[w] -= lr * v
+        self.timers.end_step()
+        return loss, kept
+
+
+class _nullspan:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2, check: bool = False,
+             seed: int = 0, timers: Timers | None = None, lr: float = 0.01,
+             momentum: float = 0.9) -> RunResult:
+    """Run ``warmup`` + ``steps`` training steps of ``plan`` on the ranks of ``comm`` (collective).
+
+    ``comm`` is an mpi4py communicator of exactly ``plan.devices`` ranks. Every rank returns the
+    same losses and check; ``step_s`` is this rank's own clock.
+    """
+    if steps < 0 or warmup < 0 or steps + warmup < 1:
+        raise DnnplanError(f"need at least one step (steps={steps}, warmup={warmup})")
+    timers = timers if timers is not None else Timers()
+    rt = _Runtime(plan, net, comm, seed, timers, check)
+    try:
+        losses, kept = [], None
+        for i in range(-warmup, steps):
+            comm.Barrier()
+            loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
+            losses.append(loss)
+            if grads is not None:
+                kept = grads
+        result = None
+        if check:
+            result = run_check(comm, net, plan.batch, rt.strategies, rt.algorithms, seed, losses[0], kept)
+        step_s = [timers.step_wall[i] for i in range(steps)]
+        return RunResult(losses[0], losses, step_s, result)
+    finally:
+        rt.comms.free()
