@@ -37,13 +37,27 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
     net = load_network(network)
     mach = load_machine(machine or DEFAULT_MACHINE)
     mach.check_devices(devices)
-    return Context(net, mach, batch or default_batch(devices), devices, compute_model(mach, profile))
+    compute = compute_model(mach, profile)
+    return Context(net, profiled_links(mach, compute), batch or default_batch(devices), devices, compute)
 
 
 def compute_model(machine: Machine, profile: str | None = None) -> ComputeModel:
-    """The profile table when one is given or the machine names one, else the datasheet roofline."""
+    """The profile table when one is given or the machine names one; for the ``local`` machine the
+    per-user cache of this computer, profiled on demand; else the datasheet roofline."""
     path = profile or machine.profile
     if path:
         from costmodel.profile_table import ProfiledCompute, load_table  # noqa: PLC0415 - optional
         return ProfiledCompute(load_table(path), Roofline(machine))
+    if machine.name == "local":
+        from profiler.ondemand import local_compute_model  # noqa: PLC0415 - the I/O edge
+        return local_compute_model(machine, threads=1)
     return Roofline(machine)
+
+
+def profiled_links(machine: Machine, compute: ComputeModel) -> Machine:
+    """The machine with the links fitted by `dnnplan profile-comm` when the compute model's table has them."""
+    table = getattr(compute, "table", None)
+    if table is None:
+        return machine
+    from costmodel.profile_table import links_from_table  # noqa: PLC0415
+    return links_from_table(machine, table)

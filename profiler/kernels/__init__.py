@@ -19,6 +19,8 @@ KERNELS: dict[str, Callable] = {
     "gemm": gemm.gemm,
     "linear.fwd": gemm.linear_forward,
     "linear.bwd": gemm.linear_backward,
+    "linear.bwd_data": gemm.linear_backward_data,
+    "linear.bwd_weights": gemm.linear_backward_weights,
     "maxpool2d.fwd": pool.maxpool2d_forward,
     "maxpool2d.bwd": pool.maxpool2d_backward,
     "avgpool2d.fwd": pool.avgpool2d_forward,

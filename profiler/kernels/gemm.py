@@ -38,3 +38,17 @@ def linear_backward(dy, x, w, with_bias=True):
     dw = gemm(dy2, x2, trans_a=True)
     db = dy2.sum(axis=0) if with_bias else None
     return dx, dw, db
+
+
+def linear_backward_data(dy, w):
+    """dx (..., C) = dy (..., F) @ w (F, C): the backward-data pass alone."""
+    f, c = w.shape
+    return gemm(dy.reshape(-1, f), w).reshape(*dy.shape[:-1], c)
+
+
+def linear_backward_weights(dy, x, with_bias=True):
+    """(dw (F, C), db (F,) or None) = (dy^T x, sum dy): the backward-weights pass alone."""
+    f, c = dy.shape[-1], x.shape[-1]
+    dy2 = dy.reshape(-1, f)
+    dw = gemm(dy2, x.reshape(-1, c), trans_a=True)
+    return dw, (dy2.sum(axis=0) if with_bias else None)

@@ -1,0 +1,316 @@
+"""The exact kernel invocations the executor makes for one layer, one pass, on the straggler's shard.
+
+This is the single source of truth behind DESIGN.md's "one kernel set": the profiler times exactly
+these calls, :class:`costmodel.profile_table.ProfiledCompute` looks up exactly these calls, and the
+executor calls :data:`profiler.kernels.KERNELS` with exactly these shapes. Pure.
+
+Each :class:`KernelCall` names a kernel of ``profiler.kernels.KERNELS`` and a flat integer shape
+tuple whose meaning per kernel is :data:`SHAPE_FIELDS` (the names also say how the profiler
+builds synthetic operands). ``flops`` follow the op catalogue's conventions, so for every op the
+calls of a pass add up to ``costmodel.compute.local_cost(local).flops[pass]`` (exceptions, both
+documented in docs/profiler.md: layernorm puts its dgamma/dbeta flops in ``bwd_data`` because one
+kernel computes both; attention under a head or sequence split, where the catalogue counts
+unsplit projections / a local-by-local score matrix but the kernels do less / more).
+
+Which kernel runs in which pass:
+
+========================  ==========================  ===============================  ==========================
+op                        fwd                         bwd_data                         bwd_weights
+========================  ==========================  ===============================  ==========================
+conv2d                    conv2d.fwd                  conv2d.bwd_data                  conv2d.bwd_weights
+linear                    linear.fwd                  linear.bwd_data                  linear.bwd_weights
+relu / gelu / dropout     <op>.fwd                    <op>.bwd                         -
+add (k inputs)            add.fwd x (k-1)             add.bwd                          -
+concat                    concat.fwd                  concat.bwd                       -
+maxpool2d / avgpool2d     <op>.fwd                    <op>.bwd                         -
+global_avgpool            global_avgpool.fwd          global_avgpool.bwd               -
+batchnorm2d               batchnorm.local_sums,       batchnorm.bwd_apply              batchnorm.bwd_local_sums
+                          batchnorm.fwd_apply                                          (= dgamma, dbeta)
+layernorm                 layernorm.fwd               layernorm.bwd (with dgamma)      -
+softmax_cross_entropy     softmax_xent.fwd            softmax_xent.bwd                 -
+attention                 linear.fwd (qkv),           linear.bwd_data (out),           linear.bwd_weights (out),
+                          attention.fwd,              attention.bwd,                   linear.bwd_weights (qkv)
+                          linear.fwd (out)            linear.bwd_data (qkv)
+flatten, embedding        -  (reshape / gather: no timed kernel; embedding uses the fallback)
+========================  ==========================  ===============================  ==========================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.layer_layouts import LocalLayer
+from networks.ir import DTYPE_BYTES
+
+_CONV = ("n", "c", "h", "w", "f", "kh", "kw", "sh", "sw", "pt", "pb", "pl", "pr", "dh", "dw", "groups", "bias")
+_POOL = ("n", "c", "h", "w", "kh", "kw", "sh", "sw", "pt", "pb", "pl", "pr", "dh", "dw", "ceil_mode")
+_AVGPOOL = _POOL + ("count_include_pad",)
+_NCHW = ("n", "c", "h", "w")
+_LINEAR = ("rows", "c", "f", "bias")
+_ATTN = ("n", "heads", "sq", "sk", "dh", "causal")
+
+#: Meaning of each position of ``KernelCall.shape``, per kernel.
+SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
+    "conv2d.fwd": _CONV, "conv2d.bwd_data": _CONV, "conv2d.bwd_weights": _CONV,
+    "linear.fwd": _LINEAR, "linear.bwd_data": _LINEAR, "linear.bwd_weights": _LINEAR,
+    "gemm": ("m", "k", "n", "trans_a", "trans_b"),
+    "maxpool2d.fwd": _POOL, "maxpool2d.bwd": _POOL,
+    "avgpool2d.fwd": _AVGPOOL, "avgpool2d.bwd": _AVGPOOL,
+    "global_avgpool.fwd": _NCHW, "global_avgpool.bwd": _NCHW,
+    "batchnorm.local_sums": _NCHW, "batchnorm.fwd_apply": _NCHW,
+    "batchnorm.bwd_local_sums": _NCHW, "batchnorm.bwd_apply": _NCHW,
+    "layernorm.fwd": ("rows", "d"), "layernorm.bwd": ("rows", "d"),
+    "relu.fwd": ("elems",), "relu.bwd": ("elems",), "gelu.fwd": ("elems",), "gelu.bwd": ("elems",),
+    "dropout.fwd": ("elems",), "dropout.bwd": ("elems",),
+    "add.fwd": ("elems",), "add.bwd": ("elems",),
+    # concat along axis 1 of (outer, size_k, inner) blocks; the shape is (outer, inner, size_1, ...)
+    "concat.fwd": ("outer", "inner"), "concat.bwd": ("outer", "inner"),
+    "softmax_xent.fwd": ("rows", "k"), "softmax_xent.bwd": ("rows", "k"),
+    "attention.fwd": _ATTN, "attention.bwd": _ATTN,
+}
+
+#: Positions of a shape that are sizes (interpolated over); the others are structure (stride,
+#: padding, flags), which must match exactly for two measurements to be neighbours.
+SIZE_FIELDS = frozenset({"n", "c", "h", "w", "f", "rows", "m", "k", "d", "elems", "outer", "inner",
+                         "heads", "sq", "sk", "dh"})
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """One kernel invocation: registry name, flat shape (see :data:`SHAPE_FIELDS`), dtype,
+    convolution algorithm ("" for other kernels), FLOPs (catalogue convention) and bytes moved."""
+
+    kernel: str
+    shape: tuple[int, ...]
+    dtype: str
+    algo: str
+    flops: int
+    bytes: int
+
+    @property
+    def key(self) -> str:
+        """The profile-table key: ``kernel|d0,d1,...|dtype|algo``."""
+        return f"{self.kernel}|{','.join(str(int(s)) for s in self.shape)}|{self.dtype}|{self.algo}"
+
+    @property
+    def work(self) -> int:
+        """What interpolation scales with: FLOPs, or bytes for kernels that do no arithmetic."""
+        return self.flops if self.flops > 0 else max(self.bytes, 1)
+
+
+def split_key(key: str) -> tuple[str, tuple[int, ...], str, str]:
+    kernel, shape, dtype, algo = key.split("|")
+    return kernel, tuple(int(s) for s in shape.split(",") if s), dtype, algo
+
+
+def shape_fields(kernel: str, shape: tuple[int, ...]) -> tuple[str, ...]:
+    """Field names of a shape (concat's trailing sizes are all sizes)."""
+    fields = SHAPE_FIELDS[kernel]
+    return fields + ("size",) * (len(shape) - len(fields))
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def _pads(total_pad: int, lo: int, split: bool, global_lo: int, global_hi: int) -> tuple[int, int]:
+    """Padding of the straggler: the layer's own when the axis is not split, else the total the
+    local window needs, placed at the low border first (the executor pads only at global borders)."""
+    if not split:
+        return global_lo, global_hi
+    top = min(lo, total_pad)
+    return top, total_pad - top
+
+
+def _window_pad(size: int, out: int, k: int, s: int, d: int) -> int:
+    return max(0, (out - 1) * s + d * (k - 1) + 1 - size)
+
+
+def _conv_calls(local: LocalLayer, pass_: str, algo: str, dtype: str, item: int) -> tuple[KernelCall, ...]:
+    p = local.p
+    c, h, w = local.in_shapes[0]
+    f, ho, wo = local.out_shape
+    n = local.batch
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = p["kernel"], p["stride"], p["padding"], p["dilation"]
+    hsplit = (h, ho) != (local.layer.in_shapes[0][1], local.layer.out_shape[1])
+    wsplit = (w, wo) != (local.layer.in_shapes[0][2], local.layer.out_shape[2])
+    pt, pb = _pads(_window_pad(h, ho, kh, sh, dh), ph, hsplit, ph, ph)
+    pl, pr = _pads(_window_pad(w, wo, kw, sw, dw), pw, wsplit, pw, pw)
+    groups, bias = p["groups"], int(bool(p["bias"]))
+    shape = (n, c, h, w, f, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw, groups, bias)
+    macs = n * f * ho * wo * (c // groups) * kh * kw
+    x_b, y_b, w_b = n * c * h * w * item, n * f * ho * wo * item, f * (c // groups) * kh * kw * item
+    bias_f = n * f * ho * wo * bias
+    flops, nbytes = {"fwd": (2 * macs + bias_f, x_b + w_b + y_b),
+                     "bwd_data": (2 * macs, y_b + w_b + x_b),
+                     "bwd_weights": (2 * macs + bias_f, y_b + x_b + w_b)}[pass_]
+    return (KernelCall(f"conv2d.{pass_}", shape, dtype, algo or "im2col", flops, nbytes),)
+
+
+def linear_call(kernel: str, rows: int, c: int, f: int, bias: bool, dtype: str, item: int) -> KernelCall:
+    """One of linear.fwd / linear.bwd_data / linear.bwd_weights with the catalogue's FLOPs."""
+    b = int(bool(bias))
+    macs = rows * c * f
+    extra = rows * f * b if kernel != "linear.bwd_data" else 0
+    nbytes = (rows * c + rows * f + c * f) * item
+    return KernelCall(kernel, (rows, c, f, b), dtype, "", 2 * macs + extra, nbytes)
+
+
+def _linear_calls(local, pass_, dtype, item):
+    x = local.in_shapes[0]
+    rows = local.batch * _prod(x[:-1])
+    kernel = {"fwd": "linear.fwd", "bwd_data": "linear.bwd_data", "bwd_weights": "linear.bwd_weights"}[pass_]
+    return (linear_call(kernel, rows, x[-1], local.p["features"], local.p["bias"], dtype, item),)
+
+
+def _pool_calls(local, pass_, dtype, item):
+    p, op = local.p, local.layer.op
+    c, h, w = local.in_shapes[0]
+    _, ho, wo = local.out_shape
+    n = local.batch
+    kh, kw = p["kernel"]
+    sh, sw = p["stride"] if p["stride"] is not None else p["kernel"]
+    ph, pw = p["padding"]
+    dh, dw = p["dilation"] if op == "maxpool2d" else (1, 1)
+    hsplit = (h, ho) != (local.layer.in_shapes[0][1], local.layer.out_shape[1])
+    wsplit = (w, wo) != (local.layer.in_shapes[0][2], local.layer.out_shape[2])
+    ceil = int(bool(p["ceil_mode"])) and not (hsplit or wsplit)
+    pt, pb = _pads(_window_pad(h, ho, kh, sh, dh), ph, hsplit, ph, ph)
+    pl, pr = _pads(_window_pad(w, wo, kw, sw, dw), pw, wsplit, pw, pw)
+    shape = (n, c, h, w, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw, int(ceil))
+    if op == "avgpool2d":
+        shape += (int(bool(p["count_include_pad"])),)
+    xin, yout = n * c * h * w, n * c * ho * wo
+    if pass_ == "fwd":
+        return (KernelCall(f"{op}.fwd", shape, dtype, "", yout * kh * kw, (xin + yout) * item),)
+    if pass_ == "bwd_data":
+        return (KernelCall(f"{op}.bwd", shape, dtype, "", xin, (xin + yout) * item),)
+    return ()
+
+
+def _elementwise_calls(local, pass_, dtype, item):
+    op = local.layer.op
+    elems = local.batch * _prod(local.out_shape)
+    nb = elems * item
+    if op == "add":
+        k = len(local.in_shapes)
+        if pass_ == "fwd":
+            return tuple(KernelCall("add.fwd", (elems,), dtype, "", elems, 3 * nb) for _ in range(k - 1))
+        return (KernelCall("add.bwd", (elems,), dtype, "", 0, nb),) if pass_ == "bwd_data" else ()
+    if op == "concat":
+        if pass_ == "bwd_weights":
+            return ()
+        axis = local.p["axis"] + 1  # batched
+        full = (local.batch, *local.out_shape)
+        outer, inner = _prod(full[:axis]), _prod(full[axis + 1:])
+        sizes = tuple(s[axis - 1] for s in local.in_shapes)
+        kernel = "concat.fwd" if pass_ == "fwd" else "concat.bwd"
+        return (KernelCall(kernel, (outer, inner, *sizes), dtype, "", 0, 2 * nb),)
+    fwd_ops, bwd_ops = {"relu": (1, 1), "gelu": (8, 12), "dropout": (2, 1)}[op]
+    if pass_ == "fwd":
+        return (KernelCall(f"{op}.fwd", (elems,), dtype, "", fwd_ops * elems, 2 * nb),)
+    if pass_ == "bwd_data":
+        return (KernelCall(f"{op}.bwd", (elems,), dtype, "", bwd_ops * elems, 3 * nb),)
+    return ()
+
+
+def _norm_calls(local, pass_, dtype, item):
+    op = local.layer.op
+    if op == "global_avgpool":
+        c, h, w = local.in_shapes[0]
+        shape = (local.batch, c, h, w)
+        elems = _prod(shape)
+        kern = {"fwd": "global_avgpool.fwd", "bwd_data": "global_avgpool.bwd"}.get(pass_)
+        return (KernelCall(kern, shape, dtype, "", elems, elems * item),) if kern else ()
+    if op == "batchnorm2d":
+        shape = (local.batch, *local.in_shapes[0])
+        e = _prod(shape)
+        nb = e * item
+        if pass_ == "fwd":
+            return (KernelCall("batchnorm.local_sums", shape, dtype, "", 2 * e, nb),
+                    KernelCall("batchnorm.fwd_apply", shape, dtype, "", 5 * e, 2 * nb))
+        if pass_ == "bwd_data":
+            return (KernelCall("batchnorm.bwd_apply", shape, dtype, "", 10 * e, 3 * nb),)
+        return (KernelCall("batchnorm.bwd_local_sums", shape, dtype, "", 2 * e, 2 * nb),)
+    # layernorm
+    x = local.in_shapes[0]
+    rows, d = local.batch * _prod(x[:-1]), x[-1]
+    e = rows * d
+    if pass_ == "fwd":
+        return (KernelCall("layernorm.fwd", (rows, d), dtype, "", 7 * e, 2 * e * item),)
+    if pass_ == "bwd_data":
+        return (KernelCall("layernorm.bwd", (rows, d), dtype, "", 12 * e, 3 * e * item),)
+    return ()
+
+
+def _loss_calls(local, pass_, dtype, item):
+    x = local.in_shapes[0]
+    rows, k = local.batch * _prod(x[:-1]), x[-1]
+    e = rows * k
+    if pass_ == "fwd":
+        return (KernelCall("softmax_xent.fwd", (rows, k), dtype, "", 5 * e, e * item),)
+    if pass_ == "bwd_data":
+        return (KernelCall("softmax_xent.bwd", (rows, k), dtype, "", 3 * e, 2 * e * item),)
+    return ()
+
+
+def attention_core_flops(n: int, heads: int, sq: int, sk: int, dh: int) -> int:
+    """Scores and weighted sum (2 GEMMs, 2 FLOPs per MAC) plus 5 FLOPs per probability."""
+    return 4 * n * heads * sq * sk * dh + 5 * n * heads * sq * sk
+
+
+def _attention_calls(local, pass_, dtype, item):
+    p = local.p
+    s_l, d = local.in_shapes[0]
+    s_k = local.layer.in_shapes[0][0]  # keys and values are gathered over a sequence split
+    heads_global = local.layer.p["heads"]
+    dh = d // heads_global
+    heads = p["heads"]
+    d_l = heads * dh
+    n = local.batch
+    rows = n * s_l
+    bias = bool(p["bias"])
+    core = (n, heads, s_l, s_k, dh, int(bool(p["causal"])))
+    core_flops = attention_core_flops(n, heads, s_l, s_k, dh)
+    core_bytes = (3 * n * heads * s_l * dh + 2 * n * heads * s_l * s_k) * item
+    if pass_ == "fwd":
+        return (linear_call("linear.fwd", rows, d, 3 * d_l, bias, dtype, item),
+                KernelCall("attention.fwd", core, dtype, "", core_flops, core_bytes),
+                linear_call("linear.fwd", rows, d_l, d, bias, dtype, item))
+    if pass_ == "bwd_data":
+        return (linear_call("linear.bwd_data", rows, d_l, d, bias, dtype, item),
+                KernelCall("attention.bwd", core, dtype, "", core_flops, 2 * core_bytes),
+                linear_call("linear.bwd_data", rows, d, 3 * d_l, bias, dtype, item))
+    return (linear_call("linear.bwd_weights", rows, d_l, d, bias, dtype, item),
+            linear_call("linear.bwd_weights", rows, d, 3 * d_l, bias, dtype, item))
+
+
+def kernel_calls(local: LocalLayer, pass_: str, algorithm: str = "") -> tuple[KernelCall, ...]:
+    """The kernel invocations of ``pass_`` ("fwd", "bwd_data", "bwd_weights") of a local shard.
+
+    ``algorithm`` is the convolution algorithm (ignored by other ops; "" means im2col for conv).
+    Ops without a timed kernel (flatten, embedding) return ``()``.
+    """
+    if pass_ not in ("fwd", "bwd_data", "bwd_weights"):
+        raise ValueError(f"unknown pass {pass_!r}")
+    op = local.layer.op
+    dtype = local.layer.dtype
+    item = DTYPE_BYTES.get(dtype, 4)
+    if op == "conv2d":
+        return _conv_calls(local, pass_, algorithm, dtype, item)
+    if op == "linear":
+        return _linear_calls(local, pass_, dtype, item)
+    if op in ("maxpool2d", "avgpool2d"):
+        return _pool_calls(local, pass_, dtype, item)
+    if op in ("relu", "gelu", "dropout", "add", "concat"):
+        return _elementwise_calls(local, pass_, dtype, item)
+    if op in ("global_avgpool", "batchnorm2d", "layernorm"):
+        return _norm_calls(local, pass_, dtype, item)
+    if op == "softmax_cross_entropy":
+        return _loss_calls(local, pass_, dtype, item)
+    if op == "attention":
+        return _attention_calls(local, pass_, dtype, item)
+    return ()

@@ -1,0 +1,306 @@
+"""Profile tables: measured kernel times and fitted collective costs of one device, and the compute
+model that reads them (DESIGN.md, "Costs": "interpolated in log space between measured shapes").
+
+A table is a frozen :class:`ProfileTable`; on disk it is JSON (docs/profiler.md)::
+
+    {"format": "dnnplan-profile", "version": 1,
+     "fingerprint": {"backend": "numpy", "device": "AMD EPYC", "cores": 2, "threads": 1, ...},
+     "entries": {"conv2d.fwd|8,3,32,32,...|float32|im2col":
+                     {"min_s": ..., "median_s": ..., "spread": ..., "count": ..., "flops": ..., "bytes": ...}},
+     "comm": {"ranks": 2, "collectives": {"allreduce": {"alpha_s": ..., "beta_s_per_byte": ...,
+              "gamma_s_per_byte": ..., "fit_error": ..., "points": [[nbytes, measured_s, fitted_s], ...]}},
+              "link": {"alpha_s": ..., "beta_s_per_byte": ..., "gamma_s_per_byte": ..., "fit_error": ...}}}
+
+Pure: parsing and serialising work on already-decoded mappings; reading and writing files (atomic,
+resumable) is :mod:`profiler.tables`' job, and :func:`load_table` just forwards to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from costmodel.compute import ComputeModel
+from costmodel.kernel_calls import SIZE_FIELDS, KernelCall, kernel_calls, shape_fields, split_key
+from costmodel.layer_layouts import LocalLayer
+from costmodel.machine import LinkLevel, Machine
+from networks.errors import DnnplanError
+
+FORMAT = "dnnplan-profile"
+VERSION = 1
+#: Fingerprint keys that identify a device: tables differing in any of them are foreign to each other.
+IDENTITY_KEYS = ("backend", "device", "cores", "threads", "memory_bytes")
+_ENTRY_KEYS = ("min_s", "median_s", "spread", "count", "flops", "bytes")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Timing of one kernel call: fastest and median of ``count`` repetitions, relative spread
+    (interquartile range / median), and the call's FLOPs and bytes."""
+
+    min_s: float
+    median_s: float
+    spread: float
+    count: int
+    flops: int
+    bytes: int
+
+    @property
+    def work(self) -> int:
+        return self.flops if self.flops > 0 else max(self.bytes, 1)
+
+
+@dataclass(frozen=True, eq=False)
+class ProfileTable:
+    fingerprint: Mapping[str, Any]
+    entries: Mapping[str, Entry] = field(default_factory=dict)
+    comm: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "<table>"
+
+    @property
+    def short_id(self) -> str:
+        """A short, stable hash of the fingerprint's identity (device + threads + backend)."""
+        return fingerprint_id(self.fingerprint)
+
+    @property
+    def label(self) -> str:
+        fp = self.fingerprint
+        return f"{fp.get('device', '?')} x{fp.get('threads', '?')}t {fp.get('backend', '?')} [{self.short_id}]"
+
+
+def fingerprint_id(fp: Mapping[str, Any]) -> str:
+    ident = json.dumps({k: fp.get(k) for k in IDENTITY_KEYS}, sort_keys=True)
+    return hashlib.sha256(ident.encode()).hexdigest()[:10]
+
+
+def same_device(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(a.get(k) == b.get(k) for k in IDENTITY_KEYS)
+
+
+def foreign_reason(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """Which identity key differs between two fingerprints (None when they are the same device)."""
+    for k in IDENTITY_KEYS:
+        if a.get(k) != b.get(k):
+            return f"{k} {a.get(k)!r} != {b.get(k)!r}"
+    return None
+
+
+# --- parsing and serialising --------------------------------------------------------------------
+
+def _bad(source: str, why: str) -> DnnplanError:
+    return DnnplanError(f"profile table is corrupt: {why}", file=source,
+                        hint="delete it and run `dnnplan profile` again")
+
+
+def table_from_dict(data: Any, source: str) -> ProfileTable:
+    """Validate a decoded JSON table strictly; a corrupt or wrong-format table is a DnnplanError."""
+    if not isinstance(data, Mapping) or data.get("format") != FORMAT:
+        raise DnnplanError("not a dnnplan profile table (no \"format\": \"dnnplan-profile\")", file=source,
+                           hint="pass a file written by `dnnplan profile`")
+    if data.get("version") != VERSION:
+        raise DnnplanError(f"profile table version {data.get('version')!r} is not {VERSION}", file=source,
+                           hint="re-run `dnnplan profile` with this dnnplan")
+    fp = data.get("fingerprint")
+    if not isinstance(fp, Mapping) or not all(k in fp for k in IDENTITY_KEYS):
+        raise _bad(source, f"fingerprint must be a mapping with keys {', '.join(IDENTITY_KEYS)}")
+    raw = data.get("entries", {})
+    if not isinstance(raw, Mapping):
+        raise _bad(source, "entries must be a mapping")
+    entries = {}
+    for key, e in raw.items():
+        try:
+            kernel, shape, _, _ = split_key(key)
+            if not isinstance(e, Mapping) or any(k not in e for k in _ENTRY_KEYS):
+                raise ValueError("missing fields")
+            ent = Entry(float(e["min_s"]), float(e["median_s"]), float(e["spread"]), int(e["count"]),
+                        int(e["flops"]), int(e["bytes"]))
+            if not (ent.median_s > 0 and math.isfinite(ent.median_s) and ent.count >= 1):
+                raise ValueError("non-positive time")
+        except (ValueError, TypeError, KeyError) as err:
+            raise _bad(source, f"entry {key!r}: {err}") from None
+        entries[key] = ent
+    comm = data.get("comm", {})
+    if not isinstance(comm, Mapping):
+        raise _bad(source, "comm must be a mapping")
+    return ProfileTable(dict(fp), entries, dict(comm), source)
+
+
+def table_to_dict(table: ProfileTable) -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION, "fingerprint": dict(table.fingerprint),
+            "entries": {k: e.__dict__.copy() for k, e in sorted(table.entries.items())},
+            "comm": dict(table.comm)}
+
+
+def merge(base: ProfileTable, new: ProfileTable) -> ProfileTable:
+    """``base`` with ``new``'s entries and comm fits added (``new`` wins a key both have).
+
+    Tables of different devices never merge: that is a DnnplanError naming the difference.
+    """
+    why = foreign_reason(base.fingerprint, new.fingerprint)
+    if why:
+        raise DnnplanError(f"cannot merge profile tables of different devices ({why})", file=new.source,
+                           hint="write this device's profile to its own file")
+    entries = dict(base.entries)
+    entries.update(new.entries)
+    comm = dict(base.comm)
+    comm.update(new.comm)
+    return replace(base, fingerprint={**base.fingerprint, **new.fingerprint}, entries=entries, comm=comm)
+
+
+def with_entries(table: ProfileTable, entries: Mapping[str, Entry]) -> ProfileTable:
+    return replace(table, entries={**table.entries, **entries})
+
+
+def load_table(path: str) -> ProfileTable:
+    """Read a table file (delegates to the I/O edge, :func:`profiler.tables.read_table`)."""
+    from profiler.tables import read_table  # noqa: PLC0415 - the file edge lives in profiler
+    return read_table(path)
+
+
+# --- interpolation ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Lookup:
+    """How a call's time was found: ``exact``, ``interpolated`` (inside the measured range),
+    ``extrapolated`` (outside it, constant throughput) or ``fallback`` (no measurement of the
+    kernel at this structure; the roofline answered)."""
+
+    seconds: float
+    how: str
+
+
+def _structure(kernel: str, shape: tuple[int, ...]) -> tuple:
+    names = shape_fields(kernel, shape)
+    return tuple((n, s) for n, s in zip(names, shape) if n not in SIZE_FIELDS and n != "size")
+
+
+def _sizes(kernel: str, shape: tuple[int, ...]) -> tuple[float, ...]:
+    names = shape_fields(kernel, shape)
+    return tuple(math.log(max(s, 1)) for n, s in zip(names, shape) if n in SIZE_FIELDS or n == "size")
+
+
+class _Group:
+    """Measurements of one kernel / dtype / algorithm / structure, for interpolation."""
+
+    def __init__(self):
+        self.points: list[tuple[float, tuple[float, ...], float]] = []  # (log work, log sizes, log throughput)
+
+    def add(self, work: int, sizes: tuple[float, ...], seconds: float) -> None:
+        self.points.append((math.log(work), sizes, math.log(work / seconds)))
+
+
+def _dist(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    if len(a) != len(b):
+        return float("inf")
+    return sum((x - y) ** 2 for x, y in zip(a, b))
+
+
+def interpolate(points, log_work: float, sizes: tuple[float, ...]) -> tuple[float, bool]:
+    """Log throughput at ``log_work`` from measured ``(log work, log sizes, log throughput)``.
+
+    Takes the measured point nearest in shape (log-size distance) among those with at most the
+    target's work, and likewise among those with at least it, and interpolates log throughput
+    linearly in log work between them: the time at a measured point is exact, and between two
+    points it is monotone and bounded by theirs. With points on one side only, the nearest one's
+    throughput is kept (extrapolation). Returns (log throughput, inside the measured range).
+    """
+    lo = [p for p in points if p[0] <= log_work]
+    hi = [p for p in points if p[0] >= log_work]
+    if lo and hi:
+        a = min(lo, key=lambda p: (_dist(p[1], sizes), log_work - p[0]))
+        b = min(hi, key=lambda p: (_dist(p[1], sizes), p[0] - log_work))
+        if b[0] == a[0]:
+            return (a[2] + b[2]) / 2, True
+        t = (log_work - a[0]) / (b[0] - a[0])
+        return a[2] + t * (b[2] - a[2]), True
+    near = min(points, key=lambda p: (_dist(p[1], sizes), abs(p[0] - log_work)))
+    return near[2], False
+
+
+class ProfiledCompute:
+    """A :class:`~costmodel.compute.ComputeModel` over a profile table.
+
+    ``pass_s`` sums the times of :func:`~costmodel.kernel_calls.kernel_calls` for the pass: an exact
+    table hit, else interpolation between measured shapes of the same kernel, dtype, algorithm and
+    structure (stride, padding, flags), else the ``fallback`` model. The calls that needed the
+    fallback are collected in ``misses`` (so the CLI can say what to profile). That set, and a
+    per-call memo, are the only state; answers depend only on the table.
+    """
+
+    def __init__(self, table: ProfileTable, fallback: ComputeModel):
+        self.table = table
+        self.fallback = fallback
+        self.name = f"profile {table.label}"
+        self.misses: set[KernelCall] = set()
+        self.outside: set[KernelCall] = set()
+        self._groups: dict[tuple, _Group] = {}
+        self._memo: dict[KernelCall, Lookup] = {}
+        for key, e in table.entries.items():
+            kernel, shape, dtype, algo = split_key(key)
+            g = self._groups.setdefault((kernel, dtype, algo, _structure(kernel, shape)), _Group())
+            g.add(e.work, _sizes(kernel, shape), e.median_s)
+
+    def lookup(self, call: KernelCall) -> Lookup:
+        """The time of one call, and how it was found (None-free: falls back to the roofline)."""
+        if call in self._memo:
+            return self._memo[call]
+        entry = self.table.entries.get(call.key)
+        if entry is not None:
+            out = Lookup(entry.median_s, "exact")
+        else:
+            group = self._groups.get((call.kernel, call.dtype, call.algo, _structure(call.kernel, call.shape)))
+            if group is None:
+                out = Lookup(self._fallback_call(call), "fallback")
+                self.misses.add(call)
+            else:
+                log_thr, inside = interpolate(group.points, math.log(call.work), _sizes(call.kernel, call.shape))
+                out = Lookup(call.work / math.exp(log_thr), "interpolated" if inside else "extrapolated")
+                if not inside:
+                    self.outside.add(call)
+        self._memo[call] = out
+        return out
+
+    def _fallback_call(self, call: KernelCall) -> float:
+        fb = self.fallback
+        time = getattr(fb, "_time", None)
+        if time is not None:
+            return time(call.flops, call.bytes)
+        return 0.0
+
+    def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
+        calls = kernel_calls(local, pass_, algorithm)
+        if not calls:
+            return self.fallback.pass_s(local, pass_, algorithm) if local.layer.op == "embedding" else 0.0
+        return sum(self.lookup(c).seconds for c in calls)
+
+    def update_s(self, weight_elems: int, itemsize: int) -> float:
+        return self.fallback.update_s(weight_elems, itemsize)
+
+    def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
+        return self.fallback.workspace_bytes(local, algorithm)
+
+
+# --- communication fits -------------------------------------------------------------------------
+
+def fitted_link(table: ProfileTable) -> LinkLevel | None:
+    """The alpha-beta-gamma link fitted jointly over every measured collective, or None."""
+    link = table.comm.get("link") if table.comm else None
+    if not link:
+        return None
+    return LinkLevel(name=f"profiled ({table.comm.get('ranks', '?')} ranks)", alpha_s=float(link["alpha_s"]),
+                     beta_s_per_byte=float(link["beta_s_per_byte"]),
+                     gamma_s_per_byte=float(link["gamma_s_per_byte"]))
+
+
+def links_from_table(machine: Machine, table: ProfileTable) -> Machine:
+    """``machine`` with its intra-node link replaced by the table's fitted one (unchanged without
+    a communication profile). A one-node machine's inter link is replaced too (it is never used)."""
+    link = fitted_link(table)
+    if link is None:
+        return machine
+    inter = link if machine.nodes == 1 else machine.inter
+    return replace(machine, intra=link, inter=inter)

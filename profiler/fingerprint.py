@@ -1,0 +1,71 @@
+"""The device fingerprint a profile table records, so a table is never silently used elsewhere."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+import numpy
+
+from networks.errors import DnnplanError
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def _memory_bytes() -> int:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _blas() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+        libs = [f"{i.get('internal_api')} {i.get('version')}" for i in threadpool_info() if i.get("user_api") == "blas"]
+        return ", ".join(sorted(set(libs))) or "unknown"
+    except Exception:  # noqa: BLE001 - informational only
+        return "unknown"
+
+
+def fingerprint(backend: str = "numpy", threads: int = 1) -> dict[str, Any]:
+    """Device, core count, memory, library versions and thread count of this process's device."""
+    fp: dict[str, Any] = {"backend": backend, "threads": int(threads), "numpy": numpy.__version__,
+                          "blas": _blas(), "python": platform.python_version()}
+    if backend == "cupy":
+        from profiler.xp import array_module
+        cp = array_module("cupy")
+        try:
+            dev = cp.cuda.Device()
+            props = cp.cuda.runtime.getDeviceProperties(dev.id)
+            name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+            fp.update(device=name, cores=int(props["multiProcessorCount"]),
+                      memory_bytes=int(props["totalGlobalMem"]), cupy=cp.__version__,
+                      cuda_runtime=int(cp.cuda.runtime.runtimeGetVersion()),
+                      driver=int(cp.cuda.runtime.driverGetVersion()))
+        except Exception as err:  # noqa: BLE001
+            raise DnnplanError(f"cannot query the CUDA device: {err}", hint="use --backend numpy") from None
+    else:
+        fp.update(device=_cpu_model(), cores=_cores(), memory_bytes=_memory_bytes())
+    return fp

@@ -1,0 +1,212 @@
+"""The timing harness: synthetic operands for a :class:`~costmodel.kernel_calls.KernelCall`, the
+kernel from :data:`profiler.kernels.KERNELS`, warm-up, and repetitions until the median is stable.
+
+Stopping rule: after at least ``min_reps`` samples, stop when the 95% confidence interval of the
+median (the box-plot notch, ``1.57 * IQR / sqrt(n)``) is within ``rel_ci`` of the median, or when
+``max_reps`` samples or ``time_cap_s`` seconds are reached. Kernels faster than ``min_sample_s``
+are looped inside one sample so the clock's resolution and call overhead do not dominate. On a GPU
+each sample is bracketed by CUDA events and the stream is synchronised.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Callable
+
+import numpy
+
+from costmodel.kernel_calls import KernelCall, shape_fields
+from costmodel.profile_table import Entry
+from profiler.kernels import KERNELS
+from profiler.xp import synchronize
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    warmup: int = 1
+    min_reps: int = 3
+    max_reps: int = 50
+    rel_ci: float = 0.03
+    time_cap_s: float = 1.0
+    min_sample_s: float = 2e-4
+
+
+QUICK = TimingPolicy(warmup=1, min_reps=3, max_reps=7, rel_ci=0.05, time_cap_s=0.2)
+
+
+def _rand(xp: ModuleType, shape, dtype, rng_seed: int = 0):
+    rng = xp.random.default_rng(rng_seed)
+    return rng.standard_normal(shape, dtype=numpy.float32).astype(dtype)
+
+
+def build(call: KernelCall, xp: ModuleType) -> Callable[[], object]:
+    """A no-argument closure that runs the call's kernel once on random operands of its shape."""
+    f = dict(zip(shape_fields(call.kernel, call.shape), call.shape))
+    dt = call.dtype
+    k = call.kernel
+    fn = KERNELS[k]
+    r = lambda *shape: _rand(xp, shape, dt)  # noqa: E731
+    if k.startswith("conv2d."):
+        n, c, h, w, fo, kh, kw = (f[x] for x in ("n", "c", "h", "w", "f", "kh", "kw"))
+        geo = dict(stride=(f["sh"], f["sw"]), padding=(f["pt"], f["pb"], f["pl"], f["pr"]),
+                   dilation=(f["dh"], f["dw"]), groups=f["groups"], algo=call.algo)
+        x, wt = r(n, c, h, w), r(fo, c // f["groups"], kh, kw)
+        b = r(fo) if f["bias"] else None
+        y = KERNELS["conv2d.fwd"](x, wt, b, **geo)
+        dy = r(*y.shape)
+        if k == "conv2d.fwd":
+            return lambda: fn(x, wt, b, **geo)
+        if k == "conv2d.bwd_data":
+            return lambda: fn(dy, wt, x.shape, **geo)
+        return lambda: fn(dy, x, wt.shape, with_bias=bool(f["bias"]), **geo)
+    if k.startswith("linear."):
+        x, wt = r(f["rows"], f["c"]), r(f["f"], f["c"])
+        b = r(f["f"]) if f["bias"] else None
+        dy = r(f["rows"], f["f"])
+        if k == "linear.fwd":
+            return lambda: fn(x, wt, b)
+        if k == "linear.bwd_data":
+            return lambda: fn(dy, wt)
+        if k == "linear.bwd_weights":
+            return lambda: fn(dy, x, with_bias=bool(f["bias"]))
+        return lambda: fn(dy, x, wt, with_bias=bool(f["bias"]))
+    if k == "gemm":
+        a = r(f["k"], f["m"]) if f["trans_a"] else r(f["m"], f["k"])
+        bm = r(f["n"], f["k"]) if f["trans_b"] else r(f["k"], f["n"])
+        return lambda: fn(a, bm, bool(f["trans_a"]), bool(f["trans_b"]))
+    if k.startswith(("maxpool2d.", "avgpool2d.")):
+        x = r(f["n"], f["c"], f["h"], f["w"])
+        geo = dict(kernel=(f["kh"], f["kw"]), stride=(f["sh"], f["sw"]),
+                   padding=(f["pt"], f["pb"], f["pl"], f["pr"]), ceil_mode=bool(f["ceil_mode"]))
+        if k.startswith("maxpool2d."):
+            geo["dilation"] = (f["dh"], f["dw"])
+            fwd = KERNELS["maxpool2d.fwd"]
+        else:
+            geo["count_include_pad"] = bool(f["count_include_pad"])
+            fwd = KERNELS["avgpool2d.fwd"]
+        if k.endswith(".fwd"):
+            return lambda: fwd(x, **geo)
+        y, cache = fwd(x, **geo)
+        dy = r(*y.shape)
+        return lambda: fn(dy, cache)
+    if k.startswith("global_avgpool."):
+        x = r(f["n"], f["c"], f["h"], f["w"])
+        if k.endswith(".fwd"):
+            return lambda: fn(x)
+        y, cache = KERNELS["global_avgpool.fwd"](x)
+        dy = r(*y.shape)
+        return lambda: fn(dy, cache)
+    if k.startswith("batchnorm."):
+        from profiler.kernels.norm import bn_stats_from_sums
+        x = r(f["n"], f["c"], f["h"], f["w"])
+        gamma, beta = r(f["c"]), r(f["c"])
+        s, ss, count = KERNELS["batchnorm.local_sums"](x)
+        mean, var = bn_stats_from_sums(s, ss, count)
+        if k == "batchnorm.local_sums":
+            return lambda: fn(x)
+        if k == "batchnorm.fwd_apply":
+            return lambda: fn(x, mean, var, gamma, beta)
+        _, cache = KERNELS["batchnorm.fwd_apply"](x, mean, var, gamma, beta)
+        dy = r(*x.shape)
+        if k == "batchnorm.bwd_local_sums":
+            return lambda: fn(dy, cache)
+        sdy, sdx = KERNELS["batchnorm.bwd_local_sums"](dy, cache)
+        return lambda: fn(dy, cache, sdy, sdx, count, gamma)
+    if k.startswith("layernorm."):
+        x, gamma, beta = r(f["rows"], f["d"]), r(f["d"]), r(f["d"])
+        if k.endswith(".fwd"):
+            return lambda: fn(x, gamma, beta)
+        _, cache = KERNELS["layernorm.fwd"](x, gamma, beta)
+        dy = r(*x.shape)
+        return lambda: fn(dy, cache)
+    if k.startswith(("relu.", "gelu.", "dropout.", "add.")):
+        op = k.split(".")[0]
+        x = r(f["elems"])
+        fwd = KERNELS[f"{op}.fwd"]
+        args = {"dropout": (x, 0.1, 0), "add": (x, r(f["elems"]))}.get(op, (x,))
+        if k.endswith(".fwd"):
+            return lambda: fwd(*args)
+        _, cache = fwd(*args)
+        dy = r(f["elems"])
+        return lambda: fn(dy, cache)
+    if k.startswith("concat."):
+        sizes = call.shape[2:]
+        xs = [r(f["outer"], s, f["inner"]) for s in sizes]
+        if k.endswith(".fwd"):
+            return lambda: fn(xs, 1)
+        y, cache = KERNELS["concat.fwd"](xs, 1)
+        return lambda: fn(y, cache)
+    if k.startswith("softmax_xent."):
+        logits = r(f["rows"], f["k"])
+        labels = xp.random.default_rng(1).integers(0, f["k"], f["rows"])
+        if k.endswith(".fwd"):
+            return lambda: fn(logits, labels, f["rows"])
+        _, cache = KERNELS["softmax_xent.fwd"](logits, labels, f["rows"])
+        return lambda: fn(cache)
+    if k.startswith("attention."):
+        n, hd, sq, sk, dh = (f[x] for x in ("n", "heads", "sq", "sk", "dh"))
+        q, kk, v = r(n, hd, sq, dh), r(n, hd, sk, dh), r(n, hd, sk, dh)
+        if k.endswith(".fwd"):
+            return lambda: fn(q, kk, v, bool(f["causal"]))
+        o, cache = KERNELS["attention.fwd"](q, kk, v, bool(f["causal"]))
+        do = r(*o.shape)
+        return lambda: fn(do, cache)
+    raise ValueError(f"no synthetic operands for kernel {k!r}")
+
+
+class _Clock:
+    """Seconds of one sample of ``inner`` runs: perf_counter on the CPU, CUDA events on a GPU."""
+
+    def __init__(self, xp: ModuleType):
+        self.xp = xp
+        self.gpu = xp is not numpy
+
+    def __call__(self, run: Callable[[], object], inner: int) -> float:
+        if self.gpu:
+            start, end = self.xp.cuda.Event(), self.xp.cuda.Event()
+            start.record()
+            for _ in range(inner):
+                run()
+            end.record()
+            end.synchronize()
+            return self.xp.cuda.get_elapsed_time(start, end) / 1e3 / inner
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            run()
+        return (time.perf_counter() - t0) / inner
+
+
+def summarize(samples: list[float], flops: int, nbytes: int) -> Entry:
+    s = sorted(samples)
+    n = len(s)
+    med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+    q1, q3 = s[int(0.25 * (n - 1))], s[int(math.ceil(0.75 * (n - 1)))]
+    return Entry(min_s=s[0], median_s=med, spread=(q3 - q1) / med if med > 0 else 0.0, count=n,
+                 flops=int(flops), bytes=int(nbytes))
+
+
+def time_call(call: KernelCall, xp: ModuleType = numpy, policy: TimingPolicy = TimingPolicy()) -> Entry:
+    """Measure one kernel call: warm-up, then samples until the median is stable or the cap hits."""
+    run = build(call, xp)
+    clock = _Clock(xp)
+    t_start = time.perf_counter()
+    first = 0.0
+    for _ in range(max(1, policy.warmup)):
+        first = clock(run, 1)
+    synchronize(xp)
+    inner = 1 if first >= policy.min_sample_s else min(1000, max(1, math.ceil(policy.min_sample_s / max(first, 1e-7))))
+    samples: list[float] = []
+    while True:
+        samples.append(clock(run, inner))
+        n = len(samples)
+        if n >= policy.min_reps:
+            e = summarize(samples, call.flops, call.bytes)
+            half_ci = 1.57 * e.spread / math.sqrt(n)
+            if half_ci <= policy.rel_ci or n >= policy.max_reps:
+                break
+            if time.perf_counter() - t_start > policy.time_cap_s:
+                break
+    return summarize(samples, call.flops, call.bytes)

@@ -1,0 +1,87 @@
+"""The ``local`` machine's compute model: the per-user profile cache, filled on demand.
+
+``local_compute_model(machine, threads)`` returns a :class:`OnDemandCompute`: a
+:class:`~costmodel.profile_table.ProfiledCompute` over the cached table of this computer (keyed by
+fingerprint and thread count) that, when asked for a kernel call it has not measured, measures it
+right then (quick policy), adds it to the table and saves the cache (atomically, at most every few
+seconds and when the process exits). Calls the roofline expects to take longer than
+``max_call_s`` are interpolated instead. ``DNNPLAN_NO_PROFILE=1`` turns on-demand timing off
+(interpolation and the roofline only).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+
+from costmodel.compute import Roofline
+from costmodel.kernel_calls import KernelCall
+from costmodel.machine import Machine
+from costmodel.profile_table import Lookup, ProfiledCompute, with_entries
+from profiler.fingerprint import fingerprint
+from profiler.harness import QUICK, time_call
+from profiler.tables import cache_path, open_for_device, write_table
+
+
+class OnDemandCompute(ProfiledCompute):
+    def __init__(self, table, fallback, path, threads: int, progress: bool = True, max_call_s: float = 1.0):
+        super().__init__(table, fallback)
+        self.path = path
+        self.threads = threads
+        self.progress = progress
+        self.max_call_s = max_call_s
+        self.new: dict = {}
+        self._last_save = time.perf_counter()
+        self._status = None
+        self.enabled = not os.environ.get("DNNPLAN_NO_PROFILE")
+        atexit.register(self.save)
+
+    def _measure(self, call: KernelCall) -> Lookup | None:
+        if not self.enabled or self._fallback_call(call) > self.max_call_s:
+            return None
+        from threadpoolctl import threadpool_limits
+        if self.progress and self._status is None:
+            from rich.console import Console
+            self._status = Console(stderr=True).status("profiling this computer's kernels (cached)")
+            self._status.start()
+        if self._status is not None:
+            self._status.update(f"profiling kernel {len(self.new) + 1}: {call.kernel} {call.shape} {call.algo}")
+        with threadpool_limits(limits=self.threads):
+            entry = time_call(call, policy=QUICK)
+        self.new[call.key] = entry
+        self.table = with_entries(self.table, {call.key: entry})
+        self._rebuild()
+        if time.perf_counter() - self._last_save > 5:
+            self.save()
+        return Lookup(entry.median_s, "exact")
+
+    def _rebuild(self) -> None:
+        fresh = ProfiledCompute(self.table, self.fallback)
+        self._groups = fresh._groups
+        self._memo = {}
+
+    def lookup(self, call: KernelCall) -> Lookup:
+        if call.key not in self.table.entries and call not in self._memo:
+            got = self._measure(call)
+            if got is not None:
+                self.misses.discard(call)
+                return got
+        return super().lookup(call)
+
+    def save(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+        if self.new:
+            write_table(self.table, self.path)
+            self.new = {}
+        self._last_save = time.perf_counter()
+
+
+def local_compute_model(machine: Machine, threads: int = 1, progress: bool = True) -> OnDemandCompute:
+    """The cached, on-demand profiled compute model of this computer (backend numpy)."""
+    fp = fingerprint("numpy", threads)
+    path = cache_path(fp)
+    table = open_for_device(str(path), fp)
+    return OnDemandCompute(table, Roofline(machine), str(path), threads, progress)

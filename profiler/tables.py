@@ -1,0 +1,87 @@
+"""Profile tables on disk: atomic JSON writes, reading with clear errors, the per-user cache.
+
+The format and the compute model over it live in :mod:`costmodel.profile_table`; this is the file
+edge. The cache holds one table per (fingerprint, threads) under ``$XDG_CACHE_HOME/dnnplan`` or
+``~/.cache/dnnplan`` (override with ``$DNNPLAN_CACHE``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from costmodel.profile_table import ProfileTable, foreign_reason, merge, table_from_dict, table_to_dict
+from networks.errors import DnnplanError
+
+SHIPPED_DIR = Path(__file__).parent / "tables"
+
+
+def cache_dir() -> Path:
+    if os.environ.get("DNNPLAN_CACHE"):
+        return Path(os.environ["DNNPLAN_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dnnplan"
+
+
+def cache_path(fp: Mapping[str, Any]) -> Path:
+    from costmodel.profile_table import fingerprint_id
+    return cache_dir() / f"profile-{fp.get('backend')}-{fp.get('threads')}t-{fingerprint_id(fp)}.json"
+
+
+def shipped_table_path(name: str) -> Path | None:
+    """A shipped table by name (``profiler/tables/NAME.json``), or None."""
+    path = SHIPPED_DIR / f"{name}.json"
+    return path if path.is_file() else None
+
+
+def read_table(path: str | os.PathLike) -> ProfileTable:
+    path = str(path)
+    if not os.path.exists(path) and shipped_table_path(path):
+        path = str(shipped_table_path(path))
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise DnnplanError("profile table not found", file=path,
+                           hint="run `dnnplan profile NETWORK --out FILE` first") from None
+    except OSError as err:
+        raise DnnplanError(f"cannot read profile table: {err.strerror}", file=path) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DnnplanError(f"profile table is corrupt: invalid JSON at line {err.lineno} ({err.msg})",
+                           file=path, hint="delete it and run `dnnplan profile` again") from None
+    return table_from_dict(data, path)
+
+
+def write_table(table: ProfileTable, path: str | os.PathLike) -> None:
+    """Write atomically: a temporary file in the same directory, flushed, then renamed over."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(table_to_dict(table), fh, indent=1, sort_keys=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def open_for_device(path: str | os.PathLike | None, fp: Mapping[str, Any]) -> ProfileTable:
+    """The table at ``path`` to resume into (empty when absent); a table of another device is refused."""
+    if path is None or not os.path.exists(path):
+        return ProfileTable(dict(fp), {}, {}, str(path or "<new>"))
+    table = read_table(path)
+    why = foreign_reason(table.fingerprint, fp)
+    if why:
+        raise DnnplanError(f"profile table belongs to another device or setting ({why})", file=str(path),
+                           hint="pass a new --out file, or the --threads / --backend it was made with")
+    return merge(table, ProfileTable(dict(fp), {}, {}, str(path)))
