@@ -98,6 +98,7 @@ def profile_check(plan: Plan, compute: ComputeModel, threads: int) -> list[str]:
 def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None) -> Prepared:
     """Everything checked before a single rank starts."""
     from costmodel.files import load_machine  # noqa: PLC0415
+    from planner import context  # noqa: PLC0415
     from planner.context import compute_model  # noqa: PLC0415
     from planner.plan_file import read_plan  # noqa: PLC0415
     _positive("ranks", ranks)
@@ -107,6 +108,8 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
                            hint=f"run it with --ranks {plan.devices}, or re-plan for {ranks} devices")
     machine = load_machine(plan.machine)
     compute = compute_model(machine, profile)
+    links = getattr(context, "profiled_links", None)  # links fitted by `dnnplan profile-comm`, when built
+    machine = links(machine, compute) if links is not None else machine
     if threads is not None:
         _positive("threads", threads)
     else:
