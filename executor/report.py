@@ -33,7 +33,7 @@ def _cell(measured: float, predicted: float, rel: float | None) -> str:
 
 
 def warn(message: str) -> None:
-    err_console.print(f"[bold yellow]warning:[/bold yellow] {message}".replace("[/bold yellow] ", "[/bold yellow] "),
+    err_console.print(f"[bold yellow]warning:[/bold yellow] {message.replace('[', chr(92) + '[')}",
                       markup=True, emoji=False)
 
 

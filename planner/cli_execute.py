@@ -267,8 +267,12 @@ def candidate_plans(ctx, network_arg: str, machine_arg: str) -> list[tuple[str, 
         from planner.optimize import make_plan  # noqa: PLC0415
     except ImportError:
         make_plan = None
+    table = getattr(ctx.compute, "table", None)
     if make_plan is not None:
-        found.append(("planner", make_plan(ctx, network_arg, machine_arg)))
+        found.append(("planner", make_plan(ctx.network, network_arg, ctx.batch, ctx.devices, ctx.machine,
+                                           ctx.compute, machine_ref=machine_arg,
+                                           profile_fingerprint=getattr(table, "short_id", None),
+                                           with_baselines=False)))
     for spec in BASELINES:
         try:
             strategies, _ = uniform_strategies(ctx.network, ctx.devices, ctx.batch, spec)
