@@ -135,6 +135,7 @@ def predict_plan(path: str, profile: str | None, as_json: bool) -> None:
 
 import planner.cli_plan  # noqa: F401,E402 - registers `dnnplan plan`
 import planner.cli_profile  # noqa: E402,F401  (registers profile, profile-comm)
+import planner.cli_execute  # noqa: E402,F401  - registers `execute` and `validate`
 
 
 def main() -> None:

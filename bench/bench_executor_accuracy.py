@@ -1,0 +1,120 @@
+"""How close are predictions to measurements on this computer? (issue 6's accuracy target)
+
+For lenet5, alexnet and a small resnet (ResNet-18 at 64x64, bench/assets/resnet18-64.yaml), on 1
+and 2 ranks of the ``local`` machine, at a batch that keeps a step above ~50 ms: the planner's plan
+(when the planner is built) and each uniform baseline (data, filter, spatial; distinct ones only)
+are run with ``dnnplan execute``'s machinery, with the check, and we report
+
+* step error: (measured - predicted) / predicted of the step time (target |error| < 10%),
+* per-layer median |error| of the layer totals (target < 20%),
+* whether the planner's plan was measured no slower than the fastest baseline (within the steps'
+  spread).
+
+Predictions use the ``local`` machine's compute model: the per-user profile cache of this
+computer, filled on demand (profiler.ondemand), so the first run also profiles the kernels.
+
+    python bench/bench_executor_accuracy.py [--nets lenet5,alexnet,resnet18-64] [--ranks 1,2]
+                                            [--steps 5] [--warmup 2] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+NETS = {  # name -> (network argument, samples per rank)
+    "lenet5": ("lenet5", 64),
+    "alexnet": ("alexnet", 2),
+    "resnet18-64": (str(ROOT / "bench" / "assets" / "resnet18-64.yaml"), 8),
+}
+
+
+def machine_line() -> str:
+    from executor.launch import usable_cores
+    cpu = "unknown cpu"
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{cpu}, {usable_cores()} cores, {platform.system()} {platform.release()}, load {load:.2f}"
+
+
+def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeout: float) -> list[dict]:
+    from planner import context
+    from planner.cli_execute import (_strategy_summary, candidate_plans, predict_and_compare, prepare,
+                                     run_measure)
+    from planner.plan_file import write_plan
+    ctx = context.resolve(net_arg, ranks, batch, "local")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-exec-") as tmp:
+        for i, (name, plan) in enumerate(candidate_plans(ctx, net_arg, "local")):
+            path = os.path.join(tmp, f"plan{i}.yaml")
+            write_plan(plan, path)
+            prep = prepare(path, ranks, None, None)
+            t = time.perf_counter()
+            job = run_measure(prep, steps=steps, warmup=warmup, check=True, trace=False, timeout_s=timeout)
+            cmp = predict_and_compare(prep, job, steps)
+            rows.append({"network": ctx.network.name, "ranks": ranks, "batch": batch, "threads": job.threads,
+                         "plan": name, "strategies": _strategy_summary(plan),
+                         "predicted_step_s": cmp.predicted_step_s, "measured_step_s": cmp.measured.step_s,
+                         "measured_min_s": cmp.measured.step_min_s, "measured_max_s": cmp.measured.step_max_s,
+                         "step_rel": cmp.step_rel, "layer_median_abs_rel": cmp.layer_median_abs_rel,
+                         "check_passed": None if job.check is None else bool(job.check.passed),
+                         "wall_s": time.perf_counter() - t})
+    best = min(r["measured_step_s"] for r in rows)
+    for r in rows:
+        r["vs_fastest"] = r["measured_step_s"] / best - 1
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nets", default=",".join(NETS))
+    ap.add_argument("--ranks", default="1,2")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    console = Console(highlight=False, width=200)
+    rows = []
+    for net in args.nets.split(","):
+        net_arg, per_rank = NETS[net]
+        for p in (int(x) for x in args.ranks.split(",")):
+            rows += run_one(net_arg, p, per_rank * p, args.steps, args.warmup, args.timeout)
+    t = Table(title=f"executor accuracy on {machine_line()}", title_justify="left",
+              caption="error = (measured - predicted) / predicted; targets: |step| < 10%, layer median < 20%",
+              caption_justify="left")
+    for col in ("network", "ranks", "batch", "plan", "strategies", "predicted", "measured (min-max)",
+                "step error", "layer median |err|", "vs fastest", "check"):
+        t.add_column(col, justify="right" if col in ("ranks", "batch", "predicted", "step error",
+                                                     "layer median |err|", "vs fastest") else "left")
+    for r in rows:
+        med = r["layer_median_abs_rel"]
+        t.add_row(r["network"], str(r["ranks"]), str(r["batch"]), r["plan"], r["strategies"],
+                  f"{r['predicted_step_s'] * 1e3:.1f} ms",
+                  f"{r['measured_step_s'] * 1e3:.1f} ms ({r['measured_min_s'] * 1e3:.0f}-{r['measured_max_s'] * 1e3:.0f})",
+                  "-" if r["step_rel"] is None else f"{r['step_rel'] * 100:+.0f}%",
+                  "-" if med is None else f"{med * 100:.0f}%", f"{r['vs_fastest'] * 100:+.0f}%",
+                  {True: "ok", False: "FAILED", None: "-"}[r["check_passed"]])
+    console.print(t)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": machine_line(), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

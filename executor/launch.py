@@ -1,0 +1,203 @@
+"""Starting the ranks: ``mpiexec -n P python -m executor.worker ...``, or the MPI job we are in.
+
+* :func:`inside_mpi_job` tells whether this process is already one rank of an ``mpiexec`` /
+  ``srun`` job (then the CLI runs the plan on that job's ranks instead of launching).
+* :func:`find_mpiexec` looks next to the running Python first (the ``mpich`` wheel installs its
+  ``mpiexec`` there, matching the MPI that mpi4py loads), then on ``PATH``.
+* :func:`threads_per_rank` gives each rank ``cores // P`` BLAS/OpenMP threads (at least 1) so the
+  ranks do not oversubscribe the cores.
+* :func:`launch` runs the job in its own process group, forwards its output without MPI's abort
+  noise, kills the whole group when it outlives the timeout, and turns a failure into one line:
+  :class:`RunFailed` carries the failing rank's message and the exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from networks.errors import DnnplanError
+
+JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK")
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+EXIT_TIMEOUT = 124
+KILL_GRACE_S = 5.0
+
+_RANK_LINE = re.compile(r"^rank (\d+): (.*)$")
+_NOISE = re.compile(
+    r"^(=+\s*$|=\s|Abort\(\d+\) on node|.*application called MPI_Abort|YOUR APPLICATION TERMINATED|"
+    r"This typically refers to a problem|Please see the FAQ|\[mpiexec@|\[proxy:|\[unset\]:)")
+
+
+class RunFailed(DnnplanError):
+    """The job failed or timed out; ``str()`` is the one line to show, ``exit_code`` the status."""
+
+    def __init__(self, message: str, exit_code: int, output: str = ""):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.output = output
+
+
+def env_says_mpi_job(environ=None) -> bool:
+    env = os.environ if environ is None else environ
+    if any(env.get(v) for v in JOB_ENV):
+        return True
+    return bool(env.get("SLURM_PROCID") is not None and env.get("SLURM_NTASKS") and env.get("SLURM_STEP_ID"))
+
+
+def inside_mpi_job(environ=None) -> bool:
+    """Whether this process is one rank of an MPI job of more than one rank (or of exactly one
+    rank started by mpiexec/srun).
+
+    The environment a launcher sets is the first hint (PMI_RANK/PMI_SIZE of MPICH's Hydra and of
+    Slurm's PMI, OMPI_COMM_WORLD_SIZE, SLURM_PROCID with SLURM_NTASKS inside a job step,
+    MPI_LOCALNRANKS); MPI's own world size decides. Without any hint MPI is not initialised here
+    unless it already was.
+    """
+    if env_says_mpi_job(environ):
+        from mpi4py import MPI  # noqa: PLC0415
+        return True if MPI.COMM_WORLD.Get_size() > 1 else _started_by_launcher(environ)
+    if "mpi4py.MPI" in sys.modules:
+        from mpi4py import MPI  # noqa: PLC0415
+        return MPI.Is_initialized() and MPI.COMM_WORLD.Get_size() > 1
+    return False
+
+
+def _started_by_launcher(environ=None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get("PMI_SIZE") == "1" or env.get("OMPI_COMM_WORLD_SIZE") == "1"
+
+
+def find_mpiexec() -> str:
+    """``mpiexec`` next to this Python (the mpich wheel's), else on PATH; a clear error if none."""
+    here = Path(sys.executable).parent
+    for name in ("mpiexec", "mpirun"):
+        cand = here / name
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    for name in ("mpiexec", "mpirun"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise DnnplanError(f"no mpiexec found next to {sys.executable} or on PATH",
+                       hint="install an MPI: `pip install mpich` (the mpich wheel), or your system's MPI")
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_rank(ranks: int, cores: int | None = None) -> int:
+    """BLAS/OpenMP threads per rank so P ranks fill, and do not oversubscribe, the cores."""
+    return max(1, (usable_cores() if cores is None else cores) // max(ranks, 1))
+
+
+def thread_env(threads: int, base=None) -> dict:
+    env = dict(os.environ if base is None else base)
+    for var in THREAD_VARS:
+        env[var] = str(threads)
+    return env
+
+
+def worker_command(mpiexec: str, ranks: int, plan_path: str, result_path: str, *, steps: int, warmup: int,
+                   check: bool, trace: bool, threads: int, timeout_s: float, seed: int = 0) -> list[str]:
+    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "executor.worker", plan_path,
+           "--result", result_path, "--steps", str(steps), "--warmup", str(warmup),
+           "--threads", str(threads), "--seed", str(seed),
+           # the ranks' own watchdog: a backstop should this process itself die
+           "--timeout", str(timeout_s + 2 * KILL_GRACE_S)]
+    if check:
+        cmd.append("--check")
+    if trace:
+        cmd.append("--trace")
+    return cmd
+
+
+def _pump(stream, sink, lines: list, state: dict) -> None:
+    for raw in iter(stream.readline, ""):
+        line = raw.rstrip("\n")
+        lines.append(line)
+        m = _RANK_LINE.match(line)
+        if m and state.get("failure") is None:
+            state["failure"] = line
+        if m or state.get("failure") is not None or _NOISE.match(line):
+            continue
+        print(line, file=sink, flush=True)
+    stream.close()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the launcher's process group (mpiexec tears down its ranks), then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def launch(cmd: list[str], threads: int, timeout_s: float, *, cwd: str | None = None) -> None:
+    """Run ``cmd`` (an mpiexec command line) to completion or raise :class:`RunFailed`.
+
+    Output is forwarded as it comes, minus MPI's abort banners; the first ``rank R: ...`` line a
+    rank prints is the failure reported. Exit codes: 2 for a mistake the user can fix (the rank
+    raised a DnnplanError), 1 for an internal error, 124 for a timeout.
+    """
+    env = thread_env(threads)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    root = str(Path(__file__).resolve().parents[1])  # so `-m executor.worker` finds this checkout
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                cwd=cwd, start_new_session=True, bufsize=1)
+    except OSError as err:
+        raise DnnplanError(f"cannot start {cmd[0]}: {err}") from None
+    out_lines: list[str] = []
+    err_lines: list[str] = []
+    state: dict = {"failure": None}
+    pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout, out_lines, state), daemon=True),
+             threading.Thread(target=_pump, args=(proc.stderr, sys.stderr, err_lines, state), daemon=True)]
+    for t in pumps:
+        t.start()
+    started = time.monotonic()
+    timed_out = False
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+    except KeyboardInterrupt:
+        _kill_group(proc)
+        raise
+    for t in pumps:
+        t.join(2.0)
+    output = "\n".join(out_lines + err_lines)
+    if os.environ.get("DNNPLAN_DEBUG") and (timed_out or proc.returncode):
+        print(output, file=sys.stderr)
+    if timed_out:
+        raise RunFailed(f"the run exceeded --timeout {timeout_s:g} s and was stopped after "
+                        f"{time.monotonic() - started:.1f} s (all ranks killed); raise --timeout or run "
+                        "fewer --steps", EXIT_TIMEOUT, output)
+    if proc.returncode != 0:
+        failure = state["failure"]
+        if failure is None:
+            tail = next((l for l in reversed(err_lines + out_lines) if l.strip() and not _NOISE.match(l)), "")
+            failure = f"the MPI job failed with exit status {proc.returncode}" + (f": {tail}" if tail else "")
+            raise RunFailed(failure, 1, output)
+        msg = _RANK_LINE.match(failure).group(2)
+        code = EXIT_TIMEOUT if msg.startswith("timed out") else 1 if msg.startswith("internal error") else 2
+        raise RunFailed(failure, code, output)

@@ -1,0 +1,164 @@
+"""The per-rank entry point: ``python -m executor.worker PLAN --result FILE [...]``.
+
+``dnnplan execute`` starts one of these per rank under ``mpiexec``; inside an existing MPI job
+the CLI calls :func:`run_job` on the job's ranks directly. Every rank reads the plan, limits its
+BLAS/OpenMP threads, waits at a barrier (the common start of the trace), runs the plan
+(:func:`executor.runtime.run_plan`) and sends its timers to rank 0, which writes the result.
+
+Faults: an exception on any rank prints ``rank R: <message>`` on stderr and aborts the whole job
+(``MPI_Abort`` with 2 for a mistake the user can fix, :class:`DnnplanError`; 1 otherwise), so no
+rank waits forever for a dead peer. A watchdog aborts a rank that outlives ``--timeout``.
+
+Test hooks (used by tests/test_executor_cli*.py, harmless otherwise):
+``DNNPLAN_TEST_FAULT_RANK=R`` makes rank R raise before running (``DNNPLAN_TEST_FAULT_KIND=user``
+raises a DnnplanError, anything else a RuntimeError); ``DNNPLAN_TEST_HANG_S=S`` makes every rank
+sleep S seconds first; ``DNNPLAN_TEST_RUNTIME=MODULE`` takes ``run_plan`` from MODULE instead of
+:mod:`executor.runtime` (launcher tests that must not depend on the runtime's speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from networks.errors import DnnplanError
+
+ABORT_USER = 2
+ABORT_INTERNAL = 1
+ABORT_TIMEOUT = 124
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What rank 0 knows after a run: every rank's timings, the loss and the check."""
+
+    ranks: list  # list[RankTimes]
+    loss: float
+    check: object  # executor.runtime.CheckResult or None
+    threads: int
+
+
+def set_threads(threads: int) -> None:
+    """Limit BLAS and OpenMP pools of this process (environment for children, threadpoolctl now)."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    try:
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415
+        threadpool_limits(limits=threads)
+    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+        pass
+
+
+def _test_hooks(rank: int) -> None:
+    hang = os.environ.get("DNNPLAN_TEST_HANG_S")
+    if hang:
+        time.sleep(float(hang))
+    fault = os.environ.get("DNNPLAN_TEST_FAULT_RANK")
+    if fault is not None and fault != "" and int(fault) == rank:
+        if os.environ.get("DNNPLAN_TEST_FAULT_KIND") == "user":
+            raise DnnplanError(f"injected fault on rank {rank} (DNNPLAN_TEST_FAULT_RANK)")
+        raise RuntimeError(f"injected fault on rank {rank} (DNNPLAN_TEST_FAULT_RANK)")
+
+
+def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_spans: bool,
+            threads: int, seed: int = 0) -> JobResult | None:
+    """Run the plan on ``comm``'s ranks; rank 0 gets the :class:`JobResult`, others None."""
+    from executor.collect import gather  # noqa: PLC0415 - keep `--help` light
+    from executor.timers import Timers  # noqa: PLC0415
+    from planner.plan_file import read_plan  # noqa: PLC0415
+
+    set_threads(threads)
+    rank = comm.Get_rank()
+    plan, net = read_plan(plan_path)
+    if plan.devices != comm.Get_size():
+        raise DnnplanError(f"the plan is for {plan.devices} devices but the job has {comm.Get_size()} ranks",
+                           file=plan_path, hint=f"run it with --ranks {plan.devices}")
+    _test_hooks(rank)
+    try:
+        import importlib  # noqa: PLC0415
+        run_plan = importlib.import_module(os.environ.get("DNNPLAN_TEST_RUNTIME") or "executor.runtime").run_plan
+    except ImportError as err:
+        raise DnnplanError(f"the executor runtime is not available: {err}") from None
+    timers = Timers(keep_spans=keep_spans)
+    comm.Barrier()
+    t0 = time.perf_counter()  # the common start: every rank leaves the barrier together
+    result = run_plan(plan, net, comm, steps=steps, warmup=warmup, check=check, seed=seed, timers=timers)
+    ranks = gather(comm, timers, t0)
+    if rank != 0:
+        return None
+    return JobResult(ranks, float(result.loss), result.check, threads)
+
+
+def abort_with(comm, err: BaseException) -> None:
+    """Print this rank's one-line message and end the whole job (never returns)."""
+    rank = comm.Get_rank()
+    if isinstance(err, DnnplanError):
+        msg, code = str(err), ABORT_USER
+    else:
+        msg, code = f"internal error: {type(err).__name__}: {err}", ABORT_INTERNAL
+        if os.environ.get("DNNPLAN_DEBUG"):
+            import traceback  # noqa: PLC0415
+            traceback.print_exception(err, file=sys.stderr)
+    print(f"rank {rank}: {msg}", file=sys.stderr, flush=True)
+    comm.Abort(code)
+
+
+def start_watchdog(comm, timeout_s: float) -> threading.Timer:
+    """Abort the job if this rank is still running after ``timeout_s`` (a hung collective included)."""
+    def fire():
+        print(f"rank {comm.Get_rank()}: timed out after {timeout_s:g} s", file=sys.stderr, flush=True)
+        comm.Abort(ABORT_TIMEOUT)
+    timer = threading.Timer(timeout_s, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _write_result(path: str, result: JobResult) -> None:
+    tmp = f"{path}.part"
+    with open(tmp, "wb") as fh:
+        pickle.dump(result, fh)
+    os.replace(tmp, path)  # all or nothing: the launcher never sees a partial result
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m executor.worker", description=__doc__.splitlines()[0])
+    ap.add_argument("plan")
+    ap.add_argument("--result", required=True, help="where rank 0 writes the pickled JobResult")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--trace", action="store_true", help="keep every span for a trace")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=0.0, help="watchdog seconds (0: none)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    set_threads(args.threads)  # before the kernels import numpy's BLAS
+    from mpi4py import MPI  # noqa: PLC0415
+    comm = MPI.COMM_WORLD
+    if args.timeout > 0:
+        start_watchdog(comm, args.timeout)
+    try:
+        result = run_job(args.plan, comm, steps=args.steps, warmup=args.warmup, check=args.check,
+                         keep_spans=args.trace, threads=args.threads, seed=args.seed)
+        if result is not None:
+            _write_result(args.result, result)
+        comm.Barrier()  # nobody exits before rank 0 has written the result
+    except BaseException as err:  # noqa: BLE001 - one rank's failure must end every rank
+        abort_with(comm, err)
+    return 0
+
+
+if __name__ == "__main__":
+    # run the module's importable copy so pickled results name executor.worker, not __main__
+    from executor.worker import main as _main
+    sys.exit(_main())

@@ -1,0 +1,362 @@
+"""`dnnplan execute` and `dnnplan validate`: run plans across MPI ranks and measure them against
+the prediction (docs/executor.md).
+
+The flow of one run: read and check the plan (its device count must equal --ranks, before
+anything is launched) -> resolve the compute model the plan was made with and check the profile
+matches this run -> launch ``mpiexec -n P python -m executor.worker`` (or, inside an MPI job, run
+on its ranks) -> predict with :func:`costmodel.step.predict_step` -> compare -> report, JSON, trace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from costmodel.compute import ComputeModel
+from costmodel.machine import Machine
+from executor import launch as launcher
+from executor import report
+from executor.compare import Comparison, compare_prediction, comparison_json
+from executor.worker import JobResult
+from networks.errors import DnnplanError
+from networks.ir import Network
+from planner.app import app, fail_line
+from planner.plan import Plan
+
+RanksOpt = Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to run on; must equal the plan's devices.")]
+StepsOpt = Annotated[int, typer.Option("--steps", help="Timed training steps (after the warm-up).")]
+WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed warm-up steps first.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before the whole run is stopped.")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="BLAS/OpenMP threads per rank "
+                                                   "[default: the profile's, else cores // ranks].")]
+ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="The profile table the plan was made "
+                                                   "with [default: the machine's].")]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    path: str
+    plan: Plan
+    net: Network
+    machine: Machine
+    compute: ComputeModel
+    threads: int
+
+
+def _positive(name: str, value: float, minimum: float = 1) -> None:
+    if value < minimum:
+        raise DnnplanError(f"--{name} must be at least {minimum:g}, got {value:g}")
+
+
+def _table_threads(compute: ComputeModel) -> int | None:
+    table = getattr(compute, "table", None)
+    t = getattr(table, "fingerprint", {}).get("threads") if table is not None else None
+    return int(t) if t else None
+
+
+def profile_check(plan: Plan, compute: ComputeModel, threads: int) -> list[str]:
+    """Refuse a profile of another device; return warnings for a thread count or plan fingerprint
+    that differs from this run (predictions would then not be the ones the plan was made with)."""
+    warnings = []
+    table = getattr(compute, "table", None)
+    if table is None:
+        if plan.profile_fingerprint:
+            warnings.append(f"the plan was made with profile {plan.profile_fingerprint} but no profile table is "
+                            "loaded here: predictions use the datasheet roofline (pass --profile)")
+        return warnings
+    fp = dict(getattr(table, "fingerprint", {}))
+    if plan.machine == "local" and fp.get("backend", "numpy") == "numpy":
+        try:
+            from costmodel.profile_table import foreign_reason  # noqa: PLC0415
+            from profiler.fingerprint import fingerprint  # noqa: PLC0415
+            here = fingerprint("numpy", threads)
+            why = foreign_reason({**fp, "threads": threads}, here)
+        except ImportError:  # the profiler's fingerprint is not available in this build
+            why = None
+        if why:
+            raise DnnplanError(f"the profile table was measured on another device ({why})",
+                               file=getattr(table, "source", None),
+                               hint="profile this computer (`dnnplan profile`) or pass its table with --profile")
+    t = fp.get("threads")
+    if t and int(t) != threads:
+        warnings.append(f"the profile was measured with {t} thread(s) per rank but this run uses {threads}: "
+                        f"kernel times will differ from the prediction (pass --threads {t})")
+    short = getattr(table, "short_id", None)
+    if plan.profile_fingerprint and short and plan.profile_fingerprint != short:
+        warnings.append(f"the plan was made with profile {plan.profile_fingerprint} but the profile loaded is "
+                        f"{short}: re-plan to compare against the prediction the plan was made with")
+    return warnings
+
+
+def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None) -> Prepared:
+    """Everything checked before a single rank starts."""
+    from costmodel.files import load_machine  # noqa: PLC0415
+    from planner import context  # noqa: PLC0415
+    from planner.context import compute_model  # noqa: PLC0415
+    from planner.plan_file import read_plan  # noqa: PLC0415
+    _positive("ranks", ranks)
+    plan, net = read_plan(plan_path)
+    if plan.devices != ranks:
+        raise DnnplanError(f"the plan is for {plan.devices} devices, not --ranks {ranks}", file=plan_path,
+                           hint=f"run it with --ranks {plan.devices}, or re-plan for {ranks} devices")
+    machine = load_machine(plan.machine)
+    compute = compute_model(machine, profile)
+    links = getattr(context, "profiled_links", None)  # links fitted by `dnnplan profile-comm`, when built
+    machine = links(machine, compute) if links is not None else machine
+    if threads is not None:
+        _positive("threads", threads)
+    else:
+        t = _table_threads(compute)
+        threads = t if t and t * ranks <= launcher.usable_cores() else launcher.threads_per_rank(ranks)
+    for w in profile_check(plan, compute, threads):
+        report.warn(w)
+    if plan.machine not in ("local",) and getattr(machine, "device", None) is not None:
+        report.warn(f"the plan is for machine '{plan.machine}', not this computer: predicted times are "
+                    f"{plan.machine}'s, measured times this computer's")
+    return Prepared(str(Path(plan_path).resolve()), plan, net, machine, compute, threads)
+
+
+def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool,
+                timeout_s: float) -> JobResult | None:
+    """Run the plan on P ranks; the JobResult on rank 0 (and in the launching process), else None."""
+    if launcher.inside_mpi_job():
+        from mpi4py import MPI  # noqa: PLC0415
+        from executor.worker import abort_with, run_job, start_watchdog  # noqa: PLC0415
+        comm = MPI.COMM_WORLD
+        if comm.Get_size() != prep.plan.devices:
+            raise DnnplanError(f"this MPI job has {comm.Get_size()} ranks but the plan is for "
+                               f"{prep.plan.devices} devices", file=prep.path)
+        dog = start_watchdog(comm, timeout_s)
+        try:
+            return run_job(prep.path, comm, steps=steps, warmup=warmup, check=check, keep_spans=trace,
+                           threads=prep.threads)
+        except BaseException as err:  # noqa: BLE001 - one rank's failure ends every rank
+            abort_with(comm, err)
+        finally:
+            dog.cancel()
+    with tempfile.TemporaryDirectory(prefix="dnnplan-run-") as tmp:
+        result_path = os.path.join(tmp, "result.pkl")
+        cmd = launcher.worker_command(launcher.find_mpiexec(), prep.plan.devices, prep.path, result_path,
+                                      steps=steps, warmup=warmup, check=check, trace=trace,
+                                      threads=prep.threads, timeout_s=timeout_s)
+        launcher.launch(cmd, prep.threads, timeout_s)
+        try:
+            with open(result_path, "rb") as fh:
+                return pickle.load(fh)
+        except (OSError, pickle.UnpicklingError, EOFError) as err:
+            raise DnnplanError(f"the run ended without a result from rank 0 ({err})") from None
+
+
+def predict_and_compare(prep: Prepared, job: JobResult, steps: int) -> Comparison:
+    from costmodel.step import predict_step  # noqa: PLC0415
+    from executor.collect import aggregate  # noqa: PLC0415
+    pred = predict_step(prep.net, prep.plan.batch, prep.plan.strategies(), prep.plan.algorithms(),
+                        prep.machine, prep.compute)
+    return compare_prediction(pred, aggregate(job.ranks, steps))
+
+
+def write_json_file(path: str, data: dict) -> None:
+    """Atomic: a failed run never leaves a partial file."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=str(target.parent), prefix=".dnnplan-")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1)
+        os.replace(tmp, target)
+    except OSError as err:
+        raise DnnplanError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def _trace_dict(job: JobResult, steps: int) -> dict:
+    from executor.collect import timed_steps  # noqa: PLC0415
+    from executor.trace import trace_events  # noqa: PLC0415
+    timed = set(timed_steps(job.ranks, steps))
+    every = {s for r in job.ranks for s in r.step_wall}
+    return trace_events(job.ranks, warmup_steps=every - timed)
+
+
+def _strategy_labels(plan: Plan) -> dict[str, str]:
+    return {lp.name: lp.strategy.label + (f" {lp.algorithm}" if lp.algorithm else "") for lp in plan.layers}
+
+
+def _guard_failure(fn):
+    """Turn a failed run into one red line and its exit code (2 user, 1 internal, 124 timeout)."""
+    try:
+        return fn()
+    except launcher.RunFailed as err:
+        fail_line(str(err).replace("[", "\\["))
+        raise typer.Exit(err.exit_code) from None
+
+
+@app.command()
+def execute(plan: Annotated[str, typer.Argument(help="A plan file written by `dnnplan plan --out`.")],
+            ranks: RanksOpt,
+            steps: StepsOpt = 5, warmup: WarmupOpt = 2,
+            check: Annotated[bool, typer.Option("--check", help="Also run the step on one process on the "
+                                                "whole batch and compare loss and every weight gradient.")] = False,
+            json_out: Annotated[Optional[str], typer.Option("--json", help="Write the result as JSON to FILE.")] = None,
+            trace: Annotated[Optional[str], typer.Option("--trace", help="Write a Chrome/Perfetto trace of every "
+                                                         "rank's timeline to FILE.")] = None,
+            timeout: TimeoutOpt = 600.0, threads: ThreadsOpt = None, profile: ProfileOpt = None) -> None:
+    """Run a plan across MPI ranks and compare measured with predicted time per layer and phase.
+
+    Launches `mpiexec -n RANKS` itself, or runs on the ranks of the MPI job it is started in.
+    Each rank builds its shard of every layer, runs warm-up and timed training steps, and times
+    each layer's forward and backward compute and communication, gradient allreduce and update.
+    """
+    _positive("steps", steps)
+    _positive("warmup", warmup, 0)
+    if timeout <= 0:
+        raise DnnplanError(f"--timeout must be positive, got {timeout:g}")
+    prep = prepare(plan, ranks, threads, profile)
+    job = _guard_failure(lambda: run_measure(prep, steps=steps, warmup=warmup, check=check,
+                                             trace=trace is not None, timeout_s=timeout))
+    if job is None:  # a rank other than 0 of an MPI job
+        return
+    cmp = predict_and_compare(prep, job, steps)
+    title = (f"{prep.plan.network_name}, batch {prep.plan.batch}, {ranks} rank(s) x {job.threads} thread(s), "
+             f"machine {prep.plan.machine}, compute model {prep.compute.name}")
+    report.comparison_table(cmp, title, _strategy_labels(prep.plan))
+    report.step_summary(cmp)
+    report.check_line(job.check)
+    if json_out:
+        write_json_file(json_out, comparison_json(plan, cmp, job.check))
+    if trace:
+        write_json_file(trace, _trace_dict(job, steps))
+    if job.check is not None and not job.check.passed:
+        fail_line(f"the distributed step does not match one process: {job.check.worst_tensor} differs by "
+                  f"{job.check.worst_rel_error:.2e} (tolerance {job.check.tolerance:.0e})")
+        raise typer.Exit(3)
+
+
+# --- validate: plan, run, compare, for the planner's plan and the uniform baselines ------------
+
+BASELINES = ("data", "filter", "spatial")
+
+
+def _plan_from(ctx, network_arg: str, machine_arg: str, strategies: dict, algorithms: dict, name: str) -> Plan:
+    from costmodel.step import predict_step  # noqa: PLC0415
+    from planner.plan import LayerPlan  # noqa: PLC0415
+    pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute)
+    layers = tuple(LayerPlan(row.layer.name, strategies[row.layer.name], algorithms.get(row.layer.name, ""),
+                             row.layer.fwd_compute_s, row.layer.bwd_compute_s,
+                             row.layer.fwd_comm_s + row.layer.bwd_comm_s + row.layer.grad_sync_s + row.reshard_s,
+                             row.layer.memory.total) for row in pred.layers)
+    table = getattr(ctx.compute, "table", None)
+    return Plan(network=network_arg, network_name=ctx.network.name, network_hash=ctx.network.content_hash(),
+                batch=ctx.batch, devices=ctx.devices, machine=machine_arg, layers=layers, step_s=pred.step_s,
+                memory_peak_bytes=pred.memory_peak_bytes,
+                profile_fingerprint=getattr(table, "short_id", None), solver={"name": name})
+
+
+def candidate_plans(ctx, network_arg: str, machine_arg: str) -> list[tuple[str, Plan]]:
+    """The planner's plan (when the planner is built) and each uniform baseline, distinct ones only;
+    names of identical plans are joined (with one rank every strategy is the same plan)."""
+    from costmodel.uniform import uniform_strategies  # noqa: PLC0415
+    convs = {l.name: "im2col" for l in ctx.network.layers if l.op == "conv2d"}
+    found: list[tuple[str, Plan]] = []
+    try:
+        from planner.optimize import make_plan  # noqa: PLC0415
+    except ImportError:
+        make_plan = None
+    table = getattr(ctx.compute, "table", None)
+    if make_plan is not None:
+        found.append(("planner", make_plan(ctx.network, network_arg, ctx.batch, ctx.devices, ctx.machine,
+                                           ctx.compute, machine_ref=machine_arg,
+                                           profile_fingerprint=getattr(table, "short_id", None),
+                                           with_baselines=False)))
+    for spec in BASELINES:
+        try:
+            strategies, _ = uniform_strategies(ctx.network, ctx.devices, ctx.batch, spec)
+        except DnnplanError:
+            continue
+        found.append((spec, _plan_from(ctx, network_arg, machine_arg, strategies, convs, spec)))
+    merged: list[tuple[str, Plan]] = []
+    for name, plan in found:
+        key = (plan.strategies(), plan.algorithms())
+        for i, (other, p) in enumerate(merged):
+            if (p.strategies(), p.algorithms()) == key:
+                merged[i] = (f"{other} = {name}", p)
+                break
+        else:
+            merged.append((name, plan))
+    return merged
+
+
+def _strategy_summary(plan: Plan) -> str:
+    counts: dict[str, int] = {}
+    for lp in plan.layers:
+        counts[lp.strategy.label] = counts.get(lp.strategy.label, 0) + 1
+    return ", ".join(f"{label} x{n}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+@app.command()
+def validate(network: Annotated[str, typer.Argument(help="A zoo network name or a network spec YAML path.")],
+             ranks: RanksOpt,
+             batch: Annotated[Optional[int], typer.Option("--batch", "-b", help="Global batch per step "
+                                                          "[default: 32 per rank].")] = None,
+             machine: Annotated[str, typer.Option("--machine", "-m", help="The machine to plan for; "
+                                                  "`local` is this computer.")] = "local",
+             steps: StepsOpt = 5, warmup: WarmupOpt = 2, timeout: TimeoutOpt = 600.0,
+             threads: ThreadsOpt = None, profile: ProfileOpt = None,
+             check: Annotated[bool, typer.Option("--check/--no-check", help="Check each plan's numerics "
+                                                 "against one process.")] = True,
+             json_out: Annotated[Optional[str], typer.Option("--json", help="Write the summary as JSON to FILE.")] = None,
+             details: Annotated[bool, typer.Option("--details", help="Also print each plan's per-layer table.")] = False,
+             ) -> None:
+    """Plan a network, run the plan and the uniform baselines, and report each prediction's error.
+
+    The loop in one command: plan (the planner's plan when the planner is built), then run it and
+    each uniform baseline that fits (data, filter, spatial) with --check, and compare measured with
+    predicted step time and per-layer times; says whether the planner's plan was measured fastest.
+    """
+    from planner import context  # noqa: PLC0415
+    from planner.plan_file import write_plan  # noqa: PLC0415
+    _positive("steps", steps)
+    ctx = context.resolve(network, ranks, batch, machine, profile)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="dnnplan-validate-") as tmp:
+        for i, (name, plan) in enumerate(candidate_plans(ctx, network, machine)):
+            path = os.path.join(tmp, f"plan{i}.yaml")
+            write_plan(plan, path)
+            prep = prepare(path, ranks, threads, profile)
+            job = _guard_failure(lambda: run_measure(prep, steps=steps, warmup=warmup, check=check, trace=False,
+                                                     timeout_s=timeout))
+            if job is None:
+                continue
+            cmp = predict_and_compare(prep, job, steps)
+            if details:
+                report.comparison_table(cmp, f"{name}: {_strategy_summary(plan)}", _strategy_labels(plan))
+                report.step_summary(cmp)
+            cj = comparison_json(name, cmp, job.check)
+            rows.append({"name": name, "strategies": _strategy_summary(plan), "threads": job.threads,
+                         "predicted_step_s": cmp.predicted_step_s, "measured_step_s": cmp.measured.step_s,
+                         "measured_step_min_s": cmp.measured.step_min_s,
+                         "measured_step_max_s": cmp.measured.step_max_s,
+                         "step_rel": cmp.step_rel, "layer_median_abs_rel": cmp.layer_median_abs_rel,
+                         "check": cj["check"]})
+    if not rows:
+        return
+    report.validate_table(rows, f"{ctx.network.name}, batch {ctx.batch}, {ranks} rank(s), machine {machine}, "
+                                f"compute model {ctx.compute.name}")
+    summary = {"network": ctx.network.name, "ranks": ranks, "batch": ctx.batch, "machine": machine,
+               "compute_model": ctx.compute.name, "plans": rows}
+    planner_rows = [r for r in rows if r["name"].split(" = ")[0] == "planner"]
+    if planner_rows:
+        best = min(rows, key=lambda r: r["measured_step_s"])
+        summary["planner_vs_best_measured"] = planner_rows[0]["measured_step_s"] / best["measured_step_s"] - 1
+        report.console.print(f"planner's plan measured {summary['planner_vs_best_measured'] * 100:+.1f}% against "
+                             f"the fastest measured ({best['name']})")
+    if json_out:
+        write_json_file(json_out, summary)
+    if check and any(r["check"] and not r["check"]["passed"] for r in rows):
+        fail_line("a plan's distributed step does not match one process (see the check column)")
+        raise typer.Exit(3)

@@ -1,0 +1,47 @@
+"""A stand-in for executor.runtime.run_plan that times no real kernels (launcher tests only).
+
+Each layer's phases sleep a fixed time so the timers, the gather, the JSON and the trace are
+exercised without depending on the runtime's speed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class CheckResult:
+    passed: bool
+    worst_rel_error: float
+    worst_tensor: str
+    loss_rel_error: float
+    tolerance: float
+
+
+@dataclass
+class RunResult:
+    loss: float
+    losses: list
+    step_s: list
+    check: CheckResult | None
+
+
+def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=None, lr=0.01, momentum=0.9):
+    step_s = []
+    for step in range(warmup + steps):
+        timers.begin_step(step)
+        t = time.perf_counter()
+        for layer in net.layers:
+            with timers.span(layer.name, "fwd_compute"):
+                time.sleep(0.001)
+        if comm.Get_size() > 1:
+            with timers.span(net.layers[-1].name, "grad_sync"):
+                comm.Barrier()
+        for layer in reversed(net.layers):
+            with timers.span(layer.name, "bwd_compute"):
+                time.sleep(0.002)
+        timers.end_step()
+        step_s.append(time.perf_counter() - t)
+    chk = CheckResult(True, 1e-7, f"{net.layers[0].name}.weight", 1e-8, 1e-4) if check else None
+    return RunResult(1.0, [1.0] * steps, step_s[warmup:], chk)

@@ -1,0 +1,132 @@
+"""`dnnplan execute` and `dnnplan validate` end to end under mpiexec: faults, timeout, JSON, trace.
+
+Launcher tests take ``run_plan`` from tests/assets/stub_runtime.py (DNNPLAN_TEST_RUNTIME) so they
+do not depend on the runtime's speed; the last tests run the real runtime on lenet5.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from executor.timers import PHASES
+from executor_plans import write_uniform_plan
+from planner.cli import app
+
+pytestmark = pytest.mark.mpi
+runner = CliRunner()
+STUB = "tests.assets.stub_runtime"
+
+
+@pytest.fixture(scope="module")
+def plan2(tmp_path_factory):
+    return write_uniform_plan(tmp_path_factory.mktemp("plans"), "lenet5", 2, 8, "data", machine="dgx-a100")
+
+
+def workers_alive(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [l for l in out.splitlines() if "executor.worker" in l and marker in l]
+
+
+def test_fault_on_one_rank_aborts_the_job_with_its_message(plan2, tmp_path, monkeypatch):
+    monkeypatch.setenv("DNNPLAN_TEST_RUNTIME", STUB)
+    monkeypatch.setenv("DNNPLAN_TEST_FAULT_RANK", "1")
+    out = tmp_path / "r.json"
+    start = time.monotonic()
+    result = runner.invoke(app, ["execute", plan2, "--ranks", "2", "--json", str(out), "--timeout", "60"])
+    assert time.monotonic() - start < 30
+    assert result.exit_code == 1, result.output
+    assert "rank 1: internal error: RuntimeError: injected fault on rank 1" in result.output
+    assert "BAD TERMINATION" not in result.output and "Traceback" not in result.output
+    assert not out.exists()  # no partial result
+
+
+def test_a_user_error_on_a_rank_is_exit_2(plan2, monkeypatch):
+    monkeypatch.setenv("DNNPLAN_TEST_RUNTIME", STUB)
+    monkeypatch.setenv("DNNPLAN_TEST_FAULT_RANK", "1")
+    monkeypatch.setenv("DNNPLAN_TEST_FAULT_KIND", "user")
+    result = runner.invoke(app, ["execute", plan2, "--ranks", "2"])
+    assert result.exit_code == 2, result.output
+    assert "rank 1: injected fault on rank 1" in result.output
+
+
+def test_a_run_past_the_timeout_is_killed(plan2, tmp_path, monkeypatch):
+    monkeypatch.setenv("DNNPLAN_TEST_RUNTIME", STUB)
+    monkeypatch.setenv("DNNPLAN_TEST_HANG_S", "120")
+    trace = tmp_path / "t.json"
+    start = time.monotonic()
+    result = runner.invoke(app, ["execute", plan2, "--ranks", "2", "--timeout", "2", "--trace", str(trace)])
+    assert time.monotonic() - start < 20
+    assert result.exit_code == 124, result.output
+    assert "exceeded --timeout 2 s" in result.output
+    assert not trace.exists()
+    time.sleep(0.5)
+    assert workers_alive(plan2) == []
+
+
+def test_json_and_trace(plan2, tmp_path, monkeypatch):
+    monkeypatch.setenv("DNNPLAN_TEST_RUNTIME", STUB)
+    out, trace = tmp_path / "r.json", tmp_path / "t.json"
+    result = runner.invoke(app, ["execute", plan2, "--ranks", "2", "--steps", "3", "--warmup", "1", "--check",
+                                 "--json", str(out), "--trace", str(trace)])
+    assert result.exit_code == 0, result.output
+    assert "check" in result.output and "passed" in result.output
+    data = json.loads(out.read_text())
+    assert set(data) == {"plan", "ranks", "steps", "measured", "predicted", "error", "check"}
+    assert data["ranks"] == 2 and data["steps"] == 3 and data["plan"] == plan2
+    assert set(data["measured"]) == {"step_s", "layers"} == set(data["predicted"])
+    assert set(data["error"]) == {"step_rel", "layers"}
+    assert set(data["check"]) == {"passed", "worst_rel_error", "worst_tensor"} and data["check"]["passed"]
+    names = [l["name"] for l in data["predicted"]["layers"]]
+    assert [l["name"] for l in data["measured"]["layers"]] == names == [l["name"] for l in data["error"]["layers"]]
+    assert set(data["measured"]["layers"][0]) == {"name", "total_s", *(f"{p}_s" for p in PHASES)}
+    assert data["measured"]["step_s"] > 0.005  # the stub sleeps 3 ms per layer
+    events = json.loads(trace.read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X" and e["cat"] != "step"]
+    assert {e["pid"] for e in spans} == {0, 1}
+    for pid in (0, 1):  # every rank ran every layer's forward, every step (warm-up included)
+        assert len([e for e in spans if e["pid"] == pid and e["cat"] == "fwd_compute"]) == 4 * len(names)
+    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in spans)
+
+
+def test_worker_module_runs_standalone_under_mpiexec(plan2, tmp_path):
+    from executor.launch import find_mpiexec
+    res = tmp_path / "res.pkl"
+    env = {**os.environ, "DNNPLAN_TEST_RUNTIME": STUB, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "executor.worker", plan2,
+                           "--result", str(res), "--steps", "1", "--warmup", "0"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert res.exists()
+
+
+# --- the real runtime -------------------------------------------------------------------------
+
+def test_execute_real_runtime_lenet5_with_check(tmp_path):
+    pytest.importorskip("executor.runtime")
+    plan = write_uniform_plan(tmp_path, "lenet5", 2, 8, "filter", machine="dgx-a100")
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["execute", plan, "--ranks", "2", "--steps", "2", "--warmup", "1", "--check",
+                                 "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["check"]["passed"]
+    assert data["measured"]["step_s"] > 0 and data["predicted"]["step_s"] > 0
+    assert all(l["total_s"] > 0 for l in data["measured"]["layers"] if l["name"].startswith("conv"))
+
+
+def test_validate_runs_the_baselines(tmp_path):
+    pytest.importorskip("executor.runtime")
+    out = tmp_path / "v.json"
+    result = runner.invoke(app, ["validate", "lenet5", "--ranks", "2", "--batch", "8", "--machine", "dgx-a100",
+                                 "--steps", "2", "--warmup", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    names = [r["name"] for r in data["plans"]]
+    assert "data" in names[0] or "data" in " ".join(names)
+    assert all(r["check"]["passed"] for r in data["plans"])
+    assert all(r["measured_step_s"] > 0 for r in data["plans"])
