@@ -68,9 +68,10 @@ def maxpool2d_forward(x, kernel, stride=None, padding=(0, 0, 0, 0), dilation=(1,
             if i == 0 and j == 0:
                 continue
             v = buf[_win(g, i, j)]
+            # branch-free updates (data-dependent selects are slow on mixed data; see relu)
             better = v > y
-            xp.copyto(y, v, where=better)
-            xp.copyto(arg, xp.asarray(i * g["kw"] + j, dtype=arg.dtype), where=better)
+            arg += better * (i * g["kw"] + j - arg)
+            xp.maximum(y, v, out=y)
     return y, {"arg": arg, "g": g}
 
 
@@ -79,10 +80,9 @@ def maxpool2d_backward(dy, cache):
     xp = module_of(dy)
     g, arg = cache["g"], cache["arg"]
     dbuf = xp.zeros((g["n"], g["c"], g["hb"], g["wb"]), dtype=dy.dtype)
-    zero = xp.zeros((), dtype=dy.dtype)
     for i in range(g["kh"]):
         for j in range(g["kw"]):
-            dbuf[_win(g, i, j)] += xp.where(arg == i * g["kw"] + j, dy, zero)
+            dbuf[_win(g, i, j)] += dy * (arg == i * g["kw"] + j)
     return _crop(dbuf, g)
 
 
