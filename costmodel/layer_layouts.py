@@ -128,7 +128,9 @@ def local_layer(layer: Layer, strategy: Strategy, batch: int) -> LocalLayer:
     elif layer.op == "linear":  # tied: the output feature split
         params["features"] = out[-1]
     elif layer.op == "attention":
-        params["heads"] = max(1, params["heads"] // strategy.degree("F"))
+        params["heads_total"] = params["heads"]
+        params["seq_total"] = layer.in_shapes[0][0]  # keys and values are gathered over a split sequence
+        params["heads"] = wdict["qkv_weight"][1] * params["heads"] // layer.in_shapes[0][1]
     elif layer.op == "embedding":
         params["dim"] = out[-1]
     local_batch = out[0] if layer.out_shape != () else ins[0][0]  # the loss is one number

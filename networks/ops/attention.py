@@ -37,22 +37,31 @@ def weights(p, in_shapes):
 
 
 def costs(p, in_shapes, out_shape, n, itemsize):
+    """Counts of the three GEMM stages. A local shard (costmodel.layer_layouts.local_layer) passes
+    ``heads_total`` and ``seq_total``: split heads shrink the projections to the local heads, and a
+    split sequence attends its local queries to every key."""
     s, d = in_shapes[0]
-    proj = n * 4 * s * d * d
-    core = n * 2 * s * s * d
-    macs = proj + core
-    act = n * s * d * itemsize
-    # kept for backward: q, k, v, the attention probabilities and the per-head output
-    kept = 4 * act + n * p["heads"] * s * s * itemsize + act
-    soft = n * p["heads"] * s * s
+    heads = p["heads"]
+    dh = d // p.get("heads_total", heads)
+    d_l = heads * dh  # projection width of the local heads
+    s_k = p.get("seq_total", s)
+    rows = n * s
+    bias = rows * (3 * d_l + d) if p["bias"] else 0
+    proj = rows * d * 4 * d_l  # q, k, v (d -> 3 d_l) and out (d_l -> d)
+    core = 2 * n * heads * s * s_k * dh  # scores and weighted sum
+    soft = n * heads * s * s_k
+    act = rows * d * itemsize
+    # kept for backward: the input, q, k, v, the attention probabilities and the per-head output
+    kept = act + 4 * rows * d_l * itemsize + soft * itemsize
+    wbytes = (4 * d * d_l + 3 * d_l + d) * itemsize
     return LayerCost(
-        flops=(2 * macs + 5 * soft, 2 * macs + 5 * soft, 2 * proj),
-        work=(macs + soft, macs + soft, proj),
-        depth=(clog2(d) + clog2(s) + clog2(d), clog2(d) + clog2(s) + clog2(d), clog2(n * s)),
-        bytes_read=(act + 4 * d * d * itemsize, 5 * act + 4 * d * d * itemsize, 5 * act),
-        bytes_written=(kept, act, 4 * d * d * itemsize),
+        flops=(2 * (proj + core) + 5 * soft + bias, 2 * (proj + core) + 5 * soft, 2 * proj + bias),
+        work=(proj + core + soft, proj + core + soft, proj),
+        depth=(clog2(d) + clog2(s_k) + clog2(dh), clog2(d_l) + clog2(s_k) + clog2(dh), clog2(rows)),
+        bytes_read=(act + wbytes, 5 * act + wbytes, 5 * act),
+        bytes_written=(kept, act, wbytes),
         activation_bytes=kept,
-        macs=macs,
+        macs=proj + core,
     )
 
 
@@ -66,7 +75,8 @@ def splits(p, in_shapes, out_shape):
     return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts),
             DimSplit("H", s, (1,), 1, partial_weight_grad=wts, extra=kv),
             DimSplit("F", p["heads"], (None,), None, weight_axes=tuple(head_axes), partial_out=True,
-                     partial_in_grad=True, partial_weight_grad=("out_bias",) if p["bias"] else ()))
+                     partial_in_grad=True, partial_weight_grad=("out_bias",) if p["bias"] else (),
+                     divides=True))
 
 
 OP = OpDef("attention", "multi-head self-attention with input and output projections", PARAMS, (1, 1),
