@@ -1,8 +1,16 @@
 """``--check``: the distributed step-0 loss and weight gradients against the single-process step.
 
 Each rank sends its gradient shards (with their regions from ``weight_layouts``/``block``) to
-rank 0, which assembles full tensors, runs :func:`executor.reference.reference_step` and compares
-norm-wise: ``||a - b|| / max(||b||, floor)`` per tensor. The floor is ``1e-2`` times the norm the
+rank 0, which assembles full tensors, runs :func:`executor.reference.reference_step` in float64
+(the ground truth) and in float32 (one process in the run's own precision), and compares
+norm-wise: ``||a - b|| / max(||b||, floor)`` per tensor against the float64 result.
+
+A tensor passes when its error is within the tolerance below, or within twice the error of the
+single float32 process where float32 rounding alone already exceeds that tolerance: gradients deep
+in a network (batch-norm parameters after many layers) are ill-conditioned, and two float32
+computations that only sum in a different order differ there by ~1e-3 (measured: ResNet-18 at
+64x64, batch 16, ``layer3.1.bn2.gamma``, 6.6e-3 between one float32 process and float64). A wrong
+decomposition (a missing allreduce, a misplaced halo) is off by orders of magnitude more. The floor is ``1e-2`` times the norm the
 tensor would have if the whole gradient's norm were spread evenly over all elements
 (``||g_all|| * sqrt(size / total)``): a gradient that is zero in exact arithmetic (the bias of a
 convolution followed by batch norm) is then judged by its rounding noise against the network's
@@ -38,6 +46,7 @@ class CheckResult:
     worst_tensor: str
     loss_rel_error: float
     tolerance: float
+    vs_one_process: float = 0.0  # worst error against one float32 process (same precision)
 
 
 def tolerance_for(algorithms: dict[str, str]) -> float:
@@ -82,15 +91,21 @@ def run_check(comm, net: Network, batch: int, strategies, algorithms, seed: int,
     result = None
     if comm.Get_rank() == 0:
         tol = tolerance_for(algorithms)
-        ref_loss, ref_grads = reference_step(net, batch, algorithms, seed)
+        ref_loss, ref_grads = reference_step(net, batch, algorithms, seed, dtype=np.float64)
+        one_loss, one_grads = reference_step(net, batch, algorithms, seed, dtype=np.float32)
         loss_err = abs(loss - ref_loss) / max(abs(ref_loss), 1e-30)
-        worst, worst_name = loss_err, "loss"
+        loss_allowed = max(tol, 2 * abs(one_loss - ref_loss) / max(abs(ref_loss), 1e-30))
+        worst_ratio, worst, worst_name, worst_allowed = loss_err / loss_allowed, loss_err, "loss", loss_allowed
+        vs_one = abs(loss - one_loss) / max(abs(one_loss), 1e-30)
         total = sum(r.size for r in ref_grads.values())
         g_all = float(np.sqrt(sum(float(np.sum(np.asarray(r, np.float64) ** 2)) for r in ref_grads.values())))
         for key, ref in ref_grads.items():
-            err = rel_error(full[key], ref, FLOOR * g_all * np.sqrt(ref.size / max(total, 1)))
-            if err > worst or not np.isfinite(err):
-                worst, worst_name = err, f"{key[0]}.{key[1]}"
-        result = CheckResult(bool(np.isfinite(worst) and worst <= tol), float(worst), worst_name,
-                             float(loss_err), tol)
+            floor = FLOOR * g_all * np.sqrt(ref.size / max(total, 1))
+            err = rel_error(full[key], ref, floor)
+            allowed = max(tol, 2 * rel_error(one_grads[key], ref, floor))
+            vs_one = max(vs_one, rel_error(full[key], one_grads[key], floor))
+            if not np.isfinite(err) or err / allowed > worst_ratio:
+                worst_ratio, worst, worst_name, worst_allowed = err / allowed, err, f"{key[0]}.{key[1]}", allowed
+        result = CheckResult(bool(np.isfinite(worst_ratio) and worst_ratio <= 1.0), float(worst), worst_name,
+                             float(loss_err), float(worst_allowed), float(vs_one))
     return comm.bcast(result, root=0)

@@ -28,7 +28,8 @@ def test_single_rank_equals_reference(net_name, batch):
     plan = make_plan(net, batch, 1, "data")
     res = run_plan(plan, net, MPI.COMM_SELF, steps=1, warmup=0, check=True, seed=1)
     assert res.check.passed
-    assert res.check.worst_rel_error <= 1e-6
+    assert res.check.vs_one_process <= 1e-6  # one rank computes exactly what one process does
+    assert res.check.worst_rel_error <= res.check.tolerance
     ref_loss, _ = reference_step(net, batch, plan.algorithms(), 1)
     assert res.loss == pytest.approx(ref_loss, rel=1e-6)
 
