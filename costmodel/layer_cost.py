@@ -210,8 +210,10 @@ def _reshard_time(src: Layout, dst: Layout, backward: bool, itemsize: int, machi
 
 @lru_cache(maxsize=None)
 def _link(strategy: Strategy, dims: tuple[str, ...], machine: Machine):
-    """The link of rank 0's group along ``dims`` (every rank when ``dims`` is empty), memoised."""
-    return machine.link_for(strategy.group(0, dims) if dims else tuple(range(strategy.p)))
+    """The link of rank 0's group along ``dims`` (every rank when ``dims`` is empty), memoised.
+    Inside one node a reshard (an Alltoallv) uses the fitted alltoall link when one was measured."""
+    link = machine.link_for(strategy.group(0, dims) if dims else tuple(range(strategy.p)))
+    return machine.link_for_collective("alltoall") if link is machine.intra else link
 
 
 @lru_cache(maxsize=None)

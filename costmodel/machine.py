@@ -80,6 +80,16 @@ class Machine:
     inter: LinkLevel
     profile: str | None = None
     source: str = "<dict>"
+    #: Links fitted per collective by ``dnnplan profile-comm`` (collective name, link), used for
+    #: groups inside one node in place of ``intra``; empty for datasheet machines.
+    fitted: tuple[tuple[str, LinkLevel], ...] = ()
+
+    def link_for_collective(self, collective: str) -> LinkLevel:
+        """The intra-node link a collective is costed with: its own fit when measured."""
+        for name, link in self.fitted:
+            if name == collective:
+                return link
+        return self.intra
 
     def max_devices(self) -> int | None:
         """Total devices, or ``None`` when the node count is unlimited."""

@@ -305,11 +305,23 @@ def fitted_link(table: ProfileTable) -> LinkLevel | None:
                      gamma_s_per_byte=float(link["gamma_s_per_byte"]))
 
 
+def fitted_collective_links(table: ProfileTable) -> tuple[tuple[str, LinkLevel], ...]:
+    """The link fitted for each measured collective (``dnnplan profile-comm``), by name."""
+    fits = (table.comm or {}).get("collectives") or {}
+    ranks = (table.comm or {}).get("ranks", "?")
+    return tuple((name, LinkLevel(name=f"profiled {name} ({ranks} ranks)", alpha_s=float(f["alpha_s"]),
+                                  beta_s_per_byte=float(f["beta_s_per_byte"]),
+                                  gamma_s_per_byte=float(f["gamma_s_per_byte"])))
+                 for name, f in sorted(fits.items()))
+
+
 def links_from_table(machine: Machine, table: ProfileTable) -> Machine:
-    """``machine`` with its intra-node link replaced by the table's fitted one (unchanged without
-    a communication profile). A one-node machine's inter link is replaced too (it is never used)."""
+    """``machine`` with the table's fitted links (unchanged without a communication profile): the
+    joint fit replaces the intra-node link (and a one-node machine's inter link, never used), and
+    each measured collective is costed with its own fit (``Machine.fitted``); reshards
+    (``Alltoallv``) use the alltoall fit."""
     link = fitted_link(table)
     if link is None:
         return machine
     inter = link if machine.nodes == 1 else machine.inter
-    return replace(machine, intra=link, inter=inter)
+    return replace(machine, intra=link, inter=inter, fitted=fitted_collective_links(table))

@@ -243,7 +243,8 @@ def _link_key(strategy, dims: tuple[str, ...], devices_per_node: int) -> bool:
 def reshard_link(src: Layout, dst: Layout, machine: Machine) -> LinkLevel:
     """The link level :func:`costmodel.layer_cost.edge_estimate` charges a reshard to."""
     dims = tuple(sorted(set(src.split_dims()) | set(dst.split_dims())))
-    return machine.intra if _link_key(dst.strategy, dims, machine.devices_per_node) else machine.inter
+    inside = _link_key(dst.strategy, dims, machine.devices_per_node)
+    return machine.link_for_collective("alltoall") if inside else machine.inter
 
 
 def reshard_seconds(max_recv: int, max_messages: int, itemsize: int, link: LinkLevel) -> float:

@@ -170,3 +170,27 @@ def test_links_from_table_replaces_intra_link_immutably():
     assert m2.intra.alpha_s == 2e-6 and m2.inter.alpha_s == 2e-6
     assert machine.intra.alpha_s != 2e-6
     assert links_from_table(machine, _table()) is machine
+
+
+def test_each_collective_is_costed_with_its_own_fit():
+    """profile-comm fits alpha/beta/gamma per collective; the local machine uses each fit."""
+    from costmodel.collectives import collective_s
+    from costmodel.files import load_machine
+    from costmodel.layer_cost import _link
+    from costmodel.profile_table import links_from_table
+    from costmodel.strategy import Strategy
+
+    fits = {"allreduce": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "gamma_s_per_byte": 0.0},
+            "alltoall": {"alpha_s": 3e-5, "beta_s_per_byte": 2e-9, "gamma_s_per_byte": 0.0}}
+    table = _table(comm={"ranks": 2, "collectives": fits,
+                         "link": {"alpha_s": 2e-6, "beta_s_per_byte": 5e-10, "gamma_s_per_byte": 0.0}})
+    base = load_machine("local")
+    m = links_from_table(base, table)
+    # allreduce of 1 MB over 2 ranks uses the allreduce fit; allgather (not fitted) the joint link
+    ar = collective_s("allreduce", 1e6, 2, 1, m)
+    joint = collective_s("allreduce", 1e6, 2, 1, (m.intra, m.inter))
+    assert ar != joint and m.link_for_collective("allgather") is m.intra
+    assert ar == collective_s("allreduce", 1e6, 2, 1, (m.link_for_collective("allreduce"), m.inter))
+    assert m.link_for_collective("allreduce").alpha_s == 1e-5
+    # reshards (Alltoallv) inside a node use the alltoall fit
+    assert _link(Strategy.of(2, N=2), ("N",), m).alpha_s == 3e-5
