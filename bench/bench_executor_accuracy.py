@@ -35,7 +35,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 NETS = {  # name -> (network argument, samples per rank)
-    "lenet5": ("lenet5", 64),
+    "lenet5": ("lenet5", 256),
     "alexnet": ("alexnet", 2),
     "resnet18-64": (str(ROOT / "bench" / "assets" / "resnet18-64.yaml"), 8),
 }

@@ -67,6 +67,7 @@ SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
     "concat.fwd": ("outer", "inner"), "concat.bwd": ("outer", "inner"),
     "softmax_xent.fwd": ("rows", "k"), "softmax_xent.bwd": ("rows", "k"),
     "attention.fwd": _ATTN, "attention.bwd": _ATTN,
+    "sgd.update": ("elems",),
 }
 
 #: Positions of a shape that are sizes (interpolated over); the others are structure (stride,
@@ -314,3 +315,17 @@ def kernel_calls(local: LocalLayer, pass_: str, algorithm: str = "") -> tuple[Ke
     if op == "attention":
         return _attention_calls(local, pass_, dtype, item)
     return ()
+
+
+def update_calls(local: LocalLayer) -> tuple[KernelCall, ...]:
+    """The optimiser step of a local shard: one SGD-with-momentum update per weight tensor (reads
+    weight, gradient and momentum, writes weight and momentum; 3 FLOPs per element)."""
+    dtype = local.layer.dtype
+    item = DTYPE_BYTES.get(dtype, 4)
+    out = []
+    for _, shape in local.weight_shapes:
+        n = 1
+        for s in shape:
+            n *= s
+        out.append(KernelCall("sgd.update", (n,), dtype, "", 3 * n, 5 * n * item))
+    return tuple(out)

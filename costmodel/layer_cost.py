@@ -163,7 +163,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         fwd_compute_s=compute.pass_s(local, "fwd", algorithm),
         bwd_data_s=compute.pass_s(local, "bwd_data", algorithm),
         bwd_weights_s=compute.pass_s(local, "bwd_weights", algorithm) if layer.weights else 0.0,
-        update_s=compute.update_s(weight_bytes // itemsize, itemsize),
+        update_s=sum(compute.update_s(_elems(shape), itemsize) for shape in wshapes.values()),
         comms=tuple(comms), memory=memory)
 
 

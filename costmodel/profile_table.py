@@ -287,7 +287,12 @@ class ProfiledCompute:
         return sum(self.lookup(c).seconds for c in calls)
 
     def update_s(self, weight_elems: int, itemsize: int) -> float:
-        return self.fallback.update_s(weight_elems, itemsize)
+        """The profiled SGD-with-momentum kernel on one weight tensor of ``weight_elems``."""
+        if weight_elems <= 0:
+            return 0.0
+        dtype = {8: "float64", 4: "float32", 2: "float16"}.get(itemsize, "float32")
+        call = KernelCall("sgd.update", (weight_elems,), dtype, "", 3 * weight_elems, 5 * weight_elems * itemsize)
+        return self.lookup(call).seconds
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return self.fallback.workspace_bytes(local, algorithm)

@@ -39,6 +39,7 @@ from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
 from executor.ops.norm import STAT_DIMS
 from executor.timers import Timers
+from profiler.kernels.optimizer import sgd_momentum_update
 from networks.analysis import layer_splits
 from networks.errors import DnnplanError
 from networks.ir import Layer, Network
@@ -206,10 +207,7 @@ class _Runtime:
                 continue
             with self.timers.span(run.layer.name, "update"):
                 for w, g in gs.items():
-                    v = run.momentum[w]
-                    v *= momentum
-                    v += g
-                    run.ctx.weights[w] -= lr * v
+                    sgd_momentum_update(run.ctx.weights[w], run.momentum[w], g, lr, momentum)
         self.timers.end_step()
         return loss, kept
 

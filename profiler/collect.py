@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from costmodel.compute import CONV_ALGORITHMS, PASSES
-from costmodel.kernel_calls import KernelCall, kernel_calls
+from costmodel.kernel_calls import KernelCall, kernel_calls, update_calls
 from costmodel.layer_layouts import check_fits, local_layer
 from costmodel.strategy import Strategy
 from costmodel.uniform import NAMED, data_strategy, wanted_strategy
@@ -60,6 +60,8 @@ def network_calls(net: Network, devices: Iterable[int], batch_of, algorithms: It
         for layer in net.layers:
             for s in layer_strategies(layer, p, batch):
                 local = local_layer(layer, s, batch)
+                for call in update_calls(local):
+                    seen.setdefault(call.key, call)
                 for algo in conv_algorithms(layer):
                     if wanted is not None and algo and algo not in wanted:
                         continue

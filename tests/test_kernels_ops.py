@@ -425,3 +425,14 @@ def test_cupy_ops_match_numpy():
     np.testing.assert_allclose(cp.asnumpy(gelu_forward(gx)[0]), gelu_forward(x)[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(cp.asnumpy(linear_forward(gx[..., :4], cp.asarray(x[0, 0, :4, :4]))),
                                linear_forward(x[..., :4], x[0, 0, :4, :4]), rtol=1e-5, atol=1e-5)
+
+
+def test_sgd_momentum_update_is_pytorch_sgd_in_place():
+    from profiler.kernels.optimizer import sgd_momentum_update
+    rng = np.random.default_rng(3)
+    w, v, g = (rng.standard_normal(17) for _ in range(3))
+    w0, v0 = w.copy(), v.copy()
+    out_w, out_v = sgd_momentum_update(w, v, g, 0.1, 0.9)
+    assert out_w is w and out_v is v
+    np.testing.assert_allclose(v, 0.9 * v0 + g, rtol=1e-15)
+    np.testing.assert_allclose(w, w0 - 0.1 * (0.9 * v0 + g), rtol=1e-15)

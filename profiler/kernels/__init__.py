@@ -3,16 +3,17 @@
 All kernels are written once over an array module (numpy or cupy, found from the arguments with
 ``profiler.xp.module_of``). ``KERNELS`` names every timed kernel; the functions are also importable
 directly from their modules (``profiler.kernels.conv``, ``.gemm``, ``.pool``, ``.norm``,
-``.activation``, ``.loss``, ``.attention``).
+``.activation``, ``.loss``, ``.attention``, ``.optimizer``).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from profiler.kernels import activation, attention, conv, gemm, loss, norm, pool
+from profiler.kernels import activation, attention, conv, gemm, loss, norm, optimizer, pool
 
 KERNELS: dict[str, Callable] = {
+    "sgd.update": optimizer.sgd_momentum_update,
     "conv2d.fwd": conv.conv2d_forward,
     "conv2d.bwd_data": conv.conv2d_backward_data,
     "conv2d.bwd_weights": conv.conv2d_backward_weights,

@@ -17,8 +17,11 @@ def softmax_xent_forward(logits, labels, total_count):
     z = logits - m
     ez = xp.exp(z)
     s = ez.sum(axis=-1, keepdims=True)
-    lab = labels.astype(xp.int64)[..., None]
-    picked = xp.take_along_axis(z, lab, axis=-1)
+    lab = labels[..., None]
+    k = logits.shape[-1]
+    # direct indexing: take_along_axis builds index grids in Python (~35 us cold on a 2-core CPU)
+    flat = z.reshape(-1, k)
+    picked = flat[xp.arange(flat.shape[0]), labels.reshape(-1)].reshape(lab.shape)
     loss = (xp.log(s) - picked).astype(xp.float64).sum() / total_count
     return loss, {"p": ez / s, "labels": lab, "total": total_count}
 
