@@ -53,7 +53,11 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> _LDict:
                                                     key_node.start_mark)
             err.field = key
             raise err
-        out[key] = loader.construct_object(value_node, deep=True)
+        try:
+            out[key] = loader.construct_object(value_node, deep=True)
+        except ValueError as err:  # a value the resolver recognised but cannot build: 2020-13-45
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read the value of '{key}': {err}",
+                                                    value_node.start_mark) from None
     return out
 
 
@@ -195,6 +199,9 @@ class _Parser:
             if isinstance(val, bool) or not isinstance(val, int) or val < (1 if key == "repeat" else 0):
                 raise self.fail(f"'{key}' must be a {'positive' if key == 'repeat' else 'non-negative'} "
                                 f"integer, got {val!r}", line=line, layer=label, field=key)
+        if repeat > MAX_ENTRIES:
+            raise self.fail(f"'repeat' must be at most {MAX_ENTRIES}, got {repeat}", line=line, layer=label,
+                            field="repeat")
         name_t = entry.get("name")
         if not isinstance(name_t, str) or not name_t:
             raise self.fail("a block use needs a 'name' (the prefix of its layers' names)", line=line,
