@@ -26,7 +26,7 @@ LAYER_KEYS = ("name", "op", "inputs", "when")
 USE_KEYS = ("use", "name", "args", "repeat", "start", "inputs", "when")
 BLOCK_INPUT = "$input"
 MAX_NESTING = 8
-MAX_ENTRIES = 100_000  # layer and block entries visited while expanding (guards runaway repeats)
+MAX_ENTRIES = 20_000  # layer and block entries visited while expanding (guards runaway repeats)
 
 
 class _LDict(dict):
