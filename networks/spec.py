@@ -40,19 +40,24 @@ class _Loader(yaml.SafeLoader):
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> _LDict:
-    loader.flatten_mapping(node)
+    explicit = sum(1 for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge")
+    loader.flatten_mapping(node)  # merged pairs ('<<: *anchor') come first; explicit keys override them
+    merged = len(node.value) - explicit
     out = _LDict()
     out.line = node.start_mark.line + 1
-    for key_node, value_node in node.value:
+    seen: set[str] = set()
+    for k, (key_node, value_node) in enumerate(node.value):
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, str):
             raise yaml.constructor.ConstructorError(None, None, f"keys must be text, got {key!r}",
                                                     key_node.start_mark)
-        if key in out:
+        if k >= merged and key in seen:
             err = yaml.constructor.ConstructorError(None, None, f"key '{key}' appears twice",
                                                     key_node.start_mark)
             err.field = key
             raise err
+        if k >= merged:
+            seen.add(key)
         try:
             out[key] = loader.construct_object(value_node, deep=True)
         except ValueError as err:  # a value the resolver recognised but cannot build: 2020-13-45
@@ -126,6 +131,8 @@ class _Parser:
             if name is None:
                 raise self.fail("a layer needs a 'name'", line=line, field="name")
             name = self.sub(name, env, line=line, layer=str(name), field="name")
+            if isinstance(name, int) and not isinstance(name, bool):  # name: "{i}", as block uses allow
+                name = str(name)
             if not isinstance(name, str) or not name:
                 raise self.fail(f"a layer name must be text, got {name!r}", line=line, field="name")
             full = f"{prefix}.{name}" if prefix else name
