@@ -265,8 +265,9 @@ def _load_yaml(text: str, source: str) -> Any:
         line = mark.line + 1 if mark else None
         raise DnnplanError(f"not valid YAML: {err.problem or err.context or err}", file=source,
                            line=line, field=getattr(err, "field", None)) from None
-    except yaml.YAMLError as err:
-        raise DnnplanError(f"not valid YAML: {err}", file=source) from None
+    except yaml.YAMLError as err:  # ReaderError (a control character) has no mark but a multi-line text
+        raise DnnplanError(f"not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
+                           file=source) from None
     except ValueError as err:  # a value the YAML resolver recognised but cannot build: 2020-13-01, a 5000-digit int
         raise DnnplanError(f"not valid YAML: {err}", file=source) from None
     except RecursionError:
