@@ -26,6 +26,7 @@ LAYER_KEYS = ("name", "op", "inputs", "when")
 USE_KEYS = ("use", "name", "args", "repeat", "start", "inputs", "when")
 BLOCK_INPUT = "$input"
 MAX_NESTING = 8
+MAX_ENTRIES = 20_000  # layer and block entries visited while expanding (guards runaway repeats)
 
 
 class _LDict(dict):
@@ -39,18 +40,29 @@ class _Loader(yaml.SafeLoader):
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> _LDict:
-    loader.flatten_mapping(node)
+    explicit = sum(1 for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge")
+    loader.flatten_mapping(node)  # merged pairs ('<<: *anchor') come first; explicit keys override them
+    merged = len(node.value) - explicit
     out = _LDict()
     out.line = node.start_mark.line + 1
-    for key_node, value_node in node.value:
+    seen: set[str] = set()
+    for k, (key_node, value_node) in enumerate(node.value):
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, str):
             raise yaml.constructor.ConstructorError(None, None, f"keys must be text, got {key!r}",
                                                     key_node.start_mark)
-        if key in out:
-            raise yaml.constructor.ConstructorError(None, None, f"key '{key}' appears twice",
+        if k >= merged and key in seen:
+            err = yaml.constructor.ConstructorError(None, None, f"key '{key}' appears twice",
                                                     key_node.start_mark)
-        out[key] = loader.construct_object(value_node, deep=True)
+            err.field = key
+            raise err
+        if k >= merged:
+            seen.add(key)
+        try:
+            out[key] = loader.construct_object(value_node, deep=True)
+        except ValueError as err:  # a value the resolver recognised but cannot build: 2020-13-45
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read the value of '{key}': {err}",
+                                                    value_node.start_mark) from None
     return out
 
 
@@ -77,6 +89,7 @@ class _Parser:
         self.blocks: dict[str, _LDict] = {}
         self.aliases: dict[str, str] = {}
         self.raws: list[_Raw] = []
+        self.entries = 0
 
     def fail(self, message: str, *, line=None, layer=None, field=None, hint=None) -> DnnplanError:
         return DnnplanError(message, file=self.source, line=line, layer=layer, field=field, hint=hint)
@@ -93,17 +106,23 @@ class _Parser:
             return substitute(value, env)
         except ExprError as err:
             raise self.fail(str(err), line=line, layer=layer, field=field) from None
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, ArithmeticError) as err:
             raise self.fail(f"template expression failed: {err}", line=line, layer=layer, field=field) from None
 
     def expand(self, entries, env: dict, prefix: str, prev: str | None, block_input: str | None,
-               depth: int, where: str) -> str | None:
+               depth: int, where: str, field: str = "layers", line: int | None = None) -> str | None:
         if not isinstance(entries, list) or not entries:
-            raise self.fail(f"'layers' of {where} must be a non-empty list")
+            raise self.fail(f"'layers' of {where} must be a non-empty list, got {entries!r}", line=line,
+                            layer=prefix or None, field=field)
         local: dict[str, str] = {}
         for entry in entries:
             if not isinstance(entry, _LDict):
-                raise self.fail(f"each entry of 'layers' in {where} must be a mapping, got {entry!r}")
+                raise self.fail(f"each entry of 'layers' in {where} must be a mapping, got {entry!r}",
+                                line=line, layer=prefix or None, field=field)
+            self.entries += 1
+            if self.entries > MAX_ENTRIES:
+                raise self.fail(f"the spec expands to more than {MAX_ENTRIES} layers", line=entry.line,
+                                layer=prefix or None, field="repeat", hint="check the 'repeat' counts")
             line = entry.line
             if "use" in entry:
                 prev = self.expand_use(entry, env, prefix, prev, block_input, local, depth)
@@ -112,23 +131,29 @@ class _Parser:
             if name is None:
                 raise self.fail("a layer needs a 'name'", line=line, field="name")
             name = self.sub(name, env, line=line, layer=str(name), field="name")
+            if isinstance(name, int) and not isinstance(name, bool):  # name: "{i}", as block uses allow
+                name = str(name)
             if not isinstance(name, str) or not name:
                 raise self.fail(f"a layer name must be text, got {name!r}", line=line, field="name")
-            if "when" in entry:
-                cond = self.sub(entry["when"], env, line=line, layer=name, field="when")
-                if not isinstance(cond, bool):
-                    raise self.fail(f"'when' must be true or false, got {cond!r}", line=line, layer=name, field="when")
-                if not cond:
-                    continue
             full = f"{prefix}.{name}" if prefix else name
+            # the op and the keys are checked even where 'when' skips the layer
             op = entry.get("op")
             if op is None:
                 raise self.fail("a layer needs an 'op'", line=line, layer=full, field="op")
+            if not isinstance(op, str):
+                raise self.fail(f"'op' must be an op name, got {op!r}", line=line, layer=full, field="op",
+                                hint=f"known ops: {', '.join(sorted(OPS))}")
             if op not in OPS:
                 raise self.fail(f"unknown op '{op}'", line=line, layer=full, field="op",
                                 hint=_suggest(op, OPS) or f"known ops: {', '.join(sorted(OPS))}")
             allowed = LAYER_KEYS + tuple(prm.name for prm in OPS[op].params)
             self.check_keys(entry, allowed, f"{op} layer", full)
+            if "when" in entry:
+                cond = self.sub(entry["when"], env, line=line, layer=full, field="when")
+                if not isinstance(cond, bool):
+                    raise self.fail(f"'when' must be true or false, got {cond!r}", line=line, layer=full, field="when")
+                if not cond:
+                    continue
             params = {k: self.sub(v, env, line=line, layer=full, field=k)
                       for k, v in entry.items() if k not in LAYER_KEYS}
             refs = self.sub(entry.get("inputs"), env, line=line, layer=full, field="inputs")
@@ -164,7 +189,7 @@ class _Parser:
             raise self.fail(f"blocks nest deeper than {MAX_NESTING} levels (a block that uses itself?)",
                             line=line, layer=label, field="use")
         use = entry["use"]
-        if use not in self.blocks:
+        if not isinstance(use, str) or use not in self.blocks:
             raise self.fail(f"unknown block '{use}'", line=line, layer=label, field="use",
                             hint=_suggest(use, self.blocks) or
                             f"defined blocks: {', '.join(self.blocks) or 'none'}")
@@ -181,6 +206,9 @@ class _Parser:
             if isinstance(val, bool) or not isinstance(val, int) or val < (1 if key == "repeat" else 0):
                 raise self.fail(f"'{key}' must be a {'positive' if key == 'repeat' else 'non-negative'} "
                                 f"integer, got {val!r}", line=line, layer=label, field=key)
+        if repeat > MAX_ENTRIES:
+            raise self.fail(f"'repeat' must be at most {MAX_ENTRIES}, got {repeat}", line=line, layer=label,
+                            field="repeat")
         name_t = entry.get("name")
         if not isinstance(name_t, str) or not name_t:
             raise self.fail("a block use needs a 'name' (the prefix of its layers' names)", line=line,
@@ -191,7 +219,7 @@ class _Parser:
         args_t = entry.get("args", {}) or {}
         if not isinstance(args_t, dict):
             raise self.fail("'args' must be a mapping", line=line, layer=label, field="args")
-        params = block.get("params") or {}
+        params = block.get("params") or {}  # checked in parse_network: names or a mapping
         defaults = dict(params) if isinstance(params, dict) else {p: REQUIRED for p in params}
         for key in args_t:
             if key not in defaults:
@@ -221,7 +249,8 @@ class _Parser:
                                 layer=str(name), field="args")
             benv["i"] = i
             full = f"{prefix}.{name}" if prefix else str(name)
-            out = self.expand(block["layers"], benv, full, inp, inp, depth + 1, f"block '{use}'")
+            out = self.expand(block["layers"], benv, full, inp, inp, depth + 1, f"block '{use}'",
+                              f"blocks.{use}.layers", block.line)
             self.aliases[full] = out
             local[str(name)] = out
             inp = out
@@ -234,9 +263,15 @@ def _load_yaml(text: str, source: str) -> Any:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark else None
-        raise DnnplanError(f"not valid YAML: {err.problem or err.context}", file=source, line=line) from None
-    except yaml.YAMLError as err:
+        raise DnnplanError(f"not valid YAML: {err.problem or err.context or err}", file=source,
+                           line=line, field=getattr(err, "field", None)) from None
+    except yaml.YAMLError as err:  # ReaderError (a control character) has no mark but a multi-line text
+        raise DnnplanError(f"not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
+                           file=source) from None
+    except ValueError as err:  # a value the YAML resolver recognised but cannot build: 2020-13-01, a 5000-digit int
         raise DnnplanError(f"not valid YAML: {err}", file=source) from None
+    except RecursionError:
+        raise DnnplanError("not valid YAML: it nests too deeply", file=source) from None
 
 
 def _parse_inputs(doc: _LDict, p: _Parser) -> tuple[InputSpec, ...]:
@@ -259,7 +294,7 @@ def _parse_inputs(doc: _LDict, p: _Parser) -> tuple[InputSpec, ...]:
             raise p.fail(f"input '{name}' needs a 'shape' of positive integers (per sample, no batch), "
                          f"got {shape!r}", line=spec.line, field=f"inputs.{name}.shape")
         dtype = spec.get("dtype", "float32")
-        if dtype not in DTYPE_BYTES:
+        if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
             raise p.fail(f"input '{name}' has unknown dtype {dtype!r}", line=spec.line,
                          field=f"inputs.{name}.dtype", hint=f"one of {', '.join(DTYPE_BYTES)}")
         out.append(InputSpec(str(name), tuple(shape), dtype))
@@ -273,8 +308,22 @@ def _toposort(raws: list[_Raw], inputs: set[str], p: _Parser) -> list[_Raw]:
             raise p.fail(f"the name '{raw.name}' is used twice", line=raw.line, layer=raw.name, field="name",
                          hint="layer names must be unique")
         by_name[raw.name] = raw
+    for alias in p.aliases:
+        if alias in by_name or alias in inputs:
+            raw = by_name.get(alias)
+            raise p.fail(f"the name '{alias}' is used twice (a block instance and a layer or input)",
+                         line=raw.line if raw else None, layer=alias, field="name",
+                         hint="layer names must be unique")
+
+    def unalias(ref: str) -> str:
+        seen = set()
+        while ref not in by_name and ref in p.aliases and ref not in seen:  # an alias may name an alias
+            seen.add(ref)
+            ref = p.aliases[ref]
+        return ref
+
     for raw in raws:
-        raw.inputs = [p.aliases.get(r, r) if r not in by_name else r for r in raw.inputs]
+        raw.inputs = [unalias(r) for r in raw.inputs]
         for ref in raw.inputs:
             if ref not in by_name and ref not in inputs:
                 raise p.fail(f"input '{ref}' is not a layer or network input", line=raw.line, layer=raw.name,
@@ -318,8 +367,23 @@ def _find_cycle(start: _Raw, by_name: dict[str, _Raw], done: set[str]) -> list[s
     return path[seen[node.name]:] + [node.name]
 
 
+def _one_line(text: str | None) -> str | None:
+    """Escape line breaks and other control characters so an error stays on one line."""
+    if text is None:
+        return None
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in str(text))
+
+
 def parse_network(text: str, source: str = "<spec>") -> Network:
     """Parse and validate a network spec; raise DnnplanError on any mistake."""
+    try:
+        return _parse(text, source)
+    except DnnplanError as err:
+        raise DnnplanError(_one_line(err.bare), file=_one_line(err.file or source), layer=_one_line(err.layer),
+                           field=_one_line(err.field), line=err.line, hint=_one_line(err.hint)) from None
+
+
+def _parse(text: str, source: str) -> Network:
     doc = _load_yaml(text, source)
     p = _Parser(source)
     if not isinstance(doc, _LDict):
@@ -340,13 +404,14 @@ def parse_network(text: str, source: str = "<spec>") -> Network:
                          field=f"blocks.{bname}")
         p.check_keys(block, BLOCK_KEYS, f"block '{bname}'")
         params = block.get("params")
-        if params is not None and not isinstance(params, (list, dict)):
+        if params is not None and (not isinstance(params, (list, dict)) or
+                                   not all(isinstance(k, str) and k for k in params)):
             raise p.fail(f"'params' of block '{bname}' must be a list of names or a mapping of defaults",
                          line=block.line, field=f"blocks.{bname}.params")
     p.blocks = dict(blocks)
     if "layers" not in doc:
         raise p.fail("the spec needs 'layers'", line=doc.line, field="layers")
-    p.expand(doc["layers"], {}, "", inputs[0].name, None, 0, "the network")
+    p.expand(doc["layers"], {}, "", inputs[0].name, None, 0, "the network", "layers", doc.line)
     order = _toposort(p.raws, {i.name for i in inputs}, p)
     return _build(name, inputs, order, p)
 

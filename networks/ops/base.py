@@ -249,7 +249,7 @@ def coerce(param: Param, value: Any) -> Any:
             raise ShapeError(f"must be a number in [0, 1), got {value!r}", name)
         return float(value)
     if k == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
             raise ShapeError(f"must be a positive number, got {value!r}", name)
         return float(value)
     if k == "str":

@@ -9,6 +9,7 @@ from networks.ops.base import (DimSplit, OpDef, Param, ShapeError, axes_of, elem
 
 
 def same_infer(p, in_shapes, dtypes):
+    need_rank(in_shapes[0], (1, 2, 3), "its input", "this op")
     need_float(dtypes[0], "this op")
     return in_shapes[0], dtypes[0]
 
@@ -37,6 +38,7 @@ DROPOUT = _unary("dropout", "inverted dropout", 2, 1, (Param("rate", "rate", 0.1
 
 def add_infer(p, in_shapes, dtypes):
     first = in_shapes[0]
+    need_rank(first, (1, 2, 3), "its input", "add")
     for k, shape in enumerate(in_shapes[1:], 1):
         if shape != first:
             raise ShapeError(f"cannot add shapes {tuple(first)} and {tuple(shape)} (input {k})", "inputs",
