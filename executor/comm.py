@@ -54,6 +54,18 @@ class GroupComms:
         self._cache.clear()
 
 
+def wait_for(sub, timers=None, layer: str = "") -> None:
+    """Barrier on ``sub`` (None: nothing), timed as ``wait`` so that waiting for a slower rank is
+    not charged to the collective that follows."""
+    if sub is None:
+        return
+    if timers is None:
+        sub.Barrier()
+        return
+    with timers.span(layer, "wait"):
+        sub.Barrier()
+
+
 def allreduce_(sub, arr: np.ndarray) -> np.ndarray:
     """Sum ``arr`` in place over the communicator ``sub`` (None: nothing to do). Returns ``arr``."""
     if sub is None:

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass
 
 from costmodel.step import StepPrediction
-from executor.timers import PHASES
+from executor.timers import PHASES, WORK_PHASES
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class LayerTimes:
 
     @property
     def total_s(self) -> float:
-        return sum(self.phases.get(ph, 0.0) for ph in PHASES)
+        return sum(self.phases.get(ph, 0.0) for ph in WORK_PHASES)  # waiting is shown apart
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ def predicted_layers(pred: StepPrediction) -> tuple[LayerTimes, ...]:
             "bwd_comm": est.bwd_comm_s + row.reshard_bwd_s,
             "grad_sync": est.grad_sync_s,
             "update": est.update_s,
+            "wait": 0.0,
         }))
     return tuple(out)
 

@@ -16,7 +16,7 @@ console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 PHASE_LABEL = {"fwd_compute": "fwd", "fwd_comm": "fwd comm", "bwd_compute": "bwd", "bwd_comm": "bwd comm",
-               "grad_sync": "grad sync", "update": "update"}
+               "grad_sync": "grad sync", "update": "update", "wait": "wait (imbalance)"}
 
 
 def pct(rel: float | None) -> str:
@@ -62,12 +62,13 @@ def comparison_table(cmp: Comparison, title: str, strategies: dict[str, str]) ->
 
 def step_summary(cmp: Comparison) -> None:
     m = cmp.measured
-    untimed = m.step_s - sum(lt.total_s for lt in m.layers)
+    waited = sum(lt.phases.get("wait", 0.0) for lt in m.layers)
+    untimed = m.step_s - sum(lt.total_s for lt in m.layers) - waited
     med = cmp.layer_median_abs_rel
     console.print(
         f"[bold]step[/bold]  measured {fmt.seconds(m.step_s)} (median of {m.steps} steps, "
-        f"{fmt.seconds(m.step_min_s)} to {fmt.seconds(m.step_max_s)}; {fmt.seconds(max(untimed, 0.0))} outside "
-        f"the timed layers)  predicted {fmt.seconds(cmp.predicted_step_s)}  error {pct(cmp.step_rel)}  "
+        f"{fmt.seconds(m.step_min_s)} to {fmt.seconds(m.step_max_s)}; {fmt.seconds(waited)} waiting for other "
+        f"ranks, {fmt.seconds(max(untimed, 0.0))} outside the timed layers)  predicted {fmt.seconds(cmp.predicted_step_s)}  error {pct(cmp.step_rel)}  "
         f"per-layer median |error| {'-' if med is None else f'{med * 100:.0f}%'}")
 
 

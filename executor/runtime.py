@@ -33,7 +33,7 @@ from costmodel.layer_layouts import input_layout, output_layout, require_fits, w
 from costmodel.layout import block
 from costmodel.strategy import Strategy
 from executor.check import CheckResult, run_check
-from executor.comm import GroupComms, allreduce_, reshard, reshard_plan
+from executor.comm import GroupComms, allreduce_, reshard, reshard_plan, wait_for
 from executor.init import init_weights, make_inputs, make_labels, take
 from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
@@ -151,6 +151,7 @@ class _Runtime:
             for k, src in enumerate(layer.inputs):
                 xs.append(self.input_blocks[(layer.name, k)] if src in self.inputs else acts[src])
             return xs
+        wait_for(self.comm, self.timers, layer.name)
         with self.timers.span(layer.name, "fwd_comm"):
             for k, src in enumerate(layer.inputs):
                 if src in self.inputs:
@@ -166,6 +167,8 @@ class _Runtime:
             return
         moves = any(not reshard_plan(ctx.in_layouts[k], self.out_layouts[src], True, self.rank).identity
                     for k, src in srcs)
+        if moves:
+            wait_for(self.comm, self.timers, layer.name)
         with (self.timers.span(layer.name, "bwd_comm") if moves else _nullspan()):
             for k, src in srcs:
                 g = reshard(self.comm, dxs[k], ctx.in_layouts[k], self.out_layouts[src], backward=True)
@@ -197,6 +200,8 @@ class _Runtime:
             for w in gs:
                 gs[w] = np.ascontiguousarray(gs[w], dtype=run.ctx.weights[w].dtype)
             if any(sub is not None for sub in run.grad_groups.values()):
+                for sub in {id(g): g for g in run.grad_groups.values() if g is not None}.values():
+                    wait_for(sub, self.timers, run.layer.name)
                 with self.timers.span(run.layer.name, "grad_sync"):
                     for w, g in gs.items():
                         allreduce_(run.grad_groups[w], g)

@@ -12,6 +12,9 @@ bwd_compute    LayerEstimate.bwd_compute_s (backward-data + backward-weights)
 bwd_comm       LayerEstimate.bwd_comm_s + reshard of its input gradients
 grad_sync      LayerEstimate.grad_sync_s (weight-gradient allreduce)
 update         LayerEstimate.update_s (SGD with momentum)
+wait           0: a barrier on a collective's group just before the collective,
+               so time spent waiting for a slower rank (load imbalance, noise)
+               is not charged to the collective; shown apart, not in layer totals
 =============  ===============================================================
 """
 
@@ -21,7 +24,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-PHASES = ("fwd_compute", "fwd_comm", "bwd_compute", "bwd_comm", "grad_sync", "update")
+PHASES = ("fwd_compute", "fwd_comm", "bwd_compute", "bwd_comm", "grad_sync", "update", "wait")
+#: The phases a layer's predicted time is compared with (waiting has no prediction).
+WORK_PHASES = PHASES[:-1]
 
 
 @dataclass

@@ -19,7 +19,7 @@ import numpy as np
 
 from costmodel.layout import Layout, Region
 from costmodel.strategy import Strategy
-from executor.comm import GroupComms, allreduce_
+from executor.comm import GroupComms, allreduce_, wait_for
 from executor.timers import Timers
 from networks.errors import DnnplanError
 from networks.ir import Layer
@@ -62,6 +62,7 @@ class LayerCtx:
         sub = self.comms.get(self.strategy, dims)
         if sub is None:
             return arr
+        wait_for(sub, self.timers, self.layer.name)
         with self.span(phase):
             return allreduce_(sub, arr)
 
