@@ -5,12 +5,15 @@ rank 0, which assembles full tensors, runs :func:`executor.reference.reference_s
 (the ground truth) and in float32 (one process in the run's own precision), and compares
 norm-wise: ``||a - b|| / max(||b||, floor)`` per tensor against the float64 result.
 
-A tensor passes when its error is within the tolerance below, or within twice the error of the
-single float32 process where float32 rounding alone already exceeds that tolerance: gradients deep
+A tensor passes when its error is within the tolerance below, or within four times the error of
+the single float32 process where float32 rounding alone already exceeds that tolerance (two
+float32 computations that sum in different orders err by a random factor of the same scale; 4x
+leaves room for that spread): gradients deep
 in a network (batch-norm parameters after many layers) are ill-conditioned, and two float32
 computations that only sum in a different order differ there by ~1e-3 (measured: ResNet-18 at
 64x64, batch 16, ``layer3.1.bn2.gamma``, 6.6e-3 between one float32 process and float64). A wrong
-decomposition (a missing allreduce, a misplaced halo) is off by orders of magnitude more. The floor is ``1e-2`` times the norm the
+decomposition is off by orders of magnitude more (a run that skips the filter-split allreduce:
+6e-1, see tests/test_executor_cli.py). The floor is ``1e-2`` times the norm the
 tensor would have if the whole gradient's norm were spread evenly over all elements
 (``||g_all|| * sqrt(size / total)``): a gradient that is zero in exact arithmetic (the bias of a
 convolution followed by batch norm) is then judged by its rounding noise against the network's
@@ -54,6 +57,7 @@ def tolerance_for(algorithms: dict[str, str]) -> float:
 
 
 FLOOR = 1e-2
+ROUNDING_SPREAD = 4.0  # allowed multiple of one float32 process's own error (see the module doc)
 
 
 def rel_error(a: np.ndarray, b: np.ndarray, floor: float = 0.0) -> float:
@@ -94,7 +98,7 @@ def run_check(comm, net: Network, batch: int, strategies, algorithms, seed: int,
         ref_loss, ref_grads = reference_step(net, batch, algorithms, seed, dtype=np.float64)
         one_loss, one_grads = reference_step(net, batch, algorithms, seed, dtype=np.float32)
         loss_err = abs(loss - ref_loss) / max(abs(ref_loss), 1e-30)
-        loss_allowed = max(tol, 2 * abs(one_loss - ref_loss) / max(abs(ref_loss), 1e-30))
+        loss_allowed = max(tol, ROUNDING_SPREAD * abs(one_loss - ref_loss) / max(abs(ref_loss), 1e-30))
         worst_ratio, worst, worst_name, worst_allowed = loss_err / loss_allowed, loss_err, "loss", loss_allowed
         vs_one = abs(loss - one_loss) / max(abs(one_loss), 1e-30)
         total = sum(r.size for r in ref_grads.values())
@@ -102,7 +106,7 @@ def run_check(comm, net: Network, batch: int, strategies, algorithms, seed: int,
         for key, ref in ref_grads.items():
             floor = FLOOR * g_all * np.sqrt(ref.size / max(total, 1))
             err = rel_error(full[key], ref, floor)
-            allowed = max(tol, 2 * rel_error(one_grads[key], ref, floor))
+            allowed = max(tol, ROUNDING_SPREAD * rel_error(one_grads[key], ref, floor))
             vs_one = max(vs_one, rel_error(full[key], one_grads[key], floor))
             if not np.isfinite(err) or err / allowed > worst_ratio:
                 worst_ratio, worst, worst_name, worst_allowed = err / allowed, err, f"{key[0]}.{key[1]}", allowed

@@ -119,6 +119,20 @@ def test_execute_real_runtime_lenet5_with_check(tmp_path):
     assert all(l["total_s"] > 0 for l in data["measured"]["layers"] if l["name"].startswith("conv"))
 
 
+def test_check_catches_a_broken_decomposition(tmp_path, monkeypatch):
+    """Skipping the filter-split input-gradient allreduce must fail --check (exit 3), by far."""
+    plan = write_uniform_plan(tmp_path, "lenet5", 2, 8, "filter", machine="dgx-a100")
+    out = tmp_path / "r.json"
+    monkeypatch.setenv("DNNPLAN_TEST_SKIP_ALLREDUCE", "F")
+    result = runner.invoke(app, ["execute", plan, "--ranks", "2", "--steps", "1", "--warmup", "0", "--check",
+                                 "--json", str(out)])
+    assert result.exit_code == 3, result.output
+    assert "does not match one process" in result.output
+    import re
+    err = float(re.search(r"differs by ([0-9.e+-]+)", result.output).group(1))
+    assert err > 100 * 1e-4  # orders of magnitude beyond the tolerance, not a rounding effect
+
+
 def test_validate_runs_the_baselines(tmp_path):
     pytest.importorskip("executor.runtime")
     out = tmp_path / "v.json"
