@@ -65,7 +65,7 @@ def comm_summary(s: dict) -> None:
     t2 = Table(title="fitted alpha-beta-gamma", title_justify="left")
     for col in ("collective", "alpha", "bandwidth 1/beta", "reduce 1/gamma", "median err", "max err"):
         t2.add_column(col, justify="left" if col == "collective" else "right")
-    for c, fit in [*s["collectives"].items(), ("joint (used by the cost model)", s["link"])]:
+    for c, fit in [*s["collectives"].items(), ("joint (for collectives not measured)", s["link"])]:
         inv = lambda v: f"{1 / v / 1e9:.2f} GB/s" if v > 0 else "-"  # noqa: E731
         t2.add_row(c, fmt.seconds(fit["alpha_s"]), inv(fit["beta_s_per_byte"]), inv(fit["gamma_s_per_byte"]),
                    f"{fit['fit_error']:.1%}", f"{fit['max_error']:.1%}")
