@@ -214,8 +214,9 @@ def reshard_times_ids(t: LayoutTable, src, dst, backward: bool, itemsize: int, m
     bits = (union[:, None] >> np.arange(len(DIM_BIT))[None, :]) & 1
     top = np.where(union > 0, (bits * t.contrib[dst]).sum(axis=1), t.p - 1)
     intra = top < machine.devices_per_node
-    alpha = np.where(intra, machine.intra.alpha_s, machine.inter.alpha_s)
-    beta = np.where(intra, machine.intra.beta_s_per_byte, machine.inter.beta_s_per_byte)
+    near = machine.link_for_collective("alltoall")  # reshards are Alltoallv: its fit when measured
+    alpha = np.where(intra, near.alpha_s, machine.inter.alpha_s)
+    beta = np.where(intra, near.beta_s_per_byte, machine.inter.beta_s_per_byte)
     nbytes = recv * itemsize
     secs = msgs * alpha + nbytes * beta
     return np.where((nbytes == 0) | (msgs == 0), 0.0, secs)

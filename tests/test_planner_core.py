@@ -164,3 +164,22 @@ def test_baselines_are_reported_and_never_beat_the_plan():
     assert names[0] == "data parallel" and names[1].startswith("best uniform")
     for b in plan.baselines:
         assert b.step_s >= plan.step_s * (1 - 1e-9)
+
+
+def test_plan_equals_prediction_with_per_collective_fitted_links():
+    """With a communication profile, each collective and every reshard use their own fitted links
+    in both the planner's batched costs and predict_step (make_plan asserts they agree)."""
+    from dataclasses import replace
+
+    from costmodel.compute import Roofline
+    from costmodel.files import load_machine
+    from costmodel.machine import LinkLevel
+    from networks.loader import load_network
+    from planner.optimize import make_plan
+
+    base = load_machine("local")
+    fitted = (("allreduce", LinkLevel("ar", 9e-6, 3e-9, 1e-9)), ("alltoall", LinkLevel("a2a", 2e-5, 7e-9, 0.0)))
+    machine = replace(base, devices_per_node=4, nodes=1, fitted=fitted)
+    net = load_network("lenet5")
+    plan = make_plan(net, "lenet5", 64, 4, machine, Roofline(machine))
+    assert plan.step_s > 0
