@@ -76,7 +76,7 @@ def profile_check(plan: Plan, compute: ComputeModel, threads: int) -> list[str]:
         try:
             from costmodel.profile_table import foreign_reason  # noqa: PLC0415
             from profiler.fingerprint import fingerprint  # noqa: PLC0415
-            here = fingerprint("numpy", threads)
+            here = fingerprint("numpy", threads, int(fp.get("concurrency", 1)))
             why = foreign_reason({**fp, "threads": threads}, here)
         except ImportError:  # the profiler's fingerprint is not available in this build
             why = None
@@ -107,7 +107,7 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
         raise DnnplanError(f"the plan is for {plan.devices} devices, not --ranks {ranks}", file=plan_path,
                            hint=f"run it with --ranks {plan.devices}, or re-plan for {ranks} devices")
     machine = load_machine(plan.machine)
-    compute = compute_model(machine, profile)
+    compute = compute_model(machine, profile, plan.devices)
     links = getattr(context, "profiled_links", None)  # links fitted by `dnnplan profile-comm`, when built
     machine = links(machine, compute) if links is not None else machine
     if threads is not None:

@@ -60,8 +60,9 @@ def profile_comm(ranks: Annotated[int, typer.Option("--ranks", "-n", help="MPI r
                  as_json: Json = False) -> None:
     """Measure sendrecv and the collectives under mpiexec and fit alpha, beta, gamma by least squares.
 
-    The fit uses the cost model's formula for the algorithm MPICH picks at each size; the joint fit
-    becomes the `local` machine's link (docs/profiler.md).
+    The fit uses the cost model's formula for the algorithm MPICH picks at each size; each
+    collective's fit becomes the `local` machine's link for that collective when planning for
+    --ranks devices (docs/profiler.md).
     """
     from planner import report_profile
     from profiler.comm import comm_section, default_sizes, measure, with_comm
@@ -69,7 +70,9 @@ def profile_comm(ranks: Annotated[int, typer.Option("--ranks", "-n", help="MPI r
     from profiler.service import parse_ints
     from profiler.tables import cache_path, open_for_device, write_table
     from costmodel.comm_fit import COLLECTIVES
-    fp = fingerprint("numpy", 1)
+    from costmodel.files import load_machine
+    # the fit belongs with the profile of runs of this many ranks sharing the machine
+    fp = fingerprint("numpy", 1, min(ranks, load_machine("local").devices_per_node))
     path = out or str(cache_path(fp))
     table = open_for_device(path, fp)
     size_list = parse_ints(sizes, "sizes") if sizes else default_sizes(max_bytes)

@@ -49,10 +49,13 @@ def _blas() -> str:
         return "unknown"
 
 
-def fingerprint(backend: str = "numpy", threads: int = 1) -> dict[str, Any]:
-    """Device, core count, memory, library versions and thread count of this process's device."""
+def fingerprint(backend: str = "numpy", threads: int = 1, concurrency: int = 1) -> dict[str, Any]:
+    """Device, core count, memory, library versions and thread count of this process's device;
+    ``concurrency`` (recorded when above 1): how many ranks share the machine while it is timed."""
     fp: dict[str, Any] = {"backend": backend, "threads": int(threads), "numpy": numpy.__version__,
                           "blas": _blas(), "python": platform.python_version()}
+    if concurrency > 1:
+        fp["concurrency"] = int(concurrency)
     if backend == "cupy":
         from profiler.xp import array_module
         cp = array_module("cupy")

@@ -25,8 +25,11 @@ from profiler.tables import cache_path, open_for_device, write_table
 
 
 class OnDemandCompute(ProfiledCompute):
-    def __init__(self, table, fallback, path, threads: int, progress: bool = True, max_call_s: float = 1.0):
+    def __init__(self, table, fallback, path, threads: int, progress: bool = True, max_call_s: float = 1.0,
+                 concurrency: int = 1):
         super().__init__(table, fallback)
+        self.concurrency = concurrency
+        self._companions = None
         self.path = path
         self.threads = threads
         self.progress = progress
@@ -47,8 +50,17 @@ class OnDemandCompute(ProfiledCompute):
             self._status.start()
         if self._status is not None:
             self._status.update(f"profiling kernel {len(self.new) + 1}: {call.kernel} {call.shape} {call.algo}")
-        with threadpool_limits(limits=self.threads):
-            entry = time_call(call, policy=QUICK)
+        if self.concurrency > 1 and self._companions is None:
+            from profiler.companions import Companions
+            self._companions = Companions(self.concurrency - 1, self.threads)
+        if self._companions is not None:
+            self._companions.load(call)  # the other ranks run the same kernel meanwhile
+        try:
+            with threadpool_limits(limits=self.threads):
+                entry = time_call(call, policy=QUICK)
+        finally:
+            if self._companions is not None:
+                self._companions.pause()
         self.new[call.key] = entry
         self.table = with_entries(self.table, {call.key: entry})
         self._rebuild()
@@ -70,6 +82,9 @@ class OnDemandCompute(ProfiledCompute):
         return super().lookup(call)
 
     def save(self) -> None:
+        if self._companions is not None:
+            self._companions.close()
+            self._companions = None
         if self._status is not None:
             self._status.stop()
             self._status = None
@@ -79,9 +94,11 @@ class OnDemandCompute(ProfiledCompute):
         self._last_save = time.perf_counter()
 
 
-def local_compute_model(machine: Machine, threads: int = 1, progress: bool = True) -> OnDemandCompute:
-    """The cached, on-demand profiled compute model of this computer (backend numpy)."""
-    fp = fingerprint("numpy", threads)
+def local_compute_model(machine: Machine, threads: int = 1, progress: bool = True,
+                        concurrency: int = 1) -> OnDemandCompute:
+    """The cached, on-demand profiled compute model of this computer (backend numpy), for runs of
+    ``concurrency`` ranks sharing it (kernels timed beside that many - 1 companions)."""
+    fp = fingerprint("numpy", threads, concurrency)
     path = cache_path(fp)
     table = open_for_device(str(path), fp)
-    return OnDemandCompute(table, Roofline(machine), str(path), threads, progress)
+    return OnDemandCompute(table, Roofline(machine), str(path), threads, progress, concurrency=concurrency)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -144,3 +145,38 @@ def test_local_machine_profiles_on_demand_into_the_cache(tmp_path):
     cm.save()
     files = list((tmp_path / "cache").glob("profile-numpy-1t-*.json"))
     assert len(files) == 1 and json.loads(files[0].read_text())["entries"]
+
+
+def test_companions_run_only_while_loaded():
+    """Companion processes (the other ranks sharing the machine) burn CPU only while a call is
+    being timed, and are gone after close."""
+    import time as _time
+
+    from costmodel.kernel_calls import KernelCall
+    from profiler.companions import Companions
+
+    def cpu_seconds(pids):
+        total = 0.0
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+    call = KernelCall("relu.fwd", (100_000,), "float32", "", 100_000, 800_000)
+    comp = Companions(1)
+    procs = list(comp.procs)
+    pids = [p.pid for p in procs]
+    try:
+        comp.load(call)
+        before = cpu_seconds(pids)
+        _time.sleep(0.5)
+        busy = cpu_seconds(pids) - before
+        comp.pause()
+        before = cpu_seconds(pids)
+        _time.sleep(0.5)
+        idle = cpu_seconds(pids) - before
+    finally:
+        comp.close()
+    assert busy > 0.2 and idle < 0.05
+    assert procs and all(not p.is_alive() for p in procs)
