@@ -8,7 +8,11 @@ norm-wise: ``||a - b|| / max(||b||, floor)`` per tensor against the float64 resu
 A tensor passes when its error is within the tolerance below, or within four times the error of
 the single float32 process where float32 rounding alone already exceeds that tolerance (two
 float32 computations that sum in different orders err by a random factor of the same scale; 4x
-leaves room for that spread): gradients deep
+leaves room for that spread). That spread is taken as the larger of two single float32 processes
+that sum in different orders: one with the plan's convolution algorithms, one with another
+algorithm everywhere. One sample can be lucky: after ReLU, max-pooling windows hold near-ties that
+rounding decides, each a valid subgradient (AlexNet, batch 4: one float32 process with Winograd in
+conv3-5 was 1.4e-6 from float64 on conv1.weight, with im2col 4.1e-3): gradients deep
 in a network (batch-norm parameters after many layers) are ill-conditioned, and two float32
 computations that only sum in a different order differ there by ~1e-3 (measured: ResNet-18 at
 64x64, batch 16, ``layer3.1.bn2.gamma``, 6.6e-3 between one float32 process and float64). A wrong
@@ -97,8 +101,12 @@ def run_check(comm, net: Network, batch: int, strategies, algorithms, seed: int,
         tol = tolerance_for(algorithms)
         ref_loss, ref_grads = reference_step(net, batch, algorithms, seed, dtype=np.float64)
         one_loss, one_grads = reference_step(net, batch, algorithms, seed, dtype=np.float32)
+        other = {l.name: ("direct" if all(a == "im2col" for a in algorithms.values()) else "im2col")
+                 for l in net.layers if l.op == "conv2d"}
+        alt_loss, alt_grads = reference_step(net, batch, other, seed, dtype=np.float32)
         loss_err = abs(loss - ref_loss) / max(abs(ref_loss), 1e-30)
-        loss_allowed = max(tol, ROUNDING_SPREAD * abs(one_loss - ref_loss) / max(abs(ref_loss), 1e-30))
+        loss_spread = max(abs(one_loss - ref_loss), abs(alt_loss - ref_loss)) / max(abs(ref_loss), 1e-30)
+        loss_allowed = max(tol, ROUNDING_SPREAD * loss_spread)
         worst_ratio, worst, worst_name, worst_allowed = loss_err / loss_allowed, loss_err, "loss", loss_allowed
         vs_one = abs(loss - one_loss) / max(abs(one_loss), 1e-30)
         total = sum(r.size for r in ref_grads.values())
@@ -106,7 +114,8 @@ def run_check(comm, net: Network, batch: int, strategies, algorithms, seed: int,
         for key, ref in ref_grads.items():
             floor = FLOOR * g_all * np.sqrt(ref.size / max(total, 1))
             err = rel_error(full[key], ref, floor)
-            allowed = max(tol, ROUNDING_SPREAD * rel_error(one_grads[key], ref, floor))
+            spread = max(rel_error(one_grads[key], ref, floor), rel_error(alt_grads[key], ref, floor))
+            allowed = max(tol, ROUNDING_SPREAD * spread)
             vs_one = max(vs_one, rel_error(full[key], one_grads[key], floor))
             if not np.isfinite(err) or err / allowed > worst_ratio:
                 worst_ratio, worst, worst_name, worst_allowed = err / allowed, err, f"{key[0]}.{key[1]}", allowed
