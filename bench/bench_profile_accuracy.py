@@ -83,7 +83,7 @@ def main() -> None:
     _, per, joint = comm_section(meas, 2)
     for c, f in per.items():
         print(f"comm fit {c:<15} median |err| {f.median_error:6.1%}  max {f.max_error:6.1%}")
-    print(f"comm fit joint (cost model) median |err| {joint.median_error:6.1%}  max {joint.max_error:6.1%}")
+    print(f"comm fit joint (fallback) median |err| {joint.median_error:6.1%}  max {joint.max_error:6.1%}")
     big = [abs(fv - m) / m for _, n, m, fv in joint.points if n >= 64 * 1024]
     print(f"comm fit joint, messages >= 64 KiB: median |err| {statistics.median(big):6.1%}")
 
