@@ -18,6 +18,7 @@ sleep S seconds first; ``DNNPLAN_TEST_RUNTIME=MODULE`` takes ``run_plan`` from M
 
 from __future__ import annotations
 
+
 import argparse
 import os
 import pickle
@@ -105,14 +106,16 @@ def abort_with(comm, err: BaseException) -> None:
             import traceback  # noqa: PLC0415
             traceback.print_exception(err, file=sys.stderr)
     print(f"rank {rank}: {msg}", file=sys.stderr, flush=True)
-    comm.Abort(code)
+    from executor.comm import abort  # noqa: PLC0415 - after the thread settings
+    abort(comm, code)
 
 
 def start_watchdog(comm, timeout_s: float) -> threading.Timer:
     """Abort the job if this rank is still running after ``timeout_s`` (a hung collective included)."""
     def fire():
         print(f"rank {comm.Get_rank()}: timed out after {timeout_s:g} s", file=sys.stderr, flush=True)
-        comm.Abort(ABORT_TIMEOUT)
+        from executor.comm import abort  # noqa: PLC0415
+        abort(comm, ABORT_TIMEOUT)
     timer = threading.Timer(timeout_s, fire)
     timer.daemon = True
     timer.start()

@@ -11,6 +11,7 @@ import traceback
 
 from mpi4py import MPI
 
+from executor.comm import abort
 from executor.runtime import run_plan
 from executor.testing.cases import load, make_plan, parse_case
 
@@ -32,7 +33,7 @@ def main(argv: list[str]) -> int:
         except Exception as err:  # report and abort: a failed collective would hang the others
             sys.stderr.write(f"rank {comm.Get_rank()} case {text}: {traceback.format_exc()}\n")
             sys.stderr.flush()
-            comm.Abort(3)
+            abort(comm, 3)
             return 3  # not reached
         if comm.Get_rank() == 0:
             print(json.dumps(out), flush=True)
