@@ -18,7 +18,6 @@ sleep S seconds first; ``DNNPLAN_TEST_RUNTIME=MODULE`` takes ``run_plan`` from M
 
 from __future__ import annotations
 
-
 import argparse
 import os
 import pickle
