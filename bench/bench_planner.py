@@ -16,7 +16,7 @@ from costmodel.compute import Roofline
 from costmodel.files import DEFAULT_MACHINE, load_machine
 from networks.loader import load_network
 from planner.build import build_problem
-from planner.optimize import Settings, make_plan
+from planner.optimize import make_plan
 from planner.solvers import prune_dominated, solve
 
 

@@ -15,8 +15,7 @@ from functools import lru_cache
 
 from costmodel.collectives import alltoallv_s, collective_s
 from costmodel.compute import ComputeModel
-from costmodel.layer_layouts import (_splits, input_layout, local_layer, output_layout,
-                                     weight_layouts)
+from costmodel.layer_layouts import _splits, input_layout, local_layer, output_layout
 from costmodel.layout import Layout, reshard_volume
 from costmodel.machine import Machine
 from costmodel.strategy import Strategy

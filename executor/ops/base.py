@@ -69,6 +69,23 @@ class LayerCtx:
             return allreduce_(sub, arr)
 
 
+def owns_bias(ctx: LayerCtx) -> bool:
+    """Whether this rank adds the layer's bias: under a channel (C) split the output is a partial
+    sum, so only the rank with C-coordinate 0 adds the bias and contributes its gradient."""
+    return "bias" in ctx.weights and ctx.coord("C") == 0
+
+
+def finish_contraction_backward(ctx: LayerCtx, dx, dw, db):
+    """The common end of conv2d's and linear's backward: the input gradient is a partial sum over
+    a filter (F) split and is all-reduced; the bias gradient counts on the rank that owns the bias."""
+    dx = np.ascontiguousarray(dx)
+    ctx.allreduce(dx, ("F",), "bwd_comm")
+    grads = {"weight": dw}
+    if "bias" in ctx.weights:
+        grads["bias"] = db if owns_bias(ctx) else np.zeros_like(db)
+    return [dx], grads
+
+
 def unsupported(layer: Layer, what: str) -> DnnplanError:
     return DnnplanError(f"the executor cannot run {what}", layer=layer.name,
                         hint="choose another strategy for this layer")

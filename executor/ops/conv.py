@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from executor.ops.base import LayerCtx, check_shape, local_pads
+from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, local_pads, owns_bias
 from networks.ops.base import Window
 from profiler.kernels.conv import conv2d_backward_data, conv2d_backward_weights, conv2d_forward
 
@@ -26,15 +26,11 @@ def geometry(ctx: LayerCtx):
     return (sh, sw), tuple(pads), (dh, dw)
 
 
-def _has_bias(ctx: LayerCtx) -> bool:
-    return "bias" in ctx.weights and ctx.coord("C") == 0
-
-
 def forward(ctx: LayerCtx, xs):
     (x,) = xs
     stride, pads, dil = geometry(ctx)
     with ctx.span("fwd_compute"):
-        y = conv2d_forward(x, ctx.weights["weight"], ctx.weights["bias"] if _has_bias(ctx) else None,
+        y = conv2d_forward(x, ctx.weights["weight"], ctx.weights["bias"] if owns_bias(ctx) else None,
                            stride, pads, dil, ctx.p["groups"], ctx.algo)
     y = np.ascontiguousarray(y)
     ctx.allreduce(y, ("C",), "fwd_comm")
@@ -49,9 +45,4 @@ def backward(ctx: LayerCtx, dy, cache):
     with ctx.span("bwd_compute"):
         dx = conv2d_backward_data(dy, w, x.shape, stride, pads, dil, g, ctx.algo)
         dw, db = conv2d_backward_weights(dy, x, w.shape, stride, pads, dil, g, ctx.algo, with_bias)
-    dx = np.ascontiguousarray(dx)
-    ctx.allreduce(dx, ("F",), "bwd_comm")
-    grads = {"weight": dw}
-    if with_bias:
-        grads["bias"] = db if _has_bias(ctx) else np.zeros_like(db)
-    return [dx], grads
+    return finish_contraction_backward(ctx, dx, dw, db)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from executor.ops.base import LayerCtx, check_shape, unsupported
+from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, owns_bias, unsupported
 from profiler.kernels import gemm
 from profiler.kernels.gemm import linear_backward, linear_forward
 
@@ -23,16 +23,12 @@ def _linear_backward(dy, x, w, with_bias):
     return linear_backward(dy, x, w, with_bias)
 
 
-def _has_bias(ctx: LayerCtx) -> bool:
-    return "bias" in ctx.weights and ctx.coord("C") == 0
-
-
 def forward(ctx: LayerCtx, xs):
     if ctx.p.get("tied_to"):
         raise unsupported(ctx.layer, "a linear layer with tied weights")
     (x,) = xs
     with ctx.span("fwd_compute"):
-        y = linear_forward(x, ctx.weights["weight"], ctx.weights["bias"] if _has_bias(ctx) else None)
+        y = linear_forward(x, ctx.weights["weight"], ctx.weights["bias"] if owns_bias(ctx) else None)
     y = np.ascontiguousarray(y)
     ctx.allreduce(y, ("C",), "fwd_comm")
     return check_shape(ctx, y), x
@@ -42,9 +38,4 @@ def backward(ctx: LayerCtx, dy, x):
     with_bias = "bias" in ctx.weights
     with ctx.span("bwd_compute"):
         dx, dw, db = _linear_backward(dy, x, ctx.weights["weight"], with_bias)
-    dx = np.ascontiguousarray(dx)
-    ctx.allreduce(dx, ("F",), "bwd_comm")
-    grads = {"weight": dw}
-    if with_bias:
-        grads["bias"] = db if _has_bias(ctx) else np.zeros_like(db)
-    return [dx], grads
+    return finish_contraction_backward(ctx, dx, dw, db)

@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
             c = res.check
             out.update(passed=c.passed, worst_rel_error=c.worst_rel_error, worst_tensor=c.worst_tensor,
                        loss_rel_error=c.loss_rel_error, tolerance=c.tolerance, losses=res.losses)
-        except Exception as err:  # report and abort: a failed collective would hang the others
+        except Exception:  # report and abort: a failed collective would hang the others
             sys.stderr.write(f"rank {comm.Get_rank()} case {text}: {traceback.format_exc()}\n")
             sys.stderr.flush()
             abort(comm, 3)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 
-from networks.ir import DTYPE_BYTES
 from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, Window, clog2,
-                               need_float, need_rank, prod)
+                               need_float, need_rank)
 
 PARAMS = (
     Param("filters", "pos", doc="output channels F"),

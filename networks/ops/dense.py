@@ -7,7 +7,7 @@ batch).
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, axes_of, clog2,
+from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, clog2,
                                elementwise_cost, need_float, need_rank, prod)
 
 LINEAR_PARAMS = (

@@ -7,7 +7,7 @@ Element operation counts (7 forward, 10 backward) are this project's convention.
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, ExtraComm, OpDef, Param, axes_of, clog2, elementwise_cost,
+from networks.ops.base import (DimSplit, ExtraComm, OpDef, Param, clog2, elementwise_cost,
                                need_float, need_rank, prod)
 
 NORM_PARAMS = (Param("eps", "float", 1e-5, "added to the variance"),

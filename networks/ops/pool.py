@@ -4,7 +4,7 @@ depth log Kx + log Ky; backward-data work NCHW with depth 1)."""
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, ExtraComm, LayerCost, OpDef, Param, ShapeError, Window,
+from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, Window,
                                clog2, need_float, need_rank, no_weights, prod)
 
 POOL_PARAMS = (

@@ -7,24 +7,9 @@ exercised without depending on the runtime's speed.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
-
-@dataclass
-class CheckResult:
-    passed: bool
-    worst_rel_error: float
-    worst_tensor: str
-    loss_rel_error: float
-    tolerance: float
-
-
-@dataclass
-class RunResult:
-    loss: float
-    losses: list
-    step_s: list
-    check: CheckResult | None
+from executor.check import CheckResult  # the runtime's own result types
+from executor.runtime import RunResult
 
 
 def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=None, lr=0.01, momentum=0.9):
