@@ -69,7 +69,8 @@ class ProfileTable:
     @property
     def label(self) -> str:
         fp = self.fingerprint
-        return f"{fp.get('device', '?')} x{fp.get('threads', '?')}t {fp.get('backend', '?')} [{self.short_id}]"
+        ranks = f", timed beside {fp['concurrency'] - 1} other rank(s)" if fp.get("concurrency", 1) > 1 else ""
+        return f"{fp.get('device', '?')} x{fp.get('threads', '?')}t {fp.get('backend', '?')}{ranks} [{self.short_id}]"
 
 
 def fingerprint_id(fp: Mapping[str, Any]) -> str:
