@@ -53,7 +53,8 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), else the machine's core count."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -94,7 +95,7 @@ def host_facts() -> HostFacts:
         except (ValueError, OSError, AttributeError):
             memory = 8 * 2**30
     name = fields.get("model name") or platform.processor() or platform.machine() or "CPU"
-    return HostFacts(cores=_usable_cores(), cpu_name=name, flops_per_cycle_float32=per_cycle,
+    return HostFacts(cores=usable_cores(), cpu_name=name, flops_per_cycle_float32=per_cycle,
                      clock_hz=clock, memory_bytes=memory)
 
 

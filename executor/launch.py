@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from costmodel.files import usable_cores
 from networks.errors import DnnplanError
 
 JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK")
@@ -88,13 +89,6 @@ def find_mpiexec() -> str:
             return found
     raise DnnplanError(f"no mpiexec found next to {sys.executable} or on PATH",
                        hint="install an MPI: `pip install mpich` (the mpich wheel), or your system's MPI")
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def threads_per_rank(ranks: int, cores: int | None = None) -> int:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import platform
 from typing import Any
 
 import numpy
 
+from costmodel.files import usable_cores
 from networks.errors import DnnplanError
 
 
@@ -31,13 +31,6 @@ def _memory_bytes() -> int:
     except OSError:
         pass
     return 0
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _blas() -> str:
@@ -70,5 +63,5 @@ def fingerprint(backend: str = "numpy", threads: int = 1, concurrency: int = 1) 
         except Exception as err:  # noqa: BLE001
             raise DnnplanError(f"cannot query the CUDA device: {err}", hint="use --backend numpy") from None
     else:
-        fp.update(device=_cpu_model(), cores=_cores(), memory_bytes=_memory_bytes())
+        fp.update(device=_cpu_model(), cores=usable_cores(), memory_bytes=_memory_bytes())
     return fp

@@ -13,26 +13,22 @@ from profiler.kernels.activation import (add_backward, add_forward, concat_backw
                                          relu_backward, relu_forward)
 
 
-def relu_fwd(ctx: LayerCtx, xs):
-    with ctx.span("fwd_compute"):
-        y, cache = relu_forward(xs[0])
-    return check_shape(ctx, y), cache
+def _activation(forward_kernel, backward_kernel):
+    """Forward and backward of an elementwise activation: the kernel on the local block, no
+    communication under any split."""
+    def fwd(ctx: LayerCtx, xs):
+        with ctx.span("fwd_compute"):
+            y, cache = forward_kernel(xs[0])
+        return check_shape(ctx, y), cache
+
+    def bwd(ctx: LayerCtx, dy, cache):
+        with ctx.span("bwd_compute"):
+            return [backward_kernel(dy, cache)], {}
+    return fwd, bwd
 
 
-def relu_bwd(ctx: LayerCtx, dy, cache):
-    with ctx.span("bwd_compute"):
-        return [relu_backward(dy, cache)], {}
-
-
-def gelu_fwd(ctx: LayerCtx, xs):
-    with ctx.span("fwd_compute"):
-        y, cache = gelu_forward(xs[0])
-    return check_shape(ctx, y), cache
-
-
-def gelu_bwd(ctx: LayerCtx, dy, cache):
-    with ctx.span("bwd_compute"):
-        return [gelu_backward(dy, cache)], {}
+relu_fwd, relu_bwd = _activation(relu_forward, relu_backward)
+gelu_fwd, gelu_bwd = _activation(gelu_forward, gelu_backward)
 
 
 def dropout_fwd(ctx: LayerCtx, xs):
