@@ -31,6 +31,7 @@ selection, with the control variables' documented defaults (:data:`MPICH_THRESHO
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from costmodel.machine import LinkLevel, Machine
@@ -131,9 +132,10 @@ def choose_algorithm(collective: str, nbytes: float, p: int, link: LinkLevel,
     return min(ALGORITHMS[collective], key=lambda algo: cost(nbytes, p, link, algo))
 
 
-def _links(machine_or_links: Machine | Sequence[LinkLevel], collective: str = "") -> tuple[LinkLevel, LinkLevel]:
+def _links(machine_or_links: Machine | Sequence[LinkLevel], collective: str = "",
+           nbytes: float = math.inf) -> tuple[LinkLevel, LinkLevel]:
     if isinstance(machine_or_links, Machine):
-        return machine_or_links.link_for_collective(collective), machine_or_links.inter
+        return machine_or_links.link_for_collective(collective, nbytes), machine_or_links.inter
     intra, inter = machine_or_links
     return intra, inter
 
@@ -167,7 +169,7 @@ def collective_s(collective: str, nbytes: float, ranks_per_node: int, nodes: int
     for name, value in (("ranks_per_node", ranks_per_node), ("nodes", nodes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    intra, inter = _links(machine_or_links, collective)
+    intra, inter = _links(machine_or_links, collective, nbytes)
     cost = c.COST_FUNCTIONS[collective]
     q, big_n, p = ranks_per_node, nodes, ranks_per_node * nodes
     if big_n == 1:

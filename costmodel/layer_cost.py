@@ -203,16 +203,18 @@ def _reshard_time(src: Layout, dst: Layout, backward: bool, itemsize: int, machi
     dims = tuple(sorted(set(src.split_dims()) | set(dst.split_dims())))
     # the ranks one rank exchanges with lie in the group of the dimensions either layout splits
     link = _link(dst.strategy, dims, machine)
+    if link is None:  # inside one node: the fitted alltoall link of this message size, when measured
+        link = machine.link_for_collective("alltoall", nbytes)
     # sends are spread over replicas as evenly as receives (assumed; the executor measures it)
     return alltoallv_s(nbytes, nbytes, vol.max_messages, link), nbytes
 
 
 @lru_cache(maxsize=None)
 def _link(strategy: Strategy, dims: tuple[str, ...], machine: Machine):
-    """The link of rank 0's group along ``dims`` (every rank when ``dims`` is empty), memoised.
-    Inside one node a reshard (an Alltoallv) uses the fitted alltoall link when one was measured."""
+    """The link of rank 0's group along ``dims`` (every rank when ``dims`` is empty), memoised;
+    None inside one node, where a reshard (an Alltoallv) is costed by the message's size."""
     link = machine.link_for(strategy.group(0, dims) if dims else tuple(range(strategy.p)))
-    return machine.link_for_collective("alltoall") if link is machine.intra else link
+    return None if link is machine.intra else link
 
 
 @lru_cache(maxsize=None)

@@ -17,6 +17,7 @@ Reading files is :mod:`costmodel.files`' job. The schema is documented in docs/m
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -80,16 +81,23 @@ class Machine:
     inter: LinkLevel
     profile: str | None = None
     source: str = "<dict>"
-    #: Links fitted per collective by ``dnnplan profile-comm`` (collective name, link), used for
-    #: groups inside one node in place of ``intra``; empty for datasheet machines.
-    fitted: tuple[tuple[str, LinkLevel], ...] = ()
+    #: Links fitted per collective and message-size regime by ``dnnplan profile-comm``, as
+    #: ``(collective name, up to bytes, link)`` in increasing size (the last one's bound is
+    #: ``inf``), used for groups inside one node in place of ``intra``; empty for datasheet machines.
+    fitted: tuple[tuple[str, float, LinkLevel], ...] = ()
 
-    def link_for_collective(self, collective: str) -> LinkLevel:
-        """The intra-node link a collective is costed with: its own fit when measured."""
-        for name, link in self.fitted:
-            if name == collective:
-                return link
-        return self.intra
+    def collective_regimes(self, collective: str) -> tuple[tuple[float, LinkLevel], ...]:
+        """``(up to bytes, link)`` of each size regime of a collective's fit, smallest first;
+        ``((inf, intra),)`` when it was not measured."""
+        regimes = tuple(sorted(((upto, link) for name, upto, link in self.fitted if name == collective),
+                               key=lambda r: r[0]))
+        return regimes or ((math.inf, self.intra),)
+
+    def link_for_collective(self, collective: str, nbytes: float = math.inf) -> LinkLevel:
+        """The intra-node link a collective of ``nbytes`` is costed with: its own fit (of that size
+        regime) when measured, else ``intra``."""
+        regimes = self.collective_regimes(collective)
+        return next((link for upto, link in regimes if nbytes <= upto), regimes[-1][1])
 
     def max_devices(self) -> int | None:
         """Total devices, or ``None`` when the node count is unlimited."""

@@ -29,9 +29,8 @@ from typing import Sequence
 
 import numpy as np
 
-from costmodel.collectives import alltoallv_s
 from costmodel.layout import Layout, _reducible, reduce_pair, reshard_volume  # noqa: F401
-from costmodel.machine import LinkLevel, Machine
+from costmodel.machine import Machine
 from costmodel.strategy import GRID_ORDER
 
 TABLE_LIMIT = 1 << 15  # largest per-pair overlap table (dst blocks x src blocks) vectorised
@@ -214,10 +213,12 @@ def reshard_times_ids(t: LayoutTable, src, dst, backward: bool, itemsize: int, m
     bits = (union[:, None] >> np.arange(len(DIM_BIT))[None, :]) & 1
     top = np.where(union > 0, (bits * t.contrib[dst]).sum(axis=1), t.p - 1)
     intra = top < machine.devices_per_node
-    near = machine.link_for_collective("alltoall")  # reshards are Alltoallv: its fit when measured
-    alpha = np.where(intra, near.alpha_s, machine.inter.alpha_s)
-    beta = np.where(intra, near.beta_s_per_byte, machine.inter.beta_s_per_byte)
     nbytes = recv * itemsize
+    # reshards are Alltoallv: inside a node, the alltoall fit of the message's size regime
+    regimes = machine.collective_regimes("alltoall")
+    k = np.minimum(np.searchsorted(np.array([u for u, _ in regimes]), nbytes, side="left"), len(regimes) - 1)
+    alpha = np.where(intra, np.array([l.alpha_s for _, l in regimes])[k], machine.inter.alpha_s)
+    beta = np.where(intra, np.array([l.beta_s_per_byte for _, l in regimes])[k], machine.inter.beta_s_per_byte)
     secs = msgs * alpha + nbytes * beta
     return np.where((nbytes == 0) | (msgs == 0), 0.0, secs)
 
@@ -230,30 +231,6 @@ def reshard_maxima(pairs: Sequence[tuple[Layout, Layout]], backward: bool = Fals
         r, m = reshard_maxima_ids(t, [0], [1], backward)
         out.append((int(r[0]), int(m[0])))
     return out
-
-
-@lru_cache(maxsize=None)
-def _link_key(strategy, dims: tuple[str, ...], devices_per_node: int) -> bool:
-    """Whether rank 0's group along ``dims`` under ``strategy`` stays inside one node."""
-    if not dims:
-        return strategy.p <= devices_per_node
-    top = sum((strategy.degree(d) - 1) * strategy.strides[GRID_ORDER.index(d)] for d in dims)
-    return top < devices_per_node
-
-
-def reshard_link(src: Layout, dst: Layout, machine: Machine) -> LinkLevel:
-    """The link level :func:`costmodel.layer_cost.edge_estimate` charges a reshard to."""
-    dims = tuple(sorted(set(src.split_dims()) | set(dst.split_dims())))
-    inside = _link_key(dst.strategy, dims, machine.devices_per_node)
-    return machine.link_for_collective("alltoall") if inside else machine.inter
-
-
-def reshard_seconds(max_recv: int, max_messages: int, itemsize: int, link: LinkLevel) -> float:
-    """The reshard time from its maxima, as ``edge_estimate`` computes it."""
-    nbytes = max_recv * itemsize
-    if nbytes == 0:
-        return 0.0
-    return alltoallv_s(nbytes, nbytes, max_messages, link)
 
 
 def reshard_times(pairs: Sequence[tuple[Layout, Layout]], backward: bool, itemsize: int,

@@ -52,7 +52,7 @@ def profile(target: Annotated[str, typer.Argument(help="A network (zoo name or s
 @app.command("profile-comm")
 def profile_comm(ranks: Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to launch (mpiexec -n).")] = 2,
                  sizes: Annotated[Optional[str], typer.Option("--sizes", help="Message sizes in bytes "
-                                                              "[default: 8 B to --max-bytes by powers of 4].")] = None,
+                                                              "[default: 8 B to --max-bytes by powers of 2].")] = None,
                  max_bytes: Annotated[int, typer.Option("--max-bytes", help="Largest default message.")] = 16 * 2**20,
                  out: Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to add the fit to "
                                                             "[default: the per-user cache of this computer].")] = None,
@@ -60,8 +60,9 @@ def profile_comm(ranks: Annotated[int, typer.Option("--ranks", "-n", help="MPI r
                  as_json: Json = False) -> None:
     """Measure sendrecv and the collectives under mpiexec and fit alpha, beta, gamma by least squares.
 
-    The fit uses the cost model's formula for the algorithm MPICH picks at each size; each
-    collective's fit becomes the `local` machine's link for that collective when planning for
+    The fit uses the cost model's formula for the algorithm MPICH picks at each size, piecewise
+    over up to three message-size regimes (eager, rendezvous, out of cache); each collective's fit
+    becomes the `local` machine's link for that collective when planning for
     --ranks devices (docs/profiler.md).
     """
     from planner import report_profile

@@ -62,12 +62,19 @@ def comm_summary(s: dict) -> None:
             t.add_row(c, fmt.nbytes(n), fmt.seconds(m), fmt.seconds(f), f"{abs(f - m) / m:.0%}",
                       fmt.seconds(j), f"{abs(j - m) / m:.0%}")
     console.print(t)
-    t2 = Table(title="fitted alpha-beta-gamma", title_justify="left")
-    for col in ("collective", "alpha", "bandwidth 1/beta", "reduce 1/gamma", "median err", "max err"):
-        t2.add_column(col, justify="left" if col == "collective" else "right")
+    t2 = Table(title="fitted alpha-beta-gamma, per message-size regime", title_justify="left")
+    for col in ("collective", "sizes", "alpha", "bandwidth 1/beta", "reduce 1/gamma", "median err", "max err"):
+        t2.add_column(col, justify="left" if col in ("collective", "sizes") else "right")
+    inv = lambda v: f"{1 / v / 1e9:.2f} GB/s" if v > 0 else "-"  # noqa: E731
     for c, fit in [*s["collectives"].items(), ("joint (for collectives not measured)", s["link"])]:
-        inv = lambda v: f"{1 / v / 1e9:.2f} GB/s" if v > 0 else "-"  # noqa: E731
-        t2.add_row(c, fmt.seconds(fit["alpha_s"]), inv(fit["beta_s_per_byte"]), inv(fit["gamma_s_per_byte"]),
-                   f"{fit['fit_error']:.1%}", f"{fit['max_error']:.1%}")
+        regimes = fit.get("regimes") or [[None, fit["alpha_s"], fit["beta_s_per_byte"], fit["gamma_s_per_byte"]]]
+        low = 0.0
+        for k, (upto, a, b, g) in enumerate(regimes):
+            span = "all" if len(regimes) == 1 else (f"> {fmt.nbytes(low)}" if upto is None
+                                                    else f"<= {fmt.nbytes(upto)}")
+            first = k == 0
+            t2.add_row(c if first else "", span, fmt.seconds(a), inv(b), inv(g),
+                       f"{fit['fit_error']:.1%}" if first else "", f"{fit['max_error']:.1%}" if first else "")
+            low = upto or low
     console.print(t2)
     console.print(f"table: {s['table']}")

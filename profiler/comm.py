@@ -18,11 +18,12 @@ KIB, MIB = 1024, 1024 * 1024
 
 
 def default_sizes(max_bytes: int = 16 * MIB) -> list[int]:
-    """Powers of four from 8 bytes up to ``max_bytes`` (16 MiB by default: a 2-core box)."""
+    """Powers of two from 8 bytes up to ``max_bytes`` (16 MiB by default: a 2-core box); twice
+    as dense as powers of four, so each size regime of the piecewise fit has points to fit."""
     out, n = [], 8
     while n <= max_bytes:
         out.append(n)
-        n *= 4
+        n *= 2
     return out
 
 

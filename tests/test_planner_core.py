@@ -178,7 +178,11 @@ def test_plan_equals_prediction_with_per_collective_fitted_links():
     from planner.optimize import make_plan
 
     base = load_machine("local")
-    fitted = (("allreduce", LinkLevel("ar", 9e-6, 3e-9, 1e-9)), ("alltoall", LinkLevel("a2a", 2e-5, 7e-9, 0.0)))
+    inf = float("inf")
+    fitted = (("allreduce", 4096.0, LinkLevel("ar-small", 3e-6, 1e-9, 1e-9)),
+              ("allreduce", inf, LinkLevel("ar", 9e-6, 3e-9, 1e-9)),
+              ("alltoall", 2e4, LinkLevel("a2a-small", 1e-6, 2e-9, 0.0)),
+              ("alltoall", inf, LinkLevel("a2a", 2e-5, 7e-9, 0.0)))
     machine = replace(base, devices_per_node=4, nodes=1, fitted=fitted)
     net = load_network("lenet5")
     plan = make_plan(net, "lenet5", 64, 4, machine, Roofline(machine))
