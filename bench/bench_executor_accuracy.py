@@ -11,7 +11,9 @@ are run with ``dnnplan execute``'s machinery, with the check, and we report
   spread).
 
 Predictions use the ``local`` machine's compute model: the per-user profile cache of this
-computer, filled on demand (profiler.ondemand), so the first run also profiles the kernels.
+computer, filled on demand (profiler.ondemand), so the first run also profiles the kernels; by
+default each plan's kernels are timed again right after its run (``--fresh-profile``), since this
+VM's speed drifts between hours; ``--no-fresh-profile`` predicts from the cache as it is.
 
     python bench/bench_executor_accuracy.py [--nets lenet5,alexnet,resnet18-64] [--ranks 1,2]
                                             [--steps 5] [--warmup 2] [--json FILE]
@@ -52,7 +54,8 @@ def machine_line() -> str:
     return f"{cpu}, {usable_cores()} cores, {platform.system()} {platform.release()}, load {load:.2f}"
 
 
-def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeout: float) -> list[dict]:
+def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeout: float,
+            fresh: bool = True) -> list[dict]:
     from planner import context
     from planner.cli_execute import (_strategy_summary, candidate_plans, predict_and_compare, prepare,
                                      run_measure)
@@ -66,7 +69,7 @@ def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeo
             prep = prepare(path, ranks, None, None)
             t = time.perf_counter()
             job = run_measure(prep, steps=steps, warmup=warmup, check=True, trace=False, timeout_s=timeout)
-            cmp = predict_and_compare(prep, job, steps)
+            cmp = predict_and_compare(prep, job, steps, fresh)
             rows.append({"network": ctx.network.name, "ranks": ranks, "batch": batch, "threads": job.threads,
                          "plan": name, "strategies": _strategy_summary(plan),
                          "predicted_step_s": cmp.predicted_step_s, "measured_step_s": cmp.measured.step_s,
@@ -88,13 +91,16 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--no-fresh-profile", dest="fresh", action="store_false",
+                    help="predict from the profile cache as it is, instead of timing each plan's kernels "
+                         "again right after its run (dnnplan execute --fresh-profile)")
     args = ap.parse_args(argv)
     console = Console(highlight=False, width=200)
     rows = []
     for net in args.nets.split(","):
         net_arg, per_rank = NETS[net]
         for p in (int(x) for x in args.ranks.split(",")):
-            rows += run_one(net_arg, p, per_rank * p, args.steps, args.warmup, args.timeout)
+            rows += run_one(net_arg, p, per_rank * p, args.steps, args.warmup, args.timeout, args.fresh)
     t = Table(title=f"executor accuracy on {machine_line()}", title_justify="left",
               caption="error = (measured - predicted) / predicted; targets: |step| < 10%, layer median < 20%",
               caption_justify="left")

@@ -38,6 +38,9 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="BLAS/OpenM
                                                    "[default: the profile's, else cores // ranks].")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="The profile table the plan was made "
                                                    "with [default: the machine's].")]
+FreshOpt = Annotated[bool, typer.Option("--fresh-profile", help="Machine `local`: time the plan's kernels "
+                                        "again right after the run, so the prediction uses this computer's "
+                                        "speed now (a shared VM's drifts by tens of percent over hours).")]
 
 
 @dataclass(frozen=True)
@@ -154,9 +157,18 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
             raise DnnplanError(f"the run ended without a result from rank 0 ({err})") from None
 
 
-def predict_and_compare(prep: Prepared, job: JobResult, steps: int) -> Comparison:
+def predict_and_compare(prep: Prepared, job: JobResult, steps: int, fresh: bool = False) -> Comparison:
+    """The prediction for the plan against the run; ``fresh``: kernels of this computer's on-demand
+    profile are timed again first, right after the run (profiler.ondemand.OnDemandCompute.refresh)."""
     from costmodel.step import predict_step  # noqa: PLC0415
     from executor.collect import aggregate  # noqa: PLC0415
+    if fresh:
+        refresh = getattr(prep.compute, "refresh", None)
+        if refresh is None:
+            report.warn("--fresh-profile applies to machine `local` without --profile: this prediction "
+                        "uses the given table as it is")
+        else:
+            refresh()
     pred = predict_step(prep.net, prep.plan.batch, prep.plan.strategies(), prep.plan.algorithms(),
                         prep.machine, prep.compute)
     return compare_prediction(pred, aggregate(job.ranks, steps))
@@ -205,7 +217,8 @@ def execute(plan: Annotated[str, typer.Argument(help="A plan file written by `dn
             json_out: Annotated[Optional[str], typer.Option("--json", help="Write the result as JSON to FILE.")] = None,
             trace: Annotated[Optional[str], typer.Option("--trace", help="Write a Chrome/Perfetto trace of every "
                                                          "rank's timeline to FILE.")] = None,
-            timeout: TimeoutOpt = 600.0, threads: ThreadsOpt = None, profile: ProfileOpt = None) -> None:
+            timeout: TimeoutOpt = 600.0, threads: ThreadsOpt = None, profile: ProfileOpt = None,
+            fresh: FreshOpt = False) -> None:
     """Run a plan across MPI ranks and compare measured with predicted time per layer and phase.
 
     Launches `mpiexec -n RANKS` itself, or runs on the ranks of the MPI job it is started in.
@@ -221,7 +234,7 @@ def execute(plan: Annotated[str, typer.Argument(help="A plan file written by `dn
                                              trace=trace is not None, timeout_s=timeout))
     if job is None:  # a rank other than 0 of an MPI job
         return
-    cmp = predict_and_compare(prep, job, steps)
+    cmp = predict_and_compare(prep, job, steps, fresh)
     title = (f"{prep.plan.network_name}, batch {prep.plan.batch}, {ranks} rank(s) x {job.threads} thread(s), "
              f"machine {prep.plan.machine}, compute model {prep.compute.name}")
     report.comparison_table(cmp, title, _strategy_labels(prep.plan))
@@ -306,7 +319,7 @@ def validate(network: Annotated[str, typer.Argument(help="A zoo network name or 
              machine: Annotated[str, typer.Option("--machine", "-m", help="The machine to plan for; "
                                                   "`local` is this computer.")] = "local",
              steps: StepsOpt = 5, warmup: WarmupOpt = 2, timeout: TimeoutOpt = 600.0,
-             threads: ThreadsOpt = None, profile: ProfileOpt = None,
+             threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
              check: Annotated[bool, typer.Option("--check/--no-check", help="Check each plan's numerics "
                                                  "against one process.")] = True,
              json_out: Annotated[Optional[str], typer.Option("--json", help="Write the summary as JSON to FILE.")] = None,
@@ -332,7 +345,7 @@ def validate(network: Annotated[str, typer.Argument(help="A zoo network name or 
                                                      timeout_s=timeout))
             if job is None:
                 continue
-            cmp = predict_and_compare(prep, job, steps)
+            cmp = predict_and_compare(prep, job, steps, fresh)
             if details:
                 report.comparison_table(cmp, f"{name}: {_strategy_summary(plan)}", _strategy_labels(plan))
                 report.step_summary(cmp)

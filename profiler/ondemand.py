@@ -7,6 +7,12 @@ right then (quick policy), adds it to the table and saves the cache (atomically,
 seconds and when the process exits). Calls the roofline expects to take longer than
 ``max_call_s`` are interpolated instead. ``DNNPLAN_NO_PROFILE=1`` turns on-demand timing off
 (interpolation and the roofline only).
+
+:meth:`OnDemandCompute.refresh` makes every call looked up afterwards be timed again, once, with
+the full harness policy, replacing its cached entry: a shared VM's speed drifts by tens of percent
+between hours (the same lenet5 kernels summed to 61.6 ms in a cache from an earlier session and to
+44.2 ms re-timed just before a run that measured 48.9 ms), so a prediction to be compared with a
+run is best made from kernels timed beside it (`dnnplan execute/validate --fresh-profile`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from costmodel.kernel_calls import KernelCall
 from costmodel.machine import Machine
 from costmodel.profile_table import Lookup, ProfiledCompute, with_entries
 from profiler.fingerprint import fingerprint
-from profiler.harness import QUICK, time_call
+from profiler.harness import QUICK, TimingPolicy, time_call
 from profiler.tables import cache_path, open_for_device, write_table
 
 
@@ -38,10 +44,18 @@ class OnDemandCompute(ProfiledCompute):
         self._last_save = time.perf_counter()
         self._status = None
         self.enabled = not os.environ.get("DNNPLAN_NO_PROFILE")
+        self._refreshing = False
+        self._refreshed: set[str] = set()
         atexit.register(self.save)
 
-    def _measure(self, call: KernelCall) -> Lookup | None:
-        if not self.enabled or self._fallback_call(call) > self.max_call_s:
+    def refresh(self) -> None:
+        """From now on, time each call again the first time it is looked up (module docstring)."""
+        self._refreshing = self.enabled
+        self._refreshed = set()
+        self._memo = {}
+
+    def _measure(self, call: KernelCall, policy: TimingPolicy = QUICK, force: bool = False) -> Lookup | None:
+        if not self.enabled or (not force and self._fallback_call(call) > self.max_call_s):
             return None
         from threadpoolctl import threadpool_limits
         if self.progress and self._status is None:
@@ -57,7 +71,7 @@ class OnDemandCompute(ProfiledCompute):
             self._companions.load(call)  # the other ranks run the same kernel meanwhile
         try:
             with threadpool_limits(limits=self.threads):
-                entry = time_call(call, policy=QUICK)
+                entry = time_call(call, policy=policy)
         finally:
             if self._companions is not None:
                 self._companions.pause()
@@ -74,7 +88,14 @@ class OnDemandCompute(ProfiledCompute):
         self._memo = {}
 
     def lookup(self, call: KernelCall) -> Lookup:
+        if self._refreshing and call.key in self.table.entries and call.key not in self._refreshed:
+            self._refreshed.add(call.key)
+            got = self._measure(call, TimingPolicy(), force=True)
+            if got is not None:
+                return got
         if call.key not in self.table.entries and call not in self._memo:
+            if self._refreshing:
+                self._refreshed.add(call.key)
             got = self._measure(call)
             if got is not None:
                 self.misses.discard(call)

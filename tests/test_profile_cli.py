@@ -198,3 +198,33 @@ def test_piecewise_comm_fit_finds_the_size_regimes_one_line_cannot():
     assert [u for u, *_ in pieces.regimes][:-1] == sorted(u for u, *_ in pieces.regimes[:-1])
     top = pieces.regime_links[-1][1]  # beta and gamma are collinear here: compare times, not parameters
     assert model_s("allreduce", 2**23, 2, top) == pytest.approx(model_s("allreduce", 2**23, 2, big), rel=1e-3)
+
+
+def test_fresh_profile_times_each_cached_call_again_once(tmp_path):
+    """After refresh(), a call already in the cache is timed again the first time it is looked up
+    (its stale entry replaced), and not again after that."""
+    from dataclasses import replace as _replace
+
+    from costmodel.files import load_machine
+    from costmodel.kernel_calls import linear_call
+    from costmodel.profile_table import Entry, with_entries
+    from profiler.ondemand import local_compute_model
+    cm = local_compute_model(load_machine("local"), progress=False)
+    call = linear_call("linear.fwd", 64, 64, 64, False, "float32", 4)
+    stale = Entry(5.0, 5.0, 0.0, 3, call.flops, call.bytes)  # a 64^3 GEMM never takes 5 s
+    cm.table = with_entries(cm.table, {call.key: stale})
+    cm._rebuild()
+    assert cm.lookup(call).seconds == 5.0
+    cm.refresh()
+    first = cm.lookup(call).seconds
+    assert first < 0.1
+    assert cm.table.entries[call.key].median_s == first and cm.table.entries[call.key].count >= 3
+    cm.table = with_entries(cm.table, {call.key: _replace(stale, median_s=7.0)})
+    cm._rebuild()
+    assert cm.lookup(call).seconds == 7.0  # timed once per refresh, not on every lookup
+    cm.save()
+
+
+def test_execute_fresh_profile_flag_is_documented():
+    r = runner.invoke(app, ["execute", "--help"])
+    assert r.exit_code == 0 and "--fresh-profile" in r.output
