@@ -20,6 +20,7 @@ import numpy
 
 from costmodel.kernel_calls import KernelCall, shape_fields
 from costmodel.profile_table import Entry
+from profiler.allocator import keep_freed_memory
 from profiler.kernels import KERNELS
 from profiler.xp import synchronize
 
@@ -218,6 +219,7 @@ def _time_cold(run: Callable[[], float], call: KernelCall, policy: TimingPolicy)
 
 def time_call(call: KernelCall, xp: ModuleType = numpy, policy: TimingPolicy = TimingPolicy()) -> Entry:
     """Measure one kernel call: warm-up, then samples until the median is stable or the cap hits."""
+    keep_freed_memory()  # as every executor rank does (profiler.allocator)
     run = build(call, xp)
     clock = _Clock(xp)
     if policy.cold and xp is numpy:
