@@ -228,3 +228,13 @@ def test_fresh_profile_times_each_cached_call_again_once(tmp_path):
 def test_execute_fresh_profile_flag_is_documented():
     r = runner.invoke(app, ["execute", "--help"])
     assert r.exit_code == 0 and "--fresh-profile" in r.output
+
+
+def test_keep_freed_memory_applies_once_on_glibc():
+    import platform
+
+    from profiler.allocator import keep_freed_memory
+    first = keep_freed_memory()
+    assert keep_freed_memory() is first
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert first is True
