@@ -41,6 +41,10 @@ class Group(TyperGroup):
             raise typer.Exit(130) from None
         except (typer.Exit, typer.Abort, ClickException):
             raise
+        except BrokenPipeError:  # `dnnplan ... | head`: the reader left; not an error
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again
+            raise typer.Exit(0) from None
         except Exception as err:  # noqa: BLE001 - the boundary that keeps tracebacks from users
             if os.environ.get("DNNPLAN_DEBUG"):
                 raise
