@@ -230,7 +230,7 @@ def _between(lo, hi, log_work, sizes) -> float:
     return a[2] + t * (b[2] - a[2])
 
 
-def _two_point(points, log_work: float, sizes: tuple[float, ...], lo, hi) -> float:
+def _two_point(log_work: float, sizes: tuple[float, ...], lo, hi) -> float:
     box_lo = [p for p in lo if len(p[1]) == len(sizes) and all(a <= b for a, b in zip(p[1], sizes))]
     box_hi = [p for p in hi if len(p[1]) == len(sizes) and all(a >= b for a, b in zip(p[1], sizes))]
     if box_lo and box_hi:
@@ -290,7 +290,7 @@ def interpolate(points, log_work: float, sizes: tuple[float, ...]) -> tuple[floa
         same = [p for p in points if len(p[1]) == len(sizes)]
         if len(same) >= len(sizes) + 3:
             return _local_regression(same, log_work, sizes), True
-        return _two_point(points, log_work, sizes, lo, hi), True
+        return _two_point(log_work, sizes, lo, hi), True
     near = min(points, key=lambda p: (_dist(p[1], sizes), abs(p[0] - log_work)))
     return near[2], False
 

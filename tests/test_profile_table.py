@@ -223,7 +223,7 @@ def test_local_regression_follows_a_saturating_throughput_between_grid_points():
                 pts = pc._groups[next(iter(pc._groups))].points
                 from costmodel.profile_table import _sizes, _two_point
                 lw = math.log(c.work)
-                two = _two_point(pts, lw, _sizes(c.kernel, c.shape), [p for p in pts if p[0] <= lw],
+                two = _two_point(lw, _sizes(c.kernel, c.shape), [p for p in pts if p[0] <= lw],
                                  [p for p in pts if p[0] >= lw])
                 corner_errs.append(abs(c.work / math.exp(two) - secs(m, k, n)) / secs(m, k, n))
     assert max(errs) < 0.03
