@@ -87,14 +87,20 @@ def forward(x, w, g: ConvGeom, trace=None):
     return xp.ascontiguousarray(y_full[:, :, :g.ho, :g.wo], dtype=x.dtype)
 
 
+def _dy_padded(dyc, g: ConvGeom, trace=None):
+    """``dy`` zero-extended to the padded input's size, where its FFT meets the input's and weights'."""
+    out = module_of(dyc).zeros((g.n, g.f, g.hp, g.wp), dtype=dyc.dtype)
+    out[:, :, :g.ho, :g.wo] = dyc
+    note(trace, out)
+    return out
+
+
 def backward_data(dy, w, g: ConvGeom, trace=None):
     xp = module_of(dy)
     cdt = _compute_dtype(xp, dy.dtype)
     dyc, wc = _cast_in(dy, w, cdt, trace)
     ws = _spread_w(wc, g, trace)
-    dy_full = xp.zeros((g.n, g.f, g.hp, g.wp), dtype=cdt)
-    dy_full[:, :, :g.ho, :g.wo] = dyc
-    note(trace, dy_full)
+    dy_full = _dy_padded(dyc, g, trace)
     DY = _rfft(dy_full, g, trace).reshape(g.n, g.groups, g.fg, g.hp, -1)
     W = _rfft(ws, g, trace).reshape(g.groups, g.fg, g.cg, g.hp, -1).transpose(1, 0, 2, 3, 4)
     hs, wsz = DY.shape[-2:]
@@ -116,9 +122,7 @@ def backward_weights(dy, x, g: ConvGeom, trace=None):
     cdt = _compute_dtype(xp, dy.dtype)
     dyc, xc = _cast_in(dy, x, cdt, trace)
     x_pad = pad_input(xc, g, trace)
-    dy_full = xp.zeros((g.n, g.f, g.hp, g.wp), dtype=cdt)
-    dy_full[:, :, :g.ho, :g.wo] = dyc
-    note(trace, dy_full)
+    dy_full = _dy_padded(dyc, g, trace)
     X = _rfft(x_pad, g, trace).reshape(g.n, g.groups, g.cg, g.hp, -1)
     DY = _rfft(dy_full, g, trace).reshape(g.n, g.groups, g.fg, g.hp, -1)
     hs, wsz = X.shape[-2:]
