@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from costmodel.kernel_calls import reshard_copy_call
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import Machine
 from networks.ir import DTYPE_BYTES
@@ -65,6 +66,10 @@ class ComputeModel(Protocol):
 
     def update_s(self, weight_elems: int, itemsize: int) -> float:
         """The optimiser step on ONE weight tensor of ``weight_elems`` elements."""
+        ...
+
+    def copy_s(self, elems: int, run: int, dtype: str, accumulate: bool) -> float:
+        """A reshard's block copy: ``elems`` elements in contiguous runs of ``run`` elements."""
         ...
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int: ...
@@ -121,6 +126,12 @@ class Roofline:
     def update_s(self, weight_elems: int, itemsize: int) -> float:
         # SGD with momentum: read weight, gradient, momentum; write weight and momentum
         return self._time(3 * weight_elems, 5 * weight_elems * itemsize) if weight_elems else 0.0
+
+    def copy_s(self, elems: int, run: int, dtype: str, accumulate: bool) -> float:
+        if elems <= 0:
+            return 0.0
+        call = reshard_copy_call(elems, run, dtype, accumulate)
+        return self._time(call.flops, call.bytes)
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return conv_workspace_bytes(local, algorithm)

@@ -68,6 +68,8 @@ SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
     "softmax_xent.fwd": ("rows", "k"), "softmax_xent.bwd": ("rows", "k"),
     "attention.fwd": _ATTN, "attention.bwd": _ATTN,
     "sgd.update": ("elems",),
+    # a reshard's block copies: ``outer`` contiguous runs of ``inner`` elements
+    "reshard.copy": ("outer", "inner"), "reshard.add": ("outer", "inner"),
 }
 
 #: Positions of a shape that are sizes (interpolated over); the others are structure (stride,
@@ -329,3 +331,16 @@ def update_calls(local: LocalLayer) -> tuple[KernelCall, ...]:
             n *= s
         out.append(KernelCall("sgd.update", (n,), dtype, "", 3 * n, 5 * n * item))
     return tuple(out)
+
+
+def reshard_copy_call(elems: int, run: int, dtype: str, accumulate: bool) -> KernelCall:
+    """The block copy of ``elems`` elements in contiguous runs of ``run`` (``accumulate``: added into
+    the destination, as backward halo gradients are): the cost model's term for a reshard's local
+    copy, packing and unpacking (:func:`costmodel.layer_cost.reshard_copy_s`)."""
+    item = DTYPE_BYTES.get(dtype, 4)
+    run = max(1, min(int(run), int(elems)))
+    outer = -(-int(elems) // run)
+    n = outer * run
+    if accumulate:
+        return KernelCall("reshard.add", (outer, run), dtype, "", n, 3 * n * item)
+    return KernelCall("reshard.copy", (outer, run), dtype, "", 0, 2 * n * item)

@@ -16,7 +16,7 @@ from functools import lru_cache
 from costmodel.collectives import alltoallv_s, collective_s
 from costmodel.compute import ComputeModel
 from costmodel.layer_layouts import _splits, input_layout, local_layer, output_layout
-from costmodel.layout import Layout, reshard_volume
+from costmodel.layout import Layout, copy_run, reshard_volume
 from costmodel.machine import Machine
 from costmodel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Layer
@@ -180,13 +180,44 @@ def _local_activation_bytes(local, strategy: Strategy, batch: int) -> int:
 
 @dataclass(frozen=True)
 class EdgeEstimate:
-    """A reshard on one edge, forward and backward (zero when the layouts match)."""
+    """A reshard on one edge, forward and backward (zero when the layouts match).
+
+    ``fwd_s``/``bwd_s`` are the messages (Alltoallv on the link); the block copies around them
+    (``fwd_copy``/``bwd_copy``: elements written, elements received, contiguous run) are priced by
+    the compute model, :meth:`copy_s`, since they are kernels of this device (``reshard.copy``).
+    """
 
     fwd_s: float
     bwd_s: float
     fwd_bytes: int  # the most any rank receives
     bwd_bytes: int
     halo: bool  # the layouts differ only by halos (a halo exchange)
+    fwd_copy: tuple[int, int, int] = (0, 0, 1)
+    bwd_copy: tuple[int, int, int] = (0, 0, 1)
+    dtype: str = "float32"
+
+    def copy_s(self, compute: ComputeModel | None) -> tuple[float, float]:
+        """Seconds of the forward and backward block copies on ``compute``."""
+        return (reshard_copy_s(compute, *self.fwd_copy, self.dtype, False),
+                reshard_copy_s(compute, *self.bwd_copy, self.dtype, True))
+
+
+def copy_dtype(itemsize: int) -> str:
+    """The dtype a reshard's copies are looked up with (by size: the planner keys edges by it)."""
+    return {8: "float64", 4: "float32", 2: "float16"}.get(int(itemsize), "float32")
+
+
+def reshard_copy_s(compute: ComputeModel | None, written: int, recv: int, run: int, dtype: str,
+                   backward: bool) -> float:
+    """The executor's block copies in one reshard on its busiest rank (``executor.comm.reshard``):
+    every element of the destination block written once (copied from the rank's own block or from
+    the receive buffer; added, backward), and the packing of what it sends (taken as much as it
+    receives, as the messages are). Zero when no rank receives anything (then the executor, at
+    most, slices its own block; not counted). ``written`` and ``recv`` are maxima over ranks, so
+    this is an upper bound when the busiest writer and receiver differ."""
+    if compute is None or recv <= 0:
+        return 0.0
+    return compute.copy_s(written, run, dtype, backward) + compute.copy_s(recv, run, dtype, False)
 
 
 def _strip_windows(layout: Layout) -> Layout:
@@ -226,4 +257,7 @@ def edge_estimate(producer: Layer, pstrat: Strategy, consumer: Layer, cstrat: St
     fwd_s, fwd_b = _reshard_time(src, dst, False, itemsize, machine)
     bwd_s, bwd_b = _reshard_time(dst, src, True, itemsize, machine)
     halo = bool(fwd_b) and reshard_volume(src, _strip_windows(dst)).max_recv == 0
-    return EdgeEstimate(fwd_s, bwd_s, fwd_b, bwd_b, halo)
+    run = copy_run(src, dst)
+    fv, bv = reshard_volume(src, dst, False), reshard_volume(dst, src, True)
+    return EdgeEstimate(fwd_s, bwd_s, fwd_b, bwd_b, halo, (fv.max_written, fv.max_recv, run),
+                        (bv.max_written, bv.max_recv, run), copy_dtype(itemsize))

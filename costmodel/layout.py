@@ -178,6 +178,12 @@ class ReshardVolume:
 
     recv_elems: np.ndarray  # per rank
     messages: np.ndarray  # per rank (remote senders)
+    written_elems: np.ndarray | None = None  # per rank: elements written into its destination block
+
+    @property
+    def max_written(self) -> int:
+        w = self.written_elems
+        return int(w.max()) if w is not None and w.size else 0
 
     @property
     def max_recv(self) -> int:
@@ -262,7 +268,8 @@ def reshard_volume(src: Layout, dst: Layout, backward: bool = False) -> ReshardV
     if rsrc is not src:
         small = reshard_volume(rsrc, rdst, backward)
         reps = src.p // rsrc.p
-        return ReshardVolume(np.tile(small.recv_elems, reps), np.tile(small.messages, reps))
+        return ReshardVolume(np.tile(small.recv_elems, reps), np.tile(small.messages, reps),
+                             np.tile(small.written_elems, reps))
     return reshard_volume_unreduced(src, dst, backward)
 
 
@@ -283,7 +290,25 @@ def reshard_volume_unreduced(src: Layout, dst: Layout, backward: bool = False) -
         pieces *= count[dc]
         local *= _overlap(slo[sc], shi[sc], dlo[dc], dhi[dc])
     has_local = (local > 0).astype(np.int64)
-    return ReshardVolume(total - local, np.maximum(pieces - has_local, 0))
+    return ReshardVolume(total - local, np.maximum(pieces - has_local, 0), total)
+
+
+@lru_cache(maxsize=65536)
+def copy_run(src: Layout, dst: Layout) -> int:
+    """Elements per contiguous run of the pieces a reshard copies, from rank 0's blocks: trailing
+    axes on which both blocks agree are whole in every piece; the first axis (from the end) on
+    which they differ cuts the run at the smaller extent. Symmetric in ``src`` and ``dst``."""
+    run = 1
+    for s, d in zip(reversed(_first_extents(src)), reversed(_first_extents(dst))):
+        run *= max(1, min(s, d))
+        if s != d:
+            break
+    return run
+
+
+@lru_cache(maxsize=65536)
+def _first_extents(layout: Layout) -> tuple[int, ...]:
+    return tuple(hi - lo for lo, hi in block(layout, 0))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from typing import Any
 import numpy
 
 from costmodel.compute import ComputeModel
-from costmodel.kernel_calls import SIZE_FIELDS, KernelCall, kernel_calls, shape_fields, split_key
+from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, kernel_calls, reshard_copy_call, shape_fields,
+                                    split_key)
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import LinkLevel, Machine
 from networks.errors import DnnplanError
@@ -358,6 +359,12 @@ class ProfiledCompute:
         dtype = {8: "float64", 4: "float32", 2: "float16"}.get(itemsize, "float32")
         call = KernelCall("sgd.update", (weight_elems,), dtype, "", 3 * weight_elems, 5 * weight_elems * itemsize)
         return self.lookup(call).seconds
+
+    def copy_s(self, elems: int, run: int, dtype: str, accumulate: bool) -> float:
+        """The profiled block copy (``profiler.kernels.reshard``) of ``elems`` in runs of ``run``."""
+        if elems <= 0:
+            return 0.0
+        return self.lookup(reshard_copy_call(elems, run, dtype, accumulate)).seconds
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return self.fallback.workspace_bytes(local, algorithm)

@@ -171,17 +171,24 @@ def _evaluate(sides, backward: bool, nranks: int):
         total *= (summed if backward else need)[rows, dc]
         pieces *= count[rows, dc]
         local *= table[rows, dc, sc]
-    return (total - local).max(axis=1), np.maximum(pieces - (local > 0), 0).max(axis=1)
+    return (total - local).max(axis=1), np.maximum(pieces - (local > 0), 0).max(axis=1), total.max(axis=1)
 
 
 def reshard_maxima_ids(t: LayoutTable, src, dst, backward: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``max_recv`` and ``max_messages`` of :func:`reshard_volume` for layout pairs given by index
     into ``t`` (``src[k] -> dst[k]``)."""
+    recv, msgs, _ = _maxima_ids(t, src, dst, backward)
+    return recv, msgs
+
+
+def _maxima_ids(t: LayoutTable, src, dst, backward: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``max_recv``, ``max_messages`` and ``max_written`` of :func:`reshard_volume` per pair."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     recv = np.zeros(len(src), np.int64)
     msgs = np.zeros(len(src), np.int64)
+    written = np.zeros(len(src), np.int64)
     if len(src) == 0:
-        return recv, msgs
+        return recv, msgs, written
     big = np.maximum(t.span[src], t.span[dst])
     small = np.minimum(t.span[src], t.span[dst])
     ok = t.reducible[src] & t.reducible[dst] & (big % small == 0) & (big < t.p)
@@ -190,7 +197,7 @@ def reshard_maxima_ids(t: LayoutTable, src, dst, backward: bool = False) -> tupl
     slow = (width > TABLE_LIMIT) & ~ok
     for k in np.nonzero(slow)[0]:
         vol = reshard_volume(t.layouts[src[k]], t.layouts[dst[k]], backward)
-        recv[k], msgs[k] = vol.max_recv, vol.max_messages
+        recv[k], msgs[k], written[k] = vol.max_recv, vol.max_messages, vol.max_written
     for nranks in np.unique(ranks[~slow]):
         idx = np.nonzero((ranks == nranks) & ~slow)[0]
         s_side = _side(t, src[idx], ranks[idx], ok[idx])
@@ -198,10 +205,30 @@ def reshard_maxima_ids(t: LayoutTable, src, dst, backward: bool = False) -> tupl
         step = max(1, CHUNK_ELEMS // (int(nranks) * 8))
         for start in range(0, len(idx), step):
             part = slice(start, start + step)
-            r, m = _evaluate((tuple(x[part] for x in s_side), tuple(x[part] for x in d_side)), backward,
-                             int(nranks))
-            recv[idx[part]], msgs[idx[part]] = r, m
-    return recv, msgs
+            r, m, w = _evaluate((tuple(x[part] for x in s_side), tuple(x[part] for x in d_side)), backward,
+                                int(nranks))
+            recv[idx[part]], msgs[idx[part]], written[idx[part]] = r, m, w
+    return recv, msgs, written
+
+
+def reshard_copy_times_ids(t: LayoutTable, src, dst, backward: bool, dtype: str, compute) -> np.ndarray:
+    """Seconds of each reshard's block copies, as :meth:`EdgeEstimate.copy_s` computes them
+    (:func:`costmodel.layer_cost.reshard_copy_s` on the maxima and :func:`copy_run` of the pair)."""
+    from costmodel.layer_cost import reshard_copy_s
+    from costmodel.layout import copy_run
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    out = np.zeros(len(src))
+    if compute is None or len(src) == 0:
+        return out
+    recv, _, written = _maxima_ids(t, src, dst, backward)
+    memo: dict[tuple[int, int, int], float] = {}
+    for k in np.nonzero(recv > 0)[0]:
+        key = (int(written[k]), int(recv[k]), copy_run(t.layouts[src[k]], t.layouts[dst[k]]))
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = reshard_copy_s(compute, *key, dtype, backward)
+        out[k] = got
+    return out
 
 
 def reshard_times_ids(t: LayoutTable, src, dst, backward: bool, itemsize: int, machine: Machine) -> np.ndarray:

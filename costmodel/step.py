@@ -92,8 +92,9 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
             if src not in by_name:
                 continue
             edge: EdgeEstimate = edge_estimate(by_name[src], strategies[src], layer, strat, slot, batch, machine)
-            fwd += edge.fwd_s
-            bwd += edge.bwd_s
+            fcopy, bcopy = edge.copy_s(compute)
+            fwd += edge.fwd_s + fcopy
+            bwd += edge.bwd_s + bcopy
             halo = halo or edge.halo
         rows.append(LayerPrediction(est, fwd, bwd, halo))
     return StepPrediction(net.name, batch, next(iter(strategies.values())).p if strategies else 1,

@@ -2,7 +2,9 @@
 
 Reshards move exactly the pieces :func:`costmodel.layout.transfers` lists (DESIGN.md, rule 2):
 this module only turns them into one ``Alltoallv`` (counts and displacements, each piece packed
-contiguous in list order, which sender and receiver compute identically). Forward, each rank's
+contiguous in list order, which sender and receiver compute identically). The copies around it
+(the local piece, packing, unpacking) are the profiler's ``reshard.copy``/``reshard.add`` kernels,
+which the cost model prices (``costmodel.layer_cost.reshard_copy_s``). Forward, each rank's
 needed block is assembled from its pieces; backward (halo accumulation), the pieces a producer
 rank receives are summed into its owned block.
 
@@ -19,6 +21,7 @@ from mpi4py import MPI
 
 from costmodel.layout import Layout, Region, block, same_blocks, transfers
 from costmodel.strategy import Strategy
+from profiler.kernels.reshard import add_block, copy_block
 
 _MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE}
 
@@ -171,18 +174,17 @@ def reshard(comm, local: np.ndarray, src: Layout, dst: Layout, backward: bool = 
     if rp.identity:
         return local
     dtype = local.dtype
+    put = add_block if backward else copy_block  # the profiler's kernels (DESIGN.md, rule 1)
     out = (np.zeros if backward else np.empty)(rp.out_shape, dtype=dtype)
     for s_sl, d_sl in rp.local:
-        if backward:
-            out[d_sl] += local[s_sl]
-        else:
-            out[d_sl] = local[s_sl]
+        put(out[d_sl], local[s_sl])
     if not rp.any_remote:
         return out
     sendbuf = np.empty(rp.send_elems, dtype=dtype)
     pos = 0
     for _, sl, size in rp.sends:
-        sendbuf[pos:pos + size] = local[sl].reshape(-1)
+        piece = local[sl]
+        copy_block(sendbuf[pos:pos + size].reshape(piece.shape), piece)
         pos += size
     recvbuf = np.empty(rp.recv_elems, dtype=dtype)
     mtype = _MPI_TYPES[np.dtype(dtype)]
@@ -191,10 +193,6 @@ def reshard(comm, local: np.ndarray, src: Layout, dst: Layout, backward: bool = 
     pos = 0
     for _, sl, shape in rp.recvs:
         size = int(np.prod(shape))
-        piece = recvbuf[pos:pos + size].reshape(shape)
-        if backward:
-            out[sl] += piece
-        else:
-            out[sl] = piece
+        put(out[sl], recvbuf[pos:pos + size].reshape(shape))
         pos += size
     return out

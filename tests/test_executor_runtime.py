@@ -92,6 +92,10 @@ def test_tolerance_by_algorithm():
     assert rel_error(np.zeros(4) + 1e-9, np.zeros(4), floor=1.0) == pytest.approx(2e-9)
 
 
+def _size(slices) -> int:
+    return int(np.prod([sl.stop - sl.start for sl in slices]))
+
+
 @pytest.mark.parametrize("net_name,batch,p", [("lenet5", 8, 4), ("tinyres", 4, 4), ("edgenet", 4, 4),
                                               ("tinyres", 4, 2)])
 def test_reshards_move_what_the_cost_model_counts(net_name, batch, p):
@@ -106,9 +110,13 @@ def test_reshards_move_what_the_cost_model_counts(net_name, batch, p):
         b = input_layout(net.layer(dst), strat[dst], batch, slot)
         for backward, (s, d) in ((False, (a, b)), (True, (b, a))):
             vol = reshard_volume(s, d, backward)
-            got = [reshard_plan(s, d, backward, r).recv_elems for r in range(p)]
-            sent = sum(reshard_plan(s, d, backward, r).send_elems for r in range(p))
+            plans = [reshard_plan(s, d, backward, r) for r in range(p)]
+            got = [rp.recv_elems for rp in plans]
+            sent = sum(rp.send_elems for rp in plans)
             assert got == list(vol.recv_elems), (src, dst, backward)
             assert sent == sum(got)
+            if vol.max_recv:  # the block copies the cost model prices: each rank writes its block once
+                written = [sum(_size(sl) for _, sl in rp.local) + rp.recv_elems for rp in plans]
+                assert written == list(vol.written_elems), (src, dst, backward)
         edges += 1
     assert edges >= len(net.layers) - 1

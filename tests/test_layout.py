@@ -170,3 +170,34 @@ def test_binary_search_aggregates_equal_the_overlap_matrix(seed):
     dense = _interval_aggregates(slo, shi, dlo, dhi, dense_limit=10**9)
     assert np.array_equal(fast[0], dense[0])
     assert np.array_equal(fast[1], dense[1])
+
+
+def _run_in(region, blk) -> int:
+    """Elements per contiguous run of ``region`` inside an array holding ``blk`` (C order)."""
+    run = 1
+    for (lo, hi), (blo, bhi) in zip(reversed(region), reversed(blk)):
+        run *= hi - lo
+        if hi - lo != bhi - blo:
+            break
+    return run
+
+
+def test_copy_run_is_the_run_of_rank_zeros_own_piece():
+    """copy_run is what the executor's local copy on rank 0 moves per contiguous run (the
+    cost model prices a reshard's copies with it), checked on nested splits: a halo, a filter
+    split feeding a sample split, a channel slice, equal layouts."""
+    from costmodel.layout import copy_run
+    s = make_strategy(4, {"N": 2, "H": 2})
+    shape = (4, 6, 8, 5)
+    own = Layout(shape, s, (AxisSplit("N", 2, 4), None, AxisSplit("H", 2, 8), None))
+    halo = Layout(shape, s, (AxisSplit("N", 2, 4), None, AxisSplit("H", 2, 8, Window(3, 1, 1, 1, 8)), None))
+    f = make_strategy(4, {"F": 4})
+    fsplit = Layout(shape, f, (None, AxisSplit("F", 4, 6), None, None))
+    cases = [(own, halo), (halo, own), (fsplit, own), (own, fsplit), (own, own)]
+    for src, dst in cases:
+        mine = [pc for pc in transfers(src, dst) if pc.src == 0 and pc.dst == 0]
+        assert mine, "rank 0 keeps part of its block in each case"
+        want = min(min(_run_in(pc.region, block(src, 0)), _run_in(pc.region, block(dst, 0))) for pc in mine)
+        assert copy_run(src, dst) == want == copy_run(dst, src), (src, dst)
+    assert copy_run(own, halo) == 4 * 5  # own rows x width: the halo rows cut the run
+    assert copy_run(fsplit, own) == 4 * 5  # the H split cuts first (own rows x width)

@@ -7,10 +7,10 @@ import pytest
 
 from costmodel.compute import Roofline
 from costmodel.files import DEFAULT_MACHINE, load_machine
-from costmodel.layer_cost import layer_estimate
+from costmodel.layer_cost import layer_estimate, reshard_copy_s
 from costmodel.layer_layouts import _splits, input_layout, output_layout
-from costmodel.layout import reshard_volume, reshard_volume_unreduced
-from costmodel.reshard_batch import reshard_maxima
+from costmodel.layout import copy_run, reshard_volume, reshard_volume_unreduced
+from costmodel.reshard_batch import LayoutTable, _maxima_ids, reshard_copy_times_ids, reshard_maxima
 from costmodel.step import predict_step
 from networks.loader import load_network, zoo_names
 from planner.build import build_problem, derive_estimate
@@ -81,12 +81,23 @@ def test_batched_and_reduced_reshards_equal_the_reference(name, p, batch):
     for backward in (False, True):
         ps = [(b, a) for a, b in pairs] if backward else pairs
         got = reshard_maxima(ps, backward)
-        for (src, dst), (recv, msgs) in zip(ps, got):
+        ids = {}
+        for s, d in ps:
+            ids.setdefault(s, len(ids))
+            ids.setdefault(d, len(ids))
+        table = LayoutTable(list(ids))
+        src_ids, dst_ids = [ids[s] for s, _ in ps], [ids[d] for _, d in ps]
+        _, _, written = _maxima_ids(table, src_ids, dst_ids, backward)
+        copies = reshard_copy_times_ids(table, src_ids, dst_ids, backward, "float32", COMPUTE)
+        for (src, dst), (recv, msgs), w, c in zip(ps, got, written, copies):
             ref = reshard_volume_unreduced(src, dst, backward)
-            assert (recv, msgs) == (ref.max_recv, ref.max_messages)
+            assert (recv, msgs, w) == (ref.max_recv, ref.max_messages, ref.max_written)
             fast = reshard_volume(src, dst, backward)
             assert np.array_equal(fast.recv_elems, ref.recv_elems)
             assert np.array_equal(fast.messages, ref.messages)
+            assert np.array_equal(fast.written_elems, ref.written_elems)
+            want = reshard_copy_s(COMPUTE, ref.max_written, ref.max_recv, copy_run(src, dst), "float32", backward)
+            assert c == want and (c > 0) == (ref.max_recv > 0)
 
 
 @pytest.mark.parametrize("name", ["lenet5", "resnet18"])

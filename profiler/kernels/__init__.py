@@ -3,14 +3,14 @@
 All kernels are written once over an array module (numpy or cupy, found from the arguments with
 ``profiler.xp.module_of``). ``KERNELS`` names every timed kernel; the functions are also importable
 directly from their modules (``profiler.kernels.conv``, ``.gemm``, ``.pool``, ``.norm``,
-``.activation``, ``.loss``, ``.attention``, ``.optimizer``).
+``.activation``, ``.loss``, ``.attention``, ``.optimizer``, ``.reshard``).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from profiler.kernels import activation, attention, conv, gemm, loss, norm, optimizer, pool
+from profiler.kernels import activation, attention, conv, gemm, loss, norm, optimizer, pool, reshard
 
 KERNELS: dict[str, Callable] = {
     "sgd.update": optimizer.sgd_momentum_update,
@@ -50,6 +50,8 @@ KERNELS: dict[str, Callable] = {
     "softmax_xent.bwd": loss.softmax_xent_backward,
     "attention.fwd": attention.attention_forward,
     "attention.bwd": attention.attention_backward,
+    "reshard.copy": reshard.copy_block,
+    "reshard.add": reshard.add_block,
 }
 
-__all__ = ["KERNELS", "activation", "attention", "conv", "gemm", "loss", "norm", "pool"]
+__all__ = ["KERNELS", "activation", "attention", "conv", "gemm", "loss", "norm", "pool", "reshard"]
