@@ -1,14 +1,12 @@
 """Communication micro-benchmarks, run under ``mpiexec -n P python -m profiler.comm_bench``.
 
 Each rank times sendrecv (ranks paired 0-1, 2-3, ...) and each collective (allreduce, allgather,
-reduce_scatter, broadcast, alltoall) on float32 buffers of each size, the way the executor issues
-them: a pass over a 4 MiB buffer (a step's compute leaves caches cold), a barrier, then ONE call;
-a sample's time is the slowest rank's, and the median over samples is kept. (Hot loops of many
-calls, osu-style, keeping the fastest sample, measured 3-4 us for a 1 KiB allreduce on two ranks
-of the development VM, where the executor's batch-norm allreduces took 11-50 us.) Every
-(collective, size) is measured in ``--rounds`` rounds spread over the whole run (all sizes, then
-all sizes again), keeping the fastest round: a slow spell of a shared VM lasts seconds and once
-made one round's 128 KiB allreduce 2.3x slower. Sizes mean what :mod:`costmodel.collectives` means (allgather: the gathered total;
+reduce_scatter, broadcast, alltoall) on float32 buffers of each size, osu-style: warm-up, barrier,
+then samples of ``iters`` operations; a sample's time is the slowest rank's; the median over samples
+is not kept: the fastest sample is, because on a small shared box other processes inflate
+small-message times by several times (docs/profiler.md). Every (collective, size) is measured in
+``--rounds`` rounds spread over the whole run (all sizes, then all sizes again), keeping the fastest:
+a slow spell of a shared VM lasts seconds and once made one round's 128 KiB allreduce 2.3x slower. Sizes mean what :mod:`costmodel.collectives` means (allgather: the gathered total;
 reduce_scatter and alltoall: a rank's whole input). Rank 0 writes ``[[collective, nbytes, seconds],
 ...]`` as JSON to ``--out``.
 """
@@ -25,28 +23,27 @@ ITEM = 4
 
 
 def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3) -> float:
-    """Seconds of one ``op`` as the executor issues it: a barrier on the group, then a single call
-    (``executor.comm.wait_for`` and the collective after it), with caches disturbed in between as
-    a step's compute disturbs them. A sample is the slowest rank's time; the median over samples
-    is kept (the executor's report compares the median over steps of the slowest rank)."""
     from mpi4py import MPI
-    from profiler.harness import DISTURB_ELEMS
-    junk = np.ones(DISTURB_ELEMS, dtype=np.float32)
     op()
     op()
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    op()
+    one = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+    iters = max(1, min(200, int(2e-3 / max(one, 1e-7))))
     samples = []
     start = time.perf_counter()
     while True:
-        np.maximum(junk, 0.5, out=junk)  # a pass over 4 MiB, as compute between collectives does
         comm.Barrier()
         t0 = MPI.Wtime()
-        op()
-        dt = MPI.Wtime() - t0
+        for _ in range(iters):
+            op()
+        dt = (MPI.Wtime() - t0) / iters
         samples.append(comm.allreduce(dt, op=MPI.MAX))
-        done = len(samples) >= min_samples and (time.perf_counter() - start > cap_s or len(samples) >= 60)
+        done = len(samples) >= min_samples and (time.perf_counter() - start > cap_s or len(samples) >= 30)
         if comm.bcast(done, root=0):  # rank 0 decides for everyone, so no rank waits alone
             break
-    return float(np.median(samples))
+    return float(np.min(samples))
 
 
 def run(sizes: list[int], collectives: list[str], cap_s: float, rounds: int = 1) -> list[tuple[str, int, float]]:
