@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from costmodel.layout import Layout, _reducible, reduce_pair, reshard_volume  # noqa: F401
+from costmodel.layout import Layout, _first_extents, _reducible, reduce_pair, reshard_volume  # noqa: F401
 from costmodel.machine import Machine
 from costmodel.strategy import GRID_ORDER
 
@@ -69,6 +69,7 @@ class LayoutTable:
         self.dimmask = np.zeros(n, np.int64)
         self.contrib = np.zeros((n, len(DIM_BIT)), np.int64)  # (degree - 1) * stride per dim
         self.spec = np.zeros((n, axes), np.int64)  # id of (degree, extent, window) per axis
+        self.first = np.ones((n, axes), np.int64)  # rank 0's block extents (copy_run)
         specs: dict[tuple, int] = {}
         for i, lay in enumerate(self.layouts):
             strat = lay.strategy
@@ -92,6 +93,10 @@ class LayoutTable:
                 key = (int(self.deg[i, a]), int(self.ext[i, a]), bool(self.hasw[i, a]),
                        tuple(int(x) for x in self.win[i, a]))
                 self.spec[i, a] = specs.setdefault(key, len(specs))
+            if self.hasw[i].any():
+                self.first[i, :len(lay.shape)] = _first_extents(lay)
+            else:
+                self.first[i] = self.ext[i] // self.deg[i]
             if lay.shape:
                 self.batch[i] = lay.shape[0]
             self.span[i] = self.p // strat.degree("N")
@@ -214,28 +219,47 @@ def _maxima_ids(t: LayoutTable, src, dst, backward: bool) -> tuple[np.ndarray, n
 def reshard_copy_times_ids(t: LayoutTable, src, dst, backward: bool, dtype: str, compute) -> np.ndarray:
     """Seconds of each reshard's block copies, as :meth:`EdgeEstimate.copy_s` computes them
     (:func:`costmodel.layer_cost.reshard_copy_s` on the maxima and :func:`copy_run` of the pair)."""
-    from costmodel.layer_cost import reshard_copy_s
-    from costmodel.layout import copy_run
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    out = np.zeros(len(src))
     if compute is None or len(src) == 0:
-        return out
+        return np.zeros(len(src))
     recv, _, written = _maxima_ids(t, src, dst, backward)
-    memo: dict[tuple[int, int, int], float] = {}
-    for k in np.nonzero(recv > 0)[0]:
-        key = (int(written[k]), int(recv[k]), copy_run(t.layouts[src[k]], t.layouts[dst[k]]))
-        got = memo.get(key)
-        if got is None:
-            got = memo[key] = reshard_copy_s(compute, *key, dtype, backward)
-        out[k] = got
+    return _copy_times(t, src, dst, recv, written, backward, dtype, compute)
+
+
+def copy_runs_ids(t: LayoutTable, src, dst) -> np.ndarray:
+    """:func:`costmodel.layout.copy_run` of each pair, vectorised over rank 0's block extents."""
+    es, ed = t.first[src], t.first[dst]
+    diff = es != ed
+    axes = es.shape[1]
+    last = np.where(diff.any(axis=1), axes - 1 - np.argmax(diff[:, ::-1], axis=1), 0)
+    keep = np.arange(axes)[None, :] >= last[:, None]
+    return np.prod(np.where(keep, np.maximum(1, np.minimum(es, ed)), 1), axis=1)
+
+
+def _copy_times(t, src, dst, recv, written, backward, dtype, compute) -> np.ndarray:
+    from costmodel.layer_cost import reshard_copy_s
+    out = np.zeros(len(src))
+    moving = np.nonzero(recv > 0)[0]
+    if len(moving) == 0:
+        return out
+    keys = np.stack([written[moving], recv[moving], copy_runs_ids(t, src[moving], dst[moving])], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    secs = np.array([reshard_copy_s(compute, int(w), int(r), int(run), dtype, backward) for w, r, run in uniq])
+    out[moving] = secs[inverse.reshape(-1)]
     return out
 
 
-def reshard_times_ids(t: LayoutTable, src, dst, backward: bool, itemsize: int, machine: Machine) -> np.ndarray:
+def reshard_times_ids(t: LayoutTable, src, dst, backward: bool, itemsize: int, machine: Machine,
+                      compute=None) -> np.ndarray:
     """Seconds of each reshard ``t.layouts[src[k]] -> t.layouts[dst[k]]``, as ``edge_estimate``
-    computes them (``alltoallv_s`` on the link of the destination strategy's group)."""
+    computes them (``alltoallv_s`` on the link of the destination strategy's group), plus, given a
+    compute model, the block copies (:meth:`EdgeEstimate.copy_s`)."""
+    from costmodel.layer_cost import copy_dtype
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    recv, msgs = reshard_maxima_ids(t, src, dst, backward)
+    recv, msgs, written = _maxima_ids(t, src, dst, backward)
+    copies = 0.0
+    if compute is not None and len(src):
+        copies = _copy_times(t, src, dst, recv, written, backward, copy_dtype(itemsize), compute)
     union = t.dimmask[src] | t.dimmask[dst]
     bits = (union[:, None] >> np.arange(len(DIM_BIT))[None, :]) & 1
     top = np.where(union > 0, (bits * t.contrib[dst]).sum(axis=1), t.p - 1)
@@ -247,7 +271,7 @@ def reshard_times_ids(t: LayoutTable, src, dst, backward: bool, itemsize: int, m
     alpha = np.where(intra, np.array([l.alpha_s for _, l in regimes])[k], machine.inter.alpha_s)
     beta = np.where(intra, np.array([l.beta_s_per_byte for _, l in regimes])[k], machine.inter.beta_s_per_byte)
     secs = msgs * alpha + nbytes * beta
-    return np.where((nbytes == 0) | (msgs == 0), 0.0, secs)
+    return np.where((nbytes == 0) | (msgs == 0), 0.0, secs) + copies
 
 
 def reshard_maxima(pairs: Sequence[tuple[Layout, Layout]], backward: bool = False) -> list[tuple[int, int]]:

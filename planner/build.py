@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.compute import ComputeModel
-from costmodel.layer_cost import LayerEstimate, copy_dtype, layer_estimate
+from costmodel.layer_cost import LayerEstimate, layer_estimate
 from costmodel.layer_layouts import input_layout, local_layer, output_layout
 from costmodel.layout import Layout
 from costmodel.machine import Machine
-from costmodel.reshard_batch import LayoutTable, reshard_copy_times_ids, reshard_times_ids
+from costmodel.reshard_batch import LayoutTable, reshard_times_ids
 from costmodel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Layer, Network
 from planner.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
@@ -185,11 +185,8 @@ def _times(b: _Builder, pairs, backward: bool) -> np.ndarray:
     for size in np.unique(arr[:, 2]):
         idx = np.nonzero(arr[:, 2] == size)[0]
         own, need = arr[idx, 0], arr[idx, 1]
-        dtype = copy_dtype(int(size))
         if backward:  # gradients flow from the consumer's needed layout to the producer's own
-            out[idx] = (reshard_times_ids(table, need, own, True, int(size), b.machine)
-                        + reshard_copy_times_ids(table, need, own, True, dtype, b.compute))
+            out[idx] = reshard_times_ids(table, need, own, True, int(size), b.machine, b.compute)
         else:
-            out[idx] = (reshard_times_ids(table, own, need, False, int(size), b.machine)
-                        + reshard_copy_times_ids(table, own, need, False, dtype, b.compute))
+            out[idx] = reshard_times_ids(table, own, need, False, int(size), b.machine, b.compute)
     return out

@@ -10,7 +10,8 @@ from costmodel.files import DEFAULT_MACHINE, load_machine
 from costmodel.layer_cost import layer_estimate, reshard_copy_s
 from costmodel.layer_layouts import _splits, input_layout, output_layout
 from costmodel.layout import copy_run, reshard_volume, reshard_volume_unreduced
-from costmodel.reshard_batch import LayoutTable, _maxima_ids, reshard_copy_times_ids, reshard_maxima
+from costmodel.reshard_batch import (LayoutTable, _maxima_ids, copy_runs_ids, reshard_copy_times_ids,
+                                     reshard_maxima)
 from costmodel.step import predict_step
 from networks.loader import load_network, zoo_names
 from planner.build import build_problem, derive_estimate
@@ -89,6 +90,8 @@ def test_batched_and_reduced_reshards_equal_the_reference(name, p, batch):
         src_ids, dst_ids = [ids[s] for s, _ in ps], [ids[d] for _, d in ps]
         _, _, written = _maxima_ids(table, src_ids, dst_ids, backward)
         copies = reshard_copy_times_ids(table, src_ids, dst_ids, backward, "float32", COMPUTE)
+        runs = copy_runs_ids(table, np.array(src_ids), np.array(dst_ids))
+        assert list(runs) == [copy_run(s, d) for s, d in ps]
         for (src, dst), (recv, msgs), w, c in zip(ps, got, written, copies):
             ref = reshard_volume_unreduced(src, dst, backward)
             assert (recv, msgs, w) == (ref.max_recv, ref.max_messages, ref.max_written)
