@@ -333,6 +333,11 @@ def update_calls(local: LocalLayer) -> tuple[KernelCall, ...]:
     return tuple(out)
 
 
+def dtype_for_itemsize(itemsize: int) -> str:
+    """The dtype a kernel is looked up with when only its element size is known."""
+    return {8: "float64", 4: "float32", 2: "float16"}.get(int(itemsize), "float32")
+
+
 def reshard_copy_call(elems: int, run: int, dtype: str, accumulate: bool) -> KernelCall:
     """The block copy of ``elems`` elements in contiguous runs of ``run`` (``accumulate``: added into
     the destination, as backward halo gradients are): the cost model's term for a reshard's local

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from costmodel.collectives import alltoallv_s, collective_s
 from costmodel.compute import ComputeModel
+from costmodel.kernel_calls import dtype_for_itemsize
 from costmodel.layer_layouts import _splits, input_layout, local_layer, output_layout
 from costmodel.layout import Layout, copy_run, reshard_volume
 from costmodel.machine import Machine
@@ -202,11 +203,6 @@ class EdgeEstimate:
                 reshard_copy_s(compute, *self.bwd_copy, self.dtype, True))
 
 
-def copy_dtype(itemsize: int) -> str:
-    """The dtype a reshard's copies are looked up with (by size: the planner keys edges by it)."""
-    return {8: "float64", 4: "float32", 2: "float16"}.get(int(itemsize), "float32")
-
-
 def reshard_copy_s(compute: ComputeModel | None, written: int, recv: int, run: int, dtype: str,
                    backward: bool) -> float:
     """The executor's block copies in one reshard on its busiest rank (``executor.comm.reshard``):
@@ -260,4 +256,4 @@ def edge_estimate(producer: Layer, pstrat: Strategy, consumer: Layer, cstrat: St
     run = copy_run(src, dst)
     fv, bv = reshard_volume(src, dst, False), reshard_volume(dst, src, True)
     return EdgeEstimate(fwd_s, bwd_s, fwd_b, bwd_b, halo, (fv.max_written, fv.max_recv, run),
-                        (bv.max_written, bv.max_recv, run), copy_dtype(itemsize))
+                        (bv.max_written, bv.max_recv, run), dtype_for_itemsize(itemsize))

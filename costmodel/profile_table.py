@@ -27,8 +27,8 @@ from typing import Any
 import numpy
 
 from costmodel.compute import ComputeModel
-from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, kernel_calls, reshard_copy_call, shape_fields,
-                                    split_key)
+from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, dtype_for_itemsize, kernel_calls, reshard_copy_call,
+                                    shape_fields, split_key)
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import LinkLevel, Machine
 from networks.errors import DnnplanError
@@ -356,7 +356,7 @@ class ProfiledCompute:
         """The profiled SGD-with-momentum kernel on one weight tensor of ``weight_elems``."""
         if weight_elems <= 0:
             return 0.0
-        dtype = {8: "float64", 4: "float32", 2: "float16"}.get(itemsize, "float32")
+        dtype = dtype_for_itemsize(itemsize)
         call = KernelCall("sgd.update", (weight_elems,), dtype, "", 3 * weight_elems, 5 * weight_elems * itemsize)
         return self.lookup(call).seconds
 

@@ -30,6 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from costmodel.layout import Layout, _first_extents, _reducible, reduce_pair, reshard_volume  # noqa: F401
+from costmodel.kernel_calls import dtype_for_itemsize
 from costmodel.machine import Machine
 from costmodel.strategy import GRID_ORDER
 
@@ -254,12 +255,11 @@ def reshard_times_ids(t: LayoutTable, src, dst, backward: bool, itemsize: int, m
     """Seconds of each reshard ``t.layouts[src[k]] -> t.layouts[dst[k]]``, as ``edge_estimate``
     computes them (``alltoallv_s`` on the link of the destination strategy's group), plus, given a
     compute model, the block copies (:meth:`EdgeEstimate.copy_s`)."""
-    from costmodel.layer_cost import copy_dtype
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     recv, msgs, written = _maxima_ids(t, src, dst, backward)
     copies = 0.0
     if compute is not None and len(src):
-        copies = _copy_times(t, src, dst, recv, written, backward, copy_dtype(itemsize), compute)
+        copies = _copy_times(t, src, dst, recv, written, backward, dtype_for_itemsize(itemsize), compute)
     union = t.dimmask[src] | t.dimmask[dst]
     bits = (union[:, None] >> np.arange(len(DIM_BIT))[None, :]) & 1
     top = np.where(union > 0, (bits * t.contrib[dst]).sum(axis=1), t.p - 1)
