@@ -57,8 +57,7 @@ def machine_line() -> str:
 def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeout: float,
             fresh: bool = True) -> list[dict]:
     from planner import context
-    from planner.cli_execute import (_strategy_summary, candidate_plans, predict_and_compare, prepare,
-                                     run_measure)
+    from planner.cli_execute import _strategy_summary, candidate_plans, measure, prepare
     from planner.plan_file import write_plan
     ctx = context.resolve(net_arg, ranks, batch, "local")
     rows = []
@@ -68,8 +67,8 @@ def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeo
             write_plan(plan, path)
             prep = prepare(path, ranks, None, None)
             t = time.perf_counter()
-            job = run_measure(prep, steps=steps, warmup=warmup, check=True, trace=False, timeout_s=timeout)
-            cmp = predict_and_compare(prep, job, steps, fresh)
+            job, cmp = measure(prep, steps=steps, warmup=warmup, check=True, trace=False, timeout_s=timeout,
+                               fresh=fresh)
             rows.append({"network": ctx.network.name, "ranks": ranks, "batch": batch, "threads": job.threads,
                          "plan": name, "strategies": _strategy_summary(plan),
                          "predicted_step_s": cmp.predicted_step_s, "measured_step_s": cmp.measured.step_s,

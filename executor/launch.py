@@ -104,7 +104,8 @@ def thread_env(threads: int, base=None) -> dict:
 
 
 def worker_command(mpiexec: str, ranks: int, plan_path: str, result_path: str, *, steps: int, warmup: int,
-                   check: bool, trace: bool, threads: int, timeout_s: float, seed: int = 0) -> list[str]:
+                   check: bool, trace: bool, threads: int, timeout_s: float, seed: int = 0,
+                   time_kernels: str | None = None) -> list[str]:
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "executor.worker", plan_path,
            "--result", result_path, "--steps", str(steps), "--warmup", str(warmup),
            "--threads", str(threads), "--seed", str(seed),
@@ -114,6 +115,8 @@ def worker_command(mpiexec: str, ranks: int, plan_path: str, result_path: str, *
         cmd.append("--check")
     if trace:
         cmd.append("--trace")
+    if time_kernels:
+        cmd += ["--time-kernels", time_kernels]
     return cmd
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -227,7 +228,7 @@ class _nullspan:
 
 def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2, check: bool = False,
              seed: int = 0, timers: Timers | None = None, lr: float = 1e-4,
-             momentum: float = 0.9) -> RunResult:
+             momentum: float = 0.9, after_step: Callable[[int], None] | None = None) -> RunResult:
     """Run ``warmup`` + ``steps`` training steps of ``plan`` on the ranks of ``comm`` (collective).
 
     The learning rate is small on purpose: on random data a learning rate of 0.01 drove AlexNet's
@@ -236,7 +237,8 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
     and the kernels run the same work.
 
     ``comm`` is an mpi4py communicator of exactly ``plan.devices`` ranks. Every rank returns the
-    same losses and check; ``step_s`` is this rank's own clock.
+    same losses and check; ``step_s`` is this rank's own clock. ``after_step(i)`` runs after each
+    step ``i`` (negative: a warm-up step), outside its clock (``--fresh-profile``'s in-run timing).
     """
     if steps < 0 or warmup < 0 or steps + warmup < 1:
         raise DnnplanError(f"need at least one step (steps={steps}, warmup={warmup})")
@@ -249,6 +251,8 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
         losses.append(loss)
         if grads is not None:
             kept = grads
+        if after_step is not None:
+            after_step(i)
     result = None
     if check:
         result = run_check(comm, net, plan.batch, rt.strategies, rt.algorithms, seed, losses[0], kept)

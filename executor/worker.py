@@ -42,6 +42,7 @@ class JobResult:
     loss: float
     check: object  # executor.runtime.CheckResult or None
     threads: int
+    kernel_samples: dict | None = None  # call key -> seconds from every rank (--fresh-profile)
 
 
 def set_threads(threads: int) -> None:
@@ -67,8 +68,9 @@ def _test_hooks(rank: int) -> None:
 
 
 def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_spans: bool,
-            threads: int, seed: int = 0) -> JobResult | None:
-    """Run the plan on ``comm``'s ranks; rank 0 gets the :class:`JobResult`, others None."""
+            threads: int, seed: int = 0, kernel_calls: list | None = None) -> JobResult | None:
+    """Run the plan on ``comm``'s ranks; rank 0 gets the :class:`JobResult`, others None.
+    ``kernel_calls``: time each once after every timed step, on every rank (profiler.inrun)."""
     from executor.collect import gather  # noqa: PLC0415 - keep `--help` light
     from executor.timers import Timers  # noqa: PLC0415
     from planner.plan_file import read_plan  # noqa: PLC0415
@@ -87,13 +89,22 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     except ImportError as err:
         raise DnnplanError(f"the executor runtime is not available: {err}") from None
     timers = Timers(keep_spans=keep_spans)
+    in_run = None
+    if kernel_calls:
+        from profiler.inrun import InRunTimer  # noqa: PLC0415
+        in_run = InRunTimer(kernel_calls)
     comm.Barrier()
     t0 = time.perf_counter()  # the common start: every rank leaves the barrier together
-    result = run_plan(plan, net, comm, steps=steps, warmup=warmup, check=check, seed=seed, timers=timers)
+    hook = {} if in_run is None else {"after_step": lambda i: in_run.round(comm.Barrier, keep=i >= 0)}
+    result = run_plan(plan, net, comm, steps=steps, warmup=warmup, check=check, seed=seed, timers=timers, **hook)
     ranks = gather(comm, timers, t0)
+    samples = None if in_run is None else comm.gather(in_run.samples, root=0)
     if rank != 0:
         return None
-    return JobResult(ranks, float(result.loss), result.check, threads)
+    if samples is not None:
+        from profiler.inrun import merge_samples  # noqa: PLC0415
+        samples = merge_samples(samples)
+    return JobResult(ranks, float(result.loss), result.check, threads, samples)
 
 
 def abort_with(comm, err: BaseException) -> None:
@@ -141,6 +152,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=0.0, help="watchdog seconds (0: none)")
+    ap.add_argument("--time-kernels", default=None, help="a pickled list of KernelCall to time once "
+                    "after every timed step (profiler.inrun)")
     return ap.parse_args(argv)
 
 
@@ -152,8 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout > 0:
         start_watchdog(comm, args.timeout)
     try:
+        calls = None
+        if args.time_kernels:
+            with open(args.time_kernels, "rb") as fh:
+                calls = pickle.load(fh)
         result = run_job(args.plan, comm, steps=args.steps, warmup=args.warmup, check=args.check,
-                         keep_spans=args.trace, threads=args.threads, seed=args.seed)
+                         keep_spans=args.trace, threads=args.threads, seed=args.seed, kernel_calls=calls)
         if result is not None:
             _write_result(args.result, result)
         comm.Barrier()  # nobody exits before rank 0 has written the result

@@ -38,9 +38,10 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="BLAS/OpenM
                                                    "[default: the profile's, else cores // ranks].")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="The profile table the plan was made "
                                                    "with [default: the machine's].")]
-FreshOpt = Annotated[bool, typer.Option("--fresh-profile", help="Machine `local`: time the plan's kernels "
-                                        "again right after the run, so the prediction uses this computer's "
-                                        "speed now (a shared VM's drifts by tens of percent over hours).")]
+FreshOpt = Annotated[bool, typer.Option("--fresh-profile", help="Machine `local`: time the prediction's "
+                                        "kernels again inside the run, once per rank after every timed step, "
+                                        "and predict from those timings (a shared VM's speed drifts by tens "
+                                        "of percent within hours).")]
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,9 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
 
 
 def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool,
-                timeout_s: float) -> JobResult | None:
-    """Run the plan on P ranks; the JobResult on rank 0 (and in the launching process), else None."""
+                timeout_s: float, kernel_calls: list | None = None) -> JobResult | None:
+    """Run the plan on P ranks; the JobResult on rank 0 (and in the launching process), else None.
+    ``kernel_calls`` are timed inside the run after every timed step (profiler.inrun)."""
     if launcher.inside_mpi_job():
         from mpi4py import MPI  # noqa: PLC0415
         from executor.worker import abort_with, run_job, start_watchdog  # noqa: PLC0415
@@ -139,16 +141,21 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
         dog = start_watchdog(comm, timeout_s)
         try:
             return run_job(prep.path, comm, steps=steps, warmup=warmup, check=check, keep_spans=trace,
-                           threads=prep.threads)
+                           threads=prep.threads, kernel_calls=kernel_calls)
         except BaseException as err:  # noqa: BLE001 - one rank's failure ends every rank
             abort_with(comm, err)
         finally:
             dog.cancel()
     with tempfile.TemporaryDirectory(prefix="dnnplan-run-") as tmp:
         result_path = os.path.join(tmp, "result.pkl")
+        calls_path = None
+        if kernel_calls:
+            calls_path = os.path.join(tmp, "kernel_calls.pkl")
+            with open(calls_path, "wb") as fh:
+                pickle.dump(list(kernel_calls), fh)
         cmd = launcher.worker_command(launcher.find_mpiexec(), prep.plan.devices, prep.path, result_path,
                                       steps=steps, warmup=warmup, check=check, trace=trace,
-                                      threads=prep.threads, timeout_s=timeout_s)
+                                      threads=prep.threads, timeout_s=timeout_s, time_kernels=calls_path)
         launcher.launch(cmd, prep.threads, timeout_s)
         try:
             with open(result_path, "rb") as fh:
@@ -157,21 +164,45 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
             raise DnnplanError(f"the run ended without a result from rank 0 ({err})") from None
 
 
-def predict_and_compare(prep: Prepared, job: JobResult, steps: int, fresh: bool = False) -> Comparison:
-    """The prediction for the plan against the run; ``fresh``: kernels of this computer's on-demand
-    profile are timed again first, right after the run (profiler.ondemand.OnDemandCompute.refresh)."""
+def _predict(prep: Prepared):
     from costmodel.step import predict_step  # noqa: PLC0415
-    from executor.collect import aggregate  # noqa: PLC0415
-    if fresh:
-        refresh = getattr(prep.compute, "refresh", None)
-        if refresh is None:
-            report.warn("--fresh-profile applies to machine `local` without --profile: this prediction "
-                        "uses the given table as it is")
-        else:
-            refresh()
-    pred = predict_step(prep.net, prep.plan.batch, prep.plan.strategies(), prep.plan.algorithms(),
+    return predict_step(prep.net, prep.plan.batch, prep.plan.strategies(), prep.plan.algorithms(),
                         prep.machine, prep.compute)
-    return compare_prediction(pred, aggregate(job.ranks, steps))
+
+
+def fresh_calls(prep: Prepared) -> list:
+    """``--fresh-profile``: the kernel calls the plan's prediction looks up, to be timed inside the
+    run (profiler.inrun); none, with a warning, for a compute model that is not this computer's
+    on-demand profile."""
+    calls_of = getattr(prep.compute, "calls_of", None)
+    if calls_of is None:
+        report.warn("--fresh-profile applies to machine `local` without --profile: this prediction "
+                    "uses the given table as it is")
+        return []
+    return calls_of(lambda: _predict(prep))
+
+
+def predict_and_compare(prep: Prepared, job: JobResult, steps: int, kernel_calls: list | None = None) -> Comparison:
+    """The prediction for the plan against the run. ``kernel_calls`` (``--fresh-profile``): the calls
+    timed inside the run; their entries in this computer's profile are replaced by the median of
+    those samples first (kept in the cache), so the prediction uses the machine's speed of the run."""
+    from executor.collect import aggregate  # noqa: PLC0415
+    if kernel_calls and job.kernel_samples:
+        from profiler.inrun import entries_from_samples  # noqa: PLC0415
+        prep.compute.install(entries_from_samples(kernel_calls, job.kernel_samples))
+    return compare_prediction(_predict(prep), aggregate(job.ranks, steps))
+
+
+def measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool, timeout_s: float,
+            fresh: bool) -> tuple[JobResult | None, Comparison | None]:
+    """Run the plan and compare it with its prediction (None, None on ranks other than 0 of an MPI job);
+    ``fresh``: with the prediction's kernels timed inside the run (:func:`fresh_calls`)."""
+    calls = fresh_calls(prep) if fresh else []
+    job = run_measure(prep, steps=steps, warmup=warmup, check=check, trace=trace, timeout_s=timeout_s,
+                      kernel_calls=calls)
+    if job is None:
+        return None, None
+    return job, predict_and_compare(prep, job, steps, calls)
 
 
 def write_json_file(path: str, data: dict) -> None:
@@ -230,11 +261,10 @@ def execute(plan: Annotated[str, typer.Argument(help="A plan file written by `dn
     if timeout <= 0:
         raise DnnplanError(f"--timeout must be positive, got {timeout:g}")
     prep = prepare(plan, ranks, threads, profile)
-    job = _guard_failure(lambda: run_measure(prep, steps=steps, warmup=warmup, check=check,
-                                             trace=trace is not None, timeout_s=timeout))
+    job, cmp = _guard_failure(lambda: measure(prep, steps=steps, warmup=warmup, check=check,
+                                              trace=trace is not None, timeout_s=timeout, fresh=fresh))
     if job is None:  # a rank other than 0 of an MPI job
         return
-    cmp = predict_and_compare(prep, job, steps, fresh)
     title = (f"{prep.plan.network_name}, batch {prep.plan.batch}, {ranks} rank(s) x {job.threads} thread(s), "
              f"machine {prep.plan.machine}, compute model {prep.compute.name}")
     report.comparison_table(cmp, title, _strategy_labels(prep.plan))
@@ -341,11 +371,10 @@ def validate(network: Annotated[str, typer.Argument(help="A zoo network name or 
             path = os.path.join(tmp, f"plan{i}.yaml")
             write_plan(plan, path)
             prep = prepare(path, ranks, threads, profile)
-            job = _guard_failure(lambda: run_measure(prep, steps=steps, warmup=warmup, check=check, trace=False,
-                                                     timeout_s=timeout))
+            job, cmp = _guard_failure(lambda: measure(prep, steps=steps, warmup=warmup, check=check, trace=False,
+                                                      timeout_s=timeout, fresh=fresh))
             if job is None:
                 continue
-            cmp = predict_and_compare(prep, job, steps, fresh)
             if details:
                 report.comparison_table(cmp, f"{name}: {_strategy_summary(plan)}", _strategy_labels(plan))
                 report.step_summary(cmp)

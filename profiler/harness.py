@@ -204,6 +204,19 @@ def summarize(samples: list[float], flops: int, nbytes: int) -> Entry:
                  flops=int(flops), bytes=int(nbytes))
 
 
+def cold_sampler(run: Callable[[], object]) -> Callable[[], float]:
+    """A closure that passes over a buffer larger than the L2 cache, then times ONE ``run()`` (CPU)."""
+    buf = numpy.ones(DISTURB_ELEMS, dtype=numpy.float32)
+
+    def sample() -> float:
+        numpy.maximum(buf, 0.5, out=buf)
+        t0 = time.perf_counter()
+        run()
+        return time.perf_counter() - t0
+
+    return sample
+
+
 def _time_cold(run: Callable[[], float], call: KernelCall, policy: TimingPolicy) -> Entry:
     """Samples of single calls after a cache-disturbing pass (only the call is timed)."""
     t_start = time.perf_counter()
@@ -228,16 +241,7 @@ def time_call(call: KernelCall, xp: ModuleType = numpy, policy: TimingPolicy = T
     run = build(call, xp)
     clock = _Clock(xp)
     if policy.cold and xp is numpy:
-        buf = numpy.ones(DISTURB_ELEMS, dtype=numpy.float32)
-        inner_run = run
-
-        def run():  # noqa: F811 - the cold variant of the same call
-            numpy.maximum(buf, 0.5, out=buf)
-            t0 = time.perf_counter()
-            inner_run()
-            return time.perf_counter() - t0
-
-        return _time_cold(run, call, policy)
+        return _time_cold(cold_sampler(run), call, policy)
     t_start = time.perf_counter()
     first = 0.0
     for _ in range(max(1, policy.warmup)):

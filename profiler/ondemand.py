@@ -8,11 +8,12 @@ seconds and when the process exits). Calls the roofline expects to take longer t
 ``max_call_s`` are interpolated instead. ``DNNPLAN_NO_PROFILE=1`` turns on-demand timing off
 (interpolation and the roofline only).
 
-:meth:`OnDemandCompute.refresh` makes every call looked up afterwards be timed again, once, with
-the full harness policy, replacing its cached entry: a shared VM's speed drifts by tens of percent
-between hours (the same lenet5 kernels summed to 61.6 ms in a cache from an earlier session and to
-44.2 ms re-timed just before a run that measured 48.9 ms), so a prediction to be compared with a
-run is best made from kernels timed beside it (`dnnplan execute/validate --fresh-profile`).
+:meth:`OnDemandCompute.calls_of` lists the kernel calls a prediction looks up, and
+:meth:`OnDemandCompute.install` replaces their entries with timings taken elsewhere: a shared VM's
+speed drifts by tens of percent between hours (the same lenet5 kernels summed to 61.6 ms in a
+cache from an earlier session and to 44.2 ms re-timed just before a run that measured 48.9 ms), so
+`dnnplan execute/validate --fresh-profile` times those calls inside the run, between its steps
+(profiler.inrun), and predicts from those timings.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from __future__ import annotations
 import atexit
 import os
 import time
+from typing import Callable
 
 from costmodel.compute import Roofline
 from costmodel.kernel_calls import KernelCall
 from costmodel.machine import Machine
-from costmodel.profile_table import Lookup, ProfiledCompute, with_entries
+from costmodel.profile_table import Entry, Lookup, ProfiledCompute, with_entries
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
 from profiler.tables import cache_path, open_for_device, write_table
@@ -44,18 +46,34 @@ class OnDemandCompute(ProfiledCompute):
         self._last_save = time.perf_counter()
         self._status = None
         self.enabled = not os.environ.get("DNNPLAN_NO_PROFILE")
-        self._refreshing = False
-        self._refreshed: set[str] = set()
+        self._recording: dict[str, KernelCall] | None = None
         atexit.register(self.save)
 
-    def refresh(self) -> None:
-        """From now on, time each call again the first time it is looked up (module docstring)."""
-        self._refreshing = self.enabled
-        self._refreshed = set()
-        self._memo = {}
+    def calls_of(self, predict: Callable[[], object]) -> list[KernelCall]:
+        """The kernel calls ``predict()`` looks up (those missing are timed on demand, as ever),
+        less those too slow to time on demand (interpolated instead, see ``max_call_s``); none when
+        on-demand timing is off (``DNNPLAN_NO_PROFILE``)."""
+        if not self.enabled:
+            return []
+        self._recording, self._memo = {}, {}
+        try:
+            predict()
+            calls = list(self._recording.values())
+        finally:
+            self._recording = None
+        return [c for c in calls if self._fallback_call(c) <= self.max_call_s]
 
-    def _measure(self, call: KernelCall, policy: TimingPolicy = QUICK, force: bool = False) -> Lookup | None:
-        if not self.enabled or (not force and self._fallback_call(call) > self.max_call_s):
+    def install(self, entries: dict[str, Entry]) -> None:
+        """Replace (or add) these entries, e.g. kernels timed inside a run, and keep them in the cache."""
+        if not entries:
+            return
+        self.new.update(entries)
+        self.table = with_entries(self.table, entries)
+        self._rebuild()
+        self.save()
+
+    def _measure(self, call: KernelCall, policy: TimingPolicy = QUICK) -> Lookup | None:
+        if not self.enabled or self._fallback_call(call) > self.max_call_s:
             return None
         from threadpoolctl import threadpool_limits
         if self.progress and self._status is None:
@@ -88,14 +106,9 @@ class OnDemandCompute(ProfiledCompute):
         self._memo = {}
 
     def lookup(self, call: KernelCall) -> Lookup:
-        if self._refreshing and call.key in self.table.entries and call.key not in self._refreshed:
-            self._refreshed.add(call.key)
-            got = self._measure(call, TimingPolicy(), force=True)
-            if got is not None:
-                return got
+        if self._recording is not None:
+            self._recording.setdefault(call.key, call)
         if call.key not in self.table.entries and call not in self._memo:
-            if self._refreshing:
-                self._refreshed.add(call.key)
             got = self._measure(call)
             if got is not None:
                 self.misses.discard(call)

@@ -144,3 +144,23 @@ def test_validate_runs_the_baselines(tmp_path):
     assert "data" in names[0] or "data" in " ".join(names)
     assert all(r["check"]["passed"] for r in data["plans"])
     assert all(r["measured_step_s"] > 0 for r in data["plans"])
+
+
+def test_fresh_profile_times_the_predictions_kernels_inside_the_run(tmp_path, monkeypatch):
+    """--fresh-profile: every rank times each call the prediction looks up once per timed step,
+    and the prediction is made from the median of those samples (installed in the cache)."""
+    pytest.importorskip("executor.runtime")
+    import statistics
+
+    from planner.cli_execute import fresh_calls, measure, prepare
+    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+    plan = write_uniform_plan(tmp_path, "lenet5", 2, 8, "data")
+    prep = prepare(plan, 2, None, None)
+    calls = fresh_calls(prep)
+    assert {c.kernel for c in calls} >= {"linear.fwd", "relu.bwd", "sgd.update", "softmax_xent.fwd"}
+    job, cmp = measure(prep, steps=2, warmup=0, check=False, trace=False, timeout_s=120, fresh=True)
+    assert set(job.kernel_samples) == {c.key for c in calls}
+    assert all(len(v) == 2 * 2 for v in job.kernel_samples.values())  # 2 ranks x 2 timed steps
+    for c in calls:
+        assert prep.compute.lookup(c).seconds == pytest.approx(statistics.median(job.kernel_samples[c.key]))
+    assert cmp.predicted_step_s > 0

@@ -200,29 +200,60 @@ def test_piecewise_comm_fit_finds_the_size_regimes_one_line_cannot():
     assert model_s("allreduce", 2**23, 2, top) == pytest.approx(model_s("allreduce", 2**23, 2, big), rel=1e-3)
 
 
-def test_fresh_profile_times_each_cached_call_again_once(tmp_path):
-    """After refresh(), a call already in the cache is timed again the first time it is looked up
-    (its stale entry replaced), and not again after that."""
-    from dataclasses import replace as _replace
+def _two_calls():
+    from costmodel.kernel_calls import linear_call, reshard_copy_call
+    return [linear_call("linear.fwd", 64, 64, 64, False, "float32", 4),
+            reshard_copy_call(4096, 64, "float32", False)]
 
+
+def test_in_run_timer_times_each_call_once_per_round_after_a_barrier(monkeypatch):
+    """--fresh-profile's in-run timing: one sample per call and round, a barrier before each call,
+    operands built once and kept (or rebuilt every round when there is no room to keep them)."""
+    import profiler.inrun as inrun
+    calls = _two_calls()
+    built = []
+    real_build = inrun.build
+    monkeypatch.setattr(inrun, "build", lambda call, xp: built.append(call.key) or real_build(call, xp))
+    barriers = []
+    timer = inrun.InRunTimer(calls + calls[:1])  # a repeated call is timed once per round
+    for _ in range(3):
+        timer.round(lambda: barriers.append(1))
+    assert set(timer.samples) == {c.key for c in calls}
+    assert all(len(v) == 3 and min(v) > 0 for v in timer.samples.values())
+    assert len(barriers) == 3 * len(calls) and sorted(built) == sorted(c.key for c in calls)
+    built.clear()
+    tight = inrun.InRunTimer(calls, cache_bytes=0)
+    tight.round()
+    tight.round()
+    assert len(built) == 2 * len(calls)
+
+
+def test_in_run_samples_pool_over_ranks_into_median_entries():
+    from profiler.inrun import entries_from_samples, merge_samples
+    calls = _two_calls()
+    a, b = calls[0].key, calls[1].key
+    pooled = merge_samples([{a: [1.0, 5.0], b: [2.0]}, {a: [3.0], b: []}])
+    assert pooled == {a: [1.0, 5.0, 3.0], b: [2.0]}
+    e = entries_from_samples(calls, pooled)
+    assert e[a].median_s == 3.0 and e[a].min_s == 1.0 and e[a].count == 3 and e[a].flops == calls[0].flops
+    assert e[b].median_s == 2.0
+    assert entries_from_samples(calls, {a: []}) == {}
+
+
+def test_calls_of_lists_what_a_prediction_looks_up_and_install_replaces_entries():
     from costmodel.files import load_machine
-    from costmodel.kernel_calls import linear_call
-    from costmodel.profile_table import Entry, with_entries
+    from costmodel.profile_table import Entry
     from profiler.ondemand import local_compute_model
+    calls = _two_calls()
     cm = local_compute_model(load_machine("local"), progress=False)
-    call = linear_call("linear.fwd", 64, 64, 64, False, "float32", 4)
-    stale = Entry(5.0, 5.0, 0.0, 3, call.flops, call.bytes)  # a 64^3 GEMM never takes 5 s
-    cm.table = with_entries(cm.table, {call.key: stale})
-    cm._rebuild()
-    assert cm.lookup(call).seconds == 5.0
-    cm.refresh()
-    first = cm.lookup(call).seconds
-    assert first < 0.1
-    assert cm.table.entries[call.key].median_s == first and cm.table.entries[call.key].count >= 3
-    cm.table = with_entries(cm.table, {call.key: _replace(stale, median_s=7.0)})
-    cm._rebuild()
-    assert cm.lookup(call).seconds == 7.0  # timed once per refresh, not on every lookup
-    cm.save()
+    got = cm.calls_of(lambda: [cm.lookup(calls[1]), cm.lookup(calls[0]), cm.lookup(calls[1])])
+    assert got == [calls[1], calls[0]]
+    assert cm.calls_of(lambda: None) == []
+    slow = Entry(7.0, 7.0, 0.0, 4, calls[0].flops, calls[0].bytes)  # never a 64^3 GEMM's time here
+    cm.install({calls[0].key: slow})
+    assert cm.lookup(calls[0]).seconds == 7.0
+    again = local_compute_model(load_machine("local"), progress=False)  # kept in the cache file
+    assert again.lookup(calls[0]).seconds == 7.0
 
 
 def test_execute_fresh_profile_flag_is_documented():

@@ -1,0 +1,79 @@
+"""Timing the prediction's kernels inside a run, between its timed steps (``--fresh-profile``).
+
+This VM's speed moves by tens of percent between hours and by more than 10% within minutes (the
+same 45 lenet5 kernel calls, timed in six back-to-back processes, summed to 125-179 ms), so
+kernels timed before a run, or even right after it, can see another machine than the run did.
+With ``--fresh-profile`` every rank, after each timed step and outside its clock, times each
+kernel call the prediction will look up ONCE, exactly as the profiler times a call (synthetic
+operands of the call's shape from :func:`profiler.harness.build`, one call after a pass over a
+buffer larger than the L2 cache, :func:`profiler.harness.cold_sampler`). All ranks go call by
+call together (a barrier before each), so each rank's kernel runs beside the other ranks running
+the same one, as a profile for P ranks is timed beside P - 1 companions.
+
+The prediction then uses, per call, the median of these samples over ranks and steps: still an
+isolated kernel at its local shape looked up in a table, never the run's own layer timings; only
+the moments the kernels are timed at are the run's.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from costmodel.kernel_calls import KernelCall
+from costmodel.profile_table import Entry
+from profiler.allocator import keep_freed_memory
+from profiler.harness import build, cold_sampler, summarize
+
+CACHE_BYTES = 1 << 30  # operands kept between rounds up to this many bytes (estimated by call.bytes)
+
+
+class InRunTimer:
+    """Times ``calls`` once per :meth:`round`; operands are built on first use and kept (up to
+    :data:`CACHE_BYTES`, else rebuilt each round outside the clock)."""
+
+    def __init__(self, calls: Iterable[KernelCall], cache_bytes: int = CACHE_BYTES):
+        self.calls = tuple(dict.fromkeys(calls))  # unique, in order
+        self.samples: dict[str, list[float]] = {c.key: [] for c in self.calls}
+        self._kept: dict[str, Callable[[], float]] = {}
+        self._room = cache_bytes
+        keep_freed_memory()
+
+    def _sampler(self, call: KernelCall) -> Callable[[], float]:
+        got = self._kept.get(call.key)
+        if got is not None:
+            return got
+        import numpy  # noqa: PLC0415 - numpy backend (the executor's)
+        run = build(call, numpy)
+        run()  # warm-up: first touch of the operands and of the kernel's own scratch
+        sample = cold_sampler(run)
+        if call.bytes <= self._room:
+            self._room -= call.bytes
+            self._kept[call.key] = sample
+        return sample
+
+    def round(self, barrier: Callable[[], None] = lambda: None, keep: bool = True) -> None:
+        """One sample of every call; ``barrier`` (the job's) runs before each, outside the clock.
+        ``keep=False``: a warm-up round (after a warm-up step), its samples dropped. It builds the
+        operands, so the memory they take is taken before the timed steps: built after the first
+        timed step instead, they took the heap's free memory and the next step ran 2.2-2.6x slower
+        (lenet5, batch 256), faulting in fresh pages for its own arrays."""
+        for call in self.calls:
+            sample = self._sampler(call)
+            barrier()
+            t = sample()
+            if keep:
+                self.samples[call.key].append(t)
+
+
+def merge_samples(per_rank: Iterable[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """Every rank's samples of each call, pooled."""
+    out: dict[str, list[float]] = {}
+    for samples in per_rank:
+        for key, values in samples.items():
+            out.setdefault(key, []).extend(values)
+    return out
+
+
+def entries_from_samples(calls: Iterable[KernelCall], samples: dict[str, list[float]]) -> dict[str, Entry]:
+    """Profile-table entries (median and spread) of the calls that got samples."""
+    return {c.key: summarize(samples[c.key], c.flops, c.bytes) for c in calls if samples.get(c.key)}
