@@ -185,7 +185,7 @@ def fresh_calls(prep: Prepared) -> list:
 def predict_and_compare(prep: Prepared, job: JobResult, steps: int, kernel_calls: list | None = None) -> Comparison:
     """The prediction for the plan against the run. ``kernel_calls`` (``--fresh-profile``): the calls
     timed inside the run; their entries in this computer's profile are replaced by the median of
-    those samples first (kept in the cache), so the prediction uses the machine's speed of the run."""
+    those samples first (in memory only), so the prediction uses the machine's speed of the run."""
     from executor.collect import aggregate  # noqa: PLC0415
     if kernel_calls and job.kernel_samples:
         from profiler.inrun import entries_from_samples  # noqa: PLC0415

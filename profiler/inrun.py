@@ -10,7 +10,7 @@ buffer larger than the L2 cache, :func:`profiler.harness.cold_sampler`). All ran
 call together (a barrier before each), so each rank's kernel runs beside the other ranks running
 the same one, as a profile for P ranks is timed beside P - 1 companions.
 
-The prediction then uses, per call, the median of these samples over ranks and steps: still an
+The prediction then uses, per call, the median over steps of the slowest rank's sample: still an
 isolated kernel at its local shape looked up in a table, never the run's own layer timings; only
 the moments the kernels are timed at are the run's.
 """
@@ -66,11 +66,14 @@ class InRunTimer:
 
 
 def merge_samples(per_rank: Iterable[dict[str, list[float]]]) -> dict[str, list[float]]:
-    """Every rank's samples of each call, pooled."""
+    """Per call and round, the slowest rank's sample: the ranks ran the call together (a barrier
+    before it), and a run's layer phase is measured as the maximum over ranks (executor.collect),
+    so the prediction of a phase is built from the same statistic of its kernels."""
     out: dict[str, list[float]] = {}
     for samples in per_rank:
         for key, values in samples.items():
-            out.setdefault(key, []).extend(values)
+            have = out.setdefault(key, [])
+            have[:] = [max(a, b) for a, b in zip(have, values)] + have[len(values):] + values[len(have):]
     return out
 
 

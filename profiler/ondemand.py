@@ -9,7 +9,7 @@ seconds and when the process exits). Calls the roofline expects to take longer t
 (interpolation and the roofline only).
 
 :meth:`OnDemandCompute.calls_of` lists the kernel calls a prediction looks up, and
-:meth:`OnDemandCompute.install` replaces their entries with timings taken elsewhere: a shared VM's
+:meth:`OnDemandCompute.install` replaces their entries, in memory, with timings taken elsewhere: a shared VM's
 speed drifts by tens of percent between hours (the same lenet5 kernels summed to 61.6 ms in a
 cache from an earlier session and to 44.2 ms re-timed just before a run that measured 48.9 ms), so
 `dnnplan execute/validate --fresh-profile` times those calls inside the run, between its steps
@@ -43,6 +43,7 @@ class OnDemandCompute(ProfiledCompute):
         self.progress = progress
         self.max_call_s = max_call_s
         self.new: dict = {}
+        self.cached = table  # what the cache file holds: the profiler's own timings (save writes it)
         self._last_save = time.perf_counter()
         self._status = None
         self.enabled = not os.environ.get("DNNPLAN_NO_PROFILE")
@@ -64,13 +65,14 @@ class OnDemandCompute(ProfiledCompute):
         return [c for c in calls if self._fallback_call(c) <= self.max_call_s]
 
     def install(self, entries: dict[str, Entry]) -> None:
-        """Replace (or add) these entries, e.g. kernels timed inside a run, and keep them in the cache."""
+        """Replace (or add) these entries for this process only, e.g. kernels timed inside a run; the
+        cache file keeps the profiler's own timings (taken beside companion processes), so that
+        the kernels of one plan are not newer there than those of the alternatives the planner
+        weighs them against."""
         if not entries:
             return
-        self.new.update(entries)
         self.table = with_entries(self.table, entries)
         self._rebuild()
-        self.save()
 
     def _measure(self, call: KernelCall, policy: TimingPolicy = QUICK) -> Lookup | None:
         if not self.enabled or self._fallback_call(call) > self.max_call_s:
@@ -95,6 +97,7 @@ class OnDemandCompute(ProfiledCompute):
                 self._companions.pause()
         self.new[call.key] = entry
         self.table = with_entries(self.table, {call.key: entry})
+        self.cached = with_entries(self.cached, {call.key: entry})
         self._rebuild()
         if time.perf_counter() - self._last_save > 5:
             self.save()
@@ -123,7 +126,7 @@ class OnDemandCompute(ProfiledCompute):
             self._status.stop()
             self._status = None
         if self.new:
-            write_table(self.table, self.path)
+            write_table(self.cached, self.path)
             self.new = {}
         self._last_save = time.perf_counter()
 

@@ -160,7 +160,7 @@ def test_fresh_profile_times_the_predictions_kernels_inside_the_run(tmp_path, mo
     assert {c.kernel for c in calls} >= {"linear.fwd", "relu.bwd", "sgd.update", "softmax_xent.fwd"}
     job, cmp = measure(prep, steps=2, warmup=0, check=False, trace=False, timeout_s=120, fresh=True)
     assert set(job.kernel_samples) == {c.key for c in calls}
-    assert all(len(v) == 2 * 2 for v in job.kernel_samples.values())  # 2 ranks x 2 timed steps
+    assert all(len(v) == 2 for v in job.kernel_samples.values())  # the slower rank's, per timed step
     for c in calls:
         assert prep.compute.lookup(c).seconds == pytest.approx(statistics.median(job.kernel_samples[c.key]))
     assert cmp.predicted_step_s > 0
