@@ -12,8 +12,9 @@ are run with ``dnnplan execute``'s machinery, with the check, and we report
 
 Predictions use the ``local`` machine's compute model: the per-user profile cache of this
 computer, filled on demand (profiler.ondemand), so the first run also profiles the kernels; by
-default each plan's kernels are timed again right after its run (``--fresh-profile``), since this
-VM's speed drifts between hours; ``--no-fresh-profile`` predicts from the cache as it is.
+default the kernels each prediction looks up are timed again inside its run, once per rank after
+every step (``--fresh-profile``, profiler.inrun), since this VM's speed drifts within minutes;
+``--no-fresh-profile`` predicts from the cache as it is.
 
     python bench/bench_executor_accuracy.py [--nets lenet5,alexnet,resnet18-64] [--ranks 1,2]
                                             [--steps 5] [--warmup 2] [--json FILE]
@@ -91,8 +92,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-fresh-profile", dest="fresh", action="store_false",
-                    help="predict from the profile cache as it is, instead of timing each plan's kernels "
-                         "again right after its run (dnnplan execute --fresh-profile)")
+                    help="predict from the profile cache as it is, instead of timing each prediction's "
+                         "kernels inside its run (dnnplan execute --fresh-profile)")
     args = ap.parse_args(argv)
     console = Console(highlight=False, width=200)
     rows = []
