@@ -140,6 +140,7 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
                                f"{prep.plan.devices} devices", file=prep.path)
         dog = start_watchdog(comm, timeout_s)
         try:
+            kernel_calls = comm.bcast(kernel_calls, root=0)  # listed by rank 0 alone (measure)
             return run_job(prep.path, comm, steps=steps, warmup=warmup, check=check, keep_spans=trace,
                            threads=prep.threads, kernel_calls=kernel_calls)
         except BaseException as err:  # noqa: BLE001 - one rank's failure ends every rank
@@ -197,7 +198,11 @@ def measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool
             fresh: bool) -> tuple[JobResult | None, Comparison | None]:
     """Run the plan and compare it with its prediction (None, None on ranks other than 0 of an MPI job);
     ``fresh``: with the prediction's kernels timed inside the run (:func:`fresh_calls`)."""
-    calls = fresh_calls(prep) if fresh else []
+    root = True
+    if fresh and launcher.inside_mpi_job():
+        from mpi4py import MPI  # noqa: PLC0415
+        root = MPI.COMM_WORLD.Get_rank() == 0  # one rank lists (and, if missing, profiles) the calls
+    calls = fresh_calls(prep) if fresh and root else []
     job = run_measure(prep, steps=steps, warmup=warmup, check=check, trace=trace, timeout_s=timeout_s,
                       kernel_calls=calls)
     if job is None:
