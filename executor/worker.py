@@ -42,7 +42,7 @@ class JobResult:
     loss: float
     check: object  # executor.runtime.CheckResult or None
     threads: int
-    kernel_samples: dict | None = None  # call key -> seconds from every rank (--fresh-profile)
+    kernel_samples: dict | None = None  # call key -> the slowest rank's seconds per timed step (--fresh-profile)
 
 
 def set_threads(threads: int) -> None:
@@ -70,7 +70,8 @@ def _test_hooks(rank: int) -> None:
 def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_spans: bool,
             threads: int, seed: int = 0, kernel_calls: list | None = None) -> JobResult | None:
     """Run the plan on ``comm``'s ranks; rank 0 gets the :class:`JobResult`, others None.
-    ``kernel_calls``: time each once after every timed step, on every rank (profiler.inrun)."""
+    ``kernel_calls``: time each once after every step, on every rank (profiler.inrun; the rounds
+    after warm-up steps are dropped)."""
     from executor.collect import gather  # noqa: PLC0415 - keep `--help` light
     from executor.timers import Timers  # noqa: PLC0415
     from planner.plan_file import read_plan  # noqa: PLC0415
@@ -153,7 +154,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=0.0, help="watchdog seconds (0: none)")
     ap.add_argument("--time-kernels", default=None, help="a pickled list of KernelCall to time once "
-                    "after every timed step (profiler.inrun)")
+                    "after every step (profiler.inrun)")
     return ap.parse_args(argv)
 
 

@@ -130,7 +130,7 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
 def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool,
                 timeout_s: float, kernel_calls: list | None = None) -> JobResult | None:
     """Run the plan on P ranks; the JobResult on rank 0 (and in the launching process), else None.
-    ``kernel_calls`` are timed inside the run after every timed step (profiler.inrun)."""
+    ``kernel_calls`` are timed inside the run after every step (profiler.inrun)."""
     if launcher.inside_mpi_job():
         from mpi4py import MPI  # noqa: PLC0415
         from executor.worker import abort_with, run_job, start_watchdog  # noqa: PLC0415
