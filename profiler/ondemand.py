@@ -9,11 +9,11 @@ seconds and when the process exits). Calls the roofline expects to take longer t
 (interpolation and the roofline only).
 
 :meth:`OnDemandCompute.calls_of` lists the kernel calls a prediction looks up, and
-:meth:`OnDemandCompute.install` replaces their entries, in memory, with timings taken elsewhere: a shared VM's
-speed drifts by tens of percent between hours (the same lenet5 kernels summed to 61.6 ms in a
-cache from an earlier session and to 44.2 ms re-timed just before a run that measured 48.9 ms), so
-`dnnplan execute/validate --fresh-profile` times those calls inside the run, between its steps
-(profiler.inrun), and predicts from those timings.
+:meth:`OnDemandCompute.install` replaces their entries, in memory, with timings taken elsewhere:
+a shared VM's speed drifts by tens of percent between hours (the same lenet5 kernels summed to
+61.6 ms in a cache from an earlier session and to 44.2 ms re-timed just before a run that
+measured 48.9 ms), so `dnnplan execute/validate --fresh-profile` times those calls inside the
+run, between its steps (profiler.inrun), and predicts from those timings.
 """
 
 from __future__ import annotations

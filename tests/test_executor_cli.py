@@ -148,7 +148,7 @@ def test_validate_runs_the_baselines(tmp_path):
 
 def test_fresh_profile_times_the_predictions_kernels_inside_the_run(tmp_path, monkeypatch):
     """--fresh-profile: every rank times each call the prediction looks up once per timed step,
-    and the prediction is made from the median of those samples (installed in the cache)."""
+    and the prediction is made from the median of those samples (installed for this prediction)."""
     pytest.importorskip("executor.runtime")
     import statistics
 
