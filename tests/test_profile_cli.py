@@ -228,6 +228,25 @@ def test_in_run_timer_times_each_call_once_per_round_after_a_barrier(monkeypatch
     assert len(built) == 2 * len(calls)
 
 
+def test_in_run_timer_rewarms_fast_calls_before_their_sample(monkeypatch):
+    """A call faster than REWARM_S runs once, untimed, before each sample (the step just run has
+    evicted its operands and code); a slower call is sampled straight away."""
+    import profiler.inrun as inrun
+    calls = _two_calls()
+    runs = {c.key: 0 for c in calls}
+    monkeypatch.setattr(inrun, "build", lambda call, xp: lambda: runs.__setitem__(call.key, runs[call.key] + 1))
+    timer = inrun.InRunTimer(calls)
+    for _ in range(3):
+        timer.round()
+    assert all(n == 1 + 2 * 3 for n in runs.values())  # build's warm-up, then a re-warm and a sample per round
+    monkeypatch.setattr(inrun, "REWARM_S", 0.0)
+    runs.update({c.key: 0 for c in calls})
+    slow = inrun.InRunTimer(calls)
+    for _ in range(3):
+        slow.round()
+    assert all(n == 1 + 3 for n in runs.values())
+
+
 def test_in_run_samples_keep_the_slowest_rank_per_round_and_their_median():
     from profiler.inrun import entries_from_samples, merge_samples
     calls = _two_calls()
