@@ -1,12 +1,12 @@
 """Communication micro-benchmarks, run under ``mpiexec -n P python -m profiler.comm_bench``.
 
 Each rank times sendrecv (ranks paired 0-1, 2-3, ...) and each collective (allreduce, allgather,
-reduce_scatter, broadcast, alltoall) on float32 buffers of each size, osu-style: warm-up, barrier,
-then samples of ``iters`` operations; a sample's time is the slowest rank's; the median over samples
-is not kept: the fastest sample is, because on a small shared box other processes inflate
-small-message times by several times (docs/profiler.md). Every (collective, size) is measured in
-``--rounds`` rounds spread over the whole run (all sizes, then all sizes again), keeping the fastest:
-a slow spell of a shared VM lasts seconds and once made one round's 128 KiB allreduce 2.3x slower. Sizes mean what :mod:`costmodel.collectives` means (allgather: the gathered total;
+reduce_scatter, broadcast, alltoall) on float32 buffers of each size, as the kernels are timed:
+samples of ONE operation after a pass over a buffer larger than the L2 cache and a barrier; a
+sample's time is the slowest rank's, and the median over samples is kept (:func:`_bench`). Every
+(collective, size) is measured in ``--rounds`` rounds spread over the whole run (all sizes, then all
+sizes again), keeping the fastest round's median: a slow spell of a shared VM lasts seconds and once
+made one round's 128 KiB allreduce 2.3x slower. Sizes mean what :mod:`costmodel.collectives` means (allgather: the gathered total;
 reduce_scatter and alltoall: a rank's whole input). Rank 0 writes ``[[collective, nbytes, seconds],
 ...]`` as JSON to ``--out``.
 """
@@ -20,30 +20,35 @@ import time
 import numpy as np
 
 ITEM = 4
+_DISTURB = np.ones(1 << 20, dtype=np.float32)  # 4 MiB, larger than a core's L2 cache, as profiler.harness
+
+
+def disturb_cache() -> None:
+    np.maximum(_DISTURB, 0.5, out=_DISTURB)
 
 
 def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3) -> float:
+    """The median of single ``op()`` calls, each after a cache-disturbing pass and a barrier; a
+    sample is the slowest rank's. One call at a time, as a training step makes them between its
+    layers' work: after the pass the library's code and buffers are no longer in the L2 cache, as
+    after a layer's kernels. (Loops of back-to-back calls, this benchmark's earlier method, keep
+    everything hot: their fastest sample priced a 2-rank allreduce of 3 KiB at 1.6 us, where the
+    same call took 8-14 us between the layers of a lenet5 step and 10 us here.)"""
     from mpi4py import MPI
     op()
     op()
-    comm.Barrier()
-    t0 = MPI.Wtime()
-    op()
-    one = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
-    iters = max(1, min(200, int(2e-3 / max(one, 1e-7))))
     samples = []
     start = time.perf_counter()
     while True:
+        disturb_cache()
         comm.Barrier()
         t0 = MPI.Wtime()
-        for _ in range(iters):
-            op()
-        dt = (MPI.Wtime() - t0) / iters
-        samples.append(comm.allreduce(dt, op=MPI.MAX))
+        op()
+        samples.append(comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
         done = len(samples) >= min_samples and (time.perf_counter() - start > cap_s or len(samples) >= 30)
         if comm.bcast(done, root=0):  # rank 0 decides for everyone, so no rank waits alone
             break
-    return float(np.min(samples))
+    return float(np.median(samples))
 
 
 def run(sizes: list[int], collectives: list[str], cap_s: float, rounds: int = 1) -> list[tuple[str, int, float]]:

@@ -117,6 +117,34 @@ def test_profile_comm_two_ranks(tmp_path):
     assert json.loads(out.read_text())["comm"]["ranks"] == 2
 
 
+def test_comm_bench_samples_single_calls_after_a_cache_pass_and_keeps_the_median(monkeypatch):
+    """Collectives are timed as kernels are: ONE call per sample, after a cache-disturbing pass and
+    a barrier, the median kept (a loop's fastest sample would price the hot case only)."""
+    import time
+
+    import profiler.comm_bench as cb
+    events, slow = [], iter([0, 0, 0, 0, 0.03, 0.03] + [0] * 100)  # 2 warm-up calls, then samples
+
+    class OneRank:
+        def Barrier(self):
+            events.append("barrier")
+
+        def allreduce(self, x, op=None):
+            return x
+
+        def bcast(self, x, root=0):
+            return x
+
+    def op():
+        events.append("op")
+        time.sleep(next(slow))
+
+    monkeypatch.setattr(cb, "disturb_cache", lambda: events.append("pass"))
+    t = cb._bench(OneRank(), op, min_samples=5, cap_s=0.0)
+    assert events == ["op", "op"] + ["pass", "barrier", "op"] * 5
+    assert t < 0.01  # two 30 ms samples of five: the median is a fast one
+
+
 @pytest.mark.gpu
 def test_cupy_timing_matches_kernel_shapes():
     if not gpu_available():
