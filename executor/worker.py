@@ -92,8 +92,10 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     timers = Timers(keep_spans=keep_spans)
     in_run = None
     if kernel_calls:
+        from costmodel.reuse import reuse_bytes, step_calls  # noqa: PLC0415
         from profiler.inrun import InRunTimer  # noqa: PLC0415
-        in_run = InRunTimer(kernel_calls)
+        reuse = reuse_bytes(step_calls(net, plan.batch, plan.strategies(), plan.algorithms()))
+        in_run = InRunTimer(kernel_calls, reuse)
     comm.Barrier()
     t0 = time.perf_counter()  # the common start: every rank leaves the barrier together
     hook = {} if in_run is None else {"after_step": lambda i: in_run.round(comm.Barrier, keep=i >= 0)}

@@ -204,9 +204,25 @@ def summarize(samples: list[float], flops: int, nbytes: int) -> Entry:
                  flops=int(flops), bytes=int(nbytes))
 
 
-def cold_sampler(run: Callable[[], object]) -> Callable[[], float]:
-    """A closure that passes over a buffer larger than the L2 cache, then times ONE ``run()`` (CPU)."""
-    buf = numpy.ones(DISTURB_ELEMS, dtype=numpy.float32)
+def last_level_cache_bytes() -> int:
+    """The CPU's last-level cache (Linux sysfs; 32 MiB when unknown)."""
+    import glob
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read().strip().upper()
+            sizes.append(int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]] if text[-1] in "KM" else int(text))
+        except (OSError, ValueError):
+            continue
+    return max(sizes, default=32 << 20)
+
+
+def cold_sampler(run: Callable[[], object], buf: numpy.ndarray | None = None) -> Callable[[], float]:
+    """A closure that passes over a float32 buffer (``buf``; by default one of 4 MiB, larger than
+    the L2 cache), then times ONE ``run()`` (CPU)."""
+    if buf is None:
+        buf = numpy.ones(DISTURB_ELEMS, dtype=numpy.float32)
 
     def sample() -> float:
         numpy.maximum(buf, 0.5, out=buf)

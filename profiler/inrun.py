@@ -17,27 +17,31 @@ the moments the kernels are timed at are the run's.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry
 from profiler.allocator import keep_freed_memory
-from profiler.harness import build, cold_sampler, summarize
+from profiler.harness import DISTURB_ELEMS, build, cold_sampler, last_level_cache_bytes, summarize
 
 CACHE_BYTES = 1 << 30  # operands kept between rounds up to this many bytes (estimated by call.bytes)
-REWARM_S = 5e-3  # calls faster than this run once, untimed, before their sample (see InRunTimer.round)
 
 
 class InRunTimer:
     """Times ``calls`` once per :meth:`round`; operands are built on first use and kept (up to
-    :data:`CACHE_BYTES`, else rebuilt each round outside the clock)."""
+    :data:`CACHE_BYTES`, else rebuilt each round outside the clock). ``reuse``: per call key, the
+    bytes the step moves just before the call (costmodel.reuse), which size the cache pass
+    before its sample (:meth:`round`)."""
 
-    def __init__(self, calls: Iterable[KernelCall], cache_bytes: int = CACHE_BYTES):
+    def __init__(self, calls: Iterable[KernelCall], reuse: Mapping[str, int] | None = None,
+                 cache_bytes: int = CACHE_BYTES):
         self.calls = tuple(dict.fromkeys(calls))  # unique, in order
+        self.llc = last_level_cache_bytes()
+        self._buf = None  # the pass buffer, last-level-cache sized, made on first use
+        self._pass = {c.key: min(max((reuse or {}).get(c.key, 0), 4 * DISTURB_ELEMS), self.llc) for c in self.calls}
         self.samples: dict[str, list[float]] = {c.key: [] for c in self.calls}
         self._kept: dict[str, tuple[Callable[[], object], Callable[[], float]]] = {}
         self._room = cache_bytes
-        self._last: dict[str, float] = {}  # each call's latest sample
         keep_freed_memory()
 
     def _sampler(self, call: KernelCall) -> tuple[Callable[[], object], Callable[[], float]]:
@@ -45,9 +49,11 @@ class InRunTimer:
         if got is not None:
             return got
         import numpy  # noqa: PLC0415 - numpy backend (the executor's)
+        if self._buf is None:
+            self._buf = numpy.ones(self.llc // 4, dtype=numpy.float32)
         run = build(call, numpy)
         run()  # warm-up: first touch of the operands and of the kernel's own scratch
-        pair = (run, cold_sampler(run))
+        pair = (run, cold_sampler(run, self._buf[: self._pass[call.key] // 4]))
         if call.bytes <= self._room:
             self._room -= call.bytes
             self._kept[call.key] = pair
@@ -60,19 +66,21 @@ class InRunTimer:
         timed step instead, they took the heap's free memory and the next step ran 2.2-2.6x slower
         (lenet5, batch 256), faulting in fresh pages for its own arrays.
 
-        A call whose last sample took under :data:`REWARM_S` first runs once, untimed: the step
-        just run has evicted its operands and the kernel's code from every cache level, while the
-        profiler's sample (and a kernel inside a step) starts with only the L2 cache disturbed.
-        Unwarmed, small kernels sampled here took 2-4x their time in the step (relu3 of lenet5 at
-        2 ranks: 58 us against 31 us; alone, after a 64 MiB pass, 70 us, after the 4 MiB pass only,
-        25 us)."""
+        Each sample re-creates the cache state the call meets in the step (costmodel.reuse): when
+        the two calls before it in the step move less than the last-level cache, the call runs
+        once, untimed, then a pass over that many bytes (at least 4 MiB, the profiler's pass)
+        precedes the timed call; otherwise the pass covers the whole last-level cache, so code
+        and operands come from memory. A round follows a step, which has evicted everything:
+        sampled so, without re-warming, relu3 of lenet5 at 2 ranks took 58 us against 31 us in
+        the step (alone: 70 us after a 64 MiB pass, 25 us after a run and the 4 MiB pass), while
+        relu6 of alexnet, after a layer streaming 150 MB, took 47 us in the step (alone: 45 us
+        after the 64 MiB pass, 8 us after a run and the 4 MiB pass)."""
         for call in self.calls:
             run, sample = self._sampler(call)
-            if self._last.get(call.key, 0.0) < REWARM_S:
+            if self._pass[call.key] < self.llc:
                 run()
             barrier()
             t = sample()
-            self._last[call.key] = t
             if keep:
                 self.samples[call.key].append(t)
 

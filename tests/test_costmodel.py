@@ -110,3 +110,29 @@ def test_channel_split_reduces_partial_sums_and_filter_split_input_grads():
     assert c.comms[0].nbytes == 32 * conv.out_shape[0] * conv.out_shape[1] * conv.out_shape[2] * 4
     assert [x.purpose for x in f.comms] == ["input_grad"]
     assert c.memory.weights == f.memory.weights == conv.num_params * 4 // 4
+
+
+def test_step_calls_follow_the_executor_and_reuse_counts_the_two_calls_before():
+    """costmodel.reuse: the step's kernel calls in the executor's order (forward in network order,
+    backward reversed, updates last), and each call's bytes moved just before it, around the step."""
+    from costmodel.kernel_calls import KernelCall
+    from costmodel.reuse import reuse_bytes, step_calls
+    net = load_network("lenet5")
+    strategies, _ = uniform_strategies(net, 1, 8, "data")
+    calls = step_calls(net, 8, strategies, {})
+    kinds = [c.kernel for c in calls]
+    assert kinds[0] == "conv2d.fwd" and kinds[-1] == "sgd.update"
+    assert kinds.index("softmax_xent.fwd") < kinds.index("softmax_xent.bwd") < kinds.index("sgd.update")
+    last_fwd = max(i for i, k in enumerate(kinds) if k.endswith(".fwd"))
+    assert kinds[last_fwd + 1] == "softmax_xent.bwd" and kinds[last_fwd + 2] == "linear.bwd_data"
+    assert sum(k == "sgd.update" for k in kinds) == 2 * 5  # weight and bias of 2 convs and 3 linears
+
+    def call(name, nbytes):
+        return KernelCall(name, (nbytes,), "float32", "", 0, nbytes)
+    a, b, c, d = call("a", 1), call("b", 10), call("c", 100), call("d", 1000)
+    got = reuse_bytes([a, b, c, d, b])
+    assert got[a.key] == 10 + 1000  # wraps around: the step before ended with d, b
+    assert got[c.key] == 10 + 1
+    assert got[d.key] == 100 + 10
+    assert got[b.key] == (1 + 10 + 1000 + 100) // 2  # the median of its two runs' 11 and 1100
+    assert reuse_bytes([]) == {}

@@ -256,23 +256,22 @@ def test_in_run_timer_times_each_call_once_per_round_after_a_barrier(monkeypatch
     assert len(built) == 2 * len(calls)
 
 
-def test_in_run_timer_rewarms_fast_calls_before_their_sample(monkeypatch):
-    """A call faster than REWARM_S runs once, untimed, before each sample (the step just run has
-    evicted its operands and code); a slower call is sampled straight away."""
+def test_in_run_timer_recreates_each_calls_cache_context(monkeypatch):
+    """A call the step reaches with warm caches (little traffic just before it) runs once, untimed,
+    and is timed after a pass of that size (at least the profiler's 4 MiB); a call after more
+    traffic than the last-level cache is timed after a pass over the whole of it, not re-warmed."""
     import profiler.inrun as inrun
     calls = _two_calls()
+    warm, cold = calls[0].key, calls[1].key
     runs = {c.key: 0 for c in calls}
     monkeypatch.setattr(inrun, "build", lambda call, xp: lambda: runs.__setitem__(call.key, runs[call.key] + 1))
-    timer = inrun.InRunTimer(calls)
+    timer = inrun.InRunTimer(calls, reuse={warm: 1000, cold: 10 << 30})
+    assert timer._pass == {warm: 4 << 20, cold: timer.llc}
     for _ in range(3):
         timer.round()
-    assert all(n == 1 + 2 * 3 for n in runs.values())  # build's warm-up, then a re-warm and a sample per round
-    monkeypatch.setattr(inrun, "REWARM_S", 0.0)
-    runs.update({c.key: 0 for c in calls})
-    slow = inrun.InRunTimer(calls)
-    for _ in range(3):
-        slow.round()
-    assert all(n == 1 + 3 for n in runs.values())
+    assert runs == {warm: 1 + 2 * 3, cold: 1 + 3}  # build's warm-up, then (re-warm and) a sample per round
+    mid = inrun.InRunTimer(calls, reuse={warm: 8 << 20})
+    assert mid._pass[warm] == min(8 << 20, mid.llc) and mid._pass[cold] == 4 << 20  # unknown: the profiler's pass
 
 
 def test_in_run_samples_keep_the_slowest_rank_per_round_and_their_median():
