@@ -4,11 +4,11 @@ Each rank times sendrecv (ranks paired 0-1, 2-3, ...) and each collective (allre
 reduce_scatter, broadcast, alltoall) on float32 buffers of each size, as the kernels are timed:
 samples of ONE operation after a pass over a buffer larger than the L2 cache and a barrier; a
 sample's time is the slowest rank's, and the median over samples is kept (:func:`_bench`). Every
-(collective, size) is measured in ``--rounds`` rounds spread over the whole run (all sizes, then all
-sizes again), keeping the fastest round's median: a slow spell of a shared VM lasts seconds and once
-made one round's 128 KiB allreduce 2.3x slower. Sizes mean what :mod:`costmodel.collectives` means (allgather: the gathered total;
-reduce_scatter and alltoall: a rank's whole input). Rank 0 writes ``[[collective, nbytes, seconds],
-...]`` as JSON to ``--out``.
+(collective, size) is measured in ``--rounds`` rounds spread over the whole run (all sizes, then
+all sizes again), keeping the fastest round's median: a slow spell of a shared VM lasts seconds
+and once made one round's 128 KiB allreduce 2.3x slower. Sizes mean what
+:mod:`costmodel.collectives` means (allgather: the gathered total; reduce_scatter and alltoall: a
+rank's whole input). Rank 0 writes ``[[collective, nbytes, seconds], ...]`` as JSON to ``--out``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3) -> float:
     sample is the slowest rank's. One call at a time, as a training step makes them between its
     layers' work: after the pass the library's code and buffers are no longer in the L2 cache, as
     after a layer's kernels. (Loops of back-to-back calls, this benchmark's earlier method, keep
-    everything hot: their fastest sample priced a 2-rank allreduce of 3 KiB at 1.6 us, where the
-    same call took 8-14 us between the layers of a lenet5 step and 10 us here.)"""
+    everything hot: their fastest sample priced the two 2-rank allreduces of lenet5 fc3's weight
+    and bias gradients at 3.2 us together, where they took 16-28 us between the layers of a step;
+    two small allreduces timed as here took 21 us.)"""
     from mpi4py import MPI
     op()
     op()

@@ -205,14 +205,15 @@ def summarize(samples: list[float], flops: int, nbytes: int) -> Entry:
 
 
 def last_level_cache_bytes() -> int:
-    """The CPU's last-level cache (Linux sysfs; 32 MiB when unknown)."""
+    """The CPU's last-level cache (Linux sysfs, e.g. "32768K"; 32 MiB when unknown)."""
     import glob
+    units = {"K": 1 << 10, "M": 1 << 20}
     sizes = []
     for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
         try:
             with open(path, encoding="utf-8") as fh:
                 text = fh.read().strip().upper()
-            sizes.append(int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]] if text[-1] in "KM" else int(text))
+            sizes.append(int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text))
         except (OSError, ValueError):
             continue
     return max(sizes, default=32 << 20)
