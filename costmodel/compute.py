@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from costmodel.kernel_calls import reshard_copy_call
+from costmodel.kernel_calls import KernelCall, reshard_copy_call
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import Machine
 from networks.ir import DTYPE_BYTES
@@ -70,6 +70,11 @@ class ComputeModel(Protocol):
 
     def copy_s(self, elems: int, run: int, dtype: str, accumulate: bool) -> float:
         """A reshard's block copy: ``elems`` elements in contiguous runs of ``run`` elements."""
+        ...
+
+    def call_s(self, call: KernelCall) -> float:
+        """One kernel call of :mod:`costmodel.kernel_calls` outside any layer's passes (the gradient
+        sums of an output several layers read)."""
         ...
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int: ...
@@ -131,6 +136,9 @@ class Roofline:
         if elems <= 0:
             return 0.0
         call = reshard_copy_call(elems, run, dtype, accumulate)
+        return self._time(call.flops, call.bytes)
+
+    def call_s(self, call: KernelCall) -> float:
         return self._time(call.flops, call.bytes)
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:

@@ -33,6 +33,10 @@ attention                 linear.fwd (qkv),           linear.bwd_data (out),    
                           linear.fwd (out)            linear.bwd_data (qkv)
 flatten, embedding        -  (reshape / gather: no timed kernel; embedding uses the fallback)
 ========================  ==========================  ===============================  ==========================
+
+A layer whose output ``k`` input slots read (a ResNet block's input feeds its first convolution
+and its shortcut) also has ``k - 1`` gradient sums, ``add.fwd`` of its local output, in its
+backward (:func:`grad_sum_calls`; they are not part of any pass above).
 """
 
 from __future__ import annotations
@@ -201,7 +205,7 @@ def _elementwise_calls(local, pass_, dtype, item):
     if op == "add":
         k = len(local.in_shapes)
         if pass_ == "fwd":
-            return tuple(KernelCall("add.fwd", (elems,), dtype, "", elems, 3 * nb) for _ in range(k - 1))
+            return tuple(add_call(elems, dtype) for _ in range(k - 1))
         return (KernelCall("add.bwd", (elems,), dtype, "", 0, nb),) if pass_ == "bwd_data" else ()
     if op == "concat":
         if pass_ == "bwd_weights":
@@ -317,6 +321,19 @@ def kernel_calls(local: LocalLayer, pass_: str, algorithm: str = "") -> tuple[Ke
     if op == "attention":
         return _attention_calls(local, pass_, dtype, item)
     return ()
+
+
+def add_call(elems: int, dtype: str) -> KernelCall:
+    """``a + b`` into a new array of ``elems`` elements (reads two, writes one; 1 FLOP each)."""
+    return KernelCall("add.fwd", (int(elems),), dtype, "", int(elems), 3 * int(elems) * DTYPE_BYTES.get(dtype, 4))
+
+
+def grad_sum_calls(local: LocalLayer, consumers: int) -> tuple[KernelCall, ...]:
+    """Summing the gradients of an output that ``consumers`` input slots read: the executor adds
+    each consumer's gradient (in the producer's owned layout, after the reshard back) to the sum of
+    those before it, one ``add.fwd`` of the local output per consumer after the first."""
+    elems = local.batch * _prod(local.out_shape)
+    return tuple(add_call(elems, local.layer.dtype) for _ in range(max(0, consumers - 1)))
 
 
 def update_calls(local: LocalLayer) -> tuple[KernelCall, ...]:

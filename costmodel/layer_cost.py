@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from costmodel.collectives import alltoallv_s, collective_s
 from costmodel.compute import ComputeModel
-from costmodel.kernel_calls import dtype_for_itemsize
+from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls
 from costmodel.layer_layouts import _splits, input_layout, local_layer, output_layout
 from costmodel.layout import Layout, copy_run, reshard_volume
 from costmodel.machine import Machine
@@ -69,6 +69,7 @@ class LayerEstimate:
     update_s: float
     comms: tuple[Comm, ...]
     memory: Memory
+    grad_sum_s: float = 0.0  # summing the gradients of an output several input slots read
 
     def comm_s(self, phase: str) -> float:
         return sum(c.seconds for c in self.comms if c.phase == phase)
@@ -87,7 +88,7 @@ class LayerEstimate:
 
     @property
     def bwd_compute_s(self) -> float:
-        return self.bwd_data_s + self.bwd_weights_s
+        return self.bwd_data_s + self.bwd_weights_s + self.grad_sum_s
 
     @property
     def total_s(self) -> float:
@@ -117,8 +118,10 @@ def _elems(shape) -> int:
 
 def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machine,
                    compute: ComputeModel, algorithm: str = "", optimizer: str = "momentum",
-                   rule: str = "mpi") -> LayerEstimate:
-    """Everything one layer costs under one strategy, per device (the straggler)."""
+                   rule: str = "mpi", consumers: int = 1) -> LayerEstimate:
+    """Everything one layer costs under one strategy, per device (the straggler). ``consumers``:
+    how many input slots read the layer's output (``networks.analysis.consumers``); each after the
+    first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``)."""
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
     local = local_layer(layer, strategy, batch)
     splits = _splits(layer)
@@ -164,7 +167,8 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         bwd_data_s=compute.pass_s(local, "bwd_data", algorithm),
         bwd_weights_s=compute.pass_s(local, "bwd_weights", algorithm) if layer.weights else 0.0,
         update_s=sum(compute.update_s(_elems(shape), itemsize) for shape in wshapes.values()),
-        comms=tuple(comms), memory=memory)
+        comms=tuple(comms), memory=memory,
+        grad_sum_s=sum(compute.call_s(c) for c in grad_sum_calls(local, consumers)))
 
 
 def _local_activation_bytes(local, strategy: Strategy, batch: int) -> int:

@@ -366,6 +366,10 @@ class ProfiledCompute:
             return 0.0
         return self.lookup(reshard_copy_call(elems, run, dtype, accumulate)).seconds
 
+    def call_s(self, call: KernelCall) -> float:
+        """The profiled time of one kernel call (exact, interpolated, or the fallback's)."""
+        return self.lookup(call).seconds
+
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return self.fallback.workspace_bytes(local, algorithm)
 

@@ -13,7 +13,9 @@ and called the backward pass of lenet5's fc3 cold, which reuses the BLAS code fc
 has just run (measured 72 us, priced 226 us).
 
 The order is the executor's: every layer's forward pass in network order, the backward passes in
-reverse order (input gradient, then weight gradient), then the updates in network order.
+reverse order (input gradient, then weight gradient, then the sums of its input gradients into
+producers' gradients that an earlier-processed reader has already started), then the updates in
+network order.
 Reshard copies and collectives are left out (small next to the kernels around them).
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import statistics
 from typing import Iterable, Mapping
 
-from costmodel.kernel_calls import KernelCall, kernel_calls, update_calls
+from costmodel.kernel_calls import KernelCall, grad_sum_calls, kernel_calls, update_calls
 from costmodel.layer_layouts import local_layer
 from costmodel.strategy import Strategy
 from networks.ir import Network
@@ -33,10 +35,18 @@ def step_calls(net: Network, batch: int, strategies: Mapping[str, Strategy],
     """The kernel calls of one training step of one rank, in the order the executor makes them."""
     shards = [(layer, local_layer(layer, strategies[layer.name], batch), algorithms.get(layer.name, ""))
               for layer in net.layers]
+    local_of = {layer.name: loc for layer, loc, _ in shards}
     fwd = [c for _, loc, algo in shards for c in kernel_calls(loc, "fwd", algo)]
-    bwd = [c for layer, loc, algo in reversed(shards)
-           for pass_ in (("bwd_data", "bwd_weights") if layer.weights else ("bwd_data",))
-           for c in kernel_calls(loc, pass_, algo)]
+    bwd = []
+    has_grad: set[str] = set()
+    for layer, loc, algo in reversed(shards):
+        for pass_ in (("bwd_data", "bwd_weights") if layer.weights else ("bwd_data",)):
+            bwd += kernel_calls(loc, pass_, algo)
+        for src in layer.inputs:  # the gradient goes back to its producer, summed with earlier ones
+            if src in local_of:
+                if src in has_grad:
+                    bwd += grad_sum_calls(local_of[src], 2)
+                has_grad.add(src)
     upd = [c for _, loc, _ in shards for c in update_calls(loc)]
     return fwd + bwd + upd
 

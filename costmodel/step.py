@@ -5,6 +5,7 @@ communication yet)::
 
     step = sum over layers in order   of (reshard of inputs, forward compute, forward comm)
          + sum over layers in reverse of (backward compute, backward comm, reshard of input grads)
+           (backward compute includes summing the gradients of an output that several layers read)
          + sum over layers of the weight-gradient allreduce
          + sum over layers of the optimiser update
 
@@ -22,6 +23,7 @@ from costmodel.compute import ComputeModel
 from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, layer_estimate
 from costmodel.machine import Machine
 from costmodel.strategy import Strategy
+from networks.analysis import consumers
 from networks.ir import Network
 
 
@@ -81,11 +83,12 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
                  rule: str = "mpi") -> StepPrediction:
     """Predict one training step of ``net`` with the given per-layer strategies and algorithms."""
     by_name = {layer.name: layer for layer in net.layers}
+    readers = consumers(net)
     rows = []
     for layer in net.layers:
         strat = strategies[layer.name]
         est = layer_estimate(layer, strat, batch, machine, compute, algorithms.get(layer.name, ""),
-                             optimizer, rule)
+                             optimizer, rule, readers[layer.name])
         fwd = bwd = 0.0
         halo = False
         for slot, src in enumerate(layer.inputs):

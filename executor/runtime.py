@@ -8,7 +8,8 @@ One step (DESIGN.md, "Execution"):
    collectives (``fwd_comm``: partial sums over C, batch-norm statistics, the loss);
 2. backward, in reverse: compute (``bwd_compute``), the op's backward collectives (``bwd_comm``:
    input-gradient sums over F, batch-norm sums), then reshard the input gradients back to the
-   producers' owned layouts, summing overlaps (``bwd_comm``);
+   producers' owned layouts, summing overlaps (``bwd_comm``), and add each to what the producer's
+   other readers have sent it so far (the producer's ``bwd_compute``);
 3. the weight-gradient allreduce of each layer over its replica group: the ranks that differ only
    along dimensions whose split lists the weight in ``partial_weight_grad`` (``grad_sync``);
 4. SGD with momentum, ``v = momentum*v + g; w -= lr*v`` (``update``).
@@ -40,6 +41,7 @@ from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
 from executor.ops.norm import STAT_DIMS
 from executor.timers import Timers
+from profiler.kernels.activation import add_forward
 from profiler.kernels.optimizer import sgd_momentum_update
 from networks.analysis import layer_splits
 from networks.errors import DnnplanError
@@ -171,9 +173,16 @@ class _Runtime:
         if moves:
             wait_for(self.comm, self.timers, layer.name)
         with (self.timers.span(layer.name, "bwd_comm") if moves else _nullspan()):
-            for k, src in srcs:
-                g = reshard(self.comm, dxs[k], ctx.in_layouts[k], self.out_layouts[src], backward=True)
-                grads[src] = g if src not in grads else grads[src] + g  # never in place: arrays alias
+            back = [reshard(self.comm, dxs[k], ctx.in_layouts[k], self.out_layouts[src], backward=True)
+                    for k, src in srcs]
+        for (_, src), g in zip(srcs, back):
+            if src not in grads:
+                grads[src] = g
+                continue
+            # an output several layers read: the producer's gradient sum, priced in its backward
+            # (LayerEstimate.grad_sum_s); never in place, as arrays alias
+            with self.timers.span(src, "bwd_compute"):
+                grads[src] = add_forward(grads[src], g)[0]
 
     def step(self, index: int, lr: float, momentum: float, keep_grads: bool):
         self.timers.begin_step(index)

@@ -20,6 +20,17 @@ def layer_splits(layer: Layer) -> dict[str, DimSplit]:
     return {s.dim: s for s in OPS[layer.op].splits(layer.p, layer.in_shapes, layer.out_shape)}
 
 
+def consumers(net: Network) -> dict[str, int]:
+    """Layer name -> how many input slots of the network's layers read its output (a layer that
+    reads the same tensor twice counts twice; network inputs are not layers and are left out)."""
+    out = {layer.name: 0 for layer in net.layers}
+    for layer in net.layers:
+        for src in layer.inputs:
+            if src in out:
+                out[src] += 1
+    return out
+
+
 @dataclass(frozen=True)
 class NetworkSummary:
     network: str

@@ -4,7 +4,8 @@ Nodes are layers; a node's candidates are its (strategy, algorithm) pairs
 (:mod:`planner.candidates`). The numbers are exactly those :func:`costmodel.step.predict_step`
 adds up, so the solver's objective for a choice *is* the predicted step time of that plan:
 
-* node cost = ``LayerEstimate.total_s`` (compute, collectives, update);
+* node cost = ``LayerEstimate.total_s`` (compute, collectives, update, and the gradient sums of
+  an output several layers read);
 * node memory = ``Memory.persistent``, node workspace = ``Memory.workspace`` (the step's peak is
   their sum plus the largest workspace, as in the solver's memory constraint);
 * edge cost = forward + backward reshard of ``edge_estimate`` for every candidate pair.
@@ -29,6 +30,7 @@ from costmodel.layout import Layout
 from costmodel.machine import Machine
 from costmodel.reshard_batch import LayoutTable, reshard_times_ids
 from costmodel.strategy import Strategy
+from networks.analysis import consumers
 from networks.ir import DTYPE_BYTES, Layer, Network
 from planner.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from planner.solvers import Edge, Problem
@@ -90,14 +92,15 @@ class _Builder:
     def strategies(self, sig: Layer) -> tuple[Strategy, ...]:
         return candidate_strategies(sig, self.p, self.batch, self.max_model_degree, self.max_candidates)
 
-    def estimates(self, sig: Layer, strat: Strategy, algos: tuple[str, ...]) -> list[tuple[float, float, float]]:
+    def estimates(self, sig: Layer, strat: Strategy, algos: tuple[str, ...],
+                  consumers: int = 1) -> list[tuple[float, float, float]]:
         """(total_s, persistent bytes, workspace bytes) of each algorithm under one strategy.
 
         ``layer_estimate`` runs once; the other algorithms change only the three compute passes and
         the workspace, so they reuse its collectives and memory (``derive_estimate``).
         """
         base = layer_estimate(sig, strat, self.batch, self.machine, self.compute, algos[0], self.optimizer,
-                              self.rule)
+                              self.rule, consumers)
         ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a) for a in algos[1:]]
         return [(e.total_s, float(e.memory.persistent), float(e.memory.workspace)) for e in ests]
 
@@ -118,24 +121,27 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
     b = _Builder(batch, p, machine, compute, optimizer, rule, max_model_degree, max_candidates)
     index = net.index()
     sigs = [signature(layer) for layer in net.layers]
+    readers = consumers(net)
+    # layers share nodes when they have one signature and as many readers (gradient sums)
+    node_keys = [(sig, readers[layer.name]) for sig, layer in zip(sigs, net.layers)]
 
     # 1. nodes: candidates, cost, memory, workspace (shared by layers with one signature)
-    per_sig: dict[Layer, tuple] = {}
+    per_sig: dict[tuple[Layer, int], tuple] = {}
     cands, costs, mems, wss, fastest, strat_of = [], [], [], [], [], []
-    for sig in sigs:
-        got = per_sig.get(sig)
+    for sig, nkey in zip(sigs, node_keys):
+        got = per_sig.get(nkey)
         if got is None:
             strats = b.strategies(sig)
             algos = algorithms(sig)
             cand = tuple((s, a) for s in strats for a in algos)
-            vals = np.array([v for s in strats for v in b.estimates(sig, s, algos)],
+            vals = np.array([v for s in strats for v in b.estimates(sig, s, algos, nkey[1])],
                             dtype=np.float64).reshape(len(cand), 3)
             best = []
             for i in range(len(strats)):
                 block = vals[i * len(algos):(i + 1) * len(algos)]
                 best.append(i * len(algos) + min(range(len(algos)), key=lambda j: (block[j, 0], block[j, 2], j)))
             got = (cand, vals, np.array(best), np.repeat(np.arange(len(strats)), len(algos)), strats)
-            per_sig[sig] = got
+            per_sig[nkey] = got
         cand, vals, best, sidx, _ = got
         cands.append(cand)
         costs.append(vals[:, 0])
@@ -152,7 +158,7 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
         key = (sigs[u], sigs[v], slot)
         edge_keys.append((u, v, key))
         if key not in patterns:
-            su, sv = per_sig[sigs[u]][4], per_sig[sigs[v]][4]
+            su, sv = per_sig[node_keys[u]][4], per_sig[node_keys[v]][4]
             outs = [b.layout_id(output_layout(sigs[u], s, batch)) for s in su]
             ins = [b.layout_id(input_layout(sigs[v], s, batch, slot)) for s in sv]
             patterns[key] = (outs, ins, DTYPE_BYTES.get(sigs[u].dtype, 4))

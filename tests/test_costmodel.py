@@ -136,3 +136,44 @@ def test_step_calls_follow_the_executor_and_reuse_counts_the_two_calls_before():
     assert got[d.key] == 100 + 10
     assert got[b.key] == (1 + 10 + 1000 + 100) // 2  # the median of its two runs' 11 and 1100
     assert reuse_bytes([]) == {}
+
+
+def test_an_output_several_layers_read_costs_a_gradient_sum_per_extra_reader():
+    """The executor adds each reader's gradient of a shared output to the sum of those before it
+    (executor.runtime._scatter_grads); the model prices one ``add.fwd`` of the producer's local
+    output per reader after the first, in the producer's backward compute, and the step's call
+    order (costmodel.reuse) has each sum right after the reader whose gradient it adds."""
+    from costmodel.kernel_calls import add_call
+    from costmodel.layer_layouts import local_layer
+    from costmodel.reuse import step_calls
+    from executor.testing.cases import load
+    from networks.analysis import consumers
+    net = load("tinyres")
+    readers = consumers(net)
+    assert readers["stem_relu"] == 2 and readers["b1_relu"] == 3 and readers["stem"] == 1
+    assert readers["loss"] == 0 and "image" not in readers
+    strategies, _ = uniform_strategies(net, 2, 8, "data")
+    pred = predict_step(net, 8, strategies, {}, MACHINE, ROOF)
+    rows = {r.layer.name: r.layer for r in pred.layers}
+    by_name = {layer.name: layer for layer in net.layers}
+    for name, extra in (("stem_relu", 1), ("b1_relu", 2)):
+        local = local_layer(by_name[name], strategies[name], 8)
+        one = ROOF.call_s(add_call(local.batch * 8 * 8 * 8, "float32"))
+        assert one > 0 and rows[name].grad_sum_s == pytest.approx(extra * one)
+        alone = layer_estimate(by_name[name], strategies[name], 8, MACHINE, ROOF)
+        assert rows[name].bwd_compute_s == pytest.approx(alone.bwd_compute_s + extra * one)
+    assert all(rows[n].grad_sum_s == 0.0 for n in readers if readers[n] <= 1)
+
+    kinds = [(c.kernel, c.shape) for c in step_calls(net, 8, strategies, {})]
+    sums = [i for i, k in enumerate(kinds) if k == ("add.fwd", (4 * 8 * 8 * 8,))]
+    # forward: b1_add's own add; backward: b1_relu's two sums (after br_b's and br_a's backward)
+    # and stem_relu's (after b1_conv1's backward; b1_add's came first)
+    assert len(sums) == 1 + 2 + 1
+    first_bwd = [k for k, _ in kinds].index("softmax_xent.bwd")
+    assert sums[0] < first_bwd < sums[1]
+    # each backward sum follows its reader's weight gradient: br_b (3x3, 4 filters), br_a (1x1),
+    # then b1_conv1 (3x3, 8 filters); shape fields (n, c, h, w, f, kh, ...)
+    after = [kinds[i - 1] for i in sums[1:]]
+    assert [(k, shape[4], shape[5]) for k, shape in after] == [("conv2d.bwd_weights", 4, 3),
+                                                               ("conv2d.bwd_weights", 4, 1),
+                                                               ("conv2d.bwd_weights", 8, 3)]

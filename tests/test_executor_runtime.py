@@ -51,6 +51,21 @@ def test_training_lowers_the_loss_and_times_every_phase():
     assert {s.phase for s in timers.spans} <= set(PHASES)
 
 
+def test_gradient_sums_of_a_shared_output_are_timed_in_its_producers_backward():
+    """b1_relu feeds three layers: its gradient is summed twice (LayerEstimate.grad_sum_s), in two
+    ``bwd_compute`` spans of b1_relu timed before its own backward; stem_relu's (two readers) once."""
+    net = load("tinyres")
+    timers = Timers(keep_spans=True)
+    run_plan(make_plan(net, 2, 1, "data"), net, MPI.COMM_SELF, steps=1, warmup=0, timers=timers)
+    for name, sums in (("b1_relu", 2), ("stem_relu", 1), ("b1_relu1", 0)):
+        spans = sorted((sp for sp in timers.spans if sp.layer == name and sp.phase == "bwd_compute"),
+                       key=lambda sp: sp.start_s)
+        assert len(spans) == sums + 1
+        readers = [sp for sp in timers.spans if sp.phase == "bwd_compute" and name in
+                   next(layer.inputs for layer in net.layers if layer.name == sp.layer)]
+        assert all(sp.start_s >= min(r.end_s for r in readers) for sp in spans[:sums])
+
+
 def test_wrong_rank_count_is_refused():
     net = load("lenet5")
     plan = make_plan(net, 8, 2, "data")
