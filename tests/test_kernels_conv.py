@@ -165,6 +165,36 @@ def test_backward_matches_naive(algo, case):
     assert conv2d_backward_weights(dy, x, w.shape, s, p, d, gr, algo, with_bias=False)[1] is None
 
 
+@pytest.mark.parametrize("case", [k for a, k in PAIRS if a == "im2col"])
+def test_im2col_weight_gradient_folds_the_batch_when_per_sample_buffers_would_be_large(case, monkeypatch):
+    """im2col's weight gradient has two forms (conv_im2col.per_sample_weight_grads): the small
+    cases above take the per-sample one; forced to fold the batch into one GEMM, every case still
+    equals the naive gradient and its traced buffers still equal the workspace formula."""
+    from profiler.kernels import conv_im2col
+    xs, ws, s, p, d, gr = CASES[case]
+    x, w, _, dy = _data(CASES[case])
+    assert conv_im2col.per_sample_weight_grads(make_geom(xs, ws, s, p, d, gr))
+    monkeypatch.setattr(conv_im2col, "PER_SAMPLE_MAX_ELEMS", 0)
+    assert not conv_im2col.per_sample_weight_grads(make_geom(xs, ws, s, p, d, gr))
+    trace: list[int] = []
+    dw, _ = conv2d_backward_weights(dy, x, ws, s, p, d, gr, "im2col", trace=trace)
+    np.testing.assert_allclose(dw, naive_backward(dy, x, w, s, p, d, gr)[1], rtol=1e-10, atol=1e-10)
+    assert sum(trace) == conv_workspace_bytes("im2col", xs, ws, s, p, d, gr, 8, pass_name="bwd_weights")
+
+
+def test_im2col_weight_gradient_forms_agree_above_the_threshold(monkeypatch):
+    from profiler.kernels import conv_im2col
+    xs, ws = (2, 64, 5, 4), (64, 32, 3, 3)  # 2 groups; 2*64*32*9 = 36864 per-sample elements
+    x, w, _, dy = _data((xs, ws, (1, 1), (1, 1, 1, 1), (1, 1), 2), dtype=np.float32)
+    monkeypatch.setattr(conv_im2col, "PER_SAMPLE_MAX_ELEMS", 30000)
+    assert not conv_im2col.per_sample_weight_grads(make_geom(xs, ws, (1, 1), (1, 1, 1, 1), (1, 1), 2))
+    folded = conv2d_backward_weights(dy, x, ws, (1, 1), (1, 1, 1, 1), (1, 1), 2, "im2col")[0]
+    monkeypatch.setattr(conv_im2col, "PER_SAMPLE_MAX_ELEMS", 40000)
+    per_sample = conv2d_backward_weights(dy, x, ws, (1, 1), (1, 1, 1, 1), (1, 1), 2, "im2col")[0]
+    assert folded.dtype == np.float32
+    assert _rel(folded, per_sample.astype(np.float64)) < 1e-5
+
+
 FD_CASES = ["3x3-asympad", "3x3-groups2", "3x3-dil2-stride2-g2", "5x5-pad2", "3x3-even-nopad"]
 
 
