@@ -29,7 +29,8 @@ def cache_dir() -> Path:
 def cache_path(fp: Mapping[str, Any]) -> Path:
     from costmodel.profile_table import fingerprint_id
     ranks = f"-{fp['concurrency']}r" if fp.get("concurrency", 1) > 1 else ""
-    return cache_dir() / f"profile-{fp.get('backend')}-{fp.get('threads')}t{ranks}-{fingerprint_id(fp)}.json"
+    kernels = f"-k{fp['kernels']}" if fp.get("kernels") is not None else ""  # older kernels: another file
+    return cache_dir() / f"profile-{fp.get('backend')}-{fp.get('threads')}t{ranks}{kernels}-{fingerprint_id(fp)}.json"
 
 
 def shipped_table_path(name: str) -> Path | None:

@@ -176,6 +176,29 @@ def test_local_machine_profiles_on_demand_into_the_cache(tmp_path):
     assert len(files) == 1 and json.loads(files[0].read_text())["entries"]
 
 
+def test_a_new_kernel_revision_starts_a_new_cache_and_keeps_the_fitted_collectives(tmp_path, monkeypatch):
+    """Timings of older kernels are not reused (the cache file names the kernel revision), but the
+    collectives `dnnplan profile-comm` fitted are carried over from the same device and ranks."""
+    from costmodel.files import load_machine
+    from profiler import kernels
+    from profiler.ondemand import local_compute_model
+    cache = tmp_path / "cache"
+    cache.mkdir(exist_ok=True)
+    fresh = local_compute_model(load_machine("local"), 1, progress=False, concurrency=2)
+    assert f"-2r-k{kernels.KERNELS_REVISION}-" in fresh.path and not fresh.table.comm
+    ident = fresh.path.rsplit("-", 1)[-1]
+    old2 = {"comm": {"ranks": 2, "link": {"alpha_s": 5e-6}}, "entries": {"x": 1}}
+    (cache / f"profile-numpy-1t-2r-{ident}").write_text(json.dumps(old2))
+    (cache / f"profile-numpy-1t-{ident}").write_text(json.dumps({"comm": {"ranks": 1}}))
+    (cache / f"profile-numpy-1t-3r-k1-{ident}").write_text(json.dumps({"comm": {"ranks": 3}}))
+    two = local_compute_model(load_machine("local"), 1, progress=False, concurrency=2)
+    assert dict(two.table.comm) == old2["comm"] and not two.table.entries
+    one = local_compute_model(load_machine("local"), 1, progress=False)
+    assert dict(one.table.comm) == {"ranks": 1}
+    monkeypatch.setattr(kernels, "KERNELS_REVISION", kernels.KERNELS_REVISION + 1)
+    assert local_compute_model(load_machine("local"), 1, progress=False, concurrency=3).table.comm == {"ranks": 3}
+
+
 def test_companions_run_only_while_loaded():
     """Companion processes (the other ranks sharing the machine) burn CPU only while a call is
     being timed, and are gone after close."""

@@ -12,6 +12,12 @@ from typing import Callable
 
 from profiler.kernels import activation, attention, conv, gemm, loss, norm, optimizer, pool, reshard
 
+#: Bumped whenever a kernel's work changes, so that timings of the old kernels are not reused: the
+#: per-user profile cache is one file per revision (profiler.tables.cache_path), and the revision is
+#: recorded in every table's fingerprint. 2: conv2d.bwd_data returns a contiguous array; im2col's
+#: weight gradient folds the batch into one GEMM for large per-sample buffers.
+KERNELS_REVISION = 2
+
 KERNELS: dict[str, Callable] = {
     "sgd.update": optimizer.sgd_momentum_update,
     "conv2d.fwd": conv.conv2d_forward,
