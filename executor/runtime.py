@@ -71,6 +71,12 @@ class _LayerRun:
     backward: object
     grad_groups: dict[str, object] = field(default_factory=dict)  # weight -> communicator or None
     momentum: dict[str, np.ndarray] = field(default_factory=dict)
+    # from the plan alone, worked out once (per-step Python between kernels is time no kernel
+    # timing accounts for): does any input reshard move data forward / backward on any rank,
+    # and which producer slots get a gradient back (network inputs do not)
+    fwd_moves: bool = False
+    bwd_moves: bool = False
+    grad_slots: tuple[tuple[int, str], ...] = ()
 
 
 def _grad_dims(layer: Layer, strategy: Strategy, weight: str) -> tuple[str, ...]:
@@ -137,6 +143,11 @@ class _Runtime:
             self.comms.get(strat, dims)
         fwd, bwd = OPS[layer.op]
         run = _LayerRun(layer, ctx, fwd, bwd)
+        run.grad_slots = tuple((k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs)
+        run.fwd_moves = any(not reshard_plan(self.out_layouts[src], in_ls[k], False, rank).identity
+                            for k, src in run.grad_slots)
+        run.bwd_moves = any(not reshard_plan(in_ls[k], self.out_layouts[src], True, rank).identity
+                            for k, src in run.grad_slots)
         for name, _ in layer.weights:
             run.grad_groups[name] = self.comms.get(strat, _grad_dims(layer, strat, name))
             run.momentum[name] = np.zeros_like(weights[name])
@@ -146,11 +157,8 @@ class _Runtime:
 
     def _gather_inputs(self, run: _LayerRun, acts) -> list[np.ndarray]:
         layer, ctx = run.layer, run.ctx
-        moves = any(src not in self.inputs and not reshard_plan(self.out_layouts[src], ctx.in_layouts[k],
-                                                                False, self.rank).identity
-                    for k, src in enumerate(layer.inputs))
         xs = []
-        if not moves:
+        if not run.fwd_moves:
             for k, src in enumerate(layer.inputs):
                 xs.append(self.input_blocks[(layer.name, k)] if src in self.inputs else acts[src])
             return xs
@@ -164,17 +172,16 @@ class _Runtime:
         return xs
 
     def _scatter_grads(self, run: _LayerRun, dxs, grads) -> None:
-        layer, ctx = run.layer, run.ctx
-        srcs = [(k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs]
+        layer, ctx, srcs = run.layer, run.ctx, run.grad_slots
         if not srcs:
             return
-        moves = any(not reshard_plan(ctx.in_layouts[k], self.out_layouts[src], True, self.rank).identity
-                    for k, src in srcs)
-        if moves:
+        if run.bwd_moves:
             wait_for(self.comm, self.timers, layer.name)
-        with (self.timers.span(layer.name, "bwd_comm") if moves else _nullspan()):
-            back = [reshard(self.comm, dxs[k], ctx.in_layouts[k], self.out_layouts[src], backward=True)
-                    for k, src in srcs]
+            with self.timers.span(layer.name, "bwd_comm"):
+                back = [reshard(self.comm, dxs[k], ctx.in_layouts[k], self.out_layouts[src], backward=True)
+                        for k, src in srcs]
+        else:  # every rank holds exactly the blocks it needs: the gradients stay where they are
+            back = [dxs[k] for k, _ in srcs]
         for (_, src), g in zip(srcs, back):
             if src not in grads:
                 grads[src] = g
@@ -188,7 +195,8 @@ class _Runtime:
         self.timers.begin_step(index)
         acts, caches = {}, {}
         for run in self.runs:
-            run.ctx.dropout_seed = zlib.crc32(f"{self.seed}/{run.layer.name}/{index}/{run.ctx.out_block}".encode())
+            if run.layer.op == "dropout":
+                run.ctx.dropout_seed = zlib.crc32(f"{self.seed}/{run.layer.name}/{index}/{run.ctx.out_block}".encode())
             y, caches[run.layer.name] = run.forward(run.ctx, self._gather_inputs(run, acts))
             acts[run.layer.name] = y
         loss = float(acts[self.runs[-1].layer.name])
@@ -225,14 +233,6 @@ class _Runtime:
                     sgd_momentum_update(run.ctx.weights[w], run.momentum[w], g, lr, momentum)
         self.timers.end_step()
         return loss, kept
-
-
-class _nullspan:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2, check: bool = False,

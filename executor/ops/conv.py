@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, local_pads, owns_bias
+from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, local_pads, memo, owns_bias
 from networks.ops.base import Window
 from profiler.kernels.conv import conv2d_backward_data, conv2d_backward_weights, conv2d_forward
 
@@ -28,7 +28,7 @@ def geometry(ctx: LayerCtx):
 
 def forward(ctx: LayerCtx, xs):
     (x,) = xs
-    stride, pads, dil = geometry(ctx)
+    stride, pads, dil = memo(ctx, geometry)
     with ctx.span("fwd_compute"):
         y = conv2d_forward(x, ctx.weights["weight"], ctx.weights["bias"] if owns_bias(ctx) else None,
                            stride, pads, dil, ctx.p["groups"], ctx.algo)

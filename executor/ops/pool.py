@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from executor.ops.base import LayerCtx, check_shape, local_pads
+from executor.ops.base import LayerCtx, check_shape, local_pads, memo
 from networks.ops.base import Window
 from profiler.kernels.pool import (avgpool2d_backward, avgpool2d_forward, global_avgpool_backward,
                                    global_avgpool_forward, maxpool2d_backward, maxpool2d_forward)
@@ -30,7 +30,7 @@ def geometry(ctx: LayerCtx):
 
 def pool_forward(ctx: LayerCtx, xs):
     (x,) = xs
-    kernel, stride, pads, dil, ceil = geometry(ctx)
+    kernel, stride, pads, dil, ceil = memo(ctx, geometry)
     with ctx.span("fwd_compute"):
         if ctx.layer.op == "maxpool2d":
             y, cache = maxpool2d_forward(x, kernel, stride, pads, dil, ceil)
