@@ -23,11 +23,13 @@ import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from profiler.kernels import conv_im2col  # noqa: E402
+from profiler.kernels._conv_common import make_geom  # noqa: E402
 from profiler.kernels.conv import conv2d_backward_weights  # noqa: E402
 
-SHAPES = [  # (N, C, H=W, F)
-    (256, 1, 32, 6), (256, 6, 14, 16), (2, 96, 27, 256), (2, 256, 13, 384),
-    (8, 64, 16, 64), (8, 128, 8, 128), (8, 256, 4, 256), (8, 512, 2, 512),
+SHAPES = [  # (N, C, H=W, F, K): lenet5, alexnet and ResNet-18 at 64x64 layers, 'same' padding
+    (256, 1, 32, 6, 5), (256, 6, 14, 16, 5), (256, 1, 32, 6, 3), (256, 6, 14, 16, 3),
+    (2, 64, 27, 192, 5), (2, 96, 27, 256, 3), (2, 256, 13, 384, 3),
+    (8, 64, 16, 64, 3), (8, 128, 8, 128, 3), (8, 256, 4, 256, 3), (8, 512, 2, 512, 3),
 ]
 
 
@@ -36,10 +38,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=9)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    print("| N, C, HxW, F | per-sample buffer (elements) | per-sample | folded | per-sample / folded | kernel uses |")
+    print("| N, C, HxW, F, KxK | per-sample buffer (elements) | per-sample | folded | per-sample / folded | kernel uses |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")
     with threadpool_limits(limits=1):
-        for n, c, h, f in SHAPES:
+        for n, c, h, f, k in SHAPES:
             x = rng.standard_normal((n, c, h, h), dtype=np.float32)
             dy = rng.standard_normal((n, f, h, h), dtype=np.float32)
             times = {"per": [], "fold": []}
@@ -47,13 +49,14 @@ def main() -> None:
                 for form, limit in (("per", 1 << 62), ("fold", 0)):
                     conv_im2col.PER_SAMPLE_MAX_ELEMS = limit
                     t = time.perf_counter()
-                    conv2d_backward_weights(dy, x, (f, c, 3, 3), (1, 1), (1, 1, 1, 1))
+                    conv2d_backward_weights(dy, x, (f, c, k, k), (1, 1), (k // 2,) * 4)
                     times[form].append(time.perf_counter() - t)
             conv_im2col.PER_SAMPLE_MAX_ELEMS = DEFAULT
             per, fold = statistics.median(times["per"]), statistics.median(times["fold"])
-            buf = n * f * c * 9
-            uses = "per-sample" if buf <= DEFAULT else "folded"
-            print(f"| {n}, {c}, {h}x{h}, {f} | {buf} | {per * 1e3:.2f} ms | {fold * 1e3:.2f} ms | "
+            buf = n * f * c * k * k
+            uses = "per-sample" if conv_im2col.per_sample_weight_grads(
+                make_geom((n, c, h, h), (f, c, k, k), (1, 1), (k // 2,) * 4, (1, 1), 1)) else "folded"
+            print(f"| {n}, {c}, {h}x{h}, {f}, {k}x{k} | {buf} | {per * 1e3:.2f} ms | {fold * 1e3:.2f} ms | "
                   f"{per / fold:.2f} | {uses} |")
 
 

@@ -54,11 +54,12 @@ def backward_data(dy, w, g: ConvGeom, trace=None):
 
 #: Largest per-sample weight-gradient buffer (N*F*Cg*KH*KW elements) for which ``backward_weights``
 #: makes one GEMM per sample and sums them; above it, one GEMM with the batch folded into the
-#: reduction. ``python bench/bench_im2col_weight_grad.py`` (one thread, 2-core EPYC VM, three runs),
-#: per-sample / folded time for 3x3 'same' convolutions (N, C, HxW, F): 0.58-0.64 at
-#: (256, 1, 32x32, 6), whose folded GEMM is 6 x 262144 x 9; 0.85-1.20 at (256, 6, 14x14, 16);
-#: 1.0-1.1 at (8, 64, 16x16, 64) and (2, 96, 27x27, 256); 1.7-1.8 at (8, 256, 4x4, 256); 6.2-6.8 at
-#: (8, 512, 2x2, 512), whose per-sample buffer is 75 MB.
+#: reduction. ``python bench/bench_im2col_weight_grad.py`` (one thread, 2-core EPYC VM, four runs),
+#: per-sample / folded time for 'same' convolutions (N, C, HxW, F, KxK): 0.58-0.64 at
+#: (256, 1, 32x32, 6, 3x3 and 5x5), whose folded GEMM is 6 x 262144 x 9 or 25; 0.85-1.20 at
+#: (256, 6, 14x14, 16, 3x3) and 1.25 at 5x5; 1.0-1.1 at (8, 64, 16x16, 64, 3x3) and
+#: (2, 96, 27x27, 256, 3x3); 1.6-1.8 at (8, 256, 4x4, 256, 3x3); 5.6-6.8 at (8, 512, 2x2, 512, 3x3),
+#: whose per-sample buffer is 75 MB.
 PER_SAMPLE_MAX_ELEMS = 1 << 16
 
 
