@@ -73,10 +73,10 @@ class _LayerRun:
     momentum: dict[str, np.ndarray] = field(default_factory=dict)
     # from the plan alone, worked out once (per-step Python between kernels is time no kernel
     # timing accounts for): does any input reshard move data forward / backward on any rank,
-    # and which producer slots get a gradient back (network inputs do not)
+    # and which input slots a layer produces (network inputs get no gradient)
     fwd_moves: bool = False
     bwd_moves: bool = False
-    grad_slots: tuple[tuple[int, str], ...] = ()
+    layer_inputs: tuple[tuple[int, str], ...] = ()
 
 
 def _grad_dims(layer: Layer, strategy: Strategy, weight: str) -> tuple[str, ...]:
@@ -143,11 +143,11 @@ class _Runtime:
             self.comms.get(strat, dims)
         fwd, bwd = OPS[layer.op]
         run = _LayerRun(layer, ctx, fwd, bwd)
-        run.grad_slots = tuple((k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs)
+        run.layer_inputs = tuple((k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs)
         run.fwd_moves = any(not reshard_plan(self.out_layouts[src], in_ls[k], False, rank).identity
-                            for k, src in run.grad_slots)
+                            for k, src in run.layer_inputs)
         run.bwd_moves = any(not reshard_plan(in_ls[k], self.out_layouts[src], True, rank).identity
-                            for k, src in run.grad_slots)
+                            for k, src in run.layer_inputs)
         for name, _ in layer.weights:
             run.grad_groups[name] = self.comms.get(strat, _grad_dims(layer, strat, name))
             run.momentum[name] = np.zeros_like(weights[name])
@@ -172,7 +172,7 @@ class _Runtime:
         return xs
 
     def _scatter_grads(self, run: _LayerRun, dxs, grads) -> None:
-        layer, ctx, srcs = run.layer, run.ctx, run.grad_slots
+        layer, ctx, srcs = run.layer, run.ctx, run.layer_inputs
         if not srcs:
             return
         if run.bwd_moves:

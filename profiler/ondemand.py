@@ -29,7 +29,7 @@ from costmodel.machine import Machine
 from costmodel.profile_table import Entry, Lookup, ProfiledCompute, with_entries
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
-from profiler.tables import cache_path, open_for_device, write_table
+from profiler.tables import cache_path, earlier_cache_paths, open_for_device, write_table
 
 
 class OnDemandCompute(ProfiledCompute):
@@ -139,23 +139,18 @@ def local_compute_model(machine: Machine, threads: int = 1, progress: bool = Tru
     path = cache_path(fp)
     table = open_for_device(str(path), fp)
     if not path.exists() and not table.comm:
-        table = _with_earlier_comm(table, path)
+        table = _with_earlier_comm(table, fp)
     return OnDemandCompute(table, Roofline(machine), str(path), threads, progress, concurrency=concurrency)
 
 
-def _with_earlier_comm(table, path):
+
+def _with_earlier_comm(table, fp):
     """A new kernel revision starts an empty cache file (profiler.kernels.KERNELS_REVISION); the
     collectives fitted by ``dnnplan profile-comm`` do not depend on the kernels, so they are carried
-    over from the newest earlier file of the same device, threads and ranks."""
+    over from the latest earlier revision's file of the same device, threads and ranks."""
     import dataclasses  # noqa: PLC0415
     import json  # noqa: PLC0415
-    import re  # noqa: PLC0415
-    got = re.fullmatch(r"(.*?)(-k\d+)?-([0-9a-f]+\.json)", path.name)
-    if got is None:
-        return table
-    same = re.compile(re.escape(got.group(1)) + r"(-k\d+)?-" + re.escape(got.group(3)))
-    olds = [p for p in path.parent.glob("profile-*.json") if p != path and same.fullmatch(p.name)]
-    for old in sorted(olds, key=lambda p: p.stat().st_mtime, reverse=True):
+    for old in earlier_cache_paths(fp):
         try:
             comm = json.loads(old.read_text()).get("comm")
         except (OSError, ValueError):

@@ -33,6 +33,16 @@ def cache_path(fp: Mapping[str, Any]) -> Path:
     return cache_dir() / f"profile-{fp.get('backend')}-{fp.get('threads')}t{ranks}{kernels}-{fingerprint_id(fp)}.json"
 
 
+def earlier_cache_paths(fp: Mapping[str, Any]) -> list[Path]:
+    """The cache files of the same device, threads and ranks for earlier kernel revisions, the
+    latest first (last: the name from before revisions were named)."""
+    rev = fp.get("kernels")
+    if rev is None:
+        return []
+    return [cache_path({**fp, "kernels": r}) for r in range(int(rev) - 1, 0, -1)] + \
+        [cache_path({**fp, "kernels": None})]
+
+
 def shipped_table_path(name: str) -> Path | None:
     """A shipped table by name (``profiler/tables/NAME.json``), or None."""
     path = SHIPPED_DIR / f"{name}.json"

@@ -45,10 +45,9 @@ class LayerCtx:
     labels: np.ndarray | None = None  # loss layers: the labels of this rank's logits block
     dropout_seed: int = 0
     identity_dropout: bool = False
-    #: what an op derives from the plan alone (window geometry), computed on its first call: the
-    #: per-layer Python between kernels is time no kernel timing accounts for
+    #: what an op derives from the plan alone (window geometry, sub-communicators), computed on
+    #: its first call: the per-layer Python between kernels is time no kernel timing accounts for
     memo: dict = field(default_factory=dict)
-    _subs: dict = field(default_factory=dict)
 
     @property
     def p(self) -> dict:
@@ -65,10 +64,10 @@ class LayerCtx:
 
     def allreduce(self, arr: np.ndarray, dims, phase: str) -> np.ndarray:
         """Sum ``arr`` in place over the ranks differing from this one only along ``dims``."""
-        dims = tuple(dims)
-        if dims not in self._subs:
-            self._subs[dims] = self.comms.get(self.strategy, dims)
-        sub = self._subs[dims]
+        key = ("comm", tuple(dims))
+        if key not in self.memo:
+            self.memo[key] = self.comms.get(self.strategy, dims)
+        sub = self.memo[key]
         if sub is None or os.environ.get("DNNPLAN_TEST_SKIP_ALLREDUCE") == "".join(dims):
             return arr  # (the environment variable breaks the run on purpose: the check must fail)
         wait_for(sub, self.timers, self.layer.name)
