@@ -29,7 +29,7 @@ from costmodel.machine import Machine
 from costmodel.profile_table import Entry, Lookup, ProfiledCompute, with_entries
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
-from profiler.tables import cache_path, earlier_cache_paths, open_for_device, write_table
+from profiler.tables import cache_path, earlier_cache_paths, open_for_device, read_table, write_table
 
 
 class OnDemandCompute(ProfiledCompute):
@@ -143,17 +143,19 @@ def local_compute_model(machine: Machine, threads: int = 1, progress: bool = Tru
     return OnDemandCompute(table, Roofline(machine), str(path), threads, progress, concurrency=concurrency)
 
 
-
 def _with_earlier_comm(table, fp):
     """A new kernel revision starts an empty cache file (profiler.kernels.KERNELS_REVISION); the
     collectives fitted by ``dnnplan profile-comm`` do not depend on the kernels, so they are carried
-    over from the latest earlier revision's file of the same device, threads and ranks."""
+    over from the latest earlier revision's file of the same device, threads and ranks (a file
+    that does not read as a table is passed over)."""
     import dataclasses  # noqa: PLC0415
-    import json  # noqa: PLC0415
+    from networks.errors import DnnplanError  # noqa: PLC0415
     for old in earlier_cache_paths(fp):
+        if not old.exists():
+            continue
         try:
-            comm = json.loads(old.read_text()).get("comm")
-        except (OSError, ValueError):
+            comm = read_table(old).comm
+        except DnnplanError:
             continue
         if comm:
             return dataclasses.replace(table, comm=dict(comm))

@@ -186,17 +186,29 @@ def test_a_new_kernel_revision_starts_a_new_cache_and_keeps_the_fitted_collectiv
     cache.mkdir(exist_ok=True)
     fresh = local_compute_model(load_machine("local"), 1, progress=False, concurrency=2)
     assert f"-2r-k{kernels.KERNELS_REVISION}-" in fresh.path and not fresh.table.comm
+    from costmodel.profile_table import Entry, ProfileTable
+    from profiler.tables import write_table
     ident = fresh.path.rsplit("-", 1)[-1]
-    old2 = {"comm": {"ranks": 2, "link": {"alpha_s": 5e-6}}, "entries": {"x": 1}}
-    (cache / f"profile-numpy-1t-2r-{ident}").write_text(json.dumps(old2))
-    (cache / f"profile-numpy-1t-{ident}").write_text(json.dumps({"comm": {"ranks": 1}}))
-    (cache / f"profile-numpy-1t-3r-k1-{ident}").write_text(json.dumps({"comm": {"ranks": 3}}))
+
+    def comm(ranks):
+        return {"ranks": ranks, "link": {"alpha_s": 5e-6, "beta_s_per_byte": 1e-10, "gamma_s_per_byte": 1e-10}}
+
+    def old_table(name, ranks):
+        entry = Entry(1e-6, 1e-6, 0.0, 1, 1, 4)
+        write_table(ProfileTable(dict(fresh.table.fingerprint), {"relu.fwd|1||": entry}, comm(ranks)),
+                    str(cache / f"{name}-{ident}"))
+
+    old_table("profile-numpy-1t-2r", 2)
+    old_table("profile-numpy-1t", 1)
+    old_table("profile-numpy-1t-3r-k1", 3)
+    (cache / f"profile-numpy-1t-3r-k2-{ident}").write_text("{not a table")  # passed over
     two = local_compute_model(load_machine("local"), 1, progress=False, concurrency=2)
-    assert dict(two.table.comm) == old2["comm"] and not two.table.entries
+    assert dict(two.table.comm) == comm(2) and not two.table.entries
     one = local_compute_model(load_machine("local"), 1, progress=False)
-    assert dict(one.table.comm) == {"ranks": 1}
+    assert dict(one.table.comm) == comm(1)
     monkeypatch.setattr(kernels, "KERNELS_REVISION", kernels.KERNELS_REVISION + 1)
-    assert local_compute_model(load_machine("local"), 1, progress=False, concurrency=3).table.comm == {"ranks": 3}
+    three = local_compute_model(load_machine("local"), 1, progress=False, concurrency=3)
+    assert dict(three.table.comm) == comm(3)
 
 
 def test_companions_run_only_while_loaded():
