@@ -133,16 +133,16 @@ def choose_algorithm(collective: str, nbytes: float, p: int, link: LinkLevel,
 
 
 def _links(machine_or_links: Machine | Sequence[LinkLevel], collective: str = "",
-           nbytes: float = math.inf) -> tuple[LinkLevel, LinkLevel]:
+           nbytes: float = math.inf, cold: bool = False) -> tuple[LinkLevel, LinkLevel]:
     if isinstance(machine_or_links, Machine):
-        return machine_or_links.link_for_collective(collective, nbytes), machine_or_links.inter
+        return machine_or_links.link_for_collective(collective, nbytes, cold), machine_or_links.inter
     intra, inter = machine_or_links
     return intra, inter
 
 
 def collective_s(collective: str, nbytes: float, ranks_per_node: int, nodes: int,
                  machine_or_links: Machine | Sequence[LinkLevel], algorithm: str = "auto",
-                 rule: str = "mpi") -> float:
+                 rule: str = "mpi", cold: bool = False) -> float:
     """Cost of ``collective`` over a group of ``ranks_per_node * nodes`` ranks, two-level.
 
     ``machine_or_links`` is a :class:`Machine` or an ``(intra, inter)`` pair of link levels;
@@ -163,13 +163,14 @@ def collective_s(collective: str, nbytes: float, ranks_per_node: int, nodes: int
     The q inter-node collectives run at once, one per local index, each over the inter link's
     per-device bandwidth. ``algorithm`` names the inter-node stage's algorithm (or the single
     level's; for alltoall the whole exchange's); intra-node stages pick theirs by ``rule``.
+    ``cold``: the collective follows a layer's kernels (``Machine.fitted_cold``).
     """
     _check_names(collective, rule)
     from costmodel import collectives as c
     for name, value in (("ranks_per_node", ranks_per_node), ("nodes", nodes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    intra, inter = _links(machine_or_links, collective, nbytes)
+    intra, inter = _links(machine_or_links, collective, nbytes, cold)
     cost = c.COST_FUNCTIONS[collective]
     q, big_n, p = ranks_per_node, nodes, ranks_per_node * nodes
     if big_n == 1:

@@ -97,13 +97,14 @@ class LayerEstimate:
 
 
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
-               rule: str = "mpi") -> float:
-    """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group)."""
+               rule: str = "mpi", cold: bool = False) -> float:
+    """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group);
+    ``cold``: right after a layer's kernels (``Machine.fitted_cold``)."""
     dims = tuple(dims)
     if not dims or nbytes <= 0 or strategy.group_size(dims) == 1:
         return 0.0
     per_node, nodes = _group_span(strategy, dims, machine)
-    return collective_s(collective, nbytes, per_node, nodes, machine, rule=rule)
+    return collective_s(collective, nbytes, per_node, nodes, machine, rule=rule, cold=cold)
 
 
 @lru_cache(maxsize=None)
@@ -132,7 +133,9 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         dims = tuple(dims)
         if not dims or nbytes <= 0:
             return
-        secs = group_time(collective, nbytes, strategy, dims, machine, rule)
+        # partial sums, input gradients and statistics follow the layer's kernels (cold caches);
+        # the executor makes the weight-gradient allreduces back to back (runtime.step)
+        secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync")
         comms.append(Comm(purpose, phase, collective, int(nbytes), strategy.group_size(dims), secs))
 
     out_bytes = local.batch * _elems(local.out_shape) * itemsize
@@ -234,8 +237,8 @@ def _reshard_time(src: Layout, dst: Layout, backward: bool, itemsize: int, machi
     dims = tuple(sorted(set(src.split_dims()) | set(dst.split_dims())))
     # the ranks one rank exchanges with lie in the group of the dimensions either layout splits
     link = _link(dst.strategy, dims, machine)
-    if link is None:  # inside one node: the fitted alltoall link of this message size, when measured
-        link = machine.link_for_collective("alltoall", nbytes)
+    if link is None:  # inside one node: the fitted alltoall link of this message size, when measured,
+        link = machine.link_for_collective("alltoall", nbytes, cold=True)  # after a layer's kernels
     # sends are spread over replicas as evenly as receives (assumed; the executor measures it)
     return alltoallv_s(nbytes, nbytes, vol.max_messages, link), nbytes
 

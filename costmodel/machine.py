@@ -85,18 +85,25 @@ class Machine:
     #: ``(collective name, up to bytes, link)`` in increasing size (the last one's bound is
     #: ``inf``), used for groups inside one node in place of ``intra``; empty for datasheet machines.
     fitted: tuple[tuple[str, float, LinkLevel], ...] = ()
+    #: The same, timed after a pass over the last-level cache (profiler.comm_bench ``cold``): for
+    #: collectives that follow a layer's kernels (reshards, halos, partial sums, statistics),
+    #: where ``fitted`` is for those that follow another collective (the gradient allreduces).
+    fitted_cold: tuple[tuple[str, float, LinkLevel], ...] = ()
 
-    def collective_regimes(self, collective: str) -> tuple[tuple[float, LinkLevel], ...]:
-        """``(up to bytes, link)`` of each size regime of a collective's fit, smallest first;
-        ``((inf, intra),)`` when it was not measured."""
-        regimes = tuple(sorted(((upto, link) for name, upto, link in self.fitted if name == collective),
-                               key=lambda r: r[0]))
-        return regimes or ((math.inf, self.intra),)
+    def collective_regimes(self, collective: str, cold: bool = False) -> tuple[tuple[float, LinkLevel], ...]:
+        """``(up to bytes, link)`` of each size regime of a collective's fit, smallest first (the
+        cold fit when ``cold`` and measured); ``((inf, intra),)`` when it was not measured."""
+        for fits in ((self.fitted_cold, self.fitted) if cold else (self.fitted,)):
+            regimes = tuple(sorted(((upto, link) for name, upto, link in fits if name == collective),
+                                   key=lambda r: r[0]))
+            if regimes:
+                return regimes
+        return ((math.inf, self.intra),)
 
-    def link_for_collective(self, collective: str, nbytes: float = math.inf) -> LinkLevel:
+    def link_for_collective(self, collective: str, nbytes: float = math.inf, cold: bool = False) -> LinkLevel:
         """The intra-node link a collective of ``nbytes`` is costed with: its own fit (of that size
-        regime) when measured, else ``intra``."""
-        regimes = self.collective_regimes(collective)
+        regime; cold: after a layer's kernels) when measured, else ``intra``."""
+        regimes = self.collective_regimes(collective, cold)
         return next((link for upto, link in regimes if nbytes <= upto), regimes[-1][1])
 
     def max_devices(self) -> int | None:

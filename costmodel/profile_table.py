@@ -138,6 +138,10 @@ def _check_comm(comm: Mapping[str, Any], source: str) -> None:
     fits = dict(comm.get("collectives") or {})
     if comm.get("link"):
         fits["link"] = comm["link"]
+    cold = comm.get("cold") or {}
+    if not isinstance(cold, Mapping) or not isinstance(cold.get("collectives") or {}, Mapping):
+        raise _bad(source, "comm.cold must be a mapping with a collectives mapping")
+    fits.update({f"cold {name}": f for name, f in (cold.get("collectives") or {}).items()})
     for name, f in fits.items():
         try:
             params = [float(f[k]) for k in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte")]
@@ -386,17 +390,20 @@ def fitted_link(table: ProfileTable) -> LinkLevel | None:
                      gamma_s_per_byte=float(link["gamma_s_per_byte"]))
 
 
-def fitted_collective_links(table: ProfileTable) -> tuple[tuple[str, float, LinkLevel], ...]:
+def fitted_collective_links(table: ProfileTable, state: str = "warm") -> tuple[tuple[str, float, LinkLevel], ...]:
     """``(collective, up to bytes, link)`` for each measured collective's size regime
-    (``dnnplan profile-comm``); a fit without ``regimes`` (older tables) is one regime."""
-    fits = (table.comm or {}).get("collectives") or {}
-    ranks = (table.comm or {}).get("ranks", "?")
+    (``dnnplan profile-comm``) in one cache state (``warm``, or ``cold``: none in tables made
+    before it was measured); a fit without ``regimes`` (older tables) is one regime."""
+    comm = table.comm or {}
+    fits = (comm.get("collectives") if state == "warm" else (comm.get(state) or {}).get("collectives")) or {}
+    ranks = comm.get("ranks", "?")
     out = []
     for name, f in sorted(fits.items()):
         regimes = f.get("regimes") or [[None, f["alpha_s"], f["beta_s_per_byte"], f["gamma_s_per_byte"]]]
         for upto, a, b, g in regimes:
             bound = math.inf if upto is None else float(upto)
-            label = f"profiled {name} ({ranks} ranks)" + ("" if upto is None else f" <= {bound:.0f} B")
+            label = (f"profiled {name} ({ranks} ranks{', cold' if state != 'warm' else ''})"
+                     + ("" if upto is None else f" <= {bound:.0f} B"))
             out.append((name, bound, LinkLevel(name=label, alpha_s=float(a), beta_s_per_byte=float(b),
                                                gamma_s_per_byte=float(g))))
     return tuple(out)
@@ -406,10 +413,11 @@ def links_from_table(machine: Machine, table: ProfileTable) -> Machine:
     """``machine`` with the table's fitted links (unchanged without a communication profile): the
     joint fit replaces the intra-node link (and a one-node machine's inter link, never used), and
     each measured collective is costed with its own fit of the message's size regime
-    (``Machine.fitted``); reshards
-    (``Alltoallv``) use the alltoall fit."""
+    (``Machine.fitted``; ``Machine.fitted_cold`` for the collectives that follow a layer's kernels,
+    when the table has them); reshards (``Alltoallv``) use the alltoall fit."""
     link = fitted_link(table)
     if link is None:
         return machine
     inter = link if machine.nodes == 1 else machine.inter
-    return replace(machine, intra=link, inter=inter, fitted=fitted_collective_links(table))
+    return replace(machine, intra=link, inter=inter, fitted=fitted_collective_links(table),
+                   fitted_cold=fitted_collective_links(table, "cold"))

@@ -265,8 +265,9 @@ def reshard_times_ids(t: LayoutTable, src, dst, backward: bool, itemsize: int, m
     top = np.where(union > 0, (bits * t.contrib[dst]).sum(axis=1), t.p - 1)
     intra = top < machine.devices_per_node
     nbytes = recv * itemsize
-    # reshards are Alltoallv: inside a node, the alltoall fit of the message's size regime
-    regimes = machine.collective_regimes("alltoall")
+    # reshards are Alltoallv: inside a node, the alltoall fit of the message's size regime, cold
+    # as a reshard follows a layer's kernels (as _reshard_time)
+    regimes = machine.collective_regimes("alltoall", cold=True)
     k = np.minimum(np.searchsorted(np.array([u for u, _ in regimes]), nbytes, side="left"), len(regimes) - 1)
     alpha = np.where(intra, np.array([l.alpha_s for _, l in regimes])[k], machine.inter.alpha_s)
     beta = np.where(intra, np.array([l.beta_s_per_byte for _, l in regimes])[k], machine.inter.beta_s_per_byte)

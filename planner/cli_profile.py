@@ -56,13 +56,15 @@ def profile_comm(ranks: Annotated[int, typer.Option("--ranks", "-n", help="MPI r
                  max_bytes: Annotated[int, typer.Option("--max-bytes", help="Largest default message.")] = 16 * 2**20,
                  out: Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to add the fit to "
                                                             "[default: the per-user cache of this computer].")] = None,
-                 seconds_per_point: Annotated[float, typer.Option("--cap", help="Seconds per (collective, size).")] = 0.2,
+                 seconds_per_point: Annotated[float, typer.Option("--cap", help="Seconds per (collective, size, cache state).")] = 0.2,
                  as_json: Json = False) -> None:
     """Measure sendrecv and the collectives under mpiexec and fit alpha, beta, gamma by least squares.
 
-    The fit uses the cost model's formula for the algorithm MPICH picks at each size, piecewise
-    over up to three message-size regimes (eager, rendezvous, out of cache); each collective's fit
-    becomes the `local` machine's link for that collective when planning for
+    Every point is timed in two cache states: warm (after a 4 MiB pass, as a collective that
+    follows another one) and cold (after a pass over the last-level cache, as one that follows a
+    layer's kernels). The fit uses the cost model's formula for the algorithm MPICH picks at each
+    size, piecewise over up to three message-size regimes (eager, rendezvous, out of cache); each
+    collective's fits become the `local` machine's links for that collective when planning for
     --ranks devices (docs/profiler.md).
     """
     from planner import report_profile

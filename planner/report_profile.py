@@ -51,22 +51,29 @@ def profile_summary(s: dict) -> None:
 
 
 def comm_summary(s: dict) -> None:
-    t = Table(title=f"collectives over {s['ranks']} ranks: measured vs fitted (MPICH's algorithm)",
-              title_justify="left")
-    for col in ("collective", "bytes", "measured", "per-collective fit", "err", "joint fit", "err"):
+    t = Table(title=f"collectives over {s['ranks']} ranks: measured vs fitted (MPICH's algorithm); warm: "
+                    "after another collective, cold: after a layer's kernels", title_justify="left")
+    for col in ("collective", "bytes", "warm", "per-collective fit", "err", "joint fit", "err", "cold", "cold fit",
+                "err"):
         t.add_column(col, justify="left" if col == "collective" else "right")
     joint = {(c, n): f for c, n, _, f in s["link"]["points"]}
+    cold = {(c, n): (m, f) for fit in (s.get("cold") or {}).get("collectives", {}).values()
+            for c, n, m, f in fit["points"]}
     for c, fit in s["collectives"].items():
         for _, n, m, f in fit["points"]:
             j = joint[(c, n)]
+            cm, cf = cold.get((c, n), (None, None))
             t.add_row(c, fmt.nbytes(n), fmt.seconds(m), fmt.seconds(f), f"{abs(f - m) / m:.0%}",
-                      fmt.seconds(j), f"{abs(j - m) / m:.0%}")
+                      fmt.seconds(j), f"{abs(j - m) / m:.0%}", *(("-", "-", "-") if cm is None else
+                                                              (fmt.seconds(cm), fmt.seconds(cf),
+                                                               f"{abs(cf - cm) / cm:.0%}")))
     console.print(t)
     t2 = Table(title="fitted alpha-beta-gamma, per message-size regime", title_justify="left")
     for col in ("collective", "sizes", "alpha", "bandwidth 1/beta", "reduce 1/gamma", "median err", "max err"):
         t2.add_column(col, justify="left" if col in ("collective", "sizes") else "right")
     inv = lambda v: f"{1 / v / 1e9:.2f} GB/s" if v > 0 else "-"  # noqa: E731
-    for c, fit in [*s["collectives"].items(), ("joint (for collectives not measured)", s["link"])]:
+    cold_fits = [(f"{c}, cold", fit) for c, fit in (s.get("cold") or {}).get("collectives", {}).items()]
+    for c, fit in [*s["collectives"].items(), *cold_fits, ("joint (for collectives not measured)", s["link"])]:
         regimes = fit.get("regimes") or [[None, fit["alpha_s"], fit["beta_s_per_byte"], fit["gamma_s_per_byte"]]]
         low = 0.0
         for k, (upto, a, b, g) in enumerate(regimes):

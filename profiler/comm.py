@@ -38,8 +38,9 @@ def find_mpiexec() -> str:
 
 
 def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float = 0.3,
-            timeout_s: float = 600) -> list[tuple[str, int, float]]:
-    """Run :mod:`profiler.comm_bench` under ``mpiexec -n ranks`` and return its measurements."""
+            timeout_s: float = 600) -> dict[str, list[tuple[str, int, float]]]:
+    """Run :mod:`profiler.comm_bench` under ``mpiexec -n ranks``; its measurements per cache state
+    (``warm``, ``cold``: :data:`profiler.comm_bench.STATES`)."""
     if ranks < 2:
         raise DnnplanError(f"--ranks must be at least 2 to measure communication, got {ranks}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,12 +62,19 @@ def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float =
                                hint="check that mpi4py and mpiexec come from the same MPI")
         with open(out, encoding="utf-8") as fh:
             data = json.load(fh)
-    return [(c, int(n), float(t)) for c, n, t in data["measurements"]]
+    return {st: [(c, int(n), float(t)) for c, n, t in pts] for st, pts in data["measurements"].items()}
 
 
-def comm_section(measurements: list[tuple[str, int, float]], ranks: int) -> tuple[dict, dict[str, Fit], Fit]:
-    per, joint = fit_all(measurements, ranks)
-    section = {"ranks": ranks, "collectives": {c: fit_json(f) for c, f in per.items()}, "link": fit_json(joint)}
+def comm_section(measurements: dict[str, list[tuple[str, int, float]]], ranks: int) -> tuple[dict, dict[str, Fit], Fit]:
+    """The table's ``comm`` section: the warm fits (``collectives``, and ``link`` fitted jointly),
+    the cold fits under ``cold`` when measured, and the benchmark's revision (``bench``)."""
+    from profiler.comm_bench import BENCH_REVISION  # noqa: PLC0415 - numpy only
+    per, joint = fit_all(measurements["warm"], ranks)
+    section = {"ranks": ranks, "bench": BENCH_REVISION, "collectives": {c: fit_json(f) for c, f in per.items()},
+               "link": fit_json(joint)}
+    if measurements.get("cold"):
+        cold, _ = fit_all(measurements["cold"], ranks)
+        section["cold"] = {"collectives": {c: fit_json(f) for c, f in cold.items()}}
     return section, per, joint
 
 

@@ -1,14 +1,27 @@
 """Communication micro-benchmarks, run under ``mpiexec -n P python -m profiler.comm_bench``.
 
 Each rank times sendrecv (ranks paired 0-1, 2-3, ...) and each collective (allreduce, allgather,
-reduce_scatter, broadcast, alltoall) on float32 buffers of each size, as the kernels are timed:
-samples of ONE operation after a pass over a buffer larger than the L2 cache and a barrier; a
-sample's time is the slowest rank's, and the median over samples is kept (:func:`_bench`). Every
-(collective, size) is measured in ``--rounds`` rounds spread over the whole run (all sizes, then
-all sizes again), keeping the fastest round's median: a slow spell of a shared VM lasts seconds
-and once made one round's 128 KiB allreduce 2.3x slower. Sizes mean what
-:mod:`costmodel.collectives` means (allgather: the gathered total; reduce_scatter and alltoall: a
-rank's whole input). Rank 0 writes ``[[collective, nbytes, seconds], ...]`` as JSON to ``--out``.
+reduce_scatter, broadcast, alltoall) on float32 buffers of each size, as a training step makes
+them: samples of ONE operation after a pass over a buffer and a barrier; a sample's time is the
+slowest rank's, and the median over samples is kept (:func:`_bench`). Every (collective, size) is
+measured in ``--rounds`` rounds spread over the whole run (all sizes, then all sizes again),
+keeping the fastest round's median: a slow spell of a shared VM lasts seconds and once made one
+round's 128 KiB allreduce 2.3x slower. Sizes mean what :mod:`costmodel.collectives` means
+(allgather: the gathered total; reduce_scatter and alltoall: a rank's whole input).
+
+Two cache states (:data:`STATES`), each a full set of measurements:
+
+- ``warm``: after a 4 MiB pass (larger than a core's L2 cache), as a collective that follows
+  another one finds the caches (a step's weight-gradient allreduces run back to back);
+- ``cold``: after a pass over the last-level cache, as a collective that follows a layer's kernels
+  finds them (reshards, halo exchanges, partial sums, statistics).
+
+Measured on the 2-core development VM (32 MiB L3 shared with other tenants): a 1 MiB 2-rank
+allreduce took 170-250 us warm and 420-740 us after a 64 MiB pass or 10 ms of waiting, and 460 us
+between the layers of a filter-split ResNet-18 step; an 8-byte one 5 us warm and about 60 us cold.
+
+Rank 0 writes ``{"ranks", "bench", "measurements": {state: [[collective, nbytes, seconds], ...]}}``
+as JSON to ``--out``.
 """
 
 from __future__ import annotations
@@ -19,22 +32,35 @@ import time
 
 import numpy as np
 
-from profiler.harness import DISTURB_ELEMS  # the kernels' cache pass
+from profiler.harness import DISTURB_ELEMS, last_level_cache_bytes  # the kernels' cache passes
 
 ITEM = 4
-_DISTURB = np.ones(DISTURB_ELEMS, dtype=np.float32)
+#: How the collectives are timed, recorded with their fits (``comm["bench"]``): 1, after a 4 MiB
+#: pass only; 2, also after a pass over the last-level cache (``cold``).
+BENCH_REVISION = 2
+STATES = ("warm", "cold")
+_PASS: dict[str, np.ndarray] = {}
 
 
-def disturb_cache() -> None:
-    np.maximum(_DISTURB, 0.5, out=_DISTURB)
+def pass_elems(state: str) -> int:
+    """float32 elements of the pass before each sample in ``state``."""
+    return DISTURB_ELEMS if state == "warm" else max(DISTURB_ELEMS, last_level_cache_bytes() // ITEM)
 
 
-def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3) -> float:
-    """The median of single ``op()`` calls, each after a cache-disturbing pass and a barrier; a
+def cache_pass(state: str = "warm") -> None:
+    """Stream the state's buffer through the caches (made on first use)."""
+    buf = _PASS.get(state)
+    if buf is None:
+        buf = _PASS[state] = np.ones(pass_elems(state), dtype=np.float32)
+    np.maximum(buf, 0.5, out=buf)
+
+
+def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3, state: str = "warm") -> float:
+    """The median of single ``op()`` calls, each after the state's cache pass and a barrier; a
     sample is the slowest rank's. One call at a time, as a training step makes them between its
-    layers' work: after the pass the library's code and buffers are no longer in the L2 cache, as
-    after a layer's kernels. (Loops of back-to-back calls, this benchmark's earlier method, keep
-    everything hot: their fastest sample priced the two 2-rank allreduces of lenet5 fc3's weight
+    layers' work: after the pass the library's code and buffers are no longer in the L2 cache
+    (``warm``) or in any cache (``cold``), as after a layer's kernels. (Loops of back-to-back
+    calls, this benchmark's earlier method, keep everything hot: their fastest sample priced the two 2-rank allreduces of lenet5 fc3's weight
     and bias gradients at 3.2 us together, where they took 16-28 us between the layers of a step;
     two small allreduces timed as here took 21 us.)"""
     from mpi4py import MPI
@@ -43,7 +69,7 @@ def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3) -> float:
     samples = []
     start = time.perf_counter()
     while True:
-        disturb_cache()
+        cache_pass(state)
         comm.Barrier()
         t0 = MPI.Wtime()
         op()
@@ -54,15 +80,18 @@ def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3) -> float:
     return float(np.median(samples))
 
 
-def run(sizes: list[int], collectives: list[str], cap_s: float, rounds: int = 1) -> list[tuple[str, int, float]]:
-    best: dict[tuple[str, int], float] = {}
+def run(sizes: list[int], collectives: list[str], cap_s: float, rounds: int = 1,
+        states: tuple[str, ...] = STATES) -> dict[str, list[tuple[str, int, float]]]:
+    """Per state, ``(collective, bytes, seconds)`` of each measured point."""
+    best: dict[tuple[str, str, int], float] = {}
     for _ in range(max(1, rounds)):
-        for c, nb, t in _round(sizes, collectives, cap_s / max(1, rounds)):
-            best[c, nb] = min(t, best.get((c, nb), t))
-    return [(c, nb, t) for (c, nb), t in best.items()]
+        for key, t in _round(sizes, collectives, cap_s / max(1, rounds), states):
+            best[key] = min(t, best.get(key, t))
+    return {st: [(c, nb, t) for (s, c, nb), t in best.items() if s == st] for st in states}
 
 
-def _round(sizes: list[int], collectives: list[str], cap_s: float) -> list[tuple[str, int, float]]:
+def _round(sizes: list[int], collectives: list[str], cap_s: float,
+           states: tuple[str, ...]) -> list[tuple[tuple[str, str, int], float]]:
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     p, rank = comm.Get_size(), comm.Get_rank()
@@ -83,8 +112,8 @@ def _round(sizes: list[int], collectives: list[str], cap_s: float) -> list[tuple
             "alltoall": lambda: comm.Alltoall(send, recv),
         }
         for c in collectives:
-            t = _bench(comm, ops[c], cap_s=cap_s)
-            out.append((c, nb, t))
+            for st in states:  # side by side, so a slow spell hits both states alike
+                out.append(((st, c, nb), _bench(comm, ops[c], cap_s=cap_s, state=st)))
     return out
 
 
@@ -92,15 +121,19 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", required=True, help="comma-separated byte counts")
     ap.add_argument("--collectives", default="sendrecv,allreduce,allgather,reduce_scatter,broadcast,alltoall")
-    ap.add_argument("--cap", type=float, default=0.3, help="seconds per (collective, size), all rounds together")
+    ap.add_argument("--cap", type=float, default=0.3, help="seconds per (collective, size, state), all rounds together")
     ap.add_argument("--rounds", type=int, default=3, help="passes over every size; the fastest is kept")
+    ap.add_argument("--states", default=",".join(STATES), help="cache states to time each point in")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     from mpi4py import MPI
-    res = run([int(s) for s in args.sizes.split(",")], args.collectives.split(","), args.cap, args.rounds)
+    states = tuple(s for s in args.states.split(",") if s)
+    if not states or any(s not in STATES for s in states):
+        raise SystemExit(f"--states: use some of {', '.join(STATES)}")
+    res = run([int(s) for s in args.sizes.split(",")], args.collectives.split(","), args.cap, args.rounds, states)
     if MPI.COMM_WORLD.Get_rank() == 0:
         with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump({"ranks": MPI.COMM_WORLD.Get_size(), "measurements": res}, fh)
+            json.dump({"ranks": MPI.COMM_WORLD.Get_size(), "bench": BENCH_REVISION, "measurements": res}, fh)
 
 
 if __name__ == "__main__":

@@ -139,10 +139,36 @@ def test_comm_bench_samples_single_calls_after_a_cache_pass_and_keeps_the_median
         events.append("op")
         time.sleep(next(slow))
 
-    monkeypatch.setattr(cb, "disturb_cache", lambda: events.append("pass"))
-    t = cb._bench(OneRank(), op, min_samples=5, cap_s=0.0)
-    assert events == ["op", "op"] + ["pass", "barrier", "op"] * 5
+    monkeypatch.setattr(cb, "cache_pass", lambda state: events.append(f"pass {state}"))
+    t = cb._bench(OneRank(), op, min_samples=5, cap_s=0.0, state="cold")
+    assert events == ["op", "op"] + ["pass cold", "barrier", "op"] * 5
     assert t < 0.01  # two 30 ms samples of five: the median is a fast one
+
+
+def test_comm_bench_cold_pass_covers_the_last_level_cache(monkeypatch):
+    """Warm: a pass larger than a core's L2 (as after another collective); cold: one over the
+    whole last-level cache (as after a layer's kernels), never smaller than the warm one."""
+    import profiler.comm_bench as cb
+    from profiler.harness import DISTURB_ELEMS
+    monkeypatch.setattr(cb, "last_level_cache_bytes", lambda: 64 << 20)
+    assert cb.pass_elems("warm") == DISTURB_ELEMS
+    assert cb.pass_elems("cold") == (64 << 20) // 4
+    monkeypatch.setattr(cb, "last_level_cache_bytes", lambda: 1 << 20)
+    assert cb.pass_elems("cold") == DISTURB_ELEMS
+
+
+def test_comm_section_keeps_warm_and_cold_fits_and_the_bench_revision():
+    from profiler.comm import comm_section
+    from profiler.comm_bench import BENCH_REVISION
+    sizes = [2 ** k for k in range(3, 22)]
+    warm = [(c, n, 5e-6 + n * 1e-10) for c in ("allreduce", "alltoall") for n in sizes]
+    cold = [(c, n, 6e-5 + n * 3e-10) for c, n, _ in warm]
+    section, per, _ = comm_section({"warm": warm, "cold": cold}, 2)
+    assert section["bench"] == BENCH_REVISION and set(section["cold"]["collectives"]) == set(per)
+    w = section["collectives"]["allreduce"]["points"]
+    c = section["cold"]["collectives"]["allreduce"]["points"]
+    assert all(cp[2] > wp[2] for wp, cp in zip(w, c))  # the cold measurements, not the warm ones again
+    assert "cold" not in comm_section({"warm": warm}, 2)[0]
 
 
 @pytest.mark.gpu

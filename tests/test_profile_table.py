@@ -253,3 +253,67 @@ def test_corrupt_comm_regimes_are_a_clear_error(tmp_path, regimes):
     path.write_text(json.dumps(data))
     with pytest.raises(DnnplanError, match="corrupt: comm fit 'alltoall'"):
         read_table(path)
+
+
+def _two_state_machine(tmp_path):
+    """A local machine whose cold fits are 10x its warm ones, read back from a written table."""
+    def fit(alpha, beta):
+        return {"alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": 0.0}
+    warm = {"allreduce": fit(5e-6, 2e-10), "alltoall": fit(5e-6, 1e-10)}
+    cold = {c: fit(f["alpha_s"] * 10, f["beta_s_per_byte"] * 10) for c, f in warm.items()}
+    comm = {"ranks": 2, "bench": 2, "link": fit(5e-6, 2e-10), "collectives": warm, "cold": {"collectives": cold}}
+    path = tmp_path / "t.json"
+    write_table(_table(comm=comm), path)
+    return links_from_table(load_machine("local"), read_table(path))
+
+
+def test_collectives_after_kernels_are_costed_cold_and_gradient_allreduces_warm(tmp_path):
+    """Reshards, input-gradient and partial-sum allreduces follow a layer's kernels (the cold
+    fits); the weight-gradient allreduces run back to back after the backward pass (the warm
+    ones). A table without cold fits costs everything warm, as before."""
+    from costmodel.layer_cost import edge_estimate, layer_estimate
+    from costmodel.strategy import Strategy
+    from networks.loader import load_network
+    m = _two_state_machine(tmp_path)
+    assert m.link_for_collective("allreduce", 1e6, cold=True).alpha_s == pytest.approx(5e-5)
+    assert m.link_for_collective("allreduce", 1e6).alpha_s == pytest.approx(5e-6)
+    assert m.link_for_collective("allgather", 1e6, cold=True) is m.intra  # not measured: the joint link
+    net = load_network("lenet5")
+    conv = next(l for l in net.layers if l.op == "conv2d")
+    pc = ProfiledCompute(_table(), Roofline(m))
+    f = layer_estimate(conv, Strategy.of(2, F=2), 8, m, pc)
+    (ig,) = [c for c in f.comms if c.purpose == "input_grad"]
+    assert ig.seconds == pytest.approx(collective_s_cold(ig.nbytes, m))
+    d = layer_estimate(conv, Strategy.of(2, N=2), 8, m, pc)
+    (gs,) = [c for c in d.comms if c.purpose == "grad_sync"]
+    assert gs.seconds == pytest.approx(5e-6 + gs.nbytes * 2e-10, rel=0.5)  # warm, not 10x
+    warm_only = links_from_table(load_machine("local"), _table(comm={**read_table(tmp_path / "t.json").comm,
+                                                                     "cold": {}}))
+    f_warm = layer_estimate(conv, Strategy.of(2, F=2), 8, warm_only, pc)
+    assert f.bwd_comm_s > 5 * f_warm.bwd_comm_s
+    # a reshard between layers (data -> filter split) is an Alltoallv after the producer's kernels
+    nxt = net.layers[net.layers.index(conv) + 1]
+    e_cold = edge_estimate(conv, Strategy.of(2, N=2), nxt, Strategy.of(2, C=2), 0, 8, m)
+    e_warm = edge_estimate(conv, Strategy.of(2, N=2), nxt, Strategy.of(2, C=2), 0, 8, warm_only)
+    assert e_cold.fwd_s > 5 * e_warm.fwd_s > 0
+
+
+def collective_s_cold(nbytes, m):
+    from costmodel.collectives import collective_s
+    return collective_s("allreduce", nbytes, 2, 1, (m.link_for_collective("allreduce", nbytes, cold=True), m.inter))
+
+
+def test_batched_reshard_times_use_the_cold_alltoall_fit(tmp_path):
+    """The planner's vectorised reshard costs agree with edge_estimate's under cold fits."""
+    from costmodel.layer_cost import edge_estimate
+    from costmodel.layer_layouts import input_layout, output_layout
+    from costmodel.reshard_batch import reshard_times
+    from costmodel.strategy import Strategy
+    from networks.loader import load_network
+    m = _two_state_machine(tmp_path)
+    net = load_network("lenet5")
+    a, b = net.layers[0], net.layers[1]
+    for sa, sb in ((Strategy.of(2, N=2), Strategy.of(2, C=2)), (Strategy.of(2, F=2), Strategy.of(2, N=2))):
+        e = edge_estimate(a, sa, b, sb, 0, 8, m)
+        (t,) = reshard_times([(output_layout(a, sa, 8), input_layout(b, sb, 8, 0))], False, 4, m)
+        assert t == pytest.approx(e.fwd_s)
