@@ -6,7 +6,7 @@
     90th-percentile |error|, beside the noise of measuring each held-out shape twice
     (each call keeps the median of three shuffled passes: see _errors).
 (b) Comm fit: measure every collective with 2 ranks over 8 B .. --max-bytes (powers of two, three
-    rounds, fastest kept), fit each collective piecewise in size (costmodel.comm_fit.fit_regimes,
+    rounds, fastest kept), in both cache states (warm, cold: profiler.comm_bench), fit each collective piecewise in size (costmodel.comm_fit.fit_regimes,
     what the cost model uses) and the joint one-line fallback; report the median |error| over the
     measured sizes, and out of sample: fitted on every other size, predicting the sizes between.
 
@@ -109,22 +109,22 @@ def main() -> None:
         return
     from costmodel.comm_fit import COLLECTIVES, MIN_POINTS, fit_regimes, model_s
     from profiler.comm import comm_section, default_sizes, measure
-    meas = measure(2, default_sizes(args.max_bytes), list(COLLECTIVES), cap_s=0.3)
-    _, per, joint = comm_section(meas, 2)
-    sizes = sorted({n for _, n, _ in meas})
-    for c, f in per.items():
-        # out of sample: fit every other size (regimes of >= MIN_POINTS - 1 of them), predict the rest
-        ms = [m for m in meas if m[0] == c]
-        half = fit_regimes([m for m in ms if sizes.index(m[1]) % 2 == 0], 2, min_points=MIN_POINTS - 1)
-        links = half.regime_links
-        out = [abs(model_s(c, n, 2, next(l for u, l in links if n <= u)) - t) / t
-               for _, n, t in ms if sizes.index(n) % 2 == 1]
-        print(f"comm fit {c:<15} {len(f.regimes)} regimes  median |err| {f.median_error:6.1%}  max {f.max_error:6.1%}"
-              f"   sizes held out: median |err| {statistics.median(out):6.1%}")
-    print(f"comm fit joint (fallback) median |err| {joint.median_error:6.1%}  max {joint.max_error:6.1%}")
-    big = [abs(fv - m) / m for _, n, m, fv in joint.points if n >= 64 * 1024]
-    print(f"comm fit joint, messages >= 64 KiB: median |err| {statistics.median(big):6.1%}")
-
+    by_state = measure(2, default_sizes(args.max_bytes), list(COLLECTIVES), cap_s=0.3)
+    for state, meas in by_state.items():  # warm (after a 4 MiB pass), cold (after the last-level cache)
+        _, per, joint = comm_section({"warm": meas}, 2)
+        sizes = sorted({n for _, n, _ in meas})
+        for c, f in per.items():
+            # out of sample: fit every other size (regimes of >= MIN_POINTS - 1 of them), predict the rest
+            ms = [m for m in meas if m[0] == c]
+            half = fit_regimes([m for m in ms if sizes.index(m[1]) % 2 == 0], 2, min_points=MIN_POINTS - 1)
+            links = half.regime_links
+            out = [abs(model_s(c, n, 2, next(l for u, l in links if n <= u)) - t) / t
+                   for _, n, t in ms if sizes.index(n) % 2 == 1]
+            print(f"comm fit {state} {c:<15} {len(f.regimes)} regimes  median |err| {f.median_error:6.1%}  "
+                  f"max {f.max_error:6.1%}   sizes held out: median |err| {statistics.median(out):6.1%}")
+        print(f"comm fit {state} joint (fallback) median |err| {joint.median_error:6.1%}  max {joint.max_error:6.1%}")
+        big = [abs(fv - m) / m for _, n, m, fv in joint.points if n >= 64 * 1024]
+        print(f"comm fit {state} joint, messages >= 64 KiB: median |err| {statistics.median(big):6.1%}")
 
 if __name__ == "__main__":
     main()
