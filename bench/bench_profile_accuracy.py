@@ -6,9 +6,10 @@
     90th-percentile |error|, beside the noise of measuring each held-out shape twice
     (each call keeps the median of three shuffled passes: see _errors).
 (b) Comm fit: measure every collective with 2 ranks over 8 B .. --max-bytes (powers of two, three
-    rounds, fastest kept), in both cache states (warm, cold: profiler.comm_bench), fit each collective piecewise in size (costmodel.comm_fit.fit_regimes,
-    what the cost model uses) and the joint one-line fallback; report the median |error| over the
-    measured sizes, and out of sample: fitted on every other size, predicting the sizes between.
+    rounds, fastest kept), in both cache states (warm, cold: profiler.comm_bench), fit each
+    collective piecewise in size (costmodel.comm_fit.fit_regimes, what the cost model uses) and
+    the joint one-line fallback; report the median |error| over the measured sizes, and out of
+    sample: fitted on every other size, predicting the sizes between.
 
     python bench/bench_profile_accuracy.py [--max-bytes 16777216] [--skip-comm]
 """
@@ -107,11 +108,11 @@ def main() -> None:
             _report("conv 3x3 im2col f32 (3 passes)", _errors(*conv_case()))
     if args.skip_comm or args.only in ("gemm", "conv"):
         return
-    from costmodel.comm_fit import COLLECTIVES, MIN_POINTS, fit_regimes, model_s
-    from profiler.comm import comm_section, default_sizes, measure
+    from costmodel.comm_fit import COLLECTIVES, MIN_POINTS, fit_all, fit_regimes, model_s
+    from profiler.comm import default_sizes, measure
     by_state = measure(2, default_sizes(args.max_bytes), list(COLLECTIVES), cap_s=0.3)
     for state, meas in by_state.items():  # warm (after a 4 MiB pass), cold (after the last-level cache)
-        _, per, joint = comm_section({"warm": meas}, 2)
+        per, joint = fit_all(meas, 2)
         sizes = sorted({n for _, n, _ in meas})
         for c, f in per.items():
             # out of sample: fit every other size (regimes of >= MIN_POINTS - 1 of them), predict the rest
@@ -125,6 +126,7 @@ def main() -> None:
         print(f"comm fit {state} joint (fallback) median |err| {joint.median_error:6.1%}  max {joint.max_error:6.1%}")
         big = [abs(fv - m) / m for _, n, m, fv in joint.points if n >= 64 * 1024]
         print(f"comm fit {state} joint, messages >= 64 KiB: median |err| {statistics.median(big):6.1%}")
+
 
 if __name__ == "__main__":
     main()

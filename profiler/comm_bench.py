@@ -20,8 +20,8 @@ Measured on the 2-core development VM (32 MiB L3 shared with other tenants): a 1
 allreduce took 170-250 us warm and 420-740 us after a 64 MiB pass or 10 ms of waiting, and 460 us
 between the layers of a filter-split ResNet-18 step; an 8-byte one 5 us warm and about 60 us cold.
 
-Rank 0 writes ``{"ranks", "bench", "measurements": {state: [[collective, nbytes, seconds], ...]}}``
-as JSON to ``--out``.
+Rank 0 writes ``{"ranks", "measurements": {state: [[collective, nbytes, seconds], ...]}}`` as
+JSON to ``--out``.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3, state: str = "war
     sample is the slowest rank's. One call at a time, as a training step makes them between its
     layers' work: after the pass the library's code and buffers are no longer in the L2 cache
     (``warm``) or in any cache (``cold``), as after a layer's kernels. (Loops of back-to-back
-    calls, this benchmark's earlier method, keep everything hot: their fastest sample priced the two 2-rank allreduces of lenet5 fc3's weight
-    and bias gradients at 3.2 us together, where they took 16-28 us between the layers of a step;
+    calls, this benchmark's earlier method, keep everything hot: their fastest sample priced the
+    two 2-rank allreduces of lenet5 fc3's weight and bias gradients at 3.2 us together, where they took 16-28 us between the layers of a step;
     two small allreduces timed as here took 21 us.)"""
     from mpi4py import MPI
     op()
@@ -80,18 +80,17 @@ def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3, state: str = "war
     return float(np.median(samples))
 
 
-def run(sizes: list[int], collectives: list[str], cap_s: float, rounds: int = 1,
-        states: tuple[str, ...] = STATES) -> dict[str, list[tuple[str, int, float]]]:
-    """Per state, ``(collective, bytes, seconds)`` of each measured point."""
+def run(sizes: list[int], collectives: list[str], cap_s: float,
+        rounds: int = 1) -> dict[str, list[tuple[str, int, float]]]:
+    """Per state (:data:`STATES`), ``(collective, bytes, seconds)`` of each measured point."""
     best: dict[tuple[str, str, int], float] = {}
     for _ in range(max(1, rounds)):
-        for key, t in _round(sizes, collectives, cap_s / max(1, rounds), states):
+        for key, t in _round(sizes, collectives, cap_s / max(1, rounds)):
             best[key] = min(t, best.get(key, t))
-    return {st: [(c, nb, t) for (s, c, nb), t in best.items() if s == st] for st in states}
+    return {st: [(c, nb, t) for (s, c, nb), t in best.items() if s == st] for st in STATES}
 
 
-def _round(sizes: list[int], collectives: list[str], cap_s: float,
-           states: tuple[str, ...]) -> list[tuple[tuple[str, str, int], float]]:
+def _round(sizes: list[int], collectives: list[str], cap_s: float) -> list[tuple[tuple[str, str, int], float]]:
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     p, rank = comm.Get_size(), comm.Get_rank()
@@ -112,7 +111,7 @@ def _round(sizes: list[int], collectives: list[str], cap_s: float,
             "alltoall": lambda: comm.Alltoall(send, recv),
         }
         for c in collectives:
-            for st in states:  # side by side, so a slow spell hits both states alike
+            for st in STATES:  # side by side, so a slow spell hits both states alike
                 out.append(((st, c, nb), _bench(comm, ops[c], cap_s=cap_s, state=st)))
     return out
 
@@ -123,17 +122,13 @@ def main(argv=None) -> None:
     ap.add_argument("--collectives", default="sendrecv,allreduce,allgather,reduce_scatter,broadcast,alltoall")
     ap.add_argument("--cap", type=float, default=0.3, help="seconds per (collective, size, state), all rounds together")
     ap.add_argument("--rounds", type=int, default=3, help="passes over every size; the fastest is kept")
-    ap.add_argument("--states", default=",".join(STATES), help="cache states to time each point in")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     from mpi4py import MPI
-    states = tuple(s for s in args.states.split(",") if s)
-    if not states or any(s not in STATES for s in states):
-        raise SystemExit(f"--states: use some of {', '.join(STATES)}")
-    res = run([int(s) for s in args.sizes.split(",")], args.collectives.split(","), args.cap, args.rounds, states)
+    res = run([int(s) for s in args.sizes.split(",")], args.collectives.split(","), args.cap, args.rounds)
     if MPI.COMM_WORLD.Get_rank() == 0:
         with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump({"ranks": MPI.COMM_WORLD.Get_size(), "bench": BENCH_REVISION, "measurements": res}, fh)
+            json.dump({"ranks": MPI.COMM_WORLD.Get_size(), "measurements": res}, fh)
 
 
 if __name__ == "__main__":
