@@ -99,11 +99,16 @@ class LayerEstimate:
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
                rule: str = "mpi", cold: bool = False) -> float:
     """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group);
-    ``cold``: right after a layer's kernels (``Machine.fitted_cold``)."""
+    ``cold``: right after a layer's kernels (``Machine.fitted_cold``). Inside one node, a time
+    measured in the run for exactly this collective (``Machine.measured``) comes first."""
     dims = tuple(dims)
     if not dims or nbytes <= 0 or strategy.group_size(dims) == 1:
         return 0.0
     per_node, nodes = _group_span(strategy, dims, machine)
+    if nodes == 1:
+        got = machine.measured_s(collective, int(nbytes), per_node, cold)
+        if got is not None:
+            return got
     return collective_s(collective, nbytes, per_node, nodes, machine, rule=rule, cold=cold)
 
 
@@ -229,16 +234,40 @@ def _strip_windows(layout: Layout) -> Layout:
                                                            else layout.shape[i]) for i, a in enumerate(layout.axes)))
 
 
+def _reshard_dims(src: Layout, dst: Layout) -> tuple[str, ...]:
+    """The ranks one rank exchanges with in a reshard lie in the group of the dimensions either
+    layout splits."""
+    return tuple(sorted(set(src.split_dims()) | set(dst.split_dims())))
+
+
+def reshard_exchange(src: Layout, dst: Layout, backward: bool, itemsize: int) -> tuple[int, int]:
+    """``(bytes, group size)`` of a reshard's Alltoallv: the most bytes any rank receives, and the
+    ranks of the group it exchanges in (``Machine.measured`` keys ``("alltoallv", bytes, group,
+    "cold")``)."""
+    return reshard_volume(src, dst, backward).max_recv * itemsize, _exchange_group(src, dst, _reshard_dims(src, dst))
+
+
+def _exchange_group(src: Layout, dst: Layout, dims: tuple[str, ...]) -> int:
+    """The larger of the two strategies' groups along ``dims`` (a replicated consumer of a
+    sample-split producer gathers from the producer's group, its own being one rank)."""
+    if not dims:
+        return dst.strategy.p
+    return max(src.strategy.group_size(dims), dst.strategy.group_size(dims))
+
+
 def _reshard_time(src: Layout, dst: Layout, backward: bool, itemsize: int, machine: Machine) -> tuple[float, int]:
     vol = reshard_volume(src, dst, backward)
     nbytes = vol.max_recv * itemsize
     if nbytes == 0:
         return 0.0, 0
-    dims = tuple(sorted(set(src.split_dims()) | set(dst.split_dims())))
-    # the ranks one rank exchanges with lie in the group of the dimensions either layout splits
+    dims = _reshard_dims(src, dst)
     link = _link(dst.strategy, dims, machine)
-    if link is None:  # inside one node: the fitted alltoall link of this message size, when measured,
-        link = machine.link_for_collective("alltoall", nbytes, cold=True)  # after a layer's kernels
+    if link is None:  # inside one node: the Alltoallv timed in the run (Machine.measured), else the
+        got = machine.measured_s("alltoallv", nbytes, _exchange_group(src, dst, dims), True)
+        if got is not None:
+            return got, nbytes
+        # fitted alltoall link of this message size, when measured, after a layer's kernels (cold)
+        link = machine.link_for_collective("alltoall", nbytes, cold=True)
     # sends are spread over replicas as evenly as receives (assumed; the executor measures it)
     return alltoallv_s(nbytes, nbytes, vol.max_messages, link), nbytes
 

@@ -20,6 +20,7 @@ import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
@@ -69,6 +70,11 @@ class DeviceSpec:
     efficiency: float = DEFAULT_EFFICIENCY
 
 
+@lru_cache(maxsize=8)
+def _measured_index(measured: tuple) -> dict:
+    return dict(measured)
+
+
 @dataclass(frozen=True)
 class Machine:
     """A machine: ``nodes`` nodes (``None``: as many as asked for) of ``devices_per_node`` devices."""
@@ -89,6 +95,16 @@ class Machine:
     #: collectives that follow a layer's kernels (reshards, halos, partial sums, statistics),
     #: where ``fitted`` is for those that follow another collective (the gradient allreduces).
     fitted_cold: tuple[tuple[str, float, LinkLevel], ...] = ()
+    #: Collectives timed inside a run (``dnnplan execute --fresh-profile``, profiler.inrun_comm),
+    #: as ``((collective, bytes, group size, state), seconds)``: they price exactly those
+    #: collectives inside one node in place of the fits (:meth:`measured_s`); empty otherwise.
+    measured: tuple[tuple[tuple[str, int, int, str], float], ...] = ()
+
+    def measured_s(self, collective: str, nbytes: int, group: int, cold: bool) -> float | None:
+        """The in-run time of exactly this collective (``cold``: after a layer's kernels), or None."""
+        if not self.measured:
+            return None
+        return _measured_index(self.measured).get((collective, int(nbytes), int(group), "cold" if cold else "warm"))
 
     def collective_regimes(self, collective: str, cold: bool = False) -> tuple[tuple[float, LinkLevel], ...]:
         """``(up to bytes, link)`` of each size regime of a collective's fit, smallest first (the

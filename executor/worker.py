@@ -42,7 +42,8 @@ class JobResult:
     loss: float
     check: object  # executor.runtime.CheckResult or None
     threads: int
-    kernel_samples: dict | None = None  # call key -> the slowest rank's seconds per timed step (--fresh-profile)
+    kernel_samples: dict | None = None  # call key -> the slowest rank's seconds per timed step (--fresh-profile;
+    # collectives' keys too, costmodel.comm_calls)
 
 
 def set_threads(threads: int) -> None:
@@ -71,7 +72,8 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
             threads: int, seed: int = 0, kernel_calls: list | None = None) -> JobResult | None:
     """Run the plan on ``comm``'s ranks; rank 0 gets the :class:`JobResult`, others None.
     ``kernel_calls``: time each once after every step, on every rank (profiler.inrun; the rounds
-    after warm-up steps are dropped)."""
+    after warm-up steps are dropped); collectives among them (costmodel.comm_calls.CommCall) by
+    profiler.inrun_comm."""
     from executor.collect import gather  # noqa: PLC0415 - keep `--help` light
     from executor.timers import Timers  # noqa: PLC0415
     from planner.plan_file import read_plan  # noqa: PLC0415
@@ -90,18 +92,30 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     except ImportError as err:
         raise DnnplanError(f"the executor runtime is not available: {err}") from None
     timers = Timers(keep_spans=keep_spans)
-    in_run = None
+    timed = []  # what --fresh-profile times after every step: the kernels, then the collectives
     if kernel_calls:
+        from costmodel.comm_calls import CommCall  # noqa: PLC0415
         from costmodel.reuse import reuse_bytes, step_calls  # noqa: PLC0415
         from profiler.inrun import InRunTimer  # noqa: PLC0415
-        reuse = reuse_bytes(step_calls(net, plan.batch, plan.strategies(), plan.algorithms()))
-        in_run = InRunTimer(kernel_calls, reuse)
+        kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
+        collectives = [c for c in kernel_calls if isinstance(c, CommCall)]
+        if kernels:
+            reuse = reuse_bytes(step_calls(net, plan.batch, plan.strategies(), plan.algorithms()))
+            timed.append(InRunTimer(kernels, reuse))
+        if collectives:
+            from profiler.inrun_comm import InRunComm  # noqa: PLC0415
+            timed.append(InRunComm(collectives, comm))
     comm.Barrier()
     t0 = time.perf_counter()  # the common start: every rank leaves the barrier together
-    hook = {} if in_run is None else {"after_step": lambda i: in_run.round(comm.Barrier, keep=i >= 0)}
+
+    def after_step(i: int) -> None:
+        for timer in timed:
+            timer.round(comm.Barrier, keep=i >= 0)
+
+    hook = {"after_step": after_step} if timed else {}
     result = run_plan(plan, net, comm, steps=steps, warmup=warmup, check=check, seed=seed, timers=timers, **hook)
     ranks = gather(comm, timers, t0)
-    samples = None if in_run is None else comm.gather(in_run.samples, root=0)
+    samples = None if not timed else comm.gather({k: v for t in timed for k, v in t.samples.items()}, root=0)
     if rank != 0:
         return None
     if samples is not None:

@@ -165,33 +165,46 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
             raise DnnplanError(f"the run ended without a result from rank 0 ({err})") from None
 
 
-def _predict(prep: Prepared):
+def _predict(prep: Prepared, machine: Machine | None = None):
     from costmodel.step import predict_step  # noqa: PLC0415
     return predict_step(prep.net, prep.plan.batch, prep.plan.strategies(), prep.plan.algorithms(),
-                        prep.machine, prep.compute)
+                        machine or prep.machine, prep.compute)
 
 
 def fresh_calls(prep: Prepared) -> list:
-    """``--fresh-profile``: the kernel calls the plan's prediction looks up, to be timed inside the
-    run (profiler.inrun); none, with a warning, for a compute model that is not this computer's
-    on-demand profile."""
+    """``--fresh-profile``: the kernel calls the plan's prediction looks up and, when the plan's
+    ranks share one node, the collectives it prices (costmodel.comm_calls), to be timed inside
+    the run (profiler.inrun, profiler.inrun_comm); none, with a warning, for a compute model that
+    is not this computer's on-demand profile."""
     calls_of = getattr(prep.compute, "calls_of", None)
     if calls_of is None:
         report.warn("--fresh-profile applies to machine `local` without --profile: this prediction "
                     "uses the given table as it is")
         return []
-    return calls_of(lambda: _predict(prep))
+    calls = list(calls_of(lambda: _predict(prep)))
+    if 1 < prep.plan.devices <= prep.machine.devices_per_node:
+        from costmodel.comm_calls import step_collectives  # noqa: PLC0415
+        calls += step_collectives(prep.net, prep.plan.batch, prep.plan.strategies(), _predict(prep))
+    return calls
 
 
 def predict_and_compare(prep: Prepared, job: JobResult, steps: int, kernel_calls: list | None = None) -> Comparison:
     """The prediction for the plan against the run. ``kernel_calls`` (``--fresh-profile``): the calls
     timed inside the run; their entries in this computer's profile are replaced by the median of
-    those samples first (in memory only), so the prediction uses the machine's speed of the run."""
+    those samples first (in memory only), and the collectives among them price those collectives
+    (``Machine.measured``), so the prediction uses the machine's speed of the run."""
     from executor.collect import aggregate  # noqa: PLC0415
+    machine = prep.machine
     if kernel_calls and job.kernel_samples:
+        from dataclasses import replace  # noqa: PLC0415
+        from costmodel.comm_calls import CommCall, measured_from_samples  # noqa: PLC0415
         from profiler.inrun import entries_from_samples  # noqa: PLC0415
-        prep.compute.install(entries_from_samples(kernel_calls, job.kernel_samples))
-    return compare_prediction(_predict(prep), aggregate(job.ranks, steps))
+        kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
+        prep.compute.install(entries_from_samples(kernels, job.kernel_samples))
+        measured = measured_from_samples(kernel_calls, job.kernel_samples)
+        if measured:
+            machine = replace(machine, measured=measured)
+    return compare_prediction(_predict(prep, machine), aggregate(job.ranks, steps))
 
 
 def measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool, timeout_s: float,

@@ -177,3 +177,52 @@ def test_an_output_several_layers_read_costs_a_gradient_sum_per_extra_reader():
     assert [(k, shape[4], shape[5]) for k, shape in after] == [("conv2d.bwd_weights", 4, 3),
                                                                ("conv2d.bwd_weights", 4, 1),
                                                                ("conv2d.bwd_weights", 8, 3)]
+
+
+def test_collectives_timed_in_a_run_price_exactly_those_collectives():
+    """costmodel.comm_calls lists every collective a step prices (its layers' collectives, cold
+    unless a gradient sync, and the reshards' Alltoallv); given times for them (Machine.measured,
+    as `dnnplan execute --fresh-profile` measures them) the prediction uses exactly those, and
+    keeps the fits for any collective without one."""
+    from dataclasses import replace
+
+    from costmodel.comm_calls import step_collectives
+    from costmodel.layer_cost import edge_estimate, reshard_exchange
+    from costmodel.layer_layouts import input_layout, output_layout
+    net = load_network("lenet5")
+    machine = load_machine("dgx-h100")
+    compute = Roofline(machine)
+    strategies, _ = uniform_strategies(net, 2, 16, "filter")  # F=2 where there are weights, else N=2
+    strategies["fc3"] = strategies["relu4"]  # data parallel: a weight-gradient allreduce
+    pred = predict_step(net, 16, strategies, {}, machine, compute)
+    calls = step_collectives(net, 16, strategies, pred)
+    kinds = {(c.collective, c.state) for c in calls}
+    assert {("alltoallv", "cold"), ("allreduce", "cold"), ("allreduce", "warm")} <= kinds
+    assert all(c.group == 2 and c.nbytes > 0 for c in calls) and len(set(calls)) == len(calls)
+    value = {c.measured_key: (i + 1) * 1e-3 for i, c in enumerate(calls)}  # distinct, far from the fits
+    timed = replace(machine, measured=tuple(value.items()))
+    again = predict_step(net, 16, strategies, {}, timed, compute)
+    comms = [c for row in again.layers for c in row.layer.comms]
+    assert comms
+    for c in comms:
+        assert c.seconds == value[(c.collective, c.nbytes, c.group, "warm" if c.phase == "sync" else "cold")]
+    by = {layer.name: layer for layer in net.layers}
+    moved = 0
+    for layer in net.layers:
+        for slot, src in enumerate(layer.inputs):
+            if src not in by:
+                continue
+            edge = edge_estimate(by[src], strategies[src], layer, strategies[layer.name], slot, 16, timed)
+            a = output_layout(by[src], strategies[src], 16)
+            b = input_layout(layer, strategies[layer.name], 16, slot)
+            for secs, (s, d, back) in ((edge.fwd_s, (a, b, False)), (edge.bwd_s, (b, a, True))):
+                nbytes, group = reshard_exchange(s, d, back, 4)
+                if nbytes:
+                    moved += 1
+                    assert secs == value[("alltoallv", nbytes, group, "cold")]
+    assert moved >= 2
+    # without a time for the Alltoallvs, the reshards keep their fitted cost; the rest stays timed
+    partial = replace(machine, measured=tuple((k, v) for k, v in value.items() if k[0] != "alltoallv"))
+    mixed = predict_step(net, 16, strategies, {}, partial, compute)
+    assert [r.reshard_s for r in mixed.layers] == pytest.approx([r.reshard_s for r in pred.layers])
+    assert [r.layer.comms for r in mixed.layers] == [r.layer.comms for r in again.layers]

@@ -156,11 +156,30 @@ def test_fresh_profile_times_the_predictions_kernels_inside_the_run(tmp_path, mo
     monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
     plan = write_uniform_plan(tmp_path, "lenet5", 2, 8, "data")
     prep = prepare(plan, 2, None, None)
+    from costmodel.comm_calls import CommCall
     calls = fresh_calls(prep)
-    assert {c.kernel for c in calls} >= {"linear.fwd", "relu.bwd", "sgd.update", "softmax_xent.fwd"}
+    kernels = [c for c in calls if not isinstance(c, CommCall)]
+    collectives = [c for c in calls if isinstance(c, CommCall)]
+    assert {c.kernel for c in kernels} >= {"linear.fwd", "relu.bwd", "sgd.update", "softmax_xent.fwd"}
+    # data parallel: the weight-gradient allreduces (warm) and the loss's sum (cold), no reshard
+    assert {c.state for c in collectives} == {"warm", "cold"}
+    assert {c.collective for c in collectives} == {"allreduce"} and all(c.group == 2 for c in collectives)
     job, cmp = measure(prep, steps=2, warmup=0, check=False, trace=False, timeout_s=120, fresh=True)
     assert set(job.kernel_samples) == {c.key for c in calls}
     assert all(len(v) == 2 for v in job.kernel_samples.values())  # the slower rank's, per timed step
-    for c in calls:
+    for c in kernels:
         assert prep.compute.lookup(c).seconds == pytest.approx(statistics.median(job.kernel_samples[c.key]))
-    assert cmp.predicted_step_s > 0
+    # every collective of the prediction is priced with the median of its in-run samples
+    from dataclasses import replace
+
+    from costmodel.comm_calls import measured_from_samples
+    from costmodel.step import predict_step
+    median = {c.measured_key: statistics.median(job.kernel_samples[c.key]) for c in collectives}
+    machine = replace(prep.machine, measured=measured_from_samples(calls, job.kernel_samples))
+    pred = predict_step(prep.net, prep.plan.batch, prep.plan.strategies(), prep.plan.algorithms(), machine,
+                        prep.compute)
+    priced = [(c, row.layer.name) for row in pred.layers for c in row.layer.comms]
+    assert len(priced) >= 2
+    for c, _ in priced:
+        assert c.seconds == median[(c.collective, c.nbytes, c.group, "warm" if c.phase == "sync" else "cold")]
+    assert cmp.predicted_step_s == pytest.approx(pred.step_s)

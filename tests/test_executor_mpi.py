@@ -78,3 +78,44 @@ def test_a_rank_failure_aborts_the_job_with_its_message():
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "nosuchnet" in proc.stderr
+
+
+_INRUN_COMM = """
+import json
+from mpi4py import MPI
+from costmodel.comm_calls import CommCall
+from profiler.inrun_comm import InRunComm
+comm = MPI.COMM_WORLD
+calls = [CommCall(c, 4096, g, s) for c in ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoallv")
+         for g in (2, 4) for s in ("cold", "warm")] + [CommCall("allreduce", 64, 3, "cold")]
+timer = InRunComm(calls, comm)
+for i in (-1, 0, 1):
+    timer.round(comm.Barrier, keep=i >= 0)
+groups = {g: sub.allgather(comm.Get_rank()) for g, sub in timer._subs.items()}
+got = comm.gather({"rank": comm.Get_rank(), "samples": timer.samples, "groups": groups}, root=0)
+if comm.Get_rank() == 0:
+    print(json.dumps(got), flush=True)
+"""
+
+
+@pytest.mark.mpi
+def test_inrun_collectives_time_every_kind_in_blocks_of_consecutive_ranks():
+    """profiler.inrun_comm on 4 ranks: one sample per kept round of every collective kind, each
+    group size run as blocks of consecutive ranks; a group size that does not divide the job
+    (3 of 4) is left out (the prediction then keeps the fits)."""
+    exe = _mpiexec()
+    if exe is None:
+        pytest.skip("mpiexec not found")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([exe, "-n", "4", sys.executable, "-c", _INRUN_COMM], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    out = json.loads(lines[0])
+    assert len(out) == 4
+    for r in out:
+        assert len(r["samples"]) == 20 and not any("/3/" in k for k in r["samples"])
+        assert all(len(v) == 2 and all(t > 0 for t in v) for v in r["samples"].values())
+        rank = r["rank"]
+        assert r["groups"]["2"] == [rank // 2 * 2, rank // 2 * 2 + 1]
+        assert r["groups"]["4"] == [0, 1, 2, 3]

@@ -1,0 +1,78 @@
+"""The collectives one training step makes, as the cost model prices them, listed so that a run
+can time exactly these (``dnnplan execute --fresh-profile``, profiler.inrun_comm). Pure.
+
+Each :class:`CommCall` is a collective, its bytes (as :mod:`costmodel.collectives` means them;
+``alltoallv``: the most bytes a rank receives in a reshard), the size of the group it runs in and
+the cache state it meets in the step: ``cold`` after a layer's kernels (reshards, halo exchanges,
+partial sums, statistics), ``warm`` after another collective (the weight-gradient allreduces the
+executor makes back to back). Its :attr:`CommCall.measured_key` is the key of
+``Machine.measured``, through which a time measured so prices the same collective in
+:func:`costmodel.layer_cost.group_time` and in a reshard.
+
+Why time them in the run: the collectives' fits come from ``dnnplan profile-comm``, and this VM's
+speed drifts. Fits refreshed just before the run predicted the communication of a filter-split
+lenet5 step at 2 ranks well (per-layer median error 6%), the same fits a day old badly (17-20%),
+as the kernels' own profile does (docs/executor.md).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Mapping
+
+from costmodel.layer_cost import reshard_exchange
+from costmodel.layer_layouts import input_layout, output_layout
+from costmodel.step import StepPrediction
+from costmodel.strategy import Strategy
+from networks.ir import DTYPE_BYTES, Network
+
+#: The collectives a run can time (profiler.inrun_comm).
+TIMED = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoallv")
+
+
+@dataclass(frozen=True)
+class CommCall:
+    collective: str
+    nbytes: int
+    group: int
+    state: str  # "cold" or "warm"
+
+    @property
+    def key(self) -> str:
+        """The key of its samples (next to the kernel calls' keys, which never start with ``comm:``)."""
+        return f"comm:{self.collective}/{self.nbytes}/{self.group}/{self.state}"
+
+    @property
+    def measured_key(self) -> tuple[str, int, int, str]:
+        return (self.collective, self.nbytes, self.group, self.state)
+
+
+def step_collectives(net: Network, batch: int, strategies: Mapping[str, Strategy],
+                     pred: StepPrediction) -> tuple[CommCall, ...]:
+    """Every distinct collective of the step ``pred`` prices (its layers' collectives) and of the
+    reshards between the layers' layouts, in step order; none spans a single rank."""
+    out: dict[CommCall, None] = {}
+    for row in pred.layers:
+        for c in row.layer.comms:
+            if c.group > 1 and c.nbytes > 0 and c.collective in TIMED:
+                out[CommCall(c.collective, int(c.nbytes), c.group, "warm" if c.phase == "sync" else "cold")] = None
+    by_name = {layer.name: layer for layer in net.layers}
+    for layer in net.layers:
+        for slot, src in enumerate(layer.inputs):
+            if src not in by_name:
+                continue
+            a = output_layout(by_name[src], strategies[src], batch)
+            b = input_layout(layer, strategies[layer.name], batch, slot)
+            itemsize = DTYPE_BYTES.get(by_name[src].dtype, 4)
+            for s, d, backward in ((a, b, False), (b, a, True)):
+                nbytes, group = reshard_exchange(s, d, backward, itemsize)
+                if nbytes > 0 and group > 1:
+                    out[CommCall("alltoallv", int(nbytes), group, "cold")] = None
+    return tuple(out)
+
+
+def measured_from_samples(calls, samples: Mapping[str, list[float]]) -> tuple:
+    """``Machine.measured`` from the median of each call's samples (calls without samples left out)."""
+    return tuple((c.measured_key, float(statistics.median(samples[c.key])))
+                 for c in calls if isinstance(c, CommCall) and samples.get(c.key))
