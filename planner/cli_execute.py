@@ -39,9 +39,9 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="BLAS/OpenM
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="The profile table the plan was made "
                                                    "with [default: the machine's].")]
 FreshOpt = Annotated[bool, typer.Option("--fresh-profile", help="Machine `local`: time the prediction's "
-                                        "kernels again inside the run, once per rank after every timed step, "
-                                        "and predict from those timings (a shared VM's speed drifts by tens "
-                                        "of percent within hours).")]
+                                        "kernels and collectives again inside the run, once per rank after "
+                                        "every timed step, and predict from those timings (a shared VM's "
+                                        "speed drifts by tens of percent within hours).")]
 
 
 @dataclass(frozen=True)
