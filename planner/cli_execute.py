@@ -181,10 +181,12 @@ def fresh_calls(prep: Prepared) -> list:
         report.warn("--fresh-profile applies to machine `local` without --profile: this prediction "
                     "uses the given table as it is")
         return []
-    calls = list(calls_of(lambda: _predict(prep)))
+    made = []  # the prediction the kernel calls were listed from (none when on-demand timing is off)
+    calls = list(calls_of(lambda: made.append(_predict(prep))))
     if 1 < prep.plan.devices <= prep.machine.devices_per_node:
         from costmodel.comm_calls import step_collectives  # noqa: PLC0415
-        calls += step_collectives(prep.net, prep.plan.batch, prep.plan.strategies(), _predict(prep))
+        calls += step_collectives(prep.net, prep.plan.batch, prep.plan.strategies(),
+                                  made[0] if made else _predict(prep))
     return calls
 
 
