@@ -53,8 +53,18 @@ def _read_text(path: str) -> str:
         return ""
 
 
+#: Set by dnnplan in every rank of an MPI job (executor.node): the cores the job's ranks on this
+#: node may run on together. A rank bound to one core (Open MPI's default for two ranks, Slurm's
+#: task binding) would otherwise see a one-core machine ``local`` and refuse a two-rank plan.
+NODE_CORES_ENV = "DNNPLAN_NODE_CORES"
+
+
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity), else the machine's core count."""
+    """The cores this process may run on (its CPU affinity), else the machine's core count; inside
+    an MPI job, the cores its ranks on this node may run on together (:data:`NODE_CORES_ENV`)."""
+    shared = os.environ.get(NODE_CORES_ENV, "")
+    if shared.isdigit() and int(shared) > 0:
+        return int(shared)
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from costmodel.files import usable_cores
+from costmodel.files import NODE_CORES_ENV, usable_cores
 from networks.errors import DnnplanError
 
 JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK")
@@ -156,6 +156,8 @@ def launch(cmd: list[str], threads: int, timeout_s: float, *, cwd: str | None = 
     """
     env = thread_env(threads)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # the ranks size machine `local` as this process did, whatever cores MPI binds each one to
+    env[NODE_CORES_ENV] = str(usable_cores())
     root = str(Path(__file__).resolve().parents[1])  # so `-m executor.worker` finds this checkout
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:

@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from costmodel.files import NODE_CORES_ENV
 from networks.errors import DnnplanError
 from profiler.allocator import keep_freed_memory
 
@@ -182,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout > 0:
         start_watchdog(comm, args.timeout)
     try:
+        if not os.environ.get(NODE_CORES_ENV):  # set by dnnplan's launcher; else agree on it here
+            from executor.node import share_node_cores  # noqa: PLC0415
+            share_node_cores(comm)
         calls = None
         if args.time_kernels:
             with open(args.time_kernels, "rb") as fh:

@@ -106,6 +106,10 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
     from planner.context import compute_model  # noqa: PLC0415
     from planner.plan_file import read_plan  # noqa: PLC0415
     _positive("ranks", ranks)
+    if launcher.inside_mpi_job():  # every rank sizes machine `local` by the node's cores, not its binding
+        from mpi4py import MPI  # noqa: PLC0415
+        from executor.node import share_node_cores  # noqa: PLC0415
+        share_node_cores(MPI.COMM_WORLD)
     plan, net = read_plan(plan_path)
     if plan.devices != ranks:
         raise DnnplanError(f"the plan is for {plan.devices} devices, not --ranks {ranks}", file=plan_path,

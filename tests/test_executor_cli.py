@@ -104,6 +104,38 @@ def test_worker_module_runs_standalone_under_mpiexec(plan2, tmp_path):
     assert res.exists()
 
 
+@pytest.fixture(scope="module")
+def local_plan2(tmp_path_factory):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores: machine `local` holds one device per core")
+    return write_uniform_plan(tmp_path_factory.mktemp("local"), "lenet5", 2, 8, "data", machine="local")
+
+
+@pytest.mark.parametrize("how", ["dnnplan execute inside the job", "the worker alone"])
+def test_ranks_bound_to_one_core_each_still_see_the_nodes_cores(local_plan2, tmp_path, how):
+    """Open MPI binds each of two ranks to a core, and so does Slurm's task affinity: each rank's
+    affinity is then one core, and machine `local` (a device per core) would refuse the 2-device
+    plan on every rank. The ranks agree on the node's cores (executor.node) first."""
+    from executor.launch import find_mpiexec
+    env = {**os.environ, "DNNPLAN_TEST_RUNTIME": STUB, "PYTHONPATH": os.getcwd()}
+    env.pop("DNNPLAN_NODE_CORES", None)
+    if how == "the worker alone":
+        args = ["-m", "executor.worker", local_plan2, "--result", str(tmp_path / "res.pkl"), "--steps", "1",
+                "--warmup", "0"]
+    else:
+        args = ["-c", "from planner.cli import main; main()", "execute", local_plan2, "--ranks", "2",
+                "--steps", "1", "--warmup", "0", "--json", str(tmp_path / "res.json")]
+    probe = subprocess.run([find_mpiexec(), "-bind-to", "core", "-n", "2", sys.executable, "-c",
+                            "import os; print(len(os.sched_getaffinity(0)))"],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert probe.stdout.split() == ["1", "1"], probe.stdout + probe.stderr  # the binding took hold
+    proc = subprocess.run([find_mpiexec(), "-bind-to", "core", "-n", "2", sys.executable, *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "do not fit" not in proc.stdout + proc.stderr
+    assert (tmp_path / ("res.pkl" if how == "the worker alone" else "res.json")).exists()
+
+
 # --- the real runtime -------------------------------------------------------------------------
 
 def test_execute_real_runtime_lenet5_with_check(tmp_path):

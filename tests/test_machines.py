@@ -67,6 +67,20 @@ def test_local_resolves_to_this_computers_cores():
         m.check_devices(cores + 1)
 
 
+def test_local_inside_an_mpi_job_has_the_cores_its_ranks_share(monkeypatch):
+    """A rank bound to one core sizes `local` by the node's cores its job's ranks agreed on
+    (executor.node publishes them), so every rank loads the machine the plan was made for."""
+    from costmodel.files import NODE_CORES_ENV
+    from executor.node import node_cores
+    assert node_cores([frozenset({0}), frozenset({1}), frozenset({1, 2})]) == 3
+    assert node_cores([frozenset({3}), frozenset({3})]) == 1
+    monkeypatch.setenv(NODE_CORES_ENV, "7")
+    assert load_machine("local").devices_per_node == 7
+    monkeypatch.setenv(NODE_CORES_ENV, "")  # unset or empty: this process's own affinity
+    assert load_machine("local").devices_per_node == (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+
+
 def test_resolve_auto_uses_the_facts_given():
     facts = HostFacts(cores=12, cpu_name="Toy CPU", flops_per_cycle_float32=32, clock_hz=2e9,
                       memory_bytes=48 * 2**30)
