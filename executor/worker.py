@@ -19,6 +19,7 @@ sleep S seconds first; ``DNNPLAN_TEST_RUNTIME=MODULE`` takes ``run_plan`` from M
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pickle
 import sys
@@ -45,6 +46,12 @@ class JobResult:
     threads: int
     kernel_samples: dict | None = None  # call key -> the slowest rank's seconds per timed step (--fresh-profile;
     # collectives' keys too, costmodel.comm_calls)
+    losses: tuple = ()  # every step's loss, warm-up first
+
+
+def first_non_finite(losses) -> int | None:
+    """Index of the first step whose loss is NaN or infinite, else None."""
+    return next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
 
 
 def set_threads(threads: int) -> None:
@@ -122,7 +129,8 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     if samples is not None:
         from profiler.inrun import merge_samples  # noqa: PLC0415
         samples = merge_samples(samples)
-    return JobResult(ranks, float(result.loss), result.check, threads, samples)
+    return JobResult(ranks, float(result.loss), result.check, threads, samples,
+                     tuple(float(v) for v in result.losses))
 
 
 def abort_with(comm, err: BaseException) -> None:

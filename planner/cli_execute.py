@@ -24,7 +24,7 @@ from costmodel.machine import Machine
 from executor import launch as launcher
 from executor import report
 from executor.compare import Comparison, compare_prediction, comparison_json
-from executor.worker import JobResult
+from executor.worker import JobResult, first_non_finite
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.app import app, fail_line
@@ -229,6 +229,17 @@ def measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool
     return job, predict_and_compare(prep, job, steps, calls)
 
 
+def warn_non_finite_loss(job: JobResult, warmup: int, what: str = "") -> None:
+    """Steps that compute on NaN or infinity are not training steps (and denormals on the way there
+    can be slow): say so, rather than report their times as if they were."""
+    i = first_non_finite(job.losses)
+    if i is not None:
+        which = f"warm-up step {i + 1}" if i < warmup else f"timed step {i - warmup + 1}"
+        report.warn(f"{what}the loss is {job.losses[i]} from {which} on: those steps computed on non-finite "
+                    "values, so their times may not be a training step's (the executor's learning rate "
+                    "is fixed; run fewer --steps)")
+
+
 def write_json_file(path: str, data: dict) -> None:
     """Atomic: a failed run never leaves a partial file."""
     target = Path(path)
@@ -294,6 +305,7 @@ def execute(plan: Annotated[str, typer.Argument(help="A plan file written by `dn
     report.comparison_table(cmp, title, _strategy_labels(prep.plan))
     report.step_summary(cmp)
     report.check_line(job.check)
+    warn_non_finite_loss(job, warmup)
     if json_out:
         write_json_file(json_out, comparison_json(plan, cmp, job.check))
     if trace:
@@ -399,6 +411,7 @@ def validate(network: Annotated[str, typer.Argument(help="A zoo network name or 
                                                       timeout_s=timeout, fresh=fresh))
             if job is None:
                 continue
+            warn_non_finite_loss(job, warmup, f"{name}: ")
             if details:
                 report.comparison_table(cmp, f"{name}: {_strategy_summary(plan)}", _strategy_labels(plan))
                 report.step_summary(cmp)

@@ -93,6 +93,16 @@ def test_json_and_trace(plan2, tmp_path, monkeypatch):
     assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in spans)
 
 
+def test_a_loss_that_turns_nan_is_warned_about(plan2, monkeypatch):
+    monkeypatch.setenv("DNNPLAN_TEST_RUNTIME", STUB)
+    result = runner.invoke(app, ["execute", plan2, "--ranks", "2", "--steps", "3", "--warmup", "1"])
+    assert result.exit_code == 0 and "non-finite" not in result.output, result.output
+    monkeypatch.setenv("DNNPLAN_TEST_NAN_FROM_STEP", "2")  # the second timed step (one warm-up before)
+    result = runner.invoke(app, ["execute", plan2, "--ranks", "2", "--steps", "3", "--warmup", "1"])
+    assert result.exit_code == 0, result.output
+    assert "the loss is nan from timed step 2 on" in " ".join(result.output.split())
+
+
 def test_worker_module_runs_standalone_under_mpiexec(plan2, tmp_path):
     from executor.launch import find_mpiexec
     res = tmp_path / "res.pkl"

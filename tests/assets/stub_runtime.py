@@ -6,6 +6,7 @@ exercised without depending on the runtime's speed.
 
 from __future__ import annotations
 
+import os
 import time
 
 from executor.check import CheckResult  # the runtime's own result types
@@ -29,4 +30,8 @@ def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=
         timers.end_step()
         step_s.append(time.perf_counter() - t)
     chk = CheckResult(True, 1e-7, f"{net.layers[0].name}.weight", 1e-8, 1e-4) if check else None
-    return RunResult(1.0, [1.0] * steps, step_s[warmup:], chk)
+    losses = [1.0] * (warmup + steps)
+    diverge = os.environ.get("DNNPLAN_TEST_NAN_FROM_STEP")  # the loss turns NaN from this step on
+    if diverge:
+        losses[int(diverge):] = [float("nan")] * (len(losses) - int(diverge))
+    return RunResult(1.0, losses, step_s[warmup:], chk)
