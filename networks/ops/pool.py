@@ -11,7 +11,7 @@ POOL_PARAMS = (
     Param("kernel", "pair", doc="window size, k or [kh, kw]"),
     Param("stride", "pair", None, "stride (default: the kernel size)"),
     Param("padding", "pad", 0, "implicit padding on each side"),
-    Param("dilation", "pair", 1, "window dilation (maxpool only)"),
+    Param("dilation", "pair", 1, "window dilation (maxpool2d only; avgpool2d refuses one)"),
     Param("ceil_mode", "bool", False, "round the output size up, as PyTorch's ceil_mode"),
     Param("count_include_pad", "bool", True, "avgpool: divide by the full window, padding included"),
 )
@@ -71,7 +71,14 @@ def pool_splits(p, in_shapes, out_shape):
 
 MAXPOOL = OpDef("maxpool2d", "max pooling", POOL_PARAMS, (1, 1), pool_infer, no_weights,
                 pool_costs, pool_splits)
-AVGPOOL = OpDef("avgpool2d", "average pooling", POOL_PARAMS, (1, 1), pool_infer, no_weights,
+def avgpool_infer(p, in_shapes, dtypes):
+    if tuple(p["dilation"]) != (1, 1):  # the kernels, the executor and PyTorch's AvgPool2d have none
+        raise ShapeError(f"avgpool2d has no dilation (got {p['dilation']}); remove it, or use maxpool2d",
+                         "dilation")
+    return pool_infer(p, in_shapes, dtypes)
+
+
+AVGPOOL = OpDef("avgpool2d", "average pooling", POOL_PARAMS, (1, 1), avgpool_infer, no_weights,
                 pool_costs, pool_splits)
 
 
