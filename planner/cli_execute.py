@@ -88,6 +88,15 @@ def profile_check(plan: Plan, compute: ComputeModel, threads: int) -> list[str]:
             raise DnnplanError(f"the profile table was measured on another device ({why})",
                                file=getattr(table, "source", None),
                                hint="profile this computer (`dnnplan profile`) or pass its table with --profile")
+    try:
+        from profiler.kernels import KERNELS_REVISION  # noqa: PLC0415
+    except ImportError:  # the profiler is not available in this build
+        KERNELS_REVISION = None
+    rev = fp.get("kernels")
+    if KERNELS_REVISION is not None and str(rev) != str(KERNELS_REVISION):
+        warnings.append(f"the profile's kernels are revision {rev if rev is not None else '1 or older'} but this "
+                        f"build runs revision {KERNELS_REVISION}: kernel times may differ from the prediction "
+                        "(re-profile: `dnnplan profile`)")
     t = fp.get("threads")
     if t and int(t) != threads:
         warnings.append(f"the profile was measured with {t} thread(s) per rank but this run uses {threads}: "
@@ -125,6 +134,10 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
         threads = t if t and t * ranks <= launcher.usable_cores() else launcher.threads_per_rank(ranks)
     for w in profile_check(plan, compute, threads):
         report.warn(w)
+    if plan.devices > 1 and getattr(machine, "fitted", ()) and not getattr(machine, "fitted_cold", ()):
+        report.warn("the communication profile has no cold fits (made before `dnnplan profile-comm` timed "
+                    "collectives after a cache pass): collectives that follow a layer's kernels are priced "
+                    "as if still in cache, so lower than they run; re-run `dnnplan profile-comm`")
     if plan.machine not in ("local",) and getattr(machine, "device", None) is not None:
         report.warn(f"the plan is for machine '{plan.machine}', not this computer: predicted times are "
                     f"{plan.machine}'s, measured times this computer's")

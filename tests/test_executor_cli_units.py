@@ -209,3 +209,37 @@ def test_profile_of_another_thread_count_warns(plan2):
     warnings = profile_check(plan, Compute(), threads=1)
     assert any("4 thread(s) per rank but this run uses 1" in w for w in warnings)
     assert profile_check(plan, object(), threads=1) == []
+
+
+def test_profile_of_another_kernel_revision_warns(plan2):
+    from planner.cli_execute import profile_check
+    from planner.plan_file import read_plan
+    from profiler.kernels import KERNELS_REVISION
+
+    def table(fp):
+        return type("C", (), {"table": type("T", (), {"fingerprint": fp, "short_id": None, "source": "t.json"})()})()
+
+    plan, _ = read_plan(plan2)
+    same = {"threads": 1, "backend": "numpy", "kernels": KERNELS_REVISION}
+    assert profile_check(plan, table(same), threads=1) == []
+    older = profile_check(plan, table({**same, "kernels": KERNELS_REVISION - 1}), threads=1)
+    assert [w for w in older if f"revision {KERNELS_REVISION - 1} but this build runs revision "
+            f"{KERNELS_REVISION}" in w] == older and len(older) == 1
+    unnamed = profile_check(plan, table({"threads": 1, "backend": "numpy"}), threads=1)
+    assert len(unnamed) == 1 and "revision 1 or older" in unnamed[0]
+
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_a_comm_profile_without_cold_fits_warns(plan2, monkeypatch, capsys, cold):
+    from dataclasses import replace
+
+    from costmodel.machine import LinkLevel
+    from planner import context
+    from planner.cli_execute import prepare
+    link = LinkLevel(name="fit", alpha_s=1e-6, beta_s_per_byte=1e-10, gamma_s_per_byte=0.0)
+    fits = (("allreduce", float("inf"), link),)
+    monkeypatch.setattr(context, "profiled_links", lambda machine, compute: replace(
+        machine, fitted=fits, fitted_cold=fits if cold else ()))
+    prepare(plan2, 2, 1, None)
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("no cold fits" in err) is not cold, err
