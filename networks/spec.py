@@ -241,8 +241,10 @@ class _Parser:
         for i in range(start, start + repeat):
             ienv = dict(env, i=i)
             name = self.sub(name_t, ienv, line=line, layer=label, field="name")
-            benv = {k: v for k, v in defaults.items() if v is not REQUIRED}
-            benv.update({k: self.sub(v, ienv, line=line, layer=str(name), field=k) for k, v in args_t.items()})
+            benv = {k: self.sub(v, ienv, line=line, layer=str(name), field=k) for k, v in args_t.items()}
+            for k, v in defaults.items():  # a default may be a template over the block's own parameters
+                if k not in benv and v is not REQUIRED:
+                    benv[k] = self.sub(v, dict(benv, i=i), line=block.line, layer=str(name), field=k)
             missing = [k for k, v in defaults.items() if v is REQUIRED and k not in benv]
             if missing:
                 raise self.fail(f"block '{use}' needs argument(s) {', '.join(missing)}", line=line,

@@ -137,6 +137,34 @@ def test_block_defaults_and_typed_expressions():
     assert net.layer("layer1.2.add").out_shape == (6, 8, 8)
 
 
+def test_a_block_default_may_be_a_template_over_its_parameters():
+    """``downsample: "{stride != 1}"`` is evaluated with the instance's own arguments (before the
+    ninth session it was passed on as the string, always true)."""
+    net = parse("""
+name: t
+inputs:
+  x: {shape: [3, 8, 8]}
+blocks:
+  unit:
+    params: {width: 4, stride: 1, downsample: "{stride != 1}", wide: "{width * 2}"}
+    layers:
+      - {name: conv, op: conv2d, filters: "{width}", kernel: 3, stride: "{stride}", padding: 1}
+      - {name: down, op: conv2d, inputs: $input, when: "{downsample}", filters: "{width}", kernel: 1,
+         stride: "{stride}"}
+      - {name: add, op: add, inputs: [conv, "{'down' if downsample else '$input'}"]}
+      - {name: out, op: conv2d, filters: "{wide}", kernel: 1}
+layers:
+  - {name: c0, op: conv2d, filters: 4, kernel: 1}
+  - {use: unit, name: a}
+  - {use: unit, name: b, args: {width: 8, stride: 2}}
+  - {use: unit, name: c, args: {width: 16, wide: 3}}
+""")
+    assert "a.down" not in names(net) and net.layer("a.add").inputs == ("a.conv", "c0")
+    assert net.layer("b.add").inputs == ("b.conv", "b.down")
+    assert net.layer("a.out").p["filters"] == 8 and net.layer("b.out").p["filters"] == 16
+    assert net.layer("c.out").p["filters"] == 3  # given, not the default
+
+
 def test_a_block_instance_name_means_its_last_layer():
     net = parse(BLOCKS)
     assert net.layer("after").inputs == ("layer1.2.add",)
