@@ -17,7 +17,10 @@ Predictions use the ``local`` machine's compute model: the per-user profile cach
 computer, filled on demand (profiler.ondemand), so the first run also profiles the kernels; by
 default the kernels each prediction looks up are timed again inside its run, once per rank after
 every step (``--fresh-profile``, profiler.inrun), since this VM's speed drifts within minutes;
-``--no-fresh-profile`` predicts from the cache as it is.
+``--no-fresh-profile`` predicts from the cache as it is. The planner weighs its alternatives on
+the cache, whose entries were timed over days while the VM's speed drifted unevenly, so every
+kernel it weighs is timed again first, side by side (``dnnplan plan --refresh-profile``; about a
+minute for ResNet-18 at 2 ranks); ``--no-refresh-profile`` plans from the cache as it is.
 
     python bench/bench_executor_accuracy.py [--nets lenet5,alexnet,resnet18-64] [--ranks 1,2]
                                             [--steps 9] [--warmup 2] [--json FILE]
@@ -60,14 +63,18 @@ def machine_line() -> str:
 
 
 def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeout: float,
-            fresh: bool = True) -> list[dict]:
+            fresh: bool = True, refresh: bool = True) -> list[dict]:
     from planner import context
     from planner.cli_execute import _strategy_summary, candidate_plans, measure, prepare
     from planner.plan_file import write_plan
-    ctx = context.resolve(net_arg, ranks, batch, "local")
+    ctx = context.resolve(net_arg, ranks, batch, "local", refresh=refresh)
+    t = time.perf_counter()
+    candidates = candidate_plans(ctx, net_arg, "local")
+    ctx.compute.save()  # re-timed entries (refresh) reach the cache the runs' predictions read
+    plan_s = time.perf_counter() - t
     rows, preps, walls = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-exec-") as tmp:
-        for i, (name, plan) in enumerate(candidate_plans(ctx, net_arg, "local")):
+        for i, (name, plan) in enumerate(candidates):
             path = os.path.join(tmp, f"plan{i}.yaml")
             write_plan(plan, path)
             prep = prepare(path, ranks, None, None)
@@ -82,7 +89,7 @@ def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeo
                          "measured_min_s": cmp.measured.step_min_s, "measured_max_s": cmp.measured.step_max_s,
                          "step_rel": cmp.step_rel, "layer_median_abs_rel": cmp.layer_median_abs_rel,
                          "check_passed": None if job.check is None else bool(job.check.passed),
-                         "wall_s": time.perf_counter() - t})
+                         "wall_s": time.perf_counter() - t, "plan_s": plan_s})
         best = min(r["measured_step_s"] for r in rows)
         for r in rows:
             r["vs_fastest"] = r["measured_step_s"] / best - 1
@@ -121,13 +128,17 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fresh-profile", dest="fresh", action="store_false",
                     help="predict from the profile cache as it is, instead of timing each prediction's "
                          "kernels inside its run (dnnplan execute --fresh-profile)")
+    ap.add_argument("--no-refresh-profile", dest="refresh", action="store_false",
+                    help="plan from the profile cache as it is, instead of timing every kernel the "
+                         "planner weighs again first (dnnplan plan --refresh-profile)")
     args = ap.parse_args(argv)
     console = Console(highlight=False, width=200)
     rows = []
     for net in args.nets.split(","):
         net_arg, per_rank = NETS[net]
         for p in (int(x) for x in args.ranks.split(",")):
-            rows += run_one(net_arg, p, per_rank * p, args.steps, args.warmup, args.timeout, args.fresh)
+            rows += run_one(net_arg, p, per_rank * p, args.steps, args.warmup, args.timeout, args.fresh,
+                            args.refresh)
     t = Table(title=f"executor accuracy on {machine_line()}", title_justify="left",
               caption="error = (measured - predicted) / predicted; targets: |step| < 10%, layer median < 20%",
               caption_justify="left")

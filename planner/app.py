@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -23,6 +24,12 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click import ClickException, Context
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+#: ``plan`` and ``validate``: re-time the on-demand profile (planner.context.compute_model).
+RefreshOpt = Annotated[bool, typer.Option("--refresh-profile", help="Machine `local`: time again, now, every "
+                                          "kernel the planner weighs, and update this computer's profile "
+                                          "cache (entries gathered over days drift apart on a shared "
+                                          "machine and can mislead the choice between algorithms).")]
 
 
 def fail_line(message: str) -> None:

@@ -27,7 +27,7 @@ from executor.compare import Comparison, compare_prediction, comparison_json
 from executor.worker import JobResult, first_non_finite
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.app import app, fail_line
+from planner.app import RefreshOpt, app, fail_line
 from planner.plan import Plan
 
 RanksOpt = Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to run on; must equal the plan's devices.")]
@@ -399,6 +399,7 @@ def validate(network: Annotated[str, typer.Argument(help="A zoo network name or 
                                                   "`local` is this computer.")] = "local",
              steps: StepsOpt = 5, warmup: WarmupOpt = 2, timeout: TimeoutOpt = 600.0,
              threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
+             refresh: RefreshOpt = False,
              check: Annotated[bool, typer.Option("--check/--no-check", help="Check each plan's numerics "
                                                  "against one process.")] = True,
              json_out: Annotated[Optional[str], typer.Option("--json", help="Write the summary as JSON to FILE.")] = None,
@@ -413,10 +414,14 @@ def validate(network: Annotated[str, typer.Argument(help="A zoo network name or 
     from planner import context  # noqa: PLC0415
     from planner.plan_file import write_plan  # noqa: PLC0415
     _positive("steps", steps)
-    ctx = context.resolve(network, ranks, batch, machine, profile)
+    ctx = context.resolve(network, ranks, batch, machine, profile, refresh)
     rows = []
+    candidates = candidate_plans(ctx, network, machine)
+    save = getattr(ctx.compute, "save", None)
+    if save is not None:
+        save()  # what was timed (--refresh-profile) is in the cache the runs' predictions read
     with tempfile.TemporaryDirectory(prefix="dnnplan-validate-") as tmp:
-        for i, (name, plan) in enumerate(candidate_plans(ctx, network, machine)):
+        for i, (name, plan) in enumerate(candidates):
             path = os.path.join(tmp, f"plan{i}.yaml")
             write_plan(plan, path)
             prep = prepare(path, ranks, threads, profile)

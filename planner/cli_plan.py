@@ -12,7 +12,7 @@ import typer
 from costmodel.files import DEFAULT_MACHINE
 from networks.errors import DnnplanError
 from planner import context
-from planner.app import app
+from planner.app import RefreshOpt, app
 from planner.cli import BatchOpt, DevicesOpt, JsonOpt, MachineOpt, NetworkArg, ProfileOpt
 from planner.optimize import Settings, make_plan
 from planner.plan_file import plan_to_dict, write_plan
@@ -49,6 +49,7 @@ def plan(network: NetworkArg,
                                                       "e.g. 1,2,4,...,1024, at a fixed batch.")] = None,
          plot: Annotated[Optional[str], typer.Option("--plot", help="With --sweep: write a PNG (needs the "
                                                      "plot extra, matplotlib).")] = None,
+         refresh: RefreshOpt = False,
          as_json: JsonOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
@@ -67,7 +68,7 @@ def plan(network: NetworkArg,
     if plot and not sweep:
         raise DnnplanError("--plot draws a sweep", hint="add --sweep 1,2,4,...")
     settings = Settings(solver, time_limit, gap)
-    ctx = context.resolve(network, devices, batch, machine, profile)
+    ctx = context.resolve(network, devices, batch, machine, profile, refresh)
     limit = None if memory is None else memory * GIB
     machine_ref = machine or DEFAULT_MACHINE
     if sweep:

@@ -29,7 +29,7 @@ def default_batch(devices: int) -> int:
 
 
 def resolve(network: str, devices: int, batch: int | None, machine: str | None,
-            profile: str | None = None) -> Context:
+            profile: str | None = None, refresh: bool = False) -> Context:
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")
     if batch is not None and batch < 1:
@@ -37,21 +37,23 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
     net = load_network(network)
     mach = load_machine(machine or DEFAULT_MACHINE)
     mach.check_devices(devices)
-    compute = compute_model(mach, profile, devices)
+    compute = compute_model(mach, profile, devices, refresh)
     return Context(net, profiled_links(mach, compute), batch or default_batch(devices), devices, compute)
 
 
-def compute_model(machine: Machine, profile: str | None = None, devices: int = 1) -> ComputeModel:
+def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,
+                  refresh: bool = False) -> ComputeModel:
     """The profile table when one is given or the machine names one; for the ``local`` machine the
-    per-user cache of this computer for ``devices`` ranks sharing it, profiled on demand; else the
-    datasheet roofline."""
+    per-user cache of this computer for ``devices`` ranks sharing it, profiled on demand (every
+    call it is asked for timed again with ``refresh``); else the datasheet roofline."""
     path = profile or machine.profile
     if path:
         from costmodel.profile_table import ProfiledCompute, load_table  # noqa: PLC0415 - optional
         return ProfiledCompute(load_table(path), Roofline(machine))
     if machine.name == "local":
         from profiler.ondemand import local_compute_model  # noqa: PLC0415 - the I/O edge
-        return local_compute_model(machine, threads=1, concurrency=min(devices, machine.devices_per_node))
+        return local_compute_model(machine, threads=1, concurrency=min(devices, machine.devices_per_node),
+                                   refresh=refresh)
     return Roofline(machine)
 
 

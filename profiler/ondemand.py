@@ -34,8 +34,10 @@ from profiler.tables import cache_path, earlier_cache_paths, open_for_device, re
 
 class OnDemandCompute(ProfiledCompute):
     def __init__(self, table, fallback, path, threads: int, progress: bool = True, max_call_s: float = 1.0,
-                 concurrency: int = 1):
+                 concurrency: int = 1, refresh: bool = False):
         super().__init__(table, fallback)
+        self.refresh = refresh  # re-time every call on its first lookup in this process (--refresh-profile)
+        self._timed: set[str] = set()  # keys timed (or found too slow to time) by this process
         self.concurrency = concurrency
         self._companions = None
         self.path = path
@@ -75,6 +77,7 @@ class OnDemandCompute(ProfiledCompute):
         self._rebuild()
 
     def _measure(self, call: KernelCall, policy: TimingPolicy = QUICK) -> Lookup | None:
+        self._timed.add(call.key)
         if not self.enabled or self._fallback_call(call) > self.max_call_s:
             return None
         from threadpoolctl import threadpool_limits
@@ -111,7 +114,8 @@ class OnDemandCompute(ProfiledCompute):
     def lookup(self, call: KernelCall) -> Lookup:
         if self._recording is not None:
             self._recording.setdefault(call.key, call)
-        if call.key not in self.table.entries and call not in self._memo:
+        stale = self.refresh and call.key not in self._timed
+        if (stale or call.key not in self.table.entries) and call not in self._memo:
             got = self._measure(call)
             if got is not None:
                 self.misses.discard(call)
@@ -132,15 +136,21 @@ class OnDemandCompute(ProfiledCompute):
 
 
 def local_compute_model(machine: Machine, threads: int = 1, progress: bool = True,
-                        concurrency: int = 1) -> OnDemandCompute:
+                        concurrency: int = 1, refresh: bool = False) -> OnDemandCompute:
     """The cached, on-demand profiled compute model of this computer (backend numpy), for runs of
-    ``concurrency`` ranks sharing it (kernels timed beside that many - 1 companions)."""
+    ``concurrency`` ranks sharing it (kernels timed beside that many - 1 companions). ``refresh``:
+    every call is timed again on its first lookup and the cache updated, so the calls one plan
+    weighs against each other are all timed now, side by side (the cache gathers entries over
+    days, while this VM's speed drifts unevenly: after a day, its im2col convolutions of
+    ResNet-18 read 1.47x their time re-timed, its Winograd ones 1.14x, and the planner chose
+    Winograd where im2col now ran faster)."""
     fp = fingerprint("numpy", threads, concurrency)
     path = cache_path(fp)
     table = open_for_device(str(path), fp)
     if not path.exists() and not table.comm:
         table = _with_earlier_comm(table, fp)
-    return OnDemandCompute(table, Roofline(machine), str(path), threads, progress, concurrency=concurrency)
+    return OnDemandCompute(table, Roofline(machine), str(path), threads, progress, concurrency=concurrency,
+                           refresh=refresh)
 
 
 def _with_earlier_comm(table, fp):

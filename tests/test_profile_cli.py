@@ -364,6 +364,37 @@ def test_calls_of_lists_what_a_prediction_looks_up_and_install_replaces_entries(
     assert again.lookup(calls[0]).seconds < 0.1
 
 
+def test_refresh_times_every_call_again_once_and_updates_the_cache(monkeypatch):
+    """--refresh-profile: a call already in the cache is timed again on its first lookup in the
+    process (not on later ones), and the cache file gets the new time; without it the cache's
+    entry is used as it is."""
+    from costmodel.files import load_machine
+    from costmodel.profile_table import Entry, with_entries
+    from profiler import ondemand
+    from profiler.ondemand import local_compute_model
+    call = _two_calls()[0]
+    stale = Entry(7.0, 7.0, 0.0, 4, call.flops, call.bytes)  # never a 64^3 GEMM's time here
+    cm = local_compute_model(load_machine("local"), progress=False)
+    cm.cached = with_entries(cm.cached, {call.key: stale})
+    cm.new = {call.key: stale}
+    cm.save()
+    assert local_compute_model(load_machine("local"), progress=False).lookup(call).seconds == 7.0
+    fresh = local_compute_model(load_machine("local"), progress=False, refresh=True)
+    timed = []
+    real = ondemand.time_call
+    monkeypatch.setattr(ondemand, "time_call", lambda c, policy: timed.append(c.key) or real(c, policy=policy))
+    first, second = fresh.lookup(call).seconds, fresh.lookup(call).seconds
+    assert first < 0.1 and second == first and timed == [call.key]
+    fresh.save()
+    assert local_compute_model(load_machine("local"), progress=False).lookup(call).seconds == first
+
+
+def test_plan_and_validate_offer_refresh_profile():
+    for command in ("plan", "validate"):
+        r = runner.invoke(app, [command, "--help"])
+        assert r.exit_code == 0 and "--refresh-profile" in r.output
+
+
 def test_execute_fresh_profile_flag_is_documented():
     r = runner.invoke(app, ["execute", "--help"])
     assert r.exit_code == 0 and "--fresh-profile" in r.output
