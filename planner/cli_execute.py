@@ -108,6 +108,15 @@ def profile_check(plan: Plan, compute: ComputeModel, threads: int) -> list[str]:
     return warnings
 
 
+def agree_node_cores() -> None:
+    """Inside an MPI job, every rank sizes machine `local` by the cores the job's ranks share on the
+    node, not by the core it may be bound to (executor.node); a collective over the job."""
+    if launcher.inside_mpi_job():
+        from mpi4py import MPI  # noqa: PLC0415
+        from executor.node import share_node_cores  # noqa: PLC0415
+        share_node_cores(MPI.COMM_WORLD)
+
+
 def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None) -> Prepared:
     """Everything checked before a single rank starts."""
     from costmodel.files import load_machine  # noqa: PLC0415
@@ -115,10 +124,7 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
     from planner.context import compute_model  # noqa: PLC0415
     from planner.plan_file import read_plan  # noqa: PLC0415
     _positive("ranks", ranks)
-    if launcher.inside_mpi_job():  # every rank sizes machine `local` by the node's cores, not its binding
-        from mpi4py import MPI  # noqa: PLC0415
-        from executor.node import share_node_cores  # noqa: PLC0415
-        share_node_cores(MPI.COMM_WORLD)
+    agree_node_cores()
     plan, net = read_plan(plan_path)
     if plan.devices != ranks:
         raise DnnplanError(f"the plan is for {plan.devices} devices, not --ranks {ranks}", file=plan_path,
@@ -414,12 +420,23 @@ def validate(network: Annotated[str, typer.Argument(help="A zoo network name or 
     from planner import context  # noqa: PLC0415
     from planner.plan_file import write_plan  # noqa: PLC0415
     _positive("steps", steps)
+    agree_node_cores()
     ctx = context.resolve(network, ranks, batch, machine, profile, refresh)
     rows = []
-    candidates = candidate_plans(ctx, network, machine)
-    save = getattr(ctx.compute, "save", None)
-    if save is not None:
-        save()  # what was timed (--refresh-profile) is in the cache the runs' predictions read
+    comm = None
+    if launcher.inside_mpi_job():
+        from mpi4py import MPI  # noqa: PLC0415
+        comm = MPI.COMM_WORLD
+    candidates = None
+    if comm is None or comm.Get_rank() == 0:
+        # one rank plans: a plan follows the kernels timed on demand, so ranks planning alone
+        # could choose different plans and then run mismatched collectives
+        candidates = candidate_plans(ctx, network, machine)
+        save = getattr(ctx.compute, "save", None)
+        if save is not None:
+            save()  # what was timed (--refresh-profile) is in the cache the runs' predictions read
+    if comm is not None:
+        candidates = comm.bcast(candidates, root=0)
     with tempfile.TemporaryDirectory(prefix="dnnplan-validate-") as tmp:
         for i, (name, plan) in enumerate(candidates):
             path = os.path.join(tmp, f"plan{i}.yaml")

@@ -146,6 +146,40 @@ def test_ranks_bound_to_one_core_each_still_see_the_nodes_cores(local_plan2, tmp
     assert (tmp_path / ("res.pkl" if how == "the worker alone" else "res.json")).exists()
 
 
+_VALIDATE_IN_JOB = """
+import sys
+from mpi4py import MPI
+import planner.cli_execute as ce
+real = ce.candidate_plans
+def planned(*args):
+    print(f"PLANNED on rank {MPI.COMM_WORLD.Get_rank()}", flush=True)
+    return real(*args)
+ce.candidate_plans = planned
+from planner.cli import main
+sys.argv = ["dnnplan", "validate", "lenet5", "--ranks", "2", "--batch", "8", "--steps", "1", "--warmup", "0",
+            "--no-check"]
+main()
+"""
+
+
+def test_validate_inside_an_mpi_job_plans_on_rank_0_only(tmp_path):
+    """Inside an MPI job (ranks bound to a core each) every rank used to plan for itself, timing
+    missing kernels on demand: ranks could choose different plans and run mismatched collectives
+    ("See the MPI_ERROR field in MPI_Status", 2 of 3 runs on an empty cache). Rank 0 plans and
+    broadcasts the plans; the ranks agree on the node's cores first."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores: machine `local` holds one device per core")
+    from executor.launch import find_mpiexec
+    env = {**os.environ, "DNNPLAN_TEST_RUNTIME": STUB, "PYTHONPATH": os.getcwd(),
+           "DNNPLAN_CACHE": str(tmp_path / "cache")}
+    env.pop("DNNPLAN_NODE_CORES", None)
+    proc = subprocess.run([find_mpiexec(), "-bind-to", "core", "-n", "2", sys.executable, "-c", _VALIDATE_IN_JOB],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert [l for l in proc.stdout.splitlines() if l.startswith("PLANNED")] == ["PLANNED on rank 0"]
+    assert "planner's plan measured" in proc.stdout
+
+
 # --- the real runtime -------------------------------------------------------------------------
 
 def test_execute_real_runtime_lenet5_with_check(tmp_path):
