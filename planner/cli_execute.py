@@ -27,7 +27,7 @@ from executor.compare import Comparison, compare_prediction, comparison_json
 from executor.worker import JobResult, first_non_finite
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.app import RefreshOpt, app, fail_line
+from planner.app import RefreshOpt, app, check_refresh, fail_line
 from planner.plan import Plan
 
 RanksOpt = Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to run on; must equal the plan's devices.")]
@@ -422,6 +422,7 @@ def validate(network: Annotated[str, typer.Argument(help="A zoo network name or 
     _positive("steps", steps)
     agree_node_cores()
     ctx = context.resolve(network, ranks, batch, machine, profile, refresh)
+    check_refresh(refresh, ctx.compute)
     rows = []
     comm = None
     if launcher.inside_mpi_job():

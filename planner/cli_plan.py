@@ -12,7 +12,7 @@ import typer
 from costmodel.files import DEFAULT_MACHINE
 from networks.errors import DnnplanError
 from planner import context
-from planner.app import RefreshOpt, app
+from planner.app import RefreshOpt, app, check_refresh
 from planner.cli import BatchOpt, DevicesOpt, JsonOpt, MachineOpt, NetworkArg, ProfileOpt
 from planner.optimize import Settings, make_plan
 from planner.plan_file import plan_to_dict, write_plan
@@ -69,6 +69,7 @@ def plan(network: NetworkArg,
         raise DnnplanError("--plot draws a sweep", hint="add --sweep 1,2,4,...")
     settings = Settings(solver, time_limit, gap)
     ctx = context.resolve(network, devices, batch, machine, profile, refresh)
+    check_refresh(refresh, ctx.compute)
     limit = None if memory is None else memory * GIB
     machine_ref = machine or DEFAULT_MACHINE
     if sweep:

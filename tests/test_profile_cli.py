@@ -393,6 +393,8 @@ def test_plan_and_validate_offer_refresh_profile():
     for command in ("plan", "validate"):
         r = runner.invoke(app, [command, "--help"])
         assert r.exit_code == 0 and "--refresh-profile" in r.output
+    r = runner.invoke(app, ["plan", "lenet5", "--devices", "2", "--refresh-profile"])  # machine dgx-a100
+    assert r.exit_code == 0 and "--refresh-profile applies to machine `local`" in " ".join(r.output.split())
 
 
 def test_execute_fresh_profile_flag_is_documented():
