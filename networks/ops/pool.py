@@ -71,6 +71,8 @@ def pool_splits(p, in_shapes, out_shape):
 
 MAXPOOL = OpDef("maxpool2d", "max pooling", POOL_PARAMS, (1, 1), pool_infer, no_weights,
                 pool_costs, pool_splits)
+
+
 def avgpool_infer(p, in_shapes, dtypes):
     if tuple(p["dilation"]) != (1, 1):  # the kernels, the executor and PyTorch's AvgPool2d have none
         raise ShapeError(f"avgpool2d has no dilation (got {p['dilation']}); remove it, or use maxpool2d",
