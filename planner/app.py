@@ -36,15 +36,11 @@ def fail_line(message: str) -> None:
     err_console.print(f"[bold red]error:[/bold red] {message}", markup=True, emoji=False)
 
 
-def warn_line(message: str) -> None:
-    err_console.print(f"[bold yellow]warning:[/bold yellow] {message.replace('[', chr(92) + '[')}", markup=True,
-                      emoji=False)
-
-
 def check_refresh(refresh: bool, compute) -> None:
     """``--refresh-profile`` re-times this computer's on-demand cache only: say so when it cannot."""
     if refresh and not getattr(compute, "refresh", False):
-        warn_line("--refresh-profile applies to machine `local` without --profile (this computer's profile "
+        from executor.report import warn  # noqa: PLC0415 - the one warning line of the CLI
+        warn("--refresh-profile applies to machine `local` without --profile (this computer's profile "
                   "cache); ignored")
 
 
