@@ -110,8 +110,10 @@ def profile_check(plan: Plan, compute: ComputeModel, threads: int) -> list[str]:
 
 def agree_node_cores() -> None:
     """Inside an MPI job, every rank sizes machine `local` by the cores the job's ranks share on the
-    node, not by the core it may be bound to (executor.node); a collective over the job."""
-    if launcher.inside_mpi_job():
+    node, not by the core it may be bound to (executor.node); a collective over the job, made once
+    (``validate`` prepares one plan after another)."""
+    from costmodel.files import NODE_CORES_ENV  # noqa: PLC0415
+    if not os.environ.get(NODE_CORES_ENV) and launcher.inside_mpi_job():
         from mpi4py import MPI  # noqa: PLC0415
         from executor.node import share_node_cores  # noqa: PLC0415
         share_node_cores(MPI.COMM_WORLD)
