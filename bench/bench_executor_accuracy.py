@@ -69,8 +69,7 @@ def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeo
     from planner.plan_file import write_plan
     ctx = context.resolve(net_arg, ranks, batch, "local", refresh=refresh)
     t = time.perf_counter()
-    candidates = candidate_plans(ctx, net_arg, "local")
-    ctx.compute.save()  # re-timed entries (refresh) reach the cache the runs' predictions read
+    candidates = candidate_plans(ctx, net_arg, "local", save=True)  # re-timed entries reach the cache
     plan_s = time.perf_counter() - t
     rows, preps, walls = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-exec-") as tmp:

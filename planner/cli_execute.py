@@ -357,9 +357,11 @@ def _plan_from(ctx, network_arg: str, machine_arg: str, strategies: dict, algori
                 profile_fingerprint=getattr(table, "short_id", None), solver={"name": name})
 
 
-def candidate_plans(ctx, network_arg: str, machine_arg: str) -> list[tuple[str, Plan]]:
+def candidate_plans(ctx, network_arg: str, machine_arg: str, save: bool = False) -> list[tuple[str, Plan]]:
     """The planner's plan (when the planner is built) and each uniform baseline, distinct ones only;
-    names of identical plans are joined (with one rank every strategy is the same plan)."""
+    names of identical plans are joined (with one rank every strategy is the same plan). ``save``:
+    then write what was timed on demand (or re-timed, ``--refresh-profile``) to the cache file, which
+    the runs' predictions read afresh."""
     from costmodel.uniform import uniform_strategies  # noqa: PLC0415
     convs = {l.name: "im2col" for l in ctx.network.layers if l.op == "conv2d"}
     found: list[tuple[str, Plan]] = []
@@ -388,6 +390,9 @@ def candidate_plans(ctx, network_arg: str, machine_arg: str) -> list[tuple[str, 
                 break
         else:
             merged.append((name, plan))
+    flush = getattr(ctx.compute, "save", None) if save else None
+    if flush is not None:
+        flush()
     return merged
 
 
@@ -430,16 +435,21 @@ def validate(network: Annotated[str, typer.Argument(help="A zoo network name or 
     if launcher.inside_mpi_job():
         from mpi4py import MPI  # noqa: PLC0415
         comm = MPI.COMM_WORLD
-    candidates = None
-    if comm is None or comm.Get_rank() == 0:
+    if comm is None:
+        candidates = candidate_plans(ctx, network, machine, save=True)
+    else:
         # one rank plans: a plan follows the kernels timed on demand, so ranks planning alone
-        # could choose different plans and then run mismatched collectives
-        candidates = candidate_plans(ctx, network, machine)
-        save = getattr(ctx.compute, "save", None)
-        if save is not None:
-            save()  # what was timed (--refresh-profile) is in the cache the runs' predictions read
-    if comm is not None:
+        # could choose different plans and then run mismatched collectives; its failure is every
+        # rank's (the others would otherwise wait for the plans forever)
+        candidates = None
+        if comm.Get_rank() == 0:
+            try:
+                candidates = candidate_plans(ctx, network, machine, save=True)
+            except Exception as err:  # noqa: BLE001 - sent to every rank, raised there
+                candidates = err
         candidates = comm.bcast(candidates, root=0)
+        if isinstance(candidates, Exception):
+            raise candidates
     with tempfile.TemporaryDirectory(prefix="dnnplan-validate-") as tmp:
         for i, (name, plan) in enumerate(candidates):
             path = os.path.join(tmp, f"plan{i}.yaml")

@@ -153,9 +153,9 @@ import sys
 from mpi4py import MPI
 import planner.cli_execute as ce
 real = ce.candidate_plans
-def planned(*args):
+def planned(*args, **kwargs):
     print(f"PLANNED on rank {MPI.COMM_WORLD.Get_rank()}", flush=True)
-    return real(*args)
+    return real(*args, **kwargs)
 ce.candidate_plans = planned
 from planner.cli import main
 sys.argv = ["dnnplan", "validate", "lenet5", "--ranks", "2", "--batch", "8", "--steps", "1", "--warmup", "0",
@@ -180,6 +180,38 @@ def test_validate_inside_an_mpi_job_plans_on_rank_0_only(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert [l for l in proc.stdout.splitlines() if l.startswith("PLANNED")] == ["PLANNED on rank 0"]
     assert "planner's plan measured" in proc.stdout
+
+
+_VALIDATE_PLANNING_FAILS = """
+import sys
+from mpi4py import MPI
+import planner.cli_execute as ce
+from networks.errors import DnnplanError
+def planned(*args, **kwargs):
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        raise DnnplanError("injected planning failure on rank 0")
+    raise AssertionError("only rank 0 plans")
+ce.candidate_plans = planned
+from planner.cli import main
+sys.argv = ["dnnplan", "validate", "lenet5", "--ranks", "2", "--batch", "8", "--steps", "1"]
+main()
+"""
+
+
+def test_validate_inside_an_mpi_job_ends_every_rank_when_planning_fails():
+    """Rank 0's planning failure reaches every rank (exit 2), instead of leaving the others
+    waiting for the plans."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores: machine `local` holds one device per core")
+    from executor.launch import find_mpiexec
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    start = time.monotonic()
+    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-c", _VALIDATE_PLANNING_FAILS],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert time.monotonic() - start < 60
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.count("injected planning failure on rank 0") == 2, proc.stderr
+    assert "only rank 0 plans" not in proc.stdout + proc.stderr
 
 
 # --- the real runtime -------------------------------------------------------------------------
