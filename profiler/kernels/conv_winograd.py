@@ -22,12 +22,13 @@ Applicable only to 3x3, stride 1, dilation 1 (any groups). Accuracy is lower tha
 Buffers (the workspace), t = alpha^2, P = ceil(Ho/m) * ceil(Wo/m), E = N*C*(m*th+2)*(m*tw+2):
   fwd          E (unless the unpadded input already has that size) + tiles t*C*N*P + V t*C*N*P
                + U t*F*Cg + M t*F*N*P + Y m^2*F*N*P + y before cropping N*F*m^2*P (if cropped)
-  bwd_data     rotated filter F*Cg*9 + fwd workspace of (dy padded by 2, rotated filter)
-               + padded dx (if padded)
-  bwd_weights  E' + tiles + V (as fwd) + dy tiles m^2*F*N*P + DY t*F*N*P + Z t*F*Cg + dW 9*F*Cg
+  bwd_data     fwd workspace of (dy padded by 2, rotated filter) + padded dx (if padded)
+  bwd_weights  E' + tiles + V (as fwd) + dy tiles m^2*F*N*P + DY t*F*N*P + Z t*F*Cg
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy
 
@@ -53,12 +54,26 @@ TILE_SIZES = tuple(_MATRICES)
 DEFAULT_TILE = 2
 
 
+@functools.lru_cache(maxsize=None)
+def _kron_host(m: int, dtype: str) -> tuple[numpy.ndarray, ...]:
+    """(B^T (x) B^T, G (x) G, A^T (x) A^T, A (x) A, G^T (x) G^T, G (x) G with its columns reversed)
+    in ``dtype``, built once per tile size (126 us per build on the development VM, paid three
+    times per layer and step before it was cached). The last transforms a 180-degree rotated
+    filter: rotating a 3 x 3 filter reverses its row-major vectorisation."""
+    bt, g, at = (numpy.array(a, dtype=numpy.float64) for a in _MATRICES[m])
+    gg = numpy.kron(g, g)
+    mats = (numpy.kron(bt, bt), gg, numpy.kron(at, at), numpy.kron(at.T, at.T), numpy.kron(g.T, g.T),
+            numpy.ascontiguousarray(gg[:, ::-1]))
+    out = tuple(k.astype(dtype) for k in mats)
+    for k in out:
+        k.flags.writeable = False
+    return out
+
+
 def _kron(xp, dtype, m):
     """Two-sided transforms as Kronecker products, in the compute dtype on the right device."""
-    bt, g, at = (numpy.array(a, dtype=numpy.float64) for a in _MATRICES[m])
-    mats = (numpy.kron(bt, bt), numpy.kron(g, g), numpy.kron(at, at),
-            numpy.kron(at.T, at.T), numpy.kron(g.T, g.T))
-    return tuple(xp.asarray(k.astype(dtype)) for k in mats)
+    mats = _kron_host(m, numpy.dtype(dtype).str)
+    return mats if xp is numpy else tuple(xp.asarray(k) for k in mats)
 
 
 def _tiles(g: ConvGeom, m: int):
@@ -79,9 +94,8 @@ def _input_tiles(x, g: ConvGeom, m: int, trace=None):
         note(trace, ext)
     d = xp.empty((a, a, g.c, g.n, th, tw), dtype=x.dtype)
     note(trace, d)
-    for u in range(a):
-        for v in range(a):
-            d[u, v] = ext[:, :, u:u + m * (th - 1) + 1:m, v:v + m * (tw - 1) + 1:m].transpose(1, 0, 2, 3)
+    sn, sc, sh, sw = ext.strides  # d[u, v, c, n, i, j] = ext[n, c, u + m i, v + m j]: one strided copy
+    d[...] = xp.lib.stride_tricks.as_strided(ext, shape=d.shape, strides=(sh, sw, sc, sn, m * sh, m * sw))
     return d
 
 
@@ -94,13 +108,21 @@ def _input_transform(x, g, m, kb, trace=None):
 
 def forward(x, w, g: ConvGeom, trace=None, m: int = DEFAULT_TILE):
     xp = module_of(x)
-    kb, kg, ka, _, _ = _kron(xp, x.dtype, m)
+    kg = _kron(xp, x.dtype, m)[1]
+    u = xp.matmul(kg, w.reshape(g.f * g.cg, 9).T)              # (alpha^2, F*Cg)
+    note(trace, u)
+    return _forward_transformed(x, u.reshape(-1, g.groups, g.fg, g.cg), g, trace, m)
+
+
+def _forward_transformed(x, u, g: ConvGeom, trace, m: int):
+    """The forward algorithm from the transformed filter ``u`` (alpha^2, G, Fg, Cg), which may be
+    a strided view (matmul reads a transposed operand in place)."""
+    xp = module_of(x)
+    kb, _, ka = _kron(xp, x.dtype, m)[:3]
     th, tw = _tiles(g, m)
     t, p = (m + 2) ** 2, g.n * th * tw
     v = _input_transform(x, g, m, kb, trace).reshape(t, g.groups, g.cg, p)
-    u = xp.matmul(kg, w.reshape(g.f * g.cg, 9).T)             # (alpha^2, F*Cg)
-    note(trace, u)
-    mm = xp.matmul(u.reshape(t, g.groups, g.fg, g.cg), v)      # (alpha^2, G, Fg, N*P)
+    mm = xp.matmul(u, v)                                        # (alpha^2, G, Fg, N*P)
     note(trace, mm)
     yt = xp.matmul(ka, mm.reshape(t, -1))                       # (m^2, F*N*P)
     note(trace, yt)
@@ -118,12 +140,15 @@ def _rotated_geom(g: ConvGeom) -> ConvGeom:
 
 
 def backward_data(dy, w, g: ConvGeom, trace=None, m: int = DEFAULT_TILE):
+    """The forward algorithm on dy padded by 2 with the rotated, channel-transposed filter, whose
+    transform is the original filter's with reversed columns of G (x) G, read transposed: the
+    rotated filter itself is never built."""
     xp = module_of(dy)
-    w_rot = xp.ascontiguousarray(
-        w.reshape(g.groups, g.fg, g.cg, 3, 3).transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1]
-    ).reshape(g.c, g.fg, 3, 3)
-    note(trace, w_rot)
-    dx_pad = forward(dy, w_rot, _rotated_geom(g), trace, m)   # (N, C, Hp, Wp)
+    kg_rot = _kron(xp, dy.dtype, m)[5]
+    u = xp.matmul(kg_rot, w.reshape(g.f * g.cg, 9).T)          # (alpha^2, F*Cg) = (t, G, Fg, Cg)
+    note(trace, u)
+    u_rot = u.reshape(-1, g.groups, g.fg, g.cg).transpose(0, 1, 3, 2)   # (t, G, Cg, Fg), a view
+    dx_pad = _forward_transformed(dy, u_rot, _rotated_geom(g), trace, m)   # (N, C, Hp, Wp)
     if g.padded:
         note(trace, dx_pad)
     return crop(dx_pad, g)
@@ -131,7 +156,7 @@ def backward_data(dy, w, g: ConvGeom, trace=None, m: int = DEFAULT_TILE):
 
 def backward_weights(dy, x, g: ConvGeom, trace=None, m: int = DEFAULT_TILE):
     xp = module_of(dy)
-    kb, _, _, ka_t, kg_t = _kron(xp, dy.dtype, m)
+    kb, _, _, ka_t, kg_t = _kron(xp, dy.dtype, m)[:5]
     th, tw = _tiles(g, m)
     t, p = (m + 2) ** 2, g.n * th * tw
     v = _input_transform(x, g, m, kb, trace).reshape(t, g.groups, g.cg, p)
@@ -145,9 +170,8 @@ def backward_weights(dy, x, g: ConvGeom, trace=None, m: int = DEFAULT_TILE):
     note(trace, dyt)
     z = xp.matmul(dyt.reshape(t, g.groups, g.fg, p), v.transpose(0, 1, 3, 2))  # (t, G, Fg, Cg)
     note(trace, z)
-    dw9 = xp.matmul(kg_t, z.reshape(t, -1))                     # (9, F*Cg)
-    note(trace, dw9)
-    return xp.ascontiguousarray(dw9.T).reshape(g.f, g.cg, 3, 3)
+    # dW^T = Z^T (G^T (x) G^T)^T: the result comes out (F*Cg, 9), already in the filter's layout
+    return xp.matmul(z.reshape(t, -1).T, kg_t.T).reshape(g.f, g.cg, 3, 3)
 
 
 def workspace_elems(g: ConvGeom, pass_name: str, m: int = DEFAULT_TILE) -> int:
@@ -161,5 +185,5 @@ def workspace_elems(g: ConvGeom, pass_name: str, m: int = DEFAULT_TILE) -> int:
         return inputs + t * g.f * g.cg + t * g.f * p + m * m * g.f * p + crop_buf
     if pass_name == "bwd_data":
         dx_pad = g.n * g.c * g.hp * g.wp if g.padded else 0
-        return g.f * g.cg * 9 + workspace_elems(_rotated_geom(g), "fwd", m) + dx_pad
-    return inputs + m * m * g.f * p + t * g.f * p + t * g.f * g.cg + 9 * g.f * g.cg
+        return workspace_elems(_rotated_geom(g), "fwd", m) + dx_pad
+    return inputs + m * m * g.f * p + t * g.f * p + t * g.f * g.cg
