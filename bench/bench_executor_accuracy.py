@@ -118,8 +118,8 @@ def step_walls(job, steps: int) -> list[float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nets", default=",".join(NETS))
-    ap.add_argument("--ranks", default="1,2")
+    ap.add_argument("--nets", default=",".join(NETS), help=f"comma-separated, of {', '.join(NETS)}")
+    ap.add_argument("--ranks", default="1,2", help="comma-separated rank counts (timing claims: at most the cores)")
     ap.add_argument("--steps", type=int, default=9)  # 5 until the ninth session; a 5-step median moved by ~5% between runs
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900)
@@ -131,11 +131,18 @@ def main(argv=None) -> int:
                     help="plan from the profile cache as it is, instead of timing every kernel the "
                          "planner weighs again first (dnnplan plan --refresh-profile)")
     args = ap.parse_args(argv)
+    unknown = [n for n in args.nets.split(",") if n not in NETS]
+    if unknown:
+        ap.error(f"unknown --nets {', '.join(unknown)}: the bench's networks are {', '.join(NETS)}")
+    try:
+        ranks = [int(x) for x in args.ranks.split(",")]
+    except ValueError:
+        ap.error(f"--ranks takes comma-separated integers, got '{args.ranks}'")
     console = Console(highlight=False, width=200)
     rows = []
     for net in args.nets.split(","):
         net_arg, per_rank = NETS[net]
-        for p in (int(x) for x in args.ranks.split(",")):
+        for p in ranks:
             rows += run_one(net_arg, p, per_rank * p, args.steps, args.warmup, args.timeout, args.fresh,
                             args.refresh)
     t = Table(title=f"executor accuracy on {machine_line()}", title_justify="left",
