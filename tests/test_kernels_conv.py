@@ -275,6 +275,19 @@ def test_winograd_f4x4_bonus_tile(f32_problem):
     np.testing.assert_allclose(conv_winograd.backward_weights(dy, x, g, m=4), rdw, atol=1e-10)
 
 
+def test_winograd_transforms_are_built_once_and_cannot_be_changed():
+    """The cached transform matrices are shared by every call: one call writing into them would
+    corrupt every later convolution, so they are read-only; the rotated-filter transform reverses
+    G (x) G's columns."""
+    first = conv_winograd._kron(np, np.float32, 2)
+    assert all(a is b for a, b in zip(first, conv_winograd._kron(np, np.float32, 2)))
+    assert all(not k.flags.writeable for k in first)
+    with pytest.raises(ValueError):
+        first[1][0, 0] = 0.0
+    np.testing.assert_array_equal(first[5], first[1][:, ::-1])
+    assert conv_winograd._kron(np, np.float64, 2)[0].dtype == np.float64
+
+
 @pytest.mark.parametrize("algo", CONV_ALGORITHMS)
 def test_float16_runs_and_is_close(algo):
     x, w, b, dy = _data(CASES["3x3-asympad"], seed=3)
