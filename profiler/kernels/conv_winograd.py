@@ -72,7 +72,13 @@ def _kron_host(m: int, dtype: str) -> tuple[numpy.ndarray, ...]:
 
 def _kron(xp, dtype, m):
     """Two-sided transforms as Kronecker products, in the compute dtype on the right device."""
-    mats = _kron_host(m, numpy.dtype(dtype).str)
+    return _kron_on(xp, m, numpy.dtype(dtype).str)
+
+
+@functools.lru_cache(maxsize=None)
+def _kron_on(xp, m: int, dtype: str) -> tuple:
+    """:func:`_kron_host`'s matrices copied to ``xp``'s device once, not on every call."""
+    mats = _kron_host(m, dtype)
     return mats if xp is numpy else tuple(xp.asarray(k) for k in mats)
 
 
