@@ -79,6 +79,13 @@ class ComputeModel(Protocol):
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int: ...
 
+    def dispatch_s(self, nbytes: float) -> float:
+        """The executor's own time around one layer pass whose kernels move ``nbytes``, outside
+        every kernel and collective: the Python that runs between them, slower the more the
+        kernels before it evicted (:func:`costmodel.layer_cost.pass_bytes` lists the passes); 0
+        where nothing measured it."""
+        ...
+
 
 def conv_workspace_bytes(local: LocalLayer, algorithm: str) -> int:
     """Extra memory a convolution algorithm allocates (largest of its passes), from the shapes.
@@ -143,3 +150,6 @@ class Roofline:
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return conv_workspace_bytes(local, algorithm)
+
+    def dispatch_s(self, nbytes: float) -> float:
+        return 0.0  # a datasheet says nothing about the executor's own overhead

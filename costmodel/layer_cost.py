@@ -15,8 +15,8 @@ from functools import lru_cache
 
 from costmodel.collectives import alltoallv_s, collective_s
 from costmodel.compute import ComputeModel
-from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls
-from costmodel.layer_layouts import _splits, input_layout, local_layer, output_layout
+from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_calls, update_calls
+from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout
 from costmodel.layout import Layout, copy_run, reshard_volume
 from costmodel.machine import Machine
 from costmodel.strategy import Strategy
@@ -70,6 +70,7 @@ class LayerEstimate:
     comms: tuple[Comm, ...]
     memory: Memory
     grad_sum_s: float = 0.0  # summing the gradients of an output several input slots read
+    dispatch_s: float = 0.0  # the executor's own time around the layer's passes (layer_passes)
 
     def comm_s(self, phase: str) -> float:
         return sum(c.seconds for c in self.comms if c.phase == phase)
@@ -93,7 +94,32 @@ class LayerEstimate:
     @property
     def total_s(self) -> float:
         return (self.fwd_compute_s + self.bwd_compute_s + self.fwd_comm_s + self.bwd_comm_s
-                + self.grad_sync_s + self.update_s)
+                + self.grad_sync_s + self.update_s + self.dispatch_s)
+
+
+def layer_passes(layer: Layer, consumers: int = 1) -> int:
+    """How many passes the executor makes over a layer in one step, each with its own Python
+    around the kernels (executor.runtime): forward, backward, the update when it has weights, and
+    one gradient sum per reader of its output after the first."""
+    return 2 + (1 if layer.weights else 0) + max(consumers - 1, 0)
+
+
+def pass_bytes(local: LocalLayer, algorithm: str = "", consumers: int = 1) -> list[int]:
+    """The bytes the kernels of each of those passes move, in that order (layer_passes of them)."""
+    layer = local.layer
+    bwd = kernel_calls(local, "bwd_data", algorithm) + (kernel_calls(local, "bwd_weights", algorithm)
+                                                         if layer.weights else ())
+    out = [sum(c.bytes for c in kernel_calls(local, "fwd", algorithm)), sum(c.bytes for c in bwd)]
+    if layer.weights:
+        out.append(sum(c.bytes for c in update_calls(local)))
+    return out + [c.bytes for c in grad_sum_calls(local, consumers)]
+
+
+def dispatch_time(compute: ComputeModel, nbytes: float) -> float:
+    """The compute model's time for the executor's own work around one pass whose kernels move
+    ``nbytes`` (``ComputeModel.dispatch_s``; 0 for a model without it)."""
+    got = getattr(compute, "dispatch_s", None)
+    return float(got(nbytes)) if got is not None else 0.0
 
 
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
@@ -176,7 +202,8 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         bwd_weights_s=compute.pass_s(local, "bwd_weights", algorithm) if layer.weights else 0.0,
         update_s=sum(compute.update_s(_elems(shape), itemsize) for shape in wshapes.values()),
         comms=tuple(comms), memory=memory,
-        grad_sum_s=sum(compute.call_s(c) for c in grad_sum_calls(local, consumers)))
+        grad_sum_s=sum(compute.call_s(c) for c in grad_sum_calls(local, consumers)),
+        dispatch_s=sum(dispatch_time(compute, b) for b in pass_bytes(local, algorithm, consumers)))
 
 
 def _local_activation_bytes(local, strategy: Strategy, batch: int) -> int:

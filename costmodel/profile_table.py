@@ -37,6 +37,9 @@ FORMAT = "dnnplan-profile"
 VERSION = 1
 #: Fingerprint keys that identify a device: tables differing in any of them are foreign to each other.
 IDENTITY_KEYS = ("backend", "device", "cores", "threads", "memory_bytes")
+#: The executor's time per layer pass in a table's "executor" mapping: entries named ``dispatch/...``
+#: (executor.dispatch).
+DISPATCH = "dispatch"
 _ENTRY_KEYS = ("min_s", "median_s", "spread", "count", "flops", "bytes")
 
 
@@ -63,6 +66,9 @@ class ProfileTable:
     entries: Mapping[str, Entry] = field(default_factory=dict)
     comm: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<table>"
+    #: Timings of the executor itself rather than of a kernel, by name: ``dispatch``, its Python
+    #: between two layer passes (executor.dispatch); an optional "executor" mapping in the file.
+    executor: Mapping[str, Entry] = field(default_factory=dict)
 
     @property
     def short_id(self) -> str:
@@ -117,21 +123,34 @@ def table_from_dict(data: Any, source: str) -> ProfileTable:
     entries = {}
     for key, e in raw.items():
         try:
-            kernel, shape, _, _ = split_key(key)
-            if not isinstance(e, Mapping) or any(k not in e for k in _ENTRY_KEYS):
-                raise ValueError("missing fields")
-            ent = Entry(float(e["min_s"]), float(e["median_s"]), float(e["spread"]), int(e["count"]),
-                        int(e["flops"]), int(e["bytes"]))
-            if not (ent.median_s > 0 and math.isfinite(ent.median_s) and ent.count >= 1):
-                raise ValueError("non-positive time")
+            split_key(key)
+            entries[key] = _entry(e)
         except (ValueError, TypeError, KeyError) as err:
             raise _bad(source, f"entry {key!r}: {err}") from None
-        entries[key] = ent
     comm = data.get("comm", {})
     if not isinstance(comm, Mapping):
         raise _bad(source, "comm must be a mapping")
     _check_comm(comm, source)
-    return ProfileTable(dict(fp), entries, dict(comm), source)
+    raw_exec = data.get("executor", {})
+    if not isinstance(raw_exec, Mapping):
+        raise _bad(source, "executor must be a mapping")
+    executor = {}
+    for name, e in raw_exec.items():
+        try:
+            executor[str(name)] = _entry(e)
+        except (ValueError, TypeError, KeyError) as err:
+            raise _bad(source, f"executor entry {name!r}: {err}") from None
+    return ProfileTable(dict(fp), entries, dict(comm), source, executor)
+
+
+def _entry(e: Any) -> Entry:
+    if not isinstance(e, Mapping) or any(k not in e for k in _ENTRY_KEYS):
+        raise ValueError("missing fields")
+    ent = Entry(float(e["min_s"]), float(e["median_s"]), float(e["spread"]), int(e["count"]),
+                int(e["flops"]), int(e["bytes"]))
+    if not (ent.median_s > 0 and math.isfinite(ent.median_s) and ent.count >= 1):
+        raise ValueError("non-positive time")
+    return ent
 
 
 def _check_comm(comm: Mapping[str, Any], source: str) -> None:
@@ -159,7 +178,9 @@ def _check_comm(comm: Mapping[str, Any], source: str) -> None:
 def table_to_dict(table: ProfileTable) -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, "fingerprint": dict(table.fingerprint),
             "entries": {k: e.__dict__.copy() for k, e in sorted(table.entries.items())},
-            "comm": dict(table.comm)}
+            "comm": dict(table.comm),
+            **({"executor": {k: e.__dict__.copy() for k, e in sorted(table.executor.items())}}
+               if table.executor else {})}
 
 
 def merge(base: ProfileTable, new: ProfileTable) -> ProfileTable:
@@ -175,11 +196,16 @@ def merge(base: ProfileTable, new: ProfileTable) -> ProfileTable:
     entries.update(new.entries)
     comm = dict(base.comm)
     comm.update(new.comm)
-    return replace(base, fingerprint={**base.fingerprint, **new.fingerprint}, entries=entries, comm=comm)
+    return replace(base, fingerprint={**base.fingerprint, **new.fingerprint}, entries=entries, comm=comm,
+                   executor={**base.executor, **new.executor})
 
 
 def with_entries(table: ProfileTable, entries: Mapping[str, Entry]) -> ProfileTable:
     return replace(table, entries={**table.entries, **entries})
+
+
+def with_executor(table: ProfileTable, name: str, entry: Entry) -> ProfileTable:
+    return replace(table, executor={**table.executor, name: entry})
 
 
 def load_table(path: str) -> ProfileTable:
@@ -376,6 +402,24 @@ class ProfiledCompute:
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return self.fallback.workspace_bytes(local, algorithm)
+
+    def dispatch_s(self, nbytes: float) -> float:
+        """The executor's own time around one layer pass whose kernels move ``nbytes``, from the
+        table's ``dispatch/...`` entries (executor.dispatch: its probe at two sizes, each entry's
+        ``bytes`` the probe's typical bytes per pass): linear in log(bytes) between them, the
+        nearer one's outside; else the fallback's."""
+        points = sorted((max(e.bytes, 1), e.median_s) for name, e in self.table.executor.items()
+                        if name.split("/")[0] == DISPATCH)
+        if not points:
+            got = getattr(self.fallback, "dispatch_s", None)
+            return float(got(nbytes)) if got is not None else 0.0
+        x = math.log(max(nbytes, 1))
+        (b0, t0), (b1, t1) = points[0], points[-1]
+        if x <= math.log(b0) or b1 == b0:
+            return t0
+        if x >= math.log(b1):
+            return t1
+        return t0 + (t1 - t0) * (x - math.log(b0)) / (math.log(b1) - math.log(b0))
 
 
 # --- communication fits -------------------------------------------------------------------------

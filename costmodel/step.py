@@ -8,6 +8,7 @@ communication yet)::
            (backward compute includes summing the gradients of an output that several layers read)
          + sum over layers of the weight-gradient allreduce
          + sum over layers of the optimiser update
+         + the executor's own time per layer pass (Python between kernels; LayerEstimate.dispatch_s)
 
 Peak memory per device = sum over layers of (weights + gradients + optimiser state + activations
 kept for backward) + the largest kernel workspace of any layer (workspace is transient).
@@ -69,8 +70,13 @@ class StepPrediction:
         return sum(x.layer.update_s for x in self.layers)
 
     @property
+    def dispatch_s(self) -> float:
+        """The executor's own time between the kernels and collectives (LayerEstimate.dispatch_s)."""
+        return sum(x.layer.dispatch_s for x in self.layers)
+
+    @property
     def step_s(self) -> float:
-        return self.fwd_s + self.bwd_s + self.sync_s + self.update_s
+        return self.fwd_s + self.bwd_s + self.sync_s + self.update_s + self.dispatch_s
 
     @property
     def memory_peak_bytes(self) -> int:
@@ -110,7 +116,7 @@ def prediction_json(pred: StepPrediction) -> dict:
         "network": pred.network, "batch": pred.batch, "devices": pred.p, "machine": pred.machine,
         "compute_model": pred.compute,
         "step_s": pred.step_s, "fwd_s": pred.fwd_s, "bwd_s": pred.bwd_s, "grad_sync_s": pred.sync_s,
-        "update_s": pred.update_s, "memory_peak_bytes": pred.memory_peak_bytes,
+        "update_s": pred.update_s, "dispatch_s": pred.dispatch_s, "memory_peak_bytes": pred.memory_peak_bytes,
         "layers": [{
             "name": x.layer.name, "strategy": x.layer.strategy.label, "degrees": x.layer.strategy.as_dict(),
             "algorithm": x.layer.algorithm,

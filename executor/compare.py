@@ -62,6 +62,12 @@ class Comparison:
     step_rel: float | None
 
     @property
+    def predicted_outside_s(self) -> float:
+        """The predicted step less its layers' phases: the executor's own time between them
+        (``StepPrediction.dispatch_s``), which no span measures."""
+        return max(self.predicted_step_s - sum(lt.total_s for lt in self.predicted), 0.0)
+
+    @property
     def layer_median_abs_rel(self) -> float | None:
         """Median over layers of |relative error| of the layer's total (layers predicted above zero)."""
         vals = [abs(e.total) for e in self.errors if e.total is not None]

@@ -26,7 +26,7 @@ from typing import Callable
 from costmodel.compute import Roofline
 from costmodel.kernel_calls import KernelCall
 from costmodel.machine import Machine
-from costmodel.profile_table import Entry, Lookup, ProfiledCompute, with_entries
+from costmodel.profile_table import DISPATCH, Entry, Lookup, ProfiledCompute, with_entries, with_executor
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
 from profiler.tables import cache_path, earlier_cache_paths, open_for_device, read_table, write_table
@@ -50,6 +50,7 @@ class OnDemandCompute(ProfiledCompute):
         self._status = None
         self.enabled = not os.environ.get("DNNPLAN_NO_PROFILE")
         self._recording: dict[str, KernelCall] | None = None
+        self.dispatch_failure = ""  # why the executor's dispatch time could not be timed, if it could not
         atexit.register(self.save)
 
     def calls_of(self, predict: Callable[[], object]) -> list[KernelCall]:
@@ -121,6 +122,26 @@ class OnDemandCompute(ProfiledCompute):
                 self.misses.discard(call)
                 return got
         return super().lookup(call)
+
+    def dispatch_s(self, nbytes: float) -> float:
+        """The executor's time around one layer pass (profiler.dispatch), its probe timed on first
+        use when the cache has none (or, with ``refresh``, once per process), like a kernel call."""
+        have = any(name.split("/")[0] == DISPATCH for name in self.table.executor)
+        if self.enabled and DISPATCH not in self._timed and (self.refresh or not have):
+            self._timed.add(DISPATCH)
+            from profiler.dispatch import time_dispatch  # noqa: PLC0415
+            if self.progress and self._status is None:
+                from rich.console import Console  # noqa: PLC0415
+                self._status = Console(stderr=True).status("")
+                self._status.start()
+            if self._status is not None:
+                self._status.update("profiling the executor's own time per layer pass (cached)")
+            entries, self.dispatch_failure = time_dispatch(self.threads, self.concurrency)
+            for name, entry in entries.items():
+                self.table = with_executor(self.table, name, entry)
+                self.cached = with_executor(self.cached, name, entry)
+                self.new[name] = entry  # written with the next save
+        return super().dispatch_s(nbytes)
 
     def save(self) -> None:
         if self._companions is not None:

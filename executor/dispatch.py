@@ -1,0 +1,119 @@
+"""The executor's own time per layer pass (``dispatch``), measured on a probe network.
+
+Between two kernels the runtime runs Python: the layer's op wrapper around its kernel, the step
+loop, the activation and gradient bookkeeping (executor.runtime). No kernel timing contains that
+time, and after a kernel that moved megabytes its code and objects come from memory: a no-op
+``numpy.ascontiguousarray`` took 5-9 us right after a convolution of ResNet-18 against well under
+a microsecond warm. Measured with every span kept, a training step at one rank spent 17-40 us per
+layer pass outside its spans (2-core development VM, 1 thread: the probe below 17 us, ResNet-18 at
+64x64 and batch 8 20 us, lenet5 at batch 256 36 us, alexnet at batch 2 40 us), 1-2% of the step
+that the prediction did not hold.
+
+:func:`measure` runs the probe (``executor/probes/dispatch.yaml``, a small residual CNN with the
+kinds of layer the cnn zoo networks have, not one of the networks the accuracy bench predicts)
+on this process alone, data parallel on one rank with im2col convolutions, and returns per timed
+step (step wall time - time inside the step's spans) / layer passes, passes counted as the cost
+model counts them (:func:`costmodel.layer_cost.layer_passes`). The profiler stores the median as
+the table's ``executor.dispatch`` entry (profiler.dispatch runs ``python -m executor.dispatch`` in
+a child process, with the profile's threads and allocator) and the cost model adds it once per
+layer pass (``LayerEstimate.dispatch_s``).
+
+    python -m executor.dispatch [--steps 15] [--warmup 3] [--threads 1]   # one JSON line
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+PROBE = Path(__file__).resolve().parent / "probes" / "dispatch.yaml"
+#: The probe's batches: its kernels moving about a megabyte per pass, and about ten.
+PROBE_BATCHES = (8, 64)
+
+
+def _probe_plan(net, batch: int):
+    from costmodel.uniform import uniform_strategies  # noqa: PLC0415
+    from planner.plan import LayerPlan, Plan  # noqa: PLC0415
+    strategies, _ = uniform_strategies(net, 1, batch, "data")
+    layers = tuple(LayerPlan(layer.name, strategies[layer.name], "im2col" if layer.op == "conv2d" else "")
+                   for layer in net.layers)
+    return Plan(str(PROBE), net.name, net.content_hash(), batch, 1, "local", layers)
+
+
+def probe_passes(net, batch: int, strategies=None, algorithms=None) -> list[int]:
+    """The bytes each layer pass of one step of ``net`` moves in its kernels, as the cost model
+    counts passes (:func:`costmodel.layer_cost.pass_bytes`); data parallel on one rank, im2col
+    convolutions, unless ``strategies`` and ``algorithms`` are given."""
+    from costmodel.layer_cost import pass_bytes  # noqa: PLC0415
+    from costmodel.layer_layouts import local_layer  # noqa: PLC0415
+    from networks.analysis import consumers  # noqa: PLC0415
+    if strategies is None:
+        plan = _probe_plan(net, batch)
+        strategies, algorithms = plan.strategies(), plan.algorithms()
+    readers = consumers(net)
+    return [b for layer in net.layers
+            for b in pass_bytes(local_layer(layer, strategies[layer.name], batch),
+                                (algorithms or {}).get(layer.name, ""), readers[layer.name])]
+
+
+def typical_bytes(per_pass: list[int]) -> int:
+    """The geometric mean of the bytes per pass (the passes span four orders of magnitude)."""
+    return int(round(math.exp(statistics.fmean(math.log(max(b, 1)) for b in per_pass))))
+
+
+def outside_per_pass(timers, steps, passes: int) -> list[float]:
+    """Per step, (wall time - time inside its spans) / ``passes``."""
+    inside: dict[int, float] = {}
+    for span in timers.spans:
+        inside[span.step] = inside.get(span.step, 0.0) + (span.end_s - span.start_s)
+    return [max(timers.step_wall[s] - inside.get(s, 0.0), 0.0) / passes for s in steps]
+
+
+def measure(batch: int, steps: int = 15, warmup: int = 3, comm=None) -> tuple[list[float], int]:
+    """(seconds outside the spans per layer pass, one per timed step; the probe's typical bytes
+    per pass) for the probe at ``batch``."""
+    from executor.runtime import run_plan  # noqa: PLC0415
+    from executor.timers import Timers  # noqa: PLC0415
+    from networks.loader import load_network  # noqa: PLC0415
+    if comm is None:
+        from mpi4py import MPI  # noqa: PLC0415
+        comm = MPI.COMM_SELF
+    net = load_network(str(PROBE))
+    plan = _probe_plan(net, batch)
+    timers = Timers(keep_spans=True)
+    run_plan(plan, net, comm, steps=steps, warmup=warmup, timers=timers)
+    per_pass = probe_passes(net, batch)
+    return outside_per_pass(timers, range(steps), len(per_pass)), typical_bytes(per_pass)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m executor.dispatch", description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=11)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batches", default=",".join(map(str, PROBE_BATCHES)))
+    args = ap.parse_args(argv)
+    try:
+        batches = [int(b) for b in args.batches.split(",")]
+    except ValueError:
+        ap.error(f"--batches takes comma-separated integers, got '{args.batches}'")
+    if args.steps < 1 or args.warmup < 0 or args.threads < 1 or min(batches) < 1:
+        ap.error("--steps, --threads and --batches must be positive, --warmup not negative")
+    from executor.worker import set_threads  # noqa: PLC0415
+    from profiler.allocator import keep_freed_memory  # noqa: PLC0415
+    set_threads(args.threads)  # before numpy's BLAS is loaded
+    keep_freed_memory()
+    out = []
+    for batch in batches:
+        samples, nbytes = measure(batch, args.steps, args.warmup)
+        out.append({"batch": batch, "bytes_per_pass": nbytes, "samples_s": samples})
+    print(json.dumps({"probes": out}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Timing the executor's own time per layer pass for a profile table (``executor.dispatch``).
+
+The executor measures it on its probe network (:mod:`executor.dispatch`); this runs that in child
+processes, ``python -m executor.dispatch``, so the profiling process neither starts MPI nor keeps
+the probe's memory. For a table of P ranks sharing the computer, P probes run at once, as its
+kernels are timed beside P - 1 companions, and each step's sample is the slowest probe's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from costmodel.profile_table import Entry
+from profiler.harness import summarize
+
+TIMEOUT_S = 120.0
+
+
+def time_dispatch(threads: int = 1, concurrency: int = 1,
+                  timeout_s: float = TIMEOUT_S) -> tuple[dict[str, Entry], str]:
+    """({"dispatch/b<batch>": entry}, "") with each entry's ``bytes`` the probe's typical bytes
+    per pass at that batch, or ({}, why not): a probe that fails or times out leaves the table
+    without the entries (the prediction then has no dispatch time); it never stops a plan."""
+    cmd = [sys.executable, "-m", "executor.dispatch", "--threads", str(threads)]
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(max(concurrency, 1))]
+    runs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout_s)
+            if proc.returncode != 0:
+                last = (err.strip().splitlines() or ["no message"])[-1]
+                return {}, f"the executor's probe failed: {last}"
+            runs.append(json.loads(out.strip().splitlines()[-1])["probes"])
+    except subprocess.TimeoutExpired:
+        return {}, f"the executor's probe took more than {timeout_s:g} s"
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        return {}, f"the executor's probe wrote no samples ({err})"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    entries = {}
+    for probes in zip(*runs):  # the same batch in every run
+        samples = [max(col) for col in zip(*(p["samples_s"] for p in probes))]
+        entries[f"dispatch/b{probes[0]['batch']}"] = summarize(samples, 0, int(probes[0]["bytes_per_pass"]))
+    return entries, ""

@@ -1,0 +1,151 @@
+"""The executor's own time per layer pass (dispatch): how passes are counted, how a table holds
+and interpolates the probe's timings, how the step prediction adds them, and the probe itself."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from mpi4py import MPI
+
+from costmodel.compute import Roofline
+from costmodel.files import load_machine
+from costmodel.layer_cost import layer_passes, pass_bytes
+from costmodel.layer_layouts import local_layer
+from costmodel.profile_table import Entry, ProfileTable, ProfiledCompute, table_from_dict, table_to_dict
+from costmodel.step import predict_step
+from costmodel.uniform import uniform_strategies
+from executor.dispatch import PROBE, measure, outside_per_pass, probe_passes, typical_bytes
+from executor.runtime import run_plan
+from executor.testing.cases import make_plan
+from executor.timers import Timers
+from networks.analysis import consumers
+from networks.errors import DnnplanError
+from networks.loader import load_network
+
+FP = {"backend": "numpy", "device": "test cpu", "cores": 2, "threads": 1, "memory_bytes": 1}
+
+
+def _entry(seconds: float, nbytes: int) -> Entry:
+    return Entry(seconds, seconds, 0.1, 5, 0, nbytes)
+
+
+def _compute(executor: dict) -> ProfiledCompute:
+    table = ProfileTable(dict(FP), {}, {}, "<test>", executor)
+    return ProfiledCompute(table, Roofline(load_machine("local")))
+
+
+@pytest.mark.parametrize("name", ["lenet5", "alexnet", "resnet18", "googlenet", str(PROBE)])
+@pytest.mark.parametrize("spec", ["data", "filter", "spatial"])
+def test_pass_bytes_lists_one_entry_per_pass(name, spec):
+    net = load_network(name)
+    readers = consumers(net)
+    strategies, _ = uniform_strategies(net, 2, 8, spec)
+    for layer in net.layers:
+        local = local_layer(layer, strategies[layer.name], 8)
+        got = pass_bytes(local, "im2col" if layer.op == "conv2d" else "", readers[layer.name])
+        assert len(got) == layer_passes(layer, readers[layer.name]), layer.name
+        assert all(b >= 0 for b in got)
+    assert readers and max(readers.values()) >= 1
+
+
+def test_every_pass_the_cost_model_counts_is_a_timed_span_of_the_runtime():
+    # the passes layer_passes counts are the runtime's: forward and backward of every layer, the
+    # update of every layer with weights, a gradient sum per extra reader (in the producer's backward)
+    net = load_network(str(PROBE))
+    plan = make_plan(net, 4, 1, "data")
+    timers = Timers(keep_spans=True)
+    run_plan(plan, net, MPI.COMM_SELF, steps=1, warmup=0, timers=timers)
+    readers = consumers(net)
+    phases: dict[str, set] = {}
+    for span in timers.spans:
+        phases.setdefault(span.layer, set()).add(span.phase)
+    for layer in net.layers:
+        want = {"fwd_compute", "bwd_compute"} | ({"update"} if layer.weights else set())
+        assert phases[layer.name] == want, layer.name
+    assert any(n > 1 for n in readers.values())  # the probe has a shared output (a residual add)
+    assert sum(layer_passes(l, readers[l.name]) for l in net.layers) == len(probe_passes(net, 4))
+
+
+def test_outside_per_pass_is_the_step_less_its_spans():
+    timers = Timers(keep_spans=True)
+    timers.step_wall = {0: 1.0, 1: 2.0}
+    from executor.timers import Span
+    timers.spans = [Span("a", "fwd_compute", 0.0, 0.25, 0), Span("b", "update", 0.5, 0.75, 0),
+                    Span("a", "fwd_compute", 0.0, 1.5, 1)]
+    assert outside_per_pass(timers, range(2), 4) == [0.125, 0.125]
+
+
+def test_typical_bytes_is_the_geometric_mean():
+    assert typical_bytes([10, 1000]) == 100
+    assert typical_bytes([0, 1]) == 1  # a pass that moves nothing counts as one byte
+
+
+def test_dispatch_is_linear_in_log_bytes_between_the_probe_sizes_and_flat_outside():
+    pc = _compute({"dispatch/b8": _entry(20e-6, 1000), "dispatch/b64": _entry(40e-6, 100_000)})
+    assert pc.dispatch_s(10) == 20e-6 and pc.dispatch_s(1000) == 20e-6
+    assert pc.dispatch_s(10**9) == 40e-6 and pc.dispatch_s(100_000) == 40e-6
+    assert pc.dispatch_s(10_000) == pytest.approx(30e-6)
+    a, b = pc.dispatch_s(3000), pc.dispatch_s(30_000)
+    assert 20e-6 < a < b < 40e-6
+
+
+def test_no_dispatch_entries_and_the_roofline_add_nothing():
+    assert _compute({}).dispatch_s(1e6) == 0.0
+    assert Roofline(load_machine("local")).dispatch_s(1e6) == 0.0
+    assert _compute({"other": _entry(1.0, 5)}).dispatch_s(5) == 0.0  # only dispatch/... entries count
+
+
+def test_the_step_prediction_adds_dispatch_per_pass_and_the_layers_keep_their_phases():
+    net = load_network("lenet5")
+    strategies, _ = uniform_strategies(net, 1, 16, "data")
+    plain = _compute({})
+    timed = _compute({"dispatch/b8": _entry(20e-6, 1000), "dispatch/b64": _entry(40e-6, 100_000)})
+    machine = load_machine("local")
+    p0 = predict_step(net, 16, strategies, {}, machine, plain)
+    p1 = predict_step(net, 16, strategies, {}, machine, timed)
+    readers = consumers(net)
+    want = sum(timed.dispatch_s(b) for layer in net.layers
+               for b in pass_bytes(local_layer(layer, strategies[layer.name], 16), "", readers[layer.name]))
+    assert p0.dispatch_s == 0.0
+    assert p1.dispatch_s == pytest.approx(want) and want > 20e-6 * len(net.layers) * 2
+    assert p1.step_s == pytest.approx(p0.step_s + want)
+    assert p1.fwd_s == p0.fwd_s and p1.bwd_s == p0.bwd_s and p1.update_s == p0.update_s
+
+
+def test_the_planner_agrees_with_the_prediction_when_dispatch_is_priced():
+    # make_plan checks its solver objective against predict_step (1e-9): dispatch is in both
+    from planner.optimize import make_plan as plan_net
+    net = load_network("lenet5")
+    timed = _compute({"dispatch/b8": _entry(20e-6, 1000), "dispatch/b64": _entry(40e-6, 100_000)})
+    plan = plan_net(net, "lenet5", 16, 2, load_machine("local"), timed, with_baselines=False)
+    assert plan.step_s > 0
+
+
+def test_executor_entries_round_trip_and_a_corrupt_one_is_a_clear_error():
+    table = ProfileTable(dict(FP), {}, {}, "<test>", {"dispatch/b8": _entry(2e-5, 1234)})
+    data = table_to_dict(table)
+    back = table_from_dict(data, "<rt>")
+    assert back.executor == table.executor
+    assert "executor" not in table_to_dict(ProfileTable(dict(FP), {}, {}, "<test>"))
+    data["executor"]["dispatch/b8"]["median_s"] = -1
+    with pytest.raises(DnnplanError, match="executor entry 'dispatch/b8'"):
+        table_from_dict(data, "<bad>")
+    data["executor"] = [1, 2]
+    with pytest.raises(DnnplanError, match="executor must be a mapping"):
+        table_from_dict(data, "<bad>")
+
+
+def test_the_probe_measures_a_positive_time_per_pass_at_each_size():
+    small, small_bytes = measure(2, steps=3, warmup=1, comm=MPI.COMM_SELF)
+    big, big_bytes = measure(8, steps=3, warmup=1, comm=MPI.COMM_SELF)
+    assert len(small) == len(big) == 3
+    assert all(s > 0 and math.isfinite(s) for s in small + big)
+    assert small_bytes < big_bytes  # a bigger batch moves more per pass
+
+
+def test_a_failing_probe_leaves_no_entry_and_says_why(monkeypatch):
+    import profiler.dispatch as pd
+    monkeypatch.setattr(pd.sys, "executable", "false")
+    entries, why = pd.time_dispatch()
+    assert entries == {} and "probe failed" in why
