@@ -149,3 +149,23 @@ def test_a_failing_probe_leaves_no_entry_and_says_why(monkeypatch):
     monkeypatch.setattr(pd.sys, "executable", "false")
     entries, why = pd.time_dispatch()
     assert entries == {} and "probe failed" in why
+
+
+def test_backward_kernels_are_timed_on_operands_of_their_own():
+    # a backward kernel reads what its forward saved, last touched a forward pass earlier: the
+    # in-run timer warms the code with one set of operands and times another, untouched since
+    from costmodel.reuse import step_calls
+    from profiler.inrun import InRunTimer, reads_saved
+    net = load_network("lenet5")
+    strategies, _ = uniform_strategies(net, 1, 4, "data")
+    calls = list(dict.fromkeys(step_calls(net, 4, strategies, {})))
+    saved = [c for c in calls if reads_saved(c)]
+    assert {c.kernel for c in saved} >= {"conv2d.bwd_data", "conv2d.bwd_weights", "relu.bwd", "linear.bwd_data"}
+    assert not any(reads_saved(c) for c in calls if c.kernel.endswith(".fwd") or c.kernel == "sgd.update")
+    fwd = next(c for c in calls if c.kernel == "relu.fwd")
+    bwd = next(c for c in calls if c.kernel == "relu.bwd")
+    timer = InRunTimer([fwd, bwd], cache_bytes=1 << 30)
+    timer.round(keep=False)
+    assert timer._room == (1 << 30) - fwd.bytes - 2 * bwd.bytes  # two operand sets kept for the backward call
+    timer.round()
+    assert all(len(v) == 1 and v[0] > 0 for v in timer.samples.values())
