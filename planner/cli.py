@@ -61,9 +61,9 @@ def networks(as_json: JsonOpt = False) -> None:
 
 DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.")]
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Global batch per training step "
-                                                 "[default: 32 per device].")]
+                                                 "\\[default: 32 per device].")]
 MachineOpt = Annotated[Optional[str], typer.Option("--machine", "-m", help="A shipped machine (see `dnnplan "
-                                                   "machines`) or a machine YAML path [default: dgx-a100].")]
+                                                   "machines`) or a machine YAML path \\[default: dgx-a100].")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="A profile table (from `dnnplan profile`) "
                                                    "to time kernels with instead of the datasheet roofline.")]
 

@@ -35,9 +35,9 @@ StepsOpt = Annotated[int, typer.Option("--steps", help="Timed training steps (af
 WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed warm-up steps first.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before the whole run is stopped.")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="BLAS/OpenMP threads per rank "
-                                                   "[default: the profile's, else cores // ranks].")]
+                                                   "\\[default: the profile's, else cores // ranks].")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="The profile table the plan was made "
-                                                   "with [default: the machine's].")]
+                                                   "with \\[default: the machine's].")]
 FreshOpt = Annotated[bool, typer.Option("--fresh-profile", help="Machine `local`: time the prediction's "
                                         "kernels and collectives again inside the run, once per rank after "
                                         "every timed step, and predict from those timings (a shared VM's "
@@ -407,7 +407,7 @@ def _strategy_summary(plan: Plan) -> str:
 def validate(network: Annotated[str, typer.Argument(help="A zoo network name or a network spec YAML path.")],
              ranks: RanksOpt,
              batch: Annotated[Optional[int], typer.Option("--batch", "-b", help="Global batch per step "
-                                                          "[default: 32 per rank].")] = None,
+                                                          "\\[default: 32 per rank].")] = None,
              machine: Annotated[str, typer.Option("--machine", "-m", help="The machine to plan for; "
                                                   "`local` is this computer.")] = "local",
              steps: StepsOpt = 5, warmup: WarmupOpt = 2, timeout: TimeoutOpt = 600.0,

@@ -35,7 +35,7 @@ def plan(network: NetworkArg,
          devices: DevicesOpt = 1,
          batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
          memory: Annotated[Optional[float], typer.Option("--memory", help="Memory per device in GiB "
-                                                         "[default: the machine's device memory].")] = None,
+                                                         "\\[default: the machine's device memory].")] = None,
          out: Annotated[Optional[str], typer.Option("--out", "-o", help="Write the plan here (.yaml, or "
                                                     ".json for JSON).")] = None,
          solver: Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP, ILP for what is "
@@ -44,7 +44,7 @@ def plan(network: NetworkArg,
                                                              "take (then the best plan found is reported "
                                                              "with its gap).")] = None,
          gap: Annotated[Optional[float], typer.Option("--gap", help="Relative optimality gap at which an ILP "
-                                                      "may stop [default: 0, prove optimality].")] = None,
+                                                      "may stop \\[default: 0, prove optimality].")] = None,
          sweep: Annotated[Optional[str], typer.Option("--sweep", help="Strong scaling over device counts, "
                                                       "e.g. 1,2,4,...,1024, at a fixed batch.")] = None,
          plot: Annotated[Optional[str], typer.Option("--plot", help="With --sweep: write a PNG (needs the "

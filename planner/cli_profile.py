@@ -17,16 +17,16 @@ Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instea
 def profile(target: Annotated[str, typer.Argument(help="A network (zoo name or spec path), or a sweep: "
                                                    "'gemm' (GEMM grid over --sizes) or 'conv' (3x3 conv grid).")],
             devices: Devices = "1",
-            batch: Annotated[Optional[int], typer.Option("--batch", "-b", help="Global batch [default: 32 per device].")] = None,
+            batch: Annotated[Optional[int], typer.Option("--batch", "-b", help="Global batch \\[default: 32 per device].")] = None,
             backend: Annotated[str, typer.Option("--backend", help="numpy (CPU) or cupy (NVIDIA GPU).")] = "numpy",
             threads: Annotated[int, typer.Option("--threads", help="BLAS threads per process (a rank's share of the cores).")] = 1,
             out: Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to write and resume "
-                                                       "[default: this device's per-user cache, used by --machine local].")] = None,
+                                                       "\\[default: this device's per-user cache, used by --machine local].")] = None,
             max_seconds: Annotated[Optional[float], typer.Option("--max-seconds", help="Stop after this long; rerun to resume.")] = None,
             sizes: Annotated[Optional[str], typer.Option("--sizes", help="gemm: M/K/N values; conv: spatial sizes.")] = None,
             channels: Annotated[Optional[str], typer.Option("--channels", help="conv sweep: channel counts (C = F).")] = None,
             algorithms: Annotated[Optional[str], typer.Option("--algorithms", help="Convolution algorithms to time "
-                                                              "[default: every one that applies].")] = None,
+                                                              "\\[default: every one that applies].")] = None,
             quick: Annotated[bool, typer.Option("--quick", help="Fewer repetitions (a rough table, fast).")] = False,
             as_json: Json = False) -> None:
     """Time the kernels the executor will run, at the local shapes of every strategy the planner considers.
@@ -52,10 +52,10 @@ def profile(target: Annotated[str, typer.Argument(help="A network (zoo name or s
 @app.command("profile-comm")
 def profile_comm(ranks: Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to launch (mpiexec -n).")] = 2,
                  sizes: Annotated[Optional[str], typer.Option("--sizes", help="Message sizes in bytes "
-                                                              "[default: 8 B to --max-bytes by powers of 2].")] = None,
+                                                              "\\[default: 8 B to --max-bytes by powers of 2].")] = None,
                  max_bytes: Annotated[int, typer.Option("--max-bytes", help="Largest default message.")] = 16 * 2**20,
                  out: Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to add the fit to "
-                                                            "[default: the per-user cache of this computer].")] = None,
+                                                            "\\[default: the per-user cache of this computer].")] = None,
                  seconds_per_point: Annotated[float, typer.Option("--cap", help="Seconds per (collective, size, cache state).")] = 0.2,
                  as_json: Json = False) -> None:
     """Measure sendrecv and the collectives under mpiexec and fit alpha, beta, gamma by least squares.

@@ -54,3 +54,12 @@ def test_bad_batch_is_exit_2():
     result = runner.invoke(app, ["info", "lenet5", "--batch", "0"])
     assert result.exit_code == 2
     assert "--batch" in result.output
+
+
+@pytest.mark.parametrize("name,default", [("plan", "32 per device"), ("execute", "the profile's, else cores"),
+                                          ("profile", "this device's per-user cache")])
+def test_help_shows_the_defaults_it_states(name, default):
+    # rich reads "[default: ...]" as markup and drops it unless the bracket is escaped
+    result = runner.invoke(app, [name, "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0
+    assert f"[default: {default}" in " ".join(result.output.split())
