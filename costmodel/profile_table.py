@@ -117,30 +117,29 @@ def table_from_dict(data: Any, source: str) -> ProfileTable:
     fp = data.get("fingerprint")
     if not isinstance(fp, Mapping) or not all(k in fp for k in IDENTITY_KEYS):
         raise _bad(source, f"fingerprint must be a mapping with keys {', '.join(IDENTITY_KEYS)}")
-    raw = data.get("entries", {})
-    if not isinstance(raw, Mapping):
-        raise _bad(source, "entries must be a mapping")
-    entries = {}
-    for key, e in raw.items():
-        try:
-            split_key(key)
-            entries[key] = _entry(e)
-        except (ValueError, TypeError, KeyError) as err:
-            raise _bad(source, f"entry {key!r}: {err}") from None
+    entries = _entries(data, "entries", "entry", source, split_key)
     comm = data.get("comm", {})
     if not isinstance(comm, Mapping):
         raise _bad(source, "comm must be a mapping")
     _check_comm(comm, source)
-    raw_exec = data.get("executor", {})
-    if not isinstance(raw_exec, Mapping):
-        raise _bad(source, "executor must be a mapping")
-    executor = {}
-    for name, e in raw_exec.items():
-        try:
-            executor[str(name)] = _entry(e)
-        except (ValueError, TypeError, KeyError) as err:
-            raise _bad(source, f"executor entry {name!r}: {err}") from None
+    executor = _entries(data, "executor", "executor entry", source)
     return ProfileTable(dict(fp), entries, dict(comm), source, executor)
+
+
+def _entries(data: Mapping[str, Any], field_: str, what: str, source: str, check_key=None) -> dict[str, Entry]:
+    """The mapping ``data[field_]`` of name -> entry, validated (``check_key`` raises on a bad name)."""
+    raw = data.get(field_, {})
+    if not isinstance(raw, Mapping):
+        raise _bad(source, f"{field_} must be a mapping")
+    out = {}
+    for key, e in raw.items():
+        try:
+            if check_key is not None:
+                check_key(key)
+            out[str(key)] = _entry(e)
+        except (ValueError, TypeError, KeyError) as err:
+            raise _bad(source, f"{what} {key!r}: {err}") from None
+    return out
 
 
 def _entry(e: Any) -> Entry:
