@@ -70,7 +70,7 @@ class LayerEstimate:
     comms: tuple[Comm, ...]
     memory: Memory
     grad_sum_s: float = 0.0  # summing the gradients of an output several input slots read
-    dispatch_s: float = 0.0  # the executor's own time around the layer's passes (layer_passes)
+    dispatch_s: float = 0.0  # the executor's own time around the layer's passes (pass_bytes)
 
     def comm_s(self, phase: str) -> float:
         return sum(c.seconds for c in self.comms if c.phase == phase)
@@ -97,15 +97,10 @@ class LayerEstimate:
                 + self.grad_sync_s + self.update_s + self.dispatch_s)
 
 
-def layer_passes(layer: Layer, consumers: int = 1) -> int:
-    """How many passes the executor makes over a layer in one step, each with its own Python
-    around the kernels (executor.runtime): forward, backward, the update when it has weights, and
-    one gradient sum per reader of its output after the first."""
-    return 2 + (1 if layer.weights else 0) + max(consumers - 1, 0)
-
-
 def pass_bytes(local: LocalLayer, algorithm: str = "", consumers: int = 1) -> list[int]:
-    """The bytes the kernels of each of those passes move, in that order (layer_passes of them)."""
+    """The bytes the kernels move in each pass the executor makes over a layer in one step, each
+    pass with its own Python around the kernels (executor.runtime): forward, backward, the update
+    when it has weights, and one gradient sum per reader of its output after the first."""
     layer = local.layer
     bwd = kernel_calls(local, "bwd_data", algorithm) + (kernel_calls(local, "bwd_weights", algorithm)
                                                          if layer.weights else ())

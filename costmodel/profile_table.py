@@ -29,6 +29,7 @@ import numpy
 from costmodel.compute import ComputeModel
 from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, dtype_for_itemsize, kernel_calls, reshard_copy_call,
                                     shape_fields, split_key)
+from costmodel.layer_cost import dispatch_time
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import LinkLevel, Machine
 from networks.errors import DnnplanError
@@ -410,8 +411,7 @@ class ProfiledCompute:
         points = sorted((max(e.bytes, 1), e.median_s) for name, e in self.table.executor.items()
                         if name.split("/")[0] == DISPATCH)
         if not points:
-            got = getattr(self.fallback, "dispatch_s", None)
-            return float(got(nbytes)) if got is not None else 0.0
+            return dispatch_time(self.fallback, nbytes)
         x = math.log(max(nbytes, 1))
         (b0, t0), (b1, t1) = points[0], points[-1]
         if x <= math.log(b0) or b1 == b0:

@@ -4,21 +4,22 @@ Between two kernels the runtime runs Python: the layer's op wrapper around its k
 loop, the activation and gradient bookkeeping (executor.runtime). No kernel timing contains that
 time, and after a kernel that moved megabytes its code and objects come from memory: a no-op
 ``numpy.ascontiguousarray`` took 5-9 us right after a convolution of ResNet-18 against well under
-a microsecond warm. Measured with every span kept, a training step at one rank spent 17-40 us per
-layer pass outside its spans (2-core development VM, 1 thread: the probe below 17 us, ResNet-18 at
-64x64 and batch 8 20 us, lenet5 at batch 256 36 us, alexnet at batch 2 40 us), 1-2% of the step
-that the prediction did not hold.
+a microsecond warm. Measured with every span kept, a training step at one rank spent 30-51 us per
+layer pass outside its spans (2-core development VM, 1 thread: lenet5 at batch 256 30 us,
+ResNet-18 at 64x64 and batch 8 33 us, alexnet at batch 2 51 us; this probe 22 us at batch 8, 46 us
+at 32, 53 us at 64), 1-2% of the step, that the prediction did not hold (docs/executor.md).
 
 :func:`measure` runs the probe (``executor/probes/dispatch.yaml``, a small residual CNN with the
 kinds of layer the cnn zoo networks have, not one of the networks the accuracy bench predicts)
-on this process alone, data parallel on one rank with im2col convolutions, and returns per timed
-step (step wall time - time inside the step's spans) / layer passes, passes counted as the cost
-model counts them (:func:`costmodel.layer_cost.layer_passes`). The profiler stores the median as
-the table's ``executor.dispatch`` entry (profiler.dispatch runs ``python -m executor.dispatch`` in
-a child process, with the profile's threads and allocator) and the cost model adds it once per
-layer pass (``LayerEstimate.dispatch_s``).
+in this process alone, data parallel on one rank with im2col convolutions, and returns per timed
+step (step wall time - time inside the step's spans) / layer passes, passes as the cost model
+counts them (:func:`costmodel.layer_cost.pass_bytes`), with the probe's typical bytes per pass.
+The profiler runs it at two batches (``python -m executor.dispatch`` in a child process, with the
+profile's threads and allocator; profiler.dispatch) and stores each as a ``dispatch/b<batch>``
+entry of the table's executor mapping; the cost model prices a pass between the two by its bytes
+(``ProfiledCompute.dispatch_s``, ``LayerEstimate.dispatch_s``).
 
-    python -m executor.dispatch [--steps 15] [--warmup 3] [--threads 1]   # one JSON line
+    python -m executor.dispatch [--batches 8,64] [--steps 11] [--warmup 2] [--threads 1]   # one JSON line
 """
 
 from __future__ import annotations
@@ -44,20 +45,19 @@ def _probe_plan(net, batch: int):
     return Plan(str(PROBE), net.name, net.content_hash(), batch, 1, "local", layers)
 
 
-def probe_passes(net, batch: int, strategies=None, algorithms=None) -> list[int]:
+def probe_passes(net, batch: int) -> list[int]:
     """The bytes each layer pass of one step of ``net`` moves in its kernels, as the cost model
-    counts passes (:func:`costmodel.layer_cost.pass_bytes`); data parallel on one rank, im2col
-    convolutions, unless ``strategies`` and ``algorithms`` are given."""
+    counts passes (:func:`costmodel.layer_cost.pass_bytes`), data parallel on one rank with im2col
+    convolutions."""
     from costmodel.layer_cost import pass_bytes  # noqa: PLC0415
     from costmodel.layer_layouts import local_layer  # noqa: PLC0415
     from networks.analysis import consumers  # noqa: PLC0415
-    if strategies is None:
-        plan = _probe_plan(net, batch)
-        strategies, algorithms = plan.strategies(), plan.algorithms()
+    plan = _probe_plan(net, batch)
+    strategies, algorithms = plan.strategies(), plan.algorithms()
     readers = consumers(net)
     return [b for layer in net.layers
             for b in pass_bytes(local_layer(layer, strategies[layer.name], batch),
-                                (algorithms or {}).get(layer.name, ""), readers[layer.name])]
+                                algorithms.get(layer.name, ""), readers[layer.name])]
 
 
 def typical_bytes(per_pass: list[int]) -> int:
@@ -73,7 +73,7 @@ def outside_per_pass(timers, steps, passes: int) -> list[float]:
     return [max(timers.step_wall[s] - inside.get(s, 0.0), 0.0) / passes for s in steps]
 
 
-def measure(batch: int, steps: int = 15, warmup: int = 3, comm=None) -> tuple[list[float], int]:
+def measure(batch: int, steps: int = 11, warmup: int = 2, comm=None) -> tuple[list[float], int]:
     """(seconds outside the spans per layer pass, one per timed step; the probe's typical bytes
     per pass) for the probe at ``batch``."""
     from executor.runtime import run_plan  # noqa: PLC0415

@@ -82,12 +82,7 @@ class OnDemandCompute(ProfiledCompute):
         if not self.enabled or self._fallback_call(call) > self.max_call_s:
             return None
         from threadpoolctl import threadpool_limits
-        if self.progress and self._status is None:
-            from rich.console import Console
-            self._status = Console(stderr=True).status("profiling this computer's kernels (cached)")
-            self._status.start()
-        if self._status is not None:
-            self._status.update(f"profiling kernel {len(self.new) + 1}: {call.kernel} {call.shape} {call.algo}")
+        self._say(f"profiling kernel {len(self.new) + 1}: {call.kernel} {call.shape} {call.algo}")
         if self.concurrency > 1 and self._companions is None:
             from profiler.companions import Companions
             self._companions = Companions(self.concurrency - 1, self.threads)
@@ -106,6 +101,15 @@ class OnDemandCompute(ProfiledCompute):
         if time.perf_counter() - self._last_save > 5:
             self.save()
         return Lookup(entry.median_s, "exact")
+
+    def _say(self, text: str) -> None:
+        """Show what is being timed on the status line (stderr), started on first use."""
+        if self.progress and self._status is None:
+            from rich.console import Console  # noqa: PLC0415
+            self._status = Console(stderr=True).status(text)
+            self._status.start()
+        if self._status is not None:
+            self._status.update(text)
 
     def _rebuild(self) -> None:
         fresh = ProfiledCompute(self.table, self.fallback)
@@ -130,13 +134,12 @@ class OnDemandCompute(ProfiledCompute):
         if self.enabled and DISPATCH not in self._timed and (self.refresh or not have):
             self._timed.add(DISPATCH)
             from profiler.dispatch import time_dispatch  # noqa: PLC0415
-            if self.progress and self._status is None:
-                from rich.console import Console  # noqa: PLC0415
-                self._status = Console(stderr=True).status("")
-                self._status.start()
-            if self._status is not None:
-                self._status.update("profiling the executor's own time per layer pass (cached)")
+            self._say("profiling the executor's own time per layer pass (cached)")
             entries, self.dispatch_failure = time_dispatch(self.threads, self.concurrency)
+            if self.dispatch_failure and self.progress:
+                from rich.console import Console  # noqa: PLC0415
+                Console(stderr=True).print(f"[yellow]warning:[/yellow] {self.dispatch_failure}; predictions leave "
+                                           "out the executor's own time between kernels")
             for name, entry in entries.items():
                 self.table = with_executor(self.table, name, entry)
                 self.cached = with_executor(self.cached, name, entry)
