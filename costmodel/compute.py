@@ -79,10 +79,10 @@ class ComputeModel(Protocol):
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int: ...
 
-    def dispatch_s(self, nbytes: float) -> float:
-        """The executor's own time around one layer pass whose kernels move ``nbytes``, outside
-        every kernel and collective: the Python that runs between them, slower the more the
-        kernels before it evicted (:func:`costmodel.layer_cost.pass_bytes` lists the passes); 0
+    def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
+        """The executor's own time around a layer's passes in one step, outside every kernel and
+        collective: the Python that runs between them, slower the more the kernels before it
+        evicted (:func:`costmodel.layer_cost.pass_bytes` lists the passes and their bytes); 0
         where nothing measured it."""
         ...
 
@@ -151,5 +151,5 @@ class Roofline:
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return conv_workspace_bytes(local, algorithm)
 
-    def dispatch_s(self, nbytes: float) -> float:
+    def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
         return 0.0  # a datasheet says nothing about the executor's own overhead

@@ -110,11 +110,11 @@ def pass_bytes(local: LocalLayer, algorithm: str = "", consumers: int = 1) -> li
     return out + [c.bytes for c in grad_sum_calls(local, consumers)]
 
 
-def dispatch_time(compute: ComputeModel, nbytes: float) -> float:
-    """The compute model's time for the executor's own work around one pass whose kernels move
-    ``nbytes`` (``ComputeModel.dispatch_s``; 0 for a model without it)."""
+def dispatch_time(compute: ComputeModel, local: LocalLayer, algorithm: str, consumers: int) -> float:
+    """The compute model's time for the executor's own work around a layer's passes
+    (``ComputeModel.dispatch_s``; 0 for a model without it)."""
     got = getattr(compute, "dispatch_s", None)
-    return float(got(nbytes)) if got is not None else 0.0
+    return float(got(local, algorithm, consumers)) if got is not None else 0.0
 
 
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
@@ -198,7 +198,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         update_s=sum(compute.update_s(_elems(shape), itemsize) for shape in wshapes.values()),
         comms=tuple(comms), memory=memory,
         grad_sum_s=sum(compute.call_s(c) for c in grad_sum_calls(local, consumers)),
-        dispatch_s=sum(dispatch_time(compute, b) for b in pass_bytes(local, algorithm, consumers)))
+        dispatch_s=dispatch_time(compute, local, algorithm, consumers))
 
 
 def _local_activation_bytes(local, strategy: Strategy, batch: int) -> int:

@@ -29,7 +29,7 @@ import numpy
 from costmodel.compute import ComputeModel
 from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, dtype_for_itemsize, kernel_calls, reshard_copy_call,
                                     shape_fields, split_key)
-from costmodel.layer_cost import dispatch_time
+from costmodel.layer_cost import dispatch_time, pass_bytes
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import LinkLevel, Machine
 from networks.errors import DnnplanError
@@ -403,15 +403,26 @@ class ProfiledCompute:
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return self.fallback.workspace_bytes(local, algorithm)
 
-    def dispatch_s(self, nbytes: float) -> float:
+    def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
+        """The executor's own time around a layer's passes: :meth:`pass_dispatch_s` of each
+        pass's bytes (:func:`costmodel.layer_cost.pass_bytes`), or the fallback's when the table
+        has no ``dispatch/...`` entries (no bytes are counted then)."""
+        if not self._dispatch_points():
+            return dispatch_time(self.fallback, local, algorithm, consumers)
+        return sum(self.pass_dispatch_s(b) for b in pass_bytes(local, algorithm, consumers))
+
+    def _dispatch_points(self) -> list[tuple[int, float]]:
+        return sorted((max(e.bytes, 1), e.median_s) for name, e in self.table.executor.items()
+                      if name.split("/")[0] == DISPATCH)
+
+    def pass_dispatch_s(self, nbytes: float) -> float:
         """The executor's own time around one layer pass whose kernels move ``nbytes``, from the
         table's ``dispatch/...`` entries (executor.dispatch: its probe at two sizes, each entry's
         ``bytes`` the probe's typical bytes per pass): linear in log(bytes) between them, the
-        nearer one's outside; else the fallback's."""
-        points = sorted((max(e.bytes, 1), e.median_s) for name, e in self.table.executor.items()
-                        if name.split("/")[0] == DISPATCH)
+        nearer one's outside; 0 without entries."""
+        points = self._dispatch_points()
         if not points:
-            return dispatch_time(self.fallback, nbytes)
+            return 0.0
         x = math.log(max(nbytes, 1))
         (b0, t0), (b1, t1) = points[0], points[-1]
         if x <= math.log(b0) or b1 == b0:

@@ -17,7 +17,7 @@ counts them (:func:`costmodel.layer_cost.pass_bytes`), with the probe's typical 
 The profiler runs it at two batches (``python -m executor.dispatch`` in a child process, with the
 profile's threads and allocator; profiler.dispatch) and stores each as a ``dispatch/b<batch>``
 entry of the table's executor mapping; the cost model prices a pass between the two by its bytes
-(``ProfiledCompute.dispatch_s``, ``LayerEstimate.dispatch_s``).
+(``ProfiledCompute.pass_dispatch_s``, ``LayerEstimate.dispatch_s``).
 
     python -m executor.dispatch [--batches 8,64] [--steps 11] [--warmup 2] [--threads 1]   # one JSON line
 """

@@ -127,7 +127,7 @@ class OnDemandCompute(ProfiledCompute):
                 return got
         return super().lookup(call)
 
-    def dispatch_s(self, nbytes: float) -> float:
+    def dispatch_s(self, local, algorithm: str, consumers: int) -> float:
         """The executor's time around one layer pass (profiler.dispatch), its probe timed on first
         use when the cache has none (or, with ``refresh``, once per process), like a kernel call."""
         have = any(name.split("/")[0] == DISPATCH for name in self.table.executor)
@@ -144,7 +144,7 @@ class OnDemandCompute(ProfiledCompute):
                 self.table = with_executor(self.table, name, entry)
                 self.cached = with_executor(self.cached, name, entry)
                 self.new[name] = entry  # written with the next save
-        return super().dispatch_s(nbytes)
+        return super().dispatch_s(local, algorithm, consumers)
 
     def save(self) -> None:
         if self._companions is not None:

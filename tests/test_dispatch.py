@@ -84,17 +84,20 @@ def test_typical_bytes_is_the_geometric_mean():
 
 def test_dispatch_is_linear_in_log_bytes_between_the_probe_sizes_and_flat_outside():
     pc = _compute({"dispatch/b8": _entry(20e-6, 1000), "dispatch/b64": _entry(40e-6, 100_000)})
-    assert pc.dispatch_s(10) == 20e-6 and pc.dispatch_s(1000) == 20e-6
-    assert pc.dispatch_s(10**9) == 40e-6 and pc.dispatch_s(100_000) == 40e-6
-    assert pc.dispatch_s(10_000) == pytest.approx(30e-6)
-    a, b = pc.dispatch_s(3000), pc.dispatch_s(30_000)
+    assert pc.pass_dispatch_s(10) == 20e-6 and pc.pass_dispatch_s(1000) == 20e-6
+    assert pc.pass_dispatch_s(10**9) == 40e-6 and pc.pass_dispatch_s(100_000) == 40e-6
+    assert pc.pass_dispatch_s(10_000) == pytest.approx(30e-6)
+    a, b = pc.pass_dispatch_s(3000), pc.pass_dispatch_s(30_000)
     assert 20e-6 < a < b < 40e-6
 
 
 def test_no_dispatch_entries_and_the_roofline_add_nothing():
-    assert _compute({}).dispatch_s(1e6) == 0.0
-    assert Roofline(load_machine("local")).dispatch_s(1e6) == 0.0
-    assert _compute({"other": _entry(1.0, 5)}).dispatch_s(5) == 0.0  # only dispatch/... entries count
+    net = load_network("lenet5")
+    local = local_layer(net.layers[0], uniform_strategies(net, 1, 4, "data")[0][net.layers[0].name], 4)
+    assert _compute({}).pass_dispatch_s(1e6) == 0.0 and _compute({}).dispatch_s(local, "im2col", 1) == 0.0
+    assert Roofline(load_machine("local")).dispatch_s(local, "im2col", 1) == 0.0
+    other = _compute({"other": _entry(1.0, 5)})  # only dispatch/... entries count
+    assert other.pass_dispatch_s(5) == 0.0 and other.dispatch_s(local, "im2col", 1) == 0.0
 
 
 def test_the_step_prediction_adds_dispatch_per_pass_and_the_layers_keep_their_phases():
@@ -106,7 +109,7 @@ def test_the_step_prediction_adds_dispatch_per_pass_and_the_layers_keep_their_ph
     p0 = predict_step(net, 16, strategies, {}, machine, plain)
     p1 = predict_step(net, 16, strategies, {}, machine, timed)
     readers = consumers(net)
-    want = sum(timed.dispatch_s(b) for layer in net.layers
+    want = sum(timed.pass_dispatch_s(b) for layer in net.layers
                for b in pass_bytes(local_layer(layer, strategies[layer.name], 16), "", readers[layer.name]))
     assert p0.dispatch_s == 0.0
     assert p1.dispatch_s == pytest.approx(want) and want > 20e-6 * len(net.layers) * 2
