@@ -50,13 +50,25 @@ def _rand(xp: ModuleType, shape, dtype, rng_seed: int = 0):
     return rng.standard_normal(shape, dtype=numpy.float32).astype(dtype)
 
 
-def build(call: KernelCall, xp: ModuleType) -> Callable[[], object]:
-    """A no-argument closure that runs the call's kernel once on random operands of its shape."""
+def build(call: KernelCall, xp: ModuleType, shared: dict | None = None) -> Callable[[], object]:
+    """A no-argument closure that runs the call's kernel once on random operands of its shape.
+
+    ``shared``: a backward kernel's incoming gradient (``dy``) is taken from it when there, else
+    made and left in it, so two builds of one call can share the gradient and keep their other
+    operands (the forward pass's saved tensors) apart (profiler.inrun)."""
     f = dict(zip(shape_fields(call.kernel, call.shape), call.shape))
     dt = call.dtype
     k = call.kernel
     fn = KERNELS[k]
     r = lambda *shape: _rand(xp, shape, dt)  # noqa: E731
+
+    def grad(*shape):
+        if shared is None:
+            return r(*shape)
+        if "dy" not in shared:
+            shared["dy"] = r(*shape)
+        return shared["dy"]
+
     if k.startswith("conv2d."):
         n, c, h, w, fo, kh, kw = (f[x] for x in ("n", "c", "h", "w", "f", "kh", "kw"))
         geo = dict(stride=(f["sh"], f["sw"]), padding=(f["pt"], f["pb"], f["pl"], f["pr"]),
@@ -64,7 +76,7 @@ def build(call: KernelCall, xp: ModuleType) -> Callable[[], object]:
         x, wt = r(n, c, h, w), r(fo, c // f["groups"], kh, kw)
         b = r(fo) if f["bias"] else None
         y = KERNELS["conv2d.fwd"](x, wt, b, **geo)
-        dy = r(*y.shape)
+        dy = grad(*y.shape)
         if k == "conv2d.fwd":
             return lambda: fn(x, wt, b, **geo)
         if k == "conv2d.bwd_data":
@@ -73,7 +85,7 @@ def build(call: KernelCall, xp: ModuleType) -> Callable[[], object]:
     if k.startswith("linear."):
         x, wt = r(f["rows"], f["c"]), r(f["f"], f["c"])
         b = r(f["f"]) if f["bias"] else None
-        dy = r(f["rows"], f["f"])
+        dy = grad(f["rows"], f["f"])
         if k == "linear.fwd":
             return lambda: fn(x, wt, b)
         if k == "linear.bwd_data":
@@ -98,14 +110,14 @@ def build(call: KernelCall, xp: ModuleType) -> Callable[[], object]:
         if k.endswith(".fwd"):
             return lambda: fwd(x, **geo)
         y, cache = fwd(x, **geo)
-        dy = r(*y.shape)
+        dy = grad(*y.shape)
         return lambda: fn(dy, cache)
     if k.startswith("global_avgpool."):
         x = r(f["n"], f["c"], f["h"], f["w"])
         if k.endswith(".fwd"):
             return lambda: fn(x)
         y, cache = KERNELS["global_avgpool.fwd"](x)
-        dy = r(*y.shape)
+        dy = grad(*y.shape)
         return lambda: fn(dy, cache)
     if k.startswith("batchnorm."):
         from profiler.kernels.norm import bn_stats_from_sums
@@ -118,7 +130,7 @@ def build(call: KernelCall, xp: ModuleType) -> Callable[[], object]:
         if k == "batchnorm.fwd_apply":
             return lambda: fn(x, mean, var, gamma, beta)
         _, cache = KERNELS["batchnorm.fwd_apply"](x, mean, var, gamma, beta)
-        dy = r(*x.shape)
+        dy = grad(*x.shape)
         if k == "batchnorm.bwd_local_sums":
             return lambda: fn(dy, cache)
         sdy, sdx = KERNELS["batchnorm.bwd_local_sums"](dy, cache)
@@ -128,7 +140,7 @@ def build(call: KernelCall, xp: ModuleType) -> Callable[[], object]:
         if k.endswith(".fwd"):
             return lambda: fn(x, gamma, beta)
         _, cache = KERNELS["layernorm.fwd"](x, gamma, beta)
-        dy = r(*x.shape)
+        dy = grad(*x.shape)
         return lambda: fn(dy, cache)
     if k == "sgd.update":
         w, v, g = r(f["elems"]), r(f["elems"]), r(f["elems"])
@@ -141,7 +153,7 @@ def build(call: KernelCall, xp: ModuleType) -> Callable[[], object]:
         if k.endswith(".fwd"):
             return lambda: fwd(*args)
         _, cache = fwd(*args)
-        dy = r(f["elems"])
+        dy = grad(f["elems"])
         return lambda: fn(dy, cache)
     if k.startswith("concat."):
         sizes = call.shape[2:]
@@ -168,7 +180,7 @@ def build(call: KernelCall, xp: ModuleType) -> Callable[[], object]:
         if k.endswith(".fwd"):
             return lambda: fn(q, kk, v, bool(f["causal"]))
         o, cache = KERNELS["attention.fwd"](q, kk, v, bool(f["causal"]))
-        do = r(*o.shape)
+        do = grad(*o.shape)
         return lambda: fn(do, cache)
     raise ValueError(f"no synthetic operands for kernel {k!r}")
 

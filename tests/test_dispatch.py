@@ -173,3 +173,45 @@ def test_backward_kernels_are_timed_on_operands_of_their_own():
     assert timer._room == (1 << 30) - fwd.bytes - 2 * bwd.bytes  # two operand sets kept for the backward call
     timer.round()
     assert all(len(v) == 1 and v[0] > 0 for v in timer.samples.values())
+
+
+def _arrays_of(closure):
+    """ids of the arrays a closure holds, also inside tuples, lists, dicts and objects (a kernel's cache)."""
+    import numpy
+    found, todo = set(), [c.cell_contents for c in closure.__closure__ or ()]
+    while todo:
+        obj = todo.pop()
+        if isinstance(obj, numpy.ndarray):
+            found.add(id(obj))
+        elif isinstance(obj, (tuple, list)):
+            todo += obj
+        elif isinstance(obj, dict):
+            todo += obj.values()
+        elif hasattr(obj, "__dict__") and not callable(obj):
+            todo += vars(obj).values()
+    return found
+
+
+def test_two_builds_of_a_backward_kernel_share_its_incoming_gradient_only():
+    # the in-run timer's timed operand set keeps the saved tensors apart (cold in a step) and
+    # shares the gradient the step's previous kernel has just written (profiler.inrun.reads_saved)
+    import numpy
+    from costmodel.reuse import step_calls
+    from profiler.harness import build
+    from profiler.inrun import reads_saved
+    net = load_network("lenet5")
+    strategies, _ = uniform_strategies(net, 1, 4, "data")
+    calls = [c for c in dict.fromkeys(step_calls(net, 4, strategies, {})) if reads_saved(c)]
+    assert {c.kernel for c in calls} >= {"conv2d.bwd_data", "conv2d.bwd_weights", "relu.bwd", "maxpool2d.bwd",
+                                         "linear.bwd_weights"}
+    for call in calls:
+        shared = {}
+        first, second = build(call, numpy, shared), build(call, numpy, shared)
+        if "dy" not in shared:  # the loss's backward takes no incoming gradient
+            assert call.kernel == "softmax_xent.bwd" and not _arrays_of(first) & _arrays_of(second)
+            continue
+        assert _arrays_of(first) & _arrays_of(second) == {id(shared["dy"])}, call.key
+        assert len(_arrays_of(second)) > 1, call.key  # it has saved operands of its own
+        first(), second()
+        alone_a, alone_b = build(call, numpy), build(call, numpy)
+        assert not _arrays_of(alone_a) & _arrays_of(alone_b)  # without the mapping nothing is shared

@@ -302,7 +302,7 @@ def test_in_run_timer_times_each_call_once_per_round_after_a_barrier(monkeypatch
     calls = _two_calls()
     built = []
     real_build = inrun.build
-    monkeypatch.setattr(inrun, "build", lambda call, xp: built.append(call.key) or real_build(call, xp))
+    monkeypatch.setattr(inrun, "build", lambda call, xp, shared=None: built.append(call.key) or real_build(call, xp, shared))
     barriers = []
     timer = inrun.InRunTimer(calls + calls[:1])  # a repeated call is timed once per round
     for _ in range(3):
@@ -325,7 +325,7 @@ def test_in_run_timer_recreates_each_calls_cache_context(monkeypatch):
     calls = _two_calls()
     warm, cold = calls[0].key, calls[1].key
     runs = {c.key: 0 for c in calls}
-    monkeypatch.setattr(inrun, "build", lambda call, xp: lambda: runs.__setitem__(call.key, runs[call.key] + 1))
+    monkeypatch.setattr(inrun, "build", lambda call, xp, shared=None: lambda: runs.__setitem__(call.key, runs[call.key] + 1))
     timer = inrun.InRunTimer(calls, reuse={warm: 1000, cold: 10 << 30})
     assert timer._pass == {warm: 4 << 20, cold: timer.llc}
     for _ in range(3):
