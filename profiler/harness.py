@@ -161,7 +161,8 @@ def build(call: KernelCall, xp: ModuleType, shared: dict | None = None) -> Calla
         if k.endswith(".fwd"):
             return lambda: fn(xs, 1)
         y, cache = KERNELS["concat.fwd"](xs, 1)
-        return lambda: fn(y, cache)
+        dy = y if shared is None else shared.setdefault("dy", y)  # the output's gradient, its shape
+        return lambda: fn(dy, cache)
     if k.startswith("reshard."):
         # a piece written into a block whose rows are twice as long (one side strided, as a halo
         # or a channel slice is in the executor's blocks), read from a contiguous one
