@@ -344,6 +344,7 @@ class ProfiledCompute:
         self.outside: set[KernelCall] = set()
         self._groups: dict[tuple, _Group] = {}
         self._memo: dict[KernelCall, Lookup] = {}
+        self._points: tuple[object, list[tuple[int, float]]] = (None, [])  # (executor mapping, its points)
         for key, e in table.entries.items():
             kernel, shape, dtype, algo = split_key(key)
             g = self._groups.setdefault((kernel, dtype, algo, _structure(kernel, shape)), _Group())
@@ -412,8 +413,13 @@ class ProfiledCompute:
         return sum(self.pass_dispatch_s(b) for b in pass_bytes(local, algorithm, consumers))
 
     def _dispatch_points(self) -> list[tuple[int, float]]:
-        return sorted((max(e.bytes, 1), e.median_s) for name, e in self.table.executor.items()
-                      if name.split("/")[0] == DISPATCH)
+        """(bytes, seconds) of the table's ``dispatch/...`` entries, by bytes; derived once per
+        executor mapping (a layer's dispatch asks for them once per pass, for every candidate)."""
+        executor = self.table.executor
+        if self._points[0] is not executor:
+            self._points = (executor, sorted((max(e.bytes, 1), e.median_s) for name, e in executor.items()
+                                             if name.split("/")[0] == DISPATCH))
+        return self._points[1]
 
     def pass_dispatch_s(self, nbytes: float) -> float:
         """The executor's own time around one layer pass whose kernels move ``nbytes``, from the

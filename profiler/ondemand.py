@@ -130,8 +130,7 @@ class OnDemandCompute(ProfiledCompute):
     def dispatch_s(self, local, algorithm: str, consumers: int) -> float:
         """The executor's time around one layer pass (profiler.dispatch), its probe timed on first
         use when the cache has none (or, with ``refresh``, once per process), like a kernel call."""
-        have = any(name.split("/")[0] == DISPATCH for name in self.table.executor)
-        if self.enabled and DISPATCH not in self._timed and (self.refresh or not have):
+        if self.enabled and DISPATCH not in self._timed and (self.refresh or not self._dispatch_points()):
             self._timed.add(DISPATCH)
             from profiler.dispatch import time_dispatch  # noqa: PLC0415
             self._say("profiling the executor's own time per layer pass (cached)")
