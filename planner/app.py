@@ -27,9 +27,10 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 #: ``plan`` and ``validate``: re-time the on-demand profile (planner.context.compute_model).
 RefreshOpt = Annotated[bool, typer.Option("--refresh-profile", help="Machine `local`: time again, now, every "
-                                          "kernel the planner weighs, and update this computer's profile "
-                                          "cache (entries gathered over days drift apart on a shared "
-                                          "machine and can mislead the choice between algorithms).")]
+                                          "kernel the planner weighs, side by side in interleaved rounds, "
+                                          "and update this computer's profile cache (entries gathered "
+                                          "over days, or timed minutes apart, drift apart on a shared "
+                                          "machine and can mislead the choice between alternatives).")]
 
 
 def fail_line(message: str) -> None:

@@ -361,14 +361,20 @@ def candidate_plans(ctx, network_arg: str, machine_arg: str, save: bool = False)
     """The planner's plan (when the planner is built) and each uniform baseline, distinct ones only;
     names of identical plans are joined (with one rank every strategy is the same plan). ``save``:
     then write what was timed on demand (or re-timed, ``--refresh-profile``) to the cache file, which
-    the runs' predictions read afresh."""
-    from costmodel.uniform import uniform_strategies  # noqa: PLC0415
-    convs = {l.name: "im2col" for l in ctx.network.layers if l.op == "conv2d"}
-    found: list[tuple[str, Plan]] = []
+    the runs' predictions read afresh. With ``--refresh-profile`` every kernel the plans are weighed
+    on is timed again first, side by side (planner.refreshed)."""
+    from planner.refreshed import refreshed  # noqa: PLC0415
     try:
         from planner.optimize import make_plan  # noqa: PLC0415
     except ImportError:
         make_plan = None
+    return refreshed(ctx.compute, lambda: _candidates(ctx, network_arg, machine_arg, make_plan, save))
+
+
+def _candidates(ctx, network_arg: str, machine_arg: str, make_plan, save: bool) -> list[tuple[str, Plan]]:
+    from costmodel.uniform import uniform_strategies  # noqa: PLC0415
+    convs = {l.name: "im2col" for l in ctx.network.layers if l.op == "conv2d"}
+    found: list[tuple[str, Plan]] = []
     table = getattr(ctx.compute, "table", None)
     if make_plan is not None:
         found.append(("planner", make_plan(ctx.network, network_arg, ctx.batch, ctx.devices, ctx.machine,

@@ -13,6 +13,7 @@ from costmodel.files import DEFAULT_MACHINE
 from networks.errors import DnnplanError
 from planner import context
 from planner.app import RefreshOpt, app, check_refresh
+from planner.refreshed import refreshed
 from planner.cli import BatchOpt, DevicesOpt, JsonOpt, MachineOpt, NetworkArg, ProfileOpt
 from planner.optimize import Settings, make_plan
 from planner.plan_file import plan_to_dict, write_plan
@@ -75,8 +76,9 @@ def plan(network: NetworkArg,
     if sweep:
         from planner import report_plan
         from planner.sweep import parse_counts, plot_sweep, sweep as run_sweep
-        rows = run_sweep(ctx.network, network, ctx.batch, parse_counts(sweep), ctx.machine, ctx.compute, limit,
-                         settings)
+        counts = parse_counts(sweep)
+        rows = refreshed(ctx.compute, lambda: run_sweep(ctx.network, network, ctx.batch, counts, ctx.machine,
+                                                        ctx.compute, limit, settings))
         if plot:
             plot_sweep(rows, plot, f"{ctx.network.name}, batch {ctx.batch}, {ctx.machine.name}")
         if as_json:
@@ -87,8 +89,9 @@ def plan(network: NetworkArg,
             if plot:
                 report_plan.console.print(f"wrote {plot}")
         return
-    result = make_plan(ctx.network, network, ctx.batch, devices, ctx.machine, ctx.compute, limit, settings,
-                       machine_ref=machine_ref, profile_fingerprint=profile_fingerprint(profile))
+    result = refreshed(ctx.compute, lambda: make_plan(ctx.network, network, ctx.batch, devices, ctx.machine,
+                                                      ctx.compute, limit, settings, machine_ref=machine_ref,
+                                                      profile_fingerprint=profile_fingerprint(profile)))
     if out:
         write_plan(result, out)
     if as_json:

@@ -50,22 +50,50 @@ class OnDemandCompute(ProfiledCompute):
         self._status = None
         self.enabled = not os.environ.get("DNNPLAN_NO_PROFILE")
         self._recording: dict[str, KernelCall] | None = None
+        self._listing_only = False  # calls_of(time_missing=False): list the calls, time none
         self.dispatch_failure = ""  # why the executor's dispatch time could not be timed, if it could not
         atexit.register(self.save)
 
-    def calls_of(self, predict: Callable[[], object]) -> list[KernelCall]:
-        """The kernel calls ``predict()`` looks up (those missing are timed on demand, as ever),
-        less those too slow to time on demand (interpolated instead, see ``max_call_s``); none when
-        on-demand timing is off (``DNNPLAN_NO_PROFILE``)."""
+    def calls_of(self, predict: Callable[[], object], time_missing: bool = True) -> list[KernelCall]:
+        """The kernel calls ``predict()`` looks up (those missing are timed on demand, as ever,
+        unless ``time_missing`` is false: then nothing is timed and they are interpolated for this
+        pass), less those too slow to time on demand (interpolated instead, see ``max_call_s``);
+        none when on-demand timing is off (``DNNPLAN_NO_PROFILE``)."""
         if not self.enabled:
             return []
         self._recording, self._memo = {}, {}
+        self._listing_only = not time_missing
         try:
             predict()
             calls = list(self._recording.values())
         finally:
-            self._recording = None
+            self._recording, self._listing_only, self._memo = None, False, {}
         return [c for c in calls if self._fallback_call(c) <= self.max_call_s]
+
+    def retime(self, calls: list[KernelCall]) -> None:
+        """Time ``calls`` again now, side by side (every call once per round, profiler.side_by_side),
+        beside companions for a profile of several ranks, and put the entries in the table and the
+        cache file; the refresh (``--refresh-profile``) then leaves them be."""
+        todo = [c for c in dict.fromkeys(calls) if c.key not in self._timed]
+        if not self.enabled or not todo:
+            return
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415
+        from profiler.side_by_side import ROUNDS, time_side_by_side  # noqa: PLC0415
+        if self.concurrency > 1 and self._companions is None:
+            from profiler.companions import Companions  # noqa: PLC0415
+            self._companions = Companions(self.concurrency - 1, self.threads)
+        say = lambda done, total: self._say(  # noqa: E731
+            f"timing {len(todo)} kernels side by side, round {min(ROUNDS, done * ROUNDS // total + 1)} of {ROUNDS}")
+        say(0, 1)
+        with threadpool_limits(limits=self.threads):
+            entries = time_side_by_side(todo, ROUNDS, self._companions, progress=say)
+        self._timed.update(entries)
+        self.misses.difference_update(todo)
+        self.new.update(entries)
+        self.table = with_entries(self.table, entries)
+        self.cached = with_entries(self.cached, entries)
+        self._rebuild()
+        self.save()
 
     def install(self, entries: dict[str, Entry]) -> None:
         """Replace (or add) these entries for this process only, e.g. kernels timed inside a run; the
@@ -119,6 +147,8 @@ class OnDemandCompute(ProfiledCompute):
     def lookup(self, call: KernelCall) -> Lookup:
         if self._recording is not None:
             self._recording.setdefault(call.key, call)
+            if self._listing_only:
+                return super().lookup(call)
         stale = self.refresh and call.key not in self._timed
         if (stale or call.key not in self.table.entries) and call not in self._memo:
             got = self._measure(call)

@@ -1,0 +1,68 @@
+"""Timing many kernel calls side by side: each call once per round, the rounds repeated
+(``--refresh-profile``).
+
+A shared VM's speed drifts within minutes. Timed one after another, each call's samples back to
+back (on-demand profiling, :func:`profiler.harness.time_call`), the calls one plan is weighed
+against each other with see different machines. Measured here (2-core EPYC VM, lenet5 at 2 ranks,
+batch 512, 1 thread per rank): a refresh timed one after another priced conv1 split over H, shape
+(512, 1, 18, 32), at 7.29 ms forward and 15.26 ms backward, and split over N, shape
+(256, 1, 32, 32), at 8.26 and 14.91 ms. The planner then split conv1 to pool1 over H. Timed in 30
+interleaved rounds in one process, the same calls took 6.32 and 16.39 ms over H, 5.88 and 13.63
+ms over N. In the run, conv1 measured 6.68 and 16.52 ms over H, 6.13 and 13.08 ms over N.
+Interleaved, every call's median is taken over the same stretch of time, so a drift moves all
+the alternatives alike.
+
+Each sample is the profiler's (:func:`profiler.harness.cold_sampler`): the call runs once
+untimed, as its previous sample would have, then a pass over a 4 MiB buffer, then ONE timed call.
+With companions (a profile for P ranks), they run the same call meanwhile (profiler.companions).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import numpy
+
+from costmodel.kernel_calls import KernelCall
+from costmodel.profile_table import Entry
+from profiler.allocator import keep_freed_memory
+from profiler.harness import build, cold_sampler, summarize
+
+ROUNDS = 5  # samples per call: the median of 5, as many as the quick policy mostly takes (3 to 7)
+KEEP_BYTES = 1 << 30  # operands kept between rounds up to this many bytes (estimated by call.bytes)
+
+
+def time_side_by_side(calls: Iterable[KernelCall], rounds: int = ROUNDS, companions=None,
+                      keep_bytes: int = KEEP_BYTES,
+                      progress: Callable[[int, int], None] | None = None) -> dict[str, Entry]:
+    """Per call key, the entry (median and spread) of ``rounds`` samples taken one per round, every
+    call once per round. ``companions`` (profiler.companions.Companions): loaded with each call
+    while it is sampled. ``progress(done, total)``: after each sample."""
+    keep_freed_memory()
+    todo = list(dict.fromkeys(calls))
+    samples: dict[str, list[float]] = {c.key: [] for c in todo}
+    kept: dict[str, tuple[Callable[[], object], Callable[[], float]]] = {}
+    room = keep_bytes
+    total, done = rounds * len(todo), 0
+    try:
+        for _ in range(rounds):
+            for call in todo:
+                pair = kept.get(call.key)
+                if pair is None:
+                    run = build(call, numpy)
+                    pair = (run, cold_sampler(run))
+                    if call.bytes <= room:
+                        room -= call.bytes
+                        kept[call.key] = pair
+                run, sample = pair
+                if companions is not None:
+                    companions.load(call)
+                run()
+                samples[call.key].append(sample())
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+    finally:
+        if companions is not None and todo:
+            companions.pause()
+    return {c.key: summarize(samples[c.key], c.flops, c.bytes) for c in todo}
