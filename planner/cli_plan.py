@@ -13,10 +13,10 @@ from costmodel.files import DEFAULT_MACHINE
 from networks.errors import DnnplanError
 from planner import context
 from planner.app import RefreshOpt, app, check_refresh
-from planner.refreshed import refreshed
 from planner.cli import BatchOpt, DevicesOpt, JsonOpt, MachineOpt, NetworkArg, ProfileOpt
 from planner.optimize import Settings, make_plan
 from planner.plan_file import plan_to_dict, write_plan
+from planner.refreshed import refreshed
 
 GIB = 2 ** 30
 

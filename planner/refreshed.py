@@ -3,7 +3,8 @@
 :func:`refreshed` runs the weighing twice: once to list every kernel call it looks up (nothing is
 timed; calls not in the cache are interpolated for that pass), then, after those calls are timed
 again together, in interleaved rounds (profiler.side_by_side), once more on the new timings. The
-solve itself is small next to the timing (lenet5 at 2 ranks: under a second of 26 s).
+timing dominates: for lenet5 at 2 ranks (the planner's plan and the uniform baselines), 32.1 s of
+timing in 36.9 s.
 """
 
 from __future__ import annotations

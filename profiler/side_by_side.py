@@ -2,8 +2,8 @@
 (``--refresh-profile``).
 
 A shared VM's speed drifts within minutes. Timed one after another, each call's samples back to
-back (on-demand profiling, :func:`profiler.harness.time_call`), the calls one plan is weighed
-against each other with see different machines. Measured here (2-core EPYC VM, lenet5 at 2 ranks,
+back (on-demand profiling, :func:`profiler.harness.time_call`), the calls that a plan's
+alternatives are weighed on each see a different machine. Measured here (2-core EPYC VM, lenet5 at 2 ranks,
 batch 512, 1 thread per rank): a refresh timed one after another priced conv1 split over H, shape
 (512, 1, 18, 32), at 7.29 ms forward and 15.26 ms backward, and split over N, shape
 (256, 1, 32, 32), at 8.26 and 14.91 ms. The planner then split conv1 to pool1 over H. Timed in 30

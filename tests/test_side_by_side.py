@@ -149,3 +149,28 @@ def test_a_companion_builds_each_call_once_however_often_it_is_reloaded(tmp_path
     finally:
         comp.close()
     assert sorted(log.read_text().split()) == sorted(c.key for c in calls)
+
+
+def test_plan_refresh_profile_lists_then_retimes_every_call_once_and_times_none_one_by_one(monkeypatch):
+    """`dnnplan plan --machine local --refresh-profile` end to end: the kernels the planner weighs
+    are timed in one side-by-side batch, none on its own, and the plan is made on those timings."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import profiler.dispatch
+    from planner.cli import app
+    from profiler import ondemand, side_by_side
+    from profiler.harness import summarize
+    batches, sequential = [], []
+    monkeypatch.setattr(side_by_side, "time_side_by_side", lambda todo, *a, **k: batches.append(list(todo)) or {
+        c.key: summarize([1e-3], c.flops, c.bytes) for c in todo})
+    monkeypatch.setattr(ondemand, "time_call", lambda c, policy: sequential.append(c.key))
+    monkeypatch.setattr(profiler.dispatch, "time_dispatch", lambda threads, ranks: ({}, "not timed in this test"))
+    r = CliRunner().invoke(app, ["plan", "lenet5", "--machine", "local", "--refresh-profile", "--json"])
+    assert r.exit_code == 0, r.output
+    assert len(batches) == 1 and sequential == []
+    kernels = {c.kernel for c in batches[0]}
+    assert {"conv2d.fwd", "conv2d.bwd_data", "conv2d.bwd_weights", "linear.fwd", "maxpool2d.bwd"} <= kernels
+    plan = json.loads(r.stdout[r.stdout.index("{"):])
+    assert plan["network"] == "lenet5" and len(plan["layers"]) == 13
