@@ -79,9 +79,7 @@ class OnDemandCompute(ProfiledCompute):
             return
         from threadpoolctl import threadpool_limits  # noqa: PLC0415
         from profiler.side_by_side import ROUNDS, time_side_by_side  # noqa: PLC0415
-        if self.concurrency > 1 and self._companions is None:
-            from profiler.companions import Companions  # noqa: PLC0415
-            self._companions = Companions(self.concurrency - 1, self.threads)
+        self._start_companions()
         say = lambda done, total: self._say(  # noqa: E731
             f"timing {len(todo)} kernels side by side, round {min(ROUNDS, done * ROUNDS // total + 1)} of {ROUNDS}")
         say(0, 1)
@@ -111,9 +109,7 @@ class OnDemandCompute(ProfiledCompute):
             return None
         from threadpoolctl import threadpool_limits
         self._say(f"profiling kernel {len(self.new) + 1}: {call.kernel} {call.shape} {call.algo}")
-        if self.concurrency > 1 and self._companions is None:
-            from profiler.companions import Companions
-            self._companions = Companions(self.concurrency - 1, self.threads)
+        self._start_companions()
         if self._companions is not None:
             self._companions.load(call)  # the other ranks run the same kernel meanwhile
         try:
@@ -129,6 +125,12 @@ class OnDemandCompute(ProfiledCompute):
         if time.perf_counter() - self._last_save > 5:
             self.save()
         return Lookup(entry.median_s, "exact")
+
+    def _start_companions(self) -> None:
+        """For a profile of several ranks, the other ranks' companion processes (once)."""
+        if self.concurrency > 1 and self._companions is None:
+            from profiler.companions import Companions  # noqa: PLC0415
+            self._companions = Companions(self.concurrency - 1, self.threads)
 
     def _say(self, text: str) -> None:
         """Show what is being timed on the status line (stderr), started on first use."""
