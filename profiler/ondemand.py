@@ -81,17 +81,22 @@ class OnDemandCompute(ProfiledCompute):
         from profiler.side_by_side import ROUNDS, time_side_by_side  # noqa: PLC0415
         self._start_companions()
         say = lambda done, total: self._say(  # noqa: E731
-            f"timing {len(todo)} kernels side by side, round {min(ROUNDS, done * ROUNDS // total + 1)} of {ROUNDS}")
+            f"timing {len(todo)} kernels side by side, "
+            f"round {min(ROUNDS, done * ROUNDS // total + 1)} of {ROUNDS}")
         say(0, 1)
         with threadpool_limits(limits=self.threads):
             entries = time_side_by_side(todo, ROUNDS, self._companions, progress=say)
         self._timed.update(entries)
         self.misses.difference_update(todo)
+        self._keep_timed(entries)
+        self.save()
+
+    def _keep_timed(self, entries: dict[str, Entry]) -> None:
+        """Entries this process timed: into the table, and into the cache file with the next save."""
         self.new.update(entries)
         self.table = with_entries(self.table, entries)
         self.cached = with_entries(self.cached, entries)
         self._rebuild()
-        self.save()
 
     def install(self, entries: dict[str, Entry]) -> None:
         """Replace (or add) these entries for this process only, e.g. kernels timed inside a run; the
@@ -118,10 +123,7 @@ class OnDemandCompute(ProfiledCompute):
         finally:
             if self._companions is not None:
                 self._companions.pause()
-        self.new[call.key] = entry
-        self.table = with_entries(self.table, {call.key: entry})
-        self.cached = with_entries(self.cached, {call.key: entry})
-        self._rebuild()
+        self._keep_timed({call.key: entry})
         if time.perf_counter() - self._last_save > 5:
             self.save()
         return Lookup(entry.median_s, "exact")
