@@ -51,6 +51,22 @@ def test_training_lowers_the_loss_and_times_every_phase():
     assert {s.phase for s in timers.spans} <= set(PHASES)
 
 
+def test_only_the_checked_step_runs_dropout_as_the_identity(monkeypatch):
+    """The check compares the first step, with dropout as the identity on both sides; the timed
+    steps after it draw their masks (the work the cost model prices for dropout)."""
+    import executor.ops.pointwise as pointwise
+    rates = []
+    real = pointwise.dropout_forward
+    monkeypatch.setattr(pointwise, "dropout_forward", lambda x, rate, seed: rates.append(rate) or real(x, rate, seed))
+    net = load("tinyres")
+    res = run_plan(make_plan(net, 4, 1, "data"), net, MPI.COMM_SELF, steps=2, warmup=1, check=True, seed=0)
+    assert res.check.passed
+    assert rates == [0.0, 0.1, 0.1]
+    rates.clear()
+    run_plan(make_plan(net, 4, 1, "data"), net, MPI.COMM_SELF, steps=2, warmup=1, check=False, seed=0)
+    assert rates == [0.1, 0.1, 0.1]
+
+
 def test_gradient_sums_of_a_shared_output_are_timed_in_its_producers_backward():
     """b1_relu feeds three layers: its gradient is summed twice (LayerEstimate.grad_sum_s), in two
     ``bwd_compute`` spans of b1_relu timed before its own backward; stem_relu's (two readers) once."""

@@ -1,7 +1,8 @@
 """Ops without weights on matching blocks: relu, gelu, dropout, add, concat, flatten.
 
 Dropout draws its mask per shard (``dropout_forward`` seeds by shape), so a distributed run with
-dropout cannot equal a single-process one; check mode runs dropout as the identity on both sides.
+dropout cannot equal a single-process one; the step the check compares runs dropout as the identity
+on both sides (runtime.py), every other step draws its mask.
 Flatten under a C split keeps a contiguous feature block only when the degree divides C (the
 output block is checked and anything else refused)."""
 
