@@ -54,10 +54,26 @@ def step_calls(net: Network, batch: int, strategies: Mapping[str, Strategy],
 def reuse_bytes(calls: Iterable[KernelCall], window: int = 2) -> dict[str, int]:
     """Per call key, the median over its runs in ``calls`` (one step, repeated) of the bytes the
     ``window`` calls just before it move."""
+    return {key: int(statistics.median(sum(c.bytes for c in b) for b in runs))
+            for key, runs in _windows(calls, window).items()}
+
+
+def preceding_calls(calls: Iterable[KernelCall], window: int = 2) -> dict[str, tuple[KernelCall, ...]]:
+    """Per call key, the ``window`` calls just before it in ``calls`` (one step, repeated), in step
+    order, at the run whose window moves the median bytes (the lower one of an even count) among
+    the key's runs: what profiler.inrun replays before timing the call."""
+    out = {}
+    for key, runs in _windows(calls, window).items():
+        ranked = sorted(runs, key=lambda b: sum(c.bytes for c in b))
+        out[key] = ranked[(len(ranked) - 1) // 2]
+    return out
+
+
+def _windows(calls: Iterable[KernelCall], window: int) -> dict[str, list[tuple[KernelCall, ...]]]:
     seq = list(calls)
     n = len(seq)
-    found: dict[str, list[int]] = {}
+    found: dict[str, list[tuple[KernelCall, ...]]] = {}
     for i, c in enumerate(seq):
-        before = sum(seq[(i - k) % n].bytes for k in range(1, min(window, n - 1) + 1))
+        before = tuple(seq[(i - k) % n] for k in range(min(window, n - 1), 0, -1))
         found.setdefault(c.key, []).append(before)
-    return {key: int(statistics.median(v)) for key, v in found.items()}
+    return found

@@ -103,13 +103,13 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     timed = []  # what --fresh-profile times after every step: the kernels, then the collectives
     if kernel_calls:
         from costmodel.comm_calls import CommCall  # noqa: PLC0415
-        from costmodel.reuse import reuse_bytes, step_calls  # noqa: PLC0415
+        from costmodel.reuse import preceding_calls, step_calls  # noqa: PLC0415
         from profiler.inrun import InRunTimer  # noqa: PLC0415
         kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
         collectives = [c for c in kernel_calls if isinstance(c, CommCall)]
         if kernels:
-            reuse = reuse_bytes(step_calls(net, plan.batch, plan.strategies(), plan.algorithms()))
-            timed.append(InRunTimer(kernels, reuse))
+            before = preceding_calls(step_calls(net, plan.batch, plan.strategies(), plan.algorithms()))
+            timed.append(InRunTimer(kernels, before))
         if collectives:
             from profiler.inrun_comm import InRunComm  # noqa: PLC0415
             timed.append(InRunComm(collectives, comm))

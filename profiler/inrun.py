@@ -4,9 +4,10 @@ This VM's speed moves by tens of percent between hours and by more than 10% with
 same 45 lenet5 kernel calls, timed in six back-to-back processes, summed to 125-179 ms), so
 kernels timed before a run, or even right after it, can see another machine than the run did.
 With ``--fresh-profile`` every rank, after each timed step and outside its clock, times each
-kernel call the prediction will look up ONCE, exactly as the profiler times a call (synthetic
-operands of the call's shape from :func:`profiler.harness.build`, one call after a pass over a
-buffer larger than the L2 cache, :func:`profiler.harness.cold_sampler`). All ranks go call by
+kernel call the prediction will look up ONCE, as the profiler times a call (synthetic operands
+of the call's shape from :func:`profiler.harness.build`, one call after a pass over a buffer
+larger than the L2 cache, :func:`profiler.harness.cold_sampler`), right after replaying the
+calls that precede it in the step (:meth:`InRunTimer.round`). All ranks go call by
 call together (a barrier before each), so each rank's kernel runs beside the other ranks running
 the same one, as a profile for P ranks is timed beside P - 1 companions.
 
@@ -17,40 +18,41 @@ the moments the kernels are timed at are the run's.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry
 from profiler.allocator import keep_freed_memory
-from profiler.harness import DISTURB_ELEMS, build, cold_sampler, last_level_cache_bytes, summarize
+from profiler.harness import DISTURB_ELEMS, build, cold_sampler, summarize
 
 CACHE_BYTES = 1 << 30  # operands kept between rounds up to this many bytes (estimated by call.bytes)
 
 
 class InRunTimer:
     """Times ``calls`` once per :meth:`round`; operands are built on first use and kept (up to
-    :data:`CACHE_BYTES`, else rebuilt each round outside the clock). ``reuse``: per call key, the
-    bytes the step moves just before the call (costmodel.reuse), which size the cache pass
-    before its sample (:meth:`round`)."""
+    :data:`CACHE_BYTES`, else rebuilt each round outside the clock). ``before``: per call key, the
+    calls just before it in the step (costmodel.reuse.preceding_calls), replayed before its sample
+    (:meth:`round`)."""
 
-    def __init__(self, calls: Iterable[KernelCall], reuse: Mapping[str, int] | None = None,
+    def __init__(self, calls: Iterable[KernelCall], before: Mapping[str, Sequence[KernelCall]] | None = None,
                  cache_bytes: int = CACHE_BYTES):
         self.calls = tuple(dict.fromkeys(calls))  # unique, in order
-        self.llc = last_level_cache_bytes()
-        self._buf = None  # the pass buffer, last-level-cache sized, made on first use
-        self._pass = {c.key: min(max((reuse or {}).get(c.key, 0), 4 * DISTURB_ELEMS), self.llc) for c in self.calls}
+        self.before = {c.key: tuple((before or {}).get(c.key, ())) for c in self.calls}
+        self._buf = None  # the profiler's pass buffer, made on first use
         self.samples: dict[str, list[float]] = {c.key: [] for c in self.calls}
         self._kept: dict[str, tuple[Callable[[], object], Callable[[], float]]] = {}
         self._room = cache_bytes
         keep_freed_memory()
 
     def _sampler(self, call: KernelCall) -> tuple[Callable[[], object], Callable[[], float]]:
+        """(untimed run, sample) of the call: the sample times a run on operands of its own when
+        the call reads saved operands (:func:`reads_saved`), after the profiler's pass."""
         got = self._kept.get(call.key)
         if got is not None:
             return got
         import numpy  # noqa: PLC0415 - numpy backend (the executor's)
         if self._buf is None:
-            self._buf = numpy.ones(self.llc // 4, dtype=numpy.float32)
+            self._buf = numpy.ones(DISTURB_ELEMS, dtype=numpy.float32)
         shared = {} if reads_saved(call) else None
         run = build(call, numpy, shared)
         run()  # warm-up: first touch of the operands and of the kernel's own scratch
@@ -61,7 +63,7 @@ class InRunTimer:
             timed = build(call, numpy, shared)
             timed()
             size *= 2
-        pair = (run, cold_sampler(timed, self._buf[: self._pass[call.key] // 4]))
+        pair = (run, cold_sampler(timed, self._buf))
         if size <= self._room:
             self._room -= size
             self._kept[call.key] = pair
@@ -74,21 +76,28 @@ class InRunTimer:
         timed step instead, they took the heap's free memory and the next step ran 2.2-2.6x slower
         (lenet5, batch 256), faulting in fresh pages for its own arrays.
 
-        Each sample re-creates the cache state the call meets in the step (costmodel.reuse): when
-        the two calls before it in the step move less than the last-level cache, the call runs
-        once, untimed, then a pass over that many bytes (at least 4 MiB, the profiler's pass)
-        precedes the timed call; otherwise the pass covers the whole last-level cache, so code
-        and operands come from memory. A round follows a step, which has evicted everything:
-        sampled so, without re-warming, relu3 of lenet5 at 2 ranks took 58 us against 31 us in
-        the step (alone: 70 us after a 64 MiB pass, 25 us after a run and the 4 MiB pass), while
-        relu6 of alexnet, after a layer streaming 150 MB, took 47 us in the step (alone: 45 us
-        after the 64 MiB pass, 8 us after a run and the 4 MiB pass)."""
+        Each sample re-creates the state the call meets in the step. The call runs once, untimed
+        (its code and operands were used a step earlier); then the calls just before it in the
+        step run on their own operands, untimed, and their outputs stay alive, as the step's do
+        (they are the call's inputs, and saved for the backward pass); then, after the
+        profiler's 4 MiB pass, the call is timed. The replay moves what the step moves and leaves
+        the heap as the step leaves it: the arrays the timed call allocates (its output, im2col's
+        columns) land where the step's would, not in the blocks its warm-up run has just freed
+        and left in cache. lenet5's conv2 forward (batch 256, one rank, Intel VM) took 7.7-8.6 ms
+        in the step; alone, 4.0-4.3 ms after a 16 MiB pass (what relu1 and pool1 move, the rule
+        used before), 7.0-7.4 ms when a live array kept its columns out of the freed block, and
+        7.7-8.2 ms timed so (docs/executor.md, fifteenth session). A call whose predecessors move
+        more than the caches (relu6 after alexnet's fc6) meets cold code and operands, as in the
+        step. The pass keeps the profiler's convention for the smallest kernels: timed with the
+        two calls before it warm, an update of a few kilobytes took a third of its time in the
+        step. A call with no known predecessors (a reshard copy) is timed as the profiler does."""
         for call in self.calls:
             run, sample = self._sampler(call)
-            if self._pass[call.key] < self.llc:
-                run()
+            run()
             barrier()
+            outputs = [self._sampler(prev)[0]() for prev in self.before[call.key]]
             t = sample()
+            del outputs
             if keep:
                 self.samples[call.key].append(t)
 

@@ -114,9 +114,10 @@ def test_channel_split_reduces_partial_sums_and_filter_split_input_grads():
 
 def test_step_calls_follow_the_executor_and_reuse_counts_the_two_calls_before():
     """costmodel.reuse: the step's kernel calls in the executor's order (forward in network order,
-    backward reversed, updates last), and each call's bytes moved just before it, around the step."""
+    backward reversed, updates last), and each call's bytes moved just before it, around the step,
+    and the calls that move them (the run at the median, the lower one of an even count)."""
     from costmodel.kernel_calls import KernelCall
-    from costmodel.reuse import reuse_bytes, step_calls
+    from costmodel.reuse import preceding_calls, reuse_bytes, step_calls
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 8, "data")
     calls = step_calls(net, 8, strategies, {})
@@ -136,6 +137,10 @@ def test_step_calls_follow_the_executor_and_reuse_counts_the_two_calls_before():
     assert got[d.key] == 100 + 10
     assert got[b.key] == (1 + 10 + 1000 + 100) // 2  # the median of its two runs' 11 and 1100
     assert reuse_bytes([]) == {}
+    before = preceding_calls([a, b, c, d, b])
+    assert before[a.key] == (d, b) and before[c.key] == (a, b) and before[d.key] == (b, c)
+    assert before[b.key] == (b, a)  # of its two runs' windows, (b, a) moves 11 bytes and (c, d) 1100
+    assert preceding_calls([]) == {}
 
 
 def test_an_output_several_layers_read_costs_a_gradient_sum_per_extra_reader():

@@ -317,22 +317,37 @@ def test_in_run_timer_times_each_call_once_per_round_after_a_barrier(monkeypatch
     assert len(built) == 2 * len(calls)
 
 
-def test_in_run_timer_recreates_each_calls_cache_context(monkeypatch):
-    """A call the step reaches with warm caches (little traffic just before it) runs once, untimed,
-    and is timed after a pass of that size (at least the profiler's 4 MiB); a call after more
-    traffic than the last-level cache is timed after a pass over the whole of it, not re-warmed."""
+def test_in_run_timer_replays_the_calls_before_each_and_keeps_their_outputs_alive(monkeypatch):
+    """Each sample: the call runs once, untimed, then the calls just before it in the step run,
+    their outputs alive until the timed run (they are its inputs in the step), then it is timed; a
+    call with no known predecessors is timed as the profiler times it (warm-up, pass, run)."""
     import profiler.inrun as inrun
     calls = _two_calls()
-    warm, cold = calls[0].key, calls[1].key
-    runs = {c.key: 0 for c in calls}
-    monkeypatch.setattr(inrun, "build", lambda call, xp, shared=None: lambda: runs.__setitem__(call.key, runs[call.key] + 1))
-    timer = inrun.InRunTimer(calls, reuse={warm: 1000, cold: 10 << 30})
-    assert timer._pass == {warm: 4 << 20, cold: timer.llc}
-    for _ in range(3):
-        timer.round()
-    assert runs == {warm: 1 + 2 * 3, cold: 1 + 3}  # build's warm-up, then (re-warm and) a sample per round
-    mid = inrun.InRunTimer(calls, reuse={warm: 8 << 20})
-    assert mid._pass[warm] == min(8 << 20, mid.llc) and mid._pass[cold] == 4 << 20  # unknown: the profiler's pass
+    first, second = calls[0].key, calls[1].key
+    log = []
+
+    class Out:
+        def __init__(self, key):
+            self.key = key
+
+        def __del__(self):
+            log.append(("freed", self.key))
+
+    def build(call, xp, shared=None):
+        def run():
+            log.append(("run", call.key))
+            return Out(call.key)
+        return run
+    monkeypatch.setattr(inrun, "build", build)
+    timer = inrun.InRunTimer(calls, before={second: (calls[0],)})
+    assert timer.before == {first: (), second: (calls[0],)}
+    timer.round(lambda: log.append(("barrier",)))
+    log.clear()
+    timer.round(lambda: log.append(("barrier",)))
+    assert log == [("run", first), ("freed", first), ("barrier",), ("run", first), ("freed", first),
+                   ("run", second), ("freed", second), ("barrier",), ("run", first), ("run", second),
+                   ("freed", second), ("freed", first)]
+    assert [len(v) for v in timer.samples.values()] == [2, 2]
 
 
 def test_in_run_samples_keep_the_slowest_rank_per_round_and_their_median():
