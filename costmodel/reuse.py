@@ -1,13 +1,13 @@
-"""A kernel's cache context in a training step: how many bytes the step moved just before it.
+"""A kernel's context in a training step: the calls the step makes just before it.
 
 A kernel inside a step does not start from a fixed cache state. After a layer that streams more
 than the last-level cache (alexnet's fc6 reads 150 MB of weights), the next kernels' code and data
 come from memory: relu6 and drop7 of alexnet at batch 2 took 45-250 us in a step against 8-44 us
 timed with warm code; between small layers (lenet5's fc1, relu3, fc2, fc3, loss) everything stays
-in cache. :func:`reuse_bytes` gives, per kernel call, the bytes the two calls before it in the
-step move (the step repeats, so the first call's are the last two), a bound on the reuse distance
-of its code and data (Mattson et al., "Evaluation techniques for storage hierarchies", IBM Systems
-Journal 9(2), 1970). Two, not one: drop7 follows relu6 (64 KB) but finds its random-number code
+in cache. :func:`preceding_calls` gives, per kernel call, the two calls before it in the step
+(the step repeats, so the first call's are the last two); what they move bounds the reuse
+distance of its code and data (Mattson et al., "Evaluation techniques for storage hierarchies",
+IBM Systems Journal 9(2), 1970), and profiler.inrun runs them before timing it. Two, not one: drop7 follows relu6 (64 KB) but finds its random-number code
 evicted by fc6 before that. Reuse per kernel (the bytes since the same kernel last ran) was tried
 and called the backward pass of lenet5's fc3 cold, which reuses the BLAS code fc3's forward pass
 has just run (measured 72 us, priced 226 us).
@@ -21,7 +21,6 @@ Reshard copies and collectives are left out (small next to the kernels around th
 
 from __future__ import annotations
 
-import statistics
 from typing import Iterable, Mapping
 
 from costmodel.kernel_calls import KernelCall, grad_sum_calls, kernel_calls, update_calls
@@ -51,29 +50,17 @@ def step_calls(net: Network, batch: int, strategies: Mapping[str, Strategy],
     return fwd + bwd + upd
 
 
-def reuse_bytes(calls: Iterable[KernelCall], window: int = 2) -> dict[str, int]:
-    """Per call key, the median over its runs in ``calls`` (one step, repeated) of the bytes the
-    ``window`` calls just before it move."""
-    return {key: int(statistics.median(sum(c.bytes for c in b) for b in runs))
-            for key, runs in _windows(calls, window).items()}
-
-
 def preceding_calls(calls: Iterable[KernelCall], window: int = 2) -> dict[str, tuple[KernelCall, ...]]:
     """Per call key, the ``window`` calls just before it in ``calls`` (one step, repeated), in step
     order, at the run whose window moves the median bytes (the lower one of an even count) among
     the key's runs: what profiler.inrun replays before timing the call."""
-    out = {}
-    for key, runs in _windows(calls, window).items():
-        ranked = sorted(runs, key=lambda b: sum(c.bytes for c in b))
-        out[key] = ranked[(len(ranked) - 1) // 2]
-    return out
-
-
-def _windows(calls: Iterable[KernelCall], window: int) -> dict[str, list[tuple[KernelCall, ...]]]:
     seq = list(calls)
     n = len(seq)
-    found: dict[str, list[tuple[KernelCall, ...]]] = {}
+    runs: dict[str, list[tuple[KernelCall, ...]]] = {}
     for i, c in enumerate(seq):
-        before = tuple(seq[(i - k) % n] for k in range(min(window, n - 1), 0, -1))
-        found.setdefault(c.key, []).append(before)
-    return found
+        runs.setdefault(c.key, []).append(tuple(seq[(i - k) % n] for k in range(min(window, n - 1), 0, -1)))
+    out = {}
+    for key, found in runs.items():
+        ranked = sorted(found, key=lambda before: sum(c.bytes for c in before))
+        out[key] = ranked[(len(ranked) - 1) // 2]
+    return out

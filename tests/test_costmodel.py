@@ -112,12 +112,12 @@ def test_channel_split_reduces_partial_sums_and_filter_split_input_grads():
     assert c.memory.weights == f.memory.weights == conv.num_params * 4 // 4
 
 
-def test_step_calls_follow_the_executor_and_reuse_counts_the_two_calls_before():
+def test_step_calls_follow_the_executor_and_each_calls_two_predecessors_wrap_around():
     """costmodel.reuse: the step's kernel calls in the executor's order (forward in network order,
-    backward reversed, updates last), and each call's bytes moved just before it, around the step,
-    and the calls that move them (the run at the median, the lower one of an even count)."""
+    backward reversed, updates last), and the two calls just before each, around the step (of a
+    call made more than once, the run whose two move the median bytes, the lower of an even count)."""
     from costmodel.kernel_calls import KernelCall
-    from costmodel.reuse import preceding_calls, reuse_bytes, step_calls
+    from costmodel.reuse import preceding_calls, step_calls
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 8, "data")
     calls = step_calls(net, 8, strategies, {})
@@ -131,12 +131,6 @@ def test_step_calls_follow_the_executor_and_reuse_counts_the_two_calls_before():
     def call(name, nbytes):
         return KernelCall(name, (nbytes,), "float32", "", 0, nbytes)
     a, b, c, d = call("a", 1), call("b", 10), call("c", 100), call("d", 1000)
-    got = reuse_bytes([a, b, c, d, b])
-    assert got[a.key] == 10 + 1000  # wraps around: the step before ended with d, b
-    assert got[c.key] == 10 + 1
-    assert got[d.key] == 100 + 10
-    assert got[b.key] == (1 + 10 + 1000 + 100) // 2  # the median of its two runs' 11 and 1100
-    assert reuse_bytes([]) == {}
     before = preceding_calls([a, b, c, d, b])
     assert before[a.key] == (d, b) and before[c.key] == (a, b) and before[d.key] == (b, c)
     assert before[b.key] == (b, a)  # of its two runs' windows, (b, a) moves 11 bytes and (c, d) 1100
