@@ -18,11 +18,12 @@ fits refreshed just before it (docs/executor.md, "The collectives, timed inside 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
+from costmodel.kernel_calls import KernelCall, kernel_calls
 from costmodel.layer_cost import reshard_exchange
-from costmodel.layer_layouts import input_layout, output_layout
+from costmodel.layer_layouts import input_layout, local_layer, output_layout
 from costmodel.step import StepPrediction
 from costmodel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Network
@@ -37,6 +38,11 @@ class CommCall:
     nbytes: int
     group: int
     state: str  # "cold" or "warm"
+    #: The kernel calls the step makes just before it (the last two of its layer's pass; for a
+    #: forward reshard, of the layer before it in the step), which profiler.inrun_comm runs before
+    #: a cold sample (empty after a layer without kernels, flatten: the cold cache pass then).
+    #: Not part of what the call is: equal calls after other kernels are one call, the first kept.
+    after: tuple[KernelCall, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -49,15 +55,28 @@ class CommCall:
 
 
 def step_collectives(net: Network, batch: int, strategies: Mapping[str, Strategy],
-                     pred: StepPrediction) -> tuple[CommCall, ...]:
+                     pred: StepPrediction, algorithms: Mapping[str, str] | None = None) -> tuple[CommCall, ...]:
     """Every distinct collective of the step ``pred`` prices (its layers' collectives) and of the
-    reshards between the layers' layouts, in step order; none spans a single rank."""
+    reshards between the layers' layouts, in step order; none spans a single rank. Each carries the
+    kernel calls just before its first run (:attr:`CommCall.after`; ``algorithms``: the plan's
+    convolution algorithms, im2col where not given)."""
+    algorithms = algorithms or {}
+    by_name = {layer.name: layer for layer in net.layers}
+
+    def last_kernels(name: str, phase: str) -> tuple[KernelCall, ...]:
+        layer = by_name[name]
+        loc, algo = local_layer(layer, strategies[name], batch), algorithms.get(name, "")
+        passes = ("fwd",) if phase == "fwd" else ("bwd_data", "bwd_weights") if layer.weights else ("bwd_data",)
+        return tuple(c for pass_ in passes for c in kernel_calls(loc, pass_, algo))[-2:]
+
     out: dict[CommCall, None] = {}
     for row in pred.layers:
         for c in row.layer.comms:
             if c.group > 1 and c.nbytes > 0 and c.collective in TIMED:
-                out[CommCall(c.collective, int(c.nbytes), c.group, "warm" if c.phase == "sync" else "cold")] = None
-    by_name = {layer.name: layer for layer in net.layers}
+                cold = c.phase != "sync"
+                after = last_kernels(row.layer.name, c.phase) if cold and row.layer.name in by_name else ()
+                out.setdefault(CommCall(c.collective, int(c.nbytes), c.group, "cold" if cold else "warm", after))
+    before = {layer.name: prev.name for prev, layer in zip(net.layers[-1:] + net.layers[:-1], net.layers)}
     for layer in net.layers:
         for slot, src in enumerate(layer.inputs):
             if src not in by_name:
@@ -68,7 +87,8 @@ def step_collectives(net: Network, batch: int, strategies: Mapping[str, Strategy
             for s, d, backward in ((a, b, False), (b, a, True)):
                 nbytes, group = reshard_exchange(s, d, backward, itemsize)
                 if nbytes > 0 and group > 1:
-                    out[CommCall("alltoallv", int(nbytes), group, "cold")] = None
+                    after = last_kernels(layer.name, "bwd") if backward else last_kernels(before[layer.name], "fwd")
+                    out.setdefault(CommCall("alltoallv", int(nbytes), group, "cold", after))
     return tuple(out)
 
 

@@ -107,12 +107,13 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
         from profiler.inrun import InRunTimer  # noqa: PLC0415
         kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
         collectives = [c for c in kernel_calls if isinstance(c, CommCall)]
+        before = preceding_calls(step_calls(net, plan.batch, plan.strategies(), plan.algorithms()))
+        kernel_timer = InRunTimer(kernels, before)  # also runs the kernels the collectives follow
         if kernels:
-            before = preceding_calls(step_calls(net, plan.batch, plan.strategies(), plan.algorithms()))
-            timed.append(InRunTimer(kernels, before))
+            timed.append(kernel_timer)
         if collectives:
             from profiler.inrun_comm import InRunComm  # noqa: PLC0415
-            timed.append(InRunComm(collectives, comm))
+            timed.append(InRunComm(collectives, comm, kernel_timer))
     comm.Barrier()
     t0 = time.perf_counter()  # the common start: every rank leaves the barrier together
 

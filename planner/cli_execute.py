@@ -211,7 +211,7 @@ def fresh_calls(prep: Prepared) -> list:
     if 1 < prep.plan.devices <= prep.machine.devices_per_node:
         from costmodel.comm_calls import step_collectives  # noqa: PLC0415
         calls += step_collectives(prep.net, prep.plan.batch, prep.plan.strategies(),
-                                  made[0] if made else _predict(prep))
+                                  made[0] if made else _predict(prep), prep.plan.algorithms())
     return calls
 
 

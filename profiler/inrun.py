@@ -69,6 +69,10 @@ class InRunTimer:
             self._kept[call.key] = pair
         return pair
 
+    def run(self, call: KernelCall) -> object:
+        """One untimed run of ``call`` on its kept operands (built on first use); its output."""
+        return self._sampler(call)[0]()
+
     def round(self, barrier: Callable[[], None] = lambda: None, keep: bool = True) -> None:
         """One sample of every call; ``barrier`` (the job's) runs before each, outside the clock.
         ``keep=False``: a warm-up round (after a warm-up step), its samples dropped. It builds the
@@ -95,7 +99,7 @@ class InRunTimer:
             run, sample = self._sampler(call)
             run()
             barrier()
-            outputs = [self._sampler(prev)[0]() for prev in self.before[call.key]]
+            outputs = [self.run(prev) for prev in self.before[call.key]]
             t = sample()
             del outputs
             if keep:

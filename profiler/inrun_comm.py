@@ -5,7 +5,8 @@ each step and outside its clock, makes each collective the prediction prices
 (:func:`costmodel.comm_calls.step_collectives`) ONCE, as :mod:`profiler.comm_bench` times one:
 float32 buffers of the call's bytes, the pass of the call's cache state before it
 (:func:`profiler.comm_bench.cache_pass`: the last-level cache for ``cold``, 4 MiB for ``warm``),
-a barrier, then the one call. A group smaller than the job is a block of consecutive ranks, all
+or, for a cold call, the kernels the step runs just before it (:meth:`InRunComm.round`), a
+barrier, then the one call. A group smaller than the job is a block of consecutive ranks, all
 blocks at once, as the step runs its groups side by side. A reshard's ``alltoallv`` sends the
 call's bytes spread evenly over the other ranks of the group, nothing to itself, as
 ``executor.comm.reshard`` does when its pieces are balanced.
@@ -24,6 +25,7 @@ import numpy as np
 
 from costmodel.comm_calls import CommCall
 from profiler.comm_bench import cache_pass
+from profiler.inrun import InRunTimer
 
 ITEM = 4
 
@@ -31,8 +33,9 @@ ITEM = 4
 class InRunComm:
     """Times ``calls`` once per :meth:`round` on ``comm`` (every rank calls it with the same calls)."""
 
-    def __init__(self, calls: Iterable[CommCall], comm):
+    def __init__(self, calls: Iterable[CommCall], comm, kernels: InRunTimer | None = None):
         self.comm = comm
+        self._kernels = kernels if kernels is not None else InRunTimer(())
         p, rank = comm.Get_size(), comm.Get_rank()
         self.calls = tuple(dict.fromkeys(calls))
         self._subs = {}
@@ -51,14 +54,26 @@ class InRunComm:
         return got
 
     def round(self, barrier: Callable[[], None] = lambda: None, keep: bool = True) -> None:
-        """One sample of every call; ``keep=False``: a warm-up round, its samples dropped."""
+        """One sample of every call; ``keep=False``: a warm-up round, its samples dropped.
+
+        A cold call with known kernels before it (:attr:`CommCall.after`) is timed right after
+        those kernels run (untimed, on the kernel timer's operands, their outputs alive), as
+        profiler.inrun times a kernel after the calls before it; any other call after its
+        state's cache pass. The pass stood for every cold call until the fifteenth session: over
+        the whole last-level cache, which sysfs gives as 480 MiB on the Intel VM, it priced the
+        statistics allreduces of ResNet-18's small batch normalisations (filter plan, 2 ranks)
+        at 0.17-0.21 ms against 0.06-0.10 ms in the step (docs/executor.md)."""
         for call in self.calls:
             op = self._op(call)
-            cache_pass(call.state)
+            replay = call.after if call.state == "cold" else ()
+            if not replay:
+                cache_pass(call.state)
+            outputs = [self._kernels.run(k) for k in replay]
             barrier()
             t0 = time.perf_counter()
             op()
             t = time.perf_counter() - t0
+            del outputs
             if keep:
                 self.samples[call.key].append(t)
 

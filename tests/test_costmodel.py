@@ -198,6 +198,12 @@ def test_collectives_timed_in_a_run_price_exactly_those_collectives():
     kinds = {(c.collective, c.state) for c in calls}
     assert {("alltoallv", "cold"), ("allreduce", "cold"), ("allreduce", "warm")} <= kinds
     assert all(c.group == 2 and c.nbytes > 0 for c in calls) and len(set(calls)) == len(calls)
+    # each cold call carries the kernels the step runs just before it (profiler.inrun_comm runs them)
+    assert all(c.after == () for c in calls if c.state == "warm")
+    befores = {tuple(k.kernel for k in c.after) for c in calls if c.state == "cold"}
+    assert all(len(b) <= 2 for b in befores) and sum(bool(b) for b in befores) >= len(befores) - 1  # flatten has none
+    assert ("conv2d.bwd_data", "conv2d.bwd_weights") in befores  # F=2: the input-gradient partial sums
+    assert ("relu.fwd",) in befores or ("maxpool2d.fwd",) in befores  # a reshard into the next layer
     value = {c.measured_key: (i + 1) * 1e-3 for i, c in enumerate(calls)}  # distinct, far from the fits
     timed = replace(machine, measured=tuple(value.items()))
     again = predict_step(net, 16, strategies, {}, timed, compute)

@@ -350,6 +350,42 @@ def test_in_run_timer_replays_the_calls_before_each_and_keeps_their_outputs_aliv
     assert [len(v) for v in timer.samples.values()] == [2, 2]
 
 
+def test_in_run_collectives_follow_the_kernels_before_them_or_the_cache_pass(monkeypatch):
+    """A cold collective with known kernels before it is timed right after they run (outputs alive
+    until it is made); a warm one, or a cold one without them, after its state's cache pass."""
+    import profiler.inrun_comm as ic
+    from costmodel.comm_calls import CommCall
+    k1, k2 = _two_calls()
+    log = []
+
+    class Comm:
+        def Get_size(self):
+            return 2
+
+        def Get_rank(self):
+            return 0
+
+    class Kernels:
+        def run(self, call):
+            log.append(("kernel", call.kernel))
+            return call.kernel
+
+    monkeypatch.setattr(ic, "collective_op", lambda sub, call: lambda: log.append(("op", call.key)))
+    monkeypatch.setattr(ic, "cache_pass", lambda state: log.append(("pass", state)))
+    after = CommCall("allreduce", 4096, 2, "cold", (k1, k2))
+    warm = CommCall("allreduce", 4096, 2, "warm", (k1,))  # kernels before a warm call are not run
+    bare = CommCall("alltoallv", 64, 2, "cold")
+    assert after == CommCall("allreduce", 4096, 2, "cold") and hash(after) == hash(CommCall("allreduce", 4096, 2, "cold"))
+    timer = ic.InRunComm([after, warm, bare], Comm(), Kernels())
+    timer.round(lambda: log.append(("barrier",)), keep=False)
+    log.clear()
+    timer.round(lambda: log.append(("barrier",)))
+    assert log == [("kernel", k1.kernel), ("kernel", k2.kernel), ("barrier",), ("op", after.key),
+                   ("pass", "warm"), ("barrier",), ("op", warm.key),
+                   ("pass", "cold"), ("barrier",), ("op", bare.key)]
+    assert all(len(v) == 1 for v in timer.samples.values())
+
+
 def test_in_run_samples_keep_the_slowest_rank_per_round_and_their_median():
     from profiler.inrun import entries_from_samples, merge_samples
     calls = _two_calls()
