@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from costmodel.kernel_calls import KernelCall, kernel_calls
+from costmodel.kernel_calls import KernelCall, backward_calls, kernel_calls
 from costmodel.layer_cost import reshard_exchange
 from costmodel.layer_layouts import input_layout, local_layer, output_layout
 from costmodel.step import StepPrediction
@@ -64,10 +64,8 @@ def step_collectives(net: Network, batch: int, strategies: Mapping[str, Strategy
     by_name = {layer.name: layer for layer in net.layers}
 
     def last_kernels(name: str, phase: str) -> tuple[KernelCall, ...]:
-        layer = by_name[name]
-        loc, algo = local_layer(layer, strategies[name], batch), algorithms.get(name, "")
-        passes = ("fwd",) if phase == "fwd" else ("bwd_data", "bwd_weights") if layer.weights else ("bwd_data",)
-        return tuple(c for pass_ in passes for c in kernel_calls(loc, pass_, algo))[-2:]
+        loc, algo = local_layer(by_name[name], strategies[name], batch), algorithms.get(name, "")
+        return (kernel_calls(loc, "fwd", algo) if phase == "fwd" else backward_calls(loc, algo))[-2:]
 
     out: dict[CommCall, None] = {}
     for row in pred.layers:

@@ -7,8 +7,8 @@ timed with warm code; between small layers (lenet5's fc1, relu3, fc2, fc3, loss)
 in cache. :func:`preceding_calls` gives, per kernel call, the two calls before it in the step
 (the step repeats, so the first call's are the last two); what they move bounds the reuse
 distance of its code and data (Mattson et al., "Evaluation techniques for storage hierarchies",
-IBM Systems Journal 9(2), 1970), and profiler.inrun runs them before timing it. Two, not one: drop7 follows relu6 (64 KB) but finds its random-number code
-evicted by fc6 before that. Reuse per kernel (the bytes since the same kernel last ran) was tried
+IBM Systems Journal 9(2), 1970), and profiler.inrun runs them before timing it. Two, not one:
+drop7 follows relu6 (64 KB) but finds its random-number code evicted by fc6 before that. Reuse per kernel (the bytes since the same kernel last ran) was tried
 and called the backward pass of lenet5's fc3 cold, which reuses the BLAS code fc3's forward pass
 has just run (measured 72 us, priced 226 us).
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from costmodel.kernel_calls import KernelCall, grad_sum_calls, kernel_calls, update_calls
+from costmodel.kernel_calls import KernelCall, backward_calls, grad_sum_calls, kernel_calls, update_calls
 from costmodel.layer_layouts import local_layer
 from costmodel.strategy import Strategy
 from networks.ir import Network
@@ -39,8 +39,7 @@ def step_calls(net: Network, batch: int, strategies: Mapping[str, Strategy],
     bwd = []
     has_grad: set[str] = set()
     for layer, loc, algo in reversed(shards):
-        for pass_ in (("bwd_data", "bwd_weights") if layer.weights else ("bwd_data",)):
-            bwd += kernel_calls(loc, pass_, algo)
+        bwd += backward_calls(loc, algo)
         for src in layer.inputs:  # the gradient goes back to its producer, summed with earlier ones
             if src in local_of:
                 if src in has_grad:
