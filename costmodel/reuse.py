@@ -8,9 +8,10 @@ in cache. :func:`preceding_calls` gives, per kernel call, the two calls before i
 (the step repeats, so the first call's are the last two); what they move bounds the reuse
 distance of its code and data (Mattson et al., "Evaluation techniques for storage hierarchies",
 IBM Systems Journal 9(2), 1970), and profiler.inrun runs them before timing it. Two, not one:
-drop7 follows relu6 (64 KB) but finds its random-number code evicted by fc6 before that. Reuse per kernel (the bytes since the same kernel last ran) was tried
-and called the backward pass of lenet5's fc3 cold, which reuses the BLAS code fc3's forward pass
-has just run (measured 72 us, priced 226 us).
+drop7 follows relu6 (64 KB) but finds its random-number code evicted by fc6 before that. Reuse
+per kernel (the bytes since the same kernel last ran) was tried and called the backward pass of
+lenet5's fc3 cold, which reuses the BLAS code fc3's forward pass has just run (measured 72 us,
+priced 226 us).
 
 The order is the executor's: every layer's forward pass in network order, the backward passes in
 reverse order (input gradient, then weight gradient, then the sums of its input gradients into
