@@ -51,6 +51,13 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from executor.collect import timed_steps  # noqa: E402
+from executor.launch import usable_cores  # noqa: E402
+from executor.session import measure, prepare  # noqa: E402
+from executor.validation import candidate_plans, strategy_summary  # noqa: E402
+from planner.plan_file import write_plan  # noqa: E402
+from profiler import context  # noqa: E402
+
 NETS = {  # name -> (network argument, samples per rank)
     "lenet5": ("lenet5", 256),
     "alexnet": ("alexnet", 2),
@@ -59,7 +66,6 @@ NETS = {  # name -> (network argument, samples per rank)
 
 
 def machine_line() -> str:
-    from executor.launch import usable_cores
     cpu = "unknown cpu"
     try:
         cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -81,9 +87,6 @@ def steps_for(predicted_step_s: float, steps: int, min_seconds: float) -> int:
 
 def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeout: float,
             fresh: bool = True, refresh: bool = True, min_seconds: float = 0.0) -> list[dict]:
-    from planner import context
-    from planner.cli_execute import _strategy_summary, candidate_plans, measure, prepare
-    from planner.plan_file import write_plan
     ctx = context.resolve(net_arg, ranks, batch, "local", refresh=refresh)
     t = time.perf_counter()
     candidates = candidate_plans(ctx, net_arg, "local", save=True)  # re-timed entries reach the cache
@@ -103,7 +106,7 @@ def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeo
             walls.append(step_walls(job, n))
             rows.append({"network": ctx.network.name, "ranks": ranks, "batch": batch, "threads": job.threads,
                          "steps": n,
-                         "plan": name, "strategies": _strategy_summary(plan),
+                         "plan": name, "strategies": strategy_summary(plan),
                          "predicted_step_s": cmp.predicted_step_s, "measured_step_s": cmp.measured.step_s,
                          "measured_min_s": cmp.measured.step_min_s, "measured_max_s": cmp.measured.step_max_s,
                          "step_rel": cmp.step_rel, "layer_median_abs_rel": cmp.layer_median_abs_rel,
@@ -135,7 +138,6 @@ def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeo
 
 def step_walls(job, steps: int) -> list[float]:
     """Each timed step's time on its slowest rank."""
-    from executor.collect import timed_steps
     return [max(r.step_wall[s] for r in job.ranks) for s in timed_steps(job.ranks, steps)]
 
 

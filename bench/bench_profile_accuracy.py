@@ -26,11 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from threadpoolctl import threadpool_limits  # noqa: E402
 
+from costmodel.comm_fit import COLLECTIVES, MIN_POINTS, fit_all, fit_regimes, model_s  # noqa: E402
 from costmodel.compute import Roofline  # noqa: E402
 from costmodel.files import load_machine  # noqa: E402
 from costmodel.kernel_calls import linear_call  # noqa: E402
-from costmodel.profile_table import ProfileTable, ProfiledCompute  # noqa: E402
+from costmodel.profile_table import ProfileTable  # noqa: E402
+from costmodel.profiled_compute import ProfiledCompute  # noqa: E402
 from profiler.collect import conv_grid  # noqa: E402
+from profiler.comm import default_sizes, measure  # noqa: E402
 from profiler.fingerprint import fingerprint  # noqa: E402
 from profiler.harness import TimingPolicy, time_call  # noqa: E402
 
@@ -108,8 +111,6 @@ def main() -> None:
             _report("conv 3x3 im2col f32 (3 passes)", _errors(*conv_case()))
     if args.skip_comm or args.only in ("gemm", "conv"):
         return
-    from costmodel.comm_fit import COLLECTIVES, MIN_POINTS, fit_all, fit_regimes, model_s
-    from profiler.comm import default_sizes, measure
     by_state = measure(2, default_sizes(args.max_bytes), list(COLLECTIVES), cap_s=0.3)
     for state, meas in by_state.items():  # warm (after a 4 MiB pass), cold (after the last-level cache)
         per, joint = fit_all(meas, 2)

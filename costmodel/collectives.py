@@ -1,34 +1,56 @@
 """Communication cost of MPI collectives in the alpha-beta-gamma model, one function per collective.
 
-Notation (reference/000_0882bce98377ddd2.txt, Dryden, "Collectives for deep learning" slides):
-``n`` bytes, ``p`` ranks, ``alpha`` seconds per message, ``beta`` seconds per byte sent, ``gamma``
-seconds per byte reduced; ``lg`` is log2. Every function returns seconds and returns exactly
-``0.0`` when ``p == 1`` or ``nbytes == 0``. The formulas are tabulated with their sources in
-docs/collectives.md.
+Sources, cited by short name in each docstring:
+
+- [Dryden]: N. Dryden, "Parallelism in Training Deep Neural Networks" (lecture slides), the
+  "Collectives for deep learning" slides (Reduce-scatter, Allgather, Allreduce).
+- [Ben-Nun & Hoefler 2019]: T. Ben-Nun and T. Hoefler, "Demystifying Parallel and Distributed Deep
+  Learning: An In-Depth Concurrency Analysis", ACM Computing Surveys 52(4), 2019.
+
+Notation [Dryden]: ``n`` bytes, ``p`` ranks, ``alpha`` seconds per message, ``beta`` seconds per
+byte sent, ``gamma`` seconds per byte reduced; ``lg`` is log2. Every function returns seconds and
+returns exactly ``0.0`` when ``p == 1`` or ``nbytes == 0``. The formulas are tabulated with their
+sources in docs/collectives.md.
 
 Non-power-of-two ``p`` is handled as MPICH does: algorithms that need a power of two (recursive
 doubling / halving, Rabenseifner) first fold the ``p - p'`` extra ranks into partners
 (``p'`` = largest power of two <= p; one extra step of ``alpha + n beta (+ n gamma)``), run on
 ``p'`` ranks, and unfold the result (one more step). Tree algorithms use ``ceil(lg p)`` rounds.
 
-``algorithm="auto"`` picks by ``rule``: ``"mpi"`` follows MPICH's default selection
-(documented in costmodel/collective_select.py), ``"cheapest"`` the minimum over ``ALGORITHMS``.
-The two-level cost of a group spanning nodes, :func:`collective_s`, and :func:`choose_algorithm`
-live in :mod:`costmodel.collective_select` (split out for length) and are re-exported here.
+``algorithm="auto"`` picks by ``rule`` (:func:`choose_algorithm`): ``"mpi"`` follows MPICH's
+default selection (:mod:`costmodel.collective_select`), ``"cheapest"`` the minimum over
+``ALGORITHMS``. The two-level cost of a group spanning nodes, ``collective_s``, builds on these in
+:mod:`costmodel.collective_groups`.
 """
 
 from __future__ import annotations
 
 import math
 
-from costmodel.collective_select import (ALGORITHMS, MPICH_THRESHOLDS, RULES, choose_algorithm,
-                                         collective_s)
+from costmodel.collective_select import (ALGORITHMS, MPICH_THRESHOLDS, RULES, check_names, mpich_algorithm,
+                                         pof2)
 from costmodel.machine import LinkLevel
 from networks.errors import DnnplanError
 
 __all__ = ["ALGORITHMS", "COST_FUNCTIONS", "MPICH_THRESHOLDS", "RULES", "allgather_s", "allreduce_s",
-           "alltoall_s", "alltoallv_s", "broadcast_s", "choose_algorithm", "collective_s",
-           "reduce_s", "reduce_scatter_s", "sendrecv_s"]
+           "alltoall_s", "alltoallv_s", "broadcast_s", "choose_algorithm", "reduce_s", "reduce_scatter_s",
+           "sendrecv_s"]
+
+
+def choose_algorithm(collective: str, nbytes: float, p: int, link: LinkLevel,
+                     rule: str = "mpi") -> str:
+    """The algorithm that runs ``collective`` of ``nbytes`` over ``p`` ranks on ``link``.
+
+    ``rule="mpi"``: MPICH's default selection (:func:`costmodel.collective_select.mpich_algorithm`,
+    thresholds in :data:`MPICH_THRESHOLDS`); ``rule="cheapest"``: the minimum of the
+    alpha-beta-gamma costs of this module [Dryden] over ``ALGORITHMS[collective]``.
+    ``nbytes`` means what the collective's cost function says it means.
+    """
+    check_names(collective, rule)
+    if rule == "mpi":
+        return mpich_algorithm(collective, float(nbytes), p)
+    cost = COST_FUNCTIONS[collective]
+    return min(ALGORITHMS[collective], key=lambda algo: cost(nbytes, p, link, algo))
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -45,11 +67,6 @@ def _trivial(nbytes: float, p: int) -> bool:
     return p == 1 or nbytes == 0
 
 
-def _pof2(p: int) -> int:
-    """Largest power of two <= p."""
-    return 1 << (p.bit_length() - 1)
-
-
 def _ceil_lg(p: int) -> int:
     """ceil(log2 p): rounds of a binomial tree or a Bruck exchange."""
     return (p - 1).bit_length()
@@ -63,7 +80,7 @@ def _lg(p: int) -> int:
 def _fold(nbytes: float, p: int, link: LinkLevel, reduce: bool) -> float:
     """MPICH's non-power-of-two fold: the p - p' extra ranks send their whole buffer to a partner
     (which reduces it when ``reduce``) before the power-of-two algorithm; 0 when p is a power of 2."""
-    if p == _pof2(p):
+    if p == pof2(p):
         return 0.0
     gamma = link.gamma_s_per_byte if reduce else 0.0
     return link.alpha_s + nbytes * (link.beta_s_per_byte + gamma)
@@ -85,9 +102,9 @@ def allreduce_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto",
                 rule: str = "mpi") -> float:
     """Allreduce (sum) of an ``nbytes`` vector held by every rank; the result on every rank.
 
-    Sources: reference/000_0882bce98377ddd2.txt, "Collectives for deep learning" / "Allreduce"
-    slides (Parameter Server, Tree, Butterfly, Rabenseifner, Ring) and
-    reference/004_f294eac0d22243ce.txt, Section 2.5 (T_tree, T_bfly, T_pipe, T_rabe):
+    Sources: [Dryden], "Collectives for deep learning" / "Allreduce" slides (Parameter Server,
+    Tree, Butterfly, Rabenseifner, Ring) and [Ben-Nun & Hoefler 2019], Section 2.5 (T_tree, T_bfly,
+    T_pipe, T_rabe):
 
     - ring:             2(p-1) a + 2 (p-1)/p n b + (p-1)/p n g
     - rabenseifner:     2 lg p a + 2 (p-1)/p n b + (p-1)/p n g  (recursive-halving reduce-scatter
@@ -110,7 +127,7 @@ def allreduce_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto",
         return 2 * k * a + 2 * k * n * b + k * n * g
     if algo == "butterfly":
         return _ceil_lg(p) * (a + n * b + n * g)
-    q = _pof2(p)
+    q = pof2(p)
     extra = _fold(n, p, link, reduce=True) + _fold(n, p, link, reduce=False)
     if algo == "recursive_doubling":
         return extra + _lg(q) * (a + n * b + n * g)
@@ -125,7 +142,7 @@ def reduce_scatter_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "a
     """Reduce-scatter: every rank holds an ``nbytes`` *input* vector and ends with its n/p block
     of the sum.
 
-    Source: reference/000_0882bce98377ddd2.txt, "Reduce-scatter" slides (Recursive-halving, Ring):
+    Source: [Dryden], "Reduce-scatter" slides (Recursive-halving, Ring):
 
     - ring (MPICH's pairwise exchange costs the same): (p-1) a + (p-1)/p n (b + g)
     - recursive_halving: lg p a + (p-1)/p n (b + g); non-power-of-two p: MPICH folds the extra
@@ -137,7 +154,7 @@ def reduce_scatter_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "a
     a, b, g, n = link.alpha_s, link.beta_s_per_byte, link.gamma_s_per_byte, float(nbytes)
     if algo == "ring":
         return (p - 1) * a + (p - 1) / p * n * (b + g)
-    q = _pof2(p)
+    q = pof2(p)
     cost = _lg(q) * a + (q - 1) / q * n * (b + g)
     if q != p:
         cost += _fold(n, p, link, reduce=True) + a + n / p * b
@@ -150,7 +167,7 @@ def allgather_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto",
                 rule: str = "mpi") -> float:
     """Allgather: every rank contributes n/p bytes; ``nbytes`` is the size of the *gathered result*.
 
-    Source: reference/000_0882bce98377ddd2.txt, "Allgather" slides (Recursive-doubling, Ring):
+    Source: [Dryden], "Allgather" slides (Recursive-doubling, Ring):
 
     - recursive_doubling: lg p a + (p-1)/p n b; non-power-of-two p: (2 ceil(lg p) - 1) a + (p-1)/p n b,
       an approximation of MPICH's extra steps for ranks whose partner is missing (MPICH never
@@ -164,7 +181,7 @@ def allgather_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto",
     a, b, n = link.alpha_s, link.beta_s_per_byte, float(nbytes)
     if algo == "ring":
         return (p - 1) * a + (p - 1) / p * n * b
-    if algo == "recursive_doubling" and p != _pof2(p):
+    if algo == "recursive_doubling" and p != pof2(p):
         return (2 * _ceil_lg(p) - 1) * a + (p - 1) / p * n * b
     return _ceil_lg(p) * a + (p - 1) / p * n * b
 
@@ -175,8 +192,8 @@ def broadcast_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto",
                 rule: str = "mpi") -> float:
     """Broadcast of an ``nbytes`` message from one root to all ranks.
 
-    Sources: reference/000_0882bce98377ddd2.txt, "Allreduce: Tree (reduce/broadcast)" slide (the
-    broadcast half of 2 lg p a + 2 n lg p b) and the "Allgather" slides for the second phase:
+    Sources: [Dryden], "Allreduce: Tree (reduce/broadcast)" slide (the broadcast half of
+    2 lg p a + 2 n lg p b) and the "Allgather" slides for the second phase:
 
     - binomial_tree: ceil(lg p) (a + n b)
     - scatter_doubling_allgather: binomial scatter (ceil(lg p) a + (p-1)/p n b) then
@@ -202,9 +219,9 @@ def reduce_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto", *,
              rule: str = "mpi") -> float:
     """Reduce (sum) of an ``nbytes`` vector from every rank onto one root.
 
-    Sources: reference/000_0882bce98377ddd2.txt, "Allreduce: Tree (reduce/broadcast)" slide (the
-    reduce half) and "Reduce-scatter: Recursive-halving" slide; reference/004_f294eac0d22243ce.txt
-    Section 2.5 (Rabenseifner: reduce-scatter then gather):
+    Sources: [Dryden], "Allreduce: Tree (reduce/broadcast)" slide (the reduce half) and
+    "Reduce-scatter: Recursive-halving" slide; [Ben-Nun & Hoefler 2019], Section 2.5
+    (Rabenseifner: reduce-scatter then gather):
 
     - binomial_tree: ceil(lg p) (a + n b + n g)
     - reduce_scatter_gather: recursive-halving reduce-scatter (lg p a + (p-1)/p n (b + g)) then
@@ -216,7 +233,7 @@ def reduce_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto", *,
     a, b, g, n = link.alpha_s, link.beta_s_per_byte, link.gamma_s_per_byte, float(nbytes)
     if algo == "binomial_tree":
         return _ceil_lg(p) * (a + n * b + n * g)
-    q = _pof2(p)
+    q = pof2(p)
     return (_fold(n, p, link, reduce=True) + 2 * _lg(q) * a + (q - 1) / q * n * (2 * b + g))
 
 
@@ -226,9 +243,9 @@ def alltoall_s(nbytes: float, p: int, link: LinkLevel, algorithm: str = "auto", 
                rule: str = "mpi") -> float:
     """All-to-all: ``nbytes`` is the total a rank sends (n/p to each rank, its own block included).
 
-    The slides of reference/000_0882bce98377ddd2.txt give no all-to-all; these are the same
-    alpha-beta accounting applied to MPICH's algorithms (reference/004_f294eac0d22243ce.txt
-    Section 5.2 notes fully connected layers "incur all-to-all communication"):
+    The [Dryden] slides give no all-to-all; these are the same alpha-beta accounting applied to
+    MPICH's algorithms ([Ben-Nun & Hoefler 2019], Section 5.2 notes fully connected
+    layers "incur all-to-all communication"):
 
     - pairwise:  (p-1) (a + n/p b)  ((p-1) exchange steps of one block each)
     - scattered: (p-1) (a + n/p b)  (all sends posted at once; same cost with one port per rank)
@@ -249,7 +266,7 @@ def alltoallv_s(send_bytes_max: float, recv_bytes_max: float, messages: int,
 
     ``send_bytes_max`` / ``recv_bytes_max``: the most bytes any rank sends / receives (its own
     block excluded); ``messages``: the most non-empty messages any rank sends or receives.
-    Cost: ``messages a + max(send, recv) b`` (alpha-beta model of reference/000_0882bce98377ddd2.txt;
+    Cost: ``messages a + max(send, recv) b`` (alpha-beta model of [Dryden];
     links are full duplex, so sending and receiving overlap).
     """
     for name, value in (("send_bytes_max", send_bytes_max), ("recv_bytes_max", recv_bytes_max)):
@@ -264,7 +281,7 @@ def alltoallv_s(send_bytes_max: float, recv_bytes_max: float, messages: int,
 
 def sendrecv_s(nbytes: float, link: LinkLevel) -> float:
     """One ``MPI_Sendrecv`` of ``nbytes`` each way with one partner: ``a + n b`` (full duplex;
-    the alpha-beta point-to-point cost of reference/000_0882bce98377ddd2.txt)."""
+    the alpha-beta point-to-point cost of [Dryden])."""
     _check(nbytes, 1)
     if nbytes == 0:
         return 0.0

@@ -9,10 +9,10 @@ executor makes back to back). Its :attr:`CommCall.measured_key` is the key of
 ``Machine.measured``, through which a time measured so prices the same collective in
 :func:`costmodel.layer_cost.group_time` and in a reshard.
 
-Why time them in the run: the collectives' fits come from ``dnnplan profile-comm``, and this VM's
-speed drifts, for them as for the kernels. A filter-split lenet5 step at 2 ranks, kernels timed in
-the run, measured per-layer median errors of 17% and 20% with comm fits a day old, and 6% with
-fits refreshed just before it (docs/executor.md, "The collectives, timed inside the run too").
+Why time them in the run: the collectives' fits come from an earlier ``dnnplan profile-comm``, and
+a machine's speed drifts between runs, for collectives as for kernels, so fits made earlier price
+the step less well than times taken in the run itself (docs/executor.md, "The collectives, timed
+inside the run too", gives the measured errors both ways).
 """
 
 from __future__ import annotations

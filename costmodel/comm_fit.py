@@ -10,8 +10,8 @@ columns whose solution is non-negative).
 
 One line does not fit a collective from 8 B to tens of MiB on a real machine: MPICH switches from
 an eager to a rendezvous protocol, and large messages fall out of the cache, so the time per byte
-changes by several times with the size (measured here, 2-rank allreduce: 0.5 ns/B at 32 KiB, 0.15 at
-2 MiB, 0.3 at 8 MiB). :func:`fit_regimes` therefore fits each collective piecewise, one
+changes by several times with the size (docs/profiler.md, "Communication", gives a 2-rank
+allreduce's time per byte at three sizes). :func:`fit_regimes` therefore fits each collective piecewise, one
 (alpha, beta, gamma) per contiguous size regime (at most :data:`MAX_REGIMES`, each over at least
 :data:`MIN_POINTS` sizes), with the breakpoints that minimise the total relative residual: the
 size-dependent parameters of the PLogP model (Kielmann, Bal and Verstoep, "Fast measurement of

@@ -1,9 +1,10 @@
 """Compute time of a layer's local shard: one interface, two estimators.
 
 * :class:`Roofline`: ``max(flops / peak, bytes / bandwidth) / efficiency`` from the machine
-  datasheet (DESIGN.md, "Costs").
-* A profile table (``costmodel.profile_table``) that looks up the time of the very kernels the
-  executor runs at the local shape, interpolating in log space between measured shapes.
+  datasheet (docs/costmodel.md, "Compute").
+* A profile table (:class:`costmodel.profiled_compute.ProfiledCompute`) that looks up the time of
+  the very kernels the executor runs at the local shape, interpolating in log space between
+  measured shapes.
 
 Both answer :meth:`ComputeModel.pass_s` for (local layer, pass, convolution algorithm).
 """
@@ -11,18 +12,24 @@ Both answer :meth:`ComputeModel.pass_s` for (local layer, pass, convolution algo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Callable, Protocol, runtime_checkable
 
-from costmodel.kernel_calls import KernelCall, reshard_copy_call
+# DEFAULT_CONV_ALGORITHM is defined where the kernel calls fall back to it, and is public here
+from costmodel.kernel_calls import DEFAULT_CONV_ALGORITHM, KernelCall, reshard_copy_call
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import Machine
-from networks.ir import DTYPE_BYTES
+from networks.ir import DTYPE_BYTES, Network
 from networks.ops.base import LayerCost
 from networks.ops.catalogue import OPS
 from networks.ops.conv import algorithm_work_depth
 
 PASSES = ("fwd", "bwd_data", "bwd_weights")
 CONV_ALGORITHMS = ("direct", "im2col", "fft", "winograd")
+
+
+def default_algorithms(net: Network) -> dict[str, str]:
+    """:data:`DEFAULT_CONV_ALGORITHM` for every convolution of ``net`` (layer name -> algorithm)."""
+    return {layer.name: DEFAULT_CONV_ALGORITHM for layer in net.layers if layer.op == "conv2d"}
 
 
 def local_cost(local: LocalLayer) -> LayerCost:
@@ -33,7 +40,8 @@ def local_cost(local: LocalLayer) -> LayerCost:
 
 
 def algorithm_factor(local: LocalLayer, algorithm: str) -> float:
-    """Work of a convolution algorithm relative to direct convolution (reference/004 Table 6)."""
+    """Work of a convolution algorithm relative to direct convolution (Ben-Nun & Hoefler,
+    "Demystifying Parallel and Distributed Deep Learning", ACM Computing Surveys 2019, Table 6)."""
     if local.layer.op != "conv2d" or algorithm in ("direct", "im2col", ""):
         return 1.0
     c, h, w = local.in_shapes[0]
@@ -60,7 +68,11 @@ def algorithm_applies(layer, algorithm: str) -> bool:
 
 
 class ComputeModel(Protocol):
+    """What every compute-time estimator answers. ``table`` is the profile table the times come
+    from (:class:`costmodel.profile_table.ProfileTable`), or None for the datasheet roofline."""
+
     name: str
+    table: Any
 
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float: ...
 
@@ -85,6 +97,24 @@ class ComputeModel(Protocol):
         evicted (:func:`costmodel.layer_cost.pass_bytes` lists the passes and their bytes); 0
         where nothing measured it."""
         ...
+
+
+@runtime_checkable
+class OnDemand(Protocol):
+    """A compute model that times kernels on this computer when asked (profiler.ondemand): it can
+    list the calls a weighing looks up, time them again, take timings made elsewhere, and write
+    what it timed to its cache file. ``refresh``: every call is timed again on its first lookup
+    (``--refresh-profile``)."""
+
+    refresh: bool
+
+    def calls_of(self, weigh: Callable[[], object], time_missing: bool = True) -> list[KernelCall]: ...
+
+    def retime(self, calls: list[KernelCall]) -> None: ...
+
+    def install(self, entries: dict) -> None: ...
+
+    def save(self) -> None: ...
 
 
 def conv_workspace_bytes(local: LocalLayer, algorithm: str) -> int:
@@ -120,6 +150,7 @@ class Roofline:
     machine: Machine
     dtype: str = "float32"
     name: str = "roofline"
+    table: None = None  # a datasheet, not a profile
 
     def _time(self, flops: float, nbytes: float) -> float:
         dev = self.machine.device

@@ -1,10 +1,11 @@
 """The exact kernel invocations the executor makes for one layer, one pass, on the straggler's shard.
 
-This is the single source of truth behind DESIGN.md's "one kernel set": the profiler times exactly
-these calls, :class:`costmodel.profile_table.ProfiledCompute` looks up exactly these calls, and the
-executor calls :data:`profiler.kernels.KERNELS` with exactly these shapes. Pure.
+This is the single source of truth behind "the one kernel set" (docs/kernels.md; docs/profiler.md,
+"What is timed"): the profiler times exactly these calls,
+:class:`costmodel.profiled_compute.ProfiledCompute` looks up exactly these calls, and the executor
+calls :data:`kernels.KERNELS` with exactly these shapes. Pure.
 
-Each :class:`KernelCall` names a kernel of ``profiler.kernels.KERNELS`` and a flat integer shape
+Each :class:`KernelCall` names a kernel of ``kernels.KERNELS`` and a flat integer shape
 tuple whose meaning per kernel is :data:`SHAPE_FIELDS` (the names also say how the profiler
 builds synthetic operands). ``flops`` follow the op catalogue's conventions, so for every op the
 calls of a pass add up to ``costmodel.compute.local_cost(local).flops[pass]`` (exceptions, both
@@ -45,6 +46,11 @@ from dataclasses import dataclass
 
 from costmodel.layer_layouts import LocalLayer
 from networks.ir import DTYPE_BYTES
+
+#: The convolution algorithm of a layer whose plan names none (uniform strategies, hand-written
+#: plans, the executor's fallback): im2col + GEMM runs every convolution, any stride, dilation or groups.
+#: Re-exported by :mod:`costmodel.compute`, where the other algorithm rules live.
+DEFAULT_CONV_ALGORITHM = "im2col"
 
 _CONV = ("n", "c", "h", "w", "f", "kh", "kw", "sh", "sw", "pt", "pb", "pl", "pr", "dh", "dw", "groups", "bias")
 _POOL = ("n", "c", "h", "w", "kh", "kw", "sh", "sw", "pt", "pb", "pl", "pr", "dh", "dw", "ceil_mode")
@@ -154,7 +160,7 @@ def _conv_calls(local: LocalLayer, pass_: str, algo: str, dtype: str, item: int)
     flops, nbytes = {"fwd": (2 * macs + bias_f, x_b + w_b + y_b),
                      "bwd_data": (2 * macs, y_b + w_b + x_b),
                      "bwd_weights": (2 * macs + bias_f, y_b + x_b + w_b)}[pass_]
-    return (KernelCall(f"conv2d.{pass_}", shape, dtype, algo or "im2col", flops, nbytes),)
+    return (KernelCall(f"conv2d.{pass_}", shape, dtype, algo or DEFAULT_CONV_ALGORITHM, flops, nbytes),)
 
 
 def linear_call(kernel: str, rows: int, c: int, f: int, bias: bool, dtype: str, item: int) -> KernelCall:

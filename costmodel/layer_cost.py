@@ -1,7 +1,7 @@
 """Cost of one layer under a strategy, and of one edge between two strategies (pure).
 
-Per layer (DESIGN.md, "Costs"): forward and backward compute of the local shard; the forward
-partial-sum allreduce of a split contraction (C); the backward allreduce of partial input
+Per layer (docs/costmodel.md, "Per layer"): forward and backward compute of the local shard; the
+forward partial-sum allreduce of a split contraction (C); the backward allreduce of partial input
 gradients of a split filter dimension (F); op-specific collectives (batch-norm statistics,
 attention keys and values); the weight-gradient allreduce over the ranks holding replicas of the
 same weight shard; the optimiser update; memory per device. Per edge: the reshard from the
@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from costmodel.collectives import alltoallv_s, collective_s
-from costmodel.compute import ComputeModel
+from costmodel.collective_groups import collective_s
+from costmodel.collectives import alltoallv_s
+from costmodel.compute import ComputeModel, local_cost
 from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_calls, update_calls
 from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout
 from costmodel.layout import Layout, copy_run, reshard_volume
@@ -112,9 +113,8 @@ def pass_bytes(local: LocalLayer, algorithm: str = "", consumers: int = 1) -> li
 
 def dispatch_time(compute: ComputeModel, local: LocalLayer, algorithm: str, consumers: int) -> float:
     """The compute model's time for the executor's own work around a layer's passes
-    (``ComputeModel.dispatch_s``; 0 for a model without it)."""
-    got = getattr(compute, "dispatch_s", None)
-    return float(got(local, algorithm, consumers)) if got is not None else 0.0
+    (``ComputeModel.dispatch_s``)."""
+    return float(compute.dispatch_s(local, algorithm, consumers))
 
 
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
@@ -204,7 +204,6 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
 def _local_activation_bytes(local, strategy: Strategy, batch: int) -> int:
     """Activations kept for backward: the op's own count at the local shape, plus the received
     input block when it carries halos (the executor keeps that buffer for backward)."""
-    from costmodel.compute import local_cost
     kept = local_cost(local).activation_bytes
     layer = local.layer
     if any(_splits(layer)[d].window is not None for d, _ in strategy.degrees):

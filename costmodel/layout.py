@@ -1,7 +1,8 @@
 """The layout algebra: which block of a tensor each rank holds, and what a reshard moves.
 
 Shared by the cost model (which counts what moves) and the executor (which moves it with
-``Alltoallv``), so that prediction and reality move the same blocks (DESIGN.md, rule 2).
+``Alltoallv``), so that prediction and reality move the same blocks (docs/costmodel.md, "The layout
+algebra (shared with the executor)").
 
 A :class:`Layout` says, for each axis of a batched tensor, which grid dimension of a strategy cuts
 it (or none). Axis ``a`` cut by dimension ``d`` of degree ``k`` gives the rank with coordinate

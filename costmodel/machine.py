@@ -2,9 +2,10 @@
 
 A machine is ``nodes`` nodes of ``devices_per_node`` identical devices. Devices inside a node talk
 over the ``intra`` link (NVLink, shared memory); devices on different nodes over the ``inter`` link
-(InfiniBand). Each link is an alpha-beta-gamma triple as in the collective costs of
-reference/000_0882bce98377ddd2.txt ("Collectives for deep learning" slides): ``alpha_s`` seconds per
-message, ``beta_s_per_byte`` seconds per byte moved, ``gamma_s_per_byte`` seconds per byte reduced.
+(InfiniBand). Each link is an alpha-beta-gamma triple as in the collective costs of N. Dryden,
+"Parallelism in Training Deep Neural Networks" (lecture slides, "Collectives for deep learning";
+docs/collectives.md): ``alpha_s`` seconds per message, ``beta_s_per_byte`` seconds per byte moved,
+``gamma_s_per_byte`` seconds per byte reduced.
 
 Ranks are laid out consecutively, ``devices_per_node`` per node (rank r lives on node
 ``r // devices_per_node``), which is how ``mpiexec`` fills nodes by default.
@@ -43,7 +44,7 @@ DEFAULT_EFFICIENCY = 0.6
 
 @dataclass(frozen=True)
 class LinkLevel:
-    """One level of the network, in the alpha-beta-gamma model (reference/000, collectives slides).
+    """One level of the network, in the alpha-beta-gamma model (Dryden's collectives slides, above).
 
     ``alpha_s``: latency per message; ``beta_s_per_byte``: inverse bandwidth per direction per
     device; ``gamma_s_per_byte``: time to reduce (sum) one byte.

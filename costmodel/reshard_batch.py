@@ -2,14 +2,15 @@
 :func:`costmodel.layer_cost.edge_estimate`, vectorised over (source, destination) layout pairs.
 
 The planner needs the reshard cost of every (producer candidate, consumer candidate) pair of every
-edge: thousands of pairs, each ~150 µs through :func:`reshard_volume` at p=1024. Two exact steps
-make that cheap:
+edge: thousands of pairs, too many to price one by one through :func:`reshard_volume` at large p
+(its time per pair is in docs/costmodel.md, "The layout algebra"). Two exact steps make that cheap:
 
-1. **Batch reduction.** The sample dimension N is outermost in the grid (DESIGN.md, "Grid mapping"),
-   so rank ``r`` has N coordinate ``r // m`` with ``m = p / n``. When both layouts split the batch
-   axis by N with degrees ``n_s``, ``n_d`` that divide the batch, and ``m_s``, ``m_d`` nest (one
-   divides the other; always so for powers of two), shifting ``r`` by ``L = max(m_s, m_d)`` shifts
-   both batch blocks by the same ``B L / p`` samples and leaves every other coordinate unchanged.
+1. **Batch reduction.** The sample dimension N is outermost in the grid (docs/costmodel.md,
+   "Strategies and the grid"), so rank ``r`` has N coordinate ``r // m`` with ``m = p / n``. When
+   both layouts split the batch axis by N with degrees ``n_s``, ``n_d`` that divide the batch, and
+   ``m_s``, ``m_d`` nest (one divides the other; always so for powers of two), shifting ``r`` by
+   ``L = max(m_s, m_d)`` shifts both batch blocks by the same ``B L / p`` samples and leaves every
+   other coordinate unchanged.
    Every per-rank quantity is invariant under that shift, so the maxima over all ``p`` ranks equal
    the maxima over the first ``L`` ranks: the same reshard of a ``B L / p``-sample tensor over ``L``
    ranks with N degrees ``L / m_s`` and ``L / m_d`` (inner strides are unchanged).
@@ -31,6 +32,7 @@ import numpy as np
 
 from costmodel.layout import Layout, _first_extents, _reducible, reduce_pair, reshard_volume  # noqa: F401
 from costmodel.kernel_calls import dtype_for_itemsize
+from costmodel.layer_cost import reshard_copy_s
 from costmodel.machine import Machine
 from costmodel.strategy import GRID_ORDER
 
@@ -238,7 +240,6 @@ def copy_runs_ids(t: LayoutTable, src, dst) -> np.ndarray:
 
 
 def _copy_times(t, src, dst, recv, written, backward, dtype, compute) -> np.ndarray:
-    from costmodel.layer_cost import reshard_copy_s
     out = np.zeros(len(src))
     moving = np.nonzero(recv > 0)[0]
     if len(moving) == 0:

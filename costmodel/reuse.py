@@ -2,16 +2,17 @@
 
 A kernel inside a step does not start from a fixed cache state. After a layer that streams more
 than the last-level cache (alexnet's fc6 reads 150 MB of weights), the next kernels' code and data
-come from memory: relu6 and drop7 of alexnet at batch 2 took 45-250 us in a step against 8-44 us
-timed with warm code; between small layers (lenet5's fc1, relu3, fc2, fc3, loss) everything stays
-in cache. :func:`preceding_calls` gives, per kernel call, the two calls before it in the step
-(the step repeats, so the first call's are the last two); what they move bounds the reuse
+come from memory, and small kernels (alexnet's relu6 and drop7) take several times as long as with
+warm code; between small layers (lenet5's fc1, relu3, fc2, fc3, loss) everything stays in cache
+(docs/executor.md, "``--fresh-profile``: the prediction's kernels timed inside the run", has the
+measured times). :func:`preceding_calls` gives, per kernel call, the two calls before it in the
+step (the step repeats, so the first call's are the last two); what they move bounds the reuse
 distance of its code and data (Mattson et al., "Evaluation techniques for storage hierarchies",
 IBM Systems Journal 9(2), 1970), and profiler.inrun runs them before timing it. Two, not one:
-drop7 follows relu6 (64 KB) but finds its random-number code evicted by fc6 before that. Reuse
-per kernel (the bytes since the same kernel last ran) was tried and called the backward pass of
-lenet5's fc3 cold, which reuses the BLAS code fc3's forward pass has just run (measured 72 us,
-priced 226 us).
+drop7 follows relu6 (64 KB) but finds its random-number code evicted by fc6 before that. Not
+reuse per kernel (the bytes since the same kernel last ran): that calls the backward pass of
+lenet5's fc3 cold, though it reuses the BLAS code fc3's forward pass has just run, and prices it
+about three times too slow.
 
 The order is the executor's: every layer's forward pass in network order, the backward passes in
 reverse order (input gradient, then weight gradient, then the sums of its input gradients into

@@ -1,4 +1,4 @@
-"""Strategies and the grid mapping of degrees onto ranks (DESIGN.md, "Grid mapping").
+"""Strategies and the grid mapping of degrees onto ranks (docs/costmodel.md, "Strategies and the grid").
 
 A strategy gives each splittable dimension of a layer a degree; the degrees multiply to at most
 ``p`` and the leftover factor is the replication degree ``R``. Degrees are laid on ranks in the

@@ -1,29 +1,43 @@
 """Communication for the executor: cached group communicators, in-place allreduce, and reshards.
 
-Reshards move exactly the pieces :func:`costmodel.layout.transfers` lists (DESIGN.md, rule 2):
-this module only turns them into one ``Alltoallv`` (counts and displacements, each piece packed
+Reshards move exactly the pieces :func:`costmodel.layout.transfers` lists (the cost model's
+layout algebra, docs/architecture.md): this module only turns them into one ``Alltoallv`` (counts and displacements, each piece packed
 contiguous in list order, which sender and receiver compute identically). The copies around it
-(the local piece, packing, unpacking) are the profiler's ``reshard.copy``/``reshard.add`` kernels,
+(the local piece, packing, unpacking) are the ``reshard.copy``/``reshard.add`` kernels (kernels.reshard),
 which the cost model prices (``costmodel.layer_cost.reshard_copy_s``). Forward, each rank's
 needed block is assembled from its pieces; backward (halo accumulation), the pieces a producer
 rank receives are summed into its owned block.
 
 Arrays are numpy (host) arrays; a cupy backend would stage through the host (not done yet).
+mpi4py is imported on first use (:func:`mpi`): importing ``mpi4py.MPI`` initialises MPI, which a
+process that only plans or launches the ranks must not do.
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from mpi4py import MPI
 
 from costmodel.layout import Layout, Region, block, same_blocks, transfers
 from costmodel.strategy import Strategy
-from profiler.kernels.reshard import add_block, copy_block
+from kernels.reshard import add_block, copy_block
 
-_MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE}
+
+
+def mpi():
+    """mpi4py's ``MPI`` module."""
+    from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI
+    return MPI
+
+
+def mpi_type(dtype):
+    """The MPI datatype of a float32 or float64 numpy dtype."""
+    MPI = mpi()
+    return {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE}[np.dtype(dtype)]
 
 
 class GroupComms:
@@ -65,8 +79,6 @@ ABORT_GRACE_S = 0.3
 
 def abort(comm, code: int) -> None:
     """Abort the whole job after giving the launcher time to forward this rank's output."""
-    import sys
-    import time
     sys.stdout.flush()
     sys.stderr.flush()
     time.sleep(ABORT_GRACE_S)
@@ -91,7 +103,8 @@ def allreduce_(sub, arr: np.ndarray) -> np.ndarray:
         return arr
     if not arr.flags.c_contiguous:
         raise ValueError("allreduce_ needs a contiguous array")
-    sub.Allreduce(MPI.IN_PLACE, [arr, _MPI_TYPES[arr.dtype]], op=MPI.SUM)
+    MPI = mpi()
+    sub.Allreduce(MPI.IN_PLACE, [arr, mpi_type(arr.dtype)], op=MPI.SUM)
     return arr
 
 
@@ -174,7 +187,7 @@ def reshard(comm, local: np.ndarray, src: Layout, dst: Layout, backward: bool = 
     if rp.identity:
         return local
     dtype = local.dtype
-    put = add_block if backward else copy_block  # the profiler's kernels (DESIGN.md, rule 1)
+    put = add_block if backward else copy_block  # the kernels the cost model prices (one kernel set)
     out = (np.zeros if backward else np.empty)(rp.out_shape, dtype=dtype)
     for s_sl, d_sl in rp.local:
         put(out[d_sl], local[s_sl])
@@ -187,7 +200,7 @@ def reshard(comm, local: np.ndarray, src: Layout, dst: Layout, backward: bool = 
         copy_block(sendbuf[pos:pos + size].reshape(piece.shape), piece)
         pos += size
     recvbuf = np.empty(rp.recv_elems, dtype=dtype)
-    mtype = _MPI_TYPES[np.dtype(dtype)]
+    mtype = mpi_type(dtype)
     comm.Alltoallv([sendbuf, (list(rp.send_counts), _displs(rp.send_counts)), mtype],
                    [recvbuf, (list(rp.recv_counts), _displs(rp.recv_counts)), mtype])
     pos = 0

@@ -2,12 +2,9 @@
 
 Between two kernels the runtime runs Python: the layer's op wrapper around its kernel, the step
 loop, the activation and gradient bookkeeping (executor.runtime). No kernel timing contains that
-time, and after a kernel that moved megabytes its code and objects come from memory: a no-op
-``numpy.ascontiguousarray`` took 5-9 us right after a convolution of ResNet-18 against well under
-a microsecond warm. Measured with every span kept, a training step at one rank spent 30-51 us per
-layer pass outside its spans (2-core development VM, 1 thread: lenet5 at batch 256 30 us,
-ResNet-18 at 64x64 and batch 8 33 us, alexnet at batch 2 51 us; this probe 22 us at batch 8, 46 us
-at 32, 53 us at 64), 1-2% of the step, that the prediction did not hold (docs/executor.md).
+time, and after a kernel that moved megabytes the Python's code and objects come from memory, so
+the time grows with the bytes the kernels before it moved. It is a few percent of a small
+network's step; docs/executor.md gives the figures measured.
 
 :func:`measure` runs the probe (``executor/probes/dispatch.yaml``, a small residual CNN with the
 kinds of layer the cnn zoo networks have, not one of the networks the accuracy bench predicts)
@@ -31,16 +28,28 @@ import statistics
 import sys
 from pathlib import Path
 
+from costmodel.compute import default_algorithms
+from costmodel.layer_cost import pass_bytes
+from costmodel.layer_layouts import local_layer
+from costmodel.uniform import uniform_strategies
+from executor.runtime import run_plan
+from executor.timers import Timers
+from executor.worker import set_threads
+from kernels.allocator import keep_freed_memory
+from networks.analysis import consumers
+from networks.ir import Network
+from networks.loader import load_network
+from planner.plan import LayerPlan, Plan
+
 PROBE = Path(__file__).resolve().parent / "probes" / "dispatch.yaml"
 #: The probe's batches: its kernels moving about a megabyte per pass, and about ten.
 PROBE_BATCHES = (8, 64)
 
 
-def _probe_plan(net, batch: int):
-    from costmodel.uniform import uniform_strategies  # noqa: PLC0415
-    from planner.plan import LayerPlan, Plan  # noqa: PLC0415
+def _probe_plan(net: Network, batch: int) -> Plan:
     strategies, _ = uniform_strategies(net, 1, batch, "data")
-    layers = tuple(LayerPlan(layer.name, strategies[layer.name], "im2col" if layer.op == "conv2d" else "")
+    algorithms = default_algorithms(net)
+    layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
                    for layer in net.layers)
     return Plan(str(PROBE), net.name, net.content_hash(), batch, 1, "local", layers)
 
@@ -49,9 +58,6 @@ def probe_passes(net, batch: int) -> list[int]:
     """The bytes each layer pass of one step of ``net`` moves in its kernels, as the cost model
     counts passes (:func:`costmodel.layer_cost.pass_bytes`), data parallel on one rank with im2col
     convolutions."""
-    from costmodel.layer_cost import pass_bytes  # noqa: PLC0415
-    from costmodel.layer_layouts import local_layer  # noqa: PLC0415
-    from networks.analysis import consumers  # noqa: PLC0415
     plan = _probe_plan(net, batch)
     strategies, algorithms = plan.strategies(), plan.algorithms()
     readers = consumers(net)
@@ -76,11 +82,8 @@ def outside_per_pass(timers, steps, passes: int) -> list[float]:
 def measure(batch: int, steps: int = 11, warmup: int = 2, comm=None) -> tuple[list[float], int]:
     """(seconds outside the spans per layer pass, one per timed step; the probe's typical bytes
     per pass) for the probe at ``batch``."""
-    from executor.runtime import run_plan  # noqa: PLC0415
-    from executor.timers import Timers  # noqa: PLC0415
-    from networks.loader import load_network  # noqa: PLC0415
     if comm is None:
-        from mpi4py import MPI  # noqa: PLC0415
+        from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI
         comm = MPI.COMM_SELF
     net = load_network(str(PROBE))
     plan = _probe_plan(net, batch)
@@ -103,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--batches takes comma-separated integers, got '{args.batches}'")
     if args.steps < 1 or args.warmup < 0 or args.threads < 1 or min(batches) < 1:
         ap.error("--steps, --threads and --batches must be positive, --warmup not negative")
-    from executor.worker import set_threads  # noqa: PLC0415
-    from profiler.allocator import keep_freed_memory  # noqa: PLC0415
-    set_threads(args.threads)  # before numpy's BLAS is loaded
+    set_threads(args.threads)
     keep_freed_memory()
     out = []
     for batch in batches:

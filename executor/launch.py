@@ -30,6 +30,8 @@ JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "P
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 EXIT_TIMEOUT = 124
 KILL_GRACE_S = 5.0
+#: The module each rank runs (``python -m``); tests put a stand-in runtime behind it.
+WORKER_MODULE = "executor.worker"
 
 _RANK_LINE = re.compile(r"^rank (\d+): (.*)$")
 _NOISE = re.compile(
@@ -63,10 +65,10 @@ def inside_mpi_job(environ=None) -> bool:
     unless it already was.
     """
     if env_says_mpi_job(environ):
-        from mpi4py import MPI  # noqa: PLC0415
+        from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI
         return True if MPI.COMM_WORLD.Get_size() > 1 else _started_by_launcher(environ)
     if "mpi4py.MPI" in sys.modules:
-        from mpi4py import MPI  # noqa: PLC0415
+        from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI
         return MPI.Is_initialized() and MPI.COMM_WORLD.Get_size() > 1
     return False
 
@@ -74,6 +76,12 @@ def inside_mpi_job(environ=None) -> bool:
 def _started_by_launcher(environ=None) -> bool:
     env = os.environ if environ is None else environ
     return env.get("PMI_SIZE") == "1" or env.get("OMPI_COMM_WORLD_SIZE") == "1"
+
+
+def world():
+    """``COMM_WORLD`` of the MPI job this process is one rank of."""
+    from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py initialises MPI, only for a job
+    return MPI.COMM_WORLD
 
 
 def find_mpiexec() -> str:
@@ -106,7 +114,7 @@ def thread_env(threads: int, base=None) -> dict:
 def worker_command(mpiexec: str, ranks: int, plan_path: str, result_path: str, *, steps: int, warmup: int,
                    check: bool, trace: bool, threads: int, timeout_s: float, seed: int = 0,
                    time_kernels: str | None = None) -> list[str]:
-    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "executor.worker", plan_path,
+    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", WORKER_MODULE, plan_path,
            "--result", result_path, "--steps", str(steps), "--warmup", str(warmup),
            "--threads", str(threads), "--seed", str(seed),
            # the ranks' own watchdog: a backstop should this process itself die

@@ -32,7 +32,7 @@ def node_cores(per_rank: list[frozenset[int]]) -> int:
 def share_node_cores(comm) -> int:
     """Agree on this node's cores with the other ranks on it (a collective over ``comm``) and
     publish the count for :func:`costmodel.files.usable_cores`; returns it."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         count = node_cores(local.allgather(own_cores()))

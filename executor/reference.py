@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel.compute import DEFAULT_CONV_ALGORITHM
 from executor.init import init_weights, make_inputs, make_labels
+from kernels import activation as act
+from kernels import conv as convk
+from kernels import gemm, loss as lossk, norm, pool
 from networks.errors import DnnplanError
 from networks.ir import Layer, Network
-from profiler.kernels import activation as act
-from profiler.kernels import conv as convk
-from profiler.kernels import gemm, loss as lossk, norm, pool
 
 
 def _pool_args(p: dict, op: str):
@@ -120,7 +121,7 @@ def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: i
         w = {name: weights[(layer.name, name)] for name, _ in layer.weights}
         labels = make_labels(layer, batch, seed) if layer.op == "softmax_cross_entropy" else None
         y, caches[layer.name] = _forward(layer, [acts[s] for s in layer.inputs], w,
-                                         algorithms.get(layer.name) or "im2col", labels)
+                                         algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM, labels)
         if layer.op == "softmax_cross_entropy":
             loss = float(y)
         acts[layer.name] = y
@@ -134,7 +135,7 @@ def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: i
             if dy is None:
                 dy = np.zeros_like(acts[layer.name])
         w = {name: weights[(layer.name, name)] for name, _ in layer.weights}
-        dxs, dws = _backward(layer, dy, caches[layer.name], w, algorithms.get(layer.name) or "im2col")
+        dxs, dws = _backward(layer, dy, caches[layer.name], w, algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM)
         for (name, _), g in ((kv, dws[kv[0]]) for kv in layer.weights):
             wgrads[(layer.name, name)] = np.asarray(g)
         for src, dx in zip(layer.inputs, dxs):

@@ -1,7 +1,7 @@
 """The MPI runtime: build each rank's shard of every layer from a plan, run training steps, time
 every piece of work, and (``check=True``) compare step 0 with the single-process reference.
 
-One step (DESIGN.md, "Execution"):
+One step (docs/executor.md, "How a run goes"):
 
 1. forward, layers in order: reshard each input from its producer's owned layout to the layer's
    needed layout (``fwd_comm``; halos included), compute (``fwd_compute``), the op's forward
@@ -31,6 +31,7 @@ from typing import Callable
 
 import numpy as np
 
+from costmodel.compute import DEFAULT_CONV_ALGORITHM
 from costmodel.layer_layouts import input_layout, output_layout, require_fits, weight_layouts
 from costmodel.layout import block
 from costmodel.strategy import Strategy
@@ -41,8 +42,8 @@ from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
 from executor.ops.norm import STAT_DIMS
 from executor.timers import Timers
-from profiler.kernels.activation import add_forward
-from profiler.kernels.optimizer import sgd_momentum_update
+from kernels.activation import add_forward
+from kernels.optimizer import sgd_momentum_update
 from networks.analysis import layer_splits
 from networks.errors import DnnplanError
 from networks.ir import Layer, Network
@@ -135,7 +136,7 @@ class _Runtime:
         labels = None
         if layer.op == LOSS_OP:
             labels = take(make_labels(layer, batch, self.seed), in_blocks[0][:-1])
-        ctx = LayerCtx(layer, strat, rank, batch, self.algorithms.get(layer.name) or "im2col", in_ls, out_l,
+        ctx = LayerCtx(layer, strat, rank, batch, self.algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM, in_ls, out_l,
                        in_blocks, block(out_l, rank), self.comms, self.timers, weights, labels)
         # every communicator this layer can use, created now (collective, same order on all ranks)
         for dims in (("C",), ("F",), ("H", "W"), ("N", "H"), STAT_DIMS):
@@ -198,8 +199,8 @@ class _Runtime:
                 run.ctx.dropout_seed = zlib.crc32(f"{self.seed}/{run.layer.name}/{index}/{run.ctx.out_block}".encode())
                 # masks are drawn per shard, so only the step the check compares (the one whose
                 # gradients are kept) runs dropout as the identity; every other step draws its
-                # mask, the work the cost model prices (AlexNet, filter plan, 2 ranks: drop6 and
-                # drop7 were priced 0.27-0.38 ms and measured 0.04 ms while every step skipped it)
+                # mask, the work the cost model prices (a step that skipped it would be measured
+                # faster than the step it predicts)
                 run.ctx.identity_dropout = keep_grads
             y, caches[run.layer.name] = run.forward(run.ctx, self._gather_inputs(run, acts))
             acts[run.layer.name] = y

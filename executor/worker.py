@@ -8,12 +8,6 @@ BLAS/OpenMP threads, waits at a barrier (the common start of the trace), runs th
 Faults: an exception on any rank prints ``rank R: <message>`` on stderr and aborts the whole job
 (``MPI_Abort`` with 2 for a mistake the user can fix, :class:`DnnplanError`; 1 otherwise), so no
 rank waits forever for a dead peer. A watchdog aborts a rank that outlives ``--timeout``.
-
-Test hooks (used by tests/test_executor_cli*.py, harmless otherwise):
-``DNNPLAN_TEST_FAULT_RANK=R`` makes rank R raise before running (``DNNPLAN_TEST_FAULT_KIND=user``
-raises a DnnplanError, anything else a RuntimeError); ``DNNPLAN_TEST_HANG_S=S`` makes every rank
-sleep S seconds first; ``DNNPLAN_TEST_RUNTIME=MODULE`` takes ``run_plan`` from MODULE instead of
-:mod:`executor.runtime` (launcher tests that must not depend on the runtime's speed).
 """
 
 from __future__ import annotations
@@ -25,11 +19,24 @@ import pickle
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 
+from threadpoolctl import threadpool_limits
+
+from costmodel.comm_calls import CommCall
 from costmodel.files import NODE_CORES_ENV
+from costmodel.reuse import preceding_calls, step_calls
+from executor.collect import gather
+from executor.comm import abort
+from executor.node import share_node_cores
+from executor.runtime import run_plan
+from executor.timers import Timers
+from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
-from profiler.allocator import keep_freed_memory
+from planner.plan_file import read_plan
+from profiler.inrun import InRunTimer, merge_samples
+from profiler.inrun_comm import InRunComm
 
 ABORT_USER = 2
 ABORT_INTERNAL = 1
@@ -58,22 +65,7 @@ def set_threads(threads: int) -> None:
     """Limit BLAS and OpenMP pools of this process (environment for children, threadpoolctl now)."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
-    try:
-        from threadpoolctl import threadpool_limits  # noqa: PLC0415
-        threadpool_limits(limits=threads)
-    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-        pass
-
-
-def _test_hooks(rank: int) -> None:
-    hang = os.environ.get("DNNPLAN_TEST_HANG_S")
-    if hang:
-        time.sleep(float(hang))
-    fault = os.environ.get("DNNPLAN_TEST_FAULT_RANK")
-    if fault is not None and fault != "" and int(fault) == rank:
-        if os.environ.get("DNNPLAN_TEST_FAULT_KIND") == "user":
-            raise DnnplanError(f"injected fault on rank {rank} (DNNPLAN_TEST_FAULT_RANK)")
-        raise RuntimeError(f"injected fault on rank {rank} (DNNPLAN_TEST_FAULT_RANK)")
+    threadpool_limits(limits=threads)
 
 
 def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_spans: bool,
@@ -82,29 +74,16 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     ``kernel_calls``: time each once after every step, on every rank (profiler.inrun; the rounds
     after warm-up steps are dropped); collectives among them (costmodel.comm_calls.CommCall) by
     profiler.inrun_comm."""
-    from executor.collect import gather  # noqa: PLC0415 - keep `--help` light
-    from executor.timers import Timers  # noqa: PLC0415
-    from planner.plan_file import read_plan  # noqa: PLC0415
-
     set_threads(threads)
-    keep_freed_memory()  # as the profiler does when it times the kernels (profiler.allocator)
+    keep_freed_memory()  # as the profiler does when it times the kernels (kernels.allocator)
     rank = comm.Get_rank()
     plan, net = read_plan(plan_path)
     if plan.devices != comm.Get_size():
         raise DnnplanError(f"the plan is for {plan.devices} devices but the job has {comm.Get_size()} ranks",
                            file=plan_path, hint=f"run it with --ranks {plan.devices}")
-    _test_hooks(rank)
-    try:
-        import importlib  # noqa: PLC0415
-        run_plan = importlib.import_module(os.environ.get("DNNPLAN_TEST_RUNTIME") or "executor.runtime").run_plan
-    except ImportError as err:
-        raise DnnplanError(f"the executor runtime is not available: {err}") from None
     timers = Timers(keep_spans=keep_spans)
     timed = []  # what --fresh-profile times after every step: the kernels, then the collectives
     if kernel_calls:
-        from costmodel.comm_calls import CommCall  # noqa: PLC0415
-        from costmodel.reuse import preceding_calls, step_calls  # noqa: PLC0415
-        from profiler.inrun import InRunTimer  # noqa: PLC0415
         kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
         collectives = [c for c in kernel_calls if isinstance(c, CommCall)]
         before = preceding_calls(step_calls(net, plan.batch, plan.strategies(), plan.algorithms()))
@@ -112,7 +91,6 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
         if kernels:
             timed.append(kernel_timer)
         if collectives:
-            from profiler.inrun_comm import InRunComm  # noqa: PLC0415
             timed.append(InRunComm(collectives, comm, kernel_timer))
     comm.Barrier()
     t0 = time.perf_counter()  # the common start: every rank leaves the barrier together
@@ -128,7 +106,6 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     if rank != 0:
         return None
     if samples is not None:
-        from profiler.inrun import merge_samples  # noqa: PLC0415
         samples = merge_samples(samples)
     return JobResult(ranks, float(result.loss), result.check, threads, samples,
                      tuple(float(v) for v in result.losses))
@@ -142,10 +119,8 @@ def abort_with(comm, err: BaseException) -> None:
     else:
         msg, code = f"internal error: {type(err).__name__}: {err}", ABORT_INTERNAL
         if os.environ.get("DNNPLAN_DEBUG"):
-            import traceback  # noqa: PLC0415
             traceback.print_exception(err, file=sys.stderr)
     print(f"rank {rank}: {msg}", file=sys.stderr, flush=True)
-    from executor.comm import abort  # noqa: PLC0415 - after the thread settings
     abort(comm, code)
 
 
@@ -153,7 +128,6 @@ def start_watchdog(comm, timeout_s: float) -> threading.Timer:
     """Abort the job if this rank is still running after ``timeout_s`` (a hung collective included)."""
     def fire():
         print(f"rank {comm.Get_rank()}: timed out after {timeout_s:g} s", file=sys.stderr, flush=True)
-        from executor.comm import abort  # noqa: PLC0415
         abort(comm, ABORT_TIMEOUT)
     timer = threading.Timer(timeout_s, fire)
     timer.daemon = True
@@ -186,14 +160,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    set_threads(args.threads)  # before the kernels import numpy's BLAS
-    from mpi4py import MPI  # noqa: PLC0415
+    set_threads(args.threads)
+    from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py initialises MPI, only in a rank
     comm = MPI.COMM_WORLD
     if args.timeout > 0:
         start_watchdog(comm, args.timeout)
     try:
         if not os.environ.get(NODE_CORES_ENV):  # set by dnnplan's launcher; else agree on it here
-            from executor.node import share_node_cores  # noqa: PLC0415
             share_node_cores(comm)
         calls = None
         if args.time_kernels:

@@ -7,6 +7,8 @@ batched. Layers are stored in topological order and every input a layer names ex
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,8 +107,6 @@ class Network:
 
     def content_hash(self) -> str:
         """A short hash of everything that defines the network (not its file or comments)."""
-        import hashlib
-        import json
         canon = {"inputs": [[i.name, list(i.shape), i.dtype] for i in self.inputs],
                  "layers": [[l.name, l.op, list(l.inputs), [[k, repr(v)] for k, v in l.params]]
                             for l in self.layers]}

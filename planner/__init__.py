@@ -1,1 +1,4 @@
-"""dnnplan planner: strategy space, graph reduction, ILP, plan files and the CLI."""
+"""dnnplan planner: the planning problem built from the cost model (``build``), its exact solvers
+(``solvers``: graph reduction, ILP), the optimal plan and its baselines (``optimize``), plans and
+plan files (``plan``, ``plan_file``), device-count sweeps (``sweep``) and re-timed weighing
+(``refreshed``). Nothing here prints or runs kernels; the command line lives in ``dnnplan``."""

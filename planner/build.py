@@ -1,7 +1,7 @@
 """From a network to the solver's :class:`~planner.solvers.Problem` (pure).
 
 Nodes are layers; a node's candidates are its (strategy, algorithm) pairs
-(:mod:`planner.candidates`). The numbers are exactly those :func:`costmodel.step.predict_step`
+(:mod:`costmodel.candidates`). The numbers are exactly those :func:`costmodel.step.predict_step`
 adds up, so the solver's objective for a choice *is* the predicted step time of that plan:
 
 * node cost = ``LayerEstimate.total_s`` (compute, collectives, update, and the gradient sums of
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from costmodel.compute import ComputeModel
 from costmodel.layer_cost import LayerEstimate, layer_estimate
 from costmodel.layer_layouts import input_layout, local_layer, output_layout
@@ -32,7 +33,6 @@ from costmodel.reshard_batch import LayoutTable, reshard_times_ids
 from costmodel.strategy import Strategy
 from networks.analysis import consumers
 from networks.ir import DTYPE_BYTES, Layer, Network
-from planner.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from planner.solvers import Edge, Problem
 
 
@@ -119,48 +119,63 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
     """The planning problem of ``net`` at ``batch`` on ``p`` devices of ``machine``
     (``edges=False``: nodes only, e.g. to ask how much memory a plan needs at least)."""
     b = _Builder(batch, p, machine, compute, optimizer, rule, max_model_degree, max_candidates)
-    index = net.index()
     sigs = [signature(layer) for layer in net.layers]
     readers = consumers(net)
     # layers share nodes when they have one signature and as many readers (gradient sums)
     node_keys = [(sig, readers[layer.name]) for sig, layer in zip(sigs, net.layers)]
+    per_sig = {key: _node(b, *key) for key in dict.fromkeys(node_keys)}
+    nodes = [per_sig[key] for key in node_keys]
+    edge_list, distinct_edges, pairs = _edges(b, net, sigs, nodes, edges)
+    problem = Problem(tuple(layer.name for layer in net.layers), tuple(n.vals[:, 0] for n in nodes),
+                      tuple(n.vals[:, 1] for n in nodes), tuple(n.vals[:, 2] for n in nodes),
+                      edge_list, memory_limit)
+    return Built(problem, tuple(n.candidates for n in nodes), tuple(n.fastest for n in nodes), len(per_sig),
+                 distinct_edges, pairs)
 
-    # 1. nodes: candidates, cost, memory, workspace (shared by layers with one signature)
-    per_sig: dict[tuple[Layer, int], tuple] = {}
-    cands, costs, mems, wss, fastest, strat_of = [], [], [], [], [], []
-    for sig, nkey in zip(sigs, node_keys):
-        got = per_sig.get(nkey)
-        if got is None:
-            strats = b.strategies(sig)
-            algos = algorithms(sig)
-            cand = tuple((s, a) for s in strats for a in algos)
-            vals = np.array([v for s in strats for v in b.estimates(sig, s, algos, nkey[1])],
-                            dtype=np.float64).reshape(len(cand), 3)
-            best = []
-            for i in range(len(strats)):
-                block = vals[i * len(algos):(i + 1) * len(algos)]
-                best.append(i * len(algos) + min(range(len(algos)), key=lambda j: (block[j, 0], block[j, 2], j)))
-            got = (cand, vals, np.array(best), np.repeat(np.arange(len(strats)), len(algos)), strats)
-            per_sig[nkey] = got
-        cand, vals, best, sidx, _ = got
-        cands.append(cand)
-        costs.append(vals[:, 0])
-        mems.append(vals[:, 1])
-        wss.append(vals[:, 2])
-        fastest.append(best)
-        strat_of.append(sidx)
 
-    # 2. edges: one cost matrix per distinct (producer, consumer, slot) signature, per strategy pair
+@dataclass(frozen=True, eq=False)
+class _Node:
+    """One distinct node: its candidates, their (cost, memory, workspace) rows, the fastest
+    algorithm's candidate per strategy, each candidate's strategy index, and the strategies."""
+
+    candidates: tuple[tuple[Strategy, str], ...]
+    vals: np.ndarray
+    fastest: np.ndarray
+    strategy_of: np.ndarray
+    strategies: tuple[Strategy, ...]
+
+
+def _node(b: _Builder, sig: Layer, readers: int) -> _Node:
+    """Candidates, cost, memory and workspace of the layers with signature ``sig`` and ``readers``."""
+    strats = b.strategies(sig)
+    algos = algorithms(sig)
+    cand = tuple((s, a) for s in strats for a in algos)
+    vals = np.array([v for s in strats for v in b.estimates(sig, s, algos, readers)],
+                    dtype=np.float64).reshape(len(cand), 3)
+    best = []
+    for i in range(len(strats)):
+        block = vals[i * len(algos):(i + 1) * len(algos)]
+        best.append(i * len(algos) + min(range(len(algos)), key=lambda j: (block[j, 0], block[j, 2], j)))
+    return _Node(cand, vals, np.array(best), np.repeat(np.arange(len(strats)), len(algos)), strats)
+
+
+def _edges(b: _Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
+           with_edges: bool) -> tuple[tuple[Edge, ...], int, int]:
+    """The problem's edges, and how many distinct edge patterns and reshard pairs were priced.
+
+    One cost matrix per distinct (producer, consumer, slot) signature, per strategy pair; every
+    reshard pair any of them needs is priced once, forward and backward."""
+    index = net.index()
     patterns: dict[tuple, tuple[list[int], list[int], int]] = {}
     edge_keys = []
-    for src, dst, slot in (net.edges() if edges else ()):
+    for src, dst, slot in (net.edges() if with_edges else ()):
         u, v = index[src], index[dst]
         key = (sigs[u], sigs[v], slot)
         edge_keys.append((u, v, key))
         if key not in patterns:
-            su, sv = per_sig[node_keys[u]][4], per_sig[node_keys[v]][4]
-            outs = [b.layout_id(output_layout(sigs[u], s, batch)) for s in su]
-            ins = [b.layout_id(input_layout(sigs[v], s, batch, slot)) for s in sv]
+            su, sv = nodes[u].strategies, nodes[v].strategies
+            outs = [b.layout_id(output_layout(sigs[u], s, b.batch)) for s in su]
+            ins = [b.layout_id(input_layout(sigs[v], s, b.batch, slot)) for s in sv]
             patterns[key] = (outs, ins, DTYPE_BYTES.get(sigs[u].dtype, 4))
     needed: dict[tuple[int, int, int], None] = {}
     for outs, ins, size in patterns.values():
@@ -174,11 +189,9 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
     for key, (outs, ins, size) in patterns.items():
         flat = np.array([where[(o, i, size)] for o in outs for i in ins], dtype=np.int64)
         matrices[key] = cost[flat].reshape(len(outs), len(ins))
-    edges = tuple(Edge(u, v, matrices[key][np.ix_(strat_of[u], strat_of[v])]) for u, v, key in edge_keys)
-
-    problem = Problem(tuple(layer.name for layer in net.layers), tuple(costs), tuple(mems), tuple(wss),
-                      edges, memory_limit)
-    return Built(problem, tuple(cands), tuple(fastest), len(per_sig), len(patterns), len(pairs))
+    edge_list = tuple(Edge(u, v, matrices[key][np.ix_(nodes[u].strategy_of, nodes[v].strategy_of)])
+                      for u, v, key in edge_keys)
+    return edge_list, len(patterns), len(pairs)
 
 
 def _times(b: _Builder, pairs, backward: bool) -> np.ndarray:

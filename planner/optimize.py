@@ -13,7 +13,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from costmodel.candidates import algorithms
 from costmodel.compute import ComputeModel
+from costmodel.layer_cost import layer_estimate
 from costmodel.machine import Machine
 from costmodel.step import StepPrediction, predict_step
 from costmodel.strategy import Strategy
@@ -77,8 +79,6 @@ def _solve_exact(built: Built, settings: Settings) -> tuple[tuple[int, ...], Ass
 def fastest_algorithms(net: Network, strategies: dict[str, Strategy], batch: int, machine: Machine,
                        compute: ComputeModel, optimizer: str = "momentum") -> dict[str, str]:
     """For each convolution the algorithm with the shortest estimate under its strategy."""
-    from costmodel.layer_cost import layer_estimate
-    from planner.candidates import algorithms
     out = {}
     for layer in net.layers:
         algos = algorithms(layer)
@@ -171,9 +171,9 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     solved_s = time.perf_counter() - start - built_s
     objective, memory = evaluate(built.problem, choice)
     strategies = {layer.name: built.candidates[i][c][0] for i, (layer, c) in enumerate(zip(net.layers, choice))}
-    algorithms = {layer.name: built.candidates[i][c][1] for i, (layer, c) in enumerate(zip(net.layers, choice))
-                  if built.candidates[i][c][1]}
-    pred = predict_step(net, batch, strategies, algorithms, machine, compute, settings.optimizer)
+    chosen = {layer.name: built.candidates[i][c][1] for i, (layer, c) in enumerate(zip(net.layers, choice))
+              if built.candidates[i][c][1]}
+    pred = predict_step(net, batch, strategies, chosen, machine, compute, settings.optimizer)
     check_prediction(pred, objective, memory)
     base = []
     if with_baselines:

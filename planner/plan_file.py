@@ -9,12 +9,12 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.compute import algorithm_applies
+from costmodel.compute import DEFAULT_CONV_ALGORITHM, algorithm_applies
 from costmodel.files import load_machine
 from costmodel.layer_layouts import check_fits
 from costmodel.strategy import make_strategy
 from networks.errors import DnnplanError
-from networks.ir import Network
+from networks.ir import Layer, Network
 from networks.loader import load_network
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, Plan
 
@@ -59,6 +59,29 @@ def _fail(msg: str, path: str, layer: str | None = None, field: str | None = Non
 
 def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     """Parse a plan and check it against the network and machine it names."""
+    _check_top(data, path)
+    net = load_network(str(data["network"]))
+    if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
+        raise _fail(f"the plan was made for a different version of network '{data['network']}' "
+                    f"(hash {data['network_hash']}, now {net.content_hash()})", path, field="network_hash",
+                    hint="re-plan it for the network as it is now")
+    machine = load_machine(str(data["machine"]))
+    machine.check_devices(data["devices"])
+    p, batch = data["devices"], data["batch"]
+    by_name = _layer_entries(data["layers"], net, path)
+    lps = tuple(_layer_plan(layer, by_name[layer.name], p, batch, path) for layer in net.layers)
+    baselines = tuple(Baseline(str(b["name"]), float(b["step_s"]), int(b.get("memory_peak_bytes", 0)))
+                      for b in data.get("baselines") or [])
+    plan = Plan(network=str(data["network"]), network_name=net.name, network_hash=net.content_hash(),
+                batch=batch, devices=p, machine=str(data["machine"]), layers=lps,
+                step_s=float(data.get("step_s", 0.0)), memory_peak_bytes=int(data.get("memory_peak_bytes", 0)),
+                profile_fingerprint=data.get("profile_fingerprint"), baselines=baselines,
+                solver=dict(data.get("solver") or {}))
+    return plan, net
+
+
+def _check_top(data, path: str) -> None:
+    """The plan's top level: a mapping of known keys, with the required ones, of this version."""
     if not isinstance(data, dict):
         raise _fail("a plan must be a mapping (made by `dnnplan plan --out`)", path)
     for key in data:
@@ -73,15 +96,10 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     for key in ("batch", "devices"):
         if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 1:
             raise _fail(f"'{key}' must be a positive integer", path, field=key)
-    net = load_network(str(data["network"]))
-    if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
-        raise _fail(f"the plan was made for a different version of network '{data['network']}' "
-                    f"(hash {data['network_hash']}, now {net.content_hash()})", path, field="network_hash",
-                    hint="re-plan it for the network as it is now")
-    machine = load_machine(str(data["machine"]))
-    machine.check_devices(data["devices"])
-    p, batch = data["devices"], data["batch"]
-    layers_raw = data["layers"]
+
+
+def _layer_entries(layers_raw, net: Network, path: str) -> dict:
+    """The plan's layer entries by name, exactly one for each layer of ``net``."""
     if not isinstance(layers_raw, list):
         raise _fail("'layers' must be a list", path, field="layers")
     by_name = {}
@@ -100,40 +118,34 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
         what = f"has no entry for layer '{missing[0]}'" if missing else f"names layer '{extra[0]}' the network lacks"
         raise _fail(f"the plan {what}", path, layer=(missing or extra)[0], field="layers",
                     hint="re-plan it for this network")
-    lps = []
-    for layer in net.layers:
-        entry = by_name[layer.name]
-        degrees = entry.get("strategy") or {}
-        if not isinstance(degrees, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                                    for v in degrees.values()):
-            raise _fail("'strategy' must map dimensions to integer degrees, e.g. {N: 4, F: 2}", path,
-                        layer=layer.name, field="strategy")
-        try:
-            strat = make_strategy(p, {str(k): v for k, v in degrees.items()})
-        except DnnplanError as err:
-            raise _fail(err.bare, path, layer=layer.name, field="strategy", hint=err.hint) from None
-        why = check_fits(layer, strat, batch)
-        if why:
-            raise _fail(f"strategy {strat.label} does not fit: {why}", path, layer=layer.name, field="strategy")
-        algo = entry.get("algorithm") or ""
-        if layer.op == "conv2d":
-            algo = algo or "im2col"
-            if not algorithm_applies(layer, algo):
-                raise _fail(f"convolution algorithm '{algo}' cannot run this layer", path, layer=layer.name,
-                            field="algorithm", hint="direct and im2col run every convolution")
-        elif algo:
-            raise _fail(f"only conv2d layers take an algorithm, not {layer.op}", path, layer=layer.name,
-                        field="algorithm")
-        lps.append(LayerPlan(layer.name, strat, algo, float(entry.get("fwd_s", 0.0)), float(entry.get("bwd_s", 0.0)),
-                             float(entry.get("comm_s", 0.0)), int(entry.get("memory_bytes", 0))))
-    baselines = tuple(Baseline(str(b["name"]), float(b["step_s"]), int(b.get("memory_peak_bytes", 0)))
-                      for b in data.get("baselines") or [])
-    plan = Plan(network=str(data["network"]), network_name=net.name, network_hash=net.content_hash(),
-                batch=batch, devices=p, machine=str(data["machine"]), layers=tuple(lps),
-                step_s=float(data.get("step_s", 0.0)), memory_peak_bytes=int(data.get("memory_peak_bytes", 0)),
-                profile_fingerprint=data.get("profile_fingerprint"), baselines=baselines,
-                solver=dict(data.get("solver") or {}))
-    return plan, net
+    return by_name
+
+
+def _layer_plan(layer: Layer, entry: dict, p: int, batch: int, path: str) -> LayerPlan:
+    """One layer's entry, its strategy and algorithm checked against the layer."""
+    degrees = entry.get("strategy") or {}
+    if not isinstance(degrees, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                for v in degrees.values()):
+        raise _fail("'strategy' must map dimensions to integer degrees, e.g. {N: 4, F: 2}", path,
+                    layer=layer.name, field="strategy")
+    try:
+        strat = make_strategy(p, {str(k): v for k, v in degrees.items()})
+    except DnnplanError as err:
+        raise _fail(err.bare, path, layer=layer.name, field="strategy", hint=err.hint) from None
+    why = check_fits(layer, strat, batch)
+    if why:
+        raise _fail(f"strategy {strat.label} does not fit: {why}", path, layer=layer.name, field="strategy")
+    algo = entry.get("algorithm") or ""
+    if layer.op == "conv2d":
+        algo = algo or DEFAULT_CONV_ALGORITHM
+        if not algorithm_applies(layer, algo):
+            raise _fail(f"convolution algorithm '{algo}' cannot run this layer", path, layer=layer.name,
+                        field="algorithm", hint="direct and im2col run every convolution")
+    elif algo:
+        raise _fail(f"only conv2d layers take an algorithm, not {layer.op}", path, layer=layer.name,
+                    field="algorithm")
+    return LayerPlan(layer.name, strat, algo, float(entry.get("fwd_s", 0.0)), float(entry.get("bwd_s", 0.0)),
+                     float(entry.get("comm_s", 0.0)), int(entry.get("memory_bytes", 0)))
 
 
 def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:

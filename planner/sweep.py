@@ -65,31 +65,3 @@ def sweep(net: Network, network_ref: str, batch: int, counts: list[int], machine
             r["data_speedup"] = d0 / r["data_step_s"]
             r["data_efficiency"] = r["data_speedup"] * p0 / r["devices"]
     return rows
-
-
-def plot_sweep(rows: list[dict], path: str, title: str) -> None:
-    """A PNG of step time against devices for the plan and data parallel (needs matplotlib)."""
-    try:
-        import matplotlib  # noqa: PLC0415 - optional extra
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
-        raise DnnplanError("--plot needs matplotlib", hint="pip install 'dnnplan[plot]'") from None
-    ok = [r for r in rows if "error" not in r]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ps = [r["devices"] for r in ok]
-    ax.loglog(ps, [r["step_s"] for r in ok], "o-", label="plan")
-    ax.loglog(ps, [r["data_step_s"] for r in ok], "s--", label="data parallel")
-    if ok:
-        ax.loglog(ps, [ok[0]["step_s"] * ok[0]["devices"] / p for p in ps], ":", color="grey", label="ideal")
-    ax.set_xlabel("devices")
-    ax.set_ylabel("predicted step (s)")
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as err:
-        raise DnnplanError(f"cannot write the plot: {err}", file=path) from None
-    finally:
-        plt.close(fig)

@@ -1,7 +1,7 @@
 """What to profile: the distinct local kernel calls of every strategy the planner may consider.
 
 For each device count, every layer's candidate strategies (the planner's
-``planner.candidates.candidate_strategies(layer, p, batch)`` when it exists, else the uniform ones:
+``costmodel.candidates.candidate_strategies(layer, p, batch)`` when it exists, else the uniform ones:
 data, filter, channel, spatial), every convolution algorithm that applies, every pass.
 """
 
@@ -15,7 +15,7 @@ from costmodel.layer_layouts import check_fits, local_layer
 from costmodel.strategy import Strategy
 from costmodel.uniform import NAMED, data_strategy, wanted_strategy
 from networks.ir import Layer, Network
-from profiler.kernels.conv import conv_applicable
+from kernels.conv import conv_applicable
 
 
 def _uniform(layer: Layer, p: int, batch: int) -> list[Strategy]:
@@ -31,7 +31,7 @@ def layer_strategies(layer: Layer, p: int, batch: int) -> list[Strategy]:
     """The planner's candidates for the layer (if the planner provides them) plus the uniform ones."""
     out = _uniform(layer, p, batch)
     try:
-        from planner.candidates import candidate_strategies  # noqa: PLC0415 - optional, planner's
+        from costmodel.candidates import candidate_strategies  # noqa: PLC0415 - optional, planner's
     except ImportError:
         return out
     for s in candidate_strategies(layer, p, batch):

@@ -45,13 +45,13 @@ def _blas() -> str:
 def fingerprint(backend: str = "numpy", threads: int = 1, concurrency: int = 1) -> dict[str, Any]:
     """Device, core count, memory, library versions and thread count of this process's device;
     ``concurrency`` (recorded when above 1): how many ranks share the machine while it is timed."""
-    from profiler.kernels import KERNELS_REVISION  # noqa: PLC0415 - the kernels import numpy/cupy paths
+    from kernels import KERNELS_REVISION  # noqa: PLC0415 - the kernels import numpy/cupy paths
     fp: dict[str, Any] = {"backend": backend, "threads": int(threads), "numpy": numpy.__version__,
                           "blas": _blas(), "python": platform.python_version(), "kernels": KERNELS_REVISION}
     if concurrency > 1:
         fp["concurrency"] = int(concurrency)
     if backend == "cupy":
-        from profiler.xp import array_module
+        from kernels.xp import array_module
         cp = array_module("cupy")
         try:
             dev = cp.cuda.Device()

@@ -1,5 +1,5 @@
 """The timing harness: synthetic operands for a :class:`~costmodel.kernel_calls.KernelCall`, the
-kernel from :data:`profiler.kernels.KERNELS`, warm-up, and repetitions until the median is stable.
+kernel from :data:`kernels.KERNELS`, warm-up, and repetitions until the median is stable.
 
 Stopping rule: after at least ``min_reps`` samples, stop when the 95% confidence interval of the
 median (the box-plot notch, ``1.57 * IQR / sqrt(n)``) is within ``rel_ci`` of the median, or when
@@ -20,9 +20,9 @@ import numpy
 
 from costmodel.kernel_calls import KernelCall, shape_fields
 from costmodel.profile_table import Entry
-from profiler.allocator import keep_freed_memory
-from profiler.kernels import KERNELS
-from profiler.xp import synchronize
+from kernels.allocator import keep_freed_memory
+from kernels import KERNELS
+from kernels.xp import synchronize
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def build(call: KernelCall, xp: ModuleType, shared: dict | None = None) -> Calla
         dy = grad(*y.shape)
         return lambda: fn(dy, cache)
     if k.startswith("batchnorm."):
-        from profiler.kernels.norm import bn_stats_from_sums
+        from kernels.norm import bn_stats_from_sums
         x = r(f["n"], f["c"], f["h"], f["w"])
         gamma, beta = r(f["c"]), r(f["c"])
         s, ss, count = KERNELS["batchnorm.local_sums"](x)
@@ -267,7 +267,7 @@ def _time_cold(run: Callable[[], float], call: KernelCall, policy: TimingPolicy)
 
 def time_call(call: KernelCall, xp: ModuleType = numpy, policy: TimingPolicy = TimingPolicy()) -> Entry:
     """Measure one kernel call: warm-up, then samples until the median is stable or the cap hits."""
-    keep_freed_memory()  # as every executor rank does (profiler.allocator)
+    keep_freed_memory()  # as every executor rank does (kernels.allocator)
     run = build(call, xp)
     clock = _Clock(xp)
     if policy.cold and xp is numpy:

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry
-from profiler.allocator import keep_freed_memory
+from kernels.allocator import keep_freed_memory
 from profiler.harness import DISTURB_ELEMS, build, cold_sampler, summarize
 
 CACHE_BYTES = 1 << 30  # operands kept between rounds up to this many bytes (estimated by call.bytes)

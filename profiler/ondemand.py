@@ -26,7 +26,8 @@ from typing import Callable
 from costmodel.compute import Roofline
 from costmodel.kernel_calls import KernelCall
 from costmodel.machine import Machine
-from costmodel.profile_table import DISPATCH, Entry, Lookup, ProfiledCompute, with_entries, with_executor
+from costmodel.profile_table import DISPATCH, Entry, with_entries, with_executor
+from costmodel.profiled_compute import Lookup, ProfiledCompute
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
 from profiler.tables import cache_path, earlier_cache_paths, open_for_device, read_table, write_table
@@ -211,7 +212,7 @@ def local_compute_model(machine: Machine, threads: int = 1, progress: bool = Tru
 
 
 def _with_earlier_comm(table, fp):
-    """A new kernel revision starts an empty cache file (profiler.kernels.KERNELS_REVISION); the
+    """A new kernel revision starts an empty cache file (kernels.KERNELS_REVISION); the
     collectives fitted by ``dnnplan profile-comm`` do not depend on the kernels, so they are carried
     over from the latest earlier revision's file of the same device, threads and ranks (a file
     that does not read as a table is passed over)."""

@@ -13,7 +13,7 @@ from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy
 from profiler.run import ProfileRun, profile_calls
 from profiler.tables import cache_path, open_for_device
-from profiler.xp import array_module
+from kernels.xp import array_module
 
 GRID_MODES = ("gemm", "conv")
 

@@ -25,7 +25,7 @@ import numpy
 
 from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry
-from profiler.allocator import keep_freed_memory
+from kernels.allocator import keep_freed_memory
 from profiler.harness import build, cold_sampler, summarize
 
 ROUNDS = 5  # samples per call: the median of 5, as many as the quick policy mostly takes (3 to 7)

@@ -1,8 +1,9 @@
 """Profile tables on disk: atomic JSON writes, reading with clear errors, the per-user cache.
 
-The format and the compute model over it live in :mod:`costmodel.profile_table`; this is the file
-edge. The cache holds one table per (fingerprint, threads) under ``$XDG_CACHE_HOME/dnnplan`` or
-``~/.cache/dnnplan`` (override with ``$DNNPLAN_CACHE``).
+The format lives in :mod:`costmodel.profile_table` (and the compute model over it in
+:mod:`costmodel.profiled_compute`); this is the file edge. The cache holds one table per
+(fingerprint, threads) under ``$XDG_CACHE_HOME/dnnplan`` or ``~/.cache/dnnplan`` (override with
+``$DNNPLAN_CACHE``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from costmodel.profile_table import ProfileTable, foreign_reason, merge, table_from_dict, table_to_dict
+from costmodel.profile_table import (ProfileTable, fingerprint_id, foreign_reason, merge, table_from_dict,
+                                     table_to_dict)
 from networks.errors import DnnplanError
 
 SHIPPED_DIR = Path(__file__).parent / "tables"
@@ -27,7 +29,6 @@ def cache_dir() -> Path:
 
 
 def cache_path(fp: Mapping[str, Any]) -> Path:
-    from costmodel.profile_table import fingerprint_id
     ranks = f"-{fp['concurrency']}r" if fp.get("concurrency", 1) > 1 else ""
     kernels = f"-k{fp['kernels']}" if fp.get("kernels") is not None else ""  # older kernels: another file
     return cache_dir() / f"profile-{fp.get('backend')}-{fp.get('threads')}t{ranks}{kernels}-{fingerprint_id(fp)}.json"
@@ -67,6 +68,11 @@ def read_table(path: str | os.PathLike) -> ProfileTable:
         raise DnnplanError(f"profile table is corrupt: invalid JSON at line {err.lineno} ({err.msg})",
                            file=path, hint="delete it and run `dnnplan profile` again") from None
     return table_from_dict(data, path)
+
+
+def load_table(path: str | os.PathLike) -> ProfileTable:
+    """Read a table file, or a shipped table by name (:func:`read_table`)."""
+    return read_table(path)
 
 
 def write_table(table: ProfileTable, path: str | os.PathLike) -> None:

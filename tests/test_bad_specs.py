@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from networks.errors import DnnplanError
 from networks.spec import parse_network
-from planner.cli import app
+from dnnplan.cli import app
 
 CORPUS = Path(__file__).parent / "assets" / "bad_specs"
 CASES = sorted(CORPUS.glob("*.yaml"))

@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli import app
+from dnnplan.cli import app
 
 runner = CliRunner()
 

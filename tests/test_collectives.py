@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from costmodel.collective_groups import collective_s
 from costmodel.collectives import (ALGORITHMS, COST_FUNCTIONS, MPICH_THRESHOLDS, allgather_s,
                                    allreduce_s, alltoall_s, alltoallv_s, broadcast_s,
-                                   choose_algorithm, collective_s, reduce_s, reduce_scatter_s,
-                                   sendrecv_s)
+                                   choose_algorithm, reduce_s, reduce_scatter_s, sendrecv_s)
 from costmodel.machine import DeviceSpec, LinkLevel, Machine
 from networks.errors import DnnplanError
 

@@ -145,7 +145,7 @@ def test_an_output_several_layers_read_costs_a_gradient_sum_per_extra_reader():
     from costmodel.kernel_calls import add_call
     from costmodel.layer_layouts import local_layer
     from costmodel.reuse import step_calls
-    from executor.testing.cases import load
+    from tests.support.cases import load
     from networks.analysis import consumers
     net = load("tinyres")
     readers = consumers(net)

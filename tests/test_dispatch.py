@@ -12,12 +12,13 @@ from costmodel.compute import Roofline
 from costmodel.files import load_machine
 from costmodel.layer_cost import pass_bytes
 from costmodel.layer_layouts import local_layer
-from costmodel.profile_table import Entry, ProfileTable, ProfiledCompute, table_from_dict, table_to_dict
+from costmodel.profile_table import Entry, ProfileTable, table_from_dict, table_to_dict
+from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
 from executor.dispatch import PROBE, measure, outside_per_pass, probe_passes, typical_bytes
 from executor.runtime import run_plan
-from executor.testing.cases import make_plan
+from tests.support.cases import make_plan
 from executor.timers import Timers
 from networks.analysis import consumers
 from networks.errors import DnnplanError

@@ -1,7 +1,8 @@
 """`dnnplan execute` and `dnnplan validate` end to end under mpiexec: faults, timeout, JSON, trace.
 
-Launcher tests take ``run_plan`` from tests/assets/stub_runtime.py (DNNPLAN_TEST_RUNTIME) so they
-do not depend on the runtime's speed; the last tests run the real runtime on lenet5.
+Launcher tests run tests/assets/stub_worker.py, the worker with ``run_plan`` from
+tests/assets/stub_runtime.py, so they do not depend on the runtime's speed; the last tests run the
+real runtime on lenet5.
 """
 
 import json
@@ -14,13 +15,21 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from dnnplan.cli import app
+from executor import launch
 from executor.timers import PHASES
 from executor_plans import write_uniform_plan
-from planner.cli import app
+from tests.assets.stub_worker import PATCH
 
 pytestmark = pytest.mark.mpi
 runner = CliRunner()
-STUB = "tests.assets.stub_runtime"
+STUB_WORKER = "tests.assets.stub_worker"
+
+
+@pytest.fixture
+def stub(monkeypatch):
+    """Launch the stand-in worker (tests/assets/stub_worker.py) instead of executor.worker."""
+    monkeypatch.setattr(launch, "WORKER_MODULE", STUB_WORKER)
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +39,10 @@ def plan2(tmp_path_factory):
 
 def workers_alive(marker: str) -> list[str]:
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [l for l in out.splitlines() if "executor.worker" in l and marker in l]
+    return [l for l in out.splitlines() if ("executor.worker" in l or STUB_WORKER in l) and marker in l]
 
 
-def test_fault_on_one_rank_aborts_the_job_with_its_message(plan2, tmp_path, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_TEST_RUNTIME", STUB)
+def test_fault_on_one_rank_aborts_the_job_with_its_message(plan2, stub, tmp_path, monkeypatch):
     monkeypatch.setenv("DNNPLAN_TEST_FAULT_RANK", "1")
     out = tmp_path / "r.json"
     start = time.monotonic()
@@ -46,8 +54,7 @@ def test_fault_on_one_rank_aborts_the_job_with_its_message(plan2, tmp_path, monk
     assert not out.exists()  # no partial result
 
 
-def test_a_user_error_on_a_rank_is_exit_2(plan2, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_TEST_RUNTIME", STUB)
+def test_a_user_error_on_a_rank_is_exit_2(plan2, stub, monkeypatch):
     monkeypatch.setenv("DNNPLAN_TEST_FAULT_RANK", "1")
     monkeypatch.setenv("DNNPLAN_TEST_FAULT_KIND", "user")
     result = runner.invoke(app, ["execute", plan2, "--ranks", "2"])
@@ -55,8 +62,7 @@ def test_a_user_error_on_a_rank_is_exit_2(plan2, monkeypatch):
     assert "rank 1: injected fault on rank 1" in result.output
 
 
-def test_a_run_past_the_timeout_is_killed(plan2, tmp_path, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_TEST_RUNTIME", STUB)
+def test_a_run_past_the_timeout_is_killed(plan2, stub, tmp_path, monkeypatch):
     monkeypatch.setenv("DNNPLAN_TEST_HANG_S", "120")
     trace = tmp_path / "t.json"
     start = time.monotonic()
@@ -69,8 +75,7 @@ def test_a_run_past_the_timeout_is_killed(plan2, tmp_path, monkeypatch):
     assert workers_alive(plan2) == []
 
 
-def test_json_and_trace(plan2, tmp_path, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_TEST_RUNTIME", STUB)
+def test_json_and_trace(plan2, stub, tmp_path, monkeypatch):
     out, trace = tmp_path / "r.json", tmp_path / "t.json"
     result = runner.invoke(app, ["execute", plan2, "--ranks", "2", "--steps", "3", "--warmup", "1", "--check",
                                  "--json", str(out), "--trace", str(trace)])
@@ -94,8 +99,7 @@ def test_json_and_trace(plan2, tmp_path, monkeypatch):
     assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in spans)
 
 
-def test_a_loss_that_turns_nan_is_warned_about(plan2, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_TEST_RUNTIME", STUB)
+def test_a_loss_that_turns_nan_is_warned_about(plan2, stub, monkeypatch):
     result = runner.invoke(app, ["execute", plan2, "--ranks", "2", "--steps", "3", "--warmup", "1"])
     assert result.exit_code == 0 and "non-finite" not in result.output, result.output
     monkeypatch.setenv("DNNPLAN_TEST_NAN_FROM_STEP", "2")  # the second timed step (one warm-up before)
@@ -107,8 +111,8 @@ def test_a_loss_that_turns_nan_is_warned_about(plan2, monkeypatch):
 def test_worker_module_runs_standalone_under_mpiexec(plan2, tmp_path):
     from executor.launch import find_mpiexec
     res = tmp_path / "res.pkl"
-    env = {**os.environ, "DNNPLAN_TEST_RUNTIME": STUB, "PYTHONPATH": os.getcwd()}
-    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "executor.worker", plan2,
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", STUB_WORKER, plan2,
                            "--result", str(res), "--steps", "1", "--warmup", "0"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -128,13 +132,13 @@ def test_ranks_bound_to_one_core_each_still_see_the_nodes_cores(local_plan2, tmp
     affinity is then one core, and machine `local` (a device per core) would refuse the 2-device
     plan on every rank. The ranks agree on the node's cores (executor.node) first."""
     from executor.launch import find_mpiexec
-    env = {**os.environ, "DNNPLAN_TEST_RUNTIME": STUB, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
     env.pop("DNNPLAN_NODE_CORES", None)
     if how == "the worker alone":
-        args = ["-m", "executor.worker", local_plan2, "--result", str(tmp_path / "res.pkl"), "--steps", "1",
+        args = ["-m", STUB_WORKER, local_plan2, "--result", str(tmp_path / "res.pkl"), "--steps", "1",
                 "--warmup", "0"]
     else:
-        args = ["-c", "from planner.cli import main; main()", "execute", local_plan2, "--ranks", "2",
+        args = ["-c", f"{PATCH}; from dnnplan.cli import main; main()", "execute", local_plan2, "--ranks", "2",
                 "--steps", "1", "--warmup", "0", "--json", str(tmp_path / "res.json")]
     probe = subprocess.run([find_mpiexec(), "-bind-to", "core", "-n", "2", sys.executable, "-c",
                             "import os; print(f'<{len(os.sched_getaffinity(0))}>', flush=True)"],
@@ -148,16 +152,17 @@ def test_ranks_bound_to_one_core_each_still_see_the_nodes_cores(local_plan2, tmp
     assert (tmp_path / ("res.pkl" if how == "the worker alone" else "res.json")).exists()
 
 
-_VALIDATE_IN_JOB = """
+_VALIDATE_IN_JOB = f"""
 import sys
 from mpi4py import MPI
-import planner.cli_execute as ce
+{PATCH}
+import executor.validation as ce
 real = ce.candidate_plans
 def planned(*args, **kwargs):
-    print(f"PLANNED on rank {MPI.COMM_WORLD.Get_rank()}", flush=True)
+    print(f"PLANNED on rank {{MPI.COMM_WORLD.Get_rank()}}", flush=True)
     return real(*args, **kwargs)
 ce.candidate_plans = planned
-from planner.cli import main
+from dnnplan.cli import main
 sys.argv = ["dnnplan", "validate", "lenet5", "--ranks", "2", "--batch", "8", "--steps", "1", "--warmup", "0",
             "--no-check"]
 main()
@@ -172,8 +177,7 @@ def test_validate_inside_an_mpi_job_plans_on_rank_0_only(tmp_path):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores: machine `local` holds one device per core")
     from executor.launch import find_mpiexec
-    env = {**os.environ, "DNNPLAN_TEST_RUNTIME": STUB, "PYTHONPATH": os.getcwd(),
-           "DNNPLAN_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "DNNPLAN_CACHE": str(tmp_path / "cache")}
     env.pop("DNNPLAN_NODE_CORES", None)
     proc = subprocess.run([find_mpiexec(), "-bind-to", "core", "-n", "2", sys.executable, "-c", _VALIDATE_IN_JOB],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -185,14 +189,14 @@ def test_validate_inside_an_mpi_job_plans_on_rank_0_only(tmp_path):
 _VALIDATE_PLANNING_FAILS = """
 import sys
 from mpi4py import MPI
-import planner.cli_execute as ce
+import executor.validation as ce
 from networks.errors import DnnplanError
 def planned(*args, **kwargs):
     if MPI.COMM_WORLD.Get_rank() == 0:
         raise DnnplanError("injected planning failure on rank 0")
     raise AssertionError("only rank 0 plans")
 ce.candidate_plans = planned
-from planner.cli import main
+from dnnplan.cli import main
 sys.argv = ["dnnplan", "validate", "lenet5", "--ranks", "2", "--batch", "8", "--steps", "1"]
 main()
 """
@@ -233,7 +237,7 @@ def test_check_catches_a_broken_decomposition(tmp_path, monkeypatch):
     """Skipping the filter-split input-gradient allreduce must fail --check (exit 3), by far."""
     plan = write_uniform_plan(tmp_path, "lenet5", 2, 8, "filter", machine="dgx-a100")
     out = tmp_path / "r.json"
-    monkeypatch.setenv("DNNPLAN_TEST_SKIP_ALLREDUCE", "F")
+    monkeypatch.setattr(launch, "WORKER_MODULE", "tests.assets.skip_allreduce_worker")
     result = runner.invoke(app, ["execute", plan, "--ranks", "2", "--steps", "1", "--warmup", "0", "--check",
                                  "--json", str(out)])
     assert result.exit_code == 3, result.output
@@ -262,7 +266,7 @@ def test_fresh_profile_times_the_predictions_kernels_inside_the_run(tmp_path, mo
     pytest.importorskip("executor.runtime")
     import statistics
 
-    from planner.cli_execute import fresh_calls, measure, prepare
+    from executor.session import fresh_calls, measure, prepare
     monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
     plan = write_uniform_plan(tmp_path, "lenet5", 2, 8, "data")
     prep = prepare(plan, 2, None, None)

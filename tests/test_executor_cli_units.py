@@ -3,17 +3,18 @@ decisions and the checks made before anything is launched."""
 
 import json
 import statistics
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
 
+from dnnplan.cli import app
 from executor import launch
 from executor.collect import RankTimes, aggregate, timed_steps
 from executor.compare import (LayerTimes, Measured, compare, compare_prediction, comparison_json,
                               predicted_layers, rel_error)
 from executor.timers import PHASES, Timers
 from executor.trace import trace_events
-from planner.cli import app
 
 runner = CliRunner()
 
@@ -60,7 +61,7 @@ def test_a_layer_the_run_did_not_time_counts_as_zero():
 def test_predicted_phases_sum_to_the_predicted_step():
     from costmodel.step import predict_step
     from costmodel.uniform import uniform_strategies
-    from planner import context
+    from profiler import context
     ctx = context.resolve("lenet5", 4, 16, "dgx-a100")
     for spec in ("data", "filter", "spatial"):
         strategies, _ = uniform_strategies(ctx.network, 4, 16, spec)
@@ -194,7 +195,7 @@ def test_bad_options_are_exit_2(plan2, args, what):
 
 
 def test_profile_of_another_thread_count_warns(plan2):
-    from planner.cli_execute import profile_check
+    from executor.session import profile_check
     from planner.plan_file import read_plan
 
     class Table:
@@ -208,13 +209,13 @@ def test_profile_of_another_thread_count_warns(plan2):
     plan, _ = read_plan(plan2)
     warnings = profile_check(plan, Compute(), threads=1)
     assert any("4 thread(s) per rank but this run uses 1" in w for w in warnings)
-    assert profile_check(plan, object(), threads=1) == []
+    assert profile_check(plan, SimpleNamespace(table=None), threads=1) == []
 
 
 def test_profile_of_another_kernel_revision_warns(plan2):
-    from planner.cli_execute import profile_check
+    from executor.session import profile_check
     from planner.plan_file import read_plan
-    from profiler.kernels import KERNELS_REVISION
+    from kernels import KERNELS_REVISION
 
     def table(fp):
         return type("C", (), {"table": type("T", (), {"fingerprint": fp, "short_id": None, "source": "t.json"})()})()
@@ -230,16 +231,15 @@ def test_profile_of_another_kernel_revision_warns(plan2):
 
 
 @pytest.mark.parametrize("cold", [True, False])
-def test_a_comm_profile_without_cold_fits_warns(plan2, monkeypatch, capsys, cold):
+def test_a_comm_profile_without_cold_fits_warns(plan2, monkeypatch, cold):
     from dataclasses import replace
 
     from costmodel.machine import LinkLevel
-    from planner import context
-    from planner.cli_execute import prepare
+    from profiler import context
+    from executor.session import prepare
     link = LinkLevel(name="fit", alpha_s=1e-6, beta_s_per_byte=1e-10, gamma_s_per_byte=0.0)
     fits = (("allreduce", float("inf"), link),)
     monkeypatch.setattr(context, "profiled_links", lambda machine, compute: replace(
         machine, fitted=fits, fitted_cold=fits if cold else ()))
-    prepare(plan2, 2, 1, None)
-    err = " ".join(capsys.readouterr().err.split())
+    err = " ".join(prepare(plan2, 2, 1, None).warnings)
     assert ("no cold fits" in err) is not cold, err

@@ -16,7 +16,7 @@ from executor.init import init_weights, make_inputs
 from executor.ops.base import local_pads
 from executor.reference import reference_step
 from executor.runtime import run_plan
-from executor.testing.cases import load, make_plan
+from tests.support.cases import load, make_plan
 from executor.timers import PHASES, Timers
 from networks.errors import DnnplanError
 from networks.ops.base import Window

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from profiler.kernels import conv_winograd
-from profiler.kernels._conv_common import make_geom
-from profiler.kernels.conv import (CONV_ALGORITHMS, PASS_FALLBACK, conv2d_backward_data,
+from kernels import conv_winograd
+from kernels._conv_common import make_geom
+from kernels.conv import (CONV_ALGORITHMS, PASS_FALLBACK, conv2d_backward_data,
                                    conv2d_backward_weights, conv2d_forward, conv_applicable,
                                    conv_output_hw, conv_workspace_bytes, kernel_run)
-from profiler.xp import array_module, gpu_available
+from kernels.xp import array_module, gpu_available
 
 # ---------------------------------------------------------------------------------------------
 # naive reference: loops over output pixels, windows contracted with einsum
@@ -170,7 +170,7 @@ def test_im2col_weight_gradient_folds_the_batch_when_per_sample_buffers_would_be
     """im2col's weight gradient has two forms (conv_im2col.per_sample_weight_grads): the small
     cases above take the per-sample one; forced to fold the batch into one GEMM, every case still
     equals the naive gradient and its traced buffers still equal the workspace formula."""
-    from profiler.kernels import conv_im2col
+    from kernels import conv_im2col
     xs, ws, s, p, d, gr = CASES[case]
     x, w, _, dy = _data(CASES[case])
     assert conv_im2col.per_sample_weight_grads(make_geom(xs, ws, s, p, d, gr))
@@ -183,7 +183,7 @@ def test_im2col_weight_gradient_folds_the_batch_when_per_sample_buffers_would_be
 
 
 def test_im2col_weight_gradient_forms_agree_above_the_threshold(monkeypatch):
-    from profiler.kernels import conv_im2col
+    from kernels import conv_im2col
     xs, ws = (2, 64, 5, 4), (64, 32, 3, 3)  # 2 groups; 2*64*32*9 = 36864 per-sample elements
     x, w, _, dy = _data((xs, ws, (1, 1), (1, 1, 1, 1), (1, 1), 2), dtype=np.float32)
     monkeypatch.setattr(conv_im2col, "PER_SAMPLE_MAX_ELEMS", 30000)

@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 
 from networks.errors import DnnplanError
-from profiler import xp as xpmod
-from profiler.kernels import KERNELS
-from profiler.kernels.activation import (add_backward, add_forward, concat_backward, concat_forward,
+from kernels import xp as xpmod
+from kernels import KERNELS
+from kernels.activation import (add_backward, add_forward, concat_backward, concat_forward,
                                          dropout_backward, dropout_forward, gelu_backward,
                                          gelu_forward, relu_backward, relu_forward)
-from profiler.kernels.attention import attention_backward, attention_forward
-from profiler.kernels.gemm import gemm, linear_backward, linear_forward
-from profiler.kernels.loss import softmax_xent_backward, softmax_xent_forward
-from profiler.kernels.norm import (batchnorm2d_backward, batchnorm2d_forward, bn_backward_apply,
+from kernels.attention import attention_backward, attention_forward
+from kernels.gemm import gemm, linear_backward, linear_forward
+from kernels.loss import softmax_xent_backward, softmax_xent_forward
+from kernels.norm import (batchnorm2d_backward, batchnorm2d_forward, bn_backward_apply,
                                    bn_backward_local_sums, bn_forward_apply, bn_local_sums,
                                    bn_stats_from_sums, layernorm_backward, layernorm_forward)
-from profiler.kernels.pool import (avgpool2d_backward, avgpool2d_forward, global_avgpool_backward,
+from kernels.pool import (avgpool2d_backward, avgpool2d_forward, global_avgpool_backward,
                                    global_avgpool_forward, maxpool2d_backward, maxpool2d_forward,
                                    pool_output_size)
 
@@ -428,7 +428,7 @@ def test_cupy_ops_match_numpy():
 
 
 def test_sgd_momentum_update_is_pytorch_sgd_in_place():
-    from profiler.kernels.optimizer import sgd_momentum_update
+    from kernels.optimizer import sgd_momentum_update
     rng = np.random.default_rng(3)
     w, v, g = (rng.standard_normal(17) for _ in range(3))
     w0, v0 = w.copy(), v.copy()
@@ -445,7 +445,8 @@ def test_reshard_block_copies_and_their_price():
     from costmodel.compute import Roofline
     from costmodel.files import DEFAULT_MACHINE, load_machine
     from costmodel.kernel_calls import reshard_copy_call
-    from costmodel.profile_table import ProfileTable, ProfiledCompute
+    from costmodel.profile_table import ProfileTable
+    from costmodel.profiled_compute import ProfiledCompute
     from profiler.harness import QUICK, time_call
     out = np.zeros((2, 3, 4), np.float32)
     piece = np.arange(12, dtype=np.float32).reshape(2, 3, 2)

@@ -10,7 +10,7 @@ from costmodel.compute import Roofline
 from costmodel.files import DEFAULT_MACHINE, load_machine
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from planner.cli import app
+from dnnplan.cli import app
 from planner.optimize import make_plan
 from planner.plan_file import plan_to_dict, read_plan, write_plan
 

@@ -1,21 +1,24 @@
 """The planner: candidates, problem building, exact solving, the prediction check, memory."""
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from costmodel.candidates import algorithms, candidate_strategies, candidates
 from costmodel.compute import Roofline
 from costmodel.files import DEFAULT_MACHINE, load_machine
 from costmodel.layer_cost import layer_estimate, reshard_copy_s
 from costmodel.layer_layouts import _splits, input_layout, output_layout
 from costmodel.layout import copy_run, reshard_volume, reshard_volume_unreduced
+from costmodel.machine import LinkLevel
 from costmodel.reshard_batch import (LayoutTable, _maxima_ids, copy_runs_ids, reshard_copy_times_ids,
                                      reshard_maxima)
 from costmodel.step import predict_step
+from networks.errors import DnnplanError
 from networks.loader import load_network, zoo_names
 from planner.build import build_problem, derive_estimate
-from planner.candidates import algorithms, candidate_strategies, candidates
 from planner.optimize import Settings, make_plan
 from planner.solvers import Edge, Problem, evaluate, min_memory, solve
 
@@ -151,7 +154,6 @@ def test_memory_limit_changes_the_plan_when_it_binds_and_the_plan_fits():
 
 
 def test_infeasible_memory_says_what_would_fit():
-    from networks.errors import DnnplanError
     with pytest.raises(DnnplanError, match="least any plan needs"):
         plan_of("resnet18", 4, with_baselines=False, memory_limit_bytes=0.01 * GIB)
 
@@ -183,14 +185,6 @@ def test_baselines_are_reported_and_never_beat_the_plan():
 def test_plan_equals_prediction_with_per_collective_fitted_links():
     """With a communication profile, each collective and every reshard use their own fitted links
     in both the planner's batched costs and predict_step (make_plan asserts they agree)."""
-    from dataclasses import replace
-
-    from costmodel.compute import Roofline
-    from costmodel.files import load_machine
-    from costmodel.machine import LinkLevel
-    from networks.loader import load_network
-    from planner.optimize import make_plan
-
     base = load_machine("local")
     inf = float("inf")
     fitted = (("allreduce", 4096.0, LinkLevel("ar-small", 3e-6, 1e-9, 1e-9)),

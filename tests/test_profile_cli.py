@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from costmodel.comm_fit import COLLECTIVES, fit, fit_all, model_s
 from costmodel.kernel_calls import kernel_calls
 from costmodel.machine import LinkLevel
-from planner.cli import app
+from dnnplan.cli import app
 from profiler.harness import QUICK, build, time_call
-from profiler.xp import gpu_available
+from kernels.xp import gpu_available
 
 runner = CliRunner()
 
@@ -188,7 +188,7 @@ def test_local_machine_profiles_on_demand_into_the_cache(tmp_path):
     r = runner.invoke(app, ["predict", "lenet5", "--machine", "local", "--devices", "1", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["compute_model"].startswith("profile ")
-    from planner.context import compute_model
+    from profiler.context import compute_model
     from costmodel.files import load_machine
     from costmodel.layer_layouts import local_layer
     from costmodel.strategy import Strategy
@@ -206,7 +206,7 @@ def test_a_new_kernel_revision_starts_a_new_cache_and_keeps_the_fitted_collectiv
     """Timings of older kernels are not reused (the cache file names the kernel revision), but the
     collectives `dnnplan profile-comm` fitted are carried over from the same device and ranks."""
     from costmodel.files import load_machine
-    from profiler import kernels
+    import kernels
     from profiler.ondemand import local_compute_model
     cache = tmp_path / "cache"
     cache.mkdir(exist_ok=True)
@@ -456,7 +456,7 @@ def test_execute_fresh_profile_flag_is_documented():
 def test_keep_freed_memory_applies_once_on_glibc():
     import platform
 
-    from profiler.allocator import keep_freed_memory
+    from kernels.allocator import keep_freed_memory
     first = keep_freed_memory()
     assert keep_freed_memory() is first
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":

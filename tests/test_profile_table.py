@@ -11,8 +11,9 @@ from costmodel.compute import PASSES, Roofline, local_cost
 from costmodel.files import load_machine
 from costmodel.kernel_calls import KernelCall, kernel_calls, linear_call
 from costmodel.layer_layouts import local_layer
-from costmodel.profile_table import (Entry, ProfileTable, ProfiledCompute, interpolate, links_from_table,
-                                     merge, table_from_dict, table_to_dict)
+from costmodel.profile_links import links_from_table
+from costmodel.profile_table import Entry, ProfileTable, merge, table_from_dict, table_to_dict
+from costmodel.profiled_compute import ProfiledCompute, interpolate
 from costmodel.uniform import uniform_strategies
 from networks.errors import DnnplanError
 from networks.loader import load_network
@@ -42,7 +43,7 @@ def test_kernel_call_flops_equal_catalogue(name, spec):
 
 
 def test_conv_padding_of_a_spatial_shard_reproduces_the_local_output():
-    from profiler.kernels.conv import conv_output_hw
+    from kernels.conv import conv_output_hw
     net = load_network("resnet18")
     strategies, _ = uniform_strategies(net, 4, 8, "spatial")
     for layer in net.layers:
@@ -174,10 +175,10 @@ def test_links_from_table_replaces_intra_link_immutably():
 
 def test_each_collective_is_costed_with_its_own_fit():
     """profile-comm fits alpha/beta/gamma per collective; the local machine uses each fit."""
-    from costmodel.collectives import collective_s
+    from costmodel.collective_groups import collective_s
     from costmodel.files import load_machine
     from costmodel.layer_cost import _link
-    from costmodel.profile_table import links_from_table
+    from costmodel.profile_links import links_from_table
     from costmodel.strategy import Strategy
 
     fits = {"allreduce": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "gamma_s_per_byte": 0.0},
@@ -221,7 +222,7 @@ def test_local_regression_follows_a_saturating_throughput_between_grid_points():
                 assert got.how == "interpolated"
                 errs.append(abs(got.seconds - secs(m, k, n)) / secs(m, k, n))
                 pts = pc._groups[next(iter(pc._groups))].points
-                from costmodel.profile_table import _sizes, _two_point
+                from costmodel.profiled_compute import _sizes, _two_point
                 lw = math.log(c.work)
                 two = _two_point(lw, _sizes(c.kernel, c.shape), [p for p in pts if p[0] <= lw],
                                  [p for p in pts if p[0] >= lw])
@@ -299,7 +300,7 @@ def test_collectives_after_kernels_are_costed_cold_and_gradient_allreduces_warm(
 
 
 def collective_s_cold(nbytes, m):
-    from costmodel.collectives import collective_s
+    from costmodel.collective_groups import collective_s
     return collective_s("allreduce", nbytes, 2, 1, (m.link_for_collective("allreduce", nbytes, cold=True), m.inter))
 
 

@@ -116,6 +116,12 @@ def test_refreshed_weighs_twice_on_retimed_kernels_only_when_refreshing():
         def retime(self, calls):
             self.log.append(("retime", calls))
 
+        def install(self, entries):  # the rest of the OnDemand interface, unused here
+            pass
+
+        def save(self):
+            pass
+
     weighed = []
     m = Model(True)
     assert refreshed(m, lambda: weighed.append(1) or len(weighed)) == 2
@@ -159,7 +165,7 @@ def test_plan_refresh_profile_lists_then_retimes_every_call_once_and_times_none_
     from typer.testing import CliRunner
 
     import profiler.dispatch
-    from planner.cli import app
+    from dnnplan.cli import app
     from profiler import ondemand, side_by_side
     from profiler.harness import summarize
     batches, sequential = [], []

@@ -5,8 +5,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
-from planner.solvers import Edge, Problem
+from networks.errors import DnnplanError
+from planner.solvers import (Edge, Problem, evaluate, expand_choice, min_memory, prune_dominated, solve,
+                             solve_brute, solve_ilp, solve_reduced)
+from planner.solvers.brute import brute_tables
+from planner.solvers.minplus import min_plus, min_plus_dense
 
 FAMILIES = ("chain", "residual", "nested", "parallel", "multi", "k4", "dense", "disconnected")
 
@@ -97,12 +102,6 @@ def random_problem(seed: int, family: str | None = None, max_assignments: int = 
 
 # ---------------------------------------------------------------------------------------------
 # tests
-
-import pytest  # noqa: E402
-
-from networks.errors import DnnplanError  # noqa: E402
-from planner.solvers import (evaluate, expand_choice, min_memory, prune_dominated, solve,  # noqa: E402
-                             solve_brute, solve_ilp, solve_reduced)
 
 SEEDS = range(240)
 
@@ -207,7 +206,7 @@ def test_infeasible_memory_names_the_minimum(method, seed):
 def test_min_memory_is_the_true_minimum():
     for seed in range(60):
         problem = random_problem(seed, max_assignments=50_000)
-        _, memory = __import__("planner.solvers.brute", fromlist=["x"]).brute_tables(problem)
+        _, memory = brute_tables(problem)
         assert _close(min_memory(problem)[0], float(memory.min()))
 
 
@@ -288,7 +287,6 @@ def test_brute_refuses_big_instances():
 
 @pytest.mark.parametrize("seed", range(12))
 def test_pruned_min_plus_equals_dense(seed):
-    from planner.solvers.minplus import min_plus, min_plus_dense
     rng = np.random.default_rng(seed)
     i, j, k = (int(x) for x in rng.integers(1, 90, 3))
     a, c, b = rng.random((i, j)), rng.random(j) * rng.choice([0.0, 1.0, 5.0]), rng.random((j, k))

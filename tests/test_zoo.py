@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from networks.analysis import layer_cost, layer_splits, summarize
 from networks.loader import load_network, zoo_names
-from planner.cli import app
+from dnnplan.cli import app
 
 EXPECTED = {"alexnet", "vgg16", "resnet18", "resnet50", "resnet152", "googlenet", "mlp", "gpt2",
             "largeimage2d", "lenet5"}

@@ -12,8 +12,6 @@ input-gradient sums over F, batch-norm statistics) and wrap every piece of work 
 
 from __future__ import annotations
 
-import os
-
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -68,8 +66,8 @@ class LayerCtx:
         if key not in self.memo:
             self.memo[key] = self.comms.get(self.strategy, dims)
         sub = self.memo[key]
-        if sub is None or os.environ.get("DNNPLAN_TEST_SKIP_ALLREDUCE") == "".join(dims):
-            return arr  # (the environment variable breaks the run on purpose: the check must fail)
+        if sub is None:
+            return arr
         wait_for(sub, self.timers, self.layer.name)
         with self.span(phase):
             return allreduce_(sub, arr)

@@ -11,7 +11,7 @@ import numpy as np
 
 from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, local_pads, memo, owns_bias
 from networks.ops.base import Window
-from profiler.kernels.conv import conv2d_backward_data, conv2d_backward_weights, conv2d_forward
+from kernels.conv import conv2d_backward_data, conv2d_backward_weights, conv2d_forward
 
 
 def geometry(ctx: LayerCtx):

@@ -7,20 +7,15 @@ from __future__ import annotations
 import numpy as np
 
 from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, owns_bias, unsupported
-from profiler.kernels import gemm
-from profiler.kernels.gemm import linear_backward, linear_forward
-
-# The profiler times backward-data and backward-weights as two kernels (costmodel.kernel_calls);
-# run those two when this kernel set has them, else the combined kernel.
-_SPLIT_BWD = hasattr(gemm, "linear_backward_data") and hasattr(gemm, "linear_backward_weights")
+from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
 
 
 def _linear_backward(dy, x, w, with_bias):
-    if _SPLIT_BWD:
-        dx = gemm.linear_backward_data(dy, w)
-        dw, db = gemm.linear_backward_weights(dy, x, with_bias)
-        return dx.reshape(x.shape), dw, db
-    return linear_backward(dy, x, w, with_bias)
+    """Backward-data and backward-weights as the two kernels the cost model prices
+    (costmodel.kernel_calls: ``linear.bwd_data``, ``linear.bwd_weights``)."""
+    dx = linear_backward_data(dy, w)
+    dw, db = linear_backward_weights(dy, x, with_bias)
+    return dx.reshape(x.shape), dw, db
 
 
 def forward(ctx: LayerCtx, xs):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from executor.ops.base import LayerCtx
-from profiler.kernels.loss import softmax_xent_backward, softmax_xent_forward
+from kernels.loss import softmax_xent_backward, softmax_xent_forward
 
 
 def total_count(ctx: LayerCtx) -> int:

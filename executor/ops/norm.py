@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from executor.ops.base import LayerCtx, check_shape
-from profiler.kernels.norm import (bn_backward_apply, bn_backward_local_sums, bn_forward_apply,
+from kernels.norm import (bn_backward_apply, bn_backward_local_sums, bn_forward_apply,
                                    bn_local_sums, bn_stats_from_sums, layernorm_backward,
                                    layernorm_forward)
 

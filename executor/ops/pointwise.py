@@ -9,7 +9,7 @@ output block is checked and anything else refused)."""
 from __future__ import annotations
 
 from executor.ops.base import LayerCtx, check_shape, unsupported
-from profiler.kernels.activation import (add_backward, add_forward, concat_backward, concat_forward,
+from kernels.activation import (add_backward, add_forward, concat_backward, concat_forward,
                                          dropout_backward, dropout_forward, gelu_backward, gelu_forward,
                                          relu_backward, relu_forward)
 

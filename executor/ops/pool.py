@@ -9,7 +9,7 @@ import numpy as np
 
 from executor.ops.base import LayerCtx, check_shape, local_pads, memo
 from networks.ops.base import Window
-from profiler.kernels.pool import (avgpool2d_backward, avgpool2d_forward, global_avgpool_backward,
+from kernels.pool import (avgpool2d_backward, avgpool2d_forward, global_avgpool_backward,
                                    global_avgpool_forward, maxpool2d_backward, maxpool2d_forward)
 
 

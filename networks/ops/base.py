@@ -112,7 +112,8 @@ class DimSplit:
 class LayerCost:
     """Counts for one layer at a given batch. Passes are (forward, backward-data, backward-weights).
 
-    ``work``/``depth`` follow the work-depth model of reference/004 (Tables 4 and 6): work counts
+    ``work``/``depth`` follow the work-depth model of Ben-Nun & Hoefler, "Demystifying Parallel and
+    Distributed Deep Learning" (ACM Computing Surveys 2019), Tables 4 and 6: work counts
     multiply-accumulates for contractions and elementwise operations otherwise; depth is the
     longest dependency chain. ``flops`` counts floating-point operations (a MAC is two).
     """

@@ -1,8 +1,8 @@
 """conv2d: 2-D convolution (cross-correlation, as every framework computes it), NCHW.
 
-Work and depth follow reference/004 (Ben-Nun & Hoefler), Table 4 (direct convolution: work
-N*Cout*Cin*H'*W'*Kx*Ky per pass, depth log Kx + log Ky + log Cin) and Table 6 for the other
-algorithms (see :func:`algorithm_work_depth`).
+Work and depth follow Ben-Nun & Hoefler, "Demystifying Parallel and Distributed Deep Learning" (ACM
+Computing Surveys 2019), Table 4 (direct convolution: work N*Cout*Cin*H'*W'*Kx*Ky per pass, depth
+log Kx + log Ky + log Cin) and Table 6 for the other algorithms (see :func:`algorithm_work_depth`).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def splits(p, in_shapes, out_shape):
 
 def algorithm_work_depth(algo: str, n: int, c: int, f: int, h: int, w: int, ho: int, wo: int,
                          kh: int, kw: int, m: int = 4) -> tuple[int, int]:
-    """Forward work and depth of one convolution algorithm, reference/004 Table 6.
+    """Forward work and depth of one convolution algorithm, [Ben-Nun & Hoefler 2019, Table 6].
 
     direct and im2col: W = N*Cout*H'*W'*Cin*Ky*Kx, D = ceil(log2 Cin) + ceil(log2 Ky) + ceil(log2 Kx).
     FFT: W = c*HW*log2(HW)*(Cout*Cin + N*Cin + N*Cout) + HW*N*Cin*Cout with c = 1 here,

@@ -1,8 +1,8 @@
 """linear (fully connected, on the last axis) and embedding (token and learned position tables).
 
-Work and depth of linear follow reference/004 Table 4 (fully connected): work Cout*Cin*N per pass,
-depth log Cin (forward), log Cout (backward-data), log N (backward-weights, a reduction over the
-batch).
+Work and depth of linear follow Ben-Nun & Hoefler, "Demystifying Parallel and Distributed Deep
+Learning" (ACM Computing Surveys 2019), Table 4 (fully connected): work Cout*Cin*N per pass, depth
+log Cin (forward), log Cout (backward-data), log N (backward-weights, a reduction over the batch).
 """
 
 from __future__ import annotations

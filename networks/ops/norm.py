@@ -1,7 +1,8 @@
 """batchnorm2d (training-mode batch statistics) and layernorm (over the last axis).
 
-Work and depth: reference/004 Table 4, batch normalisation (work NCHW per pass, depth logarithmic
-in the number of values each statistic reduces over; the table writes O(log N) with N that count).
+Work and depth: Ben-Nun & Hoefler, "Demystifying Parallel and Distributed Deep Learning" (ACM
+Computing Surveys 2019), Table 4, batch normalisation (work NCHW per pass, depth logarithmic in the
+number of values each statistic reduces over; the table writes O(log N) with N that count).
 Element operation counts (7 forward, 10 backward) are this project's convention.
 """
 

@@ -1,5 +1,6 @@
 """Ops without weights that touch each element a fixed number of times: relu, gelu, dropout,
-add, concat, flatten. Work and depth: reference/004 Table 4, activation (work NCHW, depth 1).
+add, concat, flatten. Work and depth: Ben-Nun & Hoefler, "Demystifying Parallel and Distributed
+Deep Learning" (ACM Computing Surveys 2019), Table 4, activation (work NCHW, depth 1).
 Element operation counts are this project's convention (relu 1/1, gelu 8/12, dropout 2/1)."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """maxpool2d, avgpool2d and global_avgpool over (C, H, W) inputs (PyTorch semantics for ceil_mode
-and count_include_pad). Work and depth: reference/004 Table 4, pooling (forward work NCHW with
-depth log Kx + log Ky; backward-data work NCHW with depth 1)."""
+and count_include_pad). Work and depth: Ben-Nun & Hoefler, "Demystifying Parallel and Distributed
+Deep Learning" (ACM Computing Surveys 2019), Table 4, pooling (forward work NCHW with depth
+log Kx + log Ky; backward-data work NCHW with depth 1)."""
 
 from __future__ import annotations
 

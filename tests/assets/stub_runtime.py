@@ -1,7 +1,11 @@
 """A stand-in for executor.runtime.run_plan that times no real kernels (launcher tests only).
 
 Each layer's phases sleep a fixed time so the timers, the gather, the JSON and the trace are
-exercised without depending on the runtime's speed.
+exercised without depending on the runtime's speed. Faults for the launcher's tests, from the
+environment: ``DNNPLAN_TEST_FAULT_RANK=R`` makes rank R raise before running
+(``DNNPLAN_TEST_FAULT_KIND=user`` raises a DnnplanError, anything else a RuntimeError);
+``DNNPLAN_TEST_HANG_S=S`` makes every rank sleep S seconds first; ``DNNPLAN_TEST_NAN_FROM_STEP=K``
+makes the loss NaN from step K on.
 """
 
 from __future__ import annotations
@@ -11,9 +15,22 @@ import time
 
 from executor.check import CheckResult  # the runtime's own result types
 from executor.runtime import RunResult
+from networks.errors import DnnplanError
+
+
+def _faults(rank: int) -> None:
+    hang = os.environ.get("DNNPLAN_TEST_HANG_S")
+    if hang:
+        time.sleep(float(hang))
+    fault = os.environ.get("DNNPLAN_TEST_FAULT_RANK")
+    if fault is not None and fault != "" and int(fault) == rank:
+        if os.environ.get("DNNPLAN_TEST_FAULT_KIND") == "user":
+            raise DnnplanError(f"injected fault on rank {rank} (DNNPLAN_TEST_FAULT_RANK)")
+        raise RuntimeError(f"injected fault on rank {rank} (DNNPLAN_TEST_FAULT_RANK)")
 
 
 def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=None, lr=0.01, momentum=0.9):
+    _faults(comm.Get_rank())
     step_s = []
     for step in range(warmup + steps):
         timers.begin_step(step)

@@ -1,0 +1,1 @@
+"""One module per command; :mod:`dnnplan.cli` registers them on the app in the order of `--help`."""

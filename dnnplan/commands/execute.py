@@ -1,0 +1,73 @@
+"""`dnnplan execute`: run a plan across MPI ranks and compare it with its prediction."""
+
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+import typer
+
+from dnnplan.options import (CheckOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt, RanksOpt, StepsOpt, ThreadsOpt,
+                             TimeoutOpt, TraceOpt, WarmupOpt)
+from dnnplan.output import write_json_file
+from dnnplan.render import execute as render
+from dnnplan.render.messages import fail_line, warn
+from dnnplan.validate_args import at_least
+from executor.compare import comparison_json
+from executor.launch import RunFailed
+from executor.session import measure, non_finite_loss_warning, prepare, strategy_labels, trace_dict
+from networks.errors import DnnplanError
+
+T = TypeVar("T")
+
+#: Exit code when the distributed step does not match one process (``--check``).
+EXIT_CHECK_FAILED = 3
+
+
+def guard_failure(fn: Callable[[], T]) -> T:
+    """Turn a failed run into one red line and its exit code (2 user, 1 internal, 124 timeout)."""
+    try:
+        return fn()
+    except RunFailed as err:
+        fail_line(str(err))
+        raise typer.Exit(err.exit_code) from None
+
+
+def check_run_flags(steps: int, warmup: int, timeout: float) -> None:
+    at_least("steps", steps)
+    at_least("warmup", warmup, 0)
+    if timeout <= 0:
+        raise DnnplanError(f"--timeout must be positive, got {timeout:g}")
+
+
+def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupOpt = 2, check: CheckOpt = False,
+            json_out: JsonFileOpt = None, trace: TraceOpt = None, timeout: TimeoutOpt = 600.0,
+            threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False) -> None:
+    """Run a plan across MPI ranks and compare measured with predicted time per layer and phase.
+
+    Launches `mpiexec -n RANKS` itself, or runs on the ranks of the MPI job it is started in.
+    Each rank builds its shard of every layer, runs warm-up and timed training steps, and times
+    each layer's forward and backward compute and communication, gradient allreduce and update.
+    """
+    check_run_flags(steps, warmup, timeout)
+    prep = prepare(plan, ranks, threads, profile, fresh)
+    for line in prep.warnings:
+        warn(line)
+    job, cmp = guard_failure(lambda: measure(prep, steps=steps, warmup=warmup, check=check,
+                                             trace=trace is not None, timeout_s=timeout, fresh=fresh))
+    if job is None:  # a rank other than 0 of an MPI job
+        return
+    title = (f"{prep.plan.network_name}, batch {prep.plan.batch}, {ranks} rank(s) x {job.threads} thread(s), "
+             f"machine {prep.plan.machine}, compute model {prep.compute.name}")
+    render.comparison_table(cmp, title, strategy_labels(prep.plan))
+    render.step_summary(cmp)
+    render.check_line(job.check)
+    if (line := non_finite_loss_warning(job, warmup)) is not None:
+        warn(line)
+    if json_out:
+        write_json_file(json_out, comparison_json(plan, cmp, job.check))
+    if trace:
+        write_json_file(trace, trace_dict(job, steps))
+    if job.check is not None and not job.check.passed:
+        fail_line(f"the distributed step does not match one process: {job.check.worst_tensor} differs by "
+                  f"{job.check.worst_rel_error:.2e} (tolerance {job.check.tolerance:.0e})")
+        raise typer.Exit(EXIT_CHECK_FAILED)

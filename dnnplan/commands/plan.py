@@ -1,0 +1,97 @@
+"""`dnnplan plan`: the main job. Check the flags, resolve the inputs, one library call, one render."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from costmodel.files import DEFAULT_MACHINE
+from dnnplan.options import (BatchOpt, DevicesOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg, PlanOutOpt,
+                             PlotOpt, ProfileOpt, RefreshOpt, SolverOpt, SweepOpt, TimeLimitOpt)
+from dnnplan.render import plan as render
+from dnnplan.render.messages import warn
+from dnnplan.render.plot import plot_sweep
+from dnnplan.validate_args import refresh_warning
+from networks.errors import DnnplanError
+from planner.optimize import Settings, make_plan
+from planner.plan_file import plan_to_dict, write_plan
+from planner.refreshed import refreshed
+from planner.sweep import parse_counts, sweep as run_sweep
+from profiler import context
+from profiler.context import Context
+
+GIB = 2 ** 30
+
+
+def profile_fingerprint(path: str | None) -> str | None:
+    """A short content hash of the profile table a plan was made with."""
+    if not path:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError as err:
+        raise DnnplanError(f"cannot read the profile table: {err}", file=path) from None
+
+
+def check_flags(solver: str, memory: float | None, time_limit: float | None, sweep: str | None,
+                plot: str | None) -> None:
+    if solver not in ("auto", "reduced", "ilp"):
+        raise DnnplanError(f"unknown --solver '{solver}'", hint="use auto, reduced or ilp")
+    if memory is not None and memory <= 0:
+        raise DnnplanError(f"--memory must be positive GiB, got {memory}")
+    if time_limit is not None and time_limit <= 0:
+        raise DnnplanError(f"--time-limit must be positive seconds, got {time_limit}")
+    if plot and not sweep:
+        raise DnnplanError("--plot draws a sweep", hint="add --sweep 1,2,4,...")
+
+
+def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, machine: MachineOpt = None,
+         profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None, solver: SolverOpt = "auto",
+         time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None, plot: PlotOpt = None,
+         refresh: RefreshOpt = False, as_json: JsonOpt = False) -> None:
+    """Choose how to split every layer across the devices so the predicted training step is shortest.
+
+    For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
+    C, filters F, replication R) and every convolution algorithm, with per-device memory as a
+    constraint, and solves exactly (graph reduction and dynamic programming, an ILP for what
+    remains). It prints the plan beside pure data parallelism and the best uniform strategy
+    (docs/planner.md).
+    """
+    check_flags(solver, memory, time_limit, sweep, plot)
+    settings = Settings(solver, time_limit, gap)
+    ctx = context.resolve(network, devices, batch, machine, profile, refresh)
+    if (line := refresh_warning(refresh, ctx.compute)) is not None:
+        warn(line)
+    limit = None if memory is None else memory * GIB
+    if sweep:
+        return plan_sweep(ctx, network, sweep, plot, limit, settings, as_json)
+    result = refreshed(ctx.compute, lambda: make_plan(ctx.network, network, ctx.batch, devices, ctx.machine,
+                                                      ctx.compute, limit, settings,
+                                                      machine_ref=machine or DEFAULT_MACHINE,
+                                                      profile_fingerprint=profile_fingerprint(profile)))
+    if out:
+        write_plan(result, out)
+    if as_json:
+        print(json.dumps(plan_to_dict(result)))
+    else:
+        render.plan_table(result)
+        if out:
+            render.console.print(f"wrote {out} (evaluate it, or an edited copy, with `dnnplan predict {out}`)")
+
+
+def plan_sweep(ctx: Context, network: str, counts: str, plot: str | None, limit: float | None,
+               settings: Settings, as_json: bool) -> None:
+    """`dnnplan plan --sweep`: the plan and data parallelism over several device counts."""
+    device_counts = parse_counts(counts)
+    rows = refreshed(ctx.compute, lambda: run_sweep(ctx.network, network, ctx.batch, device_counts, ctx.machine,
+                                                    ctx.compute, limit, settings))
+    if plot:
+        plot_sweep(rows, plot, f"{ctx.network.name}, batch {ctx.batch}, {ctx.machine.name}")
+    if as_json:
+        print(json.dumps({"network": ctx.network.name, "batch": ctx.batch, "machine": ctx.machine.name,
+                          "rows": rows}))
+    else:
+        render.sweep_table(rows, ctx.network.name, ctx.batch, ctx.machine.name)
+        if plot:
+            render.console.print(f"wrote {plot}")

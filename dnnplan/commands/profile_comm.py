@@ -1,0 +1,29 @@
+"""`dnnplan profile-comm`: time and fit the collectives of this computer."""
+
+from __future__ import annotations
+
+import json
+
+from dnnplan.options import CapOpt, CommOutOpt, CommRanksOpt, JsonOpt, MaxBytesOpt, MessageSizesOpt
+from dnnplan.render import profile as render
+from profiler.comm_profile import run_profile_comm
+from profiler.service import parse_ints
+
+
+def profile_comm(ranks: CommRanksOpt = 2, sizes: MessageSizesOpt = None, max_bytes: MaxBytesOpt = 16 * 2**20,
+                 out: CommOutOpt = None, seconds_per_point: CapOpt = 0.2, as_json: JsonOpt = False) -> None:
+    """Measure sendrecv and the collectives under mpiexec and fit alpha, beta, gamma by least squares.
+
+    Every point is timed in two cache states: warm (after a 4 MiB pass, as a collective that
+    follows another one) and cold (after a pass over the last-level cache, as one that follows a
+    layer's kernels). The fit uses the cost model's formula for the algorithm MPICH picks at each
+    size, piecewise over up to three message-size regimes (eager, rendezvous, out of cache); each
+    collective's fits become the `local` machine's links for that collective when planning for
+    --ranks devices (docs/profiler.md).
+    """
+    summary = run_profile_comm(ranks, parse_ints(sizes, "sizes") if sizes else None, max_bytes, out,
+                               seconds_per_point)
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        render.comm_summary(summary)

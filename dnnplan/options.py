@@ -1,0 +1,107 @@
+"""Every argument and option of the command line, each defined once.
+
+A flag that means the same thing in several commands is one definition here, so its name, short
+form and help cannot drift apart; flags that share a name but mean different things (``--devices``
+as one count or as a list to profile for, ``--json`` as a switch or a file) are distinct
+definitions with distinct names. Defaults that depend on other inputs are stated in the help as
+``\\[default: ...]`` (the backslash keeps rich from reading them as markup).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+# --- what to work on -------------------------------------------------------------------------
+
+NetworkArg = Annotated[str, typer.Argument(help="A zoo network name (see `dnnplan networks`) or a path to a "
+                                                "network spec YAML (docs/network-spec.md).")]
+PlanArg = Annotated[str, typer.Argument(help="A plan file written by `dnnplan plan --out`.")]
+ProfileTargetArg = Annotated[str, typer.Argument(help="A network (zoo name or spec path), or a sweep: 'gemm' "
+                                                      "(GEMM grid over --sizes) or 'conv' (3x3 conv grid).")]
+DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.")]
+DeviceCountsOpt = Annotated[str, typer.Option("--devices", "-p", help="Device counts the planner will consider, "
+                                                                      "e.g. 1,2,4.")]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Global batch per training step "
+                                                 "\\[default: 32 per device].")]
+SamplesOpt = Annotated[int, typer.Option("--batch", "-b", help="Samples per training step.")]
+MachineOpt = Annotated[Optional[str], typer.Option("--machine", "-m", help="A shipped machine (see `dnnplan "
+                                                   "machines`) or a machine YAML path \\[default: dgx-a100].")]
+LocalMachineOpt = Annotated[str, typer.Option("--machine", "-m", help="The machine to plan for: a shipped machine "
+                                              "or a machine YAML path; `local` is this computer.")]
+ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="A profile table (from `dnnplan profile`) to "
+                                                   "time kernels with \\[default: the machine's; for `local` this "
+                                                   "computer's cache; else the datasheet roofline].")]
+RefreshOpt = Annotated[bool, typer.Option("--refresh-profile", help="Machine `local`: time again, now, every "
+                                          "kernel the planner weighs, side by side in interleaved rounds, "
+                                          "and update this computer's profile cache (entries gathered "
+                                          "over days, or timed minutes apart, drift apart on a shared "
+                                          "machine and can mislead the choice between alternatives).")]
+
+# --- output ----------------------------------------------------------------------------------
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+JsonFileOpt = Annotated[Optional[str], typer.Option("--json", help="Write the result as JSON to FILE.")]
+PlanOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the plan here (.yaml, or .json for "
+                                                   "JSON).")]
+TraceOpt = Annotated[Optional[str], typer.Option("--trace", help="Write a Chrome/Perfetto trace of every rank's "
+                                                 "timeline to FILE.")]
+DetailsOpt = Annotated[bool, typer.Option("--details", help="Also print each plan's per-layer table.")]
+
+# --- predict and plan ------------------------------------------------------------------------
+
+StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="Uniform strategy for every layer: data, "
+                                          "filter, channel, spatial, or degrees like N=4,F=2.")]
+MemoryOpt = Annotated[Optional[float], typer.Option("--memory", help="Memory per device in GiB \\[default: the "
+                                                    "machine's device memory].")]
+SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP, ILP for what is left), "
+                                        "reduced (the same), or ilp (the plain ILP).")]
+TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds any ILP solve may take (then "
+                                                       "the best plan found is reported with its gap).")]
+GapOpt = Annotated[Optional[float], typer.Option("--gap", help="Relative optimality gap at which an ILP may stop "
+                                                 "\\[default: 0, prove optimality].")]
+SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Strong scaling over device counts, e.g. "
+                                                 "1,2,4,...,1024, at a fixed batch.")]
+PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="With --sweep: write a PNG (needs the plot extra, "
+                                                "matplotlib).")]
+
+# --- running plans ---------------------------------------------------------------------------
+
+RanksOpt = Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to run on; must equal the plan's devices.")]
+StepsOpt = Annotated[int, typer.Option("--steps", help="Timed training steps (after the warm-up).")]
+WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed warm-up steps first.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before the whole run is stopped.")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="BLAS/OpenMP threads per rank "
+                                                   "\\[default: the profile's, else cores // ranks].")]
+FreshOpt = Annotated[bool, typer.Option("--fresh-profile", help="Machine `local`: time the prediction's "
+                                        "kernels and collectives again inside the run, once per rank after "
+                                        "every timed step, and predict from those timings (a check of the "
+                                        "model's structure, not a prediction made before the run).")]
+CheckOpt = Annotated[bool, typer.Option("--check", help="Also run the step on one process on the whole batch and "
+                                        "compare loss and every weight gradient.")]
+CheckEachOpt = Annotated[bool, typer.Option("--check/--no-check", help="Check each plan's numerics against one "
+                                            "process.")]
+
+# --- profiling -------------------------------------------------------------------------------
+
+BackendOpt = Annotated[str, typer.Option("--backend", help="numpy (CPU) or cupy (NVIDIA GPU).")]
+ProfileThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads per process (a rank's share of "
+                                                "the cores).")]
+TableOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to write and resume "
+                                                   "\\[default: this device's per-user cache, used by --machine "
+                                                   "local].")]
+MaxSecondsOpt = Annotated[Optional[float], typer.Option("--max-seconds", help="Stop after this long; rerun to "
+                                                        "resume.")]
+SizesOpt = Annotated[Optional[str], typer.Option("--sizes", help="gemm: M/K/N values; conv: spatial sizes.")]
+ChannelsOpt = Annotated[Optional[str], typer.Option("--channels", help="conv sweep: channel counts (C = F).")]
+AlgorithmsOpt = Annotated[Optional[str], typer.Option("--algorithms", help="Convolution algorithms to time "
+                                                      "\\[default: every one that applies].")]
+QuickOpt = Annotated[bool, typer.Option("--quick", help="Fewer repetitions (a rough table, fast).")]
+CommRanksOpt = Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to launch (mpiexec -n).")]
+MessageSizesOpt = Annotated[Optional[str], typer.Option("--sizes", help="Message sizes in bytes \\[default: 8 B to "
+                                                        "--max-bytes by powers of 2].")]
+MaxBytesOpt = Annotated[int, typer.Option("--max-bytes", help="Largest default message.")]
+CommOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to add the fit to \\[default: "
+                                                   "the per-user cache of this computer].")]
+CapOpt = Annotated[float, typer.Option("--cap", help="Seconds per (collective, size, cache state).")]

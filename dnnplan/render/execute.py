@@ -1,0 +1,91 @@
+"""The executor's rich tables: predicted against measured per layer and phase, the step, the
+check, and `dnnplan validate`'s summary. Numbers arrive in SI units; this module formats them."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from dnnplan.render import fmt
+from executor.check import CheckResult
+from executor.compare import Comparison
+from executor.timers import PHASES
+
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+PHASE_LABEL = {"fwd_compute": "fwd", "fwd_comm": "fwd comm", "bwd_compute": "bwd", "bwd_comm": "bwd comm",
+               "grad_sync": "grad sync", "update": "update", "wait": "wait (imbalance)"}
+
+
+def pct(rel: float | None) -> str:
+    if rel is None:
+        return "-"
+    colour = "green" if abs(rel) < 0.1 else "yellow" if abs(rel) < 0.25 else "red"
+    return f"[{colour}]{rel * 100:+.0f}%[/{colour}]"
+
+
+def _cell(measured: float, predicted: float, rel: float | None) -> str:
+    if measured == 0 and predicted == 0:
+        return ""
+    return f"{fmt.seconds(measured)} / {fmt.seconds(predicted)} {pct(rel)}"
+
+
+def comparison_table(cmp: Comparison, title: str, strategies: dict[str, str]) -> None:
+    """One row per layer: measured / predicted and the error of each phase that ran, and the layer total."""
+    used = [ph for ph in PHASES if any(lt.phases.get(ph, 0.0) > 0 for lt in cmp.measured.layers + cmp.predicted)]
+    t = Table(title=title, title_justify="left", caption="cells: measured / predicted, error = (measured - "
+              "predicted) / predicted; measured = median over steps of the slowest rank", caption_justify="left")
+    t.add_column("layer")
+    t.add_column("strategy")
+    for ph in used:
+        t.add_column(PHASE_LABEL[ph], justify="right")
+    t.add_column("layer total", justify="right")
+    for m, p, e in zip(cmp.measured.layers, cmp.predicted, cmp.errors):
+        row = [m.name, strategies.get(m.name, "")]
+        row += [_cell(m.phases.get(ph, 0.0), p.phases.get(ph, 0.0), e.phases.get(ph)) for ph in used]
+        row.append(_cell(m.total_s, p.total_s, e.total))
+        t.add_row(*row)
+    m_sum = sum(lt.total_s for lt in cmp.measured.layers)
+    p_sum = sum(lt.total_s for lt in cmp.predicted)
+    t.add_section()
+    t.add_row("[bold]sum of layers[/bold]", "", *[""] * len(used),
+              _cell(m_sum, p_sum, None if p_sum <= 0 else (m_sum - p_sum) / p_sum))
+    console.print(t)
+
+
+def step_summary(cmp: Comparison) -> None:
+    m = cmp.measured
+    waited = sum(lt.phases.get("wait", 0.0) for lt in m.layers)
+    untimed = m.step_s - sum(lt.total_s for lt in m.layers) - waited
+    med = cmp.layer_median_abs_rel
+    console.print(
+        f"[bold]step[/bold]  measured {fmt.seconds(m.step_s)} (median of {m.steps} steps, "
+        f"{fmt.seconds(m.step_min_s)} to {fmt.seconds(m.step_max_s)}; {fmt.seconds(waited)} waiting for other "
+        f"ranks, {fmt.seconds(max(untimed, 0.0))} outside the timed layers, predicted "
+        f"{fmt.seconds(cmp.predicted_outside_s)})  predicted {fmt.seconds(cmp.predicted_step_s)}  error {pct(cmp.step_rel)}  "
+        f"per-layer median |error| {'-' if med is None else f'{med * 100:.0f}%'}")
+
+
+def check_line(check: CheckResult | None) -> None:
+    if check is None:
+        return
+    verdict = "[bold green]passed[/bold green]" if check.passed else "[bold red]FAILED[/bold red]"
+    console.print(f"[bold]check[/bold]  {verdict}: worst relative error {check.worst_rel_error:.2e} in "
+                  f"{check.worst_tensor} (tolerance {check.tolerance:.0e}; "
+                  f"loss {check.loss_rel_error:.1e}) against one process on the whole batch")
+
+
+def validate_table(rows: list[dict], title: str) -> None:
+    t = Table(title=title, title_justify="left")
+    for col in ("plan", "strategies", "predicted", "measured", "step error", "layer median |error|", "check"):
+        t.add_column(col, justify="left" if col in ("plan", "strategies", "check") else "right")
+    for r in rows:
+        check = r.get("check")
+        ctext = "-" if check is None else (f"[green]ok[/green] {check['worst_rel_error']:.1e}" if check["passed"]
+                                          else f"[red]FAILED[/red] {check['worst_tensor']} {check['worst_rel_error']:.1e}")
+        med = r["layer_median_abs_rel"]
+        t.add_row(r["name"], r["strategies"], fmt.seconds(r["predicted_step_s"]), fmt.seconds(r["measured_step_s"]),
+                  pct(r["step_rel"]), "-" if med is None else f"{med * 100:.0f}%", ctext)
+    console.print(t)

@@ -1,0 +1,73 @@
+"""Rich output of `dnnplan plan`: the per-layer plan, totals, baselines, solver line, sweeps."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from dnnplan.render import fmt
+from dnnplan.render.tables import console
+from planner.optimize import speedup, strategy_mix
+from planner.plan import Plan
+
+
+def plan_table(plan: Plan) -> None:
+    t = Table(title=f"plan for {plan.network_name}: batch {plan.batch} on {plan.devices} x {plan.machine}",
+              title_justify="left")
+    for col in ("layer", "strategy", "algorithm", "fwd", "bwd", "comm", "memory"):
+        t.add_column(col, justify="left" if col in ("layer", "strategy", "algorithm") else "right")
+    for lp in plan.layers:
+        t.add_row(lp.name, lp.strategy.label, lp.algorithm or "-", fmt.seconds(lp.fwd_s), fmt.seconds(lp.bwd_s),
+                  fmt.seconds(lp.comm_s), fmt.nbytes(lp.memory_bytes))
+    console.print(t)
+    fwd = sum(lp.fwd_s for lp in plan.layers)
+    bwd = sum(lp.bwd_s for lp in plan.layers)
+    comm = sum(lp.comm_s for lp in plan.layers)
+    mix = ", ".join(f"{k} x{v}" for k, v in strategy_mix(plan).items())
+    console.print(f"[bold]step {fmt.seconds(plan.step_s)}[/bold] (compute fwd {fmt.seconds(fwd)} + bwd "
+                  f"{fmt.seconds(bwd)}, communication {fmt.seconds(comm)}, rest: optimiser update);  "
+                  f"peak memory {fmt.nbytes(plan.memory_peak_bytes)} per device;  splits: {mix}")
+    baselines_table(plan)
+    solver_line(plan)
+
+
+def baselines_table(plan: Plan) -> None:
+    if not plan.baselines:
+        return
+    t = Table(title="baselines (same cost model)", title_justify="left")
+    for col in ("strategy", "step", "peak memory", "plan speedup"):
+        t.add_column(col, justify="left" if col == "strategy" else "right")
+    t.add_row("[bold]this plan[/bold]", fmt.seconds(plan.step_s), fmt.nbytes(plan.memory_peak_bytes), "1.00x")
+    for b in plan.baselines:
+        t.add_row(b.name, fmt.seconds(b.step_s), fmt.nbytes(b.memory_peak_bytes), f"{speedup(plan, b):.2f}x")
+    console.print(t)
+
+
+def solver_line(plan: Plan) -> None:
+    s = plan.solver
+    if not s:
+        return
+    gap = "none" if s.get("gap") is None else f"{s['gap']:.3g}"
+    limit = "none" if s.get("time_limit_s") is None else f"{s['time_limit_s']:g} s"
+    console.print(f"solver {s.get('solver')} ({s.get('status')}, gap {gap}, time limit {limit}); "
+                  f"{s.get('layers')} layers, {s.get('candidates')} candidates, reduced to "
+                  f"{s.get('reduced_nodes')} node(s); build {s.get('build_s')} s, solve {s.get('solve_s')} s, "
+                  f"total {s.get('total_s')} s")
+    if s.get("detail"):
+        console.print(f"[dim]{s['detail']}[/dim]")
+
+
+def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> None:
+    t = Table(title=f"strong scaling of {network}, batch {batch} on {machine}", title_justify="left")
+    for col in ("devices", "plan step", "speedup", "efficiency", "data-parallel step", "speedup ", "efficiency ",
+                "plan / data", "strategy mix"):
+        t.add_column(col, justify="left" if col == "strategy mix" else "right")
+    for r in rows:
+        if r.get("error"):
+            t.add_row(str(r["devices"]), "[yellow]no plan[/yellow]", "", "", "", "", "", "", r["error"][:80])
+            continue
+        t.add_row(str(r["devices"]), fmt.seconds(r["step_s"]), f"{r['speedup']:.2f}x", f"{r['efficiency']:.0%}",
+                  fmt.seconds(r["data_step_s"]), f"{r['data_speedup']:.2f}x", f"{r['data_efficiency']:.0%}",
+                  f"{r['data_step_s'] / r['step_s']:.2f}x",
+                  ", ".join(f"{k} x{v}" for k, v in r["mix"].items()))
+    console.print(t)
+    console.print("speedup and efficiency are relative to the first device count that has a plan")

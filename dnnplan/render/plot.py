@@ -1,0 +1,33 @@
+"""`dnnplan plan --sweep --plot`: a PNG of predicted step time against devices (needs matplotlib)."""
+
+from __future__ import annotations
+
+from networks.errors import DnnplanError
+
+
+def plot_sweep(rows: list[dict], path: str, title: str) -> None:
+    """Step time against devices for the plan, data parallelism and ideal scaling, log-log."""
+    try:  # matplotlib is the optional `plot` extra: imported only when a plot is asked for
+        import matplotlib  # noqa: PLC0415
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        raise DnnplanError("--plot needs matplotlib", hint="pip install 'dnnplan[plot]'") from None
+    ok = [r for r in rows if "error" not in r]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ps = [r["devices"] for r in ok]
+    ax.loglog(ps, [r["step_s"] for r in ok], "o-", label="plan")
+    ax.loglog(ps, [r["data_step_s"] for r in ok], "s--", label="data parallel")
+    if ok:
+        ax.loglog(ps, [ok[0]["step_s"] * ok[0]["devices"] / p for p in ps], ":", color="grey", label="ideal")
+    ax.set_xlabel("devices")
+    ax.set_ylabel("predicted step (s)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as err:
+        raise DnnplanError(f"cannot write the plot: {err}", file=path) from None
+    finally:
+        plt.close(fig)

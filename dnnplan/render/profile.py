@@ -1,0 +1,87 @@
+"""Rich output of the profile commands: a progress bar with ETA and the summaries."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from dnnplan.render import fmt
+from dnnplan.render.tables import console
+
+
+@contextmanager
+def progress_bar(what: str):
+    """Yields a callback ``(done, total, call)`` that advances a bar with ETA (on stderr)."""
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[call]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = None
+    with bar:
+        def cb(done, total, call):
+            nonlocal task
+            if task is None:
+                task = bar.add_task(what, total=total, call="")
+            bar.update(task, completed=done, call=f"{call.kernel} {call.algo}".strip())
+        yield cb
+
+
+def profile_summary(s: dict) -> None:
+    t = Table(title=f"profiled {s['device']} ({s['backend']}, {s['threads']} thread(s))", title_justify="left")
+    for col in ("kernel", "algorithm", "shapes", "time", "FLOP/s"):
+        t.add_column(col, justify="left" if col in ("kernel", "algorithm") else "right")
+    for r in s["by_kernel"]:
+        t.add_row(r["kernel"], r["algo"] or "-", str(r["count"]), fmt.seconds(r["seconds"]),
+                  fmt.count(r["flops_per_s"]) if r["flops_per_s"] else "-")
+    console.print(t)
+    peak = s["peak_flops"]
+    vs = f" = {s['achieved_flops'] / peak:.0%} of the {fmt.count(peak)}FLOP/s peak" if peak else ""
+    best = f"; best kernel {fmt.count(s['best_flops'])}FLOP/s" + (f" ({s['best_flops'] / peak:.0%})" if peak else "")
+    console.print(f"[bold]{s['measured']} kernel shapes measured[/bold] in {fmt.seconds(s['seconds'])}"
+                  f" ({s['resumed']} already in the table, {s['entries']} in all)  "
+                  f"achieved {fmt.count(s['achieved_flops'])}FLOP/s{vs}{best}")
+    if s["left"]:
+        console.print(f"[yellow]{s['left']} shapes not measured: --max-seconds reached; run the same command "
+                      f"again to resume[/yellow]")
+    for key, why in list(s["failed"].items())[:5]:
+        console.print(f"[red]failed[/red] {key}: {why}")
+    console.print(f"table: {s['table']}")
+
+
+def comm_summary(s: dict) -> None:
+    t = Table(title=f"collectives over {s['ranks']} ranks: measured vs fitted (MPICH's algorithm); warm: "
+                    "after another collective, cold: after a layer's kernels", title_justify="left")
+    for col in ("collective", "bytes", "warm", "per-collective fit", "err", "joint fit", "err", "cold", "cold fit",
+                "err"):
+        t.add_column(col, justify="left" if col == "collective" else "right")
+    joint = {(c, n): f for c, n, _, f in s["link"]["points"]}
+    cold = {(c, n): (m, f) for fit in (s.get("cold") or {}).get("collectives", {}).values()
+            for c, n, m, f in fit["points"]}
+    for c, fit in s["collectives"].items():
+        for _, n, m, f in fit["points"]:
+            j = joint[(c, n)]
+            cm, cf = cold.get((c, n), (None, None))
+            t.add_row(c, fmt.nbytes(n), fmt.seconds(m), fmt.seconds(f), f"{abs(f - m) / m:.0%}",
+                      fmt.seconds(j), f"{abs(j - m) / m:.0%}", *(("-", "-", "-") if cm is None else
+                                                              (fmt.seconds(cm), fmt.seconds(cf),
+                                                               f"{abs(cf - cm) / cm:.0%}")))
+    console.print(t)
+    t2 = Table(title="fitted alpha-beta-gamma, per message-size regime", title_justify="left")
+    for col in ("collective", "sizes", "alpha", "bandwidth 1/beta", "reduce 1/gamma", "median err", "max err"):
+        t2.add_column(col, justify="left" if col in ("collective", "sizes") else "right")
+    inv = lambda v: f"{1 / v / 1e9:.2f} GB/s" if v > 0 else "-"  # noqa: E731
+    cold_fits = [(f"{c}, cold", fit) for c, fit in (s.get("cold") or {}).get("collectives", {}).items()]
+    for c, fit in [*s["collectives"].items(), *cold_fits, ("joint (for collectives not measured)", s["link"])]:
+        regimes = fit.get("regimes") or [[None, fit["alpha_s"], fit["beta_s_per_byte"], fit["gamma_s_per_byte"]]]
+        low = 0.0
+        for k, (upto, a, b, g) in enumerate(regimes):
+            span = "all" if len(regimes) == 1 else (f"> {fmt.nbytes(low)}" if upto is None
+                                                    else f"<= {fmt.nbytes(upto)}")
+            first = k == 0
+            t2.add_row(c if first else "", span, fmt.seconds(a), inv(b), inv(g),
+                       f"{fit['fit_error']:.1%}" if first else "", f"{fit['max_error']:.1%}" if first else "")
+            low = upto or low
+    console.print(t2)
+    console.print(f"table: {s['table']}")

@@ -1,0 +1,83 @@
+"""Every rich table the CLI prints. Numbers arrive in SI units; this module formats them."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from networks.analysis import NetworkSummary
+from dnnplan.render import fmt
+
+# wide tables when piped (logs, CI); the terminal width otherwise
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def info_table(s: NetworkSummary) -> None:
+    t = Table(title=f"{s.network}, batch {s.batch}", title_justify="left")
+    for col in ("layer", "op", "output", "params", "fwd FLOPs", "bwd FLOPs", "W", "D", "activations"):
+        t.add_column(col, justify="left" if col in ("layer", "op", "output") else "right")
+    for layer, c in s.layers:
+        t.add_row(layer.name, layer.op, fmt.shape((s.batch, *layer.out_shape)), fmt.count(layer.num_params),
+                  fmt.count(c.flops_fwd), fmt.count(c.flops_bwd), fmt.count(c.step_work), str(c.step_depth),
+                  fmt.nbytes(c.activation_bytes))
+    console.print(t)
+    console.print(f"[bold]{len(s.layers)} layers[/bold]  parameters {s.params:,}  "
+                  f"MACs/sample {fmt.count(s.macs_per_sample)}  FLOPs/step {fmt.count(s.flops_fwd + s.flops_bwd)} "
+                  f"(fwd {fmt.count(s.flops_fwd)}, bwd {fmt.count(s.flops_bwd)})  "
+                  f"activations {fmt.nbytes(s.activation_bytes)}")
+
+
+def networks_table(rows: list[dict]) -> None:
+    t = Table(title="shipped networks (dnnplan info NAME)", title_justify="left")
+    for col in ("name", "input", "layers", "parameters", "MACs/sample"):
+        t.add_column(col, justify="left" if col in ("name", "input") else "right")
+    for r in rows:
+        t.add_row(r["name"], fmt.shape(r["input"]), str(r["layers"]), f"{r['params']:,}",
+                  fmt.count(r["macs_per_sample"]))
+    console.print(t)
+
+
+def machine_row(m, default: bool) -> dict:
+    dev = m.device
+    return {"name": m.name, "default": default, "devices_per_node": m.devices_per_node, "nodes": m.nodes,
+            "device": dev.name, "peak_flops": dict(dev.peak_flops), "memory_bytes": dev.mem_capacity_bytes,
+            "memory_bandwidth_bytes_per_s": dev.mem_bandwidth_bytes_per_s,
+            "intra": {"alpha_s": m.intra.alpha_s, "bandwidth_bytes_per_s": 1 / m.intra.beta_s_per_byte},
+            "inter": {"alpha_s": m.inter.alpha_s, "bandwidth_bytes_per_s": 1 / m.inter.beta_s_per_byte},
+            "source": m.source}
+
+
+def machines_table(rows: list[dict]) -> None:
+    t = Table(title="machines (--machine NAME, or a YAML path)", title_justify="left")
+    for col in ("name", "device", "per node", "nodes", "fp32 peak", "memory", "intra link", "inter link"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["device"], str(r["devices_per_node"]),
+                  "unlimited" if r["nodes"] is None else str(r["nodes"]),
+                  fmt.count(r["peak_flops"].get("float32", 0)) + "FLOP/s", fmt.nbytes(r["memory_bytes"]),
+                  f"{fmt.seconds(r['intra']['alpha_s'])}, {fmt.nbytes(r['intra']['bandwidth_bytes_per_s'])}/s",
+                  f"{fmt.seconds(r['inter']['alpha_s'])}, {fmt.nbytes(r['inter']['bandwidth_bytes_per_s'])}/s")
+    console.print(t)
+
+
+def prediction_table(pred, fallbacks=()) -> None:
+    t = Table(title=f"{pred.network}: batch {pred.batch} on {pred.p} x {pred.machine} ({pred.compute})",
+              title_justify="left")
+    for col in ("layer", "strategy", "fwd", "bwd", "comm", "reshard", "memory"):
+        t.add_column(col, justify="left" if col in ("layer", "strategy") else "right")
+    for x in pred.layers:
+        e = x.layer
+        t.add_row(e.name, e.strategy.label + (f" {e.algorithm}" if e.algorithm else ""),
+                  fmt.seconds(e.fwd_compute_s), fmt.seconds(e.bwd_compute_s),
+                  fmt.seconds(e.fwd_comm_s + e.bwd_comm_s + e.grad_sync_s),
+                  fmt.seconds(x.reshard_s) + (" halo" if x.halo else ""), fmt.nbytes(e.memory.total))
+    console.print(t)
+    console.print(f"[bold]step {fmt.seconds(pred.step_s)}[/bold] = forward {fmt.seconds(pred.fwd_s)} + backward "
+                  f"{fmt.seconds(pred.bwd_s)} + gradient sync {fmt.seconds(pred.sync_s)} + update "
+                  f"{fmt.seconds(pred.update_s)};  peak memory {fmt.nbytes(pred.memory_peak_bytes)} per device")
+    if fallbacks:
+        names = ", ".join(f.layer for f in fallbacks[:6]) + (" ..." if len(fallbacks) > 6 else "")
+        console.print(f"[yellow]{len(fallbacks)} layer(s) could not take {fallbacks[0].wanted} and run "
+                      f"{fallbacks[0].used} instead[/yellow] ({names}; e.g. {fallbacks[0].reason})")

@@ -1,0 +1,264 @@
+"""One plan run from start to comparison, as library calls that return results and never print.
+
+The flow: :func:`prepare` reads and checks the plan (its device count must equal the ranks, before
+anything is launched), resolves the compute model the plan was made with and checks the profile
+matches this run; :func:`measure` launches ``mpiexec -n P python -m executor.worker`` (or, inside
+an MPI job, runs on its ranks), then predicts with :func:`costmodel.step.predict_step` and
+compares (docs/executor.md). What a user should be told along the way is returned as warning
+lines (:attr:`Prepared.warnings`, :func:`non_finite_loss_warning`), for the command line to show.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from costmodel.comm_calls import CommCall, measured_from_samples, step_collectives
+from costmodel.compute import ComputeModel, OnDemand
+from costmodel.files import NODE_CORES_ENV, load_machine
+from costmodel.machine import Machine
+from costmodel.profile_table import foreign_reason
+from costmodel.step import StepPrediction, predict_step
+from executor import launch as launcher
+from executor.collect import aggregate, timed_steps
+from executor.compare import Comparison, compare_prediction
+from executor.node import share_node_cores
+from executor.trace import trace_events
+from executor.worker import JobResult, abort_with, first_non_finite, run_job, start_watchdog
+from kernels import KERNELS_REVISION
+from networks.errors import DnnplanError
+from networks.ir import Network
+from planner.plan import Plan
+from planner.plan_file import read_plan
+from profiler import context
+from profiler.fingerprint import fingerprint
+from profiler.inrun import entries_from_samples
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A plan checked and ready to run: its file, network, machine, compute model and threads."""
+
+    path: str
+    plan: Plan
+    net: Network
+    machine: Machine
+    compute: ComputeModel
+    threads: int
+    warnings: tuple[str, ...] = ()  # for the user: the prediction may not be the one the plan was made with
+
+
+def _at_least(name: str, value: float, minimum: float = 1) -> None:
+    if value < minimum:
+        raise DnnplanError(f"--{name} must be at least {minimum:g}, got {value:g}")
+
+
+def _table_threads(compute: ComputeModel) -> int | None:
+    t = compute.table.fingerprint.get("threads") if compute.table is not None else None
+    return int(t) if t else None
+
+
+def _foreign_device(plan: Plan, table, threads: int) -> None:
+    """Refuse a numpy profile of `local` measured on another computer than this one."""
+    fp = dict(table.fingerprint)
+    if plan.machine != "local" or fp.get("backend", "numpy") != "numpy":
+        return
+    here = fingerprint("numpy", threads, int(fp.get("concurrency", 1)))
+    why = foreign_reason({**fp, "threads": threads}, here)
+    if why:
+        raise DnnplanError(f"the profile table was measured on another device ({why})", file=table.source,
+                           hint="profile this computer (`dnnplan profile`) or pass its table with --profile")
+
+
+def profile_check(plan: Plan, compute: ComputeModel, threads: int) -> list[str]:
+    """Refuse a profile of another device; return warnings for a kernel revision, thread count or
+    plan fingerprint that differs from this run (predictions would then not be the ones the plan
+    was made with)."""
+    table = compute.table
+    if table is None:
+        if plan.profile_fingerprint:
+            return [f"the plan was made with profile {plan.profile_fingerprint} but no profile table is "
+                    "loaded here: predictions use the datasheet roofline (pass --profile)"]
+        return []
+    _foreign_device(plan, table, threads)
+    warnings = []
+    fp = dict(table.fingerprint)
+    rev = fp.get("kernels")
+    if str(rev) != str(KERNELS_REVISION):
+        warnings.append(f"the profile's kernels are revision {rev if rev is not None else '1 or older'} but this "
+                        f"build runs revision {KERNELS_REVISION}: kernel times may differ from the prediction "
+                        "(re-profile: `dnnplan profile`)")
+    t = fp.get("threads")
+    if t and int(t) != threads:
+        warnings.append(f"the profile was measured with {t} thread(s) per rank but this run uses {threads}: "
+                        f"kernel times will differ from the prediction (pass --threads {t})")
+    short = table.short_id
+    if plan.profile_fingerprint and short and plan.profile_fingerprint != short:
+        warnings.append(f"the plan was made with profile {plan.profile_fingerprint} but the profile loaded is "
+                        f"{short}: re-plan to compare against the prediction the plan was made with")
+    return warnings
+
+
+def agree_node_cores() -> None:
+    """Inside an MPI job, every rank sizes machine `local` by the cores the job's ranks share on the
+    node, not by the core it may be bound to (executor.node); a collective over the job, made once
+    (``validate`` prepares one plan after another)."""
+    if not os.environ.get(NODE_CORES_ENV) and launcher.inside_mpi_job():
+        share_node_cores(launcher.world())
+
+
+def _machine_warnings(plan: Plan, machine: Machine) -> list[str]:
+    out = []
+    if plan.devices > 1 and machine.fitted and not machine.fitted_cold:
+        out.append("the communication profile has no cold fits (made before `dnnplan profile-comm` timed "
+                   "collectives after a cache pass): collectives that follow a layer's kernels are priced "
+                   "as if still in cache, so lower than they run; re-run `dnnplan profile-comm`")
+    if plan.machine != "local":
+        out.append(f"the plan is for machine '{plan.machine}', not this computer: predicted times are "
+                   f"{plan.machine}'s, measured times this computer's")
+    return out
+
+
+def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None, fresh: bool = False) -> Prepared:
+    """Everything checked before a single rank starts. ``fresh`` (``--fresh-profile``): warn when
+    the compute model cannot time the prediction's kernels inside the run."""
+    _at_least("ranks", ranks)
+    agree_node_cores()
+    plan, net = read_plan(plan_path)
+    if plan.devices != ranks:
+        raise DnnplanError(f"the plan is for {plan.devices} devices, not --ranks {ranks}", file=plan_path,
+                           hint=f"run it with --ranks {plan.devices}, or re-plan for {ranks} devices")
+    machine = load_machine(plan.machine)
+    compute = context.compute_model(machine, profile, plan.devices)
+    machine = context.profiled_links(machine, compute)  # links fitted by `dnnplan profile-comm`
+    if threads is not None:
+        _at_least("threads", threads)
+    else:
+        t = _table_threads(compute)
+        threads = t if t and t * ranks <= launcher.usable_cores() else launcher.threads_per_rank(ranks)
+    warnings = profile_check(plan, compute, threads) + _machine_warnings(plan, machine)
+    if fresh and not isinstance(compute, OnDemand):
+        warnings.append("--fresh-profile applies to machine `local` without --profile: this prediction "
+                        "uses the given table as it is")
+    return Prepared(str(Path(plan_path).resolve()), plan, net, machine, compute, threads, tuple(warnings))
+
+
+def _in_job(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool, timeout_s: float,
+            kernel_calls: list | None) -> JobResult | None:
+    """Run on the ranks of the MPI job this process is one of."""
+    comm = launcher.world()
+    if comm.Get_size() != prep.plan.devices:
+        raise DnnplanError(f"this MPI job has {comm.Get_size()} ranks but the plan is for "
+                           f"{prep.plan.devices} devices", file=prep.path)
+    dog = start_watchdog(comm, timeout_s)
+    try:
+        kernel_calls = comm.bcast(kernel_calls, root=0)  # listed by rank 0 alone (measure)
+        return run_job(prep.path, comm, steps=steps, warmup=warmup, check=check, keep_spans=trace,
+                       threads=prep.threads, kernel_calls=kernel_calls)
+    except BaseException as err:  # noqa: BLE001 - one rank's failure ends every rank
+        abort_with(comm, err)
+    finally:
+        dog.cancel()
+
+
+def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool,
+                timeout_s: float, kernel_calls: list | None = None) -> JobResult | None:
+    """Run the plan on P ranks; the JobResult on rank 0 (and in the launching process), else None.
+    ``kernel_calls`` are timed inside the run after every step (profiler.inrun)."""
+    if launcher.inside_mpi_job():
+        return _in_job(prep, steps=steps, warmup=warmup, check=check, trace=trace, timeout_s=timeout_s,
+                       kernel_calls=kernel_calls)
+    with tempfile.TemporaryDirectory(prefix="dnnplan-run-") as tmp:
+        result_path = os.path.join(tmp, "result.pkl")
+        calls_path = None
+        if kernel_calls:
+            calls_path = os.path.join(tmp, "kernel_calls.pkl")
+            with open(calls_path, "wb") as fh:
+                pickle.dump(list(kernel_calls), fh)
+        cmd = launcher.worker_command(launcher.find_mpiexec(), prep.plan.devices, prep.path, result_path,
+                                      steps=steps, warmup=warmup, check=check, trace=trace,
+                                      threads=prep.threads, timeout_s=timeout_s, time_kernels=calls_path)
+        launcher.launch(cmd, prep.threads, timeout_s)
+        try:
+            with open(result_path, "rb") as fh:
+                return pickle.load(fh)
+        except (OSError, pickle.UnpicklingError, EOFError) as err:
+            raise DnnplanError(f"the run ended without a result from rank 0 ({err})") from None
+
+
+def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction:
+    """The cost model's step for the prepared plan (on ``machine``'s links when given)."""
+    return predict_step(prep.net, prep.plan.batch, prep.plan.strategies(), prep.plan.algorithms(),
+                        machine or prep.machine, prep.compute)
+
+
+def fresh_calls(prep: Prepared) -> list:
+    """``--fresh-profile``: the kernel calls the plan's prediction looks up and, when the plan's
+    ranks share one node, the collectives it prices (costmodel.comm_calls), to be timed inside
+    the run (profiler.inrun, profiler.inrun_comm); none for a compute model that is not this
+    computer's on-demand profile (:func:`prepare` warns of that)."""
+    if not isinstance(prep.compute, OnDemand):
+        return []
+    made = []  # the prediction the kernel calls were listed from (none when on-demand timing is off)
+    calls = list(prep.compute.calls_of(lambda: made.append(predict(prep))))
+    if 1 < prep.plan.devices <= prep.machine.devices_per_node:
+        calls += step_collectives(prep.net, prep.plan.batch, prep.plan.strategies(),
+                                  made[0] if made else predict(prep), prep.plan.algorithms())
+    return calls
+
+
+def predict_and_compare(prep: Prepared, job: JobResult, steps: int, kernel_calls: list | None = None) -> Comparison:
+    """The prediction for the plan against the run. ``kernel_calls`` (``--fresh-profile``): the calls
+    timed inside the run; their entries in this computer's profile are replaced by the median of
+    those samples first (in memory only), and the collectives among them price those collectives
+    (``Machine.measured``), so the prediction uses the machine's speed of the run."""
+    machine = prep.machine
+    if kernel_calls and job.kernel_samples and isinstance(prep.compute, OnDemand):
+        kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
+        prep.compute.install(entries_from_samples(kernels, job.kernel_samples))
+        measured = measured_from_samples(kernel_calls, job.kernel_samples)
+        if measured:
+            machine = replace(machine, measured=measured)
+    return compare_prediction(predict(prep, machine), aggregate(job.ranks, steps))
+
+
+def measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool, timeout_s: float,
+            fresh: bool) -> tuple[JobResult | None, Comparison | None]:
+    """Run the plan and compare it with its prediction (None, None on ranks other than 0 of an MPI job);
+    ``fresh``: with the prediction's kernels timed inside the run (:func:`fresh_calls`)."""
+    root = True
+    if fresh and launcher.inside_mpi_job():
+        root = launcher.world().Get_rank() == 0  # one rank lists (and, if missing, profiles) the calls
+    calls = fresh_calls(prep) if fresh and root else []
+    job = run_measure(prep, steps=steps, warmup=warmup, check=check, trace=trace, timeout_s=timeout_s,
+                      kernel_calls=calls)
+    if job is None:
+        return None, None
+    return job, predict_and_compare(prep, job, steps, calls)
+
+
+def non_finite_loss_warning(job: JobResult, warmup: int, what: str = "") -> str | None:
+    """Steps that compute on NaN or infinity are not training steps (and denormals on the way there
+    can be slow): the line that says so, rather than report their times as if they were."""
+    i = first_non_finite(job.losses)
+    if i is None:
+        return None
+    which = f"warm-up step {i + 1}" if i < warmup else f"timed step {i - warmup + 1}"
+    return (f"{what}the loss is {job.losses[i]} from {which} on: those steps computed on non-finite "
+            "values, so their times may not be a training step's (the executor's learning rate "
+            "is fixed; run fewer --steps)")
+
+
+def trace_dict(job: JobResult, steps: int) -> dict:
+    """A Chrome/Perfetto trace of every rank's timeline, warm-up steps marked."""
+    timed = set(timed_steps(job.ranks, steps))
+    every = {s for r in job.ranks for s in r.step_wall}
+    return trace_events(job.ranks, warmup_steps=every - timed)
+
+
+def strategy_labels(plan: Plan) -> dict[str, str]:
+    """Layer name -> its strategy and algorithm as the tables show them."""
+    return {lp.name: lp.strategy.label + (f" {lp.algorithm}" if lp.algorithm else "") for lp in plan.layers}

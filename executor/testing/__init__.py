@@ -1,2 +1,0 @@
-"""Test support for the executor: named cases (network, batch, strategy family, algorithm) and a
-worker that runs them under mpiexec (``python -m executor.testing.run_case``)."""

@@ -1,0 +1,75 @@
+"""Element-wise kernels: ReLU, GELU (tanh approximation, as GPT-2), dropout, add, concat."""
+
+from __future__ import annotations
+
+import math
+
+from kernels.xp import module_of
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def relu_forward(x):
+    xp = module_of(x)
+    # branch-free (maximum, multiply by the mask): a data-dependent select runs several times slower
+    # on mixed signs, which would make the profiled time depend on the data
+    mask = x > 0
+    return xp.maximum(x, xp.zeros((), dtype=x.dtype)), mask
+
+
+def relu_backward(dy, cache):
+    return dy * cache
+
+
+def gelu_forward(x):
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    xp = module_of(x)
+    t = xp.tanh(_GELU_C * (x + 0.044715 * x * x * x))
+    return 0.5 * x * (1.0 + t), (x, t)
+
+
+def gelu_backward(dy, cache):
+    x, t = cache
+    dinner = _GELU_C * (1.0 + 3 * 0.044715 * x * x)
+    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner)
+
+
+def dropout_mask(xp, shape, rate, seed, dtype):
+    """Inverted-dropout multiplier: 0 with probability ``rate``, else 1/(1-rate). Deterministic in
+    (backend, seed, shape); numpy and cupy generators differ, so masks differ across backends."""
+    if rate <= 0:
+        return xp.ones(shape, dtype=dtype)
+    if rate >= 1:
+        return xp.zeros(shape, dtype=dtype)
+    keep = xp.random.default_rng(seed).random(shape) >= rate
+    return keep.astype(dtype) * (1.0 / (1.0 - rate))
+
+
+def dropout_forward(x, rate, seed):
+    xp = module_of(x)
+    mask = dropout_mask(xp, x.shape, rate, seed, x.dtype)
+    return x * mask, mask
+
+
+def dropout_backward(dy, cache):
+    return dy * cache
+
+
+def add_forward(a, b):
+    return a + b, None
+
+
+def add_backward(dy, cache=None):
+    return dy, dy
+
+
+def concat_forward(xs, axis=1):
+    xp = module_of(xs[0])
+    return xp.concatenate(xs, axis=axis), ([x.shape[axis] for x in xs], axis)
+
+
+def concat_backward(dy, cache):
+    xp = module_of(dy)
+    sizes, axis = cache
+    cuts = [sum(sizes[:i + 1]) for i in range(len(sizes) - 1)]
+    return [p.copy() for p in xp.split(dy, cuts, axis=axis)]

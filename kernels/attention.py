@@ -1,0 +1,40 @@
+"""Scaled dot-product attention core for multi-head self-attention: batched GEMMs and a softmax.
+
+q, k, v: (N, heads, S, dh). scores = q k^T / sqrt(dh) (causal: key j > query i masked out),
+p = softmax(scores), o = p v. Backward (with the stored p):
+  dv = p^T do,  dp = do v^T,  ds = p (dp - rowsum(dp p)),  dq = ds k / sqrt(dh),  dk = ds^T q / sqrt(dh)
+"""
+
+from __future__ import annotations
+
+import math
+
+from kernels.xp import module_of
+
+
+def attention_forward(q, k, v, causal=False):
+    xp = module_of(q)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = xp.matmul(q, k.swapaxes(-1, -2)) * q.dtype.type(scale)
+    if causal:
+        sq, sk = s.shape[-2:]
+        mask = xp.triu(xp.ones((sq, sk), dtype=bool), k=1 + sk - sq)
+        s = xp.where(mask, xp.asarray(-xp.inf, dtype=s.dtype), s)
+    s -= s.max(axis=-1, keepdims=True)
+    p = xp.exp(s)
+    p /= p.sum(axis=-1, keepdims=True)
+    o = xp.matmul(p, v)
+    return o, {"q": q, "k": k, "v": v, "p": p, "scale": scale}
+
+
+def attention_backward(do, cache):
+    """(dq, dk, dv)."""
+    xp = module_of(do)
+    q, k, v, p = cache["q"], cache["k"], cache["v"], cache["p"]
+    scale = do.dtype.type(cache["scale"])
+    dv = xp.matmul(p.swapaxes(-1, -2), do)
+    dp = xp.matmul(do, v.swapaxes(-1, -2))
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    dq = xp.matmul(ds, k) * scale
+    dk = xp.matmul(ds.swapaxes(-1, -2), q) * scale
+    return dq, dk, dv

@@ -1,0 +1,109 @@
+"""im2col convolution: unroll input patches into a column matrix, then one (batched) GEMM.
+
+Follows reference/004_f294eac0d22243ce.txt, Appendix B.2 (Algorithm 4): the column matrix is
+``(C/groups * KH * KW) x (Ho * Wo)`` per sample and group, the kernel matrix ``F/groups x
+(C/groups * KH * KW)``. Samples and groups are batch dimensions of a single ``matmul`` call.
+
+Buffers (the workspace, see ``conv_workspace_bytes``):
+  fwd         padded input (if padded) + columns N*C*KH*KW*Ho*Wo
+  bwd_data    columns (w^T @ dy) + padded gradient (if padded)
+  bwd_weights padded input (if padded) + columns + per-sample products N*F*(C/g)*KH*KW, or,
+              when those would be large, columns ordered by channel and a copy of dy ordered
+              (group, filter, sample, position), N*F*Ho*Wo, for one GEMM over the whole batch
+"""
+
+from __future__ import annotations
+
+from kernels._conv_common import ConvGeom, crop, note, pad_input, padded_zeros
+from kernels.xp import module_of
+
+
+def _columns(x_pad, g: ConvGeom, trace=None):
+    """(N, groups, C/g*KH*KW, Ho*Wo) patch matrix, filled with one strided copy per kernel offset."""
+    xp = module_of(x_pad)
+    cols = xp.empty((g.n, g.c, g.kh, g.kw, g.ho, g.wo), dtype=x_pad.dtype)
+    for i in range(g.kh):
+        for j in range(g.kw):
+            cols[:, :, i, j] = x_pad[:, :, g.rows(i), g.cols(j)]
+    note(trace, cols)
+    return cols.reshape(g.n, g.groups, g.cg * g.kh * g.kw, g.ho * g.wo)
+
+
+def _w_matrix(w, g: ConvGeom):
+    return w.reshape(g.groups, g.fg, g.cg * g.kh * g.kw)
+
+
+def forward(x, w, g: ConvGeom, trace=None):
+    cols = _columns(pad_input(x, g, trace), g, trace)
+    y = module_of(x).matmul(_w_matrix(w, g), cols)             # (N, G, Fg, Ho*Wo)
+    return y.reshape(g.n, g.f, g.ho, g.wo)
+
+
+def backward_data(dy, w, g: ConvGeom, trace=None):
+    xp = module_of(dy)
+    dyg = dy.reshape(g.n, g.groups, g.fg, g.ho * g.wo)
+    dcols = xp.matmul(_w_matrix(w, g).transpose(0, 2, 1), dyg)  # (N, G, Cg*KH*KW, Ho*Wo)
+    note(trace, dcols)
+    dcols = dcols.reshape(g.n, g.c, g.kh, g.kw, g.ho, g.wo)
+    dx_pad = padded_zeros(xp, g, dy.dtype, trace)
+    for i in range(g.kh):                                        # col2im
+        for j in range(g.kw):
+            dx_pad[:, :, g.rows(i), g.cols(j)] += dcols[:, :, i, j]
+    return crop(dx_pad, g)
+
+
+#: Largest per-sample weight-gradient buffer (N*F*Cg*KH*KW elements) for which ``backward_weights``
+#: makes one GEMM per sample and sums them; above it, one GEMM with the batch folded into the
+#: reduction. ``python bench/bench_im2col_weight_grad.py`` (one thread, 2-core EPYC VM, four runs),
+#: per-sample / folded time for 'same' convolutions (N, C, HxW, F, KxK): 0.58-0.64 at
+#: (256, 1, 32x32, 6, 3x3 and 5x5), whose folded GEMM is 6 x 262144 x 9 or 25; 0.85-1.20 at
+#: (256, 6, 14x14, 16, 3x3) and 1.25 at 5x5; 1.0-1.1 at (8, 64, 16x16, 64, 3x3) and
+#: (2, 96, 27x27, 256, 3x3); 1.6-1.8 at (8, 256, 4x4, 256, 3x3); 5.6-6.8 at (8, 512, 2x2, 512, 3x3),
+#: whose per-sample buffer is 75 MB.
+PER_SAMPLE_MAX_ELEMS = 1 << 16
+
+
+def per_sample_weight_grads(g: ConvGeom) -> bool:
+    """Whether ``backward_weights`` sums per-sample GEMMs (small buffers) or folds the batch."""
+    return g.n * g.f * g.cg * g.kh * g.kw <= PER_SAMPLE_MAX_ELEMS
+
+
+def _columns_by_channel(x_pad, g: ConvGeom, trace=None):
+    """(groups, C/g*KH*KW, N*Ho*Wo) patch matrix: the batch joins the columns, so one GEMM
+    reduces over samples and positions at once."""
+    xp = module_of(x_pad)
+    cols = xp.empty((g.c, g.kh, g.kw, g.n, g.ho, g.wo), dtype=x_pad.dtype)
+    by_channel = x_pad.transpose(1, 0, 2, 3)
+    for i in range(g.kh):
+        for j in range(g.kw):
+            cols[:, i, j] = by_channel[:, :, g.rows(i), g.cols(j)]
+    note(trace, cols)
+    return cols.reshape(g.groups, g.cg * g.kh * g.kw, g.n * g.ho * g.wo)
+
+
+def backward_weights(dy, x, g: ConvGeom, trace=None):
+    xp = module_of(dy)
+    positions = g.ho * g.wo
+    if per_sample_weight_grads(g):
+        cols = _columns(pad_input(x, g, trace), g, trace)
+        dyg = dy.reshape(g.n, g.groups, g.fg, positions)
+        per_sample = xp.matmul(dyg, cols.transpose(0, 1, 3, 2))     # (N, G, Fg, Cg*KH*KW)
+        note(trace, per_sample)
+        return per_sample.sum(axis=0).reshape(g.f, g.cg, g.kh, g.kw)
+    cols = _columns_by_channel(pad_input(x, g, trace), g, trace)     # (G, Cg*KH*KW, N*Ho*Wo)
+    dyg = xp.ascontiguousarray(dy.reshape(g.n, g.groups, g.fg, positions).transpose(1, 2, 0, 3))
+    note(trace, dyg)
+    dyg = dyg.reshape(g.groups, g.fg, g.n * positions)
+    return xp.matmul(dyg, cols.transpose(0, 2, 1)).reshape(g.f, g.cg, g.kh, g.kw)
+
+
+def workspace_elems(g: ConvGeom, pass_name: str) -> int:
+    pad = g.n * g.c * g.hp * g.wp if g.padded else 0
+    cols = g.n * g.c * g.kh * g.kw * g.ho * g.wo
+    if pass_name == "fwd":
+        return pad + cols
+    if pass_name == "bwd_data":
+        return cols + pad
+    if per_sample_weight_grads(g):
+        return pad + cols + g.n * g.f * g.cg * g.kh * g.kw
+    return pad + cols + g.n * g.f * g.ho * g.wo

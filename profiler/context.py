@@ -1,0 +1,73 @@
+"""What a command works on: the network, the machine, the batch and where kernel times come from.
+
+The compute model is chosen here, once for every command: a profile table when one is given or
+the machine names one; for the ``local`` machine this computer's per-user cache, profiled on
+demand (:mod:`profiler.ondemand`); else the datasheet roofline (:class:`costmodel.compute.Roofline`).
+A table that holds collectives fitted by `dnnplan profile-comm` also gives the machine its links.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.compute import ComputeModel, Roofline
+from costmodel.files import DEFAULT_MACHINE, load_machine
+from costmodel.machine import Machine
+from costmodel.profile_links import links_from_table
+from costmodel.profiled_compute import ProfiledCompute
+from networks.errors import DnnplanError
+from networks.ir import Network
+from networks.loader import load_network
+from profiler.ondemand import local_compute_model
+from profiler.tables import load_table
+
+PER_DEVICE_BATCH = 32
+
+
+@dataclass(frozen=True)
+class Context:
+    network: Network
+    machine: Machine
+    batch: int
+    devices: int
+    compute: ComputeModel
+
+
+def default_batch(devices: int) -> int:
+    """The batch when none is given: 32 samples per device (weak scaling, as data parallel runs)."""
+    return PER_DEVICE_BATCH * devices
+
+
+def resolve(network: str, devices: int, batch: int | None, machine: str | None,
+            profile: str | None = None, refresh: bool = False) -> Context:
+    """Load the network and the machine named on the command line and choose the compute model."""
+    if devices < 1:
+        raise DnnplanError(f"--devices must be a positive integer, got {devices}")
+    if batch is not None and batch < 1:
+        raise DnnplanError(f"--batch must be a positive integer, got {batch}")
+    net = load_network(network)
+    mach = load_machine(machine or DEFAULT_MACHINE)
+    mach.check_devices(devices)
+    compute = compute_model(mach, profile, devices, refresh)
+    return Context(net, profiled_links(mach, compute), batch or default_batch(devices), devices, compute)
+
+
+def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,
+                  refresh: bool = False) -> ComputeModel:
+    """The profile table when one is given or the machine names one; for the ``local`` machine the
+    per-user cache of this computer for ``devices`` ranks sharing it, profiled on demand (every
+    call it is asked for timed again with ``refresh``); else the datasheet roofline."""
+    path = profile or machine.profile
+    if path:
+        return ProfiledCompute(load_table(path), Roofline(machine))
+    if machine.name == "local":
+        return local_compute_model(machine, threads=1, concurrency=min(devices, machine.devices_per_node),
+                                   refresh=refresh)
+    return Roofline(machine)
+
+
+def profiled_links(machine: Machine, compute: ComputeModel) -> Machine:
+    """The machine with the links fitted by `dnnplan profile-comm` when the compute model's table has them."""
+    if compute.table is None:
+        return machine
+    return links_from_table(machine, compute.table)
