@@ -11,16 +11,12 @@ import os
 import sys
 
 import typer
+from typer._click import ClickException, Context  # typer >= 0.29 (pyproject) carries its own click
 from typer.core import TyperGroup
 
 from dnnplan.render.messages import fail_line
 from networks.errors import DnnplanError
 
-try:  # typer >= 0.29 vendors click; older releases use the click package
-    from typer._click import ClickException
-    from typer._click import Context
-except ImportError:  # pragma: no cover - depends on the installed typer
-    from click import ClickException, Context
 
 
 class Group(TyperGroup):

@@ -14,11 +14,12 @@ from kernels import activation, attention, conv, gemm, loss, norm, optimizer, po
 
 #: Bumped whenever a kernel's work changes, so that timings of the old kernels are not reused: the
 #: per-user profile cache is one file per revision (profiler.tables.cache_path), and the revision is
-#: recorded in every table's fingerprint. 2: conv2d.bwd_data returns a contiguous array; im2col's
-#: weight gradient folds the batch into one GEMM for large per-sample buffers. 3: Winograd builds its
-#: transform matrices once, gathers input tiles in one strided copy, transforms the rotated filter
-#: of the data gradient without building it and writes the weight gradient in its layout (10-24%
-#: faster per pass on ResNet-18's 3 x 3 layers).
+#: recorded in every table's fingerprint. What each revision changed:
+#: 2: conv2d.bwd_data returns a contiguous array; im2col's weight gradient folds the batch into one
+#:    GEMM for large per-sample buffers.
+#: 3: Winograd builds its transform matrices once, gathers input tiles in one strided copy,
+#:    transforms the rotated filter of the data gradient without building it and writes the weight
+#:    gradient in its layout.
 KERNELS_REVISION = 3
 
 KERNELS: dict[str, Callable] = {

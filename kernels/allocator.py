@@ -3,9 +3,8 @@
 glibc's malloc serves large blocks with ``mmap`` and gives freed memory back to the kernel
 (``munmap``, heap trimming); the next step's arrays of the same sizes then fault their pages in
 again. A training step frees and reallocates tens of MiB of activations per layer, so how often
-that happens depends on what ran before: lenet5's planner plan (a direct convolution before a max
-pool) measured 51-53 ms against 43-44 ms predicted with glibc's defaults, and 44-46 ms with freed
-memory kept (docs/executor.md). Kernels are timed and run under the same setting
+that happens depends on what ran before, and a step could run well slower than the kernels timed
+alone predict (docs/kernels.md, "Allocator"). Kernels are timed and run under the same setting
 (:func:`profiler.harness.time_call` and every executor rank call :func:`keep_freed_memory`), so a
 profile and a run see the same allocator.
 

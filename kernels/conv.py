@@ -76,8 +76,7 @@ def conv2d_backward_data(dy, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0), di
 
     The algorithms compute dx into a padded buffer and crop it; the crop is copied here, inside the
     timed kernel, because every consumer (a reshard, an allreduce, the next layer's backward) needs
-    a contiguous array: copied later, outside the kernel, it went unpriced (about 60 us per 3x3 convolution of
-    ResNet-18 at 64x64 and 8 samples per rank, warm, on the 2-core development VM)."""
+    a contiguous array: copied later, outside the kernel, the copy would go unpriced."""
     g = make_geom(x_shape, w.shape, stride, padding, dilation, groups)
     _check(algo, g)
     if tuple(dy.shape) != (g.n, g.f, g.ho, g.wo):

@@ -1,7 +1,8 @@
-"""Direct convolution: the seven-loop sum of reference/004_f294eac0d22243ce.txt, Appendix B.1
-(Algorithm 3), with the two kernel-offset loops outermost and the (N, C, F, Ho, Wo) loops done as
-one small GEMM per offset over the channel dimension (a "shifted GEMM"). No column matrix is built:
-the extra memory is one shifted input slice and one partial product, reused across offsets.
+"""Direct convolution: the seven-loop sum of Algorithm 3 (Appendix B.1) of Ben-Nun and Hoefler,
+"Demystifying Parallel and Distributed Deep Learning" (ACM Computing Surveys, 2019), with the two
+kernel-offset loops outermost and the (N, C, F, Ho, Wo) loops done as one small GEMM per offset
+over the channel dimension (a "shifted GEMM"). No column matrix is built: the extra memory is one
+shifted input slice and one partial product, reused across offsets (docs/kernels.md).
 
 Buffers (the workspace, see ``conv_workspace_bytes``):
   fwd         padded input (if padded) + slice N*C*Ho*Wo + partial product N*F*Ho*Wo

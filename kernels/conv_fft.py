@@ -1,6 +1,7 @@
-"""FFT convolution: y = F^-1( sum_c F(x_c) o conj(F(w_fc)) ), reference/004_f294eac0d22243ce.txt,
-Section 5.2 and Appendix B.3 (Algorithm 5), with the per-frequency channel sum done as a batched
-complex GEMM (the "practical implementation" paragraph of B.3).
+"""FFT convolution: y = F^-1( sum_c F(x_c) o conj(F(w_fc)) ), after Section 5.2 and Algorithm 5
+(Appendix B.3) of Ben-Nun and Hoefler, "Demystifying Parallel and Distributed Deep Learning" (ACM
+Computing Surveys, 2019), with the per-frequency channel sum done as a batched complex GEMM (the
+"practical implementation" paragraph of B.3; docs/kernels.md).
 
 All three passes use real FFTs of the padded input size Hp x Wp, which is exactly large enough:
   fwd          correlation x (*) w: circular indices a + i <= Hp - 1 never wrap for valid outputs

@@ -1,8 +1,9 @@
 """im2col convolution: unroll input patches into a column matrix, then one (batched) GEMM.
 
-Follows reference/004_f294eac0d22243ce.txt, Appendix B.2 (Algorithm 4): the column matrix is
-``(C/groups * KH * KW) x (Ho * Wo)`` per sample and group, the kernel matrix ``F/groups x
-(C/groups * KH * KW)``. Samples and groups are batch dimensions of a single ``matmul`` call.
+Follows Algorithm 4 (Appendix B.2) of Ben-Nun and Hoefler, "Demystifying Parallel and Distributed
+Deep Learning" (ACM Computing Surveys, 2019): the column matrix is ``(C/groups * KH * KW) x
+(Ho * Wo)`` per sample and group, the kernel matrix ``F/groups x (C/groups * KH * KW)``. Samples
+and groups are batch dimensions of a single ``matmul`` call (docs/kernels.md).
 
 Buffers (the workspace, see ``conv_workspace_bytes``):
   fwd         padded input (if padded) + columns N*C*KH*KW*Ho*Wo
@@ -54,12 +55,9 @@ def backward_data(dy, w, g: ConvGeom, trace=None):
 
 #: Largest per-sample weight-gradient buffer (N*F*Cg*KH*KW elements) for which ``backward_weights``
 #: makes one GEMM per sample and sums them; above it, one GEMM with the batch folded into the
-#: reduction. ``python bench/bench_im2col_weight_grad.py`` (one thread, 2-core EPYC VM, four runs),
-#: per-sample / folded time for 'same' convolutions (N, C, HxW, F, KxK): 0.58-0.64 at
-#: (256, 1, 32x32, 6, 3x3 and 5x5), whose folded GEMM is 6 x 262144 x 9 or 25; 0.85-1.20 at
-#: (256, 6, 14x14, 16, 3x3) and 1.25 at 5x5; 1.0-1.1 at (8, 64, 16x16, 64, 3x3) and
-#: (2, 96, 27x27, 256, 3x3); 1.6-1.8 at (8, 256, 4x4, 256, 3x3); 5.6-6.8 at (8, 512, 2x2, 512, 3x3),
-#: whose per-sample buffer is 75 MB.
+#: reduction. Small buffers favour the per-sample GEMMs (the folded one is then very long and thin);
+#: large ones the folded GEMM, which writes no per-sample buffer to sum. The crossover was chosen
+#: with ``python bench/bench_im2col_weight_grad.py`` (figures: docs/kernels.md, "Convolution").
 PER_SAMPLE_MAX_ELEMS = 1 << 16
 
 

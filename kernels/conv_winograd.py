@@ -1,7 +1,8 @@
 """Winograd minimal-filtering convolution F(m x m, 3 x 3), m = 2 (default) or 4.
 
-Reference/004_f294eac0d22243ce.txt, Section 5.2 and Appendix B.4 (Algorithm 6, after Lavin and Gray
-2016): per output tile  y = A^T [ sum_c (G w G^T) o (B^T d B) ] A  with input tiles d of size
+Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks" (CVPR 2016), as Section 5.2
+and Algorithm 6 (Appendix B.4) of Ben-Nun and Hoefler, "Demystifying Parallel and Distributed Deep
+Learning" (ACM Computing Surveys, 2019) state it (docs/kernels.md): per output tile  y = A^T [ sum_c (G w G^T) o (B^T d B) ] A  with input tiles d of size
 alpha = m + 2 overlapping by 2. Implementation, all as large GEMMs:
   1. filter transform   U = (G (x) G) vec(w)            (alpha^2, F * C/g)
   2. input transform    V = (B^T (x) B^T) vec(d)        (alpha^2, C * N * P), P = tiles per image
@@ -17,7 +18,7 @@ F(3 x 3, m x m): by the bilinearity of y = A^T[(G w) o (B^T d)], the weight grad
 summed over tiles, samples and (per point k) done as one GEMM over N*P. No pass falls back.
 
 Applicable only to 3x3, stride 1, dilation 1 (any groups). Accuracy is lower than direct/im2col
-(reference/004 notes the growth of the transform entries); F(4x4) is less accurate than F(2x2).
+(Ben-Nun and Hoefler note the growth of the transform entries); F(4x4) is less accurate than F(2x2).
 
 Buffers (the workspace), t = alpha^2, P = ceil(Ho/m) * ceil(Wo/m), E = N*C*(m*th+2)*(m*tw+2):
   fwd          E (unless the unpadded input already has that size) + tiles t*C*N*P + V t*C*N*P
@@ -35,7 +36,7 @@ import numpy
 from kernels._conv_common import ConvGeom, crop, make_geom, note
 from kernels.xp import module_of
 
-# Lavin and Gray (2016) matrices, stored as (B^T, G, A^T).
+# Lavin and Gray's (CVPR 2016) matrices, stored as (B^T, G, A^T).
 _MATRICES = {
     2: (
         [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
@@ -57,8 +58,8 @@ DEFAULT_TILE = 2
 @functools.lru_cache(maxsize=None)
 def _kron_host(m: int, dtype: str) -> tuple[numpy.ndarray, ...]:
     """(B^T (x) B^T, G (x) G, A^T (x) A^T, A (x) A, G^T (x) G^T, G (x) G with its columns reversed)
-    in ``dtype``, built once per tile size (126 us per build on the development VM, paid three
-    times per layer and step before it was cached). The last transforms a 180-degree rotated
+    in ``dtype``, built once per tile size and dtype rather than on every call (three per layer
+    and step, each paying the Kronecker products again). The last transforms a 180-degree rotated
     filter: rotating a 3 x 3 filter reverses its row-major vectorisation."""
     bt, g, at = (numpy.array(a, dtype=numpy.float64) for a in _MATRICES[m])
     gg = numpy.kron(g, g)

@@ -1,16 +1,17 @@
 """What to profile: the distinct local kernel calls of every strategy the planner may consider.
 
-For each device count, every layer's candidate strategies (the planner's
-``costmodel.candidates.candidate_strategies(layer, p, batch)`` when it exists, else the uniform ones:
-data, filter, channel, spatial), every convolution algorithm that applies, every pass.
+For each device count, every layer's strategies (the uniform ones: data, filter, channel, spatial;
+then the candidates the planner weighs, ``costmodel.candidates.candidate_strategies(layer, p,
+batch)``), every convolution algorithm that applies, every pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from costmodel.compute import CONV_ALGORITHMS, PASSES
-from costmodel.kernel_calls import KernelCall, kernel_calls, update_calls
+from costmodel.candidates import candidate_strategies
+from costmodel.compute import CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, PASSES
+from costmodel.kernel_calls import KernelCall, kernel_calls, linear_call, update_calls
 from costmodel.layer_layouts import check_fits, local_layer
 from costmodel.strategy import Strategy
 from costmodel.uniform import NAMED, data_strategy, wanted_strategy
@@ -28,12 +29,8 @@ def _uniform(layer: Layer, p: int, batch: int) -> list[Strategy]:
 
 
 def layer_strategies(layer: Layer, p: int, batch: int) -> list[Strategy]:
-    """The planner's candidates for the layer (if the planner provides them) plus the uniform ones."""
+    """The uniform strategies for the layer, then the planner's candidates not among them."""
     out = _uniform(layer, p, batch)
-    try:
-        from costmodel.candidates import candidate_strategies  # noqa: PLC0415 - optional, planner's
-    except ImportError:
-        return out
     for s in candidate_strategies(layer, p, batch):
         if s not in out:
             out.append(s)
@@ -73,7 +70,6 @@ def network_calls(net: Network, devices: Iterable[int], batch_of, algorithms: It
 
 def gemm_grid(sizes: Iterable[int], dtype: str = "float32") -> list[KernelCall]:
     """GEMMs (m, k, n) over every combination of ``sizes`` (square and rectangular)."""
-    from costmodel.kernel_calls import linear_call
     item = 2 if dtype in ("float16", "bfloat16") else 8 if dtype == "float64" else 4
     sizes = sorted(set(sizes))
     out = []
@@ -86,7 +82,7 @@ def gemm_grid(sizes: Iterable[int], dtype: str = "float32") -> list[KernelCall]:
 
 
 def conv_grid(batches: Iterable[int], channels: Iterable[int], spatial: Iterable[int], kernel: int = 3,
-              algorithms: Iterable[str] = ("im2col",), passes: Iterable[str] = ("fwd",),
+              algorithms: Iterable[str] = (DEFAULT_CONV_ALGORITHM,), passes: Iterable[str] = ("fwd",),
               dtype: str = "float32") -> list[KernelCall]:
     """Square convolutions, stride 1, 'same' padding, C = F, over every combination."""
     item = 2 if dtype in ("float16", "bfloat16") else 8 if dtype == "float64" else 4

@@ -13,6 +13,7 @@ from dataclasses import replace
 from costmodel.comm_fit import Fit, fit_all, fit_json
 from costmodel.profile_table import ProfileTable
 from networks.errors import DnnplanError
+from profiler.comm_bench import BENCH_REVISION
 
 KIB, MIB = 1024, 1024 * 1024
 
@@ -68,7 +69,6 @@ def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float =
 def comm_section(measurements: dict[str, list[tuple[str, int, float]]], ranks: int) -> tuple[dict, dict[str, Fit], Fit]:
     """The table's ``comm`` section: the warm fits (``collectives``, and ``link`` fitted jointly),
     the cold fits under ``cold`` when measured, and the benchmark's revision (``bench``)."""
-    from profiler.comm_bench import BENCH_REVISION  # noqa: PLC0415 - numpy only
     per, joint = fit_all(measurements["warm"], ranks)
     section = {"ranks": ranks, "bench": BENCH_REVISION, "collectives": {c: fit_json(f) for c, f in per.items()},
                "link": fit_json(joint)}

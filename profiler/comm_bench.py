@@ -5,8 +5,8 @@ reduce_scatter, broadcast, alltoall) on float32 buffers of each size, as a train
 them: samples of ONE operation after a pass over a buffer and a barrier; a sample's time is the
 slowest rank's, and the median over samples is kept (:func:`_bench`). Every (collective, size) is
 measured in ``--rounds`` rounds spread over the whole run (all sizes, then all sizes again),
-keeping the fastest round's median: a slow spell of a shared VM lasts seconds and once made one
-round's 128 KiB allreduce 2.3x slower. Sizes mean what :mod:`costmodel.collectives` means
+keeping the fastest round's median: a slow spell of a shared machine lasts seconds, and the
+rounds spread it over the sizes instead of one size taking it all. Sizes mean what :mod:`costmodel.collectives` means
 (allgather: the gathered total; reduce_scatter and alltoall: a rank's whole input).
 
 Two cache states (:data:`STATES`), each a full set of measurements:
@@ -16,9 +16,8 @@ Two cache states (:data:`STATES`), each a full set of measurements:
 - ``cold``: after a pass over the last-level cache, as a collective that follows a layer's kernels
   finds them (reshards, halo exchanges, partial sums, statistics).
 
-Measured on the 2-core development VM (32 MiB L3 shared with other tenants): a 1 MiB 2-rank
-allreduce took 170-250 us warm and 420-740 us after a 64 MiB pass or 10 ms of waiting, and 460 us
-between the layers of a filter-split ResNet-18 step; an 8-byte one 5 us warm and about 60 us cold.
+The two differ by a factor of two or more for the same call (figures: docs/profiler.md,
+"Communication").
 
 Rank 0 writes ``{"ranks", "measurements": {state: [[collective, nbytes, seconds], ...]}}`` as
 JSON to ``--out``.
@@ -59,11 +58,10 @@ def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3, state: str = "war
     """The median of single ``op()`` calls, each after the state's cache pass and a barrier; a
     sample is the slowest rank's. One call at a time, as a training step makes them between its
     layers' work: after the pass the library's code and buffers are no longer in the L2 cache
-    (``warm``) or in any cache (``cold``), as after a layer's kernels. (Loops of back-to-back
-    calls, this benchmark's earlier method, keep everything hot: their fastest sample priced the
-    two 2-rank allreduces of lenet5 fc3's weight and bias gradients at 3.2 us together, where they took 16-28 us between the layers of a step;
-    two small allreduces timed as here took 21 us.)"""
-    from mpi4py import MPI
+    (``warm``) or in any cache (``cold``), as after a layer's kernels. Loops of back-to-back calls
+    would keep everything hot and price small collectives several times below what they take
+    between the layers of a step."""
+    from mpi4py import MPI  # noqa: PLC0415 - importing mpi4py.MPI initialises MPI: only under mpiexec
     op()
     op()
     samples = []
@@ -91,7 +89,7 @@ def run(sizes: list[int], collectives: list[str], cap_s: float,
 
 
 def _round(sizes: list[int], collectives: list[str], cap_s: float) -> list[tuple[tuple[str, str, int], float]]:
-    from mpi4py import MPI
+    from mpi4py import MPI  # noqa: PLC0415 - initialises MPI: only under mpiexec
     comm = MPI.COMM_WORLD
     p, rank = comm.Get_size(), comm.Get_rank()
     out = []
@@ -124,7 +122,7 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="passes over every size; the fastest is kept")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    from mpi4py import MPI
+    from mpi4py import MPI  # noqa: PLC0415 - initialises MPI: only under mpiexec
     res = run([int(s) for s in args.sizes.split(",")], args.collectives.split(","), args.cap, args.rounds)
     if MPI.COMM_WORLD.Get_rank() == 0:
         with open(args.out, "w", encoding="utf-8") as fh:

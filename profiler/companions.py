@@ -1,9 +1,9 @@
 """Companion load: the other ranks of a run that share this computer, while a kernel is timed.
 
 In a P-rank run on one machine, every rank computes at the same time, so each kernel shares the
-memory system and caches with P - 1 others (measured here, 2-core EPYC: an elementwise kernel runs
-5-28% slower, a GEMM 5-10%, beside a second busy process). A profile for P ranks is therefore timed
-with P - 1 companion processes running the same kernel call in a loop (as the other ranks of a data-
+memory system and caches with P - 1 others and runs slower than alone (by how much on one machine:
+docs/profiler.md, "Ranks sharing the machine"). A profile for P ranks is therefore timed with
+P - 1 companion processes running the same kernel call in a loop (as the other ranks of a data-
 parallel step would), each with the same thread count.
 """
 
@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
+import numpy
+from threadpoolctl import threadpool_limits
+
 from costmodel.kernel_calls import KernelCall
+from profiler import harness
 
 KEEP_BYTES = 1 << 30  # a companion keeps the operands of the calls it was given up to this many bytes
 
 
 def _companion(conn, threads: int) -> None:  # pragma: no cover - runs in a child process
-    import numpy
-    from threadpoolctl import threadpool_limits
-
-    from profiler.harness import build
     built: dict = {}  # call key -> its closure, kept up to KEEP_BYTES (side-by-side rounds reload calls)
     room = KEEP_BYTES
     with threadpool_limits(limits=threads):
@@ -35,7 +35,7 @@ def _companion(conn, threads: int) -> None:  # pragma: no cover - runs in a chil
                     run = built.get(msg.key)
                     if run is None:
                         try:
-                            run = build(msg, numpy)
+                            run = harness.build(msg, numpy)  # looked up here: tests replace it
                         except Exception:  # noqa: BLE001 - a call it cannot build runs nothing
                             run = None
                         if run is not None and msg.bytes <= room:

@@ -6,8 +6,11 @@ import platform
 from typing import Any
 
 import numpy
+from threadpoolctl import threadpool_info
 
+import kernels
 from costmodel.files import usable_cores
+from kernels.xp import array_module
 from networks.errors import DnnplanError
 
 
@@ -35,7 +38,6 @@ def _memory_bytes() -> int:
 
 def _blas() -> str:
     try:
-        from threadpoolctl import threadpool_info
         libs = [f"{i.get('internal_api')} {i.get('version')}" for i in threadpool_info() if i.get("user_api") == "blas"]
         return ", ".join(sorted(set(libs))) or "unknown"
     except Exception:  # noqa: BLE001 - informational only
@@ -45,13 +47,12 @@ def _blas() -> str:
 def fingerprint(backend: str = "numpy", threads: int = 1, concurrency: int = 1) -> dict[str, Any]:
     """Device, core count, memory, library versions and thread count of this process's device;
     ``concurrency`` (recorded when above 1): how many ranks share the machine while it is timed."""
-    from kernels import KERNELS_REVISION  # noqa: PLC0415 - the kernels import numpy/cupy paths
     fp: dict[str, Any] = {"backend": backend, "threads": int(threads), "numpy": numpy.__version__,
-                          "blas": _blas(), "python": platform.python_version(), "kernels": KERNELS_REVISION}
+                          "blas": _blas(), "python": platform.python_version(),
+                          "kernels": kernels.KERNELS_REVISION}
     if concurrency > 1:
         fp["concurrency"] = int(concurrency)
     if backend == "cupy":
-        from kernels.xp import array_module
         cp = array_module("cupy")
         try:
             dev = cp.cuda.Device()

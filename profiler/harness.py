@@ -10,6 +10,7 @@ each sample is bracketed by CUDA events and the stream is synchronised.
 
 from __future__ import annotations
 
+import glob
 import math
 import time
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ import numpy
 
 from costmodel.kernel_calls import KernelCall, shape_fields
 from costmodel.profile_table import Entry
-from kernels.allocator import keep_freed_memory
 from kernels import KERNELS
+from kernels.allocator import keep_freed_memory
+from kernels.norm import bn_stats_from_sums
 from kernels.xp import synchronize
 
 
@@ -30,7 +32,7 @@ class TimingPolicy:
     """How a kernel is timed. ``cold`` (CPU): every sample is ONE call preceded by a pass over a
     buffer larger than the L2 cache, as in a training step, where each kernel runs once between
     other layers' work; a hot loop over the same operands times small kernels with warm caches and
-    predictors (measured here: a (256, 10) softmax cross-entropy, 33 us hot, 50-100 us in a step)."""
+    predictors, so faster than a step runs them (docs/profiler.md, "What is timed")."""
 
     cold: bool = True
     warmup: int = 1
@@ -56,134 +58,193 @@ def build(call: KernelCall, xp: ModuleType, shared: dict | None = None) -> Calla
     ``shared``: a backward kernel's incoming gradient (``dy``) is taken from it when there, else
     made and left in it, so two builds of one call can share the gradient and keep their other
     operands (the forward pass's saved tensors) apart (profiler.inrun)."""
-    f = dict(zip(shape_fields(call.kernel, call.shape), call.shape))
-    dt = call.dtype
     k = call.kernel
+    f = dict(zip(shape_fields(k, call.shape), call.shape))
     fn = KERNELS[k]
-    r = lambda *shape: _rand(xp, shape, dt)  # noqa: E731
+    builder = _BUILDERS.get(k.split(".")[0])
+    if builder is None:
+        raise ValueError(f"no synthetic operands for kernel {k!r}")
+    return builder(call, f, fn, _Operands(xp, call.dtype, shared))
 
-    def grad(*shape):
-        if shared is None:
-            return r(*shape)
-        if "dy" not in shared:
-            shared["dy"] = r(*shape)
-        return shared["dy"]
 
-    if k.startswith("conv2d."):
-        n, c, h, w, fo, kh, kw = (f[x] for x in ("n", "c", "h", "w", "f", "kh", "kw"))
-        geo = dict(stride=(f["sh"], f["sw"]), padding=(f["pt"], f["pb"], f["pl"], f["pr"]),
-                   dilation=(f["dh"], f["dw"]), groups=f["groups"], algo=call.algo)
-        x, wt = r(n, c, h, w), r(fo, c // f["groups"], kh, kw)
-        b = r(fo) if f["bias"] else None
-        y = KERNELS["conv2d.fwd"](x, wt, b, **geo)
-        dy = grad(*y.shape)
-        if k == "conv2d.fwd":
-            return lambda: fn(x, wt, b, **geo)
-        if k == "conv2d.bwd_data":
-            return lambda: fn(dy, wt, x.shape, **geo)
-        return lambda: fn(dy, x, wt.shape, with_bias=bool(f["bias"]), **geo)
-    if k.startswith("linear."):
-        x, wt = r(f["rows"], f["c"]), r(f["f"], f["c"])
-        b = r(f["f"]) if f["bias"] else None
-        dy = grad(f["rows"], f["f"])
-        if k == "linear.fwd":
-            return lambda: fn(x, wt, b)
-        if k == "linear.bwd_data":
-            return lambda: fn(dy, wt)
-        if k == "linear.bwd_weights":
-            return lambda: fn(dy, x, with_bias=bool(f["bias"]))
-        return lambda: fn(dy, x, wt, with_bias=bool(f["bias"]))
-    if k == "gemm":
-        a = r(f["k"], f["m"]) if f["trans_a"] else r(f["m"], f["k"])
-        bm = r(f["n"], f["k"]) if f["trans_b"] else r(f["k"], f["n"])
-        return lambda: fn(a, bm, bool(f["trans_a"]), bool(f["trans_b"]))
-    if k.startswith(("maxpool2d.", "avgpool2d.")):
-        x = r(f["n"], f["c"], f["h"], f["w"])
-        geo = dict(kernel=(f["kh"], f["kw"]), stride=(f["sh"], f["sw"]),
-                   padding=(f["pt"], f["pb"], f["pl"], f["pr"]), ceil_mode=bool(f["ceil_mode"]))
-        if k.startswith("maxpool2d."):
-            geo["dilation"] = (f["dh"], f["dw"])
-            fwd = KERNELS["maxpool2d.fwd"]
-        else:
-            geo["count_include_pad"] = bool(f["count_include_pad"])
-            fwd = KERNELS["avgpool2d.fwd"]
-        if k.endswith(".fwd"):
-            return lambda: fwd(x, **geo)
-        y, cache = fwd(x, **geo)
-        dy = grad(*y.shape)
+@dataclass
+class _Operands:
+    """Random operands in the call's dtype on ``xp``; the incoming gradient shared as :func:`build` says."""
+
+    xp: ModuleType
+    dtype: str
+    shared: dict | None
+
+    def rand(self, *shape):
+        return _rand(self.xp, shape, self.dtype)
+
+    def grad(self, *shape):
+        if self.shared is None:
+            return self.rand(*shape)
+        if "dy" not in self.shared:
+            self.shared["dy"] = self.rand(*shape)
+        return self.shared["dy"]
+
+
+Builder = Callable[[KernelCall, dict, Callable, _Operands], Callable[[], object]]
+
+
+def _conv(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    k, r = call.kernel, ops.rand
+    n, c, h, w, fo, kh, kw = (f[x] for x in ("n", "c", "h", "w", "f", "kh", "kw"))
+    geo = dict(stride=(f["sh"], f["sw"]), padding=(f["pt"], f["pb"], f["pl"], f["pr"]),
+               dilation=(f["dh"], f["dw"]), groups=f["groups"], algo=call.algo)
+    x, wt = r(n, c, h, w), r(fo, c // f["groups"], kh, kw)
+    b = r(fo) if f["bias"] else None
+    y = KERNELS["conv2d.fwd"](x, wt, b, **geo)
+    dy = ops.grad(*y.shape)
+    if k == "conv2d.fwd":
+        return lambda: fn(x, wt, b, **geo)
+    if k == "conv2d.bwd_data":
+        return lambda: fn(dy, wt, x.shape, **geo)
+    return lambda: fn(dy, x, wt.shape, with_bias=bool(f["bias"]), **geo)
+
+
+def _linear(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    k, r = call.kernel, ops.rand
+    x, wt = r(f["rows"], f["c"]), r(f["f"], f["c"])
+    b = r(f["f"]) if f["bias"] else None
+    dy = ops.grad(f["rows"], f["f"])
+    if k == "linear.fwd":
+        return lambda: fn(x, wt, b)
+    if k == "linear.bwd_data":
+        return lambda: fn(dy, wt)
+    if k == "linear.bwd_weights":
+        return lambda: fn(dy, x, with_bias=bool(f["bias"]))
+    return lambda: fn(dy, x, wt, with_bias=bool(f["bias"]))
+
+
+def _gemm(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    r = ops.rand
+    a = r(f["k"], f["m"]) if f["trans_a"] else r(f["m"], f["k"])
+    bm = r(f["n"], f["k"]) if f["trans_b"] else r(f["k"], f["n"])
+    return lambda: fn(a, bm, bool(f["trans_a"]), bool(f["trans_b"]))
+
+
+def _pool(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    k = call.kernel
+    x = ops.rand(f["n"], f["c"], f["h"], f["w"])
+    geo = dict(kernel=(f["kh"], f["kw"]), stride=(f["sh"], f["sw"]),
+               padding=(f["pt"], f["pb"], f["pl"], f["pr"]), ceil_mode=bool(f["ceil_mode"]))
+    if k.startswith("maxpool2d."):
+        geo["dilation"] = (f["dh"], f["dw"])
+        fwd = KERNELS["maxpool2d.fwd"]
+    else:
+        geo["count_include_pad"] = bool(f["count_include_pad"])
+        fwd = KERNELS["avgpool2d.fwd"]
+    if k.endswith(".fwd"):
+        return lambda: fwd(x, **geo)
+    y, cache = fwd(x, **geo)
+    dy = ops.grad(*y.shape)
+    return lambda: fn(dy, cache)
+
+
+def _global_pool(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    x = ops.rand(f["n"], f["c"], f["h"], f["w"])
+    if call.kernel.endswith(".fwd"):
+        return lambda: fn(x)
+    y, cache = KERNELS["global_avgpool.fwd"](x)
+    dy = ops.grad(*y.shape)
+    return lambda: fn(dy, cache)
+
+
+def _batchnorm(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    k, r = call.kernel, ops.rand
+    x = r(f["n"], f["c"], f["h"], f["w"])
+    gamma, beta = r(f["c"]), r(f["c"])
+    s, ss, count = KERNELS["batchnorm.local_sums"](x)
+    mean, var = bn_stats_from_sums(s, ss, count)
+    if k == "batchnorm.local_sums":
+        return lambda: fn(x)
+    if k == "batchnorm.fwd_apply":
+        return lambda: fn(x, mean, var, gamma, beta)
+    _, cache = KERNELS["batchnorm.fwd_apply"](x, mean, var, gamma, beta)
+    dy = ops.grad(*x.shape)
+    if k == "batchnorm.bwd_local_sums":
         return lambda: fn(dy, cache)
-    if k.startswith("global_avgpool."):
-        x = r(f["n"], f["c"], f["h"], f["w"])
-        if k.endswith(".fwd"):
-            return lambda: fn(x)
-        y, cache = KERNELS["global_avgpool.fwd"](x)
-        dy = grad(*y.shape)
-        return lambda: fn(dy, cache)
-    if k.startswith("batchnorm."):
-        from kernels.norm import bn_stats_from_sums
-        x = r(f["n"], f["c"], f["h"], f["w"])
-        gamma, beta = r(f["c"]), r(f["c"])
-        s, ss, count = KERNELS["batchnorm.local_sums"](x)
-        mean, var = bn_stats_from_sums(s, ss, count)
-        if k == "batchnorm.local_sums":
-            return lambda: fn(x)
-        if k == "batchnorm.fwd_apply":
-            return lambda: fn(x, mean, var, gamma, beta)
-        _, cache = KERNELS["batchnorm.fwd_apply"](x, mean, var, gamma, beta)
-        dy = grad(*x.shape)
-        if k == "batchnorm.bwd_local_sums":
-            return lambda: fn(dy, cache)
-        sdy, sdx = KERNELS["batchnorm.bwd_local_sums"](dy, cache)
-        return lambda: fn(dy, cache, sdy, sdx, count, gamma)
-    if k.startswith("layernorm."):
-        x, gamma, beta = r(f["rows"], f["d"]), r(f["d"]), r(f["d"])
-        if k.endswith(".fwd"):
-            return lambda: fn(x, gamma, beta)
-        _, cache = KERNELS["layernorm.fwd"](x, gamma, beta)
-        dy = grad(*x.shape)
-        return lambda: fn(dy, cache)
-    if k == "sgd.update":
-        w, v, g = r(f["elems"]), r(f["elems"]), r(f["elems"])
-        return lambda: fn(w, v, g, 1e-6, 0.9)
-    if k.startswith(("relu.", "gelu.", "dropout.", "add.")):
-        op = k.split(".")[0]
-        x = r(f["elems"])
-        fwd = KERNELS[f"{op}.fwd"]
-        args = {"dropout": (x, 0.1, 0), "add": (x, r(f["elems"]))}.get(op, (x,))
-        if k.endswith(".fwd"):
-            return lambda: fwd(*args)
-        _, cache = fwd(*args)
-        dy = grad(f["elems"])
-        return lambda: fn(dy, cache)
-    if k.startswith("concat."):
-        sizes = call.shape[2:]
-        xs = [r(f["outer"], s, f["inner"]) for s in sizes]
-        if k.endswith(".fwd"):
-            return lambda: fn(xs, 1)
-        y, cache = KERNELS["concat.fwd"](xs, 1)
-        dy = y if shared is None else shared.setdefault("dy", y)  # the output's gradient, its shape
-        return lambda: fn(dy, cache)
-    if k.startswith("reshard."):
-        # a piece written into a block whose rows are twice as long (one side strided, as a halo
-        # or a channel slice is in the executor's blocks), read from a contiguous one
-        src, dst = r(f["outer"], f["inner"]), r(f["outer"], 2 * f["inner"])[:, :f["inner"]]
-        return lambda: fn(dst, src)
-    if k.startswith("softmax_xent."):
-        logits = r(f["rows"], f["k"])
-        labels = xp.random.default_rng(1).integers(0, f["k"], f["rows"])
-        if k.endswith(".fwd"):
-            return lambda: fn(logits, labels, f["rows"])
-        _, cache = KERNELS["softmax_xent.fwd"](logits, labels, f["rows"])
-        return lambda: fn(cache)
-    if k.startswith("attention."):
-        n, hd, sq, sk, dh = (f[x] for x in ("n", "heads", "sq", "sk", "dh"))
-        q, kk, v = r(n, hd, sq, dh), r(n, hd, sk, dh), r(n, hd, sk, dh)
-        if k.endswith(".fwd"):
-            return lambda: fn(q, kk, v, bool(f["causal"]))
-        o, cache = KERNELS["attention.fwd"](q, kk, v, bool(f["causal"]))
-        do = grad(*o.shape)
-        return lambda: fn(do, cache)
-    raise ValueError(f"no synthetic operands for kernel {k!r}")
+    sdy, sdx = KERNELS["batchnorm.bwd_local_sums"](dy, cache)
+    return lambda: fn(dy, cache, sdy, sdx, count, gamma)
+
+
+def _layernorm(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    r = ops.rand
+    x, gamma, beta = r(f["rows"], f["d"]), r(f["d"]), r(f["d"])
+    if call.kernel.endswith(".fwd"):
+        return lambda: fn(x, gamma, beta)
+    _, cache = KERNELS["layernorm.fwd"](x, gamma, beta)
+    dy = ops.grad(*x.shape)
+    return lambda: fn(dy, cache)
+
+
+def _sgd(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    r = ops.rand
+    w, v, g = r(f["elems"]), r(f["elems"]), r(f["elems"])
+    return lambda: fn(w, v, g, 1e-6, 0.9)
+
+
+def _elementwise(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    k, r = call.kernel, ops.rand
+    op = k.split(".")[0]
+    x = r(f["elems"])
+    fwd = KERNELS[f"{op}.fwd"]
+    args = {"dropout": (x, 0.1, 0), "add": (x, r(f["elems"]))}.get(op, (x,))
+    if k.endswith(".fwd"):
+        return lambda: fwd(*args)
+    _, cache = fwd(*args)
+    dy = ops.grad(f["elems"])
+    return lambda: fn(dy, cache)
+
+
+def _concat(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    sizes = call.shape[2:]
+    xs = [ops.rand(f["outer"], s, f["inner"]) for s in sizes]
+    if call.kernel.endswith(".fwd"):
+        return lambda: fn(xs, 1)
+    y, cache = KERNELS["concat.fwd"](xs, 1)
+    dy = y if ops.shared is None else ops.shared.setdefault("dy", y)  # the output's gradient, its shape
+    return lambda: fn(dy, cache)
+
+
+def _reshard(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    # a piece written into a block whose rows are twice as long (one side strided, as a halo
+    # or a channel slice is in the executor's blocks), read from a contiguous one
+    r = ops.rand
+    src, dst = r(f["outer"], f["inner"]), r(f["outer"], 2 * f["inner"])[:, :f["inner"]]
+    return lambda: fn(dst, src)
+
+
+def _softmax_xent(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    logits = ops.rand(f["rows"], f["k"])
+    labels = ops.xp.random.default_rng(1).integers(0, f["k"], f["rows"])
+    if call.kernel.endswith(".fwd"):
+        return lambda: fn(logits, labels, f["rows"])
+    _, cache = KERNELS["softmax_xent.fwd"](logits, labels, f["rows"])
+    return lambda: fn(cache)
+
+
+def _attention(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    r = ops.rand
+    n, hd, sq, sk, dh = (f[x] for x in ("n", "heads", "sq", "sk", "dh"))
+    q, kk, v = r(n, hd, sq, dh), r(n, hd, sk, dh), r(n, hd, sk, dh)
+    if call.kernel.endswith(".fwd"):
+        return lambda: fn(q, kk, v, bool(f["causal"]))
+    o, cache = KERNELS["attention.fwd"](q, kk, v, bool(f["causal"]))
+    do = ops.grad(*o.shape)
+    return lambda: fn(do, cache)
+
+
+#: The operand builder of each kernel family (the registry name's part before the dot).
+_BUILDERS: dict[str, Builder] = {
+    "conv2d": _conv, "linear": _linear, "gemm": _gemm, "maxpool2d": _pool, "avgpool2d": _pool,
+    "global_avgpool": _global_pool, "batchnorm": _batchnorm, "layernorm": _layernorm, "sgd": _sgd,
+    "relu": _elementwise, "gelu": _elementwise, "dropout": _elementwise, "add": _elementwise,
+    "concat": _concat, "reshard": _reshard, "softmax_xent": _softmax_xent, "attention": _attention,
+}
 
 
 class _Clock:
@@ -219,7 +280,6 @@ def summarize(samples: list[float], flops: int, nbytes: int) -> Entry:
 
 def last_level_cache_bytes() -> int:
     """The CPU's last-level cache (Linux sysfs, e.g. "32768K"; 32 MiB when unknown)."""
-    import glob
     units = {"K": 1 << 10, "M": 1 << 20}
     sizes = []
     for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):

@@ -1,9 +1,8 @@
 """Timing the prediction's kernels inside a run, between its timed steps (``--fresh-profile``).
 
-This VM's speed moves by tens of percent between hours and by more than 10% within minutes (the
-same 45 lenet5 kernel calls, timed in six back-to-back processes, summed to 125-179 ms), so
-kernels timed before a run, or even right after it, can see another machine than the run did.
-With ``--fresh-profile`` every rank, after each timed step and outside its clock, times each
+A shared machine's speed can move by tens of percent between hours and by more than 10% within
+minutes, so kernels timed before a run, or even right after it, can see another machine than the
+run did. With ``--fresh-profile`` every rank, after each timed step and outside its clock, times each
 kernel call the prediction will look up ONCE, as the profiler times a call (synthetic operands
 of the call's shape from :func:`profiler.harness.build`, one call after a pass over a buffer
 larger than the L2 cache, :func:`profiler.harness.cold_sampler`), right after replaying the
@@ -19,6 +18,8 @@ the moments the kernels are timed at are the run's.
 from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy
 
 from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry
@@ -50,7 +51,6 @@ class InRunTimer:
         got = self._kept.get(call.key)
         if got is not None:
             return got
-        import numpy  # noqa: PLC0415 - numpy backend (the executor's)
         if self._buf is None:
             self._buf = numpy.ones(DISTURB_ELEMS, dtype=numpy.float32)
         shared = {} if reads_saved(call) else None
@@ -77,8 +77,8 @@ class InRunTimer:
         """One sample of every call; ``barrier`` (the job's) runs before each, outside the clock.
         ``keep=False``: a warm-up round (after a warm-up step), its samples dropped. It builds the
         operands, so the memory they take is taken before the timed steps: built after the first
-        timed step instead, they took the heap's free memory and the next step ran 2.2-2.6x slower
-        (lenet5, batch 256), faulting in fresh pages for its own arrays.
+        timed step instead, they would take the heap's free memory and the next step would run
+        several times slower, faulting in fresh pages for its own arrays.
 
         Each sample re-creates the state the call meets in the step. The call runs once, untimed
         (its code and operands were used a step earlier); then the calls just before it in the
@@ -87,14 +87,13 @@ class InRunTimer:
         profiler's 4 MiB pass, the call is timed. The replay moves what the step moves and leaves
         the heap as the step leaves it: the arrays the timed call allocates (its output, im2col's
         columns) land where the step's would, not in the blocks its warm-up run has just freed
-        and left in cache. lenet5's conv2 forward (batch 256, one rank, Intel VM) took 7.7-8.6 ms
-        in the step; alone, 4.0-4.3 ms after a 16 MiB pass (what relu1 and pool1 move, the rule
-        used before), 7.0-7.4 ms when a live array kept its columns out of the freed block, and
-        7.7-8.2 ms timed so (docs/executor.md, fifteenth session). A call whose predecessors move
-        more than the caches (relu6 after alexnet's fc6) meets cold code and operands, as in the
-        step. The pass keeps the profiler's convention for the smallest kernels: timed with the
-        two calls before it warm, an update of a few kilobytes took a third of its time in the
-        step. A call with no known predecessors (a reshard copy) is timed as the profiler does."""
+        and left in cache: a convolution timed alone after a pass as large as what its
+        predecessors move, or with its columns in a freed cached block, runs up to twice as fast
+        as in the step (docs/executor.md). A call whose predecessors move more than the caches
+        (relu6 after alexnet's fc6) meets cold code and operands, as in the step. The pass keeps
+        the profiler's convention for the smallest kernels: timed with only the calls before it
+        warm, an update of a few kilobytes runs far faster than in the step. A call with no known
+        predecessors (a reshard copy) is timed as the profiler does."""
         for call in self.calls:
             run, sample = self._sampler(call)
             run()
@@ -111,10 +110,8 @@ def reads_saved(call: KernelCall) -> bool:
     (the input, a mask, normalised values): in a step those were last touched a whole forward
     pass earlier, so they come from memory however little the calls just before it moved. Its
     incoming gradient is another matter: the kernel just before it wrote it, so it shares the
-    cache context of the calls before it (the warm-up run's, :meth:`InRunTimer._sampler`). Timed
-    with a cold gradient too, lenet5's 1-rank step (batch 256) was priced 7.6% above its measured
-    time on average over five runs; with the gradient shared, 3.7% above (same session,
-    alternating)."""
+    cache context of the calls before it (the warm-up run's, :meth:`InRunTimer._sampler`); timed
+    with a cold gradient too, the step's backward kernels would be priced too slow."""
     return ".bwd" in call.kernel
 
 

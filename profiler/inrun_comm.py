@@ -59,10 +59,10 @@ class InRunComm:
         A cold call with known kernels before it (:attr:`CommCall.after`) is timed right after
         those kernels run (untimed, on the kernel timer's operands, their outputs alive), as
         profiler.inrun times a kernel after the calls before it; any other call after its
-        state's cache pass. The pass stood for every cold call until the fifteenth session: over
-        the whole last-level cache, which sysfs gives as 480 MiB on the Intel VM, it priced the
-        statistics allreduces of ResNet-18's small batch normalisations (filter plan, 2 ranks)
-        at 0.17-0.21 ms against 0.06-0.10 ms in the step (docs/executor.md)."""
+        state's cache pass. The kernels, not the pass, because a pass over the whole last-level
+        cache (which sysfs can give as hundreds of MiB) leaves the caches colder than a layer's
+        kernels do, and prices a small collective after a small layer (a batch normalisation's
+        statistics allreduce) well above its time in the step (docs/executor.md)."""
         for call in self.calls:
             op = self._op(call)
             replay = call.after if call.state == "cold" else ()
@@ -80,7 +80,7 @@ class InRunComm:
 
 def collective_op(sub, call: CommCall) -> Callable[[], object]:
     """``call`` on the communicator ``sub`` (its group), on buffers made here."""
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI  # noqa: PLC0415 - importing mpi4py.MPI initialises MPI: only in a run
     g, rank = sub.Get_size(), sub.Get_rank()
     n = max(g, call.nbytes // ITEM)
     rng = np.random.default_rng(rank)

@@ -10,24 +10,30 @@ seconds and when the process exits). Calls the roofline expects to take longer t
 
 :meth:`OnDemandCompute.calls_of` lists the kernel calls a prediction looks up, and
 :meth:`OnDemandCompute.install` replaces their entries, in memory, with timings taken elsewhere:
-a shared VM's speed drifts by tens of percent between hours (the same lenet5 kernels summed to
-61.6 ms in a cache from an earlier session and to 44.2 ms re-timed just before a run that
-measured 48.9 ms), so `dnnplan execute/validate --fresh-profile` times those calls inside the
-run, between its steps (profiler.inrun), and predicts from those timings.
+a shared machine's speed can drift by tens of percent between hours, so a cache filled earlier
+can be far from what a run meets; `dnnplan execute/validate --fresh-profile` times those calls
+inside the run, between its steps (profiler.inrun), and predicts from those timings.
 """
 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import time
 from typing import Callable
+
+from rich.console import Console
+from threadpoolctl import threadpool_limits
 
 from costmodel.compute import Roofline
 from costmodel.kernel_calls import KernelCall
 from costmodel.machine import Machine
 from costmodel.profile_table import DISPATCH, Entry, with_entries, with_executor
 from costmodel.profiled_compute import Lookup, ProfiledCompute
+from networks.errors import DnnplanError
+from profiler import dispatch, side_by_side
+from profiler.companions import Companions
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
 from profiler.tables import cache_path, earlier_cache_paths, open_for_device, read_table, write_table
@@ -78,15 +84,14 @@ class OnDemandCompute(ProfiledCompute):
         todo = [c for c in dict.fromkeys(calls) if c.key not in self._timed]
         if not self.enabled or not todo:
             return
-        from threadpoolctl import threadpool_limits  # noqa: PLC0415
-        from profiler.side_by_side import ROUNDS, time_side_by_side  # noqa: PLC0415
+        rounds = side_by_side.ROUNDS
         self._start_companions()
         say = lambda done, total: self._say(  # noqa: E731
             f"timing {len(todo)} kernels side by side, "
-            f"round {min(ROUNDS, done * ROUNDS // total + 1)} of {ROUNDS}")
+            f"round {min(rounds, done * rounds // total + 1)} of {rounds}")
         say(0, 1)
         with threadpool_limits(limits=self.threads):
-            entries = time_side_by_side(todo, ROUNDS, self._companions, progress=say)
+            entries = side_by_side.time_side_by_side(todo, rounds, self._companions, progress=say)
         self._timed.update(entries)
         self.misses.difference_update(todo)
         self._keep_timed(entries)
@@ -113,7 +118,6 @@ class OnDemandCompute(ProfiledCompute):
         self._timed.add(call.key)
         if not self.enabled or self._fallback_call(call) > self.max_call_s:
             return None
-        from threadpoolctl import threadpool_limits
         self._say(f"profiling kernel {len(self.new) + 1}: {call.kernel} {call.shape} {call.algo}")
         self._start_companions()
         if self._companions is not None:
@@ -132,13 +136,11 @@ class OnDemandCompute(ProfiledCompute):
     def _start_companions(self) -> None:
         """For a profile of several ranks, the other ranks' companion processes (once)."""
         if self.concurrency > 1 and self._companions is None:
-            from profiler.companions import Companions  # noqa: PLC0415
             self._companions = Companions(self.concurrency - 1, self.threads)
 
     def _say(self, text: str) -> None:
         """Show what is being timed on the status line (stderr), started on first use."""
         if self.progress and self._status is None:
-            from rich.console import Console  # noqa: PLC0415
             self._status = Console(stderr=True).status(text)
             self._status.start()
         if self._status is not None:
@@ -167,11 +169,9 @@ class OnDemandCompute(ProfiledCompute):
         use when the cache has none (or, with ``refresh``, once per process), like a kernel call."""
         if self.enabled and DISPATCH not in self._timed and (self.refresh or not self._dispatch_points()):
             self._timed.add(DISPATCH)
-            from profiler.dispatch import time_dispatch  # noqa: PLC0415
             self._say("profiling the executor's own time per layer pass (cached)")
-            entries, self.dispatch_failure = time_dispatch(self.threads, self.concurrency)
+            entries, self.dispatch_failure = dispatch.time_dispatch(self.threads, self.concurrency)
             if self.dispatch_failure and self.progress:
-                from rich.console import Console  # noqa: PLC0415
                 Console(stderr=True).print(f"[yellow]warning:[/yellow] {self.dispatch_failure}; predictions leave "
                                            "out the executor's own time between kernels")
             for name, entry in entries.items():
@@ -198,10 +198,9 @@ def local_compute_model(machine: Machine, threads: int = 1, progress: bool = Tru
     """The cached, on-demand profiled compute model of this computer (backend numpy), for runs of
     ``concurrency`` ranks sharing it (kernels timed beside that many - 1 companions). ``refresh``:
     every call is timed again on its first lookup and the cache updated, so the calls one plan
-    weighs against each other are all timed now, side by side (the cache gathers entries over
-    days, while this VM's speed drifts unevenly: after a day, its im2col convolutions of
-    ResNet-18 read 1.47x their time re-timed, its Winograd ones 1.14x, and the planner chose
-    Winograd where im2col now ran faster)."""
+    weighs against each other are all timed now, side by side: the cache gathers entries over
+    days, while a shared machine's speed can drift unevenly between kernels, enough to change
+    which algorithm is the faster (docs/profiler.md, "Refreshing the cache")."""
     fp = fingerprint("numpy", threads, concurrency)
     path = cache_path(fp)
     table = open_for_device(str(path), fp)
@@ -216,8 +215,6 @@ def _with_earlier_comm(table, fp):
     collectives fitted by ``dnnplan profile-comm`` do not depend on the kernels, so they are carried
     over from the latest earlier revision's file of the same device, threads and ranks (a file
     that does not read as a table is passed over)."""
-    import dataclasses  # noqa: PLC0415
-    from networks.errors import DnnplanError  # noqa: PLC0415
     for old in earlier_cache_paths(fp):
         if not old.exists():
             continue

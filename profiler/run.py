@@ -1,7 +1,7 @@
 """Profiling a list of kernel calls into a table: resume, time budget, periodic atomic saves.
 
 The driver behind ``dnnplan profile`` and on-demand profiling; it reports progress through a
-callback so the CLI can draw a bar (rendering lives in planner/report_profile.py).
+callback so the CLI can draw a bar (rendering lives in dnnplan/render/profile.py).
 """
 
 from __future__ import annotations

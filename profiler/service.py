@@ -1,19 +1,21 @@
-"""What the profile commands do, as library calls (the CLI in planner/cli_profile.py stays thin)."""
+"""What the profile commands do, as library calls (the CLI in dnnplan/commands/profile.py stays thin)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.kernel_calls import KernelCall
+from costmodel.files import load_machine
+from costmodel.kernel_calls import DEFAULT_CONV_ALGORITHM, KernelCall, split_key
 from costmodel.profile_table import ProfileTable
+from kernels.xp import array_module
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from profiler.collect import conv_grid, gemm_grid, network_calls
+from profiler.context import default_batch
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy
 from profiler.run import ProfileRun, profile_calls
 from profiler.tables import cache_path, open_for_device
-from kernels.xp import array_module
 
 GRID_MODES = ("gemm", "conv")
 
@@ -31,7 +33,6 @@ def parse_ints(text: str, what: str) -> list[int]:
 def device_peak_flops(fp: dict, threads: int) -> float | None:
     """The datasheet float32 peak of the profiled device: the local machine's core peak times
     threads on a CPU, a shipped machine's GPU when the name matches, else None."""
-    from costmodel.files import load_machine
     try:
         if fp["backend"] == "numpy":
             return load_machine("local").device.peak_flops["float32"] * threads
@@ -63,10 +64,10 @@ def plan_calls(req: ProfileRequest) -> list[KernelCall]:
         return gemm_grid(req.sizes or [64, 128, 256, 512])
     if req.target == "conv":
         return conv_grid(req.devices if req.batch is None else [req.batch], req.channels or [16, 32, 64],
-                         req.sizes or [14, 28, 56], algorithms=req.algorithms or ("im2col",),
+                         req.sizes or [14, 28, 56], algorithms=req.algorithms or (DEFAULT_CONV_ALGORITHM,),
                          passes=("fwd", "bwd_data", "bwd_weights"))
     net = load_network(req.target)
-    return network_calls(net, req.devices, lambda p: req.batch or 32 * p, req.algorithms)
+    return network_calls(net, req.devices, lambda p: req.batch or default_batch(p), req.algorithms)
 
 
 def run_profile(req: ProfileRequest, progress=None) -> tuple[ProfileRun, str, dict]:
@@ -97,7 +98,6 @@ def run_summary(run: ProfileRun, fp: dict, threads: int, path: str) -> dict:
 
 
 def _by_kernel(run: ProfileRun) -> list[dict]:
-    from costmodel.kernel_calls import split_key
     agg: dict[tuple[str, str], list[float]] = {}
     for key, e in run.measured.items():
         kernel, _, _, algo = split_key(key)

@@ -1,16 +1,11 @@
 """Timing many kernel calls side by side: each call once per round, the rounds repeated
 (``--refresh-profile``).
 
-A shared VM's speed drifts within minutes. Timed one after another, each call's samples back to
-back (on-demand profiling, :func:`profiler.harness.time_call`), the calls that a plan's
-alternatives are weighed on each see a different machine. Measured here (2-core EPYC VM, lenet5
-at 2 ranks, batch 512, 1 thread per rank): a refresh timed one after another priced conv1 split over H, shape
-(512, 1, 18, 32), at 7.29 ms forward and 15.26 ms backward, and split over N, shape
-(256, 1, 32, 32), at 8.26 and 14.91 ms. The planner then split conv1 to pool1 over H. Timed in 30
-interleaved rounds in one process, the same calls took 6.32 and 16.39 ms over H, 5.88 and 13.63
-ms over N. In the run, conv1 measured 6.68 and 16.52 ms over H, 6.13 and 13.08 ms over N.
-Interleaved, every call's median is taken over the same stretch of time, so a drift moves all
-the alternatives alike.
+A shared machine's speed drifts within minutes. Timed one after another, each call's samples back
+to back (on-demand profiling, :func:`profiler.harness.time_call`), the calls that a plan's
+alternatives are weighed on each see a different machine, and the drift can decide between two
+alternatives (an example: docs/profiler.md, "Refreshing the cache"). Interleaved, every call's
+median is taken over the same stretch of time, so a drift moves all the alternatives alike.
 
 Each sample is the profiler's (:func:`profiler.harness.cold_sampler`): the call runs once
 untimed, as its previous sample would have, then a pass over a 4 MiB buffer, then ONE timed call.

@@ -18,7 +18,8 @@ from costmodel.profile_table import (ProfileTable, fingerprint_id, foreign_reaso
                                      table_to_dict)
 from networks.errors import DnnplanError
 
-SHIPPED_DIR = Path(__file__).parent / "tables"
+#: Tables shipped with the package, by name (none yet: one placed here also needs pyproject's package data)
+SHIPPED_DIR = Path(__file__).parent / "profiles"
 
 
 def cache_dir() -> Path:
@@ -45,7 +46,7 @@ def earlier_cache_paths(fp: Mapping[str, Any]) -> list[Path]:
 
 
 def shipped_table_path(name: str) -> Path | None:
-    """A shipped table by name (``profiler/tables/NAME.json``), or None."""
+    """A shipped table by name (``profiler/profiles/NAME.json``), or None."""
     path = SHIPPED_DIR / f"{name}.json"
     return path if path.is_file() else None
 

@@ -1,7 +1,9 @@
 """Collective costs: hand-computed values from the slide formulas, edge cases, selection, hierarchy.
 
-Expected values are written out as arithmetic from reference/000_0882bce98377ddd2.txt (collectives
-slides) and reference/004_f294eac0d22243ce.txt Section 2.5, never by calling the code under test.
+Expected values are written out as arithmetic from Dryden, "Parallelism in Training Deep Neural
+Networks" (lecture slides, the collectives part) and Ben-Nun & Hoefler, "Demystifying Parallel and
+Distributed Deep Learning" (ACM Computing Surveys 2019), Section 2.5, never by calling the code
+under test.
 """
 
 from __future__ import annotations

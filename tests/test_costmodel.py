@@ -74,7 +74,8 @@ def _table_rows():
 
 
 def test_vgg16_activation_memory_matches_the_reference_footprint_table():
-    """reference/001's VGG-16 table, batch 1, fp32: per layer output size and memory.
+    """The VGG-16 memory-footprint table of CMU 15-418's "Parallel Deep Neural Networks" lecture, batch 1,
+    fp32 (tests/assets/vgg16_footprint.tsv): per layer output size and memory.
 
     Sizes must match exactly. The memory column is rounded on the slide (e.g. 784 KiB is printed as
     766 KB), so bytes are compared within 2.5%, in binary units (KB = KiB, MB = MiB)."""

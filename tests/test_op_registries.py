@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.compute import CONV_ALGORITHMS, PASSES, algorithm_applies
+from costmodel.compute import CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, PASSES, algorithm_applies
 from costmodel.kernel_calls import SHAPE_FIELDS, grad_sum_calls, kernel_calls, update_calls
 from costmodel.layer_layouts import local_layer
 from costmodel.strategy import make_strategy
 from executor.ops import OPS as EXECUTOR_OPS
 from executor.reference import reference_step
 from kernels import KERNELS
+from kernels.conv import CONV_ALGORITHMS as KERNEL_CONV_ALGORITHMS
 from networks.errors import DnnplanError
 from networks.ir import Network
 from networks.ops.catalogue import OPS
@@ -151,3 +152,9 @@ def test_the_kernel_calls_name_registered_kernels(op):
     for call in passes + [c for layer in layers for c in _step_calls(layer)]:
         assert call.kernel in KERNELS, (f"costmodel.kernel_calls names kernel '{call.kernel}' for op '{op}', "
                                         "which kernels.KERNELS lacks")
+
+
+def test_the_cost_model_and_the_kernels_know_the_same_convolution_algorithms():
+    """The cost model prices exactly the algorithms the kernels run, and its default is one of them."""
+    assert tuple(CONV_ALGORITHMS) == tuple(KERNEL_CONV_ALGORITHMS)
+    assert DEFAULT_CONV_ALGORITHM in KERNEL_CONV_ALGORITHMS
