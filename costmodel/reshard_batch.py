@@ -25,7 +25,6 @@ inside node 0 iff its largest member, ``sum (degree - 1) * stride``, is below ``
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Sequence
 
 import numpy as np

@@ -18,7 +18,6 @@ from dnnplan.render.messages import fail_line
 from networks.errors import DnnplanError
 
 
-
 class Group(TyperGroup):
     def invoke(self, ctx: Context):
         try:

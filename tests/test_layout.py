@@ -1,12 +1,11 @@
 """The layout algebra against an element-by-element brute force on small grids and odd shapes."""
 
-import itertools
 import random
 
 import numpy as np
 import pytest
 
-from costmodel.layout import (AxisSplit, Layout, block, region_size, reshard_volume, same_blocks,
+from costmodel.layout import (AxisSplit, Layout, block, reshard_volume, same_blocks,
                               transfers)
 from costmodel.strategy import GRID_ORDER, Strategy, make_strategy, parse_degrees
 from networks.ops.base import Window

@@ -6,12 +6,12 @@ from typing import Callable, TypeVar
 
 import typer
 
+from dnnplan.flags import at_least
 from dnnplan.options import (CheckOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt, RanksOpt, StepsOpt, ThreadsOpt,
                              TimeoutOpt, TraceOpt, WarmupOpt)
 from dnnplan.output import write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render.messages import fail_line, warn
-from dnnplan.validate_args import at_least
 from executor.compare import comparison_json
 from executor.launch import RunFailed
 from executor.session import measure, non_finite_loss_warning, prepare, strategy_labels, trace_dict

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from dnnplan.flags import positive
 from dnnplan.options import JsonOpt, NetworkArg, SamplesOpt
 from dnnplan.render import tables
-from dnnplan.validate_args import positive
 from networks.analysis import summarize, summary_json
 from networks.loader import load_network
 

@@ -7,17 +7,18 @@ import json
 from pathlib import Path
 
 from costmodel.files import DEFAULT_MACHINE
+from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg, PlanOutOpt,
                              PlotOpt, ProfileOpt, RefreshOpt, SolverOpt, SweepOpt, TimeLimitOpt)
 from dnnplan.render import plan as render
 from dnnplan.render.messages import warn
 from dnnplan.render.plot import plot_sweep
-from dnnplan.validate_args import refresh_warning
 from networks.errors import DnnplanError
 from planner.optimize import Settings, make_plan
 from planner.plan_file import plan_to_dict, write_plan
 from planner.refreshed import refreshed
-from planner.sweep import parse_counts, sweep as run_sweep
+from planner.sweep import parse_counts
+from planner.sweep import sweep as run_sweep
 from profiler import context
 from profiler.context import Context
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import typer
 
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
+from dnnplan.flags import at_least, refresh_warning
 from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, FreshOpt, JsonFileOpt, LocalMachineOpt, NetworkArg,
                              ProfileOpt, RanksOpt, RefreshOpt, StepsOpt, ThreadsOpt, TimeoutOpt, WarmupOpt)
 from dnnplan.output import write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render.messages import fail_line, warn
-from dnnplan.validate_args import at_least, refresh_warning
 from executor import validation
 from executor.session import strategy_labels
 from executor.validation import PlanRun, RunSettings, strategy_summary

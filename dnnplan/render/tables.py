@@ -7,8 +7,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from networks.analysis import NetworkSummary
 from dnnplan.render import fmt
+from networks.analysis import NetworkSummary
 
 # wide tables when piped (logs, CI); the terminal width otherwise
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)

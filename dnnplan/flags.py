@@ -1,4 +1,4 @@
-"""Checks of option values that typer's types cannot express (positive counts, known names)."""
+"""Checks of flag values that typer's types cannot express (positive counts, flags that do nothing)."""
 
 from __future__ import annotations
 
