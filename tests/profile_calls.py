@@ -1,0 +1,11 @@
+"""Two kernel calls of different kinds (a GEMM and a reshard copy), shared by the on-demand and
+in-run profiling tests."""
+
+from __future__ import annotations
+
+from costmodel.kernel_calls import linear_call, reshard_copy_call
+
+
+def _two_calls():
+    return [linear_call("linear.fwd", 64, 64, 64, False, "float32", 4),
+            reshard_copy_call(4096, 64, "float32", False)]

@@ -1,0 +1,124 @@
+"""In-run timing (execute --fresh-profile): kernels timed once per round after a barrier, the calls
+before each replayed, collectives after their kernels or a cache pass, the slowest rank's median."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import profiler.inrun as inrun
+import profiler.inrun_comm as ic
+from costmodel.comm_calls import CommCall
+from dnnplan.cli import app
+from profile_calls import _two_calls
+from profiler.inrun import entries_from_samples, merge_samples
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+
+
+def test_in_run_timer_times_each_call_once_per_round_after_a_barrier(monkeypatch):
+    """--fresh-profile's in-run timing: one sample per call and round, a barrier before each call,
+    operands built once and kept (or rebuilt every round when there is no room to keep them)."""
+    calls = _two_calls()
+    built = []
+    real_build = inrun.build
+    monkeypatch.setattr(inrun, "build", lambda call, xp, shared=None: built.append(call.key) or real_build(call, xp, shared))
+    barriers = []
+    timer = inrun.InRunTimer(calls + calls[:1])  # a repeated call is timed once per round
+    for _ in range(3):
+        timer.round(lambda: barriers.append(1))
+    assert set(timer.samples) == {c.key for c in calls}
+    assert all(len(v) == 3 and min(v) > 0 for v in timer.samples.values())
+    assert len(barriers) == 3 * len(calls) and sorted(built) == sorted(c.key for c in calls)
+    built.clear()
+    tight = inrun.InRunTimer(calls, cache_bytes=0)
+    tight.round()
+    tight.round()
+    assert len(built) == 2 * len(calls)
+
+
+def test_in_run_timer_replays_the_calls_before_each_and_keeps_their_outputs_alive(monkeypatch):
+    """Each sample: the call runs once, untimed, then the calls just before it in the step run,
+    their outputs alive until the timed run (they are its inputs in the step), then it is timed; a
+    call with no known predecessors is timed as the profiler times it (warm-up, pass, run)."""
+    calls = _two_calls()
+    first, second = calls[0].key, calls[1].key
+    log = []
+
+    class Out:
+        def __init__(self, key):
+            self.key = key
+
+        def __del__(self):
+            log.append(("freed", self.key))
+
+    def build(call, xp, shared=None):
+        def run():
+            log.append(("run", call.key))
+            return Out(call.key)
+        return run
+    monkeypatch.setattr(inrun, "build", build)
+    timer = inrun.InRunTimer(calls, before={second: (calls[0],)})
+    assert timer.before == {first: (), second: (calls[0],)}
+    timer.round(lambda: log.append(("barrier",)))
+    log.clear()
+    timer.round(lambda: log.append(("barrier",)))
+    assert log == [("run", first), ("freed", first), ("barrier",), ("run", first), ("freed", first),
+                   ("run", second), ("freed", second), ("barrier",), ("run", first), ("run", second),
+                   ("freed", second), ("freed", first)]
+    assert [len(v) for v in timer.samples.values()] == [2, 2]
+
+
+def test_in_run_collectives_follow_the_kernels_before_them_or_the_cache_pass(monkeypatch):
+    """A cold collective with known kernels before it is timed right after they run (outputs alive
+    until it is made); a warm one, or a cold one without them, after its state's cache pass."""
+    k1, k2 = _two_calls()
+    log = []
+
+    class Comm:
+        def Get_size(self):
+            return 2
+
+        def Get_rank(self):
+            return 0
+
+    class Kernels:
+        def run(self, call):
+            log.append(("kernel", call.kernel))
+            return call.kernel
+
+    monkeypatch.setattr(ic, "collective_op", lambda sub, call: lambda: log.append(("op", call.key)))
+    monkeypatch.setattr(ic, "cache_pass", lambda state: log.append(("pass", state)))
+    after = CommCall("allreduce", 4096, 2, "cold", (k1, k2))
+    warm = CommCall("allreduce", 4096, 2, "warm", (k1,))  # kernels before a warm call are not run
+    bare = CommCall("alltoallv", 64, 2, "cold")
+    assert after == CommCall("allreduce", 4096, 2, "cold") and hash(after) == hash(CommCall("allreduce", 4096, 2, "cold"))
+    timer = ic.InRunComm([after, warm, bare], Comm(), Kernels())
+    timer.round(lambda: log.append(("barrier",)), keep=False)
+    log.clear()
+    timer.round(lambda: log.append(("barrier",)))
+    assert log == [("kernel", k1.kernel), ("kernel", k2.kernel), ("barrier",), ("op", after.key),
+                   ("pass", "warm"), ("barrier",), ("op", warm.key),
+                   ("pass", "cold"), ("barrier",), ("op", bare.key)]
+    assert all(len(v) == 1 for v in timer.samples.values())
+
+
+def test_in_run_samples_keep_the_slowest_rank_per_round_and_their_median():
+    calls = _two_calls()
+    a, b = calls[0].key, calls[1].key
+    slowest = merge_samples([{a: [1.0, 5.0, 2.0], b: [2.0]}, {a: [3.0, 4.0, 1.0], b: [1.0]}])
+    assert slowest == {a: [3.0, 5.0, 2.0], b: [2.0]}
+    e = entries_from_samples(calls, slowest)
+    assert e[a].median_s == 3.0 and e[a].min_s == 2.0 and e[a].count == 3 and e[a].flops == calls[0].flops
+    assert e[b].median_s == 2.0
+    assert entries_from_samples(calls, {a: []}) == {}
+
+
+def test_execute_fresh_profile_flag_is_documented():
+    r = runner.invoke(app, ["execute", "--help"])
+    assert r.exit_code == 0 and "--fresh-profile" in r.output
