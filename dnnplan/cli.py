@@ -1,7 +1,8 @@
 """The ``dnnplan`` command: every command registered on the app, in the order `--help` lists them.
 
 Each command lives in its own module under :mod:`dnnplan.commands`; options are defined once in
-:mod:`dnnplan.options`; what is drawn lives in :mod:`dnnplan.render`.
+:mod:`dnnplan.options`; what is drawn lives in :mod:`dnnplan.render`. Each command's help is its
+docstring reflowed into paragraphs (:func:`dnnplan.helptext.reflow`), so it wraps to the terminal.
 """
 
 from __future__ import annotations
@@ -18,12 +19,10 @@ from dnnplan.commands.predict import predict
 from dnnplan.commands.profile import profile
 from dnnplan.commands.profile_comm import profile_comm
 from dnnplan.commands.validate import validate
+from dnnplan.helptext import reflow
 
-for command in (info, networks, machines, predict, plan, profile):
-    app.command()(command)
-app.command("profile-comm")(profile_comm)
-app.command()(execute)
-app.command()(validate)
+for command in (info, networks, machines, predict, plan, profile, profile_comm, execute, validate):
+    app.command(help=reflow(command.__doc__))(command)  # named after the function: profile_comm -> profile-comm
 
 
 def main() -> None:

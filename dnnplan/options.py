@@ -48,6 +48,7 @@ PlanOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write th
 TraceOpt = Annotated[Optional[str], typer.Option("--trace", help="Write a Chrome/Perfetto trace of every rank's "
                                                  "timeline to FILE.")]
 DetailsOpt = Annotated[bool, typer.Option("--details", help="Also print each plan's per-layer table.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing output file.")]
 
 # --- predict and plan ------------------------------------------------------------------------
 

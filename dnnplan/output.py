@@ -1,4 +1,7 @@
-"""Files the command line writes for scripts (JSON results, traces)."""
+"""Files the command line writes for scripts (JSON results, traces), and the checks made on an
+output path before any work starts: its folder must exist (none is created: a mistyped folder
+is a mistake to report, not one to act on), and an existing file is replaced only with --force.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +13,52 @@ from pathlib import Path
 from networks.errors import DnnplanError
 
 
-def write_json_file(path: str, data: dict) -> None:
-    """Atomic: a failed run never leaves a partial file."""
+def check_output_folder(path: str) -> None:
+    """Raise :class:`DnnplanError` unless ``path`` can be a file in an existing folder (for an
+    output that may already exist, such as a profile table that is resumed)."""
     target = Path(path)
+    parent = target.parent
+    if not parent.is_dir():
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise DnnplanError(f"cannot write {path}: the folder {parent} {what}",
+                           hint="create it first, or pass a path in an existing folder")
+    if target.is_dir():
+        raise DnnplanError(f"cannot write {path}: it is a folder", hint="pass a file name")
+
+
+def check_output(path: str | None, force: bool = False) -> None:
+    """Check an output file before the work that produces it starts: its folder must exist, and
+    an existing file is replaced only when ``force`` (--force). None (no output asked for) passes."""
+    if path is None:
+        return
+    check_output_folder(path)
+    if os.path.lexists(path) and not force:
+        raise DnnplanError(f"{path} already exists", hint="pass --force to replace it")
+
+
+def check_outputs(paths: dict[str, str | None], force: bool = False) -> None:
+    """:func:`check_output` for each option's file (option -> path); two options may not name one file."""
+    given = {opt: p for opt, p in paths.items() if p}
+    seen: dict[str, str] = {}
+    for opt, path in given.items():
+        real = os.path.realpath(path)
+        if real in seen:
+            raise DnnplanError(f"{seen[real]} and {opt} name the same file {path}", hint="pass two files")
+        seen[real] = opt
+        check_output(path, force)
+
+
+def write_json_file(path: str, data: dict) -> None:
+    """Atomic: a failed run never leaves a partial file. The folder must exist (never created)."""
+    check_output_folder(path)
+    target = Path(path)
+    tmp = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=str(target.parent), prefix=".dnnplan-")
+        fd, tmp = tempfile.mkstemp(dir=str(target.parent), prefix=f".{target.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1)
         os.replace(tmp, target)
     except OSError as err:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
         raise DnnplanError(f"cannot write {path}: {err.strerror or err}") from None

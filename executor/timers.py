@@ -16,17 +16,73 @@ wait           0: a barrier on a collective's group just before the collective,
                so time spent waiting for a slower rank (load imbalance, noise)
                is not charged to the collective; shown apart, not in layer totals
 =============  ===============================================================
+
+Each span's start is also written, when asked, to the rank's progress file
+(:class:`ProgressFile`: one fixed-size record overwritten in place), so that the launcher can say
+where a rank that was killed was (:func:`read_progress`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 PHASES = ("fwd_compute", "fwd_comm", "bwd_compute", "bwd_comm", "grad_sync", "update", "wait")
 #: The phases a layer's predicted time is compared with (waiting has no prediction).
 WORK_PHASES = PHASES[:-1]
+
+
+#: Bytes of one progress record: "pid step phase wall-clock layer", space-padded, newline-ended.
+RECORD_BYTES = 256
+#: Phases of a rank outside the spans: before its first span, after its last.
+SETUP, FINISH = "setup", "finish"
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    """What one rank last started: its step (None before the first), layer and phase."""
+
+    rank: int
+    pid: int
+    step: int | None
+    phase: str
+    layer: str
+    wall_s: float  # time.time() when it started
+
+
+class ProgressFile:
+    """One rank's progress record in ``folder/rank-R``: kept open and overwritten in place (one
+    ``pwrite``, no sync: the page cache outlives a killed process)."""
+
+    def __init__(self, folder: str | os.PathLike, rank: int):
+        self.pid = os.getpid()
+        self._fd = os.open(Path(folder) / f"rank-{rank}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def mark(self, step: int | None, layer: str, phase: str) -> None:
+        text = f"{self.pid} {'-' if step is None else step} {phase} {time.time():.6f} {layer}"
+        record = text.encode("utf-8", "replace")[:RECORD_BYTES - 1].ljust(RECORD_BYTES - 1) + b"\n"
+        os.pwrite(self._fd, record, 0)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def read_progress(folder: str | os.PathLike) -> dict[int, RankProgress]:
+    """Every rank's last record in ``folder`` (ranks whose file is missing or unreadable left out)."""
+    out = {}
+    for path in Path(folder).glob("rank-*"):
+        try:
+            rank = int(path.name[len("rank-"):])
+            pid, step, phase, wall, layer = (path.read_bytes().decode("utf-8", "replace").rstrip()
+                                             .split(" ", 4) + [""])[:5]
+            out[rank] = RankProgress(rank, int(pid), None if step == "-" else int(step), phase, layer,
+                                     float(wall))
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 @dataclass
@@ -44,6 +100,7 @@ class Timers:
 
     keep_spans: bool = False
     sync: object = None  # a callable that waits for the device (cupy stream) before reading the clock
+    progress: ProgressFile | None = None  # where each span's start is recorded (the launcher reads it)
     step: int = -1
     totals: dict = field(default_factory=dict)  # (step, layer, phase) -> seconds
     step_wall: dict = field(default_factory=dict)  # step -> seconds
@@ -66,6 +123,8 @@ class Timers:
     def span(self, layer: str, phase: str):
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase}")
+        if self.progress is not None:
+            self.progress.mark(self.step, layer, phase)
         start = self._now()
         try:
             yield

@@ -7,7 +7,10 @@ BLAS/OpenMP threads, waits at a barrier (the common start of the trace), runs th
 
 Faults: an exception on any rank prints ``rank R: <message>`` on stderr and aborts the whole job
 (``MPI_Abort`` with 2 for a mistake the user can fix, :class:`DnnplanError`; 1 otherwise), so no
-rank waits forever for a dead peer. A watchdog aborts a rank that outlives ``--timeout``.
+rank waits forever for a dead peer. A watchdog aborts a rank that outlives ``--timeout``. With
+``--progress DIR`` every rank keeps its pid and the step, layer and phase it last started in
+``DIR/rank-R`` (executor.timers.ProgressFile), so a rank killed from outside can be named with
+where it was (executor.launch).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from executor.collect import gather
 from executor.comm import abort
 from executor.node import share_node_cores
 from executor.runtime import run_plan
-from executor.timers import Timers
+from executor.timers import FINISH, SETUP, ProgressFile, Timers
 from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
 from planner.plan_file import read_plan
@@ -69,11 +72,12 @@ def set_threads(threads: int) -> None:
 
 
 def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_spans: bool,
-            threads: int, seed: int = 0, kernel_calls: list | None = None) -> JobResult | None:
+            threads: int, seed: int = 0, kernel_calls: list | None = None,
+            progress: ProgressFile | None = None) -> JobResult | None:
     """Run the plan on ``comm``'s ranks; rank 0 gets the :class:`JobResult`, others None.
     ``kernel_calls``: time each once after every step, on every rank (profiler.inrun; the rounds
     after warm-up steps are dropped); collectives among them (costmodel.comm_calls.CommCall) by
-    profiler.inrun_comm."""
+    profiler.inrun_comm. ``progress``: where this rank records each span it starts."""
     set_threads(threads)
     keep_freed_memory()  # as the profiler does when it times the kernels (kernels.allocator)
     rank = comm.Get_rank()
@@ -81,7 +85,7 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     if plan.devices != comm.Get_size():
         raise DnnplanError(f"the plan is for {plan.devices} devices but the job has {comm.Get_size()} ranks",
                            file=plan_path, hint=f"run it with --ranks {plan.devices}")
-    timers = Timers(keep_spans=keep_spans)
+    timers = Timers(keep_spans=keep_spans, progress=progress)
     timed = []  # what --fresh-profile times after every step: the kernels, then the collectives
     if kernel_calls:
         kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
@@ -101,6 +105,8 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
 
     hook = {"after_step": after_step} if timed else {}
     result = run_plan(plan, net, comm, steps=steps, warmup=warmup, check=check, seed=seed, timers=timers, **hook)
+    if progress is not None:
+        progress.mark(None, "", FINISH)
     ranks = gather(comm, timers, t0)
     samples = None if not timed else comm.gather({k: v for t in timed for k, v in t.samples.items()}, root=0)
     if rank != 0:
@@ -155,6 +161,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=0.0, help="watchdog seconds (0: none)")
     ap.add_argument("--time-kernels", default=None, help="a pickled list of KernelCall to time once "
                     "after every step (profiler.inrun)")
+    ap.add_argument("--progress", default=None, help="a folder (it exists) where each rank keeps its pid and "
+                    "the step, layer and phase it last started, in rank-R")
     return ap.parse_args(argv)
 
 
@@ -166,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout > 0:
         start_watchdog(comm, args.timeout)
     try:
+        progress = None
+        if args.progress:
+            progress = ProgressFile(args.progress, comm.Get_rank())
+            progress.mark(None, "", SETUP)
         if not os.environ.get(NODE_CORES_ENV):  # set by dnnplan's launcher; else agree on it here
             share_node_cores(comm)
         calls = None
@@ -173,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.time_kernels, "rb") as fh:
                 calls = pickle.load(fh)
         result = run_job(args.plan, comm, steps=args.steps, warmup=args.warmup, check=args.check,
-                         keep_spans=args.trace, threads=args.threads, seed=args.seed, kernel_calls=calls)
+                         keep_spans=args.trace, threads=args.threads, seed=args.seed, kernel_calls=calls,
+                         progress=progress)
         if result is not None:
             _write_result(args.result, result)
         comm.Barrier()  # nobody exits before rank 0 has written the result

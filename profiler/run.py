@@ -1,11 +1,14 @@
 """Profiling a list of kernel calls into a table: resume, time budget, periodic atomic saves.
 
 The driver behind ``dnnplan profile`` and on-demand profiling; it reports progress through a
-callback so the CLI can draw a bar (rendering lives in dnnplan/render/profile.py).
+callback so the CLI can draw a bar (rendering lives in dnnplan/render/profile.py). Interrupted
+(Ctrl-C), it saves every entry measured so far and raises :class:`ProfileInterrupted`: running
+the same profile again times only what is missing.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -16,6 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry, ProfileTable, with_entries
+from networks.errors import DnnplanError
 from profiler.harness import TimingPolicy, time_call
 from profiler.tables import write_table
 
@@ -27,37 +31,80 @@ class ProfileRun:
     table: ProfileTable
     measured: dict[str, Entry] = field(default_factory=dict)
     skipped: int = 0          # already in the table (resumed)
-    left: list[KernelCall] = field(default_factory=list)  # not measured: time budget spent
+    left: list[KernelCall] = field(default_factory=list)  # not measured: time budget spent, or interrupted
     failed: dict[str, str] = field(default_factory=dict)  # key -> error (e.g. out of memory)
     seconds: float = 0.0
+    interrupted: bool = False  # stopped by Ctrl-C (what was measured is saved)
+
+
+class ProfileInterrupted(DnnplanError):
+    """Ctrl-C stopped a profile; every entry measured before it is saved in ``path`` (None: not
+    saved anywhere). ``run`` is the run so far (``interrupted`` set, ``left`` what was not measured)."""
+
+    def __init__(self, run: ProfileRun, path: str | None):
+        where = f"saved to {path}" if path else "not saved (no table file)"
+        super().__init__(f"interrupted: {len(run.measured)} kernel shapes measured and {where} "
+                         f"({len(run.table.entries)} in the table, {len(run.left)} not measured)",
+                         hint="run the same profile again to time only those left")
+        self.run = run
+        self.path = path
 
 
 def profile_calls(calls: list[KernelCall], table: ProfileTable, xp: ModuleType = numpy, *,
                   threads: int = 1, policy: TimingPolicy = TimingPolicy(), max_seconds: float | None = None,
                   out: str | None = None, save_every_s: float = 10.0, progress: Progress | None = None
                   ) -> ProfileRun:
-    """Time every call not yet in ``table``; save to ``out`` every ``save_every_s`` and at the end."""
+    """Time every call not yet in ``table``; save to ``out`` every ``save_every_s`` and at the end.
+    Ctrl-C saves what was measured and raises :class:`ProfileInterrupted`."""
     todo = [c for c in calls if c.key not in table.entries]
     run = ProfileRun(table, skipped=len(calls) - len(todo))
     t0 = last_save = time.perf_counter()
-    with threadpool_limits(limits=threads):
-        for i, call in enumerate(todo):
-            if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
-                run.left = todo[i:]
-                break
-            try:
-                run.measured[call.key] = time_call(call, xp, policy)
-            except MemoryError:
-                run.failed[call.key] = "out of memory"
-            except Exception as err:  # noqa: BLE001 - e.g. cupy OutOfMemoryError; recorded, not fatal
-                run.failed[call.key] = f"{type(err).__name__}: {err}"
-            if progress is not None:
-                progress(i + 1, len(todo), call)
-            if out and time.perf_counter() - last_save > save_every_s:
-                write_table(with_entries(table, run.measured), out)
-                last_save = time.perf_counter()
+    i = 0
+    try:
+        with threadpool_limits(limits=threads):
+            for i, call in enumerate(todo):
+                if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                    run.left = todo[i:]
+                    break
+                _measure(run, call, xp, policy)
+                if progress is not None:
+                    progress(i + 1, len(todo), call)
+                if out and time.perf_counter() - last_save > save_every_s:
+                    write_table(with_entries(table, run.measured), out)
+                    last_save = time.perf_counter()
+    except KeyboardInterrupt:
+        run.left = [c for c in todo[i:] if c.key not in run.measured and c.key not in run.failed]
+        run.interrupted = True
     run.table = with_entries(table, run.measured)
     run.seconds = time.perf_counter() - t0
     if out:
-        write_table(run.table, out)
+        _save(run.table, out, shielded=run.interrupted)
+    if run.interrupted:
+        raise ProfileInterrupted(run, out)
     return run
+
+
+def _save(table: ProfileTable, out: str, shielded: bool) -> None:
+    """Write the table (atomically); ``shielded``: with a second Ctrl-C ignored meanwhile, so that
+    the entries of an interrupted run are saved (a signal handler can be set in the main thread only)."""
+    old = None
+    if shielded:
+        try:
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:
+            old = None
+    try:
+        write_table(table, out)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
+
+
+def _measure(run: ProfileRun, call: KernelCall, xp: ModuleType, policy: TimingPolicy) -> None:
+    """Time one call into ``run.measured``, or note why it failed in ``run.failed``."""
+    try:
+        run.measured[call.key] = time_call(call, xp, policy)
+    except MemoryError:
+        run.failed[call.key] = "out of memory"
+    except Exception as err:  # noqa: BLE001 - e.g. cupy OutOfMemoryError; recorded, not fatal
+        run.failed[call.key] = f"{type(err).__name__}: {err}"

@@ -71,7 +71,8 @@ def plan_calls(req: ProfileRequest) -> list[KernelCall]:
 
 
 def run_profile(req: ProfileRequest, progress=None) -> tuple[ProfileRun, str, dict]:
-    """Profile the request's calls into its table (resuming); returns (run, table path, fingerprint)."""
+    """Profile the request's calls into its table (resuming); returns (run, table path, fingerprint).
+    Ctrl-C: what was measured is saved and :class:`profiler.run.ProfileInterrupted` raised."""
     if req.threads < 1:
         raise DnnplanError(f"--threads must be positive, got {req.threads}")
     xp = array_module(req.backend)
@@ -92,6 +93,7 @@ def run_summary(run: ProfileRun, fp: dict, threads: int, path: str) -> dict:
     peak = device_peak_flops(fp, threads)
     return {"table": path, "device": fp["device"], "backend": fp["backend"], "threads": threads,
             "measured": len(run.measured), "resumed": run.skipped, "left": len(run.left),
+            "interrupted": run.interrupted,
             "failed": run.failed, "seconds": run.seconds, "entries": len(run.table.entries),
             "achieved_flops": flops / secs if secs else 0.0, "best_flops": best, "peak_flops": peak,
             "by_kernel": _by_kernel(run)}

@@ -38,7 +38,7 @@ def plan2(tmp_path_factory):
 
 
 def workers_alive(marker: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
     return [l for l in out.splitlines() if ("executor.worker" in l or STUB_WORKER in l) and marker in l]
 
 

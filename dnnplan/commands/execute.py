@@ -7,9 +7,9 @@ from typing import Callable, TypeVar
 import typer
 
 from dnnplan.flags import at_least
-from dnnplan.options import (CheckOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt, RanksOpt, StepsOpt, ThreadsOpt,
-                             TimeoutOpt, TraceOpt, WarmupOpt)
-from dnnplan.output import write_json_file
+from dnnplan.options import (CheckOpt, ForceOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt, RanksOpt, StepsOpt,
+                             ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)
+from dnnplan.output import check_outputs, write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render.messages import fail_line, warn
 from executor.compare import comparison_json
@@ -41,7 +41,8 @@ def check_run_flags(steps: int, warmup: int, timeout: float) -> None:
 
 def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupOpt = 2, check: CheckOpt = False,
             json_out: JsonFileOpt = None, trace: TraceOpt = None, timeout: TimeoutOpt = 600.0,
-            threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False) -> None:
+            threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
+            force: ForceOpt = False) -> None:
     """Run a plan across MPI ranks and compare measured with predicted time per layer and phase.
 
     Launches `mpiexec -n RANKS` itself, or runs on the ranks of the MPI job it is started in.
@@ -49,6 +50,7 @@ def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupO
     each layer's forward and backward compute and communication, gradient allreduce and update.
     """
     check_run_flags(steps, warmup, timeout)
+    check_outputs({"--json": json_out, "--trace": trace}, force)
     prep = prepare(plan, ranks, threads, profile, fresh)
     for line in prep.warnings:
         warn(line)

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+import shlex
+
+import typer
 
 from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, DeviceCountsOpt, JsonOpt,
                              MaxSecondsOpt, ProfileTargetArg, ProfileThreadsOpt, QuickOpt, SizesOpt, TableOutOpt)
+from dnnplan.output import check_output_folder
 from dnnplan.render import profile as render
+from profiler.run import ProfileInterrupted
 from profiler.service import ProfileRequest, parse_ints, run_profile, run_summary
 
+#: Exit code of a profile stopped by Ctrl-C (its measurements saved), as a shell's for SIGINT.
+EXIT_INTERRUPTED = 130
 
-def profile(target: ProfileTargetArg, devices: DeviceCountsOpt = "1", batch: BatchOpt = None,
+
+def profile(ctx: typer.Context, target: ProfileTargetArg, devices: DeviceCountsOpt = "1", batch: BatchOpt = None,
             backend: BackendOpt = "numpy", threads: ProfileThreadsOpt = 1, out: TableOutOpt = None,
             max_seconds: MaxSecondsOpt = None, sizes: SizesOpt = None, channels: ChannelsOpt = None,
             algorithms: AlgorithmsOpt = None, quick: QuickOpt = False, as_json: JsonOpt = False) -> None:
@@ -18,15 +26,38 @@ def profile(target: ProfileTargetArg, devices: DeviceCountsOpt = "1", batch: Bat
 
     Distinct (kernel, local shape, algorithm) calls over the device counts are each timed once
     (warm-up, repetitions until the median is stable) and written to a JSON profile table.
+    Ctrl-C saves what was measured; the same command then times only what is missing.
     """
+    if out:
+        check_output_folder(out)  # an existing table is resumed, not replaced: no --force
     req = ProfileRequest(target, parse_ints(devices, "devices"), batch, backend, threads, out, max_seconds,
                          parse_ints(sizes, "sizes") if sizes else None,
                          parse_ints(channels, "channels") if channels else None,
                          [a.strip() for a in algorithms.split(",")] if algorithms else None, quick)
-    if as_json:
-        run, path, fp = run_profile(req)
-        print(json.dumps(run_summary(run, fp, threads, path)))
-        return
-    with render.progress_bar(f"profiling {target}") as cb:
-        run, path, fp = run_profile(req, cb)
+    try:
+        if as_json:
+            run, path, fp = run_profile(req)
+            print(json.dumps(run_summary(run, fp, threads, path)))
+            return
+        with render.progress_bar(f"profiling {target}") as cb:
+            run, path, fp = run_profile(req, cb)
+    except ProfileInterrupted as err:
+        summary = run_summary(err.run, dict(err.run.table.fingerprint), threads, err.path or "")
+        if as_json:
+            print(json.dumps(summary))
+        render.interrupted_line(summary, command_line(ctx))
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     render.profile_summary(run_summary(run, fp, threads, path))
+
+
+def command_line(ctx: typer.Context) -> str:
+    """This command as a shell line: ``dnnplan``, the command, its arguments and the options that
+    differ from their defaults (run again, a profile resumes)."""
+    words = ["dnnplan", ctx.info_name or "profile"]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if param.param_type_name == "argument":
+            words.append(str(value))
+        elif value not in (None, False) and value != param.default:
+            words += [param.opts[0]] if getattr(param, "is_flag", False) else [param.opts[0], str(value)]
+    return shlex.join(words)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from dnnplan.options import CapOpt, CommOutOpt, CommRanksOpt, JsonOpt, MaxBytesOpt, MessageSizesOpt
+from dnnplan.output import check_output_folder
 from dnnplan.render import profile as render
 from profiler.comm_profile import run_profile_comm
 from profiler.service import parse_ints
@@ -21,6 +22,8 @@ def profile_comm(ranks: CommRanksOpt = 2, sizes: MessageSizesOpt = None, max_byt
     collective's fits become the `local` machine's links for that collective when planning for
     --ranks devices (docs/profiler.md).
     """
+    if out:
+        check_output_folder(out)  # the fit is added to an existing table: no --force
     summary = run_profile_comm(ranks, parse_ints(sizes, "sizes") if sizes else None, max_bytes, out,
                                seconds_per_point)
     if as_json:

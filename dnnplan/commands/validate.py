@@ -6,9 +6,10 @@ import typer
 
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
 from dnnplan.flags import at_least, refresh_warning
-from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, FreshOpt, JsonFileOpt, LocalMachineOpt, NetworkArg,
-                             ProfileOpt, RanksOpt, RefreshOpt, StepsOpt, ThreadsOpt, TimeoutOpt, WarmupOpt)
-from dnnplan.output import write_json_file
+from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, FreshOpt, JsonFileOpt, LocalMachineOpt,
+                             NetworkArg, ProfileOpt, RanksOpt, RefreshOpt, StepsOpt, ThreadsOpt, TimeoutOpt,
+                             WarmupOpt)
+from dnnplan.output import check_output, write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render.messages import fail_line, warn
 from executor import validation
@@ -19,7 +20,8 @@ from executor.validation import PlanRun, RunSettings, strategy_summary
 def validate(network: NetworkArg, ranks: RanksOpt, batch: BatchOpt = None, machine: LocalMachineOpt = "local",
              steps: StepsOpt = 5, warmup: WarmupOpt = 2, timeout: TimeoutOpt = 600.0, threads: ThreadsOpt = None,
              profile: ProfileOpt = None, fresh: FreshOpt = False, refresh: RefreshOpt = False,
-             check: CheckEachOpt = True, json_out: JsonFileOpt = None, details: DetailsOpt = False) -> None:
+             check: CheckEachOpt = True, json_out: JsonFileOpt = None, details: DetailsOpt = False,
+             force: ForceOpt = False) -> None:
     """Plan a network, run the plan and the uniform baselines, and report each prediction's error.
 
     The loop in one command: plan, then run the plan and each uniform baseline that fits (data,
@@ -27,6 +29,7 @@ def validate(network: NetworkArg, ranks: RanksOpt, batch: BatchOpt = None, machi
     times; says whether the planner's plan was measured fastest.
     """
     at_least("steps", steps)
+    check_output(json_out, force)
     ctx = validation.resolve(network, ranks, batch, machine, profile, refresh)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)

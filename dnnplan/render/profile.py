@@ -5,10 +5,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from dnnplan.render import fmt
+from dnnplan.render.messages import err_console
 from dnnplan.render.tables import console
 
 
@@ -48,6 +50,14 @@ def profile_summary(s: dict) -> None:
     for key, why in list(s["failed"].items())[:5]:
         console.print(f"[red]failed[/red] {key}: {why}")
     console.print(f"table: {s['table']}")
+
+
+def interrupted_line(s: dict, command: str) -> None:
+    """One line on stderr for a profile stopped by Ctrl-C: what was saved, and the command that resumes."""
+    saved = f"saved to {s['table']}" if s["table"] else "not saved"
+    text = (f"{s['measured']} kernel shapes measured and {saved} ({s['entries']} in the table, {s['left']} not "
+            f"measured); resume with: {command}")
+    err_console.print(f"[bold yellow]interrupted:[/bold yellow] {escape(text)}", markup=True, emoji=False)
 
 
 def comm_summary(s: dict) -> None:

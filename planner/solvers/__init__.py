@@ -2,7 +2,9 @@
 
 ``solve(problem, method)`` dispatches to graph reduction (``"reduced"``, the default), the ILP
 (``"ilp"``) or exhaustive search (``"brute"``, tests only). All return an :class:`Assignment` that
-says which solver ran, its status, gap and time. Nothing here prints, opens files or keeps state.
+says which solver ran, its status, gap and time. Nothing here prints, opens files or keeps state;
+the one exception is that the ILP solve points fd 1 at fd 2 while native solver code runs, so what
+that code prints cannot corrupt stdout (:func:`.ilp.native_stdout_to_stderr`).
 """
 
 from __future__ import annotations

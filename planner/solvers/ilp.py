@@ -16,11 +16,22 @@ Formulation (the sections below carry the same labels):
 
 Parallel edges are merged (their matrices added) and all-zero edges dropped before building; both
 are exact.
+
+Output: the solvers are asked for silence (``msg=False``; for HiGHS also ``output_flag`` and
+``log_to_console`` off), but highspy prints its banner from C++ straight to file descriptor 1 when
+the first ``Highs`` object is made, before any option can be set. That would corrupt
+``dnnplan ... --json`` on stdout, so the solve runs with fd 1 pointed at fd 2
+(:func:`native_stdout_to_stderr`): the one piece of I/O in this package, and it writes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,6 +121,7 @@ def _pick_solver(solver: str, time_limit_s: float | None, gap: float | None):
             raise DnnplanError("the HiGHS solver is not available", hint="pip install highspy")
         return "HiGHS", pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=rel_gap,
                                    gapAbs=0.0 if gap is None else None,
+                                   output_flag=False, log_to_console=False,
                                    mip_feasibility_tolerance=1e-9,
                                    primal_feasibility_tolerance=1e-9)
     if name == "cbc":
@@ -117,6 +129,41 @@ def _pick_solver(solver: str, time_limit_s: float | None, gap: float | None):
             raise DnnplanError("the CBC solver is not available", hint="reinstall pulp")
         return "CBC", pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=rel_gap)
     raise ValueError(f"unknown ILP solver '{solver}' (auto, highs or cbc)")
+
+
+_FD_LOCK = threading.Lock()  # fd 1 is process-wide: two redirects must not interleave
+
+
+@contextlib.contextmanager
+def native_stdout_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at fd 2 for the duration, then restore it (in a ``finally``).
+
+    Why: native solver code (highspy's banner, "Running HiGHS ...") writes to fd 1 directly, below
+    ``sys.stdout``, where no Python redirect or solver option reaches it; stdout must carry only
+    what dnnplan prints (``--json``: one object). Python's own buffered stdout is flushed first so
+    nothing already printed moves to stderr. Without a usable fd 1 or fd 2 it does nothing.
+    """
+    with _FD_LOCK:
+        try:
+            sys.stdout.flush()
+        except (AttributeError, OSError, ValueError):  # replaced, closed or detached stdout
+            pass
+        try:
+            saved = os.dup(1)
+        except OSError:  # fd 1 closed: nothing to protect
+            saved = None
+        if saved is not None:
+            try:
+                os.dup2(2, 1)
+            except OSError:  # fd 2 closed: leave fd 1 alone
+                os.close(saved)
+                saved = None
+        try:
+            yield
+        finally:
+            if saved is not None:
+                os.dup2(saved, 1)
+                os.close(saved)
 
 
 def solve_ilp(problem: Problem, time_limit_s: float | None = None, gap: float | None = None,
@@ -134,7 +181,8 @@ def solve_ilp(problem: Problem, time_limit_s: float | None = None, gap: float | 
     model = build_ilp(problem)
     built = time.perf_counter()
     label, backend = _pick_solver(solver, time_limit_s, gap)
-    model.lp.solve(backend)
+    with native_stdout_to_stderr():
+        model.lp.solve(backend)
     solved = time.perf_counter()
     found = model.lp.sol_status
     if found not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
