@@ -41,8 +41,18 @@ MAX_MODEL_DEGREE = 16
 MAX_CANDIDATES = 64
 
 
+@lru_cache(maxsize=1024)
 def divisors(n: int) -> tuple[int, ...]:
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
+    """The divisors of ``n`` in increasing order, found in pairs up to its square root."""
+    low, high = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            low.append(d)
+            if d * d != n:
+                high.append(n // d)
+        d += 1
+    return tuple(low + high[::-1])
 
 
 def _dim_degrees(layer: Layer, dim: str, p: int) -> tuple[int, ...]:

@@ -24,6 +24,8 @@ import yaml
 
 from costmodel.machine import Machine, machine_from_dict
 from networks.errors import DnnplanError
+from networks.reading import read_text
+from networks.spec_yaml import load_yaml
 
 #: The machine used when none is named. DGX A100 is the most widely deployed multi-node GPU
 #: training system today (cloud instances and SuperPODs), its node count is unlimited so
@@ -128,33 +130,12 @@ def resolve_auto(data: dict[str, Any], facts: HostFacts) -> dict[str, Any]:
     return out
 
 
-# --- strict YAML --------------------------------------------------------------------------------
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise DnnplanError(f"duplicate key '{key}'", file=loader.name,
-                               line=key_node.start_mark.line + 1, field=str(key),
-                               hint="write each key once")
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def _line_of(text: str, dotted: str | None) -> int | None:
     """1-based line of the deepest key of ``dotted`` (``device.peak_tflops.float32``) in ``text``."""
     if not dotted:
         return None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError:
         return None
     line = None
@@ -172,17 +153,7 @@ def _line_of(text: str, dotted: str | None) -> int | None:
 
 def machine_from_yaml(text: str, source: str) -> Machine:
     """Parse machine YAML ``text`` (``source`` names it in errors), resolving ``auto`` fields."""
-    loader = _StrictLoader(text)
-    loader.name = source
-    try:
-        data = loader.get_single_data()
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        raise DnnplanError(f"not valid YAML: {err.problem or err}", file=source,
-                           line=mark.line + 1 if mark else None,
-                           hint="check indentation and colons") from None
-    finally:
-        loader.dispose()
+    data = load_yaml(text, source)
     if isinstance(data, dict) and _has_auto(data):
         data = resolve_auto(data, host_facts())
     try:
@@ -222,14 +193,8 @@ def load_machine(name_or_path: str) -> Machine:
     """
     if _looks_like_path(name_or_path):
         path = Path(name_or_path)
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise DnnplanError("no such machine file", file=str(path),
-                               hint=f"give a path to a machine YAML or one of "
-                                    f"{', '.join(shipped_machine_names())}") from None
-        except OSError as err:
-            raise DnnplanError(f"cannot read machine file: {err.strerror}", file=str(path)) from None
+        text = read_text(path, "machine", missing_hint=f"give a path to a machine YAML or one of "
+                                                       f"{', '.join(shipped_machine_names())}")
         machine = machine_from_yaml(text, str(path))
         folder = path.parent
     else:

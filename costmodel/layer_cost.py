@@ -13,12 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from costmodel.collective_groups import collective_s
 from costmodel.collectives import alltoallv_s
 from costmodel.compute import ComputeModel, local_cost
 from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_calls, update_calls
 from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout
-from costmodel.layout import Layout, copy_run, reshard_volume
+from costmodel.layout import Layout, copy_run, reshard_peaks
 from costmodel.machine import Machine
 from costmodel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Layer
@@ -136,7 +138,7 @@ def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine
 @lru_cache(maxsize=None)
 def _group_span(strategy: Strategy, dims: tuple[str, ...], machine: Machine) -> tuple[int, int]:
     """``machine.group_span`` of rank 0's group along ``dims`` (memoised: the planner asks often)."""
-    return machine.group_span(strategy.group(0, dims))
+    return machine.group_span(strategy.group_array(0, dims))
 
 
 def _elems(shape) -> int:
@@ -265,7 +267,7 @@ def reshard_exchange(src: Layout, dst: Layout, backward: bool, itemsize: int) ->
     """``(bytes, group size)`` of a reshard's Alltoallv: the most bytes any rank receives, and the
     ranks of the group it exchanges in (``Machine.measured`` keys ``("alltoallv", bytes, group,
     "cold")``)."""
-    return reshard_volume(src, dst, backward).max_recv * itemsize, _exchange_group(src, dst, _reshard_dims(src, dst))
+    return reshard_peaks(src, dst, backward)[0] * itemsize, _exchange_group(src, dst, _reshard_dims(src, dst))
 
 
 def _exchange_group(src: Layout, dst: Layout, dims: tuple[str, ...]) -> int:
@@ -277,8 +279,8 @@ def _exchange_group(src: Layout, dst: Layout, dims: tuple[str, ...]) -> int:
 
 
 def _reshard_time(src: Layout, dst: Layout, backward: bool, itemsize: int, machine: Machine) -> tuple[float, int]:
-    vol = reshard_volume(src, dst, backward)
-    nbytes = vol.max_recv * itemsize
+    recv, messages, _ = reshard_peaks(src, dst, backward)
+    nbytes = recv * itemsize
     if nbytes == 0:
         return 0.0, 0
     dims = _reshard_dims(src, dst)
@@ -290,14 +292,14 @@ def _reshard_time(src: Layout, dst: Layout, backward: bool, itemsize: int, machi
         # fitted alltoall link of this message size, when measured, after a layer's kernels (cold)
         link = machine.link_for_collective("alltoall", nbytes, cold=True)
     # sends are spread over replicas as evenly as receives (assumed; the executor measures it)
-    return alltoallv_s(nbytes, nbytes, vol.max_messages, link), nbytes
+    return alltoallv_s(nbytes, nbytes, messages, link), nbytes
 
 
 @lru_cache(maxsize=None)
 def _link(strategy: Strategy, dims: tuple[str, ...], machine: Machine):
     """The link of rank 0's group along ``dims`` (every rank when ``dims`` is empty), memoised;
     None inside one node, where a reshard (an Alltoallv) is costed by the message's size."""
-    link = machine.link_for(strategy.group(0, dims) if dims else tuple(range(strategy.p)))
+    link = machine.link_for(strategy.group_array(0, dims) if dims else np.arange(strategy.p))
     return None if link is machine.intra else link
 
 
@@ -309,8 +311,8 @@ def edge_estimate(producer: Layer, pstrat: Strategy, consumer: Layer, cstrat: St
     itemsize = DTYPE_BYTES.get(producer.dtype, 4)
     fwd_s, fwd_b = _reshard_time(src, dst, False, itemsize, machine)
     bwd_s, bwd_b = _reshard_time(dst, src, True, itemsize, machine)
-    halo = bool(fwd_b) and reshard_volume(src, _strip_windows(dst)).max_recv == 0
+    halo = bool(fwd_b) and reshard_peaks(src, _strip_windows(dst))[0] == 0
     run = copy_run(src, dst)
-    fv, bv = reshard_volume(src, dst, False), reshard_volume(dst, src, True)
-    return EdgeEstimate(fwd_s, bwd_s, fwd_b, bwd_b, halo, (fv.max_written, fv.max_recv, run),
-                        (bv.max_written, bv.max_recv, run), dtype_for_itemsize(itemsize))
+    (f_recv, _, f_written), (b_recv, _, b_written) = reshard_peaks(src, dst, False), reshard_peaks(dst, src, True)
+    return EdgeEstimate(fwd_s, bwd_s, fwd_b, bwd_b, halo, (f_written, f_recv, run), (b_written, b_recv, run),
+                        dtype_for_itemsize(itemsize))

@@ -274,6 +274,16 @@ def reshard_volume(src: Layout, dst: Layout, backward: bool = False) -> ReshardV
     return reshard_volume_unreduced(src, dst, backward)
 
 
+@lru_cache(maxsize=65536)
+def reshard_peaks(src: Layout, dst: Layout, backward: bool = False) -> tuple[int, int, int]:
+    """``(max_recv, max_messages, max_written)`` of :func:`reshard_volume`, memoised without its
+    per-rank arrays (a million ranks' arrays per pair would not fit in memory for long). Tiling
+    the reduced pair changes no maximum, so the reduced pair is enough."""
+    rsrc, rdst = reduce_pair(src, dst)
+    vol = reshard_volume_unreduced(rsrc, rdst, backward)
+    return vol.max_recv, vol.max_messages, vol.max_written
+
+
 def reshard_volume_unreduced(src: Layout, dst: Layout, backward: bool = False) -> ReshardVolume:
     """:func:`reshard_volume` over all ``p`` ranks, without the batch reduction (the reference)."""
     p = src.p

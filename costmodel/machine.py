@@ -25,7 +25,9 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
-from networks.errors import DnnplanError
+import numpy as np
+
+from networks.errors import DnnplanError, short
 
 GIB = 2**30
 GB = 1e9
@@ -130,8 +132,11 @@ class Machine:
     def check_devices(self, p: int) -> None:
         """Raise :class:`DnnplanError` unless ``p`` devices fit on this machine."""
         if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-            raise DnnplanError(f"device count must be a positive integer, got {p!r}",
+            raise DnnplanError(f"device count must be a positive integer, got {short(p)}",
                                field="devices", hint="pass --devices 1 or more")
+        if p > MAX_DEVICES:
+            raise DnnplanError(f"{short(p)} devices is more than dnnplan plans for (at most 2^20 = {MAX_DEVICES})",
+                               field="devices", hint=f"pass --devices {MAX_DEVICES} or fewer")
         most = self.max_devices()
         if most is not None and p > most:
             raise DnnplanError(
@@ -146,15 +151,17 @@ class Machine:
         ranks of the group on any one node (equal on every node for the regular groups a grid
         mapping produces).
         """
-        if len(ranks) == 0:
+        members = np.asarray(ranks, dtype=np.int64)
+        if members.size == 0:
             raise ValueError("group_span of an empty group")
-        per_node: dict[int, int] = {}
-        for rank in ranks:
-            if rank < 0:
-                raise ValueError(f"negative rank {rank}")
-            node = rank // self.devices_per_node
-            per_node[node] = per_node.get(node, 0) + 1
-        return max(per_node.values()), len(per_node)
+        if members.min() < 0:
+            raise ValueError(f"negative rank {members.min()}")
+        nodes = members // self.devices_per_node
+        if np.any(nodes[1:] < nodes[:-1]):  # a grid's groups come sorted (Strategy.group_array)
+            nodes = np.sort(nodes)
+        starts = np.flatnonzero(np.diff(nodes, prepend=-1))  # where each node's run of ranks begins
+        per_node = np.diff(np.append(starts, nodes.size))
+        return int(per_node.max()), int(starts.size)
 
     def link_for(self, ranks: Sequence[int]) -> LinkLevel:
         """The slowest link level the group crosses: ``intra`` inside one node, else ``inter``."""
@@ -187,7 +194,7 @@ def _check_keys(data: Any, required: tuple[str, ...], optional: tuple[str, ...],
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(allowed)}"
-            raise _fail(f"unknown key '{key}' in {label}", source, _join(where, str(key)), hint)
+            raise _fail(f"unknown key {short(str(key))} in {label}", source, _join(where, str(key)), hint)
     for key in required:
         if key not in data:
             raise _fail(f"missing key '{key}' in {label}", source, _join(where, key),
@@ -202,26 +209,52 @@ def _join(where: str, key: str) -> str:
 _AUTO_HINT = "'auto' is filled in only when the file is loaded by costmodel.files.load_machine"
 
 
+#: What each figure of a machine file may physically be, in the file's units: (least, most, words).
+RANGES = {
+    "TFLOP/s": (1e-6, 1e6, "1 MFLOP/s to 10^18 FLOP/s per device"),
+    "GiB": (1 / 1024, 1e6, "1 MiB to about 1 PiB per device"),
+    "GB/s": (1e-3, 1e5, "1 MB/s to 100 TB/s"),
+    "microseconds": (1e-3, 1e6, "1 ns to 1 s"),
+    "fraction of peak": (1e-3, 1.0, "0.001 to 1"),
+}
+#: The most devices per node, and nodes, a machine file may give.
+MAX_COUNT = 2**24
+#: The most devices a plan may span: 2^20, some ten times the largest training clusters built.
+MAX_DEVICES = 2**20
+
+
 def _positive(value: Any, field: str, source: str, unit: str) -> float:
+    """A number of ``unit`` within its :data:`RANGES` entry."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         hint = _AUTO_HINT if value == "auto" else f"write a positive number in {unit}"
-        raise _fail(f"expected a number ({unit}), got {value!r}", source, field, hint=hint)
-    if not value > 0 or value != value or value == float("inf"):
-        raise _fail(f"must be a positive finite number ({unit}), got {value!r}", source, field,
-                    hint=f"write a positive number in {unit}")
+        if isinstance(value, str) and _reads_as_float(value):
+            hint = f"YAML reads {short(value)} as text; write it with a decimal point, e.g. {float(value):.1e}"
+        raise _fail(f"expected a number ({unit}), got {short(value)}", source, field, hint=hint)
+    lo, hi, words = RANGES[unit]
+    if not lo <= value <= hi:  # also false for nan
+        raise _fail(f"{short(value)} {unit} is not a plausible value (it must lie between {lo:g} and {hi:g} "
+                    f"{unit}: {words})", source, field, hint=f"write the figure in {unit}")
     return float(value)
 
 
+def _reads_as_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _positive_int(value: Any, field: str, source: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        hint = _AUTO_HINT if value == "auto" else "write a whole number, 1 or more"
-        raise _fail(f"expected a positive integer, got {value!r}", source, field, hint=hint)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        hint = _AUTO_HINT if value == "auto" else f"write a whole number from 1 to 2^24 = {MAX_COUNT}"
+        raise _fail(f"expected a positive integer up to 2^24, got {short(value)}", source, field, hint=hint)
     return value
 
 
 def _string(value: Any, field: str, source: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise _fail(f"expected a non-empty string, got {value!r}", source, field)
+        raise _fail(f"expected a non-empty string, got {short(value)}", source, field)
     return value
 
 
@@ -234,7 +267,7 @@ def _device_from_dict(data: Any, source: str) -> DeviceSpec:
     peaks: dict[str, float] = {}
     for dtype, tflops in peaks_raw.items():
         if dtype not in DTYPES:
-            raise _fail(f"unknown dtype '{dtype}'", source, f"device.peak_tflops.{dtype}",
+            raise _fail(f"unknown dtype {short(dtype)}", source, f"device.peak_tflops.{dtype}",
                         hint=f"use one of {', '.join(DTYPES)}")
         peaks[dtype] = _positive(tflops, f"device.peak_tflops.{dtype}", source, "TFLOP/s") * TERA
     if "float32" not in peaks:
@@ -242,9 +275,6 @@ def _device_from_dict(data: Any, source: str) -> DeviceSpec:
                     "device.peak_tflops.float32", hint="every device needs its float32 peak")
     efficiency = d.get("efficiency", DEFAULT_EFFICIENCY)
     efficiency = _positive(efficiency, "device.efficiency", source, "fraction of peak")
-    if efficiency > 1:
-        raise _fail(f"must be at most 1, got {efficiency}", source, "device.efficiency",
-                    hint="a fraction of peak between 0 and 1")
     return DeviceSpec(
         name=_string(d["name"], "device.name", source),
         peak_flops=MappingProxyType(peaks),

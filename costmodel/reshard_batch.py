@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from costmodel.layout import Layout, _first_extents, _reducible, reduce_pair, reshard_volume  # noqa: F401
+from costmodel.layout import Layout, _first_extents, _reducible, reduce_pair, reshard_peaks, reshard_volume  # noqa: F401
 from costmodel.kernel_calls import dtype_for_itemsize
 from costmodel.layer_cost import reshard_copy_s
 from costmodel.machine import Machine
@@ -203,8 +203,7 @@ def _maxima_ids(t: LayoutTable, src, dst, backward: bool) -> tuple[np.ndarray, n
     width = np.max(t.deg[src] * t.deg[dst], axis=1)  # widest table before reduction (an upper bound)
     slow = (width > TABLE_LIMIT) & ~ok
     for k in np.nonzero(slow)[0]:
-        vol = reshard_volume(t.layouts[src[k]], t.layouts[dst[k]], backward)
-        recv[k], msgs[k], written[k] = vol.max_recv, vol.max_messages, vol.max_written
+        recv[k], msgs[k], written[k] = reshard_peaks(t.layouts[src[k]], t.layouts[dst[k]], backward)
     for nranks in np.unique(ranks[~slow]):
         idx = np.nonzero((ranks == nranks) & ~slow)[0]
         s_side = _side(t, src[idx], ranks[idx], ok[idx])

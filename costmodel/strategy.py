@@ -81,13 +81,17 @@ class Strategy:
 
     def group(self, rank: int, dims) -> tuple[int, ...]:
         """Ranks that share every coordinate with ``rank`` except along ``dims`` (a communicator)."""
-        members = [rank]
-        for dim in dims:
-            i = GRID_ORDER.index(dim)
+        return tuple(int(m) for m in self.group_array(rank, dims))
+
+    def group_array(self, rank: int, dims) -> np.ndarray:
+        """:meth:`group` as a sorted numpy array (vectorised: a group can hold millions of ranks)."""
+        members = np.array([rank], dtype=np.int64)
+        axes = sorted((GRID_ORDER.index(d) for d in set(dims)), key=lambda i: -self.strides[i])
+        for i in axes:  # largest stride first: the grid's nesting leaves the members sorted
             k, s = self.radix[i], self.strides[i]
-            base = [m - ((m // s) % k) * s for m in members]
-            members = [b + c * s for b in base for c in range(k)]
-        return tuple(sorted(set(members)))
+            base = members - ((members // s) % k) * s
+            members = (base[:, None] + np.arange(k, dtype=np.int64) * s).ravel()
+        return members
 
     def group_size(self, dims) -> int:
         out = 1

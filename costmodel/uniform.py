@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.candidates import divisors
 from costmodel.layer_layouts import check_fits
 from costmodel.strategy import Strategy, make_strategy, parse_degrees
 from networks.errors import DnnplanError
@@ -28,15 +29,15 @@ class Fallback:
 
 def _square_split(p: int) -> tuple[int, int]:
     """(h, w) with h * w = p, h >= w, as close to square as possible."""
-    for a in range(1, p + 1):
-        if p % a == 0 and a >= p // a:
+    for a in divisors(p):
+        if a >= p // a:
             return a, p // a
     return p, 1
 
 
 def data_strategy(layer: Layer, p: int, batch: int) -> Strategy:
     """N=p if the batch allows, else the largest divisor of p that the batch allows (rest replicated)."""
-    for k in sorted((d for d in range(1, p + 1) if p % d == 0), reverse=True):
+    for k in reversed(divisors(p)):
         s = make_strategy(p, {"N": k} if k > 1 else {})
         if check_fits(layer, s, batch) is None:
             return s

@@ -30,6 +30,10 @@ class Group(TyperGroup):
             raise typer.Exit(130) from None
         except (typer.Exit, typer.Abort, ClickException):
             raise
+        except MemoryError:
+            fail_line("out of memory: what was asked needs more memory than this computer has "
+                      "(try a smaller --batch, --sizes or network)")
+            raise typer.Exit(2) from None
         except BrokenPipeError:  # `dnnplan ... | head`: the reader left; not an error
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again

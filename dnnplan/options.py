@@ -13,6 +13,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from costmodel.machine import MAX_DEVICES
+from dnnplan.flags import within
+from networks.ops.base import MAX_INT
+
 # --- what to work on -------------------------------------------------------------------------
 
 NetworkArg = Annotated[str, typer.Argument(help="A zoo network name (see `dnnplan networks`) or a path to a "
@@ -20,12 +24,14 @@ NetworkArg = Annotated[str, typer.Argument(help="A zoo network name (see `dnnpla
 PlanArg = Annotated[str, typer.Argument(help="A plan file written by `dnnplan plan --out`.")]
 ProfileTargetArg = Annotated[str, typer.Argument(help="A network (zoo name or spec path), or a sweep: 'gemm' "
                                                       "(GEMM grid over --sizes) or 'conv' (3x3 conv grid).")]
-DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.")]
+DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.",
+                                         callback=within("--devices", 1, MAX_DEVICES))]
 DeviceCountsOpt = Annotated[str, typer.Option("--devices", "-p", help="Device counts the planner will consider, "
                                                                       "e.g. 1,2,4.")]
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Global batch per training step "
-                                                 "\\[default: 32 per device].")]
-SamplesOpt = Annotated[int, typer.Option("--batch", "-b", help="Samples per training step.")]
+                                                 "\\[default: 32 per device].", callback=within("--batch", 1, MAX_INT))]
+SamplesOpt = Annotated[int, typer.Option("--batch", "-b", help="Samples per training step.",
+                                         callback=within("--batch", 1, MAX_INT))]
 MachineOpt = Annotated[Optional[str], typer.Option("--machine", "-m", help="A shipped machine (see `dnnplan "
                                                    "machines`) or a machine YAML path \\[default: dgx-a100].")]
 LocalMachineOpt = Annotated[str, typer.Option("--machine", "-m", help="The machine to plan for: a shipped machine "
@@ -55,13 +61,15 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing out
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="Uniform strategy for every layer: data, "
                                           "filter, channel, spatial, or degrees like N=4,F=2.")]
 MemoryOpt = Annotated[Optional[float], typer.Option("--memory", help="Memory per device in GiB \\[default: the "
-                                                    "machine's device memory].")]
+                                                    "machine's device memory].",
+                                                    callback=within("--memory", 0.001, 1e6, " GiB"))]
 SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP, ILP for what is left), "
                                         "reduced (the same), or ilp (the plain ILP).")]
 TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds any ILP solve may take (then "
-                                                       "the best plan found is reported with its gap).")]
+                                                       "the best plan found is reported with its gap).",
+                                                       callback=within("--time-limit", 0.001, 1e7, " s"))]
 GapOpt = Annotated[Optional[float], typer.Option("--gap", help="Relative optimality gap at which an ILP may stop "
-                                                 "\\[default: 0, prove optimality].")]
+                                                 "\\[default: 0, prove optimality].", callback=within("--gap", 0, 1))]
 SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Strong scaling over device counts, e.g. "
                                                  "1,2,4,...,1024, at a fixed batch.")]
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="With --sweep: write a PNG (needs the plot extra, "
@@ -69,12 +77,17 @@ PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="With --sweep: wr
 
 # --- running plans ---------------------------------------------------------------------------
 
-RanksOpt = Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to run on; must equal the plan's devices.")]
-StepsOpt = Annotated[int, typer.Option("--steps", help="Timed training steps (after the warm-up).")]
-WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed warm-up steps first.")]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before the whole run is stopped.")]
+RanksOpt = Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to run on; must equal the plan's devices.",
+                                       callback=within("--ranks", 1, MAX_DEVICES))]
+StepsOpt = Annotated[int, typer.Option("--steps", help="Timed training steps (after the warm-up).",
+                                       callback=within("--steps", 1, 10**6))]
+WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed warm-up steps first.",
+                                        callback=within("--warmup", 0, 10**6))]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds before the whole run is stopped.",
+                                           callback=within("--timeout", 0.001, 1e7, " s"))]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="BLAS/OpenMP threads per rank "
-                                                   "\\[default: the profile's, else cores // ranks].")]
+                                                   "\\[default: the profile's, else cores // ranks].",
+                                                   callback=within("--threads", 1, 4096))]
 FreshOpt = Annotated[bool, typer.Option("--fresh-profile", help="Machine `local`: time the prediction's "
                                         "kernels and collectives again inside the run, once per rank after "
                                         "every timed step, and predict from those timings (a check of the "
@@ -88,21 +101,24 @@ CheckEachOpt = Annotated[bool, typer.Option("--check/--no-check", help="Check ea
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="numpy (CPU) or cupy (NVIDIA GPU).")]
 ProfileThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads per process (a rank's share of "
-                                                "the cores).")]
+                                                "the cores).", callback=within("--threads", 1, 4096))]
 TableOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to write and resume "
                                                    "\\[default: this device's per-user cache, used by --machine "
                                                    "local].")]
 MaxSecondsOpt = Annotated[Optional[float], typer.Option("--max-seconds", help="Stop after this long; rerun to "
-                                                        "resume.")]
+                                                        "resume.", callback=within("--max-seconds", 0.001, 1e7, " s"))]
 SizesOpt = Annotated[Optional[str], typer.Option("--sizes", help="gemm: M/K/N values; conv: spatial sizes.")]
 ChannelsOpt = Annotated[Optional[str], typer.Option("--channels", help="conv sweep: channel counts (C = F).")]
 AlgorithmsOpt = Annotated[Optional[str], typer.Option("--algorithms", help="Convolution algorithms to time "
                                                       "\\[default: every one that applies].")]
 QuickOpt = Annotated[bool, typer.Option("--quick", help="Fewer repetitions (a rough table, fast).")]
-CommRanksOpt = Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to launch (mpiexec -n).")]
+CommRanksOpt = Annotated[int, typer.Option("--ranks", "-n", help="MPI ranks to launch (mpiexec -n).",
+                                           callback=within("--ranks", 1, MAX_DEVICES))]
 MessageSizesOpt = Annotated[Optional[str], typer.Option("--sizes", help="Message sizes in bytes \\[default: 8 B to "
                                                         "--max-bytes by powers of 2].")]
-MaxBytesOpt = Annotated[int, typer.Option("--max-bytes", help="Largest default message.")]
+MaxBytesOpt = Annotated[int, typer.Option("--max-bytes", help="Largest default message.",
+                                          callback=within("--max-bytes", 1, 2**40))]
 CommOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to add the fit to \\[default: "
                                                    "the per-user cache of this computer].")]
-CapOpt = Annotated[float, typer.Option("--cap", help="Seconds per (collective, size, cache state).")]
+CapOpt = Annotated[float, typer.Option("--cap", help="Seconds per (collective, size, cache state).",
+                                       callback=within("--cap", 0.001, 1e5, " s"))]

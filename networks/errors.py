@@ -8,6 +8,49 @@ as a traceback.
 
 from __future__ import annotations
 
+#: The longest a value quoted from a user's input, or a message, may run in an error line.
+VALUE_CHARS = 60
+MESSAGE_CHARS = 400
+
+
+def short(value: object, limit: int = VALUE_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a user's value quoted in a message stays short
+    however large it is (a list a YAML alias expanded, a 5,000-digit number)."""
+    text = _bounded_repr(value, limit)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _bounded_repr(value: object, limit: int) -> str:
+    """A repr that stops early: containers are walked only until ``limit`` characters are written."""
+    if isinstance(value, (list, tuple)):
+        parts, used = [], 0
+        for item in value:
+            if used > limit:
+                parts.append("...")
+                break
+            parts.append(_bounded_repr(item, limit - used))
+            used += len(parts[-1]) + 2
+        inner = ", ".join(parts)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if isinstance(value, dict):
+        return "{" + _bounded_repr([_Pair(k, v) for k, v in value.items()], limit)[1:-1] + "}"
+    if isinstance(value, _Pair):
+        return f"{_bounded_repr(value.key, limit)}: {_bounded_repr(value.value, limit)}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, str) and len(value) > limit:
+        value = value[:limit]
+    return repr(value)
+
+
+class _Pair:
+    def __init__(self, key: object, value: object):
+        self.key, self.value = key, value
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
 
 class DnnplanError(Exception):
     """A mistake the user can fix. ``str(err)`` is the one line shown to them."""
@@ -18,8 +61,8 @@ class DnnplanError(Exception):
         self.layer = layer
         self.field = field
         self.line = line
-        self.hint = hint
-        self.bare = message
+        self.hint = None if hint is None else _cut(hint, MESSAGE_CHARS)
+        self.bare = _cut(message, MESSAGE_CHARS)
         super().__init__(self._render())
 
     def _render(self) -> str:

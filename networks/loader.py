@@ -7,6 +7,7 @@ from pathlib import Path
 
 from networks.errors import DnnplanError
 from networks.ir import Network
+from networks.reading import read_text
 from networks.spec import parse_network
 
 ZOO_PACKAGE = "networks.zoo"
@@ -21,13 +22,7 @@ def spec_text(name_or_path: str) -> tuple[str, str]:
     """Return (text, source) for a zoo name or a path to a YAML file."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists() or "/" in name_or_path:
-        if not path.is_file():
-            raise DnnplanError(f"no such network spec file '{name_or_path}'",
-                               hint=f"zoo networks: {', '.join(zoo_names())}")
-        try:
-            return path.read_text(encoding="utf-8"), str(path)
-        except (OSError, UnicodeDecodeError) as err:
-            raise DnnplanError(f"cannot read the spec: {err}", file=str(path)) from None
+        return read_text(path, "network spec", missing_hint=f"zoo networks: {', '.join(zoo_names())}"), str(path)
     entry = resources.files(ZOO_PACKAGE) / f"{name_or_path}.yaml"
     if not entry.is_file():
         raise DnnplanError(f"'{name_or_path}' is neither a zoo network nor a spec file",

@@ -8,9 +8,9 @@ orders them, and this module checks the top level and builds the layers (shapes,
 
 from __future__ import annotations
 
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.ir import DTYPE_BYTES, InputSpec, Layer, Network
-from networks.ops.base import REQUIRED, ShapeError, coerce
+from networks.ops.base import MAX_ELEMENTS, MAX_INT, REQUIRED, ShapeError, coerce, prod
 from networks.ops.catalogue import OPS
 from networks.spec_expand import Parser, Raw
 from networks.spec_order import toposort
@@ -37,12 +37,12 @@ def _parse_inputs(doc: LDict, p: Parser) -> tuple[InputSpec, ...]:
         p.check_keys(spec, INPUT_KEYS, f"input '{name}'")
         shape = spec.get("shape")
         if (not isinstance(shape, list) or not shape or
-                not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)):
-            raise p.fail(f"input '{name}' needs a 'shape' of positive integers (per sample, no batch), "
-                         f"got {shape!r}", line=spec.line, field=f"inputs.{name}.shape")
+                not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s <= MAX_INT for s in shape)):
+            raise p.fail(f"input '{name}' needs a 'shape' of positive integers up to 2^31 (per sample, no batch), "
+                         f"got {short(shape)}", line=spec.line, field=f"inputs.{name}.shape")
         dtype = spec.get("dtype", "float32")
         if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
-            raise p.fail(f"input '{name}' has unknown dtype {dtype!r}", line=spec.line,
+            raise p.fail(f"input '{name}' has unknown dtype {short(dtype)}", line=spec.line,
                          field=f"inputs.{name}.dtype", hint=f"one of {', '.join(DTYPE_BYTES)}")
         out.append(InputSpec(str(name), tuple(shape), dtype))
     return tuple(out)
@@ -125,9 +125,13 @@ def _build(name: str, inputs: tuple[InputSpec, ...], order: list[Raw], p: Parser
                     params[prm.name] = coerce(prm, prm.default) if prm.default is not None else None
             in_shapes = tuple(shapes[i] for i in raw.inputs)
             out_shape, dtype = op.infer(params, in_shapes, tuple(dtypes[i] for i in raw.inputs))
+            if prod(out_shape) > MAX_ELEMENTS:
+                raise ShapeError(f"its output {short(tuple(out_shape))} has more than 2^48 elements per sample")
             if raw.op == "linear" and params.get("tied_to"):
                 _check_tied(params, in_shapes, by_name)
             wshapes = op.weights(params, in_shapes)
+            if any(prod(w) > MAX_ELEMENTS for w in wshapes.values()):
+                raise ShapeError("its weights have more than 2^48 elements")
         except ShapeError as err:
             raise DnnplanError(err.bare, file=p.source, line=raw.line, layer=raw.name, field=err.field,
                                hint=err.hint) from None

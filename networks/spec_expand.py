@@ -10,7 +10,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.expr import ExprError, substitute
 from networks.ops.base import REQUIRED
 from networks.ops.catalogue import OPS
@@ -73,12 +73,12 @@ class Parser:
                depth: int, where: str, field: str = "layers", line: int | None = None) -> str | None:
         """Expand a ``layers`` list; returns the name of its last layer (the list's output)."""
         if not isinstance(entries, list) or not entries:
-            raise self.fail(f"'layers' of {where} must be a non-empty list, got {entries!r}", line=line,
+            raise self.fail(f"'layers' of {where} must be a non-empty list, got {short(entries)}", line=line,
                             layer=prefix or None, field=field)
         local: dict[str, str] = {}
         for entry in entries:
             if not isinstance(entry, LDict):
-                raise self.fail(f"each entry of 'layers' in {where} must be a mapping, got {entry!r}",
+                raise self.fail(f"each entry of 'layers' in {where} must be a mapping, got {short(entry)}",
                                 line=line, layer=prefix or None, field=field)
             self.entries += 1
             if self.entries > MAX_ENTRIES:
@@ -105,7 +105,7 @@ class Parser:
             return True
         cond = self.sub(entry["when"], env, line=entry.line, layer=label, field="when")
         if not isinstance(cond, bool):
-            raise self.fail(f"'when' must be true or false, got {cond!r}", line=entry.line, layer=label,
+            raise self.fail(f"'when' must be true or false, got {short(cond)}", line=entry.line, layer=label,
                             field="when")
         return cond
 
@@ -137,7 +137,7 @@ class Parser:
         if isinstance(name, int) and not isinstance(name, bool):  # name: "{i}", as block uses allow
             name = str(name)
         if not isinstance(name, str) or not name:
-            raise self.fail(f"a layer name must be text, got {name!r}", line=line, field="name")
+            raise self.fail(f"a layer name must be text, got {short(name)}", line=line, field="name")
         return name
 
     def _layer_op(self, entry: LDict, full: str) -> str:
@@ -146,7 +146,7 @@ class Parser:
         if op is None:
             raise self.fail("a layer needs an 'op'", line=line, layer=full, field="op")
         if not isinstance(op, str):
-            raise self.fail(f"'op' must be an op name, got {op!r}", line=line, layer=full, field="op",
+            raise self.fail(f"'op' must be an op name, got {short(op)}", line=line, layer=full, field="op",
                             hint=f"known ops: {', '.join(sorted(OPS))}")
         if op not in OPS:
             raise self.fail(f"unknown op '{op}'", line=line, layer=full, field="op",
@@ -167,7 +167,7 @@ class Parser:
         elif isinstance(refs, str):
             refs = [refs]
         if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
-            raise self.fail(f"'inputs' must be a layer name or a list of names, got {refs!r}",
+            raise self.fail(f"'inputs' must be a layer name or a list of names, got {short(refs)}",
                             line=line, layer=full, field="inputs")
         return refs
 
@@ -215,7 +215,7 @@ class Parser:
         for key, val in (("repeat", repeat), ("start", start)):
             if isinstance(val, bool) or not isinstance(val, int) or val < (1 if key == "repeat" else 0):
                 raise self.fail(f"'{key}' must be a {'positive' if key == 'repeat' else 'non-negative'} "
-                                f"integer, got {val!r}", line=line, layer=label, field=key)
+                                f"integer, got {short(val)}", line=line, layer=label, field=key)
         if repeat > MAX_ENTRIES:
             raise self.fail(f"'repeat' must be at most {MAX_ENTRIES}, got {repeat}", line=line, layer=label,
                             field="repeat")

@@ -1,5 +1,7 @@
-"""Reading a network spec's YAML: safe loading whose mappings remember their line and refuse a key
-that appears twice. Every YAML mistake is a :class:`DnnplanError` naming the file and line.
+"""Reading a user's YAML (network specs, machine files, plans): safe loading whose mappings
+remember their line and refuse a key that appears twice, with anchors and aliases allowed but
+bounded (an alias repeats a whole subtree, so a few nested ones can stand for billions of values).
+Every YAML mistake is a :class:`DnnplanError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 
 
 class LDict(dict):
@@ -17,7 +19,14 @@ class LDict(dict):
     line: int | None = None
 
 
-class _Loader(yaml.SafeLoader):
+#: The most values all the aliases of one document may repeat, counted as if written out.
+MAX_ALIAS_VALUES = 100_000
+
+#: libyaml's parser when PyYAML was built with it (several times faster), else the pure-Python one.
+_BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BASE_LOADER):  # type: ignore[misc, valid-type]
     pass
 
 
@@ -31,7 +40,7 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LDict:
     for k, (key_node, value_node) in enumerate(node.value):
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, str):
-            raise yaml.constructor.ConstructorError(None, None, f"keys must be text, got {key!r}",
+            raise yaml.constructor.ConstructorError(None, None, f"keys must be text, got {short(key)}",
                                                     key_node.start_mark)
         if k >= merged and key in seen:
             err = yaml.constructor.ConstructorError(None, None, f"key '{key}' appears twice",
@@ -51,10 +60,53 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LDict:
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _repeated_values(node: yaml.Node) -> int:
+    """How many values the aliases under ``node`` repeat (each alias is the very node it names, so
+    a node met a second time is an alias); ValueError if a node contains itself."""
+    sizes: dict[int, int | None] = {}
+    repeated = 0
+
+    def size(n: yaml.Node) -> int:
+        nonlocal repeated
+        key = id(n)
+        if key in sizes:
+            known = sizes[key]
+            if known is None:
+                raise ValueError("an alias refers to a node that contains it")
+            repeated += known
+            if repeated > MAX_ALIAS_VALUES:
+                raise ValueError(f"its aliases repeat more than {MAX_ALIAS_VALUES:,} values")
+            return known
+        sizes[key] = None
+        children: list[yaml.Node] = []
+        if isinstance(n, yaml.SequenceNode):
+            children = list(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            children = [x for pair in n.value for x in pair]
+        total = 1 + sum(size(c) for c in children)
+        sizes[key] = total
+        return total
+
+    size(node)
+    return repeated
+
+
+def _load(text: str) -> Any:
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _repeated_values(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def load_yaml(text: str, source: str) -> Any:
     """The YAML document in ``text``, its mappings :class:`LDict`; a DnnplanError if it is not YAML."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+        return _load(text)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark else None
@@ -63,7 +115,7 @@ def load_yaml(text: str, source: str) -> Any:
     except yaml.YAMLError as err:  # ReaderError (a control character) has no mark but a multi-line text
         raise DnnplanError(f"not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
                            file=source) from None
-    except ValueError as err:  # a value the YAML resolver recognised but cannot build: 2020-13-01, a 5000-digit int
+    except ValueError as err:  # an alias bomb; a value the resolver recognised but cannot build: 2020-13-01
         raise DnnplanError(f"not valid YAML: {err}", file=source) from None
     except RecursionError:
         raise DnnplanError("not valid YAML: it nests too deeply", file=source) from None

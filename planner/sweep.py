@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 from costmodel.compute import ComputeModel
-from costmodel.machine import Machine
+from costmodel.machine import MAX_DEVICES, Machine
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.ir import Network
 from planner.optimize import Settings, fastest_algorithms, make_plan, strategy_mix
+
+
+#: The most device counts one sweep plans for.
+MAX_POINTS = 64
+
+
+def _count(part: str) -> int:
+    """One device count of ``--sweep``: a whole number from 1 to MAX_DEVICES."""
+    try:
+        value = int(part)
+    except ValueError:
+        raise DnnplanError(f"{short(part)} in --sweep is not a device count", hint="write e.g. 1,2,4,...,1024") from None
+    if not 1 <= value <= MAX_DEVICES:
+        raise DnnplanError(f"device counts in --sweep must be whole numbers from 1 to {MAX_DEVICES:,}, "
+                           f"got {short(value)}")
+    return value
 
 
 def parse_counts(text: str) -> list[int]:
@@ -18,21 +34,17 @@ def parse_counts(text: str) -> list[int]:
     for i, part in enumerate(parts):
         if part == "...":
             if len(out) < 2 or i + 1 >= len(parts):
-                raise DnnplanError(f"cannot read '...' in --sweep '{text}'", hint="write e.g. 1,2,4,...,1024")
+                raise DnnplanError(f"cannot read '...' in --sweep {short(text)}", hint="write e.g. 1,2,4,...,1024")
             ratio = out[-1] // out[-2]
-            end = int(parts[i + 1])
+            end = _count(parts[i + 1])
             while out[-1] * ratio < end and ratio > 1:
                 out.append(out[-1] * ratio)
             continue
-        try:
-            value = int(part)
-        except ValueError:
-            raise DnnplanError(f"'{part}' in --sweep is not a device count", hint="write e.g. 1,2,4,...,1024") from None
-        if value < 1:
-            raise DnnplanError(f"device counts in --sweep must be positive, got {value}")
-        out.append(value)
+        out.append(_count(part))
     if not out:
         raise DnnplanError("--sweep names no device count", hint="write e.g. 1,2,4,...,1024")
+    if len(set(out)) > MAX_POINTS:
+        raise DnnplanError(f"--sweep names {len(set(out))} device counts; at most {MAX_POINTS} are taken")
     return sorted(set(out))
 
 

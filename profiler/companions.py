@@ -10,6 +10,7 @@ parallel step would), each with the same thread count.
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 
 import numpy
 from threadpoolctl import threadpool_limits
@@ -21,6 +22,8 @@ KEEP_BYTES = 1 << 30  # a companion keeps the operands of the calls it was given
 
 
 def _companion(conn, threads: int) -> None:  # pragma: no cover - runs in a child process
+    # a terminal's Ctrl-C reaches the whole process group: the parent handles it and ends companions
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     built: dict = {}  # call key -> its closure, kept up to KEEP_BYTES (side-by-side rounds reload calls)
     room = KEEP_BYTES
     with threadpool_limits(limits=threads):

@@ -8,7 +8,7 @@ from costmodel.files import load_machine
 from costmodel.kernel_calls import DEFAULT_CONV_ALGORITHM, KernelCall, split_key
 from costmodel.profile_table import ProfileTable
 from kernels.xp import array_module
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.loader import load_network
 from profiler.collect import conv_grid, gemm_grid, network_calls
 from profiler.context import default_batch
@@ -20,13 +20,17 @@ from profiler.tables import cache_path, open_for_device
 GRID_MODES = ("gemm", "conv")
 
 
-def parse_ints(text: str, what: str) -> list[int]:
+def parse_ints(text: str, what: str, most: int) -> list[int]:
+    """``--what``'s comma-separated integers, each from 1 to ``most``; at most 64 of them."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if len(parts) > 64:
+        raise DnnplanError(f"--{what} lists {len(parts)} values; at most 64 are taken")
     try:
-        out = [int(s) for s in text.split(",") if s.strip()]
+        out = [int(part) for part in parts]
     except ValueError:
-        raise DnnplanError(f"--{what} must be comma-separated integers, got {text!r}") from None
-    if not out or any(v < 1 for v in out):
-        raise DnnplanError(f"--{what} must list positive integers, got {text!r}")
+        raise DnnplanError(f"--{what} must be comma-separated integers, got {short(text)}") from None
+    if not out or any(not 1 <= v <= most for v in out):
+        raise DnnplanError(f"--{what} must list whole numbers from 1 to {most:,}, got {short(text)}")
     return out
 
 

@@ -144,8 +144,20 @@ BAD = [
     ("missing latency", _mutated(("intra", "latency_us"), delete=True), "intra.latency_us",
      "missing key"),
     ("negative bandwidth", _mutated(("inter", "bandwidth_gb_per_s"), -25),
-     "inter.bandwidth_gb_per_s", "positive"),
-    ("zero memory", _mutated(("device", "memory_gib"), 0), "device.memory_gib", "positive"),
+     "inter.bandwidth_gb_per_s", "not a plausible value"),
+    ("zero memory", _mutated(("device", "memory_gib"), 0), "device.memory_gib", "not a plausible value"),
+    ("bandwidth below 1 MB/s", _mutated(("intra", "bandwidth_gb_per_s"), 1e-300), "intra.bandwidth_gb_per_s",
+     "1 MB/s to 100 TB/s"),
+    ("bandwidth above 100 TB/s", _mutated(("inter", "bandwidth_gb_per_s"), 2e5), "inter.bandwidth_gb_per_s",
+     "1 MB/s to 100 TB/s"),
+    ("latency below 1 ns", _mutated(("intra", "latency_us"), 1e-6), "intra.latency_us", "1 ns to 1 s"),
+    ("latency above 1 s", _mutated(("inter", "latency_us"), 5e6), "inter.latency_us", "1 ns to 1 s"),
+    ("peak at 10^19 FLOP/s", _mutated(("device", "peak_tflops", "float32"), 1e7), "device.peak_tflops.float32",
+     "10^18 FLOP/s"),
+    ("nan memory", _mutated(("device", "memory_gib"), float("nan")), "device.memory_gib", "not a plausible value"),
+    ("inf reduce rate", _mutated(("intra", "reduce_gb_per_s"), float("inf")), "intra.reduce_gb_per_s",
+     "not a plausible value"),
+    ("2^30 devices per node", _mutated(("devices_per_node",), 2**30), "devices_per_node", "up to 2^24"),
     ("string number", _mutated(("device", "memory_gib"), "80GB"), "device.memory_gib",
      "expected a number"),
     ("float node count", _mutated(("devices_per_node",), 8.5), "devices_per_node", "integer"),
@@ -155,7 +167,7 @@ BAD = [
     ("no float32 peak", _mutated(("device", "peak_tflops"), {"float16": 5}),
      "device.peak_tflops.float32", "missing key"),
     ("efficiency above one", _mutated(("device", "efficiency"), 1.5), "device.efficiency",
-     "at most 1"),
+     "between 0.001 and 1"),
     ("link not a mapping", _mutated(("intra",), [1, 2]), "intra", "mapping"),
 ]
 
@@ -189,7 +201,7 @@ def test_bad_machine_files_name_key_file_and_line(tmp_path, what, data, key, wor
 def test_yaml_syntax_errors_and_duplicates(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text("name: a\nname: b\n")
-    with pytest.raises(DnnplanError, match="duplicate key 'name'") as info:
+    with pytest.raises(DnnplanError, match="key 'name' appears twice") as info:
         load_machine(str(path))
     assert info.value.line == 2
     path.write_text("name: [a\n")

@@ -24,7 +24,7 @@ def profile_comm(ranks: CommRanksOpt = 2, sizes: MessageSizesOpt = None, max_byt
     """
     if out:
         check_output_folder(out)  # the fit is added to an existing table: no --force
-    summary = run_profile_comm(ranks, parse_ints(sizes, "sizes") if sizes else None, max_bytes, out,
+    summary = run_profile_comm(ranks, parse_ints(sizes, "sizes", 2**31) if sizes else None, max_bytes, out,
                                seconds_per_point)
     if as_json:
         print(json.dumps(summary))

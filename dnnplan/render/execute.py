@@ -6,9 +6,11 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dnnplan.render import fmt
+from dnnplan.render.messages import err_console
 from executor.check import CheckResult
 from executor.compare import Comparison
 from executor.timers import PHASES
@@ -86,6 +88,34 @@ def validate_table(rows: list[dict], title: str) -> None:
         ctext = "-" if check is None else (f"[green]ok[/green] {check['worst_rel_error']:.1e}" if check["passed"]
                                           else f"[red]FAILED[/red] {check['worst_tensor']} {check['worst_rel_error']:.1e}")
         med = r["layer_median_abs_rel"]
-        t.add_row(r["name"], r["strategies"], fmt.seconds(r["predicted_step_s"]), fmt.seconds(r["measured_step_s"]),
+        name = escape(r["name"]) + (" [dim](earlier run)[/dim]" if r.get("resumed") else "")
+        t.add_row(name, r["strategies"], fmt.seconds(r["predicted_step_s"]), fmt.seconds(r["measured_step_s"]),
                   pct(r["step_rel"]), "-" if med is None else f"{med * 100:.0f}%", ctext)
     console.print(t)
+    if any(r.get("resumed") for r in rows):
+        console.print("[dim](earlier run): measured by an interrupted run of the same settings, not run again[/dim]")
+
+
+def validate_progress(row: dict) -> None:
+    """One line on stderr as each plan finishes."""
+    err_console.print(f"measured {escape(row['name'])}: step {fmt.seconds(row['measured_step_s'])}, predicted "
+                      f"{fmt.seconds(row['predicted_step_s'])} ({pct(row['step_rel'])})", markup=True, emoji=False)
+
+
+def validate_reused(row: dict, path: str) -> None:
+    """One line on stderr for a plan an interrupted run measured: its row is reused."""
+    err_console.print(f"measured {escape(row['name'])}: step {fmt.seconds(row['measured_step_s'])} in an earlier "
+                      f"run ({escape(path)}), not run again", markup=True, emoji=False)
+
+
+def validate_interrupted(rows: list[dict], planned: int, kept: str | None, cache: str | None, command: str) -> None:
+    """Two lines on stderr for a validate stopped by Ctrl-C: how many plans finished and where they
+    are kept (or how far planning got), and the command that resumes."""
+    if not planned:
+        what = "while planning, before any plan ran" + (f"; kernels timed so far saved to {cache}" if cache else "")
+        what += f"; the plans measured earlier stay in {kept}" if kept else ""
+    else:
+        names = f" ({', '.join(r['name'] for r in rows)})" if rows else ""
+        what = f"{len(rows)} of {planned} plans finished{names}; " + (f"kept in {kept}" if kept else "nothing to keep")
+    err_console.print(f"[bold yellow]interrupted:[/bold yellow] {escape(what)}", markup=True, emoji=False)
+    err_console.print(f"resume with: {escape(command)}", markup=True, emoji=False, soft_wrap=True)

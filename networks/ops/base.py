@@ -15,11 +15,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.ir import Shape
 
 DIMS = ("N", "H", "W", "C", "F")
 REQUIRED = object()
+#: The largest integer a spec may give (a size, a count, a stride): 2^31, beyond any real layer.
+MAX_INT = 2**31
+#: The most elements one tensor may hold per sample (2^48: 1 PiB of float32 for one sample).
+MAX_ELEMENTS = 2**48
 
 
 def clog2(x: int) -> int:
@@ -227,7 +231,9 @@ def coerce(param: Param, value: Any) -> Any:
     name = param.name
     if k in ("int", "pos", "nonneg"):
         if not _is_int(value):
-            raise ShapeError(f"must be an integer, got {value!r}", name)
+            raise ShapeError(f"must be an integer, got {short(value)}", name)
+        if abs(value) > MAX_INT:
+            raise ShapeError(f"must be at most 2^31 = {MAX_INT} in size, got {short(value)}", name)
         if k == "pos" and value <= 0:
             raise ShapeError(f"must be positive, got {value}", name)
         if k == "nonneg" and value < 0:
@@ -236,26 +242,27 @@ def coerce(param: Param, value: Any) -> Any:
     if k in ("pair", "pad"):
         items = [value, value] if _is_int(value) else value
         if not isinstance(items, (list, tuple)) or len(items) != 2 or not all(_is_int(v) for v in items):
-            raise ShapeError(f"must be an integer or a list of two integers, got {value!r}", name)
+            raise ShapeError(f"must be an integer or a list of two integers, got {short(value)}", name)
         lo = 0 if k == "pad" else 1
-        if any(v < lo for v in items):
-            raise ShapeError(f"must be {'>= 0' if lo == 0 else 'positive'}, got {value!r}", name)
+        if any(v < lo or v > MAX_INT for v in items):
+            raise ShapeError(f"must be {'>= 0' if lo == 0 else 'positive'} and at most 2^31, got {short(value)}",
+                             name)
         return (int(items[0]), int(items[1]))
     if k == "bool":
         if not isinstance(value, bool):
-            raise ShapeError(f"must be true or false, got {value!r}", name)
+            raise ShapeError(f"must be true or false, got {short(value)}", name)
         return value
     if k == "rate":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise ShapeError(f"must be a number in [0, 1), got {value!r}", name)
+            raise ShapeError(f"must be a number in [0, 1), got {short(value)}", name)
         return float(value)
     if k == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-            raise ShapeError(f"must be a positive number, got {value!r}", name)
+            raise ShapeError(f"must be a positive number, got {short(value)}", name)
         return float(value)
     if k == "str":
         if not isinstance(value, str) or not value:
-            raise ShapeError(f"must be a non-empty string, got {value!r}", name)
+            raise ShapeError(f"must be a non-empty string, got {short(value)}", name)
         return value
     raise AssertionError(f"unknown parameter kind {k}")  # a catalogue bug, not a user mistake
 

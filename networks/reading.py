@@ -1,0 +1,58 @@
+"""Reading a user's file: bytes, bounded in size, decoded as UTF-8, every failure one clear line.
+
+Every loader of a user's file (network spec, machine, plan, profile table) reads through
+:func:`read_text`, so a directory is called a directory, a binary or mis-encoded file is named with
+the offset and line of its first bad byte, and a file too large to be what it claims to be is
+refused before it is parsed (YAML is parsed at roughly a megabyte a second; a JSON profile table
+far faster).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from networks.errors import DnnplanError
+
+MIB = 2**20
+#: A network spec, machine file or plan, in YAML or JSON: a plan for some 20,000 layers fits.
+MAX_DOCUMENT_BYTES = 8 * MIB
+#: A profile table (JSON): some million timed kernel calls fit.
+MAX_TABLE_BYTES = 256 * MIB
+
+
+def read_text(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_BYTES,
+              missing_hint: str | None = None) -> str:
+    """The text of the ``what`` file (``'network spec'``, ``'plan'``...) at ``path``; a
+    :class:`DnnplanError` naming the file if it is missing, a directory, unreadable, larger than
+    ``limit`` bytes or not UTF-8."""
+    source = str(path)
+    p = Path(path)
+    if p.is_dir():
+        raise DnnplanError(f"is a directory, not a {what} file", file=source,
+                           hint=missing_hint or f"give the path of the {what} file inside it")
+    try:
+        size = p.stat().st_size
+        if size > limit:
+            raise DnnplanError(f"is {size / MIB:.1f} MiB; a {what} file is at most {limit // MIB} MiB",
+                               file=source)
+        with open(p, "rb") as fh:
+            data = fh.read(limit + 1)  # a file that grew since stat, or a pipe, is bounded too
+    except FileNotFoundError:
+        raise DnnplanError(f"no such {what} file", file=source, hint=missing_hint) from None
+    except OSError as err:
+        raise DnnplanError(f"cannot read the {what}: {err.strerror or err}", file=source) from None
+    if len(data) > limit:
+        raise DnnplanError(f"is larger than {limit // MIB} MiB, the most a {what} file may be", file=source)
+    return decode(data, source, what)
+
+
+def decode(data: bytes, source: str, what: str) -> str:
+    """``data`` as UTF-8 text (a byte-order mark dropped); a DnnplanError at the first bad byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DnnplanError(f"is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start})",
+                           file=source, line=line,
+                           hint=f"a {what} is a text file; save it as UTF-8") from None
