@@ -140,9 +140,9 @@ class Machine:
         most = self.max_devices()
         if most is not None and p > most:
             raise DnnplanError(
-                f"{p} devices do not fit on machine '{self.name}' ({self.nodes} nodes x "
-                f"{self.devices_per_node} devices = {most})", file=self.source, field="nodes",
-                hint=f"ask for at most {most} devices or pick a larger machine")
+                f"{p} devices do not fit on machine '{self.name}' ({self.nodes} node(s) x "
+                f"{self.devices_per_node} devices = {most})", field="devices",
+                hint=f"ask for at most {most} devices (--devices {most}) or pick a larger --machine")
 
     def group_span(self, ranks: Sequence[int]) -> tuple[int, int]:
         """``(ranks_per_node, nodes_spanned)`` of a group of global ranks.
@@ -212,7 +212,7 @@ _AUTO_HINT = "'auto' is filled in only when the file is loaded by costmodel.file
 #: What each figure of a machine file may physically be, in the file's units: (least, most, words).
 RANGES = {
     "TFLOP/s": (1e-6, 1e6, "1 MFLOP/s to 10^18 FLOP/s per device"),
-    "GiB": (1 / 1024, 1e6, "1 MiB to about 1 PiB per device"),
+    "GiB": (1e-3, 1e6, "about 1 MiB to 1 PiB per device"),
     "GB/s": (1e-3, 1e5, "1 MB/s to 100 TB/s"),
     "microseconds": (1e-3, 1e6, "1 ns to 1 s"),
     "fraction of peak": (1e-3, 1.0, "0.001 to 1"),

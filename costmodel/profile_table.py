@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from costmodel.kernel_calls import split_key
-from networks.errors import DnnplanError
+from costmodel.kernel_calls import SHAPE_FIELDS, split_key
+from networks.errors import DnnplanError, short
 
 FORMAT = "dnnplan-profile"
 VERSION = 1
@@ -90,7 +90,7 @@ def foreign_reason(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     """Which identity key differs between two fingerprints (None when they are the same device)."""
     for k in IDENTITY_KEYS:
         if a.get(k) != b.get(k):
-            return f"{k} {a.get(k)!r} != {b.get(k)!r}"
+            return f"{k} {short(a.get(k))} != {short(b.get(k))}"
     return None
 
 
@@ -107,18 +107,38 @@ def table_from_dict(data: Any, source: str) -> ProfileTable:
         raise DnnplanError("not a dnnplan profile table (no \"format\": \"dnnplan-profile\")", file=source,
                            hint="pass a file written by `dnnplan profile`")
     if data.get("version") != VERSION:
-        raise DnnplanError(f"profile table version {data.get('version')!r} is not {VERSION}", file=source,
+        raise DnnplanError(f"profile table version {short(data.get('version'))} is not {VERSION}", file=source,
                            hint="re-run `dnnplan profile` with this dnnplan")
-    fp = data.get("fingerprint")
-    if not isinstance(fp, Mapping) or not all(k in fp for k in IDENTITY_KEYS):
-        raise _bad(source, f"fingerprint must be a mapping with keys {', '.join(IDENTITY_KEYS)}")
-    entries = _entries(data, "entries", "entry", source, split_key)
+    fp = _fingerprint(data.get("fingerprint"), source)
+    entries = _entries(data, "entries", "entry", source, _check_key)
     comm = data.get("comm", {})
     if not isinstance(comm, Mapping):
         raise _bad(source, "comm must be a mapping")
     _check_comm(comm, source)
     executor = _entries(data, "executor", "executor entry", source)
-    return ProfileTable(dict(fp), entries, dict(comm), source, executor)
+    return ProfileTable(fp, entries, dict(comm), source, executor)
+
+
+def _fingerprint(fp: Any, source: str) -> dict[str, Any]:
+    """The table's fingerprint: the identity keys, counts as whole numbers from 1."""
+    if not isinstance(fp, Mapping) or not all(k in fp for k in IDENTITY_KEYS):
+        raise _bad(source, f"fingerprint must be a mapping with keys {', '.join(IDENTITY_KEYS)}")
+    for key in ("threads", "concurrency", "cores", "kernels"):
+        value = fp.get(key, 1)
+        if value is None and key == "kernels":  # tables from before kernel revisions were counted
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31:
+            raise _bad(source, f"fingerprint {key} must be a whole number, got {short(value)}")
+    return dict(fp)
+
+
+def _check_key(key: str) -> None:
+    """An entry's key names a kernel the cost model knows, with sizes from 0 to 2^48."""
+    kernel, shape, _, _ = split_key(key)
+    if kernel not in SHAPE_FIELDS:
+        raise ValueError(f"unknown kernel {short(kernel)}")
+    if any(not 0 <= n <= 2**48 for n in shape):
+        raise ValueError("a size beyond 2^48")
 
 
 def _entries(data: Mapping[str, Any], field_: str, what: str, source: str, check_key=None) -> dict[str, Entry]:
@@ -132,41 +152,75 @@ def _entries(data: Mapping[str, Any], field_: str, what: str, source: str, check
             if check_key is not None:
                 check_key(key)
             out[str(key)] = _entry(e)
-        except (ValueError, TypeError, KeyError) as err:
-            raise _bad(source, f"{what} {key!r}: {err}") from None
+        except (ValueError, TypeError, KeyError, OverflowError) as err:
+            raise _bad(source, f"{what} {short(key)}: {err}") from None
     return out
+
+
+#: The plausible range of a timed kernel's seconds: a picosecond (far below any kernel) to a day.
+SECONDS = (1e-12, 86400.0)
 
 
 def _entry(e: Any) -> Entry:
     if not isinstance(e, Mapping) or any(k not in e for k in _ENTRY_KEYS):
         raise ValueError("missing fields")
+    if any(isinstance(e[k], bool) or not isinstance(e[k], (int, float)) for k in _ENTRY_KEYS):
+        raise ValueError("fields must be numbers")
     ent = Entry(float(e["min_s"]), float(e["median_s"]), float(e["spread"]), int(e["count"]),
                 int(e["flops"]), int(e["bytes"]))
-    if not (ent.median_s > 0 and math.isfinite(ent.median_s) and ent.count >= 1):
-        raise ValueError("non-positive time")
+    lo, hi = SECONDS
+    if not (lo <= ent.min_s <= hi and lo <= ent.median_s <= hi and 0 <= ent.spread <= 1e6):
+        raise ValueError(f"times must lie between {lo:g} and {hi:g} s")
+    if not (1 <= ent.count <= 10**9 and 0 <= ent.flops <= 10**30 and 0 <= ent.bytes <= 10**30):
+        raise ValueError("count, flops or bytes out of range")
     return ent
 
 
-def _check_comm(comm: Mapping[str, Any], source: str) -> None:
-    fits = dict(comm.get("collectives") or {})
+FIT_KEYS = ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte")
+
+
+def _fits(comm: Mapping[str, Any]) -> dict[str, Any]:
+    """Every fit of a table's comm section by name (``link``, each collective, ``cold NAME``)."""
+    collectives = comm.get("collectives") or {}
+    cold = comm.get("cold") or {}
+    if not isinstance(collectives, Mapping) or not isinstance(cold, Mapping) or \
+            not isinstance(cold.get("collectives") or {}, Mapping):
+        raise ValueError("collectives (and cold.collectives) must map collective names to fits")
+    fits = dict(collectives)
     if comm.get("link"):
         fits["link"] = comm["link"]
-    cold = comm.get("cold") or {}
-    if not isinstance(cold, Mapping) or not isinstance(cold.get("collectives") or {}, Mapping):
-        raise _bad(source, "comm.cold must be a mapping with a collectives mapping")
     fits.update({f"cold {name}": f for name, f in (cold.get("collectives") or {}).items()})
+    return fits
+
+
+def _check_fit(f: Any) -> None:
+    """One fit: alpha, beta, gamma (finite, non-negative) and its regimes ``[up_to, a, b, g]``."""
+    if not isinstance(f, Mapping):
+        raise ValueError("a fit must be a mapping of alpha_s, beta_s_per_byte, gamma_s_per_byte")
+    params = [f[k] for k in FIT_KEYS]
+    regimes = f.get("regimes") or []
+    if not isinstance(regimes, list):
+        raise ValueError("regimes must be a list")
+    for r in regimes:
+        if not isinstance(r, list) or len(r) != 4:
+            raise ValueError("a regime is [up_to_bytes, alpha_s, beta_s_per_byte, gamma_s_per_byte]")
+        params += r[1:] + ([] if r[0] is None else [r[0]])
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in params):
+        raise ValueError("fit parameters must be numbers")
+    if not all(0 <= x <= 1e30 for x in params):  # also refuses NaN
+        raise ValueError("negative, non-finite or absurd parameter")
+
+
+def _check_comm(comm: Mapping[str, Any], source: str) -> None:
+    try:
+        fits = _fits(comm)
+    except ValueError as err:
+        raise _bad(source, f"comm: {err}") from None
     for name, f in fits.items():
         try:
-            params = [float(f[k]) for k in ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte")]
-            for r in f.get("regimes") or []:
-                upto, *rest = r
-                params += [float(x) for x in rest] + ([] if upto is None else [float(upto)])
-                if len(rest) != 3:
-                    raise ValueError("a regime is [up_to_bytes, alpha_s, beta_s_per_byte, gamma_s_per_byte]")
-            if not all(math.isfinite(x) and x >= 0 for x in params):
-                raise ValueError("negative or non-finite parameter")
-        except (ValueError, TypeError, KeyError, AttributeError) as err:
-            raise _bad(source, f"comm fit {name!r}: {err}") from None
+            _check_fit(f)
+        except (ValueError, KeyError) as err:
+            raise _bad(source, f"comm fit {short(name)}: {err}") from None
 
 
 def table_to_dict(table: ProfileTable) -> dict[str, Any]:

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 #: The longest a value quoted from a user's input, or a message, may run in an error line.
 VALUE_CHARS = 60
-MESSAGE_CHARS = 400
+MESSAGE_CHARS = 300
+HINT_CHARS = 200
+NAME_CHARS = 60
+PATH_CHARS = 120
+LINE_CHARS = 600
 
 
 def short(value: object, limit: int = VALUE_CHARS) -> str:
@@ -48,8 +52,21 @@ class _Pair:
         self.key, self.value = key, value
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+def _escaped(text: object) -> str:
+    """``text`` on one line: line breaks and other control characters written as escapes."""
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in str(text))
+
+
+def _cut(text: object, limit: int) -> str:
+    """``text`` escaped (:func:`_escaped`) and cut to at most ``limit`` characters."""
+    out = _escaped(text)
+    return out if len(out) <= limit else out[:limit - 3] + "..."
+
+
+def _cut_front(path: object, limit: int) -> str:
+    """A path escaped and cut from the front, so the file's own name stays."""
+    out = _escaped(path)
+    return out if len(out) <= limit else "..." + out[-(limit - 3):]
 
 
 class DnnplanError(Exception):
@@ -57,11 +74,11 @@ class DnnplanError(Exception):
 
     def __init__(self, message: str, *, file: str | None = None, layer: str | None = None,
                  field: str | None = None, line: int | None = None, hint: str | None = None):
-        self.file = file
-        self.layer = layer
-        self.field = field
+        self.file = None if file is None else _cut_front(file, PATH_CHARS)
+        self.layer = None if layer is None else _cut(layer, NAME_CHARS)
+        self.field = None if field is None else _cut(field, NAME_CHARS)
         self.line = line
-        self.hint = None if hint is None else _cut(hint, MESSAGE_CHARS)
+        self.hint = None if hint is None else _cut(hint, HINT_CHARS)
         self.bare = _cut(message, MESSAGE_CHARS)
         super().__init__(self._render())
 
@@ -76,7 +93,7 @@ class DnnplanError(Exception):
         text = (", ".join(where) + ": " if where else "") + self.bare
         if self.hint:
             text += f" ({self.hint})"
-        return text
+        return _cut(text, LINE_CHARS)
 
     def located(self, *, file: str | None = None, line: int | None = None) -> "DnnplanError":
         """Return a copy that also names the file (and line) the mistake came from."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.ir import Network
 from networks.reading import read_text
 from networks.spec import parse_network
@@ -21,12 +21,16 @@ def zoo_names() -> list[str]:
 def spec_text(name_or_path: str) -> tuple[str, str]:
     """Return (text, source) for a zoo name or a path to a YAML file."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists() or "/" in name_or_path:
+    try:
+        exists = path.exists()
+    except (OSError, ValueError):  # a name too long for a path, a NUL byte
+        exists = False
+    if path.suffix in (".yaml", ".yml") or exists or "/" in name_or_path:
         return read_text(path, "network spec", missing_hint=f"zoo networks: {', '.join(zoo_names())}"), str(path)
-    entry = resources.files(ZOO_PACKAGE) / f"{name_or_path}.yaml"
-    if not entry.is_file():
-        raise DnnplanError(f"'{name_or_path}' is neither a zoo network nor a spec file",
+    if name_or_path not in zoo_names():
+        raise DnnplanError(f"{short(name_or_path)} is neither a zoo network nor a spec file",
                            hint=f"zoo networks: {', '.join(zoo_names())}; or pass a path to a .yaml spec")
+    entry = resources.files(ZOO_PACKAGE) / f"{name_or_path}.yaml"
     return entry.read_text(encoding="utf-8"), f"zoo/{name_or_path}.yaml"
 
 

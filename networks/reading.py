@@ -28,10 +28,10 @@ def read_text(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_B
     ``limit`` bytes or not UTF-8."""
     source = str(path)
     p = Path(path)
-    if p.is_dir():
-        raise DnnplanError(f"is a directory, not a {what} file", file=source,
-                           hint=missing_hint or f"give the path of the {what} file inside it")
     try:
+        if p.is_dir():
+            raise DnnplanError(f"is a directory, not a {what} file", file=source,
+                               hint=missing_hint or f"give the path of the {what} file inside it")
         size = p.stat().st_size
         if size > limit:
             raise DnnplanError(f"is {size / MIB:.1f} MiB; a {what} file is at most {limit // MIB} MiB",
@@ -40,8 +40,8 @@ def read_text(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_B
             data = fh.read(limit + 1)  # a file that grew since stat, or a pipe, is bounded too
     except FileNotFoundError:
         raise DnnplanError(f"no such {what} file", file=source, hint=missing_hint) from None
-    except OSError as err:
-        raise DnnplanError(f"cannot read the {what}: {err.strerror or err}", file=source) from None
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+        raise DnnplanError(f"cannot read the {what}: {getattr(err, 'strerror', None) or err}", file=source) from None
     if len(data) > limit:
         raise DnnplanError(f"is larger than {limit // MIB} MiB, the most a {what} file may be", file=source)
     return decode(data, source, what)

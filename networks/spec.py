@@ -48,20 +48,12 @@ def _parse_inputs(doc: LDict, p: Parser) -> tuple[InputSpec, ...]:
     return tuple(out)
 
 
-def _one_line(text: str | None) -> str | None:
-    """Escape line breaks and other control characters so an error stays on one line."""
-    if text is None:
-        return None
-    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in str(text))
-
-
 def parse_network(text: str, source: str = "<spec>") -> Network:
     """Parse and validate a network spec; raise DnnplanError on any mistake."""
     try:
         return _parse(text, source)
     except DnnplanError as err:
-        raise DnnplanError(_one_line(err.bare), file=_one_line(err.file or source), layer=_one_line(err.layer),
-                           field=_one_line(err.field), line=err.line, hint=_one_line(err.hint)) from None
+        raise err.located(file=err.file or source) from None
 
 
 def _parse(text: str, source: str) -> Network:

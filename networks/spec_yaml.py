@@ -51,7 +51,8 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LDict:
             seen.add(key)
         try:
             out[key] = loader.construct_object(value_node, deep=True)
-        except ValueError as err:  # a value the resolver recognised but cannot build: 2020-13-45
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as err:
+            # a value the resolver (or an explicit tag: !!bool x, !!timestamp 1) names but cannot build
             raise yaml.constructor.ConstructorError(None, None, f"cannot read the value of '{key}': {err}",
                                                     value_node.start_mark) from None
     return out
@@ -115,7 +116,8 @@ def load_yaml(text: str, source: str) -> Any:
     except yaml.YAMLError as err:  # ReaderError (a control character) has no mark but a multi-line text
         raise DnnplanError(f"not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
                            file=source) from None
-    except ValueError as err:  # an alias bomb; a value the resolver recognised but cannot build: 2020-13-01
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as err:
+        # an alias bomb; a value the resolver recognised (or a tag named) but cannot build: 2020-13-01
         raise DnnplanError(f"not valid YAML: {err}", file=source) from None
     except RecursionError:
         raise DnnplanError("not valid YAML: it nests too deeply", file=source) from None

@@ -13,13 +13,17 @@ from costmodel.compute import DEFAULT_CONV_ALGORITHM, algorithm_applies
 from costmodel.files import load_machine
 from costmodel.layer_layouts import check_fits
 from costmodel.strategy import make_strategy
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.ir import Layer, Network
 from networks.loader import load_network
+from networks.ops.base import MAX_INT
+from networks.reading import read_text
+from networks.spec_yaml import load_yaml
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, Plan
 
 TOP_KEYS = ("version", "network", "network_name", "network_hash", "batch", "devices", "machine",
             "profile_fingerprint", "step_s", "memory_peak_bytes", "baselines", "solver", "layers")
+REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes")
 
 
@@ -39,12 +43,12 @@ def plan_to_dict(plan: Plan) -> dict:
 
 
 def write_plan(plan: Plan, path: str) -> None:
-    """Write atomically; ``.json`` gives JSON, anything else YAML."""
+    """Write atomically (a temporary file in the same folder, then renamed); ``.json`` gives JSON,
+    anything else YAML. The folder must exist."""
     data = plan_to_dict(plan)
     text = json.dumps(data, indent=1) if path.endswith(".json") else yaml.safe_dump(data, sort_keys=False)
     target = Path(path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=str(target.parent), prefix=".plan-")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -62,22 +66,51 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     _check_top(data, path)
     net = load_network(str(data["network"]))
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
-        raise _fail(f"the plan was made for a different version of network '{data['network']}' "
-                    f"(hash {data['network_hash']}, now {net.content_hash()})", path, field="network_hash",
+        raise _fail(f"the plan was made for a different version of network {short(data['network'])} "
+                    f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
                     hint="re-plan it for the network as it is now")
-    machine = load_machine(str(data["machine"]))
-    machine.check_devices(data["devices"])
+    _check_machine(data, path)
     p, batch = data["devices"], data["batch"]
-    by_name = _layer_entries(data["layers"], net, path)
+    by_name = _layer_entries(data["layers"], net, path, _remake(data, path))
     lps = tuple(_layer_plan(layer, by_name[layer.name], p, batch, path) for layer in net.layers)
-    baselines = tuple(Baseline(str(b["name"]), float(b["step_s"]), int(b.get("memory_peak_bytes", 0)))
-                      for b in data.get("baselines") or [])
+    solver = data.get("solver") or {}
+    if not isinstance(solver, dict):
+        raise _fail("'solver' must be a mapping (what `dnnplan plan` wrote)", path, field="solver")
     plan = Plan(network=str(data["network"]), network_name=net.name, network_hash=net.content_hash(),
                 batch=batch, devices=p, machine=str(data["machine"]), layers=lps,
-                step_s=float(data.get("step_s", 0.0)), memory_peak_bytes=int(data.get("memory_peak_bytes", 0)),
-                profile_fingerprint=data.get("profile_fingerprint"), baselines=baselines,
-                solver=dict(data.get("solver") or {}))
+                step_s=_number(data, "step_s", path), memory_peak_bytes=int(_number(data, "memory_peak_bytes", path)),
+                profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
+                solver=dict(solver))
     return plan, net
+
+
+def _number(entry: dict, key: str, path: str, layer: str | None = None) -> float:
+    """``entry[key]`` (0 when absent): seconds or bytes, a finite number from 0 to 10^30."""
+    value = entry.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e30:
+        raise _fail(f"'{key}' must be a number from 0 to 1e30, got {short(value)}", path, layer=layer, field=key)
+    return float(value)
+
+
+def _baselines(data: dict, path: str) -> tuple[Baseline, ...]:
+    """The plan's baselines: a list of {name, step_s, memory_peak_bytes}."""
+    raw = data.get("baselines") or []
+    if not isinstance(raw, list) or not all(isinstance(b, dict) and isinstance(b.get("name"), str) for b in raw):
+        raise _fail("'baselines' must be a list of {name, step_s, memory_peak_bytes}", path, field="baselines")
+    return tuple(Baseline(b["name"], _number(b, "step_s", path), int(_number(b, "memory_peak_bytes", path)))
+                 for b in raw)
+
+
+def _check_machine(data: dict, path: str) -> None:
+    """The machine the plan names must exist and hold the plan's devices."""
+    machine = load_machine(str(data["machine"]))
+    p, most = data["devices"], machine.max_devices()
+    if most is not None and p > most:
+        raise _fail(f"the plan is for {p} devices, but machine '{machine.name}' has {most}", path, field="machine",
+                    hint=f"plan again for it with `dnnplan plan {short(data['network'], 40).strip(chr(39))} "
+                         f"--devices {most} --machine {machine.name} --out {path}`, or name a machine with "
+                         f"{p} devices or more in the plan's 'machine'")
+    machine.check_devices(p)
 
 
 def _check_top(data, path: str) -> None:
@@ -87,25 +120,28 @@ def _check_top(data, path: str) -> None:
     for key in data:
         if key not in TOP_KEYS:
             raise _fail(f"unknown key '{key}'", path, field=key)
-    for key in ("network", "batch", "devices", "machine", "layers"):
+    for key in REQUIRED_KEYS:
         if key not in data:
             raise _fail(f"the plan has no '{key}'", path, field=key)
     if data.get("version", PLAN_VERSION) != PLAN_VERSION:
         raise _fail(f"plan format version {data.get('version')} is not {PLAN_VERSION}", path, field="version",
                     hint="re-create it with this dnnplan's `dnnplan plan`")
+    for key in ("network", "machine"):
+        if not isinstance(data[key], str) or not 0 < len(data[key]) <= 4096:
+            raise _fail(f"'{key}' must name a {key} (a zoo name or a path), got {short(data[key])}", path, field=key)
     for key in ("batch", "devices"):
-        if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 1:
-            raise _fail(f"'{key}' must be a positive integer", path, field=key)
+        if not isinstance(data[key], int) or isinstance(data[key], bool) or not 1 <= data[key] <= MAX_INT:
+            raise _fail(f"'{key}' must be a whole number from 1 to 2^31, got {short(data[key])}", path, field=key)
 
 
-def _layer_entries(layers_raw, net: Network, path: str) -> dict:
+def _layer_entries(layers_raw, net: Network, path: str, remake: str) -> dict:
     """The plan's layer entries by name, exactly one for each layer of ``net``."""
     if not isinstance(layers_raw, list):
         raise _fail("'layers' must be a list", path, field="layers")
     by_name = {}
     for entry in layers_raw:
-        if not isinstance(entry, dict) or "name" not in entry:
-            raise _fail("each layer entry needs a 'name'", path, field="layers")
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise _fail("each layer entry needs a 'name' (the layer's name, text)", path, field="layers")
         name = entry["name"]
         for key in entry:
             if key not in LAYER_KEYS:
@@ -114,8 +150,12 @@ def _layer_entries(layers_raw, net: Network, path: str) -> dict:
     names = [l.name for l in net.layers]
     missing = [n for n in names if n not in by_name]
     extra = [n for n in by_name if n not in names]
+    if missing and not extra and names[-len(missing):] == missing and len(missing) < len(names):
+        raise _fail(f"the plan ends after layer '{names[-len(missing) - 1]}', {len(missing)} of the network's "
+                    f"{len(names)} layers short (was it cut short?)", path, field="layers",
+                    hint=f"make it again with `{remake}`")
     if missing or extra:
-        what = f"has no entry for layer '{missing[0]}'" if missing else f"names layer '{extra[0]}' the network lacks"
+        what = f"has no entry for layer '{missing[0]}'" if missing else f"names layer {short(extra[0])} the network lacks"
         raise _fail(f"the plan {what}", path, layer=(missing or extra)[0], field="layers",
                     hint="re-plan it for this network")
     return by_name
@@ -144,20 +184,56 @@ def _layer_plan(layer: Layer, entry: dict, p: int, batch: int, path: str) -> Lay
     elif algo:
         raise _fail(f"only conv2d layers take an algorithm, not {layer.op}", path, layer=layer.name,
                     field="algorithm")
-    return LayerPlan(layer.name, strat, algo, float(entry.get("fwd_s", 0.0)), float(entry.get("bwd_s", 0.0)),
-                     float(entry.get("comm_s", 0.0)), int(entry.get("memory_bytes", 0)))
+    fwd, bwd, comm, memory = (_number(entry, key, path, layer.name) for key in ("fwd_s", "bwd_s", "comm_s",
+                                                                                 "memory_bytes"))
+    return LayerPlan(layer.name, strat, algo, fwd, bwd, comm, int(memory))
 
 
 def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise DnnplanError(f"cannot read the plan: {err}", file=path) from None
-    try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise DnnplanError(f"not a valid plan file: {str(err).splitlines()[0]}", file=path) from None
+    """Read, parse and check a plan file; every mistake in it is one DnnplanError naming the file."""
+    text = read_text(path, "plan", missing_hint=f"make one with `{_remake(None, path)}`")
+    if path.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            if not text[err.pos:].strip():
+                raise _cut_short(text, None, path) from None
+            raise DnnplanError(f"not valid JSON: {err.msg}", file=path, line=err.lineno) from None
+        except (RecursionError, ValueError) as err:  # deep nesting; a number past Python's 4,300-digit limit
+            why = "it nests too deeply" if isinstance(err, RecursionError) else str(err)
+            raise DnnplanError(f"not valid JSON: {why}", file=path) from None
+    else:
+        data = load_yaml(text, path)
+    if isinstance(data, dict) and "inputs" in data and "devices" not in data:
+        raise DnnplanError("this is a network spec, not a plan", file=path,
+                           hint=f"make a plan of it with `dnnplan plan {path} --devices P --out plan.yaml`")
+    if isinstance(data, dict) and _keys_missing_at_end(data):
+        raise _cut_short(text, data, path)
     return plan_from_dict(data, path, check)
+
+
+def _keys_missing_at_end(data: dict) -> bool:
+    """Whether the plan lacks keys it needs, all of them after the last key it has (in the order a
+    plan is written): the mark of a file cut short."""
+    present = [TOP_KEYS.index(k) for k in data if k in TOP_KEYS]
+    missing = [TOP_KEYS.index(k) for k in REQUIRED_KEYS if k not in data]
+    return bool(present and missing) and min(missing) > max(present)
+
+
+def _remake(data: dict | None, path: str) -> str:
+    """The command that makes this plan again (from what the plan says of itself)."""
+    data = data or {}
+    net, p = data.get("network"), data.get("devices")
+    network = short(net, 40).strip("'") if isinstance(net, str) else "NETWORK"
+    devices = p if isinstance(p, int) and not isinstance(p, bool) else "P"
+    return f"dnnplan plan {network} --devices {devices} --out {path}"
+
+
+def _cut_short(text: str, data: dict | None, path: str) -> DnnplanError:
+    """The error for a plan file that ends early: its last complete line and how to make it again."""
+    last = text.count("\n") if text.count("\n") else 1
+    return DnnplanError(f"the plan ends early (was it cut short?); its last complete line is {last}", file=path,
+                        line=last, hint=f"make it again with `{_remake(data, path)}`")
 
 
 def is_plan_file(arg: str) -> bool:

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from costmodel.profile_table import (ProfileTable, fingerprint_id, foreign_reason, merge, table_from_dict,
                                      table_to_dict)
 from networks.errors import DnnplanError
+from networks.reading import MAX_TABLE_BYTES, read_text
 
 #: Tables shipped with the package, by name (none yet: one placed here also needs pyproject's package data)
 SHIPPED_DIR = Path(__file__).parent / "profiles"
@@ -55,19 +56,17 @@ def read_table(path: str | os.PathLike) -> ProfileTable:
     path = str(path)
     if not os.path.exists(path) and shipped_table_path(path):
         path = str(shipped_table_path(path))
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise DnnplanError("profile table not found", file=path,
-                           hint="run `dnnplan profile NETWORK --out FILE` first") from None
-    except OSError as err:
-        raise DnnplanError(f"cannot read profile table: {err.strerror}", file=path) from None
+    text = read_text(path, "profile table", limit=MAX_TABLE_BYTES,
+                     missing_hint="run `dnnplan profile NETWORK --out FILE` first")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise DnnplanError(f"profile table is corrupt: invalid JSON at line {err.lineno} ({err.msg})",
                            file=path, hint="delete it and run `dnnplan profile` again") from None
+    except (RecursionError, ValueError) as err:  # deep nesting; a number past Python's 4,300-digit limit
+        why = "its JSON nests too deeply" if isinstance(err, RecursionError) else str(err)
+        raise DnnplanError(f"profile table is corrupt: {why}", file=path,
+                           hint="delete it and run `dnnplan profile` again") from None
     return table_from_dict(data, path)
 
 

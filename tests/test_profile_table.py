@@ -121,7 +121,7 @@ def test_bad_entry_is_corrupt():
 
 
 def test_missing_table_is_clear_error(tmp_path):
-    with pytest.raises(DnnplanError, match="not found"):
+    with pytest.raises(DnnplanError, match="no such profile table file"):
         read_table(tmp_path / "nope.json")
 
 

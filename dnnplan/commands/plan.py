@@ -8,12 +8,13 @@ from pathlib import Path
 
 from costmodel.files import DEFAULT_MACHINE
 from dnnplan.flags import refresh_warning
-from dnnplan.options import (BatchOpt, DevicesOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg, PlanOutOpt,
-                             PlotOpt, ProfileOpt, RefreshOpt, SolverOpt, SweepOpt, TimeLimitOpt)
+from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
+                             PlanOutOpt, PlotOpt, ProfileOpt, RefreshOpt, SolverOpt, SweepOpt, TimeLimitOpt)
+from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import warn
 from dnnplan.render.plot import plot_sweep
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from planner.optimize import Settings, make_plan
 from planner.plan_file import plan_to_dict, write_plan
 from planner.refreshed import refreshed
@@ -35,14 +36,10 @@ def profile_fingerprint(path: str | None) -> str | None:
         raise DnnplanError(f"cannot read the profile table: {err}", file=path) from None
 
 
-def check_flags(solver: str, memory: float | None, time_limit: float | None, sweep: str | None,
-                plot: str | None) -> None:
+def check_flags(solver: str, sweep: str | None, plot: str | None) -> None:
+    """What the flags' own ranges (dnnplan.options) cannot say: the solver's name, --plot without --sweep."""
     if solver not in ("auto", "reduced", "ilp"):
-        raise DnnplanError(f"unknown --solver '{solver}'", hint="use auto, reduced or ilp")
-    if memory is not None and memory <= 0:
-        raise DnnplanError(f"--memory must be positive GiB, got {memory}")
-    if time_limit is not None and time_limit <= 0:
-        raise DnnplanError(f"--time-limit must be positive seconds, got {time_limit}")
+        raise DnnplanError(f"unknown --solver {short(solver)}", hint="use auto, reduced or ilp")
     if plot and not sweep:
         raise DnnplanError("--plot draws a sweep", hint="add --sweep 1,2,4,...")
 
@@ -50,7 +47,7 @@ def check_flags(solver: str, memory: float | None, time_limit: float | None, swe
 def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, machine: MachineOpt = None,
          profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None, solver: SolverOpt = "auto",
          time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None, plot: PlotOpt = None,
-         refresh: RefreshOpt = False, as_json: JsonOpt = False) -> None:
+         refresh: RefreshOpt = False, as_json: JsonOpt = False, force: ForceOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -59,7 +56,8 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
     remains). It prints the plan beside pure data parallelism and the best uniform strategy
     (docs/planner.md).
     """
-    check_flags(solver, memory, time_limit, sweep, plot)
+    check_flags(solver, sweep, plot)
+    check_outputs({"--out": out, "--plot": plot}, force)
     settings = Settings(solver, time_limit, gap)
     ctx = context.resolve(network, devices, batch, machine, profile, refresh)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
