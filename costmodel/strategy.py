@@ -14,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 
 GRID_ORDER = ("N", "H", "W", "C", "F", "R")
 SPLIT_DIMS = GRID_ORDER[:-1]
@@ -118,9 +118,11 @@ def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
         raise DnnplanError(f"unknown dimension(s) {', '.join(sorted(unknown))}",
                            hint="dimensions are N (sample), H and W (spatial), C (channels), F (filters)")
     if p % used:
-        raise DnnplanError(f"degrees {'x'.join(str(k) for _, k in items)} = {used} do not divide {p} devices")
+        product = f"{'x'.join(str(k) for _, k in items)} = {used}" if len(items) > 1 else str(used)
+        raise DnnplanError(f"the degrees' product {short(product)} does not divide {p} devices",
+                           hint="make the degrees multiply to a divisor of the device count")
     if "R" in degrees and int(degrees["R"]) != p // used:
-        raise DnnplanError(f"R={degrees['R']} does not match {p} devices / {used} = {p // used}")
+        raise DnnplanError(f"R={short(degrees['R'])} does not match {p} devices / {used} = {p // used}")
     return Strategy(p, tuple(items))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.compute import CONV_ALGORITHMS
 from costmodel.files import load_machine
 from costmodel.kernel_calls import DEFAULT_CONV_ALGORITHM, KernelCall, split_key
 from costmodel.profile_table import ProfileTable
@@ -64,6 +65,10 @@ class ProfileRequest:
 
 
 def plan_calls(req: ProfileRequest) -> list[KernelCall]:
+    unknown = [a for a in req.algorithms or () if a not in CONV_ALGORITHMS]
+    if unknown:
+        raise DnnplanError(f"unknown convolution algorithm {short(unknown[0])} in --algorithms",
+                           hint=f"use some of {', '.join(CONV_ALGORITHMS)}")
     if req.target == "gemm":
         return gemm_grid(req.sizes or [64, 128, 256, 512])
     if req.target == "conv":

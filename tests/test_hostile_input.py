@@ -149,6 +149,10 @@ REFUSED = [
     (["validate", "lenet5", "-n", "2", "--timeout", "nan"], "--timeout must be from"),
     (["execute", "{p64}", "-n", "2", "--steps", "0"], "--steps must be a whole number"),
     (["plan", "lenet5", "--sweep", ",".join(str(i) for i in range(1, 100))], "at most 64 are taken"),
+    (["predict", "lenet5", "--devices", "4", "--strategy", "N=99999999999999999999999"], "does not divide 4 devices"),
+    (["profile", "lenet5", "--algorithms", "nope", "--out", "{d}/t.json"], "unknown convolution algorithm 'nope'"),
+    (["profile-comm", "--ranks", "9999999"], "--ranks must be a whole number"),
+    (["info", "/dev/zero"], "is larger than 8 MiB"),
     # machine files out of physics
     (["plan", "lenet5", "--machine", "{slow_link}"], r"intra.bandwidth_gb_per_s.*1 MB/s to 100 TB/s"),
     (["plan", "lenet5", "--machine", "{neg_latency}"], r"intra.latency_us.*1 ns to 1 s"),
