@@ -40,16 +40,19 @@ def local_cost(local: LocalLayer) -> LayerCost:
 
 
 def algorithm_factor(local: LocalLayer, algorithm: str) -> float:
-    """Work of a convolution algorithm relative to direct convolution (Ben-Nun & Hoefler,
-    "Demystifying Parallel and Distributed Deep Learning", ACM Computing Surveys 2019, Table 6)."""
+    """Work of a convolution algorithm relative to direct convolution, every transform and product
+    of the algorithm counted (networks.ops.conv.winograd_work, fft_work); the backward passes run
+    the same algorithm (kernels.conv_winograd, conv_fft), so the same factor prices them."""
     if local.layer.op != "conv2d" or algorithm in ("direct", "im2col", ""):
         return 1.0
     c, h, w = local.in_shapes[0]
     f, ho, wo = local.out_shape
     kh, kw = local.p["kernel"]
+    ph, pw = local.p["padding"]
     cg = c // local.p["groups"]
-    base, _ = algorithm_work_depth("direct", local.batch, cg, f, h, w, ho, wo, kh, kw)
-    work, _ = algorithm_work_depth(algorithm, local.batch, cg, f, h, w, ho, wo, kh, kw)
+    args = (local.batch, cg, f, h + 2 * ph, w + 2 * pw, ho, wo, kh, kw)
+    base, _ = algorithm_work_depth("direct", *args)
+    work, _ = algorithm_work_depth(algorithm, *args)
     return work / max(base, 1)
 
 

@@ -96,30 +96,58 @@ def splits(p, in_shapes, out_shape):
     return tuple(out)
 
 
-def algorithm_work_depth(algo: str, n: int, c: int, f: int, h: int, w: int, ho: int, wo: int,
-                         kh: int, kw: int, m: int = 4) -> tuple[int, int]:
-    """Forward work and depth of one convolution algorithm, [Ben-Nun & Hoefler 2019, Table 6].
+#: Winograd F(m x m, 3 x 3): the output tile m (kernels.conv_winograd's default, F(2x2, 3x3)).
+WINOGRAD_TILE = 2
+#: Real multiply-adds of one real-input FFT of n points per n*log2(n): the radix-2 complex FFT's
+#: 5 n log2 n real flops (Cooley-Tukey), halved for real input, halved again from flops to MACs.
+FFT_MACS_PER_NLOGN = 1.25
+
+
+def winograd_work(n: int, c: int, f: int, ho: int, wo: int, r: int, m: int = WINOGRAD_TILE) -> int:
+    """Multiply-adds of Winograd F(m x m, r x r), Algorithm 6 of [Ben-Nun & Hoefler 2019, App. B.4]
+    multiplied out (its Table 6 row counts each transform once and the tile product once).
+
+    alpha = m + r - 1 (the input tile), P = N * ceil(Ho/m) * ceil(Wo/m) tiles. A transform
+    a x a -> b x b is two matrix products, a^2 b + b^2 a multiply-adds (App. B.4):
+      filters  Cout*Cin transforms r x r -> alpha x alpha:  Cout*Cin*(r^2 alpha + alpha^2 r)
+      inputs   P*Cin transforms alpha x alpha -> alpha x alpha:  P*Cin*2 alpha^3
+      product  alpha^2 GEMMs (Cout x Cin) @ (Cin x P):  alpha^2*Cout*Cin*P
+      outputs  Cout*P transforms alpha x alpha -> m x m:  Cout*P*(alpha^2 m + m^2 alpha)
+    For F(2x2, 3x3) the product is 16/36 of direct convolution's multiply-adds: at most 2.25x fewer.
+    """
+    alpha = m + r - 1
+    tiles = n * math.ceil(ho / m) * math.ceil(wo / m)
+    return (f * c * (r * r * alpha + alpha * alpha * r) + tiles * c * 2 * alpha ** 3
+            + alpha * alpha * f * c * tiles + f * tiles * (alpha * alpha * m + m * m * alpha))
+
+
+def fft_work(n: int, c: int, f: int, hp: int, wp: int) -> int:
+    """Multiply-adds of FFT convolution on the padded Hp x Wp plane, Algorithm 5 of [Ben-Nun &
+    Hoefler 2019, App. B.3] with its constant made explicit: a real FFT of each of the
+    Cout*Cin + N*Cin + N*Cout planes (FFT_MACS_PER_NLOGN * HpWp log2 HpWp each), and the product
+    on the Hp*(Wp/2+1) complex bins of a real FFT, each complex multiply-add four real ones
+    (kernels.conv_fft transforms the padded plane, its size exactly what avoids circular aliasing)."""
+    size = hp * wp
+    transforms = FFT_MACS_PER_NLOGN * size * math.log2(max(size, 2)) * (f * c + n * c + n * f)
+    return int(transforms) + 4 * hp * (wp // 2 + 1) * n * c * f
+
+
+def algorithm_work_depth(algo: str, n: int, c: int, f: int, hp: int, wp: int, ho: int, wo: int,
+                         kh: int, kw: int) -> tuple[int, int]:
+    """Forward work (multiply-adds) and depth of one convolution algorithm on an input padded to
+    hp x wp [Ben-Nun & Hoefler 2019, Table 6 for the depths; the work from Algorithms 5 and 6].
 
     direct and im2col: W = N*Cout*H'*W'*Cin*Ky*Kx, D = ceil(log2 Cin) + ceil(log2 Ky) + ceil(log2 Kx).
-    FFT: W = c*HW*log2(HW)*(Cout*Cin + N*Cin + N*Cout) + HW*N*Cin*Cout with c = 1 here,
-    D = 2*ceil(log2 HW) + ceil(log2 Cin).
-    Winograd with m x m input tiles and r x r kernels, in Table 6's own notation: alpha = m - r + 1
-    (the output tile), P = N*ceil(H/m)*ceil(W/m), W = alpha*(r^2 + alpha*r + 2*alpha^2 + alpha*m + m^2)
-    + Cout*Cin*P; m = 4 with r = 3 is F(2x2, 3x3).
-    D = 2*ceil(log2 r) + 4*ceil(log2 alpha) + ceil(log2 Cin).
+    FFT: :func:`fft_work`, D = 2*ceil(log2 HW) + ceil(log2 Cin).
+    Winograd: :func:`winograd_work`, D = 2*ceil(log2 r) + 4*ceil(log2 alpha) + ceil(log2 Cin).
     """
     if algo in ("direct", "im2col"):
         return n * f * ho * wo * c * kh * kw, clog2(c) + clog2(kh) + clog2(kw)
     if algo == "fft":
-        hw = h * w
-        work = int(hw * math.log2(max(hw, 2)) * (f * c + n * c + n * f)) + hw * n * c * f
-        return work, 2 * clog2(hw) + clog2(c)
+        return fft_work(n, c, f, hp, wp), 2 * clog2(hp * wp) + clog2(c)
     if algo == "winograd":
-        r = kh
-        alpha = m - r + 1
-        tiles = n * math.ceil(h / m) * math.ceil(w / m)
-        work = alpha * (r * r + alpha * r + 2 * alpha * alpha + alpha * m + m * m) + f * c * tiles
-        return work, 2 * clog2(r) + 4 * clog2(alpha) + clog2(c)
+        alpha = WINOGRAD_TILE + kh - 1
+        return winograd_work(n, c, f, ho, wo, kh), 2 * clog2(kh) + 4 * clog2(alpha) + clog2(c)
     raise ValueError(algo)
 
 

@@ -1,0 +1,94 @@
+"""Nothing below physics: no layer pass of any zoo network, on any shipped datasheet machine, with any
+convolution algorithm that applies, is priced faster than its irreducible arithmetic at the device's
+peak or its bytes at the memory bandwidth. The irreducible arithmetic of each algorithm is counted
+here by hand from the algorithm, independently of the cost model's work formulas:
+- direct and im2col: every multiply-add of the convolution;
+- Winograd F(2x2, 3x3): the alpha^2 = 16 tile products per (Cout, Cin, tile), the transforms not
+  counted (a real kernel does them with additions);
+- FFT: four real multiply-adds per complex bin of a real FFT of the padded plane, per (N, Cin, Cout).
+Also: the Winograd and FFT work formulas against multiplies counted by hand for two small shapes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from costmodel.compute import CONV_ALGORITHMS, PASSES, Roofline, algorithm_applies, local_cost
+from costmodel.files import load_machine, shipped_machine_names
+from costmodel.layer_layouts import local_layer
+from costmodel.strategy import make_strategy
+from networks.loader import load_network, zoo_names
+from networks.ops.conv import fft_work, winograd_work
+
+MACHINES = [m for m in shipped_machine_names() if m != "local"]  # local's figures come from this host
+
+
+def _irreducible_macs(local, algorithm: str, pass_: str) -> float:
+    """The multiply-adds no kernel of this algorithm can avoid, for one pass."""
+    if algorithm not in ("winograd", "fft"):
+        return local_cost(local).flops[PASSES.index(pass_)] / 2
+    c, h, w = local.in_shapes[0]
+    f, ho, wo = local.out_shape
+    n = local.batch
+    if algorithm == "winograd":
+        eh, ew = (h, w) if pass_ == "bwd_data" else (ho, wo)  # bwd_data tiles the input's extent
+        return 16 * f * c * n * math.ceil(eh / 2) * math.ceil(ew / 2)
+    ph, pw = local.p["padding"]  # fft
+    hp, wp = h + 2 * ph, w + 2 * pw
+    return 4 * hp * (wp // 2 + 1) * n * c * f
+
+
+def _cases():
+    for name in zoo_names():
+        net = load_network(name)
+        for layer in net.layers:
+            algos = [a for a in CONV_ALGORITHMS if algorithm_applies(layer, a)] if layer.op == "conv2d" else [""]
+            yield name, layer, algos
+
+
+@pytest.mark.parametrize("machine_name", MACHINES)
+def test_no_pass_is_priced_below_its_arithmetic_or_its_bytes(machine_name):
+    machine = load_machine(machine_name)
+    model = Roofline(machine)
+    peak = machine.device.peak_flops["float32"]
+    bandwidth = machine.device.mem_bandwidth_bytes_per_s
+    checked = 0
+    for net_name, layer, algos in _cases():
+        local = local_layer(layer, make_strategy(1, {}), 8)
+        cost = local_cost(local)
+        for algorithm in algos:
+            for i, pass_ in enumerate(PASSES):
+                priced = model.pass_s(local, pass_, algorithm)
+                arithmetic = 2 * _irreducible_macs(local, algorithm, pass_) / peak
+                moved = (cost.bytes_read[i] + cost.bytes_written[i]) / bandwidth
+                assert priced >= max(arithmetic, moved) * (1 - 1e-9), (
+                    f"{machine_name} {net_name} {layer.name} {pass_} {algorithm or '-'}: priced {priced:.3e} s, "
+                    f"arithmetic {arithmetic:.3e} s, bytes {moved:.3e} s")
+                checked += 1
+    assert checked > 1000  # every zoo layer, pass and algorithm
+
+
+def test_winograd_work_counts_algorithm_6_multiplied_out():
+    # F(2x2, 3x3): alpha = 4. One sample, one channel, one filter, a 2x2 output: one tile.
+    # filter transform 9*4 + 16*3 = 84; input transform 2 * 4^3 = 128; product 16; output 16*2 + 4*4 = 48
+    assert winograd_work(1, 1, 1, 2, 2, 3) == 84 + 128 + 16 + 48
+    # N=2, C=3, F=5, 4x6 output: P = 2*2*3 = 12 tiles
+    p = 12
+    assert winograd_work(2, 3, 5, 4, 6, 3) == 5 * 3 * 84 + p * 3 * 128 + 16 * 5 * 3 * p + 5 * p * 48
+
+
+def test_fft_work_counts_transforms_and_complex_products():
+    # a 6x6 padded plane: real FFT bins 6 * (6 // 2 + 1) = 24, four real MACs each
+    n, c, f = 2, 3, 4
+    transforms = 1.25 * 36 * math.log2(36) * (f * c + n * c + n * f)
+    assert fft_work(n, c, f, 6, 6) == int(transforms) + 4 * 24 * n * c * f
+
+
+def test_winograd_never_saves_more_than_its_multiplies_allow():
+    net = load_network("resnet50")
+    local = local_layer(net.layer("layer3.5.conv2"), make_strategy(1, {}), 32)
+    model = Roofline(load_machine("dgx-a100"))
+    direct, winograd = model.pass_s(local, "fwd", "direct"), model.pass_s(local, "fwd", "winograd")
+    assert direct / 2.25 <= winograd < direct  # 16 products where direct has 36
