@@ -26,7 +26,7 @@ GOOD = {
 
 def test_every_shipped_machine_loads():
     names = shipped_machine_names()
-    assert {"dgx-h100", "dgx-a100", "summit", "local"} <= set(names)
+    assert {"dgx-h100", "dgx-a100", "dgx1-v100", "summit", "local"} <= set(names)
     machines = list_machines()
     assert [m.name for m in machines] == names
     for m in machines:
@@ -42,6 +42,14 @@ def test_dgx_h100_figures():
     assert m.device.mem_bandwidth_bytes_per_s == pytest.approx(3.35e12)
     assert 1 / m.intra.beta_s_per_byte == pytest.approx(450e9)   # 900 GB/s bidirectional
     assert 1 / m.inter.beta_s_per_byte == pytest.approx(50e9)    # 400 Gb/s per GPU
+
+
+def test_dgx1_shares_four_edr_rails_among_eight_gpus():
+    m = load_machine("dgx1-v100")
+    assert m.devices_per_node == 8 and m.nodes is None
+    assert m.device.peak_flops["float16"] == 125e12 and "bfloat16" not in m.device.peak_flops
+    assert 1 / m.inter.beta_s_per_byte == pytest.approx(4 * 100e9 / 8 / 8)  # 4 x 100 Gb/s per 8 GPUs
+    assert 1 / m.intra.beta_s_per_byte == pytest.approx(150e9)
 
 
 def test_summit_shares_two_edr_rails_among_six_gpus():
