@@ -6,7 +6,6 @@ from typing import Callable, TypeVar
 
 import typer
 
-from dnnplan.flags import at_least
 from dnnplan.options import (CheckOpt, ForceOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt, RanksOpt, StepsOpt,
                              ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)
 from dnnplan.output import check_outputs, write_json_file
@@ -15,7 +14,6 @@ from dnnplan.render.messages import fail_line, warn
 from executor.compare import comparison_json
 from executor.launch import RunFailed
 from executor.session import measure, non_finite_loss_warning, prepare, strategy_labels, trace_dict
-from networks.errors import DnnplanError
 
 T = TypeVar("T")
 
@@ -32,13 +30,6 @@ def guard_failure(fn: Callable[[], T]) -> T:
         raise typer.Exit(err.exit_code) from None
 
 
-def check_run_flags(steps: int, warmup: int, timeout: float) -> None:
-    at_least("steps", steps)
-    at_least("warmup", warmup, 0)
-    if timeout <= 0:
-        raise DnnplanError(f"--timeout must be positive, got {timeout:g}")
-
-
 def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupOpt = 2, check: CheckOpt = False,
             json_out: JsonFileOpt = None, trace: TraceOpt = None, timeout: TimeoutOpt = 600.0,
             threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
@@ -49,7 +40,6 @@ def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupO
     Each rank builds its shard of every layer, runs warm-up and timed training steps, and times
     each layer's forward and backward compute and communication, gradient allreduce and update.
     """
-    check_run_flags(steps, warmup, timeout)
     check_outputs({"--json": json_out, "--trace": trace}, force)
     prep = prepare(plan, ranks, threads, profile, fresh)
     for line in prep.warnings:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from dnnplan.flags import positive
 from dnnplan.options import JsonOpt, NetworkArg, SamplesOpt
 from dnnplan.render import tables
 from networks.analysis import summarize, summary_json
@@ -18,7 +17,7 @@ def info(network: NetworkArg, batch: SamplesOpt = 1, as_json: JsonOpt = False) -
     Parallel and Distributed Deep Learning" (2019), Tables 4 and 6, summed over forward,
     backward-data and backward-weights; FLOPs count a multiply-accumulate as two.
     """
-    summary = summarize(load_network(network), positive("batch", batch))
+    summary = summarize(load_network(network), batch)
     if as_json:
         print(json.dumps(summary_json(summary)))
     else:

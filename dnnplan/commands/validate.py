@@ -14,7 +14,7 @@ import shlex
 import typer
 
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
-from dnnplan.flags import at_least, refresh_warning
+from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, FreshOpt, JsonFileOpt, LocalMachineOpt,
                              NetworkArg, ProfileOpt, RanksOpt, RefreshOpt, StepsOpt, ThreadsOpt, TimeoutOpt,
                              WarmupOpt)
@@ -43,7 +43,6 @@ def validate(cli: typer.Context, network: NetworkArg, ranks: RanksOpt, batch: Ba
     finished (in the --json file, else in validate-NETWORK-Pr.partial.json here); the same
     command then runs only the others.
     """
-    at_least("steps", steps)
     earlier = _partial(json_out, force) if json_out else None
     ctx = validation.resolve(network, ranks, batch, machine, profile, refresh)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
