@@ -29,7 +29,8 @@ from typing import Sequence
 
 import numpy as np
 
-from costmodel.layout import Layout, _first_extents, _reducible, reduce_pair, reshard_peaks, reshard_volume  # noqa: F401
+from costmodel.layout import (Layout, _first_extents, _reducible, reduce_pair, reshard_peaks,  # noqa: F401
+                              reshard_volume)
 from costmodel.kernel_calls import dtype_for_itemsize
 from costmodel.layer_cost import reshard_copy_s
 from costmodel.machine import Machine

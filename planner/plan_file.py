@@ -107,9 +107,8 @@ def _check_machine(data: dict, path: str) -> None:
     p, most = data["devices"], machine.max_devices()
     if most is not None and p > most:
         raise _fail(f"the plan is for {p} devices, but machine '{machine.name}' has {most}", path, field="machine",
-                    hint=f"plan again for it with `dnnplan plan {short(data['network'], 40).strip(chr(39))} "
-                         f"--devices {most} --machine {machine.name} --out {path}`, or name a machine with "
-                         f"{p} devices or more in the plan's 'machine'")
+                    hint=f"plan again for it with `{_remake({**data, 'devices': most}, path, machine.name)}`, "
+                         f"or name a machine with {p} devices or more in the plan's 'machine'")
     machine.check_devices(p)
 
 
@@ -220,13 +219,15 @@ def _keys_missing_at_end(data: dict) -> bool:
     return bool(present and missing) and min(missing) > max(present)
 
 
-def _remake(data: dict | None, path: str) -> str:
-    """The command that makes this plan again (from what the plan says of itself)."""
+def _remake(data: dict | None, path: str, machine: str | None = None) -> str:
+    """The command that makes this plan again (from what the plan says of itself), on ``machine``
+    when one is named."""
     data = data or {}
     net, p = data.get("network"), data.get("devices")
     network = short(net, 40).strip("'") if isinstance(net, str) else "NETWORK"
     devices = p if isinstance(p, int) and not isinstance(p, bool) else "P"
-    return f"dnnplan plan {network} --devices {devices} --out {path}"
+    on = f" --machine {machine}" if machine else ""
+    return f"dnnplan plan {network} --devices {devices}{on} --out {path}"
 
 
 def _cut_short(text: str, data: dict | None, path: str) -> DnnplanError:

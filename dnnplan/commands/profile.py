@@ -8,7 +8,6 @@ import shlex
 import typer
 
 from costmodel.machine import MAX_DEVICES
-
 from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, DeviceCountsOpt, JsonOpt,
                              MaxSecondsOpt, ProfileTargetArg, ProfileThreadsOpt, QuickOpt, SizesOpt, TableOutOpt)
 from dnnplan.output import check_output_folder
@@ -32,7 +31,8 @@ def profile(ctx: typer.Context, target: ProfileTargetArg, devices: DeviceCountsO
     """
     if out:
         check_output_folder(out)  # an existing table is resumed, not replaced: no --force
-    req = ProfileRequest(target, parse_ints(devices, "devices", MAX_DEVICES), batch, backend, threads, out, max_seconds,
+    req = ProfileRequest(target, parse_ints(devices, "devices", MAX_DEVICES), batch, backend, threads, out,
+                         max_seconds,
                          parse_ints(sizes, "sizes", 16384) if sizes else None,
                          parse_ints(channels, "channels", 4096) if channels else None,
                          [a.strip() for a in algorithms.split(",")] if algorithms else None, quick)
