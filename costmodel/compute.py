@@ -18,6 +18,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from costmodel.kernel_calls import DEFAULT_CONV_ALGORITHM, KernelCall, reshard_copy_call
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import Machine
+from costmodel.precision import matmul_peak
 from networks.ir import DTYPE_BYTES, Network
 from networks.ops.base import LayerCost
 from networks.ops.catalogue import OPS
@@ -148,17 +149,25 @@ def conv_workspace_bytes(local: LocalLayer, algorithm: str) -> int:
 
 @dataclass(frozen=True)
 class Roofline:
-    """Datasheet roofline: time = max(FLOPs / peak, bytes / bandwidth) / efficiency."""
+    """Datasheet roofline: time = max(FLOPs / (peak x e_arith), bytes / (bandwidth x e_memory)).
+
+    The peak and its efficiency class follow the layer (:func:`costmodel.precision.matmul_peak`):
+    GEMM-like ops in 16 bits, or float32 ones under ``tf32``, run on the tensor cores; everything
+    else at the float32 peak on the CUDA cores. ``e`` is the device's fraction of peak for that
+    class and for memory traffic (``DeviceSpec.efficiency_of``), each at most 1, so no kernel is
+    priced below its arithmetic at peak or its bytes at full bandwidth.
+    """
 
     machine: Machine
-    dtype: str = "float32"
+    tf32: bool = False
     name: str = "roofline"
     table: None = None  # a datasheet, not a profile
 
-    def _time(self, flops: float, nbytes: float) -> float:
+    def _time(self, flops: float, nbytes: float, peak_key: str = "float32", kind: str = "cuda_cores") -> float:
         dev = self.machine.device
-        peak = dev.peak_flops.get(self.dtype) or dev.peak_flops["float32"]
-        return max(flops / peak, nbytes / dev.mem_bandwidth_bytes_per_s) / dev.efficiency
+        peak = dev.peak_flops.get(peak_key) or dev.peak_flops["float32"]
+        return max(flops / (peak * dev.efficiency_of(kind)),
+                   nbytes / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory")))
 
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
         cost = local_cost(local)
@@ -167,11 +176,14 @@ class Roofline:
         nbytes = cost.bytes_read[i] + cost.bytes_written[i]
         if flops == 0 and nbytes == 0:
             return 0.0
-        return self._time(flops, nbytes)
+        return self._time(flops, nbytes, *matmul_peak(local.layer, self.tf32))
 
     def update_s(self, weight_elems: int, itemsize: int) -> float:
-        # SGD with momentum: read weight, gradient, momentum; write weight and momentum
-        return self._time(3 * weight_elems, 5 * weight_elems * itemsize) if weight_elems else 0.0
+        # SGD with momentum: read weight, gradient, momentum; write weight and momentum. In mixed
+        # precision (16-bit ``itemsize``) the float32 master and momentum are read and written and
+        # the 16-bit gradient read and weight copy written: 4 x 4 + 2 x itemsize bytes a weight.
+        per = 5 * itemsize if itemsize >= 4 else 16 + 2 * itemsize
+        return self._time(3 * weight_elems, per * weight_elems) if weight_elems else 0.0
 
     def copy_s(self, elems: int, run: int, dtype: str, accumulate: bool) -> float:
         if elems <= 0:

@@ -26,7 +26,10 @@ from costmodel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Layer
 from networks.ops.base import prod
 
+#: float32 values (at least the weights' own width) the optimiser keeps per parameter
 OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2}
+#: Bytes of the float32 master copy a 16-bit weight has under mixed precision (costmodel.precision)
+MASTER_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -43,22 +46,35 @@ class Comm:
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes per device one layer holds over a step (the straggler's shard)."""
+    """Bytes per device one layer holds over a step (the straggler's shard).
+
+    Persistent: weights, gradients, optimiser state and the float32 master weights (mixed
+    precision), and the activations kept from forward to backward (``networks.analysis.kept_bytes``).
+    Transient, only while the layer's passes run: its kernel's ``workspace`` and the gradient
+    ``buffers`` of its backward (the output gradient and the input gradients it writes).
+    """
 
     weights: int
     grads: int
     optimizer: int
     activations: int
     workspace: int
+    master: int = 0
+    buffers: int = 0
 
     @property
     def persistent(self) -> int:
-        """Everything but the transient kernel workspace."""
-        return self.weights + self.grads + self.optimizer + self.activations
+        """Everything held across the step."""
+        return self.weights + self.grads + self.optimizer + self.master + self.activations
+
+    @property
+    def transient(self) -> int:
+        """Held only while this layer's passes run."""
+        return self.workspace + self.buffers
 
     @property
     def total(self) -> int:
-        return self.persistent + self.workspace
+        return self.persistent + self.transient
 
 
 @dataclass(frozen=True)
@@ -147,10 +163,11 @@ def _elems(shape) -> int:
 
 def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machine,
                    compute: ComputeModel, algorithm: str = "", optimizer: str = "momentum",
-                   rule: str = "mpi", consumers: int = 1) -> LayerEstimate:
+                   rule: str = "mpi", consumers: int = 1, output_saved: bool = True) -> LayerEstimate:
     """Everything one layer costs under one strategy, per device (the straggler). ``consumers``:
     how many input slots read the layer's output (``networks.analysis.consumers``); each after the
-    first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``)."""
+    first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``). ``output_saved``:
+    whether the output stays in memory until backward (``networks.analysis.saved_outputs``)."""
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
     local = local_layer(layer, strategy, batch)
     splits = _splits(layer)
@@ -188,10 +205,11 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     for dims, nbytes in by_group.items():
         add("grad_sync", "sync", "allreduce", nbytes, dims)
 
-    weight_bytes = sum(_elems(s) for s in wshapes.values()) * itemsize
-    activations = _local_activation_bytes(local, strategy, batch)
-    memory = Memory(weight_bytes, weight_bytes, OPTIMIZER_STATE[optimizer] * weight_bytes, activations,
-                    compute.workspace_bytes(local, algorithm))
+    weight_elems = sum(_elems(s) for s in wshapes.values())
+    memory = Memory(weight_elems * itemsize, weight_elems * itemsize,
+                    OPTIMIZER_STATE[optimizer] * weight_elems * max(itemsize, 4),
+                    _local_activation_bytes(local, strategy, output_saved), compute.workspace_bytes(local, algorithm),
+                    master=weight_elems * MASTER_BYTES if itemsize < 4 else 0, buffers=gradient_buffer_bytes(local))
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=compute.pass_s(local, "fwd", algorithm),
@@ -203,15 +221,25 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         dispatch_s=dispatch_time(compute, local, algorithm, consumers))
 
 
-def _local_activation_bytes(local, strategy: Strategy, batch: int) -> int:
-    """Activations kept for backward: the op's own count at the local shape, plus the received
-    input block when it carries halos (the executor keeps that buffer for backward)."""
-    kept = local_cost(local).activation_bytes
+def _local_activation_bytes(local, strategy: Strategy, output_saved: bool) -> int:
+    """Activations kept for backward at the local shape: the output when it is saved, what the op
+    keeps besides (``networks.analysis.kept_bytes``), plus the received input block when it
+    carries halos (the executor keeps that buffer for backward)."""
     layer = local.layer
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    kept = local_cost(local).activation_bytes
+    if output_saved:
+        kept += local.batch * _elems(local.out_shape) * itemsize
     if any(_splits(layer)[d].window is not None for d, _ in strategy.degrees):
-        itemsize = DTYPE_BYTES.get(layer.dtype, 4)
         kept += sum(local.batch * _elems(s) * itemsize for s in local.in_shapes)
     return kept
+
+
+def gradient_buffer_bytes(local: LocalLayer) -> int:
+    """The gradients live while a layer's backward runs: its output gradient and the input
+    gradients it writes (both freed, or handed on, when it is done)."""
+    itemsize = DTYPE_BYTES.get(local.layer.dtype, 4)
+    return local.batch * (_elems(local.out_shape) + sum(_elems(s) for s in local.in_shapes)) * itemsize
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,12 @@ REDUCE_TRAFFIC_FACTOR = 3.0
 
 DEFAULT_EFFICIENCY = 0.6
 
+#: The roofline's kernel classes, each with its own fraction of the datasheet figure
+#: (``device.efficiency`` as a mapping): GEMM-like kernels on the CUDA cores (float32 without
+#: TF32), GEMM-like kernels on the tensor cores (TF32, FP16, BF16), and the memory traffic of every
+#: kernel (what bounds norms, activations, pooling, the optimiser and copies).
+EFFICIENCY_CLASSES = ("cuda_cores", "tensor_cores", "memory")
+
 
 @dataclass(frozen=True)
 class LinkLevel:
@@ -64,6 +70,8 @@ class DeviceSpec:
 
     ``efficiency`` derates the roofline ``max(flops / peak, bytes / bandwidth)`` to what kernels
     reach in practice; 0.6 by default (documented in docs/machines.md), to be replaced by a profile.
+    ``efficiencies`` gives each of :data:`EFFICIENCY_CLASSES` its own fraction (a machine YAML's
+    ``efficiency`` mapping); a class it leaves out takes ``efficiency``.
     """
 
     name: str
@@ -71,6 +79,11 @@ class DeviceSpec:
     mem_bandwidth_bytes_per_s: float
     mem_capacity_bytes: float
     efficiency: float = DEFAULT_EFFICIENCY
+    efficiencies: Mapping[str, float] = field(default_factory=dict, hash=False)
+
+    def efficiency_of(self, kind: str) -> float:
+        """The fraction of peak kernels of ``kind`` (one of :data:`EFFICIENCY_CLASSES`) reach."""
+        return self.efficiencies.get(kind, self.efficiency)
 
 
 @lru_cache(maxsize=8)
@@ -273,8 +286,7 @@ def _device_from_dict(data: Any, source: str) -> DeviceSpec:
     if "float32" not in peaks:
         raise _fail("missing key 'float32' in device.peak_tflops", source,
                     "device.peak_tflops.float32", hint="every device needs its float32 peak")
-    efficiency = d.get("efficiency", DEFAULT_EFFICIENCY)
-    efficiency = _positive(efficiency, "device.efficiency", source, "fraction of peak")
+    efficiency, efficiencies = _efficiency(d.get("efficiency", DEFAULT_EFFICIENCY), source)
     return DeviceSpec(
         name=_string(d["name"], "device.name", source),
         peak_flops=MappingProxyType(peaks),
@@ -282,7 +294,25 @@ def _device_from_dict(data: Any, source: str) -> DeviceSpec:
                                             "device.memory_bandwidth_gb_per_s", source, "GB/s") * GB,
         mem_capacity_bytes=_positive(d["memory_gib"], "device.memory_gib", source, "GiB") * GIB,
         efficiency=efficiency,
+        efficiencies=MappingProxyType(efficiencies),
     )
+
+
+def _efficiency(raw: Any, source: str) -> tuple[float, dict[str, float]]:
+    """``device.efficiency``: one fraction for every kernel, or one per :data:`EFFICIENCY_CLASSES`."""
+    if not isinstance(raw, Mapping):
+        return _positive(raw, "device.efficiency", source, "fraction of peak"), {}
+    out = {}
+    for kind, value in raw.items():
+        if kind not in EFFICIENCY_CLASSES:
+            raise _fail(f"unknown kernel class {short(kind)}", source, f"device.efficiency.{kind}",
+                        hint=f"use {', '.join(EFFICIENCY_CLASSES)}, or one number for all")
+        out[kind] = _positive(value, f"device.efficiency.{kind}", source, "fraction of peak")
+    for kind in EFFICIENCY_CLASSES:
+        if kind not in out:
+            raise _fail(f"missing key {kind!r} in device.efficiency", source, f"device.efficiency.{kind}",
+                        hint=f"give all of {', '.join(EFFICIENCY_CLASSES)}, or one number for all")
+    return min(out.values()), out
 
 
 def _link_from_dict(data: Any, level: str, device: DeviceSpec, source: str) -> LinkLevel:

@@ -10,8 +10,9 @@ communication yet)::
          + sum over layers of the optimiser update
          + the executor's own time per layer pass (Python between kernels; LayerEstimate.dispatch_s)
 
-Peak memory per device = sum over layers of (weights + gradients + optimiser state + activations
-kept for backward) + the largest kernel workspace of any layer (workspace is transient).
+Peak memory per device = sum over layers of (weights + gradients + optimiser state + master weights
++ activations kept for backward) + the largest transient of any layer (its kernel workspace and
+the gradients its backward holds: ``layer_cost.Memory``).
 Network inputs arrive already in the layout their first consumer needs (the data loader reads
 each rank's block), so they cost no reshard.
 """
@@ -24,7 +25,7 @@ from costmodel.compute import ComputeModel
 from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, layer_estimate
 from costmodel.machine import Machine
 from costmodel.strategy import Strategy
-from networks.analysis import consumers
+from networks.analysis import consumers, saved_outputs
 from networks.ir import Network
 
 
@@ -81,7 +82,7 @@ class StepPrediction:
     @property
     def memory_peak_bytes(self) -> int:
         mems = [x.layer.memory for x in self.layers]
-        return sum(m.persistent for m in mems) + max((m.workspace for m in mems), default=0)
+        return sum(m.persistent for m in mems) + max((m.transient for m in mems), default=0)
 
 
 def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algorithms: dict[str, str],
@@ -90,11 +91,12 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     """Predict one training step of ``net`` with the given per-layer strategies and algorithms."""
     by_name = {layer.name: layer for layer in net.layers}
     readers = consumers(net)
+    saved = saved_outputs(net)
     rows = []
     for layer in net.layers:
         strat = strategies[layer.name]
         est = layer_estimate(layer, strat, batch, machine, compute, algorithms.get(layer.name, ""),
-                             optimizer, rule, readers[layer.name])
+                             optimizer, rule, readers[layer.name], saved[layer.name])
         fwd = bwd = 0.0
         halo = False
         for slot, src in enumerate(layer.inputs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from networks.ir import DTYPE_BYTES, Layer, Network
-from networks.ops.base import DimSplit, LayerCost
+from networks.ops.base import DimSplit, LayerCost, prod
 from networks.ops.catalogue import OPS
 
 
@@ -31,6 +31,28 @@ def consumers(net: Network) -> dict[str, int]:
     return out
 
 
+def saved_outputs(net: Network) -> dict[str, bool]:
+    """Layer name -> whether its output stays in memory until backward, as frameworks hold it: the
+    op's own backward needs it (``OpDef.saves == "output"``: relu) or a layer reading it needs its
+    inputs (``"inputs"``: conv, linear, norms, ...). Any other output is a temporary, freed once
+    its readers ran (a batch-norm output that an in-place relu overwrites, a residual sum)."""
+    saved = {layer.name: OPS[layer.op].saves == "output" for layer in net.layers}
+    for layer in net.layers:
+        if OPS[layer.op].saves == "inputs":
+            for src in layer.inputs:
+                if src in saved:
+                    saved[src] = True
+    return saved
+
+
+def kept_bytes(layer: Layer, batch: int, output_saved: bool) -> int:
+    """Bytes one layer holds from its forward pass to its backward at ``batch``: its output when
+    saved (:func:`saved_outputs`, counted once, at the producer) and what its op keeps besides
+    (``LayerCost.activation_bytes``: masks, indices, statistics)."""
+    out = batch * prod(layer.out_shape) * DTYPE_BYTES.get(layer.dtype, 4) if output_saved else 0
+    return out + layer_cost(layer, batch).activation_bytes
+
+
 @dataclass(frozen=True)
 class NetworkSummary:
     network: str
@@ -39,17 +61,20 @@ class NetworkSummary:
     macs_per_sample: int
     flops_fwd: int
     flops_bwd: int
-    activation_bytes: int
+    activation_bytes: int  # kept for backward, the sum of ``kept``
     layers: tuple[tuple[Layer, LayerCost], ...]
+    kept: tuple[int, ...]  # per layer, kept_bytes
 
 
 def summarize(net: Network, batch: int) -> NetworkSummary:
     rows = tuple((layer, layer_cost(layer, batch)) for layer in net.layers)
+    saved = saved_outputs(net)
+    kept = tuple(kept_bytes(layer, batch, saved[layer.name]) for layer in net.layers)
     per_sample = sum(layer_cost(layer, 1).macs for layer in net.layers)
     return NetworkSummary(
         network=net.name, batch=batch, params=net.num_params, macs_per_sample=per_sample,
         flops_fwd=sum(c.flops_fwd for _, c in rows), flops_bwd=sum(c.flops_bwd for _, c in rows),
-        activation_bytes=sum(c.activation_bytes for _, c in rows), layers=rows)
+        activation_bytes=sum(kept), layers=rows, kept=kept)
 
 
 def summary_json(s: NetworkSummary) -> dict:
@@ -61,6 +86,6 @@ def summary_json(s: NetworkSummary) -> dict:
                    "flops_bwd": s.flops_bwd, "activation_bytes": s.activation_bytes},
         "layers": [{"name": layer.name, "op": layer.op, "output_shape": [s.batch, *layer.out_shape],
                     "params": layer.num_params, "flops_fwd": c.flops_fwd, "flops_bwd": c.flops_bwd,
-                    "work": c.step_work, "depth": c.step_depth, "activation_bytes": c.activation_bytes}
-                   for layer, c in s.layers],
+                    "work": c.step_work, "depth": c.step_depth, "activation_bytes": kept}
+                   for (layer, c), kept in zip(s.layers, s.kept)],
     }

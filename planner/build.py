@@ -6,8 +6,8 @@ adds up, so the solver's objective for a choice *is* the predicted step time of 
 
 * node cost = ``LayerEstimate.total_s`` (compute, collectives, update, and the gradient sums of
   an output several layers read);
-* node memory = ``Memory.persistent``, node workspace = ``Memory.workspace`` (the step's peak is
-  their sum plus the largest workspace, as in the solver's memory constraint);
+* node memory = ``Memory.persistent``, node workspace = ``Memory.transient`` (the step's peak is
+  their sum plus the largest transient, as in the solver's memory constraint);
 * edge cost = forward + backward reshard of ``edge_estimate`` for every candidate pair.
 
 Sharing makes it fast: layers with the same op, parameters and shapes (ResNet blocks repeat) share
@@ -31,7 +31,7 @@ from costmodel.layout import Layout
 from costmodel.machine import Machine
 from costmodel.reshard_batch import LayoutTable, reshard_times_ids
 from costmodel.strategy import Strategy
-from networks.analysis import consumers
+from networks.analysis import consumers, saved_outputs
 from networks.ir import DTYPE_BYTES, Layer, Network
 from planner.solvers import Edge, Problem
 
@@ -93,16 +93,16 @@ class _Builder:
         return candidate_strategies(sig, self.p, self.batch, self.max_model_degree, self.max_candidates)
 
     def estimates(self, sig: Layer, strat: Strategy, algos: tuple[str, ...],
-                  consumers: int = 1) -> list[tuple[float, float, float]]:
-        """(total_s, persistent bytes, workspace bytes) of each algorithm under one strategy.
+                  consumers: int = 1, saved: bool = True) -> list[tuple[float, float, float]]:
+        """(total_s, persistent bytes, transient bytes) of each algorithm under one strategy.
 
         ``layer_estimate`` runs once; the other algorithms change only the three compute passes and
         the workspace, so they reuse its collectives and memory (``derive_estimate``).
         """
         base = layer_estimate(sig, strat, self.batch, self.machine, self.compute, algos[0], self.optimizer,
-                              self.rule, consumers)
+                              self.rule, consumers, saved)
         ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a) for a in algos[1:]]
-        return [(e.total_s, float(e.memory.persistent), float(e.memory.workspace)) for e in ests]
+        return [(e.total_s, float(e.memory.persistent), float(e.memory.transient)) for e in ests]
 
     def layout_id(self, layout: Layout) -> int:
         got = self.layout_ids.get(layout)
@@ -120,9 +120,10 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
     (``edges=False``: nodes only, e.g. to ask how much memory a plan needs at least)."""
     b = _Builder(batch, p, machine, compute, optimizer, rule, max_model_degree, max_candidates)
     sigs = [signature(layer) for layer in net.layers]
-    readers = consumers(net)
-    # layers share nodes when they have one signature and as many readers (gradient sums)
-    node_keys = [(sig, readers[layer.name]) for sig, layer in zip(sigs, net.layers)]
+    readers, saved = consumers(net), saved_outputs(net)
+    # layers share nodes when they have one signature, as many readers (gradient sums) and their
+    # output saved or not alike
+    node_keys = [(sig, readers[layer.name], saved[layer.name]) for sig, layer in zip(sigs, net.layers)]
     per_sig = {key: _node(b, *key) for key in dict.fromkeys(node_keys)}
     nodes = [per_sig[key] for key in node_keys]
     edge_list, distinct_edges, pairs = _edges(b, net, sigs, nodes, edges)
@@ -145,12 +146,13 @@ class _Node:
     strategies: tuple[Strategy, ...]
 
 
-def _node(b: _Builder, sig: Layer, readers: int) -> _Node:
-    """Candidates, cost, memory and workspace of the layers with signature ``sig`` and ``readers``."""
+def _node(b: _Builder, sig: Layer, readers: int, saved: bool) -> _Node:
+    """Candidates, cost, memory and transient memory of the layers with signature ``sig``,
+    ``readers`` and their output ``saved`` or not."""
     strats = b.strategies(sig)
     algos = algorithms(sig)
     cand = tuple((s, a) for s in strats for a in algos)
-    vals = np.array([v for s in strats for v in b.estimates(sig, s, algos, readers)],
+    vals = np.array([v for s in strats for v in b.estimates(sig, s, algos, readers, saved)],
                     dtype=np.float64).reshape(len(cand), 3)
     best = []
     for i in range(len(strats)):

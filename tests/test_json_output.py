@@ -38,7 +38,7 @@ def plan_file(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("args, solver", [
     # the memory limit binds, so graph reduction hands the whole problem to the ILP
-    (["resnet50", "--devices", "1", "--machine", "summit", "--batch", "112"], "reduced+ilp-highs"),
+    (["vgg16", "--devices", "1", "--machine", "summit", "--batch", "128"], "reduced+ilp-highs"),
     (["googlenet", "--devices", "64", "--solver", "ilp"], "ilp-highs"),
 ])
 def test_plan_json_on_the_ilp_path(args, solver):

@@ -204,9 +204,10 @@ def test_largeimage2d_is_a_spatial_parallelism_case():
                                   + 2 * sum(channels[1:]) + 512 * 2 + 2)
     assert conv_linear_macs(network) == (sum(s * s * f * c * 9 for s, c, f in zip(sides, channels, channels[1:]))
                                          + 512 * 2)
-    # one full-resolution activation of one sample is 128 MiB in fp32; the whole sample > 1 GiB
-    assert layer_cost(network.layer("stem1.conv"), 1).activation_bytes == 128 * 2**20
-    assert summarize(network, 1).activation_bytes > 2**30
+    # one full-resolution activation of one sample is 128 MiB in fp32; backward keeps about 1 GiB of it
+    summary = summarize(network, 1)
+    assert summary.kept[network.index()["stem1.conv"]] == 128 * 2**20  # batch norm keeps it
+    assert summary.activation_bytes > 0.9 * 2**30
     for layer in convs:
         assert {"H", "W"} <= set(layer_splits(layer))
 

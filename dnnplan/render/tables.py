@@ -18,10 +18,10 @@ def info_table(s: NetworkSummary) -> None:
     t = Table(title=f"{s.network}, batch {s.batch}", title_justify="left")
     for col in ("layer", "op", "output", "params", "fwd FLOPs", "bwd FLOPs", "W", "D", "activations"):
         t.add_column(col, justify="left" if col in ("layer", "op", "output") else "right")
-    for layer, c in s.layers:
+    for (layer, c), kept in zip(s.layers, s.kept):
         t.add_row(layer.name, layer.op, fmt.shape((s.batch, *layer.out_shape)), fmt.count(layer.num_params),
                   fmt.count(c.flops_fwd), fmt.count(c.flops_bwd), fmt.count(c.step_work), str(c.step_depth),
-                  fmt.nbytes(c.activation_bytes))
+                  fmt.nbytes(kept))
     console.print(t)
     console.print(f"[bold]{len(s.layers)} layers[/bold]  parameters {s.params:,}  "
                   f"MACs/sample {fmt.count(s.macs_per_sample)}  FLOPs/step {fmt.count(s.flops_fwd + s.flops_bwd)} "

@@ -51,15 +51,16 @@ def costs(p, in_shapes, out_shape, n, itemsize):
     core = 2 * n * heads * s * s_k * dh  # scores and weighted sum
     soft = n * heads * s * s_k
     act = rows * d * itemsize
-    # kept for backward: the input, q, k, v, the attention probabilities and the per-head output
-    kept = act + 4 * rows * d_l * itemsize + soft * itemsize
+    # kept for backward besides the input (OpDef.saves): q, k, v, the attention probabilities and
+    # the per-head output
+    kept = 4 * rows * d_l * itemsize + soft * itemsize
     wbytes = (4 * d * d_l + 3 * d_l + d) * itemsize
     return LayerCost(
         flops=(2 * (proj + core) + 5 * soft + bias, 2 * (proj + core) + 5 * soft, 2 * proj + bias),
         work=(proj + core + soft, proj + core + soft, proj),
         depth=(clog2(d) + clog2(s_k) + clog2(dh), clog2(d_l) + clog2(s_k) + clog2(dh), clog2(rows)),
         bytes_read=(act + wbytes, 5 * act + wbytes, 5 * act),
-        bytes_written=(kept, act, wbytes),
+        bytes_written=(act + kept, act, wbytes),
         activation_bytes=kept,
         macs=proj + core,
     )

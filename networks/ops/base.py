@@ -127,7 +127,7 @@ class LayerCost:
     depth: tuple[int, int, int]
     bytes_read: tuple[int, int, int]
     bytes_written: tuple[int, int, int]
-    activation_bytes: int
+    activation_bytes: int  # kept for backward beyond the tensors ``OpDef.saves`` names (masks, indices, stats)
     macs: int
 
     @property
@@ -167,6 +167,10 @@ class OpDef:
     costs: CostFn
     splits: SplitFn
     stats_axis: int | None = field(default=None)
+    #: What backward needs of the op's own tensors, as frameworks keep them: ``"inputs"`` (conv,
+    #: linear, norms, gelu, pooling, attention), ``"output"`` (relu, whose gradient needs only its
+    #: result, so it runs in place) or ``"none"``; anything else it keeps is ``LayerCost.activation_bytes``.
+    saves: str = "inputs"
 
     def param(self, name: str) -> Param | None:
         for p in self.params:

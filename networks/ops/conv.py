@@ -71,7 +71,7 @@ def costs(p, in_shapes, out_shape, n, itemsize):
         depth=(d, d, d),
         bytes_read=(x_b + w_b, y_b + w_b, y_b + x_b),
         bytes_written=(y_b, x_b, w_b),
-        activation_bytes=y_b,
+        activation_bytes=0,  # saves its input (OpDef.saves)
         macs=macs,
     )
 

@@ -45,7 +45,7 @@ def linear_costs(p, in_shapes, out_shape, n, itemsize):
         depth=(clog2(c), clog2(f), clog2(rows)),
         bytes_read=(xb + wb, yb + wb, yb + xb),
         bytes_written=(yb, xb, wb),
-        activation_bytes=yb,
+        activation_bytes=0,  # saves its input (OpDef.saves)
         macs=macs,
     )
 
@@ -96,7 +96,7 @@ def emb_weights(p, in_shapes):
 
 def emb_costs(p, in_shapes, out_shape, n, itemsize):
     elems = n * prod(out_shape)
-    cost = elementwise_cost(elems, itemsize, 1 if p["positions"] else 0, 0, elems * itemsize)
+    cost = elementwise_cost(elems, itemsize, 1 if p["positions"] else 0, 0, 0)
     # backward-weights is a scatter-add of the output gradient into the tables
     return LayerCost(cost.flops[:2] + (elems * (2 if p["positions"] else 1),), (elems, 0, elems),
                      (1, 0, clog2(n)), cost.bytes_read, cost.bytes_written, cost.activation_bytes, 0)
@@ -111,4 +111,4 @@ def emb_splits(p, in_shapes, out_shape):
 
 
 EMBEDDING = OpDef("embedding", "token embedding (plus learned positions)", EMB_PARAMS, (1, 1),
-                  emb_infer, emb_weights, emb_costs, emb_splits)
+                  emb_infer, emb_weights, emb_costs, emb_splits, saves="none")

@@ -16,10 +16,12 @@ def infer(p, in_shapes, dtypes):
 
 
 def costs(p, in_shapes, out_shape, n, itemsize):
+    """Backward needs the log-probabilities, kept in float32 (frameworks compute the loss in
+    float32 under mixed precision), not the logits (OpDef.saves none)."""
     elems = n * prod(in_shapes[0])
     k = in_shapes[0][-1]
     return LayerCost((5 * elems, 3 * elems, 0), (elems, elems, 0), (2 * clog2(k) + clog2(elems // k), 1, 0),
-                     (elems * itemsize, elems * itemsize, 0), (4, elems * itemsize, 0), elems * itemsize, 0)
+                     (elems * itemsize, elems * itemsize, 0), (4, elems * itemsize, 0), elems * 4, 0)
 
 
 def splits(p, in_shapes, out_shape):
@@ -30,4 +32,4 @@ def splits(p, in_shapes, out_shape):
 
 
 OP = OpDef("softmax_cross_entropy", "softmax cross-entropy loss against (synthetic) labels", (), (1, 1),
-           infer, no_weights, costs, splits)
+           infer, no_weights, costs, splits, saves="none")

@@ -29,7 +29,8 @@ def bn_weights(p, in_shapes):
 def bn_costs(p, in_shapes, out_shape, n, itemsize):
     c, h, w = in_shapes[0]
     elems = n * c * h * w
-    cost = elementwise_cost(elems, itemsize, 7, 10, elems * itemsize, clog2(n * h * w), clog2(n * h * w))
+    # kept besides its input: the per-channel mean and inverse deviation, in float32
+    cost = elementwise_cost(elems, itemsize, 7, 10, 2 * c * 4, clog2(n * h * w), clog2(n * h * w))
     return cost.__class__(cost.flops[:2] + (2 * elems,), cost.work[:2] + (elems,),
                           cost.depth[:2] + (clog2(n * h * w),), cost.bytes_read, cost.bytes_written,
                           cost.activation_bytes, 0)
@@ -65,7 +66,8 @@ def ln_weights(p, in_shapes):
 def ln_costs(p, in_shapes, out_shape, n, itemsize):
     elems = n * prod(in_shapes[0])
     d = in_shapes[0][-1]
-    cost = elementwise_cost(elems, itemsize, 7, 10, elems * itemsize, clog2(d), clog2(d))
+    # kept besides its input: the per-row mean and inverse deviation, in float32
+    cost = elementwise_cost(elems, itemsize, 7, 10, 2 * (elems // d) * 4, clog2(d), clog2(d))
     return cost.__class__(cost.flops[:2] + (2 * elems,), cost.work[:2] + (elems,),
                           cost.depth[:2] + (clog2(elems // d),), cost.bytes_read, cost.bytes_written,
                           cost.activation_bytes, 0)

@@ -25,16 +25,19 @@ def pointwise_splits(p, in_shapes, out_shape):
     return tuple(out)
 
 
-def _unary(name, doc, fwd, bwd, params=()):
+def _unary(name, doc, fwd, bwd, params=(), saves="inputs", mask_bytes=0):
     def costs(p, in_shapes, out_shape, n, itemsize):
         elems = n * prod(out_shape)
-        return elementwise_cost(elems, itemsize, fwd, bwd, elems * itemsize)
-    return OpDef(name, doc, params, (1, 1), same_infer, no_weights, costs, pointwise_splits)
+        return elementwise_cost(elems, itemsize, fwd, bwd, elems * mask_bytes)
+    return OpDef(name, doc, params, (1, 1), same_infer, no_weights, costs, pointwise_splits, saves=saves)
 
 
-RELU = _unary("relu", "max(x, 0)", 1, 1)
+# relu's gradient needs only its output (frameworks run it in place); gelu's needs its input;
+# dropout keeps only its mask, one byte per element (PyTorch's bool mask)
+RELU = _unary("relu", "max(x, 0)", 1, 1, saves="output")
 GELU = _unary("gelu", "GELU (tanh approximation, as GPT-2)", 8, 12)
-DROPOUT = _unary("dropout", "inverted dropout", 2, 1, (Param("rate", "rate", 0.1, "probability of zeroing"),))
+DROPOUT = _unary("dropout", "inverted dropout", 2, 1, (Param("rate", "rate", 0.1, "probability of zeroing"),),
+                 saves="none", mask_bytes=1)
 
 
 def add_infer(p, in_shapes, dtypes):
@@ -51,12 +54,12 @@ def add_infer(p, in_shapes, dtypes):
 
 def add_costs(p, in_shapes, out_shape, n, itemsize):
     elems = n * prod(out_shape)
-    return elementwise_cost(elems, itemsize, len(in_shapes) - 1, 0, elems * itemsize,
+    return elementwise_cost(elems, itemsize, len(in_shapes) - 1, 0, 0,
                             n_inputs=len(in_shapes))
 
 
 ADD = OpDef("add", "elementwise sum of inputs of equal shape (residual connections)", (), (2, None),
-            add_infer, no_weights, add_costs, pointwise_splits)
+            add_infer, no_weights, add_costs, pointwise_splits, saves="none")
 
 
 def concat_infer(p, in_shapes, dtypes):
@@ -77,7 +80,7 @@ def concat_infer(p, in_shapes, dtypes):
 
 def concat_costs(p, in_shapes, out_shape, n, itemsize):
     elems = n * prod(out_shape)
-    return elementwise_cost(elems, itemsize, 0, 0, elems * itemsize)
+    return elementwise_cost(elems, itemsize, 0, 0, 0)
 
 
 def concat_splits(p, in_shapes, out_shape):
@@ -94,7 +97,7 @@ def concat_splits(p, in_shapes, out_shape):
 
 CONCAT = OpDef("concat", "concatenation along a per-sample axis (0: channels)",
                (Param("axis", "nonneg", 0, "per-sample axis to join along (0 = channels)"),), (2, None),
-               concat_infer, no_weights, concat_costs, concat_splits)
+               concat_infer, no_weights, concat_costs, concat_splits, saves="none")
 
 
 def flatten_infer(p, in_shapes, dtypes):
@@ -113,4 +116,4 @@ def flatten_splits(p, in_shapes, out_shape):
 
 
 FLATTEN = OpDef("flatten", "(C, H, W) -> (C*H*W,)", (), (1, 1), flatten_infer, no_weights,
-                flatten_costs, flatten_splits)
+                flatten_costs, flatten_splits, saves="none")

@@ -46,7 +46,7 @@ def pool_infer(p, in_shapes, dtypes):
     return (c, ho, wo), dtypes[0]
 
 
-def pool_costs(p, in_shapes, out_shape, n, itemsize):
+def _pool_costs(p, in_shapes, out_shape, n, itemsize, index_bytes):
     (kh, kw), _, _, _ = _norm(p)
     xin, yout = n * prod(in_shapes[0]), n * prod(out_shape)
     return LayerCost(
@@ -55,7 +55,7 @@ def pool_costs(p, in_shapes, out_shape, n, itemsize):
         depth=(clog2(kh) + clog2(kw), 1, 0),
         bytes_read=(xin * itemsize, yout * itemsize, 0),
         bytes_written=(yout * itemsize, xin * itemsize, 0),
-        activation_bytes=yout * itemsize,
+        activation_bytes=yout * index_bytes,
         macs=0,
     )
 
@@ -70,8 +70,19 @@ def pool_splits(p, in_shapes, out_shape):
             DimSplit("W", wo, (3,), 3, window=Window(kw, sw, pw, dw, w)))
 
 
+def maxpool_costs(p, in_shapes, out_shape, n, itemsize):
+    """Max pooling keeps its input and the position of each maximum (int64, as PyTorch's
+    max_pool2d_with_indices) for backward."""
+    return _pool_costs(p, in_shapes, out_shape, n, itemsize, 8)
+
+
+def avgpool_costs(p, in_shapes, out_shape, n, itemsize):
+    """Average pooling's gradient needs only the shapes: it keeps nothing."""
+    return _pool_costs(p, in_shapes, out_shape, n, itemsize, 0)
+
+
 MAXPOOL = OpDef("maxpool2d", "max pooling", POOL_PARAMS, (1, 1), pool_infer, no_weights,
-                pool_costs, pool_splits)
+                maxpool_costs, pool_splits)
 
 
 def avgpool_infer(p, in_shapes, dtypes):
@@ -82,7 +93,7 @@ def avgpool_infer(p, in_shapes, dtypes):
 
 
 AVGPOOL = OpDef("avgpool2d", "average pooling", POOL_PARAMS, (1, 1), avgpool_infer, no_weights,
-                pool_costs, pool_splits)
+                avgpool_costs, pool_splits, saves="none")
 
 
 def gap_infer(p, in_shapes, dtypes):
@@ -97,7 +108,7 @@ def gap_costs(p, in_shapes, out_shape, n, itemsize):
     xin = n * c * h * w
     return LayerCost((xin, xin, 0), (xin, xin, 0), (clog2(h * w), 1, 0),
                      (xin * itemsize, n * c * itemsize, 0), (n * c * itemsize, xin * itemsize, 0),
-                     n * c * itemsize, 0)
+                     0, 0)
 
 
 def gap_splits(p, in_shapes, out_shape):
@@ -110,4 +121,4 @@ def gap_splits(p, in_shapes, out_shape):
 
 
 GLOBAL_AVGPOOL = OpDef("global_avgpool", "average over all spatial positions -> (C, 1, 1)", (),
-                       (1, 1), gap_infer, no_weights, gap_costs, gap_splits)
+                       (1, 1), gap_infer, no_weights, gap_costs, gap_splits, saves="none")
