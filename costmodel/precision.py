@@ -50,8 +50,7 @@ MATMUL_OPS = frozenset({"conv2d", "linear", "attention"})
 def get_precision(name: str) -> Precision:
     got = PRECISIONS.get(name)
     if got is None:
-        raise DnnplanError(f"unknown precision {short(name)}", field="--precision",
-                           hint=f"use one of {', '.join(PRECISIONS)}")
+        raise DnnplanError(f"unknown --precision {short(name)}", hint=f"use one of {', '.join(PRECISIONS)}")
     return got
 
 

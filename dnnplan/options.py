@@ -63,6 +63,10 @@ StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help="Uniform stra
 MemoryOpt = Annotated[Optional[float], typer.Option("--memory", help="Memory per device in GiB \\[default: the "
                                                     "machine's device memory].",
                                                     callback=within("--memory", 0.001, 1e6, " GiB"))]
+PrecisionOpt = Annotated[str, typer.Option(
+    "--precision", help="Number format of training: fp32; tf32 (float32 storage, TF32 tensor cores); fp16 or "
+    "bf16 (mixed precision: 16-bit activations, weights and gradients, float32 master weights and optimiser "
+    "state). Priced from the GPU datasheet (docs/costmodel.md, Precision).")]
 SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP, ILP for what is left), "
                                         "reduced (the same), or ilp (the plain ILP).")]
 TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds any ILP solve may take (then "

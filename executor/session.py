@@ -32,6 +32,7 @@ from kernels import KERNELS_REVISION
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.plan import Plan
+from costmodel.precision import DEFAULT_PRECISION
 from planner.plan_file import read_plan
 from profiler import context
 from profiler.fingerprint import fingerprint
@@ -128,6 +129,10 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
     _at_least("ranks", ranks)
     agree_node_cores()
     plan, net = read_plan(plan_path)
+    if plan.precision != DEFAULT_PRECISION:
+        raise DnnplanError(f"the plan is for {plan.precision} training; the executor runs float32 kernels",
+                           file=plan_path, field="precision",
+                           hint="predict it with `dnnplan predict`, or plan again with --precision fp32 to run it")
     if plan.devices != ranks:
         raise DnnplanError(f"the plan is for {plan.devices} devices, not --ranks {ranks}", file=plan_path,
                            hint=f"run it with --ranks {plan.devices}, or re-plan for {ranks} devices")

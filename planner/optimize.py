@@ -14,9 +14,11 @@ import time
 from dataclasses import dataclass
 
 from costmodel.candidates import algorithms
-from costmodel.compute import ComputeModel
+from costmodel.compute import PASSES, ComputeModel
 from costmodel.layer_cost import layer_estimate
+from costmodel.layer_layouts import local_layer
 from costmodel.machine import Machine
+from costmodel.precision import DEFAULT_PRECISION
 from costmodel.step import StepPrediction, predict_step
 from costmodel.strategy import Strategy
 from costmodel.uniform import NAMED, uniform_strategies
@@ -43,6 +45,7 @@ class Settings:
     time_limit_s: float | None = None
     gap: float | None = None
     optimizer: str = "momentum"
+    precision: str = DEFAULT_PRECISION  # recorded in the plan; the network and compute model carry it
 
 
 def _solve_exact(built: Built, settings: Settings) -> tuple[tuple[int, ...], Assignment, list[str]]:
@@ -74,6 +77,24 @@ def _solve_exact(built: Built, settings: Settings) -> tuple[tuple[int, ...], Ass
     got = solve(pruned, "ilp" if settings.method == "ilp" else settings.method, settings.time_limit_s,
                 settings.gap)
     return expand_choice(kept, got.choice), got, notes
+
+
+def algorithm_alternatives(net: Network, strategies: dict[str, Strategy], batch: int, machine: Machine,
+                           compute: ComputeModel) -> dict[str, tuple[tuple[str, float, int], ...]]:
+    """For each convolution, every algorithm that can run it under its strategy: (algorithm,
+    forward + backward compute seconds, workspace bytes), the numbers the planner chose by."""
+    out = {}
+    for layer in net.layers:
+        if layer.op != "conv2d":
+            continue
+        strat = strategies[layer.name]
+        rows = []
+        for algo in algorithms(layer):
+            local = local_layer(layer, strat, batch)
+            secs = sum(compute.pass_s(local, pass_, algo) for pass_ in PASSES)
+            rows.append((algo, secs, int(compute.workspace_bytes(local, algo))))
+        out[layer.name] = tuple(rows)
+    return out
 
 
 def fastest_algorithms(net: Network, strategies: dict[str, Strategy], batch: int, machine: Machine,
@@ -190,7 +211,8 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
         "total_s": round(total_s, 4), "detail": "; ".join([got.detail, *notes]),
     }
     return plan_from_prediction(pred, net, network_ref, machine_ref or machine.name, profile_fingerprint,
-                                tuple(base), solver)
+                                tuple(base), solver, precision=settings.precision,
+                                alternatives=algorithm_alternatives(net, strategies, batch, machine, compute))
 
 
 def check_prediction(pred: StepPrediction, objective: float, memory: float) -> None:
@@ -203,16 +225,21 @@ def check_prediction(pred: StepPrediction, objective: float, memory: float) -> N
 
 def plan_from_prediction(pred: StepPrediction, net: Network, network_ref: str, machine_ref: str,
                          profile_fingerprint: str | None, baselines_: tuple[Baseline, ...] = (),
-                         solver: dict | None = None, batch: int | None = None) -> Plan:
-    """A :class:`Plan` holding a prediction's per-layer numbers."""
+                         solver: dict | None = None, batch: int | None = None,
+                         precision: str = DEFAULT_PRECISION,
+                         alternatives: dict[str, tuple[tuple[str, float, int], ...]] | None = None) -> Plan:
+    """A :class:`Plan` holding a prediction's per-layer numbers (and the algorithms weighed for
+    each convolution, when given: :func:`algorithm_alternatives`)."""
+    alternatives = alternatives or {}
     layers = tuple(LayerPlan(
         x.layer.name, x.layer.strategy, x.layer.algorithm, x.layer.fwd_compute_s, x.layer.bwd_compute_s,
-        x.layer.fwd_comm_s + x.layer.bwd_comm_s + x.layer.grad_sync_s + x.reshard_s, x.layer.memory.total)
+        x.layer.fwd_comm_s + x.layer.bwd_comm_s + x.layer.grad_sync_s + x.reshard_s, x.layer.memory.total,
+        alternatives.get(x.layer.name, ()))
         for x in pred.layers)
     return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=pred.batch,
                 devices=pred.p, machine=machine_ref, layers=layers, step_s=pred.step_s,
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
-                baselines=baselines_, solver=dict(solver or {}))
+                baselines=baselines_, solver=dict(solver or {}), precision=precision)
 
 
 def speedup(plan: Plan, baseline: Baseline) -> float:

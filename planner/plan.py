@@ -19,6 +19,9 @@ class LayerPlan:
     bwd_s: float = 0.0  # predicted backward compute
     comm_s: float = 0.0  # predicted collectives and reshards
     memory_bytes: int = 0
+    #: A convolution's algorithms under its strategy, each (algorithm, fwd + bwd compute seconds,
+    #: workspace bytes), as the planner weighed them; () for other layers and for plans read back
+    alternatives: tuple[tuple[str, float, int], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Plan:
     baselines: tuple[Baseline, ...] = ()
     solver: dict = field(default_factory=dict, compare=False, hash=False)
     version: int = PLAN_VERSION
+    precision: str = "fp32"  # costmodel.precision; the network hash is of the network in it
 
     def strategies(self) -> dict[str, Strategy]:
         return {lp.name: lp.strategy for lp in self.layers}

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.compute import DEFAULT_CONV_ALGORITHM, algorithm_applies
+from costmodel.compute import CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, algorithm_applies
 from costmodel.files import load_machine
 from costmodel.layer_layouts import check_fits
+from costmodel.precision import DEFAULT_PRECISION, PRECISIONS, with_precision
 from costmodel.strategy import make_strategy
 from networks.errors import DnnplanError, short
 from networks.ir import Layer, Network
@@ -21,23 +22,25 @@ from networks.reading import read_text
 from networks.spec_yaml import load_yaml
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, Plan
 
-TOP_KEYS = ("version", "network", "network_name", "network_hash", "batch", "devices", "machine",
+TOP_KEYS = ("version", "network", "network_name", "network_hash", "batch", "devices", "machine", "precision",
             "profile_fingerprint", "step_s", "memory_peak_bytes", "baselines", "solver", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
-LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes")
+LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
 
 
 def plan_to_dict(plan: Plan) -> dict:
     return {
         "version": plan.version, "network": plan.network, "network_name": plan.network_name,
         "network_hash": plan.network_hash, "batch": plan.batch, "devices": plan.devices,
-        "machine": plan.machine, "profile_fingerprint": plan.profile_fingerprint,
+        "machine": plan.machine, "precision": plan.precision, "profile_fingerprint": plan.profile_fingerprint,
         "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
         "baselines": [{"name": b.name, "step_s": b.step_s, "memory_peak_bytes": b.memory_peak_bytes}
                       for b in plan.baselines],
         "solver": dict(plan.solver),
         "layers": [{"name": lp.name, "strategy": lp.strategy.as_dict(), "algorithm": lp.algorithm,
-                    "fwd_s": lp.fwd_s, "bwd_s": lp.bwd_s, "comm_s": lp.comm_s, "memory_bytes": lp.memory_bytes}
+                    "fwd_s": lp.fwd_s, "bwd_s": lp.bwd_s, "comm_s": lp.comm_s, "memory_bytes": lp.memory_bytes,
+                    **({"alternatives": [{"algorithm": a, "compute_s": s, "workspace_bytes": w}
+                                         for a, s, w in lp.alternatives]} if lp.alternatives else {})}
                    for lp in plan.layers],
     }
 
@@ -64,7 +67,8 @@ def _fail(msg: str, path: str, layer: str | None = None, field: str | None = Non
 def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     """Parse a plan and check it against the network and machine it names."""
     _check_top(data, path)
-    net = load_network(str(data["network"]))
+    precision = _precision(data, path)
+    net = with_precision(load_network(str(data["network"])), precision)
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
         raise _fail(f"the plan was made for a different version of network {short(data['network'])} "
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
@@ -80,8 +84,17 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 batch=batch, devices=p, machine=str(data["machine"]), layers=lps,
                 step_s=_number(data, "step_s", path), memory_peak_bytes=int(_number(data, "memory_peak_bytes", path)),
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
-                solver=dict(solver))
+                solver=dict(solver), precision=precision)
     return plan, net
+
+
+def _precision(data: dict, path: str) -> str:
+    """The plan's ``precision`` (fp32 when absent: plans written before it was recorded)."""
+    value = data.get("precision", DEFAULT_PRECISION)
+    if not isinstance(value, str) or value not in PRECISIONS:
+        raise _fail(f"unknown precision {short(value)}", path, field="precision",
+                    hint=f"use one of {', '.join(PRECISIONS)}")
+    return value
 
 
 def _number(entry: dict, key: str, path: str, layer: str | None = None) -> float:
@@ -185,7 +198,24 @@ def _layer_plan(layer: Layer, entry: dict, p: int, batch: int, path: str) -> Lay
                     field="algorithm")
     fwd, bwd, comm, memory = (_number(entry, key, path, layer.name) for key in ("fwd_s", "bwd_s", "comm_s",
                                                                                  "memory_bytes"))
-    return LayerPlan(layer.name, strat, algo, fwd, bwd, comm, int(memory))
+    return LayerPlan(layer.name, strat, algo, fwd, bwd, comm, int(memory), _alternatives(entry, layer, path))
+
+
+def _alternatives(entry: dict, layer: Layer, path: str) -> tuple[tuple[str, float, int], ...]:
+    """A convolution's ``alternatives`` as the planner wrote them (informational: a prediction of
+    the plan prices its algorithms again)."""
+    raw = entry.get("alternatives") or []
+    form = "'alternatives' must be a list of {algorithm, compute_s, workspace_bytes}"
+    if not isinstance(raw, list) or (raw and layer.op != "conv2d"):
+        raise _fail(form + " (convolutions only)", path, layer=layer.name, field="alternatives")
+    out = []
+    for alt in raw:
+        if not isinstance(alt, dict) or set(alt) != {"algorithm", "compute_s", "workspace_bytes"} \
+                or alt["algorithm"] not in CONV_ALGORITHMS:
+            raise _fail(form, path, layer=layer.name, field="alternatives")
+        out.append((alt["algorithm"], _number(alt, "compute_s", path, layer.name),
+                    int(_number(alt, "workspace_bytes", path, layer.name))))
+    return tuple(out)
 
 
 def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:
@@ -195,20 +225,40 @@ def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            if not text[err.pos:].strip():
+            if not text[err.pos:].strip() or _on_an_unfinished_last_line(text, err.lineno):
                 raise _cut_short(text, None, path) from None
             raise DnnplanError(f"not valid JSON: {err.msg}", file=path, line=err.lineno) from None
         except (RecursionError, ValueError) as err:  # deep nesting; a number past Python's 4,300-digit limit
             why = "it nests too deeply" if isinstance(err, RecursionError) else str(err)
             raise DnnplanError(f"not valid JSON: {why}", file=path) from None
     else:
-        data = load_yaml(text, path)
+        try:
+            data = load_yaml(text, path)
+        except DnnplanError as err:
+            if err.line is not None and _on_an_unfinished_last_line(text, err.line):
+                raise _cut_short(text, _complete_lines(text, path), path) from None
+            raise
     if isinstance(data, dict) and "inputs" in data and "devices" not in data:
         raise DnnplanError("this is a network spec, not a plan", file=path,
                            hint=f"make a plan of it with `dnnplan plan {path} --devices P --out plan.yaml`")
     if isinstance(data, dict) and _keys_missing_at_end(data):
         raise _cut_short(text, data, path)
     return plan_from_dict(data, path, check)
+
+
+def _on_an_unfinished_last_line(text: str, line: int) -> bool:
+    """Whether a parse error at ``line`` (1-based) lies on the file's last line and that line has no
+    line break: where a file cut short mid-line fails (a plan is written with a final newline)."""
+    return bool(text) and not text.endswith("\n") and line >= text.count("\n") + 1
+
+
+def _complete_lines(text: str, path: str) -> dict | None:
+    """What the complete lines of a YAML plan cut short say (to name its network and devices), or None."""
+    try:
+        data = load_yaml(text[:text.rfind("\n") + 1], path)
+    except DnnplanError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _keys_missing_at_end(data: dict) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from costmodel.compute import ComputeModel, Roofline
 from costmodel.files import DEFAULT_MACHINE, load_machine
 from costmodel.machine import Machine
+from costmodel.precision import DEFAULT_PRECISION, get_precision, with_precision
 from costmodel.profile_links import links_from_table
 from costmodel.profiled_compute import ProfiledCompute
 from networks.errors import DnnplanError
@@ -26,11 +27,12 @@ PER_DEVICE_BATCH = 32
 
 @dataclass(frozen=True)
 class Context:
-    network: Network
+    network: Network  # in the precision's storage format (costmodel.precision.with_precision)
     machine: Machine
     batch: int
     devices: int
     compute: ComputeModel
+    precision: str = DEFAULT_PRECISION
 
 
 def default_batch(devices: int) -> int:
@@ -39,31 +41,51 @@ def default_batch(devices: int) -> int:
 
 
 def resolve(network: str, devices: int, batch: int | None, machine: str | None,
-            profile: str | None = None, refresh: bool = False) -> Context:
+            profile: str | None = None, refresh: bool = False, precision: str = DEFAULT_PRECISION) -> Context:
     """Load the network and the machine named on the command line and choose the compute model."""
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")
     if batch is not None and batch < 1:
         raise DnnplanError(f"--batch must be a positive integer, got {batch}")
-    net = load_network(network)
+    prec = get_precision(precision)
+    net = with_precision(load_network(network), prec.name)
     mach = load_machine(machine or DEFAULT_MACHINE)
     mach.check_devices(devices)
-    compute = compute_model(mach, profile, devices, refresh)
-    return Context(net, profiled_links(mach, compute), batch or default_batch(devices), devices, compute)
+    compute = compute_model(mach, profile, devices, refresh, prec.name)
+    return Context(net, profiled_links(mach, compute), batch or default_batch(devices), devices, compute, prec.name)
 
 
 def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,
-                  refresh: bool = False) -> ComputeModel:
+                  refresh: bool = False, precision: str = DEFAULT_PRECISION) -> ComputeModel:
     """The profile table when one is given or the machine names one; for the ``local`` machine the
     per-user cache of this computer for ``devices`` ranks sharing it, profiled on demand (every
-    call it is asked for timed again with ``refresh``); else the datasheet roofline."""
+    call it is asked for timed again with ``refresh``); else the datasheet roofline. A precision
+    other than fp32 is priced from the datasheet only (profiles time float32 kernels)."""
     path = profile or machine.profile
+    if precision != DEFAULT_PRECISION:
+        return _datasheet_for(machine, path, precision)
     if path:
         return ProfiledCompute(load_table(path), Roofline(machine))
     if machine.name == "local":
         return local_compute_model(machine, threads=1, concurrency=min(devices, machine.devices_per_node),
                                    refresh=refresh)
     return Roofline(machine)
+
+
+def _datasheet_for(machine: Machine, profile: str | None, precision: str) -> Roofline:
+    """The roofline for ``precision``, when the machine's datasheet has the peak it needs."""
+    prec = get_precision(precision)
+    if profile or machine.name == "local":
+        raise DnnplanError(f"--precision {prec.name} is priced from a GPU datasheet, but machine "
+                           f"'{machine.name}' is priced from float32 kernel profiles",
+                           hint="name a datasheet machine (--machine dgx-a100, dgx-h100, dgx1-v100, summit), "
+                                "or plan in fp32")
+    if prec.matmul not in machine.device.peak_flops:
+        raise DnnplanError(f"machine '{machine.name}' ({machine.device.name}) has no {prec.matmul} peak, "
+                           f"so it cannot train in {prec.name}", file=machine.source,
+                           field=f"device.peak_tflops.{prec.matmul}",
+                           hint="add the datasheet figure there, or choose another --precision")
+    return Roofline(machine, tf32=prec.matmul == "tf32")
 
 
 def profiled_links(machine: Machine, compute: ComputeModel) -> Machine:

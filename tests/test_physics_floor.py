@@ -1,6 +1,7 @@
-"""Nothing below physics: no layer pass of any zoo network, on any shipped datasheet machine, with any
-convolution algorithm that applies, is priced faster than its irreducible arithmetic at the device's
-peak or its bytes at the memory bandwidth. The irreducible arithmetic of each algorithm is counted
+"""Nothing below physics: no layer pass of any zoo network, on any shipped datasheet machine, in any
+precision its datasheet has a peak for, with any convolution algorithm that applies, is priced
+faster than its irreducible arithmetic at the device's peak for that precision or its bytes at the
+memory bandwidth. The irreducible arithmetic of each algorithm is counted
 here by hand from the algorithm, independently of the cost model's work formulas:
 - direct and im2col: every multiply-add of the convolution;
 - Winograd F(2x2, 3x3): the alpha^2 = 16 tile products per (Cout, Cin, tile), the transforms not
@@ -18,9 +19,11 @@ import pytest
 from costmodel.compute import CONV_ALGORITHMS, PASSES, Roofline, algorithm_applies, local_cost
 from costmodel.files import load_machine, shipped_machine_names
 from costmodel.layer_layouts import local_layer
+from costmodel.precision import MATMUL_OPS, PRECISIONS, with_precision
 from costmodel.strategy import make_strategy
 from networks.loader import load_network, zoo_names
 from networks.ops.conv import fft_work, winograd_work
+from profiler.context import compute_model
 
 MACHINES = [m for m in shipped_machine_names() if m != "local"]  # local's figures come from this host
 
@@ -40,31 +43,49 @@ def _irreducible_macs(local, algorithm: str, pass_: str) -> float:
     return 4 * hp * (wp // 2 + 1) * n * c * f
 
 
-def _cases():
+def _cases(precision: str = "fp32"):
     for name in zoo_names():
-        net = load_network(name)
+        net = with_precision(load_network(name), precision)
         for layer in net.layers:
             algos = [a for a in CONV_ALGORITHMS if algorithm_applies(layer, a)] if layer.op == "conv2d" else [""]
             yield name, layer, algos
 
 
-@pytest.mark.parametrize("machine_name", MACHINES)
-def test_no_pass_is_priced_below_its_arithmetic_or_its_bytes(machine_name):
+def _peak(machine, precision: str, layer) -> float:
+    """The fastest any kernel of ``layer`` can compute in ``precision``: tensor cores for GEMM-like
+    ops (in fp32 the CUDA cores: no tensor cores without TF32), and for other ops in 16 bits the
+    highest peak the device has at all."""
+    peaks = machine.device.peak_flops
+    prec = PRECISIONS[precision]
+    if precision == "fp32":
+        return peaks["float32"]
+    if layer.op in MATMUL_OPS:
+        return peaks[prec.matmul]
+    return peaks["float32"] if prec.storage == "float32" else max(peaks.values())
+
+
+CASES = [(m, prec) for m in MACHINES for prec in PRECISIONS
+         if PRECISIONS[prec].matmul in load_machine(m).device.peak_flops]
+
+
+@pytest.mark.parametrize("machine_name, precision", CASES)
+def test_no_pass_is_priced_below_its_arithmetic_or_its_bytes(machine_name, precision):
     machine = load_machine(machine_name)
-    model = Roofline(machine)
-    peak = machine.device.peak_flops["float32"]
+    model = compute_model(machine, precision=precision)
     bandwidth = machine.device.mem_bandwidth_bytes_per_s
     checked = 0
-    for net_name, layer, algos in _cases():
+    for net_name, layer, algos in _cases(precision):
         local = local_layer(layer, make_strategy(1, {}), 8)
         cost = local_cost(local)
+        peak = _peak(machine, precision, layer)
         for algorithm in algos:
             for i, pass_ in enumerate(PASSES):
                 priced = model.pass_s(local, pass_, algorithm)
                 arithmetic = 2 * _irreducible_macs(local, algorithm, pass_) / peak
                 moved = (cost.bytes_read[i] + cost.bytes_written[i]) / bandwidth
                 assert priced >= max(arithmetic, moved) * (1 - 1e-9), (
-                    f"{machine_name} {net_name} {layer.name} {pass_} {algorithm or '-'}: priced {priced:.3e} s, "
+                    f"{machine_name} {precision} {net_name} {layer.name} {pass_} {algorithm or '-'}: priced "
+                    f"{priced:.3e} s, "
                     f"arithmetic {arithmetic:.3e} s, bytes {moved:.3e} s")
                 checked += 1
     assert checked > 1000  # every zoo layer, pass and algorithm

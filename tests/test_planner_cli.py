@@ -46,7 +46,12 @@ def test_plan_json_and_out_then_predict_agrees(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["devices"] == 4 and data["solver"]["status"] == "optimal"
-    assert {"name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes"} == set(data["layers"][0])
+    conv1 = data["layers"][0]  # a convolution: its algorithms as the planner weighed them
+    assert {"name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives"} == set(conv1)
+    assert conv1["algorithm"] == min(conv1["alternatives"], key=lambda a: a["compute_s"])["algorithm"]
+    assert conv1["fwd_s"] + conv1["bwd_s"] == pytest.approx(
+        next(a["compute_s"] for a in conv1["alternatives"] if a["algorithm"] == conv1["algorithm"]), rel=1e-12)
+    assert {"name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes"} == set(data["layers"][1])
     pred = runner.invoke(app, ["predict", out, "--json"])
     assert pred.exit_code == 0, pred.output
     assert json.loads(pred.output)["step_s"] == pytest.approx(data["step_s"], rel=1e-12)

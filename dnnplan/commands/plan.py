@@ -9,7 +9,7 @@ from pathlib import Path
 from costmodel.files import DEFAULT_MACHINE
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
-                             PlanOutOpt, PlotOpt, ProfileOpt, RefreshOpt, SolverOpt, SweepOpt, TimeLimitOpt)
+                             PlanOutOpt, PlotOpt, PrecisionOpt, ProfileOpt, RefreshOpt, SolverOpt, SweepOpt, TimeLimitOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import warn
@@ -47,7 +47,8 @@ def check_flags(solver: str, sweep: str | None, plot: str | None) -> None:
 def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, machine: MachineOpt = None,
          profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None, solver: SolverOpt = "auto",
          time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None, plot: PlotOpt = None,
-         refresh: RefreshOpt = False, as_json: JsonOpt = False, force: ForceOpt = False) -> None:
+         refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32", as_json: JsonOpt = False,
+         force: ForceOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -58,8 +59,8 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
     """
     check_flags(solver, sweep, plot)
     check_outputs({"--out": out, "--plot": plot}, force)
-    settings = Settings(solver, time_limit, gap)
-    ctx = context.resolve(network, devices, batch, machine, profile, refresh)
+    ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision)
+    settings = Settings(solver, time_limit, gap, precision=ctx.precision)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)
     limit = None if memory is None else memory * GIB

@@ -7,7 +7,8 @@ import json
 from costmodel.compute import default_algorithms
 from costmodel.step import predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
-from dnnplan.options import BatchOpt, DevicesOpt, JsonOpt, MachineOpt, NetworkArg, ProfileOpt, StrategyOpt
+from dnnplan.options import (BatchOpt, DevicesOpt, JsonOpt, MachineOpt, NetworkArg, PrecisionOpt, ProfileOpt,
+                             StrategyOpt)
 from dnnplan.render import tables
 from planner.plan_file import is_plan_file, read_plan
 from profiler import context
@@ -15,11 +16,11 @@ from profiler import context
 
 def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
             batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
-            as_json: JsonOpt = False) -> None:
+            precision: PrecisionOpt = "fp32", as_json: JsonOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
-    predicts that plan on the network, batch, devices and machine it names.
+    predicts that plan on the network, batch, devices, machine and precision it names.
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
     The step is forward + backward + gradient synchronisation + update with no overlap
@@ -27,7 +28,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     """
     if is_plan_file(network):
         return predict_plan(network, profile, as_json)
-    ctx = context.resolve(network, devices, batch, machine, profile)
+    ctx = context.resolve(network, devices, batch, machine, profile, precision=precision)
     strategies, fallbacks = uniform_strategies(ctx.network, devices, ctx.batch, strategy)
     pred = predict_step(ctx.network, ctx.batch, strategies, default_algorithms(ctx.network), ctx.machine,
                         ctx.compute)
@@ -42,7 +43,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
 def predict_plan(path: str, profile: str | None, as_json: bool) -> None:
     """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now."""
     plan, net = read_plan(path)
-    ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile)
+    ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, precision=plan.precision)
     pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute)
     if as_json:
         out = prediction_json(pred)

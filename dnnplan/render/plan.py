@@ -11,8 +11,8 @@ from planner.plan import Plan
 
 
 def plan_table(plan: Plan) -> None:
-    t = Table(title=f"plan for {plan.network_name}: batch {plan.batch} on {plan.devices} x {plan.machine}",
-              title_justify="left")
+    t = Table(title=f"plan for {plan.network_name}: batch {plan.batch} on {plan.devices} x {plan.machine}, "
+                    f"{plan.precision}", title_justify="left")
     for col in ("layer", "strategy", "algorithm", "fwd", "bwd", "comm", "memory"):
         t.add_column(col, justify="left" if col in ("layer", "strategy", "algorithm") else "right")
     for lp in plan.layers:
@@ -26,8 +26,48 @@ def plan_table(plan: Plan) -> None:
     console.print(f"[bold]step {fmt.seconds(plan.step_s)}[/bold] (compute fwd {fmt.seconds(fwd)} + bwd "
                   f"{fmt.seconds(bwd)}, communication {fmt.seconds(comm)}, rest: optimiser update);  "
                   f"peak memory {fmt.nbytes(plan.memory_peak_bytes)} per device;  splits: {mix}")
+    algorithms_table(plan)
     baselines_table(plan)
     solver_line(plan)
+
+
+ALGORITHM_COLUMNS = ("direct", "im2col", "fft", "winograd")
+
+
+def algorithms_table(plan: Plan) -> None:
+    """Why each convolution runs the algorithm it does: every algorithm's compute time under the
+    layer's split (layers with the same numbers share a row), the chosen one in bold."""
+    groups: dict[tuple, list[str]] = {}
+    chosen: dict[tuple, str] = {}
+    for lp in plan.layers:
+        if lp.alternatives:
+            key = (lp.alternatives, lp.algorithm)
+            groups.setdefault(key, []).append(lp.name)
+            chosen[key] = lp.algorithm
+    if not groups:
+        return
+    t = Table(title="convolution algorithms: forward + backward compute per step under each layer's split "
+                    "(docs/costmodel.md, Convolution algorithms)", title_justify="left")
+    t.add_column("layers", justify="left")
+    for col in ALGORITHM_COLUMNS:
+        t.add_column(col, justify="right")
+    t.add_column("chosen", justify="left")
+    t.add_column("why", justify="left")
+    for (alts, algo), names in groups.items():
+        secs = {a: s for a, s, _ in alts}
+        work = {a: w for a, _, w in alts}
+        fastest = min(alts, key=lambda r: (r[1], r[2]))[0]
+        cells = [(f"[bold]{fmt.seconds(secs[a])}[/bold]" if a == algo else fmt.seconds(secs[a])) if a in secs
+                 else "n/a" for a in ALGORITHM_COLUMNS]
+        ties = [a for a, s, w in alts if a != algo and (s, w) == (secs[algo], work[algo])]
+        if algo == fastest:
+            why = "fastest" + (f" (ties {', '.join(ties)}: the first listed is kept)" if ties else "")
+        else:
+            why = (f"{fastest} is {secs[algo] / secs[fastest]:.2f}x faster but needs "
+                   f"{fmt.nbytes(work[fastest])} of workspace: the memory limit binds")
+        label = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} alike)"
+        t.add_row(label, *cells, algo, why)
+    console.print(t)
 
 
 def baselines_table(plan: Plan) -> None:

@@ -1,0 +1,171 @@
+"""Training precisions (costmodel.precision) and memory as frameworks hold it (networks.analysis).
+
+Memory per parameter, counted by hand from the policy (Micikevicius et al., ICLR 2018, section 3):
+fp32 with momentum SGD: weight 4 + gradient 4 + momentum 4; mixed precision: 16-bit weight 2 +
+16-bit gradient 2 + float32 master 4 + float32 state 4 per optimiser slot.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from costmodel.compute import PASSES, Roofline, default_algorithms, local_cost
+from costmodel.files import load_machine
+from costmodel.layer_layouts import local_layer
+from costmodel.precision import PRECISIONS, with_precision
+from costmodel.step import predict_step
+from costmodel.strategy import make_strategy
+from costmodel.uniform import uniform_strategies
+from networks.analysis import kept_bytes, saved_outputs
+from networks.errors import DnnplanError
+from networks.loader import load_network
+from profiler.context import compute_model, resolve
+
+A100 = load_machine("dgx-a100")
+GIB = 2**30
+
+# published parameter counts: torchvision resnet50 (25,557,032); GPT-2 small with the LM head
+# tied to the token embedding (124,439,808, Hugging Face "gpt2")
+PARAMS = {"resnet50": 25_557_032, "gpt2": 124_439_808}
+
+
+def _memory(name: str, precision: str, optimizer: str, batch: int = 4):
+    net = with_precision(load_network(name), precision)
+    strategies, _ = uniform_strategies(net, 1, batch, "data")
+    pred = predict_step(net, batch, strategies, default_algorithms(net), A100,
+                        compute_model(A100, precision=precision), optimizer)
+    mems = [x.layer.memory for x in pred.layers]
+    return {k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer")}
+
+
+@pytest.mark.parametrize("name, optimizer, slots", [("resnet50", "momentum", 1), ("gpt2", "adam", 2)])
+def test_mixed_precision_memory_per_parameter_matches_a_hand_count(name, optimizer, slots):
+    p = PARAMS[name]
+    assert load_network(name).num_params == p
+    for precision in ("fp16", "bf16"):
+        got = _memory(name, precision, optimizer)
+        assert got == {"weights": 2 * p, "grads": 2 * p, "master": 4 * p, "optimizer": 4 * slots * p}
+    for precision in ("fp32", "tf32"):
+        got = _memory(name, precision, optimizer)
+        assert got == {"weights": 4 * p, "grads": 4 * p, "master": 0, "optimizer": 4 * slots * p}
+    # ZeRO's accounting (Rajbhandari et al., SC20, section 3.1): 16 bytes a parameter with Adam
+    if optimizer == "adam":
+        assert sum(_memory(name, "fp16", optimizer).values()) == 16 * p
+
+
+def test_saved_outputs_follow_what_each_backward_needs(tmp_path):
+    spec = tmp_path / "chain.yaml"
+    spec.write_text("""
+name: chain
+inputs:
+  x: {shape: [3, 8, 8]}
+layers:
+  - {name: c1, op: conv2d, filters: 4, kernel: 3, padding: 1}
+  - {name: b1, op: batchnorm2d}
+  - {name: r1, op: relu}
+  - {name: c2, op: conv2d, filters: 4, kernel: 3, padding: 1}
+  - {name: sum, op: add, inputs: [c2, r1]}
+  - {name: p, op: global_avgpool}
+  - {name: f, op: flatten}
+  - {name: fc, op: linear, features: 10}
+  - {name: loss, op: softmax_cross_entropy}
+""")
+    net = load_network(str(spec))
+    saved = saved_outputs(net)
+    # c1: batch norm needs its input; b1: relu needs only its own output (so it runs in place over
+    # b1); r1: relu's own backward and c2's; c2: only the add reads it; sum: pooling keeps nothing;
+    # f: the linear layer needs its input; fc: the loss keeps its log-probabilities instead
+    assert saved == {"c1": True, "b1": False, "r1": True, "c2": False, "sum": False, "p": False,
+                     "f": True, "fc": False, "loss": False}
+    n = 2
+    assert kept_bytes(net.layer("c1"), n, True) == n * 4 * 8 * 8 * 4
+    assert kept_bytes(net.layer("b1"), n, False) == 2 * 4 * 4  # mean and inverse deviation, float32
+    assert kept_bytes(net.layer("loss"), n, False) == n * 10 * 4  # log-probabilities
+
+
+def test_resnet50_at_nvidias_v100_batch_fits_16_gb():
+    """NVIDIA trains ResNet-50 v1.5 at 112 images per V100 16GB in FP32 and 256 in AMP
+    (DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5, README): both fit."""
+    v100 = load_machine("dgx1-v100")
+    for precision, batch in (("fp32", 112), ("fp16", 256)):
+        net = with_precision(load_network("resnet50"), precision)
+        strategies, _ = uniform_strategies(net, 1, batch, "data")
+        pred = predict_step(net, batch, strategies, default_algorithms(net), v100,
+                            compute_model(v100, precision=precision))
+        assert 0.5 * v100.device.mem_capacity_bytes < pred.memory_peak_bytes < v100.device.mem_capacity_bytes
+
+
+def test_16_bit_activations_halve_the_kept_bytes_of_convolutions():
+    layer32 = load_network("resnet50").layer("layer3.5.conv2")
+    layer16 = with_precision(load_network("resnet50"), "fp16").layer("layer3.5.conv2")
+    assert layer16.dtype == "float16"
+    assert 2 * kept_bytes(layer16, 8, True) == kept_bytes(layer32, 8, True)
+
+
+def test_tensor_cores_price_gemm_like_layers_at_their_peak():
+    dev = A100.device
+    layer = load_network("resnet50").layer("layer3.5.conv2")
+    local = local_layer(layer, make_strategy(1, {}), 64)
+    cost = local_cost(local)
+    for precision, key in (("fp32", "float32"), ("tf32", "tf32")):
+        model = compute_model(A100, precision=precision)
+        kind = "tensor_cores" if key == "tf32" else "cuda_cores"
+        expect = max(cost.flops[0] / (dev.peak_flops[key] * dev.efficiency_of(kind)),
+                     (cost.bytes_read[0] + cost.bytes_written[0]) / (dev.mem_bandwidth_bytes_per_s
+                                                                   * dev.efficiency_of("memory")))
+        assert model.pass_s(local, "fwd", "direct") == pytest.approx(expect, rel=1e-12)
+    # a memory-bound op is not sped up by tensor cores
+    bn = local_layer(load_network("resnet50").layer("bn1"), make_strategy(1, {}), 64)
+    assert compute_model(A100, precision="tf32").pass_s(bn, "fwd", "") == Roofline(A100).pass_s(bn, "fwd", "")
+
+
+def test_every_pass_is_faster_in_16_bits_but_never_twice_the_bandwidth():
+    net32, net16 = load_network("resnet50"), with_precision(load_network("resnet50"), "fp16")
+    fp32, fp16 = Roofline(A100), compute_model(A100, precision="fp16")
+    halved = 0
+    for a, b in zip(net32.layers, net16.layers):
+        if a.op == "softmax_cross_entropy":
+            continue
+        la, lb = local_layer(a, make_strategy(1, {}), 32), local_layer(b, make_strategy(1, {}), 32)
+        for pass_ in PASSES:
+            t32, t16 = fp32.pass_s(la, pass_, "direct" if a.op == "conv2d" else ""), \
+                fp16.pass_s(lb, pass_, "direct" if a.op == "conv2d" else "")
+            assert t16 <= t32
+            i = PASSES.index(pass_)
+            cost = local_cost(la)
+            nbytes, flops = cost.bytes_read[i] + cost.bytes_written[i], cost.flops[i]
+            dev = A100.device
+            memory_s = nbytes / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory"))
+            if a.op not in ("conv2d", "linear") and memory_s > flops / (dev.peak_flops["float32"]
+                                                                        * dev.efficiency_of("cuda_cores")):
+                assert t16 == pytest.approx(t32 / 2, rel=1e-9)  # memory-bound: half the bytes, half the time
+                halved += 1
+    assert halved > 100
+
+
+def test_precision_errors_are_one_line():
+    with pytest.raises(DnnplanError, match="no tf32 peak"):
+        resolve("resnet50", 8, None, "dgx1-v100", precision="tf32")
+    with pytest.raises(DnnplanError, match="float32 kernel profiles"):
+        resolve("lenet5", 1, None, "local", precision="fp16")
+    with pytest.raises(DnnplanError, match="unknown --precision"):
+        resolve("lenet5", 1, None, "dgx-a100", precision="fp8")
+    assert set(PRECISIONS) == {"fp32", "tf32", "fp16", "bf16"}
+
+
+def test_plan_file_keeps_its_precision_and_the_executor_refuses_it(tmp_path):
+    out = tmp_path / "p.yaml"
+    run = [sys.executable, "-m", "dnnplan"]
+    made = subprocess.run(run + ["plan", "lenet5", "--devices", "2", "--precision", "bf16", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    assert "precision: bf16" in out.read_text()
+    again = subprocess.run(run + ["predict", str(out), "--json"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    refused = subprocess.run(run + ["execute", str(out), "--ranks", "2"], capture_output=True, text=True,
+                             timeout=300)
+    assert refused.returncode == 2
+    assert "bf16 training" in refused.stderr and "Traceback" not in refused.stderr
