@@ -44,10 +44,11 @@ REDUCE_TRAFFIC_FACTOR = 3.0
 DEFAULT_EFFICIENCY = 0.6
 
 #: The roofline's kernel classes, each with its own fraction of the datasheet figure
-#: (``device.efficiency`` as a mapping): GEMM-like kernels on the CUDA cores (float32 without
-#: TF32), GEMM-like kernels on the tensor cores (TF32, FP16, BF16), and the memory traffic of every
-#: kernel (what bounds norms, activations, pooling, the optimiser and copies).
-EFFICIENCY_CLASSES = ("cuda_cores", "tensor_cores", "memory")
+#: (``device.efficiency`` as a mapping): arithmetic on the CUDA cores (float32 without TF32, and
+#: every op that is not GEMM-like), GEMM-like kernels on the tensor cores in TF32 and in 16 bits
+#: (FP16, BF16; libraries reach a different fraction of each peak), and the memory traffic of
+#: every kernel (what bounds norms, activations, pooling, the optimiser and copies).
+EFFICIENCY_CLASSES = ("cuda_cores", "tensor_tf32", "tensor_16bit", "memory")
 
 
 @dataclass(frozen=True)

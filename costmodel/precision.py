@@ -76,9 +76,9 @@ def matmul_peak(layer: Layer, tf32: bool) -> tuple[str, str]:
     ops in 16 bits, or in float32 under TF32; CUDA cores (the float32 peak) for everything else."""
     if layer.op in MATMUL_OPS:
         if layer.dtype in ("float16", "bfloat16"):
-            return layer.dtype, "tensor_cores"
+            return layer.dtype, "tensor_16bit"
         if layer.dtype == "float32" and tf32:
-            return "tf32", "tensor_cores"
+            return "tf32", "tensor_tf32"
     if layer.dtype == "float64":
         return "float64", "cuda_cores"
     return "float32", "cuda_cores"

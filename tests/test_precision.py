@@ -112,7 +112,7 @@ def test_tensor_cores_price_gemm_like_layers_at_their_peak():
     cost = local_cost(local)
     for precision, key in (("fp32", "float32"), ("tf32", "tf32")):
         model = compute_model(A100, precision=precision)
-        kind = "tensor_cores" if key == "tf32" else "cuda_cores"
+        kind = "tensor_tf32" if key == "tf32" else "cuda_cores"
         expect = max(cost.flops[0] / (dev.peak_flops[key] * dev.efficiency_of(kind)),
                      (cost.bytes_read[0] + cost.bytes_written[0]) / (dev.mem_bandwidth_bytes_per_s
                                                                    * dev.efficiency_of("memory")))

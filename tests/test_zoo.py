@@ -23,7 +23,23 @@ from networks.loader import load_network, zoo_names
 from dnnplan.cli import app
 
 EXPECTED = {"alexnet", "vgg16", "resnet18", "resnet50", "resnet152", "googlenet", "mlp", "gpt2",
-            "largeimage2d", "lenet5"}
+            "largeimage2d", "lenet5", "resnext101"}
+
+
+def _resnext101_params() -> int:
+    """ResNeXt-101 32x4d counted from Xie et al. 2017, Table 1's template: per bottleneck a 1x1 conv
+    to width w, a 3x3 conv in 32 groups, a 1x1 conv to 2w (x2 for the output), batch norms (2 per
+    channel), a 1x1 projection with its norm on each stage's first block; stem, fc."""
+    total = 3 * 64 * 49 + 2 * 64  # stem conv and norm
+    c = 64
+    for w, blocks in ((128, 3), (256, 4), (512, 23), (1024, 3)):
+        out = 2 * w
+        for b in range(blocks):
+            total += c * w + 2 * w + w * (w // 32) * 9 + 2 * w + w * out + 2 * out
+            if b == 0:
+                total += c * out + 2 * out
+            c = out
+    return total + 2048 * 1000 + 1000
 
 # torchvision model docs / the original GPT-2 release / formulas in the spec headers
 PARAMS = {
@@ -37,6 +53,7 @@ PARAMS = {
     "gpt2": 124_439_808,
     # 784 -> 4096 -> 4096 -> 4096 -> 10, biases included
     "mlp": (784 * 4096 + 4096) + 2 * (4096 * 4096 + 4096) + (4096 * 10 + 10),
+    "resnext101": _resnext101_params(),
 }
 
 # torchvision model docs, "GFLOPS" column (= GMACs), two decimals

@@ -1,0 +1,50 @@
+"""The shipped GPU machines' efficiencies are what bench/bench_published.py fits on its calibration
+rows, and the held-out published trainings stay within the issue's bounds (deterministic
+predictions from datasheets: no timing here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from costmodel.files import load_machine
+from costmodel.machine import EFFICIENCY_CLASSES
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_published.py"
+CALIBRATED = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx1-v100", "summit")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_published", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_at_most_half_of_the_rows_calibrate_and_every_row_cites_its_table(bench):
+    rows = bench.load_rows()
+    calib = [r for r in rows if r.set == "calibration"]
+    assert len(rows) >= 8 and 2 * len(calib) <= len(rows)
+    assert {r.set for r in rows} == {"calibration", "held-out"}
+    for r in rows:
+        assert "README" in r.source and "GPUs" in r.source and r.published > 0
+
+
+def test_the_shipped_efficiencies_are_the_fit(bench):
+    fitted = bench.calibrate(bench.load_rows())
+    for name in CALIBRATED:
+        device = load_machine(name).device
+        assert {k: device.efficiency_of(k) for k in EFFICIENCY_CLASSES} == pytest.approx(fitted, abs=1e-9), name
+
+
+def test_held_out_error_within_bounds(bench):
+    results = bench.predict_rows(bench.load_rows())
+    held = [abs(x["error"]) for x in results if x["set"] == "held-out"]
+    assert len(held) >= 4
+    assert sum(held) / len(held) < 0.15
+    assert max(held) < 0.30
