@@ -24,15 +24,21 @@ from pathlib import Path
 import yaml
 
 from costmodel.calibration import fit_efficiencies, step_s, step_terms, with_efficiencies
+from costmodel.candidates import algorithms
+from costmodel.compute import PASSES, Roofline
+from costmodel.layer_layouts import local_layer
 from costmodel.files import load_machine
 from costmodel.machine import DEFAULT_EFFICIENCY, EFFICIENCY_CLASSES, Machine
 from costmodel.precision import get_precision, with_precision
 from costmodel.step import predict_step
+from costmodel.strategy import make_strategy
 from costmodel.uniform import uniform_strategies
 from networks.loader import load_network
+from networks.spec import parse_network
 from planner.optimize import fastest_algorithms
 
 ASSET = Path(__file__).parent / "assets" / "published.yaml"
+DEEPBENCH = Path(__file__).parent / "assets" / "deepbench_v100.yaml"
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,43 @@ def predict_rows(rows: list[Row], fitted: dict[str, float] | None = None) -> lis
     return out
 
 
+def deepbench_layers(path: Path = DEEPBENCH) -> list[dict]:
+    """Each DeepBench convolution pass on the V100, predicted by the shipped dgx1-v100 roofline
+    (the fastest algorithm that applies, per pass, as cuDNN chooses per pass) against its time."""
+    doc = yaml.safe_load(path.read_text())
+    machine = load_machine("dgx1-v100")
+    out = []
+    for values in doc["rows"]:
+        r = dict(zip(doc["columns"], values))
+        precision = "fp16" if r["sheet"] == "fp16" else "fp32"
+        spec = (f"name: deepbench\ninputs:\n  x: {{shape: [{r['C']}, {r['H']}, {r['W']}]}}\nlayers:\n"
+                f"  - {{name: conv, op: conv2d, filters: {r['K']}, kernel: [{r['R']}, {r['S']}], "
+                f"stride: [{r['stride_h']}, {r['stride_w']}], padding: [{r['pad_h']}, {r['pad_w']}], bias: false}}\n")
+        net = with_precision(parse_network(spec, "deepbench"), precision)
+        layer = net.layers[0]
+        local = local_layer(layer, make_strategy(1, {}), r["N"])
+        model = Roofline(machine)
+        for pass_, key in zip(PASSES, ("forward_ms", "wrt_inputs_ms", "wrt_parameters_ms")):
+            predicted = min(model.pass_s(local, pass_, a) for a in algorithms(layer))
+            measured = r[key] / 1e3
+            out.append({"sheet": r["sheet"], "row": r["row"], "pass": pass_, "predicted_s": predicted,
+                        "measured_s": measured, "error": predicted / measured - 1})
+    return out
+
+
+def layer_summary(layers: list[dict]) -> dict:
+    """Per sheet and pass: how many passes, the median |error| and median signed error."""
+    out = {}
+    keys = sorted({(x["sheet"], x["pass"]) for x in layers})
+    for sheet, pass_ in keys + [(s, "all") for s in sorted({x["sheet"] for x in layers})]:
+        errs = sorted(x["error"] for x in layers if x["sheet"] == sheet and pass_ in ("all", x["pass"]))
+        abss = sorted(abs(e) for e in errs)
+        out[f"{sheet} {pass_}"] = {"passes": len(errs), "median_abs_error": abss[len(abss) // 2],
+                                   "median_error": errs[len(errs) // 2],
+                                   "within_30": sum(a <= 0.3 for a in abss) / len(abss)}
+    return out
+
+
 def summary(results: list[dict]) -> dict:
     out = {}
     for which in ("calibration", "held-out"):
@@ -120,8 +163,11 @@ def main(argv=None) -> int:
     fitted = calibrate(rows) if args.calibrate else None
     results = predict_rows(rows, fitted)
     summ = summary(results)
+    layers = deepbench_layers()
+    per_layer = layer_summary(layers)
     if args.json:
-        print(json.dumps({"rows": results, "summary": summ, "fitted": fitted}))
+        print(json.dumps({"rows": results, "summary": summ, "fitted": fitted, "deepbench": layers,
+                          "deepbench_summary": per_layer}))
         return 0
     if fitted:
         print("fitted on the calibration rows (the rows below use these): "
@@ -134,6 +180,10 @@ def main(argv=None) -> int:
         if s["rows"]:
             print(f"{which}: {s['rows']} rows, mean |error| {s['mean_abs_error']:.1%}, "
                   f"worst {s['worst_abs_error']:.1%}")
+    print("\nDeepBench ResNet convolutions on a V100, per pass (held out; bench/assets/deepbench_v100.yaml):")
+    for key, s in per_layer.items():
+        print(f"  {key}: {s['passes']} passes, median |error| {s['median_abs_error']:.1%}, "
+              f"median error {s['median_error']:+.1%}, within 30%: {s['within_30']:.0%}")
     print(f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     return 0
 

@@ -48,3 +48,15 @@ def test_held_out_error_within_bounds(bench):
     assert len(held) >= 4
     assert sum(held) / len(held) < 0.15
     assert max(held) < 0.30
+
+
+def test_deepbench_layers_are_priced_per_pass(bench):
+    layers = bench.deepbench_layers()
+    assert len(layers) == 2 * 32 * 3  # two sheets, 32 convolutions, three passes
+    assert {x["sheet"] for x in layers} == {"fp32", "fp16"}
+    assert all(x["predicted_s"] > 0 and x["measured_s"] > 0 for x in layers)
+    # 16-bit tensor cores price every pass faster than float32 CUDA cores, as DeepBench measured
+    by = {(x["row"], x["pass"], x["sheet"]): x for x in layers}
+    for (row, pass_, sheet), x in by.items():
+        if sheet == "fp16":
+            assert x["predicted_s"] < by[(row, pass_, "fp32")]["predicted_s"]
