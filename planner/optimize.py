@@ -79,7 +79,7 @@ def _solve_exact(built: Built, settings: Settings) -> tuple[tuple[int, ...], Ass
     return expand_choice(kept, got.choice), got, notes
 
 
-def algorithm_alternatives(net: Network, strategies: dict[str, Strategy], batch: int, machine: Machine,
+def algorithm_alternatives(net: Network, strategies: dict[str, Strategy], batch: int,
                            compute: ComputeModel) -> dict[str, tuple[tuple[str, float, int], ...]]:
     """For each convolution, every algorithm that can run it under its strategy: (algorithm,
     forward + backward compute seconds, workspace bytes), the numbers the planner chose by."""
@@ -87,10 +87,9 @@ def algorithm_alternatives(net: Network, strategies: dict[str, Strategy], batch:
     for layer in net.layers:
         if layer.op != "conv2d":
             continue
-        strat = strategies[layer.name]
+        local = local_layer(layer, strategies[layer.name], batch)
         rows = []
         for algo in algorithms(layer):
-            local = local_layer(layer, strat, batch)
             secs = sum(compute.pass_s(local, pass_, algo) for pass_ in PASSES)
             rows.append((algo, secs, int(compute.workspace_bytes(local, algo))))
         out[layer.name] = tuple(rows)
@@ -212,7 +211,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     }
     return plan_from_prediction(pred, net, network_ref, machine_ref or machine.name, profile_fingerprint,
                                 tuple(base), solver, precision=settings.precision,
-                                alternatives=algorithm_alternatives(net, strategies, batch, machine, compute))
+                                alternatives=algorithm_alternatives(net, strategies, batch, compute))
 
 
 def check_prediction(pred: StepPrediction, objective: float, memory: float) -> None:
