@@ -32,9 +32,18 @@ def plan_of(name, p, **kw):
     return net, make_plan(net, name, 32 * p, p, MACHINE, COMPUTE, **kw)
 
 
+#: Networks no plan fits on 2 or 4 A100 80GB at 32 samples a device (without recomputation or
+#: sharded optimiser state: gpt2-xl needs 329 GiB a device on 2): planning them must say so
+TOO_LARGE = {"gpt2-xl", "gpt3-175b"}
+
+
 @pytest.mark.parametrize("name", zoo_names())
 @pytest.mark.parametrize("p", [2, 4])
 def test_every_zoo_network_plans_and_matches_its_prediction(name, p):
+    if name in TOO_LARGE:
+        with pytest.raises(DnnplanError, match=r"no plan of .* fits 80.000 GiB per device.*the least any plan needs"):
+            plan_of(name, p, with_baselines=False)
+        return
     net, plan = plan_of(name, p, with_baselines=False)
     assert [lp.name for lp in plan.layers] == [l.name for l in net.layers]
     assert plan.solver["status"] == "optimal"

@@ -23,7 +23,7 @@ from networks.loader import load_network, zoo_names
 from dnnplan.cli import app
 
 EXPECTED = {"alexnet", "vgg16", "resnet18", "resnet50", "resnet152", "googlenet", "mlp", "gpt2",
-            "largeimage2d", "lenet5", "resnext101"}
+            "largeimage2d", "lenet5", "resnext101", "gpt2-xl", "gpt3-175b"}
 
 
 def _resnext101_params() -> int:
@@ -51,6 +51,10 @@ PARAMS = {
     "resnet152": 60_192_808,
     "googlenet": 6_624_904,
     "gpt2": 124_439_808,
+    "gpt2-xl": 1_557_611_200,  # the released 1558M checkpoint (HuggingFace "gpt2-xl")
+    # GPT-3 175B as Megatron-LM trains it (dense attention): Narayanan et al. SC21 Table 2, "174.6B",
+    # from Table 2.1 of Brown et al. 2020: 96 * (12 D^2 + 13 D) + V D + S D + 2 D
+    "gpt3-175b": 96 * (12 * 12288**2 + 13 * 12288) + 50257 * 12288 + 2048 * 12288 + 2 * 12288,
     # 784 -> 4096 -> 4096 -> 4096 -> 10, biases included
     "mlp": (784 * 4096 + 4096) + 2 * (4096 * 4096 + 4096) + (4096 * 10 + 10),
     "resnext101": _resnext101_params(),
@@ -254,3 +258,11 @@ def test_doc_worked_example_is_what_it_says():
     assert len(network.layers) == 19 and network.num_params == 9_962
     assert round(summarize(network, 1).macs_per_sample / 1e6, 2) == 9.88
     assert network.layers[-1].op == "softmax_cross_entropy"
+
+
+@pytest.mark.parametrize("name, layers, dim, ctx", [("gpt2-xl", 48, 1600, 1024), ("gpt3-175b", 96, 12288, 2048)])
+def test_large_gpt_macs_per_sequence(name, layers, dim, ctx):
+    """The GPT-2 block's MACs (test_gpt2_macs_per_sequence) at each model's depth, width and context."""
+    S, D, V, L = ctx, dim, 50257, layers
+    per_block = 4 * S * D * D + 2 * S * S * D + 2 * S * D * (4 * D)
+    assert summarize(net(name), 1).macs_per_sample == L * per_block + S * D * V
