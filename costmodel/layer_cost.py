@@ -22,12 +22,11 @@ from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_ca
 from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout
 from costmodel.layout import Layout, copy_run, reshard_peaks
 from costmodel.machine import Machine
+from costmodel.optimizer import Optimizer, as_optimizer
 from costmodel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Layer
 from networks.ops.base import prod
 
-#: float32 values (at least the weights' own width) the optimiser keeps per parameter
-OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2}
 #: Bytes of the float32 master copy a 16-bit weight has under mixed precision (costmodel.precision)
 MASTER_BYTES = 4
 
@@ -162,12 +161,14 @@ def _elems(shape) -> int:
 
 
 def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machine,
-                   compute: ComputeModel, algorithm: str = "", optimizer: str = "momentum",
+                   compute: ComputeModel, algorithm: str = "", optimizer: Optimizer | str = "momentum",
                    rule: str = "mpi", consumers: int = 1, output_saved: bool = True) -> LayerEstimate:
     """Everything one layer costs under one strategy, per device (the straggler). ``consumers``:
     how many input slots read the layer's output (``networks.analysis.consumers``); each after the
     first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``). ``output_saved``:
-    whether the output stays in memory until backward (``networks.analysis.saved_outputs``)."""
+    whether the output stays in memory until backward (``networks.analysis.saved_outputs``).
+    ``optimizer``: its state, and its ZeRO stage's sharding and collectives (costmodel.optimizer)."""
+    opt = as_optimizer(optimizer)
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
     local = local_layer(layer, strategy, batch)
     splits = _splits(layer)
@@ -197,28 +198,62 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
             nbytes = contrib * strategy.group_size(extra_dims) if ex.collective == "allgather" else contrib
             add("stats" if ex.per == "channels" else "kv", ex.phase, ex.collective, nbytes, extra_dims)
     wshapes = dict(local.weight_shapes)
-    by_group: dict[tuple[str, ...], int] = {}
-    for name, _ in layer.weights:
-        dims = tuple(d for d, s in active if name in s.partial_weight_grad)
-        if dims:
-            by_group[dims] = by_group.get(dims, 0) + _elems(wshapes[name]) * itemsize
-    for dims, nbytes in by_group.items():
-        add("grad_sync", "sync", "allreduce", nbytes, dims)
-
-    weight_elems = sum(_elems(s) for s in wshapes.values())
-    memory = Memory(weight_elems * itemsize, weight_elems * itemsize,
-                    OPTIMIZER_STATE[optimizer] * weight_elems * max(itemsize, 4),
-                    _local_activation_bytes(local, strategy, output_saved), compute.workspace_bytes(local, algorithm),
-                    master=weight_elems * MASTER_BYTES if itemsize < 4 else 0, buffers=gradient_buffer_bytes(local))
+    replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in _grad_dims(layer, active).items()}
+    for args in weight_collectives(layer, active, wshapes, itemsize, opt):
+        add(*args)
+    weights, grads, state, master, gathered = _weight_memory(wshapes, replicas, itemsize, opt)
+    memory = Memory(weights, grads, state, _local_activation_bytes(local, strategy, output_saved),
+                    compute.workspace_bytes(local, algorithm), master=master,
+                    buffers=gradient_buffer_bytes(local) + gathered)
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=compute.pass_s(local, "fwd", algorithm),
         bwd_data_s=compute.pass_s(local, "bwd_data", algorithm),
         bwd_weights_s=compute.pass_s(local, "bwd_weights", algorithm) if layer.weights else 0.0,
-        update_s=sum(compute.update_s(_elems(shape), itemsize) for shape in wshapes.values()),
+        update_s=sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize)
+                     for n, shape in wshapes.items()),
         comms=tuple(comms), memory=memory,
         grad_sum_s=sum(compute.call_s(c) for c in grad_sum_calls(local, consumers)),
         dispatch_s=dispatch_time(compute, local, algorithm, consumers))
+
+
+def _grad_dims(layer: Layer, active) -> dict[str, tuple[str, ...]]:
+    """Each weight's gradient group: the split dimensions whose ranks hold replicas of its shard."""
+    return {name: tuple(d for d, s in active if name in s.partial_weight_grad) for name, _ in layer.weights}
+
+
+def weight_collectives(layer: Layer, active, wshapes: dict, itemsize: int, opt: Optimizer) -> list[tuple]:
+    """(purpose, phase, collective, bytes, dims) of the weights' collectives: the gradient
+    allreduce per gradient group, or ZeRO's reduce-scatter and allgathers (costmodel.optimizer)."""
+    by_group: dict[tuple[str, ...], int] = {}
+    for name, dims in _grad_dims(layer, active).items():
+        if dims:
+            by_group[dims] = by_group.get(dims, 0) + _elems(wshapes[name]) * itemsize
+    out = []
+    for dims, nbytes in by_group.items():
+        if opt.zero == 0:
+            out.append(("grad_sync", "sync", "allreduce", nbytes, dims))
+        elif opt.zero < 3:
+            out += [("grad_sync", "sync", "reduce_scatter", nbytes, dims),
+                    ("param_gather", "sync", "allgather", nbytes, dims)]  # the updated shards, once
+        else:
+            out += [("grad_sync", "sync", "reduce_scatter", nbytes, dims),
+                    ("param_gather", "fwd", "allgather", nbytes, dims),  # before forward, and again
+                    ("param_gather", "bwd", "allgather", nbytes, dims)]  # before backward
+    return out
+
+
+def _weight_memory(wshapes: dict, replicas: dict[str, int], itemsize: int,
+                   opt: Optimizer) -> tuple[int, int, int, int, int]:
+    """(weights, gradients, optimiser state, master weights, gathered transient) bytes per device,
+    each sharded over the weight's replicas from its ZeRO stage on (costmodel.optimizer)."""
+    def sharded(stage: int, per_elem: int) -> int:
+        return sum(-(-_elems(wshapes[n]) // (replicas[n] if opt.zero >= stage else 1)) * per_elem for n in wshapes)
+
+    whole = sum(_elems(s) for s in wshapes.values()) * itemsize
+    gathered = (whole if opt.zero >= 3 else 0) + (whole if opt.zero >= 2 else 0)
+    return (sharded(3, itemsize), sharded(2, itemsize), sharded(1, opt.slots * max(itemsize, 4)),
+            sharded(1, MASTER_BYTES) if itemsize < 4 else 0, gathered)
 
 
 def _local_activation_bytes(local, strategy: Strategy, output_saved: bool) -> int:

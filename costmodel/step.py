@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from costmodel.compute import ComputeModel
 from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, layer_estimate
 from costmodel.machine import Machine
+from costmodel.optimizer import Optimizer
 from costmodel.strategy import Strategy
 from networks.analysis import consumers, saved_outputs
 from networks.ir import Network
@@ -86,7 +87,7 @@ class StepPrediction:
 
 
 def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algorithms: dict[str, str],
-                 machine: Machine, compute: ComputeModel, optimizer: str = "momentum",
+                 machine: Machine, compute: ComputeModel, optimizer: Optimizer | str = "momentum",
                  rule: str = "mpi") -> StepPrediction:
     """Predict one training step of ``net`` with the given per-layer strategies and algorithms."""
     by_name = {layer.name: layer for layer in net.layers}

@@ -67,6 +67,13 @@ PrecisionOpt = Annotated[str, typer.Option(
     "--precision", help="Number format of training: fp32; tf32 (float32 storage, TF32 tensor cores); fp16 or "
     "bf16 (mixed precision: 16-bit activations, weights and gradients, float32 master weights and optimiser "
     "state). Priced from the GPU datasheet (docs/costmodel.md, Precision).")]
+OptimizerOpt = Annotated[str, typer.Option(
+    "--optimizer", help="The optimiser whose state each parameter carries: sgd (none), momentum (one value, "
+    "what the executor runs) or adam (two).")]
+ZeroOpt = Annotated[int, typer.Option(
+    "--zero", help="ZeRO stage: 0 none; 1 shards optimiser state and master weights over each weight's "
+    "data-parallel replicas; 2 also gradients; 3 also the weights, gathered per layer (docs/costmodel.md, ZeRO).",
+    callback=within("--zero", 0, 3))]
 SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP, ILP for what is left), "
                                         "reduced (the same), or ilp (the plain ILP).")]
 TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds any ILP solve may take (then "

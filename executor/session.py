@@ -32,6 +32,7 @@ from kernels import KERNELS_REVISION
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.plan import Plan
+from costmodel.optimizer import Optimizer
 from costmodel.precision import DEFAULT_PRECISION
 from planner.plan_file import read_plan
 from profiler import context
@@ -129,6 +130,10 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
     _at_least("ranks", ranks)
     agree_node_cores()
     plan, net = read_plan(plan_path)
+    if plan.optimizer != "momentum" or plan.zero:
+        raise DnnplanError(f"the plan is for {Optimizer(plan.optimizer, plan.zero).label}; the executor runs SGD with "
+                           f"momentum and all-reduces whole gradients", file=plan_path, field="optimizer",
+                           hint="predict it with `dnnplan predict`, or plan again without --optimizer/--zero to run it")
     if plan.precision != DEFAULT_PRECISION:
         raise DnnplanError(f"the plan is for {plan.precision} training; the executor runs float32 kernels",
                            file=plan_path, field="precision",

@@ -29,6 +29,7 @@ from costmodel.layer_cost import LayerEstimate, layer_estimate
 from costmodel.layer_layouts import input_layout, local_layer, output_layout
 from costmodel.layout import Layout
 from costmodel.machine import Machine
+from costmodel.optimizer import Optimizer
 from costmodel.reshard_batch import LayoutTable, reshard_times_ids
 from costmodel.strategy import Strategy
 from networks.analysis import consumers, saved_outputs
@@ -81,7 +82,7 @@ class Built:
 
 
 class _Builder:
-    def __init__(self, batch: int, p: int, machine: Machine, compute: ComputeModel, optimizer: str,
+    def __init__(self, batch: int, p: int, machine: Machine, compute: ComputeModel, optimizer: Optimizer | str,
                  rule: str, max_model_degree: int, max_candidates: int):
         self.batch, self.p, self.machine, self.compute = batch, p, machine, compute
         self.optimizer, self.rule = optimizer, rule
@@ -113,7 +114,7 @@ class _Builder:
 
 
 def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
-                  memory_limit: float | None, optimizer: str = "momentum", rule: str = "mpi",
+                  memory_limit: float | None, optimizer: Optimizer | str = "momentum", rule: str = "mpi",
                   max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES,
                   edges: bool = True) -> Built:
     """The planning problem of ``net`` at ``batch`` on ``p`` devices of ``machine``

@@ -18,6 +18,7 @@ from costmodel.compute import PASSES, ComputeModel
 from costmodel.layer_cost import layer_estimate
 from costmodel.layer_layouts import local_layer
 from costmodel.machine import Machine
+from costmodel.optimizer import Optimizer
 from costmodel.precision import DEFAULT_PRECISION
 from costmodel.step import StepPrediction, predict_step
 from costmodel.strategy import Strategy
@@ -46,6 +47,12 @@ class Settings:
     gap: float | None = None
     optimizer: str = "momentum"
     precision: str = DEFAULT_PRECISION  # recorded in the plan; the network and compute model carry it
+    zero: int = 0  # ZeRO stage (costmodel.optimizer)
+
+    @property
+    def training(self) -> Optimizer:
+        """The optimiser and its ZeRO stage, as the cost model takes them."""
+        return Optimizer(self.optimizer, self.zero)
 
 
 def _solve_exact(built: Built, settings: Settings) -> tuple[tuple[int, ...], Assignment, list[str]]:
@@ -97,7 +104,7 @@ def algorithm_alternatives(net: Network, strategies: dict[str, Strategy], batch:
 
 
 def fastest_algorithms(net: Network, strategies: dict[str, Strategy], batch: int, machine: Machine,
-                       compute: ComputeModel, optimizer: str = "momentum") -> dict[str, str]:
+                       compute: ComputeModel, optimizer: Optimizer | str = "momentum") -> dict[str, str]:
     """For each convolution the algorithm with the shortest estimate under its strategy."""
     out = {}
     for layer in net.layers:
@@ -111,7 +118,7 @@ def fastest_algorithms(net: Network, strategies: dict[str, Strategy], batch: int
 
 
 def baselines(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
-              built: Built | None = None, optimizer: str = "momentum") -> list[tuple[str, StepPrediction]]:
+              built: Built | None = None, optimizer: Optimizer | str = "momentum") -> list[tuple[str, StepPrediction]]:
     """Pure data parallel and the best single uniform strategy, each with its fastest algorithms.
 
     Uniform specs tried: data, filter, channel, spatial (predicted directly), and every strategy that
@@ -156,7 +163,7 @@ def _infeasible(net: Network, batch: int, p: int, machine: Machine, compute: Com
             machine.check_devices(q)
         except DnnplanError:
             break
-        probe = build_problem(net, batch, q, machine, compute, limit, settings.optimizer, edges=False)
+        probe = build_problem(net, batch, q, machine, compute, limit, settings.training, edges=False)
         if fits(probe.problem, min_memory(probe.problem)[0]):
             more = q
             break
@@ -179,7 +186,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     """
     start = time.perf_counter()
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
-    built = build_problem(net, batch, p, machine, compute, limit, settings.optimizer)
+    built = build_problem(net, batch, p, machine, compute, limit, settings.training)
     built_s = time.perf_counter() - start
     try:
         choice, got, notes = _solve_exact(built, settings)
@@ -193,12 +200,12 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     strategies = {layer.name: built.candidates[i][c][0] for i, (layer, c) in enumerate(zip(net.layers, choice))}
     chosen = {layer.name: built.candidates[i][c][1] for i, (layer, c) in enumerate(zip(net.layers, choice))
               if built.candidates[i][c][1]}
-    pred = predict_step(net, batch, strategies, chosen, machine, compute, settings.optimizer)
+    pred = predict_step(net, batch, strategies, chosen, machine, compute, settings.training)
     check_prediction(pred, objective, memory)
     base = []
     if with_baselines:
         base = [Baseline(name, b.step_s, b.memory_peak_bytes)
-                for name, b in baselines(net, batch, p, machine, compute, built, settings.optimizer)]
+                for name, b in baselines(net, batch, p, machine, compute, built, settings.training)]
     total_s = time.perf_counter() - start
     solver = {
         "method": settings.method, "solver": got.solver, "status": got.status,
@@ -210,7 +217,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
         "total_s": round(total_s, 4), "detail": "; ".join([got.detail, *notes]),
     }
     return plan_from_prediction(pred, net, network_ref, machine_ref or machine.name, profile_fingerprint,
-                                tuple(base), solver, precision=settings.precision,
+                                tuple(base), solver, precision=settings.precision, optimizer=settings.training,
                                 alternatives=algorithm_alternatives(net, strategies, batch, compute))
 
 
@@ -225,7 +232,7 @@ def check_prediction(pred: StepPrediction, objective: float, memory: float) -> N
 def plan_from_prediction(pred: StepPrediction, net: Network, network_ref: str, machine_ref: str,
                          profile_fingerprint: str | None, baselines_: tuple[Baseline, ...] = (),
                          solver: dict | None = None, batch: int | None = None,
-                         precision: str = DEFAULT_PRECISION,
+                         precision: str = DEFAULT_PRECISION, optimizer: Optimizer = Optimizer(),
                          alternatives: dict[str, tuple[tuple[str, float, int], ...]] | None = None) -> Plan:
     """A :class:`Plan` holding a prediction's per-layer numbers (and the algorithms weighed for
     each convolution, when given: :func:`algorithm_alternatives`)."""
@@ -238,7 +245,8 @@ def plan_from_prediction(pred: StepPrediction, net: Network, network_ref: str, m
     return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=pred.batch,
                 devices=pred.p, machine=machine_ref, layers=layers, step_s=pred.step_s,
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
-                baselines=baselines_, solver=dict(solver or {}), precision=precision)
+                baselines=baselines_, solver=dict(solver or {}), precision=precision, optimizer=optimizer.name,
+                zero=optimizer.zero)
 
 
 def speedup(plan: Plan, baseline: Baseline) -> float:

@@ -47,6 +47,8 @@ class Plan:
     solver: dict = field(default_factory=dict, compare=False, hash=False)
     version: int = PLAN_VERSION
     precision: str = "fp32"  # costmodel.precision; the network hash is of the network in it
+    optimizer: str = "momentum"  # costmodel.optimizer
+    zero: int = 0  # its ZeRO stage
 
     def strategies(self) -> dict[str, Strategy]:
         return {lp.name: lp.strategy for lp in self.layers}

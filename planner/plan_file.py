@@ -12,6 +12,7 @@ import yaml
 from costmodel.compute import CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, algorithm_applies
 from costmodel.files import load_machine
 from costmodel.layer_layouts import check_fits
+from costmodel.optimizer import STATE_SLOTS, ZERO_STAGES, Optimizer
 from costmodel.precision import DEFAULT_PRECISION, PRECISIONS, with_precision
 from costmodel.strategy import make_strategy
 from networks.errors import DnnplanError, short
@@ -23,7 +24,7 @@ from networks.spec_yaml import load_yaml
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, Plan
 
 TOP_KEYS = ("version", "network", "network_name", "network_hash", "batch", "devices", "machine", "precision",
-            "profile_fingerprint", "step_s", "memory_peak_bytes", "baselines", "solver", "layers")
+            "optimizer", "zero", "profile_fingerprint", "step_s", "memory_peak_bytes", "baselines", "solver", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
 
@@ -32,7 +33,8 @@ def plan_to_dict(plan: Plan) -> dict:
     return {
         "version": plan.version, "network": plan.network, "network_name": plan.network_name,
         "network_hash": plan.network_hash, "batch": plan.batch, "devices": plan.devices,
-        "machine": plan.machine, "precision": plan.precision, "profile_fingerprint": plan.profile_fingerprint,
+        "machine": plan.machine, "precision": plan.precision, "optimizer": plan.optimizer, "zero": plan.zero,
+        "profile_fingerprint": plan.profile_fingerprint,
         "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
         "baselines": [{"name": b.name, "step_s": b.step_s, "memory_peak_bytes": b.memory_peak_bytes}
                       for b in plan.baselines],
@@ -68,6 +70,7 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     """Parse a plan and check it against the network and machine it names."""
     _check_top(data, path)
     precision = _precision(data, path)
+    optimizer = _optimizer(data, path)
     net = with_precision(load_network(str(data["network"])), precision)
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
         raise _fail(f"the plan was made for a different version of network {short(data['network'])} "
@@ -84,8 +87,19 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 batch=batch, devices=p, machine=str(data["machine"]), layers=lps,
                 step_s=_number(data, "step_s", path), memory_peak_bytes=int(_number(data, "memory_peak_bytes", path)),
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
-                solver=dict(solver), precision=precision)
+                solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero)
     return plan, net
+
+
+def _optimizer(data: dict, path: str) -> Optimizer:
+    """The plan's ``optimizer`` and ``zero`` (momentum and 0 when absent: older plans)."""
+    name, zero = data.get("optimizer", "momentum"), data.get("zero", 0)
+    if not isinstance(name, str) or name not in STATE_SLOTS:
+        raise _fail(f"unknown optimizer {short(name)}", path, field="optimizer",
+                    hint=f"use one of {', '.join(STATE_SLOTS)}")
+    if isinstance(zero, bool) or zero not in ZERO_STAGES:
+        raise _fail(f"'zero' must be a ZeRO stage 0 to 3, got {short(zero)}", path, field="zero")
+    return Optimizer(name, zero)
 
 
 def _precision(data: dict, path: str) -> str:

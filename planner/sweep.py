@@ -62,8 +62,8 @@ def sweep(net: Network, network_ref: str, batch: int, counts: list[int], machine
             continue
         strategies, _ = uniform_strategies(net, p, batch, "data")
         data = predict_step(net, batch, strategies, fastest_algorithms(net, strategies, batch, machine, compute,
-                                                                       settings.optimizer),
-                            machine, compute, settings.optimizer)
+                                                                       settings.training),
+                            machine, compute, settings.training)
         rows.append({"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
                      "data_step_s": data.step_s, "data_memory_peak_bytes": data.memory_peak_bytes,
                      "mix": strategy_mix(plan), "solver": plan.solver.get("solver"),

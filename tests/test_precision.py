@@ -7,6 +7,7 @@ fp32 with momentum SGD: weight 4 + gradient 4 + momentum 4; mixed precision: 16-
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ import pytest
 from costmodel.compute import PASSES, Roofline, default_algorithms, local_cost
 from costmodel.files import load_machine
 from costmodel.layer_layouts import local_layer
+from costmodel.optimizer import Optimizer
 from costmodel.precision import PRECISIONS, with_precision
 from costmodel.step import predict_step
 from costmodel.strategy import make_strategy
@@ -169,3 +171,52 @@ def test_plan_file_keeps_its_precision_and_the_executor_refuses_it(tmp_path):
                              timeout=300)
     assert refused.returncode == 2
     assert "bf16 training" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def _per_device(name: str, p: int, zero: int) -> tuple[dict, list]:
+    net = with_precision(load_network(name), "fp16")
+    strategies, _ = uniform_strategies(net, p, 8 * p, "data")
+    pred = predict_step(net, 8 * p, strategies, default_algorithms(net), A100,
+                        compute_model(A100, precision="fp16"), Optimizer("adam", zero))
+    mems = [x.layer.memory for x in pred.layers]
+    return ({k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer")},
+            [c for x in pred.layers for c in x.layer.comms])
+
+
+def test_zero_stages_shard_memory_as_the_zero_paper_counts():
+    """Rajbhandari et al., SC20, Figure 1: with mixed-precision Adam (K = 12 bytes of master weights
+    and state a parameter) over Nd data-parallel ranks, a device holds (2 + 2 + K) Psi at stage 0,
+    2 Psi + 2 Psi + K Psi / Nd at stage 1, 2 Psi + (2 + K) Psi / Nd at stage 2 and (2 + 2 + K) Psi / Nd
+    at stage 3; the paper's example, Psi = 7.5e9 on 64 GPUs: 120, 31.4, 16.6 and 1.9 GB."""
+    def zero_bytes(psi, nd, stage, k=12):
+        return [(2 + 2 + k) * psi, 4 * psi + k * psi / nd, 2 * psi + (2 + k) * psi / nd,
+                (2 + 2 + k) * psi / nd][stage]
+    assert [round(zero_bytes(7.5e9, 64, s) / 1e9, 1) for s in range(4)] == [120.0, 31.4, 16.6, 1.9]
+    psi, nd = PARAMS["gpt2"], 64
+    for stage in range(4):
+        got, comms = _per_device("gpt2", nd, stage)
+        assert sum(got.values()) == pytest.approx(zero_bytes(psi, nd, stage), rel=1e-4), stage
+        kinds = sorted({(c.purpose, c.phase, c.collective) for c in comms if c.purpose in ("grad_sync", "param_gather")})
+        expect = {0: [("grad_sync", "sync", "allreduce")],
+                  1: [("grad_sync", "sync", "reduce_scatter"), ("param_gather", "sync", "allgather")],
+                  3: [("grad_sync", "sync", "reduce_scatter"), ("param_gather", "bwd", "allgather"),
+                      ("param_gather", "fwd", "allgather")]}
+        if stage in expect:
+            assert kinds == sorted(expect[stage]), stage
+
+
+def test_plan_file_keeps_its_optimizer_and_zero_stage_and_the_executor_refuses_them(tmp_path):
+    out = tmp_path / "z.json"
+    run = [sys.executable, "-m", "dnnplan"]
+    made = subprocess.run(run + ["plan", "lenet5", "--devices", "4", "--optimizer", "adam", "--zero", "3",
+                                 "--out", str(out), "--json"], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    data = json.loads(made.stdout)
+    assert (data["optimizer"], data["zero"]) == ("adam", 3)
+    again = subprocess.run(run + ["predict", str(out), "--json"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["step_s"] == pytest.approx(data["step_s"], rel=1e-12)
+    assert {c["collective"] for x in json.loads(again.stdout)["layers"] for c in x["comm"]} >= {
+        "reduce_scatter", "allgather"}
+    refused = subprocess.run(run + ["execute", str(out), "--ranks", "4"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "adam, ZeRO-3" in refused.stderr and "Traceback" not in refused.stderr

@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 from costmodel.files import DEFAULT_MACHINE
+from costmodel.optimizer import Optimizer
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
-                             PlanOutOpt, PlotOpt, PrecisionOpt, ProfileOpt, RefreshOpt, SolverOpt, SweepOpt, TimeLimitOpt)
+                             OptimizerOpt, PlanOutOpt, PlotOpt, PrecisionOpt, ProfileOpt, RefreshOpt, SolverOpt,
+                             SweepOpt, TimeLimitOpt, ZeroOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import warn
@@ -47,8 +49,8 @@ def check_flags(solver: str, sweep: str | None, plot: str | None) -> None:
 def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, machine: MachineOpt = None,
          profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None, solver: SolverOpt = "auto",
          time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None, plot: PlotOpt = None,
-         refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32", as_json: JsonOpt = False,
-         force: ForceOpt = False) -> None:
+         refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum",
+         zero: ZeroOpt = 0, as_json: JsonOpt = False, force: ForceOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -60,7 +62,8 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
     check_flags(solver, sweep, plot)
     check_outputs({"--out": out, "--plot": plot}, force)
     ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision)
-    settings = Settings(solver, time_limit, gap, precision=ctx.precision)
+    opt = Optimizer(optimizer, zero)
+    settings = Settings(solver, time_limit, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)
     limit = None if memory is None else memory * GIB

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 from costmodel.compute import default_algorithms
+from costmodel.optimizer import Optimizer
 from costmodel.step import predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
-from dnnplan.options import (BatchOpt, DevicesOpt, JsonOpt, MachineOpt, NetworkArg, PrecisionOpt, ProfileOpt,
-                             StrategyOpt)
+from dnnplan.options import (BatchOpt, DevicesOpt, JsonOpt, MachineOpt, NetworkArg, OptimizerOpt, PrecisionOpt,
+                             ProfileOpt, StrategyOpt, ZeroOpt)
 from dnnplan.render import tables
 from planner.plan_file import is_plan_file, read_plan
 from profiler import context
@@ -16,11 +17,12 @@ from profiler import context
 
 def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
             batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
-            precision: PrecisionOpt = "fp32", as_json: JsonOpt = False) -> None:
+            precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0,
+            as_json: JsonOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
-    predicts that plan on the network, batch, devices, machine and precision it names.
+    predicts that plan on the network, batch, devices, machine, precision and optimiser it names.
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
     The step is forward + backward + gradient synchronisation + update with no overlap
@@ -28,10 +30,11 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     """
     if is_plan_file(network):
         return predict_plan(network, profile, as_json)
+    opt = Optimizer(optimizer, zero)
     ctx = context.resolve(network, devices, batch, machine, profile, precision=precision)
     strategies, fallbacks = uniform_strategies(ctx.network, devices, ctx.batch, strategy)
     pred = predict_step(ctx.network, ctx.batch, strategies, default_algorithms(ctx.network), ctx.machine,
-                        ctx.compute)
+                        ctx.compute, opt)
     if as_json:
         out = prediction_json(pred)
         out["fallbacks"] = [f.__dict__ for f in fallbacks]
@@ -44,7 +47,8 @@ def predict_plan(path: str, profile: str | None, as_json: bool) -> None:
     """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now."""
     plan, net = read_plan(path)
     ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, precision=plan.precision)
-    pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute)
+    pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
+                        Optimizer(plan.optimizer, plan.zero))
     if as_json:
         out = prediction_json(pred)
         out["plan"] = {"file": path, "recorded_step_s": plan.step_s}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from costmodel.optimizer import Optimizer
 from dnnplan.render import fmt
 from dnnplan.render.tables import console
 from planner.optimize import speedup, strategy_mix
@@ -12,7 +13,7 @@ from planner.plan import Plan
 
 def plan_table(plan: Plan) -> None:
     t = Table(title=f"plan for {plan.network_name}: batch {plan.batch} on {plan.devices} x {plan.machine}, "
-                    f"{plan.precision}", title_justify="left")
+                    f"{plan.precision}, {Optimizer(plan.optimizer, plan.zero).label}", title_justify="left")
     for col in ("layer", "strategy", "algorithm", "fwd", "bwd", "comm", "memory"):
         t.add_column(col, justify="left" if col in ("layer", "strategy", "algorithm") else "right")
     for lp in plan.layers:

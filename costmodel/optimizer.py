@@ -1,0 +1,57 @@
+"""The optimiser a step runs and how its state is sharded (pure).
+
+``name``: ``sgd`` (no state), ``momentum`` (one float32 value per parameter, the default and what
+the executor runs) or ``adam`` (two). ``zero``: the ZeRO stage (Rajbhandari et al., "ZeRO: Memory
+Optimizations Toward Training Trillion Parameter Models", SC20, sections 5 and 7), sharding over
+the ranks that hold replicas of the same weight shard (the data-parallel group of that weight):
+
+=====  ======================================================  ===========================================
+stage  sharded over the replicas                               collectives per weight (n its bytes)
+=====  ======================================================  ===========================================
+0      nothing                                                 allreduce(n) after backward
+1      optimiser state and float32 master weights              reduce-scatter(n), update, allgather(n)
+2      and the gradients                                       the same
+3      and the weights themselves                              allgather(n) before forward and before
+                                                               backward, reduce-scatter(n) after backward
+=====  ======================================================  ===========================================
+
+Stages 1 and 2 move what an allreduce moves (the paper's 2 Psi); stage 3 moves 1.5 times that
+(3 Psi, section 7.2.2). The optimiser updates only the local shard of each weight from stage 1 on.
+Stage 3 gathers a layer's whole weights while its passes run (a transient), stage 2 its whole
+gradient while its backward runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from networks.errors import DnnplanError, short
+
+#: float32 values the optimiser keeps per parameter
+STATE_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    name: str = "momentum"
+    zero: int = 0
+
+    def __post_init__(self):
+        if self.name not in STATE_SLOTS:
+            raise DnnplanError(f"unknown --optimizer {short(self.name)}", hint=f"use one of {', '.join(STATE_SLOTS)}")
+        if self.zero not in ZERO_STAGES:
+            raise DnnplanError(f"--zero {short(self.zero)} is not a ZeRO stage", hint="use 0, 1, 2 or 3")
+
+    @property
+    def slots(self) -> int:
+        return STATE_SLOTS[self.name]
+
+    @property
+    def label(self) -> str:
+        return self.name + (f", ZeRO-{self.zero}" if self.zero else "")
+
+
+def as_optimizer(value: "Optimizer | str") -> Optimizer:
+    """An :class:`Optimizer` from itself or an optimiser name (ZeRO stage 0)."""
+    return value if isinstance(value, Optimizer) else Optimizer(value)
