@@ -26,7 +26,7 @@ from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, lay
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
 from costmodel.strategy import Strategy
-from networks.analysis import consumers, saved_outputs
+from networks.analysis import consumers, layer_cost, saved_outputs
 from networks.ir import Network
 
 
@@ -111,6 +111,17 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
         rows.append(LayerPrediction(est, fwd, bwd, halo))
     return StepPrediction(net.name, batch, next(iter(strategies.values())).p if strategies else 1,
                           machine.name, compute.name, tuple(rows))
+
+
+def model_flops_utilization(net: Network, batch: int, step_s: float, devices: int, machine: Machine,
+                            peak_key: str = "float32") -> float:
+    """Model FLOP utilisation (Chowdhery et al., "PaLM", 2022, Appendix B): the network's own
+    training FLOPs for one step at ``batch`` (forward and both backward passes, as the op catalogue
+    counts them: no recomputation, no algorithm's extra work) over what ``devices`` devices deliver
+    at the ``peak_key`` peak in ``step_s``."""
+    flops = sum(sum(layer_cost(layer, batch).flops) for layer in net.layers)
+    peak = machine.device.peak_flops.get(peak_key) or machine.device.peak_flops["float32"]
+    return flops / (step_s * devices * peak) if step_s > 0 else 0.0
 
 
 def prediction_json(pred: StepPrediction) -> dict:

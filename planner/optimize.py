@@ -10,6 +10,7 @@ full problem (every algorithm, dominated candidates pruned) goes to the solver w
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -19,8 +20,8 @@ from costmodel.layer_cost import layer_estimate
 from costmodel.layer_layouts import local_layer
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
-from costmodel.precision import DEFAULT_PRECISION
-from costmodel.step import StepPrediction, predict_step
+from costmodel.precision import DEFAULT_PRECISION, get_precision
+from costmodel.step import StepPrediction, model_flops_utilization, predict_step
 from costmodel.strategy import Strategy
 from costmodel.uniform import NAMED, uniform_strategies
 from networks.errors import DnnplanError
@@ -216,9 +217,11 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
         "reduced_nodes": got.reduced_nodes, "build_s": round(built_s, 4), "solve_s": round(solved_s, 4),
         "total_s": round(total_s, 4), "detail": "; ".join([got.detail, *notes]),
     }
-    return plan_from_prediction(pred, net, network_ref, machine_ref or machine.name, profile_fingerprint,
+    plan = plan_from_prediction(pred, net, network_ref, machine_ref or machine.name, profile_fingerprint,
                                 tuple(base), solver, precision=settings.precision, optimizer=settings.training,
                                 alternatives=algorithm_alternatives(net, strategies, batch, compute))
+    mfu = model_flops_utilization(net, batch, pred.step_s, p, machine, get_precision(settings.precision).matmul)
+    return dataclasses.replace(plan, mfu=mfu)
 
 
 def check_prediction(pred: StepPrediction, objective: float, memory: float) -> None:

@@ -48,6 +48,7 @@ class Plan:
     version: int = PLAN_VERSION
     precision: str = "fp32"  # costmodel.precision; the network hash is of the network in it
     optimizer: str = "momentum"  # costmodel.optimizer
+    mfu: float = 0.0  # model FLOP utilisation of the predicted step (costmodel.step.model_flops_utilization)
     zero: int = 0  # its ZeRO stage
 
     def strategies(self) -> dict[str, Strategy]:

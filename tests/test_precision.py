@@ -220,3 +220,14 @@ def test_plan_file_keeps_its_optimizer_and_zero_stage_and_the_executor_refuses_t
         "reduce_scatter", "allgather"}
     refused = subprocess.run(run + ["execute", str(out), "--ranks", "4"], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "adam, ZeRO-3" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_model_flop_utilisation_is_the_networks_flops_over_the_peak_it_trains_at():
+    from networks.analysis import summarize
+    from planner.optimize import Settings, make_plan
+    net = with_precision(load_network("resnet50"), "tf32")
+    plan = make_plan(net, "resnet50", 256, 1, A100, compute_model(A100, precision="tf32"),
+                     settings=Settings(precision="tf32"), with_baselines=False)
+    s = summarize(net, 256)
+    assert plan.mfu == pytest.approx((s.flops_fwd + s.flops_bwd) / (plan.step_s * 156e12), rel=1e-12)
+    assert 0 < plan.mfu < 1  # nothing below physics: no step is priced faster than its FLOPs at peak

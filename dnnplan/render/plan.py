@@ -26,7 +26,8 @@ def plan_table(plan: Plan) -> None:
     mix = ", ".join(f"{k} x{v}" for k, v in strategy_mix(plan).items())
     console.print(f"[bold]step {fmt.seconds(plan.step_s)}[/bold] (compute fwd {fmt.seconds(fwd)} + bwd "
                   f"{fmt.seconds(bwd)}, communication {fmt.seconds(comm)}, rest: optimiser update);  "
-                  f"peak memory {fmt.nbytes(plan.memory_peak_bytes)} per device;  splits: {mix}")
+                  f"peak memory {fmt.nbytes(plan.memory_peak_bytes)} per device;  model FLOP utilisation "
+                  f"{plan.mfu:.1%};  splits: {mix}")
     algorithms_table(plan)
     baselines_table(plan)
     solver_line(plan)
