@@ -30,7 +30,7 @@ from __future__ import annotations
 from functools import lru_cache
 from itertools import combinations
 
-from costmodel.compute import CONV_ALGORITHMS, algorithm_applies
+from costmodel.compute import CONV_ALGORITHMS, RECOMPUTE, algorithm_applies, recompute_applies
 from costmodel.layer_layouts import _splits
 from costmodel.strategy import Strategy, make_strategy
 from networks.ir import Layer
@@ -111,10 +111,11 @@ def candidate_strategies(layer: Layer, p: int, batch: int, max_model_degree: int
     return _candidate_strategies(layer, p, batch, max_model_degree, max_candidates)
 
 
-def algorithms(layer: Layer) -> tuple[str, ...]:
-    """The kernel algorithms that can run ``layer`` (``("",)`` for non-convolutions)."""
+def algorithms(layer: Layer, recompute: bool = False) -> tuple[str, ...]:
+    """The kernel algorithms that can run ``layer`` (``("",)`` for non-convolutions), and with
+    ``recompute`` the recomputation variant where it saves memory (``compute.RECOMPUTE``)."""
     if layer.op != "conv2d":
-        return ("",)
+        return ("", RECOMPUTE) if recompute and recompute_applies(layer) else ("",)
     return tuple(a for a in CONV_ALGORITHMS if algorithm_applies(layer, a))
 
 

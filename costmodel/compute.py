@@ -26,6 +26,10 @@ from networks.ops.conv import algorithm_work_depth
 
 PASSES = ("fwd", "bwd_data", "bwd_weights")
 CONV_ALGORITHMS = ("direct", "im2col", "fft", "winograd")
+#: A layer that keeps none of its internals for backward and runs its forward again there instead
+#: (activation recomputation; Chen et al., "Training Deep Nets with Sublinear Memory Cost", 2016;
+#: per layer, as Korthikanti et al. 2022 recompute attention). Planned like an algorithm.
+RECOMPUTE = "recompute"
 
 
 def default_algorithms(net: Network) -> dict[str, str]:
@@ -57,8 +61,31 @@ def algorithm_factor(local: LocalLayer, algorithm: str) -> float:
     return work / max(base, 1)
 
 
+#: Recomputation is weighed only for layers whose internals are at least this fraction of their
+#: output (a norm's statistics are not worth a candidate; a dropout mask, at a quarter, is)
+RECOMPUTE_MIN_SAVING = 0.125
+
+
+def recompute_applies(layer) -> bool:
+    """Whether recomputing ``layer`` saves memory worth weighing: it keeps internals of its own for
+    backward (``LayerCost.activation_bytes``: attention's q, k, v and probabilities, dropout's mask,
+    max pooling's indices, the loss's log-probabilities) of at least :data:`RECOMPUTE_MIN_SAVING`
+    of its output."""
+    if layer.op == "conv2d":
+        return False
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    internals = OPS[layer.op].costs(layer.p, layer.in_shapes, layer.out_shape, 1, itemsize).activation_bytes
+    output = itemsize
+    for d in layer.out_shape:
+        output *= d
+    return internals > 0 and internals >= RECOMPUTE_MIN_SAVING * output
+
+
 def algorithm_applies(layer, algorithm: str) -> bool:
-    """Whether a convolution algorithm can run this layer (the kernels' own applicability rule)."""
+    """Whether a convolution algorithm can run this layer (the kernels' own applicability rule), or
+    ``RECOMPUTE`` can apply to it."""
+    if algorithm == RECOMPUTE:
+        return recompute_applies(layer)
     if layer.op != "conv2d":
         return algorithm == ""
     p = layer.p

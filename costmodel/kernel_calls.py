@@ -304,7 +304,7 @@ def _attention_calls(local, pass_, dtype, item):
 def backward_calls(local: LocalLayer, algorithm: str = "") -> tuple[KernelCall, ...]:
     """The kernel invocations of a local shard's backward pass in the executor's order: the input
     gradient, then the weight gradient of a layer with weights."""
-    passes = ("bwd_data", "bwd_weights") if local.layer.weights else ("bwd_data",)
+    passes = ("bwd_data", "bwd_weights") if local.layer.has_weight_grad else ("bwd_data",)
     return tuple(c for pass_ in passes for c in kernel_calls(local, pass_, algorithm))
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from costmodel.collective_groups import collective_s
 from costmodel.collectives import alltoallv_s
-from costmodel.compute import ComputeModel, local_cost
+from costmodel.compute import RECOMPUTE, ComputeModel, local_cost
 from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_calls, update_calls
 from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout
 from costmodel.layout import Layout, copy_run, reshard_peaks
@@ -121,7 +121,7 @@ def pass_bytes(local: LocalLayer, algorithm: str = "", consumers: int = 1) -> li
     when it has weights, and one gradient sum per reader of its output after the first."""
     layer = local.layer
     bwd = kernel_calls(local, "bwd_data", algorithm) + (kernel_calls(local, "bwd_weights", algorithm)
-                                                         if layer.weights else ())
+                                                         if layer.has_weight_grad else ())
     out = [sum(c.bytes for c in kernel_calls(local, "fwd", algorithm)), sum(c.bytes for c in bwd)]
     if layer.weights:
         out.append(sum(c.bytes for c in update_calls(local)))
@@ -202,19 +202,29 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     for args in weight_collectives(layer, active, wshapes, itemsize, opt):
         add(*args)
     weights, grads, state, master, gathered = _weight_memory(wshapes, replicas, itemsize, opt)
-    memory = Memory(weights, grads, state, _local_activation_bytes(local, strategy, output_saved),
-                    compute.workspace_bytes(local, algorithm), master=master,
+    kernel = "" if algorithm == RECOMPUTE else algorithm
+    memory = Memory(weights, grads, state, _local_activation_bytes(local, strategy, output_saved, algorithm),
+                    compute.workspace_bytes(local, kernel), master=master,
                     buffers=gradient_buffer_bytes(local) + gathered)
+    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
-        fwd_compute_s=compute.pass_s(local, "fwd", algorithm),
-        bwd_data_s=compute.pass_s(local, "bwd_data", algorithm),
-        bwd_weights_s=compute.pass_s(local, "bwd_weights", algorithm) if layer.weights else 0.0,
+        fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
         update_s=sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize)
                      for n, shape in wshapes.items()),
         comms=tuple(comms), memory=memory,
         grad_sum_s=sum(compute.call_s(c) for c in grad_sum_calls(local, consumers)),
-        dispatch_s=dispatch_time(compute, local, algorithm, consumers))
+        dispatch_s=dispatch_time(compute, local, kernel, consumers))
+
+
+def passes_s(compute: ComputeModel, local: LocalLayer, algorithm: str) -> tuple[float, float, float]:
+    """(forward, backward-data, backward-weights) compute of a layer's shard with ``algorithm``;
+    under ``RECOMPUTE`` backward first runs the forward again."""
+    kernel = "" if algorithm == RECOMPUTE else algorithm
+    fwd = compute.pass_s(local, "fwd", kernel)
+    bwd_data = compute.pass_s(local, "bwd_data", kernel) + (fwd if algorithm == RECOMPUTE else 0.0)
+    bwd_weights = compute.pass_s(local, "bwd_weights", kernel) if local.layer.has_weight_grad else 0.0
+    return fwd, bwd_data, bwd_weights
 
 
 def _grad_dims(layer: Layer, active) -> dict[str, tuple[str, ...]]:
@@ -256,13 +266,13 @@ def _weight_memory(wshapes: dict, replicas: dict[str, int], itemsize: int,
             sharded(1, MASTER_BYTES) if itemsize < 4 else 0, gathered)
 
 
-def _local_activation_bytes(local, strategy: Strategy, output_saved: bool) -> int:
+def _local_activation_bytes(local, strategy: Strategy, output_saved: bool, algorithm: str = "") -> int:
     """Activations kept for backward at the local shape: the output when it is saved, what the op
-    keeps besides (``networks.analysis.kept_bytes``), plus the received input block when it
-    carries halos (the executor keeps that buffer for backward)."""
+    keeps besides (``networks.analysis.kept_bytes``; nothing under ``RECOMPUTE``), plus the
+    received input block when it carries halos (the executor keeps that buffer for backward)."""
     layer = local.layer
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    kept = local_cost(local).activation_bytes
+    kept = 0 if algorithm == RECOMPUTE else local_cost(local).activation_bytes
     if output_saved:
         kept += local.batch * _elems(local.out_shape) * itemsize
     if any(_splits(layer)[d].window is not None for d, _ in strategy.degrees):

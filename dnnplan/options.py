@@ -74,6 +74,10 @@ ZeroOpt = Annotated[int, typer.Option(
     "--zero", help="ZeRO stage: 0 none; 1 shards optimiser state and master weights over each weight's "
     "data-parallel replicas; 2 also gradients; 3 also the weights, gathered per layer (docs/costmodel.md, ZeRO).",
     callback=within("--zero", 0, 3))]
+RecomputeOpt = Annotated[bool, typer.Option(
+    "--recompute/--no-recompute", help="Let layers that keep internals for backward (attention, dropout, max "
+    "pooling, the loss) run their forward again in backward instead, where memory needs it (docs/costmodel.md, "
+    "Recomputation). The executor runs no recomputation: plan with --no-recompute to execute.")]
 SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP, ILP for what is left), "
                                         "reduced (the same), or ilp (the plain ILP).")]
 TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds any ILP solve may take (then "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from costmodel.comm_calls import CommCall, measured_from_samples, step_collectives
-from costmodel.compute import ComputeModel, OnDemand
+from costmodel.compute import RECOMPUTE, ComputeModel, OnDemand
 from costmodel.files import NODE_CORES_ENV, load_machine
 from costmodel.machine import Machine
 from costmodel.profile_table import foreign_reason
@@ -134,6 +134,11 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
         raise DnnplanError(f"the plan is for {Optimizer(plan.optimizer, plan.zero).label}; the executor runs SGD with "
                            f"momentum and all-reduces whole gradients", file=plan_path, field="optimizer",
                            hint="predict it with `dnnplan predict`, or plan again without --optimizer/--zero to run it")
+    again = [lp.name for lp in plan.layers if lp.algorithm == RECOMPUTE]
+    if again:
+        raise DnnplanError(f"the plan recomputes {len(again)} layer(s) in backward; the executor keeps every "
+                           f"activation instead", file=plan_path, layer=again[0], field="algorithm",
+                           hint="plan again with --no-recompute to run it")
     if plan.precision != DEFAULT_PRECISION:
         raise DnnplanError(f"the plan is for {plan.precision} training; the executor runs float32 kernels",
                            file=plan_path, field="precision",

@@ -31,7 +31,7 @@ from executor.compare import Comparison, comparison_json
 from executor.session import Prepared, agree_node_cores, measure, non_finite_loss_warning, prepare
 from executor.worker import JobResult
 from networks.errors import DnnplanError
-from planner.optimize import make_plan, plan_from_prediction
+from planner.optimize import Settings, make_plan, plan_from_prediction
 from planner.plan import Plan
 from planner.plan_file import write_plan
 from planner.refreshed import refreshed
@@ -170,6 +170,7 @@ def _merged(found: list[tuple[str, Plan]]) -> list[tuple[str, Plan]]:
 def _candidates(ctx: Context, network_arg: str, machine_arg: str, save: bool) -> list[tuple[str, Plan]]:
     table = ctx.compute.table
     found = [("planner", make_plan(ctx.network, network_arg, ctx.batch, ctx.devices, ctx.machine, ctx.compute,
+                                   settings=Settings(recompute=False),  # the executor keeps every activation
                                    machine_ref=machine_arg,
                                    profile_fingerprint=None if table is None else table.short_id,
                                    with_baselines=False))]

@@ -51,6 +51,12 @@ class Layer:
         return dict(self.weights)
 
     @property
+    def has_weight_grad(self) -> bool:
+        """Whether backward computes a weight gradient here: the layer's own weights, or those it
+        borrows (``tied_to``: a tied LM head's gradient of the embedding table)."""
+        return bool(self.weights) or bool(dict(self.params).get("tied_to"))
+
+    @property
     def num_params(self) -> int:
         total = 0
         for _, shape in self.weights:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
-from costmodel.compute import ComputeModel
-from costmodel.layer_cost import LayerEstimate, layer_estimate
+from costmodel.compute import RECOMPUTE, ComputeModel, local_cost
+from costmodel.layer_cost import LayerEstimate, layer_estimate, passes_s
 from costmodel.layer_layouts import input_layout, local_layer, output_layout
 from costmodel.layout import Layout
 from costmodel.machine import Machine
@@ -39,15 +39,16 @@ from planner.solvers import Edge, Problem
 
 def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: int, compute: ComputeModel,
                     algorithm: str) -> LayerEstimate:
-    """``layer_estimate`` for another convolution algorithm, from one already made for the same
-    strategy: only the compute passes and the workspace depend on the algorithm."""
+    """``layer_estimate`` for another algorithm, from one made with ``""`` or a convolution
+    algorithm for the same strategy: only the compute passes, the workspace and, under
+    ``RECOMPUTE``, the op's own kept bytes depend on it (``layer_cost.passes_s``)."""
     local = local_layer(layer, strat, batch)
+    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
+    kept = base.memory.activations - (local_cost(local).activation_bytes if algorithm == RECOMPUTE else 0)
+    kernel = "" if algorithm == RECOMPUTE else algorithm
     return dataclasses.replace(
-        base, algorithm=algorithm,
-        fwd_compute_s=compute.pass_s(local, "fwd", algorithm),
-        bwd_data_s=compute.pass_s(local, "bwd_data", algorithm),
-        bwd_weights_s=compute.pass_s(local, "bwd_weights", algorithm) if layer.weights else 0.0,
-        memory=dataclasses.replace(base.memory, workspace=compute.workspace_bytes(local, algorithm)))
+        base, algorithm=algorithm, fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
+        memory=dataclasses.replace(base.memory, workspace=compute.workspace_bytes(local, kernel), activations=kept))
 
 
 def signature(layer: Layer) -> Layer:
@@ -83,10 +84,11 @@ class Built:
 
 class _Builder:
     def __init__(self, batch: int, p: int, machine: Machine, compute: ComputeModel, optimizer: Optimizer | str,
-                 rule: str, max_model_degree: int, max_candidates: int):
+                 rule: str, max_model_degree: int, max_candidates: int, recompute: bool = False):
         self.batch, self.p, self.machine, self.compute = batch, p, machine, compute
         self.optimizer, self.rule = optimizer, rule
         self.max_model_degree, self.max_candidates = max_model_degree, max_candidates
+        self.recompute = recompute
         self.layout_ids: dict[Layout, int] = {}
         self.layouts: list[Layout] = []
 
@@ -116,10 +118,11 @@ class _Builder:
 def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
                   memory_limit: float | None, optimizer: Optimizer | str = "momentum", rule: str = "mpi",
                   max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES,
-                  edges: bool = True) -> Built:
+                  edges: bool = True, recompute: bool = False) -> Built:
     """The planning problem of ``net`` at ``batch`` on ``p`` devices of ``machine``
-    (``edges=False``: nodes only, e.g. to ask how much memory a plan needs at least)."""
-    b = _Builder(batch, p, machine, compute, optimizer, rule, max_model_degree, max_candidates)
+    (``edges=False``: nodes only, e.g. to ask how much memory a plan needs at least; ``recompute``:
+    layers that keep internals may also recompute them, ``costmodel.compute.RECOMPUTE``)."""
+    b = _Builder(batch, p, machine, compute, optimizer, rule, max_model_degree, max_candidates, recompute)
     sigs = [signature(layer) for layer in net.layers]
     readers, saved = consumers(net), saved_outputs(net)
     # layers share nodes when they have one signature, as many readers (gradient sums) and their
@@ -151,7 +154,7 @@ def _node(b: _Builder, sig: Layer, readers: int, saved: bool) -> _Node:
     """Candidates, cost, memory and transient memory of the layers with signature ``sig``,
     ``readers`` and their output ``saved`` or not."""
     strats = b.strategies(sig)
-    algos = algorithms(sig)
+    algos = algorithms(sig, b.recompute)
     cand = tuple((s, a) for s in strats for a in algos)
     vals = np.array([v for s in strats for v in b.estimates(sig, s, algos, readers, saved)],
                     dtype=np.float64).reshape(len(cand), 3)

@@ -49,6 +49,7 @@ class Settings:
     optimizer: str = "momentum"
     precision: str = DEFAULT_PRECISION  # recorded in the plan; the network and compute model carry it
     zero: int = 0  # ZeRO stage (costmodel.optimizer)
+    recompute: bool = True  # layers may recompute their internals in backward (costmodel.compute.RECOMPUTE)
 
     @property
     def training(self) -> Optimizer:
@@ -164,7 +165,8 @@ def _infeasible(net: Network, batch: int, p: int, machine: Machine, compute: Com
             machine.check_devices(q)
         except DnnplanError:
             break
-        probe = build_problem(net, batch, q, machine, compute, limit, settings.training, edges=False)
+        probe = build_problem(net, batch, q, machine, compute, limit, settings.training, edges=False,
+                              recompute=settings.recompute)
         if fits(probe.problem, min_memory(probe.problem)[0]):
             more = q
             break
@@ -187,7 +189,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     """
     start = time.perf_counter()
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
-    built = build_problem(net, batch, p, machine, compute, limit, settings.training)
+    built = build_problem(net, batch, p, machine, compute, limit, settings.training, recompute=settings.recompute)
     built_s = time.perf_counter() - start
     try:
         choice, got, notes = _solve_exact(built, settings)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.compute import CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, algorithm_applies
+from costmodel.compute import CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, RECOMPUTE, algorithm_applies, recompute_applies
 from costmodel.files import load_machine
 from costmodel.layer_layouts import check_fits
 from costmodel.optimizer import STATE_SLOTS, ZERO_STAGES, Optimizer
@@ -204,14 +204,19 @@ def _layer_plan(layer: Layer, entry: dict, p: int, batch: int, path: str) -> Lay
     if why:
         raise _fail(f"strategy {strat.label} does not fit: {why}", path, layer=layer.name, field="strategy")
     algo = entry.get("algorithm") or ""
-    if layer.op == "conv2d":
+    if algo == RECOMPUTE:
+        if not recompute_applies(layer):
+            raise _fail(f"{layer.op} keeps nothing of its own for backward, so it has nothing to recompute", path,
+                        layer=layer.name, field="algorithm", hint="remove 'algorithm' from this layer")
+    elif layer.op == "conv2d":
         algo = algo or DEFAULT_CONV_ALGORITHM
         if not algorithm_applies(layer, algo):
             raise _fail(f"convolution algorithm '{algo}' cannot run this layer", path, layer=layer.name,
                         field="algorithm", hint="direct and im2col run every convolution")
     elif algo:
         raise _fail(f"only conv2d layers take an algorithm, not {layer.op}", path, layer=layer.name,
-                    field="algorithm")
+                    field="algorithm", hint=f"a {layer.op} layer takes none" + (
+                        f", or '{RECOMPUTE}'" if recompute_applies(layer) else ""))
     fwd, bwd, comm, memory = (_number(entry, key, path, layer.name) for key in ("fwd_s", "bwd_s", "comm_s",
                                                                                  "memory_bytes"))
     return LayerPlan(layer.name, strat, algo, fwd, bwd, comm, int(memory), _alternatives(entry, layer, path))

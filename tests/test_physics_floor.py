@@ -113,3 +113,21 @@ def test_winograd_never_saves_more_than_its_multiplies_allow():
     model = Roofline(load_machine("dgx-a100"))
     direct, winograd = model.pass_s(local, "fwd", "direct"), model.pass_s(local, "fwd", "winograd")
     assert direct / 2.25 <= winograd < direct  # 16 products where direct has 36
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mlp"])
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16"])
+def test_no_planned_step_beats_its_flops_at_peak(name, precision):
+    """A plan's model FLOP utilisation stays under the efficiency of the class its GEMMs run in: no
+    pass of any layer (a tied LM head's weight gradient included) is left unpriced. (Networks of
+    GEMMs only: a convolution on Winograd or FFT does fewer FLOPs than the model counts, so a CNN's
+    utilisation of its nominal FLOPs may exceed it; the per-pass floor above covers those.)"""
+    from costmodel.precision import get_precision, matmul_peak
+    from planner.optimize import Settings, make_plan
+    machine = load_machine("dgx-a100")
+    net = with_precision(load_network(name), precision)
+    plan = make_plan(net, name, 64, 8, machine, compute_model(machine, precision=precision),
+                     settings=Settings(precision=precision), with_baselines=False)
+    kind = next(matmul_peak(layer, get_precision(precision).matmul == "tf32")[1] for layer in net.layers
+                if layer.op in MATMUL_OPS)
+    assert 0 < plan.mfu <= machine.device.efficiency_of(kind) * (1 + 1e-9)

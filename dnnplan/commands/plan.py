@@ -10,8 +10,8 @@ from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
-                             OptimizerOpt, PlanOutOpt, PlotOpt, PrecisionOpt, ProfileOpt, RefreshOpt, SolverOpt,
-                             SweepOpt, TimeLimitOpt, ZeroOpt)
+                             OptimizerOpt, PlanOutOpt, PlotOpt, PrecisionOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
+                             SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import warn
@@ -50,7 +50,8 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
          profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None, solver: SolverOpt = "auto",
          time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None, plot: PlotOpt = None,
          refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum",
-         zero: ZeroOpt = 0, as_json: JsonOpt = False, force: ForceOpt = False) -> None:
+         zero: ZeroOpt = 0, recompute: RecomputeOpt = True, as_json: JsonOpt = False,
+         force: ForceOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -63,7 +64,8 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
     check_outputs({"--out": out, "--plot": plot}, force)
     ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision)
     opt = Optimizer(optimizer, zero)
-    settings = Settings(solver, time_limit, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero)
+    settings = Settings(solver, time_limit, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
+                        recompute=recompute)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)
     limit = None if memory is None else memory * GIB

@@ -1,0 +1,70 @@
+"""Activation recomputation as a per-layer choice (costmodel.compute.RECOMPUTE): a layer that keeps
+internals of its own for backward may drop them and run its forward again in backward."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from costmodel.compute import RECOMPUTE, Roofline, local_cost, recompute_applies
+from costmodel.files import load_machine
+from costmodel.layer_cost import layer_estimate
+from costmodel.strategy import make_strategy
+from dnnplan.cli import app
+from networks.errors import DnnplanError
+from networks.loader import load_network
+from planner.optimize import Settings, make_plan
+
+A100 = load_machine("dgx-a100")
+ROOF = Roofline(A100)
+runner = CliRunner()
+
+
+def test_recomputing_attention_trades_its_internals_for_one_more_forward():
+    attn = load_network("gpt2").layer("h0.attn")
+    strat = make_strategy(1, {})
+    keep = layer_estimate(attn, strat, 4, A100, ROOF)
+    again = layer_estimate(attn, strat, 4, A100, ROOF, RECOMPUTE)
+    from costmodel.layer_layouts import local_layer
+    internals = local_cost(local_layer(attn, strat, 4)).activation_bytes  # q, k, v, probabilities, heads
+    assert internals > 0
+    assert keep.memory.activations - again.memory.activations == internals
+    assert again.bwd_data_s == pytest.approx(keep.bwd_data_s + keep.fwd_compute_s, rel=1e-12)
+    assert (again.fwd_compute_s, again.bwd_weights_s) == (keep.fwd_compute_s, keep.bwd_weights_s)
+
+
+def test_recompute_applies_only_where_a_layer_keeps_internals():
+    net = load_network("gpt2")
+    ops = {layer.op for layer in net.layers if recompute_applies(layer)}
+    assert ops == {"attention", "dropout", "softmax_cross_entropy"}  # not norms: their statistics are tiny
+    assert not recompute_applies(load_network("resnet50").layer("conv1"))
+
+
+def test_the_planner_recomputes_only_when_memory_binds():
+    net = load_network("alexnet")  # its max pools keep int64 indices, its dropouts masks
+    free = make_plan(net, "alexnet", 256, 2, A100, ROOF, with_baselines=False)
+    assert RECOMPUTE not in free.algorithms().values()
+    limit = 0.9 * free.memory_peak_bytes
+    tight = make_plan(net, "alexnet", 256, 2, A100, ROOF, limit, with_baselines=False)
+    assert RECOMPUTE in tight.algorithms().values()
+    assert tight.memory_peak_bytes <= limit and tight.step_s > free.step_s
+    with pytest.raises(DnnplanError, match="no plan of alexnet"):
+        make_plan(net, "alexnet", 256, 2, A100, ROOF, limit, Settings(recompute=False), with_baselines=False)
+
+
+def test_plan_file_takes_recompute_where_it_applies_and_the_executor_refuses_it(tmp_path):
+    out = tmp_path / "p.yaml"
+    assert runner.invoke(app, ["plan", "lenet5", "-p", "2", "--out", str(out)]).exit_code == 0
+    data = yaml.safe_load(out.read_text())
+    loss = next(layer for layer in data["layers"] if layer["name"] == "loss")
+    loss["algorithm"] = RECOMPUTE
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert runner.invoke(app, ["predict", str(out)]).exit_code == 0
+    refused = runner.invoke(app, ["execute", str(out), "--ranks", "2"])
+    assert refused.exit_code == 2 and "--no-recompute" in refused.output
+    relu = next(layer for layer in data["layers"] if layer["name"] == "relu1")
+    relu["algorithm"] = RECOMPUTE
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    bad = runner.invoke(app, ["predict", str(out)])
+    assert bad.exit_code == 2 and "nothing to recompute" in bad.output
