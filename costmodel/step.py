@@ -85,6 +85,15 @@ class StepPrediction:
         mems = [x.layer.memory for x in self.layers]
         return sum(m.persistent for m in mems) + max((m.transient for m in mems), default=0)
 
+    @property
+    def memory_parts(self) -> dict[str, int]:
+        """The peak per device by what holds it (bytes; they sum to ``memory_peak_bytes``): the
+        persistent parts summed over layers, and the largest transient (workspace and gradients)."""
+        mems = [x.layer.memory for x in self.layers]
+        out = {k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer", "activations")}
+        out["transient"] = max((m.transient for m in mems), default=0)
+        return out
+
 
 def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algorithms: dict[str, str],
                  machine: Machine, compute: ComputeModel, optimizer: Optimizer | str = "momentum",
@@ -131,6 +140,7 @@ def prediction_json(pred: StepPrediction) -> dict:
         "compute_model": pred.compute,
         "step_s": pred.step_s, "fwd_s": pred.fwd_s, "bwd_s": pred.bwd_s, "grad_sync_s": pred.sync_s,
         "update_s": pred.update_s, "dispatch_s": pred.dispatch_s, "memory_peak_bytes": pred.memory_peak_bytes,
+        "memory_parts_bytes": pred.memory_parts,
         "layers": [{
             "name": x.layer.name, "strategy": x.layer.strategy.label, "degrees": x.layer.strategy.as_dict(),
             "algorithm": x.layer.algorithm,

@@ -223,7 +223,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
                                 tuple(base), solver, precision=settings.precision, optimizer=settings.training,
                                 alternatives=algorithm_alternatives(net, strategies, batch, compute))
     mfu = model_flops_utilization(net, batch, pred.step_s, p, machine, get_precision(settings.precision).matmul)
-    return dataclasses.replace(plan, mfu=mfu)
+    return dataclasses.replace(plan, mfu=mfu, memory_parts=pred.memory_parts)
 
 
 def check_prediction(pred: StepPrediction, objective: float, memory: float) -> None:

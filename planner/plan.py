@@ -49,6 +49,8 @@ class Plan:
     precision: str = "fp32"  # costmodel.precision; the network hash is of the network in it
     optimizer: str = "momentum"  # costmodel.optimizer
     mfu: float = 0.0  # model FLOP utilisation of the predicted step (costmodel.step.model_flops_utilization)
+    #: the peak per device by what holds it (StepPrediction.memory_parts), shown, not read back
+    memory_parts: dict = field(default_factory=dict, compare=False, hash=False)
     zero: int = 0  # its ZeRO stage
 
     def strategies(self) -> dict[str, Strategy]:

@@ -24,8 +24,8 @@ from networks.spec_yaml import load_yaml
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, Plan
 
 TOP_KEYS = ("version", "network", "network_name", "network_hash", "batch", "devices", "machine", "precision",
-            "optimizer", "zero", "profile_fingerprint", "step_s", "memory_peak_bytes", "mfu", "baselines", "solver",
-            "layers")
+            "optimizer", "zero", "profile_fingerprint", "step_s", "memory_peak_bytes", "memory_parts_bytes", "mfu",
+            "baselines", "solver", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
 
@@ -36,7 +36,8 @@ def plan_to_dict(plan: Plan) -> dict:
         "network_hash": plan.network_hash, "batch": plan.batch, "devices": plan.devices,
         "machine": plan.machine, "precision": plan.precision, "optimizer": plan.optimizer, "zero": plan.zero,
         "profile_fingerprint": plan.profile_fingerprint,
-        "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes, "mfu": plan.mfu,
+        "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
+        **({"memory_parts_bytes": dict(plan.memory_parts)} if plan.memory_parts else {}), "mfu": plan.mfu,
         "baselines": [{"name": b.name, "step_s": b.step_s, "memory_peak_bytes": b.memory_peak_bytes}
                       for b in plan.baselines],
         "solver": dict(plan.solver),
@@ -89,8 +90,16 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 step_s=_number(data, "step_s", path), memory_peak_bytes=int(_number(data, "memory_peak_bytes", path)),
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
                 solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
-                mfu=_number(data, "mfu", path))
+                mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path))
     return plan, net
+
+
+def _memory_parts(data: dict, path: str) -> dict[str, int]:
+    """The plan's ``memory_parts_bytes`` (what holds its peak; shown, never used to predict)."""
+    raw = data.get("memory_parts_bytes") or {}
+    if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
+        raise _fail("'memory_parts_bytes' must map what holds memory to bytes", path, field="memory_parts_bytes")
+    return {k: int(_number(raw, k, path)) for k in raw}
 
 
 def _optimizer(data: dict, path: str) -> Optimizer:

@@ -231,3 +231,16 @@ def test_model_flop_utilisation_is_the_networks_flops_over_the_peak_it_trains_at
     s = summarize(net, 256)
     assert plan.mfu == pytest.approx((s.flops_fwd + s.flops_bwd) / (plan.step_s * 156e12), rel=1e-12)
     assert 0 < plan.mfu < 1  # nothing below physics: no step is priced faster than its FLOPs at peak
+
+
+def test_memory_parts_add_up_to_the_peak_and_reach_the_plan_output(tmp_path):
+    for stage in (0, 3):
+        net = with_precision(load_network("gpt2"), "bf16")
+        strategies, _ = uniform_strategies(net, 8, 64, "data")
+        pred = predict_step(net, 64, strategies, default_algorithms(net), A100, compute_model(A100, precision="bf16"),
+                            Optimizer("adam", stage))
+        assert sum(pred.memory_parts.values()) == pred.memory_peak_bytes
+        assert pred.memory_parts["master"] == pytest.approx(4 * PARAMS["gpt2"] / (8 if stage else 1), rel=1e-4)
+    shown = subprocess.run([sys.executable, "-m", "dnnplan", "plan", "gpt2", "--devices", "8", "--precision", "bf16",
+                            "--optimizer", "adam"], capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0 and "memory per device: weights" in shown.stdout and "master weights" in shown.stdout

@@ -6,7 +6,7 @@ from rich.table import Table
 
 from costmodel.optimizer import Optimizer
 from dnnplan.render import fmt
-from dnnplan.render.tables import console
+from dnnplan.render.tables import console, memory_line
 from planner.optimize import speedup, strategy_mix
 from planner.plan import Plan
 
@@ -28,6 +28,8 @@ def plan_table(plan: Plan) -> None:
                   f"{fmt.seconds(bwd)}, communication {fmt.seconds(comm)}, rest: optimiser update);  "
                   f"peak memory {fmt.nbytes(plan.memory_peak_bytes)} per device;  model FLOP utilisation "
                   f"{plan.mfu:.1%};  splits: {mix}")
+    if plan.memory_parts:
+        console.print(memory_line(plan.memory_parts))
     algorithms_table(plan)
     baselines_table(plan)
     solver_line(plan)

@@ -14,6 +14,16 @@ from networks.analysis import NetworkSummary
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
+MEMORY_WORDS = {"weights": "weights", "grads": "gradients", "master": "master weights",
+                "optimizer": "optimiser state", "activations": "activations kept",
+                "transient": "largest transient (workspace, gradients in flight)"}
+
+
+def memory_line(parts: dict[str, int]) -> str:
+    """The peak per device by what holds it, the parts that are zero left out."""
+    return "memory per device: " + ", ".join(f"{MEMORY_WORDS[k]} {fmt.nbytes(v)}" for k, v in parts.items() if v)
+
+
 def info_table(s: NetworkSummary) -> None:
     t = Table(title=f"{s.network}, batch {s.batch}", title_justify="left")
     for col in ("layer", "op", "output", "params", "fwd FLOPs", "bwd FLOPs", "W", "D", "activations"):
@@ -77,6 +87,7 @@ def prediction_table(pred, fallbacks=()) -> None:
     console.print(f"[bold]step {fmt.seconds(pred.step_s)}[/bold] = forward {fmt.seconds(pred.fwd_s)} + backward "
                   f"{fmt.seconds(pred.bwd_s)} + gradient sync {fmt.seconds(pred.sync_s)} + update "
                   f"{fmt.seconds(pred.update_s)};  peak memory {fmt.nbytes(pred.memory_peak_bytes)} per device")
+    console.print(memory_line(pred.memory_parts))
     if fallbacks:
         names = ", ".join(f.layer for f in fallbacks[:6]) + (" ..." if len(fallbacks) > 6 else "")
         console.print(f"[yellow]{len(fallbacks)} layer(s) could not take {fallbacks[0].wanted} and run "
