@@ -78,6 +78,16 @@ RecomputeOpt = Annotated[bool, typer.Option(
     "--recompute/--no-recompute", help="Let layers that keep internals for backward (attention, dropout, max "
     "pooling, the loss) run their forward again in backward instead, where memory needs it (docs/costmodel.md, "
     "Recomputation). The executor runs no recomputation: plan with --no-recompute to execute.")]
+PipelineOpt = Annotated[int, typer.Option(
+    "--pipeline", help="Pipeline stages: the layers cut into this many contiguous stages of about equal FLOPs, "
+    "each on devices/stages devices with --strategy inside (docs/costmodel.md, Pipelines).",
+    callback=within("--pipeline", 1, 4096))]
+MicroBatchesOpt = Annotated[int, typer.Option(
+    "--micro-batches", help="Micro-batches per step in a pipeline (must divide the batch).",
+    callback=within("--micro-batches", 1, MAX_INT))]
+ScheduleOpt = Annotated[str, typer.Option(
+    "--schedule", help="Pipeline schedule: 1f1b (activations of at most as many micro-batches as stages "
+    "remain) or gpipe (of all of them); the same step.")]
 SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP, ILP for what is left), "
                                         "reduced (the same), or ilp (the plain ILP).")]
 TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds any ILP solve may take (then "

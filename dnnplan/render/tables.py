@@ -24,6 +24,25 @@ def memory_line(parts: dict[str, int]) -> str:
     return "memory per device: " + ", ".join(f"{MEMORY_WORDS[k]} {fmt.nbytes(v)}" for k, v in parts.items() if v)
 
 
+def pipeline_table(pred) -> None:
+    """A pipelined prediction (costmodel.pipeline.PipelinePrediction): one row per stage."""
+    t = Table(title=f"{pred.network}: batch {pred.batch} on {pred.devices} devices, {len(pred.stages)} stages, "
+                    f"{pred.micro_batches} micro-batches, {pred.schedule}", title_justify="left")
+    for col in ("stage", "layers", "ranks", "fwd", "bwd", "sends", "per micro-batch", "sync+update",
+                "micro-batches kept", "memory"):
+        t.add_column(col, justify="left" if col in ("stage", "layers") else "right")
+    for s in pred.stages:
+        t.add_row(str(s.index), f"{s.layers[0]} .. {s.layers[1]}", str(s.ranks), fmt.seconds(s.micro.fwd_s),
+                  fmt.seconds(s.micro.bwd_s), fmt.seconds(s.p2p_s), fmt.seconds(s.per_micro_s), fmt.seconds(s.once_s),
+                  str(s.kept_micro_batches), fmt.nbytes(s.memory_peak_bytes))
+    console.print(t)
+    console.print(f"[bold]step {fmt.seconds(pred.step_s)}[/bold]: fill and drain plus the slowest stage per further "
+                  f"micro-batch, then gradient sync and update; bubble {fmt.seconds(pred.bubble_s)} "
+                  f"({pred.bubble_fraction:.1%} of the pipelined part);  peak memory "
+                  f"{fmt.nbytes(pred.memory_peak_bytes)} per device (stage "
+                  f"{max(pred.stages, key=lambda s: s.memory_peak_bytes).index})")
+
+
 def info_table(s: NetworkSummary) -> None:
     t = Table(title=f"{s.network}, batch {s.batch}", title_justify="left")
     for col in ("layer", "op", "output", "params", "fwd FLOPs", "bwd FLOPs", "W", "D", "activations"):

@@ -1,0 +1,170 @@
+"""Pipeline parallelism: contiguous stages on disjoint rank groups, micro-batches, GPipe and 1F1B
+(pure).
+
+The network's layers (in topological order) are cut into ``S`` contiguous stages, balanced by
+their training FLOPs; stage ``s`` runs on ranks ``[s d, (s + 1) d)`` with ``d = P / S`` and its
+own strategy inside (``predict_step`` of the stage as a network of its own, its cut inputs
+arriving from the stage before). The batch is cut into ``m`` micro-batches. With ``T_s`` stage
+``s``'s forward and backward of one micro-batch plus its point-to-point sends (the activation
+forward, its gradient back), a synchronous schedule's step is (Narayanan et al., SC21, section
+2.2; Huang et al., GPipe, 2019)::
+
+    step = sum_s T_s + (m - 1) max_s T_s          (fill and drain, then the slowest stage)
+         + max_s (gradient sync_s + update_s)     (once per step, every stage at once)
+
+the same for GPipe and 1F1B; the bubble is ``sum_s T_s - max_s T_s``, a fraction (S - 1) / m of the
+steady state for equal stages. They differ in memory: GPipe keeps the activations of all ``m``
+micro-batches until its backward, 1F1B at most ``S - s`` on stage ``s`` (stage 0 the most).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from costmodel.machine import Machine
+from costmodel.step import StepPrediction
+from networks.analysis import layer_cost
+from networks.errors import DnnplanError
+from networks.ir import DTYPE_BYTES, InputSpec, Layer, Network
+from networks.ops.base import prod
+
+SCHEDULES = ("1f1b", "gpipe")
+
+
+@dataclass(frozen=True)
+class StagePrediction:
+    index: int
+    layers: tuple[str, ...]  # first .. last layer of the stage
+    ranks: int
+    micro: StepPrediction  # the stage's step on one micro-batch
+    p2p_s: float  # its sends per micro-batch: activation forward and gradient backward
+    kept_micro_batches: int  # how many micro-batches' activations it holds at once
+
+    @property
+    def per_micro_s(self) -> float:
+        """T_s: forward and backward of one micro-batch and the stage's sends."""
+        return self.micro.fwd_s + self.micro.bwd_s + self.micro.dispatch_s + self.p2p_s
+
+    @property
+    def once_s(self) -> float:
+        """Once per step: the gradient sync and the update."""
+        return self.micro.sync_s + self.micro.update_s
+
+    @property
+    def memory_peak_bytes(self) -> int:
+        parts = self.micro.memory_parts
+        return (sum(parts.values()) - parts["activations"]) + parts["activations"] * self.kept_micro_batches
+
+
+@dataclass(frozen=True)
+class PipelinePrediction:
+    network: str
+    batch: int
+    devices: int
+    micro_batches: int
+    schedule: str
+    stages: tuple[StagePrediction, ...]
+
+    @property
+    def bubble_s(self) -> float:
+        t = [s.per_micro_s for s in self.stages]
+        return sum(t) - max(t)
+
+    @property
+    def step_s(self) -> float:
+        t = [s.per_micro_s for s in self.stages]
+        return sum(t) + (self.micro_batches - 1) * max(t) + max(s.once_s for s in self.stages)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """The bubble over the step's pipelined part."""
+        return self.bubble_s / (self.step_s - max(s.once_s for s in self.stages))
+
+    @property
+    def memory_peak_bytes(self) -> int:
+        return max(s.memory_peak_bytes for s in self.stages)
+
+
+def pipeline_json(pred: PipelinePrediction) -> dict:
+    """The ``dnnplan predict --pipeline --json`` object."""
+    return {"network": pred.network, "batch": pred.batch, "devices": pred.devices, "micro_batches": pred.micro_batches,
+            "schedule": pred.schedule, "step_s": pred.step_s, "bubble_s": pred.bubble_s,
+            "bubble_fraction": pred.bubble_fraction, "memory_peak_bytes": pred.memory_peak_bytes,
+            "stages": [{"stage": s.index, "first_layer": s.layers[0], "last_layer": s.layers[1], "ranks": s.ranks,
+                        "per_micro_batch_s": s.per_micro_s, "fwd_s": s.micro.fwd_s, "bwd_s": s.micro.bwd_s,
+                        "p2p_s": s.p2p_s, "once_s": s.once_s, "kept_micro_batches": s.kept_micro_batches,
+                        "memory_peak_bytes": s.memory_peak_bytes} for s in pred.stages]}
+
+
+def balanced_stages(net: Network, stages: int) -> list[list[Layer]]:
+    """``net``'s layers cut into ``stages`` contiguous runs of about equal training FLOPs (greedy on
+    the running total: each cut at the layer where the cumulative FLOPs cross the next share)."""
+    if not 1 <= stages <= len(net.layers):
+        raise DnnplanError(f"cannot cut {net.name}'s {len(net.layers)} layers into {stages} stages",
+                           hint=f"use --pipeline from 1 to {len(net.layers)}")
+    flops = [max(sum(layer_cost(layer, 1).flops), 1) for layer in net.layers]
+    total, out, acc = sum(flops), [[]], 0.0
+    for i, (layer, f) in enumerate(zip(net.layers, flops)):
+        left_layers, left_stages = len(net.layers) - i, stages - len(out) + 1
+        if out[-1] and len(out) < stages and (acc + f / 2 > total * len(out) / stages or left_layers < left_stages):
+            out.append([])
+        out[-1].append(layer)
+        acc += f
+    return out
+
+
+def stage_network(net: Network, layers: list[Layer], index: int) -> tuple[Network, int]:
+    """The stage as a network of its own (a tensor it reads from an earlier stage is an input),
+    and the bytes per sample it receives that way."""
+    names = {layer.name for layer in layers}
+    by_name = {layer.name: layer for layer in net.layers}
+    inputs, received = {}, 0
+    for layer in layers:
+        for src in layer.inputs:
+            if src in names or src in inputs:
+                continue
+            if src in by_name:
+                producer = by_name[src]
+                inputs[src] = InputSpec(src, producer.out_shape, producer.dtype)
+                received += prod(producer.out_shape) * DTYPE_BYTES.get(producer.dtype, 4)
+            else:
+                inputs[src] = net.input_spec(src)
+    return dataclasses.replace(net, name=f"{net.name}[stage {index}]", inputs=tuple(inputs.values()),
+                               layers=tuple(layers)), received
+
+
+def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_batches: int, schedule: str,
+                     machine: Machine, predict_stage: Callable[[Network, int, int], StepPrediction]) -> PipelinePrediction:
+    """The pipelined step of ``net`` (module docstring). ``predict_stage(stage network, ranks,
+    micro-batch)`` predicts one stage on its own ranks at one micro-batch (its strategies chosen by
+    the caller)."""
+    if schedule not in SCHEDULES:
+        raise DnnplanError(f"unknown --schedule {schedule!r}", hint="use 1f1b or gpipe")
+    if devices % stages:
+        raise DnnplanError(f"{stages} pipeline stages do not divide {devices} devices",
+                           hint="choose --pipeline dividing --devices")
+    if batch % micro_batches:
+        raise DnnplanError(f"{micro_batches} micro-batches do not divide the batch {batch}",
+                           hint="choose --micro-batches dividing --batch")
+    d, mb = devices // stages, batch // micro_batches
+    cuts = balanced_stages(net, stages)
+    nets = [stage_network(net, layers, s) for s, layers in enumerate(cuts)]
+    out = []
+    for s, (stage_net, _) in enumerate(nets):
+        sent = nets[s + 1][1] if s + 1 < stages else 0  # what the next stage receives from this one
+        nbytes = sent * mb // d  # each of the d ranks sends its block of the micro-batch
+        out.append(StagePrediction(
+            s, (cuts[s][0].name, cuts[s][-1].name), d, predict_stage(stage_net, d, mb),
+            2 * _p2p_s(machine, s * d, (s + 1) * d, nbytes) if sent else 0.0,
+            micro_batches if schedule == "gpipe" else min(stages - s, micro_batches)))
+    return PipelinePrediction(net.name, batch, devices, micro_batches, schedule, tuple(out))
+
+
+def _p2p_s(machine: Machine, src: int, dst: int, nbytes: int) -> float:
+    """One point-to-point message of ``nbytes`` from rank ``src`` to ``dst`` (alpha + n beta of the
+    level that joins them)."""
+    same_node = src // machine.devices_per_node == dst // machine.devices_per_node
+    link = machine.intra if same_node else machine.inter
+    return link.alpha_s + nbytes * link.beta_s_per_byte
