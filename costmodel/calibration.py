@@ -33,8 +33,7 @@ class RecordingRoofline(Roofline):
     calls: list = field(default_factory=list, compare=False, hash=False)
 
     def _time(self, flops: float, nbytes: float, peak_key: str = "float32", kind: str = "cuda_cores") -> float:
-        peak = self.machine.device.peak_flops.get(peak_key) or self.machine.device.peak_flops["float32"]
-        self.calls.append((float(flops), float(nbytes), float(peak), kind))
+        self.calls.append((float(flops), float(nbytes), float(self.peak(peak_key)), kind))
         return super()._time(flops, nbytes, peak_key, kind)
 
 

@@ -20,7 +20,7 @@ from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import Machine
 from costmodel.precision import matmul_peak
 from networks.ir import DTYPE_BYTES, Network
-from networks.ops.base import LayerCost
+from networks.ops.base import LayerCost, prod
 from networks.ops.catalogue import OPS
 from networks.ops.conv import algorithm_work_depth
 
@@ -75,10 +75,12 @@ def recompute_applies(layer) -> bool:
         return False
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
     internals = OPS[layer.op].costs(layer.p, layer.in_shapes, layer.out_shape, 1, itemsize).activation_bytes
-    output = itemsize
-    for d in layer.out_shape:
-        output *= d
-    return internals > 0 and internals >= RECOMPUTE_MIN_SAVING * output
+    return internals > 0 and internals >= RECOMPUTE_MIN_SAVING * prod(layer.out_shape) * itemsize
+
+
+def kernel_algorithm(algorithm: str) -> str:
+    """The kernels' algorithm of a planned one: ``RECOMPUTE`` runs the layer's ordinary kernels."""
+    return "" if algorithm == RECOMPUTE else algorithm
 
 
 def algorithm_applies(layer, algorithm: str) -> bool:
@@ -190,10 +192,14 @@ class Roofline:
     name: str = "roofline"
     table: None = None  # a datasheet, not a profile
 
+    def peak(self, peak_key: str) -> float:
+        """The device's FLOP/s for ``peak_key`` (its float32 peak when the datasheet has none)."""
+        peaks = self.machine.device.peak_flops
+        return peaks.get(peak_key) or peaks["float32"]
+
     def _time(self, flops: float, nbytes: float, peak_key: str = "float32", kind: str = "cuda_cores") -> float:
         dev = self.machine.device
-        peak = dev.peak_flops.get(peak_key) or dev.peak_flops["float32"]
-        return max(flops / (peak * dev.efficiency_of(kind)),
+        return max(flops / (self.peak(peak_key) * dev.efficiency_of(kind)),
                    nbytes / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory")))
 
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:

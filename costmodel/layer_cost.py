@@ -17,7 +17,7 @@ import numpy as np
 
 from costmodel.collective_groups import collective_s
 from costmodel.collectives import alltoallv_s
-from costmodel.compute import RECOMPUTE, ComputeModel, local_cost
+from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost
 from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_calls, update_calls
 from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout
 from costmodel.layout import Layout, copy_run, reshard_peaks
@@ -202,7 +202,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     for args in weight_collectives(layer, active, wshapes, itemsize, opt):
         add(*args)
     weights, grads, state, master, gathered = _weight_memory(wshapes, replicas, itemsize, opt)
-    kernel = "" if algorithm == RECOMPUTE else algorithm
+    kernel = kernel_algorithm(algorithm)
     memory = Memory(weights, grads, state, _local_activation_bytes(local, strategy, output_saved, algorithm),
                     compute.workspace_bytes(local, kernel), master=master,
                     buffers=gradient_buffer_bytes(local) + gathered)
@@ -220,7 +220,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
 def passes_s(compute: ComputeModel, local: LocalLayer, algorithm: str) -> tuple[float, float, float]:
     """(forward, backward-data, backward-weights) compute of a layer's shard with ``algorithm``;
     under ``RECOMPUTE`` backward first runs the forward again."""
-    kernel = "" if algorithm == RECOMPUTE else algorithm
+    kernel = kernel_algorithm(algorithm)
     fwd = compute.pass_s(local, "fwd", kernel)
     bwd_data = compute.pass_s(local, "bwd_data", kernel) + (fwd if algorithm == RECOMPUTE else 0.0)
     bwd_weights = compute.pass_s(local, "bwd_weights", kernel) if local.layer.has_weight_grad else 0.0

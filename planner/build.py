@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
-from costmodel.compute import RECOMPUTE, ComputeModel, local_cost
+from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost
 from costmodel.layer_cost import LayerEstimate, layer_estimate, passes_s
 from costmodel.layer_layouts import input_layout, local_layer, output_layout
 from costmodel.layout import Layout
@@ -45,7 +45,7 @@ def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: i
     local = local_layer(layer, strat, batch)
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
     kept = base.memory.activations - (local_cost(local).activation_bytes if algorithm == RECOMPUTE else 0)
-    kernel = "" if algorithm == RECOMPUTE else algorithm
+    kernel = kernel_algorithm(algorithm)
     return dataclasses.replace(
         base, algorithm=algorithm, fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
         memory=dataclasses.replace(base.memory, workspace=compute.workspace_bytes(local, kernel), activations=kept))
