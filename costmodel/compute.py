@@ -11,14 +11,17 @@ Both answer :meth:`ComputeModel.pass_s` for (local layer, pass, convolution algo
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
 # DEFAULT_CONV_ALGORITHM is defined where the kernel calls fall back to it, and is public here
-from costmodel.kernel_calls import DEFAULT_CONV_ALGORITHM, KernelCall, reshard_copy_call
+from costmodel.kernel_calls import (DEFAULT_CONV_ALGORITHM, KernelCall, attention_core_kernels, kernel_calls,
+                                    reshard_copy_call)
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import Machine
 from costmodel.precision import matmul_peak
+from networks.errors import DnnplanError
 from networks.ir import DTYPE_BYTES, Network
 from networks.ops.base import LayerCost, prod
 from networks.ops.catalogue import OPS
@@ -35,6 +38,28 @@ RECOMPUTE = "recompute"
 def default_algorithms(net: Network) -> dict[str, str]:
     """:data:`DEFAULT_CONV_ALGORITHM` for every convolution of ``net`` (layer name -> algorithm)."""
     return {layer.name: DEFAULT_CONV_ALGORITHM for layer in net.layers if layer.op == "conv2d"}
+
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def recompute_algorithms(net: Network, mode: str) -> dict[str, str]:
+    """:func:`default_algorithms` with :data:`RECOMPUTE` where ``mode`` puts it: ``selective``, on
+    the attention layers (Korthikanti et al. 2022 recompute attention's core only; rerunning the
+    whole op, projections included, prices more than they do); ``full``, on every layer inside a
+    repeated block (Megatron's full recomputation checkpoints each transformer layer's input), or
+    on every layer but the convolutions and the loss when the network has no blocks."""
+    if mode not in RECOMPUTE_MODES:
+        raise DnnplanError(f"unknown recomputation '{mode}'", hint="use " + ", ".join(RECOMPUTE_MODES))
+    out = default_algorithms(net)
+    blocked = any("." in layer.name for layer in net.layers)
+    for layer in net.layers:
+        if layer.op in ("conv2d", "softmax_cross_entropy"):
+            continue
+        if (mode == "selective" and layer.op == "attention") or \
+                (mode == "full" and ("." in layer.name or not blocked)):
+            out[layer.name] = RECOMPUTE
+    return out
 
 
 def local_cost(local: LocalLayer) -> LayerCost:
@@ -81,6 +106,13 @@ def recompute_applies(layer) -> bool:
 def kernel_algorithm(algorithm: str) -> str:
     """The kernels' algorithm of a planned one: ``RECOMPUTE`` runs the layer's ordinary kernels."""
     return "" if algorithm == RECOMPUTE else algorithm
+
+
+def recomputed_comms(comms) -> list:
+    """The collectives (``layer_cost.Comm``) a layer under ``RECOMPUTE`` runs again: its forward
+    runs again in backward, collectives included (ZeRO-3's parameter gather excepted: the
+    backward's own gather serves it)."""
+    return [dataclasses.replace(c, phase="bwd") for c in comms if c.phase == "fwd" and c.purpose != "param_gather"]
 
 
 def algorithm_applies(layer, algorithm: str) -> bool:
@@ -203,6 +235,8 @@ class Roofline:
                    nbytes / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory")))
 
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
+        if local.layer.op == "attention":
+            return self._attention_s(local, pass_)
         cost = local_cost(local)
         i = PASSES.index(pass_)
         flops = cost.flops[i] * algorithm_factor(local, algorithm)
@@ -210,6 +244,22 @@ class Roofline:
         if flops == 0 and nbytes == 0:
             return 0.0
         return self._time(flops, nbytes, *matmul_peak(local.layer, self.tf32))
+
+    def _attention_s(self, local: LocalLayer, pass_: str) -> float:
+        """Attention's kernels one after another (costmodel.kernel_calls): the projections' GEMMs
+        and each kernel of the core, every one on its own roofline (the core's GEMMs on the tensor
+        cores, its softmax on the CUDA cores), as they run."""
+        key, kind = matmul_peak(local.layer, self.tf32)
+        item = DTYPE_BYTES.get(local.layer.dtype, 4)
+        total = 0.0
+        for call in kernel_calls(local, pass_):
+            if not call.kernel.startswith("attention."):
+                total += self._time(call.flops, call.bytes, key, kind)
+                continue
+            n, heads, sq, sk, dh, _ = call.shape
+            for flops, nbytes, gemm in attention_core_kernels(n, heads, sq, sk, dh, item, pass_ != "fwd"):
+                total += self._time(flops, nbytes, key, kind) if gemm else self._time(flops, nbytes)
+        return total
 
     def update_s(self, weight_elems: int, itemsize: int) -> float:
         # SGD with momentum: read weight, gradient, momentum; write weight and momentum. In mixed

@@ -270,9 +270,20 @@ def _loss_calls(local, pass_, dtype, item):
     return ()
 
 
-def attention_core_flops(n: int, heads: int, sq: int, sk: int, dh: int) -> int:
-    """Scores and weighted sum (2 GEMMs, 2 FLOPs per MAC) plus 5 FLOPs per probability."""
-    return 4 * n * heads * sq * sk * dh + 5 * n * heads * sq * sk
+def attention_core_kernels(n: int, heads: int, sq: int, sk: int, dh: int, item: int,
+                           backward: bool) -> tuple[tuple[int, int, bool], ...]:
+    """(FLOPs, bytes, is a GEMM) of each kernel of the attention core, in the order they run
+    (kernels.attention; Megatron-LM's unfused attention likewise materialises the scores): the
+    score matrix ``e = n heads sq sk`` is written by one kernel and read by the next, so its
+    traffic counts once per kernel that touches it. Forward: scores = q k^T, softmax, out = p v.
+    Backward: dv = p^T do, dp = do v^T, the softmax's backward (reads p and dp, writes ds),
+    dq = ds k, dk = ds^T q."""
+    e, q, kv = n * heads * sq * sk, n * heads * sq * dh, n * heads * sk * dh
+    gemm = 2 * e * dh
+    if not backward:
+        return ((gemm, (q + kv + e) * item, True), (5 * e, 2 * e * item, False), (gemm, (e + kv + q) * item, True))
+    return ((gemm, (e + q + kv) * item, True), (gemm, (q + kv + e) * item, True), (5 * e, 3 * e * item, False),
+            (gemm, (e + kv + q) * item, True), (gemm, (e + q + kv) * item, True))
 
 
 def _attention_calls(local, pass_, dtype, item):
@@ -287,15 +298,16 @@ def _attention_calls(local, pass_, dtype, item):
     rows = n * s_l
     bias = bool(p["bias"])
     core = (n, heads, s_l, s_k, dh, int(bool(p["causal"])))
-    core_flops = attention_core_flops(n, heads, s_l, s_k, dh)
-    core_bytes = (3 * n * heads * s_l * dh + 2 * n * heads * s_l * s_k) * item
+    def core_call(backward: bool) -> KernelCall:
+        kernels = attention_core_kernels(n, heads, s_l, s_k, dh, item, backward)
+        return KernelCall("attention.bwd" if backward else "attention.fwd", core, dtype, "",
+                          sum(k[0] for k in kernels), sum(k[1] for k in kernels))
+
     if pass_ == "fwd":
-        return (linear_call("linear.fwd", rows, d, 3 * d_l, bias, dtype, item),
-                KernelCall("attention.fwd", core, dtype, "", core_flops, core_bytes),
+        return (linear_call("linear.fwd", rows, d, 3 * d_l, bias, dtype, item), core_call(False),
                 linear_call("linear.fwd", rows, d_l, d, bias, dtype, item))
     if pass_ == "bwd_data":
-        return (linear_call("linear.bwd_data", rows, d_l, d, bias, dtype, item),
-                KernelCall("attention.bwd", core, dtype, "", core_flops, 2 * core_bytes),
+        return (linear_call("linear.bwd_data", rows, d_l, d, bias, dtype, item), core_call(True),
                 linear_call("linear.bwd_data", rows, d, 3 * d_l, bias, dtype, item))
     return (linear_call("linear.bwd_weights", rows, d_l, d, bias, dtype, item),
             linear_call("linear.bwd_weights", rows, d, 3 * d_l, bias, dtype, item))

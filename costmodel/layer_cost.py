@@ -17,7 +17,7 @@ import numpy as np
 
 from costmodel.collective_groups import collective_s
 from costmodel.collectives import alltoallv_s
-from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost
+from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost, recomputed_comms
 from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_calls, update_calls
 from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout
 from costmodel.layout import Layout, copy_run, reshard_peaks
@@ -193,14 +193,18 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     extra_dims = [d for d, s in active if s.extra]
     if extra_dims:
         for ex in dict((s.dim, s) for _, s in active if s.extra)[extra_dims[0]].extra:
-            base = local.in_shapes[0][0] if ex.per == "channels" else local.batch * _elems(local.out_shape)
+            base = {"channels": local.in_shapes[0][0], "rows": local.batch * _elems(local.in_shapes[0][:-1]),
+                    "output": local.batch * _elems(local.out_shape)}[ex.per]
             contrib = ex.factor * base * itemsize
             nbytes = contrib * strategy.group_size(extra_dims) if ex.collective == "allgather" else contrib
-            add("stats" if ex.per == "channels" else "kv", ex.phase, ex.collective, nbytes, extra_dims)
+            add({"channels": "stats", "rows": "stats", "output": "kv"}[ex.per], ex.phase, ex.collective, nbytes,
+                extra_dims)
     wshapes = dict(local.weight_shapes)
     replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in _grad_dims(layer, active).items()}
     for args in weight_collectives(layer, active, wshapes, itemsize, opt):
         add(*args)
+    if algorithm == RECOMPUTE:
+        comms += recomputed_comms(comms)
     weights, grads, state, master, gathered = _weight_memory(wshapes, replicas, itemsize, opt)
     kernel = kernel_algorithm(algorithm)
     memory = Memory(weights, grads, state, _local_activation_bytes(local, strategy, output_saved, algorithm),

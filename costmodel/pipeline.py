@@ -1,8 +1,9 @@
 """Pipeline parallelism: contiguous stages on disjoint rank groups, micro-batches, GPipe and 1F1B
 (pure).
 
-The network's layers (in topological order) are cut into ``S`` contiguous stages, balanced by
-their training FLOPs; stage ``s`` runs on ranks ``[s d, (s + 1) d)`` with ``d = P / S`` and its
+The network's layers (in topological order) are cut into ``S`` contiguous stages: an equal number
+of whole blocks each when the network is a stack of repeated blocks that divides evenly (as
+Megatron-LM cuts), else balanced by their training FLOPs; stage ``s`` runs on ranks ``[s d, (s + 1) d)`` with ``d = P / S`` and its
 own strategy inside (``predict_step`` of the stage as a network of its own, its cut inputs
 arriving from the stage before). The batch is cut into ``m`` micro-batches. With ``T_s`` stage
 ``s``'s forward and backward of one micro-batch plus its point-to-point sends (the activation
@@ -115,6 +116,32 @@ def balanced_stages(net: Network, stages: int) -> list[list[Layer]]:
     return out
 
 
+def block_stages(net: Network, stages: int) -> list[list[Layer]] | None:
+    """Megatron-LM's cut (Narayanan et al. SC21, section 2.2): the same number of whole repeated
+    blocks (the layers named ``block.layer``, every block the same ops) on every stage, the layers before the first block on
+    the first stage and those after the last on the last; None when the blocks do not divide evenly
+    over the stages (or there are none)."""
+    blocks: list[list[Layer]] = []
+    before, after = [], []
+    for layer in net.layers:
+        prefix = layer.name.split(".", 1)[0] if "." in layer.name else None
+        if prefix is None:
+            (after if blocks else before).append(layer)
+        elif after:
+            return None  # layers between blocks: not a plain stack
+        elif blocks and blocks[-1][0].name.split(".", 1)[0] == prefix:
+            blocks[-1].append(layer)
+        else:
+            blocks.append([layer])
+    if not blocks or len(blocks) % stages or len({tuple(layer.op for layer in b) for b in blocks}) > 1:
+        return None
+    per = len(blocks) // stages
+    out = [[layer for block in blocks[s * per:(s + 1) * per] for layer in block] for s in range(stages)]
+    out[0] = before + out[0]
+    out[-1] = out[-1] + after
+    return out
+
+
 def stage_network(net: Network, layers: list[Layer], index: int) -> tuple[Network, int]:
     """The stage as a network of its own (a tensor it reads from an earlier stage is an input),
     and the bytes per sample it receives that way."""
@@ -149,7 +176,7 @@ def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_
         raise DnnplanError(f"{micro_batches} micro-batches do not divide the batch {batch}",
                            hint="choose --micro-batches dividing --batch")
     d, mb = devices // stages, batch // micro_batches
-    cuts = balanced_stages(net, stages)
+    cuts = block_stages(net, stages) or balanced_stages(net, stages)
     nets = [stage_network(net, layers, s) for s, layers in enumerate(cuts)]
     out = []
     for s, (stage_net, _) in enumerate(nets):

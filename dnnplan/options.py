@@ -83,11 +83,23 @@ PipelineOpt = Annotated[int, typer.Option(
     "each on devices/stages devices with --strategy inside (docs/costmodel.md, Pipelines).",
     callback=within("--pipeline", 1, 4096))]
 MicroBatchesOpt = Annotated[int, typer.Option(
-    "--micro-batches", help="Micro-batches per step in a pipeline (must divide the batch).",
+    "--micro-batches", help="Micro-batches per step in a pipeline (must divide the batch): each holds "
+    "batch/M samples, split over a stage's data-parallel ranks.",
     callback=within("--micro-batches", 1, MAX_INT))]
 ScheduleOpt = Annotated[str, typer.Option(
     "--schedule", help="Pipeline schedule: 1f1b (activations of at most as many micro-batches as stages "
     "remain) or gpipe (of all of them); the same step.")]
+TensorOpt = Annotated[int, typer.Option(
+    "--tensor", "-t", help="Megatron tensor parallelism of this degree: column/row-parallel linear pairs, attention "
+    "split by heads, vocabulary-parallel embedding, LM head and loss; the rest of the devices split the batch "
+    "(docs/costmodel.md, Tensor parallelism). Inside each pipeline stage with --pipeline.",
+    callback=within("--tensor", 1, MAX_DEVICES))]
+SequenceParallelOpt = Annotated[bool, typer.Option(
+    "--sequence-parallel", help="With --tensor: split layer norm, dropout and the residual adds over the sequence "
+    "across the tensor group instead of repeating them on every device of it (Korthikanti et al. 2022).")]
+RecomputeModeOpt = Annotated[str, typer.Option(
+    "--recompute", help="Activation recomputation: none; selective (attention reruns its forward in backward); "
+    "full (every layer does, its forward collectives included, as Megatron's full recomputation).")]
 SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP, ILP for what is left), "
                                         "reduced (the same), or ilp (the plain ILP).")]
 TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds any ILP solve may take (then "

@@ -121,6 +121,9 @@ class _Runtime:
             if layer.op not in OPS:
                 raise DnnplanError(f"the executor cannot run op '{layer.op}'", layer=layer.name,
                                    hint="executable ops: " + ", ".join(sorted(OPS)))
+            if layer.op == LOSS_OP and self.strategies[layer.name].degree("C") > 1:
+                raise DnnplanError("the executor cannot run a loss split over the vocabulary (C)", layer=layer.name,
+                                   hint="give the loss a sample (N) or position (H) split")
 
     def _build(self, layer: Layer, full_w, data) -> _LayerRun:
         strat, rank, batch = self.strategies[layer.name], self.rank, self.batch

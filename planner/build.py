@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
-from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost
+from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost, recomputed_comms
 from costmodel.layer_cost import LayerEstimate, layer_estimate, passes_s
 from costmodel.layer_layouts import input_layout, local_layer, output_layout
 from costmodel.layout import Layout
@@ -41,13 +41,15 @@ def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: i
                     algorithm: str) -> LayerEstimate:
     """``layer_estimate`` for another algorithm, from one made with ``""`` or a convolution
     algorithm for the same strategy: only the compute passes, the workspace and, under
-    ``RECOMPUTE``, the op's own kept bytes depend on it (``layer_cost.passes_s``)."""
+    ``RECOMPUTE``, the op's own kept bytes and its forward collectives run again depend on it
+    (``layer_cost.passes_s``, ``recomputed_comms``)."""
     local = local_layer(layer, strat, batch)
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
     kept = base.memory.activations - (local_cost(local).activation_bytes if algorithm == RECOMPUTE else 0)
     kernel = kernel_algorithm(algorithm)
+    comms = base.comms + tuple(recomputed_comms(base.comms)) if algorithm == RECOMPUTE else base.comms
     return dataclasses.replace(
-        base, algorithm=algorithm, fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
+        base, algorithm=algorithm, fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights, comms=comms,
         memory=dataclasses.replace(base.memory, workspace=compute.workspace_bytes(local, kernel), activations=kept))
 
 

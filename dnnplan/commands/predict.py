@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import json
 
-from costmodel.compute import default_algorithms
+from costmodel.compute import recompute_algorithms
+from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
 from costmodel.pipeline import pipeline_json, predict_pipeline
 from costmodel.step import predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
 from dnnplan.options import (BatchOpt, DevicesOpt, JsonOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
-                             PipelineOpt, PrecisionOpt, ProfileOpt, ScheduleOpt, StrategyOpt, ZeroOpt)
+                             PipelineOpt, PrecisionOpt, ProfileOpt, RecomputeModeOpt, ScheduleOpt,
+                             SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.render import tables
 from planner.plan_file import is_plan_file, read_plan
 from profiler import context
+from networks.errors import DnnplanError
+from networks.ir import Network
 from profiler.context import Context
 
 
 def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
             batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
             precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0,
+            tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False,
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
-            as_json: JsonOpt = False) -> None:
+            recompute: RecomputeModeOpt = "none", as_json: JsonOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -29,18 +34,34 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
     The step is forward + backward + gradient synchronisation + update with no overlap
-    (docs/costmodel.md). With --pipeline S the layers are cut into S stages run as a pipeline of
-    --micro-batches, --strategy applying inside each stage.
+    (docs/costmodel.md). With --tensor T each layer takes its Megatron split over groups of T
+    devices and the data split over the rest. With --pipeline S the layers are cut into S stages
+    run as a pipeline of --micro-batches, --strategy or --tensor applying inside each stage.
+
+    Each of M micro-batches holds batch/M samples, split over a stage's data-parallel ranks.
+    GPT-3 175B as Narayanan et al. (SC21, Table 2) ran it on 1536 GPUs, tensor 8 x pipeline 12 x
+    data 16, micro-batches of one sample:
+    dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --tensor 8
+    --pipeline 12 --micro-batches 96 --recompute full --machine dgx-a100
     """
     if is_plan_file(network):
         return predict_plan(network, profile, as_json)
+    if (tensor > 1 or sequence_parallel) and strategy != "data":
+        raise DnnplanError("--tensor and --strategy both give the layers' splits",
+                           hint="give one: --tensor T splits the batch over the devices it leaves")
     opt = Optimizer(optimizer, zero)
     ctx = context.resolve(network, devices, batch, machine, profile, precision=precision)
+    algorithms = recompute_algorithms(ctx.network, recompute)
+
+    def strategies_of(net: Network, ranks: int, batch: int):
+        if tensor > 1 or sequence_parallel:
+            return megatron_strategies(net, ranks, batch, tensor, sequence_parallel)
+        return uniform_strategies(net, ranks, batch, strategy)
+
     if pipeline > 1 or micro_batches > 1:
-        return predict_pipelined(ctx, strategy, opt, pipeline, micro_batches, schedule, as_json)
-    strategies, fallbacks = uniform_strategies(ctx.network, devices, ctx.batch, strategy)
-    pred = predict_step(ctx.network, ctx.batch, strategies, default_algorithms(ctx.network), ctx.machine,
-                        ctx.compute, opt)
+        return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json)
+    strategies, fallbacks = strategies_of(ctx.network, devices, ctx.batch)
+    pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute, opt)
     if as_json:
         out = prediction_json(pred)
         out["fallbacks"] = [f.__dict__ for f in fallbacks]
@@ -49,19 +70,26 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
         tables.prediction_table(pred, fallbacks)
 
 
-def predict_pipelined(ctx: Context, strategy: str, opt: Optimizer, stages: int, micro_batches: int, schedule: str,
-                      as_json: bool) -> None:
+def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], opt: Optimizer, stages: int,
+                      micro_batches: int, schedule: str, as_json: bool) -> None:
     """`dnnplan predict NET --pipeline S --micro-batches M`: each stage on its ranks with the
-    uniform strategy (costmodel.pipeline)."""
+    uniform or Megatron strategies (costmodel.pipeline)."""
+    fallbacks = []
+
     def stage(net, ranks: int, micro: int):
-        strategies, _ = uniform_strategies(net, ranks, micro, strategy)
-        return predict_step(net, micro, strategies, default_algorithms(net), ctx.machine, ctx.compute, opt)
+        strategies, fell = strategies_of(net, ranks, micro)
+        fallbacks.extend(fell)
+        return predict_step(net, micro, strategies, algorithms, ctx.machine, ctx.compute, opt)
 
     pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, schedule, ctx.machine, stage)
     if as_json:
-        print(json.dumps(pipeline_json(pred)))
-    else:
-        tables.pipeline_table(pred)
+        print(json.dumps({**pipeline_json(pred), "fallbacks": [f.__dict__ for f in fallbacks]}))
+        return
+    tables.pipeline_table(pred)
+    if fallbacks:
+        f = fallbacks[0]
+        tables.console.print(f"{len(fallbacks)} layer(s) could not take their split and run data parallel instead, "
+                             f"first {f.layer} ({f.wanted}: {f.reason})")
 
 
 def predict_plan(path: str, profile: str | None, as_json: bool) -> None:

@@ -2,7 +2,8 @@
 
 Input (S, D) -> output (S, D). Weights: the fused query/key/value projection (3, D, D) with bias
 (3, D), and the output projection (D, D) with bias (D,), i.e. 4*D^2 + 4*D parameters.
-Work per sample: 3*S*D^2 (projections in) + 2*S^2*D (scores and weighted sum) + S*D^2 (out).
+Work per sample: 3*S*D^2 (projections in) + 2*S^2*D (scores and weighted sum) + S*D^2 (out);
+backward-data twice the core's (four GEMMs against two).
 Splitting heads (F) is Megatron-style: the input projection is column-parallel (input gradients
 are partial sums), the output projection row-parallel (the output is a partial sum). Splitting the
 sequence (H) gathers keys and values over the group.
@@ -56,8 +57,10 @@ def costs(p, in_shapes, out_shape, n, itemsize):
     kept = 4 * rows * d_l * itemsize + soft * itemsize
     wbytes = (4 * d * d_l + 3 * d_l + d) * itemsize
     return LayerCost(
-        flops=(2 * (proj + core) + 5 * soft + bias, 2 * (proj + core) + 5 * soft, 2 * proj + bias),
-        work=(proj + core + soft, proj + core + soft, proj),
+        # backward-data: the projections' input gradients and four GEMMs of the core (the
+        # gradients of v, of the probabilities, of q and of k), twice the forward's two
+        flops=(2 * (proj + core) + 5 * soft + bias, 2 * proj + 4 * core + 5 * soft, 2 * proj + bias),
+        work=(proj + core + soft, proj + 2 * core + soft, proj),
         depth=(clog2(d) + clog2(s_k) + clog2(dh), clog2(d_l) + clog2(s_k) + clog2(dh), clog2(rows)),
         bytes_read=(act + wbytes, 5 * act + wbytes, 5 * act),
         bytes_written=(act + kept, act, wbytes),

@@ -76,12 +76,14 @@ class ExtraComm:
 
     ``elems`` counts elements per rank of the local block: ``"channels"`` means ``factor`` times
     the local channel count (batch-norm statistics), ``"output"`` means ``factor`` times the local
-    output block (attention keys and values gathered over a split sequence).
+    output block (attention keys and values gathered over a split sequence), ``"rows"`` means
+    ``factor`` times the local rows of the first input, all axes but the last (the per-token
+    numbers of a vocabulary-parallel loss).
     """
 
     phase: str  # "fwd" or "bwd"
     collective: str  # "allreduce", "allgather", "reduce_scatter"
-    per: str  # "channels" or "output"
+    per: str  # "channels", "output" or "rows"
     factor: float
 
 

@@ -57,11 +57,14 @@ def linear_splits(p, in_shapes, out_shape):
     out = [DimSplit("N", 0, (0,), 0, partial_weight_grad=wts)]
     if len(x) == 2:
         out.append(DimSplit("H", x[0], (1,), 1, partial_weight_grad=wts))
+    bias_axes = (("bias", 0),) if p["bias"] else ()
     if not p["tied_to"]:
         out.append(DimSplit("C", x[-1], (last,), None, weight_axes=(("weight", 1),), partial_out=True,
                             partial_weight_grad=("bias",) if p["bias"] else ()))
-        f_axes = (("weight", 0), ("bias", 0)) if p["bias"] else (("weight", 0),)
-        out.append(DimSplit("F", p["features"], (None,), last, weight_axes=f_axes, partial_in_grad=True))
+        out.append(DimSplit("F", p["features"], (None,), last, weight_axes=(("weight", 0),) + bias_axes,
+                            partial_in_grad=True))
+    else:  # a tied LM head split over the vocabulary uses the matching rows of the embedding's table
+        out.append(DimSplit("F", p["features"], (None,), last, weight_axes=bias_axes, partial_in_grad=True))
     return tuple(out)
 
 
@@ -105,8 +108,13 @@ def emb_costs(p, in_shapes, out_shape, n, itemsize):
 def emb_splits(p, in_shapes, out_shape):
     wts = tuple(emb_weights(p, in_shapes))
     f_axes = tuple((w, 1) for w in wts)
+    # C: Megatron's vocabulary-parallel embedding. Each rank holds a slice of the token table, looks
+    # up the tokens that fall in it (zeros elsewhere), and the partial outputs are all-reduced. The
+    # position table stays whole: its gradient comes from the all-reduced output gradient, the same
+    # on every rank of the group, so it needs no sum.
     return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts),
             DimSplit("H", in_shapes[0][0], (1,), 1, partial_weight_grad=wts),
+            DimSplit("C", p["vocab"], (None,), None, weight_axes=(("tokens", 0),), partial_out=True),
             DimSplit("F", p["dim"], (None,), 2, weight_axes=f_axes))
 
 

@@ -5,7 +5,7 @@ samples or positions leaves partial sums that are all-reduced (one element)."""
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, LayerCost, OpDef, clog2, need_float, need_rank, no_weights,
+from networks.ops.base import (DimSplit, ExtraComm, LayerCost, OpDef, clog2, need_float, need_rank, no_weights,
                                prod)
 
 
@@ -25,9 +25,14 @@ def costs(p, in_shapes, out_shape, n, itemsize):
 
 
 def splits(p, in_shapes, out_shape):
+    """N and H leave partial sums of the loss. C splits the vocabulary of sequence logits (Megatron's
+    vocabulary-parallel cross-entropy, Shoeybi et al. 2019, section 3): each rank holds a slice of
+    every row's logits, and three all-reduces of one number a row (the row maximum, the sum of
+    exponentials, the label's logit) give every rank the whole loss."""
     out = [DimSplit("N", 0, (0,), None, partial_out=True)]
     if len(in_shapes[0]) == 2:
         out.append(DimSplit("H", in_shapes[0][0], (1,), None, partial_out=True))
+        out.append(DimSplit("C", in_shapes[0][1], (2,), None, extra=(ExtraComm("fwd", "allreduce", "rows", 3),)))
     return tuple(out)
 
 

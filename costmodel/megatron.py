@@ -1,0 +1,72 @@
+"""Megatron-LM's tensor parallelism as per-layer strategies (pure; docs/costmodel.md, "Tensor parallelism").
+
+Shoeybi et al. 2019 (arXiv 1909.08053), section 3, split a transformer over a tensor group of ``t``
+devices in pairs: a column-parallel layer (the MLP's first linear, attention's query/key/value by
+heads) needs its input whole and leaves its output split over features, the pointwise ops after it
+keep the split, and the row-parallel layer that follows (the MLP's second linear, attention's
+output projection) contracts the split features and all-reduces its partial output. The embedding
+and the LM head split the vocabulary, and the loss is computed on the vocabulary slices.
+
+Here that is a layout of degrees for the existing layer model, so the layout algebra prices every
+change between them: attention F=t (heads; its two projections are the column/row pair inside the
+op), linear F=t (column) unless its input arrives split over features, then C=t (row), pointwise
+ops on a feature-split input C=t, embedding and loss C=t (vocabulary), a tied head F=t. The
+remaining ops (layer norm, dropout, residual add) run replicated over the tensor group or, with
+``sequence_parallel`` (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.2), split over the
+sequence (H=t). All layers split the batch over the ``p / t`` data-parallel replicas (N).
+"""
+
+from __future__ import annotations
+
+from costmodel.layer_layouts import check_fits
+from costmodel.strategy import Strategy, make_strategy
+from costmodel.uniform import Fallback, data_strategy
+from networks.errors import DnnplanError
+from networks.ir import Layer, Network
+
+POINTWISE_OPS = ("relu", "gelu", "dropout", "add")
+VOCABULARY_OPS = ("embedding", "softmax_cross_entropy")
+
+
+def _wanted(layer: Layer, split_in: bool, sequence_parallel: bool) -> tuple[str | None, bool]:
+    """(tensor dimension for this layer or None, whether its output is split over features)."""
+    if layer.op == "attention":
+        return "F", False
+    if layer.op == "linear":
+        if dict(layer.params).get("tied_to"):
+            return "F", True
+        return ("C", False) if split_in else ("F", True)
+    if layer.op in VOCABULARY_OPS:
+        return "C", False
+    if layer.op in POINTWISE_OPS and split_in:
+        return "C", True
+    return ("H" if sequence_parallel else None), False
+
+
+def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
+                        sequence_parallel: bool = False) -> tuple[dict[str, Strategy], list[Fallback]]:
+    """Each layer's strategy under ``tensor``-way Megatron tensor parallelism and ``p / tensor``-way
+    data parallelism; layers that cannot take theirs fall back to data parallelism (reported)."""
+    if tensor < 1 or p % tensor:
+        raise DnnplanError(f"the tensor-parallel degree {tensor} does not divide {p} devices",
+                           hint="give --tensor a divisor of --devices")
+    data = p // tensor
+    split_out: dict[str, bool] = {}
+    out: dict[str, Strategy] = {}
+    fallbacks: list[Fallback] = []
+    for layer in net.layers:
+        split_in = any(split_out.get(src, False) for src in layer.inputs)
+        dim, splits_features = _wanted(layer, split_in, sequence_parallel)
+        degrees = {"N": data} if data > 1 else {}
+        if dim and tensor > 1:
+            degrees[dim] = tensor
+        want = make_strategy(p, degrees)
+        why = check_fits(layer, want, batch)
+        if why is None:
+            out[layer.name] = want
+            split_out[layer.name] = splits_features and tensor > 1
+            continue
+        out[layer.name] = data_strategy(layer, p, batch)
+        split_out[layer.name] = False
+        fallbacks.append(Fallback(layer.name, want.label, out[layer.name].label, why))
+    return out, fallbacks
