@@ -21,6 +21,7 @@ from costmodel.kernel_calls import (DEFAULT_CONV_ALGORITHM, KernelCall, attentio
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import Machine
 from costmodel.precision import matmul_peak
+from networks.analysis import block_of
 from networks.errors import DnnplanError
 from networks.ir import DTYPE_BYTES, Network
 from networks.ops.base import LayerCost, prod
@@ -52,12 +53,12 @@ def recompute_algorithms(net: Network, mode: str) -> dict[str, str]:
     if mode not in RECOMPUTE_MODES:
         raise DnnplanError(f"unknown recomputation '{mode}'", hint="use " + ", ".join(RECOMPUTE_MODES))
     out = default_algorithms(net)
-    blocked = any("." in layer.name for layer in net.layers)
+    blocked = any(block_of(layer) for layer in net.layers)
     for layer in net.layers:
         if layer.op in ("conv2d", "softmax_cross_entropy"):
             continue
         if (mode == "selective" and layer.op == "attention") or \
-                (mode == "full" and ("." in layer.name or not blocked)):
+                (mode == "full" and (block_of(layer) or not blocked)):
             out[layer.name] = RECOMPUTE
     return out
 

@@ -23,8 +23,9 @@ from costmodel.strategy import Strategy, make_strategy
 from costmodel.uniform import Fallback, data_strategy
 from networks.errors import DnnplanError
 from networks.ir import Layer, Network
+from networks.ops.catalogue import OPS
+from networks.ops.pointwise import pointwise_splits
 
-POINTWISE_OPS = ("relu", "gelu", "dropout", "add")
 VOCABULARY_OPS = ("embedding", "softmax_cross_entropy")
 
 
@@ -38,7 +39,7 @@ def _wanted(layer: Layer, split_in: bool, sequence_parallel: bool) -> tuple[str 
         return ("C", False) if split_in else ("F", True)
     if layer.op in VOCABULARY_OPS:
         return "C", False
-    if layer.op in POINTWISE_OPS and split_in:
+    if OPS[layer.op].splits is pointwise_splits and split_in:  # relu, gelu, dropout, add
         return "C", True
     return ("H" if sequence_parallel else None), False
 

@@ -26,7 +26,7 @@ from typing import Callable
 
 from costmodel.machine import Machine
 from costmodel.step import StepPrediction
-from networks.analysis import layer_cost
+from networks.analysis import block_of, layer_cost
 from networks.errors import DnnplanError
 from networks.ir import DTYPE_BYTES, InputSpec, Layer, Network
 from networks.ops.base import prod
@@ -124,12 +124,12 @@ def block_stages(net: Network, stages: int) -> list[list[Layer]] | None:
     blocks: list[list[Layer]] = []
     before, after = [], []
     for layer in net.layers:
-        prefix = layer.name.split(".", 1)[0] if "." in layer.name else None
-        if prefix is None:
+        block = block_of(layer)
+        if block is None:
             (after if blocks else before).append(layer)
         elif after:
             return None  # layers between blocks: not a plain stack
-        elif blocks and blocks[-1][0].name.split(".", 1)[0] == prefix:
+        elif blocks and block_of(blocks[-1][0]) == block:
             blocks[-1].append(layer)
         else:
             blocks.append([layer])

@@ -79,8 +79,9 @@ RecomputeOpt = Annotated[bool, typer.Option(
     "pooling, the loss) run their forward again in backward instead, where memory needs it (docs/costmodel.md, "
     "Recomputation). The executor runs no recomputation: plan with --no-recompute to execute.")]
 PipelineOpt = Annotated[int, typer.Option(
-    "--pipeline", help="Pipeline stages: the layers cut into this many contiguous stages of about equal FLOPs, "
-    "each on devices/stages devices with --strategy inside (docs/costmodel.md, Pipelines).",
+    "--pipeline", help="Pipeline stages: the layers cut into this many contiguous stages, of equal numbers of "
+    "whole blocks where the blocks divide evenly, else of about equal FLOPs, each on devices/stages devices with "
+    "--strategy or --tensor inside (docs/costmodel.md, Pipelines).",
     callback=within("--pipeline", 1, 4096))]
 MicroBatchesOpt = Annotated[int, typer.Option(
     "--micro-batches", help="Micro-batches per step in a pipeline (must divide the batch): each holds "

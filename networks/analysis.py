@@ -20,6 +20,12 @@ def layer_splits(layer: Layer) -> dict[str, DimSplit]:
     return {s.dim: s for s in OPS[layer.op].splits(layer.p, layer.in_shapes, layer.out_shape)}
 
 
+def block_of(layer: Layer) -> str | None:
+    """The repeated-block instance a layer belongs to: the name spec expansion put before its first
+    dot (``h3`` for ``h3.attn``, networks.spec_expand), or None for a layer outside every block."""
+    return layer.name.split(".", 1)[0] if "." in layer.name else None
+
+
 def consumers(net: Network) -> dict[str, int]:
     """Layer name -> how many input slots of the network's layers read its output (a layer that
     reads the same tensor twice counts twice; network inputs are not layers and are left out)."""
