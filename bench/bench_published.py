@@ -15,6 +15,7 @@ prints them: the shipped machines carry these values (docs/VALIDATION.md).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -79,13 +80,31 @@ def terms_of(row: Row, machine: Machine):
     return step_terms(machine, predict, tf32=prec.matmul == "tf32")
 
 
+def megatron():
+    """bench/bench_megatron.py as a module: its calibration rows are fitted with these."""
+    spec = importlib.util.spec_from_file_location("bench_megatron", Path(__file__).parent / "bench_megatron.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def calibration_data(rows: list[Row], effs: dict[str, float]) -> list[tuple]:
+    """(step terms, published step seconds) of every calibration row: this file's ResNet-50 rows
+    and bench_megatron.py's Megatron-LM ones, priced with ``effs``."""
+    data = [(terms_of(r, with_efficiencies(load_machine(r.machine), effs)), r.gpus * r.batch_per_gpu / r.published)
+            for r in rows if r.set == "calibration"]
+    mega = megatron()
+    return data + [(mega.terms_of(r, with_efficiencies(load_machine(mega.MACHINE), effs)), mega.published_s(r))
+                   for r in mega.load_rows() if r["set"] == "calibration"]
+
+
 def calibrate(rows: list[Row]) -> dict[str, float]:
-    """Efficiencies fitted on the calibration rows: fit, re-choose the algorithms, fit again."""
+    """Efficiencies fitted on the calibration rows, ResNet-50's here and Megatron-LM's
+    (bench_megatron.py): fit, re-choose the convolution algorithms, fit again."""
     effs = {k: DEFAULT_EFFICIENCY for k in EFFICIENCY_CLASSES}  # the same start always, not the shipped values
     for _ in range(4):
-        data = [(terms_of(r, with_efficiencies(load_machine(r.machine), effs)),
-                 r.gpus * r.batch_per_gpu / r.published) for r in rows if r.set == "calibration"]
-        new = fit_efficiencies(data, effs)
+        new = fit_efficiencies(calibration_data(rows, effs), effs)
         if new == effs:
             break
         effs = new

@@ -54,10 +54,52 @@ def step_terms(machine: Machine, predict: Callable[[Roofline], float], tf32: boo
     """The terms of ``predict(compute_model)`` (a predicted step in seconds) on ``machine``."""
     model = RecordingRoofline(machine, tf32=tf32)
     total = predict(model)
-    calls = model.calls
-    flops = np.array([c[0] for c in calls])
-    nbytes = np.array([c[1] for c in calls])
-    peak = np.array([c[2] for c in calls])
+    return _terms(machine, model.calls, total)
+
+
+@dataclass(frozen=True)
+class PipelineTerms:
+    """A pipelined step (costmodel.pipeline) as priced terms: per stage, the terms of one
+    micro-batch (``micro``: forward, backward, sends) and of the once-a-step part (``once``: gradient
+    sync and update), combined as the pipeline combines them,
+    ``sum_s T_s + (m - 1) max_s T_s + max_s once_s``."""
+
+    micro: tuple[StepTerms, ...]
+    once: tuple[StepTerms, ...]
+    micro_batches: int
+
+    @property
+    def kind(self) -> np.ndarray:
+        return np.concatenate([t.kind for t in self.micro + self.once])
+
+
+@dataclass(frozen=True)
+class StageRecorder(RecordingRoofline):
+    """A :class:`RecordingRoofline` that keeps the kernels of the optimiser update
+    (:meth:`Roofline.update_s`, once a step) apart from the rest (every micro-batch)."""
+
+    once_calls: list = field(default_factory=list, compare=False, hash=False)
+
+    def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
+        start = len(self.calls)
+        out = super().update_s(weight_elems, itemsize, slots)
+        self.once_calls.extend(self.calls[start:])
+        del self.calls[start:]
+        return out
+
+
+def pipeline_terms(machine: Machine, stages: Sequence[tuple[StageRecorder, float, float]], micro_batches: int
+                   ) -> PipelineTerms:
+    """The terms of a pipelined step from each stage's recorder (which priced that stage alone),
+    its predicted seconds per micro-batch (T_s) and once a step (sync and update)."""
+    return PipelineTerms(tuple(_terms(machine, r.calls, t) for r, t, _ in stages),
+                         tuple(_terms(machine, r.once_calls, t) for r, _, t in stages), micro_batches)
+
+
+def _terms(machine: Machine, calls: list, total: float) -> StepTerms:
+    flops = np.array([c[0] for c in calls], dtype=float)
+    nbytes = np.array([c[1] for c in calls], dtype=float)
+    peak = np.array([c[2] for c in calls], dtype=float)
     kind = np.array([EFFICIENCY_CLASSES.index(c[3]) for c in calls], dtype=np.int64)
     bandwidth = machine.device.mem_bandwidth_bytes_per_s
     effs = np.array([machine.device.efficiency_of(k) for k in EFFICIENCY_CLASSES])
@@ -70,19 +112,22 @@ def _kernels_s(flops, nbytes, peak, kind, bandwidth, effs) -> np.ndarray:
     return np.maximum(flops / (peak * effs[kind]), nbytes / (bandwidth * memory))
 
 
-def step_s(terms: StepTerms, efficiencies: dict[str, float]) -> float:
+def step_s(terms: StepTerms | PipelineTerms, efficiencies: dict[str, float]) -> float:
     """The step of ``terms`` priced with ``efficiencies`` (one per :data:`EFFICIENCY_CLASSES`)."""
+    if isinstance(terms, PipelineTerms):
+        t = [step_s(x, efficiencies) for x in terms.micro]
+        return sum(t) + (terms.micro_batches - 1) * max(t) + max(step_s(x, efficiencies) for x in terms.once)
     effs = np.array([efficiencies[k] for k in EFFICIENCY_CLASSES])
     return terms.rest_s + float(_kernels_s(terms.flops, terms.nbytes, terms.peak, terms.kind, terms.bandwidth,
                                            effs).sum())
 
 
-def squared_log_error(rows: Sequence[tuple[StepTerms, float]], efficiencies: dict[str, float]) -> float:
+def squared_log_error(rows: Sequence[tuple[StepTerms | PipelineTerms, float]], efficiencies: dict[str, float]) -> float:
     """Mean over ``(terms, measured step seconds)`` of log(predicted / measured) squared."""
     return float(np.mean([np.log(step_s(t, efficiencies) / measured) ** 2 for t, measured in rows]))
 
 
-def fit_efficiencies(rows: Sequence[tuple[StepTerms, float]], start: dict[str, float] | None = None,
+def fit_efficiencies(rows: Sequence[tuple[StepTerms | PipelineTerms, float]], start: dict[str, float] | None = None,
                      rounds: int = 20) -> dict[str, float]:
     """The efficiencies on :data:`GRID` that minimise :func:`squared_log_error` over ``rows``,
     by coordinate descent from ``start`` (ties: the larger efficiency, the more conservative

@@ -142,8 +142,9 @@ class ComputeModel(Protocol):
 
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float: ...
 
-    def update_s(self, weight_elems: int, itemsize: int) -> float:
-        """The optimiser step on ONE weight tensor of ``weight_elems`` elements."""
+    def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
+        """The optimiser step on ONE weight tensor of ``weight_elems`` elements, keeping ``slots``
+        float32 values of state per weight (momentum 1, Adam 2)."""
         ...
 
     def copy_s(self, elems: int, run: int, dtype: str, accumulate: bool) -> float:
@@ -209,6 +210,16 @@ def conv_workspace_bytes(local: LocalLayer, algorithm: str) -> int:
     return 0
 
 
+def update_bytes(itemsize: int, slots: int) -> int:
+    """Bytes the optimiser step moves per weight with ``slots`` float32 state values (momentum 1,
+    Adam 2). In full precision it reads the weight, its gradient and each state value and writes the
+    weight and the state: (3 + 2 slots) x itemsize. In mixed precision (16-bit ``itemsize``) the
+    float32 master weight and the state are read and written, the 16-bit gradient read and the
+    16-bit weight copy written: 8 + 8 slots + 2 x itemsize (SGD with momentum 16 + 2 x itemsize,
+    Adam 24 + 2 x itemsize)."""
+    return (3 + 2 * slots) * itemsize if itemsize >= 4 else 8 + 8 * slots + 2 * itemsize
+
+
 @dataclass(frozen=True)
 class Roofline:
     """Datasheet roofline: time = max(FLOPs / (peak x e_arith), bytes / (bandwidth x e_memory)).
@@ -262,12 +273,9 @@ class Roofline:
                 total += self._time(flops, nbytes, key, kind) if gemm else self._time(flops, nbytes)
         return total
 
-    def update_s(self, weight_elems: int, itemsize: int) -> float:
-        # SGD with momentum: read weight, gradient, momentum; write weight and momentum. In mixed
-        # precision (16-bit ``itemsize``) the float32 master and momentum are read and written and
-        # the 16-bit gradient read and weight copy written: 4 x 4 + 2 x itemsize bytes a weight.
-        per = 5 * itemsize if itemsize >= 4 else 16 + 2 * itemsize
-        return self._time(3 * weight_elems, per * weight_elems) if weight_elems else 0.0
+    def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
+        return self._time(3 * max(slots, 1) * weight_elems, update_bytes(itemsize, slots) * weight_elems) \
+            if weight_elems else 0.0
 
     def copy_s(self, elems: int, run: int, dtype: str, accumulate: bool) -> float:
         if elems <= 0:

@@ -214,8 +214,8 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
-        update_s=sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize)
-                     for n, shape in wshapes.items()),
+        update_s=sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize,
+                                      opt.slots) for n, shape in wshapes.items()),
         comms=tuple(comms), memory=memory,
         grad_sum_s=sum(compute.call_s(c) for c in grad_sum_calls(local, consumers)),
         dispatch_s=dispatch_time(compute, local, kernel, consumers))
@@ -223,10 +223,12 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
 
 def passes_s(compute: ComputeModel, local: LocalLayer, algorithm: str) -> tuple[float, float, float]:
     """(forward, backward-data, backward-weights) compute of a layer's shard with ``algorithm``;
-    under ``RECOMPUTE`` backward first runs the forward again."""
+    under ``RECOMPUTE`` backward first runs the forward again (priced again: each run of a kernel
+    is one call to ``compute``, so a recording model sees both)."""
     kernel = kernel_algorithm(algorithm)
     fwd = compute.pass_s(local, "fwd", kernel)
-    bwd_data = compute.pass_s(local, "bwd_data", kernel) + (fwd if algorithm == RECOMPUTE else 0.0)
+    again = compute.pass_s(local, "fwd", kernel) if algorithm == RECOMPUTE else 0.0
+    bwd_data = compute.pass_s(local, "bwd_data", kernel) + again
     bwd_weights = compute.pass_s(local, "bwd_weights", kernel) if local.layer.has_weight_grad else 0.0
     return fwd, bwd_data, bwd_weights
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from costmodel.compute import ComputeModel
+from costmodel.compute import ComputeModel, update_bytes
 from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, dtype_for_itemsize, kernel_calls, reshard_copy_call,
                                     shape_fields, split_key)
 from costmodel.layer_cost import dispatch_time, pass_bytes
@@ -181,13 +181,14 @@ class ProfiledCompute:
             return self.fallback.pass_s(local, pass_, algorithm) if local.layer.op == "embedding" else 0.0
         return sum(self.lookup(c).seconds for c in calls)
 
-    def update_s(self, weight_elems: int, itemsize: int) -> float:
-        """The profiled SGD-with-momentum kernel on one weight tensor of ``weight_elems``."""
+    def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
+        """The profiled SGD-with-momentum kernel on one weight tensor of ``weight_elems``; another
+        optimiser's step takes it in proportion to the bytes it moves (compute.update_bytes)."""
         if weight_elems <= 0:
             return 0.0
         dtype = dtype_for_itemsize(itemsize)
         call = KernelCall("sgd.update", (weight_elems,), dtype, "", 3 * weight_elems, 5 * weight_elems * itemsize)
-        return self.lookup(call).seconds
+        return self.lookup(call).seconds * update_bytes(itemsize, slots) / update_bytes(itemsize, 1)
 
     def copy_s(self, elems: int, run: int, dtype: str, accumulate: bool) -> float:
         """The profiled block copy (``kernels.reshard``) of ``elems`` in runs of ``run``."""

@@ -131,3 +131,19 @@ def test_no_planned_step_beats_its_flops_at_peak(name, precision):
     kind = next(matmul_peak(layer, get_precision(precision).matmul == "tf32")[1] for layer in net.layers
                 if layer.op in MATMUL_OPS)
     assert 0 < plan.mfu <= machine.device.efficiency_of(kind) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("itemsize, slots, counted", [
+    (4, 1, 4 + 4 + 4 + 4 + 4),            # fp32 SGD with momentum: weight r/w, gradient, momentum r/w
+    (4, 2, 4 + 4 + 4 + 2 * (4 + 4)),      # fp32 Adam: and two moments r/w
+    (2, 1, 2 + 2 + 4 + 4 + 4 + 4),        # mixed: 16-bit gradient in, 16-bit weight out, fp32 master, momentum
+    (2, 2, 2 + 2 + 4 + 4 + 2 * (4 + 4)),  # mixed Adam: 28 bytes a weight
+])
+def test_the_optimiser_step_moves_every_byte_its_state_needs(itemsize, slots, counted):
+    """Adam's update is priced with both of its moments read and written, never as SGD's."""
+    roof = Roofline(load_machine("dgx-a100"))
+    elems = 10 ** 8
+    floor = counted * elems / roof.machine.device.mem_bandwidth_bytes_per_s
+    assert roof.update_s(elems, itemsize, slots) >= floor
+    assert roof.update_s(elems, itemsize, slots) == pytest.approx(
+        floor / roof.machine.device.efficiency_of("memory"))
