@@ -132,6 +132,26 @@ FreshOpt = Annotated[bool, typer.Option("--fresh-profile", help="Machine `local`
                                         "model's structure, not a prediction made before the run).")]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also run the step on one process on the whole batch and "
                                         "compare loss and every weight gradient.")]
+ValidateNetworkArg = Annotated[Optional[str], typer.Argument(
+    help="A zoo network name (see `dnnplan networks`) or a path to a network spec YAML (docs/network-spec.md); "
+         "may be left out with --quick \\[default with --quick: lenet5].", show_default=False)]
+ValidateRanksOpt = Annotated[Optional[int], typer.Option(
+    "--ranks", "-n", help="MPI ranks to run on; required unless --quick \\[default with --quick: 2, or 1 on a "
+    "one-core computer].", callback=within("--ranks", 1, MAX_DEVICES))]
+QuickValidateOpt = Annotated[bool, typer.Option(
+    "--quick", help="A small validate that takes well under a minute, to see the loop work end to end: lenet5, "
+    "2 ranks, batch 8, 3 timed steps after 1 warm-up, each plan run twice (--repeats 2). The network and any "
+    "option given on the command line win over the preset.")]
+RepeatsOpt = Annotated[int, typer.Option(
+    "--repeats", help="Run each plan this many times, interleaved (A B C, then C B A, ...) so a drift of the "
+    "machine's speed falls on every plan alike; each plan reports its median step error and their range, and "
+    "the summary's noise_floor says how far repeats of one plan differ: errors below it are noise.",
+    callback=within("--repeats", 1, 1000))]
+ReportDirOpt = Annotated[Optional[str], typer.Option(
+    "--report", help="Write a report a person reads to this folder (created if missing; its parent must "
+    "exist): report.md (settings, a table per plan of predicted against measured step, layers and memory, "
+    "and how to read it), summary.json, and PNG figures of step, per-layer and memory error (needs the plot "
+    "extra, matplotlib). An earlier report there is replaced only with --force.")]
 CheckEachOpt = Annotated[bool, typer.Option("--check/--no-check", help="Check each plan's numerics against one "
                                             "process.")]
 

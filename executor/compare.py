@@ -16,7 +16,7 @@ slower than predicted. It is ``None`` where the prediction is zero (nothing to c
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from costmodel.step import StepPrediction
 from executor.timers import PHASES, WORK_PHASES
@@ -44,6 +44,7 @@ class Measured:
     step_min_s: float
     step_max_s: float
     layers: tuple[LayerTimes, ...]
+    peak_bytes: int | None = None  # the largest rank's peak of the arrays it held in a step (executor.memory)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,14 @@ class Comparison:
     predicted: tuple[LayerTimes, ...]
     errors: tuple[LayerError, ...]
     step_rel: float | None
+    predicted_peak_bytes: int | None = None  # the prediction's memory peak per device
+
+    @property
+    def memory_rel(self) -> float | None:
+        """Measured peak memory against predicted, minus 1 (None when either is missing)."""
+        if self.predicted_peak_bytes is None or self.measured.peak_bytes is None:
+            return None
+        return rel_error(self.measured.peak_bytes, self.predicted_peak_bytes)
 
     @property
     def predicted_outside_s(self) -> float:
@@ -114,13 +123,14 @@ def compare(predicted: tuple[LayerTimes, ...], predicted_step_s: float, measured
             rel_error(m.total_s, p.total_s)))
     ordered = tuple(by_name.get(p.name, LayerTimes(p.name, {ph: 0.0 for ph in PHASES})) for p in predicted)
     measured = Measured(measured.ranks, measured.steps, measured.step_s, measured.step_min_s,
-                        measured.step_max_s, ordered)
+                        measured.step_max_s, ordered, measured.peak_bytes)
     return Comparison(predicted_step_s, measured, predicted, tuple(errors),
                       rel_error(measured.step_s, predicted_step_s))
 
 
 def compare_prediction(pred: StepPrediction, measured: Measured) -> Comparison:
-    return compare(predicted_layers(pred), pred.step_s, measured)
+    return replace(compare(predicted_layers(pred), pred.step_s, measured),
+                   predicted_peak_bytes=int(pred.memory_peak_bytes))
 
 
 def _layer_json(lt: LayerTimes) -> dict:
@@ -140,4 +150,7 @@ def comparison_json(plan_path: str, cmp: Comparison, check) -> dict:
         "check": None if check is None else {"passed": bool(check.passed),
                                              "worst_rel_error": float(check.worst_rel_error),
                                              "worst_tensor": str(check.worst_tensor)},
+        "predicted_peak_bytes": cmp.predicted_peak_bytes,
+        "measured_peak_bytes": cmp.measured.peak_bytes,
+        "memory_rel": cmp.memory_rel,
     }

@@ -38,6 +38,7 @@ from costmodel.strategy import Strategy
 from executor.check import CheckResult, run_check
 from executor.comm import GroupComms, allreduce_, reshard, reshard_plan, wait_for
 from executor.init import init_weights, make_inputs, make_labels, take
+from executor.memory import held_bytes, traced_peak_bytes
 from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
 from executor.ops.norm import STAT_DIMS
@@ -56,12 +57,14 @@ LOSS_OP = "softmax_cross_entropy"
 class RunResult:
     """``loss``: the first step's loss (initial weights, the one the check compares);
     ``losses``: every executed step's loss in order, warm-up first; ``step_s``: this rank's wall
-    time of each timed step; ``check``: the comparison with the reference, when asked for."""
+    time of each timed step; ``check``: the comparison with the reference, when asked for;
+    ``peak_bytes``: this rank's peak memory in the memory step (executor.memory)."""
 
     loss: float
     losses: list[float]
     step_s: list[float]
     check: CheckResult | None = None
+    peak_bytes: int | None = None  # this rank's peak of the arrays it held in a step (executor.memory)
 
 
 @dataclass
@@ -242,10 +245,28 @@ class _Runtime:
         self.timers.end_step()
         return loss, kept
 
+    def held(self) -> list[np.ndarray]:
+        """The arrays this rank keeps from one step to the next."""
+        out = list(self.input_blocks.values())
+        for run in self.runs:
+            out += list(run.ctx.weights.values()) + list(run.momentum.values())
+            if run.ctx.labels is not None:
+                out.append(run.ctx.labels)
+        return out
+
+    def memory_step(self, index: int, lr: float, momentum: float) -> int:
+        """Run step ``index`` once more under ``tracemalloc`` and return this rank's peak bytes
+        (executor.memory); its times are dropped, so it never counts as a timed step."""
+        self.comm.Barrier()
+        extra = traced_peak_bytes(lambda: self.step(index, lr, momentum, keep_grads=False))
+        self.timers.forget(index)
+        return held_bytes(self.held()) + extra
+
 
 def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2, check: bool = False,
              seed: int = 0, timers: Timers | None = None, lr: float = 1e-4,
-             momentum: float = 0.9, after_step: Callable[[int], None] | None = None) -> RunResult:
+             momentum: float = 0.9, after_step: Callable[[int], None] | None = None,
+             measure_memory: bool = True) -> RunResult:
     """Run ``warmup`` + ``steps`` training steps of ``plan`` on the ranks of ``comm`` (collective).
 
     The learning rate is small on purpose: on random data a learning rate of 0.01 drove AlexNet's
@@ -256,6 +277,8 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
     ``comm`` is an mpi4py communicator of exactly ``plan.devices`` ranks. Every rank returns the
     same losses and check; ``step_s`` is this rank's own clock. ``after_step(i)`` runs after each
     step ``i`` (negative: a warm-up step), outside its clock (``--fresh-profile``'s in-run timing).
+    ``measure_memory``: then one more step runs after the timed ones, untimed, to measure this
+    rank's peak memory (executor.memory; ``RunResult.peak_bytes``).
     """
     if steps < 0 or warmup < 0 or steps + warmup < 1:
         raise DnnplanError(f"need at least one step (steps={steps}, warmup={warmup})")
@@ -270,9 +293,10 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
             kept = grads
         if after_step is not None:
             after_step(i)
+    peak = rt.memory_step(steps, lr, momentum) if measure_memory else None
     result = None
     if check:
         result = run_check(comm, net, plan.batch, rt.strategies, rt.algorithms, seed, losses[0], kept)
     rt.comms.free()  # collective: only on success (after a failure the launcher aborts the job)
     step_s = [timers.step_wall[i] for i in range(steps)]
-    return RunResult(losses[0], losses, step_s, result)
+    return RunResult(losses[0], losses, step_s, result, peak)

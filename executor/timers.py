@@ -119,6 +119,13 @@ class Timers:
     def end_step(self) -> None:
         self.step_wall[self.step] = self._now() - self._step_start
 
+    def forget(self, step: int) -> None:
+        """Drop everything recorded for ``step`` (a step run for another purpose than its time,
+        such as the memory step, executor.memory)."""
+        self.step_wall.pop(step, None)
+        self.totals = {k: v for k, v in self.totals.items() if k[0] != step}
+        self.spans = [s for s in self.spans if s.step != step]
+
     @contextmanager
     def span(self, layer: str, phase: str):
         if phase not in PHASES:

@@ -12,22 +12,28 @@ the profile cache first. Given the rows of such a report back (``earlier``), :fu
 runs only the plans none of them measured: a row is reused for a plan of the same strategy and
 algorithm in every layer, and marked ``resumed``; :func:`conflicts` says whether a partial
 report was made with this run's settings.
+
+With ``RunSettings.repeats`` above 1 every plan runs that many times in ABBA order; ``rows`` then
+holds one row per run (with its ``repeat``) and :attr:`ValidationReport.plans` one per plan
+(executor.repeats); a resumed run skips the (plan, repeat) pairs already measured. The
+:attr:`ValidationReport.summary` is executor.summary's, over the plans' rows.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator
+from typing import Callable
 
 from costmodel.compute import OnDemand, default_algorithms
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
 from executor import launch as launcher
 from executor.compare import Comparison, comparison_json
+from executor.interrupts import save_timed, sigint_here_only, sigint_ignored
+from executor.repeats import plan_rows, run_order
+from executor.summary import best_plan_loss, summarize
 from executor.session import Prepared, agree_node_cores, measure, non_finite_loss_warning, prepare
 from executor.worker import JobResult
 from networks.errors import DnnplanError
@@ -40,7 +46,9 @@ from profiler.context import Context
 
 BASELINES = ("data", "filter", "spatial")
 #: What a partial report must share with a run to be resumed by it (keys of its JSON).
-SETTINGS = ("network", "ranks", "batch", "machine", "compute_model", "steps", "warmup", "check")
+SETTINGS = ("network", "ranks", "batch", "machine", "compute_model", "steps", "warmup", "check", "repeats")
+#: A setting's value in a partial report written before the setting existed.
+SETTING_DEFAULTS = {"repeats": 1}
 
 
 @dataclass(frozen=True)
@@ -53,19 +61,26 @@ class PlanRun:
     job: JobResult
     comparison: Comparison
     warnings: tuple[str, ...]
+    repeat: int | None = None  # which repeat of the plan this run is (--repeats 2 or more), from 0
 
     def row(self) -> dict:
         cmp = self.comparison
-        return {"name": self.name, "strategies": strategy_summary(self.plan), "threads": self.job.threads,
-                "predicted_step_s": cmp.predicted_step_s, "measured_step_s": cmp.measured.step_s,
-                "measured_step_min_s": cmp.measured.step_min_s, "measured_step_max_s": cmp.measured.step_max_s,
-                "step_rel": cmp.step_rel, "layer_median_abs_rel": cmp.layer_median_abs_rel,
-                "check": comparison_json(self.name, cmp, self.job.check)["check"], "plan": plan_layers(self.plan)}
+        row = {"name": self.name, "strategies": strategy_summary(self.plan), "threads": self.job.threads,
+               "predicted_step_s": cmp.predicted_step_s, "measured_step_s": cmp.measured.step_s,
+               "measured_step_min_s": cmp.measured.step_min_s, "measured_step_max_s": cmp.measured.step_max_s,
+               "step_rel": cmp.step_rel, "layer_median_abs_rel": cmp.layer_median_abs_rel,
+               "predicted_peak_bytes": cmp.predicted_peak_bytes, "measured_peak_bytes": cmp.measured.peak_bytes,
+               "memory_rel": cmp.memory_rel,
+               "check": comparison_json(self.name, cmp, self.job.check)["check"], "plan": plan_layers(self.plan),
+               "layers": [{"name": e.name, "predicted_s": p.total_s, "measured_s": m.total_s, "rel": e.total}
+                          for m, p, e in zip(cmp.measured.layers, cmp.predicted, cmp.errors)]}
+        return row if self.repeat is None else {**row, "repeat": self.repeat}
 
 
 @dataclass(frozen=True)
 class ValidationReport:
-    """Every plan's row (predicted, measured, errors, check) and how the planner's plan fared."""
+    """Every run's row (predicted, measured, errors, memory, check), each plan's row over its
+    repeats (:attr:`plans`), the :attr:`summary` and how the planner's plan fared."""
 
     network: str
     ranks: int
@@ -75,19 +90,28 @@ class ValidationReport:
     steps: int = 5
     warmup: int = 2
     check: bool = True
-    rows: list[dict] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)  # one per run, in the order they ran
     planned: int = 0  # how many distinct plans there were to run (0: not planned yet)
-    complete: bool = True  # false: interrupted, ``rows`` holds the plans that finished
+    complete: bool = True  # false: interrupted, ``rows`` holds the runs that finished
+    repeats: int = 1  # runs of each plan (executor.repeats)
+
+    @property
+    def plans(self) -> list[dict]:
+        """One row per plan, over its repeats (executor.repeats.plan_rows)."""
+        return plan_rows(self.rows)
 
     @property
     def fastest(self) -> dict:
-        return min(self.rows, key=lambda r: r["measured_step_s"])
+        return min(self.plans, key=lambda r: r["measured_step_s"])
 
     @property
     def planner_vs_best_measured(self) -> float | None:
         """The planner's measured step against the fastest measured plan's, minus 1 (None without it)."""
-        mine = [r for r in self.rows if r["name"].split(" = ")[0] == "planner"]
-        return mine[0]["measured_step_s"] / self.fastest["measured_step_s"] - 1 if mine else None
+        return best_plan_loss(self.plans)
+
+    @property
+    def summary(self) -> dict:
+        return summarize(self.plans)
 
     @property
     def check_failed(self) -> bool:
@@ -96,9 +120,14 @@ class ValidationReport:
     def to_json(self) -> dict:
         out = {"complete": self.complete, "network": self.network, "ranks": self.ranks, "batch": self.batch,
                "machine": self.machine, "compute_model": self.compute_model, "steps": self.steps,
-               "warmup": self.warmup, "check": self.check, "planned": self.planned, "plans": self.rows}
-        if self.rows and self.planner_vs_best_measured is not None:
-            out["planner_vs_best_measured"] = self.planner_vs_best_measured
+               "warmup": self.warmup, "check": self.check, "repeats": self.repeats, "planned": self.planned,
+               "plans": self.plans}
+        if self.repeats > 1:
+            out["runs"] = self.rows
+        if self.rows:
+            out["summary"] = self.summary
+            if self.planner_vs_best_measured is not None:
+                out["planner_vs_best_measured"] = self.planner_vs_best_measured
         return out
 
 
@@ -109,7 +138,8 @@ class ValidationInterrupted(DnnplanError):
 
     def __init__(self, report: ValidationReport, cache: str | None):
         if report.planned:
-            what = f"{len(report.rows)} of {report.planned} plans finished"
+            what = (f"{len(report.rows)} of {report.planned} plans finished" if report.repeats == 1 else
+                    f"{len(report.rows)} of {report.planned * report.repeats} runs finished")
         else:
             what = "while planning, before any plan ran" + (f"; kernels timed so far saved to {cache}" if cache
                                                              else "")
@@ -133,7 +163,14 @@ def conflicts(earlier: dict, report: ValidationReport) -> list[str]:
     :func:`new_report`): ``"batch 16 there, 8 here"`` for each of :data:`SETTINGS`; empty when it
     can be resumed."""
     mine = report.to_json()
-    return [f"{key} {earlier.get(key)} there, {mine[key]} here" for key in SETTINGS if earlier.get(key) != mine[key]]
+    theirs = {key: earlier.get(key, SETTING_DEFAULTS.get(key)) for key in SETTINGS}
+    return [f"{key} {theirs[key]} there, {mine[key]} here" for key in SETTINGS if theirs[key] != mine[key]]
+
+
+def earlier_runs(earlier: dict) -> list[dict]:
+    """The runs a partial report (its JSON) holds: its ``runs`` with --repeats, else its ``plans``."""
+    runs = earlier.get("runs")
+    return runs if isinstance(runs, list) else earlier["plans"]
 
 
 def strategy_summary(plan: Plan) -> str:
@@ -228,61 +265,14 @@ class RunSettings:
     profile: str | None = None
     fresh: bool = False
     check: bool = True
+    repeats: int = 1  # runs of each plan, interleaved (executor.repeats)
 
 
 def new_report(ctx: Context, machine_arg: str, settings: RunSettings, planned: int = 0) -> ValidationReport:
     """An empty report of this run's settings."""
     return ValidationReport(ctx.network.name, ctx.devices, ctx.batch, machine_arg, ctx.compute.name,
-                            settings.steps, settings.warmup, settings.check, planned=planned)
-
-
-@contextmanager
-def sigint_ignored() -> Iterator[None]:
-    """A second Ctrl-C is ignored meanwhile, so that what an interrupted run keeps is written whole
-    (a signal handler can be set in the main thread only: elsewhere this changes nothing)."""
-    try:
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:
-        old = None
-    try:
-        yield
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGINT, old)
-
-
-@contextmanager
-def _sigint_here_only() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt in this process only, not in the helpers it forks meanwhile
-    (the companion processes that load the computer while a kernel is timed, profiler.companions,
-    which would print a traceback): a terminal's Ctrl-C reaches its whole process group, and the
-    helpers are ended by this process (:func:`_save_timed`)."""
-    me = os.getpid()
-
-    def handler(signum, frame):
-        if os.getpid() == me:
-            raise KeyboardInterrupt
-
-    try:
-        old = signal.getsignal(signal.SIGINT)
-        if old is signal.default_int_handler:
-            signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread: handlers stay as they are
-        old = None
-    try:
-        yield
-    finally:
-        if old is signal.default_int_handler:
-            signal.signal(signal.SIGINT, old)
-
-
-def _save_timed(compute: object) -> str | None:
-    """Write what ``compute`` timed on demand to its cache file (its path; None: nothing to save)."""
-    if not isinstance(compute, OnDemand):
-        return None
-    with sigint_ignored():
-        compute.save()
-    return getattr(compute, "path", None)
+                            settings.steps, settings.warmup, settings.check, planned=planned,
+                            repeats=settings.repeats)
 
 
 def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettings) -> list[tuple[str, Plan]]:
@@ -291,14 +281,14 @@ def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettin
     try:
         if launcher.inside_mpi_job():
             return _planned_on_rank_0(ctx, network_arg, machine_arg)
-        with _sigint_here_only():
+        with sigint_here_only():
             return candidate_plans(ctx, network_arg, machine_arg, save=True)
     except KeyboardInterrupt:
-        cache = _save_timed(ctx.compute)
+        cache = save_timed(ctx.compute)
         raise ValidationInterrupted(replace(new_report(ctx, machine_arg, settings), complete=False), cache) from None
 
 
-def _run(name: str, plan: Plan, path: str, ctx: Context, s: RunSettings) -> PlanRun | None:
+def _run(name: str, plan: Plan, path: str, ctx: Context, s: RunSettings, repeat: int | None) -> PlanRun | None:
     """Run one plan and compare it with its prediction (None on ranks other than 0 of an MPI job)."""
     write_plan(plan, path)
     prep = prepare(path, ctx.devices, s.threads, s.profile, s.fresh)
@@ -306,18 +296,20 @@ def _run(name: str, plan: Plan, path: str, ctx: Context, s: RunSettings) -> Plan
         job, cmp = measure(prep, steps=s.steps, warmup=s.warmup, check=s.check, trace=False,
                            timeout_s=s.timeout_s, fresh=s.fresh)
     except KeyboardInterrupt:
-        _save_timed(prep.compute)  # kernels its prediction timed on demand, if any
+        save_timed(prep.compute)  # kernels its prediction timed on demand, if any
         raise
     if job is None:
         return None
     loss = non_finite_loss_warning(job, s.warmup, f"{name}: ")
-    return PlanRun(name, plan, prep, job, cmp, prep.warnings + ((loss,) if loss else ()))
+    return PlanRun(name, plan, prep, job, cmp, prep.warnings + ((loss,) if loss else ()), repeat)
 
 
-def _earlier_row(earlier: list[dict], name: str, plan: Plan) -> dict | None:
-    """The row an earlier, interrupted run measured for this plan, renamed and marked ``resumed``."""
+def _earlier_row(earlier: list[dict], name: str, plan: Plan, repeat: int | None) -> dict | None:
+    """The row an earlier, interrupted run measured for this plan (and repeat), renamed and
+    marked ``resumed``."""
     key = plan_layers(plan)
-    row = next((r for r in earlier if isinstance(r, dict) and r.get("plan") == key), None)
+    row = next((r for r in earlier if isinstance(r, dict) and r.get("plan") == key
+                and r.get("repeat") == repeat), None)
     return None if row is None else {**row, "name": name, "resumed": True}
 
 
@@ -326,19 +318,22 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
              on_reused: Callable[[dict], None] | None = None) -> ValidationReport | None:
     """Plan, then run and compare every candidate plan; None on ranks other than 0 of an MPI job.
     ``ctx`` comes from :func:`resolve`. ``earlier``: the rows of an interrupted run of the same
-    settings (:func:`conflicts`); a plan measured there is not run again, its row is reused (and
-    passed to ``on_reused``). Ctrl-C raises :class:`ValidationInterrupted` with the rows so far."""
+    settings (:func:`conflicts`, :func:`earlier_runs`); a plan (repeat) measured there is not run
+    again, its row is reused (and passed to ``on_reused``). With ``settings.repeats`` above 1 every
+    plan runs that many times, interleaved (executor.repeats). Ctrl-C raises :class:`ValidationInterrupted` with the rows so far."""
     candidates = _plans(ctx, network_arg, machine_arg, settings)
     report = new_report(ctx, machine_arg, settings, planned=len(candidates))
     try:
         with tempfile.TemporaryDirectory(prefix="dnnplan-validate-") as tmp:
-            for i, (name, plan) in enumerate(candidates):
-                if (row := _earlier_row(earlier or [], name, plan)) is not None:
+            for repeat, i in run_order(len(candidates), settings.repeats):
+                name, plan = candidates[i]
+                repeat = repeat if settings.repeats > 1 else None
+                if (row := _earlier_row(earlier or [], name, plan, repeat)) is not None:
                     report.rows.append(row)
                     if on_reused is not None:
                         on_reused(row)
                     continue
-                run = _run(name, plan, os.path.join(tmp, f"plan{i}.yaml"), ctx, settings)
+                run = _run(name, plan, os.path.join(tmp, f"plan{i}.yaml"), ctx, settings, repeat)
                 if run is None:
                     continue
                 report.rows.append(run.row())

@@ -107,7 +107,7 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     result = run_plan(plan, net, comm, steps=steps, warmup=warmup, check=check, seed=seed, timers=timers, **hook)
     if progress is not None:
         progress.mark(None, "", FINISH)
-    ranks = gather(comm, timers, t0)
+    ranks = gather(comm, timers, t0, result.peak_bytes)
     samples = None if not timed else comm.gather({k: v for t in timed for k, v in t.samples.items()}, root=0)
     if rank != 0:
         return None

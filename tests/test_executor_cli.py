@@ -82,7 +82,10 @@ def test_json_and_trace(plan2, stub, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "check" in result.output and "passed" in result.output
     data = json.loads(out.read_text())
-    assert set(data) == {"plan", "ranks", "steps", "measured", "predicted", "error", "check"}
+    assert set(data) == {"plan", "ranks", "steps", "measured", "predicted", "error", "check", "predicted_peak_bytes",
+                         "measured_peak_bytes", "memory_rel"}
+    assert data["predicted_peak_bytes"] > 0
+    assert data["measured_peak_bytes"] is None and data["memory_rel"] is None  # the stand-in runtime measures none
     assert data["ranks"] == 2 and data["steps"] == 3 and data["plan"] == plan2
     assert set(data["measured"]) == {"step_s", "layers"} == set(data["predicted"])
     assert set(data["error"]) == {"step_rel", "layers"}
@@ -231,6 +234,9 @@ def test_execute_real_runtime_lenet5_with_check(tmp_path):
     assert data["check"]["passed"]
     assert data["measured"]["step_s"] > 0 and data["predicted"]["step_s"] > 0
     assert all(l["total_s"] > 0 for l in data["measured"]["layers"] if l["name"].startswith("conv"))
+    assert data["measured_peak_bytes"] > 0 and data["predicted_peak_bytes"] > 0
+    assert data["memory_rel"] == pytest.approx(data["measured_peak_bytes"] / data["predicted_peak_bytes"] - 1)
+    assert "memory peak per rank measured / predicted" in " ".join(result.output.split())
 
 
 def test_check_catches_a_broken_decomposition(tmp_path, monkeypatch):

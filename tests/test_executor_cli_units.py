@@ -80,7 +80,9 @@ def test_json_has_exactly_the_documented_keys():
     cmp = compare((lt("a", fwd_compute=1.0),), 1.0, measured([lt("a", fwd_compute=1.5)], step_s=1.5))
     for check in (None, Check()):
         data = json.loads(json.dumps(comparison_json("p.yaml", cmp, check)))
-        assert set(data) == {"plan", "ranks", "steps", "measured", "predicted", "error", "check"}
+        assert set(data) == {"plan", "ranks", "steps", "measured", "predicted", "error", "check",
+                             "predicted_peak_bytes", "measured_peak_bytes", "memory_rel"}
+        assert data["measured_peak_bytes"] is None and data["memory_rel"] is None  # nothing measured here
         assert set(data["measured"]) == {"step_s", "layers"} == set(data["predicted"])
         assert set(data["error"]) == {"step_rel", "layers"}
         assert set(data["measured"]["layers"][0]) == {"name", "total_s", *(f"{ph}_s" for ph in PHASES)}

@@ -52,6 +52,7 @@ def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupO
              f"machine {prep.plan.machine}, compute model {prep.compute.name}")
     render.comparison_table(cmp, title, strategy_labels(prep.plan))
     render.step_summary(cmp)
+    render.memory_line(cmp)
     render.check_line(job.check)
     if (line := non_finite_loss_warning(job, warmup)) is not None:
         warn(line)

@@ -13,13 +13,15 @@ import shlex
 
 import typer
 
+from costmodel.files import usable_cores
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, FreshOpt, JsonFileOpt, LocalMachineOpt,
-                             NetworkArg, ProfileOpt, RanksOpt, RefreshOpt, StepsOpt, ThreadsOpt, TimeoutOpt,
-                             WarmupOpt)
+                             ProfileOpt, QuickValidateOpt, RefreshOpt, RepeatsOpt, ReportDirOpt, StepsOpt,
+                             ThreadsOpt, TimeoutOpt, ValidateNetworkArg, ValidateRanksOpt, WarmupOpt)
 from dnnplan.output import check_output, check_output_folder, write_json_file
 from dnnplan.render import execute as render
+from dnnplan.render import report as report_files
 from dnnplan.render.messages import fail_line, warn
 from executor import validation
 from executor.session import strategy_labels
@@ -28,26 +30,37 @@ from networks.errors import DnnplanError
 
 #: Exit code of a validate stopped by Ctrl-C (the plans that finished kept), as a shell's for SIGINT.
 EXIT_INTERRUPTED = 130
+#: ``--quick``: what it sets unless given on the command line (ranks: 2, or 1 on a one-core computer).
+QUICK = {"network": "lenet5", "batch": 8, "steps": 3, "warmup": 1, "repeats": 2}
 
 
-def validate(cli: typer.Context, network: NetworkArg, ranks: RanksOpt, batch: BatchOpt = None,
-             machine: LocalMachineOpt = "local", steps: StepsOpt = 5, warmup: WarmupOpt = 2,
-             timeout: TimeoutOpt = 600.0, threads: ThreadsOpt = None, profile: ProfileOpt = None,
-             fresh: FreshOpt = False, refresh: RefreshOpt = False, check: CheckEachOpt = True,
-             json_out: JsonFileOpt = None, details: DetailsOpt = False, force: ForceOpt = False) -> None:
+def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: ValidateRanksOpt = None,
+             batch: BatchOpt = None, machine: LocalMachineOpt = "local", steps: StepsOpt = 5, warmup: WarmupOpt = 2,
+             repeats: RepeatsOpt = 1, quick: QuickValidateOpt = False, timeout: TimeoutOpt = 600.0,
+             threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
+             refresh: RefreshOpt = False, check: CheckEachOpt = True, json_out: JsonFileOpt = None,
+             report_dir: ReportDirOpt = None, details: DetailsOpt = False, force: ForceOpt = False) -> None:
     """Plan a network, run the plan and the uniform baselines, and report each prediction's error.
 
     The loop in one command: plan, then run the plan and each uniform baseline that fits (data,
-    filter, spatial) with --check, and compare measured with predicted step time and per-layer
-    times; says whether the planner's plan was measured fastest. Ctrl-C keeps the plans that
-    finished (in the --json file, else in validate-NETWORK-Pr.partial.json here); the same
-    command then runs only the others.
+    filter, spatial) with --check, and compare measured with predicted step time, per-layer
+    times and peak memory; says whether the planner's plan was measured fastest. The prediction
+    is made before the run, from the profile this computer already has (the error a user of a
+    plan meets). --report DIR writes a Markdown report with figures; --quick is a small preset
+    to try it (`dnnplan validate --quick --report out`).
+
+    Ctrl-C keeps the plans that finished (in the --json file, else in
+    validate-NETWORK-Pr.partial.json here); the same command then runs only the others.
     """
+    given = {"network": network, "ranks": ranks, "batch": batch, "steps": steps, "warmup": warmup, "repeats": repeats}
+    network, ranks, batch, steps, warmup, repeats = _preset(cli, given, quick)
+    if report_dir:
+        report_files.check_report_folder(report_dir, force)
     earlier = _partial(json_out, force) if json_out else None
     ctx = validation.resolve(network, ranks, batch, machine, profile, refresh)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)
-    settings = RunSettings(steps, warmup, timeout, threads, profile, fresh, check)
+    settings = RunSettings(steps, warmup, timeout, threads, profile, fresh, check, repeats)
     keep = json_out or f"validate-{ctx.network.name}-{ranks}r.partial.json"
     if not json_out:
         earlier = _partial(keep, force)
@@ -64,13 +77,34 @@ def validate(cli: typer.Context, network: NetworkArg, ranks: RanksOpt, batch: Ba
     if report is None:  # nothing ran here: a rank other than 0 of an MPI job
         return
     _report(report, ctx.compute.name, earlier)
+    data = report.to_json()
     if json_out:
-        write_json_file(json_out, report.to_json())
+        write_json_file(json_out, data)
     elif found and os.path.exists(keep):
         os.unlink(keep)  # the report is complete: the partial one is spent
+    if report_dir:
+        written = report_files.write_report(report_dir, data, command_line(cli))
+        render.console.print(f"report written: {written[0]} ({len(written) - 2} figure(s) beside it)")
     if check and report.check_failed:
         fail_line("a plan's distributed step does not match one process (see the check column)")
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _preset(cli: typer.Context, given: dict, quick: bool) -> tuple:
+    """network, ranks, batch, steps, warmup, repeats: as given, with --quick's preset for what the
+    command line left out; a missing network or --ranks without --quick is one clear line."""
+    out = dict(given)
+    if quick:
+        for name, value in {**QUICK, "ranks": min(2, usable_cores())}.items():
+            source = cli.get_parameter_source(name) if name in cli.params else None
+            if out[name] is None or (source is not None and source.name in ("DEFAULT", "DEFAULT_MAP")):
+                out[name] = value
+    if out["network"] is None:
+        raise DnnplanError("name the network to validate", hint="e.g. `dnnplan validate lenet5 --ranks 2`, or "
+                                                                "pass --quick for a small preset")
+    if out["ranks"] is None:
+        raise DnnplanError("--ranks is required", hint="pass --ranks P (the MPI ranks to run on), or --quick")
+    return tuple(out[k] for k in ("network", "ranks", "batch", "steps", "warmup", "repeats"))
 
 
 def _shown(run: PlanRun, details: bool) -> None:
@@ -85,11 +119,12 @@ def _shown(run: PlanRun, details: bool) -> None:
 
 
 def _report(report: ValidationReport, compute: str, earlier: list[dict] | None) -> None:
-    render.validate_table(report.rows, f"{report.network}, batch {report.batch}, {report.ranks} rank(s), machine "
+    render.validate_table(report.plans, f"{report.network}, batch {report.batch}, {report.ranks} rank(s), machine "
                                        f"{report.machine}, compute model {compute}")
     if report.planner_vs_best_measured is not None:
         render.console.print(f"planner's plan measured {report.planner_vs_best_measured * 100:+.1f}% against "
                              f"the fastest measured ({report.fastest['name']})")
+    render.validate_summary(report.summary)
     unused = len(earlier or []) - sum(1 for r in report.rows if r.get("resumed"))
     if unused > 0:
         warn(f"{unused} plan(s) measured by the interrupted run were not among this run's plans (the plans "
@@ -116,7 +151,7 @@ def _resumable(earlier: dict, path: str, report: ValidationReport, force: bool) 
     refused (replaced with --force)."""
     differ = validation.conflicts(earlier, report)
     if not differ:
-        return earlier["plans"]
+        return validation.earlier_runs(earlier)
     if force:
         return None
     raise DnnplanError(f"{path} holds an interrupted validate of other settings ({'; '.join(differ)})",
@@ -132,7 +167,7 @@ def _keep(err: ValidationInterrupted, path: str, command: str, resumed: bool) ->
         with validation.sigint_ignored():
             write_json_file(path, report.to_json())
     kept = path if report.rows or resumed else None
-    render.validate_interrupted(report.rows, report.planned, kept, err.cache, command)
+    render.validate_interrupted(report.rows, report.planned, kept, err.cache, command, report.repeats)
 
 
 def command_line(cli: typer.Context) -> str:
@@ -142,7 +177,8 @@ def command_line(cli: typer.Context) -> str:
     for param in cli.command.params:
         value = cli.params.get(param.name)
         if param.param_type_name == "argument":
-            words.append(str(value))
+            if value is not None:  # a network left out (--quick)
+                words.append(str(value))
         elif value is None or value == param.default:
             continue
         elif getattr(param, "is_flag", False):

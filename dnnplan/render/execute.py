@@ -70,6 +70,22 @@ def step_summary(cmp: Comparison) -> None:
         f"per-layer median |error| {'-' if med is None else f'{med * 100:.0f}%'}")
 
 
+def memory_text(predicted: int | None, measured: int | None, rel: float | None) -> str:
+    """``measured / predicted error`` of the peak memory per rank ("-" where a side is missing)."""
+    if measured is None or predicted is None:
+        return "-" if measured is None else f"{fmt.nbytes(measured)} / -"
+    return f"{fmt.nbytes(measured)} / {fmt.nbytes(predicted)} {pct(rel)}"
+
+
+def memory_line(cmp: Comparison) -> None:
+    """The measured peak memory (largest rank, in a step of its own) against the prediction."""
+    if cmp.measured.peak_bytes is None:
+        return
+    console.print(f"[bold]memory[/bold]  peak per rank measured / predicted "
+                  f"{memory_text(cmp.predicted_peak_bytes, cmp.measured.peak_bytes, cmp.memory_rel)} "
+                  "(the largest rank's arrays in an extra, untimed step)")
+
+
 def check_line(check: CheckResult | None) -> None:
     if check is None:
         return
@@ -81,7 +97,10 @@ def check_line(check: CheckResult | None) -> None:
 
 def validate_table(rows: list[dict], title: str) -> None:
     t = Table(title=title, title_justify="left")
-    for col in ("plan", "strategies", "predicted", "measured", "step error", "layer median |error|", "check"):
+    spread = any(r.get("repeats", 1) > 1 for r in rows)
+    cols = ("plan", "strategies", "predicted", "measured", "step error") + (("error range",) if spread else ()) + (
+        "layer median |error|", "memory meas. / pred.", "check")
+    for col in cols:
         t.add_column(col, justify="left" if col in ("plan", "strategies", "check") else "right")
     for r in rows:
         check = r.get("check")
@@ -89,16 +108,37 @@ def validate_table(rows: list[dict], title: str) -> None:
                                           else f"[red]FAILED[/red] {check['worst_tensor']} {check['worst_rel_error']:.1e}")
         med = r["layer_median_abs_rel"]
         name = escape(r["name"]) + (" [dim](earlier run)[/dim]" if r.get("resumed") else "")
-        t.add_row(name, r["strategies"], fmt.seconds(r["predicted_step_s"]), fmt.seconds(r["measured_step_s"]),
-                  pct(r["step_rel"]), "-" if med is None else f"{med * 100:.0f}%", ctext)
+        cells = [name, r["strategies"], fmt.seconds(r["predicted_step_s"]), fmt.seconds(r["measured_step_s"]),
+                 pct(r["step_rel"])]
+        if spread:
+            cells.append(rel_range(r.get("step_rel_min"), r.get("step_rel_max")))
+        mem = memory_text(r.get("predicted_peak_bytes"), r.get("measured_peak_bytes"), r.get("memory_rel"))
+        t.add_row(*cells, "-" if med is None else f"{med * 100:.0f}%", mem, ctext)
     console.print(t)
     if any(r.get("resumed") for r in rows):
         console.print("[dim](earlier run): measured by an interrupted run of the same settings, not run again[/dim]")
 
 
+def validate_summary(summary: dict) -> None:
+    """The summary's numbers on one line (executor.summary)."""
+    def share(key: str) -> str:
+        value = summary.get(key)
+        return "-" if value is None else f"{value * 100:.1f}%"
+    console.print(f"[bold]summary[/bold]  |step error| mean {share('mean_abs_step_error')}, worst "
+                  f"{share('worst_abs_step_error')}; |layer error| median {share('layer_median_error')}, 90th "
+                  f"percentile {share('layer_p90_error')}; |memory error| mean {share('memory_error')}; noise floor "
+                  f"{share('noise_floor')}")
+
+
+def rel_range(lo: float | None, hi: float | None) -> str:
+    """A spread of relative errors over repeats, ``+12%..+20%``."""
+    return "-" if lo is None or hi is None else f"{lo * 100:+.0f}%..{hi * 100:+.0f}%"
+
+
 def validate_progress(row: dict) -> None:
     """One line on stderr as each plan finishes."""
-    err_console.print(f"measured {escape(row['name'])}: step {fmt.seconds(row['measured_step_s'])}, predicted "
+    again = f" (repeat {row['repeat'] + 1})" if row.get("repeat") else ""
+    err_console.print(f"measured {escape(row['name'])}{again}: step {fmt.seconds(row['measured_step_s'])}, predicted "
                       f"{fmt.seconds(row['predicted_step_s'])} ({pct(row['step_rel'])})", markup=True, emoji=False)
 
 
@@ -108,14 +148,16 @@ def validate_reused(row: dict, path: str) -> None:
                       f"run ({escape(path)}), not run again", markup=True, emoji=False)
 
 
-def validate_interrupted(rows: list[dict], planned: int, kept: str | None, cache: str | None, command: str) -> None:
-    """Two lines on stderr for a validate stopped by Ctrl-C: how many plans finished and where they
-    are kept (or how far planning got), and the command that resumes."""
+def validate_interrupted(rows: list[dict], planned: int, kept: str | None, cache: str | None, command: str,
+                         repeats: int = 1) -> None:
+    """Two lines on stderr for a validate stopped by Ctrl-C: how many plans (runs, with --repeats)
+    finished and where they are kept (or how far planning got), and the command that resumes."""
     if not planned:
         what = "while planning, before any plan ran" + (f"; kernels timed so far saved to {cache}" if cache else "")
         what += f"; the plans measured earlier stay in {kept}" if kept else ""
     else:
         names = f" ({', '.join(r['name'] for r in rows)})" if rows else ""
-        what = f"{len(rows)} of {planned} plans finished{names}; " + (f"kept in {kept}" if kept else "nothing to keep")
+        what = (f"{len(rows)} of {planned} plans finished{names}; " if repeats == 1 else
+                f"{len(rows)} of {planned * repeats} runs finished; ") + (f"kept in {kept}" if kept else "nothing to keep")
     err_console.print(f"[bold yellow]interrupted:[/bold yellow] {escape(what)}", markup=True, emoji=False)
     err_console.print(f"resume with: {escape(command)}", markup=True, emoji=False, soft_wrap=True)

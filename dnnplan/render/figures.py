@@ -1,0 +1,106 @@
+"""`dnnplan validate --report`: the PNG figures of predicted against measured (needs matplotlib).
+
+Three figures, each from the rows of the validate's JSON (``plans``), so they show exactly the
+numbers the report's tables and the JSON hold:
+
+- ``step_time.png``: predicted and measured step per plan; the measured bar's whiskers reach the
+  fastest and slowest timed step (over every repeat);
+- ``layer_error.png``: each layer's relative error, (measured - predicted) / predicted, one bar
+  per plan (linear within +-100%, logarithmic beyond, so one layer off by 40x leaves the others
+  readable);
+- ``memory.png``: predicted and measured peak memory per rank, per plan (only when measured).
+"""
+
+from __future__ import annotations
+
+from networks.errors import DnnplanError
+
+STEP_PNG, LAYER_PNG, MEMORY_PNG = "step_time.png", "layer_error.png", "memory.png"
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display); one clear line without it."""
+    try:  # matplotlib is the optional `plot` extra: imported only when a figure is asked for
+        import matplotlib  # noqa: PLC0415
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        raise DnnplanError("--report needs matplotlib for its figures", hint="pip install 'dnnplan[plot]'") from None
+    return plt
+
+
+def _save(plt, fig, path: str) -> None:
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as err:
+        raise DnnplanError(f"cannot write the figure: {err.strerror or err}", file=path) from None
+    finally:
+        plt.close(fig)
+
+
+def _names(plans: list[dict]) -> list[str]:
+    return [r["name"] for r in plans]
+
+
+def step_figure(plans: list[dict], path: str, title: str) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(plans) + 2), 4))
+    xs = range(len(plans))
+    ms = 1e3
+    ax.bar([x - 0.2 for x in xs], [r["predicted_step_s"] * ms for r in plans], 0.4, label="predicted")
+    med = [r["measured_step_s"] * ms for r in plans]
+    low = [max(m - r["measured_step_min_s"] * ms, 0.0) for m, r in zip(med, plans)]
+    high = [max(r["measured_step_max_s"] * ms - m, 0.0) for m, r in zip(med, plans)]
+    ax.bar([x + 0.2 for x in xs], med, 0.4, yerr=[low, high], capsize=4, label="measured (median; min to max)")
+    ax.set_xticks(list(xs), _names(plans), rotation=15)
+    ax.set_ylabel("step time (ms)")
+    ax.set_title(title)
+    ax.legend()
+    _save(plt, fig, path)
+
+
+def layer_figure(plans: list[dict], path: str, title: str) -> None:
+    plt = pyplot()
+    names = [l["name"] for l in plans[0].get("layers", [])] if plans else []
+    for r in plans[1:]:
+        names += [l["name"] for l in r.get("layers", []) if l["name"] not in names]
+    fig, ax = plt.subplots(figsize=(min(max(6.0, 0.22 * len(names) * max(len(plans), 1) + 2), 40), 4.5))
+    width = 0.8 / max(len(plans), 1)
+    for k, r in enumerate(plans):
+        rel = {l["name"]: l["rel"] for l in r.get("layers", [])}
+        ax.bar([i - 0.4 + width * (k + 0.5) for i in range(len(names))],
+               [100 * rel[n] if rel.get(n) is not None else 0.0 for n in names], width, label=r["name"])
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set_yscale("symlog", linthresh=100)  # linear within +-100%, logarithmic beyond: outliers stay readable
+    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+    ax.set_ylabel("layer error, (measured - predicted) / predicted (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    _save(plt, fig, path)
+
+
+def memory_figure(plans: list[dict], path: str, title: str) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(plans) + 2), 4))
+    xs = range(len(plans))
+    mib = 2**20
+    ax.bar([x - 0.2 for x in xs], [(r.get("predicted_peak_bytes") or 0) / mib for r in plans], 0.4, label="predicted")
+    ax.bar([x + 0.2 for x in xs], [(r.get("measured_peak_bytes") or 0) / mib for r in plans], 0.4,
+           label="measured (largest rank)")
+    ax.set_xticks(list(xs), _names(plans), rotation=15)
+    ax.set_ylabel("peak memory per rank (MiB)")
+    ax.set_title(title)
+    ax.legend()
+    _save(plt, fig, path)
+
+
+def write_figures(plans: list[dict], folder: str, title: str) -> list[str]:
+    """Draw the figures into ``folder``; the file names written (memory only when it was measured)."""
+    step_figure(plans, f"{folder}/{STEP_PNG}", f"step time: {title}")
+    layer_figure(plans, f"{folder}/{LAYER_PNG}", f"layer error: {title}")
+    written = [STEP_PNG, LAYER_PNG]
+    if any(r.get("measured_peak_bytes") for r in plans):
+        memory_figure(plans, f"{folder}/{MEMORY_PNG}", f"peak memory: {title}")
+        written.append(MEMORY_PNG)
+    return written

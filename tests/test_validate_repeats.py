@@ -1,0 +1,82 @@
+"""`dnnplan validate --repeats R`: every plan runs R times in ABBA order, each plan's row is the
+median over its runs, and Ctrl-C keeps the runs that finished so the same command resumes with
+the others (the runs themselves stand in: executor.validation.measure is replaced)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dnnplan.cli import app
+from executor import validation
+from executor.validation import RunSettings, ValidationInterrupted
+from test_validate_interrupt import ARGS, FakeRuns
+
+runner = CliRunner()
+TWICE = RunSettings(steps=1, warmup=0, check=False, repeats=2)
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    return validation.resolve("lenet5", 2, 8, "dgx-a100", None, False)
+
+
+def test_each_plan_runs_twice_in_abba_order_and_gets_one_row(monkeypatch, ctx):
+    runs = FakeRuns()
+    monkeypatch.setattr(validation, "measure", runs)
+    report = validation.validate(ctx, "lenet5", "dgx-a100", TWICE)
+    n = report.planned
+    assert n >= 2 and runs.plans[:n] == runs.plans[n:][::-1]  # A B C .. then .. C B A
+    assert [r["repeat"] for r in report.rows] == [0] * n + [1] * n
+    data = report.to_json()
+    assert data["repeats"] == 2 and len(data["runs"]) == 2 * n and len(data["plans"]) == n
+    first = data["plans"][0]  # FakeRuns' k-th run measures k ms against 2 ms predicted
+    assert first["repeats"] == 2 and first["measured_step_s"] == pytest.approx((0.001 + 0.001 * 2 * n) / 2)
+    assert first["step_rel_min"] == pytest.approx(0.001 / 0.002 - 1)
+    assert first["step_noise"] == pytest.approx(abs(0.001 / (0.001 * 2 * n) - 1))
+    assert data["summary"]["noise_floor"] is not None
+
+
+def test_an_interrupted_repeated_validate_resumes_with_the_runs_not_made(monkeypatch, ctx):
+    monkeypatch.setattr(validation, "measure", FakeRuns(stop_at=3))
+    with pytest.raises(ValidationInterrupted) as info:
+        validation.validate(ctx, "lenet5", "dgx-a100", TWICE)
+    partial = info.value.report.to_json()
+    n = partial["planned"]
+    assert len(partial["runs"]) == 2 and f"2 of {2 * n} runs finished" in str(info.value)
+    assert validation.conflicts(partial, validation.new_report(ctx, "dgx-a100", TWICE)) == []
+    assert validation.conflicts(partial, validation.new_report(ctx, "dgx-a100", RunSettings(
+        steps=1, warmup=0, check=False))) == ["repeats 2 there, 1 here"]
+    again = FakeRuns()
+    monkeypatch.setattr(validation, "measure", again)
+    done = validation.validate(ctx, "lenet5", "dgx-a100", TWICE, earlier=validation.earlier_runs(partial))
+    assert len(again.plans) == 2 * n - 2 and len(done.rows) == 2 * n
+    assert [r.get("resumed", False) for r in done.rows[:3]] == [True, True, False]
+    assert all(p["repeats"] == 2 for p in done.to_json()["plans"])
+
+
+def test_a_partial_report_from_before_repeats_counts_as_one_repeat(ctx):
+    old = validation.new_report(ctx, "dgx-a100", RunSettings(steps=1, warmup=0, check=False)).to_json()
+    del old["repeats"]
+    assert validation.conflicts(old, validation.new_report(ctx, "dgx-a100", RunSettings(
+        steps=1, warmup=0, check=False))) == []
+
+
+def test_the_command_resumes_a_repeated_validate(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(validation, "measure", FakeRuns(stop_at=2))
+    args = [*ARGS, "--repeats", "2", "--json", "v.json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 130, r.output
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["complete"] is False and len(data["runs"]) == 1
+    assert f"interrupted: 1 of {2 * data['planned']} runs finished" in " ".join(r.output.split())
+    again = FakeRuns()
+    monkeypatch.setattr(validation, "measure", again)
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    done = json.loads((tmp_path / "v.json").read_text())
+    assert len(again.plans) == 2 * data["planned"] - 1 and len(done["runs"]) == 2 * data["planned"]
+    assert done["complete"] and "error range" in r.output
