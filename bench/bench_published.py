@@ -15,6 +15,7 @@ prints them: the shipped machines carry these values (docs/VALIDATION.md).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import sys
@@ -80,8 +81,9 @@ def terms_of(row: Row, machine: Machine):
     return step_terms(machine, predict, tf32=prec.matmul == "tf32")
 
 
+@functools.cache
 def megatron():
-    """bench/bench_megatron.py as a module: its calibration rows are fitted with these."""
+    """bench/bench_megatron.py as a module (loaded once): its calibration rows are fitted with these."""
     spec = importlib.util.spec_from_file_location("bench_megatron", Path(__file__).parent / "bench_megatron.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(spec.name, module)

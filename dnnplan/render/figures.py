@@ -13,30 +13,19 @@ numbers the report's tables and the JSON hold:
 
 from __future__ import annotations
 
-from networks.errors import DnnplanError
+from dnnplan.render.plot import pyplot as _pyplot
+from dnnplan.render.plot import save_figure
 
 STEP_PNG, LAYER_PNG, MEMORY_PNG = "step_time.png", "layer_error.png", "memory.png"
 
 
 def pyplot():
-    """matplotlib's pyplot on the Agg backend (files only, no display); one clear line without it."""
-    try:  # matplotlib is the optional `plot` extra: imported only when a figure is asked for
-        import matplotlib  # noqa: PLC0415
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
-        raise DnnplanError("--report needs matplotlib for its figures", hint="pip install 'dnnplan[plot]'") from None
-    return plt
+    """matplotlib's pyplot for the report's figures (dnnplan.render.plot.pyplot)."""
+    return _pyplot("--report needs matplotlib for its figures")
 
 
 def _save(plt, fig, path: str) -> None:
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as err:
-        raise DnnplanError(f"cannot write the figure: {err.strerror or err}", file=path) from None
-    finally:
-        plt.close(fig)
+    save_figure(plt, fig, path, "figure", 110)
 
 
 def _names(plans: list[dict]) -> list[str]:

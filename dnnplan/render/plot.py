@@ -5,14 +5,32 @@ from __future__ import annotations
 from networks.errors import DnnplanError
 
 
-def plot_sweep(rows: list[dict], path: str, title: str) -> None:
-    """Step time against devices for the plan, data parallelism and ideal scaling, log-log."""
-    try:  # matplotlib is the optional `plot` extra: imported only when a plot is asked for
+def pyplot(missing: str):
+    """matplotlib's pyplot on the Agg backend (files only, no display); without matplotlib, the one
+    line ``missing`` (what asked for a figure needs it) with the install hint."""
+    try:  # matplotlib is the optional `plot` extra: imported only when a figure is asked for
         import matplotlib  # noqa: PLC0415
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt  # noqa: PLC0415
     except ImportError:
-        raise DnnplanError("--plot needs matplotlib", hint="pip install 'dnnplan[plot]'") from None
+        raise DnnplanError(missing, hint="pip install 'dnnplan[plot]'") from None
+    return plt
+
+
+def save_figure(plt, fig, path: str, what: str, dpi: int) -> None:
+    """Lay out ``fig``, write it to ``path`` and close it; one clear line if it cannot be written."""
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as err:
+        raise DnnplanError(f"cannot write the {what}: {err.strerror or err}", file=path) from None
+    finally:
+        plt.close(fig)
+
+
+def plot_sweep(rows: list[dict], path: str, title: str) -> None:
+    """Step time against devices for the plan, data parallelism and ideal scaling, log-log."""
+    plt = pyplot("--plot needs matplotlib")
     ok = [r for r in rows if "error" not in r]
     fig, ax = plt.subplots(figsize=(6, 4))
     ps = [r["devices"] for r in ok]
@@ -24,10 +42,4 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
     ax.set_ylabel("predicted step (s)")
     ax.set_title(title)
     ax.legend()
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as err:
-        raise DnnplanError(f"cannot write the plot: {err}", file=path) from None
-    finally:
-        plt.close(fig)
+    save_figure(plt, fig, path, "plot", 120)
