@@ -97,14 +97,15 @@ def wait_for(sub, timers=None, layer: str = "") -> None:
         sub.Barrier()
 
 
-def allreduce_(sub, arr: np.ndarray) -> np.ndarray:
-    """Sum ``arr`` in place over the communicator ``sub`` (None: nothing to do). Returns ``arr``."""
+def allreduce_(sub, arr: np.ndarray, op: str = "sum") -> np.ndarray:
+    """Sum (``op="max"``: take the maximum of) ``arr`` in place over the communicator ``sub``
+    (None: nothing to do). Returns ``arr``."""
     if sub is None:
         return arr
     if not arr.flags.c_contiguous:
         raise ValueError("allreduce_ needs a contiguous array")
     MPI = mpi()
-    sub.Allreduce(MPI.IN_PLACE, [arr, mpi_type(arr.dtype)], op=MPI.SUM)
+    sub.Allreduce(MPI.IN_PLACE, [arr, mpi_type(arr.dtype)], op={"sum": MPI.SUM, "max": MPI.MAX}[op])
     return arr
 
 

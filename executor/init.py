@@ -7,8 +7,10 @@ small networks the executor runs (a 100M-parameter network would want counter-ba
 per block instead).
 
 Scales keep activations O(1): He initialisation for conv and linear weights (std sqrt(2/fan_in)),
-biases and BN shifts 0.1*N(0,1), BN scales 1 + 0.1*N(0,1); inputs N(0,1); labels uniform over the
-classes of the loss layer's logits.
+biases and BN shifts 0.1*N(0,1), BN scales 1 + 0.1*N(0,1), other weights (attention projections,
+embedding tables) 0.02*N(0,1) as GPT-2; float inputs N(0,1), integer inputs (token ids) uniform over
+the vocabulary of the embeddings reading them; labels uniform over the classes of the loss layer's
+logits.
 """
 
 from __future__ import annotations
@@ -54,11 +56,21 @@ def make_inputs(net: Network, batch: int, seed: int, dtype=np.float32) -> dict[s
     """Every network input, full batch: name -> (batch, *shape) array."""
     out = {}
     for spec in net.inputs:
-        if not spec.dtype.startswith("float"):
-            raise DnnplanError(f"input '{spec.name}' is {spec.dtype}; the executor only feeds float inputs",
-                               hint="networks with token inputs (embedding) cannot be executed yet")
-        out[spec.name] = rng_for(seed, f"input/{spec.name}").standard_normal((batch, *spec.shape)).astype(dtype)
+        g = rng_for(seed, f"input/{spec.name}")
+        if spec.dtype.startswith("float"):
+            out[spec.name] = g.standard_normal((batch, *spec.shape)).astype(dtype)
+        else:
+            out[spec.name] = g.integers(0, _vocab_of(net, spec.name, spec.dtype), size=(batch, *spec.shape))
     return out
+
+
+def _vocab_of(net: Network, name: str, dtype: str) -> int:
+    """How many token ids an integer input may hold: the smallest vocabulary of the embeddings reading it."""
+    vocabs = [layer.p["vocab"] for layer in net.layers if layer.op == "embedding" and name in layer.inputs]
+    if not vocabs:
+        raise DnnplanError(f"input '{name}' is {dtype}, but no embedding layer reads it",
+                           hint="the executor feeds integer inputs only to embedding layers (token ids)")
+    return min(vocabs)
 
 
 def make_labels(layer: Layer, batch: int, seed: int) -> np.ndarray:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.compute import DEFAULT_CONV_ALGORITHM
+from executor import reference_tokens as tokens
 from executor.init import init_weights, make_inputs, make_labels
 from kernels import activation as act
 from kernels import conv as convk
-from kernels import gemm, loss as lossk, norm, pool
+from kernels import gemm, norm, pool
+from kernels import loss as lossk
 from networks.errors import DnnplanError
 from networks.ir import Layer, Network
 
@@ -38,6 +40,10 @@ def _forward(layer: Layer, xs, w: dict, algo: str, labels):
         return y, (x, pads)
     if op == "linear":
         return gemm.linear_forward(x, w["weight"], w.get("bias")), x
+    if op == "embedding":
+        return tokens.embedding_forward(x, w)
+    if op == "attention":
+        return tokens.attention_forward(x, w, p)
     if op == "maxpool2d":
         k, s, pads, dil = _pool_args(p, op)
         return pool.maxpool2d_forward(x, k, s, pads, dil, p["ceil_mode"])
@@ -81,6 +87,10 @@ def _backward(layer: Layer, dy, cache, w: dict, algo: str):
     if op == "linear":
         dx, dw, db = gemm.linear_backward(dy, cache, w["weight"], "bias" in w)
         return [dx], {"weight": dw, **({"bias": db} if "bias" in w else {})}
+    if op == "embedding":
+        return tokens.embedding_backward(dy, cache, w)
+    if op == "attention":
+        return tokens.attention_backward(dy, cache, w, p)
     if op == "maxpool2d":
         return [pool.maxpool2d_backward(dy, cache)], {}
     if op == "avgpool2d":
@@ -110,15 +120,24 @@ def _backward(layer: Layer, dy, cache, w: dict, algo: str):
     raise DnnplanError(f"the reference step cannot run op '{op}'", layer=layer.name)
 
 
+def _layer_weights(layer: Layer, weights: dict) -> dict:
+    """The layer's full weights; a tied LM head's ``weight`` is its embedding's token table."""
+    w = {name: weights[(layer.name, name)] for name, _ in layer.weights}
+    if layer.op == "linear" and layer.p.get("tied_to"):
+        w["weight"] = weights[(layer.p["tied_to"], "tokens")]
+    return w
+
+
 def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: int,
                    dtype=np.float32) -> tuple[float, dict[tuple[str, str], np.ndarray]]:
     """Loss and every weight gradient (full tensors, before any update) of one training step."""
     weights = init_weights(net, seed, dtype)
-    acts: dict[str, np.ndarray] = {k: v.astype(dtype) for k, v in make_inputs(net, batch, seed).items()}
+    acts: dict[str, np.ndarray] = {k: v.astype(dtype) if v.dtype.kind == "f" else v
+                                   for k, v in make_inputs(net, batch, seed).items()}
     caches = {}
     loss = 0.0
     for layer in net.layers:
-        w = {name: weights[(layer.name, name)] for name, _ in layer.weights}
+        w = _layer_weights(layer, weights)
         labels = make_labels(layer, batch, seed) if layer.op == "softmax_cross_entropy" else None
         y, caches[layer.name] = _forward(layer, [acts[s] for s in layer.inputs], w,
                                          algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM, labels)
@@ -127,6 +146,7 @@ def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: i
         acts[layer.name] = y
     grads_out: dict[str, np.ndarray] = {}
     wgrads: dict[tuple[str, str], np.ndarray] = {}
+    tied: dict[str, np.ndarray] = {}
     for layer in reversed(net.layers):
         if layer.op == "softmax_cross_entropy":
             dy = None
@@ -134,10 +154,14 @@ def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: i
             dy = grads_out.pop(layer.name, None)
             if dy is None:
                 dy = np.zeros_like(acts[layer.name])
-        w = {name: weights[(layer.name, name)] for name, _ in layer.weights}
+        w = _layer_weights(layer, weights)
         dxs, dws = _backward(layer, dy, caches[layer.name], w, algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM)
         for (name, _), g in ((kv, dws[kv[0]]) for kv in layer.weights):
             wgrads[(layer.name, name)] = np.asarray(g)
+        if layer.p.get("tied_to"):  # a tied head's gradient of its embedding's token table
+            tied[layer.p["tied_to"]] = dws["weight"]
+        if layer.name in tied:
+            wgrads[(layer.name, "tokens")] = wgrads[(layer.name, "tokens")] + tied.pop(layer.name)
         for src, dx in zip(layer.inputs, dxs):
             if net.input_spec(src) is not None:
                 continue

@@ -41,6 +41,7 @@ from executor.init import init_weights, make_inputs, make_labels, take
 from executor.memory import held_bytes, traced_peak_bytes
 from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
+from executor.ops.embedding import tie
 from executor.ops.norm import STAT_DIMS
 from executor.timers import Timers
 from kernels.activation import add_forward
@@ -124,9 +125,6 @@ class _Runtime:
             if layer.op not in OPS:
                 raise DnnplanError(f"the executor cannot run op '{layer.op}'", layer=layer.name,
                                    hint="executable ops: " + ", ".join(sorted(OPS)))
-            if layer.op == LOSS_OP and self.strategies[layer.name].degree("C") > 1:
-                raise DnnplanError("the executor cannot run a loss split over the vocabulary (C)", layer=layer.name,
-                                   hint="give the loss a sample (N) or position (H) split")
 
     def _build(self, layer: Layer, full_w, data) -> _LayerRun:
         strat, rank, batch = self.strategies[layer.name], self.rank, self.batch
@@ -147,6 +145,8 @@ class _Runtime:
         # every communicator this layer can use, created now (collective, same order on all ranks)
         for dims in (("C",), ("F",), ("H", "W"), ("N", "H"), STAT_DIMS):
             self.comms.get(strat, dims)
+        if layer.op == "linear" and layer.p.get("tied_to"):  # shares its embedding's token rows
+            tie(ctx, next(r.ctx for r in self.runs if r.layer.name == layer.p["tied_to"]))
         fwd, bwd = OPS[layer.op]
         run = _LayerRun(layer, ctx, fwd, bwd)
         run.layer_inputs = tuple((k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs)

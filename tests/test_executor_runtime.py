@@ -4,6 +4,8 @@ The multi-rank checks live in test_executor_mpi.py (they spawn mpiexec)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -90,11 +92,14 @@ def test_wrong_rank_count_is_refused():
         run_plan(plan, net, MPI.COMM_SELF)
 
 
-def test_token_inputs_are_refused():
-    net = load("gpt2")
-    plan = make_plan(net, 1, 1, "data")
-    with pytest.raises(DnnplanError):
-        run_plan(plan, net, MPI.COMM_SELF, steps=1, warmup=0)
+def test_an_integer_input_no_embedding_reads_is_refused():
+    net = load("gpt-tiny")
+    emb = next(layer for layer in net.layers if layer.op == "embedding")
+    assert "tokens" in emb.inputs
+    cut = dataclasses.replace(net, layers=tuple(dataclasses.replace(layer, inputs=("x",)) if layer is emb
+                                                else layer for layer in net.layers))
+    with pytest.raises(DnnplanError, match="no embedding layer reads it"):
+        make_inputs(cut, 2, 0)
 
 
 def test_init_is_deterministic_and_seeded():

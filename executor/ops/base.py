@@ -43,6 +43,8 @@ class LayerCtx:
     labels: np.ndarray | None = None  # loss layers: the labels of this rank's logits block
     dropout_seed: int = 0
     identity_dropout: bool = False
+    #: an embedding and its tied LM head: the token rows they share (executor.ops.embedding.TiedTable)
+    tied: object | None = None
     #: what an op derives from the plan alone (window geometry, sub-communicators), computed on
     #: its first call: the per-layer Python between kernels is time no kernel timing accounts for
     memo: dict = field(default_factory=dict)
@@ -60,8 +62,8 @@ class LayerCtx:
     def span(self, phase: str) -> AbstractContextManager:
         return self.timers.span(self.layer.name, phase)
 
-    def allreduce(self, arr: np.ndarray, dims, phase: str) -> np.ndarray:
-        """Sum ``arr`` in place over the ranks differing from this one only along ``dims``."""
+    def allreduce(self, arr: np.ndarray, dims, phase: str, op: str = "sum") -> np.ndarray:
+        """Sum (or ``op="max"``) ``arr`` in place over the ranks differing from this one only along ``dims``."""
         key = ("comm", tuple(dims))
         if key not in self.memo:
             self.memo[key] = self.comms.get(self.strategy, dims)
@@ -70,7 +72,7 @@ class LayerCtx:
             return arr
         wait_for(sub, self.timers, self.layer.name)
         with self.span(phase):
-            return allreduce_(sub, arr)
+            return allreduce_(sub, arr, op)
 
 
 def memo(ctx: LayerCtx, derive):

@@ -1,6 +1,11 @@
 """linear split over N (and H for sequence inputs), C (partial sums all-reduced forward) and F
 (input-gradient partial sums all-reduced backward). Under a C split only the rank with
-C-coordinate 0 adds the bias and contributes its gradient. Tied weights are not supported."""
+C-coordinate 0 adds the bias and contributes its gradient.
+
+A tied LM head (``tied_to``: an embedding) has no weight of its own: it multiplies by the
+embedding's token rows it shares (``ctx.tied``, set up by executor.ops.embedding.tie) and leaves
+the gradient of those rows there for the embedding's backward, which adds its own to it. Its
+kernels are the same three as any linear layer's (costmodel.kernel_calls)."""
 
 from __future__ import annotations
 
@@ -18,12 +23,19 @@ def _linear_backward(dy, x, w, with_bias):
     return dx.reshape(x.shape), dw, db
 
 
+def _weight(ctx: LayerCtx) -> np.ndarray:
+    if not ctx.p.get("tied_to"):
+        return ctx.weights["weight"]
+    if ctx.tied is None:
+        raise unsupported(ctx.layer, "a tied linear layer whose embedding is not set up")
+    return ctx.tied.weight
+
+
 def forward(ctx: LayerCtx, xs):
-    if ctx.p.get("tied_to"):
-        raise unsupported(ctx.layer, "a linear layer with tied weights")
     (x,) = xs
+    w = _weight(ctx)
     with ctx.span("fwd_compute"):
-        y = linear_forward(x, ctx.weights["weight"], ctx.weights["bias"] if owns_bias(ctx) else None)
+        y = linear_forward(x, w, ctx.weights["bias"] if owns_bias(ctx) else None)
     y = np.ascontiguousarray(y)
     ctx.allreduce(y, ("C",), "fwd_comm")
     return check_shape(ctx, y), x
@@ -32,5 +44,8 @@ def forward(ctx: LayerCtx, xs):
 def backward(ctx: LayerCtx, dy, x):
     with_bias = "bias" in ctx.weights
     with ctx.span("bwd_compute"):
-        dx, dw, db = _linear_backward(dy, x, ctx.weights["weight"], with_bias)
-    return finish_contraction_backward(ctx, dx, dw, db)
+        dx, dw, db = _linear_backward(dy, x, _weight(ctx), with_bias)
+    dxs, grads = finish_contraction_backward(ctx, dx, dw, db)
+    if ctx.p.get("tied_to"):
+        ctx.tied.grad = grads.pop("weight")
+    return dxs, grads

@@ -1,0 +1,105 @@
+"""embedding split over N (samples), H (positions), C (vocabulary, Megatron's vocabulary-parallel
+embedding) and F (features), and the token table it shares with a tied LM head.
+
+Under C each rank holds a slice of the token table and looks up the ids that fall in it (zeros
+elsewhere); the partial outputs are all-reduced over C, so only the rank with C-coordinate 0 adds
+the position rows. The output gradient arriving is the whole one on every rank of the C group, so
+each computes the whole position-table gradient (not summed over C: the op catalogue lists it as
+partial under N and H only). Under H a rank adds and differentiates the position rows of its
+sequence block; its position-table gradient is zero elsewhere (summed over H by the gradient sync).
+
+No timed kernel: the gather and the scatter-add (kernels.embedding) are priced by the compute
+model's fallback, as costmodel.kernel_calls lists no call for the embedding.
+
+A tied LM head (``linear`` with ``tied_to``) multiplies by the embedding's local token rows (the
+same array, so the update of the embedding's weight is the head's too) and leaves its weight
+gradient in :class:`TiedTable`; the embedding's backward, which runs after the head's, scatter-adds
+its own gradient into that array instead of into zeros, and the sum is synchronised and applied as
+the embedding's ``tokens`` gradient. The two layers must hold the same rows on every rank and
+share the gradient-sync group (N, H): :func:`tie` checks that from the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.layer_layouts import weight_layouts
+from costmodel.layout import block
+from executor.ops.base import LayerCtx, check_shape, memo
+from kernels.embedding import embedding_backward_weights, embedding_forward
+from networks.errors import DnnplanError
+
+
+@dataclass
+class TiedTable:
+    """The token rows an embedding and its tied LM head share on this rank."""
+
+    weight: np.ndarray  # the embedding's local token table: updated in place, read by both layers
+    grad: np.ndarray | None = None  # the head's gradient of those rows, until the embedding adds its own
+
+
+def _geometry(ctx: LayerCtx):
+    """(first vocabulary row held, sequence block (lo, hi), whether this rank adds the positions)."""
+    rows = block(weight_layouts(ctx.layer, ctx.strategy)["tokens"], ctx.rank)[0]
+    seq = ctx.in_blocks[0][1]
+    return rows[0], seq, ctx.coord("C") == 0
+
+
+def forward(ctx: LayerCtx, xs):
+    (ids,) = xs
+    vocab_lo, (s_lo, s_hi), adds_positions = memo(ctx, _geometry)
+    pos = ctx.weights.get("positions")
+    pos = pos[s_lo:s_hi] if pos is not None and adds_positions else None
+    with ctx.span("fwd_compute"):
+        y, cache = embedding_forward(ids, ctx.weights["tokens"], pos, vocab_lo)
+    ctx.allreduce(y, ("C",), "fwd_comm")
+    return check_shape(ctx, y), cache
+
+
+def backward(ctx: LayerCtx, dy, cache):
+    tied = ctx.tied
+    start = None
+    if tied is not None:
+        start, tied.grad = tied.grad, None
+    pos = ctx.weights.get("positions")
+    with ctx.span("bwd_compute"):
+        dtokens, dpos = embedding_backward_weights(dy, cache, start, pos is not None)
+        grads = {"tokens": dtokens}
+        if pos is not None:
+            _, (s_lo, s_hi), _ = memo(ctx, _geometry)
+            if (s_lo, s_hi) != (0, pos.shape[0]):
+                full = np.zeros_like(pos)
+                full[s_lo:s_hi] = dpos
+                dpos = full
+            grads["positions"] = dpos
+    return [None], grads
+
+
+def tie(head: LayerCtx, embed: LayerCtx) -> TiedTable:
+    """Give a tied head the embedding's token rows (both contexts keep the returned table), or
+    refuse with one line when the two strategies do not hold the same rows on every rank."""
+    table = weight_layouts(embed.layer, embed.strategy)["tokens"]
+    width = embed.layer.p["dim"]
+    for r in range(head.strategy.p):
+        rows, cols = block(table, r)
+        head_rows = block(head.out_layout, r)[-1]
+        if head_rows != rows or cols != (0, width):
+            raise _refused(head, embed, "they must hold the same vocabulary rows and every feature")
+    if _partition(head) != _partition(embed):
+        raise _refused(head, embed, "their sample and position splits must match")
+    shared = TiedTable(embed.weights["tokens"])
+    head.tied = embed.tied = shared
+    return shared
+
+
+def _refused(head: LayerCtx, embed: LayerCtx, why: str) -> DnnplanError:
+    return DnnplanError(f"the executor cannot run a tied head under {head.strategy.label} with its embedding "
+                        f"'{embed.layer.name}' under {embed.strategy.label}: {why}", layer=head.layer.name,
+                        hint="give both N=p, or the embedding C=t and the head F=t (Megatron)")
+
+
+def _partition(ctx: LayerCtx) -> set:
+    dims = tuple(d for d in ("N", "H") if ctx.strategy.degree(d) > 1)
+    return {ctx.strategy.group(r, dims) for r in range(ctx.strategy.p)}
