@@ -11,7 +11,8 @@ builds synthetic operands). ``flops`` follow the op catalogue's conventions, so 
 calls of a pass add up to ``costmodel.compute.local_cost(local).flops[pass]`` (exceptions, both
 documented in docs/profiler.md: layernorm puts its dgamma/dbeta flops in ``bwd_data`` because one
 kernel computes both; attention under a head or sequence split, where the catalogue counts
-unsplit projections / a local-by-local score matrix but the kernels do less / more).
+unsplit projections / a local-by-local score matrix but the kernels do less / more). rmsnorm, swiglu
+and rotary positions have no kernel yet: they borrow kernels of the same traffic (:mod:`.kernel_proxies`).
 
 Which kernel runs in which pass:
 
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.kernel_proxies import PROXY_OPS, proxy_calls, rotary_calls
 from costmodel.layer_layouts import LocalLayer
 from networks.ir import DTYPE_BYTES
 
@@ -303,11 +305,12 @@ def _attention_calls(local, pass_, dtype, item):
         return KernelCall("attention.bwd" if backward else "attention.fwd", core, dtype, "",
                           sum(k[0] for k in kernels), sum(k[1] for k in kernels))
 
+    rope = tuple(KernelCall(k, s, dtype, "", f, b) for k, s, f, b in rotary_calls(local, pass_, item))
     if pass_ == "fwd":
-        return (linear_call("linear.fwd", rows, d, 3 * d_l, bias, dtype, item), core_call(False),
+        return (linear_call("linear.fwd", rows, d, 3 * d_l, bias, dtype, item), *rope, core_call(False),
                 linear_call("linear.fwd", rows, d_l, d, bias, dtype, item))
     if pass_ == "bwd_data":
-        return (linear_call("linear.bwd_data", rows, d_l, d, bias, dtype, item), core_call(True),
+        return (linear_call("linear.bwd_data", rows, d_l, d, bias, dtype, item), core_call(True), *rope,
                 linear_call("linear.bwd_data", rows, d, 3 * d_l, bias, dtype, item))
     return (linear_call("linear.bwd_weights", rows, d_l, d, bias, dtype, item),
             linear_call("linear.bwd_weights", rows, d, 3 * d_l, bias, dtype, item))
@@ -339,8 +342,10 @@ def kernel_calls(local: LocalLayer, pass_: str, algorithm: str = "") -> tuple[Ke
         return _pool_calls(local, pass_, dtype, item)
     if op in ("relu", "gelu", "dropout", "add", "concat"):
         return _elementwise_calls(local, pass_, dtype, item)
-    if op in ("global_avgpool", "batchnorm2d", "layernorm"):
+    if op in ("global_avgpool", "batchnorm2d", "layernorm", "rmsnorm"):  # rmsnorm: layernorm's (kernel_proxies)
         return _norm_calls(local, pass_, dtype, item)
+    if op in PROXY_OPS:  # no kernel of its own yet (costmodel.kernel_proxies)
+        return tuple(KernelCall(k, s, dtype, "", f, b) for k, s, f, b in proxy_calls(local, pass_, item))
     if op == "softmax_cross_entropy":
         return _loss_calls(local, pass_, dtype, item)
     if op == "attention":

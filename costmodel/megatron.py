@@ -10,8 +10,9 @@ and the LM head split the vocabulary, and the loss is computed on the vocabulary
 Here that is a layout of degrees for the existing layer model, so the layout algebra prices every
 change between them: attention F=t (heads; its two projections are the column/row pair inside the
 op), linear F=t (column) unless its input arrives split over features, then C=t (row), pointwise
-ops on a feature-split input C=t, embedding and loss C=t (vocabulary), a tied head F=t. The
-remaining ops (layer norm, dropout, residual add) run replicated over the tensor group or, with
+ops on a feature-split input C=t (SwiGLU too: its input is the column-parallel gate and up, Megatron's
+fused linear_fc1), embedding and loss C=t (vocabulary), a tied head F=t. The
+remaining ops (layer norm, RMSNorm, dropout, residual add) run replicated over the tensor group or, with
 ``sequence_parallel`` (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.2), split over the
 sequence (H=t). All layers split the batch over the ``p / t`` data-parallel replicas (N).
 """
@@ -24,7 +25,7 @@ from costmodel.uniform import Fallback, data_strategy
 from networks.errors import DnnplanError
 from networks.ir import Layer, Network
 from networks.ops.catalogue import OPS
-from networks.ops.pointwise import pointwise_splits
+from networks.ops.pointwise import pointwise_splits, swiglu_splits
 
 VOCABULARY_OPS = ("embedding", "softmax_cross_entropy")
 
@@ -39,7 +40,7 @@ def _wanted(layer: Layer, split_in: bool, sequence_parallel: bool) -> tuple[str 
         return ("C", False) if split_in else ("F", True)
     if layer.op in VOCABULARY_OPS:
         return "C", False
-    if OPS[layer.op].splits is pointwise_splits and split_in:  # relu, gelu, dropout, add
+    if OPS[layer.op].splits in (pointwise_splits, swiglu_splits) and split_in:  # relu, gelu, dropout, add, swiglu
         return "C", True
     return ("H" if sequence_parallel else None), False
 

@@ -32,10 +32,9 @@ from networks.spec import parse_network
 #: reference step), each with its reason. The test checks that they are still refused, so an op
 #: leaves this list when the executor learns it.
 PLANNED_ONLY: dict[str, str] = {
-    # no distributed attention (head or sequence splits) in executor.ops, nor in the reference
-    "attention": "the executor has no attention op yet",
-    # the executor feeds float inputs only (executor.init.make_inputs), so token inputs cannot run
-    "embedding": "the executor cannot feed token inputs yet",
+    # kernels has no RMSNorm or SwiGLU kernel (costmodel.kernel_proxies prices them on others)
+    "rmsnorm": "the executor has no rmsnorm op yet",
+    "swiglu": "the executor has no swiglu op yet",
 }
 
 #: Ops that run no timed kernel, so the cost model lists no kernel call for them (each with its
@@ -69,6 +68,8 @@ SAMPLES: dict[str, tuple[str, list[str]]] = {
     "global_avgpool": (_IMAGE, [_CONV, "{name: gap, op: global_avgpool}", *_IMAGE_HEAD]),
     "batchnorm2d": (_IMAGE, [_CONV, "{name: bn, op: batchnorm2d}", *_IMAGE_HEAD]),
     "layernorm": (_SEQUENCE, ["{name: ln, op: layernorm}", *_HEAD]),
+    "rmsnorm": (_SEQUENCE, ["{name: rms, op: rmsnorm}", *_HEAD]),
+    "swiglu": (_VECTOR, [_HIDDEN, "{name: act, op: swiglu}", *_HEAD]),
     "add": (_VECTOR, [*_BRANCHES, "{name: sum, op: add, inputs: [a, b]}", *_HEAD]),
     "concat": (_VECTOR, [*_BRANCHES, "{name: cat, op: concat, inputs: [a, b]}", *_HEAD]),
     "flatten": (_IMAGE, _IMAGE_HEAD),

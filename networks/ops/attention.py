@@ -7,6 +7,10 @@ backward-data twice the core's (four GEMMs against two).
 Splitting heads (F) is Megatron-style: the input projection is column-parallel (input gradients
 are partial sums), the output projection row-parallel (the output is a partial sum). Splitting the
 sequence (H) gathers keys and values over the group.
+``rotary`` (Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021, eq. 34)
+rotates each query and key by its position: x * cos + rotate_half(x) * sin, 3 operations per element
+of q and k in forward and the same in backward-data (the inverse rotation); no weights (the cos and
+sin tables, S x D/heads each, are computed, not learned), nothing kept beyond q and k.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from networks.ops.base import (DimSplit, ExtraComm, LayerCost, OpDef, Param, Sha
 
 PARAMS = (Param("heads", "pos", doc="number of attention heads (must divide D)"),
           Param("causal", "bool", False, "mask future positions (decoder)"),
-          Param("bias", "bool", True, "projection biases"))
+          Param("bias", "bool", True, "projection biases"),
+          Param("rotary", "bool", False, "rotary position embeddings on queries and keys (RoFormer)"))
 
 
 def infer(p, in_shapes, dtypes):
@@ -56,14 +61,18 @@ def costs(p, in_shapes, out_shape, n, itemsize):
     # the per-head output
     kept = 4 * rows * d_l * itemsize + soft * itemsize
     wbytes = (4 * d * d_l + 3 * d_l + d) * itemsize
+    rot = 2 * rows * d_l if p.get("rotary") else 0  # q and k rotated (RoFormer), forward and backward
+    rot_in = rot * itemsize + (2 * s * dh * itemsize if rot else 0)  # and the cos and sin tables
     return LayerCost(
         # backward-data: the projections' input gradients and four GEMMs of the core (the
         # gradients of v, of the probabilities, of q and of k), twice the forward's two
-        flops=(2 * (proj + core) + 5 * soft + bias, 2 * proj + 4 * core + 5 * soft, 2 * proj + bias),
-        work=(proj + core + soft, proj + 2 * core + soft, proj),
-        depth=(clog2(d) + clog2(s_k) + clog2(dh), clog2(d_l) + clog2(s_k) + clog2(dh), clog2(rows)),
-        bytes_read=(act + wbytes, 5 * act + wbytes, 5 * act),
-        bytes_written=(act + kept, act, wbytes),
+        flops=(2 * (proj + core) + 5 * soft + bias + 3 * rot, 2 * proj + 4 * core + 5 * soft + 3 * rot,
+               2 * proj + bias),
+        work=(proj + core + soft + rot, proj + 2 * core + soft + rot, proj),
+        depth=(clog2(d) + clog2(s_k) + clog2(dh) + bool(rot), clog2(d_l) + clog2(s_k) + clog2(dh) + bool(rot),
+               clog2(rows)),
+        bytes_read=(act + wbytes + rot_in, 5 * act + wbytes + rot_in, 5 * act),
+        bytes_written=(act + kept + rot * itemsize, act + rot * itemsize, wbytes),
         activation_bytes=kept,
         macs=proj + core,
     )

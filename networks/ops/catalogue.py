@@ -7,8 +7,8 @@ from networks.ops.base import OpDef
 
 OPS: dict[str, OpDef] = {op.name: op for op in (
     conv.OP, dense.LINEAR, pointwise.RELU, pointwise.GELU, pool.MAXPOOL, pool.AVGPOOL,
-    pool.GLOBAL_AVGPOOL, norm.BATCHNORM, norm.LAYERNORM, pointwise.DROPOUT, pointwise.ADD,
-    pointwise.CONCAT, pointwise.FLATTEN, dense.EMBEDDING, attention.OP, loss.OP,
+    pool.GLOBAL_AVGPOOL, norm.BATCHNORM, norm.LAYERNORM, norm.RMSNORM, pointwise.DROPOUT, pointwise.SWIGLU,
+    pointwise.ADD, pointwise.CONCAT, pointwise.FLATTEN, dense.EMBEDDING, attention.OP, loss.OP,
 )}
 
 

@@ -1,9 +1,11 @@
-"""batchnorm2d (training-mode batch statistics) and layernorm (over the last axis).
+"""batchnorm2d (training-mode batch statistics), layernorm and rmsnorm (over the last axis).
 
 Work and depth: Ben-Nun & Hoefler, "Demystifying Parallel and Distributed Deep Learning" (ACM
 Computing Surveys 2019), Table 4, batch normalisation (work NCHW per pass, depth logarithmic in the
 number of values each statistic reduces over; the table writes O(log N) with N that count).
-Element operation counts (7 forward, 10 backward) are this project's convention.
+Element operation counts (7 forward, 10 backward) are this project's convention; rmsnorm's
+(4 forward, 7 backward-data, 2 backward-weights) are counted the same way without the mean and beta
+(:func:`rms_costs`).
 """
 
 from __future__ import annotations
@@ -83,3 +85,40 @@ def ln_splits(p, in_shapes, out_shape):
 
 LAYERNORM = OpDef("layernorm", "layer normalisation over the last axis", (Param("eps", "float", 1e-5,
                   "added to the variance"),), (1, 1), ln_infer, ln_weights, ln_costs, ln_splits)
+
+
+def rms_infer(p, in_shapes, dtypes):
+    need_rank(in_shapes[0], (1, 2), "its input", "rmsnorm")
+    need_float(dtypes[0], "rmsnorm")
+    return in_shapes[0], dtypes[0]
+
+
+def rms_weights(p, in_shapes):
+    return {"gamma": (in_shapes[0][-1],)}
+
+
+def rms_costs(p, in_shapes, out_shape, n, itemsize):
+    """RMSNorm (Zhang & Sennrich, "Root Mean Square Layer Normalization", NeurIPS 2019):
+    y = gamma * x * r, r = (mean(x^2) + eps)^(-1/2) per row. Operations per element, counted as
+    layernorm's 7/10 are: forward 4 (square, sum, times r, times gamma); backward-data 7 (x * r again,
+    dy * gamma, times x * r, sum, x * r times that row sum over D, subtract, times r); backward-weights
+    2 (dy * x * r, summed over the rows). Kept besides its input: r per row, in float32."""
+    elems = n * prod(in_shapes[0])
+    d = in_shapes[0][-1]
+    rows = elems // d
+    cost = elementwise_cost(elems, itemsize, 4, 7, rows * 4, clog2(d), clog2(d))
+    return cost.__class__(cost.flops[:2] + (2 * elems,), cost.work[:2] + (elems,),
+                          cost.depth[:2] + (clog2(rows),), cost.bytes_read, cost.bytes_written,
+                          cost.activation_bytes, 0)
+
+
+def rms_splits(p, in_shapes, out_shape):
+    out = [DimSplit("N", 0, (0,), 0, partial_weight_grad=("gamma",))]
+    if len(in_shapes[0]) == 2:
+        out.append(DimSplit("H", in_shapes[0][0], (1,), 1, partial_weight_grad=("gamma",)))
+    return tuple(out)
+
+
+RMSNORM = OpDef("rmsnorm", "root-mean-square normalisation over the last axis (no mean, no beta)",
+                (Param("eps", "float", 1e-5, "added to the mean square"),), (1, 1), rms_infer, rms_weights,
+                rms_costs, rms_splits)

@@ -1,11 +1,12 @@
 """Ops without weights that touch each element a fixed number of times: relu, gelu, dropout,
-add, concat, flatten. Work and depth: Ben-Nun & Hoefler, "Demystifying Parallel and Distributed
-Deep Learning" (ACM Computing Surveys 2019), Table 4, activation (work NCHW, depth 1).
-Element operation counts are this project's convention (relu 1/1, gelu 8/12, dropout 2/1)."""
+swiglu, add, concat, flatten. Work and depth: Ben-Nun & Hoefler, "Demystifying Parallel and
+Distributed Deep Learning" (ACM Computing Surveys 2019), Table 4, activation (work NCHW, depth 1).
+Element operation counts are this project's convention (relu 1/1, gelu 8/12, dropout 2/1, swiglu
+5/11 per output element: :func:`swiglu_costs`)."""
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, OpDef, Param, ShapeError, axes_of, elementwise_cost,
+from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, axes_of, elementwise_cost,
                                need_float, need_rank, no_weights, prod)
 
 
@@ -39,6 +40,43 @@ GELU = _unary("gelu", "GELU (tanh approximation, as GPT-2)", 8, 12)
 DROPOUT = _unary("dropout", "inverted dropout", 2, 1, (Param("rate", "rate", 0.1, "probability of zeroing"),),
                  saves="none", mask_bytes=1)
 
+
+def swiglu_infer(p, in_shapes, dtypes):
+    (x,) = in_shapes
+    need_rank(x, (1, 2), "its input", "swiglu")
+    need_float(dtypes[0], "swiglu")
+    if x[-1] % 2:
+        raise ShapeError(f"swiglu needs an even number of input features (gate and up interleaved), got {x[-1]}",
+                         "inputs", hint="give the linear before it twice the MLP width")
+    return x[:-1] + (x[-1] // 2,), dtypes[0]
+
+
+def swiglu_costs(p, in_shapes, out_shape, n, itemsize):
+    """silu(gate) * up (Shazeer 2020, "GLU Variants Improve Transformer", SwiGLU), per output element:
+    forward 5 operations (the sigmoid s = 1 / (1 + exp(-g)) as exp, add and reciprocal: 3; g * s;
+    times u), backward 11 (s again: 3; g * s; du = dy * g * s; dy * u; silu'(g) = s * (1 + g * (1 - s)):
+    4; dg = dy * u * silu'(g)). Reads gate and up (two elements per output), writes one; backward
+    reads dy, gate and up and writes both gradients."""
+    e = n * prod(out_shape)
+    nb = e * itemsize
+    return LayerCost(flops=(5 * e, 11 * e, 0), work=(e, e, 0), depth=(1, 1, 0), bytes_read=(2 * nb, 3 * nb, 0),
+                     bytes_written=(nb, 2 * nb, 0), activation_bytes=0, macs=0)
+
+
+def swiglu_splits(p, in_shapes, out_shape):
+    """Every axis of the output; a feature split (C) cuts the input at the same pair boundaries, so
+    its degree must divide the output width (Megatron: the product of two column-parallel halves)."""
+    out = []
+    for dim, ax in axes_of(out_shape).items():
+        size = 0 if dim == "N" else out_shape[ax - 1]
+        out.append(DimSplit(dim, size, (ax,), ax, divides=dim == "C"))
+    return tuple(out)
+
+
+# gate and up interleaved on the last axis (gate j at 2j, up j at 2j + 1): one linear of twice the
+# width makes both (Megatron-LM's fused linear_fc1), and any feature split keeps each pair together
+SWIGLU = OpDef("swiglu", "silu(gate) * up, gate and up interleaved on the last axis: (..., 2F) -> (..., F)",
+               (), (1, 1), swiglu_infer, no_weights, swiglu_costs, swiglu_splits)
 
 def add_infer(p, in_shapes, dtypes):
     first = in_shapes[0]

@@ -1,0 +1,67 @@
+"""Kernel calls for ops the kernel set has no kernel for yet: priced on the kernels that move the
+same bytes and do at least the same arithmetic. Pure.
+
+The one kernel set (docs/kernels.md) has no RMSNorm, SwiGLU or rotary-position kernel, and the
+executor refuses these ops; the cost model still has to price them, on a profile table as on the
+roofline (which prices attention kernel by kernel). Each is priced as the unfused sequence a
+framework runs, on the nearest kernels the set has:
+
+* ``rmsnorm``: the layer-norm kernels at the same (rows, D) (:func:`costmodel.kernel_calls.kernel_calls`
+  sends it to them directly): the same traffic, and a superset of its arithmetic (the mean and beta);
+* ``swiglu``, ``silu(gate) * up``: forward silu on gelu's kernel (the same traffic, one read and one
+  write an element; more arithmetic: 8 operations to silu's 4) and the product on add's (two reads,
+  one write); backward (the op keeps only its input) silu again, ``dy * silu(gate)`` and ``dy * up``
+  on add's kernel, then silu's gradient on gelu's;
+* attention's ``rotary`` positions: q and k through gelu's forward kernel after the query/key/value
+  projection, and again (the inverse rotation) before its input gradient: one read and one write an
+  element, as the rotation (its cos and sin tables are small and stay in cache).
+
+So the calls' FLOPs exceed the catalogue's for these ops (``networks.ops``); their bytes equal an
+unfused run's. This module returns plain ``(kernel, shape, flops, bytes)`` tuples;
+:mod:`costmodel.kernel_calls` makes them :class:`~costmodel.kernel_calls.KernelCall`\\ s, and
+tests/test_llama.py holds every tuple equal to the call the real op (gelu, add) makes at that size.
+"""
+
+from __future__ import annotations
+
+from costmodel.layer_layouts import LocalLayer
+
+#: Ops priced here (rmsnorm goes to the layer-norm kernels in costmodel.kernel_calls itself).
+PROXY_OPS = frozenset({"swiglu"})
+
+Proxy = tuple[str, tuple[int, ...], int, int]  # kernel, shape, flops, bytes
+
+
+def _gelu(pass_: str, elems: int, item: int) -> Proxy:
+    """gelu.fwd / gelu.bwd of ``elems`` elements, as costmodel.kernel_calls prices gelu (8 / 12)."""
+    if pass_ == "fwd":
+        return ("gelu.fwd", (elems,), 8 * elems, 2 * elems * item)
+    return ("gelu.bwd", (elems,), 12 * elems, 3 * elems * item)
+
+
+def _product(elems: int, item: int) -> Proxy:
+    """An elementwise product on add.fwd (costmodel.kernel_calls.add_call): two reads, one write."""
+    return ("add.fwd", (elems,), elems, 3 * elems * item)
+
+
+def proxy_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:
+    """The calls of ``pass_`` of a :data:`PROXY_OPS` layer's local shard."""
+    elems = local.batch
+    for s in local.out_shape:
+        elems *= s
+    if pass_ == "fwd":
+        return (_gelu("fwd", elems, item), _product(elems, item))
+    if pass_ == "bwd_data":
+        return (_gelu("fwd", elems, item), _product(elems, item), _product(elems, item), _gelu("bwd", elems, item))
+    return ()
+
+
+def rotary_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:
+    """The rotation of the local q and k (``rows x 2 d_local`` elements) an attention layer with
+    ``rotary`` runs in ``pass_`` (forward and backward-data), none otherwise."""
+    p = local.p
+    if not p.get("rotary") or pass_ == "bwd_weights":
+        return ()
+    s, d = local.in_shapes[0]
+    d_local = p["heads"] * (d // local.layer.p["heads"])
+    return (_gelu("fwd", 2 * local.batch * s * d_local, item),)
