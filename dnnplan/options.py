@@ -180,3 +180,11 @@ CommOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table fi
                                                    "the per-user cache of this computer].")]
 CapOpt = Annotated[float, typer.Option("--cap", help="Seconds per (collective, size, cache state).",
                                        callback=within("--cap", 0.001, 1e5, " s"))]
+PlanPipelineOpt = Annotated[Optional[str], typer.Option(
+    "--pipeline", help="Search pipelined plans too: 'auto' tries every pipeline degree dividing the devices "
+    "(at most one stage a block) and micro-batches of 1, 2, 4 or 8 samples, cuts the blocks into stages "
+    "exactly and solves each stage's layers as the planner does (1F1B); a number fixes the degree. Only "
+    "for networks that are stacks of identical blocks (transformers); docs/planner.md, Pipelines.")]
+PlanMicroBatchesOpt = Annotated[Optional[int], typer.Option(
+    "--micro-batches", help="With --pipeline: micro-batches per step (must divide the batch) instead of "
+    "searching them.", callback=within("--micro-batches", 1, MAX_INT))]

@@ -10,6 +10,10 @@ adds up, so the solver's objective for a choice *is* the predicted step time of 
   their sum plus the largest transient, as in the solver's memory constraint);
 * edge cost = forward + backward reshard of ``edge_estimate`` for every candidate pair.
 
+A pipeline stage (:mod:`planner.stage_solve`) weighs them differently: its per-micro-batch part
+(everything but the gradient sync and the update, and every edge) ``weight`` times, the once-a-step
+part once, and it keeps the activations of ``kept`` micro-batches (``costmodel.pipeline``).
+
 Sharing makes it fast: layers with the same op, parameters and shapes (ResNet blocks repeat) share
 their candidates, their estimates and the cost matrices of their edges; the matrices are built per
 distinct strategy (algorithms share them), and all reshards are evaluated in one vectorised batch
@@ -73,6 +77,8 @@ class Built:
     distinct_layers: int
     distinct_edges: int
     reshard_pairs: int
+    once: tuple[np.ndarray, ...] = ()  # each candidate's once-a-step seconds (gradient sync and update)
+    activations: tuple[np.ndarray, ...] = ()  # each candidate's kept activation bytes (one micro-batch)
 
     def restrict(self, keep: tuple[np.ndarray, ...]) -> Problem:
         """The problem with only candidates ``keep[i]`` of each node."""
@@ -84,22 +90,29 @@ class Built:
                        p.memory_limit)
 
 
-class _Builder:
+class Builder:
+    """What one (batch, devices, machine, optimiser) pricing shares across problems: the distinct
+    nodes and edge matrices it has priced (a pipeline stage search builds many stages at one micro-batch)."""
+
     def __init__(self, batch: int, p: int, machine: Machine, compute: ComputeModel, optimizer: Optimizer | str,
-                 rule: str, max_model_degree: int, max_candidates: int, recompute: bool = False):
+                 rule: str = "mpi", max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES,
+                 recompute: bool = False):
         self.batch, self.p, self.machine, self.compute = batch, p, machine, compute
         self.optimizer, self.rule = optimizer, rule
         self.max_model_degree, self.max_candidates = max_model_degree, max_candidates
         self.recompute = recompute
         self.layout_ids: dict[Layout, int] = {}
         self.layouts: list[Layout] = []
+        self.nodes: dict[tuple, _Node] = {}
+        self.matrices: dict[tuple, np.ndarray] = {}
 
     def strategies(self, sig: Layer) -> tuple[Strategy, ...]:
         return candidate_strategies(sig, self.p, self.batch, self.max_model_degree, self.max_candidates)
 
     def estimates(self, sig: Layer, strat: Strategy, algos: tuple[str, ...],
-                  consumers: int = 1, saved: bool = True) -> list[tuple[float, float, float]]:
-        """(total_s, persistent bytes, transient bytes) of each algorithm under one strategy.
+                  consumers: int = 1, saved: bool = True) -> list[tuple[float, float, float, float, float]]:
+        """(total_s, persistent bytes, transient bytes, once-a-step seconds, activation bytes) of each
+        algorithm under one strategy.
 
         ``layer_estimate`` runs once; the other algorithms change only the three compute passes and
         the workspace, so they reuse its collectives and memory (``derive_estimate``).
@@ -107,7 +120,8 @@ class _Builder:
         base = layer_estimate(sig, strat, self.batch, self.machine, self.compute, algos[0], self.optimizer,
                               self.rule, consumers, saved)
         ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a) for a in algos[1:]]
-        return [(e.total_s, float(e.memory.persistent), float(e.memory.transient)) for e in ests]
+        return [(e.total_s, float(e.memory.persistent), float(e.memory.transient), e.grad_sync_s + e.update_s,
+                 float(e.memory.activations)) for e in ests]
 
     def layout_id(self, layout: Layout) -> int:
         got = self.layout_ids.get(layout)
@@ -124,20 +138,33 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
     """The planning problem of ``net`` at ``batch`` on ``p`` devices of ``machine``
     (``edges=False``: nodes only, e.g. to ask how much memory a plan needs at least; ``recompute``:
     layers that keep internals may also recompute them, ``costmodel.compute.RECOMPUTE``)."""
-    b = _Builder(batch, p, machine, compute, optimizer, rule, max_model_degree, max_candidates, recompute)
+    b = Builder(batch, p, machine, compute, optimizer, rule, max_model_degree, max_candidates, recompute)
+    return build_with(b, net, memory_limit, edges)
+
+
+def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool = True, weight: float = 1.0,
+               kept: int = 1, once_weight: float = 1.0) -> Built:
+    """:func:`build_problem` on ``b``'s pricing (reusing what it priced before): the per-micro-batch
+    costs ``weight`` times, the once-a-step costs ``once_weight`` times, the activations ``kept``
+    times (module docstring)."""
     sigs = [signature(layer) for layer in net.layers]
     readers, saved = consumers(net), saved_outputs(net)
     # layers share nodes when they have one signature, as many readers (gradient sums) and their
     # output saved or not alike
     node_keys = [(sig, readers[layer.name], saved[layer.name]) for sig, layer in zip(sigs, net.layers)]
-    per_sig = {key: _node(b, *key) for key in dict.fromkeys(node_keys)}
-    nodes = [per_sig[key] for key in node_keys]
-    edge_list, distinct_edges, pairs = _edges(b, net, sigs, nodes, edges)
-    problem = Problem(tuple(layer.name for layer in net.layers), tuple(n.vals[:, 0] for n in nodes),
-                      tuple(n.vals[:, 1] for n in nodes), tuple(n.vals[:, 2] for n in nodes),
+    for key in dict.fromkeys(node_keys):
+        if key not in b.nodes:
+            b.nodes[key] = _node(b, *key)
+    nodes = [b.nodes[key] for key in node_keys]
+    edge_list, distinct_edges, pairs = _edges(b, net, sigs, nodes, edges, weight)
+    cost = tuple(n.vals[:, 0] if weight == once_weight == 1 else weight * (n.vals[:, 0] - n.vals[:, 3])
+                 + once_weight * n.vals[:, 3] for n in nodes)
+    memory = tuple(n.vals[:, 1] if kept == 1 else n.vals[:, 1] + (kept - 1) * n.vals[:, 4] for n in nodes)
+    problem = Problem(tuple(layer.name for layer in net.layers), cost, memory, tuple(n.vals[:, 2] for n in nodes),
                       edge_list, memory_limit)
-    return Built(problem, tuple(n.candidates for n in nodes), tuple(n.fastest for n in nodes), len(per_sig),
-                 distinct_edges, pairs)
+    return Built(problem, tuple(n.candidates for n in nodes), tuple(n.fastest for n in nodes),
+                 len(dict.fromkeys(node_keys)), distinct_edges, pairs, tuple(n.vals[:, 3] for n in nodes),
+                 tuple(n.vals[:, 4] for n in nodes))
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,14 +179,14 @@ class _Node:
     strategies: tuple[Strategy, ...]
 
 
-def _node(b: _Builder, sig: Layer, readers: int, saved: bool) -> _Node:
+def _node(b: Builder, sig: Layer, readers: int, saved: bool) -> _Node:
     """Candidates, cost, memory and transient memory of the layers with signature ``sig``,
     ``readers`` and their output ``saved`` or not."""
     strats = b.strategies(sig)
     algos = algorithms(sig, b.recompute)
     cand = tuple((s, a) for s in strats for a in algos)
     vals = np.array([v for s in strats for v in b.estimates(sig, s, algos, readers, saved)],
-                    dtype=np.float64).reshape(len(cand), 3)
+                    dtype=np.float64).reshape(len(cand), 5)
     best = []
     for i in range(len(strats)):
         block = vals[i * len(algos):(i + 1) * len(algos)]
@@ -167,42 +194,42 @@ def _node(b: _Builder, sig: Layer, readers: int, saved: bool) -> _Node:
     return _Node(cand, vals, np.array(best), np.repeat(np.arange(len(strats)), len(algos)), strats)
 
 
-def _edges(b: _Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
-           with_edges: bool) -> tuple[tuple[Edge, ...], int, int]:
+def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
+           with_edges: bool, weight: float = 1.0) -> tuple[tuple[Edge, ...], int, int]:
     """The problem's edges, and how many distinct edge patterns and reshard pairs were priced.
 
     One cost matrix per distinct (producer, consumer, slot) signature, per strategy pair; every
-    reshard pair any of them needs is priced once, forward and backward."""
+    reshard pair any of them needs is priced once, forward and backward (and kept in ``b`` for the
+    next problem it builds)."""
     index = net.index()
-    patterns: dict[tuple, tuple[list[int], list[int], int]] = {}
+    patterns: dict[tuple, tuple[list[int], list[int], int, int, int]] = {}
     edge_keys = []
     for src, dst, slot in (net.edges() if with_edges else ()):
         u, v = index[src], index[dst]
         key = (sigs[u], sigs[v], slot)
         edge_keys.append((u, v, key))
-        if key not in patterns:
+        if key not in patterns and key not in b.matrices:
             su, sv = nodes[u].strategies, nodes[v].strategies
             outs = [b.layout_id(output_layout(sigs[u], s, b.batch)) for s in su]
             ins = [b.layout_id(input_layout(sigs[v], s, b.batch, slot)) for s in sv]
-            patterns[key] = (outs, ins, DTYPE_BYTES.get(sigs[u].dtype, 4))
+            patterns[key] = (outs, ins, DTYPE_BYTES.get(sigs[u].dtype, 4), u, v)
     needed: dict[tuple[int, int, int], None] = {}
-    for outs, ins, size in patterns.values():
+    for outs, ins, size, _, _ in patterns.values():
         for o in outs:
             for i in ins:
                 needed[(o, i, size)] = None
     pairs = list(needed)
     cost = _times(b, pairs, backward=False) + _times(b, pairs, backward=True)
     where = {k: n for n, k in enumerate(pairs)}
-    matrices = {}
-    for key, (outs, ins, size) in patterns.items():
+    for key, (outs, ins, size, u, v) in patterns.items():
         flat = np.array([where[(o, i, size)] for o in outs for i in ins], dtype=np.int64)
-        matrices[key] = cost[flat].reshape(len(outs), len(ins))
-    edge_list = tuple(Edge(u, v, matrices[key][np.ix_(nodes[u].strategy_of, nodes[v].strategy_of)])
+        b.matrices[key] = cost[flat].reshape(len(outs), len(ins))[np.ix_(nodes[u].strategy_of, nodes[v].strategy_of)]
+    edge_list = tuple(Edge(u, v, b.matrices[key] if weight == 1 else weight * b.matrices[key])
                       for u, v, key in edge_keys)
-    return edge_list, len(patterns), len(pairs)
+    return edge_list, len({k for _, _, k in edge_keys}), len(pairs)
 
 
-def _times(b: _Builder, pairs, backward: bool) -> np.ndarray:
+def _times(b: Builder, pairs, backward: bool) -> np.ndarray:
     """Reshard seconds of each (producer layout id, consumer layout id, itemsize)."""
     out = np.zeros(len(pairs))
     if not pairs:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from costmodel.optimizer import Optimizer
 from dnnplan.render import fmt
-from dnnplan.render.tables import console, memory_line
+from dnnplan.render.tables import console, memory_line, pipeline_table
 from planner.optimize import speedup, strategy_mix
 from planner.plan import Plan
 
@@ -115,3 +119,52 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> Non
                   ", ".join(f"{k} x{v}" for k, v in r["mix"].items()))
     console.print(t)
     console.print("speedup and efficiency are relative to the first device count that has a plan")
+
+
+@contextmanager
+def search_progress(what: str, disable: bool = False):
+    """Yields a callback ``(done, total)`` that advances a bar on stderr (none with ``disable``)."""
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True, disable=disable)
+    task = None
+    with bar:
+        def tick(done: int, total: int) -> None:
+            nonlocal task
+            if task is None:
+                task = bar.add_task(what, total=total)
+            bar.update(task, completed=done)
+        yield tick
+
+
+def pipeline_choice(got, mfu: float) -> None:
+    """The pipeline search's answer (planner.pipeline_search.PipelineChoice): its stages, the
+    chosen degrees and how the search went."""
+    pred = got.prediction
+    pipeline_table(pred)
+    stage0 = pred.stages[0]
+    parts = dict(stage0.micro.memory_parts)
+    parts["activations"] = parts.get("activations", 0) * stage0.kept_micro_batches
+    runs: list[list] = []  # consecutive stages with one mix of splits, as [first, last, mix]
+    for s, sol in zip(pred.stages, got.solutions):
+        m = _mix(sol.strategies)
+        if runs and runs[-1][2] == m:
+            runs[-1][1] = s.index
+        else:
+            runs.append([s.index, s.index, m])
+    mix = "; ".join((f"stage {a}" if a == b else f"stages {a}-{b}") + f": {m}" for a, b, m in runs)
+    console.print(f"chosen: pipeline {got.stages} x {got.devices // got.stages} devices a stage, "
+                  f"{got.micro_batches} micro-batches of {got.micro_batch}, 1F1B, blocks per stage "
+                  f"{'/'.join(map(str, got.cut))};  model FLOP utilisation {mfu:.1%}")
+    console.print("splits: " + mix)
+    console.print(memory_line(parts) + " (stage 0)")
+    st = got.stats
+    gap = f"; worst Lagrangian stage gap {st['worst_stage_gap']:.2%}" if st["worst_stage_gap"] else ""
+    console.print(f"searched {st['tried']} (pipeline, micro-batch) pairs, {st['skipped']} more ruled out by the "
+                  f"physics bound, {st['stage_solves']} stage solves in {st['seconds']:.1f} s{gap}")
+
+
+def _mix(strategies) -> str:
+    out: dict[str, int] = {}
+    for strat in strategies.values():
+        out[strat.label] = out.get(strat.label, 0) + 1
+    return " ".join(f"{k} x{v}" for k, v in sorted(out.items(), key=lambda kv: -kv[1])[:3])

@@ -74,12 +74,13 @@ class Problem:
                                    hint="allow more strategies or devices for it")
             if self.node_memory[i].shape != k or self.node_workspace[i].shape != k:
                 raise ValueError(f"node '{name}': cost, memory and workspace differ in length")
+        sizes = self.sizes
         for e in self.edges:
             if not (0 <= e.src < n and 0 <= e.dst < n) or e.src == e.dst:
                 raise ValueError(f"edge {e.src}->{e.dst} does not join two distinct nodes")
-            if e.cost.shape != (self.sizes[e.src], self.sizes[e.dst]):
+            if e.cost.shape != (sizes[e.src], sizes[e.dst]):
                 raise ValueError(f"edge {e.src}->{e.dst}: cost shape {e.cost.shape}, expected "
-                                 f"{(self.sizes[e.src], self.sizes[e.dst])}")
+                                 f"{(sizes[e.src], sizes[e.dst])}")
 
     @property
     def sizes(self) -> tuple[int, ...]:

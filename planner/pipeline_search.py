@@ -1,0 +1,209 @@
+"""The pipeline search: stages, micro-batches and stage cuts outside, each stage solved exactly inside (pure).
+
+For a uniform stack (:mod:`planner.stack`) on ``p`` devices at batch ``B`` the search tries every
+pipeline degree ``S`` dividing ``p`` (at most one stage a block) and the micro-batch counts ``m``
+dividing ``B`` that make micro-batches of 1, 2, 4 or 8 samples, or one micro-batch of the whole
+batch (or the counts the caller names). Stage ``s`` runs on ranks ``[s d, (s + 1) d)``, ``d = p / S``, on micro-batches of
+``B / m`` samples, with the 1F1B schedule (its activations held for ``min(S - s, m)`` micro-batches).
+Inside a stage the per-layer problem (strategies with their data and tensor degrees, algorithms,
+recomputation) is the planner's exact one (:mod:`planner.stage_solve`), so the data and tensor
+degrees are the stage solver's choice per layer. Between stages, :mod:`planner.cut_search` finds
+the exact best cut of the blocks over the stages. As Alpa's stage DP over its intra-op ILP (Zheng
+et al., OSDI 2022, section 5), stage solutions are reused: one per (blocks, role, kept) for each
+``(S, m)``.
+
+Pruning is exact. Nothing the cost model prices runs faster than the device's highest peak
+(docs/costmodel.md, "Nothing below physics"), so a pipeline of ``S`` stages and ``m``
+micro-batches takes at least ``F / (p * peak) * (S + m - 1) / m`` for the step's model FLOPs ``F``;
+``(S, m)`` are tried in order of that bound and the search stops when it reaches the best step
+found. Inside a cut, a stage of ``k`` blocks makes the step at least ``m T + O`` of that stage, so
+stage sizes whose cheapest such bound already loses are not tried (stage times grow with ``k``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from costmodel.candidates import divisors
+from costmodel.compute import ComputeModel
+from costmodel.machine import Machine
+from costmodel.pipeline import PipelinePrediction, StagePrediction, _p2p_s
+from networks.analysis import layer_cost
+from networks.errors import DnnplanError
+from networks.ir import Network
+from planner.cut_search import best_cut
+from planner.optimize import PlanMismatch, Settings
+from planner.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
+from planner.stage_solve import StageSolution, StageSolver
+
+SCHEDULE = "1f1b"
+#: micro-batch sizes tried unless the caller names micro-batch counts (with the whole batch: no
+#: micro-batching); Megatron-LM's published runs use 1 to 8 (Narayanan et al. SC21, section 5)
+MICRO_SIZES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (S, m) the search weighed: its best step (None: nothing fits) and cut, or why it was skipped."""
+
+    stages: int
+    micro_batches: int
+    bound_s: float
+    step_s: float | None = None
+    cut: tuple[int, ...] = ()
+    skipped: str = ""
+
+
+@dataclass(frozen=True)
+class PipelineChoice:
+    stack: Stack
+    batch: int
+    devices: int
+    stages: int
+    micro_batches: int
+    cut: tuple[int, ...]
+    solutions: tuple[StageSolution, ...]
+    prediction: PipelinePrediction
+    candidates: tuple[Candidate, ...] = ()
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def micro_batch(self) -> int:
+        return self.batch // self.micro_batches
+
+
+def roles(stages: int) -> list[str]:
+    return [ONLY] if stages == 1 else [FIRST] + [MIDDLE] * (stages - 2) + [LAST]
+
+
+def kept(stages: int, s: int, micro_batches: int) -> int:
+    """Micro-batches whose activations stage ``s`` is solved to hold: ``min(S - s, m)`` under 1F1B
+    for the first and last stage, and for every middle stage the most any middle stage holds
+    (stage 1's), so one solution serves them all (module docstring)."""
+    return min(stages - (s if s in (0, stages - 1) else 1), micro_batches)
+
+
+class _Search:
+    def __init__(self, stack: Stack, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
+                 settings: Settings, exact: bool = False):
+        self.stack, self.batch, self.p, self.machine, self.compute = stack, batch, p, machine, compute
+        self.limit, self.settings, self.exact = limit, settings, exact
+        self.worst_gap = 0.0
+        self.boundary = stack.boundary_bytes()
+        self.solves = 0
+
+    def p2p_s(self, stages: int, s: int, micro: int) -> float:
+        """Stage ``s``'s sends per micro-batch: the activation forward, its gradient back."""
+        if s == stages - 1:
+            return 0.0
+        d = self.p // stages
+        return 2 * _p2p_s(self.machine, s * d, (s + 1) * d, self.boundary * micro // d)
+
+    def best(self, stages: int, m: int) -> tuple[float, tuple[int, ...], StageSolver] | None:
+        n, micro = self.stack.n, self.batch // m
+        solver = StageSolver(self.p // stages, micro, m + stages - 1, self.machine, self.compute, self.settings,
+                             self.limit, self.exact)
+        rl = roles(stages)
+
+        def cost(s: int, k: int) -> tuple[float, float] | None:
+            sol = solver.solve((k, rl[s]), self.stack.stage(k, rl[s]), kept(stages, s, m))
+            return None if sol is None else (sol.micro_s + self.p2p_s(stages, s, micro), sol.once_s)
+
+        if stages == 1:
+            got = best_cut(n, 1, m, cost, range(n, n + 1))
+        else:
+            got = self._widening(n, stages, m, cost)
+        self.solves += solver.solves
+        self.worst_gap = max(self.worst_gap, solver.worst_gap)
+        return None if got is None else (got[0], got[1], solver)
+
+    def _widening(self, n: int, stages: int, m: int, cost) -> tuple[float, tuple[int, ...]] | None:
+        """The best cut, first over stage sizes around n / S, then wider while a larger stage could
+        still win (module docstring)."""
+        lo, hi = max(1, n // stages - 1), min(n - stages + 1, -(-n // stages) + 1)
+        got = best_cut(n, stages, m, cost, range(lo, hi + 1))
+        while hi < n - stages + 1:
+            floor = [c for c in (cost(s, hi + 1) for s in range(stages)) if c is not None]
+            if got is not None and (not floor or min(m * t + o for t, o in floor) >= got[0]):
+                break
+            hi += 1
+            lo = max(1, n - (stages - 1) * hi) if got is not None else 1
+            got = best_cut(n, stages, m, cost, range(lo, hi + 1))
+        return got
+
+
+def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
+                    memory_limit_bytes: float | None = None, settings: Settings = Settings(),
+                    stage_counts: tuple[int, ...] | None = None, micro_counts: tuple[int, ...] | None = None,
+                    progress: Callable[[int, int], None] | None = None, exact: bool = False) -> PipelineChoice:
+    """The best pipelined plan of ``net`` (module docstring); ``stage_counts`` / ``micro_counts``
+    restrict the degrees tried; ``progress(done, total)`` is told after each (S, m); ``exact``:
+    stages the memory limit binds are solved by the ILP, not by Lagrangian relaxation."""
+    start = time.perf_counter()
+    stack = uniform_stack(net)
+    if stack is None:
+        raise DnnplanError(f"{net.name} is not a stack of identical blocks, so it cannot be pipelined",
+                           hint="plan it without --pipeline")
+    limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
+    search = _Search(stack, batch, p, machine, compute, limit, settings, exact)
+    combos = _combos(stack, batch, p, machine, net, stage_counts, micro_counts)
+    best: tuple[float, int, int, tuple[int, ...], StageSolver] | None = None
+    out = []
+    for i, (bound, stages, m) in enumerate(combos):
+        if best is not None and bound >= best[0]:
+            out.extend(Candidate(s2, m2, b2, skipped="bound") for b2, s2, m2 in combos[i:])
+            break
+        got = search.best(stages, m)
+        out.append(Candidate(stages, m, bound, got[0] if got else None, got[1] if got else ()))
+        if got is not None and (best is None or got[0] < best[0] * (1 - 1e-12)):
+            best = (got[0], stages, m, got[1], got[2])
+        if progress:
+            progress(i + 1, len(combos))
+    if best is None:
+        raise DnnplanError(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
+                           f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
+    return _choice(search, best, tuple(out), time.perf_counter() - start)
+
+
+def _combos(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stage_counts, micro_counts):
+    """Every (bound, S, m) to try, by bound (module docstring)."""
+    flops = sum(sum(layer_cost(layer, batch).flops) for layer in net.layers)
+    peak = max(machine.device.peak_flops.values())
+    out = []
+    for stages in divisors(p):
+        if stages > stack.n or (stage_counts and stages not in stage_counts):
+            continue
+        for m in divisors(batch):
+            if micro_counts and m not in micro_counts:
+                continue
+            if not micro_counts and m > 1 and batch // m not in MICRO_SIZES:
+                continue
+            out.append((flops / (p * peak) * (stages + m - 1) / m, stages, m))
+    if not out:
+        raise DnnplanError(f"no pipeline degree and micro-batch count to try for {net.name} on {p} devices at "
+                           f"batch {batch}", hint=f"--pipeline divides --devices and is at most {stack.n} "
+                           "(its blocks); --micro-batches divides --batch")
+    return sorted(out)
+
+
+def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: float) -> PipelineChoice:
+    step, stages, m, cut, solver = best
+    micro, rl, stack = search.batch // m, roles(stages), search.stack
+    sols, preds, start = [], [], 0
+    for s, k in enumerate(cut):
+        sol = solver.solve((k, rl[s]), stack.stage(k, rl[s]), kept(stages, s, m))
+        sols.append(sol)
+        layers = stack.layers(start, k, rl[s])
+        preds.append(StagePrediction(s, (layers[0].name, layers[-1].name), search.p // stages,
+                                     sol.predict(micro, search.machine, search.compute, search.settings),
+                                     search.p2p_s(stages, s, micro), kept(stages, s, m)))
+        start += k
+    pred = PipelinePrediction(stack.network.name, search.batch, search.p, m, SCHEDULE, tuple(preds))
+    if abs(pred.step_s - step) > 1e-9 * step:
+        raise PlanMismatch(f"the pipelined step {pred.step_s!r} s differs from the search's {step!r} s")
+    stats = {"seconds": round(seconds, 3), "tried": sum(1 for c in candidates if not c.skipped),
+             "skipped": sum(1 for c in candidates if c.skipped), "stage_solves": search.solves,
+             "worst_stage_gap": search.worst_gap}
+    return PipelineChoice(stack, search.batch, search.p, stages, m, cut, tuple(sols), pred, candidates, stats)

@@ -1,0 +1,77 @@
+"""A network as a uniform stack: layers before, ``n`` identical blocks, layers after (pure).
+
+Transformers are stacks of one repeated block (``networks.analysis.block_of`` reads a layer's block
+from its name). When every block has the same layers with the same signatures (op, parameters,
+shapes) and each block reads only the block before it, a pipeline stage of ``k`` blocks costs the
+same wherever it sits, which is what lets the pipeline search reuse stage solutions
+(:mod:`planner.stage_solve`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.pipeline import stage_network
+from networks.analysis import block_of
+from networks.ir import Layer, Network
+from planner.build import signature
+
+FIRST, MIDDLE, LAST, ONLY = "first", "middle", "last", "only"
+
+
+@dataclass(frozen=True)
+class Stack:
+    network: Network
+    before: tuple[Layer, ...]
+    blocks: tuple[tuple[Layer, ...], ...]
+    after: tuple[Layer, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.blocks)
+
+    def layers(self, start: int, k: int, role: str) -> list[Layer]:
+        """Blocks ``start .. start + k - 1``, with the layers before the first block (role first or
+        only) and after the last (last or only)."""
+        out = [layer for block in self.blocks[start:start + k] for layer in block]
+        if role in (FIRST, ONLY):
+            out = list(self.before) + out
+        if role in (LAST, ONLY):
+            out = out + list(self.after)
+        return out
+
+    def stage(self, k: int, role: str) -> Network:
+        """The canonical stage of ``k`` blocks in ``role`` as a network of its own (a middle stage
+        holds blocks 1 .. k, reading block 0's output as its input)."""
+        start = {FIRST: 0, ONLY: 0, MIDDLE: 1, LAST: self.n - k}[role]
+        net, _ = stage_network(self.network, self.layers(start, k, role), 0)
+        return net
+
+    def boundary_bytes(self) -> int:
+        """Bytes per sample one stage sends the next: a block's output (every cut is between blocks)."""
+        _, received = stage_network(self.network, list(self.blocks[1]), 1)
+        return received
+
+
+def uniform_stack(net: Network) -> Stack | None:
+    """``net`` as a uniform stack of at least two blocks, or None (module docstring)."""
+    blocks: list[list[Layer]] = []
+    before, after = [], []
+    for layer in net.layers:
+        block = block_of(layer)
+        if block is None:
+            (after if blocks else before).append(layer)
+        elif after:
+            return None
+        elif blocks and block_of(blocks[-1][0]) == block:
+            blocks[-1].append(layer)
+        else:
+            blocks.append([layer])
+    if len(blocks) < 2 or len({tuple(signature(layer) for layer in b) for b in blocks}) > 1:
+        return None
+    names = [{layer.name for layer in b} for b in blocks]
+    for i, block in enumerate(blocks[1:], start=1):
+        outside = {src for layer in block for src in layer.inputs} - names[i]
+        if len(outside) != 1 or not outside <= names[i - 1]:
+            return None  # a block must read exactly one tensor, from the block before it
+    return Stack(net, tuple(before), tuple(tuple(b) for b in blocks), tuple(after))

@@ -1,0 +1,109 @@
+"""One pipeline stage's per-layer problem, solved exactly and remembered (pure).
+
+A stage of a uniform stack (:mod:`planner.stack`) is ``k`` identical blocks, with the layers before
+the first block when it is the first stage and those after the last when it is the last: its
+problem depends only on ``(k, role)``, not on which blocks it holds, so each is built and solved
+once per (ranks, micro-batch) and reused for every position and every stage cut the search tries.
+
+The stage's objective is ``weight * T + O``: ``T`` its forward and backward of one micro-batch
+(kernels, collectives, reshards), ``O`` its once-a-step gradient sync and update, and ``weight =
+m + S - 1`` how often a stage's ``T`` counts in a pipelined step when the stages are balanced
+(``costmodel.pipeline``: ``sum_s T_s + (m - 1) max_s T_s + max_s O_s``). Its memory holds the
+activations of the ``kept`` micro-batches its schedule has in flight. The unconstrained optimum does
+not depend on ``kept``; it is solved once and reused for every ``kept`` whose memory it fits, and
+only a binding limit costs another solve: by Lagrangian relaxation (:mod:`planner.solvers.lagrange`,
+fast, with its proven gap recorded) or, with ``exact``, by the planner's ILP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.compute import ComputeModel
+from costmodel.machine import Machine
+from costmodel.step import StepPrediction, predict_step
+from costmodel.strategy import Strategy
+from networks.errors import DnnplanError
+from networks.ir import Network
+from planner.build import Builder, build_with
+from planner.optimize import PlanMismatch, Settings, _solve_exact
+from planner.solvers import evaluate
+from planner.solvers.lagrange import solve_lagrange
+
+CHECK_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class StageSolution:
+    """A stage's chosen strategies and algorithms at one micro-batch on its ranks."""
+
+    network: Network
+    strategies: dict[str, Strategy]
+    algorithms: dict[str, str]
+    micro_s: float  # T: forward and backward of one micro-batch (no point-to-point sends)
+    once_s: float  # O: gradient sync and update
+    memory_bytes: float  # its peak with ``kept`` micro-batches' activations
+    activation_bytes: float  # the activations of one micro-batch it keeps
+
+    def predict(self, micro_batch: int, machine: Machine, compute: ComputeModel, settings: Settings) -> StepPrediction:
+        """The cost model's step of this stage at one micro-batch, checked against the solver's
+        numbers (a mismatch is a dnnplan bug, :class:`PlanMismatch`)."""
+        pred = predict_step(self.network, micro_batch, self.strategies, self.algorithms, machine, compute,
+                            settings.training)
+        micro = pred.fwd_s + pred.bwd_s + pred.dispatch_s
+        once = pred.sync_s + pred.update_s
+        for what, got, want in (("per-micro-batch time", micro, self.micro_s), ("once-a-step time", once, self.once_s)):
+            if abs(got - want) > CHECK_RTOL * max(abs(want), 1e-30):
+                raise PlanMismatch(f"stage {self.network.name}: predicted {what} {got!r} s differs from the "
+                                   f"solver's {want!r} s")
+        return pred
+
+
+class StageSolver:
+    """Solves the stages of one (ranks, micro-batch, weight) and remembers them."""
+
+    def __init__(self, ranks: int, micro_batch: int, weight: float, machine: Machine, compute: ComputeModel,
+                 settings: Settings, memory_limit: float, exact: bool = False):
+        self.ranks, self.micro_batch, self.weight = ranks, micro_batch, weight
+        self.settings, self.limit, self.exact = settings, memory_limit, exact
+        self.worst_gap = 0.0  # the largest proven gap of a Lagrangian solve (0 when exact)
+        self.builder = Builder(micro_batch, ranks, machine, compute, settings.training, recompute=settings.recompute)
+        self._free: dict[object, StageSolution] = {}
+        self._bound: dict[tuple[object, int], StageSolution | None] = {}
+        self.solves = 0
+
+    def solve(self, key: object, net: Network, kept: int) -> StageSolution | None:
+        """The best solution of stage ``net`` (``key`` names its (k, role)) holding ``kept``
+        micro-batches' activations within the memory limit; None when none fits."""
+        free = self._free.get(key)
+        if free is None:
+            free = self._free[key] = self._solve(net, 1, None)
+        if free is not None and free.memory_bytes + (kept - 1) * free.activation_bytes <= self.limit * (1 + 1e-9):
+            return free
+        if (key, kept) not in self._bound:
+            self._bound[(key, kept)] = self._solve(net, kept, self.limit)
+        return self._bound[(key, kept)]
+
+    def _solve(self, net: Network, kept: int, limit: float | None) -> StageSolution | None:
+        self.solves += 1
+        built = build_with(self.builder, net, limit, weight=self.weight, kept=kept)
+        if limit is not None and not self.exact:
+            got = solve_lagrange(built.problem)
+            if got is None:
+                return None  # nothing fits
+            choice = got.choice
+            self.worst_gap = max(self.worst_gap, got.gap or 0.0)
+        else:
+            try:
+                choice, _, _ = _solve_exact(built, self.settings)
+            except DnnplanError:
+                return None  # nothing fits
+        objective, memory = evaluate(built.problem, choice)
+        once = float(sum(o[c] for o, c in zip(built.once, choice)))
+        acts = float(sum(a[c] for a, c in zip(built.activations, choice)))
+        strategies = {layer.name: built.candidates[i][c][0] for i, (layer, c) in enumerate(zip(net.layers, choice))}
+        algorithms = {layer.name: built.candidates[i][c][1] for i, (layer, c) in enumerate(zip(net.layers, choice))
+                      if built.candidates[i][c][1]}
+        return StageSolution(net, strategies, algorithms, (objective - once) / self.weight, once,
+                             memory - (kept - 1) * acts, acts)
+

@@ -1,0 +1,169 @@
+"""The pipeline search (planner.pipeline_search): its cut search and its outer search are exact
+over their domain, checked by brute force; the Lagrangian stage solve is feasible and within its gap."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costmodel.candidates import divisors
+from networks.errors import DnnplanError
+from networks.loader import load_network
+from planner.cut_search import best_cut
+from planner.optimize import Settings
+from costmodel.pipeline import stage_network
+from planner.pipeline_search import _Search, kept, roles, search_pipeline
+from planner.solvers import Edge, Problem, evaluate, solve
+from planner.solvers.lagrange import solve_lagrange
+from planner.stack import uniform_stack
+from planner.stage_solve import StageSolver
+from profiler import context
+
+ZOO = Path(__file__).resolve().parents[1] / "networks" / "zoo"
+SETTINGS = Settings(optimizer="adam", precision="fp16")
+
+
+def _compositions(n: int, parts: int):
+    for cuts in itertools.combinations(range(1, n), parts - 1):
+        bounds = (0, *cuts, n)
+        yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+def _step(ts, os_, m):
+    return sum(ts) + (m - 1) * max(ts) + max(os_)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_cut_search_equals_brute_force_on_random_stage_costs(seed):
+    rng = np.random.default_rng(seed)
+    n, stages, m = int(rng.integers(3, 9)), int(rng.integers(1, 4)), int(rng.integers(1, 9))
+    stages = min(stages, n)
+    table = {(s, k): (None if rng.random() < 0.1 else (float(k * rng.uniform(1, 2)), float(rng.uniform(0, 3))))
+             for s in range(stages) for k in range(1, n + 1)}
+    got = best_cut(n, stages, m, lambda s, k: table[(s, k)], range(1, n - stages + 2))
+    best = None
+    for cut in _compositions(n, stages):
+        costs = [table[(s, k)] for s, k in enumerate(cut)]
+        if any(c is None for c in costs):
+            continue
+        step = _step([c[0] for c in costs], [c[1] for c in costs], m)
+        best = step if best is None else min(best, step)
+    if best is None:
+        assert got is None
+    else:
+        assert got is not None and got[0] == pytest.approx(best, rel=1e-12)
+        costs = [table[(s, k)] for s, k in enumerate(got[1])]
+        assert sum(got[1]) == n and _step([c[0] for c in costs], [c[1] for c in costs], m) == pytest.approx(got[0])
+
+
+def _gpt4(tmp_path) -> str:
+    text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4")
+    path = tmp_path / "gpt-4blocks.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.slow
+def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_path):
+    """A 4-block GPT on 8 devices: every pipeline degree, micro-batch count and stage split, each
+    stage solved exactly on its own blocks, against the search (its stage solves exact too)."""
+    p, batch = 8, 8
+    ctx = context.resolve(_gpt4(tmp_path), p, batch, "dgx-a100", None, precision="fp16")
+    net, stack = ctx.network, uniform_stack(ctx.network)
+    assert stack is not None and stack.n == 4
+    limit = 2.0 ** 30 * 0.0033  # 3.4 MiB a device: one stage does not fit, so the search must cut
+    got = search_pipeline(net, batch, p, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
+                          micro_counts=divisors(batch))
+    sends = _Search(stack, batch, p, ctx.machine, ctx.compute, limit, SETTINGS)
+    best = None
+    for stages in (s for s in divisors(p) if s <= stack.n):
+        for m in divisors(batch):
+            solver = StageSolver(p // stages, batch // m, m + stages - 1, ctx.machine, ctx.compute, SETTINGS, limit,
+                                 exact=True)
+            for cut in _compositions(stack.n, stages):
+                ts, os_, start = [], [], 0
+                for s, k in enumerate(cut):
+                    stage, _ = stage_network(net, stack.layers(start, k, roles(stages)[s]), s)
+                    sol = solver.solve(("own", s, cut), stage, kept(stages, s, m))
+                    start += k
+                    if sol is None:
+                        break
+                    ts.append(sol.micro_s + sends.p2p_s(stages, s, batch // m))
+                    os_.append(sol.once_s)
+                else:
+                    step = _step(ts, os_, m)
+                    best = step if best is None else min(best, step)
+    assert best is not None and got.stages > 1  # the limit makes it pipeline
+    assert got.prediction.step_s <= best * (1 + 1e-9)
+    assert got.prediction.step_s == pytest.approx(best, rel=1e-9)
+
+
+def test_the_search_prices_its_choice_as_the_pipeline_model_does():
+    ctx = context.resolve("gpt-tiny", 4, 8, "dgx-a100", None, precision="fp16")
+    got = search_pipeline(ctx.network, 8, 4, ctx.machine, ctx.compute, None, SETTINGS)
+    pred = got.prediction
+    assert got.stages * pred.stages[0].ranks == 4 and sum(got.cut) == 2
+    assert pred.micro_batches == got.micro_batches and 8 % got.micro_batches == 0
+    ts = [s.per_micro_s for s in pred.stages]
+    assert pred.step_s == pytest.approx(sum(ts) + (got.micro_batches - 1) * max(ts)
+                                        + max(s.once_s for s in pred.stages))
+    assert all(not c.skipped or c.bound_s >= pred.step_s for c in got.candidates)
+
+
+def test_a_network_that_is_no_uniform_stack_is_refused_in_one_line():
+    ctx = context.resolve("lenet5", 2, 8, "local", None)
+    with pytest.raises(DnnplanError, match="not a stack of identical blocks"):
+        search_pipeline(ctx.network, 8, 2, ctx.machine, ctx.compute, None, Settings())
+
+
+def _random_problem(rng, n=6, k=4):
+    cost = tuple(rng.uniform(1, 10, k) for _ in range(n))
+    memory = tuple(rng.uniform(1, 10, k) for _ in range(n))
+    workspace = tuple(rng.uniform(0, 2, k) for _ in range(n))
+    edges = tuple(Edge(i, i + 1, rng.uniform(0, 3, (k, k))) for i in range(n - 1))
+    return Problem(tuple(f"n{i}" for i in range(n)), cost, memory, workspace, edges, None)
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_the_lagrangian_solve_fits_and_is_within_its_proven_gap_of_the_optimum(seed):
+    rng = np.random.default_rng(seed)
+    free = _random_problem(rng)
+    lo = min(evaluate(free, c)[1] for c in itertools.product(range(4), repeat=6))
+    hi = evaluate(free, solve(free).choice)[1]
+    problem = free.with_memory_limit(lo + (hi - lo) * rng.uniform(0.1, 0.9))
+    got = solve_lagrange(problem)
+    exact = solve(problem, "brute")
+    cost, memory = evaluate(problem, got.choice)
+    assert memory <= problem.memory_limit * (1 + 1e-9)
+    assert cost >= exact.objective * (1 - 1e-9)
+    assert cost - exact.objective <= got.gap * cost + 1e-9
+
+
+def test_the_lagrangian_solve_says_when_nothing_fits():
+    problem = _random_problem(np.random.default_rng(0)).with_memory_limit(1.0)
+    assert solve_lagrange(problem) is None
+
+
+def test_dnnplan_plan_pipeline_auto_prints_and_writes_json(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from dnnplan.cli import app
+    runner = CliRunner()
+    args = ["plan", "gpt-tiny", "-p", "4", "-b", "8", "--machine", "dgx-a100", "--precision", "fp16",
+            "--optimizer", "adam", "--pipeline", "auto"]
+    got = runner.invoke(app, args + ["--json"])
+    assert got.exit_code == 0, got.output
+    out = json.loads(got.stdout)
+    assert out["devices"] == 4 and len(out["stages"]) * out["stages"][0]["ranks"] == 4
+    assert sum(out["cut_blocks"]) == 2 and 0 < out["mfu"] < 1 and out["search"]["tried"] >= 1
+    text = runner.invoke(app, args)
+    assert text.exit_code == 0 and "chosen: pipeline" in text.stdout
+    bad = runner.invoke(app, args[:-1] + ["3x"])
+    assert bad.exit_code == 2 and "--pipeline takes 'auto'" in bad.output
+    out_file = runner.invoke(app, args + ["--out", str(tmp_path / "p.yaml")])
+    assert out_file.exit_code == 2 and "cannot be written" in out_file.output
