@@ -116,11 +116,10 @@ def balanced_stages(net: Network, stages: int) -> list[list[Layer]]:
     return out
 
 
-def block_stages(net: Network, stages: int) -> list[list[Layer]] | None:
-    """Megatron-LM's cut (Narayanan et al. SC21, section 2.2): the same number of whole repeated
-    blocks (the layers named ``block.layer``, every block the same ops) on every stage, the layers before the first block on
-    the first stage and those after the last on the last; None when the blocks do not divide evenly
-    over the stages (or there are none)."""
+def block_runs(net: Network) -> tuple[list[Layer], list[list[Layer]], list[Layer]] | None:
+    """``net``'s layers as (those before the first block, each block's layers, those after the last),
+    a block being the layers named ``block.layer`` (``networks.analysis.block_of``); None when
+    layers lie between blocks (not a plain stack)."""
     blocks: list[list[Layer]] = []
     before, after = [], []
     for layer in net.layers:
@@ -133,6 +132,18 @@ def block_stages(net: Network, stages: int) -> list[list[Layer]] | None:
             blocks[-1].append(layer)
         else:
             blocks.append([layer])
+    return before, blocks, after
+
+
+def block_stages(net: Network, stages: int) -> list[list[Layer]] | None:
+    """Megatron-LM's cut (Narayanan et al. SC21, section 2.2): the same number of whole repeated
+    blocks (the layers named ``block.layer``, every block the same ops) on every stage, the layers before the first block on
+    the first stage and those after the last on the last; None when the blocks do not divide evenly
+    over the stages (or there are none)."""
+    runs = block_runs(net)
+    if runs is None:
+        return None
+    before, blocks, after = runs
     if not blocks or len(blocks) % stages or len({tuple(layer.op for layer in b) for b in blocks}) > 1:
         return None
     per = len(blocks) // stages

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.pipeline import stage_network
-from networks.analysis import block_of
+from costmodel.pipeline import block_runs, stage_network
 from networks.ir import Layer, Network
 from planner.build import signature
 
@@ -55,18 +54,10 @@ class Stack:
 
 def uniform_stack(net: Network) -> Stack | None:
     """``net`` as a uniform stack of at least two blocks, or None (module docstring)."""
-    blocks: list[list[Layer]] = []
-    before, after = [], []
-    for layer in net.layers:
-        block = block_of(layer)
-        if block is None:
-            (after if blocks else before).append(layer)
-        elif after:
-            return None
-        elif blocks and block_of(blocks[-1][0]) == block:
-            blocks[-1].append(layer)
-        else:
-            blocks.append([layer])
+    runs = block_runs(net)
+    if runs is None:
+        return None
+    before, blocks, after = runs
     if len(blocks) < 2 or len({tuple(signature(layer) for layer in b) for b in blocks}) > 1:
         return None
     names = [{layer.name for layer in b} for b in blocks]
