@@ -19,7 +19,11 @@ enough that p = 4096 stays tractable:
    that divides the batch; what is left is replication R (only when the batch is too small).
 5. **Cap.** At most ``MAX_CANDIDATES`` strategies per layer, preferring less replication, then a
    smaller model-parallel degree (a deterministic order, so plans are reproducible).
-6. **Algorithms.** Each convolution strategy is paired with every algorithm that can run the layer
+6. **Sequence-parallel twins.** Each kept strategy whose one tensor-parallel dimension (C or F)
+   reduces partial sums of a sequence tensor also comes as its ``SP`` variant (Megatron-LM's
+   reduce-scatter into sequence shards, ``layer_layouts.sequence_scatter``), right after it; the
+   cap of rule 5 counts the plain strategies only.
+7. **Algorithms.** Each convolution strategy is paired with every algorithm that can run the layer
    (``costmodel.compute.algorithm_applies``); other ops have the single algorithm ``""``.
 
 Pure: functions of the layer, ``p`` and the batch.
@@ -27,11 +31,12 @@ Pure: functions of the layer, ``p`` and the batch.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from itertools import combinations
 
 from costmodel.compute import CONV_ALGORITHMS, RECOMPUTE, algorithm_applies, recompute_applies
-from costmodel.layer_layouts import _splits
+from costmodel.layer_layouts import _splits, sequence_scatter
 from costmodel.strategy import Strategy, make_strategy
 from networks.ir import Layer
 
@@ -102,7 +107,15 @@ def _candidate_strategies(layer: Layer, p: int, batch: int, max_model_degree: in
         strat = make_strategy(p, degrees)
         seen.setdefault(strat, (strat.replication, m, strat.label))
     ranked = sorted(seen, key=lambda s: seen[s])
-    return tuple(ranked[:max_candidates])
+    return tuple(t for s in ranked[:max_candidates] for t in (s, *_sequence_twin(layer, s)))
+
+
+def _sequence_twin(layer: Layer, strategy: Strategy) -> tuple[Strategy, ...]:
+    """The sequence-parallel variant of ``strategy`` when the layer can take it (rule 6)."""
+    if "H" not in _splits(layer) or strategy.degree("H") > 1:
+        return ()
+    twin = replace(strategy, seq_scatter=True)
+    return (twin,) if isinstance(sequence_scatter(layer, twin), tuple) else ()
 
 
 def candidate_strategies(layer: Layer, p: int, batch: int, max_model_degree: int = MAX_MODEL_DEGREE,

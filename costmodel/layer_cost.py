@@ -20,10 +20,11 @@ from costmodel.collectives import alltoallv_s
 from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost, recomputed_comms
 from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_calls, update_calls
 from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout
-from costmodel.layout import Layout, copy_run, reshard_peaks
+from costmodel.layout import Layout, copy_run, max_block_extents, reshard_peaks
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer, as_optimizer
 from costmodel.strategy import Strategy
+from costmodel.tensor_comms import tensor_collectives
 from networks.ir import DTYPE_BYTES, Layer
 from networks.ops.base import prod
 
@@ -35,7 +36,7 @@ MASTER_BYTES = 4
 class Comm:
     """One collective a layer runs: what it is for, the phase, bytes per rank and group size."""
 
-    purpose: str  # "partial_sum", "input_grad", "stats", "kv", "grad_sync"
+    purpose: str  # "partial_sum", "input_grad", "output_grad", "input_gather", "stats", "kv", "grad_sync", "param_gather"
     phase: str  # "fwd", "bwd", "sync"
     collective: str
     nbytes: int
@@ -184,12 +185,8 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync")
         comms.append(Comm(purpose, phase, collective, int(nbytes), strategy.group_size(dims), secs))
 
-    out_bytes = local.batch * _elems(local.out_shape) * itemsize
-    partial_out = [d for d, s in active if s.partial_out]
-    add("partial_sum", "fwd", "allreduce", out_bytes, partial_out)
-    partial_in = [d for d, s in active if s.partial_in_grad]
-    for k, shape in enumerate(local.in_shapes):
-        add("input_grad", "bwd", "allreduce", local.batch * _elems(shape) * itemsize, partial_in)
+    for args in tensor_collectives(layer, strategy, local, itemsize):
+        add(*args)
     extra_dims = [d for d, s in active if s.extra]
     if extra_dims:
         for ex in dict((s.dim, s) for _, s in active if s.extra)[extra_dims[0]].extra:
@@ -207,7 +204,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         comms += recomputed_comms(comms)
     weights, grads, state, master, gathered = _weight_memory(wshapes, replicas, itemsize, opt)
     kernel = kernel_algorithm(algorithm)
-    memory = Memory(weights, grads, state, _local_activation_bytes(local, strategy, output_saved, algorithm),
+    memory = Memory(weights, grads, state, _local_activation_bytes(local, strategy, output_saved, algorithm, batch),
                     compute.workspace_bytes(local, kernel), master=master,
                     buffers=gradient_buffer_bytes(local) + gathered)
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
@@ -272,15 +269,17 @@ def _weight_memory(wshapes: dict, replicas: dict[str, int], itemsize: int,
             sharded(1, MASTER_BYTES) if itemsize < 4 else 0, gathered)
 
 
-def _local_activation_bytes(local, strategy: Strategy, output_saved: bool, algorithm: str = "") -> int:
-    """Activations kept for backward at the local shape: the output when it is saved, what the op
-    keeps besides (``networks.analysis.kept_bytes``; nothing under ``RECOMPUTE``), plus the
-    received input block when it carries halos (the executor keeps that buffer for backward)."""
+def _local_activation_bytes(local, strategy: Strategy, output_saved: bool, algorithm: str = "", batch: int = 0) -> int:
+    """Activations kept for backward at the local shape: the output when it is saved (its sequence
+    shard under the sequence-parallel variant), what the op keeps besides
+    (``networks.analysis.kept_bytes``; nothing under ``RECOMPUTE``), plus the received input block
+    when it carries halos (the executor keeps that buffer for backward)."""
     layer = local.layer
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
     kept = 0 if algorithm == RECOMPUTE else local_cost(local).activation_bytes
     if output_saved:
-        kept += local.batch * _elems(local.out_shape) * itemsize
+        kept += (_elems(max_block_extents(output_layout(layer, strategy, batch))) if strategy.seq_scatter
+                 else local.batch * _elems(local.out_shape)) * itemsize
     if any(_splits(layer)[d].window is not None for d, _ in strategy.degrees):
         kept += sum(local.batch * _elems(s) * itemsize for s in local.in_shapes)
     return kept

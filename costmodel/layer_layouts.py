@@ -23,6 +23,32 @@ def _splits(layer: Layer) -> dict[str, DimSplit]:
     return layer_splits(layer)
 
 
+def sequence_scatter(layer: Layer, strategy: Strategy) -> tuple[str, int, DimSplit] | str:
+    """The sequence-parallel variant (``Strategy.seq_scatter``) of a tensor-parallel split:
+    ``(dim, degree, sequence split)`` of the one model dimension (C or F) whose reductions it turns
+    into a reduce-scatter over the sequence, or why the layer cannot take it.
+
+    Korthikanti et al. 2022, section 4.2.2: a split contraction's partial output (``partial_out``)
+    is reduce-scattered into sequence shards over the group instead of all-reduced (its gradient
+    all-gathered back); an input whose gradient is a partial sum (``partial_in_grad``) arrives in
+    sequence shards, all-gathered forward, and its gradient is reduce-scattered back into them."""
+    splits = _splits(layer)
+    seq = splits.get("H")
+    if seq is None or seq.window is not None:
+        return f"{layer.op} has no sequence axis to scatter over (SP)"
+    if strategy.degree("H") > 1:
+        return "SP scatters over the sequence, which the strategy splits already"
+    dims = [(d, k) for d, k in strategy.degrees if d in ("C", "F") and d in splits
+            and ((splits[d].partial_out and seq.out_axis is not None)
+                 or (splits[d].partial_in_grad and seq.in_axes[0] is not None))]
+    if len(dims) != 1:
+        return "SP needs one tensor-parallel dimension (C or F) whose partial sums it can scatter"
+    (dim, k), = dims
+    if seq.size % k:
+        return f"SP: {dim}={k} must divide the sequence of {seq.size}"
+    return dim, k, seq
+
+
 def check_fits(layer: Layer, strategy: Strategy, batch: int) -> str | None:
     """Why the strategy cannot be applied to the layer, or None when it can."""
     splits = _splits(layer)
@@ -35,7 +61,8 @@ def check_fits(layer: Layer, strategy: Strategy, batch: int) -> str | None:
             return f"{dim}={k} exceeds the {size} {'samples' if dim == 'N' else 'positions'} of {dim}"
         if splits[dim].divides and size % k:
             return f"{dim}={k} must divide {size} for {layer.op}"
-    return None
+    got = sequence_scatter(layer, strategy) if strategy.seq_scatter else None
+    return got if isinstance(got, str) else None
 
 
 def require_fits(layer: Layer, strategy: Strategy, batch: int) -> None:
@@ -55,14 +82,26 @@ def _extent(split: DimSplit, batch: int) -> int:
 
 @lru_cache(maxsize=None)
 def output_layout(layer: Layer, strategy: Strategy, batch: int) -> Layout:
-    """The layout the layer produces (after its forward partial-sum reduction, if any)."""
+    """The layout the layer produces (after its forward partial-sum reduction, if any; under the
+    sequence-parallel variant the reduction scatters the sequence over the group)."""
     shape = _batched(layer.out_shape, batch)
     axes: list[AxisSplit | None] = [None] * len(shape)
     for dim, k in strategy.degrees:
         split = _splits(layer)[dim]
         if split.out_axis is not None and split.out_axis < len(shape):
             axes[split.out_axis] = AxisSplit(dim, k, shape[split.out_axis])
+    scatter = _scattered(layer, strategy)
+    if scatter and _splits(layer)[scatter[0]].partial_out:
+        dim, k, seq = scatter
+        axes[seq.out_axis] = AxisSplit(dim, k, shape[seq.out_axis])
     return Layout(shape, strategy, tuple(axes))
+
+
+def _scattered(layer: Layer, strategy: Strategy) -> tuple[str, int, DimSplit] | None:
+    if not strategy.seq_scatter:
+        return None
+    got = sequence_scatter(layer, strategy)
+    return None if isinstance(got, str) else got
 
 
 @lru_cache(maxsize=None)
@@ -78,6 +117,12 @@ def input_layout(layer: Layer, strategy: Strategy, batch: int, slot: int) -> Lay
         if split.window is not None:
             axes[axis] = AxisSplit(dim, k, _extent(split, batch), split.window)
         else:
+            axes[axis] = AxisSplit(dim, k, shape[axis])
+    scatter = _scattered(layer, strategy)
+    if scatter and _splits(layer)[scatter[0]].partial_in_grad:
+        dim, k, seq = scatter
+        axis = seq.in_axes[slot] if slot < len(seq.in_axes) else seq.in_axes[0]
+        if axis is not None and axes[axis] is None:
             axes[axis] = AxisSplit(dim, k, shape[axis])
     return Layout(shape, strategy, tuple(axes))
 
@@ -114,7 +159,10 @@ class LocalLayer:
 
 @lru_cache(maxsize=None)
 def local_layer(layer: Layer, strategy: Strategy, batch: int) -> LocalLayer:
-    """Local shapes of the straggler (largest block on every axis)."""
+    """Local shapes of the straggler (largest block on every axis). The sequence-parallel variant
+    computes on the gathered input and the unscattered output: the plain strategy's shapes."""
+    if strategy.seq_scatter:
+        return local_layer(layer, strategy.plain, batch)
     out = max_block_extents(output_layout(layer, strategy, batch))
     ins = tuple(max_block_extents(input_layout(layer, strategy, batch, k)) for k in range(len(layer.in_shapes)))
     wl = weight_layouts(layer, strategy)

@@ -14,10 +14,16 @@ ops on a feature-split input C=t (SwiGLU too: its input is the column-parallel g
 fused linear_fc1), embedding and loss C=t (vocabulary), a tied head F=t. The
 remaining ops (layer norm, RMSNorm, dropout, residual add) run replicated over the tensor group or, with
 ``sequence_parallel`` (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.2), split over the
-sequence (H=t). All layers split the batch over the ``p / t`` data-parallel replicas (N).
+sequence (H=t); the tensor-parallel layers then take their sequence-parallel variant (``SP``:
+``layer_layouts.sequence_scatter``), so a row-parallel output is reduce-scattered into the
+sequence shards and a column-parallel input all-gathered from them, as Megatron-LM runs them.
+``scatter=False`` keeps the all-reduce followed by a local slice (what the executor runs). All
+layers split the batch over the ``p / t`` data-parallel replicas (N).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from costmodel.layer_layouts import check_fits
 from costmodel.strategy import Strategy, make_strategy
@@ -46,9 +52,12 @@ def _wanted(layer: Layer, split_in: bool, sequence_parallel: bool) -> tuple[str 
 
 
 def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
-                        sequence_parallel: bool = False) -> tuple[dict[str, Strategy], list[Fallback]]:
+                        sequence_parallel: bool = False, scatter: bool = True
+                        ) -> tuple[dict[str, Strategy], list[Fallback]]:
     """Each layer's strategy under ``tensor``-way Megatron tensor parallelism and ``p / tensor``-way
-    data parallelism; layers that cannot take theirs fall back to data parallelism (reported)."""
+    data parallelism; layers that cannot take theirs fall back to data parallelism (reported).
+    With ``sequence_parallel`` and ``scatter`` the tensor-parallel layers that can take the
+    sequence-parallel variant do."""
     if tensor < 1 or p % tensor:
         raise DnnplanError(f"the tensor-parallel degree {tensor} does not divide {p} devices",
                            hint="give --tensor a divisor of --devices")
@@ -63,6 +72,9 @@ def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
         if dim and tensor > 1:
             degrees[dim] = tensor
         want = make_strategy(p, degrees)
+        if sequence_parallel and scatter and dim in ("C", "F") and tensor > 1:
+            variant = replace(want, seq_scatter=True)
+            want = variant if check_fits(layer, variant, batch) is None else want
         why = check_fits(layer, want, batch)
         if why is None:
             out[layer.name] = want

@@ -1,7 +1,10 @@
 """Strategies and the grid mapping of degrees onto ranks (docs/costmodel.md, "Strategies and the grid").
 
 A strategy gives each splittable dimension of a layer a degree; the degrees multiply to at most
-``p`` and the leftover factor is the replication degree ``R``. Degrees are laid on ranks in the
+``p`` and the leftover factor is the replication degree ``R``. ``SP`` (Megatron-LM's sequence
+parallelism, Korthikanti et al. 2022, section 4.2.2) marks the variant of a tensor-parallel split
+whose reductions scatter over the sequence: the partial output is reduce-scattered into sequence
+shards and the input arrives in them, all-gathered (``costmodel.layer_layouts.sequence_scatter``). Degrees are laid on ranks in the
 fixed order N, H, W, C, F, R with R innermost: rank = mixed-radix number whose most significant
 digit is the N coordinate. Groups that talk most often (replicas, filters, channels) are thus
 neighbours in rank order and fall inside a node first.
@@ -18,6 +21,8 @@ from networks.errors import DnnplanError, short
 
 GRID_ORDER = ("N", "H", "W", "C", "F", "R")
 SPLIT_DIMS = GRID_ORDER[:-1]
+#: The key of the sequence-parallel variant in a strategy's degrees (``{"C": 8, "SP": 1}``)
+SP = "SP"
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,8 @@ class Strategy:
 
     p: int
     degrees: tuple[tuple[str, int], ...] = ()
+    #: the tensor group's reductions scatter over the sequence (the ``SP`` variant, module docstring)
+    seq_scatter: bool = False
 
     @staticmethod
     def of(p: int, **degrees: int) -> "Strategy":
@@ -51,12 +58,20 @@ class Strategy:
         parts = [f"{d}={k}" for d, k in self.degrees]
         if self.replication > 1 and parts:
             parts.append(f"R={self.replication}")
+        if self.seq_scatter:
+            parts.append(SP)
         if not parts:
             return "replicated" if self.p > 1 else "serial"
         return ",".join(parts)
 
     def as_dict(self) -> dict[str, int]:
-        return dict(self.degrees)
+        """The degrees, and ``SP: 1`` for the sequence-parallel variant (what plan files hold)."""
+        return dict(self.degrees) | ({SP: 1} if self.seq_scatter else {})
+
+    @property
+    def plain(self) -> "Strategy":
+        """The same degrees without the sequence-parallel variant."""
+        return Strategy(self.p, self.degrees) if self.seq_scatter else self
 
     @cached_property
     def radix(self) -> tuple[int, ...]:
@@ -113,7 +128,7 @@ def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
         if k > 1:
             items.append((dim, k))
             used *= k
-    unknown = set(degrees) - set(SPLIT_DIMS) - {"R"}
+    unknown = set(degrees) - set(SPLIT_DIMS) - {"R", SP}
     if unknown:
         raise DnnplanError(f"unknown dimension(s) {', '.join(sorted(unknown))}",
                            hint="dimensions are N (sample), H and W (spatial), C (channels), F (filters)")
@@ -123,13 +138,20 @@ def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
                            hint="make the degrees multiply to a divisor of the device count")
     if "R" in degrees and int(degrees["R"]) != p // used:
         raise DnnplanError(f"R={short(degrees['R'])} does not match {p} devices / {used} = {p // used}")
-    return Strategy(p, tuple(items))
+    scatter = degrees.get(SP, 0)
+    if scatter not in (0, 1) or isinstance(scatter, bool):
+        raise DnnplanError(f"SP={short(scatter)} must be 1 (the sequence-parallel variant) or 0",
+                           hint="SP: 1 reduce-scatters the tensor group's partial sums over the sequence")
+    return Strategy(p, tuple(items), bool(scatter))
 
 
 def parse_degrees(text: str, p: int) -> Strategy:
-    """Parse ``"N=4,F=2"`` into a strategy over ``p`` ranks."""
+    """Parse ``"N=4,F=2"`` (``"N=4,C=2,SP"``: the sequence-parallel variant) into a strategy over ``p`` ranks."""
     degrees: dict[str, int] = {}
     for part in filter(None, (s.strip() for s in text.split(","))):
+        if part.upper() == SP:
+            degrees[SP] = 1
+            continue
         if "=" not in part:
             raise DnnplanError(f"cannot read '{part}' in strategy '{text}'", hint="write degrees like N=4,F=2")
         dim, _, val = part.partition("=")

@@ -70,6 +70,9 @@ def uniform_strategies(net: Network, p: int, batch: int, spec: str) -> tuple[dic
         if why is None:
             out[layer.name] = want
             continue
+        if want.seq_scatter and check_fits(layer, want.plain, batch) is None:  # SP where it applies
+            out[layer.name] = want.plain
+            continue
         if spec == "spatial":  # a spatial split that fits only along H (e.g. sequence models)
             alt = make_strategy(p, {"H": p})
             if check_fits(layer, alt, batch) is None:

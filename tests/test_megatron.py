@@ -43,7 +43,12 @@ def test_megatron_layout_pairs_column_and_row_parallel_layers():
     assert label["lm_head"] == "N=2,F=4" and label["loss"] == "N=2,C=4"
     sp, _ = megatron_strategies(net, 8, 8, 4, sequence_parallel=True)
     assert sp["h0.ln1"].label == sp["h0.mlp_drop"].label == "N=2,H=4"
-    assert sp["h0.fc"].label == "N=2,F=4"
+    # Megatron's sequence parallelism: the tensor-parallel layers reduce-scatter into the sequence shards
+    assert sp["h0.fc"].label == "N=2,F=4,SP" and sp["h0.proj"].label == "N=2,C=4,SP"
+    assert sp["h0.attn"].label == "N=2,F=4,SP" and sp["embed"].label == "N=2,C=4,SP"
+    assert sp["h0.gelu"].label == "N=2,C=4" and sp["loss"].label == "N=2,C=4"  # nothing to scatter
+    plain, _ = megatron_strategies(net, 8, 8, 4, sequence_parallel=True, scatter=False)
+    assert plain["h0.fc"].label == "N=2,F=4" and plain["h0.ln1"].label == "N=2,H=4"
 
 
 def test_four_allreduces_per_block_as_shoeybi_et_al_count():
@@ -134,7 +139,7 @@ def test_predict_tensor_on_the_command_line():
     out = json.loads(got.output)
     assert out["fallbacks"] == [] and out["step_s"] > 0
     by = {x["name"]: x["strategy"] for x in out["layers"]}
-    assert by["h0.fc"] == "N=2,F=4" and by["h0.ln1"] == "N=2,H=4"
+    assert by["h0.fc"] == "N=2,F=4,SP" and by["h0.ln1"] == "N=2,H=4"  # Megatron: reduce-scatter variant
     bad = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tensor", "3"])
     assert bad.exit_code == 2 and "does not divide 8 devices" in bad.output
     both = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tensor", "4", "--strategy", "filter"])
