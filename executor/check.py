@@ -54,6 +54,7 @@ class CheckResult:
     loss_rel_error: float
     tolerance: float
     vs_one_process: float = 0.0  # worst error against one float32 process (same precision)
+    vs_unsharded: float | None = None  # ZeRO: worst error of the weight changes against ZeRO off (executor.zero_check)
 
 
 def tolerance_for(algorithms: dict[str, str]) -> float:

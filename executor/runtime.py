@@ -14,6 +14,11 @@ One step (docs/executor.md, "How a run goes"):
    along dimensions whose split lists the weight in ``partial_weight_grad`` (``grad_sync``);
 4. SGD with momentum, ``v = momentum*v + g; w -= lr*v`` (``update``).
 
+Under a ZeRO plan (stage 1-3, executor.zero) step 3 is a reduce-scatter instead (stage 1 after
+the whole backward, stages 2 and 3 right after each layer's backward), step 4 updates the rank's
+piece of each weight, and the updated pieces are all-gathered after it (stages 1 and 2,
+``grad_sync``) or before each of the layer's passes (stage 3, ``fwd_comm``/``bwd_comm``).
+
 Replication (the leftover factor R of a strategy) recomputes the same block on every replica; its
 gradients are equal, not partial, so R never joins a gradient allreduce.
 
@@ -26,7 +31,7 @@ that step's clock stops.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -35,7 +40,7 @@ from costmodel.compute import DEFAULT_CONV_ALGORITHM
 from costmodel.layer_layouts import input_layout, output_layout, require_fits, weight_layouts
 from costmodel.layout import block
 from costmodel.strategy import Strategy
-from executor.check import CheckResult, run_check
+from executor.check import CheckResult, run_check, tolerance_for
 from executor.comm import GroupComms, allreduce_, reshard, reshard_plan, wait_for
 from executor.init import init_weights, make_inputs, make_labels, take
 from executor.memory import held_bytes, traced_peak_bytes
@@ -44,6 +49,8 @@ from executor.ops.base import LayerCtx, region_shape
 from executor.ops.embedding import tie
 from executor.ops.norm import STAT_DIMS
 from executor.timers import Timers
+from executor.zero import LayerZero
+from executor.zero_check import against_unsharded, whole_weights
 from kernels.activation import add_forward
 from kernels.optimizer import sgd_momentum_update
 from networks.analysis import layer_splits
@@ -82,6 +89,15 @@ class _LayerRun:
     fwd_moves: bool = False
     bwd_moves: bool = False
     layer_inputs: tuple[tuple[int, str], ...] = ()
+    zero: LayerZero | None = None  # the layer's weights under ZeRO (executor.zero), stage 1 and up
+    tied_owner: _LayerRun | None = None  # a tied LM head: its embedding's run
+
+
+def run_strategies(plan: Plan) -> dict[str, Strategy]:
+    """The strategies the executor runs: the plan's, with Megatron's sequence-parallel variant
+    (``SP``) as its plain split (the all-reduce, then a slice into the consumer's sequence shard);
+    the executor predicts these too (executor.session.predict)."""
+    return {name: s.plain for name, s in plan.strategies().items()}
 
 
 def _grad_dims(layer: Layer, strategy: Strategy, weight: str) -> tuple[str, ...]:
@@ -93,13 +109,14 @@ class _Runtime:
     def __init__(self, plan: Plan, net: Network, comm, seed: int, timers: Timers, check: bool):
         self.comm, self.net, self.plan, self.timers = comm, net, plan, timers
         self.rank = comm.Get_rank()
-        self.strategies = plan.strategies()
+        self.strategies = run_strategies(plan)
         self.algorithms = plan.algorithms()
         self.batch = plan.batch
         self.inputs = {spec.name for spec in net.inputs}
         self.comms = GroupComms(comm)
         self.seed = seed
         self.check = check
+        self.zero = plan.zero  # the ZeRO stage (executor.zero)
         self._validate()
         full_w = init_weights(net, seed)
         data = make_inputs(net, self.batch, seed)
@@ -145,10 +162,11 @@ class _Runtime:
         # every communicator this layer can use, created now (collective, same order on all ranks)
         for dims in (("C",), ("F",), ("H", "W"), ("N", "H"), STAT_DIMS):
             self.comms.get(strat, dims)
-        if layer.op == "linear" and layer.p.get("tied_to"):  # shares its embedding's token rows
-            tie(ctx, next(r.ctx for r in self.runs if r.layer.name == layer.p["tied_to"]))
         fwd, bwd = OPS[layer.op]
         run = _LayerRun(layer, ctx, fwd, bwd)
+        if layer.op == "linear" and layer.p.get("tied_to"):  # shares its embedding's token rows
+            run.tied_owner = next(r for r in self.runs if r.layer.name == layer.p["tied_to"])
+            tie(ctx, run.tied_owner.ctx)
         run.layer_inputs = tuple((k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs)
         run.fwd_moves = any(not reshard_plan(self.out_layouts[src], in_ls[k], False, rank).identity
                             for k, src in run.layer_inputs)
@@ -156,7 +174,11 @@ class _Runtime:
                             for k, src in run.layer_inputs)
         for name, _ in layer.weights:
             run.grad_groups[name] = self.comms.get(strat, _grad_dims(layer, strat, name))
-            run.momentum[name] = np.zeros_like(weights[name])
+        if self.zero and layer.weights:
+            run.zero = LayerZero.build(self.zero, layer.name, ctx.weights,
+                                       {n: (_grad_dims(layer, strat, n), run.grad_groups[n]) for n, _ in layer.weights})
+        else:
+            run.momentum = {name: np.zeros_like(weights[name]) for name, _ in layer.weights}
         return run
 
     # -- one training step ------------------------------------------------------------------------
@@ -199,6 +221,30 @@ class _Runtime:
 
     def step(self, index: int, lr: float, momentum: float, keep_grads: bool):
         self.timers.begin_step(index)
+        acts, caches = self._forward(index, keep_grads)
+        loss = float(acts[self.runs[-1].layer.name])
+        wgrads = self._backward(caches)
+        self._sync(wgrads)
+        kept = {(n, w): g.copy() for n, gs in wgrads.items() for w, g in gs.items()} if keep_grads else None
+        for run in self.runs:
+            gs = wgrads[run.layer.name]
+            if not gs:
+                continue
+            with self.timers.span(run.layer.name, "update"):
+                if run.zero is not None:
+                    run.zero.update(run.ctx, gs, lr, momentum)
+                    continue
+                for w, g in gs.items():
+                    sgd_momentum_update(run.ctx.weights[w], run.momentum[w], g, lr, momentum)
+        for run in self.runs:
+            if run.zero is not None and wgrads[run.layer.name]:
+                run.zero.publish(run.ctx)
+        self.timers.end_step()
+        if kept is not None and self.zero:  # each rank holds its pieces of the sums: make them whole
+            kept = self._whole(kept)
+        return loss, kept
+
+    def _forward(self, index: int, keep_grads: bool):
         acts, caches = {}, {}
         for run in self.runs:
             if run.layer.op == "dropout":
@@ -208,48 +254,76 @@ class _Runtime:
                 # mask, the work the cost model prices (a step that skipped it would be measured
                 # faster than the step it predicts)
                 run.ctx.identity_dropout = keep_grads
-            y, caches[run.layer.name] = run.forward(run.ctx, self._gather_inputs(run, acts))
+            xs = self._gather_inputs(run, acts)
+            if run.zero is not None:  # ZeRO-3: the layer's whole weights, until its pass is done
+                run.zero.gather(run.ctx, "fwd")
+            y, caches[run.layer.name] = run.forward(run.ctx, xs)
+            if run.zero is not None and run.ctx.tied is None:  # a tied table: until the head's backward
+                run.zero.release(run.ctx)
             acts[run.layer.name] = y
-        loss = float(acts[self.runs[-1].layer.name])
+        return acts, caches
+
+    def _backward(self, caches) -> dict[str, dict[str, np.ndarray]]:
         grads: dict[str, np.ndarray] = {}
-        wgrads: dict[str, dict[str, np.ndarray]] = {}
-        for run in reversed(self.runs):
-            name = run.layer.name
-            dy = None
-            if run.layer.op != LOSS_OP:
-                dy = grads.pop(name, None)
-                if dy is None:  # an output nothing reads
-                    dy = np.zeros(region_shape(run.ctx.out_block), dtype=np.float32)
-            dxs, wgrads[name] = run.backward(run.ctx, dy, caches.pop(name))
-            self._scatter_grads(run, dxs, grads)
+        return {run.layer.name: self._backward_layer(run, caches.pop(run.layer.name), grads)
+                for run in reversed(self.runs)}
+
+    def _backward_layer(self, run: _LayerRun, cache, grads: dict) -> dict[str, np.ndarray]:
+        """One layer's backward; returns its weight gradients (under ZeRO-2 and 3 this rank's pieces
+        of their sums, the whole ones dropped on return)."""
+        dy = None
+        if run.layer.op != LOSS_OP:
+            dy = grads.pop(run.layer.name, None)
+            if dy is None:  # an output nothing reads
+                dy = np.zeros(region_shape(run.ctx.out_block), dtype=np.float32)
+        if run.zero is not None:
+            run.zero.gather(run.ctx, "bwd")
+        dxs, gs = run.backward(run.ctx, dy, cache)
+        if run.zero is not None:
+            run.zero.release(run.ctx)
+        if run.tied_owner is not None and run.tied_owner.zero is not None:
+            run.tied_owner.zero.release(run.tied_owner.ctx)  # the head has read the gathered table
+        self._scatter_grads(run, dxs, grads)
+        gs = {w: np.ascontiguousarray(g, dtype=run.ctx.weights[w].dtype) for w, g in gs.items()}
+        if run.zero is not None and self.zero >= 2 and gs:  # the whole gradient goes now
+            return run.zero.reduce(run.ctx, gs)
+        return gs
+
+    def _sync(self, wgrads) -> None:
+        """Weight-gradient sums over the replica groups after the whole backward: the allreduce,
+        or ZeRO-1's reduce-scatter (ZeRO-2 and 3 reduce-scatter in backward)."""
         for run in self.runs:
             gs = wgrads[run.layer.name]
             if not gs:
                 continue
-            for w in gs:
-                gs[w] = np.ascontiguousarray(gs[w], dtype=run.ctx.weights[w].dtype)
+            if run.zero is not None:
+                if self.zero == 1:
+                    wgrads[run.layer.name] = run.zero.reduce(run.ctx, gs)
+                continue
             if any(sub is not None for sub in run.grad_groups.values()):
                 for sub in {id(g): g for g in run.grad_groups.values() if g is not None}.values():
                     wait_for(sub, self.timers, run.layer.name)
                 with self.timers.span(run.layer.name, "grad_sync"):
                     for w, g in gs.items():
                         allreduce_(run.grad_groups[w], g)
-        kept = {(n, w): g.copy() for n, gs in wgrads.items() for w, g in gs.items()} if keep_grads else None
+
+    def _whole(self, kept: dict) -> dict:
+        """``--check`` under ZeRO: the summed gradients whole (untimed, after the step's clock)."""
+        out = dict(kept)
         for run in self.runs:
-            gs = wgrads[run.layer.name]
-            if not gs:
+            if run.zero is None:
                 continue
-            with self.timers.span(run.layer.name, "update"):
-                for w, g in gs.items():
-                    sgd_momentum_update(run.ctx.weights[w], run.momentum[w], g, lr, momentum)
-        self.timers.end_step()
-        return loss, kept
+            pieces = {w: kept[(run.layer.name, w)] for w, _ in run.layer.weights}
+            for w, g in run.zero.wholes(pieces).items():
+                out[(run.layer.name, w)] = g
+        return out
 
     def held(self) -> list[np.ndarray]:
         """The arrays this rank keeps from one step to the next."""
         out = list(self.input_blocks.values())
         for run in self.runs:
             out += list(run.ctx.weights.values()) + list(run.momentum.values())
+            out += run.zero.held() if run.zero is not None else []
             if run.ctx.labels is not None:
                 out.append(run.ctx.labels)
         return out
@@ -297,6 +371,24 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
     result = None
     if check:
         result = run_check(comm, net, plan.batch, rt.strategies, rt.algorithms, seed, losses[0], kept)
+        if plan.zero:
+            schedule = [(i, i == -warmup) for i in range(-warmup, steps)] + ([(steps, False)] if measure_memory else [])
+            result = _check_zero(rt, result, schedule, lr, momentum)
     rt.comms.free()  # collective: only on success (after a failure the launcher aborts the job)
     step_s = [timers.step_wall[i] for i in range(steps)]
     return RunResult(losses[0], losses, step_s, result, peak)
+
+
+def _check_zero(rt: _Runtime, result: CheckResult, schedule, lr: float, momentum: float) -> CheckResult:
+    """``--check`` of a ZeRO plan: the same ``schedule`` of steps (index, whether it is the step
+    the check compares) again with ZeRO off, from the same weights; the weight changes must agree
+    (executor.zero_check). Collective; outside every clock."""
+    sharded = whole_weights(rt.runs)
+    plain = _Runtime(replace(rt.plan, zero=0), rt.net, rt.comm, rt.seed, Timers(), False)
+    initial = whole_weights(plain.runs)
+    for index, compared in schedule:
+        plain.step(index, lr, momentum, keep_grads=compared)
+    unsharded = whole_weights(plain.runs)
+    plain.comms.free()
+    return against_unsharded(rt.comm, result, rt.zero, len(schedule), initial, sharded, unsharded,
+                             tolerance_for(rt.algorithms))

@@ -33,7 +33,7 @@ from costmodel.reuse import preceding_calls, step_calls
 from executor.collect import gather
 from executor.comm import abort
 from executor.node import share_node_cores
-from executor.runtime import run_plan
+from executor.runtime import run_plan, run_strategies
 from executor.timers import FINISH, SETUP, ProgressFile, Timers
 from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
@@ -90,7 +90,7 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     if kernel_calls:
         kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
         collectives = [c for c in kernel_calls if isinstance(c, CommCall)]
-        before = preceding_calls(step_calls(net, plan.batch, plan.strategies(), plan.algorithms()))
+        before = preceding_calls(step_calls(net, plan.batch, run_strategies(plan), plan.algorithms()))
         kernel_timer = InRunTimer(kernels, before)  # also runs the kernels the collectives follow
         if kernels:
             timed.append(kernel_timer)
