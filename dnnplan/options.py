@@ -130,6 +130,12 @@ FreshOpt = Annotated[bool, typer.Option("--fresh-profile", help="Machine `local`
                                         "kernels and collectives again inside the run, once per rank after "
                                         "every timed step, and predict from those timings (a check of the "
                                         "model's structure, not a prediction made before the run).")]
+InRunOpt = Annotated[bool, typer.Option(
+    "--in-run/--no-in-run", "--fresh-profile", help="Machine `local` without --profile: also time each plan's "
+    "kernels and collectives again inside its run (every rank, after each timed step, outside the step's clock; "
+    "each step starts at a barrier after it) and report, beside the ahead-of-time step error, the model's error "
+    "given those in-run kernel times (a check of the model's structure, not a prediction). It lengthens each run "
+    "by about four kernel runs per kernel per step; --no-in-run leaves it out. (--fresh-profile: its former name.)")]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also run the step on one process on the whole batch and "
                                         "compare loss and every weight gradient.")]
 ValidateNetworkArg = Annotated[Optional[str], typer.Argument(

@@ -24,8 +24,9 @@ from costmodel.profile_table import foreign_reason
 from costmodel.step import StepPrediction, predict_step
 from executor import launch as launcher
 from executor.collect import aggregate, timed_steps
-from executor.compare import Comparison, compare_prediction
+from executor.compare import Comparison, Measured, compare_prediction
 from executor.node import share_node_cores
+from executor.runtime import run_strategies
 from executor.trace import trace_events
 from executor.worker import JobResult, abort_with, first_non_finite, run_job, start_watchdog
 from kernels import KERNELS_REVISION
@@ -130,10 +131,10 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
     _at_least("ranks", ranks)
     agree_node_cores()
     plan, net = read_plan(plan_path)
-    if plan.optimizer != "momentum" or plan.zero:
+    if plan.optimizer != "momentum":
         raise DnnplanError(f"the plan is for {Optimizer(plan.optimizer, plan.zero).label}; the executor runs SGD with "
-                           f"momentum and all-reduces whole gradients", file=plan_path, field="optimizer",
-                           hint="predict it with `dnnplan predict`, or plan again without --optimizer/--zero to run it")
+                           f"momentum (ZeRO stages 0 to 3)", file=plan_path, field="optimizer",
+                           hint="predict it with `dnnplan predict`, or plan again with --optimizer momentum to run it")
     again = [lp.name for lp in plan.layers if lp.algorithm == RECOMPUTE]
     if again:
         raise DnnplanError(f"the plan recomputes {len(again)} layer(s) in backward; the executor keeps every "
@@ -155,6 +156,11 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
         t = _table_threads(compute)
         threads = t if t and t * ranks <= launcher.usable_cores() else launcher.threads_per_rank(ranks)
     warnings = profile_check(plan, compute, threads) + _machine_warnings(plan, machine)
+    scattered = [lp.name for lp in plan.layers if lp.strategy.seq_scatter]
+    if scattered:
+        warnings.append(f"{len(scattered)} layer(s) (first: {scattered[0]}) take Megatron's sequence-parallel "
+                        "variant (SP); the executor runs each as its plain split (all-reduce, then slice) and "
+                        "predicts that")
     if fresh and not isinstance(compute, OnDemand):
         warnings.append("--fresh-profile applies to machine `local` without --profile: this prediction "
                         "uses the given table as it is")
@@ -206,8 +212,8 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
 
 def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction:
     """The cost model's step for the prepared plan (on ``machine``'s links when given)."""
-    return predict_step(prep.net, prep.plan.batch, prep.plan.strategies(), prep.plan.algorithms(),
-                        machine or prep.machine, prep.compute)
+    return predict_step(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms(),
+                        machine or prep.machine, prep.compute, Optimizer(prep.plan.optimizer, prep.plan.zero))
 
 
 def fresh_calls(prep: Prepared) -> list:
@@ -220,39 +226,73 @@ def fresh_calls(prep: Prepared) -> list:
     made = []  # the prediction the kernel calls were listed from (none when on-demand timing is off)
     calls = list(prep.compute.calls_of(lambda: made.append(predict(prep))))
     if 1 < prep.plan.devices <= prep.machine.devices_per_node:
-        calls += step_collectives(prep.net, prep.plan.batch, prep.plan.strategies(),
+        calls += step_collectives(prep.net, prep.plan.batch, run_strategies(prep.plan),
                                   made[0] if made else predict(prep), prep.plan.algorithms())
     return calls
 
 
-def predict_and_compare(prep: Prepared, job: JobResult, steps: int, kernel_calls: list | None = None) -> Comparison:
-    """The prediction for the plan against the run. ``kernel_calls`` (``--fresh-profile``): the calls
-    timed inside the run; their entries in this computer's profile are replaced by the median of
-    those samples first (in memory only), and the collectives among them price those collectives
+def in_run_unavailable(compute: ComputeModel, profile: str | None, machine: str) -> str | None:
+    """Why the prediction's kernels cannot be timed inside a run of this compute model (None: they
+    can): only this computer's on-demand profile (machine `local`, no ``--profile``) can take them."""
+    if isinstance(compute, OnDemand):
+        return None if getattr(compute, "enabled", True) else "on-demand timing is off (DNNPLAN_NO_PROFILE)"
+    if profile:
+        return "--profile given: the prediction uses that table as it is, no kernel is timed inside the run"
+    if machine != "local":
+        return f"machine '{machine}' is not this computer: its kernels cannot be timed inside the run"
+    return f"compute model {compute.name} cannot time kernels inside the run"
+
+
+def in_run_comparison(prep: Prepared, job: JobResult, measured: Measured,
+                      kernel_calls: list | None) -> Comparison | None:
+    """The prediction from the calls timed inside the run against the run (None without samples):
+    their entries in this computer's profile are replaced by the median of those samples first
+    (in memory only), and the collectives among them price those collectives
     (``Machine.measured``), so the prediction uses the machine's speed of the run."""
+    if not (kernel_calls and job.kernel_samples and isinstance(prep.compute, OnDemand)):
+        return None
+    kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
+    prep.compute.install(entries_from_samples(kernels, job.kernel_samples))
     machine = prep.machine
-    if kernel_calls and job.kernel_samples and isinstance(prep.compute, OnDemand):
-        kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
-        prep.compute.install(entries_from_samples(kernels, job.kernel_samples))
-        measured = measured_from_samples(kernel_calls, job.kernel_samples)
-        if measured:
-            machine = replace(machine, measured=measured)
-    return compare_prediction(predict(prep, machine), aggregate(job.ranks, steps))
+    if got := measured_from_samples(kernel_calls, job.kernel_samples):
+        machine = replace(machine, measured=got)
+    return compare_prediction(predict(prep, machine), measured)
+
+
+def predict_and_compare(prep: Prepared, job: JobResult, steps: int, kernel_calls: list | None = None) -> Comparison:
+    """The prediction for the plan against the run: from ``kernel_calls`` timed inside the run
+    (``--fresh-profile``, :func:`in_run_comparison`) when there are samples, else ahead of time."""
+    measured = aggregate(job.ranks, steps)
+    fresh = in_run_comparison(prep, job, measured, kernel_calls)
+    return compare_prediction(predict(prep), measured) if fresh is None else fresh
+
+
+def measure_both(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool, timeout_s: float,
+                 in_run: bool) -> tuple[JobResult | None, Comparison | None, Comparison | None]:
+    """Run the plan once: (job, the ahead-of-time comparison, the in-run one or None); all None on
+    ranks other than 0 of an MPI job. ``in_run``: time the prediction's calls inside the run
+    (:func:`fresh_calls`), after each step and outside its clock; the ahead-of-time prediction is
+    made first, from the profile as it was before the run."""
+    root = True
+    if in_run and launcher.inside_mpi_job():
+        root = launcher.world().Get_rank() == 0  # one rank lists (and, if missing, profiles) the calls
+    calls = fresh_calls(prep) if in_run and root else []
+    job = run_measure(prep, steps=steps, warmup=warmup, check=check, trace=trace, timeout_s=timeout_s,
+                      kernel_calls=calls)
+    if job is None:
+        return None, None, None
+    measured = aggregate(job.ranks, steps)
+    ahead = compare_prediction(predict(prep), measured)  # before the in-run entries are installed
+    return job, ahead, in_run_comparison(prep, job, measured, calls)
 
 
 def measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool, timeout_s: float,
             fresh: bool) -> tuple[JobResult | None, Comparison | None]:
     """Run the plan and compare it with its prediction (None, None on ranks other than 0 of an MPI job);
     ``fresh``: with the prediction's kernels timed inside the run (:func:`fresh_calls`)."""
-    root = True
-    if fresh and launcher.inside_mpi_job():
-        root = launcher.world().Get_rank() == 0  # one rank lists (and, if missing, profiles) the calls
-    calls = fresh_calls(prep) if fresh and root else []
-    job = run_measure(prep, steps=steps, warmup=warmup, check=check, trace=trace, timeout_s=timeout_s,
-                      kernel_calls=calls)
-    if job is None:
-        return None, None
-    return job, predict_and_compare(prep, job, steps, calls)
+    job, ahead, fresh_cmp = measure_both(prep, steps=steps, warmup=warmup, check=check, trace=trace,
+                                         timeout_s=timeout_s, in_run=fresh)
+    return job, ahead if fresh_cmp is None else fresh_cmp
 
 
 def non_finite_loss_warning(job: JobResult, warmup: int, what: str = "") -> str | None:

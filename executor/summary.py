@@ -3,7 +3,11 @@
 All are fractions (0.12 is 12%), ``None`` where nothing could be measured:
 
 - ``mean_abs_step_error``, ``worst_abs_step_error``: the mean and largest |step error| over plans
-  (each plan's ``step_rel``: measured step / predicted step - 1, the median over repeats);
+  (each plan's ``step_rel``: measured step / predicted step - 1, the median over repeats), of the
+  prediction made ahead of time (the headline);
+- ``in_run_mean_abs_step_error``, ``in_run_worst_abs_step_error``: the same of ``in_run_step_rel``,
+  the model's error given kernel times re-timed inside the same run (executor.in_run), over the
+  plans that have one: a check of the model's structure, not a prediction;
 - ``layer_median_error``, ``layer_p90_error``: the median and 90th percentile of |layer error|
   over every layer of every plan (a layer's total time, forward to update);
 - ``memory_error``: the mean over plans of |measured peak / predicted peak - 1|;
@@ -53,6 +57,7 @@ def summarize(plans: list[dict]) -> dict:
     """The summary of a validate's plan rows (executor.validation.PlanRun.row, merged over
     repeats by executor.repeats)."""
     steps = [abs(r["step_rel"]) for r in plans if r.get("step_rel") is not None]
+    in_run = [abs(r["in_run_step_rel"]) for r in plans if r.get("in_run_step_rel") is not None]
     layers = layer_errors(plans)
     mems = [abs(r["memory_rel"]) for r in plans if r.get("memory_rel") is not None]
     noise = [r["step_noise"] for r in plans if r.get("step_noise") is not None]
@@ -60,6 +65,8 @@ def summarize(plans: list[dict]) -> dict:
         "plans": len(plans),
         "mean_abs_step_error": statistics.fmean(steps) if steps else None,
         "worst_abs_step_error": max(steps) if steps else None,
+        "in_run_mean_abs_step_error": statistics.fmean(in_run) if in_run else None,
+        "in_run_worst_abs_step_error": max(in_run) if in_run else None,
         "layer_median_error": statistics.median(layers) if layers else None,
         "layer_p90_error": percentile(layers, 90),
         "memory_error": statistics.fmean(mems) if mems else None,

@@ -1,5 +1,7 @@
 """`dnnplan validate` as a library: plan a network, run the plan and the uniform baselines, and
-return how far each prediction was from the clock.
+return how far each prediction was from the clock: the prediction made ahead of time, from the
+profile taken before the run (the headline), and beside it, from the same run, the model's error
+given kernel times re-timed inside it (executor.in_run; ``RunSettings.in_run``).
 
 :func:`validate` returns a :class:`ValidationReport` and never prints; the caller is told about
 each plan as it finishes through ``on_run`` (the command line draws its tables from that).
@@ -31,10 +33,12 @@ from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
 from executor import launch as launcher
 from executor.compare import Comparison, comparison_json
+from executor import in_run
 from executor.interrupts import save_timed, sigint_here_only, sigint_ignored
 from executor.repeats import plan_rows, run_order
 from executor.summary import best_plan_loss, summarize
-from executor.session import Prepared, agree_node_cores, measure, non_finite_loss_warning, prepare
+from executor.session import (Prepared, agree_node_cores, in_run_unavailable, measure_both, non_finite_loss_warning,
+                              prepare)
 from executor.worker import JobResult
 from networks.errors import DnnplanError
 from planner.optimize import Settings, make_plan, plan_from_prediction
@@ -62,6 +66,7 @@ class PlanRun:
     comparison: Comparison
     warnings: tuple[str, ...]
     repeat: int | None = None  # which repeat of the plan this run is (--repeats 2 or more), from 0
+    in_run: Comparison | None = None  # the same run against kernels re-timed inside it (executor.in_run)
 
     def row(self) -> dict:
         cmp = self.comparison
@@ -72,8 +77,11 @@ class PlanRun:
                "predicted_peak_bytes": cmp.predicted_peak_bytes, "measured_peak_bytes": cmp.measured.peak_bytes,
                "memory_rel": cmp.memory_rel,
                "check": comparison_json(self.name, cmp, self.job.check)["check"], "plan": plan_layers(self.plan),
-               "layers": [{"name": e.name, "predicted_s": p.total_s, "measured_s": m.total_s, "rel": e.total}
-                          for m, p, e in zip(cmp.measured.layers, cmp.predicted, cmp.errors)]}
+               **in_run.row_keys(self.in_run),
+               "layers": in_run.with_layers([{"name": e.name, "predicted_s": p.total_s, "measured_s": m.total_s,
+                                              "rel": e.total}
+                                             for m, p, e in zip(cmp.measured.layers, cmp.predicted, cmp.errors)],
+                                            self.in_run)}
         return row if self.repeat is None else {**row, "repeat": self.repeat}
 
 
@@ -94,11 +102,12 @@ class ValidationReport:
     planned: int = 0  # how many distinct plans there were to run (0: not planned yet)
     complete: bool = True  # false: interrupted, ``rows`` holds the runs that finished
     repeats: int = 1  # runs of each plan (executor.repeats)
+    in_run_note: str | None = None  # why the in-run keys are null (None: in-run timing applies; executor.in_run)
 
     @property
     def plans(self) -> list[dict]:
-        """One row per plan, over its repeats (executor.repeats.plan_rows)."""
-        return plan_rows(self.rows)
+        """One row per plan, over its repeats (executor.repeats.plan_rows, executor.in_run.merged)."""
+        return [in_run.merged(row, self.rows) for row in plan_rows(self.rows)]
 
     @property
     def fastest(self) -> dict:
@@ -121,7 +130,7 @@ class ValidationReport:
         out = {"complete": self.complete, "network": self.network, "ranks": self.ranks, "batch": self.batch,
                "machine": self.machine, "compute_model": self.compute_model, "steps": self.steps,
                "warmup": self.warmup, "check": self.check, "repeats": self.repeats, "planned": self.planned,
-               "plans": self.plans}
+               "in_run_note": self.in_run_note, "plans": self.plans}
         if self.repeats > 1:
             out["runs"] = self.rows
         if self.rows:
@@ -263,16 +272,17 @@ class RunSettings:
     timeout_s: float = 600.0
     threads: int | None = None
     profile: str | None = None
-    fresh: bool = False
+    in_run: bool = True  # also time the prediction's kernels inside each run (executor.in_run)
     check: bool = True
     repeats: int = 1  # runs of each plan, interleaved (executor.repeats)
 
 
 def new_report(ctx: Context, machine_arg: str, settings: RunSettings, planned: int = 0) -> ValidationReport:
-    """An empty report of this run's settings."""
+    """An empty report of this run's settings (and why its in-run column stays empty, if it does)."""
+    note = in_run.unavailable_note(settings.in_run, in_run_unavailable(ctx.compute, settings.profile, machine_arg))
     return ValidationReport(ctx.network.name, ctx.devices, ctx.batch, machine_arg, ctx.compute.name,
                             settings.steps, settings.warmup, settings.check, planned=planned,
-                            repeats=settings.repeats)
+                            repeats=settings.repeats, in_run_note=note)
 
 
 def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettings) -> list[tuple[str, Plan]]:
@@ -288,20 +298,23 @@ def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettin
         raise ValidationInterrupted(replace(new_report(ctx, machine_arg, settings), complete=False), cache) from None
 
 
-def _run(name: str, plan: Plan, path: str, ctx: Context, s: RunSettings, repeat: int | None) -> PlanRun | None:
-    """Run one plan and compare it with its prediction (None on ranks other than 0 of an MPI job)."""
+def _run(name: str, plan: Plan, path: str, ctx: Context, s: RunSettings, repeat: int | None,
+         timed_in_run: bool) -> PlanRun | None:
+    """Run one plan and compare it with its prediction made ahead of time and, with
+    ``timed_in_run``, with the one from kernels re-timed inside the run (None on ranks other than 0
+    of an MPI job)."""
     write_plan(plan, path)
-    prep = prepare(path, ctx.devices, s.threads, s.profile, s.fresh)
+    prep = prepare(path, ctx.devices, s.threads, s.profile)  # why in-run timing cannot apply: said once
     try:
-        job, cmp = measure(prep, steps=s.steps, warmup=s.warmup, check=s.check, trace=False,
-                           timeout_s=s.timeout_s, fresh=s.fresh)
+        job, cmp, again = measure_both(prep, steps=s.steps, warmup=s.warmup, check=s.check, trace=False,
+                                       timeout_s=s.timeout_s, in_run=timed_in_run)
     except KeyboardInterrupt:
         save_timed(prep.compute)  # kernels its prediction timed on demand, if any
         raise
     if job is None:
         return None
     loss = non_finite_loss_warning(job, s.warmup, f"{name}: ")
-    return PlanRun(name, plan, prep, job, cmp, prep.warnings + ((loss,) if loss else ()), repeat)
+    return PlanRun(name, plan, prep, job, cmp, prep.warnings + ((loss,) if loss else ()), repeat, again)
 
 
 def _earlier_row(earlier: list[dict], name: str, plan: Plan, repeat: int | None) -> dict | None:
@@ -310,7 +323,7 @@ def _earlier_row(earlier: list[dict], name: str, plan: Plan, repeat: int | None)
     key = plan_layers(plan)
     row = next((r for r in earlier if isinstance(r, dict) and r.get("plan") == key
                 and r.get("repeat") == repeat), None)
-    return None if row is None else {**row, "name": name, "resumed": True}
+    return None if row is None else {**in_run.normalised(row), "name": name, "resumed": True}
 
 
 def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettings,
@@ -333,7 +346,8 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
                     if on_reused is not None:
                         on_reused(row)
                     continue
-                run = _run(name, plan, os.path.join(tmp, f"plan{i}.yaml"), ctx, settings, repeat)
+                run = _run(name, plan, os.path.join(tmp, f"plan{i}.yaml"), ctx, settings, repeat,
+                           report.in_run_note is None)
                 if run is None:
                     continue
                 report.rows.append(run.row())

@@ -30,24 +30,30 @@ ARGS = ["validate", "lenet5", "--ranks", "2", "--batch", "8", "--machine", "dgx-
 
 
 class FakeRuns:
-    """Stands in for executor.validation.measure: records each plan it is given, and raises
-    KeyboardInterrupt (Ctrl-C) on run number ``stop_at`` (1-based; None: never)."""
+    """Stands in for executor.validation.measure_both: records each plan it is given (and whether
+    it was to be timed in-run), and raises KeyboardInterrupt (Ctrl-C) on run number ``stop_at``
+    (1-based; None: never). Its k-th run measures k ms against 2 ms predicted ahead of time and,
+    timed in-run, 4 ms predicted from in-run kernel times."""
 
     def __init__(self, stop_at: int | None = None):
         self.stop_at = stop_at
         self.plans: list[dict] = []
+        self.in_run: list[bool] = []
 
     def __call__(self, prep, **kwargs):
         self.plans.append(validation.plan_layers(prep.plan))
+        self.in_run.append(kwargs["in_run"])
         if len(self.plans) == self.stop_at:
             raise KeyboardInterrupt
         step = 0.001 * len(self.plans)
         job = JobResult(ranks=[], loss=0.0, check=None, threads=1)
-        return job, Comparison(0.002, Measured(2, 1, step, step, step, ()), (), (), step / 0.002 - 1)
+        measured = Measured(2, 1, step, step, step, ())
+        again = Comparison(0.004, measured, (), (), step / 0.004 - 1) if kwargs["in_run"] else None
+        return job, Comparison(0.002, measured, (), (), step / 0.002 - 1), again
 
 
 def _interrupted(monkeypatch, ctx, **kwargs) -> ValidationInterrupted:
-    monkeypatch.setattr(validation, "measure", FakeRuns(stop_at=2))
+    monkeypatch.setattr(validation, "measure_both", FakeRuns(stop_at=2))
     with pytest.raises(ValidationInterrupted) as info:
         validation.validate(ctx, "lenet5", "dgx-a100", SETTINGS, **kwargs)
     return info.value
@@ -68,7 +74,7 @@ def test_an_interrupted_validate_keeps_the_finished_plan_and_a_resumed_one_skips
     assert "1 of" in str(err) and "run the same command again" in str(err)
 
     again = FakeRuns()
-    monkeypatch.setattr(validation, "measure", again)
+    monkeypatch.setattr(validation, "measure_both", again)
     reused = []
     done = validation.validate(ctx, "lenet5", "dgx-a100", SETTINGS, earlier=data["plans"], on_reused=reused.append)
     assert first["plan"] not in again.plans and len(again.plans) == report.planned - 1
@@ -108,7 +114,7 @@ def test_ctrl_c_while_planning_saves_the_kernels_timed(monkeypatch, tmp_path):
 
 def test_the_command_keeps_a_partial_file_and_the_same_command_resumes(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(validation, "measure", FakeRuns(stop_at=2))
+    monkeypatch.setattr(validation, "measure_both", FakeRuns(stop_at=2))
     r = runner.invoke(app, ARGS)
     assert r.exit_code == 130, r.output
     partial = tmp_path / "validate-lenet5-2r.partial.json"
@@ -120,7 +126,7 @@ def test_the_command_keeps_a_partial_file_and_the_same_command_resumes(monkeypat
     assert "Traceback" not in r.output
 
     again = FakeRuns()
-    monkeypatch.setattr(validation, "measure", again)
+    monkeypatch.setattr(validation, "measure_both", again)
     r = runner.invoke(app, ARGS)
     assert r.exit_code == 0, r.output
     assert "not run again" in r.output and "(earlier run)" in r.output
@@ -130,7 +136,7 @@ def test_the_command_keeps_a_partial_file_and_the_same_command_resumes(monkeypat
 
 def test_a_partial_file_of_other_settings_is_refused(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(validation, "measure", FakeRuns(stop_at=2))
+    monkeypatch.setattr(validation, "measure_both", FakeRuns(stop_at=2))
     out = tmp_path / "v.json"
     assert runner.invoke(app, [*ARGS, "--json", str(out)]).exit_code == 130
     assert json.loads(out.read_text())["complete"] is False
@@ -138,7 +144,7 @@ def test_a_partial_file_of_other_settings_is_refused(monkeypatch, tmp_path):
     assert r.exit_code == 2, r.output
     assert f"{out} holds an interrupted validate of other settings (batch 8 there, 16 here)" in " ".join(
         r.output.split())
-    monkeypatch.setattr(validation, "measure", FakeRuns())
+    monkeypatch.setattr(validation, "measure_both", FakeRuns())
     r = runner.invoke(app, [*ARGS, "--json", str(out)])  # the same settings: a resume, no --force wanted
     assert r.exit_code == 0, r.output
     done = json.loads(out.read_text())

@@ -1,5 +1,5 @@
 """The numbers a validate is judged by (executor.summary) and each plan's row over its repeats
-(executor.repeats), on hand-made rows: nothing runs here."""
+(executor.repeats), with their in-run keys (executor.in_run), on hand-made rows: nothing runs here."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 
+from executor import in_run
 from executor.repeats import merged, pair_noise, plan_rows, run_order
 from executor.summary import percentile, summarize
 
@@ -89,3 +90,37 @@ def test_plan_rows_group_runs_by_plan_and_the_noise_floor_is_their_median():
     assert plans[0]["step_noise"] == pytest.approx(a_noise) and plans[1]["step_noise"] == pytest.approx(b_noise)
     assert summarize(plans)["noise_floor"] == pytest.approx(statistics.median([a_noise, b_noise]))
     assert pair_noise([2.0]) is None
+
+
+def with_in_run(r: dict, predicted: float | None) -> dict:
+    """A row with the in-run keys of a prediction of ``predicted`` s from in-run kernel times
+    (executor.in_run; every layer predicted at 1 s), or null ones."""
+    if predicted is None:
+        return in_run.normalised(r)
+    layers = [{**l, "in_run_predicted_s": 1.0, "in_run_rel": l["measured_s"] - 1} for l in r["layers"]]
+    return {**r, "in_run_predicted_step_s": predicted, "in_run_step_rel": r["measured_step_s"] / predicted - 1,
+            "in_run_layer_median_abs_rel": statistics.median(abs(l["in_run_rel"]) for l in layers), "layers": layers}
+
+
+def test_the_summary_gives_the_in_run_errors_beside_the_ahead_of_time_ones():
+    s = summarize([with_in_run(PLANS[0], 1.25), with_in_run(PLANS[1], 0.8), with_in_run(PLANS[2], None)])
+    assert s["mean_abs_step_error"] == pytest.approx((0.2 + 0.5 + 0.05) / 3)  # the headline is unchanged
+    assert s["in_run_mean_abs_step_error"] == pytest.approx((0.04 + 0.25) / 2)  # the plan without one left out
+    assert s["in_run_worst_abs_step_error"] == pytest.approx(0.25)
+    none = summarize(PLANS)  # rows of an older partial report: no in-run keys at all
+    assert none["in_run_mean_abs_step_error"] is None and none["in_run_worst_abs_step_error"] is None
+
+
+def test_a_plans_in_run_keys_are_the_median_over_its_runs():
+    runs = [with_in_run(row("data", 1.0, m, [(1, m), (1, 2 * m)], repeat=k), p)
+            for k, (m, p) in enumerate([(1.1, 1.0), (1.3, 1.2), (1.2, 1.5)])]
+    plan = in_run.merged(merged(runs), runs)
+    assert plan["in_run_predicted_step_s"] == pytest.approx(1.2)
+    assert plan["in_run_step_rel"] == pytest.approx(statistics.median([0.1, 1.3 / 1.2 - 1, 1.2 / 1.5 - 1]))
+    assert plan["in_run_layer_median_abs_rel"] == pytest.approx(statistics.median(
+        r["in_run_layer_median_abs_rel"] for r in runs))
+    assert [l["in_run_rel"] for l in plan["layers"]] == pytest.approx([0.2, 1.4])
+    assert plan["step_rel"] == pytest.approx(0.2)  # the ahead-of-time keys as executor.repeats made them
+    before = row("data", 1.0, 1.1, [(1, 1.1)], repeat=0)  # a row of an older partial report
+    old = in_run.merged(merged([before]), [before])
+    assert old["in_run_step_rel"] is None and old["layers"][0]["in_run_rel"] is None  # an older row: null

@@ -13,7 +13,7 @@ from dnnplan.render import execute as render
 from dnnplan.render.messages import fail_line, warn
 from executor.compare import comparison_json
 from executor.launch import RunFailed
-from executor.session import measure, non_finite_loss_warning, prepare, strategy_labels, trace_dict
+from executor.session import measure_both, non_finite_loss_warning, prepare, strategy_labels, trace_dict
 
 T = TypeVar("T")
 
@@ -44,14 +44,17 @@ def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupO
     prep = prepare(plan, ranks, threads, profile, fresh)
     for line in prep.warnings:
         warn(line)
-    job, cmp = guard_failure(lambda: measure(prep, steps=steps, warmup=warmup, check=check,
-                                             trace=trace is not None, timeout_s=timeout, fresh=fresh))
+    job, ahead, in_run = guard_failure(lambda: measure_both(prep, steps=steps, warmup=warmup, check=check,
+                                                            trace=trace is not None, timeout_s=timeout, in_run=fresh))
     if job is None:  # a rank other than 0 of an MPI job
         return
+    cmp = ahead if in_run is None else in_run  # --fresh-profile: the table is the in-run prediction's
     title = (f"{prep.plan.network_name}, batch {prep.plan.batch}, {ranks} rank(s) x {job.threads} thread(s), "
              f"machine {prep.plan.machine}, compute model {prep.compute.name}")
     render.comparison_table(cmp, title, strategy_labels(prep.plan))
     render.step_summary(cmp)
+    if in_run is not None:
+        render.ahead_of_time_line(ahead)
     render.memory_line(cmp)
     render.check_line(job.check)
     if (line := non_finite_loss_warning(job, warmup)) is not None:

@@ -16,7 +16,7 @@ import typer
 from costmodel.files import usable_cores
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
 from dnnplan.flags import refresh_warning
-from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, FreshOpt, JsonFileOpt, LocalMachineOpt,
+from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt, LocalMachineOpt,
                              ProfileOpt, QuickValidateOpt, RefreshOpt, RepeatsOpt, ReportDirOpt, StepsOpt,
                              ThreadsOpt, TimeoutOpt, ValidateNetworkArg, ValidateRanksOpt, WarmupOpt)
 from dnnplan.output import check_output, check_output_folder, write_json_file
@@ -37,17 +37,20 @@ QUICK = {"network": "lenet5", "batch": 8, "steps": 3, "warmup": 1, "repeats": 2}
 def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: ValidateRanksOpt = None,
              batch: BatchOpt = None, machine: LocalMachineOpt = "local", steps: StepsOpt = 5, warmup: WarmupOpt = 2,
              repeats: RepeatsOpt = 1, quick: QuickValidateOpt = False, timeout: TimeoutOpt = 600.0,
-             threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
+             threads: ThreadsOpt = None, profile: ProfileOpt = None, in_run: InRunOpt = True,
              refresh: RefreshOpt = False, check: CheckEachOpt = True, json_out: JsonFileOpt = None,
              report_dir: ReportDirOpt = None, details: DetailsOpt = False, force: ForceOpt = False) -> None:
     """Plan a network, run the plan and the uniform baselines, and report each prediction's error.
 
     The loop in one command: plan, then run the plan and each uniform baseline that fits (data,
     filter, spatial) with --check, and compare measured with predicted step time, per-layer
-    times and peak memory; says whether the planner's plan was measured fastest. The prediction
-    is made before the run, from the profile this computer already has (the error a user of a
-    plan meets). --report DIR writes a Markdown report with figures; --quick is a small preset
-    to try it (`dnnplan validate --quick --report out`).
+    times and peak memory; says whether the planner's plan was measured fastest. The headline
+    prediction is made before the run, from the profile this computer already has (the error a
+    user of a plan meets). Beside it, by default (--in-run), the same run also gives the model's
+    error given kernel times re-timed inside it, on machine `local` without --profile: a check of
+    the model's structure; the distance between the two is how far the kernels' times drifted
+    since the profile. --report DIR writes a Markdown report with figures; --quick is a small
+    preset to try it (`dnnplan validate --quick --report out`).
 
     Ctrl-C keeps the plans that finished (in the --json file, else in
     validate-NETWORK-Pr.partial.json here); the same command then runs only the others.
@@ -60,7 +63,7 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     ctx = validation.resolve(network, ranks, batch, machine, profile, refresh)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)
-    settings = RunSettings(steps, warmup, timeout, threads, profile, fresh, check, repeats)
+    settings = RunSettings(steps, warmup, timeout, threads, profile, in_run, check, repeats)
     keep = json_out or f"validate-{ctx.network.name}-{ranks}r.partial.json"
     if not json_out:
         earlier = _partial(keep, force)
@@ -125,6 +128,8 @@ def _report(report: ValidationReport, compute: str, earlier: list[dict] | None) 
         render.console.print(f"planner's plan measured {report.planner_vs_best_measured * 100:+.1f}% against "
                              f"the fastest measured ({report.fastest['name']})")
     render.validate_summary(report.summary)
+    if report.in_run_note:
+        render.console.print(f"in-run column empty: {report.in_run_note}")
     unused = len(earlier or []) - sum(1 for r in report.rows if r.get("resumed"))
     if unused > 0:
         warn(f"{unused} plan(s) measured by the interrupted run were not among this run's plans (the plans "

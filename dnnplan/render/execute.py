@@ -13,6 +13,7 @@ from dnnplan.render import fmt
 from dnnplan.render.messages import err_console
 from executor.check import CheckResult
 from executor.compare import Comparison
+from executor.in_run import LABEL as IN_RUN_LABEL
 from executor.timers import PHASES
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -70,6 +71,13 @@ def step_summary(cmp: Comparison) -> None:
         f"per-layer median |error| {'-' if med is None else f'{med * 100:.0f}%'}")
 
 
+def ahead_of_time_line(cmp: Comparison) -> None:
+    """``execute --fresh-profile``: the prediction made ahead of time (the profile before the run),
+    beside the one from the kernels re-timed inside it that the table shows."""
+    console.print(f"[bold]ahead of time[/bold]  predicted {fmt.seconds(cmp.predicted_step_s)} from the profile "
+                  f"taken before the run, error {pct(cmp.step_rel)} (the table and step above: the {IN_RUN_LABEL})")
+
+
 def memory_text(predicted: int | None, measured: int | None, rel: float | None) -> str:
     """``measured / predicted error`` of the peak memory per rank ("-" where a side is missing)."""
     if measured is None or predicted is None:
@@ -96,10 +104,17 @@ def check_line(check: CheckResult | None) -> None:
 
 
 def validate_table(rows: list[dict], title: str) -> None:
-    t = Table(title=title, title_justify="left")
+    """One row per plan: the ahead-of-time prediction and its error first, then (when any plan has
+    it) the in-run one (executor.in_run)."""
     spread = any(r.get("repeats", 1) > 1 for r in rows)
+    in_run = any(r.get("in_run_step_rel") is not None for r in rows)
+    t = Table(title=title, title_justify="left", caption_justify="left", caption=(
+        "predicted, step error: ahead of time, from the profile taken before the run" + (
+            f"; in-run: the {IN_RUN_LABEL}, re-timed inside the same run (a check of the model's structure, "
+            "not a prediction)" if in_run else "")))
     cols = ("plan", "strategies", "predicted", "measured", "step error") + (("error range",) if spread else ()) + (
-        "layer median |error|", "memory meas. / pred.", "check")
+        ("in-run predicted", "in-run error") if in_run else ()) + ("layer median |error|", "memory meas. / pred.",
+                                                                     "check")
     for col in cols:
         t.add_column(col, justify="left" if col in ("plan", "strategies", "check") else "right")
     for r in rows:
@@ -112,6 +127,9 @@ def validate_table(rows: list[dict], title: str) -> None:
                  pct(r["step_rel"])]
         if spread:
             cells.append(rel_range(r.get("step_rel_min"), r.get("step_rel_max")))
+        if in_run:
+            got = r.get("in_run_predicted_step_s")
+            cells += ["-" if got is None else fmt.seconds(got), pct(r.get("in_run_step_rel"))]
         mem = memory_text(r.get("predicted_peak_bytes"), r.get("measured_peak_bytes"), r.get("memory_rel"))
         t.add_row(*cells, "-" if med is None else f"{med * 100:.0f}%", mem, ctext)
     console.print(t)
@@ -124,8 +142,12 @@ def validate_summary(summary: dict) -> None:
     def share(key: str) -> str:
         value = summary.get(key)
         return "-" if value is None else f"{value * 100:.1f}%"
-    console.print(f"[bold]summary[/bold]  |step error| mean {share('mean_abs_step_error')}, worst "
-                  f"{share('worst_abs_step_error')}; |layer error| median {share('layer_median_error')}, 90th "
+    in_run = ""
+    if summary.get("in_run_mean_abs_step_error") is not None:
+        in_run = (f"; {IN_RUN_LABEL}: |step error| mean {share('in_run_mean_abs_step_error')}, worst "
+                  f"{share('in_run_worst_abs_step_error')}")
+    console.print(f"[bold]summary[/bold]  |step error| (ahead of time) mean {share('mean_abs_step_error')}, worst "
+                  f"{share('worst_abs_step_error')}{in_run}; |layer error| median {share('layer_median_error')}, 90th "
                   f"percentile {share('layer_p90_error')}; |memory error| mean {share('memory_error')}; noise floor "
                   f"{share('noise_floor')}")
 
@@ -138,8 +160,11 @@ def rel_range(lo: float | None, hi: float | None) -> str:
 def validate_progress(row: dict) -> None:
     """One line on stderr as each plan finishes."""
     again = f" (repeat {row['repeat'] + 1})" if row.get("repeat") else ""
+    in_run = row.get("in_run_predicted_step_s")
+    beside = "" if in_run is None else f", from in-run kernel times {fmt.seconds(in_run)} ({pct(row['in_run_step_rel'])})"
     err_console.print(f"measured {escape(row['name'])}{again}: step {fmt.seconds(row['measured_step_s'])}, predicted "
-                      f"{fmt.seconds(row['predicted_step_s'])} ({pct(row['step_rel'])})", markup=True, emoji=False)
+                      f"{fmt.seconds(row['predicted_step_s'])} ({pct(row['step_rel'])}){beside}", markup=True,
+                      emoji=False)
 
 
 def validate_reused(row: dict, path: str) -> None:

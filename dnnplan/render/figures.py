@@ -3,8 +3,10 @@
 Three figures, each from the rows of the validate's JSON (``plans``), so they show exactly the
 numbers the report's tables and the JSON hold:
 
-- ``step_time.png``: predicted and measured step per plan; the measured bar's whiskers reach the
-  fastest and slowest timed step (over every repeat);
+- ``step_time.png``: predicted (ahead of time) and measured step per plan, and between them, when
+  the plans have one, the step predicted from kernel times re-timed inside the run
+  (executor.in_run); the measured bar's whiskers reach the fastest and slowest timed step (over
+  every repeat);
 - ``layer_error.png``: each layer's relative error, (measured - predicted) / predicted, one bar
   per plan (linear within +-100%, logarithmic beyond, so one layer off by 40x leaves the others
   readable);
@@ -37,11 +39,18 @@ def step_figure(plans: list[dict], path: str, title: str) -> None:
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(plans) + 2), 4))
     xs = range(len(plans))
     ms = 1e3
-    ax.bar([x - 0.2 for x in xs], [r["predicted_step_s"] * ms for r in plans], 0.4, label="predicted")
+    in_run = any(r.get("in_run_predicted_step_s") is not None for r in plans)
+    width = 0.27 if in_run else 0.4
+    ax.bar([x - width / 2 * (2 if in_run else 1) for x in xs], [r["predicted_step_s"] * ms for r in plans], width,
+           label="predicted ahead of time")
+    if in_run:
+        ax.bar(list(xs), [(r.get("in_run_predicted_step_s") or 0.0) * ms for r in plans], width,
+               label="predicted from in-run kernel times")
     med = [r["measured_step_s"] * ms for r in plans]
     low = [max(m - r["measured_step_min_s"] * ms, 0.0) for m, r in zip(med, plans)]
     high = [max(r["measured_step_max_s"] * ms - m, 0.0) for m, r in zip(med, plans)]
-    ax.bar([x + 0.2 for x in xs], med, 0.4, yerr=[low, high], capsize=4, label="measured (median; min to max)")
+    ax.bar([x + width / 2 * (2 if in_run else 1) for x in xs], med, width, yerr=[low, high], capsize=4,
+           label="measured (median; min to max)")
     ax.set_xticks(list(xs), _names(plans), rotation=15)
     ax.set_ylabel("step time (ms)")
     ax.set_title(title)

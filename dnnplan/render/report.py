@@ -1,7 +1,8 @@
 """`dnnplan validate --report DIR`: a report a person reads, from the validate's JSON.
 
 DIR gets ``report.md`` (what ran, on what, when and from which commit; the summary; one table of
-every plan and one of each plan's layers; how to read them), ``summary.json`` (the JSON's
+every plan and one of each plan's layers, the ahead-of-time error first and the model error given
+in-run kernel times beside it (executor.in_run); how to read them), ``summary.json`` (the JSON's
 ``summary``) and the figures (:mod:`dnnplan.render.figures`). Every number comes from the JSON
 object `--json` writes, formatted by the functions here, so the report, the figures and the
 JSON cannot disagree. Relative errors print as signed percentages with one decimal, absolute
@@ -17,14 +18,17 @@ from pathlib import Path
 
 from dnnplan.output import write_json_file
 from dnnplan.render import figures, fmt
+from executor.in_run import LABEL as IN_RUN
 from networks.errors import DnnplanError
 
 REPORT_MD, SUMMARY_JSON = "report.md", "summary.json"
 ROOT = Path(__file__).resolve().parents[2]
 
 SUMMARY_LABELS = (
-    ("mean_abs_step_error", "mean |step error| over plans"),
-    ("worst_abs_step_error", "worst |step error|"),
+    ("mean_abs_step_error", "mean |step error| over plans (ahead of time)"),
+    ("worst_abs_step_error", "worst |step error| (ahead of time)"),
+    ("in_run_mean_abs_step_error", f"mean |step error| over plans, {IN_RUN}"),
+    ("in_run_worst_abs_step_error", f"worst |step error|, {IN_RUN}"),
     ("layer_median_error", "median |layer error| (every layer of every plan)"),
     ("layer_p90_error", "90th percentile |layer error|"),
     ("memory_error", "mean |peak memory error| over plans"),
@@ -35,7 +39,14 @@ SUMMARY_LABELS = (
 HOW_TO_READ = """\
 **How to read this.** Each plan was predicted before it ran, from the kernel profile this computer
 already had (timed in earlier processes, or while planning): the *step error* is the headline,
-(measured - predicted) / predicted, positive when the run was slower than predicted. The measured
+(measured - predicted) / predicted, positive when the run was slower than predicted. Beside it, the
+*""" + IN_RUN + """* comes from the same run: every rank timed the prediction's kernels (and, on
+one node, its collectives) again inside the run, after each timed step and outside the step's
+clock, and the same cost model predicted from those times. It is not a prediction (it needs the
+run) but a check of how the model composes kernels into a step. The distance between the two
+columns is how far the kernels' times moved between the profile and this run (a shared machine's
+speed moves within minutes; the in-run samples also re-create each kernel's place in the step);
+what is left in the in-run error is the model's own. The measured
 step is the median over timed steps of the slowest rank's step; min and max are its spread (over
 every repeat). A layer's error compares its total time (forward, backward, communication, gradient
 allreduce, update) and leaves out time spent waiting for other ranks. Memory is the largest rank's
@@ -54,6 +65,10 @@ def pct(rel: float | None) -> str:
 def abs_pct(value: float | None) -> str:
     """An unsigned error or fraction: ``12.3%`` (``-`` for none)."""
     return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else fmt.seconds(value)
 
 
 def nbytes(value: int | None) -> str:
@@ -108,8 +123,8 @@ def _table(header: list[str], rows: list[list[object]]) -> list[str]:
 
 
 PLAN_HEADER = ["plan", "strategies", "predicted step", "measured step (median)", "measured min", "measured max",
-               "step error", "step error range", "layer median |error|", "memory predicted", "memory measured",
-               "memory error", "check"]
+               "step error", "step error range", "in-run predicted step", IN_RUN, "layer median |error|",
+               "memory predicted", "memory measured", "memory error", "check"]
 
 
 def plan_cells(r: dict) -> list[str]:
@@ -117,6 +132,7 @@ def plan_cells(r: dict) -> list[str]:
     spread = (f"{pct(r.get('step_rel_min'))} to {pct(r.get('step_rel_max'))}" if r.get("repeats", 1) > 1 else "-")
     return [r["name"], r["strategies"], fmt.seconds(r["predicted_step_s"]), fmt.seconds(r["measured_step_s"]),
             fmt.seconds(r["measured_step_min_s"]), fmt.seconds(r["measured_step_max_s"]), pct(r["step_rel"]), spread,
+            seconds(r.get("in_run_predicted_step_s")), pct(r.get("in_run_step_rel")),
             abs_pct(r["layer_median_abs_rel"]), nbytes(r.get("predicted_peak_bytes")),
             nbytes(r.get("measured_peak_bytes")), pct(r.get("memory_rel")), check_text(r.get("check"))]
 
@@ -128,15 +144,22 @@ def _settings(data: dict, meta: dict) -> list[str]:
                 f" ({', '.join(map(str, threads))} thread(s) each)" if threads else "")],
             ["batch", data["batch"]], ["machine", data["machine"]], ["compute model", data["compute_model"]],
             ["steps", f"{data['steps']} timed after {data['warmup']} warm-up, each plan run {repeats} time(s)"],
+            ["in-run kernel timing", in_run_text(data.get("in_run_note"))],
             ["date", meta.get("date", "")], ["git commit", meta.get("commit", "unknown")],
             ["command", f"`{meta.get('command', '')}`"]]
     return _table(["setting", "value"], rows)
 
 
+def in_run_text(note: str | None) -> str:
+    """The settings table's word on the in-run column: on, or why it is empty."""
+    return "on: after each timed step, outside its clock" if note is None else f"none: {note}"
+
+
 def _layers(r: dict) -> list[str]:
-    rows = [[l["name"], fmt.seconds(l["predicted_s"]), fmt.seconds(l["measured_s"]), pct(l["rel"])]
-            for l in r.get("layers", [])]
-    return [f"### {r['name']}", ""] + _table(["layer", "predicted", "measured (median)", "error"], rows) + [""]
+    rows = [[l["name"], fmt.seconds(l["predicted_s"]), fmt.seconds(l["measured_s"]), pct(l["rel"]),
+             seconds(l.get("in_run_predicted_s")), pct(l.get("in_run_rel"))] for l in r.get("layers", [])]
+    header = ["layer", "predicted", "measured (median)", "error", "in-run predicted", IN_RUN]
+    return [f"### {r['name']}", ""] + _table(header, rows) + [""]
 
 
 def markdown(data: dict, meta: dict, pictures: list[str]) -> str:
@@ -147,6 +170,8 @@ def markdown(data: dict, meta: dict, pictures: list[str]) -> str:
                                         [[label, (pct if key == "best_plan_loss" else abs_pct)(summary.get(key))]
                                          for key, label in SUMMARY_LABELS]), "",
              "## Plans", "", *_table(PLAN_HEADER, [plan_cells(r) for r in data["plans"]]), ""]
+    if data.get("in_run_note"):
+        lines += [f"The in-run columns are empty: {data['in_run_note']}.", ""]
     lines += ["## Figures", ""] + [f"![{name[:-4]}]({name})" for name in pictures] + [""]
     lines += ["## Layers", ""] + [line for r in data["plans"] for line in _layers(r)]
     lines += ["## How to read this", "", HOW_TO_READ, ""]

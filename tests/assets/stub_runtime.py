@@ -29,7 +29,8 @@ def _faults(rank: int) -> None:
         raise RuntimeError(f"injected fault on rank {rank} (DNNPLAN_TEST_FAULT_RANK)")
 
 
-def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=None, lr=0.01, momentum=0.9):
+def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=None, lr=0.01, momentum=0.9,
+             after_step=None):
     _faults(comm.Get_rank())
     step_s = []
     for step in range(warmup + steps):
@@ -46,6 +47,8 @@ def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=
                 time.sleep(0.002)
         timers.end_step()
         step_s.append(time.perf_counter() - t)
+        if after_step is not None:  # the in-run timing, as executor.runtime.run_plan runs it
+            after_step(step - warmup)
     chk = CheckResult(True, 1e-7, f"{net.layers[0].name}.weight", 1e-8, 1e-4) if check else None
     losses = [1.0] * (warmup + steps)
     diverge = os.environ.get("DNNPLAN_TEST_NAN_FROM_STEP")  # the loss turns NaN from this step on
