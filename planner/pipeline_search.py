@@ -12,9 +12,11 @@ the exact best cut of the blocks over the stages. As Alpa's stage DP over its in
 et al., OSDI 2022, section 5), stage solutions are reused: one per (blocks, role, kept) for each
 ``(S, m)``.
 
-Pruning is exact. Nothing the cost model prices runs faster than the device's highest peak
-(docs/costmodel.md, "Nothing below physics"), so a pipeline of ``S`` stages and ``m``
-micro-batches takes at least ``F / (p * peak) * (S + m - 1) / m`` for the step's model FLOPs ``F``;
+Pruning is exact. Each ``(S, m)`` has a lower bound on every cut's step: the larger of the physics
+floor (nothing the cost model prices runs faster than the device's highest peak, docs/costmodel.md,
+"Nothing below physics": at least ``F / (p * peak) * (S + m - 1) / m`` for the step's model FLOPs
+``F``) and :mod:`planner.pipeline_bound`'s, from one block's layers priced on the stage's ranks,
+with the memory limit by Lagrangian duality (it also proves an ``(S, m)`` where nothing fits).
 ``(S, m)`` are tried in order of that bound and the search stops when it reaches the best step
 found. Inside a cut, a stage of ``k`` blocks makes the step at least ``m T + O`` of that stage, so
 stage sizes whose cheapest such bound already loses are not tried (stage times grow with ``k``).
@@ -35,6 +37,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.cut_search import best_cut
 from planner.optimize import PlanMismatch, Settings
+from planner.pipeline_bound import stage_bound
 from planner.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
 from planner.stage_solve import StageSolution, StageSolver
 
@@ -93,6 +96,22 @@ class _Search:
         self.worst_gap = 0.0
         self.boundary = stack.boundary_bytes()
         self.solves = 0
+        self._solvers: dict[tuple[int, int], StageSolver] = {}
+
+    def solver(self, stages: int, m: int) -> StageSolver:
+        """The stage solver of ``(S, m)``: one pricing of its ranks and micro-batch, kept for the bound
+        and the search of that ``(S, m)``."""
+        key = (stages, m)
+        if key not in self._solvers:
+            self._solvers[key] = StageSolver(self.p // stages, self.batch // m, m + stages - 1, self.machine,
+                                             self.compute, self.settings, self.limit, self.exact)
+        return self._solvers[key]
+
+    def bound(self, stages: int, m: int) -> tuple[float, bool]:
+        """No cut of ``(S, m)`` is faster than this (module docstring); False: none fits."""
+        sends = sum(self.p2p_s(stages, s, self.batch // m) for s in range(stages))
+        got = stage_bound(self.solver(stages, m).builder, self.stack, stages, m, self.limit, sends)
+        return got.step_s, got.fits
 
     def p2p_s(self, stages: int, s: int, micro: int) -> float:
         """Stage ``s``'s sends per micro-batch: the activation forward, its gradient back."""
@@ -103,8 +122,8 @@ class _Search:
 
     def best(self, stages: int, m: int) -> tuple[float, tuple[int, ...], StageSolver] | None:
         n, micro = self.stack.n, self.batch // m
-        solver = StageSolver(self.p // stages, micro, m + stages - 1, self.machine, self.compute, self.settings,
-                             self.limit, self.exact)
+        solver = self.solver(stages, m)
+        del self._solvers[(stages, m)]  # searched once: its pricing is not needed again
         rl = roles(stages)
 
         def cost(s: int, k: int) -> tuple[float, float] | None:
@@ -148,12 +167,13 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
                            hint="plan it without --pipeline")
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
     search = _Search(stack, batch, p, machine, compute, limit, settings, exact)
-    combos = _combos(stack, batch, p, machine, net, stage_counts, micro_counts)
+    combos = _bounded(search, _combos(stack, batch, p, machine, net, stage_counts, micro_counts))
     best: tuple[float, int, int, tuple[int, ...], StageSolver] | None = None
-    out = []
-    for i, (bound, stages, m) in enumerate(combos):
+    out = [Candidate(s2, m2, b2, skipped="memory") for b2, s2, m2, fits in combos if not fits]
+    combos = [c for c in combos if c[3]]
+    for i, (bound, stages, m, _) in enumerate(combos):
         if best is not None and bound >= best[0]:
-            out.extend(Candidate(s2, m2, b2, skipped="bound") for b2, s2, m2 in combos[i:])
+            out.extend(Candidate(s2, m2, b2, skipped="bound") for b2, s2, m2, _ in combos[i:])
             break
         got = search.best(stages, m)
         out.append(Candidate(stages, m, bound, got[0] if got else None, got[1] if got else ()))
@@ -185,6 +205,15 @@ def _combos(stack: Stack, batch: int, p: int, machine: Machine, net: Network, st
         raise DnnplanError(f"no pipeline degree and micro-batch count to try for {net.name} on {p} devices at "
                            f"batch {batch}", hint=f"--pipeline divides --devices and is at most {stack.n} "
                            "(its blocks); --micro-batches divides --batch")
+    return sorted(out)
+
+
+def _bounded(search: _Search, combos: list[tuple[float, int, int]]) -> list[tuple[float, int, int, bool]]:
+    """Each (S, m) with the larger of its two lower bounds and whether anything can fit, by bound."""
+    out = []
+    for phys, stages, m in combos:
+        step, fits = search.bound(stages, m)
+        out.append((max(phys, step), stages, m, fits))
     return sorted(out)
 
 

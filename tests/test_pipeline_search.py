@@ -78,9 +78,10 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
     got = search_pipeline(net, batch, p, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
                           micro_counts=divisors(batch))
     sends = _Search(stack, batch, p, ctx.machine, ctx.compute, limit, SETTINGS)
-    best = None
+    best, per = None, {}
     for stages in (s for s in divisors(p) if s <= stack.n):
         for m in divisors(batch):
+            per[(stages, m)] = None
             solver = StageSolver(p // stages, batch // m, m + stages - 1, ctx.machine, ctx.compute, SETTINGS, limit,
                                  exact=True)
             for cut in _compositions(stack.n, stages):
@@ -96,9 +97,26 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
                 else:
                     step = _step(ts, os_, m)
                     best = step if best is None else min(best, step)
+                    per[(stages, m)] = min(step, per[(stages, m)] or step)
     assert best is not None and got.stages > 1  # the limit makes it pipeline
+    for (stages, m), step in per.items():  # the lower bound of every (S, m) holds, and says when none fits
+        bound, fits = sends.bound(stages, m)
+        assert (step is None) if not fits else (step is None or bound <= step * (1 + 1e-12))
+    assert all(sends.bound(*k)[0] > 0 for k in per)
     assert got.prediction.step_s <= best * (1 + 1e-9)
     assert got.prediction.step_s == pytest.approx(best, rel=1e-9)
+
+
+def test_the_stage_bound_proves_when_nothing_fits(tmp_path):
+    """Below one block's least memory no (S, m) fits: the bound says so and the search refuses."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, precision="fp16")
+    stack = uniform_stack(ctx.network)
+    roomy = _Search(stack, 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, SETTINGS)
+    assert all(roomy.bound(s, m)[1] for s in (1, 2, 4) for m in (1, 8))
+    tight = _Search(stack, 8, 8, ctx.machine, ctx.compute, 1e4, SETTINGS)
+    assert not any(tight.bound(s, m)[1] for s in (1, 2, 4) for m in (1, 8))
+    with pytest.raises(DnnplanError, match="no pipelined plan"):
+        search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, 1e4, SETTINGS)
 
 
 def test_the_search_prices_its_choice_as_the_pipeline_model_does():

@@ -1,0 +1,123 @@
+"""A lower bound on every cut of one (S, m), from one block's layers alone (pure).
+
+The pipelined step (``costmodel.pipeline``) is ``sum_s T_s + (m - 1) max_s T_s + max_s O_s``.
+With ``max_s T_s >= (1/S) sum_s T_s`` and ``max_s O_s >= (1/S) sum_s O_s``::
+
+    step >= (1/S) sum_s [(m + S - 1) T_s + O_s]
+
+Stage ``s``'s bracket is the objective its stage solver minimises (:mod:`planner.stage_solve`) plus
+its point-to-point sends, ``(m + S - 1)`` times per micro-batch (known exactly). It holds ``k_s``
+blocks and edges cost nothing negative, so it is at least ``k_s`` times the least weighted cost of
+one block's layers taken one by one (each layer its cheapest candidate, no edges), ``V(0)`` below;
+the first and last stages add the least cost of the layers before and after the blocks.
+
+Memory tightens it: a stage's layers' memory (activations of one kept micro-batch at least) plus
+the workspace no layer can avoid, ``W0``, must fit the limit ``L``, so for every ``lam >= 0``
+(Lagrangian duality) a stage of ``k`` blocks has::
+
+    bracket >= g(k) = max over lam of [k V(lam) - lam (L - W0)],  V(lam) = sum over layers of min (cost + lam memory)
+
+``g`` is a maximum of functions linear in ``k``, so convex, and a sum of ``g(k_s)`` over stages with
+``sum k_s = n`` is least at the balanced cut (stage sizes ``floor(n / S)`` and ``ceil(n / S)``):
+that sum over ``S`` is the bound. No cut fits at all when ``ceil(n / S)`` blocks of least-memory
+layers already exceed ``L - W0``.
+Everything here is separable per layer, so it costs one pricing of a block's layers, which the
+stage solves that follow reuse (the builder keeps its nodes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.pipeline import stage_network
+from planner.build import Builder, build_with
+from planner.stack import MIDDLE, Stack
+
+BISECTIONS = 60
+
+
+@dataclass(frozen=True)
+class StageBound:
+    step_s: float  # no cut of this (S, m) has a shorter step
+    fits: bool  # False: no cut fits the memory limit
+
+
+def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int, limit: float,
+                sends_s: float = 0.0) -> StageBound:
+    """The bound of the module docstring for ``stages`` stages and ``micro_batches`` micro-batches,
+    the stage solver's ``builder`` pricing one stage's ranks at one micro-batch; ``sends_s``: the
+    stages' point-to-point seconds per micro-batch, summed over stages."""
+    weight = micro_batches + stages - 1
+    cost, memory, w0 = _block(builder, stack, weight)
+    n = stack.n
+    big = -(-n // stages)
+    room = limit - w0
+
+    def value(lam: float) -> tuple[float, float]:
+        """``V(lam)`` and the memory of the layers' choices attaining it."""
+        total, mem = 0.0, 0.0
+        for variants in zip(cost, memory):
+            best = min((float((c + lam * m).min()), float(m[int(np.argmin(c + lam * m))])) for c, m in variants)
+            total, mem = total + best[0], mem + best[1]
+        return total, mem
+
+    least = sum(min(float(m.min()) for m in ms) for ms in memory)
+    if big * least > room * (1 + 1e-9):
+        return StageBound(float("inf"), False)
+    free, free_mem = value(0.0)
+
+    def stage(k: int) -> float:
+        """The least objective of a stage of ``k`` blocks that fits (its dual bound)."""
+        return k * free if k * free_mem <= room else max(k * free, _dual(value, k, room, free))
+
+    small, wide = n // stages, n % stages  # the balanced cut: ``wide`` stages of ``small + 1`` blocks
+    total = wide * stage(small + 1) + (stages - wide) * stage(small)
+    total += _ends(builder, stack, weight) + weight * sends_s
+    return StageBound(float(total) / stages, True)
+
+
+def _dual(value, k: int, room: float, free: float) -> float:
+    """``max over lam of k V(lam) - lam room``: concave, so bisect on the sign of its slope
+    ``k * memory(lam) - room``; every ``lam`` tried is a valid bound, the best is kept."""
+    best = k * free
+    lo, hi = 0.0, max(free, 1e-30) / max(room, 1.0)
+    for _ in range(BISECTIONS):
+        v, mem = value(hi)
+        best = max(best, k * v - hi * room)
+        if k * mem <= room:
+            break
+        lo, hi = hi, hi * 4
+    for _ in range(BISECTIONS):
+        lam = (lo + hi) / 2
+        v, mem = value(lam)
+        best = max(best, k * v - lam * room)
+        if k * mem > room:
+            lo = lam
+        else:
+            hi = lam
+    return best
+
+
+def _block(builder: Builder, stack: Stack, weight: float):
+    """Per layer of a block, its (cost, memory) arrays in each form it takes inside a stage (a
+    block's last layer has a reader only when another block follows), and the workspace no layer of
+    a stage can avoid."""
+    per = len(stack.blocks[0])
+    two, _ = stage_network(stack.network, stack.layers(0, 2, MIDDLE), 0)  # blocks 0 and 1, no other layer
+    built = build_with(builder, two, None, edges=False, weight=weight)
+    p = built.problem
+    cost = [(p.node_cost[j], p.node_cost[j + per]) for j in range(per)]
+    memory = [(p.node_memory[j], p.node_memory[j + per]) for j in range(per)]
+    w0 = max(float(w.min()) for w in p.node_workspace)
+    return cost, memory, w0
+
+
+def _ends(builder: Builder, stack: Stack, weight: float) -> float:
+    """The least weighted cost of the layers before the first block and after the last, one by one."""
+    layers = list(stack.before) + list(stack.after)
+    if not layers:
+        return 0.0
+    net, _ = stage_network(stack.network, layers, 0)
+    return float(sum(c.min() for c in build_with(builder, net, None, edges=False, weight=weight).problem.node_cost))
