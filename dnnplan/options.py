@@ -101,8 +101,10 @@ SequenceParallelOpt = Annotated[bool, typer.Option(
 RecomputeModeOpt = Annotated[str, typer.Option(
     "--recompute", help="Activation recomputation: none; selective (attention reruns its forward in backward); "
     "full (every layer does, its forward collectives included, as Megatron's full recomputation).")]
-SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP, ILP for what is left), "
-                                        "reduced (the same), or ilp (the plain ILP).")]
+SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP; under a binding memory limit "
+                                        "a Lagrangian bound rules candidates out and an ILP solves the rest, exactly), "
+                                        "reduced (graph reduction; a binding limit sends the whole problem to the ILP), "
+                                        "or ilp (the plain ILP). All three are exact.")]
 TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds any ILP solve may take (then "
                                                        "the best plan found is reported with its gap).",
                                                        callback=within("--time-limit", 0.001, 1e7, " s"))]

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 
 from networks.errors import DnnplanError
 from planner.solvers import (Edge, Problem, evaluate, expand_choice, min_memory, prune_dominated, solve,
-                             solve_brute, solve_ilp, solve_reduced)
+                             solve_brute, solve_fixed, solve_ilp, solve_reduced)
 from planner.solvers.brute import brute_tables
+from planner.solvers.marginals import min_marginals
+from planner.solvers.reduce import reduce_graph
 from planner.solvers.minplus import min_plus, min_plus_dense
 
 FAMILIES = ("chain", "residual", "nested", "parallel", "multi", "k4", "dense", "disconnected")
@@ -148,9 +151,10 @@ def test_binding_memory_limit_agree(seed):
     problem = free.with_memory_limit(limit)
     best = solve_brute(problem)
     assert best.objective > solve_brute(free).objective - 1e-12
-    for got in (solve_ilp(problem), solve_reduced(problem), solve(problem, "ilp")):
+    for got in (solve_ilp(problem), solve_reduced(problem), solve(problem, "ilp"), solve(problem)):
         _check(problem, got)
         assert _close(got.objective, best.objective), (got.solver, got.detail)
+        assert got.status == "optimal", (got.solver, got.detail)
 
 
 def test_enough_instances_bind_memory():
@@ -174,6 +178,35 @@ def test_binding_limit_is_reported():
             assert "memory limit binding" in got.detail and got.solver.startswith("reduced+ilp")
             return
     pytest.fail("no binding instance")
+
+
+@pytest.mark.parametrize("seed", range(0, 240, 3))
+def test_min_marginals_against_enumeration(seed):
+    problem = random_problem(seed, max_assignments=20_000)
+    marg = min_marginals(problem)
+    if marg is None:
+        assert reduce_graph(problem).edges  # only where no elimination order was found
+        return
+    objective, _ = brute_tables(problem)
+    for v, k in enumerate(problem.sizes):
+        axes = tuple(a for a in range(problem.num_nodes) if a != v)
+        truth = objective.min(axis=axes) if axes else objective
+        assert np.allclose(marg[v], truth, rtol=1e-9, atol=1e-12), (seed, v)
+
+
+def test_the_bound_rules_candidates_out_and_the_rounds_prove_the_optimum():
+    ruled_out = proved_early = 0
+    for seed in SEEDS:
+        free = random_problem(seed, family="residual")
+        limit = _binding_limit(free, seed)
+        if limit is None:
+            continue
+        got = solve_fixed(free.with_memory_limit(limit))
+        kept = [int(n) for n in re.findall(r"(\d+) candidates kept of", got.detail)]
+        ruled_out += bool(kept) and min(kept) < sum(free.sizes)
+        proved_early += "target +5%" in got.detail and "target +100%" not in got.detail
+        assert got.status == "optimal" and _close(got.objective, solve_brute(free.with_memory_limit(limit)).objective)
+    assert ruled_out >= 10 and proved_early >= 1
 
 
 @pytest.mark.parametrize("family", ["chain", "residual", "nested", "parallel"])

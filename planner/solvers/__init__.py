@@ -1,6 +1,8 @@
 """The pure solver core: pick one candidate per node of an abstract :class:`Problem`.
 
-``solve(problem, method)`` dispatches to graph reduction (``"reduced"``, the default), the ILP
+``solve(problem, method)`` dispatches to graph reduction (``"auto"``, the default, which meets a
+binding memory limit with a Lagrangian bound, candidate fixing and an ILP on what is left:
+:mod:`.fixing`; ``"reduced"``, which hands a binding problem whole to the ILP), the ILP
 (``"ilp"``) or exhaustive search (``"brute"``, tests only). All return an :class:`Assignment` that
 says which solver ran, its status, gap and time. Nothing here prints, opens files or keeps state;
 the one exception is that the ILP solve points fd 1 at fd 2 while native solver code runs, so what
@@ -11,19 +13,22 @@ from __future__ import annotations
 
 from .brute import solve_brute
 from .dp import solve_reduced
+from .fixing import solve_fixed
 from .ilp import build_ilp, solve_ilp
 from .problem import Assignment, Edge, Problem, evaluate, min_memory
 from .prune import expand_choice, prune_dominated
 
 __all__ = ["Assignment", "Edge", "Problem", "build_ilp", "evaluate", "expand_choice", "min_memory",
-           "prune_dominated", "solve", "solve_brute", "solve_ilp", "solve_reduced"]
+           "prune_dominated", "solve", "solve_brute", "solve_fixed", "solve_ilp", "solve_reduced"]
 
 
 def solve(problem: Problem, method: str = "auto", time_limit_s: float | None = None,
           gap: float | None = None) -> Assignment:
-    """Solve ``problem`` with ``method``: ``"auto"`` (= ``"reduced"``), ``"reduced"``, ``"ilp"`` or
-    ``"brute"``. ``time_limit_s`` and ``gap`` bound any ILP solve (``None``: none, exact)."""
-    if method in ("auto", "reduced"):
+    """Solve ``problem`` with ``method``: ``"auto"``, ``"reduced"``, ``"ilp"`` or ``"brute"``.
+    ``time_limit_s`` and ``gap`` bound any ILP solve (``None``: none, exact)."""
+    if method == "auto":
+        return solve_fixed(problem, time_limit_s=time_limit_s, gap=gap)
+    if method == "reduced":
         return solve_reduced(problem, time_limit_s=time_limit_s, gap=gap)
     if method == "ilp":
         return solve_ilp(problem, time_limit_s=time_limit_s, gap=gap)

@@ -15,6 +15,7 @@ the gap between the best assignment found and the best bound (0: proved optimal)
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,55 +25,88 @@ from .problem import Assignment, Problem, evaluate, fits, min_memory
 ROUNDS = 40
 
 
+@dataclass(frozen=True)
+class Relaxation:
+    """What the bisection found: the best fitting assignment, its cost, the best proven lower
+    bound on any fitting assignment, and the multiplier that proved it."""
+
+    choice: tuple[int, ...]
+    cost: float
+    bound: float
+    lam: float
+
+    @property
+    def gap(self) -> float:
+        return max(0.0, (self.cost - self.bound) / self.cost) if self.cost > 0 else 0.0
+
+
 def solve_lagrange(problem: Problem, rounds: int = ROUNDS, rtol: float = 1e-3) -> Assignment | None:
     """The best fitting assignment the bisection finds, with its proven relative gap; None when no
     assignment fits the limit."""
     start = time.perf_counter()
-    limit = problem.memory_limit
-    if limit is None:
+    if problem.memory_limit is None:
         return solve_reduced(problem)
-    need, least = min_memory(problem)
+    need, _ = min_memory(problem)
     if not fits(problem, need):
         return None
     free = solve_reduced(problem.with_memory_limit(None))
     if fits(problem, free.memory):
         return solve_reduced(problem)
-    w0 = max(float(w.min()) for w in problem.node_workspace)
+    got = relax(problem, free.objective, rounds, rtol)
+    cost, memory = evaluate(problem, got.choice)
+    return Assignment(got.choice, cost, memory, "lagrange(dp)", "optimal" if got.gap <= rtol else "feasible",
+                      got.gap, time.perf_counter() - start, problem.num_nodes,
+                      f"Lagrangian relaxation of the memory limit: gap {got.gap:.2e} to its bound")
+
+
+def slack(problem: Problem) -> float:
+    """``limit - W0``: what the summed memory of a fitting assignment can reach at most."""
+    return float(problem.memory_limit) - max(float(w.min()) for w in problem.node_workspace)
+
+
+def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: float = 1e-3) -> Relaxation:
+    """Bisection on ``lam`` for a problem whose limit binds and which some assignment fits
+    (``free_objective``: the unconstrained optimum, the bound at ``lam = 0``)."""
+    need, least = min_memory(problem)
+    room = slack(problem)
     best_choice, best_cost = tuple(least), evaluate(problem, least)[0]
-    bound = free.objective  # lam = 0
-    lo, hi = 0.0, max(free.objective, 1e-30) / max(need, 1.0)
-    for _ in range(rounds):
-        choice, relaxed = _priced(problem, hi)
+    bound, bound_lam = free_objective, 0.0
+    lo, hi = 0.0, max(free_objective, 1e-30) / max(need, 1.0)
+
+    def probe(lam: float) -> bool:
+        nonlocal best_choice, best_cost, bound, bound_lam
+        choice, relaxed = _priced(problem, lam)
         cost, memory = evaluate(problem, choice)
-        bound = max(bound, relaxed - hi * (limit - w0))
+        if relaxed - lam * room > bound:
+            bound, bound_lam = relaxed - lam * room, lam
         if fits(problem, memory):
             if cost < best_cost:
                 best_choice, best_cost = choice, cost
+            return True
+        return False
+
+    for _ in range(rounds):
+        if probe(hi):
             break
         lo, hi = hi, hi * 4
     for _ in range(rounds):
         if best_cost - bound <= rtol * best_cost:
             break
         lam = (lo + hi) / 2
-        choice, relaxed = _priced(problem, lam)
-        cost, memory = evaluate(problem, choice)
-        bound = max(bound, relaxed - lam * (limit - w0))
-        if fits(problem, memory):
+        if probe(lam):
             hi = lam
-            if cost < best_cost:
-                best_choice, best_cost = choice, cost
         else:
             lo = lam
-    cost, memory = evaluate(problem, best_choice)
-    gap = max(0.0, (cost - bound) / cost) if cost > 0 else 0.0
-    return Assignment(tuple(best_choice), cost, memory, "lagrange(dp)", "optimal" if gap <= rtol else "feasible",
-                      gap, time.perf_counter() - start, problem.num_nodes,
-                      f"Lagrangian relaxation of the memory limit: gap {gap:.2e} to its bound")
+    return Relaxation(tuple(best_choice), best_cost, bound, bound_lam)
+
+
+def _priced_problem(problem: Problem, lam: float) -> Problem:
+    """The unconstrained problem of cost + lam * memory."""
+    return Problem(problem.names, tuple(c + lam * m for c, m in zip(problem.node_cost, problem.node_memory)),
+                   problem.node_memory, problem.node_workspace, problem.edges, None)
 
 
 def _priced(problem: Problem, lam: float) -> tuple[tuple[int, ...], float]:
     """The unconstrained optimum of cost + lam * memory, and that objective."""
-    priced = Problem(problem.names, tuple(c + lam * m for c, m in zip(problem.node_cost, problem.node_memory)),
-                     problem.node_memory, problem.node_workspace, problem.edges, None)
-    got = solve_reduced(priced)
+    got = solve_reduced(_priced_problem(problem, lam))
     return tuple(got.choice), float(got.objective)
