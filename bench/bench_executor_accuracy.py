@@ -14,10 +14,11 @@ are run with ``dnnplan execute``'s machinery, with the check, and we report
   slowest pooled step).
 
 Predictions use the ``local`` machine's compute model: the per-user profile cache of this
-computer, filled on demand (profiler.ondemand), so the first run also profiles the kernels; by
-default the kernels each prediction looks up are timed again inside its run, once per rank after
-every step (``--fresh-profile``, profiler.inrun), since this VM's speed drifts within minutes;
-``--no-fresh-profile`` predicts from the cache as it is. The planner weighs its alternatives on
+computer, filled on demand (profiler.ondemand), so the first run also profiles the kernels. The
+step error is the ahead-of-time one, from the cache as it was before the run; beside it (``in-run``)
+the model's error given the kernels each prediction looks up timed again inside its run, once per
+rank after every step (profiler.inrun), since this VM's speed drifts within minutes;
+``--no-fresh-profile`` leaves the in-run column out. The planner weighs its alternatives on
 the cache, whose entries were timed over days while the VM's speed drifted unevenly, so every
 kernel it weighs is timed again first, side by side in interleaved rounds (``dnnplan plan
 --refresh-profile``, profiler.side_by_side); ``--no-refresh-profile`` plans from the cache as it is.
@@ -53,7 +54,7 @@ from rich.table import Table  # noqa: E402
 
 from executor.collect import timed_steps  # noqa: E402
 from executor.launch import usable_cores  # noqa: E402
-from executor.session import measure, prepare  # noqa: E402
+from executor.session import measure, measure_both, prepare  # noqa: E402
 from executor.validation import candidate_plans, strategy_summary  # noqa: E402
 from planner.plan_file import write_plan  # noqa: E402
 from profiler import context  # noqa: E402
@@ -100,8 +101,8 @@ def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeo
             n = steps_for(plan.step_s, steps, min_seconds)
             counts.append(n)
             t = time.perf_counter()
-            job, cmp = measure(prep, steps=n, warmup=warmup, check=True, trace=False, timeout_s=timeout,
-                               fresh=fresh)
+            job, cmp, in_run = measure_both(prep, steps=n, warmup=warmup, check=True, trace=False,
+                                            timeout_s=timeout, in_run=fresh)
             preps.append(prep)
             walls.append(step_walls(job, n))
             rows.append({"network": ctx.network.name, "ranks": ranks, "batch": batch, "threads": job.threads,
@@ -110,6 +111,8 @@ def run_one(net_arg: str, ranks: int, batch: int, steps: int, warmup: int, timeo
                          "predicted_step_s": cmp.predicted_step_s, "measured_step_s": cmp.measured.step_s,
                          "measured_min_s": cmp.measured.step_min_s, "measured_max_s": cmp.measured.step_max_s,
                          "step_rel": cmp.step_rel, "layer_median_abs_rel": cmp.layer_median_abs_rel,
+                         "in_run_predicted_step_s": None if in_run is None else in_run.predicted_step_s,
+                         "in_run_step_rel": None if in_run is None else in_run.step_rel,
                          "check_passed": None if job.check is None else bool(job.check.passed),
                          "wall_s": time.perf_counter() - t, "plan_s": plan_s,
                          "layers": [{"name": p.name, "predicted_s": p.total_s, "measured_s": m.total_s,
@@ -153,8 +156,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-fresh-profile", dest="fresh", action="store_false",
-                    help="predict from the profile cache as it is, instead of timing each prediction's "
-                         "kernels inside its run (dnnplan execute --fresh-profile)")
+                    help="leave out the in-run column (each prediction's kernels timed again inside its "
+                         "run, dnnplan validate --in-run); the step error is ahead of time either way")
     ap.add_argument("--no-refresh-profile", dest="refresh", action="store_false",
                     help="plan from the profile cache as it is, instead of timing every kernel the "
                          "planner weighs again first (dnnplan plan --refresh-profile)")
@@ -174,11 +177,12 @@ def main(argv=None) -> int:
             rows += run_one(net_arg, p, per_rank * p, args.steps, args.warmup, args.timeout, args.fresh,
                             args.refresh, args.min_seconds)
     t = Table(title=f"executor accuracy on {machine_line()}", title_justify="left",
-              caption="error = (measured - predicted) / predicted; targets: |step| < 10%, layer median < 20%",
+              caption="error = (measured - predicted) / predicted; step error: predicted ahead of time (targets: "
+                      "|step| < 10%, layer median < 20%); in-run: from kernels re-timed inside the run",
               caption_justify="left")
     for col in ("network", "ranks", "batch", "steps", "plan", "strategies", "predicted", "measured (min-max)",
-                "step error", "layer median |err|", "vs fastest", "vs best baseline (ABBA)", "check"):
-        t.add_column(col, justify="right" if col in ("ranks", "batch", "steps", "predicted", "step error",
+                "step error", "in-run error", "layer median |err|", "vs fastest", "vs best baseline (ABBA)", "check"):
+        t.add_column(col, justify="right" if col in ("ranks", "batch", "steps", "predicted", "step error", "in-run error",
                                                      "layer median |err|", "vs fastest", "vs best baseline (ABBA)") else "left")
     for r in rows:
         med = r["layer_median_abs_rel"]
@@ -186,6 +190,7 @@ def main(argv=None) -> int:
                   f"{r['predicted_step_s'] * 1e3:.1f} ms",
                   f"{r['measured_step_s'] * 1e3:.1f} ms ({r['measured_min_s'] * 1e3:.0f}-{r['measured_max_s'] * 1e3:.0f})",
                   "-" if r["step_rel"] is None else f"{r['step_rel'] * 100:+.0f}%",
+                  "-" if r["in_run_step_rel"] is None else f"{r['in_run_step_rel'] * 100:+.0f}%",
                   "-" if med is None else f"{med * 100:.0f}%", f"{r['vs_fastest'] * 100:+.0f}%",
                   f"{r['vs_best_baseline_abba'] * 100:+.0f}% ({r['best_baseline']}; planner "
                   f"{min(r['abba_steps_s']['planner']) * 1e3:.0f}-{max(r['abba_steps_s']['planner']) * 1e3:.0f}, "

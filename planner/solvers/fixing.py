@@ -58,7 +58,7 @@ def solve_fixed(problem: Problem, time_limit_s: float | None = None, gap: float 
         return Assignment(got.choice, cost, memory, "lagrange(dp)", "optimal", 0.0, time.perf_counter() - start,
                           problem.num_nodes, "memory limit binding: the Lagrangian bound meets the assignment found")
     marg = _bounds(problem, got)
-    best, ilp, notes = got.choice, None, []
+    best, ilp, proved, notes = got.choice, None, False, []
     for share in TARGETS if marg is not None else (1.0,):
         upper = evaluate(problem, best)[0]
         target = min(upper, got.bound + share * (got.cost - got.bound))
@@ -77,10 +77,11 @@ def solve_fixed(problem: Problem, time_limit_s: float | None = None, gap: float 
                      f"{sum(map(len, kept2))} after dominance, {ilp.detail}")
         if cost < upper:
             best = choice
-        if cost <= target * (1 + SLACK) and ilp.status == "optimal":
+        if cost <= target + SLACK * abs(target) and ilp.status == "optimal":
+            proved = True
             break
     cost, memory = evaluate(problem, best)
-    status = "optimal" if ilp is not None and ilp.status == "optimal" else "feasible"
+    status = "optimal" if proved else "feasible"
     detail = (f"memory limit binding: Lagrangian bound {got.gap:.2e} below the first fitting assignment, then "
               f"candidates ruled out by it and the ILP on the rest, aiming between the two; " + "; ".join(notes))
     return Assignment(best, cost, memory, f"lagrange+{ilp.solver if ilp else 'dp'}", status,
