@@ -195,12 +195,12 @@ def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_
         nbytes = sent * mb // d  # each of the d ranks sends its block of the micro-batch
         out.append(StagePrediction(
             s, (cuts[s][0].name, cuts[s][-1].name), d, predict_stage(stage_net, d, mb),
-            2 * _p2p_s(machine, s * d, (s + 1) * d, nbytes) if sent else 0.0,
+            2 * p2p_s(machine, s * d, (s + 1) * d, nbytes) if sent else 0.0,
             micro_batches if schedule == "gpipe" else min(stages - s, micro_batches)))
     return PipelinePrediction(net.name, batch, devices, micro_batches, schedule, tuple(out))
 
 
-def _p2p_s(machine: Machine, src: int, dst: int, nbytes: int) -> float:
+def p2p_s(machine: Machine, src: int, dst: int, nbytes: int) -> float:
     """One point-to-point message of ``nbytes`` from rank ``src`` to ``dst`` (alpha + n beta of the
     level that joins them)."""
     same_node = src // machine.devices_per_node == dst // machine.devices_per_node

@@ -57,7 +57,7 @@ class Settings:
         return Optimizer(self.optimizer, self.zero)
 
 
-def _solve_exact(built: Built, settings: Settings) -> tuple[tuple[int, ...], Assignment, list[str]]:
+def solve_exact(built: Built, settings: Settings) -> tuple[tuple[int, ...], Assignment, list[str]]:
     """The optimal candidate index per layer in ``built.problem`` (see the module docstring)."""
     notes = []
     full = built.problem
@@ -192,7 +192,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     built = build_problem(net, batch, p, machine, compute, limit, settings.training, recompute=settings.recompute)
     built_s = time.perf_counter() - start
     try:
-        choice, got, notes = _solve_exact(built, settings)
+        choice, got, notes = solve_exact(built, settings)
     except DnnplanError as err:
         need, _ = min_memory(built.problem)
         if fits(built.problem, need):

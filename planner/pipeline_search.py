@@ -31,7 +31,8 @@ from typing import Callable
 from costmodel.candidates import divisors
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
-from costmodel.pipeline import PipelinePrediction, StagePrediction, _p2p_s
+from costmodel.pipeline import PipelinePrediction, StagePrediction
+from costmodel.pipeline import p2p_s as send_s
 from networks.analysis import layer_cost
 from networks.errors import DnnplanError
 from networks.ir import Network
@@ -118,7 +119,7 @@ class _Search:
         if s == stages - 1:
             return 0.0
         d = self.p // stages
-        return 2 * _p2p_s(self.machine, s * d, (s + 1) * d, self.boundary * micro // d)
+        return 2 * send_s(self.machine, s * d, (s + 1) * d, self.boundary * micro // d)
 
     def best(self, stages: int, m: int) -> tuple[float, tuple[int, ...], StageSolver] | None:
         n, micro = self.stack.n, self.batch // m

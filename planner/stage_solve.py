@@ -26,7 +26,7 @@ from costmodel.strategy import Strategy
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.build import Builder, build_with
-from planner.optimize import PlanMismatch, Settings, _solve_exact
+from planner.optimize import PlanMismatch, Settings, solve_exact
 from planner.solvers import evaluate
 from planner.solvers.lagrange import solve_lagrange
 
@@ -95,7 +95,7 @@ class StageSolver:
             self.worst_gap = max(self.worst_gap, got.gap or 0.0)
         else:
             try:
-                choice, _, _ = _solve_exact(built, self.settings)
+                choice, _, _ = solve_exact(built, self.settings)
             except DnnplanError:
                 return None  # nothing fits
         objective, memory = evaluate(built.problem, choice)
