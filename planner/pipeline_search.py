@@ -2,8 +2,9 @@
 
 For a uniform stack (:mod:`planner.stack`) on ``p`` devices at batch ``B`` the search tries every
 pipeline degree ``S`` dividing ``p`` (at most one stage a block) and the micro-batch counts ``m``
-dividing ``B`` that make micro-batches of 1, 2, 4 or 8 samples, or one micro-batch of the whole
-batch (or the counts the caller names). Stage ``s`` runs on ranks ``[s d, (s + 1) d)``, ``d = p / S``, on micro-batches of
+dividing ``B`` that make micro-batches of 1, 2, 4 or 8 samples, or 1, 2, 4 or 8 samples for each
+of the ``p / (S n)`` replicas of node-wide tensor groups (``n`` devices a node), or one micro-batch
+of the whole batch (or the counts the caller names). Stage ``s`` runs on ranks ``[s d, (s + 1) d)``, ``d = p / S``, on micro-batches of
 ``B / m`` samples, with the 1F1B schedule (its activations held for ``min(S - s, m)`` micro-batches).
 Inside a stage the per-layer problem (strategies with their data and tensor degrees, algorithms,
 recomputation) is the planner's exact one (:mod:`planner.stage_solve`), so the data and tensor
@@ -196,10 +197,11 @@ def _combos(stack: Stack, batch: int, p: int, machine: Machine, net: Network, st
     for stages in divisors(p):
         if stages > stack.n or (stage_counts and stages not in stage_counts):
             continue
+        sizes = micro_sizes(p // stages, machine.devices_per_node)
         for m in divisors(batch):
             if micro_counts and m not in micro_counts:
                 continue
-            if not micro_counts and m > 1 and batch // m not in MICRO_SIZES:
+            if not micro_counts and m > 1 and batch // m not in sizes:
                 continue
             out.append((flops / (p * peak) * (stages + m - 1) / m, stages, m))
     if not out:
@@ -207,6 +209,14 @@ def _combos(stack: Stack, batch: int, p: int, machine: Machine, net: Network, st
                            f"batch {batch}", hint=f"--pipeline divides --devices and is at most {stack.n} "
                            "(its blocks); --micro-batches divides --batch")
     return sorted(out)
+
+
+def micro_sizes(ranks: int, per_node: int) -> set[int]:
+    """The micro-batch sizes (samples a micro-batch, over a stage's ``ranks``) tried: ``MICRO_SIZES``,
+    and the same per data-parallel replica when the stage's tensor groups fill a node (Megatron-LM's
+    layout: ``ranks / per_node`` replicas, each taking 1 to 8 samples)."""
+    replicas = ranks // per_node if per_node > 1 and ranks % per_node == 0 else 1
+    return {j * k for j in MICRO_SIZES for k in {1, replicas}}
 
 
 def _bounded(search: _Search, combos: list[tuple[float, int, int]]) -> list[tuple[float, int, int, bool]]:

@@ -15,7 +15,7 @@ from networks.loader import load_network
 from planner.cut_search import best_cut
 from planner.optimize import Settings
 from costmodel.pipeline import stage_network
-from planner.pipeline_search import _Search, kept, roles, search_pipeline
+from planner.pipeline_search import _Search, kept, micro_sizes, roles, search_pipeline
 from planner.solvers import Edge, Problem, evaluate, solve
 from planner.solvers.lagrange import solve_lagrange
 from planner.stack import uniform_stack
@@ -129,6 +129,14 @@ def test_the_search_prices_its_choice_as_the_pipeline_model_does():
     assert pred.step_s == pytest.approx(sum(ts) + (got.micro_batches - 1) * max(ts)
                                         + max(s.once_s for s in pred.stages))
     assert all(not c.skipped or c.bound_s >= pred.step_s for c in got.candidates)
+
+
+def test_micro_batch_sizes_include_megatrons_per_replica_ones():
+    # Narayanan et al. Table 1, 529.6B: 2520 GPUs, 35 stages of 72, tensor 8 inside a node, 9
+    # replicas with micro-batches of 1: a micro-batch of 9 samples over the stage
+    assert micro_sizes(72, 8) == {1, 2, 4, 8, 9, 18, 36, 72}
+    assert micro_sizes(12, 8) == {1, 2, 4, 8}  # no whole node groups: the plain sizes
+    assert micro_sizes(64, 1) == {1, 2, 4, 8}
 
 
 def test_a_network_that_is_no_uniform_stack_is_refused_in_one_line():

@@ -23,6 +23,8 @@ from .dp import solve_reduced
 from .problem import Assignment, Problem, evaluate, fits, min_memory
 
 ROUNDS = 40
+#: the bisection stops once the multiplier is known to this relative width
+LAM_RTOL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,8 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
             break
         lo, hi = hi, hi * 4
     for _ in range(rounds):
-        if best_cost - bound <= rtol * best_cost:
+        # proven close enough, or the multiplier pinned down (what is left is the duality gap)
+        if best_cost - bound <= rtol * best_cost or hi - lo <= LAM_RTOL * hi:
             break
         lam = (lo + hi) / 2
         if probe(lam):
