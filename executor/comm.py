@@ -167,7 +167,8 @@ def reshard_plan(src: Layout, dst: Layout, backward: bool, rank: int) -> Reshard
                        tuple(recv_counts), any_remote, identity)
 
 
-def _displs(counts) -> list[int]:
+def displacements(counts) -> list[int]:
+    """Each part's offset in a buffer of consecutive parts of ``counts`` elements (MPI's displs)."""
     out, acc = [], 0
     for c in counts:
         out.append(acc)
@@ -202,8 +203,8 @@ def reshard(comm, local: np.ndarray, src: Layout, dst: Layout, backward: bool = 
         pos += size
     recvbuf = np.empty(rp.recv_elems, dtype=dtype)
     mtype = mpi_type(dtype)
-    comm.Alltoallv([sendbuf, (list(rp.send_counts), _displs(rp.send_counts)), mtype],
-                   [recvbuf, (list(rp.recv_counts), _displs(rp.recv_counts)), mtype])
+    comm.Alltoallv([sendbuf, (list(rp.send_counts), displacements(rp.send_counts)), mtype],
+                   [recvbuf, (list(rp.recv_counts), displacements(rp.recv_counts)), mtype])
     pos = 0
     for _, sl, shape in rp.recvs:
         size = int(np.prod(shape))

@@ -259,14 +259,6 @@ def in_run_comparison(prep: Prepared, job: JobResult, measured: Measured,
     return compare_prediction(predict(prep, machine), measured)
 
 
-def predict_and_compare(prep: Prepared, job: JobResult, steps: int, kernel_calls: list | None = None) -> Comparison:
-    """The prediction for the plan against the run: from ``kernel_calls`` timed inside the run
-    (``--fresh-profile``, :func:`in_run_comparison`) when there are samples, else ahead of time."""
-    measured = aggregate(job.ranks, steps)
-    fresh = in_run_comparison(prep, job, measured, kernel_calls)
-    return compare_prediction(predict(prep), measured) if fresh is None else fresh
-
-
 def measure_both(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool, timeout_s: float,
                  in_run: bool) -> tuple[JobResult | None, Comparison | None, Comparison | None]:
     """Run the plan once: (job, the ahead-of-time comparison, the in-run one or None); all None on

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from executor.comm import mpi, mpi_type, wait_for
+from executor.comm import displacements, mpi, mpi_type, wait_for
 from kernels.optimizer import sgd_momentum_update
 
 #: Each collective's (phase, name) in the cost model (``Comm.phase``: fwd, bwd, sync) -> timer phase
@@ -102,7 +102,7 @@ class ZeroGroup:
         self.r, self.k = self.sub.Get_size(), self.sub.Get_rank()
         self.sizes = tuple(int(np.prod(s)) for s in self.shapes)
         self.counts = rank_counts(self.sizes, self.r)
-        self.displs = [sum(self.counts[:k]) for k in range(self.r)]
+        self.displs = displacements(self.counts)
         self.mine = tuple(shard_bounds(n, self.r)[self.k] for n in self.sizes)
 
     def _log(self, phase: str, collective: str, elems: int, itemsize: int) -> None:

@@ -82,12 +82,7 @@ class Built:
 
     def restrict(self, keep: tuple[np.ndarray, ...]) -> Problem:
         """The problem with only candidates ``keep[i]`` of each node."""
-        p = self.problem
-        return Problem(p.names, tuple(c[k] for c, k in zip(p.node_cost, keep)),
-                       tuple(m[k] for m, k in zip(p.node_memory, keep)),
-                       tuple(w[k] for w, k in zip(p.node_workspace, keep)),
-                       tuple(Edge(e.src, e.dst, e.cost[np.ix_(keep[e.src], keep[e.dst])]) for e in p.edges),
-                       p.memory_limit)
+        return self.problem.restricted(keep)
 
 
 class Builder:

@@ -34,7 +34,7 @@ from .lagrange import Relaxation, _priced_problem, relax, slack
 from .marginals import min_marginals
 from networks.errors import DnnplanError
 
-from .problem import Assignment, Edge, Problem, check_feasible, evaluate, fits
+from .problem import Assignment, Problem, check_feasible, evaluate, fits
 from .prune import expand_choice, prune_dominated
 
 #: relative slack of the fixing test, far above the marginals' rounding and far below any gap
@@ -65,16 +65,15 @@ def solve_fixed(problem: Problem, time_limit_s: float | None = None, gap: float 
         keep = fixed_candidates(problem, got, marg, target, best)
         left = None if time_limit_s is None else max(0.0, time_limit_s - (time.perf_counter() - start))
         try:
-            sub, kept = _restrict(problem, keep)
-            pruned, kept2 = prune_dominated(sub)
+            pruned, undominated = prune_dominated(problem.restricted(keep))
             ilp = solve_ilp(pruned, time_limit_s=left, gap=gap)
         except DnnplanError:  # nothing fits on the candidates kept: the optimum costs more than the target
             notes.append(f"target +{share:.0%}: {sum(map(len, keep))} candidates, none fits")
             continue
-        choice = expand_choice(kept, expand_choice(kept2, ilp.choice))
+        choice = expand_choice(keep, expand_choice(undominated, ilp.choice))
         cost = evaluate(problem, choice)[0]
         notes.append(f"target +{share:.0%}: {sum(map(len, keep))} candidates kept of {sum(problem.sizes)}, "
-                     f"{sum(map(len, kept2))} after dominance, {ilp.detail}")
+                     f"{sum(map(len, undominated))} after dominance, {ilp.detail}")
         if cost < upper:
             best = choice
         if cost <= target + SLACK * abs(target) and ilp.status == "optimal":
@@ -104,12 +103,7 @@ def _bounds(problem: Problem, got: Relaxation) -> tuple[np.ndarray, ...] | None:
     elimination order. (Combining the bounds of the next-best multipliers the bisection probed
     ruled out no more candidates on llama2-7b.)"""
     marg = min_marginals(_priced_problem(problem, got.lam))
-    return None if marg is None else tuple(m - got.lam * slack(problem) for m in marg)
-
-
-def _restrict(problem: Problem, keep: tuple[np.ndarray, ...]) -> tuple[Problem, tuple[np.ndarray, ...]]:
-    return Problem(problem.names, tuple(c[k] for c, k in zip(problem.node_cost, keep)),
-                   tuple(m[k] for m, k in zip(problem.node_memory, keep)),
-                   tuple(w[k] for w, k in zip(problem.node_workspace, keep)),
-                   tuple(Edge(e.src, e.dst, e.cost[np.ix_(keep[e.src], keep[e.dst])]) for e in problem.edges),
-                   problem.memory_limit), keep
+    if marg is None:
+        return None
+    shift = got.lam * slack(problem)
+    return tuple(m - shift for m in marg)

@@ -17,8 +17,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 from .dp import solve_reduced
 from .problem import Assignment, Problem, evaluate, fits, min_memory
 

@@ -91,6 +91,14 @@ class Problem:
     def num_nodes(self) -> int:
         return len(self.names)
 
+    def restricted(self, keep) -> "Problem":
+        """The same problem with only candidates ``keep[i]`` (index arrays) of each node."""
+        return Problem(self.names, tuple(c[k] for c, k in zip(self.node_cost, keep)),
+                       tuple(m[k] for m, k in zip(self.node_memory, keep)),
+                       tuple(w[k] for w, k in zip(self.node_workspace, keep)),
+                       tuple(Edge(e.src, e.dst, e.cost[np.ix_(keep[e.src], keep[e.dst])]) for e in self.edges),
+                       self.memory_limit)
+
     def with_memory_limit(self, memory_limit: float | None) -> "Problem":
         """The same problem under another memory limit."""
         return Problem(self.names, self.node_cost, self.node_memory, self.node_workspace,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .problem import Edge, Problem
+from .problem import Problem
 
 
 def _features(problem: Problem, node: int, keep: list[np.ndarray]) -> np.ndarray:
@@ -62,14 +62,7 @@ def prune_dominated(problem: Problem, max_passes: int = 10) -> tuple[Problem, tu
                 changed = True
         if not changed:
             break
-    pruned = Problem(
-        problem.names,
-        tuple(c[k] for c, k in zip(problem.node_cost, keep)),
-        tuple(m[k] for m, k in zip(problem.node_memory, keep)),
-        tuple(w[k] for w, k in zip(problem.node_workspace, keep)),
-        tuple(Edge(e.src, e.dst, e.cost[np.ix_(keep[e.src], keep[e.dst])]) for e in problem.edges),
-        problem.memory_limit)
-    return pruned, tuple(keep)
+    return problem.restricted(keep), tuple(keep)
 
 
 def expand_choice(kept: tuple[np.ndarray, ...], choice) -> tuple[int, ...]:
