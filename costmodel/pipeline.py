@@ -173,11 +173,24 @@ def stage_network(net: Network, layers: list[Layer], index: int) -> tuple[Networ
                                layers=tuple(layers)), received
 
 
+def cut_at(net: Network, first_layers: tuple[str, ...]) -> list[list[Layer]]:
+    """``net``'s layers cut into stages starting at ``first_layers`` (a plan's cut; the first of them
+    must be the network's first layer, the others later layers in order)."""
+    index = {layer.name: i for i, layer in enumerate(net.layers)}
+    starts = [index.get(name, -1) for name in first_layers]
+    if not starts or starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:])):
+        raise DnnplanError(f"the stages' first layers {', '.join(first_layers)} do not cut {net.name} in order",
+                           hint=f"the first stage starts at '{net.layers[0].name}', each next one at a later layer")
+    ends = starts[1:] + [len(net.layers)]
+    return [list(net.layers[a:b]) for a, b in zip(starts, ends)]
+
+
 def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_batches: int, schedule: str,
-                     machine: Machine, predict_stage: Callable[[Network, int, int], StepPrediction]) -> PipelinePrediction:
+                     machine: Machine, predict_stage: Callable[[Network, int, int], StepPrediction],
+                     cuts: list[list[Layer]] | None = None) -> PipelinePrediction:
     """The pipelined step of ``net`` (module docstring). ``predict_stage(stage network, ranks,
     micro-batch)`` predicts one stage on its own ranks at one micro-batch (its strategies chosen by
-    the caller)."""
+    the caller); ``cuts``: the stages' layers (default: Megatron's cut, else balanced)."""
     if schedule not in SCHEDULES:
         raise DnnplanError(f"unknown --schedule {schedule!r}", hint="use 1f1b or gpipe")
     if devices % stages:
@@ -187,7 +200,7 @@ def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_
         raise DnnplanError(f"{micro_batches} micro-batches do not divide the batch {batch}",
                            hint="choose --micro-batches dividing --batch")
     d, mb = devices // stages, batch // micro_batches
-    cuts = block_stages(net, stages) or balanced_stages(net, stages)
+    cuts = cuts or block_stages(net, stages) or balanced_stages(net, stages)
     nets = [stage_network(net, layers, s) for s, layers in enumerate(cuts)]
     out = []
     for s, (stage_net, _) in enumerate(nets):

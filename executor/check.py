@@ -72,14 +72,20 @@ def rel_error(a: np.ndarray, b: np.ndarray, floor: float = 0.0) -> float:
     return diff / denom if denom > 0 else diff
 
 
-def gather_full(comm, net: Network, strategies, grads) -> dict | None:
-    """Full weight-gradient tensors on rank 0 (None elsewhere). ``grads``: (layer, weight) -> shard."""
-    rank = comm.Get_rank()
+def local_parts(layers, strategies, rank: int, grads) -> list:
+    """This rank's gradient shards with their regions: ((layer, weight), region, array) for every
+    weight of ``layers`` (``rank``: its rank among the ranks ``strategies`` span)."""
     mine = []
-    for layer in net.layers:
+    for layer in layers:
         layouts = weight_layouts(layer, strategies[layer.name])
         for name, _ in layer.weights:
             mine.append(((layer.name, name), block(layouts[name], rank), grads[(layer.name, name)]))
+    return mine
+
+
+def gather_full(comm, net: Network, mine: list) -> dict | None:
+    """Full weight-gradient tensors on rank 0 (None elsewhere) from every rank's :func:`local_parts`."""
+    rank = comm.Get_rank()
     parts = comm.gather(mine, root=0)
     if rank != 0:
         return None
@@ -93,10 +99,10 @@ def gather_full(comm, net: Network, strategies, grads) -> dict | None:
     return full
 
 
-def run_check(comm, net: Network, batch: int, strategies, algorithms, seed: int, loss: float,
-              grads) -> CheckResult:
-    """Collective over ``comm``: compare with the reference on rank 0 and broadcast the verdict."""
-    full = gather_full(comm, net, strategies, grads)
+def run_check(comm, net: Network, batch: int, algorithms, seed: int, loss: float, mine: list) -> CheckResult:
+    """Collective over ``comm``: compare with the reference on rank 0 and broadcast the verdict
+    (``mine``: this rank's gradient shards, :func:`local_parts`)."""
+    full = gather_full(comm, net, mine)
     result = None
     if comm.Get_rank() == 0:
         tol = tolerance_for(algorithms)

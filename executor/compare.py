@@ -62,6 +62,7 @@ class Comparison:
     errors: tuple[LayerError, ...]
     step_rel: float | None
     predicted_peak_bytes: int | None = None  # the prediction's memory peak per device
+    stages: tuple = ()  # a pipelined plan's stages (executor.pipeline_report.StageRow)
 
     @property
     def memory_rel(self) -> float | None:
@@ -153,4 +154,5 @@ def comparison_json(plan_path: str, cmp: Comparison, check) -> dict:
         "predicted_peak_bytes": cmp.predicted_peak_bytes,
         "measured_peak_bytes": cmp.measured.peak_bytes,
         "memory_rel": cmp.memory_rel,
+        **({"stages": [row.as_dict() for row in cmp.stages]} if cmp.stages else {}),
     }

@@ -32,7 +32,7 @@ from costmodel.compute import default_algorithms
 from costmodel.layer_cost import pass_bytes
 from costmodel.layer_layouts import local_layer
 from costmodel.uniform import uniform_strategies
-from executor.runtime import run_plan
+from executor.run import run_plan
 from executor.timers import Timers
 from executor.worker import set_threads
 from kernels.allocator import keep_freed_memory

@@ -46,11 +46,11 @@ from executor.init import init_weights, make_inputs, make_labels, take
 from executor.memory import held_bytes, traced_peak_bytes
 from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
-from executor.ops.embedding import tie
+from executor.ops.embedding import tie, tied_copy
 from executor.ops.norm import STAT_DIMS
 from executor.timers import Timers
 from executor.zero import LayerZero
-from executor.zero_check import against_unsharded, whole_weights
+from executor.zero_check import check_zero
 from kernels.activation import add_forward
 from kernels.optimizer import sgd_momentum_update
 from networks.analysis import layer_splits
@@ -59,20 +59,6 @@ from networks.ir import Layer, Network
 from planner.plan import Plan
 
 LOSS_OP = "softmax_cross_entropy"
-
-
-@dataclass
-class RunResult:
-    """``loss``: the first step's loss (initial weights, the one the check compares);
-    ``losses``: every executed step's loss in order, warm-up first; ``step_s``: this rank's wall
-    time of each timed step; ``check``: the comparison with the reference, when asked for;
-    ``peak_bytes``: this rank's peak memory in the memory step (executor.memory)."""
-
-    loss: float
-    losses: list[float]
-    step_s: list[float]
-    check: CheckResult | None = None
-    peak_bytes: int | None = None  # this rank's peak of the arrays it held in a step (executor.memory)
 
 
 @dataclass
@@ -93,6 +79,19 @@ class _LayerRun:
     tied_owner: _LayerRun | None = None  # a tied LM head: its embedding's run
 
 
+@dataclass
+class StageIO:
+    """What a pipeline stage's runtime (executor.pipeline_run) takes from the whole network: its
+    initial weights and inputs at the whole batch, the tensors arriving from earlier stages (each
+    in its producer's owned layout over this stage's ranks), and the number of micro-batches (the
+    stage's plan is at one micro-batch)."""
+
+    weights: dict
+    data: dict
+    arrivals: dict
+    micro_batches: int
+
+
 def run_strategies(plan: Plan) -> dict[str, Strategy]:
     """The strategies the executor runs: the plan's, with Megatron's sequence-parallel variant
     (``SP``) as its plain split (the all-reduce, then a slice into the consumer's sequence shard);
@@ -106,26 +105,31 @@ def _grad_dims(layer: Layer, strategy: Strategy, weight: str) -> tuple[str, ...]
 
 
 class _Runtime:
-    def __init__(self, plan: Plan, net: Network, comm, seed: int, timers: Timers, check: bool):
+    def __init__(self, plan: Plan, net: Network, comm, seed: int, timers: Timers, check: bool,
+                 io: StageIO | None = None):
         self.comm, self.net, self.plan, self.timers = comm, net, plan, timers
         self.rank = comm.Get_rank()
         self.strategies = run_strategies(plan)
         self.algorithms = plan.algorithms()
         self.batch = plan.batch
-        self.inputs = {spec.name for spec in net.inputs}
+        self.micro_batches = io.micro_batches if io else 1
+        self.inputs = {spec.name for spec in net.inputs} - set(io.arrivals if io else ())
         self.comms = GroupComms(comm)
         self.seed = seed
         self.check = check
         self.zero = plan.zero  # the ZeRO stage (executor.zero)
         self._validate()
-        full_w = init_weights(net, seed)
-        data = make_inputs(net, self.batch, seed)
-        self.input_blocks: dict[tuple[str, int], np.ndarray] = {}
-        self.out_layouts = {}
+        full_w = io.weights if io else init_weights(net, seed)
+        data = io.data if io else make_inputs(net, self.batch, seed)
+        # each micro-batch's blocks of the network inputs and labels: (layer, slot) -> block
+        self.feeds: list[dict[tuple[str, int], np.ndarray]] = [{} for _ in range(self.micro_batches)]
+        self.label_feeds: list[np.ndarray] = []
+        self.input_blocks = self.feeds[0]
+        self.out_layouts = dict(io.arrivals) if io else {}
         self.runs: list[_LayerRun] = []
         for layer in net.layers:
             self.runs.append(self._build(layer, full_w, data))
-        if not net.layers or net.layers[-1].op != LOSS_OP:
+        if io is None and (not net.layers or net.layers[-1].op != LOSS_OP):
             raise DnnplanError(f"network '{net.name}' does not end in a {LOSS_OP} layer",
                                hint="the executor trains against a loss")
 
@@ -151,22 +155,29 @@ class _Runtime:
         in_blocks = tuple(block(l, rank) for l in in_ls)
         wl = weight_layouts(layer, strat)
         weights = {name: take(full_w[(layer.name, name)], block(wl[name], rank)) for name, _ in layer.weights}
+        m = self.micro_batches
         for slot, src in enumerate(layer.inputs):
             if src in self.inputs:
-                self.input_blocks[(layer.name, slot)] = take(data[src], in_blocks[slot])
+                for j, feed in enumerate(self.feeds):
+                    feed[(layer.name, slot)] = take(data[src][j * batch:(j + 1) * batch], in_blocks[slot])
         labels = None
         if layer.op == LOSS_OP:
-            labels = take(make_labels(layer, batch, self.seed), in_blocks[0][:-1])
+            every = make_labels(layer, batch * m, self.seed)
+            self.label_feeds = [take(every[j * batch:(j + 1) * batch], in_blocks[0][:-1]) for j in range(m)]
+            labels = self.label_feeds[0]
         ctx = LayerCtx(layer, strat, rank, batch, self.algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM, in_ls, out_l,
-                       in_blocks, block(out_l, rank), self.comms, self.timers, weights, labels)
+                       in_blocks, block(out_l, rank), self.comms, self.timers, weights, labels, micro_batches=m)
         # every communicator this layer can use, created now (collective, same order on all ranks)
         for dims in (("C",), ("F",), ("H", "W"), ("N", "H"), STAT_DIMS):
             self.comms.get(strat, dims)
         fwd, bwd = OPS[layer.op]
         run = _LayerRun(layer, ctx, fwd, bwd)
         if layer.op == "linear" and layer.p.get("tied_to"):  # shares its embedding's token rows
-            run.tied_owner = next(r for r in self.runs if r.layer.name == layer.p["tied_to"])
-            tie(ctx, run.tied_owner.ctx)
+            run.tied_owner = next((r for r in self.runs if r.layer.name == layer.p["tied_to"]), None)
+            if run.tied_owner is None:  # pipelined: the embedding is on the first stage, this one keeps a copy
+                tied_copy(ctx, full_w[(layer.p["tied_to"], "tokens")])
+            else:
+                tie(ctx, run.tied_owner.ctx)
         run.layer_inputs = tuple((k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs)
         run.fwd_moves = any(not reshard_plan(self.out_layouts[src], in_ls[k], False, rank).identity
                             for k, src in run.layer_inputs)
@@ -224,6 +235,15 @@ class _Runtime:
         acts, caches = self._forward(index, keep_grads)
         loss = float(acts[self.runs[-1].layer.name])
         wgrads = self._backward(caches)
+        kept = self.finish(wgrads, lr, momentum, keep_grads)
+        self.timers.end_step()
+        if kept is not None and self.zero:  # each rank holds its pieces of the sums: make them whole
+            kept = self._whole(kept)
+        return loss, kept
+
+    def finish(self, wgrads, lr: float, momentum: float, keep_grads: bool):
+        """The step's end: the gradient sync and the update; returns copies of the synced gradients
+        when ``keep_grads`` (the check's), else None."""
         self._sync(wgrads)
         kept = {(n, w): g.copy() for n, gs in wgrads.items() for w, g in gs.items()} if keep_grads else None
         for run in self.runs:
@@ -239,16 +259,18 @@ class _Runtime:
         for run in self.runs:
             if run.zero is not None and wgrads[run.layer.name]:
                 run.zero.publish(run.ctx)
-        self.timers.end_step()
-        if kept is not None and self.zero:  # each rank holds its pieces of the sums: make them whole
-            kept = self._whole(kept)
-        return loss, kept
+        return kept
 
-    def _forward(self, index: int, keep_grads: bool):
-        acts, caches = {}, {}
+    def _forward(self, index: int, keep_grads: bool, micro: int = 0, acts: dict | None = None):
+        """Forward of micro-batch ``micro`` (``acts``: tensors that arrived from earlier stages)."""
+        acts, caches = dict(acts or {}), {}
+        self.input_blocks = self.feeds[micro]
+        tag = f"{index}/{micro}" if micro else f"{index}"
         for run in self.runs:
+            if run.ctx.labels is not None:
+                run.ctx.labels = self.label_feeds[micro]
             if run.layer.op == "dropout":
-                run.ctx.dropout_seed = zlib.crc32(f"{self.seed}/{run.layer.name}/{index}/{run.ctx.out_block}".encode())
+                run.ctx.dropout_seed = zlib.crc32(f"{self.seed}/{run.layer.name}/{tag}/{run.ctx.out_block}".encode())
                 # masks are drawn per shard, so only the step the check compares (the one whose
                 # gradients are kept) runs dropout as the identity; every other step draws its
                 # mask, the work the cost model prices (a step that skipped it would be measured
@@ -263,8 +285,10 @@ class _Runtime:
             acts[run.layer.name] = y
         return acts, caches
 
-    def _backward(self, caches) -> dict[str, dict[str, np.ndarray]]:
-        grads: dict[str, np.ndarray] = {}
+    def _backward(self, caches, grads: dict | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """Backward over every layer; ``grads``: output gradients arrived from later stages (the
+        gradients of tensors from earlier stages are left in it)."""
+        grads = {} if grads is None else grads
         return {run.layer.name: self._backward_layer(run, caches.pop(run.layer.name), grads)
                 for run in reversed(self.runs)}
 
@@ -320,12 +344,12 @@ class _Runtime:
 
     def held(self) -> list[np.ndarray]:
         """The arrays this rank keeps from one step to the next."""
-        out = list(self.input_blocks.values())
+        out = [b for feed in self.feeds for b in feed.values()] + list(self.label_feeds)
         for run in self.runs:
             out += list(run.ctx.weights.values()) + list(run.momentum.values())
             out += run.zero.held() if run.zero is not None else []
-            if run.ctx.labels is not None:
-                out.append(run.ctx.labels)
+            if run.ctx.tied is not None and run.tied_owner is None and run.layer.op == "linear":
+                out += [run.ctx.tied.weight, run.ctx.tied.momentum]  # a pipelined head's copy of the table
         return out
 
     def memory_step(self, index: int, lr: float, momentum: float) -> int:
@@ -335,60 +359,3 @@ class _Runtime:
         extra = traced_peak_bytes(lambda: self.step(index, lr, momentum, keep_grads=False))
         self.timers.forget(index)
         return held_bytes(self.held()) + extra
-
-
-def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2, check: bool = False,
-             seed: int = 0, timers: Timers | None = None, lr: float = 1e-4,
-             momentum: float = 0.9, after_step: Callable[[int], None] | None = None,
-             measure_memory: bool = True) -> RunResult:
-    """Run ``warmup`` + ``steps`` training steps of ``plan`` on the ranks of ``comm`` (collective).
-
-    The learning rate is small on purpose: on random data a learning rate of 0.01 drove AlexNet's
-    loss (batch 2) to 1.7e17 by the fourth step and to NaN after, so the timed steps computed on
-    infinities; with 1e-4 the losses of alexnet, lenet5 and resnet18 stayed finite over 12 steps,
-    and the kernels run the same work.
-
-    ``comm`` is an mpi4py communicator of exactly ``plan.devices`` ranks. Every rank returns the
-    same losses and check; ``step_s`` is this rank's own clock. ``after_step(i)`` runs after each
-    step ``i`` (negative: a warm-up step), outside its clock (``--fresh-profile``'s in-run timing).
-    ``measure_memory``: then one more step runs after the timed ones, untimed, to measure this
-    rank's peak memory (executor.memory; ``RunResult.peak_bytes``).
-    """
-    if steps < 0 or warmup < 0 or steps + warmup < 1:
-        raise DnnplanError(f"need at least one step (steps={steps}, warmup={warmup})")
-    timers = timers if timers is not None else Timers()
-    rt = _Runtime(plan, net, comm, seed, timers, check)
-    losses, kept = [], None
-    for i in range(-warmup, steps):
-        comm.Barrier()
-        loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
-        losses.append(loss)
-        if grads is not None:
-            kept = grads
-        if after_step is not None:
-            after_step(i)
-    peak = rt.memory_step(steps, lr, momentum) if measure_memory else None
-    result = None
-    if check:
-        result = run_check(comm, net, plan.batch, rt.strategies, rt.algorithms, seed, losses[0], kept)
-        if plan.zero:
-            schedule = [(i, i == -warmup) for i in range(-warmup, steps)] + ([(steps, False)] if measure_memory else [])
-            result = _check_zero(rt, result, schedule, lr, momentum)
-    rt.comms.free()  # collective: only on success (after a failure the launcher aborts the job)
-    step_s = [timers.step_wall[i] for i in range(steps)]
-    return RunResult(losses[0], losses, step_s, result, peak)
-
-
-def _check_zero(rt: _Runtime, result: CheckResult, schedule, lr: float, momentum: float) -> CheckResult:
-    """``--check`` of a ZeRO plan: the same ``schedule`` of steps (index, whether it is the step
-    the check compares) again with ZeRO off, from the same weights; the weight changes must agree
-    (executor.zero_check). Collective; outside every clock."""
-    sharded = whole_weights(rt.runs)
-    plain = _Runtime(replace(rt.plan, zero=0), rt.net, rt.comm, rt.seed, Timers(), False)
-    initial = whole_weights(plain.runs)
-    for index, compared in schedule:
-        plain.step(index, lr, momentum, keep_grads=compared)
-    unsharded = whole_weights(plain.runs)
-    plain.comms.free()
-    return against_unsharded(rt.comm, result, rt.zero, len(schedule), initial, sharded, unsharded,
-                             tolerance_for(rt.algorithms))

@@ -21,11 +21,13 @@ from costmodel.compute import RECOMPUTE, ComputeModel, OnDemand
 from costmodel.files import NODE_CORES_ENV, load_machine
 from costmodel.machine import Machine
 from costmodel.profile_table import foreign_reason
+from costmodel.pipeline import PipelinePrediction
 from costmodel.step import StepPrediction, predict_step
 from executor import launch as launcher
 from executor.collect import aggregate, timed_steps
 from executor.compare import Comparison, Measured, compare_prediction
 from executor.node import share_node_cores
+from executor.pipeline_report import compare_pipeline
 from executor.runtime import run_strategies
 from executor.trace import trace_events
 from executor.worker import JobResult, abort_with, first_non_finite, run_job, start_watchdog
@@ -36,6 +38,7 @@ from planner.plan import Plan
 from costmodel.optimizer import Optimizer
 from costmodel.precision import DEFAULT_PRECISION
 from planner.plan_file import read_plan
+from planner.plan_pipeline import predict_pipelined
 from profiler import context
 from profiler.fingerprint import fingerprint
 from profiler.inrun import entries_from_samples
@@ -135,6 +138,10 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
         raise DnnplanError(f"the plan is for {Optimizer(plan.optimizer, plan.zero).label}; the executor runs SGD with "
                            f"momentum (ZeRO stages 0 to 3)", file=plan_path, field="optimizer",
                            hint="predict it with `dnnplan predict`, or plan again with --optimizer momentum to run it")
+    if plan.pipeline is not None and plan.zero:
+        raise DnnplanError(f"the plan pipelines {plan.pipeline.stages} stages under ZeRO stage {plan.zero}; the "
+                           "executor runs pipelined plans without ZeRO", file=plan_path, field="zero",
+                           hint="predict it with `dnnplan predict`, or plan again with --zero 0 to run it")
     again = [lp.name for lp in plan.layers if lp.algorithm == RECOMPUTE]
     if again:
         raise DnnplanError(f"the plan recomputes {len(again)} layer(s) in backward; the executor keeps every "
@@ -161,7 +168,10 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
         warnings.append(f"{len(scattered)} layer(s) (first: {scattered[0]}) take Megatron's sequence-parallel "
                         "variant (SP); the executor runs each as its plain split (all-reduce, then slice) and "
                         "predicts that")
-    if fresh and not isinstance(compute, OnDemand):
+    if fresh and plan.pipeline is not None:
+        warnings.append("--fresh-profile: the executor does not time a pipelined plan's kernels inside the run; "
+                        "this is the ahead-of-time prediction")
+    elif fresh and not isinstance(compute, OnDemand):
         warnings.append("--fresh-profile applies to machine `local` without --profile: this prediction "
                         "uses the given table as it is")
     return Prepared(str(Path(plan_path).resolve()), plan, net, machine, compute, threads, tuple(warnings))
@@ -210,8 +220,12 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
             raise DnnplanError(f"the run ended without a result from rank 0 ({err})") from None
 
 
-def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction:
-    """The cost model's step for the prepared plan (on ``machine``'s links when given)."""
+def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction | PipelinePrediction:
+    """The cost model's step for the prepared plan (on ``machine``'s links when given); a pipelined
+    plan's is a :class:`PipelinePrediction`."""
+    if prep.plan.pipeline is not None:
+        return predict_pipelined(prep.plan, prep.net, run_strategies(prep.plan), machine or prep.machine,
+                                 prep.compute)
     return predict_step(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms(),
                         machine or prep.machine, prep.compute, Optimizer(prep.plan.optimizer, prep.plan.zero))
 
@@ -221,7 +235,7 @@ def fresh_calls(prep: Prepared) -> list:
     ranks share one node, the collectives it prices (costmodel.comm_calls), to be timed inside
     the run (profiler.inrun, profiler.inrun_comm); none for a compute model that is not this
     computer's on-demand profile (:func:`prepare` warns of that)."""
-    if not isinstance(prep.compute, OnDemand):
+    if not isinstance(prep.compute, OnDemand) or prep.plan.pipeline is not None:
         return []
     made = []  # the prediction the kernel calls were listed from (none when on-demand timing is off)
     calls = list(prep.compute.calls_of(lambda: made.append(predict(prep))))
@@ -256,7 +270,15 @@ def in_run_comparison(prep: Prepared, job: JobResult, measured: Measured,
     machine = prep.machine
     if got := measured_from_samples(kernel_calls, job.kernel_samples):
         machine = replace(machine, measured=got)
-    return compare_prediction(predict(prep, machine), measured)
+    return compare_run(prep, measured, None, machine)
+
+
+def compare_run(prep: Prepared, measured: Measured, ranks: list | None, machine: Machine | None = None) -> Comparison:
+    """The run against the plan's prediction (per stage too for a pipelined plan, given the ranks' times)."""
+    pred = predict(prep, machine)
+    if isinstance(pred, PipelinePrediction):
+        return compare_pipeline(pred, measured, ranks)
+    return compare_prediction(pred, measured)
 
 
 def measure_both(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool, timeout_s: float,
@@ -274,7 +296,7 @@ def measure_both(prep: Prepared, *, steps: int, warmup: int, check: bool, trace:
     if job is None:
         return None, None, None
     measured = aggregate(job.ranks, steps)
-    ahead = compare_prediction(predict(prep), measured)  # before the in-run entries are installed
+    ahead = compare_run(prep, measured, job.ranks)  # before the in-run entries are installed
     return job, ahead, in_run_comparison(prep, job, measured, calls)
 
 

@@ -3,7 +3,7 @@
 ``dnnplan execute`` starts one of these per rank under ``mpiexec``; inside an existing MPI job
 the CLI calls :func:`run_job` on the job's ranks directly. Every rank reads the plan, limits its
 BLAS/OpenMP threads, waits at a barrier (the common start of the trace), runs the plan
-(:func:`executor.runtime.run_plan`) and sends its timers to rank 0, which writes the result.
+(:func:`executor.run.run_plan`) and sends its timers to rank 0, which writes the result.
 
 Faults: an exception on any rank prints ``rank R: <message>`` on stderr and aborts the whole job
 (``MPI_Abort`` with 2 for a mistake the user can fix, :class:`DnnplanError`; 1 otherwise), so no
@@ -33,7 +33,8 @@ from costmodel.reuse import preceding_calls, step_calls
 from executor.collect import gather
 from executor.comm import abort
 from executor.node import share_node_cores
-from executor.runtime import run_plan, run_strategies
+from executor.run import run_plan
+from executor.runtime import run_strategies
 from executor.timers import FINISH, SETUP, ProgressFile, Timers
 from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
@@ -52,7 +53,7 @@ class JobResult:
 
     ranks: list  # list[RankTimes]
     loss: float
-    check: object  # executor.runtime.CheckResult or None
+    check: object  # executor.check.CheckResult or None
     threads: int
     kernel_samples: dict | None = None  # call key -> the slowest rank's seconds per timed step (--fresh-profile;
     # collectives' keys too, costmodel.comm_calls)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from executor.check import FLOOR, CheckResult, rel_error
+from executor.check import FLOOR, CheckResult, rel_error, tolerance_for
 
 
 def whole_weights(runs) -> dict[tuple[str, str], np.ndarray]:
@@ -65,3 +65,18 @@ def against_unsharded(comm, result: CheckResult, stage: int, steps: int, initial
                            result.tolerance, result.vs_one_process, vs)
     return CheckResult(passed, vs, f"{name} (change over {steps} steps, ZeRO-{stage} vs unsharded)",
                        result.loss_rel_error, tolerance, result.vs_one_process, vs)
+
+
+def check_zero(rt, make_plain, result: CheckResult, schedule, lr: float, momentum: float) -> CheckResult:
+    """``--check`` of a ZeRO plan: the same ``schedule`` of steps (index, whether it is the step
+    the check compares) again with ZeRO off (``make_plain()``: the runtime of the same plan at stage
+    0), from the same weights; the weight changes must agree. Collective; outside every clock."""
+    sharded = whole_weights(rt.runs)
+    plain = make_plain()
+    initial = whole_weights(plain.runs)
+    for index, compared in schedule:
+        plain.step(index, lr, momentum, keep_grads=compared)
+    unsharded = whole_weights(plain.runs)
+    plain.comms.free()
+    return against_unsharded(rt.comm, result, rt.zero, len(schedule), initial, sharded, unsharded,
+                             tolerance_for(rt.algorithms))

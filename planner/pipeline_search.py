@@ -83,17 +83,20 @@ def roles(stages: int) -> list[str]:
     return [ONLY] if stages == 1 else [FIRST] + [MIDDLE] * (stages - 2) + [LAST]
 
 
-def kept(stages: int, s: int, micro_batches: int) -> int:
+def kept(stages: int, s: int, micro_batches: int, schedule: str = SCHEDULE) -> int:
     """Micro-batches whose activations stage ``s`` is solved to hold: ``min(S - s, m)`` under 1F1B
     for the first and last stage, and for every middle stage the most any middle stage holds
-    (stage 1's), so one solution serves them all (module docstring)."""
+    (stage 1's), so one solution serves them all (module docstring); all ``m`` under GPipe."""
+    if schedule == "gpipe":
+        return micro_batches
     return min(stages - (s if s in (0, stages - 1) else 1), micro_batches)
 
 
 class _Search:
     def __init__(self, stack: Stack, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-                 settings: Settings, exact: bool = False):
+                 settings: Settings, exact: bool = False, schedule: str = SCHEDULE):
         self.stack, self.batch, self.p, self.machine, self.compute = stack, batch, p, machine, compute
+        self.schedule = schedule
         self.limit, self.settings, self.exact = limit, settings, exact
         self.worst_gap = 0.0
         self.boundary = stack.boundary_bytes()
@@ -129,7 +132,7 @@ class _Search:
         rl = roles(stages)
 
         def cost(s: int, k: int) -> tuple[float, float] | None:
-            sol = solver.solve((k, rl[s]), self.stack.stage(k, rl[s]), kept(stages, s, m))
+            sol = solver.solve((k, rl[s]), self.stack.stage(k, rl[s]), kept(stages, s, m, self.schedule))
             return None if sol is None else (sol.micro_s + self.p2p_s(stages, s, micro), sol.once_s)
 
         if stages == 1:
@@ -158,17 +161,19 @@ class _Search:
 def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
                     memory_limit_bytes: float | None = None, settings: Settings = Settings(),
                     stage_counts: tuple[int, ...] | None = None, micro_counts: tuple[int, ...] | None = None,
-                    progress: Callable[[int, int], None] | None = None, exact: bool = False) -> PipelineChoice:
+                    progress: Callable[[int, int], None] | None = None, exact: bool = False,
+                    schedule: str = SCHEDULE) -> PipelineChoice:
     """The best pipelined plan of ``net`` (module docstring); ``stage_counts`` / ``micro_counts``
     restrict the degrees tried; ``progress(done, total)`` is told after each (S, m); ``exact``:
-    stages the memory limit binds are solved by the ILP, not by Lagrangian relaxation."""
+    stages the memory limit binds are solved by the ILP, not by Lagrangian relaxation; ``schedule``:
+    1f1b, or gpipe (every stage holds all ``m`` micro-batches' activations)."""
     start = time.perf_counter()
     stack = uniform_stack(net)
     if stack is None:
         raise DnnplanError(f"{net.name} is not a stack of identical blocks, so it cannot be pipelined",
                            hint="plan it without --pipeline")
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
-    search = _Search(stack, batch, p, machine, compute, limit, settings, exact)
+    search = _Search(stack, batch, p, machine, compute, limit, settings, exact, schedule)
     combos = _bounded(search, _combos(stack, batch, p, machine, net, stage_counts, micro_counts))
     best: tuple[float, int, int, tuple[int, ...], StageSolver] | None = None
     out = [Candidate(s2, m2, b2, skipped="memory") for b2, s2, m2, fits in combos if not fits]
@@ -233,14 +238,14 @@ def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: f
     micro, rl, stack = search.batch // m, roles(stages), search.stack
     sols, preds, start = [], [], 0
     for s, k in enumerate(cut):
-        sol = solver.solve((k, rl[s]), stack.stage(k, rl[s]), kept(stages, s, m))
+        sol = solver.solve((k, rl[s]), stack.stage(k, rl[s]), kept(stages, s, m, search.schedule))
         sols.append(sol)
         layers = stack.layers(start, k, rl[s])
         preds.append(StagePrediction(s, (layers[0].name, layers[-1].name), search.p // stages,
                                      sol.predict(micro, search.machine, search.compute, search.settings),
-                                     search.p2p_s(stages, s, micro), kept(stages, s, m)))
+                                     search.p2p_s(stages, s, micro), kept(stages, s, m, search.schedule)))
         start += k
-    pred = PipelinePrediction(stack.network.name, search.batch, search.p, m, SCHEDULE, tuple(preds))
+    pred = PipelinePrediction(stack.network.name, search.batch, search.p, m, search.schedule, tuple(preds))
     if abs(pred.step_s - step) > 1e-9 * step:
         raise PlanMismatch(f"the pipelined step {pred.step_s!r} s differs from the search's {step!r} s")
     stats = {"seconds": round(seconds, 3), "tried": sum(1 for c in candidates if not c.skipped),

@@ -32,6 +32,19 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class PipelineSpec:
+    """A pipelined plan's stages (costmodel.pipeline): stage ``s`` runs the layers from
+    ``first_layers[s]`` up to the next stage's first on ranks ``[s d, (s + 1) d)``, ``d = devices /
+    stages``, its layers' strategies over those ``d`` ranks at micro-batches of ``batch /
+    micro_batches`` samples, in the given schedule."""
+
+    stages: int
+    micro_batches: int
+    schedule: str  # costmodel.pipeline.SCHEDULES
+    first_layers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     network: str  # the zoo name or the spec path the plan was made from
     network_name: str
@@ -52,6 +65,17 @@ class Plan:
     #: the peak per device by what holds it (StepPrediction.memory_parts), shown, not read back
     memory_parts: dict = field(default_factory=dict, compare=False, hash=False)
     zero: int = 0  # its ZeRO stage
+    pipeline: PipelineSpec | None = None  # None: one stage on every device, the whole batch at once
+
+    @property
+    def stage_ranks(self) -> int:
+        """The ranks each layer's strategy spans: all devices, or one pipeline stage's."""
+        return self.devices // self.pipeline.stages if self.pipeline else self.devices
+
+    @property
+    def micro_batch(self) -> int:
+        """The samples each layer's strategy splits: the batch, or one micro-batch."""
+        return self.batch // self.pipeline.micro_batches if self.pipeline else self.batch
 
     def strategies(self) -> dict[str, Strategy]:
         return {lp.name: lp.strategy for lp in self.layers}

@@ -21,11 +21,12 @@ from networks.loader import load_network
 from networks.ops.base import MAX_INT
 from networks.reading import read_text
 from networks.spec_yaml import load_yaml
-from planner.plan import PLAN_VERSION, Baseline, LayerPlan, Plan
+from costmodel.pipeline import SCHEDULES, cut_at
+from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
 TOP_KEYS = ("version", "network", "network_name", "network_hash", "batch", "devices", "machine", "precision",
             "optimizer", "zero", "profile_fingerprint", "step_s", "memory_peak_bytes", "memory_parts_bytes", "mfu",
-            "baselines", "solver", "layers")
+            "baselines", "solver", "pipeline", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
 
@@ -41,6 +42,9 @@ def plan_to_dict(plan: Plan) -> dict:
         "baselines": [{"name": b.name, "step_s": b.step_s, "memory_peak_bytes": b.memory_peak_bytes}
                       for b in plan.baselines],
         "solver": dict(plan.solver),
+        **({"pipeline": {"stages": plan.pipeline.stages, "micro_batches": plan.pipeline.micro_batches,
+                         "schedule": plan.pipeline.schedule, "first_layers": list(plan.pipeline.first_layers)}}
+           if plan.pipeline else {}),
         "layers": [{"name": lp.name, "strategy": lp.strategy.as_dict(), "algorithm": lp.algorithm,
                     "fwd_s": lp.fwd_s, "bwd_s": lp.bwd_s, "comm_s": lp.comm_s, "memory_bytes": lp.memory_bytes,
                     **({"alternatives": [{"algorithm": a, "compute_s": s, "workspace_bytes": w}
@@ -79,19 +83,50 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
                     hint="re-plan it for the network as it is now")
     _check_machine(data, path)
+    pipeline = _pipeline(data, net, path)
     p, batch = data["devices"], data["batch"]
+    if pipeline is not None:  # each layer's strategy spans its stage's ranks at one micro-batch
+        p, batch = p // pipeline.stages, batch // pipeline.micro_batches
     by_name = _layer_entries(data["layers"], net, path, _remake(data, path))
     lps = tuple(_layer_plan(layer, by_name[layer.name], p, batch, path) for layer in net.layers)
     solver = data.get("solver") or {}
     if not isinstance(solver, dict):
         raise _fail("'solver' must be a mapping (what `dnnplan plan` wrote)", path, field="solver")
     plan = Plan(network=str(data["network"]), network_name=net.name, network_hash=net.content_hash(),
-                batch=batch, devices=p, machine=str(data["machine"]), layers=lps,
+                batch=data["batch"], devices=data["devices"], machine=str(data["machine"]), layers=lps,
                 step_s=_number(data, "step_s", path), memory_peak_bytes=int(_number(data, "memory_peak_bytes", path)),
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
                 solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
-                mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path))
+                mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline)
     return plan, net
+
+
+def _pipeline(data: dict, net: Network, path: str) -> PipelineSpec | None:
+    """The plan's ``pipeline`` (None when absent): stages dividing its devices, micro-batches
+    dividing its batch, a schedule, and each stage's first layer in network order."""
+    raw = data.get("pipeline")
+    if raw is None:
+        return None
+    keys = ("stages", "micro_batches", "schedule", "first_layers")
+    if not isinstance(raw, dict) or set(raw) != set(keys):
+        raise _fail("'pipeline' must be a mapping of " + ", ".join(keys), path, field="pipeline")
+    stages, micro, schedule, firsts = (raw[k] for k in keys)
+    for key, value, whole in (("stages", stages, data["devices"]), ("micro_batches", micro, data["batch"])):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or whole % value:
+            what = "devices" if key == "stages" else "batch"
+            raise _fail(f"pipeline '{key}' must be a whole number dividing the plan's {what} ({whole}), got "
+                        f"{short(value)}", path, field="pipeline")
+    if schedule not in SCHEDULES:
+        raise _fail(f"unknown pipeline schedule {short(schedule)}", path, field="pipeline",
+                    hint=f"use one of {', '.join(SCHEDULES)}")
+    if not isinstance(firsts, list) or len(firsts) != stages or not all(isinstance(f, str) for f in firsts):
+        raise _fail(f"pipeline 'first_layers' must list the first layer of each of the {stages} stages", path,
+                    field="pipeline")
+    try:
+        cut_at(net, tuple(firsts))
+    except DnnplanError as err:
+        raise _fail(err.bare, path, field="pipeline", hint=err.hint) from None
+    return PipelineSpec(stages, micro, schedule, tuple(firsts))
 
 
 def _memory_parts(data: dict, path: str) -> dict[str, int]:

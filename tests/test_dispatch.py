@@ -17,7 +17,7 @@ from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
 from executor.dispatch import PROBE, measure, outside_per_pass, probe_passes, typical_bytes
-from executor.runtime import run_plan
+from executor.run import run_plan
 from tests.support.cases import make_plan
 from executor.timers import Timers
 from networks.analysis import consumers

@@ -12,7 +12,7 @@ from costmodel.step import predict_step
 from executor.collect import RankTimes, aggregate
 from executor.compare import comparison_json, compare_prediction
 from executor.memory import held_bytes, traced_peak_bytes
-from executor.runtime import run_plan
+from executor.run import run_plan
 from executor.timers import Timers
 from profiler.context import compute_model
 from tests.support.cases import load, make_plan

@@ -17,7 +17,7 @@ from executor.comm import reshard_plan
 from executor.init import init_weights, make_inputs
 from executor.ops.base import local_pads
 from executor.reference import reference_step
-from executor.runtime import run_plan
+from executor.run import run_plan
 from tests.support.cases import load, make_plan
 from executor.timers import PHASES, Timers
 from networks.errors import DnnplanError

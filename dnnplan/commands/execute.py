@@ -53,6 +53,7 @@ def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupO
              f"machine {prep.plan.machine}, compute model {prep.compute.name}")
     render.comparison_table(cmp, title, strategy_labels(prep.plan))
     render.step_summary(cmp)
+    render.stage_table(cmp)
     if in_run is not None:
         render.ahead_of_time_line(ahead)
     render.memory_line(cmp)

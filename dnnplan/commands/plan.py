@@ -11,18 +11,20 @@ from costmodel.optimizer import Optimizer
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
                              OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlotOpt, PrecisionOpt,
-                             ProfileOpt, RecomputeOpt, RefreshOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
+                             ProfileOpt, RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt,
+                             ZeroOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import warn
 from dnnplan.render.plot import plot_sweep
 from networks.errors import DnnplanError, short
-from costmodel.pipeline import pipeline_json
+from costmodel.pipeline import SCHEDULES, pipeline_json
 from costmodel.precision import get_precision
 from costmodel.step import model_flops_utilization
 from planner.optimize import Settings, make_plan
 from planner.pipeline_search import search_pipeline
 from planner.plan_file import plan_to_dict, write_plan
+from planner.plan_pipeline import plan_of_choice
 from planner.refreshed import refreshed
 from planner.sweep import parse_counts
 from planner.sweep import sweep as run_sweep
@@ -55,7 +57,8 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
          time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None, plot: PlotOpt = None,
          refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum",
          zero: ZeroOpt = 0, recompute: RecomputeOpt = True, pipeline: PlanPipelineOpt = None,
-         micro_batches: PlanMicroBatchesOpt = None, as_json: JsonOpt = False, force: ForceOpt = False) -> None:
+         micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b", as_json: JsonOpt = False,
+         force: ForceOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -68,6 +71,8 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
     micro-batches and the stage cut are searched, each stage solved as above. GPT-3 175B on 1024
     A100s: dnnplan plan gpt3-175b -p 1024 -b 1536 --machine dgx-a100 --precision fp16 --optimizer adam
     --pipeline auto
+
+    A pipelined plan written with --out runs with `dnnplan execute` (GPipe or 1F1B, --schedule).
     """
     check_flags(solver, sweep, plot)
     check_outputs({"--out": out, "--plot": plot}, force)
@@ -79,7 +84,12 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
         warn(line)
     limit = None if memory is None else memory * GIB
     if pipeline is not None or micro_batches is not None:
-        return plan_pipeline(ctx, pipeline, micro_batches, limit, settings, out, sweep, as_json)
+        if sweep:
+            raise DnnplanError("--pipeline plans cannot be swept yet", hint="drop --sweep, or plan without --pipeline")
+        if schedule not in SCHEDULES:
+            raise DnnplanError(f"unknown --schedule {short(schedule)}", hint="use 1f1b or gpipe")
+        return plan_pipeline(ctx, network, pipeline, micro_batches, limit, settings, out, schedule, as_json,
+                             machine_ref=machine or DEFAULT_MACHINE, fingerprint=profile_fingerprint(profile))
     if sweep:
         return plan_sweep(ctx, network, sweep, plot, limit, settings, as_json)
     result = refreshed(ctx.compute, lambda: make_plan(ctx.network, network, ctx.batch, devices, ctx.machine,
@@ -113,12 +123,11 @@ def plan_sweep(ctx: Context, network: str, counts: str, plot: str | None, limit:
             render.console.print(f"wrote {plot}")
 
 
-def plan_pipeline(ctx: Context, pipeline: str | None, micro_batches: int | None, limit: float | None,
-                  settings: Settings, out: str | None, sweep: str | None, as_json: bool) -> None:
-    """`dnnplan plan --pipeline auto|S [--micro-batches M]`: the pipeline search (planner.pipeline_search)."""
-    if out or sweep:
-        raise DnnplanError("--pipeline plans cannot be written to a plan file or swept yet",
-                           hint="drop --out/--sweep, or plan without --pipeline")
+def plan_pipeline(ctx: Context, network: str, pipeline: str | None, micro_batches: int | None,
+                  limit: float | None, settings: Settings, out: str | None, schedule: str, as_json: bool, *,
+                  machine_ref: str, fingerprint: str | None) -> None:
+    """`dnnplan plan --pipeline auto|S [--micro-batches M] [--out PLAN]`: the pipeline search
+    (planner.pipeline_search), written as a pipelined plan with --out."""
     stages = None
     if pipeline not in (None, "auto"):
         if not str(pipeline).isdigit() or int(pipeline) < 1:
@@ -127,13 +136,18 @@ def plan_pipeline(ctx: Context, pipeline: str | None, micro_batches: int | None,
         stages = (int(pipeline),)
     micro = (micro_batches,) if micro_batches else None
     with render.search_progress("pipeline search", disable=as_json) as tick:
-        got = search_pipeline(ctx.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, limit, settings,
-                              stages, micro, progress=tick)
+        got = refreshed(ctx.compute, lambda: search_pipeline(
+            ctx.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, limit, settings, stages, micro,
+            progress=tick, schedule=schedule))
     mfu = model_flops_utilization(ctx.network, ctx.batch, got.prediction.step_s, ctx.devices, ctx.machine,
                                   get_precision(settings.precision).matmul)
+    if out:
+        write_plan(plan_of_choice(got, network, machine_ref, fingerprint, settings.training, ctx.precision, mfu), out)
     if as_json:
         print(json.dumps({**pipeline_json(got.prediction), "cut_blocks": list(got.cut), "mfu": mfu,
                           "micro_batch": got.micro_batch, "search": got.stats,
                           "tried": [c.__dict__ for c in got.candidates]}))
         return
     render.pipeline_choice(got, mfu)
+    if out:
+        render.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {ctx.devices}`)")

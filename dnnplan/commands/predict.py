@@ -15,6 +15,7 @@ from dnnplan.options import (BatchOpt, DevicesOpt, JsonOpt, MachineOpt, MicroBat
                              SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.render import tables
 from planner.plan_file import is_plan_file, read_plan
+from planner.plan_pipeline import predict_pipelined as predict_pipelined_plan
 from profiler import context
 from networks.errors import DnnplanError
 from networks.ir import Network
@@ -96,6 +97,8 @@ def predict_plan(path: str, profile: str | None, as_json: bool) -> None:
     """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now."""
     plan, net = read_plan(path)
     ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, precision=plan.precision)
+    if plan.pipeline is not None:
+        return _predict_pipelined_plan(path, plan, net, ctx, as_json)
     pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
                         Optimizer(plan.optimizer, plan.zero))
     if as_json:
@@ -107,3 +110,15 @@ def predict_plan(path: str, profile: str | None, as_json: bool) -> None:
         if plan.step_s and abs(plan.step_s - pred.step_s) > 1e-9 * plan.step_s:
             tables.console.print(f"the plan file recorded {plan.step_s:.6g} s; as written it predicts "
                                  f"{pred.step_s:.6g} s ({pred.step_s / plan.step_s:.4f}x)")
+
+
+def _predict_pipelined_plan(path: str, plan, net, ctx: Context, as_json: bool) -> None:
+    """`dnnplan predict plan.yaml` of a pipelined plan: its stages as written, predicted now."""
+    pred = predict_pipelined_plan(plan, net, plan.strategies(), ctx.machine, ctx.compute)
+    if as_json:
+        print(json.dumps({**pipeline_json(pred), "plan": {"file": path, "recorded_step_s": plan.step_s}}))
+        return
+    tables.pipeline_table(pred)
+    if plan.step_s and abs(plan.step_s - pred.step_s) > 1e-9 * plan.step_s:
+        tables.console.print(f"the plan file recorded {plan.step_s:.6g} s; as written it predicts "
+                             f"{pred.step_s:.6g} s ({pred.step_s / plan.step_s:.4f}x)")

@@ -71,6 +71,26 @@ def step_summary(cmp: Comparison) -> None:
         f"per-layer median |error| {'-' if med is None else f'{med * 100:.0f}%'}")
 
 
+def stage_table(cmp: Comparison) -> None:
+    """A pipelined run: each stage's busy and idle time, measured / predicted, and the bubble."""
+    if not cmp.stages:
+        return
+    t = Table(title="pipeline stages", title_justify="left", caption="busy: the step less the stage's waits "
+              "(slowest of its ranks); idle: the step less busy; the bubble: the least idle stage's idle time",
+              caption_justify="left")
+    for col in ("stage", "layers", "ranks", "busy", "idle"):
+        t.add_column(col, justify="right" if col in ("busy", "idle") else "left")
+    for r in cmp.stages:
+        t.add_row(str(r.stage), f"{r.first_layer} .. {r.last_layer}", ",".join(map(str, r.ranks)),
+                  _cell(r.measured_busy_s, r.predicted_busy_s, r.busy_rel),
+                  f"{fmt.seconds(r.measured_idle_s)} / {fmt.seconds(r.predicted_idle_s)}")
+    console.print(t)
+    pred = min(r.predicted_idle_s for r in cmp.stages)
+    meas = min(r.measured_idle_s for r in cmp.stages)
+    console.print(f"[bold]bubble[/bold]  measured {fmt.seconds(meas)}  predicted {fmt.seconds(pred)}  "
+                  f"({meas / cmp.measured.step_s * 100:.0f}% / {pred / cmp.predicted_step_s * 100:.0f}% of the step)")
+
+
 def ahead_of_time_line(cmp: Comparison) -> None:
     """``execute --fresh-profile``: the prediction made ahead of time (the profile before the run),
     beside the one from the kernels re-timed inside it that the table shows."""

@@ -45,6 +45,9 @@ class LayerCtx:
     identity_dropout: bool = False
     #: an embedding and its tied LM head: the token rows they share (executor.ops.embedding.TiedTable)
     tied: object | None = None
+    #: micro-batches a step's loss is spread over (a pipelined plan): each one's loss and gradient
+    #: count its samples out of the whole batch's
+    micro_batches: int = 1
     #: what an op derives from the plan alone (window geometry, sub-communicators), computed on
     #: its first call: the per-layer Python between kernels is time no kernel timing accounts for
     memo: dict = field(default_factory=dict)

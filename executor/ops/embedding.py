@@ -26,10 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.layer_layouts import weight_layouts
-from costmodel.layout import block
+from costmodel.layout import Layout, block
+from costmodel.strategy import Strategy
+from executor.init import take
 from executor.ops.base import LayerCtx, check_shape, memo
 from kernels.embedding import embedding_backward_weights, embedding_forward
 from networks.errors import DnnplanError
+from networks.ir import Layer
 
 
 @dataclass
@@ -38,6 +41,7 @@ class TiedTable:
 
     weight: np.ndarray  # the embedding's local token table: updated in place, read by both layers
     grad: np.ndarray | None = None  # the head's gradient of those rows, until the embedding adds its own
+    momentum: np.ndarray | None = None  # a pipelined head's own copy (tied_copy): its optimiser state
 
 
 def _geometry(ctx: LayerCtx):
@@ -80,26 +84,51 @@ def backward(ctx: LayerCtx, dy, cache):
 def tie(head: LayerCtx, embed: LayerCtx) -> TiedTable:
     """Give a tied head the embedding's token rows (both contexts keep the returned table), or
     refuse with one line when the two strategies do not hold the same rows on every rank."""
-    table = weight_layouts(embed.layer, embed.strategy)["tokens"]
-    width = embed.layer.p["dim"]
-    for r in range(head.strategy.p):
-        rows, cols = block(table, r)
-        head_rows = block(head.out_layout, r)[-1]
-        if head_rows != rows or cols != (0, width):
-            raise _refused(head, embed, "they must hold the same vocabulary rows and every feature")
-    if _partition(head) != _partition(embed):
-        raise _refused(head, embed, "their sample and position splits must match")
+    why = tie_mismatch(head.layer, head.strategy, head.out_layout, embed.layer, embed.strategy)
+    if why:
+        raise refused_tie(head.layer, head.strategy, embed.layer, embed.strategy, why)
     shared = TiedTable(embed.weights["tokens"])
     head.tied = embed.tied = shared
     return shared
 
 
-def _refused(head: LayerCtx, embed: LayerCtx, why: str) -> DnnplanError:
-    return DnnplanError(f"the executor cannot run a tied head under {head.strategy.label} with its embedding "
-                        f"'{embed.layer.name}' under {embed.strategy.label}: {why}", layer=head.layer.name,
+def tie_mismatch(head: Layer, head_strategy: Strategy, head_out: Layout, embed: Layer,
+                 embed_strategy: Strategy) -> str | None:
+    """Why a head and its embedding cannot share (or, pipelined, sum) their token rows rank by rank
+    (None: they can): each rank must hold the same vocabulary rows and every feature, and the two
+    must split samples and positions alike (the same gradient-sync groups)."""
+    table = weight_layouts(embed, embed_strategy)["tokens"]
+    width = embed.p["dim"]
+    for r in range(head_strategy.p):
+        rows, cols = block(table, r)
+        if block(head_out, r)[-1] != rows or cols != (0, width):
+            return "they must hold the same vocabulary rows and every feature"
+    if _partition(head_strategy) != _partition(embed_strategy):
+        return "their sample and position splits must match"
+    return None
+
+
+def refused_tie(head: Layer, head_strategy: Strategy, embed: Layer, embed_strategy: Strategy,
+                why: str) -> DnnplanError:
+    return DnnplanError(f"the executor cannot run a tied head under {head_strategy.label} with its embedding "
+                        f"'{embed.name}' under {embed_strategy.label}: {why}", layer=head.name,
                         hint="give both N=p, or the embedding C=t and the head F=t (Megatron)")
 
 
-def _partition(ctx: LayerCtx) -> set:
-    dims = tuple(d for d in ("N", "H") if ctx.strategy.degree(d) > 1)
-    return {ctx.strategy.group(r, dims) for r in range(ctx.strategy.p)}
+def tied_copy(head: LayerCtx, table: np.ndarray) -> TiedTable:
+    """A pipelined tied head's own copy of its rows of the token table (``table``: the whole initial
+    one), its embedding being on another stage. As in Megatron-LM, the first and the last stage each
+    keep the table and sum their gradients every step (executor.pipeline_tied), so the two copies
+    stay equal."""
+    if head.split("C"):
+        raise DnnplanError(f"the executor cannot run a pipelined tied head under {head.strategy.label}: it "
+                           "multiplies by whole token rows", layer=head.layer.name,
+                           hint="split the head over N or F (vocabulary), not C")
+    copy = take(table, (block(head.out_layout, head.rank)[-1], (0, table.shape[1])))
+    head.tied = TiedTable(copy, momentum=np.zeros_like(copy))
+    return head.tied
+
+
+def _partition(strategy: Strategy) -> set:
+    dims = tuple(d for d in ("N", "H") if strategy.degree(d) > 1)
+    return {strategy.group(r, dims) for r in range(strategy.p)}

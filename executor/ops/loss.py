@@ -16,7 +16,8 @@ from kernels.loss import combine_vocab_rows, softmax_xent_backward, softmax_xent
 
 
 def total_count(ctx: LayerCtx) -> int:
-    return int(np.prod(ctx.in_layouts[0].shape[:-1]))
+    """The elements the loss averages over: the whole batch's (every micro-batch's)."""
+    return int(np.prod(ctx.in_layouts[0].shape[:-1])) * ctx.micro_batches
 
 
 def forward(ctx: LayerCtx, xs):

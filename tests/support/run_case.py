@@ -12,7 +12,7 @@ import traceback
 from mpi4py import MPI
 
 from executor.comm import abort
-from executor.runtime import run_plan
+from executor.run import run_plan
 from tests.support.cases import load, make_plan, parse_case
 
 

@@ -1,0 +1,183 @@
+"""Running a pipelined plan (``Plan.pipeline``): stages on disjoint rank groups, micro-batches,
+GPipe or 1F1B (docs/executor.md, "Pipelined plans").
+
+World rank ``r`` is rank ``i = r mod d`` of stage ``s = r // d`` (``d = devices / stages``); each
+stage's ranks form a communicator of their own, on which the stage runs its layers as
+:mod:`executor.runtime` runs a whole plan, at one micro-batch (``StageIO``). A tensor a stage reads
+from an earlier one (``costmodel.pipeline.stage_network``) arrives from the rank with the same
+``i`` on the producing stage, as that rank's owned block (both stages' layouts span ``d`` ranks;
+the arriving tensor keeps its producer's output layout and the stage reshards it to each reader as
+usual): one message per rank and micro-batch forward and its gradient back, as the cost model
+prices a stage's sends. Sends are non-blocking (``Isend``, completed at the end of the step),
+receives block.
+
+Schedules (Narayanan et al., SC21, section 2.2): GPipe runs every micro-batch's forward, then every
+backward; 1F1B runs ``min(S - s - 1, m)`` forwards on stage ``s``, then alternates one forward and
+one backward, then the backwards left.
+
+Weight gradients are summed over the micro-batches (each micro-batch's loss counts its samples out
+of the whole batch's, executor.ops.loss), then every stage syncs and updates once. A tied LM head
+on the last stage keeps its own copy of the embedding's table (executor.pipeline_tied).
+
+Timers: each receive is the ``wait`` phase of the stage's pseudo-layer ``stage s`` (the bubble
+and the transfer are not told apart), its sends ``fwd_comm`` and ``bwd_comm``; every layer's
+phases sum over the step's micro-batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from costmodel.layer_layouts import output_layout
+from costmodel.layout import block
+from costmodel.pipeline import cut_at, stage_network
+from executor.comm import mpi, mpi_type
+from executor.init import init_weights, make_inputs
+from executor.memory import held_bytes, traced_peak_bytes
+from executor.ops.base import region_shape
+from executor.pipeline_tied import TiedPair
+from executor.runtime import StageIO, _Runtime, run_strategies
+from executor.timers import Timers
+from networks.errors import DnnplanError
+from networks.ir import Network
+from planner.plan import Plan
+
+TAG_LIMIT = 32767  # the largest tag MPI guarantees (MPI_TAG_UB is at least this)
+
+
+def schedule_ops(schedule: str, stages: int, s: int, m: int) -> list[tuple[str, int]]:
+    """Stage ``s``'s order of work in a step: ("F", j) forward and ("B", j) backward of micro-batch ``j``."""
+    if schedule == "gpipe":
+        return [("F", j) for j in range(m)] + [("B", j) for j in range(m)]
+    warm = min(stages - s - 1, m)
+    ops = [("F", j) for j in range(warm)]
+    for j in range(warm, m):
+        ops += [("F", j), ("B", j - warm)]
+    return ops + [("B", j) for j in range(m - warm, m)]
+
+
+def stage_label(s: int) -> str:
+    """The timers' pseudo-layer of stage ``s``'s point-to-point messages."""
+    return f"stage {s}"
+
+
+class PipelineRuntime:
+    def __init__(self, plan: Plan, net: Network, comm, seed: int, timers: Timers):
+        spec = plan.pipeline
+        self.comm, self.timers, self.plan = comm, timers, plan
+        self.d, self.stages, self.m = plan.stage_ranks, spec.stages, spec.micro_batches
+        rank = comm.Get_rank()
+        self.s, self.i = rank // self.d, rank % self.d
+        self.sub = comm.Split(self.s, self.i)
+        cuts = cut_at(net, spec.first_layers)
+        self.stage_of = {layer.name: k for k, layers in enumerate(cuts) for layer in layers}
+        stage_net, _ = stage_network(net, cuts[self.s], self.s)
+        strategies, mb = run_strategies(plan), plan.micro_batch
+        by_name = {layer.name: layer for layer in net.layers}
+        arrivals = {x.name: output_layout(by_name[x.name], strategies[x.name], mb)
+                    for x in stage_net.inputs if x.name in self.stage_of}
+        mine = {layer.name for layer in cuts[self.s]}
+        self.sends = {name: sorted({self.stage_of[layer.name] for layer in net.layers if name in layer.inputs}
+                                   - {self.s}) for name in mine}
+        self.sends = {name: to for name, to in self.sends.items() if to}
+        crossing = {src for layer in net.layers for src in layer.inputs
+                    if src in self.stage_of and self.stage_of[src] != self.stage_of[layer.name]}
+        cut_names = [layer.name for layer in net.layers if layer.name in crossing]
+        self.tag_of = {name: t for t, name in enumerate(cut_names)}
+        if 2 * self.m * max(len(cut_names), 1) > TAG_LIMIT:
+            raise DnnplanError(f"{self.m} micro-batches of {len(cut_names)} stage-crossing tensors need more MPI "
+                               "tags than MPI promises", hint="use fewer --micro-batches")
+        stage_plan = replace(plan, devices=self.d, batch=mb, pipeline=None,
+                             layers=tuple(lp for lp in plan.layers if lp.name in mine))
+        io = StageIO(init_weights(net, seed), make_inputs(net, plan.batch, seed), arrivals, self.m)
+        self.rt = _Runtime(stage_plan, stage_net, self.sub, seed, timers, False, io)
+        self.arrivals = arrivals
+        self.last = self.s == self.stages - 1
+        self.ops = schedule_ops(spec.schedule, self.stages, self.s, self.m)
+        self.tied = TiedPair.build(comm, net, strategies, mb, self.stage_of, self.s, self.d, self.rt)
+        self.label = stage_label(self.s)
+
+    def _tag(self, name: str, j: int, backward: bool) -> int:
+        return (2 * j + int(backward)) * len(self.tag_of) + self.tag_of[name]
+
+    def _recv(self, name: str, layout, j: int, peer_stage: int, backward: bool) -> np.ndarray:
+        buf = np.empty(region_shape(block(layout, self.i)), dtype=np.float32)
+        with self.timers.span(self.label, "wait"):
+            self.comm.Recv([buf, mpi_type(buf.dtype)], source=peer_stage * self.d + self.i,
+                           tag=self._tag(name, j, backward))
+        return buf
+
+    def _send(self, arr: np.ndarray, name: str, j: int, peer_stage: int, backward: bool, pending: list) -> None:
+        buf = np.ascontiguousarray(arr, dtype=np.float32)
+        with self.timers.span(self.label, "bwd_comm" if backward else "fwd_comm"):
+            req = self.comm.Isend([buf, mpi_type(buf.dtype)], dest=peer_stage * self.d + self.i,
+                                  tag=self._tag(name, j, backward))
+        pending.append((req, buf))
+
+    def _forward(self, index: int, j: int, keep_grads: bool, caches: dict, pending: list) -> float:
+        acts = {name: self._recv(name, layout, j, self.stage_of[name], False) for name, layout in self.arrivals.items()}
+        acts, caches[j] = self.rt._forward(index, keep_grads, micro=j, acts=acts)
+        for name, to in self.sends.items():
+            for q in to:
+                self._send(acts[name], name, j, q, False, pending)
+        return float(acts[self.rt.runs[-1].layer.name]) if self.last else 0.0
+
+    def _backward(self, j: int, caches: dict, total: dict, pending: list) -> None:
+        grads = {}
+        for name, to in self.sends.items():
+            for q in to:
+                g = self._recv(name, self.rt.out_layouts[name], j, q, True)
+                grads[name] = g if name not in grads else grads[name] + g
+        wgrads = self.rt._backward(caches.pop(j), grads)
+        self.tied.collect()
+        for name in self.arrivals:
+            g = grads.pop(name, None)
+            if g is None:  # read by nothing that reaches the loss
+                g = np.zeros(region_shape(block(self.arrivals[name], self.i)), dtype=np.float32)
+            self._send(g, name, j, self.stage_of[name], True, pending)
+        for layer, gs in wgrads.items():
+            acc = total.setdefault(layer, {})
+            for w, g in gs.items():
+                if w in acc:
+                    with self.timers.span(layer, "bwd_compute"):  # summing the micro-batches' gradients
+                        np.add(acc[w], g, out=acc[w])
+                else:
+                    acc[w] = g
+
+    def step(self, index: int, lr: float, momentum: float, keep_grads: bool):
+        self.timers.begin_step(index)
+        caches, total, pending, loss = {}, {}, [], 0.0
+        for kind, j in self.ops:
+            if kind == "F":
+                loss += self._forward(index, j, keep_grads, caches, pending)
+            else:
+                self._backward(j, caches, total, pending)
+        for layer in (run.layer.name for run in self.rt.runs):
+            total.setdefault(layer, {})
+        self.tied.sum_pair(total)
+        kept = self.rt.finish(total, lr, momentum, keep_grads)
+        self.tied.sync_and_update(lr, momentum)
+        if pending:
+            with self.timers.span(self.label, "wait"):
+                mpi().Request.Waitall([req for req, _ in pending])
+        self.timers.end_step()
+        loss = self.comm.bcast(loss if self.last else None, root=(self.stages - 1) * self.d)
+        return loss, kept
+
+    def held(self) -> list[np.ndarray]:
+        return self.rt.held()
+
+    def memory_step(self, index: int, lr: float, momentum: float) -> int:
+        """As ``_Runtime.memory_step``: one more step under ``tracemalloc``, its times dropped."""
+        self.comm.Barrier()
+        extra = traced_peak_bytes(lambda: self.step(index, lr, momentum, keep_grads=False))
+        self.timers.forget(index)
+        return held_bytes(self.held()) + extra
+
+    def free(self) -> None:
+        self.rt.comms.free()
+        self.tied.free()
+        self.sub.Free()
+

@@ -1,0 +1,66 @@
+"""Pipelined plans: the pipeline search's choice as a :class:`Plan`, and a pipelined plan predicted
+again from what it says (pure).
+
+A pipelined plan (``Plan.pipeline``) keeps one entry per layer of the whole network, each layer's
+strategy over its stage's ``devices / stages`` ranks at one micro-batch; the stages' first layers
+say where each stage starts (``costmodel.pipeline.cut_at``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from costmodel.compute import ComputeModel
+from costmodel.machine import Machine
+from costmodel.optimizer import Optimizer
+from costmodel.pipeline import PipelinePrediction, cut_at, predict_pipeline
+from costmodel.step import predict_step
+from costmodel.strategy import Strategy
+from networks.ir import Network
+from planner.optimize import plan_from_prediction
+from planner.pipeline_search import PipelineChoice, roles
+from planner.plan import PipelineSpec, Plan
+
+
+def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, profile_fingerprint: str | None,
+                   optimizer: Optimizer, precision: str, mfu: float) -> Plan:
+    """The search's choice as a plan file holds it: every layer under its stage's solution (the
+    solution of a canonical stage, :meth:`planner.stack.Stack.stage`, mapped onto the stage's own
+    layers by position), the stages' predictions and the pipelined step."""
+    stack, rl = choice.stack, roles(choice.stages)
+    layers, firsts, start = [], [], 0
+    for s, (k, stage) in enumerate(zip(choice.cut, choice.prediction.stages)):
+        own = stack.layers(start, k, rl[s])
+        firsts.append(own[0].name)
+        canonical = stack.stage(k, rl[s]).layers
+        rows = {row.layer.name: row for row in stage.micro.layers}
+        names = dict(zip((layer.name for layer in canonical), (layer.name for layer in own)))
+        micro_plan = plan_from_prediction(stage.micro, stack.network, network_ref, machine_ref, None)
+        for lp in micro_plan.layers:
+            if lp.name in rows:
+                layers.append(dataclasses.replace(lp, name=names[lp.name]))
+        start += k
+    pred = choice.prediction
+    spec = PipelineSpec(choice.stages, choice.micro_batches, pred.schedule, tuple(firsts))
+    net = stack.network
+    return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=choice.batch,
+                devices=choice.devices, machine=machine_ref, layers=tuple(layers), step_s=pred.step_s,
+                memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
+                solver={"method": "pipeline search", **choice.stats}, precision=precision,
+                optimizer=optimizer.name, zero=optimizer.zero, mfu=mfu, pipeline=spec)
+
+
+def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy], machine: Machine,
+                      compute: ComputeModel) -> PipelinePrediction:
+    """The pipelined step of a plan with ``Plan.pipeline``: each stage under ``strategies`` (the
+    plan's, or the ones an executor runs) on its ranks at one micro-batch, its cut as written."""
+    spec = plan.pipeline
+    algorithms = plan.algorithms()
+    optimizer = Optimizer(plan.optimizer, plan.zero)
+
+    def stage(stage_net: Network, ranks: int, micro: int):
+        own = {layer.name: strategies[layer.name] for layer in stage_net.layers}
+        return predict_step(stage_net, micro, own, algorithms, machine, compute, optimizer)
+
+    return predict_pipeline(net, plan.batch, plan.devices, spec.stages, spec.micro_batches, spec.schedule, machine,
+                            stage, cut_at(net, spec.first_layers))
