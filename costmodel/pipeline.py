@@ -13,7 +13,9 @@ forward, its gradient back), a synchronous schedule's step is (Narayanan et al.,
     step = sum_s T_s + (m - 1) max_s T_s          (fill and drain, then the slowest stage)
          + max_s (gradient sync_s + update_s)     (once per step, every stage at once)
 
-the same for GPipe and 1F1B; the bubble is ``sum_s T_s - max_s T_s``, a fraction (S - 1) / m of the
+the same for GPipe and 1F1B (a tied LM head on another stage than its embedding keeps a copy of
+the table, priced as its weight, and the two stages' ranks sum their gradients of it in a two-rank
+allreduce, once a step on each of the two; Megatron-LM's embedding group); the bubble is ``sum_s T_s - max_s T_s``, a fraction (S - 1) / m of the
 steady state for equal stages. They differ in memory: GPipe keeps the activations of all ``m``
 micro-batches until its backward, 1F1B at most ``S - s`` on stage ``s`` (stage 0 the most).
 """
@@ -24,6 +26,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
+from costmodel.collectives import allreduce_s
+from costmodel.layer_layouts import weight_layouts
+from costmodel.layout import block
 from costmodel.machine import Machine
 from costmodel.step import StepPrediction
 from networks.analysis import block_of, layer_cost
@@ -42,6 +47,7 @@ class StagePrediction:
     micro: StepPrediction  # the stage's step on one micro-batch
     p2p_s: float  # its sends per micro-batch: activation forward and gradient backward
     kept_micro_batches: int  # how many micro-batches' activations it holds at once
+    tied_sync_s: float = 0.0  # once a step: the tied table's gradient summed with the other stage holding it
 
     @property
     def per_micro_s(self) -> float:
@@ -50,8 +56,8 @@ class StagePrediction:
 
     @property
     def once_s(self) -> float:
-        """Once per step: the gradient sync and the update."""
-        return self.micro.sync_s + self.micro.update_s
+        """Once per step: the gradient sync (the tied table's sum between stages included) and the update."""
+        return self.micro.sync_s + self.micro.update_s + self.tied_sync_s
 
     @property
     def memory_peak_bytes(self) -> int:
@@ -95,7 +101,7 @@ def pipeline_json(pred: PipelinePrediction) -> dict:
             "bubble_fraction": pred.bubble_fraction, "memory_peak_bytes": pred.memory_peak_bytes,
             "stages": [{"stage": s.index, "first_layer": s.layers[0], "last_layer": s.layers[1], "ranks": s.ranks,
                         "per_micro_batch_s": s.per_micro_s, "fwd_s": s.micro.fwd_s, "bwd_s": s.micro.bwd_s,
-                        "p2p_s": s.p2p_s, "once_s": s.once_s, "kept_micro_batches": s.kept_micro_batches,
+                        "p2p_s": s.p2p_s, "tied_sync_s": s.tied_sync_s, "once_s": s.once_s, "kept_micro_batches": s.kept_micro_batches,
                         "memory_peak_bytes": s.memory_peak_bytes} for s in pred.stages]}
 
 
@@ -155,8 +161,11 @@ def block_stages(net: Network, stages: int) -> list[list[Layer]] | None:
 
 def stage_network(net: Network, layers: list[Layer], index: int) -> tuple[Network, int]:
     """The stage as a network of its own (a tensor it reads from an earlier stage is an input),
-    and the bytes per sample it receives that way."""
+    and the bytes per sample it receives that way. A tied LM head whose embedding is on another
+    stage holds its own copy of the table there, as its ``weight`` (module docstring)."""
     names = {layer.name for layer in layers}
+    layers = [_with_copy(layer) if layer.p.get("tied_to") and layer.p["tied_to"] not in names else layer
+              for layer in layers]
     by_name = {layer.name: layer for layer in net.layers}
     inputs, received = {}, 0
     for layer in layers:
@@ -185,6 +194,37 @@ def cut_at(net: Network, first_layers: tuple[str, ...]) -> list[list[Layer]]:
     return [list(net.layers[a:b]) for a, b in zip(starts, ends)]
 
 
+def _with_copy(head: Layer) -> Layer:
+    """A tied head that keeps its own copy of the embedding's table: (vocabulary, width), its ``weight``."""
+    return dataclasses.replace(head, weights=(("weight", (head.p["features"], head.in_shapes[0][-1])),) + head.weights)
+
+
+def crossing_ties(net: Network, stage_of: Callable[[str], int]) -> set[str]:
+    """The embeddings and tied heads on different stages (``stage_of``: a layer's stage)."""
+    out = set()
+    for layer in net.layers:
+        embed = layer.p.get("tied_to") if layer.op == "linear" else None
+        if embed and stage_of(embed) != stage_of(layer.name):
+            out |= {embed, layer.name}
+    return out
+
+
+def tied_table_s(layer: Layer, strategy, machine: Machine, ranks: tuple[int, int]) -> float:
+    """The two-rank allreduce of the tied table's gradient that ``layer`` (an embedding, or a head
+    holding its copy) takes part in under ``strategy``: each rank sums its own rows with the rank
+    of the other stage (``ranks``: a rank of each of the two stages)."""
+    rows = weight_layouts(layer, strategy)["tokens" if layer.op == "embedding" else "weight"]
+    nbytes = prod(hi - lo for lo, hi in block(rows, 0)) * DTYPE_BYTES.get(layer.dtype, 4)
+    same = ranks[0] // machine.devices_per_node == ranks[1] // machine.devices_per_node
+    return allreduce_s(nbytes, 2, machine.intra if same else machine.inter)
+
+
+def tied_sync_s(stage: Network, strategies: dict, names: set[str], machine: Machine, ranks: tuple[int, int]) -> float:
+    """:func:`tied_table_s` of the stage's layers in ``names`` (:func:`crossing_ties`)."""
+    return sum(tied_table_s(layer, strategies[layer.name], machine, ranks) for layer in stage.layers
+               if layer.name in names)
+
+
 def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_batches: int, schedule: str,
                      machine: Machine, predict_stage: Callable[[Network, int, int], StepPrediction],
                      cuts: list[list[Layer]] | None = None) -> PipelinePrediction:
@@ -202,14 +242,20 @@ def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_
     d, mb = devices // stages, batch // micro_batches
     cuts = cuts or block_stages(net, stages) or balanced_stages(net, stages)
     nets = [stage_network(net, layers, s) for s, layers in enumerate(cuts)]
+    stage_of = {layer.name: s for s, layers in enumerate(cuts) for layer in layers}
+    ties = crossing_ties(net, stage_of.__getitem__)
+    ends = sorted({stage_of[name] for name in ties}) or [0, 0]
     out = []
     for s, (stage_net, _) in enumerate(nets):
         sent = nets[s + 1][1] if s + 1 < stages else 0  # what the next stage receives from this one
         nbytes = sent * mb // d  # each of the d ranks sends its block of the micro-batch
+        micro = predict_stage(stage_net, d, mb)
+        tied = tied_sync_s(stage_net, {x.layer.name: x.layer.strategy for x in micro.layers}, ties, machine,
+                           (ends[0] * d, ends[-1] * d))
         out.append(StagePrediction(
-            s, (cuts[s][0].name, cuts[s][-1].name), d, predict_stage(stage_net, d, mb),
+            s, (cuts[s][0].name, cuts[s][-1].name), d, micro,
             2 * p2p_s(machine, s * d, (s + 1) * d, nbytes) if sent else 0.0,
-            micro_batches if schedule == "gpipe" else min(stages - s, micro_batches)))
+            micro_batches if schedule == "gpipe" else min(stages - s, micro_batches), tied))
     return PipelinePrediction(net.name, batch, devices, micro_batches, schedule, tuple(out))
 
 

@@ -17,7 +17,7 @@ one backward, then the backwards left.
 
 Weight gradients are summed over the micro-batches (each micro-batch's loss counts its samples out
 of the whole batch's, executor.ops.loss), then every stage syncs and updates once. A tied LM head
-on the last stage keeps its own copy of the embedding's table (executor.pipeline_tied).
+on another stage than its embedding keeps its own copy of the table (executor.pipeline_tied).
 
 Timers: each receive is the ``wait`` phase of the stage's pseudo-layer ``stage s`` (the bubble
 and the transfer are not told apart), its sends ``fwd_comm`` and ``bwd_comm``; every layer's
@@ -37,7 +37,7 @@ from executor.comm import mpi, mpi_type
 from executor.init import init_weights, make_inputs
 from executor.memory import held_bytes, traced_peak_bytes
 from executor.ops.base import region_shape
-from executor.pipeline_tied import TiedPair
+from executor.pipeline_tied import TiedPair, crossing_head
 from executor.runtime import StageIO, _Runtime, run_strategies
 from executor.timers import Timers
 from networks.errors import DnnplanError
@@ -91,12 +91,17 @@ class PipelineRuntime:
                                "tags than MPI promises", hint="use fewer --micro-batches")
         stage_plan = replace(plan, devices=self.d, batch=mb, pipeline=None,
                              layers=tuple(lp for lp in plan.layers if lp.name in mine))
-        io = StageIO(init_weights(net, seed), make_inputs(net, plan.batch, seed), arrivals, self.m)
+        weights = init_weights(net, seed)
+        head, embed = crossing_head(net, self.stage_of)
+        if head is not None:  # the head's stage holds a copy of the table (executor.pipeline_tied)
+            weights[(head.name, "weight")] = weights[(embed.name, "tokens")]
+        io = StageIO(weights, make_inputs(net, plan.batch, seed), arrivals, self.m)
         self.rt = _Runtime(stage_plan, stage_net, self.sub, seed, timers, False, io)
         self.arrivals = arrivals
         self.last = self.s == self.stages - 1
         self.ops = schedule_ops(spec.schedule, self.stages, self.s, self.m)
-        self.tied = TiedPair.build(comm, net, strategies, mb, self.stage_of, self.s, self.d, self.rt)
+        self.tied = TiedPair.build(comm, net, strategies, mb, self.stage_of, self.s, self.d, timers)
+        self.layers = cuts[self.s]  # the whole network's layers of this stage (the head without its copy)
         self.label = stage_label(self.s)
 
     def _tag(self, name: str, j: int, backward: bool) -> int:
@@ -131,7 +136,6 @@ class PipelineRuntime:
                 g = self._recv(name, self.rt.out_layouts[name], j, q, True)
                 grads[name] = g if name not in grads else grads[name] + g
         wgrads = self.rt._backward(caches.pop(j), grads)
-        self.tied.collect()
         for name in self.arrivals:
             g = grads.pop(name, None)
             if g is None:  # read by nothing that reaches the loss
@@ -158,7 +162,6 @@ class PipelineRuntime:
             total.setdefault(layer, {})
         self.tied.sum_pair(total)
         kept = self.rt.finish(total, lr, momentum, keep_grads)
-        self.tied.sync_and_update(lr, momentum)
         if pending:
             with self.timers.span(self.label, "wait"):
                 mpi().Request.Waitall([req for req, _ in pending])

@@ -97,7 +97,7 @@ def _run_pipeline(plan: Plan, net: Network, comm, steps: int, warmup: int, check
     peak = pipe.memory_step(steps, lr, momentum) if measure_memory else None
     result = None
     if check:
-        mine = local_parts(pipe.rt.net.layers, pipe.rt.strategies, pipe.i, kept)
+        mine = local_parts(pipe.layers, pipe.rt.strategies, pipe.i, kept)
         result = run_check(comm, net, plan.batch, plan.algorithms(), seed, losses[0], mine)
     pipe.free()
     return RunResult(losses[0], losses, [timers.step_wall[i] for i in range(steps)], result, peak)

@@ -46,7 +46,7 @@ from executor.init import init_weights, make_inputs, make_labels, take
 from executor.memory import held_bytes, traced_peak_bytes
 from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
-from executor.ops.embedding import tie, tied_copy
+from executor.ops.embedding import tie
 from executor.ops.norm import STAT_DIMS
 from executor.timers import Timers
 from executor.zero import LayerZero
@@ -174,9 +174,7 @@ class _Runtime:
         run = _LayerRun(layer, ctx, fwd, bwd)
         if layer.op == "linear" and layer.p.get("tied_to"):  # shares its embedding's token rows
             run.tied_owner = next((r for r in self.runs if r.layer.name == layer.p["tied_to"]), None)
-            if run.tied_owner is None:  # pipelined: the embedding is on the first stage, this one keeps a copy
-                tied_copy(ctx, full_w[(layer.p["tied_to"], "tokens")])
-            else:
+            if run.tied_owner is not None:  # else pipelined: a copy of the table, its weight (executor.pipeline_tied)
                 tie(ctx, run.tied_owner.ctx)
         run.layer_inputs = tuple((k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs)
         run.fwd_moves = any(not reshard_plan(self.out_layouts[src], in_ls[k], False, rank).identity
@@ -348,8 +346,6 @@ class _Runtime:
         for run in self.runs:
             out += list(run.ctx.weights.values()) + list(run.momentum.values())
             out += run.zero.held() if run.zero is not None else []
-            if run.ctx.tied is not None and run.tied_owner is None and run.layer.op == "linear":
-                out += [run.ctx.tied.weight, run.ctx.tied.momentum]  # a pipelined head's copy of the table
         return out
 
     def memory_step(self, index: int, lr: float, momentum: float) -> int:

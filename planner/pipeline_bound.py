@@ -74,7 +74,7 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
 
     small, wide = n // stages, n % stages  # the balanced cut: ``wide`` stages of ``small + 1`` blocks
     total = wide * stage(small + 1) + (stages - wide) * stage(small)
-    total += _ends(builder, stack, weight) + weight * sends_s
+    total += _ends(builder, stack, weight, stages) + weight * sends_s
     return StageBound(float(total) / stages, True)
 
 
@@ -114,10 +114,12 @@ def _block(builder: Builder, stack: Stack, weight: float):
     return cost, memory, w0
 
 
-def _ends(builder: Builder, stack: Stack, weight: float) -> float:
-    """The least weighted cost of the layers before the first block and after the last, one by one."""
-    layers = list(stack.before) + list(stack.after)
-    if not layers:
-        return 0.0
-    net, _ = stage_network(stack.network, layers, 0)
-    return float(sum(c.min() for c in build_with(builder, net, None, edges=False, weight=weight).problem.node_cost))
+def _ends(builder: Builder, stack: Stack, weight: float, stages: int) -> float:
+    """The least weighted cost of the layers before the first block and after the last, one by one
+    (on two stages when there are several: a tied head there holds its copy of the table)."""
+    parts = [list(stack.before) + list(stack.after)] if stages == 1 else [list(stack.before), list(stack.after)]
+    total = 0.0
+    for layers in (part for part in parts if part):
+        net, _ = stage_network(stack.network, layers, 0)
+        total += float(sum(c.min() for c in build_with(builder, net, None, edges=False, weight=weight).problem.node_cost))
+    return total

@@ -32,7 +32,7 @@ from typing import Callable
 from costmodel.candidates import divisors
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
-from costmodel.pipeline import PipelinePrediction, StagePrediction
+from costmodel.pipeline import PipelinePrediction, StagePrediction, crossing_ties, tied_table_s
 from costmodel.pipeline import p2p_s as send_s
 from networks.analysis import layer_cost
 from networks.errors import DnnplanError
@@ -100,6 +100,8 @@ class _Search:
         self.limit, self.settings, self.exact = limit, settings, exact
         self.worst_gap = 0.0
         self.boundary = stack.boundary_bytes()
+        ends = {layer.name: 0 for layer in stack.before} | {layer.name: 2 for layer in stack.after}
+        self.ties = crossing_ties(stack.network, lambda name: ends.get(name, 1))  # embedding first, head last
         self.solves = 0
         self._solvers: dict[tuple[int, int], StageSolver] = {}
 
@@ -125,6 +127,15 @@ class _Search:
         d = self.p // stages
         return 2 * send_s(self.machine, s * d, (s + 1) * d, self.boundary * micro // d)
 
+    def tied(self, stages: int, s: int, net: Network) -> dict | None:
+        """The first and the last stage's tied layers (embedding, head with its copy), each with its
+        share of the table's gradient sum between the two stages, for the stage solver to weigh."""
+        if stages == 1 or s not in (0, stages - 1) or not self.ties:
+            return None
+        ranks = (0, (stages - 1) * (self.p // stages))
+        return {layer.name: (lambda st, layer=layer: tied_table_s(layer, st, self.machine, ranks))
+                for layer in net.layers if layer.name in self.ties}
+
     def best(self, stages: int, m: int) -> tuple[float, tuple[int, ...], StageSolver] | None:
         n, micro = self.stack.n, self.batch // m
         solver = self.solver(stages, m)
@@ -132,8 +143,9 @@ class _Search:
         rl = roles(stages)
 
         def cost(s: int, k: int) -> tuple[float, float] | None:
-            sol = solver.solve((k, rl[s]), self.stack.stage(k, rl[s]), kept(stages, s, m, self.schedule))
-            return None if sol is None else (sol.micro_s + self.p2p_s(stages, s, micro), sol.once_s)
+            net = self.stack.stage(k, rl[s])
+            sol = solver.solve((k, rl[s]), net, kept(stages, s, m, self.schedule), self.tied(stages, s, net))
+            return None if sol is None else (sol.micro_s + self.p2p_s(stages, s, micro), sol.once_s + sol.tied_s)
 
         if stages == 1:
             got = best_cut(n, 1, m, cost, range(n, n + 1))
@@ -238,12 +250,14 @@ def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: f
     micro, rl, stack = search.batch // m, roles(stages), search.stack
     sols, preds, start = [], [], 0
     for s, k in enumerate(cut):
-        sol = solver.solve((k, rl[s]), stack.stage(k, rl[s]), kept(stages, s, m, search.schedule))
+        net = stack.stage(k, rl[s])
+        sol = solver.solve((k, rl[s]), net, kept(stages, s, m, search.schedule), search.tied(stages, s, net))
         sols.append(sol)
         layers = stack.layers(start, k, rl[s])
         preds.append(StagePrediction(s, (layers[0].name, layers[-1].name), search.p // stages,
                                      sol.predict(micro, search.machine, search.compute, search.settings),
-                                     search.p2p_s(stages, s, micro), kept(stages, s, m, search.schedule)))
+                                     search.p2p_s(stages, s, micro), kept(stages, s, m, search.schedule),
+                                     sol.tied_s))
         start += k
     pred = PipelinePrediction(stack.network.name, search.batch, search.p, m, search.schedule, tuple(preds))
     if abs(pred.step_s - step) > 1e-9 * step:

@@ -44,6 +44,7 @@ class StageSolution:
     once_s: float  # O: gradient sync and update
     memory_bytes: float  # its peak with ``kept`` micro-batches' activations
     activation_bytes: float  # the activations of one micro-batch it keeps
+    tied_s: float = 0.0  # once a step: the tied table's gradient summed with the other stage holding it
 
     def predict(self, micro_batch: int, machine: Machine, compute: ComputeModel, settings: Settings) -> StepPrediction:
         """The cost model's step of this stage at one micro-batch, checked against the solver's
@@ -72,21 +73,23 @@ class StageSolver:
         self._bound: dict[tuple[object, int], StageSolution | None] = {}
         self.solves = 0
 
-    def solve(self, key: object, net: Network, kept: int) -> StageSolution | None:
+    def solve(self, key: object, net: Network, kept: int, extra: dict | None = None) -> StageSolution | None:
         """The best solution of stage ``net`` (``key`` names its (k, role)) holding ``kept``
-        micro-batches' activations within the memory limit; None when none fits."""
+        micro-batches' activations within the memory limit; None when none fits. ``extra``: layer
+        name -> once-a-step seconds under a strategy, weighed with the layer (the tied table's sum
+        between two stages; the same for every solve of one ``key``)."""
         free = self._free.get(key)
         if free is None:
-            free = self._free[key] = self._solve(net, 1, None)
+            free = self._free[key] = self._solve(net, 1, None, extra)
         if free is not None and free.memory_bytes + (kept - 1) * free.activation_bytes <= self.limit * (1 + 1e-9):
             return free
         if (key, kept) not in self._bound:
-            self._bound[(key, kept)] = self._solve(net, kept, self.limit)
+            self._bound[(key, kept)] = self._solve(net, kept, self.limit, extra)
         return self._bound[(key, kept)]
 
-    def _solve(self, net: Network, kept: int, limit: float | None) -> StageSolution | None:
+    def _solve(self, net: Network, kept: int, limit: float | None, extra: dict | None = None) -> StageSolution | None:
         self.solves += 1
-        built = build_with(self.builder, net, limit, weight=self.weight, kept=kept)
+        built = build_with(self.builder, net, limit, weight=self.weight, kept=kept, extra_once=extra)
         if limit is not None and not self.exact:
             got = solve_lagrange(built.problem)
             if got is None:
@@ -102,8 +105,9 @@ class StageSolver:
         once = float(sum(o[c] for o, c in zip(built.once, choice)))
         acts = float(sum(a[c] for a, c in zip(built.activations, choice)))
         strategies = {layer.name: built.candidates[i][c][0] for i, (layer, c) in enumerate(zip(net.layers, choice))}
+        tied = float(sum(f(strategies[name]) for name, f in (extra or {}).items()))
         algorithms = {layer.name: built.candidates[i][c][1] for i, (layer, c) in enumerate(zip(net.layers, choice))
                       if built.candidates[i][c][1]}
-        return StageSolution(net, strategies, algorithms, (objective - once) / self.weight, once,
-                             memory - (kept - 1) * acts, acts)
+        return StageSolution(net, strategies, algorithms, (objective - once - tied) / self.weight, once,
+                             memory - (kept - 1) * acts, acts, tied)
 

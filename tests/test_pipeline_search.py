@@ -88,12 +88,12 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
                 ts, os_, start = [], [], 0
                 for s, k in enumerate(cut):
                     stage, _ = stage_network(net, stack.layers(start, k, roles(stages)[s]), s)
-                    sol = solver.solve(("own", s, cut), stage, kept(stages, s, m))
+                    sol = solver.solve(("own", s, cut), stage, kept(stages, s, m), sends.tied(stages, s, stage))
                     start += k
                     if sol is None:
                         break
                     ts.append(sol.micro_s + sends.p2p_s(stages, s, batch // m))
-                    os_.append(sol.once_s)
+                    os_.append(sol.once_s + sol.tied_s)  # with the tied table's sum on the first and last stage
                 else:
                     step = _step(ts, os_, m)
                     best = step if best is None else min(best, step)

@@ -4,7 +4,9 @@ C-coordinate 0 adds the bias and contributes its gradient.
 
 A tied LM head (``tied_to``: an embedding) has no weight of its own: it multiplies by the
 embedding's token rows it shares (``ctx.tied``, set up by executor.ops.embedding.tie) and leaves
-the gradient of those rows there for the embedding's backward, which adds its own to it. Its
+the gradient of those rows there for the embedding's backward, which adds its own to it. On
+another pipeline stage than its embedding it holds a copy of the table as its ``weight``
+(costmodel.pipeline.stage_network; executor.pipeline_tied sums the two copies' gradients). Its
 kernels are the same three as any linear layer's (costmodel.kernel_calls)."""
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def _linear_backward(dy, x, w, with_bias):
 
 
 def _weight(ctx: LayerCtx) -> np.ndarray:
-    if not ctx.p.get("tied_to"):
+    if not ctx.p.get("tied_to") or "weight" in ctx.weights:  # untied, or a pipelined head's copy of the table
         return ctx.weights["weight"]
     if ctx.tied is None:
         raise unsupported(ctx.layer, "a tied linear layer whose embedding is not set up")
@@ -46,6 +48,6 @@ def backward(ctx: LayerCtx, dy, x):
     with ctx.span("bwd_compute"):
         dx, dw, db = _linear_backward(dy, x, _weight(ctx), with_bias)
     dxs, grads = finish_contraction_backward(ctx, dx, dw, db)
-    if ctx.p.get("tied_to"):
+    if ctx.p.get("tied_to") and "weight" not in ctx.weights:
         ctx.tied.grad = grads.pop("weight")
     return dxs, grads

@@ -28,7 +28,6 @@ import numpy as np
 from costmodel.layer_layouts import weight_layouts
 from costmodel.layout import Layout, block
 from costmodel.strategy import Strategy
-from executor.init import take
 from executor.ops.base import LayerCtx, check_shape, memo
 from kernels.embedding import embedding_backward_weights, embedding_forward
 from networks.errors import DnnplanError
@@ -41,7 +40,6 @@ class TiedTable:
 
     weight: np.ndarray  # the embedding's local token table: updated in place, read by both layers
     grad: np.ndarray | None = None  # the head's gradient of those rows, until the embedding adds its own
-    momentum: np.ndarray | None = None  # a pipelined head's own copy (tied_copy): its optimiser state
 
 
 def _geometry(ctx: LayerCtx):
@@ -113,20 +111,6 @@ def refused_tie(head: Layer, head_strategy: Strategy, embed: Layer, embed_strate
     return DnnplanError(f"the executor cannot run a tied head under {head_strategy.label} with its embedding "
                         f"'{embed.name}' under {embed_strategy.label}: {why}", layer=head.name,
                         hint="give both N=p, or the embedding C=t and the head F=t (Megatron)")
-
-
-def tied_copy(head: LayerCtx, table: np.ndarray) -> TiedTable:
-    """A pipelined tied head's own copy of its rows of the token table (``table``: the whole initial
-    one), its embedding being on another stage. As in Megatron-LM, the first and the last stage each
-    keep the table and sum their gradients every step (executor.pipeline_tied), so the two copies
-    stay equal."""
-    if head.split("C"):
-        raise DnnplanError(f"the executor cannot run a pipelined tied head under {head.strategy.label}: it "
-                           "multiplies by whole token rows", layer=head.layer.name,
-                           hint="split the head over N or F (vocabulary), not C")
-    copy = take(table, (block(head.out_layout, head.rank)[-1], (0, table.shape[1])))
-    head.tied = TiedTable(copy, momentum=np.zeros_like(copy))
-    return head.tied
 
 
 def _partition(strategy: Strategy) -> set:

@@ -53,7 +53,7 @@ def linear_costs(p, in_shapes, out_shape, n, itemsize):
 def linear_splits(p, in_shapes, out_shape):
     x = in_shapes[0]
     last = len(x)  # batched axis of the feature dimension
-    wts = tuple(w for w in ("weight", "bias") if w in linear_weights(p, in_shapes))
+    wts = ("weight",) + tuple(w for w in ("bias",) if w in linear_weights(p, in_shapes))  # tied: a stage's copy
     out = [DimSplit("N", 0, (0,), 0, partial_weight_grad=wts)]
     if len(x) == 2:
         out.append(DimSplit("H", x[0], (1,), 1, partial_weight_grad=wts))
@@ -63,8 +63,11 @@ def linear_splits(p, in_shapes, out_shape):
                             partial_weight_grad=("bias",) if p["bias"] else ()))
         out.append(DimSplit("F", p["features"], (None,), last, weight_axes=(("weight", 0),) + bias_axes,
                             partial_in_grad=True))
-    else:  # a tied LM head split over the vocabulary uses the matching rows of the embedding's table
-        out.append(DimSplit("F", p["features"], (None,), last, weight_axes=bias_axes, partial_in_grad=True))
+    else:  # a tied LM head split over the vocabulary uses the matching rows of the embedding's table;
+        # on another pipeline stage than its embedding it holds a copy of it as its ``weight``
+        # (costmodel.pipeline.stage_network), split and synchronised as an untied head's
+        out.append(DimSplit("F", p["features"], (None,), last, weight_axes=(("weight", 0),) + bias_axes,
+                            partial_in_grad=True))
     return tuple(out)
 
 
