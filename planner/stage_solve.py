@@ -72,6 +72,7 @@ class StageSolver:
         self._free: dict[object, StageSolution] = {}
         self._bound: dict[tuple[object, int], StageSolution | None] = {}
         self.solves = 0
+        self._lam: float | None = None  # the last stage's multiplier: where the next bisection starts
 
     def solve(self, key: object, net: Network, kept: int, extra: dict | None = None) -> StageSolution | None:
         """The best solution of stage ``net`` (``key`` names its (k, role)) holding ``kept``
@@ -91,10 +92,11 @@ class StageSolver:
         self.solves += 1
         built = build_with(self.builder, net, limit, weight=self.weight, kept=kept, extra_once=extra)
         if limit is not None and not self.exact:
-            got = solve_lagrange(built.problem)
+            got = solve_lagrange(built.problem, hint=self._lam)
             if got is None:
                 return None  # nothing fits
             choice = got.choice
+            self._lam = got.lam or self._lam
             self.worst_gap = max(self.worst_gap, got.gap or 0.0)
         else:
             try:

@@ -154,13 +154,18 @@ def _random_problem(rng, n=6, k=4):
 
 
 @pytest.mark.parametrize("seed", range(15))
-def test_the_lagrangian_solve_fits_and_is_within_its_proven_gap_of_the_optimum(seed):
+@pytest.mark.parametrize("hint", [None, 1e-3, 0.5, 1.0, 2.0, 1e3])
+def test_the_lagrangian_solve_fits_and_is_within_its_proven_gap_of_the_optimum(seed, hint):
+    """With or without a multiplier to start from (``hint``: times the one found without), near or
+    far from the one the problem needs."""
     rng = np.random.default_rng(seed)
     free = _random_problem(rng)
     lo = min(evaluate(free, c)[1] for c in itertools.product(range(4), repeat=6))
     hi = evaluate(free, solve(free).choice)[1]
     problem = free.with_memory_limit(lo + (hi - lo) * rng.uniform(0.1, 0.9))
     got = solve_lagrange(problem)
+    if hint is not None and got.lam:
+        got = solve_lagrange(problem, hint=hint * got.lam)
     exact = solve(problem, "brute")
     cost, memory = evaluate(problem, got.choice)
     assert memory <= problem.memory_limit * (1 + 1e-9)

@@ -40,9 +40,10 @@ class Relaxation:
         return max(0.0, (self.cost - self.bound) / self.cost) if self.cost > 0 else 0.0
 
 
-def solve_lagrange(problem: Problem, rounds: int = ROUNDS, rtol: float = 1e-3) -> Assignment | None:
+def solve_lagrange(problem: Problem, rounds: int = ROUNDS, rtol: float = 1e-3,
+                   hint: float | None = None) -> Assignment | None:
     """The best fitting assignment the bisection finds, with its proven relative gap; None when no
-    assignment fits the limit."""
+    assignment fits the limit. ``hint``: a multiplier a similar problem needed, to bracket from."""
     start = time.perf_counter()
     if problem.memory_limit is None:
         return solve_reduced(problem)
@@ -52,11 +53,11 @@ def solve_lagrange(problem: Problem, rounds: int = ROUNDS, rtol: float = 1e-3) -
     free = solve_reduced(problem.with_memory_limit(None))
     if fits(problem, free.memory):
         return solve_reduced(problem)
-    got = relax(problem, free.objective, rounds, rtol)
+    got = relax(problem, free.objective, rounds, rtol, hint)
     cost, memory = evaluate(problem, got.choice)
     return Assignment(got.choice, cost, memory, "lagrange(dp)", "optimal" if got.gap <= rtol else "feasible",
                       got.gap, time.perf_counter() - start, problem.num_nodes,
-                      f"Lagrangian relaxation of the memory limit: gap {got.gap:.2e} to its bound")
+                      f"Lagrangian relaxation of the memory limit: gap {got.gap:.2e} to its bound", got.lam)
 
 
 def slack(problem: Problem) -> float:
@@ -64,9 +65,13 @@ def slack(problem: Problem) -> float:
     return float(problem.memory_limit) - max(float(w.min()) for w in problem.node_workspace)
 
 
-def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: float = 1e-3) -> Relaxation:
+def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: float = 1e-3,
+          hint: float | None = None) -> Relaxation:
     """Bisection on ``lam`` for a problem whose limit binds and which some assignment fits
-    (``free_objective``: the unconstrained optimum, the bound at ``lam = 0``)."""
+    (``free_objective``: the unconstrained optimum, the bound at ``lam = 0``). Without ``hint`` the
+    bracket grows up from ``free / need`` by fours; with one (a multiplier a similar problem
+    needed: the pipeline search's stages) it grows out from the hint by 2%, 4%, 8%, ..., so the
+    bisection starts narrow."""
     need, least = min_memory(problem)
     room = slack(problem)
     best_choice, best_cost = tuple(least), evaluate(problem, least)[0]
@@ -85,10 +90,13 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
             return True
         return False
 
-    for _ in range(rounds):
-        if probe(hi):
-            break
-        lo, hi = hi, hi * 4
+    if hint:
+        lo, hi = _bracket(probe, hint, rounds)
+    else:
+        for _ in range(rounds):
+            if probe(hi):
+                break
+            lo, hi = hi, hi * 4
     for _ in range(rounds):
         # proven close enough, or the multiplier pinned down (what is left is the duality gap)
         if best_cost - bound <= rtol * best_cost or hi - lo <= LAM_RTOL * hi:
@@ -99,6 +107,26 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
         else:
             lo = lam
     return Relaxation(tuple(best_choice), best_cost, bound, bound_lam)
+
+
+def _bracket(probe, hint: float, rounds: int) -> tuple[float, float]:
+    """(lo, hi) with ``probe(hi)`` fitting and ``probe(lo)`` not (or ``lo`` 0), grown out from ``hint``."""
+    factor = 1.02
+    if probe(hint):
+        hi, lo = hint, hint / factor
+        for _ in range(rounds):
+            if not probe(lo):
+                return lo, hi
+            hi, factor = lo, factor * factor
+            lo = hi / factor
+        return 0.0, hi
+    lo, hi = hint, hint * factor
+    for _ in range(rounds):
+        if probe(hi):
+            break
+        lo, factor = hi, factor * factor
+        hi = lo * factor
+    return lo, hi
 
 
 def _priced_problem(problem: Problem, lam: float) -> Problem:

@@ -123,6 +123,7 @@ class Assignment:
     time_s: float
     reduced_nodes: int
     detail: str
+    lam: float | None = None  # Lagrangian relaxation: the multiplier of its best bound (a hint for a similar problem)
 
 
 def evaluate(problem: Problem, choice) -> tuple[float, float]:
