@@ -29,7 +29,7 @@ from costmodel.files import load_machine
 from costmodel.machine import Machine
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
-from costmodel.pipeline import predict_pipeline
+from costmodel.pipeline import INTERLEAVED, predict_pipeline
 from costmodel.precision import with_precision
 from costmodel.step import predict_step
 from networks.ir import Network
@@ -109,7 +109,9 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
             recorders.append(compute)
         return predict_step(stage_net, micro, strategies, algorithms, machine, compute, opt)
 
-    return predict_pipeline(net, c["batch"], c["gpus"], c["pipeline"], micro_batches, "1f1b", machine, stage)
+    chunks = c.get("chunks", 1)  # model chunks a device: the interleaved schedule (Korthikanti's 175B and 530B)
+    return predict_pipeline(net, c["batch"], c["gpus"], c["pipeline"], micro_batches,
+                            INTERLEAVED if chunks > 1 else "1f1b", machine, stage, chunks=chunks)
 
 
 def terms_of(row: dict, machine: Machine | None = None) -> PipelineTerms:
@@ -119,7 +121,7 @@ def terms_of(row: dict, machine: Machine | None = None) -> PipelineTerms:
     pred = predict_row(row, machine, recorders)
     return pipeline_terms(machine or load_machine(MACHINE),
                           [(r, s.per_micro_s, s.once_s) for r, s in zip(recorders, pred.stages, strict=True)],
-                          pred.micro_batches)
+                          pred.micro_batches, pred.chunks)
 
 
 def load_rows(path: Path = ASSET) -> list[dict]:

@@ -62,11 +62,12 @@ class PipelineTerms:
     """A pipelined step (costmodel.pipeline) as priced terms: per stage, the terms of one
     micro-batch (``micro``: forward, backward, sends) and of the once-a-step part (``once``: gradient
     sync and update), combined as the pipeline combines them,
-    ``sum_s T_s + (m - 1) max_s T_s + max_s once_s``."""
+    ``m max_s T_s + (sum_s T_s - max_s T_s) / V + max_s once_s`` (``V`` model chunks a device)."""
 
     micro: tuple[StepTerms, ...]
     once: tuple[StepTerms, ...]
     micro_batches: int
+    chunks: int = 1
 
     @property
     def kind(self) -> np.ndarray:
@@ -88,12 +89,12 @@ class StageRecorder(RecordingRoofline):
         return out
 
 
-def pipeline_terms(machine: Machine, stages: Sequence[tuple[StageRecorder, float, float]], micro_batches: int
-                   ) -> PipelineTerms:
+def pipeline_terms(machine: Machine, stages: Sequence[tuple[StageRecorder, float, float]], micro_batches: int,
+                   chunks: int = 1) -> PipelineTerms:
     """The terms of a pipelined step from each stage's recorder (which priced that stage alone),
     its predicted seconds per micro-batch (T_s) and once a step (sync and update)."""
     return PipelineTerms(tuple(_terms(machine, r.calls, t) for r, t, _ in stages),
-                         tuple(_terms(machine, r.once_calls, t) for r, _, t in stages), micro_batches)
+                         tuple(_terms(machine, r.once_calls, t) for r, _, t in stages), micro_batches, chunks)
 
 
 def _terms(machine: Machine, calls: list, total: float) -> StepTerms:
@@ -116,7 +117,8 @@ def step_s(terms: StepTerms | PipelineTerms, efficiencies: dict[str, float]) -> 
     """The step of ``terms`` priced with ``efficiencies`` (one per :data:`EFFICIENCY_CLASSES`)."""
     if isinstance(terms, PipelineTerms):
         t = [step_s(x, efficiencies) for x in terms.micro]
-        return sum(t) + (terms.micro_batches - 1) * max(t) + max(step_s(x, efficiencies) for x in terms.once)
+        return (terms.micro_batches * max(t) + (sum(t) - max(t)) / terms.chunks
+                + max(step_s(x, efficiencies) for x in terms.once))
     effs = np.array([efficiencies[k] for k in EFFICIENCY_CLASSES])
     return terms.rest_s + float(_kernels_s(terms.flops, terms.nbytes, terms.peak, terms.kind, terms.bandwidth,
                                            effs).sum())

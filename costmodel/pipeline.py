@@ -13,7 +13,14 @@ forward, its gradient back), a synchronous schedule's step is (Narayanan et al.,
     step = sum_s T_s + (m - 1) max_s T_s          (fill and drain, then the slowest stage)
          + max_s (gradient sync_s + update_s)     (once per step, every stage at once)
 
-the same for GPipe and 1F1B (a tied LM head on another stage than its embedding keeps a copy of
+the same for GPipe and 1F1B. Interleaved 1F1B (Narayanan et al., SC21, section 2.2.2) cuts the layers
+into ``V S`` chunks, device ``s`` holding chunks ``s, s + S, ...``; with ``T_s`` the device's time per
+micro-batch over all its chunks (and its ``V`` sends each way), the fill and drain shrink ``V``
+times::
+
+    step = m max_s T_s + (sum_s T_s - max_s T_s) / V + max_s O_s      (V = 1: the formula above)
+
+(a tied LM head on another stage than its embedding keeps a copy of
 the table, priced as its weight, and the two stages' ranks sum their gradients of it in a two-rank
 allreduce, once a step on each of the two; Megatron-LM's embedding group); the bubble is ``sum_s T_s - max_s T_s``, a fraction (S - 1) / m of the
 steady state for equal stages. They differ in memory: GPipe keeps the activations of all ``m``
@@ -36,7 +43,8 @@ from networks.errors import DnnplanError
 from networks.ir import DTYPE_BYTES, InputSpec, Layer, Network
 from networks.ops.base import prod
 
-SCHEDULES = ("1f1b", "gpipe")
+SCHEDULES = ("1f1b", "gpipe")  # what plans and the executor run
+INTERLEAVED = "interleaved"  # priced (dnnplan predict --chunks), not yet planned or run
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,7 @@ class StagePrediction:
     ranks: int
     micro: StepPrediction  # the stage's step on one micro-batch
     p2p_s: float  # its sends per micro-batch: activation forward and gradient backward
-    kept_micro_batches: int  # how many micro-batches' activations it holds at once
+    kept_micro_batches: float  # how many micro-batches' activations it holds at once (interleaved: in chunk shares)
     tied_sync_s: float = 0.0  # once a step: the tied table's gradient summed with the other stage holding it
 
     @property
@@ -73,16 +81,17 @@ class PipelinePrediction:
     micro_batches: int
     schedule: str
     stages: tuple[StagePrediction, ...]
+    chunks: int = 1  # interleaved 1F1B: model chunks a device holds
 
     @property
     def bubble_s(self) -> float:
         t = [s.per_micro_s for s in self.stages]
-        return sum(t) - max(t)
+        return (sum(t) - max(t)) / self.chunks
 
     @property
     def step_s(self) -> float:
         t = [s.per_micro_s for s in self.stages]
-        return sum(t) + (self.micro_batches - 1) * max(t) + max(s.once_s for s in self.stages)
+        return self.micro_batches * max(t) + self.bubble_s + max(s.once_s for s in self.stages)
 
     @property
     def bubble_fraction(self) -> float:
@@ -97,7 +106,7 @@ class PipelinePrediction:
 def pipeline_json(pred: PipelinePrediction) -> dict:
     """The ``dnnplan predict --pipeline --json`` object."""
     return {"network": pred.network, "batch": pred.batch, "devices": pred.devices, "micro_batches": pred.micro_batches,
-            "schedule": pred.schedule, "step_s": pred.step_s, "bubble_s": pred.bubble_s,
+            "schedule": pred.schedule, "chunks": pred.chunks, "step_s": pred.step_s, "bubble_s": pred.bubble_s,
             "bubble_fraction": pred.bubble_fraction, "memory_peak_bytes": pred.memory_peak_bytes,
             "stages": [{"stage": s.index, "first_layer": s.layers[0], "last_layer": s.layers[1], "ranks": s.ranks,
                         "per_micro_batch_s": s.per_micro_s, "fwd_s": s.micro.fwd_s, "bwd_s": s.micro.bwd_s,
@@ -227,36 +236,61 @@ def tied_sync_s(stage: Network, strategies: dict, names: set[str], machine: Mach
 
 def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_batches: int, schedule: str,
                      machine: Machine, predict_stage: Callable[[Network, int, int], StepPrediction],
-                     cuts: list[list[Layer]] | None = None) -> PipelinePrediction:
+                     cuts: list[list[Layer]] | None = None, chunks: int = 1) -> PipelinePrediction:
     """The pipelined step of ``net`` (module docstring). ``predict_stage(stage network, ranks,
     micro-batch)`` predicts one stage on its own ranks at one micro-batch (its strategies chosen by
-    the caller); ``cuts``: the stages' layers (default: Megatron's cut, else balanced)."""
-    if schedule not in SCHEDULES:
-        raise DnnplanError(f"unknown --schedule {schedule!r}", hint="use 1f1b or gpipe")
+    the caller); ``cuts``: the stages' layers (default: Megatron's cut, else balanced); ``chunks``:
+    under the interleaved schedule, the model chunks each device holds (module docstring)."""
+    _check(batch, devices, stages, micro_batches, schedule, chunks)
+    d, mb, n = devices // stages, batch // micro_batches, stages * chunks
+    cuts = cuts or block_stages(net, n) or balanced_stages(net, n)
+    received = [stage_network(net, layers, c)[1] for c, layers in enumerate(cuts)]
+    stage_of = {layer.name: c % stages for c, layers in enumerate(cuts) for layer in layers}
+    ties = crossing_ties(net, stage_of.__getitem__)
+    ends = sorted({stage_of[name] for name in ties}) or [0, 0]
+    out = []
+    for s in range(stages):
+        mine = range(s, n, stages)  # chunks s, s + S, ...: device s's (one stage when not interleaved)
+        stage_net, _ = stage_network(net, [layer for c in mine for layer in cuts[c]], s)
+        # each of the d ranks sends its block of the micro-batch to the next chunk's device
+        sends = sum(2 * p2p_s(machine, s * d, (c + 1) % stages * d, received[c + 1] * mb // d)
+                    for c in mine if c + 1 < n and received[c + 1])
+        micro = predict_stage(stage_net, d, mb)
+        tied = tied_sync_s(stage_net, {x.layer.name: x.layer.strategy for x in micro.layers}, ties, machine,
+                           (ends[0] * d, ends[-1] * d))
+        out.append(StagePrediction(s, (cuts[s][0].name, cuts[mine[-1]][-1].name), d, micro, sends,
+                                   kept_micro_batches(schedule, stages, s, micro_batches, chunks), tied))
+    return PipelinePrediction(net.name, batch, devices, micro_batches, schedule, tuple(out), chunks)
+
+
+def _check(batch: int, devices: int, stages: int, micro_batches: int, schedule: str, chunks: int) -> None:
+    if schedule not in SCHEDULES + (INTERLEAVED,):
+        raise DnnplanError(f"unknown --schedule {schedule!r}", hint="use 1f1b, gpipe or interleaved")
+    if (schedule == INTERLEAVED) != (chunks > 1):
+        raise DnnplanError(f"the {schedule} schedule with {chunks} model chunk(s) a device",
+                           hint="interleave with --schedule interleaved --chunks V (V >= 2), else --chunks 1")
     if devices % stages:
         raise DnnplanError(f"{stages} pipeline stages do not divide {devices} devices",
                            hint="choose --pipeline dividing --devices")
     if batch % micro_batches:
         raise DnnplanError(f"{micro_batches} micro-batches do not divide the batch {batch}",
                            hint="choose --micro-batches dividing --batch")
-    d, mb = devices // stages, batch // micro_batches
-    cuts = cuts or block_stages(net, stages) or balanced_stages(net, stages)
-    nets = [stage_network(net, layers, s) for s, layers in enumerate(cuts)]
-    stage_of = {layer.name: s for s, layers in enumerate(cuts) for layer in layers}
-    ties = crossing_ties(net, stage_of.__getitem__)
-    ends = sorted({stage_of[name] for name in ties}) or [0, 0]
-    out = []
-    for s, (stage_net, _) in enumerate(nets):
-        sent = nets[s + 1][1] if s + 1 < stages else 0  # what the next stage receives from this one
-        nbytes = sent * mb // d  # each of the d ranks sends its block of the micro-batch
-        micro = predict_stage(stage_net, d, mb)
-        tied = tied_sync_s(stage_net, {x.layer.name: x.layer.strategy for x in micro.layers}, ties, machine,
-                           (ends[0] * d, ends[-1] * d))
-        out.append(StagePrediction(
-            s, (cuts[s][0].name, cuts[s][-1].name), d, micro,
-            2 * p2p_s(machine, s * d, (s + 1) * d, nbytes) if sent else 0.0,
-            micro_batches if schedule == "gpipe" else min(stages - s, micro_batches), tied))
-    return PipelinePrediction(net.name, batch, devices, micro_batches, schedule, tuple(out))
+    if chunks > 1 and micro_batches % stages:
+        raise DnnplanError(f"the interleaved schedule runs micro-batches in groups of the {stages} stages; "
+                           f"{micro_batches} is not a multiple", hint="choose --micro-batches a multiple of --pipeline")
+
+
+def kept_micro_batches(schedule: str, stages: int, s: int, m: int, chunks: int = 1) -> float:
+    """Micro-batches whose activations device ``s`` holds at its peak: all ``m`` under GPipe,
+    ``min(S - s, m)`` under 1F1B; interleaved, Megatron-LM's warm-up of ``2 (S - s - 1) + (V - 1) S``
+    chunk forwards and one more (all ``m V`` when ``m = S``), each a ``1 / V`` share of the device's
+    activations (megatron/core/pipeline_parallel/schedules.py, the interleaved schedule)."""
+    if schedule == "gpipe":
+        return m
+    if chunks == 1:
+        return min(stages - s, m)
+    warm = m * chunks if m == stages else min(2 * (stages - s - 1) + (chunks - 1) * stages + 1, m * chunks)
+    return warm / chunks
 
 
 def p2p_s(machine: Machine, src: int, dst: int, nbytes: int) -> float:

@@ -89,7 +89,13 @@ MicroBatchesOpt = Annotated[int, typer.Option(
     callback=within("--micro-batches", 1, MAX_INT))]
 ScheduleOpt = Annotated[str, typer.Option(
     "--schedule", help="Pipeline schedule: 1f1b (activations of at most as many micro-batches as stages "
-    "remain) or gpipe (of all of them); the same step.")]
+    "remain) or gpipe (of all of them), the same step; `dnnplan predict` also prices interleaved "
+    "(Megatron-LM's interleaved 1F1B, --chunks model chunks a device: the fill and drain shrink that "
+    "many times, the sends grow as many).")]
+ChunksOpt = Annotated[int, typer.Option(
+    "--chunks", help="With --schedule interleaved: model chunks each device holds (Megatron-LM's virtual "
+    "pipeline stages; the layers are cut into pipeline x chunks pieces).",
+    callback=within("--chunks", 1, 4096))]
 TensorOpt = Annotated[int, typer.Option(
     "--tensor", "-t", help="Megatron tensor parallelism of this degree: column/row-parallel linear pairs, attention "
     "split by heads, vocabulary-parallel embedding, LM head and loss; the rest of the devices split the batch "

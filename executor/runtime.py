@@ -31,8 +31,7 @@ that step's clock stops.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field, replace
-from typing import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,7 +39,6 @@ from costmodel.compute import DEFAULT_CONV_ALGORITHM
 from costmodel.layer_layouts import input_layout, output_layout, require_fits, weight_layouts
 from costmodel.layout import block
 from costmodel.strategy import Strategy
-from executor.check import CheckResult, run_check, tolerance_for
 from executor.comm import GroupComms, allreduce_, reshard, reshard_plan, wait_for
 from executor.init import init_weights, make_inputs, make_labels, take
 from executor.memory import held_bytes, traced_peak_bytes
@@ -50,7 +48,6 @@ from executor.ops.embedding import tie
 from executor.ops.norm import STAT_DIMS
 from executor.timers import Timers
 from executor.zero import LayerZero
-from executor.zero_check import check_zero
 from kernels.activation import add_forward
 from kernels.optimizer import sgd_momentum_update
 from networks.analysis import layer_splits

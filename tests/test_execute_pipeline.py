@@ -167,3 +167,4 @@ def test_the_check_fails_when_the_two_copies_of_the_tied_table_are_not_summed(tm
     plan = _plan(tmp_path, 2, 2, 2, "1f1b")
     got = _run_case(plan, 2, "--no-tied-sum")
     assert not got["passed"] and got["worst_tensor"] == "embed.tokens", got
+

@@ -9,7 +9,11 @@ from typer.testing import CliRunner
 
 from costmodel.compute import Roofline, default_algorithms
 from costmodel.files import load_machine
+from pathlib import Path
+
+from costmodel.megatron import megatron_strategies
 from costmodel.pipeline import balanced_stages, predict_pipeline
+from profiler import context
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
 from dnnplan.cli import app
@@ -85,3 +89,66 @@ def test_predict_pipeline_json():
     data = json.loads(result.output)
     assert len(data["stages"]) == 2 and data["stages"][1]["last_layer"] == "loss"
     assert 0 < data["bubble_fraction"] < 1
+
+
+GPT = "gpt-tiny"
+ZOO_TINY = Path(__file__).resolve().parents[1] / "networks" / "zoo" / "gpt-tiny.yaml"
+
+
+# ---------------------------------------------------------------------------------------------
+# interleaved 1F1B (priced by dnnplan predict)
+
+@pytest.mark.parametrize("stages,s,m,chunks,want", [
+    (4, 0, 8, 1, 4), (4, 3, 8, 1, 1),  # 1F1B: S - s
+    (4, 0, 8, 2, (2 * 3 + 1 * 4 + 1) / 2), (4, 3, 8, 2, (0 + 4 + 1) / 2),  # Megatron's warm-up + 1, in chunk shares
+    (4, 0, 4, 2, 4), (4, 1, 4, 3, 4),  # m = S: every micro-batch's chunks warm up first
+    (8, 0, 16, 3, (2 * 7 + 2 * 8 + 1) / 3)])
+def test_the_interleaved_schedule_keeps_megatrons_warm_up_of_chunk_forwards(stages, s, m, chunks, want):
+    from costmodel.pipeline import kept_micro_batches
+    assert kept_micro_batches("interleaved" if chunks > 1 else "1f1b", stages, s, m, chunks) == pytest.approx(want)
+
+
+def test_interleaving_gives_each_device_every_s_th_chunk_and_shrinks_the_bubble(tmp_path):
+    text = (ZOO_TINY).read_text().replace("repeat: 2", "repeat: 4")
+    spec = tmp_path / "gpt4.yaml"
+    spec.write_text(text)
+    ctx = context.resolve(str(spec), 4, 8, "dgx-a100")
+
+    def stage(net, ranks, micro):
+        from costmodel.step import predict_step
+        strategies, _ = megatron_strategies(net, ranks, micro, 1)
+        return predict_step(net, micro, strategies, {}, ctx.machine, ctx.compute)
+
+    from costmodel.pipeline import predict_pipeline
+    pred = predict_pipeline(ctx.network, 8, 4, 2, 4, "interleaved", ctx.machine, stage, chunks=2)
+    names = [{row.layer.name for row in st.micro.layers} for st in pred.stages]
+    assert {"h0.ln1", "h2.ln1", "embed"} <= names[0] and {"h1.ln1", "h3.ln1", "loss"} <= names[1]
+    assert not names[0] & names[1]
+    t = [st.per_micro_s for st in pred.stages]
+    assert pred.bubble_s == pytest.approx((sum(t) - max(t)) / 2)
+    assert pred.step_s == pytest.approx(4 * max(t) + (sum(t) - max(t)) / 2 + max(st.once_s for st in pred.stages))
+    plain = predict_pipeline(ctx.network, 8, 4, 2, 4, "1f1b", ctx.machine, stage)
+    assert pred.stages[0].p2p_s > plain.stages[0].p2p_s  # two sends each way a micro-batch instead of one
+    assert pred.bubble_s < plain.bubble_s
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--micro-batches", "6", "--schedule", "interleaved", "--chunks", "2"], "not a multiple"),
+    (["--micro-batches", "4", "--chunks", "2"], "with 2 model chunk(s)"),
+    (["--micro-batches", "4", "--schedule", "interleaved"], "with 1 model chunk(s)"),
+])
+def test_predict_refuses_an_interleaving_it_cannot_run_in_one_line(args, needle):
+    result = CliRunner().invoke(app, ["predict", GPT, "-p", "4", "-b", "12", "--machine", "dgx-a100",
+                                      "--pipeline", "4", *args])
+    assert result.exit_code == 2 and needle in result.output, result.output
+
+
+def test_predict_prices_interleaving_and_plan_says_it_does_not_search_it():
+    ok = CliRunner().invoke(app, ["predict", GPT, "-p", "2", "-b", "8", "--machine", "dgx-a100", "--pipeline", "2",
+                                  "--micro-batches", "4", "--schedule", "interleaved", "--chunks", "2", "--json"])
+    assert ok.exit_code == 0, ok.output
+    data = json.loads(ok.output)
+    assert data["chunks"] == 2 and data["schedule"] == "interleaved"
+    refused = CliRunner().invoke(app, ["plan", GPT, "-p", "2", "-b", "8", "--machine", "dgx-a100", "--pipeline", "2",
+                                       "--schedule", "interleaved"])
+    assert refused.exit_code == 2 and "does not search" in refused.output and "--chunks" in refused.output

@@ -18,7 +18,7 @@ from dnnplan.render import plan as render
 from dnnplan.render.messages import warn
 from dnnplan.render.plot import plot_sweep
 from networks.errors import DnnplanError, short
-from costmodel.pipeline import SCHEDULES, pipeline_json
+from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
 from costmodel.precision import get_precision
 from costmodel.step import model_flops_utilization
 from planner.optimize import Settings, make_plan
@@ -87,7 +87,10 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
         if sweep:
             raise DnnplanError("--pipeline plans cannot be swept yet", hint="drop --sweep, or plan without --pipeline")
         if schedule not in SCHEDULES:
-            raise DnnplanError(f"unknown --schedule {short(schedule)}", hint="use 1f1b or gpipe")
+            raise DnnplanError(f"the planner does not search the {short(schedule)} schedule" if schedule == INTERLEAVED
+                               else f"unknown --schedule {short(schedule)}",
+                               hint="use 1f1b or gpipe" + (" (`dnnplan predict --schedule interleaved --chunks V` "
+                                                           "prices interleaving)" if schedule == INTERLEAVED else ""))
         return plan_pipeline(ctx, network, pipeline, micro_batches, limit, settings, out, schedule, as_json,
                              machine_ref=machine or DEFAULT_MACHINE, fingerprint=profile_fingerprint(profile))
     if sweep:

@@ -10,7 +10,7 @@ from costmodel.optimizer import Optimizer
 from costmodel.pipeline import pipeline_json, predict_pipeline
 from costmodel.step import predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
-from dnnplan.options import (BatchOpt, DevicesOpt, JsonOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
+from dnnplan.options import (BatchOpt, ChunksOpt, DevicesOpt, JsonOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
                              PipelineOpt, PrecisionOpt, ProfileOpt, RecomputeModeOpt, ScheduleOpt,
                              SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.render import tables
@@ -27,7 +27,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0,
             tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False,
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
-            recompute: RecomputeModeOpt = "none", as_json: JsonOpt = False) -> None:
+            chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", as_json: JsonOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -44,6 +44,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     data 16, micro-batches of one sample:
     dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --tensor 8
     --pipeline 12 --micro-batches 96 --recompute full --machine dgx-a100
+
+    Add --schedule interleaved --chunks 3 for Megatron-LM's interleaved 1F1B with 3 model chunks a device.
     """
     if is_plan_file(network):
         return predict_plan(network, profile, as_json)
@@ -60,7 +62,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
         return uniform_strategies(net, ranks, batch, strategy)
 
     if pipeline > 1 or micro_batches > 1:
-        return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json)
+        return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json,
+                                 chunks)
     strategies, fallbacks = strategies_of(ctx.network, devices, ctx.batch)
     pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute, opt)
     if as_json:
@@ -72,7 +75,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
 
 
 def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], opt: Optimizer, stages: int,
-                      micro_batches: int, schedule: str, as_json: bool) -> None:
+                      micro_batches: int, schedule: str, as_json: bool, chunks: int = 1) -> None:
     """`dnnplan predict NET --pipeline S --micro-batches M`: each stage on its ranks with the
     uniform or Megatron strategies (costmodel.pipeline)."""
     fallbacks = []
@@ -82,7 +85,8 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
         fallbacks.extend(fell)
         return predict_step(net, micro, strategies, algorithms, ctx.machine, ctx.compute, opt)
 
-    pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, schedule, ctx.machine, stage)
+    pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, schedule, ctx.machine, stage,
+                            chunks=chunks)
     if as_json:
         print(json.dumps({**pipeline_json(pred), "fallbacks": [f.__dict__ for f in fallbacks]}))
         return

@@ -27,14 +27,15 @@ def memory_line(parts: dict[str, int]) -> str:
 def pipeline_table(pred) -> None:
     """A pipelined prediction (costmodel.pipeline.PipelinePrediction): one row per stage."""
     t = Table(title=f"{pred.network}: batch {pred.batch} on {pred.devices} devices, {len(pred.stages)} stages, "
-                    f"{pred.micro_batches} micro-batches, {pred.schedule}", title_justify="left")
+                    f"{pred.micro_batches} micro-batches, {pred.schedule}"
+                    + (f" ({pred.chunks} chunks a device)" if pred.chunks > 1 else ""), title_justify="left")
     for col in ("stage", "layers", "ranks", "fwd", "bwd", "sends", "per micro-batch", "sync+update",
                 "micro-batches kept", "memory"):
         t.add_column(col, justify="left" if col in ("stage", "layers") else "right")
     for s in pred.stages:
         t.add_row(str(s.index), f"{s.layers[0]} .. {s.layers[1]}", str(s.ranks), fmt.seconds(s.micro.fwd_s),
                   fmt.seconds(s.micro.bwd_s), fmt.seconds(s.p2p_s), fmt.seconds(s.per_micro_s), fmt.seconds(s.once_s),
-                  str(s.kept_micro_batches), fmt.nbytes(s.memory_peak_bytes))
+                  f"{s.kept_micro_batches:g}", fmt.nbytes(s.memory_peak_bytes))
     console.print(t)
     console.print(f"[bold]step {fmt.seconds(pred.step_s)}[/bold]: fill and drain plus the slowest stage per further "
                   f"micro-batch, then gradient sync and update; bubble {fmt.seconds(pred.bubble_s)} "
