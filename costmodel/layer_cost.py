@@ -384,9 +384,12 @@ def _link(strategy: Strategy, dims: tuple[str, ...], machine: Machine):
 @lru_cache(maxsize=None)
 def edge_estimate(producer: Layer, pstrat: Strategy, consumer: Layer, cstrat: Strategy, slot: int,
                   batch: int, machine: Machine) -> EdgeEstimate:
-    src = output_layout(producer, pstrat, batch)
-    dst = input_layout(consumer, cstrat, batch, slot)
-    itemsize = DTYPE_BYTES.get(producer.dtype, 4)
+    return layout_edge(output_layout(producer, pstrat, batch), input_layout(consumer, cstrat, batch, slot),
+                       DTYPE_BYTES.get(producer.dtype, 4), machine)
+
+
+def layout_edge(src: Layout, dst: Layout, itemsize: int, machine: Machine) -> EdgeEstimate:
+    """The reshard from ``src`` (owned blocks) to ``dst`` (needed blocks), its gradient summed back."""
     fwd_s, fwd_b = _reshard_time(src, dst, False, itemsize, machine)
     bwd_s, bwd_b = _reshard_time(dst, src, True, itemsize, machine)
     halo = bool(fwd_b) and reshard_peaks(src, _strip_windows(dst))[0] == 0

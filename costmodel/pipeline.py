@@ -38,6 +38,7 @@ from costmodel.layer_layouts import weight_layouts
 from costmodel.layout import block
 from costmodel.machine import Machine
 from costmodel.step import StepPrediction
+from costmodel.tied import with_table
 from networks.analysis import block_of, layer_cost
 from networks.errors import DnnplanError
 from networks.ir import DTYPE_BYTES, InputSpec, Layer, Network
@@ -173,7 +174,7 @@ def stage_network(net: Network, layers: list[Layer], index: int) -> tuple[Networ
     and the bytes per sample it receives that way. A tied LM head whose embedding is on another
     stage holds its own copy of the table there, as its ``weight`` (module docstring)."""
     names = {layer.name for layer in layers}
-    layers = [_with_copy(layer) if layer.p.get("tied_to") and layer.p["tied_to"] not in names else layer
+    layers = [with_table(layer) if layer.p.get("tied_to") and layer.p["tied_to"] not in names else layer
               for layer in layers]
     by_name = {layer.name: layer for layer in net.layers}
     inputs, received = {}, 0
@@ -201,11 +202,6 @@ def cut_at(net: Network, first_layers: tuple[str, ...]) -> list[list[Layer]]:
                            hint=f"the first stage starts at '{net.layers[0].name}', each next one at a later layer")
     ends = starts[1:] + [len(net.layers)]
     return [list(net.layers[a:b]) for a, b in zip(starts, ends)]
-
-
-def _with_copy(head: Layer) -> Layer:
-    """A tied head that keeps its own copy of the embedding's table: (vocabulary, width), its ``weight``."""
-    return dataclasses.replace(head, weights=(("weight", (head.p["features"], head.in_shapes[0][-1])),) + head.weights)
 
 
 def crossing_ties(net: Network, stage_of: Callable[[str], int]) -> set[str]:

@@ -26,6 +26,7 @@ from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, lay
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
 from costmodel.strategy import Strategy
+from costmodel.tied import tie_estimate, ties
 from networks.analysis import consumers, layer_cost, saved_outputs
 from networks.ir import Network
 
@@ -102,6 +103,7 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     by_name = {layer.name: layer for layer in net.layers}
     readers = consumers(net)
     saved = saved_outputs(net)
+    tied = {head: embed for embed, head in ties(net)}
     rows = []
     for layer in net.layers:
         strat = strategies[layer.name]
@@ -117,6 +119,11 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
             fwd += edge.fwd_s + fcopy
             bwd += edge.bwd_s + bcopy
             halo = halo or edge.halo
+        if layer.name in tied:  # the embedding's table resharded to the head's rows, and back (costmodel.tied)
+            embed = by_name[tied[layer.name]]
+            edge = tie_estimate(embed, strategies[embed.name], layer, strat, machine)
+            fcopy, bcopy = edge.copy_s(compute)
+            fwd, bwd = fwd + edge.fwd_s + fcopy, bwd + edge.bwd_s + bcopy
         rows.append(LayerPrediction(est, fwd, bwd, halo))
     return StepPrediction(net.name, batch, next(iter(strategies.values())).p if strategies else 1,
                           machine.name, compute.name, tuple(rows))

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.layer_layouts import output_layout
 from executor.comm import allreduce_, mpi, wait_for
-from executor.ops.embedding import refused_tie, tie_mismatch
+from costmodel.tied import tie_mismatch
+from executor.ops.embedding import refused_tie
 from networks.errors import DnnplanError
 
 
@@ -46,7 +46,7 @@ class TiedPair:
         if head is None:
             return cls()
         hs, es = strategies[head.name], strategies[embed.name]
-        why = tie_mismatch(head, hs, output_layout(head, hs, micro_batch), embed, es)
+        why = tie_mismatch(head, hs, embed, es)
         if why:
             raise refused_tie(head, hs, embed, es, why)
         ends = (stage_of[embed.name], stage_of[head.name])

@@ -172,7 +172,7 @@ class _Runtime:
         if layer.op == "linear" and layer.p.get("tied_to"):  # shares its embedding's token rows
             run.tied_owner = next((r for r in self.runs if r.layer.name == layer.p["tied_to"]), None)
             if run.tied_owner is not None:  # else pipelined: a copy of the table, its weight (executor.pipeline_tied)
-                tie(ctx, run.tied_owner.ctx)
+                tie(ctx, run.tied_owner.ctx, None if self.zero else self.comm)
         run.layer_inputs = tuple((k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs)
         run.fwd_moves = any(not reshard_plan(self.out_layouts[src], in_ls[k], False, rank).identity
                             for k, src in run.layer_inputs)

@@ -30,12 +30,13 @@ import numpy as np
 from costmodel.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost, recomputed_comms
 from costmodel.layer_cost import LayerEstimate, layer_estimate, passes_s
-from costmodel.layer_layouts import input_layout, local_layer, output_layout
+from costmodel.layer_layouts import input_layout, local_layer, output_layout, weight_layouts
 from costmodel.layout import Layout
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
 from costmodel.reshard_batch import LayoutTable, reshard_times_ids
 from costmodel.strategy import Strategy
+from costmodel.tied import head_sum_s, table_layout, tie_mismatch, ties
 from networks.analysis import consumers, saved_outputs
 from networks.ir import DTYPE_BYTES, Layer, Network
 from planner.solvers import Edge, Problem
@@ -212,6 +213,14 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
             outs = [b.layout_id(output_layout(sigs[u], s, b.batch)) for s in su]
             ins = [b.layout_id(input_layout(sigs[v], s, b.batch, slot)) for s in sv]
             patterns[key] = (outs, ins, DTYPE_BYTES.get(sigs[u].dtype, 4), u, v)
+    for embed, head in (ties(net) if with_edges else ()):  # the table to a tied head's rows (costmodel.tied)
+        u, v = index[embed], index[head]
+        key = (sigs[u], sigs[v], "tie")
+        edge_keys.append((u, v, key))
+        if key not in patterns and key not in b.matrices:
+            outs = [b.layout_id(weight_layouts(sigs[u], s)["tokens"]) for s in nodes[u].strategies]
+            ins = [b.layout_id(table_layout(sigs[v], s)) for s in nodes[v].strategies]
+            patterns[key] = (outs, ins, DTYPE_BYTES.get(sigs[u].dtype, 4), u, v)
     needed: dict[tuple[int, int, int], None] = {}
     for outs, ins, size, _, _ in patterns.values():
         for o in outs:
@@ -222,10 +231,20 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
     where = {k: n for n, k in enumerate(pairs)}
     for key, (outs, ins, size, u, v) in patterns.items():
         flat = np.array([where[(o, i, size)] for o in outs for i in ins], dtype=np.int64)
-        b.matrices[key] = cost[flat].reshape(len(outs), len(ins))[np.ix_(nodes[u].strategy_of, nodes[v].strategy_of)]
+        by_strategy = cost[flat].reshape(len(outs), len(ins))
+        if key[2] == "tie":  # the head's gradient summed over its group first, where the two do not share rows
+            by_strategy = by_strategy + _head_sums(b, key[0], key[1], nodes[u].strategies, nodes[v].strategies)
+        b.matrices[key] = by_strategy[np.ix_(nodes[u].strategy_of, nodes[v].strategy_of)]
     edge_list = tuple(Edge(u, v, b.matrices[key] if weight == 1 else weight * b.matrices[key])
                       for u, v, key in edge_keys)
     return edge_list, len({k for _, _, k in edge_keys}), len(pairs)
+
+
+def _head_sums(b: Builder, embed: Layer, head: Layer, embeds, heads) -> np.ndarray:
+    """costmodel.tied.head_sum_s for each (embedding strategy, head strategy) that does not share rows."""
+    sums = [head_sum_s(head, s, b.machine) for s in heads]
+    return np.array([[0.0 if tie_mismatch(head, hs, embed, es) is None else t for hs, t in zip(heads, sums)]
+                     for es in embeds])
 
 
 def _times(b: Builder, pairs, backward: bool) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from executor.comm import reshard
 from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, owns_bias, unsupported
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
 
@@ -30,11 +31,17 @@ def _weight(ctx: LayerCtx) -> np.ndarray:
         return ctx.weights["weight"]
     if ctx.tied is None:
         raise unsupported(ctx.layer, "a tied linear layer whose embedding is not set up")
-    return ctx.tied.weight
+    if ctx.tied.layouts is None:
+        return ctx.tied.weight
+    return ctx.memo["table"]  # this step's table, resharded to the head's rows in forward
 
 
 def forward(ctx: LayerCtx, xs):
     (x,) = xs
+    tied = ctx.tied if ctx.p.get("tied_to") and "weight" not in ctx.weights else None
+    if tied is not None and tied.layouts is not None:  # the embedding's table to this head's rows
+        with ctx.span("fwd_comm"):
+            ctx.memo["table"] = reshard(tied.comm, tied.weight, *tied.layouts)
     w = _weight(ctx)
     with ctx.span("fwd_compute"):
         y = linear_forward(x, w, ctx.weights["bias"] if owns_bias(ctx) else None)
@@ -49,5 +56,11 @@ def backward(ctx: LayerCtx, dy, x):
         dx, dw, db = _linear_backward(dy, x, _weight(ctx), with_bias)
     dxs, grads = finish_contraction_backward(ctx, dx, dw, db)
     if ctx.p.get("tied_to") and "weight" not in ctx.weights:
-        ctx.tied.grad = grads.pop("weight")
+        g = grads.pop("weight")
+        if ctx.tied.layouts is not None:  # back to the embedding's rows (costmodel.tied)
+            g = ctx.allreduce(np.ascontiguousarray(g), ("N", "H"), "bwd_comm")  # whole on every replica
+            with ctx.span("bwd_comm"):
+                g = reshard(ctx.tied.comm, g, ctx.tied.layouts[1], ctx.tied.layouts[0], backward=True)
+                g = g / ctx.tied.replicas  # each of the embedding's replicas gets it; its sync sums them
+        ctx.tied.grad = g
     return dxs, grads

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.layer_layouts import weight_layouts
-from costmodel.layout import Layout, block
+from costmodel.layout import block
 from costmodel.strategy import Strategy
+from costmodel.tied import table_layout, tie_mismatch
 from executor.ops.base import LayerCtx, check_shape, memo
 from kernels.embedding import embedding_backward_weights, embedding_forward
 from networks.errors import DnnplanError
@@ -40,6 +41,11 @@ class TiedTable:
 
     weight: np.ndarray  # the embedding's local token table: updated in place, read by both layers
     grad: np.ndarray | None = None  # the head's gradient of those rows, until the embedding adds its own
+    #: when the head needs other rows than the embedding holds: (embedding's layout of the table,
+    #: the head's) and the communicator the table is resharded over, each step (costmodel.tied)
+    layouts: tuple | None = None
+    comm: object = None
+    replicas: int = 1  # the embedding's ranks holding each block of the table (its gradient-sync group)
 
 
 def _geometry(ctx: LayerCtx):
@@ -79,31 +85,20 @@ def backward(ctx: LayerCtx, dy, cache):
     return [None], grads
 
 
-def tie(head: LayerCtx, embed: LayerCtx) -> TiedTable:
-    """Give a tied head the embedding's token rows (both contexts keep the returned table), or
-    refuse with one line when the two strategies do not hold the same rows on every rank."""
-    why = tie_mismatch(head.layer, head.strategy, head.out_layout, embed.layer, embed.strategy)
-    if why:
+def tie(head: LayerCtx, embed: LayerCtx, comm=None) -> TiedTable:
+    """Give a tied head the embedding's token rows (both contexts keep the returned table). When
+    the two strategies do not hold the same rows on every rank, the head reads the table resharded
+    to its rows over ``comm`` (costmodel.tied); without ``comm`` (ZeRO), that is refused in one line."""
+    why = tie_mismatch(head.layer, head.strategy, embed.layer, embed.strategy)
+    if why and comm is None:
         raise refused_tie(head.layer, head.strategy, embed.layer, embed.strategy, why)
     shared = TiedTable(embed.weights["tokens"])
+    if why:
+        shared.layouts = (weight_layouts(embed.layer, embed.strategy)["tokens"], table_layout(head.layer, head.strategy))
+        shared.comm = comm
+        shared.replicas = embed.strategy.group_size(tuple(d for d in ("N", "H") if embed.strategy.degree(d) > 1))
     head.tied = embed.tied = shared
     return shared
-
-
-def tie_mismatch(head: Layer, head_strategy: Strategy, head_out: Layout, embed: Layer,
-                 embed_strategy: Strategy) -> str | None:
-    """Why a head and its embedding cannot share (or, pipelined, sum) their token rows rank by rank
-    (None: they can): each rank must hold the same vocabulary rows and every feature, and the two
-    must split samples and positions alike (the same gradient-sync groups)."""
-    table = weight_layouts(embed, embed_strategy)["tokens"]
-    width = embed.p["dim"]
-    for r in range(head_strategy.p):
-        rows, cols = block(table, r)
-        if block(head_out, r)[-1] != rows or cols != (0, width):
-            return "they must hold the same vocabulary rows and every feature"
-    if _partition(head_strategy) != _partition(embed_strategy):
-        return "their sample and position splits must match"
-    return None
 
 
 def refused_tie(head: Layer, head_strategy: Strategy, embed: Layer, embed_strategy: Strategy,
@@ -111,8 +106,3 @@ def refused_tie(head: Layer, head_strategy: Strategy, embed: Layer, embed_strate
     return DnnplanError(f"the executor cannot run a tied head under {head_strategy.label} with its embedding "
                         f"'{embed.name}' under {embed_strategy.label}: {why}", layer=head.name,
                         hint="give both N=p, or the embedding C=t and the head F=t (Megatron)")
-
-
-def _partition(strategy: Strategy) -> set:
-    dims = tuple(d for d in ("N", "H") if strategy.degree(d) > 1)
-    return {strategy.group(r, dims) for r in range(strategy.p)}
