@@ -100,7 +100,7 @@ class PipelineRuntime:
         self.arrivals = arrivals
         self.last = self.s == self.stages - 1
         self.ops = schedule_ops(spec.schedule, self.stages, self.s, self.m)
-        self.tied = TiedPair.build(comm, net, strategies, mb, self.stage_of, self.s, self.d, timers)
+        self.tied = TiedPair.build(comm, net, strategies, self.stage_of, self.s, self.d, timers)
         self.layers = cuts[self.s]  # the whole network's layers of this stage (the head without its copy)
         self.label = stage_label(self.s)
 

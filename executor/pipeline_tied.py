@@ -40,7 +40,7 @@ class TiedPair:
     timers: object = None
 
     @classmethod
-    def build(cls, comm, net, strategies, micro_batch: int, stage_of: dict, stage: int, d: int, timers) -> TiedPair:
+    def build(cls, comm, net, strategies, stage_of: dict, stage: int, d: int, timers) -> TiedPair:
         """Collective over ``comm`` when a tie crosses stages (every rank finds that from the plan alone)."""
         head, embed = crossing_head(net, stage_of)
         if head is None:
