@@ -82,6 +82,7 @@ class PipelineRuntime:
         self.sends = {name: sorted({self.stage_of[layer.name] for layer in net.layers if name in layer.inputs}
                                    - {self.s}) for name in mine}
         self.sends = {name: to for name, to in self.sends.items() if to}
+        self.keep = frozenset(self.sends)  # outputs sent on after the stage's forward
         crossing = {src for layer in net.layers for src in layer.inputs
                     if src in self.stage_of and self.stage_of[src] != self.stage_of[layer.name]}
         cut_names = [layer.name for layer in net.layers if layer.name in crossing]
@@ -123,7 +124,7 @@ class PipelineRuntime:
 
     def _forward(self, index: int, j: int, keep_grads: bool, caches: dict, pending: list) -> float:
         acts = {name: self._recv(name, layout, j, self.stage_of[name], False) for name, layout in self.arrivals.items()}
-        acts, caches[j] = self.rt._forward(index, keep_grads, micro=j, acts=acts)
+        acts, caches[j] = self.rt._forward(index, keep_grads, micro=j, acts=acts, keep=self.keep)
         for name, to in self.sends.items():
             for q in to:
                 self._send(acts[name], name, j, q, False, pending)

@@ -126,6 +126,7 @@ class _Runtime:
         self.runs: list[_LayerRun] = []
         for layer in net.layers:
             self.runs.append(self._build(layer, full_w, data))
+        self.last_reader = {src: layer.name for layer in net.layers for src in layer.inputs}
         if io is None and (not net.layers or net.layers[-1].op != LOSS_OP):
             raise DnnplanError(f"network '{net.name}' does not end in a {LOSS_OP} layer",
                                hint="the executor trains against a loss")
@@ -256,8 +257,11 @@ class _Runtime:
                 run.zero.publish(run.ctx)
         return kept
 
-    def _forward(self, index: int, keep_grads: bool, micro: int = 0, acts: dict | None = None):
-        """Forward of micro-batch ``micro`` (``acts``: tensors that arrived from earlier stages)."""
+    def _forward(self, index: int, keep_grads: bool, micro: int = 0, acts: dict | None = None,
+                 keep: frozenset = frozenset()):
+        """Forward of micro-batch ``micro`` (``acts``: tensors that arrived from earlier stages);
+        returns the outputs still held (the last layer's and ``keep``'s: each other output is let go
+        after its last reader, what backward needs of it being in the caches) and the caches."""
         acts, caches = dict(acts or {}), {}
         self.input_blocks = self.feeds[micro]
         tag = f"{index}/{micro}" if micro else f"{index}"
@@ -278,6 +282,9 @@ class _Runtime:
             if run.zero is not None and run.ctx.tied is None:  # a tied table: until the head's backward
                 run.zero.release(run.ctx)
             acts[run.layer.name] = y
+            for src in run.layer.inputs:
+                if self.last_reader.get(src) == run.layer.name and src not in keep:
+                    acts.pop(src, None)
         return acts, caches
 
     def _backward(self, caches, grads: dict | None = None) -> dict[str, dict[str, np.ndarray]]:

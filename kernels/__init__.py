@@ -20,7 +20,9 @@ from kernels import activation, attention, conv, gemm, loss, norm, optimizer, po
 #: 3: Winograd builds its transform matrices once, gathers input tiles in one strided copy,
 #:    transforms the rotated filter of the data gradient without building it and writes the weight
 #:    gradient in its layout.
-KERNELS_REVISION = 3
+#: 4: gelu keeps its input only (its backward computes the tanh again); dropout keeps a one-byte
+#:    mask.
+KERNELS_REVISION = 4
 
 KERNELS: dict[str, Callable] = {
     "sgd.update": optimizer.sgd_momentum_update,

@@ -22,14 +22,16 @@ def relu_backward(dy, cache):
 
 
 def gelu_forward(x):
-    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); keeps its input only for backward (as
+    PyTorch does, and as the cost model counts: ``networks.analysis.kept_bytes``)."""
     xp = module_of(x)
     t = xp.tanh(_GELU_C * (x + 0.044715 * x * x * x))
-    return 0.5 * x * (1.0 + t), (x, t)
+    return 0.5 * x * (1.0 + t), x
 
 
 def gelu_backward(dy, cache):
-    x, t = cache
+    x = cache
+    t = module_of(x).tanh(_GELU_C * (x + 0.044715 * x * x * x))  # again: the same values as forward
     dinner = _GELU_C * (1.0 + 3 * 0.044715 * x * x)
     return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner)
 
@@ -46,13 +48,17 @@ def dropout_mask(xp, shape, rate, seed, dtype):
 
 
 def dropout_forward(x, rate, seed):
+    """Inverted dropout; keeps a one-byte mask of the kept elements for backward (as PyTorch does,
+    and as the cost model counts) with the scale: the same products as a float mask."""
     xp = module_of(x)
     mask = dropout_mask(xp, x.shape, rate, seed, x.dtype)
-    return x * mask, mask
+    scale = x.dtype.type(1.0 / (1.0 - rate)) if 0 < rate < 1 else x.dtype.type(1.0)
+    return x * mask, (mask != 0, scale)
 
 
 def dropout_backward(dy, cache):
-    return dy * cache
+    keep, scale = cache
+    return dy * keep * scale
 
 
 def add_forward(a, b):
