@@ -11,7 +11,6 @@ import pytest
 
 from costmodel.candidates import divisors
 from networks.errors import DnnplanError
-from networks.loader import load_network
 from planner.cut_search import best_cut
 from planner.optimize import Settings
 from costmodel.pipeline import stage_network
