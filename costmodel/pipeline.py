@@ -33,12 +33,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from costmodel.collectives import allreduce_s
-from costmodel.layer_layouts import weight_layouts
-from costmodel.layout import block
 from costmodel.machine import Machine
 from costmodel.step import StepPrediction
-from costmodel.tied import with_table
+from costmodel.tied import crossing_ties, tied_sync_s, with_table
 from networks.analysis import block_of, layer_cost
 from networks.errors import DnnplanError
 from networks.ir import DTYPE_BYTES, InputSpec, Layer, Network
@@ -202,32 +199,6 @@ def cut_at(net: Network, first_layers: tuple[str, ...]) -> list[list[Layer]]:
                            hint=f"the first stage starts at '{net.layers[0].name}', each next one at a later layer")
     ends = starts[1:] + [len(net.layers)]
     return [list(net.layers[a:b]) for a, b in zip(starts, ends)]
-
-
-def crossing_ties(net: Network, stage_of: Callable[[str], int]) -> set[str]:
-    """The embeddings and tied heads on different stages (``stage_of``: a layer's stage)."""
-    out = set()
-    for layer in net.layers:
-        embed = layer.p.get("tied_to") if layer.op == "linear" else None
-        if embed and stage_of(embed) != stage_of(layer.name):
-            out |= {embed, layer.name}
-    return out
-
-
-def tied_table_s(layer: Layer, strategy, machine: Machine, ranks: tuple[int, int]) -> float:
-    """The two-rank allreduce of the tied table's gradient that ``layer`` (an embedding, or a head
-    holding its copy) takes part in under ``strategy``: each rank sums its own rows with the rank
-    of the other stage (``ranks``: a rank of each of the two stages)."""
-    rows = weight_layouts(layer, strategy)["tokens" if layer.op == "embedding" else "weight"]
-    nbytes = prod(hi - lo for lo, hi in block(rows, 0)) * DTYPE_BYTES.get(layer.dtype, 4)
-    same = ranks[0] // machine.devices_per_node == ranks[1] // machine.devices_per_node
-    return allreduce_s(nbytes, 2, machine.intra if same else machine.inter)
-
-
-def tied_sync_s(stage: Network, strategies: dict, names: set[str], machine: Machine, ranks: tuple[int, int]) -> float:
-    """:func:`tied_table_s` of the stage's layers in ``names`` (:func:`crossing_ties`)."""
-    return sum(tied_table_s(layer, strategies[layer.name], machine, ranks) for layer in stage.layers
-               if layer.name in names)
 
 
 def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_batches: int, schedule: str,

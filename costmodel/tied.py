@@ -13,19 +13,23 @@ planner weighs both as an edge between the two layers; the step prices them with
 reshards.
 
 On another pipeline stage than its embedding, a head keeps its own copy of the table instead
-(:func:`with_table`; costmodel.pipeline).
+(:func:`with_table`; costmodel.pipeline), and the two stages' ranks sum their gradients of it
+(:func:`tied_sync_s`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
+from costmodel.collectives import allreduce_s
 from costmodel.layer_cost import EdgeEstimate, group_time, layout_edge
 from costmodel.layer_layouts import weight_layouts
 from costmodel.layout import Layout, block
 from costmodel.machine import Machine
 from costmodel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Layer, Network
+from networks.ops.base import prod
 
 
 def with_table(head: Layer) -> Layer:
@@ -53,7 +57,7 @@ def tie_estimate(embed: Layer, embed_strategy: Strategy, head: Layer, head_strat
     """The table's reshard from the embedding's layout to the head's, and of its gradient back,
     summed over the head's group first (zero when the two share the rows: :func:`tie_mismatch`)."""
     if tie_mismatch(head, head_strategy, embed, embed_strategy) is None:
-        return layout_edge(table_layout(head, head_strategy), table_layout(head, head_strategy), 4, machine)
+        return EdgeEstimate(0.0, 0.0, 0, 0, False)  # the same array: nothing moves
     edge = layout_edge(weight_layouts(embed, embed_strategy)["tokens"], table_layout(head, head_strategy),
                        DTYPE_BYTES.get(embed.dtype, 4), machine)
     return dataclasses.replace(edge, bwd_s=edge.bwd_s + head_sum_s(head, head_strategy, machine))
@@ -64,16 +68,39 @@ def head_sum_s(head: Layer, strategy: Strategy, machine: Machine, rule: str = "m
     dims = tuple(d for d in ("N", "H") if strategy.degree(d) > 1)
     if not dims:
         return 0.0
-    rows = table_layout(head, strategy)
-    nbytes = _elems(block(rows, 0)) * DTYPE_BYTES.get(head.dtype, 4)
+    nbytes = _block_elems(table_layout(head, strategy)) * DTYPE_BYTES.get(head.dtype, 4)
     return group_time("allreduce", nbytes, strategy, dims, machine, rule, cold=True)
 
 
-def _elems(region) -> int:
-    n = 1
-    for lo, hi in region:
-        n *= hi - lo
-    return n
+def _block_elems(layout: Layout) -> int:
+    """Elements of rank 0's block (every rank's is as large: the splits divide evenly)."""
+    return prod(hi - lo for lo, hi in block(layout, 0))
+
+
+def crossing_ties(net: Network, stage_of: Callable[[str], int]) -> set[str]:
+    """The embeddings and tied heads on different stages (``stage_of``: a layer's stage)."""
+    out = set()
+    for layer in net.layers:
+        embed = layer.p.get("tied_to") if layer.op == "linear" else None
+        if embed and stage_of(embed) != stage_of(layer.name):
+            out |= {embed, layer.name}
+    return out
+
+
+def tied_table_s(layer: Layer, strategy, machine: Machine, ranks: tuple[int, int]) -> float:
+    """The two-rank allreduce of the tied table's gradient that ``layer`` (an embedding, or a head
+    holding its copy) takes part in under ``strategy``: each rank sums its own rows with the rank
+    of the other stage (``ranks``: a rank of each of the two stages)."""
+    rows = weight_layouts(layer, strategy)["tokens" if layer.op == "embedding" else "weight"]
+    nbytes = _block_elems(rows) * DTYPE_BYTES.get(layer.dtype, 4)
+    same = ranks[0] // machine.devices_per_node == ranks[1] // machine.devices_per_node
+    return allreduce_s(nbytes, 2, machine.intra if same else machine.inter)
+
+
+def tied_sync_s(stage: Network, strategies: dict, names: set[str], machine: Machine, ranks: tuple[int, int]) -> float:
+    """:func:`tied_table_s` of the stage's layers in ``names`` (:func:`crossing_ties`)."""
+    return sum(tied_table_s(layer, strategies[layer.name], machine, ranks) for layer in stage.layers
+               if layer.name in names)
 
 
 def tie_mismatch(head: Layer, head_strategy: Strategy, embed: Layer, embed_strategy: Strategy) -> str | None:

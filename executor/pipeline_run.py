@@ -35,7 +35,6 @@ from costmodel.layout import block
 from costmodel.pipeline import cut_at, stage_network
 from executor.comm import mpi, mpi_type
 from executor.init import init_weights, make_inputs
-from executor.memory import held_bytes, traced_peak_bytes
 from executor.ops.base import region_shape
 from executor.pipeline_tied import TiedPair, crossing_head
 from executor.runtime import StageIO, _Runtime, run_strategies
@@ -171,14 +170,8 @@ class PipelineRuntime:
         return loss, kept
 
     def held(self) -> list[np.ndarray]:
+        """The arrays this rank keeps from one step to the next."""
         return self.rt.held()
-
-    def memory_step(self, index: int, lr: float, momentum: float) -> int:
-        """As ``_Runtime.memory_step``: one more step under ``tracemalloc``, its times dropped."""
-        self.comm.Barrier()
-        extra = traced_peak_bytes(lambda: self.step(index, lr, momentum, keep_grads=False))
-        self.timers.forget(index)
-        return held_bytes(self.held()) + extra
 
     def free(self) -> None:
         self.rt.comms.free()

@@ -15,15 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from executor.comm import allreduce_, mpi, wait_for
-from costmodel.tied import tie_mismatch
+from costmodel.tied import crossing_ties, tie_mismatch
 from executor.ops.embedding import refused_tie
 from networks.errors import DnnplanError
 
 
 def crossing_head(net, stage_of: dict):
     """The tied head on another stage than its embedding, and that embedding (None, None: none)."""
-    heads = [layer for layer in net.layers if layer.op == "linear" and layer.p.get("tied_to")
-             and stage_of[layer.name] != stage_of[layer.p["tied_to"]]]
+    crossing = crossing_ties(net, stage_of.__getitem__)
+    heads = [layer for layer in net.layers if layer.op == "linear" and layer.name in crossing]
     if len(heads) > 1:
         raise DnnplanError("the executor runs at most one tied head on another stage than its embedding",
                            layer=heads[1].name)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from executor.check import CheckResult, local_parts, run_check
+from executor.memory import held_bytes, traced_peak_bytes
 from executor.pipeline_run import PipelineRuntime
 from executor.runtime import _Runtime
 from executor.timers import Timers
@@ -57,16 +58,7 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
         return _run_pipeline(plan, net, comm, steps, warmup, check, seed, timers, lr, momentum, after_step,
                              measure_memory)
     rt = _Runtime(plan, net, comm, seed, timers, check)
-    losses, kept = [], None
-    for i in range(-warmup, steps):
-        comm.Barrier()
-        loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
-        losses.append(loss)
-        if grads is not None:
-            kept = grads
-        if after_step is not None:
-            after_step(i)
-    peak = rt.memory_step(steps, lr, momentum) if measure_memory else None
+    losses, kept, peak = _train(rt, comm, timers, steps, warmup, check, lr, momentum, after_step, measure_memory)
     result = None
     if check:
         mine = local_parts(net.layers, rt.strategies, comm.Get_rank(), kept)
@@ -81,20 +73,33 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
 
 
 
+def _train(rt, comm, timers: Timers, steps: int, warmup: int, check: bool, lr: float, momentum: float,
+           after_step, measure_memory: bool) -> tuple[list[float], dict | None, int | None]:
+    """The steps of a runtime (one stage or a pipeline): every loss, the gradients of the step the
+    check compares, and this rank's peak memory in one more step run under ``tracemalloc``
+    (executor.memory; its times dropped, so it never counts as a timed step)."""
+    losses, kept = [], None
+    for i in range(-warmup, steps):
+        comm.Barrier()
+        loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
+        losses.append(loss)
+        kept = grads if grads is not None else kept
+        if after_step is not None:
+            after_step(i)
+    if not measure_memory:
+        return losses, kept, None
+    comm.Barrier()
+    extra = traced_peak_bytes(lambda: rt.step(steps, lr, momentum, keep_grads=False))
+    timers.forget(steps)
+    return losses, kept, held_bytes(rt.held()) + extra
+
+
 def _run_pipeline(plan: Plan, net: Network, comm, steps: int, warmup: int, check: bool, seed: int, timers: Timers,
                   lr: float, momentum: float, after_step, measure_memory: bool) -> RunResult:
     """:func:`run_plan` of a pipelined plan (executor.pipeline_run); the check gathers each stage's
     gradient shards (regions over the stage's own ranks) and compares them with one process."""
     pipe = PipelineRuntime(plan, net, comm, seed, timers)
-    losses, kept = [], None
-    for i in range(-warmup, steps):
-        comm.Barrier()
-        loss, grads = pipe.step(i, lr, momentum, keep_grads=check and not losses)
-        losses.append(loss)
-        kept = grads if grads is not None else kept
-        if after_step is not None:
-            after_step(i)
-    peak = pipe.memory_step(steps, lr, momentum) if measure_memory else None
+    losses, kept, peak = _train(pipe, comm, timers, steps, warmup, check, lr, momentum, after_step, measure_memory)
     result = None
     if check:
         mine = local_parts(pipe.layers, pipe.rt.strategies, pipe.i, kept)

@@ -41,7 +41,6 @@ from costmodel.layout import block
 from costmodel.strategy import Strategy
 from executor.comm import GroupComms, allreduce_, reshard, reshard_plan, wait_for
 from executor.init import init_weights, make_inputs, make_labels, take
-from executor.memory import held_bytes, traced_peak_bytes
 from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
 from executor.ops.embedding import tie
@@ -351,11 +350,3 @@ class _Runtime:
             out += list(run.ctx.weights.values()) + list(run.momentum.values())
             out += run.zero.held() if run.zero is not None else []
         return out
-
-    def memory_step(self, index: int, lr: float, momentum: float) -> int:
-        """Run step ``index`` once more under ``tracemalloc`` and return this rank's peak bytes
-        (executor.memory); its times are dropped, so it never counts as a timed step."""
-        self.comm.Barrier()
-        extra = traced_peak_bytes(lambda: self.step(index, lr, momentum, keep_grads=False))
-        self.timers.forget(index)
-        return held_bytes(self.held()) + extra

@@ -32,7 +32,8 @@ from typing import Callable
 from costmodel.candidates import divisors
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
-from costmodel.pipeline import PipelinePrediction, StagePrediction, crossing_ties, tied_table_s
+from costmodel.pipeline import PipelinePrediction, StagePrediction, kept_micro_batches
+from costmodel.tied import crossing_ties, tied_table_s
 from costmodel.pipeline import p2p_s as send_s
 from networks.analysis import layer_cost
 from networks.errors import DnnplanError
@@ -87,9 +88,7 @@ def kept(stages: int, s: int, micro_batches: int, schedule: str = SCHEDULE) -> i
     """Micro-batches whose activations stage ``s`` is solved to hold: ``min(S - s, m)`` under 1F1B
     for the first and last stage, and for every middle stage the most any middle stage holds
     (stage 1's), so one solution serves them all (module docstring); all ``m`` under GPipe."""
-    if schedule == "gpipe":
-        return micro_batches
-    return min(stages - (s if s in (0, stages - 1) else 1), micro_batches)
+    return int(kept_micro_batches(schedule, stages, s if s in (0, stages - 1) else 1, micro_batches))
 
 
 class _Search:

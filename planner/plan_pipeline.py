@@ -33,12 +33,9 @@ def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, p
         own = stack.layers(start, k, rl[s])
         firsts.append(own[0].name)
         canonical = stack.stage(k, rl[s]).layers
-        rows = {row.layer.name: row for row in stage.micro.layers}
         names = dict(zip((layer.name for layer in canonical), (layer.name for layer in own)))
         micro_plan = plan_from_prediction(stage.micro, stack.network, network_ref, machine_ref, None)
-        for lp in micro_plan.layers:
-            if lp.name in rows:
-                layers.append(dataclasses.replace(lp, name=names[lp.name]))
+        layers += [dataclasses.replace(lp, name=names[lp.name]) for lp in micro_plan.layers]
         start += k
     pred = choice.prediction
     spec = PipelineSpec(choice.stages, choice.micro_batches, pred.schedule, tuple(firsts))

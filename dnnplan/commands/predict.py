@@ -111,9 +111,7 @@ def predict_plan(path: str, profile: str | None, as_json: bool) -> None:
         print(json.dumps(out))
     else:
         tables.prediction_table(pred)
-        if plan.step_s and abs(plan.step_s - pred.step_s) > 1e-9 * plan.step_s:
-            tables.console.print(f"the plan file recorded {plan.step_s:.6g} s; as written it predicts "
-                                 f"{pred.step_s:.6g} s ({pred.step_s / plan.step_s:.4f}x)")
+        _recorded_line(plan.step_s, pred.step_s)
 
 
 def _predict_pipelined_plan(path: str, plan, net, ctx: Context, as_json: bool) -> None:
@@ -123,6 +121,11 @@ def _predict_pipelined_plan(path: str, plan, net, ctx: Context, as_json: bool) -
         print(json.dumps({**pipeline_json(pred), "plan": {"file": path, "recorded_step_s": plan.step_s}}))
         return
     tables.pipeline_table(pred)
-    if plan.step_s and abs(plan.step_s - pred.step_s) > 1e-9 * plan.step_s:
-        tables.console.print(f"the plan file recorded {plan.step_s:.6g} s; as written it predicts "
-                             f"{pred.step_s:.6g} s ({pred.step_s / plan.step_s:.4f}x)")
+    _recorded_line(plan.step_s, pred.step_s)
+
+
+def _recorded_line(recorded_s: float, now_s: float) -> None:
+    """Where a plan file's recorded step differs from what it predicts as written now."""
+    if recorded_s and abs(recorded_s - now_s) > 1e-9 * recorded_s:
+        tables.console.print(f"the plan file recorded {recorded_s:.6g} s; as written it predicts "
+                             f"{now_s:.6g} s ({now_s / recorded_s:.4f}x)")

@@ -14,6 +14,7 @@ from dnnplan.render.messages import err_console
 from executor.check import CheckResult
 from executor.compare import Comparison
 from executor.in_run import LABEL as IN_RUN_LABEL
+from executor.pipeline_report import bubble
 from executor.timers import PHASES
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -85,8 +86,7 @@ def stage_table(cmp: Comparison) -> None:
                   _cell(r.measured_busy_s, r.predicted_busy_s, r.busy_rel),
                   f"{fmt.seconds(r.measured_idle_s)} / {fmt.seconds(r.predicted_idle_s)}")
     console.print(t)
-    pred = min(r.predicted_idle_s for r in cmp.stages)
-    meas = min(r.measured_idle_s for r in cmp.stages)
+    pred, meas = bubble(cmp.stages)
     console.print(f"[bold]bubble[/bold]  measured {fmt.seconds(meas)}  predicted {fmt.seconds(pred)}  "
                   f"({meas / cmp.measured.step_s * 100:.0f}% / {pred / cmp.predicted_step_s * 100:.0f}% of the step)")
 
