@@ -6,7 +6,8 @@ Each row is a GPT trained by Megatron-LM on DGX A100 80GB nodes as its paper con
 tensor parallelism of degree t inside each of p pipeline stages of whole transformer blocks
 (costmodel.megatron, costmodel.pipeline), data parallelism over the rest, micro-batches of the
 published size in a 1F1B schedule, full or selective activation recomputation, sequence
-parallelism where used, fp16 with Adam. The prediction is made from the shipped dgx-a100 machine
+parallelism where used, fp16 with Adam; the ZeRO-3 rows of Narayanan's Table 2, run by DeepSpeed
+without model parallelism, as costmodel.deepspeed prices DeepSpeed's step. The prediction is made from the shipped dgx-a100 machine
 before any run. Its efficiencies were fitted on the rows marked ``calibration`` here (every other
 row of each table, half of the Megatron rows) together with bench_published.py's ResNet-50 rows
 (``bench_published.py --calibrate``); the error is reported separately for the held-out rest. The
@@ -25,6 +26,7 @@ import yaml
 
 from costmodel.calibration import PipelineTerms, StageRecorder, pipeline_terms
 from costmodel.compute import Roofline, recompute_algorithms
+from costmodel.deepspeed import zero3_step
 from costmodel.files import load_machine
 from costmodel.machine import Machine
 from costmodel.megatron import megatron_strategies
@@ -88,7 +90,8 @@ def network_of(row: dict) -> Network:
 
 def predict_row(row: dict, machine: Machine | None = None, recorders: list | None = None):
     """The pipelined step (costmodel.pipeline.PipelinePrediction) of the row's configuration on
-    ``machine`` (the shipped dgx-a100 by default). Each stage is priced by a roofline of its own,
+    ``machine`` (the shipped dgx-a100 by default), or DeepSpeed's ZeRO-3 step
+    (costmodel.deepspeed.Zero3Step) for the ZeRO-3 rows. Each stage is priced by a roofline of its own,
     appended to ``recorders`` when given (a :class:`StageRecorder` each: :func:`terms_of`)."""
     c = row["config"]
     net = network_of(row)
@@ -107,9 +110,13 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
         compute = Roofline(machine) if recorders is None else StageRecorder(machine)
         if recorders is not None:
             recorders.append(compute)
-        return predict_step(stage_net, micro, strategies, algorithms, machine, compute, opt)
+        return predict_step(stage_net, micro, strategies, algorithms, machine, compute, opt,
+                            checkpoints=c.get("recompute") == "full")
 
     chunks = c.get("chunks", 1)  # model chunks a device: the interleaved schedule (Korthikanti's 175B and 530B)
+    if c.get("zero") == 3:  # DeepSpeed's ZeRO-3 over every rank, no model parallelism (costmodel.deepspeed)
+        return zero3_step(net, c["gpus"], micro_batches, stage(net, c["gpus"], c["gpus"] * c["micro"]), machine,
+                          c.get("recompute", "none") != "none")
     return predict_pipeline(net, c["batch"], c["gpus"], c["pipeline"], micro_batches,
                             INTERLEAVED if chunks > 1 else "1f1b", machine, stage, chunks=chunks)
 

@@ -27,6 +27,8 @@ from networks.ir import DTYPE_BYTES, Network
 from networks.ops.base import LayerCost, prod
 from networks.ops.catalogue import OPS
 from networks.ops.conv import algorithm_work_depth
+from networks.ops.conv_geometry import make_geom
+from networks.ops.conv_workspace import workspace_bytes
 
 PASSES = ("fwd", "bwd_data", "bwd_weights")
 CONV_ALGORITHMS = ("direct", "im2col", "fft", "winograd")
@@ -185,29 +187,18 @@ class OnDemand(Protocol):
 
 
 def conv_workspace_bytes(local: LocalLayer, algorithm: str) -> int:
-    """Extra memory a convolution algorithm allocates (largest of its passes), from the shapes.
-
-    im2col: the column buffer C*KH*KW x N*Ho*Wo. FFT: padded spectra of input, filters and output.
-    Winograd F(2x2,3x3): transformed input, filter and output tiles (16 values per 2x2 tile).
-    """
+    """Extra memory a convolution's kernels allocate, the largest of its three passes: the buffers
+    each algorithm's implementation allocates (networks.ops.conv_workspace, the same closed forms
+    the kernels' own accounting uses), on the local shard's shapes. Direct convolution too: its
+    shifted slice and partial product."""
     if local.layer.op != "conv2d":
         return 0
-    itemsize = DTYPE_BYTES.get(local.layer.dtype, 4)
+    p = local.p
     c, h, w = local.in_shapes[0]
-    f, ho, wo = local.out_shape
-    kh, kw = local.p["kernel"]
-    ph, pw = local.p["padding"]
-    n = local.batch
-    if algorithm == "im2col":
-        return c * kh * kw * n * ho * wo * itemsize
-    if algorithm == "fft":
-        hp, wp = h + 2 * ph, w + 2 * pw
-        bins = hp * (wp // 2 + 1)
-        return 2 * itemsize * bins * (n * c + f * c + n * f)
-    if algorithm == "winograd":
-        tiles = n * -(-ho // 2) * -(-wo // 2)
-        return 16 * itemsize * (tiles * c + f * c + tiles * f)
-    return 0
+    geom = make_geom((local.batch, c, h, w), (local.out_shape[0], c // p["groups"], *p["kernel"]), p["stride"],
+                     p["padding"], p["dilation"], p["groups"])
+    itemsize = DTYPE_BYTES.get(local.layer.dtype, 4)
+    return max(workspace_bytes(algorithm or DEFAULT_CONV_ALGORITHM, geom, name, itemsize) for name in ("fwd", "bwd_data", "bwd_weights"))
 
 
 def update_bytes(itemsize: int, slots: int) -> int:

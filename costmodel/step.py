@@ -12,7 +12,9 @@ communication yet)::
 
 Peak memory per device = sum over layers of (weights + gradients + optimiser state + master weights
 + activations kept for backward) + the largest transient of any layer (its kernel workspace and
-the gradients its backward holds: ``layer_cost.Memory``).
+the gradients its backward holds: ``layer_cost.Memory``). Under full recomputation (``checkpoints``)
+an output that only recomputed readers of its block read is regenerated, not kept, and what one
+block's recomputation holds while its backward runs is added (``costmodel.recompute_memory``).
 Network inputs arrive already in the layout their first consumer needs (the data loader reads
 each rank's block), so they cost no reshard.
 """
@@ -25,6 +27,7 @@ from costmodel.compute import ComputeModel
 from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, layer_estimate
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
+from costmodel.recompute_memory import block_transient_bytes, regenerated
 from costmodel.strategy import Strategy
 from costmodel.tied import tie_estimate, ties
 from networks.analysis import consumers, layer_cost, saved_outputs
@@ -55,6 +58,7 @@ class StepPrediction:
     machine: str
     compute: str
     layers: tuple[LayerPrediction, ...]
+    recompute_bytes: int = 0  # what one block's recomputation holds at once (costmodel.recompute_memory)
 
     @property
     def fwd_s(self) -> float:
@@ -84,7 +88,7 @@ class StepPrediction:
     @property
     def memory_peak_bytes(self) -> int:
         mems = [x.layer.memory for x in self.layers]
-        return sum(m.persistent for m in mems) + max((m.transient for m in mems), default=0)
+        return sum(m.persistent for m in mems) + max((m.transient for m in mems), default=0) + self.recompute_bytes
 
     @property
     def memory_parts(self) -> dict[str, int]:
@@ -92,17 +96,21 @@ class StepPrediction:
         persistent parts summed over layers, and the largest transient (workspace and gradients)."""
         mems = [x.layer.memory for x in self.layers]
         out = {k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer", "activations")}
-        out["transient"] = max((m.transient for m in mems), default=0)
+        out["transient"] = max((m.transient for m in mems), default=0) + self.recompute_bytes
         return out
 
 
 def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algorithms: dict[str, str],
                  machine: Machine, compute: ComputeModel, optimizer: Optimizer | str = "momentum",
-                 rule: str = "mpi") -> StepPrediction:
-    """Predict one training step of ``net`` with the given per-layer strategies and algorithms."""
+                 rule: str = "mpi", checkpoints: bool = False) -> StepPrediction:
+    """Predict one training step of ``net`` with the given per-layer strategies and algorithms.
+    ``checkpoints``: recomputation runs block by block from each block's kept input (full
+    recomputation, ``costmodel.recompute_memory``), rather than layer by layer from each layer's
+    kept input (what the planner's per-layer choice prices)."""
     by_name = {layer.name: layer for layer in net.layers}
     readers = consumers(net)
-    saved = saved_outputs(net)
+    dropped = regenerated(net, algorithms) if checkpoints else set()
+    saved = {name: kept and name not in dropped for name, kept in saved_outputs(net).items()}
     tied = {head: embed for embed, head in ties(net)}
     rows = []
     for layer in net.layers:
@@ -126,7 +134,8 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
             fwd, bwd = fwd + edge.fwd_s + fcopy, bwd + edge.bwd_s + bcopy
         rows.append(LayerPrediction(est, fwd, bwd, halo))
     return StepPrediction(net.name, batch, next(iter(strategies.values())).p if strategies else 1,
-                          machine.name, compute.name, tuple(rows))
+                          machine.name, compute.name, tuple(rows),
+                          block_transient_bytes(net, batch, strategies, algorithms, dropped) if dropped else 0)
 
 
 def model_flops_utilization(net: Network, batch: int, step_s: float, devices: int, machine: Machine,

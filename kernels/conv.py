@@ -19,6 +19,7 @@ from __future__ import annotations
 from kernels import conv_direct, conv_fft, conv_im2col, conv_winograd
 from kernels._conv_common import add_bias, conv_output_hw, make_geom, pair
 from kernels.xp import module_of
+from networks.ops.conv_workspace import workspace_bytes
 
 CONV_ALGORITHMS = ("direct", "im2col", "fft", "winograd")
 CONV_PASSES = ("fwd", "bwd_data", "bwd_weights")
@@ -111,6 +112,5 @@ def conv_workspace_bytes(algo, x_shape, w_shape, stride=(1, 1), padding=(0, 0, 0
     g = make_geom(x_shape, w_shape, stride, padding, dilation, groups)
     _check(algo, g)
     run = kernel_run(algo, pass_name)
-    if run == "fft":
-        return conv_fft.workspace_bytes(g, pass_name, itemsize)
-    return _IMPL[run].workspace_elems(g, pass_name) * itemsize
+    return workspace_bytes(run, g, pass_name, itemsize,
+                           conv_im2col.per_sample_weight_grads(g) if run == "im2col" else None)

@@ -68,13 +68,3 @@ def backward_weights(dy, x, g: ConvGeom, trace=None):
             xp.matmul(dyg, xsg_t, out=part)
             dw[:, :, i, j] = part.sum(axis=0).reshape(g.f, g.cg)
     return dw
-
-
-def workspace_elems(g: ConvGeom, pass_name: str) -> int:
-    pad = g.n * g.c * g.hp * g.wp if g.padded else 0
-    sl = g.n * g.c * g.ho * g.wo
-    if pass_name == "fwd":
-        return pad + sl + g.n * g.f * g.ho * g.wo
-    if pass_name == "bwd_data":
-        return sl + pad
-    return pad + sl + g.n * g.f * g.cg

@@ -148,26 +148,3 @@ def _cast_in(a, b, cdt, trace):
     note(trace, a2)
     note(trace, b2)
     return a2, b2
-
-
-def workspace_bytes(g: ConvGeom, pass_name: str, itemsize: int) -> int:
-    """Closed form of the buffers listed in the module docstring (bytes)."""
-    half = itemsize == 2
-    isz = 4 if half else itemsize              # real compute itemsize
-    csz = 2 * isz                              # complex itemsize
-    s = g.hp * (g.wp // 2 + 1)
-    dil = (g.dh, g.dw) != (1, 1)
-    pad_x = g.n * g.c * g.hp * g.wp * isz if g.padded else 0
-    spread = g.f * g.cg * g.khe * g.kwe * isz if dil else 0
-    dy_full = g.n * g.f * g.hp * g.wp * isz
-    nx, nw, ny = g.n * g.c * s, g.f * g.cg * s, g.n * g.f * s
-    if pass_name == "fwd":
-        cast = (g.n * g.c * g.h * g.w + g.f * g.cg * g.kh * g.kw) * isz if half else 0
-        y_full = g.n * g.f * g.hp * g.wp * isz
-        return cast + pad_x + spread + 2 * (nx + nw) * csz + 2 * ny * csz + y_full
-    if pass_name == "bwd_data":
-        cast = (g.n * g.f * g.ho * g.wo + g.f * g.cg * g.kh * g.kw) * isz if half else 0
-        dx_pad = g.n * g.c * g.hp * g.wp * isz if (g.padded or half) else 0
-        return cast + spread + dy_full + 2 * (ny + nw) * csz + 2 * nx * csz + dx_pad
-    cast = (g.n * g.f * g.ho * g.wo + g.n * g.c * g.h * g.w) * isz if half else 0
-    return cast + pad_x + dy_full + 2 * (nx + ny) * csz + 2 * nw * csz + g.f * g.cg * g.hp * g.wp * isz

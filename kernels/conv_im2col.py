@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from kernels._conv_common import ConvGeom, crop, note, pad_input, padded_zeros
 from kernels.xp import module_of
+from networks.ops.conv_workspace import PER_SAMPLE_MAX_ELEMS, per_sample_products
 
 
 def _columns(x_pad, g: ConvGeom, trace=None):
@@ -57,13 +58,10 @@ def backward_data(dy, w, g: ConvGeom, trace=None):
 #: makes one GEMM per sample and sums them; above it, one GEMM with the batch folded into the
 #: reduction. Small buffers favour the per-sample GEMMs (the folded one is then very long and thin);
 #: large ones the folded GEMM, which writes no per-sample buffer to sum. The crossover was chosen
-#: with ``python bench/bench_im2col_weight_grad.py`` (figures: docs/kernels.md, "Convolution").
-PER_SAMPLE_MAX_ELEMS = 1 << 16
-
-
 def per_sample_weight_grads(g: ConvGeom) -> bool:
-    """Whether ``backward_weights`` sums per-sample GEMMs (small buffers) or folds the batch."""
-    return g.n * g.f * g.cg * g.kh * g.kw <= PER_SAMPLE_MAX_ELEMS
+    """Whether ``backward_weights`` sums per-sample GEMMs (small buffers) or folds the batch
+    (below ``PER_SAMPLE_MAX_ELEMS`` elements of per-sample products; networks.ops.conv_workspace)."""
+    return per_sample_products(g, PER_SAMPLE_MAX_ELEMS)
 
 
 def _columns_by_channel(x_pad, g: ConvGeom, trace=None):
@@ -93,15 +91,3 @@ def backward_weights(dy, x, g: ConvGeom, trace=None):
     note(trace, dyg)
     dyg = dyg.reshape(g.groups, g.fg, g.n * positions)
     return xp.matmul(dyg, cols.transpose(0, 2, 1)).reshape(g.f, g.cg, g.kh, g.kw)
-
-
-def workspace_elems(g: ConvGeom, pass_name: str) -> int:
-    pad = g.n * g.c * g.hp * g.wp if g.padded else 0
-    cols = g.n * g.c * g.kh * g.kw * g.ho * g.wo
-    if pass_name == "fwd":
-        return pad + cols
-    if pass_name == "bwd_data":
-        return cols + pad
-    if per_sample_weight_grads(g):
-        return pad + cols + g.n * g.f * g.cg * g.kh * g.kw
-    return pad + cols + g.n * g.f * g.ho * g.wo

@@ -33,8 +33,9 @@ import functools
 
 import numpy
 
-from kernels._conv_common import ConvGeom, crop, make_geom, note
+from kernels._conv_common import ConvGeom, crop, note
 from kernels.xp import module_of
+from networks.ops.conv_workspace import DEFAULT_TILE, rotated_geom, winograd_tiles
 
 # Lavin and Gray's (CVPR 2016) matrices, stored as (B^T, G, A^T).
 _MATRICES = {
@@ -52,7 +53,6 @@ _MATRICES = {
     ),
 }
 TILE_SIZES = tuple(_MATRICES)
-DEFAULT_TILE = 2
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,14 +83,12 @@ def _kron_on(xp, m: int, dtype: str) -> tuple:
     return mats if xp is numpy else tuple(xp.asarray(k) for k in mats)
 
 
-def _tiles(g: ConvGeom, m: int):
-    return -(-g.ho // m), -(-g.wo // m)
 
 
 def _input_tiles(x, g: ConvGeom, m: int, trace=None):
     """Overlapping alpha x alpha input tiles, (alpha, alpha, C, N, th, tw), zero beyond the data."""
     xp = module_of(x)
-    th, tw = _tiles(g, m)
+    th, tw = winograd_tiles(g, m)
     a = m + 2
     eh, ew = m * th + 2, m * tw + 2
     if not g.padded and (eh, ew) == (g.h, g.w):
@@ -126,7 +124,7 @@ def _forward_transformed(x, u, g: ConvGeom, trace, m: int):
     a strided view (matmul reads a transposed operand in place)."""
     xp = module_of(x)
     kb, _, ka = _kron(xp, x.dtype, m)[:3]
-    th, tw = _tiles(g, m)
+    th, tw = winograd_tiles(g, m)
     t, p = (m + 2) ** 2, g.n * th * tw
     v = _input_transform(x, g, m, kb, trace).reshape(t, g.groups, g.cg, p)
     mm = xp.matmul(u, v)                                        # (alpha^2, G, Fg, N*P)
@@ -142,8 +140,6 @@ def _forward_transformed(x, u, g: ConvGeom, trace, m: int):
     return y_full[:, :, :g.ho, :g.wo].copy()
 
 
-def _rotated_geom(g: ConvGeom) -> ConvGeom:
-    return make_geom((g.n, g.f, g.ho, g.wo), (g.c, g.fg, 3, 3), 1, (2, 2, 2, 2), 1, g.groups)
 
 
 def backward_data(dy, w, g: ConvGeom, trace=None, m: int = DEFAULT_TILE):
@@ -155,7 +151,7 @@ def backward_data(dy, w, g: ConvGeom, trace=None, m: int = DEFAULT_TILE):
     u = xp.matmul(kg_rot, w.reshape(g.f * g.cg, 9).T)          # (alpha^2, F*Cg) = (t, G, Fg, Cg)
     note(trace, u)
     u_rot = u.reshape(-1, g.groups, g.fg, g.cg).transpose(0, 1, 3, 2)   # (t, G, Cg, Fg), a view
-    dx_pad = _forward_transformed(dy, u_rot, _rotated_geom(g), trace, m)   # (N, C, Hp, Wp)
+    dx_pad = _forward_transformed(dy, u_rot, rotated_geom(g), trace, m)   # (N, C, Hp, Wp)
     if g.padded:
         note(trace, dx_pad)
     return crop(dx_pad, g)
@@ -164,7 +160,7 @@ def backward_data(dy, w, g: ConvGeom, trace=None, m: int = DEFAULT_TILE):
 def backward_weights(dy, x, g: ConvGeom, trace=None, m: int = DEFAULT_TILE):
     xp = module_of(dy)
     kb, _, _, ka_t, kg_t = _kron(xp, dy.dtype, m)[:5]
-    th, tw = _tiles(g, m)
+    th, tw = winograd_tiles(g, m)
     t, p = (m + 2) ** 2, g.n * th * tw
     v = _input_transform(x, g, m, kb, trace).reshape(t, g.groups, g.cg, p)
     e = xp.zeros((m, m, g.f, g.n, th, tw), dtype=dy.dtype)      # non-overlapping m x m dy tiles
@@ -179,18 +175,3 @@ def backward_weights(dy, x, g: ConvGeom, trace=None, m: int = DEFAULT_TILE):
     note(trace, z)
     # dW^T = Z^T (G^T (x) G^T)^T: the result comes out (F*Cg, 9), already in the filter's layout
     return xp.matmul(z.reshape(t, -1).T, kg_t.T).reshape(g.f, g.cg, 3, 3)
-
-
-def workspace_elems(g: ConvGeom, pass_name: str, m: int = DEFAULT_TILE) -> int:
-    th, tw = _tiles(g, m)
-    t, p = (m + 2) ** 2, g.n * th * tw
-    eh, ew = m * th + 2, m * tw + 2
-    ext = 0 if (not g.padded and (eh, ew) == (g.h, g.w)) else g.n * g.c * eh * ew
-    inputs = ext + 2 * t * g.c * p
-    if pass_name == "fwd":
-        crop_buf = 0 if (m * th, m * tw) == (g.ho, g.wo) else g.n * g.f * m * m * th * tw
-        return inputs + t * g.f * g.cg + t * g.f * p + m * m * g.f * p + crop_buf
-    if pass_name == "bwd_data":
-        dx_pad = g.n * g.c * g.hp * g.wp if g.padded else 0
-        return workspace_elems(_rotated_geom(g), "fwd", m) + dx_pad
-    return inputs + m * m * g.f * p + t * g.f * p + t * g.f * g.cg

@@ -38,8 +38,8 @@ def plan_file(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("args, solver", [
     # the memory limit binds: the Lagrangian bound rules candidates out, the ILP solves the rest
-    (["vgg16", "--devices", "1", "--machine", "summit", "--batch", "128"], "lagrange+ilp-highs"),
-    (["vgg16", "--devices", "1", "--machine", "summit", "--batch", "128", "--solver", "reduced"], "reduced+ilp-highs"),
+    (["vgg16", "--devices", "1", "--machine", "summit", "--batch", "112"], "lagrange+ilp-highs"),
+    (["vgg16", "--devices", "1", "--machine", "summit", "--batch", "112", "--solver", "reduced"], "reduced+ilp-highs"),
     (["googlenet", "--devices", "64", "--solver", "ilp"], "ilp-highs"),
 ])
 def test_plan_json_on_the_ilp_path(args, solver):

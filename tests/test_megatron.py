@@ -185,6 +185,18 @@ def test_published_megatron_rows_cite_their_table_and_hold_the_documented_error(
     assert len(held) >= 3 and sum(held) / len(held) < 0.10
 
 
+def test_published_zero3_rows_are_priced_as_deepspeed_ran_them():
+    """Narayanan's Table 2 ZeRO-3 rows of GPT-3 175B (DeepSpeed, costmodel.deepspeed): each within
+    25% of its published step, and the step not shrinking from 768 to 1536 GPUs, as published."""
+    bench = _bench()
+    rows = [r for r in bench.load_rows() if r["config"].get("zero") and r["model"]["layers"] == 96]
+    results = {row["config"]["gpus"]: r for row, r in zip(rows, bench.run(rows), strict=True)}
+    assert sorted(results) == [384, 768, 1536]
+    assert all(abs(r["error"]) < 0.25 for r in results.values()), results
+    assert results[1536]["predicted_s"] > 0.9 * results[768]["predicted_s"]
+    assert all(r["memory_peak_gib"] < 80 for r in results.values())  # the published runs fit 80 GB
+
+
 def test_pipeline_terms_reprice_a_row_as_predicting_it_again():
     """The calibration's terms of a pipelined, recomputed row give the step predicted afresh under
     other efficiencies (every kernel run, the recomputed forward included, is one recorded call)."""

@@ -14,7 +14,9 @@ from costmodel.strategy import make_strategy
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network
+from planner.build import build_problem
 from planner.optimize import Settings, make_plan
+from planner.solvers.problem import min_memory
 
 A100 = load_machine("dgx-a100")
 ROOF = Roofline(A100)
@@ -45,7 +47,11 @@ def test_the_planner_recomputes_only_when_memory_binds():
     net = load_network("alexnet")  # its max pools keep int64 indices, its dropouts masks
     free = make_plan(net, "alexnet", 256, 2, A100, ROOF, with_baselines=False)
     assert RECOMPUTE not in free.algorithms().values()
-    limit = 0.9 * free.memory_peak_bytes
+    def least(recompute: bool) -> float:  # the least memory any plan needs, with or without recomputation
+        return min_memory(build_problem(net, 256, 2, A100, ROOF, None, edges=False, recompute=recompute).problem)[0]
+
+    assert least(True) < least(False) < free.memory_peak_bytes
+    limit = (least(True) + least(False)) / 2  # only recomputing plans fit
     tight = make_plan(net, "alexnet", 256, 2, A100, ROOF, limit, with_baselines=False)
     assert RECOMPUTE in tight.algorithms().values()
     assert tight.memory_peak_bytes <= limit and tight.step_s > free.step_s

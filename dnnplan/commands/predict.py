@@ -63,9 +63,10 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
 
     if pipeline > 1 or micro_batches > 1:
         return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json,
-                                 chunks)
+                                 chunks, full=recompute == "full")
     strategies, fallbacks = strategies_of(ctx.network, devices, ctx.batch)
-    pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute, opt)
+    pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute, opt,
+                        checkpoints=recompute == "full")
     if as_json:
         out = prediction_json(pred)
         out["fallbacks"] = [f.__dict__ for f in fallbacks]
@@ -75,15 +76,17 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
 
 
 def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], opt: Optimizer, stages: int,
-                      micro_batches: int, schedule: str, as_json: bool, chunks: int = 1) -> None:
+                      micro_batches: int, schedule: str, as_json: bool, chunks: int = 1, full: bool = False) -> None:
     """`dnnplan predict NET --pipeline S --micro-batches M`: each stage on its ranks with the
-    uniform or Megatron strategies (costmodel.pipeline)."""
+    uniform or Megatron strategies (costmodel.pipeline); ``full``: full recomputation from each
+    block's input (costmodel.recompute_memory)."""
     fallbacks = []
 
     def stage(net, ranks: int, micro: int):
         strategies, fell = strategies_of(net, ranks, micro)
         fallbacks.extend(fell)
-        return predict_step(net, micro, strategies, algorithms, ctx.machine, ctx.compute, opt)
+        return predict_step(net, micro, strategies, algorithms, ctx.machine, ctx.compute, opt,
+                            checkpoints=full)
 
     pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, schedule, ctx.machine, stage,
                             chunks=chunks)

@@ -1,0 +1,93 @@
+"""DeepSpeed's ZeRO-3 step (costmodel.deepspeed) and full recomputation's memory
+(costmodel.recompute_memory)."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.collectives import allgather_s, reduce_scatter_s
+from costmodel.compute import RECOMPUTE, Roofline, recompute_algorithms
+from costmodel.deepspeed import PERSISTENCE_THRESHOLD, sharded_tensors, zero3_step
+from costmodel.files import load_machine
+from costmodel.megatron import megatron_strategies
+from costmodel.optimizer import Optimizer
+from costmodel.precision import with_precision
+from costmodel.recompute_memory import regenerated
+from costmodel.step import predict_step
+from networks.analysis import saved_outputs
+from networks.loader import load_network
+from networks.ops.base import prod
+
+A100 = load_machine("dgx-a100")
+ROOF = Roofline(A100)
+
+
+def _gpt2_fp16():
+    return with_precision(load_network("gpt2"), "fp16")
+
+
+def test_only_weights_past_the_persistence_threshold_are_sharded_and_a_tied_head_gathers_the_table_again():
+    net = _gpt2_fp16()
+    tensors = sharded_tensors(net)
+    big = [prod(s) * 2 for layer in net.layers for _, s in layer.weights if prod(s) >= PERSISTENCE_THRESHOLD]
+    table = 2 * prod(dict(net.layer("embed").weights)["tokens"])
+    assert sorted(tensors) == sorted(big + [table])  # the head's borrowed table, once more
+    small = [prod(s) for layer in net.layers for _, s in layer.weights if prod(s) < PERSISTENCE_THRESHOLD]
+    assert small  # layer norms and biases stay whole: nothing gathered for them
+
+
+def _compute_step(net, ranks, micro, mode):
+    strategies, fell = megatron_strategies(net, ranks, ranks * micro, 1)
+    assert not fell
+    return predict_step(net, ranks * micro, strategies, recompute_algorithms(net, mode), A100, ROOF,
+                        Optimizer("adam", 3), checkpoints=mode == "full")
+
+
+def test_zero3_step_is_its_formula_of_flat_rings_on_the_inter_node_link():
+    net = _gpt2_fp16()
+    ranks = 64
+    compute = _compute_step(net, ranks, 2, "full")
+    z = zero3_step(net, ranks, 3, compute, A100, recompute=True)
+    tensors = sharded_tensors(net)
+    g = sum(allgather_s(n, ranks, A100.inter, "ring") for n in tensors)
+    r = sum(reduce_scatter_s(n, ranks, A100.inter, "ring") for n in tensors)
+    cf = sum(x.layer.fwd_compute_s for x in compute.layers)
+    cb = sum(x.layer.bwd_compute_s for x in compute.layers)
+    assert z.gather_s == pytest.approx(g) and z.reduce_scatter_s == pytest.approx(r)
+    assert z.step_s == pytest.approx(3 * (max(cf, g) + max(cb, 2 * g) + r) + compute.update_s)
+    assert z.exposed_comm_s >= r * 3 - 1e-12
+    # never faster than dnnplan's own ZeRO-3 pricing of the same collectives (two-level algorithms)
+    own = sum(c.seconds for x in compute.layers for c in x.layer.comms if c.purpose in ("param_gather", "grad_sync"))
+    assert z.gather_s * 2 + z.reduce_scatter_s >= own * 0.99
+    without = zero3_step(net, ranks, 3, compute, A100, recompute=False)
+    assert without.step_s <= z.step_s and without.gathers_in_backward == 1
+
+
+def test_step_time_stops_shrinking_with_more_ranks_once_the_gathers_bind():
+    """Table 2's shape: a volume per GPU that does not shrink with the ranks."""
+    net = _gpt2_fp16()
+    steps = [zero3_step(net, n, 1, _compute_step(net, n, 1, "full"), A100, True) for n in (64, 128, 256)]
+    assert steps[2].step_s > 0.9 * steps[1].step_s  # not halved
+    assert all(s.gather_s > s.fwd_compute_s for s in steps[1:])
+
+
+def test_full_recomputation_keeps_each_block_input_and_nothing_inside():
+    net = _gpt2_fp16()
+    algorithms = recompute_algorithms(net, "full")
+    dropped = regenerated(net, algorithms)
+    saved = saved_outputs(net)
+    assert "h0.fc" in dropped and "h0.attn" in dropped
+    assert "h0.add2" not in dropped and "h11.add2" not in dropped  # read by the next block / the final norm
+    assert all(algorithms[name] == RECOMPUTE for name in dropped)
+    strategies, _ = megatron_strategies(net, 8, 8, 1)
+    per_layer = predict_step(net, 8, strategies, algorithms, A100, ROOF, "adam")
+    blocks = predict_step(net, 8, strategies, algorithms, A100, ROOF, "adam", checkpoints=True)
+    assert blocks.step_s == pytest.approx(per_layer.step_s)  # the same work, priced once per layer
+    kept_then = per_layer.memory_parts["activations"]
+    kept_now = blocks.memory_parts["activations"]
+    freed = sum(8 // 8 * prod(net.layer(n).out_shape) * 2 for n in dropped if saved[n])
+    assert kept_then - kept_now == freed > 0
+    assert blocks.recompute_bytes > 0  # one block regenerated while its backward runs
+    assert blocks.memory_peak_bytes < per_layer.memory_peak_bytes
+    selective = recompute_algorithms(net, "selective")
+    assert regenerated(net, selective) == set()  # attention's output is read by its dropout, not recomputed
