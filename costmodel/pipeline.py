@@ -67,8 +67,7 @@ class StagePrediction:
 
     @property
     def memory_peak_bytes(self) -> int:
-        parts = self.micro.memory_parts
-        return (sum(parts.values()) - parts["activations"]) + parts["activations"] * self.kept_micro_batches
+        return self.micro.memory_peak_bytes + int(self.micro.activation_bytes * (self.kept_micro_batches - 1))
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,11 @@ communication yet)::
          + sum over layers of the optimiser update
          + the executor's own time per layer pass (Python between kernels; LayerEstimate.dispatch_s)
 
-Peak memory per device = sum over layers of (weights + gradients + optimiser state + master weights
-+ activations kept for backward) + the largest transient of any layer (its kernel workspace and
-the gradients its backward holds: ``layer_cost.Memory``). Under full recomputation (``checkpoints``)
+Peak memory per device = sum over layers of (weights + gradients + optimiser state + master weights)
++ the most, over layers i, of the activations layers 0..i keep for backward and layer i's transient
+(its kernel workspace and the gradients its backward holds: ``layer_cost.Memory``): while layer i's
+backward runs, the later layers' activations are gone. The planner holds a bound under its limit,
+every layer's activations and the largest transient (``memory_bound_bytes``). Under full recomputation (``checkpoints``)
 an output that only recomputed readers of its block read is regenerated, not kept, and what one
 block's recomputation holds while its backward runs is added (``costmodel.recompute_memory``).
 Network inputs arrive already in the layout their first consumer needs (the data loader reads
@@ -86,17 +88,44 @@ class StepPrediction:
         return self.fwd_s + self.bwd_s + self.sync_s + self.update_s + self.dispatch_s
 
     @property
+    def activation_bytes(self) -> int:
+        """The activations every layer keeps from its forward to its backward, summed."""
+        return sum(x.layer.memory.activations for x in self.layers)
+
+    def _held(self) -> tuple[int, int]:
+        """(activations held, transient) when the step holds the most: while layer i's backward
+        runs it holds what layers 0..i kept (the later layers' went with their backward) and its
+        own transient (workspace, gradient buffers), more than its forward held."""
+        acts, best = 0, (0, 0)
+        for x in self.layers:
+            m = x.layer.memory
+            acts += m.activations
+            if acts + m.transient > sum(best):
+                best = (acts, m.transient)
+        return best
+
+    @property
     def memory_peak_bytes(self) -> int:
+        """The most a device holds at once over the step (module docstring)."""
+        return sum(self.memory_parts.values())
+
+    @property
+    def memory_bound_bytes(self) -> int:
+        """Every layer's persistent memory and the largest transient: what the planner holds under
+        its limit (its per-layer sums cannot see when each layer's activations go), at least
+        :attr:`memory_peak_bytes`."""
         mems = [x.layer.memory for x in self.layers]
         return sum(m.persistent for m in mems) + max((m.transient for m in mems), default=0) + self.recompute_bytes
 
     @property
     def memory_parts(self) -> dict[str, int]:
         """The peak per device by what holds it (bytes; they sum to ``memory_peak_bytes``): the
-        persistent parts summed over layers, and the largest transient (workspace and gradients)."""
+        weights, gradients and optimiser state of every layer, the activations held at the peak,
+        and the transient there (workspace and gradients; a block's recomputation)."""
         mems = [x.layer.memory for x in self.layers]
-        out = {k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer", "activations")}
-        out["transient"] = max((m.transient for m in mems), default=0) + self.recompute_bytes
+        out = {k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer")}
+        out["activations"], out["transient"] = self._held()
+        out["transient"] += self.recompute_bytes
         return out
 
 

@@ -22,7 +22,10 @@ from kernels import activation, attention, conv, gemm, loss, norm, optimizer, po
 #:    gradient in its layout.
 #: 4: gelu keeps its input only (its backward computes the tanh again); dropout keeps a one-byte
 #:    mask.
-KERNELS_REVISION = 4
+#: 5: FFT convolution takes scaled transforms, each 2-D one as its two 1-D passes, and lets each
+#:    buffer go when done (NumPy's unscaled single-precision FFT ran through double precision);
+#:    SGD's update forms lr * v in chunks on the CPU.
+KERNELS_REVISION = 5
 
 KERNELS: dict[str, Callable] = {
     "sgd.update": optimizer.sgd_momentum_update,

@@ -5,8 +5,9 @@ cross-correlation as in every DNN framework; padding is asymmetric ``(top, botto
 because a spatially split rank pads only at the global border.
 
 ``trace``: every algorithm takes an optional list and appends the ``nbytes`` of each temporary
-buffer it allocates beyond its inputs and its result. ``conv_workspace_bytes`` is a closed form of
-the same sum (networks.ops.conv_workspace) and the tests check the two agree.
+buffer it allocates beyond its inputs and its result, and minus the ``nbytes`` of each it lets go
+before the pass ends; the pass's workspace is the largest running sum. ``conv_workspace_bytes`` is
+a closed form of it (networks.ops.conv_workspace) and the tests check the two agree.
 """
 
 from __future__ import annotations
@@ -14,13 +15,21 @@ from __future__ import annotations
 from kernels.xp import module_of
 from networks.ops.conv_geometry import ConvGeom, conv_output_hw, make_geom, pair, quad
 
-__all__ = ["ConvGeom", "add_bias", "conv_output_hw", "crop", "make_geom", "note", "pad_input",
+__all__ = ["ConvGeom", "add_bias", "conv_output_hw", "crop", "let_go", "make_geom", "note", "pad_input",
            "padded_zeros", "pair", "quad"]
 
 
 def note(trace, arr) -> None:
+    """A buffer of the pass allocated (``trace`` gets its bytes)."""
     if trace is not None:
         trace.append(int(arr.nbytes))
+
+
+def let_go(trace, arr) -> None:
+    """A buffer of the pass released before the pass ends (``trace`` gets minus its bytes; the
+    caller drops its last reference): the workspace is the largest running sum of ``trace``."""
+    if trace is not None:
+        trace.append(-int(arr.nbytes))
 
 
 def pad_input(x, g: ConvGeom, trace=None):

@@ -19,14 +19,17 @@ Buffers (the workspace, see ``conv_workspace_bytes``), with S = Hp * (Wp // 2 + 
               y before cropping (N*F*Hp*Wp real)
   bwd_data    spread w, DY padded (N*F*Hp*Wp real), DY, W, their frequency-major copies, DX (S*N*C),
               DX reordered (N*C*S), dx padded real (N*C*Hp*Wp, if padded or float16)
-plus, for float16, float32 copies of the two operands. FFT library internals are not counted.
   bwd_weights padded x, DY padded real, X, DY, their frequency-major copies, DW (S*F*Cg),
               DW reordered (F*Cg*S), dw spread real (F*Cg*Hp*Wp)
+plus, in every pass, each forward transform's rows spectrum (its operand's rows x (Wp // 2 + 1)
+complex) and each inverse transform's column pass (its spectrum's size), and, for float16, float32
+copies of the two operands. FFT library internals (plans, scratch outside NumPy arrays) are not
+counted.
 """
 
 from __future__ import annotations
 
-from kernels._conv_common import ConvGeom, note, pad_input
+from kernels._conv_common import ConvGeom, let_go, note, pad_input
 from kernels.xp import module_of
 
 
@@ -63,8 +66,49 @@ def _back_to_nchw(prod, b, m, hs, ws, trace=None):
 
 
 def _rfft(a, g: ConvGeom, trace=None):
-    out = module_of(a).fft.rfft2(a, s=(g.hp, g.wp), axes=(-2, -1))
+    """The unscaled real 2-D FFT at the padded size Hp x Wp, as its two 1-D passes (rows, then
+    columns; the rows' spectrum is a buffer of its own, let go once the columns are done). Each
+    pass is taken scaled by 1/n and scaled back: NumPy (2.x) runs an unscaled single-precision
+    forward transform through double precision, holding about four more copies of its result
+    (docs/kernels.md, "Convolution")."""
+    xp = module_of(a)
+    rows = xp.fft.rfft(a, n=g.wp, axis=-1, norm="forward")
+    note(trace, rows)
+    out = xp.fft.fft(rows, n=g.hp, axis=-2, norm="forward")
     note(trace, out)
+    let_go(trace, rows)
+    out *= g.hp * g.wp
+    return out
+
+
+def _irfft(spec, g: ConvGeom, trace=None, workspace: bool = True):
+    """The inverse of :func:`_rfft`, scaled by 1/(Hp Wp), as its two 1-D passes (columns, then
+    rows; the columns' result is a buffer of its own). ``workspace``: whether the real result is
+    a buffer of the pass (cropped or cast afterwards) rather than the pass's own result."""
+    xp = module_of(spec)
+    cols = xp.fft.ifft(spec, n=g.hp, axis=-2)
+    note(trace, cols)
+    out = xp.fft.irfft(cols, n=g.wp, axis=-1)
+    if workspace:
+        note(trace, out)
+    let_go(trace, cols)
+    return out
+
+
+def _let_go_copies(trace, original, cast, padded) -> None:
+    """Release the padded and the cast copies of an operand once its transform is taken."""
+    if padded is not cast:
+        let_go(trace, padded)
+    if cast is not original:
+        let_go(trace, cast)
+
+
+def _product(a, b, trace):
+    """The per-frequency GEMM, its two operands let go."""
+    out = module_of(a).matmul(a, b)
+    note(trace, out)
+    let_go(trace, a)
+    let_go(trace, b)
     return out
 
 
@@ -73,18 +117,29 @@ def forward(x, w, g: ConvGeom, trace=None):
     cdt = _compute_dtype(xp, x.dtype)
     xc, wc = _cast_in(x, w, cdt, trace)
     x_pad = pad_input(xc, g, trace)
+    X = _rfft(x_pad, g, trace)
+    _let_go_copies(trace, x, xc, x_pad)
+    del xc, x_pad
     ws = _spread_w(wc, g, trace)
-    X = _rfft(x_pad, g, trace).reshape(g.n, g.groups, g.cg, g.hp, -1)
-    W = _rfft(ws, g, trace).reshape(g.groups, g.fg, g.cg, g.hp, -1).transpose(2, 0, 1, 3, 4)
+    W = _rfft(ws, g, trace)
+    _let_go_copies(trace, w, wc, ws)
+    del wc, ws
     hs, wsz = X.shape[-2:]
-    Xf = _freq_major(X, trace)                                  # (S, G, N, Cg)
-    Wf = _freq_major(W, trace)                                  # (S, G, Cg, Fg)
+    Xf = _freq_major(X.reshape(g.n, g.groups, g.cg, g.hp, -1), trace)                       # (S, G, N, Cg)
+    let_go(trace, X)
+    del X
+    Wf = _freq_major(W.reshape(g.groups, g.fg, g.cg, g.hp, -1).transpose(2, 0, 1, 3, 4), trace)  # (S, G, Cg, Fg)
+    let_go(trace, W)
+    del W
     xp.conj(Wf, out=Wf)                                         # correlation: X * conj(W)
-    Yf = xp.matmul(Xf, Wf)                                      # (S, G, N, Fg)
-    note(trace, Yf)
+    Yf = _product(Xf, Wf, trace)                                # (S, G, N, Fg)
+    del Xf, Wf
     Y = _back_to_nchw(Yf, g.n, g.f, hs, wsz, trace)
-    y_full = xp.fft.irfft2(Y, s=(g.hp, g.wp), axes=(-2, -1))
-    note(trace, y_full)
+    let_go(trace, Yf)
+    del Yf
+    y_full = _irfft(Y, g, trace)
+    let_go(trace, Y)
+    del Y
     return xp.ascontiguousarray(y_full[:, :, :g.ho, :g.wo], dtype=x.dtype)
 
 
@@ -100,19 +155,29 @@ def backward_data(dy, w, g: ConvGeom, trace=None):
     xp = module_of(dy)
     cdt = _compute_dtype(xp, dy.dtype)
     dyc, wc = _cast_in(dy, w, cdt, trace)
-    ws = _spread_w(wc, g, trace)
     dy_full = _dy_padded(dyc, g, trace)
-    DY = _rfft(dy_full, g, trace).reshape(g.n, g.groups, g.fg, g.hp, -1)
-    W = _rfft(ws, g, trace).reshape(g.groups, g.fg, g.cg, g.hp, -1).transpose(1, 0, 2, 3, 4)
+    DY = _rfft(dy_full, g, trace)
+    _let_go_copies(trace, dy, dyc, dy_full)
+    del dyc, dy_full
+    ws = _spread_w(wc, g, trace)
+    W = _rfft(ws, g, trace)
+    _let_go_copies(trace, w, wc, ws)
+    del wc, ws
     hs, wsz = DY.shape[-2:]
-    DYf = _freq_major(DY, trace)                                # (S, G, N, Fg)
-    Wf = _freq_major(W, trace)                                  # (S, G, Fg, Cg) after transpose
-    DXf = xp.matmul(DYf, Wf)                                    # (S, G, N, Cg)
-    note(trace, DXf)
+    DYf = _freq_major(DY.reshape(g.n, g.groups, g.fg, g.hp, -1), trace)                     # (S, G, N, Fg)
+    let_go(trace, DY)
+    del DY
+    Wf = _freq_major(W.reshape(g.groups, g.fg, g.cg, g.hp, -1).transpose(1, 0, 2, 3, 4), trace)  # (S, G, Fg, Cg)
+    let_go(trace, W)
+    del W
+    DXf = _product(DYf, Wf, trace)                              # (S, G, N, Cg)
+    del DYf, Wf
     DX = _back_to_nchw(DXf, g.n, g.c, hs, wsz, trace)
-    dx_pad = xp.fft.irfft2(DX, s=(g.hp, g.wp), axes=(-2, -1))
-    if g.padded or dx_pad.dtype != dy.dtype:
-        note(trace, dx_pad)
+    let_go(trace, DXf)
+    del DXf
+    dx_pad = _irfft(DX, g, trace, workspace=g.padded or cdt != dy.dtype)
+    let_go(trace, DX)
+    del DX
     if g.padded:
         dx_pad = dx_pad[:, :, g.pt:g.pt + g.h, g.pl:g.pl + g.w]
     return xp.ascontiguousarray(dx_pad, dtype=dy.dtype)
@@ -123,19 +188,30 @@ def backward_weights(dy, x, g: ConvGeom, trace=None):
     cdt = _compute_dtype(xp, dy.dtype)
     dyc, xc = _cast_in(dy, x, cdt, trace)
     x_pad = pad_input(xc, g, trace)
+    X = _rfft(x_pad, g, trace)
+    _let_go_copies(trace, x, xc, x_pad)
+    del xc, x_pad
     dy_full = _dy_padded(dyc, g, trace)
-    X = _rfft(x_pad, g, trace).reshape(g.n, g.groups, g.cg, g.hp, -1)
-    DY = _rfft(dy_full, g, trace).reshape(g.n, g.groups, g.fg, g.hp, -1)
+    DY = _rfft(dy_full, g, trace)
+    _let_go_copies(trace, dy, dyc, dy_full)
+    del dyc, dy_full
     hs, wsz = X.shape[-2:]
-    Xf = _freq_major(X, trace)                                  # (S, G, N, Cg)
-    DYf = _freq_major(DY.transpose(2, 1, 0, 3, 4), trace)       # (S, G, Fg, N)
+    Xf = _freq_major(X.reshape(g.n, g.groups, g.cg, g.hp, -1), trace)                       # (S, G, N, Cg)
+    let_go(trace, X)
+    del X
+    DYf = _freq_major(DY.reshape(g.n, g.groups, g.fg, g.hp, -1).transpose(2, 1, 0, 3, 4), trace)  # (S, G, Fg, N)
+    let_go(trace, DY)
+    del DY
     xp.conj(DYf, out=DYf)                                       # correlation: conj(DY) * X
-    DWf = xp.matmul(DYf, Xf)                                    # (S, G, Fg, Cg)
-    note(trace, DWf)
+    DWf = _product(DYf, Xf, trace)                              # (S, G, Fg, Cg)
+    del DYf, Xf
     DW = xp.ascontiguousarray(DWf.transpose(1, 2, 3, 0)).reshape(g.f, g.cg, hs, wsz)
     note(trace, DW)
-    dw_full = xp.fft.irfft2(DW, s=(g.hp, g.wp), axes=(-2, -1))
-    note(trace, dw_full)
+    let_go(trace, DWf)
+    del DWf
+    dw_full = _irfft(DW, g, trace)
+    let_go(trace, DW)
+    del DW
     dw = dw_full[:, :, :g.khe:g.dh, :g.kwe:g.dw]
     return xp.ascontiguousarray(dw, dtype=dy.dtype)
 

@@ -6,16 +6,17 @@ Deep Learning" (ACM Computing Surveys, 2019): the column matrix is ``(C/groups *
 and groups are batch dimensions of a single ``matmul`` call (docs/kernels.md).
 
 Buffers (the workspace, see ``conv_workspace_bytes``):
-  fwd         padded input (if padded) + columns N*C*KH*KW*Ho*Wo
+  fwd         padded input (if padded; let go once the columns are built) + columns N*C*KH*KW*Ho*Wo
   bwd_data    columns (w^T @ dy) + padded gradient (if padded)
-  bwd_weights padded input (if padded) + columns + per-sample products N*F*(C/g)*KH*KW, or,
+  bwd_weights padded input (if padded; let go once the columns are built), columns, then per-sample
+              products N*F*(C/g)*KH*KW or,
               when those would be large, columns ordered by channel and a copy of dy ordered
               (group, filter, sample, position), N*F*Ho*Wo, for one GEMM over the whole batch
 """
 
 from __future__ import annotations
 
-from kernels._conv_common import ConvGeom, crop, note, pad_input, padded_zeros
+from kernels._conv_common import ConvGeom, crop, let_go, note, pad_input, padded_zeros
 from kernels.xp import module_of
 from networks.ops.conv_workspace import PER_SAMPLE_MAX_ELEMS, per_sample_products
 
@@ -35,8 +36,17 @@ def _w_matrix(w, g: ConvGeom):
     return w.reshape(g.groups, g.fg, g.cg * g.kh * g.kw)
 
 
+def _patches(x, g: ConvGeom, trace, columns):
+    """``columns`` of the padded input, the padded copy let go once they are built."""
+    x_pad = pad_input(x, g, trace)
+    cols = columns(x_pad, g, trace)
+    if x_pad is not x:
+        let_go(trace, x_pad)
+    return cols
+
+
 def forward(x, w, g: ConvGeom, trace=None):
-    cols = _columns(pad_input(x, g, trace), g, trace)
+    cols = _patches(x, g, trace, _columns)
     y = module_of(x).matmul(_w_matrix(w, g), cols)             # (N, G, Fg, Ho*Wo)
     return y.reshape(g.n, g.f, g.ho, g.wo)
 
@@ -54,10 +64,6 @@ def backward_data(dy, w, g: ConvGeom, trace=None):
     return crop(dx_pad, g)
 
 
-#: Largest per-sample weight-gradient buffer (N*F*Cg*KH*KW elements) for which ``backward_weights``
-#: makes one GEMM per sample and sums them; above it, one GEMM with the batch folded into the
-#: reduction. Small buffers favour the per-sample GEMMs (the folded one is then very long and thin);
-#: large ones the folded GEMM, which writes no per-sample buffer to sum. The crossover was chosen
 def per_sample_weight_grads(g: ConvGeom) -> bool:
     """Whether ``backward_weights`` sums per-sample GEMMs (small buffers) or folds the batch
     (below ``PER_SAMPLE_MAX_ELEMS`` elements of per-sample products; networks.ops.conv_workspace)."""
@@ -81,12 +87,12 @@ def backward_weights(dy, x, g: ConvGeom, trace=None):
     xp = module_of(dy)
     positions = g.ho * g.wo
     if per_sample_weight_grads(g):
-        cols = _columns(pad_input(x, g, trace), g, trace)
+        cols = _patches(x, g, trace, _columns)
         dyg = dy.reshape(g.n, g.groups, g.fg, positions)
         per_sample = xp.matmul(dyg, cols.transpose(0, 1, 3, 2))     # (N, G, Fg, Cg*KH*KW)
         note(trace, per_sample)
         return per_sample.sum(axis=0).reshape(g.f, g.cg, g.kh, g.kw)
-    cols = _columns_by_channel(pad_input(x, g, trace), g, trace)     # (G, Cg*KH*KW, N*Ho*Wo)
+    cols = _patches(x, g, trace, _columns_by_channel)                # (G, Cg*KH*KW, N*Ho*Wo)
     dyg = xp.ascontiguousarray(dy.reshape(g.n, g.groups, g.fg, positions).transpose(1, 2, 0, 3))
     note(trace, dyg)
     dyg = dyg.reshape(g.groups, g.fg, g.n * positions)

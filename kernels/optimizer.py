@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import numpy
+
+#: elements of ``lr * v`` formed at once: the step's only temporary (1 MiB of float32)
+CHUNK = 1 << 18
+
 
 def sgd_momentum_update(w, v, g, lr: float, momentum: float):
     """``v = momentum * v + g; w -= lr * v`` (PyTorch's SGD with momentum, no dampening), in place
-    on ``w`` and ``v``. Returns them."""
+    on ``w`` and ``v``. Returns them. On the CPU ``lr * v`` is formed :data:`CHUNK` elements at a
+    time, so the step holds no weight-sized temporary (AlexNet's first classifier weight is 151 MB:
+    one more such array at the peak, unlike what the cost model counts)."""
     v *= momentum
     v += g
-    w -= lr * v
+    if not isinstance(w, numpy.ndarray) or w.size <= CHUNK or not (w.flags.c_contiguous and v.flags.c_contiguous):
+        w -= lr * v
+        return w, v
+    flat_w, flat_v = w.reshape(-1), v.reshape(-1)
+    scratch = numpy.empty(CHUNK, dtype=v.dtype)
+    for start in range(0, flat_w.size, CHUNK):
+        stop = min(start + CHUNK, flat_w.size)
+        part = scratch[:stop - start]
+        numpy.multiply(flat_v[start:stop], lr, out=part)
+        flat_w[start:stop] -= part
     return w, v

@@ -230,8 +230,8 @@ def check_prediction(pred: StepPrediction, objective: float, memory: float) -> N
     """Raise :class:`PlanMismatch` unless predict_step agrees with the solver (1e-9 relative)."""
     if abs(pred.step_s - objective) > CHECK_RTOL * max(abs(objective), 1e-30):
         raise PlanMismatch(f"predicted step {pred.step_s!r} s differs from the solver objective {objective!r} s")
-    if abs(pred.memory_peak_bytes - memory) > CHECK_RTOL * max(abs(memory), 1.0):
-        raise PlanMismatch(f"predicted peak memory {pred.memory_peak_bytes} B differs from the solver's {memory}")
+    if abs(pred.memory_bound_bytes - memory) > CHECK_RTOL * max(abs(memory), 1.0):
+        raise PlanMismatch(f"predicted memory bound {pred.memory_bound_bytes} B differs from the solver's {memory}")
 
 
 def plan_from_prediction(pred: StepPrediction, net: Network, network_ref: str, machine_ref: str,

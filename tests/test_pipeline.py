@@ -69,7 +69,7 @@ def test_1f1b_keeps_fewer_micro_batches_than_gpipe():
     assert one.memory_peak_bytes < gpipe.memory_peak_bytes
     stage0 = one.stages[0]
     parts = stage0.micro.memory_parts
-    assert stage0.memory_peak_bytes == sum(parts.values()) + 3 * parts["activations"]
+    assert stage0.memory_peak_bytes == sum(parts.values()) + 3 * stage0.micro.activation_bytes
 
 
 @pytest.mark.parametrize("args, message", [

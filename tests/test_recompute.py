@@ -50,7 +50,7 @@ def test_the_planner_recomputes_only_when_memory_binds():
     def least(recompute: bool) -> float:  # the least memory any plan needs, with or without recomputation
         return min_memory(build_problem(net, 256, 2, A100, ROOF, None, edges=False, recompute=recompute).problem)[0]
 
-    assert least(True) < least(False) < free.memory_peak_bytes
+    assert least(True) < least(False)
     limit = (least(True) + least(False)) / 2  # only recomputing plans fit
     tight = make_plan(net, "alexnet", 256, 2, A100, ROOF, limit, with_baselines=False)
     assert RECOMPUTE in tight.algorithms().values()

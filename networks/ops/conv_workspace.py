@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from networks.ops.conv_geometry import ConvGeom, make_geom
 
-#: im2col's weight gradient sums per-sample GEMMs while their products stay under this many
-#: elements, else folds the batch into one GEMM (``python bench/bench_im2col_weight_grad.py``)
+#: Largest per-sample weight-gradient buffer (N*F*Cg*KH*KW elements) for which im2col's weight
+#: gradient makes one GEMM per sample and sums them; above it, one GEMM with the batch folded into
+#: the reduction. Small buffers favour the per-sample GEMMs (the folded one is then very long and
+#: thin); large ones the folded GEMM, which writes no per-sample buffer to sum. The crossover was
+#: chosen with ``python bench/bench_im2col_weight_grad.py`` (figures: docs/kernels.md, "Convolution").
 PER_SAMPLE_MAX_ELEMS = 1 << 16
 
 #: Winograd F(m x m, 3 x 3) output tile size the kernels use
@@ -47,40 +50,86 @@ def direct_elems(g: ConvGeom, pass_name: str) -> int:
 
 
 def im2col_elems(g: ConvGeom, pass_name: str, per_sample: bool | None = None) -> int:
-    """Padded input and the column matrix; the weight gradient adds its per-sample products or,
-    folding the batch, a reordered copy of dy (``per_sample``: which, by default
-    :func:`per_sample_products`)."""
+    """Padded input and the column matrix; the weight gradient then lets the padded input go and
+    adds its per-sample products or, folding the batch, a reordered copy of dy (``per_sample``:
+    which, by default :func:`per_sample_products`). The most held at once."""
     pad = g.n * g.c * g.hp * g.wp if g.padded else 0
     cols = g.n * g.c * g.kh * g.kw * g.ho * g.wo
     if pass_name in ("fwd", "bwd_data"):
         return pad + cols
+    # the padded input is let go once the columns are built, before the products or dy's copy
     if per_sample_products(g) if per_sample is None else per_sample:
-        return pad + cols + g.n * g.f * g.cg * g.kh * g.kw
-    return pad + cols + g.n * g.f * g.ho * g.wo
+        return cols + max(pad, g.n * g.f * g.cg * g.kh * g.kw)
+    return cols + max(pad, g.n * g.f * g.ho * g.wo)
 
 
-def fft_bytes(g: ConvGeom, pass_name: str, itemsize: int) -> int:
-    """Spectra of both operands and of the result, their frequency-major copies, the padded and
-    spread real buffers, and under float16 the float32 copies the FFTs work on (bytes)."""
+def fft_events(g: ConvGeom, pass_name: str, itemsize: int) -> list[int]:
+    """The bytes of each buffer the FFT algorithm allocates (positive) and lets go (negative), in
+    the order it does (kernels/conv_fft.py): the operands cast (float16 runs in float32), padded or
+    spread; each operand's spectrum through its rows' spectrum; the frequency-major copies; their
+    product; the product reordered; the inverse through its column pass."""
     half = itemsize == 2
     isz = 4 if half else itemsize              # real compute itemsize
     csz = 2 * isz                              # complex itemsize
     s = g.hp * (g.wp // 2 + 1)
-    dil = (g.dh, g.dw) != (1, 1)
+    nx, nw, ny = g.n * g.c * s * csz, g.f * g.cg * s * csz, g.n * g.f * s * csz
+    w_rows = g.f * g.cg * g.khe * (g.wp // 2 + 1) * csz
     pad_x = g.n * g.c * g.hp * g.wp * isz if g.padded else 0
-    spread = g.f * g.cg * g.khe * g.kwe * isz if dil else 0
+    spread = g.f * g.cg * g.khe * g.kwe * isz if (g.dh, g.dw) != (1, 1) else 0
     dy_full = g.n * g.f * g.hp * g.wp * isz
-    nx, nw, ny = g.n * g.c * s, g.f * g.cg * s, g.n * g.f * s
+    cast_x, cast_w = g.n * g.c * g.h * g.w * isz, g.f * g.cg * g.kh * g.kw * isz
+    cast_dy = g.n * g.f * g.ho * g.wo * isz
+
+    def transform(copies: list[int], rows: int, spectrum: int) -> list[int]:
+        """An operand's extra copies, its rows' spectrum and spectrum, then the copies let go."""
+        kept = [b for b in copies if b]
+        return kept + [rows, spectrum, -rows] + [-b for b in kept]
+
+    def product(a: int, b: int, out: int) -> list[int]:
+        """Frequency-major copies of the spectra a and b (as large), their product, a and b let
+        go, the product reordered and let go."""
+        return [a, -a, b, -b, out, -a, -b, out, -out]
+
+    def inverse(spectrum: int, real: int) -> list[int]:
+        return [spectrum, real, -spectrum] if real else [spectrum, -spectrum]
+
     if pass_name == "fwd":
-        cast = (g.n * g.c * g.h * g.w + g.f * g.cg * g.kh * g.kw) * isz if half else 0
-        y_full = g.n * g.f * g.hp * g.wp * isz
-        return cast + pad_x + spread + 2 * (nx + nw) * csz + 2 * ny * csz + y_full
+        cx, cw = (cast_x, cast_w) if half else (0, 0)
+        ev = [cx, cw] if half else []
+        ev += [pad_x] if pad_x else []
+        ev += [nx, nx, -nx] + ([-pad_x] if pad_x else []) + ([-cx] if half else [])
+        ev += transform([spread], w_rows, nw) + ([-cw] if half else [])
+        ev += product(nx, nw, ny)
+        return ev + inverse(ny, g.n * g.f * g.hp * g.wp * isz) + [-ny]
     if pass_name == "bwd_data":
-        cast = (g.n * g.f * g.ho * g.wo + g.f * g.cg * g.kh * g.kw) * isz if half else 0
+        cdy, cw = (cast_dy, cast_w) if half else (0, 0)
+        ev = [cdy, cw] if half else []
+        ev += transform([dy_full], ny, ny) + ([-cdy] if half else [])
+        ev += transform([spread], w_rows, nw) + ([-cw] if half else [])
+        ev += product(ny, nw, nx)
         dx_pad = g.n * g.c * g.hp * g.wp * isz if (g.padded or half) else 0
-        return cast + spread + dy_full + 2 * (ny + nw) * csz + 2 * nx * csz + dx_pad
-    cast = (g.n * g.f * g.ho * g.wo + g.n * g.c * g.h * g.w) * isz if half else 0
-    return cast + pad_x + dy_full + 2 * (nx + ny) * csz + 2 * nw * csz + g.f * g.cg * g.hp * g.wp * isz
+        return ev + inverse(nx, dx_pad) + [-nx]
+    cdy, cx = (cast_dy, cast_x) if half else (0, 0)
+    ev = [cdy, cx] if half else []
+    ev += [pad_x] if pad_x else []
+    ev += [nx, nx, -nx] + ([-pad_x] if pad_x else []) + ([-cx] if half else [])
+    ev += transform([dy_full], ny, ny) + ([-cdy] if half else [])
+    ev += [nx, -nx, ny, -ny, nw, -ny, -nx, nw, -nw]  # the product takes dy's spectrum first
+    return ev + inverse(nw, g.f * g.cg * g.hp * g.wp * isz) + [-nw]
+
+
+def peak(events: list[int]) -> int:
+    """The largest running sum of allocations (positive) and releases (negative)."""
+    run = top = 0
+    for b in events:
+        run += b
+        top = max(top, run)
+    return top
+
+
+def fft_bytes(g: ConvGeom, pass_name: str, itemsize: int) -> int:
+    """The most the FFT algorithm holds at once in ``pass_name`` (bytes; :func:`fft_events`)."""
+    return peak(fft_events(g, pass_name, itemsize))
 
 
 def winograd_elems(g: ConvGeom, pass_name: str, m: int = DEFAULT_TILE) -> int:
