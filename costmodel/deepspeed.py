@@ -13,8 +13,9 @@ port; this model is slower than them, never faster (nothing below physics). Per 
 
 - every weight tensor of at least :data:`PERSISTENCE_THRESHOLD` elements is sharded over all ``N``
   ranks and gathered with its own ring allgather, ``(N - 1)(alpha + n / N beta)`` on the inter-node
-  link (collectives.allgather_s); smaller ones stay whole on every rank and move nothing
-  (DeepSpeed's ``stage3_param_persistence_threshold``, default 1e5 elements);
+  link (collectives.allgather_s); smaller ones stay whole on every rank (DeepSpeed's
+  ``stage3_param_persistence_threshold``, default 1e5 elements; their gradients' sum, norms and
+  biases, under a thousandth of the bytes, is left out);
 - gathers run before the forward, before the recomputed forward (activation recomputation), and
   before the backward; each gradient is reduce-scattered once (ring) after its backward;
 - the gathers are prefetched, so a pass takes ``max(compute, gathers)`` (DeepSpeed prefetches the
