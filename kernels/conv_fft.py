@@ -95,12 +95,25 @@ def _irfft(spec, g: ConvGeom, trace=None, workspace: bool = True):
     return out
 
 
-def _let_go_copies(trace, original, cast, padded) -> None:
-    """Release the padded and the cast copies of an operand once its transform is taken."""
-    if padded is not cast:
-        let_go(trace, padded)
+def _spectrum(original, cast, prepare, g: ConvGeom, trace):
+    """The transform of an operand made ready by ``prepare`` (padded, spread or zero-extended)
+    from its cast copy; the ready copy and the cast copy are let go (the caller drops its own
+    reference to ``cast``)."""
+    ready = prepare(cast, g, trace)
+    spec = _rfft(ready, g, trace)
+    if ready is not cast:
+        let_go(trace, ready)
     if cast is not original:
         let_go(trace, cast)
+    return spec
+
+
+def _freq(spec, shape, order, trace):
+    """A spectrum reshaped to ``shape`` with its axes in ``order``, copied frequency-major; the
+    spectrum let go (the caller drops its reference)."""
+    out = _freq_major(spec.reshape(shape).transpose(order), trace)
+    let_go(trace, spec)
+    return out
 
 
 def _product(a, b, trace):
@@ -114,25 +127,18 @@ def _product(a, b, trace):
 
 def forward(x, w, g: ConvGeom, trace=None):
     xp = module_of(x)
-    cdt = _compute_dtype(xp, x.dtype)
-    xc, wc = _cast_in(x, w, cdt, trace)
-    x_pad = pad_input(xc, g, trace)
-    X = _rfft(x_pad, g, trace)
-    _let_go_copies(trace, x, xc, x_pad)
-    del xc, x_pad
-    ws = _spread_w(wc, g, trace)
-    W = _rfft(ws, g, trace)
-    _let_go_copies(trace, w, wc, ws)
-    del wc, ws
+    xc, wc = _cast_in(x, w, _compute_dtype(xp, x.dtype), trace)
+    X = _spectrum(x, xc, pad_input, g, trace)
+    del xc
+    W = _spectrum(w, wc, _spread_w, g, trace)
+    del wc
     hs, wsz = X.shape[-2:]
-    Xf = _freq_major(X.reshape(g.n, g.groups, g.cg, g.hp, -1), trace)                       # (S, G, N, Cg)
-    let_go(trace, X)
+    Xf = _freq(X, (g.n, g.groups, g.cg, g.hp, -1), (0, 1, 2, 3, 4), trace)     # (S, G, N, Cg)
     del X
-    Wf = _freq_major(W.reshape(g.groups, g.fg, g.cg, g.hp, -1).transpose(2, 0, 1, 3, 4), trace)  # (S, G, Cg, Fg)
-    let_go(trace, W)
+    Wf = _freq(W, (g.groups, g.fg, g.cg, g.hp, -1), (2, 0, 1, 3, 4), trace)    # (S, G, Cg, Fg)
     del W
-    xp.conj(Wf, out=Wf)                                         # correlation: X * conj(W)
-    Yf = _product(Xf, Wf, trace)                                # (S, G, N, Fg)
+    xp.conj(Wf, out=Wf)                                                        # correlation: X * conj(W)
+    Yf = _product(Xf, Wf, trace)                                               # (S, G, N, Fg)
     del Xf, Wf
     Y = _back_to_nchw(Yf, g.n, g.f, hs, wsz, trace)
     let_go(trace, Yf)
@@ -155,22 +161,16 @@ def backward_data(dy, w, g: ConvGeom, trace=None):
     xp = module_of(dy)
     cdt = _compute_dtype(xp, dy.dtype)
     dyc, wc = _cast_in(dy, w, cdt, trace)
-    dy_full = _dy_padded(dyc, g, trace)
-    DY = _rfft(dy_full, g, trace)
-    _let_go_copies(trace, dy, dyc, dy_full)
-    del dyc, dy_full
-    ws = _spread_w(wc, g, trace)
-    W = _rfft(ws, g, trace)
-    _let_go_copies(trace, w, wc, ws)
-    del wc, ws
+    DY = _spectrum(dy, dyc, _dy_padded, g, trace)
+    del dyc
+    W = _spectrum(w, wc, _spread_w, g, trace)
+    del wc
     hs, wsz = DY.shape[-2:]
-    DYf = _freq_major(DY.reshape(g.n, g.groups, g.fg, g.hp, -1), trace)                     # (S, G, N, Fg)
-    let_go(trace, DY)
+    DYf = _freq(DY, (g.n, g.groups, g.fg, g.hp, -1), (0, 1, 2, 3, 4), trace)   # (S, G, N, Fg)
     del DY
-    Wf = _freq_major(W.reshape(g.groups, g.fg, g.cg, g.hp, -1).transpose(1, 0, 2, 3, 4), trace)  # (S, G, Fg, Cg)
-    let_go(trace, W)
+    Wf = _freq(W, (g.groups, g.fg, g.cg, g.hp, -1), (1, 0, 2, 3, 4), trace)    # (S, G, Fg, Cg)
     del W
-    DXf = _product(DYf, Wf, trace)                              # (S, G, N, Cg)
+    DXf = _product(DYf, Wf, trace)                                             # (S, G, N, Cg)
     del DYf, Wf
     DX = _back_to_nchw(DXf, g.n, g.c, hs, wsz, trace)
     let_go(trace, DXf)
@@ -185,25 +185,18 @@ def backward_data(dy, w, g: ConvGeom, trace=None):
 
 def backward_weights(dy, x, g: ConvGeom, trace=None):
     xp = module_of(dy)
-    cdt = _compute_dtype(xp, dy.dtype)
-    dyc, xc = _cast_in(dy, x, cdt, trace)
-    x_pad = pad_input(xc, g, trace)
-    X = _rfft(x_pad, g, trace)
-    _let_go_copies(trace, x, xc, x_pad)
-    del xc, x_pad
-    dy_full = _dy_padded(dyc, g, trace)
-    DY = _rfft(dy_full, g, trace)
-    _let_go_copies(trace, dy, dyc, dy_full)
-    del dyc, dy_full
+    dyc, xc = _cast_in(dy, x, _compute_dtype(xp, dy.dtype), trace)
+    X = _spectrum(x, xc, pad_input, g, trace)
+    del xc
+    DY = _spectrum(dy, dyc, _dy_padded, g, trace)
+    del dyc
     hs, wsz = X.shape[-2:]
-    Xf = _freq_major(X.reshape(g.n, g.groups, g.cg, g.hp, -1), trace)                       # (S, G, N, Cg)
-    let_go(trace, X)
+    Xf = _freq(X, (g.n, g.groups, g.cg, g.hp, -1), (0, 1, 2, 3, 4), trace)     # (S, G, N, Cg)
     del X
-    DYf = _freq_major(DY.reshape(g.n, g.groups, g.fg, g.hp, -1).transpose(2, 1, 0, 3, 4), trace)  # (S, G, Fg, N)
-    let_go(trace, DY)
+    DYf = _freq(DY, (g.n, g.groups, g.fg, g.hp, -1), (2, 1, 0, 3, 4), trace)   # (S, G, Fg, N)
     del DY
-    xp.conj(DYf, out=DYf)                                       # correlation: conj(DY) * X
-    DWf = _product(DYf, Xf, trace)                              # (S, G, Fg, Cg)
+    xp.conj(DYf, out=DYf)                                                      # correlation: conj(DY) * X
+    DWf = _product(DYf, Xf, trace)                                             # (S, G, Fg, Cg)
     del DYf, Xf
     DW = xp.ascontiguousarray(DWf.transpose(1, 2, 3, 0)).reshape(g.f, g.cg, hs, wsz)
     note(trace, DW)
