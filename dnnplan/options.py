@@ -106,7 +106,8 @@ SequenceParallelOpt = Annotated[bool, typer.Option(
     "across the tensor group instead of repeating them on every device of it (Korthikanti et al. 2022).")]
 RecomputeModeOpt = Annotated[str, typer.Option(
     "--recompute", help="Activation recomputation: none; selective (attention reruns its forward in backward); "
-    "full (every layer does, its forward collectives included, as Megatron's full recomputation).")]
+    "full (every layer of every block does, its forward collectives included, each block keeping only its "
+    "input, as Megatron's full recomputation).")]
 SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP; under a binding memory limit "
                                         "a Lagrangian bound rules candidates out and an ILP solves the rest, exactly), "
                                         "reduced (graph reduction; a binding limit sends the whole problem to the ILP), "
