@@ -87,6 +87,11 @@ MicroBatchesOpt = Annotated[int, typer.Option(
     "--micro-batches", help="Micro-batches per step in a pipeline (must divide the batch): each holds "
     "batch/M samples, split over a stage's data-parallel ranks.",
     callback=within("--micro-batches", 1, MAX_INT))]
+RuntimeOpt = Annotated[str, typer.Option(
+    "--runtime", help="Whose step to price: dnnplan (what `dnnplan execute` runs) or deepspeed "
+    "(DeepSpeed's ZeRO-3 as published runs of it behave: a flat-ring gather per weight tensor, one more "
+    "for the recomputed forward, gathers hidden under compute; with --zero 3 and no model parallelism; "
+    "docs/costmodel.md, DeepSpeed ZeRO-3).")]
 ScheduleOpt = Annotated[str, typer.Option(
     "--schedule", help="Pipeline schedule: 1f1b (activations of at most as many micro-batches as stages "
     "remain) or gpipe (of all of them), the same step; `dnnplan predict` also prices interleaved "

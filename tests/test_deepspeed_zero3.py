@@ -91,3 +91,30 @@ def test_full_recomputation_keeps_each_block_input_and_nothing_inside():
     assert blocks.memory_peak_bytes < per_layer.memory_peak_bytes
     selective = recompute_algorithms(net, "selective")
     assert regenerated(net, selective) == set()  # attention's output is read by its dropout, not recomputed
+
+
+def test_predict_runtime_deepspeed_prices_the_zero3_step_and_refuses_other_configurations():
+    import json
+
+    from typer.testing import CliRunner
+
+    from dnnplan.cli import app
+    runner = CliRunner()
+    args = ["predict", "gpt2", "-p", "64", "-b", "256", "--machine", "dgx-a100", "--precision", "fp16",
+            "--optimizer", "adam", "--zero", "3", "--recompute", "full", "--micro-batches", "2"]
+    got = runner.invoke(app, args + ["--runtime", "deepspeed", "--json"])
+    assert got.exit_code == 0, got.output
+    out = json.loads(got.output[got.output.index("{"):])
+    net = _gpt2_fp16()
+    strategies, _ = megatron_strategies(net, 64, 128, 1)
+    compute = predict_step(net, 128, strategies, recompute_algorithms(net, "full"), A100, ROOF,
+                           Optimizer("adam", 3), checkpoints=True)
+    want = zero3_step(net, 64, 2, compute, A100, recompute=True)
+    assert out["step_s"] == pytest.approx(want.step_s, rel=1e-12) and out["micro_batches"] == 2
+    assert out["gathers_in_backward"] == 2 and out["exposed_comm_s"] > 0
+    text = runner.invoke(app, args + ["--runtime", "deepspeed"])
+    assert text.exit_code == 0 and "DeepSpeed ZeRO-3" in text.output
+    for wrong, message in ((["--zero", "2"], "--runtime deepspeed prices"), (["--tensor", "8"], "no --tensor"),
+                           (["--runtime", "megatron"], "unknown --runtime")):
+        bad = runner.invoke(app, args[:-2] + wrong + (["--runtime", "deepspeed"] if "--runtime" not in wrong else []))
+        assert bad.exit_code == 2 and message in bad.output, bad.output

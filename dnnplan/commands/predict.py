@@ -11,8 +11,9 @@ from costmodel.pipeline import pipeline_json, predict_pipeline
 from costmodel.step import predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
 from dnnplan.options import (BatchOpt, ChunksOpt, DevicesOpt, JsonOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
-                             PipelineOpt, PrecisionOpt, ProfileOpt, RecomputeModeOpt, ScheduleOpt,
+                             PipelineOpt, PrecisionOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
                              SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
+from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
 from dnnplan.render import tables
 from planner.plan_file import is_plan_file, read_plan
 from planner.plan_pipeline import predict_pipelined as predict_pipelined_plan
@@ -27,7 +28,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0,
             tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False,
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
-            chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", as_json: JsonOpt = False) -> None:
+            chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
+            as_json: JsonOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -46,6 +48,10 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     --pipeline 12 --micro-batches 96 --recompute full --machine dgx-a100
 
     Add --schedule interleaved --chunks 3 for Megatron-LM's interleaved 1F1B with 3 model chunks a device.
+
+    DeepSpeed's ZeRO-3 as Narayanan et al. (Table 2) ran GPT-3 on 1536 GPUs, one sample each:
+    dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --zero 3
+    --recompute full --runtime deepspeed --machine dgx-a100
     """
     if is_plan_file(network):
         return predict_plan(network, profile, as_json)
@@ -53,8 +59,11 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
         raise DnnplanError("--tensor and --strategy both give the layers' splits",
                            hint="give one: --tensor T splits the batch over the devices it leaves")
     opt = Optimizer(optimizer, zero)
+    check_runtime(runtime, opt, tensor, pipeline, sequence_parallel, strategy)
     ctx = context.resolve(network, devices, batch, machine, profile, precision=precision)
     algorithms = recompute_algorithms(ctx.network, recompute)
+    if runtime == "deepspeed":
+        return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
 
     def strategies_of(net: Network, ranks: int, batch: int):
         if tensor > 1 or sequence_parallel:
