@@ -4,8 +4,6 @@ property test over random geometries."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -15,6 +13,7 @@ from kernels import conv_im2col
 from kernels._conv_common import make_geom
 from kernels.conv import (CONV_ALGORITHMS, PASS_FALLBACK, conv2d_backward_data, conv2d_backward_weights,
                           conv2d_forward, conv_applicable, conv_output_hw, conv_workspace_bytes, kernel_run)
+from networks.ops.conv_workspace import peak
 
 
 def test_every_algorithm_is_tested_on_several_cases():
@@ -92,7 +91,7 @@ def test_im2col_weight_gradient_folds_the_batch_when_per_sample_buffers_would_be
     trace: list[int] = []
     dw, _ = conv2d_backward_weights(dy, x, ws, s, p, d, gr, "im2col", trace=trace)
     np.testing.assert_allclose(dw, naive_backward(dy, x, w, s, p, d, gr)[1], rtol=1e-10, atol=1e-10)
-    assert max(itertools.accumulate(trace)) == conv_workspace_bytes("im2col", xs, ws, s, p, d, gr, 8, pass_name="bwd_weights")
+    assert peak(trace) == conv_workspace_bytes("im2col", xs, ws, s, p, d, gr, 8, pass_name="bwd_weights")
 
 
 def test_im2col_weight_gradient_forms_agree_above_the_threshold(monkeypatch):

@@ -9,7 +9,7 @@ from costmodel.optimizer import Optimizer
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
 from dnnplan.render import tables
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from profiler.context import Context
 
 RUNTIMES = ("dnnplan", "deepspeed")
@@ -19,7 +19,7 @@ def check_runtime(runtime: str, opt: Optimizer, tensor: int, pipeline: int, sequ
                   strategy: str) -> None:
     """One line for a runtime the options cannot run under."""
     if runtime not in RUNTIMES:
-        raise DnnplanError(f"unknown --runtime '{runtime[:40]}'", hint="use dnnplan or deepspeed")
+        raise DnnplanError(f"unknown --runtime {short(runtime)}", hint="use dnnplan or deepspeed")
     if runtime == "deepspeed" and (opt.zero != 3 or tensor > 1 or pipeline > 1 or sequence_parallel
                                    or strategy != "data"):
         raise DnnplanError("--runtime deepspeed prices DeepSpeed's ZeRO-3 over every device, without model parallelism",

@@ -96,8 +96,7 @@ def fft_events(g: ConvGeom, pass_name: str, itemsize: int) -> list[int]:
     if pass_name == "fwd":
         cx, cw = (cast_x, cast_w) if half else (0, 0)
         ev = [cx, cw] if half else []
-        ev += [pad_x] if pad_x else []
-        ev += [nx, nx, -nx] + ([-pad_x] if pad_x else []) + ([-cx] if half else [])
+        ev += transform([pad_x], nx, nx) + ([-cx] if half else [])
         ev += transform([spread], w_rows, nw) + ([-cw] if half else [])
         ev += product(nx, nw, ny)
         return ev + inverse(ny, g.n * g.f * g.hp * g.wp * isz) + [-ny]
@@ -111,8 +110,7 @@ def fft_events(g: ConvGeom, pass_name: str, itemsize: int) -> list[int]:
         return ev + inverse(nx, dx_pad) + [-nx]
     cdy, cx = (cast_dy, cast_x) if half else (0, 0)
     ev = [cdy, cx] if half else []
-    ev += [pad_x] if pad_x else []
-    ev += [nx, nx, -nx] + ([-pad_x] if pad_x else []) + ([-cx] if half else [])
+    ev += transform([pad_x], nx, nx) + ([-cx] if half else [])
     ev += transform([dy_full], ny, ny) + ([-cdy] if half else [])
     ev += [nx, -nx, ny, -ny, nw, -ny, -nx, nw, -nw]  # the product takes dy's spectrum first
     return ev + inverse(nw, g.f * g.cg * g.hp * g.wp * isz) + [-nw]
