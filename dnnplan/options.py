@@ -114,7 +114,8 @@ RecomputeModeOpt = Annotated[str, typer.Option(
     "full (every layer of every block does, its forward collectives included, each block keeping only its "
     "input, as Megatron's full recomputation).")]
 SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP; under a binding memory limit "
-                                        "a Lagrangian bound rules candidates out and an ILP solves the rest, exactly), "
+                                        "a Lagrangian bound rules candidates out and Pareto fronts of (cost, memory), or an ILP, solve the rest, "
+                                        "exactly), "
                                         "reduced (graph reduction; a binding limit sends the whole problem to the ILP), "
                                         "or ilp (the plain ILP). All three are exact.")]
 TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds any ILP solve may take (then "

@@ -19,7 +19,14 @@ floor (nothing the cost model prices runs faster than the device's highest peak,
 ``F``) and :mod:`planner.pipeline_bound`'s, from one block's layers priced on the stage's ranks,
 with the memory limit by Lagrangian duality (it also proves an ``(S, m)`` where nothing fits).
 ``(S, m)`` are tried in order of that bound and the search stops when it reaches the best step
-found. Inside a cut, a stage of ``k`` blocks makes the step at least ``m T + O`` of that stage, so
+found.
+
+Stages the memory limit binds are solved by Lagrangian relaxation while pairs are compared (fast,
+feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)`` is then searched
+again with every such stage solved exactly (its gap closed by :mod:`planner.solvers.pareto`, else
+the ILP), so the plan returned has every stage optimal for its weighted objective. Another pair,
+compared by its relaxed stages, may still hide a faster plan by up to its gap: ``exact`` solves
+every stage of every pair exactly (slower: minutes on GPT-3 where 24-block stages' fronts grow). Inside a cut, a stage of ``k`` blocks makes the step at least ``m T + O`` of that stage, so
 stage sizes whose cheapest such bound already loses are not tried (stage times grow with ``k``).
 """
 
@@ -104,13 +111,14 @@ class _Search:
         self.solves = 0
         self._solvers: dict[tuple[int, int], StageSolver] = {}
 
-    def solver(self, stages: int, m: int) -> StageSolver:
+    def solver(self, stages: int, m: int, close: bool = False) -> StageSolver:
         """The stage solver of ``(S, m)``: one pricing of its ranks and micro-batch, kept for the bound
-        and the search of that ``(S, m)``."""
-        key = (stages, m)
+        and the search of that ``(S, m)``; ``close``: memory-bound stages have their Lagrangian gap
+        closed (module docstring)."""
+        key = (stages, m, close)
         if key not in self._solvers:
             self._solvers[key] = StageSolver(self.p // stages, self.batch // m, m + stages - 1, self.machine,
-                                             self.compute, self.settings, self.limit, self.exact)
+                                             self.compute, self.settings, self.limit, self.exact, close)
         return self._solvers[key]
 
     def bound(self, stages: int, m: int) -> tuple[float, bool]:
@@ -135,10 +143,10 @@ class _Search:
         return {layer.name: (lambda st, layer=layer: tied_table_s(layer, st, self.machine, ranks))
                 for layer in net.layers if layer.name in self.ties}
 
-    def best(self, stages: int, m: int) -> tuple[float, tuple[int, ...], StageSolver] | None:
+    def best(self, stages: int, m: int, close: bool = False) -> tuple[float, tuple[int, ...], StageSolver] | None:
         n, micro = self.stack.n, self.batch // m
-        solver = self.solver(stages, m)
-        del self._solvers[(stages, m)]  # searched once: its pricing is not needed again
+        solver = self.solver(stages, m, close)
+        del self._solvers[(stages, m, close)]  # searched once: its pricing is not needed again
         rl = roles(stages)
 
         def cost(s: int, k: int) -> tuple[float, float] | None:
@@ -151,7 +159,8 @@ class _Search:
         else:
             got = self._widening(n, stages, m, cost)
         self.solves += solver.solves
-        self.worst_gap = max(self.worst_gap, solver.worst_gap)
+        if not close:
+            self.worst_gap = max(self.worst_gap, solver.worst_gap)
         return None if got is None else (got[0], got[1], solver)
 
     def _widening(self, n: int, stages: int, m: int, cost) -> tuple[float, tuple[int, ...]] | None:
@@ -202,7 +211,18 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     if best is None:
         raise DnnplanError(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
+    best = _closed(search, best)
     return _choice(search, best, tuple(out), time.perf_counter() - start)
+
+
+def _closed(search: _Search, best):
+    """The chosen ``(S, m)`` searched again with its memory-bound stages' gaps closed (module
+    docstring), kept when no slower."""
+    step, stages, m, _, solver = best
+    if solver.relaxed == 0:
+        return best
+    got = search.best(stages, m, close=True)
+    return best if got is None or got[0] > step else (got[0], stages, m, got[1], got[2])
 
 
 def _combos(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stage_counts, micro_counts):
@@ -263,5 +283,6 @@ def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: f
         raise PlanMismatch(f"the pipelined step {pred.step_s!r} s differs from the search's {step!r} s")
     stats = {"seconds": round(seconds, 3), "tried": sum(1 for c in candidates if not c.skipped),
              "skipped": sum(1 for c in candidates if c.skipped), "stage_solves": search.solves,
-             "worst_stage_gap": search.worst_gap}
+             "worst_stage_gap": search.worst_gap, "relaxed_stage_solves": solver.relaxed,
+             "open_stage_solves": solver.open}
     return PipelineChoice(stack, search.batch, search.p, stages, m, cut, tuple(sols), pred, candidates, stats)

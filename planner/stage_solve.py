@@ -12,7 +12,9 @@ m + S - 1`` how often a stage's ``T`` counts in a pipelined step when the stages
 activations of the ``kept`` micro-batches its schedule has in flight. The unconstrained optimum does
 not depend on ``kept``; it is solved once and reused for every ``kept`` whose memory it fits, and
 only a binding limit costs another solve: by Lagrangian relaxation (:mod:`planner.solvers.lagrange`,
-fast, with its proven gap recorded) or, with ``exact``, by the planner's ILP.
+fast, with its proven gap recorded), then, with ``close``, the gap closed exactly
+(:func:`planner.solvers.fixing.solve_relaxed`: Pareto fronts, else the ILP rounds), or, with
+``exact``, by the planner's own exact solve from the start.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from networks.ir import Network
 from planner.build import Builder, build_with
 from planner.optimize import PlanMismatch, Settings, solve_exact
 from planner.solvers import evaluate
-from planner.solvers.lagrange import solve_lagrange
+from planner.solvers.fixing import solve_relaxed
+from planner.solvers.lagrange import Relaxation, solve_lagrange
 
 CHECK_RTOL = 1e-9
 
@@ -64,14 +67,16 @@ class StageSolver:
     """Solves the stages of one (ranks, micro-batch, weight) and remembers them."""
 
     def __init__(self, ranks: int, micro_batch: int, weight: float, machine: Machine, compute: ComputeModel,
-                 settings: Settings, memory_limit: float, exact: bool = False):
+                 settings: Settings, memory_limit: float, exact: bool = False, close: bool = False):
         self.ranks, self.micro_batch, self.weight = ranks, micro_batch, weight
-        self.settings, self.limit, self.exact = settings, memory_limit, exact
+        self.settings, self.limit, self.exact, self.close = settings, memory_limit, exact, close
         self.worst_gap = 0.0  # the largest proven gap of a Lagrangian solve (0 when exact)
         self.builder = Builder(micro_batch, ranks, machine, compute, settings.training, recompute=settings.recompute)
         self._free: dict[object, StageSolution] = {}
         self._bound: dict[tuple[object, int], StageSolution | None] = {}
         self.solves = 0
+        self.relaxed = 0  # solves the Lagrangian bisection left a gap in
+        self.open = 0  # of those, the ones left with a gap (always 0 with ``close`` but an ILP time limit)
         self._lam: float | None = None  # the last stage's multiplier: where the next bisection starts
 
     def solve(self, key: object, net: Network, kept: int, extra: dict | None = None) -> StageSolution | None:
@@ -95,9 +100,17 @@ class StageSolver:
             got = solve_lagrange(built.problem, hint=self._lam)
             if got is None:
                 return None  # nothing fits
-            choice = got.choice
             self._lam = got.lam or self._lam
+            if got.status != "optimal":
+                self.relaxed += 1
+            if got.status != "optimal" and self.close:
+                bound = got.objective * (1 - (got.gap or 0.0))
+                closed = solve_relaxed(built.problem, Relaxation(got.choice, got.objective, bound, got.lam or 0.0),
+                                       self.settings.time_limit_s, self.settings.gap)
+                got = closed if closed.objective <= got.objective else got
+            choice = got.choice
             self.worst_gap = max(self.worst_gap, got.gap or 0.0)
+            self.open += got.status != "optimal"
         else:
             try:
                 choice, _, _ = solve_exact(built, self.settings)

@@ -158,9 +158,14 @@ def pipeline_choice(got, mfu: float) -> None:
     console.print("splits: " + mix)
     console.print(memory_line(parts) + " (stage 0)")
     st = got.stats
-    gap = f"; worst Lagrangian stage gap {st['worst_stage_gap']:.2%}" if st["worst_stage_gap"] else ""
+    gap = (f"; pairs compared with memory-bound stages solved by Lagrangian relaxation, worst gap "
+           f"{st['worst_stage_gap']:.2%}" if st["worst_stage_gap"] else "")
     console.print(f"searched {st['tried']} (pipeline, micro-batch) pairs, {st['skipped']} more ruled out by the "
                   f"physics bound, {st['stage_solves']} stage solves in {st['seconds']:.1f} s{gap}")
+    if st.get("relaxed_stage_solves"):
+        left = st["open_stage_solves"]
+        console.print(f"the chosen pair's {st['relaxed_stage_solves']} memory-bound stage solves: "
+                      + ("every gap closed, each stage optimal" if not left else f"{left} left with a gap"))
 
 
 def _mix(strategies) -> str:

@@ -1,5 +1,5 @@
-"""A binding memory limit solved exactly and fast: Lagrangian bound, reduced-cost fixing, then the ILP
-on what is left.
+"""A binding memory limit solved exactly and fast: Lagrangian bound, reduced-cost fixing, then Pareto
+fronts or the ILP on what is left.
 
 1. **Relax** (:func:`.lagrange.relax`): the bisection on ``lam`` gives a fitting assignment of cost
    ``UB`` and a multiplier ``lam`` with a proven bound. If the bound meets ``UB`` it is optimal.
@@ -9,7 +9,11 @@ on what is left.
    of the priced problem (:func:`.marginals.min_marginals`) minus ``lam * (limit - W0)``: a lower
    bound on any fitting assignment using ``(v, j)``. Candidates whose bound exceeds a *target*
    cannot be in a fitting assignment that costs at most the target.
-3. **ILP** on the kept candidates, dominated ones pruned too (:mod:`.prune`), under the limit. If
+3. **Pareto fronts** (:mod:`.pareto`) on the candidates of any fitting assignment no dearer than
+   the one in hand: the graph reduction with (cost, memory, workspace) fronts in place of costs,
+   exact, fast where memories repeat (stages of identical blocks). When the fronts grow too large
+   (or no elimination order exists) the rounds below take over.
+4. **ILP** on the kept candidates, dominated ones pruned too (:mod:`.prune`), under the limit. If
    its optimum costs at most the target, it is the optimum of the whole problem (every assignment
    that cheap was in the ILP). Else it is a fitting assignment, maybe better than the one in hand,
    and the next round aims higher: ``TARGETS`` go 5%, 30%, then all the way from the bound to
@@ -19,7 +23,8 @@ Exact as the plain ILP is (``tests/test_solvers.py`` holds it to brute force); t
 candidates the bound could not rule out. Without an elimination order (a K4 remainder) the bound
 is skipped and one ILP gets every candidate. Measured on llama2-7b, 64 A100, fp16, Adam
 (docs/planner.md): the whole `dnnplan plan` took 9.9 s at batch 64 and 53 s at 256 with one ILP
-on every candidate, 2.1 s and 34 s with these rounds.
+on every candidate, 2.1 s and 34 s with these rounds (the fronts give up there: thousands of
+candidates); a GPT-3 pipeline stage's ILP rounds 1.5-4 s, its fronts 0.1-0.3 s.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from .dp import solve_reduced
 from .ilp import solve_ilp
 from .lagrange import Relaxation, _priced_problem, relax, slack
 from .marginals import min_marginals
+from .pareto import MAX_LABELS, solve_pareto
 from networks.errors import DnnplanError
 
 from .problem import Assignment, Problem, check_feasible, evaluate, fits
@@ -45,19 +51,33 @@ SLACK = 1e-9
 TARGETS = (0.05, 0.3, 1.0)
 
 
-def solve_fixed(problem: Problem, time_limit_s: float | None = None, gap: float | None = None) -> Assignment:
-    """The optimum of ``problem`` under its memory limit (see the module docstring)."""
+def solve_fixed(problem: Problem, time_limit_s: float | None = None, gap: float | None = None,
+                max_labels: int = MAX_LABELS) -> Assignment:
+    """The optimum of ``problem`` under its memory limit (see the module docstring); ``max_labels``:
+    the largest Pareto front before the ILP rounds take over (0: straight to them)."""
     start = time.perf_counter()
     check_feasible(problem)
     free = solve_reduced(problem.with_memory_limit(None))
     if problem.memory_limit is None or fits(problem, free.memory):
         return solve_reduced(problem, time_limit_s, gap)
-    got = relax(problem, free.objective)
+    return solve_relaxed(problem, relax(problem, free.objective), time_limit_s, gap, max_labels, start)
+
+
+def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None = None, gap: float | None = None,
+                  max_labels: int = MAX_LABELS, start: float | None = None) -> Assignment:
+    """Steps 2 and 3 of the module docstring, from the relaxation ``got`` of a problem whose limit
+    binds (:func:`.lagrange.relax`, or any feasible assignment with a valid bound and multiplier)."""
+    start = time.perf_counter() if start is None else start
     if got.cost - got.bound <= SLACK * abs(got.cost):
         cost, memory = evaluate(problem, got.choice)
         return Assignment(got.choice, cost, memory, "lagrange(dp)", "optimal", 0.0, time.perf_counter() - start,
                           problem.num_nodes, "memory limit binding: the Lagrangian bound meets the assignment found")
     marg = _bounds(problem, got)
+    if marg is not None and max_labels > 0:
+        exact = close_gap(problem, got, max_labels, marg)
+        if exact is not None:
+            return Assignment(exact.choice, exact.objective, exact.memory, exact.solver, "optimal", 0.0,
+                              time.perf_counter() - start, problem.num_nodes, exact.detail)
     best, ilp, proved, notes = got.choice, None, False, []
     for share in TARGETS if marg is not None else (1.0,):
         upper = evaluate(problem, best)[0]
@@ -85,6 +105,28 @@ def solve_fixed(problem: Problem, time_limit_s: float | None = None, gap: float 
               f"candidates ruled out by it and the ILP on the rest, aiming between the two; " + "; ".join(notes))
     return Assignment(best, cost, memory, f"lagrange+{ilp.solver if ilp else 'dp'}", status,
                       0.0 if status == "optimal" else got.gap, time.perf_counter() - start, problem.num_nodes, detail)
+
+
+def close_gap(problem: Problem, got: Relaxation, max_labels: int = MAX_LABELS,
+              marg: tuple[np.ndarray, ...] | None = None) -> Assignment | None:
+    """The optimum of a binding ``problem`` after its relaxation ``got``, by graph reduction over
+    Pareto fronts (:mod:`.pareto`) on the candidates of any fitting assignment no dearer than the
+    one in hand (``marg``: the bounds of :func:`_bounds`, computed when not given); None without an
+    elimination order or when the fronts outgrow ``max_labels``."""
+    marg = marg if marg is not None else _bounds(problem, got)
+    if marg is None:
+        return None
+    keep = fixed_candidates(problem, got, marg, got.cost, got.choice)
+    pruned, undominated = prune_dominated(problem.restricted(keep))
+    exact = solve_pareto(pruned, got.cost, max_labels, got.lam or 0.0)
+    if exact is None:
+        return None
+    choice = expand_choice(keep, expand_choice(undominated, exact.choice))
+    cost, memory = evaluate(problem, choice)
+    return Assignment(choice, cost, memory, "lagrange+pareto", "optimal", 0.0, exact.time_s, problem.num_nodes,
+                      f"memory limit binding: Lagrangian bound {got.gap:.2e} below the first fitting assignment, "
+                      f"then candidates ruled out by it ({sum(map(len, keep))} of {sum(problem.sizes)} kept, "
+                      f"{sum(pruned.sizes)} after dominance) and {exact.detail}")
 
 
 def fixed_candidates(problem: Problem, got: Relaxation, marg: tuple[np.ndarray, ...] | None, target: float,

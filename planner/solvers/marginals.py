@@ -35,6 +35,15 @@ def min_marginals(problem: Problem) -> tuple[np.ndarray, ...] | None:
     """``out[v][j]``: the least objective of an assignment with node ``v`` at candidate ``j``;
     None when the reduction leaves more than one node in some component (no elimination order
     was found; the caller solves without marginals)."""
+    got = marginals_and_rests(problem)
+    return None if got is None else got[0]
+
+
+def marginals_and_rests(problem: Problem) -> tuple[tuple[np.ndarray, ...], list[np.ndarray]] | None:
+    """The min-marginals, and per reduction step (in :func:`.reduce.reduce_graph`'s order) its
+    ``rest``: for each candidate of the step's separator (``u`` of a leaf, ``(u, w)`` of a series
+    node), the least objective of everything its elimination did not fold in, the other
+    components' optimum left out (the *outside* of what the step made); None as above."""
     red = reduce_graph(problem)
     if red.edges:
         return None
@@ -45,6 +54,7 @@ def min_marginals(problem: Problem) -> tuple[np.ndarray, ...] | None:
     for cost, node in zip(red.node_cost, red.alive):
         marg[node], offset[node] = cost, optimum - float(cost.min())
     cliques: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}
+    rests: list[np.ndarray] = [np.zeros(0)] * len(red.steps)
     for t in reversed(range(len(red.steps))):
         step = red.steps[t]
         if isinstance(step, Leaf):
@@ -60,10 +70,10 @@ def min_marginals(problem: Problem) -> tuple[np.ndarray, ...] | None:
             tensor = (step.node_cost[:, None, None] + step.a.T[:, :, None] + step.b[:, None, :]
                       + rest[None, :, :])
             axes, near = (step.node, step.left, step.right), step.left
-        cliques[t] = (axes, tensor)
+        cliques[t], rests[t] = (axes, tensor), rest
         marg[step.node] = tensor.reshape(tensor.shape[0], -1).min(axis=1)
         offset[step.node] = offset[near]
-    return tuple(marg[v] + offset[v] for v in range(problem.num_nodes))
+    return tuple(marg[v] + offset[v] for v in range(problem.num_nodes)), rests
 
 
 def _separator(red: Reduction, removed_at: dict[int, int], cliques: dict, marg: dict,

@@ -15,6 +15,11 @@ so the optimum of the reduced graph is the optimum of the original. Chains, tree
 series-parallel graphs (VGG, ResNet, Inception) reduce to one node per connected component; what
 remains otherwise has a K4 minor. Every step is recorded with its operands, so :func:`unreduce`
 recovers the removed nodes' choices (an argmin over one row) in reverse order.
+
+The same eliminations run over any values with an addition (parallel edges, a leaf's fold into its
+neighbour) and the two reductions an :class:`Algebra` names: min-plus over costs here, and over
+Pareto fronts of (cost, memory, workspace) in :mod:`.pareto`, which keeps a binding memory limit
+exact.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import heapq
 from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -72,16 +78,36 @@ class Reduction:
                 f"{self.merges} parallel-edge merges")
 
 
-class _Graph:
-    """Mutable working copy: node costs, and one edge per node pair keyed ``(low, high)``."""
+@dataclass(frozen=True)
+class Algebra:
+    """What the eliminations compute with: each node's value per candidate and each edge's per pair
+    of candidates (``values``: from the problem), a leaf's fold (``fold(m, c)[i]``, the best over
+    ``j`` of ``m[i, j] + c[j]``) and a series node's (``series(a, c, b)[i, k]``, the best over ``j``
+    of ``a[i, j] + c[j] + b[j, k]``)."""
 
-    def __init__(self, problem: Problem):
-        self.cost = dict(enumerate(problem.node_cost))
+    values: Callable[[Problem], tuple[tuple, tuple]]
+    fold: Callable
+    series: Callable
+
+
+def _costs(problem: Problem) -> tuple[tuple, tuple]:
+    return problem.node_cost, tuple((e.src, e.dst, e.cost) for e in problem.edges)
+
+
+MIN_PLUS = Algebra(_costs, fold, min_plus)
+
+
+class _Graph:
+    """Mutable working copy: node values, and one edge per node pair keyed ``(low, high)``."""
+
+    def __init__(self, problem: Problem, algebra: Algebra):
+        nodes, edges = algebra.values(problem)
+        self.cost = dict(enumerate(nodes))
         self.adj: dict[int, set[int]] = {i: set() for i in range(problem.num_nodes)}
         self.edges: dict[tuple[int, int], np.ndarray] = {}
         self.merges = 0
-        for e in problem.edges:
-            self.add(e.src, e.dst, e.cost)
+        for src, dst, cost in edges:
+            self.add(src, dst, cost)
 
     def add(self, u: int, v: int, cost: np.ndarray) -> None:
         key, cost = ((u, v), cost) if u < v else ((v, u), cost.T)
@@ -105,13 +131,15 @@ class _Graph:
 
 
 def reduce_graph(problem: Problem, executor: Executor | None = None,
-                 workers: int = 1) -> Reduction:
+                 workers: int = 1, algebra: Algebra = MIN_PLUS) -> Reduction:
     """Apply the three eliminations to a fixpoint (leaves first: they cost ``k^2``, not ``k^3``).
 
     Series eliminations go cheapest first (``k_u * k_v * k_w``). ``executor``/``workers`` let the
     min-plus kernel use threads.
     """
-    g = _Graph(problem)
+    g = _Graph(problem, algebra)
+    series_of = algebra.series if algebra is not MIN_PLUS else (
+        lambda a, c, b: min_plus(a, c, b, executor, workers))
     steps: list[Leaf | Series] = []
     leaves = deque(v for v in g.adj if len(g.adj[v]) == 1)
     series: list[tuple[int, int]] = []
@@ -137,7 +165,7 @@ def reduce_graph(problem: Problem, executor: Executor | None = None,
             (u,) = g.adj[v]
             m = g.oriented(u, v)
             steps.append(Leaf(v, u, m, g.cost[v]))
-            g.cost[u] = g.cost[u] + fold(m, g.cost[v])
+            g.cost[u] = g.cost[u] + algebra.fold(m, g.cost[v])
             g.remove(v)
             push(u)
         elif series:
@@ -151,7 +179,7 @@ def reduce_graph(problem: Problem, executor: Executor | None = None,
             a, cv, b = g.oriented(u, v), g.cost[v], g.oriented(v, w)
             steps.append(Series(v, u, w, a, cv, b))
             g.remove(v)
-            g.add(u, w, min_plus(a, cv, b, executor, workers))
+            g.add(u, w, series_of(a, cv, b))
             push(u)
             push(w)
         else:
