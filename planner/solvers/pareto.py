@@ -9,9 +9,12 @@ the larger); a fold or series elimination takes the union over the removed node'
 What reaches the last node holds, among its labels, the cheapest assignment that fits.
 
 Labels are dropped early when they provably cannot beat ``upper`` (a fitting assignment's cost, from
-:func:`.lagrange.relax`) or cannot fit: a front's labels cover the nodes merged into it (its *bag*)
-and every node outside adds at least its least cost and memory, and the final workspace is at least
-the largest least workspace of any node (``W0``). Stages of identical transformer blocks have few
+:func:`.lagrange.relax`) or cannot fit: a front's labels cover the nodes merged into it (its *bag*),
+every node outside adds at least its least cost and memory, and the final workspace is at least the
+largest least workspace of any node (``W0``). Sharper, at each elimination's output: the priced
+problem's (``cost + lam * memory``) min-marginals give the least priced objective of everything
+outside (:func:`.marginals.marginals_and_rests`), and Lagrangian duality turns it into a bound on
+the cost of any fitting completion of a label. Stages of identical transformer blocks have few
 distinct memories (sums repeat), so the fronts stay small; a front of more than ``max_labels``
 labels gives up (None), and the caller falls back to the ILP. Each label carries a trace (which
 candidate of which node, or the two labels it joins), read back into the assignment at the end.
