@@ -160,7 +160,7 @@ def test_a_killed_rank_is_named_with_signal_and_layer(tmp_path):
                           timeout=120)
     assert made.returncode == 0, made.stderr
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "dnnplan", "execute", str(plan), "--ranks", "2", "--steps", "200",
+    proc = subprocess.Popen([sys.executable, "-m", "dnnplan", "execute", str(plan), "--ranks", "2", "--steps", "5000",
                              "--json", str(tmp_path / "r.json")], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
