@@ -26,8 +26,10 @@ feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)``
 again with every such stage solved exactly (its gap closed by :mod:`planner.solvers.pareto`, else
 the ILP), so the plan returned has every stage optimal for its weighted objective. Another pair,
 compared by its relaxed stages, may still hide a faster plan by up to its gap: ``exact`` solves
-every stage of every pair exactly (slower: minutes on GPT-3 where 24-block stages' fronts grow). Inside a cut, a stage of ``k`` blocks makes the step at least ``m T + O`` of that stage, so
-stage sizes whose cheapest such bound already loses are not tried (stage times grow with ``k``).
+every stage of every pair exactly (slower: minutes on GPT-3 where 24-block stages' fronts grow).
+
+Inside a cut, a stage of ``k`` blocks makes the step at least ``m T + O`` of that stage, so stage
+sizes whose cheapest such bound already loses are not tried (stage times grow with ``k``).
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ class _Search:
         ends = {layer.name: 0 for layer in stack.before} | {layer.name: 2 for layer in stack.after}
         self.ties = crossing_ties(stack.network, lambda name: ends.get(name, 1))  # embedding first, head last
         self.solves = 0
-        self._solvers: dict[tuple[int, int], StageSolver] = {}
+        self._solvers: dict[tuple[int, int, bool], StageSolver] = {}  # (S, m, close)
 
     def solver(self, stages: int, m: int, close: bool = False) -> StageSolver:
         """The stage solver of ``(S, m)``: one pricing of its ranks and micro-batch, kept for the bound

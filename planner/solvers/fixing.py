@@ -65,7 +65,7 @@ def solve_fixed(problem: Problem, time_limit_s: float | None = None, gap: float 
 
 def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None = None, gap: float | None = None,
                   max_labels: int = MAX_LABELS, start: float | None = None) -> Assignment:
-    """Steps 2 and 3 of the module docstring, from the relaxation ``got`` of a problem whose limit
+    """Steps 2 to 4 of the module docstring, from the relaxation ``got`` of a problem whose limit
     binds (:func:`.lagrange.relax`, or any feasible assignment with a valid bound and multiplier)."""
     start = time.perf_counter() if start is None else start
     if got.cost - got.bound <= SLACK * abs(got.cost):
@@ -74,10 +74,9 @@ def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None 
                           problem.num_nodes, "memory limit binding: the Lagrangian bound meets the assignment found")
     marg = _bounds(problem, got)
     if marg is not None and max_labels > 0:
-        exact = close_gap(problem, got, max_labels, marg)
+        exact = _fronts(problem, got, marg, max_labels, start)
         if exact is not None:
-            return Assignment(exact.choice, exact.objective, exact.memory, exact.solver, "optimal", 0.0,
-                              time.perf_counter() - start, problem.num_nodes, exact.detail)
+            return exact
     best, ilp, proved, notes = got.choice, None, False, []
     for share in TARGETS if marg is not None else (1.0,):
         upper = evaluate(problem, best)[0]
@@ -107,15 +106,11 @@ def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None 
                       0.0 if status == "optimal" else got.gap, time.perf_counter() - start, problem.num_nodes, detail)
 
 
-def close_gap(problem: Problem, got: Relaxation, max_labels: int = MAX_LABELS,
-              marg: tuple[np.ndarray, ...] | None = None) -> Assignment | None:
-    """The optimum of a binding ``problem`` after its relaxation ``got``, by graph reduction over
-    Pareto fronts (:mod:`.pareto`) on the candidates of any fitting assignment no dearer than the
-    one in hand (``marg``: the bounds of :func:`_bounds`, computed when not given); None without an
-    elimination order or when the fronts outgrow ``max_labels``."""
-    marg = marg if marg is not None else _bounds(problem, got)
-    if marg is None:
-        return None
+def _fronts(problem: Problem, got: Relaxation, marg: tuple[np.ndarray, ...], max_labels: int,
+            start: float) -> Assignment | None:
+    """Step 3: the optimum by graph reduction over Pareto fronts (:mod:`.pareto`) on the candidates
+    of any fitting assignment no dearer than the one in hand (``marg``: the bounds of
+    :func:`_bounds`); None when the fronts outgrow ``max_labels``."""
     keep = fixed_candidates(problem, got, marg, got.cost, got.choice)
     pruned, undominated = prune_dominated(problem.restricted(keep))
     exact = solve_pareto(pruned, got.cost, max_labels, got.lam or 0.0)
@@ -123,7 +118,8 @@ def close_gap(problem: Problem, got: Relaxation, max_labels: int = MAX_LABELS,
         return None
     choice = expand_choice(keep, expand_choice(undominated, exact.choice))
     cost, memory = evaluate(problem, choice)
-    return Assignment(choice, cost, memory, "lagrange+pareto", "optimal", 0.0, exact.time_s, problem.num_nodes,
+    return Assignment(choice, cost, memory, "lagrange+pareto", "optimal", 0.0, time.perf_counter() - start,
+                      problem.num_nodes,
                       f"memory limit binding: Lagrangian bound {got.gap:.2e} below the first fitting assignment, "
                       f"then candidates ruled out by it ({sum(map(len, keep))} of {sum(problem.sizes)} kept, "
                       f"{sum(pruned.sizes)} after dominance) and {exact.detail}")

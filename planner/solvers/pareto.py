@@ -242,10 +242,10 @@ def solve_pareto(problem: Problem, upper: float, max_labels: int = MAX_LABELS,
 
     try:
         red = reduce_graph(problem, algebra=Algebra(values, ctx.fold, ctx.series))
-        whole = ctx.union([])
-        for i, node in enumerate(red.node_cost):
-            part = ctx.union(list(node))
-            whole = part if i == 0 else whole + part
+        parts = [ctx.union(list(node)) for node in red.node_cost]  # one node a connected component
+        whole = parts[0]
+        for part in parts[1:]:
+            whole = whole + part
     except TooManyLabels:
         return None
     final = whole.mem + whole.ws
