@@ -19,7 +19,7 @@ from costmodel.collective_groups import collective_s
 from costmodel.collectives import alltoallv_s
 from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost, recomputed_comms
 from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_calls, update_calls
-from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout
+from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout, windowed
 from costmodel.layout import Layout, copy_run, max_block_extents, reshard_peaks
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer, as_optimizer
@@ -204,7 +204,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         comms += recomputed_comms(comms)
     weights, grads, state, master, gathered = _weight_memory(wshapes, replicas, itemsize, opt)
     kernel = kernel_algorithm(algorithm)
-    memory = Memory(weights, grads, state, _local_activation_bytes(local, strategy, output_saved, algorithm, batch),
+    memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch),
                     compute.workspace_bytes(local, kernel), master=master,
                     buffers=gradient_buffer_bytes(local) + gathered)
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
@@ -269,7 +269,7 @@ def _weight_memory(wshapes: dict, replicas: dict[str, int], itemsize: int,
             sharded(1, MASTER_BYTES) if itemsize < 4 else 0, gathered)
 
 
-def _local_activation_bytes(local, strategy: Strategy, output_saved: bool, algorithm: str = "", batch: int = 0) -> int:
+def activation_bytes(local, strategy: Strategy, output_saved: bool, algorithm: str = "", batch: int = 0) -> int:
     """Activations kept for backward at the local shape: the output when it is saved (its sequence
     shard under the sequence-parallel variant), what the op keeps besides
     (``networks.analysis.kept_bytes``; nothing under ``RECOMPUTE``), plus the received input block
@@ -280,7 +280,7 @@ def _local_activation_bytes(local, strategy: Strategy, output_saved: bool, algor
     if output_saved:
         kept += (_elems(max_block_extents(output_layout(layer, strategy, batch))) if strategy.seq_scatter
                  else local.batch * _elems(local.out_shape)) * itemsize
-    if any(_splits(layer)[d].window is not None for d, _ in strategy.degrees):
+    if windowed(layer, strategy):
         kept += sum(local.batch * _elems(s) * itemsize for s in local.in_shapes)
     return kept
 

@@ -23,6 +23,12 @@ def _splits(layer: Layer) -> dict[str, DimSplit]:
     return layer_splits(layer)
 
 
+def windowed(layer: Layer, strategy: Strategy) -> bool:
+    """Whether the strategy splits a windowed dimension (H or W of a convolution or pool), whose
+    input blocks carry halos."""
+    return any(_splits(layer)[d].window is not None for d, _ in strategy.degrees)
+
+
 def sequence_scatter(layer: Layer, strategy: Strategy) -> tuple[str, int, DimSplit] | str:
     """The sequence-parallel variant (``Strategy.seq_scatter``) of a tensor-parallel split:
     ``(dim, degree, sequence split)`` of the one model dimension (C or F) whose reductions it turns

@@ -14,7 +14,8 @@ Peak memory per device = sum over layers of (weights + gradients + optimiser sta
 + the most, over layers i, of the activations layers 0..i keep for backward and layer i's transient
 (its kernel workspace and the gradients its backward holds: ``layer_cost.Memory``): while layer i's
 backward runs, the later layers' activations are gone. The planner holds a bound under its limit,
-every layer's activations and the largest transient (``memory_bound_bytes``). Under full recomputation (``checkpoints``)
+every layer's activations and the largest transient (``memory_bound_bytes``); the peak counts a
+resharded input as the executor holds it (``costmodel.held_inputs``). Under full recomputation (``checkpoints``)
 an output that only recomputed readers of its block read is regenerated, not kept, and what one
 block's recomputation holds while its backward runs is added (``costmodel.recompute_memory``).
 Network inputs arrive already in the layout their first consumer needs (the data loader reads
@@ -26,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel.compute import ComputeModel
+from costmodel.held_inputs import held_deltas
 from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, layer_estimate
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
@@ -42,6 +44,7 @@ class LayerPrediction:
     reshard_fwd_s: float  # reshards into this layer's inputs
     reshard_bwd_s: float  # the input gradients going back to the producers
     halo: bool
+    held_delta: int = 0  # activations the executor holds beyond the per-layer count (costmodel.held_inputs)
 
     @property
     def reshard_s(self) -> float:
@@ -94,12 +97,13 @@ class StepPrediction:
 
     def _held(self) -> tuple[int, int]:
         """(activations held, transient) when the step holds the most: while layer i's backward
-        runs it holds what layers 0..i kept (the later layers' went with their backward) and its
-        own transient (workspace, gradient buffers), more than its forward held."""
+        runs it holds what layers 0..i kept (the later layers' went with their backward; each as
+        the executor holds it, ``costmodel.held_inputs``) and its own transient (workspace,
+        gradient buffers), more than its forward held."""
         acts, best = 0, (0, 0)
         for x in self.layers:
             m = x.layer.memory
-            acts += m.activations
+            acts += m.activations + x.held_delta
             if acts + m.transient > sum(best):
                 best = (acts, m.transient)
         return best
@@ -112,8 +116,8 @@ class StepPrediction:
     @property
     def memory_bound_bytes(self) -> int:
         """Every layer's persistent memory and the largest transient: what the planner holds under
-        its limit (its per-layer sums cannot see when each layer's activations go), at least
-        :attr:`memory_peak_bytes`."""
+        its limit (its per-layer sums cannot see when each layer's activations go, nor which copy
+        of a resharded input the executor keeps)."""
         mems = [x.layer.memory for x in self.layers]
         return sum(m.persistent for m in mems) + max((m.transient for m in mems), default=0) + self.recompute_bytes
 
@@ -141,6 +145,7 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     dropped = regenerated(net, algorithms) if checkpoints else set()
     saved = {name: kept and name not in dropped for name, kept in saved_outputs(net).items()}
     tied = {head: embed for embed, head in ties(net)}
+    deltas = {} if dropped else held_deltas(net, batch, strategies, saved, algorithms)
     rows = []
     for layer in net.layers:
         strat = strategies[layer.name]
@@ -161,7 +166,7 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
             edge = tie_estimate(embed, strategies[embed.name], layer, strat, machine)
             fcopy, bcopy = edge.copy_s(compute)
             fwd, bwd = fwd + edge.fwd_s + fcopy, bwd + edge.bwd_s + bcopy
-        rows.append(LayerPrediction(est, fwd, bwd, halo))
+        rows.append(LayerPrediction(est, fwd, bwd, halo, deltas.get(layer.name, 0)))
     return StepPrediction(net.name, batch, next(iter(strategies.values())).p if strategies else 1,
                           machine.name, compute.name, tuple(rows),
                           block_transient_bytes(net, batch, strategies, algorithms, dropped) if dropped else 0)
