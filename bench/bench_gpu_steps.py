@@ -4,10 +4,10 @@
 
 The measurements (bench/assets/h100_torch_steps*.json: three sessions on three lent machines, each
 an NVIDIA H100 80GB HBM3, the same day) were taken by ``bench/gpu/device_checks.sh`` and
-``bench/gpu/torch_steps.py``; they are data here, since CI has no GPU. Each prediction is ``dnnplan predict NETWORK -p 1
--b BATCH --machine dgx-h100 --precision P --optimizer O``: the shipped datasheet machine, whose
-efficiencies were fitted on A100 and V100 rows (bench/bench_published.py), never on these. So every
-row is held out.
+``bench/gpu/torch_steps.py``; they are data here, since CI has no GPU. Each prediction is
+``dnnplan predict NETWORK -p 1 -b BATCH --machine dgx-h100 --precision P --optimizer O``: the
+shipped datasheet machine, whose efficiencies were fitted on A100 and V100 rows
+(bench/bench_published.py), never on these. So every row is held out.
 
 Rows are grouped by network kind (the GPT-2 mirrors, torchvision's CNNs with cuDNN's benchmark
 mode) and by how the measured step was implemented:
@@ -146,7 +146,8 @@ def render(rows: list[dict], kernels: dict, summ: dict, ceil: dict) -> str:
                      f"{r['peak_memory_bytes'] / 2**30:7.1f}Gi {mem}")
     lines.append("")
     for g, s in summ.items():
-        lines.append(f"{g}: {s['rows']} rows, mean |error| {s['mean_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}")
+        lines.append(f"{g}: {s['rows']} rows, mean |error| {s['mean_abs_error']:.1%}, "
+                     f"worst {s['worst_abs_error']:.1%}")
     lines += ["", "device time per step by kernel class (ms), torch.profiler:"]
     classes = sorted({c for k in kernels.values() for c in k})
     lines.append(f"{'class':34s}" + "".join(f"{n[:22]:>23s}" for n in kernels))

@@ -26,7 +26,8 @@ F32 = 4
 def _deltas(family: str, batch: int = 32) -> dict[str, int]:
     net = load("lenet5")
     plan = make_plan(net, batch, 2, family)
-    return {k: v for k, v in held_deltas(net, batch, plan.strategies(), saved_outputs(net), plan.algorithms()).items() if v}
+    deltas = held_deltas(net, batch, plan.strategies(), saved_outputs(net), plan.algorithms())
+    return {k: v for k, v in deltas.items() if v}
 
 
 def test_data_parallel_moves_nothing_so_nothing_changes():
