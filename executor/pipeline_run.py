@@ -8,8 +8,9 @@ from an earlier one (``costmodel.pipeline.stage_network``) arrives from the rank
 ``i`` on the producing stage, as that rank's owned block (both stages' layouts span ``d`` ranks;
 the arriving tensor keeps its producer's output layout and the stage reshards it to each reader as
 usual): one message per rank and micro-batch forward and its gradient back, as the cost model
-prices a stage's sends. Sends are non-blocking (``Isend``, completed at the end of the step),
-receives block.
+prices a stage's sends. Sends are non-blocking (``Isend``; each buffer let go once delivered,
+checked after every forward and backward, the rest completed at the end of the step), receives
+block.
 
 Schedules (Narayanan et al., SC21, section 2.2): GPipe runs every micro-batch's forward, then every
 backward; 1F1B runs ``min(S - s - 1, m)`` forwards on stage ``s``, then alternates one forward and
@@ -135,20 +136,12 @@ class PipelineRuntime:
             for q in to:
                 g = self._recv(name, self.rt.out_layouts[name], j, q, True)
                 grads[name] = g if name not in grads else grads[name] + g
-        wgrads = self.rt._backward(caches.pop(j), grads)
+        self.rt._backward(caches.pop(j), grads, into=total)  # each layer's weight gradients summed in place
         for name in self.arrivals:
             g = grads.pop(name, None)
             if g is None:  # read by nothing that reaches the loss
                 g = np.zeros(region_shape(block(self.arrivals[name], self.i)), dtype=np.float32)
             self._send(g, name, j, self.stage_of[name], True, pending)
-        for layer, gs in wgrads.items():
-            acc = total.setdefault(layer, {})
-            for w, g in gs.items():
-                if w in acc:
-                    with self.timers.span(layer, "bwd_compute"):  # summing the micro-batches' gradients
-                        np.add(acc[w], g, out=acc[w])
-                else:
-                    acc[w] = g
 
     def step(self, index: int, lr: float, momentum: float, keep_grads: bool):
         self.timers.begin_step(index)
@@ -158,6 +151,7 @@ class PipelineRuntime:
                 loss += self._forward(index, j, keep_grads, caches, pending)
             else:
                 self._backward(j, caches, total, pending)
+            pending[:] = [(req, buf) for req, buf in pending if not req.Test()]  # let delivered buffers go
         for layer in (run.layer.name for run in self.rt.runs):
             total.setdefault(layer, {})
         self.tied.sum_pair(total)

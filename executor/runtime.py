@@ -286,12 +286,25 @@ class _Runtime:
                     acts.pop(src, None)
         return acts, caches
 
-    def _backward(self, caches, grads: dict | None = None) -> dict[str, dict[str, np.ndarray]]:
+    def _backward(self, caches, grads: dict | None = None,
+                  into: dict | None = None) -> dict[str, dict[str, np.ndarray]]:
         """Backward over every layer; ``grads``: output gradients arrived from later stages (the
-        gradients of tensors from earlier stages are left in it)."""
+        gradients of tensors from earlier stages are left in it). ``into``: weight gradients of
+        earlier micro-batches, each layer's added in place as soon as its backward is done (so no
+        micro-batch's whole set is held beside them); returned."""
         grads = {} if grads is None else grads
-        return {run.layer.name: self._backward_layer(run, caches.pop(run.layer.name), grads)
-                for run in reversed(self.runs)}
+        out = {} if into is None else into
+        for run in reversed(self.runs):
+            name = run.layer.name
+            gs = self._backward_layer(run, caches.pop(name), grads)
+            acc = out.setdefault(name, {})
+            for w, g in gs.items():
+                if w in acc:
+                    with self.timers.span(name, "bwd_compute"):  # summing the micro-batches' gradients
+                        np.add(acc[w], g, out=acc[w])
+                else:
+                    acc[w] = g
+        return out
 
     def _backward_layer(self, run: _LayerRun, cache, grads: dict) -> dict[str, np.ndarray]:
         """One layer's backward; returns its weight gradients (under ZeRO-2 and 3 this rank's pieces

@@ -47,9 +47,9 @@ def test_every_schedule_runs_each_micro_batch_forward_then_backward_once(stages,
 
 
 def _plan(folder: Path, ranks: int, stages: int, micro: int, schedule: str, tensor: int = 1,
-          firsts: tuple[str, ...] | None = None) -> str:
-    """gpt-tiny at batch 8 cut into ``stages``, Megatron's layout of ``tensor`` inside each stage."""
-    d, batch = ranks // stages, 8
+          firsts: tuple[str, ...] | None = None, batch: int = 8) -> str:
+    """gpt-tiny at ``batch`` cut into ``stages``, Megatron's layout of ``tensor`` inside each stage."""
+    d = ranks // stages
     ctx = context.resolve(GPT, d, batch // micro, "dgx-a100")
     strategies, fallbacks = megatron_strategies(ctx.network, d, batch // micro, tensor)
     assert not fallbacks
@@ -58,7 +58,7 @@ def _plan(folder: Path, ranks: int, stages: int, micro: int, schedule: str, tens
                        (cut_at(ctx.network, ("embed", "h1.ln1")) if stages == 2 else [ctx.network.layers]))
     plan = dataclasses.replace(uniform_plan(ctx, GPT, "dgx-a100", strategies, "megatron"), devices=ranks,
                                batch=batch, pipeline=PipelineSpec(stages, micro, schedule, firsts))
-    path = folder / f"pp-{ranks}-{stages}-{micro}-{schedule}-t{tensor}.yaml"
+    path = folder / f"pp-{ranks}-{stages}-{micro}-{schedule}-t{tensor}-b{batch}.yaml"
     write_plan(plan, str(path))
     return str(path)
 
@@ -142,6 +142,23 @@ def test_dnnplan_execute_runs_a_pipeline_and_matches_one_process(tmp_path, ranks
     measured = {layer["name"]: layer for layer in data["measured"]["layers"]}
     # the head's copy of the table and the embedding sum their gradients across the two stages
     assert measured["embed"]["grad_sync_s"] > 0 and measured["lm_head"]["grad_sync_s"] > 0
+
+
+@pytest.mark.mpi
+def test_a_stages_memory_does_not_grow_with_the_micro_batches_1f1b_keeps_out_of_flight(tmp_path):
+    """1F1B keeps at most S - s micro-batches in flight, whatever their count: each send's buffer is
+    let go once delivered and each micro-batch's weight gradients are summed layer by layer, so a
+    stage's peak at 16 micro-batches of 2 samples is its peak at 4 (within allocator noise)."""
+    peaks = []
+    for micro, batch in ((4, 8), (16, 32)):
+        out = tmp_path / f"m{micro}.json"
+        result = CliRunner().invoke(app, ["execute", _plan(tmp_path, 2, 2, micro, "1f1b", batch=batch), "--ranks", "2",
+                                          "--steps", "1", "--warmup", "1", "--json", str(out), "--timeout", "240"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(out.read_text())
+        peaks.append(data["measured_peak_bytes"])
+        assert data["predicted_peak_bytes"] == json.loads((tmp_path / "m4.json").read_text())["predicted_peak_bytes"]
+    assert abs(peaks[1] / peaks[0] - 1) < 0.02, peaks
 
 
 def _run_case(plan: str, ranks: int, *extra: str) -> dict:
