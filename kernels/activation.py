@@ -30,10 +30,30 @@ def gelu_forward(x):
 
 
 def gelu_backward(dy, cache):
+    """dy (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)) with t = tanh(c (x + a x^3)), computed as
+    (1 + t)(0.5 + 0.5 x c (1 + 3 a x^2)(1 - t)) in two buffers of x's size, in place (the
+    temporaries of the plain expression held about six at once)."""
     x = cache
-    t = module_of(x).tanh(_GELU_C * (x + 0.044715 * x * x * x))  # again: the same values as forward
-    dinner = _GELU_C * (1.0 + 3 * 0.044715 * x * x)
-    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner)
+    xp = module_of(x)
+    a = x * x
+    t = a * 0.044715
+    t += 1.0
+    t *= x
+    t *= _GELU_C
+    xp.tanh(t, out=t)  # again: the same values as forward
+    a *= 3 * 0.044715
+    a += 1.0
+    a *= x
+    a *= 0.5 * _GELU_C  # 0.5 x dinner
+    t *= -1.0
+    t += 1.0  # 1 - t
+    a *= t
+    a += 0.5
+    t *= -1.0
+    t += 2.0  # 1 + t
+    a *= t
+    a *= dy
+    return a
 
 
 def dropout_mask(xp, shape, rate, seed, dtype):

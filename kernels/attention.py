@@ -33,8 +33,11 @@ def attention_backward(do, cache):
     q, k, v, p = cache["q"], cache["k"], cache["v"], cache["p"]
     scale = do.dtype.type(cache["scale"])
     dv = xp.matmul(p.swapaxes(-1, -2), do)
-    dp = xp.matmul(do, v.swapaxes(-1, -2))
-    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
-    dq = xp.matmul(ds, k) * scale
-    dk = xp.matmul(ds.swapaxes(-1, -2), q) * scale
+    ds = xp.matmul(do, v.swapaxes(-1, -2))  # dp, turned into ds in place: one score-sized buffer
+    ds -= xp.einsum("...ij,...ij->...i", ds, p)[..., None]
+    ds *= p
+    dq = xp.matmul(ds, k)
+    dq *= scale
+    dk = xp.matmul(ds.swapaxes(-1, -2), q)
+    dk *= scale
     return dq, dk, dv
