@@ -25,7 +25,9 @@ from kernels import activation, attention, conv, gemm, loss, norm, optimizer, po
 #: 5: FFT convolution takes scaled transforms, each 2-D one as its two 1-D passes, and lets each
 #:    buffer go when done (NumPy's unscaled single-precision FFT ran through double precision);
 #:    SGD's update forms lr * v in chunks on the CPU.
-KERNELS_REVISION = 5
+#: 6: gelu's backward and attention's backward compute in place (gelu in two buffers of its input's
+#:    size, attention's score gradient in one score-sized buffer).
+KERNELS_REVISION = 6
 
 KERNELS: dict[str, Callable] = {
     "sgd.update": optimizer.sgd_momentum_update,
