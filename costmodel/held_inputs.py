@@ -26,7 +26,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from costmodel.layer_cost import activation_bytes
-from costmodel.layer_layouts import input_layout, local_layer, output_layout, windowed
+from costmodel.layer_layouts import input_layout, local_layer, output_layout, received_block_bytes, windowed
 from costmodel.layout import Layout, max_block_extents, reduce_pair, same_blocks
 from costmodel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Network
@@ -57,7 +57,7 @@ def held_deltas(net: Network, batch: int, strategies: dict[str, Strategy], saved
         if OPS[reader.op].saves != "inputs":
             continue
         strat = strategies[reader.name]
-        halos = windowed(reader, strat)
+        local = local_layer(reader, strat, batch) if windowed(reader, strat) else None  # halo blocks counted
         keeps = reader.op not in KEEPS_NO_INPUT
         for slot, src in enumerate(reader.inputs):
             if src not in by_name:
@@ -67,10 +67,9 @@ def held_deltas(net: Network, batch: int, strategies: dict[str, Strategy], saved
             unmoved = _unmoved(output_layout(producer, strategies[src], batch), need)
             if keeps and unmoved:
                 moved_all[src] = False  # the reader holds the producer's own array
-            if halos and (unmoved or not keeps):  # the block the per-layer count holds is none
-                local = local_layer(reader, strat, batch)
-                deltas[reader.name] -= local.batch * prod(local.in_shapes[slot]) * DTYPE_BYTES.get(reader.dtype, 4)
-            elif keeps and not unmoved and not halos:  # a received block the per-layer count does not hold
+            if local is not None and (unmoved or not keeps):  # the block the per-layer count holds is none
+                deltas[reader.name] -= received_block_bytes(local, slot)
+            elif keeps and not unmoved and local is None:  # a received block the per-layer count does not hold
                 deltas[reader.name] += prod(max_block_extents(need)) * DTYPE_BYTES.get(producer.dtype, 4)
     for name, gone in moved_all.items():
         if gone:

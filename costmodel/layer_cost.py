@@ -19,7 +19,8 @@ from costmodel.collective_groups import collective_s
 from costmodel.collectives import alltoallv_s
 from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost, recomputed_comms
 from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_calls, update_calls
-from costmodel.layer_layouts import LocalLayer, _splits, input_layout, local_layer, output_layout, windowed
+from costmodel.layer_layouts import (LocalLayer, _splits, input_layout, local_layer, output_layout,
+                                     received_block_bytes, windowed)
 from costmodel.layout import Layout, copy_run, max_block_extents, reshard_peaks
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer, as_optimizer
@@ -281,7 +282,7 @@ def activation_bytes(local, strategy: Strategy, output_saved: bool, algorithm: s
         kept += (_elems(max_block_extents(output_layout(layer, strategy, batch))) if strategy.seq_scatter
                  else local.batch * _elems(local.out_shape)) * itemsize
     if windowed(layer, strategy):
-        kept += sum(local.batch * _elems(s) * itemsize for s in local.in_shapes)
+        kept += sum(received_block_bytes(local, slot) for slot in range(len(local.in_shapes)))
     return kept
 
 

@@ -14,8 +14,8 @@ from costmodel.layout import AxisSplit, Layout, max_block_extents
 from costmodel.strategy import Strategy
 from networks.analysis import layer_splits
 from networks.errors import DnnplanError
-from networks.ir import Layer
-from networks.ops.base import DimSplit
+from networks.ir import DTYPE_BYTES, Layer
+from networks.ops.base import DimSplit, prod
 
 
 @lru_cache(maxsize=None)
@@ -190,3 +190,9 @@ def local_layer(layer: Layer, strategy: Strategy, batch: int) -> LocalLayer:
     local_batch = out[0] if layer.out_shape != () else ins[0][0]  # the loss is one number
     return LocalLayer(layer, local_batch, tuple(s[1:] for s in ins), tuple(out[1:]),
                       tuple(sorted(params.items())), weights)
+
+
+def received_block_bytes(local: LocalLayer, slot: int) -> int:
+    """Input ``slot``'s block (halos included) that a layer split over a windowed dimension
+    (:func:`windowed`) receives and keeps for backward."""
+    return local.batch * prod(local.in_shapes[slot]) * DTYPE_BYTES.get(local.layer.dtype, 4)
