@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 # DEFAULT_CONV_ALGORITHM is defined where the kernel calls fall back to it, and is public here
 from costmodel.kernel_calls import (DEFAULT_CONV_ALGORITHM, KernelCall, attention_core_kernels, kernel_calls,
@@ -171,8 +171,8 @@ class ComputeModel(Protocol):
 @runtime_checkable
 class OnDemand(Protocol):
     """A compute model that times kernels on this computer when asked (profiler.ondemand): it can
-    list the calls a weighing looks up, time them again, take timings made elsewhere, and write
-    what it timed to its cache file. ``refresh``: every call is timed again on its first lookup
+    list the calls a weighing looks up, time them again (alone, or in a plan's step context),
+    take timings made elsewhere, and write what it timed to its cache file. ``refresh``: every call is timed again on its first lookup
     (``--refresh-profile``)."""
 
     refresh: bool
@@ -182,6 +182,8 @@ class OnDemand(Protocol):
     def retime(self, calls: list[KernelCall]) -> None: ...
 
     def install(self, entries: dict) -> None: ...
+
+    def time_in_step(self, calls: list[KernelCall], before: Mapping) -> dict: ...
 
     def save(self) -> None: ...
 

@@ -71,6 +71,8 @@ def merged(runs: list[dict]) -> dict:
         "measured_step_max_s": max(r["measured_step_max_s"] for r in runs),
         "step_rel": _median(rels), "step_rel_min": min(rels, default=None), "step_rel_max": max(rels, default=None),
         "layer_median_abs_rel": _median(r["layer_median_abs_rel"] for r in runs),
+        "profile_predicted_step_s": _median(r.get("profile_predicted_step_s") for r in runs),
+        "profile_step_rel": _median(r.get("profile_step_rel") for r in runs),
         "measured_peak_bytes": peak,
         "memory_rel": None if peak is None or not predicted_peak else peak / predicted_peak - 1,
         "check": failed[0] if failed else runs[0].get("check"),

@@ -21,6 +21,7 @@ from costmodel.compute import RECOMPUTE, ComputeModel, OnDemand
 from costmodel.files import NODE_CORES_ENV, load_machine
 from costmodel.machine import Machine
 from costmodel.profile_table import foreign_reason
+from costmodel.reuse import preceding_calls, step_calls
 from costmodel.pipeline import PipelinePrediction
 from costmodel.step import StepPrediction, predict_step
 from executor import launch as launcher
@@ -55,6 +56,9 @@ class Prepared:
     compute: ComputeModel
     threads: int
     warnings: tuple[str, ...] = ()  # for the user: the prediction may not be the one the plan was made with
+    # the step predicted from the profile's calls timed alone, when the prediction is made from the
+    # plan's calls timed in its step's context (:func:`in_step_context`; None: it is not)
+    profile_step_s: float | None = None
 
 
 def _at_least(name: str, value: float, minimum: float = 1) -> None:
@@ -243,6 +247,28 @@ def fresh_calls(prep: Prepared) -> list:
         calls += step_collectives(prep.net, prep.plan.batch, run_strategies(prep.plan),
                                   made[0] if made else predict(prep), prep.plan.algorithms())
     return calls
+
+
+def step_context_entries(prep: Prepared) -> dict:
+    """The kernel calls the plan's prediction looks up, timed now in its step's order and context
+    (profiler.step_context), before the run; empty for a compute model that is not this
+    computer's on-demand profile, with on-demand timing off, for a pipelined plan, or inside an
+    MPI job (whose other ranks would wait meanwhile; launched by `dnnplan execute`, they do not)."""
+    if not isinstance(prep.compute, OnDemand) or prep.plan.pipeline is not None or launcher.inside_mpi_job():
+        return {}
+    calls = [c for c in prep.compute.calls_of(lambda: predict(prep)) if not isinstance(c, CommCall)]
+    steps = step_calls(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms())
+    return prep.compute.time_in_step(calls, preceding_calls(steps))
+
+
+def in_step_context(prep: Prepared, entries: dict) -> Prepared:
+    """The prepared plan whose prediction uses ``entries`` (:func:`step_context_entries`), with
+    the step predicted from the profile alone kept beside (:attr:`Prepared.profile_step_s`)."""
+    if not entries:
+        return prep
+    alone = predict(prep).step_s
+    prep.compute.install(entries)
+    return replace(prep, profile_step_s=alone)
 
 
 def in_run_unavailable(compute: ComputeModel, profile: str | None, machine: str) -> str | None:

@@ -8,6 +8,10 @@ All are fractions (0.12 is 12%), ``None`` where nothing could be measured:
 - ``in_run_mean_abs_step_error``, ``in_run_worst_abs_step_error``: the same of ``in_run_step_rel``,
   the model's error given kernel times re-timed inside the same run (executor.in_run), over the
   plans that have one: a check of the model's structure, not a prediction;
+- ``profile_mean_abs_step_error``, ``profile_worst_abs_step_error``: the same of
+  ``profile_step_rel``, the prediction from the profile's calls timed alone, over the plans whose
+  headline was made from their calls timed in step context before the run (executor.session,
+  profiler.step_context): ahead of time too, the figure a plan has when it is made;
 - ``layer_median_error``, ``layer_p90_error``: the median and 90th percentile of |layer error|
   over every layer of every plan (a layer's total time, forward to update);
 - ``memory_error``: the mean over plans of |measured peak / predicted peak - 1|;
@@ -58,6 +62,7 @@ def summarize(plans: list[dict]) -> dict:
     repeats by executor.repeats)."""
     steps = [abs(r["step_rel"]) for r in plans if r.get("step_rel") is not None]
     in_run = [abs(r["in_run_step_rel"]) for r in plans if r.get("in_run_step_rel") is not None]
+    alone = [abs(r["profile_step_rel"]) for r in plans if r.get("profile_step_rel") is not None]
     layers = layer_errors(plans)
     mems = [abs(r["memory_rel"]) for r in plans if r.get("memory_rel") is not None]
     noise = [r["step_noise"] for r in plans if r.get("step_noise") is not None]
@@ -67,6 +72,8 @@ def summarize(plans: list[dict]) -> dict:
         "worst_abs_step_error": max(steps) if steps else None,
         "in_run_mean_abs_step_error": statistics.fmean(in_run) if in_run else None,
         "in_run_worst_abs_step_error": max(in_run) if in_run else None,
+        "profile_mean_abs_step_error": statistics.fmean(alone) if alone else None,
+        "profile_worst_abs_step_error": max(alone) if alone else None,
         "layer_median_error": statistics.median(layers) if layers else None,
         "layer_p90_error": percentile(layers, 90),
         "memory_error": statistics.fmean(mems) if mems else None,

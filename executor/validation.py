@@ -37,8 +37,8 @@ from executor import in_run
 from executor.interrupts import save_timed, sigint_here_only, sigint_ignored
 from executor.repeats import plan_rows, run_order
 from executor.summary import best_plan_loss, summarize
-from executor.session import (Prepared, agree_node_cores, in_run_unavailable, measure_both, non_finite_loss_warning,
-                              prepare)
+from executor.session import (Prepared, agree_node_cores, in_run_unavailable, in_step_context, measure_both,
+                              non_finite_loss_warning, prepare, step_context_entries)
 from executor.worker import JobResult
 from networks.errors import DnnplanError
 from planner.optimize import Settings, make_plan, plan_from_prediction
@@ -75,7 +75,7 @@ class PlanRun:
                "measured_step_min_s": cmp.measured.step_min_s, "measured_step_max_s": cmp.measured.step_max_s,
                "step_rel": cmp.step_rel, "layer_median_abs_rel": cmp.layer_median_abs_rel,
                "predicted_peak_bytes": cmp.predicted_peak_bytes, "measured_peak_bytes": cmp.measured.peak_bytes,
-               "memory_rel": cmp.memory_rel,
+               "memory_rel": cmp.memory_rel, **profile_keys(self.prepared, cmp),
                "check": comparison_json(self.name, cmp, self.job.check)["check"], "plan": plan_layers(self.plan),
                **in_run.row_keys(self.in_run),
                "layers": in_run.with_layers([{"name": e.name, "predicted_s": p.total_s, "measured_s": m.total_s,
@@ -83,6 +83,15 @@ class PlanRun:
                                              for m, p, e in zip(cmp.measured.layers, cmp.predicted, cmp.errors)],
                                             self.in_run)}
         return row if self.repeat is None else {**row, "repeat": self.repeat}
+
+
+def profile_keys(prep: Prepared, cmp: Comparison) -> dict:
+    """A row's prediction from the profile alone, its calls timed in isolation, and its error,
+    beside the headline made from the plan's calls timed in step context (both None when the
+    headline is the profile's own: no step context)."""
+    alone = prep.profile_step_s
+    return {"profile_predicted_step_s": alone,
+            "profile_step_rel": cmp.measured.step_s / alone - 1 if alone else None}
 
 
 @dataclass(frozen=True)
@@ -275,6 +284,7 @@ class RunSettings:
     in_run: bool = True  # also time the prediction's kernels inside each run (executor.in_run)
     check: bool = True
     repeats: int = 1  # runs of each plan, interleaved (executor.repeats)
+    step_context: bool = True  # predict from each plan's calls timed in its step's context (executor.session)
 
 
 def new_report(ctx: Context, machine_arg: str, settings: RunSettings, planned: int = 0) -> ValidationReport:
@@ -298,13 +308,28 @@ def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettin
         raise ValidationInterrupted(replace(new_report(ctx, machine_arg, settings), complete=False), cache) from None
 
 
+def _step_contexts(candidates: list[tuple[str, Plan]], tmp: str, ctx: Context, s: RunSettings) -> list[dict]:
+    """Per candidate, its kernel calls timed in its step's context (executor.session), all of
+    them before the first run, as a user's plan is timed when it is made; empty entries without
+    ``s.step_context``, or where they cannot be timed (executor.session.step_context_entries)."""
+    if not s.step_context:
+        return [{} for _ in candidates]
+    out = []
+    for i, (_, plan) in enumerate(candidates):
+        path = os.path.join(tmp, f"plan{i}.yaml")
+        write_plan(plan, path)
+        out.append(step_context_entries(prepare(path, ctx.devices, s.threads, s.profile)))
+    return out
+
+
 def _run(name: str, plan: Plan, path: str, ctx: Context, s: RunSettings, repeat: int | None,
-         timed_in_run: bool) -> PlanRun | None:
-    """Run one plan and compare it with its prediction made ahead of time and, with
-    ``timed_in_run``, with the one from kernels re-timed inside the run (None on ranks other than 0
-    of an MPI job)."""
+         timed_in_run: bool, context: dict) -> PlanRun | None:
+    """Run one plan and compare it with its prediction made ahead of time (from ``context``, its
+    calls timed in step context before the runs, when given) and, with ``timed_in_run``, with the
+    one from kernels re-timed inside the run (None on ranks other than 0 of an MPI job)."""
     write_plan(plan, path)
     prep = prepare(path, ctx.devices, s.threads, s.profile)  # why in-run timing cannot apply: said once
+    prep = in_step_context(prep, context)
     try:
         job, cmp, again = measure_both(prep, steps=s.steps, warmup=s.warmup, check=s.check, trace=False,
                                        timeout_s=s.timeout_s, in_run=timed_in_run)
@@ -338,6 +363,7 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
     report = new_report(ctx, machine_arg, settings, planned=len(candidates))
     try:
         with tempfile.TemporaryDirectory(prefix="dnnplan-validate-") as tmp:
+            contexts = _step_contexts(candidates, tmp, ctx, settings)
             for repeat, i in run_order(len(candidates), settings.repeats):
                 name, plan = candidates[i]
                 repeat = repeat if settings.repeats > 1 else None
@@ -347,7 +373,7 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
                         on_reused(row)
                     continue
                 run = _run(name, plan, os.path.join(tmp, f"plan{i}.yaml"), ctx, settings, repeat,
-                           report.in_run_note is None)
+                           report.in_run_note is None, contexts[i])
                 if run is None:
                     continue
                 report.rows.append(run.row())

@@ -2,10 +2,10 @@
 
 A shared machine's speed can move by tens of percent between hours and by more than 10% within
 minutes, so kernels timed before a run, or even right after it, can see another machine than the
-run did. With ``--fresh-profile`` every rank, after each timed step and outside its clock, times each
+run did. With ``--fresh-profile`` every rank, once the timed steps have run (back to back, as
+training runs them), runs as many untimed steps and after each, outside every clock, times each
 kernel call the prediction will look up ONCE, as the profiler times a call (synthetic operands
-of the call's shape from :func:`profiler.harness.build`, one call after a pass over a buffer
-larger than the L2 cache, :func:`profiler.harness.cold_sampler`), right after replaying the
+of the call's shape from :func:`profiler.harness.build`, one call), right after replaying the
 calls that precede it in the step (:meth:`InRunTimer.round`). All ranks go call by
 call together (a barrier before each), so each rank's kernel runs beside the other ranks running
 the same one, as a profile for P ranks is timed beside P - 1 companions.
@@ -17,6 +17,7 @@ the moments the kernels are timed at are the run's.
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy
@@ -24,7 +25,7 @@ import numpy
 from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry
 from kernels.allocator import keep_freed_memory
-from profiler.harness import DISTURB_ELEMS, build, cold_sampler, summarize
+from profiler.harness import build, cold_sampler, summarize
 
 CACHE_BYTES = 1 << 30  # operands kept between rounds up to this many bytes (estimated by call.bytes)
 
@@ -39,7 +40,6 @@ class InRunTimer:
                  cache_bytes: int = CACHE_BYTES):
         self.calls = tuple(dict.fromkeys(calls))  # unique, in order
         self.before = {c.key: tuple((before or {}).get(c.key, ())) for c in self.calls}
-        self._buf = None  # the profiler's pass buffer, made on first use
         self.samples: dict[str, list[float]] = {c.key: [] for c in self.calls}
         self._kept: dict[str, tuple[Callable[[], object], Callable[[], float]]] = {}
         self._room = cache_bytes
@@ -47,12 +47,10 @@ class InRunTimer:
 
     def _sampler(self, call: KernelCall) -> tuple[Callable[[], object], Callable[[], float]]:
         """(untimed run, sample) of the call: the sample times a run on operands of its own when
-        the call reads saved operands (:func:`reads_saved`), after the profiler's pass."""
+        the call reads saved operands (:func:`reads_saved`)."""
         got = self._kept.get(call.key)
         if got is not None:
             return got
-        if self._buf is None:
-            self._buf = numpy.ones(DISTURB_ELEMS, dtype=numpy.float32)
         shared = {} if reads_saved(call) else None
         run = build(call, numpy, shared)
         run()  # warm-up: first touch of the operands and of the kernel's own scratch
@@ -63,7 +61,7 @@ class InRunTimer:
             timed = build(call, numpy, shared)
             timed()
             size *= 2
-        pair = (run, cold_sampler(timed, self._buf))
+        pair = (run, one_call(timed) if self.before.get(call.key) else cold_sampler(timed))
         if size <= self._room:
             self._room -= size
             self._kept[call.key] = pair
@@ -73,7 +71,8 @@ class InRunTimer:
         """One untimed run of ``call`` on its kept operands (built on first use); its output."""
         return self._sampler(call)[0]()
 
-    def round(self, barrier: Callable[[], None] = lambda: None, keep: bool = True) -> None:
+    def round(self, barrier: Callable[[], None] = lambda: None, keep: bool = True,
+              each: Callable[[KernelCall], None] | None = None) -> None:
         """One sample of every call; ``barrier`` (the job's) runs before each, outside the clock.
         ``keep=False``: a warm-up round (after a warm-up step), its samples dropped. It builds the
         operands, so the memory they take is taken before the timed steps: built after the first
@@ -83,19 +82,25 @@ class InRunTimer:
         Each sample re-creates the state the call meets in the step. The call runs once, untimed
         (its code and operands were used a step earlier); then the calls just before it in the
         step run on their own operands, untimed, and their outputs stay alive, as the step's do
-        (they are the call's inputs, and saved for the backward pass); then, after the
-        profiler's 4 MiB pass, the call is timed. The replay moves what the step moves and leaves
+        (they are the call's inputs, and saved for the backward pass); then the call is timed.
+        The replay moves what the step moves and leaves
         the heap as the step leaves it: the arrays the timed call allocates (its output, im2col's
         columns) land where the step's would, not in the blocks its warm-up run has just freed
         and left in cache: a convolution timed alone after a pass as large as what its
         predecessors move, or with its columns in a freed cached block, runs up to twice as fast
         as in the step (docs/executor.md). A call whose predecessors move more than the caches
-        (relu6 after alexnet's fc6) meets cold code and operands, as in the step. The pass keeps
-        the profiler's convention for the smallest kernels: timed with only the calls before it
-        warm, an update of a few kilobytes runs far faster than in the step. A call with no known
-        predecessors (a reshard copy) is timed as the profiler does."""
+        (relu6 after alexnet's fc6) meets cold code and operands, as in the step; a call after
+        small ones (lenet5's) finds them warm, as in the step, where the timed steps run back to
+        back (executor.run.in_run_steps): with the profiler's 4 MiB pass between the replay and
+        the sample as well, lenet5's step on two ranks was priced 10-13% above its measured 6.3 ms,
+        without it 2-3% below, and ResNet-18's (64x64, batch 16) 4-10% and 8% below its 182 ms
+        (2026-11-26). A call with no known predecessors (a reshard copy) is timed as the
+        profiler does, after that pass. ``each(call)``: called before
+        each call's replay (profiler.step_context loads the companions with it)."""
         for call in self.calls:
             run, sample = self._sampler(call)
+            if each is not None:
+                each(call)
             run()
             barrier()
             outputs = [self.run(prev) for prev in self.before[call.key]]
@@ -103,6 +108,15 @@ class InRunTimer:
             del outputs
             if keep:
                 self.samples[call.key].append(t)
+
+
+def one_call(run: Callable[[], object]) -> Callable[[], float]:
+    """A closure that times ONE ``run()``."""
+    def sample() -> float:
+        t0 = time.perf_counter()
+        run()
+        return time.perf_counter() - t0
+    return sample
 
 
 def reads_saved(call: KernelCall) -> bool:

@@ -32,7 +32,7 @@ from costmodel.machine import Machine
 from costmodel.profile_table import DISPATCH, Entry, with_entries, with_executor
 from costmodel.profiled_compute import Lookup, ProfiledCompute
 from networks.errors import DnnplanError
-from profiler import dispatch, side_by_side
+from profiler import dispatch, side_by_side, step_context
 from profiler.companions import Companions
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
@@ -96,6 +96,23 @@ class OnDemandCompute(ProfiledCompute):
         self.misses.difference_update(todo)
         self._keep_timed(entries)
         self.save()
+
+    def time_in_step(self, calls: list[KernelCall], before) -> dict[str, Entry]:
+        """Entries of ``calls`` timed in their step's context (profiler.step_context; ``before``:
+        per call key, the calls just before it), beside companions for a profile of several
+        ranks; not put in the table nor the cache (the caller installs them for one plan)."""
+        todo = list(dict.fromkeys(calls))
+        if not self.enabled or not todo:
+            return {}
+        self._start_companions()
+        say = lambda done, total: self._say(  # noqa: E731
+            f"timing the plan's {len(todo)} kernels in its step's order, round {done} of {total}")
+        say(0, step_context.ROUNDS + 1)
+        try:
+            with threadpool_limits(limits=self.threads):
+                return step_context.time_in_step(todo, before, companions=self._companions, progress=say)
+        finally:
+            self.save()
 
     def _keep_timed(self, entries: dict[str, Entry]) -> None:
         """Entries this process timed: into the table, and into the cache file with the next save."""

@@ -83,7 +83,7 @@ def test_json_and_trace(plan2, stub, tmp_path, monkeypatch):
     assert "check" in result.output and "passed" in result.output
     data = json.loads(out.read_text())
     assert set(data) == {"plan", "ranks", "steps", "measured", "predicted", "error", "check", "predicted_peak_bytes",
-                         "measured_peak_bytes", "memory_rel"}
+                         "measured_peak_bytes", "memory_rel", "profile_predicted_step_s"}
     assert data["predicted_peak_bytes"] > 0
     assert data["measured_peak_bytes"] is None and data["memory_rel"] is None  # the stand-in runtime measures none
     assert data["ranks"] == 2 and data["steps"] == 3 and data["plan"] == plan2

@@ -119,6 +119,9 @@ def test_refreshed_weighs_twice_on_retimed_kernels_only_when_refreshing():
         def install(self, entries):  # the rest of the OnDemand interface, unused here
             pass
 
+        def time_in_step(self, calls, before):
+            return {}
+
         def save(self):
             pass
 

@@ -143,7 +143,7 @@ def test_the_markdown_shows_the_numbers_of_the_json(quick):
     for r, l in zip(layers, first["layers"]):
         assert r["model error given in-run kernel times"] == ("-" if l["in_run_rel"] is None else
                                                               f"{l['in_run_rel'] * 100:+.1f}%")
-    assert "| in-run kernel timing | on: after each timed step, outside its clock |" in text
+    assert "| in-run kernel timing | on: after untimed steps that follow the timed ones |" in text
     assert "distance between" in " ".join(text.split())
     assert "| network | lenet5 |" in text and "| git commit |" in text and "## How to read this" in text
     assert "![step_time](step_time.png)" in text
@@ -171,3 +171,22 @@ def test_report_mistakes_are_one_line_before_anything_runs(tmp_path, monkeypatch
 def test_a_network_and_ranks_are_required_without_quick():
     one_line_exit_2(["validate", "--ranks", "2"], "name the network to validate")
     one_line_exit_2(["validate", "lenet5"], "--ranks is required")
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_the_quick_validate_predicts_from_kernels_timed_in_step_context_with_the_profile_alone_beside(quick):
+    """Each plan's headline comes from its kernels timed in its step's context before the runs;
+    the prediction from the profile's kernels timed alone is kept beside, with its own error."""
+    tmp, output, data = quick
+    for r in data["runs"]:
+        assert r["profile_predicted_step_s"] > 0
+        assert r["profile_step_rel"] == pytest.approx(r["measured_step_s"] / r["profile_predicted_step_s"] - 1)
+    assert any(r["profile_predicted_step_s"] != r["predicted_step_s"] for r in data["runs"])
+    for p in data["plans"]:
+        runs = [r for r in data["runs"] if r["plan"] == p["plan"]]
+        assert p["profile_step_rel"] == pytest.approx(statistics.median(r["profile_step_rel"] for r in runs))
+    alone = [abs(p["profile_step_rel"]) for p in data["plans"]]
+    assert data["summary"]["profile_mean_abs_step_error"] == pytest.approx(statistics.fmean(alone))
+    assert data["summary"]["profile_worst_abs_step_error"] == pytest.approx(max(alone))
+    assert "from the profile alone" in output

@@ -6,14 +6,15 @@ from typing import Callable, TypeVar
 
 import typer
 
-from dnnplan.options import (CheckOpt, ForceOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt, RanksOpt, StepsOpt,
-                             ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)
+from dnnplan.options import (CheckOpt, ForceOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt, RanksOpt, StepContextOpt,
+                             StepsOpt, ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)
 from dnnplan.output import check_outputs, write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render.messages import fail_line, warn
 from executor.compare import comparison_json
 from executor.launch import RunFailed
-from executor.session import measure_both, non_finite_loss_warning, prepare, strategy_labels, trace_dict
+from executor.session import (in_step_context, measure_both, non_finite_loss_warning, prepare, step_context_entries,
+                              strategy_labels, trace_dict)
 
 T = TypeVar("T")
 
@@ -33,17 +34,21 @@ def guard_failure(fn: Callable[[], T]) -> T:
 def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupOpt = 2, check: CheckOpt = False,
             json_out: JsonFileOpt = None, trace: TraceOpt = None, timeout: TimeoutOpt = 600.0,
             threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
-            force: ForceOpt = False) -> None:
+            step_context: StepContextOpt = True, force: ForceOpt = False) -> None:
     """Run a plan across MPI ranks and compare measured with predicted time per layer and phase.
 
     Launches `mpiexec -n RANKS` itself, or runs on the ranks of the MPI job it is started in.
     Each rank builds its shard of every layer, runs warm-up and timed training steps, and times
     each layer's forward and backward compute and communication, gradient allreduce and update.
+    On machine `local` the prediction is made before the run from the profile, the plan's
+    kernels first timed again in its step's order and context (--step-context).
     """
     check_outputs({"--json": json_out, "--trace": trace}, force)
     prep = prepare(plan, ranks, threads, profile, fresh)
     for line in prep.warnings:
         warn(line)
+    if step_context:
+        prep = in_step_context(prep, step_context_entries(prep))
     job, ahead, in_run = guard_failure(lambda: measure_both(prep, steps=steps, warmup=warmup, check=check,
                                                             trace=trace is not None, timeout_s=timeout, in_run=fresh))
     if job is None:  # a rank other than 0 of an MPI job
@@ -56,12 +61,14 @@ def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupO
     render.stage_table(cmp)
     if in_run is not None:
         render.ahead_of_time_line(ahead)
+    render.profile_alone_line(prep.profile_step_s, ahead.measured.step_s)
     render.memory_line(cmp)
     render.check_line(job.check)
     if (line := non_finite_loss_warning(job, warmup)) is not None:
         warn(line)
     if json_out:
-        write_json_file(json_out, comparison_json(plan, cmp, job.check))
+        write_json_file(json_out, {**comparison_json(plan, cmp, job.check),
+                                   "profile_predicted_step_s": prep.profile_step_s})
     if trace:
         write_json_file(trace, trace_dict(job, steps))
     if job.check is not None and not job.check.passed:

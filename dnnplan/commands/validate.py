@@ -18,7 +18,7 @@ from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt, LocalMachineOpt,
                              ProfileOpt, QuickValidateOpt, RefreshOpt, RepeatsOpt, ReportDirOpt, StepsOpt,
-                             ThreadsOpt, TimeoutOpt, ValidateNetworkArg, ValidateRanksOpt, WarmupOpt)
+                             StepContextOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg, ValidateRanksOpt, WarmupOpt)
 from dnnplan.output import check_output, check_output_folder, write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render import report as report_files
@@ -38,15 +38,16 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
              batch: BatchOpt = None, machine: LocalMachineOpt = "local", steps: StepsOpt = 5, warmup: WarmupOpt = 2,
              repeats: RepeatsOpt = 1, quick: QuickValidateOpt = False, timeout: TimeoutOpt = 600.0,
              threads: ThreadsOpt = None, profile: ProfileOpt = None, in_run: InRunOpt = True,
-             refresh: RefreshOpt = False, check: CheckEachOpt = True, json_out: JsonFileOpt = None,
+             step_context: StepContextOpt = True, refresh: RefreshOpt = False, check: CheckEachOpt = True, json_out: JsonFileOpt = None,
              report_dir: ReportDirOpt = None, details: DetailsOpt = False, force: ForceOpt = False) -> None:
     """Plan a network, run the plan and the uniform baselines, and report each prediction's error.
 
     The loop in one command: plan, then run the plan and each uniform baseline that fits (data,
     filter, spatial) with --check, and compare measured with predicted step time, per-layer
     times and peak memory; says whether the planner's plan was measured fastest. The headline
-    prediction is made before the run, from the profile this computer already has (the error a
-    user of a plan meets). Beside it, by default (--in-run), the same run also gives the model's
+    prediction is made before the run: from the profile this computer already has, each plan's
+    kernels then timed again in its step's order and context before any plan runs (--step-context;
+    the prediction from the profile alone is shown beside). Beside it, by default (--in-run), the same run also gives the model's
     error given kernel times re-timed inside it, on machine `local` without --profile: a check of
     the model's structure; the distance between the two is how far the kernels' times drifted
     since the profile. --report DIR writes a Markdown report with figures; --quick is a small
@@ -63,7 +64,7 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     ctx = validation.resolve(network, ranks, batch, machine, profile, refresh)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)
-    settings = RunSettings(steps, warmup, timeout, threads, profile, in_run, check, repeats)
+    settings = RunSettings(steps, warmup, timeout, threads, profile, in_run, check, repeats, step_context)
     keep = json_out or f"validate-{ctx.network.name}-{ranks}r.partial.json"
     if not json_out:
         earlier = _partial(keep, force)

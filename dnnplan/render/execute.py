@@ -98,6 +98,15 @@ def ahead_of_time_line(cmp: Comparison) -> None:
                   f"taken before the run, error {pct(cmp.step_rel)} (the table and step above: the {IN_RUN_LABEL})")
 
 
+def profile_alone_line(alone_s: float | None, measured_s: float) -> None:
+    """``execute``: the prediction from the profile's kernels timed alone, beside the headline made
+    from the plan's kernels timed in its step's context (nothing without step context)."""
+    if alone_s:
+        console.print(f"[bold]profile alone[/bold]  predicted {fmt.seconds(alone_s)} from the kernels timed in "
+                      f"isolation, error {pct(measured_s / alone_s - 1)} (the ahead-of-time prediction times them "
+                      "again in the step's order first; --no-step-context leaves that out)")
+
+
 def memory_text(predicted: int | None, measured: int | None, rel: float | None) -> str:
     """``measured / predicted error`` of the peak memory per rank ("-" where a side is missing)."""
     if measured is None or predicted is None:
@@ -129,7 +138,8 @@ def validate_table(rows: list[dict], title: str) -> None:
     spread = any(r.get("repeats", 1) > 1 for r in rows)
     in_run = any(r.get("in_run_step_rel") is not None for r in rows)
     t = Table(title=title, title_justify="left", caption_justify="left", caption=(
-        "predicted, step error: ahead of time, from the profile taken before the run" + (
+        "predicted, step error: ahead of time, from the profile taken before the run (with each plan's kernels "
+        "timed in its step's context before the runs, unless --no-step-context)" + (
             f"; in-run: the {IN_RUN_LABEL}, re-timed inside the same run (a check of the model's structure, "
             "not a prediction)" if in_run else "")))
     cols = ("plan", "strategies", "predicted", "measured", "step error") + (("error range",) if spread else ()) + (
@@ -163,8 +173,11 @@ def validate_summary(summary: dict) -> None:
         value = summary.get(key)
         return "-" if value is None else f"{value * 100:.1f}%"
     in_run = ""
+    if summary.get("profile_mean_abs_step_error") is not None:
+        in_run = (f"; from the profile alone (kernels timed in isolation): mean "
+                  f"{share('profile_mean_abs_step_error')}, worst {share('profile_worst_abs_step_error')}")
     if summary.get("in_run_mean_abs_step_error") is not None:
-        in_run = (f"; {IN_RUN_LABEL}: |step error| mean {share('in_run_mean_abs_step_error')}, worst "
+        in_run += (f"; {IN_RUN_LABEL}: |step error| mean {share('in_run_mean_abs_step_error')}, worst "
                   f"{share('in_run_worst_abs_step_error')}")
     console.print(f"[bold]summary[/bold]  |step error| (ahead of time) mean {share('mean_abs_step_error')}, worst "
                   f"{share('worst_abs_step_error')}{in_run}; |layer error| median {share('layer_median_error')}, 90th "
@@ -181,7 +194,10 @@ def validate_progress(row: dict) -> None:
     """One line on stderr as each plan finishes."""
     again = f" (repeat {row['repeat'] + 1})" if row.get("repeat") else ""
     in_run = row.get("in_run_predicted_step_s")
-    beside = "" if in_run is None else f", from in-run kernel times {fmt.seconds(in_run)} ({pct(row['in_run_step_rel'])})"
+    alone = row.get("profile_predicted_step_s")
+    beside = "" if alone is None else f", from the profile alone {fmt.seconds(alone)} ({pct(row['profile_step_rel'])})"
+    if in_run is not None:
+        beside += f", from in-run kernel times {fmt.seconds(in_run)} ({pct(row['in_run_step_rel'])})"
     err_console.print(f"measured {escape(row['name'])}{again}: step {fmt.seconds(row['measured_step_s'])}, predicted "
                       f"{fmt.seconds(row['predicted_step_s'])} ({pct(row['step_rel'])}){beside}", markup=True,
                       emoji=False)

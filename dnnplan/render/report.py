@@ -38,11 +38,13 @@ SUMMARY_LABELS = (
 
 HOW_TO_READ = """\
 **How to read this.** Each plan was predicted before it ran, from the kernel profile this computer
-already had (timed in earlier processes, or while planning): the *step error* is the headline,
+already had (timed in earlier processes, or while planning), each plan's kernels then timed again in
+its step's order and context before any plan ran (unless `--no-step-context`; the prediction from
+the profile alone is in the JSON, `profile_step_rel`): the *step error* is the headline,
 (measured - predicted) / predicted, positive when the run was slower than predicted. Beside it, the
 *""" + IN_RUN + """* comes from the same run: every rank timed the prediction's kernels (and, on
-one node, its collectives) again inside the run, after each timed step and outside the step's
-clock, and the same cost model predicted from those times. It is not a prediction (it needs the
+one node, its collectives) again inside the run, after untimed steps run once the timed ones had
+run back to back, and the same cost model predicted from those times. It is not a prediction (it needs the
 run) but a check of how the model composes kernels into a step. The distance between the two
 columns is how far the kernels' times moved between the profile and this run (a shared machine's
 speed moves within minutes; the in-run samples also re-create each kernel's place in the step);
@@ -152,7 +154,7 @@ def _settings(data: dict, meta: dict) -> list[str]:
 
 def in_run_text(note: str | None) -> str:
     """The settings table's word on the in-run column: on, or why it is empty."""
-    return "on: after each timed step, outside its clock" if note is None else f"none: {note}"
+    return "on: after untimed steps that follow the timed ones" if note is None else f"none: {note}"
 
 
 def _layers(r: dict) -> list[str]:

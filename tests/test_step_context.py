@@ -1,0 +1,95 @@
+"""A plan's kernels timed in its step's context before the run (profiler.step_context), and the
+in-run timing after the timed steps rather than between them (executor.run.in_run_steps)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from typer.testing import CliRunner
+
+import profiler.inrun as inrun
+from dnnplan.cli import app
+from executor.run import run_plan
+from executor.timers import Timers
+from profile_calls import _two_calls
+from profiler.step_context import time_in_step
+from tests.support.cases import load, make_plan
+
+runner = CliRunner()
+
+
+class Companions:
+    """What profiler.companions.Companions is asked: the call each is loaded with, and pauses."""
+
+    def __init__(self):
+        self.loaded, self.paused = [], 0
+
+    def load(self, call):
+        self.loaded.append(call.key)
+
+    def pause(self):
+        self.paused += 1
+
+
+def test_each_call_gets_one_sample_a_round_after_a_warm_up_round_beside_loaded_companions():
+    calls = _two_calls()
+    comp = Companions()
+    rounds = []
+    got = time_in_step(calls, {calls[1].key: (calls[0],)}, rounds=3, companions=comp,
+                       progress=lambda done, total: rounds.append((done, total)))
+    assert set(got) == {c.key for c in calls}
+    assert all(e.count == 3 and e.median_s > 0 for e in got.values())  # the warm-up round dropped
+    assert comp.loaded == [c.key for c in calls] * 4 and comp.paused == 1
+    assert rounds == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+def test_a_call_after_its_predecessors_is_timed_without_the_profilers_cache_pass(monkeypatch):
+    """The replay of the calls before it is its context; only a call with none known (a reshard
+    copy) gets the profiler's pass over 4 MiB before its sample."""
+    calls = _two_calls()
+    passed = []
+    real = inrun.cold_sampler
+    monkeypatch.setattr(inrun, "cold_sampler", lambda run, buf=None: passed.append(1) or real(run, buf))
+    timer = inrun.InRunTimer(calls, before={calls[1].key: (calls[0],)})
+    timer.round()
+    timer.round()
+    assert passed == [1]  # built once, for the first call, which has no known predecessor
+    assert [len(v) for v in timer.samples.values()] == [2, 2]
+
+
+def test_in_run_timing_runs_after_untimed_steps_that_follow_the_timed_ones():
+    """The timed steps run back to back; the hook runs after each warm-up step, then after each of
+    as many untimed steps, whose times are dropped."""
+    net = load("lenet5")
+    plan = make_plan(net, 8, 1, "data")
+    seen = []
+    timers = Timers()
+    res = run_plan(plan, net, MPI.COMM_SELF, steps=3, warmup=2, timers=timers, after_step=seen.append,
+                   measure_memory=False)
+    assert seen == [-2, -1, 0, 1, 2]
+    assert sorted(timers.step_wall) == [-2, -1, 0, 1, 2] and len(res.step_s) == 3
+    assert len(res.losses) == 5 and np.isfinite(res.losses).all()
+    plain = run_plan(plan, net, MPI.COMM_SELF, steps=3, warmup=2, measure_memory=False)
+    assert plain.losses == pytest.approx(res.losses)  # the timed steps are the same steps
+
+
+@pytest.mark.mpi
+def test_execute_predicts_from_the_step_context_unless_told_not_to(tmp_path, monkeypatch):
+    """On machine `local`, `execute` times the plan's kernels in its step's context before the run
+    and predicts from them, the profile-alone prediction beside; --no-step-context leaves it out."""
+    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+    plan, out = str(tmp_path / "p.yaml"), {k: str(tmp_path / f"{k}.json") for k in ("on", "off")}
+    r = runner.invoke(app, ["plan", "lenet5", "--devices", "1", "--batch", "8", "--machine", "local", "--out", plan])
+    assert r.exit_code == 0, r.output
+    on = runner.invoke(app, ["execute", plan, "--ranks", "1", "--steps", "2", "--json", out["on"]])
+    off = runner.invoke(app, ["execute", plan, "--ranks", "1", "--steps", "2", "--no-step-context", "--json",
+                              out["off"]])
+    assert on.exit_code == 0 and off.exit_code == 0, on.output + off.output
+    got = {k: json.loads(open(v).read()) for k, v in out.items()}
+    assert got["on"]["profile_predicted_step_s"] > 0 and got["off"]["profile_predicted_step_s"] is None
+    assert "profile alone" in on.output and "profile alone" not in off.output
+    assert got["on"]["profile_predicted_step_s"] == pytest.approx(got["off"]["predicted"]["step_s"], rel=1e-9)
+    assert got["on"]["predicted"]["step_s"] != got["off"]["predicted"]["step_s"]
