@@ -28,17 +28,16 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from costmodel.compute import OnDemand, default_algorithms
-from costmodel.step import predict_step
-from costmodel.uniform import uniform_strategies
+from costmodel.compute import OnDemand
 from executor import launch as launcher
 from executor.compare import Comparison, comparison_json
-from executor import in_run
+from executor import in_run, step_choice
 from executor.interrupts import save_timed, sigint_here_only, sigint_ignored
 from executor.repeats import plan_rows, run_order
 from executor.summary import best_plan_loss, summarize
 from executor.session import (Prepared, agree_node_cores, in_run_unavailable, in_step_context, measure_both,
-                              non_finite_loss_warning, prepare, step_context_entries)
+                              non_finite_loss_warning, prepare)
+from executor.step_choice import PLANNER, uniform_plans
 from executor.worker import JobResult
 from networks.errors import DnnplanError
 from planner.optimize import Settings, make_plan, plan_from_prediction
@@ -48,7 +47,6 @@ from planner.refreshed import refreshed
 from profiler import context
 from profiler.context import Context
 
-BASELINES = ("data", "filter", "spatial")
 #: What a partial report must share with a run to be resumed by it (keys of its JSON).
 SETTINGS = ("network", "ranks", "batch", "machine", "compute_model", "steps", "warmup", "check", "repeats")
 #: A setting's value in a partial report written before the setting existed.
@@ -199,15 +197,6 @@ def strategy_summary(plan: Plan) -> str:
     return ", ".join(f"{label} x{n}" for label, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def uniform_plan(ctx: Context, network_arg: str, machine_arg: str, strategies: dict, name: str) -> Plan:
-    """A plan of the given strategies with the default convolution algorithm, priced by the cost model."""
-    algorithms = default_algorithms(ctx.network)
-    pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute)
-    table = ctx.compute.table
-    return plan_from_prediction(pred, ctx.network, network_arg, machine_arg,
-                                None if table is None else table.short_id, solver={"name": name})
-
-
 def _merged(found: list[tuple[str, Plan]]) -> list[tuple[str, Plan]]:
     """Identical plans once, their names joined (with one rank every strategy is the same plan)."""
     merged: list[tuple[str, Plan]] = []
@@ -224,17 +213,12 @@ def _merged(found: list[tuple[str, Plan]]) -> list[tuple[str, Plan]]:
 
 def _candidates(ctx: Context, network_arg: str, machine_arg: str, save: bool) -> list[tuple[str, Plan]]:
     table = ctx.compute.table
-    found = [("planner", make_plan(ctx.network, network_arg, ctx.batch, ctx.devices, ctx.machine, ctx.compute,
-                                   settings=Settings(recompute=False),  # the executor keeps every activation
-                                   machine_ref=machine_arg,
-                                   profile_fingerprint=None if table is None else table.short_id,
-                                   with_baselines=False))]
-    for spec in BASELINES:
-        try:
-            strategies, _ = uniform_strategies(ctx.network, ctx.devices, ctx.batch, spec)
-        except DnnplanError:
-            continue
-        found.append((spec, uniform_plan(ctx, network_arg, machine_arg, strategies, spec)))
+    found = [(PLANNER, make_plan(ctx.network, network_arg, ctx.batch, ctx.devices, ctx.machine, ctx.compute,
+                                 settings=Settings(recompute=False),  # the executor keeps every activation
+                                 machine_ref=machine_arg,
+                                 profile_fingerprint=None if table is None else table.short_id,
+                                 with_baselines=False))]
+    found += uniform_plans(ctx, network_arg, machine_arg)
     if save and isinstance(ctx.compute, OnDemand):
         ctx.compute.save()
     return _merged(found)
@@ -308,17 +292,20 @@ def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettin
         raise ValidationInterrupted(replace(new_report(ctx, machine_arg, settings), complete=False), cache) from None
 
 
-def _step_contexts(candidates: list[tuple[str, Plan]], tmp: str, ctx: Context, s: RunSettings) -> list[dict]:
-    """Per candidate, its kernel calls timed in its step's context (executor.session), all of
-    them before the first run, as a user's plan is timed when it is made; empty entries without
-    ``s.step_context``, or where they cannot be timed (executor.session.step_context_entries)."""
+def _in_context(candidates: list[tuple[str, Plan]], s: RunSettings) -> list[tuple[str, Plan, dict]]:
+    """The candidates, each with its kernel calls timed in its step's context before any run
+    (executor.step_choice; empty without ``s.step_context`` or where they cannot be timed). When a
+    uniform plan is predicted faster there than the solver's plan, it is the planner's plan, as
+    `dnnplan plan` chooses it, and the solver's plan stays a candidate of its own ("solver")."""
     if not s.step_context:
-        return [{} for _ in candidates]
-    out = []
-    for i, (_, plan) in enumerate(candidates):
-        path = os.path.join(tmp, f"plan{i}.yaml")
-        write_plan(plan, path)
-        out.append(step_context_entries(prepare(path, ctx.devices, s.threads, s.profile)))
+        return [(name, plan, {}) for name, plan in candidates]
+    timed = step_choice.weighed(candidates, s.threads, s.profile)
+    best = step_choice.fastest(timed)
+    out = [(t.name, t.plan, t.entries) for t in timed]
+    if best is not timed[0]:
+        solver = (timed[0].name.replace(PLANNER, "solver", 1),) + out[0][1:]
+        out = [(f"{PLANNER} = {best.name}", best.plan, best.entries), solver]
+        out += [(t.name, t.plan, t.entries) for t in timed[1:] if t is not best]
     return out
 
 
@@ -363,9 +350,9 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
     report = new_report(ctx, machine_arg, settings, planned=len(candidates))
     try:
         with tempfile.TemporaryDirectory(prefix="dnnplan-validate-") as tmp:
-            contexts = _step_contexts(candidates, tmp, ctx, settings)
+            candidates = _in_context(candidates, settings)
             for repeat, i in run_order(len(candidates), settings.repeats):
-                name, plan = candidates[i]
+                name, plan, context = candidates[i]
                 repeat = repeat if settings.repeats > 1 else None
                 if (row := _earlier_row(earlier or [], name, plan, repeat)) is not None:
                     report.rows.append(row)
@@ -373,7 +360,7 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
                         on_reused(row)
                     continue
                 run = _run(name, plan, os.path.join(tmp, f"plan{i}.yaml"), ctx, settings, repeat,
-                           report.in_run_note is None, contexts[i])
+                           report.in_run_note is None, context)
                 if run is None:
                     continue
                 report.rows.append(run.row())

@@ -27,7 +27,7 @@ from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry
 from profiler.inrun import InRunTimer, entries_from_samples
 
-ROUNDS = 5  # samples per call: the median of 5, as side by side (profiler.side_by_side)
+ROUNDS = 9  # samples per call: the median of 9 (5 left plans of lenet5 5-10% apart from one weighing to the next)
 
 
 def time_in_step(calls: Iterable[KernelCall], before: Mapping[str, Sequence[KernelCall]], rounds: int = ROUNDS,

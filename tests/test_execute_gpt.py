@@ -37,7 +37,7 @@ from executor.ops import loss as loss_op
 from executor.ops.base import LayerCtx
 from executor.ops.embedding import tie
 from executor.timers import Timers
-from executor.validation import uniform_plan
+from executor.step_choice import uniform_plan
 from kernels.embedding import embedding_backward_weights, embedding_forward
 from kernels.loss import combine_vocab_rows, softmax_xent_backward, softmax_xent_forward
 from networks.errors import DnnplanError

@@ -21,7 +21,7 @@ from executor.collect import RankTimes
 from executor.compare import Measured
 from executor.pipeline_report import bubble, compare_pipeline
 from executor.pipeline_run import schedule_ops
-from executor.validation import uniform_plan
+from executor.step_choice import uniform_plan
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from planner.plan import PipelineSpec

@@ -33,7 +33,7 @@ from costmodel.step import predict_step
 from costmodel.strategy import make_strategy
 from dnnplan.cli import app
 from executor.session import prepare
-from executor.validation import uniform_plan
+from executor.step_choice import uniform_plan
 from executor.zero import LayerZero, pack, rank_counts, shard_bounds, split_mine, unpack
 from kernels.optimizer import sgd_momentum_update
 from planner.plan_file import write_plan

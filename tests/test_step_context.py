@@ -93,3 +93,43 @@ def test_execute_predicts_from_the_step_context_unless_told_not_to(tmp_path, mon
     assert "profile alone" in on.output and "profile alone" not in off.output
     assert got["on"]["profile_predicted_step_s"] == pytest.approx(got["off"]["predicted"]["step_s"], rel=1e-9)
     assert got["on"]["predicted"]["step_s"] != got["off"]["predicted"]["step_s"]
+
+
+def _timed(name, step, entries=True):
+    from executor.step_choice import Timed
+    return Timed(name, None, {"k": 1} if entries else {}, step, step * 0.9)
+
+
+def test_the_fastest_in_step_context_wins_only_when_every_candidate_was_timed_there():
+    from executor.step_choice import fastest
+    planner, data, filt = _timed("planner", 7.2), _timed("data", 6.9), _timed("filter", 11.0)
+    assert fastest([planner, data, filt]) is data
+    assert fastest([planner, _timed("data", 6.9, entries=False)]) is planner
+    assert fastest([_timed("planner", 6.0), data]).name == "planner"
+
+
+def test_validate_runs_the_plan_chosen_in_step_context_as_the_planners_and_the_solvers_beside(monkeypatch):
+    import executor.validation as v
+    from executor import step_choice
+    monkeypatch.setattr(step_choice, "weighed", lambda cands, threads=None, profile=None: [
+        _timed(name, {"planner": 7.2, "data": 6.9, "filter": 11.0}[name]) for name, _ in cands])
+    cands = [("planner", None), ("data", None), ("filter", None)]
+    got = v._in_context(cands, v.RunSettings())
+    assert [name for name, _, _ in got] == ["planner = data", "solver", "filter"]
+    assert all(entries for _, _, entries in got)
+    assert [name for name, _, e in v._in_context(cands, v.RunSettings(step_context=False))] == [
+        "planner", "data", "filter"]
+
+
+def test_plan_checks_in_step_context_on_machine_local_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+    r = runner.invoke(app, ["plan", "lenet5", "--devices", "2", "--batch", "16", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["step_context"] is None
+    r = runner.invoke(app, ["plan", "lenet5", "--devices", "2", "--batch", "16", "--machine", "local", "--json"])
+    got = json.loads(r.stdout)["step_context"]
+    assert r.exit_code == 0 and set(got["plans"]) >= {"planner", "data"}
+    assert got["chosen"] == min(got["plans"], key=lambda n: got["plans"][n]["step_s"])
+    assert all(p["step_s"] > 0 and p["profile_step_s"] > 0 for p in got["plans"].values())
+    r = runner.invoke(app, ["plan", "lenet5", "--devices", "2", "--batch", "16", "--machine", "local",
+                            "--no-step-context", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["step_context"] is None

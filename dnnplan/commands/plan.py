@@ -11,12 +11,13 @@ from costmodel.optimizer import Optimizer
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
                              OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlotOpt, PrecisionOpt,
-                             ProfileOpt, RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt,
+                             ProfileOpt, RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, StepContextOpt, SweepOpt, TimeLimitOpt,
                              ZeroOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import warn
 from dnnplan.render.plot import plot_sweep
+from executor import step_choice
 from networks.errors import DnnplanError, short
 from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
 from costmodel.precision import get_precision
@@ -58,7 +59,7 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
          refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum",
          zero: ZeroOpt = 0, recompute: RecomputeOpt = True, pipeline: PlanPipelineOpt = None,
          micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b", as_json: JsonOpt = False,
-         force: ForceOpt = False) -> None:
+         step_context: StepContextOpt = True, force: ForceOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -73,6 +74,10 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
     --pipeline auto
 
     A pipelined plan written with --out runs with `dnnplan execute` (GPipe or 1F1B, --schedule).
+
+    On machine `local` the plan is then checked against the uniform plans with every plan's
+    kernels timed again in its step's order and context (a few seconds a plan; --no-step-context
+    leaves it out): a uniform plan predicted faster there is the plan.
     """
     check_flags(solver, sweep, plot)
     check_outputs({"--out": out, "--plot": plot}, force)
@@ -99,12 +104,21 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
                                                       ctx.compute, limit, settings,
                                                       machine_ref=machine or DEFAULT_MACHINE,
                                                       profile_fingerprint=profile_fingerprint(profile)))
+    timed = []
+    if step_context:  # machine `local`: checked in its step's context against the uniform plans
+        result, timed = step_choice.checked(result, ctx, network, machine or DEFAULT_MACHINE)
+    _show(result, timed, out, as_json)
+
+
+def _show(result, timed: list, out: str | None, as_json: bool) -> None:
+    """Write the plan (``--out``) and print it, with the candidates weighed in step context."""
     if out:
         write_plan(result, out)
     if as_json:
-        print(json.dumps(plan_to_dict(result)))
+        print(json.dumps({**plan_to_dict(result), "step_context": render.step_context_dict(timed)}))
     else:
         render.plan_table(result)
+        render.step_context_line(timed)
         if out:
             render.console.print(f"wrote {out} (evaluate it, or an edited copy, with `dnnplan predict {out}`)")
 

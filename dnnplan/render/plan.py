@@ -11,6 +11,7 @@ from rich.table import Table
 from costmodel.optimizer import Optimizer
 from dnnplan.render import fmt
 from dnnplan.render.tables import console, memory_line, pipeline_table
+from executor.step_choice import fastest
 from planner.optimize import speedup, strategy_mix
 from planner.plan import Plan
 
@@ -37,6 +38,25 @@ def plan_table(plan: Plan) -> None:
     algorithms_table(plan)
     baselines_table(plan)
     solver_line(plan)
+
+
+def step_context_dict(timed: list) -> dict | None:
+    """``plan --json``'s ``step_context``: per candidate, its step predicted from its kernels timed
+    in its step's context and from the profile alone, and which was chosen (None: no check)."""
+    if not timed:
+        return None
+    return {"chosen": fastest(timed).name,
+            "plans": {t.name: {"step_s": t.step_s, "profile_step_s": t.alone_s} for t in timed}}
+
+
+def step_context_line(timed: list) -> None:
+    """The candidates' steps predicted in their step's context (executor.step_choice), and the choice."""
+    got = step_context_dict(timed)
+    if got is None:
+        return
+    steps = ", ".join(f"{name} {fmt.seconds(v['step_s'])}" for name, v in got["plans"].items())
+    console.print(f"in step context (each plan's kernels timed again in its step's order, before any run): {steps}; "
+                  f"the plan: {got['chosen']} (the step above is the profile's, kernels timed alone)")
 
 
 ALGORITHM_COLUMNS = ("direct", "im2col", "fft", "winograd")
