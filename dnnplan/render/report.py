@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SUMMARY_LABELS = (
     ("mean_abs_step_error", "mean |step error| over plans (ahead of time)"),
     ("worst_abs_step_error", "worst |step error| (ahead of time)"),
+    ("profile_mean_abs_step_error", "mean |step error| over plans, from the profile alone (ahead of time)"),
+    ("profile_worst_abs_step_error", "worst |step error|, from the profile alone"),
     ("in_run_mean_abs_step_error", f"mean |step error| over plans, {IN_RUN}"),
     ("in_run_worst_abs_step_error", f"worst |step error|, {IN_RUN}"),
     ("layer_median_error", "median |layer error| (every layer of every plan)"),
@@ -40,7 +42,8 @@ HOW_TO_READ = """\
 **How to read this.** Each plan was predicted before it ran, from the kernel profile this computer
 already had (timed in earlier processes, or while planning), each plan's kernels then timed again in
 its step's order and context before any plan ran (unless `--no-step-context`; the prediction from
-the profile alone is in the JSON, `profile_step_rel`): the *step error* is the headline,
+the profile alone, its kernels timed in isolation, is in the *profile-alone* columns): the *step
+error* is the headline,
 (measured - predicted) / predicted, positive when the run was slower than predicted. Beside it, the
 *""" + IN_RUN + """* comes from the same run: every rank timed the prediction's kernels (and, on
 one node, its collectives) again inside the run, after untimed steps run once the timed ones had
@@ -125,7 +128,8 @@ def _table(header: list[str], rows: list[list[object]]) -> list[str]:
 
 
 PLAN_HEADER = ["plan", "strategies", "predicted step", "measured step (median)", "measured min", "measured max",
-               "step error", "step error range", "in-run predicted step", IN_RUN, "layer median |error|",
+               "step error", "step error range", "profile-alone step", "profile-alone error", "in-run predicted step",
+               IN_RUN, "layer median |error|",
                "memory predicted", "memory measured", "memory error", "check"]
 
 
@@ -134,6 +138,7 @@ def plan_cells(r: dict) -> list[str]:
     spread = (f"{pct(r.get('step_rel_min'))} to {pct(r.get('step_rel_max'))}" if r.get("repeats", 1) > 1 else "-")
     return [r["name"], r["strategies"], fmt.seconds(r["predicted_step_s"]), fmt.seconds(r["measured_step_s"]),
             fmt.seconds(r["measured_step_min_s"]), fmt.seconds(r["measured_step_max_s"]), pct(r["step_rel"]), spread,
+            seconds(r.get("profile_predicted_step_s")), pct(r.get("profile_step_rel")),
             seconds(r.get("in_run_predicted_step_s")), pct(r.get("in_run_step_rel")),
             abs_pct(r["layer_median_abs_rel"]), nbytes(r.get("predicted_peak_bytes")),
             nbytes(r.get("measured_peak_bytes")), pct(r.get("memory_rel")), check_text(r.get("check"))]
