@@ -64,6 +64,9 @@ class StepPrediction:
     compute: str
     layers: tuple[LayerPrediction, ...]
     recompute_bytes: int = 0  # what one block's recomputation holds at once (costmodel.recompute_memory)
+    # the runtime makes each layer's weight gradients in its backward pass (the dnnplan executor
+    # without ZeRO), rather than in buffers allocated up front (Megatron-LM, PyTorch's DDP)
+    grads_in_backward: bool = False
 
     @property
     def fwd_s(self) -> float:
@@ -95,17 +98,22 @@ class StepPrediction:
         """The activations every layer keeps from its forward to its backward, summed."""
         return sum(x.layer.memory.activations for x in self.layers)
 
-    def _held(self) -> tuple[int, int]:
-        """(activations held, transient) when the step holds the most: while layer i's backward
-        runs it holds what layers 0..i kept (the later layers' went with their backward; each as
-        the executor holds it, ``costmodel.held_inputs``) and its own transient (workspace,
-        gradient buffers), more than its forward held."""
-        acts, best = 0, (0, 0)
+    def _held(self) -> tuple[int, int, int]:
+        """(activations held, transient, weight gradients held) when the step holds the most:
+        while layer i's backward runs it holds what layers 0..i kept (the later layers' went with
+        their backward; each as the executor holds it, ``costmodel.held_inputs``) and its own
+        transient (workspace, gradient buffers), more than its forward held; and every layer's
+        weight gradients, or, with ``grads_in_backward``, those of layers i.. only (made by their
+        backward passes so far, its own included)."""
+        total = sum(x.layer.memory.grads for x in self.layers)
+        acts, later, best = 0, total, (0, 0, total)
         for x in self.layers:
             m = x.layer.memory
             acts += m.activations + x.held_delta
-            if acts + m.transient > sum(best):
-                best = (acts, m.transient)
+            grads = later if self.grads_in_backward else total
+            if acts + m.transient + grads > sum(best):
+                best = (acts, m.transient, grads)
+            later -= m.grads
         return best
 
     @property
@@ -128,18 +136,19 @@ class StepPrediction:
         and the transient there (workspace and gradients; a block's recomputation)."""
         mems = [x.layer.memory for x in self.layers]
         out = {k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer")}
-        out["activations"], out["transient"] = self._held()
+        out["activations"], out["transient"], out["grads"] = self._held()
         out["transient"] += self.recompute_bytes
         return out
 
 
 def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algorithms: dict[str, str],
                  machine: Machine, compute: ComputeModel, optimizer: Optimizer | str = "momentum",
-                 rule: str = "mpi", checkpoints: bool = False) -> StepPrediction:
+                 rule: str = "mpi", checkpoints: bool = False, grads_in_backward: bool = False) -> StepPrediction:
     """Predict one training step of ``net`` with the given per-layer strategies and algorithms.
     ``checkpoints``: recomputation runs block by block from each block's kept input (full
     recomputation, ``costmodel.recompute_memory``), rather than layer by layer from each layer's
-    kept input (what the planner's per-layer choice prices)."""
+    kept input (what the planner's per-layer choice prices). ``grads_in_backward``: the runtime
+    makes the weight gradients during backward (:attr:`StepPrediction.grads_in_backward`)."""
     by_name = {layer.name: layer for layer in net.layers}
     readers = consumers(net)
     dropped = regenerated(net, algorithms) if checkpoints else set()
@@ -169,7 +178,8 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
         rows.append(LayerPrediction(est, fwd, bwd, halo, deltas.get(layer.name, 0)))
     return StepPrediction(net.name, batch, next(iter(strategies.values())).p if strategies else 1,
                           machine.name, compute.name, tuple(rows),
-                          block_transient_bytes(net, batch, strategies, algorithms, dropped) if dropped else 0)
+                          block_transient_bytes(net, batch, strategies, algorithms, dropped) if dropped else 0,
+                          grads_in_backward)
 
 
 def model_flops_utilization(net: Network, batch: int, step_s: float, devices: int, machine: Machine,

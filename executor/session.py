@@ -231,7 +231,8 @@ def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction | 
         return predict_pipelined(prep.plan, prep.net, run_strategies(prep.plan), machine or prep.machine,
                                  prep.compute)
     return predict_step(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms(),
-                        machine or prep.machine, prep.compute, Optimizer(prep.plan.optimizer, prep.plan.zero))
+                        machine or prep.machine, prep.compute, Optimizer(prep.plan.optimizer, prep.plan.zero),
+                        grads_in_backward=not prep.plan.zero)  # as executor.runtime makes them
 
 
 def fresh_calls(prep: Prepared) -> list:

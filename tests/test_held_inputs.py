@@ -73,3 +73,25 @@ def test_the_predicted_peak_is_the_executors_within_ten_percent(tmp_path, family
     measured, predicted = data["measured_peak_bytes"], data["predicted_peak_bytes"]
     assert abs(measured / predicted - 1) < 0.10, (measured, predicted, counted)
     assert abs(measured - predicted) <= abs(measured - counted), (measured, predicted, counted)
+
+
+def test_gradients_made_in_backward_are_held_from_their_layers_backward_on():
+    """The executor makes each layer's weight gradients in its backward pass: at the peak, the
+    step holds those of the layers whose backward has run, never more than every layer's."""
+    from costmodel.compute import Roofline
+    from costmodel.files import load_machine
+    from costmodel.step import predict_step
+    from costmodel.strategy import Strategy
+    from networks.loader import load_network
+    net = load_network("lenet5")
+    m = load_machine("local")
+    strategies = {layer.name: Strategy(1) for layer in net.layers}
+    up_front = predict_step(net, 8, strategies, {}, m, Roofline(m))
+    made = predict_step(net, 8, strategies, {}, m, Roofline(m), grads_in_backward=True)
+    total = sum(x.layer.memory.grads for x in up_front.layers)
+    assert up_front.memory_parts["grads"] == total > 0
+    parts = made.memory_parts
+    assert sum(parts.values()) == made.memory_peak_bytes <= up_front.memory_peak_bytes
+    held = {sum(x.layer.memory.grads for x in made.layers[i:]) for i in range(len(made.layers))}
+    assert parts["grads"] in held  # the gradients of the layers from the peak's layer on
+    assert made.memory_peak_bytes >= up_front.memory_peak_bytes - total
