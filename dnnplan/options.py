@@ -156,6 +156,10 @@ StepContextOpt = Annotated[bool, typer.Option(
     "kernels again in its step's order (each after the calls that precede it in the step, as they meet them "
     "there) and predict from those timings; the prediction from the profile's kernels timed alone is shown "
     "beside. A few seconds a plan; --no-step-context predicts from the profile alone.")]
+PlanStepContextOpt = Annotated[bool, typer.Option(
+    "--step-context/--no-step-context", help="Machine `local` without --profile: once the plan is made, time its "
+    "kernels and those of each uniform plan (data, filter, spatial) again in their step's order and context, and "
+    "take the one predicted fastest there (a few seconds a plan); --no-step-context keeps the solver's plan.")]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also run the step on one process on the whole batch and "
                                         "compare loss and every weight gradient.")]
 ValidateNetworkArg = Annotated[Optional[str], typer.Argument(

@@ -11,7 +11,7 @@ from costmodel.optimizer import Optimizer
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
                              OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlotOpt, PrecisionOpt,
-                             ProfileOpt, RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, StepContextOpt, SweepOpt, TimeLimitOpt,
+                             ProfileOpt, RecomputeOpt, RefreshOpt, PlanStepContextOpt, ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt,
                              ZeroOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
@@ -59,7 +59,7 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
          refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum",
          zero: ZeroOpt = 0, recompute: RecomputeOpt = True, pipeline: PlanPipelineOpt = None,
          micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b", as_json: JsonOpt = False,
-         step_context: StepContextOpt = True, force: ForceOpt = False) -> None:
+         step_context: PlanStepContextOpt = True, force: ForceOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
