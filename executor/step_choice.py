@@ -7,8 +7,8 @@ step's context (executor.session.step_context_entries, profiler.step_context) an
 and the fastest of them is the plan. Nothing has run yet: it is a second, finer weighing of a few
 finished plans. On lenet5 with 2 ranks (batch 64, the 2-core development VM, 2026-11-26) the
 solver's plan (channel and filter splits in the fully connected layers) was priced 1.5% under
-data parallelism from the profile alone, ran 10-29% slower in two validations, and was priced
-3-7% over it in context.
+data parallelism from the profile alone; in context it was priced 3.9% over it in one validation
+(docs/VALIDATION.md) and ran 8% slower, 5.6% over in the next, where the two ran alike.
 
 A candidate the executor cannot run (another precision or optimizer, recomputation) or whose
 kernels cannot be timed here (machine not `local`, ``--profile``, a pipeline) has no step context
