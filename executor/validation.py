@@ -34,7 +34,7 @@ from executor.compare import Comparison, comparison_json
 from executor import in_run, step_choice
 from executor.interrupts import save_timed, sigint_here_only, sigint_ignored
 from executor.repeats import plan_rows, run_order
-from executor.summary import best_plan_loss, summarize
+from executor.summary import best_plan_loss, is_planner, summarize
 from executor.session import (Prepared, agree_node_cores, in_run_unavailable, in_step_context, measure_both,
                               non_finite_loss_warning, prepare)
 from executor.step_choice import PLANNER, uniform_plans
@@ -292,15 +292,19 @@ def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettin
         raise ValidationInterrupted(replace(new_report(ctx, machine_arg, settings), complete=False), cache) from None
 
 
-def _in_context(candidates: list[tuple[str, Plan]], s: RunSettings) -> list[tuple[str, Plan, dict]]:
+def _in_context(candidates: list[tuple[str, Plan]], s: RunSettings,
+                earlier: list[dict] | None = None) -> list[tuple[str, Plan, dict]]:
     """The candidates, each with its kernel calls timed in its step's context before any run
     (executor.step_choice; empty without ``s.step_context`` or where they cannot be timed). When a
     uniform plan is predicted faster there than the solver's plan, it is the planner's plan, as
-    `dnnplan plan` chooses it, and the solver's plan stays a candidate of its own ("solver")."""
+    `dnnplan plan` chooses it, and the solver's plan stays a candidate of its own ("solver").
+    Resuming (``earlier``: an interrupted run's rows), the plan that run ran as the planner's stays
+    the planner's: weighings minutes apart can differ by a few percent."""
     if not s.step_context:
         return [(name, plan, {}) for name, plan in candidates]
     timed = step_choice.weighed(candidates, s.threads, s.profile)
-    best = step_choice.fastest(timed)
+    ran = [r.get("plan") for r in earlier or [] if isinstance(r, dict) and is_planner(r)]
+    best = next((t for t in timed if ran and plan_layers(t.plan) == ran[0]), None) or step_choice.fastest(timed)
     out = [(t.name, t.plan, t.entries) for t in timed]
     if best is not timed[0]:
         solver = (timed[0].name.replace(PLANNER, "solver", 1),) + out[0][1:]
@@ -350,7 +354,7 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
     report = new_report(ctx, machine_arg, settings, planned=len(candidates))
     try:
         with tempfile.TemporaryDirectory(prefix="dnnplan-validate-") as tmp:
-            candidates = _in_context(candidates, settings)
+            candidates = _in_context(candidates, settings, earlier)
             for repeat, i in run_order(len(candidates), settings.repeats):
                 name, plan, context = candidates[i]
                 repeat = repeat if settings.repeats > 1 else None

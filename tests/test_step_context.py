@@ -133,3 +133,23 @@ def test_plan_checks_in_step_context_on_machine_local_only(tmp_path, monkeypatch
     r = runner.invoke(app, ["plan", "lenet5", "--devices", "2", "--batch", "16", "--machine", "local",
                             "--no-step-context", "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["step_context"] is None
+
+
+def test_a_resumed_validate_keeps_the_plan_the_interrupted_run_ran_as_the_planners(monkeypatch):
+    """Weighings minutes apart can differ by a few percent: resuming, the planner's plan is the one
+    the interrupted run already ran as the planner's, not the new weighing's winner."""
+    import executor.validation as v
+    from executor import step_choice
+    from executor.step_choice import Timed
+    steps = {"planner": 7.2, "data": 6.9}
+    monkeypatch.setattr(step_choice, "weighed", lambda cands, threads=None, profile=None: [
+        Timed(name, plan, {"k": 1}, steps[name], 1.0) for name, plan in cands])
+    monkeypatch.setattr(v, "plan_layers", lambda plan: {"p": plan})
+    cands = [("planner", "solver's"), ("data", "data's")]
+    fresh = v._in_context(cands, v.RunSettings())
+    assert [(n, p) for n, p, _ in fresh] == [("planner = data", "data's"), ("solver", "solver's")]
+    ran = [{"name": "planner", "plan": {"p": "solver's"}}]
+    assert [(n, p) for n, p, _ in v._in_context(cands, v.RunSettings(), ran)] == [
+        ("planner", "solver's"), ("data", "data's")]
+    ran = [{"name": "planner = data", "plan": {"p": "data's"}}]
+    assert [n for n, _, _ in v._in_context(cands, v.RunSettings(), ran)] == ["planner = data", "solver"]
