@@ -50,7 +50,8 @@ def main(argv: list[str]) -> int:
     for name, d in runs:
         s = d["summary"]
         print(f"| {name} | {pct(s['mean_abs_step_error'], False)} | {pct(s['worst_abs_step_error'], False)} "
-              f"| {pct(s.get('profile_mean_abs_step_error'), False)} | {pct(s.get('in_run_mean_abs_step_error'), False)} | {pct(s['layer_median_error'], False)} "
+              f"| {pct(s.get('profile_mean_abs_step_error'), False)} | {pct(s.get('in_run_mean_abs_step_error'), False)} "
+              f"| {pct(s['layer_median_error'], False)} "
               f"| {pct(s['layer_p90_error'], False)} | {pct(s['memory_error'], False)} | {pct(s['best_plan_loss'])} "
               f"| {pct(s['noise_floor'], False)} |")
     steps = [abs(r["step_rel"]) for r in plans]

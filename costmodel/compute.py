@@ -172,8 +172,8 @@ class ComputeModel(Protocol):
 class OnDemand(Protocol):
     """A compute model that times kernels on this computer when asked (profiler.ondemand): it can
     list the calls a weighing looks up, time them again (alone, or in a plan's step context),
-    take timings made elsewhere, and write what it timed to its cache file. ``refresh``: every call is timed again on its first lookup
-    (``--refresh-profile``)."""
+    take timings made elsewhere, and write what it timed to its cache file. ``refresh``: every call
+    is timed again on its first lookup (``--refresh-profile``)."""
 
     refresh: bool
 

@@ -143,14 +143,15 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="BLAS/OpenM
                                                    callback=within("--threads", 1, 4096))]
 FreshOpt = Annotated[bool, typer.Option("--fresh-profile", help="Machine `local`: time the prediction's "
                                         "kernels and collectives again inside the run, once per rank after "
-                                        "each of as many untimed steps run after the timed ones, and predict from those timings (a check of the "
-                                        "model's structure, not a prediction made before the run).")]
+                                        "each of as many untimed steps run after the timed ones, and predict "
+                                        "from those timings (a check of the model's structure, not a prediction made before the run).")]
 InRunOpt = Annotated[bool, typer.Option(
     "--in-run/--no-in-run", "--fresh-profile", help="Machine `local` without --profile: also time each plan's "
     "kernels and collectives again inside its run (every rank, after each of as many untimed "
-    "steps run after the timed ones, which run back to back) and report, beside the ahead-of-time step error, the model's error "
-    "given those in-run kernel times (a check of the model's structure, not a prediction). It lengthens each run "
-    "by as many steps again, each followed by about four kernel runs per kernel; --no-in-run leaves it out. (--fresh-profile: its former name.)")]
+    "steps run after the timed ones, which run back to back) and report, beside the ahead-of-time step error, "
+    "the model's error given those in-run kernel times (a check of the model's structure, not a prediction). It "
+    "lengthens each run by as many steps again, each followed by about four kernel runs per kernel; --no-in-run "
+    "leaves it out. (--fresh-profile: its former name.)")]
 StepContextOpt = Annotated[bool, typer.Option(
     "--step-context/--no-step-context", help="Machine `local` without --profile: before the run, time the plan's "
     "kernels again in its step's order (each after the calls that precede it in the step, as they meet them "

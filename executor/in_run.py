@@ -4,8 +4,8 @@ A validate's headline (``step_rel`` and the other keys of a row) is *ahead of ti
 made from the profile taken in an earlier process, before the run. Beside it, unless
 ``--no-in-run``, the same run times the prediction's kernels again (and, when the ranks share one
 node, its collectives): every rank, after each of as many untimed steps run once the timed
-steps have run back to back (executor.run.in_run_steps; profiler.inrun, profiler.inrun_comm); the cost model then predicts again from those times
-(executor.session.in_run_comparison). That second figure isolates the model's structure (how
+steps have run back to back (executor.run.in_run_steps; profiler.inrun, profiler.inrun_comm);
+the cost model then predicts again from those times (executor.session.in_run_comparison). That second figure isolates the model's structure (how
 it composes kernels into a step) from the drift of the kernels' times between the profile and
 the run; it is a diagnostic, never a prediction. The distance between the two is that drift.
 

@@ -88,18 +88,19 @@ def _train(rt, comm, timers: Timers, steps: int, warmup: int, check: bool, lr: f
         kept = grads if grads is not None else kept
         if after_step is not None and i < 0:
             after_step(i)
-    for k in range(in_run_steps(steps, after_step)):
+    extra = in_run_steps(steps, after_step)
+    for k in range(extra):
         comm.Barrier()
         rt.step(steps + k, lr, momentum, keep_grads=False)
         timers.forget(steps + k)
         after_step(k)
     if not measure_memory:
         return losses, kept, None
-    last = steps + in_run_steps(steps, after_step)
+    last = steps + extra
     comm.Barrier()
-    extra = traced_peak_bytes(lambda: rt.step(last, lr, momentum, keep_grads=False))
+    traced = traced_peak_bytes(lambda: rt.step(last, lr, momentum, keep_grads=False))
     timers.forget(last)
-    return losses, kept, held_bytes(rt.held()) + extra
+    return losses, kept, held_bytes(rt.held()) + traced
 
 
 def in_run_steps(steps: int, after_step) -> int:

@@ -83,8 +83,9 @@ def weighed(candidates: list[tuple[str, Plan]], threads: int | None = None,
                 out.append(Timed(name, plan, {}, plan.step_s, plan.step_s))
                 continue
             entries = step_context_entries(prep)
-            alone = predict(prep).step_s
-            out.append(Timed(name, plan, entries, predict(in_step_context(prep, entries)).step_s, alone))
+            timed = in_step_context(prep, entries)
+            step = predict(timed).step_s
+            out.append(Timed(name, plan, entries, step, timed.profile_step_s or step))
     return out
 
 

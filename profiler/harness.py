@@ -292,17 +292,26 @@ def last_level_cache_bytes() -> int:
     return max(sizes, default=32 << 20)
 
 
+def one_call(run: Callable[[], object]) -> Callable[[], float]:
+    """A closure that times ONE ``run()`` (CPU)."""
+    def sample() -> float:
+        t0 = time.perf_counter()
+        run()
+        return time.perf_counter() - t0
+
+    return sample
+
+
 def cold_sampler(run: Callable[[], object], buf: numpy.ndarray | None = None) -> Callable[[], float]:
     """A closure that passes over a float32 buffer (``buf``; by default one of 4 MiB, larger than
     the L2 cache), then times ONE ``run()`` (CPU)."""
     if buf is None:
         buf = numpy.ones(DISTURB_ELEMS, dtype=numpy.float32)
+    timed = one_call(run)
 
     def sample() -> float:
         numpy.maximum(buf, 0.5, out=buf)
-        t0 = time.perf_counter()
-        run()
-        return time.perf_counter() - t0
+        return timed()
 
     return sample
 

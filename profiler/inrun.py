@@ -17,7 +17,6 @@ the moments the kernels are timed at are the run's.
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy
@@ -25,7 +24,7 @@ import numpy
 from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry
 from kernels.allocator import keep_freed_memory
-from profiler.harness import build, cold_sampler, summarize
+from profiler.harness import build, cold_sampler, one_call, summarize
 
 CACHE_BYTES = 1 << 30  # operands kept between rounds up to this many bytes (estimated by call.bytes)
 
@@ -108,15 +107,6 @@ class InRunTimer:
             del outputs
             if keep:
                 self.samples[call.key].append(t)
-
-
-def one_call(run: Callable[[], object]) -> Callable[[], float]:
-    """A closure that times ONE ``run()``."""
-    def sample() -> float:
-        t0 = time.perf_counter()
-        run()
-        return time.perf_counter() - t0
-    return sample
 
 
 def reads_saved(call: KernelCall) -> bool:

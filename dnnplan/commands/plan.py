@@ -11,8 +11,8 @@ from costmodel.optimizer import Optimizer
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
                              OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlotOpt, PrecisionOpt,
-                             ProfileOpt, RecomputeOpt, RefreshOpt, PlanStepContextOpt, ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt,
-                             ZeroOpt)
+                             PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepOpt,
+                             TimeLimitOpt, ZeroOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import warn

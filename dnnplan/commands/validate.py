@@ -38,8 +38,8 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
              batch: BatchOpt = None, machine: LocalMachineOpt = "local", steps: StepsOpt = 5, warmup: WarmupOpt = 2,
              repeats: RepeatsOpt = 1, quick: QuickValidateOpt = False, timeout: TimeoutOpt = 600.0,
              threads: ThreadsOpt = None, profile: ProfileOpt = None, in_run: InRunOpt = True,
-             step_context: StepContextOpt = True, refresh: RefreshOpt = False, check: CheckEachOpt = True, json_out: JsonFileOpt = None,
-             report_dir: ReportDirOpt = None, details: DetailsOpt = False, force: ForceOpt = False) -> None:
+             step_context: StepContextOpt = True, refresh: RefreshOpt = False, check: CheckEachOpt = True,
+             json_out: JsonFileOpt = None, report_dir: ReportDirOpt = None, details: DetailsOpt = False, force: ForceOpt = False) -> None:
     """Plan a network, run the plan and the uniform baselines, and report each prediction's error.
 
     The loop in one command: plan, then run the plan and each uniform baseline that fits (data,
@@ -47,8 +47,8 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     times and peak memory; says whether the planner's plan was measured fastest. The headline
     prediction is made before the run: from the profile this computer already has, each plan's
     kernels then timed again in its step's order and context before any plan runs (--step-context;
-    the prediction from the profile alone is shown beside). Beside it, by default (--in-run), the same run also gives the model's
-    error given kernel times re-timed inside it, on machine `local` without --profile: a check of
+    the prediction from the profile alone is shown beside). Beside it, by default (--in-run), the
+    same run also gives the model's error given kernel times re-timed inside it, on machine `local` without --profile: a check of
     the model's structure; the distance between the two is how far the kernels' times drifted
     since the profile. --report DIR writes a Markdown report with figures; --quick is a small
     preset to try it (`dnnplan validate --quick --report out`).
