@@ -34,6 +34,7 @@ IDENTITY_KEYS = ("backend", "device", "cores", "threads", "memory_bytes")
 #: The executor's time per layer pass in a table's "executor" mapping: entries named ``dispatch/...``
 #: (executor.dispatch).
 DISPATCH = "dispatch"
+WAIT = "wait"  # executor entries "wait/p<P>": a P-rank step's wait per second of work (executor.sync_probe)
 _ENTRY_KEYS = ("min_s", "median_s", "spread", "count", "flops", "bytes")
 
 

@@ -15,7 +15,7 @@ from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, dtype_for_itemsize,
                                     shape_fields, split_key)
 from costmodel.layer_cost import dispatch_time, pass_bytes
 from costmodel.layer_layouts import LocalLayer
-from costmodel.profile_table import DISPATCH, ProfileTable
+from costmodel.profile_table import DISPATCH, WAIT, ProfileTable
 
 
 @dataclass(frozen=True)
@@ -219,6 +219,13 @@ class ProfiledCompute:
             self._points = (executor, sorted((max(e.bytes, 1), e.median_s) for name, e in executor.items()
                                              if name.split("/")[0] == DISPATCH))
         return self._points[1]
+
+    def wait_per_work(self, ranks: int) -> float:
+        """Seconds a step on ``ranks`` ranks sharing this computer waits for its slowest rank per
+        second of its work: the table's ``wait/p<ranks>`` entry (executor.sync_probe), 0 for one
+        rank or when the table has none."""
+        entry = self.table.executor.get(f"{WAIT}/p{ranks}") if ranks > 1 else None
+        return entry.median_s if entry is not None else 0.0
 
     def pass_dispatch_s(self, nbytes: float) -> float:
         """The executor's own time around one layer pass whose kernels move ``nbytes``, from the

@@ -9,6 +9,8 @@ communication yet)::
          + sum over layers of the weight-gradient allreduce
          + sum over layers of the optimiser update
          + the executor's own time per layer pass (Python between kernels; LayerEstimate.dispatch_s)
+         + on P ranks sharing a computer, the time they wait for the slowest (StepPrediction.wait_s,
+           measured per second of work on a probe; added by the executor's prediction)
 
 Peak memory per device = sum over layers of (weights + gradients + optimiser state + master weights)
 + the most, over layers i, of the activations layers 0..i keep for backward and layer i's transient
@@ -67,6 +69,10 @@ class StepPrediction:
     # the runtime makes each layer's weight gradients in its backward pass (the dnnplan executor
     # without ZeRO), rather than in buffers allocated up front (Megatron-LM, PyTorch's DDP)
     grads_in_backward: bool = False
+    # the time the ranks wait for the slowest at the barriers before collectives: the measured wait
+    # per second of work of P ranks sharing one computer (executor.sync_probe) times the step's
+    # work; 0 unless the executor's prediction adds it (executor.session.predict)
+    wait_s: float = 0.0
 
     @property
     def fwd_s(self) -> float:
@@ -90,8 +96,13 @@ class StepPrediction:
         return sum(x.layer.dispatch_s for x in self.layers)
 
     @property
-    def step_s(self) -> float:
+    def work_s(self) -> float:
+        """The step without :attr:`wait_s`: every layer's compute, communication, update and dispatch."""
         return self.fwd_s + self.bwd_s + self.sync_s + self.update_s + self.dispatch_s
+
+    @property
+    def step_s(self) -> float:
+        return self.work_s + self.wait_s
 
     @property
     def activation_bytes(self) -> int:
@@ -199,7 +210,8 @@ def prediction_json(pred: StepPrediction) -> dict:
         "network": pred.network, "batch": pred.batch, "devices": pred.p, "machine": pred.machine,
         "compute_model": pred.compute,
         "step_s": pred.step_s, "fwd_s": pred.fwd_s, "bwd_s": pred.bwd_s, "grad_sync_s": pred.sync_s,
-        "update_s": pred.update_s, "dispatch_s": pred.dispatch_s, "memory_peak_bytes": pred.memory_peak_bytes,
+        "update_s": pred.update_s, "dispatch_s": pred.dispatch_s, "wait_s": pred.wait_s,
+        "memory_peak_bytes": pred.memory_peak_bytes,
         "memory_parts_bytes": pred.memory_parts,
         "layers": [{
             "name": x.layer.name, "strategy": x.layer.strategy.label, "degrees": x.layer.strategy.as_dict(),

@@ -63,6 +63,7 @@ class Comparison:
     step_rel: float | None
     predicted_peak_bytes: int | None = None  # the prediction's memory peak per device
     stages: tuple = ()  # a pipelined plan's stages (executor.pipeline_report.StageRow)
+    predicted_wait_s: float = 0.0  # the ranks' wait for each other (StepPrediction.wait_s)
 
     @property
     def memory_rel(self) -> float | None:
@@ -73,9 +74,9 @@ class Comparison:
 
     @property
     def predicted_outside_s(self) -> float:
-        """The predicted step less its layers' phases: the executor's own time between them
-        (``StepPrediction.dispatch_s``), which no span measures."""
-        return max(self.predicted_step_s - sum(lt.total_s for lt in self.predicted), 0.0)
+        """The predicted step less its layers' phases and the ranks' wait: the executor's own time
+        between them (``StepPrediction.dispatch_s``), which no span measures."""
+        return max(self.predicted_step_s - self.predicted_wait_s - sum(lt.total_s for lt in self.predicted), 0.0)
 
     @property
     def layer_median_abs_rel(self) -> float | None:
@@ -131,7 +132,7 @@ def compare(predicted: tuple[LayerTimes, ...], predicted_step_s: float, measured
 
 def compare_prediction(pred: StepPrediction, measured: Measured) -> Comparison:
     return replace(compare(predicted_layers(pred), pred.step_s, measured),
-                   predicted_peak_bytes=int(pred.memory_peak_bytes))
+                   predicted_peak_bytes=int(pred.memory_peak_bytes), predicted_wait_s=pred.wait_s)
 
 
 def _layer_json(lt: LayerTimes) -> dict:
@@ -145,7 +146,8 @@ def comparison_json(plan_path: str, cmp: Comparison, check) -> dict:
         "ranks": cmp.measured.ranks,
         "steps": cmp.measured.steps,
         "measured": {"step_s": cmp.measured.step_s, "layers": [_layer_json(lt) for lt in cmp.measured.layers]},
-        "predicted": {"step_s": cmp.predicted_step_s, "layers": [_layer_json(lt) for lt in cmp.predicted]},
+        "predicted": {"step_s": cmp.predicted_step_s, "wait_s": cmp.predicted_wait_s,
+                      "layers": [_layer_json(lt) for lt in cmp.predicted]},
         "error": {"step_rel": cmp.step_rel,
                   "layers": [{"name": e.name, **e.phases, "total": e.total} for e in cmp.errors]},
         "check": None if check is None else {"passed": bool(check.passed),

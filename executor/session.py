@@ -21,6 +21,7 @@ from costmodel.compute import RECOMPUTE, ComputeModel, OnDemand
 from costmodel.files import NODE_CORES_ENV, load_machine
 from costmodel.machine import Machine
 from costmodel.profile_table import foreign_reason
+from costmodel.profiled_compute import ProfiledCompute
 from costmodel.reuse import preceding_calls, step_calls
 from costmodel.pipeline import PipelinePrediction
 from costmodel.step import StepPrediction, predict_step
@@ -230,9 +231,22 @@ def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction | 
     if prep.plan.pipeline is not None:
         return predict_pipelined(prep.plan, prep.net, run_strategies(prep.plan), machine or prep.machine,
                                  prep.compute)
-    return predict_step(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms(),
+    pred = predict_step(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms(),
                         machine or prep.machine, prep.compute, Optimizer(prep.plan.optimizer, prep.plan.zero),
                         grads_in_backward=not prep.plan.zero)  # as executor.runtime makes them
+    return replace(pred, wait_s=wait_per_work(prep) * pred.work_s)
+
+
+def wait_per_work(prep: Prepared) -> float:
+    """The plan's ranks' wait for the slowest per second of work, when they share this computer
+    and its profile measured it (executor.sync_probe; timed now if the cache lacks it, except
+    inside an MPI job, whose other ranks would wait meanwhile); 0 otherwise."""
+    p = prep.plan.devices
+    if p < 2 or p > prep.machine.devices_per_node or not isinstance(prep.compute, ProfiledCompute):
+        return 0.0
+    if isinstance(prep.compute, OnDemand):
+        return prep.compute.wait_per_work(p, time_missing=not launcher.inside_mpi_job())
+    return prep.compute.wait_per_work(p)
 
 
 def fresh_calls(prep: Prepared) -> list:

@@ -32,7 +32,7 @@ from costmodel.machine import Machine
 from costmodel.profile_table import DISPATCH, Entry, with_entries, with_executor
 from costmodel.profiled_compute import Lookup, ProfiledCompute
 from networks.errors import DnnplanError
-from profiler import dispatch, side_by_side, step_context
+from profiler import dispatch, side_by_side, step_context, sync
 from profiler.companions import Companions
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
@@ -191,11 +191,30 @@ class OnDemandCompute(ProfiledCompute):
             if self.dispatch_failure and self.progress:
                 Console(stderr=True).print(f"[yellow]warning:[/yellow] {self.dispatch_failure}; predictions leave "
                                            "out the executor's own time between kernels")
-            for name, entry in entries.items():
-                self.table = with_executor(self.table, name, entry)
-                self.cached = with_executor(self.cached, name, entry)
-                self.new[name] = entry  # written with the next save
+            self._keep_executor(entries)
         return super().dispatch_s(local, algorithm, consumers)
+
+    def wait_per_work(self, ranks: int, time_missing: bool = True) -> float:
+        """A ``ranks``-rank step's wait per second of work (profiler.sync), its probe run under
+        mpiexec on first use when the cache has none (or, with ``refresh``, once per process);
+        ``time_missing=False``: the cache's value only."""
+        key = sync.wait_key(ranks)
+        if (ranks > 1 and time_missing and self.enabled and key not in self._timed
+                and (self.refresh or key not in self.table.executor)):
+            self._timed.add(key)
+            self._say(f"profiling how long {ranks} ranks wait for each other (cached)")
+            entries, why = sync.time_wait(self.threads, ranks)
+            if why and self.progress:
+                Console(stderr=True).print(f"[yellow]warning:[/yellow] {why}; predictions leave out the time "
+                                           "ranks wait for each other")
+            self._keep_executor(entries)
+        return super().wait_per_work(ranks)
+
+    def _keep_executor(self, entries: dict) -> None:
+        for name, entry in entries.items():
+            self.table = with_executor(self.table, name, entry)
+            self.cached = with_executor(self.cached, name, entry)
+            self.new[name] = entry  # written with the next save
 
     def save(self) -> None:
         if self._companions is not None:

@@ -1,0 +1,58 @@
+"""Timing how long a P-rank step waits for its slowest rank, for a profile table (``wait/p<P>``).
+
+The executor measures it on its probe network under MPI (:mod:`executor.sync_probe`); this runs
+``mpiexec -n P python -m executor.sync_probe`` in a child process, so the profiling process never
+starts MPI, with the profile's threads, and keeps the median over the probe's timed steps of the
+seconds its ranks waited per second of their work as the table's ``wait/p<P>`` executor entry
+(``median_s`` and ``min_s`` hold that fraction, not seconds; ``spread`` its interquartile range
+over the median, as for a kernel).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from costmodel.profile_table import WAIT, Entry
+from profiler.comm import find_mpiexec
+from profiler.harness import summarize
+from networks.errors import DnnplanError
+
+TIMEOUT_S = 120.0
+
+
+def wait_key(ranks: int) -> str:
+    """The executor entry of a table for ``ranks`` ranks that holds their wait per second of work."""
+    return f"{WAIT}/p{ranks}"
+
+
+def time_wait(threads: int, ranks: int, timeout_s: float = TIMEOUT_S) -> tuple[dict[str, Entry], str]:
+    """({wait_key(ranks): entry}, "") or ({}, why not): a probe that fails leaves the table
+    without the entry (predictions then leave the waiting out); it never stops a plan."""
+    if ranks < 2:
+        return {}, ""
+    try:
+        cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "executor.sync_probe",
+               "--threads", str(threads)]
+    except DnnplanError as err:
+        return {}, f"the wait probe needs mpiexec ({err})"
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return {}, f"the wait probe took more than {timeout_s:g} s"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        return {}, f"the wait probe failed: {last}"
+    try:
+        samples = [float(x) for x in json.loads(proc.stdout.strip().splitlines()[-1])["wait_per_work"]]
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        return {}, f"the wait probe wrote no samples ({err})"
+    if not samples:
+        return {}, "the wait probe wrote no samples"
+    return {wait_key(ranks): summarize(samples, 0, 0)}, ""
