@@ -34,7 +34,9 @@ IDENTITY_KEYS = ("backend", "device", "cores", "threads", "memory_bytes")
 #: The executor's time per layer pass in a table's "executor" mapping: entries named ``dispatch/...``
 #: (executor.dispatch).
 DISPATCH = "dispatch"
-WAIT = "wait"  # executor entries "wait/p<P>": a P-rank step's wait per second of work (executor.sync_probe)
+#: A P-rank step's wait for its slowest rank per second of work: the entry ``wait/p<P>``
+#: (executor.sync_probe, profiler.sync).
+WAIT = "wait"
 _ENTRY_KEYS = ("min_s", "median_s", "spread", "count", "flops", "bytes")
 
 
@@ -250,6 +252,11 @@ def merge(base: ProfileTable, new: ProfileTable) -> ProfileTable:
 
 def with_entries(table: ProfileTable, entries: Mapping[str, Entry]) -> ProfileTable:
     return replace(table, entries={**table.entries, **entries})
+
+
+def wait_key(ranks: int) -> str:
+    """The executor entry of a table for ``ranks`` ranks that holds their wait per second of work."""
+    return f"{WAIT}/p{ranks}"
 
 
 def with_executor(table: ProfileTable, name: str, entry: Entry) -> ProfileTable:

@@ -15,7 +15,7 @@ from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, dtype_for_itemsize,
                                     shape_fields, split_key)
 from costmodel.layer_cost import dispatch_time, pass_bytes
 from costmodel.layer_layouts import LocalLayer
-from costmodel.profile_table import DISPATCH, WAIT, ProfileTable
+from costmodel.profile_table import DISPATCH, ProfileTable, wait_key
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ class ProfiledCompute:
         """Seconds a step on ``ranks`` ranks sharing this computer waits for its slowest rank per
         second of its work: the table's ``wait/p<ranks>`` entry (executor.sync_probe), 0 for one
         rank or when the table has none."""
-        entry = self.table.executor.get(f"{WAIT}/p{ranks}") if ranks > 1 else None
+        entry = self.table.executor.get(wait_key(ranks)) if ranks > 1 else None
         return entry.median_s if entry is not None else 0.0
 
     def pass_dispatch_s(self, nbytes: float) -> float:

@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 from costmodel.compute import Roofline
 from costmodel.kernel_calls import KernelCall
 from costmodel.machine import Machine
-from costmodel.profile_table import DISPATCH, Entry, with_entries, with_executor
+from costmodel.profile_table import DISPATCH, Entry, wait_key, with_entries, with_executor
 from costmodel.profiled_compute import Lookup, ProfiledCompute
 from networks.errors import DnnplanError
 from profiler import dispatch, side_by_side, step_context, sync
@@ -198,7 +198,7 @@ class OnDemandCompute(ProfiledCompute):
         """A ``ranks``-rank step's wait per second of work (profiler.sync), its probe run under
         mpiexec on first use when the cache has none (or, with ``refresh``, once per process);
         ``time_missing=False``: the cache's value only."""
-        key = sync.wait_key(ranks)
+        key = wait_key(ranks)
         if (ranks > 1 and time_missing and self.enabled and key not in self._timed
                 and (self.refresh or key not in self.table.executor)):
             self._timed.add(key)

@@ -15,17 +15,12 @@ import os
 import subprocess
 import sys
 
-from costmodel.profile_table import WAIT, Entry
+from costmodel.profile_table import Entry, wait_key
 from profiler.comm import find_mpiexec
-from profiler.harness import summarize
 from networks.errors import DnnplanError
+from profiler.harness import summarize
 
 TIMEOUT_S = 120.0
-
-
-def wait_key(ranks: int) -> str:
-    """The executor entry of a table for ``ranks`` ranks that holds their wait per second of work."""
-    return f"{WAIT}/p{ranks}"
 
 
 def time_wait(threads: int, ranks: int, timeout_s: float = TIMEOUT_S) -> tuple[dict[str, Entry], str]:

@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 from costmodel.compute import Roofline
 from costmodel.files import load_machine
-from costmodel.profile_table import Entry, ProfileTable, table_from_dict, table_to_dict
+from costmodel.profile_table import Entry, ProfileTable, table_from_dict, table_to_dict, wait_key
 from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import prediction_json
 from executor import session
@@ -101,7 +101,7 @@ def test_the_probe_on_one_rank_waits_only_at_its_own_barriers():
 def test_the_probe_under_mpiexec_gives_a_table_entry():
     entries, why = sync.time_wait(1, 2)
     assert why == ""
-    entry = entries[sync.wait_key(2)]
+    entry = entries[wait_key(2)]
     assert entry.count == 21 and 0.0 <= entry.min_s <= entry.median_s < 1.0
 
 
