@@ -46,19 +46,20 @@ PROBE = Path(__file__).resolve().parent / "probes" / "dispatch.yaml"
 PROBE_BATCHES = (8, 64)
 
 
-def _probe_plan(net: Network, batch: int) -> Plan:
-    strategies, _ = uniform_strategies(net, 1, batch, "data")
+def probe_plan(net: Network, batch: int, ranks: int = 1) -> Plan:
+    """The probe data parallel over ``ranks`` at ``batch`` samples, with im2col convolutions."""
+    strategies, _ = uniform_strategies(net, ranks, batch, "data")
     algorithms = default_algorithms(net)
     layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
                    for layer in net.layers)
-    return Plan(str(PROBE), net.name, net.content_hash(), batch, 1, "local", layers)
+    return Plan(str(PROBE), net.name, net.content_hash(), batch, ranks, "local", layers)
 
 
 def probe_passes(net, batch: int) -> list[int]:
     """The bytes each layer pass of one step of ``net`` moves in its kernels, as the cost model
     counts passes (:func:`costmodel.layer_cost.pass_bytes`), data parallel on one rank with im2col
     convolutions."""
-    plan = _probe_plan(net, batch)
+    plan = probe_plan(net, batch)
     strategies, algorithms = plan.strategies(), plan.algorithms()
     readers = consumers(net)
     return [b for layer in net.layers
@@ -86,7 +87,7 @@ def measure(batch: int, steps: int = 11, warmup: int = 2, comm=None) -> tuple[li
         from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI
         comm = MPI.COMM_SELF
     net = load_network(str(PROBE))
-    plan = _probe_plan(net, batch)
+    plan = probe_plan(net, batch)
     timers = Timers(keep_spans=True)
     run_plan(plan, net, comm, steps=steps, warmup=warmup, timers=timers)
     per_pass = probe_passes(net, batch)

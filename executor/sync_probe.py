@@ -27,29 +27,15 @@ import argparse
 import json
 import sys
 
-from costmodel.compute import default_algorithms
-from costmodel.uniform import uniform_strategies
-from executor.dispatch import PROBE
+from executor.dispatch import PROBE, probe_plan
 from executor.run import run_plan
 from executor.timers import Timers
 from executor.worker import set_threads
 from kernels.allocator import keep_freed_memory
 from networks.loader import load_network
-from planner.plan import LayerPlan, Plan
 
 #: Samples a rank: the probe's kernels move about a megabyte per pass, as the dispatch probe's smaller batch.
 PER_RANK_BATCH = 8
-
-
-def probe_plan(ranks: int, per_rank: int = PER_RANK_BATCH) -> tuple[Plan, object]:
-    """The probe, data parallel over ``ranks``, im2col convolutions; (plan, network)."""
-    net = load_network(str(PROBE))
-    batch = per_rank * ranks
-    strategies, _ = uniform_strategies(net, ranks, batch, "data")
-    algorithms = default_algorithms(net)
-    layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
-                   for layer in net.layers)
-    return Plan(str(PROBE), net.name, net.content_hash(), batch, ranks, "local", layers), net
 
 
 def wait_and_work(timers: Timers, steps) -> list[tuple[float, float]]:
@@ -73,7 +59,9 @@ def wait_fractions(per_rank: list[list[tuple[float, float]]]) -> list[float]:
 
 def measure(comm, steps: int = 21, warmup: int = 2, per_rank: int = PER_RANK_BATCH) -> list[float]:
     """Seconds waited per second of work, one per timed step (every rank returns them)."""
-    plan, net = probe_plan(comm.Get_size(), per_rank)
+    ranks = comm.Get_size()
+    net = load_network(str(PROBE))
+    plan = probe_plan(net, per_rank * ranks, ranks)
     timers = Timers()
     run_plan(plan, net, comm, steps=steps, warmup=warmup, timers=timers, measure_memory=False)
     return wait_fractions(comm.allgather(wait_and_work(timers, range(steps))))

@@ -17,7 +17,8 @@ from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import prediction_json
 from executor import session
 from executor.compare import Measured, compare_prediction
-from executor.sync_probe import measure, probe_plan, wait_and_work, wait_fractions
+from executor.dispatch import PROBE, probe_plan
+from executor.sync_probe import PER_RANK_BATCH, measure, wait_and_work, wait_fractions
 from executor.timers import Timers
 from profiler import sync
 from tests.support.cases import make_plan
@@ -45,11 +46,12 @@ def test_wait_fractions_are_the_ranks_mean_wait_over_their_mean_work():
     assert wait_fractions([[(0.0, 0.0)]]) == [0.0]
 
 
-def test_the_probe_is_data_parallel_over_the_ranks_at_a_fixed_batch_a_rank():
-    plan, net = probe_plan(4)
-    assert plan.devices == 4 and plan.batch == 8 * 4
+def test_the_probe_is_data_parallel_over_the_ranks():
+    net = load_network(str(PROBE))
+    plan = probe_plan(net, PER_RANK_BATCH * 4, 4)
+    assert plan.devices == 4 and plan.batch == PER_RANK_BATCH * 4 and net.name == "dispatch-probe"
     assert {lp.strategy.as_dict().get("N") for lp in plan.layers} == {4}
-    assert net.name == "dispatch-probe"
+    assert probe_plan(net, 8).devices == 1  # the dispatch probe's, one rank
 
 
 def test_a_table_gives_the_wait_of_its_rank_count_and_none_for_one_rank():
