@@ -55,9 +55,10 @@ def _rand(xp: ModuleType, shape, dtype, rng_seed: int = 0):
 def build(call: KernelCall, xp: ModuleType, shared: dict | None = None) -> Callable[[], object]:
     """A no-argument closure that runs the call's kernel once on random operands of its shape.
 
-    ``shared``: a backward kernel's incoming gradient (``dy``) is taken from it when there, else
-    made and left in it, so two builds of one call can share the gradient and keep their other
-    operands (the forward pass's saved tensors) apart (profiler.inrun)."""
+    ``shared``: a backward kernel's incoming gradient (``dy``), and a convolution's or linear
+    layer's forward input (``x``), is taken from it when there, else made and left in it, so two
+    builds of one call can share that operand and keep their others (the forward pass's saved
+    tensors, the weights) apart (profiler.inrun)."""
     k = call.kernel
     f = dict(zip(shape_fields(k, call.shape), call.shape))
     fn = KERNELS[k]
@@ -79,11 +80,18 @@ class _Operands:
         return _rand(self.xp, shape, self.dtype)
 
     def grad(self, *shape):
+        return self._shared("dy", shape)
+
+    def input(self, *shape):
+        """A forward kernel's input, shared as the incoming gradient is (:func:`build`)."""
+        return self._shared("x", shape)
+
+    def _shared(self, name: str, shape):
         if self.shared is None:
             return self.rand(*shape)
-        if "dy" not in self.shared:
-            self.shared["dy"] = self.rand(*shape)
-        return self.shared["dy"]
+        if name not in self.shared:
+            self.shared[name] = self.rand(*shape)
+        return self.shared[name]
 
 
 Builder = Callable[[KernelCall, dict, Callable, _Operands], Callable[[], object]]
@@ -94,7 +102,8 @@ def _conv(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[
     n, c, h, w, fo, kh, kw = (f[x] for x in ("n", "c", "h", "w", "f", "kh", "kw"))
     geo = dict(stride=(f["sh"], f["sw"]), padding=(f["pt"], f["pb"], f["pl"], f["pr"]),
                dilation=(f["dh"], f["dw"]), groups=f["groups"], algo=call.algo)
-    x, wt = r(n, c, h, w), r(fo, c // f["groups"], kh, kw)
+    x = ops.input(n, c, h, w) if k == "conv2d.fwd" else r(n, c, h, w)
+    wt = r(fo, c // f["groups"], kh, kw)
     b = r(fo) if f["bias"] else None
     y = KERNELS["conv2d.fwd"](x, wt, b, **geo)
     dy = ops.grad(*y.shape)
@@ -107,7 +116,8 @@ def _conv(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[
 
 def _linear(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
     k, r = call.kernel, ops.rand
-    x, wt = r(f["rows"], f["c"]), r(f["f"], f["c"])
+    x = ops.input(f["rows"], f["c"]) if k == "linear.fwd" else r(f["rows"], f["c"])
+    wt = r(f["f"], f["c"])
     b = r(f["f"]) if f["bias"] else None
     dy = ops.grad(f["rows"], f["f"])
     if k == "linear.fwd":

@@ -219,3 +219,31 @@ def test_two_builds_of_a_backward_kernel_share_its_incoming_gradient_only():
         first(), second()
         alone_a, alone_b = build(call, numpy), build(call, numpy)
         assert not _arrays_of(alone_a) & _arrays_of(alone_b)  # without the mapping nothing is shared
+
+
+def test_two_builds_of_a_weighted_forward_kernel_share_its_input_only():
+    # a convolution's or linear layer's forward reads weights last touched a step earlier (the
+    # update), and an input the kernel before it has just written: the in-run timer's timed
+    # operand set keeps weights of its own and shares the input (profiler.inrun.reads_weights)
+    import numpy
+    from costmodel.reuse import step_calls
+    from profiler.harness import build
+    from profiler.inrun import InRunTimer, reads_saved, reads_weights
+    net = load_network("lenet5")
+    strategies, _ = uniform_strategies(net, 1, 4, "data")
+    calls = list(dict.fromkeys(step_calls(net, 4, strategies, {"conv1": "im2col", "conv2": "im2col"})))
+    weighted = [c for c in calls if reads_weights(c)]
+    assert {c.kernel for c in weighted} == {"conv2d.fwd", "linear.fwd"}
+    assert not any(reads_weights(c) or reads_saved(c) for c in calls if c.kernel in ("relu.fwd", "maxpool2d.fwd"))
+    for call in weighted:
+        shared = {}
+        first, second = build(call, numpy, shared), build(call, numpy, shared)
+        assert "x" in shared, call.key
+        assert _arrays_of(first) & _arrays_of(second) == {id(shared["x"])}, call.key
+        assert len(_arrays_of(second)) > 1, call.key  # its weights are its own
+        first(), second()
+    timer = InRunTimer(weighted[:1], cache_bytes=1 << 30)
+    timer.round(keep=False)
+    assert timer._room == (1 << 30) - 2 * weighted[0].bytes  # two operand sets kept
+    timer.round()
+    assert len(timer.samples[weighted[0].key]) == 1
