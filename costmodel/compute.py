@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 # DEFAULT_CONV_ALGORITHM is defined where the kernel calls fall back to it, and is public here
 from costmodel.kernel_calls import (DEFAULT_CONV_ALGORITHM, KernelCall, attention_core_kernels, kernel_calls,
@@ -183,7 +183,7 @@ class OnDemand(Protocol):
 
     def install(self, entries: dict) -> None: ...
 
-    def time_in_step(self, calls: list[KernelCall], before: Mapping) -> dict: ...
+    def time_in_step(self, calls: list[KernelCall], before: Mapping, updates: Sequence = ()) -> dict: ...
 
     def save(self) -> None: ...
 

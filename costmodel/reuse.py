@@ -65,3 +65,9 @@ def preceding_calls(calls: Iterable[KernelCall], window: int = 2) -> dict[str, t
         ranked = sorted(found, key=lambda before: sum(c.bytes for c in before))
         out[key] = ranked[(len(ranked) - 1) // 2]
     return out
+
+
+def updates_of(calls: Iterable[KernelCall]) -> list[KernelCall]:
+    """The optimiser's update calls of one step, in step order, repeats kept (profiler.inrun times
+    them as the step runs them: back to back, each on its own operands)."""
+    return [c for c in calls if c.kernel.startswith("sgd.")]

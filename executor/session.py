@@ -22,7 +22,7 @@ from costmodel.files import NODE_CORES_ENV, load_machine
 from costmodel.machine import Machine
 from costmodel.profile_table import foreign_reason
 from costmodel.profiled_compute import ProfiledCompute
-from costmodel.reuse import preceding_calls, step_calls
+from costmodel.reuse import preceding_calls, step_calls, updates_of
 from costmodel.pipeline import PipelinePrediction
 from costmodel.step import StepPrediction, predict_step
 from executor import launch as launcher
@@ -273,7 +273,7 @@ def step_context_entries(prep: Prepared) -> dict:
         return {}
     calls = [c for c in prep.compute.calls_of(lambda: predict(prep)) if not isinstance(c, CommCall)]
     steps = step_calls(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms())
-    return prep.compute.time_in_step(calls, preceding_calls(steps))
+    return prep.compute.time_in_step(calls, preceding_calls(steps), updates_of(steps))
 
 
 def in_step_context(prep: Prepared, entries: dict) -> Prepared:

@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.comm_calls import CommCall
 from costmodel.files import NODE_CORES_ENV
-from costmodel.reuse import preceding_calls, step_calls
+from costmodel.reuse import preceding_calls, step_calls, updates_of
 from executor.collect import gather
 from executor.comm import abort
 from executor.node import share_node_cores
@@ -91,8 +91,9 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     if kernel_calls:
         kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
         collectives = [c for c in kernel_calls if isinstance(c, CommCall)]
-        before = preceding_calls(step_calls(net, plan.batch, run_strategies(plan), plan.algorithms()))
-        kernel_timer = InRunTimer(kernels, before)  # also runs the kernels the collectives follow
+        order = step_calls(net, plan.batch, run_strategies(plan), plan.algorithms())
+        # also runs the kernels the collectives follow
+        kernel_timer = InRunTimer(kernels, preceding_calls(order), updates=updates_of(order))
         if kernels:
             timed.append(kernel_timer)
         if collectives:

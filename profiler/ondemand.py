@@ -97,10 +97,11 @@ class OnDemandCompute(ProfiledCompute):
         self._keep_timed(entries)
         self.save()
 
-    def time_in_step(self, calls: list[KernelCall], before) -> dict[str, Entry]:
+    def time_in_step(self, calls: list[KernelCall], before, updates=()) -> dict[str, Entry]:
         """Entries of ``calls`` timed in their step's context (profiler.step_context; ``before``:
-        per call key, the calls just before it), beside companions for a profile of several
-        ranks; not put in the table nor the cache (the caller installs them for one plan)."""
+        per call key, the calls just before it; ``updates``: the step's updates in its order),
+        beside companions for a profile of several ranks; not put in the table nor the cache (the
+        caller installs them for one plan)."""
         todo = list(dict.fromkeys(calls))
         if not self.enabled or not todo:
             return {}
@@ -110,7 +111,8 @@ class OnDemandCompute(ProfiledCompute):
         say(0, step_context.ROUNDS + 1)
         try:
             with threadpool_limits(limits=self.threads):
-                return step_context.time_in_step(todo, before, companions=self._companions, progress=say)
+                return step_context.time_in_step(todo, before, companions=self._companions, progress=say,
+                                                 updates=updates)
         finally:
             self.save()
 

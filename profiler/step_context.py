@@ -31,12 +31,14 @@ ROUNDS = 9  # samples per call: the median of 9 (5 left plans of lenet5 5-10% ap
 
 
 def time_in_step(calls: Iterable[KernelCall], before: Mapping[str, Sequence[KernelCall]], rounds: int = ROUNDS,
-                 companions=None, progress: Callable[[int, int], None] | None = None) -> dict[str, Entry]:
+                 companions=None, progress: Callable[[int, int], None] | None = None,
+                 updates: Sequence[KernelCall] = ()) -> dict[str, Entry]:
     """Per call key, the entry (median and spread) of ``rounds`` samples of the call in its step
     context (``before``: the calls just before it, costmodel.reuse.preceding_calls).
     ``companions`` (profiler.companions.Companions): loaded with each call while it is timed.
-    ``progress(done, total)``: after each round, the warm-up round included."""
-    timer = InRunTimer(calls, before)
+    ``progress(done, total)``: after each round, the warm-up round included. ``updates``: the
+    step's optimiser updates in its order, timed back to back (:meth:`InRunTimer._update_round`)."""
+    timer = InRunTimer(calls, before, updates=updates)
     each = None if companions is None else companions.load
     try:
         for i in range(rounds + 1):

@@ -125,3 +125,30 @@ def test_in_run_samples_keep_the_slowest_rank_per_round_and_their_median():
 def test_execute_fresh_profile_flag_is_documented():
     r = runner.invoke(app, ["execute", "--help"])
     assert r.exit_code == 0 and "--fresh-profile" in r.output
+
+
+def test_the_steps_updates_are_timed_back_to_back_in_its_order_each_on_its_own_operands(monkeypatch):
+    """The update phase: every occurrence of an update call in the step gets its own operands and
+    runs in the step's order after one barrier; a key's sample is the mean over its occurrences."""
+    from costmodel.kernel_calls import KernelCall
+    from costmodel.reuse import updates_of
+    a = KernelCall("sgd.update", (4096,), "float32", "", 3 * 4096, 5 * 4096 * 4)
+    b = KernelCall("sgd.update", (64,), "float32", "", 3 * 64, 5 * 64 * 4)
+    other = _two_calls()[0]
+    steps = [other, a, b, a]
+    assert updates_of(steps) == [a, b, a]
+    built = []
+    real_build = inrun.build
+    monkeypatch.setattr(inrun, "build", lambda call, xp, shared=None: built.append(call.key) or real_build(call, xp, shared))
+    barriers = []
+    timer = inrun.InRunTimer([other, a, b], updates=updates_of(steps))
+    assert timer.updates == (a, b, a)
+    for keep in (False, True, True):
+        timer.round(lambda: barriers.append(1), keep=keep)
+    assert all(len(timer.samples[c.key]) == 2 and min(timer.samples[c.key]) > 0 for c in (other, a, b))
+    # one operand set per update occurrence; the weighted forward's two (profiler.inrun.reads_weights)
+    assert sorted(built) == sorted([other.key, other.key, a.key, b.key, a.key])
+    assert len(barriers) == 3 * 2  # the other call's barrier and the update phase's
+    # an update the timer is not asked for, or no room: each update is timed as any call
+    assert inrun.InRunTimer([other, a], updates=[a, b]).updates == ()
+    assert inrun.InRunTimer([a, b], updates=[a, b], cache_bytes=10).updates == ()

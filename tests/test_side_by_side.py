@@ -119,7 +119,7 @@ def test_refreshed_weighs_twice_on_retimed_kernels_only_when_refreshing():
         def install(self, entries):  # the rest of the OnDemand interface, unused here
             pass
 
-        def time_in_step(self, calls, before):
+        def time_in_step(self, calls, before, updates=()):
             return {}
 
         def save(self):
