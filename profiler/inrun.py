@@ -129,7 +129,7 @@ class InRunTimer:
         occurrences). The update streams every weight at the step's end, and the calls before it
         are other updates; timed one at a time, each after an untimed run on the same operands, a
         large update ran from the cache: ResNet-18's (64x64, batch 8, one rank) updates were priced
-        16 ms against 22.6 ms measured, in sequence 23-25 ms (2026-11-26, the development VM)."""
+        16 ms against 22.6 ms measured, timed in sequence 21.5 ms (2026-11-26, the development VM)."""
         if not self._update_runs:
             self._update_runs = [(c.key, build(c, numpy)) for c in self.updates]
         if each is not None:
