@@ -19,15 +19,22 @@ from profiler.harness import summarize
 TIMEOUT_S = 120.0
 
 
+def probe_env(**extra: str) -> dict[str, str]:
+    """The environment of a probe's child process: this one's, ``extra`` set, and this checkout
+    first on PYTHONPATH (its ``python -m executor...`` must import these modules)."""
+    env = dict(os.environ, **extra)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def time_dispatch(threads: int = 1, concurrency: int = 1,
                   timeout_s: float = TIMEOUT_S) -> tuple[dict[str, Entry], str]:
     """({"dispatch/b<batch>": entry}, "") with each entry's ``bytes`` the probe's typical bytes
     per pass at that batch, or ({}, why not): a probe that fails or times out leaves the table
     without the entries (the prediction then has no dispatch time); it never stops a plan."""
     cmd = [sys.executable, "-m", "executor.dispatch", "--threads", str(threads)]
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env = probe_env()
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(max(concurrency, 1))]
     runs = []

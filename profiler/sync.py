@@ -11,13 +11,13 @@ over the median, as for a kernel).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 from costmodel.profile_table import Entry, wait_key
-from profiler.comm import find_mpiexec
 from networks.errors import DnnplanError
+from profiler.comm import find_mpiexec
+from profiler.dispatch import probe_env
 from profiler.harness import summarize
 
 TIMEOUT_S = 120.0
@@ -33,10 +33,7 @@ def time_wait(threads: int, ranks: int, timeout_s: float = TIMEOUT_S) -> tuple[d
                "--threads", str(threads)]
     except DnnplanError as err:
         return {}, f"the wait probe needs mpiexec ({err})"
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env = probe_env(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
