@@ -31,12 +31,14 @@ FORMAT = "dnnplan-profile"
 VERSION = 1
 #: Fingerprint keys that identify a device: tables differing in any of them are foreign to each other.
 IDENTITY_KEYS = ("backend", "device", "cores", "threads", "memory_bytes")
-#: The executor's time per layer pass in a table's "executor" mapping: entries named ``dispatch/...``
-#: (executor.dispatch).
+#: The executor's time per layer pass in a table's "executor" mapping: entries named
+#: ``dispatch/h<k>``, one per half-decade of bytes (executor.dispatch, profiler.dispatch); a table's
+#: ``dispatch/b<batch>`` entries (the probe's mean per pass at a batch, before 2026-11-26) are ignored.
 DISPATCH = "dispatch"
 #: A P-rank step's wait for its slowest rank per second of work: the entry ``wait/p<P>``
 #: (executor.sync_probe, profiler.sync).
 WAIT = "wait"
+
 _ENTRY_KEYS = ("min_s", "median_s", "spread", "count", "flops", "bytes")
 
 
@@ -257,6 +259,17 @@ def with_entries(table: ProfileTable, entries: Mapping[str, Entry]) -> ProfileTa
 def wait_key(ranks: int) -> str:
     """The executor entry of a table for ``ranks`` ranks that holds their wait per second of work."""
     return f"{WAIT}/p{ranks}"
+
+
+def dispatch_key(k: int) -> str:
+    """The executor entry of the passes moving 10^(k/2) to 10^((k+1)/2) bytes."""
+    return f"{DISPATCH}/h{k}"
+
+
+def is_dispatch_key(name: str) -> bool:
+    """Whether ``name`` is a :func:`dispatch_key` (not an older table's ``dispatch/b<batch>``)."""
+    head, _, rest = name.partition("/")
+    return head == DISPATCH and rest[:1] == "h" and rest[1:].isdigit()
 
 
 def with_executor(table: ProfileTable, name: str, entry: Entry) -> ProfileTable:

@@ -15,7 +15,7 @@ from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, dtype_for_itemsize,
                                     shape_fields, split_key)
 from costmodel.layer_cost import dispatch_time, pass_bytes
 from costmodel.layer_layouts import LocalLayer
-from costmodel.profile_table import DISPATCH, ProfileTable, wait_key
+from costmodel.profile_table import ProfileTable, is_dispatch_key, wait_key
 
 
 @dataclass(frozen=True)
@@ -206,18 +206,18 @@ class ProfiledCompute:
     def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
         """The executor's own time around a layer's passes: :meth:`pass_dispatch_s` of each
         pass's bytes (:func:`costmodel.layer_cost.pass_bytes`), or the fallback's when the table
-        has no ``dispatch/...`` entries (no bytes are counted then)."""
+        has no ``dispatch/h<k>`` entries (no bytes are counted then)."""
         if not self._dispatch_points():
             return dispatch_time(self.fallback, local, algorithm, consumers)
         return sum(self.pass_dispatch_s(b) for b in pass_bytes(local, algorithm, consumers))
 
     def _dispatch_points(self) -> list[tuple[int, float]]:
-        """(bytes, seconds) of the table's ``dispatch/...`` entries, by bytes; derived once per
+        """(bytes, seconds) of the table's ``dispatch/h<k>`` entries, by bytes; derived once per
         executor mapping (a layer's dispatch asks for them once per pass, for every candidate)."""
         executor = self.table.executor
         if self._points[0] is not executor:
             self._points = (executor, sorted((max(e.bytes, 1), e.median_s) for name, e in executor.items()
-                                             if name.split("/")[0] == DISPATCH))
+                                             if is_dispatch_key(name)))
         return self._points[1]
 
     def wait_per_work(self, ranks: int) -> float:
@@ -228,17 +228,17 @@ class ProfiledCompute:
         return entry.median_s if entry is not None else 0.0
 
     def pass_dispatch_s(self, nbytes: float) -> float:
-        """The executor's own time around one layer pass whose kernels move ``nbytes``, from the
-        table's ``dispatch/...`` entries (executor.dispatch: its probe at two sizes, each entry's
-        ``bytes`` the probe's typical bytes per pass): linear in log(bytes) between them, the
-        nearer one's outside; 0 without entries."""
+        """The executor's own time after one layer pass whose kernels move ``nbytes``, from the
+        table's ``dispatch/h<k>`` entries (executor.dispatch: the probe's passes binned by their
+        bytes, each entry's ``bytes`` its passes' typical bytes): linear in log(bytes) between
+        neighbouring entries, the nearer end's outside them; 0 without entries."""
         points = self._dispatch_points()
         if not points:
             return 0.0
         x = math.log(max(nbytes, 1))
-        (b0, t0), (b1, t1) = points[0], points[-1]
-        if x <= math.log(b0) or b1 == b0:
-            return t0
-        if x >= math.log(b1):
-            return t1
-        return t0 + (t1 - t0) * (x - math.log(b0)) / (math.log(b1) - math.log(b0))
+        if x <= math.log(points[0][0]):
+            return points[0][1]
+        for (b0, t0), (b1, t1) in zip(points, points[1:]):
+            if x <= math.log(b1):
+                return t0 + (t1 - t0) * (x - math.log(b0)) / (math.log(b1) - math.log(b0))
+        return points[-1][1]

@@ -3,28 +3,32 @@
 Between two kernels the runtime runs Python: the layer's op wrapper around its kernel, the step
 loop, the activation and gradient bookkeeping (executor.runtime). No kernel timing contains that
 time, and after a kernel that moved megabytes the Python's code and objects come from memory, so
-the time grows with the bytes the kernels before it moved. It is a few percent of a small
+the time after a pass grows with the bytes its kernels moved. It is a few percent of a small
 network's step; docs/executor.md gives the figures measured.
 
 :func:`measure` runs the probe (``executor/probes/dispatch.yaml``, a small residual CNN with the
 kinds of layer the cnn zoo networks have, not one of the networks the accuracy bench predicts)
-in this process alone, data parallel on one rank with im2col convolutions, and returns per timed
-step (step wall time - time inside the step's spans) / layer passes, passes as the cost model
-counts them (:func:`costmodel.layer_cost.pass_bytes`), with the probe's typical bytes per pass.
-The profiler runs it at two batches (``python -m executor.dispatch`` in a child process, with the
-profile's threads and allocator; profiler.dispatch) and stores each as a ``dispatch/b<batch>``
-entry of the table's executor mapping; the cost model prices a pass between the two by its bytes
-(``ProfiledCompute.pass_dispatch_s``, ``LayerEstimate.dispatch_s``).
+in this process alone, data parallel on one rank with im2col convolutions, and returns, per layer
+pass (as the cost model counts them, :func:`costmodel.layer_cost.pass_bytes`), the bytes its
+kernels move and, per timed step, the time from the end of its spans to the start of the next
+span (:func:`after_passes`). The profiler runs it at three batches (``python -m executor.dispatch``
+in a child process, with the profile's threads and allocator; profiler.dispatch), pools the passes
+of all three by their bytes into half-decade bins and stores each bin as a ``dispatch/h<bin>``
+entry of the table's executor mapping; the cost model prices a pass by its bytes, linear in log
+bytes between the bins (``ProfiledCompute.pass_dispatch_s``, ``LayerEstimate.dispatch_s``).
 
-    python -m executor.dispatch [--batches 8,64] [--steps 11] [--warmup 2] [--threads 1]   # one JSON line
+Priced instead by the probe's mean time per pass at each batch, placed at its passes' typical
+bytes, lenet5's (batch 32, one rank) 31 passes came to 1.36 ms a step against 0.47 ms measured
+outside its spans: the time after a pass follows that pass's bytes, not the average's
+(2026-11-26, the 2-core development VM).
+
+    python -m executor.dispatch [--batches 1,8,64] [--steps 11] [--warmup 2] [--threads 1]   # one JSON line
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -42,8 +46,8 @@ from networks.loader import load_network
 from planner.plan import LayerPlan, Plan
 
 PROBE = Path(__file__).resolve().parent / "probes" / "dispatch.yaml"
-#: The probe's batches: its kernels moving about a megabyte per pass, and about ten.
-PROBE_BATCHES = (8, 64)
+#: The probe's batches: its passes moving from nothing to tens of megabytes.
+PROBE_BATCHES = (1, 8, 64)
 
 
 def probe_plan(net: Network, batch: int, ranks: int = 1) -> Plan:
@@ -55,34 +59,50 @@ def probe_plan(net: Network, batch: int, ranks: int = 1) -> Plan:
     return Plan(str(PROBE), net.name, net.content_hash(), batch, ranks, "local", layers)
 
 
-def probe_passes(net, batch: int) -> list[int]:
-    """The bytes each layer pass of one step of ``net`` moves in its kernels, as the cost model
-    counts passes (:func:`costmodel.layer_cost.pass_bytes`), data parallel on one rank with im2col
-    convolutions."""
+def probe_passes(net, batch: int) -> list[tuple[str, str, int]]:
+    """(layer, span phase, bytes) of each layer pass of one step of ``net``, in the order of
+    :func:`costmodel.layer_cost.pass_bytes`, data parallel on one rank with im2col convolutions:
+    forward (``fwd_compute``), backward and each gradient sum (``bwd_compute``: the runtime
+    sums a producer's gradients in its backward span), the update (``update``)."""
     plan = probe_plan(net, batch)
     strategies, algorithms = plan.strategies(), plan.algorithms()
     readers = consumers(net)
-    return [b for layer in net.layers
-            for b in pass_bytes(local_layer(layer, strategies[layer.name], batch),
-                                algorithms.get(layer.name, ""), readers[layer.name])]
+    out = []
+    for layer in net.layers:
+        got = pass_bytes(local_layer(layer, strategies[layer.name], batch), algorithms.get(layer.name, ""),
+                         readers[layer.name])
+        phases = ["fwd_compute", "bwd_compute"] + (["update"] if layer.weights else [])
+        phases += ["bwd_compute"] * (len(got) - len(phases))
+        out += [(layer.name, phase, b) for phase, b in zip(phases, got)]
+    return out
 
 
-def typical_bytes(per_pass: list[int]) -> int:
-    """The geometric mean of the bytes per pass (the passes span four orders of magnitude)."""
-    return int(round(math.exp(statistics.fmean(math.log(max(b, 1)) for b in per_pass))))
+def after_passes(timers, steps, passes: list[tuple[str, str, int]]) -> list[dict]:
+    """Per pass, ``{"bytes", "samples_s"}`` with one sample per step: the time from the end of
+    each of its spans to the start of the step's next span, plus an equal share of the step's
+    time outside every span and gap (before its first span, after its last). A pass that shares
+    its spans' (layer, phase) with an earlier one (a gradient sum in its producer's backward
+    span) gets none of the gaps: they are the first one's."""
+    keys = [(layer, phase) for layer, phase, _ in passes]
+    first = {k: i for i, k in reversed(list(enumerate(keys)))}
+    samples: list[list[float]] = [[] for _ in passes]
+    for step in steps:
+        spans = sorted((s for s in timers.spans if s.step == step), key=lambda s: s.start_s)
+        gaps = [0.0] * len(passes)
+        for a, b in zip(spans, spans[1:]):
+            i = first.get((a.layer, a.phase))
+            if i is not None:
+                gaps[i] += max(b.start_s - a.end_s, 0.0)
+        inside = sum(s.end_s - s.start_s for s in spans)
+        rest = max(timers.step_wall[step] - inside - sum(gaps), 0.0) / max(len(passes), 1)
+        for i, g in enumerate(gaps):
+            samples[i].append(g + rest)
+    return [{"bytes": b, "samples_s": s} for (_, _, b), s in zip(passes, samples)]
 
 
-def outside_per_pass(timers, steps, passes: int) -> list[float]:
-    """Per step, (wall time - time inside its spans) / ``passes``."""
-    inside: dict[int, float] = {}
-    for span in timers.spans:
-        inside[span.step] = inside.get(span.step, 0.0) + (span.end_s - span.start_s)
-    return [max(timers.step_wall[s] - inside.get(s, 0.0), 0.0) / passes for s in steps]
-
-
-def measure(batch: int, steps: int = 11, warmup: int = 2, comm=None) -> tuple[list[float], int]:
-    """(seconds outside the spans per layer pass, one per timed step; the probe's typical bytes
-    per pass) for the probe at ``batch``."""
+def measure(batch: int, steps: int = 11, warmup: int = 2, comm=None) -> list[dict]:
+    """Per layer pass of the probe at ``batch``, its bytes and the time after it in each timed
+    step (:func:`after_passes`)."""
     if comm is None:
         from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI
         comm = MPI.COMM_SELF
@@ -90,8 +110,7 @@ def measure(batch: int, steps: int = 11, warmup: int = 2, comm=None) -> tuple[li
     plan = probe_plan(net, batch)
     timers = Timers(keep_spans=True)
     run_plan(plan, net, comm, steps=steps, warmup=warmup, timers=timers)
-    per_pass = probe_passes(net, batch)
-    return outside_per_pass(timers, range(steps), len(per_pass)), typical_bytes(per_pass)
+    return after_passes(timers, range(steps), probe_passes(net, batch))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     keep_freed_memory()
     out = []
     for batch in batches:
-        samples, nbytes = measure(batch, args.steps, args.warmup)
-        out.append({"batch": batch, "bytes_per_pass": nbytes, "samples_s": samples})
+        out.append({"batch": batch, "passes": measure(batch, args.steps, args.warmup)})
     print(json.dumps({"probes": out}))
     return 0
 

@@ -3,17 +3,21 @@
 The executor measures it on its probe network (:mod:`executor.dispatch`); this runs that in child
 processes, ``python -m executor.dispatch``, so the profiling process neither starts MPI nor keeps
 the probe's memory. For a table of P ranks sharing the computer, P probes run at once, as its
-kernels are timed beside P - 1 companions, and each step's sample is the slowest probe's.
+kernels are timed beside P - 1 companions, and each step's sample of a pass is the slowest
+probe's. The passes of every batch are pooled by their bytes into half-decade bins
+(:func:`bin_passes`), one ``dispatch/h<bin>`` entry each.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 
-from costmodel.profile_table import Entry
+from costmodel.profile_table import Entry, dispatch_key
 from profiler.harness import summarize
 
 TIMEOUT_S = 120.0
@@ -30,9 +34,9 @@ def probe_env(**extra: str) -> dict[str, str]:
 
 def time_dispatch(threads: int = 1, concurrency: int = 1,
                   timeout_s: float = TIMEOUT_S) -> tuple[dict[str, Entry], str]:
-    """({"dispatch/b<batch>": entry}, "") with each entry's ``bytes`` the probe's typical bytes
-    per pass at that batch, or ({}, why not): a probe that fails or times out leaves the table
-    without the entries (the prediction then has no dispatch time); it never stops a plan."""
+    """({"dispatch/h<bin>": entry}, "") (:func:`bin_passes`), or ({}, why not): a probe that fails
+    or times out leaves the table without the entries (the prediction then has no dispatch time);
+    it never stops a plan."""
     cmd = [sys.executable, "-m", "executor.dispatch", "--threads", str(threads)]
     env = probe_env()
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -54,8 +58,23 @@ def time_dispatch(threads: int = 1, concurrency: int = 1,
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    entries = {}
+    points = []
     for probes in zip(*runs):  # the same batch in every run
-        samples = [max(col) for col in zip(*(p["samples_s"] for p in probes))]
-        entries[f"dispatch/b{probes[0]['batch']}"] = summarize(samples, 0, int(probes[0]["bytes_per_pass"]))
-    return entries, ""
+        for passes in zip(*(p["passes"] for p in probes)):  # the same pass in every run
+            slowest = [max(col) for col in zip(*(q["samples_s"] for q in passes))]
+            points.append((int(passes[0]["bytes"]), statistics.median(slowest)))
+    return bin_passes(points), ""
+
+
+def bin_passes(points: list[tuple[int, float]]) -> dict[str, Entry]:
+    """One entry per half-decade of bytes, ``dispatch/h<k>`` for the passes moving 10^(k/2) to
+    10^((k+1)/2) bytes (a pass moving nothing in bin 0): the median over its passes of the time
+    after each (``points``: (bytes, seconds) per pass), its ``bytes`` their geometric mean."""
+    bins: dict[int, list[tuple[int, float]]] = {}
+    for nbytes, seconds in points:
+        bins.setdefault(int(2 * math.log10(max(nbytes, 1))), []).append((max(nbytes, 1), seconds))
+    entries = {}
+    for k, got in sorted(bins.items()):
+        typical = math.exp(statistics.fmean(math.log(b) for b, _ in got))
+        entries[dispatch_key(k)] = summarize([t for _, t in got], 0, int(round(typical)))
+    return entries

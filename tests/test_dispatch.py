@@ -16,7 +16,7 @@ from costmodel.profile_table import Entry, ProfileTable, table_from_dict, table_
 from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
-from executor.dispatch import PROBE, measure, outside_per_pass, probe_passes, typical_bytes
+from executor.dispatch import PROBE, after_passes, measure, probe_passes
 from executor.run import run_plan
 from tests.support.cases import make_plan
 from executor.timers import Timers
@@ -69,25 +69,47 @@ def test_every_pass_the_cost_model_counts_is_a_timed_span_of_the_runtime():
     assert len(probe_passes(net, 4)) == sum(2 + bool(l.weights) + max(readers[l.name] - 1, 0) for l in net.layers)
 
 
-def test_outside_per_pass_is_the_step_less_its_spans():
+def test_the_time_after_a_pass_is_its_gaps_to_the_next_span_plus_a_share_of_the_rest():
+    from executor.timers import Span
     timers = Timers(keep_spans=True)
     timers.step_wall = {0: 1.0, 1: 2.0}
-    from executor.timers import Span
+    passes = [("a", "fwd_compute", 10), ("b", "update", 1000), ("a", "fwd_compute", 5)]
     timers.spans = [Span("a", "fwd_compute", 0.0, 0.25, 0), Span("b", "update", 0.5, 0.75, 0),
                     Span("a", "fwd_compute", 0.0, 1.5, 1)]
-    assert outside_per_pass(timers, range(2), 4) == [0.125, 0.125]
+    got = after_passes(timers, range(2), passes)
+    # step 0: a's gap to b 0.25; the rest (1 - 0.5 in spans - 0.25) split over 3 passes;
+    # the third pass shares a's (layer, phase), so the gap is the first's alone
+    assert [p["bytes"] for p in got] == [10, 1000, 5]
+    assert got[0]["samples_s"] == pytest.approx([0.25 + 0.25 / 3, 0.5 / 3])
+    assert got[1]["samples_s"] == pytest.approx([0.25 / 3, 0.5 / 3])
+    assert got[2]["samples_s"] == got[1]["samples_s"]
+    # the samples add up to the step's time outside its spans
+    assert sum(p["samples_s"][0] for p in got) == pytest.approx(1.0 - 0.5)
 
 
-def test_typical_bytes_is_the_geometric_mean():
-    assert typical_bytes([10, 1000]) == 100
-    assert typical_bytes([0, 1]) == 1  # a pass that moves nothing counts as one byte
+def test_passes_are_binned_by_half_decades_of_bytes():
+    from profiler.dispatch import bin_passes
+    got = bin_passes([(0, 1e-6), (1000, 2e-5), (3000, 4e-5), (100_000, 6e-5), (200_000, 9e-5)])
+    assert set(got) == {"dispatch/h0", "dispatch/h6", "dispatch/h10"}
+    assert got["dispatch/h0"].bytes == 1 and got["dispatch/h0"].median_s == 1e-6
+    assert got["dispatch/h6"].median_s == pytest.approx(3e-5) and got["dispatch/h6"].bytes == round(math.sqrt(3e6))
+    assert got["dispatch/h10"].count == 2
 
 
-def test_dispatch_is_linear_in_log_bytes_between_the_probe_sizes_and_flat_outside():
+def test_an_older_tables_dispatch_per_batch_entries_are_not_read():
+    # before 2026-11-26 a table held the probe's mean per pass at two batches (dispatch/b8, b64)
     pc = _compute({"dispatch/b8": _entry(20e-6, 1000), "dispatch/b64": _entry(40e-6, 100_000)})
-    assert pc.pass_dispatch_s(10) == 20e-6 and pc.pass_dispatch_s(1000) == 20e-6
-    assert pc.pass_dispatch_s(10**9) == 40e-6 and pc.pass_dispatch_s(100_000) == 40e-6
+    assert pc.pass_dispatch_s(10_000) == 0.0
+
+
+def test_dispatch_is_linear_in_log_bytes_between_neighbouring_bins_and_flat_outside():
+    pc = _compute({"dispatch/h6": _entry(20e-6, 1000), "dispatch/h10": _entry(40e-6, 100_000),
+                   "dispatch/h14": _entry(10e-6, 10**7)})
+    assert pc.pass_dispatch_s(10) == 20e-6 and pc.pass_dispatch_s(1000) == pytest.approx(20e-6)
+    assert pc.pass_dispatch_s(10**9) == 10e-6 and pc.pass_dispatch_s(10**7) == pytest.approx(10e-6)
+    assert pc.pass_dispatch_s(100_000) == pytest.approx(40e-6)
     assert pc.pass_dispatch_s(10_000) == pytest.approx(30e-6)
+    assert pc.pass_dispatch_s(10**6) == pytest.approx(25e-6)  # between the second and third bins
     a, b = pc.pass_dispatch_s(3000), pc.pass_dispatch_s(30_000)
     assert 20e-6 < a < b < 40e-6
 
@@ -105,7 +127,7 @@ def test_the_step_prediction_adds_dispatch_per_pass_and_the_layers_keep_their_ph
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 16, "data")
     plain = _compute({})
-    timed = _compute({"dispatch/b8": _entry(20e-6, 1000), "dispatch/b64": _entry(40e-6, 100_000)})
+    timed = _compute({"dispatch/h6": _entry(20e-6, 1000), "dispatch/h10": _entry(40e-6, 100_000)})
     machine = load_machine("local")
     p0 = predict_step(net, 16, strategies, {}, machine, plain)
     p1 = predict_step(net, 16, strategies, {}, machine, timed)
@@ -122,31 +144,42 @@ def test_the_planner_agrees_with_the_prediction_when_dispatch_is_priced():
     # make_plan checks its solver objective against predict_step (1e-9): dispatch is in both
     from planner.optimize import make_plan as plan_net
     net = load_network("lenet5")
-    timed = _compute({"dispatch/b8": _entry(20e-6, 1000), "dispatch/b64": _entry(40e-6, 100_000)})
+    timed = _compute({"dispatch/h6": _entry(20e-6, 1000), "dispatch/h10": _entry(40e-6, 100_000)})
     plan = plan_net(net, "lenet5", 16, 2, load_machine("local"), timed, with_baselines=False)
     assert plan.step_s > 0
 
 
 def test_executor_entries_round_trip_and_a_corrupt_one_is_a_clear_error():
-    table = ProfileTable(dict(FP), {}, {}, "<test>", {"dispatch/b8": _entry(2e-5, 1234)})
+    table = ProfileTable(dict(FP), {}, {}, "<test>", {"dispatch/h6": _entry(2e-5, 1234)})
     data = table_to_dict(table)
     back = table_from_dict(data, "<rt>")
     assert back.executor == table.executor
     assert "executor" not in table_to_dict(ProfileTable(dict(FP), {}, {}, "<test>"))
-    data["executor"]["dispatch/b8"]["median_s"] = -1
-    with pytest.raises(DnnplanError, match="executor entry 'dispatch/b8'"):
+    data["executor"]["dispatch/h6"]["median_s"] = -1
+    with pytest.raises(DnnplanError, match="executor entry 'dispatch/h6'"):
         table_from_dict(data, "<bad>")
     data["executor"] = [1, 2]
     with pytest.raises(DnnplanError, match="executor must be a mapping"):
         table_from_dict(data, "<bad>")
 
 
-def test_the_probe_measures_a_positive_time_per_pass_at_each_size():
-    small, small_bytes = measure(2, steps=3, warmup=1, comm=MPI.COMM_SELF)
-    big, big_bytes = measure(8, steps=3, warmup=1, comm=MPI.COMM_SELF)
-    assert len(small) == len(big) == 3
-    assert all(s > 0 and math.isfinite(s) for s in small + big)
-    assert small_bytes < big_bytes  # a bigger batch moves more per pass
+def test_the_probe_measures_a_positive_time_after_each_pass_at_each_size():
+    net = load_network(str(PROBE))
+    small, big = (measure(b, steps=3, warmup=1, comm=MPI.COMM_SELF) for b in (2, 8))
+    assert len(small) == len(big) == len(probe_passes(net, 2))
+    for passes in (small, big):
+        assert all(len(p["samples_s"]) == 3 for p in passes)
+        assert all(s >= 0 and math.isfinite(s) for p in passes for s in p["samples_s"])
+        assert sum(p["samples_s"][0] for p in passes) > 0
+    assert sum(p["bytes"] for p in small) < sum(p["bytes"] for p in big)  # a bigger batch moves more
+
+
+def test_the_profilers_probe_writes_binned_entries():
+    import profiler.dispatch as pd
+    entries, why = pd.time_dispatch()
+    assert why == "" and entries and all(k.startswith("dispatch/h") for k in entries)
+    assert all(e.median_s >= 0 and e.bytes >= 1 for e in entries.values())
+    assert _compute(entries).pass_dispatch_s(10**6) > 0
 
 
 def test_a_failing_probe_leaves_no_entry_and_says_why(monkeypatch):

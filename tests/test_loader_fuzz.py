@@ -288,8 +288,8 @@ def table_text(tmp_path_factory) -> str:
         local = local_layer(layer, STRATEGIES_2[0], 8)
         for call in (c for ps in PASSES for c in kernel_calls(local, ps, "im2col")):
             entries[call.key] = Entry(roof.call_s(call), roof.call_s(call) * 1.1, 0.05, 5, call.flops, call.bytes)
-    dispatch = {"dispatch/small": Entry(2e-5, 2e-5, 0.1, 9, 0, 1000),
-                "dispatch/large": Entry(4e-5, 5e-5, 0.1, 9, 0, 10 ** 7)}
+    dispatch = {"dispatch/h6": Entry(2e-5, 2e-5, 0.1, 9, 0, 1000),
+                "dispatch/h14": Entry(4e-5, 5e-5, 0.1, 9, 0, 10 ** 7)}
     write_table(replace(with_entries(run.table, entries), comm=COMM, executor=dispatch), path)
     return path.read_text(encoding="utf-8")
 
