@@ -8,7 +8,8 @@ network's step; docs/executor.md gives the figures measured.
 
 :func:`measure` runs the probe (``executor/probes/dispatch.yaml``, a small residual CNN with the
 kinds of layer the cnn zoo networks have, not one of the networks the accuracy bench predicts)
-in this process alone, data parallel on one rank with im2col convolutions, and returns, per layer
+in this process alone, data parallel on one rank with im2col convolutions, each span's start
+recorded in a progress file as `dnnplan execute`'s ranks record it, and returns, per layer
 pass (as the cost model counts them, :func:`costmodel.layer_cost.pass_bytes`), the bytes its
 kernels move and, per timed step, the time from the end of its spans to the start of the next
 span (:func:`after_passes`). The profiler runs it at three batches (``python -m executor.dispatch``
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from costmodel.compute import default_algorithms
@@ -37,7 +39,7 @@ from costmodel.layer_cost import pass_bytes
 from costmodel.layer_layouts import local_layer
 from costmodel.uniform import uniform_strategies
 from executor.run import run_plan
-from executor.timers import Timers
+from executor.timers import ProgressFile, Timers
 from executor.worker import set_threads
 from kernels.allocator import keep_freed_memory
 from networks.analysis import consumers
@@ -108,8 +110,14 @@ def measure(batch: int, steps: int = 11, warmup: int = 2, comm=None) -> list[dic
         comm = MPI.COMM_SELF
     net = load_network(str(PROBE))
     plan = probe_plan(net, batch)
-    timers = Timers(keep_spans=True)
-    run_plan(plan, net, comm, steps=steps, warmup=warmup, timers=timers)
+    with tempfile.TemporaryDirectory(prefix="dnnplan-dispatch-") as folder:
+        # each span's start recorded, as `dnnplan execute`'s ranks record it (executor.worker)
+        progress = ProgressFile(folder, 0)
+        try:
+            timers = Timers(keep_spans=True, progress=progress)
+            run_plan(plan, net, comm, steps=steps, warmup=warmup, timers=timers)
+        finally:
+            progress.close()
     return after_passes(timers, range(steps), probe_passes(net, batch))
 
 
