@@ -32,6 +32,16 @@ from networks.ir import DTYPE_BYTES, Network
 TIMED = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoallv")
 
 
+#: What a collective's key (:attr:`CommCall.key`) starts with.
+COMM_PREFIX = "comm:"
+
+
+def comm_measured_key(key: str) -> tuple[str, int, int, str]:
+    """The ``Machine.measured`` key of a :attr:`CommCall.key`."""
+    collective, nbytes, group, state = key[len(COMM_PREFIX):].split("/")
+    return collective, int(nbytes), int(group), state
+
+
 @dataclass(frozen=True)
 class CommCall:
     collective: str
@@ -40,14 +50,15 @@ class CommCall:
     state: str  # "cold" or "warm"
     #: The kernel calls the step makes just before it (the last two of its layer's pass; for a
     #: forward reshard, of the layer before it in the step), which profiler.inrun_comm runs before
-    #: a cold sample (empty after a layer without kernels, flatten: the cold cache pass then).
+    #: a cold sample (after a layer without kernels, flatten, the nearest kernels before it; empty
+    #: when the step runs none before it: the cold cache pass then).
     #: Not part of what the call is: equal calls after other kernels are one call, the first kept.
     after: tuple[KernelCall, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def key(self) -> str:
         """The key of its samples (next to the kernel calls' keys, which never start with ``comm:``)."""
-        return f"comm:{self.collective}/{self.nbytes}/{self.group}/{self.state}"
+        return f"{COMM_PREFIX}{self.collective}/{self.nbytes}/{self.group}/{self.state}"
 
     @property
     def measured_key(self) -> tuple[str, int, int, str]:
@@ -63,9 +74,19 @@ def step_collectives(net: Network, batch: int, strategies: Mapping[str, Strategy
     algorithms = algorithms or {}
     by_name = {layer.name: layer for layer in net.layers}
 
+    order = [layer.name for layer in net.layers]
+
     def last_kernels(name: str, phase: str) -> tuple[KernelCall, ...]:
-        loc, algo = local_layer(by_name[name], strategies[name], batch), algorithms.get(name, "")
-        return (kernel_calls(loc, "fwd", algo) if phase == "fwd" else backward_calls(loc, algo))[-2:]
+        """The last two kernels of ``name``'s pass, else of the nearest pass the step runs before
+        it (a layer without kernels, flatten, is passed over: the kernels before it are still
+        in the caches)."""
+        i = order.index(name)
+        for other in (order[i::-1] if phase == "fwd" else order[i:]):
+            loc, algo = local_layer(by_name[other], strategies[other], batch), algorithms.get(other, "")
+            got = (kernel_calls(loc, "fwd", algo) if phase == "fwd" else backward_calls(loc, algo))[-2:]
+            if got:
+                return tuple(got)
+        return ()
 
     out: dict[CommCall, None] = {}
     for row in pred.layers:

@@ -171,7 +171,8 @@ class ComputeModel(Protocol):
 @runtime_checkable
 class OnDemand(Protocol):
     """A compute model that times kernels on this computer when asked (profiler.ondemand): it can
-    list the calls a weighing looks up, time them again (alone, or in a plan's step context),
+    list the calls a weighing looks up, time them again (alone, or in a plan's step context, the
+    plan's collectives too),
     take timings made elsewhere, and write what it timed to its cache file. ``refresh``: every call
     is timed again on its first lookup (``--refresh-profile``)."""
 
@@ -184,6 +185,8 @@ class OnDemand(Protocol):
     def install(self, entries: dict) -> None: ...
 
     def time_in_step(self, calls: list[KernelCall], before: Mapping, updates: Sequence = ()) -> dict: ...
+
+    def time_collectives_in_step(self, calls: Sequence, ranks: int) -> dict: ...
 
     def save(self) -> None: ...
 

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from costmodel.comm_calls import CommCall, measured_from_samples, step_collectives
+from costmodel.comm_calls import COMM_PREFIX, CommCall, comm_measured_key, measured_from_samples, step_collectives
 from costmodel.compute import RECOMPUTE, ComputeModel, OnDemand
 from costmodel.files import NODE_CORES_ENV, load_machine
 from costmodel.machine import Machine
@@ -266,24 +266,37 @@ def fresh_calls(prep: Prepared) -> list:
 
 def step_context_entries(prep: Prepared) -> dict:
     """The kernel calls the plan's prediction looks up, timed now in its step's order and context
-    (profiler.step_context), before the run; empty for a compute model that is not this
-    computer's on-demand profile, with on-demand timing off, for a pipelined plan, or inside an
-    MPI job (whose other ranks would wait meanwhile; launched by `dnnplan execute`, they do not)."""
+    (profiler.step_context), and, for ranks sharing this computer, the collectives it prices
+    (profiler.comm_context; keyed ``comm:...``), before the run; empty for a compute model that
+    is not this computer's on-demand profile, with on-demand timing off, for a pipelined plan, or
+    inside an MPI job (whose other ranks would wait meanwhile; launched by `dnnplan execute`,
+    they do not)."""
     if not isinstance(prep.compute, OnDemand) or prep.plan.pipeline is not None or launcher.inside_mpi_job():
         return {}
-    calls = [c for c in prep.compute.calls_of(lambda: predict(prep)) if not isinstance(c, CommCall)]
+    made = []
+    calls = [c for c in prep.compute.calls_of(lambda: made.append(predict(prep))) if not isinstance(c, CommCall)]
     steps = step_calls(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms())
-    return prep.compute.time_in_step(calls, preceding_calls(steps), updates_of(steps))
+    entries = prep.compute.time_in_step(calls, preceding_calls(steps), updates_of(steps))
+    p = prep.plan.devices
+    if entries and 1 < p <= prep.machine.devices_per_node:
+        collectives = step_collectives(prep.net, prep.plan.batch, run_strategies(prep.plan),
+                                       made[0] if made else predict(prep), prep.plan.algorithms())
+        entries = {**entries, **prep.compute.time_collectives_in_step(collectives, p)}
+    return entries
 
 
 def in_step_context(prep: Prepared, entries: dict) -> Prepared:
-    """The prepared plan whose prediction uses ``entries`` (:func:`step_context_entries`), with
-    the step predicted from the profile alone kept beside (:attr:`Prepared.profile_step_s`)."""
+    """The prepared plan whose prediction uses ``entries`` (:func:`step_context_entries`: its
+    kernels' entries installed in the compute model, its collectives' medians as the machine's
+    measured collectives), with the step predicted from the profile alone kept beside
+    (:attr:`Prepared.profile_step_s`)."""
     if not entries:
         return prep
     alone = predict(prep).step_s
-    prep.compute.install(entries)
-    return replace(prep, profile_step_s=alone)
+    prep.compute.install({k: e for k, e in entries.items() if not k.startswith(COMM_PREFIX)})
+    measured = tuple((comm_measured_key(k), e.median_s) for k, e in entries.items() if k.startswith(COMM_PREFIX))
+    machine = replace(prep.machine, measured=measured) if measured else prep.machine
+    return replace(prep, machine=machine, profile_step_s=alone)
 
 
 def in_run_unavailable(compute: ComputeModel, profile: str | None, machine: str) -> str | None:

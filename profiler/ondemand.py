@@ -32,7 +32,7 @@ from costmodel.machine import Machine
 from costmodel.profile_table import DISPATCH, Entry, wait_key, with_entries, with_executor
 from costmodel.profiled_compute import Lookup, ProfiledCompute
 from networks.errors import DnnplanError
-from profiler import dispatch, side_by_side, step_context, sync
+from profiler import comm_context, dispatch, side_by_side, step_context, sync
 from profiler.companions import Companions
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
@@ -115,6 +115,20 @@ class OnDemandCompute(ProfiledCompute):
                                                  updates=updates)
         finally:
             self.save()
+
+    def time_collectives_in_step(self, calls, ranks: int) -> dict[str, Entry]:
+        """Entries of the collectives ``calls`` (costmodel.comm_calls.CommCall) timed on ``ranks``
+        ranks in their step's context (profiler.comm_context), keyed as the calls; not cached (the
+        caller prices one plan with them). Nothing when on-demand timing is off; a failure is
+        said once on stderr and leaves the collectives priced by the machine's links."""
+        if not self.enabled or not calls or ranks < 2:
+            return {}
+        self._say(f"timing the plan's {len(calls)} collectives in its step's order on {ranks} ranks")
+        entries, why = comm_context.time_collectives(calls, ranks, self.threads)
+        if why and self.progress:
+            Console(stderr=True).print(f"[yellow]warning:[/yellow] {why}; its collectives are priced by the "
+                                       "machine's links")
+        return entries
 
     def _keep_timed(self, entries: dict[str, Entry]) -> None:
         """Entries this process timed: into the table, and into the cache file with the next save."""

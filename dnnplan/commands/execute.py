@@ -41,7 +41,8 @@ def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupO
     Each rank builds its shard of every layer, runs warm-up and timed training steps, and times
     each layer's forward and backward compute and communication, gradient allreduce and update.
     On machine `local` the prediction is made before the run from the profile, the plan's
-    kernels first timed again in its step's order and context (--step-context).
+    kernels (and, on several ranks, its collectives) first timed again in its step's order and
+    context (--step-context).
     """
     check_outputs({"--json": json_out, "--trace": trace}, force)
     prep = prepare(plan, ranks, threads, profile, fresh)

@@ -76,7 +76,7 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
     A pipelined plan written with --out runs with `dnnplan execute` (GPipe or 1F1B, --schedule).
 
     On machine `local` the plan is then checked against the uniform plans with every plan's
-    kernels timed again in its step's order and context (a few seconds a plan; --no-step-context
+    kernels (and collectives) timed again in its step's order and context (a few seconds a plan; --no-step-context
     leaves it out): a uniform plan predicted faster there is the plan.
     """
     check_flags(solver, sweep, plot)

@@ -46,7 +46,7 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     filter, spatial) with --check, and compare measured with predicted step time, per-layer
     times and peak memory; says whether the planner's plan was measured fastest. The headline
     prediction is made before the run: from the profile this computer already has, each plan's
-    kernels then timed again in its step's order and context before any plan runs (--step-context;
+    kernels (and collectives) then timed again in its step's order and context before any plan runs (--step-context;
     the prediction from the profile alone is shown beside). Beside it, by default (--in-run), the
     same run also gives the model's error given kernel times re-timed inside it, on machine `local` without --profile: a check of
     the model's structure; the distance between the two is how far the kernels' times drifted

@@ -55,7 +55,8 @@ def step_context_line(timed: list) -> None:
     if got is None:
         return
     steps = ", ".join(f"{name} {fmt.seconds(v['step_s'])}" for name, v in got["plans"].items())
-    console.print(f"in step context (each plan's kernels timed again in its step's order, before any run): {steps}; "
+    console.print(f"in step context (each plan's kernels and collectives timed again in its step's order, "
+                  f"before any run): {steps}; "
                   f"the plan: {got['chosen']} (the step above is the profile's, kernels timed alone)")
 
 

@@ -40,9 +40,10 @@ SUMMARY_LABELS = (
 
 HOW_TO_READ = """\
 **How to read this.** Each plan was predicted before it ran, from the kernel profile this computer
-already had (timed in earlier processes, or while planning), each plan's kernels then timed again in
-its step's order and context before any plan ran (unless `--no-step-context`; the prediction from
-the profile alone, its kernels timed in isolation, is in the *profile-alone* columns): the *step
+already had (timed in earlier processes, or while planning), each plan's kernels (and, on several
+ranks, its collectives) then timed again in its step's order and context before any plan ran
+(unless `--no-step-context`; the prediction from the profile alone, its kernels timed in
+isolation, is in the *profile-alone* columns): the *step
 error* is the headline,
 (measured - predicted) / predicted, positive when the run was slower than predicted. Beside it, the
 *""" + IN_RUN + """* comes from the same run: every rank timed the prediction's kernels (and, on
