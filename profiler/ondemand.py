@@ -120,7 +120,7 @@ class OnDemandCompute(ProfiledCompute):
         """Entries of the collectives ``calls`` (costmodel.comm_calls.CommCall) timed on ``ranks``
         ranks in their step's context (profiler.comm_context), keyed as the calls; not cached (the
         caller prices one plan with them). Nothing when on-demand timing is off; a failure is
-        said once on stderr and leaves the collectives priced by the machine's links."""
+        said on stderr and leaves the collectives priced by the machine's links."""
         if not self.enabled or not calls or ranks < 2:
             return {}
         self._say(f"timing the plan's {len(calls)} collectives in its step's order on {ranks} ranks")
