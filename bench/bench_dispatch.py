@@ -17,7 +17,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 from mpi4py import MPI
@@ -28,8 +27,7 @@ from costmodel.profile_table import ProfileTable
 from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
-from executor.run import run_plan
-from executor.timers import ProgressFile, Timers
+from executor.dispatch import run_recorded
 from executor.worker import set_threads
 from kernels.allocator import keep_freed_memory
 from networks.loader import load_network
@@ -47,11 +45,7 @@ def measured_outside(net, batch: int, steps: int = 7, warmup: int = 2) -> float:
     algorithms = default_algorithms(net)
     layers = tuple(LayerPlan(l.name, strategies[l.name], algorithms.get(l.name, "")) for l in net.layers)
     plan = Plan(net.name, net.name, net.content_hash(), batch, 1, "local", layers)
-    with tempfile.TemporaryDirectory(prefix="dnnplan-bench-") as folder:
-        progress = ProgressFile(folder, 0)
-        timers = Timers(keep_spans=True, progress=progress)
-        run_plan(plan, net, MPI.COMM_SELF, steps=steps, warmup=warmup, timers=timers)
-        progress.close()
+    timers = run_recorded(plan, net, MPI.COMM_SELF, steps, warmup)
     outside = []
     for step in range(steps):
         inside = sum(s.end_s - s.start_s for s in timers.spans if s.step == step)

@@ -20,16 +20,14 @@ after the step's kernels, and an allgather of fc1's output about 100 us, against
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
 import sys
 
-from executor.worker import abort_with, set_threads
+from executor.worker import abort_with, set_threads, write_result
 from kernels.allocator import keep_freed_memory
 from profiler.inrun import InRunTimer, merge_samples
 from profiler.inrun_comm import InRunComm
-
-ROUNDS = 9
+from profiler.step_context import ROUNDS  # as many rounds as the kernels' step context
 
 
 def time_calls(calls, comm, rounds: int = ROUNDS) -> dict[str, list[float]] | None:
@@ -57,10 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             calls = pickle.load(fh)
         samples = time_calls(calls, comm, max(args.rounds, 1))
         if samples is not None:
-            tmp = f"{args.result}.part"
-            with open(tmp, "wb") as fh:
-                pickle.dump(samples, fh)
-            os.replace(tmp, args.result)
+            write_result(args.result, samples)
         comm.Barrier()
     except BaseException as err:  # noqa: BLE001 - one rank's failure must end every rank
         abort_with(comm, err)

@@ -109,16 +109,21 @@ def measure(batch: int, steps: int = 11, warmup: int = 2, comm=None) -> list[dic
         from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI
         comm = MPI.COMM_SELF
     net = load_network(str(PROBE))
-    plan = probe_plan(net, batch)
+    timers = run_recorded(probe_plan(net, batch), net, comm, steps, warmup)
+    return after_passes(timers, range(steps), probe_passes(net, batch))
+
+
+def run_recorded(plan: Plan, net: Network, comm, steps: int, warmup: int) -> Timers:
+    """The plan's spans over ``steps`` timed steps after ``warmup``, each span's start recorded in
+    a progress file, as `dnnplan execute`'s ranks record it (executor.worker)."""
     with tempfile.TemporaryDirectory(prefix="dnnplan-dispatch-") as folder:
-        # each span's start recorded, as `dnnplan execute`'s ranks record it (executor.worker)
-        progress = ProgressFile(folder, 0)
+        progress = ProgressFile(folder, comm.Get_rank())
         try:
             timers = Timers(keep_spans=True, progress=progress)
             run_plan(plan, net, comm, steps=steps, warmup=warmup, timers=timers)
         finally:
             progress.close()
-    return after_passes(timers, range(steps), probe_passes(net, batch))
+    return timers
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,9 +30,9 @@ from pathlib import Path
 from costmodel.files import NODE_CORES_ENV, usable_cores
 from executor.timers import FINISH, SETUP, RankProgress, read_progress
 from networks.errors import DnnplanError
+from profiler.dispatch import THREAD_VARS
 
 JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 EXIT_TIMEOUT = 124
 KILL_GRACE_S = 5.0
 #: The module each rank runs (``python -m``); tests put a stand-in runtime behind it.

@@ -39,6 +39,7 @@ from executor.timers import FINISH, SETUP, ProgressFile, Timers
 from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
 from planner.plan_file import read_plan
+from profiler.dispatch import THREAD_VARS
 from profiler.inrun import InRunTimer, merge_samples
 from profiler.inrun_comm import InRunComm
 
@@ -67,7 +68,7 @@ def first_non_finite(losses) -> int | None:
 
 def set_threads(threads: int) -> None:
     """Limit BLAS and OpenMP pools of this process (environment for children, threadpoolctl now)."""
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for var in THREAD_VARS:
         os.environ[var] = str(threads)
     threadpool_limits(limits=threads)
 
@@ -143,7 +144,8 @@ def start_watchdog(comm, timeout_s: float) -> threading.Timer:
     return timer
 
 
-def _write_result(path: str, result: JobResult) -> None:
+def write_result(path: str, result: object) -> None:
+    """``result`` pickled to ``path``, all or nothing."""
     tmp = f"{path}.part"
     with open(tmp, "wb") as fh:
         pickle.dump(result, fh)
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                          keep_spans=args.trace, threads=args.threads, seed=args.seed, kernel_calls=calls,
                          progress=progress)
         if result is not None:
-            _write_result(args.result, result)
+            write_result(args.result, result)
         comm.Barrier()  # nobody exits before rank 0 has written the result
     except BaseException as err:  # noqa: BLE001 - one rank's failure must end every rank
         abort_with(comm, err)

@@ -14,6 +14,7 @@ from costmodel.comm_fit import Fit, fit_all, fit_json
 from costmodel.profile_table import ProfileTable
 from networks.errors import DnnplanError
 from profiler.comm_bench import BENCH_REVISION
+from profiler.dispatch import THREAD_VARS
 
 KIB, MIB = 1024, 1024 * 1024
 
@@ -49,7 +50,7 @@ def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float =
         cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "profiler.comm_bench",
                "--sizes", ",".join(map(str, sizes)), "--collectives", ",".join(collectives),
                "--cap", str(cap_s), "--out", out]
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        env = dict(os.environ, **{var: "1" for var in THREAD_VARS})
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         try:

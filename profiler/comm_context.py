@@ -30,7 +30,7 @@ def time_collectives(calls: Sequence[CommCall], ranks: int, threads: int,
     as before (the machine's links); it never stops a plan."""
     if ranks < 2 or not calls:
         return {}, ""
-    env = probe_env(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = probe_env(threads)
     with tempfile.TemporaryDirectory(prefix="dnnplan-comm-context-") as tmp:
         calls_path, result = os.path.join(tmp, "calls.pkl"), os.path.join(tmp, "samples.pkl")
         with open(calls_path, "wb") as fh:

@@ -33,7 +33,7 @@ def time_wait(threads: int, ranks: int, timeout_s: float = TIMEOUT_S) -> tuple[d
                "--threads", str(threads)]
     except DnnplanError as err:
         return {}, f"the wait probe needs mpiexec ({err})"
-    env = probe_env(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = probe_env(threads)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
