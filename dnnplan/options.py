@@ -218,6 +218,13 @@ PlanPipelineOpt = Annotated[Optional[str], typer.Option(
     "(at most one stage a block) and micro-batches of 1, 2, 4 or 8 samples, cuts the blocks into stages "
     "exactly and solves each stage's layers as the planner does (1F1B); a number fixes the degree. Only "
     "for networks that are stacks of identical blocks (transformers); docs/planner.md, Pipelines.")]
+PlanProveOpt = Annotated[float, typer.Option(
+    "--prove", help="With --pipeline: seconds to spend proving the choice. Pairs are compared with their "
+    "memory-bound stages solved by Lagrangian relaxation; each other (pipeline, micro-batch) pair whose lower "
+    "bound is below the chosen step is then searched again with every stage solved exactly, most promising "
+    "first, until none is left or the time is spent; a pair that could win by less than 1% (or --gap) is left. "
+    "The output says how much faster a pair left open could still be (0: the choice is optimal). 0 skips it.",
+    callback=within("--prove", 0, 1e7, " s"))]
 PlanMicroBatchesOpt = Annotated[Optional[int], typer.Option(
     "--micro-batches", help="With --pipeline: micro-batches per step (must divide the batch) instead of "
     "searching them.", callback=within("--micro-batches", 1, MAX_INT))]

@@ -2,7 +2,7 @@
 
 * :func:`inside_mpi_job` tells whether this process is already one rank of an ``mpiexec`` /
   ``srun`` job (then the CLI runs the plan on that job's ranks instead of launching).
-* :func:`find_mpiexec` looks next to the running Python first (the ``mpich`` wheel installs its
+* :func:`find_mpiexec` (profiler.comm's) looks next to the running Python first (the ``mpich`` wheel installs its
   ``mpiexec`` there, matching the MPI that mpi4py loads), then on ``PATH``.
 * :func:`threads_per_rank` gives each rank ``cores // P`` BLAS/OpenMP threads (at least 1) so the
   ranks do not oversubscribe the cores.
@@ -31,6 +31,7 @@ from costmodel.files import NODE_CORES_ENV, usable_cores
 from executor.timers import FINISH, SETUP, RankProgress, read_progress
 from networks.errors import DnnplanError
 from profiler.dispatch import THREAD_VARS
+from profiler.comm import find_mpiexec  # noqa: F401 - the launcher's name for it (session, tests)
 
 JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK")
 EXIT_TIMEOUT = 124
@@ -92,21 +93,6 @@ def world():
     """``COMM_WORLD`` of the MPI job this process is one rank of."""
     from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py initialises MPI, only for a job
     return MPI.COMM_WORLD
-
-
-def find_mpiexec() -> str:
-    """``mpiexec`` next to this Python (the mpich wheel's), else on PATH; a clear error if none."""
-    here = Path(sys.executable).parent
-    for name in ("mpiexec", "mpirun"):
-        cand = here / name
-        if cand.is_file() and os.access(cand, os.X_OK):
-            return str(cand)
-    for name in ("mpiexec", "mpirun"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise DnnplanError(f"no mpiexec found next to {sys.executable} or on PATH",
-                       hint="install an MPI: `pip install mpich` (the mpich wheel), or your system's MPI")
 
 
 def threads_per_rank(ranks: int, cores: int | None = None) -> int:

@@ -69,3 +69,36 @@ def _pareto(points: list[tuple[float, float, tuple[int, ...]]]) -> list[tuple[fl
         if not out or p[1] < out[-1][1]:
             out.append(p)
     return out
+
+
+def cut_lower(n: int, stages: int, micro_batches: int, lower: Callable[[int, int], "float | None"],
+              hi: int) -> float:
+    """No cut of ``n`` blocks into ``stages`` stages has a shorter step, from ``lower(s, k)``: at
+    most the optimum of stage ``s``'s own objective ``(m + S - 1) T + O`` holding ``k`` blocks (its
+    sends included; None: it does not fit), known for ``k <= hi + 1`` (``hi + 1`` only when
+    ``hi < n - S + 1``).
+
+    With ``max_s T_s >= (1/S) sum_s T_s`` and ``max_s O_s >= (1/S) sum_s O_s`` the step is at least
+    ``(1/S) sum_s [(m + S - 1) T_s + O_s]`` (:mod:`planner.pipeline_bound`): the least sum over cuts
+    whose stages all hold at most ``hi`` blocks is a dynamic programme (a size ``lower`` does not
+    know counts 0, as no stage costs less). A cut with a stage of ``k > hi`` blocks has a step of
+    at least that stage's ``m T + O >= m / (m + S - 1) [(m + S - 1) T + O]``, and a stage's optimum
+    grows with its blocks (a block fewer is a feasible choice for the same layers and less memory),
+    so at least ``m / (m + S - 1) lower(s, hi + 1)``."""
+    inf = float("inf")
+    best = {0: 0.0}
+    for s in range(stages):
+        nxt: dict[int, float] = {}
+        for used, total in best.items():
+            for k in range(1, min(hi, n - used - (stages - s - 1)) + 1):
+                got = lower(s, k)
+                if got is None:
+                    continue
+                nxt[used + k] = min(nxt.get(used + k, inf), total + got)
+        best = nxt
+    out = best.get(n, inf) / stages
+    if hi < n - stages + 1:
+        weight = micro_batches + stages - 1
+        tails = [got for got in (lower(s, hi + 1) for s in range(stages)) if got is not None]
+        out = min(out, min(tails, default=inf) * micro_batches / weight)
+    return out

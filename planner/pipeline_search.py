@@ -25,8 +25,14 @@ Stages the memory limit binds are solved by Lagrangian relaxation while pairs ar
 feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)`` is then searched
 again with every such stage solved exactly (its gap closed by :mod:`planner.solvers.pareto`, else
 the ILP), so the plan returned has every stage optimal for its weighted objective. Another pair,
-compared by its relaxed stages, may still hide a faster plan by up to its gap: ``exact`` solves
-every stage of every pair exactly (slower: minutes on GPT-3 where 24-block stages' fronts grow).
+compared by its relaxed stages, may still hide a faster plan: each pair's lower bound is the
+least of its stages' Lagrangian bounds over its cuts (:func:`planner.cut_search.cut_lower`), and
+every pair whose bound is below the best step is searched again with its gaps closed, least
+relaxed step first, until none is left or ``prove_s`` seconds pass (closing stops at that
+deadline; the ILP time limit, if any, bounds each closing too). A pair that could beat the choice
+by less than ``PROVE_GAP`` (or the caller's ``Settings.gap``) is left. ``proven_gap`` says how much
+faster than the choice any pair's optimum could still be (0: the choice is optimal). ``exact``
+solves every stage of every pair exactly from the start.
 
 Inside a cut, a stage of ``k`` blocks makes the step at least ``m T + O`` of that stage, so stage
 sizes whose cheapest such bound already loses are not tried (stage times grow with ``k``).
@@ -35,7 +41,7 @@ sizes whose cheapest such bound already loses are not tried (stage times grow wi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from costmodel.candidates import divisors
@@ -47,7 +53,7 @@ from costmodel.pipeline import p2p_s as send_s
 from networks.analysis import layer_cost
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.cut_search import best_cut
+from planner.cut_search import best_cut, cut_lower
 from planner.optimize import PlanMismatch, Settings
 from planner.pipeline_bound import stage_bound
 from planner.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
@@ -57,6 +63,11 @@ SCHEDULE = "1f1b"
 #: micro-batch sizes tried unless the caller names micro-batch counts (with the whole batch: no
 #: micro-batching); Megatron-LM's published runs use 1 to 8 (Narayanan et al. SC21, section 5)
 MICRO_SIZES = (1, 2, 4, 8)
+#: seconds the search spends closing other pairs' stage gaps to prove its choice (_proved)
+PROVE_S = 5.0
+#: another pair that could beat the choice by less than this fraction is not searched again (the
+#: caller's ``Settings.gap`` replaces it): below the model's own error
+PROVE_GAP = 0.01
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,21 @@ class Candidate:
     step_s: float | None = None
     cut: tuple[int, ...] = ()
     skipped: str = ""
+    lower_s: float = 0.0  # no cut of it is faster (its step when every stage it used was optimal)
+    closed: bool = False  # searched again with its stages' gaps closed (_proved)
+
+
+@dataclass(frozen=True)
+class Best:
+    """One (S, m) searched: its best step and cut, the solver holding its stages, and a lower bound
+    on its step were every stage solved exactly (its step when every stage was)."""
+
+    step_s: float
+    stages: int
+    micro_batches: int
+    cut: tuple[int, ...]
+    solver: StageSolver
+    lower_s: float
 
 
 @dataclass(frozen=True)
@@ -106,6 +132,7 @@ class _Search:
         self.stack, self.batch, self.p, self.machine, self.compute = stack, batch, p, machine, compute
         self.schedule = schedule
         self.limit, self.settings, self.exact = limit, settings, exact
+        self.deadline: float | None = None  # perf_counter time at which closing stage gaps stops (_proved)
         self.worst_gap = 0.0
         self.boundary = stack.boundary_bytes()
         ends = {layer.name: 0 for layer in stack.before} | {layer.name: 2 for layer in stack.after}
@@ -120,7 +147,8 @@ class _Search:
         key = (stages, m, close)
         if key not in self._solvers:
             self._solvers[key] = StageSolver(self.p // stages, self.batch // m, m + stages - 1, self.machine,
-                                             self.compute, self.settings, self.limit, self.exact, close)
+                                             self.compute, self.settings, self.limit, self.exact, close,
+                                             self.deadline if close else None)
         return self._solvers[key]
 
     def bound(self, stages: int, m: int) -> tuple[float, bool]:
@@ -145,29 +173,37 @@ class _Search:
         return {layer.name: (lambda st, layer=layer: tied_table_s(layer, st, self.machine, ranks))
                 for layer in net.layers if layer.name in self.ties}
 
-    def best(self, stages: int, m: int, close: bool = False) -> tuple[float, tuple[int, ...], StageSolver] | None:
+    def best(self, stages: int, m: int, close: bool = False) -> Best | None:
         n, micro = self.stack.n, self.batch // m
         solver = self.solver(stages, m, close)
         del self._solvers[(stages, m, close)]  # searched once: its pricing is not needed again
-        rl = roles(stages)
+        rl, weight = roles(stages), m + stages - 1
+        lows: dict[tuple[int, int], float | None] = {}  # each stage solve's lower bound (cut_lower)
 
         def cost(s: int, k: int) -> tuple[float, float] | None:
             net = self.stack.stage(k, rl[s])
             sol = solver.solve((k, rl[s]), net, kept(stages, s, m, self.schedule), self.tied(stages, s, net))
-            return None if sol is None else (sol.micro_s + self.p2p_s(stages, s, micro), sol.once_s + sol.tied_s)
+            sends = self.p2p_s(stages, s, micro)
+            lows[(s, k)] = None if sol is None else sol.lower_s(weight) + weight * sends
+            return None if sol is None else (sol.micro_s + sends, sol.once_s + sol.tied_s)
 
         if stages == 1:
-            got = best_cut(n, 1, m, cost, range(n, n + 1))
+            got, hi = best_cut(n, 1, m, cost, range(n, n + 1)), n
         else:
-            got = self._widening(n, stages, m, cost)
+            got, hi = self._widening(n, stages, m, cost)
         self.solves += solver.solves
         if not close:
             self.worst_gap = max(self.worst_gap, solver.worst_gap)
-        return None if got is None else (got[0], got[1], solver)
+        if got is None:
+            return None
+        lower = got[0]
+        if solver.worst_gap > 0:  # a stage kept a gap: the pair's optimum may be lower (cut_lower)
+            lower = min(lower, cut_lower(n, stages, m, lambda s, k: lows.get((s, k), 0.0), hi))
+        return Best(got[0], stages, m, got[1], solver, lower)
 
-    def _widening(self, n: int, stages: int, m: int, cost) -> tuple[float, tuple[int, ...]] | None:
+    def _widening(self, n: int, stages: int, m: int, cost) -> tuple[tuple[float, tuple[int, ...]] | None, int]:
         """The best cut, first over stage sizes around n / S, then wider while a larger stage could
-        still win (module docstring)."""
+        still win (module docstring); and the largest stage size tried through."""
         lo, hi = max(1, n // stages - 1), min(n - stages + 1, -(-n // stages) + 1)
         got = best_cut(n, stages, m, cost, range(lo, hi + 1))
         while hi < n - stages + 1:
@@ -177,14 +213,14 @@ class _Search:
             hi += 1
             lo = max(1, n - (stages - 1) * hi) if got is not None else 1
             got = best_cut(n, stages, m, cost, range(lo, hi + 1))
-        return got
+        return got, hi
 
 
 def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
                     memory_limit_bytes: float | None = None, settings: Settings = Settings(),
                     stage_counts: tuple[int, ...] | None = None, micro_counts: tuple[int, ...] | None = None,
                     progress: Callable[[int, int], None] | None = None, exact: bool = False,
-                    schedule: str = SCHEDULE) -> PipelineChoice:
+                    schedule: str = SCHEDULE, prove_s: float | None = PROVE_S) -> PipelineChoice:
     """The best pipelined plan of ``net`` (module docstring); ``stage_counts`` / ``micro_counts``
     restrict the degrees tried; ``progress(done, total)`` is told after each (S, m); ``exact``:
     stages the memory limit binds are solved by the ILP, not by Lagrangian relaxation; ``schedule``:
@@ -197,34 +233,66 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
     search = _Search(stack, batch, p, machine, compute, limit, settings, exact, schedule)
     combos = _bounded(search, _combos(stack, batch, p, machine, net, stage_counts, micro_counts))
-    best: tuple[float, int, int, tuple[int, ...], StageSolver] | None = None
-    out = [Candidate(s2, m2, b2, skipped="memory") for b2, s2, m2, fits in combos if not fits]
+    best: Best | None = None
+    out = [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf")) for b2, s2, m2, fits in combos if not fits]
     combos = [c for c in combos if c[3]]
     for i, (bound, stages, m, _) in enumerate(combos):
-        if best is not None and bound >= best[0]:
-            out.extend(Candidate(s2, m2, b2, skipped="bound") for b2, s2, m2, _ in combos[i:])
+        if best is not None and bound >= best.step_s:
+            out.extend(Candidate(s2, m2, b2, skipped="bound", lower_s=b2) for b2, s2, m2, _ in combos[i:])
             break
         got = search.best(stages, m)
-        out.append(Candidate(stages, m, bound, got[0] if got else None, got[1] if got else ()))
-        if got is not None and (best is None or got[0] < best[0] * (1 - 1e-12)):
-            best = (got[0], stages, m, got[1], got[2])
+        out.append(Candidate(stages, m, bound, got.step_s if got else None, got.cut if got else (),
+                             lower_s=max(bound, got.lower_s) if got else float("inf")))
+        if got is not None and (best is None or got.step_s < best.step_s * (1 - 1e-12)):
+            best = got
         if progress:
             progress(i + 1, len(combos))
     if best is None:
         raise DnnplanError(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
-    best = _closed(search, best)
-    return _choice(search, best, tuple(out), time.perf_counter() - start)
+    tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
+    best, out = _proved(search, best, out, prove_s, tolerance)
+    choice = _choice(search, best, tuple(out), time.perf_counter() - start)
+    choice.stats["prove_tolerance"] = tolerance
+    return choice
 
 
-def _closed(search: _Search, best):
-    """The chosen ``(S, m)`` searched again with its memory-bound stages' gaps closed (module
-    docstring), kept when no slower."""
-    step, stages, m, _, solver = best
-    if solver.relaxed == 0:
+def _closed(search: _Search, best: Best, out: list[Candidate], i: int) -> Best:
+    """``out[i]``'s ``(S, m)`` searched again with its memory-bound stages' gaps closed (module
+    docstring), ``out[i]`` updated, and the better of it and ``best``."""
+    c = out[i]
+    got = search.best(c.stages, c.micro_batches, close=True)
+    if got is None:  # no cut fits with exact stages where a relaxed one did: cannot be, but stay safe
         return best
-    got = search.best(stages, m, close=True)
-    return best if got is None or got[0] > step else (got[0], stages, m, got[1], got[2])
+    out[i] = replace(c, step_s=min(got.step_s, c.step_s or got.step_s), cut=got.cut,
+                     lower_s=max(c.lower_s, got.lower_s), closed=True)
+    return got if got.step_s < best.step_s * (1 - 1e-12) else best
+
+
+def _proved(search: _Search, best: Best, out: list[Candidate], seconds: float | None,
+            tolerance: float) -> tuple[Best, list[Candidate]]:
+    """The chosen pair's gaps closed; then every other pair whose lower bound is more than
+    ``tolerance`` below the best step, most promising (least relaxed step) first, until none is left
+    or ``seconds`` pass: its stage solves' gap closing stops at that deadline (module docstring)."""
+    index = {(c.stages, c.micro_batches): i for i, c in enumerate(out)}
+    if best.solver.relaxed:
+        best = _closed(search, best, out, index[(best.stages, best.micro_batches)])
+    start = time.perf_counter()
+    search.deadline = None if seconds is None else start + seconds
+    order = sorted((c.step_s, i) for i, c in enumerate(out) if c.step_s is not None and not c.closed
+                   and (c.stages, c.micro_batches) != (best.stages, best.micro_batches))
+    for _, i in order:
+        if seconds is not None and time.perf_counter() - start >= seconds:
+            break
+        if out[i].lower_s < best.step_s * (1 - tolerance):
+            best = _closed(search, best, out, i)
+    return best, out
+
+
+def proven_gap(step: float, candidates) -> float:
+    """How much faster than ``step`` the best pipelined plan could still be: 0 when every pair's
+    lower bound reaches it (the choice is proven optimal; the chosen pair's own stages count too)."""
+    return max(0.0, 1 - min((c.lower_s for c in candidates), default=step) / step)
 
 
 def _combos(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stage_counts, micro_counts):
@@ -267,7 +335,7 @@ def _bounded(search: _Search, combos: list[tuple[float, int, int]]) -> list[tupl
 
 
 def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: float) -> PipelineChoice:
-    step, stages, m, cut, solver = best
+    step, stages, m, cut, solver = best.step_s, best.stages, best.micro_batches, best.cut, best.solver
     micro, rl, stack = search.batch // m, roles(stages), search.stack
     sols, preds, start = [], [], 0
     for s, k in enumerate(cut):
@@ -286,5 +354,7 @@ def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: f
     stats = {"seconds": round(seconds, 3), "tried": sum(1 for c in candidates if not c.skipped),
              "skipped": sum(1 for c in candidates if c.skipped), "stage_solves": search.solves,
              "worst_stage_gap": search.worst_gap, "relaxed_stage_solves": solver.relaxed,
-             "open_stage_solves": solver.open}
+             "open_stage_solves": solver.open,
+             "closed_pairs": sum(1 for c in candidates if c.closed and (c.stages, c.micro_batches) != (stages, m)),
+             "proven_gap": proven_gap(step, candidates)}
     return PipelineChoice(stack, search.batch, search.p, stages, m, cut, tuple(sols), pred, candidates, stats)

@@ -19,6 +19,7 @@ fast, with its proven gap recorded), then, with ``close``, the gap closed exactl
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from costmodel.compute import ComputeModel
@@ -48,6 +49,12 @@ class StageSolution:
     memory_bytes: float  # its peak with ``kept`` micro-batches' activations
     activation_bytes: float  # the activations of one micro-batch it keeps
     tied_s: float = 0.0  # once a step: the tied table's gradient summed with the other stage holding it
+    gap: float = 0.0  # its objective is within this fraction of the stage's optimum (0: optimal)
+
+    def lower_s(self, weight: float) -> float:
+        """No solution of this stage's problem has a smaller objective ``weight * T + O`` (its
+        optimum, or the Lagrangian bound when a gap is left)."""
+        return (weight * self.micro_s + self.once_s + self.tied_s) * (1 - self.gap)
 
     def predict(self, micro_batch: int, machine: Machine, compute: ComputeModel, settings: Settings) -> StepPrediction:
         """The cost model's step of this stage at one micro-batch, checked against the solver's
@@ -67,7 +74,9 @@ class StageSolver:
     """Solves the stages of one (ranks, micro-batch, weight) and remembers them."""
 
     def __init__(self, ranks: int, micro_batch: int, weight: float, machine: Machine, compute: ComputeModel,
-                 settings: Settings, memory_limit: float, exact: bool = False, close: bool = False):
+                 settings: Settings, memory_limit: float, exact: bool = False, close: bool = False,
+                 deadline: float | None = None):
+        self.deadline = deadline  # perf_counter time after which no gap is closed (each left open)
         self.ranks, self.micro_batch, self.weight = ranks, micro_batch, weight
         self.settings, self.limit, self.exact, self.close = settings, memory_limit, exact, close
         self.worst_gap = 0.0  # the largest proven gap of a Lagrangian solve (0 when exact)
@@ -93,6 +102,12 @@ class StageSolver:
             self._bound[(key, kept)] = self._solve(net, kept, self.limit, extra)
         return self._bound[(key, kept)]
 
+    def _left(self) -> float | None:
+        """Seconds a gap may take to close: the ILP time limit, up to the deadline."""
+        limits = [x for x in (self.settings.time_limit_s,
+                              None if self.deadline is None else self.deadline - time.perf_counter()) if x is not None]
+        return min(limits, default=None)
+
     def _solve(self, net: Network, kept: int, limit: float | None, extra: dict | None = None) -> StageSolution | None:
         self.solves += 1
         built = build_with(self.builder, net, limit, weight=self.weight, kept=kept, extra_once=extra)
@@ -103,15 +118,17 @@ class StageSolver:
             self._lam = got.lam or self._lam
             if got.status != "optimal":
                 self.relaxed += 1
-            if got.status != "optimal" and self.close:
+            left = self._left()
+            if got.status != "optimal" and self.close and (left is None or left > 0):
                 bound = got.objective * (1 - (got.gap or 0.0))
                 closed = solve_relaxed(built.problem, Relaxation(got.choice, got.objective, bound, got.lam or 0.0),
-                                       self.settings.time_limit_s, self.settings.gap)
+                                       left, self.settings.gap)
                 got = closed if closed.objective <= got.objective else got
-            choice = got.choice
-            self.worst_gap = max(self.worst_gap, got.gap or 0.0)
+            choice, gap = got.choice, (got.gap or 0.0) if got.status != "optimal" else 0.0
+            self.worst_gap = max(self.worst_gap, gap)
             self.open += got.status != "optimal"
         else:
+            gap = 0.0
             try:
                 choice, _, _ = solve_exact(built, self.settings)
             except DnnplanError:
@@ -124,5 +141,5 @@ class StageSolver:
         algorithms = {layer.name: built.candidates[i][c][1] for i, (layer, c) in enumerate(zip(net.layers, choice))
                       if built.candidates[i][c][1]}
         return StageSolution(net, strategies, algorithms, (objective - once - tied) / self.weight, once,
-                             memory - (kept - 1) * acts, acts, tied)
+                             memory - (kept - 1) * acts, acts, tied, gap)
 

@@ -9,12 +9,13 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 from costmodel.comm_fit import Fit, fit_all, fit_json
 from costmodel.profile_table import ProfileTable
 from networks.errors import DnnplanError
 from profiler.comm_bench import BENCH_REVISION
-from profiler.dispatch import THREAD_VARS
+from profiler.dispatch import probe_env
 
 KIB, MIB = 1024, 1024 * 1024
 
@@ -30,13 +31,18 @@ def default_sizes(max_bytes: int = 16 * MIB) -> list[int]:
 
 
 def find_mpiexec() -> str:
-    found = shutil.which("mpiexec")
-    if found:
-        return found
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.path.exists(here):
-        return here
-    raise DnnplanError("mpiexec not found", hint="pip install mpich (it ships mpiexec), or put mpiexec on PATH")
+    """``mpiexec`` next to this Python (the mpich wheel's), else on PATH; a clear error if none."""
+    here = Path(sys.executable).parent
+    for name in ("mpiexec", "mpirun"):
+        cand = here / name
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    for name in ("mpiexec", "mpirun"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise DnnplanError(f"no mpiexec found next to {sys.executable} or on PATH",
+                       hint="install an MPI: `pip install mpich` (the mpich wheel), or your system's MPI")
 
 
 def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float = 0.3,
@@ -50,11 +56,8 @@ def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float =
         cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "profiler.comm_bench",
                "--sizes", ",".join(map(str, sizes)), "--collectives", ",".join(collectives),
                "--cap", str(cap_s), "--out", out]
-        env = dict(os.environ, **{var: "1" for var in THREAD_VARS})
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=probe_env(1))
         except subprocess.TimeoutExpired:
             raise DnnplanError(f"mpiexec did not finish within {timeout_s:.0f} s",
                                hint="use fewer --sizes or a smaller --max-bytes") from None

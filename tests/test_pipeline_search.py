@@ -11,7 +11,7 @@ import pytest
 
 from costmodel.candidates import divisors
 from networks.errors import DnnplanError
-from planner.cut_search import best_cut
+from planner.cut_search import best_cut, cut_lower
 from planner.optimize import Settings
 from costmodel.pipeline import stage_network
 from planner.pipeline_search import _Search, kept, micro_sizes, roles, search_pipeline
@@ -23,6 +23,7 @@ from profiler import context
 
 ZOO = Path(__file__).resolve().parents[1] / "networks" / "zoo"
 SETTINGS = Settings(optimizer="adam", precision="fp16")
+PROVE = Settings(optimizer="adam", precision="fp16", gap=0.0)  # every pair that could win is searched again
 
 
 def _compositions(n: int, parts: int):
@@ -104,6 +105,28 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
     assert all(sends.bound(*k)[0] > 0 for k in per)
     assert got.prediction.step_s <= best * (1 + 1e-9)
     assert got.prediction.step_s == pytest.approx(best, rel=1e-9)
+    # the search as `dnnplan plan` runs it (pairs compared by Lagrangian stage solves), proving to the end
+    relaxed = search_pipeline(net, batch, p, ctx.machine, ctx.compute, limit, PROVE, micro_counts=divisors(batch),
+                              prove_s=None)
+    assert relaxed.stats["proven_gap"] == 0
+    assert relaxed.prediction.step_s == pytest.approx(best, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_the_proof_closes_the_pairs_that_could_still_win(tmp_path):
+    """Memory-bound stages leave Lagrangian gaps: without time to prove, the search says how much
+    faster another pair could be; given the time, it closes every pair whose bound is below its
+    step and says the choice is optimal, no slower than before."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, precision="fp16")
+    limit = 2.0 ** 30 * 0.0025  # gaps up to 72% in the stages the pairs are compared with
+    quick = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, prove_s=0)
+    full = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, PROVE, prove_s=None)
+    assert quick.stats["worst_stage_gap"] > 0 and quick.stats["closed_pairs"] <= 1  # the chosen pair alone
+    assert quick.stats["proven_gap"] > 0
+    assert full.stats["proven_gap"] == 0 and full.prediction.step_s <= quick.prediction.step_s * (1 + 1e-12)
+    for c in full.candidates:
+        assert c.lower_s <= (c.step_s or float("inf")) * (1 + 1e-12)
+        assert c.skipped or c.closed or c.lower_s >= full.prediction.step_s * (1 - 1e-12)
 
 
 def test_the_stage_bound_proves_when_nothing_fits(tmp_path):
@@ -128,6 +151,40 @@ def test_the_search_prices_its_choice_as_the_pipeline_model_does():
     assert pred.step_s == pytest.approx(sum(ts) + (got.micro_batches - 1) * max(ts)
                                         + max(s.once_s for s in pred.stages))
     assert all(not c.skipped or c.bound_s >= pred.step_s for c in got.candidates)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_cut_lower_bound_holds_for_every_cut(seed):
+    """Stage costs growing with their blocks, each stage's objective known only to within a gap:
+    no cut's step is below the bound, whatever the largest size the bound was told (``hi``)."""
+    rng = np.random.default_rng(seed)
+    n, stages, m = int(rng.integers(2, 9)), int(rng.integers(1, 4)), int(rng.integers(1, 9))
+    stages, weight = min(stages, n), m + min(stages, n) - 1
+    t0, o0 = rng.uniform(0, 2, stages), rng.uniform(0, 3, stages)
+    dt, do = rng.uniform(0.01, 2, (stages, n)) ** 2, rng.uniform(0, 1, (stages, n))
+    cost = {(s, k): (t0[s] + dt[s, :k].sum(), o0[s] + do[s, :k].sum()) for s in range(stages) for k in range(1, n + 1)}
+    too_big = int(rng.integers(2, n + 2))  # stages of this many blocks or more do not fit
+    gaps = rng.uniform(0, 0.5, (stages, n + 1)) * (rng.random() < 0.5)  # half the cases exact
+    best = None
+    for cut in _compositions(n, stages):
+        if max(cut) >= too_big:
+            continue
+        costs = [cost[(s, k)] for s, k in enumerate(cut)]
+        step = _step([c[0] for c in costs], [c[1] for c in costs], m)
+        best = step if best is None else min(best, step)
+
+    def lower(s, k):
+        return None if k >= too_big else (weight * cost[(s, k)][0] + cost[(s, k)][1]) * (1 - gaps[s, k])
+
+    for hi in range(1, n - stages + 2):
+        got = cut_lower(n, stages, m, lower, hi)
+        assert got >= 0 and (best is None or got <= best * (1 + 1e-12))  # any bound holds when none fits
+    exact = cut_lower(n, stages, m, lambda s, k: None if k >= too_big else weight * cost[(s, k)][0] + cost[(s, k)][1],
+                      n - stages + 1)
+    if best is None:  # told every size, the bound proves that no cut fits
+        assert exact == float("inf")
+    elif stages == 1:  # one stage: the bound is its objective, the step itself
+        assert exact == pytest.approx(best, rel=1e-12)
 
 
 def test_micro_batch_sizes_include_megatrons_per_replica_ones():

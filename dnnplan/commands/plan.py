@@ -10,9 +10,9 @@ from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
-                             OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlotOpt, PrecisionOpt,
-                             PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepOpt,
-                             TimeLimitOpt, ZeroOpt)
+                             OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt, PlotOpt,
+                             PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt, ScheduleOpt,
+                             SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import warn
@@ -23,7 +23,7 @@ from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
 from costmodel.precision import get_precision
 from costmodel.step import model_flops_utilization
 from planner.optimize import Settings, make_plan
-from planner.pipeline_search import search_pipeline
+from planner.pipeline_search import PROVE_S, search_pipeline
 from planner.plan_file import plan_to_dict, write_plan
 from planner.plan_pipeline import plan_of_choice
 from planner.refreshed import refreshed
@@ -58,8 +58,8 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
          time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None, plot: PlotOpt = None,
          refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum",
          zero: ZeroOpt = 0, recompute: RecomputeOpt = True, pipeline: PlanPipelineOpt = None,
-         micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b", as_json: JsonOpt = False,
-         step_context: PlanStepContextOpt = True, force: ForceOpt = False) -> None:
+         micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b", prove: PlanProveOpt = PROVE_S,
+         as_json: JsonOpt = False, step_context: PlanStepContextOpt = True, force: ForceOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -97,7 +97,7 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
                                hint="use 1f1b or gpipe" + (" (`dnnplan predict --schedule interleaved --chunks V` "
                                                            "prices interleaving)" if schedule == INTERLEAVED else ""))
         return plan_pipeline(ctx, network, pipeline, micro_batches, limit, settings, out, schedule, as_json,
-                             machine_ref=machine or DEFAULT_MACHINE, fingerprint=profile_fingerprint(profile))
+                             prove_s=prove, machine_ref=machine or DEFAULT_MACHINE, fingerprint=profile_fingerprint(profile))
     if sweep:
         return plan_sweep(ctx, network, sweep, plot, limit, settings, as_json)
     result = refreshed(ctx.compute, lambda: make_plan(ctx.network, network, ctx.batch, devices, ctx.machine,
@@ -142,7 +142,7 @@ def plan_sweep(ctx: Context, network: str, counts: str, plot: str | None, limit:
 
 def plan_pipeline(ctx: Context, network: str, pipeline: str | None, micro_batches: int | None,
                   limit: float | None, settings: Settings, out: str | None, schedule: str, as_json: bool, *,
-                  machine_ref: str, fingerprint: str | None) -> None:
+                  prove_s: float = PROVE_S, machine_ref: str, fingerprint: str | None) -> None:
     """`dnnplan plan --pipeline auto|S [--micro-batches M] [--out PLAN]`: the pipeline search
     (planner.pipeline_search), written as a pipelined plan with --out."""
     stages = None
@@ -155,7 +155,7 @@ def plan_pipeline(ctx: Context, network: str, pipeline: str | None, micro_batche
     with render.search_progress("pipeline search", disable=as_json) as tick:
         got = refreshed(ctx.compute, lambda: search_pipeline(
             ctx.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, limit, settings, stages, micro,
-            progress=tick, schedule=schedule))
+            progress=tick, schedule=schedule, prove_s=prove_s))
     mfu = model_flops_utilization(ctx.network, ctx.batch, got.prediction.step_s, ctx.devices, ctx.machine,
                                   get_precision(settings.precision).matmul)
     if out:

@@ -187,6 +187,20 @@ def pipeline_choice(got, mfu: float) -> None:
         left = st["open_stage_solves"]
         console.print(f"the chosen pair's {st['relaxed_stage_solves']} memory-bound stage solves: "
                       + ("every gap closed, each stage optimal" if not left else f"{left} left with a gap"))
+    console.print(proof_line(st))
+
+
+def proof_line(stats: dict) -> str:
+    """Whether another (pipeline, micro-batch) pair could still beat the choice (planner.pipeline_search)."""
+    again = (f"{stats['closed_pairs']} other pairs searched again with their stages' gaps closed; "
+             if stats.get("closed_pairs") else "")
+    gap, tol = stats["proven_gap"], stats.get("prove_tolerance", 0.0)
+    if gap <= 0:
+        return f"{again}proven: no other pair is faster"
+    if gap <= tol:
+        return f"{again}proven within {gap:.2%}: no pair could win by more (pairs within {tol:.0%}, --gap, are left)"
+    return (f"{again}another pair could still be up to {stats['proven_gap']:.1%} faster "
+            "(its stages' Lagrangian gaps; a longer --prove closes them)")
 
 
 def _mix(strategies) -> str:
