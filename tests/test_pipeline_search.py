@@ -245,7 +245,9 @@ def test_dnnplan_plan_pipeline_auto_prints_and_writes_json(tmp_path):
             "--optimizer", "adam", "--pipeline", "auto"]
     got = runner.invoke(app, args + ["--json"])
     assert got.exit_code == 0, got.output
-    out = json.loads(got.stdout)
+    out = json.loads(got.stdout, parse_constant=lambda name: pytest.fail(f"{name} in --json: not strict JSON"))
+    assert out["search"]["proven_gap"] >= 0
+    assert all(c["lower_s"] <= c["step_s"] * (1 + 1e-12) for c in out["tried"] if c["step_s"] is not None)
     assert out["devices"] == 4 and len(out["stages"]) * out["stages"][0]["ranks"] == 4
     assert sum(out["cut_blocks"]) == 2 and 0 < out["mfu"] < 1 and out["search"]["tried"] >= 1
     text = runner.invoke(app, args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 from costmodel.files import DEFAULT_MACHINE
@@ -163,8 +164,14 @@ def plan_pipeline(ctx: Context, network: str, pipeline: str | None, micro_batche
     if as_json:
         print(json.dumps({**pipeline_json(got.prediction), "cut_blocks": list(got.cut), "mfu": mfu,
                           "micro_batch": got.micro_batch, "search": got.stats,
-                          "tried": [c.__dict__ for c in got.candidates]}))
+                          "tried": [_finite(c.__dict__) for c in got.candidates]}))
         return
     render.pipeline_choice(got, mfu)
     if out:
         render.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {ctx.devices}`)")
+
+
+def _finite(row: dict) -> dict:
+    """A candidate's fields for JSON: an infinite bound (nothing fits) as null, so the output
+    stays strict JSON."""
+    return {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in row.items()}
