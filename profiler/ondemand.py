@@ -211,20 +211,22 @@ class OnDemandCompute(ProfiledCompute):
         return super().dispatch_s(local, algorithm, consumers)
 
     def retime_dispatch(self) -> None:
-        """The executor's dispatch probe timed again now, once per process, for a prediction made
-        just before its run (executor.session.step_context_entries): the time between kernels
-        follows the machine's state of the moment as the kernels do (the two-rank profile's bins,
-        timed on an earlier day, were 1.2 to 2.4 times those of a probe timed before the run on
-        2026-11-26, and lenet5's ahead-of-time step errors were -6% to -11%; with the probe timed
-        again, -1% to +8%). The cache keeps the new entries; a probe that fails leaves the old ones."""
-        if not self.enabled or DISPATCH in self._timed:
+        """The executor's dispatch probe timed again now, for a prediction made just before its run
+        (executor.session.step_context_entries): the time between kernels follows the machine's
+        state of the moment, as the kernels do (docs/executor.md, "Dispatch"). Once per process
+        and cache file: the new bins replace the cached ones in the table and are written to the
+        cache at once, where the models this process opens next read them; a probe that fails
+        leaves the old ones."""
+        if not self.enabled or DISPATCH in self._timed or self.path in _RETIMED:
             return
         self._timed.add(DISPATCH)
+        _RETIMED.add(self.path)
         self._say("timing the executor's own time per layer pass again, before the run")
         entries, why = dispatch.time_dispatch(self.threads, self.concurrency)
         if entries:  # the new bins replace every old one (a bin the new probe lacks is not kept)
             self.table, self.cached = _without_dispatch(self.table), _without_dispatch(self.cached)
             self._keep_executor(entries)
+            self.save()
         elif why and self.progress:
             Console(stderr=True).print(f"[yellow]warning:[/yellow] {why}; the prediction keeps the cached "
                                        "executor time between kernels")
@@ -262,6 +264,10 @@ class OnDemandCompute(ProfiledCompute):
             write_table(self.cached, self.path)
             self.new = {}
         self._last_save = time.perf_counter()
+
+
+#: cache files whose dispatch probe this process has timed again (OnDemandCompute.retime_dispatch)
+_RETIMED: set[str] = set()
 
 
 def _without_dispatch(table):
