@@ -24,6 +24,7 @@ from executor import launch
 from executor.timers import FINISH, SETUP, ProgressFile, RankProgress, Timers, read_progress
 from networks.errors import DnnplanError
 from networks.loader import load_network
+from ctrl_c import default_sigint
 from profile_calls import _two_calls
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK
@@ -77,7 +78,7 @@ def test_an_interrupted_profile_writes_its_table(tmp_path):
 def test_ctrl_c_in_profile_saves_and_the_same_command_resumes(tmp_path):
     args = ["profile", "lenet5", "--devices", "1", "--batch", "1024", "--out", "T.json"]
     proc = subprocess.Popen([sys.executable, "-m", "dnnplan", *args], cwd=tmp_path, env=_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     time.sleep(5)
     assert proc.poll() is None, "the profile ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)

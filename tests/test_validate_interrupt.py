@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ctrl_c import default_sigint
 from dnnplan.cli import app
 from executor import validation
 from executor.compare import Comparison, Measured
@@ -173,7 +174,8 @@ def _start(args: list[str], cwd: Path, env: dict) -> tuple[subprocess.Popen, lis
     """The command in its own process group (as a terminal runs it), stdout and stderr gathered
     line by line."""
     proc = subprocess.Popen([sys.executable, "-m", "dnnplan", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
     out: list[str] = []
     err: list[str] = []
     readers = [threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True),
