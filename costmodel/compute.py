@@ -172,9 +172,9 @@ class ComputeModel(Protocol):
 class OnDemand(Protocol):
     """A compute model that times kernels on this computer when asked (profiler.ondemand): it can
     list the calls a weighing looks up, time them again (alone, or in a plan's step context, the
-    plan's collectives too),
-    take timings made elsewhere, and write what it timed to its cache file. ``refresh``: every call
-    is timed again on its first lookup (``--refresh-profile``)."""
+    plan's collectives and the executor's time between kernels too), take timings made elsewhere,
+    and write what it timed to its cache file. ``refresh``: every call is timed again on its first
+    lookup (``--refresh-profile``)."""
 
     refresh: bool
 
@@ -187,6 +187,8 @@ class OnDemand(Protocol):
     def time_in_step(self, calls: list[KernelCall], before: Mapping, updates: Sequence = ()) -> dict: ...
 
     def time_collectives_in_step(self, calls: Sequence, ranks: int) -> dict: ...
+
+    def retime_dispatch(self) -> None: ...
 
     def save(self) -> None: ...
 

@@ -155,9 +155,10 @@ InRunOpt = Annotated[bool, typer.Option(
 StepContextOpt = Annotated[bool, typer.Option(
     "--step-context/--no-step-context", help="Machine `local` without --profile: before the run, time the plan's "
     "kernels again in its step's order (each after the calls that precede it in the step, as they meet them "
-    "there), and on several ranks its collectives on as many ranks (each after the kernels before it), and "
-    "predict from those timings; the prediction from the profile's kernels timed alone is shown "
-    "beside. A few seconds a plan; --no-step-context predicts from the profile alone.")]
+    "there), and on several ranks its collectives on as many ranks (each after the kernels before it), and the "
+    "executor's own time between kernels (its probe, once), and predict from those timings; the prediction "
+    "from the profile's kernels timed alone is shown beside. A few seconds a plan; --no-step-context predicts "
+    "from the profile alone.")]
 PlanStepContextOpt = Annotated[bool, typer.Option(
     "--step-context/--no-step-context", help="Machine `local` without --profile: once the plan is made, time its "
     "kernels and those of each uniform plan (data, filter, spatial) again in their step's order and context (and "

@@ -273,6 +273,7 @@ def step_context_entries(prep: Prepared) -> dict:
     they do not)."""
     if not isinstance(prep.compute, OnDemand) or prep.plan.pipeline is not None or launcher.inside_mpi_job():
         return {}
+    prep.compute.retime_dispatch()  # the time between kernels too, as the machine is now
     made = []
     calls = [c for c in prep.compute.calls_of(lambda: made.append(predict(prep))) if not isinstance(c, CommCall)]
     steps = step_calls(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms())

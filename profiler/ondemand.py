@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 from costmodel.compute import Roofline
 from costmodel.kernel_calls import KernelCall
 from costmodel.machine import Machine
-from costmodel.profile_table import DISPATCH, Entry, wait_key, with_entries, with_executor
+from costmodel.profile_table import DISPATCH, Entry, is_dispatch_key, wait_key, with_entries, with_executor
 from costmodel.profiled_compute import Lookup, ProfiledCompute
 from networks.errors import DnnplanError
 from profiler import comm_context, dispatch, side_by_side, step_context, sync
@@ -210,6 +210,27 @@ class OnDemandCompute(ProfiledCompute):
             self._keep_executor(entries)
         return super().dispatch_s(local, algorithm, consumers)
 
+    def retime_dispatch(self) -> None:
+        """The executor's dispatch probe timed again now, for a prediction made just before its run
+        (executor.session.step_context_entries): the time between kernels follows the machine's
+        state of the moment, as the kernels do (docs/executor.md, "Dispatch"). Once per process
+        and cache file: the new bins replace the cached ones in the table and are written to the
+        cache at once, where the models this process opens next read them; a probe that fails
+        leaves the old ones."""
+        if not self.enabled or DISPATCH in self._timed or self.path in _RETIMED:
+            return
+        self._timed.add(DISPATCH)
+        _RETIMED.add(self.path)
+        self._say("timing the executor's own time per layer pass again, before the run")
+        entries, why = dispatch.time_dispatch(self.threads, self.concurrency)
+        if entries:  # the new bins replace every old one (a bin the new probe lacks is not kept)
+            self.table, self.cached = _without_dispatch(self.table), _without_dispatch(self.cached)
+            self._keep_executor(entries)
+            self.save()
+        elif why and self.progress:
+            Console(stderr=True).print(f"[yellow]warning:[/yellow] {why}; the prediction keeps the cached "
+                                       "executor time between kernels")
+
     def wait_per_work(self, ranks: int, time_missing: bool = True) -> float:
         """A ``ranks``-rank step's wait per second of work (profiler.sync), its probe run under
         mpiexec on first use when the cache has none (or, with ``refresh``, once per process);
@@ -243,6 +264,15 @@ class OnDemandCompute(ProfiledCompute):
             write_table(self.cached, self.path)
             self.new = {}
         self._last_save = time.perf_counter()
+
+
+#: cache files whose dispatch probe this process has timed again (OnDemandCompute.retime_dispatch)
+_RETIMED: set[str] = set()
+
+
+def _without_dispatch(table):
+    """``table`` less its ``dispatch/h<k>`` entries."""
+    return dataclasses.replace(table, executor={k: e for k, e in table.executor.items() if not is_dispatch_key(k)})
 
 
 def local_compute_model(machine: Machine, threads: int = 1, progress: bool = True,

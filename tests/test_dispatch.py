@@ -280,3 +280,37 @@ def test_two_builds_of_a_weighted_forward_kernel_share_its_input_only():
     assert timer._room == (1 << 30) - 2 * weighted[0].bytes  # two operand sets kept
     timer.round()
     assert len(timer.samples[weighted[0].key]) == 1
+
+
+def test_step_context_times_the_probe_again_once_and_its_bins_replace_the_old(monkeypatch, tmp_path):
+    """Before a run (executor.session.step_context_entries) the probe is timed again, once per
+    process and cache file; its bins replace every cached one, in the table and in the cache file;
+    a probe that fails leaves the cached bins."""
+    import profiler.dispatch as pd
+    from profiler.ondemand import OnDemandCompute
+    from profiler.tables import read_table
+    monkeypatch.delenv("DNNPLAN_NO_PROFILE", raising=False)
+    old = {"dispatch/h8": _entry(9e-5, 10**4), "dispatch/h18": _entry(9e-4, 10**9), "wait/p2": _entry(0.01, 0)}
+    path = tmp_path / "cache.json"
+
+    def model():
+        return OnDemandCompute(ProfileTable(dict(FP), {}, {}, str(path), dict(old)), Roofline(load_machine("local")),
+                               str(path), 1, progress=False)
+
+    runs = []
+    new = {"dispatch/h8": _entry(2e-5, 10**4), "dispatch/h12": _entry(4e-5, 10**6)}
+    monkeypatch.setattr(pd, "time_dispatch", lambda threads, ranks: runs.append(threads) or (dict(new), ""))
+    cm = model()
+    cm.retime_dispatch()
+    cm.retime_dispatch()
+    assert runs == [1]
+    assert set(cm.table.executor) == {"dispatch/h8", "dispatch/h12", "wait/p2"}
+    assert cm.pass_dispatch_s(10**4) == pytest.approx(2e-5) and cm.pass_dispatch_s(10**9) == pytest.approx(4e-5)
+    assert set(read_table(path).executor) == {"dispatch/h8", "dispatch/h12", "wait/p2"}  # written at once
+    model().retime_dispatch()  # once per process and cache file
+    assert runs == [1]
+    monkeypatch.setattr(pd, "time_dispatch", lambda threads, ranks: ({}, "probe failed"))
+    path = tmp_path / "other.json"
+    failed = model()
+    failed.retime_dispatch()
+    assert failed.table.executor == old and failed.pass_dispatch_s(10**9) == pytest.approx(9e-4)
