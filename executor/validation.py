@@ -36,7 +36,7 @@ from executor.interrupts import save_timed, sigint_here_only, sigint_ignored
 from executor.repeats import plan_rows, run_order
 from executor.summary import best_plan_loss, is_planner, summarize
 from executor.session import (Prepared, agree_node_cores, in_run_unavailable, in_step_context, measure_both,
-                              non_finite_loss_warning, prepare)
+                              non_finite_loss_warning, prepare, step_context_entries)
 from executor.step_choice import PLANNER, uniform_plans
 from executor.worker import JobResult
 from networks.errors import DnnplanError
@@ -315,13 +315,15 @@ def _in_context(candidates: list[tuple[str, Plan]], s: RunSettings,
 
 def _run(name: str, plan: Plan, path: str, ctx: Context, s: RunSettings, repeat: int | None,
          timed_in_run: bool, context: dict) -> PlanRun | None:
-    """Run one plan and compare it with its prediction made ahead of time (from ``context``, its
-    calls timed in step context before the runs, when given) and, with ``timed_in_run``, with the
-    one from kernels re-timed inside the run (None on ranks other than 0 of an MPI job)."""
+    """Run one plan and compare it with its prediction made ahead of time and, with
+    ``timed_in_run``, with the one from kernels re-timed inside the run (None on ranks other than
+    0 of an MPI job). Where the plan was weighed in step context (``context`` not empty), its
+    calls are timed in step context again just before this run, as `dnnplan execute` predicts a
+    run: the machine's speed drifts over the minutes the other plans' runs take."""
     write_plan(plan, path)
     prep = prepare(path, ctx.devices, s.threads, s.profile)  # why in-run timing cannot apply: said once
-    prep = in_step_context(prep, context)
     try:
+        prep = in_step_context(prep, (step_context_entries(prep) or context) if context else {})
         job, cmp, again = measure_both(prep, steps=s.steps, warmup=s.warmup, check=s.check, trace=False,
                                        timeout_s=s.timeout_s, in_run=timed_in_run)
     except KeyboardInterrupt:

@@ -153,3 +153,26 @@ def test_a_resumed_validate_keeps_the_plan_the_interrupted_run_ran_as_the_planne
         ("planner", "solver's"), ("data", "data's")]
     ran = [{"name": "planner = data", "plan": {"p": "data's"}}]
     assert [n for n, _, _ in v._in_context(cands, v.RunSettings(), ran)] == ["planner = data", "solver"]
+
+
+def test_validate_times_each_runs_step_context_just_before_that_run(monkeypatch):
+    """The weighing before the runs picks the planner's plan; each run is then predicted from its
+    calls timed in step context again just before it (the machine drifts while other plans run),
+    as `dnnplan execute` predicts; without step context nothing is timed."""
+    import executor.validation as v
+    from executor import step_choice
+    from executor.step_choice import Timed
+    from test_validate_interrupt import FakeRuns
+    monkeypatch.setattr(step_choice, "weighed", lambda cands, threads=None, profile=None: [
+        Timed(name, plan, {"weighed": name}, 1.0, 1.0) for name, plan in cands])
+    timed, used = [], []
+    monkeypatch.setattr(v, "step_context_entries", lambda prep: timed.append(len(timed)) or {"run": len(timed)})
+    monkeypatch.setattr(v, "in_step_context", lambda prep, entries: used.append(entries) or prep)
+    monkeypatch.setattr(v, "measure_both", FakeRuns())
+    ctx = v.resolve("lenet5", 2, 8, "dgx-a100", None, False)
+    report = v.validate(ctx, "lenet5", "dgx-a100", v.RunSettings(steps=1, warmup=0, check=False, repeats=2))
+    runs = len(report.rows)
+    assert runs >= 4 and len(timed) == runs and used == [{"run": k + 1} for k in range(runs)]
+    timed.clear(), used.clear()
+    v.validate(ctx, "lenet5", "dgx-a100", v.RunSettings(steps=1, warmup=0, check=False, step_context=False))
+    assert not timed and used and all(e == {} for e in used)
