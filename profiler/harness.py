@@ -55,8 +55,8 @@ def _rand(xp: ModuleType, shape, dtype, rng_seed: int = 0):
 def build(call: KernelCall, xp: ModuleType, shared: dict | None = None) -> Callable[[], object]:
     """A no-argument closure that runs the call's kernel once on random operands of its shape.
 
-    ``shared``: a backward kernel's incoming gradient (``dy``), and a convolution's or linear
-    layer's forward input (``x``), is taken from it when there, else made and left in it, so two
+    ``shared``: a backward kernel's incoming gradient (``dy``), and a forward kernel's input
+    (``x``), is taken from it when there, else made and left in it, so two
     builds of one call can share that operand and keep their others (the forward pass's saved
     tensors, the weights) apart (profiler.inrun)."""
     k = call.kernel
@@ -138,7 +138,7 @@ def _gemm(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[
 
 def _pool(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
     k = call.kernel
-    x = ops.rand(f["n"], f["c"], f["h"], f["w"])
+    x = ops.input(f["n"], f["c"], f["h"], f["w"]) if k.endswith(".fwd") else ops.rand(f["n"], f["c"], f["h"], f["w"])
     geo = dict(kernel=(f["kh"], f["kw"]), stride=(f["sh"], f["sw"]),
                padding=(f["pt"], f["pb"], f["pl"], f["pr"]), ceil_mode=bool(f["ceil_mode"]))
     if k.startswith("maxpool2d."):
@@ -155,8 +155,9 @@ def _pool(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[
 
 
 def _global_pool(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
-    x = ops.rand(f["n"], f["c"], f["h"], f["w"])
-    if call.kernel.endswith(".fwd"):
+    fwd = call.kernel.endswith(".fwd")
+    x = ops.input(f["n"], f["c"], f["h"], f["w"]) if fwd else ops.rand(f["n"], f["c"], f["h"], f["w"])
+    if fwd:
         return lambda: fn(x)
     y, cache = KERNELS["global_avgpool.fwd"](x)
     dy = ops.grad(*y.shape)
@@ -165,7 +166,7 @@ def _global_pool(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Cal
 
 def _batchnorm(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
     k, r = call.kernel, ops.rand
-    x = r(f["n"], f["c"], f["h"], f["w"])
+    x = ops.input(f["n"], f["c"], f["h"], f["w"]) if k == "batchnorm.local_sums" else r(f["n"], f["c"], f["h"], f["w"])
     gamma, beta = r(f["c"]), r(f["c"])
     s, ss, count = KERNELS["batchnorm.local_sums"](x)
     mean, var = bn_stats_from_sums(s, ss, count)
@@ -200,7 +201,7 @@ def _sgd(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[]
 def _elementwise(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
     k, r = call.kernel, ops.rand
     op = k.split(".")[0]
-    x = r(f["elems"])
+    x = ops.input(f["elems"]) if k.endswith(".fwd") else r(f["elems"])
     fwd = KERNELS[f"{op}.fwd"]
     args = {"dropout": (x, 0.1, 0), "add": (x, r(f["elems"]))}.get(op, (x,))
     if k.endswith(".fwd"):

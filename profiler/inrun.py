@@ -50,6 +50,7 @@ class InRunTimer:
         self.updates = tuple(updates) if updates and all(c.key in keys for c in updates) and size <= self._room else ()
         self._room -= size if self.updates else 0
         self._update_runs: list[tuple[str, Callable[[], float]]] = []  # (key, its sampler)
+        self._incoming: dict[str, object] = {}  # call key -> the operand the kernel before it wrote
 
     def _sampler(self, call: KernelCall) -> tuple[Callable[[], object], Callable[[], float]]:
         """(untimed run, sample) of the call: the sample times a run on operands of its own when
@@ -57,11 +58,12 @@ class InRunTimer:
         got = self._kept.get(call.key)
         if got is not None:
             return got
-        shared = {} if reads_saved(call) or reads_weights(call) else None
+        shared: dict = {}
         run = build(call, numpy, shared)
         run()  # warm-up: first touch of the operands and of the kernel's own scratch
         timed, size = run, call.bytes
-        if shared is not None:
+        self._incoming[call.key] = shared.get("dy" if reads_saved(call) else "x")
+        if reads_saved(call) or reads_weights(call):
             # its own saved operands or weights, untouched since its last sample; the incoming
             # gradient or input is the warm-up's, which has just touched it as the step's
             # previous kernel wrote it
@@ -114,6 +116,8 @@ class InRunTimer:
             run()
             barrier()
             outputs = [self.run(prev) for prev in self.before[call.key]]
+            if outputs:
+                touch(self._incoming.get(call.key))
             t = sample()
             del outputs
             if keep:
@@ -140,6 +144,13 @@ class InRunTimer:
         if keep:
             for key, ts in times.items():
                 self.samples[key].append(sum(ts) / len(ts))
+
+
+def touch(operand) -> None:
+    """Read one byte of every cache line of ``operand`` (an array; None: nothing), bringing it
+    into the caches as the kernel that wrote it just before the timed one leaves it."""
+    if operand is not None and operand.nbytes:
+        numpy.ascontiguousarray(operand).reshape(-1).view(numpy.uint8)[::64].max()
 
 
 def reads_saved(call: KernelCall) -> bool:
