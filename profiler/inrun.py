@@ -91,7 +91,11 @@ class InRunTimer:
         Each sample re-creates the state the call meets in the step. The call runs once, untimed
         (its code and operands were used a step earlier); then the calls just before it in the
         step run on their own operands, untimed, and their outputs stay alive, as the step's do
-        (they are the call's inputs, and saved for the backward pass); then the call is timed.
+        (they are the call's inputs, and saved for the backward pass); then the call's incoming
+        operand (its input, or in backward its incoming gradient) is read into the caches, where
+        the kernel that wrote it in the step leaves it (a large predecessor's replay has evicted
+        it: lenet5's relu1, after conv1, was priced 26% above its time in the step, and 17% with
+        its input read; 2026-11-26); then the call is timed.
         The replay moves what the step moves and leaves
         the heap as the step leaves it: the arrays the timed call allocates (its output, im2col's
         columns) land where the step's would, not in the blocks its warm-up run has just freed
