@@ -314,3 +314,26 @@ def test_step_context_times_the_probe_again_once_and_its_bins_replace_the_old(mo
     failed = model()
     failed.retime_dispatch()
     assert failed.table.executor == old and failed.pass_dispatch_s(10**9) == pytest.approx(9e-4)
+
+
+def test_the_timed_call_meets_its_incoming_operand_in_the_caches(monkeypatch):
+    # after the calls before it are replayed, a forward kernel's input and a backward kernel's
+    # incoming gradient are read into the caches, as the kernel that wrote them in the step leaves
+    # them (a large predecessor's replay evicts them); a call with no known predecessor is not
+    import profiler.inrun as inrun
+    from costmodel.reuse import step_calls
+    net = load_network("lenet5")
+    strategies, _ = uniform_strategies(net, 1, 4, "data")
+    calls = list(dict.fromkeys(step_calls(net, 4, strategies, {})))
+    relu_f, relu_b, conv, pool = (next(c for c in calls if c.kernel == k)
+                                  for k in ("relu.fwd", "relu.bwd", "conv2d.fwd", "maxpool2d.fwd"))
+    order = []
+    monkeypatch.setattr(inrun, "touch", lambda a: order.append(("touch", a)))
+    timer = inrun.InRunTimer([relu_f, relu_b, pool], before={relu_f.key: (conv,), relu_b.key: (conv,)})
+    replay = timer.run
+    timer.run = lambda c: order.append(("run", c.kernel)) or replay(c)
+    timer.round()
+    assert [step[0] if step[0] == "touch" else step[1] for step in order] == ["conv2d.fwd", "touch"] * 2
+    for (_, touched), call, shape in zip(order[1::2], (relu_f, relu_b), ((relu_f.shape[0],), (relu_b.shape[0],))):
+        assert touched.shape == shape and id(touched) in _arrays_of(timer._kept[call.key][0]), call.key
+    assert order[1][1] is not order[3][1]  # the forward's input, then the backward's gradient
