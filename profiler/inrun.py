@@ -40,7 +40,7 @@ class InRunTimer:
         self.calls = tuple(dict.fromkeys(calls))  # unique, in order
         self.before = {c.key: tuple((before or {}).get(c.key, ())) for c in self.calls}
         self.samples: dict[str, list[float]] = {c.key: [] for c in self.calls}
-        self._kept: dict[str, tuple[Callable[[], object], Callable[[], float]]] = {}
+        self._kept: dict[str, tuple[Callable[[], object], Callable[[], float], object]] = {}
         self._room = cache_bytes
         keep_freed_memory()
         # the step's updates in its order, one operand set each (:meth:`_update_round`), when
@@ -50,11 +50,12 @@ class InRunTimer:
         self.updates = tuple(updates) if updates and all(c.key in keys for c in updates) and size <= self._room else ()
         self._room -= size if self.updates else 0
         self._update_runs: list[tuple[str, Callable[[], float]]] = []  # (key, its sampler)
-        self._incoming: dict[str, object] = {}  # call key -> the operand the kernel before it wrote
 
-    def _sampler(self, call: KernelCall) -> tuple[Callable[[], object], Callable[[], float]]:
-        """(untimed run, sample) of the call: the sample times a run on operands of its own when
-        the call reads saved operands (:func:`reads_saved`) or weights (:func:`reads_weights`)."""
+    def _sampler(self, call: KernelCall) -> tuple[Callable[[], object], Callable[[], float], object]:
+        """(untimed run, sample, incoming operand) of the call: the sample times a run on operands of
+        its own when the call reads saved operands (:func:`reads_saved`) or weights
+        (:func:`reads_weights`); the incoming operand (the input of a forward kernel, the gradient of
+        a backward one; None if it has none) is the one both runs read, as the kernel before it wrote it."""
         got = self._kept.get(call.key)
         if got is not None:
             return got
@@ -62,7 +63,6 @@ class InRunTimer:
         run = build(call, numpy, shared)
         run()  # warm-up: first touch of the operands and of the kernel's own scratch
         timed, size = run, call.bytes
-        self._incoming[call.key] = shared.get("dy" if reads_saved(call) else "x")
         if reads_saved(call) or reads_weights(call):
             # its own saved operands or weights, untouched since its last sample; the incoming
             # gradient or input is the warm-up's, which has just touched it as the step's
@@ -70,11 +70,12 @@ class InRunTimer:
             timed = build(call, numpy, shared)
             timed()
             size *= 2
-        pair = (run, one_call(timed) if self.before.get(call.key) else cold_sampler(timed))
+        made = (run, one_call(timed) if self.before.get(call.key) else cold_sampler(timed),
+                shared.get("dy" if reads_saved(call) else "x"))
         if size <= self._room:
             self._room -= size
-            self._kept[call.key] = pair
-        return pair
+            self._kept[call.key] = made
+        return made
 
     def run(self, call: KernelCall) -> object:
         """One untimed run of ``call`` on its kept operands (built on first use); its output."""
@@ -114,14 +115,14 @@ class InRunTimer:
         for call in self.calls:
             if call.key in phase:
                 continue
-            run, sample = self._sampler(call)
+            run, sample, incoming = self._sampler(call)
             if each is not None:
                 each(call)
             run()
             barrier()
             outputs = [self.run(prev) for prev in self.before[call.key]]
             if outputs:
-                touch(self._incoming.get(call.key))
+                touch(incoming)
             t = sample()
             del outputs
             if keep:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ctrl_c import default_sigint
 from dnnplan.cli import app
 from dnnplan.commands import execute as execute_cmd
 from dnnplan.output import check_output, check_outputs, write_json_file
@@ -24,7 +25,6 @@ from executor import launch
 from executor.timers import FINISH, SETUP, ProgressFile, RankProgress, Timers, read_progress
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from ctrl_c import default_sigint
 from profile_calls import _two_calls
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK
