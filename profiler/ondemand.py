@@ -214,22 +214,25 @@ class OnDemandCompute(ProfiledCompute):
         """The executor's dispatch probe timed again now, for a prediction made just before its run
         (executor.session.step_context_entries): the time between kernels follows the machine's
         state of the moment, as the kernels do (docs/executor.md, "Dispatch"). Once per process
-        and cache file: the new bins replace the cached ones in the table and are written to the
-        cache at once, where the models this process opens next read them; a probe that fails
-        leaves the old ones."""
-        if not self.enabled or DISPATCH in self._timed or self.path in _RETIMED:
+        and cache file; the new bins replace the cached ones in this process only (every model it
+        opens on the cache file takes them), as the kernels timed in step context are installed:
+        the cache file keeps the profile's bins, which the planner weighs its alternatives on, so
+        that a `validate` resumed after Ctrl-C plans the plans the interrupted one ran. A probe
+        that fails leaves the cached bins."""
+        if not self.enabled or DISPATCH in self._timed:
             return
         self._timed.add(DISPATCH)
-        _RETIMED.add(self.path)
-        self._say("timing the executor's own time per layer pass again, before the run")
-        entries, why = dispatch.time_dispatch(self.threads, self.concurrency)
-        if entries:  # the new bins replace every old one (a bin the new probe lacks is not kept)
-            self.table, self.cached = _without_dispatch(self.table), _without_dispatch(self.cached)
-            self._keep_executor(entries)
-            self.save()
-        elif why and self.progress:
-            Console(stderr=True).print(f"[yellow]warning:[/yellow] {why}; the prediction keeps the cached "
-                                       "executor time between kernels")
+        if self.path not in _RETIMED:
+            self._say("timing the executor's own time per layer pass again, before the run")
+            entries, why = dispatch.time_dispatch(self.threads, self.concurrency)
+            _RETIMED[self.path] = entries
+            if why and self.progress:
+                Console(stderr=True).print(f"[yellow]warning:[/yellow] {why}; the prediction keeps the cached "
+                                           "executor time between kernels")
+        if _RETIMED[self.path]:  # the new bins replace every old one (a bin the new probe lacks is not kept)
+            self.table = _without_dispatch(self.table)
+            for name, entry in _RETIMED[self.path].items():
+                self.table = with_executor(self.table, name, entry)
 
     def wait_per_work(self, ranks: int, time_missing: bool = True) -> float:
         """A ``ranks``-rank step's wait per second of work (profiler.sync), its probe run under
@@ -266,8 +269,9 @@ class OnDemandCompute(ProfiledCompute):
         self._last_save = time.perf_counter()
 
 
-#: cache files whose dispatch probe this process has timed again (OnDemandCompute.retime_dispatch)
-_RETIMED: set[str] = set()
+#: per cache file, the dispatch bins this process timed again (OnDemandCompute.retime_dispatch;
+#: empty: the probe failed)
+_RETIMED: dict[str, dict[str, Entry]] = {}
 
 
 def _without_dispatch(table):
