@@ -273,7 +273,6 @@ def step_context_entries(prep: Prepared) -> dict:
     they do not)."""
     if not isinstance(prep.compute, OnDemand) or prep.plan.pipeline is not None or launcher.inside_mpi_job():
         return {}
-    prep.compute.retime_dispatch()  # the time between kernels too, as the machine is now
     made = []
     calls = [c for c in prep.compute.calls_of(lambda: made.append(predict(prep))) if not isinstance(c, CommCall)]
     steps = step_calls(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms())
@@ -295,6 +294,8 @@ def in_step_context(prep: Prepared, entries: dict) -> Prepared:
         return prep
     alone = predict(prep).step_s
     prep.compute.install({k: e for k, e in entries.items() if not k.startswith(COMM_PREFIX)})
+    if isinstance(prep.compute, OnDemand):
+        prep.compute.retime_dispatch()  # the time between kernels too, as the machine is now
     measured = tuple((comm_measured_key(k), e.median_s) for k, e in entries.items() if k.startswith(COMM_PREFIX))
     machine = replace(prep.machine, measured=measured) if measured else prep.machine
     return replace(prep, machine=machine, profile_step_s=alone)
