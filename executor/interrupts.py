@@ -1,9 +1,8 @@
-"""Ctrl-C in `dnnplan validate`: a second one ignored while what was finished is written, and
-Ctrl-C kept from the helper processes forked while kernels are timed."""
+"""Ctrl-C in `dnnplan validate`: a second one ignored while what was finished is written (the
+companion processes forked while kernels are timed ignore it: profiler.companions)."""
 
 from __future__ import annotations
 
-import os
 import signal
 from contextlib import contextmanager
 from typing import Iterator
@@ -23,31 +22,6 @@ def sigint_ignored() -> Iterator[None]:
         yield
     finally:
         if old is not None:
-            signal.signal(signal.SIGINT, old)
-
-
-@contextmanager
-def sigint_here_only() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt in this process only, not in the helpers it forks meanwhile
-    (the companion processes that load the computer while a kernel is timed, profiler.companions,
-    which would print a traceback): a terminal's Ctrl-C reaches its whole process group, and the
-    helpers are ended by this process (:func:`save_timed`)."""
-    me = os.getpid()
-
-    def handler(signum, frame):
-        if os.getpid() == me:
-            raise KeyboardInterrupt
-
-    try:
-        old = signal.getsignal(signal.SIGINT)
-        if old is signal.default_int_handler:
-            signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread: handlers stay as they are
-        old = None
-    try:
-        yield
-    finally:
-        if old is signal.default_int_handler:
             signal.signal(signal.SIGINT, old)
 
 

@@ -32,7 +32,7 @@ from costmodel.compute import OnDemand
 from executor import launch as launcher
 from executor.compare import Comparison, comparison_json
 from executor import in_run, step_choice
-from executor.interrupts import save_timed, sigint_here_only, sigint_ignored
+from executor.interrupts import save_timed, sigint_ignored
 from executor.repeats import plan_rows, run_order
 from executor.summary import best_plan_loss, is_planner, summarize
 from executor.session import (Prepared, agree_node_cores, in_run_unavailable, in_step_context, measure_both,
@@ -285,8 +285,7 @@ def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettin
     try:
         if launcher.inside_mpi_job():
             return _planned_on_rank_0(ctx, network_arg, machine_arg)
-        with sigint_here_only():
-            return candidate_plans(ctx, network_arg, machine_arg, save=True)
+        return candidate_plans(ctx, network_arg, machine_arg, save=True)
     except KeyboardInterrupt:
         cache = save_timed(ctx.compute)
         raise ValidationInterrupted(replace(new_report(ctx, machine_arg, settings), complete=False), cache) from None

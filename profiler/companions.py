@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy
 from threadpoolctl import threadpool_limits
@@ -19,6 +21,29 @@ from costmodel.kernel_calls import KernelCall
 from profiler import harness
 
 KEEP_BYTES = 1 << 30  # a companion keeps the operands of the calls it was given up to this many bytes
+
+
+@contextmanager
+def ctrl_c_after_fork() -> Iterator[None]:
+    """A Ctrl-C that arrives meanwhile is noted, and raised again once this block is left. Python
+    runs its at-fork hooks (logging's lock release, in parent and child) around every fork, and a
+    KeyboardInterrupt raised inside such a hook is printed as "Exception ignored" and dropped: a
+    Ctrl-C landing while a companion is forked would be lost in the parent (the command ran on to
+    its end and exited 0) and print a traceback from the child. The child inherits the noting
+    handler until it ignores Ctrl-C (its parent ends it). A handler can be set in the main thread
+    only: elsewhere this changes nothing."""
+    noted: list[int] = []
+    try:
+        old = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    except ValueError:
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
+            if noted:
+                signal.raise_signal(signal.SIGINT)  # as the handler restored takes it
 
 
 def _companion(conn, threads: int) -> None:  # pragma: no cover - runs in a child process
@@ -57,12 +82,17 @@ class Companions:
         ctx = mp.get_context("fork")
         self.conns = []
         self.procs = []
-        for _ in range(max(0, count)):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_companion, args=(child, threads), daemon=True)
-            proc.start()
-            self.conns.append(parent)
-            self.procs.append(proc)
+        try:
+            with ctrl_c_after_fork():
+                for _ in range(max(0, count)):
+                    parent, child = ctx.Pipe()
+                    proc = ctx.Process(target=_companion, args=(child, threads), daemon=True)
+                    proc.start()
+                    self.conns.append(parent)
+                    self.procs.append(proc)
+        except BaseException:
+            self.close()
+            raise
 
     def load(self, call: KernelCall) -> None:
         """Switch every companion to ``call`` and wait until each has built its operands."""

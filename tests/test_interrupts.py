@@ -98,6 +98,30 @@ def test_ctrl_c_in_profile_saves_and_the_same_command_resumes(tmp_path):
     assert not s["interrupted"] and s["left"] == 0
 
 
+# --- Ctrl-C while a companion process is forked --------------------------------------------------
+
+FORKED_UNDER_CTRL_C = """
+import multiprocessing, os, signal, sys
+from profiler.companions import Companions
+os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C as fork begins
+try:
+    Companions(1)
+except KeyboardInterrupt:
+    print("interrupted; companions left:", len(multiprocessing.active_children()))
+    sys.exit(0)
+print("the Ctrl-C was lost")
+"""
+
+
+def test_a_ctrl_c_landing_while_a_companion_is_forked_is_raised_not_lost():
+    """Python drops a KeyboardInterrupt raised inside its at-fork hooks ("Exception ignored"): a
+    Ctrl-C landing there would let `validate` run on to its end and exit 0."""
+    got = subprocess.run([sys.executable, "-c", FORKED_UNDER_CTRL_C], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                         text=True, timeout=60, preexec_fn=default_sigint)
+    assert got.stdout.strip() == "interrupted; companions left: 0", got.stdout + got.stderr
+    assert "Exception ignored" not in got.stderr and "Traceback" not in got.stderr, got.stderr
+
+
 # --- a rank killed in `dnnplan execute` ---------------------------------------------------------
 
 def test_progress_records_round_trip(tmp_path):
