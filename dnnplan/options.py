@@ -159,6 +159,12 @@ StepContextOpt = Annotated[bool, typer.Option(
     "executor's own time between kernels (its probe, once), and predict from those timings; the prediction "
     "from the profile's kernels timed alone is shown beside. A few seconds a plan; --no-step-context predicts "
     "from the profile alone.")]
+PredictStepContextOpt = Annotated[bool, typer.Option(
+    "--step-context/--no-step-context", help="A plan file for machine `local`, without --profile: predict it as "
+    "`dnnplan execute` does before its run, from its kernels (and, on several ranks, its collectives) timed again "
+    "in its step's order and context, with the executor's time between kernels and the ranks' wait for the "
+    "slowest (a few seconds); the prediction from the profile alone is shown beside. --no-step-context keeps the "
+    "profile's kernels timed alone (and still adds the wait).")]
 PlanStepContextOpt = Annotated[bool, typer.Option(
     "--step-context/--no-step-context", help="Machine `local` without --profile: once the plan is made, time its "
     "kernels and those of each uniform plan (data, filter, spatial) again in their step's order and context (and "

@@ -133,29 +133,36 @@ def _machine_warnings(plan: Plan, machine: Machine) -> list[str]:
     return out
 
 
+def cannot_run(plan: Plan, plan_path: str) -> DnnplanError | None:
+    """Why the executor cannot run ``plan`` as written (its file ``plan_path``), None if it can."""
+    if plan.optimizer != "momentum":
+        return DnnplanError(f"the plan is for {Optimizer(plan.optimizer, plan.zero).label}; the executor runs SGD with "
+                            f"momentum (ZeRO stages 0 to 3)", file=plan_path, field="optimizer",
+                            hint="predict it with `dnnplan predict`, or plan again with --optimizer momentum to run it")
+    if plan.pipeline is not None and plan.zero:
+        return DnnplanError(f"the plan pipelines {plan.pipeline.stages} stages under ZeRO stage {plan.zero}; the "
+                            "executor runs pipelined plans without ZeRO", file=plan_path, field="zero",
+                            hint="predict it with `dnnplan predict`, or plan again with --zero 0 to run it")
+    again = [lp.name for lp in plan.layers if lp.algorithm == RECOMPUTE]
+    if again:
+        return DnnplanError(f"the plan recomputes {len(again)} layer(s) in backward; the executor keeps every "
+                            f"activation instead", file=plan_path, layer=again[0], field="algorithm",
+                            hint="plan again with --no-recompute to run it")
+    if plan.precision != DEFAULT_PRECISION:
+        return DnnplanError(f"the plan is for {plan.precision} training; the executor runs float32 kernels",
+                            file=plan_path, field="precision",
+                            hint="predict it with `dnnplan predict`, or plan again with --precision fp32 to run it")
+    return None
+
+
 def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None, fresh: bool = False) -> Prepared:
     """Everything checked before a single rank starts. ``fresh`` (``--fresh-profile``): warn when
     the compute model cannot time the prediction's kernels inside the run."""
     _at_least("ranks", ranks)
     agree_node_cores()
     plan, net = read_plan(plan_path)
-    if plan.optimizer != "momentum":
-        raise DnnplanError(f"the plan is for {Optimizer(plan.optimizer, plan.zero).label}; the executor runs SGD with "
-                           f"momentum (ZeRO stages 0 to 3)", file=plan_path, field="optimizer",
-                           hint="predict it with `dnnplan predict`, or plan again with --optimizer momentum to run it")
-    if plan.pipeline is not None and plan.zero:
-        raise DnnplanError(f"the plan pipelines {plan.pipeline.stages} stages under ZeRO stage {plan.zero}; the "
-                           "executor runs pipelined plans without ZeRO", file=plan_path, field="zero",
-                           hint="predict it with `dnnplan predict`, or plan again with --zero 0 to run it")
-    again = [lp.name for lp in plan.layers if lp.algorithm == RECOMPUTE]
-    if again:
-        raise DnnplanError(f"the plan recomputes {len(again)} layer(s) in backward; the executor keeps every "
-                           f"activation instead", file=plan_path, layer=again[0], field="algorithm",
-                           hint="plan again with --no-recompute to run it")
-    if plan.precision != DEFAULT_PRECISION:
-        raise DnnplanError(f"the plan is for {plan.precision} training; the executor runs float32 kernels",
-                           file=plan_path, field="precision",
-                           hint="predict it with `dnnplan predict`, or plan again with --precision fp32 to run it")
+    if (err := cannot_run(plan, plan_path)) is not None:
+        raise err
     if plan.devices != ranks:
         raise DnnplanError(f"the plan is for {plan.devices} devices, not --ranks {ranks}", file=plan_path,
                            hint=f"run it with --ranks {plan.devices}, or re-plan for {ranks} devices")

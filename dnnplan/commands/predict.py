@@ -11,10 +11,12 @@ from costmodel.pipeline import pipeline_json, predict_pipeline
 from costmodel.step import predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
 from dnnplan.options import (BatchOpt, ChunksOpt, DevicesOpt, JsonOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
-                             PipelineOpt, PrecisionOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
-                             SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
+                             PipelineOpt, PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt,
+                             ScheduleOpt, SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
 from dnnplan.render import tables
+from dnnplan.render.messages import warn
+from executor.ahead import ahead_of_time
 from planner.plan_file import is_plan_file, read_plan
 from planner.plan_pipeline import predict_pipelined as predict_pipelined_plan
 from profiler import context
@@ -29,11 +31,12 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False,
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
-            as_json: JsonOpt = False) -> None:
+            step_context: PredictStepContextOpt = True, as_json: JsonOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
-    predicts that plan on the network, batch, devices, machine, precision and optimiser it names.
+    predicts that plan on the network, batch, devices, machine, precision and optimiser it names
+    (for machine `local`, as `dnnplan execute` predicts it before its run: --step-context).
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
     The step is forward + backward + gradient synchronisation + update with no overlap
@@ -54,7 +57,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     --recompute full --runtime deepspeed --machine dgx-a100
     """
     if is_plan_file(network):
-        return predict_plan(network, profile, as_json)
+        return predict_plan(network, profile, as_json, step_context)
     if (tensor > 1 or sequence_parallel) and strategy != "data":
         raise DnnplanError("--tensor and --strategy both give the layers' splits",
                            hint="give one: --tensor T splits the batch over the devices it leaves")
@@ -109,21 +112,37 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
                              f"first {f.layer} ({f.wanted}: {f.reason})")
 
 
-def predict_plan(path: str, profile: str | None, as_json: bool) -> None:
-    """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now."""
+def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bool = True) -> None:
+    """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now; for
+    machine `local` without --profile, as `dnnplan execute` predicts it before its run."""
     plan, net = read_plan(path)
-    ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, precision=plan.precision)
-    if plan.pipeline is not None:
-        return _predict_pipelined_plan(path, plan, net, ctx, as_json)
-    pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
-                        Optimizer(plan.optimizer, plan.zero))
+    ahead = ahead_of_time(path, step_context) if profile is None else None
+    if ahead is None:
+        ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, precision=plan.precision)
+        if plan.pipeline is not None:
+            return _predict_pipelined_plan(path, plan, net, ctx, as_json)
+        pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
+                            Optimizer(plan.optimizer, plan.zero))
+    else:
+        for line in ahead.warnings:
+            warn(line)
+        pred = ahead.prediction
+    alone = ahead.profile_step_s if ahead else None
     if as_json:
         out = prediction_json(pred)
         out["plan"] = {"file": path, "recorded_step_s": plan.step_s}
+        out["as_execute_predicts"] = ahead is not None
+        out["profile_predicted_step_s"] = alone
         print(json.dumps(out))
-    else:
-        tables.prediction_table(pred)
+        return
+    tables.prediction_table(pred)
+    if ahead is None:
         _recorded_line(plan.step_s, pred.step_s)
+        return
+    tables.ahead_of_time_line(pred, alone)
+    if plan.step_s:
+        tables.console.print(f"the plan file recorded {plan.step_s:.6g} s, the planner's price: the profile's "
+                             "kernels timed alone, no wait for other ranks")
 
 
 def _predict_pipelined_plan(path: str, plan, net, ctx: Context, as_json: bool) -> None:

@@ -92,6 +92,15 @@ def machines_table(rows: list[dict]) -> None:
     console.print(t)
 
 
+def ahead_of_time_line(pred, alone_s: float | None) -> None:
+    """`predict PLAN` on machine `local`: the step is what `dnnplan execute` predicts before its
+    run; beside it, the step from the profile's kernels timed alone (with --step-context)."""
+    how = ("from its kernels timed again in its step's order and context" if alone_s else
+           "from the profile's kernels timed alone (--no-step-context)")
+    console.print(f"as `dnnplan execute` predicts this plan before its run, {how}"
+                  + (f"; from the profile alone {fmt.seconds(alone_s)}" if alone_s else ""))
+
+
 def prediction_table(pred, fallbacks=()) -> None:
     t = Table(title=f"{pred.network}: batch {pred.batch} on {pred.p} x {pred.machine} ({pred.compute})",
               title_justify="left")
@@ -104,9 +113,11 @@ def prediction_table(pred, fallbacks=()) -> None:
                   fmt.seconds(e.fwd_comm_s + e.bwd_comm_s + e.grad_sync_s),
                   fmt.seconds(x.reshard_s) + (" halo" if x.halo else ""), fmt.nbytes(e.memory.total))
     console.print(t)
+    extra = "".join(f" + {what} {fmt.seconds(secs)}" for what, secs in (
+        ("between kernels", pred.dispatch_s), ("waiting for the slowest rank", pred.wait_s)) if secs > 0)
     console.print(f"[bold]step {fmt.seconds(pred.step_s)}[/bold] = forward {fmt.seconds(pred.fwd_s)} + backward "
                   f"{fmt.seconds(pred.bwd_s)} + gradient sync {fmt.seconds(pred.sync_s)} + update "
-                  f"{fmt.seconds(pred.update_s)};  peak memory {fmt.nbytes(pred.memory_peak_bytes)} per device")
+                  f"{fmt.seconds(pred.update_s)}{extra};  peak memory {fmt.nbytes(pred.memory_peak_bytes)} per device")
     console.print(memory_line(pred.memory_parts))
     if fallbacks:
         names = ", ".join(f.layer for f in fallbacks[:6]) + (" ..." if len(fallbacks) > 6 else "")
