@@ -13,10 +13,13 @@ from costmodel.compute import OnDemand
 @contextmanager
 def sigint_ignored() -> Iterator[None]:
     """A second Ctrl-C is ignored meanwhile, so that what an interrupted run keeps is written whole
-    (a signal handler can be set in the main thread only: elsewhere this changes nothing)."""
+    (a signal handler can be set in the main thread only, and one set outside Python cannot be put
+    back: then this changes nothing)."""
+    old = signal.getsignal(signal.SIGINT)
     try:
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:
+        if old is not None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
         old = None
     try:
         yield

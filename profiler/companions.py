@@ -31,11 +31,13 @@ def ctrl_c_after_fork() -> Iterator[None]:
     Ctrl-C landing while a companion is forked would be lost in the parent (the command ran on to
     its end and exited 0) and print a traceback from the child. The child inherits the noting
     handler until it ignores Ctrl-C (its parent ends it). A handler can be set in the main thread
-    only: elsewhere this changes nothing."""
+    only, and one set outside Python cannot be put back: then this changes nothing."""
     noted: list[int] = []
+    old = signal.getsignal(signal.SIGINT)
     try:
-        old = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
-    except ValueError:
+        if old is not None:
+            signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    except ValueError:  # not the main thread
         old = None
     try:
         yield
