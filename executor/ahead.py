@@ -4,9 +4,9 @@
 On machine `local` without ``--profile``, `execute` predicts from the plan's kernels (and, on
 several ranks, its collectives) timed again in its step's order and context, the executor's own
 time between kernels, and the time the ranks wait for the slowest (executor.session). In the CPU
-validation (docs/VALIDATION.md) that prediction was 3.7% from the measured step on average, the
-profile's kernels timed alone 15.5%: `predict` of a plan file for this computer says what
-`execute` would.
+validation (docs/VALIDATION.md) that prediction is several times closer to the measured step than
+the profile's kernels timed alone: `predict` of a plan file for this computer says what `execute`
+would.
 """
 
 from __future__ import annotations
