@@ -8,24 +8,15 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from costmodel.compute import OnDemand
+from profiler.sigint import sigint_handled_by
 
 
 @contextmanager
 def sigint_ignored() -> Iterator[None]:
     """A second Ctrl-C is ignored meanwhile, so that what an interrupted run keeps is written whole
-    (a signal handler can be set in the main thread only, and one set outside Python cannot be put
-    back: then this changes nothing)."""
-    old = signal.getsignal(signal.SIGINT)
-    try:
-        if old is not None:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread
-        old = None
-    try:
+    (where a handler cannot be set, profiler.sigint, this changes nothing)."""
+    with sigint_handled_by(signal.SIG_IGN):
         yield
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGINT, old)
 
 
 def save_timed(compute: object) -> str | None:

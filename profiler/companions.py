@@ -19,6 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.kernel_calls import KernelCall
 from profiler import harness
+from profiler.sigint import sigint_handled_by
 
 KEEP_BYTES = 1 << 30  # a companion keeps the operands of the calls it was given up to this many bytes
 
@@ -30,22 +31,15 @@ def ctrl_c_after_fork() -> Iterator[None]:
     KeyboardInterrupt raised inside such a hook is printed as "Exception ignored" and dropped: a
     Ctrl-C landing while a companion is forked would be lost in the parent (the command ran on to
     its end and exited 0) and print a traceback from the child. The child inherits the noting
-    handler until it ignores Ctrl-C (its parent ends it). A handler can be set in the main thread
-    only, and one set outside Python cannot be put back: then this changes nothing."""
+    handler until it ignores Ctrl-C (its parent ends it). Where the handler cannot be set
+    (profiler.sigint) this changes nothing."""
     noted: list[int] = []
-    old = signal.getsignal(signal.SIGINT)
     try:
-        if old is not None:
-            signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
-    except ValueError:  # not the main thread
-        old = None
-    try:
-        yield
+        with sigint_handled_by(lambda signum, frame: noted.append(signum)):
+            yield
     finally:
-        if old is not None:
-            signal.signal(signal.SIGINT, old)
-            if noted:
-                signal.raise_signal(signal.SIGINT)  # as the handler restored takes it
+        if noted:
+            signal.raise_signal(signal.SIGINT)  # as the handler restored takes it
 
 
 def _companion(conn, threads: int) -> None:  # pragma: no cover - runs in a child process
