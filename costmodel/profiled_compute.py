@@ -16,6 +16,7 @@ from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, dtype_for_itemsize,
 from costmodel.layer_cost import dispatch_time, pass_bytes
 from costmodel.layer_layouts import LocalLayer
 from costmodel.profile_table import ProfileTable, is_dispatch_key, wait_key
+from costmodel.reuse import is_occurrence_key, occurrence_key
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,8 @@ class ProfiledCompute:
         self._memo: dict[KernelCall, Lookup] = {}
         self._points: tuple[object, list[tuple[int, float]]] = (None, [])  # (executor mapping, its points)
         for key, e in table.entries.items():
+            if is_occurrence_key(key):
+                continue
             kernel, shape, dtype, algo = split_key(key)
             g = self._groups.setdefault((kernel, dtype, algo, _structure(kernel, shape)), _Group())
             g.add(e.work, _sizes(kernel, shape), e.median_s)
@@ -179,7 +182,14 @@ class ProfiledCompute:
         calls = kernel_calls(local, pass_, algorithm)
         if not calls:
             return self.fallback.pass_s(local, pass_, algorithm) if local.layer.op == "embedding" else 0.0
-        return sum(self.lookup(c).seconds for c in calls)
+        return sum(self._in_layer(c, local.layer.name) for c in calls)
+
+    def _in_layer(self, call: KernelCall, layer: str) -> float:
+        """The call's time where ``layer``'s pass makes it: the entry timed in that place of its step
+        (costmodel.reuse.occurrences; installed for one plan) when there is one, else its own."""
+        own = self.lookup(call).seconds
+        there = self.table.entries.get(occurrence_key(call.key, layer))
+        return own if there is None else there.median_s
 
     def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
         """The profiled SGD-with-momentum kernel on one weight tensor of ``weight_elems``; another

@@ -22,7 +22,6 @@ from costmodel.files import NODE_CORES_ENV, load_machine
 from costmodel.machine import Machine
 from costmodel.profile_table import foreign_reason
 from costmodel.profiled_compute import ProfiledCompute
-from costmodel.reuse import preceding_calls, step_calls, updates_of
 from costmodel.pipeline import PipelinePrediction
 from costmodel.step import StepPrediction, predict_step
 from executor import launch as launcher
@@ -31,6 +30,7 @@ from executor.compare import Comparison, Measured, compare_prediction
 from executor.node import share_node_cores
 from executor.pipeline_report import compare_pipeline
 from executor.runtime import run_strategies
+from executor.step_kernels import by_layer, in_step, kernels_in_step
 from executor.trace import trace_events
 from executor.worker import JobResult, abort_with, first_non_finite, run_job, start_watchdog
 from kernels import KERNELS_REVISION
@@ -282,8 +282,7 @@ def step_context_entries(prep: Prepared) -> dict:
         return {}
     made = []
     calls = [c for c in prep.compute.calls_of(lambda: made.append(predict(prep))) if not isinstance(c, CommCall)]
-    steps = step_calls(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms())
-    entries = prep.compute.time_in_step(calls, preceding_calls(steps), updates_of(steps))
+    entries = kernels_in_step(prep, calls)
     p = prep.plan.devices
     if entries and 1 < p <= prep.machine.devices_per_node:
         collectives = step_collectives(prep.net, prep.plan.batch, run_strategies(prep.plan),
@@ -328,8 +327,8 @@ def in_run_comparison(prep: Prepared, job: JobResult, measured: Measured,
     (``Machine.measured``), so the prediction uses the machine's speed of the run."""
     if not (kernel_calls and job.kernel_samples and isinstance(prep.compute, OnDemand)):
         return None
-    kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
-    prep.compute.install(entries_from_samples(kernels, job.kernel_samples))
+    todo = in_step(prep.net, prep.plan, [c for c in kernel_calls if not isinstance(c, CommCall)])
+    prep.compute.install(by_layer(todo, entries_from_samples(todo.calls, job.kernel_samples)))
     machine = prep.machine
     if got := measured_from_samples(kernel_calls, job.kernel_samples):
         machine = replace(machine, measured=got)

@@ -29,12 +29,11 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.comm_calls import CommCall
 from costmodel.files import NODE_CORES_ENV
-from costmodel.reuse import preceding_calls, step_calls, updates_of
 from executor.collect import gather
 from executor.comm import abort
 from executor.node import share_node_cores
 from executor.run import run_plan
-from executor.runtime import run_strategies
+from executor.step_kernels import in_step
 from executor.timers import FINISH, SETUP, ProgressFile, Timers
 from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
@@ -92,9 +91,9 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     if kernel_calls:
         kernels = [c for c in kernel_calls if not isinstance(c, CommCall)]
         collectives = [c for c in kernel_calls if isinstance(c, CommCall)]
-        order = step_calls(net, plan.batch, run_strategies(plan), plan.algorithms())
+        todo = in_step(net, plan, kernels)  # each in every context the step makes it in
         # also runs the kernels the collectives follow
-        kernel_timer = InRunTimer(kernels, preceding_calls(order), updates=updates_of(order))
+        kernel_timer = InRunTimer(todo.calls, todo.before, updates=todo.updates)
         if kernels:
             timed.append(kernel_timer)
         if collectives:

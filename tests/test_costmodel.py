@@ -235,3 +235,46 @@ def test_collectives_timed_in_a_run_price_exactly_those_collectives():
     mixed = predict_step(net, 16, strategies, {}, partial, compute)
     assert [r.reshard_s for r in mixed.layers] == pytest.approx([r.reshard_s for r in pred.layers])
     assert [r.layer.comms for r in mixed.layers] == [r.layer.comms for r in again.layers]
+
+
+def test_a_call_the_step_makes_in_several_contexts_is_timed_in_each_and_priced_where_each_layer_makes_it():
+    """costmodel.reuse.occurrences: a key met after different calls in different places of the step
+    gets one more call to time per other context (keyed apart, same kernel and operands), and each
+    layer's occurrence maps to the key whose samples price it there (its own for the median
+    context, :func:`preceding_calls`); keys met in one context, gradient sums and updates get
+    none. ProfiledCompute prices a layer's pass by its occurrence's entry when one is installed."""
+    from costmodel.kernel_calls import KernelCall, kernel_calls
+    from costmodel.layer_layouts import local_layer
+    from costmodel.profile_table import Entry, ProfileTable
+    from costmodel.profiled_compute import ProfiledCompute
+    from costmodel.reuse import (InContext, is_occurrence_key, occurrence_key, occurrences, step_calls,
+                                 step_calls_by_layer)
+
+    def call(name, nbytes):
+        return KernelCall(name, (nbytes,), "float32", "", 0, nbytes)
+    a, b, c, r, s = call("a", 1), call("b", 10), call("c", 1000), call("relu.bwd", 5), call("sgd.update", 7)
+    # r follows (s, a) moving 8 bytes, (b, c) 1010 and, as a gradient sum, (c, r) 1005: the median
+    # context is the gradient sum's; b follows (a, r) and (r, r), the lower of two the median
+    tagged = [("L1", a), ("L2", r), ("L3", b), ("L4", c), ("L5", r), ("", r), ("L6", b), ("L1", s)]
+    extra, before, where = occurrences(tagged)
+    assert [e.key for e in extra] == [f"{r.key}#0", f"{r.key}#1", f"{b.key}#1"]
+    assert all(isinstance(e, InContext) and e.kernel == e.plain_key.split("|")[0] for e in extra)
+    assert before == {f"{r.key}#0": (s, a), f"{r.key}#1": (b, c), f"{b.key}#1": (r, r)}
+    assert where == {occurrence_key(r.key, "L2"): f"{r.key}#0", occurrence_key(r.key, "L5"): f"{r.key}#1",
+                     occurrence_key(b.key, "L3"): b.key, occurrence_key(b.key, "L6"): f"{b.key}#1"}
+    assert all(is_occurrence_key(k) for k in where) and not is_occurrence_key(r.key)
+    assert occurrences([("L1", a), ("L2", b)]) == ([], {}, {})
+
+    net = load_network("lenet5")
+    strategies, _ = uniform_strategies(net, 1, 8, "data")
+    tagged = step_calls_by_layer(net, 8, strategies, {})
+    assert [x for _, x in tagged] == step_calls(net, 8, strategies, {})
+    assert {name for name, x in tagged if x.kernel == "sgd.update"} == {"conv1", "conv2", "fc1", "fc2", "fc3"}
+    relu = next(layer for layer in net.layers if layer.op == "relu")
+    local = local_layer(relu, strategies[relu.name], 8)
+    (fwd,) = kernel_calls(local, "fwd", "")
+    own, there = Entry(1e-3, 1e-3, 0.1, 5, 0, fwd.bytes), Entry(2e-3, 3e-3, 0.1, 5, 0, fwd.bytes)
+    table = ProfileTable({"device": "test"}, {fwd.key: own})
+    assert ProfiledCompute(table, ROOF).pass_s(local, "fwd", "") == pytest.approx(1e-3)
+    table = ProfileTable({"device": "test"}, {fwd.key: own, occurrence_key(fwd.key, relu.name): there})
+    assert ProfiledCompute(table, ROOF).pass_s(local, "fwd", "") == pytest.approx(3e-3)

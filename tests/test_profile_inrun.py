@@ -152,3 +152,32 @@ def test_the_steps_updates_are_timed_back_to_back_in_its_order_each_on_its_own_o
     # an update the timer is not asked for, or no room: each update is timed as any call
     assert inrun.InRunTimer([other, a], updates=[a, b]).updates == ()
     assert inrun.InRunTimer([a, b], updates=[a, b], cache_bytes=10).updates == ()
+
+
+def test_the_incoming_operand_is_read_into_the_caches_before_a_weight_gradient_kernels_replay(monkeypatch):
+    """A call's incoming gradient was written by the input-gradient kernel before it; when the call
+    just before it is a weight-gradient kernel (which runs after that one and writes only weight
+    gradients), the operand is read between the two replays, not after both."""
+    from costmodel.kernel_calls import KernelCall
+    log = []
+
+    def call(kernel):
+        return KernelCall(kernel, (64,), "float32", "", 64, 256)
+    data, weights, relu = call("linear.bwd_data"), call("linear.bwd_weights"), call("relu.bwd")
+    monkeypatch.setattr(inrun, "build", lambda c, xp, shared=None: lambda: log.append(("run", c.kernel)))
+    monkeypatch.setattr(inrun, "touch", lambda operand: log.append(("touch",)))
+    monkeypatch.setattr(inrun, "one_call", lambda run: lambda: run() or 1.0)
+    timer = inrun.InRunTimer([relu], before={relu.key: (data, weights)})
+    timer.round(keep=False)
+    log.clear()
+    timer.round()
+    assert log == [("run", "relu.bwd"), ("run", "linear.bwd_data"), ("touch",), ("run", "linear.bwd_weights"),
+                   ("run", "relu.bwd")]
+    assert not inrun.writes_weight_grads(data) and inrun.writes_weight_grads(weights)
+    log.clear()
+    other = inrun.InRunTimer([relu], before={relu.key: (weights, data)})  # an input-gradient kernel last
+    other.round(keep=False)
+    log.clear()
+    other.round()
+    assert log == [("run", "relu.bwd"), ("run", "linear.bwd_weights"), ("run", "linear.bwd_data"), ("touch",),
+                   ("run", "relu.bwd")]

@@ -176,3 +176,37 @@ def test_validate_times_each_runs_step_context_just_before_that_run(monkeypatch)
     timed.clear(), used.clear()
     v.validate(ctx, "lenet5", "dgx-a100", v.RunSettings(steps=1, warmup=0, check=False, step_context=False))
     assert not timed and used and all(e == {} for e in used)
+
+
+def test_each_layers_call_is_priced_as_timed_where_the_step_makes_it():
+    """executor.step_kernels: the prediction's calls are timed in their median context and, for a
+    call the step makes after other calls elsewhere, in each of those too; the entries returned
+    are the calls' own and one per layer that makes such a call (its occurrence key), never the
+    extra calls' own keys."""
+    from types import SimpleNamespace
+
+    from costmodel.profile_table import Entry
+    from costmodel.reuse import InContext, is_occurrence_key, occurrences, step_calls_by_layer
+    from executor.runtime import run_strategies
+    from executor.step_kernels import kernels_in_step
+
+    net = load("tinyres")
+    plan = make_plan(net, 8, 1, "data")
+    asked = {}
+
+    def time_in_step(calls, before, updates=()):
+        asked.update(calls=calls, before=before)
+        return {c.key: Entry(1e-3, 1e-3 * (i + 1), 0.1, 5, c.flops, c.bytes) for i, c in enumerate(calls)}
+    compute = SimpleNamespace(time_in_step=time_in_step)
+    prep = SimpleNamespace(net=net, plan=plan, compute=compute)
+    tagged = step_calls_by_layer(net, plan.batch, run_strategies(plan), plan.algorithms())
+    wanted = list(dict.fromkeys(c for _, c in tagged if not c.kernel.startswith("sgd.")))
+    got = kernels_in_step(prep, wanted)
+    extra, before, where = occurrences(tagged)
+    assert extra and all(isinstance(c, InContext) for c in asked["calls"][len(wanted):])
+    assert [c.key for c in asked["calls"][len(wanted):]] == [c.key for c in extra]
+    assert all(asked["before"][c.key] == before[c.key] for c in extra)
+    timed = {c.key: i for i, c in enumerate(asked["calls"])}
+    assert set(got) == {c.key for c in wanted} | set(where)
+    for occ, key in where.items():
+        assert is_occurrence_key(occ) and got[occ].median_s == pytest.approx(1e-3 * (timed[key] + 1))
