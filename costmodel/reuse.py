@@ -12,7 +12,9 @@ IBM Systems Journal 9(2), 1970), and profiler.inrun runs them before timing it. 
 drop7 follows relu6 (64 KB) but finds its random-number code evicted by fc6 before that. Not
 reuse per kernel (the bytes since the same kernel last ran): that calls the backward pass of
 lenet5's fc3 cold, though it reuses the BLAS code fc3's forward pass has just run, and prices it
-about three times too slow.
+about three times too slow. A call the step makes in several places is timed in each of its
+contexts, and each layer's pass priced by the call timed where that pass makes it
+(:func:`occurrences`).
 
 The order is the executor's: every layer's forward pass in network order, the backward passes in
 reverse order (input gradient, then weight gradient, then the sums of its input gradients into

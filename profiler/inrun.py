@@ -17,6 +17,7 @@ the moments the kernels are timed at are the run's.
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy
@@ -26,22 +27,28 @@ from costmodel.profile_table import Entry
 from kernels.allocator import keep_freed_memory
 from profiler.harness import build, cold_sampler, one_call, summarize
 
-CACHE_BYTES = 1 << 30  # operands kept between rounds up to this many bytes (estimated by call.bytes)
+#: Operands kept between rounds up to this many bytes (estimated by call.bytes), or a quarter of the
+#: memory free when the timer starts if less (:func:`keep_room`). A call whose operands do not fit
+#: is built again each time it runs, and a predecessor built again just before a sample misprices
+#: it: with 1 GiB, alexnet's fc6 forward (151 MB of weights, 302 MB with its own) did not fit on
+#: one rank (batch 2), and drop7 after its replay was timed at 749 us, 341 us with 2.5 GiB, against
+#: 305-317 us measured in the step (2026-11-26, the 2-core development VM).
+CACHE_BYTES = 4 << 30
 
 
 class InRunTimer:
     """Times ``calls`` once per :meth:`round`; operands are built on first use and kept (up to
-    :data:`CACHE_BYTES`, else rebuilt each round outside the clock). ``before``: per call key, the
-    calls just before it in the step (costmodel.reuse.preceding_calls), replayed before its sample
-    (:meth:`round`)."""
+    ``cache_bytes``, by default :func:`keep_room`; else rebuilt each round outside the clock).
+    ``before``: per call key, the calls just before it in the step (costmodel.reuse.preceding_calls),
+    replayed before its sample (:meth:`round`)."""
 
     def __init__(self, calls: Iterable[KernelCall], before: Mapping[str, Sequence[KernelCall]] | None = None,
-                 cache_bytes: int = CACHE_BYTES, updates: Sequence[KernelCall] = ()):
+                 cache_bytes: int | None = None, updates: Sequence[KernelCall] = ()):
         self.calls = tuple(dict.fromkeys(calls))  # unique, in order
         self.before = {c.key: tuple((before or {}).get(c.key, ())) for c in self.calls}
         self.samples: dict[str, list[float]] = {c.key: [] for c in self.calls}
         self._kept: dict[str, tuple[Callable[[], object], Callable[[], float], object]] = {}
-        self._room = cache_bytes
+        self._room = keep_room() if cache_bytes is None else cache_bytes
         keep_freed_memory()
         # the step's updates in its order, one operand set each (:meth:`_update_round`), when
         # every one of them is among the calls timed and their operands fit the room
@@ -96,7 +103,8 @@ class InRunTimer:
         operand (its input, or in backward its incoming gradient) is read into the caches, where
         the kernel that wrote it in the step leaves it (a large predecessor's replay has evicted
         it: lenet5's relu1, after conv1, was priced 26% above its time in the step, and 17% with
-        its input read; 2026-11-26); then the call is timed.
+        its input read; 2026-11-26), before the replay of a weight-gradient kernel that follows
+        that writer (:func:`writes_weight_grads`); then the call is timed.
         The replay moves what the step moves and leaves
         the heap as the step leaves it: the arrays the timed call allocates (its output, im2col's
         columns) land where the step's would, not in the blocks its warm-up run has just freed
@@ -152,6 +160,15 @@ class InRunTimer:
         if keep:
             for key, ts in times.items():
                 self.samples[key].append(sum(ts) / len(ts))
+
+
+def keep_room(limit: int = CACHE_BYTES) -> int:
+    """Bytes of operands a timer keeps: ``limit``, or a quarter of the memory free now if less."""
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):  # not known here
+        return min(limit, 1 << 30)
+    return min(limit, free // 4)
 
 
 def touch(operand) -> None:

@@ -181,3 +181,19 @@ def test_the_incoming_operand_is_read_into_the_caches_before_a_weight_gradient_k
     other.round()
     assert log == [("run", "relu.bwd"), ("run", "linear.bwd_weights"), ("run", "linear.bwd_data"), ("touch",),
                    ("run", "relu.bwd")]
+
+
+def test_a_timer_keeps_operands_up_to_its_limit_or_a_quarter_of_the_free_memory(monkeypatch):
+    """profiler.inrun.keep_room: the default room of an InRunTimer is CACHE_BYTES (4 GiB), or a
+    quarter of the memory free when it starts if less (1 GiB where that is not known)."""
+    pages = {"SC_AVPHYS_PAGES": 1 << 20, "SC_PAGE_SIZE": 4096}  # 4 GiB free
+    monkeypatch.setattr(inrun.os, "sysconf", lambda name: pages[name])
+    assert inrun.keep_room() == 1 << 30 and inrun.InRunTimer([])._room == 1 << 30
+    pages["SC_AVPHYS_PAGES"] = 1 << 24  # 64 GiB free
+    assert inrun.keep_room() == inrun.CACHE_BYTES == 4 << 30
+    assert inrun.keep_room(1 << 20) == 1 << 20
+
+    def unknown(name):
+        raise ValueError(name)
+    monkeypatch.setattr(inrun.os, "sysconf", unknown)
+    assert inrun.keep_room() == 1 << 30
