@@ -30,7 +30,7 @@ from executor.compare import Comparison, Measured, compare_prediction
 from executor.node import share_node_cores
 from executor.pipeline_report import compare_pipeline
 from executor.runtime import run_strategies
-from executor.step_kernels import by_layer, in_step, kernels_in_step
+from executor.step_kernels import Shared, by_layer, collectives_in_step, in_step, kernels_in_step
 from executor.trace import trace_events
 from executor.worker import JobResult, abort_with, first_non_finite, run_job, start_watchdog
 from kernels import KERNELS_REVISION
@@ -271,23 +271,23 @@ def fresh_calls(prep: Prepared) -> list:
     return calls
 
 
-def step_context_entries(prep: Prepared) -> dict:
+def step_context_entries(prep: Prepared, shared: Shared | None = None) -> dict:
     """The kernel calls the plan's prediction looks up, timed now in its step's order and context
     (profiler.step_context), and, for ranks sharing this computer, the collectives it prices
     (profiler.comm_context; keyed ``comm:...``), before the run; empty for a compute model that
     is not this computer's on-demand profile, with on-demand timing off, for a pipelined plan, or
     inside an MPI job (whose other ranks would wait meanwhile; launched by `dnnplan execute`,
-    they do not)."""
+    they do not). ``shared``: calls timed for other plans weighed beside it (executor.step_choice)."""
     if not isinstance(prep.compute, OnDemand) or prep.plan.pipeline is not None or launcher.inside_mpi_job():
         return {}
     made = []
     calls = [c for c in prep.compute.calls_of(lambda: made.append(predict(prep))) if not isinstance(c, CommCall)]
-    entries = kernels_in_step(prep, calls)
+    entries = kernels_in_step(prep, calls, shared)
     p = prep.plan.devices
     if entries and 1 < p <= prep.machine.devices_per_node:
         collectives = step_collectives(prep.net, prep.plan.batch, run_strategies(prep.plan),
                                        made[0] if made else predict(prep), prep.plan.algorithms())
-        entries = {**entries, **prep.compute.time_collectives_in_step(collectives, p)}
+        entries = {**entries, **collectives_in_step(prep, collectives, shared)}
     return entries
 
 

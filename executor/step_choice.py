@@ -5,7 +5,8 @@ call meets in a step depends on its neighbours' choices, which only the finished
 the plan is made, it and each uniform plan that fits (data, filter, spatial) are timed in their
 step's context (executor.session.step_context_entries, profiler.step_context) and predicted again,
 and the fastest of them is the plan. Nothing has run yet: it is a second, finer weighing of a few
-finished plans. On lenet5 with 2 ranks (batch 64, the 2-core development VM, 2026-11-26) the
+finished plans. A call two candidates make in the same context is timed once for both
+(executor.step_kernels.Shared), so that they differ by their differences, not by timing noise. On lenet5 with 2 ranks (batch 64, the 2-core development VM, 2026-11-26) the
 solver's plan (channel and filter splits in the fully connected layers) was priced 1.5% under
 data parallelism from the profile alone; in context it was priced 3.9% over it in one validation
 (docs/VALIDATION.md) and ran 8% slower, 5.6% over in the next, where the two ran alike.
@@ -26,6 +27,7 @@ from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
 from executor.summary import PLANNER
 from executor.session import in_step_context, predict, prepare, step_context_entries
+from executor.step_kernels import Shared
 from networks.errors import DnnplanError
 from planner.optimize import plan_from_prediction
 from planner.plan import Plan
@@ -71,8 +73,9 @@ def uniform_plans(ctx: Context, network_arg: str, machine_arg: str) -> list[tupl
 
 def weighed(candidates: list[tuple[str, Plan]], threads: int | None = None,
             profile: str | None = None) -> list[Timed]:
-    """Every candidate timed in its step's context and predicted from those times, before any run."""
-    out = []
+    """Every candidate timed in its step's context and predicted from those times, before any run;
+    a call two candidates make in the same context is timed once for both (:class:`Shared`)."""
+    out, shared = [], Shared()
     with tempfile.TemporaryDirectory(prefix="dnnplan-context-") as tmp:
         for i, (name, plan) in enumerate(candidates):
             path = os.path.join(tmp, f"plan{i}.yaml")
@@ -82,7 +85,7 @@ def weighed(candidates: list[tuple[str, Plan]], threads: int | None = None,
             except DnnplanError:  # a plan the executor cannot run: no step context
                 out.append(Timed(name, plan, {}, plan.step_s, plan.step_s))
                 continue
-            entries = step_context_entries(prep)
+            entries = step_context_entries(prep, shared)
             timed = in_step_context(prep, entries)
             step = predict(timed).step_s
             out.append(Timed(name, plan, entries, step, timed.profile_step_s or step))

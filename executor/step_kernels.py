@@ -55,9 +55,59 @@ def by_layer(todo: InStep, timed: Mapping) -> dict:
     return out
 
 
-def kernels_in_step(prep, calls: list) -> dict:
+class Shared:
+    """Calls timed in step context for several plans weighed against each other (executor.step_choice):
+    a kernel call after the same calls, or a collective of the same size and group, is timed once
+    and that timing prices it in every plan that makes it, so the plans' predicted steps differ
+    by what differs between them, not by the noise of timing their common calls twice. On lenet5
+    with two ranks (batch 64) the solver's plan and data parallelism share their convolutions; timed
+    apart, conv2's backward was priced 1.75 ms in one and 1.98 ms in the other (before two runs a
+    minute apart), and the faster of the two in step context changed from one weighing to the next (2026-11-26, the
+    2-core development VM). The optimiser's updates are timed per plan: they are timed as the
+    plan's sequence (profiler.inrun), which differs between plans."""
+
+    def __init__(self) -> None:
+        self.kernels: dict[tuple, object] = {}
+        self.collectives: dict[str, object] = {}
+
+    def time_kernels(self, compute, todo: InStep) -> dict:
+        """Per key of ``todo.calls``, its entry: from an earlier plan where timed after the same
+        calls, else timed now (with the plan's updates, always timed now)."""
+        updates = {c.key for c in todo.updates}
+        sig = {c.key: context_signature(c, todo.before.get(c.key, ())) for c in todo.calls if c.key not in updates}
+        known = {k: self.kernels[s] for k, s in sig.items() if s in self.kernels}
+        timed = compute.time_in_step([c for c in todo.calls if c.key not in known], todo.before, todo.updates)
+        self.kernels.update({sig[k]: e for k, e in timed.items() if k in sig})
+        return {**timed, **known}
+
+    def time_collectives(self, compute, calls, ranks: int) -> dict:
+        """Per key of the collectives ``calls``, its entry: an earlier plan's, else timed now."""
+        known = {c.key: self.collectives[c.key] for c in calls if c.key in self.collectives}
+        timed = compute.time_collectives_in_step([c for c in calls if c.key not in known], ranks)
+        self.collectives.update(timed)
+        return {**timed, **known}
+
+
+def context_signature(call: KernelCall, before) -> tuple:
+    """What a call timed in step context is: the kernel and operands, and the calls replayed before it."""
+    plain = lambda c: getattr(c, "plain_key", c.key)  # noqa: E731 - an InContext's own numbering is per plan
+    return (plain(call), tuple(plain(c) for c in before))
+
+
+def kernels_in_step(prep, calls: list, shared: Shared | None = None) -> dict:
     """Entries of ``calls`` (the kernel calls the prediction of ``prep``, an
     executor.session.Prepared, looks up) timed now in their step's context (:func:`in_step`,
-    :func:`by_layer`)."""
+    :func:`by_layer`); with ``shared``, those an earlier plan timed in the same context are its."""
     todo = in_step(prep.net, prep.plan, calls)
+    if shared is not None:
+        return by_layer(todo, shared.time_kernels(prep.compute, todo))
     return by_layer(todo, prep.compute.time_in_step(todo.calls, todo.before, todo.updates))
+
+
+def collectives_in_step(prep, collectives, shared: Shared | None = None) -> dict:
+    """Entries of the plan's ``collectives`` timed now on its ranks in their step's context
+    (profiler.comm_context); with ``shared``, those an earlier plan timed are its."""
+    p = prep.plan.devices
+    if shared is not None:
+        return shared.time_collectives(prep.compute, collectives, p)
+    return prep.compute.time_collectives_in_step(collectives, p)

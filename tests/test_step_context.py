@@ -210,3 +210,51 @@ def test_each_layers_call_is_priced_as_timed_where_the_step_makes_it():
     assert set(got) == {c.key for c in wanted} | set(where)
     for occ, key in where.items():
         assert is_occurrence_key(occ) and got[occ].median_s == pytest.approx(1e-3 * (timed[key] + 1))
+
+
+def test_plans_weighed_together_time_a_call_in_the_same_context_once():
+    """executor.step_kernels.Shared: the second plan weighed beside the first is timed only for
+    the calls the first did not make after the same calls (and always for its updates, timed as
+    its own sequence); the calls it shares are priced by the first plan's very entries, and a
+    collective the first timed is not timed again."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from costmodel.comm_calls import CommCall
+    from costmodel.profile_table import Entry
+    from costmodel.reuse import step_calls_by_layer
+    from executor.runtime import run_strategies
+    from executor.step_kernels import Shared, collectives_in_step, context_signature, kernels_in_step
+
+    net = load("lenet5")
+    data = make_plan(net, 8, 2, "data")
+    cut = [layer.name for layer in net.layers].index("fc1")
+    mixed = replace(data, layers=data.layers[:cut] + make_plan(net, 8, 2, "filter").layers[cut:])
+    asked = []
+
+    def time_in_step(calls, before, updates=()):
+        asked.append((list(calls), dict(before), list(updates)))
+        return {c.key: Entry(1e-3, 1e-3 * len(asked), 0.1, 5, c.flops, c.bytes) for c in calls}
+
+    def time_collectives_in_step(calls, ranks):
+        asked.append(list(calls))
+        return {c.key: Entry(1e-5, 1e-5 * len(asked), 0.1, 5, 0, c.nbytes) for c in calls}
+
+    compute = SimpleNamespace(time_in_step=time_in_step, time_collectives_in_step=time_collectives_in_step)
+    shared, got = Shared(), []
+    for plan in (data, mixed):
+        prep = SimpleNamespace(net=net, plan=plan, compute=compute)
+        tagged = step_calls_by_layer(net, plan.batch, run_strategies(plan), plan.algorithms())
+        got.append(kernels_in_step(prep, list(dict.fromkeys(c for _, c in tagged)), shared))
+    (first, first_before, _), (second, second_before, updates) = asked
+    assert updates and all(u in second for u in updates)
+    done = {context_signature(c, first_before.get(c.key, ())): c.key for c in first}
+    again = [c for c in second if c not in updates]
+    assert again and all(context_signature(c, second_before.get(c.key, ())) not in done for c in again)
+    reused = [k for k, e in got[1].items() if e.median_s == pytest.approx(1e-3)]
+    assert reused and all(got[1][k] is got[0][k] for k in reused)
+    assert any(k.startswith("conv2d") for k in reused) and not any(k.startswith("sgd") for k in reused)
+    collectives = [CommCall("allreduce", 4096, 2, "cold"), CommCall("allgather", 8192, 2, "cold")]
+    one = collectives_in_step(SimpleNamespace(plan=data, compute=compute), collectives[:1], shared)
+    two = collectives_in_step(SimpleNamespace(plan=mixed, compute=compute), collectives, shared)
+    assert asked[-1] == collectives[1:] and two[collectives[0].key] is one[collectives[0].key]
