@@ -214,9 +214,10 @@ def reshard(comm, local: np.ndarray, src: Layout, dst: Layout, backward: bool = 
         pos += size
     recvbuf = np.empty(rp.recv_elems, dtype=dtype)
     mtype = mpi_type(dtype)
-    comm.Alltoallv([sendbuf, (rp.send_counts, rp.send_displs), mtype], [recvbuf, (rp.recv_counts, rp.recv_displs), mtype])
+    comm.Alltoallv([sendbuf, (rp.send_counts, rp.send_displs), mtype],
+                   [recvbuf, (rp.recv_counts, rp.recv_displs), mtype])
     pos = 0
-    for _, sl, shape, size in rp.recvs:  # sizes from the plan: np.prod here took 8-31 us a reshard (docs/executor.md)
+    for _, sl, shape, size in rp.recvs:  # sizes from the plan: np.prod of each shape here took 8-31 us a reshard
         put(out[sl], recvbuf[pos:pos + size].reshape(shape))
         pos += size
     return out

@@ -152,6 +152,11 @@ def test_reshards_move_what_the_cost_model_counts(net_name, batch, p):
             sent = sum(rp.send_elems for rp in plans)
             assert got == list(vol.recv_elems), (src, dst, backward)
             assert sent == sum(got)
+            for rp in plans:  # the sizes and offsets the reshard unpacks by, computed with its plan
+                assert all(size == _size(sl) == int(np.prod(shape)) for _, sl, shape, size in rp.recvs)
+                assert sum(size for *_, size in rp.recvs) == rp.recv_elems
+                assert list(rp.send_displs) == list(np.cumsum((0,) + rp.send_counts[:-1]))
+                assert list(rp.recv_displs) == list(np.cumsum((0,) + rp.recv_counts[:-1]))
             if vol.max_recv:  # the block copies the cost model prices: each rank writes its block once
                 written = [sum(_size(sl) for _, sl in rp.local) + rp.recv_elems for rp in plans]
                 assert written == list(vol.written_elems), (src, dst, backward)
