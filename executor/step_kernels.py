@@ -62,9 +62,9 @@ class Shared:
     by what differs between them, not by the noise of timing their common calls twice. On lenet5
     with two ranks (batch 64) the solver's plan and data parallelism share their convolutions; timed
     apart, conv2's backward was priced 1.75 ms in one and 1.98 ms in the other (before two runs a
-    minute apart), and the faster of the two in step context changed from one weighing to the next (2026-11-26, the
-    2-core development VM). The optimiser's updates are timed per plan: they are timed as the
-    plan's sequence (profiler.inrun), which differs between plans."""
+    minute apart), and the faster of the two in step context changed from one weighing to the
+    next (2026-11-26, the 2-core development VM). The optimiser's updates are timed per plan:
+    they are timed as the plan's sequence (profiler.inrun), which differs between plans."""
 
     def __init__(self) -> None:
         self.kernels: dict[tuple, object] = {}
