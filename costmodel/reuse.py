@@ -113,7 +113,8 @@ def is_occurrence_key(key: str) -> bool:
     return "@" in key
 
 
-def occurrences(tagged: Sequence[tuple[str, KernelCall]], window: int = 2) -> tuple[
+def occurrences(tagged: Sequence[tuple[str, KernelCall]], window: int = 2,
+                median: Mapping[str, tuple[KernelCall, ...]] | None = None) -> tuple[
         list[InContext], dict[str, tuple[KernelCall, ...]], dict[str, str]]:
     """The other contexts of the calls a step makes in more than one (``tagged``:
     :func:`step_calls_by_layer`). A key's own entry is timed in its median context
@@ -124,10 +125,11 @@ def occurrences(tagged: Sequence[tuple[str, KernelCall]], window: int = 2) -> tu
     (the calls to time in those other contexts, one per distinct context, their preceding calls,
     and per :func:`occurrence_key` of a layer's call the key whose entry prices it there: its own
     for its median context). Updates (timed in sequence, profiler.inrun) and gradient sums (no
-    layer's pass) are left out; a call a layer's pass makes twice is priced in its last context."""
+    layer's pass) are left out; a call a layer's pass makes twice is priced in its last context.
+    ``median``: the step's :func:`preceding_calls` with the same ``window``, when the caller has them."""
     seq = [c for _, c in tagged]
     windows = _windows(seq, window)
-    median = {key: _keys(before) for key, before in preceding_calls(seq, window).items()}
+    median = {key: _keys(before) for key, before in (median or preceding_calls(seq, window)).items()}
     seen: dict[str, dict[tuple[str, ...], int]] = {}
     for c, before in zip(seq, windows):
         seen.setdefault(c.key, {}).setdefault(_keys(before), len(seen.get(c.key, {})))

@@ -42,9 +42,10 @@ def in_step(net: Network, plan: Plan, calls: list[KernelCall]) -> InStep:
     tagged = step_calls_by_layer(net, plan.batch, run_strategies(plan), plan.algorithms())
     steps = [c for _, c in tagged]
     wanted = frozenset(c.key for c in calls)
-    extra, before, where = occurrences(tagged)
+    median = preceding_calls(steps)
+    extra, before, where = occurrences(tagged, median=median)
     extra = [c for c in extra if c.plain_key in wanted]
-    return InStep(list(calls) + extra, {**preceding_calls(steps), **before}, updates_of(steps), where, wanted)
+    return InStep(list(calls) + extra, {**median, **before}, updates_of(steps), where, wanted)
 
 
 def by_layer(todo: InStep, timed: Mapping) -> dict:
@@ -99,15 +100,10 @@ def kernels_in_step(prep, calls: list, shared: Shared | None = None) -> dict:
     executor.session.Prepared, looks up) timed now in their step's context (:func:`in_step`,
     :func:`by_layer`); with ``shared``, those an earlier plan timed in the same context are its."""
     todo = in_step(prep.net, prep.plan, calls)
-    if shared is not None:
-        return by_layer(todo, shared.time_kernels(prep.compute, todo))
-    return by_layer(todo, prep.compute.time_in_step(todo.calls, todo.before, todo.updates))
+    return by_layer(todo, (shared or Shared()).time_kernels(prep.compute, todo))
 
 
 def collectives_in_step(prep, collectives, shared: Shared | None = None) -> dict:
     """Entries of the plan's ``collectives`` timed now on its ranks in their step's context
     (profiler.comm_context); with ``shared``, those an earlier plan timed are its."""
-    p = prep.plan.devices
-    if shared is not None:
-        return shared.time_collectives(prep.compute, collectives, p)
-    return prep.compute.time_collectives_in_step(collectives, p)
+    return (shared or Shared()).time_collectives(prep.compute, collectives, prep.plan.devices)
