@@ -38,6 +38,9 @@ DISPATCH = "dispatch"
 #: A P-rank step's wait for its slowest rank per second of work: the entry ``wait/p<P>``
 #: (executor.sync_probe, profiler.sync).
 WAIT = "wait"
+#: The executor's own code around one collective of a P-rank step, after a pass over some bytes:
+#: entries ``collective/p<P>/<kind>/b<bytes>`` (executor.collective_code, profiler.sync).
+COLLECTIVE = "collective"
 
 _ENTRY_KEYS = ("min_s", "median_s", "spread", "count", "flops", "bytes")
 
@@ -259,6 +262,12 @@ def with_entries(table: ProfileTable, entries: Mapping[str, Entry]) -> ProfileTa
 def wait_key(ranks: int) -> str:
     """The executor entry of a table for ``ranks`` ranks that holds their wait per second of work."""
     return f"{WAIT}/p{ranks}"
+
+
+def collective_key(ranks: int, kind: str, nbytes: int) -> str:
+    """The executor entry of a table for ``ranks`` ranks that holds the code around one collective
+    of ``kind`` ("allreduce" or "reshard") after a pass over ``nbytes``."""
+    return f"{COLLECTIVE}/p{ranks}/{kind}/b{nbytes}"
 
 
 def dispatch_key(k: int) -> str:

@@ -15,7 +15,7 @@ from costmodel.kernel_calls import (SIZE_FIELDS, KernelCall, dtype_for_itemsize,
                                     shape_fields, split_key)
 from costmodel.layer_cost import dispatch_time, pass_bytes
 from costmodel.layer_layouts import LocalLayer
-from costmodel.profile_table import ProfileTable, is_dispatch_key, wait_key
+from costmodel.profile_table import ProfileTable, collective_key, is_dispatch_key, wait_key
 from costmodel.reuse import is_occurrence_key, occurrence_key
 
 
@@ -242,13 +242,30 @@ class ProfiledCompute:
         table's ``dispatch/h<k>`` entries (executor.dispatch: the probe's passes binned by their
         bytes, each entry's ``bytes`` its passes' typical bytes): linear in log(bytes) between
         neighbouring entries, the nearer end's outside them; 0 without entries."""
-        points = self._dispatch_points()
-        if not points:
+        return log_interpolated(self._dispatch_points(), nbytes)
+
+    def collective_code_s(self, ranks: int, kind: str, nbytes: float) -> float:
+        """The executor's own code around one collective of ``kind`` on ``ranks`` ranks after a
+        pass whose kernels moved ``nbytes`` (executor.collective_code): the table's
+        ``collective/p<ranks>/<kind>/b<bytes>`` entries, linear in log(bytes) between them (a
+        pass of no bytes counts as one); 0 for one rank or without entries."""
+        if ranks < 2:
             return 0.0
-        x = math.log(max(nbytes, 1))
-        if x <= math.log(points[0][0]):
-            return points[0][1]
-        for (b0, t0), (b1, t1) in zip(points, points[1:]):
-            if x <= math.log(b1):
-                return t0 + (t1 - t0) * (x - math.log(b0)) / (math.log(b1) - math.log(b0))
-        return points[-1][1]
+        head = collective_key(ranks, kind, 0)[:-1]  # ".../b"
+        points = sorted((max(e.bytes, 1), e.median_s) for name, e in self.table.executor.items()
+                        if name.startswith(head))
+        return log_interpolated(points, nbytes)
+
+
+def log_interpolated(points: list[tuple[int, float]], nbytes: float) -> float:
+    """The seconds at ``nbytes`` of (bytes, seconds) ``points`` sorted by bytes: linear in
+    log(bytes) between neighbours, the nearer end's outside them; 0 without points."""
+    if not points:
+        return 0.0
+    x = math.log(max(nbytes, 1))
+    if x <= math.log(points[0][0]):
+        return points[0][1]
+    for (b0, t0), (b1, t1) in zip(points, points[1:]):
+        if x <= math.log(b1):
+            return t0 + (t1 - t0) * (x - math.log(b0)) / (math.log(b1) - math.log(b0))
+    return points[-1][1]

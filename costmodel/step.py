@@ -73,6 +73,10 @@ class StepPrediction:
     # per second of work of P ranks sharing one computer (executor.sync_probe) times the step's
     # work; 0 unless the executor's prediction adds it (executor.session.predict)
     wait_s: float = 0.0
+    # the executor's own code around each collective (its barrier, spans, a reshard's bookkeeping),
+    # measured per collective on P ranks (executor.collective_code) and summed over the barriers
+    # the step makes (costmodel.barriers); 0 unless the executor's prediction adds it
+    collective_code_s: float = 0.0
 
     @property
     def fwd_s(self) -> float:
@@ -102,7 +106,7 @@ class StepPrediction:
 
     @property
     def step_s(self) -> float:
-        return self.work_s + self.wait_s
+        return self.work_s + self.wait_s + self.collective_code_s
 
     @property
     def activation_bytes(self) -> int:
@@ -211,6 +215,7 @@ def prediction_json(pred: StepPrediction) -> dict:
         "compute_model": pred.compute,
         "step_s": pred.step_s, "fwd_s": pred.fwd_s, "bwd_s": pred.bwd_s, "grad_sync_s": pred.sync_s,
         "update_s": pred.update_s, "dispatch_s": pred.dispatch_s, "wait_s": pred.wait_s,
+        "collective_code_s": pred.collective_code_s,
         "memory_peak_bytes": pred.memory_peak_bytes,
         "memory_parts_bytes": pred.memory_parts,
         "layers": [{

@@ -64,6 +64,7 @@ class Comparison:
     predicted_peak_bytes: int | None = None  # the prediction's memory peak per device
     stages: tuple = ()  # a pipelined plan's stages (executor.pipeline_report.StageRow)
     predicted_wait_s: float = 0.0  # the ranks' wait for each other (StepPrediction.wait_s)
+    predicted_collective_code_s: float = 0.0  # the executor's code around collectives (StepPrediction)
 
     @property
     def memory_rel(self) -> float | None:
@@ -75,7 +76,8 @@ class Comparison:
     @property
     def predicted_outside_s(self) -> float:
         """The predicted step less its layers' phases and the ranks' wait: the executor's own time
-        between them (``StepPrediction.dispatch_s``), which no span measures."""
+        between them (``StepPrediction.dispatch_s``, and its code around each collective,
+        ``StepPrediction.collective_code_s``), which no layer's span measures."""
         return max(self.predicted_step_s - self.predicted_wait_s - sum(lt.total_s for lt in self.predicted), 0.0)
 
     @property
@@ -132,7 +134,8 @@ def compare(predicted: tuple[LayerTimes, ...], predicted_step_s: float, measured
 
 def compare_prediction(pred: StepPrediction, measured: Measured) -> Comparison:
     return replace(compare(predicted_layers(pred), pred.step_s, measured),
-                   predicted_peak_bytes=int(pred.memory_peak_bytes), predicted_wait_s=pred.wait_s)
+                   predicted_peak_bytes=int(pred.memory_peak_bytes), predicted_wait_s=pred.wait_s,
+                   predicted_collective_code_s=pred.collective_code_s)
 
 
 def _layer_json(lt: LayerTimes) -> dict:
@@ -147,6 +150,7 @@ def comparison_json(plan_path: str, cmp: Comparison, check) -> dict:
         "steps": cmp.measured.steps,
         "measured": {"step_s": cmp.measured.step_s, "layers": [_layer_json(lt) for lt in cmp.measured.layers]},
         "predicted": {"step_s": cmp.predicted_step_s, "wait_s": cmp.predicted_wait_s,
+                      "collective_code_s": cmp.predicted_collective_code_s,
                       "layers": [_layer_json(lt) for lt in cmp.predicted]},
         "error": {"step_rel": cmp.step_rel,
                   "layers": [{"name": e.name, **e.phases, "total": e.total} for e in cmp.errors]},

@@ -21,7 +21,6 @@ from costmodel.compute import RECOMPUTE, ComputeModel, OnDemand
 from costmodel.files import NODE_CORES_ENV, load_machine
 from costmodel.machine import Machine
 from costmodel.profile_table import foreign_reason
-from costmodel.profiled_compute import ProfiledCompute
 from costmodel.pipeline import PipelinePrediction
 from costmodel.step import StepPrediction, predict_step
 from executor import launch as launcher
@@ -29,6 +28,7 @@ from executor.collect import aggregate, timed_steps
 from executor.compare import Comparison, Measured, compare_prediction
 from executor.node import share_node_cores
 from executor.pipeline_report import compare_pipeline
+from executor.rank_terms import collective_code_s, wait_per_work
 from executor.runtime import run_strategies
 from executor.step_kernels import Shared, by_layer, collectives_in_step, in_step, kernels_in_step
 from executor.trace import trace_events
@@ -241,19 +241,9 @@ def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction | 
     pred = predict_step(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms(),
                         machine or prep.machine, prep.compute, Optimizer(prep.plan.optimizer, prep.plan.zero),
                         grads_in_backward=not prep.plan.zero)  # as executor.runtime makes them
-    return replace(pred, wait_s=wait_per_work(prep) * pred.work_s)
-
-
-def wait_per_work(prep: Prepared) -> float:
-    """The plan's ranks' wait for the slowest per second of work, when they share this computer
-    and its profile measured it (executor.sync_probe; timed now if the cache lacks it, except
-    inside an MPI job, whose other ranks would wait meanwhile); 0 otherwise."""
-    p = prep.plan.devices
-    if p < 2 or p > prep.machine.devices_per_node or not isinstance(prep.compute, ProfiledCompute):
-        return 0.0
-    if isinstance(prep.compute, OnDemand):
-        return prep.compute.wait_per_work(p, time_missing=not launcher.inside_mpi_job())
-    return prep.compute.wait_per_work(p)
+    wait = wait_per_work(prep.plan, prep.machine, prep.compute)  # first: it times the code around collectives too
+    return replace(pred, wait_s=wait * pred.work_s,
+                   collective_code_s=collective_code_s(prep.plan, prep.net, prep.machine, prep.compute, pred))
 
 
 def fresh_calls(prep: Prepared) -> list:

@@ -16,7 +16,8 @@ returns per timed step the seconds waited per second of work: the ranks' mean ti
 spans over their mean step time outside them. The profiler runs it under ``mpiexec -n P`` for a
 table of P ranks (profiler.sync) and stores it as the table's ``wait/p<P>`` executor entry; a
 prediction for P ranks then adds that fraction of the step's work as the time its ranks wait
-(``StepPrediction.wait_s``; executor.session.predict).
+(``StepPrediction.wait_s``; executor.session.predict). The same job then measures the executor's
+code around one collective (executor.collective_code), printed as ``collective_code``.
 
     mpiexec -n P python -m executor.sync_probe [--batch 8] [--steps 21] [--warmup 2] [--threads 1]
 """
@@ -27,6 +28,7 @@ import argparse
 import json
 import sys
 
+from executor import collective_code
 from executor.dispatch import PROBE, probe_plan
 from executor.run import run_plan
 from executor.timers import Timers
@@ -81,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI
     comm = MPI.COMM_WORLD
     samples = measure(comm, args.steps, args.warmup, args.batch)
+    code = collective_code.measure(comm)
     if comm.Get_rank() == 0:
-        print(json.dumps({"ranks": comm.Get_size(), "batch_per_rank": args.batch, "wait_per_work": samples}))
+        print(json.dumps({"ranks": comm.Get_size(), "batch_per_rank": args.batch, "wait_per_work": samples,
+                          "collective_code": code}))
     return 0
 
 

@@ -29,7 +29,8 @@ from threadpoolctl import threadpool_limits
 from costmodel.compute import Roofline
 from costmodel.kernel_calls import KernelCall
 from costmodel.machine import Machine
-from costmodel.profile_table import DISPATCH, Entry, is_dispatch_key, wait_key, with_entries, with_executor
+from costmodel.profile_table import (DISPATCH, Entry, collective_key, is_dispatch_key, wait_key, with_entries,
+                                     with_executor)
 from costmodel.profiled_compute import Lookup, ProfiledCompute
 from networks.errors import DnnplanError
 from profiler import comm_context, dispatch, side_by_side, step_context, sync
@@ -236,11 +237,12 @@ class OnDemandCompute(ProfiledCompute):
 
     def wait_per_work(self, ranks: int, time_missing: bool = True) -> float:
         """A ``ranks``-rank step's wait per second of work (profiler.sync), its probe run under
-        mpiexec on first use when the cache has none (or, with ``refresh``, once per process);
+        mpiexec on first use when the cache has none, or none of the executor's code around a
+        collective that the same probe measures (or, with ``refresh``, once per process);
         ``time_missing=False``: the cache's value only."""
         key = wait_key(ranks)
-        if (ranks > 1 and time_missing and self.enabled and key not in self._timed
-                and (self.refresh or key not in self.table.executor)):
+        missing = key not in self.table.executor or collective_key(ranks, "allreduce", 0) not in self.table.executor
+        if ranks > 1 and time_missing and self.enabled and key not in self._timed and (self.refresh or missing):
             self._timed.add(key)
             self._say(f"profiling how long {ranks} ranks wait for each other (cached)")
             entries, why = sync.time_wait(self.threads, ranks)

@@ -5,7 +5,9 @@ The executor measures it on its probe network under MPI (:mod:`executor.sync_pro
 starts MPI, with the profile's threads, and keeps the median over the probe's timed steps of the
 seconds its ranks waited per second of their work as the table's ``wait/p<P>`` executor entry
 (``median_s`` and ``min_s`` hold that fraction, not seconds; ``spread`` its interquartile range
-over the median, as for a kernel).
+over the median, as for a kernel). The same job measures the executor's code around one
+collective (executor.collective_code), kept as the table's ``collective/p<P>/<kind>/b<bytes>``
+entries.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import subprocess
 import sys
 
-from costmodel.profile_table import Entry, wait_key
+from costmodel.profile_table import Entry, collective_key, wait_key
 from networks.errors import DnnplanError
 from profiler.comm import find_mpiexec
 from profiler.dispatch import probe_env
@@ -42,9 +44,17 @@ def time_wait(threads: int, ranks: int, timeout_s: float = TIMEOUT_S) -> tuple[d
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
         return {}, f"the wait probe failed: {last}"
     try:
-        samples = [float(x) for x in json.loads(proc.stdout.strip().splitlines()[-1])["wait_per_work"]]
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        samples = [float(x) for x in got["wait_per_work"]]
+        code = {collective_key(ranks, str(kind), int(nbytes)): _one(float(secs), int(nbytes))
+                for kind, nbytes, secs in got.get("collective_code", [])}
     except (ValueError, KeyError, IndexError, TypeError) as err:
         return {}, f"the wait probe wrote no samples ({err})"
     if not samples:
         return {}, "the wait probe wrote no samples"
-    return {wait_key(ranks): summarize(samples, 0, 0)}, ""
+    return {wait_key(ranks): summarize(samples, 0, 0), **code}, ""
+
+
+def _one(seconds: float, nbytes: int) -> Entry:
+    """An entry of one figure (executor.collective_code's median over its samples: no spread kept)."""
+    return Entry(min_s=seconds, median_s=seconds, spread=0.0, count=1, flops=0, bytes=nbytes)

@@ -88,7 +88,7 @@ def test_json_and_trace(plan2, stub, tmp_path, monkeypatch):
     assert data["measured_peak_bytes"] is None and data["memory_rel"] is None  # the stand-in runtime measures none
     assert data["ranks"] == 2 and data["steps"] == 3 and data["plan"] == plan2
     assert set(data["measured"]) == {"step_s", "layers"}
-    assert set(data["predicted"]) == {"step_s", "wait_s", "layers"}
+    assert set(data["predicted"]) == {"step_s", "wait_s", "collective_code_s", "layers"}
     assert set(data["error"]) == {"step_rel", "layers"}
     assert set(data["check"]) == {"passed", "worst_rel_error", "worst_tensor"} and data["check"]["passed"]
     names = [l["name"] for l in data["predicted"]["layers"]]
@@ -305,4 +305,6 @@ def test_fresh_profile_times_the_predictions_kernels_inside_the_run(tmp_path, mo
     for c, _ in priced:
         assert c.seconds == median[(c.collective, c.nbytes, c.group, "warm" if c.phase == "sync" else "cold")]
     # the step the run was compared with: the same model, plus the ranks' wait (StepPrediction.wait_s)
-    assert cmp.predicted_step_s - cmp.predicted_wait_s == pytest.approx(pred.step_s)
+    # and the executor's code around the collectives (StepPrediction.collective_code_s)
+    assert cmp.predicted_collective_code_s > 0
+    assert cmp.predicted_step_s - cmp.predicted_wait_s - cmp.predicted_collective_code_s == pytest.approx(pred.step_s)

@@ -84,7 +84,7 @@ def test_json_has_exactly_the_documented_keys():
                              "predicted_peak_bytes", "measured_peak_bytes", "memory_rel"}
         assert data["measured_peak_bytes"] is None and data["memory_rel"] is None  # nothing measured here
         assert set(data["measured"]) == {"step_s", "layers"}
-        assert set(data["predicted"]) == {"step_s", "wait_s", "layers"}  # wait: StepPrediction.wait_s
+        assert set(data["predicted"]) == {"step_s", "wait_s", "collective_code_s", "layers"}  # wait: StepPrediction.wait_s
         assert set(data["error"]) == {"step_rel", "layers"}
         assert set(data["measured"]["layers"][0]) == {"name", "total_s", *(f"{ph}_s" for ph in PHASES)}
         assert set(data["error"]["layers"][0]) == {"name", "total", *PHASES}

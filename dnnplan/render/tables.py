@@ -114,7 +114,8 @@ def prediction_table(pred, fallbacks=()) -> None:
                   fmt.seconds(x.reshard_s) + (" halo" if x.halo else ""), fmt.nbytes(e.memory.total))
     console.print(t)
     extra = "".join(f" + {what} {fmt.seconds(secs)}" for what, secs in (
-        ("between kernels", pred.dispatch_s), ("waiting for the slowest rank", pred.wait_s)) if secs > 0)
+        ("between kernels", pred.dispatch_s), ("waiting for the slowest rank", pred.wait_s),
+        ("code around collectives", pred.collective_code_s)) if secs > 0)
     console.print(f"[bold]step {fmt.seconds(pred.step_s)}[/bold] = forward {fmt.seconds(pred.fwd_s)} + backward "
                   f"{fmt.seconds(pred.bwd_s)} + gradient sync {fmt.seconds(pred.sync_s)} + update "
                   f"{fmt.seconds(pred.update_s)}{extra};  peak memory {fmt.nbytes(pred.memory_peak_bytes)} per device")
