@@ -244,7 +244,7 @@ class OnDemandCompute(ProfiledCompute):
         missing = key not in self.table.executor or collective_key(ranks, "allreduce", 0) not in self.table.executor
         if ranks > 1 and time_missing and self.enabled and key not in self._timed and (self.refresh or missing):
             self._timed.add(key)
-            self._say(f"profiling how long {ranks} ranks wait for each other (cached)")
+            self._say(f"profiling how long {ranks} ranks wait for each other and the code around a collective (cached)")
             entries, why = sync.time_wait(self.threads, ranks)
             if why and self.progress:
                 Console(stderr=True).print(f"[yellow]warning:[/yellow] {why}; predictions leave out the time "
