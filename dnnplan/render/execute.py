@@ -68,8 +68,12 @@ def step_summary(cmp: Comparison) -> None:
         f"[bold]step[/bold]  measured {fmt.seconds(m.step_s)} (median of {m.steps} steps, "
         f"{fmt.seconds(m.step_min_s)} to {fmt.seconds(m.step_max_s)}; {fmt.seconds(waited)} waiting for other "
         f"ranks{_predicted(cmp.predicted_wait_s)}, {fmt.seconds(max(untimed, 0.0))} outside the timed layers, predicted "
-        f"{fmt.seconds(cmp.predicted_outside_s)})  predicted {fmt.seconds(cmp.predicted_step_s)}  error {pct(cmp.step_rel)}  "
+        f"{fmt.seconds(cmp.predicted_outside_s)}{_code(cmp.predicted_collective_code_s)})  predicted {fmt.seconds(cmp.predicted_step_s)}  error {pct(cmp.step_rel)}  "
         f"per-layer median |error| {'-' if med is None else f'{med * 100:.0f}%'}")
+
+
+def _code(code_s: float) -> str:
+    return f", {fmt.seconds(code_s)} of it the code around collectives" if code_s > 0 else ""
 
 
 def _predicted(wait_s: float) -> str:
