@@ -6,8 +6,8 @@ written to the progress file, and, for a reshard, its plan looked up, its buffer
 counts handed to MPI. None of it is inside a kernel's or an isolated collective's timing, and the
 time after a layer pass (executor.dispatch, measured on one rank) has no collective in it. After
 a kernel that moved megabytes that code comes from memory: on the 2-core development VM one
-allreduce's code took 6 us after no pass and 12 us after a 16 MiB one, beyond the one span a pass
-opens anyway (2026-11-26).
+allreduce's code took 5 us after no pass and 13-14 us after a 16 MiB one, beyond the one span a
+pass opens anyway (2026-11-26).
 
 :func:`measure` times it on the ranks of ``comm``, for an allreduce and for a reshard (a gather
 of a data-parallel linear's output to a filter-split one's whole input, as between lenet5's
@@ -15,7 +15,7 @@ fully connected layers), after passes over buffers of :data:`PASS_BYTES` (untime
 barrier): per sample, the seconds from before ``wait_for`` to after the collective's span, less
 the seconds inside the MPI calls (the barrier, the collective: their own time is the wait and
 the collective's price), less the same for one empty span after the same pass. Each kind's
-median per pass size is a ``collective/<kind>/b<bytes>`` executor entry of a P-rank table
+median per pass size is a ``collective/p<P>/<kind>/b<bytes>`` executor entry of a P-rank table
 (profiler.sync); a prediction adds, for each barrier its plan makes, the entry of its kind at
 the bytes of the pass before it (costmodel.barriers, executor.session.predict).
 """
