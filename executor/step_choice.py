@@ -12,7 +12,9 @@ On lenet5 with 2 ranks (batch 64, the 2-core development VM, 2026-11-26) the sol
 from the profile alone; in context it was priced 3.9% over it in one validation and ran 8%
 slower, 5.6% over in the next, where the two ran alike; weighed with their shared calls timed
 once, the two were priced within a few percent and the solver's plan ran 1.2-6.7% slower in
-three validations (docs/VALIDATION.md).
+three validations. With the executor's code around each collective priced as well (16 barriers
+a step in the solver's plan, 6 in data parallelism; executor.rank_terms), the weighing took the
+data plan in six of six validations, measured fastest in five (docs/VALIDATION.md).
 
 A candidate the executor cannot run (another precision or optimizer, recomputation) or whose
 kernels cannot be timed here (machine not `local`, ``--profile``, a pipeline) has no step context

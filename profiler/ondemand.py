@@ -241,6 +241,7 @@ class OnDemandCompute(ProfiledCompute):
         collective that the same probe measures (or, with ``refresh``, once per process);
         ``time_missing=False``: the cache's value only."""
         key = wait_key(ranks)
+        # the code probe's first entry (an allreduce after no pass) stands for all of its entries
         missing = key not in self.table.executor or collective_key(ranks, "allreduce", 0) not in self.table.executor
         if ranks > 1 and time_missing and self.enabled and key not in self._timed and (self.refresh or missing):
             self._timed.add(key)
