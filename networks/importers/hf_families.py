@@ -63,6 +63,13 @@ def _rotary_whole(cfg: Config, field: str, notes: list[str]) -> None:
     notes.append(f"{field}=1: rotary on the whole head")
 
 
+def _head_dim(cfg: Config, width: Val, heads: Val) -> Val:
+    """The head width when the config does not give one: the width over the heads, which must divide it."""
+    if width.value % heads.value:
+        raise cfg.fail(heads.field, f"{heads.field}={heads.value} must divide {width.field}={width.value}")
+    return derived(width.value // heads.value, f"{width.field} / {heads.field}", "head_dim")
+
+
 def _rope_notes(cfg: Config, notes: list[str]) -> None:
     theta = cfg.raw("rope_theta")
     if theta is not None:
@@ -89,7 +96,7 @@ def gpt2(cfg: Config, seq: int | None) -> Decoder:
     notes.append(f"{attn_drop.origin}={attn_drop.value:g}: attention-probability dropout, inside the attention op")
     return Decoder(
         family="gpt2", width=width, layers=cfg.whole("n_layer", aliases=("num_hidden_layers",)), heads=heads,
-        kv_heads=heads, head_dim=derived(width.value // heads.value, "n_embd / n_head"),
+        kv_heads=heads, head_dim=_head_dim(cfg, width, heads),
         ffn=cfg.whole("n_inner") if ffn is not None else derived(4 * width.value, "n_inner null: 4 x n_embd"),
         vocab=cfg.whole("vocab_size"), seq=_seq(cfg, seq, "n_positions", aliases=("max_position_embeddings",)),
         norm=Val("layernorm", "GPT-2's LayerNorm"), eps=cfg.number("layer_norm_epsilon", 1e-5),
@@ -113,7 +120,7 @@ def _llama_like(cfg: Config, seq: int | None, family: str, *, eps_default: float
         head_dim = cfg.whole("head_dim", head_dim_default)
     else:
         cfg.raw("head_dim")
-        head_dim = derived(width.value // heads.value, "hidden_size / num_attention_heads", "head_dim")
+        head_dim = _head_dim(cfg, width, heads)
     _rotary_whole(cfg, "partial_rotary_factor", notes)
     _rope_notes(cfg, notes)
     for field in ("attention_dropout", "pretraining_tp"):
@@ -219,7 +226,7 @@ def gpt_neox(cfg: Config, seq: int | None) -> Decoder:
     width, heads = cfg.whole("hidden_size"), cfg.whole("num_attention_heads")
     return Decoder(
         family="gpt_neox", width=width, layers=cfg.whole("num_hidden_layers"), heads=heads, kv_heads=heads,
-        head_dim=derived(width.value // heads.value, "hidden_size / num_attention_heads"),
+        head_dim=_head_dim(cfg, width, heads),
         ffn=cfg.whole("intermediate_size"), vocab=cfg.whole("vocab_size"),
         seq=_seq(cfg, seq, "max_position_embeddings", 2048), norm=Val("layernorm", "GPT-NeoX's LayerNorm"),
         eps=cfg.number("layer_norm_eps", 1e-5), mlp=_activation(cfg, cfg.text("hidden_act", "gelu"), gated=False),
@@ -252,7 +259,7 @@ def falcon(cfg: Config, seq: int | None) -> Decoder:
     ffn = cfg.whole("ffn_hidden_size") if cfg.has("ffn_hidden_size") else derived(4 * width.value, "4 x hidden_size")
     return Decoder(
         family="falcon", width=width, layers=cfg.whole("num_hidden_layers"), heads=heads, kv_heads=kv,
-        head_dim=derived(width.value // heads.value, "hidden_size / num_attention_heads"), ffn=ffn,
+        head_dim=_head_dim(cfg, width, heads), ffn=ffn,
         vocab=cfg.whole("vocab_size"), seq=_seq(cfg, seq, "max_position_embeddings", 2048),
         norm=Val("layernorm", "Falcon's LayerNorm"), eps=cfg.number("layer_norm_epsilon", 1e-5), mlp=mlp,
         attn_bias=bias, mlp_bias=bias, rotary=Val(True, "rotary positions"), tied=cfg.flag("tie_word_embeddings", True),

@@ -46,7 +46,8 @@ class Region:
     weights: list[str]
     nodes: set[int] = field(default_factory=set)
     anchor: int = 0
-    note: str = ""
+    heads_from: str = "the shapes of q"
+    causal_from: str = "its mask"
 
 
 def _trace_to_unit(g: Graph, value: str, nodes: set[int]) -> Unit | None:
@@ -138,7 +139,11 @@ def _softmax_region(g: Graph, k_soft: int) -> Region | None:
         return None
     causal = mask_causal(g, masks, q_shape[2])
     region = _build(g, units, out, nodes, heads=q_shape[1], head_dim=q_shape[3], causal=causal)
-    region.anchor = k_soft
+    if region is not None:
+        region.anchor = k_soft
+        region.heads_from = f"q's shape {list(q_shape)} at node '{g.label(k_qk)}'"
+        region.causal_from = "its mask, evaluated: causal" if causal else ("its mask, evaluated: hides nothing"
+                                                                          if masks else "no mask")
     return region
 
 
@@ -181,6 +186,7 @@ def _fused_region(g: Graph, k_att: int) -> Region | None:
     region = _build(g, units, out, nodes, heads, head_dim, causal)
     if region is not None:
         region.anchor = k_att
+        region.heads_from, region.causal_from = "q_num_heads", "is_causal"
     return region
 
 
@@ -201,7 +207,8 @@ def _contrib_region(g: Graph, k_att: int) -> Region | None:
     causal = bool(attrs["unidirectional"].i) if "unidirectional" in attrs else False
     weights = [x for x in (w[0], b[0] if b else None, out.weight, out.bias) if x]
     return Region(node.input[0], out.out, max(out.nodes | {g.producer[out.out]}), heads, heads, width // heads,
-                  width, causal, b is not None, out.bias is not None, weights, nodes, k_att)
+                  width, causal, b is not None, out.bias is not None, weights, nodes, k_att, "num_heads",
+                  "unidirectional")
 
 
 def find_regions(g: Graph) -> list[Region]:

@@ -22,7 +22,8 @@ SMALL_ELEMENTS = 1 << 20
 #: (op type, input index) where a value is a weight, not data.
 WEIGHT_SLOTS = {("Conv", 1), ("Conv", 2), ("Gemm", 1), ("Gemm", 2), ("MatMul", 1), ("Gather", 0),
                 ("BatchNormalization", 1), ("BatchNormalization", 2), ("BatchNormalization", 3),
-                ("BatchNormalization", 4), ("LayerNormalization", 1), ("LayerNormalization", 2), ("Add", 1)}
+                ("BatchNormalization", 4), ("LayerNormalization", 1), ("LayerNormalization", 2),
+                ("RMSNormalization", 1), ("Add", 1), ("Attention", 1), ("Attention", 2)}
 #: Ops that only move or rename a tensor: a weight seen through them is still that weight.
 LAYOUT_OPS = ("Identity", "Transpose", "Cast", "Reshape", "Unsqueeze", "Squeeze")
 #: Ops whose output depends on their input's shape only, not on its values.
@@ -126,11 +127,9 @@ class Graph:
     def _data_inputs(self, seq: int | None) -> list[DataInput]:
         out = []
         for name, info in self.declared.items():
-            dims = _dims(info)
-            if self._is_weight_input(name):
-                if any(d is None or isinstance(d, str) for d in dims):
-                    raise DnnplanError(f"weight input '{short(name)}' has a dynamic shape {short(dims)}",
-                                       file=self.source, hint="export the model with its weights' shapes fixed")
+            dims = _dims(info) or []
+            fixed = all(isinstance(d, int) and d > 0 for d in dims)
+            if fixed and self._is_weight_input(name):  # a weight's shape is fixed; data has a batch axis
                 self.weights[name] = tuple(dims)
                 continue
             if name not in self.consumers:
@@ -146,7 +145,7 @@ class Graph:
         for axis, d in enumerate(dims):
             if isinstance(d, int) and d > 0:
                 if axis == 1 and seq is not None and d != seq and len(dims) in (2, 3):
-                    raise DnnplanError(f"--seq {seq} differs from input '{short(name)}''s fixed sequence of {d}",
+                    raise DnnplanError(f"--seq {seq} differs from input {short(name)} (its fixed sequence is {d})",
                                        file=self.source, hint="export the model with a dynamic sequence axis, or leave --seq out")
                 fixed.append(d)
             elif axis == 0:
@@ -154,10 +153,10 @@ class Graph:
             elif axis == 1 and seq is not None:
                 fixed.append(seq)
             else:
-                raise DnnplanError(f"input '{short(name)}' has a dynamic dimension {axis} ({short(d)})", file=self.source,
+                raise DnnplanError(f"input {short(name)} has a dynamic dimension {axis} ({short(d)})", file=self.source,
                                    hint="give --seq for a dynamic sequence; other sizes must be fixed in the export")
         if not fixed:
-            raise DnnplanError(f"input '{short(name)}' is a scalar; dnnplan needs a batch axis first", file=self.source)
+            raise DnnplanError(f"input {short(name)} is a scalar; dnnplan needs a batch axis first", file=self.source)
         return tuple(fixed)
 
     @property
@@ -266,12 +265,12 @@ class Graph:
         if value in self._const_cache:
             return self._const_cache[value]
         if self.is_data(value):
-            raise self.fail(k, f"'{short(value)}' depends on the input data where a constant is needed")
+            raise self.fail(k, f"{short(value)} depends on the input data where a constant is needed")
         onnx = _onnx()
         if value in self.initializers:
             t = self.initializers[value]
             if _count(t.dims) > SMALL_ELEMENTS or t.data_location == onnx.TensorProto.EXTERNAL:
-                raise self.fail(k, f"needs the value of '{short(value)}', a large or external tensor")
+                raise self.fail(k, f"needs the value of {short(value)}, a large or external tensor")
             got = onnx.numpy_helper.to_array(t)
         else:
             got = self._evaluate(value, k)
@@ -291,7 +290,7 @@ class Graph:
         try:
             got = ReferenceEvaluator(sub).run(values, feeds)
         except Exception as err:  # noqa: BLE001 - any failure of the reference evaluator
-            raise self._failure(k, f"cannot compute the constant '{short(values[0])}' it needs "
+            raise self._failure(k, f"cannot compute the constant {short(values[0])} it needs "
                                    f"({type(err).__name__})") from None
         return [np.asarray(x) for x in got]
 
@@ -315,12 +314,12 @@ class Graph:
                 picked.add(src)
                 todo.extend(self.nodes[src].input)
             elif name in self.weights and name not in self.initializers:
-                raise self._failure(k, f"computing '{short(value)}' needs the weight '{short(name)}', which has no values")
+                raise self._failure(k, f"computing {short(value)} needs the weight {short(name)}, which has no values")
         light = {t.name: t for t in self.light.graph.initializer}
         inits = [light[n] for n in needed if n in light]
         big = [n for n in needed if n in self.initializers and n not in light]
         if big:
-            raise self._failure(k, f"computing '{short(value)}' needs the large tensor '{short(big[0])}'")
+            raise self._failure(k, f"computing {short(value)} needs the large tensor {short(big[0])}")
         inputs = [helper.make_tensor_value_info(i.name, _elem(self.declared[i.name]), list(i.dims))
                   for i in self.data_inputs if i.name in needed]
         outs = [helper.make_tensor_value_info(v, 0, None) for v in values]

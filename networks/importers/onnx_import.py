@@ -32,15 +32,14 @@ def emit_attention(m: Mapper, r: Region) -> None:
     """The attention region ``r`` as one attention layer."""
     for w in r.weights:
         m.use(w, k=r.anchor)
-    src = f"the shapes at node '{m.g.label(r.anchor)}'"
-    params = {"heads": Val(r.heads, src)}
+    params = {"heads": Val(r.heads, r.heads_from)}
     if r.kv_heads != r.heads:
         _needs(m, r, r.kv_heads, "grouped-query attention", "kv_heads")
         params["kv_heads"] = Val(r.kv_heads, "the key projection's width / the head width")
     if r.heads * r.head_dim != r.width:
         _needs(m, r, r.head_dim, "a head width other than the model width / heads", "head_dim")
-        params["head_dim"] = Val(r.head_dim, src)
-    params["causal"] = Val(r.causal, "its mask" if r.causal else "no mask")
+        params["head_dim"] = Val(r.head_dim, r.heads_from)
+    params["causal"] = Val(r.causal, r.causal_from)
     params["bias"] = Val(r.out_bias, "the output projection's bias")
     if r.qkv_bias != r.out_bias:
         _needs(m, r, r.qkv_bias, "q/k/v projection biases apart from the output projection's", "qkv_bias")
@@ -75,10 +74,11 @@ def _loss(m: Mapper) -> None:
                            "logits of a classifier or language model", file=m.g.source)
     logits = m.act(outs[0], m.g.producer.get(outs[0], 0))
     if len(logits.shape) not in (1, 2):
-        raise DnnplanError(f"the graph's output '{short(outs[0])}' is {tuple(logits.shape)} per sample; dnnplan trains "
+        raise DnnplanError(f"the graph's output {short(outs[0])} is {tuple(logits.shape)} per sample; dnnplan trains "
                            "logits shaped (K,) or (S, K)", file=m.g.source)
-    note = "the softmax at the graph's output is the loss's own" if outs[0] in m.softmax_out else "on the graph's output"
-    m.emit(None, "softmax_cross_entropy", [outs[0]], {}, note=f"cross-entropy {note}", name="loss", out=None)
+    note = ("cross-entropy; the softmax at the graph's output is the loss's own" if outs[0] in m.softmax_out
+            else "cross-entropy on the graph's output")
+    m.emit(None, "softmax_cross_entropy", [outs[0]], {}, note=note, name="loss", out=None)
 
 
 def _line(m: Mapper, rec: Rec, previous: str | None) -> str:
@@ -106,7 +106,7 @@ def import_onnx(data: bytes, source: str, seq: int | None = None, name: str = "m
                     + (f", made by {model.producer_name} {model.producer_version}".rstrip() if model.producer_name else "")
                     + ").",
                     "Each layer's comment names the node it came from and where each number came from.",
-                    f"{len(g.nodes)} nodes, {len(regions)} attention regions, "
+                    f"{len(g.nodes)} nodes, {len(regions)} attention region{'' if len(regions) == 1 else 's'}, "
                     f"{sum(m.params_used.values()):,} trainable parameters in its weights."])
     lines += [f"name: {scalar(name)}", f"description: {scalar(f'imported from the ONNX graph {name}')}", *input_lines,
               "layers:"]

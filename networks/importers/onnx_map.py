@@ -62,7 +62,7 @@ class Mapper:
 
     def act(self, value: str, k: int) -> Act:
         if value not in self.acts:
-            raise self.g.fail(k, f"reads '{short(value)}', which no mapped layer makes")
+            raise self.g.fail(k, f"reads {short(value)}, which no mapped layer makes")
         return self.acts[value]
 
     def data_inputs(self, k: int) -> list[str]:
@@ -78,7 +78,7 @@ class Mapper:
         statistic); a weight already held by another layer is refused (only a tied LM head shares one,
         and :func:`networks.importers.onnx_convert.linear` says so itself)."""
         if weight in self.owner and k is not None:
-            raise self.g.fail(k, f"uses the weight '{short(weight)}' of layer '{self.owner[weight]}' again; "
+            raise self.g.fail(k, f"uses the weight {short(weight)} of layer '{self.owner[weight]}' again; "
                               "layers sharing weights (other than a tied LM head) are not expressible")
         dims = self.g.weights[weight]
         if trainable:
