@@ -16,9 +16,14 @@ from networks.errors import DnnplanError, short
 
 #: ONNX element types -> the spec's dtypes.
 DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64", 7: "int64", 6: "int32"}
-#: Initializers up to this many elements keep their data for shape inference and constant folding;
-#: larger ones (weights) are replaced by their declared shapes.
+#: Constants up to this many elements are computed (a mask, a shape); a larger one, or one kept
+#: in an external file, is never read.
 SMALL_ELEMENTS = 1 << 20
+#: Float initializers up to this many elements (a scale, an epsilon) keep their values in the model
+#: given to shape inference; larger ones (weights) go as declared shapes, integer ones (shapes,
+#: indices) always keep theirs.
+SCALAR_ELEMENTS = 16
+_FLOAT_TYPES = (1, 10, 11, 16)
 #: (op type, input index) where a value is a weight, not data.
 WEIGHT_SLOTS = {("Conv", 1), ("Conv", 2), ("Gemm", 1), ("Gemm", 2), ("MatMul", 1), ("Gather", 0),
                 ("BatchNormalization", 1), ("BatchNormalization", 2), ("BatchNormalization", 3),
@@ -170,7 +175,8 @@ class Graph:
         for node in self.nodes:
             if node.op_type in SHAPE_OPS:
                 continue
-            if any(n in data for n in node.input if n):
+            read = node.input[:1] if node.op_type == "CastLike" else node.input  # CastLike's second: its type only
+            if any(n in data for n in read if n):
                 data.update(o for o in node.output if o)
         return data
 
@@ -230,7 +236,8 @@ class Graph:
         inputs += [v for n, v in self.declared.items() if n in self.weights]
         small = []
         for name, t in self.initializers.items():
-            if _count(t.dims) <= SMALL_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL:
+            keep = t.data_type not in _FLOAT_TYPES or _count(t.dims) <= SCALAR_ELEMENTS
+            if keep and _count(t.dims) <= SMALL_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL:
                 small.append(t)
             else:
                 inputs.append(helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
@@ -277,6 +284,9 @@ class Graph:
         self._const_cache[value] = got
         return got
 
+    def _readable(self, t) -> bool:
+        return _count(t.dims) <= SMALL_ELEMENTS and t.data_location != _onnx().TensorProto.EXTERNAL
+
     def _evaluate(self, value: str, k: int):
         return self._run([value], k)[0]
 
@@ -316,8 +326,9 @@ class Graph:
             elif name in self.weights and name not in self.initializers:
                 raise self._failure(k, f"computing {short(value)} needs the weight {short(name)}, which has no values")
         light = {t.name: t for t in self.light.graph.initializer}
-        inits = [light[n] for n in needed if n in light]
-        big = [n for n in needed if n in self.initializers and n not in light]
+        inits = [light[n] if n in light else self.initializers[n] for n in needed
+                 if n in light or (n in self.initializers and self._readable(self.initializers[n]))]
+        big = [n for n in needed if n in self.initializers and not self._readable(self.initializers[n])]
         if big:
             raise self._failure(k, f"computing {short(value)} needs the large tensor {short(big[0])}")
         inputs = [helper.make_tensor_value_info(i.name, _elem(self.declared[i.name]), list(i.dims))

@@ -55,8 +55,9 @@ def imported_spec(name_or_path: str, seq: int | None = None) -> tuple[str, str, 
     if _exists(path, Path.is_dir):
         inner = path / CONFIG
         if not _exists(inner, Path.is_file):
-            raise DnnplanError(f"the folder holds no {CONFIG}", file=str(path),
-                               hint="give a Hugging Face model folder, a config.json, a .onnx file or a network spec")
+            raise DnnplanError(f"is a directory, not a network spec file, and holds no {CONFIG} (a Hugging Face "
+                               "model's folder has one)", file=str(path),
+                               hint="give a network spec, a config.json or a folder holding one, or a .onnx file")
         path = inner
     text = read_text(path, HF_WHAT if path.name == CONFIG else "Hugging Face config or network spec")
     if path.name != CONFIG and not _is_hf_config(text):
