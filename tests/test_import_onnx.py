@@ -137,11 +137,26 @@ def _one_op(op: str, **attrs) -> onnx.ModelProto:
     ("Sin", {}, "op Sin has no counterpart in the op catalogue"),
     ("Sigmoid", {}, "the op catalogue has no 'sigmoid' op"),
     ("Gelu", {}, "approximate=none: the catalogue's gelu is the tanh approximation"),
-    ("Softmax", {"axis": -1}, "a softmax that is neither part of an attention pattern nor the graph's output"),
+    ("Softmax", {"axis": -1}, "a softmax that is neither part of an attention pattern (its scores are not a MatMul"),
 ])
 def test_an_op_that_does_not_map_is_refused_naming_the_node(op, attrs, words):
     msg = refusal(_one_op(op, **attrs))
     assert f"node 'odd' ({op}, node 1 of 2, reading 'x' from the graph's inputs)" in msg and words in msg, msg
+
+
+def test_attention_whose_queries_are_rotated_in_the_graph_is_refused_saying_where():
+    model, _ = transformer(blocks=1)
+    for node in model.graph.node:
+        if node.name == "h0.attn.q_split":  # q + q * c before the heads: two activations into one Add
+            scaled = helper.make_node("Mul", [node.input[0], "h0.attn.scale"], ["q_rot"], name="rot_mul")
+            mixed = helper.make_node("Add", [node.input[0], "q_rot"], ["q_mixed"], name="rot_add")
+            node.input[0] = "q_mixed"
+    k = next(i for i, n in enumerate(model.graph.node) if n.name == "h0.attn.q_split")
+    model.graph.node.insert(k, mixed)
+    model.graph.node.insert(k, scaled)
+    msg = refusal(model)
+    assert "node 'rot_mul' (Mul" in msg and "Softmax 'h0.attn.softmax' after it is not read as attention: its query " \
+        "does not come from a linear projection" in msg and "it stops at node 'rot_add' (Add)" in msg, msg
 
 
 def test_asymmetric_padding_is_refused():

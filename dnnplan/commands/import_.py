@@ -43,7 +43,7 @@ def import_(model: ModelArg, seq: SeqOpt = None, out: SpecOutOpt = None, force: 
     adds and concatenations, flatten, dropout and attention; an operator it cannot map is refused naming
     the node (docs/network-spec.md, "Importing a model").
 
-    dnnplan import Meta-Llama-3-8B/config.json --seq 4096 --out llama3-8b.yaml
+    dnnplan import Llama-2-7b-hf/config.json --seq 4096 --out llama2-7b.yaml
     """
     check_outputs({"--out": out}, force)
     got = import_model(model, seq)

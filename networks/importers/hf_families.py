@@ -165,7 +165,8 @@ def _qwen_common(cfg: Config, d: Decoder) -> Decoder:
     if cfg.flag("use_sliding_window", False).value:
         _sliding(cfg, d.seq, _window(cfg, 4096), notes)
     else:
-        cfg.raw("sliding_window"), cfg.raw("max_window_layers")
+        cfg.raw("sliding_window")  # read, and of no effect without use_sliding_window
+        cfg.raw("max_window_layers")
         notes.append("use_sliding_window=false: full causal attention in every layer")
     qkv = Val(True, f"{d.family} has q/k/v projection biases (no config field)", "model_type")
     return _replace(d, qkv_bias=qkv, notes=tuple(notes))

@@ -24,7 +24,7 @@ from networks.importers.onnx_mask import mask_causal
 
 #: Ops between a projection and the head-shaped q, k or v (and back to the output projection).
 HEAD_OPS = ("Reshape", "Transpose", "Split", "Slice", "Squeeze", "Unsqueeze", "Identity", "Cast", "Mul", "Div",
-            "Gather")
+            "Gather", "Expand", "Tile")
 #: Ops between the scores and Softmax: the scale and the mask.
 SCORE_OPS = ("Mul", "Div", "Add", "Sub", "Where", "Cast")
 
@@ -50,18 +50,19 @@ class Region:
     causal_from: str = "its mask"
 
 
-def _trace_to_unit(g: Graph, value: str, nodes: set[int]) -> Unit | None:
-    """Follow ``value`` back through head-shaping ops to the projection that made it."""
+def _trace_to_unit(g: Graph, value: str, nodes: set[int], what: str) -> Unit | str:
+    """Follow ``value`` back through head-shaping ops to the projection that made it (or say where
+    that stopped)."""
     while True:
         unit = unit_ending_at(g, value)
         if unit is not None:
             return unit
         k = g.producer.get(value)
-        if k is None or g.nodes[k].op_type not in HEAD_OPS:
-            return None
-        data = [n for n in g.nodes[k].input if n and g.is_data(n)]
-        if len(data) != 1:
-            return None
+        data = [n for n in g.nodes[k].input if n and g.is_data(n)] if k is not None else []
+        if k is None or g.nodes[k].op_type not in HEAD_OPS or len(data) != 1:
+            where = f"node '{g.label(k)}' ({g.nodes[k].op_type})" if k is not None else "the graph's inputs"
+            return (f"its {what} does not come from a linear projection through reshapes and transposes "
+                    f"(it stops at {where}; rotary embeddings computed in the graph are not recognised)")
         nodes.add(k)
         value = data[0]
 
@@ -124,22 +125,30 @@ def _out_projection(g: Graph, value: str, nodes: set[int]) -> Unit | None:
         value = g.nodes[k].output[0]
 
 
-def _softmax_region(g: Graph, k_soft: int) -> Region | None:
+def _softmax_region(g: Graph, k_soft: int) -> Region | str:
     nodes = {k_soft}
     k_qk, masks = _scores(g, k_soft, nodes)
-    k_pv = _weighted_sum(g, k_soft, nodes) if k_qk is not None else None
+    if k_qk is None:
+        return "its scores are not a MatMul of two activations (through a scale and a mask)"
+    k_pv = _weighted_sum(g, k_soft, nodes)
     if k_pv is None:
-        return None
+        return "its probabilities do not go on to a MatMul with the values"
     nodes.update((k_qk, k_pv))
     q_in, k_in = g.nodes[k_qk].input[:2]
-    units = [_trace_to_unit(g, v, nodes) for v in (q_in, k_in, g.nodes[k_pv].input[1])]
+    units = [_trace_to_unit(g, v, nodes, what) for v, what in
+             ((q_in, "query"), (k_in, "key"), (g.nodes[k_pv].input[1], "value"))]
+    missing = next((u for u in units if isinstance(u, str)), None)
+    if missing:
+        return missing
     out = _out_projection(g, g.nodes[k_pv].output[0], nodes)
-    q_shape, k_shape = g.shape(q_in), g.shape(k_in)
-    if None in units or out is None or q_shape is None or len(q_shape) != 4 or k_shape is None:
-        return None
+    if out is None:
+        return "its heads do not go on, merged, to an output projection"
+    q_shape = g.shape(q_in)
+    if q_shape is None or len(q_shape) != 4:
+        return "ONNX's shape inference gives its queries no (batch, heads, sequence, head width) shape"
     causal = mask_causal(g, masks, q_shape[2])
     region = _build(g, units, out, nodes, heads=q_shape[1], head_dim=q_shape[3], causal=causal)
-    if region is not None:
+    if not isinstance(region, str):
         region.anchor = k_soft
         region.heads_from = f"q's shape {list(q_shape)} at node '{g.label(k_qk)}'"
         region.causal_from = "its mask, evaluated: causal" if causal else ("its mask, evaluated: hides nothing"
@@ -148,19 +157,21 @@ def _softmax_region(g: Graph, k_soft: int) -> Region | None:
 
 
 def _build(g: Graph, units: list[Unit], out: Unit, nodes: set[int], heads: int, head_dim: int,
-           causal: bool) -> Region | None:
+           causal: bool) -> Region | str:
     """The region from its q, k, v units, output unit and head count (None if they do not fit)."""
     q, k, v = units
     if len({q.x, k.x, v.x}) != 1:
-        return None
+        return "its query, key and value projections read different inputs (cross-attention)"
     distinct = {u.out: u for u in units}.values()
     proj = sum(u.features for u in distinct)
     if (proj - heads * head_dim) % (2 * head_dim):
-        return None
+        return f"its projections' {proj} outputs are not {heads} query heads and as many key as value heads"
     kv_heads = (proj - heads * head_dim) // (2 * head_dim)
     biases = {u.bias is not None for u in distinct}
-    if len(biases) != 1 or out.features != q.in_features or out.in_features != heads * head_dim:
-        return None
+    if len(biases) != 1:
+        return "some of its query, key and value projections have biases and some not"
+    if out.features != q.in_features or out.in_features != heads * head_dim:
+        return "its output projection does not map the heads back to the model's width"
     for u in (*distinct, out):
         nodes.update(u.nodes)
     weights = [w for u in (*distinct, out) for w in (u.weight, u.bias) if w]
@@ -169,39 +180,42 @@ def _build(g: Graph, units: list[Unit], out: Unit, nodes: set[int], heads: int, 
                   out.bias is not None, weights, nodes)
 
 
-def _fused_region(g: Graph, k_att: int) -> Region | None:
+def _fused_region(g: Graph, k_att: int) -> Region | str:
     """ONNX's Attention op (opset 23): projected Q, K, V with the head counts as attributes."""
     node = g.nodes[k_att]
     attrs = {a.name: a for a in node.attribute}
-    if len([n for n in node.input if n]) != 3 or len(node.output) < 1 or "q_num_heads" not in attrs:
-        return None
+    if len([n for n in node.input if n]) != 3 or "q_num_heads" not in attrs:
+        return "only an Attention of 3-D q, k and v (q_num_heads given) without a mask or cache maps"
     nodes = {k_att}
-    units = [_trace_to_unit(g, v, nodes) for v in node.input[:3]]
+    units = [_trace_to_unit(g, v, nodes, what) for v, what in zip(node.input[:3], ("query", "key", "value"))]
+    missing = next((u for u in units if isinstance(u, str)), None)
+    if missing:
+        return missing
     out = _out_projection(g, node.output[0], nodes)
-    if None in units or out is None:
-        return None
+    if out is None:
+        return "its output does not go on to an output projection"
     heads = attrs["q_num_heads"].i
     head_dim = units[0].features // heads
     causal = bool(attrs["is_causal"].i) if "is_causal" in attrs else False
     region = _build(g, units, out, nodes, heads, head_dim, causal)
-    if region is not None:
+    if not isinstance(region, str):
         region.anchor = k_att
         region.heads_from, region.causal_from = "q_num_heads", "is_causal"
     return region
 
 
-def _contrib_region(g: Graph, k_att: int) -> Region | None:
+def _contrib_region(g: Graph, k_att: int) -> Region | str:
     """com.microsoft's Attention: the input, the fused q/k/v weight (D, 3D) and bias (3D) in one node."""
     node = g.nodes[k_att]
     attrs = {a.name: a for a in node.attribute}
     w = g.weight_of(node.input[1]) if len(node.input) > 1 else None
     b = g.weight_of(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     if w is None or len(w[1]) != 2 or "num_heads" not in attrs or any(node.input[3:]):
-        return None
+        return "only an Attention of the input, a 2-D weight and a bias (num_heads given) without a mask maps"
     nodes = {k_att}
     out = _out_projection(g, node.output[0], nodes)
     if out is None:
-        return None
+        return "its output does not go on to an output projection"
     width, heads = w[1][0], attrs["num_heads"].i
     nodes.update(out.nodes)
     causal = bool(attrs["unidirectional"].i) if "unidirectional" in attrs else False
@@ -211,9 +225,10 @@ def _contrib_region(g: Graph, k_att: int) -> Region | None:
                   "unidirectional")
 
 
-def find_regions(g: Graph) -> list[Region]:
-    """Every attention region of the graph, in graph order."""
-    found = []
+def find_regions(g: Graph) -> tuple[list[Region], dict[int, str]]:
+    """Every attention region of the graph, in graph order, and why each Softmax or Attention node
+    that is not one is not (node -> reason)."""
+    found, misses = [], {}
     for k, node in enumerate(g.nodes):
         if node.op_type == "Softmax" and g.is_data(node.input[0]):
             region = _softmax_region(g, k)
@@ -223,9 +238,13 @@ def find_regions(g: Graph) -> list[Region]:
             region = _contrib_region(g, k)
         else:
             continue
-        if region is not None and _closed(g, region):
+        if isinstance(region, str):
+            misses[k] = region
+        elif not _closed(g, region):
+            misses[k] = "a value inside the pattern is also read outside it"
+        else:
             found.append(region)
-    return found
+    return found, misses
 
 
 def _closed(g: Graph, region: Region) -> bool:

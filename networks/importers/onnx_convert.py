@@ -247,12 +247,19 @@ def softmax(m: Mapper, k: int) -> None:
     """Softmax of the logits at the graph's end: the loss's own (the spec ends in softmax_cross_entropy)."""
     g, node = m.g, m.g.nodes[k]
     if node.output[0] not in g.outputs:
-        raise g.fail(k, "a softmax that is neither part of an attention pattern nor the graph's output")
+        why = f" ({m.misses[k]})" if k in m.misses else ""
+        raise g.fail(k, f"a softmax that is neither part of an attention pattern{why} nor the graph's output")
     m.alias(k, node.input[0])
     m.softmax_out.add(node.output[0])
 
 
+def attention(m: Mapper, k: int) -> None:
+    """An Attention node that is not an attention region: say why."""
+    raise m.g.fail(k, f"an attention op that does not map: {m.misses.get(k, 'its form is not one dnnplan reads')}")
+
+
 CONVERTERS = {
+    "Attention": attention,
     "Conv": conv, "Gemm": linear, "MatMul": linear, "Add": add, "Gather": gather, "BatchNormalization": batchnorm,
     "LayerNormalization": layernorm, "RMSNormalization": layernorm, "Relu": pointwise("relu"), "Gelu": gelu,
     "Sigmoid": pointwise("sigmoid", " (a sigmoid activation)"), "Tanh": pointwise("tanh", " (a tanh activation)"),

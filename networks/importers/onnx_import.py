@@ -98,7 +98,7 @@ def import_onnx(data: bytes, source: str, seq: int | None = None, name: str = "m
     g = Graph(model, source, seq)
     m = Mapper(g)
     input_lines = _inputs(m)
-    regions = find_regions(g)
+    regions, m.misses = find_regions(g)
     walk(m, CONVERTERS, {k: r for r in regions for k in r.nodes}, emit_attention)
     _loss(m)
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)

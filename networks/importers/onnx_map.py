@@ -59,6 +59,7 @@ class Mapper:
     softmax_out: set[str] = field(default_factory=set)  # values that are a softmax of the logits
     owner: dict[str, str] = field(default_factory=dict)  # weight -> the layer that holds it
     pending: list[str] = field(default_factory=list)  # weights used by the layer being emitted
+    misses: dict[int, str] = field(default_factory=dict)  # Softmax/Attention node -> why it is no attention
 
     def act(self, value: str, k: int) -> Act:
         if value not in self.acts:
@@ -172,6 +173,14 @@ def walk(m: Mapper, converters: dict[str, Converter], regions: dict[int, Any],
         convert = converters.get(node.op_type)
         if convert is None:
             raise m.g.fail(k, f"op {node.op_type}{'' if node.domain in ('', 'ai.onnx') else ' (' + node.domain + ')'} "
-                           "has no counterpart in the op catalogue",
-                           hint="docs/network-spec.md, 'Importing a model', lists the ops that map")
+                           "has no counterpart in the op catalogue", hint=_hint(m, k))
         convert(m, k)
+
+
+def _hint(m: Mapper, k: int) -> str:
+    """Why the first attention after node ``k`` that did not map did not, else where the mapped ops are listed."""
+    later = sorted(j for j in m.misses if j > k)
+    if later:
+        j = later[0]
+        return f"{m.g.nodes[j].op_type} {short(m.g.label(j), 40)} after it is not read as attention: {m.misses[j]}"
+    return "docs/network-spec.md, 'Importing a model', lists the ops that map"
