@@ -87,6 +87,9 @@ def test_imported_llama2_is_the_zoos_llama2():
 def test_the_sequence_is_the_configs_longest_unless_given():
     assert load_network(str(HF / "gpt2")).inputs[0].shape == (1024,)
     assert load_network(str(HF / "Llama-2-7b-hf"), seq=256).inputs[0].shape == (256,)
+    with pytest.raises(DnnplanError) as err:
+        load_network(str(HF / "gpt2"), seq=2048)
+    assert err.value.field == "n_positions" and "--seq 2048 is longer than n_positions=1024" in str(err.value)
 
 
 def test_every_number_of_the_spec_says_where_it_came_from():

@@ -171,6 +171,7 @@ def test_a_dynamic_sequence_needs_seq():
     model, params = transformer(blocks=1)
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "S"
     assert "dynamic dimension 1" in refusal(model) and "--seq" in refusal(model)
+    assert imported(model, seq=8).num_params == params
     assert "--seq 6 differs" in refusal(transformer(blocks=1)[0], seq=6)
 
 

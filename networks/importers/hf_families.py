@@ -83,6 +83,9 @@ def _rope_notes(cfg: Config, notes: list[str]) -> None:
 def gpt2(cfg: Config, seq: int | None) -> Decoder:
     width = cfg.whole("n_embd", aliases=("hidden_size",))
     positions = cfg.whole("n_positions", aliases=("max_position_embeddings",))
+    if seq is not None and seq > positions.value:
+        raise cfg.fail(positions.field, f"--seq {seq} is longer than {positions.field}={positions.value}, where "
+                       "GPT-2's learned positions end", hint=f"give --seq {positions.value} or less")
     if cfg.flag("add_cross_attention", False).value:
         raise cfg.fail("add_cross_attention", "add_cross_attention=true: cross-attention to an encoder is not "
                        "in the op catalogue")
