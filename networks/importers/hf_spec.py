@@ -93,7 +93,7 @@ def top_layers(d: Decoder) -> list[tuple[dict, str]]:
         out.append(({"name": "embed_drop", "op": "dropout", "rate": d.embed_dropout}, ""))
     out.append(({"use": BLOCK, "name": "layers{i}", "repeat": d.layers}, ""))
     out.append((_norm(d, "norm"), "the final norm"))
-    head = {"name": "lm_head", "op": "linear", "features": d.vocab, "bias": False}
+    head = {"name": "lm_head", "op": "linear", "features": d.vocab, "bias": Val(False, "the LM head has no bias")}
     if d.tied.value:
         head["tied_to"] = "embed"
     out.append((head, f"tied to the embedding: {d.tied.origin}" if d.tied.value else f"untied: {d.tied.origin}"))
