@@ -11,6 +11,7 @@ import sys
 
 from dnnplan.app import app
 from dnnplan.commands.execute import execute
+from dnnplan.commands.import_ import import_
 from dnnplan.commands.info import info
 from dnnplan.commands.machines import machines
 from dnnplan.commands.networks import networks
@@ -23,6 +24,7 @@ from dnnplan.helptext import reflow
 
 for command in (info, networks, machines, predict, plan, profile, profile_comm, execute, validate):
     app.command(help=reflow(command.__doc__))(command)  # named after the function: profile_comm -> profile-comm
+app.command(name="import", help=reflow(import_.__doc__))(import_)  # `import` is a Python keyword
 
 
 def main() -> None:

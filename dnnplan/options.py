@@ -19,8 +19,9 @@ from networks.ops.base import MAX_INT
 
 # --- what to work on -------------------------------------------------------------------------
 
-NetworkArg = Annotated[str, typer.Argument(help="A zoo network name (see `dnnplan networks`) or a path to a "
-                                                "network spec YAML (docs/network-spec.md).")]
+NetworkArg = Annotated[str, typer.Argument(help="A zoo network name (see `dnnplan networks`), a path to a "
+                                                "network spec YAML (docs/network-spec.md), or a model to import: a "
+                                                "Hugging Face config.json (or its folder) or an ONNX file.")]
 PlanArg = Annotated[str, typer.Argument(help="A plan file written by `dnnplan plan --out`.")]
 ProfileTargetArg = Annotated[str, typer.Argument(help="A network (zoo name or spec path), or a sweep: 'gemm' "
                                                       "(GEMM grid over --sizes) or 'conv' (3x3 conv grid).")]

@@ -1,4 +1,6 @@
-"""Finding and reading network specs: a zoo name or a path. The one I/O edge of ``networks``."""
+"""Finding and reading network specs: a zoo name, a path to a spec, or a model to import (a
+Hugging Face config.json or a folder holding one, an ONNX file: :mod:`networks.importers`).
+The one I/O edge of ``networks``."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from networks.errors import DnnplanError, short
+from networks.importers.sources import imported_spec, is_importable
 from networks.ir import Network
 from networks.reading import read_text
 from networks.spec import parse_network
@@ -34,7 +37,18 @@ def spec_text(name_or_path: str) -> tuple[str, str]:
     return entry.read_text(encoding="utf-8"), f"zoo/{name_or_path}.yaml"
 
 
-def load_network(name_or_path: str) -> Network:
-    """Load and validate a network by zoo name or path."""
-    text, source = spec_text(name_or_path)
-    return parse_network(text, source)
+def load_network(name_or_path: str, seq: int | None = None) -> Network:
+    """Load and validate a network by zoo name or path; a config.json, a folder holding one or an
+    ONNX file is imported first (``seq``: the sequence length of an imported model, default its
+    longest)."""
+    if not is_importable(name_or_path):
+        text, source = spec_text(name_or_path)
+        return parse_network(text, source)
+    text, source, generated = imported_spec(name_or_path, seq)
+    if not generated:
+        return parse_network(text, source)
+    try:
+        return parse_network(text, source)
+    except DnnplanError as err:  # its line is the generated spec's: `dnnplan import` shows that text
+        raise DnnplanError(err.bare, file=source, layer=err.layer, field=err.field,
+                           hint=err.hint or f"`dnnplan import {short(name_or_path)}` shows the spec it makes") from None

@@ -19,6 +19,9 @@ MIB = 2**20
 MAX_DOCUMENT_BYTES = 8 * MIB
 #: A profile table (JSON): some million timed kernel calls fit.
 MAX_TABLE_BYTES = 256 * MIB
+#: An ONNX model: protobuf's limit for one message (larger models keep their weights in external
+#: files, which are never read).
+MAX_ONNX_BYTES = 2048 * MIB
 
 
 def read_text(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_BYTES,
@@ -26,6 +29,14 @@ def read_text(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_B
     """The text of the ``what`` file (``'network spec'``, ``'plan'``...) at ``path``; a
     :class:`DnnplanError` naming the file if it is missing, a directory, unreadable, larger than
     ``limit`` bytes or not UTF-8."""
+    return decode(read_bytes(path, what, limit=limit, missing_hint=missing_hint), str(path), what)
+
+
+def read_bytes(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_BYTES,
+               missing_hint: str | None = None) -> bytes:
+    """The bytes of the ``what`` file at ``path`` (an ONNX model, or a text file before decoding);
+    a :class:`DnnplanError` naming the file if it is missing, a directory, unreadable or larger
+    than ``limit`` bytes."""
     source = str(path)
     p = Path(path)
     try:
@@ -44,7 +55,7 @@ def read_text(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_B
         raise DnnplanError(f"cannot read the {what}: {getattr(err, 'strerror', None) or err}", file=source) from None
     if len(data) > limit:
         raise DnnplanError(f"is larger than {limit // MIB} MiB, the most a {what} file may be", file=source)
-    return decode(data, source, what)
+    return data
 
 
 def decode(data: bytes, source: str, what: str) -> str:

@@ -1,0 +1,73 @@
+"""`dnnplan import`: a Hugging Face config or an ONNX file turned into a network spec."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dnnplan.flags import within
+from dnnplan.options import ForceOpt, JsonOpt
+from dnnplan.output import check_outputs
+from dnnplan.render.imported import imported_line
+from networks.errors import DnnplanError
+from networks.importers.sources import import_model
+from networks.ops.base import MAX_INT
+
+ModelArg = Annotated[str, typer.Argument(help="A Hugging Face config.json, a folder holding one, or an ONNX "
+                                              "model (.onnx).")]
+SeqOpt = Annotated[Optional[int], typer.Option("--seq", help="Tokens per sequence \\[default: the config's "
+                                               "longest (max_position_embeddings); for ONNX, the graph's].",
+                                               callback=within("--seq", 1, MAX_INT))]
+SpecOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the spec here (YAML) instead of "
+                                                   "printing it.")]
+
+
+def import_(model: ModelArg, seq: SeqOpt = None, out: SpecOutOpt = None, force: ForceOpt = False,
+            as_json: JsonOpt = False) -> None:
+    """Write the network spec of a model you already have: a Hugging Face config.json (or its folder) or an ONNX file.
+
+    The spec (YAML, docs/network-spec.md) has each number commented with where it came from: the config
+    field, a default of the family's config class, --seq, or the ONNX node. It is printed, or written to
+    --out. `dnnplan info`, `predict` and `plan` also take the config, folder or ONNX file directly.
+
+    Hugging Face families: gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, gemma, phi3, gpt_neox and
+    falcon, where the op catalogue can express them; anything it cannot (a sliding window shorter than the
+    sequence, partial rotary, ALiBi, an exact-erf GELU, a gated GELU...) is refused naming the field.
+    ONNX: convolutions, linear layers (Gemm, MatMul + Add), normalisations, activations, pooling, residual
+    adds and concatenations, flatten, dropout and attention; an operator it cannot map is refused naming
+    the node (docs/network-spec.md, "Importing a model").
+
+    dnnplan import Llama-2-7b-hf/config.json --seq 4096 --out llama2-7b.yaml
+    """
+    check_outputs({"--out": out}, force)
+    got = import_model(model, seq)
+    if out:
+        _write_text(out, got.text)
+    if as_json:
+        print(json.dumps({"network": got.network.name, "source": got.source, "params": got.network.num_params,
+                          "layers": len(got.network.layers), "out": out, "spec": None if out else got.text}))
+    elif out:
+        imported_line(got.network, got.source, out)
+    else:
+        sys.stdout.write(got.text)
+
+
+def _write_text(path: str, text: str) -> None:
+    """Atomic: a failed write never leaves a partial spec."""
+    target = Path(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=str(target.parent), prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except OSError as err:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise DnnplanError(f"cannot write {path}: {err.strerror or err}") from None

@@ -1,0 +1,15 @@
+"""What `dnnplan import` says once it has written a spec."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from networks.ir import Network
+
+console = Console(highlight=False, soft_wrap=True)
+
+
+def imported_line(net: Network, source: str, out: str) -> None:
+    """One line: the file written, the network's name, its layers and parameters, and its source."""
+    console.print(f"wrote {out}: {net.name}, {len(net.layers)} layers, {net.num_params:,} parameters "
+                  f"(from {source})", markup=False, emoji=False)

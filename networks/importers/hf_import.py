@@ -1,0 +1,58 @@
+"""A Hugging Face ``config.json`` -> the equivalent network spec (YAML text). Pure: text in, text out.
+
+Reads ``model_type`` and hands the config to its family's reader
+(:data:`networks.importers.hf_families.FAMILIES`), checks that the op catalogue can express what it
+found (:func:`networks.importers.hf_decoder.check_expressible`) and writes the spec
+(:func:`networks.importers.hf_spec.decoder_spec`). Only causal language models are imported: the
+head is the LM head over the vocabulary, trained with the next-token loss.
+"""
+
+from __future__ import annotations
+
+from networks.errors import DnnplanError, short
+from networks.importers.hf_config import Config, parse_config
+from networks.importers.hf_decoder import check_expressible
+from networks.importers.hf_families import FAMILIES
+from networks.importers.hf_spec import decoder_spec
+
+#: Head classes (``architectures``) whose model is the decoder plus an LM head.
+LM_HEADS = ("ForCausalLM", "LMHeadModel")
+
+
+def _architecture(cfg: Config) -> None:
+    arch = cfg.raw("architectures")
+    if arch is None:
+        return
+    if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
+        raise cfg.fail("architectures", f"must be a list of class names, got {short(arch)}")
+    other = [a for a in arch if not a.endswith(LM_HEADS)]
+    if other:
+        raise cfg.fail("architectures", f"architectures={short(arch)}: only the causal language model "
+                       f"(a class ending in {' or '.join(LM_HEADS)}) is imported",
+                       hint="the spec's head is the LM head over the vocabulary")
+
+
+def import_config(text: str, source: str, seq: int | None = None, name: str = "model") -> str:
+    """The network spec (YAML text) equivalent to the config in ``text``; ``seq`` overrides the
+    sequence length (default: the config's longest); ``name`` names the network."""
+    if seq is not None and seq < 1:
+        raise DnnplanError(f"--seq must be a positive integer, got {seq}")
+    data = parse_config(text, source)
+    kind = data.get("model_type")
+    if kind is None:
+        raise DnnplanError("the config has no 'model_type'", file=source, field="model_type",
+                           hint="a Hugging Face config.json names its model_type (llama, gpt2, ...)")
+    if kind not in FAMILIES:
+        raise DnnplanError(f"model_type {short(kind)} is not a family dnnplan imports", file=source,
+                           field="model_type", hint=f"it imports {', '.join(FAMILIES)}")
+    cfg = Config(data, source, kind)
+    cfg.read.update({"model_type", "_name_or_path", "transformers_version"})
+    _architecture(cfg)
+    decoder = FAMILIES[kind](cfg, seq)
+    check_expressible(decoder, source)
+    origin = data.get("_name_or_path")
+    intro = [f"Imported by `dnnplan import` from {source} (model_type {kind}"
+             + (f", {origin}" if isinstance(origin, str) and origin else "") + ").",
+             "Each layer's comment says which config field (or default of transformers' config class) "
+             "gave each number.", ""]
+    return decoder_spec(decoder, name, intro, [k for k in cfg.unread() if not k.startswith("_")])

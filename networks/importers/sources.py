@@ -1,0 +1,95 @@
+"""Which files are imported rather than read as specs, and reading them (the importers' one I/O edge).
+
+A network argument is imported when it is a ``.onnx`` file, a folder (holding a Hugging Face
+``config.json``) or a ``.json`` file holding a Hugging Face config (an object with ``model_type``);
+a ``.json`` file without one is a network spec written as JSON, which YAML reads as it is. Every
+file is read through :mod:`networks.reading` (bounded, each failure one line).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from networks.errors import DnnplanError
+from networks.importers.hf_import import import_config
+from networks.importers.onnx_import import import_onnx
+from networks.ir import Network
+from networks.reading import MAX_ONNX_BYTES, read_bytes, read_text
+from networks.spec import parse_network
+
+CONFIG = "config.json"
+HF_WHAT = "Hugging Face config"
+
+
+def _exists(path: Path, check) -> bool:
+    try:
+        return check(path)
+    except (OSError, ValueError):  # a name too long for a path, a NUL byte
+        return False
+
+
+def is_importable(name_or_path: str) -> bool:
+    """Whether ``name_or_path`` names a file or folder an importer reads (not a spec or a zoo name)."""
+    path = Path(name_or_path)
+    return path.suffix.lower() in (".onnx", ".json") or _exists(path, Path.is_dir)
+
+
+def _model_name(path: Path) -> str:
+    """The network's name: the folder's for a config.json (Hugging Face keeps one model a folder),
+    else the file's stem."""
+    if path.name == CONFIG:
+        folder = path.resolve().parent.name
+        return folder or "model"
+    return path.stem or "model"
+
+
+def imported_spec(name_or_path: str, seq: int | None = None) -> tuple[str, str, bool]:
+    """(spec YAML text, source, whether the text was made by an importer) for an importable
+    ``name_or_path`` (:func:`is_importable`); a ``.json`` network spec comes back as it is."""
+    path = Path(name_or_path)
+    if path.suffix.lower() == ".onnx":
+        data = read_bytes(path, "ONNX model", limit=MAX_ONNX_BYTES)
+        return import_onnx(data, str(path), seq, name=_model_name(path)), str(path), True
+    if _exists(path, Path.is_dir):
+        inner = path / CONFIG
+        if not _exists(inner, Path.is_file):
+            raise DnnplanError(f"is a directory, not a network spec file, and holds no {CONFIG} (a Hugging Face "
+                               "model's folder has one)", file=str(path),
+                               hint="give a network spec, a config.json or a folder holding one, or a .onnx file")
+        path = inner
+    text = read_text(path, HF_WHAT if path.name == CONFIG else "Hugging Face config or network spec")
+    if path.name != CONFIG and not _is_hf_config(text):
+        return text, str(path), False  # a network spec written as JSON
+    return import_config(text, str(path), seq, name=_model_name(path)), str(path), True
+
+
+def _is_hf_config(text: str) -> bool:
+    """A JSON object naming a model_type (or not JSON at all: the config reader says what is wrong)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return True
+    return not isinstance(data, dict) or "model_type" in data or "layers" not in data
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What ``dnnplan import`` made: the spec's YAML text and the network it describes."""
+
+    text: str
+    network: Network
+    source: str
+
+
+def import_model(name_or_path: str, seq: int | None = None) -> Imported:
+    """Import a Hugging Face config (or its folder) or an ONNX file: its spec and the network."""
+    if not is_importable(name_or_path):
+        raise DnnplanError(f"{name_or_path} is not a model to import", file=name_or_path,
+                           hint="give a Hugging Face config.json, a folder holding one, or a .onnx file")
+    text, source, generated = imported_spec(name_or_path, seq)
+    if not generated:
+        raise DnnplanError("is a network spec already (written as JSON), not a Hugging Face config", file=source,
+                           hint="a Hugging Face config names its model_type")
+    return Imported(text, parse_network(text, source), source)

@@ -1,0 +1,167 @@
+"""Hugging Face configs imported as network specs (networks/importers/hf_*.py).
+
+The fixtures under tests/assets/hf/ are the config.json files of released checkpoints, written from
+their published fields (tests/assets/hf/SOURCES.md names each one's repository and published
+parameter count). Each imported spec must hold exactly the checkpoint's parameters; where the op
+catalogue still lacks what a model needs (grouped-query attention's kv_heads, q/k/v biases apart
+from the output's, the moe op), the import must refuse naming the config field, and the count is
+asserted the moment the catalogue has it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from networks.analysis import summarize
+from networks.errors import DnnplanError
+from networks.importers.hf_import import import_config
+from networks.loader import load_network
+from networks.ops.catalogue import OPS
+
+HF = Path(__file__).parent / "assets" / "hf"
+
+
+def _missing(needs: tuple[str, ...]) -> str | None:
+    """The first of ``needs`` ('kv_heads', 'head_dim', 'qkv_bias', 'moe') the catalogue lacks."""
+    for need in needs:
+        have = need in OPS if need == "moe" else OPS["attention"].param(need) is not None
+        if not have:
+            return need
+    return None
+
+
+#: field a refusal names for each missing catalogue feature
+FIELD = {"kv_heads": "num_key_value_heads", "qkv_bias": "model_type", "moe": "num_local_experts"}
+
+# (folder, --seq, the catalogue features it needs, published parameters: tests/assets/hf/SOURCES.md)
+CHECKPOINTS = [
+    # V D + P D + L (12 D^2 + 13 D) + 2 D, V=50257, P=1024, D=768, L=12: tied head, learned positions
+    ("gpt2", None, (), 124_439_808),
+    # the same with D=1600, L=48
+    ("gpt2-xl", None, (), 1_557_611_200),
+    # 2 V D + L (4 D^2 + 3 D F + 2 D) + D, V=32000, D=4096, F=11008, L=32 (the zoo's llama2-7b)
+    ("Llama-2-7b-hf", None, (), 6_738_415_616),
+    # 2 V D + L (2 D^2 + 2 D (D/4) + 3 D F + 2 D) + D, V=128256, D=4096, F=14336, L=32, 8 kv heads of 128
+    ("Meta-Llama-3-8B", None, ("kv_heads",), 8_030_261_248),
+    # the same with D=8192, F=28672, L=80, 64 heads, 8 kv heads of 128 (kv width D/8)
+    ("Meta-Llama-3-70B", None, ("kv_heads",), 70_553_706_496),
+    # Llama-3-8B's block with V=32000, F=14336: 2 V D + 32 (41,943,040 + 176,160,768 + 8,192) + D; its
+    # sliding window of 4096 is the whole sequence at --seq 4096
+    ("Mistral-7B-v0.1", 4096, ("kv_heads",), 7_241_732_096),
+    # Mistral's attention, 8 experts of 3 D F each and a router of 8 D a block:
+    # 2 V D + 32 (41,943,040 + 8 x 176,160,768 + 32,768 + 8,192) + D
+    ("Mixtral-8x7B-v0.1", 4096, ("kv_heads", "moe"), 46_702_792_704),
+    # D=3584, 28 heads, 4 kv heads of 128, F=18944, V=152064, L=28, q/k/v biases without the output's:
+    # 2 V D + 28 (2 D^2 + 2 D 512 + D + 2 x 512 + 3 D F + 2 D) + D
+    ("Qwen2-7B", 4096, ("kv_heads", "qkv_bias"), 7_615_616_512),
+]
+
+
+@pytest.mark.parametrize("folder,seq,needs,params", CHECKPOINTS, ids=[c[0] for c in CHECKPOINTS])
+def test_each_checkpoint_has_its_published_parameter_count(folder, seq, needs, params):
+    missing = _missing(needs)
+    if missing is None:
+        assert load_network(str(HF / folder), seq=seq).num_params == params
+        return
+    with pytest.raises(DnnplanError) as err:
+        load_network(str(HF / folder), seq=seq)
+    assert err.value.field == FIELD[missing], str(err.value)
+    assert missing in str(err.value) and "config.json" in str(err.value)
+
+
+def test_imported_gpt2_is_the_zoos_gpt2():
+    ours, zoo = load_network(str(HF / "gpt2")), load_network("gpt2")
+    assert [(l.op, l.in_shapes, l.out_shape, l.weights and [s for _, s in l.weights]) for l in ours.layers] == \
+           [(l.op, l.in_shapes, l.out_shape, l.weights and [s for _, s in l.weights]) for l in zoo.layers]
+    assert summarize(ours, 1).macs_per_sample == summarize(zoo, 1).macs_per_sample
+
+
+def test_imported_llama2_is_the_zoos_llama2():
+    ours, zoo = load_network(str(HF / "Llama-2-7b-hf")), load_network("llama2-7b")
+    assert [(l.op, l.out_shape, l.p) for l in ours.layers] == [(l.op, l.out_shape, l.p) for l in zoo.layers]
+
+
+def test_the_sequence_is_the_configs_longest_unless_given():
+    assert load_network(str(HF / "gpt2")).inputs[0].shape == (1024,)
+    assert load_network(str(HF / "Llama-2-7b-hf"), seq=256).inputs[0].shape == (256,)
+    with pytest.raises(DnnplanError) as err:
+        load_network(str(HF / "gpt2"), seq=2048)
+    assert err.value.field == "n_positions" and "--seq 2048 is longer than n_positions=1024" in str(err.value)
+
+
+def test_every_number_of_the_spec_says_where_it_came_from():
+    text = import_config((HF / "Llama-2-7b-hf" / "config.json").read_text(), "config.json", 512, "llama")
+    for line in text.splitlines():
+        if line.lstrip().startswith("- {"):
+            body, _, note = line.partition("  # ")
+            for key in ("features", "heads", "vocab", "dim", "eps", "repeat"):
+                if f" {key}: " in body:
+                    assert f"{key} <-" in note or f", {key}" in note, line
+    assert "sequence <- --seq" in text
+
+
+def _config(tmp_path, **fields) -> str:
+    base = json.loads((HF / "Llama-2-7b-hf" / "config.json").read_text())
+    base.update(fields)
+    base = {k: v for k, v in base.items() if v != "DROP"}
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(base))
+    return str(path)
+
+
+@pytest.mark.parametrize("fields,field,words", [
+    ({"hidden_size": "DROP"}, "hidden_size", "has no 'hidden_size'"),
+    ({"num_hidden_layers": 0}, "num_hidden_layers", "whole number"),
+    ({"model_type": "bert"}, "model_type", "not a family dnnplan imports"),
+    ({"architectures": ["LlamaForSequenceClassification"]}, "architectures", "only the causal language model"),
+    ({"hidden_act": "gelu"}, "hidden_act", "gated gelu MLP is not in the op catalogue"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor", "part of each head"),
+    ({"num_attention_heads": 30, "num_key_value_heads": "DROP"}, "num_attention_heads", "must divide hidden_size"),
+    ({"model_type": "mistral", "sliding_window": 1024}, "sliding_window", "shorter than the sequence 4096"),
+    ({"model_type": "gpt_neox", "rotary_pct": 0.25}, "rotary_pct", "part of each head"),
+    ({"model_type": "falcon", "alibi": True}, "alibi", "ALiBi"),
+    ({"model_type": "gemma", "hidden_act": "gelu_pytorch_tanh"}, "hidden_act", "gated gelu_pytorch_tanh MLP"),
+])
+def test_what_the_catalogue_cannot_express_is_refused_naming_the_field(tmp_path, fields, field, words):
+    with pytest.raises(DnnplanError) as err:
+        load_network(_config(tmp_path, **fields))
+    msg = str(err.value)
+    assert err.value.field == field and words in msg and "\n" not in msg, msg
+
+
+def test_gpt_neox_with_whole_rotary_and_a_tanh_gelu_has_a_parallel_residual(tmp_path):
+    path = _config(tmp_path, model_type="gpt_neox", rotary_pct=1.0, hidden_act="gelu_new", max_position_embeddings=64,
+                   architectures=["GPTNeoXForCausalLM"], num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                   intermediate_size=256, vocab_size=100)
+    net = load_network(path)
+    adds = [l for l in net.layers if l.op == "add"]
+    assert [len(a.inputs) for a in adds] == [3, 3]
+    # 2 V D + L (4 D^2 + 4 D + 2 x 2 D + 2 D F + F + D) + 2 D: untied head, biases everywhere
+    d, f, v = 64, 256, 100
+    assert net.num_params == 2 * v * d + 2 * (4 * d * d + 4 * d + 4 * d + 2 * d * f + f + d) + 2 * d
+
+
+def test_malformed_json_names_its_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{\n "model_type": "llama",\n "hidden_size": 4096,,\n}')
+    with pytest.raises(DnnplanError) as err:
+        load_network(str(path))
+    assert f"{path}:3" in str(err.value) and "not valid JSON" in str(err.value)
+
+
+def test_a_folder_without_a_config_is_refused(tmp_path):
+    with pytest.raises(DnnplanError) as err:
+        load_network(str(tmp_path))
+    assert "holds no config.json" in str(err.value)
+
+
+def test_a_json_network_spec_is_still_a_spec(tmp_path):
+    spec = {"name": "tiny", "inputs": {"x": {"shape": [4]}},
+            "layers": [{"name": "fc", "op": "linear", "features": 2}, {"name": "loss", "op": "softmax_cross_entropy"}]}
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(spec))
+    assert load_network(str(path)).num_params == 10
