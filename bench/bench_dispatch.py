@@ -27,8 +27,8 @@ from costmodel.profile_table import ProfileTable
 from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
-from executor.dispatch import run_recorded
-from executor.worker import set_threads
+from executor.probes.dispatch import run_recorded
+from executor.launch.worker import set_threads
 from kernels.allocator import keep_freed_memory
 from networks.loader import load_network
 from planner.plan import LayerPlan, Plan

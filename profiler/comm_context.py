@@ -36,7 +36,7 @@ def time_collectives(calls: Sequence[CommCall], ranks: int, threads: int,
         with open(calls_path, "wb") as fh:
             pickle.dump(list(calls), fh)
         try:
-            cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "executor.comm_context",
+            cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "executor.probes.comm_context",
                    calls_path, result, "--threads", str(threads)]
         except DnnplanError as err:
             return {}, f"timing the collectives in step context needs mpiexec ({err})"

@@ -42,7 +42,7 @@ def time_dispatch(threads: int = 1, concurrency: int = 1,
     """({"dispatch/h<bin>": entry}, "") (:func:`bin_passes`), or ({}, why not): a probe that fails
     or times out leaves the table without the entries (the prediction then has no dispatch time);
     it never stops a plan."""
-    cmd = [sys.executable, "-m", "executor.dispatch", "--threads", str(threads)]
+    cmd = [sys.executable, "-m", "executor.probes.dispatch", "--threads", str(threads)]
     env = probe_env()
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(max(concurrency, 1))]

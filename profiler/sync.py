@@ -31,7 +31,7 @@ def time_wait(threads: int, ranks: int, timeout_s: float = TIMEOUT_S) -> tuple[d
     if ranks < 2:
         return {}, ""
     try:
-        cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "executor.sync_probe",
+        cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "executor.probes.wait",
                "--threads", str(threads)]
     except DnnplanError as err:
         return {}, f"the wait probe needs mpiexec ({err})"

@@ -28,16 +28,16 @@ from costmodel.layout import block
 from costmodel.megatron import megatron_strategies
 from costmodel.strategy import make_strategy
 from dnnplan.cli import app
-from executor import reference
-from executor.init import init_weights, make_inputs, take
+from executor.check import reference
+from executor.runtime.synthetic import init_weights, make_inputs, take
 from executor.ops import OPS
 from executor.ops import attention as attention_op
 from executor.ops import dense as dense_op
 from executor.ops import loss as loss_op
 from executor.ops.base import LayerCtx
 from executor.ops.embedding import tie
-from executor.timers import Timers
-from executor.step_choice import uniform_plan
+from executor.runtime.timers import Timers
+from executor.session.step_choice import uniform_plan
 from kernels.embedding import embedding_backward_weights, embedding_forward
 from kernels.loss import combine_vocab_rows, softmax_xent_backward, softmax_xent_forward
 from networks.errors import DnnplanError

@@ -32,9 +32,9 @@ from costmodel.optimizer import Optimizer
 from costmodel.step import predict_step
 from costmodel.strategy import make_strategy
 from dnnplan.cli import app
-from executor.session import prepare
-from executor.step_choice import uniform_plan
-from executor.zero import LayerZero, pack, rank_counts, shard_bounds, split_mine, unpack
+from executor.session.execute import prepare
+from executor.session.step_choice import uniform_plan
+from executor.runtime.zero import LayerZero, pack, rank_counts, shard_bounds, split_mine, unpack
 from kernels.optimizer import sgd_momentum_update
 from planner.plan_file import write_plan
 from profiler import context
@@ -201,8 +201,8 @@ def test_dnnplan_execute_zero_matches_one_process(tmp_path, network, ranks, tens
 _RECORD = """
 import json, sys
 from mpi4py import MPI
-from executor.runtime import _Runtime
-from executor.timers import Timers
+from executor.runtime.stage import _Runtime
+from executor.runtime.timers import Timers
 from planner.plan_file import read_plan
 comm = MPI.COMM_WORLD
 out = {}

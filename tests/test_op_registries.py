@@ -20,7 +20,7 @@ from costmodel.kernel_calls import SHAPE_FIELDS, grad_sum_calls, kernel_calls, u
 from costmodel.layer_layouts import local_layer
 from costmodel.strategy import make_strategy
 from executor.ops import OPS as EXECUTOR_OPS
-from executor.reference import reference_step
+from executor.check.reference import reference_step
 from kernels import KERNELS
 from kernels.conv import CONV_ALGORITHMS as KERNEL_CONV_ALGORITHMS
 from networks.errors import DnnplanError

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
-from executor import ahead
+from executor.session import predict as ahead
 
 runner = CliRunner()
 

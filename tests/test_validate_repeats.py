@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
-from executor import validation
-from executor.validation import RunSettings, ValidationInterrupted
+from executor.session import validate as validation
+from executor.session.validate import RunSettings, ValidationInterrupted
 from test_validate_interrupt import ARGS, FakeRuns
 
 runner = CliRunner()

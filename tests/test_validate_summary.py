@@ -7,9 +7,9 @@ import statistics
 
 import pytest
 
-from executor import in_run
-from executor.repeats import merged, pair_noise, plan_rows, run_order
-from executor.summary import percentile, summarize
+from executor.report import in_run
+from executor.report.repeats import merged, pair_noise, plan_rows, run_order
+from executor.report.summary import percentile, summarize
 
 
 def row(name: str, predicted: float, measured: float, layers: list[tuple[float, float]], peak=(1000, None),

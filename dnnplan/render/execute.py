@@ -11,11 +11,11 @@ from rich.table import Table
 
 from dnnplan.render import fmt
 from dnnplan.render.messages import err_console
-from executor.check import CheckResult
-from executor.compare import Comparison
-from executor.in_run import LABEL as IN_RUN_LABEL
-from executor.pipeline_report import bubble
-from executor.timers import PHASES
+from executor.check.gradients import CheckResult
+from executor.report.compare import Comparison
+from executor.report.in_run import LABEL as IN_RUN_LABEL
+from executor.report.pipeline import bubble
+from executor.runtime.timers import PHASES
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from costmodel.optimizer import Optimizer
 from dnnplan.render import fmt
 from dnnplan.render.tables import console, memory_line, pipeline_table
-from executor.step_choice import fastest
+from executor.session.step_choice import fastest
 from planner.optimize import speedup, strategy_mix
 from planner.plan import Plan
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dnnplan.output import write_json_file
 from dnnplan.render import figures, fmt
-from executor.in_run import LABEL as IN_RUN
+from executor.report.in_run import LABEL as IN_RUN
 from networks.errors import DnnplanError
 
 REPORT_MD, SUMMARY_JSON = "report.md", "summary.json"

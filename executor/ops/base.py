@@ -19,8 +19,8 @@ import numpy as np
 
 from costmodel.layout import Layout, Region
 from costmodel.strategy import Strategy
-from executor.comm import GroupComms, allreduce_, wait_for
-from executor.timers import Timers
+from executor.comm.reshard import GroupComms, allreduce_, wait_for
+from executor.runtime.timers import Timers
 from networks.errors import DnnplanError
 from networks.ir import Layer
 from networks.ops.base import Window

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from executor.comm import reshard
+from executor.comm.reshard import reshard
 from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, owns_bias, unsupported
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from executor.check import CheckResult  # the runtime's own result types
-from executor.run import RunResult
+from executor.check.gradients import CheckResult  # the runtime's own result types
+from executor.runtime.run import RunResult
 from networks.errors import DnnplanError
 
 

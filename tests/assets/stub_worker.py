@@ -7,13 +7,13 @@ the same entry point, argument parsing, barriers, gather and fault handling, wit
 
 import sys
 
-from executor import worker
+from executor.launch import worker
 from tests.assets import stub_runtime
 
 worker.run_plan = stub_runtime.run_plan
 
 #: ``python -c`` code that does the same in a process that then runs dnnplan inside an MPI job.
-PATCH = "import executor.worker as w, tests.assets.stub_runtime as s; w.run_plan = s.run_plan"
+PATCH = "import executor.launch.worker as w, tests.assets.stub_runtime as s; w.run_plan = s.run_plan"
 
 if __name__ == "__main__":
     sys.exit(worker.main())

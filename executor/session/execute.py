@@ -23,16 +23,16 @@ from costmodel.machine import Machine
 from costmodel.profile_table import foreign_reason
 from costmodel.pipeline import PipelinePrediction
 from costmodel.step import StepPrediction, predict_step
-from executor import launch as launcher
-from executor.collect import aggregate, timed_steps
-from executor.compare import Comparison, Measured, compare_prediction
-from executor.node import share_node_cores
-from executor.pipeline_report import compare_pipeline
-from executor.rank_terms import collective_code_s, wait_per_work
-from executor.runtime import run_strategies
-from executor.step_kernels import Shared, by_layer, collectives_in_step, in_step, kernels_in_step
-from executor.trace import trace_events
-from executor.worker import JobResult, abort_with, first_non_finite, run_job, start_watchdog
+from executor.launch import mpiexec as launcher
+from executor.report.collect import aggregate, timed_steps
+from executor.report.compare import Comparison, Measured, compare_prediction
+from executor.launch.node import share_node_cores
+from executor.report.pipeline import compare_pipeline
+from executor.probes.rank_terms import collective_code_s, wait_per_work
+from executor.runtime.stage import run_strategies
+from executor.probes.step_kernels import Shared, by_layer, collectives_in_step, in_step, kernels_in_step
+from executor.report.trace import trace_events
+from executor.launch.worker import JobResult, abort_with, first_non_finite, run_job, start_watchdog
 from kernels import KERNELS_REVISION
 from networks.errors import DnnplanError
 from networks.ir import Network

@@ -39,14 +39,14 @@ from costmodel.compute import DEFAULT_CONV_ALGORITHM
 from costmodel.layer_layouts import input_layout, output_layout, require_fits, weight_layouts
 from costmodel.layout import block
 from costmodel.strategy import Strategy
-from executor.comm import GroupComms, allreduce_, reshard, reshard_plan, wait_for
-from executor.init import init_weights, make_inputs, make_labels, take
+from executor.comm.reshard import GroupComms, allreduce_, reshard, reshard_plan, wait_for
+from executor.runtime.synthetic import init_weights, make_inputs, make_labels, take
 from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
 from executor.ops.embedding import tie
 from executor.ops.norm import STAT_DIMS
-from executor.timers import Timers
-from executor.zero import LayerZero
+from executor.runtime.timers import Timers
+from executor.runtime.zero import LayerZero
 from kernels.activation import add_forward
 from kernels.optimizer import sgd_momentum_update
 from networks.analysis import layer_splits

@@ -12,8 +12,8 @@ from costmodel.compute import ComputeModel, OnDemand
 from costmodel.machine import Machine
 from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import StepPrediction
-from executor import launch as launcher
-from executor.runtime import run_strategies
+from executor.launch import mpiexec as launcher
+from executor.runtime.stage import run_strategies
 from networks.ir import Network
 from planner.plan import Plan
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, replace
 from costmodel.compute import OnDemand, default_algorithms
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
-from executor.summary import PLANNER
-from executor.session import in_step_context, predict, prepare, step_context_entries
-from executor.step_kernels import Shared
+from executor.report.summary import PLANNER
+from executor.session.execute import in_step_context, predict, prepare, step_context_entries
+from executor.probes.step_kernels import Shared
 from networks.errors import DnnplanError
 from planner.optimize import plan_from_prediction
 from planner.plan import Plan

@@ -34,12 +34,12 @@ import numpy as np
 from costmodel.layer_layouts import output_layout
 from costmodel.layout import block
 from costmodel.pipeline import cut_at, stage_network
-from executor.comm import mpi, mpi_type
-from executor.init import init_weights, make_inputs
+from executor.comm.reshard import mpi, mpi_type
+from executor.runtime.synthetic import init_weights, make_inputs
 from executor.ops.base import region_shape
-from executor.pipeline_tied import TiedPair, crossing_head
-from executor.runtime import StageIO, _Runtime, run_strategies
-from executor.timers import Timers
+from executor.runtime.pipeline_tied import TiedPair, crossing_head
+from executor.runtime.stage import StageIO, _Runtime, run_strategies
+from executor.runtime.timers import Timers
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.plan import Plan

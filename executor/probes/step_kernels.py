@@ -18,7 +18,7 @@ from typing import Mapping
 
 from costmodel.kernel_calls import KernelCall
 from costmodel.reuse import occurrences, preceding_calls, step_calls_by_layer, updates_of
-from executor.runtime import run_strategies
+from executor.runtime.stage import run_strategies
 from networks.ir import Network
 from planner.plan import Plan
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from executor.compare import LayerTimes, Measured
-from executor.timers import PHASES, Timers
+from executor.report.compare import LayerTimes, Measured
+from executor.runtime.timers import PHASES, Timers
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from costmodel.files import NODE_CORES_ENV, usable_cores
-from executor.timers import FINISH, SETUP, RankProgress, read_progress
+from executor.runtime.timers import FINISH, SETUP, RankProgress, read_progress
 from networks.errors import DnnplanError
 from profiler.dispatch import THREAD_VARS
 from profiler.comm import find_mpiexec  # noqa: F401 - the launcher's name for it (session, tests)
@@ -37,7 +37,7 @@ JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "P
 EXIT_TIMEOUT = 124
 KILL_GRACE_S = 5.0
 #: The module each rank runs (``python -m``); tests put a stand-in runtime behind it.
-WORKER_MODULE = "executor.worker"
+WORKER_MODULE = "executor.launch.worker"
 
 _RANK_LINE = re.compile(r"^rank (\d+): (.*)$")
 _NOISE = re.compile(
@@ -255,7 +255,7 @@ def _start(cmd: list[str], threads: int, cwd: str | None) -> subprocess.Popen:
     env.setdefault("PYTHONUNBUFFERED", "1")
     # the ranks size machine `local` as this process did, whatever cores MPI binds each one to
     env[NODE_CORES_ENV] = str(usable_cores())
-    root = str(Path(__file__).resolve().parents[1])  # so `-m executor.worker` finds this checkout
+    root = str(Path(__file__).resolve().parents[2])  # so `-m executor.launch.worker` finds this checkout
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

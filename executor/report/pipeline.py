@@ -18,8 +18,8 @@ import statistics
 from dataclasses import dataclass, replace
 
 from costmodel.pipeline import PipelinePrediction
-from executor.collect import RankTimes, timed_steps
-from executor.compare import Comparison, LayerTimes, Measured, compare, predicted_layers, rel_error
+from executor.report.collect import RankTimes, timed_steps
+from executor.report.compare import Comparison, LayerTimes, Measured, compare, predicted_layers, rel_error
 
 ONCE = ("grad_sync", "update")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.compute import DEFAULT_CONV_ALGORITHM
-from executor import reference_tokens as tokens
-from executor.init import init_weights, make_inputs, make_labels
+from executor.check import reference_tokens as tokens
+from executor.runtime.synthetic import init_weights, make_inputs, make_labels
 from kernels import activation as act
 from kernels import conv as convk
 from kernels import gemm, norm, pool

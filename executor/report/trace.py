@@ -12,7 +12,7 @@ trace-event format).
 
 from __future__ import annotations
 
-from executor.collect import RankTimes
+from executor.report.collect import RankTimes
 
 COMM_PHASES = ("fwd_comm", "bwd_comm", "grad_sync")
 THREADS = {"compute": 0, "comm": 1, "steps": 2}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from executor.comm import allreduce_, mpi, wait_for
+from executor.comm.reshard import allreduce_, mpi, wait_for
 from costmodel.tied import crossing_ties, tie_mismatch
 from executor.ops.embedding import refused_tie
 from networks.errors import DnnplanError

@@ -23,7 +23,7 @@ import argparse
 import pickle
 import sys
 
-from executor.worker import abort_with, set_threads, write_result
+from executor.launch.worker import abort_with, set_threads, write_result
 from kernels.allocator import keep_freed_memory
 from profiler.inrun import InRunTimer, merge_samples
 from profiler.inrun_comm import InRunComm

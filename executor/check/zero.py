@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from executor.check import FLOOR, CheckResult, rel_error, tolerance_for
+from executor.check.gradients import FLOOR, CheckResult, rel_error, tolerance_for
 
 
 def whole_weights(runs) -> dict[tuple[str, str], np.ndarray]:

@@ -29,16 +29,17 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from costmodel.compute import OnDemand
-from executor import launch as launcher
-from executor.compare import Comparison, comparison_json
-from executor import in_run, step_choice
-from executor.interrupts import save_timed, sigint_ignored
-from executor.repeats import plan_rows, run_order
-from executor.summary import best_plan_loss, is_planner, summarize
-from executor.session import (Prepared, agree_node_cores, in_run_unavailable, in_step_context, measure_both,
+from executor.launch import mpiexec as launcher
+from executor.report.compare import Comparison, comparison_json
+from executor.report import in_run
+from executor.session import step_choice
+from executor.launch.interrupts import save_timed, sigint_ignored
+from executor.report.repeats import plan_rows, run_order
+from executor.report.summary import best_plan_loss, is_planner, summarize
+from executor.session.execute import (Prepared, agree_node_cores, in_run_unavailable, in_step_context, measure_both,
                               non_finite_loss_warning, prepare, step_context_entries)
-from executor.step_choice import PLANNER, uniform_plans
-from executor.worker import JobResult
+from executor.session.step_choice import PLANNER, uniform_plans
+from executor.launch.worker import JobResult
 from networks.errors import DnnplanError
 from planner.optimize import Settings, make_plan, plan_from_prediction
 from planner.plan import Plan

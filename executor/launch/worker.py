@@ -29,12 +29,12 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.comm_calls import CommCall
 from costmodel.files import NODE_CORES_ENV
-from executor.collect import gather
-from executor.comm import abort
-from executor.node import share_node_cores
-from executor.run import run_plan
-from executor.step_kernels import in_step
-from executor.timers import FINISH, SETUP, ProgressFile, Timers
+from executor.report.collect import gather
+from executor.comm.reshard import abort
+from executor.launch.node import share_node_cores
+from executor.runtime.run import run_plan
+from executor.probes.step_kernels import in_step
+from executor.runtime.timers import FINISH, SETUP, ProgressFile, Timers
 from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
 from planner.plan_file import read_plan
@@ -200,5 +200,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # run the module's importable copy so pickled results name executor.worker, not __main__
-    from executor.worker import main as _main
+    from executor.launch.worker import main as _main
     sys.exit(_main())

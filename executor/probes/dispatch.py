@@ -38,16 +38,16 @@ from costmodel.compute import default_algorithms
 from costmodel.layer_cost import pass_bytes
 from costmodel.layer_layouts import local_layer
 from costmodel.uniform import uniform_strategies
-from executor.run import run_plan
-from executor.timers import ProgressFile, Timers
-from executor.worker import set_threads
+from executor.runtime.run import run_plan
+from executor.runtime.timers import ProgressFile, Timers
+from executor.launch.worker import set_threads
 from kernels.allocator import keep_freed_memory
 from networks.analysis import consumers
 from networks.ir import Network
 from networks.loader import load_network
 from planner.plan import LayerPlan, Plan
 
-PROBE = Path(__file__).resolve().parent / "probes" / "dispatch.yaml"
+PROBE = Path(__file__).resolve().parent / "dispatch.yaml"
 #: The probe's batches: its passes moving from nothing to tens of megabytes.
 PROBE_BATCHES = (1, 8, 64)
 

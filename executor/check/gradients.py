@@ -38,8 +38,8 @@ import numpy as np
 
 from costmodel.layer_layouts import weight_layouts
 from costmodel.layout import block
-from executor.init import put
-from executor.reference import reference_step
+from executor.runtime.synthetic import put
+from executor.check.reference import reference_step
 from networks.ir import Network
 
 BASE_TOLERANCE = 1e-4

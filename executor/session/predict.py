@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from costmodel.compute import OnDemand
 from costmodel.step import StepPrediction
-from executor.session import cannot_run, in_step_context, predict, prepare, step_context_entries
+from executor.session.execute import cannot_run, in_step_context, predict, prepare, step_context_entries
 from planner.plan_file import read_plan
 
 

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 from costmodel.step import StepPrediction
-from executor.timers import PHASES, WORK_PHASES
+from executor.runtime.timers import PHASES, WORK_PHASES
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from executor.check import CheckResult, local_parts, run_check
-from executor.memory import held_bytes, traced_peak_bytes
-from executor.pipeline_run import PipelineRuntime
-from executor.runtime import _Runtime
-from executor.timers import Timers
-from executor.zero_check import check_zero
+from executor.check.gradients import CheckResult, local_parts, run_check
+from executor.backend.host_memory import held_bytes, traced_peak_bytes
+from executor.runtime.pipeline import PipelineRuntime
+from executor.runtime.stage import _Runtime
+from executor.runtime.timers import Timers
+from executor.check.zero import check_zero
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.plan import Plan

@@ -31,9 +31,9 @@ import numpy as np
 from costmodel.layer_layouts import input_layout, output_layout
 from costmodel.layout import block
 from costmodel.uniform import uniform_strategies
-from executor.comm import allreduce_, reshard, wait_for
-from executor.dispatch import PROBE
-from executor.timers import ProgressFile, Timers
+from executor.comm.reshard import allreduce_, reshard, wait_for
+from executor.probes.dispatch import PROBE
+from executor.runtime.timers import ProgressFile, Timers
 from networks.loader import load_network
 
 #: The passes before a sample: none, about L2's size, and two beyond it (the bytes a zoo layer moves).

@@ -28,11 +28,11 @@ import argparse
 import json
 import sys
 
-from executor import collective_code
-from executor.dispatch import PROBE, probe_plan
-from executor.run import run_plan
-from executor.timers import Timers
-from executor.worker import set_threads
+from executor.probes import collective_code
+from executor.probes.dispatch import PROBE, probe_plan
+from executor.runtime.run import run_plan
+from executor.runtime.timers import Timers
+from executor.launch.worker import set_threads
 from kernels.allocator import keep_freed_memory
 from networks.loader import load_network
 

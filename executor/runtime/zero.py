@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from executor.comm import displacements, mpi, mpi_type, wait_for
+from executor.comm.reshard import displacements, mpi, mpi_type, wait_for
 from kernels.optimizer import sgd_momentum_update
 
 #: Each collective's (phase, name) in the cost model (``Comm.phase``: fwd, bwd, sync) -> timer phase

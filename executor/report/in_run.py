@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 
-from executor.compare import Comparison
+from executor.report.compare import Comparison
 
 KEYS = ("in_run_predicted_step_s", "in_run_step_rel", "in_run_layer_median_abs_rel")
 LAYER_KEYS = ("in_run_predicted_s", "in_run_rel")
