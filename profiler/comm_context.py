@@ -1,8 +1,8 @@
-"""A plan's collectives timed in their step's context before its run (``executor.comm_context``).
+"""A plan's collectives timed in their step's context before its run (``executor.probes.comm_context``).
 
-The planning process never starts MPI: this runs ``mpiexec -n P python -m executor.comm_context``
+The planning process never starts MPI: this runs ``mpiexec -n P python -m executor.probes.comm_context``
 in a child process, with the plan's threads a rank, and returns per collective an entry of its
-samples (the median is what the prediction uses, as ``Machine.measured``; executor.session).
+samples (the median is what the prediction uses, as ``Machine.measured``; executor.session.execute).
 """
 
 from __future__ import annotations

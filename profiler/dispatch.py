@@ -1,7 +1,7 @@
-"""Timing the executor's own time per layer pass for a profile table (``executor.dispatch``).
+"""Timing the executor's own time per layer pass for a profile table (``executor.probes.dispatch``).
 
-The executor measures it on its probe network (:mod:`executor.dispatch`); this runs that in child
-processes, ``python -m executor.dispatch``, so the profiling process neither starts MPI nor keeps
+The executor measures it on its probe network (:mod:`executor.probes.dispatch`); this runs that in child
+processes, ``python -m executor.probes.dispatch``, so the profiling process neither starts MPI nor keeps
 the probe's memory. For a table of P ranks sharing the computer, P probes run at once, as its
 kernels are timed beside P - 1 companions, and each step's sample of a pass is the slowest
 probe's. The passes of every batch are pooled by their bytes into half-decade bins

@@ -1,4 +1,4 @@
-"""The executor's code around each collective (executor.collective_code, costmodel.barriers): the
+"""The executor's code around each collective (executor.probes.collective_code, costmodel.barriers): the
 barriers a plan makes, counted as the runtime makes them, how a table holds the probe's figures,
 how the executor's prediction adds them, and the probe itself (on one rank, and under mpiexec)."""
 

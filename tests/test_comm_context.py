@@ -1,4 +1,4 @@
-"""A plan's collectives timed in their step's context before the run (executor.comm_context,
+"""A plan's collectives timed in their step's context before the run (executor.probes.comm_context,
 profiler.comm_context): the job under mpiexec, a failing job, and how the prediction uses them."""
 
 from __future__ import annotations

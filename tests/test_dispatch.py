@@ -283,7 +283,7 @@ def test_two_builds_of_a_weighted_forward_kernel_share_its_input_only():
 
 
 def test_step_context_times_the_probe_again_once_and_its_bins_replace_the_old(monkeypatch, tmp_path):
-    """Before a run (executor.session.step_context_entries) the probe is timed again, once per
+    """Before a run (executor.session.execute.step_context_entries) the probe is timed again, once per
     process and cache file; its bins replace every cached one in each model of this process opened
     on that file, and the file keeps the profile's (the planner's input stays the same, so a
     resumed validate plans the same plans); a probe that fails leaves the cached bins."""

@@ -140,7 +140,7 @@ class _NoComms:
 
 
 def _ctx(net, name, degrees=None, batch=2, rank=0, dtype=np.float64, seed=0):
-    """The context rank ``rank`` builds for a layer (executor.runtime), collectives left out."""
+    """The context rank ``rank`` builds for a layer (executor.runtime.stage), collectives left out."""
     layer = net.layer(name)
     degrees = degrees or {}
     strategy = make_strategy(int(np.prod(list(degrees.values()))) if degrees else 1,

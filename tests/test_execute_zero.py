@@ -1,4 +1,4 @@
-"""The executor runs ZeRO plans (executor.zero, executor.zero_check), as costmodel prices them.
+"""The executor runs ZeRO plans (executor.runtime.zero, executor.check.zero), as costmodel prices them.
 
 - the shard arithmetic: pieces of ``ceil(n / r)``, rank-major packing, a reduce-scatter and an
   allgather simulated over several ranks, and the sharded momentum update over several steps equal

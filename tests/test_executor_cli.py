@@ -28,7 +28,7 @@ STUB_WORKER = "tests.assets.stub_worker"
 
 @pytest.fixture
 def stub(monkeypatch):
-    """Launch the stand-in worker (tests/assets/stub_worker.py) instead of executor.worker."""
+    """Launch the stand-in worker (tests/assets/stub_worker.py) instead of executor.launch.worker."""
     monkeypatch.setattr(launch, "WORKER_MODULE", STUB_WORKER)
 
 
@@ -134,7 +134,7 @@ def local_plan2(tmp_path_factory):
 def test_ranks_bound_to_one_core_each_still_see_the_nodes_cores(local_plan2, tmp_path, how):
     """Open MPI binds each of two ranks to a core, and so does Slurm's task affinity: each rank's
     affinity is then one core, and machine `local` (a device per core) would refuse the 2-device
-    plan on every rank. The ranks agree on the node's cores (executor.node) first."""
+    plan on every rank. The ranks agree on the node's cores (executor.launch.node) first."""
     from executor.launch.mpiexec import find_mpiexec
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     env.pop("DNNPLAN_NODE_CORES", None)

@@ -1,4 +1,4 @@
-"""The measured peak memory of a rank (executor.memory): an extra, untimed step under tracemalloc,
+"""The measured peak memory of a rank (executor.backend.host_memory): an extra, untimed step under tracemalloc,
 the largest rank's peak in the measurement, and beside the prediction's peak in execute's JSON."""
 
 from __future__ import annotations

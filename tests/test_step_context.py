@@ -1,5 +1,5 @@
 """A plan's kernels timed in its step's context before the run (profiler.step_context), and the
-in-run timing after the timed steps rather than between them (executor.run.in_run_steps)."""
+in-run timing after the timed steps rather than between them (executor.runtime.run.in_run_steps)."""
 
 from __future__ import annotations
 

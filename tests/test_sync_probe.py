@@ -1,4 +1,4 @@
-"""Ranks waiting for each other (executor.sync_probe, profiler.sync): how the probe turns spans
+"""Ranks waiting for each other (executor.probes.wait, profiler.sync): how the probe turns spans
 into a wait per second of work, how a table holds it, how the executor's prediction adds it, and
 the probe itself under mpiexec."""
 

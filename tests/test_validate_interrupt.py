@@ -31,7 +31,7 @@ ARGS = ["validate", "lenet5", "--ranks", "2", "--batch", "8", "--machine", "dgx-
 
 
 class FakeRuns:
-    """Stands in for executor.validation.measure_both: records each plan it is given (and whether
+    """Stands in for executor.session.validate.measure_both: records each plan it is given (and whether
     it was to be timed in-run), and raises KeyboardInterrupt (Ctrl-C) on run number ``stop_at``
     (1-based; None: never). Its k-th run measures k ms against 2 ms predicted ahead of time and,
     timed in-run, 4 ms predicted from in-run kernel times."""

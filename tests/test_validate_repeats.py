@@ -1,6 +1,6 @@
 """`dnnplan validate --repeats R`: every plan runs R times in ABBA order, each plan's row is the
 median over its runs, and Ctrl-C keeps the runs that finished so the same command resumes with
-the others (the runs themselves stand in: executor.validation.measure_both is replaced)."""
+the others (the runs themselves stand in: executor.session.validate.measure_both is replaced)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Ctrl-C keeps the rows of the plans that finished in a partial report (``"complete": false``):
 the ``--json`` file, else ``validate-NETWORK-Pr.partial.json`` in the current folder. The same
-command then resumes: the plans measured there are not run again (executor.validation).
+command then resumes: the plans measured there are not run again (executor.session.validate).
 """
 
 from __future__ import annotations

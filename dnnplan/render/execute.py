@@ -142,7 +142,7 @@ def check_line(check: CheckResult | None) -> None:
 
 def validate_table(rows: list[dict], title: str) -> None:
     """One row per plan: the ahead-of-time prediction and its error first, then (when any plan has
-    it) the in-run one (executor.in_run)."""
+    it) the in-run one (executor.report.in_run)."""
     spread = any(r.get("repeats", 1) > 1 for r in rows)
     in_run = any(r.get("in_run_step_rel") is not None for r in rows)
     t = Table(title=title, title_justify="left", caption_justify="left", caption=(
@@ -176,7 +176,7 @@ def validate_table(rows: list[dict], title: str) -> None:
 
 
 def validate_summary(summary: dict) -> None:
-    """The summary's numbers on one line (executor.summary)."""
+    """The summary's numbers on one line (executor.report.summary)."""
     def share(key: str) -> str:
         value = summary.get(key)
         return "-" if value is None else f"{value * 100:.1f}%"

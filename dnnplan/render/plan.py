@@ -50,7 +50,7 @@ def step_context_dict(timed: list) -> dict | None:
 
 
 def step_context_line(timed: list) -> None:
-    """The candidates' steps predicted in their step's context (executor.step_choice), and the choice."""
+    """The candidates' steps predicted in their step's context (executor.session.step_choice), and the choice."""
     got = step_context_dict(timed)
     if got is None:
         return

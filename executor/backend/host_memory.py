@@ -7,7 +7,7 @@ receive buffers of reshards; numpy reports its array buffers to ``tracemalloc``)
 allocates itself, outside Python, is not seen.
 
 Tracing every allocation slows a step down, so the measurement is one extra step after the timed
-ones (:func:`executor.run.run_plan`), whose timers are dropped (:meth:`Timers.forget`): the
+ones (:func:`executor.runtime.run.run_plan`), whose timers are dropped (:meth:`Timers.forget`): the
 timed steps run untraced. It is a training step like the others (dropout draws its masks, SGD
 updates the weights), so the arrays it allocates are those of a timed step.
 """

@@ -1,7 +1,7 @@
 """``--check``: the distributed step-0 loss and weight gradients against the single-process step.
 
 Each rank sends its gradient shards (with their regions from ``weight_layouts``/``block``) to
-rank 0, which assembles full tensors, runs :func:`executor.reference.reference_step` in float64
+rank 0, which assembles full tensors, runs :func:`executor.check.reference.reference_step` in float64
 (the ground truth) and in float32 (one process in the run's own precision), and compares
 norm-wise: ``||a - b|| / max(||b||, floor)`` per tensor against the float64 result.
 
@@ -54,7 +54,7 @@ class CheckResult:
     loss_rel_error: float
     tolerance: float
     vs_one_process: float = 0.0  # worst error against one float32 process (same precision)
-    vs_unsharded: float | None = None  # ZeRO: worst error of the weight changes against ZeRO off (executor.zero_check)
+    vs_unsharded: float | None = None  # ZeRO: worst error of the weight changes against ZeRO off (executor.check.zero)
 
 
 def tolerance_for(algorithms: dict[str, str]) -> float:

@@ -1,5 +1,5 @@
 """The reference step's transformer ops on whole tensors (one process, all heads, the whole
-vocabulary): embedding, attention and the tied LM head's weight (executor.reference).
+vocabulary): embedding, attention and the tied LM head's weight (executor.check.reference).
 
 Written apart from the distributed ops (executor.ops.embedding, executor.ops.attention), so a
 distribution bug cannot hide in code both sides share: queries, keys and values are three separate

@@ -1,13 +1,13 @@
 """``--check`` of a ZeRO plan: after the run, its weights against the same plan run unsharded.
 
-The step-0 comparison with one process (executor.check) sees the gradients, not what ZeRO changes
+The step-0 comparison with one process (executor.check.gradients) sees the gradients, not what ZeRO changes
 after them: the sharded update, the momentum kept in pieces across steps, the allgather of the
 updated pieces (and under stage 3 the parameters gathered for every pass). So a ZeRO run with
 ``--check`` then runs the same steps again from the same initial weights with ZeRO off (the same
 plan, stage 0: whole momentum, gradients all-reduced; the same dropout masks, drawn per shard and
 step) and compares, per weight, what the steps changed: ``||dw - dw0|| / max(||dw0||, floor)``,
 ``dw`` the ZeRO run's final weights less the initial ones, ``dw0`` the unsharded run's, the floor as
-in executor.check (1e-2 of the norm the tensor's change would have if the whole change were spread
+in executor.check.gradients (1e-2 of the norm the tensor's change would have if the whole change were spread
 evenly). The two runs differ only in the order reduce-scatter and allreduce sum in, so the check's
 tolerance (1e-4) holds them; a shard left un-updated or gathered from the wrong rank is off by
 order 1. Each rank compares its own blocks; the worst over ranks counts.

@@ -1,4 +1,4 @@
-"""Starting the ranks: ``mpiexec -n P python -m executor.worker ...``, or the MPI job we are in.
+"""Starting the ranks: ``mpiexec -n P python -m executor.launch.worker ...``, or the MPI job we are in.
 
 * :func:`inside_mpi_job` tells whether this process is already one rank of an ``mpiexec`` /
   ``srun`` job (then the CLI runs the plan on that job's ranks instead of launching).
@@ -11,7 +11,7 @@
   :class:`RunFailed` carries the failing rank's message and the exit code. A rank that ends
   without a word (killed by a signal, say) is named with the signal or exit status and the step,
   layer and phase it last started: the ranks keep those in a progress folder
-  (executor.timers.ProgressFile), and :class:`FirstExit` watches which rank's process ends first.
+  (executor.runtime.timers.ProgressFile), and :class:`FirstExit` watches which rank's process ends first.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
-"""The per-rank entry point: ``python -m executor.worker PLAN --result FILE [...]``.
+"""The per-rank entry point: ``python -m executor.launch.worker PLAN --result FILE [...]``.
 
 ``dnnplan execute`` starts one of these per rank under ``mpiexec``; inside an existing MPI job
 the CLI calls :func:`run_job` on the job's ranks directly. Every rank reads the plan, limits its
 BLAS/OpenMP threads, waits at a barrier (the common start of the trace), runs the plan
-(:func:`executor.run.run_plan`) and sends its timers to rank 0, which writes the result.
+(:func:`executor.runtime.run.run_plan`) and sends its timers to rank 0, which writes the result.
 
 Faults: an exception on any rank prints ``rank R: <message>`` on stderr and aborts the whole job
 (``MPI_Abort`` with 2 for a mistake the user can fix, :class:`DnnplanError`; 1 otherwise), so no
 rank waits forever for a dead peer. A watchdog aborts a rank that outlives ``--timeout``. With
 ``--progress DIR`` every rank keeps its pid and the step, layer and phase it last started in
-``DIR/rank-R`` (executor.timers.ProgressFile), so a rank killed from outside can be named with
-where it was (executor.launch).
+``DIR/rank-R`` (executor.runtime.timers.ProgressFile), so a rank killed from outside can be named with
+where it was (executor.launch.mpiexec).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class JobResult:
 
     ranks: list  # list[RankTimes]
     loss: float
-    check: object  # executor.check.CheckResult or None
+    check: object  # executor.check.gradients.CheckResult or None
     threads: int
     kernel_samples: dict | None = None  # call key -> the slowest rank's seconds per timed step (--fresh-profile;
     # collectives' keys too, costmodel.comm_calls)
@@ -152,7 +152,7 @@ def write_result(path: str, result: object) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m executor.worker", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m executor.launch.worker", description=__doc__.splitlines()[0])
     ap.add_argument("plan")
     ap.add_argument("--result", required=True, help="where rank 0 writes the pickled JobResult")
     ap.add_argument("--steps", type=int, default=5)
@@ -199,6 +199,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # run the module's importable copy so pickled results name executor.worker, not __main__
+    # run the module's importable copy so pickled results name executor.launch.worker, not __main__
     from executor.launch.worker import main as _main
     sys.exit(_main())

@@ -6,7 +6,7 @@ A tied LM head (``tied_to``: an embedding) has no weight of its own: it multipli
 embedding's token rows it shares (``ctx.tied``, set up by executor.ops.embedding.tie) and leaves
 the gradient of those rows there for the embedding's backward, which adds its own to it. On
 another pipeline stage than its embedding it holds a copy of the table as its ``weight``
-(costmodel.pipeline.stage_network; executor.pipeline_tied sums the two copies' gradients). Its
+(costmodel.pipeline.stage_network; executor.runtime.pipeline_tied sums the two copies' gradients). Its
 kernels are the same three as any linear layer's (costmodel.kernel_calls)."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The executor's own code around each collective of a step (``collective``), measured on P ranks.
 
-Every collective the runtime makes runs inside Python of its own (executor.runtime, executor.ops):
+Every collective the runtime makes runs inside Python of its own (executor.runtime.stage, executor.ops):
 ``wait_for``'s barrier in a ``wait`` span, a second span for the collective, each span's start
 written to the progress file, and, for a reshard, its plan looked up, its buffers allocated and its
 counts handed to MPI. None of it is inside a kernel's or an isolated collective's timing, and the
-time after a layer pass (executor.dispatch, measured on one rank) has no collective in it. After
+time after a layer pass (executor.probes.dispatch, measured on one rank) has no collective in it. After
 a kernel that moved megabytes that code comes from memory: on the 2-core development VM one
 allreduce's code took 5 us after no pass and 13-14 us after a 16 MiB one, beyond the one span a
 pass opens anyway (2026-11-26).
@@ -17,7 +17,7 @@ the seconds inside the MPI calls (the barrier, the collective: their own time is
 the collective's price), less the same for one empty span after the same pass. Each kind's
 median per pass size is a ``collective/p<P>/<kind>/b<bytes>`` executor entry of a P-rank table
 (profiler.sync); a prediction adds, for each barrier its plan makes, the entry of its kind at
-the bytes of the pass before it (costmodel.barriers, executor.session.predict).
+the bytes of the pass before it (costmodel.barriers, executor.session.execute.predict).
 """
 
 from __future__ import annotations

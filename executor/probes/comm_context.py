@@ -2,7 +2,7 @@
 
 The collectives' counterpart of the kernels' step context (profiler.step_context): the planning
 process cannot time a collective alone, so ``dnnplan`` launches ``mpiexec -n P python -m
-executor.comm_context CALLS RESULT`` (profiler.comm_context), whose ranks make each collective of
+executor.probes.comm_context CALLS RESULT`` (profiler.comm_context), whose ranks make each collective of
 the plan's step as ``--fresh-profile`` makes it between a run's steps
 (:class:`profiler.inrun_comm.InRunComm`: a cold call right after the kernels the step runs just
 before it, a barrier, the one call), a warm-up round and then ``--rounds`` samples of each, and
@@ -40,7 +40,7 @@ def time_calls(calls, comm, rounds: int = ROUNDS) -> dict[str, list[float]] | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m executor.comm_context", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m executor.probes.comm_context", description=__doc__.splitlines()[0])
     ap.add_argument("calls", help="a pickled list of costmodel.comm_calls.CommCall")
     ap.add_argument("result", help="where rank 0 writes the pickled samples")
     ap.add_argument("--rounds", type=int, default=ROUNDS)

@@ -1,7 +1,7 @@
 """The executor's own time per layer pass (``dispatch``), measured on a probe network.
 
 Between two kernels the runtime runs Python: the layer's op wrapper around its kernel, the step
-loop, the activation and gradient bookkeeping (executor.runtime). No kernel timing contains that
+loop, the activation and gradient bookkeeping (executor.runtime.stage). No kernel timing contains that
 time, and after a kernel that moved megabytes the Python's code and objects come from memory, so
 the time after a pass grows with the bytes its kernels moved. It is a few percent of a small
 network's step; docs/executor.md gives the figures measured.
@@ -12,7 +12,7 @@ in this process alone, data parallel on one rank with im2col convolutions, each 
 recorded in a progress file as `dnnplan execute`'s ranks record it, and returns, per layer
 pass (as the cost model counts them, :func:`costmodel.layer_cost.pass_bytes`), the bytes its
 kernels move and, per timed step, the time from the end of its spans to the start of the next
-span (:func:`after_passes`). The profiler runs it at three batches (``python -m executor.dispatch``
+span (:func:`after_passes`). The profiler runs it at three batches (``python -m executor.probes.dispatch``
 in a child process, with the profile's threads and allocator; profiler.dispatch), pools the passes
 of all three by their bytes into half-decade bins and stores each bin as a ``dispatch/h<bin>``
 entry of the table's executor mapping; the cost model prices a pass by its bytes, linear in log
@@ -23,7 +23,7 @@ bytes, lenet5's (batch 32, one rank) 31 passes came to 1.36 ms a step against 0.
 outside its spans: the time after a pass follows that pass's bytes, not the average's
 (2026-11-26, the 2-core development VM).
 
-    python -m executor.dispatch [--batches 1,8,64] [--steps 11] [--warmup 2] [--threads 1]   # one JSON line
+    python -m executor.probes.dispatch [--batches 1,8,64] [--steps 11] [--warmup 2] [--threads 1]   # one JSON line
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def measure(batch: int, steps: int = 11, warmup: int = 2, comm=None) -> list[dic
 
 def run_recorded(plan: Plan, net: Network, comm, steps: int, warmup: int) -> Timers:
     """The plan's spans over ``steps`` timed steps after ``warmup``, each span's start recorded in
-    a progress file, as `dnnplan execute`'s ranks record it (executor.worker)."""
+    a progress file, as `dnnplan execute`'s ranks record it (executor.launch.worker)."""
     with tempfile.TemporaryDirectory(prefix="dnnplan-dispatch-") as folder:
         progress = ProgressFile(folder, comm.Get_rank())
         try:
@@ -127,7 +127,7 @@ def run_recorded(plan: Plan, net: Network, comm, steps: int, warmup: int) -> Tim
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m executor.dispatch", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m executor.probes.dispatch", description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=11)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)

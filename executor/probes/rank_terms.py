@@ -1,9 +1,9 @@
 """The terms the executor's prediction adds to the cost model's step when its ranks share this
-computer: their wait for the slowest rank (executor.sync_probe) and the executor's own code around
-each collective (executor.collective_code), both from the profile (profiler.sync). Neither is in
+computer: their wait for the slowest rank (executor.probes.wait) and the executor's own code around
+each collective (executor.probes.collective_code), both from the profile (profiler.sync). Neither is in
 a kernel's or an isolated collective's timing, and `dnnplan plan`'s solver does not price them;
-the executor's predictions do (executor.session.predict), and so do the plans weighed in their
-step's context (executor.step_choice)."""
+the executor's predictions do (executor.session.execute.predict), and so do the plans weighed in their
+step's context (executor.session.step_choice)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _applies(plan: Plan, machine: Machine, compute: ComputeModel) -> bool:
 
 def wait_per_work(plan: Plan, machine: Machine, compute: ComputeModel) -> float:
     """The plan's ranks' wait for the slowest per second of work, when they share this computer
-    and its profile measured it (executor.sync_probe; timed now if the cache lacks it, except
+    and its profile measured it (executor.probes.wait; timed now if the cache lacks it, except
     inside an MPI job, whose other ranks would wait meanwhile); 0 otherwise."""
     if not _applies(plan, machine, compute):
         return 0.0
@@ -38,7 +38,7 @@ def collective_code_s(plan: Plan, net: Network, machine: Machine, compute: Compu
                       pred: StepPrediction) -> float:
     """The executor's own code around the collectives of the step ``pred`` prices: per barrier
     the plan makes (costmodel.barriers), the profile's time of its kind after the pass before it
-    (executor.collective_code, measured with the wait: ask :func:`wait_per_work` first, which
+    (executor.probes.collective_code, measured with the wait: ask :func:`wait_per_work` first, which
     times both when the cache lacks them); 0 where :func:`wait_per_work` is."""
     if not _applies(plan, machine, compute):
         return 0.0

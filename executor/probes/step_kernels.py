@@ -57,7 +57,7 @@ def by_layer(todo: InStep, timed: Mapping) -> dict:
 
 
 class Shared:
-    """Calls timed in step context for several plans weighed against each other (executor.step_choice):
+    """Calls timed in step context for several plans weighed against each other (executor.session.step_choice):
     a kernel call after the same calls, or a collective of the same size and group, is timed once
     and that timing prices it in every plan that makes it, so the plans' predicted steps differ
     by what differs between them, not by the noise of timing their common calls twice. On lenet5
@@ -97,7 +97,7 @@ def context_signature(call: KernelCall, before) -> tuple:
 
 def kernels_in_step(prep, calls: list, shared: Shared | None = None) -> dict:
     """Entries of ``calls`` (the kernel calls the prediction of ``prep``, an
-    executor.session.Prepared, looks up) timed now in their step's context (:func:`in_step`,
+    executor.session.execute.Prepared, looks up) timed now in their step's context (:func:`in_step`,
     :func:`by_layer`); with ``shared``, those an earlier plan timed in the same context are its."""
     todo = in_step(prep.net, prep.plan, calls)
     return by_layer(todo, (shared or Shared()).time_kernels(prep.compute, todo))

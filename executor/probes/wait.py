@@ -1,6 +1,6 @@
 """Ranks waiting for each other (``wait``), measured on the executor's probe network.
 
-Every collective the executor runs is preceded by a barrier (executor.comm.wait_for): the ranks
+Every collective the executor runs is preceded by a barrier (executor.comm.reshard.wait_for): the ranks
 leave it together, so the step advances at each one by the slowest rank's time since the last.
 On a computer the ranks share, their speeds differ from moment to moment (the operating system,
 the other rank's memory traffic, a virtual machine's host), so every rank spends part of its step
@@ -16,10 +16,10 @@ returns per timed step the seconds waited per second of work: the ranks' mean ti
 spans over their mean step time outside them. The profiler runs it under ``mpiexec -n P`` for a
 table of P ranks (profiler.sync) and stores it as the table's ``wait/p<P>`` executor entry; a
 prediction for P ranks then adds that fraction of the step's work as the time its ranks wait
-(``StepPrediction.wait_s``; executor.session.predict). The same job then measures the executor's
-code around one collective (executor.collective_code), printed as ``collective_code``.
+(``StepPrediction.wait_s``; executor.session.execute.predict). The same job then measures the executor's
+code around one collective (executor.probes.collective_code), printed as ``collective_code``.
 
-    mpiexec -n P python -m executor.sync_probe [--batch 8] [--steps 21] [--warmup 2] [--threads 1]
+    mpiexec -n P python -m executor.probes.wait [--batch 8] [--steps 21] [--warmup 2] [--threads 1]
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def measure(comm, steps: int = 21, warmup: int = 2, per_rank: int = PER_RANK_BAT
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m executor.sync_probe", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m executor.probes.wait", description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=21)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)

@@ -3,7 +3,7 @@
 Per layer and phase: for each timed step the maximum over ranks (the straggler sets the pace, as
 the prediction assumes), then the median over timed steps. Step time: for each timed step the
 slowest rank's wall time, then the median over timed steps, with the minimum and maximum as its
-spread. Peak memory: the largest of the ranks' (each measured in a step of its own, executor.memory). :func:`aggregate` is pure; :func:`gather` is the MPI edge.
+spread. Peak memory: the largest of the ranks' (each measured in a step of its own, executor.backend.host_memory). :func:`aggregate` is pure; :func:`gather` is the MPI edge.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class RankTimes:
     totals: dict  # (step, layer, phase) -> seconds
     layer_order: tuple  # layers in the order this rank first ran them
     spans: tuple = ()  # (layer, phase, start_s, end_s, step), seconds since the common start
-    peak_bytes: int | None = None  # the arrays this rank held at most during its memory step (executor.memory)
+    peak_bytes: int | None = None  # the arrays this rank held at most during its memory step (executor.backend.host_memory)
 
 
 def rank_times(rank: int, timers: Timers, t0: float, peak_bytes: int | None = None) -> RankTimes:

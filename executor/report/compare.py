@@ -2,7 +2,7 @@
 
 The prediction is :func:`costmodel.step.predict_step` for the plan's strategies and algorithms
 with the compute model the plan was made with; its terms map onto the runtime's phases as
-:mod:`executor.timers` states::
+:mod:`executor.runtime.timers` states::
 
     fwd_compute = fwd_compute_s          fwd_comm = fwd_comm_s + reshard_fwd_s
     bwd_compute = bwd_data_s + bwd_weights_s
@@ -36,7 +36,7 @@ class LayerTimes:
 
 @dataclass(frozen=True)
 class Measured:
-    """What a run measured (see :mod:`executor.collect`)."""
+    """What a run measured (see :mod:`executor.report.collect`)."""
 
     ranks: int
     steps: int
@@ -44,7 +44,7 @@ class Measured:
     step_min_s: float
     step_max_s: float
     layers: tuple[LayerTimes, ...]
-    peak_bytes: int | None = None  # the largest rank's peak of the arrays it held in a step (executor.memory)
+    peak_bytes: int | None = None  # the largest rank's peak of the arrays it held in a step (executor.backend.host_memory)
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Comparison:
     errors: tuple[LayerError, ...]
     step_rel: float | None
     predicted_peak_bytes: int | None = None  # the prediction's memory peak per device
-    stages: tuple = ()  # a pipelined plan's stages (executor.pipeline_report.StageRow)
+    stages: tuple = ()  # a pipelined plan's stages (executor.report.pipeline.StageRow)
     predicted_wait_s: float = 0.0  # the ranks' wait for each other (StepPrediction.wait_s)
     predicted_collective_code_s: float = 0.0  # the executor's code around collectives (StepPrediction)
 

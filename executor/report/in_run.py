@@ -4,8 +4,8 @@ A validate's headline (``step_rel`` and the other keys of a row) is *ahead of ti
 made from the profile taken in an earlier process, before the run. Beside it, unless
 ``--no-in-run``, the same run times the prediction's kernels again (and, when the ranks share one
 node, its collectives): every rank, after each of as many untimed steps run once the timed
-steps have run back to back (executor.run.in_run_steps; profiler.inrun, profiler.inrun_comm);
-the cost model then predicts again from those times (executor.session.in_run_comparison). That second figure isolates the model's structure (how
+steps have run back to back (executor.runtime.run.in_run_steps; profiler.inrun, profiler.inrun_comm);
+the cost model then predicts again from those times (executor.session.execute.in_run_comparison). That second figure isolates the model's structure (how
 it composes kernels into a step) from the drift of the kernels' times between the profile and
 the run; it is a diagnostic, never a prediction. The distance between the two is that drift.
 
@@ -17,7 +17,7 @@ why; a row of an older partial report without them reads as ``null``):
 - ``in_run_layer_median_abs_rel``: the median over layers of |layer error| against in-run times;
 - in each of ``layers``: ``in_run_predicted_s``, ``in_run_rel``.
 
-Over repeats each is the median over the plan's runs, as executor.repeats takes the ahead-of-time
+Over repeats each is the median over the plan's runs, as executor.report.repeats takes the ahead-of-time
 keys.
 """
 
@@ -70,7 +70,7 @@ def _runs_of(plan: dict, runs: list[dict]) -> list[dict]:
 
 
 def merged(plan: dict, runs: list[dict]) -> dict:
-    """A plan's row (executor.repeats.merged) with its in-run keys: the median over its ``runs``."""
+    """A plan's row (executor.report.repeats.merged) with its in-run keys: the median over its ``runs``."""
     mine = [normalised(r) for r in _runs_of(plan, runs)] or [normalised(plan)]
     row = normalised(plan)
     row.update({key: _median(r[key] for r in mine) for key in KEYS})
@@ -84,7 +84,7 @@ def merged(plan: dict, runs: list[dict]) -> dict:
 def unavailable_note(wanted: bool, timeable: str | None) -> str | None:
     """Why a validate's in-run column is empty (None: it is filled). ``wanted``: not
     ``--no-in-run``; ``timeable``: why this run's kernels cannot be timed inside it, if they cannot
-    (executor.session.in_run_unavailable)."""
+    (executor.session.execute.in_run_unavailable)."""
     if not wanted:
         return "in-run timing off (--no-in-run)"
     return timeable

@@ -6,7 +6,7 @@ micro-batch prediction, its gradient sync and update once; stage ``s`` is busy `
 idle the rest of the step, ``step - m T_s - O_s``; the bubble is the idle time of the slowest
 stage, ``sum_s T_s - max_s T_s`` when the stages' once-a-step work is equal.
 
-Measured (executor.pipeline_run): for each timed step, a rank's busy time is its wall time less
+Measured (executor.runtime.pipeline): for each timed step, a rank's busy time is its wall time less
 its waits (receives from other stages, and the barrier before each collective); a stage's is the
 largest of its ranks', and its idle time the step's (the slowest rank's wall time) less that. Each
 is the median over the timed steps; the measured bubble is the smallest stage idle time.

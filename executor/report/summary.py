@@ -6,11 +6,11 @@ All are fractions (0.12 is 12%), ``None`` where nothing could be measured:
   (each plan's ``step_rel``: measured step / predicted step - 1, the median over repeats), of the
   prediction made ahead of time (the headline);
 - ``in_run_mean_abs_step_error``, ``in_run_worst_abs_step_error``: the same of ``in_run_step_rel``,
-  the model's error given kernel times re-timed inside the same run (executor.in_run), over the
+  the model's error given kernel times re-timed inside the same run (executor.report.in_run), over the
   plans that have one: a check of the model's structure, not a prediction;
 - ``profile_mean_abs_step_error``, ``profile_worst_abs_step_error``: the same of
   ``profile_step_rel``, the prediction from the profile's calls timed alone, over the plans whose
-  headline was made from their calls timed in step context before the run (executor.session,
+  headline was made from their calls timed in step context before the run (executor.session.execute,
   profiler.step_context): ahead of time too, the figure a plan has when it is made;
 - ``layer_median_error``, ``layer_p90_error``: the median and 90th percentile of |layer error|
   over every layer of every plan (a layer's total time, forward to update);
@@ -58,8 +58,8 @@ def layer_errors(plans: list[dict]) -> list[float]:
 
 
 def summarize(plans: list[dict]) -> dict:
-    """The summary of a validate's plan rows (executor.validation.PlanRun.row, merged over
-    repeats by executor.repeats)."""
+    """The summary of a validate's plan rows (executor.session.validate.PlanRun.row, merged over
+    repeats by executor.report.repeats)."""
     steps = [abs(r["step_rel"]) for r in plans if r.get("step_rel") is not None]
     in_run = [abs(r["in_run_step_rel"]) for r in plans if r.get("in_run_step_rel") is not None]
     alone = [abs(r["profile_step_rel"]) for r in plans if r.get("profile_step_rel") is not None]

@@ -3,7 +3,7 @@ GPipe or 1F1B (docs/executor.md, "Pipelined plans").
 
 World rank ``r`` is rank ``i = r mod d`` of stage ``s = r // d`` (``d = devices / stages``); each
 stage's ranks form a communicator of their own, on which the stage runs its layers as
-:mod:`executor.runtime` runs a whole plan, at one micro-batch (``StageIO``). A tensor a stage reads
+:mod:`executor.runtime.stage` runs a whole plan, at one micro-batch (``StageIO``). A tensor a stage reads
 from an earlier one (``costmodel.pipeline.stage_network``) arrives from the rank with the same
 ``i`` on the producing stage, as that rank's owned block (both stages' layouts span ``d`` ranks;
 the arriving tensor keeps its producer's output layout and the stage reshards it to each reader as
@@ -18,7 +18,7 @@ one backward, then the backwards left.
 
 Weight gradients are summed over the micro-batches (each micro-batch's loss counts its samples out
 of the whole batch's, executor.ops.loss), then every stage syncs and updates once. A tied LM head
-on another stage than its embedding keeps its own copy of the table (executor.pipeline_tied).
+on another stage than its embedding keeps its own copy of the table (executor.runtime.pipeline_tied).
 
 Timers: each receive is the ``wait`` phase of the stage's pseudo-layer ``stage s`` (the bubble
 and the transfer are not told apart), its sends ``fwd_comm`` and ``bwd_comm``; every layer's
@@ -94,7 +94,7 @@ class PipelineRuntime:
                              layers=tuple(lp for lp in plan.layers if lp.name in mine))
         weights = init_weights(net, seed)
         head, embed = crossing_head(net, self.stage_of)
-        if head is not None:  # the head's stage holds a copy of the table (executor.pipeline_tied)
+        if head is not None:  # the head's stage holds a copy of the table (executor.runtime.pipeline_tied)
             weights[(head.name, "weight")] = weights[(embed.name, "tokens")]
         io = StageIO(weights, make_inputs(net, plan.batch, seed), arrivals, self.m)
         self.rt = _Runtime(stage_plan, stage_net, self.sub, seed, timers, False, io)

@@ -1,4 +1,4 @@
-"""A tied LM head whose embedding is on another pipeline stage (executor.pipeline_run).
+"""A tied LM head whose embedding is on another pipeline stage (executor.runtime.pipeline).
 
 As Megatron-LM does, the head's stage keeps its own copy of the embedding's token table, the
 head's ``weight`` there (costmodel.pipeline.stage_network; its initial value is the table's).

@@ -1,5 +1,5 @@
 """Running a plan's training steps on the ranks of a communicator: :func:`run_plan`, one stage on
-every rank (executor.runtime) or a pipeline of stages (executor.pipeline_run)."""
+every rank (executor.runtime.stage) or a pipeline of stages (executor.runtime.pipeline)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ class RunResult:
     """``loss``: the first step's loss (initial weights, the one the check compares);
     ``losses``: every executed step's loss in order, warm-up first; ``step_s``: this rank's wall
     time of each timed step; ``check``: the comparison with the reference, when asked for;
-    ``peak_bytes``: this rank's peak memory in the memory step (executor.memory)."""
+    ``peak_bytes``: this rank's peak memory in the memory step (executor.backend.host_memory)."""
 
     loss: float
     losses: list[float]
     step_s: list[float]
     check: CheckResult | None = None
-    peak_bytes: int | None = None  # this rank's peak of the arrays it held in a step (executor.memory)
+    peak_bytes: int | None = None  # this rank's peak of the arrays it held in a step (executor.backend.host_memory)
 
 
 
@@ -48,7 +48,7 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
     warm-up step (``i`` negative) and after each of as many untimed steps run after the timed ones
     (``i`` from 0, :func:`in_run_steps`), outside every clock (``--fresh-profile``'s in-run timing).
     ``measure_memory``: then one more step runs after the timed ones, untimed, to measure this
-    rank's peak memory (executor.memory; ``RunResult.peak_bytes``).
+    rank's peak memory (executor.backend.host_memory; ``RunResult.peak_bytes``).
     """
     if steps < 0 or warmup < 0 or steps + warmup < 1:
         raise DnnplanError(f"need at least one step (steps={steps}, warmup={warmup})")
@@ -79,7 +79,7 @@ def _train(rt, comm, timers: Timers, steps: int, warmup: int, check: bool, lr: f
            after_step, measure_memory: bool) -> tuple[list[float], dict | None, int | None]:
     """The steps of a runtime (one stage or a pipeline): every loss, the gradients of the step the
     check compares, and this rank's peak memory in one more step run under ``tracemalloc``
-    (executor.memory; its times dropped, so it never counts as a timed step)."""
+    (executor.backend.host_memory; its times dropped, so it never counts as a timed step)."""
     losses, kept = [], None
     for i in range(-warmup, steps):
         comm.Barrier()
@@ -114,7 +114,7 @@ def in_run_steps(steps: int, after_step) -> int:
 
 def _run_pipeline(plan: Plan, net: Network, comm, steps: int, warmup: int, check: bool, seed: int, timers: Timers,
                   lr: float, momentum: float, after_step, measure_memory: bool) -> RunResult:
-    """:func:`run_plan` of a pipelined plan (executor.pipeline_run); the check gathers each stage's
+    """:func:`run_plan` of a pipelined plan (executor.runtime.pipeline); the check gathers each stage's
     gradient shards (regions over the stage's own ranks) and compares them with one process."""
     pipe = PipelineRuntime(plan, net, comm, seed, timers)
     losses, kept, peak = _train(pipe, comm, timers, steps, warmup, check, lr, momentum, after_step, measure_memory)

@@ -14,7 +14,7 @@ One step (docs/executor.md, "How a run goes"):
    along dimensions whose split lists the weight in ``partial_weight_grad`` (``grad_sync``);
 4. SGD with momentum, ``v = momentum*v + g; w -= lr*v`` (``update``).
 
-Under a ZeRO plan (stage 1-3, executor.zero) step 3 is a reduce-scatter instead (stage 1 after
+Under a ZeRO plan (stage 1-3, executor.runtime.zero) step 3 is a reduce-scatter instead (stage 1 after
 the whole backward, stages 2 and 3 right after each layer's backward), step 4 updates the rank's
 piece of each weight, and the updated pieces are all-gathered after it (stages 1 and 2,
 ``grad_sync``) or before each of the layer's passes (stage 3, ``fwd_comm``/``bwd_comm``).
@@ -71,13 +71,13 @@ class _LayerRun:
     fwd_moves: bool = False
     bwd_moves: bool = False
     layer_inputs: tuple[tuple[int, str], ...] = ()
-    zero: LayerZero | None = None  # the layer's weights under ZeRO (executor.zero), stage 1 and up
+    zero: LayerZero | None = None  # the layer's weights under ZeRO (executor.runtime.zero), stage 1 and up
     tied_owner: _LayerRun | None = None  # a tied LM head: its embedding's run
 
 
 @dataclass
 class StageIO:
-    """What a pipeline stage's runtime (executor.pipeline_run) takes from the whole network: its
+    """What a pipeline stage's runtime (executor.runtime.pipeline) takes from the whole network: its
     initial weights and inputs at the whole batch, the tensors arriving from earlier stages (each
     in its producer's owned layout over this stage's ranks), and the number of micro-batches (the
     stage's plan is at one micro-batch)."""
@@ -91,7 +91,7 @@ class StageIO:
 def run_strategies(plan: Plan) -> dict[str, Strategy]:
     """The strategies the executor runs: the plan's, with Megatron's sequence-parallel variant
     (``SP``) as its plain split (the all-reduce, then a slice into the consumer's sequence shard);
-    the executor predicts these too (executor.session.predict)."""
+    the executor predicts these too (executor.session.execute.predict)."""
     return {name: s.plain for name, s in plan.strategies().items()}
 
 
@@ -113,7 +113,7 @@ class _Runtime:
         self.comms = GroupComms(comm)
         self.seed = seed
         self.check = check
-        self.zero = plan.zero  # the ZeRO stage (executor.zero)
+        self.zero = plan.zero  # the ZeRO stage (executor.runtime.zero)
         self._validate()
         full_w = io.weights if io else init_weights(net, seed)
         data = io.data if io else make_inputs(net, self.batch, seed)
@@ -171,7 +171,7 @@ class _Runtime:
         run = _LayerRun(layer, ctx, fwd, bwd)
         if layer.op == "linear" and layer.p.get("tied_to"):  # shares its embedding's token rows
             run.tied_owner = next((r for r in self.runs if r.layer.name == layer.p["tied_to"]), None)
-            if run.tied_owner is not None:  # else pipelined: a copy of the table, its weight (executor.pipeline_tied)
+            if run.tied_owner is not None:  # else pipelined: a copy of the table, its weight (executor.runtime.pipeline_tied)
                 tie(ctx, run.tied_owner.ctx, None if self.zero else self.comm)
         run.layer_inputs = tuple((k, src) for k, src in enumerate(layer.inputs) if src not in self.inputs)
         run.fwd_moves = any(not reshard_plan(self.out_layouts[src], in_ls[k], False, rank).identity

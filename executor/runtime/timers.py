@@ -121,7 +121,7 @@ class Timers:
 
     def forget(self, step: int) -> None:
         """Drop everything recorded for ``step`` (a step run for another purpose than its time,
-        such as the memory step, executor.memory)."""
+        such as the memory step, executor.backend.host_memory)."""
         self.step_wall.pop(step, None)
         self.totals = {k: v for k, v in self.totals.items() if k[0] != step}
         self.spans = [s for s in self.spans if s.step != step]

@@ -2,7 +2,7 @@
 
 The flow: :func:`prepare` reads and checks the plan (its device count must equal the ranks, before
 anything is launched), resolves the compute model the plan was made with and checks the profile
-matches this run; :func:`measure` launches ``mpiexec -n P python -m executor.worker`` (or, inside
+matches this run; :func:`measure` launches ``mpiexec -n P python -m executor.launch.worker`` (or, inside
 an MPI job, runs on its ranks), then predicts with :func:`costmodel.step.predict_step` and
 compares (docs/executor.md). What a user should be told along the way is returned as warning
 lines (:attr:`Prepared.warnings`, :func:`non_finite_loss_warning`), for the command line to show.
@@ -115,7 +115,7 @@ def profile_check(plan: Plan, compute: ComputeModel, threads: int) -> list[str]:
 
 def agree_node_cores() -> None:
     """Inside an MPI job, every rank sizes machine `local` by the cores the job's ranks share on the
-    node, not by the core it may be bound to (executor.node); a collective over the job, made once
+    node, not by the core it may be bound to (executor.launch.node); a collective over the job, made once
     (``validate`` prepares one plan after another)."""
     if not os.environ.get(NODE_CORES_ENV) and launcher.inside_mpi_job():
         share_node_cores(launcher.world())
@@ -240,7 +240,7 @@ def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction | 
                                  prep.compute)
     pred = predict_step(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms(),
                         machine or prep.machine, prep.compute, Optimizer(prep.plan.optimizer, prep.plan.zero),
-                        grads_in_backward=not prep.plan.zero)  # as executor.runtime makes them
+                        grads_in_backward=not prep.plan.zero)  # as executor.runtime.stage makes them
     wait = wait_per_work(prep.plan, prep.machine, prep.compute)  # first: it times the code around collectives too
     return replace(pred, wait_s=wait * pred.work_s,
                    collective_code_s=collective_code_s(prep.plan, prep.net, prep.machine, prep.compute, pred))
@@ -267,7 +267,7 @@ def step_context_entries(prep: Prepared, shared: Shared | None = None) -> dict:
     (profiler.comm_context; keyed ``comm:...``), before the run; empty for a compute model that
     is not this computer's on-demand profile, with on-demand timing off, for a pipelined plan, or
     inside an MPI job (whose other ranks would wait meanwhile; launched by `dnnplan execute`,
-    they do not). ``shared``: calls timed for other plans weighed beside it (executor.step_choice)."""
+    they do not). ``shared``: calls timed for other plans weighed beside it (executor.session.step_choice)."""
     if not isinstance(prep.compute, OnDemand) or prep.plan.pipeline is not None or launcher.inside_mpi_job():
         return {}
     made = []

@@ -3,7 +3,7 @@
 
 On machine `local` without ``--profile``, `execute` predicts from the plan's kernels (and, on
 several ranks, its collectives) timed again in its step's order and context, the executor's own
-time between kernels, and the time the ranks wait for the slowest (executor.session). In the CPU
+time between kernels, and the time the ranks wait for the slowest (executor.session.execute). In the CPU
 validation (docs/VALIDATION.md) that prediction is several times closer to the measured step than
 the profile's kernels timed alone: `predict` of a plan file for this computer says what `execute`
 would.
@@ -27,7 +27,7 @@ class AheadOfTime:
     # the step from the profile's kernels timed alone, when the prediction is from the plan's
     # kernels timed in its step's context (None: it is not)
     profile_step_s: float | None
-    warnings: tuple[str, ...]  # for the user (executor.session.prepare)
+    warnings: tuple[str, ...]  # for the user (executor.session.execute.prepare)
 
 
 def ahead_of_time(plan_path: str, step_context: bool = True) -> AheadOfTime | None:

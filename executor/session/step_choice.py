@@ -3,17 +3,17 @@
 The planner weighs every alternative on the profile's kernels, each timed alone: the context a
 call meets in a step depends on its neighbours' choices, which only the finished plan fixes. Once
 the plan is made, it and each uniform plan that fits (data, filter, spatial) are timed in their
-step's context (executor.session.step_context_entries, profiler.step_context) and predicted again,
+step's context (executor.session.execute.step_context_entries, profiler.step_context) and predicted again,
 and the fastest of them is the plan. Nothing has run yet: it is a second, finer weighing of a few
 finished plans. A call two candidates make in the same context is timed once for both
-(executor.step_kernels.Shared), so that they differ by their differences, not by timing noise.
+(executor.probes.step_kernels.Shared), so that they differ by their differences, not by timing noise.
 On lenet5 with 2 ranks (batch 64, the 2-core development VM, 2026-11-26) the solver's plan
 (channel and filter splits in the fully connected layers) was priced 1.5% under data parallelism
 from the profile alone; in context it was priced 3.9% over it in one validation and ran 8%
 slower, 5.6% over in the next, where the two ran alike; weighed with their shared calls timed
 once, the two were priced within a few percent and the solver's plan ran 1.2-6.7% slower in
 three validations. With the executor's code around each collective priced as well (16 barriers
-a step in the solver's plan, 6 in data parallelism; executor.rank_terms), the weighing took the
+a step in the solver's plan, 6 in data parallelism; executor.probes.rank_terms), the weighing took the
 data plan in six of six validations, measured fastest in five (docs/VALIDATION.md).
 
 A candidate the executor cannot run (another precision or optimizer, recomputation) or whose

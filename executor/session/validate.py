@@ -1,7 +1,7 @@
 """`dnnplan validate` as a library: plan a network, run the plan and the uniform baselines, and
 return how far each prediction was from the clock: the prediction made ahead of time, from the
 profile taken before the run (the headline), and beside it, from the same run, the model's error
-given kernel times re-timed inside it (executor.in_run; ``RunSettings.in_run``).
+given kernel times re-timed inside it (executor.report.in_run; ``RunSettings.in_run``).
 
 :func:`validate` returns a :class:`ValidationReport` and never prints; the caller is told about
 each plan as it finishes through ``on_run`` (the command line draws its tables from that).
@@ -17,8 +17,8 @@ report was made with this run's settings.
 
 With ``RunSettings.repeats`` above 1 every plan runs that many times in ABBA order; ``rows`` then
 holds one row per run (with its ``repeat``) and :attr:`ValidationReport.plans` one per plan
-(executor.repeats); a resumed run skips the (plan, repeat) pairs already measured. The
-:attr:`ValidationReport.summary` is executor.summary's, over the plans' rows.
+(executor.report.repeats); a resumed run skips the (plan, repeat) pairs already measured. The
+:attr:`ValidationReport.summary` is executor.report.summary's, over the plans' rows.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class PlanRun:
     comparison: Comparison
     warnings: tuple[str, ...]
     repeat: int | None = None  # which repeat of the plan this run is (--repeats 2 or more), from 0
-    in_run: Comparison | None = None  # the same run against kernels re-timed inside it (executor.in_run)
+    in_run: Comparison | None = None  # the same run against kernels re-timed inside it (executor.report.in_run)
 
     def row(self) -> dict:
         cmp = self.comparison
@@ -109,12 +109,12 @@ class ValidationReport:
     rows: list[dict] = field(default_factory=list)  # one per run, in the order they ran
     planned: int = 0  # how many distinct plans there were to run (0: not planned yet)
     complete: bool = True  # false: interrupted, ``rows`` holds the runs that finished
-    repeats: int = 1  # runs of each plan (executor.repeats)
-    in_run_note: str | None = None  # why the in-run keys are null (None: in-run timing applies; executor.in_run)
+    repeats: int = 1  # runs of each plan (executor.report.repeats)
+    in_run_note: str | None = None  # why the in-run keys are null (None: in-run timing applies; executor.report.in_run)
 
     @property
     def plans(self) -> list[dict]:
-        """One row per plan, over its repeats (executor.repeats.plan_rows, executor.in_run.merged)."""
+        """One row per plan, over its repeats (executor.report.repeats.plan_rows, executor.report.in_run.merged)."""
         return [in_run.merged(row, self.rows) for row in plan_rows(self.rows)]
 
     @property
@@ -252,7 +252,7 @@ def _planned_on_rank_0(ctx: Context, network_arg: str, machine_arg: str) -> list
 def resolve(network: str, ranks: int, batch: int | None, machine: str, profile: str | None,
             refresh: bool) -> Context:
     """:func:`profiler.context.resolve` for a run on ``ranks`` ranks: inside an MPI job the ranks
-    first agree on the node's cores, which size machine `local` (executor.node)."""
+    first agree on the node's cores, which size machine `local` (executor.launch.node)."""
     agree_node_cores()
     return context.resolve(network, ranks, batch, machine, profile, refresh)
 
@@ -266,10 +266,10 @@ class RunSettings:
     timeout_s: float = 600.0
     threads: int | None = None
     profile: str | None = None
-    in_run: bool = True  # also time the prediction's kernels inside each run (executor.in_run)
+    in_run: bool = True  # also time the prediction's kernels inside each run (executor.report.in_run)
     check: bool = True
-    repeats: int = 1  # runs of each plan, interleaved (executor.repeats)
-    step_context: bool = True  # predict from each plan's calls timed in its step's context (executor.session)
+    repeats: int = 1  # runs of each plan, interleaved (executor.report.repeats)
+    step_context: bool = True  # predict from each plan's calls timed in its step's context (executor.session.execute)
 
 
 def new_report(ctx: Context, machine_arg: str, settings: RunSettings, planned: int = 0) -> ValidationReport:
@@ -295,7 +295,7 @@ def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettin
 def _in_context(candidates: list[tuple[str, Plan]], s: RunSettings,
                 earlier: list[dict] | None = None) -> list[tuple[str, Plan, dict]]:
     """The candidates, each with its kernel calls timed in its step's context before any run
-    (executor.step_choice; empty without ``s.step_context`` or where they cannot be timed). When a
+    (executor.session.step_choice; empty without ``s.step_context`` or where they cannot be timed). When a
     uniform plan is predicted faster there than the solver's plan, it is the planner's plan, as
     `dnnplan plan` chooses it, and the solver's plan stays a candidate of its own ("solver").
     Resuming (``earlier``: an interrupted run's rows), the plan that run ran as the planner's stays
@@ -351,7 +351,7 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
     ``ctx`` comes from :func:`resolve`. ``earlier``: the rows of an interrupted run of the same
     settings (:func:`conflicts`, :func:`earlier_runs`); a plan (repeat) measured there is not run
     again, its row is reused (and passed to ``on_reused``). With ``settings.repeats`` above 1 every
-    plan runs that many times, interleaved (executor.repeats). Ctrl-C raises :class:`ValidationInterrupted` with the rows so far."""
+    plan runs that many times, interleaved (executor.report.repeats). Ctrl-C raises :class:`ValidationInterrupted` with the rows so far."""
     candidates = _plans(ctx, network_arg, machine_arg, settings)
     report = new_report(ctx, machine_arg, settings, planned=len(candidates))
     try:

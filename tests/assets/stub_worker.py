@@ -1,6 +1,6 @@
 """``python -m tests.assets.stub_worker``: the executor's worker with the stand-in runtime.
 
-Launcher tests run this module instead of ``executor.worker`` (``executor.launch.WORKER_MODULE``):
+Launcher tests run this module instead of ``executor.launch.worker`` (``executor.launch.mpiexec.WORKER_MODULE``):
 the same entry point, argument parsing, barriers, gather and fault handling, with
 :func:`tests.assets.stub_runtime.run_plan` in place of the real runtime.
 """
