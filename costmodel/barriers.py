@@ -1,6 +1,6 @@
 """The barriers a training step's collectives make, and what the pass before each one moved.
 
-The executor runs every collective after a barrier (executor.comm.reshard.wait_for) and inside spans of
+The executor runs every collective after a barrier (executor.comm.collectives.wait_for) and inside spans of
 its own, with Python around it that no kernel's or isolated collective's timing holds: the
 executor's code around a collective (executor.probes.collective_code measures it per kind and per the
 bytes of the pass before it). This lists, for a planned step, each place the runtime

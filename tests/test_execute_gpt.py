@@ -151,7 +151,7 @@ def _ctx(net, name, degrees=None, batch=2, rank=0, dtype=np.float64, seed=0):
     wl = weight_layouts(layer, strategy)
     weights = {w: take(full[(name, w)], block(wl[w], rank)) for w, _ in layer.weights}
     return LayerCtx(layer, strategy, rank, batch, "", in_ls, out_l, tuple(block(l, rank) for l in in_ls),
-                    block(out_l, rank), _NoComms(), Timers(), weights)
+                    block(out_l, rank), _NoComms(), Timers(), np, weights)
 
 
 def _local(ctx, shape_of="in", k=0, seed=5):

@@ -102,16 +102,11 @@ def test_the_sharded_update_over_steps_equals_the_whole_one_bit_for_bit():
 
 
 class _Group:
-    """A stand-in for a communicator: only its size and this rank's place in it."""
+    """A stand-in for a communicator (executor.backend.device.Communicator): only its size and this
+    rank's place in it."""
 
     def __init__(self, size: int, rank: int):
         self.size, self.rank = size, rank
-
-    def Get_size(self):  # mpi4py's names
-        return self.size
-
-    def Get_rank(self):
-        return self.rank
 
 
 @pytest.mark.parametrize("zero", [1, 2, 3])
@@ -201,6 +196,7 @@ def test_dnnplan_execute_zero_matches_one_process(tmp_path, network, ranks, tens
 _RECORD = """
 import json, sys
 from mpi4py import MPI
+from executor.backend.host import HOST
 from executor.runtime.stage import _Runtime
 from executor.runtime.timers import Timers
 from planner.plan_file import read_plan
@@ -208,7 +204,7 @@ comm = MPI.COMM_WORLD
 out = {}
 for path in sys.argv[1:]:
     plan, net = read_plan(path)
-    rt = _Runtime(plan, net, comm, 0, Timers(), False)
+    rt = _Runtime(plan, net, HOST.communicator(comm), HOST, 0, Timers(), False)
     out[path] = {}
     for run in rt.runs:
         if run.zero is not None:

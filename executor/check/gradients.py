@@ -85,8 +85,8 @@ def local_parts(layers, strategies, rank: int, grads) -> list:
 
 def gather_full(comm, net: Network, mine: list) -> dict | None:
     """Full weight-gradient tensors on rank 0 (None elsewhere) from every rank's :func:`local_parts`."""
-    rank = comm.Get_rank()
-    parts = comm.gather(mine, root=0)
+    rank = comm.rank
+    parts = comm.gather_object(mine, 0)
     if rank != 0:
         return None
     full = {}
@@ -104,7 +104,7 @@ def run_check(comm, net: Network, batch: int, algorithms, seed: int, loss: float
     (``mine``: this rank's gradient shards, :func:`local_parts`)."""
     full = gather_full(comm, net, mine)
     result = None
-    if comm.Get_rank() == 0:
+    if comm.rank == 0:
         tol = tolerance_for(algorithms)
         ref_loss, ref_grads = reference_step(net, batch, algorithms, seed, dtype=np.float64)
         one_loss, one_grads = reference_step(net, batch, algorithms, seed, dtype=np.float32)
@@ -128,4 +128,4 @@ def run_check(comm, net: Network, batch: int, algorithms, seed: int, loss: float
                 worst_ratio, worst, worst_name, worst_allowed = err / allowed, err, f"{key[0]}.{key[1]}", allowed
         result = CheckResult(bool(np.isfinite(worst_ratio) and worst_ratio <= 1.0), float(worst), worst_name,
                              float(loss_err), float(worst_allowed), float(vs_one))
-    return comm.bcast(result, root=0)
+    return comm.bcast_object(result, 0)

@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from executor.backend.device import on_host
 from executor.check.gradients import FLOOR, CheckResult, rel_error, tolerance_for
 
 
-def whole_weights(runs) -> dict[tuple[str, str], np.ndarray]:
-    """A copy of every weight this rank holds a block of, whole (collective under ZeRO-3, which
-    gathers each layer's pieces). ``runs``: the runtime's layer runs."""
+def whole_weights(runs, backend) -> dict[tuple[str, str], np.ndarray]:
+    """A host copy of every weight this rank holds a block of, whole (collective under ZeRO-3,
+    which gathers each layer's pieces). ``runs``: the runtime's layer runs on ``backend``."""
     out = {}
     for run in runs:
         ws = {w: run.ctx.weights[w] for w, _ in run.layer.weights}
         if run.zero is not None and run.zero.stage >= 3:
             ws.update(run.zero.wholes(run.zero.params))
         for w, a in ws.items():
-            out[(run.layer.name, w)] = np.array(a, dtype=np.float64, copy=True)
+            out[(run.layer.name, w)] = np.array(on_host(backend, a), dtype=np.float64, copy=True)
     return out
 
 
@@ -54,7 +55,7 @@ def against_unsharded(comm, result: CheckResult, stage: int, steps: int, initial
     when the weight changes differ beyond ``tolerance``, and names that tensor when it is worse off
     than the worst of ``result`` (each against what it is allowed). Collective over ``comm``."""
     mine = worst_update_error(initial, sharded, unsharded)
-    every = comm.allgather(mine)
+    every = comm.allgather_object(mine)
     err, name = max(every, key=lambda e: (not np.isfinite(e[0]), e[0]))
     vs = float(err)
     ratio = vs / tolerance if np.isfinite(vs) else float("inf")
@@ -71,12 +72,12 @@ def check_zero(rt, make_plain, result: CheckResult, schedule, lr: float, momentu
     """``--check`` of a ZeRO plan: the same ``schedule`` of steps (index, whether it is the step
     the check compares) again with ZeRO off (``make_plain()``: the runtime of the same plan at stage
     0), from the same weights; the weight changes must agree. Collective; outside every clock."""
-    sharded = whole_weights(rt.runs)
+    sharded = whole_weights(rt.runs, rt.backend)
     plain = make_plain()
-    initial = whole_weights(plain.runs)
+    initial = whole_weights(plain.runs, plain.backend)
     for index, compared in schedule:
         plain.step(index, lr, momentum, keep_grads=compared)
-    unsharded = whole_weights(plain.runs)
+    unsharded = whole_weights(plain.runs, plain.backend)
     plain.comms.free()
     return against_unsharded(rt.comm, result, rt.zero, len(schedule), initial, sharded, unsharded,
                              tolerance_for(rt.algorithms))

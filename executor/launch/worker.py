@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 from costmodel.comm_calls import CommCall
 from costmodel.files import NODE_CORES_ENV
 from executor.report.collect import gather
-from executor.comm.reshard import abort
+from executor.launch.abort import abort
 from executor.launch.node import share_node_cores
 from executor.runtime.run import run_plan
 from executor.probes.step_kernels import in_step

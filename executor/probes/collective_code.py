@@ -31,7 +31,9 @@ import numpy as np
 from costmodel.layer_layouts import input_layout, output_layout
 from costmodel.layout import block
 from costmodel.uniform import uniform_strategies
-from executor.comm.reshard import allreduce_, reshard, wait_for
+from executor.backend.host import HOST
+from executor.comm.collectives import allreduce_, wait_for
+from executor.comm.reshard import reshard
 from executor.probes.dispatch import PROBE
 from executor.runtime.timers import ProgressFile, Timers
 from networks.loader import load_network
@@ -42,7 +44,8 @@ KINDS = ("allreduce", "reshard")
 
 
 class _Timed:
-    """``comm`` whose MPI calls add their seconds to :attr:`inside`."""
+    """``comm`` (mpi4py) whose MPI calls add their seconds to :attr:`inside` (the host backend's
+    communicator makes its calls through it, executor.backend.host)."""
 
     def __init__(self, comm):
         self.comm = comm
@@ -70,15 +73,16 @@ class _Timed:
 
 
 def _units(comm, timers: Timers):
-    """Each kind's collective as the runtime makes it, and the one empty span it is weighed against."""
-    ranks = comm.Get_size()
+    """Each kind's collective as the runtime makes it (``comm``: the host backend's communicator),
+    and the one empty span it is weighed against."""
+    ranks = comm.size
     net = load_network(str(PROBE))
     by_name = {layer.name: layer for layer in net.layers}
     data, _ = uniform_strategies(net, ranks, ranks, "data")
     split, _ = uniform_strategies(net, ranks, ranks, "filter")
     src = output_layout(by_name["r4"], data["r4"], ranks)
     dst = input_layout(by_name["fc"], split["fc"], ranks, 0)
-    local = np.ones(tuple(hi - lo for lo, hi in block(src, comm.Get_rank())), np.float32)
+    local = np.ones(tuple(hi - lo for lo, hi in block(src, comm.rank)), np.float32)
     small = np.ones(64, np.float32)
 
     def allreduce_unit():
@@ -113,7 +117,7 @@ def measure(comm, samples: int = 41, warmup: int = 5) -> list[tuple[str, int, fl
 def _measure(comm, timers: Timers, samples: int, warmup: int) -> list[tuple[str, int, float]]:
     timed = _Timed(comm)
     timers.begin_step(0)
-    units = _units(timed, timers)
+    units = _units(HOST.communicator(timed), timers)
     out = []
     for nbytes in PASS_BYTES:
         buf = np.ones(max(nbytes // 4, 1), np.float32)

@@ -1,6 +1,6 @@
 """Ranks waiting for each other (``wait``), measured on the executor's probe network.
 
-Every collective the executor runs is preceded by a barrier (executor.comm.reshard.wait_for): the ranks
+Every collective the executor runs is preceded by a barrier (executor.comm.collectives.wait_for): the ranks
 leave it together, so the step advances at each one by the slowest rank's time since the last.
 On a computer the ranks share, their speeds differ from moment to moment (the operating system,
 the other rank's memory traffic, a virtual machine's host), so every rank spends part of its step

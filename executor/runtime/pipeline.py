@@ -8,9 +8,8 @@ from an earlier one (``costmodel.pipeline.stage_network``) arrives from the rank
 ``i`` on the producing stage, as that rank's owned block (both stages' layouts span ``d`` ranks;
 the arriving tensor keeps its producer's output layout and the stage reshards it to each reader as
 usual): one message per rank and micro-batch forward and its gradient back, as the cost model
-prices a stage's sends. Sends are non-blocking (``Isend``; each buffer let go once delivered,
-checked after every forward and backward, the rest completed at the end of the step), receives
-block.
+prices a stage's sends (executor.comm.p2p: sends non-blocking, each buffer let go once delivered,
+receives blocking).
 
 Schedules (Narayanan et al., SC21, section 2.2): GPipe runs every micro-batch's forward, then every
 backward; 1F1B runs ``min(S - s - 1, m)`` forwards on stage ``s``, then alternates one forward and
@@ -29,22 +28,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from costmodel.layer_layouts import output_layout
 from costmodel.layout import block
 from costmodel.pipeline import cut_at, stage_network
-from executor.comm.reshard import mpi, mpi_type
+from executor.backend.device import Array, Backend, Communicator
+from executor.comm.p2p import StageMessages
 from executor.runtime.synthetic import init_weights, make_inputs
 from executor.ops.base import region_shape
 from executor.runtime.pipeline_tied import TiedPair, crossing_head
 from executor.runtime.stage import StageIO, _Runtime, run_strategies
 from executor.runtime.timers import Timers
-from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.plan import Plan
-
-TAG_LIMIT = 32767  # the largest tag MPI guarantees (MPI_TAG_UB is at least this)
 
 
 def schedule_ops(schedule: str, stages: int, s: int, m: int) -> list[tuple[str, int]]:
@@ -64,13 +59,13 @@ def stage_label(s: int) -> str:
 
 
 class PipelineRuntime:
-    def __init__(self, plan: Plan, net: Network, comm, seed: int, timers: Timers):
+    def __init__(self, plan: Plan, net: Network, comm: Communicator, backend: Backend, seed: int, timers: Timers):
         spec = plan.pipeline
-        self.comm, self.timers, self.plan = comm, timers, plan
+        self.comm, self.backend, self.timers, self.plan = comm, backend, timers, plan
         self.d, self.stages, self.m = plan.stage_ranks, spec.stages, spec.micro_batches
-        rank = comm.Get_rank()
+        rank = comm.rank
         self.s, self.i = rank // self.d, rank % self.d
-        self.sub = comm.Split(self.s, self.i)
+        self.sub = comm.split(self.s, self.i)
         cuts = cut_at(net, spec.first_layers)
         self.stage_of = {layer.name: k for k, layers in enumerate(cuts) for layer in layers}
         stage_net, _ = stage_network(net, cuts[self.s], self.s)
@@ -86,10 +81,8 @@ class PipelineRuntime:
         crossing = {src for layer in net.layers for src in layer.inputs
                     if src in self.stage_of and self.stage_of[src] != self.stage_of[layer.name]}
         cut_names = [layer.name for layer in net.layers if layer.name in crossing]
-        self.tag_of = {name: t for t, name in enumerate(cut_names)}
-        if 2 * self.m * max(len(cut_names), 1) > TAG_LIMIT:
-            raise DnnplanError(f"{self.m} micro-batches of {len(cut_names)} stage-crossing tensors need more MPI "
-                               "tags than MPI promises", hint="use fewer --micro-batches")
+        self.label = stage_label(self.s)
+        self.messages = StageMessages(comm, backend.xp, self.d, self.i, cut_names, self.m, timers, self.label)
         stage_plan = replace(plan, devices=self.d, batch=mb, pipeline=None,
                              layers=tuple(lp for lp in plan.layers if lp.name in mine))
         weights = init_weights(net, seed)
@@ -97,40 +90,25 @@ class PipelineRuntime:
         if head is not None:  # the head's stage holds a copy of the table (executor.runtime.pipeline_tied)
             weights[(head.name, "weight")] = weights[(embed.name, "tokens")]
         io = StageIO(weights, make_inputs(net, plan.batch, seed), arrivals, self.m)
-        self.rt = _Runtime(stage_plan, stage_net, self.sub, seed, timers, False, io)
+        self.rt = _Runtime(stage_plan, stage_net, self.sub, backend, seed, timers, False, io)
         self.arrivals = arrivals
         self.last = self.s == self.stages - 1
         self.ops = schedule_ops(spec.schedule, self.stages, self.s, self.m)
         self.tied = TiedPair.build(comm, net, strategies, self.stage_of, self.s, self.d, timers)
         self.layers = cuts[self.s]  # the whole network's layers of this stage (the head without its copy)
-        self.label = stage_label(self.s)
 
-    def _tag(self, name: str, j: int, backward: bool) -> int:
-        return (2 * j + int(backward)) * len(self.tag_of) + self.tag_of[name]
+    def _recv(self, name: str, layout, j: int, peer_stage: int, backward: bool) -> Array:
+        return self.messages.recv(name, region_shape(block(layout, self.i)), j, peer_stage, backward)
 
-    def _recv(self, name: str, layout, j: int, peer_stage: int, backward: bool) -> np.ndarray:
-        buf = np.empty(region_shape(block(layout, self.i)), dtype=np.float32)
-        with self.timers.span(self.label, "wait"):
-            self.comm.Recv([buf, mpi_type(buf.dtype)], source=peer_stage * self.d + self.i,
-                           tag=self._tag(name, j, backward))
-        return buf
-
-    def _send(self, arr: np.ndarray, name: str, j: int, peer_stage: int, backward: bool, pending: list) -> None:
-        buf = np.ascontiguousarray(arr, dtype=np.float32)
-        with self.timers.span(self.label, "bwd_comm" if backward else "fwd_comm"):
-            req = self.comm.Isend([buf, mpi_type(buf.dtype)], dest=peer_stage * self.d + self.i,
-                                  tag=self._tag(name, j, backward))
-        pending.append((req, buf))
-
-    def _forward(self, index: int, j: int, keep_grads: bool, caches: dict, pending: list) -> float:
+    def _forward(self, index: int, j: int, keep_grads: bool, caches: dict) -> float:
         acts = {name: self._recv(name, layout, j, self.stage_of[name], False) for name, layout in self.arrivals.items()}
         acts, caches[j] = self.rt._forward(index, keep_grads, micro=j, acts=acts, keep=self.keep)
         for name, to in self.sends.items():
             for q in to:
-                self._send(acts[name], name, j, q, False, pending)
+                self.messages.send(acts[name], name, j, q, False)
         return float(acts[self.rt.runs[-1].layer.name]) if self.last else 0.0
 
-    def _backward(self, j: int, caches: dict, total: dict, pending: list) -> None:
+    def _backward(self, j: int, caches: dict, total: dict) -> None:
         grads = {}
         for name, to in self.sends.items():
             for q in to:
@@ -140,35 +118,33 @@ class PipelineRuntime:
         for name in self.arrivals:
             g = grads.pop(name, None)
             if g is None:  # read by nothing that reaches the loss
-                g = np.zeros(region_shape(block(self.arrivals[name], self.i)), dtype=np.float32)
-            self._send(g, name, j, self.stage_of[name], True, pending)
+                g = self.rt.xp.zeros(region_shape(block(self.arrivals[name], self.i)), dtype=self.rt.xp.float32)
+            self.messages.send(g, name, j, self.stage_of[name], True)
 
     def step(self, index: int, lr: float, momentum: float, keep_grads: bool):
         self.timers.begin_step(index)
-        caches, total, pending, loss = {}, {}, [], 0.0
+        caches, total, loss = {}, {}, 0.0
         for kind, j in self.ops:
             if kind == "F":
-                loss += self._forward(index, j, keep_grads, caches, pending)
+                loss += self._forward(index, j, keep_grads, caches)
             else:
-                self._backward(j, caches, total, pending)
-            pending[:] = [(req, buf) for req, buf in pending if not req.Test()]  # let delivered buffers go
+                self._backward(j, caches, total)
+            self.messages.let_go()
         for layer in (run.layer.name for run in self.rt.runs):
             total.setdefault(layer, {})
         self.tied.sum_pair(total)
         kept = self.rt.finish(total, lr, momentum, keep_grads)
-        if pending:
-            with self.timers.span(self.label, "wait"):
-                mpi().Request.Waitall([req for req, _ in pending])
+        self.messages.finish()
         self.timers.end_step()
-        loss = self.comm.bcast(loss if self.last else None, root=(self.stages - 1) * self.d)
+        loss = self.comm.bcast_object(loss if self.last else None, (self.stages - 1) * self.d)
         return loss, kept
 
-    def held(self) -> list[np.ndarray]:
+    def held(self) -> list[Array]:
         """The arrays this rank keeps from one step to the next."""
         return self.rt.held()
 
     def free(self) -> None:
         self.rt.comms.free()
         self.tied.free()
-        self.sub.Free()
+        self.sub.free()
 

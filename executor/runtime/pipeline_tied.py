@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from executor.comm.reshard import allreduce_, mpi, wait_for
 from costmodel.tied import crossing_ties, tie_mismatch
+from executor.comm.collectives import allreduce_, wait_for
 from executor.ops.embedding import refused_tie
 from networks.errors import DnnplanError
 
@@ -50,7 +50,7 @@ class TiedPair:
         if why:
             raise refused_tie(head, hs, embed, es, why)
         ends = (stage_of[embed.name], stage_of[head.name])
-        pair = comm.Split(comm.Get_rank() % d if stage in ends else mpi().UNDEFINED, comm.Get_rank())
+        pair = comm.split(comm.rank % d if stage in ends else None, comm.rank)
         if stage == ends[0]:
             return cls(pair, embed.name, "tokens", timers)
         if stage == ends[1]:
@@ -67,4 +67,4 @@ class TiedPair:
 
     def free(self) -> None:
         if self.layer is not None:
-            self.pair.Free()
+            self.pair.free()

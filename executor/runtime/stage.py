@@ -1,4 +1,4 @@
-"""The MPI runtime: build each rank's shard of every layer from a plan, run training steps, time
+"""The runtime of one stage: build each rank's shard of every layer from a plan, run training steps, time
 every piece of work, and (``check=True``) compare step 0 with the single-process reference.
 
 One step (docs/executor.md, "How a run goes"):
@@ -33,13 +33,14 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from costmodel.compute import DEFAULT_CONV_ALGORITHM
 from costmodel.layer_layouts import input_layout, output_layout, require_fits, weight_layouts
 from costmodel.layout import block
 from costmodel.strategy import Strategy
-from executor.comm.reshard import GroupComms, allreduce_, reshard, reshard_plan, wait_for
+from executor.backend.device import Array, Backend, Communicator, on_device
+from executor.comm.collectives import allreduce_, wait_for
+from executor.comm.groups import GroupComms
+from executor.comm.reshard import reshard, reshard_plan
 from executor.runtime.synthetic import init_weights, make_inputs, make_labels, take
 from executor.ops import OPS
 from executor.ops.base import LayerCtx, region_shape
@@ -64,7 +65,7 @@ class _LayerRun:
     forward: object
     backward: object
     grad_groups: dict[str, object] = field(default_factory=dict)  # weight -> communicator or None
-    momentum: dict[str, np.ndarray] = field(default_factory=dict)
+    momentum: dict[str, Array] = field(default_factory=dict)
     # from the plan alone, worked out once (per-step Python between kernels is time no kernel
     # timing accounts for): does any input reshard move data forward / backward on any rank,
     # and which input slots a layer produces (network inputs get no gradient)
@@ -101,10 +102,14 @@ def _grad_dims(layer: Layer, strategy: Strategy, weight: str) -> tuple[str, ...]
 
 
 class _Runtime:
-    def __init__(self, plan: Plan, net: Network, comm, seed: int, timers: Timers, check: bool,
-                 io: StageIO | None = None):
+    """One stage's layers on this rank: ``comm`` is the stage's group (every rank of a plan without
+    pipeline), ``backend`` the device its arrays and collectives live on (executor.backend)."""
+
+    def __init__(self, plan: Plan, net: Network, comm: Communicator, backend: Backend, seed: int, timers: Timers,
+                 check: bool, io: StageIO | None = None):
         self.comm, self.net, self.plan, self.timers = comm, net, plan, timers
-        self.rank = comm.Get_rank()
+        self.backend, self.xp = backend, backend.xp
+        self.rank = comm.rank
         self.strategies = run_strategies(plan)
         self.algorithms = plan.algorithms()
         self.batch = plan.batch
@@ -118,8 +123,8 @@ class _Runtime:
         full_w = io.weights if io else init_weights(net, seed)
         data = io.data if io else make_inputs(net, self.batch, seed)
         # each micro-batch's blocks of the network inputs and labels: (layer, slot) -> block
-        self.feeds: list[dict[tuple[str, int], np.ndarray]] = [{} for _ in range(self.micro_batches)]
-        self.label_feeds: list[np.ndarray] = []
+        self.feeds: list[dict[tuple[str, int], Array]] = [{} for _ in range(self.micro_batches)]
+        self.label_feeds: list[Array] = []
         self.input_blocks = self.feeds[0]
         self.out_layouts = dict(io.arrivals) if io else {}
         self.runs: list[_LayerRun] = []
@@ -131,8 +136,8 @@ class _Runtime:
                                hint="the executor trains against a loss")
 
     def _validate(self) -> None:
-        if self.comm.Get_size() != self.plan.devices:
-            raise DnnplanError(f"the plan is for {self.plan.devices} devices but {self.comm.Get_size()} "
+        if self.comm.size != self.plan.devices:
+            raise DnnplanError(f"the plan is for {self.plan.devices} devices but {self.comm.size} "
                                f"ranks run it", hint=f"run it with --ranks {self.plan.devices}")
         for layer in self.net.layers:
             if layer.name not in self.strategies:
@@ -151,19 +156,22 @@ class _Runtime:
         in_ls = tuple(input_layout(layer, strat, batch, k) for k in range(len(layer.inputs)))
         in_blocks = tuple(block(l, rank) for l in in_ls)
         wl = weight_layouts(layer, strat)
-        weights = {name: take(full_w[(layer.name, name)], block(wl[name], rank)) for name, _ in layer.weights}
+        weights = {name: self._device(take(full_w[(layer.name, name)], block(wl[name], rank)))
+                   for name, _ in layer.weights}
         m = self.micro_batches
         for slot, src in enumerate(layer.inputs):
             if src in self.inputs:
                 for j, feed in enumerate(self.feeds):
-                    feed[(layer.name, slot)] = take(data[src][j * batch:(j + 1) * batch], in_blocks[slot])
+                    feed[(layer.name, slot)] = self._device(take(data[src][j * batch:(j + 1) * batch], in_blocks[slot]))
         labels = None
         if layer.op == LOSS_OP:
             every = make_labels(layer, batch * m, self.seed)
-            self.label_feeds = [take(every[j * batch:(j + 1) * batch], in_blocks[0][:-1]) for j in range(m)]
+            self.label_feeds = [self._device(take(every[j * batch:(j + 1) * batch], in_blocks[0][:-1]))
+                                for j in range(m)]
             labels = self.label_feeds[0]
         ctx = LayerCtx(layer, strat, rank, batch, self.algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM, in_ls, out_l,
-                       in_blocks, block(out_l, rank), self.comms, self.timers, weights, labels, micro_batches=m)
+                       in_blocks, block(out_l, rank), self.comms, self.timers, self.xp, weights, labels,
+                       micro_batches=m)
         # every communicator this layer can use, created now (collective, same order on all ranks)
         for dims in (("C",), ("F",), ("H", "W"), ("N", "H"), STAT_DIMS):
             self.comms.get(strat, dims)
@@ -184,12 +192,16 @@ class _Runtime:
             run.zero = LayerZero.build(self.zero, layer.name, ctx.weights,
                                        {n: (_grad_dims(layer, strat, n), run.grad_groups[n]) for n, _ in layer.weights})
         else:
-            run.momentum = {name: np.zeros_like(weights[name]) for name, _ in layer.weights}
+            run.momentum = {name: self.xp.zeros_like(weights[name]) for name, _ in layer.weights}
         return run
+
+    def _device(self, arr) -> Array:
+        """A host array of the synthetic data (executor.runtime.synthetic) on this rank's device."""
+        return on_device(self.backend, arr)
 
     # -- one training step ------------------------------------------------------------------------
 
-    def _gather_inputs(self, run: _LayerRun, acts) -> list[np.ndarray]:
+    def _gather_inputs(self, run: _LayerRun, acts) -> list[Array]:
         layer, ctx = run.layer, run.ctx
         xs = []
         if not run.fwd_moves:
@@ -287,7 +299,7 @@ class _Runtime:
         return acts, caches
 
     def _backward(self, caches, grads: dict | None = None,
-                  into: dict | None = None) -> dict[str, dict[str, np.ndarray]]:
+                  into: dict | None = None) -> dict[str, dict[str, Array]]:
         """Backward over every layer; ``grads``: output gradients arrived from later stages (the
         gradients of tensors from earlier stages are left in it). ``into``: weight gradients of
         earlier micro-batches, each layer's added in place as soon as its backward is done (so no
@@ -301,19 +313,19 @@ class _Runtime:
             for w, g in gs.items():
                 if w in acc:
                     with self.timers.span(name, "bwd_compute"):  # summing the micro-batches' gradients
-                        np.add(acc[w], g, out=acc[w])
+                        self.xp.add(acc[w], g, out=acc[w])
                 else:
                     acc[w] = g
         return out
 
-    def _backward_layer(self, run: _LayerRun, cache, grads: dict) -> dict[str, np.ndarray]:
+    def _backward_layer(self, run: _LayerRun, cache, grads: dict) -> dict[str, Array]:
         """One layer's backward; returns its weight gradients (under ZeRO-2 and 3 this rank's pieces
         of their sums, the whole ones dropped on return)."""
         dy = None
         if run.layer.op != LOSS_OP:
             dy = grads.pop(run.layer.name, None)
             if dy is None:  # an output nothing reads
-                dy = np.zeros(region_shape(run.ctx.out_block), dtype=np.float32)
+                dy = self.xp.zeros(region_shape(run.ctx.out_block), dtype=self.xp.float32)
         if run.zero is not None:
             run.zero.gather(run.ctx, "bwd")
         dxs, gs = run.backward(run.ctx, dy, cache)
@@ -322,7 +334,7 @@ class _Runtime:
         if run.tied_owner is not None and run.tied_owner.zero is not None:
             run.tied_owner.zero.release(run.tied_owner.ctx)  # the head has read the gathered table
         self._scatter_grads(run, dxs, grads)
-        gs = {w: np.ascontiguousarray(g, dtype=run.ctx.weights[w].dtype) for w, g in gs.items()}
+        gs = {w: self.xp.ascontiguousarray(g, dtype=run.ctx.weights[w].dtype) for w, g in gs.items()}
         if run.zero is not None and self.zero >= 2 and gs:  # the whole gradient goes now
             return run.zero.reduce(run.ctx, gs)
         return gs
@@ -356,7 +368,7 @@ class _Runtime:
                 out[(run.layer.name, w)] = g
         return out
 
-    def held(self) -> list[np.ndarray]:
+    def held(self) -> list[Array]:
         """The arrays this rank keeps from one step to the next."""
         out = [b for feed in self.feeds for b in feed.values()] + list(self.label_feeds)
         for run in self.runs:

@@ -29,6 +29,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 PHASES = ("fwd_compute", "fwd_comm", "bwd_compute", "bwd_comm", "grad_sync", "update", "wait")
 #: The phases a layer's predicted time is compared with (waiting has no prediction).
@@ -96,10 +97,13 @@ class Span:
 
 @dataclass
 class Timers:
-    """Accumulates seconds per (step, layer, phase); keeps spans for a trace when asked."""
+    """Accumulates seconds per (step, layer, phase); keeps spans for a trace when asked.
+
+    ``clock``: the seconds spans are timed with, the device's (executor.backend.device.Backend.now_s:
+    on a GPU the time the work queued before the call is done; the runner sets it)."""
 
     keep_spans: bool = False
-    sync: object = None  # a callable that waits for the device (cupy stream) before reading the clock
+    clock: Callable[[], float] = time.perf_counter
     progress: ProgressFile | None = None  # where each span's start is recorded (the launcher reads it)
     step: int = -1
     totals: dict = field(default_factory=dict)  # (step, layer, phase) -> seconds
@@ -108,9 +112,7 @@ class Timers:
     _step_start: float = 0.0
 
     def _now(self) -> float:
-        if self.sync is not None:
-            self.sync()
-        return time.perf_counter()
+        return self.clock()
 
     def begin_step(self, step: int) -> None:
         self.step = step

@@ -26,7 +26,7 @@ last ones shorter, possibly empty), rank ``k`` of the group owning piece ``k``: 
 updates and keeps ``ceil(n_w / r)`` elements (``LayerEstimate.update_s``, ``Memory``), and a
 collective moves exactly ``sum(n_w)`` elements. The buffers a collective sends or receives are
 rank-major (rank ``k``'s pieces of every weight of the group, in weight order, then rank
-``k + 1``'s), so rank ``k``'s part is contiguous, as ``Reduce_scatter`` and ``Allgatherv`` need.
+``k + 1``'s), so rank ``k``'s part is contiguous, as a reduce-scatter and an allgather need.
 
 Weights with no gradient group (every rank holds a different shard) are not sharded and have no
 collective, as priced. A tied LM head reads the embedding's token rows: under stage 3 the rows the
@@ -36,12 +36,13 @@ collective of its own to gather them, as priced), then the embedding gathers aga
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from executor.comm.reshard import displacements, mpi, mpi_type, wait_for
+from executor.backend.device import Array, Communicator
+from executor.comm.collectives import displacements, wait_for
 from kernels.optimizer import sgd_momentum_update
+from kernels.xp import module_of
 
 #: Each collective's (phase, name) in the cost model (``Comm.phase``: fwd, bwd, sync) -> timer phase
 TIMER_PHASE = {"fwd": "fwd_comm", "bwd": "bwd_comm", "sync": "grad_sync"}
@@ -60,15 +61,15 @@ def rank_counts(sizes, r: int) -> list[int]:
     return [sum(b[k][1] - b[k][0] for b in bounds) for k in range(r)]
 
 
-def pack(flats, r: int) -> np.ndarray:
+def pack(flats, r: int) -> Array:
     """The rank-major buffer of whole flat arrays: rank 0's piece of each, then rank 1's, ..."""
     if len(flats) == 1:
         return flats[0]
     bounds = [shard_bounds(f.size, r) for f in flats]
-    return np.concatenate([f[b[k][0]:b[k][1]] for k in range(r) for f, b in zip(flats, bounds)])
+    return module_of(flats[0]).concatenate([f[b[k][0]:b[k][1]] for k in range(r) for f, b in zip(flats, bounds)])
 
 
-def unpack(buf: np.ndarray, outs, r: int) -> None:
+def unpack(buf: Array, outs, r: int) -> None:
     """Write a rank-major buffer into the whole flat arrays ``outs`` (the inverse of :func:`pack`)."""
     bounds = [shard_bounds(o.size, r) for o in outs]
     pos = 0
@@ -79,7 +80,7 @@ def unpack(buf: np.ndarray, outs, r: int) -> None:
             pos += hi - lo
 
 
-def split_mine(buf: np.ndarray, sizes, k: int, r: int) -> list[np.ndarray]:
+def split_mine(buf: Array, sizes, k: int, r: int) -> list[Array]:
     """Rank ``k``'s part of a rank-major buffer (``buf``: that part alone) cut into its pieces."""
     out, pos = [], 0
     for n in sizes:
@@ -93,14 +94,14 @@ def split_mine(buf: np.ndarray, sizes, k: int, r: int) -> list[np.ndarray]:
 class ZeroGroup:
     """The weights of one layer that share a gradient group, and the group's communicator."""
 
-    sub: object  # mpi4py communicator of the group (more than one rank)
+    sub: Communicator  # the group (more than one rank)
     names: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
     record: list | None = None  # (phase, collective, bytes, group) of each collective, when a test asks
 
     def __post_init__(self):
-        self.r, self.k = self.sub.Get_size(), self.sub.Get_rank()
-        self.sizes = tuple(int(np.prod(s)) for s in self.shapes)
+        self.r, self.k = self.sub.size, self.sub.rank
+        self.sizes = tuple(math.prod(s) for s in self.shapes)
         self.counts = rank_counts(self.sizes, self.r)
         self.displs = displacements(self.counts)
         self.mine = tuple(shard_bounds(n, self.r)[self.k] for n in self.sizes)
@@ -109,33 +110,31 @@ class ZeroGroup:
         if self.record is not None and phase in TIMER_PHASE:
             self.record.append((phase, collective, elems * itemsize, self.r))
 
-    def reduce_scatter(self, grads: list[np.ndarray], phase: str) -> list[np.ndarray]:
+    def reduce_scatter(self, grads: list[Array], phase: str) -> list[Array]:
         """Sum the whole gradients over the group; this rank's pieces of the sum come back."""
-        send = pack([np.ascontiguousarray(g).reshape(-1) for g in grads], self.r)
-        recv = np.empty(self.counts[self.k], dtype=send.dtype)
-        MPI = mpi()
-        self.sub.Reduce_scatter([send, mpi_type(send.dtype)], [recv, mpi_type(recv.dtype)],
-                                recvcounts=self.counts, op=MPI.SUM)
+        xp = module_of(grads[0])
+        send = pack([xp.ascontiguousarray(g).reshape(-1) for g in grads], self.r)
+        recv = xp.empty(self.counts[self.k], dtype=send.dtype)
+        self.sub.reduce_scatter(send, recv, self.counts)
         self._log(phase, "reduce_scatter", send.size, send.itemsize)
         return split_mine(recv, self.sizes, self.k, self.r)
 
-    def allgather(self, pieces: list[np.ndarray], outs: list[np.ndarray] | None, phase: str) -> list[np.ndarray]:
+    def allgather(self, pieces: list[Array], outs: list[Array] | None, phase: str) -> list[Array]:
         """Every rank's pieces, whole: written into the flat arrays ``outs`` (None: new arrays). With
         one weight and ``outs`` given, this rank's piece must already be in place in ``outs[0]``
-        (``MPI_IN_PLACE``: MPI forbids a send buffer inside the receive buffer)."""
-        dtype = pieces[0].dtype
-        mtype = mpi_type(dtype)
+        (in place: MPI forbids a send buffer inside the receive buffer)."""
+        dtype, xp = pieces[0].dtype, module_of(pieces[0])
         if len(self.sizes) == 1:
-            recv = outs[0] if outs is not None else np.empty(self.sizes[0], dtype=dtype)
-            send = mpi().IN_PLACE if outs is not None else [pieces[0], mtype]
+            recv = outs[0] if outs is not None else xp.empty(self.sizes[0], dtype=dtype)
+            send = None if outs is not None else pieces[0]
         else:
-            recv = np.empty(sum(self.sizes), dtype=dtype)
-            send = [np.concatenate(pieces), mtype]
-        self.sub.Allgatherv(send, [recv, (self.counts, self.displs), mtype])
+            recv = xp.empty(sum(self.sizes), dtype=dtype)
+            send = xp.concatenate(pieces)
+        self.sub.allgather(send, recv, self.counts, self.displs)
         self._log(phase, "allgather", recv.size, recv.itemsize)
         if len(self.sizes) == 1:
             return [recv]
-        outs = outs if outs is not None else [np.empty(n, dtype=dtype) for n in self.sizes]
+        outs = outs if outs is not None else [xp.empty(n, dtype=dtype) for n in self.sizes]
         unpack(recv, outs, self.r)
         return outs
 
@@ -148,8 +147,8 @@ class LayerZero:
     stage: int
     layer: str
     groups: list[ZeroGroup]
-    momentum: dict[str, np.ndarray] = field(default_factory=dict)
-    params: dict[str, np.ndarray] = field(default_factory=dict)  # stage 3: this rank's flat pieces
+    momentum: dict[str, Array] = field(default_factory=dict)
+    params: dict[str, Array] = field(default_factory=dict)  # stage 3: this rank's flat pieces
     gathered: bool = False
 
     @classmethod
@@ -167,16 +166,17 @@ class LayerZero:
         for g in groups:
             for name, (lo, hi) in zip(g.names, g.mine):
                 flat = weights[name].reshape(-1)
-                out.momentum[name] = np.zeros(hi - lo, dtype=flat.dtype)
+                xp = module_of(flat)
+                out.momentum[name] = xp.zeros(hi - lo, dtype=flat.dtype)
                 if stage >= 3:
                     out.params[name] = flat[lo:hi].copy()
-                    weights[name] = np.empty(0, dtype=flat.dtype)
+                    weights[name] = xp.empty(0, dtype=flat.dtype)
         for name, w in weights.items():
             if name not in out.momentum:  # no group: whole, as the cost model counts it
-                out.momentum[name] = np.zeros_like(w)
+                out.momentum[name] = module_of(w).zeros_like(w)
         return out
 
-    def held(self) -> list[np.ndarray]:
+    def held(self) -> list[Array]:
         return list(self.momentum.values()) + list(self.params.values())
 
     def set_record(self, record: list | None) -> None:
@@ -210,14 +210,14 @@ class LayerZero:
             return
         for g in self.groups:
             for name in g.names:
-                ctx.weights[name] = np.empty(0, dtype=self.params[name].dtype)
+                ctx.weights[name] = ctx.xp.empty(0, dtype=self.params[name].dtype)
         if ctx.tied is not None and "tokens" in self.params:
             ctx.tied.weight = ctx.weights["tokens"]
         self.gathered = False
 
     # -- gradients and the update -----------------------------------------------------------------
 
-    def reduce(self, ctx, grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def reduce(self, ctx, grads: dict[str, Array]) -> dict[str, Array]:
         """Reduce-scatter each group's gradients (``grad_sync``): this rank's summed pieces replace
         the whole gradients in the returned dict; ungrouped weights keep theirs."""
         if not self.groups:
@@ -229,7 +229,7 @@ class LayerZero:
                     out[name] = piece
         return out
 
-    def update(self, ctx, grads: dict[str, np.ndarray], lr: float, momentum: float) -> None:
+    def update(self, ctx, grads: dict[str, Array], lr: float, momentum: float) -> None:
         """SGD with momentum on this rank's piece of each sharded weight, on the whole of the others
         (the caller times it as ``update``)."""
         sharded = set()
@@ -252,7 +252,7 @@ class LayerZero:
                 flats = [ctx.weights[n].reshape(-1) for n in g.names]
                 g.allgather([f[lo:hi] for f, (lo, hi) in zip(flats, g.mine)], flats, "sync")
 
-    def wholes(self, pieces: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def wholes(self, pieces: dict[str, Array]) -> dict[str, Array]:
         """Whole tensors from every rank's pieces of each sharded weight (summed gradients, or under
         stage 3 the parameters), the others as given (``--check``; untimed, collective)."""
         out = dict(pieces)

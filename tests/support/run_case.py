@@ -11,7 +11,7 @@ import traceback
 
 from mpi4py import MPI
 
-from executor.comm.reshard import abort
+from executor.launch.abort import abort
 from executor.runtime.run import run_plan
 from tests.support.cases import load, make_plan, parse_case
 
