@@ -97,6 +97,7 @@ def test_a_plan_runs_on_a_backend_that_stages_as_it_runs_on_the_host():
     assert calls["communicator"] == 1 and calls["peak_bytes"] == 1 and calls["held_bytes"] == 1
     assert calls["from_host"] > 0 and calls["to_host"] > 0  # data onto the device, gradients back for the check
     assert calls["now_s"] > 0  # the timers read the backend's clock
+    assert calls["synchronize"] == 1 + 1 + 1  # before each step: warm-up, timed, memory
 
 
 def _mpiexec() -> str | None:

@@ -88,6 +88,12 @@ def _host(backend: Backend, kept: dict) -> dict:
     return {key: on_host(backend, g) for key, g in kept.items()}
 
 
+def _line_up(rt, comm: Communicator) -> None:
+    """Every rank's work so far done on its device, then the ranks together: a step starts here."""
+    rt.backend.synchronize()
+    comm.barrier()
+
+
 def _train(rt, comm: Communicator, timers: Timers, steps: int, warmup: int, check: bool, lr: float,
            momentum: float, after_step, measure_memory: bool) -> tuple[list[float], dict | None, int | None]:
     """The steps of a runtime (one stage or a pipeline): every loss, the gradients of the step the
@@ -95,7 +101,7 @@ def _train(rt, comm: Communicator, timers: Timers, steps: int, warmup: int, chec
     (``Backend.peak_bytes``; its times dropped, so it never counts as a timed step)."""
     losses, kept = [], None
     for i in range(-warmup, steps):
-        comm.barrier()
+        _line_up(rt, comm)
         loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
         losses.append(loss)
         kept = grads if grads is not None else kept
@@ -103,14 +109,14 @@ def _train(rt, comm: Communicator, timers: Timers, steps: int, warmup: int, chec
             after_step(i)
     extra = in_run_steps(steps, after_step)
     for k in range(extra):
-        comm.barrier()
+        _line_up(rt, comm)
         rt.step(steps + k, lr, momentum, keep_grads=False)
         timers.forget(steps + k)
         after_step(k)
     if not measure_memory:
         return losses, kept, None
     last = steps + extra
-    comm.barrier()
+    _line_up(rt, comm)
     traced = rt.backend.peak_bytes(lambda: rt.step(last, lr, momentum, keep_grads=False))
     timers.forget(last)
     return losses, kept, rt.backend.held_bytes(rt.held()) + traced
