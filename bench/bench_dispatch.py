@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/bench_dispatch.py [--json]
 
-Runs the dispatch probe as the profiler does (profiler.dispatch: ``python -m executor.dispatch`` in
+Runs the dispatch probe as the profiler does (profiler.dispatch: ``python -m executor.probes.dispatch`` in
 a child process, its passes binned by bytes), then runs one-rank, data-parallel plans of lenet5,
 alexnet and ResNet-18 at 64x64 (bench/assets/resnet18-64.yaml) at a few batches, as `dnnplan
 execute` runs them (each span's start recorded in a progress file), and compares the cost
@@ -27,8 +27,8 @@ from costmodel.profile_table import ProfileTable
 from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
-from executor.dispatch import run_recorded
-from executor.worker import set_threads
+from executor.probes.dispatch import run_recorded
+from executor.launch.worker import set_threads
 from kernels.allocator import keep_freed_memory
 from networks.loader import load_network
 from planner.plan import LayerPlan, Plan

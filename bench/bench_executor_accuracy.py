@@ -52,10 +52,10 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from executor.collect import timed_steps  # noqa: E402
-from executor.launch import usable_cores  # noqa: E402
-from executor.session import measure, measure_both, prepare  # noqa: E402
-from executor.validation import candidate_plans, strategy_summary  # noqa: E402
+from executor.report.collect import timed_steps  # noqa: E402
+from executor.launch.mpiexec import usable_cores  # noqa: E402
+from executor.session.execute import measure, measure_both, prepare  # noqa: E402
+from executor.session.validate import candidate_plans, strategy_summary  # noqa: E402
 from planner.plan_file import write_plan  # noqa: E402
 from profiler import context  # noqa: E402
 

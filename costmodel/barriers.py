@@ -1,10 +1,10 @@
 """The barriers a training step's collectives make, and what the pass before each one moved.
 
-The executor runs every collective after a barrier (executor.comm.wait_for) and inside spans of
+The executor runs every collective after a barrier (executor.comm.collectives.wait_for) and inside spans of
 its own, with Python around it that no kernel's or isolated collective's timing holds: the
-executor's code around a collective (executor.collective_code measures it per kind and per the
+executor's code around a collective (executor.probes.collective_code measures it per kind and per the
 bytes of the pass before it). This lists, for a planned step, each place the runtime
-(executor.runtime, executor.ops) makes one, as it makes them:
+(executor.runtime.stage, executor.ops) makes one, as it makes them:
 
 - a layer's forward reshard: one barrier before the layer's inputs are moved, when any input
   that another layer makes is not already where the layer needs it (``same_blocks``), after the

@@ -55,7 +55,7 @@ def _read_text(path: str) -> str:
         return ""
 
 
-#: Set by dnnplan in every rank of an MPI job (executor.node): the cores the job's ranks on this
+#: Set by dnnplan in every rank of an MPI job (executor.launch.node): the cores the job's ranks on this
 #: node may run on together. A rank bound to one core (Open MPI's default for two ranks, Slurm's
 #: task binding) would otherwise see a one-core machine ``local`` and refuse a two-rank plan.
 NODE_CORES_ENV = "DNNPLAN_NODE_CORES"

@@ -4,7 +4,7 @@ The per-layer memory count (``layer_cost.Memory.activations``, what the planner 
 limit) keeps a saved output once, at its producer's layout, and a layer split over a windowed
 dimension keeps its received block (halos included) besides. The executor keeps, in each layer's
 cache, the input its backward needs: the producer's array itself when the edge moves nothing
-(``layout.same_blocks``: ``executor.comm.reshard`` hands back the same array), else the block the
+(``layout.same_blocks``: ``executor.comm.reshard.reshard`` hands back the same array), else the block the
 reshard wrote (max pooling keeps neither: :data:`KEEPS_NO_INPUT`). It lets a producer's output go
 after its last reader in forward unless the producer's own backward needs it (``saves ==
 "output"``) or a reader holds it unmoved.

@@ -119,7 +119,7 @@ class LayerEstimate:
 
 def pass_bytes(local: LocalLayer, algorithm: str = "", consumers: int = 1) -> list[int]:
     """The bytes the kernels move in each pass the executor makes over a layer in one step, each
-    pass with its own Python around the kernels (executor.runtime): forward, backward, the update
+    pass with its own Python around the kernels (executor.runtime.stage): forward, backward, the update
     when it has weights, and one gradient sum per reader of its output after the first."""
     layer = local.layer
     bwd = kernel_calls(local, "bwd_data", algorithm) + (kernel_calls(local, "bwd_weights", algorithm)
@@ -319,7 +319,7 @@ class EdgeEstimate:
 
 def reshard_copy_s(compute: ComputeModel | None, written: int, recv: int, run: int, dtype: str,
                    backward: bool) -> float:
-    """The executor's block copies in one reshard on its busiest rank (``executor.comm.reshard``):
+    """The executor's block copies in one reshard on its busiest rank (``executor.comm.reshard.reshard``):
     every element of the destination block written once (copied from the rank's own block or from
     the receive buffer; added, backward), and the packing of what it sends (taken as much as it
     receives, as the messages are). Zero when no rank receives anything (then the executor, at

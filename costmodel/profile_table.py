@@ -32,14 +32,14 @@ VERSION = 1
 #: Fingerprint keys that identify a device: tables differing in any of them are foreign to each other.
 IDENTITY_KEYS = ("backend", "device", "cores", "threads", "memory_bytes")
 #: The executor's time per layer pass in a table's "executor" mapping: entries named
-#: ``dispatch/h<k>``, one per half-decade of bytes (executor.dispatch, profiler.dispatch); a table's
+#: ``dispatch/h<k>``, one per half-decade of bytes (executor.probes.dispatch, profiler.dispatch); a table's
 #: ``dispatch/b<batch>`` entries (the probe's mean per pass at a batch, before 2026-11-26) are ignored.
 DISPATCH = "dispatch"
 #: A P-rank step's wait for its slowest rank per second of work: the entry ``wait/p<P>``
-#: (executor.sync_probe, profiler.sync).
+#: (executor.probes.wait, profiler.sync).
 WAIT = "wait"
 #: The executor's own code around one collective of a P-rank step, after a pass over some bytes:
-#: entries ``collective/p<P>/<kind>/b<bytes>`` (executor.collective_code, profiler.sync).
+#: entries ``collective/p<P>/<kind>/b<bytes>`` (executor.probes.collective_code, profiler.sync).
 COLLECTIVE = "collective"
 
 _ENTRY_KEYS = ("min_s", "median_s", "spread", "count", "flops", "bytes")
@@ -69,7 +69,7 @@ class ProfileTable:
     comm: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<table>"
     #: Timings of the executor itself rather than of a kernel, by name: ``dispatch``, its Python
-    #: between two layer passes (executor.dispatch); an optional "executor" mapping in the file.
+    #: between two layer passes (executor.probes.dispatch); an optional "executor" mapping in the file.
     executor: Mapping[str, Entry] = field(default_factory=dict)
 
     @property

@@ -232,21 +232,21 @@ class ProfiledCompute:
 
     def wait_per_work(self, ranks: int) -> float:
         """Seconds a step on ``ranks`` ranks sharing this computer waits for its slowest rank per
-        second of its work: the table's ``wait/p<ranks>`` entry (executor.sync_probe), 0 for one
+        second of its work: the table's ``wait/p<ranks>`` entry (executor.probes.wait), 0 for one
         rank or when the table has none."""
         entry = self.table.executor.get(wait_key(ranks)) if ranks > 1 else None
         return entry.median_s if entry is not None else 0.0
 
     def pass_dispatch_s(self, nbytes: float) -> float:
         """The executor's own time after one layer pass whose kernels move ``nbytes``, from the
-        table's ``dispatch/h<k>`` entries (executor.dispatch: the probe's passes binned by their
+        table's ``dispatch/h<k>`` entries (executor.probes.dispatch: the probe's passes binned by their
         bytes, each entry's ``bytes`` its passes' typical bytes): linear in log(bytes) between
         neighbouring entries, the nearer end's outside them; 0 without entries."""
         return log_interpolated(self._dispatch_points(), nbytes)
 
     def collective_code_s(self, ranks: int, kind: str, nbytes: float) -> float:
         """The executor's own code around one collective of ``kind`` on ``ranks`` ranks after a
-        pass whose kernels moved ``nbytes`` (executor.collective_code): the table's
+        pass whose kernels moved ``nbytes`` (executor.probes.collective_code): the table's
         ``collective/p<ranks>/<kind>/b<bytes>`` entries, linear in log(bytes) between them (a
         pass of no bytes counts as one); 0 for one rank or without entries."""
         if ranks < 2:

@@ -104,7 +104,7 @@ class InContext(KernelCall):
 
 def occurrence_key(key: str, layer: str) -> str:
     """The profile-table key of call ``key`` where layer ``layer``'s pass makes it in the step: an
-    entry installed for one plan (executor.session.step_context_entries), looked up before the
+    entry installed for one plan (executor.session.execute.step_context_entries), looked up before the
     call's own (costmodel.profiled_compute)."""
     return f"{key}@{layer}"
 

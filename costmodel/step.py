@@ -70,11 +70,11 @@ class StepPrediction:
     # without ZeRO), rather than in buffers allocated up front (Megatron-LM, PyTorch's DDP)
     grads_in_backward: bool = False
     # the time the ranks wait for the slowest at the barriers before collectives: the measured wait
-    # per second of work of P ranks sharing one computer (executor.sync_probe) times the step's
-    # work; 0 unless the executor's prediction adds it (executor.session.predict)
+    # per second of work of P ranks sharing one computer (executor.probes.wait) times the step's
+    # work; 0 unless the executor's prediction adds it (executor.session.execute.predict)
     wait_s: float = 0.0
     # the executor's own code around each collective (its barrier, spans, a reshard's bookkeeping),
-    # measured per collective on P ranks (executor.collective_code) and summed over the barriers
+    # measured per collective on P ranks (executor.probes.collective_code) and summed over the barriers
     # the step makes (costmodel.barriers); 0 unless the executor's prediction adds it
     collective_code_s: float = 0.0
 

@@ -1,5 +1,5 @@
 """Block copies of a reshard: the executor's local copy, packing and unpacking of the pieces the
-layout algebra lists (``executor.comm.reshard``), timed by the profiler like any other kernel.
+layout algebra lists (``executor.comm.reshard.reshard``), timed by the profiler like any other kernel.
 
 Both take views: ``dst`` a block of the array being written, ``src`` one of the array read. A
 forward reshard copies; a backward one (halo gradients) adds into the producer's block.

@@ -1,8 +1,8 @@
-"""A plan's collectives timed in their step's context before its run (``executor.comm_context``).
+"""A plan's collectives timed in their step's context before its run (``executor.probes.comm_context``).
 
-The planning process never starts MPI: this runs ``mpiexec -n P python -m executor.comm_context``
+The planning process never starts MPI: this runs ``mpiexec -n P python -m executor.probes.comm_context``
 in a child process, with the plan's threads a rank, and returns per collective an entry of its
-samples (the median is what the prediction uses, as ``Machine.measured``; executor.session).
+samples (the median is what the prediction uses, as ``Machine.measured``; executor.session.execute).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def time_collectives(calls: Sequence[CommCall], ranks: int, threads: int,
         with open(calls_path, "wb") as fh:
             pickle.dump(list(calls), fh)
         try:
-            cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "executor.comm_context",
+            cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "executor.probes.comm_context",
                    calls_path, result, "--threads", str(threads)]
         except DnnplanError as err:
             return {}, f"timing the collectives in step context needs mpiexec ({err})"

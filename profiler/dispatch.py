@@ -1,7 +1,7 @@
-"""Timing the executor's own time per layer pass for a profile table (``executor.dispatch``).
+"""Timing the executor's own time per layer pass for a profile table (``executor.probes.dispatch``).
 
-The executor measures it on its probe network (:mod:`executor.dispatch`); this runs that in child
-processes, ``python -m executor.dispatch``, so the profiling process neither starts MPI nor keeps
+The executor measures it on its probe network (:mod:`executor.probes.dispatch`); this runs that in child
+processes, ``python -m executor.probes.dispatch``, so the profiling process neither starts MPI nor keeps
 the probe's memory. For a table of P ranks sharing the computer, P probes run at once, as its
 kernels are timed beside P - 1 companions, and each step's sample of a pass is the slowest
 probe's. The passes of every batch are pooled by their bytes into half-decade bins
@@ -42,7 +42,7 @@ def time_dispatch(threads: int = 1, concurrency: int = 1,
     """({"dispatch/h<bin>": entry}, "") (:func:`bin_passes`), or ({}, why not): a probe that fails
     or times out leaves the table without the entries (the prediction then has no dispatch time);
     it never stops a plan."""
-    cmd = [sys.executable, "-m", "executor.dispatch", "--threads", str(threads)]
+    cmd = [sys.executable, "-m", "executor.probes.dispatch", "--threads", str(threads)]
     env = probe_env()
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(max(concurrency, 1))]

@@ -113,7 +113,7 @@ class InRunTimer:
         as in the step (docs/executor.md). A call whose predecessors move more than the caches
         (relu6 after alexnet's fc6) meets cold code and operands, as in the step; a call after
         small ones (lenet5's) finds them warm, as in the step, where the timed steps run back to
-        back (executor.run.in_run_steps): with the profiler's 4 MiB pass between the replay and
+        back (executor.runtime.run.in_run_steps): with the profiler's 4 MiB pass between the replay and
         the sample as well, lenet5's step on two ranks was priced 10-13% above its measured 6.3 ms,
         without it 2-3% below, and ResNet-18's (64x64, batch 16) 4-10% and 8% below its 182 ms
         (2026-11-26). A call with no known predecessors (a reshard copy) is timed as the
@@ -211,7 +211,7 @@ def reads_weights(call: KernelCall) -> bool:
 
 def merge_samples(per_rank: Iterable[dict[str, list[float]]]) -> dict[str, list[float]]:
     """Per call and round, the slowest rank's sample: the ranks ran the call together (a barrier
-    before it), and a run's layer phase is measured as the maximum over ranks (executor.collect),
+    before it), and a run's layer phase is measured as the maximum over ranks (executor.report.collect),
     so the prediction of a phase is built from the same statistic of its kernels."""
     out: dict[str, list[float]] = {}
     for samples in per_rank:

@@ -9,7 +9,7 @@ or, for a cold call, the kernels the step runs just before it (:meth:`InRunComm.
 barrier, then the one call. A group smaller than the job is a block of consecutive ranks, all
 blocks at once, as the step runs its groups side by side. A reshard's ``alltoallv`` sends the
 call's bytes spread evenly over the other ranks of the group, nothing to itself, as
-``executor.comm.reshard`` does when its pieces are balanced.
+``executor.comm.reshard.reshard`` does when its pieces are balanced.
 
 The prediction then prices each collective with the median over steps of the slowest rank's
 sample (``Machine.measured``): an isolated collective of the step's size, never the step's own

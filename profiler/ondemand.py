@@ -213,7 +213,7 @@ class OnDemandCompute(ProfiledCompute):
 
     def retime_dispatch(self) -> None:
         """The executor's dispatch probe timed again now, for a prediction made just before its run
-        (executor.session.step_context_entries): the time between kernels follows the machine's
+        (executor.session.execute.step_context_entries): the time between kernels follows the machine's
         state of the moment, as the kernels do (docs/executor.md, "Dispatch"). Once per process
         and cache file; the new bins replace the cached ones in this process only (every model it
         opens on the cache file takes them), as the kernels timed in step context are installed:

@@ -1,12 +1,12 @@
 """Timing how long a P-rank step waits for its slowest rank, for a profile table (``wait/p<P>``).
 
-The executor measures it on its probe network under MPI (:mod:`executor.sync_probe`); this runs
-``mpiexec -n P python -m executor.sync_probe`` in a child process, so the profiling process never
+The executor measures it on its probe network under MPI (:mod:`executor.probes.wait`); this runs
+``mpiexec -n P python -m executor.probes.wait`` in a child process, so the profiling process never
 starts MPI, with the profile's threads, and keeps the median over the probe's timed steps of the
 seconds its ranks waited per second of their work as the table's ``wait/p<P>`` executor entry
 (``median_s`` and ``min_s`` hold that fraction, not seconds; ``spread`` its interquartile range
 over the median, as for a kernel). The same job measures the executor's code around one
-collective (executor.collective_code), kept as the table's ``collective/p<P>/<kind>/b<bytes>``
+collective (executor.probes.collective_code), kept as the table's ``collective/p<P>/<kind>/b<bytes>``
 entries.
 """
 
@@ -31,7 +31,7 @@ def time_wait(threads: int, ranks: int, timeout_s: float = TIMEOUT_S) -> tuple[d
     if ranks < 2:
         return {}, ""
     try:
-        cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "executor.sync_probe",
+        cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "executor.probes.wait",
                "--threads", str(threads)]
     except DnnplanError as err:
         return {}, f"the wait probe needs mpiexec ({err})"
@@ -56,5 +56,5 @@ def time_wait(threads: int, ranks: int, timeout_s: float = TIMEOUT_S) -> tuple[d
 
 
 def _one(seconds: float, nbytes: int) -> Entry:
-    """An entry of one figure (executor.collective_code's median over its samples: no spread kept)."""
+    """An entry of one figure (executor.probes.collective_code's median over its samples: no spread kept)."""
     return Entry(min_s=seconds, median_s=seconds, spread=0.0, count=1, flops=0, bytes=nbytes)

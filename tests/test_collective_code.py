@@ -1,4 +1,4 @@
-"""The executor's code around each collective (executor.collective_code, costmodel.barriers): the
+"""The executor's code around each collective (executor.probes.collective_code, costmodel.barriers): the
 barriers a plan makes, counted as the runtime makes them, how a table holds the probe's figures,
 how the executor's prediction adds them, and the probe itself (on one rank, and under mpiexec)."""
 
@@ -21,9 +21,10 @@ from costmodel.profile_table import Entry, ProfileTable, collective_key, table_f
 from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import predict_step, prediction_json
 from dnnplan.cli import app
-from executor import collective_code, session
-from executor.compare import Measured, compare_prediction
-from executor.runtime import run_strategies
+from executor.probes import collective_code
+from executor.session import execute as session
+from executor.report.compare import Measured, compare_prediction
+from executor.runtime.stage import run_strategies
 from networks.loader import load_network
 from planner.plan_file import write_plan
 from profiler import sync

@@ -1,4 +1,4 @@
-"""A plan's collectives timed in their step's context before the run (executor.comm_context,
+"""A plan's collectives timed in their step's context before the run (executor.probes.comm_context,
 profiler.comm_context): the job under mpiexec, a failing job, and how the prediction uses them."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from costmodel.comm_calls import CommCall, step_collectives
 from costmodel.profile_table import Entry
-from executor import session
-from executor.runtime import run_strategies
+from executor.session import execute as session
+from executor.runtime.stage import run_strategies
 from profiler import comm_context
 from tests.support.cases import make_plan
 from networks.loader import load_network

@@ -140,7 +140,7 @@ def test_step_calls_follow_the_executor_and_each_calls_two_predecessors_wrap_aro
 
 def test_an_output_several_layers_read_costs_a_gradient_sum_per_extra_reader():
     """The executor adds each reader's gradient of a shared output to the sum of those before it
-    (executor.runtime._scatter_grads); the model prices one ``add.fwd`` of the producer's local
+    (executor.runtime.stage._scatter_grads); the model prices one ``add.fwd`` of the producer's local
     output per reader after the first, in the producer's backward compute, and the step's call
     order (costmodel.reuse) has each sum right after the reader whose gradient it adds."""
     from costmodel.kernel_calls import add_call

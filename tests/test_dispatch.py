@@ -16,10 +16,10 @@ from costmodel.profile_table import Entry, ProfileTable, table_from_dict, table_
 from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
-from executor.dispatch import PROBE, after_passes, measure, probe_passes
-from executor.run import run_plan
+from executor.probes.dispatch import PROBE, after_passes, measure, probe_passes
+from executor.runtime.run import run_plan
 from tests.support.cases import make_plan
-from executor.timers import Timers
+from executor.runtime.timers import Timers
 from networks.analysis import consumers
 from networks.errors import DnnplanError
 from networks.loader import load_network
@@ -70,7 +70,7 @@ def test_every_pass_the_cost_model_counts_is_a_timed_span_of_the_runtime():
 
 
 def test_the_time_after_a_pass_is_its_gaps_to_the_next_span_plus_a_share_of_the_rest():
-    from executor.timers import Span
+    from executor.runtime.timers import Span
     timers = Timers(keep_spans=True)
     timers.step_wall = {0: 1.0, 1: 2.0}
     passes = [("a", "fwd_compute", 10), ("b", "update", 1000), ("a", "fwd_compute", 5)]
@@ -283,7 +283,7 @@ def test_two_builds_of_a_weighted_forward_kernel_share_its_input_only():
 
 
 def test_step_context_times_the_probe_again_once_and_its_bins_replace_the_old(monkeypatch, tmp_path):
-    """Before a run (executor.session.step_context_entries) the probe is timed again, once per
+    """Before a run (executor.session.execute.step_context_entries) the probe is timed again, once per
     process and cache file; its bins replace every cached one in each model of this process opened
     on that file, and the file keeps the profile's (the planner's input stays the same, so a
     resumed validate plans the same plans); a probe that fails leaves the cached bins."""

@@ -28,16 +28,16 @@ from costmodel.layout import block
 from costmodel.megatron import megatron_strategies
 from costmodel.strategy import make_strategy
 from dnnplan.cli import app
-from executor import reference
-from executor.init import init_weights, make_inputs, take
+from executor.check import reference
+from executor.runtime.synthetic import init_weights, make_inputs, take
 from executor.ops import OPS
 from executor.ops import attention as attention_op
 from executor.ops import dense as dense_op
 from executor.ops import loss as loss_op
 from executor.ops.base import LayerCtx
 from executor.ops.embedding import tie
-from executor.timers import Timers
-from executor.step_choice import uniform_plan
+from executor.runtime.timers import Timers
+from executor.session.step_choice import uniform_plan
 from kernels.embedding import embedding_backward_weights, embedding_forward
 from kernels.loss import combine_vocab_rows, softmax_xent_backward, softmax_xent_forward
 from networks.errors import DnnplanError
@@ -140,7 +140,7 @@ class _NoComms:
 
 
 def _ctx(net, name, degrees=None, batch=2, rank=0, dtype=np.float64, seed=0):
-    """The context rank ``rank`` builds for a layer (executor.runtime), collectives left out."""
+    """The context rank ``rank`` builds for a layer (executor.runtime.stage), collectives left out."""
     layer = net.layer(name)
     degrees = degrees or {}
     strategy = make_strategy(int(np.prod(list(degrees.values()))) if degrees else 1,
@@ -151,7 +151,7 @@ def _ctx(net, name, degrees=None, batch=2, rank=0, dtype=np.float64, seed=0):
     wl = weight_layouts(layer, strategy)
     weights = {w: take(full[(name, w)], block(wl[w], rank)) for w, _ in layer.weights}
     return LayerCtx(layer, strategy, rank, batch, "", in_ls, out_l, tuple(block(l, rank) for l in in_ls),
-                    block(out_l, rank), _NoComms(), Timers(), weights)
+                    block(out_l, rank), _NoComms(), Timers(), np, weights)
 
 
 def _local(ctx, shape_of="in", k=0, seed=5):

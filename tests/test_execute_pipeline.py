@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 from costmodel.megatron import megatron_strategies
 from costmodel.pipeline import cut_at
 from dnnplan.cli import app
-from executor.collect import RankTimes
-from executor.compare import Measured
-from executor.pipeline_report import bubble, compare_pipeline
-from executor.pipeline_run import schedule_ops
-from executor.step_choice import uniform_plan
+from executor.report.collect import RankTimes
+from executor.report.compare import Measured
+from executor.report.pipeline import bubble, compare_pipeline
+from executor.runtime.pipeline import schedule_ops
+from executor.session.step_choice import uniform_plan
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from planner.plan import PipelineSpec

@@ -1,4 +1,4 @@
-"""The executor runs ZeRO plans (executor.zero, executor.zero_check), as costmodel prices them.
+"""The executor runs ZeRO plans (executor.runtime.zero, executor.check.zero), as costmodel prices them.
 
 - the shard arithmetic: pieces of ``ceil(n / r)``, rank-major packing, a reduce-scatter and an
   allgather simulated over several ranks, and the sharded momentum update over several steps equal
@@ -32,9 +32,9 @@ from costmodel.optimizer import Optimizer
 from costmodel.step import predict_step
 from costmodel.strategy import make_strategy
 from dnnplan.cli import app
-from executor.session import prepare
-from executor.step_choice import uniform_plan
-from executor.zero import LayerZero, pack, rank_counts, shard_bounds, split_mine, unpack
+from executor.session.execute import prepare
+from executor.session.step_choice import uniform_plan
+from executor.runtime.zero import LayerZero, pack, rank_counts, shard_bounds, split_mine, unpack
 from kernels.optimizer import sgd_momentum_update
 from planner.plan_file import write_plan
 from profiler import context
@@ -102,16 +102,11 @@ def test_the_sharded_update_over_steps_equals_the_whole_one_bit_for_bit():
 
 
 class _Group:
-    """A stand-in for a communicator: only its size and this rank's place in it."""
+    """A stand-in for a communicator (executor.backend.device.Communicator): only its size and this
+    rank's place in it."""
 
     def __init__(self, size: int, rank: int):
         self.size, self.rank = size, rank
-
-    def Get_size(self):  # mpi4py's names
-        return self.size
-
-    def Get_rank(self):
-        return self.rank
 
 
 @pytest.mark.parametrize("zero", [1, 2, 3])
@@ -201,14 +196,15 @@ def test_dnnplan_execute_zero_matches_one_process(tmp_path, network, ranks, tens
 _RECORD = """
 import json, sys
 from mpi4py import MPI
-from executor.runtime import _Runtime
-from executor.timers import Timers
+from executor.backend.host import HOST
+from executor.runtime.stage import _Runtime
+from executor.runtime.timers import Timers
 from planner.plan_file import read_plan
 comm = MPI.COMM_WORLD
 out = {}
 for path in sys.argv[1:]:
     plan, net = read_plan(path)
-    rt = _Runtime(plan, net, comm, 0, Timers(), False)
+    rt = _Runtime(plan, net, HOST.communicator(comm), HOST, 0, Timers(), False)
     out[path] = {}
     for run in rt.runs:
         if run.zero is not None:

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
-from executor import launch
-from executor.timers import PHASES
+from executor.launch import mpiexec as launch
+from executor.runtime.timers import PHASES
 from executor_plans import write_uniform_plan
 from tests.assets.stub_worker import PATCH
 
@@ -28,7 +28,7 @@ STUB_WORKER = "tests.assets.stub_worker"
 
 @pytest.fixture
 def stub(monkeypatch):
-    """Launch the stand-in worker (tests/assets/stub_worker.py) instead of executor.worker."""
+    """Launch the stand-in worker (tests/assets/stub_worker.py) instead of executor.launch.worker."""
     monkeypatch.setattr(launch, "WORKER_MODULE", STUB_WORKER)
 
 
@@ -39,7 +39,7 @@ def plan2(tmp_path_factory):
 
 def workers_alive(marker: str) -> list[str]:
     out = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
-    return [l for l in out.splitlines() if ("executor.worker" in l or STUB_WORKER in l) and marker in l]
+    return [l for l in out.splitlines() if ("executor.launch.worker" in l or STUB_WORKER in l) and marker in l]
 
 
 def test_fault_on_one_rank_aborts_the_job_with_its_message(plan2, stub, tmp_path, monkeypatch):
@@ -113,7 +113,7 @@ def test_a_loss_that_turns_nan_is_warned_about(plan2, stub, monkeypatch):
 
 
 def test_worker_module_runs_standalone_under_mpiexec(plan2, tmp_path):
-    from executor.launch import find_mpiexec
+    from executor.launch.mpiexec import find_mpiexec
     res = tmp_path / "res.pkl"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", STUB_WORKER, plan2,
@@ -134,8 +134,8 @@ def local_plan2(tmp_path_factory):
 def test_ranks_bound_to_one_core_each_still_see_the_nodes_cores(local_plan2, tmp_path, how):
     """Open MPI binds each of two ranks to a core, and so does Slurm's task affinity: each rank's
     affinity is then one core, and machine `local` (a device per core) would refuse the 2-device
-    plan on every rank. The ranks agree on the node's cores (executor.node) first."""
-    from executor.launch import find_mpiexec
+    plan on every rank. The ranks agree on the node's cores (executor.launch.node) first."""
+    from executor.launch.mpiexec import find_mpiexec
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     env.pop("DNNPLAN_NODE_CORES", None)
     if how == "the worker alone":
@@ -160,7 +160,7 @@ _VALIDATE_IN_JOB = f"""
 import sys
 from mpi4py import MPI
 {PATCH}
-import executor.validation as ce
+import executor.session.validate as ce
 real = ce.candidate_plans
 def planned(*args, **kwargs):
     print(f"PLANNED on rank {{MPI.COMM_WORLD.Get_rank()}}", flush=True)
@@ -180,7 +180,7 @@ def test_validate_inside_an_mpi_job_plans_on_rank_0_only(tmp_path):
     broadcasts the plans; the ranks agree on the node's cores first."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores: machine `local` holds one device per core")
-    from executor.launch import find_mpiexec
+    from executor.launch.mpiexec import find_mpiexec
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "DNNPLAN_CACHE": str(tmp_path / "cache")}
     env.pop("DNNPLAN_NODE_CORES", None)
     proc = subprocess.run([find_mpiexec(), "-bind-to", "core", "-n", "2", sys.executable, "-c", _VALIDATE_IN_JOB],
@@ -194,7 +194,7 @@ def test_validate_inside_an_mpi_job_plans_on_rank_0_only(tmp_path):
 _VALIDATE_PLANNING_FAILS = """
 import sys
 from mpi4py import MPI
-import executor.validation as ce
+import executor.session.validate as ce
 from networks.errors import DnnplanError
 def planned(*args, **kwargs):
     if MPI.COMM_WORLD.Get_rank() == 0:
@@ -212,7 +212,7 @@ def test_validate_inside_an_mpi_job_ends_every_rank_when_planning_fails():
     waiting for the plans."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores: machine `local` holds one device per core")
-    from executor.launch import find_mpiexec
+    from executor.launch.mpiexec import find_mpiexec
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     start = time.monotonic()
     proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-c", _VALIDATE_PLANNING_FAILS],
@@ -226,7 +226,7 @@ def test_validate_inside_an_mpi_job_ends_every_rank_when_planning_fails():
 # --- the real runtime -------------------------------------------------------------------------
 
 def test_execute_real_runtime_lenet5_with_check(tmp_path):
-    pytest.importorskip("executor.runtime")
+    pytest.importorskip("executor.runtime.stage")
     plan = write_uniform_plan(tmp_path, "lenet5", 2, 8, "filter", machine="dgx-a100")
     out = tmp_path / "r.json"
     result = runner.invoke(app, ["execute", plan, "--ranks", "2", "--steps", "2", "--warmup", "1", "--check",
@@ -256,7 +256,7 @@ def test_check_catches_a_broken_decomposition(tmp_path, monkeypatch):
 
 
 def test_validate_runs_the_baselines(tmp_path):
-    pytest.importorskip("executor.runtime")
+    pytest.importorskip("executor.runtime.stage")
     out = tmp_path / "v.json"
     result = runner.invoke(app, ["validate", "lenet5", "--ranks", "2", "--batch", "8", "--machine", "dgx-a100",
                                  "--steps", "2", "--warmup", "1", "--json", str(out)])
@@ -271,10 +271,10 @@ def test_validate_runs_the_baselines(tmp_path):
 def test_fresh_profile_times_the_predictions_kernels_inside_the_run(tmp_path, monkeypatch):
     """--fresh-profile: every rank times each call the prediction looks up once per timed step,
     and the prediction is made from the median of those samples (installed for this prediction)."""
-    pytest.importorskip("executor.runtime")
+    pytest.importorskip("executor.runtime.stage")
     import statistics
 
-    from executor.session import fresh_calls, measure, prepare
+    from executor.session.execute import fresh_calls, measure, prepare
     monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
     plan = write_uniform_plan(tmp_path, "lenet5", 2, 8, "data")
     prep = prepare(plan, 2, None, None)

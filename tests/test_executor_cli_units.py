@@ -9,12 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
-from executor import launch
-from executor.collect import RankTimes, aggregate, timed_steps
-from executor.compare import (LayerTimes, Measured, compare, compare_prediction, comparison_json,
+from executor.launch import mpiexec as launch
+from executor.report.collect import RankTimes, aggregate, timed_steps
+from executor.report.compare import (LayerTimes, Measured, compare, compare_prediction, comparison_json,
                               predicted_layers, rel_error)
-from executor.timers import PHASES, Timers
-from executor.trace import trace_events
+from executor.runtime.timers import PHASES, Timers
+from executor.report.trace import trace_events
 
 runner = CliRunner()
 
@@ -125,7 +125,7 @@ def test_trace_is_trace_event_json_with_a_process_per_rank():
     with timers.span("conv1", "grad_sync"):
         pass
     timers.end_step()
-    from executor.collect import rank_times
+    from executor.report.collect import rank_times
     ranks = [rank_times(0, timers, timers.spans[0].start_s), rank_times(1, timers, timers.spans[0].start_s)]
     data = json.loads(json.dumps(trace_events(ranks, warmup_steps={0})))
     events = data["traceEvents"]
@@ -167,7 +167,7 @@ def test_no_mpiexec_is_one_clear_error(monkeypatch, tmp_path):
 def test_worker_command_carries_every_option():
     cmd = launch.worker_command("mpiexec", 2, "p.yaml", "r.pkl", steps=3, warmup=1, check=True, trace=True,
                                 threads=1, timeout_s=10)
-    assert cmd[:3] == ["mpiexec", "-n", "2"] and "executor.worker" in cmd
+    assert cmd[:3] == ["mpiexec", "-n", "2"] and "executor.launch.worker" in cmd
     assert {"--check", "--trace"} <= set(cmd) and cmd[cmd.index("--steps") + 1] == "3"
 
 
@@ -198,7 +198,7 @@ def test_bad_options_are_exit_2(plan2, args, what):
 
 
 def test_profile_of_another_thread_count_warns(plan2):
-    from executor.session import profile_check
+    from executor.session.execute import profile_check
     from planner.plan_file import read_plan
 
     class Table:
@@ -216,7 +216,7 @@ def test_profile_of_another_thread_count_warns(plan2):
 
 
 def test_profile_of_another_kernel_revision_warns(plan2):
-    from executor.session import profile_check
+    from executor.session.execute import profile_check
     from planner.plan_file import read_plan
     from kernels import KERNELS_REVISION
 
@@ -239,7 +239,7 @@ def test_a_comm_profile_without_cold_fits_warns(plan2, monkeypatch, cold):
 
     from costmodel.machine import LinkLevel
     from profiler import context
-    from executor.session import prepare
+    from executor.session.execute import prepare
     link = LinkLevel(name="fit", alpha_s=1e-6, beta_s_per_byte=1e-10, gamma_s_per_byte=0.0)
     fits = (("allreduce", float("inf"), link),)
     monkeypatch.setattr(context, "profiled_links", lambda machine, compute: replace(

@@ -1,4 +1,4 @@
-"""The measured peak memory of a rank (executor.memory): an extra, untimed step under tracemalloc,
+"""The measured peak memory of a rank (executor.backend.host_memory): an extra, untimed step under tracemalloc,
 the largest rank's peak in the measurement, and beside the prediction's peak in execute's JSON."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from mpi4py import MPI
 
 from costmodel.files import load_machine
 from costmodel.step import predict_step
-from executor.collect import RankTimes, aggregate
-from executor.compare import comparison_json, compare_prediction
-from executor.memory import held_bytes, traced_peak_bytes
-from executor.run import run_plan
-from executor.timers import Timers
+from executor.report.collect import RankTimes, aggregate
+from executor.report.compare import comparison_json, compare_prediction
+from executor.backend.host_memory import held_bytes, traced_peak_bytes
+from executor.runtime.run import run_plan
+from executor.runtime.timers import Timers
 from profiler.context import compute_model
 from tests.support.cases import load, make_plan
 

@@ -12,14 +12,14 @@ from mpi4py import MPI
 
 from costmodel.layer_layouts import input_layout, output_layout
 from costmodel.layout import reshard_volume
-from executor.check import rel_error, tolerance_for
-from executor.comm import reshard_plan
-from executor.init import init_weights, make_inputs
+from executor.check.gradients import rel_error, tolerance_for
+from executor.comm.reshard import reshard_plan
+from executor.runtime.synthetic import init_weights, make_inputs
 from executor.ops.base import local_pads
-from executor.reference import reference_step
-from executor.run import run_plan
+from executor.check.reference import reference_step
+from executor.runtime.run import run_plan
 from tests.support.cases import load, make_plan
-from executor.timers import PHASES, Timers
+from executor.runtime.timers import PHASES, Timers
 from networks.errors import DnnplanError
 from networks.ops.base import Window
 

@@ -21,8 +21,8 @@ from ctrl_c import default_sigint
 from dnnplan.cli import app
 from dnnplan.commands import execute as execute_cmd
 from dnnplan.output import check_output, check_outputs, write_json_file
-from executor import launch
-from executor.timers import FINISH, SETUP, ProgressFile, RankProgress, Timers, read_progress
+from executor.launch import mpiexec as launch
+from executor.runtime.timers import FINISH, SETUP, ProgressFile, RankProgress, Timers, read_progress
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from profile_calls import _two_calls
@@ -143,7 +143,7 @@ def _rec(rank, pid, step, layer, phase="bwd_compute"):
     return RankProgress(rank, pid, step, phase, layer, 0.0)
 
 
-CMD = ["mpiexec", "-n", "2", "python", "-m", "executor.worker", "p.yaml", "--steps", "200", "--warmup", "2"]
+CMD = ["mpiexec", "-n", "2", "python", "-m", "executor.launch.worker", "p.yaml", "--steps", "200", "--warmup", "2"]
 HYDRA = ["=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES", "=   PID 11 RUNNING AT vm",
          "=   EXIT CODE: 9", "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)"]
 
@@ -172,7 +172,7 @@ def test_worker_command_names_a_progress_folder():
 def _worker_pids(marker: str) -> list[int]:
     out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout  # ww: not cut
     return sorted(int(line.split()[0]) for line in out.splitlines()
-                  if "executor.worker" in line and marker in line and "mpiexec" not in line)
+                  if "executor.launch.worker" in line and marker in line and "mpiexec" not in line)
 
 
 @pytest.mark.mpi

@@ -77,9 +77,9 @@ def test_local_resolves_to_this_computers_cores():
 
 def test_local_inside_an_mpi_job_has_the_cores_its_ranks_share(monkeypatch):
     """A rank bound to one core sizes `local` by the node's cores its job's ranks agreed on
-    (executor.node publishes them), so every rank loads the machine the plan was made for."""
+    (executor.launch.node publishes them), so every rank loads the machine the plan was made for."""
     from costmodel.files import NODE_CORES_ENV
-    from executor.node import node_cores
+    from executor.launch.node import node_cores
     assert node_cores([frozenset({0}), frozenset({1}), frozenset({1, 2})]) == 3
     assert node_cores([frozenset({3}), frozenset({3})]) == 1
     monkeypatch.setenv(NODE_CORES_ENV, "7")

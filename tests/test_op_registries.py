@@ -4,7 +4,7 @@
 2. the cost model's kernel calls, ``costmodel.kernel_calls.kernel_calls`` (what each pass runs);
 3. the kernel registry, ``kernels.KERNELS`` (names like ``conv2d.fwd``);
 4. the executor's distributed ops, ``executor.ops.OPS`` (forward, backward);
-5. the single-process reference step, ``executor.reference.reference_step`` (``--check``).
+5. the single-process reference step, ``executor.check.reference.reference_step`` (``--check``).
 
 Every op of the catalogue has executor ops, runs in the reference step, and has kernel calls whose
 kernels exist, unless it is listed below with its reason. Each op is tried on a tiny network of its
@@ -20,7 +20,7 @@ from costmodel.kernel_calls import SHAPE_FIELDS, grad_sum_calls, kernel_calls, u
 from costmodel.layer_layouts import local_layer
 from costmodel.strategy import make_strategy
 from executor.ops import OPS as EXECUTOR_OPS
-from executor.reference import reference_step
+from executor.check.reference import reference_step
 from kernels import KERNELS
 from kernels.conv import CONV_ALGORITHMS as KERNEL_CONV_ALGORITHMS
 from networks.errors import DnnplanError
@@ -122,7 +122,7 @@ def test_the_reference_step_runs_the_op(op):
     try:
         loss, grads = reference_step(net, BATCH, {}, seed=0)
     except DnnplanError as err:
-        pytest.fail(f"op '{op}' is in the catalogue but executor.reference cannot run it: {err}")
+        pytest.fail(f"op '{op}' is in the catalogue but executor.check.reference cannot run it: {err}")
     assert loss > 0
     assert set(grads) == {(layer.name, w) for layer in net.layers for w, _ in layer.weights}
 

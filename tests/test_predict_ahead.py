@@ -1,5 +1,5 @@
 """`dnnplan predict PLAN` of a plan for machine `local` says what `dnnplan execute` predicts
-before its run (executor.ahead): the plan's kernels timed again in its step's context, the
+before its run (executor.session.predict): the plan's kernels timed again in its step's context, the
 executor's time between kernels and the ranks' wait; other plans are priced as before."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
-from executor import ahead
+from executor.session import predict as ahead
 
 runner = CliRunner()
 
@@ -48,7 +48,7 @@ def test_a_local_plan_is_predicted_as_execute_predicts_it_the_profile_alone_besi
 
 
 def test_predict_of_a_local_plan_uses_the_executors_prediction(tmp_path, monkeypatch):
-    """What `predict` shows is the prediction executor.ahead made (no second model beside it)."""
+    """What `predict` shows is the prediction executor.session.predict made (no second model beside it)."""
     monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
     path = _plan(tmp_path, "--devices", "1", "--machine", "local", "--no-step-context")
     made = []

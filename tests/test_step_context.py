@@ -1,5 +1,5 @@
 """A plan's kernels timed in its step's context before the run (profiler.step_context), and the
-in-run timing after the timed steps rather than between them (executor.run.in_run_steps)."""
+in-run timing after the timed steps rather than between them (executor.runtime.run.in_run_steps)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import profiler.inrun as inrun
 from dnnplan.cli import app
-from executor.run import run_plan
-from executor.timers import Timers
+from executor.runtime.run import run_plan
+from executor.runtime.timers import Timers
 from profile_calls import _two_calls
 from profiler.step_context import time_in_step
 from tests.support.cases import load, make_plan
@@ -96,12 +96,12 @@ def test_execute_predicts_from_the_step_context_unless_told_not_to(tmp_path, mon
 
 
 def _timed(name, step, entries=True):
-    from executor.step_choice import Timed
+    from executor.session.step_choice import Timed
     return Timed(name, None, {"k": 1} if entries else {}, step, step * 0.9)
 
 
 def test_the_fastest_in_step_context_wins_only_when_every_candidate_was_timed_there():
-    from executor.step_choice import fastest
+    from executor.session.step_choice import fastest
     planner, data, filt = _timed("planner", 7.2), _timed("data", 6.9), _timed("filter", 11.0)
     assert fastest([planner, data, filt]) is data
     assert fastest([planner, _timed("data", 6.9, entries=False)]) is planner
@@ -109,8 +109,8 @@ def test_the_fastest_in_step_context_wins_only_when_every_candidate_was_timed_th
 
 
 def test_validate_runs_the_plan_chosen_in_step_context_as_the_planners_and_the_solvers_beside(monkeypatch):
-    import executor.validation as v
-    from executor import step_choice
+    import executor.session.validate as v
+    from executor.session import step_choice
     monkeypatch.setattr(step_choice, "weighed", lambda cands, threads=None, profile=None: [
         _timed(name, {"planner": 7.2, "data": 6.9, "filter": 11.0}[name]) for name, _ in cands])
     cands = [("planner", None), ("data", None), ("filter", None)]
@@ -138,9 +138,9 @@ def test_plan_checks_in_step_context_on_machine_local_only(tmp_path, monkeypatch
 def test_a_resumed_validate_keeps_the_plan_the_interrupted_run_ran_as_the_planners(monkeypatch):
     """Weighings minutes apart can differ by a few percent: resuming, the planner's plan is the one
     the interrupted run already ran as the planner's, not the new weighing's winner."""
-    import executor.validation as v
-    from executor import step_choice
-    from executor.step_choice import Timed
+    import executor.session.validate as v
+    from executor.session import step_choice
+    from executor.session.step_choice import Timed
     steps = {"planner": 7.2, "data": 6.9}
     monkeypatch.setattr(step_choice, "weighed", lambda cands, threads=None, profile=None: [
         Timed(name, plan, {"k": 1}, steps[name], 1.0) for name, plan in cands])
@@ -159,9 +159,9 @@ def test_validate_times_each_runs_step_context_just_before_that_run(monkeypatch)
     """The weighing before the runs picks the planner's plan; each run is then predicted from its
     calls timed in step context again just before it (the machine drifts while other plans run),
     as `dnnplan execute` predicts; without step context nothing is timed."""
-    import executor.validation as v
-    from executor import step_choice
-    from executor.step_choice import Timed
+    import executor.session.validate as v
+    from executor.session import step_choice
+    from executor.session.step_choice import Timed
     from test_validate_interrupt import FakeRuns
     monkeypatch.setattr(step_choice, "weighed", lambda cands, threads=None, profile=None: [
         Timed(name, plan, {"weighed": name}, 1.0, 1.0) for name, plan in cands])
@@ -179,7 +179,7 @@ def test_validate_times_each_runs_step_context_just_before_that_run(monkeypatch)
 
 
 def test_each_layers_call_is_priced_as_timed_where_the_step_makes_it():
-    """executor.step_kernels: the prediction's calls are timed in their median context and, for a
+    """executor.probes.step_kernels: the prediction's calls are timed in their median context and, for a
     call the step makes after other calls elsewhere, in each of those too; the entries returned
     are the calls' own and one per layer that makes such a call (its occurrence key), never the
     extra calls' own keys."""
@@ -187,8 +187,8 @@ def test_each_layers_call_is_priced_as_timed_where_the_step_makes_it():
 
     from costmodel.profile_table import Entry
     from costmodel.reuse import InContext, is_occurrence_key, occurrences, step_calls_by_layer
-    from executor.runtime import run_strategies
-    from executor.step_kernels import kernels_in_step
+    from executor.runtime.stage import run_strategies
+    from executor.probes.step_kernels import kernels_in_step
 
     net = load("tinyres")
     plan = make_plan(net, 8, 1, "data")
@@ -213,7 +213,7 @@ def test_each_layers_call_is_priced_as_timed_where_the_step_makes_it():
 
 
 def test_plans_weighed_together_time_a_call_in_the_same_context_once():
-    """executor.step_kernels.Shared: the second plan weighed beside the first is timed only for
+    """executor.probes.step_kernels.Shared: the second plan weighed beside the first is timed only for
     the calls the first did not make after the same calls (and always for its updates, timed as
     its own sequence); the calls it shares are priced by the first plan's very entries, and a
     collective the first timed is not timed again."""
@@ -223,8 +223,8 @@ def test_plans_weighed_together_time_a_call_in_the_same_context_once():
     from costmodel.comm_calls import CommCall
     from costmodel.profile_table import Entry
     from costmodel.reuse import step_calls_by_layer
-    from executor.runtime import run_strategies
-    from executor.step_kernels import Shared, collectives_in_step, context_signature, kernels_in_step
+    from executor.runtime.stage import run_strategies
+    from executor.probes.step_kernels import Shared, collectives_in_step, context_signature, kernels_in_step
 
     net = load("lenet5")
     data = make_plan(net, 8, 2, "data")

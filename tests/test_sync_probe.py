@@ -1,4 +1,4 @@
-"""Ranks waiting for each other (executor.sync_probe, profiler.sync): how the probe turns spans
+"""Ranks waiting for each other (executor.probes.wait, profiler.sync): how the probe turns spans
 into a wait per second of work, how a table holds it, how the executor's prediction adds it, and
 the probe itself under mpiexec."""
 
@@ -15,11 +15,11 @@ from costmodel.files import load_machine
 from costmodel.profile_table import Entry, ProfileTable, table_from_dict, table_to_dict, wait_key
 from costmodel.profiled_compute import ProfiledCompute
 from costmodel.step import prediction_json
-from executor import session
-from executor.compare import Measured, compare_prediction
-from executor.dispatch import PROBE, probe_plan
-from executor.sync_probe import PER_RANK_BATCH, measure, wait_and_work, wait_fractions
-from executor.timers import Timers
+from executor.session import execute as session
+from executor.report.compare import Measured, compare_prediction
+from executor.probes.dispatch import PROBE, probe_plan
+from executor.probes.wait import PER_RANK_BATCH, measure, wait_and_work, wait_fractions
+from executor.runtime.timers import Timers
 from profiler import sync
 from tests.support.cases import make_plan
 from networks.loader import load_network

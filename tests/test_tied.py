@@ -14,7 +14,7 @@ from costmodel.files import load_machine
 from costmodel.strategy import make_strategy
 from costmodel.tied import head_sum_s, tie_estimate, tie_mismatch, ties
 from dnnplan.cli import app
-from executor.step_choice import uniform_plan
+from executor.session.step_choice import uniform_plan
 from networks.loader import load_network
 from planner.plan_file import read_plan, write_plan
 from profiler import context

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 from ctrl_c import default_sigint
 from dnnplan.cli import app
-from executor import validation
-from executor.compare import Comparison, Measured
-from executor.validation import RunSettings, ValidationInterrupted
-from executor.worker import JobResult
+from executor.session import validate as validation
+from executor.report.compare import Comparison, Measured
+from executor.session.validate import RunSettings, ValidationInterrupted
+from executor.launch.worker import JobResult
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -31,7 +31,7 @@ ARGS = ["validate", "lenet5", "--ranks", "2", "--batch", "8", "--machine", "dgx-
 
 
 class FakeRuns:
-    """Stands in for executor.validation.measure_both: records each plan it is given (and whether
+    """Stands in for executor.session.validate.measure_both: records each plan it is given (and whether
     it was to be timed in-run), and raises KeyboardInterrupt (Ctrl-C) on run number ``stop_at``
     (1-based; None: never). Its k-th run measures k ms against 2 ms predicted ahead of time and,
     timed in-run, 4 ms predicted from in-run kernel times."""
@@ -158,7 +158,7 @@ def test_a_partial_file_of_other_settings_is_refused(monkeypatch, tmp_path):
 
 def _worker_pids(marker: str) -> list[int]:
     out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [int(line.split()[0]) for line in out.splitlines() if "executor.worker" in line and marker in line]
+    return [int(line.split()[0]) for line in out.splitlines() if "executor.launch.worker" in line and marker in line]
 
 
 def _workers_gone(marker: str, within_s: float = 10.0) -> list[int]:

@@ -1,6 +1,6 @@
 """`dnnplan validate --repeats R`: every plan runs R times in ABBA order, each plan's row is the
 median over its runs, and Ctrl-C keeps the runs that finished so the same command resumes with
-the others (the runs themselves stand in: executor.validation.measure_both is replaced)."""
+the others (the runs themselves stand in: executor.session.validate.measure_both is replaced)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
-from executor import validation
-from executor.validation import RunSettings, ValidationInterrupted
+from executor.session import validate as validation
+from executor.session.validate import RunSettings, ValidationInterrupted
 from test_validate_interrupt import ARGS, FakeRuns
 
 runner = CliRunner()

@@ -1,5 +1,5 @@
-"""The numbers a validate is judged by (executor.summary) and each plan's row over its repeats
-(executor.repeats), with their in-run keys (executor.in_run), on hand-made rows: nothing runs here."""
+"""The numbers a validate is judged by (executor.report.summary) and each plan's row over its repeats
+(executor.report.repeats), with their in-run keys (executor.report.in_run), on hand-made rows: nothing runs here."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import statistics
 
 import pytest
 
-from executor import in_run
-from executor.repeats import merged, pair_noise, plan_rows, run_order
-from executor.summary import percentile, summarize
+from executor.report import in_run
+from executor.report.repeats import merged, pair_noise, plan_rows, run_order
+from executor.report.summary import percentile, summarize
 
 
 def row(name: str, predicted: float, measured: float, layers: list[tuple[float, float]], peak=(1000, None),
@@ -94,7 +94,7 @@ def test_plan_rows_group_runs_by_plan_and_the_noise_floor_is_their_median():
 
 def with_in_run(r: dict, predicted: float | None) -> dict:
     """A row with the in-run keys of a prediction of ``predicted`` s from in-run kernel times
-    (executor.in_run; every layer predicted at 1 s), or null ones."""
+    (executor.report.in_run; every layer predicted at 1 s), or null ones."""
     if predicted is None:
         return in_run.normalised(r)
     layers = [{**l, "in_run_predicted_s": 1.0, "in_run_rel": l["measured_s"] - 1} for l in r["layers"]]
@@ -120,7 +120,7 @@ def test_a_plans_in_run_keys_are_the_median_over_its_runs():
     assert plan["in_run_layer_median_abs_rel"] == pytest.approx(statistics.median(
         r["in_run_layer_median_abs_rel"] for r in runs))
     assert [l["in_run_rel"] for l in plan["layers"]] == pytest.approx([0.2, 1.4])
-    assert plan["step_rel"] == pytest.approx(0.2)  # the ahead-of-time keys as executor.repeats made them
+    assert plan["step_rel"] == pytest.approx(0.2)  # the ahead-of-time keys as executor.report.repeats made them
     before = row("data", 1.0, 1.1, [(1, 1.1)], repeat=0)  # a row of an older partial report
     old = in_run.merged(merged([before]), [before])
     assert old["in_run_step_rel"] is None and old["layers"][0]["in_run_rel"] is None  # an older row: null

@@ -11,9 +11,9 @@ from dnnplan.options import (CheckOpt, ForceOpt, FreshOpt, JsonFileOpt, PlanArg,
 from dnnplan.output import check_outputs, write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render.messages import fail_line, warn
-from executor.compare import comparison_json
-from executor.launch import RunFailed
-from executor.session import (in_step_context, measure_both, non_finite_loss_warning, prepare, step_context_entries,
+from executor.report.compare import comparison_json
+from executor.launch.mpiexec import RunFailed
+from executor.session.execute import (in_step_context, measure_both, non_finite_loss_warning, prepare, step_context_entries,
                               strategy_labels, trace_dict)
 
 T = TypeVar("T")

@@ -18,7 +18,7 @@ from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import warn
 from dnnplan.render.plot import plot_sweep
-from executor import step_choice
+from executor.session import step_choice
 from networks.errors import DnnplanError, short
 from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
 from costmodel.precision import get_precision

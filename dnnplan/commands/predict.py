@@ -16,7 +16,7 @@ from dnnplan.options import (BatchOpt, ChunksOpt, DevicesOpt, JsonOpt, MachineOp
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
 from dnnplan.render import tables
 from dnnplan.render.messages import warn
-from executor.ahead import ahead_of_time
+from executor.session.predict import ahead_of_time
 from planner.plan_file import is_plan_file, read_plan
 from planner.plan_pipeline import predict_pipelined as predict_pipelined_plan
 from profiler import context

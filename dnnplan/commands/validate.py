@@ -2,7 +2,7 @@
 
 Ctrl-C keeps the rows of the plans that finished in a partial report (``"complete": false``):
 the ``--json`` file, else ``validate-NETWORK-Pr.partial.json`` in the current folder. The same
-command then resumes: the plans measured there are not run again (executor.validation).
+command then resumes: the plans measured there are not run again (executor.session.validate).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dnnplan.output import check_output, check_output_folder, write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render import report as report_files
 from dnnplan.render.messages import fail_line, warn
-from executor import validation
-from executor.session import strategy_labels
-from executor.validation import PlanRun, RunSettings, ValidationInterrupted, ValidationReport, strategy_summary
+from executor.session import validate as validation
+from executor.session.execute import strategy_labels
+from executor.session.validate import PlanRun, RunSettings, ValidationInterrupted, ValidationReport, strategy_summary
 from networks.errors import DnnplanError
 
 #: Exit code of a validate stopped by Ctrl-C (the plans that finished kept), as a shell's for SIGINT.

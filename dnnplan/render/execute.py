@@ -11,11 +11,11 @@ from rich.table import Table
 
 from dnnplan.render import fmt
 from dnnplan.render.messages import err_console
-from executor.check import CheckResult
-from executor.compare import Comparison
-from executor.in_run import LABEL as IN_RUN_LABEL
-from executor.pipeline_report import bubble
-from executor.timers import PHASES
+from executor.check.gradients import CheckResult
+from executor.report.compare import Comparison
+from executor.report.in_run import LABEL as IN_RUN_LABEL
+from executor.report.pipeline import bubble
+from executor.runtime.timers import PHASES
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
@@ -142,7 +142,7 @@ def check_line(check: CheckResult | None) -> None:
 
 def validate_table(rows: list[dict], title: str) -> None:
     """One row per plan: the ahead-of-time prediction and its error first, then (when any plan has
-    it) the in-run one (executor.in_run)."""
+    it) the in-run one (executor.report.in_run)."""
     spread = any(r.get("repeats", 1) > 1 for r in rows)
     in_run = any(r.get("in_run_step_rel") is not None for r in rows)
     t = Table(title=title, title_justify="left", caption_justify="left", caption=(
@@ -176,7 +176,7 @@ def validate_table(rows: list[dict], title: str) -> None:
 
 
 def validate_summary(summary: dict) -> None:
-    """The summary's numbers on one line (executor.summary)."""
+    """The summary's numbers on one line (executor.report.summary)."""
     def share(key: str) -> str:
         value = summary.get(key)
         return "-" if value is None else f"{value * 100:.1f}%"

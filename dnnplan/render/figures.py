@@ -5,7 +5,7 @@ numbers the report's tables and the JSON hold:
 
 - ``step_time.png``: predicted (ahead of time) and measured step per plan, and between them, when
   the plans have one, the step predicted from kernel times re-timed inside the run
-  (executor.in_run); the measured bar's whiskers reach the fastest and slowest timed step (over
+  (executor.report.in_run); the measured bar's whiskers reach the fastest and slowest timed step (over
   every repeat);
 - ``layer_error.png``: each layer's relative error, (measured - predicted) / predicted, one bar
   per plan (linear within +-100%, logarithmic beyond, so one layer off by 40x leaves the others

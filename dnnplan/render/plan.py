@@ -11,7 +11,7 @@ from rich.table import Table
 from costmodel.optimizer import Optimizer
 from dnnplan.render import fmt
 from dnnplan.render.tables import console, memory_line, pipeline_table
-from executor.step_choice import fastest
+from executor.session.step_choice import fastest
 from planner.optimize import speedup, strategy_mix
 from planner.plan import Plan
 
@@ -50,7 +50,7 @@ def step_context_dict(timed: list) -> dict | None:
 
 
 def step_context_line(timed: list) -> None:
-    """The candidates' steps predicted in their step's context (executor.step_choice), and the choice."""
+    """The candidates' steps predicted in their step's context (executor.session.step_choice), and the choice."""
     got = step_context_dict(timed)
     if got is None:
         return

@@ -2,7 +2,7 @@
 
 DIR gets ``report.md`` (what ran, on what, when and from which commit; the summary; one table of
 every plan and one of each plan's layers, the ahead-of-time error first and the model error given
-in-run kernel times beside it (executor.in_run); how to read them), ``summary.json`` (the JSON's
+in-run kernel times beside it (executor.report.in_run); how to read them), ``summary.json`` (the JSON's
 ``summary``) and the figures (:mod:`dnnplan.render.figures`). Every number comes from the JSON
 object `--json` writes, formatted by the functions here, so the report, the figures and the
 JSON cannot disagree. Relative errors print as signed percentages with one decimal, absolute
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dnnplan.output import write_json_file
 from dnnplan.render import figures, fmt
-from executor.in_run import LABEL as IN_RUN
+from executor.report.in_run import LABEL as IN_RUN
 from networks.errors import DnnplanError
 
 REPORT_MD, SUMMARY_JSON = "report.md", "summary.json"

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-
-import numpy as np
+from types import ModuleType
 
 from costmodel.layout import Layout, Region
 from costmodel.strategy import Strategy
-from executor.comm import GroupComms, allreduce_, wait_for
-from executor.timers import Timers
+from executor.backend.device import Array
+from executor.comm.collectives import allreduce_, wait_for
+from executor.comm.groups import GroupComms
+from executor.runtime.timers import Timers
 from networks.errors import DnnplanError
 from networks.ir import Layer
 from networks.ops.base import Window
@@ -39,8 +40,9 @@ class LayerCtx:
     out_block: Region
     comms: GroupComms
     timers: Timers
-    weights: dict[str, np.ndarray] = field(default_factory=dict)  # local shards
-    labels: np.ndarray | None = None  # loss layers: the labels of this rank's logits block
+    xp: ModuleType  # the backend's array module (executor.backend.device.Backend.xp)
+    weights: dict[str, Array] = field(default_factory=dict)  # local shards
+    labels: Array | None = None  # loss layers: the labels of this rank's logits block
     dropout_seed: int = 0
     identity_dropout: bool = False
     #: an embedding and its tied LM head: the token rows they share (executor.ops.embedding.TiedTable)
@@ -65,7 +67,7 @@ class LayerCtx:
     def span(self, phase: str) -> AbstractContextManager:
         return self.timers.span(self.layer.name, phase)
 
-    def allreduce(self, arr: np.ndarray, dims, phase: str, op: str = "sum") -> np.ndarray:
+    def allreduce(self, arr: Array, dims, phase: str, op: str = "sum") -> Array:
         """Sum (or ``op="max"``) ``arr`` in place over the ranks differing from this one only along ``dims``."""
         key = ("comm", tuple(dims))
         if key not in self.memo:
@@ -95,11 +97,11 @@ def owns_bias(ctx: LayerCtx) -> bool:
 def finish_contraction_backward(ctx: LayerCtx, dx, dw, db):
     """The common end of conv2d's and linear's backward: the input gradient is a partial sum over
     a filter (F) split and is all-reduced; the bias gradient counts on the rank that owns the bias."""
-    dx = np.ascontiguousarray(dx)
+    dx = ctx.xp.ascontiguousarray(dx)
     ctx.allreduce(dx, ("F",), "bwd_comm")
     grads = {"weight": dw}
     if "bias" in ctx.weights:
-        grads["bias"] = db if owns_bias(ctx) else np.zeros_like(db)
+        grads["bias"] = db if owns_bias(ctx) else ctx.xp.zeros_like(db)
     return [dx], grads
 
 
@@ -135,7 +137,7 @@ def region_shape(region: Region) -> tuple[int, ...]:
     return tuple(hi - lo for lo, hi in region)
 
 
-def check_shape(ctx: LayerCtx, y: np.ndarray) -> np.ndarray:
+def check_shape(ctx: LayerCtx, y: Array) -> Array:
     want = region_shape(ctx.out_block)
     if tuple(y.shape) != want:
         raise unsupported(ctx.layer, f"{ctx.layer.op} under {ctx.strategy.label}: the local output is "

@@ -7,8 +7,6 @@ Under a C split only the rank with C-coordinate 0 adds the bias and contributes 
 
 from __future__ import annotations
 
-import numpy as np
-
 from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, local_pads, memo, owns_bias
 from networks.ops.base import Window
 from kernels.conv import conv2d_backward_data, conv2d_backward_weights, conv2d_forward
@@ -32,7 +30,7 @@ def forward(ctx: LayerCtx, xs):
     with ctx.span("fwd_compute"):
         y = conv2d_forward(x, ctx.weights["weight"], ctx.weights["bias"] if owns_bias(ctx) else None,
                            stride, pads, dil, ctx.p["groups"], ctx.algo)
-    y = np.ascontiguousarray(y)
+    y = ctx.xp.ascontiguousarray(y)
     ctx.allreduce(y, ("C",), "fwd_comm")
     return check_shape(ctx, y), (x, stride, pads, dil)
 

@@ -6,14 +6,13 @@ A tied LM head (``tied_to``: an embedding) has no weight of its own: it multipli
 embedding's token rows it shares (``ctx.tied``, set up by executor.ops.embedding.tie) and leaves
 the gradient of those rows there for the embedding's backward, which adds its own to it. On
 another pipeline stage than its embedding it holds a copy of the table as its ``weight``
-(costmodel.pipeline.stage_network; executor.pipeline_tied sums the two copies' gradients). Its
+(costmodel.pipeline.stage_network; executor.runtime.pipeline_tied sums the two copies' gradients). Its
 kernels are the same three as any linear layer's (costmodel.kernel_calls)."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from executor.comm import reshard
+from executor.backend.device import Array
+from executor.comm.reshard import reshard
 from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, owns_bias, unsupported
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
 
@@ -26,7 +25,7 @@ def _linear_backward(dy, x, w, with_bias):
     return dx.reshape(x.shape), dw, db
 
 
-def _weight(ctx: LayerCtx) -> np.ndarray:
+def _weight(ctx: LayerCtx) -> Array:
     if not ctx.p.get("tied_to") or "weight" in ctx.weights:  # untied, or a pipelined head's copy of the table
         return ctx.weights["weight"]
     if ctx.tied is None:
@@ -45,7 +44,7 @@ def forward(ctx: LayerCtx, xs):
     w = _weight(ctx)
     with ctx.span("fwd_compute"):
         y = linear_forward(x, w, ctx.weights["bias"] if owns_bias(ctx) else None)
-    y = np.ascontiguousarray(y)
+    y = ctx.xp.ascontiguousarray(y)
     ctx.allreduce(y, ("C",), "fwd_comm")
     return check_shape(ctx, y), x
 
@@ -58,7 +57,7 @@ def backward(ctx: LayerCtx, dy, x):
     if ctx.p.get("tied_to") and "weight" not in ctx.weights:
         g = grads.pop("weight")
         if ctx.tied.layouts is not None:  # back to the embedding's rows (costmodel.tied)
-            g = ctx.allreduce(np.ascontiguousarray(g), ("N", "H"), "bwd_comm")  # whole on every replica
+            g = ctx.allreduce(ctx.xp.ascontiguousarray(g), ("N", "H"), "bwd_comm")  # whole on every replica
             with ctx.span("bwd_comm"):
                 g = reshard(ctx.tied.comm, g, ctx.tied.layouts[1], ctx.tied.layouts[0], backward=True)
                 g = g / ctx.tied.replicas  # each of the embedding's replicas gets it; its sync sums them

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from costmodel.layer_layouts import weight_layouts
 from costmodel.layout import block
 from costmodel.strategy import Strategy
 from costmodel.tied import table_layout, tie_mismatch
+from executor.backend.device import Array
 from executor.ops.base import LayerCtx, check_shape, memo
 from kernels.embedding import embedding_backward_weights, embedding_forward
 from networks.errors import DnnplanError
@@ -39,8 +38,8 @@ from networks.ir import Layer
 class TiedTable:
     """The token rows an embedding and its tied LM head share on this rank."""
 
-    weight: np.ndarray  # the embedding's local token table: updated in place, read by both layers
-    grad: np.ndarray | None = None  # the head's gradient of those rows, until the embedding adds its own
+    weight: Array  # the embedding's local token table: updated in place, read by both layers
+    grad: Array | None = None  # the head's gradient of those rows, until the embedding adds its own
     #: when the head needs other rows than the embedding holds: (embedding's layout of the table,
     #: the head's) and the communicator the table is resharded over, each step (costmodel.tied)
     layouts: tuple | None = None
@@ -78,7 +77,7 @@ def backward(ctx: LayerCtx, dy, cache):
         if pos is not None:
             _, (s_lo, s_hi), _ = memo(ctx, _geometry)
             if (s_lo, s_hi) != (0, pos.shape[0]):
-                full = np.zeros_like(pos)
+                full = ctx.xp.zeros_like(pos)
                 full[s_lo:s_hi] = dpos
                 dpos = full
             grads["positions"] = dpos

@@ -9,7 +9,7 @@ of the C group holds the loss of its rows (summed over N and H only)."""
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from executor.ops.base import LayerCtx
 from kernels.loss import combine_vocab_rows, softmax_xent_backward, softmax_xent_forward
@@ -17,7 +17,7 @@ from kernels.loss import combine_vocab_rows, softmax_xent_backward, softmax_xent
 
 def total_count(ctx: LayerCtx) -> int:
     """The elements the loss averages over: the whole batch's (every micro-batch's)."""
-    return int(np.prod(ctx.in_layouts[0].shape[:-1])) * ctx.micro_batches
+    return math.prod(ctx.in_layouts[0].shape[:-1]) * ctx.micro_batches
 
 
 def forward(ctx: LayerCtx, xs):
@@ -27,7 +27,7 @@ def forward(ctx: LayerCtx, xs):
         loss, cache = softmax_xent_forward(logits, ctx.labels, total_count(ctx), vocab_lo)
     if vocab_lo is not None:
         loss = _vocab_parallel(ctx, cache)
-    buf = np.array([float(loss)])
+    buf = ctx.xp.array([float(loss)])
     ctx.allreduce(buf, ("N", "H"), "fwd_comm")
     return float(buf[0]), cache
 
@@ -38,9 +38,9 @@ def _vocab_parallel(ctx: LayerCtx, cache) -> float:
     row_max = lse.copy()  # reduced in place; lse itself is still needed
     ctx.allreduce(row_max, ("C",), "fwd_comm", op="max")
     with ctx.span("fwd_compute"):
-        exp_sum = np.exp(lse - row_max)
+        exp_sum = ctx.xp.exp(lse - row_max)
     ctx.allreduce(exp_sum, ("C",), "fwd_comm")
-    picked = np.ascontiguousarray(cache["picked"])
+    picked = ctx.xp.ascontiguousarray(cache["picked"])
     ctx.allreduce(picked, ("C",), "fwd_comm")
     with ctx.span("fwd_compute"):
         loss, _, cache["row_scale"] = combine_vocab_rows(lse, row_max, exp_sum, picked, total_count(ctx))

@@ -6,8 +6,6 @@ layernorm split over N and H needs no statistics exchange."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from executor.ops.base import LayerCtx, check_shape
 from kernels.norm import (bn_backward_apply, bn_backward_local_sums, bn_forward_apply,
                                    bn_local_sums, bn_stats_from_sums, layernorm_backward,
@@ -21,7 +19,7 @@ def bn_forward(ctx: LayerCtx, xs):
     with ctx.span("fwd_compute"):
         s, ss, count = bn_local_sums(x)
     c = s.shape[0]
-    buf = np.concatenate([s, ss, [float(count)]])
+    buf = ctx.xp.concatenate([s, ss, ctx.xp.asarray([float(count)])])
     ctx.allreduce(buf, STAT_DIMS, "fwd_comm")
     count = buf[-1]
     with ctx.span("fwd_compute"):
@@ -37,7 +35,7 @@ def bn_backward(ctx: LayerCtx, dy, cache):
     c = sdy.shape[0]
     pdt = ctx.weights["gamma"].dtype
     grads = {"gamma": sdyx.astype(pdt), "beta": sdy.astype(pdt)}  # local: grad sync sums them
-    buf = np.concatenate([sdy, sdyx])
+    buf = ctx.xp.concatenate([sdy, sdyx])
     ctx.allreduce(buf, STAT_DIMS, "bwd_comm")
     with ctx.span("bwd_compute"):
         dx = bn_backward_apply(dy, cache, buf[:c], buf[c:], cache["count"], ctx.weights["gamma"])

@@ -5,8 +5,6 @@ are all-reduced over the spatial group; the output is replicated there)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from executor.ops.base import LayerCtx, check_shape, local_pads, memo
 from networks.ops.base import Window
 from kernels.pool import (avgpool2d_backward, avgpool2d_forward, global_avgpool_backward,
@@ -53,7 +51,7 @@ def gap_forward(ctx: LayerCtx, xs):
     _, _, h, w = ctx.in_layouts[0].shape
     with ctx.span("fwd_compute"):
         y, cache = global_avgpool_forward(x, divisor=h * w)
-    y = np.ascontiguousarray(y)
+    y = ctx.xp.ascontiguousarray(y)
     ctx.allreduce(y, ("H", "W"), "fwd_comm")
     return check_shape(ctx, y), cache
 

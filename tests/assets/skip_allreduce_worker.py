@@ -7,7 +7,7 @@ check catches a wrong distributed step.
 
 import sys
 
-from executor import worker
+from executor.launch import worker
 from executor.ops.base import LayerCtx
 
 _allreduce = LayerCtx.allreduce

@@ -1,4 +1,4 @@
-"""A stand-in for executor.run.run_plan that times no real kernels (launcher tests only).
+"""A stand-in for executor.runtime.run.run_plan that times no real kernels (launcher tests only).
 
 Each layer's phases sleep a fixed time so the timers, the gather, the JSON and the trace are
 exercised without depending on the runtime's speed. Faults for the launcher's tests, from the
@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from executor.check import CheckResult  # the runtime's own result types
-from executor.run import RunResult
+from executor.check.gradients import CheckResult  # the runtime's own result types
+from executor.runtime.run import RunResult
 from networks.errors import DnnplanError
 
 
@@ -47,7 +47,7 @@ def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=
                 time.sleep(0.002)
         timers.end_step()
         step_s.append(time.perf_counter() - t)
-        if after_step is not None:  # the in-run timing, as executor.run.run_plan runs it
+        if after_step is not None:  # the in-run timing, as executor.runtime.run.run_plan runs it
             after_step(step - warmup)
     chk = CheckResult(True, 1e-7, f"{net.layers[0].name}.weight", 1e-8, 1e-4) if check else None
     losses = [1.0] * (warmup + steps)

@@ -1,19 +1,19 @@
 """``python -m tests.assets.stub_worker``: the executor's worker with the stand-in runtime.
 
-Launcher tests run this module instead of ``executor.worker`` (``executor.launch.WORKER_MODULE``):
+Launcher tests run this module instead of ``executor.launch.worker`` (``executor.launch.mpiexec.WORKER_MODULE``):
 the same entry point, argument parsing, barriers, gather and fault handling, with
 :func:`tests.assets.stub_runtime.run_plan` in place of the real runtime.
 """
 
 import sys
 
-from executor import worker
+from executor.launch import worker
 from tests.assets import stub_runtime
 
 worker.run_plan = stub_runtime.run_plan
 
 #: ``python -c`` code that does the same in a process that then runs dnnplan inside an MPI job.
-PATCH = "import executor.worker as w, tests.assets.stub_runtime as s; w.run_plan = s.run_plan"
+PATCH = "import executor.launch.worker as w, tests.assets.stub_runtime as s; w.run_plan = s.run_plan"
 
 if __name__ == "__main__":
     sys.exit(worker.main())

@@ -11,8 +11,8 @@ import traceback
 
 from mpi4py import MPI
 
-from executor.comm import abort
-from executor.run import run_plan
+from executor.launch.abort import abort
+from executor.runtime.run import run_plan
 from tests.support.cases import load, make_plan, parse_case
 
 

@@ -12,8 +12,8 @@ import sys
 
 from mpi4py import MPI
 
-from executor.pipeline_tied import TiedPair
-from executor.run import run_plan
+from executor.runtime.pipeline_tied import TiedPair
+from executor.runtime.run import run_plan
 from planner.plan_file import read_plan
 
 

@@ -1,0 +1,1 @@
+"""``--check``: the distributed step's numerics against one process on the whole batch."""

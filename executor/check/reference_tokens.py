@@ -1,0 +1,76 @@
+"""The reference step's transformer ops on whole tensors (one process, all heads, the whole
+vocabulary): embedding, attention and the tied LM head's weight (executor.check.reference).
+
+Written apart from the distributed ops (executor.ops.embedding, executor.ops.attention), so a
+distribution bug cannot hide in code both sides share: queries, keys and values are three separate
+projections of the whole width (their input gradients summed), where the distributed op runs one
+fused projection of its heads; the embedding is a plain gather and ``numpy.add.at`` over the whole
+table. The GEMM and attention kernels are the same (kernels.gemm, kernels.attention).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import attention as attn
+from kernels import gemm
+from networks.errors import DnnplanError
+
+
+def embedding_forward(ids: np.ndarray, w: dict):
+    y = w["tokens"][ids]
+    if "positions" in w:
+        y = y + w["positions"][: ids.shape[1]]
+    return y, ids
+
+
+def embedding_backward(dy: np.ndarray, ids: np.ndarray, w: dict):
+    dtokens = np.zeros_like(w["tokens"])
+    np.add.at(dtokens, ids.reshape(-1), dy.reshape(-1, dy.shape[-1]))
+    grads = {"tokens": dtokens}
+    if "positions" in w:
+        dpos = np.zeros_like(w["positions"])
+        dpos[: ids.shape[1]] = dy.sum(axis=0)
+        grads["positions"] = dpos
+    return [None], grads
+
+
+def _heads(a: np.ndarray, heads: int) -> np.ndarray:
+    n, s, d = a.shape
+    return np.ascontiguousarray(a.reshape(n, s, heads, d // heads).transpose(0, 2, 1, 3))
+
+
+def _unheads(a: np.ndarray) -> np.ndarray:
+    n, h, s, dh = a.shape
+    return a.transpose(0, 2, 1, 3).reshape(n, s, h * dh)
+
+
+def attention_forward(x: np.ndarray, w: dict, p: dict):
+    if p.get("rotary"):
+        raise DnnplanError("the reference step cannot run attention with rotary positions yet")
+    qb = w.get("qkv_bias")
+    projected = [gemm.linear_forward(x, w["qkv_weight"][j], None if qb is None else qb[j]) for j in range(3)]
+    q, k, v = (_heads(a, p["heads"]) for a in projected)
+    o, core = attn.attention_forward(q, k, v, causal=bool(p["causal"]))
+    o2 = _unheads(o)
+    y = gemm.linear_forward(o2, w["out_weight"], w.get("out_bias"))
+    return y, (x, o2, core)
+
+
+def attention_backward(dy: np.ndarray, cache, w: dict, p: dict):
+    x, o2, core = cache
+    do2, dw_out, db_out = gemm.linear_backward(dy, o2, w["out_weight"], "out_bias" in w)
+    dq, dk, dv = attn.attention_backward(_heads(do2, p["heads"]), core)
+    dx = np.zeros_like(x)
+    dw_qkv = np.zeros_like(w["qkv_weight"])
+    db_qkv = np.zeros((3, x.shape[-1]), dtype=x.dtype)
+    for j, g in enumerate((dq, dk, dv)):
+        dxj, dw_qkv[j], db = gemm.linear_backward(_unheads(g), x, w["qkv_weight"][j], True)
+        dx += dxj
+        db_qkv[j] = db
+    grads = {"qkv_weight": dw_qkv, "out_weight": dw_out}
+    if "qkv_bias" in w:
+        grads["qkv_bias"] = db_qkv
+    if "out_bias" in w:
+        grads["out_bias"] = db_out
+    return [dx], grads

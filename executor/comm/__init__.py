@@ -1,0 +1,1 @@
+"""Communication between a plan's ranks: group communicators, collectives and reshards (halos included)."""

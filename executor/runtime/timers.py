@@ -1,0 +1,154 @@
+"""Per-layer, per-phase timers of one rank, and the trace spans a Perfetto view is drawn from.
+
+The runtime wraps every piece of work in ``timers.span(layer, phase)``; phases match the
+prediction's terms one to one (costmodel.step; docs/executor.md):
+
+=============  ===============================================================
+phase          predicted by
+=============  ===============================================================
+fwd_compute    LayerEstimate.fwd_compute_s
+fwd_comm       LayerEstimate.fwd_comm_s + reshard into the layer (forward)
+bwd_compute    LayerEstimate.bwd_compute_s (backward-data + backward-weights)
+bwd_comm       LayerEstimate.bwd_comm_s + reshard of its input gradients
+grad_sync      LayerEstimate.grad_sync_s (weight-gradient allreduce)
+update         LayerEstimate.update_s (SGD with momentum)
+wait           0: a barrier on a collective's group just before the collective,
+               so time spent waiting for a slower rank (load imbalance, noise)
+               is not charged to the collective; shown apart, not in layer totals
+=============  ===============================================================
+
+Each span's start is also written, when asked, to the rank's progress file
+(:class:`ProgressFile`: one fixed-size record overwritten in place), so that the launcher can say
+where a rank that was killed was (:func:`read_progress`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+PHASES = ("fwd_compute", "fwd_comm", "bwd_compute", "bwd_comm", "grad_sync", "update", "wait")
+#: The phases a layer's predicted time is compared with (waiting has no prediction).
+WORK_PHASES = PHASES[:-1]
+
+
+#: Bytes of one progress record: "pid step phase wall-clock layer", space-padded, newline-ended.
+RECORD_BYTES = 256
+#: Phases of a rank outside the spans: before its first span, after its last.
+SETUP, FINISH = "setup", "finish"
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    """What one rank last started: its step (None before the first), layer and phase."""
+
+    rank: int
+    pid: int
+    step: int | None
+    phase: str
+    layer: str
+    wall_s: float  # time.time() when it started
+
+
+class ProgressFile:
+    """One rank's progress record in ``folder/rank-R``: kept open and overwritten in place (one
+    ``pwrite``, no sync: the page cache outlives a killed process)."""
+
+    def __init__(self, folder: str | os.PathLike, rank: int):
+        self.pid = os.getpid()
+        self._fd = os.open(Path(folder) / f"rank-{rank}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def mark(self, step: int | None, layer: str, phase: str) -> None:
+        text = f"{self.pid} {'-' if step is None else step} {phase} {time.time():.6f} {layer}"
+        record = text.encode("utf-8", "replace")[:RECORD_BYTES - 1].ljust(RECORD_BYTES - 1) + b"\n"
+        os.pwrite(self._fd, record, 0)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def read_progress(folder: str | os.PathLike) -> dict[int, RankProgress]:
+    """Every rank's last record in ``folder`` (ranks whose file is missing or unreadable left out)."""
+    out = {}
+    for path in Path(folder).glob("rank-*"):
+        try:
+            rank = int(path.name[len("rank-"):])
+            pid, step, phase, wall, layer = (path.read_bytes().decode("utf-8", "replace").rstrip()
+                                             .split(" ", 4) + [""])[:5]
+            out[rank] = RankProgress(rank, int(pid), None if step == "-" else int(step), phase, layer,
+                                     float(wall))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+@dataclass
+class Span:
+    layer: str
+    phase: str
+    start_s: float
+    end_s: float
+    step: int
+
+
+@dataclass
+class Timers:
+    """Accumulates seconds per (step, layer, phase); keeps spans for a trace when asked.
+
+    ``clock``: the seconds spans are timed with, the device's (executor.backend.device.Backend.now_s:
+    on a GPU the time the work queued before the call is done; the runner sets it)."""
+
+    keep_spans: bool = False
+    clock: Callable[[], float] = time.perf_counter
+    progress: ProgressFile | None = None  # where each span's start is recorded (the launcher reads it)
+    step: int = -1
+    totals: dict = field(default_factory=dict)  # (step, layer, phase) -> seconds
+    step_wall: dict = field(default_factory=dict)  # step -> seconds
+    spans: list = field(default_factory=list)
+    _step_start: float = 0.0
+
+    def _now(self) -> float:
+        return self.clock()
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
+        self._step_start = self._now()
+
+    def end_step(self) -> None:
+        self.step_wall[self.step] = self._now() - self._step_start
+
+    def forget(self, step: int) -> None:
+        """Drop everything recorded for ``step`` (a step run for another purpose than its time,
+        such as the memory step, executor.backend.host_memory)."""
+        self.step_wall.pop(step, None)
+        self.totals = {k: v for k, v in self.totals.items() if k[0] != step}
+        self.spans = [s for s in self.spans if s.step != step]
+
+    @contextmanager
+    def span(self, layer: str, phase: str):
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase}")
+        if self.progress is not None:
+            self.progress.mark(self.step, layer, phase)
+        start = self._now()
+        try:
+            yield
+        finally:
+            end = self._now()
+            key = (self.step, layer, phase)
+            self.totals[key] = self.totals.get(key, 0.0) + (end - start)
+            if self.keep_spans:
+                self.spans.append(Span(layer, phase, start, end, self.step))
+
+    def per_layer(self, steps) -> dict[str, dict[str, list[float]]]:
+        """layer -> phase -> seconds for each of ``steps`` (0.0 where the phase did not run)."""
+        out: dict[str, dict[str, list[float]]] = {}
+        layers = sorted({k[1] for k in self.totals}, key=lambda n: min(
+            (s.start_s for s in self.spans if s.layer == n), default=0.0))
+        for layer in layers:
+            out[layer] = {ph: [self.totals.get((s, layer, ph), 0.0) for s in steps] for ph in PHASES}
+        return out
