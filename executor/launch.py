@@ -26,12 +26,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import ContextManager
 
 from costmodel.files import NODE_CORES_ENV, usable_cores
 from executor.timers import FINISH, SETUP, RankProgress, read_progress
 from networks.errors import DnnplanError
 from profiler.dispatch import THREAD_VARS
 from profiler.comm import find_mpiexec  # noqa: F401 - the launcher's name for it (session, tests)
+from profiler.jobs import end_group, job
 
 JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK")
 EXIT_TIMEOUT = 124
@@ -141,17 +143,8 @@ def _pump(stream, sink, lines: list, state: dict) -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the launcher's process group (mpiexec tears down its ranks), then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM the launcher's process group (mpiexec tears down its ranks), then SIGKILL what is left."""
+    end_group(proc, KILL_GRACE_S)
 
 
 def _arg(cmd: list[str], flag: str) -> str | None:
@@ -250,18 +243,16 @@ def lost_rank_message(returncode: int, lines: list[str], records: dict[int, Rank
     return f"rank {rank}{where}; the other ranks were stopped"
 
 
-def _start(cmd: list[str], threads: int, cwd: str | None) -> subprocess.Popen:
+def _start(cmd: list[str], threads: int, cwd: str | None) -> ContextManager[subprocess.Popen]:
+    """The job started in its own session, its whole group ended should the block that follows it
+    be interrupted (profiler.jobs.job: a stop signal between the start and the block included)."""
     env = thread_env(threads)
     env.setdefault("PYTHONUNBUFFERED", "1")
     # the ranks size machine `local` as this process did, whatever cores MPI binds each one to
     env[NODE_CORES_ENV] = str(usable_cores())
     root = str(Path(__file__).resolve().parents[1])  # so `-m executor.worker` finds this checkout
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    try:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                cwd=cwd, start_new_session=True, bufsize=1)
-    except OSError as err:
-        raise DnnplanError(f"cannot start {cmd[0]}: {err}") from None
+    return job(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, bufsize=1)
 
 
 def launch(cmd: list[str], threads: int, timeout_s: float, *, cwd: str | None = None) -> None:
@@ -285,7 +276,11 @@ def launch(cmd: list[str], threads: int, timeout_s: float, *, cwd: str | None = 
 
 
 def _launch(cmd: list[str], threads: int, timeout_s: float, cwd: str | None, folder: str | None) -> None:
-    proc = _start(cmd, threads, cwd)
+    with _start(cmd, threads, cwd) as proc:
+        _follow(proc, cmd, timeout_s, folder)
+
+
+def _follow(proc: subprocess.Popen, cmd: list[str], timeout_s: float, folder: str | None) -> None:
     out_lines: list[str] = []
     err_lines: list[str] = []
     state: dict = {"failure": None}

@@ -41,6 +41,7 @@ from planner.plan_file import read_plan
 from profiler.dispatch import THREAD_VARS
 from profiler.inrun import InRunTimer, merge_samples
 from profiler.inrun_comm import InRunComm
+from profiler.jobs import watch_launcher
 
 ABORT_USER = 2
 ABORT_INTERNAL = 1
@@ -171,6 +172,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    watch_launcher()  # this rank ends itself should dnnplan die without a word (kill -9)
     set_threads(args.threads)
     from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py initialises MPI, only in a rank
     comm = MPI.COMM_WORLD
