@@ -91,21 +91,47 @@ def watch_launcher(environ: dict | None = None, every_s: float = WATCH_S) -> thr
     return thread
 
 
+def session_members(sid: int) -> list[int]:
+    """The running processes of session ``sid`` (from /proc; none where there is no /proc)."""
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 3 and fields[3] == str(sid) and fields[0] not in ("Z", "X"):
+            out.append(int(name))
+    return out
+
+
 def end_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
-    """SIGTERM the process group ``proc`` leads (mpiexec passes it to its ranks), then SIGKILL
-    whatever of the group is left once ``proc`` ended or ``grace_s`` passed."""
+    """End the job ``proc`` leads, all of it: SIGTERM to its process group (mpiexec passes it on
+    to its ranks), then, once ``proc`` ended or ``grace_s`` passed, SIGKILL to every process
+    still in its session (MPICH's Hydra puts each proxy and rank in a process group of its own,
+    but they stay in the session :func:`job` started)."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
-        return
+        pass
+    deadline = time.monotonic() + grace_s
     try:
         proc.wait(grace_s)
     except subprocess.TimeoutExpired:
         pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # ranks mpiexec did not take down with it
-    except ProcessLookupError:
-        pass
+    while session_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in session_members(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     try:
         proc.wait(grace_s)
     except subprocess.TimeoutExpired:

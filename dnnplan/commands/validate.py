@@ -27,6 +27,7 @@ from executor import validation
 from executor.session import strategy_labels
 from executor.validation import PlanRun, RunSettings, ValidationInterrupted, ValidationReport, strategy_summary
 from networks.errors import DnnplanError
+from networks.writing import target_kind
 from profiler import stops
 
 #: ``--quick``: what it sets unless given on the command line (ranks: 2, or 1 on a one-core computer).
@@ -139,11 +140,13 @@ def _report(report: ValidationReport, compute: str, earlier: list[dict] | None) 
 def _partial(path: str, force: bool) -> dict | None:
     """The partial report in ``path`` (an interrupted validate's), else None once ``path`` passes
     the output checks (its folder exists; an existing file is replaced only with --force)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        data = None
+    data = None
+    if target_kind(path) is None:  # a device or FIFO (--json /dev/stdout) holds no report to resume
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            data = None
     if validation.is_partial(data):
         check_output_folder(path)
         return data
