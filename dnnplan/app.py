@@ -19,11 +19,8 @@ from typer.core import TyperGroup
 
 from dnnplan.render.messages import fail_line
 from networks.errors import DnnplanError
-from networks.writing import SystemFailure, reason
+from networks.writing import EXIT_SYSTEM, SystemFailure, reason
 from profiler import stops
-
-#: Exit code of a failure of the system around the tool, not of its input (sysexits' EX_IOERR)
-EXIT_SYSTEM = 74
 
 
 class Group(TyperGroup):

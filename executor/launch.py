@@ -31,6 +31,7 @@ from typing import ContextManager
 from costmodel.files import NODE_CORES_ENV, usable_cores
 from executor.timers import FINISH, SETUP, RankProgress, read_progress
 from networks.errors import DnnplanError
+from networks.writing import EXIT_SYSTEM, SYSTEM_FAILED
 from profiler.dispatch import THREAD_VARS
 from profiler.comm import find_mpiexec  # noqa: F401 - the launcher's name for it (session, tests)
 from profiler.jobs import end_group, job
@@ -317,5 +318,6 @@ def _follow(proc: subprocess.Popen, cmd: list[str], timeout_s: float, folder: st
             raise RunFailed(lost_rank_message(proc.returncode, err_lines + out_lines, records, first, cmd), 1,
                             output)
         msg = _RANK_LINE.match(failure).group(2)
-        code = EXIT_TIMEOUT if msg.startswith("timed out") else 1 if msg.startswith("internal error") else 2
+        code = EXIT_TIMEOUT if msg.startswith("timed out") else 1 if msg.startswith("internal error") else \
+            EXIT_SYSTEM if msg.startswith(SYSTEM_FAILED) else 2
         raise RunFailed(failure, code, output)

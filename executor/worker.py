@@ -37,6 +37,7 @@ from executor.step_kernels import in_step
 from executor.timers import FINISH, SETUP, ProgressFile, Timers
 from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
+from networks.writing import SYSTEM_FAILED, SystemFailure, reason, write_file
 from planner.plan_file import read_plan
 from profiler.dispatch import THREAD_VARS
 from profiler.inrun import InRunTimer, merge_samples
@@ -125,6 +126,10 @@ def abort_with(comm, err: BaseException) -> None:
     rank = comm.Get_rank()
     if isinstance(err, DnnplanError):
         msg, code = str(err), ABORT_USER
+    elif isinstance(err, (SystemFailure, OSError)):  # a full disk, say: the launcher exits with EXIT_SYSTEM
+        where = f"{err.filename}: " if isinstance(err, OSError) and err.filename else ""
+        msg = SYSTEM_FAILED + (str(err) if isinstance(err, SystemFailure) else f"{where}{reason(err)}")
+        code = ABORT_INTERNAL
     else:
         msg, code = f"internal error: {type(err).__name__}: {err}", ABORT_INTERNAL
         if os.environ.get("DNNPLAN_DEBUG"):
@@ -145,11 +150,9 @@ def start_watchdog(comm, timeout_s: float) -> threading.Timer:
 
 
 def write_result(path: str, result: object) -> None:
-    """``result`` pickled to ``path``, all or nothing."""
-    tmp = f"{path}.part"
-    with open(tmp, "wb") as fh:
-        pickle.dump(result, fh)
-    os.replace(tmp, path)  # all or nothing: the launcher never sees a partial result
+    """``result`` pickled to ``path``, all or nothing (networks.writing): the launcher never sees a
+    partial result."""
+    write_file(path, pickle.dumps(result))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -21,6 +21,10 @@ import tempfile
 
 from networks.errors import DnnplanError
 
+#: Exit code of a command that a failure of the system stopped (sysexits' EX_IOERR): docs/errors.md
+EXIT_SYSTEM = 74
+#: How a rank's one line starts when the system failed under it (the launcher exits EXIT_SYSTEM)
+SYSTEM_FAILED = "the system failed: "
 #: What an existing target that is not a regular file is, by its mode
 _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))

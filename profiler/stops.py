@@ -46,11 +46,6 @@ def handles(handler: object) -> bool:
     return handler is _raise or handler is signal.default_int_handler
 
 
-def noted(signum: int) -> None:
-    """Count ``signum`` as received (a handler that defers a stop notes it so)."""
-    _RECEIVED.append(signum)
-
-
 def received() -> int:
     """The signal that stopped this command (SIGINT when none was seen: a KeyboardInterrupt)."""
     return _RECEIVED[0] if _RECEIVED else signal.SIGINT

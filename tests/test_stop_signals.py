@@ -112,6 +112,24 @@ def test_ranks_of_an_execute_killed_with_sigkill_exit_on_their_own(tmp_path, pla
     assert proc.returncode == -signal.SIGKILL
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_sigterm_in_validate_keeps_the_finished_plans_and_ends_every_rank(tmp_path):
+    args = ["validate", "lenet5", "--ranks", "2", "--batch", "8", "--machine", "dgx-a100", "--steps", "300",
+            "--warmup", "0", "--no-check", "--json", "v.json"]
+    proc, lines = _start(args, tmp_path)
+    first = lines.wait_for(lambda l: l.startswith("measured "), START_S, proc)
+    assert first, lines.join()
+    seen = _tree_with(proc, "executor.worker", 2)  # the second plan's ranks (the first plan's have ended)
+    out = _stopped(proc, lines, seen, signal.SIGTERM)
+    assert proc.returncode == 143 and "Traceback" not in out, out
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert data["complete"] is False and [p["name"] for p in data["plans"]] == [first.split()[1].rstrip(":")]
+    text = " ".join(out.split())
+    assert f"interrupted: 1 of {data['planned']} plans finished" in text and "kept in v.json" in text
+    assert f"resume with: dnnplan {' '.join(args)}" in text
+
+
 @pytest.mark.slow
 def test_sigterm_in_profile_saves_what_was_measured_and_says_how_to_resume(tmp_path):
     args = ["profile", "lenet5", "--devices", "1", "--batch", "1024", "--out", "T.json"]

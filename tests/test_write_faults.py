@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -117,7 +118,6 @@ def test_a_fifo_target_is_written_through_and_one_nobody_reads_is_not_waited_on(
 
 
 def test_a_socket_target_is_refused(tmp_path):
-    import socket  # noqa: PLC0415 - only this test makes one
     path = tmp_path / "s"
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(path))
@@ -291,3 +291,35 @@ def test_the_lock_serialises_writers(tmp_path):
         os.close(fd)
         assert open(table_lock.lock_path(table)).read().strip() == str(os.getpid())
     assert not os.path.exists(table_lock.lock_path(table))
+
+
+@pytest.mark.mpi
+def test_a_rank_that_cannot_write_its_result_is_exit_74(tmp_path):
+    from executor import launch  # noqa: PLC0415 - the launcher and its worker command
+    made = _dnnplan(["plan", "lenet5", "--devices", "1", "--batch", "8", "--machine", "dgx-a100", "--out", "p.yaml"],
+                    tmp_path)
+    assert made.returncode == 0, made.stderr
+    cmd = launch.worker_command(launch.find_mpiexec(), 1, str(tmp_path / "p.yaml"), "/dev/full", steps=1, warmup=0,
+                                check=False, trace=False, threads=1, timeout_s=300,
+                                progress_dir=str(tmp_path / "progress"))
+    with pytest.raises(launch.RunFailed) as info:
+        launch.launch(cmd, 1, 300)
+    assert info.value.exit_code == EXIT_SYSTEM, str(info.value)
+    assert str(info.value).startswith("rank 0: the system failed: /dev/full: could not be written") and \
+        "ENOSPC" in str(info.value)
+
+
+def test_two_models_saving_into_the_per_user_cache_keep_both_timings(tmp_path, monkeypatch):
+    """The cache `--machine local` fills is a shared table: two processes (here two models, as two
+    plans in two terminals) that timed different kernels both keep theirs."""
+    from costmodel.files import load_machine  # noqa: PLC0415
+    from costmodel.profile_table import Entry  # noqa: PLC0415
+    from profile_calls import _two_calls  # noqa: PLC0415
+    from profiler.ondemand import local_compute_model  # noqa: PLC0415
+    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+    first, second = (local_compute_model(load_machine("local"), progress=False) for _ in range(2))
+    for model, call in zip((first, second), _two_calls()):
+        model._keep_timed({call.key: Entry(1e-3, 1e-3, 0.0, 3, call.flops, call.bytes)})
+    first.save()
+    second.save()  # read the cache before the first saved: it adds to what is there now
+    assert set(read_table(first.path).entries) == {c.key for c in _two_calls()}
