@@ -32,7 +32,8 @@ _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISFIFO, "a FIFO"), (stat
 _THROUGH = ("a character device", "a FIFO")
 _HINTS = {errno.ENOSPC: "free some space or write elsewhere", errno.EDQUOT: "free some space or write elsewhere",
           errno.EROFS: "the file system is read-only; write elsewhere",
-          errno.EACCES: "you may not write there; write elsewhere", errno.EPERM: "you may not write there; write elsewhere",
+          errno.EACCES: "you may not write there; write elsewhere",
+          errno.EPERM: "you may not write there; write elsewhere",
           errno.ENXIO: "no process is reading that FIFO"}
 
 

@@ -1,12 +1,12 @@
 """An advisory lock on a shared file (a profile table, the per-user cache), held while it is read,
 merged and written.
 
-The lock is ``flock`` on a lock file beside the table (``.NAME.lock``, removed by its holder
-when done), so it is let go the moment its holder ends, however it ends (even ``kill -9``). The holder writes its pid into the
-lock file: a lock that cannot be had within ``wait_s`` is reported naming that pid, not waited on
-forever. Should the recorded holder be gone while the lock is still held (a process it forked
-keeps the lock's descriptor), the lock is stale: after it has been seen so for a second, the lock
-file is removed and a new one taken.
+The lock is ``flock`` on a lock file beside the table (``.NAME.lock``, removed by its holder when
+done), so it is let go the moment its holder ends, however it ends (even ``kill -9``). The holder
+writes its pid into the lock file: a lock that cannot be had within ``wait_s`` is reported naming
+that pid, not waited on forever. Should the recorded holder be gone while the lock is still held (a
+process it forked keeps the lock's descriptor), the lock is stale: after it has been seen so for a
+second, the lock file is removed and a new one taken.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ def guard_failure(fn: Callable[[], T]) -> T:
         raise typer.Exit(err.exit_code) from None
 
 
-def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupOpt = 2, check: CheckOpt = False,
-            json_out: JsonFileOpt = None, trace: TraceOpt = None, timeout: TimeoutOpt = 600.0,
+def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupOpt = 2,
+            check: CheckOpt = False, json_out: JsonFileOpt = None, trace: TraceOpt = None, timeout: TimeoutOpt = 600.0,
             threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
             step_context: StepContextOpt = True, force: ForceOpt = False) -> None:
     """Run a plan across MPI ranks and compare measured with predicted time per layer and phase.
