@@ -95,7 +95,7 @@ def test_ctrl_c_in_profile_saves_and_the_same_command_resumes(tmp_path):
     assert "interrupted:" in text and "resume with: dnnplan profile lenet5 --batch 1024 --out T.json" in text
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
     again = subprocess.run([sys.executable, "-m", "dnnplan", *args, "--json"], cwd=tmp_path, env=_env(tmp_path),
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=1800)  # the rest of the profile, under load
     assert again.returncode == 0, again.stderr
     s = json.loads(again.stdout)
     assert s["resumed"] == len(entries) and s["measured"] == s["entries"] - len(entries) > 0
@@ -208,18 +208,19 @@ def test_a_killed_rank_is_named_with_signal_and_layer(tmp_path):
                             stderr=subprocess.STDOUT, text=True)
     try:
         pids: list[int] = []
-        while len(pids) < 2 and time.monotonic() - start < 30 and proc.poll() is None:
+        while len(pids) < 2 and time.monotonic() - start < 240 and proc.poll() is None:  # a loaded machine
             time.sleep(0.2)
             pids = _worker_pids(str(plan))
         assert len(pids) == 2, f"the ranks did not start: {proc.poll()} {proc.stdout.read() if proc.poll() else ''}"
         _into_the_steps(pids, time.monotonic() + 240)  # a fixed wait raced a loaded machine (still starting)
         victim = pids[-1]
         os.kill(victim, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=30)
+        killed = time.monotonic()
+        out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert time.monotonic() - start < 45
+    assert time.monotonic() - killed < 60  # the lost rank is noticed, not waited out (--steps 5000)
     text = " ".join(out.split())
     assert proc.returncode not in (0, None), text
     assert "Traceback" not in text and "BAD TERMINATION" not in text

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import proc_table
-from ctrl_c import default_sigint
+from ctrl_c import default_stop_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 GONE_WITHIN_S = 10.0
@@ -33,7 +33,7 @@ def _env(tmp_path: Path) -> dict:
 
 def _start(args: list[str], cwd: Path) -> tuple[subprocess.Popen, proc_table.Lines]:
     proc = subprocess.Popen([sys.executable, "-m", "dnnplan", *args], cwd=cwd, env=_env(cwd), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_stop_signals)
     return proc, proc_table.Lines(proc.stdout, proc.stderr)
 
 
