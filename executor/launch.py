@@ -6,8 +6,10 @@
   ``mpiexec`` there, matching the MPI that mpi4py loads), then on ``PATH``.
 * :func:`threads_per_rank` gives each rank ``cores // P`` BLAS/OpenMP threads (at least 1) so the
   ranks do not oversubscribe the cores.
-* :func:`launch` runs the job in its own process group, forwards its output without MPI's abort
-  noise, kills the whole group when it outlives the timeout, and turns a failure into one line:
+* :func:`launch` runs the job in its own session (profiler.jobs: ended whole, every rank with it,
+  should anything stop dnnplan, and its ranks exit should dnnplan die), forwards its output
+  without MPI's abort noise, kills the whole job when it outlives the timeout, and turns a
+  failure into one line:
   :class:`RunFailed` carries the failing rank's message and the exit code. A rank that ends
   without a word (killed by a signal, say) is named with the signal or exit status and the step,
   layer and phase it last started: the ranks keep those in a progress folder
