@@ -83,21 +83,16 @@ def check_target(path: str) -> str | None:
     return kind
 
 
-_UMASK: list[int] = []
-
-
 def umask() -> int:
-    """This process's umask (read from /proc where it can be: setting it to read it back is not
+    """This process's umask, read from /proc where it can be (setting it to read it back is not
     safe while other threads create files)."""
-    if not _UMASK:
-        try:
-            with open("/proc/self/status", encoding="ascii") as fh:
-                _UMASK.append(next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:")))
-        except (OSError, StopIteration, ValueError, IndexError):
-            old = os.umask(0o022)
-            os.umask(old)
-            _UMASK.append(old)
-    return _UMASK[0]
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            return next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        old = os.umask(0o022)
+        os.umask(old)
+        return old
 
 
 def write_file(path: str | os.PathLike, data: str | bytes) -> None:
