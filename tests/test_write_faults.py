@@ -322,3 +322,36 @@ def test_two_models_saving_into_the_per_user_cache_keep_both_timings(tmp_path, m
     first.save()
     second.save()  # read the cache before the first saved: it adds to what is there now
     assert set(read_table(first.path).entries) == {c.key for c in _two_calls()}
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A 64 KiB tmpfs of its own (needs root and the right to mount; skipped without them)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_plan_on_a_full_and_on_a_read_only_file_system_keeps_the_old_plan(small_mount, tmp_path):
+    plan = small_mount / "p.yaml"
+    plan.write_text("old")
+    fd = os.open(small_mount / "fill", os.O_WRONLY | os.O_CREAT)
+    with pytest.raises(OSError, match="No space left"):  # fill what is left
+        while True:
+            os.write(fd, b"\0" * 4096)
+    os.close(fd)
+    args = ["plan", "lenet5", "--devices", "2", "--machine", "dgx-a100", "--out", str(plan), "--force"]
+    r = _dnnplan(args, tmp_path)
+    assert r.returncode == EXIT_SYSTEM and "No space left on device (ENOSPC)" in _one_error_line(r.stderr), r.stderr
+    assert plan.read_text() == "old" and sorted(os.listdir(small_mount)) == ["fill", "p.yaml"]
+    os.unlink(small_mount / "fill")
+    assert subprocess.run(["mount", "-o", "remount,ro", str(small_mount)], capture_output=True).returncode == 0
+    r = _dnnplan(args, tmp_path)
+    assert r.returncode == EXIT_SYSTEM and "Read-only file system (EROFS)" in _one_error_line(r.stderr), r.stderr
+    assert plan.read_text() == "old"
