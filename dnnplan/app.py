@@ -1,8 +1,11 @@
 """The typer application object and its error boundary.
 
 Every command runs inside :class:`Group.invoke`, which turns a :class:`DnnplanError` into one red
-line on stderr and exit code 2, and any other exception into a one-line internal-error report
-(exit 1; ``DNNPLAN_DEBUG=1`` shows the traceback). A traceback reaching a user is a bug.
+line on stderr and exit code 2, a failure of the system around the tool (a full disk, a read-only
+folder, a lock held too long: :class:`networks.writing.SystemFailure` or an OSError) into one line
+and :data:`EXIT_SYSTEM`, a stop signal into 128 + the signal (profiler.stops), and any other
+exception into a one-line internal-error report (exit 1; ``DNNPLAN_DEBUG=1`` shows the
+traceback). A traceback reaching a user is a bug.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typer.core import TyperGroup
 
 from dnnplan.render.messages import fail_line
 from networks.errors import DnnplanError
+from networks.writing import EXIT_SYSTEM, SystemFailure, reason
+from profiler import stops
 
 
 class Group(TyperGroup):
@@ -25,9 +30,12 @@ class Group(TyperGroup):
         except DnnplanError as err:
             fail_line(str(err))
             raise typer.Exit(2) from None
+        except SystemFailure as err:
+            fail_line(str(err))
+            raise typer.Exit(EXIT_SYSTEM) from None
         except KeyboardInterrupt:
-            fail_line("interrupted")
-            raise typer.Exit(130) from None
+            fail_line(f"interrupted by {stops.name()}")
+            raise typer.Exit(stops.exit_code()) from None
         except (typer.Exit, typer.Abort, ClickException):
             raise
         except MemoryError:
@@ -38,6 +46,12 @@ class Group(TyperGroup):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again
             raise typer.Exit(0) from None
+        except OSError as err:  # the system failed under a library call (a temporary folder on a full disk)
+            if os.environ.get("DNNPLAN_DEBUG"):
+                raise
+            where = f"{err.filename}: " if err.filename else ""
+            fail_line(f"{where}the system refused: {reason(err)}")
+            raise typer.Exit(EXIT_SYSTEM) from None
         except Exception as err:  # noqa: BLE001 - the boundary that keeps tracebacks from users
             if os.environ.get("DNNPLAN_DEBUG"):
                 raise

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from networks.errors import DnnplanError
+from networks.writing import check_target, write_file
 
 
 def check_output_folder(path: str) -> None:
@@ -32,6 +32,8 @@ def check_output(path: str | None, force: bool = False) -> None:
     if path is None:
         return
     check_output_folder(path)
+    if check_target(path) is not None:  # a device or a FIFO is written through, nothing replaced: no --force
+        return
     if os.path.lexists(path) and not force:
         raise DnnplanError(f"{path} already exists", hint="pass --force to replace it")
 
@@ -49,16 +51,7 @@ def check_outputs(paths: dict[str, str | None], force: bool = False) -> None:
 
 
 def write_json_file(path: str, data: dict) -> None:
-    """Atomic: a failed run never leaves a partial file. The folder must exist (never created)."""
+    """Atomic (networks.writing): a failed run never leaves a partial file, and a failure of the
+    system is one line (SystemFailure) with the old file intact. The folder must exist (never created)."""
     check_output_folder(path)
-    target = Path(path)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=str(target.parent), prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
-        os.replace(tmp, target)
-    except OSError as err:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise DnnplanError(f"cannot write {path}: {err.strerror or err}") from None
+    write_file(path, json.dumps(data, indent=1))

@@ -2,7 +2,8 @@
 
 Every loader of a user's file (network spec, machine, plan, profile table) reads through
 :func:`read_text`, so a directory is called a directory, a binary or mis-encoded file is named with
-the offset and line of its first bad byte, and a file too large to be what it claims to be is
+the offset and line of its first bad byte, a FIFO, socket or device is refused before it is
+opened (opening a FIFO waits for a writer), and a file too large to be what it claims to be is
 refused before it is parsed (YAML is parsed at roughly a megabyte a second; a JSON profile table
 far faster).
 """
@@ -10,9 +11,11 @@ far faster).
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from networks.errors import DnnplanError
+from networks.writing import target_kind
 
 MIB = 2**20
 #: A network spec, machine file or plan, in YAML or JSON: a plan for some 20,000 layers fits.
@@ -43,12 +46,16 @@ def read_bytes(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_
         if p.is_dir():
             raise DnnplanError(f"is a directory, not a {what} file", file=source,
                                hint=missing_hint or f"give the path of the {what} file inside it")
-        size = p.stat().st_size
-        if size > limit:
-            raise DnnplanError(f"is {size / MIB:.1f} MiB; a {what} file is at most {limit // MIB} MiB",
-                               file=source)
-        with open(p, "rb") as fh:
-            data = fh.read(limit + 1)  # a file that grew since stat, or a pipe, is bounded too
+        _refuse_special(p, what, source)  # before open: opening a FIFO would wait for a writer
+        # O_NONBLOCK: should a FIFO take the file's place after that check, opening it still does not wait
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        with open(fd, "rb") as fh:
+            _refuse_special(p, what, source, os.fstat(fh.fileno()).st_mode)
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise DnnplanError(f"is {size / MIB:.1f} MiB; a {what} file is at most {limit // MIB} MiB",
+                                   file=source)
+            data = fh.read(limit + 1)  # a file that grew since stat is bounded too
     except FileNotFoundError:
         raise DnnplanError(f"no such {what} file", file=source, hint=missing_hint) from None
     except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
@@ -56,6 +63,15 @@ def read_bytes(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_
     if len(data) > limit:
         raise DnnplanError(f"is larger than {limit // MIB} MiB, the most a {what} file may be", file=source)
     return data
+
+
+def _refuse_special(p: Path, what: str, source: str, mode: int | None = None) -> None:
+    """A FIFO, socket or device given as a ``what`` file is refused (reading one could wait forever
+    or never end)."""
+    kind = target_kind(str(p)) if mode is None else (None if stat.S_ISREG(mode) else "not a regular file")
+    if kind is not None:
+        raise DnnplanError(f"is {kind}, not a {what} file", file=source,
+                           hint="give the path of a regular file, not a pipe or device")
 
 
 def decode(data: bytes, source: str, what: str) -> str:

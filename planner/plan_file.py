@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -20,6 +18,7 @@ from networks.ir import Layer, Network
 from networks.loader import load_network
 from networks.ops.base import MAX_INT
 from networks.reading import read_text
+from networks.writing import write_file
 from networks.spec_yaml import load_yaml
 from costmodel.pipeline import SCHEDULES, cut_at
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
@@ -54,18 +53,11 @@ def plan_to_dict(plan: Plan) -> dict:
 
 
 def write_plan(plan: Plan, path: str) -> None:
-    """Write atomically (a temporary file in the same folder, then renamed); ``.json`` gives JSON,
-    anything else YAML. The folder must exist."""
+    """Write atomically (networks.writing: a temporary file in the same folder, synced, then
+    renamed; the user's umask); ``.json`` gives JSON, anything else YAML. The folder must exist."""
     data = plan_to_dict(plan)
     text = json.dumps(data, indent=1) if path.endswith(".json") else yaml.safe_dump(data, sort_keys=False)
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=str(target.parent), prefix=".plan-")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except OSError as err:
-        raise DnnplanError(f"cannot write the plan: {err}", file=path) from None
+    write_file(path, text)  # a failure of the system: networks.writing.SystemFailure, any old plan intact
 
 
 def _fail(msg: str, path: str, layer: str | None = None, field: str | None = None, hint: str | None = None):

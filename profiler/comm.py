@@ -16,6 +16,7 @@ from costmodel.profile_table import ProfileTable
 from networks.errors import DnnplanError
 from profiler.comm_bench import BENCH_REVISION
 from profiler.dispatch import probe_env
+from profiler.jobs import run_job
 
 KIB, MIB = 1024, 1024 * 1024
 
@@ -57,7 +58,7 @@ def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float =
                "--sizes", ",".join(map(str, sizes)), "--collectives", ",".join(collectives),
                "--cap", str(cap_s), "--out", out]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=probe_env(1))
+            proc = run_job(cmd, timeout_s, probe_env(1))
         except subprocess.TimeoutExpired:
             raise DnnplanError(f"mpiexec did not finish within {timeout_s:.0f} s",
                                hint="use fewer --sizes or a smaller --max-bytes") from None

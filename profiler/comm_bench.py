@@ -31,7 +31,9 @@ import time
 
 import numpy as np
 
+from networks.writing import write_file
 from profiler.harness import DISTURB_ELEMS, last_level_cache_bytes  # the kernels' cache passes
+from profiler.jobs import watch_launcher
 
 ITEM = 4
 #: How the collectives are timed, recorded with their fits (``comm["bench"]``): 1, after a 4 MiB
@@ -122,11 +124,11 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="passes over every size; the fastest is kept")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    watch_launcher()  # ends itself should dnnplan die without a word
     from mpi4py import MPI  # noqa: PLC0415 - initialises MPI: only under mpiexec
     res = run([int(s) for s in args.sizes.split(",")], args.collectives.split(","), args.cap, args.rounds)
     if MPI.COMM_WORLD.Get_rank() == 0:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump({"ranks": MPI.COMM_WORLD.Get_size(), "measurements": res}, fh)
+        write_file(args.out, json.dumps({"ranks": MPI.COMM_WORLD.Get_size(), "measurements": res}))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from networks.errors import DnnplanError
 from profiler.comm import find_mpiexec
 from profiler.dispatch import probe_env
 from profiler.harness import summarize
+from profiler.jobs import run_job
 
 TIMEOUT_S = 300.0
 
@@ -41,7 +42,7 @@ def time_collectives(calls: Sequence[CommCall], ranks: int, threads: int,
         except DnnplanError as err:
             return {}, f"timing the collectives in step context needs mpiexec ({err})"
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+            proc = run_job(cmd, timeout_s, env)
         except subprocess.TimeoutExpired:
             return {}, f"timing the collectives in step context took more than {timeout_s:g} s"
         if proc.returncode != 0 or not os.path.exists(result):

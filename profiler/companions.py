@@ -10,6 +10,7 @@ parallel step would), each with the same thread count.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 from contextlib import contextmanager
 from typing import Iterator
@@ -19,6 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.kernel_calls import KernelCall
 from profiler import harness
+from profiler.jobs import LAUNCHER_ENV, start_time, watch_launcher
 from profiler.sigint import sigint_handled_by
 
 KEEP_BYTES = 1 << 30  # a companion keeps the operands of the calls it was given up to this many bytes
@@ -39,12 +41,24 @@ def ctrl_c_after_fork() -> Iterator[None]:
             yield
     finally:
         if noted:
-            signal.raise_signal(signal.SIGINT)  # as the handler restored takes it
+            signal.raise_signal(noted[0])  # as the handler restored takes it
 
 
 def _companion(conn, threads: int) -> None:  # pragma: no cover - runs in a child process
-    # a terminal's Ctrl-C reaches the whole process group: the parent handles it and ends companions
+    # a terminal's Ctrl-C (or hang-up) reaches the whole process group: the parent handles it and
+    # ends companions; a SIGTERM of its own ends a companion at once (its parent's handler is not its own)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    parent = os.getppid()  # a companion ends itself should its parent die without a word (kill -9)
+    watch_launcher({LAUNCHER_ENV: f"{parent}:{start_time(parent) or ''}"})
+    try:
+        _serve(conn, threads)
+    except (EOFError, OSError):  # the parent is gone (its end of the pipe closed): nothing to run for
+        return
+
+
+def _serve(conn, threads: int) -> None:  # pragma: no cover - runs in a child process
     built: dict = {}  # call key -> its closure, kept up to KEEP_BYTES (side-by-side rounds reload calls)
     room = KEEP_BYTES
     with threadpool_limits(limits=threads):

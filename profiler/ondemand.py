@@ -20,10 +20,12 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import signal
 import time
 from typing import Callable
 
 from rich.console import Console
+from rich.markup import escape
 from threadpoolctl import threadpool_limits
 
 from costmodel.compute import Roofline
@@ -33,10 +35,12 @@ from costmodel.profile_table import (DISPATCH, Entry, collective_key, is_dispatc
                                      with_executor)
 from costmodel.profiled_compute import Lookup, ProfiledCompute
 from networks.errors import DnnplanError
+from networks.writing import SystemFailure
 from profiler import comm_context, dispatch, side_by_side, step_context, sync
 from profiler.companions import Companions
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
+from profiler.sigint import sigint_handled_by
 from profiler.tables import cache_path, earlier_cache_paths, open_for_device, read_table, write_table
 
 
@@ -60,7 +64,7 @@ class OnDemandCompute(ProfiledCompute):
         self._recording: dict[str, KernelCall] | None = None
         self._listing_only = False  # calls_of(time_missing=False): list the calls, time none
         self.dispatch_failure = ""  # why the executor's dispatch time could not be timed, if it could not
-        atexit.register(self.save)
+        atexit.register(self._save_at_exit)
 
     def calls_of(self, predict: Callable[[], object], time_missing: bool = True) -> list[KernelCall]:
         """The kernel calls ``predict()`` looks up (those missing are timed on demand, as ever,
@@ -259,6 +263,16 @@ class OnDemandCompute(ProfiledCompute):
             self.cached = with_executor(self.cached, name, entry)
             self.new[name] = entry  # written with the next save
 
+    def _save_at_exit(self) -> None:
+        """:meth:`save` as the process ends: a failure is one line on stderr (no traceback)."""
+        try:
+            self.save()
+        except (SystemFailure, DnnplanError) as err:
+            self.new = {}
+            if self.progress:
+                Console(stderr=True).print(f"[yellow]warning:[/yellow] the kernels timed were not saved: "
+                                           f"{escape(str(err))}", markup=True, highlight=False)
+
     def save(self) -> None:
         if self._companions is not None:
             self._companions.close()
@@ -267,7 +281,8 @@ class OnDemandCompute(ProfiledCompute):
             self._status.stop()
             self._status = None
         if self.new:
-            write_table(self.cached, self.path)
+            with sigint_handled_by(signal.SIG_IGN):  # a stop signal meanwhile would lose them (atexit)
+                write_table(self.cached, self.path)
             self.new = {}
         self._last_save = time.perf_counter()
 

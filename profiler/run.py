@@ -21,6 +21,7 @@ from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry, ProfileTable, with_entries
 from networks.errors import DnnplanError
 from profiler.harness import TimingPolicy, time_call
+from profiler.sigint import sigint_handled_by
 from profiler.tables import write_table
 
 Progress = Callable[[int, int, KernelCall], None]  # (done, total, call just measured)
@@ -85,19 +86,14 @@ def profile_calls(calls: list[KernelCall], table: ProfileTable, xp: ModuleType =
 
 
 def _save(table: ProfileTable, out: str, shielded: bool) -> None:
-    """Write the table (atomically); ``shielded``: with a second Ctrl-C ignored meanwhile, so that
-    the entries of an interrupted run are saved (a signal handler can be set in the main thread only)."""
-    old = None
-    if shielded:
-        try:
-            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:
-            old = None
-    try:
+    """Write the table (atomically, merged with what the file holds); ``shielded``: with a second
+    Ctrl-C (or SIGTERM, SIGHUP) ignored meanwhile, so that the entries of an interrupted run are
+    saved (profiler.sigint)."""
+    if not shielded:
         write_table(table, out)
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGINT, old)
+        return
+    with sigint_handled_by(signal.SIG_IGN):
+        write_table(table, out)
 
 
 def _measure(run: ProfileRun, call: KernelCall, xp: ModuleType, policy: TimingPolicy) -> None:

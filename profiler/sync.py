@@ -21,6 +21,7 @@ from networks.errors import DnnplanError
 from profiler.comm import find_mpiexec
 from profiler.dispatch import probe_env
 from profiler.harness import summarize
+from profiler.jobs import run_job
 
 TIMEOUT_S = 120.0
 
@@ -37,7 +38,7 @@ def time_wait(threads: int, ranks: int, timeout_s: float = TIMEOUT_S) -> tuple[d
         return {}, f"the wait probe needs mpiexec ({err})"
     env = probe_env(threads)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        proc = run_job(cmd, timeout_s, env)
     except subprocess.TimeoutExpired:
         return {}, f"the wait probe took more than {timeout_s:g} s"
     if proc.returncode != 0:

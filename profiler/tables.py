@@ -1,4 +1,6 @@
-"""Profile tables on disk: atomic JSON writes, reading with clear errors, the per-user cache.
+"""Profile tables on disk: reading with clear errors, the per-user cache, and writes that merge:
+each write reads the file again under its lock and adds to it, so runs sharing a table keep
+every measurement (two `dnnplan profile --out t.json` at once, two plans filling the cache).
 
 The format lives in :mod:`costmodel.profile_table` (and the compute model over it in
 :mod:`costmodel.profiled_compute`); this is the file edge. The cache holds one table per
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -18,6 +20,8 @@ from costmodel.profile_table import (ProfileTable, fingerprint_id, foreign_reaso
                                      table_to_dict)
 from networks.errors import DnnplanError
 from networks.reading import MAX_TABLE_BYTES, read_text
+from networks.writing import failure, target_kind, write_file
+from profiler.table_lock import locked
 
 #: Tables shipped with the package, by name (none yet: one placed here also needs pyproject's package data)
 SHIPPED_DIR = Path(__file__).parent / "profiles"
@@ -75,22 +79,43 @@ def load_table(path: str | os.PathLike) -> ProfileTable:
     return read_table(path)
 
 
-def write_table(table: ProfileTable, path: str | os.PathLike) -> None:
-    """Write atomically: a temporary file in the same directory, flushed, then renamed over."""
+def write_table(table: ProfileTable, path: str | os.PathLike) -> ProfileTable:
+    """Merge ``table`` into the file at ``path`` and write it atomically (networks.writing), under
+    the file's lock (profiler.table_lock): what another process wrote there since this one read it
+    is kept (``table`` wins a key both have). The table written is returned. A failure of the
+    system is :class:`networks.writing.SystemFailure`, the file left as it was."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(table_to_dict(table), fh, indent=1, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        path.parent.mkdir(parents=True, exist_ok=True)  # the per-user cache's folder
+    except OSError as err:
+        raise failure("making its folder", err, str(path)) from None
+    check_table_target(str(path))
+    with locked(str(path)):
+        merged = _onto_file(table, path)
+        write_file(path, json.dumps(table_to_dict(merged), indent=1, sort_keys=False) + "\n")
+    return merged
+
+
+def check_table_target(path: str) -> None:
+    """A profile table is read, merged and written back: it must be a file (or not exist yet)."""
+    kind = target_kind(path)
+    if kind is not None:
+        raise DnnplanError(f"is {kind}; a profile table must be a file", file=path,
+                           hint="pass the path of a file (new, or a table to add to)")
+
+
+def _onto_file(table: ProfileTable, path: Path) -> ProfileTable:
+    """``table`` over what the file at ``path`` holds now: entries of both (``table``'s where both
+    have one), ``table``'s comm fits when it has any, else the file's."""
+    if not path.exists():
+        return table
+    on_disk = read_table(path)
+    why = foreign_reason(on_disk.fingerprint, table.fingerprint)
+    if why:  # another device's table took its place meanwhile: not overwritten
+        raise DnnplanError(f"profile table now belongs to another device or setting ({why})", file=str(path),
+                           hint="pass a new --out file")
+    return replace(table, entries={**on_disk.entries, **table.entries},
+                   executor={**on_disk.executor, **table.executor}, comm=dict(table.comm or on_disk.comm))
 
 
 def open_for_device(path: str | os.PathLike | None, fp: Mapping[str, Any]) -> ProfileTable:

@@ -196,11 +196,11 @@ def test_ctrl_c_in_validate_keeps_the_finished_plans_and_the_same_command_resume
     try:
         start = time.monotonic()
         while not any(l.startswith("measured ") for l in lines) and proc.poll() is None \
-                and time.monotonic() - start < 240:
+                and time.monotonic() - start < 1200:  # planning times kernels on demand: slow on a loaded machine
             time.sleep(0.05)
         assert proc.poll() is None, "validate ended before it could be interrupted: " + "".join(lines)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at a terminal: the whole foreground process group
-        proc.wait(60)
+        proc.wait(300)
         for t in readers:
             t.join(10)
     finally:
@@ -220,7 +220,7 @@ def test_ctrl_c_in_validate_keeps_the_finished_plans_and_the_same_command_resume
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
     again = subprocess.run([sys.executable, "-m", "dnnplan", *args], cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=300)
+                           text=True, timeout=1800)  # a loaded 2-core machine: 300 s was too short under load 20
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"measured {first['name']}: step" in again.stderr and "not run again" in again.stderr
     assert sum(1 for l in again.stderr.splitlines() if l.startswith("measured ") and "predicted" in l) == \

@@ -6,13 +6,15 @@ from typing import Callable, TypeVar
 
 import typer
 
+from dnnplan.commandline import command_line
 from dnnplan.options import (CheckOpt, ForceOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt, RanksOpt, StepContextOpt,
                              StepsOpt, ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)
 from dnnplan.output import check_outputs, write_json_file
 from dnnplan.render import execute as render
-from dnnplan.render.messages import fail_line, warn
+from dnnplan.render.messages import err_console, fail_line, warn
 from executor.report.compare import comparison_json
 from executor.launch.mpiexec import RunFailed
+from profiler import stops
 from executor.session.execute import (in_step_context, measure_both, non_finite_loss_warning, prepare, step_context_entries,
                               strategy_labels, trace_dict)
 
@@ -31,8 +33,8 @@ def guard_failure(fn: Callable[[], T]) -> T:
         raise typer.Exit(err.exit_code) from None
 
 
-def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupOpt = 2, check: CheckOpt = False,
-            json_out: JsonFileOpt = None, trace: TraceOpt = None, timeout: TimeoutOpt = 600.0,
+def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupOpt = 2,
+            check: CheckOpt = False, json_out: JsonFileOpt = None, trace: TraceOpt = None, timeout: TimeoutOpt = 600.0,
             threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
             step_context: StepContextOpt = True, force: ForceOpt = False) -> None:
     """Run a plan across MPI ranks and compare measured with predicted time per layer and phase.
@@ -45,13 +47,19 @@ def execute(plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupO
     context (--step-context).
     """
     check_outputs({"--json": json_out, "--trace": trace}, force)
-    prep = prepare(plan, ranks, threads, profile, fresh)
-    for line in prep.warnings:
-        warn(line)
-    if step_context:
-        prep = in_step_context(prep, step_context_entries(prep))
-    job, ahead, in_run = guard_failure(lambda: measure_both(prep, steps=steps, warmup=warmup, check=check,
-                                                            trace=trace is not None, timeout_s=timeout, in_run=fresh))
+    try:
+        prep = prepare(plan, ranks, threads, profile, fresh)
+        for line in prep.warnings:
+            warn(line)
+        if step_context:
+            prep = in_step_context(prep, step_context_entries(prep))
+        job, ahead, in_run = guard_failure(lambda: measure_both(
+            prep, steps=steps, warmup=warmup, check=check, trace=trace is not None, timeout_s=timeout, in_run=fresh))
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (profiler.stops): the job's ranks were ended
+        fail_line(f"interrupted by {stops.name()}: the run was stopped and every rank ended; an unfinished run "
+                  "writes no result, JSON or trace (kernels timed on demand stay in the profile cache)")
+        err_console.print(f"run it again with: {command_line(cli)}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(stops.exit_code()) from None
     if job is None:  # a rank other than 0 of an MPI job
         return
     cmp = ahead if in_run is None else in_run  # --fresh-profile: the table is the in-run prediction's

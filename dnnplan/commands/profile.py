@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-import shlex
 
 import typer
 
 from costmodel.machine import MAX_DEVICES
 from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, DeviceCountsOpt, JsonOpt,
                              MaxSecondsOpt, ProfileTargetArg, ProfileThreadsOpt, QuickOpt, SizesOpt, TableOutOpt)
+from dnnplan.commandline import command_line
 from dnnplan.output import check_output_folder
 from dnnplan.render import profile as render
+from profiler import stops
 from profiler.run import ProfileInterrupted
 from profiler.service import ProfileRequest, parse_ints, run_profile, run_summary
 
-#: Exit code of a profile stopped by Ctrl-C (its measurements saved), as a shell's for SIGINT.
-EXIT_INTERRUPTED = 130
 
 
 def profile(ctx: typer.Context, target: ProfileTargetArg, devices: DeviceCountsOpt = "1", batch: BatchOpt = None,
@@ -48,18 +47,5 @@ def profile(ctx: typer.Context, target: ProfileTargetArg, devices: DeviceCountsO
         if as_json:
             print(json.dumps(summary))
         render.interrupted_line(summary, command_line(ctx))
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(stops.exit_code()) from None
     render.profile_summary(run_summary(run, fp, threads, path))
-
-
-def command_line(ctx: typer.Context) -> str:
-    """This command as a shell line: ``dnnplan``, the command, its arguments and the options that
-    differ from their defaults (run again, a profile resumes)."""
-    words = ["dnnplan", ctx.info_name or "profile"]
-    for param in ctx.command.params:
-        value = ctx.params.get(param.name)
-        if param.param_type_name == "argument":
-            words.append(str(value))
-        elif value not in (None, False) and value != param.default:
-            words += [param.opts[0]] if getattr(param, "is_flag", False) else [param.opts[0], str(value)]
-    return shlex.join(words)

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 
+import typer
+
+from dnnplan.commandline import command_line
 from dnnplan.options import CapOpt, CommOutOpt, CommRanksOpt, JsonOpt, MaxBytesOpt, MessageSizesOpt
 from dnnplan.output import check_output_folder
 from dnnplan.render import profile as render
+from dnnplan.render.messages import err_console, fail_line
+from profiler import stops
 from profiler.comm_profile import run_profile_comm
 from profiler.service import parse_ints
 
 
-def profile_comm(ranks: CommRanksOpt = 2, sizes: MessageSizesOpt = None, max_bytes: MaxBytesOpt = 16 * 2**20,
-                 out: CommOutOpt = None, seconds_per_point: CapOpt = 0.2, as_json: JsonOpt = False) -> None:
+def profile_comm(cli: typer.Context, ranks: CommRanksOpt = 2, sizes: MessageSizesOpt = None,
+                 max_bytes: MaxBytesOpt = 16 * 2**20, out: CommOutOpt = None, seconds_per_point: CapOpt = 0.2,
+                 as_json: JsonOpt = False) -> None:
     """Measure sendrecv and the collectives under mpiexec and fit alpha, beta, gamma by least squares.
 
     Every point is timed in two cache states: warm (after a 4 MiB pass, as a collective that
@@ -24,8 +30,14 @@ def profile_comm(ranks: CommRanksOpt = 2, sizes: MessageSizesOpt = None, max_byt
     """
     if out:
         check_output_folder(out)  # the fit is added to an existing table: no --force
-    summary = run_profile_comm(ranks, parse_ints(sizes, "sizes", 2**31) if sizes else None, max_bytes, out,
-                               seconds_per_point)
+    try:
+        summary = run_profile_comm(ranks, parse_ints(sizes, "sizes", 2**31) if sizes else None, max_bytes, out,
+                                   seconds_per_point)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (profiler.stops): the MPI job was ended whole
+        fail_line(f"interrupted by {stops.name()}: the benchmark's MPI job was ended; nothing is kept (a fit needs "
+                  "every size measured) and the table is unchanged")
+        err_console.print(f"run it again with: {command_line(cli)}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(stops.exit_code()) from None
     if as_json:
         print(json.dumps(summary))
     else:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 
 import typer
 
@@ -19,6 +18,7 @@ from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt, LocalMachineOpt,
                              ProfileOpt, QuickValidateOpt, RefreshOpt, RepeatsOpt, ReportDirOpt, StepsOpt,
                              StepContextOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg, ValidateRanksOpt, WarmupOpt)
+from dnnplan.commandline import command_line
 from dnnplan.output import check_output, check_output_folder, write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render import report as report_files
@@ -27,9 +27,9 @@ from executor.session import validate as validation
 from executor.session.execute import strategy_labels
 from executor.session.validate import PlanRun, RunSettings, ValidationInterrupted, ValidationReport, strategy_summary
 from networks.errors import DnnplanError
+from networks.writing import target_kind
+from profiler import stops
 
-#: Exit code of a validate stopped by Ctrl-C (the plans that finished kept), as a shell's for SIGINT.
-EXIT_INTERRUPTED = 130
 #: ``--quick``: what it sets unless given on the command line (ranks: 2, or 1 on a one-core computer).
 QUICK = {"network": "lenet5", "batch": 8, "steps": 3, "warmup": 1, "repeats": 2}
 
@@ -77,7 +77,7 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
             on_reused=lambda row: render.validate_reused(row, keep)))
     except ValidationInterrupted as err:
         _keep(err, keep, command_line(cli), bool(earlier))
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(stops.exit_code()) from None
     if report is None:  # nothing ran here: a rank other than 0 of an MPI job
         return
     _report(report, ctx.compute.name, earlier)
@@ -140,11 +140,13 @@ def _report(report: ValidationReport, compute: str, earlier: list[dict] | None) 
 def _partial(path: str, force: bool) -> dict | None:
     """The partial report in ``path`` (an interrupted validate's), else None once ``path`` passes
     the output checks (its folder exists; an existing file is replaced only with --force)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        data = None
+    data = None
+    if target_kind(path) is None:  # a device or FIFO (--json /dev/stdout) holds no report to resume
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            data = None
     if validation.is_partial(data):
         check_output_folder(path)
         return data
@@ -174,21 +176,3 @@ def _keep(err: ValidationInterrupted, path: str, command: str, resumed: bool) ->
             write_json_file(path, report.to_json())
     kept = path if report.rows or resumed else None
     render.validate_interrupted(report.rows, report.planned, kept, err.cache, command, report.repeats)
-
-
-def command_line(cli: typer.Context) -> str:
-    """This command as a shell line: ``dnnplan validate``, its arguments and the options that differ
-    from their defaults (run again, it resumes)."""
-    words = ["dnnplan", cli.info_name or "validate"]
-    for param in cli.command.params:
-        value = cli.params.get(param.name)
-        if param.param_type_name == "argument":
-            if value is not None:  # a network left out (--quick)
-                words.append(str(value))
-        elif value is None or value == param.default:
-            continue
-        elif getattr(param, "is_flag", False):
-            words.append(param.opts[0] if value else (param.secondary_opts or param.opts)[0])
-        else:
-            words += [param.opts[0], str(value)]
-    return shlex.join(words)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+
 from networks.errors import DnnplanError
+from networks.writing import write_file
 
 
 def pyplot(missing: str):
@@ -18,14 +21,15 @@ def pyplot(missing: str):
 
 
 def save_figure(plt, fig, path: str, what: str, dpi: int) -> None:
-    """Lay out ``fig``, write it to ``path`` and close it; one clear line if it cannot be written."""
+    """Lay out ``fig``, write it to ``path`` (atomically: networks.writing, whose SystemFailure is
+    the one line if it cannot be written) and close it."""
     fig.tight_layout()
+    png = io.BytesIO()
     try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as err:
-        raise DnnplanError(f"cannot write the {what}: {err.strerror or err}", file=path) from None
+        fig.savefig(png, dpi=dpi, format="png")
     finally:
         plt.close(fig)
+    write_file(path, png.getvalue())
 
 
 def plot_sweep(rows: list[dict], path: str, title: str) -> None:

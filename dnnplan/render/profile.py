@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -16,10 +17,16 @@ from dnnplan.render.tables import console
 
 @contextmanager
 def progress_bar(what: str):
-    """Yields a callback ``(done, total, call)`` that advances a bar with ETA (on stderr)."""
+    """Yields a callback ``(done, total, call)`` that advances a bar with ETA on stderr, or, when
+    stderr is not a terminal (a log file, a batch job), prints a line after the first kernel
+    and then every :data:`LINE_EVERY_S` seconds."""
+    err = Console(stderr=True)
+    if not err.is_terminal:
+        yield _progress_lines(what, err)
+        return
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[call]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                   console=Console(stderr=True), transient=True)
+                   console=err, transient=True)
     task = None
     with bar:
         def cb(done, total, call):
@@ -28,6 +35,21 @@ def progress_bar(what: str):
                 task = bar.add_task(what, total=total, call="")
             bar.update(task, completed=done, call=f"{call.kernel} {call.algo}".strip())
         yield cb
+
+
+#: How often a profile whose stderr is not a terminal prints a progress line [s]
+LINE_EVERY_S = 10.0
+
+
+def _progress_lines(what: str, err: Console):
+    last = [-LINE_EVERY_S]
+
+    def cb(done, total, call):
+        now = time.monotonic()
+        if now - last[0] >= LINE_EVERY_S or done == total:
+            last[0] = now
+            err.print(f"{escape(what)}: {done} of {total} kernel shapes measured", markup=True, highlight=False)
+    return cb
 
 
 def profile_summary(s: dict) -> None:

@@ -20,6 +20,7 @@ from dnnplan.output import write_json_file
 from dnnplan.render import figures, fmt
 from executor.report.in_run import LABEL as IN_RUN
 from networks.errors import DnnplanError
+from networks.writing import failure, write_file
 
 REPORT_MD, SUMMARY_JSON = "report.md", "summary.json"
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,14 +190,14 @@ def markdown(data: dict, meta: dict, pictures: list[str]) -> str:
 def write_report(folder: str, data: dict, command: str) -> list[str]:
     """Write the report, summary.json and figures of a validate (``data``: its JSON) into ``folder``
     (created when missing); the paths written."""
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise failure("making the folder", err, folder, kept=False) from None
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": git_commit(), "command": command}
     pictures = figures.write_figures(data["plans"], folder, f"{data['network']}, {data['ranks']} rank(s)")
     write_json_file(os.path.join(folder, SUMMARY_JSON), data["summary"])
     path = os.path.join(folder, REPORT_MD)
-    try:
-        Path(path).write_text(markdown(data, meta, pictures), encoding="utf-8")
-    except OSError as err:
-        raise DnnplanError(f"cannot write the report: {err.strerror or err}", file=path) from None
+    write_file(path, markdown(data, meta, pictures))
     return [path, os.path.join(folder, SUMMARY_JSON)] + [os.path.join(folder, p) for p in pictures]

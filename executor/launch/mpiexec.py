@@ -6,8 +6,10 @@
   ``mpiexec`` there, matching the MPI that mpi4py loads), then on ``PATH``.
 * :func:`threads_per_rank` gives each rank ``cores // P`` BLAS/OpenMP threads (at least 1) so the
   ranks do not oversubscribe the cores.
-* :func:`launch` runs the job in its own process group, forwards its output without MPI's abort
-  noise, kills the whole group when it outlives the timeout, and turns a failure into one line:
+* :func:`launch` runs the job in its own session (profiler.jobs: ended whole, every rank with it,
+  should anything stop dnnplan, and its ranks exit should dnnplan die), forwards its output
+  without MPI's abort noise, kills the whole job when it outlives the timeout, and turns a
+  failure into one line:
   :class:`RunFailed` carries the failing rank's message and the exit code. A rank that ends
   without a word (killed by a signal, say) is named with the signal or exit status and the step,
   layer and phase it last started: the ranks keep those in a progress folder
@@ -26,12 +28,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import ContextManager
 
 from costmodel.files import NODE_CORES_ENV, usable_cores
 from executor.runtime.timers import FINISH, SETUP, RankProgress, read_progress
 from networks.errors import DnnplanError
+from networks.writing import EXIT_SYSTEM, SYSTEM_FAILED
 from profiler.dispatch import THREAD_VARS
 from profiler.comm import find_mpiexec  # noqa: F401 - the launcher's name for it (session, tests)
+from profiler.jobs import end_group, job
 
 JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK")
 EXIT_TIMEOUT = 124
@@ -141,17 +146,8 @@ def _pump(stream, sink, lines: list, state: dict) -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the launcher's process group (mpiexec tears down its ranks), then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM the launcher's process group (mpiexec tears down its ranks), then SIGKILL what is left."""
+    end_group(proc, KILL_GRACE_S)
 
 
 def _arg(cmd: list[str], flag: str) -> str | None:
@@ -250,18 +246,16 @@ def lost_rank_message(returncode: int, lines: list[str], records: dict[int, Rank
     return f"rank {rank}{where}; the other ranks were stopped"
 
 
-def _start(cmd: list[str], threads: int, cwd: str | None) -> subprocess.Popen:
+def _start(cmd: list[str], threads: int, cwd: str | None) -> ContextManager[subprocess.Popen]:
+    """The job started in its own session, its whole group ended should the block that follows it
+    be interrupted (profiler.jobs.job: a stop signal between the start and the block included)."""
     env = thread_env(threads)
     env.setdefault("PYTHONUNBUFFERED", "1")
     # the ranks size machine `local` as this process did, whatever cores MPI binds each one to
     env[NODE_CORES_ENV] = str(usable_cores())
     root = str(Path(__file__).resolve().parents[2])  # so `-m executor.launch.worker` finds this checkout
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    try:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                cwd=cwd, start_new_session=True, bufsize=1)
-    except OSError as err:
-        raise DnnplanError(f"cannot start {cmd[0]}: {err}") from None
+    return job(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, bufsize=1)
 
 
 def launch(cmd: list[str], threads: int, timeout_s: float, *, cwd: str | None = None) -> None:
@@ -285,7 +279,11 @@ def launch(cmd: list[str], threads: int, timeout_s: float, *, cwd: str | None = 
 
 
 def _launch(cmd: list[str], threads: int, timeout_s: float, cwd: str | None, folder: str | None) -> None:
-    proc = _start(cmd, threads, cwd)
+    with _start(cmd, threads, cwd) as proc:
+        _follow(proc, cmd, timeout_s, folder)
+
+
+def _follow(proc: subprocess.Popen, cmd: list[str], timeout_s: float, folder: str | None) -> None:
     out_lines: list[str] = []
     err_lines: list[str] = []
     state: dict = {"failure": None}
@@ -322,5 +320,6 @@ def _launch(cmd: list[str], threads: int, timeout_s: float, cwd: str | None, fol
             raise RunFailed(lost_rank_message(proc.returncode, err_lines + out_lines, records, first, cmd), 1,
                             output)
         msg = _RANK_LINE.match(failure).group(2)
-        code = EXIT_TIMEOUT if msg.startswith("timed out") else 1 if msg.startswith("internal error") else 2
+        code = EXIT_TIMEOUT if msg.startswith("timed out") else 1 if msg.startswith("internal error") else \
+            EXIT_SYSTEM if msg.startswith(SYSTEM_FAILED) else 2
         raise RunFailed(failure, code, output)

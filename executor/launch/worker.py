@@ -37,10 +37,12 @@ from executor.probes.step_kernels import in_step
 from executor.runtime.timers import FINISH, SETUP, ProgressFile, Timers
 from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
+from networks.writing import SYSTEM_FAILED, SystemFailure, reason, write_file
 from planner.plan_file import read_plan
 from profiler.dispatch import THREAD_VARS
 from profiler.inrun import InRunTimer, merge_samples
 from profiler.inrun_comm import InRunComm
+from profiler.jobs import watch_launcher
 
 ABORT_USER = 2
 ABORT_INTERNAL = 1
@@ -124,6 +126,10 @@ def abort_with(comm, err: BaseException) -> None:
     rank = comm.Get_rank()
     if isinstance(err, DnnplanError):
         msg, code = str(err), ABORT_USER
+    elif isinstance(err, (SystemFailure, OSError)):  # a full disk, say: the launcher exits with EXIT_SYSTEM
+        where = f"{err.filename}: " if isinstance(err, OSError) and err.filename else ""
+        msg = SYSTEM_FAILED + (str(err) if isinstance(err, SystemFailure) else f"{where}{reason(err)}")
+        code = ABORT_INTERNAL
     else:
         msg, code = f"internal error: {type(err).__name__}: {err}", ABORT_INTERNAL
         if os.environ.get("DNNPLAN_DEBUG"):
@@ -144,11 +150,9 @@ def start_watchdog(comm, timeout_s: float) -> threading.Timer:
 
 
 def write_result(path: str, result: object) -> None:
-    """``result`` pickled to ``path``, all or nothing."""
-    tmp = f"{path}.part"
-    with open(tmp, "wb") as fh:
-        pickle.dump(result, fh)
-    os.replace(tmp, path)  # all or nothing: the launcher never sees a partial result
+    """``result`` pickled to ``path``, all or nothing (networks.writing): the launcher never sees a
+    partial result."""
+    write_file(path, pickle.dumps(result))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -171,6 +175,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    watch_launcher()  # this rank ends itself should dnnplan die without a word (kill -9)
     set_threads(args.threads)
     from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py initialises MPI, only in a rank
     comm = MPI.COMM_WORLD

@@ -27,6 +27,7 @@ from executor.launch.worker import abort_with, set_threads, write_result
 from kernels.allocator import keep_freed_memory
 from profiler.inrun import InRunTimer, merge_samples
 from profiler.inrun_comm import InRunComm
+from profiler.jobs import watch_launcher
 from profiler.step_context import ROUNDS  # as many rounds as the kernels' step context
 
 
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    watch_launcher()  # ends itself should dnnplan die without a word
     set_threads(args.threads)
     keep_freed_memory()
     from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI

@@ -46,6 +46,7 @@ from networks.analysis import consumers
 from networks.ir import Network
 from networks.loader import load_network
 from planner.plan import LayerPlan, Plan
+from profiler.jobs import watch_launcher
 
 PROBE = Path(__file__).resolve().parent / "dispatch.yaml"
 #: The probe's batches: its passes moving from nothing to tens of megabytes.
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batches", default=",".join(map(str, PROBE_BATCHES)))
     args = ap.parse_args(argv)
+    watch_launcher()  # ends itself should dnnplan die without a word
     try:
         batches = [int(b) for b in args.batches.split(",")]
     except ValueError:

@@ -35,6 +35,7 @@ from executor.runtime.timers import Timers
 from executor.launch.worker import set_threads
 from kernels.allocator import keep_freed_memory
 from networks.loader import load_network
+from profiler.jobs import watch_launcher
 
 #: Samples a rank: the probe's kernels move about a megabyte per pass, as the dispatch probe's smaller batch.
 PER_RANK_BATCH = 8
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.batch < 1:
         ap.error("--steps, --threads and --batch must be positive, --warmup not negative")
+    watch_launcher()  # ends itself should dnnplan die without a word
     set_threads(args.threads)
     keep_freed_memory()
     from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI

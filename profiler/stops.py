@@ -1,0 +1,62 @@
+"""The signals that stop a command: Ctrl-C (SIGINT), SIGTERM (`kill`, `timeout`, a batch
+scheduler's time limit) and SIGHUP (the terminal closed), all handled as Ctrl-C is.
+
+:func:`install` (called by the ``dnnplan`` command at start) makes SIGTERM and SIGHUP raise
+:class:`Stopped`, a ``KeyboardInterrupt``, so every path that keeps what was measured on Ctrl-C
+(profile tables, validate's partial report, the per-user cache) and ends the MPI job it started
+does the same for them; :func:`exit_code` is then 128 + the signal, as a shell reports a command
+a signal ended. A signal that was ignored when the command started (``nohup`` ignores SIGHUP, a
+background job of a script SIGINT) stays ignored.
+"""
+
+from __future__ import annotations
+
+import signal
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: The stop signals this process received, in order (state of the process, kept at its edge)
+_RECEIVED: list[int] = []
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal arrived; ``signum`` says which."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise(signum: int, frame: object) -> None:
+    _RECEIVED.append(signum)
+    raise Stopped(signum)
+
+
+def install() -> None:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread from now on (each one
+    left alone where it is ignored or handled outside Python)."""
+    for sig in STOP_SIGNALS:
+        current = signal.getsignal(sig)
+        if current is signal.default_int_handler or current == signal.SIG_DFL:
+            signal.signal(sig, _raise)
+
+
+def handles(handler: object) -> bool:
+    """Whether ``handler`` is one that stops the command (this module's or Python's Ctrl-C's)."""
+    return handler is _raise or handler is signal.default_int_handler
+
+
+def received() -> int:
+    """The signal that stopped this command (SIGINT when none was seen: a KeyboardInterrupt)."""
+    return _RECEIVED[0] if _RECEIVED else signal.SIGINT
+
+
+def exit_code() -> int:
+    """128 + the signal that stopped the command: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + received()
+
+
+def name() -> str:
+    """How the stop is named to the user: ``Ctrl-C (SIGINT)``, ``SIGTERM``, ``SIGHUP``."""
+    sig = received()
+    return "Ctrl-C (SIGINT)" if sig == signal.SIGINT else signal.Signals(sig).name
