@@ -147,6 +147,23 @@ class Backend(Protocol):
 
 
 @runtime_checkable
+class EventClock(Protocol):
+    """A device whose clock can mark its stream without waiting (CUDA events): the timers resolve
+    a step's marks once, at its end (executor.runtime.timers), instead of waiting for the device at
+    every span. ``seconds(a, b)`` waits for ``b``; ``at(mark)`` is a mark on :meth:`Backend.now_s`'s
+    scale."""
+
+    def mark(self) -> Any:
+        """A mark recorded on the stream now (the work queued before it done when it completes)."""
+
+    def seconds(self, start: Any, end: Any) -> float:
+        """Device seconds from ``start`` to ``end``."""
+
+    def at(self, mark: Any) -> float:
+        """``mark``'s time on the backend's clock."""
+
+
+@runtime_checkable
 class DeviceMemory(Protocol):
     """A device whose arrays are not in the host's memory: it copies them both ways."""
 
