@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_info
 
 import kernels
 from costmodel.files import usable_cores
-from kernels.cuda import libs
+from kernels.cuda import GPU_KERNELS_REVISION, libs
 from kernels.xp import array_module
 from networks.errors import DnnplanError
 
@@ -71,6 +71,7 @@ def fingerprint(backend: str = "numpy", threads: int = 1, concurrency: int = 1,
                       memory_bytes=int(props["totalGlobalMem"]), l2_bytes=int(props.get("l2CacheSize", 0)),
                       compute_capability=f"{props.get('major', '?')}.{props.get('minor', '?')}")
             fp.update(libs.versions())
+            fp["gpu_kernels"] = GPU_KERNELS_REVISION
         except DnnplanError:
             raise
         except Exception as err:  # noqa: BLE001

@@ -116,10 +116,11 @@ def test_a_gpu_run_pins_the_engines_its_table_recorded(tmp_path):
 def test_cudnn_libraries_are_found_in_the_cuda13_wheels_layout(tmp_path):
     lib = tmp_path / "nvidia" / "cu13" / "lib"
     lib.mkdir(parents=True)
-    for name in ("libcudnn.so.9", "libcudnn_graph.so.9", "libcudnn_ops.so.9", "libcublas.so.13"):
+    for name in ("libcudnn.so.9", "libcudnn_adv.so.9", "libcudnn_graph.so.9", "libcudnn_ops.so.9", "libcublas.so.13"):
         (lib / name).write_bytes(b"")
     found = libs.cudnn_library_paths([str(tmp_path)])
-    assert [p.rsplit("/", 1)[1] for p in found] == ["libcudnn_graph.so.9", "libcudnn_ops.so.9", "libcudnn.so.9"]
+    assert [p.rsplit("/", 1)[1] for p in found] == ["libcudnn_graph.so.9", "libcudnn_ops.so.9", "libcudnn_adv.so.9",
+                                                    "libcudnn.so.9"]  # what they need before them
     assert libs.cudnn_library_paths([str(tmp_path / "none")]) == []
 
 

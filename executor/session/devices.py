@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from costmodel.compute import ComputeModel
 from executor.backend.select import array_backend_for
-from kernels.cuda import libs
+from kernels.cuda import GPU_KERNELS_REVISION, libs
 from networks.errors import DnnplanError
 from planner.plan import Plan
 from profiler.gpu_tables import check_gpu
@@ -34,6 +34,11 @@ def choose_device(plan: Plan, plan_path: str, compute: ComputeModel, device: str
                            hint="plan again with --zero 0 to run it on GPUs")
     warnings = []
     if compute.table is not None:
+        fp = compute.table.fingerprint
+        if fp.get("backend") == "cupy" and fp.get("gpu_kernels") != GPU_KERNELS_REVISION:
+            warnings.append(f"the GPU profile's kernels are revision {fp.get('gpu_kernels', 'none (cupy array code)')}, "
+                            f"this build's revision {GPU_KERNELS_REVISION}: kernel times may differ from the "
+                            "prediction (re-profile with --backend cupy)")
         name = local_gpu_name()
         line = check_gpu(compute.table, name, foreign_ok, f"but this run has {name}")
         if line:

@@ -18,6 +18,11 @@ from __future__ import annotations
 from kernels import dispatch
 from kernels.cuda import attention, conv, elementwise, embedding, gemm, loss, norm, pool
 
+#: Bumped whenever a GPU kernel's work changes (as kernels.KERNELS_REVISION for the numpy set), and
+#: recorded in a GPU table's fingerprint (``gpu_kernels``): 1, the first GPU kernel set (cuDNN,
+#: cuBLAS, fused passes); a cupy table without it timed the numpy kernels' array-module code.
+GPU_KERNELS_REVISION = 1
+
 #: kernel name -> GPU implementation (each takes the numpy kernel's arguments and ``fallback``)
 IMPLEMENTATIONS = {
     "conv2d.fwd": conv.conv2d_forward,

@@ -55,14 +55,24 @@ def cupy() -> ModuleType:
     return cp
 
 
+#: cuDNN 9's sub-libraries in the order they need each other (graph first), then the rest by name
+CUDNN_ORDER = ("graph", "engines_precompiled", "engines_runtime_compiled", "heuristic", "ops", "cnn", "adv")
+
+
+def _order(path: str) -> tuple[int, str]:
+    part = os.path.basename(path)[len("libcudnn_"):-len(".so.9")]
+    return (CUDNN_ORDER.index(part) if part in CUDNN_ORDER else len(CUDNN_ORDER), path)
+
+
 def cudnn_library_paths(roots=None) -> list[str]:
     """Every ``libcudnn*.so.9`` under ``nvidia/*/lib`` of ``roots`` (default ``sys.path``), the
-    sub-libraries first and ``libcudnn.so.9`` itself last, one directory only (the first found)."""
+    sub-libraries first (:data:`CUDNN_ORDER`) and ``libcudnn.so.9`` itself last, from the first
+    directory that has it."""
     for root in (roots if roots is not None else sys.path):
         for libdir in sorted(glob.glob(os.path.join(root or ".", "nvidia", "*", "lib"))):
-            found = sorted(glob.glob(os.path.join(libdir, "libcudnn*.so.9")))
+            found = glob.glob(os.path.join(libdir, "libcudnn*.so.9"))
             if any(os.path.basename(p) == "libcudnn.so.9" for p in found):
-                return [p for p in found if os.path.basename(p) != "libcudnn.so.9"] + \
+                return sorted((p for p in found if os.path.basename(p) != "libcudnn.so.9"), key=_order) + \
                     [os.path.join(libdir, "libcudnn.so.9")]
     return []
 
@@ -72,7 +82,8 @@ def cudnn() -> ModuleType:
     """cuDNN's Python frontend with its library loaded (module docstring)."""
     cupy()
     handle = None
-    for path in cudnn_library_paths():
+    paths = cudnn_library_paths()
+    for path in paths + paths[:-1]:  # a second pass for one that needed a later one
         try:
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
         except OSError:
