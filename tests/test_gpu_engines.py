@@ -163,3 +163,14 @@ def test_call_shape_is_the_cost_models_conv_shape():
     assert len(conv.call_shape((8, 64, 14, 14), (64, 64, 3, 3), 1, 1, 1, 1)) == len(SHAPE_FIELDS["conv2d.fwd"]) - 1
     assert conv.call_shape((8, 64, 14, 14), (32, 32, 3, 3), 2, (1, 0, 1, 0), 1, 2) == \
         (8, 64, 14, 14, 32, 3, 3, 2, 2, 1, 0, 1, 0, 1, 1, 2)
+
+
+def test_an_explicitly_padded_convolution_keeps_the_pin_of_the_call(frontend):
+    """Asymmetric padding runs as a padded copy and a convolution without padding; the engine pinned
+    for the call as made (the profile's key) still runs."""
+    g0 = make_geom((8, 64, 14, 14), (64, 64, 3, 3), 1, (1, 0, 1, 0), 1, 1)
+    padded = make_geom((8, 64, g0.hp, g0.wp), (64, 64, 3, 3), 1, 0, 1, 1)
+    key = conv.pin_key("fwd", conv.call_shape((8, 64, 14, 14), (64, 64, 3, 3), 1, (1, 0, 1, 0), 1, 1), "float32",
+                       "im2col", "fp32")
+    conv.pin_engines({key: "eng1"})
+    assert conv._choose("fwd", padded, "float32", "im2col", (None, None, None), g0).engine == "eng1"

@@ -141,9 +141,15 @@ def _time(graph, tensors: dict, index: int) -> float:
     return statistics.median(samples)
 
 
-def _choose(pass_: str, g, dtype_name: str, family: str, arrays: tuple) -> Choice:
+def _shape16(g) -> tuple:
+    return (g.n, g.c, g.h, g.w, g.f, g.kh, g.kw, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr, g.dh, g.dw, g.groups)
+
+
+def _choose(pass_: str, g, dtype_name: str, family: str, arrays: tuple, called=None) -> Choice:
+    """``called``: the geometry the kernel was called with (its pin's key) when ``g`` is that of an
+    explicitly padded input."""
     precision = precision_of(dtype_name)
-    shape16 = (g.n, g.c, g.h, g.w, g.f, g.kh, g.kw, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr, g.dh, g.dw, g.groups)
+    shape16 = _shape16(called or g)
     pinned = PINS.get(pin_key(pass_, shape16, dtype_name, family, precision))
     for ran in dict.fromkeys((family, "im2col")):
         try:
@@ -176,11 +182,11 @@ def _asymmetric(g) -> bool:
     return g.pt != g.pb or g.pl != g.pr
 
 
-def _run(pass_: str, g, algo: str, a, b, out):
+def _run(pass_: str, g, algo: str, a, b, out, called=None):
     key = (pass_, g, a.dtype.name, algo or "im2col", precision_of(a.dtype.name), libs.cupy().cuda.Device().id)
     choice = CHOICES.get(key)
     if choice is None:
-        choice = CHOICES[key] = _choose(pass_, g, a.dtype.name, algo or "im2col", (a, b, out))
+        choice = CHOICES[key] = _choose(pass_, g, a.dtype.name, algo or "im2col", (a, b, out), called)
     _LAST[0] = choice
     execute(choice.graph, dict(zip(choice.tensors, (a, b, out))), choice.index)
     return out
@@ -191,10 +197,10 @@ def conv2d_forward(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(
     if not fits(x, w):
         return fallback(x, w, b, stride, padding, dilation, groups, algo)
     cp = libs.cupy()
-    g = make_geom(x.shape, w.shape, stride, padding, dilation, groups)
+    g = g0 = make_geom(x.shape, w.shape, stride, padding, dilation, groups)
     if _asymmetric(g):
         x, g = _pad_explicitly(x, g)
-    y = _run("fwd", g, algo, x, w, cp.empty((g.n, g.f, g.ho, g.wo), dtype=x.dtype))
+    y = _run("fwd", g, algo, x, w, cp.empty((g.n, g.f, g.ho, g.wo), dtype=x.dtype), g0)
     if b is not None:
         bias = cp.ascontiguousarray(b.astype(y.dtype, copy=False))
         run("bias_nchw", y.dtype.name, y.size, (y, bias, i64(y.size), i64(g.ho * g.wo), i32(g.f)))
@@ -208,7 +214,7 @@ def conv2d_backward_data(dy, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0), di
     cp = libs.cupy()
     g0 = make_geom(x_shape, w.shape, stride, padding, dilation, groups)
     g = make_geom((g0.n, g0.c, g0.hp, g0.wp), w.shape, stride, 0, dilation, groups) if _asymmetric(g0) else g0
-    dx = _run("bwd_data", g, algo, dy, w, cp.empty((g.n, g.c, g.h, g.w), dtype=dy.dtype))
+    dx = _run("bwd_data", g, algo, dy, w, cp.empty((g.n, g.c, g.h, g.w), dtype=dy.dtype), g0)
     if g is not g0:
         dx = cp.ascontiguousarray(dx[:, :, g0.pt:g0.pt + g0.h, g0.pl:g0.pl + g0.w])
     return dx
@@ -219,9 +225,9 @@ def conv2d_backward_weights(dy, x, w_shape, stride=(1, 1), padding=(0, 0, 0, 0),
     if not fits(dy, x):
         return fallback(dy, x, w_shape, stride, padding, dilation, groups, algo, with_bias)
     cp = libs.cupy()
-    g = make_geom(x.shape, w_shape, stride, padding, dilation, groups)
+    g = g0 = make_geom(x.shape, w_shape, stride, padding, dilation, groups)
     if _asymmetric(g):
         x, g = _pad_explicitly(x, g)
-    dw = _run("bwd_weights", g, algo, x, dy, cp.empty(tuple(w_shape), dtype=dy.dtype))
+    dw = _run("bwd_weights", g, algo, x, dy, cp.empty(tuple(w_shape), dtype=dy.dtype), g0)
     db = from_float32(channel_sums(dy)[0].astype(cp.float32), dy.dtype) if with_bias else None
     return dw, db

@@ -38,8 +38,11 @@ def embedding_backward_weights(dy, cache, dtokens=None, with_positions: bool = T
     run("embed_bwd", dy.dtype.name, dy.size, (cache["ids"], dy, acc, i64(dy.size), i32(d), i64(cache["lo"]),
                                               i64(cache["rows"])))
     grad = from_float32(acc, dy.dtype)
-    if dtokens is not None:
-        dtokens += grad
+    if dtokens is not None:  # a tied head's gradient of the same rows: added into it
+        if fits(dtokens, grad):
+            run("add2", grad.dtype.name, grad.size, (dtokens, grad, dtokens, i64(grad.size)))
+        else:
+            dtokens += grad.astype(dtokens.dtype)
         grad = dtokens
     dpos = None
     if with_positions:

@@ -27,14 +27,21 @@ def fits(*arrays) -> bool:
     return dt.name in DTYPES and all(a.dtype == dt and a.flags.c_contiguous for a in arrays)
 
 
+_FUNCTIONS: dict[tuple[int, str, str], object] = {}
+
+
 def function(dtype_name: str, name: str):
-    """The compiled kernel ``name`` for arrays of ``dtype_name`` on the current device."""
+    """The compiled kernel ``name`` for arrays of ``dtype_name`` on the current device (looked up
+    once: a step launches hundreds)."""
     cp = libs.cupy()
-    key = (cp.cuda.Device().id, dtype_name)
-    mod = _MODULES.get(key)
-    if mod is None:
-        mod = _MODULES[key] = cp.RawModule(code=source(dtype_name), options=("-std=c++17",))
-    return mod.get_function(name)
+    dev = cp.cuda.runtime.getDevice()
+    fn = _FUNCTIONS.get((dev, dtype_name, name))
+    if fn is None:
+        mod = _MODULES.get((dev, dtype_name))
+        if mod is None:
+            mod = _MODULES[(dev, dtype_name)] = cp.RawModule(code=source(dtype_name), options=("-std=c++17",))
+        fn = _FUNCTIONS[(dev, dtype_name, name)] = mod.get_function(name)
+    return fn
 
 
 def blocks(n: int, threads: int = THREADS) -> int:
