@@ -148,3 +148,19 @@ def test_a_plan_run_on_gpus_without_one_is_one_line(tmp_path, monkeypatch):
     assert made.exit_code == 0, made.output
     result = CliRunner().invoke(app, ["execute", str(plan), "--ranks", "1", "--device", "cuda"])
     assert result.exit_code == 2 and "dnnplan[gpu" in result.output and "Traceback" not in result.output
+
+
+def test_a_missing_cudnn_frontend_or_library_is_one_line(monkeypatch):
+    monkeypatch.setattr(libs, "cupy", lambda: object())
+    monkeypatch.setattr(libs, "cudnn_library_paths", lambda roots=None: [])
+
+    def no_cudnn(name):
+        raise ImportError(f"No module named '{name}'")
+
+    monkeypatch.setattr(libs.importlib, "import_module", no_cudnn)
+    with pytest.raises(DnnplanError, match="cudnn") as err:
+        libs.cudnn.__wrapped__()
+    assert "nvidia-cudnn-frontend==1.16.0" in err.value.hint and "\n" not in str(err.value)
+    with pytest.raises(DnnplanError, match="nccl") as err:
+        libs.nccl.__wrapped__()
+    assert "nvidia-nccl" in err.value.hint

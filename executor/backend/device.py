@@ -23,8 +23,8 @@ What a backend provides (:class:`Backend`):
 - **collectives**: :meth:`Backend.communicator` joins the launcher's MPI communicator (the world
   of ``mpiexec``, or a group of it) and returns a :class:`Communicator` over the same ranks.
 
-What a GPU backend (``cuda.py``: cupy, CUDA events, NCCL) must implement, without changing this
-interface:
+What the GPU backend (``cuda.py``: cupy, CUDA events, NCCL) implements, without changing this
+interface (it is also an :class:`EventClock`, so spans are events resolved at each step's end):
 
 - ``xp = cupy``; one CUDA stream per rank (device ``local rank mod devices``), on which the
   kernels and the collectives run;
