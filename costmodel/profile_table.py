@@ -71,6 +71,10 @@ class ProfileTable:
     #: Timings of the executor itself rather than of a kernel, by name: ``dispatch``, its Python
     #: between two layer passes (executor.probes.dispatch); an optional "executor" mapping in the file.
     executor: Mapping[str, Entry] = field(default_factory=dict)
+    #: What ran for a kernel entry where a kernel chooses among implementations (a GPU table's
+    #: convolutions: the cuDNN engine, its workspace, the family it came from), by entry key; an
+    #: optional "records" mapping in the file (kernels.cuda.conv.Choice)
+    records: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def short_id(self) -> str:
@@ -84,20 +88,40 @@ class ProfileTable:
         return f"{fp.get('device', '?')} x{fp.get('threads', '?')}t {fp.get('backend', '?')}{ranks} [{self.short_id}]"
 
 
+#: The precision a table's kernels were timed in (a GPU table: fp32, tf32, fp16 or bf16; costmodel.precision),
+#: fp32 when absent. Part of a table's identity: TF32 and strict float32 time the same float32 calls
+#: differently.
+DEFAULT_TABLE_PRECISION = "fp32"
+
+
+def table_precision(fp: Mapping[str, Any]) -> str:
+    return str(fp.get("precision") or DEFAULT_TABLE_PRECISION)
+
+
+def _identity(fp: Mapping[str, Any]) -> dict[str, Any]:
+    ident = {k: fp.get(k) for k in IDENTITY_KEYS}
+    if table_precision(fp) != DEFAULT_TABLE_PRECISION:  # fp32 tables keep the ids they always had
+        ident["precision"] = table_precision(fp)
+    return ident
+
+
 def fingerprint_id(fp: Mapping[str, Any]) -> str:
-    ident = json.dumps({k: fp.get(k) for k in IDENTITY_KEYS}, sort_keys=True)
+    ident = json.dumps(_identity(fp), sort_keys=True)
     return hashlib.sha256(ident.encode()).hexdigest()[:10]
 
 
 def same_device(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return all(a.get(k) == b.get(k) for k in IDENTITY_KEYS)
+    return foreign_reason(a, b) is None
 
 
 def foreign_reason(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
-    """Which identity key differs between two fingerprints (None when they are the same device)."""
+    """Which identity key differs between two fingerprints (None when they are the same device
+    and precision)."""
     for k in IDENTITY_KEYS:
         if a.get(k) != b.get(k):
             return f"{k} {short(a.get(k))} != {short(b.get(k))}"
+    if table_precision(a) != table_precision(b):
+        return f"precision {table_precision(a)} != {table_precision(b)}"
     return None
 
 
@@ -123,7 +147,30 @@ def table_from_dict(data: Any, source: str) -> ProfileTable:
         raise _bad(source, "comm must be a mapping")
     _check_comm(comm, source)
     executor = _entries(data, "executor", "executor entry", source)
-    return ProfileTable(fp, entries, dict(comm), source, executor)
+    return ProfileTable(fp, entries, dict(comm), source, executor, _records(data, source))
+
+
+#: The fields of a record (:attr:`ProfileTable.records`) and their types
+RECORD_FIELDS = {"engine": str, "workspace_bytes": int, "ran": str}
+
+
+def _records(data: Mapping[str, Any], source: str) -> dict[str, dict[str, Any]]:
+    raw = data.get("records", {})
+    if not isinstance(raw, Mapping):
+        raise _bad(source, "records must be a mapping")
+    out = {}
+    for key, rec in raw.items():
+        try:
+            _check_key(str(key))
+            if not isinstance(rec, Mapping) or any(not isinstance(rec.get(f), t) or isinstance(rec.get(f), bool)
+                                                   for f, t in RECORD_FIELDS.items()):
+                raise ValueError(f"a record holds {', '.join(RECORD_FIELDS)}")
+            if not 0 <= rec["workspace_bytes"] <= 2**50 or len(rec["engine"]) > 200:
+                raise ValueError("workspace or engine name out of range")
+        except (ValueError, KeyError) as err:
+            raise _bad(source, f"record {short(key)}: {err}") from None
+        out[str(key)] = {f: rec[f] for f in RECORD_FIELDS}
+    return out
 
 
 def _fingerprint(fp: Any, source: str) -> dict[str, Any]:
@@ -235,7 +282,8 @@ def table_to_dict(table: ProfileTable) -> dict[str, Any]:
             "entries": {k: e.__dict__.copy() for k, e in sorted(table.entries.items())},
             "comm": dict(table.comm),
             **({"executor": {k: e.__dict__.copy() for k, e in sorted(table.executor.items())}}
-               if table.executor else {})}
+               if table.executor else {}),
+            **({"records": {k: dict(r) for k, r in sorted(table.records.items())}} if table.records else {})}
 
 
 def merge(base: ProfileTable, new: ProfileTable) -> ProfileTable:
@@ -252,7 +300,7 @@ def merge(base: ProfileTable, new: ProfileTable) -> ProfileTable:
     comm = dict(base.comm)
     comm.update(new.comm)
     return replace(base, fingerprint={**base.fingerprint, **new.fingerprint}, entries=entries, comm=comm,
-                   executor={**base.executor, **new.executor})
+                   executor={**base.executor, **new.executor}, records={**base.records, **new.records})
 
 
 def with_entries(table: ProfileTable, entries: Mapping[str, Entry]) -> ProfileTable:

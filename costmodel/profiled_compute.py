@@ -197,8 +197,13 @@ class ProfiledCompute:
         if weight_elems <= 0:
             return 0.0
         dtype = dtype_for_itemsize(itemsize)
+        if itemsize == 2 and not self._has("sgd.update", "float16") and self._has("sgd.update", "bfloat16"):
+            dtype = "bfloat16"  # a bfloat16 table's 2-byte weights
         call = KernelCall("sgd.update", (weight_elems,), dtype, "", 3 * weight_elems, 5 * weight_elems * itemsize)
         return self.lookup(call).seconds * update_bytes(itemsize, slots) / update_bytes(itemsize, 1)
+
+    def _has(self, kernel: str, dtype: str) -> bool:
+        return any(k[0] == kernel and k[1] == dtype for k in self._groups)
 
     def copy_s(self, elems: int, run: int, dtype: str, accumulate: bool) -> float:
         """The profiled block copy (``kernels.reshard``) of ``elems`` in runs of ``run``."""
@@ -211,6 +216,13 @@ class ProfiledCompute:
         return self.lookup(call).seconds
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
+        """A convolution's workspace as the table recorded it for each pass's call (a GPU table:
+        the cuDNN engine's), the largest of the three; else the fallback's closed form."""
+        if local.layer.op == "conv2d" and self.table.records:
+            got = [self.table.records.get(c.key, {}).get("workspace_bytes")
+                   for p in ("fwd", "bwd_data", "bwd_weights") for c in kernel_calls(local, p, algorithm)]
+            if got and all(g is not None for g in got):
+                return int(max(got))
         return self.fallback.workspace_bytes(local, algorithm)
 
     def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:

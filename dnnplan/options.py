@@ -40,6 +40,13 @@ LocalMachineOpt = Annotated[str, typer.Option("--machine", "-m", help="The machi
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="A profile table (from `dnnplan profile`) to "
                                                    "time kernels with \\[default: the machine's; for `local` this "
                                                    "computer's cache; else the datasheet roofline].")]
+DeviceOpt = Annotated[str, typer.Option(
+    "--device", help="Where the ranks run: auto (where the profile was timed: a --backend cupy table runs on GPUs, "
+    "one per local rank), host (numpy + MPI) or cuda (cupy + cuDNN/cuBLAS + NCCL; MPI staged through the host "
+    "when ranks share a GPU).")]
+ForeignProfileOpt = Annotated[bool, typer.Option(
+    "--foreign-profile", help="Use a GPU profile table of another GPU model than the machine's (or than the GPU "
+    "running the plan): its kernel times are that GPU's, and the output says so.")]
 RefreshOpt = Annotated[bool, typer.Option("--refresh-profile", help="Machine `local`: time again, now, every "
                                           "kernel the planner weighs, side by side in interleaved rounds, "
                                           "and update this computer's profile cache (entries gathered "
@@ -67,7 +74,8 @@ MemoryOpt = Annotated[Optional[float], typer.Option("--memory", help="Memory per
 PrecisionOpt = Annotated[str, typer.Option(
     "--precision", help="Number format of training: fp32; tf32 (float32 storage, TF32 tensor cores); fp16 or "
     "bf16 (mixed precision: 16-bit activations, weights and gradients, float32 master weights and optimiser "
-    "state). Priced from the GPU datasheet (docs/costmodel.md, Precision).")]
+    "state). Priced from the GPU datasheet, or from a GPU profile table timed in it (--profile; "
+    "docs/costmodel.md, Precision).")]
 OptimizerOpt = Annotated[str, typer.Option(
     "--optimizer", help="The optimiser whose state each parameter carries: sgd (none), momentum (one value, "
     "what the executor runs) or adam (two).")]
@@ -198,7 +206,11 @@ CheckEachOpt = Annotated[bool, typer.Option("--check/--no-check", help="Check ea
 
 # --- profiling -------------------------------------------------------------------------------
 
-BackendOpt = Annotated[str, typer.Option("--backend", help="numpy (CPU) or cupy (NVIDIA GPU).")]
+BackendOpt = Annotated[str, typer.Option("--backend", help="numpy (CPU) or cupy (NVIDIA GPU: cuDNN engines, "
+                                         "cuBLAS, fused passes; docs/profiler.md, GPU).")]
+ProfilePrecisionOpt = Annotated[str, typer.Option(
+    "--precision", help="Number format the kernels run in: fp32, tf32, fp16 or bf16 (a GPU's; numpy times fp32). "
+    "Recorded in the table: a plan in another precision refuses it.")]
 ProfileThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads per process (a rank's share of "
                                                 "the cores).", callback=within("--threads", 1, 4096))]
 TableOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to write and resume "

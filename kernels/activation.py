@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 
+from kernels.dispatch import device_kernel
 from kernels.xp import module_of
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 
 
+@device_kernel("relu.fwd")
 def relu_forward(x):
     xp = module_of(x)
     # branch-free (maximum, multiply by the mask): a data-dependent select runs several times slower
@@ -17,10 +19,12 @@ def relu_forward(x):
     return xp.maximum(x, xp.zeros((), dtype=x.dtype)), mask
 
 
+@device_kernel("relu.bwd")
 def relu_backward(dy, cache):
     return dy * cache
 
 
+@device_kernel("gelu.fwd")
 def gelu_forward(x):
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); keeps its input only for backward (as
     PyTorch does, and as the cost model counts: ``networks.analysis.kept_bytes``)."""
@@ -29,6 +33,7 @@ def gelu_forward(x):
     return 0.5 * x * (1.0 + t), x
 
 
+@device_kernel("gelu.bwd")
 def gelu_backward(dy, cache):
     """dy (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)) with t = tanh(c (x + a x^3)), computed as
     (1 + t)(0.5 + 0.5 x c (1 + 3 a x^2)(1 - t)) in two buffers of x's size, in place (the
@@ -67,6 +72,7 @@ def dropout_mask(xp, shape, rate, seed, dtype):
     return keep.astype(dtype) * (1.0 / (1.0 - rate))
 
 
+@device_kernel("dropout.fwd")
 def dropout_forward(x, rate, seed):
     """Inverted dropout; keeps a one-byte mask of the kept elements for backward (as PyTorch does,
     and as the cost model counts) with the scale: the same products as a float mask."""
@@ -76,11 +82,13 @@ def dropout_forward(x, rate, seed):
     return x * mask, (mask != 0, scale)
 
 
+@device_kernel("dropout.bwd")
 def dropout_backward(dy, cache):
     keep, scale = cache
     return dy * keep * scale
 
 
+@device_kernel("add.fwd")
 def add_forward(a, b):
     return a + b, None
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 
+from kernels.dispatch import device_kernel
 from kernels.xp import module_of
 
 
+@device_kernel("attention.fwd")
 def attention_forward(q, k, v, causal=False):
     xp = module_of(q)
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -27,6 +29,7 @@ def attention_forward(q, k, v, causal=False):
     return o, {"q": q, "k": k, "v": v, "p": p, "scale": scale}
 
 
+@device_kernel("attention.bwd")
 def attention_backward(do, cache):
     """(dq, dk, dv)."""
     xp = module_of(do)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from kernels import conv_direct, conv_fft, conv_im2col, conv_winograd
 from kernels._conv_common import add_bias, conv_output_hw, make_geom, pair
+from kernels.dispatch import device_kernel
 from kernels.xp import module_of
 from networks.ops.conv_workspace import workspace_bytes
 
@@ -60,6 +61,7 @@ def _check(algo, g):
                          f"stride ({g.sh},{g.sw}), dilation ({g.dh},{g.dw})")
 
 
+@device_kernel("conv2d.fwd")
 def conv2d_forward(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1,
                    algo="im2col", *, trace=None):
     """y = conv(x, w) + b; x (N, C, H, W), w (F, C/groups, KH, KW), b (F,) or None -> (N, F, Ho, Wo)."""
@@ -70,6 +72,7 @@ def conv2d_forward(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(
     return add_bias(y, b)
 
 
+@device_kernel("conv2d.bwd_data")
 def conv2d_backward_data(dy, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
                          groups=1, algo="im2col", *, trace=None):
     """dx (shape ``x_shape``, C-contiguous) from dy (N, F, Ho, Wo). Input rows/cols no window
@@ -86,6 +89,7 @@ def conv2d_backward_data(dy, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0), di
     return module_of(dx).ascontiguousarray(dx)
 
 
+@device_kernel("conv2d.bwd_weights")
 def conv2d_backward_weights(dy, x, w_shape, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
                             groups=1, algo="im2col", with_bias=False, *, trace=None):
     """(dw (shape ``w_shape``), db (F,) or None) from dy (N, F, Ho, Wo) and the forward input x."""

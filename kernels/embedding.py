@@ -14,6 +14,7 @@ The scatter-add sums repeated ids in index order (``numpy.add.at``), so it is de
 
 from __future__ import annotations
 
+from kernels.dispatch import device_kernel
 from kernels.xp import module_of
 
 
@@ -27,6 +28,7 @@ def _local_ids(ids, vocab_lo: int, rows: int):
     return xp.where(mask, local, 0), mask
 
 
+@device_kernel("embedding.fwd")
 def embedding_forward(ids, tokens, positions=None, vocab_lo: int = 0):
     """(y, cache): ``y[n, s] = tokens[ids[n, s] - vocab_lo] (+ positions[s])``."""
     xp = module_of(tokens)
@@ -39,6 +41,7 @@ def embedding_forward(ids, tokens, positions=None, vocab_lo: int = 0):
     return y, {"ids": local, "mask": mask, "rows": tokens.shape[0]}
 
 
+@device_kernel("embedding.bwd_weights")
 def embedding_backward_weights(dy, cache, dtokens=None, with_positions: bool = True):
     """(dtokens (Vl, Dl), dpositions (S, Dl) or None): the scatter-add of ``dy`` into the token rows
     its ids looked up, added INTO ``dtokens`` when given (a tied LM head's gradient of the same

@@ -8,6 +8,7 @@ numpy's generic loops).
 
 from __future__ import annotations
 
+from kernels.dispatch import device_kernel
 from kernels.xp import module_of
 
 
@@ -15,11 +16,13 @@ def _t(a):
     return a.swapaxes(-1, -2)
 
 
+@device_kernel("gemm")
 def gemm(a, b, trans_a=False, trans_b=False):
     xp = module_of(a)
     return xp.matmul(_t(a) if trans_a else a, _t(b) if trans_b else b)
 
 
+@device_kernel("linear.fwd")
 def linear_forward(x, w, b=None):
     """x (..., C), w (F, C), b (F,) or None -> (..., F)."""
     lead = x.shape[:-1]
@@ -29,6 +32,7 @@ def linear_forward(x, w, b=None):
     return y.reshape(*lead, w.shape[0])
 
 
+@device_kernel("linear.bwd")
 def linear_backward(dy, x, w, with_bias=True):
     """(dx (..., C), dw (F, C), db (F,) or None)."""
     f, c = w.shape
@@ -40,12 +44,14 @@ def linear_backward(dy, x, w, with_bias=True):
     return dx, dw, db
 
 
+@device_kernel("linear.bwd_data")
 def linear_backward_data(dy, w):
     """dx (..., C) = dy (..., F) @ w (F, C): the backward-data pass alone."""
     f, c = w.shape
     return gemm(dy.reshape(-1, f), w).reshape(*dy.shape[:-1], c)
 
 
+@device_kernel("linear.bwd_weights")
 def linear_backward_weights(dy, x, with_bias=True):
     """(dw (F, C), db (F,) or None) = (dy^T x, sum dy): the backward-weights pass alone."""
     f, c = dy.shape[-1], x.shape[-1]

@@ -12,9 +12,11 @@ by the caller). :func:`combine_vocab_rows` is that arithmetic on the reduced num
 
 from __future__ import annotations
 
+from kernels.dispatch import device_kernel
 from kernels.xp import module_of
 
 
+@device_kernel("softmax_xent.fwd")
 def softmax_xent_forward(logits, labels, total_count, vocab_lo=None):
     """logits (..., K), integer labels (...) -> (loss, cache).
 
@@ -53,6 +55,7 @@ def combine_vocab_rows(lse, row_max, exp_sum, picked_sum, total_count):
     return (whole - picked_sum).sum() / total_count, whole, xp.exp(lse - whole)
 
 
+@device_kernel("softmax_xent.bwd")
 def softmax_xent_backward(cache, dloss=1.0):
     """dlogits = (softmax - onehot(labels)) * dloss / total_count (the shard's probabilities scaled
     by the cache's ``row_scale`` when it has one: vocabulary-parallel)."""

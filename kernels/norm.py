@@ -11,6 +11,7 @@ var = E[x^2] - mean^2 without float32 cancellation); the applies compute in the 
 
 from __future__ import annotations
 
+from kernels.dispatch import device_kernel
 from kernels.xp import module_of
 
 
@@ -22,6 +23,7 @@ def _bshape(x):
     return (1, -1) + (1,) * (x.ndim - 2)
 
 
+@device_kernel("batchnorm.local_sums")
 def bn_local_sums(x):
     """(sum_c, sumsq_c, count): per-channel sum and sum of squares of this shard, element count."""
     xp = module_of(x)
@@ -39,6 +41,7 @@ def bn_stats_from_sums(sum_c, sumsq_c, count):
     return mean, var
 
 
+@device_kernel("batchnorm.fwd_apply")
 def bn_forward_apply(x, mean, var, gamma, beta, eps=1e-5):
     """y = gamma * (x - mean) / sqrt(var + eps) + beta with given (global) statistics."""
     xp = module_of(x)
@@ -49,6 +52,7 @@ def bn_forward_apply(x, mean, var, gamma, beta, eps=1e-5):
     return y, {"xhat": xhat, "invstd": invstd, "gamma": gamma}
 
 
+@device_kernel("batchnorm.bwd_local_sums")
 def bn_backward_local_sums(dy, cache):
     """(sum_dy_c, sum_dy_xhat_c) of this shard (float64); globally they are dbeta and dgamma."""
     xp = module_of(dy)
@@ -57,6 +61,7 @@ def bn_backward_local_sums(dy, cache):
     return dya.sum(axis=ax), (dya * cache["xhat"]).sum(axis=ax)
 
 
+@device_kernel("batchnorm.bwd_apply")
 def bn_backward_apply(dy, cache, sum_dy, sum_dy_xhat, count, gamma):
     """dx from global sums and the global per-channel element count."""
     bs = _bshape(dy)
@@ -84,6 +89,7 @@ def batchnorm2d_backward(dy, cache):
     return dx, sdyx.astype(pdt), sdy.astype(pdt)
 
 
+@device_kernel("layernorm.fwd")
 def layernorm_forward(x, gamma, beta, eps=1e-5):
     """Normalise over the last axis (biased variance); gamma, beta of shape (D,). Returns (y, cache)."""
     xp = module_of(x)
@@ -95,6 +101,7 @@ def layernorm_forward(x, gamma, beta, eps=1e-5):
     return xhat * gamma + beta, {"xhat": xhat, "invstd": invstd, "gamma": gamma}
 
 
+@device_kernel("layernorm.bwd")
 def layernorm_backward(dy, cache):
     """(dx, dgamma, dbeta)."""
     xhat, invstd, gamma = cache["xhat"], cache["invstd"], cache["gamma"]

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import numpy
 
+from kernels.dispatch import device_kernel
+
 #: elements of ``lr * v`` formed at once: the step's only temporary (1 MiB of float32)
 CHUNK = 1 << 18
 
 
-def sgd_momentum_update(w, v, g, lr: float, momentum: float):
+@device_kernel("sgd.update")
+def sgd_momentum_update(w, v, g, lr: float, momentum: float, master=None):
     """``v = momentum * v + g; w -= lr * v`` (PyTorch's SGD with momentum, no dampening), in place
     on ``w`` and ``v``. Returns them. On the CPU ``lr * v`` is formed :data:`CHUNK` elements at a
     time, so the step holds no weight-sized temporary (AlexNet's first classifier weight is 151 MB:
-    one more such array at the peak, unlike what the cost model counts)."""
+    one more such array at the peak, unlike what the cost model counts).
+
+    Mixed precision (``master``, float32): ``w`` is the 16-bit copy the kernels read, ``v`` float32;
+    the float32 master takes the step and ``w`` becomes its rounding (Micikevicius et al. 2018)."""
+    if master is not None:
+        v *= momentum
+        v += g.astype(v.dtype)
+        master -= lr * v
+        w[...] = master.astype(w.dtype)
+        return w, v
     v *= momentum
     v += g
     if not isinstance(w, numpy.ndarray) or w.size <= CHUNK or not (w.flags.c_contiguous and v.flags.c_contiguous):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy
 
 from kernels._conv_common import pair, quad
+from kernels.dispatch import device_kernel
 from kernels.xp import module_of
 
 
@@ -25,7 +26,7 @@ def pool_output_size(size, k, s, pad_lo, pad_hi, dil=1, ceil_mode=False) -> int:
     return out
 
 
-def _geometry(x_shape, kernel, stride, padding, dilation, ceil_mode):
+def pool_geometry(x_shape, kernel, stride, padding, dilation, ceil_mode):
     n, c, h, w = x_shape
     kh, kw = pair(kernel)
     sh, sw = pair(stride if stride is not None else kernel)
@@ -56,10 +57,11 @@ def _crop(buf, g):
     return buf[:, :, g["pt"]:g["pt"] + g["h"], g["pl"]:g["pl"] + g["w"]].copy()
 
 
+@device_kernel("maxpool2d.fwd")
 def maxpool2d_forward(x, kernel, stride=None, padding=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False):
     """Max over windows; padding acts as -inf. Returns (y, cache); ties go to the first offset."""
     xp = module_of(x)
-    g = _geometry(x.shape, kernel, stride, padding, dilation, ceil_mode)
+    g = pool_geometry(x.shape, kernel, stride, padding, dilation, ceil_mode)
     buf = _buffer(x, g, -numpy.inf)
     y = buf[_win(g, 0, 0)].copy()
     arg = xp.zeros(y.shape, dtype=xp.int32)
@@ -75,6 +77,7 @@ def maxpool2d_forward(x, kernel, stride=None, padding=(0, 0, 0, 0), dilation=(1,
     return y, {"arg": arg, "g": g}
 
 
+@device_kernel("maxpool2d.bwd")
 def maxpool2d_backward(dy, cache):
     """Each output's gradient goes to the input element that won its window."""
     xp = module_of(dy)
@@ -104,7 +107,7 @@ def avgpool2d_forward(x, kernel, stride=None, padding=(0, 0, 0, 0), ceil_mode=Fa
                       count_include_pad=True):
     """Mean over windows (padding contributes zeros). Returns (y, cache)."""
     xp = module_of(x)
-    g = _geometry(x.shape, kernel, stride, padding, (1, 1), ceil_mode)
+    g = pool_geometry(x.shape, kernel, stride, padding, (1, 1), ceil_mode)
     buf = _buffer(x, g, 0)
     y = buf[_win(g, 0, 0)].copy()
     for i in range(g["kh"]):
@@ -127,6 +130,7 @@ def avgpool2d_backward(dy, cache):
     return _crop(dbuf, g)
 
 
+@device_kernel("global_avgpool.fwd")
 def global_avgpool_forward(x, divisor=None):
     """(N, C, H, W) -> (N, C, 1, 1): sum over H, W divided by ``divisor`` (default H*W).
 
@@ -139,6 +143,7 @@ def global_avgpool_forward(x, divisor=None):
     return y, {"shape": tuple(x.shape), "div": div}
 
 
+@device_kernel("global_avgpool.bwd")
 def global_avgpool_backward(dy, cache):
     xp = module_of(dy)
     return xp.broadcast_to(dy / cache["div"], cache["shape"]).copy()

@@ -32,11 +32,18 @@ def array_module(backend: str) -> ModuleType:
         cp = _import_cupy()
         if cp is None:
             raise DnnplanError("backend 'cupy' was asked for but cupy cannot be imported",
-                               hint="install dnnplan[gpu] (cupy-cuda12x) on a machine with CUDA, "
-                                    "or use --backend numpy")
+                               hint="install dnnplan[gpu] (CUDA 12) or dnnplan[gpu-cuda13] (CUDA 13) on a "
+                                    "machine with an NVIDIA GPU, or use --backend numpy")
         return cp
     raise DnnplanError(f"unknown array backend '{backend}'",
                        hint=f"choose one of {', '.join(BACKENDS)}")
+
+
+def storage_dtype(name: str) -> numpy.dtype:
+    """The numpy dtype of a storage format's name (``bfloat16`` is ml_dtypes', a dependency of onnx)."""
+    if name == "bfloat16":
+        importlib.import_module("ml_dtypes")  # registers the name with numpy
+    return numpy.dtype(name)
 
 
 def module_of(array) -> ModuleType:

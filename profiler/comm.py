@@ -47,7 +47,7 @@ def find_mpiexec() -> str:
 
 
 def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float = 0.3,
-            timeout_s: float = 600) -> dict[str, list[tuple[str, int, float]]]:
+            timeout_s: float = 600, device: str = "numpy") -> dict[str, list[tuple[str, int, float]]]:
     """Run :mod:`profiler.comm_bench` under ``mpiexec -n ranks``; its measurements per cache state
     (``warm``, ``cold``: :data:`profiler.comm_bench.STATES`)."""
     if ranks < 2:
@@ -56,7 +56,7 @@ def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float =
         out = os.path.join(tmp, "comm.json")
         cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "profiler.comm_bench",
                "--sizes", ",".join(map(str, sizes)), "--collectives", ",".join(collectives),
-               "--cap", str(cap_s), "--out", out]
+               "--cap", str(cap_s), "--out", out, "--device", device]
         try:
             proc = run_job(cmd, timeout_s, probe_env(1))
         except subprocess.TimeoutExpired:

@@ -19,6 +19,10 @@ Two cache states (:data:`STATES`), each a full set of measurements:
 The two differ by a factor of two or more for the same call (figures: docs/profiler.md,
 "Communication").
 
+With ``--device cupy`` the buffers are GPU arrays and every collective is staged through the host
+(copied out, made by MPI, copied back): the path of ranks that share one GPU, so its fits price
+that staging from the link measured end to end (copies included).
+
 Rank 0 writes ``{"ranks", "measurements": {state: [[collective, nbytes, seconds], ...]}}`` as
 JSON to ``--out``.
 """
@@ -31,6 +35,7 @@ import time
 
 import numpy as np
 
+from kernels.cuda import libs
 from networks.writing import write_file
 from profiler.harness import DISTURB_ELEMS, last_level_cache_bytes  # the kernels' cache passes
 from profiler.jobs import watch_launcher
@@ -81,16 +86,31 @@ def _bench(comm, op, min_samples: int = 5, cap_s: float = 0.3, state: str = "war
 
 
 def run(sizes: list[int], collectives: list[str], cap_s: float,
-        rounds: int = 1) -> dict[str, list[tuple[str, int, float]]]:
-    """Per state (:data:`STATES`), ``(collective, bytes, seconds)`` of each measured point."""
+        rounds: int = 1, xp=None) -> dict[str, list[tuple[str, int, float]]]:
+    """Per state (:data:`STATES`), ``(collective, bytes, seconds)`` of each measured point
+    (``xp``: cupy, to time collectives of GPU buffers staged through the host)."""
     best: dict[tuple[str, str, int], float] = {}
     for _ in range(max(1, rounds)):
-        for key, t in _round(sizes, collectives, cap_s / max(1, rounds)):
+        for key, t in _round(sizes, collectives, cap_s / max(1, rounds), xp):
             best[key] = min(t, best.get(key, t))
     return {st: [(c, nb, t) for (s, c, nb), t in best.items() if s == st] for st in STATES}
 
 
-def _round(sizes: list[int], collectives: list[str], cap_s: float) -> list[tuple[tuple[str, str, int], float]]:
+def staged(op, device_bufs: list, host_bufs: list, xp):
+    """``op`` on host buffers between copies from and back to the GPU, as ranks that share one GPU
+    make every collective (executor.backend.staging): what `profile-comm --backend cupy` times."""
+    def run_staged():
+        for d, h in zip(device_bufs, host_bufs):
+            d.get(out=h)
+        op()
+        for d, h in zip(device_bufs, host_bufs):
+            d.set(h)
+        xp.cuda.get_current_stream().synchronize()
+    return run_staged
+
+
+def _round(sizes: list[int], collectives: list[str], cap_s: float,
+           xp=None) -> list[tuple[tuple[str, str, int], float]]:
     from mpi4py import MPI  # noqa: PLC0415 - initialises MPI: only under mpiexec
     comm = MPI.COMM_WORLD
     p, rank = comm.Get_size(), comm.Get_rank()
@@ -110,6 +130,10 @@ def _round(sizes: list[int], collectives: list[str], cap_s: float) -> list[tuple
             "broadcast": lambda: comm.Bcast(send, root=0),
             "alltoall": lambda: comm.Alltoall(send, recv),
         }
+        if xp is not None:  # GPU buffers, each collective staged through these host ones
+            bufs = [send, recv, part]
+            dev = [xp.asarray(b) for b in bufs]
+            ops = {c: staged(op, dev, bufs, xp) for c, op in ops.items()}
         for c in collectives:
             for st in STATES:  # side by side, so a slow spell hits both states alike
                 out.append(((st, c, nb), _bench(comm, ops[c], cap_s=cap_s, state=st)))
@@ -123,10 +147,16 @@ def main(argv=None) -> None:
     ap.add_argument("--cap", type=float, default=0.3, help="seconds per (collective, size, state), all rounds together")
     ap.add_argument("--rounds", type=int, default=3, help="passes over every size; the fastest is kept")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="numpy", choices=("numpy", "cupy"),
+                    help="cupy: GPU buffers (device local rank mod GPUs), staged through the host")
     args = ap.parse_args(argv)
     watch_launcher()  # ends itself should dnnplan die without a word
     from mpi4py import MPI  # noqa: PLC0415 - initialises MPI: only under mpiexec
-    res = run([int(s) for s in args.sizes.split(",")], args.collectives.split(","), args.cap, args.rounds)
+    xp = None
+    if args.device == "cupy":
+        xp = libs.cupy()
+        xp.cuda.Device(MPI.COMM_WORLD.Get_rank() % xp.cuda.runtime.getDeviceCount()).use()
+    res = run([int(s) for s in args.sizes.split(",")], args.collectives.split(","), args.cap, args.rounds, xp)
     if MPI.COMM_WORLD.Get_rank() == 0:
         write_file(args.out, json.dumps({"ranks": MPI.COMM_WORLD.Get_size(), "measurements": res}))
 

@@ -19,6 +19,7 @@ from costmodel.profiled_compute import ProfiledCompute
 from networks.errors import DnnplanError
 from networks.ir import Network
 from networks.loader import load_network
+from profiler.gpu_tables import check_gpu, check_precision
 from profiler.ondemand import local_compute_model
 from profiler.tables import load_table
 
@@ -41,7 +42,8 @@ def default_batch(devices: int) -> int:
 
 
 def resolve(network: str, devices: int, batch: int | None, machine: str | None,
-            profile: str | None = None, refresh: bool = False, precision: str = DEFAULT_PRECISION) -> Context:
+            profile: str | None = None, refresh: bool = False, precision: str = DEFAULT_PRECISION,
+            foreign_ok: bool = False) -> Context:
     """Load the network and the machine named on the command line and choose the compute model."""
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")
@@ -51,24 +53,40 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
     net = with_precision(load_network(network), prec.name)
     mach = load_machine(machine or DEFAULT_MACHINE)
     mach.check_devices(devices)
-    compute = compute_model(mach, profile, devices, refresh, prec.name)
+    compute = compute_model(mach, profile, devices, refresh, prec.name, foreign_ok)
     return Context(net, profiled_links(mach, compute), batch or default_batch(devices), devices, compute, prec.name)
 
 
 def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,
-                  refresh: bool = False, precision: str = DEFAULT_PRECISION) -> ComputeModel:
-    """The profile table when one is given or the machine names one; for the ``local`` machine the
-    per-user cache of this computer for ``devices`` ranks sharing it, profiled on demand (every
-    call it is asked for timed again with ``refresh``); else the datasheet roofline. A precision
-    other than fp32 is priced from the datasheet only (profiles time float32 kernels)."""
+                  refresh: bool = False, precision: str = DEFAULT_PRECISION, foreign_ok: bool = False) -> ComputeModel:
+    """The profile table when one is given or the machine names one (timed in ``precision``, on
+    the machine's GPU model unless ``foreign_ok``: profiler.gpu_tables); for the ``local`` machine
+    the per-user cache of this computer for ``devices`` ranks sharing it, profiled on demand (every
+    call it is asked for timed again with ``refresh``); else the datasheet roofline. Without a
+    table, a precision other than fp32 is priced from the datasheet (the CPU profiles fp32)."""
     path = profile or machine.profile
+    if path:
+        table = load_table(path)
+        check_precision(table, precision)
+        foreign = check_gpu(table, machine.device.name, foreign_ok, f"while machine '{machine.name}' has "
+                            f"{machine.device.name}")
+        compute = ProfiledCompute(table, _fallback(machine, precision))
+        if foreign:
+            compute.name += f" ({foreign})"
+        return compute
     if precision != DEFAULT_PRECISION:
         return _datasheet_for(machine, path, precision)
-    if path:
-        return ProfiledCompute(load_table(path), Roofline(machine))
     if machine.name == "local":
         return local_compute_model(machine, threads=1, concurrency=min(devices, machine.devices_per_node),
                                    refresh=refresh)
+    return Roofline(machine)
+
+
+def _fallback(machine: Machine, precision: str) -> Roofline:
+    """The roofline a table's misses fall back to, in the precision when the datasheet has it."""
+    prec = get_precision(precision)
+    if prec.matmul in machine.device.peak_flops:
+        return Roofline(machine, tf32=prec.matmul == "tf32")
     return Roofline(machine)
 
 

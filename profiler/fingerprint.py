@@ -10,6 +10,7 @@ from threadpoolctl import threadpool_info
 
 import kernels
 from costmodel.files import usable_cores
+from kernels.cuda import GPU_KERNELS_REVISION, libs
 from kernels.xp import array_module
 from networks.errors import DnnplanError
 
@@ -44,14 +45,22 @@ def _blas() -> str:
         return "unknown"
 
 
-def fingerprint(backend: str = "numpy", threads: int = 1, concurrency: int = 1) -> dict[str, Any]:
+def fingerprint(backend: str = "numpy", threads: int = 1, concurrency: int = 1,
+                precision: str = "fp32") -> dict[str, Any]:
     """Device, core count, memory, library versions and thread count of this process's device;
-    ``concurrency`` (recorded when above 1): how many ranks share the machine while it is timed."""
+    ``concurrency`` (recorded when above 1): how many ranks share the machine while it is timed;
+    ``precision`` (recorded when not fp32, part of the table's identity): what the kernels ran in.
+
+    On a GPU (``backend`` cupy): the GPU's name, its SM count as ``cores``, its memory, L2 cache,
+    compute capability, the driver's and CUDA runtime's versions, and cuDNN's, cuBLAS's and NCCL's
+    (kernels.cuda.libs.versions)."""
     fp: dict[str, Any] = {"backend": backend, "threads": int(threads), "numpy": numpy.__version__,
                           "blas": _blas(), "python": platform.python_version(),
                           "kernels": kernels.KERNELS_REVISION}
     if concurrency > 1:
         fp["concurrency"] = int(concurrency)
+    if precision != "fp32":
+        fp["precision"] = precision
     if backend == "cupy":
         cp = array_module("cupy")
         try:
@@ -59,9 +68,12 @@ def fingerprint(backend: str = "numpy", threads: int = 1, concurrency: int = 1) 
             props = cp.cuda.runtime.getDeviceProperties(dev.id)
             name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
             fp.update(device=name, cores=int(props["multiProcessorCount"]),
-                      memory_bytes=int(props["totalGlobalMem"]), cupy=cp.__version__,
-                      cuda_runtime=int(cp.cuda.runtime.runtimeGetVersion()),
-                      driver=int(cp.cuda.runtime.driverGetVersion()))
+                      memory_bytes=int(props["totalGlobalMem"]), l2_bytes=int(props.get("l2CacheSize", 0)),
+                      compute_capability=f"{props.get('major', '?')}.{props.get('minor', '?')}")
+            fp.update(libs.versions())
+            fp["gpu_kernels"] = GPU_KERNELS_REVISION
+        except DnnplanError:
+            raise
         except Exception as err:  # noqa: BLE001
             raise DnnplanError(f"cannot query the CUDA device: {err}", hint="use --backend numpy") from None
     else:

@@ -23,8 +23,9 @@ from costmodel.kernel_calls import KernelCall, shape_fields
 from costmodel.profile_table import Entry
 from kernels import KERNELS
 from kernels.allocator import keep_freed_memory
+from kernels.cuda.launch import from_float32
 from kernels.norm import bn_stats_from_sums
-from kernels.xp import synchronize
+from kernels.xp import storage_dtype, synchronize
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,13 @@ DISTURB_ELEMS = 1 << 20  # 4 MiB of float32, larger than a core's L2 cache
 
 
 def _rand(xp: ModuleType, shape, dtype, rng_seed: int = 0):
+    """Standard normal operands in ``dtype`` (a 16-bit format rounded from float32: on a GPU by the
+    fused cast, kernels.cuda.launch, so no library needs to know the format)."""
     rng = xp.random.default_rng(rng_seed)
-    return rng.standard_normal(shape, dtype=numpy.float32).astype(dtype)
+    x32 = rng.standard_normal(shape, dtype=numpy.float32)
+    if xp is numpy:
+        return x32.astype(storage_dtype(dtype))
+    return from_float32(x32, storage_dtype(dtype))
 
 
 def build(call: KernelCall, xp: ModuleType, shared: dict | None = None) -> Callable[[], object]:
@@ -193,9 +199,15 @@ def _layernorm(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Calla
 
 
 def _sgd(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    """The update as the executor makes it: in a 16-bit format with float32 momentum and master
+    weights (mixed precision), else all in the weights' format."""
     r = ops.rand
-    w, v, g = r(f["elems"]), r(f["elems"]), r(f["elems"])
-    return lambda: fn(w, v, g, 1e-6, 0.9)
+    w, g = r(f["elems"]), r(f["elems"])
+    if storage_dtype(call.dtype).itemsize != 2:
+        v = r(f["elems"])
+        return lambda: fn(w, v, g, 1e-6, 0.9)
+    v, master = _rand(ops.xp, (f["elems"],), "float32"), _rand(ops.xp, (f["elems"],), "float32")
+    return lambda: fn(w, v, g, 1e-6, 0.9, master=master)
 
 
 def _elementwise(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:

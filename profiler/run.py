@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Callable
 
@@ -20,6 +20,7 @@ from threadpoolctl import threadpool_limits
 from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry, ProfileTable, with_entries
 from networks.errors import DnnplanError
+from profiler.gpu_timing import time_call_gpu
 from profiler.harness import TimingPolicy, time_call
 from profiler.sigint import sigint_handled_by
 from profiler.tables import write_table
@@ -36,6 +37,7 @@ class ProfileRun:
     failed: dict[str, str] = field(default_factory=dict)  # key -> error (e.g. out of memory)
     seconds: float = 0.0
     interrupted: bool = False  # stopped by Ctrl-C (what was measured is saved)
+    records: dict[str, dict] = field(default_factory=dict)  # key -> what ran (a GPU's conv engines)
 
 
 class ProfileInterrupted(DnnplanError):
@@ -71,12 +73,12 @@ def profile_calls(calls: list[KernelCall], table: ProfileTable, xp: ModuleType =
                 if progress is not None:
                     progress(i + 1, len(todo), call)
                 if out and time.perf_counter() - last_save > save_every_s:
-                    write_table(with_entries(table, run.measured), out)
+                    write_table(_with_run(table, run), out)
                     last_save = time.perf_counter()
     except KeyboardInterrupt:
         run.left = [c for c in todo[i:] if c.key not in run.measured and c.key not in run.failed]
         run.interrupted = True
-    run.table = with_entries(table, run.measured)
+    run.table = _with_run(table, run)
     run.seconds = time.perf_counter() - t0
     if out:
         _save(run.table, out, shielded=run.interrupted)
@@ -96,9 +98,20 @@ def _save(table: ProfileTable, out: str, shielded: bool) -> None:
         write_table(table, out)
 
 
+def _with_run(table: ProfileTable, run: ProfileRun) -> ProfileTable:
+    """``table`` with the run's entries and records."""
+    out = with_entries(table, run.measured)
+    return replace(out, records={**out.records, **run.records}) if run.records else out
+
+
 def _measure(run: ProfileRun, call: KernelCall, xp: ModuleType, policy: TimingPolicy) -> None:
     """Time one call into ``run.measured``, or note why it failed in ``run.failed``."""
     try:
+        if xp is not numpy:
+            run.measured[call.key], record = time_call_gpu(call, xp, policy)
+            if record is not None:
+                run.records[call.key] = record
+            return
         run.measured[call.key] = time_call(call, xp, policy)
     except MemoryError:
         run.failed[call.key] = "out of memory"

@@ -7,13 +7,17 @@ from dataclasses import dataclass
 from costmodel.compute import CONV_ALGORITHMS
 from costmodel.files import load_machine
 from costmodel.kernel_calls import DEFAULT_CONV_ALGORITHM, KernelCall, split_key
+from costmodel.precision import get_precision, with_precision
 from costmodel.profile_table import ProfileTable
+from kernels.cuda import libs
+from kernels.cuda.precision import set_precision
 from kernels.xp import array_module
 from networks.errors import DnnplanError, short
 from networks.loader import load_network
 from profiler.collect import conv_grid, gemm_grid, network_calls
 from profiler.context import default_batch
 from profiler.fingerprint import fingerprint
+from profiler.gpu_timing import GPU_POLICY, GPU_QUICK
 from profiler.harness import QUICK, TimingPolicy
 from profiler.run import ProfileRun, profile_calls
 from profiler.tables import cache_path, open_for_device
@@ -36,14 +40,15 @@ def parse_ints(text: str, what: str, most: int) -> list[int]:
 
 
 def device_peak_flops(fp: dict, threads: int) -> float | None:
-    """The datasheet float32 peak of the profiled device: the local machine's core peak times
-    threads on a CPU, a shipped machine's GPU when the name matches, else None."""
+    """The datasheet peak of the profiled device in the table's precision: the local machine's
+    core peak times threads on a CPU, a shipped machine's GPU when the name matches, else None."""
     try:
         if fp["backend"] == "numpy":
             return load_machine("local").device.peak_flops["float32"] * threads
+        matmul = get_precision(str(fp.get("precision") or "fp32")).matmul
         for tag, name in (("H100", "dgx-h100"), ("A100", "dgx-a100")):
             if tag in fp["device"]:
-                return load_machine(name).device.peak_flops["float32"]
+                return load_machine(name).device.peak_flops.get(matmul)
     except DnnplanError:
         return None
     return None
@@ -62,6 +67,7 @@ class ProfileRequest:
     channels: list[int] | None = None    # conv grid
     algorithms: list[str] | None = None
     quick: bool = False
+    precision: str = "fp32"     # costmodel.precision; a GPU's kernels run in any, numpy's in fp32
 
 
 def plan_calls(req: ProfileRequest) -> list[KernelCall]:
@@ -75,7 +81,7 @@ def plan_calls(req: ProfileRequest) -> list[KernelCall]:
         return conv_grid(req.devices if req.batch is None else [req.batch], req.channels or [16, 32, 64],
                          req.sizes or [14, 28, 56], algorithms=req.algorithms or (DEFAULT_CONV_ALGORITHM,),
                          passes=("fwd", "bwd_data", "bwd_weights"))
-    net = load_network(req.target)
+    net = with_precision(load_network(req.target), req.precision)
     return network_calls(net, req.devices, lambda p: req.batch or default_batch(p), req.algorithms)
 
 
@@ -84,12 +90,22 @@ def run_profile(req: ProfileRequest, progress=None) -> tuple[ProfileRun, str, di
     Ctrl-C: what was measured is saved and :class:`profiler.run.ProfileInterrupted` raised."""
     if req.threads < 1:
         raise DnnplanError(f"--threads must be positive, got {req.threads}")
+    get_precision(req.precision)
+    if req.backend == "numpy" and req.precision != "fp32":
+        raise DnnplanError(f"--precision {req.precision} is timed on a GPU; the numpy kernels run fp32",
+                           hint="profile with --backend cupy on a machine with an NVIDIA GPU, or use --precision fp32")
     xp = array_module(req.backend)
-    fp = fingerprint(req.backend, req.threads)
+    if req.backend == "cupy":
+        libs.cupy()  # one line naming what to install, before any kernel runs
+        set_precision(req.precision)
+    fp = fingerprint(req.backend, req.threads, precision=req.precision)
     out = req.out or str(cache_path(fp))
     table = open_for_device(out, fp)
     calls = plan_calls(req)
-    policy = QUICK if req.quick else TimingPolicy()
+    if req.backend == "cupy":
+        policy = GPU_QUICK if req.quick else GPU_POLICY
+    else:
+        policy = QUICK if req.quick else TimingPolicy()
     run = profile_calls(calls, table, xp, threads=req.threads, policy=policy, max_seconds=req.max_seconds,
                         out=out, progress=progress)
     return run, out, fp

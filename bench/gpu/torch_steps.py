@@ -53,6 +53,13 @@ ROWS = (
     ("gpt2-b16-fp16-compiled", "gpt2", 16, "fp16", "adam", "math+compile"),
     ("resnet50-b256-fp16-compiled", "resnet50", 256, "fp16", "momentum", "channels_last+compile"),
     ("gpt2xl-b4-bf16-compiled", "gpt2-xl", 4, "bf16", "adam", "math+compile"),
+    # issue 51's rows beside dnnplan's executed step (bench/gpu/prove.py): its optimiser (SGD with
+    # momentum) and layout (NCHW, channels first), PyTorch's fused attention for GPT-2
+    ("resnet50-b64-tf32-sgd", "resnet50", 64, "tf32", "momentum", "channels_first"),
+    ("resnet50-b64-bf16-sgd", "resnet50", 64, "bf16", "momentum", "channels_first"),
+    ("vgg16-b64-tf32-sgd", "vgg16", 64, "tf32", "momentum", "channels_first"),
+    ("gpt2-b8-bf16-sgd-sdpa", "gpt2", 8, "bf16", "momentum", "sdpa"),
+    ("gpt2-b8-bf16-sgd", "gpt2", 8, "bf16", "momentum", "math"),
 )
 GPT = {"gpt2": (768, 12, 12), "gpt2-xl": (1600, 25, 48)}  # dim, heads, blocks
 VOCAB, CONTEXT, RATE = 50257, 1024, 0.1

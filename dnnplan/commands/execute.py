@@ -7,8 +7,8 @@ from typing import Callable, TypeVar
 import typer
 
 from dnnplan.commandline import command_line
-from dnnplan.options import (CheckOpt, ForceOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt, RanksOpt, StepContextOpt,
-                             StepsOpt, ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)
+from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt,
+                             RanksOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)
 from dnnplan.output import check_outputs, write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render.messages import err_console, fail_line, warn
@@ -36,7 +36,8 @@ def guard_failure(fn: Callable[[], T]) -> T:
 def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt = 5, warmup: WarmupOpt = 2,
             check: CheckOpt = False, json_out: JsonFileOpt = None, trace: TraceOpt = None, timeout: TimeoutOpt = 600.0,
             threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
-            step_context: StepContextOpt = True, force: ForceOpt = False) -> None:
+            step_context: StepContextOpt = True, force: ForceOpt = False, device: DeviceOpt = "auto",
+            foreign_profile: ForeignProfileOpt = False) -> None:
     """Run a plan across MPI ranks and compare measured with predicted time per layer and phase.
 
     Launches `mpiexec -n RANKS` itself, or runs on the ranks of the MPI job it is started in.
@@ -44,11 +45,12 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
     each layer's forward and backward compute and communication, gradient allreduce and update.
     On machine `local` the prediction is made before the run from the profile, the plan's
     kernels (and, on several ranks, its collectives) first timed again in its step's order and
-    context (--step-context).
+    context (--step-context). A plan profiled on a GPU (--backend cupy) runs on GPUs, one per
+    local rank, with the cuDNN engines its profile recorded, collectives over NCCL (--device).
     """
     check_outputs({"--json": json_out, "--trace": trace}, force)
     try:
-        prep = prepare(plan, ranks, threads, profile, fresh)
+        prep = prepare(plan, ranks, threads, profile, fresh, device, foreign_profile)
         for line in prep.warnings:
             warn(line)
         if step_context:
@@ -75,9 +77,11 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
     render.check_line(job.check)
     if (line := non_finite_loss_warning(job, warmup)) is not None:
         warn(line)
+    render.device_line(job.device)
     if json_out:
         write_json_file(json_out, {**comparison_json(plan, cmp, job.check),
-                                   "profile_predicted_step_s": prep.profile_step_s})
+                                   "profile_predicted_step_s": prep.profile_step_s,
+                                   **({"device": job.device} if job.device else {})})
     if trace:
         write_json_file(trace, trace_dict(job, steps))
     if job.check is not None and not job.check.passed:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -15,9 +12,9 @@ from dnnplan.flags import within
 from dnnplan.options import ForceOpt, JsonOpt
 from dnnplan.output import check_outputs
 from dnnplan.render.imported import imported_line
-from networks.errors import DnnplanError
 from networks.importers.sources import import_model
 from networks.ops.base import MAX_INT
+from networks.writing import write_file
 
 ModelArg = Annotated[str, typer.Argument(help="A Hugging Face config.json, a folder holding one, or an ONNX "
                                               "model (.onnx).")]
@@ -48,7 +45,7 @@ def import_(model: ModelArg, seq: SeqOpt = None, out: SpecOutOpt = None, force: 
     check_outputs({"--out": out}, force)
     got = import_model(model, seq)
     if out:
-        _write_text(out, got.text)
+        write_file(out, got.text)
     if as_json:
         print(json.dumps({"network": got.network.name, "source": got.source, "params": got.network.num_params,
                           "layers": len(got.network.layers), "out": out, "spec": None if out else got.text}))
@@ -56,18 +53,3 @@ def import_(model: ModelArg, seq: SeqOpt = None, out: SpecOutOpt = None, force: 
         imported_line(got.network, got.source, out)
     else:
         sys.stdout.write(got.text)
-
-
-def _write_text(path: str, text: str) -> None:
-    """Atomic: a failed write never leaves a partial spec."""
-    target = Path(path)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=str(target.parent), prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except OSError as err:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise DnnplanError(f"cannot write {path}: {err.strerror or err}") from None

@@ -10,7 +10,7 @@ from pathlib import Path
 from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
 from dnnplan.flags import refresh_warning
-from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
+from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
                              OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt, PlotOpt,
                              PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt, ScheduleOpt,
                              SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
@@ -60,7 +60,8 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
          refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum",
          zero: ZeroOpt = 0, recompute: RecomputeOpt = True, pipeline: PlanPipelineOpt = None,
          micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b", prove: PlanProveOpt = PROVE_S,
-         as_json: JsonOpt = False, step_context: PlanStepContextOpt = True, force: ForceOpt = False) -> None:
+         as_json: JsonOpt = False, step_context: PlanStepContextOpt = True, force: ForceOpt = False,
+         foreign_profile: ForeignProfileOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -82,7 +83,7 @@ def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, m
     """
     check_flags(solver, sweep, plot)
     check_outputs({"--out": out, "--plot": plot}, force)
-    ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision)
+    ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile)
     opt = Optimizer(optimizer, zero)
     settings = Settings(solver, time_limit, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
                         recompute=recompute)

@@ -10,7 +10,7 @@ from costmodel.optimizer import Optimizer
 from costmodel.pipeline import pipeline_json, predict_pipeline
 from costmodel.step import predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
-from dnnplan.options import (BatchOpt, ChunksOpt, DevicesOpt, JsonOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
+from dnnplan.options import (BatchOpt, ChunksOpt, DevicesOpt, ForeignProfileOpt, JsonOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
                              PipelineOpt, PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt,
                              ScheduleOpt, SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
@@ -31,7 +31,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False,
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
-            step_context: PredictStepContextOpt = True, as_json: JsonOpt = False) -> None:
+            step_context: PredictStepContextOpt = True, as_json: JsonOpt = False, foreign_profile: ForeignProfileOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -57,13 +57,13 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     --recompute full --runtime deepspeed --machine dgx-a100
     """
     if is_plan_file(network):
-        return predict_plan(network, profile, as_json, step_context)
+        return predict_plan(network, profile, as_json, step_context, foreign_profile)
     if (tensor > 1 or sequence_parallel) and strategy != "data":
         raise DnnplanError("--tensor and --strategy both give the layers' splits",
                            hint="give one: --tensor T splits the batch over the devices it leaves")
     opt = Optimizer(optimizer, zero)
     check_runtime(runtime, opt, tensor, pipeline, sequence_parallel, strategy)
-    ctx = context.resolve(network, devices, batch, machine, profile, precision=precision)
+    ctx = context.resolve(network, devices, batch, machine, profile, precision=precision, foreign_ok=foreign_profile)
     algorithms = recompute_algorithms(ctx.network, recompute)
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
@@ -112,13 +112,15 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
                              f"first {f.layer} ({f.wanted}: {f.reason})")
 
 
-def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bool = True) -> None:
+def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bool = True,
+                 foreign_ok: bool = False) -> None:
     """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now; for
     machine `local` without --profile, as `dnnplan execute` predicts it before its run."""
     plan, net = read_plan(path)
     ahead = ahead_of_time(path, step_context) if profile is None else None
     if ahead is None:
-        ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, precision=plan.precision)
+        ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, precision=plan.precision,
+                              foreign_ok=foreign_ok)
         if plan.pipeline is not None:
             return _predict_pipelined_plan(path, plan, net, ctx, as_json)
         pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,

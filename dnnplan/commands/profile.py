@@ -8,7 +8,8 @@ import typer
 
 from costmodel.machine import MAX_DEVICES
 from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, DeviceCountsOpt, JsonOpt,
-                             MaxSecondsOpt, ProfileTargetArg, ProfileThreadsOpt, QuickOpt, SizesOpt, TableOutOpt)
+                             MaxSecondsOpt, ProfilePrecisionOpt, ProfileTargetArg, ProfileThreadsOpt, QuickOpt,
+                             SizesOpt, TableOutOpt)
 from dnnplan.commandline import command_line
 from dnnplan.output import check_output_folder
 from dnnplan.render import profile as render
@@ -21,12 +22,15 @@ from profiler.service import ProfileRequest, parse_ints, run_profile, run_summar
 def profile(ctx: typer.Context, target: ProfileTargetArg, devices: DeviceCountsOpt = "1", batch: BatchOpt = None,
             backend: BackendOpt = "numpy", threads: ProfileThreadsOpt = 1, out: TableOutOpt = None,
             max_seconds: MaxSecondsOpt = None, sizes: SizesOpt = None, channels: ChannelsOpt = None,
-            algorithms: AlgorithmsOpt = None, quick: QuickOpt = False, as_json: JsonOpt = False) -> None:
+            algorithms: AlgorithmsOpt = None, quick: QuickOpt = False, precision: ProfilePrecisionOpt = "fp32",
+            as_json: JsonOpt = False) -> None:
     """Time the kernels the executor will run, at the local shapes of every strategy the planner considers.
 
     Distinct (kernel, local shape, algorithm) calls over the device counts are each timed once
     (warm-up, repetitions until the median is stable) and written to a JSON profile table.
     Ctrl-C saves what was measured; the same command then times only what is missing.
+    On a GPU (--backend cupy) the kernels are cuDNN's engines, cuBLAS and fused passes in --precision,
+    timed with CUDA events on operands rotated past the L2 cache; convolutions record their engine.
     """
     if out:
         check_output_folder(out)  # an existing table is resumed, not replaced: no --force
@@ -34,7 +38,7 @@ def profile(ctx: typer.Context, target: ProfileTargetArg, devices: DeviceCountsO
                          max_seconds,
                          parse_ints(sizes, "sizes", 16384) if sizes else None,
                          parse_ints(channels, "channels", 4096) if channels else None,
-                         [a.strip() for a in algorithms.split(",")] if algorithms else None, quick)
+                         [a.strip() for a in algorithms.split(",")] if algorithms else None, quick, precision)
     try:
         if as_json:
             run, path, fp = run_profile(req)

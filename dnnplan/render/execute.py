@@ -131,6 +131,16 @@ def memory_line(cmp: Comparison) -> None:
                   "(the largest rank's arrays in an extra, untimed step)")
 
 
+def device_line(device: dict | None) -> None:
+    """Where a GPU run ran, in which precision, and whether its collectives went through the host."""
+    if not device:
+        return
+    how = ("collectives staged through the host's MPI (ranks share a GPU; NCCL refuses that)"
+           if device.get("staged") else "collectives over NCCL")
+    console.print(f"[bold]device[/bold]  {escape(str(device.get('device')))} (GPU {device.get('device_id')}), "
+                  f"{device.get('precision')}, {how}")
+
+
 def check_line(check: CheckResult | None) -> None:
     if check is None:
         return

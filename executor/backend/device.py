@@ -23,8 +23,8 @@ What a backend provides (:class:`Backend`):
 - **collectives**: :meth:`Backend.communicator` joins the launcher's MPI communicator (the world
   of ``mpiexec``, or a group of it) and returns a :class:`Communicator` over the same ranks.
 
-What a GPU backend (``cuda.py``: cupy, CUDA events, NCCL) must implement, without changing this
-interface:
+What the GPU backend (``cuda.py``: cupy, CUDA events, NCCL) implements, without changing this
+interface (it is also an :class:`EventClock`, so spans are events resolved at each step's end):
 
 - ``xp = cupy``; one CUDA stream per rank (device ``local rank mod devices``), on which the
   kernels and the collectives run;
@@ -144,6 +144,23 @@ class Backend(Protocol):
     def peak_bytes(self, run: Callable[[], object]) -> int:
         """The most bytes allocated at once on top of what was allocated when ``run`` started,
         while it ran."""
+
+
+@runtime_checkable
+class EventClock(Protocol):
+    """A device whose clock can mark its stream without waiting (CUDA events): the timers resolve
+    a step's marks once, at its end (executor.runtime.timers), instead of waiting for the device at
+    every span. ``seconds(a, b)`` waits for ``b``; ``at(mark)`` is a mark on :meth:`Backend.now_s`'s
+    scale."""
+
+    def mark(self) -> Any:
+        """A mark recorded on the stream now (the work queued before it done when it completes)."""
+
+    def seconds(self, start: Any, end: Any) -> float:
+        """Device seconds from ``start`` to ``end``."""
+
+    def at(self, mark: Any) -> float:
+        """``mark``'s time on the backend's clock."""
 
 
 @runtime_checkable

@@ -24,10 +24,11 @@ def mpi():
 
 @lru_cache(maxsize=None)
 def mpi_type(dtype):
-    """The MPI datatype of a float32 or float64 numpy dtype (looked up once per dtype: every
-    collective of a step asks)."""
+    """The MPI datatype of a float32, float64 or uint16 numpy dtype (looked up once per dtype: every
+    collective of a step asks; 16-bit floats travel as their bits, executor.backend.staging)."""
     MPI = mpi()
-    return {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE}[np.dtype(dtype)]
+    return {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE,
+            np.dtype(np.uint16): MPI.UINT16_T}[np.dtype(dtype)]
 
 
 @lru_cache(maxsize=None)

@@ -7,6 +7,10 @@ wraps a host :class:`~executor.backend.device.Communicator` (executor.backend.ho
 that copies both ways (:class:`~executor.backend.device.DeviceMemory`), and needs nothing else of
 either, so the same code stages cupy arrays, or any other device's. Each collective costs the
 copies on top of the host collective; a backend that stages says so in its report.
+
+MPI has no 16-bit floating-point type: float16 and bfloat16 buffers move as their bits
+(``uint16``), and sums of them are made in float32 on the host and rounded back (NCCL also adds
+16-bit values in float32 inside its kernels).
 """
 
 from __future__ import annotations
@@ -39,37 +43,51 @@ class StagedCommunicator:
     def _empty(self, like: Array) -> np.ndarray:
         return np.empty(like.shape, dtype=like.dtype)
 
+    @staticmethod
+    def _bits(buf: np.ndarray) -> np.ndarray:
+        """A host buffer as MPI can move it: 16-bit floats as their bits."""
+        return buf.view(np.uint16) if buf.dtype.itemsize == 2 and buf.dtype.kind != "u" else buf
+
+    @staticmethod
+    def _summable(buf: np.ndarray) -> np.ndarray:
+        """A host buffer as MPI can add it: 16-bit floats as float32."""
+        return buf.astype(np.float32) if buf.dtype.itemsize == 2 else buf
+
     def barrier(self) -> None:
         self.host.barrier()
 
     def allreduce(self, arr: Array, op: str = "sum") -> Array:
-        buf = self.device.to_host(arr)
+        host = self.device.to_host(arr)
+        buf = self._summable(host)
         self.host.allreduce(buf, op)
-        self.device.from_host(buf, out=arr)
+        self.device.from_host(buf.astype(host.dtype, copy=False), out=arr)
         return arr
 
     def allgather(self, send: Array | None, recv: Array, counts, displs) -> None:
         buf = self.device.to_host(recv) if send is None else self._empty(recv)  # in place: our part is in recv
-        self.host.allgather(None if send is None else self.device.to_host(send), buf, counts, displs)
+        part = None if send is None else self._bits(self.device.to_host(send))
+        self.host.allgather(part, self._bits(buf), counts, displs)
         self.device.from_host(buf, out=recv)
 
     def reduce_scatter(self, send: Array, recv: Array, counts) -> None:
-        buf = self._empty(recv)
-        self.host.reduce_scatter(self.device.to_host(send), buf, counts)
-        self.device.from_host(buf, out=recv)
+        host = self.device.to_host(send)
+        buf = self._summable(self._empty(recv))
+        self.host.reduce_scatter(self._summable(host), buf, counts)
+        self.device.from_host(buf.astype(host.dtype, copy=False), out=recv)
 
     def alltoallv(self, send: Array, send_counts, send_displs, recv: Array, recv_counts, recv_displs) -> None:
         buf = self._empty(recv)
-        self.host.alltoallv(self.device.to_host(send), send_counts, send_displs, buf, recv_counts, recv_displs)
+        self.host.alltoallv(self._bits(self.device.to_host(send)), send_counts, send_displs, self._bits(buf),
+                            recv_counts, recv_displs)
         self.device.from_host(buf, out=recv)
 
     def isend(self, arr: Array, dest: int, tag: int) -> StagedRequest:
         buf = self.device.to_host(arr)
-        return StagedRequest(self.host.isend(buf, dest, tag), buf)
+        return StagedRequest(self.host.isend(self._bits(buf), dest, tag), buf)
 
     def recv(self, arr: Array, source: int, tag: int) -> None:
         buf = self._empty(arr)
-        self.host.recv(buf, source, tag)
+        self.host.recv(self._bits(buf), source, tag)
         self.device.from_host(buf, out=arr)
 
     def wait_all(self, requests) -> None:

@@ -13,11 +13,14 @@ import numpy as np
 
 from costmodel.compute import DEFAULT_CONV_ALGORITHM
 from executor.check import reference_tokens as tokens
+from executor.backend.device import on_device, on_host
+from executor.runtime.precision import stored
 from executor.runtime.synthetic import init_weights, make_inputs, make_labels
 from kernels import activation as act
 from kernels import conv as convk
 from kernels import gemm, norm, pool
 from kernels import loss as lossk
+from kernels.xp import module_of
 from networks.errors import DnnplanError
 from networks.ir import Layer, Network
 
@@ -128,17 +131,43 @@ def _layer_weights(layer: Layer, weights: dict) -> dict:
     return w
 
 
+#: Ops whose reference (executor.check.reference_tokens) is numpy code: a device reference of a
+#: network with them runs on the host instead
+HOST_ONLY_OPS = frozenset({"embedding", "attention"})
+
+
+def on_device_possible(net: Network) -> bool:
+    """Whether :func:`reference_step` can run ``net`` on a device (its kernels, its formats)."""
+    return not any(layer.op in HOST_ONLY_OPS for layer in net.layers)
+
+
+def _start(net: Network, batch: int, seed: int, dtype, device) -> tuple[dict, dict]:
+    """The weights and inputs: in ``dtype`` on the host, or on ``device`` in each layer's and
+    input's storage format (a 16-bit plan's layers in 16 bits; executor.runtime.precision)."""
+    weights = init_weights(net, seed, np.float32 if device is not None else dtype)
+    inputs = make_inputs(net, batch, seed)
+    if device is None:
+        return weights, {k: v.astype(dtype) if v.dtype.kind == "f" else v for k, v in inputs.items()}
+    dtypes = {layer.name: layer.dtype for layer in net.layers}
+    weights = {key: stored(device, w, dtypes[key[0]]) for key, w in weights.items()}
+    acts = {k: stored(device, v, net.input_spec(k).dtype if v.dtype.kind == "f" else v.dtype.name)
+            for k, v in inputs.items()}
+    return weights, acts
+
+
 def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: int,
-                   dtype=np.float32) -> tuple[float, dict[tuple[str, str], np.ndarray]]:
-    """Loss and every weight gradient (full tensors, before any update) of one training step."""
-    weights = init_weights(net, seed, dtype)
-    acts: dict[str, np.ndarray] = {k: v.astype(dtype) if v.dtype.kind == "f" else v
-                                   for k, v in make_inputs(net, batch, seed).items()}
+                   dtype=np.float32, device=None) -> tuple[float, dict[tuple[str, str], np.ndarray]]:
+    """Loss and every weight gradient (full tensors, before any update) of one training step, on
+    the host in ``dtype``, or on ``device`` (a DeviceMemory backend: its kernels, the process's
+    precision, the network's storage formats) with the gradients copied back."""
+    weights, acts = _start(net, batch, seed, dtype, device)
     caches = {}
     loss = 0.0
     for layer in net.layers:
         w = _layer_weights(layer, weights)
         labels = make_labels(layer, batch, seed) if layer.op == "softmax_cross_entropy" else None
+        if labels is not None and device is not None:
+            labels = on_device(device, labels)
         y, caches[layer.name] = _forward(layer, [acts[s] for s in layer.inputs], w,
                                          algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM, labels)
         if layer.op == "softmax_cross_entropy":
@@ -153,11 +182,11 @@ def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: i
         else:
             dy = grads_out.pop(layer.name, None)
             if dy is None:
-                dy = np.zeros_like(acts[layer.name])
+                dy = module_of(acts[layer.name]).zeros_like(acts[layer.name])
         w = _layer_weights(layer, weights)
         dxs, dws = _backward(layer, dy, caches[layer.name], w, algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM)
         for (name, _), g in ((kv, dws[kv[0]]) for kv in layer.weights):
-            wgrads[(layer.name, name)] = np.asarray(g)
+            wgrads[(layer.name, name)] = g
         if layer.p.get("tied_to"):  # a tied head's gradient of its embedding's token table
             tied[layer.p["tied_to"]] = dws["weight"]
         if layer.name in tied:
@@ -166,4 +195,6 @@ def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: i
             if net.input_spec(src) is not None:
                 continue
             grads_out[src] = dx if src not in grads_out else grads_out[src] + dx
-    return loss, wgrads
+    if device is not None:
+        return loss, {k: on_host(device, g) for k, g in wgrads.items()}
+    return loss, {k: np.asarray(g) for k, g in wgrads.items()}

@@ -32,6 +32,8 @@ from costmodel.files import NODE_CORES_ENV
 from executor.report.collect import gather
 from executor.launch.abort import abort
 from executor.launch.node import share_node_cores
+from executor.backend.cuda import local_rank
+from executor.backend.select import engine_pins, select_backend
 from executor.runtime.run import run_plan
 from executor.probes.step_kernels import in_step
 from executor.runtime.timers import FINISH, SETUP, ProgressFile, Timers
@@ -43,6 +45,7 @@ from profiler.dispatch import THREAD_VARS
 from profiler.inrun import InRunTimer, merge_samples
 from profiler.inrun_comm import InRunComm
 from profiler.jobs import watch_launcher
+from profiler.tables import load_table
 
 ABORT_USER = 2
 ABORT_INTERNAL = 1
@@ -60,6 +63,7 @@ class JobResult:
     kernel_samples: dict | None = None  # call key -> the slowest rank's seconds per timed step (--fresh-profile;
     # collectives' keys too, costmodel.comm_calls)
     losses: tuple = ()  # every step's loss, warm-up first
+    device: dict | None = None  # a GPU run: the GPU, its precision, whether collectives were staged (CudaBackend.describe)
 
 
 def first_non_finite(losses) -> int | None:
@@ -76,7 +80,8 @@ def set_threads(threads: int) -> None:
 
 def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_spans: bool,
             threads: int, seed: int = 0, kernel_calls: list | None = None,
-            progress: ProgressFile | None = None) -> JobResult | None:
+            progress: ProgressFile | None = None, array_backend: str = "numpy",
+            profile: str | None = None) -> JobResult | None:
     """Run the plan on ``comm``'s ranks; rank 0 gets the :class:`JobResult`, others None.
     ``kernel_calls``: time each once after every step, on every rank (profiler.inrun; the rounds
     after warm-up steps are dropped); collectives among them (costmodel.comm_calls.CommCall) by
@@ -108,7 +113,9 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
             timer.round(comm.Barrier, keep=i >= 0)
 
     hook = {"after_step": after_step} if timed else {}
-    result = run_plan(plan, net, comm, steps=steps, warmup=warmup, check=check, seed=seed, timers=timers, **hook)
+    backend = _backend(plan, comm, array_backend, profile)
+    result = run_plan(plan, net, comm, steps=steps, warmup=warmup, check=check, seed=seed, timers=timers,
+                      backend=backend, **hook)
     if progress is not None:
         progress.mark(None, "", FINISH)
     ranks = gather(comm, timers, t0, result.peak_bytes)
@@ -118,7 +125,16 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     if samples is not None:
         samples = merge_samples(samples)
     return JobResult(ranks, float(result.loss), result.check, threads, samples,
-                     tuple(float(v) for v in result.losses))
+                     tuple(float(v) for v in result.losses),
+                     backend.describe() if hasattr(backend, "describe") else None)
+
+
+def _backend(plan, comm, array_backend: str, profile: str | None):
+    """This rank's device (executor.backend.select): a GPU run pins the engines its table recorded."""
+    if array_backend == "numpy":
+        return select_backend(plan)
+    pins = engine_pins(load_table(profile)) if profile else {}
+    return select_backend(plan, array_backend, local_rank(comm), pins)
 
 
 def abort_with(comm, err: BaseException) -> None:
@@ -168,6 +184,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=0.0, help="watchdog seconds (0: none)")
     ap.add_argument("--time-kernels", default=None, help="a pickled list of KernelCall to time once "
                     "after every step (profiler.inrun)")
+    ap.add_argument("--backend", default="numpy", choices=("numpy", "cupy"), help="the ranks' arrays: numpy (host) "
+                    "or cupy (one GPU per local rank)")
+    ap.add_argument("--profile", default=None, help="the profile table whose cuDNN engines a GPU run pins")
     ap.add_argument("--progress", default=None, help="a folder (it exists) where each rank keeps its pid and "
                     "the step, layer and phase it last started, in rank-R")
     return ap.parse_args(argv)
@@ -194,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 calls = pickle.load(fh)
         result = run_job(args.plan, comm, steps=args.steps, warmup=args.warmup, check=args.check,
                          keep_spans=args.trace, threads=args.threads, seed=args.seed, kernel_calls=calls,
-                         progress=progress)
+                         progress=progress, array_backend=args.backend, profile=args.profile)
         if result is not None:
             write_result(args.result, result)
         comm.Barrier()  # nobody exits before rank 0 has written the result

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from executor.backend.device import Backend, Communicator, on_host
+from executor.backend.device import Backend, Communicator, DeviceMemory, EventClock, on_host
 from executor.backend.select import select_backend
 from executor.check.gradients import CheckResult, local_parts, run_check
 from executor.runtime.pipeline import PipelineRuntime
@@ -60,6 +60,7 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
     group = backend.communicator(comm)
     timers = timers if timers is not None else Timers()
     timers.clock = backend.now_s
+    timers.events = backend if isinstance(backend, EventClock) else None
     if plan.pipeline is not None:
         if plan.zero:
             raise DnnplanError("the executor runs pipelined plans without ZeRO", hint="plan again with --zero 0")
@@ -70,7 +71,8 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
     result = None
     if check:
         mine = local_parts(net.layers, rt.strategies, group.rank, _host(backend, kept))
-        result = run_check(group, net, plan.batch, rt.algorithms, seed, losses[0], mine)
+        result = run_check(group, net, plan.batch, rt.algorithms, seed, losses[0], mine,
+                           backend if isinstance(backend, DeviceMemory) else None, plan.precision)
         if plan.zero:
             ran = steps + in_run_steps(steps, after_step) + (1 if measure_memory else 0)
             schedule = [(i, i == -warmup) for i in range(-warmup, ran)]

@@ -38,6 +38,7 @@ from costmodel.layer_layouts import input_layout, output_layout, require_fits, w
 from costmodel.layout import block
 from costmodel.strategy import Strategy
 from executor.backend.device import Array, Backend, Communicator, on_device
+from executor.runtime.precision import layer_weights, momentum_for, stored
 from executor.comm.collectives import allreduce_, wait_for
 from executor.comm.groups import GroupComms
 from executor.comm.reshard import reshard, reshard_plan
@@ -66,6 +67,7 @@ class _LayerRun:
     backward: object
     grad_groups: dict[str, object] = field(default_factory=dict)  # weight -> communicator or None
     momentum: dict[str, Array] = field(default_factory=dict)
+    masters: dict[str, Array] = field(default_factory=dict)  # float32 copies of 16-bit weights (runtime.precision)
     # from the plan alone, worked out once (per-step Python between kernels is time no kernel
     # timing accounts for): does any input reshard move data forward / backward on any rank,
     # and which input slots a layer produces (network inputs get no gradient)
@@ -156,13 +158,14 @@ class _Runtime:
         in_ls = tuple(input_layout(layer, strat, batch, k) for k in range(len(layer.inputs)))
         in_blocks = tuple(block(l, rank) for l in in_ls)
         wl = weight_layouts(layer, strat)
-        weights = {name: self._device(take(full_w[(layer.name, name)], block(wl[name], rank)))
-                   for name, _ in layer.weights}
+        weights, masters = layer_weights(self.backend, {name: take(full_w[(layer.name, name)], block(wl[name], rank))
+                                                        for name, _ in layer.weights}, layer.dtype)
         m = self.micro_batches
         for slot, src in enumerate(layer.inputs):
             if src in self.inputs:
                 for j, feed in enumerate(self.feeds):
-                    feed[(layer.name, slot)] = self._device(take(data[src][j * batch:(j + 1) * batch], in_blocks[slot]))
+                    part = take(data[src][j * batch:(j + 1) * batch], in_blocks[slot])
+                    feed[(layer.name, slot)] = stored(self.backend, part, self._input_dtype(src, part))
         labels = None
         if layer.op == LOSS_OP:
             every = make_labels(layer, batch * m, self.seed)
@@ -192,12 +195,18 @@ class _Runtime:
             run.zero = LayerZero.build(self.zero, layer.name, ctx.weights,
                                        {n: (_grad_dims(layer, strat, n), run.grad_groups[n]) for n, _ in layer.weights})
         else:
-            run.momentum = {name: self.xp.zeros_like(weights[name]) for name, _ in layer.weights}
+            run.masters = masters
+            run.momentum = momentum_for(self.xp, weights, masters)
         return run
 
     def _device(self, arr) -> Array:
         """A host array of the synthetic data (executor.runtime.synthetic) on this rank's device."""
         return on_device(self.backend, arr)
+
+    def _input_dtype(self, name: str, part) -> str:
+        """The storage format of a network input (a 16-bit plan stores float inputs in 16 bits)."""
+        spec = self.net.input_spec(name)
+        return spec.dtype if spec is not None and part.dtype.kind == "f" else part.dtype.name
 
     # -- one training step ------------------------------------------------------------------------
 
@@ -262,7 +271,8 @@ class _Runtime:
                     run.zero.update(run.ctx, gs, lr, momentum)
                     continue
                 for w, g in gs.items():
-                    sgd_momentum_update(run.ctx.weights[w], run.momentum[w], g, lr, momentum)
+                    sgd_momentum_update(run.ctx.weights[w], run.momentum[w], g, lr, momentum,
+                                        master=run.masters.get(w))
         for run in self.runs:
             if run.zero is not None and wgrads[run.layer.name]:
                 run.zero.publish(run.ctx)
@@ -372,6 +382,6 @@ class _Runtime:
         """The arrays this rank keeps from one step to the next."""
         out = [b for feed in self.feeds for b in feed.values()] + list(self.label_feeds)
         for run in self.runs:
-            out += list(run.ctx.weights.values()) + list(run.momentum.values())
+            out += list(run.ctx.weights.values()) + list(run.momentum.values()) + list(run.masters.values())
             out += run.zero.held() if run.zero is not None else []
         return out

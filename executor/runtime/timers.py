@@ -110,16 +110,38 @@ class Timers:
     step_wall: dict = field(default_factory=dict)  # step -> seconds
     spans: list = field(default_factory=list)
     _step_start: float = 0.0
+    #: a device whose clock marks the stream without waiting (executor.backend.device.EventClock):
+    #: spans are then events on the stream, resolved once at the step's end, so the host queues
+    #: work ahead of the device as frameworks do instead of waiting at every span
+    events: object | None = None
+    _pending: list = field(default_factory=list)
+    _step_mark: object = None
 
     def _now(self) -> float:
         return self.clock()
 
     def begin_step(self, step: int) -> None:
         self.step = step
+        if self.events is not None:
+            self._step_mark = self.events.mark()
+            return
         self._step_start = self._now()
 
     def end_step(self) -> None:
+        if self.events is not None:
+            self._resolve(self.events.mark())
+            return
         self.step_wall[self.step] = self._now() - self._step_start
+
+    def _resolve(self, end) -> None:
+        """The step's spans and wall time from its events (waits for the step's last one)."""
+        ev = self.events
+        self.step_wall[self.step] = ev.seconds(self._step_mark, end)
+        for key, a, b in self._pending:
+            self.totals[key] = self.totals.get(key, 0.0) + ev.seconds(a, b)
+            if self.keep_spans:
+                self.spans.append(Span(key[1], key[2], ev.at(a), ev.at(b), key[0]))
+        self._pending.clear()
 
     def forget(self, step: int) -> None:
         """Drop everything recorded for ``step`` (a step run for another purpose than its time,
@@ -134,6 +156,13 @@ class Timers:
             raise ValueError(f"unknown phase {phase}")
         if self.progress is not None:
             self.progress.mark(self.step, layer, phase)
+        if self.events is not None:
+            first = self.events.mark()
+            try:
+                yield
+            finally:
+                self._pending.append(((self.step, layer, phase), first, self.events.mark()))
+            return
         start = self._now()
         try:
             yield

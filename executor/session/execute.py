@@ -30,6 +30,7 @@ from executor.launch.node import share_node_cores
 from executor.report.pipeline import compare_pipeline
 from executor.probes.rank_terms import collective_code_s, wait_per_work
 from executor.runtime.stage import run_strategies
+from executor.session.devices import choose_device
 from executor.probes.step_kernels import Shared, by_layer, collectives_in_step, in_step, kernels_in_step
 from executor.report.trace import trace_events
 from executor.launch.worker import JobResult, abort_with, first_non_finite, run_job, start_watchdog
@@ -57,6 +58,8 @@ class Prepared:
     compute: ComputeModel
     threads: int
     warnings: tuple[str, ...] = ()  # for the user: the prediction may not be the one the plan was made with
+    array_backend: str = "numpy"  # where the ranks run: numpy (the host) or cupy (GPUs; executor.session.devices)
+    profile_path: str | None = None  # the table the prediction reads (a GPU run pins its cuDNN engines)
     # the step predicted from the profile's calls timed alone, when the prediction is made from the
     # plan's calls timed in its step's context (:func:`in_step_context`; None: it is not)
     profile_step_s: float | None = None
@@ -133,8 +136,9 @@ def _machine_warnings(plan: Plan, machine: Machine) -> list[str]:
     return out
 
 
-def cannot_run(plan: Plan, plan_path: str) -> DnnplanError | None:
-    """Why the executor cannot run ``plan`` as written (its file ``plan_path``), None if it can."""
+def cannot_run(plan: Plan, plan_path: str, array_backend: str = "numpy") -> DnnplanError | None:
+    """Why the executor cannot run ``plan`` as written (its file ``plan_path``) on ``array_backend``
+    (numpy: the host; cupy: GPUs, which run every precision), None if it can."""
     if plan.optimizer != "momentum":
         return DnnplanError(f"the plan is for {Optimizer(plan.optimizer, plan.zero).label}; the executor runs SGD with "
                             f"momentum (ZeRO stages 0 to 3)", file=plan_path, field="optimizer",
@@ -148,33 +152,37 @@ def cannot_run(plan: Plan, plan_path: str) -> DnnplanError | None:
         return DnnplanError(f"the plan recomputes {len(again)} layer(s) in backward; the executor keeps every "
                             f"activation instead", file=plan_path, layer=again[0], field="algorithm",
                             hint="plan again with --no-recompute to run it")
-    if plan.precision != DEFAULT_PRECISION:
-        return DnnplanError(f"the plan is for {plan.precision} training; the executor runs float32 kernels",
+    if plan.precision != DEFAULT_PRECISION and array_backend == "numpy":
+        return DnnplanError(f"the plan is for {plan.precision} training; the host runs float32 kernels",
                             file=plan_path, field="precision",
-                            hint="predict it with `dnnplan predict`, or plan again with --precision fp32 to run it")
+                            hint="run it on GPUs (--device cuda, or a profile timed with --backend cupy), predict it "
+                                 "with `dnnplan predict`, or plan again with --precision fp32")
     return None
 
 
-def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None, fresh: bool = False) -> Prepared:
+def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None, fresh: bool = False,
+            device: str = "auto", foreign_ok: bool = False) -> Prepared:
     """Everything checked before a single rank starts. ``fresh`` (``--fresh-profile``): warn when
-    the compute model cannot time the prediction's kernels inside the run."""
+    the compute model cannot time the prediction's kernels inside the run. ``device``
+    (``--device``): where the ranks run (executor.session.devices)."""
     _at_least("ranks", ranks)
     agree_node_cores()
     plan, net = read_plan(plan_path)
-    if (err := cannot_run(plan, plan_path)) is not None:
-        raise err
     if plan.devices != ranks:
         raise DnnplanError(f"the plan is for {plan.devices} devices, not --ranks {ranks}", file=plan_path,
                            hint=f"run it with --ranks {plan.devices}, or re-plan for {ranks} devices")
     machine = load_machine(plan.machine)
-    compute = context.compute_model(machine, profile, plan.devices)
+    compute = context.compute_model(machine, profile, plan.devices, precision=plan.precision, foreign_ok=foreign_ok)
+    array_backend, device_warnings = choose_device(plan, plan_path, compute, device, foreign_ok)
+    if (err := cannot_run(plan, plan_path, array_backend)) is not None:
+        raise err
     machine = context.profiled_links(machine, compute)  # links fitted by `dnnplan profile-comm`
     if threads is not None:
         _at_least("threads", threads)
     else:
         t = _table_threads(compute)
         threads = t if t and t * ranks <= launcher.usable_cores() else launcher.threads_per_rank(ranks)
-    warnings = profile_check(plan, compute, threads) + _machine_warnings(plan, machine)
+    warnings = profile_check(plan, compute, threads) + _machine_warnings(plan, machine) + device_warnings
     scattered = [lp.name for lp in plan.layers if lp.strategy.seq_scatter]
     if scattered:
         warnings.append(f"{len(scattered)} layer(s) (first: {scattered[0]}) take Megatron's sequence-parallel "
@@ -186,7 +194,8 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
     elif fresh and not isinstance(compute, OnDemand):
         warnings.append("--fresh-profile applies to machine `local` without --profile: this prediction "
                         "uses the given table as it is")
-    return Prepared(str(Path(plan_path).resolve()), plan, net, machine, compute, threads, tuple(warnings))
+    return Prepared(str(Path(plan_path).resolve()), plan, net, machine, compute, threads, tuple(warnings),
+                    array_backend=array_backend, profile_path=compute.table.source if compute.table else None)
 
 
 def _in_job(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool, timeout_s: float,
@@ -200,7 +209,8 @@ def _in_job(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool
     try:
         kernel_calls = comm.bcast(kernel_calls, root=0)  # listed by rank 0 alone (measure)
         return run_job(prep.path, comm, steps=steps, warmup=warmup, check=check, keep_spans=trace,
-                       threads=prep.threads, kernel_calls=kernel_calls)
+                       threads=prep.threads, kernel_calls=kernel_calls, array_backend=prep.array_backend,
+                       profile=prep.profile_path)
     except BaseException as err:  # noqa: BLE001 - one rank's failure ends every rank
         abort_with(comm, err)
     finally:
@@ -223,7 +233,8 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
                 pickle.dump(list(kernel_calls), fh)
         cmd = launcher.worker_command(launcher.find_mpiexec(), prep.plan.devices, prep.path, result_path,
                                       steps=steps, warmup=warmup, check=check, trace=trace,
-                                      threads=prep.threads, timeout_s=timeout_s, time_kernels=calls_path)
+                                      threads=prep.threads, timeout_s=timeout_s, time_kernels=calls_path,
+                                      array_backend=prep.array_backend, profile=prep.profile_path)
         launcher.launch(cmd, prep.threads, timeout_s)
         try:
             with open(result_path, "rb") as fh:

@@ -76,6 +76,7 @@ class PlanRun:
                "predicted_peak_bytes": cmp.predicted_peak_bytes, "measured_peak_bytes": cmp.measured.peak_bytes,
                "memory_rel": cmp.memory_rel, **profile_keys(self.prepared, cmp),
                "check": comparison_json(self.name, cmp, self.job.check)["check"], "plan": plan_layers(self.plan),
+               **({"device": self.job.device} if getattr(self.job, "device", None) else {}),
                **in_run.row_keys(self.in_run),
                "layers": in_run.with_layers([{"name": e.name, "predicted_s": p.total_s, "measured_s": m.total_s,
                                               "rel": e.total}

@@ -30,7 +30,7 @@ def _faults(rank: int) -> None:
 
 
 def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=None, lr=0.01, momentum=0.9,
-             after_step=None):
+             after_step=None, backend=None):
     _faults(comm.Get_rank())
     step_s = []
     for step in range(warmup + steps):

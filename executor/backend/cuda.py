@@ -1,0 +1,131 @@
+"""The GPU backend: cupy arrays on one CUDA device per rank, one stream, CUDA events for the clock,
+the memory pool's peak, NCCL collectives (executor.backend.device's docstring lists each part).
+
+- **Device**: local rank ``mod`` the devices this node has; the local rank is the launcher's
+  (``OMPI_COMM_WORLD_LOCAL_RANK``, ``MPI_LOCALRANKID``, ``SLURM_LOCALID``, ``LOCAL_RANK``), else
+  the rank among those with the same host name (:func:`local_rank`).
+- **Stream**: one non-blocking stream per rank, made current, on which every kernel, copy and
+  collective runs; ``synchronize`` waits for it.
+- **Clock**: ``now_s`` records an event on the stream, waits for it, and returns the host time the
+  backend started plus the device time since a base event recorded then: a span measures the
+  device's work, on the host clock's scale. As an EventClock (``mark``/``seconds``/``at``) it lets
+  the timers record a step's spans as events and wait once, at the step's end, so the host queues
+  kernels ahead of the device (as PyTorch's eager mode does) instead of waiting at every span.
+- **Memory**: the arrays' ``nbytes``; the peak is the pool's (executor.backend.cuda_memory) plus
+  the cuDNN workspace the rank holds.
+- **Collectives**: NCCL (executor.backend.nccl) when every rank of the job has a GPU of its own;
+  when two ranks share one (NCCL refuses that), every rank stages through the host's MPI
+  (executor.backend.staging) and :attr:`staged` says so for the report.
+- **Precision**: the plan's, set once for the process's kernels (kernels.cuda.precision).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from executor.backend.cuda_memory import device_held_bytes, pool_peak_bytes
+from executor.backend.host import HostCommunicator
+from executor.backend.nccl import NcclCommunicator
+from executor.backend.staging import StagedCommunicator
+from kernels.cuda import libs
+from kernels.cuda.cudnn_graphs import workspace_bytes
+from kernels.cuda.precision import set_precision
+
+LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MPICH_LOCALRANKID", "PMI_LOCAL_RANK",
+                   "SLURM_LOCALID", "LOCAL_RANK")
+
+
+def local_rank(world, environ=None) -> int:
+    """This rank's index among the ranks on its node (module docstring)."""
+    env = os.environ if environ is None else environ
+    for var in LOCAL_RANK_VARS:
+        if env.get(var, "").isdigit():
+            return int(env[var])
+    hosts = world.allgather(socket.gethostname())
+    mine = hosts[world.Get_rank()]
+    return sum(1 for r in range(world.Get_rank()) if hosts[r] == mine)
+
+
+def shared_devices(placements: list[tuple[str, str]]) -> bool:
+    """Whether two ranks of ``placements`` ((host name, device bus id) per rank) share a GPU."""
+    return len(set(placements)) < len(placements)
+
+
+class CudaBackend:
+    """cupy + CUDA events + NCCL (or host staging) on one GPU per rank."""
+
+    name = "cuda"
+
+    def __init__(self, device: int, precision: str = "fp32"):
+        cp = libs.cupy()
+        self.xp = cp
+        self.device_id = int(device) % cp.cuda.runtime.getDeviceCount()
+        cp.cuda.Device(self.device_id).use()
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.stream.use()
+        set_precision(precision)
+        self.precision = precision
+        self.staged = False  # True once ranks are found to share a GPU (communicator)
+        self._base = cp.cuda.Event()
+        self._base.record(self.stream)
+        self._base.synchronize()
+        self._base_host = time.perf_counter()
+
+    # -- device memory both ways (executor.backend.device.DeviceMemory) ----------------------
+
+    def to_host(self, arr):
+        return self.xp.asnumpy(arr, stream=self.stream)
+
+    def from_host(self, arr, out=None):
+        if out is None:
+            return self.xp.asarray(arr)
+        out.set(arr, stream=self.stream)
+        return out
+
+    # -- the Backend interface -------------------------------------------------------------
+
+    def communicator(self, world):
+        host = HostCommunicator(world)
+        here = (socket.gethostname(), self.xp.cuda.Device(self.device_id).pci_bus_id)
+        self.staged = shared_devices(host.allgather_object(here))
+        staging = StagedCommunicator(self, host)
+        if self.staged:
+            return staging
+        return NcclCommunicator(host, libs.nccl(), self.stream.ptr, staging)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def now_s(self) -> float:
+        ev = self.xp.cuda.Event()
+        ev.record(self.stream)
+        ev.synchronize()
+        return self._base_host + self.xp.cuda.get_elapsed_time(self._base, ev) / 1e3
+
+    # -- marks on the stream (executor.backend.device.EventClock) -----------------------------
+
+    def mark(self):
+        ev = self.xp.cuda.Event()
+        ev.record(self.stream)
+        return ev
+
+    def seconds(self, start, end) -> float:
+        end.synchronize()
+        return self.xp.cuda.get_elapsed_time(start, end) / 1e3
+
+    def at(self, mark) -> float:
+        return self._base_host + self.seconds(self._base, mark)
+
+    def held_bytes(self, arrays) -> int:
+        return device_held_bytes(arrays)
+
+    def peak_bytes(self, run) -> int:
+        return pool_peak_bytes(self.xp, run, self.synchronize) + workspace_bytes()
+
+    def describe(self) -> dict:
+        """What the report says of the device: its name, and whether collectives were staged."""
+        props = self.xp.cuda.runtime.getDeviceProperties(self.device_id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        return {"device": name, "device_id": self.device_id, "staged": self.staged, "precision": self.precision}
