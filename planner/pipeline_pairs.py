@@ -21,8 +21,8 @@ from planner.stack import Stack
 #: micro-batching); Megatron-LM's published runs use 1 to 8 (Narayanan et al. SC21, section 5)
 MICRO_SIZES = (1, 2, 4, 8)
 #: the share of the time left that bounding the pairs may take; the pairs left then keep their
-#: physics floor as their bound (weaker, still a bound)
-BOUND_SHARE = 0.4
+#: physics floor as their bound (weaker, still a bound) and are tried last
+BOUND_SHARE = 0.6
 
 
 def pairs(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stage_counts, micro_counts):
@@ -59,14 +59,15 @@ def bounded(bound, combos: list[tuple[float, int, int]],
             budget: Budget | None = None) -> list[tuple[float, int, int, bool]]:
     """Each (S, m) with the larger of its two lower bounds (``bound(S, m)``: the stage bound and
     whether anything can fit) and whether anything can fit, by bound; once ``BOUND_SHARE`` of the
-    budget's time left is spent, the pairs left keep their physics floor."""
-    out = []
+    budget's time left is spent, the pairs left keep their physics floor and come after the
+    others (a floor is far below a stage bound: by it they would all come first)."""
+    bounded_, floored = [], []
     left = None if budget is None else budget.left()
     stop = None if left is None else budget.clock() + BOUND_SHARE * left
     for phys, stages, m in combos:
         if stop is not None and (budget.clock() >= stop or budget.stop_requested):
-            out.append((phys, stages, m, True))
+            floored.append((phys, stages, m, True))
             continue
         step, fits = bound(stages, m)
-        out.append((max(phys, step), stages, m, fits))
-    return sorted(out)
+        bounded_.append((max(phys, step), stages, m, fits))
+    return sorted(bounded_) + sorted(floored)

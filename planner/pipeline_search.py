@@ -274,9 +274,9 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
     best: Best | None = None
     budget = search.settings.budget
     for i, (bound, stages, m, _) in enumerate(combos):
-        if best is not None and bound >= best.step_s:
-            out.extend(Candidate(s2, m2, b2, skipped="bound", lower_s=b2) for b2, s2, m2, _ in combos[i:])
-            break
+        if best is not None and bound >= best.step_s:  # (the pairs whose bound was not computed come last)
+            out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound))
+            continue
         if best is not None and budget is not None and budget.expired():
             out.extend(Candidate(s2, m2, b2, skipped="time", lower_s=b2) for b2, s2, m2, _ in combos[i:])
             break

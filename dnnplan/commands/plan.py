@@ -37,7 +37,6 @@ from planner.plan import Plan
 from planner.plan_file import plan_to_dict, write_plan
 from planner.plan_pipeline import plan_of_choice
 from planner.refreshed import refreshed
-from planner.solvers.budget import Offer
 from planner.sweep import parse_counts
 from planner.sweep import sweep as run_sweep
 from planner.sweep import with_speedups
@@ -117,6 +116,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             if sweep:
                 return plan_sweep(ctx, network, sweep, plot, run.limit, settings, as_json)
             answer = _answer(run, pipeline, micro_batches, schedule, prove, click, step_context)
+            budget.settled = True
         except KeyboardInterrupt:
             if budget.best is None:
                 raise
@@ -168,18 +168,19 @@ def _answer(run: Run, pipeline: str | None, micro_batches: int | None, schedule:
         result = refreshed(ctx.compute, lambda: make_plan(ctx.network, run.network, ctx.batch, ctx.devices,
                                                           ctx.machine, ctx.compute, run.limit, settings,
                                                           machine_ref=run.machine_ref,
-                                                          profile_fingerprint=run.fingerprint))
+                                                          profile_fingerprint=run.fingerprint),
+                           settings.budget.forget)
         answer = Answer(settings, plan=result)
     else:
         answer = refreshed(ctx.compute, lambda: first_plan(
             ctx.network, run.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, run.limit, settings,
             machine_ref=run.machine_ref, fingerprint=run.fingerprint,
             zero_given=click.get_parameter_source("zero") != ParameterSource.DEFAULT, schedule=schedule,
-            prove_s=prove))
+            prove_s=prove), settings.budget.forget)
     if answer.plan is None or not step_context:
         return answer
     result = answer.plan  # machine `local`: checked in its step's context against the uniform plans
-    settings.budget.best = Offer(result.step_s, "the plan", result.step_s, lambda: result)
+    settings.budget.settle(result.step_s, lambda: result)
     checked, timed = step_choice.checked(result, ctx, run.network, run.machine_ref)
     return dataclasses.replace(answer, plan=checked, timed=tuple(timed))
 
@@ -196,7 +197,7 @@ def _pipelined(run: Run, pipeline: str | None, micro_batches: int | None, schedu
     ctx = run.ctx
     return refreshed(ctx.compute, lambda: search_pipeline(
         ctx.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, run.limit, run.settings, stages, micro,
-        schedule=schedule, prove_s=prove))
+        schedule=schedule, prove_s=prove), run.settings.budget.forget)
 
 
 def show(run: Run, answer, out: str | None, as_json: bool, layers: bool) -> None:
@@ -217,7 +218,7 @@ def show(run: Run, answer, out: str | None, as_json: bool, layers: bool) -> None
     if out:
         write_plan(plan, out)
     if as_json:
-        print(json.dumps(_json(plan, got, answer)))
+        print(json.dumps({**_json(plan, got, answer), "answered_in_s": round(run.settings.budget.elapsed(), 3)}))
         return
     render.answer(plan, got, _facts(run, answer), layers)
     if out:

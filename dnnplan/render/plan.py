@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from costmodel.breakdown import step_terms
 from dnnplan.render import fmt
 from dnnplan.render.answer import (Facts, assumptions_line, gap_line, header_lines, layout_line,
                                    memory_mfu_line, step_line)
@@ -25,7 +26,10 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         console.print(line)
     if facts.why:
         console.print(f"{facts.why}; so the pipeline search ran (pipeline stages, micro-batches)")
-    console.print(step_line(plan.step_s, plan.breakdown))
+    if facts.timed and fastest(list(facts.timed)).prediction is not None:
+        context_step_line(list(facts.timed))
+    else:
+        console.print(step_line(plan.step_s, plan.breakdown))
     limit = plan.solver.get("memory_limit_bytes")
     console.print(memory_mfu_line(plan.memory_peak_bytes, limit, plan.mfu))
     if got is None:
@@ -37,8 +41,10 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         console.print(line)
     detailed = layers or facts.layers <= SMALL_NETWORK
     if got is None:
-        baselines_table(plan)
-        step_context_line(list(facts.timed))
+        if facts.timed:
+            context_table(plan, list(facts.timed))
+        else:
+            baselines_table(plan)
         if detailed:
             plan_table(plan)
     elif detailed:
@@ -75,15 +81,32 @@ def step_context_dict(timed: list) -> dict | None:
             "plans": {t.name: {"step_s": t.step_s, "profile_step_s": t.alone_s} for t in timed}}
 
 
-def step_context_line(timed: list) -> None:
-    """The candidates' steps predicted in their step's context (executor.step_choice), and the choice."""
-    got = step_context_dict(timed)
-    if got is None:
-        return
-    steps = ", ".join(f"{name} {fmt.seconds(v['step_s'])}" for name, v in got["plans"].items())
-    console.print(f"in step context (each plan's kernels and collectives timed again in its step's order, "
-                  f"before any run): {steps}; "
-                  f"the plan: {got['chosen']} (the step above is the profile's, kernels timed alone)")
+def context_table(plan: Plan, timed: list) -> None:
+    """Machine `local`: the plan beside the uniform plans, each predicted as `dnnplan execute`
+    predicts it (its kernels and collectives timed again in its step's order and context, the
+    executor's time between kernels, the wait for the slowest rank): the plan is the fastest
+    there, so none listed is faster (executor.step_choice)."""
+    chosen = fastest(timed)
+    limit = plan.solver.get("memory_limit_bytes")
+    t = Table(title="against the uniform plans, as `dnnplan execute` predicts each (kernels timed in the step's "
+                    "context)", title_justify="left")
+    for col in ("plan", "step", "profile alone", "peak memory", "this plan is"):
+        t.add_column(col, justify="left" if col in ("plan", "this plan is") else "right", overflow="fold")
+    for c in [chosen] + [c for c in timed if c is not chosen]:
+        name = f"[bold]this plan ({c.name})[/bold]" if c is chosen else c.name
+        fits = limit is None or c.plan.memory_peak_bytes <= limit * (1 + 1e-9)
+        ratio = "" if c is chosen else (f"{c.step_s / chosen.step_s:.2f}x as fast" if fits
+                                        else "[yellow]not comparable: it does not fit[/yellow]")
+        t.add_row(name, fmt.seconds(c.step_s), fmt.seconds(c.alone_s), fmt.nbytes(c.plan.memory_peak_bytes), ratio)
+    console.print(t)
+
+
+def context_step_line(timed: list) -> None:
+    """Machine `local`: the chosen plan's step as `dnnplan execute` predicts it, by term."""
+    chosen = fastest(timed)
+    if chosen.prediction is not None:
+        console.print(step_line(chosen.step_s, step_terms(chosen.prediction))
+                      + f" [dim](as `dnnplan execute` predicts it; from the profile alone {fmt.seconds(chosen.alone_s)})[/dim]")
 
 
 ALGORITHM_COLUMNS = ("direct", "im2col", "fft", "winograd")

@@ -29,7 +29,7 @@ EVERY_S = 2.0
 def line(budget: Budget) -> str | None:
     """The progress line now, or None before the search holds a plan."""
     best = budget.best
-    if best is None:
+    if best is None or budget.settled:
         return None
     bound = f" of {budget.stated_s:g} s" if budget.stated_s is not None else ""
     gap = "proven optimal" if best.gap <= 0 else f"within {best.gap:.1%} of the optimum"

@@ -57,6 +57,7 @@ class Budget:
         self.deadline = None if seconds is None else self.start + seconds
         self.best: Offer | None = None
         self.lower_s = 0.0  # the largest lower bound proven on every answer's step
+        self.settled = False  # the search is over (settle)
         self.listener: Callable[[Offer, float], None] | None = None
         self._shared = {"stop": False, "deferred": 0}  # with the budgets renewed from this one
 
@@ -129,6 +130,15 @@ class Budget:
             self.best = Offer(self.best.step_s, self.best.what, min(self.lower_s, self.best.step_s),
                               self.best.finish)
             self._tell()
+
+    def forget(self) -> None:
+        """Drop the answer held and the bound (the search starts again, e.g. on a completed profile)."""
+        self.best, self.lower_s = None, 0.0
+
+    def settle(self, step_s: float, finish: Callable[[], Any]) -> None:
+        """The search is over and this is its answer (what Ctrl-C shows from now on); no progress follows."""
+        self.best = Offer(step_s, "the plan", step_s, finish)
+        self.settled = True
 
     def _tell(self) -> None:
         if self.listener is not None and self.best is not None:
