@@ -18,7 +18,8 @@ from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
 from networks.ir import Network
 from planner.optimize import Infeasible, Settings, make_plan
-from planner.pipeline_search import PROVE_S, SCHEDULE, NoPipelineFits, PipelineChoice, search_pipeline
+from planner.pipeline_search import (PROVE_S, SCHEDULE, NoPipelineFits, PipelineChoice, SearchOutOfTime,
+                                     search_pipeline)
 from planner.plan import Plan
 from planner.refusal import refusal
 from planner.stack import uniform_stack
@@ -61,8 +62,10 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
             choice = search_pipeline(net, batch, p, machine, compute, limit, trial, schedule=schedule,
                                      prove_s=prove_s)
         except NoPipelineFits:
-            if settings.budget is not None and settings.budget.stop_requested:
-                raise KeyboardInterrupt from None
+            if settings.budget is not None and settings.budget.expired():
+                settings.budget.check()
+                raise SearchOutOfTime(f"no plan was found within the {settings.budget.stated_s:g} s time limit",
+                                      hint="raise --time-limit") from None
             continue
         more = f"; no pipelined plan fits without ZeRO either, so the optimiser state is sharded (ZeRO-{zero})" \
             if zero != settings.zero else ""

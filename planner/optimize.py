@@ -258,8 +258,12 @@ def _offers(maker: _Maker, budget: Budget | None, limit: float) -> Better | None
                                                                                           "gap": budget.best.gap}))
 
     def better(choice: tuple[int, ...], cost: float, bound: float) -> None:
-        budget.offer(cost, "the search's best plan", lambda: maker.stopped(choice, None, {
-            **stopped, "solver": "search", "gap": budget.best.gap}), bound)
+        if budget.best is not None and cost >= budget.best.step_s:
+            budget.bound(bound)
+            return
+        plan = maker.stopped(choice, None, {**stopped, "solver": "search"})  # now: Ctrl-C then answers at once
+        budget.offer(cost, "the search's best plan",
+                     lambda: dataclasses.replace(plan, solver={**plan.solver, "gap": budget.best.gap}), bound)
 
     return better
 

@@ -74,6 +74,10 @@ class _OutOfTime(Exception):
     """A pair's search left unfinished at the deadline (:meth:`_Search.late`)."""
 
 
+class SearchOutOfTime(DnnplanError):
+    """The time limit came before the search held any plan."""
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One (S, m) the search weighed: its best step (None: nothing fits) and cut, or why it was skipped."""
@@ -142,7 +146,6 @@ class _Search:
         ends = {layer.name: 0 for layer in stack.before} | {layer.name: 2 for layer in stack.after}
         self.ties = crossing_ties(stack.network, lambda name: ends.get(name, 1))  # embedding first, head last
         self.solves = 0
-        self.holding = False  # a plan is in hand (the budget may then end a pair's search)
         self._solvers: dict[tuple[int, int, bool], StageSolver] = {}  # (S, m, close)
 
     def solver(self, stages: int, m: int, close: bool = False) -> StageSolver:
@@ -180,13 +183,13 @@ class _Search:
 
     def late(self, close: bool) -> bool:
         """A pair being searched should be left: its gaps being closed past the deadline, or the
-        budget spent once a plan is in hand."""
+        budget spent."""
         budget = self.settings.budget
         if budget is not None:
             budget.check()  # a stop request: KeyboardInterrupt (the budget holds the best plan so far)
         if close:
             return self.deadline is not None and time.perf_counter() >= self.deadline
-        return self.holding and budget is not None and budget.expired()
+        return budget is not None and budget.expired()
 
     def best(self, stages: int, m: int, close: bool = False) -> Best | None:
         """The best cut of ``(S, m)`` (None: nothing fits); raises :class:`_OutOfTime` when it is
@@ -277,19 +280,21 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
         if best is not None and bound >= best.step_s:  # (the pairs whose bound was not computed come last)
             out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound))
             continue
-        if best is not None and budget is not None and budget.expired():
-            out.extend(Candidate(s2, m2, b2, skipped="time", lower_s=b2) for b2, s2, m2, _ in combos[i:])
-            break
         try:
+            if budget is not None and budget.expired():
+                raise _OutOfTime
             got = search.best(stages, m)
         except _OutOfTime:
+            if best is None:
+                raise SearchOutOfTime(f"no plan was found within the {budget.stated_s:g} s time limit "
+                                      f"({i} of {len(combos)} pipeline and micro-batch pairs searched)",
+                                      hint="raise --time-limit") from None
             out.extend(Candidate(s2, m2, b2, skipped="time", lower_s=b2) for b2, s2, m2, _ in combos[i:])
             break
         out.append(Candidate(stages, m, bound, got.step_s if got else None, got.cut if got else (),
                              lower_s=max(bound, got.lower_s) if got else float("inf")))
         if got is not None and (best is None or got.step_s < best.step_s * (1 - 1e-12)):
             best = got
-            search.holding = True
         if best is not None and budget is not None:
             _offer(search, best, out, combos[i + 1:], start)
         if progress:
@@ -300,11 +305,16 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
 def _offer(search: _Search, best: Best, out: list[Candidate], pending: list, start: float) -> None:
     """Offer ``best`` to the budget as the plan so far, with the least lower bound of every pair
     (those not tried yet by their bounds); finishing it makes its :class:`PipelineChoice`."""
+    budget = search.settings.budget
     rest = [Candidate(s2, m2, b2, skipped="interrupted", lower_s=b2) for b2, s2, m2, _ in pending]
     lower = min([c.lower_s for c in out] + [c.lower_s for c in rest], default=best.step_s)
+    if budget.best is not None and best.step_s >= budget.best.step_s:
+        budget.bound(lower)
+        return
     what = f"pipeline {best.stages}, {best.micro_batches} micro-batches"
-    search.settings.budget.offer(best.step_s, what, lambda: _choice(search, best, tuple(out) + tuple(rest),
-                                                                    time.perf_counter() - start), lower)
+    got = _choice(search, best, tuple(out) + tuple(rest), time.perf_counter() - start)  # now: Ctrl-C answers at once
+    budget.offer(best.step_s, what, lambda: replace(got, stats={**got.stats, "proven_gap": budget.best.gap,
+                                                              "interrupted": True}), lower)
 
 
 def _closed(search: _Search, best: Best, out: list[Candidate], i: int) -> Best:

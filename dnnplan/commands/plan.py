@@ -27,7 +27,7 @@ from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
 from dnnplan.render.plot import plot_sweep
 from dnnplan.render.progress import progress_line
-from dnnplan.search_bound import search_budget, stop_on_ctrl_c
+from dnnplan.search_bound import end, search_budget, stop_on_ctrl_c
 from executor import step_choice
 from networks.errors import DnnplanError, short
 from planner.auto import Answer, first_plan
@@ -91,12 +91,10 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     dnnplan plan gpt3-175b -p 1024 -b 1536 --precision bf16
 
     The default batch: 32 samples a device; for a language model about 4M tokens (Llama 2's), at
-    most 16 sequences a device. A pipelined plan written with --out runs with `dnnplan execute`
-    (GPipe or 1F1B, --schedule).
+    most 16 sequences a device. A pipelined plan written with --out runs with `dnnplan execute`.
 
-    On machine `local` the plan is then checked against the uniform plans with every plan's
-    kernels (and collectives) timed again in its step's order and context (a few seconds a plan; --no-step-context
-    leaves it out): a uniform plan predicted faster there is the plan.
+    On machine `local` the plan is then checked against the uniform plans, every plan's kernels
+    (and collectives) timed again in its step's order and context (--no-step-context leaves it out).
     """
     check_flags(solver, sweep, plot)
     if sweep and (pipeline not in (None, "off") or micro_batches is not None):
@@ -106,25 +104,26 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     with stop_on_ctrl_c(budget), progress_line(budget):
         try:
             ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision)
-            opt = Optimizer(optimizer, zero)
-            settings = Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
-                                recompute=recompute, budget=budget)
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
-            run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(profile), settings,
+            opt = Optimizer(optimizer, zero)
+            run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(profile),
+                      Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
+                               recompute=recompute, budget=budget),
                       None if memory is None else memory * GIB, _defaults(click, ctx))
             if sweep:
-                return plan_sweep(ctx, network, sweep, plot, run.limit, settings, as_json)
+                return plan_sweep(ctx, network, sweep, plot, run.limit, run.settings, as_json)
             answer = _answer(run, pipeline, micro_batches, schedule, prove, click, step_context)
             budget.settled = True
         except KeyboardInterrupt:
             if budget.best is None:
-                raise
+                fail_line(f"interrupted after {budget.elapsed():.1f} s, before any plan was found")
+                end(130)
             answer = budget.best.finish()
     show(run, answer, out, as_json, layers)
     if budget.stop_requested:
         fail_line(f"interrupted after {budget.elapsed():.1f} s: the best plan found so far is shown")
-        raise typer.Exit(130)
+        end(130)
 
 
 @dataclass(frozen=True)

@@ -82,25 +82,33 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     strategies, fallbacks = strategies_of(ctx.network, devices, ctx.batch)
     pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute, opt,
                         checkpoints=recompute == "full")
-    if recompute != "none":
-        plain = predict_step(ctx.network, ctx.batch, strategies, recompute_algorithms(ctx.network, "none"),
-                             ctx.machine, ctx.compute, opt)
-        if (line := recompute_warning(ctx.network, recompute, pred, plain)) is not None:
-            warn(line)
+    _check_recompute(ctx, strategies, opt, recompute, pred)
+    _show(ctx, pred, fallbacks, layers, as_json)
+
+
+def _show(ctx: Context, pred, fallbacks, layers: bool, as_json: bool) -> None:
+    """`dnnplan predict NET`'s answer: JSON, or the step by term, memory and MFU first (dnnplan.render.tables)."""
     mfu = _mfu(ctx, pred.step_s)
     if as_json:
-        out = prediction_json(pred)
-        out["fallbacks"] = [f.__dict__ for f in fallbacks]
-        out["mfu"] = mfu
-        print(json.dumps(out))
-    else:
-        tables.prediction_table(pred, fallbacks, mfu, layers or len(pred.layers) <= SMALL_NETWORK,
-                                ctx.machine.device.mem_capacity_bytes)
+        print(json.dumps({**prediction_json(pred), "fallbacks": [f.__dict__ for f in fallbacks], "mfu": mfu}))
+        return
+    tables.prediction_table(pred, fallbacks, mfu, layers or len(pred.layers) <= SMALL_NETWORK,
+                            ctx.machine.device.mem_capacity_bytes)
 
 
 def _mfu(ctx: Context, step_s: float) -> float:
     return model_flops_utilization(ctx.network, ctx.batch, step_s, ctx.devices, ctx.machine,
                                    get_precision(ctx.precision).matmul)
+
+
+def _check_recompute(ctx: Context, strategies: dict, opt: Optimizer, mode: str, pred) -> None:
+    """Warn when ``--recompute MODE`` saves no memory against no recomputation (recompute_warning)."""
+    if mode == "none":
+        return
+    plain = predict_step(ctx.network, ctx.batch, strategies, recompute_algorithms(ctx.network, "none"),
+                         ctx.machine, ctx.compute, opt)
+    if (line := recompute_warning(ctx.network, mode, pred, plain)) is not None:
+        warn(line)
 
 
 def recompute_warning(net: Network, mode: str, pred, plain) -> str | None:

@@ -66,7 +66,8 @@ def assumptions_line(f: Facts) -> str | None:
     parts = []
     if f.has_batchnorm:
         parts.append("batch-norm statistics synchronised over the ranks splitting a layer's samples "
-                     "(SyncBatchNorm, as the executor runs; PyTorch DDP's BatchNorm2d does not sync: --no-sync-bn)")
+                     "(SyncBatchNorm, as the executor runs; PyTorch DDP's BatchNorm2d does not sync, which "
+                     "saves two small allreduces a layer)")
     parts.append("weight gradients all-reduced layer by layer after the backward pass (no bucketing, no overlap "
                  "with backward)")
     if f.has_attention:

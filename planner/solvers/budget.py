@@ -7,10 +7,9 @@ solvers). It carries:
   :meth:`Budget.expired` and ends with what it holds; each ILP gets what is left as HiGHS's time
   limit and checks it again from its interrupt callback;
 - a **stop request** (Ctrl-C): the command line's signal handler calls :meth:`Budget.request_stop`
-  and then raises ``KeyboardInterrupt`` itself, unless native solver code runs
-  (:meth:`Budget.deferring`): Python code cannot be stopped safely inside HiGHS, so there the
-  request is only recorded, HiGHS's interrupt callback ends its solve (within a few tenths of a
-  second), and :meth:`Budget.check` raises ``KeyboardInterrupt`` once HiGHS has returned;
+  and raises ``KeyboardInterrupt``; an ILP solve that runs meanwhile (in a thread of its own,
+  :mod:`.ilp`) sees the request from HiGHS's interrupt callback and ends; :meth:`Budget.check`
+  raises ``KeyboardInterrupt`` for a request a loop of the search finds;
 - the **best answer so far** (:meth:`Budget.offer`): its step, a proven lower bound on the optimum
   (:meth:`Budget.bound`) and a ``finish`` function that turns it into the result the search would
   return. After ``KeyboardInterrupt`` the caller finishes :attr:`Budget.best` (nothing is searched
@@ -23,9 +22,8 @@ Nothing here prints or reads a file; the clock is the only outside state it read
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,7 @@ class Budget:
         self.lower_s = 0.0  # the largest lower bound proven on every answer's step
         self.settled = False  # the search is over (settle)
         self.listener: Callable[[Offer, float], None] | None = None
-        self._shared = {"stop": False, "deferred": 0}  # with the budgets renewed from this one
+        self._shared = {"stop": False}  # with the budgets renewed from this one
 
     def renewed(self) -> "Budget":
         """A budget of the same seconds from now (the next search of a series: a sweep's next device
@@ -91,21 +89,8 @@ class Budget:
     def request_stop(self) -> None:
         self._shared["stop"] = True
 
-    @property
-    def deferred(self) -> bool:
-        """True while native solver code runs (the stop request must wait for it to return)."""
-        return self._shared["deferred"] > 0
-
-    @contextmanager
-    def deferring(self) -> Iterator[None]:
-        self._shared["deferred"] += 1
-        try:
-            yield
-        finally:
-            self._shared["deferred"] -= 1
-
     def check(self) -> None:
-        """Raise ``KeyboardInterrupt`` if a stop was requested while it had to wait (module docstring)."""
+        """Raise ``KeyboardInterrupt`` if a stop was requested (module docstring)."""
         if self.stop_requested:
             raise KeyboardInterrupt
 

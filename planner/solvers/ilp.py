@@ -26,9 +26,13 @@ fd 1 pointed at fd 2 (:func:`native_stdout_to_stderr`), so nothing native can co
 
 Time and interruption (:mod:`.budget`): HiGHS runs in this process (highspy) with the time left
 to the budget's deadline as its ``time_limit``, and an interrupt callback (MIP, simplex and
-interior point: HiGHS calls it every few tenths of a second at most) that stops it once the
-budget expires or a stop is requested. A solve stopped that way returns the best assignment it
-holds (status ``feasible``, its gap) or raises :class:`Stopped` when it holds none.
+interior point) that stops it once the budget expires or a stop is requested. A solve stopped
+that way returns the best assignment it holds (status ``feasible``, its gap) or raises
+:class:`Stopped` when it holds none. HiGHS runs in a thread of its own while the calling thread
+waits in Python (:class:`_ThreadedHiGHS`, as highspy's own ``startSolve``): Ctrl-C reaches the
+caller at once as ``KeyboardInterrupt`` (HiGHS may go seconds between two callbacks on a loaded
+machine: its presolve, its heuristics), the stop is requested, and the caller goes on with the best
+plan it holds while HiGHS winds down.
 """
 
 from __future__ import annotations
@@ -138,6 +142,38 @@ def _interrupts(budget: Budget | None) -> dict:
                                     kinds.kCallbackIpmInterrupt]}
 
 
+#: how often the thread waiting for HiGHS wakes (a Ctrl-C is taken at once anyway), and how long it
+#: then gives HiGHS to stop before it goes on without it
+POLL_S, GRACE_S = 0.05, 0.2
+
+
+class _ThreadedHiGHS(pulp.HiGHS):
+    """PuLP's HiGHS with the solve in a thread of its own (module docstring)."""
+
+    def __init__(self, budget: Budget | None, **kwargs):
+        super().__init__(**kwargs)
+        self.budget = budget
+
+    def callSolver(self, lp):
+        model, finished = lp.solverModel, threading.Event()
+
+        def run() -> None:
+            try:
+                model.run()
+            finally:
+                finished.set()
+
+        threading.Thread(target=run, name="highs", daemon=True).start()
+        try:
+            while not finished.wait(POLL_S):
+                pass
+        except KeyboardInterrupt:
+            if self.budget is not None:
+                self.budget.request_stop()  # HiGHS's interrupt callback ends its solve
+            finished.wait(GRACE_S)
+            raise
+
+
 def _pick_solver(solver: str, time_limit_s: float | None, gap: float | None, budget: Budget | None = None):
     available = pulp.listSolvers(onlyAvailable=True)
     name = solver.lower()
@@ -147,7 +183,7 @@ def _pick_solver(solver: str, time_limit_s: float | None, gap: float | None, bud
     if name == "highs":
         if "HiGHS" not in available:
             raise DnnplanError("the HiGHS solver is not available", hint="pip install highspy")
-        return "HiGHS", pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=rel_gap, **_interrupts(budget),
+        return "HiGHS", _ThreadedHiGHS(budget, msg=False, timeLimit=time_limit_s, gapRel=rel_gap, **_interrupts(budget),
                                    gapAbs=0.0 if gap is None else None,
                                    output_flag=False, log_to_console=False,
                                    mip_feasibility_tolerance=1e-9,
@@ -250,10 +286,8 @@ def solve_ilp(problem: Problem, time_limit_s: float | None = None, gap: float | 
         raise Stopped("the budget ran out before the ILP started")
     label, backend = _pick_solver(solver, time_limit_s, gap, budget)
     quiet_banner()
-    with native_stdout_to_stderr(), (budget.deferring() if budget is not None else contextlib.nullcontext()):
+    with native_stdout_to_stderr():
         model.lp.solve(backend)
-    if budget is not None:
-        budget.check()  # a Ctrl-C that waited for HiGHS to return (planner.solvers.budget)
     solved = time.perf_counter()
     found = model.lp.sol_status
     if label == "HiGHS" and found == pulp.LpSolutionIntegerFeasible and not _has_solution(model.lp):
