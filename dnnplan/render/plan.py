@@ -3,6 +3,7 @@ the convolution algorithms, the baselines, the solver's detail, sweeps and pipel
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from costmodel.breakdown import step_terms
@@ -32,6 +33,8 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         console.print(step_line(plan.step_s, plan.breakdown))
     limit = plan.solver.get("memory_limit_bytes")
     console.print(memory_mfu_line(plan.memory_peak_bytes, limit, plan.mfu))
+    if plan.memory_parts and got is None:
+        console.print(memory_line(plan.memory_parts))
     if got is None:
         console.print(layout_line([lp.strategy.label for lp in plan.layers]))
         console.print(gap_line(plan.solver))
@@ -66,8 +69,6 @@ def plan_table(plan: Plan) -> None:
     console.print(t)
     mix = ", ".join(f"{k} x{v}" for k, v in strategy_mix(plan).items())
     console.print(f"splits by dimension: {mix}")
-    if plan.memory_parts:
-        console.print(memory_line(plan.memory_parts))
     algorithms_table(plan)
     solver_line(plan)
 
@@ -189,9 +190,11 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> Non
     for col in ("devices", "plan step", "speedup", "efficiency", "data-parallel step", "speedup ", "efficiency ",
                 "plan / data", "strategy mix"):
         t.add_column(col, justify="left" if col == "strategy mix" else "right", overflow="fold")
+    notes = []
     for r in rows:
         if r.get("error"):
-            t.add_row(str(r["devices"]), "[yellow]no plan[/yellow]", "", "", "", "", "", "", r["error"])
+            notes.append(f"{r['devices']} devices: {r['error']}")
+            t.add_row(str(r["devices"]), "[yellow]no plan[/yellow]", "", "", "", "", "", "", f"note {len(notes)}")
             continue
         fits = r.get("data_fits", True)
         t.add_row(str(r["devices"]), fmt.seconds(r["step_s"]) + _gap(r), f"{r['speedup']:.2f}x",
@@ -200,6 +203,8 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> Non
                   f"{r['data_step_s'] / r['step_s']:.2f}x" if fits else "-",
                   ", ".join(f"{k} x{v}" for k, v in r["mix"].items()))
     console.print(t)
+    for k, note in enumerate(notes, 1):  # whole, wrapped at spaces by the console (never cut)
+        console.print(f"note {k}: {escape(note)}")
     console.print("speedup and efficiency are relative to the first device count that has a plan")
 
 
