@@ -20,6 +20,7 @@ from dnnplan.commands.profile import profile
 from dnnplan.commands.profile_comm import profile_comm
 from dnnplan.commands.validate import validate
 from dnnplan.helptext import reflow
+from dnnplan.search_bound import count_from_the_start
 
 for command in (info, networks, machines, predict, plan, profile, profile_comm, execute, validate):
     app.command(help=reflow(command.__doc__))(command)  # named after the function: profile_comm -> profile-comm
@@ -27,5 +28,6 @@ for command in (info, networks, machines, predict, plan, profile, profile_comm, 
 
 def main() -> None:
     """Console-script entry point."""
+    count_from_the_start()
     app(prog_name="dnnplan")
     sys.exit(0)

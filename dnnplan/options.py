@@ -29,7 +29,9 @@ DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devi
 DeviceCountsOpt = Annotated[str, typer.Option("--devices", "-p", help="Device counts the planner will consider, "
                                                                       "e.g. 1,2,4.")]
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Global batch per training step "
-                                                 "\\[default: 32 per device].", callback=within("--batch", 1, MAX_INT))]
+                                                 "\\[default: 32 samples a device; a language model: about 4M "
+                                                 "tokens, at most 16 sequences a device].",
+                                                 callback=within("--batch", 1, MAX_INT))]
 SamplesOpt = Annotated[int, typer.Option("--batch", "-b", help="Samples per training step.",
                                          callback=within("--batch", 1, MAX_INT))]
 MachineOpt = Annotated[Optional[str], typer.Option("--machine", "-m", help="A shipped machine (see `dnnplan "

@@ -1,7 +1,7 @@
 """The command line's side of a search's bound: the default time limit and Ctrl-C.
 
 `dnnplan plan` answers within ``--time-limit`` seconds (default :data:`DEFAULT_TIME_LIMIT_S`) of
-the command's start: the search (:mod:`planner.solvers.budget`) gets the limit less
+the command's start (its first import): the search (:mod:`planner.solvers.budget`) gets the limit less
 :func:`finish_reserve_s`, the time pricing and printing the plan it holds take at most.
 
 Ctrl-C during a search (:func:`stop_on_ctrl_c`): asks the search to stop (an ILP that runs, in a
@@ -20,6 +20,9 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+import typer
+
+from dnnplan import STARTED
 from planner.solvers import Budget
 
 #: seconds `dnnplan plan` takes at most by default, from its start to its answer
@@ -33,9 +36,21 @@ def finish_reserve_s(limit_s: float) -> float:
 
 
 def search_budget(time_limit_s: float | None) -> Budget:
-    """The budget of a search that must answer within ``time_limit_s`` (None: the default) from now."""
+    """The budget of a search that must answer within ``time_limit_s`` (None: the default) of the
+    command line's start (its first import, :data:`dnnplan.STARTED`: Python's import of the planner
+    takes 1 s on a quiet 2-core machine, several on a loaded one; :func:`count_from_the_start`), or
+    else of now."""
     limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
-    return Budget(limit - finish_reserve_s(limit), stated_s=limit)
+    return Budget(limit - finish_reserve_s(limit), stated_s=limit, start=_FROM[0])
+
+
+_FROM: list = [None]  # when the bound counts from: None, the command's call (tests, a library caller)
+
+
+def count_from_the_start() -> None:
+    """Count the bound from the command line's first import (:data:`dnnplan.STARTED`): the console
+    script and ``python -m dnnplan`` call this before the command runs (dnnplan.cli.main)."""
+    _FROM[0] = STARTED
 
 
 @contextmanager
@@ -58,10 +73,13 @@ def stop_on_ctrl_c(budget: Budget) -> Iterator[None]:
 
 
 def end(code: int) -> None:
-    """End an interrupted command with exit ``code`` at once: the exit handlers run and the output is
-    flushed, then the process ends without the interpreter's teardown, which waits for HiGHS's
-    worker threads (0.1-1.5 s measured on the 2-core development VM, the longer under load) and
-    would abort on a solve that a Ctrl-C left winding down in its thread (planner.solvers.ilp)."""
+    """End the command with exit ``code``. Run as the console command (:func:`count_from_the_start`),
+    at once: the exit handlers run and the output is flushed, then the process ends without the
+    interpreter's teardown, which waits for HiGHS's worker threads (0.1-1.5 s measured on the
+    2-core development VM, the longer under load) and would abort on a solve that a Ctrl-C left
+    winding down in its thread (planner.solvers.ilp). Called in-process (tests), ``typer.Exit``."""
+    if _FROM[0] is None:
+        raise typer.Exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

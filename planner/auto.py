@@ -43,9 +43,11 @@ class Answer:
 
 def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
                limit: float | None, settings: Settings, *, machine_ref: str, fingerprint: str | None,
-               zero_given: bool = True, schedule: str = SCHEDULE, prove_s: float | None = PROVE_S) -> Answer:
+               zero_given: bool = True, schedule: str = SCHEDULE, prove_s: float | None = PROVE_S,
+               batch_given: bool = True) -> Answer:
     """The plan (module docstring); ``limit``: bytes a device (None: the machine's memory);
-    ``zero_given``: the user chose the ZeRO stage (the search does not change it)."""
+    ``zero_given``: the user chose the ZeRO stage (the search does not change it); ``batch_given``:
+    the user chose the batch (else a refusal names it with a device count)."""
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
     try:
         return Answer(settings, plan=make_plan(net, network_ref, batch, p, machine, compute, limit, settings,
@@ -53,7 +55,7 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
                                                suggest=False))
     except Infeasible as err:
         if uniform_stack(net) is None:
-            raise refusal(net, batch, p, machine, compute, limit, settings, pipelined=False) from err
+            raise refusal(net, batch, p, machine, compute, limit, settings, False, batch_given) from err
         why = (f"no plan of the whole batch at once fits: the least any needs is {err.need_bytes / GIB:.1f} GiB a "
                f"device, over the {limit / GIB:.1f} GiB limit")
     for zero in (settings.zero,) + (() if zero_given or settings.zero else ZERO_TRIED):
@@ -70,4 +72,4 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         more = f"; no pipelined plan fits without ZeRO either, so the optimiser state is sharded (ZeRO-{zero})" \
             if zero != settings.zero else ""
         return Answer(trial, pipeline=choice, why=why + more)
-    raise refusal(net, batch, p, machine, compute, limit, settings, pipelined=True)
+    raise refusal(net, batch, p, machine, compute, limit, settings, True, batch_given)

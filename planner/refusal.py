@@ -2,9 +2,11 @@
 
 Each alternative named is tried, not guessed: a plan without pipelining exists with it when the
 least memory any assignment of the planner's candidates needs fits the limit (``min_memory`` of the
-nodes-only problem: exact, and the solver then finds such a plan). Tried, with everything else as
-given: more devices (doubling, up to 64 times as many, within the machine), a smaller batch
-(halving), a ZeRO stage (when none was asked for), and the memory a device would need.
+nodes-only problem: exact, and the solver then finds such a plan); for a stack of identical blocks,
+a pipelined plan exists when the balanced cut's stages fit at micro-batches of one sample
+(:func:`_pipeline_fits`). Tried, with everything else as given: more devices (doubling, up to 64
+times as many, within the machine), a smaller batch (halving), a ZeRO stage (when none was asked
+for), and the memory a device would need.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.build import build_problem
+from costmodel.candidates import divisors
+from planner.build import Builder, build_problem, build_with
 from planner.optimize import Settings
 from planner.solvers import Budget, min_memory
+from planner.stack import FIRST, LAST, MIDDLE, uniform_stack
 
 GIB = 2.0 ** 30
 
@@ -31,7 +35,27 @@ def least_memory(net: Network, batch: int, p: int, machine: Machine, compute: Co
 
 
 def _fits(net, batch, p, machine, compute, settings, limit) -> bool:
-    return least_memory(net, batch, p, machine, compute, settings) <= limit * (1 + 1e-9)
+    return (least_memory(net, batch, p, machine, compute, settings) <= limit * (1 + 1e-9)
+            or _pipeline_fits(net, batch, p, machine, compute, settings, limit))
+
+
+def _pipeline_fits(net, batch, p, machine, compute, settings, limit) -> bool:
+    """A pipelined plan fits (a stack of identical blocks only): for some stage count ``S``, stages of
+    ``ceil(n / S)`` blocks on ``p / S`` devices, at micro-batches of one sample under 1F1B, fit as the
+    first stage (holding ``S`` micro-batches' activations), a middle one (``S - 1``) and the last (one),
+    each by its least memory (so the balanced cut fits, and the pipeline search finds a plan)."""
+    stack = uniform_stack(net)
+    if stack is None:
+        return False
+    for stages in sorted((s for s in divisors(p) if 1 < s <= stack.n), reverse=True):
+        k, builder = -(-stack.n // stages), Builder(1, p // stages, machine, compute, settings.training,
+                                                    recompute=settings.recompute)
+        roles = ((FIRST, stages), (MIDDLE, stages - 1), (LAST, 1)) if stages > 2 else ((FIRST, 2), (LAST, 1))
+        if batch >= stages and all(min_memory(build_with(builder, stack.stage(k, role), None, edges=False,
+                                                         kept=kept).problem)[0] <= limit * (1 + 1e-9)
+                                   for role, kept in roles):
+            return True
+    return False
 
 
 def _more_devices(net, batch, p, machine, compute, settings, limit, budget) -> int | None:
@@ -73,14 +97,15 @@ def _late(budget: Budget | None) -> bool:
 
 
 def refusal(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-            settings: Settings, pipelined: bool) -> DnnplanError:
+            settings: Settings, pipelined: bool, batch_given: bool = True) -> DnnplanError:
     """The error when no plan fits (``pipelined``: the pipeline search found none either), naming
-    every alternative that was checked to fit (module docstring)."""
+    every alternative that was checked to fit (module docstring); ``batch_given``: else a device
+    count is named with the batch it was checked at (the default batch follows the devices)."""
     need = least_memory(net, batch, p, machine, compute, settings)
     budget = settings.budget
     found = []
     if (q := _more_devices(net, batch, p, machine, compute, settings, limit, budget)) is not None:
-        found.append(f"--devices {q}")
+        found.append(f"--devices {q}" + ("" if batch_given else f" --batch {batch}"))
     if (b := _smaller_batch(net, batch, p, machine, compute, settings, limit, budget)) is not None:
         found.append(f"--batch {b}")
     if (z := _zero(net, batch, p, machine, compute, settings, limit, budget)) is not None:

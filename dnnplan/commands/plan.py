@@ -124,6 +124,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     if budget.stop_requested:
         fail_line(f"interrupted after {budget.elapsed():.1f} s: the best plan found so far is shown")
         end(130)
+    end(0)
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ def _answer(run: Run, pipeline: str | None, micro_batches: int | None, schedule:
             ctx.network, run.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, run.limit, settings,
             machine_ref=run.machine_ref, fingerprint=run.fingerprint,
             zero_given=click.get_parameter_source("zero") != ParameterSource.DEFAULT, schedule=schedule,
-            prove_s=prove), settings.budget.forget)
+            prove_s=prove, batch_given=click.get_parameter_source("batch") != ParameterSource.DEFAULT),
+            settings.budget.forget)
     if answer.plan is None or not step_context:
         return answer
     result = answer.plan  # machine `local`: checked in its step's context against the uniform plans

@@ -47,9 +47,9 @@ class Budget:
     ``stated_s``: the bound the caller promised its user, of which the search gets ``seconds``."""
 
     def __init__(self, seconds: float | None = None, clock: Callable[[], float] = time.perf_counter,
-                 stated_s: float | None = None):
+                 stated_s: float | None = None, start: float | None = None):
         self.clock = clock
-        self.start = clock()
+        self.start = clock() if start is None else start  # the clock's time the seconds count from
         self.seconds = seconds
         self.stated_s = seconds if stated_s is None else stated_s
         self.deadline = None if seconds is None else self.start + seconds
@@ -62,7 +62,7 @@ class Budget:
     def renewed(self) -> "Budget":
         """A budget of the same seconds from now (the next search of a series: a sweep's next device
         count), sharing this one's stop request."""
-        out = Budget(self.seconds, self.clock, self.stated_s)
+        out = Budget(self.seconds, self.clock, self.stated_s)  # from now
         out._shared = self._shared
         return out
 
