@@ -87,4 +87,4 @@ def test_the_readme_main_command_answers_in_its_first_screen():
     assert len(lines) < 40, got.stdout
     assert max(len(line) for line in lines) <= 120
     assert lines[0].startswith(args[1]) and any(line.startswith("step ") for line in lines[:6])
-    assert any("optimal" in line or "of the optimum" in line for line in lines[:8])
+    assert any("optimal" in line or "of the optimum" in line for line in lines[:10])

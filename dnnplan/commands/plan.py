@@ -90,8 +90,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     for it; --pipeline off refuses it). GPT-3 175B on 1024 A100s:
     dnnplan plan gpt3-175b -p 1024 -b 1536 --precision bf16
 
-    The default batch: 32 samples a device; for a language model about 4M tokens (Llama 2's), at
-    most 16 sequences a device. A pipelined plan written with --out runs with `dnnplan execute`.
+    Default batch: 32 samples a device; a language model about 4M tokens, at most 16 sequences a device.
 
     On machine `local` the plan is then checked against the uniform plans, every plan's kernels
     (and collectives) timed again in its step's order and context (--no-step-context leaves it out).
