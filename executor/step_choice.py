@@ -27,7 +27,7 @@ import os
 import tempfile
 from dataclasses import dataclass, replace
 
-from costmodel.compute import OnDemand
+from costmodel.compute import OnDemand, default_algorithms
 from costmodel.step import StepPrediction, model_flops_utilization, predict_step
 from costmodel.uniform import uniform_strategies
 from executor.summary import PLANNER
@@ -57,10 +57,13 @@ class Timed:
     prediction: StepPrediction | None = None
 
 
-def uniform_plan(ctx: Context, network_arg: str, machine_arg: str, strategies: dict, name: str) -> Plan:
-    """A plan of the given strategies with each convolution's fastest algorithm (as the planner's
-    baselines have them, planner.baselines), priced by the cost model, with its MFU."""
-    algorithms = fastest_algorithms(ctx.network, strategies, ctx.batch, ctx.machine, ctx.compute)
+def uniform_plan(ctx: Context, network_arg: str, machine_arg: str, strategies: dict, name: str,
+                 fastest: bool = False) -> Plan:
+    """A plan of the given strategies priced by the cost model, with its MFU: each convolution on
+    the default algorithm, or (``fastest``) on its fastest, as the planner's baselines have them
+    (planner.baselines)."""
+    algorithms = (fastest_algorithms(ctx.network, strategies, ctx.batch, ctx.machine, ctx.compute) if fastest
+                  else default_algorithms(ctx.network))
     pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute)
     table = ctx.compute.table
     plan = plan_from_prediction(pred, ctx.network, network_arg, machine_arg,
@@ -69,15 +72,16 @@ def uniform_plan(ctx: Context, network_arg: str, machine_arg: str, strategies: d
     return replace(plan, mfu=mfu, memory_parts=pred.memory_parts)
 
 
-def uniform_plans(ctx: Context, network_arg: str, machine_arg: str) -> list[tuple[str, Plan]]:
-    """Each uniform baseline (:data:`BASELINES`) that fits the network and the devices."""
+def uniform_plans(ctx: Context, network_arg: str, machine_arg: str, fastest: bool = False) -> list[tuple[str, Plan]]:
+    """Each uniform baseline (:data:`BASELINES`) that fits the network and the devices (``fastest``:
+    on each convolution's fastest algorithm, as the planner's baselines)."""
     found = []
     for spec in BASELINES:
         try:
             strategies, _ = uniform_strategies(ctx.network, ctx.devices, ctx.batch, spec)
         except DnnplanError:
             continue
-        found.append((spec, uniform_plan(ctx, network_arg, machine_arg, strategies, spec)))
+        found.append((spec, uniform_plan(ctx, network_arg, machine_arg, strategies, spec, fastest)))
     return found
 
 
@@ -115,7 +119,7 @@ def checked(plan: Plan, ctx: Context, network_arg: str, machine_arg: str) -> tup
     context (its ``solver`` then says so), and every candidate as weighed (empty: no step context)."""
     if plan.pipeline is not None or not isinstance(ctx.compute, OnDemand):
         return plan, []
-    timed = weighed([(PLANNER, plan)] + uniform_plans(ctx, network_arg, machine_arg))
+    timed = weighed([(PLANNER, plan)] + uniform_plans(ctx, network_arg, machine_arg, fastest=True))
     if not timed[0].entries:
         return plan, []
     best = fastest(timed)
