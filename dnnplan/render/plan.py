@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from costmodel.breakdown import step_terms
+from costmodel.compute import RECOMPUTE
 from dnnplan.render import fmt
 from dnnplan.render.answer import (Facts, assumptions_line, gap_line, header_lines, layout_line,
                                    memory_mfu_line, step_line)
@@ -36,7 +37,9 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
     if plan.memory_parts and got is None:
         console.print(memory_line(plan.memory_parts))
     if got is None:
-        console.print(layout_line([lp.strategy.label for lp in plan.layers]))
+        again = sum(lp.algorithm == RECOMPUTE for lp in plan.layers)
+        console.print(layout_line([lp.strategy.label for lp in plan.layers])
+                      + (f"; {again} layers recompute their forward in backward (memory binds)" if again else ""))
         console.print(gap_line(plan.solver))
     else:
         pipeline_summary(got)
@@ -223,6 +226,8 @@ def pipeline_summary(got) -> None:
         else:
             runs.append([s.index, s.index, m])
     mix = "; ".join((f"stage {a}" if a == b else f"stages {a}-{b}") + f": {m}" for a, b, m in runs)
+    again = sum(algo == RECOMPUTE for sol in got.solutions for algo in sol.algorithms.values())
+    mix += f"; recomputation on {again} stage layers (memory binds)" if again else ""
     if got.stages == 1:
         console.print(f"layout: no pipeline; {got.micro_batches} micro-batches of {got.micro_batch} a step "
                       f"(gradient accumulation); splits {mix}")
