@@ -16,6 +16,7 @@ from costmodel.precision import with_precision
 from costmodel.compute import Roofline
 from networks.loader import load_network
 from planner.optimize import Settings, make_plan
+from planner.pipeline_search import SearchOutOfTime, search_pipeline
 from planner.solvers import Budget
 
 #: llama2-7b at batch 128 on 64 A100s in bf16: the memory limit binds and the exact search ran for
@@ -106,3 +107,21 @@ def test_a_stop_request_stops_the_ilp_and_keeps_what_it_holds():
     plan = budget.best.finish()
     assert plan.solver["status"] == "interrupted"
     assert plan.memory_peak_bytes <= machine.device.mem_capacity_bytes
+
+
+@pytest.mark.slow
+def test_the_pipeline_search_ends_at_its_budget():
+    """A pipeline search under a short budget ends with a fitting plan or says it found none, past its
+    deadline by no more than one stage solve (a few seconds on a loaded 2-core machine)."""
+    machine = load_machine("dgx-a100")
+    net = with_precision(load_network("llama2-7b"), "bf16")
+    budget = Budget(5.0)
+    try:
+        got = search_pipeline(net, 1024, 64, machine, Roofline(machine), settings=Settings(precision="bf16",
+                                                                                             budget=budget))
+    except SearchOutOfTime:
+        got = None
+    assert budget.elapsed() < 5.0 + 10.0
+    if got is not None:
+        assert got.prediction.memory_peak_bytes <= machine.device.mem_capacity_bytes * (1 + 1e-9)
+        assert 0 <= got.stats["proven_gap"] < 1
