@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 
 def _entries(compute: ComputeModel) -> int:
-    table = compute.table
+    table = getattr(compute, "table", None)  # (ComputeModel's; a stand-in may lack it)
     return 0 if table is None else len(table.entries)
 
 
