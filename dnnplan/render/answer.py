@@ -81,13 +81,18 @@ def gap_line(solver: dict) -> str:
     status, gap = solver.get("status"), solver.get("gap") or 0.0
     limit = solver.get("time_limit_s")
     if status == "interrupted":
-        return (f"[yellow]interrupted (Ctrl-C)[/yellow]: the best plan found so far, within {gap:.1%} of the "
+        return (f"[yellow]interrupted (Ctrl-C)[/yellow]: the best plan found so far, within {percent(gap)} of the "
                 "optimum (proven)")
     if status == "optimal" or gap <= 0:
         return f"proven optimal ({_how(solver)})"
     why = f"the search stopped at its {limit:g} s time limit" if limit else "the search stopped early"
-    return (f"within [bold]{gap:.1%}[/bold] of the optimum (proven; {why}: a longer --time-limit can close "
+    return (f"within [bold]{percent(gap)}[/bold] of the optimum (proven; {why}: a longer --time-limit can close "
             f"the gap) ({_how(solver)})")
+
+
+def percent(share: float) -> str:
+    """A gap as a percentage with two significant figures below 1% (0.043%), one decimal above."""
+    return f"{share:.1%}" if share >= 0.01 else f"{share * 100:.2g}%"
 
 
 def _how(solver: dict) -> str:

@@ -55,6 +55,10 @@ from .budget import Budget
 from .problem import Assignment, Problem, check_feasible, evaluate, fits
 
 
+class Stopped(RuntimeError):
+    """The budget stopped the ILP before it found any assignment."""
+
+
 @dataclass(frozen=True, eq=False)
 class IlpModel:
     """A built PuLP model and the node variables to read the choice back from."""
@@ -73,8 +77,9 @@ def merged_edges(problem: Problem) -> dict[tuple[int, int], np.ndarray]:
     return {key: cost for key, cost in merged.items() if np.any(cost != 0)}
 
 
-def build_ilp(problem: Problem) -> IlpModel:
-    """The PuLP model of ``problem`` (not solved)."""
+def build_ilp(problem: Problem, budget: Budget | None = None) -> IlpModel:
+    """The PuLP model of ``problem`` (not solved); raises :class:`Stopped` once ``budget`` expires
+    (building a large model takes seconds)."""
     lp = pulp.LpProblem("dnnplan", pulp.LpMinimize)
 
     # 1. variables
@@ -83,6 +88,8 @@ def build_ilp(problem: Problem) -> IlpModel:
     edges = merged_edges(problem)
     e_vars = {}
     for n, (u, v) in enumerate(edges):
+        if budget is not None and budget.expired():
+            raise Stopped("the budget ran out while the ILP was built")
         ku, kv = problem.sizes[u], problem.sizes[v]
         e_vars[(u, v)] = [[lp.add_variable(f"e_{n}_{a}_{b}", lowBound=0) for b in range(kv)]
                           for a in range(ku)]
@@ -123,10 +130,6 @@ def build_ilp(problem: Problem) -> IlpModel:
     return IlpModel(lp, x, sum(c.size for c in edges.values()))
 
 
-class Stopped(RuntimeError):
-    """The budget stopped the ILP before it found any assignment."""
-
-
 def _interrupts(budget: Budget | None) -> dict:
     """PuLP's HiGHS arguments for an interrupt callback that stops the solve once ``budget`` expires."""
     if budget is None:
@@ -156,6 +159,11 @@ class _ThreadedHiGHS(pulp.HiGHS):
 
     def callSolver(self, lp):
         model, finished = lp.solverModel, threading.Event()
+        if self.budget is not None and self.budget.left() is not None:  # PuLP built the model meanwhile
+            if self.budget.expired():
+                raise Stopped("the budget ran out while the ILP was built")
+            limit = self.budget.left() if self.timeLimit is None else min(self.timeLimit, self.budget.left())
+            model.setOptionValue("time_limit", float(limit))
 
         def run() -> None:
             try:
@@ -278,7 +286,7 @@ def solve_ilp(problem: Problem, time_limit_s: float | None = None, gap: float | 
     check_feasible(problem)
     if problem.num_nodes == 0:
         return Assignment((), 0.0, 0.0, "ilp", "optimal", 0.0, 0.0, 0, "empty problem")
-    model = build_ilp(problem)
+    model = build_ilp(problem, budget)
     built = time.perf_counter()
     if budget is not None and budget.left() is not None:
         time_limit_s = budget.left() if time_limit_s is None else min(time_limit_s, budget.left())
