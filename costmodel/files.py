@@ -12,7 +12,6 @@ which is how the shipped ``local`` machine describes this computer's CPU cores.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import platform
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any
 import yaml
 
 from costmodel.machine import Machine, machine_from_dict
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, did_you_mean
 from networks.reading import read_text
 from networks.spec_yaml import load_yaml
 
@@ -200,8 +199,8 @@ def load_machine(name_or_path: str) -> Machine:
     else:
         names = shipped_machine_names()
         if name_or_path not in names:
-            close = difflib.get_close_matches(name_or_path, names, n=1)
-            hint = (f"did you mean '{close[0]}'? " if close else "") + \
+            close = did_you_mean(name_or_path, names)
+            hint = (f"did you mean '{close}'? " if close else "") + \
                 f"shipped machines: {', '.join(names)}; or give a path to a machine YAML"
             raise DnnplanError(f"unknown machine '{name_or_path}'", field="machine", hint=hint)
         resource = _shipped_dir().joinpath(name_or_path + ".yaml")

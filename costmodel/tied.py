@@ -22,12 +22,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+import numpy as np
+
 from costmodel.collectives import allreduce_s
 from costmodel.layer_cost import EdgeEstimate, group_time, layout_edge
 from costmodel.layer_layouts import weight_layouts
 from costmodel.layout import Layout, block
 from costmodel.machine import Machine
-from costmodel.strategy import Strategy
+from costmodel.strategy import GRID_ORDER, Strategy
 from networks.ir import DTYPE_BYTES, Layer, Network
 from networks.ops.base import prod
 
@@ -111,11 +113,17 @@ def tie_mismatch(head: Layer, head_strategy: Strategy, embed: Layer, embed_strat
     for r in range(head_strategy.p):
         if block(table, r) != block(needed, r):
             return "they must hold the same vocabulary rows and every feature"
-    if _partition(head_strategy) != _partition(embed_strategy):
+    if not np.array_equal(_partition(head_strategy), _partition(embed_strategy)):
         return "their sample and position splits must match"
     return None
 
 
-def _partition(strategy: Strategy) -> set:
-    dims = tuple(d for d in ("N", "H") if strategy.degree(d) > 1)
-    return {strategy.group(r, dims) for r in range(strategy.p)}
+def _partition(strategy: Strategy) -> np.ndarray:
+    """Each rank's group over the sample and position splits, named by its least member (the
+    rank with coordinate 0 along N and H): two strategies group the ranks alike exactly when these
+    agree (O(p), where listing every rank's group was O(p^2): 17 s of GPT-3's build on 1024)."""
+    out = np.arange(strategy.p, dtype=np.int64)
+    for d in ("N", "H"):
+        if strategy.degree(d) > 1:
+            out = out - strategy.coords_all(d) * strategy.strides[GRID_ORDER.index(d)]
+    return out

@@ -21,6 +21,7 @@ from dnnplan.commands.profile import profile
 from dnnplan.commands.profile_comm import profile_comm
 from dnnplan.commands.validate import validate
 from dnnplan.helptext import reflow
+from dnnplan.search_bound import count_from_the_start
 from profiler import stops
 
 for command in (info, networks, machines, predict, plan, profile, profile_comm, execute, validate):
@@ -30,6 +31,7 @@ app.command(name="import", help=reflow(import_.__doc__))(import_)  # `import` is
 
 def main() -> None:
     """Console-script entry point: SIGTERM and SIGHUP stop a command as Ctrl-C does (profiler.stops)."""
+    count_from_the_start()
     stops.install()
     app(prog_name="dnnplan")
     sys.exit(0)

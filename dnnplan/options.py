@@ -30,7 +30,9 @@ DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devi
 DeviceCountsOpt = Annotated[str, typer.Option("--devices", "-p", help="Device counts the planner will consider, "
                                                                       "e.g. 1,2,4.")]
 BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Global batch per training step "
-                                                 "\\[default: 32 per device].", callback=within("--batch", 1, MAX_INT))]
+                                                 "\\[default: 32 samples a device; a language model: about 4M "
+                                                 "tokens, at most 16 sequences a device].",
+                                                 callback=within("--batch", 1, MAX_INT))]
 SamplesOpt = Annotated[int, typer.Option("--batch", "-b", help="Samples per training step.",
                                          callback=within("--batch", 1, MAX_INT))]
 MachineOpt = Annotated[Optional[str], typer.Option("--machine", "-m", help="A shipped machine (see `dnnplan "
@@ -127,9 +129,15 @@ SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction 
                                         "exactly), "
                                         "reduced (graph reduction; a binding limit sends the whole problem to the ILP), "
                                         "or ilp (the plain ILP). All three are exact.")]
-TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds any ILP solve may take (then "
-                                                       "the best plan found is reported with its gap).",
+TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds within which the plan is "
+                                                       "answered, from the command's start: the search stops in time "
+                                                       "to print the best plan it holds, with the gap proven to the "
+                                                       "optimum (with --sweep: per device count; machine `local` "
+                                                       "times kernels on top) \\[default: 20].",
                                                        callback=within("--time-limit", 0.001, 1e7, " s"))]
+LayersOpt = Annotated[bool, typer.Option("--layers", help="Also print the per-layer tables (the plan of every "
+                                         "layer, its convolution algorithms, the memory by part, the solver's "
+                                         "detail); shown anyway for networks of at most 24 layers.")]
 GapOpt = Annotated[Optional[float], typer.Option("--gap", help="Relative optimality gap at which an ILP may stop "
                                                  "\\[default: 0, prove optimality].", callback=within("--gap", 0, 1))]
 SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Strong scaling over device counts, e.g. "
@@ -234,10 +242,12 @@ CommOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table fi
 CapOpt = Annotated[float, typer.Option("--cap", help="Seconds per (collective, size, cache state).",
                                        callback=within("--cap", 0.001, 1e5, " s"))]
 PlanPipelineOpt = Annotated[Optional[str], typer.Option(
-    "--pipeline", help="Search pipelined plans too: 'auto' tries every pipeline degree dividing the devices "
+    "--pipeline", help="Search pipelined plans: 'auto' tries every pipeline degree dividing the devices "
     "(at most one stage a block) and micro-batches of 1, 2, 4 or 8 samples, cuts the blocks into stages "
-    "exactly and solves each stage's layers as the planner does (1F1B); a number fixes the degree. Only "
-    "for networks that are stacks of identical blocks (transformers); docs/planner.md, Pipelines.")]
+    "exactly and solves each stage's layers as the planner does (1F1B); a number fixes the degree; 'off' "
+    "never pipelines. Only for networks that are stacks of identical blocks (transformers). Without the "
+    "flag a stack that fits no plan without pipelining gets 'auto' (and, if nothing fits still and --zero is "
+    "not given, ZeRO-1, then ZeRO-3); docs/planner.md, Pipelines.")]
 PlanProveOpt = Annotated[float, typer.Option(
     "--prove", help="With --pipeline: seconds to spend proving the choice. Pairs are compared with their "
     "memory-bound stages solved by Lagrangian relaxation; each other (pipeline, micro-batch) pair whose lower "

@@ -8,6 +8,8 @@ as a traceback.
 
 from __future__ import annotations
 
+import difflib
+
 #: The longest a value quoted from a user's input, or a message, may run in an error line.
 VALUE_CHARS = 60
 MESSAGE_CHARS = 300
@@ -67,6 +69,29 @@ def _cut_front(path: object, limit: int) -> str:
     """A path escaped and cut from the front, so the file's own name stays."""
     out = _escaped(path)
     return out if len(out) <= limit else "..." + out[-(limit - 3):]
+
+
+def _folded(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def did_you_mean(word: object, options) -> str | None:
+    """The option a mistyped name most likely meant: one equal to it but for case and punctuation
+    (``Resnet50``, ``resnet-50`` -> ``resnet50``), else the only one it begins (``gpt3`` ->
+    ``gpt3-175b``), else the closest by difflib; None when none is close."""
+    options = list(options)
+    folded = {_folded(str(o)): o for o in options}
+    key = _folded(str(word))
+    if key in folded:
+        return folded[key]
+    starting = [o for k, o in folded.items() if key and k.startswith(key)]
+    if len(starting) == 1:  # gpt3 -> gpt3-175b
+        return starting[0]
+    close = difflib.get_close_matches(str(word), options, n=1, cutoff=0.6) or \
+        difflib.get_close_matches(_folded(str(word)), list(folded), n=1, cutoff=0.6)
+    if not close:
+        return None
+    return close[0] if close[0] in options else folded[close[0]]
 
 
 class DnnplanError(Exception):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from networks.errors import DnnplanError, short
+from networks.errors import DnnplanError, did_you_mean, short
 from networks.importers.sources import imported_spec, is_importable
 from networks.ir import Network
 from networks.reading import read_text
@@ -31,8 +31,10 @@ def spec_text(name_or_path: str) -> tuple[str, str]:
     if path.suffix in (".yaml", ".yml") or exists or "/" in name_or_path:
         return read_text(path, "network spec", missing_hint=f"zoo networks: {', '.join(zoo_names())}"), str(path)
     if name_or_path not in zoo_names():
+        close = did_you_mean(name_or_path, zoo_names())
         raise DnnplanError(f"{short(name_or_path)} is neither a zoo network nor a spec file",
-                           hint=f"zoo networks: {', '.join(zoo_names())}; or pass a path to a .yaml spec")
+                           hint=(f"did you mean '{close}'? " if close else "") +
+                           f"zoo networks: {', '.join(zoo_names())}; or pass a path to a .yaml spec")
     entry = resources.files(ZOO_PACKAGE) / f"{name_or_path}.yaml"
     return entry.read_text(encoding="utf-8"), f"zoo/{name_or_path}.yaml"
 

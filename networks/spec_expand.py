@@ -6,11 +6,10 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from networks.errors import DnnplanError, short
+from networks.errors import DnnplanError, did_you_mean, short
 from networks.expr import ExprError, substitute
 from networks.ops.base import REQUIRED
 from networks.ops.catalogue import OPS
@@ -25,8 +24,8 @@ MAX_ENTRIES = 20_000  # layer and block entries visited while expanding (guards 
 
 def suggest(word: str, options) -> str | None:
     """A "did you mean" hint: the closest of ``options`` to ``word``, or None."""
-    close = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else None
+    close = did_you_mean(word, options)
+    return f"did you mean '{close}'?" if close else None
 
 
 @dataclass

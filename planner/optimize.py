@@ -6,29 +6,35 @@ the unconstrained optimum uses, for each chosen strategy, that strategy's fastes
 solver first runs on that smaller problem (``Built.fastest``); if its optimum fits the memory
 limit it is optimal for the full problem under the limit too. Otherwise the limit binds and the
 full problem (every algorithm, dominated candidates pruned) goes to the solver with the limit.
+
+Within a bound: ``Settings.budget`` (:mod:`planner.solvers.budget`) ends the search at its deadline
+with the best plan in hand and its proven gap (status ``feasible``), and holds the best plan so far
+for the command line to finish and show if the search is interrupted. The baselines are priced
+before the search, so the fastest that fits is the first plan in hand.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from costmodel.breakdown import step_terms
 from costmodel.candidates import algorithms
 from costmodel.compute import PASSES, ComputeModel
-from costmodel.layer_cost import layer_estimate
 from costmodel.layer_layouts import local_layer
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
 from costmodel.precision import DEFAULT_PRECISION, get_precision
 from costmodel.step import StepPrediction, model_flops_utilization, predict_step
 from costmodel.strategy import Strategy
-from costmodel.uniform import NAMED, uniform_strategies
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.build import Built, build_problem
+from planner.baselines import PricedBaseline, baselines, fastest_algorithms
+from planner.build import Builder, Built, build_problem, build_with
 from planner.plan import Baseline, LayerPlan, Plan
-from planner.solvers import Assignment, evaluate, expand_choice, min_memory, prune_dominated, solve
+from planner.solvers import Assignment, Budget, Stopped, evaluate, expand_choice, min_memory, prune_dominated, solve
+from planner.solvers.fixing import Better
 from planner.solvers.problem import fits
 
 GIB = 2.0 ** 30
@@ -37,6 +43,14 @@ CHECK_RTOL = 1e-9
 
 class PlanMismatch(RuntimeError):
     """The plan's predicted step differs from the solver's objective (a dnnplan bug)."""
+
+
+class Infeasible(DnnplanError):
+    """No plan fits the memory limit: ``need_bytes`` is the least any plan needs a device."""
+
+    def __init__(self, message: str, need_bytes: float, limit_bytes: float, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.need_bytes, self.limit_bytes = need_bytes, limit_bytes
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,8 @@ class Settings:
     precision: str = DEFAULT_PRECISION  # recorded in the plan; the network and compute model carry it
     zero: int = 0  # ZeRO stage (costmodel.optimizer)
     recompute: bool = True  # layers may recompute their internals in backward (costmodel.compute.RECOMPUTE)
+    #: when the search ends and the best plan so far (planner.solvers.budget); None: no bound
+    budget: Budget | None = field(default=None, compare=False)
 
     @property
     def training(self) -> Optimizer:
@@ -57,15 +73,18 @@ class Settings:
         return Optimizer(self.optimizer, self.zero)
 
 
-def solve_exact(built: Built, settings: Settings) -> tuple[tuple[int, ...], Assignment, list[str]]:
-    """The optimal candidate index per layer in ``built.problem`` (see the module docstring)."""
+def solve_exact(built: Built, settings: Settings,
+                better: Better | None = None) -> tuple[tuple[int, ...], Assignment, list[str]]:
+    """The optimal candidate index per layer in ``built.problem`` (see the module docstring);
+    ``better(choice, cost, bound)`` is told each better fitting assignment a binding limit's search
+    finds (indices into ``built.problem``)."""
     notes = []
     full = built.problem
     fast = built.restrict(built.fastest)
     free = fast.with_memory_limit(None)
     if settings.method == "ilp":  # the plain ILP: exact pruning first, no graph reduction
         pruned, kept = prune_dominated(free)
-        got = solve(pruned, "ilp", settings.time_limit_s, settings.gap)
+        got = solve(pruned, "ilp", settings.time_limit_s, settings.gap, settings.budget)
         local = expand_choice(kept, got.choice)
     else:
         got = solve(free, settings.method, settings.time_limit_s, settings.gap)
@@ -83,8 +102,9 @@ def solve_exact(built: Built, settings: Settings) -> tuple[tuple[int, ...], Assi
     notes.append(f"memory limit binding: the unconstrained optimum needs {memory / GIB:.3f} GiB > "
                  f"{full.memory_limit / GIB:.3f} GiB, so every algorithm was weighed under the limit")
     pruned, kept = prune_dominated(full)
+    told = None if better is None else (lambda choice, cost, bound: better(expand_choice(kept, choice), cost, bound))
     got = solve(pruned, "ilp" if settings.method == "ilp" else settings.method, settings.time_limit_s,
-                settings.gap)
+                settings.gap, settings.budget, told)
     return expand_choice(kept, got.choice), got, notes
 
 
@@ -105,62 +125,12 @@ def algorithm_alternatives(net: Network, strategies: dict[str, Strategy], batch:
     return out
 
 
-def fastest_algorithms(net: Network, strategies: dict[str, Strategy], batch: int, machine: Machine,
-                       compute: ComputeModel, optimizer: Optimizer | str = "momentum") -> dict[str, str]:
-    """For each convolution the algorithm with the shortest estimate under its strategy."""
-    out = {}
-    for layer in net.layers:
-        algos = algorithms(layer)
-        if layer.op != "conv2d":
-            continue
-        out[layer.name] = min(algos, key=lambda a: (layer_estimate(layer, strategies[layer.name], batch, machine,
-                                                                     compute, a, optimizer).total_s,
-                                                    algos.index(a)))
-    return out
-
-
-def baselines(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
-              built: Built | None = None, optimizer: Optimizer | str = "momentum") -> list[tuple[str, StepPrediction]]:
-    """Pure data parallel and the best single uniform strategy, each with its fastest algorithms.
-
-    Uniform specs tried: data, filter, channel, spatial (predicted directly), and every strategy that
-    is a candidate of some layer, applied to all layers (a layer that cannot take it runs data
-    parallel); those are priced on the built problem's own matrices, then the best is predicted.
-    """
-    priced: list[tuple[float, str, dict[str, Strategy]]] = []
-    for spec in NAMED:
-        strategies, _ = uniform_strategies(net, p, batch, spec)
-        pred = predict_step(net, batch, strategies, fastest_algorithms(net, strategies, batch, machine, compute,
-                                                                       optimizer), machine, compute, optimizer)
-        priced.append((pred.step_s, spec, strategies))
-    if built is not None:
-        lookup = [{built.candidates[i][c][0]: int(c) for c in built.fastest[i]} for i in range(len(net.layers))]
-        labels = sorted({s.label for cands in built.candidates for s, _ in cands} - {"replicated", "serial"})
-        for label in labels:
-            spec = ",".join(part for part in label.split(",") if not part.startswith("R="))
-            strategies, _ = uniform_strategies(net, p, batch, spec)
-            choice = [lookup[i].get(strategies[layer.name]) for i, layer in enumerate(net.layers)]
-            if any(c is None for c in choice):
-                continue
-            priced.append((evaluate(built.problem, choice)[0], spec, strategies))
-    data = next(x for x in priced if x[1] == "data")
-    best = data
-    for x in priced:  # a strict improvement (rounding ties keep the simpler spec)
-        if x[0] < best[0] * (1 - 1e-9):
-            best = x
-    out = []
-    for name, (_, spec, strategies) in (("data parallel", data), (f"best uniform ({best[1]})", best)):
-        algos = fastest_algorithms(net, strategies, batch, machine, compute, optimizer)
-        out.append((name, predict_step(net, batch, strategies, algos, machine, compute, optimizer)))
-    return out
-
-
 def _infeasible(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-                need: float, settings: Settings) -> DnnplanError:
-    """The infeasible-memory error, saying how much memory and how many devices would fit."""
+                need: float, settings: Settings, suggest: bool = True) -> Infeasible:
+    """The infeasible-memory error, saying how much memory and (``suggest``) how many devices would fit."""
     more = None
     q = p * 2
-    while q <= p * 64:
+    while suggest and q <= p * 64:
         try:
             machine.check_devices(q)
         except DnnplanError:
@@ -172,58 +142,165 @@ def _infeasible(net: Network, batch: int, p: int, machine: Machine, compute: Com
             break
         q *= 2
     devices = f" or {more} devices" if more else ""
-    return DnnplanError(
+    return Infeasible(
         f"no plan of {net.name} at batch {batch} fits {limit / GIB:.3f} GiB per device on {p} devices; "
-        f"the least any plan needs is {need / GIB:.3f} GiB per device",
+        f"the least any plan needs is {need / GIB:.3f} GiB per device", need, limit,
         hint=f"allow at least {need / GIB:.3f} GiB per device (--memory){devices}, or a smaller --batch")
+
+
+@dataclass(frozen=True)
+class _Maker:
+    """What turns a choice of the built problem (or a baseline) into a :class:`Plan`."""
+
+    net: Network
+    network_ref: str
+    batch: int
+    p: int
+    machine: Machine
+    compute: ComputeModel
+    settings: Settings
+    built: Built
+    machine_ref: str
+    fingerprint: str | None
+    base: tuple[PricedBaseline, ...] = ()
+
+    def plan(self, choice: tuple[int, ...], solver: dict) -> Plan:
+        """The plan of ``choice`` (its prediction checked against the solver's numbers)."""
+        objective, memory = evaluate(self.built.problem, choice)
+        cands = self.built.candidates
+        strategies = {layer.name: cands[i][c][0] for i, (layer, c) in enumerate(zip(self.net.layers, choice))}
+        chosen = {layer.name: cands[i][c][1] for i, (layer, c) in enumerate(zip(self.net.layers, choice))
+                  if cands[i][c][1]}
+        pred = predict_step(self.net, self.batch, strategies, chosen, self.machine, self.compute,
+                            self.settings.training)
+        check_prediction(pred, objective, memory)
+        return self.finished(pred, {**solver, "objective_s": objective},
+                             algorithm_alternatives(self.net, strategies, self.batch, self.compute))
+
+    def finished(self, pred: StepPrediction, solver: dict, alternatives: dict | None = None) -> Plan:
+        plan = plan_from_prediction(pred, self.net, self.network_ref, self.machine_ref, self.fingerprint,
+                                    tuple(b.row() for b in self.base), solver, precision=self.settings.precision,
+                                    optimizer=self.settings.training, alternatives=alternatives)
+        mfu = model_flops_utilization(self.net, self.batch, pred.step_s, self.p, self.machine,
+                                      get_precision(self.settings.precision).matmul)
+        return dataclasses.replace(plan, mfu=mfu, memory_parts=pred.memory_parts)
+
+    def stopped(self, choice: tuple[int, ...] | None, baseline: PricedBaseline | None, solver: dict) -> Plan:
+        """The best plan in hand when the search was stopped: a choice, or a baseline."""
+        if choice is not None:
+            return self.plan(choice, solver)
+        return self.finished(baseline.prediction, {**solver, "solver": f"baseline: {baseline.name}"})
 
 
 def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
               memory_limit_bytes: float | None = None, settings: Settings = Settings(),
               machine_ref: str | None = None, profile_fingerprint: str | None = None,
-              with_baselines: bool = True) -> Plan:
+              with_baselines: bool = True, suggest: bool = True) -> Plan:
     """The optimal plan of ``net`` at ``batch`` on ``p`` devices of ``machine``.
 
-    ``memory_limit_bytes`` defaults to the device memory. Raises :class:`DnnplanError` when no plan
-    fits, and :class:`PlanMismatch` if the plan's prediction disagrees with the solver (a bug).
+    ``memory_limit_bytes`` defaults to the device memory. Raises :class:`Infeasible` when no plan
+    fits (``suggest``: its hint names the device count that would fit, found by trying them), and
+    :class:`PlanMismatch` if the plan's prediction disagrees with the solver (a bug). Under
+    ``settings.budget`` the search ends at its deadline with the best plan in hand (module
+    docstring).
     """
     start = time.perf_counter()
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
-    built = build_problem(net, batch, p, machine, compute, limit, settings.training, recompute=settings.recompute)
+    builder = Builder(batch, p, machine, compute, settings.training, recompute=settings.recompute)
+    need, _ = min_memory(build_with(builder, net, limit, edges=False).problem)  # the nodes alone: cheap
+    if need > limit * (1 + 1e-9):
+        raise _infeasible(net, batch, p, machine, compute, limit, need, settings, suggest)
+    built = build_with(builder, net, limit)
+    base = tuple(baselines(net, batch, p, machine, compute, built, settings.training, limit)) if with_baselines else ()
+    maker = _Maker(net, network_ref, batch, p, machine, compute, settings, built, machine_ref or machine.name,
+                   profile_fingerprint, base)
     built_s = time.perf_counter() - start
+    better = _offers(maker, settings.budget, limit)
+    if settings.budget is not None:
+        _free_bound(built, settings.budget)
     try:
-        choice, got, notes = solve_exact(built, settings)
+        choice, got, notes = solve_exact(built, settings, better)
+    except Stopped:
+        return _out_of_time(maker, settings.budget, limit)
     except DnnplanError as err:
         need, _ = min_memory(built.problem)
         if fits(built.problem, need):
             raise
-        raise _infeasible(net, batch, p, machine, compute, limit, need, settings) from err
+        raise _infeasible(net, batch, p, machine, compute, limit, need, settings, suggest) from err
     solved_s = time.perf_counter() - start - built_s
-    objective, memory = evaluate(built.problem, choice)
-    strategies = {layer.name: built.candidates[i][c][0] for i, (layer, c) in enumerate(zip(net.layers, choice))}
-    chosen = {layer.name: built.candidates[i][c][1] for i, (layer, c) in enumerate(zip(net.layers, choice))
-              if built.candidates[i][c][1]}
-    pred = predict_step(net, batch, strategies, chosen, machine, compute, settings.training)
-    check_prediction(pred, objective, memory)
-    base = []
-    if with_baselines:
-        base = [Baseline(name, b.step_s, b.memory_peak_bytes)
-                for name, b in baselines(net, batch, p, machine, compute, built, settings.training)]
-    total_s = time.perf_counter() - start
     solver = {
         "method": settings.method, "solver": got.solver, "status": got.status,
-        "gap": got.gap, "time_limit_s": settings.time_limit_s, "requested_gap": settings.gap,
-        "objective_s": objective, "memory_limit_bytes": limit,
+        "gap": got.gap, "time_limit_s": _limit_s(settings), "requested_gap": settings.gap,
+        "memory_limit_bytes": limit,
         "candidates": int(sum(built.problem.sizes)), "layers": built.problem.num_nodes,
         "distinct_layers": built.distinct_layers, "reshard_pairs": built.reshard_pairs,
         "reduced_nodes": got.reduced_nodes, "build_s": round(built_s, 4), "solve_s": round(solved_s, 4),
-        "total_s": round(total_s, 4), "detail": "; ".join([got.detail, *notes]),
+        "total_s": round(time.perf_counter() - start, 4), "detail": "; ".join([got.detail, *notes]),
     }
-    plan = plan_from_prediction(pred, net, network_ref, machine_ref or machine.name, profile_fingerprint,
-                                tuple(base), solver, precision=settings.precision, optimizer=settings.training,
-                                alternatives=algorithm_alternatives(net, strategies, batch, compute))
-    mfu = model_flops_utilization(net, batch, pred.step_s, p, machine, get_precision(settings.precision).matmul)
-    return dataclasses.replace(plan, mfu=mfu, memory_parts=pred.memory_parts)
+    return _no_slower_than_baselines(maker, maker.plan(choice, solver))
+
+
+def _limit_s(settings: Settings) -> float | None:
+    """The time limit the search ran under: the budget's, else the ILP's."""
+    budget = settings.budget
+    return budget.stated_s if budget is not None and budget.stated_s is not None else settings.time_limit_s
+
+
+def _offers(maker: _Maker, budget: Budget | None, limit: float) -> Better | None:
+    """Offer the fitting baselines to ``budget`` as the first plans in hand, and return the
+    function that offers each better assignment the search finds."""
+    if budget is None:
+        return None
+    stopped = {"status": "interrupted", "memory_limit_bytes": limit, "time_limit_s": budget.stated_s}
+    for b in maker.base:
+        if b.fits:
+            budget.offer(b.prediction.step_s, b.name, lambda b=b: maker.stopped(None, b, {**stopped,
+                                                                                          "gap": budget.best.gap}))
+
+    def better(choice: tuple[int, ...], cost: float, bound: float) -> None:
+        if budget.best is not None and cost >= budget.best.step_s:
+            budget.bound(bound)
+            return
+        plan = maker.stopped(choice, None, {**stopped, "solver": "search"})  # now: Ctrl-C then answers at once
+        budget.offer(cost, "the search's best plan",
+                     lambda: dataclasses.replace(plan, solver={**plan.solver, "gap": budget.best.gap}), bound)
+
+    return better
+
+
+def _free_bound(built: Built, budget: Budget) -> None:
+    """Tell ``budget`` the optimum without the memory limit: no plan within the limit is faster."""
+    try:
+        got = solve(built.restrict(built.fastest).with_memory_limit(None), "reduced", budget=budget)
+    except Stopped:
+        return
+    if got.status == "optimal":
+        budget.bound(got.objective)
+
+
+def _out_of_time(maker: _Maker, budget: Budget | None, limit: float) -> Plan:
+    """The search was stopped before it found a plan: the fastest fitting baseline, else an error."""
+    fitting = sorted((b for b in maker.base if b.fits), key=lambda b: b.prediction.step_s)
+    if not fitting:
+        raise DnnplanError(f"no plan of {maker.net.name} was found within the time limit of "
+                           f"{_limit_s(maker.settings):g} s", hint="raise --time-limit")
+    gap = budget.best.gap if budget is not None and budget.best is not None else None
+    return maker.stopped(None, fitting[0], {"status": "feasible", "gap": gap, "memory_limit_bytes": limit,
+                                            "time_limit_s": _limit_s(maker.settings),
+                                            "detail": "the time limit ended the search before it found a plan: "
+                                                      "the fastest baseline that fits"})
+
+
+def _no_slower_than_baselines(maker: _Maker, plan: Plan) -> Plan:
+    """The plan, or a fitting baseline that is faster (planner.baselines: one set of numbers)."""
+    faster = [b for b in maker.base if b.fits and b.prediction.step_s < plan.step_s * (1 - 1e-9)]
+    if not faster:
+        return plan
+    b = min(faster, key=lambda b: b.prediction.step_s)
+    note = (f"{b.name} is faster than the search's plan ({plan.step_s:.6g} s, {plan.solver.get('status')}) "
+            "and fits, so it is the plan")
+    return maker.finished(b.prediction, {**plan.solver, "solver": f"baseline: {b.name}",
+                                         "detail": "; ".join(x for x in (plan.solver.get("detail"), note) if x)})
 
 
 def check_prediction(pred: StepPrediction, objective: float, memory: float) -> None:
@@ -251,7 +328,7 @@ def plan_from_prediction(pred: StepPrediction, net: Network, network_ref: str, m
                 devices=pred.p, machine=machine_ref, layers=layers, step_s=pred.step_s,
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
                 baselines=baselines_, solver=dict(solver or {}), precision=precision, optimizer=optimizer.name,
-                zero=optimizer.zero)
+                zero=optimizer.zero, breakdown=step_terms(pred))
 
 
 def speedup(plan: Plan, baseline: Baseline) -> float:
@@ -267,5 +344,5 @@ def strategy_mix(plan: Plan) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-__all__ = ["Settings", "PlanMismatch", "make_plan", "baselines", "check_prediction", "plan_from_prediction",
-           "speedup", "strategy_mix", "fastest_algorithms"]
+__all__ = ["Settings", "PlanMismatch", "Infeasible", "make_plan", "baselines", "check_prediction",
+           "plan_from_prediction", "speedup", "strategy_mix", "fastest_algorithms"]

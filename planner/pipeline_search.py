@@ -44,30 +44,38 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from costmodel.candidates import divisors
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
 from costmodel.pipeline import PipelinePrediction, StagePrediction, kept_micro_batches
 from costmodel.tied import crossing_ties, tied_table_s
 from costmodel.pipeline import p2p_s as send_s
-from networks.analysis import layer_cost
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.cut_search import best_cut, cut_lower
 from planner.optimize import PlanMismatch, Settings
 from planner.pipeline_bound import stage_bound
+from planner.pipeline_pairs import bounded, micro_sizes, pairs
 from planner.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
 from planner.stage_solve import StageSolution, StageSolver
 
 SCHEDULE = "1f1b"
-#: micro-batch sizes tried unless the caller names micro-batch counts (with the whole batch: no
-#: micro-batching); Megatron-LM's published runs use 1 to 8 (Narayanan et al. SC21, section 5)
-MICRO_SIZES = (1, 2, 4, 8)
 #: seconds the search spends closing other pairs' stage gaps to prove its choice (_proved)
 PROVE_S = 5.0
 #: another pair that could beat the choice by less than this fraction is not searched again (the
 #: caller's ``Settings.gap`` replaces it): below the model's own error
 PROVE_GAP = 0.01
+
+
+class NoPipelineFits(DnnplanError):
+    """No pipelined plan fits the memory limit."""
+
+
+class _OutOfTime(Exception):
+    """A pair's search left unfinished at the deadline (:meth:`_Search.late`)."""
+
+
+class SearchOutOfTime(DnnplanError):
+    """The time limit came before the search held any plan."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +181,19 @@ class _Search:
         return {layer.name: (lambda st, layer=layer: tied_table_s(layer, st, self.machine, ranks))
                 for layer in net.layers if layer.name in self.ties}
 
+    def late(self, close: bool) -> bool:
+        """A pair being searched should be left: its gaps being closed past the deadline, or the
+        budget spent."""
+        budget = self.settings.budget
+        if budget is not None:
+            budget.check()  # a stop request: KeyboardInterrupt (the budget holds the best plan so far)
+        if close:
+            return self.deadline is not None and time.perf_counter() >= self.deadline
+        return budget is not None and budget.expired()
+
     def best(self, stages: int, m: int, close: bool = False) -> Best | None:
+        """The best cut of ``(S, m)`` (None: nothing fits); raises :class:`_OutOfTime` when it is
+        left unfinished (:meth:`late`)."""
         n, micro = self.stack.n, self.batch // m
         solver = self.solver(stages, m, close)
         del self._solvers[(stages, m, close)]  # searched once: its pricing is not needed again
@@ -181,6 +201,8 @@ class _Search:
         lows: dict[tuple[int, int], float | None] = {}  # each stage solve's lower bound (cut_lower)
 
         def cost(s: int, k: int) -> tuple[float, float] | None:
+            if self.late(close):
+                raise _OutOfTime
             net = self.stack.stage(k, rl[s])
             sol = solver.solve((k, rl[s]), net, kept(stages, s, m, self.schedule), self.tied(stages, s, net))
             sends = self.p2p_s(stages, s, micro)
@@ -224,7 +246,9 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     """The best pipelined plan of ``net`` (module docstring); ``stage_counts`` / ``micro_counts``
     restrict the degrees tried; ``progress(done, total)`` is told after each (S, m); ``exact``:
     stages the memory limit binds are solved by the ILP, not by Lagrangian relaxation; ``schedule``:
-    1f1b, or gpipe (every stage holds all ``m`` micro-batches' activations)."""
+    1f1b, or gpipe (every stage holds all ``m`` micro-batches' activations). Under
+    ``settings.budget`` the search ends at its deadline once it holds a plan (the pairs left are
+    counted in the proven gap by their bounds) and offers each better plan it finds."""
     start = time.perf_counter()
     stack = uniform_stack(net)
     if stack is None:
@@ -232,23 +256,13 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
                            hint="plan it without --pipeline")
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
     search = _Search(stack, batch, p, machine, compute, limit, settings, exact, schedule)
-    combos = _bounded(search, _combos(stack, batch, p, machine, net, stage_counts, micro_counts))
-    best: Best | None = None
+    budget = settings.budget
+    combos = bounded(search.bound, pairs(stack, batch, p, machine, net, stage_counts, micro_counts), budget)
     out = [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf")) for b2, s2, m2, fits in combos if not fits]
     combos = [c for c in combos if c[3]]
-    for i, (bound, stages, m, _) in enumerate(combos):
-        if best is not None and bound >= best.step_s:
-            out.extend(Candidate(s2, m2, b2, skipped="bound", lower_s=b2) for b2, s2, m2, _ in combos[i:])
-            break
-        got = search.best(stages, m)
-        out.append(Candidate(stages, m, bound, got.step_s if got else None, got.cut if got else (),
-                             lower_s=max(bound, got.lower_s) if got else float("inf")))
-        if got is not None and (best is None or got.step_s < best.step_s * (1 - 1e-12)):
-            best = got
-        if progress:
-            progress(i + 1, len(combos))
+    best = _pairs(search, combos, out, progress, start)
     if best is None:
-        raise DnnplanError(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
+        raise NoPipelineFits(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
     tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
     best, out = _proved(search, best, out, prove_s, tolerance)
@@ -257,11 +271,60 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     return choice
 
 
+def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start: float) -> Best | None:
+    """Each (S, m) in order of its bound until the bound reaches the best step found or the budget
+    ends the search (once a plan is in hand); ``out`` gets a :class:`Candidate` for each pair."""
+    best: Best | None = None
+    budget = search.settings.budget
+    for i, (bound, stages, m, _) in enumerate(combos):
+        if best is not None and bound >= best.step_s:  # (the pairs whose bound was not computed come last)
+            out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound))
+            continue
+        try:
+            if budget is not None and budget.expired():
+                raise _OutOfTime
+            got = search.best(stages, m)
+        except _OutOfTime:
+            if best is None:
+                raise SearchOutOfTime(f"no plan was found within the {budget.stated_s:g} s time limit "
+                                      f"({i} of {len(combos)} pipeline and micro-batch pairs searched)",
+                                      hint="raise --time-limit") from None
+            out.extend(Candidate(s2, m2, b2, skipped="time", lower_s=b2) for b2, s2, m2, _ in combos[i:])
+            break
+        out.append(Candidate(stages, m, bound, got.step_s if got else None, got.cut if got else (),
+                             lower_s=max(bound, got.lower_s) if got else float("inf")))
+        if got is not None and (best is None or got.step_s < best.step_s * (1 - 1e-12)):
+            best = got
+        if best is not None and budget is not None:
+            _offer(search, best, out, combos[i + 1:], start)
+        if progress:
+            progress(i + 1, len(combos))
+    return best
+
+
+def _offer(search: _Search, best: Best, out: list[Candidate], pending: list, start: float) -> None:
+    """Offer ``best`` to the budget as the plan so far, with the least lower bound of every pair
+    (those not tried yet by their bounds); finishing it makes its :class:`PipelineChoice`."""
+    budget = search.settings.budget
+    rest = [Candidate(s2, m2, b2, skipped="interrupted", lower_s=b2) for b2, s2, m2, _ in pending]
+    lower = min([c.lower_s for c in out] + [c.lower_s for c in rest], default=best.step_s)
+    if budget.best is not None and best.step_s >= budget.best.step_s:
+        budget.bound(lower)
+        return
+    what = f"pipeline {best.stages}, {best.micro_batches} micro-batches"
+    got = _choice(search, best, tuple(out) + tuple(rest), time.perf_counter() - start)  # now: Ctrl-C answers at once
+    budget.offer(best.step_s, what, lambda: replace(got, stats={**got.stats, "proven_gap": budget.best.gap,
+                                                              "interrupted": True}), lower)
+
+
 def _closed(search: _Search, best: Best, out: list[Candidate], i: int) -> Best:
     """``out[i]``'s ``(S, m)`` searched again with its memory-bound stages' gaps closed (module
     docstring), ``out[i]`` updated, and the better of it and ``best``."""
     c = out[i]
-    got = search.best(c.stages, c.micro_batches, close=True)
+    try:
+        got = search.best(c.stages, c.micro_batches, close=True)
+    except _OutOfTime:  # its gaps stay open (its lower bound counts them)
+        return best
     if got is None:  # no cut fits with exact stages where a relaxed one did: cannot be, but stay safe
         return best
     out[i] = replace(c, step_s=min(got.step_s, c.step_s or got.step_s), cut=got.cut,
@@ -275,14 +338,18 @@ def _proved(search: _Search, best: Best, out: list[Candidate], seconds: float | 
     ``tolerance`` below the best step, most promising (least relaxed step) first, until none is left
     or ``seconds`` pass: its stage solves' gap closing stops at that deadline (module docstring)."""
     index = {(c.stages, c.micro_batches): i for i, c in enumerate(out)}
-    if best.solver.relaxed:
+    budget = search.settings.budget
+    ends = None if budget is None else budget.deadline
+    if best.solver.relaxed and not (budget is not None and budget.expired()):
+        search.deadline = ends
         best = _closed(search, best, out, index[(best.stages, best.micro_batches)])
     start = time.perf_counter()
-    search.deadline = None if seconds is None else start + seconds
+    search.deadline = min((x for x in (ends, None if seconds is None else start + seconds) if x is not None),
+                          default=None)
     order = sorted((c.step_s, i) for i, c in enumerate(out) if c.step_s is not None and not c.closed
                    and (c.stages, c.micro_batches) != (best.stages, best.micro_batches))
     for _, i in order:
-        if seconds is not None and time.perf_counter() - start >= seconds:
+        if search.deadline is not None and time.perf_counter() >= search.deadline:
             break
         if out[i].lower_s < best.step_s * (1 - tolerance):
             best = _closed(search, best, out, i)
@@ -293,45 +360,6 @@ def proven_gap(step: float, candidates) -> float:
     """How much faster than ``step`` the best pipelined plan could still be: 0 when every pair's
     lower bound reaches it (the choice is proven optimal; the chosen pair's own stages count too)."""
     return max(0.0, 1 - min((c.lower_s for c in candidates), default=step) / step)
-
-
-def _combos(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stage_counts, micro_counts):
-    """Every (bound, S, m) to try, by bound (module docstring)."""
-    flops = sum(sum(layer_cost(layer, batch).flops) for layer in net.layers)
-    peak = max(machine.device.peak_flops.values())
-    out = []
-    for stages in divisors(p):
-        if stages > stack.n or (stage_counts and stages not in stage_counts):
-            continue
-        sizes = micro_sizes(p // stages, machine.devices_per_node)
-        for m in divisors(batch):
-            if micro_counts and m not in micro_counts:
-                continue
-            if not micro_counts and m > 1 and batch // m not in sizes:
-                continue
-            out.append((flops / (p * peak) * (stages + m - 1) / m, stages, m))
-    if not out:
-        raise DnnplanError(f"no pipeline degree and micro-batch count to try for {net.name} on {p} devices at "
-                           f"batch {batch}", hint=f"--pipeline divides --devices and is at most {stack.n} "
-                           "(its blocks); --micro-batches divides --batch")
-    return sorted(out)
-
-
-def micro_sizes(ranks: int, per_node: int) -> set[int]:
-    """The micro-batch sizes (samples a micro-batch, over a stage's ``ranks``) tried: ``MICRO_SIZES``,
-    and the same per data-parallel replica when the stage's tensor groups fill a node (Megatron-LM's
-    layout: ``ranks / per_node`` replicas, each taking 1 to 8 samples)."""
-    replicas = ranks // per_node if per_node > 1 and ranks % per_node == 0 else 1
-    return {j * k for j in MICRO_SIZES for k in {1, replicas}}
-
-
-def _bounded(search: _Search, combos: list[tuple[float, int, int]]) -> list[tuple[float, int, int, bool]]:
-    """Each (S, m) with the larger of its two lower bounds and whether anything can fit, by bound."""
-    out = []
-    for phys, stages, m in combos:
-        step, fits = search.bound(stages, m)
-        out.append((max(phys, step), stages, m, fits))
-    return sorted(out)
 
 
 def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: float) -> PipelineChoice:
@@ -356,5 +384,6 @@ def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: f
              "worst_stage_gap": search.worst_gap, "relaxed_stage_solves": solver.relaxed,
              "open_stage_solves": solver.open,
              "closed_pairs": sum(1 for c in candidates if c.closed and (c.stages, c.micro_batches) != (stages, m)),
-             "proven_gap": proven_gap(step, candidates)}
+             "proven_gap": proven_gap(step, candidates), "memory_limit_bytes": search.limit,
+             "time_limit_s": None if search.settings.budget is None else search.settings.budget.stated_s}
     return PipelineChoice(stack, search.batch, search.p, stages, m, cut, tuple(sols), pred, candidates, stats)

@@ -29,6 +29,7 @@ class Baseline:
     name: str  # e.g. "data", "best uniform (N=8,F=2)"
     step_s: float
     memory_peak_bytes: int
+    fits: bool = True  # within the plan's memory limit (planner.baselines): else never shown as a speed-up
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class Plan:
     memory_parts: dict = field(default_factory=dict, compare=False, hash=False)
     zero: int = 0  # its ZeRO stage
     pipeline: PipelineSpec | None = None  # None: one stage on every device, the whole batch at once
+    #: the step by term (costmodel.breakdown: the names every command prints), shown, not read back
+    breakdown: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
 
     @property
     def stage_ranks(self) -> int:

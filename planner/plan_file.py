@@ -25,7 +25,7 @@ from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
 TOP_KEYS = ("version", "network", "network_name", "network_hash", "batch", "devices", "machine", "precision",
             "optimizer", "zero", "profile_fingerprint", "step_s", "memory_peak_bytes", "memory_parts_bytes", "mfu",
-            "baselines", "solver", "pipeline", "layers")
+            "step_breakdown_s", "baselines", "solver", "pipeline", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
 
@@ -38,8 +38,9 @@ def plan_to_dict(plan: Plan) -> dict:
         "profile_fingerprint": plan.profile_fingerprint,
         "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
         **({"memory_parts_bytes": dict(plan.memory_parts)} if plan.memory_parts else {}), "mfu": plan.mfu,
-        "baselines": [{"name": b.name, "step_s": b.step_s, "memory_peak_bytes": b.memory_peak_bytes}
-                      for b in plan.baselines],
+        **({"step_breakdown_s": dict(plan.breakdown)} if plan.breakdown else {}),
+        "baselines": [{"name": b.name, "step_s": b.step_s, "memory_peak_bytes": b.memory_peak_bytes,
+                       "fits": b.fits} for b in plan.baselines],
         "solver": dict(plan.solver),
         **({"pipeline": {"stages": plan.pipeline.stages, "micro_batches": plan.pipeline.micro_batches,
                          "schedule": plan.pipeline.schedule, "first_layers": list(plan.pipeline.first_layers)}}
@@ -89,7 +90,8 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 step_s=_number(data, "step_s", path), memory_peak_bytes=int(_number(data, "memory_peak_bytes", path)),
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
                 solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
-                mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline)
+                mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline,
+                breakdown=_breakdown(data, path))
     return plan, net
 
 
@@ -129,6 +131,14 @@ def _memory_parts(data: dict, path: str) -> dict[str, int]:
     return {k: int(_number(raw, k, path)) for k in raw}
 
 
+def _breakdown(data: dict, path: str) -> tuple[tuple[str, float], ...]:
+    """The plan's ``step_breakdown_s`` (its step by term, costmodel.breakdown; shown, never used to predict)."""
+    raw = data.get("step_breakdown_s") or {}
+    if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
+        raise _fail("'step_breakdown_s' must map a step's terms to seconds", path, field="step_breakdown_s")
+    return tuple((k, _number(raw, k, path)) for k in raw)
+
+
 def _optimizer(data: dict, path: str) -> Optimizer:
     """The plan's ``optimizer`` and ``zero`` (momentum and 0 when absent: older plans)."""
     name, zero = data.get("optimizer", "momentum"), data.get("zero", 0)
@@ -162,8 +172,10 @@ def _baselines(data: dict, path: str) -> tuple[Baseline, ...]:
     raw = data.get("baselines") or []
     if not isinstance(raw, list) or not all(isinstance(b, dict) and isinstance(b.get("name"), str) for b in raw):
         raise _fail("'baselines' must be a list of {name, step_s, memory_peak_bytes}", path, field="baselines")
-    return tuple(Baseline(b["name"], _number(b, "step_s", path), int(_number(b, "memory_peak_bytes", path)))
-                 for b in raw)
+    if not all(isinstance(b.get("fits", True), bool) for b in raw):
+        raise _fail("a baseline's 'fits' must be true or false", path, field="baselines")
+    return tuple(Baseline(b["name"], _number(b, "step_s", path), int(_number(b, "memory_peak_bytes", path)),
+                          b.get("fits", True)) for b in raw)
 
 
 def _check_machine(data: dict, path: str) -> None:

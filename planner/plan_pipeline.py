@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from costmodel.breakdown import pipeline_terms
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
@@ -44,7 +45,8 @@ def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, p
                 devices=choice.devices, machine=machine_ref, layers=tuple(layers), step_s=pred.step_s,
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
                 solver={"method": "pipeline search", **choice.stats}, precision=precision,
-                optimizer=optimizer.name, zero=optimizer.zero, mfu=mfu, pipeline=spec)
+                optimizer=optimizer.name, zero=optimizer.zero, mfu=mfu, pipeline=spec,
+                breakdown=pipeline_terms(pred))
 
 
 def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy], machine: Machine,

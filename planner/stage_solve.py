@@ -104,7 +104,8 @@ class StageSolver:
 
     def _left(self) -> float | None:
         """Seconds a gap may take to close: the ILP time limit, up to the deadline."""
-        limits = [x for x in (self.settings.time_limit_s,
+        budget = self.settings.budget
+        limits = [x for x in (self.settings.time_limit_s, None if budget is None else budget.left(),
                               None if self.deadline is None else self.deadline - time.perf_counter()) if x is not None]
         return min(limits, default=None)
 
@@ -122,7 +123,7 @@ class StageSolver:
             if got.status != "optimal" and self.close and (left is None or left > 0):
                 bound = got.objective * (1 - (got.gap or 0.0))
                 closed = solve_relaxed(built.problem, Relaxation(got.choice, got.objective, bound, got.lam or 0.0),
-                                       left, self.settings.gap)
+                                       left, self.settings.gap, budget=self.settings.budget)
                 got = closed if closed.objective <= got.objective else got
             choice, gap = got.choice, (got.gap or 0.0) if got.status != "optimal" else 0.0
             self.worst_gap = max(self.worst_gap, gap)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from costmodel.compute import ComputeModel
 from costmodel.machine import MAX_DEVICES, Machine
 from costmodel.step import predict_step
@@ -49,13 +51,17 @@ def parse_counts(text: str) -> list[int]:
 
 
 def sweep(net: Network, network_ref: str, batch: int, counts: list[int], machine: Machine, compute: ComputeModel,
-          memory_limit_bytes: float | None, settings: Settings) -> list[dict]:
-    """One row per device count: plan step, data-parallel step, speedups, efficiencies, strategy mix."""
-    rows = []
+          memory_limit_bytes: float | None, settings: Settings, rows: list[dict] | None = None) -> list[dict]:
+    """One row per device count: plan step, data-parallel step, speedups, efficiencies, strategy mix.
+    Each device count's search gets a budget of its own (``settings.budget`` renewed); ``rows``
+    receives each row as it is made (what an interrupted sweep keeps)."""
+    rows = [] if rows is None else rows
     for p in counts:
         try:
             machine.check_devices(p)
-            plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, settings,
+            each = settings if settings.budget is None else dataclasses.replace(settings,
+                                                                                budget=settings.budget.renewed())
+            plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, each,
                              with_baselines=False)
         except DnnplanError as err:
             rows.append({"devices": p, "error": str(err)})
@@ -64,10 +70,18 @@ def sweep(net: Network, network_ref: str, batch: int, counts: list[int], machine
         data = predict_step(net, batch, strategies, fastest_algorithms(net, strategies, batch, machine, compute,
                                                                        settings.training),
                             machine, compute, settings.training)
+        limit = plan.solver.get("memory_limit_bytes") or machine.device.mem_capacity_bytes
         rows.append({"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
                      "data_step_s": data.step_s, "data_memory_peak_bytes": data.memory_peak_bytes,
+                     "data_fits": data.memory_bound_bytes <= limit * (1 + 1e-9),
                      "mix": strategy_mix(plan), "solver": plan.solver.get("solver"),
-                     "status": plan.solver.get("status")})
+                     "status": plan.solver.get("status"), "gap": plan.solver.get("gap")})
+    return with_speedups(rows)
+
+
+def with_speedups(rows: list[dict]) -> list[dict]:
+    """Each row's speedup and efficiency relative to the first device count that has a plan (and
+    the same of data parallelism); ``rows`` itself, filled in."""
     ok = [r for r in rows if "error" not in r]
     if ok:
         p0, t0, d0 = ok[0]["devices"], ok[0]["step_s"], ok[0]["data_step_s"]

@@ -18,13 +18,12 @@ from costmodel.profile_links import links_from_table
 from costmodel.profiled_compute import ProfiledCompute
 from networks.errors import DnnplanError
 from networks.ir import Network
+from networks.default_batch import SAMPLES_PER_DEVICE
+from networks.default_batch import default_batch as family_batch
 from networks.loader import load_network
 from profiler.gpu_tables import check_gpu, check_precision
 from profiler.ondemand import local_compute_model
 from profiler.tables import load_table
-
-PER_DEVICE_BATCH = 32
-
 
 @dataclass(frozen=True)
 class Context:
@@ -34,11 +33,16 @@ class Context:
     devices: int
     compute: ComputeModel
     precision: str = DEFAULT_PRECISION
+    #: how the batch was chosen when none was given (networks.default_batch), "" when it was given
+    batch_rule: str = ""
 
 
-def default_batch(devices: int) -> int:
-    """The batch when none is given: 32 samples per device (weak scaling, as data parallel runs)."""
-    return PER_DEVICE_BATCH * devices
+def default_batch(devices: int, net: Network | None = None) -> int:
+    """The batch when none is given (networks.default_batch): for a language model about 4M tokens
+    (at most 16 sequences a device), else 32 samples a device."""
+    if net is None:
+        return SAMPLES_PER_DEVICE * devices
+    return family_batch(net, devices)[0]
 
 
 def resolve(network: str, devices: int, batch: int | None, machine: str | None,
@@ -54,7 +58,9 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
     mach = load_machine(machine or DEFAULT_MACHINE)
     mach.check_devices(devices)
     compute = compute_model(mach, profile, devices, refresh, prec.name, foreign_ok)
-    return Context(net, profiled_links(mach, compute), batch or default_batch(devices), devices, compute, prec.name)
+    rule = "" if batch else family_batch(net, devices)[1]
+    return Context(net, profiled_links(mach, compute), batch or default_batch(devices, net), devices, compute,
+                   prec.name, rule)
 
 
 def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,

@@ -56,7 +56,8 @@ def test_bad_batch_is_exit_2():
     assert "--batch" in result.output
 
 
-@pytest.mark.parametrize("name,default", [("plan", "32 per device"), ("execute", "the profile's, else cores"),
+@pytest.mark.parametrize("name,default", [("plan", "32 samples a device"), ("plan", "20]"),
+                                          ("execute", "the profile's, else cores"),
                                           ("profile", "this device's per-user cache")])
 def test_help_shows_the_defaults_it_states(name, default):
     # rich reads "[default: ...]" as markup and drops it unless the bracket is escaped

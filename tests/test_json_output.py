@@ -44,7 +44,8 @@ def plan_file(tmp_path_factory) -> str:
     (["googlenet", "--devices", "64", "--solver", "ilp"], "ilp-highs"),
 ])
 def test_plan_json_on_the_ilp_path(args, solver):
-    data = one_document(dnnplan("plan", *args, "--json").stdout)
+    # a time limit far beyond these solves (seconds) so a loaded machine cannot cut them short
+    data = one_document(dnnplan("plan", *args, "--json", "--time-limit", "900").stdout)
     assert data["solver"]["solver"] == solver  # the case really went the path named
 
 

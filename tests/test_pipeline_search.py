@@ -251,7 +251,7 @@ def test_dnnplan_plan_pipeline_auto_prints_and_writes_json(tmp_path):
     assert out["devices"] == 4 and len(out["stages"]) * out["stages"][0]["ranks"] == 4
     assert sum(out["cut_blocks"]) == 2 and 0 < out["mfu"] < 1 and out["search"]["tried"] >= 1
     text = runner.invoke(app, args)
-    assert text.exit_code == 0 and "chosen: pipeline" in text.stdout
+    assert text.exit_code == 0 and "layout: " in text.stdout and "optim" in text.stdout, text.stdout
     bad = runner.invoke(app, args[:-1] + ["3x"])
     assert bad.exit_code == 2 and "--pipeline takes 'auto'" in bad.output
     out_file = runner.invoke(app, args + ["--out", str(tmp_path / "p.yaml")])

@@ -142,6 +142,38 @@ def test_refreshed_weighs_twice_on_retimed_kernels_only_when_refreshing():
     assert refreshed(object(), lambda: "roofline") == "roofline"
 
 
+def test_a_weighing_that_filled_the_profile_is_weighed_again_on_it():
+    """On a fresh cache the first weighing times kernels on first lookup: it is weighed once more on
+    the completed table, after ``again`` (issue 55: lenet5 on two ranks priced one plan twice)."""
+    from types import SimpleNamespace
+
+    from planner.refreshed import refreshed
+
+    class Filling:
+        refresh = False
+        table = SimpleNamespace(entries={})
+
+        def calls_of(self, fn, time_missing=True): ...
+        def retime(self, calls): ...
+        def install(self, entries): ...
+        def time_in_step(self, calls, before, updates=()): ...
+        def time_collectives_in_step(self, calls, ranks): ...
+        def retime_dispatch(self): ...
+        def save(self): ...
+
+    m, log = Filling(), []
+
+    def weigh():
+        log.append(len(m.table.entries))  # what the weighing saw in the table
+        m.table.entries.setdefault("conv1", 1.0)  # timed on first lookup
+        return log[-1]
+
+    assert refreshed(m, weigh, again=lambda: log.append("again")) == 1  # the second weighing's answer
+    assert log == [0, "again", 1]
+    log.clear()
+    assert refreshed(m, weigh) == 1 and log == [1]  # the profile already complete: once
+
+
 def test_a_companion_builds_each_call_once_however_often_it_is_reloaded(tmp_path, monkeypatch):
     import profiler.harness as harness
     from profiler.companions import Companions

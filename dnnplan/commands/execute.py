@@ -6,6 +6,8 @@ from typing import Callable, TypeVar
 
 import typer
 
+from costmodel.precision import get_precision
+from costmodel.step import model_flops_utilization
 from dnnplan.commandline import command_line
 from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt,
                              RanksOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)
@@ -68,7 +70,9 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
     title = (f"{prep.plan.network_name}, batch {prep.plan.batch}, {ranks} rank(s) x {job.threads} thread(s), "
              f"machine {prep.plan.machine}, compute model {prep.compute.name}")
     render.comparison_table(cmp, title, strategy_labels(prep.plan))
-    render.step_summary(cmp)
+    plan_ = prep.plan
+    render.step_summary(cmp, lambda step_s: model_flops_utilization(
+        prep.net, plan_.batch, step_s, plan_.devices, prep.machine, get_precision(plan_.precision).matmul))
     render.stage_table(cmp)
     if in_run is not None:
         render.ahead_of_time_line(ahead)

@@ -2,35 +2,45 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+
+import typer
+from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
 from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
-from dnnplan.flags import refresh_warning
-from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, MachineOpt, MemoryOpt, NetworkArg,
-                             OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt, PlotOpt,
-                             PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt, ScheduleOpt,
-                             SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
-from dnnplan.output import check_outputs
-from dnnplan.render import plan as render
-from dnnplan.render.messages import warn
-from dnnplan.render.plot import plot_sweep
-from executor.session import step_choice
-from networks.errors import DnnplanError, short
 from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
 from costmodel.precision import get_precision
 from costmodel.step import model_flops_utilization
+from dnnplan.flags import refresh_warning
+from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt, MachineOpt, MemoryOpt,
+                             NetworkArg, OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt,
+                             PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
+                             ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
+from dnnplan.output import check_outputs
+from dnnplan.render import plan as render
+from dnnplan.render.messages import fail_line, warn
+from dnnplan.render.plot import plot_sweep
+from dnnplan.render.progress import progress_line
+from dnnplan.search_bound import end, search_budget, stop_on_ctrl_c
+from executor.session import step_choice
+from networks.errors import DnnplanError, short
+from planner.auto import Answer, first_plan
 from planner.optimize import Settings, make_plan
-from planner.pipeline_search import PROVE_S, search_pipeline
+from planner.pipeline_search import PROVE_S, PipelineChoice, search_pipeline
+from planner.plan import Plan
 from planner.plan_file import plan_to_dict, write_plan
 from planner.plan_pipeline import plan_of_choice
 from planner.refreshed import refreshed
 from planner.sweep import parse_counts
 from planner.sweep import sweep as run_sweep
-from profiler import context
+from planner.sweep import with_speedups
+from profiler import context, stops
 from profiler.context import Context
 
 GIB = 2 ** 30
@@ -54,122 +64,214 @@ def check_flags(solver: str, sweep: str | None, plot: str | None) -> None:
         raise DnnplanError("--plot draws a sweep", hint="add --sweep 1,2,4,...")
 
 
-def plan(network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None, machine: MachineOpt = None,
-         profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None, solver: SolverOpt = "auto",
-         time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None, plot: PlotOpt = None,
-         refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum",
-         zero: ZeroOpt = 0, recompute: RecomputeOpt = True, pipeline: PlanPipelineOpt = None,
-         micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b", prove: PlanProveOpt = PROVE_S,
-         as_json: JsonOpt = False, step_context: PlanStepContextOpt = True, force: ForceOpt = False,
-         foreign_profile: ForeignProfileOpt = False) -> None:
+def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None,
+         machine: MachineOpt = None, profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None,
+         solver: SolverOpt = "auto", time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None,
+         plot: PlotOpt = None, refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32",
+         optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0, recompute: RecomputeOpt = True,
+         pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b",
+         prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False, step_context: PlanStepContextOpt = True,
+         layers: LayersOpt = False, force: ForceOpt = False, foreign_profile: ForeignProfileOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
     C, filters F, replication R) and every convolution algorithm, with per-device memory as a
     constraint, and solves exactly (graph reduction and dynamic programming, an ILP for what
-    remains). It prints the plan beside pure data parallelism and the best uniform strategy
-    (docs/planner.md).
+    remains). It prints a summary first (the step and its parts, memory, model FLOP utilisation,
+    the layout, the gap proven to the optimum) and the plan beside pure data parallelism and the
+    best uniform strategy; --layers adds the per-layer tables (docs/planner.md).
 
-    With --pipeline auto a transformer is also cut into pipeline stages: the degree, the
-    micro-batches and the stage cut are searched, each stage solved as above. GPT-3 175B on 1024
-    A100s: dnnplan plan gpt3-175b -p 1024 -b 1536 --machine dgx-a100 --precision fp16 --optimizer adam
-    --pipeline auto
+    The answer comes within --time-limit seconds (default 20): a longer search stops with the best
+    plan it holds and says how far from the optimum it can still be; a progress line on stderr
+    shows the best plan so far, and Ctrl-C prints it and exits 130.
 
-    A pipelined plan written with --out runs with `dnnplan execute` (GPipe or 1F1B, --schedule).
+    A transformer that fits no plan without pipelining is cut into pipeline stages: the degree, the
+    micro-batches and the stage cut are searched, each stage solved as above (--pipeline auto asks
+    for it; --pipeline off refuses it). GPT-3 175B on 1024 A100s:
+    dnnplan plan gpt3-175b -p 1024 -b 1536 --precision bf16
 
-    On machine `local` the plan is then checked against the uniform plans with every plan's
-    kernels (and collectives) timed again in its step's order and context (a few seconds a plan; --no-step-context
-    leaves it out): a uniform plan predicted faster there is the plan.
+    Default batch: 32 samples a device; a language model about 4M tokens, at most 16 sequences a device.
+
+    On machine `local` the plan is then checked against the uniform plans, every plan's kernels
+    (and collectives) timed again in its step's order and context (--no-step-context leaves it out).
     """
     check_flags(solver, sweep, plot)
+    if sweep and (pipeline not in (None, "off") or micro_batches is not None):
+        raise DnnplanError("--pipeline plans cannot be swept yet", hint="drop --sweep, or plan without --pipeline")
     check_outputs({"--out": out, "--plot": plot}, force)
-    ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile)
-    opt = Optimizer(optimizer, zero)
-    settings = Settings(solver, time_limit, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
-                        recompute=recompute)
-    if (line := refresh_warning(refresh, ctx.compute)) is not None:
-        warn(line)
-    limit = None if memory is None else memory * GIB
-    if pipeline is not None or micro_batches is not None:
-        if sweep:
-            raise DnnplanError("--pipeline plans cannot be swept yet", hint="drop --sweep, or plan without --pipeline")
+    budget = search_budget(time_limit)
+    with stop_on_ctrl_c(budget), progress_line(budget):
+        try:
+            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile)
+            if (line := refresh_warning(refresh, ctx.compute)) is not None:
+                warn(line)
+            opt = Optimizer(optimizer, zero)
+            run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(profile),
+                      Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
+                               recompute=recompute, budget=budget),
+                      None if memory is None else memory * GIB, _defaults(click, ctx))
+            if sweep:
+                return plan_sweep(ctx, network, sweep, plot, run.limit, run.settings, as_json)
+            answer = _answer(run, pipeline, micro_batches, schedule, prove, click, step_context)
+            budget.settled = True
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (profiler.stops): the best plan so far
+            budget.request_stop()
+            if budget.best is None:
+                fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s, before any plan was found")
+                end(stops.exit_code())
+            answer = budget.best.finish()
+    show(run, answer, out, as_json, layers)
+    if budget.stop_requested:
+        fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s: the best plan found so far is shown")
+        end(stops.exit_code())
+    end(0)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one `dnnplan plan` works on, as resolved."""
+
+    ctx: Context
+    network: str
+    machine_ref: str
+    fingerprint: str | None
+    settings: Settings
+    limit: float | None
+    defaults: tuple[str, ...]
+
+
+def _defaults(click: typer.Context, ctx: Context) -> tuple[str, ...]:
+    """What the command assumed because the flag was not given (said in the summary)."""
+    out = []
+    for name, flag, value in (("machine", "--machine", ctx.machine.name), ("precision", "--precision", ctx.precision),
+                              ("optimizer", "--optimizer", None), ("batch", "--batch", ctx.batch_rule)):
+        if click.get_parameter_source(name) == ParameterSource.DEFAULT:
+            out.append(f"{flag} {value or click.params.get(name)}" if name != "batch" else f"--batch {ctx.batch} "
+                       f"({value})")
+    return tuple(out)
+
+
+def _answer(run: Run, pipeline: str | None, micro_batches: int | None, schedule: str, prove: float,
+            click: typer.Context, step_context: bool):
+    """The plan (planner.auto) or the pipeline search's choice (with --pipeline / --micro-batches)."""
+    ctx, settings = run.ctx, run.settings
+    if pipeline not in (None, "off") or micro_batches is not None:
         if schedule not in SCHEDULES:
             raise DnnplanError(f"the planner does not search the {short(schedule)} schedule" if schedule == INTERLEAVED
                                else f"unknown --schedule {short(schedule)}",
                                hint="use 1f1b or gpipe" + (" (`dnnplan predict --schedule interleaved --chunks V` "
                                                            "prices interleaving)" if schedule == INTERLEAVED else ""))
-        return plan_pipeline(ctx, network, pipeline, micro_batches, limit, settings, out, schedule, as_json,
-                             prove_s=prove, machine_ref=machine or DEFAULT_MACHINE, fingerprint=profile_fingerprint(profile))
-    if sweep:
-        return plan_sweep(ctx, network, sweep, plot, limit, settings, as_json)
-    result = refreshed(ctx.compute, lambda: make_plan(ctx.network, network, ctx.batch, devices, ctx.machine,
-                                                      ctx.compute, limit, settings,
-                                                      machine_ref=machine or DEFAULT_MACHINE,
-                                                      profile_fingerprint=profile_fingerprint(profile)))
-    timed = []
-    if step_context:  # machine `local`: checked in its step's context against the uniform plans
-        result, timed = step_choice.checked(result, ctx, network, machine or DEFAULT_MACHINE)
-    _show(result, timed, out, as_json)
-
-
-def _show(result, timed: list, out: str | None, as_json: bool) -> None:
-    """Write the plan (``--out``) and print it, with the candidates weighed in step context."""
-    if out:
-        write_plan(result, out)
-    if as_json:
-        print(json.dumps({**plan_to_dict(result), "step_context": render.step_context_dict(timed)}))
+        return Answer(settings, pipeline=_pipelined(run, pipeline, micro_batches, schedule, prove))
+    if pipeline is None and schedule not in SCHEDULES:
+        raise DnnplanError(f"unknown --schedule {short(schedule)}", hint="use 1f1b or gpipe")
+    if pipeline == "off":
+        result = refreshed(ctx.compute, lambda: make_plan(ctx.network, run.network, ctx.batch, ctx.devices,
+                                                          ctx.machine, ctx.compute, run.limit, settings,
+                                                          machine_ref=run.machine_ref,
+                                                          profile_fingerprint=run.fingerprint),
+                           settings.budget.forget)
+        answer = Answer(settings, plan=result)
     else:
-        render.plan_table(result)
-        render.step_context_line(timed)
-        if out:
-            render.console.print(f"wrote {out} (evaluate it, or an edited copy, with `dnnplan predict {out}`)")
+        answer = refreshed(ctx.compute, lambda: first_plan(
+            ctx.network, run.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, run.limit, settings,
+            machine_ref=run.machine_ref, fingerprint=run.fingerprint,
+            zero_given=click.get_parameter_source("zero") != ParameterSource.DEFAULT, schedule=schedule,
+            prove_s=prove, batch_given=click.get_parameter_source("batch") != ParameterSource.DEFAULT),
+            settings.budget.forget)
+    if answer.plan is None or not step_context:
+        return answer
+    result = answer.plan  # machine `local`: checked in its step's context against the uniform plans
+    settings.budget.settle(result.step_s, lambda: result)
+    checked, timed = step_choice.checked(result, ctx, run.network, run.machine_ref)
+    return dataclasses.replace(answer, plan=checked, timed=tuple(timed))
+
+
+def _pipelined(run: Run, pipeline: str | None, micro_batches: int | None, schedule: str, prove: float):
+    """`dnnplan plan --pipeline auto|S [--micro-batches M]`: the pipeline search (planner.pipeline_search)."""
+    stages = None
+    if pipeline not in (None, "auto"):
+        if not str(pipeline).isdigit() or int(pipeline) < 1:
+            raise DnnplanError(f"--pipeline takes 'auto', 'off' or a number of stages, not {short(str(pipeline))}",
+                               hint="e.g. --pipeline auto or --pipeline 8")
+        stages = (int(pipeline),)
+    micro = (micro_batches,) if micro_batches else None
+    ctx = run.ctx
+    return refreshed(ctx.compute, lambda: search_pipeline(
+        ctx.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, run.limit, run.settings, stages, micro,
+        schedule=schedule, prove_s=prove), run.settings.budget.forget)
+
+
+def show(run: Run, answer, out: str | None, as_json: bool, layers: bool) -> None:
+    """Write the plan (``--out``) and print it: the summary first (dnnplan.render.answer)."""
+    if isinstance(answer, Plan):  # a plan finished after Ctrl-C
+        answer = Answer(run.settings, plan=answer)
+    elif isinstance(answer, PipelineChoice):
+        answer = Answer(run.settings, pipeline=answer)
+    ctx = run.ctx
+    if answer.pipeline is not None:
+        got = answer.pipeline
+        mfu = model_flops_utilization(ctx.network, ctx.batch, got.prediction.step_s, ctx.devices, ctx.machine,
+                                      get_precision(answer.settings.precision).matmul)
+        plan = plan_of_choice(got, run.network, run.machine_ref, run.fingerprint, answer.settings.training,
+                              ctx.precision, mfu)
+    else:
+        got, plan = None, answer.plan
+    if out:
+        write_plan(plan, out)
+    if as_json:
+        print(json.dumps({**_json(plan, got, answer), "answered_in_s": round(run.settings.budget.elapsed(), 3)}))
+        return
+    render.answer(plan, got, _facts(run, answer), layers)
+    if out:
+        how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if got is not None else \
+            f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
+        render.console.print(f"wrote {out} ({how})")
+
+
+def _facts(run: Run, answer) -> render.Facts:
+    ctx = run.ctx
+    ops = {layer.op for layer in ctx.network.layers}
+    return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
+                        answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
+                        len(ctx.network.layers), "batchnorm2d" in ops, "attention" in ops)
+
+
+def _json(plan: Plan, got, answer) -> dict:
+    out = {**plan_to_dict(plan), "step_context": render.step_context_dict(list(answer.timed))}
+    if got is not None:
+        out.update({**pipeline_json(got.prediction), "cut_blocks": list(got.cut), "mfu": plan.mfu,
+                    "micro_batch": got.micro_batch, "search": got.stats,
+                    "tried": [_finite(c.__dict__) for c in got.candidates]})
+    if answer.why:
+        out["why_pipelined"] = answer.why
+    return out
 
 
 def plan_sweep(ctx: Context, network: str, counts: str, plot: str | None, limit: float | None,
                settings: Settings, as_json: bool) -> None:
-    """`dnnplan plan --sweep`: the plan and data parallelism over several device counts."""
+    """`dnnplan plan --sweep`: the plan and data parallelism over several device counts; Ctrl-C
+    prints the rows made so far and exits 130."""
     device_counts = parse_counts(counts)
-    rows = refreshed(ctx.compute, lambda: run_sweep(ctx.network, network, ctx.batch, device_counts, ctx.machine,
-                                                    ctx.compute, limit, settings))
-    if plot:
+    rows: list[dict] = []
+    interrupted = False
+    try:
+        refreshed(ctx.compute, lambda: run_sweep(ctx.network, network, ctx.batch, device_counts, ctx.machine,
+                                                 ctx.compute, limit, settings, rows.clear() or rows))
+    except KeyboardInterrupt:
+        interrupted = True
+        with_speedups(rows)
+    if plot and rows:
         plot_sweep(rows, plot, f"{ctx.network.name}, batch {ctx.batch}, {ctx.machine.name}")
     if as_json:
         print(json.dumps({"network": ctx.network.name, "batch": ctx.batch, "machine": ctx.machine.name,
-                          "rows": rows}))
+                          "rows": rows, "complete": not interrupted}))
     else:
         render.sweep_table(rows, ctx.network.name, ctx.batch, ctx.machine.name)
-        if plot:
+        if plot and rows:
             render.console.print(f"wrote {plot}")
-
-
-def plan_pipeline(ctx: Context, network: str, pipeline: str | None, micro_batches: int | None,
-                  limit: float | None, settings: Settings, out: str | None, schedule: str, as_json: bool, *,
-                  prove_s: float = PROVE_S, machine_ref: str, fingerprint: str | None) -> None:
-    """`dnnplan plan --pipeline auto|S [--micro-batches M] [--out PLAN]`: the pipeline search
-    (planner.pipeline_search), written as a pipelined plan with --out."""
-    stages = None
-    if pipeline not in (None, "auto"):
-        if not str(pipeline).isdigit() or int(pipeline) < 1:
-            raise DnnplanError(f"--pipeline takes 'auto' or a number of stages, not {short(str(pipeline))}",
-                               hint="e.g. --pipeline auto or --pipeline 8")
-        stages = (int(pipeline),)
-    micro = (micro_batches,) if micro_batches else None
-    with render.search_progress("pipeline search", disable=as_json) as tick:
-        got = refreshed(ctx.compute, lambda: search_pipeline(
-            ctx.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, limit, settings, stages, micro,
-            progress=tick, schedule=schedule, prove_s=prove_s))
-    mfu = model_flops_utilization(ctx.network, ctx.batch, got.prediction.step_s, ctx.devices, ctx.machine,
-                                  get_precision(settings.precision).matmul)
-    if out:
-        write_plan(plan_of_choice(got, network, machine_ref, fingerprint, settings.training, ctx.precision, mfu), out)
-    if as_json:
-        print(json.dumps({**pipeline_json(got.prediction), "cut_blocks": list(got.cut), "mfu": mfu,
-                          "micro_batch": got.micro_batch, "search": got.stats,
-                          "tried": [_finite(c.__dict__) for c in got.candidates]}))
-        return
-    render.pipeline_choice(got, mfu)
-    if out:
-        render.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {ctx.devices}`)")
+    if interrupted:
+        fail_line(f"interrupted: {len(rows)} of {len(device_counts)} device counts planned, shown above")
+        raise typer.Exit(130)
 
 
 def _finite(row: dict) -> dict:

@@ -8,13 +8,17 @@ from costmodel.compute import recompute_algorithms
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
 from costmodel.pipeline import pipeline_json, predict_pipeline
-from costmodel.step import predict_step, prediction_json
+from costmodel.files import load_machine
+from costmodel.precision import get_precision
+from costmodel.step import model_flops_utilization, predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
-from dnnplan.options import (BatchOpt, ChunksOpt, DevicesOpt, ForeignProfileOpt, JsonOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
+from dnnplan.options import (BatchOpt, ChunksOpt, DevicesOpt, ForeignProfileOpt, JsonOpt, LayersOpt, MachineOpt,
+                             MicroBatchesOpt, NetworkArg, OptimizerOpt,
                              PipelineOpt, PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt,
                              ScheduleOpt, SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
-from dnnplan.render import tables
+from dnnplan.render import fmt, tables
+from dnnplan.render.plan import SMALL_NETWORK
 from dnnplan.render.messages import warn
 from executor.session.predict import ahead_of_time
 from planner.plan_file import is_plan_file, read_plan
@@ -31,7 +35,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False,
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
-            step_context: PredictStepContextOpt = True, as_json: JsonOpt = False, foreign_profile: ForeignProfileOpt = False) -> None:
+            step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
+            foreign_profile: ForeignProfileOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -57,7 +62,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     --recompute full --runtime deepspeed --machine dgx-a100
     """
     if is_plan_file(network):
-        return predict_plan(network, profile, as_json, step_context, foreign_profile)
+        return predict_plan(network, profile, as_json, step_context, layers, foreign_profile)
     if (tensor > 1 or sequence_parallel) and strategy != "data":
         raise DnnplanError("--tensor and --strategy both give the layers' splits",
                            hint="give one: --tensor T splits the batch over the devices it leaves")
@@ -79,12 +84,46 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     strategies, fallbacks = strategies_of(ctx.network, devices, ctx.batch)
     pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute, opt,
                         checkpoints=recompute == "full")
+    _check_recompute(ctx, strategies, opt, recompute, pred)
+    _show(ctx, pred, fallbacks, layers, as_json)
+
+
+def _show(ctx: Context, pred, fallbacks, layers: bool, as_json: bool) -> None:
+    """`dnnplan predict NET`'s answer: JSON, or the step by term, memory and MFU first (dnnplan.render.tables)."""
+    mfu = _mfu(ctx, pred.step_s)
     if as_json:
-        out = prediction_json(pred)
-        out["fallbacks"] = [f.__dict__ for f in fallbacks]
-        print(json.dumps(out))
-    else:
-        tables.prediction_table(pred, fallbacks)
+        print(json.dumps({**prediction_json(pred), "fallbacks": [f.__dict__ for f in fallbacks], "mfu": mfu}))
+        return
+    tables.prediction_table(pred, fallbacks, mfu, layers or len(pred.layers) <= SMALL_NETWORK,
+                            ctx.machine.device.mem_capacity_bytes)
+
+
+def _mfu(ctx: Context, step_s: float) -> float:
+    return model_flops_utilization(ctx.network, ctx.batch, step_s, ctx.devices, ctx.machine,
+                                   get_precision(ctx.precision).matmul)
+
+
+def _check_recompute(ctx: Context, strategies: dict, opt: Optimizer, mode: str, pred) -> None:
+    """Warn when ``--recompute MODE`` saves no memory against no recomputation (recompute_warning)."""
+    if mode == "none":
+        return
+    plain = predict_step(ctx.network, ctx.batch, strategies, recompute_algorithms(ctx.network, "none"),
+                         ctx.machine, ctx.compute, opt)
+    if (line := recompute_warning(ctx.network, mode, pred, plain)) is not None:
+        warn(line)
+
+
+def recompute_warning(net: Network, mode: str, pred, plain) -> str | None:
+    """Why ``--recompute MODE`` buys nothing here (None when it lowers the peak memory)."""
+    if pred.memory_peak_bytes < plain.memory_peak_bytes:
+        return None
+    if mode == "selective" and not any(layer.op == "attention" for layer in net.layers):
+        return f"--recompute selective reruns attention only, and {net.name} has none: nothing is recomputed"
+    return (f"--recompute {mode} saves no memory for {net.name}: the peak rises from "
+            f"{fmt.nbytes(plain.memory_peak_bytes)} to {fmt.nbytes(pred.memory_peak_bytes)} a device and the step from "
+            f"{fmt.seconds(plain.step_s)} to {fmt.seconds(pred.step_s)} (convolutions are not recomputed, so the "
+            "inputs they keep stay, and a block's recomputation holds its activations again while its backward "
+            "runs); leave it out")
 
 
 def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], opt: Optimizer, stages: int,
@@ -113,7 +152,7 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
 
 
 def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bool = True,
-                 foreign_ok: bool = False) -> None:
+                 layers: bool = False, foreign_ok: bool = False) -> None:
     """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now; for
     machine `local` without --profile, as `dnnplan execute` predicts it before its run."""
     plan, net = read_plan(path)
@@ -130,14 +169,19 @@ def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bo
             warn(line)
         pred = ahead.prediction
     alone = ahead.profile_step_s if ahead else None
+    machine = load_machine(plan.machine)
+    mfu = model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
+                                  get_precision(plan.precision).matmul)
     if as_json:
         out = prediction_json(pred)
+        out["mfu"] = mfu
         out["plan"] = {"file": path, "recorded_step_s": plan.step_s}
         out["as_execute_predicts"] = ahead is not None
         out["profile_predicted_step_s"] = alone
         print(json.dumps(out))
         return
-    tables.prediction_table(pred)
+    tables.prediction_table(pred, (), mfu, layers or len(pred.layers) <= SMALL_NETWORK,
+                            plan.solver.get("memory_limit_bytes"))
     if ahead is None:
         _recorded_line(plan.step_s, pred.step_s)
         return

@@ -4,23 +4,24 @@ check, and `dnnplan validate`'s summary. Numbers arrive in SI units; this module
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from costmodel.breakdown import measured_terms
 from dnnplan.render import fmt
+from dnnplan.render.answer import breakdown_text
 from dnnplan.render.messages import err_console
+from dnnplan.render.tables import WIDTH
 from executor.check.gradients import CheckResult
 from executor.report.compare import Comparison
 from executor.report.in_run import LABEL as IN_RUN_LABEL
 from executor.report.pipeline import bubble
 from executor.runtime.timers import PHASES
 
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
-
-PHASE_LABEL = {"fwd_compute": "fwd", "fwd_comm": "fwd comm", "bwd_compute": "bwd", "bwd_comm": "bwd comm",
-               "grad_sync": "grad sync", "update": "update", "wait": "wait (imbalance)"}
+console = Console(highlight=False, width=min(WIDTH, Console().width) if sys.stdout.isatty() else WIDTH)
 
 
 def pct(rel: float | None) -> str:
@@ -36,20 +37,33 @@ def _cell(measured: float, predicted: float, rel: float | None) -> str:
     return f"{fmt.seconds(measured)} / {fmt.seconds(predicted)} {pct(rel)}"
 
 
+#: the table's columns: the step's terms (costmodel.breakdown), each the sum of these phases
+TERM_PHASES = (("forward", ("fwd_compute", "fwd_comm")), ("backward", ("bwd_compute", "bwd_comm")),
+               ("gradient sync", ("grad_sync",)), ("update", ("update",)), ("waiting", ("wait",)))
+
+
+def _term(times, phases) -> float:
+    return sum(times.phases.get(ph, 0.0) for ph in phases)
+
+
 def comparison_table(cmp: Comparison, title: str, strategies: dict[str, str]) -> None:
-    """One row per layer: measured / predicted and the error of each phase that ran, and the layer total."""
-    used = [ph for ph in PHASES if any(lt.phases.get(ph, 0.0) > 0 for lt in cmp.measured.layers + cmp.predicted)]
+    """One row per layer: measured / predicted and the error of each term of the step (the names
+    `plan` and `predict` use: forward, backward, gradient sync, update), and the layer total."""
+    used = [(name, phs) for name, phs in TERM_PHASES
+            if any(_term(lt, phs) > 0 for lt in cmp.measured.layers + cmp.predicted)]
     t = Table(title=title, title_justify="left", caption="cells: measured / predicted, error = (measured - "
               "predicted) / predicted; measured = median over steps of the slowest rank", caption_justify="left")
-    t.add_column("layer")
-    t.add_column("strategy")
-    for ph in used:
-        t.add_column(PHASE_LABEL[ph], justify="right")
-    t.add_column("layer total", justify="right")
-    for m, p, e in zip(cmp.measured.layers, cmp.predicted, cmp.errors):
+    t.add_column("layer", overflow="fold")
+    t.add_column("strategy", overflow="fold")
+    for name, _ in used:
+        t.add_column(name, justify="right", overflow="fold")
+    t.add_column("layer total", justify="right", overflow="fold")
+    for m, p in zip(cmp.measured.layers, cmp.predicted):
         row = [m.name, strategies.get(m.name, "")]
-        row += [_cell(m.phases.get(ph, 0.0), p.phases.get(ph, 0.0), e.phases.get(ph)) for ph in used]
-        row.append(_cell(m.total_s, p.total_s, e.total))
+        for _, phs in used:
+            got, want = _term(m, phs), _term(p, phs)
+            row.append(_cell(got, want, None if want <= 0 else (got - want) / want))
+        row.append(_cell(m.total_s, p.total_s, None if p.total_s <= 0 else (m.total_s - p.total_s) / p.total_s))
         t.add_row(*row)
     m_sum = sum(lt.total_s for lt in cmp.measured.layers)
     p_sum = sum(lt.total_s for lt in cmp.predicted)
@@ -59,25 +73,38 @@ def comparison_table(cmp: Comparison, title: str, strategies: dict[str, str]) ->
     console.print(t)
 
 
-def step_summary(cmp: Comparison) -> None:
+def _terms(layers, wait_s: float | None, step_s: float):
+    """The step's terms (costmodel.breakdown.measured_terms) from per-layer phases; ``wait_s``
+    replaces the layers' own wait (the prediction's, which no layer carries)."""
+    phases: dict[str, float] = {}
+    for lt in layers:
+        for ph, secs in lt.phases.items():
+            phases[ph] = phases.get(ph, 0.0) + secs
+    if wait_s is not None:
+        phases["wait"] = wait_s
+    return measured_terms(phases, step_s)
+
+
+def step_summary(cmp: Comparison, mfu: Callable[[float], float] | None = None) -> None:
+    """The step predicted and measured, each by term (the names `plan` and `predict` use), its
+    error and the model FLOP utilisation of each; then how the measured step was spread."""
     m = cmp.measured
-    waited = sum(lt.phases.get("wait", 0.0) for lt in m.layers)
-    untimed = m.step_s - sum(lt.total_s for lt in m.layers) - waited
     med = cmp.layer_median_abs_rel
+    util = (lambda secs: f";  model FLOP utilisation {mfu(secs):.1%}") if mfu else (lambda secs: "")
+    console.print(f"[bold]predicted step {fmt.seconds(cmp.predicted_step_s)}[/bold] = "
+                  f"{breakdown_text(_terms(cmp.predicted, cmp.predicted_wait_s, cmp.predicted_step_s))}"
+                  f"{util(cmp.predicted_step_s)}")
+    console.print(f"[bold]measured step {fmt.seconds(m.step_s)}[/bold] = "
+                  f"{breakdown_text(_terms(m.layers, None, m.step_s))}{util(m.step_s)}")
     console.print(
-        f"[bold]step[/bold]  measured {fmt.seconds(m.step_s)} (median of {m.steps} steps, "
-        f"{fmt.seconds(m.step_min_s)} to {fmt.seconds(m.step_max_s)}; {fmt.seconds(waited)} waiting for other "
-        f"ranks{_predicted(cmp.predicted_wait_s)}, {fmt.seconds(max(untimed, 0.0))} outside the timed layers, predicted "
-        f"{fmt.seconds(cmp.predicted_outside_s)}{_code(cmp.predicted_collective_code_s)})  predicted {fmt.seconds(cmp.predicted_step_s)}  error {pct(cmp.step_rel)}  "
-        f"per-layer median |error| {'-' if med is None else f'{med * 100:.0f}%'}")
+        f"[bold]step[/bold]  error {pct(cmp.step_rel)}; measured the median of {m.steps} steps, "
+        f"{fmt.seconds(m.step_min_s)} to {fmt.seconds(m.step_max_s)}; predicted outside the timed layers "
+        f"{fmt.seconds(cmp.predicted_outside_s)}{_code(cmp.predicted_collective_code_s)};  per-layer median |error| "
+        f"{'-' if med is None else f'{med * 100:.0f}%'}")
 
 
 def _code(code_s: float) -> str:
     return f", {fmt.seconds(code_s)} of it the code around collectives" if code_s > 0 else ""
-
-
-def _predicted(wait_s: float) -> str:
-    return f", predicted {fmt.seconds(wait_s)}" if wait_s > 0 else ""
 
 
 def stage_table(cmp: Comparison) -> None:

@@ -71,11 +71,32 @@ def layer_figure(plans: list[dict], path: str, title: str) -> None:
                [100 * rel[n] if rel.get(n) is not None else 0.0 for n in names], width, label=r["name"])
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_yscale("symlog", linthresh=100)  # linear within +-100%, logarithmic beyond: outliers stay readable
+    top = max([100 * l["rel"] for r in plans for l in r.get("layers", []) if l.get("rel") is not None] + [100.0])
+    ticks = error_ticks(top)
+    ax.set_yticks(ticks, [f"{t:+,.0f}%" if t else "0" for t in ticks])
+    ax.set_ylim(-100, max(ticks))
     ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
-    ax.set_ylabel("layer error, (measured - predicted) / predicted (%)")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("error of the layer's time (%)\n(measured - predicted) / predicted;\n"
+                  "linear to +100%, logarithmic above", fontsize=8)
     ax.set_title(title)
     ax.legend(fontsize=8)
     _save(plt, fig, path)
+
+
+def error_ticks(top_pct: float) -> list[float]:
+    """Ticks a reader takes in at a glance on the layer-error axis: every 50% from -100% to +100%
+    (the linear part), then 1, 2 and 5 times the powers of ten up to the largest error (the
+    logarithmic part), in per cent."""
+    ticks = [-100.0, -50.0, 0.0, 50.0, 100.0]
+    decade = 100.0
+    while ticks[-1] < top_pct:
+        for k in (2, 5, 10):
+            ticks.append(decade * k)
+            if ticks[-1] >= top_pct:
+                break
+        decade *= 10
+    return ticks
 
 
 def memory_figure(plans: list[dict], path: str, title: str) -> None:

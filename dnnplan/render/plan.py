@@ -1,42 +1,78 @@
-"""Rich output of `dnnplan plan`: the per-layer plan, totals, baselines, solver line, sweeps."""
+"""Rich output of `dnnplan plan`: the answer first (dnnplan.render.answer), then the per-layer plan,
+the convolution algorithms, the baselines, the solver's detail, sweeps and pipelines."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
-from costmodel.optimizer import Optimizer
+from costmodel.breakdown import step_terms
+from costmodel.compute import RECOMPUTE
 from dnnplan.render import fmt
+from dnnplan.render.answer import (Facts, assumptions_line, gap_line, header_lines, layout_line,
+                                   memory_mfu_line, step_line)
 from dnnplan.render.tables import console, memory_line, pipeline_table
 from executor.session.step_choice import fastest
 from planner.optimize import speedup, strategy_mix
 from planner.plan import Plan
 
+__all__ = ["Facts", "answer", "plan_table", "sweep_table", "step_context_dict", "console"]
+
+#: networks of at most this many layers get their per-layer tables without --layers
+SMALL_NETWORK = 24
+
+
+def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
+    """The plan, summary first: ``got`` is the pipeline search's choice for a pipelined plan (else None)."""
+    for line in header_lines(facts):
+        console.print(line)
+    if facts.why:
+        console.print(f"{facts.why}; so the pipeline search ran (pipeline stages, micro-batches)")
+    if facts.timed and fastest(list(facts.timed)).prediction is not None:
+        context_step_line(list(facts.timed))
+    else:
+        console.print(step_line(plan.step_s, plan.breakdown))
+    limit = plan.solver.get("memory_limit_bytes")
+    console.print(memory_mfu_line(plan.memory_peak_bytes, limit, plan.mfu))
+    if plan.memory_parts and got is None:
+        console.print(memory_line(plan.memory_parts))
+    if got is None:
+        again = sum(lp.algorithm == RECOMPUTE for lp in plan.layers)
+        console.print(layout_line([lp.strategy.label for lp in plan.layers])
+                      + (f"; {again} layers recompute their forward in backward (memory binds)" if again else ""))
+        console.print(gap_line(plan.solver))
+    else:
+        pipeline_summary(got)
+    if (line := assumptions_line(facts)) is not None:
+        console.print(line)
+    detailed = layers or facts.layers <= SMALL_NETWORK
+    if got is None:
+        if facts.timed:
+            context_table(plan, list(facts.timed))
+        else:
+            baselines_table(plan)
+        if detailed:
+            plan_table(plan)
+    elif detailed:
+        pipeline_details(got)
+    if not detailed:
+        console.print(f"[dim]per-layer tables: --layers ({facts.layers} layers)[/dim]")
+
 
 def plan_table(plan: Plan) -> None:
-    t = Table(title=f"plan for {plan.network_name}: batch {plan.batch} on {plan.devices} x {plan.machine}, "
-                    f"{plan.precision}, {Optimizer(plan.optimizer, plan.zero).label}", title_justify="left")
+    """Per layer: its split, algorithm, compute, communication and memory; the memory by part, the
+    convolution algorithms weighed and the solver's detail."""
+    t = Table(title=f"per layer (batch {plan.batch} on {plan.devices} devices)", title_justify="left")
     for col in ("layer", "strategy", "algorithm", "fwd", "bwd", "comm", "memory"):
-        t.add_column(col, justify="left" if col in ("layer", "strategy", "algorithm") else "right")
+        t.add_column(col, justify="left" if col in ("layer", "strategy", "algorithm") else "right",
+                     overflow="fold")
     for lp in plan.layers:
         t.add_row(lp.name, lp.strategy.label, lp.algorithm or "-", fmt.seconds(lp.fwd_s), fmt.seconds(lp.bwd_s),
                   fmt.seconds(lp.comm_s), fmt.nbytes(lp.memory_bytes))
     console.print(t)
-    fwd = sum(lp.fwd_s for lp in plan.layers)
-    bwd = sum(lp.bwd_s for lp in plan.layers)
-    comm = sum(lp.comm_s for lp in plan.layers)
     mix = ", ".join(f"{k} x{v}" for k, v in strategy_mix(plan).items())
-    console.print(f"[bold]step {fmt.seconds(plan.step_s)}[/bold] (compute fwd {fmt.seconds(fwd)} + bwd "
-                  f"{fmt.seconds(bwd)}, communication {fmt.seconds(comm)}, rest: optimiser update);  "
-                  f"peak memory {fmt.nbytes(plan.memory_peak_bytes)} per device;  model FLOP utilisation "
-                  f"{plan.mfu:.1%};  splits: {mix}")
-    if plan.memory_parts:
-        console.print(memory_line(plan.memory_parts))
+    console.print(f"splits by dimension: {mix}")
     algorithms_table(plan)
-    baselines_table(plan)
     solver_line(plan)
 
 
@@ -49,15 +85,32 @@ def step_context_dict(timed: list) -> dict | None:
             "plans": {t.name: {"step_s": t.step_s, "profile_step_s": t.alone_s} for t in timed}}
 
 
-def step_context_line(timed: list) -> None:
-    """The candidates' steps predicted in their step's context (executor.session.step_choice), and the choice."""
-    got = step_context_dict(timed)
-    if got is None:
-        return
-    steps = ", ".join(f"{name} {fmt.seconds(v['step_s'])}" for name, v in got["plans"].items())
-    console.print(f"in step context (each plan's kernels and collectives timed again in its step's order, "
-                  f"before any run): {steps}; "
-                  f"the plan: {got['chosen']} (the step above is the profile's, kernels timed alone)")
+def context_table(plan: Plan, timed: list) -> None:
+    """Machine `local`: the plan beside the uniform plans, each predicted as `dnnplan execute`
+    predicts it (its kernels and collectives timed again in its step's order and context, the
+    executor's time between kernels, the wait for the slowest rank): the plan is the fastest
+    there, so none listed is faster (executor.session.step_choice)."""
+    chosen = fastest(timed)
+    limit = plan.solver.get("memory_limit_bytes")
+    t = Table(title="against the uniform plans, as `dnnplan execute` predicts each (kernels timed in the step's "
+                    "context)", title_justify="left")
+    for col in ("plan", "step", "profile alone", "peak memory", "this plan is"):
+        t.add_column(col, justify="left" if col in ("plan", "this plan is") else "right", overflow="fold")
+    for c in [chosen] + [c for c in timed if c is not chosen]:
+        name = f"[bold]this plan ({c.name})[/bold]" if c is chosen else c.name
+        fits = limit is None or c.plan.memory_peak_bytes <= limit * (1 + 1e-9)
+        ratio = "" if c is chosen else (f"{c.step_s / chosen.step_s:.2f}x as fast" if fits
+                                        else "[yellow]not comparable: it does not fit[/yellow]")
+        t.add_row(name, fmt.seconds(c.step_s), fmt.seconds(c.alone_s), fmt.nbytes(c.plan.memory_peak_bytes), ratio)
+    console.print(t)
+
+
+def context_step_line(timed: list) -> None:
+    """Machine `local`: the chosen plan's step as `dnnplan execute` predicts it, by term."""
+    chosen = fastest(timed)
+    if chosen.prediction is not None:
+        console.print(step_line(chosen.step_s, step_terms(chosen.prediction))
+                      + f" [dim](as `dnnplan execute` predicts it; from the profile alone {fmt.seconds(chosen.alone_s)})[/dim]")
 
 
 ALGORITHM_COLUMNS = ("direct", "im2col", "fft", "winograd")
@@ -100,14 +153,22 @@ def algorithms_table(plan: Plan) -> None:
 
 
 def baselines_table(plan: Plan) -> None:
+    """This plan beside the plans a user would otherwise pick; one that does not fit the memory
+    limit is marked so, never shown as a speed-up (planner.baselines)."""
     if not plan.baselines:
         return
-    t = Table(title="baselines (same cost model)", title_justify="left")
-    for col in ("strategy", "step", "peak memory", "plan speedup"):
-        t.add_column(col, justify="left" if col == "strategy" else "right")
-    t.add_row("[bold]this plan[/bold]", fmt.seconds(plan.step_s), fmt.nbytes(plan.memory_peak_bytes), "1.00x")
+    limit = plan.solver.get("memory_limit_bytes")
+    t = Table(title="against the baselines (same cost model)", title_justify="left")
+    for col in ("strategy", "step", "peak memory", "this plan is"):
+        t.add_column(col, justify="left" if col in ("strategy", "this plan is") else "right", overflow="fold")
+    t.add_row("[bold]this plan[/bold]", fmt.seconds(plan.step_s), fmt.nbytes(plan.memory_peak_bytes), "")
     for b in plan.baselines:
-        t.add_row(b.name, fmt.seconds(b.step_s), fmt.nbytes(b.memory_peak_bytes), f"{speedup(plan, b):.2f}x")
+        if not b.fits:
+            over = f" > {fmt.nbytes(limit)}" if limit else ""
+            t.add_row(b.name, fmt.seconds(b.step_s), fmt.nbytes(b.memory_peak_bytes) + over,
+                      "[yellow]not comparable: the baseline does not fit[/yellow]")
+            continue
+        t.add_row(b.name, fmt.seconds(b.step_s), fmt.nbytes(b.memory_peak_bytes), f"{speedup(plan, b):.2f}x as fast")
     console.print(t)
 
 
@@ -126,81 +187,94 @@ def solver_line(plan: Plan) -> None:
 
 
 def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> None:
+    """Per device count: the plan and data parallelism, speedups and efficiencies; a count with no
+    plan gives its reason, wrapped (never cut); data parallelism over the memory limit is marked."""
     t = Table(title=f"strong scaling of {network}, batch {batch} on {machine}", title_justify="left")
     for col in ("devices", "plan step", "speedup", "efficiency", "data-parallel step", "speedup ", "efficiency ",
                 "plan / data", "strategy mix"):
-        t.add_column(col, justify="left" if col == "strategy mix" else "right")
+        t.add_column(col, justify="left" if col == "strategy mix" else "right", overflow="fold")
+    notes = []
     for r in rows:
         if r.get("error"):
-            t.add_row(str(r["devices"]), "[yellow]no plan[/yellow]", "", "", "", "", "", "", r["error"][:80])
+            notes.append(f"{r['devices']} devices: {r['error']}")
+            t.add_row(str(r["devices"]), "[yellow]no plan[/yellow]", "", "", "", "", "", "", f"note {len(notes)}")
             continue
-        t.add_row(str(r["devices"]), fmt.seconds(r["step_s"]), f"{r['speedup']:.2f}x", f"{r['efficiency']:.0%}",
-                  fmt.seconds(r["data_step_s"]), f"{r['data_speedup']:.2f}x", f"{r['data_efficiency']:.0%}",
-                  f"{r['data_step_s'] / r['step_s']:.2f}x",
+        fits = r.get("data_fits", True)
+        t.add_row(str(r["devices"]), fmt.seconds(r["step_s"]) + _gap(r), f"{r['speedup']:.2f}x",
+                  f"{r['efficiency']:.0%}", fmt.seconds(r["data_step_s"]) + ("" if fits else " [yellow]over memory[/yellow]"),
+                  f"{r['data_speedup']:.2f}x", f"{r['data_efficiency']:.0%}",
+                  f"{r['data_step_s'] / r['step_s']:.2f}x" if fits else "-",
                   ", ".join(f"{k} x{v}" for k, v in r["mix"].items()))
     console.print(t)
+    for k, note in enumerate(notes, 1):  # whole, wrapped at spaces by the console (never cut)
+        console.print(f"note {k}: {escape(note)}")
     console.print("speedup and efficiency are relative to the first device count that has a plan")
 
 
-@contextmanager
-def search_progress(what: str, disable: bool = False):
-    """Yields a callback ``(done, total)`` that advances a bar on stderr (none with ``disable``)."""
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True, disable=disable)
-    task = None
-    with bar:
-        def tick(done: int, total: int) -> None:
-            nonlocal task
-            if task is None:
-                task = bar.add_task(what, total=total)
-            bar.update(task, completed=done)
-        yield tick
+def _gap(row: dict) -> str:
+    gap = row.get("gap")
+    return f" (within {gap:.1%})" if row.get("status") != "optimal" and gap else ""
 
 
-def pipeline_choice(got, mfu: float) -> None:
-    """The pipeline search's answer (planner.pipeline_search.PipelineChoice): its stages, the
-    chosen degrees and how the search went."""
-    pred = got.prediction
-    pipeline_table(pred)
-    stage0 = pred.stages[0]
-    parts = dict(stage0.micro.memory_parts)
-    parts["activations"] = parts.get("activations", 0) * stage0.kept_micro_batches
+def pipeline_summary(got) -> None:
+    """The pipeline search's choice in two lines: the layout, and the gap proven to the optimum."""
     runs: list[list] = []  # consecutive stages with one mix of splits, as [first, last, mix]
-    for s, sol in zip(pred.stages, got.solutions):
+    for s, sol in zip(got.prediction.stages, got.solutions):
         m = _mix(sol.strategies)
         if runs and runs[-1][2] == m:
             runs[-1][1] = s.index
         else:
             runs.append([s.index, s.index, m])
     mix = "; ".join((f"stage {a}" if a == b else f"stages {a}-{b}") + f": {m}" for a, b, m in runs)
-    console.print(f"chosen: pipeline {got.stages} x {got.devices // got.stages} devices a stage, "
-                  f"{got.micro_batches} micro-batches of {got.micro_batch}, 1F1B, blocks per stage "
-                  f"{'/'.join(map(str, got.cut))};  model FLOP utilisation {mfu:.1%}")
-    console.print("splits: " + mix)
+    again = sum(algo == RECOMPUTE for sol in got.solutions for algo in sol.algorithms.values())
+    mix += f"; recomputation on {again} stage layers (memory binds)" if again else ""
+    if got.stages == 1:
+        console.print(f"layout: no pipeline; {got.micro_batches} micro-batches of {got.micro_batch} a step "
+                      f"(gradient accumulation); splits {mix}")
+    else:
+        console.print(f"layout: pipeline of {got.stages} stages x {got.devices // got.stages} devices, "
+                      f"{got.micro_batches} micro-batches of {got.micro_batch}, {got.prediction.schedule.upper()}, "
+                      f"blocks a stage {_cut(got.cut)}; splits {mix}")
+    console.print(proof_line(got.stats))
+
+
+def _cut(cut) -> str:
+    return f"{cut[0]} each" if len(set(cut)) == 1 else "/".join(map(str, cut))
+
+
+def pipeline_details(got) -> None:
+    """The stages' table, the first stage's memory by part and how the search went (--layers)."""
+    pred = got.prediction
+    pipeline_table(pred)
+    stage0 = pred.stages[0]
+    parts = dict(stage0.micro.memory_parts)
+    parts["activations"] = parts.get("activations", 0) * stage0.kept_micro_batches
     console.print(memory_line(parts) + " (stage 0)")
     st = got.stats
     gap = (f"; pairs compared with memory-bound stages solved by Lagrangian relaxation, worst gap "
            f"{st['worst_stage_gap']:.2%}" if st["worst_stage_gap"] else "")
-    console.print(f"searched {st['tried']} (pipeline, micro-batch) pairs, {st['skipped']} more ruled out by the "
-                  f"physics bound, {st['stage_solves']} stage solves in {st['seconds']:.1f} s{gap}")
+    console.print(f"searched {st['tried']} (pipeline, micro-batch) pairs, {st['skipped']} more ruled out by their "
+                  f"bounds or left at the time limit, {st['stage_solves']} stage solves in {st['seconds']:.1f} s{gap}")
     if st.get("relaxed_stage_solves"):
         left = st["open_stage_solves"]
         console.print(f"the chosen pair's {st['relaxed_stage_solves']} memory-bound stage solves: "
                       + ("every gap closed, each stage optimal" if not left else f"{left} left with a gap"))
-    console.print(proof_line(st))
 
 
 def proof_line(stats: dict) -> str:
-    """Whether another (pipeline, micro-batch) pair could still beat the choice (planner.pipeline_search)."""
-    again = (f"{stats['closed_pairs']} other pairs searched again with their stages' gaps closed; "
+    """The gap proven between the choice and the best pipelined plan (planner.pipeline_search)."""
+    again = (f"; {stats['closed_pairs']} other pairs searched again with their stages' gaps closed"
              if stats.get("closed_pairs") else "")
     gap, tol = stats["proven_gap"], stats.get("prove_tolerance", 0.0)
+    if stats.get("interrupted"):
+        return (f"[yellow]interrupted (Ctrl-C)[/yellow]: the best plan found so far, within {gap:.1%} of the "
+                "optimum (proven)")
     if gap <= 0:
-        return f"{again}proven: no other pair is faster"
+        return f"proven optimal: no other pipeline or micro-batch count is faster{again}"
     if gap <= tol:
-        return f"{again}proven within {gap:.2%}: no pair could win by more (pairs within {tol:.0%}, --gap, are left)"
-    return (f"{again}another pair could still be up to {stats['proven_gap']:.1%} faster "
-            "(its stages' Lagrangian gaps; a longer --prove closes them)")
+        return f"within {gap:.2%} of the optimum (proven; pairs that could win by less than {tol:.0%}, --gap, are left){again}"
+    return (f"within [bold]{gap:.1%}[/bold] of the optimum (proven: other pairs, by their bounds or their stages' "
+            f"Lagrangian gaps, could still be faster; a longer --time-limit or --prove closes them){again}")
 
 
 def _mix(strategies) -> str:

@@ -7,11 +7,16 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from costmodel.breakdown import pipeline_terms, step_terms
 from dnnplan.render import fmt
+from dnnplan.render.answer import memory_mfu_line, step_line
 from networks.analysis import NetworkSummary
 
 # wide tables when piped (logs, CI); the terminal width otherwise
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+#: every table and line fits this many columns (cells wrap at spaces, never cut): a terminal's
+#: width up to it, and it when piped (logs, CI)
+WIDTH = 120
+console = Console(highlight=False, width=min(WIDTH, Console().width) if sys.stdout.isatty() else WIDTH)
 
 
 MEMORY_WORDS = {"weights": "weights", "grads": "gradients", "master": "master weights",
@@ -37,9 +42,9 @@ def pipeline_table(pred) -> None:
                   fmt.seconds(s.micro.bwd_s), fmt.seconds(s.p2p_s), fmt.seconds(s.per_micro_s), fmt.seconds(s.once_s),
                   f"{s.kept_micro_batches:g}", fmt.nbytes(s.memory_peak_bytes))
     console.print(t)
-    console.print(f"[bold]step {fmt.seconds(pred.step_s)}[/bold]: fill and drain plus the slowest stage per further "
-                  f"micro-batch, then gradient sync and update; bubble {fmt.seconds(pred.bubble_s)} "
-                  f"({pred.bubble_fraction:.1%} of the pipelined part);  peak memory "
+    console.print(step_line(pred.step_s, pipeline_terms(pred)))
+    console.print(f"the step: fill and drain plus the slowest stage per further micro-batch, then gradient sync and "
+                  f"update; bubble {pred.bubble_fraction:.1%} of the pipelined part;  peak memory "
                   f"{fmt.nbytes(pred.memory_peak_bytes)} per device (stage "
                   f"{max(pred.stages, key=lambda s: s.memory_peak_bytes).index})")
 
@@ -101,11 +106,24 @@ def ahead_of_time_line(pred, alone_s: float | None) -> None:
                   + (f"; from the profile alone {fmt.seconds(alone_s)}" if alone_s else ""))
 
 
-def prediction_table(pred, fallbacks=()) -> None:
-    t = Table(title=f"{pred.network}: batch {pred.batch} on {pred.p} x {pred.machine} ({pred.compute})",
-              title_justify="left")
+def prediction_table(pred, fallbacks=(), mfu: float | None = None, layers: bool = True,
+                     limit_bytes: float | None = None) -> None:
+    """`dnnplan predict`: the step by term (the names `plan` and `execute` use, costmodel.breakdown),
+    memory and model FLOP utilisation first; then, with ``layers``, the per-layer table."""
+    console.print(f"{pred.network}: batch {pred.batch} on {pred.p} x {pred.machine} ({pred.compute})")
+    console.print(step_line(pred.step_s, step_terms(pred)))
+    console.print(memory_mfu_line(pred.memory_peak_bytes, limit_bytes, mfu))
+    console.print(memory_line(pred.memory_parts))
+    if fallbacks:
+        names = ", ".join(f.layer for f in fallbacks[:6]) + (" ..." if len(fallbacks) > 6 else "")
+        console.print(f"[yellow]{len(fallbacks)} layer(s) could not take {fallbacks[0].wanted} and run "
+                      f"{fallbacks[0].used} instead[/yellow] ({names}; e.g. {fallbacks[0].reason})")
+    if not layers:
+        console.print(f"[dim]per-layer table: --layers ({len(pred.layers)} layers)[/dim]")
+        return
+    t = Table(title="per layer", title_justify="left")
     for col in ("layer", "strategy", "fwd", "bwd", "comm", "reshard", "memory"):
-        t.add_column(col, justify="left" if col in ("layer", "strategy") else "right")
+        t.add_column(col, justify="left" if col in ("layer", "strategy") else "right", overflow="fold")
     for x in pred.layers:
         e = x.layer
         t.add_row(e.name, e.strategy.label + (f" {e.algorithm}" if e.algorithm else ""),
@@ -113,14 +131,3 @@ def prediction_table(pred, fallbacks=()) -> None:
                   fmt.seconds(e.fwd_comm_s + e.bwd_comm_s + e.grad_sync_s),
                   fmt.seconds(x.reshard_s) + (" halo" if x.halo else ""), fmt.nbytes(e.memory.total))
     console.print(t)
-    extra = "".join(f" + {what} {fmt.seconds(secs)}" for what, secs in (
-        ("between kernels", pred.dispatch_s), ("waiting for the slowest rank", pred.wait_s),
-        ("code around collectives", pred.collective_code_s)) if secs > 0)
-    console.print(f"[bold]step {fmt.seconds(pred.step_s)}[/bold] = forward {fmt.seconds(pred.fwd_s)} + backward "
-                  f"{fmt.seconds(pred.bwd_s)} + gradient sync {fmt.seconds(pred.sync_s)} + update "
-                  f"{fmt.seconds(pred.update_s)}{extra};  peak memory {fmt.nbytes(pred.memory_peak_bytes)} per device")
-    console.print(memory_line(pred.memory_parts))
-    if fallbacks:
-        names = ", ".join(f.layer for f in fallbacks[:6]) + (" ..." if len(fallbacks) > 6 else "")
-        console.print(f"[yellow]{len(fallbacks)} layer(s) could not take {fallbacks[0].wanted} and run "
-                      f"{fallbacks[0].used} instead[/yellow] ({names}; e.g. {fallbacks[0].reason})")

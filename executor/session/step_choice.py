@@ -28,12 +28,13 @@ import tempfile
 from dataclasses import dataclass, replace
 
 from costmodel.compute import OnDemand, default_algorithms
-from costmodel.step import predict_step
+from costmodel.step import StepPrediction, model_flops_utilization, predict_step
 from costmodel.uniform import uniform_strategies
 from executor.report.summary import PLANNER
 from executor.session.execute import in_step_context, predict, prepare, step_context_entries
 from executor.probes.step_kernels import Shared
 from networks.errors import DnnplanError
+from planner.baselines import fastest_algorithms
 from planner.optimize import plan_from_prediction
 from planner.plan import Plan
 from planner.plan_file import write_plan
@@ -45,34 +46,42 @@ BASELINES = ("data", "filter", "spatial")
 @dataclass(frozen=True)
 class Timed:
     """A candidate plan weighed in its step's context: ``entries`` its kernel calls timed there
-    (empty: no step context), ``step_s`` its step predicted from them, ``alone_s`` from the profile
-    alone."""
+    (empty: no step context), ``step_s`` its step predicted from them (``prediction``: that
+    prediction, as `dnnplan execute` makes it), ``alone_s`` from the profile alone."""
 
     name: str
     plan: Plan
     entries: dict
     step_s: float
     alone_s: float
+    prediction: StepPrediction | None = None
 
 
-def uniform_plan(ctx: Context, network_arg: str, machine_arg: str, strategies: dict, name: str) -> Plan:
-    """A plan of the given strategies with the default convolution algorithm, priced by the cost model."""
-    algorithms = default_algorithms(ctx.network)
+def uniform_plan(ctx: Context, network_arg: str, machine_arg: str, strategies: dict, name: str,
+                 fastest: bool = False) -> Plan:
+    """A plan of the given strategies priced by the cost model, with its MFU: each convolution on
+    the default algorithm, or (``fastest``) on its fastest, as the planner's baselines have them
+    (planner.baselines)."""
+    algorithms = (fastest_algorithms(ctx.network, strategies, ctx.batch, ctx.machine, ctx.compute) if fastest
+                  else default_algorithms(ctx.network))
     pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute)
     table = ctx.compute.table
-    return plan_from_prediction(pred, ctx.network, network_arg, machine_arg,
+    plan = plan_from_prediction(pred, ctx.network, network_arg, machine_arg,
                                 None if table is None else table.short_id, solver={"name": name})
+    mfu = model_flops_utilization(ctx.network, ctx.batch, pred.step_s, ctx.devices, ctx.machine)
+    return replace(plan, mfu=mfu, memory_parts=pred.memory_parts)
 
 
-def uniform_plans(ctx: Context, network_arg: str, machine_arg: str) -> list[tuple[str, Plan]]:
-    """Each uniform baseline (:data:`BASELINES`) that fits the network and the devices."""
+def uniform_plans(ctx: Context, network_arg: str, machine_arg: str, fastest: bool = False) -> list[tuple[str, Plan]]:
+    """Each uniform baseline (:data:`BASELINES`) that fits the network and the devices (``fastest``:
+    on each convolution's fastest algorithm, as the planner's baselines)."""
     found = []
     for spec in BASELINES:
         try:
             strategies, _ = uniform_strategies(ctx.network, ctx.devices, ctx.batch, spec)
         except DnnplanError:
             continue
-        found.append((spec, uniform_plan(ctx, network_arg, machine_arg, strategies, spec)))
+        found.append((spec, uniform_plan(ctx, network_arg, machine_arg, strategies, spec, fastest)))
     return found
 
 
@@ -92,8 +101,8 @@ def weighed(candidates: list[tuple[str, Plan]], threads: int | None = None,
                 continue
             entries = step_context_entries(prep, shared)
             timed = in_step_context(prep, entries)
-            step = predict(timed).step_s
-            out.append(Timed(name, plan, entries, step, timed.profile_step_s or step))
+            pred = predict(timed)
+            out.append(Timed(name, plan, entries, pred.step_s, timed.profile_step_s or pred.step_s, pred))
     return out
 
 
@@ -110,7 +119,7 @@ def checked(plan: Plan, ctx: Context, network_arg: str, machine_arg: str) -> tup
     context (its ``solver`` then says so), and every candidate as weighed (empty: no step context)."""
     if plan.pipeline is not None or not isinstance(ctx.compute, OnDemand):
         return plan, []
-    timed = weighed([(PLANNER, plan)] + uniform_plans(ctx, network_arg, machine_arg))
+    timed = weighed([(PLANNER, plan)] + uniform_plans(ctx, network_arg, machine_arg, fastest=True))
     if not timed[0].entries:
         return plan, []
     best = fastest(timed)

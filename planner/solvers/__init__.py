@@ -12,26 +12,29 @@ that code prints cannot corrupt stdout (:func:`.ilp.native_stdout_to_stderr`).
 from __future__ import annotations
 
 from .brute import solve_brute
+from .budget import Budget
 from .dp import solve_reduced
-from .fixing import solve_fixed
-from .ilp import build_ilp, solve_ilp
+from .fixing import Better, solve_fixed
+from .ilp import Stopped, build_ilp, solve_ilp
 from .problem import Assignment, Edge, Problem, evaluate, min_memory
 from .prune import expand_choice, prune_dominated
 
-__all__ = ["Assignment", "Edge", "Problem", "build_ilp", "evaluate", "expand_choice", "min_memory",
+__all__ = ["Assignment", "Budget", "Edge", "Problem", "Stopped", "build_ilp", "evaluate", "expand_choice", "min_memory",
            "prune_dominated", "solve", "solve_brute", "solve_fixed", "solve_ilp", "solve_reduced"]
 
 
 def solve(problem: Problem, method: str = "auto", time_limit_s: float | None = None,
-          gap: float | None = None) -> Assignment:
+          gap: float | None = None, budget: Budget | None = None, better: Better | None = None) -> Assignment:
     """Solve ``problem`` with ``method``: ``"auto"``, ``"reduced"``, ``"ilp"`` or ``"brute"``.
-    ``time_limit_s`` and ``gap`` bound any ILP solve (``None``: none, exact)."""
+    ``time_limit_s`` and ``gap`` bound any ILP solve (``None``: none, exact); ``budget`` ends the
+    search with the best assignment in hand (:mod:`.budget`); ``better`` is told each better fitting
+    assignment the auto method finds (:func:`.fixing.solve_fixed`)."""
     if method == "auto":
-        return solve_fixed(problem, time_limit_s=time_limit_s, gap=gap)
+        return solve_fixed(problem, time_limit_s=time_limit_s, gap=gap, budget=budget, better=better)
     if method == "reduced":
-        return solve_reduced(problem, time_limit_s=time_limit_s, gap=gap)
+        return solve_reduced(problem, time_limit_s=time_limit_s, gap=gap, budget=budget)
     if method == "ilp":
-        return solve_ilp(problem, time_limit_s=time_limit_s, gap=gap)
+        return solve_ilp(problem, time_limit_s=time_limit_s, gap=gap, budget=budget)
     if method == "brute":
         return solve_brute(problem)
     raise ValueError(f"unknown solver method '{method}' (auto, reduced, ilp or brute)")

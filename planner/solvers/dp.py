@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .brute import solve_brute
+from .budget import Budget
 from .ilp import solve_ilp
 from .problem import Assignment, Edge, Problem, check_feasible, evaluate, fits
 from .prune import expand_choice, prune_dominated
@@ -39,7 +40,7 @@ def _components(n: int, edges) -> list[list[int]]:
 
 
 def solve_remainder(red: Reduction, time_limit_s: float | None, gap: float | None,
-                    enumerate_limit: int) -> tuple[list[int], str, str, float | None, list[str]]:
+                    enumerate_limit: int, budget: Budget | None = None) -> tuple[list[int], str, str, float | None, list[str]]:
     """Choice for the nodes left by reduction: ``(choice, solver, status, gap, notes)``."""
     choice = [0] * len(red.alive)
     solvers, status, worst_gap, notes = {"dp"}, "optimal", 0.0, []
@@ -59,7 +60,7 @@ def solve_remainder(red: Reduction, time_limit_s: float | None, gap: float | Non
             solvers.add("brute")
             notes.append(f"a {len(comp)}-node remainder enumerated")
         else:
-            got = solve_ilp(sub, time_limit_s=time_limit_s, gap=gap)
+            got = solve_ilp(sub, time_limit_s=time_limit_s, gap=gap, budget=budget)
             solvers.add(got.solver)
             notes.append(f"a {len(comp)}-node remainder solved by ILP ({got.status}, "
                          f"gap {got.gap})")
@@ -72,14 +73,15 @@ def solve_remainder(red: Reduction, time_limit_s: float | None, gap: float | Non
 
 
 def solve_reduced(problem: Problem, time_limit_s: float | None = None, gap: float | None = None,
-                  enumerate_limit: int = 20_000, workers: int = 1) -> Assignment:
+                  enumerate_limit: int = 20_000, workers: int = 1, budget: Budget | None = None) -> Assignment:
     """Exact solve by graph reduction (see the module docstring of :mod:`.reduce`).
 
     Memory: the reduction optimises the unconstrained objective. If that optimum fits the limit it
     is optimal under the limit too (the constraint only removes assignments). If it does not, the
     constraint binds and the full problem, with dominated candidates pruned, goes to the ILP.
     ``time_limit_s`` and ``gap`` are passed to any ILP solve; ``workers`` threads run the min-plus
-    kernel; remainders of at most ``enumerate_limit`` assignments are enumerated.
+    kernel; remainders of at most ``enumerate_limit`` assignments are enumerated; ``budget`` bounds
+    any ILP solve (:mod:`.budget`).
     """
     start = time.perf_counter()
     check_feasible(problem)
@@ -90,7 +92,7 @@ def solve_reduced(problem: Problem, time_limit_s: float | None = None, gap: floa
         red = reduce_graph(problem)
     reduced_at = time.perf_counter()
     alive_choice, solver, status, achieved, notes = solve_remainder(
-        red, time_limit_s, gap, enumerate_limit)
+        red, time_limit_s, gap, enumerate_limit, budget)
     choice = unreduce(red, alive_choice)
     objective, memory = evaluate(problem, choice)
     detail = (f"reduced {problem.num_nodes} nodes to {len(red.alive)} ({red.summary()}) in "
@@ -103,15 +105,15 @@ def solve_reduced(problem: Problem, time_limit_s: float | None = None, gap: floa
                    f"{problem.memory_limit:.6g}, so it is optimal under the limit too")
         return Assignment(choice, objective, memory, f"reduced({solver})", status, achieved,
                           time.perf_counter() - start, len(red.alive), detail)
-    return _binding(problem, start, memory, detail, time_limit_s, gap)
+    return _binding(problem, start, memory, detail, time_limit_s, gap, budget)
 
 
 def _binding(problem: Problem, start: float, unconstrained_memory: float, detail: str,
-             time_limit_s: float | None, gap: float | None) -> Assignment:
+             time_limit_s: float | None, gap: float | None, budget: Budget | None = None) -> Assignment:
     """The memory limit binds: prune dominated candidates, then solve the full problem by ILP."""
     pruned, kept = prune_dominated(problem)
     left = None if time_limit_s is None else max(0.0, time_limit_s - (time.perf_counter() - start))
-    got = solve_ilp(pruned, time_limit_s=left, gap=gap)
+    got = solve_ilp(pruned, time_limit_s=left, gap=gap, budget=budget)
     choice = expand_choice(kept, got.choice)
     objective, memory = evaluate(problem, choice)
     detail += (f"; memory limit binding: the unconstrained optimum needs "

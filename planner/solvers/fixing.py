@@ -30,11 +30,13 @@ candidates); a GPT-3 pipeline stage's ILP rounds 1.5-4 s, its fronts 0.1-0.3 s.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
+from .budget import Budget
 from .dp import solve_reduced
-from .ilp import solve_ilp
+from .ilp import Stopped, solve_ilp
 from .lagrange import Relaxation, _priced_problem, relax, slack
 from .marginals import min_marginals
 from .pareto import MAX_LABELS, solve_pareto
@@ -42,6 +44,9 @@ from networks.errors import DnnplanError
 
 from .problem import Assignment, Problem, check_feasible, evaluate, fits
 from .prune import expand_choice, prune_dominated
+
+#: told each better fitting assignment: (choice, its cost, the lower bound proven on the optimum)
+Better = Callable[[tuple[int, ...], float, float], None]
 
 #: relative slack of the fixing test, far above the marginals' rounding and far below any gap
 SLACK = 1e-9
@@ -52,22 +57,31 @@ TARGETS = (0.05, 0.3, 1.0)
 
 
 def solve_fixed(problem: Problem, time_limit_s: float | None = None, gap: float | None = None,
-                max_labels: int = MAX_LABELS) -> Assignment:
+                max_labels: int = MAX_LABELS, budget: Budget | None = None,
+                better: Better | None = None) -> Assignment:
     """The optimum of ``problem`` under its memory limit (see the module docstring); ``max_labels``:
-    the largest Pareto front before the ILP rounds take over (0: straight to them)."""
+    the largest Pareto front before the ILP rounds take over (0: straight to them); ``budget``:
+    when to stop (:mod:`.budget`; the best assignment in hand is returned, ``feasible`` with its
+    proven gap); ``better(choice, cost, bound)`` is told each better fitting assignment found and
+    the lower bound proven with it."""
     start = time.perf_counter()
     check_feasible(problem)
     free = solve_reduced(problem.with_memory_limit(None))
     if problem.memory_limit is None or fits(problem, free.memory):
-        return solve_reduced(problem, time_limit_s, gap)
-    return solve_relaxed(problem, relax(problem, free.objective), time_limit_s, gap, max_labels, start)
+        return solve_reduced(problem, time_limit_s, gap, budget=budget)
+    return solve_relaxed(problem, relax(problem, free.objective), time_limit_s, gap, max_labels, start, budget,
+                         better)
 
 
 def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None = None, gap: float | None = None,
-                  max_labels: int = MAX_LABELS, start: float | None = None) -> Assignment:
+                  max_labels: int = MAX_LABELS, start: float | None = None, budget: Budget | None = None,
+                  better: Better | None = None) -> Assignment:
     """Steps 2 to 4 of the module docstring, from the relaxation ``got`` of a problem whose limit
-    binds (:func:`.lagrange.relax`, or any feasible assignment with a valid bound and multiplier)."""
+    binds (:func:`.lagrange.relax`, or any feasible assignment with a valid bound and multiplier);
+    ``budget`` and ``better`` as :func:`solve_fixed` takes them."""
     start = time.perf_counter() if start is None else start
+    if better is not None:
+        better(got.choice, got.cost, got.bound)
     if got.cost - got.bound <= SLACK * abs(got.cost):
         cost, memory = evaluate(problem, got.choice)
         return Assignment(got.choice, cost, memory, "lagrange(dp)", "optimal", 0.0, time.perf_counter() - start,
@@ -79,13 +93,20 @@ def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None 
             return exact
     best, ilp, proved, notes = got.choice, None, False, []
     for share in TARGETS if marg is not None else (1.0,):
+        if budget is not None and budget.expired():
+            budget.check()  # a stop request: KeyboardInterrupt (the caller holds the best plan so far)
+            notes.append(f"stopped before target +{share:.0%}: the time limit was reached")
+            break
         upper = evaluate(problem, best)[0]
         target = min(upper, got.bound + share * (got.cost - got.bound))
         keep = fixed_candidates(problem, got, marg, target, best)
         left = None if time_limit_s is None else max(0.0, time_limit_s - (time.perf_counter() - start))
         try:
             pruned, undominated = prune_dominated(problem.restricted(keep))
-            ilp = solve_ilp(pruned, time_limit_s=left, gap=gap)
+            ilp = solve_ilp(pruned, time_limit_s=left, gap=gap, budget=budget)
+        except Stopped:
+            notes.append(f"target +{share:.0%}: the time limit was reached before the ILP found a plan")
+            break
         except DnnplanError:  # nothing fits on the candidates kept: the optimum costs more than the target
             notes.append(f"target +{share:.0%}: {sum(map(len, keep))} candidates, none fits")
             continue
@@ -95,6 +116,8 @@ def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None 
                      f"{sum(map(len, undominated))} after dominance, {ilp.detail}")
         if cost < upper:
             best = choice
+            if better is not None:
+                better(best, cost, got.bound)
         if cost <= target + SLACK * abs(target) and ilp.status == "optimal":
             proved = True
             break
@@ -102,8 +125,9 @@ def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None 
     status = "optimal" if proved else "feasible"
     detail = (f"memory limit binding: Lagrangian bound {got.gap:.2e} below the first fitting assignment, then "
               f"candidates ruled out by it and the ILP on the rest, aiming between the two; " + "; ".join(notes))
+    proven = max(0.0, (cost - got.bound) / cost) if cost > 0 else 0.0
     return Assignment(best, cost, memory, f"lagrange+{ilp.solver if ilp else 'dp'}", status,
-                      0.0 if status == "optimal" else got.gap, time.perf_counter() - start, problem.num_nodes, detail)
+                      0.0 if status == "optimal" else proven, time.perf_counter() - start, problem.num_nodes, detail)
 
 
 def _fronts(problem: Problem, got: Relaxation, marg: tuple[np.ndarray, ...], max_labels: int,

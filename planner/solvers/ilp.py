@@ -19,9 +19,20 @@ are exact.
 
 Output: the solvers are asked for silence (``msg=False``; for HiGHS also ``output_flag`` and
 ``log_to_console`` off), but highspy prints its banner from C++ straight to file descriptor 1 when
-the first ``Highs`` object is made, before any option can be set. That would corrupt
-``dnnplan ... --json`` on stdout, so the solve runs with fd 1 pointed at fd 2
-(:func:`native_stdout_to_stderr`): the one piece of I/O in this package, and it writes nothing.
+the first ``Highs`` object of a process is made, before any option can be set. So the first one is
+made with fds 1 and 2 pointed at the null device (:func:`quiet_banner`), and every solve runs with
+fd 1 pointed at fd 2 (:func:`native_stdout_to_stderr`), so nothing native can corrupt
+``dnnplan ... --json`` on stdout: the one piece of I/O in this package, and it writes nothing.
+
+Time and interruption (:mod:`.budget`): HiGHS runs in this process (highspy) with the time left
+to the budget's deadline as its ``time_limit``, and an interrupt callback (MIP, simplex and
+interior point) that stops it once the budget expires or a stop is requested. A solve stopped
+that way returns the best assignment it holds (status ``feasible``, its gap) or raises
+:class:`Stopped` when it holds none. HiGHS runs in a thread of its own while the calling thread
+waits in Python (:class:`_ThreadedHiGHS`, as highspy's own ``startSolve``): Ctrl-C reaches the
+caller at once as ``KeyboardInterrupt`` (HiGHS may go seconds between two callbacks on a loaded
+machine: its presolve, its heuristics), the stop is requested, and the caller goes on with the best
+plan it holds while HiGHS winds down.
 """
 
 from __future__ import annotations
@@ -34,12 +45,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import highspy
 import numpy as np
 import pulp
 
 from networks.errors import DnnplanError
 
+from .budget import Budget
 from .problem import Assignment, Problem, check_feasible, evaluate, fits
+
+
+class Stopped(RuntimeError):
+    """The budget stopped the ILP before it found any assignment."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,8 +77,9 @@ def merged_edges(problem: Problem) -> dict[tuple[int, int], np.ndarray]:
     return {key: cost for key, cost in merged.items() if np.any(cost != 0)}
 
 
-def build_ilp(problem: Problem) -> IlpModel:
-    """The PuLP model of ``problem`` (not solved)."""
+def build_ilp(problem: Problem, budget: Budget | None = None) -> IlpModel:
+    """The PuLP model of ``problem`` (not solved); raises :class:`Stopped` once ``budget`` expires
+    (building a large model takes seconds)."""
     lp = pulp.LpProblem("dnnplan", pulp.LpMinimize)
 
     # 1. variables
@@ -70,6 +88,8 @@ def build_ilp(problem: Problem) -> IlpModel:
     edges = merged_edges(problem)
     e_vars = {}
     for n, (u, v) in enumerate(edges):
+        if budget is not None and budget.expired():
+            raise Stopped("the budget ran out while the ILP was built")
         ku, kv = problem.sizes[u], problem.sizes[v]
         e_vars[(u, v)] = [[lp.add_variable(f"e_{n}_{a}_{b}", lowBound=0) for b in range(kv)]
                           for a in range(ku)]
@@ -110,7 +130,59 @@ def build_ilp(problem: Problem) -> IlpModel:
     return IlpModel(lp, x, sum(c.size for c in edges.values()))
 
 
-def _pick_solver(solver: str, time_limit_s: float | None, gap: float | None):
+def _interrupts(budget: Budget | None) -> dict:
+    """PuLP's HiGHS arguments for an interrupt callback that stops the solve once ``budget`` expires."""
+    if budget is None:
+        return {}
+    kinds = highspy.cb.HighsCallbackType
+
+    def callback(kind, message, data_out, data_in, user_data) -> None:
+        if data_in is not None and budget.expired():
+            data_in.user_interrupt = True
+
+    return {"callbackTuple": (callback, None),
+            "callbacksToActivate": [kinds.kCallbackMipInterrupt, kinds.kCallbackSimplexInterrupt,
+                                    kinds.kCallbackIpmInterrupt]}
+
+
+#: how often the thread waiting for HiGHS wakes (a Ctrl-C is taken at once anyway), and how long it
+#: then gives HiGHS to stop before it goes on without it
+POLL_S, GRACE_S = 0.05, 0.2
+
+
+class _ThreadedHiGHS(pulp.HiGHS):
+    """PuLP's HiGHS with the solve in a thread of its own (module docstring)."""
+
+    def __init__(self, budget: Budget | None, **kwargs):
+        super().__init__(**kwargs)
+        self.budget = budget
+
+    def callSolver(self, lp):
+        model, finished = lp.solverModel, threading.Event()
+        if self.budget is not None and self.budget.left() is not None:  # PuLP built the model meanwhile
+            if self.budget.expired():
+                raise Stopped("the budget ran out while the ILP was built")
+            limit = self.budget.left() if self.timeLimit is None else min(self.timeLimit, self.budget.left())
+            model.setOptionValue("time_limit", float(limit))
+
+        def run() -> None:
+            try:
+                model.run()
+            finally:
+                finished.set()
+
+        threading.Thread(target=run, name="highs", daemon=True).start()
+        try:
+            while not finished.wait(POLL_S):
+                pass
+        except KeyboardInterrupt:
+            if self.budget is not None:
+                self.budget.request_stop()  # HiGHS's interrupt callback ends its solve
+            finished.wait(GRACE_S)
+            raise
+
+
+def _pick_solver(solver: str, time_limit_s: float | None, gap: float | None, budget: Budget | None = None):
     available = pulp.listSolvers(onlyAvailable=True)
     name = solver.lower()
     if name == "auto":
@@ -119,7 +191,7 @@ def _pick_solver(solver: str, time_limit_s: float | None, gap: float | None):
     if name == "highs":
         if "HiGHS" not in available:
             raise DnnplanError("the HiGHS solver is not available", hint="pip install highspy")
-        return "HiGHS", pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=rel_gap,
+        return "HiGHS", _ThreadedHiGHS(budget, msg=False, timeLimit=time_limit_s, gapRel=rel_gap, **_interrupts(budget),
                                    gapAbs=0.0 if gap is None else None,
                                    output_flag=False, log_to_console=False,
                                    mip_feasibility_tolerance=1e-9,
@@ -132,6 +204,41 @@ def _pick_solver(solver: str, time_limit_s: float | None, gap: float | None):
 
 
 _FD_LOCK = threading.Lock()  # fd 1 is process-wide: two redirects must not interleave
+_BANNER = []  # one entry once the first Highs object of this process is made (quiet_banner)
+
+
+def quiet_banner() -> None:
+    """Make this process's first ``highspy.Highs`` object with fds 1 and 2 on the null device:
+    HiGHS prints its banner (name, version, copyright) once a process, from its constructor."""
+    with _FD_LOCK:
+        if _BANNER:
+            return
+        _BANNER.append(True)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+        saved = []
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            null = None
+        for fd in (1, 2):
+            try:
+                saved.append((fd, os.dup(fd)))
+                if null is not None:
+                    os.dup2(null, fd)
+            except OSError:
+                pass
+        try:
+            highspy.Highs()
+        finally:
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+            if null is not None:
+                os.close(null)
 
 
 @contextlib.contextmanager
@@ -167,25 +274,35 @@ def native_stdout_to_stderr() -> Iterator[None]:
 
 
 def solve_ilp(problem: Problem, time_limit_s: float | None = None, gap: float | None = None,
-              solver: str = "auto") -> Assignment:
+              solver: str = "auto", budget: Budget | None = None) -> Assignment:
     """Solve ``problem`` as an ILP with HiGHS (through PuLP) or CBC.
 
     ``gap`` is the relative MIP gap at which to stop (``None``: prove optimality); ``time_limit_s``
-    bounds the solver (``None``: no bound). Infeasible memory raises :class:`DnnplanError` naming
-    the least memory any assignment needs.
+    bounds the solver (``None``: no bound), and so does ``budget`` (module docstring: a solve it
+    stops returns its best assignment, or raises :class:`Stopped` without one). Infeasible memory
+    raises :class:`DnnplanError` naming the least memory any assignment needs.
     """
     start = time.perf_counter()
     check_feasible(problem)
     if problem.num_nodes == 0:
         return Assignment((), 0.0, 0.0, "ilp", "optimal", 0.0, 0.0, 0, "empty problem")
-    model = build_ilp(problem)
+    model = build_ilp(problem, budget)
     built = time.perf_counter()
-    label, backend = _pick_solver(solver, time_limit_s, gap)
+    if budget is not None and budget.left() is not None:
+        time_limit_s = budget.left() if time_limit_s is None else min(time_limit_s, budget.left())
+    if budget is not None and budget.expired():
+        raise Stopped("the budget ran out before the ILP started")
+    label, backend = _pick_solver(solver, time_limit_s, gap, budget)
+    quiet_banner()
     with native_stdout_to_stderr():
         model.lp.solve(backend)
     solved = time.perf_counter()
     found = model.lp.sol_status
+    if label == "HiGHS" and found == pulp.LpSolutionIntegerFeasible and not _has_solution(model.lp):
+        raise Stopped("the ILP was stopped before it found an assignment")
     if found not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        if budget is not None and budget.expired():
+            raise Stopped("the budget ran out before the ILP found an assignment")
         reason = pulp.LpStatus.get(model.lp.status, str(model.lp.status))
         raise DnnplanError(f"the ILP solver ({label}) found no plan: {reason}",
                            hint="raise the solver time limit")
@@ -201,6 +318,14 @@ def solve_ilp(problem: Problem, time_limit_s: float | None = None, gap: float | 
               f"solved in {solved - built:.3f} s")
     return Assignment(choice, objective, memory, f"ilp-{label.lower()}", status, achieved,
                       time.perf_counter() - start, problem.num_nodes, detail)
+
+
+def _has_solution(lp: pulp.LpProblem) -> bool:
+    """HiGHS holds a feasible assignment (PuLP calls an interrupted solve feasible even without one)."""
+    try:
+        return int(lp.solverModel.getInfo().primal_solution_status) == 2
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return True
 
 
 def _status_and_gap(lp: pulp.LpProblem, label: str, found: int,

@@ -1,0 +1,117 @@
+"""`dnnplan plan`'s answer, first: what was planned and assumed, the step and its parts, memory,
+model FLOP utilisation, the layout in one line and the gap proven to the optimum.
+
+The lines every command shares (the step's breakdown, memory and MFU) are drawn by
+:func:`step_line` and :func:`memory_mfu_line` here, so `plan`, `predict` and `execute` name the
+parts of a step alike (costmodel.breakdown).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.markup import escape
+
+from dnnplan.render import fmt
+
+GIB = 2.0 ** 30
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a plan was made for, as the summary states it."""
+
+    network: str
+    devices: int
+    machine: str
+    device: str
+    precision: str
+    optimizer: str  # its label: "adam, ZeRO-1"
+    batch: int
+    defaults: tuple[str, ...]  # the flags assumed, e.g. "--machine dgx-a100"
+    why: str = ""  # why the pipeline search ran
+    timed: tuple = ()  # machine `local`: candidates weighed in step context
+    layers: int = 0
+    has_batchnorm: bool = False
+    has_attention: bool = False
+
+
+def breakdown_text(terms) -> str:
+    """``forward 1.2 ms + backward 2.3 ms + ...`` (costmodel.breakdown's terms)."""
+    return " + ".join(f"{name} {fmt.seconds(secs)}" for name, secs in terms)
+
+
+def step_line(step_s: float, terms) -> str:
+    """The step and its parts, the same words in every command."""
+    return f"[bold]step {fmt.seconds(step_s)}[/bold] = {breakdown_text(terms)}"
+
+
+def memory_mfu_line(peak_bytes: float, limit_bytes: float | None, mfu: float | None) -> str:
+    """Peak memory a device (of its limit) and the model FLOP utilisation."""
+    limit = f" (limit {fmt.nbytes(limit_bytes)})" if limit_bytes else ""
+    util = "" if mfu is None else f";  model FLOP utilisation {mfu:.1%}"
+    return f"memory {fmt.nbytes(peak_bytes)} a device{limit}{util}"
+
+
+def header_lines(f: Facts) -> list[str]:
+    out = [f"[bold]{escape(f.network)}[/bold] on {f.devices} x {escape(f.machine)} ({escape(f.device)}): batch "
+           f"{f.batch}, {f.precision}, {escape(f.optimizer)}"]
+    if f.defaults:
+        out.append("assumed, the flag not given: " + escape("; ".join(f.defaults)))
+    return out
+
+
+def assumptions_line(f: Facts) -> str | None:
+    """What the cost model assumes of the framework where a user's framework may differ."""
+    parts = []
+    if f.has_batchnorm:
+        parts.append("batch-norm statistics synchronised over the ranks splitting a layer's samples "
+                     "(SyncBatchNorm, as the executor runs; PyTorch DDP's BatchNorm2d does not sync, which "
+                     "saves two small allreduces a layer)")
+    parts.append("weight gradients all-reduced layer by layer after the backward pass (no bucketing, no overlap "
+                 "with backward)")
+    if f.has_attention:
+        parts.append("attention by its unfused kernels (the scores materialised, as Megatron-LM's unfused "
+                     "attention), not flash attention")
+    return "[dim]the model assumes: " + "; ".join(parts) + "[/dim]"
+
+
+def gap_line(solver: dict) -> str:
+    """The gap proven between the plan and the optimum, and why the search ended."""
+    status, gap = solver.get("status"), solver.get("gap") or 0.0
+    limit = solver.get("time_limit_s")
+    if status == "interrupted":
+        return (f"[yellow]interrupted (Ctrl-C)[/yellow]: the best plan found so far, within {percent(gap)} of the "
+                "optimum (proven)")
+    if status == "optimal" or gap <= 0:
+        return f"proven optimal ({_how(solver)})"
+    why = f"the search stopped at its {limit:g} s time limit" if limit else "the search stopped early"
+    return (f"within [bold]{percent(gap)}[/bold] of the optimum (proven; {why}: a longer --time-limit can close "
+            f"the gap) ({_how(solver)})")
+
+
+def percent(share: float) -> str:
+    """A gap as a percentage with two significant figures below 1% (0.043%), one decimal above."""
+    return f"{share:.1%}" if share >= 0.01 else f"{share * 100:.2g}%"
+
+
+def _how(solver: dict) -> str:
+    parts = [str(solver.get("solver", "search"))]
+    if solver.get("candidates"):
+        parts.append(f"{solver['candidates']} candidates over {solver.get('layers')} layers")
+    if solver.get("total_s") is not None:
+        parts.append(f"{solver['total_s']:.1f} s")
+    return ", ".join(parts)
+
+
+def layout_line(labels: list[str]) -> str:
+    """The chosen splits in one line: each strategy and how many layers take it, commonest first."""
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    if len(ranked) == 1:
+        return f"layout: {ranked[0][0]} on every layer"
+    shown = ", ".join(f"{k} x{v}" for k, v in ranked[:4])
+    more = f", {len(ranked) - 4} other splits" if len(ranked) > 4 else ""
+    return f"layout: {shown}{more} (layers per split)"

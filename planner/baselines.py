@@ -1,0 +1,110 @@
+"""The plans a user would otherwise pick, priced on the planner's own cost model (pure).
+
+Pure data parallelism and the best single uniform strategy, each with its fastest convolution
+algorithms. Each is marked whether it fits the plan's memory limit by the planner's own measure
+(``StepPrediction.memory_bound_bytes``, what the solver holds under the limit): a baseline over
+the limit is never shown as a speed-up, and one that fits and is faster than the search's plan
+becomes the plan (:func:`planner.optimize.make_plan`), so "this plan" is never slower than a
+baseline listed beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.candidates import algorithms
+from costmodel.compute import ComputeModel
+from costmodel.layer_cost import layer_estimate
+from costmodel.machine import Machine
+from costmodel.optimizer import Optimizer
+from costmodel.step import StepPrediction, predict_step
+from costmodel.strategy import Strategy
+from costmodel.uniform import NAMED, uniform_strategies
+from networks.ir import Network
+from planner.build import Built
+from planner.plan import Baseline
+from planner.solvers import evaluate
+
+#: a plan's memory may exceed the limit by this fraction of it and still fit (the solver's rounding)
+FIT_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class PricedBaseline:
+    """A baseline's name, its prediction and whether it fits the memory limit."""
+
+    name: str
+    prediction: StepPrediction
+    fits: bool
+
+    def row(self) -> Baseline:
+        return Baseline(self.name, self.prediction.step_s, int(self.prediction.memory_peak_bytes), self.fits)
+
+
+def fastest_algorithms(net: Network, strategies: dict[str, Strategy], batch: int, machine: Machine,
+                       compute: ComputeModel, optimizer: Optimizer | str = "momentum") -> dict[str, str]:
+    """For each convolution the algorithm with the shortest estimate under its strategy."""
+    out = {}
+    for layer in net.layers:
+        algos = algorithms(layer)
+        if layer.op != "conv2d":
+            continue
+        out[layer.name] = min(algos, key=lambda a: (layer_estimate(layer, strategies[layer.name], batch, machine,
+                                                                     compute, a, optimizer).total_s,
+                                                    algos.index(a)))
+    return out
+
+
+def baselines(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
+              built: Built | None = None, optimizer: Optimizer | str = "momentum",
+              limit: float | None = None) -> list[PricedBaseline]:
+    """Pure data parallel and the best single uniform strategy, each with its fastest algorithms,
+    and whether each fits ``limit`` bytes a device (None: the machine's memory).
+
+    Uniform specs tried: data, filter, channel, spatial (predicted directly), and every strategy that
+    is a candidate of some layer, applied to all layers (a layer that cannot take it runs data
+    parallel); those are priced on the built problem's own matrices, then the best is predicted.
+    The best is the fastest that fits when any fits.
+    """
+    limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
+    priced: list[tuple[float, float, str, dict[str, Strategy]]] = []  # (step, memory bound, spec, strategies)
+    for spec in NAMED:
+        strategies, _ = uniform_strategies(net, p, batch, spec)
+        pred = predict_step(net, batch, strategies, fastest_algorithms(net, strategies, batch, machine, compute,
+                                                                       optimizer), machine, compute, optimizer)
+        priced.append((pred.step_s, pred.memory_bound_bytes, spec, strategies))
+    if built is not None:
+        priced += _candidate_uniforms(net, batch, p, built)
+    data = next(x for x in priced if x[2] == "data")
+    fitting = [x for x in priced if _fits(x[1], limit)]
+    best = data if _fits(data[1], limit) or not fitting else fitting[0]
+    for x in fitting or priced:  # a strict improvement (rounding ties keep the simpler spec)
+        if x[0] < best[0] * (1 - 1e-9):
+            best = x
+    out = []
+    for name, (_, _, spec, strategies) in (("data parallel", data), (f"best uniform ({best[2]})", best)):
+        algos = fastest_algorithms(net, strategies, batch, machine, compute, optimizer)
+        pred = predict_step(net, batch, strategies, algos, machine, compute, optimizer)
+        out.append(PricedBaseline(name, pred, _fits(pred.memory_bound_bytes, limit)))
+    return out
+
+
+def _candidate_uniforms(net: Network, batch: int, p: int, built: Built) -> list[tuple[float, float, str, dict]]:
+    """Every strategy that is a candidate of some layer, applied to every layer that has it as a
+    candidate (else the spec is skipped), priced on the built problem: (step, memory, spec, strategies)."""
+    out = []
+    lookup = [{built.candidates[i][c][0]: int(c) for c in built.fastest[i]} for i in range(len(net.layers))]
+    labels = sorted({s.label for cands in built.candidates for s, _ in cands} - {"replicated", "serial"})
+    for label in labels:
+        spec = ",".join(part for part in label.split(",") if not part.startswith("R="))
+        strategies, _ = uniform_strategies(net, p, batch, spec)
+        choice = [lookup[i].get(strategies[layer.name]) for i, layer in enumerate(net.layers)]
+        if any(c is None for c in choice):
+            continue
+        step, memory = evaluate(built.problem, choice)
+        out.append((step, memory, spec, strategies))
+    return out
+
+
+def _fits(memory: float, limit: float) -> bool:
+    return memory <= limit * (1 + FIT_RTOL)

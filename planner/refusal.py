@@ -1,0 +1,130 @@
+"""When no plan fits: the flags and numbers that would make one exist, each checked (pure).
+
+Each alternative named is tried, not guessed: a plan without pipelining exists with it when the
+least memory any assignment of the planner's candidates needs fits the limit (``min_memory`` of the
+nodes-only problem: exact, and the solver then finds such a plan); for a stack of identical blocks,
+a pipelined plan exists when the balanced cut's stages fit at micro-batches of one sample
+(:func:`_pipeline_fits`). Tried, with everything else as given: more devices (doubling, up to 64
+times as many, within the machine), a smaller batch (halving), a ZeRO stage (when none was asked
+for), and the memory a device would need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from costmodel.compute import ComputeModel
+from costmodel.machine import Machine
+from networks.errors import DnnplanError
+from networks.ir import Network
+from costmodel.candidates import divisors
+from planner.build import Builder, build_problem, build_with
+from planner.optimize import Settings
+from planner.solvers import Budget, min_memory
+from planner.stack import FIRST, LAST, MIDDLE, uniform_stack
+
+GIB = 2.0 ** 30
+
+
+def least_memory(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
+                 settings: Settings) -> float:
+    """The least memory a device needs under any plan without pipelining (bytes)."""
+    built = build_problem(net, batch, p, machine, compute, None, settings.training, edges=False,
+                          recompute=settings.recompute)
+    return min_memory(built.problem)[0]
+
+
+def _fits(net, batch, p, machine, compute, settings, limit) -> bool:
+    return (least_memory(net, batch, p, machine, compute, settings) <= limit * (1 + 1e-9)
+            or _pipeline_fits(net, batch, p, machine, compute, settings, limit))
+
+
+def _pipeline_fits(net, batch, p, machine, compute, settings, limit) -> bool:
+    """A pipelined plan fits (a stack of identical blocks only): for some stage count ``S``, stages of
+    ``ceil(n / S)`` blocks on ``p / S`` devices, at micro-batches of one sample under 1F1B, fit as the
+    first stage (holding ``S`` micro-batches' activations), a middle one (``S - 1``) and the last (one),
+    each by its least memory (so the balanced cut fits, and the pipeline search finds a plan)."""
+    stack = uniform_stack(net)
+    if stack is None:
+        return False
+    for stages in sorted((s for s in divisors(p) if 1 < s <= stack.n), reverse=True):
+        k, builder = -(-stack.n // stages), Builder(1, p // stages, machine, compute, settings.training,
+                                                    recompute=settings.recompute)
+        roles = ((FIRST, stages), (MIDDLE, stages - 1), (LAST, 1)) if stages > 2 else ((FIRST, 2), (LAST, 1))
+        if batch >= stages and all(min_memory(build_with(builder, stack.stage(k, role), None, edges=False,
+                                                         kept=kept).problem)[0] <= limit * (1 + 1e-9)
+                                   for role, kept in roles):
+            return True
+    return False
+
+
+def _more_devices(net, batch, p, machine, compute, settings, limit, budget) -> int | None:
+    q = p * 2
+    while q <= p * 64 and not _late(budget):
+        try:
+            machine.check_devices(q)
+        except DnnplanError:
+            return None
+        if _fits(net, batch, q, machine, compute, settings, limit):
+            return q
+        q *= 2
+    return None
+
+
+def _smaller_batch(net, batch, p, machine, compute, settings, limit, budget) -> int | None:
+    b = batch // 2
+    while b >= 1 and not _late(budget):
+        if _fits(net, b, p, machine, compute, settings, limit):
+            return b
+        b //= 2
+    return None
+
+
+def _zero(net, batch, p, machine, compute, settings, limit, budget) -> int | None:
+    if settings.zero:
+        return None
+    for stage in (1, 2, 3):
+        if _late(budget):
+            return None
+        trial = dataclasses.replace(settings, zero=stage)
+        if _fits(net, batch, p, machine, compute, trial, limit):
+            return stage
+    return None
+
+
+def _late(budget: Budget | None) -> bool:
+    return budget is not None and budget.stop_requested
+
+
+def refusal(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
+            settings: Settings, pipelined: bool, batch_given: bool = True) -> DnnplanError:
+    """The error when no plan fits (``pipelined``: the pipeline search found none either), naming
+    every alternative that was checked to fit (module docstring); ``batch_given``: else a device
+    count is named with the batch it was checked at (the default batch follows the devices)."""
+    need = least_memory(net, batch, p, machine, compute, settings)
+    budget = settings.budget
+    found = []
+    if (q := _more_devices(net, batch, p, machine, compute, settings, limit, budget)) is not None:
+        found.append(f"--devices {q}" + ("" if batch_given else f" --batch {batch}"))
+    if (b := _smaller_batch(net, batch, p, machine, compute, settings, limit, budget)) is not None:
+        found.append(f"--batch {b}")
+    if (z := _zero(net, batch, p, machine, compute, settings, limit, budget)) is not None:
+        found.append(f"--zero {z}")
+    found.append(f"--memory {_up(need / GIB)} (GiB a device)")
+    how = ", with or without pipelining" if pipelined else ""
+    return DnnplanError(
+        f"no plan of {net.name} at batch {batch} fits {limit / GIB:.3f} GiB per device on {p} devices{how}; "
+        f"without pipelining the least any plan needs is {need / GIB:.3f} GiB per device",
+        hint="a plan exists (checked) with " + _either(found))
+
+
+def _up(gib: float) -> str:
+    """``gib`` rounded up to three significant figures, so the suggestion is enough."""
+    digits = max(0, 2 - len(str(int(gib))) + 1)
+    scale = 10 ** digits
+    value = -(-gib * scale // 1) / scale
+    return f"{value:.{digits}f}"
+
+
+def _either(options: list[str]) -> str:
+    return options[0] if len(options) == 1 else ", ".join(options[:-1]) + " or " + options[-1]

@@ -1,0 +1,135 @@
+"""How long a search may run, how it is stopped, and the best answer it holds so far.
+
+A :class:`Budget` travels with a search (``Settings.budget``, and the ``budget`` argument of the
+solvers). It carries:
+
+- a **deadline** on the clock (``time.perf_counter``): every loop of the search asks
+  :meth:`Budget.expired` and ends with what it holds; each ILP gets what is left as HiGHS's time
+  limit and checks it again from its interrupt callback;
+- a **stop request** (Ctrl-C): the command line's signal handler calls :meth:`Budget.request_stop`
+  and raises ``KeyboardInterrupt``; an ILP solve that runs meanwhile (in a thread of its own,
+  :mod:`.ilp`) sees the request from HiGHS's interrupt callback and ends; :meth:`Budget.check`
+  raises ``KeyboardInterrupt`` for a request a loop of the search finds;
+- the **best answer so far** (:meth:`Budget.offer`): its step, a proven lower bound on the optimum
+  (:meth:`Budget.bound`) and a ``finish`` function that turns it into the result the search would
+  return. After ``KeyboardInterrupt`` the caller finishes :attr:`Budget.best` (nothing is searched
+  any more) and shows it; a listener (:attr:`Budget.listener`, set by the command line) draws the
+  progress line.
+
+Nothing here prints or reads a file; the clock is the only outside state it reads.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The best answer a search holds: its step (s), what it is in a few words, the lower bound
+    proven so far on any answer's step, and how to turn it into the search's result."""
+
+    step_s: float
+    what: str
+    lower_s: float
+    finish: Callable[[], Any]
+
+    @property
+    def gap(self) -> float:
+        """How much faster than this answer the optimum could still be (0: proven optimal)."""
+        return max(0.0, 1.0 - self.lower_s / self.step_s) if self.step_s > 0 else 0.0
+
+
+class Budget:
+    """See the module docstring. ``seconds``: from now until the deadline (None: no deadline);
+    ``stated_s``: the bound the caller promised its user, of which the search gets ``seconds``."""
+
+    def __init__(self, seconds: float | None = None, clock: Callable[[], float] = time.perf_counter,
+                 stated_s: float | None = None, start: float | None = None):
+        self.clock = clock
+        self.start = clock() if start is None else start  # the clock's time the seconds count from
+        self.seconds = seconds
+        self.stated_s = seconds if stated_s is None else stated_s
+        self.deadline = None if seconds is None else self.start + seconds
+        self.best: Offer | None = None
+        self.lower_s = 0.0  # the largest lower bound proven on every answer's step
+        self.settled = False  # the search is over (settle)
+        self.listener: Callable[[Offer, float], None] | None = None
+        self._shared = {"stop": False}  # with the budgets renewed from this one
+
+    def renewed(self) -> "Budget":
+        """A budget of the same seconds from now (the next search of a series: a sweep's next device
+        count), sharing this one's stop request."""
+        out = Budget(self.seconds, self.clock, self.stated_s)  # from now
+        out._shared = self._shared
+        return out
+
+    # --- the clock and the stop request ---------------------------------------------------------
+
+    def left(self) -> float | None:
+        """Seconds until the deadline (never below 0); None without one."""
+        return None if self.deadline is None else max(0.0, self.deadline - self.clock())
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+    def timed_out(self) -> bool:
+        return self.deadline is not None and self.clock() >= self.deadline
+
+    def expired(self) -> bool:
+        """The search should end now: the deadline passed or a stop was requested."""
+        return self.stop_requested or self.timed_out()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._shared["stop"]
+
+    def request_stop(self) -> None:
+        self._shared["stop"] = True
+
+    def check(self) -> None:
+        """Raise ``KeyboardInterrupt`` if a stop was requested (module docstring)."""
+        if self.stop_requested:
+            raise KeyboardInterrupt
+
+    # --- the best answer so far -----------------------------------------------------------------
+
+    def offer(self, step_s: float, what: str, finish: Callable[[], Any], lower_s: float | None = None) -> bool:
+        """Keep this answer if it is the best so far (True); ``lower_s``: a lower bound on every
+        answer's step proven with it (the bound held is the largest proven)."""
+        if lower_s is not None:
+            self.lower_s = max(self.lower_s, lower_s)
+        if self.best is not None and step_s >= self.best.step_s:
+            self.bound(self.lower_s)
+            return False
+        self.best = Offer(step_s, what, min(self.lower_s, step_s), finish)
+        self._tell()
+        return True
+
+    def bound(self, lower_s: float) -> None:
+        """A lower bound on every answer's step, proven now (kept if higher than the one held)."""
+        self.lower_s = max(self.lower_s, lower_s)
+        if self.best is not None and min(self.lower_s, self.best.step_s) > self.best.lower_s:
+            self.best = Offer(self.best.step_s, self.best.what, min(self.lower_s, self.best.step_s),
+                              self.best.finish)
+            self._tell()
+
+    def forget(self) -> None:
+        """Drop the answer held and the bound (the search starts again, e.g. on a completed profile)."""
+        self.best, self.lower_s = None, 0.0
+
+    def settle(self, step_s: float, finish: Callable[[], Any]) -> None:
+        """The search is over and this is its answer (what Ctrl-C shows from now on); no progress follows."""
+        self.best = Offer(step_s, "the plan", step_s, finish)
+        self.settled = True
+
+    def _tell(self) -> None:
+        if self.listener is not None and self.best is not None:
+            self.listener(self.best, self.elapsed())
+
+
+def unlimited() -> Budget:
+    """A budget with no deadline (tests, library callers that want the exact optimum)."""
+    return Budget(None)

@@ -1,0 +1,90 @@
+"""One set of numbers (issue 55): a baseline over the memory limit is never shown as faster; "this
+plan" is never slower than a baseline it lists; plan, predict and execute split the step into the
+same terms with the same numbers; the README's main command answers in its first screen."""
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from costmodel.breakdown import CORE, step_terms
+from costmodel.compute import Roofline
+from costmodel.files import load_machine
+from costmodel.step import predict_step
+from dnnplan.cli import app
+from dnnplan.render.execute import _terms
+from executor.compare import Measured, compare_prediction, predicted_layers
+from networks.loader import load_network
+from planner.build import build_problem
+from planner.optimize import make_plan
+from planner.plan_file import read_plan
+from planner.solvers import min_memory
+
+runner = CliRunner()
+MACHINE = load_machine("dgx-a100")
+GIB = 2 ** 30
+
+
+def _between_need_and_data_parallel(name: str, p: int, batch: int) -> float:
+    """A memory limit some plan fits but pure data parallelism does not."""
+    net = load_network(name)
+    data = make_plan(net, name, batch, p, MACHINE, Roofline(MACHINE)).baselines[0]
+    need, _ = min_memory(build_problem(net, batch, p, MACHINE, Roofline(MACHINE), None, recompute=True).problem)
+    assert need < data.memory_peak_bytes
+    return (need + data.memory_peak_bytes) / 2
+
+
+def test_a_baseline_over_the_memory_limit_is_marked_never_a_speedup():
+    limit = _between_need_and_data_parallel("alexnet", 4, 512)
+    args = ["plan", "alexnet", "-p", "4", "-b", "512", "--memory", f"{limit / GIB:.6f}"]
+    plan = json.loads(runner.invoke(app, args + ["--json"]).stdout)
+    data = next(b for b in plan["baselines"] if b["name"] == "data parallel")
+    assert data["fits"] is False
+    text = runner.invoke(app, args).stdout
+    row = next(line for line in text.splitlines() if "data parallel" in line)
+    assert "does not fit" in row and "as fast" not in row
+
+
+@pytest.mark.parametrize("name, p, batch", [("lenet5", 4, 128), ("alexnet", 4, 512), ("resnet18", 8, 256),
+                                            ("gpt-tiny", 4, 16)])
+def test_this_plan_is_never_slower_than_a_baseline_it_lists(name, p, batch):
+    plan = json.loads(runner.invoke(app, ["plan", name, "-p", str(p), "-b", str(batch), "--json"]).stdout)
+    for b in plan["baselines"]:
+        if b["fits"]:
+            assert plan["step_s"] <= b["step_s"] * (1 + 1e-9), b
+
+
+def test_plan_predict_and_execute_split_the_step_alike(tmp_path):
+    path = str(tmp_path / "plan.yaml")
+    planned = runner.invoke(app, ["plan", "lenet5", "-p", "2", "-b", "16", "--out", path])
+    assert planned.exit_code == 0, planned.output
+    predicted = runner.invoke(app, ["predict", path])
+    assert predicted.exit_code == 0, predicted.output
+
+    def step_line(text: str) -> str:
+        return next(line for line in text.splitlines() if line.startswith("step "))
+
+    assert step_line(planned.stdout) == step_line(predicted.stdout)
+    assert all(name in step_line(planned.stdout) for name in CORE)
+    assert "model FLOP utilisation" in planned.stdout and "model FLOP utilisation" in predicted.stdout
+    plan, net = read_plan(path)
+    pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), MACHINE, Roofline(MACHINE))
+    measured = Measured(2, 1, pred.step_s, pred.step_s, pred.step_s, predicted_layers(pred))
+    executed = dict(_terms(compare_prediction(pred, measured).predicted, 0.0, pred.step_s))
+    planned_terms = dict(step_terms(pred))
+    for name in CORE:  # the executor's table and summary use the same names and numbers
+        assert executed[name] == pytest.approx(planned_terms[name], rel=1e-9, abs=1e-15)
+
+
+def test_the_readme_main_command_answers_in_its_first_screen():
+    readme = open("README.md", encoding="utf-8").read()
+    command = re.search(r"<!-- main-command -->\n```\n(.*?)\n```", readme, re.S).group(1)
+    args = command.split("&& dnnplan ")[-1].split()
+    got = runner.invoke(app, args, env={"COLUMNS": "120"})
+    assert got.exit_code == 0, got.output
+    lines = got.stdout.splitlines()
+    assert len(lines) < 40, got.stdout
+    assert max(len(line) for line in lines) <= 120
+    assert lines[0].startswith(args[1]) and any(line.startswith("step ") for line in lines[:6])
+    assert any("optimal" in line or "of the optimum" in line for line in lines[:10])

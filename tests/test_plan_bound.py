@@ -1,0 +1,127 @@
+"""Every plan answers within a bound: the time limit ends the search with the best plan in hand and
+its proven gap, and Ctrl-C during a long solve prints the best plan so far and exits 130 within
+2 s (docs/planner.md, "Within a bound"; docs/errors.md)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from costmodel.files import load_machine
+from costmodel.precision import with_precision
+from costmodel.compute import Roofline
+from networks.loader import load_network
+from planner.optimize import Settings, make_plan
+from planner.pipeline_search import SearchOutOfTime, search_pipeline
+from planner.solvers import Budget
+
+#: llama2-7b at batch 128 on 64 A100s in bf16: the memory limit binds and the exact search ran for
+#: more than 22 minutes (issue 55); the Lagrangian bound gives a fitting plan within a second or two
+LONG = ["llama2-7b", "-p", "64", "-b", "128", "--precision", "bf16"]
+GIB = 2 ** 30
+
+
+def _start(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "COLUMNS": "120"}
+    return subprocess.Popen([sys.executable, "-m", "dnnplan", "plan", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _progress(proc: subprocess.Popen) -> str:
+    """The first progress line on stderr (the search holds a plan from then on)."""
+    for line in proc.stderr:
+        if line.startswith("searching"):
+            return line
+    pytest.fail(f"no progress line; exit {proc.wait()}: {proc.stdout.read()[-2000:]}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_during_a_long_solve_prints_the_best_plan_so_far_and_exits_130(as_json):
+    proc = _start(*LONG, "--time-limit", "600", *(["--json"] if as_json else []))
+    try:
+        line = _progress(proc)
+        assert "best so far" in line and "of the optimum" in line
+        sent = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        took = time.perf_counter() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert took < 2.0, f"{took:.2f} s from Ctrl-C to exit"
+    assert "interrupted" in err and "Traceback" not in err
+    if as_json:
+        plan = json.loads(out)
+        assert plan["solver"]["status"] == "interrupted" and 0 <= plan["solver"]["gap"] < 0.5
+        assert plan["memory_peak_bytes"] <= 80 * GIB
+    else:
+        assert "interrupted (Ctrl-C): the best plan found so far" in out and "step " in out
+
+
+@pytest.mark.slow
+def test_the_time_limit_ends_a_long_solve_with_a_fitting_plan_and_its_gap():
+    start = time.perf_counter()
+    proc = _start(*LONG, "--time-limit", "6", "--json")
+    out, err = proc.communicate(timeout=300)
+    wall = time.perf_counter() - start
+    assert proc.returncode == 0, err[-2000:]
+    plan = json.loads(out)
+    assert plan["solver"]["status"] == "feasible" and 0 < plan["solver"]["gap"] < 0.2
+    assert plan["solver"]["time_limit_s"] == 6
+    assert plan["memory_peak_bytes"] <= 80 * GIB
+    assert wall < 6 + 30, f"{wall:.1f} s for a 6 s limit (Python's start-up on a loaded machine aside)"
+
+
+def test_a_budget_ends_make_plan_with_the_best_plan_in_hand():
+    machine = load_machine("dgx-a100")
+    net = with_precision(load_network("llama2-7b"), "bf16")
+    budget = Budget(3.0)
+    plan = make_plan(net, "llama2-7b", 128, 64, machine, Roofline(machine), settings=Settings(
+        precision="bf16", budget=budget))
+    assert plan.solver["status"] == "feasible" and plan.solver["gap"] > 0
+    assert plan.memory_peak_bytes <= machine.device.mem_capacity_bytes
+    assert budget.best is not None and budget.best.step_s == pytest.approx(plan.step_s, rel=1e-9)
+    assert budget.lower_s <= plan.step_s
+
+
+def test_a_stop_request_stops_the_ilp_and_keeps_what_it_holds():
+    machine = load_machine("dgx-a100")
+    net = with_precision(load_network("llama2-7b"), "bf16")
+    budget = Budget(None)
+    seen = []
+
+    def stop_once_offered(offer, elapsed):
+        seen.append(offer)
+        budget.request_stop()  # as Ctrl-C does while HiGHS runs: the stop is only recorded
+
+    budget.listener = stop_once_offered
+    with pytest.raises(KeyboardInterrupt):
+        make_plan(net, "llama2-7b", 128, 64, machine, Roofline(machine), settings=Settings(
+            precision="bf16", budget=budget))
+    assert seen and budget.best is not None
+    plan = budget.best.finish()
+    assert plan.solver["status"] == "interrupted"
+    assert plan.memory_peak_bytes <= machine.device.mem_capacity_bytes
+
+
+@pytest.mark.slow
+def test_the_pipeline_search_ends_at_its_budget():
+    """A pipeline search under a short budget ends with a fitting plan or says it found none, past its
+    deadline by no more than one stage solve (a few seconds on a loaded 2-core machine)."""
+    machine = load_machine("dgx-a100")
+    net = with_precision(load_network("llama2-7b"), "bf16")
+    budget = Budget(5.0)
+    try:
+        got = search_pipeline(net, 1024, 64, machine, Roofline(machine), settings=Settings(precision="bf16",
+                                                                                             budget=budget))
+    except SearchOutOfTime:
+        got = None
+    assert budget.elapsed() < 5.0 + 10.0
+    if got is not None:
+        assert got.prediction.memory_peak_bytes <= machine.device.mem_capacity_bytes * (1 + 1e-9)
+        assert 0 <= got.stats["proven_gap"] < 1
