@@ -5,7 +5,10 @@ holds it, and the strategies the planner weighs."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from typer.testing import CliRunner
 
 from costmodel.candidates import candidate_strategies
 from costmodel.compute import Roofline, local_cost
@@ -14,6 +17,7 @@ from costmodel.layer_cost import edge_estimate, layer_estimate
 from costmodel.layer_layouts import check_fits, local_layer
 from costmodel.layout import AxisSplit, Layout, reshard_peaks
 from costmodel.strategy import make_strategy
+from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.spec import parse_network
 
@@ -111,3 +115,21 @@ def test_impossible_moe_parameters_are_one_line():
         _net("experts: 8, top_k: 9, hidden: 32")
     with pytest.raises(DnnplanError, match="shared_gate"):
         _net("experts: 8, hidden: 32, shared_gate: true")
+
+
+def test_predict_lays_tensor_context_and_expert_degrees_as_megatron_core_does():
+    runner = CliRunner()
+    got = runner.invoke(app, ["predict", "mixtral-8x7b", "-p", "32", "-b", "32", "--machine", "dgx-h100",
+                              "--precision", "bf16", "--tensor", "2", "--context", "2", "--expert", "4", "--json"])
+    assert got.exit_code == 0, got.output
+    layers = {x["name"]: x for x in json.loads(got.output)["layers"]}
+    assert layers["layers0.attn"]["degrees"] == {"N": 8, "H": 2, "F": 2} and layers["layers0.attn"]["algorithm"] == "flash"
+    assert layers["layers0.moe"]["degrees"] == {"N": 2, "E": 4, "H": 2, "F": 2}
+    assert layers["layers0.norm1"]["degrees"] == {"N": 8, "H": 2}
+    assert {c["purpose"] for c in layers["layers0.moe"]["comm"]} >= {"dispatch", "combine"}
+    bad = runner.invoke(app, ["predict", "mixtral-8x7b", "-p", "32", "-b", "32", "--expert", "3"])
+    assert bad.exit_code == 2 and "expert-parallel degree 3" in bad.output
+    slow = runner.invoke(app, ["predict", "llama3-8b", "-p", "8", "-b", "8", "--machine", "dgx-h100", "--precision",
+                               "bf16", "--tensor", "8", "--attention", "materialized", "--json"])
+    assert slow.exit_code == 0 and {x["algorithm"] for x in json.loads(slow.output)["layers"]
+                                    if x["name"].endswith(".attn")} == {"materialized"}
