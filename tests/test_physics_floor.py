@@ -1,12 +1,15 @@
 """Nothing below physics: no layer pass of any zoo network, on any shipped datasheet machine, in any
-precision its datasheet has a peak for, with any convolution algorithm that applies, is priced
+precision its datasheet has a peak for, with any convolution or attention algorithm that applies, is priced
 faster than its irreducible arithmetic at the device's peak for that precision or its bytes at the
 memory bandwidth. The irreducible arithmetic of each algorithm is counted
 here by hand from the algorithm, independently of the cost model's work formulas:
 - direct and im2col: every multiply-add of the convolution;
 - Winograd F(2x2, 3x3): the alpha^2 = 16 tile products per (Cout, Cin, tile), the transforms not
   counted (a real kernel does them with additions);
-- FFT: four real multiply-adds per complex bin of a real FFT of the padded plane, per (N, Cin, Cout).
+- FFT: four real multiply-adds per complex bin of a real FFT of the padded plane, per (N, Cin, Cout);
+- FlashAttention (attention on a machine that runs it): the projections' multiply-adds and the
+  scores on and below the causal diagonal times the head width, two GEMMs forward and four
+  backward, against the bytes of its input, output and weights (no S x S matrix is ever written).
 Also: the Winograd and FFT work formulas against multiplies counted by hand for two small shapes.
 """
 
