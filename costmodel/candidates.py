@@ -3,20 +3,23 @@
 Rules (docs/planner.md, "Candidates"); each keeps the space exact *over the candidates* and small
 enough that p = 4096 stays tractable:
 
-1. **Dimensions** are the ones the op catalogue says the layer can split (N, H, W, C, F); the
+1. **Dimensions** are the ones the op catalogue says the layer can split (N, E, H, W, C, F); the
    leftover factor of ``p`` is replication R.
 2. **Divisibility.** A degree ``k`` of a dimension is a divisor of ``p`` that divides the extent it
    cuts (the batch for N, the split size otherwise), so every rank gets an equal block and no
    padding is needed. A spatial split with a window (convolution, pooling) also leaves each rank
    an input block at least a kernel wide (``in_size // k >= kernel``) and at least the op's
-   ``min_block`` output rows.
-3. **Shape of a hybrid.** At most two model-parallel dimensions (H, W, C, F) besides N, so at most
+   ``min_block`` output rows. A split of weights in whole groups (grouped-query attention's
+   key/value heads) divides their number or is a multiple of it.
+3. **Shape of a hybrid.** At most two model-parallel dimensions (E, H, W, C, F) besides N, so at most
    three split dimensions. Their product ``m`` (the model-parallel degree) is at most
    ``max(MAX_MODEL_DEGREE, p / n_max)`` where ``n_max`` is the largest N degree the batch allows:
    beyond two DGX nodes model parallelism only adds traffic, unless the batch is too small to keep
    the devices busy with N alone.
 4. **N takes the rest.** Given the model-parallel degrees, N is the largest divisor of ``p / m``
-   that divides the batch; what is left is replication R (only when the batch is too small).
+   that divides the batch; what is left is replication R (only when the batch is too small). An
+   expert split E (a mixture-of-experts layer) splits the tokens with N, so E must divide the
+   batch and N the batch over E.
 5. **Cap.** At most ``MAX_CANDIDATES`` strategies per layer, preferring less replication, then a
    smaller model-parallel degree (a deterministic order, so plans are reproducible).
 6. **Sequence-parallel twins.** Each kept strategy whose one tensor-parallel dimension (C or F)
@@ -24,7 +27,9 @@ enough that p = 4096 stays tractable:
    reduce-scatter into sequence shards, ``layer_layouts.sequence_scatter``), right after it; the
    cap of rule 5 counts the plain strategies only.
 7. **Algorithms.** Each convolution strategy is paired with every algorithm that can run the layer
-   (``costmodel.compute.algorithm_applies``); other ops have the single algorithm ``""``.
+   (``costmodel.compute.algorithm_applies``); each attention strategy, on a machine that runs
+   FlashAttention, with ``flash`` and ``materialized`` (costmodel.attention_calls); other ops have
+   the single algorithm ``""``.
 
 Pure: functions of the layer, ``p`` and the batch.
 """
@@ -35,12 +40,15 @@ from dataclasses import replace
 from functools import lru_cache
 from itertools import combinations
 
-from costmodel.compute import CONV_ALGORITHMS, RECOMPUTE, algorithm_applies, recompute_applies
+from costmodel.attention_calls import ATTENTION_ALGORITHMS
+from costmodel.compute import CONV_ALGORITHMS, algorithm_applies, recompute_applies, with_recompute
 from costmodel.layer_layouts import _splits, sequence_scatter
+from costmodel.machine import Machine
 from costmodel.strategy import Strategy, make_strategy
 from networks.ir import Layer
+from networks.ops.base import units_fit
 
-MODEL_DIMS = ("H", "W", "C", "F")
+MODEL_DIMS = ("E", "H", "W", "C", "F")
 MAX_MODEL_DIMS = 2
 MAX_MODEL_DEGREE = 16
 MAX_CANDIDATES = 64
@@ -71,6 +79,8 @@ def _dim_degrees(layer: Layer, dim: str, p: int) -> tuple[int, ...]:
         win = split.window
         if win is not None and win.in_size // k < win.kernel:
             continue
+        if split.weight_units and units_fit(split, k):  # whole key/value groups, or whole replicas
+            continue
         out.append(k)
     return tuple(out)
 
@@ -98,9 +108,10 @@ def _candidate_strategies(layer: Layer, p: int, batch: int, max_model_degree: in
         m = 1
         for k in combo.values():
             m *= k
-        if p % m or m > cap:
+        e = combo.get("E", 1)
+        if p % m or m > cap or batch % e:
             continue
-        n = largest_batch_degree(p // m, batch) if "N" in splits else 1
+        n = largest_batch_degree(p // m, batch // e) if "N" in splits else 1
         degrees = dict(combo)
         if n > 1:
             degrees["N"] = n
@@ -124,12 +135,16 @@ def candidate_strategies(layer: Layer, p: int, batch: int, max_model_degree: int
     return _candidate_strategies(layer, p, batch, max_model_degree, max_candidates)
 
 
-def algorithms(layer: Layer, recompute: bool = False) -> tuple[str, ...]:
-    """The kernel algorithms that can run ``layer`` (``("",)`` for non-convolutions), and with
-    ``recompute`` the recomputation variant where it saves memory (``compute.RECOMPUTE``)."""
-    if layer.op != "conv2d":
-        return ("", RECOMPUTE) if recompute and recompute_applies(layer) else ("",)
-    return tuple(a for a in CONV_ALGORITHMS if algorithm_applies(layer, a))
+def algorithms(layer: Layer, recompute: bool = False, machine: Machine | None = None) -> tuple[str, ...]:
+    """The kernel algorithms that can run ``layer`` (rule 7): every convolution algorithm that
+    applies; an attention layer's algorithms on a ``machine`` that runs FlashAttention (``flash``
+    first, its default, then ``materialized``); ``("",)`` for other ops and attention elsewhere.
+    With ``recompute``, the first one recomputed too, where that saves memory (``compute.RECOMPUTE``)."""
+    if layer.op == "conv2d":
+        return tuple(a for a in CONV_ALGORITHMS if algorithm_applies(layer, a))
+    kernels = ATTENTION_ALGORITHMS if layer.op == "attention" and machine is not None and machine.device.flash \
+        else ("",)
+    return kernels + ((with_recompute(kernels[0]),) if recompute and recompute_applies(layer) else ())
 
 
 def candidates(layer: Layer, p: int, batch: int, max_model_degree: int = MAX_MODEL_DEGREE,

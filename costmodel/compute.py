@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
+from costmodel.attention_calls import ATTENTION_ALGORITHMS
 # DEFAULT_CONV_ALGORITHM is defined where the kernel calls fall back to it, and is public here
 from costmodel.kernel_calls import (DEFAULT_CONV_ALGORITHM, KernelCall, attention_core_kernels, kernel_calls,
                                     reshard_copy_call)
@@ -34,8 +35,43 @@ PASSES = ("fwd", "bwd_data", "bwd_weights")
 CONV_ALGORITHMS = ("direct", "im2col", "fft", "winograd")
 #: A layer that keeps none of its internals for backward and runs its forward again there instead
 #: (activation recomputation; Chen et al., "Training Deep Nets with Sublinear Memory Cost", 2016;
-#: per layer, as Korthikanti et al. 2022 recompute attention). Planned like an algorithm.
+#: per layer, as Korthikanti et al. 2022 recompute attention). Planned like an algorithm: a plan's
+#: ``algorithm`` is the kernel choice, ``+recompute`` after it when recomputed (``flash+recompute``),
+#: or ``recompute`` alone with the layer's default kernels (Megatron-Core keeps ``AttnBackend`` apart
+#: from ``recompute_granularity`` likewise).
 RECOMPUTE = "recompute"
+
+
+def is_recomputed(algorithm: str) -> bool:
+    """Whether a planned algorithm recomputes the layer (:data:`RECOMPUTE`)."""
+    return algorithm == RECOMPUTE or algorithm.endswith("+" + RECOMPUTE)
+
+
+def with_recompute(kernel: str) -> str:
+    """The planned algorithm that runs ``kernel`` ("" for the default) and recomputes the layer."""
+    return f"{kernel}+{RECOMPUTE}" if kernel else RECOMPUTE
+
+
+def attention_default(machine) -> str:
+    """The attention algorithm a machine runs unless a plan names another: FlashAttention-2 where the
+    device runs it (``DeviceSpec.flash``: GPUs from Ampere on), else the materialised kernels."""
+    return "flash" if machine.device.flash else "materialized"
+
+
+def resolve_algorithm(layer, algorithm: str, machine) -> str:
+    """``algorithm`` with an attention layer's kernel made explicit (``""`` -> the machine's
+    :func:`attention_default`, ``recompute`` -> it with ``+recompute``); checks that the machine runs
+    the kernel named. Other layers' algorithms come back unchanged."""
+    if layer.op != "attention":
+        return algorithm
+    kernel = kernel_algorithm(algorithm) or attention_default(machine)
+    if kernel not in ATTENTION_ALGORITHMS:
+        raise DnnplanError(f"unknown attention algorithm '{kernel}'", layer=layer.name,
+                           hint=f"use {' or '.join(ATTENTION_ALGORITHMS)}")
+    if kernel == "flash" and not machine.device.flash:
+        raise DnnplanError(f"flash attention does not run on {machine.device.name} (machine '{machine.name}')",
+                           layer=layer.name, hint="use materialized, or a GPU machine that runs FlashAttention")
+    return with_recompute(kernel) if is_recomputed(algorithm) else kernel
 
 
 def default_algorithms(net: Network) -> dict[str, str]:
@@ -46,22 +82,27 @@ def default_algorithms(net: Network) -> dict[str, str]:
 RECOMPUTE_MODES = ("none", "selective", "full")
 
 
-def recompute_algorithms(net: Network, mode: str) -> dict[str, str]:
+def recompute_algorithms(net: Network, mode: str, attention: str = "") -> dict[str, str]:
     """:func:`default_algorithms` with :data:`RECOMPUTE` where ``mode`` puts it: ``selective``, on
     the attention layers (Korthikanti et al. 2022 recompute attention's core only; rerunning the
     whole op, projections included, prices more than they do); ``full``, on every layer inside a
     repeated block (Megatron's full recomputation checkpoints each transformer layer's input), or
-    on every layer but the convolutions and the loss when the network has no blocks."""
+    on every layer but the convolutions and the loss when the network has no blocks. ``attention``:
+    the attention layers' algorithm ("" for the machine's default; ``materialized`` as the 2021-22
+    Megatron-LM runs had it)."""
     if mode not in RECOMPUTE_MODES:
         raise DnnplanError(f"unknown recomputation '{mode}'", hint="use " + ", ".join(RECOMPUTE_MODES))
-    out = default_algorithms(net)
+    if attention not in ("", *ATTENTION_ALGORITHMS):
+        raise DnnplanError(f"unknown attention algorithm '{attention}'", hint=f"use {' or '.join(ATTENTION_ALGORITHMS)}")
+    out = default_algorithms(net) | {layer.name: attention for layer in net.layers
+                                     if layer.op == "attention" and attention}
     blocked = any(block_of(layer) for layer in net.layers)
     for layer in net.layers:
         if layer.op in ("conv2d", "softmax_cross_entropy"):
             continue
         if (mode == "selective" and layer.op == "attention") or \
                 (mode == "full" and (block_of(layer) or not blocked)):
-            out[layer.name] = RECOMPUTE
+            out[layer.name] = with_recompute(out.get(layer.name, ""))
     return out
 
 
@@ -106,9 +147,20 @@ def recompute_applies(layer) -> bool:
     return internals > 0 and internals >= RECOMPUTE_MIN_SAVING * prod(layer.out_shape) * itemsize
 
 
+def resolve_algorithms(net: Network, algorithms: Mapping[str, str], machine) -> dict[str, str]:
+    """A plan's algorithms with every attention layer's kernel made explicit (:func:`resolve_algorithm`)."""
+    out = dict(algorithms)
+    for layer in net.layers:
+        if layer.op == "attention":
+            out[layer.name] = resolve_algorithm(layer, out.get(layer.name, ""), machine)
+    return out
+
+
 def kernel_algorithm(algorithm: str) -> str:
-    """The kernels' algorithm of a planned one: ``RECOMPUTE`` runs the layer's ordinary kernels."""
-    return "" if algorithm == RECOMPUTE else algorithm
+    """The kernels' algorithm of a planned one: recomputation runs the layer's ordinary kernels."""
+    if algorithm == RECOMPUTE:
+        return ""
+    return algorithm[:-len(RECOMPUTE) - 1] if is_recomputed(algorithm) else algorithm
 
 
 def recomputed_comms(comms) -> list:
@@ -121,8 +173,10 @@ def recomputed_comms(comms) -> list:
 def algorithm_applies(layer, algorithm: str) -> bool:
     """Whether a convolution algorithm can run this layer (the kernels' own applicability rule), or
     ``RECOMPUTE`` can apply to it."""
-    if algorithm == RECOMPUTE:
-        return recompute_applies(layer)
+    if is_recomputed(algorithm):
+        return recompute_applies(layer) and algorithm_applies(layer, kernel_algorithm(algorithm))
+    if layer.op == "attention":
+        return algorithm in ("", *ATTENTION_ALGORITHMS)
     if layer.op != "conv2d":
         return algorithm == ""
     p = layer.p
@@ -246,7 +300,11 @@ class Roofline:
 
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
         if local.layer.op == "attention":
-            return self._attention_s(local, pass_)
+            return self._attention_s(local, pass_, algorithm or attention_default(self.machine))
+        if local.layer.op == "moe":  # its GEMMs on the matrix peak, the rest on the CUDA cores
+            key, kind = matmul_peak(local.layer, self.tf32)
+            return sum(self._time(c.flops, c.bytes, key, kind) if c.kernel.startswith("linear.")
+                       else self._time(c.flops, c.bytes) for c in kernel_calls(local, pass_, algorithm))
         cost = local_cost(local)
         i = PASSES.index(pass_)
         flops = cost.flops[i] * algorithm_factor(local, algorithm)
@@ -255,15 +313,16 @@ class Roofline:
             return 0.0
         return self._time(flops, nbytes, *matmul_peak(local.layer, self.tf32))
 
-    def _attention_s(self, local: LocalLayer, pass_: str) -> float:
-        """Attention's kernels one after another (costmodel.kernel_calls): the projections' GEMMs
-        and each kernel of the core, every one on its own roofline (the core's GEMMs on the tensor
-        cores, its softmax on the CUDA cores), as they run."""
+    def _attention_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
+        """Attention's kernels one after another (costmodel.attention_calls): the projections' GEMMs
+        and the core, every kernel on its own roofline as it runs: FlashAttention's one fused kernel
+        on the tensor cores; the materialised core's GEMMs on the tensor cores and its softmax on
+        the CUDA cores."""
         key, kind = matmul_peak(local.layer, self.tf32)
         item = DTYPE_BYTES.get(local.layer.dtype, 4)
         total = 0.0
-        for call in kernel_calls(local, pass_):
-            if not call.kernel.startswith("attention."):
+        for call in kernel_calls(local, pass_, algorithm, self.machine.device.sram_bytes):
+            if not call.kernel.startswith("attention.") or call.algo == "flash":
                 total += self._time(call.flops, call.bytes, key, kind)
                 continue
             n, heads, sq, sk, dh, _ = call.shape

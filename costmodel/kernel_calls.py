@@ -31,8 +31,10 @@ batchnorm2d               batchnorm.local_sums,       batchnorm.bwd_apply       
 layernorm                 layernorm.fwd               layernorm.bwd (with dgamma)      -
 softmax_cross_entropy     softmax_xent.fwd            softmax_xent.bwd                 -
 attention                 linear.fwd (qkv),           linear.bwd_data (out),           linear.bwd_weights (out),
-                          attention.fwd,              attention.bwd,                   linear.bwd_weights (qkv)
-                          linear.fwd (out)            linear.bwd_data (qkv)
+(costmodel.attention_     attention.fwd,              attention.bwd,                   linear.bwd_weights (qkv)
+calls)                    linear.fwd (out)            linear.bwd_data (qkv)
+moe (costmodel.moe_       linear.fwd (router,         linear.bwd_data, gelu.bwd,       linear.bwd_weights of each
+calls)                    experts), gelu.fwd, add.fwd add.fwd                          GEMM
 flatten, embedding        -  (reshape / gather: no timed kernel; embedding uses the fallback)
 ========================  ==========================  ===============================  ==========================
 
@@ -43,86 +45,18 @@ backward (:func:`grad_sum_calls`; they are not part of any pass above).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from costmodel.kernel_proxies import PROXY_OPS, proxy_calls, rotary_calls
+from costmodel.attention_calls import attention_calls, attention_core_kernels  # noqa: F401 (re-exported)
+from costmodel.kernel_call import (SHAPE_FIELDS, SIZE_FIELDS, KernelCall, linear_call, shape_fields,  # noqa: F401
+                                   split_key)
+from costmodel.kernel_proxies import PROXY_OPS, proxy_calls
 from costmodel.layer_layouts import LocalLayer
+from costmodel.moe_calls import moe_calls
 from networks.ir import DTYPE_BYTES
 
 #: The convolution algorithm of a layer whose plan names none (uniform strategies, hand-written
 #: plans, the executor's fallback): im2col + GEMM runs every convolution, any stride, dilation or groups.
 #: Re-exported by :mod:`costmodel.compute`, where the other algorithm rules live.
 DEFAULT_CONV_ALGORITHM = "im2col"
-
-_CONV = ("n", "c", "h", "w", "f", "kh", "kw", "sh", "sw", "pt", "pb", "pl", "pr", "dh", "dw", "groups", "bias")
-_POOL = ("n", "c", "h", "w", "kh", "kw", "sh", "sw", "pt", "pb", "pl", "pr", "dh", "dw", "ceil_mode")
-_AVGPOOL = _POOL + ("count_include_pad",)
-_NCHW = ("n", "c", "h", "w")
-_LINEAR = ("rows", "c", "f", "bias")
-_ATTN = ("n", "heads", "sq", "sk", "dh", "causal")
-
-#: Meaning of each position of ``KernelCall.shape``, per kernel.
-SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
-    "conv2d.fwd": _CONV, "conv2d.bwd_data": _CONV, "conv2d.bwd_weights": _CONV,
-    "linear.fwd": _LINEAR, "linear.bwd_data": _LINEAR, "linear.bwd_weights": _LINEAR,
-    "gemm": ("m", "k", "n", "trans_a", "trans_b"),
-    "maxpool2d.fwd": _POOL, "maxpool2d.bwd": _POOL,
-    "avgpool2d.fwd": _AVGPOOL, "avgpool2d.bwd": _AVGPOOL,
-    "global_avgpool.fwd": _NCHW, "global_avgpool.bwd": _NCHW,
-    "batchnorm.local_sums": _NCHW, "batchnorm.fwd_apply": _NCHW,
-    "batchnorm.bwd_local_sums": _NCHW, "batchnorm.bwd_apply": _NCHW,
-    "layernorm.fwd": ("rows", "d"), "layernorm.bwd": ("rows", "d"),
-    "relu.fwd": ("elems",), "relu.bwd": ("elems",), "gelu.fwd": ("elems",), "gelu.bwd": ("elems",),
-    "dropout.fwd": ("elems",), "dropout.bwd": ("elems",),
-    "add.fwd": ("elems",), "add.bwd": ("elems",),
-    # concat along axis 1 of (outer, size_k, inner) blocks; the shape is (outer, inner, size_1, ...)
-    "concat.fwd": ("outer", "inner"), "concat.bwd": ("outer", "inner"),
-    "softmax_xent.fwd": ("rows", "k"), "softmax_xent.bwd": ("rows", "k"),
-    "attention.fwd": _ATTN, "attention.bwd": _ATTN,
-    "sgd.update": ("elems",),
-    # a reshard's block copies: ``outer`` contiguous runs of ``inner`` elements
-    "reshard.copy": ("outer", "inner"), "reshard.add": ("outer", "inner"),
-}
-
-#: Positions of a shape that are sizes (interpolated over); the others are structure (stride,
-#: padding, flags), which must match exactly for two measurements to be neighbours.
-SIZE_FIELDS = frozenset({"n", "c", "h", "w", "f", "rows", "m", "k", "d", "elems", "outer", "inner",
-                         "heads", "sq", "sk", "dh"})
-
-
-@dataclass(frozen=True)
-class KernelCall:
-    """One kernel invocation: registry name, flat shape (see :data:`SHAPE_FIELDS`), dtype,
-    convolution algorithm ("" for other kernels), FLOPs (catalogue convention) and bytes moved."""
-
-    kernel: str
-    shape: tuple[int, ...]
-    dtype: str
-    algo: str
-    flops: int
-    bytes: int
-
-    @property
-    def key(self) -> str:
-        """The profile-table key: ``kernel|d0,d1,...|dtype|algo``."""
-        return f"{self.kernel}|{','.join(str(int(s)) for s in self.shape)}|{self.dtype}|{self.algo}"
-
-    @property
-    def work(self) -> int:
-        """What interpolation scales with: FLOPs, or bytes for kernels that do no arithmetic."""
-        return self.flops if self.flops > 0 else max(self.bytes, 1)
-
-
-def split_key(key: str) -> tuple[str, tuple[int, ...], str, str]:
-    kernel, shape, dtype, algo = key.split("|")
-    return kernel, tuple(int(s) for s in shape.split(",") if s), dtype, algo
-
-
-def shape_fields(kernel: str, shape: tuple[int, ...]) -> tuple[str, ...]:
-    """Field names of a shape (concat's trailing sizes are all sizes)."""
-    fields = SHAPE_FIELDS[kernel]
-    return fields + ("size",) * (len(shape) - len(fields))
-
 
 def _prod(xs) -> int:
     out = 1
@@ -163,15 +97,6 @@ def _conv_calls(local: LocalLayer, pass_: str, algo: str, dtype: str, item: int)
                      "bwd_data": (2 * macs, y_b + w_b + x_b),
                      "bwd_weights": (2 * macs + bias_f, y_b + x_b + w_b)}[pass_]
     return (KernelCall(f"conv2d.{pass_}", shape, dtype, algo or DEFAULT_CONV_ALGORITHM, flops, nbytes),)
-
-
-def linear_call(kernel: str, rows: int, c: int, f: int, bias: bool, dtype: str, item: int) -> KernelCall:
-    """One of linear.fwd / linear.bwd_data / linear.bwd_weights with the catalogue's FLOPs."""
-    b = int(bool(bias))
-    macs = rows * c * f
-    extra = rows * f * b if kernel != "linear.bwd_data" else 0
-    nbytes = (rows * c + rows * f + c * f) * item
-    return KernelCall(kernel, (rows, c, f, b), dtype, "", 2 * macs + extra, nbytes)
 
 
 def _linear_calls(local, pass_, dtype, item):
@@ -272,50 +197,6 @@ def _loss_calls(local, pass_, dtype, item):
     return ()
 
 
-def attention_core_kernels(n: int, heads: int, sq: int, sk: int, dh: int, item: int,
-                           backward: bool) -> tuple[tuple[int, int, bool], ...]:
-    """(FLOPs, bytes, is a GEMM) of each kernel of the attention core, in the order they run
-    (kernels.attention; Megatron-LM's unfused attention likewise materialises the scores): the
-    score matrix ``e = n heads sq sk`` is written by one kernel and read by the next, so its
-    traffic counts once per kernel that touches it. Forward: scores = q k^T, softmax, out = p v.
-    Backward: dv = p^T do, dp = do v^T, the softmax's backward (reads p and dp, writes ds),
-    dq = ds k, dk = ds^T q."""
-    e, q, kv = n * heads * sq * sk, n * heads * sq * dh, n * heads * sk * dh
-    gemm = 2 * e * dh
-    if not backward:
-        return ((gemm, (q + kv + e) * item, True), (5 * e, 2 * e * item, False), (gemm, (e + kv + q) * item, True))
-    return ((gemm, (e + q + kv) * item, True), (gemm, (q + kv + e) * item, True), (5 * e, 3 * e * item, False),
-            (gemm, (e + kv + q) * item, True), (gemm, (e + q + kv) * item, True))
-
-
-def _attention_calls(local, pass_, dtype, item):
-    p = local.p
-    s_l, d = local.in_shapes[0]
-    s_k = local.layer.in_shapes[0][0]  # keys and values are gathered over a sequence split
-    heads_global = local.layer.p["heads"]
-    dh = d // heads_global
-    heads = p["heads"]
-    d_l = heads * dh
-    n = local.batch
-    rows = n * s_l
-    bias = bool(p["bias"])
-    core = (n, heads, s_l, s_k, dh, int(bool(p["causal"])))
-    def core_call(backward: bool) -> KernelCall:
-        kernels = attention_core_kernels(n, heads, s_l, s_k, dh, item, backward)
-        return KernelCall("attention.bwd" if backward else "attention.fwd", core, dtype, "",
-                          sum(k[0] for k in kernels), sum(k[1] for k in kernels))
-
-    rope = tuple(KernelCall(k, s, dtype, "", f, b) for k, s, f, b in rotary_calls(local, pass_, item))
-    if pass_ == "fwd":
-        return (linear_call("linear.fwd", rows, d, 3 * d_l, bias, dtype, item), *rope, core_call(False),
-                linear_call("linear.fwd", rows, d_l, d, bias, dtype, item))
-    if pass_ == "bwd_data":
-        return (linear_call("linear.bwd_data", rows, d_l, d, bias, dtype, item), core_call(True), *rope,
-                linear_call("linear.bwd_data", rows, d, 3 * d_l, bias, dtype, item))
-    return (linear_call("linear.bwd_weights", rows, d_l, d, bias, dtype, item),
-            linear_call("linear.bwd_weights", rows, d, 3 * d_l, bias, dtype, item))
-
-
 def backward_calls(local: LocalLayer, algorithm: str = "") -> tuple[KernelCall, ...]:
     """The kernel invocations of a local shard's backward pass in the executor's order: the input
     gradient, then the weight gradient of a layer with weights."""
@@ -323,11 +204,13 @@ def backward_calls(local: LocalLayer, algorithm: str = "") -> tuple[KernelCall, 
     return tuple(c for pass_ in passes for c in kernel_calls(local, pass_, algorithm))
 
 
-def kernel_calls(local: LocalLayer, pass_: str, algorithm: str = "") -> tuple[KernelCall, ...]:
+def kernel_calls(local: LocalLayer, pass_: str, algorithm: str = "", sram_bytes: int = 0) -> tuple[KernelCall, ...]:
     """The kernel invocations of ``pass_`` ("fwd", "bwd_data", "bwd_weights") of a local shard.
 
-    ``algorithm`` is the convolution algorithm (ignored by other ops; "" means im2col for conv).
-    Ops without a timed kernel (flatten, embedding) return ``()``.
+    ``algorithm`` is the convolution algorithm ("" means im2col) or the attention algorithm ("" or
+    ``materialized``; ``flash`` needs the device's on-chip memory per SM, ``sram_bytes``:
+    :mod:`costmodel.attention_calls`); other ops ignore it. Ops without a timed kernel (flatten,
+    embedding) return ``()``.
     """
     if pass_ not in ("fwd", "bwd_data", "bwd_weights"):
         raise ValueError(f"unknown pass {pass_!r}")
@@ -349,7 +232,9 @@ def kernel_calls(local: LocalLayer, pass_: str, algorithm: str = "") -> tuple[Ke
     if op == "softmax_cross_entropy":
         return _loss_calls(local, pass_, dtype, item)
     if op == "attention":
-        return _attention_calls(local, pass_, dtype, item)
+        return attention_calls(local, pass_, dtype, item, algorithm, sram_bytes)
+    if op == "moe":  # no kernels of its own yet: GEMMs and elementwise proxies (costmodel.moe_calls)
+        return moe_calls(local, pass_, dtype, item)
     return ()
 
 

@@ -25,6 +25,7 @@ tests/test_llama.py holds every tuple equal to the call the real op (gelu, add) 
 from __future__ import annotations
 
 from costmodel.layer_layouts import LocalLayer
+from networks.ops.attention import head_shape
 
 #: Ops priced here (rmsnorm goes to the layer-norm kernels in costmodel.kernel_calls itself).
 PROXY_OPS = frozenset({"swiglu"})
@@ -57,11 +58,11 @@ def proxy_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:
 
 
 def rotary_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:
-    """The rotation of the local q and k (``rows x 2 d_local`` elements) an attention layer with
-    ``rotary`` runs in ``pass_`` (forward and backward-data), none otherwise."""
+    """The rotation of the local q and k (``rows x (heads + kv_heads) head_dim`` elements) an
+    attention layer with ``rotary`` runs in ``pass_`` (forward and backward-data), none otherwise."""
     p = local.p
     if not p.get("rotary") or pass_ == "bwd_weights":
         return ()
     s, d = local.in_shapes[0]
-    d_local = p["heads"] * (d // local.layer.p["heads"])
-    return (_gelu("fwd", 2 * local.batch * s * d_local, item),)
+    heads, kv, dh = head_shape(p, d)
+    return (_gelu("fwd", local.batch * s * (heads + kv) * dh, item),)

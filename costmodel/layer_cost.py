@@ -1,11 +1,10 @@
-"""Cost of one layer under a strategy, and of one edge between two strategies (pure).
+"""Cost of one layer under a strategy (pure); an edge's reshard is priced in costmodel.edge_cost.
 
 Per layer (docs/costmodel.md, "Per layer"): forward and backward compute of the local shard; the
 forward partial-sum allreduce of a split contraction (C); the backward allreduce of partial input
 gradients of a split filter dimension (F); op-specific collectives (batch-norm statistics,
 attention keys and values); the weight-gradient allreduce over the ranks holding replicas of the
-same weight shard; the optimiser update; memory per device. Per edge: the reshard from the
-producer's layout to the consumer's, forward and backward (halo exchanges included).
+same weight shard; the optimiser update; memory per device.
 """
 
 from __future__ import annotations
@@ -13,29 +12,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
 from costmodel.collective_groups import collective_s
-from costmodel.collectives import alltoallv_s
-from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost, recomputed_comms
-from costmodel.kernel_calls import dtype_for_itemsize, grad_sum_calls, kernel_calls, update_calls
-from costmodel.layer_layouts import (LocalLayer, _splits, input_layout, local_layer, output_layout,
-                                     received_block_bytes, windowed)
-from costmodel.layout import Layout, copy_run, max_block_extents, reshard_peaks
+from costmodel.compute import (ComputeModel, is_recomputed, kernel_algorithm, local_cost, recomputed_comms,
+                               resolve_algorithm)
+from costmodel.context_comms import context_comms, core_share
+# an edge's reshard is priced in costmodel.edge_cost; its names are public here too
+from costmodel.edge_cost import EdgeEstimate, edge_estimate, layout_edge, reshard_copy_s, reshard_exchange  # noqa: F401
+from costmodel.expert_comms import expert_collectives
+from costmodel.flash import attention_kept_bytes
+from costmodel.kernel_calls import grad_sum_calls, kernel_calls, update_calls
+from costmodel.layer_layouts import LocalLayer, _splits, local_layer, output_layout, received_block_bytes, windowed
+from costmodel.layout import max_block_extents
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer, as_optimizer
 from costmodel.strategy import Strategy
 from costmodel.tensor_comms import tensor_collectives
+from costmodel.weight_sync import grad_dims, replica_sums, weight_collectives, weight_memory
 from networks.ir import DTYPE_BYTES, Layer
 from networks.ops.base import prod
-
-#: Bytes of the float32 master copy a 16-bit weight has under mixed precision (costmodel.precision)
-MASTER_BYTES = 4
 
 
 @dataclass(frozen=True)
 class Comm:
-    """One collective a layer runs: what it is for, the phase, bytes per rank and group size."""
+    """One collective a layer runs: what it is for, the phase, bytes per rank and group size, and
+    its time: ``seconds`` is what the step waits for (its exposed time), ``link_s`` the time its
+    messages hold the link where that differs (a context-parallel ring hidden under attention's
+    steps, costmodel.context_comms); None: the same."""
 
     purpose: str  # "partial_sum", "input_grad", "output_grad", "input_gather", "stats", "kv", "grad_sync", "param_gather"
     phase: str  # "fwd", "bwd", "sync"
@@ -43,6 +45,12 @@ class Comm:
     nbytes: int
     group: int
     seconds: float
+    link_s: float | None = None
+
+    @property
+    def link_time(self) -> float:
+        """The time its messages hold the link (``seconds`` unless part of it is hidden)."""
+        return self.seconds if self.link_s is None else self.link_s
 
 
 @dataclass(frozen=True)
@@ -137,14 +145,16 @@ def dispatch_time(compute: ComputeModel, local: LocalLayer, algorithm: str, cons
 
 
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
-               rule: str = "mpi", cold: bool = False) -> float:
-    """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group);
-    ``cold``: right after a layer's kernels (``Machine.fitted_cold``). Inside one node, a time
-    measured in the run for exactly this collective (``Machine.measured``) comes first."""
+               rule: str = "mpi", cold: bool = False, within: int = 0) -> float:
+    """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group; with
+    ``within``, its first ``within`` ranks: neighbours along one dimension holding the same replica,
+    costmodel.weight_sync.replica_sums); ``cold``: right after a layer's kernels
+    (``Machine.fitted_cold``). Inside one node, a time measured in the run for exactly this
+    collective (``Machine.measured``) comes first."""
     dims = tuple(dims)
-    if not dims or nbytes <= 0 or strategy.group_size(dims) == 1:
+    if not dims or nbytes <= 0 or (within or strategy.group_size(dims)) == 1:
         return 0.0
-    per_node, nodes = _group_span(strategy, dims, machine)
+    per_node, nodes = _group_span(strategy, dims, machine, within)
     if nodes == 1:
         got = machine.measured_s(collective, int(nbytes), per_node, cold)
         if got is not None:
@@ -153,9 +163,11 @@ def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine
 
 
 @lru_cache(maxsize=None)
-def _group_span(strategy: Strategy, dims: tuple[str, ...], machine: Machine) -> tuple[int, int]:
-    """``machine.group_span`` of rank 0's group along ``dims`` (memoised: the planner asks often)."""
-    return machine.group_span(strategy.group_array(0, dims))
+def _group_span(strategy: Strategy, dims: tuple[str, ...], machine: Machine, within: int = 0) -> tuple[int, int]:
+    """``machine.group_span`` of rank 0's group along ``dims`` (its first ``within`` ranks when
+    given; memoised: the planner asks often)."""
+    members = strategy.group_array(0, dims)
+    return machine.group_span(members[:within] if within else members)
 
 
 def _elems(shape) -> int:
@@ -169,46 +181,25 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     how many input slots read the layer's output (``networks.analysis.consumers``); each after the
     first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``). ``output_saved``:
     whether the output stays in memory until backward (``networks.analysis.saved_outputs``).
-    ``optimizer``: its state, and its ZeRO stage's sharding and collectives (costmodel.optimizer)."""
+    ``optimizer``: its state, and its ZeRO stage's sharding and collectives (costmodel.optimizer).
+    An attention layer's ``algorithm`` "" is the machine's default (``compute.resolve_algorithm``)."""
     opt = as_optimizer(optimizer)
+    algorithm = resolve_algorithm(layer, algorithm, machine)
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
     local = local_layer(layer, strategy, batch)
-    splits = _splits(layer)
-    active = [(dim, splits[dim]) for dim, _ in strategy.degrees]
-    comms: list[Comm] = []
-
-    def add(purpose, phase, collective, nbytes, dims):
-        dims = tuple(dims)
-        if not dims or nbytes <= 0:
-            return
-        # partial sums, input gradients and statistics follow the layer's kernels (cold caches);
-        # the executor makes the weight-gradient allreduces back to back (runtime.step)
-        secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync")
-        comms.append(Comm(purpose, phase, collective, int(nbytes), strategy.group_size(dims), secs))
-
-    for args in tensor_collectives(layer, strategy, local, itemsize):
-        add(*args)
-    extra_dims = [d for d, s in active if s.extra]
-    if extra_dims:
-        for ex in dict((s.dim, s) for _, s in active if s.extra)[extra_dims[0]].extra:
-            base = {"channels": local.in_shapes[0][0], "rows": local.batch * _elems(local.in_shapes[0][:-1]),
-                    "output": local.batch * _elems(local.out_shape)}[ex.per]
-            contrib = ex.factor * base * itemsize
-            nbytes = contrib * strategy.group_size(extra_dims) if ex.collective == "allgather" else contrib
-            add({"channels": "stats", "rows": "stats", "output": "kv"}[ex.per], ex.phase, ex.collective, nbytes,
-                extra_dims)
-    wshapes = dict(local.weight_shapes)
-    replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in _grad_dims(layer, active).items()}
-    for args in weight_collectives(layer, active, wshapes, itemsize, opt):
-        add(*args)
-    if algorithm == RECOMPUTE:
-        comms += recomputed_comms(comms)
-    weights, grads, state, master, gathered = _weight_memory(wshapes, replicas, itemsize, opt)
     kernel = kernel_algorithm(algorithm)
+    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
+    comms = layer_comms(layer, strategy, local, machine, opt, rule, kernel,
+                        (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)))
+    if is_recomputed(algorithm):
+        comms += recomputed_comms(comms)
+    active = [(dim, _splits(layer)[dim]) for dim, _ in strategy.degrees]
+    wshapes = dict(local.weight_shapes)
+    replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
+    weights, grads, state, master, gathered = weight_memory(wshapes, replicas, itemsize, opt)
     memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch),
                     compute.workspace_bytes(local, kernel), master=master,
                     buffers=gradient_buffer_bytes(local) + gathered)
-    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
@@ -219,65 +210,100 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         dispatch_s=dispatch_time(compute, local, kernel, consumers))
 
 
+def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, opt: Optimizer,
+                rule: str, kernel: str, passes: tuple[float, float]) -> list[Comm]:
+    """A layer's collectives under a strategy (docs/costmodel.md, "Per layer"): a split contraction's
+    reductions (costmodel.tensor_comms), op-specific ones (statistics; an expert split's dispatch and
+    combine, costmodel.expert_comms; attention's keys and values over a split sequence,
+    costmodel.context_comms, whose ring hides under the core: ``passes``, the forward and
+    backward-data seconds), the weights' gradient sums (costmodel.weight_sync)."""
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    active = [(dim, _splits(layer)[dim]) for dim, _ in strategy.degrees]
+    comms: list[Comm] = []
+
+    def add(purpose, phase, collective, nbytes, dims, within=0):
+        dims = tuple(dims)
+        if not dims or nbytes <= 0:
+            return
+        # partial sums, input gradients and statistics follow the layer's kernels (cold caches);
+        # the executor makes the weight-gradient allreduces back to back (runtime.step)
+        secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync", within=within)
+        comms.append(Comm(purpose, phase, collective, int(nbytes), within or strategy.group_size(dims), secs))
+
+    for args in (tensor_collectives(layer, strategy, local, itemsize) + _extra_collectives(active, local, strategy,
+                                                                                          itemsize)
+                 + expert_collectives(layer, strategy, local, itemsize)):
+        add(*args)
+    comms += kv_comms(layer, strategy, local, machine, rule, kernel, passes)
+    for args in weight_collectives(layer, active, dict(local.weight_shapes), itemsize, opt):
+        add(*args)
+    for purpose, phase, collective, nbytes, dim, share in replica_sums(active, dict(strategy.degrees),
+                                                                       dict(local.weight_shapes), itemsize):
+        add(purpose, phase, collective, nbytes, (dim,), within=share)
+    return comms
+
+
+def kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
+             passes: tuple[float, float]) -> list[Comm]:
+    """The keys and values an attention layer over a split sequence exchanges
+    (costmodel.context_comms), their ring hidden under the core's share of ``passes`` (the forward
+    and backward-data seconds of ``kernel``); none for any other layer or split."""
+    if layer.op != "attention" or strategy.degree("H") == 1:
+        return []
+    sram = machine.device.sram_bytes
+    core = tuple(t * core_share(local, pass_, kernel, sram) for t, pass_ in zip(passes, ("fwd", "bwd_data")))
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    return [Comm(*c) for c in context_comms(layer, strategy, local, itemsize, machine, core, rule)]
+
+
+def _extra_collectives(active, local: LocalLayer, strategy: Strategy, itemsize: int) -> list[tuple]:
+    """(purpose, phase, collective, bytes, dims) of an op's ``DimSplit.extra`` collectives (batch-norm
+    statistics, a vocabulary-parallel loss's per-token numbers), over the dims that declare them."""
+    extra_dims = [d for d, s in active if s.extra]
+    if not extra_dims:
+        return []
+    out = []
+    for ex in dict((s.dim, s) for _, s in active if s.extra)[extra_dims[0]].extra:
+        base = {"channels": local.in_shapes[0][0], "rows": local.batch * _elems(local.in_shapes[0][:-1]),
+                "output": local.batch * _elems(local.out_shape)}[ex.per]
+        contrib = ex.factor * base * itemsize
+        nbytes = contrib * strategy.group_size(extra_dims) if ex.collective == "allgather" else contrib
+        out.append(({"channels": "stats", "rows": "stats", "output": "kv"}[ex.per], ex.phase, ex.collective,
+                    nbytes, extra_dims))
+    return out
+
+
 def passes_s(compute: ComputeModel, local: LocalLayer, algorithm: str) -> tuple[float, float, float]:
     """(forward, backward-data, backward-weights) compute of a layer's shard with ``algorithm``;
-    under ``RECOMPUTE`` backward first runs the forward again (priced again: each run of a kernel
+    under recomputation backward first runs the forward again (priced again: each run of a kernel
     is one call to ``compute``, so a recording model sees both)."""
     kernel = kernel_algorithm(algorithm)
     fwd = compute.pass_s(local, "fwd", kernel)
-    again = compute.pass_s(local, "fwd", kernel) if algorithm == RECOMPUTE else 0.0
+    again = compute.pass_s(local, "fwd", kernel) if is_recomputed(algorithm) else 0.0
     bwd_data = compute.pass_s(local, "bwd_data", kernel) + again
     bwd_weights = compute.pass_s(local, "bwd_weights", kernel) if local.layer.has_weight_grad else 0.0
     return fwd, bwd_data, bwd_weights
 
 
-def _grad_dims(layer: Layer, active) -> dict[str, tuple[str, ...]]:
-    """Each weight's gradient group: the split dimensions whose ranks hold replicas of its shard."""
-    return {name: tuple(d for d, s in active if name in s.partial_weight_grad) for name, _ in layer.weights}
-
-
-def weight_collectives(layer: Layer, active, wshapes: dict, itemsize: int, opt: Optimizer) -> list[tuple]:
-    """(purpose, phase, collective, bytes, dims) of the weights' collectives: the gradient
-    allreduce per gradient group, or ZeRO's reduce-scatter and allgathers (costmodel.optimizer)."""
-    by_group: dict[tuple[str, ...], int] = {}
-    for name, dims in _grad_dims(layer, active).items():
-        if dims:
-            by_group[dims] = by_group.get(dims, 0) + _elems(wshapes[name]) * itemsize
-    out = []
-    for dims, nbytes in by_group.items():
-        if opt.zero == 0:
-            out.append(("grad_sync", "sync", "allreduce", nbytes, dims))
-        elif opt.zero < 3:
-            out += [("grad_sync", "sync", "reduce_scatter", nbytes, dims),
-                    ("param_gather", "sync", "allgather", nbytes, dims)]  # the updated shards, once
-        else:
-            out += [("grad_sync", "sync", "reduce_scatter", nbytes, dims),
-                    ("param_gather", "fwd", "allgather", nbytes, dims),  # before forward, and again
-                    ("param_gather", "bwd", "allgather", nbytes, dims)]  # before backward
-    return out
-
-
-def _weight_memory(wshapes: dict, replicas: dict[str, int], itemsize: int,
-                   opt: Optimizer) -> tuple[int, int, int, int, int]:
-    """(weights, gradients, optimiser state, master weights, gathered transient) bytes per device,
-    each sharded over the weight's replicas from its ZeRO stage on (costmodel.optimizer)."""
-    def sharded(stage: int, per_elem: int) -> int:
-        return sum(-(-_elems(wshapes[n]) // (replicas[n] if opt.zero >= stage else 1)) * per_elem for n in wshapes)
-
-    whole = sum(_elems(s) for s in wshapes.values()) * itemsize
-    gathered = (whole if opt.zero >= 3 else 0) + (whole if opt.zero >= 2 else 0)
-    return (sharded(3, itemsize), sharded(2, itemsize), sharded(1, opt.slots * max(itemsize, 4)),
-            sharded(1, MASTER_BYTES) if itemsize < 4 else 0, gathered)
+def own_kept_bytes(local: LocalLayer, algorithm: str) -> int:
+    """What a layer keeps for backward besides the tensors ``OpDef.saves`` names: nothing when it
+    is recomputed; an attention layer's under its algorithm (costmodel.flash.attention_kept_bytes);
+    else the op catalogue's ``LayerCost.activation_bytes``."""
+    if is_recomputed(algorithm):
+        return 0
+    if local.layer.op == "attention":
+        return attention_kept_bytes(local, kernel_algorithm(algorithm))
+    return local_cost(local).activation_bytes
 
 
 def activation_bytes(local, strategy: Strategy, output_saved: bool, algorithm: str = "", batch: int = 0) -> int:
     """Activations kept for backward at the local shape: the output when it is saved (its sequence
-    shard under the sequence-parallel variant), what the op keeps besides
-    (``networks.analysis.kept_bytes``; nothing under ``RECOMPUTE``), plus the received input block
-    when it carries halos (the executor keeps that buffer for backward)."""
+    shard under the sequence-parallel variant), what the op keeps besides (:func:`own_kept_bytes`),
+    plus the received input block when it carries halos (the executor keeps that buffer for
+    backward)."""
     layer = local.layer
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    kept = 0 if algorithm == RECOMPUTE else local_cost(local).activation_bytes
+    kept = own_kept_bytes(local, algorithm)
     if output_saved:
         kept += (_elems(max_block_extents(output_layout(layer, strategy, batch))) if strategy.seq_scatter
                  else local.batch * _elems(local.out_shape)) * itemsize
@@ -291,110 +317,3 @@ def gradient_buffer_bytes(local: LocalLayer) -> int:
     gradients it writes (both freed, or handed on, when it is done)."""
     itemsize = DTYPE_BYTES.get(local.layer.dtype, 4)
     return local.batch * (_elems(local.out_shape) + sum(_elems(s) for s in local.in_shapes)) * itemsize
-
-
-@dataclass(frozen=True)
-class EdgeEstimate:
-    """A reshard on one edge, forward and backward (zero when the layouts match).
-
-    ``fwd_s``/``bwd_s`` are the messages (Alltoallv on the link); the block copies around them
-    (``fwd_copy``/``bwd_copy``: elements written, elements received, contiguous run) are priced by
-    the compute model, :meth:`copy_s`, since they are kernels of this device (``reshard.copy``).
-    """
-
-    fwd_s: float
-    bwd_s: float
-    fwd_bytes: int  # the most any rank receives
-    bwd_bytes: int
-    halo: bool  # the layouts differ only by halos (a halo exchange)
-    fwd_copy: tuple[int, int, int] = (0, 0, 1)
-    bwd_copy: tuple[int, int, int] = (0, 0, 1)
-    dtype: str = "float32"
-
-    def copy_s(self, compute: ComputeModel | None) -> tuple[float, float]:
-        """Seconds of the forward and backward block copies on ``compute``."""
-        return (reshard_copy_s(compute, *self.fwd_copy, self.dtype, False),
-                reshard_copy_s(compute, *self.bwd_copy, self.dtype, True))
-
-
-def reshard_copy_s(compute: ComputeModel | None, written: int, recv: int, run: int, dtype: str,
-                   backward: bool) -> float:
-    """The executor's block copies in one reshard on its busiest rank (``executor.comm.reshard.reshard``):
-    every element of the destination block written once (copied from the rank's own block or from
-    the receive buffer; added, backward), and the packing of what it sends (taken as much as it
-    receives, as the messages are). Zero when no rank receives anything (then the executor, at
-    most, slices its own block; not counted). ``written`` and ``recv`` are maxima over ranks, so
-    this is an upper bound when the busiest writer and receiver differ."""
-    if compute is None or recv <= 0:
-        return 0.0
-    return compute.copy_s(written, run, dtype, backward) + compute.copy_s(recv, run, dtype, False)
-
-
-def _strip_windows(layout: Layout) -> Layout:
-    return Layout(layout.shape, layout.strategy,
-                  tuple(None if a is None else a.__class__(a.dim, a.degree, a.extent if a.window is None
-                                                           else layout.shape[i]) for i, a in enumerate(layout.axes)))
-
-
-def _reshard_dims(src: Layout, dst: Layout) -> tuple[str, ...]:
-    """The ranks one rank exchanges with in a reshard lie in the group of the dimensions either
-    layout splits."""
-    return tuple(sorted(set(src.split_dims()) | set(dst.split_dims())))
-
-
-def reshard_exchange(src: Layout, dst: Layout, backward: bool, itemsize: int) -> tuple[int, int]:
-    """``(bytes, group size)`` of a reshard's Alltoallv: the most bytes any rank receives, and the
-    ranks of the group it exchanges in (``Machine.measured`` keys ``("alltoallv", bytes, group,
-    "cold")``)."""
-    return reshard_peaks(src, dst, backward)[0] * itemsize, _exchange_group(src, dst, _reshard_dims(src, dst))
-
-
-def _exchange_group(src: Layout, dst: Layout, dims: tuple[str, ...]) -> int:
-    """The larger of the two strategies' groups along ``dims`` (a replicated consumer of a
-    sample-split producer gathers from the producer's group, its own being one rank)."""
-    if not dims:
-        return dst.strategy.p
-    return max(src.strategy.group_size(dims), dst.strategy.group_size(dims))
-
-
-def _reshard_time(src: Layout, dst: Layout, backward: bool, itemsize: int, machine: Machine) -> tuple[float, int]:
-    recv, messages, _ = reshard_peaks(src, dst, backward)
-    nbytes = recv * itemsize
-    if nbytes == 0:
-        return 0.0, 0
-    dims = _reshard_dims(src, dst)
-    link = _link(dst.strategy, dims, machine)
-    if link is None:  # inside one node: the Alltoallv timed in the run (Machine.measured), else the
-        got = machine.measured_s("alltoallv", nbytes, _exchange_group(src, dst, dims), True)
-        if got is not None:
-            return got, nbytes
-        # fitted alltoall link of this message size, when measured, after a layer's kernels (cold)
-        link = machine.link_for_collective("alltoall", nbytes, cold=True)
-    # sends are spread over replicas as evenly as receives (assumed; the executor measures it)
-    return alltoallv_s(nbytes, nbytes, messages, link), nbytes
-
-
-@lru_cache(maxsize=None)
-def _link(strategy: Strategy, dims: tuple[str, ...], machine: Machine):
-    """The link of rank 0's group along ``dims`` (every rank when ``dims`` is empty), memoised;
-    None inside one node, where a reshard (an Alltoallv) is costed by the message's size."""
-    link = machine.link_for(strategy.group_array(0, dims) if dims else np.arange(strategy.p))
-    return None if link is machine.intra else link
-
-
-@lru_cache(maxsize=None)
-def edge_estimate(producer: Layer, pstrat: Strategy, consumer: Layer, cstrat: Strategy, slot: int,
-                  batch: int, machine: Machine) -> EdgeEstimate:
-    return layout_edge(output_layout(producer, pstrat, batch), input_layout(consumer, cstrat, batch, slot),
-                       DTYPE_BYTES.get(producer.dtype, 4), machine)
-
-
-def layout_edge(src: Layout, dst: Layout, itemsize: int, machine: Machine) -> EdgeEstimate:
-    """The reshard from ``src`` (owned blocks) to ``dst`` (needed blocks), its gradient summed back."""
-    fwd_s, fwd_b = _reshard_time(src, dst, False, itemsize, machine)
-    bwd_s, bwd_b = _reshard_time(dst, src, True, itemsize, machine)
-    halo = bool(fwd_b) and reshard_peaks(src, _strip_windows(dst))[0] == 0
-    run = copy_run(src, dst)
-    (f_recv, _, f_written), (b_recv, _, b_written) = reshard_peaks(src, dst, False), reshard_peaks(dst, src, True)
-    return EdgeEstimate(fwd_s, bwd_s, fwd_b, bwd_b, halo, (f_written, f_recv, run), (b_written, b_recv, run),
-                        dtype_for_itemsize(itemsize))

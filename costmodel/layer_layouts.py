@@ -15,7 +15,8 @@ from costmodel.strategy import Strategy
 from networks.analysis import layer_splits
 from networks.errors import DnnplanError
 from networks.ir import DTYPE_BYTES, Layer
-from networks.ops.base import DimSplit, prod
+from networks.ops.attention import head_shape
+from networks.ops.base import DimSplit, prod, units_fit, units_share
 
 
 @lru_cache(maxsize=None)
@@ -67,6 +68,11 @@ def check_fits(layer: Layer, strategy: Strategy, batch: int) -> str | None:
             return f"{dim}={k} exceeds the {size} {'samples' if dim == 'N' else 'positions'} of {dim}"
         if splits[dim].divides and size % k:
             return f"{dim}={k} must divide {size} for {layer.op}"
+        why = units_fit(splits[dim], k) if splits[dim].weight_units else None
+        if why:
+            return why
+        if dim == "E" and strategy.degree("N") * k > batch:
+            return f"E={k} splits the tokens with N={strategy.degree('N')}: {batch} samples cannot cover them"
     got = sequence_scatter(layer, strategy) if strategy.seq_scatter else None
     return got if isinstance(got, str) else None
 
@@ -89,7 +95,10 @@ def _extent(split: DimSplit, batch: int) -> int:
 @lru_cache(maxsize=None)
 def output_layout(layer: Layer, strategy: Strategy, batch: int) -> Layout:
     """The layout the layer produces (after its forward partial-sum reduction, if any; under the
-    sequence-parallel variant the reduction scatters the sequence over the group)."""
+    sequence-parallel variant the reduction scatters the sequence over the group). Under an expert
+    split the tokens lie as :attr:`Strategy.tokens` holds them (N and E together)."""
+    if strategy.degree("E") > 1:
+        return output_layout(layer, strategy.tokens, batch)
     shape = _batched(layer.out_shape, batch)
     axes: list[AxisSplit | None] = [None] * len(shape)
     for dim, k in strategy.degrees:
@@ -112,7 +121,10 @@ def _scattered(layer: Layer, strategy: Strategy) -> tuple[str, int, DimSplit] | 
 
 @lru_cache(maxsize=None)
 def input_layout(layer: Layer, strategy: Strategy, batch: int, slot: int) -> Layout:
-    """The layout the layer needs for input ``slot`` (halos included for split spatial dims)."""
+    """The layout the layer needs for input ``slot`` (halos included for split spatial dims; under
+    an expert split, the tokens as :attr:`Strategy.tokens` holds them)."""
+    if strategy.degree("E") > 1:
+        return input_layout(layer, strategy.tokens, batch, slot)
     shape = _batched(layer.in_shapes[slot], batch)
     axes: list[AxisSplit | None] = [None] * len(shape)
     for dim, k in strategy.degrees:
@@ -140,9 +152,10 @@ def weight_layouts(layer: Layer, strategy: Strategy) -> dict[str, Layout]:
     for name, shape in layer.weights:
         axes: list[AxisSplit | None] = [None] * len(shape)
         for dim, k in strategy.degrees:
-            for wname, axis in _splits(layer)[dim].weight_axes:
+            split = _splits(layer)[dim]
+            for wname, axis in split.weight_axes:
                 if wname == name:
-                    axes[axis] = AxisSplit(dim, k, shape[axis])
+                    axes[axis] = AxisSplit(dim, k, shape[axis], share=units_share(split, name, k))
         out[name] = Layout(tuple(shape), strategy, tuple(axes))
     return out
 
@@ -182,14 +195,33 @@ def local_layer(layer: Layer, strategy: Strategy, batch: int) -> LocalLayer:
     elif layer.op == "linear":  # tied: the output feature split
         params["features"] = out[-1]
     elif layer.op == "attention":
-        params["heads_total"] = params["heads"]
-        params["seq_total"] = layer.in_shapes[0][0]  # keys and values are gathered over a split sequence
-        params["heads"] = wdict["qkv_weight"][1] * params["heads"] // layer.in_shapes[0][1]
+        params |= _local_heads(layer.p, layer.in_shapes[0], wdict)
     elif layer.op == "embedding":
         params["dim"] = out[-1]
+    elif layer.op == "moe":
+        params |= _local_experts(layer.p, wdict)
     local_batch = out[0] if layer.out_shape != () else ins[0][0]  # the loss is one number
     return LocalLayer(layer, local_batch, tuple(s[1:] for s in ins), tuple(out[1:]),
                       tuple(sorted(params.items())), weights)
+
+
+def _local_heads(p: dict, in_shape: tuple[int, ...], wdict: dict) -> dict:
+    """An attention shard's own query and key/value heads (whole key/value groups, or one replicated
+    head when the split exceeds them), its head width, and the sequence every query attends to
+    (keys and values are exchanged over a split sequence)."""
+    seq, d = in_shape
+    heads, kv, dh = head_shape(p, d)
+    local = wdict["out_weight"][1] // dh
+    kv_local = wdict["kv_weight"][1] // dh if "kv_weight" in wdict else local
+    return {"heads_total": heads, "kv_total": kv, "heads": local, "kv_heads": kv_local, "head_dim": dh,
+            "seq_total": seq}
+
+
+def _local_experts(p: dict, wdict: dict) -> dict:
+    """A mixture-of-experts shard's own experts and hidden widths (and the layer's: the router
+    scores every expert)."""
+    return {"experts_total": p["experts"], "experts": wdict["w_in"][0], "hidden_total": p["hidden"],
+            "hidden": wdict["w_out"][2], "shared_local": wdict["shared_out"][1] if "shared_out" in wdict else 0}
 
 
 def received_block_bytes(local: LocalLayer, slot: int) -> int:

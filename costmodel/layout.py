@@ -33,12 +33,16 @@ Region = tuple[tuple[int, int], ...]
 
 @dataclass(frozen=True)
 class AxisSplit:
-    """One axis cut by grid dimension ``dim`` into ``degree`` parts of ``extent``."""
+    """One axis cut by grid dimension ``dim`` into ``degree`` parts of ``extent``; with ``share``
+    > 1, into ``degree / share`` parts, each held by ``share`` neighbouring coordinates (a weight's
+    whole groups replicated when the split exceeds them: ``DimSplit.weight_units``; weights only,
+    never resharded)."""
 
     dim: str
     degree: int
     extent: int
     window: Window | None = None
+    share: int = 1
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ def axis_intervals(layout: Layout, axis: int) -> tuple[np.ndarray, np.ndarray]:
     if split is None:
         return np.array([0]), np.array([layout.shape[axis]])
     c = np.arange(split.degree)
-    lo, hi = interval(split.extent, split.degree, c)
+    lo, hi = interval(split.extent, split.degree // split.share, c // split.share)
     if split.window is not None:
         return _apply_window(split.window, lo, hi)
     return lo, hi
@@ -123,7 +127,7 @@ def max_block_extents(layout: Layout) -> tuple[int, ...]:
         if split is None:
             out.append(int(layout.shape[a]))
         elif split.window is None:
-            out.append(-(-int(split.extent) // int(split.degree)))
+            out.append(-(-int(split.extent) // (int(split.degree) // split.share)))
         else:
             lo, hi = axis_intervals(layout, a)
             out.append(int(np.max(hi - lo)))

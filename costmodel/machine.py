@@ -81,6 +81,15 @@ class DeviceSpec:
     mem_capacity_bytes: float
     efficiency: float = DEFAULT_EFFICIENCY
     efficiencies: Mapping[str, float] = field(default_factory=dict, hash=False)
+    #: ``gpu`` or ``cpu`` (a machine file's ``device.kind``): which attention kernel runs by default
+    #: (FlashAttention on a GPU; the materialised kernels of the CPU executor)
+    kind: str = "cpu"
+    #: on-chip shared memory per streaming multiprocessor (``device.sram_kib_per_sm``): the tiles of
+    #: a fused attention kernel (costmodel.flash); 0 where the datasheet gives none
+    sram_bytes: int = 0
+    #: whether FlashAttention runs here (``device.flash_attention``; default: on a GPU): FlashAttention-2
+    #: needs Ampere or later, so a V100 runs attention materialised
+    flash: bool = False
 
     def efficiency_of(self, kind: str) -> float:
         """The fraction of peak kernels of ``kind`` (one of :data:`EFFICIENCY_CLASSES`) reach."""
@@ -188,7 +197,9 @@ class Machine:
 _TOP_REQUIRED = ("name", "devices_per_node", "device", "intra", "inter")
 _TOP_OPTIONAL = ("nodes", "profile", "description")
 _DEVICE_REQUIRED = ("name", "peak_tflops", "memory_gib", "memory_bandwidth_gb_per_s")
-_DEVICE_OPTIONAL = ("efficiency",)
+_DEVICE_OPTIONAL = ("efficiency", "kind", "sram_kib_per_sm", "flash_attention")
+#: What a device may be (``device.kind``)
+DEVICE_KINDS = ("gpu", "cpu")
 _LINK_REQUIRED = ("latency_us", "bandwidth_gb_per_s")
 _LINK_OPTIONAL = ("name", "reduce_gb_per_s")
 
@@ -227,6 +238,7 @@ _AUTO_HINT = "'auto' is filled in only when the file is loaded by costmodel.file
 RANGES = {
     "TFLOP/s": (1e-6, 1e6, "1 MFLOP/s to 10^18 FLOP/s per device"),
     "GiB": (1e-3, 1e6, "about 1 MiB to 1 PiB per device"),
+    "KiB": (1.0, 1e6, "1 KiB to about 1 GiB per multiprocessor"),
     "GB/s": (1e-3, 1e5, "1 MB/s to 100 TB/s"),
     "microseconds": (1e-3, 1e6, "1 ns to 1 s"),
     "fraction of peak": (1e-3, 1.0, "0.001 to 1"),
@@ -288,6 +300,7 @@ def _device_from_dict(data: Any, source: str) -> DeviceSpec:
         raise _fail("missing key 'float32' in device.peak_tflops", source,
                     "device.peak_tflops.float32", hint="every device needs its float32 peak")
     efficiency, efficiencies = _efficiency(d.get("efficiency", DEFAULT_EFFICIENCY), source)
+    kind, sram, flash = _kind(d, source)
     return DeviceSpec(
         name=_string(d["name"], "device.name", source),
         peak_flops=MappingProxyType(peaks),
@@ -296,7 +309,32 @@ def _device_from_dict(data: Any, source: str) -> DeviceSpec:
         mem_capacity_bytes=_positive(d["memory_gib"], "device.memory_gib", source, "GiB") * GIB,
         efficiency=efficiency,
         efficiencies=MappingProxyType(efficiencies),
+        kind=kind,
+        sram_bytes=sram,
+        flash=flash,
     )
+
+
+def _kind(d: Mapping[str, Any], source: str) -> tuple[str, int, bool]:
+    """``device.kind`` (default ``cpu``), ``device.sram_kib_per_sm`` in bytes and
+    ``device.flash_attention`` (default: on a GPU). A GPU needs its shared memory per SM: the tiles
+    of its fused attention kernel are sized by it."""
+    kind = d.get("kind", "cpu")
+    if kind not in DEVICE_KINDS:
+        raise _fail(f"unknown device kind {short(kind)}", source, "device.kind", hint="use gpu or cpu")
+    flash = d.get("flash_attention", kind == "gpu")
+    if not isinstance(flash, bool):
+        raise _fail(f"expected true or false, got {short(flash)}", source, "device.flash_attention")
+    if flash and kind != "gpu":
+        raise _fail("flash attention runs on a gpu device", source, "device.flash_attention",
+                    hint="set device.kind: gpu, or remove flash_attention")
+    if "sram_kib_per_sm" not in d:
+        if kind == "gpu":
+            raise _fail("a gpu device needs 'sram_kib_per_sm' (its shared memory per SM, from the datasheet)",
+                        source, "device.sram_kib_per_sm",
+                        hint="A100: 164, H100: 228, V100: 96 (NVIDIA's tuning guides)")
+        return kind, 0, flash
+    return kind, int(_positive(d["sram_kib_per_sm"], "device.sram_kib_per_sm", source, "KiB") * 1024), flash
 
 
 def _efficiency(raw: Any, source: str) -> tuple[float, dict[str, float]]:

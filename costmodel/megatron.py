@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from costmodel.layer_layouts import check_fits
+from costmodel.layer_layouts import _splits, check_fits
 from costmodel.strategy import Strategy, make_strategy
 from costmodel.uniform import Fallback, data_strategy
 from networks.errors import DnnplanError
@@ -38,7 +38,7 @@ VOCABULARY_OPS = ("embedding", "softmax_cross_entropy")
 
 def _wanted(layer: Layer, split_in: bool, sequence_parallel: bool) -> tuple[str | None, bool]:
     """(tensor dimension for this layer or None, whether its output is split over features)."""
-    if layer.op == "attention":
+    if layer.op in ("attention", "moe"):  # heads; experts' hidden width (expert tensor parallelism = tp)
         return "F", False
     if layer.op == "linear":
         if dict(layer.params).get("tied_to"):
@@ -52,16 +52,16 @@ def _wanted(layer: Layer, split_in: bool, sequence_parallel: bool) -> tuple[str 
 
 
 def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
-                        sequence_parallel: bool = False, scatter: bool = True
-                        ) -> tuple[dict[str, Strategy], list[Fallback]]:
-    """Each layer's strategy under ``tensor``-way Megatron tensor parallelism and ``p / tensor``-way
-    data parallelism; layers that cannot take theirs fall back to data parallelism (reported).
-    With ``sequence_parallel`` and ``scatter`` the tensor-parallel layers that can take the
+                        sequence_parallel: bool = False, scatter: bool = True, context: int = 1,
+                        expert: int = 1) -> tuple[dict[str, Strategy], list[Fallback]]:
+    """Each layer's strategy under ``tensor``-way Megatron tensor parallelism, ``context``-way
+    context parallelism (every layer with a sequence axis splits it, H; attention exchanges its keys
+    and values) and ``p / (tensor context)``-way data parallelism, of which a mixture of experts
+    splits its experts ``expert`` ways (E; Megatron-Core carves expert parallelism out of the data
+    ranks); layers that cannot take theirs fall back to data parallelism (reported). With
+    ``sequence_parallel`` and ``scatter`` the tensor-parallel layers that can take the
     sequence-parallel variant do."""
-    if tensor < 1 or p % tensor:
-        raise DnnplanError(f"the tensor-parallel degree {tensor} does not divide {p} devices",
-                           hint="give --tensor a divisor of --devices")
-    data = p // tensor
+    data = _data_degree(p, tensor, context, expert, sequence_parallel)
     split_out: dict[str, bool] = {}
     out: dict[str, Strategy] = {}
     fallbacks: list[Fallback] = []
@@ -71,6 +71,10 @@ def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
         degrees = {"N": data} if data > 1 else {}
         if dim and tensor > 1:
             degrees[dim] = tensor
+        if context > 1 and "H" in _splits(layer):
+            degrees["H"] = context
+        if expert > 1 and "E" in _splits(layer):
+            degrees |= {"N": data // expert, "E": expert}
         want = make_strategy(p, degrees)
         if sequence_parallel and scatter and dim in ("C", "F") and tensor > 1:
             variant = replace(want, seq_scatter=True)
@@ -84,3 +88,22 @@ def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
         split_out[layer.name] = False
         fallbacks.append(Fallback(layer.name, want.label, out[layer.name].label, why))
     return out, fallbacks
+
+
+def _data_degree(p: int, tensor: int, context: int, expert: int, sequence_parallel: bool) -> int:
+    """The data-parallel degree the tensor and context degrees leave, checked (one line each)."""
+    if tensor < 1 or p % tensor:
+        raise DnnplanError(f"the tensor-parallel degree {tensor} does not divide {p} devices",
+                           hint="give --tensor a divisor of --devices")
+    if context < 1 or (p // tensor) % context:
+        raise DnnplanError(f"the context-parallel degree {context} does not divide the {p // tensor} devices "
+                           "--tensor leaves", hint="give --context a divisor of --devices / --tensor")
+    if context > 1 and sequence_parallel:
+        raise DnnplanError("--context and --sequence-parallel both split the sequence",
+                           hint="give one of them (the sequence-parallel variant needs a whole sequence)")
+    data = p // (tensor * context)
+    if expert < 1 or data % expert:
+        raise DnnplanError(f"the expert-parallel degree {expert} does not divide the data-parallel degree {data}",
+                           hint="experts split over data-parallel ranks: give --expert a divisor of "
+                                "--devices / (--tensor x --context)")
+    return data

@@ -44,7 +44,7 @@ PRECISIONS = {p.name: p for p in (
 DEFAULT_PRECISION = "fp32"
 
 #: Ops whose kernels are GEMMs (or convolutions run as them): the tensor cores run these.
-MATMUL_OPS = frozenset({"conv2d", "linear", "attention"})
+MATMUL_OPS = frozenset({"conv2d", "linear", "attention", "moe"})
 
 
 def get_precision(name: str) -> Precision:

@@ -1,6 +1,6 @@
 """What activation recomputation holds, beyond the per-layer view (pure).
 
-A layer under ``RECOMPUTE`` runs its forward again in backward (costmodel.compute). When every
+A recomputed layer (``compute.RECOMPUTE``) runs its forward again in backward (costmodel.compute). When every
 layer reading its output is recomputed too, inside the same repeated block (or, outside blocks,
 between the same layers that are not recomputed), the recomputation regenerates that output
 anyway, so it is not kept from forward to backward: Megatron-LM's full recomputation keeps each
@@ -11,7 +11,8 @@ recomputed layers) is held at once: a transient of the block, added to the step'
 
 from __future__ import annotations
 
-from costmodel.compute import RECOMPUTE, local_cost
+from costmodel.compute import is_recomputed, kernel_algorithm
+from costmodel.layer_cost import own_kept_bytes
 from costmodel.layer_layouts import local_layer
 from costmodel.strategy import Strategy
 from networks.analysis import block_of
@@ -22,7 +23,7 @@ from networks.ops.base import prod
 def regenerated(net: Network, algorithms: dict[str, str]) -> set[str]:
     """Layers whose output the recomputation regenerates rather than keeps: recomputed, read by
     at least one layer, and every reader recomputed in the same block."""
-    again = {layer.name for layer in net.layers if algorithms.get(layer.name) == RECOMPUTE}
+    again = {layer.name for layer in net.layers if is_recomputed(algorithms.get(layer.name, ""))}
     block = {layer.name: block_of(layer) for layer in net.layers}
     readers: dict[str, list[str]] = {layer.name: [] for layer in net.layers}
     for layer in net.layers:
@@ -39,10 +40,10 @@ def block_transient_bytes(net: Network, batch: int, strategies: dict[str, Strate
     (``dropped``) and the internals its recomputed layers keep for their backward."""
     per_block: dict[str | None, int] = {}
     for layer in net.layers:
-        if algorithms.get(layer.name) != RECOMPUTE:
+        if not is_recomputed(algorithms.get(layer.name, "")):
             continue
         local = local_layer(layer, strategies[layer.name], batch)
-        held = local_cost(local).activation_bytes
+        held = own_kept_bytes(local, kernel_algorithm(algorithms[layer.name]))
         if layer.name in dropped:
             held += local.batch * prod(local.out_shape) * DTYPE_BYTES.get(layer.dtype, 4)
         per_block[block_of(layer)] = per_block.get(block_of(layer), 0) + held

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.compute import ComputeModel
+from costmodel.compute import ComputeModel, resolve_algorithms
 from costmodel.held_inputs import held_deltas
 from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, layer_estimate
 from costmodel.machine import Machine
@@ -166,6 +166,7 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     makes the weight gradients during backward (:attr:`StepPrediction.grads_in_backward`)."""
     by_name = {layer.name: layer for layer in net.layers}
     readers = consumers(net)
+    algorithms = resolve_algorithms(net, algorithms, machine)
     dropped = regenerated(net, algorithms) if checkpoints else set()
     saved = {name: kept and name not in dropped for name, kept in saved_outputs(net).items()}
     tied = {head: embed for embed, head in ties(net)}

@@ -5,9 +5,12 @@ A strategy gives each splittable dimension of a layer a degree; the degrees mult
 parallelism, Korthikanti et al. 2022, section 4.2.2) marks the variant of a tensor-parallel split
 whose reductions scatter over the sequence: the partial output is reduce-scattered into sequence
 shards and the input arrives in them, all-gathered (``costmodel.layer_layouts.sequence_scatter``). Degrees are laid on ranks in the
-fixed order N, H, W, C, F, R with R innermost: rank = mixed-radix number whose most significant
-digit is the N coordinate. Groups that talk most often (replicas, filters, channels) are thus
-neighbours in rank order and fall inside a node first.
+fixed order of :data:`GRID_ORDER`, N, E, H, W, C, F, R with R innermost: rank = mixed-radix number
+whose most significant digit is the N coordinate. Groups that talk most often (replicas, filters,
+channels) are thus neighbours in rank order and fall inside a node first. E (experts) splits a
+mixture-of-experts layer's experts, and its tokens with N: as E lies right inside N, the N and E
+coordinates of a rank together are its coordinate of N alone in :meth:`Strategy.tokens` (N times E
+samples), so the tokens lie as a data-parallel layer of that degree holds them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,13 @@ import numpy as np
 
 from networks.errors import DnnplanError, short
 
-GRID_ORDER = ("N", "H", "W", "C", "F", "R")
+#: The one ordered list of parallel axes (outermost first), as Megatron-Core's
+#: ``RankGenerator(tp, ep, dp, pp, cp, order="tp-cp-ep-dp-pp")`` orders its groups (innermost first):
+#: samples N (data parallel, dp), experts E (expert parallel, ep: carved out of the data-parallel
+#: ranks, so it sits right inside N), H and W (spatial, or the sequence: context parallel, cp), C and F
+#: (contraction and filters: tensor parallel, tp), replication R. Pipeline stages (pp) are outside
+#: every layer's grid (costmodel.pipeline). A new axis is added here, once.
+GRID_ORDER = ("N", "E", "H", "W", "C", "F", "R")
 SPLIT_DIMS = GRID_ORDER[:-1]
 #: The key of the sequence-parallel variant in a strategy's degrees (``{"C": 8, "SP": 1}``)
 SP = "SP"
@@ -63,6 +72,18 @@ class Strategy:
         if not parts:
             return "replicated" if self.p > 1 else "serial"
         return ",".join(parts)
+
+    @property
+    def tokens(self) -> "Strategy":
+        """The strategy whose N is this one's N times E, without E: how a mixture-of-experts layer's
+        tokens lie (module docstring); itself when E is 1."""
+        e = self.degree("E")
+        if e == 1:
+            return self
+        degrees = tuple(("N", self.degree("N") * e) if d == "N" else (d, k) for d, k in self.degrees if d != "E")
+        if self.degree("N") == 1:
+            degrees = (("N", e),) + degrees
+        return Strategy(self.p, degrees, self.seq_scatter)
 
     def as_dict(self) -> dict[str, int]:
         """The degrees, and ``SP: 1`` for the sequence-parallel variant (what plan files hold)."""
@@ -131,7 +152,8 @@ def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
     unknown = set(degrees) - set(SPLIT_DIMS) - {"R", SP}
     if unknown:
         raise DnnplanError(f"unknown dimension(s) {', '.join(sorted(unknown))}",
-                           hint="dimensions are N (sample), H and W (spatial), C (channels), F (filters)")
+                           hint="dimensions are N (sample), E (experts), H and W (spatial or sequence), "
+                                "C (channels), F (filters)")
     if p % used:
         product = f"{'x'.join(str(k) for _, k in items)} = {used}" if len(items) > 1 else str(used)
         raise DnnplanError(f"the degrees' product {short(product)} does not divide {p} devices",

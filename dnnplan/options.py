@@ -117,6 +117,19 @@ TensorOpt = Annotated[int, typer.Option(
     "split by heads, vocabulary-parallel embedding, LM head and loss; the rest of the devices split the batch "
     "(docs/costmodel.md, Tensor parallelism). Inside each pipeline stage with --pipeline.",
     callback=within("--tensor", 1, MAX_DEVICES))]
+ContextOpt = Annotated[int, typer.Option(
+    "--context", help="With --tensor (or alone): context parallelism of this degree: every layer with a sequence "
+    "splits it over groups of this many devices, attention exchanging keys and values by a ring or an all-gather "
+    "(docs/costmodel.md, Context parallelism); the rest of the devices split the batch.",
+    callback=within("--context", 1, MAX_DEVICES))]
+ExpertOpt = Annotated[int, typer.Option(
+    "--expert", help="Expert parallelism of this degree: mixture-of-experts layers split their experts over groups "
+    "of this many data-parallel devices, tokens dispatched and combined by all-to-alls (docs/costmodel.md, "
+    "Mixture of experts).", callback=within("--expert", 1, MAX_DEVICES))]
+AttentionOpt = Annotated[str, typer.Option(
+    "--attention", help="The attention algorithm: flash (FlashAttention-2) or materialized (the scores written "
+    "to memory) \\[default: the machine's: flash on A100 and H100, materialized on V100 and CPUs].",
+    show_default=False)]
 SequenceParallelOpt = Annotated[bool, typer.Option(
     "--sequence-parallel", help="With --tensor: split layer norm, dropout and the residual adds over the sequence "
     "across the tensor group instead of repeating them on every device of it (Korthikanti et al. 2022).")]

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
-from costmodel.compute import RECOMPUTE, ComputeModel, kernel_algorithm, local_cost, recomputed_comms
-from costmodel.layer_cost import LayerEstimate, layer_estimate, passes_s
+from costmodel.compute import ComputeModel, is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
+from costmodel.layer_cost import LayerEstimate, kv_comms, layer_estimate, own_kept_bytes, passes_s
 from costmodel.layer_layouts import input_layout, local_layer, output_layout, weight_layouts
 from costmodel.layout import Layout
 from costmodel.machine import Machine
@@ -43,19 +43,37 @@ from planner.solvers import Edge, Problem
 
 
 def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: int, compute: ComputeModel,
-                    algorithm: str) -> LayerEstimate:
-    """``layer_estimate`` for another algorithm, from one made with ``""`` or a convolution
-    algorithm for the same strategy: only the compute passes, the workspace and, under
-    ``RECOMPUTE``, the op's own kept bytes and its forward collectives run again depend on it
-    (``layer_cost.passes_s``, ``recomputed_comms``)."""
+                    algorithm: str, machine: Machine, rule: str = "mpi") -> LayerEstimate:
+    """``layer_estimate`` for another algorithm, from one made with a kernel algorithm (not
+    recomputed) for the same strategy: only the compute passes, the workspace, the op's own kept
+    bytes, under recomputation its forward collectives run again, and an attention layer's keys
+    and values over a split sequence (their ring hides under the core: not :func:`derivable` from
+    the base's) depend on it (``layer_cost.passes_s``, ``own_kept_bytes``, ``recomputed_comms``,
+    ``kv_comms``)."""
+    algorithm = resolve_algorithm(layer, algorithm, machine)
     local = local_layer(layer, strat, batch)
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
-    kept = base.memory.activations - (local_cost(local).activation_bytes if algorithm == RECOMPUTE else 0)
+    kept = base.memory.activations
+    if layer.op == "attention" or is_recomputed(algorithm) != is_recomputed(base.algorithm):
+        kept += own_kept_bytes(local, algorithm) - own_kept_bytes(local, base.algorithm)
     kernel = kernel_algorithm(algorithm)
-    comms = base.comms + tuple(recomputed_comms(base.comms)) if algorithm == RECOMPUTE else base.comms
+    comms = base.comms
+    if not derivable(layer, strat):  # the ring of keys and values hides under this algorithm's core
+        kv = kv_comms(layer, strat, local, machine, rule, kernel, (fwd, bwd_data - (fwd if is_recomputed(algorithm)
+                                                                                    else 0.0)))
+        at = next(i for i, c in enumerate(comms) if c.purpose == "kv")
+        comms = comms[:at] + tuple(kv) + tuple(c for c in comms[at:] if c.purpose != "kv")
+    comms = comms + tuple(recomputed_comms(comms)) if is_recomputed(algorithm) else comms
     return dataclasses.replace(
         base, algorithm=algorithm, fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights, comms=comms,
         memory=dataclasses.replace(base.memory, workspace=compute.workspace_bytes(local, kernel), activations=kept))
+
+
+def derivable(layer: Layer, strat: Strategy) -> bool:
+    """Whether a layer's collectives are those of every algorithm: not for attention over a split
+    sequence, whose ring of keys and values hides under its core (:func:`derive_estimate` prices
+    them again)."""
+    return not (layer.op == "attention" and strat.degree("H") > 1)
 
 
 def signature(layer: Layer) -> Layer:
@@ -113,9 +131,13 @@ class Builder:
         ``layer_estimate`` runs once; the other algorithms change only the three compute passes and
         the workspace, so they reuse its collectives and memory (``derive_estimate``).
         """
-        base = layer_estimate(sig, strat, self.batch, self.machine, self.compute, algos[0], self.optimizer,
-                              self.rule, consumers, saved)
-        ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a) for a in algos[1:]]
+        def estimate(algorithm: str) -> LayerEstimate:
+            return layer_estimate(sig, strat, self.batch, self.machine, self.compute, algorithm, self.optimizer,
+                                  self.rule, consumers, saved)
+
+        base = estimate(algos[0])
+        ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a, self.machine, self.rule)
+                         for a in algos[1:]]
         return [(e.total_s, float(e.memory.persistent), float(e.memory.transient), e.grad_sync_s + e.update_s,
                  float(e.memory.activations)) for e in ests]
 
@@ -181,17 +203,36 @@ class _Node:
 
 def _node(b: Builder, sig: Layer, readers: int, saved: bool) -> _Node:
     """Candidates, cost, memory and transient memory of the layers with signature ``sig``,
-    ``readers`` and their output ``saved`` or not."""
+    ``readers`` and their output ``saved`` or not. An attention algorithm that another algorithm of
+    the same strategy beats in time, memory, workspace and kept activations (materialised attention
+    where FlashAttention runs) is left out: exact, as an algorithm changes no edge and no
+    once-a-step cost, so the other is as good in every stage weighting."""
     strats = b.strategies(sig)
-    algos = algorithms(sig, b.recompute)
-    cand = tuple((s, a) for s in strats for a in algos)
+    algos = algorithms(sig, b.recompute, b.machine)
     vals = np.array([v for s in strats for v in b.estimates(sig, s, algos, readers, saved)],
-                    dtype=np.float64).reshape(len(cand), 5)
-    best = []
-    for i in range(len(strats)):
-        block = vals[i * len(algos):(i + 1) * len(algos)]
-        best.append(i * len(algos) + min(range(len(algos)), key=lambda j: (block[j, 0], block[j, 2], j)))
-    return _Node(cand, vals, np.array(best), np.repeat(np.arange(len(strats)), len(algos)), strats)
+                    dtype=np.float64).reshape(len(strats), len(algos), 5)
+    keep = [[j for j in range(len(algos)) if sig.op != "attention" or not _beaten(vals[i], j)]
+            for i in range(len(strats))]
+    cand, rows, best, strategy_of = [], [], [], []
+    for i, s in enumerate(strats):
+        best.append(len(cand) + min(range(len(keep[i])), key=lambda j: (vals[i, keep[i][j], 0],
+                                                                        vals[i, keep[i][j], 2], j)))
+        for j in keep[i]:
+            cand.append((s, algos[j]))
+            rows.append(vals[i, j])
+            strategy_of.append(i)
+    return _Node(tuple(cand), np.array(rows, dtype=np.float64).reshape(len(cand), 5), np.array(best),
+                 np.array(strategy_of), strats)
+
+
+def _beaten(block: np.ndarray, j: int) -> bool:
+    """Whether another row of ``block`` (one strategy's algorithms: cost, memory, workspace,
+    once-a-step, activations) is no worse than row ``j`` in every column and better in one, or equal
+    with a lower index."""
+    for k in range(block.shape[0]):
+        if k != j and np.all(block[k] <= block[j]) and (np.any(block[k] < block[j]) or k < j):
+            return True
+    return False
 
 
 def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],

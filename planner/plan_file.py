@@ -7,7 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.compute import CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, RECOMPUTE, algorithm_applies, recompute_applies
+from costmodel.attention_calls import ATTENTION_ALGORITHMS
+from costmodel.compute import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, RECOMPUTE, algorithm_applies, is_recomputed,
+                               kernel_algorithm, recompute_applies)
 from costmodel.files import load_machine
 from costmodel.layer_layouts import check_fits
 from costmodel.optimizer import STATE_SLOTS, ZERO_STAGES, Optimizer
@@ -252,17 +254,26 @@ def _layer_plan(layer: Layer, entry: dict, p: int, batch: int, path: str) -> Lay
     if why:
         raise _fail(f"strategy {strat.label} does not fit: {why}", path, layer=layer.name, field="strategy")
     algo = entry.get("algorithm") or ""
-    if algo == RECOMPUTE:
-        if not recompute_applies(layer):
-            raise _fail(f"{layer.op} keeps nothing of its own for backward, so it has nothing to recompute", path,
-                        layer=layer.name, field="algorithm", hint="remove 'algorithm' from this layer")
+    if not isinstance(algo, str):
+        raise _fail(f"'algorithm' must be a name, got {short(algo)}", path, layer=layer.name, field="algorithm",
+                    hint="e.g. im2col for a convolution, flash for attention, or leave it out")
+    if is_recomputed(algo) and not recompute_applies(layer):
+        raise _fail(f"{layer.op} keeps nothing of its own for backward, so it has nothing to recompute", path,
+                    layer=layer.name, field="algorithm", hint="remove 'algorithm' from this layer")
+    if layer.op == "attention":
+        if kernel_algorithm(algo) not in ("", *ATTENTION_ALGORITHMS):
+            raise _fail(f"attention algorithm {short(kernel_algorithm(algo))} is not one dnnplan prices", path,
+                        layer=layer.name, field="algorithm",
+                        hint="use flash or materialized (with +recompute to recompute the layer)")
+    elif is_recomputed(algo):
+        pass
     elif layer.op == "conv2d":
         algo = algo or DEFAULT_CONV_ALGORITHM
         if not algorithm_applies(layer, algo):
             raise _fail(f"convolution algorithm '{algo}' cannot run this layer", path, layer=layer.name,
                         field="algorithm", hint="direct and im2col run every convolution")
     elif algo:
-        raise _fail(f"only conv2d layers take an algorithm, not {layer.op}", path, layer=layer.name,
+        raise _fail(f"only conv2d and attention layers take an algorithm, not {layer.op}", path, layer=layer.name,
                     field="algorithm", hint=f"a {layer.op} layer takes none" + (
                         f", or '{RECOMPUTE}'" if recompute_applies(layer) else ""))
     fwd, bwd, comm, memory = (_number(entry, key, path, layer.name) for key in ("fwd_s", "bwd_s", "comm_s",

@@ -14,7 +14,7 @@ from costmodel.files import load_machine
 from costmodel.step import predict_step
 from dnnplan.cli import app
 from dnnplan.render.execute import _terms
-from executor.compare import Measured, compare_prediction, predicted_layers
+from executor.report.compare import Measured, compare_prediction, predicted_layers
 from networks.loader import load_network
 from planner.build import build_problem
 from planner.optimize import make_plan

@@ -35,6 +35,9 @@ PLANNED_ONLY: dict[str, str] = {
     # kernels has no RMSNorm or SwiGLU kernel (costmodel.kernel_proxies prices them on others)
     "rmsnorm": "the executor has no rmsnorm op yet",
     "swiglu": "the executor has no swiglu op yet",
+    # the router, the token dispatch and the grouped expert GEMMs have no kernels or executor op
+    # yet (costmodel.moe_calls prices them on the linear, gelu and add kernels)
+    "moe": "the executor has no mixture-of-experts op yet",
 }
 
 #: Ops that run no timed kernel, so the cost model lists no kernel call for them (each with its
@@ -75,6 +78,7 @@ SAMPLES: dict[str, tuple[str, list[str]]] = {
     "flatten": (_IMAGE, _IMAGE_HEAD),
     "embedding": (_TOKENS, ["{name: embed, op: embedding, vocab: 11, dim: 8, positions: 6}", *_HEAD]),
     "attention": (_SEQUENCE, ["{name: attn, op: attention, heads: 2, causal: true}", *_HEAD]),
+    "moe": (_SEQUENCE, ["{name: moe, op: moe, experts: 4, top_k: 2, hidden: 8, shared_experts: 1}", *_HEAD]),
     "softmax_cross_entropy": (_VECTOR, _HEAD),
 }
 

@@ -1,12 +1,15 @@
 """Nothing below physics: no layer pass of any zoo network, on any shipped datasheet machine, in any
-precision its datasheet has a peak for, with any convolution algorithm that applies, is priced
+precision its datasheet has a peak for, with any convolution or attention algorithm that applies, is priced
 faster than its irreducible arithmetic at the device's peak for that precision or its bytes at the
 memory bandwidth. The irreducible arithmetic of each algorithm is counted
 here by hand from the algorithm, independently of the cost model's work formulas:
 - direct and im2col: every multiply-add of the convolution;
 - Winograd F(2x2, 3x3): the alpha^2 = 16 tile products per (Cout, Cin, tile), the transforms not
   counted (a real kernel does them with additions);
-- FFT: four real multiply-adds per complex bin of a real FFT of the padded plane, per (N, Cin, Cout).
+- FFT: four real multiply-adds per complex bin of a real FFT of the padded plane, per (N, Cin, Cout);
+- FlashAttention (attention on a machine that runs it): the projections' multiply-adds and the
+  scores on and below the causal diagonal times the head width, two GEMMs forward and four
+  backward, against the bytes of its input, output and weights (no S x S matrix is ever written).
 Also: the Winograd and FFT work formulas against multiplies counted by hand for two small shapes.
 """
 
@@ -21,6 +24,7 @@ from costmodel.files import load_machine, shipped_machine_names
 from costmodel.layer_layouts import local_layer
 from costmodel.precision import MATMUL_OPS, PRECISIONS, with_precision
 from costmodel.strategy import make_strategy
+from networks.ir import DTYPE_BYTES
 from networks.loader import load_network, zoo_names
 from networks.ops.conv import fft_work, winograd_work
 from profiler.context import compute_model
@@ -43,12 +47,31 @@ def _irreducible_macs(local, algorithm: str, pass_: str) -> float:
     return 4 * hp * (wp // 2 + 1) * n * c * f
 
 
-def _cases(precision: str = "fp32"):
+def _cases(precision: str = "fp32", machine=None):
     for name in zoo_names():
         net = with_precision(load_network(name), precision)
         for layer in net.layers:
             algos = [a for a in CONV_ALGORITHMS if algorithm_applies(layer, a)] if layer.op == "conv2d" else [""]
+            if layer.op == "attention" and machine is not None and machine.device.flash:
+                algos = ["flash", "materialized"]
             yield name, layer, algos
+
+
+def _flash_floor(local, pass_: str, itemsize: int) -> tuple[float, float]:
+    """(MACs, bytes) no FlashAttention pass can avoid, counted by hand: the projections' multiply-adds
+    and, per head, the scores on and below the causal diagonal (all of them without the mask) times
+    the head width, twice forward (q k^T, p v) and four times backward (dv, dp, dq, dk; recomputing
+    the scores is the algorithm's choice, not counted); the bytes of the input read and the output
+    written once (or their gradients) and of the weights."""
+    s, d = local.in_shapes[0]
+    p = local.p
+    heads, kv, dh = p["heads"], p.get("kv_heads") or p["heads"], p.get("head_dim") or d // p["heads"]
+    rows = local.batch * s
+    proj = rows * d * (2 * heads + 2 * kv) * dh
+    scores = local.batch * heads * (s * (s + 1) // 2 if p["causal"] else s * s)
+    core = {"fwd": 2, "bwd_data": 4, "bwd_weights": 0}[pass_] * scores * dh
+    weights = sum(math.prod(shape) for _, shape in local.weight_shapes)
+    return proj + core, (2 * rows * d + weights) * itemsize
 
 
 def _peak(machine, precision: str, layer) -> float:
@@ -74,7 +97,7 @@ def test_no_pass_is_priced_below_its_arithmetic_or_its_bytes(machine_name, preci
     model = compute_model(machine, precision=precision)
     bandwidth = machine.device.mem_bandwidth_bytes_per_s
     checked = 0
-    for net_name, layer, algos in _cases(precision):
+    for net_name, layer, algos in _cases(precision, machine):
         local = local_layer(layer, make_strategy(1, {}), 8)
         cost = local_cost(local)
         peak = _peak(machine, precision, layer)
@@ -83,6 +106,9 @@ def test_no_pass_is_priced_below_its_arithmetic_or_its_bytes(machine_name, preci
                 priced = model.pass_s(local, pass_, algorithm)
                 arithmetic = 2 * _irreducible_macs(local, algorithm, pass_) / peak
                 moved = (cost.bytes_read[i] + cost.bytes_written[i]) / bandwidth
+                if algorithm == "flash":
+                    macs, nbytes = _flash_floor(local, pass_, DTYPE_BYTES[layer.dtype])
+                    arithmetic, moved = 2 * macs / peak, nbytes / bandwidth
                 assert priced >= max(arithmetic, moved) * (1 - 1e-9), (
                     f"{machine_name} {precision} {net_name} {layer.name} {pass_} {algorithm or '-'}: priced "
                     f"{priced:.3e} s, "

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel.candidates import divisors
+from costmodel.candidates import candidate_strategies, divisors
 from networks.errors import DnnplanError
 from planner.cut_search import best_cut, cut_lower
 from planner.optimize import Settings
@@ -66,15 +66,38 @@ def _gpt4(tmp_path) -> str:
     return str(path)
 
 
+def _moe4(tmp_path) -> str:
+    """A 4-block mixture-of-experts GPT: grouped-query attention (4 heads, 2 key/value) and 4 SwiGLU
+    experts, top 2, in place of the MLP; its attention can split the sequence (context parallelism)
+    and its experts over an expert group."""
+    text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4").replace(
+        'heads: "{heads}", causal: true', 'heads: "{heads}", kv_heads: 2, causal: true').replace(
+        '      - {name: fc, op: linear, features: "{4 * dim}"}\n      - {name: gelu, op: gelu}\n'
+        '      - {name: proj, op: linear, features: "{dim}"}\n',
+        '      - {name: moe, op: moe, experts: 4, top_k: 2, hidden: 64}\n').replace(
+        "inputs: [add1, mlp_drop]", "inputs: [add1, moe]").replace(
+        '      - {name: mlp_drop, op: dropout, rate: "{rate}"}\n', "")
+    path = tmp_path / "moe-4blocks.yaml"
+    path.write_text(text)
+    return str(path)
+
+
 @pytest.mark.slow
-def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_path):
+@pytest.mark.parametrize("make, limit", [(_gpt4, 2.0 ** 30 * 0.0033), (_moe4, 2.0 ** 20 * 0.95)])
+def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_path, make, limit):
     """A 4-block GPT on 8 devices: every pipeline degree, micro-batch count and stage split, each
-    stage solved exactly on its own blocks, against the search (its stage solves exact too)."""
+    stage solved exactly on its own blocks, against the search (its stage solves exact too). Also
+    with grouped-query attention and experts, whose strategy space holds context (a split
+    sequence) and expert splits."""
     p, batch = 8, 8
-    ctx = context.resolve(_gpt4(tmp_path), p, batch, "dgx-a100", None, precision="fp16")
+    ctx = context.resolve(make(tmp_path), p, batch, "dgx-a100", None, precision="fp16")
     net, stack = ctx.network, uniform_stack(ctx.network)
     assert stack is not None and stack.n == 4
-    limit = 2.0 ** 30 * 0.0033  # 3.4 MiB a device: one stage does not fit, so the search must cut
+    if make is _moe4:
+        space = {s.label for op in ("attention", "moe") for layer in net.layers if layer.op == op
+                 for s in candidate_strategies(layer, p, batch)}
+        assert any("H=" in s for s in space) and any("E=" in s for s in space)
+    # limit: 3.4 MiB (0.95 MiB) a device, so one stage does not fit and the search must cut
     got = search_pipeline(net, batch, p, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
                           micro_counts=divisors(batch))
     sends = _Search(stack, batch, p, ctx.machine, ctx.compute, limit, SETTINGS)

@@ -179,7 +179,7 @@ def test_each_collective_is_costed_with_its_own_fit():
     """profile-comm fits alpha/beta/gamma per collective; the local machine uses each fit."""
     from costmodel.collective_groups import collective_s
     from costmodel.files import load_machine
-    from costmodel.layer_cost import _link
+    from costmodel.edge_cost import _link
     from costmodel.profile_links import links_from_table
     from costmodel.strategy import Strategy
 

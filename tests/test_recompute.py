@@ -26,14 +26,21 @@ runner = CliRunner()
 def test_recomputing_attention_trades_its_internals_for_one_more_forward():
     attn = load_network("gpt2").layer("h0.attn")
     strat = make_strategy(1, {})
-    keep = layer_estimate(attn, strat, 4, A100, ROOF)
-    again = layer_estimate(attn, strat, 4, A100, ROOF, RECOMPUTE)
+    keep = layer_estimate(attn, strat, 4, A100, ROOF, "materialized")
+    again = layer_estimate(attn, strat, 4, A100, ROOF, "materialized+recompute")
     from costmodel.layer_layouts import local_layer
     internals = local_cost(local_layer(attn, strat, 4)).activation_bytes  # q, k, v, probabilities, heads
     assert internals > 0
     assert keep.memory.activations - again.memory.activations == internals
     assert again.bwd_data_s == pytest.approx(keep.bwd_data_s + keep.fwd_compute_s, rel=1e-12)
     assert (again.fwd_compute_s, again.bwd_weights_s) == (keep.fwd_compute_s, keep.bwd_weights_s)
+    # the machine's default kernel (flash on an A100) recomputed: RECOMPUTE alone names it
+    flash, flash_again = (layer_estimate(attn, strat, 4, A100, ROOF, a) for a in ("", RECOMPUTE))
+    assert (flash.algorithm, flash_again.algorithm) == ("flash", "flash+recompute")
+    assert flash_again.bwd_data_s == pytest.approx(flash.bwd_data_s + flash.fwd_compute_s, rel=1e-12)
+    # flash keeps q, k, v and the heads' output and a float32 statistic per query and head
+    assert flash.memory.activations - flash_again.memory.activations == internals - 4 * 12 * 1024 * 1024 * 4 \
+        + 4 * 12 * 1024 * 4
 
 
 def test_recompute_applies_only_where_a_layer_keeps_internals():

@@ -23,7 +23,8 @@ from networks.loader import load_network, zoo_names
 from dnnplan.cli import app
 
 EXPECTED = {"alexnet", "vgg16", "resnet18", "resnet50", "resnet152", "googlenet", "mlp", "gpt2",
-            "largeimage2d", "lenet5", "resnext101", "gpt2-xl", "gpt3-175b"}
+            "largeimage2d", "lenet5", "resnext101", "gpt2-xl", "gpt3-175b", "llama3-8b", "llama3-70b",
+            "llama3.1-405b", "mixtral-8x7b"}
 
 
 def _resnext101_params() -> int:
@@ -58,6 +59,12 @@ PARAMS = {
     # 784 -> 4096 -> 4096 -> 4096 -> 10, biases included
     "mlp": (784 * 4096 + 4096) + 2 * (4096 * 4096 + 4096) + (4096 * 10 + 10),
     "resnext101": _resnext101_params(),
+    # the released checkpoints' safetensors totals (HuggingFace model pages; counted by hand from
+    # their config.json in tests/test_zoo_modern.py)
+    "llama3-8b": 8_030_261_248,
+    "llama3-70b": 70_553_706_496,
+    "llama3.1-405b": 405_853_388_800,
+    "mixtral-8x7b": 46_702_792_704,
 }
 
 # torchvision model docs, "GFLOPS" column (= GMACs), two decimals

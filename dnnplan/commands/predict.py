@@ -12,10 +12,10 @@ from costmodel.files import load_machine
 from costmodel.precision import get_precision
 from costmodel.step import model_flops_utilization, predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
-from dnnplan.options import (BatchOpt, ChunksOpt, DevicesOpt, ForeignProfileOpt, JsonOpt, LayersOpt, MachineOpt,
-                             MicroBatchesOpt, NetworkArg, OptimizerOpt,
-                             PipelineOpt, PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt,
-                             ScheduleOpt, SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
+from dnnplan.options import (AttentionOpt, BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForeignProfileOpt,
+                             JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt, PipelineOpt,
+                             PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
+                             SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
 from dnnplan.render import fmt, tables
 from dnnplan.render.plan import SMALL_NETWORK
@@ -32,7 +32,8 @@ from profiler.context import Context
 def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
             batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
             precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0,
-            tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False,
+            tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False, context_: ContextOpt = 1,
+            expert: ExpertOpt = 1, attention: AttentionOpt = "",
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
@@ -54,8 +55,12 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     data 16, micro-batches of one sample:
     dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --tensor 8
     --pipeline 12 --micro-batches 96 --recompute full --machine dgx-a100
-
     Add --schedule interleaved --chunks 3 for Megatron-LM's interleaved 1F1B with 3 model chunks a device.
+
+    --context C splits the sequence over C devices, --expert E a mixture of experts' experts over E
+    data-parallel ones (Megatron-Core's context and expert parallelism). Mixtral 8x7B on 64 H100s:
+    dnnplan predict mixtral-8x7b -p 64 -b 256 --machine dgx-h100 --precision bf16 --optimizer adam
+    --expert 8 --pipeline 4 --micro-batches 16
 
     DeepSpeed's ZeRO-3 as Narayanan et al. (Table 2) ran GPT-3 on 1536 GPUs, one sample each:
     dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --zero 3
@@ -63,21 +68,16 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     """
     if is_plan_file(network):
         return predict_plan(network, profile, as_json, step_context, layers, foreign_profile)
-    if (tensor > 1 or sequence_parallel) and strategy != "data":
-        raise DnnplanError("--tensor and --strategy both give the layers' splits",
+    if (megatron := tensor > 1 or sequence_parallel or context_ > 1 or expert > 1) and strategy != "data":
+        raise DnnplanError("--tensor (--context, --expert) and --strategy both give the layers' splits",
                            hint="give one: --tensor T splits the batch over the devices it leaves")
     opt = Optimizer(optimizer, zero)
     check_runtime(runtime, opt, tensor, pipeline, sequence_parallel, strategy)
     ctx = context.resolve(network, devices, batch, machine, profile, precision=precision, foreign_ok=foreign_profile)
-    algorithms = recompute_algorithms(ctx.network, recompute)
+    algorithms = recompute_algorithms(ctx.network, recompute, attention)
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
-
-    def strategies_of(net: Network, ranks: int, batch: int):
-        if tensor > 1 or sequence_parallel:
-            return megatron_strategies(net, ranks, batch, tensor, sequence_parallel)
-        return uniform_strategies(net, ranks, batch, strategy)
-
+    strategies_of = _strategies(megatron, strategy, tensor, sequence_parallel, context_, expert)
     if pipeline > 1 or micro_batches > 1:
         return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json,
                                  chunks, full=recompute == "full")
@@ -124,6 +124,16 @@ def recompute_warning(net: Network, mode: str, pred, plain) -> str | None:
             f"{fmt.seconds(plain.step_s)} to {fmt.seconds(pred.step_s)} (convolutions are not recomputed, so the "
             "inputs they keep stay, and a block's recomputation holds its activations again while its backward "
             "runs); leave it out")
+
+
+def _strategies(megatron: bool, strategy: str, tensor: int, sequence_parallel: bool, context: int, expert: int):
+    """(network, ranks, batch) -> the layers' strategies and fallbacks: Megatron-Core's layout of the
+    tensor, context, expert and data degrees, or one uniform strategy."""
+    def strategies_of(net: Network, ranks: int, batch: int):
+        if megatron:
+            return megatron_strategies(net, ranks, batch, tensor, sequence_parallel, context=context, expert=expert)
+        return uniform_strategies(net, ranks, batch, strategy)
+    return strategies_of
 
 
 def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], opt: Optimizer, stages: int,

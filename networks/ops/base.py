@@ -6,7 +6,7 @@ model and the executor read everything they know about an op from here.
 Dimension letters (canonical, shared by every op so strategies compose along the graph):
 ``N`` sample, ``H`` and ``W`` spatial (``H`` is also the sequence axis of token tensors),
 ``C`` input channels / contraction (the channel axis of ops without weights), ``F`` filters /
-output features (attention heads for ``attention``).
+output features (attention heads for ``attention``), ``E`` experts (``moe``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Callable
 from networks.errors import DnnplanError, short
 from networks.ir import Shape
 
-DIMS = ("N", "H", "W", "C", "F")
+DIMS = ("N", "E", "H", "W", "C", "F")
 REQUIRED = object()
 #: The largest integer a spec may give (a size, a count, a stride): 2^31, beyond any real layer.
 MAX_INT = 2**31
@@ -112,6 +112,28 @@ class DimSplit:
     extra: tuple[ExtraComm, ...] = ()
     min_block: int = 1
     divides: bool = False  # the degree must divide ``size`` (blocks must stay contiguous elsewhere)
+    #: ``(weight, units)``: the split cuts that weight's axis (``weight_axes``) in ``units`` whole
+    #: groups (grouped-query attention's key/value heads). A degree must divide ``units`` (whole
+    #: groups per rank) or be a multiple of it: then each group is held by ``degree / units``
+    #: neighbouring ranks (replicated), whose gradients of it are summed over them.
+    weight_units: tuple[tuple[str, int], ...] = ()
+
+
+def units_fit(split: "DimSplit", degree: int) -> str | None:
+    """Why ``degree`` cannot cut the grouped weights of ``split`` (``DimSplit.weight_units``), or None."""
+    for name, units in split.weight_units:
+        if units % degree and degree % units:
+            return f"{split.dim}={degree} must divide the {units} groups of {name} or be a multiple of them"
+    return None
+
+
+def units_share(split: "DimSplit", name: str, degree: int) -> int:
+    """How many neighbouring ranks of a ``degree``-way split hold each group of weight ``name``
+    (1 unless the degree exceeds its ``weight_units``)."""
+    for wname, units in split.weight_units:
+        if wname == name and degree > units:
+            return degree // units
+    return 1
 
 
 @dataclass(frozen=True)

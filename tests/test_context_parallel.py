@@ -1,0 +1,73 @@
+"""Context parallelism: attention over a sequence split across a group (the ``H`` degree), its keys
+and values exchanged by a ring or an all-gather (costmodel/context_comms.py), the causal load
+balance of the two-chunk ordering (costmodel/flash.py), the weight gradients summed over the
+sequence group, and the activations split by the sequence. Byte counts against the layout algebra."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.compute import Roofline
+from costmodel.context_comms import context_comms, kv_bytes
+from costmodel.files import load_machine
+from costmodel.flash import visited
+from costmodel.layer_cost import layer_estimate
+from costmodel.layer_layouts import local_layer
+from costmodel.layout import AxisSplit, Layout, reshard_peaks
+from costmodel.precision import with_precision
+from costmodel.strategy import make_strategy
+from networks.spec import parse_network
+
+H100 = load_machine("dgx-h100")
+
+
+def _attn(seq: int, width: int = 512, heads: int = 8, kv: int = 2):
+    text = "\n".join(["name: t", "inputs:", f"  x: {{shape: [{seq}, {width}]}}", "layers:",
+                      f"  - {{name: attn, op: attention, heads: {heads}, kv_heads: {kv}, causal: true, bias: false}}",
+                      "  - {name: fc, op: linear, features: 5}", "  - {name: loss, op: softmax_cross_entropy}"])
+    return with_precision(parse_network(text, "<t>"), "bf16").layer("attn")
+
+
+@pytest.mark.parametrize("c", [2, 4, 8])
+def test_the_exchanged_keys_and_values_are_what_the_layout_algebra_moves(c):
+    batch, seq, dh, kv = 2, 1024, 64, 2
+    layer = _attn(seq)
+    strat = make_strategy(c, {"H": c})
+    local = local_layer(layer, strat, batch)
+    mine = batch * (seq // c) * 2 * kv * dh * 2  # local keys and values, 16-bit
+    assert kv_bytes(local, 2) == mine
+    # every rank needs every key: the (samples, sequence, 2 kv dh) tensor from sequence shards to whole
+    shape = (batch, seq, 2 * kv * dh)
+    own = Layout(shape, strat, (None, AxisSplit("H", c, seq), None))
+    need = Layout(shape, strat, (None, None, None))
+    received = reshard_peaks(own, need)[0] * 2
+    assert received == (c - 1) * mine
+    comms = context_comms(layer, strat, local, 2, H100, (1.0, 1.0))  # a slow core hides the ring
+    assert [(x[1], x[2], x[3]) for x in comms] == [("fwd", "ring", (c - 1) * mine), ("bwd", "ring", 2 * (c - 1) * mine)]
+    assert all(x[5] == 0.0 and x[6] > 0 for x in comms)  # exposed nothing, the link busy
+    fast = context_comms(layer, strat, local, 2, H100, (0.0, 0.0))  # nothing to hide under
+    gather = [x for x in fast if x[2] != "ring"]
+    if gather:  # the all-gather of c kv gathered, the reduce-scatter of the gradients
+        assert [(x[1], x[2], x[3]) for x in gather] == [("fwd", "allgather", c * mine), ("bwd", "reduce_scatter", c * mine)]
+
+
+def test_the_two_chunk_order_balances_causal_work_across_the_ranks():
+    # 128 positions over 4 ranks in chunks of 16 (one tile each): rank i holds chunks i and 7 - i
+    # and visits key tiles 0..i and 0..7-i: 9 tiles of 16 x 16 whatever i (36 in all, the causal 8 x 8)
+    assert visited(32, 128, True, 16, 16)[2] == 9 * 256
+    # without the reordering the last rank would visit tiles 0..6 and 0..7
+    assert (16 * (112 + 128)) / (9 * 256) == pytest.approx(1.67, abs=0.01)
+
+
+def test_context_parallel_attention_splits_work_memory_and_sums_weight_gradients_over_the_group():
+    seq, batch = 8192, 1
+    layer = _attn(seq, 4096, 32, 8)
+    roof = Roofline(H100)
+    whole = layer_estimate(layer, make_strategy(8, {"F": 8}), batch, H100, roof)
+    split = layer_estimate(layer, make_strategy(16, {"H": 2, "F": 8}), batch, H100, roof)
+    assert split.memory.activations == pytest.approx(whole.memory.activations / 2, rel=1e-3)
+    assert split.fwd_compute_s < 0.6 * whole.fwd_compute_s  # half the queries, half their keys' tiles
+    syncs = [c for c in split.comms if c.purpose == "grad_sync"]
+    assert [c.group for c in syncs] == [2]  # the weights' gradients over the sequence group
+    kv = [c for c in split.comms if c.purpose == "kv"]
+    assert {c.phase for c in kv} == {"fwd", "bwd"} and all(c.seconds <= c.link_time for c in kv)
