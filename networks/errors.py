@@ -13,7 +13,7 @@ import difflib
 #: The longest a value quoted from a user's input, or a message, may run in an error line.
 VALUE_CHARS = 60
 MESSAGE_CHARS = 300
-HINT_CHARS = 200
+HINT_CHARS = 300
 NAME_CHARS = 60
 PATH_CHARS = 120
 LINE_CHARS = 600
@@ -60,9 +60,16 @@ def _escaped(text: object) -> str:
 
 
 def _cut(text: object, limit: int) -> str:
-    """``text`` escaped (:func:`_escaped`) and cut to at most ``limit`` characters."""
+    """``text`` escaped (:func:`_escaped`) and cut to at most ``limit`` characters, at a word's end
+    where one lies in the last third (a message is never cut mid-word when it can be helped)."""
     out = _escaped(text)
-    return out if len(out) <= limit else out[:limit - 3] + "..."
+    if len(out) <= limit:
+        return out
+    head = out[:limit - 4]
+    space = head.rfind(" ")
+    if space >= (2 * limit) // 3:
+        head = head[:space].rstrip(",;:")
+    return head + " ..."
 
 
 def _cut_front(path: object, limit: int) -> str:

@@ -33,7 +33,7 @@ def spec_text(name_or_path: str) -> tuple[str, str]:
     if name_or_path not in zoo_names():
         close = did_you_mean(name_or_path, zoo_names())
         raise DnnplanError(f"{short(name_or_path)} is neither a zoo network nor a spec file",
-                           hint=(f"did you mean '{close}'? " if close else "") +
+                           hint=f"did you mean '{close}'? `dnnplan networks` lists the zoo" if close else
                            f"zoo networks: {', '.join(zoo_names())}; or pass a path to a .yaml spec")
     entry = resources.files(ZOO_PACKAGE) / f"{name_or_path}.yaml"
     return entry.read_text(encoding="utf-8"), f"zoo/{name_or_path}.yaml"
