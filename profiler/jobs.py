@@ -54,7 +54,8 @@ def launcher_env(env: dict | None = None) -> dict:
 
 
 def launcher_alive(pid: int, started: str) -> bool:
-    """Whether the launcher ``pid`` (started at ``started``, "" unknown) still runs."""
+    """Whether the launcher ``pid`` (started at ``started``, "" unknown) still runs (a zombie, ended
+    but not yet reaped, does not)."""
     if os.path.isdir("/proc/self"):
         now = start_time(pid)
         return now is not None and (not started or now == started)

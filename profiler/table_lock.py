@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from networks.writing import SystemFailure, failure, umask
+from profiler.jobs import launcher_alive
 
 #: How long a writer waits for another to finish writing the same table [s]
 WAIT_S = 60.0
@@ -116,20 +117,7 @@ def _holder(fd: int) -> int | None:
 
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return launcher_alive(pid, "")
 
 
 def _remove(where: str) -> None:

@@ -26,13 +26,13 @@ does, at each span's end).
 from __future__ import annotations
 
 from executor.backend.device import Communicator
-from executor.backend.staging import StagedCommunicator
+from executor.backend.staging import HostObjects, StagedCommunicator
 from kernels.cuda.precision import NCCL_DATA_TYPE
 
 SUM, MAX = 0, 2
 
 
-class NcclCommunicator:
+class NcclCommunicator(HostObjects):
     """An NCCL communicator over the ranks of ``host`` (a host Communicator of the same group)."""
 
     def __init__(self, host: Communicator, nccl, stream_ptr: int, staging: StagedCommunicator):
@@ -141,12 +141,3 @@ class NcclCommunicator:
         if destroy is not None:
             destroy()
         self.host.free()
-
-    def bcast_object(self, obj, root: int):
-        return self.host.bcast_object(obj, root)
-
-    def gather_object(self, obj, root: int):
-        return self.host.gather_object(obj, root)
-
-    def allgather_object(self, obj) -> list:
-        return self.host.allgather_object(obj)

@@ -20,6 +20,22 @@ import numpy as np
 from executor.backend.device import Array, Communicator, DeviceMemory
 
 
+class HostObjects:
+    """Python objects (plans, timings, check results) go between ranks over the host communicator
+    ``self.host``, whatever carries the arrays."""
+
+    host: Communicator
+
+    def bcast_object(self, obj, root: int):
+        return self.host.bcast_object(obj, root)
+
+    def gather_object(self, obj, root: int):
+        return self.host.gather_object(obj, root)
+
+    def allgather_object(self, obj) -> list:
+        return self.host.allgather_object(obj)
+
+
 class StagedRequest:
     """A staged ``isend``: the host request and the host copy it sends from (kept alive)."""
 
@@ -32,7 +48,7 @@ class StagedRequest:
         return self.req.test()
 
 
-class StagedCommunicator:
+class StagedCommunicator(HostObjects):
     """``host``'s collectives on ``device``'s arrays, each buffer staged through host memory
     (executor.backend.device.Communicator)."""
 
@@ -99,12 +115,3 @@ class StagedCommunicator:
 
     def free(self) -> None:
         self.host.free()
-
-    def bcast_object(self, obj, root: int):
-        return self.host.bcast_object(obj, root)
-
-    def gather_object(self, obj, root: int):
-        return self.host.gather_object(obj, root)
-
-    def allgather_object(self, obj) -> list:
-        return self.host.allgather_object(obj)
