@@ -57,12 +57,14 @@ def test_info_shows_the_sources_parameter_count_on_the_written_spec(tmp_path):
         assert json.loads(result.output)["totals"]["params"] == 25_557_032
 
 
-def test_plan_takes_a_config_folder_in_one_command():
-    result = runner.invoke(app, ["plan", str(HF / "gpt2"), "--devices", "8", "--machine", "dgx-a100",
-                                 "--precision", "bf16", "--json"])
+def test_plan_takes_a_config_in_one_command_and_the_plan_fits():
+    """Issue 53's command: `dnnplan plan Meta-Llama-3-8B/config.json --devices 64 --precision bf16`."""
+    config = str(HF / "Meta-Llama-3-8B" / "config.json")
+    result = runner.invoke(app, ["plan", config, "--devices", "64", "--precision", "bf16", "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
-    assert data["network"] == str(HF / "gpt2") and data["devices"] == 8 and data["step_s"] > 0
+    data = json.loads(result.stdout)  # the search's progress line goes to stderr
+    assert data["network_name"] == "Meta-Llama-3-8B" and data["devices"] == 64
+    assert data["step_s"] > 0 and 0 < data["memory_peak_bytes"] <= data["solver"]["memory_limit_bytes"]
 
 
 def _tiny_cnn(path: Path) -> None:
