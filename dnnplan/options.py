@@ -22,6 +22,10 @@ from networks.ops.base import MAX_INT
 NetworkArg = Annotated[str, typer.Argument(help="A zoo network name (see `dnnplan networks`), a path to a "
                                                 "network spec YAML (docs/network-spec.md), or a model to import: a "
                                                 "Hugging Face config.json (or its folder) or an ONNX file.")]
+SeqOpt = Annotated[Optional[int], typer.Option("--seq", help="Tokens per sequence of a language model \\[default: "
+                                               "the spec's; a Hugging Face config's longest "
+                                               "(max_position_embeddings); an ONNX graph's].",
+                                               callback=within("--seq", 1, MAX_INT))]
 PlanArg = Annotated[str, typer.Argument(help="A plan file written by `dnnplan plan --out`.")]
 ProfileTargetArg = Annotated[str, typer.Argument(help="A network (zoo name or spec path), or a sweep: 'gemm' "
                                                       "(GEMM grid over --sizes) or 'conv' (3x3 conv grid).")]

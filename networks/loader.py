@@ -41,14 +41,14 @@ def spec_text(name_or_path: str) -> tuple[str, str]:
 
 def load_network(name_or_path: str, seq: int | None = None) -> Network:
     """Load and validate a network by zoo name or path; a config.json, a folder holding one or an
-    ONNX file is imported first (``seq``: the sequence length of an imported model, default its
-    longest)."""
+    ONNX file is imported first. ``seq``: the tokens per sequence (default: an imported config's
+    longest, the ONNX graph's, the spec's own); a network without a token sequence is refused."""
     if not is_importable(name_or_path):
         text, source = spec_text(name_or_path)
-        return parse_network(text, source)
+        return parse_network(text, source, seq)
     text, source, generated = imported_spec(name_or_path, seq)
     if not generated:
-        return parse_network(text, source)
+        return parse_network(text, source, seq)
     try:
         return parse_network(text, source)
     except DnnplanError as err:  # its line is the generated spec's: `dnnplan import` shows that text

@@ -9,7 +9,7 @@ orders them, and this module checks the top level and builds the layers (shapes,
 from __future__ import annotations
 
 from networks.errors import DnnplanError, short
-from networks.ir import DTYPE_BYTES, InputSpec, Layer, Network
+from networks.ir import DTYPE_BYTES, FLOAT_DTYPES, InputSpec, Layer, Network
 from networks.ops.base import MAX_ELEMENTS, MAX_INT, REQUIRED, ShapeError, coerce, prod
 from networks.ops.catalogue import OPS
 from networks.spec_expand import Parser, Raw
@@ -48,15 +48,30 @@ def _parse_inputs(doc: LDict, p: Parser) -> tuple[InputSpec, ...]:
     return tuple(out)
 
 
-def parse_network(text: str, source: str = "<spec>") -> Network:
-    """Parse and validate a network spec; raise DnnplanError on any mistake."""
+def with_sequence(inputs: tuple[InputSpec, ...], seq: int, name: str, p: Parser, line: int) -> tuple[InputSpec, ...]:
+    """``inputs`` with the token sequence ``seq`` long (``--seq``): a language model's one input of
+    token ids, shape ``[S]``; any other network is refused in one line (a CNN has no sequence)."""
+    if seq < 1 or seq > MAX_INT:
+        raise p.fail(f"--seq must be a whole number from 1 to 2^31, got {seq}")
+    tokens = [i for i in inputs if len(i.shape) == 1 and i.dtype not in FLOAT_DTYPES]
+    if len(inputs) != 1 or not tokens:
+        got = ", ".join(f"'{i.name}' {list(i.shape)} {i.dtype}" for i in inputs)
+        raise p.fail(f"--seq {seq}: {name} takes no sequence of tokens (its input{'s' * (len(inputs) > 1)}: {got}); "
+                     "--seq sets the tokens per sequence of a language model", line=line, field="inputs",
+                     hint="leave --seq out")
+    return (InputSpec(tokens[0].name, (seq,), tokens[0].dtype),)
+
+
+def parse_network(text: str, source: str = "<spec>", seq: int | None = None) -> Network:
+    """Parse and validate a network spec; raise DnnplanError on any mistake. ``seq``: the tokens per
+    sequence of a language model, in place of the spec's (:func:`with_sequence`)."""
     try:
-        return _parse(text, source)
+        return _parse(text, source, seq)
     except DnnplanError as err:
         raise err.located(file=err.file or source) from None
 
 
-def _parse(text: str, source: str) -> Network:
+def _parse(text: str, source: str, seq: int | None = None) -> Network:
     doc = load_yaml(text, source)
     p = Parser(source)
     if not isinstance(doc, LDict):
@@ -66,6 +81,8 @@ def _parse(text: str, source: str) -> Network:
     if not isinstance(name, str) or not name:
         raise p.fail("the spec needs a 'name'", line=doc.line, field="name")
     inputs = _parse_inputs(doc, p)
+    if seq is not None:
+        inputs = with_sequence(inputs, seq, name, p, doc.get("inputs").line)
     p.blocks = _parse_blocks(doc, p)
     if "layers" not in doc:
         raise p.fail("the spec needs 'layers'", line=doc.line, field="layers")

@@ -69,6 +69,7 @@ class Plan:
     pipeline: PipelineSpec | None = None  # None: one stage on every device, the whole batch at once
     #: the step by term (costmodel.breakdown: the names every command prints), shown, not read back
     breakdown: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
+    seq: int | None = None  # --seq: the network's tokens per sequence when given, None for its own
 
     @property
     def stage_ranks(self) -> int:

@@ -25,7 +25,7 @@ from networks.spec_yaml import load_yaml
 from costmodel.pipeline import SCHEDULES, cut_at
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
-TOP_KEYS = ("version", "network", "network_name", "network_hash", "batch", "devices", "machine", "precision",
+TOP_KEYS = ("version", "network", "seq", "network_name", "network_hash", "batch", "devices", "machine", "precision",
             "optimizer", "zero", "profile_fingerprint", "step_s", "memory_peak_bytes", "memory_parts_bytes", "mfu",
             "step_breakdown_s", "baselines", "solver", "pipeline", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
@@ -34,7 +34,8 @@ LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memo
 
 def plan_to_dict(plan: Plan) -> dict:
     return {
-        "version": plan.version, "network": plan.network, "network_name": plan.network_name,
+        "version": plan.version, "network": plan.network, **({"seq": plan.seq} if plan.seq is not None else {}),
+        "network_name": plan.network_name,
         "network_hash": plan.network_hash, "batch": plan.batch, "devices": plan.devices,
         "machine": plan.machine, "precision": plan.precision, "optimizer": plan.optimizer, "zero": plan.zero,
         "profile_fingerprint": plan.profile_fingerprint,
@@ -72,7 +73,8 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     _check_top(data, path)
     precision = _precision(data, path)
     optimizer = _optimizer(data, path)
-    net = with_precision(load_network(str(data["network"])), precision)
+    seq = _seq(data, path)
+    net = with_precision(load_network(str(data["network"]), seq), precision)
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
         raise _fail(f"the plan was made for a different version of network {short(data['network'])} "
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
@@ -93,8 +95,17 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
                 solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
                 mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline,
-                breakdown=_breakdown(data, path))
+                breakdown=_breakdown(data, path), seq=seq)
     return plan, net
+
+
+def _seq(data: dict, path: str) -> int | None:
+    """The plan's ``seq`` (the network's tokens per sequence it was planned for), None when absent."""
+    seq = data.get("seq")
+    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= MAX_INT):
+        raise _fail(f"'seq' must be a whole number from 1 to 2^31 (the tokens per sequence), got {short(seq)}", path,
+                    field="seq")
+    return seq
 
 
 def _pipeline(data: dict, net: Network, path: str) -> PipelineSpec | None:

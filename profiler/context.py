@@ -35,6 +35,7 @@ class Context:
     precision: str = DEFAULT_PRECISION
     #: how the batch was chosen when none was given (networks.default_batch), "" when it was given
     batch_rule: str = ""
+    seq: int | None = None  # --seq: the tokens per sequence given, None for the network's own
 
 
 def default_batch(devices: int, net: Network | None = None) -> int:
@@ -47,20 +48,21 @@ def default_batch(devices: int, net: Network | None = None) -> int:
 
 def resolve(network: str, devices: int, batch: int | None, machine: str | None,
             profile: str | None = None, refresh: bool = False, precision: str = DEFAULT_PRECISION,
-            foreign_ok: bool = False) -> Context:
-    """Load the network and the machine named on the command line and choose the compute model."""
+            foreign_ok: bool = False, seq: int | None = None) -> Context:
+    """Load the network (``seq`` tokens a sequence when given) and the machine named on the command
+    line and choose the compute model."""
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")
     if batch is not None and batch < 1:
         raise DnnplanError(f"--batch must be a positive integer, got {batch}")
     prec = get_precision(precision)
-    net = with_precision(load_network(network), prec.name)
+    net = with_precision(load_network(network, seq), prec.name)
     mach = load_machine(machine or DEFAULT_MACHINE)
     mach.check_devices(devices)
     compute = compute_model(mach, profile, devices, refresh, prec.name, foreign_ok)
     rule = "" if batch else family_batch(net, devices)[1]
     return Context(net, profiled_links(mach, compute), batch or default_batch(devices, net), devices, compute,
-                   prec.name, rule)
+                   prec.name, rule, seq)
 
 
 def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,

@@ -57,12 +57,14 @@ def test_info_shows_the_sources_parameter_count_on_the_written_spec(tmp_path):
         assert json.loads(result.output)["totals"]["params"] == 25_557_032
 
 
-def test_plan_takes_a_config_folder_in_one_command():
-    result = runner.invoke(app, ["plan", str(HF / "gpt2"), "--devices", "8", "--machine", "dgx-a100",
-                                 "--precision", "bf16", "--json"])
+def test_plan_takes_a_config_in_one_command_and_the_plan_fits():
+    """Issue 53's command: `dnnplan plan Meta-Llama-3-8B/config.json --devices 64 --precision bf16`."""
+    config = str(HF / "Meta-Llama-3-8B" / "config.json")
+    result = runner.invoke(app, ["plan", config, "--devices", "64", "--precision", "bf16", "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
-    assert data["network"] == str(HF / "gpt2") and data["devices"] == 8 and data["step_s"] > 0
+    data = json.loads(result.stdout)  # the search's progress line goes to stderr
+    assert data["network_name"] == "Meta-Llama-3-8B" and data["devices"] == 64
+    assert data["step_s"] > 0 and 0 < data["memory_peak_bytes"] <= data["solver"]["memory_limit_bytes"]
 
 
 def _tiny_cnn(path: Path) -> None:
@@ -113,3 +115,38 @@ def test_mistakes_are_one_line_and_exit_2(tmp_path, command):
     for path, words in cases.items():
         line = _one_error_line(runner.invoke(app, [command, path]))
         assert path in line and words in line, line
+
+
+def test_seq_sets_the_sequence_of_info_predict_and_plan_and_the_plan_file_keeps_it(tmp_path):
+    s, d, kv, f, v = 2048, 4096, 1024, 14336, 128256
+    # matmul MACs a sequence (networks/zoo/llama3-8b.yaml's formula at S=2048)
+    macs = 32 * (s * d * (2 * d + 2 * kv) + 2 * s * s * d + 3 * s * d * f) + s * d * v
+    for network in ("llama3-8b", str(HF / "Meta-Llama-3-8B")):
+        result = runner.invoke(app, ["info", network, "--seq", str(s), "--json"])
+        assert result.exit_code == 0, result.output
+        totals = json.loads(result.output)["totals"]
+        assert (totals["params"], totals["macs_per_sample"]) == (8_030_261_248, macs)
+    short = load_network("llama3-8b", seq=2048)
+    assert short.inputs[0].shape == (2048,) and short.layer("lm_head").out_shape == (2048, 128256)
+    plan = tmp_path / "plan.yaml"
+    planned = runner.invoke(app, ["plan", str(HF / "Meta-Llama-3-8B"), "--seq", "1024", "-p", "8", "-b", "16",
+                                  "--machine", "dgx-h100", "--precision", "bf16", "--pipeline", "off", "--out", str(plan)])
+    assert planned.exit_code == 0, planned.output
+    assert "\nseq: 1024\n" in plan.read_text()
+    again = runner.invoke(app, ["predict", str(plan), "--json"])
+    assert again.exit_code == 0, again.output
+    data = json.loads(again.output)
+    assert data["step_s"] == pytest.approx(data["plan"]["recorded_step_s"], rel=1e-9)
+    direct = runner.invoke(app, ["predict", "llama3-8b", "--seq", "1024", "-p", "8", "-b", "16", "--machine",
+                                 "dgx-h100", "--precision", "bf16", "--json"])
+    assert direct.exit_code == 0 and json.loads(direct.output)["layers"][0]["name"] == "embed"
+    assert "plan file" in _one_error_line(runner.invoke(app, ["predict", str(plan), "--seq", "512"]))
+
+
+@pytest.mark.parametrize("command", ["info", "predict", "plan"])
+def test_seq_where_there_is_no_sequence_is_one_line(command):
+    line = _one_error_line(runner.invoke(app, [command, "resnet50", "--seq", "512"]))
+    assert "--seq 512: resnet50 takes no sequence of tokens" in line and "'image' [3, 224, 224]" in line
+    line = _one_error_line(runner.invoke(app, [command, str(ONNX / "resnet50.onnx"), "--seq", "512"]))
+    assert "--seq 512: the graph takes no sequence" in line
+    assert "--seq" in _one_error_line(runner.invoke(app, [command, "gpt2", "--seq", "0"]))

@@ -8,19 +8,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from dnnplan.flags import within
-from dnnplan.options import ForceOpt, JsonOpt
+from dnnplan.options import ForceOpt, JsonOpt, SeqOpt
 from dnnplan.output import check_outputs
 from dnnplan.render.imported import imported_line
 from networks.importers.sources import import_model
-from networks.ops.base import MAX_INT
 from networks.writing import write_file
 
 ModelArg = Annotated[str, typer.Argument(help="A Hugging Face config.json, a folder holding one, or an ONNX "
                                               "model (.onnx).")]
-SeqOpt = Annotated[Optional[int], typer.Option("--seq", help="Tokens per sequence \\[default: the config's "
-                                               "longest (max_position_embeddings); for ONNX, the graph's].",
-                                               callback=within("--seq", 1, MAX_INT))]
 SpecOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the spec here (YAML) instead of "
                                                    "printing it.")]
 

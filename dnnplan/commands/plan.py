@@ -21,7 +21,7 @@ from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt, MachineOpt, MemoryOpt,
                              NetworkArg, OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt,
                              PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
-                             ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
+                             ScheduleOpt, SeqOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
@@ -56,12 +56,15 @@ def profile_fingerprint(path: str | None) -> str | None:
         raise DnnplanError(f"cannot read the profile table: {err}", file=path) from None
 
 
-def check_flags(solver: str, sweep: str | None, plot: str | None) -> None:
-    """What the flags' own ranges (dnnplan.options) cannot say: the solver's name, --plot without --sweep."""
+def check_flags(solver: str, sweep: str | None, plot: str | None, pipelined_sweep: bool = False) -> None:
+    """What the flags' own ranges (dnnplan.options) cannot say: the solver's name, --plot without --sweep,
+    a sweep of pipelined plans."""
     if solver not in ("auto", "reduced", "ilp"):
         raise DnnplanError(f"unknown --solver {short(solver)}", hint="use auto, reduced or ilp")
     if plot and not sweep:
         raise DnnplanError("--plot draws a sweep", hint="add --sweep 1,2,4,...")
+    if pipelined_sweep:
+        raise DnnplanError("--pipeline plans cannot be swept yet", hint="drop --sweep, or plan without --pipeline")
 
 
 def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None,
@@ -71,7 +74,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0, recompute: RecomputeOpt = True,
          pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b",
          prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False, step_context: PlanStepContextOpt = True,
-         layers: LayersOpt = False, force: ForceOpt = False, foreign_profile: ForeignProfileOpt = False) -> None:
+         layers: LayersOpt = False, force: ForceOpt = False, foreign_profile: ForeignProfileOpt = False,
+         seq: SeqOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -95,14 +99,12 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     On machine `local` the plan is then checked against the uniform plans, every plan's kernels
     (and collectives) timed again in its step's order and context (--no-step-context leaves it out).
     """
-    check_flags(solver, sweep, plot)
-    if sweep and (pipeline not in (None, "off") or micro_batches is not None):
-        raise DnnplanError("--pipeline plans cannot be swept yet", hint="drop --sweep, or plan without --pipeline")
+    check_flags(solver, sweep, plot, bool(sweep) and (pipeline not in (None, "off") or micro_batches is not None))
     check_outputs({"--out": out, "--plot": plot}, force)
     budget = search_budget(time_limit)
     with stop_on_ctrl_c(budget), progress_line(budget):
         try:
-            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile)
+            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile, seq)
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
             opt = Optimizer(optimizer, zero)
@@ -216,6 +218,7 @@ def show(run: Run, answer, out: str | None, as_json: bool, layers: bool) -> None
                               ctx.precision, mfu)
     else:
         got, plan = None, answer.plan
+    plan = dataclasses.replace(plan, seq=ctx.seq)  # the plan file names the network with its --seq
     if out:
         write_plan(plan, out)
     if as_json:

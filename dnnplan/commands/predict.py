@@ -15,7 +15,7 @@ from costmodel.uniform import uniform_strategies
 from dnnplan.options import (AttentionOpt, BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForeignProfileOpt,
                              JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt, PipelineOpt,
                              PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
-                             SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
+                             SeqOpt, SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
 from dnnplan.render import fmt, tables
 from dnnplan.render.plan import SMALL_NETWORK
@@ -37,7 +37,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
-            foreign_profile: ForeignProfileOpt = False) -> None:
+            foreign_profile: ForeignProfileOpt = False, seq: SeqOpt = None) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -45,6 +45,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     (for machine `local`, as `dnnplan execute` predicts it before its run: --step-context).
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
+    --seq sets a language model's tokens per sequence (a zoo spec's, or an imported config's).
     The step is forward + backward + gradient synchronisation + update with no overlap
     (docs/costmodel.md). With --tensor T each layer takes its Megatron split over groups of T
     devices and the data split over the rest. With --pipeline S the layers are cut into S stages
@@ -67,13 +68,14 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     --recompute full --runtime deepspeed --machine dgx-a100
     """
     if is_plan_file(network):
-        return predict_plan(network, profile, as_json, step_context, layers, foreign_profile)
+        return predict_plan(network, profile, as_json, step_context, layers, foreign_profile, seq)
     if (megatron := tensor > 1 or sequence_parallel or context_ > 1 or expert > 1) and strategy != "data":
         raise DnnplanError("--tensor (--context, --expert) and --strategy both give the layers' splits",
                            hint="give one: --tensor T splits the batch over the devices it leaves")
     opt = Optimizer(optimizer, zero)
     check_runtime(runtime, opt, tensor, pipeline, sequence_parallel, strategy)
-    ctx = context.resolve(network, devices, batch, machine, profile, precision=precision, foreign_ok=foreign_profile)
+    ctx = context.resolve(network, devices, batch, machine, profile, precision=precision, foreign_ok=foreign_profile,
+                          seq=seq)
     algorithms = recompute_algorithms(ctx.network, recompute, attention)
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
@@ -162,14 +164,18 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
 
 
 def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bool = True,
-                 layers: bool = False, foreign_ok: bool = False) -> None:
+                 layers: bool = False, foreign_ok: bool = False, seq: int | None = None) -> None:
     """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now; for
-    machine `local` without --profile, as `dnnplan execute` predicts it before its run."""
+    machine `local` without --profile, as `dnnplan execute` predicts it before its run. The plan
+    names its network and sequence: a ``seq`` (--seq) is refused."""
+    if seq is not None:
+        raise DnnplanError(f"--seq applies to a network, and {path} is a plan file: its network's sequence "
+                           "is the one it was planned for", hint="leave --seq out, or plan again with --seq")
     plan, net = read_plan(path)
     ahead = ahead_of_time(path, step_context) if profile is None else None
     if ahead is None:
         ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, precision=plan.precision,
-                              foreign_ok=foreign_ok)
+                              foreign_ok=foreign_ok, seq=plan.seq)
         if plan.pipeline is not None:
             return _predict_pipelined_plan(path, plan, net, ctx, as_json)
         pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,

@@ -119,7 +119,8 @@ def checked(plan: Plan, ctx: Context, network_arg: str, machine_arg: str) -> tup
     context (its ``solver`` then says so), and every candidate as weighed (empty: no step context)."""
     if plan.pipeline is not None or not isinstance(ctx.compute, OnDemand):
         return plan, []
-    timed = weighed([(PLANNER, plan)] + uniform_plans(ctx, network_arg, machine_arg, fastest=True))
+    candidates = [(PLANNER, plan)] + uniform_plans(ctx, network_arg, machine_arg, fastest=True)
+    timed = weighed([(name, replace(each, seq=ctx.seq)) for name, each in candidates])  # read back with --seq
     if not timed[0].entries:
         return plan, []
     best = fastest(timed)

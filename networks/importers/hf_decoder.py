@@ -97,3 +97,8 @@ def check_expressible(d: Decoder, source: str) -> None:
                "attention", "qkv_bias")
     if d.experts is not None:
         _needs(d, source, d.experts.count, f"a mixture of {d.experts.count.value} experts", "moe")
+        if d.experts.top_k.value > d.experts.count.value:
+            raise DnnplanError(f"{d.experts.top_k.field}={d.experts.top_k.value} exceeds {d.experts.count.field}="
+                               f"{d.experts.count.value}", file=source, field=d.experts.top_k.field)
+        if d.experts.shared_ffn is not None:
+            _needs(d, source, d.experts.shared_ffn, "a gated shared expert", "moe", "shared_gate")

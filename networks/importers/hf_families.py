@@ -111,7 +111,7 @@ def gpt2(cfg: Config, seq: int | None) -> Decoder:
 
 def _llama_like(cfg: Config, seq: int | None, family: str, *, eps_default: float, max_default: int | None = None,
                 tied_default: bool = False, bias_field: str | None = "attention_bias", act: Val | None = None,
-                head_dim_default: int | None = None) -> Decoder:
+                head_dim_default: int | None = None, mlp_bias_field: str | None = None) -> Decoder:
     """Llama's block (RMSNorm, rotary attention, SwiGLU MLP): llama, mistral, qwen2, phi3, mixtral, gemma."""
     notes: list[str] = []
     mlp = _activation(cfg, act or cfg.text("hidden_act", "silu"), gated=True)
@@ -130,17 +130,18 @@ def _llama_like(cfg: Config, seq: int | None, family: str, *, eps_default: float
         if cfg.raw(field) is not None:
             notes.append(f"{field}={cfg.raw(field)} (no effect on sizes or costs)")
     bias = cfg.flag(bias_field, False) if bias_field else Val(False, f"{family} has no attention biases")
+    mlp_bias = cfg.flag(mlp_bias_field, False) if mlp_bias_field else Val(False, f"{family} has no MLP biases")
     return Decoder(
         family=family, width=width, layers=cfg.whole("num_hidden_layers"), heads=heads, kv_heads=kv,
         head_dim=head_dim, ffn=cfg.whole("intermediate_size"), vocab=cfg.whole("vocab_size"),
         seq=_seq(cfg, seq, "max_position_embeddings", max_default), norm=Val("rmsnorm", f"{family}'s RMSNorm"),
         eps=cfg.number("rms_norm_eps", eps_default), mlp=mlp,
-        attn_bias=bias, mlp_bias=cfg.flag("mlp_bias", False), rotary=Val(True, "rotary positions (RoPE)"),
+        attn_bias=bias, mlp_bias=mlp_bias, rotary=Val(True, "rotary positions (RoPE)"),
         tied=cfg.flag("tie_word_embeddings", tied_default), notes=tuple(notes))
 
 
 def llama(cfg: Config, seq: int | None) -> Decoder:
-    return _llama_like(cfg, seq, "llama", eps_default=1e-6, max_default=2048)
+    return _llama_like(cfg, seq, "llama", eps_default=1e-6, max_default=2048, mlp_bias_field="mlp_bias")
 
 
 def _window(cfg: Config, default: int | None) -> Val | None:
@@ -183,29 +184,42 @@ def phi3(cfg: Config, seq: int | None) -> Decoder:
                     notes=tuple(notes))
 
 
+def _router_notes(cfg: Config, notes: list[str]) -> None:
+    for field in ("router_aux_loss_coef", "router_jitter_noise", "output_router_logits", "norm_topk_prob"):
+        if cfg.raw(field) is not None:
+            notes.append(f"{field}={cfg.raw(field)}: how the router trains or weighs its top k (no effect on "
+                         "sizes or costs)")
+
+
 def mixtral(cfg: Config, seq: int | None) -> Decoder:
+    """Mistral's block with the MLP replaced by ``num_local_experts`` SwiGLU experts of
+    ``intermediate_size``, ``num_experts_per_tok`` a token (MixtralSparseMoeBlock: a bias-free router)."""
     d = _llama_like(cfg, seq, "mixtral", eps_default=1e-5, max_default=4096 * 32, bias_field=None)
     notes = list(d.notes)
     _sliding(cfg, d.seq, _window(cfg, None), notes)
-    for field in ("router_aux_loss_coef", "router_jitter_noise", "output_router_logits"):
-        if cfg.raw(field) is not None:
-            notes.append(f"{field}={cfg.raw(field)}: router training detail (no effect on sizes or costs)")
+    _router_notes(cfg, notes)
     experts = Experts(cfg.whole("num_local_experts", 8), cfg.whole("num_experts_per_tok", 2), d.ffn)
     return _replace(d, experts=experts, notes=tuple(notes))
 
 
 def qwen2_moe(cfg: Config, seq: int | None) -> Decoder:
-    d = _qwen_common(cfg, _llama_like(cfg, seq, "qwen2_moe", eps_default=1e-6, max_default=32768, bias_field=None))
+    """Qwen2's block with the MLP replaced by ``num_experts`` SwiGLU experts of ``moe_intermediate_size``
+    (``num_experts_per_tok`` a token) and one shared expert of ``shared_expert_intermediate_size`` every
+    token goes through, scaled by ``sigmoid(shared_expert_gate x)`` (Qwen2MoeSparseMoeBlock); the
+    dense ``intermediate_size`` is only for blocks listed in ``mlp_only_layers``, which are refused."""
+    d = _qwen_common(cfg, _llama_like(cfg, seq, "qwen2_moe", eps_default=1e-6, max_default=8192, bias_field=None))
     step = cfg.whole("decoder_sparse_step", 1)
     dense = cfg.raw("mlp_only_layers") or []
     if step.value != 1 or dense:
         field = "decoder_sparse_step" if step.value != 1 else "mlp_only_layers"
         raise cfg.fail(field, f"{field}={step.value if step.value != 1 else dense}: blocks of two kinds (dense and "
                        "mixture-of-experts) in one stack are not imported yet", hint="every block must be alike")
-    shared = cfg.whole("shared_expert_intermediate_size") if cfg.has("shared_expert_intermediate_size") else None
+    notes = list(d.notes)
+    _router_notes(cfg, notes)
+    notes.append(f"intermediate_size={d.ffn.value}: the dense MLP of mlp_only_layers, of which there are none")
     experts = Experts(cfg.whole("num_experts", 60), cfg.whole("num_experts_per_tok", 4),
-                      cfg.whole("moe_intermediate_size", 1408), shared)
-    return _replace(d, experts=experts)
+                      cfg.whole("moe_intermediate_size", 1408), cfg.whole("shared_expert_intermediate_size", 5632))
+    return _replace(d, experts=experts, notes=tuple(notes))
 
 
 def gemma(cfg: Config, seq: int | None) -> Decoder:

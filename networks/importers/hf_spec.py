@@ -5,8 +5,9 @@ The block is the pre-norm transformer block (docs/network-spec.md): ``x + attn(n
 ``h + mlp(norm2(h))``, or with a parallel residual ``x + attn(norm1(x)) + mlp(norm2(x))`` (one
 ``add`` of three inputs). A gated SiLU MLP is one ``linear`` of twice the width (gate and up) then
 ``swiglu`` (the zoo's Llama 2 7B: the same parameters as the checkpoint's gate_proj and up_proj).
-Parameters the catalogue has only once another op lands (``kv_heads``, ``head_dim``, ``qkv_bias``,
-the ``moe`` op) are written only where the model needs them, after
+A mixture of experts replaces the MLP with one ``moe`` layer (the zoo's ``mixtral-8x7b``). Parameters
+the catalogue has only once another op lands (``kv_heads``, ``head_dim``, ``qkv_bias``, the ``moe`` op)
+are written only where the model needs them, after
 :func:`networks.importers.hf_decoder.check_expressible` has found them in the catalogue.
 """
 
@@ -40,8 +41,25 @@ def _attention(d: Decoder, inputs: str) -> dict:
     return out
 
 
+def _moe(d: Decoder, inputs: str) -> dict:
+    """The ``moe`` layer in place of the MLP: routed experts of the MLP's kind, and a shared expert
+    with its sigmoid gate where the model has one (Qwen2-MoE's ``shared_expert``, ``shared_expert_gate``)."""
+    ex = d.experts
+    gated = d.mlp.value == "swiglu"
+    act = Val("silu" if gated else "gelu", f"{d.mlp.field}: {'gated SiLU' if gated else 'GELU'} experts", d.mlp.field)
+    out = {"name": "moe", "op": "moe", "inputs": inputs, "experts": ex.count, "top_k": ex.top_k, "hidden": ex.ffn,
+           "gated": Val(gated, act.origin, act.field), "activation": act}
+    if ex.shared_ffn is not None:
+        one = f"{d.family}'s shared_expert and shared_expert_gate"
+        out |= {"shared_experts": Val(1, one), "shared_hidden": ex.shared_ffn, "shared_gate": Val(True, one)}
+    out["bias"] = d.mlp_bias
+    return out
+
+
 def _mlp(d: Decoder, inputs: str) -> tuple[list[tuple[dict, str]], str]:
     """The MLP's layers (each with a note) reading ``inputs``, and the name of its last layer."""
+    if d.experts is not None:
+        return [(_moe(d, inputs), "")], "moe"
     if d.mlp.value == "swiglu":
         up = {"name": "gate_up", "op": "linear", "inputs": inputs, "features": Val(2 * d.ffn.value,
               f"2 x {d.ffn.origin}"), "bias": d.mlp_bias}
@@ -103,7 +121,9 @@ def top_layers(d: Decoder) -> list[tuple[dict, str]]:
 
 def decoder_spec(d: Decoder, name: str, intro: list[str], unread: list[str]) -> str:
     """The whole spec's YAML text: a header (``intro``, the notes, the fields not read), then the spec."""
-    lines = header([*intro, *(f"- {n}" for n in d.notes),
+    moe = ["- the moe layer is the router, the experts and their combine; each expert's batch at capacity factor 1 "
+           "(the op's default: tokens spread evenly, none dropped)"] if d.experts is not None else []
+    lines = header([*intro, *(f"- {n}" for n in d.notes), *moe,
                     *(["Not read (no effect on sizes or costs as dnnplan models them): " + ", ".join(unread)]
                       if unread else [])])
     about = (f"{d.family} decoder, {d.layers.value} blocks of width {d.width.value}, {d.seq.value} tokens "

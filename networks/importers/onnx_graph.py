@@ -143,6 +143,11 @@ class Graph:
                 info.type.tensor_type.elem_type, f"type {info.type.tensor_type.elem_type}")))
         if not out:
             raise DnnplanError("the graph has no data input (every input is a weight)", file=self.source)
+        if seq is not None and not any(len(i.dims) in (2, 3) for i in out):
+            got = ", ".join(f"{short(i.name)} {list(i.dims)}" for i in out)
+            raise DnnplanError(f"--seq {seq}: the graph takes no sequence (its inputs, batch first: {got}); --seq "
+                               "sets the tokens per sequence of a language model", file=self.source,
+                               hint="leave --seq out")
         return out
 
     def _fixed(self, name: str, dims: list, seq: int | None) -> tuple[int, ...]:
