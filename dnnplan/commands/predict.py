@@ -13,15 +13,17 @@ from costmodel.precision import get_precision
 from costmodel.step import model_flops_utilization, predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
 from dnnplan.options import (AttentionOpt, BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForeignProfileOpt,
-                             JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt, PipelineOpt,
-                             PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
+                             ForceOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
+                             PipelineOpt, PlanOutOpt, PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
                              SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
+from dnnplan.output import check_outputs
 from dnnplan.render import fmt, tables
 from dnnplan.render.plan import SMALL_NETWORK
 from dnnplan.render.messages import warn
 from executor.session.predict import ahead_of_time
-from planner.plan_file import is_plan_file, read_plan
+from planner.optimize import plan_from_prediction
+from planner.plan_file import is_plan_file, read_plan, write_plan
 from planner.plan_pipeline import predict_pipelined as predict_pipelined_plan
 from profiler import context
 from networks.errors import DnnplanError
@@ -37,7 +39,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
-            foreign_profile: ForeignProfileOpt = False) -> None:
+            foreign_profile: ForeignProfileOpt = False, out: PlanOutOpt = None, force: ForceOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -65,6 +67,10 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     DeepSpeed's ZeRO-3 as Narayanan et al. (Table 2) ran GPT-3 on 1536 GPUs, one sample each:
     dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --zero 3
     --recompute full --runtime deepspeed --machine dgx-a100
+
+    --out writes the strategies as a plan file (no pipeline) to run with `dnnplan execute`: a tiny
+    mixture of experts under tensor 2 and expert 2 on 4 CPU ranks:
+    dnnplan predict tiny-moe -p 4 -b 8 --machine local --tensor 2 --expert 2 --out moe.yaml
     """
     if is_plan_file(network):
         return predict_plan(network, profile, as_json, step_context, layers, foreign_profile)
@@ -73,6 +79,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
                            hint="give one: --tensor T splits the batch over the devices it leaves")
     opt = Optimizer(optimizer, zero)
     check_runtime(runtime, opt, tensor, pipeline, sequence_parallel, strategy)
+    _check_out(out, force, runtime, pipeline, micro_batches)
     ctx = context.resolve(network, devices, batch, machine, profile, precision=precision, foreign_ok=foreign_profile)
     algorithms = recompute_algorithms(ctx.network, recompute, attention)
     if runtime == "deepspeed":
@@ -86,6 +93,24 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
                         checkpoints=recompute == "full")
     _check_recompute(ctx, strategies, opt, recompute, pred)
     _show(ctx, pred, fallbacks, layers, as_json)
+    if out:
+        table = ctx.compute.table
+        write_plan(plan_from_prediction(pred, ctx.network, network, machine or ctx.machine.name,
+                                        None if table is None else table.short_id, solver={"name": "predict"},
+                                        precision=precision, optimizer=opt), out)
+        if not as_json:
+            tables.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {devices}`)")
+
+
+def _check_out(out: str | None, force: bool, runtime: str, pipeline: int, micro_batches: int) -> None:
+    """--out writes a plan without pipeline, of dnnplan's own runtime (one line otherwise)."""
+    if not out:
+        return
+    if pipeline > 1 or micro_batches > 1 or runtime != "dnnplan":
+        raise DnnplanError("--out writes a plan without pipeline or micro-batches, for dnnplan's runtime",
+                           hint="drop --pipeline, --micro-batches and --runtime, or plan a pipeline with "
+                                "`dnnplan plan --pipeline S --out FILE`")
+    check_outputs({"--out": out}, force)
 
 
 def _show(ctx: Context, pred, fallbacks, layers: bool, as_json: bool) -> None:
