@@ -66,20 +66,15 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
 
     DeepSpeed's ZeRO-3 as Narayanan et al. (Table 2) ran GPT-3 on 1536 GPUs, one sample each:
     dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --zero 3
-    --recompute full --runtime deepspeed --machine dgx-a100
-
-    --out writes the strategies as a plan file (no pipeline) to run with `dnnplan execute`: a tiny
-    mixture of experts under tensor 2 and expert 2 on 4 CPU ranks:
-    dnnplan predict tiny-moe -p 4 -b 8 --machine local --tensor 2 --expert 2 --out moe.yaml
+    --recompute full --runtime deepspeed --machine dgx-a100. --out FILE writes the layers' strategies
+    as a plan (no pipeline) for `dnnplan execute`, e.g. tiny-moe -p 4 -b 8 --tensor 2 --expert 2.
     """
     if is_plan_file(network):
         return predict_plan(network, profile, as_json, step_context, layers, foreign_profile)
-    if (megatron := tensor > 1 or sequence_parallel or context_ > 1 or expert > 1) and strategy != "data":
-        raise DnnplanError("--tensor (--context, --expert) and --strategy both give the layers' splits",
-                           hint="give one: --tensor T splits the batch over the devices it leaves")
+    megatron = tensor > 1 or sequence_parallel or context_ > 1 or expert > 1
+    _check_options(megatron, strategy, out, force, runtime, pipeline, micro_batches)
     opt = Optimizer(optimizer, zero)
     check_runtime(runtime, opt, tensor, pipeline, sequence_parallel, strategy)
-    _check_out(out, force, runtime, pipeline, micro_batches)
     ctx = context.resolve(network, devices, batch, machine, profile, precision=precision, foreign_ok=foreign_profile)
     algorithms = recompute_algorithms(ctx.network, recompute, attention)
     if runtime == "deepspeed":
@@ -93,17 +88,29 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
                         checkpoints=recompute == "full")
     _check_recompute(ctx, strategies, opt, recompute, pred)
     _show(ctx, pred, fallbacks, layers, as_json)
-    if out:
-        table = ctx.compute.table
-        write_plan(plan_from_prediction(pred, ctx.network, network, machine or ctx.machine.name,
-                                        None if table is None else table.short_id, solver={"name": "predict"},
-                                        precision=precision, optimizer=opt), out)
-        if not as_json:
-            tables.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {devices}`)")
+    _write_out(out, ctx, pred, network, machine, opt, as_json)
 
 
-def _check_out(out: str | None, force: bool, runtime: str, pipeline: int, micro_batches: int) -> None:
-    """--out writes a plan without pipeline, of dnnplan's own runtime (one line otherwise)."""
+def _write_out(out: str | None, ctx: Context, pred, network: str, machine: str | None, opt: Optimizer,
+               as_json: bool) -> None:
+    """--out: the prediction's strategies and algorithms as a plan file (planner.plan_file)."""
+    if not out:
+        return
+    table = ctx.compute.table
+    write_plan(plan_from_prediction(pred, ctx.network, network, machine or ctx.machine.name,
+                                    None if table is None else table.short_id, solver={"name": "predict"},
+                                    precision=ctx.precision, optimizer=opt), out)
+    if not as_json:
+        tables.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {ctx.devices}`)")
+
+
+def _check_options(megatron: bool, strategy: str, out: str | None, force: bool, runtime: str, pipeline: int,
+                   micro_batches: int) -> None:
+    """Options that exclude each other (one line each); --out writes a plan without pipeline, of
+    dnnplan's own runtime."""
+    if megatron and strategy != "data":
+        raise DnnplanError("--tensor (--context, --expert) and --strategy both give the layers' splits",
+                           hint="give one: --tensor T splits the batch over the devices it leaves")
     if not out:
         return
     if pipeline > 1 or micro_batches > 1 or runtime != "dnnplan":
