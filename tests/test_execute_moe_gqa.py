@@ -106,6 +106,14 @@ def test_predict_out_writes_the_expert_and_tensor_splits(tmp_path):
     assert strategies["h0.attn"].degree("F") == 2 and strategies["h0.attn"].degree("N") == 2
 
 
+def test_predict_out_refuses_a_pipeline_in_one_line(tmp_path):
+    path = tmp_path / "p.yaml"
+    result = CliRunner().invoke(app, ["predict", "tiny-moe", "-p", "4", "-b", "8", "--machine", "dgx-a100",
+                                      "--expert", "2", "--pipeline", "2", "--out", str(path)])
+    assert result.exit_code == 2 and "--out writes a plan without pipeline" in result.output
+    assert "Traceback" not in result.output and not path.exists()
+
+
 CASES = [(net, ranks, tensor, expert) for ranks in (2, 4)
          for net, tensor, expert in (("tiny-gqa", 1, 1), ("tiny-gqa", ranks, 1), ("tiny-moe", 1, 1),
                                      ("tiny-moe", ranks, 1), ("tiny-moe", 1, ranks), ("tiny-moe", 1, 2),
