@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,7 +91,7 @@ def test_the_router_backward_against_finite_differences():
 # real ranks: dnnplan predict --out, then dnnplan execute --check
 
 def _plan(folder, net: str, ranks: int, tensor: int = 1, expert: int = 1) -> str:
-    path = folder / f"{net}-{ranks}-t{tensor}-e{expert}.yaml"
+    path = folder / f"{Path(net).stem}-{ranks}-t{tensor}-e{expert}.yaml"
     args = ["predict", net, "-p", str(ranks), "-b", "8", "--machine", "dgx-a100", "--out", str(path)]
     args += ["--tensor", str(tensor)] if tensor > 1 else []
     args += ["--expert", str(expert)] if expert > 1 else []
@@ -137,6 +138,21 @@ def test_dnnplan_execute_matches_one_process(tmp_path, net, ranks, tensor, exper
         assert measured["h0.attn"]["fwd_comm_s"] > 0
     if expert > 1:  # the dispatch and combine all-to-alls over the expert group
         assert measured["h0.moe"]["fwd_comm_s"] > 0 and measured["h0.moe"]["bwd_comm_s"] > 0
+
+
+@pytest.mark.mpi
+def test_shared_experts_plain_gelu_experts_and_capacity_one_under_tensor_and_expert_parallelism(tmp_path):
+    zoo = Path(__file__).resolve().parent.parent / "networks" / "zoo" / "tiny-moe.yaml"
+    spec = zoo.read_text().replace("name: tiny-moe", "name: tiny-moe-shared").replace(
+        "capacity_factor: 1.25}", "capacity_factor: 1.0, shared_experts: 1, gated: false, activation: gelu}")
+    assert "shared_experts: 1" in spec
+    (tmp_path / "shared.yaml").write_text(spec)
+    plan = _plan(tmp_path, str(tmp_path / "shared.yaml"), 4, tensor=2, expert=2)
+    out = tmp_path / "run.json"
+    result = CliRunner().invoke(app, ["execute", plan, "--ranks", "4", "--steps", "1", "--warmup", "1",
+                                      "--check", "--json", str(out), "--timeout", "240"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["check"]["passed"]
 
 
 @pytest.mark.mpi
