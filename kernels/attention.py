@@ -1,8 +1,18 @@
 """Scaled dot-product attention core for multi-head self-attention: batched GEMMs and a softmax.
 
-q, k, v: (N, heads, S, dh). scores = q k^T / sqrt(dh) (causal: key j > query i masked out),
-p = softmax(scores), o = p v. Backward (with the stored p):
+q: (N, heads, S, dh); k, v: (N, kv_heads, S, dh) with ``kv_heads`` dividing ``heads`` (grouped-query
+attention, Ainslie et al. 2023: query head ``h`` reads key/value head ``h // (heads / kv_heads)``;
+``kv_heads == heads`` is multi-head attention). scores = q k^T / sqrt(dh) (causal: key j > query i
+masked out), p = softmax(scores), o = p v. Backward (with the stored p):
   dv = p^T do,  dp = do v^T,  ds = p (dp - rowsum(dp p)),  dq = ds k / sqrt(dh),  dk = ds^T q / sqrt(dh)
+with dk and dv summed over the query heads of each group. The groups are a broadcast axis of the
+batched GEMMs (q as (N, kv_heads, group, S, dh) against k as (N, kv_heads, 1, S, dh)), so no key or
+value is copied per query head.
+
+This is the ``materialized`` algorithm (the scores written to memory); ``algorithm`` names the one
+a plan chose for the layer (costmodel.attention_calls.ATTENTION_ALGORITHMS). The host has only this
+one, so it runs whatever is asked; on a GPU the same name runs kernels.cuda.attention, where
+``flash`` is cuDNN's fused kernel.
 """
 
 from __future__ import annotations
@@ -13,11 +23,20 @@ from kernels.dispatch import device_kernel
 from kernels.xp import module_of
 
 
+def _grouped(q, kv_heads: int):
+    """q (N, H, S, dh) -> (N, KV, H/KV, S, dh): each key/value head's query heads together."""
+    n, h, s, dh = q.shape
+    return q.reshape(n, kv_heads, h // kv_heads, s, dh)
+
+
 @device_kernel("attention.fwd")
-def attention_forward(q, k, v, causal=False):
+def attention_forward(q, k, v, causal=False, algorithm: str = ""):
     xp = module_of(q)
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"{k.shape[1]} key/value heads cannot serve {q.shape[1]} query heads")
     scale = 1.0 / math.sqrt(q.shape[-1])
-    s = xp.matmul(q, k.swapaxes(-1, -2)) * q.dtype.type(scale)
+    k5, v5 = k[:, :, None], v[:, :, None]
+    s = xp.matmul(_grouped(q, k.shape[1]), k5.swapaxes(-1, -2)) * q.dtype.type(scale)
     if causal:
         sq, sk = s.shape[-2:]
         mask = xp.triu(xp.ones((sq, sk), dtype=bool), k=1 + sk - sq)
@@ -25,7 +44,7 @@ def attention_forward(q, k, v, causal=False):
     s -= s.max(axis=-1, keepdims=True)
     p = xp.exp(s)
     p /= p.sum(axis=-1, keepdims=True)
-    o = xp.matmul(p, v)
+    o = xp.matmul(p, v5).reshape(q.shape)
     return o, {"q": q, "k": k, "v": v, "p": p, "scale": scale}
 
 
@@ -34,13 +53,15 @@ def attention_backward(do, cache):
     """(dq, dk, dv)."""
     xp = module_of(do)
     q, k, v, p = cache["q"], cache["k"], cache["v"], cache["p"]
+    kv = k.shape[1]
     scale = do.dtype.type(cache["scale"])
-    dv = xp.matmul(p.swapaxes(-1, -2), do)
-    ds = xp.matmul(do, v.swapaxes(-1, -2))  # dp, turned into ds in place: one score-sized buffer
+    do5 = _grouped(do, kv)
+    dv = xp.matmul(p.swapaxes(-1, -2), do5).sum(axis=2)
+    ds = xp.matmul(do5, v[:, :, None].swapaxes(-1, -2))  # dp, turned into ds in place: one score-sized buffer
     ds -= xp.einsum("...ij,...ij->...i", ds, p)[..., None]
     ds *= p
-    dq = xp.matmul(ds, k)
+    dq = xp.matmul(ds, k[:, :, None]).reshape(q.shape)
     dq *= scale
-    dk = xp.matmul(ds.swapaxes(-1, -2), q)
+    dk = xp.matmul(ds.swapaxes(-1, -2), _grouped(q, kv)).sum(axis=2)
     dk *= scale
     return dq, dk, dv

@@ -254,9 +254,12 @@ def _attention(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Calla
     r = ops.rand
     n, hd, sq, sk, dh = (f[x] for x in ("n", "heads", "sq", "sk", "dh"))
     q, kk, v = r(n, hd, sq, dh), r(n, hd, sk, dh), r(n, hd, sk, dh)
+    # the algorithm the call prices ("" is the materialised core, costmodel.attention_calls): a GPU
+    # left to its default would run flash for a materialised call
+    algorithm = call.algo or "materialized"
     if call.kernel.endswith(".fwd"):
-        return lambda: fn(q, kk, v, bool(f["causal"]))
-    o, cache = KERNELS["attention.fwd"](q, kk, v, bool(f["causal"]))
+        return lambda: fn(q, kk, v, bool(f["causal"]), algorithm=algorithm)
+    o, cache = KERNELS["attention.fwd"](q, kk, v, bool(f["causal"]), algorithm=algorithm)
     do = ops.grad(*o.shape)
     return lambda: fn(do, cache)
 

@@ -214,7 +214,7 @@ def _recording(monkeypatch, module, calls):
         "linear_backward_data": lambda dy, w: ("linear.bwd_data", (rows(dy), w.shape[1], w.shape[0])),
         "linear_backward_weights": lambda dy, x, b=True: ("linear.bwd_weights",
                                                           (rows(dy), x.shape[-1], dy.shape[-1])),
-        "attention_forward": lambda q, k, v, causal=False: ("attention.fwd", (*q.shape[:3], k.shape[2],
+        "attention_forward": lambda q, k, v, causal=False, algorithm="": ("attention.fwd", (*q.shape[:3], k.shape[2],
                                                                               q.shape[3], int(causal))),
         "attention_backward": lambda do, c: ("attention.bwd", (*c["q"].shape[:3], c["k"].shape[2],
                                                                c["q"].shape[3], 1)),

@@ -102,12 +102,13 @@ def test_linear_and_batched_gemm(cp, prec, dtype):
 
 @pytest.mark.parametrize("prec,dtype", PRECISIONS)
 @pytest.mark.parametrize("algorithm", ["flash", "materialized"])
-@pytest.mark.parametrize("causal,sq,sk", [(False, 64, 64), (True, 64, 64), (True, 32, 64)])
-def test_attention(cp, prec, dtype, algorithm, causal, sq, sk):
+@pytest.mark.parametrize("causal,sq,sk,kv", [(False, 64, 64, 3), (True, 64, 64, 3), (True, 32, 64, 3),
+                                              (True, 64, 64, 1)])  # kv 1: multi-query attention
+def test_attention(cp, prec, dtype, algorithm, causal, sq, sk, kv):
     precision.set_precision(prec)
     q64, q = rounded((2, 3, sq, 32), dtype)
-    k64, k = rounded((2, 3, sk, 32), dtype)
-    v64, v = rounded((2, 3, sk, 32), dtype)
+    k64, k = rounded((2, kv, sk, 32), dtype)
+    v64, v = rounded((2, kv, sk, 32), dtype)
     o, cache = attention.attention_forward(dev(cp, q), dev(cp, k), dev(cp, v), causal, algorithm=algorithm)
     want, wcache = attention.attention_forward(q64, k64, v64, causal)
     tol = precision.TOLERANCE[prec]

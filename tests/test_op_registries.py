@@ -35,9 +35,6 @@ PLANNED_ONLY: dict[str, str] = {
     # kernels has no RMSNorm or SwiGLU kernel (costmodel.kernel_proxies prices them on others)
     "rmsnorm": "the executor has no rmsnorm op yet",
     "swiglu": "the executor has no swiglu op yet",
-    # the router, the token dispatch and the grouped expert GEMMs have no kernels or executor op
-    # yet (costmodel.moe_calls prices them on the linear, gelu and add kernels)
-    "moe": "the executor has no mixture-of-experts op yet",
 }
 
 #: Ops that run no timed kernel, so the cost model lists no kernel call for them (each with its

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from costmodel.compute import recompute_algorithms
@@ -13,15 +14,17 @@ from costmodel.precision import get_precision
 from costmodel.step import model_flops_utilization, predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
 from dnnplan.options import (AttentionOpt, BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForeignProfileOpt,
-                             JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt, PipelineOpt,
-                             PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
-                             SeqOpt, SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
+                             ForceOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
+                             PipelineOpt, PlanOutOpt, PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt,
+                             RuntimeOpt, ScheduleOpt, SeqOpt, SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
+from dnnplan.output import check_outputs
 from dnnplan.render import fmt, tables
 from dnnplan.render.plan import SMALL_NETWORK
 from dnnplan.render.messages import warn
 from executor.session.predict import ahead_of_time
-from planner.plan_file import is_plan_file, read_plan
+from planner.optimize import plan_from_prediction
+from planner.plan_file import is_plan_file, read_plan, write_plan
 from planner.plan_pipeline import predict_pipelined as predict_pipelined_plan
 from profiler import context
 from networks.errors import DnnplanError
@@ -37,7 +40,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
-            foreign_profile: ForeignProfileOpt = False, seq: SeqOpt = None) -> None:
+            foreign_profile: ForeignProfileOpt = False, seq: SeqOpt = None, out: PlanOutOpt = None,
+            force: ForceOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -45,7 +49,6 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     (for machine `local`, as `dnnplan execute` predicts it before its run: --step-context).
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
-    --seq sets a language model's tokens per sequence (a zoo spec's, or an imported config's).
     The step is forward + backward + gradient synchronisation + update with no overlap
     (docs/costmodel.md). With --tensor T each layer takes its Megatron split over groups of T
     devices and the data split over the rest. With --pipeline S the layers are cut into S stages
@@ -65,13 +68,13 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
 
     DeepSpeed's ZeRO-3 as Narayanan et al. (Table 2) ran GPT-3 on 1536 GPUs, one sample each:
     dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --zero 3
-    --recompute full --runtime deepspeed --machine dgx-a100
+    --recompute full --runtime deepspeed --machine dgx-a100. --out FILE writes the layers' strategies
+    as a plan (no pipeline) for `dnnplan execute`, e.g. tiny-moe -p 4 -b 8 --tensor 2 --expert 2.
     """
     if is_plan_file(network):
         return predict_plan(network, profile, as_json, step_context, layers, foreign_profile, seq)
-    if (megatron := tensor > 1 or sequence_parallel or context_ > 1 or expert > 1) and strategy != "data":
-        raise DnnplanError("--tensor (--context, --expert) and --strategy both give the layers' splits",
-                           hint="give one: --tensor T splits the batch over the devices it leaves")
+    megatron = tensor > 1 or sequence_parallel or context_ > 1 or expert > 1
+    _check_options(megatron, strategy, out, force, runtime, pipeline, micro_batches)
     opt = Optimizer(optimizer, zero)
     check_runtime(runtime, opt, tensor, pipeline, sequence_parallel, strategy)
     ctx = context.resolve(network, devices, batch, machine, profile, precision=precision, foreign_ok=foreign_profile,
@@ -88,6 +91,37 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
                         checkpoints=recompute == "full")
     _check_recompute(ctx, strategies, opt, recompute, pred)
     _show(ctx, pred, fallbacks, layers, as_json)
+    _write_out(out, ctx, pred, network, machine, opt, as_json, seq)
+
+
+def _write_out(out: str | None, ctx: Context, pred, network: str, machine: str | None, opt: Optimizer,
+               as_json: bool, seq: int | None = None) -> None:
+    """--out: the prediction's strategies and algorithms as a plan file (planner.plan_file)."""
+    if not out:
+        return
+    table = ctx.compute.table
+    plan = plan_from_prediction(pred, ctx.network, network, machine or ctx.machine.name,
+                                None if table is None else table.short_id, solver={"name": "predict"},
+                                precision=ctx.precision, optimizer=opt)
+    write_plan(dataclasses.replace(plan, seq=seq), out)
+    if not as_json:
+        tables.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {ctx.devices}`)")
+
+
+def _check_options(megatron: bool, strategy: str, out: str | None, force: bool, runtime: str, pipeline: int,
+                   micro_batches: int) -> None:
+    """Options that exclude each other (one line each); --out writes a plan without pipeline, of
+    dnnplan's own runtime."""
+    if megatron and strategy != "data":
+        raise DnnplanError("--tensor (--context, --expert) and --strategy both give the layers' splits",
+                           hint="give one: --tensor T splits the batch over the devices it leaves")
+    if not out:
+        return
+    if pipeline > 1 or micro_batches > 1 or runtime != "dnnplan":
+        raise DnnplanError("--out writes a plan without pipeline or micro-batches, for dnnplan's runtime",
+                           hint="drop --pipeline, --micro-batches and --runtime, or plan a pipeline with "
+                                "`dnnplan plan --pipeline S --out FILE`")
+    check_outputs({"--out": out}, force)
 
 
 def _show(ctx: Context, pred, fallbacks, layers: bool, as_json: bool) -> None:

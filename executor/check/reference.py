@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.compute import DEFAULT_CONV_ALGORITHM
+from executor.check import reference_moe as moe
 from executor.check import reference_tokens as tokens
 from executor.backend.device import on_device, on_host
 from executor.runtime.precision import stored
@@ -47,6 +48,8 @@ def _forward(layer: Layer, xs, w: dict, algo: str, labels):
         return tokens.embedding_forward(x, w)
     if op == "attention":
         return tokens.attention_forward(x, w, p)
+    if op == "moe":
+        return moe.moe_forward(x, w, p)
     if op == "maxpool2d":
         k, s, pads, dil = _pool_args(p, op)
         return pool.maxpool2d_forward(x, k, s, pads, dil, p["ceil_mode"])
@@ -94,6 +97,8 @@ def _backward(layer: Layer, dy, cache, w: dict, algo: str):
         return tokens.embedding_backward(dy, cache, w)
     if op == "attention":
         return tokens.attention_backward(dy, cache, w, p)
+    if op == "moe":
+        return moe.moe_backward(dy, cache, w, p)
     if op == "maxpool2d":
         return [pool.maxpool2d_backward(dy, cache)], {}
     if op == "avgpool2d":
@@ -133,7 +138,7 @@ def _layer_weights(layer: Layer, weights: dict) -> dict:
 
 #: Ops whose reference (executor.check.reference_tokens) is numpy code: a device reference of a
 #: network with them runs on the host instead
-HOST_ONLY_OPS = frozenset({"embedding", "attention"})
+HOST_ONLY_OPS = frozenset({"embedding", "attention", "moe"})
 
 
 def on_device_possible(net: Network) -> bool:

@@ -39,3 +39,12 @@ def displacements(counts) -> list[int]:
         out.append(acc)
         acc += c
     return out
+
+
+def alltoall_(sub: Communicator, send: Array, recv: Array) -> None:
+    """Rank ``k`` of ``sub`` receives the ``k``-th of ``sub.size`` equal consecutive parts of every
+    rank's ``send``, in rank order, into ``recv`` (as large as ``send``): MPI's Alltoall."""
+    part = send.size // sub.size
+    counts = [part] * sub.size
+    offsets = displacements(counts)
+    sub.alltoallv(send.reshape(-1), counts, offsets, recv.reshape(-1), counts, offsets)

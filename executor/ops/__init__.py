@@ -3,13 +3,14 @@ to its ``(forward, backward)`` pair (see :mod:`executor.ops.base` for the contra
 
 from __future__ import annotations
 
-from executor.ops import attention, conv, dense, embedding, loss, norm, pointwise, pool
+from executor.ops import attention, conv, dense, embedding, loss, moe, norm, pointwise, pool
 
 OPS = {
     "conv2d": (conv.forward, conv.backward),
     "linear": (dense.forward, dense.backward),
     "embedding": (embedding.forward, embedding.backward),
     "attention": (attention.forward, attention.backward),
+    "moe": (moe.forward, moe.backward),
     "maxpool2d": (pool.pool_forward, pool.pool_backward),
     "avgpool2d": (pool.pool_forward, pool.pool_backward),
     "global_avgpool": (pool.gap_forward, pool.gap_backward),

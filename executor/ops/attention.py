@@ -11,22 +11,49 @@ counts its gradient). A sequence split (H) would gather keys and values over the
 positions would rotate queries and keys: neither runs yet, each refused with one line.
 
 Weights: ``qkv_weight`` (3, Dl, D) with ``qkv_bias`` (3, Dl): query, key and value rows of this
-rank's heads (head ``h`` owns features ``h*dh .. (h+1)*dh``); ``out_weight`` (D, Dl).
+rank's heads (head ``h`` owns features ``h*dh .. (h+1)*dh``); ``out_weight`` (D, Dl). Grouped-query
+attention (``kv_heads`` < ``heads``, networks.ops.attention) holds ``q_weight`` (Dl, D) and
+``kv_weight`` (2, Dkvl, D) with ``q_bias`` and ``kv_bias``: the head split keeps whole key/value
+groups with their query heads on a rank, and the two are stacked into one projection of width
+``Dl + 2 Dkvl`` (the one ``linear.fwd`` the cost model prices). Above ``kv_heads`` ranks each key/value
+head lies on ``F / kv_heads`` neighbouring ranks, each of which computes its gradient from its own
+query heads only: those are summed over the replicas (one all-reduce over F of a buffer holding
+every key/value head, each rank's in its own slot) before the runtime's sums over the samples.
+The core runs the algorithm the plan chose for the layer (``flash`` or ``materialized``,
+costmodel.attention_calls; ``""`` is the device's default).
 """
 
 from __future__ import annotations
 
+from costmodel.attention_calls import ATTENTION_ALGORITHMS
+from costmodel.compute import kernel_algorithm
 from executor.backend.device import Array
 from executor.ops.base import LayerCtx, check_shape, unsupported
 from kernels.attention import attention_backward, attention_forward
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
 
 
-def _split_heads(xp, qkv: Array, dh: int):
-    """(N, S, 3*Dl) -> q, k, v, each (N, heads, S, dh) (contiguous, as the kernel is timed)."""
-    n, s, width = qkv.shape
-    t = qkv.reshape(n, s, 3, width // (3 * dh), dh).transpose(2, 0, 3, 1, 4)
-    return tuple(xp.ascontiguousarray(t[j]) for j in range(3))
+def _grouped(ctx: LayerCtx) -> bool:
+    return "q_weight" in ctx.weights
+
+
+def _widths(ctx: LayerCtx) -> tuple[int, int, int]:
+    """(head width dh, this rank's query width Dl, its key/value width Dkvl)."""
+    d = ctx.layer.in_shapes[0][1]
+    dh = ctx.p.get("head_dim") or d // ctx.p["heads"]
+    if _grouped(ctx):
+        return dh, ctx.weights["q_weight"].shape[0], ctx.weights["kv_weight"].shape[1]
+    dl = ctx.weights["qkv_weight"].shape[1]
+    return dh, dl, dl
+
+
+def _split_heads(xp, qkv: Array, dh: int, dl: int, dkv: int):
+    """(N, S, Dl + 2 Dkvl) -> q (N, heads, S, dh), k and v (N, kv_heads, S, dh) (contiguous, as the
+    kernel is timed)."""
+    n, s, _ = qkv.shape
+    parts = (qkv[..., :dl], qkv[..., dl:dl + dkv], qkv[..., dl + dkv:])
+    return tuple(xp.ascontiguousarray(t.reshape(n, s, t.shape[-1] // dh, dh).transpose(0, 2, 1, 3))
+                 for t in parts)
 
 
 def _merge_heads(xp, o: Array) -> Array:
@@ -36,9 +63,52 @@ def _merge_heads(xp, o: Array) -> Array:
 
 
 def _fused_weight(ctx: LayerCtx):
-    w = ctx.weights["qkv_weight"]
-    b = ctx.weights.get("qkv_bias")
-    return w.reshape(-1, w.shape[-1]), (None if b is None else b.reshape(-1))
+    """The q/k/v projection as one (Dl + 2 Dkvl, D) weight and its bias (None without)."""
+    w = ctx.weights
+    if not _grouped(ctx):
+        b = w.get("qkv_bias")
+        return w["qkv_weight"].reshape(-1, w["qkv_weight"].shape[-1]), (None if b is None else b.reshape(-1))
+    xp, d = ctx.xp, w["q_weight"].shape[-1]
+    fused = xp.concatenate([w["q_weight"], w["kv_weight"].reshape(-1, d)])
+    b = None if "q_bias" not in w else xp.concatenate([w["q_bias"], w["kv_bias"].reshape(-1)])
+    return fused, b
+
+
+def _qkv_grads(ctx: LayerCtx, dw, db) -> dict[str, Array]:
+    """The fused projection's gradients as the layer's weights hold them (module docstring)."""
+    w = ctx.weights
+    if not _grouped(ctx):
+        out = {"qkv_weight": dw.reshape(w["qkv_weight"].shape)}
+        if db is not None:
+            out["qkv_bias"] = db.reshape(w["qkv_bias"].shape)
+        return out
+    dl = w["q_weight"].shape[0]
+    out = {"q_weight": dw[:dl], "kv_weight": ctx.xp.ascontiguousarray(dw[dl:]).reshape(w["kv_weight"].shape)}
+    if db is not None:
+        out |= {"q_bias": db[:dl], "kv_bias": ctx.xp.ascontiguousarray(db[dl:]).reshape(w["kv_bias"].shape)}
+    _sum_over_replicas(ctx, out)
+    return out
+
+
+def _sum_over_replicas(ctx: LayerCtx, grads: dict[str, Array]) -> None:
+    """Sum the key/value gradients over the ranks that hold the same key/value head (module docstring)."""
+    kv = ctx.p.get("kv_heads") or ctx.p["heads"]
+    share = ctx.strategy.degree("F") // kv
+    if share <= 1:
+        return
+    slot = ctx.coord("F") // share
+    for name in ("kv_weight", "kv_bias"):
+        if name in grads:
+            every = ctx.xp.zeros((kv, *grads[name].shape), dtype=grads[name].dtype)
+            every[slot] = grads[name]
+            ctx.allreduce(every, ("F",), "bwd_comm")
+            grads[name] = ctx.xp.ascontiguousarray(every[slot])
+
+
+def _algorithm(ctx: LayerCtx) -> str:
+    """The attention kernel the plan chose for the layer ("" for the device's default)."""
+    got = kernel_algorithm(ctx.algo)
+    return got if got in ATTENTION_ALGORITHMS else ""
 
 
 def _owns_out_bias(ctx: LayerCtx) -> bool:
@@ -51,12 +121,12 @@ def forward(ctx: LayerCtx, xs):
     if ctx.p.get("rotary"):
         raise unsupported(ctx.layer, "attention with rotary positions")
     (x,) = xs
-    dh = ctx.layer.in_shapes[0][1] // ctx.p["heads"]
-    w_qkv, b_qkv = _fused_weight(ctx)
+    dh, dl, dkv = _widths(ctx)
     with ctx.span("fwd_compute"):
+        w_qkv, b_qkv = _fused_weight(ctx)
         qkv = linear_forward(x, w_qkv, b_qkv)
-        q, k, v = _split_heads(ctx.xp, qkv, dh)
-        o, core = attention_forward(q, k, v, causal=bool(ctx.p["causal"]))
+        q, k, v = _split_heads(ctx.xp, qkv, dh, dl, dkv)
+        o, core = attention_forward(q, k, v, causal=bool(ctx.p["causal"]), algorithm=_algorithm(ctx))
         o2 = _merge_heads(ctx.xp, o)
         y = linear_forward(o2, ctx.weights["out_weight"],
                            ctx.weights["out_bias"] if _owns_out_bias(ctx) else None)
@@ -67,24 +137,22 @@ def forward(ctx: LayerCtx, xs):
 
 def backward(ctx: LayerCtx, dy, cache):
     x, o2, core = cache
-    w_qkv, b_qkv = _fused_weight(ctx)
     w_out = ctx.weights["out_weight"]
-    dh = ctx.layer.in_shapes[0][1] // ctx.p["heads"]
+    dh, _, _ = _widths(ctx)
     xp = ctx.xp
     with ctx.span("bwd_compute"):
+        w_qkv, b_qkv = _fused_weight(ctx)
         do2 = linear_backward_data(dy, w_out)
         n, s, dl = do2.shape
         do = xp.ascontiguousarray(do2.reshape(n, s, dl // dh, dh).transpose(0, 2, 1, 3))
         dq, dk, dv = attention_backward(do, core)
-        dqkv = xp.ascontiguousarray(xp.stack([dq, dk, dv]).transpose(1, 3, 0, 2, 4)).reshape(n, s, 3 * dl)
+        dqkv = xp.concatenate([_merge_heads(xp, g) for g in (dq, dk, dv)], axis=-1)
         dx = linear_backward_data(dqkv, w_qkv)
         dw_out, db_out = linear_backward_weights(dy, o2, "out_bias" in ctx.weights)
         dw_qkv, db_qkv = linear_backward_weights(dqkv, x, b_qkv is not None)
     dx = xp.ascontiguousarray(dx)
     ctx.allreduce(dx, ("F",), "bwd_comm")
-    grads = {"qkv_weight": dw_qkv.reshape(ctx.weights["qkv_weight"].shape), "out_weight": dw_out}
-    if b_qkv is not None:
-        grads["qkv_bias"] = db_qkv.reshape(ctx.weights["qkv_bias"].shape)
+    grads = {**_qkv_grads(ctx, dw_qkv, db_qkv if b_qkv is not None else None), "out_weight": dw_out}
     if "out_bias" in ctx.weights:
         grads["out_bias"] = db_out if _owns_out_bias(ctx) else xp.zeros_like(db_out)
     return [dx], grads

@@ -176,7 +176,7 @@ class _Runtime:
                        in_blocks, block(out_l, rank), self.comms, self.timers, self.xp, weights, labels,
                        micro_batches=m)
         # every communicator this layer can use, created now (collective, same order on all ranks)
-        for dims in (("C",), ("F",), ("H", "W"), ("N", "H"), STAT_DIMS):
+        for dims in (("C",), ("F",), ("E",), ("H", "W"), ("N", "H"), STAT_DIMS):
             self.comms.get(strat, dims)
         fwd, bwd = OPS[layer.op]
         run = _LayerRun(layer, ctx, fwd, bwd)

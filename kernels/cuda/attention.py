@@ -12,8 +12,10 @@
 
 ``algorithm=""`` is the device's default: flash where cuDNN runs it, else materialized; a flash
 request cuDNN cannot run (float32, an odd head size) runs materialized too, and the cache's
-``algorithm`` says which ran. q, k, v: (N, heads, S, dh); causal masks key j > query i, aligned to
-the end when Sq < Sk (cuDNN's bottom-right causal mask then).
+``algorithm`` says which ran. q: (N, heads, S, dh); k, v: (N, kv_heads, S, dh), ``kv_heads`` dividing
+``heads`` (grouped-query attention: cuDNN's SDPA takes fewer key/value heads as they are; the
+materialised GEMMs repeat each key/value head over its query heads and sum their gradients back);
+causal masks key j > query i, aligned to the end when Sq < Sk (cuDNN's bottom-right causal mask then).
 """
 
 from __future__ import annotations
@@ -121,8 +123,20 @@ def _rows(name: str, s, *args):
     run_grid(name, s.dtype.name, (rows,), (threads,), args)
 
 
+def _per_query_head(t, heads: int):
+    """Key or value heads repeated over their query heads (grouped-query attention)."""
+    return t if t.shape[1] == heads else libs.cupy().repeat(t, heads // t.shape[1], axis=1)
+
+
+def _per_kv_head(g, kv_heads: int):
+    """A gradient over the query heads summed back onto each key/value head."""
+    n, h, s, dh = g.shape
+    return g if h == kv_heads else g.reshape(n, kv_heads, h // kv_heads, s, dh).sum(axis=2)
+
+
 def _materialized_forward(q, k, v, causal: bool, scale: float):
     n, h, sq, dh = q.shape
+    k, v = _per_query_head(k, h), _per_query_head(v, h)
     sk = k.shape[2]
     q3, k3, v3 = (t.reshape(n * h, t.shape[2], dh) for t in (q, k, v))
     p = matmul(q3, k3, trans_b=True)
@@ -132,8 +146,10 @@ def _materialized_forward(q, k, v, causal: bool, scale: float):
 
 
 def _materialized_backward(do, c):
-    q, k, v, p, scale = c["q"], c["k"], c["v"], c["p"], c["scale"]
+    q, p, scale = c["q"], c["p"], c["scale"]
     n, h, sq, dh = q.shape
+    kv = c["k"].shape[1]
+    k, v = _per_query_head(c["k"], h), _per_query_head(c["v"], h)
     q3, k3, v3 = (t.reshape(n * h, t.shape[2], dh) for t in (q, k, v))
     do3 = libs.cupy().ascontiguousarray(do).reshape(n * h, sq, dh)
     dv = matmul(p, do3, trans_a=True)
@@ -141,12 +157,12 @@ def _materialized_backward(do, c):
     _rows("softmax_bwd_rows", ds, p, ds, i32(ds.shape[-1]))
     dq = matmul(ds, k3, alpha=scale)
     dk = matmul(ds, q3, trans_a=True, alpha=scale)
-    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+    return dq.reshape(q.shape), _per_kv_head(dk.reshape(k.shape), kv), _per_kv_head(dv.reshape(v.shape), kv)
 
 
 def attention_forward(q, k, v, causal=False, algorithm: str = "", *, fallback: Callable):
     if not fits(q, k, v):
-        return fallback(q, k, v, causal)
+        return fallback(q, k, v, causal, algorithm)
     scale = 1.0 / math.sqrt(q.shape[-1])
     algo = chosen(algorithm, q.dtype.name, int(q.shape[-1]))
     cache = {"q": q, "k": k, "v": v, "scale": scale, "causal": bool(causal), "algorithm": algo}
