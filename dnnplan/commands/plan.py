@@ -224,19 +224,20 @@ def show(run: Run, answer, out: str | None, as_json: bool, layers: bool) -> None
     if as_json:
         print(json.dumps({**_json(plan, got, answer), "answered_in_s": round(run.settings.budget.elapsed(), 3)}))
         return
-    render.answer(plan, got, _facts(run, answer), layers)
+    render.answer(plan, got, _facts(run, answer, plan), layers)
     if out:
         how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if got is not None else \
             f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
         render.console.print(f"wrote {out} ({how})")
 
 
-def _facts(run: Run, answer) -> render.Facts:
+def _facts(run: Run, answer, plan: Plan) -> render.Facts:
     ctx = run.ctx
-    ops = {layer.op for layer in ctx.network.layers}
+    ops = {layer.name: layer.op for layer in ctx.network.layers}
+    attention = tuple(sorted({lp.algorithm or "materialized" for lp in plan.layers if ops.get(lp.name) == "attention"}))
     return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
-                        len(ctx.network.layers), "batchnorm2d" in ops, "attention" in ops)
+                        len(ctx.network.layers), "batchnorm2d" in ops.values(), attention)
 
 
 def _json(plan: Plan, got, answer) -> dict:

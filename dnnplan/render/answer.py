@@ -33,7 +33,7 @@ class Facts:
     timed: tuple = ()  # machine `local`: candidates weighed in step context
     layers: int = 0
     has_batchnorm: bool = False
-    has_attention: bool = False
+    attention: tuple[str, ...] = ()  # the attention algorithms the plan's layers run
 
 
 def breakdown_text(terms) -> str:
@@ -61,6 +61,15 @@ def header_lines(f: Facts) -> list[str]:
     return out
 
 
+#: How the summary names the attention kernels a plan runs (costmodel.attention_calls)
+ATTENTION_WORDS = {
+    ("flash",): "attention by one fused flash-attention kernel a pass (FlashAttention-2, as cuDNN and "
+                "current stacks run it; --attention materialized on `dnnplan predict` prices the unfused kernels)",
+    ("materialized",): "attention by its unfused kernels (the scores materialised, as Megatron-LM's unfused "
+                       "attention), not flash attention",
+}
+
+
 def assumptions_line(f: Facts) -> str | None:
     """What the cost model assumes of the framework where a user's framework may differ."""
     parts = []
@@ -70,9 +79,10 @@ def assumptions_line(f: Facts) -> str | None:
                      "saves two small allreduces a layer)")
     parts.append("weight gradients all-reduced layer by layer after the backward pass (no bucketing, no overlap "
                  "with backward)")
-    if f.has_attention:
-        parts.append("attention by its unfused kernels (the scores materialised, as Megatron-LM's unfused "
-                     "attention), not flash attention")
+    if f.attention:
+        parts.append(ATTENTION_WORDS[f.attention] if f.attention in ATTENTION_WORDS else
+                     "attention by flash attention in some layers, by its unfused kernels in others (the plan "
+                     "chooses per layer)")
     return "[dim]the model assumes: " + "; ".join(parts) + "[/dim]"
 
 

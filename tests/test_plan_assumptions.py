@@ -1,0 +1,35 @@
+"""The plan's summary says what the model assumes of the framework where a user's may differ
+(issue 55): synchronised batch norm for a network that has it, and the attention kernels the plan
+chose, flash attention where the machine runs it (issue 52), the unfused kernels where it does not."""
+
+import re
+
+from typer.testing import CliRunner
+
+from dnnplan.cli import app
+
+runner = CliRunner()
+
+
+def _assumes(*args: str) -> str:
+    result = runner.invoke(app, ["plan", *args], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    text = re.sub(r"\s+", " ", result.output)  # the line as printed, wrapped at any width
+    start = text.index("the model assumes:")
+    return text[start:text.index("against the baselines", start)]
+
+
+def test_a_transformer_on_an_h100_is_planned_with_flash_attention():
+    line = _assumes("gpt-tiny", "-p", "4", "--machine", "dgx-h100", "--precision", "bf16")
+    assert "flash-attention kernel" in line and "not flash attention" not in line
+    assert "batch-norm" not in line
+
+
+def test_a_transformer_on_a_v100_is_planned_with_materialised_scores():
+    line = _assumes("gpt-tiny", "-p", "4", "--machine", "dgx1-v100")
+    assert "scores materialised" in line and "not flash attention" in line
+
+
+def test_a_cnn_states_synchronised_batch_norm_and_no_attention():
+    line = _assumes("resnet18", "-p", "4")
+    assert "SyncBatchNorm" in line and "attention" not in line
