@@ -1,16 +1,22 @@
 """A whole training step under one strategy (and algorithm) per layer (pure).
 
-The step, stated so the executor can do exactly the same (no overlap of compute and
-communication yet)::
+The step, stated so the executor can do exactly the same (each collective at its exposed time:
+what overlaps compute is in ``costmodel.overlap``; none on the executor's CPU machine)::
 
-    step = sum over layers in order   of (reshard of inputs, forward compute, forward comm)
-         + sum over layers in reverse of (backward compute, backward comm, reshard of input grads)
+    step = m x (sum over layers in order   of (reshard of inputs, forward compute, forward comm)
+              + sum over layers in reverse of (backward compute, backward comm, reshard of input grads))
            (backward compute includes summing the gradients of an output that several layers read)
          + sum over layers of the weight-gradient allreduce
          + sum over layers of the optimiser update
          + the executor's own time per layer pass (Python between kernels; LayerEstimate.dispatch_s)
          + on P ranks sharing a computer, the time they wait for the slowest (StepPrediction.wait_s,
            measured per second of work on a probe; added by the executor's prediction)
+
+Gradient accumulation (``micro_batches`` m, the schedule frameworks run without a pipeline:
+PyTorch's ``no_sync``, Megatron-Core's ``num_microbatches``): every layer is priced at the
+micro-batch of batch/m samples, its forward and backward run m times, the weights' gradients are
+reduced and the optimiser updates once a step, and the activations of one micro-batch are held at
+once (a pipeline of one stage under 1F1B is the same step, ``costmodel.pipeline``).
 
 Peak memory per device = sum over layers of (weights + gradients + optimiser state + master weights)
 + the most, over layers i, of the activations layers 0..i keep for backward and layer i's transient
@@ -37,6 +43,7 @@ from costmodel.recompute_memory import block_transient_bytes, regenerated
 from costmodel.strategy import Strategy
 from costmodel.tied import tie_estimate, ties
 from networks.analysis import consumers, layer_cost, saved_outputs
+from networks.errors import DnnplanError
 from networks.ir import Network
 
 
@@ -77,14 +84,23 @@ class StepPrediction:
     # measured per collective on P ranks (executor.probes.collective_code) and summed over the barriers
     # the step makes (costmodel.barriers); 0 unless the executor's prediction adds it
     collective_code_s: float = 0.0
+    # gradient accumulation: the layers are priced at one micro-batch of batch / micro_batches
+    # samples, run that many times a step; the gradient sync and update once (module docstring)
+    micro_batches: int = 1
+
+    @property
+    def micro_batch(self) -> int:
+        return self.batch // self.micro_batches
 
     @property
     def fwd_s(self) -> float:
-        return sum(x.layer.fwd_compute_s + x.layer.fwd_comm_s + x.reshard_fwd_s for x in self.layers)
+        return self.micro_batches * sum(x.layer.fwd_compute_s + x.layer.fwd_comm_s + x.reshard_fwd_s
+                                        for x in self.layers)
 
     @property
     def bwd_s(self) -> float:
-        return sum(x.layer.bwd_compute_s + x.layer.bwd_comm_s + x.reshard_bwd_s for x in self.layers)
+        return self.micro_batches * sum(x.layer.bwd_compute_s + x.layer.bwd_comm_s + x.reshard_bwd_s
+                                        for x in self.layers)
 
     @property
     def sync_s(self) -> float:
@@ -97,7 +113,7 @@ class StepPrediction:
     @property
     def dispatch_s(self) -> float:
         """The executor's own time between the kernels and collectives (LayerEstimate.dispatch_s)."""
-        return sum(x.layer.dispatch_s for x in self.layers)
+        return self.micro_batches * sum(x.layer.dispatch_s for x in self.layers)
 
     @property
     def work_s(self) -> float:
@@ -158,12 +174,16 @@ class StepPrediction:
 
 def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algorithms: dict[str, str],
                  machine: Machine, compute: ComputeModel, optimizer: Optimizer | str = "momentum",
-                 rule: str = "mpi", checkpoints: bool = False, grads_in_backward: bool = False) -> StepPrediction:
-    """Predict one training step of ``net`` with the given per-layer strategies and algorithms.
+                 rule: str = "mpi", checkpoints: bool = False, grads_in_backward: bool = False,
+                 micro_batches: int = 1) -> StepPrediction:
+    """Predict one training step of ``net`` at ``batch`` with the given per-layer strategies and algorithms,
+    run as ``micro_batches`` micro-batches of ``batch / micro_batches`` samples (gradient accumulation,
+    module docstring; the strategies are those of the micro-batch).
     ``checkpoints``: recomputation runs block by block from each block's kept input (full
     recomputation, ``costmodel.recompute_memory``), rather than layer by layer from each layer's
     kept input (what the planner's per-layer choice prices). ``grads_in_backward``: the runtime
     makes the weight gradients during backward (:attr:`StepPrediction.grads_in_backward`)."""
+    whole, batch = batch, micro_batch(batch, micro_batches)
     by_name = {layer.name: layer for layer in net.layers}
     readers = consumers(net)
     algorithms = resolve_algorithms(net, algorithms, machine)
@@ -192,10 +212,18 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
             fcopy, bcopy = edge.copy_s(compute)
             fwd, bwd = fwd + edge.fwd_s + fcopy, bwd + edge.bwd_s + bcopy
         rows.append(LayerPrediction(est, fwd, bwd, halo, deltas.get(layer.name, 0)))
-    return StepPrediction(net.name, batch, next(iter(strategies.values())).p if strategies else 1,
+    return StepPrediction(net.name, whole, next(iter(strategies.values())).p if strategies else 1,
                           machine.name, compute.name, tuple(rows),
                           block_transient_bytes(net, batch, strategies, algorithms, dropped) if dropped else 0,
-                          grads_in_backward)
+                          grads_in_backward, micro_batches=micro_batches)
+
+
+def micro_batch(batch: int, micro_batches: int) -> int:
+    """The samples of one of ``micro_batches`` micro-batches (one clear line when they do not divide ``batch``)."""
+    if micro_batches < 1 or batch % micro_batches:
+        raise DnnplanError(f"{micro_batches} micro-batches do not divide the batch {batch}",
+                           hint="choose --micro-batches dividing --batch")
+    return batch // micro_batches
 
 
 def model_flops_utilization(net: Network, batch: int, step_s: float, devices: int, machine: Machine,
@@ -214,11 +242,13 @@ def prediction_json(pred: StepPrediction) -> dict:
     return {
         "network": pred.network, "batch": pred.batch, "devices": pred.p, "machine": pred.machine,
         "compute_model": pred.compute,
+        "micro_batches": pred.micro_batches, "micro_batch": pred.micro_batch,
         "step_s": pred.step_s, "fwd_s": pred.fwd_s, "bwd_s": pred.bwd_s, "grad_sync_s": pred.sync_s,
         "update_s": pred.update_s, "dispatch_s": pred.dispatch_s, "wait_s": pred.wait_s,
         "collective_code_s": pred.collective_code_s,
         "memory_peak_bytes": pred.memory_peak_bytes,
         "memory_parts_bytes": pred.memory_parts,
+        # per layer: one micro-batch's times (the step runs them micro_batches times; the sync once)
         "layers": [{
             "name": x.layer.name, "strategy": x.layer.strategy.label, "degrees": x.layer.strategy.as_dict(),
             "algorithm": x.layer.algorithm,

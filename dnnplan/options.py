@@ -95,8 +95,10 @@ PipelineOpt = Annotated[int, typer.Option(
     "--strategy or --tensor inside (docs/costmodel.md, Pipelines).",
     callback=within("--pipeline", 1, 4096))]
 MicroBatchesOpt = Annotated[int, typer.Option(
-    "--micro-batches", help="Micro-batches per step in a pipeline (must divide the batch): each holds "
-    "batch/M samples, split over a stage's data-parallel ranks.",
+    "--micro-batches", help="Micro-batches per step (must divide the batch), each of batch/M samples: in a "
+    "pipeline split over a stage's data-parallel ranks; without one (or with --pipeline 1) gradient "
+    "accumulation: the micro-batches one after another, the activations of one held at a time, the gradients "
+    "reduced and the weights updated once a step (docs/costmodel.md, Gradient accumulation).",
     callback=within("--micro-batches", 1, MAX_INT))]
 RuntimeOpt = Annotated[str, typer.Option(
     "--runtime", help="Whose step to price: dnnplan (what `dnnplan execute` runs) or deepspeed "

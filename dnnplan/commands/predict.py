@@ -10,7 +10,7 @@ from costmodel.optimizer import Optimizer
 from costmodel.pipeline import pipeline_json, predict_pipeline
 from costmodel.files import load_machine
 from costmodel.precision import get_precision
-from costmodel.step import model_flops_utilization, predict_step, prediction_json
+from costmodel.step import micro_batch, model_flops_utilization, predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
 from dnnplan.options import (AttentionOpt, BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForeignProfileOpt,
                              JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt, PipelineOpt,
@@ -78,12 +78,12 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
     strategies_of = _strategies(megatron, strategy, tensor, sequence_parallel, context_, expert)
-    if pipeline > 1 or micro_batches > 1:
+    if pipeline > 1:
         return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json,
                                  chunks, full=recompute == "full")
-    strategies, fallbacks = strategies_of(ctx.network, devices, ctx.batch)
+    strategies, fallbacks = strategies_of(ctx.network, devices, micro_batch(ctx.batch, micro_batches))
     pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute, opt,
-                        checkpoints=recompute == "full")
+                        checkpoints=recompute == "full", micro_batches=micro_batches)
     _check_recompute(ctx, strategies, opt, recompute, pred)
     _show(ctx, pred, fallbacks, layers, as_json)
 
@@ -108,7 +108,7 @@ def _check_recompute(ctx: Context, strategies: dict, opt: Optimizer, mode: str, 
     if mode == "none":
         return
     plain = predict_step(ctx.network, ctx.batch, strategies, recompute_algorithms(ctx.network, "none"),
-                         ctx.machine, ctx.compute, opt)
+                         ctx.machine, ctx.compute, opt, micro_batches=pred.micro_batches)
     if (line := recompute_warning(ctx.network, mode, pred, plain)) is not None:
         warn(line)
 

@@ -110,7 +110,9 @@ def prediction_table(pred, fallbacks=(), mfu: float | None = None, layers: bool 
                      limit_bytes: float | None = None) -> None:
     """`dnnplan predict`: the step by term (the names `plan` and `execute` use, costmodel.breakdown),
     memory and model FLOP utilisation first; then, with ``layers``, the per-layer table."""
-    console.print(f"{pred.network}: batch {pred.batch} on {pred.p} x {pred.machine} ({pred.compute})")
+    micro = (f" as {pred.micro_batches} micro-batches of {pred.micro_batch} (gradient accumulation; per-layer "
+             "times are one micro-batch's)" if pred.micro_batches > 1 else "")
+    console.print(f"{pred.network}: batch {pred.batch}{micro} on {pred.p} x {pred.machine} ({pred.compute})")
     console.print(step_line(pred.step_s, step_terms(pred)))
     console.print(memory_mfu_line(pred.memory_peak_bytes, limit_bytes, mfu))
     console.print(memory_line(pred.memory_parts))
