@@ -25,6 +25,7 @@ from costmodel.layer_layouts import LocalLayer, _splits, local_layer, output_lay
 from costmodel.layout import max_block_extents
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer, as_optimizer
+from costmodel.overlap import overlapped, resolve_overlap
 from costmodel.strategy import Strategy
 from costmodel.tensor_comms import tensor_collectives
 from costmodel.weight_sync import grad_dims, replica_sums, weight_collectives, weight_memory
@@ -176,13 +177,17 @@ def _elems(shape) -> int:
 
 def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machine,
                    compute: ComputeModel, algorithm: str = "", optimizer: Optimizer | str = "momentum",
-                   rule: str = "mpi", consumers: int = 1, output_saved: bool = True) -> LayerEstimate:
+                   rule: str = "mpi", consumers: int = 1, output_saved: bool = True, overlap=None,
+                   front: bool = False) -> LayerEstimate:
     """Everything one layer costs under one strategy, per device (the straggler). ``consumers``:
     how many input slots read the layer's output (``networks.analysis.consumers``); each after the
     first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``). ``output_saved``:
     whether the output stays in memory until backward (``networks.analysis.saved_outputs``).
     ``optimizer``: its state, and its ZeRO stage's sharding and collectives (costmodel.optimizer).
-    An attention layer's ``algorithm`` "" is the machine's default (``compute.resolve_algorithm``)."""
+    An attention layer's ``algorithm`` "" is the machine's default (``compute.resolve_algorithm``).
+    ``overlap``: which collectives hide under the passes (costmodel.overlap; None: the machine's
+    default); ``front``: the layer's gradients are in the bucket the backward makes last
+    (``overlap.front_layers``)."""
     opt = as_optimizer(optimizer)
     algorithm = resolve_algorithm(layer, algorithm, machine)
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
@@ -193,6 +198,9 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
                         (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)))
     if is_recomputed(algorithm):
         comms += recomputed_comms(comms)
+    grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
+    comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + grad_sum},
+                       resolve_overlap(overlap, machine), front)
     active = [(dim, _splits(layer)[dim]) for dim, _ in strategy.degrees]
     wshapes = dict(local.weight_shapes)
     replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
@@ -206,7 +214,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         update_s=sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize,
                                       opt.slots) for n, shape in wshapes.items()),
         comms=tuple(comms), memory=memory,
-        grad_sum_s=sum(compute.call_s(c) for c in grad_sum_calls(local, consumers)),
+        grad_sum_s=grad_sum,
         dispatch_s=dispatch_time(compute, local, kernel, consumers))
 
 

@@ -39,6 +39,7 @@ from costmodel.held_inputs import held_deltas
 from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, layer_estimate
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
+from costmodel.overlap import front_layers, resolve_overlap
 from costmodel.recompute_memory import block_transient_bytes, regenerated
 from costmodel.strategy import Strategy
 from costmodel.tied import tie_estimate, ties
@@ -87,6 +88,22 @@ class StepPrediction:
     # gradient accumulation: the layers are priced at one micro-batch of batch / micro_batches
     # samples, run that many times a step; the gradient sync and update once (module docstring)
     micro_batches: int = 1
+    overlap: str = "none"  # which collectives hide under compute (costmodel.overlap's mode)
+
+    def _comm(self, time) -> float:
+        """``time(comm)`` summed over the step's collectives: a pass's each micro-batch, the sync once."""
+        return sum(time(c) * (1 if c.phase == "sync" else self.micro_batches) for x in self.layers for c in x.layer.comms)
+
+    @property
+    def comm_exposed_s(self) -> float:
+        """The collectives' time the step waits for (inside forward, backward and gradient sync)."""
+        return self._comm(lambda c: c.seconds)
+
+    @property
+    def comm_overlapped_s(self) -> float:
+        """The collectives' time hidden under compute (costmodel.overlap; a context-parallel ring's
+        under its attention steps): not in the step."""
+        return self._comm(lambda c: c.link_time - c.seconds)
 
     @property
     def micro_batch(self) -> int:
@@ -175,15 +192,18 @@ class StepPrediction:
 def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algorithms: dict[str, str],
                  machine: Machine, compute: ComputeModel, optimizer: Optimizer | str = "momentum",
                  rule: str = "mpi", checkpoints: bool = False, grads_in_backward: bool = False,
-                 micro_batches: int = 1) -> StepPrediction:
+                 micro_batches: int = 1, overlap=None) -> StepPrediction:
     """Predict one training step of ``net`` at ``batch`` with the given per-layer strategies and algorithms,
     run as ``micro_batches`` micro-batches of ``batch / micro_batches`` samples (gradient accumulation,
-    module docstring; the strategies are those of the micro-batch).
+    module docstring; the strategies are those of the micro-batch). ``overlap``: which collectives
+    hide under compute (costmodel.overlap: a mode or an ``Overlap``; None, the machine's default).
     ``checkpoints``: recomputation runs block by block from each block's kept input (full
     recomputation, ``costmodel.recompute_memory``), rather than layer by layer from each layer's
     kept input (what the planner's per-layer choice prices). ``grads_in_backward``: the runtime
     makes the weight gradients during backward (:attr:`StepPrediction.grads_in_backward`)."""
     whole, batch = batch, micro_batch(batch, micro_batches)
+    overlap = resolve_overlap(overlap, machine)
+    front = front_layers(net, overlap.bucket_bytes)
     by_name = {layer.name: layer for layer in net.layers}
     readers = consumers(net)
     algorithms = resolve_algorithms(net, algorithms, machine)
@@ -195,7 +215,7 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     for layer in net.layers:
         strat = strategies[layer.name]
         est = layer_estimate(layer, strat, batch, machine, compute, algorithms.get(layer.name, ""),
-                             optimizer, rule, readers[layer.name], saved[layer.name])
+                             optimizer, rule, readers[layer.name], saved[layer.name], overlap, layer.name in front)
         fwd = bwd = 0.0
         halo = False
         for slot, src in enumerate(layer.inputs):
@@ -215,7 +235,7 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     return StepPrediction(net.name, whole, next(iter(strategies.values())).p if strategies else 1,
                           machine.name, compute.name, tuple(rows),
                           block_transient_bytes(net, batch, strategies, algorithms, dropped) if dropped else 0,
-                          grads_in_backward, micro_batches=micro_batches)
+                          grads_in_backward, micro_batches=micro_batches, overlap=overlap.mode)
 
 
 def micro_batch(batch: int, micro_batches: int) -> int:
@@ -245,7 +265,8 @@ def prediction_json(pred: StepPrediction) -> dict:
         "micro_batches": pred.micro_batches, "micro_batch": pred.micro_batch,
         "step_s": pred.step_s, "fwd_s": pred.fwd_s, "bwd_s": pred.bwd_s, "grad_sync_s": pred.sync_s,
         "update_s": pred.update_s, "dispatch_s": pred.dispatch_s, "wait_s": pred.wait_s,
-        "collective_code_s": pred.collective_code_s,
+        "collective_code_s": pred.collective_code_s, "overlap": pred.overlap,
+        "comm_exposed_s": pred.comm_exposed_s, "comm_overlapped_s": pred.comm_overlapped_s,
         "memory_peak_bytes": pred.memory_peak_bytes,
         "memory_parts_bytes": pred.memory_parts,
         # per layer: one micro-batch's times (the step runs them micro_batches times; the sync once)
@@ -255,7 +276,7 @@ def prediction_json(pred: StepPrediction) -> dict:
             "fwd_compute_s": x.layer.fwd_compute_s, "bwd_compute_s": x.layer.bwd_compute_s,
             "comm_s": x.layer.fwd_comm_s + x.layer.bwd_comm_s + x.layer.grad_sync_s,
             "comm": [{"purpose": c.purpose, "phase": c.phase, "collective": c.collective, "bytes": c.nbytes,
-                      "group": c.group, "s": c.seconds} for c in x.layer.comms],
+                      "group": c.group, "s": c.seconds, "link_s": c.link_time} for c in x.layer.comms],
             "reshard_s": x.reshard_s, "halo": x.halo, "update_s": x.layer.update_s,
             "memory_bytes": x.layer.memory.total,
         } for x in pred.layers],

@@ -100,6 +100,17 @@ MicroBatchesOpt = Annotated[int, typer.Option(
     "accumulation: the micro-batches one after another, the activations of one held at a time, the gradients "
     "reduced and the weights updated once a step (docs/costmodel.md, Gradient accumulation).",
     callback=within("--micro-batches", 1, MAX_INT))]
+OverlapOpt = Annotated[str, typer.Option(
+    "--overlap", help="Which communication overlaps compute: none (every collective in the critical path: "
+    "gradients all-reduced after the backward pass, as dnnplan's executor runs); data (the weights' gradient "
+    "reduction in buckets under the backward pass, the last bucket exposed, and ZeRO's parameter gathers "
+    "under forward and backward: PyTorch DDP's and FSDP's defaults, Megatron-Core's --overlap-grad-reduce "
+    "--overlap-param-gather); all (data, and tensor-parallel collectives under their GEMMs: Megatron-Core's "
+    "--tp-comm-overlap). \\[default: data on GPU machines, none on the CPU] (docs/costmodel.md, Overlap).")]
+BucketOpt = Annotated[float, typer.Option(
+    "--bucket-mb", help="Gradient bucket size in MiB with --overlap data or all (PyTorch DDP's bucket_cap_mb; "
+    "Megatron-Core's default bucket of 40M parameters is 76 MiB in bf16): the last bucket's reduction is exposed.",
+    callback=within("--bucket-mb", 0.001, 1e6))]
 RuntimeOpt = Annotated[str, typer.Option(
     "--runtime", help="Whose step to price: dnnplan (what `dnnplan execute` runs) or deepspeed "
     "(DeepSpeed's ZeRO-3 as published runs of it behave: a flat-ring gather per weight tensor, one more "

@@ -7,9 +7,9 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from costmodel.breakdown import pipeline_terms, step_terms
+from costmodel.breakdown import comm_parts, pipeline_terms, step_terms
 from dnnplan.render import fmt
-from dnnplan.render.answer import memory_mfu_line, step_line
+from dnnplan.render.answer import comm_line, memory_mfu_line, step_line
 from networks.analysis import NetworkSummary
 
 # wide tables when piped (logs, CI); the terminal width otherwise
@@ -43,6 +43,7 @@ def pipeline_table(pred) -> None:
                   f"{s.kept_micro_batches:g}", fmt.nbytes(s.memory_peak_bytes))
     console.print(t)
     console.print(step_line(pred.step_s, pipeline_terms(pred)))
+    console.print(comm_line(comm_parts(pred), pred.stages[0].micro.overlap))
     console.print(f"the step: fill and drain plus the slowest stage per further micro-batch, then gradient sync and "
                   f"update; bubble {pred.bubble_fraction:.1%} of the pipelined part;  peak memory "
                   f"{fmt.nbytes(pred.memory_peak_bytes)} per device (stage "
@@ -114,6 +115,7 @@ def prediction_table(pred, fallbacks=(), mfu: float | None = None, layers: bool 
              "times are one micro-batch's)" if pred.micro_batches > 1 else "")
     console.print(f"{pred.network}: batch {pred.batch}{micro} on {pred.p} x {pred.machine} ({pred.compute})")
     console.print(step_line(pred.step_s, step_terms(pred)))
+    console.print(comm_line(comm_parts(pred), pred.overlap))
     console.print(memory_mfu_line(pred.memory_peak_bytes, limit_bytes, mfu))
     console.print(memory_line(pred.memory_parts))
     if fallbacks:
