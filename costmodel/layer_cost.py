@@ -25,6 +25,7 @@ from costmodel.layer_layouts import LocalLayer, _splits, local_layer, output_lay
 from costmodel.layout import max_block_extents
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer, as_optimizer
+from costmodel.precision import fp8_bytes, fp8_weight
 from costmodel.overlap import overlapped, resolve_overlap
 from costmodel.strategy import Strategy
 from costmodel.tensor_comms import tensor_collectives
@@ -71,11 +72,12 @@ class Memory:
     workspace: int
     master: int = 0
     buffers: int = 0
+    fp8: int = 0  # FP8 weight copies and scaling state (costmodel.precision.fp8_bytes)
 
     @property
     def persistent(self) -> int:
         """Everything held across the step."""
-        return self.weights + self.grads + self.optimizer + self.master + self.activations
+        return self.weights + self.grads + self.optimizer + self.master + self.activations + self.fp8
 
     @property
     def transient(self) -> int:
@@ -207,7 +209,9 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     weights, grads, state, master, gathered = weight_memory(wshapes, replicas, itemsize, opt)
     memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch),
                     compute.workspace_bytes(local, kernel), master=master,
-                    buffers=gradient_buffer_bytes(local) + gathered)
+                    buffers=gradient_buffer_bytes(local) + gathered,
+                    fp8=fp8_bytes(layer, sum(-(-prod(s) // (replicas[n] if opt.zero >= 3 else 1))
+                                             for n, s in wshapes.items() if fp8_weight(n, s))))
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,

@@ -183,7 +183,9 @@ class StepPrediction:
         weights, gradients and optimiser state of every layer, the activations held at the peak,
         and the transient there (workspace and gradients; a block's recomputation)."""
         mems = [x.layer.memory for x in self.layers]
-        out = {k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer")}
+        out = {k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer", "fp8")}
+        if not out["fp8"]:  # only under fp8 (costmodel.precision)
+            del out["fp8"]
         out["activations"], out["transient"], out["grads"] = self._held()
         out["transient"] += self.recompute_bytes
         return out
@@ -251,7 +253,9 @@ def model_flops_utilization(net: Network, batch: int, step_s: float, devices: in
     """Model FLOP utilisation (Chowdhery et al., "PaLM", 2022, Appendix B): the network's own
     training FLOPs for one step at ``batch`` (forward and both backward passes, as the op catalogue
     counts them: no recomputation, no algorithm's extra work) over what ``devices`` devices deliver
-    at the ``peak_key`` peak in ``step_s``."""
+    at the ``peak_key`` peak in ``step_s``; FP8 training against the 16-bit peak, as published FP8
+    runs state theirs, so the two precisions read on one scale."""
+    peak_key = "bfloat16" if peak_key == "float8" else peak_key
     flops = sum(sum(layer_cost(layer, batch).flops) for layer in net.layers)
     peak = machine.device.peak_flops.get(peak_key) or machine.device.peak_flops["float32"]
     return flops / (step_s * devices * peak) if step_s > 0 else 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from costmodel.breakdown import comm_parts
 from costmodel.compute import recompute_algorithms
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
@@ -156,7 +157,10 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
     pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, schedule, ctx.machine, stage,
                             chunks=chunks)
     if as_json:
-        print(json.dumps({**pipeline_json(pred), "fallbacks": [f.__dict__ for f in fallbacks]}))
+        comm = dict(comm_parts(pred))
+        print(json.dumps({**pipeline_json(pred), "overlap": pred.stages[0].micro.overlap,
+                          "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
+                          "fallbacks": [f.__dict__ for f in fallbacks]}))
         return
     tables.pipeline_table(pred)
     if fallbacks:

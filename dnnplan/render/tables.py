@@ -20,7 +20,8 @@ console = Console(highlight=False, width=min(WIDTH, Console().width) if sys.stdo
 
 
 MEMORY_WORDS = {"weights": "weights", "grads": "gradients", "master": "master weights",
-                "optimizer": "optimiser state", "activations": "activations kept",
+                "optimizer": "optimiser state", "fp8": "FP8 weight copies and scaling",
+                "activations": "activations kept",
                 "transient": "largest transient (workspace, gradients in flight)"}
 
 
