@@ -49,9 +49,12 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
     The step is forward + backward + gradient synchronisation + update, each collective at the time
-    it is not hidden under compute (--overlap; docs/costmodel.md). With --tensor T each layer takes its Megatron split over groups of T
-    devices and the data split over the rest. With --pipeline S the layers are cut into S stages
-    run as a pipeline of --micro-batches, --strategy or --tensor applying inside each stage.
+    it is not hidden under compute (--overlap; docs/costmodel.md). With --tensor T each layer takes
+    its Megatron split over groups of T devices and the data split over the rest. With --pipeline S
+    the layers are cut into S stages run as a pipeline of --micro-batches, --strategy or --tensor
+    applying inside each stage; without it (or with --pipeline 1), --micro-batches M accumulates
+    gradients: M micro-batches one after another, the activations of one held, the gradients
+    reduced and the weights updated once a step.
 
     Each of M micro-batches holds batch/M samples, split over a stage's data-parallel ranks.
     GPT-3 175B as Narayanan et al. (SC21, Table 2) ran it on 1536 GPUs, tensor 8 x pipeline 12 x
@@ -59,6 +62,11 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --tensor 8
     --pipeline 12 --micro-batches 96 --recompute full --machine dgx-a100
     Add --schedule interleaved --chunks 3 for Megatron-LM's interleaved 1F1B with 3 model chunks a device.
+
+    Llama 3 8B under FSDP on 64 H100s in FP8, 4 micro-batches of one sequence, the gradient
+    reduction and the gathers overlapped (--overlap data, the default on GPU machines):
+    dnnplan predict llama3-8b -p 64 -b 256 --machine dgx-h100 --precision fp8 --optimizer adam
+    --zero 3 --micro-batches 4
 
     --context C splits the sequence over C devices, --expert E a mixture of experts' experts over E
     data-parallel ones (Megatron-Core's context and expert parallelism). Mixtral 8x7B on 64 H100s:
@@ -82,7 +90,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
     strategies_of = _strategies(megatron, strategy, tensor, sequence_parallel, context_, expert)
     ov = Overlap(resolve_overlap(overlap or None, ctx.machine).mode, int(bucket_mb * 2 ** 20))
-    if pipeline > 1:
+    if pipeline > 1 or (schedule != "1f1b" and micro_batches > 1):  # one 1F1B stage: accumulation
         return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json,
                                  chunks, full=recompute == "full", overlap=ov)
     strategies, fallbacks = strategies_of(ctx.network, devices, micro_batch(ctx.batch, micro_batches))
