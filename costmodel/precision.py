@@ -54,6 +54,9 @@ PRECISIONS = {p.name: p for p in (
               "(Transformer Engine)"),
 )}
 DEFAULT_PRECISION = "fp32"
+#: Precisions priced from the datasheet alone: no kernel set runs them (the GPU profiler and the
+#: executor refuse them in one line)
+DATASHEET_ONLY = frozenset({"fp8"})
 
 #: Ops whose kernels are GEMMs (or convolutions run as them): the tensor cores run these.
 MATMUL_OPS = frozenset({"conv2d", "linear", "attention", "moe"})
