@@ -92,7 +92,8 @@ class StepPrediction:
 
     def _comm(self, time) -> float:
         """``time(comm)`` summed over the step's collectives: a pass's each micro-batch, the sync once."""
-        return sum(time(c) * (1 if c.phase == "sync" else self.micro_batches) for x in self.layers for c in x.layer.comms)
+        return sum(time(c) * (1 if c.phase == "sync" else self.micro_batches)
+                   for x in self.layers for c in x.layer.comms)
 
     @property
     def comm_exposed_s(self) -> float:

@@ -77,7 +77,8 @@ PrecisionOpt = Annotated[str, typer.Option(
     "--precision", help="Number format of training: fp32; tf32 (float32 storage, TF32 tensor cores); fp16 or "
     "bf16 (mixed precision: 16-bit activations, weights and gradients, float32 master weights and optimiser "
     "state); fp8 (bf16 with the transformer blocks' GEMMs in FP8 as Transformer Engine runs them, at the "
-    "device's FP8 peak; its FP8 weight copies and scaling state in memory; needs a machine with an FP8 peak). Priced from the GPU datasheet, or from a GPU profile table timed in it (--profile; "
+    "device's FP8 peak; its FP8 weight copies and scaling state in memory; needs a machine with an FP8 peak). "
+    "Priced from the GPU datasheet, or from a GPU profile table timed in it (--profile; "
     "docs/costmodel.md, Precision).")]
 OptimizerOpt = Annotated[str, typer.Option(
     "--optimizer", help="The optimiser whose state each parameter carries: sgd (none), momentum (one value, "

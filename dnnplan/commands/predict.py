@@ -14,8 +14,9 @@ from costmodel.files import load_machine
 from costmodel.precision import get_precision
 from costmodel.step import micro_batch, model_flops_utilization, predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
-from dnnplan.options import (AttentionOpt, BatchOpt, BucketOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForeignProfileOpt,
-                             JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt, OverlapOpt, PipelineOpt,
+from dnnplan.options import (AttentionOpt, BatchOpt, BucketOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt,
+                             ForeignProfileOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg,
+                             OptimizerOpt, OverlapOpt, PipelineOpt,
                              PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
                              SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
