@@ -20,12 +20,12 @@ from dnnplan.commands.predict import predict
 from dnnplan.commands.profile import profile
 from dnnplan.commands.profile_comm import profile_comm
 from dnnplan.commands.validate import validate
-from dnnplan.helptext import reflow
+from dnnplan.helptext import command_help, reflow
 from dnnplan.search_bound import count_from_the_start
 from profiler import stops
 
 for command in (info, networks, machines, predict, plan, profile, profile_comm, execute, validate):
-    app.command(help=reflow(command.__doc__))(command)  # named after the function: profile_comm -> profile-comm
+    app.command(help=command_help(command))(command)  # named after the function: profile_comm -> profile-comm
 app.command(name="import", help=reflow(import_.__doc__))(import_)  # `import` is a Python keyword
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 
 _BLANK_LINES = re.compile(r"\n\s*\n")
 
@@ -21,3 +22,10 @@ def reflow(doc: str | None) -> str:
     paragraphs = [p.strip("\n") for p in _BLANK_LINES.split(text) if p.strip()]
     return "\n\n".join(p if p.startswith("\b") else " ".join(line.strip() for line in p.splitlines())
                        for p in paragraphs)
+
+
+def command_help(command) -> str:
+    """A command's --help: its docstring, then its module's ``EXAMPLES`` where it has them (worked
+    examples too long for the function itself), reflowed."""
+    examples = getattr(sys.modules.get(command.__module__), "EXAMPLES", "")
+    return reflow((command.__doc__ or "") + ("\n\n" + examples if examples else ""))

@@ -70,6 +70,9 @@ class Plan:
     #: the step by term (costmodel.breakdown: the names every command prints), shown, not read back
     breakdown: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
     seq: int | None = None  # --seq: the network's tokens per sequence when given, None for its own
+    #: the collectives' time exposed and overlapped with compute (costmodel.breakdown.comm_parts), shown only
+    comm: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
+    overlap: str = field(default="", compare=False, hash=False)  # costmodel.overlap's mode it was priced under
 
     @property
     def stage_ranks(self) -> int:

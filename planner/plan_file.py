@@ -27,7 +27,7 @@ from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
 TOP_KEYS = ("version", "network", "seq", "network_name", "network_hash", "batch", "devices", "machine", "precision",
             "optimizer", "zero", "profile_fingerprint", "step_s", "memory_peak_bytes", "memory_parts_bytes", "mfu",
-            "step_breakdown_s", "baselines", "solver", "pipeline", "layers")
+            "step_breakdown_s", "step_comm_s", "overlap", "baselines", "solver", "pipeline", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
 
@@ -42,6 +42,7 @@ def plan_to_dict(plan: Plan) -> dict:
         "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
         **({"memory_parts_bytes": dict(plan.memory_parts)} if plan.memory_parts else {}), "mfu": plan.mfu,
         **({"step_breakdown_s": dict(plan.breakdown)} if plan.breakdown else {}),
+        **({"step_comm_s": dict(plan.comm), "overlap": plan.overlap} if plan.comm else {}),
         "baselines": [{"name": b.name, "step_s": b.step_s, "memory_peak_bytes": b.memory_peak_bytes,
                        "fits": b.fits} for b in plan.baselines],
         "solver": dict(plan.solver),
@@ -95,7 +96,8 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
                 solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
                 mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline,
-                breakdown=_breakdown(data, path), seq=seq)
+                breakdown=_breakdown(data, path), comm=_breakdown(data, path, "step_comm_s"),
+                overlap=str(data.get("overlap") or ""), seq=seq)
     return plan, net
 
 
@@ -144,11 +146,12 @@ def _memory_parts(data: dict, path: str) -> dict[str, int]:
     return {k: int(_number(raw, k, path)) for k in raw}
 
 
-def _breakdown(data: dict, path: str) -> tuple[tuple[str, float], ...]:
-    """The plan's ``step_breakdown_s`` (its step by term, costmodel.breakdown; shown, never used to predict)."""
-    raw = data.get("step_breakdown_s") or {}
+def _breakdown(data: dict, path: str, key: str = "step_breakdown_s") -> tuple[tuple[str, float], ...]:
+    """The plan's ``step_breakdown_s`` (its step by term, costmodel.breakdown; shown, never used to
+    predict), or with ``key`` ``step_comm_s``, its collectives' time exposed and overlapped."""
+    raw = data.get(key) or {}
     if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
-        raise _fail("'step_breakdown_s' must map a step's terms to seconds", path, field="step_breakdown_s")
+        raise _fail(f"'{key}' must map a step's terms to seconds", path, field=key)
     return tuple((k, _number(raw, k, path)) for k in raw)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
+from costmodel.overlap import resolve_overlap
 from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
 from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
@@ -237,7 +238,8 @@ def _facts(run: Run, answer, plan: Plan) -> render.Facts:
     attention = tuple(sorted({lp.algorithm or "materialized" for lp in plan.layers if ops.get(lp.name) == "attention"}))
     return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
-                        len(ctx.network.layers), "batchnorm2d" in ops.values(), attention)
+                        len(ctx.network.layers), "batchnorm2d" in ops.values(), attention,
+                        resolve_overlap(None, ctx.machine).label)
 
 
 def _json(plan: Plan, got, answer) -> dict:
