@@ -33,3 +33,10 @@ def test_a_transformer_on_a_v100_is_planned_with_materialised_scores():
 def test_a_cnn_states_synchronised_batch_norm_and_no_attention():
     line = _assumes("resnet18", "-p", "4")
     assert "SyncBatchNorm" in line and "attention" not in line
+
+
+def test_a_utilisation_over_100_percent_says_why():
+    """resnet18 in fp32 on A100s takes FFT convolutions: fewer FLOPs than the model's count."""
+    from dnnplan.render.answer import mfu_note
+
+    assert mfu_note(0.99) == "" and "FFT or Winograd" in mfu_note(1.158)

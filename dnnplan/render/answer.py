@@ -61,8 +61,15 @@ def comm_line(parts, overlap: str) -> str | None:
 def memory_mfu_line(peak_bytes: float, limit_bytes: float | None, mfu: float | None) -> str:
     """Peak memory a device (of its limit) and the model FLOP utilisation."""
     limit = f" (limit {fmt.nbytes(limit_bytes)})" if limit_bytes else ""
-    util = "" if mfu is None else f";  model FLOP utilisation {mfu:.1%}"
+    util = "" if mfu is None else f";  model FLOP utilisation {mfu:.1%}{mfu_note(mfu)}"
     return f"memory {fmt.nbytes(peak_bytes)} a device{limit}{util}"
+
+
+def mfu_note(mfu: float) -> str:
+    """Why a model FLOP utilisation can pass 100%: it counts the network's own FLOPs (PaLM's
+    definition), and FFT and Winograd convolutions compute the same result with less arithmetic."""
+    return (" (over 100%: FFT or Winograd convolutions do less arithmetic than the model's FLOPs count)"
+            if mfu > 1 else "")
 
 
 def header_lines(f: Facts) -> list[str]:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from costmodel.breakdown import measured_terms
 from dnnplan.render import fmt
-from dnnplan.render.answer import breakdown_text
+from dnnplan.render.answer import breakdown_text, mfu_note
 from dnnplan.render.messages import err_console
 from dnnplan.render.tables import WIDTH
 from executor.check.gradients import CheckResult
@@ -90,7 +90,8 @@ def step_summary(cmp: Comparison, mfu: Callable[[float], float] | None = None) -
     error and the model FLOP utilisation of each; then how the measured step was spread."""
     m = cmp.measured
     med = cmp.layer_median_abs_rel
-    util = (lambda secs: f";  model FLOP utilisation {mfu(secs):.1%}") if mfu else (lambda secs: "")
+    util = ((lambda secs: f";  model FLOP utilisation {mfu(secs):.1%}{mfu_note(mfu(secs))}") if mfu
+            else (lambda secs: ""))
     console.print(f"[bold]predicted step {fmt.seconds(cmp.predicted_step_s)}[/bold] = "
                   f"{breakdown_text(_terms(cmp.predicted, cmp.predicted_wait_s, cmp.predicted_step_s))}"
                   f"{util(cmp.predicted_step_s)}")
