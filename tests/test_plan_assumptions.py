@@ -7,6 +7,7 @@ import re
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
+from dnnplan.render.answer import mfu_note
 
 runner = CliRunner()
 
@@ -37,6 +38,4 @@ def test_a_cnn_states_synchronised_batch_norm_and_no_attention():
 
 def test_a_utilisation_over_100_percent_says_why():
     """resnet18 in fp32 on A100s takes FFT convolutions: fewer FLOPs than the model's count."""
-    from dnnplan.render.answer import mfu_note
-
     assert mfu_note(0.99) == "" and "FFT or Winograd" in mfu_note(1.158)
