@@ -70,6 +70,8 @@ class Plan:
     #: the step by term (costmodel.breakdown: the names every command prints), shown, not read back
     breakdown: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
     seq: int | None = None  # --seq: the network's tokens per sequence when given, None for its own
+    #: costmodel.batch_norm: sync or local statistics (the network hash is of the network marked with it)
+    batch_norm: str = "sync"
 
     @property
     def stage_ranks(self) -> int:

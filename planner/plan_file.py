@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from costmodel.attention_calls import ATTENTION_ALGORITHMS
+from costmodel.batch_norm import BATCH_NORMS, DEFAULT_BATCH_NORM, with_batch_norm
 from costmodel.compute import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, RECOMPUTE, algorithm_applies, is_recomputed,
                                kernel_algorithm, recompute_applies)
 from costmodel.files import load_machine
@@ -26,7 +27,7 @@ from costmodel.pipeline import SCHEDULES, cut_at
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
 TOP_KEYS = ("version", "network", "seq", "network_name", "network_hash", "batch", "devices", "machine", "precision",
-            "optimizer", "zero", "profile_fingerprint", "step_s", "memory_peak_bytes", "memory_parts_bytes", "mfu",
+            "optimizer", "zero", "batch_norm", "profile_fingerprint", "step_s", "memory_peak_bytes", "memory_parts_bytes", "mfu",
             "step_breakdown_s", "baselines", "solver", "pipeline", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
@@ -38,6 +39,7 @@ def plan_to_dict(plan: Plan) -> dict:
         "network_name": plan.network_name,
         "network_hash": plan.network_hash, "batch": plan.batch, "devices": plan.devices,
         "machine": plan.machine, "precision": plan.precision, "optimizer": plan.optimizer, "zero": plan.zero,
+        "batch_norm": plan.batch_norm,
         "profile_fingerprint": plan.profile_fingerprint,
         "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
         **({"memory_parts_bytes": dict(plan.memory_parts)} if plan.memory_parts else {}), "mfu": plan.mfu,
@@ -74,7 +76,8 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     precision = _precision(data, path)
     optimizer = _optimizer(data, path)
     seq = _seq(data, path)
-    net = with_precision(load_network(str(data["network"]), seq), precision)
+    batch_norm = _batch_norm(data, path)
+    net = with_batch_norm(with_precision(load_network(str(data["network"]), seq), precision), batch_norm)
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
         raise _fail(f"the plan was made for a different version of network {short(data['network'])} "
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
@@ -95,7 +98,7 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
                 solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
                 mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline,
-                breakdown=_breakdown(data, path), seq=seq)
+                breakdown=_breakdown(data, path), seq=seq, batch_norm=batch_norm)
     return plan, net
 
 
@@ -169,6 +172,15 @@ def _precision(data: dict, path: str) -> str:
     if not isinstance(value, str) or value not in PRECISIONS:
         raise _fail(f"unknown precision {short(value)}", path, field="precision",
                     hint=f"use one of {', '.join(PRECISIONS)}")
+    return value
+
+
+def _batch_norm(data: dict, path: str) -> str:
+    """The plan's ``batch_norm`` (sync when absent: plans written before it was recorded)."""
+    value = data.get("batch_norm", DEFAULT_BATCH_NORM)
+    if not isinstance(value, str) or value not in BATCH_NORMS:
+        raise _fail(f"unknown batch_norm {short(value)}", path, field="batch_norm",
+                    hint=f"use one of {', '.join(BATCH_NORMS)}")
     return value
 
 

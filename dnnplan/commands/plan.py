@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
+from costmodel.batch_norm import DEFAULT_BATCH_NORM
 from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
 from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
@@ -20,7 +21,7 @@ from costmodel.step import model_flops_utilization
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt, MachineOpt, MemoryOpt,
                              NetworkArg, OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt,
-                             PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
+                             BatchNormOpt, PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
                              ScheduleOpt, SeqOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
@@ -71,6 +72,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          machine: MachineOpt = None, profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None,
          solver: SolverOpt = "auto", time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None,
          plot: PlotOpt = None, refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32",
+         batch_norm: BatchNormOpt = None,
          optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0, recompute: RecomputeOpt = True,
          pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b",
          prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False, step_context: PlanStepContextOpt = True,
@@ -104,7 +106,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     budget = search_budget(time_limit)
     with stop_on_ctrl_c(budget), progress_line(budget):
         try:
-            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile, seq)
+            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile, seq,
+                                  batch_norm or DEFAULT_BATCH_NORM)
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
             opt = Optimizer(optimizer, zero)
@@ -237,7 +240,7 @@ def _facts(run: Run, answer, plan: Plan) -> render.Facts:
     attention = tuple(sorted({lp.algorithm or "materialized" for lp in plan.layers if ops.get(lp.name) == "attention"}))
     return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
-                        len(ctx.network.layers), "batchnorm2d" in ops.values(), attention)
+                        len(ctx.network.layers), "batchnorm2d" in ops.values(), attention, ctx.batch_norm)
 
 
 def _json(plan: Plan, got, answer) -> dict:
