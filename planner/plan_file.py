@@ -27,8 +27,8 @@ from costmodel.pipeline import SCHEDULES, cut_at
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
 TOP_KEYS = ("version", "network", "seq", "network_name", "network_hash", "batch", "devices", "machine", "precision",
-            "optimizer", "zero", "batch_norm", "profile_fingerprint", "step_s", "memory_peak_bytes", "memory_parts_bytes", "mfu",
-            "step_breakdown_s", "baselines", "solver", "pipeline", "layers")
+            "optimizer", "zero", "batch_norm", "profile_fingerprint", "step_s", "memory_peak_bytes",
+            "memory_parts_bytes", "mfu", "step_breakdown_s", "baselines", "solver", "pipeline", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
 
@@ -73,10 +73,10 @@ def _fail(msg: str, path: str, layer: str | None = None, field: str | None = Non
 def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     """Parse a plan and check it against the network and machine it names."""
     _check_top(data, path)
-    precision = _precision(data, path)
+    precision = _named(data, path, "precision", PRECISIONS, DEFAULT_PRECISION)
     optimizer = _optimizer(data, path)
     seq = _seq(data, path)
-    batch_norm = _batch_norm(data, path)
+    batch_norm = _named(data, path, "batch_norm", BATCH_NORMS, DEFAULT_BATCH_NORM)
     net = with_batch_norm(with_precision(load_network(str(data["network"]), seq), precision), batch_norm)
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
         raise _fail(f"the plan was made for a different version of network {short(data['network'])} "
@@ -166,21 +166,12 @@ def _optimizer(data: dict, path: str) -> Optimizer:
     return Optimizer(name, zero)
 
 
-def _precision(data: dict, path: str) -> str:
-    """The plan's ``precision`` (fp32 when absent: plans written before it was recorded)."""
-    value = data.get("precision", DEFAULT_PRECISION)
-    if not isinstance(value, str) or value not in PRECISIONS:
-        raise _fail(f"unknown precision {short(value)}", path, field="precision",
-                    hint=f"use one of {', '.join(PRECISIONS)}")
-    return value
-
-
-def _batch_norm(data: dict, path: str) -> str:
-    """The plan's ``batch_norm`` (sync when absent: plans written before it was recorded)."""
-    value = data.get("batch_norm", DEFAULT_BATCH_NORM)
-    if not isinstance(value, str) or value not in BATCH_NORMS:
-        raise _fail(f"unknown batch_norm {short(value)}", path, field="batch_norm",
-                    hint=f"use one of {', '.join(BATCH_NORMS)}")
+def _named(data: dict, path: str, key: str, choices, default: str) -> str:
+    """The plan's ``key``, one of ``choices`` (``default`` when absent: plans written before it was
+    recorded): its ``precision`` (fp32), its ``batch_norm`` (sync)."""
+    value = data.get(key, default)
+    if not isinstance(value, str) or value not in choices:
+        raise _fail(f"unknown {key} {short(value)}", path, field=key, hint=f"use one of {', '.join(choices)}")
     return value
 
 

@@ -50,14 +50,15 @@ def default_batch(devices: int, net: Network | None = None) -> int:
 
 def resolve(network: str, devices: int, batch: int | None, machine: str | None,
             profile: str | None = None, refresh: bool = False, precision: str = DEFAULT_PRECISION,
-            foreign_ok: bool = False, seq: int | None = None, batch_norm: str = DEFAULT_BATCH_NORM) -> Context:
+            foreign_ok: bool = False, seq: int | None = None, batch_norm: str | None = None) -> Context:
     """Load the network (``seq`` tokens a sequence when given; its batch norm ``batch_norm``,
-    costmodel.batch_norm) and the machine named on the command line and choose the compute model."""
+    costmodel.batch_norm; None: sync) and the machine named on the command line and choose the compute model."""
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")
     if batch is not None and batch < 1:
         raise DnnplanError(f"--batch must be a positive integer, got {batch}")
     prec = get_precision(precision)
+    batch_norm = batch_norm or DEFAULT_BATCH_NORM
     net = with_batch_norm(with_precision(load_network(network, seq), prec.name), batch_norm)
     mach = load_machine(machine or DEFAULT_MACHINE)
     mach.check_devices(devices)

@@ -1,6 +1,7 @@
 """The plan's summary says what the model assumes of the framework where a user's may differ
-(issue 55): synchronised batch norm for a network that has it, and the attention kernels the plan
-chose, flash attention where the machine runs it (issue 52), the unfused kernels where it does not."""
+(issue 55): the batch norm it assumes (synchronised, or --batch-norm local) for a network that has
+it, and the attention kernels the plan chose, flash attention where the machine runs it (issue 52),
+the unfused kernels where it does not."""
 
 import re
 
@@ -33,3 +34,11 @@ def test_a_transformer_on_a_v100_is_planned_with_materialised_scores():
 def test_a_cnn_states_synchronised_batch_norm_and_no_attention():
     line = _assumes("resnet18", "-p", "4")
     assert "SyncBatchNorm" in line and "attention" not in line
+
+
+def test_the_summary_says_which_batch_norm_the_plan_assumes():
+    sync = _assumes("tests/assets/tinyres.yaml", "-p", "2", "-b", "8", "--machine", "dgx-a100")
+    assert "synchronised" in sync and "--batch-norm local" in sync
+    local = _assumes("tests/assets/tinyres.yaml", "-p", "2", "-b", "8", "--machine", "dgx-a100",
+                     "--batch-norm", "local")
+    assert "each rank's own samples" in local and "DDP" in local and "synchronised" not in local

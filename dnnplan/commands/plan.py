@@ -12,7 +12,6 @@ from pathlib import Path
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
-from costmodel.batch_norm import DEFAULT_BATCH_NORM
 from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
 from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
@@ -21,8 +20,9 @@ from costmodel.step import model_flops_utilization
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt, MachineOpt, MemoryOpt,
                              NetworkArg, OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt,
-                             BatchNormOpt, PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
+                             PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
                              ScheduleOpt, SeqOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
+from dnnplan.options import BatchNormOpt
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
@@ -72,12 +72,11 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          machine: MachineOpt = None, profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None,
          solver: SolverOpt = "auto", time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None,
          plot: PlotOpt = None, refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32",
-         batch_norm: BatchNormOpt = None,
          optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0, recompute: RecomputeOpt = True,
          pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b",
          prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False, step_context: PlanStepContextOpt = True,
          layers: LayersOpt = False, force: ForceOpt = False, foreign_profile: ForeignProfileOpt = False,
-         seq: SeqOpt = None) -> None:
+         seq: SeqOpt = None, batch_norm: BatchNormOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -106,8 +105,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     budget = search_budget(time_limit)
     with stop_on_ctrl_c(budget), progress_line(budget):
         try:
-            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile, seq,
-                                  batch_norm or DEFAULT_BATCH_NORM)
+            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile, seq, batch_norm)
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
             opt = Optimizer(optimizer, zero)

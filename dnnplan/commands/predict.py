@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from costmodel.batch_norm import DEFAULT_BATCH_NORM, check_batch_norm
+from costmodel.batch_norm import check_batch_norm
 from costmodel.compute import recompute_algorithms
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
@@ -16,9 +16,10 @@ from costmodel.step import model_flops_utilization, predict_step, prediction_jso
 from costmodel.uniform import uniform_strategies
 from dnnplan.options import (AttentionOpt, BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForeignProfileOpt,
                              ForceOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt,
-                             PipelineOpt, PlanOutOpt, PrecisionOpt, BatchNormOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt,
+                             PipelineOpt, PlanOutOpt, PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt,
                              RuntimeOpt, ScheduleOpt, SeqOpt, SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
+from dnnplan.options import BatchNormOpt
 from dnnplan.output import check_outputs
 from dnnplan.render import fmt, tables
 from dnnplan.render.plan import SMALL_NETWORK
@@ -35,15 +36,14 @@ from profiler.context import Context
 
 def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
             batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
-            precision: PrecisionOpt = "fp32", batch_norm: BatchNormOpt = None, optimizer: OptimizerOpt = "momentum",
-            zero: ZeroOpt = 0,
+            precision: PrecisionOpt = "fp32", optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0,
             tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False, context_: ContextOpt = 1,
             expert: ExpertOpt = 1, attention: AttentionOpt = "",
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
             foreign_profile: ForeignProfileOpt = False, seq: SeqOpt = None, out: PlanOutOpt = None,
-            force: ForceOpt = False) -> None:
+            force: ForceOpt = False, batch_norm: BatchNormOpt = None) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -80,7 +80,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     opt = Optimizer(optimizer, zero)
     check_runtime(runtime, opt, tensor, pipeline, sequence_parallel, strategy)
     ctx = context.resolve(network, devices, batch, machine, profile, precision=precision, foreign_ok=foreign_profile,
-                          seq=seq, batch_norm=batch_norm or DEFAULT_BATCH_NORM)
+                          seq=seq, batch_norm=batch_norm)
     algorithms = recompute_algorithms(ctx.network, recompute, attention)
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)

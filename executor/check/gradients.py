@@ -114,7 +114,8 @@ def run_check(comm, net: Network, batch: int, algorithms, seed: int, loss: float
         tol = max(tolerance_for(algorithms), CHECK_TOLERANCE.get(precision, BASE_TOLERANCE))
         there = device if device is not None and on_device_possible(net) else None
         ref_loss, ref_grads = reference_step(net, batch, algorithms, seed, dtype=np.float64, shards=shards)
-        one_loss, one_grads = reference_step(net, batch, algorithms, seed, dtype=np.float32, device=there, shards=shards)
+        one_loss, one_grads = reference_step(net, batch, algorithms, seed, dtype=np.float32, device=there,
+                                             shards=shards)
         other = {l.name: ("direct" if all(a == "im2col" for a in algorithms.values()) else "im2col")
                  for l in net.layers if l.op == "conv2d"}
         alt_loss, alt_grads = reference_step(net, batch, other, seed, dtype=np.float32, device=there, shards=shards)

@@ -162,7 +162,8 @@ def _start(net: Network, batch: int, seed: int, dtype, device) -> tuple[dict, di
 
 
 def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: int,
-                   dtype=np.float32, device=None, shards: dict | None = None) -> tuple[float, dict[tuple[str, str], np.ndarray]]:
+                   dtype=np.float32, device=None,
+                   shards: dict | None = None) -> tuple[float, dict[tuple[str, str], np.ndarray]]:
     """Loss and every weight gradient (full tensors, before any update) of one training step, on
     the host in ``dtype``, or on ``device`` (a DeviceMemory backend: its kernels, the process's
     precision, the network's storage formats) with the gradients copied back. ``shards``: the

@@ -253,9 +253,9 @@ def _planned_on_rank_0(ctx: Context, network_arg: str, machine_arg: str) -> list
 
 
 def resolve(network: str, ranks: int, batch: int | None, machine: str, profile: str | None,
-            refresh: bool, batch_norm: str = "sync") -> Context:
+            refresh: bool, batch_norm: str | None = None) -> Context:
     """:func:`profiler.context.resolve` for a run on ``ranks`` ranks (batch norm ``batch_norm``,
-    costmodel.batch_norm): inside an MPI job the ranks first agree on the node's cores, which size
+    costmodel.batch_norm; None: sync): inside an MPI job the ranks first agree on the node's cores, which size
     machine `local` (executor.launch.node)."""
     agree_node_cores()
     return context.resolve(network, ranks, batch, machine, profile, refresh, batch_norm=batch_norm)
