@@ -52,7 +52,3 @@ def batch_norm_of(net: Network) -> str:
     layer is unsynchronised."""
     local = any(layer.op == "batchnorm2d" and not synced(layer.p) for layer in net.layers)
     return "local" if local else DEFAULT_BATCH_NORM
-
-
-def has_batch_norm(net: Network) -> bool:
-    return any(layer.op == "batchnorm2d" for layer in net.layers)

@@ -17,6 +17,8 @@ from dnnplan.cli import app
 from executor.check.gradients import tolerance_for
 from executor.check.reference import reference_step
 from executor.check.reference_bn import sample_shards
+from executor.session import validate as validation
+from executor.session.validate import RunSettings
 from networks.loader import load_network
 from planner.plan_file import read_plan
 
@@ -129,3 +131,17 @@ def test_the_reference_of_a_local_plan_differs_from_the_synchronised_one_far_bey
     assert worst > 100 * tolerance_for({})
     _, whole = reference_step(net, 8, {}, 3, np.float64, shards={name: ((0, 8),) for name in shards})
     assert all(np.allclose(whole[k], sync[k], rtol=1e-12, atol=1e-15) for k in sync)  # one shard: the batch's
+
+
+def test_validate_records_the_choice_and_does_not_resume_a_partial_run_of_the_other():
+    settings = RunSettings(steps=1, warmup=0, check=False)
+
+    def report(bn):
+        return validation.new_report(validation.resolve(TINYRES, 2, 8, "dgx-a100", None, False, bn), "dgx-a100",
+                                     settings)
+
+    sync = report(None).to_json()
+    assert sync["batch_norm"] == "sync" and report("local").to_json()["batch_norm"] == "local"
+    assert validation.conflicts(sync, report("local")) == ["batch_norm sync there, local here"]
+    older = {k: v for k, v in sync.items() if k != "batch_norm"}  # a partial report written before the choice
+    assert validation.conflicts(older, report(None)) == []
