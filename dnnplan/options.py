@@ -84,6 +84,11 @@ PrecisionOpt = Annotated[str, typer.Option(
     "device's FP8 peak; its FP8 weight copies and scaling state in memory; needs a machine with an FP8 peak). "
     "Priced from the GPU datasheet, or from a GPU profile table timed in it (--profile; "
     "docs/costmodel.md, Precision).")]
+BatchNormOpt = Annotated[Optional[str], typer.Option(
+    "--batch-norm", help="How batch normalisation takes its statistics: sync (the default: over the whole batch, "
+    "as SyncBatchNorm and `dnnplan execute` run it, two small allreduces a layer split over samples) or local "
+    "(over each rank's own samples, as PyTorch DDP's BatchNorm2d: none over a sample split; a spatial split "
+    "still all-reduces them). A plan file records it (docs/costmodel.md, Batch normalisation).")]
 OptimizerOpt = Annotated[str, typer.Option(
     "--optimizer", help="The optimiser whose state each parameter carries: sgd (none), momentum (one value, "
     "what the executor runs) or adam (two).")]

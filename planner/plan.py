@@ -73,6 +73,8 @@ class Plan:
     #: the collectives' time exposed and overlapped with compute (costmodel.breakdown.comm_parts), shown only
     comm: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
     overlap: str = field(default="", compare=False, hash=False)  # costmodel.overlap's mode it was priced under
+    #: costmodel.batch_norm: sync or local statistics (the network hash is of the network marked with it)
+    batch_norm: str = "sync"
 
     @property
     def stage_ranks(self) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from costmodel.attention_calls import ATTENTION_ALGORITHMS
+from costmodel.batch_norm import BATCH_NORMS, DEFAULT_BATCH_NORM, with_batch_norm
 from costmodel.compute import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, RECOMPUTE, algorithm_applies, is_recomputed,
                                kernel_algorithm, recompute_applies)
 from costmodel.files import load_machine
@@ -26,8 +27,9 @@ from costmodel.pipeline import SCHEDULES, cut_at
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
 TOP_KEYS = ("version", "network", "seq", "network_name", "network_hash", "batch", "devices", "machine", "precision",
-            "optimizer", "zero", "profile_fingerprint", "step_s", "memory_peak_bytes", "memory_parts_bytes", "mfu",
-            "step_breakdown_s", "step_comm_s", "overlap", "baselines", "solver", "pipeline", "layers")
+            "optimizer", "zero", "batch_norm", "profile_fingerprint", "step_s", "memory_peak_bytes",
+            "memory_parts_bytes", "mfu", "step_breakdown_s", "step_comm_s", "overlap", "baselines", "solver",
+            "pipeline", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
 
@@ -38,6 +40,7 @@ def plan_to_dict(plan: Plan) -> dict:
         "network_name": plan.network_name,
         "network_hash": plan.network_hash, "batch": plan.batch, "devices": plan.devices,
         "machine": plan.machine, "precision": plan.precision, "optimizer": plan.optimizer, "zero": plan.zero,
+        "batch_norm": plan.batch_norm,
         "profile_fingerprint": plan.profile_fingerprint,
         "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
         **({"memory_parts_bytes": dict(plan.memory_parts)} if plan.memory_parts else {}), "mfu": plan.mfu,
@@ -72,10 +75,11 @@ def _fail(msg: str, path: str, layer: str | None = None, field: str | None = Non
 def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     """Parse a plan and check it against the network and machine it names."""
     _check_top(data, path)
-    precision = _precision(data, path)
+    precision = _named(data, path, "precision", PRECISIONS, DEFAULT_PRECISION)
     optimizer = _optimizer(data, path)
     seq = _seq(data, path)
-    net = with_precision(load_network(str(data["network"]), seq), precision)
+    batch_norm = _named(data, path, "batch_norm", BATCH_NORMS, DEFAULT_BATCH_NORM)
+    net = with_batch_norm(with_precision(load_network(str(data["network"]), seq), precision), batch_norm)
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
         raise _fail(f"the plan was made for a different version of network {short(data['network'])} "
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
@@ -97,7 +101,7 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
                 mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline,
                 breakdown=_breakdown(data, path), comm=_breakdown(data, path, "step_comm_s"),
-                overlap=str(data.get("overlap") or ""), seq=seq)
+                overlap=str(data.get("overlap") or ""), seq=seq, batch_norm=batch_norm)
     return plan, net
 
 
@@ -166,12 +170,12 @@ def _optimizer(data: dict, path: str) -> Optimizer:
     return Optimizer(name, zero)
 
 
-def _precision(data: dict, path: str) -> str:
-    """The plan's ``precision`` (fp32 when absent: plans written before it was recorded)."""
-    value = data.get("precision", DEFAULT_PRECISION)
-    if not isinstance(value, str) or value not in PRECISIONS:
-        raise _fail(f"unknown precision {short(value)}", path, field="precision",
-                    hint=f"use one of {', '.join(PRECISIONS)}")
+def _named(data: dict, path: str, key: str, choices, default: str) -> str:
+    """The plan's ``key``, one of ``choices`` (``default`` when absent: plans written before it was
+    recorded): its ``precision`` (fp32), its ``batch_norm`` (sync)."""
+    value = data.get(key, default)
+    if not isinstance(value, str) or value not in choices:
+        raise _fail(f"unknown {key} {short(value)}", path, field=key, hint=f"use one of {', '.join(choices)}")
     return value
 
 

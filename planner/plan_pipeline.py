@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from costmodel.batch_norm import batch_norm_of
 from costmodel.breakdown import comm_parts, pipeline_terms
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
@@ -46,7 +47,8 @@ def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, p
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
                 solver={"method": "pipeline search", **choice.stats}, precision=precision,
                 optimizer=optimizer.name, zero=optimizer.zero, mfu=mfu, pipeline=spec,
-                breakdown=pipeline_terms(pred), comm=comm_parts(pred), overlap=pred.stages[0].micro.overlap)
+                breakdown=pipeline_terms(pred), comm=comm_parts(pred), overlap=pred.stages[0].micro.overlap,
+                batch_norm=batch_norm_of(net))
 
 
 def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy], machine: Machine,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.batch_norm import DEFAULT_BATCH_NORM, with_batch_norm
 from costmodel.compute import ComputeModel, Roofline
 from costmodel.files import DEFAULT_MACHINE, load_machine
 from costmodel.machine import Machine
@@ -36,6 +37,7 @@ class Context:
     #: how the batch was chosen when none was given (networks.default_batch), "" when it was given
     batch_rule: str = ""
     seq: int | None = None  # --seq: the tokens per sequence given, None for the network's own
+    batch_norm: str = DEFAULT_BATCH_NORM  # costmodel.batch_norm: the network's batchnorm layers marked with it
 
 
 def default_batch(devices: int, net: Network | None = None) -> int:
@@ -48,21 +50,22 @@ def default_batch(devices: int, net: Network | None = None) -> int:
 
 def resolve(network: str, devices: int, batch: int | None, machine: str | None,
             profile: str | None = None, refresh: bool = False, precision: str = DEFAULT_PRECISION,
-            foreign_ok: bool = False, seq: int | None = None) -> Context:
-    """Load the network (``seq`` tokens a sequence when given) and the machine named on the command
-    line and choose the compute model."""
+            foreign_ok: bool = False, seq: int | None = None, batch_norm: str | None = None) -> Context:
+    """Load the network (``seq`` tokens a sequence when given; its batch norm ``batch_norm``,
+    costmodel.batch_norm; None: sync) and the machine named on the command line and choose the compute model."""
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")
     if batch is not None and batch < 1:
         raise DnnplanError(f"--batch must be a positive integer, got {batch}")
     prec = get_precision(precision)
-    net = with_precision(load_network(network, seq), prec.name)
+    batch_norm = batch_norm or DEFAULT_BATCH_NORM
+    net = with_batch_norm(with_precision(load_network(network, seq), prec.name), batch_norm)
     mach = load_machine(machine or DEFAULT_MACHINE)
     mach.check_devices(devices)
     compute = compute_model(mach, profile, devices, refresh, prec.name, foreign_ok)
     rule = "" if batch else family_batch(net, devices)[1]
     return Context(net, profiled_links(mach, compute), batch or default_batch(devices, net), devices, compute,
-                   prec.name, rule, seq)
+                   prec.name, rule, seq, batch_norm)
 
 
 def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,

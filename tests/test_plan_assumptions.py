@@ -1,6 +1,7 @@
 """The plan's summary says what the model assumes of the framework where a user's may differ
-(issue 55): synchronised batch norm for a network that has it, and the attention kernels the plan
-chose, flash attention where the machine runs it (issue 52), the unfused kernels where it does not."""
+(issue 55): the batch norm it assumes (synchronised, or --batch-norm local) for a network that has
+it, and the attention kernels the plan chose, flash attention where the machine runs it (issue 52),
+the unfused kernels where it does not."""
 
 import re
 
@@ -39,3 +40,11 @@ def test_a_cnn_states_synchronised_batch_norm_and_no_attention():
 def test_a_utilisation_over_100_percent_says_why():
     """resnet18 in fp32 on A100s takes FFT convolutions: fewer FLOPs than the model's count."""
     assert mfu_note(0.99) == "" and "FFT or Winograd" in mfu_note(1.158)
+
+
+def test_the_summary_says_which_batch_norm_the_plan_assumes():
+    sync = _assumes("tests/assets/tinyres.yaml", "-p", "2", "-b", "8", "--machine", "dgx-a100")
+    assert "synchronised" in sync and "--batch-norm local" in sync
+    local = _assumes("tests/assets/tinyres.yaml", "-p", "2", "-b", "8", "--machine", "dgx-a100",
+                     "--batch-norm", "local")
+    assert "each rank's own samples" in local and "DDP" in local and "synchronised" not in local

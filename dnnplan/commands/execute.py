@@ -78,7 +78,7 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
         render.ahead_of_time_line(ahead)
     render.profile_alone_line(prep.profile_step_s, ahead.measured.step_s)
     render.memory_line(cmp)
-    render.check_line(job.check)
+    render.check_line(job.check, plan_.batch_norm)
     if (line := non_finite_loss_warning(job, warmup)) is not None:
         warn(line)
     render.device_line(job.device)

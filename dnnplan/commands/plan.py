@@ -23,6 +23,7 @@ from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, 
                              NetworkArg, OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt,
                              PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
                              ScheduleOpt, SeqOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
+from dnnplan.options import BatchNormOpt
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
@@ -76,7 +77,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b",
          prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False, step_context: PlanStepContextOpt = True,
          layers: LayersOpt = False, force: ForceOpt = False, foreign_profile: ForeignProfileOpt = False,
-         seq: SeqOpt = None) -> None:
+         seq: SeqOpt = None, batch_norm: BatchNormOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
@@ -105,7 +106,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     budget = search_budget(time_limit)
     with stop_on_ctrl_c(budget), progress_line(budget):
         try:
-            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile, seq)
+            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile, seq, batch_norm)
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
             opt = Optimizer(optimizer, zero)
@@ -239,7 +240,7 @@ def _facts(run: Run, answer, plan: Plan) -> render.Facts:
     return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
                         len(ctx.network.layers), "batchnorm2d" in ops.values(), attention,
-                        resolve_overlap(None, ctx.machine).label)
+                        resolve_overlap(None, ctx.machine).label, ctx.batch_norm)
 
 
 def _json(plan: Plan, got, answer) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from costmodel.batch_norm import check_batch_norm
 from costmodel.breakdown import comm_parts
 from costmodel.compute import recompute_algorithms
 from costmodel.megatron import megatron_strategies
@@ -21,6 +22,7 @@ from dnnplan.options import (AttentionOpt, BatchOpt, BucketOpt, ChunksOpt, Conte
                              ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt, SeqOpt, SequenceParallelOpt,
                              StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
+from dnnplan.options import BatchNormOpt
 from dnnplan.output import check_outputs
 from dnnplan.render import fmt, tables
 from dnnplan.render.plan import SMALL_NETWORK
@@ -30,7 +32,7 @@ from planner.optimize import plan_from_prediction
 from planner.plan_file import is_plan_file, read_plan, write_plan
 from planner.plan_pipeline import predict_pipelined as predict_pipelined_plan
 from profiler import context
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.ir import Network
 from profiler.context import Context
 
@@ -71,7 +73,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             bucket_mb: BucketOpt = DEFAULT_BUCKET_BYTES / 2 ** 20, runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
             foreign_profile: ForeignProfileOpt = False, seq: SeqOpt = None, out: PlanOutOpt = None,
-            force: ForceOpt = False) -> None:
+            force: ForceOpt = False, batch_norm: BatchNormOpt = None) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -88,12 +90,12 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     reduced and the weights updated once a step.
     """
     if is_plan_file(network):
-        return predict_plan(network, profile, as_json, step_context, layers, foreign_profile, seq)
+        return predict_plan(network, profile, as_json, step_context, layers, foreign_profile, seq, batch_norm)
     megatron = tensor > 1 or sequence_parallel or context_ > 1 or expert > 1
     _check_options(megatron, strategy, out, force, runtime, pipeline, micro_batches)
     check_runtime(runtime, opt := Optimizer(optimizer, zero), tensor, pipeline, sequence_parallel, strategy)
     ctx = context.resolve(network, devices, batch, machine, profile, precision=precision, foreign_ok=foreign_profile,
-                          seq=seq)
+                          seq=seq, batch_norm=batch_norm)
     algorithms = recompute_algorithms(ctx.network, recompute, attention)
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
@@ -218,7 +220,8 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
 
 
 def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bool = True,
-                 layers: bool = False, foreign_ok: bool = False, seq: int | None = None) -> None:
+                 layers: bool = False, foreign_ok: bool = False, seq: int | None = None,
+                 batch_norm: str | None = None) -> None:
     """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now; for
     machine `local` without --profile, as `dnnplan execute` predicts it before its run. The plan
     names its network and sequence: a ``seq`` (--seq) is refused."""
@@ -226,10 +229,14 @@ def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bo
         raise DnnplanError(f"--seq applies to a network, and {path} is a plan file: its network's sequence "
                            "is the one it was planned for", hint="leave --seq out, or plan again with --seq")
     plan, net = read_plan(path)
+    if batch_norm is not None and check_batch_norm(batch_norm) != plan.batch_norm:
+        raise DnnplanError(f"--batch-norm {short(batch_norm)} differs from the plan's batch_norm {plan.batch_norm}",
+                           file=path, field="batch_norm",
+                           hint="leave --batch-norm out (a plan file's own choice holds), or plan again with it")
     ahead = ahead_of_time(path, step_context) if profile is None else None
     if ahead is None:
         ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, precision=plan.precision,
-                              foreign_ok=foreign_ok, seq=plan.seq)
+                              foreign_ok=foreign_ok, seq=plan.seq, batch_norm=plan.batch_norm)
         if plan.pipeline is not None:
             return _predict_pipelined_plan(path, plan, net, ctx, as_json)
         pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,

@@ -15,6 +15,7 @@ import typer
 from costmodel.files import usable_cores
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
 from dnnplan.flags import refresh_warning
+from dnnplan.options import BatchNormOpt
 from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt, LocalMachineOpt,
                              ProfileOpt, QuickValidateOpt, RefreshOpt, RepeatsOpt, ReportDirOpt, StepsOpt,
                              StepContextOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg, ValidateRanksOpt, WarmupOpt)
@@ -39,7 +40,8 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
              repeats: RepeatsOpt = 1, quick: QuickValidateOpt = False, timeout: TimeoutOpt = 600.0,
              threads: ThreadsOpt = None, profile: ProfileOpt = None, in_run: InRunOpt = True,
              step_context: StepContextOpt = True, refresh: RefreshOpt = False, check: CheckEachOpt = True,
-             json_out: JsonFileOpt = None, report_dir: ReportDirOpt = None, details: DetailsOpt = False, force: ForceOpt = False) -> None:
+             json_out: JsonFileOpt = None, report_dir: ReportDirOpt = None, details: DetailsOpt = False,
+             force: ForceOpt = False, batch_norm: BatchNormOpt = None) -> None:
     """Plan a network, run the plan and the uniform baselines, and report each prediction's error.
 
     The loop in one command: plan, then run the plan and each uniform baseline that fits (data,
@@ -61,7 +63,7 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     if report_dir:
         report_files.check_report_folder(report_dir, force)
     earlier = _partial(json_out, force) if json_out else None
-    ctx = validation.resolve(network, ranks, batch, machine, profile, refresh)
+    ctx = validation.resolve(network, ranks, batch, machine, profile, refresh, batch_norm)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)
     settings = RunSettings(steps, warmup, timeout, threads, profile, in_run, check, repeats, step_context)

@@ -36,6 +36,7 @@ class Facts:
     has_batchnorm: bool = False
     attention: tuple[str, ...] = ()  # the attention algorithms the plan's layers run
     overlap: str = ""  # what overlaps compute, in words (costmodel.overlap.Overlap.label)
+    batch_norm: str = "sync"  # costmodel.batch_norm
 
 
 def breakdown_text(terms) -> str:
@@ -89,13 +90,21 @@ ATTENTION_WORDS = {
 }
 
 
+#: How the summary names the batch normalisation a plan assumes (costmodel.batch_norm)
+BATCH_NORM_WORDS = {
+    "sync": "batch-norm statistics synchronised over the ranks splitting a layer's samples (SyncBatchNorm, "
+            "--batch-norm sync; PyTorch DDP's BatchNorm2d does not sync: --batch-norm local saves two small "
+            "allreduces a layer)",
+    "local": "batch-norm statistics over each rank's own samples (PyTorch DDP's BatchNorm2d, --batch-norm local; "
+             "a spatial split still all-reduces them; --batch-norm sync for SyncBatchNorm)",
+}
+
+
 def assumptions_line(f: Facts) -> str | None:
     """What the cost model assumes of the framework where a user's framework may differ."""
     parts = []
     if f.has_batchnorm:
-        parts.append("batch-norm statistics synchronised over the ranks splitting a layer's samples "
-                     "(SyncBatchNorm, as the executor runs; PyTorch DDP's BatchNorm2d does not sync, which "
-                     "saves two small allreduces a layer)")
+        parts.append(BATCH_NORM_WORDS[f.batch_norm])
     parts.append(f.overlap or Overlap().label)
     if f.attention:
         parts.append(ATTENTION_WORDS[f.attention] if f.attention in ATTENTION_WORDS else

@@ -169,13 +169,16 @@ def device_line(device: dict | None) -> None:
                   f"{device.get('precision')}, {how}")
 
 
-def check_line(check: CheckResult | None) -> None:
+def check_line(check: CheckResult | None, batch_norm: str = "sync") -> None:
+    """The check's verdict; under --batch-norm local the one process normalises each rank's sample
+    shard by its own statistics, as the ranks do (executor.check.reference_bn)."""
     if check is None:
         return
+    shards = " (batch norm over each rank's sample shard, as planned)" if batch_norm == "local" else ""
     verdict = "[bold green]passed[/bold green]" if check.passed else "[bold red]FAILED[/bold red]"
     console.print(f"[bold]check[/bold]  {verdict}: worst relative error {check.worst_rel_error:.2e} in "
                   f"{check.worst_tensor} (tolerance {check.tolerance:.0e}; "
-                  f"loss {check.loss_rel_error:.1e}) against one process on the whole batch")
+                  f"loss {check.loss_rel_error:.1e}) against one process on the whole batch{shards}")
 
 
 def validate_table(rows: list[dict], title: str) -> None:

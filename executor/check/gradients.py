@@ -101,22 +101,24 @@ def gather_full(comm, net: Network, mine: list) -> dict | None:
 
 
 def run_check(comm, net: Network, batch: int, algorithms, seed: int, loss: float, mine: list,
-              device=None, precision: str = "fp32") -> CheckResult:
+              device=None, precision: str = "fp32", shards: dict | None = None) -> CheckResult:
     """Collective over ``comm``: compare with the reference on rank 0 and broadcast the verdict
     (``mine``: this rank's gradient shards, :func:`local_parts`). ``device``: a GPU backend, whose
     one-process references run on the same GPU in the run's ``precision`` (networks whose
     reference is host code, with embeddings or attention, in float32 on the host); the tolerance is
-    then at least :data:`kernels.cuda.precision.CHECK_TOLERANCE` of that precision."""
+    then at least :data:`kernels.cuda.precision.CHECK_TOLERANCE` of that precision. ``shards``: the
+    sample shards of unsynchronised batch-norm layers (executor.check.reference_bn.sample_shards)."""
     full = gather_full(comm, net, mine)
     result = None
     if comm.rank == 0:
         tol = max(tolerance_for(algorithms), CHECK_TOLERANCE.get(precision, BASE_TOLERANCE))
         there = device if device is not None and on_device_possible(net) else None
-        ref_loss, ref_grads = reference_step(net, batch, algorithms, seed, dtype=np.float64)
-        one_loss, one_grads = reference_step(net, batch, algorithms, seed, dtype=np.float32, device=there)
+        ref_loss, ref_grads = reference_step(net, batch, algorithms, seed, dtype=np.float64, shards=shards)
+        one_loss, one_grads = reference_step(net, batch, algorithms, seed, dtype=np.float32, device=there,
+                                             shards=shards)
         other = {l.name: ("direct" if all(a == "im2col" for a in algorithms.values()) else "im2col")
                  for l in net.layers if l.op == "conv2d"}
-        alt_loss, alt_grads = reference_step(net, batch, other, seed, dtype=np.float32, device=there)
+        alt_loss, alt_grads = reference_step(net, batch, other, seed, dtype=np.float32, device=there, shards=shards)
         loss_err = abs(loss - ref_loss) / max(abs(ref_loss), 1e-30)
         loss_spread = max(abs(one_loss - ref_loss), abs(alt_loss - ref_loss)) / max(abs(ref_loss), 1e-30)
         loss_allowed = max(tol, ROUNDING_SPREAD * loss_spread)

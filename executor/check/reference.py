@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.compute import DEFAULT_CONV_ALGORITHM
+from executor.check import reference_bn as bn
 from executor.check import reference_moe as moe
 from executor.check import reference_tokens as tokens
 from executor.backend.device import on_device, on_host
@@ -33,7 +34,7 @@ def _pool_args(p: dict, op: str):
     return p["kernel"], stride, (ph, ph, pw, pw), dil
 
 
-def _forward(layer: Layer, xs, w: dict, algo: str, labels):
+def _forward(layer: Layer, xs, w: dict, algo: str, labels, rows=None):
     p, op = layer.p, layer.op
     x = xs[0]
     if op == "conv2d":
@@ -59,7 +60,7 @@ def _forward(layer: Layer, xs, w: dict, algo: str, labels):
     if op == "global_avgpool":
         return pool.global_avgpool_forward(x)
     if op == "batchnorm2d":
-        return norm.batchnorm2d_forward(x, w["gamma"], w["beta"], p["eps"])
+        return bn.forward(x, w["gamma"], w["beta"], p["eps"], rows)
     if op == "layernorm":
         return norm.layernorm_forward(x, w["gamma"], w["beta"], p["eps"])
     if op == "relu":
@@ -82,7 +83,7 @@ def _forward(layer: Layer, xs, w: dict, algo: str, labels):
     raise DnnplanError(f"the reference step cannot run op '{op}'", layer=layer.name)
 
 
-def _backward(layer: Layer, dy, cache, w: dict, algo: str):
+def _backward(layer: Layer, dy, cache, w: dict, algo: str, rows=None):
     p, op = layer.p, layer.op
     if op == "conv2d":
         x, pads = cache
@@ -106,7 +107,7 @@ def _backward(layer: Layer, dy, cache, w: dict, algo: str):
     if op == "global_avgpool":
         return [pool.global_avgpool_backward(dy, cache)], {}
     if op == "batchnorm2d":
-        dx, dg, db = norm.batchnorm2d_backward(dy, cache)
+        dx, dg, db = bn.backward(dy, cache, rows)
         return [dx], {"gamma": dg, "beta": db}
     if op == "layernorm":
         dx, dg, db = norm.layernorm_backward(dy, cache)
@@ -161,10 +162,13 @@ def _start(net: Network, batch: int, seed: int, dtype, device) -> tuple[dict, di
 
 
 def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: int,
-                   dtype=np.float32, device=None) -> tuple[float, dict[tuple[str, str], np.ndarray]]:
+                   dtype=np.float32, device=None,
+                   shards: dict | None = None) -> tuple[float, dict[tuple[str, str], np.ndarray]]:
     """Loss and every weight gradient (full tensors, before any update) of one training step, on
     the host in ``dtype``, or on ``device`` (a DeviceMemory backend: its kernels, the process's
-    precision, the network's storage formats) with the gradients copied back."""
+    precision, the network's storage formats) with the gradients copied back. ``shards``: the
+    sample shards of unsynchronised batch-norm layers (executor.check.reference_bn.sample_shards)."""
+    shards = shards or {}
     weights, acts = _start(net, batch, seed, dtype, device)
     caches = {}
     loss = 0.0
@@ -174,7 +178,8 @@ def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: i
         if labels is not None and device is not None:
             labels = on_device(device, labels)
         y, caches[layer.name] = _forward(layer, [acts[s] for s in layer.inputs], w,
-                                         algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM, labels)
+                                         algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM, labels,
+                                         shards.get(layer.name))
         if layer.op == "softmax_cross_entropy":
             loss = float(y)
         acts[layer.name] = y
@@ -189,7 +194,8 @@ def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: i
             if dy is None:
                 dy = module_of(acts[layer.name]).zeros_like(acts[layer.name])
         w = _layer_weights(layer, weights)
-        dxs, dws = _backward(layer, dy, caches[layer.name], w, algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM)
+        dxs, dws = _backward(layer, dy, caches[layer.name], w, algorithms.get(layer.name) or DEFAULT_CONV_ALGORITHM,
+                             shards.get(layer.name))
         for (name, _), g in ((kv, dws[kv[0]]) for kv in layer.weights):
             wgrads[(layer.name, name)] = g
         if layer.p.get("tied_to"):  # a tied head's gradient of its embedding's token table

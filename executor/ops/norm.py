@@ -1,6 +1,8 @@
 """batchnorm2d split over N, C, H, W: per-channel sums are all-reduced over every rank holding the
 same channels (the N, H, W group), forward (sum, sum of squares, count) and backward (sum dy,
-sum dy*xhat), so the statistics equal the single-process ones. The gamma/beta gradients a rank
+sum dy*xhat), so the statistics equal the single-process ones. A layer marked unsynchronised
+(--batch-norm local, costmodel.batch_norm) sums over its H and W group only: the statistics of
+each rank's sample shard, as PyTorch DDP's BatchNorm2d takes them. The gamma/beta gradients a rank
 returns are its LOCAL sums (the weight-gradient allreduce over the same group completes them);
 layernorm split over N and H needs no statistics exchange."""
 
@@ -10,8 +12,14 @@ from executor.ops.base import LayerCtx, check_shape
 from kernels.norm import (bn_backward_apply, bn_backward_local_sums, bn_forward_apply,
                                    bn_local_sums, bn_stats_from_sums, layernorm_backward,
                                    layernorm_forward)
+from networks.ops.norm import synced
 
 STAT_DIMS = ("N", "H", "W")
+LOCAL_STAT_DIMS = ("H", "W")  # unsynchronised: only the ranks holding parts of the same samples
+
+
+def stat_dims(ctx: LayerCtx) -> tuple[str, ...]:
+    return STAT_DIMS if synced(ctx.p) else LOCAL_STAT_DIMS
 
 
 def bn_forward(ctx: LayerCtx, xs):
@@ -20,7 +28,7 @@ def bn_forward(ctx: LayerCtx, xs):
         s, ss, count = bn_local_sums(x)
     c = s.shape[0]
     buf = ctx.xp.concatenate([s, ss, ctx.xp.asarray([float(count)])])
-    ctx.allreduce(buf, STAT_DIMS, "fwd_comm")
+    ctx.allreduce(buf, stat_dims(ctx), "fwd_comm")
     count = buf[-1]
     with ctx.span("fwd_compute"):
         mean, var = bn_stats_from_sums(buf[:c], buf[c:2 * c], count)
@@ -36,7 +44,7 @@ def bn_backward(ctx: LayerCtx, dy, cache):
     pdt = ctx.weights["gamma"].dtype
     grads = {"gamma": sdyx.astype(pdt), "beta": sdy.astype(pdt)}  # local: grad sync sums them
     buf = ctx.xp.concatenate([sdy, sdyx])
-    ctx.allreduce(buf, STAT_DIMS, "bwd_comm")
+    ctx.allreduce(buf, stat_dims(ctx), "bwd_comm")
     with ctx.span("bwd_compute"):
         dx = bn_backward_apply(dy, cache, buf[:c], buf[c:], cache["count"], ctx.weights["gamma"])
     return [dx], grads

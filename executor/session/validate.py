@@ -49,9 +49,10 @@ from profiler import context
 from profiler.context import Context
 
 #: What a partial report must share with a run to be resumed by it (keys of its JSON).
-SETTINGS = ("network", "ranks", "batch", "machine", "compute_model", "steps", "warmup", "check", "repeats")
+SETTINGS = ("network", "ranks", "batch", "machine", "compute_model", "steps", "warmup", "check", "repeats",
+            "batch_norm")
 #: A setting's value in a partial report written before the setting existed.
-SETTING_DEFAULTS = {"repeats": 1}
+SETTING_DEFAULTS = {"repeats": 1, "batch_norm": "sync"}
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class ValidationReport:
     complete: bool = True  # false: interrupted, ``rows`` holds the runs that finished
     repeats: int = 1  # runs of each plan (executor.report.repeats)
     in_run_note: str | None = None  # why the in-run keys are null (None: in-run timing applies; executor.report.in_run)
+    batch_norm: str = "sync"  # costmodel.batch_norm: what every plan it ran assumes
 
     @property
     def plans(self) -> list[dict]:
@@ -139,7 +141,7 @@ class ValidationReport:
         out = {"complete": self.complete, "network": self.network, "ranks": self.ranks, "batch": self.batch,
                "machine": self.machine, "compute_model": self.compute_model, "steps": self.steps,
                "warmup": self.warmup, "check": self.check, "repeats": self.repeats, "planned": self.planned,
-               "in_run_note": self.in_run_note, "plans": self.plans}
+               "in_run_note": self.in_run_note, "batch_norm": self.batch_norm, "plans": self.plans}
         if self.repeats > 1:
             out["runs"] = self.rows
         if self.rows:
@@ -251,11 +253,12 @@ def _planned_on_rank_0(ctx: Context, network_arg: str, machine_arg: str) -> list
 
 
 def resolve(network: str, ranks: int, batch: int | None, machine: str, profile: str | None,
-            refresh: bool) -> Context:
-    """:func:`profiler.context.resolve` for a run on ``ranks`` ranks: inside an MPI job the ranks
-    first agree on the node's cores, which size machine `local` (executor.launch.node)."""
+            refresh: bool, batch_norm: str | None = None) -> Context:
+    """:func:`profiler.context.resolve` for a run on ``ranks`` ranks (batch norm ``batch_norm``,
+    costmodel.batch_norm; None: sync): inside an MPI job the ranks first agree on the node's cores, which size
+    machine `local` (executor.launch.node)."""
     agree_node_cores()
-    return context.resolve(network, ranks, batch, machine, profile, refresh)
+    return context.resolve(network, ranks, batch, machine, profile, refresh, batch_norm=batch_norm)
 
 
 @dataclass(frozen=True)
@@ -278,7 +281,7 @@ def new_report(ctx: Context, machine_arg: str, settings: RunSettings, planned: i
     note = in_run.unavailable_note(settings.in_run, in_run_unavailable(ctx.compute, settings.profile, machine_arg))
     return ValidationReport(ctx.network.name, ctx.devices, ctx.batch, machine_arg, ctx.compute.name,
                             settings.steps, settings.warmup, settings.check, planned=planned,
-                            repeats=settings.repeats, in_run_note=note)
+                            repeats=settings.repeats, in_run_note=note, batch_norm=ctx.batch_norm)
 
 
 def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettings) -> list[tuple[str, Plan]]:

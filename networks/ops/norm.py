@@ -38,13 +38,24 @@ def bn_costs(p, in_shapes, out_shape, n, itemsize):
                           cost.activation_bytes, 0)
 
 
+#: The layer parameter costmodel.batch_norm.with_batch_norm sets False for statistics over each
+#: rank's own samples (PyTorch DDP's BatchNorm2d); absent, the statistics span the batch (SyncBatchNorm)
+SYNC = "sync"
+
+
+def synced(p: dict) -> bool:
+    """Whether a batchnorm2d layer's statistics span the whole batch (its N split all-reduces them)."""
+    return bool(p.get(SYNC, True))
+
+
 def bn_splits(p, in_shapes, out_shape):
     c, h, w = in_shapes[0]
     wts = ("gamma", "beta")
     # statistics (sum and sum of squares per channel) are all-reduced over every rank that holds
-    # the same channels, forward and backward, so results equal the single-process ones
+    # the same channels, forward and backward, so results equal the single-process ones; unsynced
+    # (local), over the H and W splits only: the ranks holding parts of the same samples
     stats = (ExtraComm("fwd", "allreduce", "channels", 2), ExtraComm("bwd", "allreduce", "channels", 2))
-    return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts, extra=stats),
+    return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts, extra=stats if synced(p) else ()),
             DimSplit("C", c, (1,), 1, weight_axes=(("gamma", 0), ("beta", 0))),
             DimSplit("H", h, (2,), 2, partial_weight_grad=wts, extra=stats),
             DimSplit("W", w, (3,), 3, partial_weight_grad=wts, extra=stats))
