@@ -137,15 +137,15 @@ def plan_step(row: dict, time_limit: float) -> dict:
     c = row["config"]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(pm.model_spec(row))
-    cmd = [sys.executable, "-m", "dnnplan.cli", "plan", f.name, "-p", str(c["gpus"]), "-b", str(c["batch"]),
+    cmd = [str(Path(sys.executable).parent / "dnnplan"), "plan", f.name, "-p", str(c["gpus"]), "-b", str(c["batch"]),
            "--machine", row["machine"], "--precision", pm.precision_of(row), "--optimizer", "adam",
            "--time-limit", str(time_limit), "--json"]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     os.unlink(f.name)
     took = time.perf_counter() - start
-    if done.returncode:
-        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1], "seconds": took}
+    if done.returncode or not done.stdout.strip():
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1], "seconds": took}
     got = json.loads(done.stdout)
     return {"step_s": got["step_s"], "zero": got.get("zero"), "pipeline": bool(got.get("pipeline")),
             "memory_peak_gib": got["memory_peak_bytes"] / 2 ** 30, "seconds": took}
@@ -200,14 +200,38 @@ def show(out: dict) -> None:
                   f"{x['worst_abs_error']:6.1%}, mean signed {x['mean_error']:+6.1%}, over 30%: {x['over_30']}")
 
 
+def markdown(out: dict) -> str:
+    """docs/VALIDATION.md's tables: per source and split, then per row."""
+    lines = ["| source | split | rows | mean \\|error\\| shipped | worst | mean \\|error\\| calibrated | worst | over 30% |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for key, cal in out["summary_calibrated"].items():
+        ship = out["summary_shipped"][key]
+        source, split = key.split(" | ")
+        lines.append(f"| {source} | {split} | {cal['rows']} | {ship['mean_abs_error']:.1%} | {ship['worst_abs_error']:.1%} "
+                     f"| {cal['mean_abs_error']:.1%} | {cal['worst_abs_error']:.1%} | {cal['over_30']} |")
+    lines += ["", "| row | split | metric | published | predicted (shipped) | error | calibrated | error | memory GiB "
+                  "| fits | planner s / published layout s |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    for r in out["rows"]:
+        s, c, plan = r["shipped"], r["calibrated"], r.get("planner") or {}
+        planned = f"{plan['step_s']:.2f} / {s['step_s']:.2f}" if "step_s" in plan else plan.get("error", "")[:40]
+        lines.append(f"| {r['name']} | {r['split']} | {r['metric']} | {r['published']:.4g} | {s['predicted']:.4g} | "
+                     f"{s['error']:+.1%} | {c['predicted']:.4g} | {c['error']:+.1%} | {c['memory_peak_gib']:.1f} | "
+                     f"{'yes' if c['memory_fits'] else '**no**'} | {planned} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    ap.add_argument("--markdown", metavar="RESULTS", help="print the tables of a results file and stop")
     ap.add_argument("--planner", action="store_true", help="also run `dnnplan plan` per distinct configuration")
     ap.add_argument("--planner-gpus", type=int, default=64, help="only configurations of at most this many GPUs")
     ap.add_argument("--planner-limit", type=float, default=60.0, help="each plan's --time-limit in seconds")
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
     start = time.perf_counter()
     rows = pm.load_rows()
     micro = micros(rows)
