@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from costmodel.compute import CONV_ALGORITHMS
 from costmodel.files import load_machine
 from costmodel.kernel_calls import DEFAULT_CONV_ALGORITHM, KernelCall, split_key
-from costmodel.precision import get_precision, with_precision
+from costmodel.precision import DATASHEET_ONLY, get_precision, with_precision
 from costmodel.profile_table import ProfileTable
 from kernels.cuda import libs
 from kernels.cuda.precision import set_precision
@@ -91,6 +91,9 @@ def run_profile(req: ProfileRequest, progress=None) -> tuple[ProfileRun, str, di
     if req.threads < 1:
         raise DnnplanError(f"--threads must be positive, got {req.threads}")
     get_precision(req.precision)
+    if req.precision in DATASHEET_ONLY:
+        raise DnnplanError(f"--precision {req.precision} is priced from the GPU datasheet; no kernel set times it",
+                           hint="profile in bf16 (--precision bf16), and predict fp8 from the datasheet")
     if req.backend == "numpy" and req.precision != "fp32":
         raise DnnplanError(f"--precision {req.precision} is timed on a GPU; the numpy kernels run fp32",
                            hint="profile with --backend cupy on a machine with an NVIDIA GPU, or use --precision fp32")

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
+from costmodel.overlap import resolve_overlap
 from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
 from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
@@ -233,7 +234,8 @@ def _facts(run: Run, answer) -> render.Facts:
     ops = {layer.op for layer in ctx.network.layers}
     return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
-                        len(ctx.network.layers), "batchnorm2d" in ops, "attention" in ops)
+                        len(ctx.network.layers), "batchnorm2d" in ops, "attention" in ops,
+                        resolve_overlap(None, ctx.machine).label)
 
 
 def _json(plan: Plan, got, answer) -> dict:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 
+from costmodel.breakdown import comm_parts
 from costmodel.compute import recompute_algorithms
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
+from costmodel.overlap import DEFAULT_BUCKET_BYTES, Overlap, resolve_overlap
 from costmodel.pipeline import pipeline_json, predict_pipeline
 from costmodel.files import load_machine
 from costmodel.precision import get_precision
-from costmodel.step import model_flops_utilization, predict_step, prediction_json
+from costmodel.step import micro_batch, model_flops_utilization, predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
-from dnnplan.options import (AttentionOpt, BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForeignProfileOpt,
-                             JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt, PipelineOpt,
+from dnnplan.options import (AttentionOpt, BatchOpt, BucketOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt,
+                             ForeignProfileOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg,
+                             OptimizerOpt, OverlapOpt, PipelineOpt,
                              PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
                              SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
@@ -35,7 +38,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False, context_: ContextOpt = 1,
             expert: ExpertOpt = 1, attention: AttentionOpt = "",
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
-            chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
+            chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", overlap: OverlapOpt = "",
+            bucket_mb: BucketOpt = DEFAULT_BUCKET_BYTES / 2 ** 20, runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
             foreign_profile: ForeignProfileOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
@@ -45,10 +49,13 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     (for machine `local`, as `dnnplan execute` predicts it before its run: --step-context).
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
-    The step is forward + backward + gradient synchronisation + update with no overlap
-    (docs/costmodel.md). With --tensor T each layer takes its Megatron split over groups of T
-    devices and the data split over the rest. With --pipeline S the layers are cut into S stages
-    run as a pipeline of --micro-batches, --strategy or --tensor applying inside each stage.
+    The step is forward + backward + gradient synchronisation + update, each collective at the time
+    it is not hidden under compute (--overlap; docs/costmodel.md). With --tensor T each layer takes
+    its Megatron split over groups of T devices and the data split over the rest. With --pipeline S
+    the layers are cut into S stages run as a pipeline of --micro-batches, --strategy or --tensor
+    applying inside each stage; without it (or with --pipeline 1), --micro-batches M accumulates
+    gradients: M micro-batches one after another, the activations of one held, the gradients
+    reduced and the weights updated once a step.
 
     Each of M micro-batches holds batch/M samples, split over a stage's data-parallel ranks.
     GPT-3 175B as Narayanan et al. (SC21, Table 2) ran it on 1536 GPUs, tensor 8 x pipeline 12 x
@@ -56,6 +63,11 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --tensor 8
     --pipeline 12 --micro-batches 96 --recompute full --machine dgx-a100
     Add --schedule interleaved --chunks 3 for Megatron-LM's interleaved 1F1B with 3 model chunks a device.
+
+    Llama 3 8B under FSDP on 64 H100s in FP8, 4 micro-batches of one sequence, the gradient
+    reduction and the gathers overlapped (--overlap data, the default on GPU machines):
+    dnnplan predict llama3-8b -p 64 -b 256 --machine dgx-h100 --precision fp8 --optimizer adam
+    --zero 3 --micro-batches 4
 
     --context C splits the sequence over C devices, --expert E a mixture of experts' experts over E
     data-parallel ones (Megatron-Core's context and expert parallelism). Mixtral 8x7B on 64 H100s:
@@ -78,12 +90,13 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
     strategies_of = _strategies(megatron, strategy, tensor, sequence_parallel, context_, expert)
-    if pipeline > 1 or micro_batches > 1:
+    ov = Overlap(resolve_overlap(overlap or None, ctx.machine).mode, int(bucket_mb * 2 ** 20))
+    if pipeline > 1 or (schedule != "1f1b" and micro_batches > 1):  # one 1F1B stage: accumulation
         return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json,
-                                 chunks, full=recompute == "full")
-    strategies, fallbacks = strategies_of(ctx.network, devices, ctx.batch)
+                                 chunks, full=recompute == "full", overlap=ov)
+    strategies, fallbacks = strategies_of(ctx.network, devices, micro_batch(ctx.batch, micro_batches))
     pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute, opt,
-                        checkpoints=recompute == "full")
+                        checkpoints=recompute == "full", micro_batches=micro_batches, overlap=ov)
     _check_recompute(ctx, strategies, opt, recompute, pred)
     _show(ctx, pred, fallbacks, layers, as_json)
 
@@ -108,7 +121,7 @@ def _check_recompute(ctx: Context, strategies: dict, opt: Optimizer, mode: str, 
     if mode == "none":
         return
     plain = predict_step(ctx.network, ctx.batch, strategies, recompute_algorithms(ctx.network, "none"),
-                         ctx.machine, ctx.compute, opt)
+                         ctx.machine, ctx.compute, opt, micro_batches=pred.micro_batches, overlap=pred.overlap)
     if (line := recompute_warning(ctx.network, mode, pred, plain)) is not None:
         warn(line)
 
@@ -137,7 +150,8 @@ def _strategies(megatron: bool, strategy: str, tensor: int, sequence_parallel: b
 
 
 def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], opt: Optimizer, stages: int,
-                      micro_batches: int, schedule: str, as_json: bool, chunks: int = 1, full: bool = False) -> None:
+                      micro_batches: int, schedule: str, as_json: bool, chunks: int = 1, full: bool = False,
+                      overlap=None) -> None:
     """`dnnplan predict NET --pipeline S --micro-batches M`: each stage on its ranks with the
     uniform or Megatron strategies (costmodel.pipeline); ``full``: full recomputation from each
     block's input (costmodel.recompute_memory)."""
@@ -147,12 +161,15 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
         strategies, fell = strategies_of(net, ranks, micro)
         fallbacks.extend(fell)
         return predict_step(net, micro, strategies, algorithms, ctx.machine, ctx.compute, opt,
-                            checkpoints=full)
+                            checkpoints=full, overlap=overlap)
 
     pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, schedule, ctx.machine, stage,
                             chunks=chunks)
     if as_json:
-        print(json.dumps({**pipeline_json(pred), "fallbacks": [f.__dict__ for f in fallbacks]}))
+        comm = dict(comm_parts(pred))
+        print(json.dumps({**pipeline_json(pred), "overlap": pred.stages[0].micro.overlap,
+                          "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
+                          "fallbacks": [f.__dict__ for f in fallbacks]}))
         return
     tables.pipeline_table(pred)
     if fallbacks:

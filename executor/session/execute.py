@@ -39,7 +39,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.plan import Plan
 from costmodel.optimizer import Optimizer
-from costmodel.precision import DEFAULT_PRECISION
+from costmodel.precision import DATASHEET_ONLY, DEFAULT_PRECISION
 from planner.plan_file import read_plan
 from planner.plan_pipeline import predict_pipelined
 from profiler import context
@@ -152,6 +152,10 @@ def cannot_run(plan: Plan, plan_path: str, array_backend: str = "numpy") -> Dnnp
         return DnnplanError(f"the plan recomputes {len(again)} layer(s) in backward; the executor keeps every "
                             f"activation instead", file=plan_path, layer=again[0], field="algorithm",
                             hint="plan again with --no-recompute to run it")
+    if plan.precision in DATASHEET_ONLY:
+        return DnnplanError(f"the plan is for {plan.precision} training; the executor's kernels run fp32, tf32, fp16 "
+                            "and bf16 (no FP8 GEMMs)", file=plan_path, field="precision",
+                            hint="predict it with `dnnplan predict`, or plan again with --precision bf16 to run it")
     if plan.precision != DEFAULT_PRECISION and array_backend == "numpy":
         return DnnplanError(f"the plan is for {plan.precision} training; the host runs float32 kernels",
                             file=plan_path, field="precision",
