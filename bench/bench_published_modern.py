@@ -173,11 +173,17 @@ def _commit() -> str:
     return got.stdout.strip()
 
 
-def report(results: list[dict], fitted: dict, took: float) -> dict:
+def fitted_on(rows: list[dict]) -> dict:
+    """The rows the efficiencies were fitted on: this file's by name, and bench_megatron.py's count."""
+    return {"rows": [r["name"] for r in rows if r["set"] == "calibration" and pm.kernels_as_run(r)],
+            "bench_megatron_rows": sum(r["set"] == "calibration" for r in bench_megatron.load_rows())}
+
+
+def report(rows: list[dict], results: list[dict], fitted: dict, took: float) -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": _commit(), "host_load": os.getloadavg()[0], "seconds": took,
             "command": "PYTHONPATH=. python bench/bench_published_modern.py --write",
-            "fitted_efficiencies": fitted, "summary_calibrated": summary(results, "calibrated"),
+            "fitted_efficiencies": fitted, "fitted_on": fitted_on(rows), "summary_calibrated": summary(results, "calibrated"),
             "summary_shipped": summary(results, "shipped"), "rows": results}
 
 
@@ -239,7 +245,7 @@ def main(argv=None) -> int:
     results = run(rows, micro, fitted)
     if args.planner:
         planner_check(rows, results, args.planner_gpus, args.planner_limit)
-    out = report(results, fitted, time.perf_counter() - start)
+    out = report(rows, results, fitted, time.perf_counter() - start)
     if args.write:
         RESULTS.write_text(json.dumps(out, indent=1) + "\n")
     if args.json:

@@ -151,7 +151,8 @@ def deviations(row: dict) -> list[str]:
         out.append("FSDP without reshard priced as ZeRO-2 (same volume, whole weights kept)")
     if row["model"].get("qk_norm"):
         out.append("query/key norms left out (under 0.01% of the FLOPs)")
-    out.append("no communication overlapped with compute (not yet in the cost model)")
+    out.append("data-parallel gradient reduction and parameter gathers overlapped in buckets (the GPU machines' "
+               "default, costmodel.overlap); tensor- and context-parallel communication not overlapped")
     return out
 
 
