@@ -141,8 +141,10 @@ def plan_step(row: dict, time_limit: float) -> dict:
            "--machine", row["machine"], "--precision", pm.precision_of(row), "--optimizer", "adam",
            "--time-limit", str(time_limit), "--json"]
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    os.unlink(f.name)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        os.unlink(f.name)
     took = time.perf_counter() - start
     if done.returncode or not done.stdout.strip():
         return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1], "seconds": took}
@@ -182,7 +184,8 @@ def fitted_on(rows: list[dict]) -> dict:
 def report(rows: list[dict], results: list[dict], fitted: dict, took: float) -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": _commit(), "host_load": os.getloadavg()[0], "seconds": took,
-            "command": "PYTHONPATH=. python bench/bench_published_modern.py --write",
+            "command": "PYTHONPATH=. python bench/bench_published_modern.py --write"
+                       + (" --planner" if any("planner" in r for r in results) else ""),
             "fitted_efficiencies": fitted, "fitted_on": fitted_on(rows), "summary_calibrated": summary(results, "calibrated"),
             "summary_shipped": summary(results, "shipped"), "rows": results}
 
