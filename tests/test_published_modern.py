@@ -5,12 +5,15 @@ published figures. Mapping checks only, no timing (the errors are bench_publishe
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from costmodel.precision import PRECISIONS, with_precision
+from dnnplan.cli import app
 from networks.loader import load_network
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -104,3 +107,17 @@ def test_what_the_cost_model_lacks_is_named_not_hidden():
     assert pm.kernels_as_run(ROWS["foundry-main-mpt7b-s2048-g8"])
     assert not pm.kernels_as_run(ROWS["fa2-t1-gpt3-1.3b-2k-flash"])  # FlashAttention-1's column
     assert not pm.kernels_as_run(ROWS["fa2-t1-gpt3-1.3b-2k-standard"])  # baseline not published
+
+
+def test_the_planner_plans_a_published_model_with_overlapped_buckets(tmp_path):
+    """MPT-30B on 8 H100s (llm-foundry's row): the pipeline search's bound prices two blocks whose
+    layers differ in candidates (the first block's gradients in the last bucket, costmodel.overlap)
+    and pairs each form's cost with its own memory; it stopped with an internal error before."""
+    row = ROWS["foundry-main-mpt30b-s2048-g8"]
+    spec = tmp_path / "mpt-30b.yaml"
+    spec.write_text(pm.model_spec(row))
+    got = CliRunner().invoke(app, ["plan", str(spec), "-p", "8", "-b", "504", "--machine", "dgx-h100",
+                                   "--precision", "bf16", "--optimizer", "adam", "--time-limit", "5", "--json"])
+    assert got.exit_code == 0, got.output
+    out = json.loads(got.stdout)
+    assert out["devices"] == 8 and out["step_s"] > 0
