@@ -58,9 +58,9 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
     def value(lam: float) -> tuple[float, float]:
         """``V(lam)`` and the memory of the layers' choices attaining it."""
         total, mem = 0.0, 0.0
-        for costs, memories in zip(cost, memory):  # per layer, its forms' (cost, memory) arrays
+        for costs, mems in zip(cost, memory):  # a layer's forms: each its (cost, memory) arrays
             best = min((float((c + lam * m).min()), float(m[int(np.argmin(c + lam * m))]))
-                       for c, m in zip(costs, memories))
+                       for c, m in zip(costs, mems))
             total, mem = total + best[0], mem + best[1]
         return total, mem
 

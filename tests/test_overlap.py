@@ -142,3 +142,7 @@ def test_predict_overlap_flag_and_the_breakdown_in_plan_and_predict(tmp_path):
     assert planned["step_comm_s"]["exposed"] == pytest.approx(again["comm_exposed_s"], rel=1e-9)
     assert planned["step_comm_s"]["overlapped"] == pytest.approx(again["comm_overlapped_s"], rel=1e-9)
     assert planned["step_breakdown_s"]["gradient sync"] == pytest.approx(again["grad_sync_s"], rel=1e-9)
+    said = runner.invoke(app, ["plan", "gpt2", "-p", "8", "-b", "16", "--machine", "dgx-h100", "--precision", "bf16",
+                               "--optimizer", "adam"]).output
+    assert "reduced in 25 MiB buckets overlapped with the backward pass" in " ".join(said.split())
+    assert "overlapped with compute (overlap data)" in said

@@ -48,9 +48,12 @@ def step_line(step_s: float, terms) -> str:
     return f"[bold]step {fmt.seconds(step_s)}[/bold] = {breakdown_text(terms)}"
 
 
-def comm_line(parts, overlap: str) -> str:
-    """The collectives' time exposed (in the step's terms) and overlapped with compute (not in them)."""
+def comm_line(parts, overlap: str) -> str | None:
+    """The collectives' time exposed (in the step's terms) and overlapped with compute (not in them);
+    None for a step without collectives."""
     d = dict(parts)
+    if d["exposed"] + d["overlapped"] <= 0:
+        return None
     return (f"communication {fmt.seconds(d['exposed'] + d['overlapped'])}: {fmt.seconds(d['exposed'])} exposed "
             f"(in the terms above), {fmt.seconds(d['overlapped'])} overlapped with compute (overlap {overlap})")
 

@@ -32,8 +32,8 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         context_step_line(list(facts.timed))
     else:
         console.print(step_line(plan.step_s, plan.breakdown))
-    if plan.comm:
-        console.print(comm_line(plan.comm, plan.overlap))
+    if plan.comm and (line := comm_line(plan.comm, plan.overlap)) is not None:
+        console.print(line)
     limit = plan.solver.get("memory_limit_bytes")
     console.print(memory_mfu_line(plan.memory_peak_bytes, limit, plan.mfu))
     if plan.memory_parts and got is None:

@@ -44,7 +44,8 @@ def pipeline_table(pred) -> None:
                   f"{s.kept_micro_batches:g}", fmt.nbytes(s.memory_peak_bytes))
     console.print(t)
     console.print(step_line(pred.step_s, pipeline_terms(pred)))
-    console.print(comm_line(comm_parts(pred), pred.stages[0].micro.overlap))
+    if (line := comm_line(comm_parts(pred), pred.stages[0].micro.overlap)) is not None:
+        console.print(line)
     console.print(f"the step: fill and drain plus the slowest stage per further micro-batch, then gradient sync and "
                   f"update; bubble {pred.bubble_fraction:.1%} of the pipelined part;  peak memory "
                   f"{fmt.nbytes(pred.memory_peak_bytes)} per device (stage "
@@ -116,7 +117,8 @@ def prediction_table(pred, fallbacks=(), mfu: float | None = None, layers: bool 
              "times are one micro-batch's)" if pred.micro_batches > 1 else "")
     console.print(f"{pred.network}: batch {pred.batch}{micro} on {pred.p} x {pred.machine} ({pred.compute})")
     console.print(step_line(pred.step_s, step_terms(pred)))
-    console.print(comm_line(comm_parts(pred), pred.overlap))
+    if (line := comm_line(comm_parts(pred), pred.overlap)) is not None:
+        console.print(line)
     console.print(memory_mfu_line(pred.memory_peak_bytes, limit_bytes, mfu))
     console.print(memory_line(pred.memory_parts))
     if fallbacks:
