@@ -256,7 +256,7 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
     edge_keys = []
     for src, dst, slot in (net.edges() if with_edges else ()):
         u, v = index[src], index[dst]
-        key = (sigs[u], sigs[v], slot)
+        key = (sigs[u], sigs[v], slot, _expansion(nodes[u]), _expansion(nodes[v]))
         edge_keys.append((u, v, key))
         if key not in patterns and key not in b.matrices:
             su, sv = nodes[u].strategies, nodes[v].strategies
@@ -265,7 +265,7 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
             patterns[key] = (outs, ins, DTYPE_BYTES.get(sigs[u].dtype, 4), u, v)
     for embed, head in (ties(net) if with_edges else ()):  # the table to a tied head's rows (costmodel.tied)
         u, v = index[embed], index[head]
-        key = (sigs[u], sigs[v], "tie")
+        key = (sigs[u], sigs[v], "tie", _expansion(nodes[u]), _expansion(nodes[v]))
         edge_keys.append((u, v, key))
         if key not in patterns and key not in b.matrices:
             outs = [b.layout_id(weight_layouts(sigs[u], s)["tokens"]) for s in nodes[u].strategies]
@@ -288,6 +288,12 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
     edge_list = tuple(Edge(u, v, b.matrices[key] if weight == 1 else weight * b.matrices[key])
                       for u, v, key in edge_keys)
     return edge_list, len({k for _, _, k in edge_keys}), len(pairs)
+
+
+def _expansion(node: _Node) -> bytes:
+    """Which strategy each candidate of ``node`` has: part of an edge matrix's key, as one signature
+    can keep other candidates where the overlap's last bucket prices it otherwise (build_with)."""
+    return node.strategy_of.tobytes()
 
 
 def _head_sums(b: Builder, embed: Layer, head: Layer, embeds, heads) -> np.ndarray:

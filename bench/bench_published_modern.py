@@ -1,0 +1,262 @@
+"""Predicted H100-era training runs against their published figures (bench/assets/published-modern.yaml).
+
+    PYTHONPATH=. python bench/bench_published_modern.py [--json] [--write] [--planner [--planner-gpus N]]
+
+Every row is predicted ahead of time as the run was configured (bench/published_modern.py: the
+model from the row's cited dimensions, the row's machine, precision, tensor x pipeline x context x
+data layout with expert parallelism, micro-batch, sequence, recomputation, attention algorithm and
+data-parallel sharding), converted to the row's published metric (TFLOP/s per GPU by the source's
+own FLOP convention, or tokens/s) and compared: ``error`` = predicted / published metric - 1
+(negative: predicted slower than published), ``step_error`` = predicted / published step - 1.
+
+Two predictions per row: ``shipped``, on the machine files as shipped (ahead of time, nothing fitted
+to these rows), and ``calibrated``, on the four kernel efficiencies (costmodel.calibration) fitted
+to this file's calibration rows whose kernels are known and priced as they ran
+(published_modern.kernels_as_run: no FP8 row, no FlashAttention-1 row, not FlashAttention-2's
+unpublished baseline) together with bench_megatron.py's calibration rows: one set for both
+machines, as the shipped files carry one, nothing per row. Held-out rows are reported apart.
+``memory_fits``: the predicted peak of the busiest device within its GPU's memory, as the
+published run fitted.
+
+``--planner`` also runs `dnnplan plan` on each distinct (model, sequence, GPUs, batch, machine,
+precision) of rows up to ``--planner-gpus`` GPUs and holds its predicted step against the published
+configuration's predicted step (the planner's choice should never be slower). ``--write`` stores
+the results in bench/assets/published-modern-results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import bench_megatron  # noqa: E402  (bench/ is not a package)
+import published_modern as pm  # noqa: E402
+
+from costmodel.calibration import fit_efficiencies, with_efficiencies  # noqa: E402
+from costmodel.files import load_machine  # noqa: E402
+from costmodel.machine import EFFICIENCY_CLASSES, Machine  # noqa: E402
+
+RESULTS = Path(__file__).parent / "assets" / "published-modern-results.json"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def baseline_micro(row: dict, rows: list[dict], machine: Machine) -> int:
+    """The micro-batch of a row that does not publish one (FlashAttention-2's baseline column): its
+    table's FlashAttention row of the same model and sequence, halved until the predicted step fits
+    the GPU's memory (what a user would run); 1 when none fits."""
+    c = row["config"]
+    if c["micro"] is not None:
+        return c["micro"]
+    twin = next(r for r in rows if r["model"] == row["model"] and r["config"]["sequence"] == c["sequence"]
+                and r["config"]["micro"] is not None)
+    micro = twin["config"]["micro"]
+    while micro > 1 and pm.predict_row(row, machine, micro=micro).memory_peak_bytes > machine.device.mem_capacity_bytes:
+        micro //= 2
+    return micro
+
+
+def micros(rows: list[dict]) -> dict[str, int]:
+    return {r["name"]: baseline_micro(r, rows, load_machine(r["machine"])) for r in rows}
+
+
+def calibration_data(rows: list[dict], micro: dict[str, int]) -> list[tuple]:
+    """(step terms on the shipped machine, published step seconds) of this file's calibration rows
+    priced as they ran, and of bench_megatron.py's calibration rows (the A100 GPT trainings the
+    shipped efficiencies were fitted on, so the fit keeps holding them)."""
+    data = [(pm.terms_of(r, load_machine(r["machine"]), micro[r["name"]]), pm.published_s(r, pm.network_of(r)))
+            for r in rows if r["set"] == "calibration" and pm.kernels_as_run(r)]
+    return data + [(bench_megatron.terms_of(r), bench_megatron.published_s(r))
+                   for r in bench_megatron.load_rows() if r["set"] == "calibration"]
+
+
+def calibrate(rows: list[dict], micro: dict[str, int]) -> dict[str, float]:
+    """One set of efficiencies (the shipped machine files carry one set for every GPU) fitted on
+    :func:`calibration_data` from the shipped values; nothing per row."""
+    shipped = load_machine("dgx-h100")
+    return fit_efficiencies(calibration_data(rows, micro), {k: shipped.device.efficiency_of(k) for k in EFFICIENCY_CLASSES})
+
+
+def predict(row: dict, machine: Machine, micro: int) -> dict:
+    net = pm.network_of(row)
+    pred = pm.predict_row(row, machine, micro=micro)
+    published_s = pm.published_s(row, net)
+    key = pm.metric_of(row)
+    predicted = pm.metric_at(row, net, pred.step_s)
+    return {"predicted": predicted, "error": predicted / row["published"][key] - 1, "step_s": pred.step_s,
+            "step_error": pred.step_s / published_s - 1, "bubble_fraction": pred.bubble_fraction,
+            "memory_peak_gib": pred.memory_peak_bytes / 2 ** 30,
+            "memory_fits": pred.memory_peak_bytes <= machine.device.mem_capacity_bytes}
+
+
+def run(rows: list[dict], micro: dict[str, int], fitted: dict[str, float]) -> list[dict]:
+    out = []
+    for row in rows:
+        shipped = load_machine(row["machine"])
+        net = pm.network_of(row)
+        key = pm.metric_of(row)
+        ahead = predict(row, shipped, micro[row["name"]])
+        cal = predict(row, with_efficiencies(shipped, fitted), micro[row["name"]])
+        out.append({"name": row["name"], "source": row["group"], "citation": row["source"], "split": row["set"],
+                    "machine": row["machine"], "metric": key, "flops": row["flops"],
+                    "published": row["published"][key], "published_step_s": pm.published_s(row, net),
+                    "parameters": pm.parameter_count(net), "layout": pm.layout(row) | {"micro": micro[row["name"]]},
+                    "kernels_as_run": pm.kernels_as_run(row), "deviations": pm.deviations(row),
+                    "shipped": ahead, "calibrated": cal,
+                    "predicted": cal["predicted"], "error": cal["error"], "memory_fits": cal["memory_fits"]})
+    return out
+
+
+def summary(results: list[dict], which: str) -> dict:
+    """Per source and split: rows, mean |error|, worst |error|, mean signed error, rows over 30%."""
+    def of(rs: list[dict]) -> dict:
+        errs = [r[which]["error"] for r in rs]
+        return {"rows": len(errs), "mean_abs_error": sum(map(abs, errs)) / len(errs),
+                "worst_abs_error": max(map(abs, errs)), "mean_error": sum(errs) / len(errs),
+                "over_30": sum(abs(e) > 0.30 for e in errs)}
+    out = {}
+    for source in dict.fromkeys(r["source"] for r in results):
+        for split in ("held-out", "calibration"):
+            if rs := [r for r in results if r["source"] == source and r["split"] == split]:
+                out[f"{source} | {split}"] = of(rs)
+    for split in ("held-out", "calibration"):
+        out[f"all | {split}"] = of([r for r in results if r["split"] == split])
+    return out
+
+
+def plan_step(row: dict, time_limit: float) -> dict:
+    """`dnnplan plan` on the row's devices, batch, sequence, machine and precision (Adam)."""
+    c = row["config"]
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(pm.model_spec(row))
+    cmd = [str(Path(sys.executable).parent / "dnnplan"), "plan", f.name, "-p", str(c["gpus"]), "-b", str(c["batch"]),
+           "--machine", row["machine"], "--precision", pm.precision_of(row), "--optimizer", "adam",
+           "--time-limit", str(time_limit), "--json"]
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        os.unlink(f.name)
+    took = time.perf_counter() - start
+    if done.returncode or not done.stdout.strip():
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1], "seconds": took}
+    got = json.loads(done.stdout)
+    return {"step_s": got["step_s"], "zero": got.get("zero"), "pipeline": bool(got.get("pipeline")),
+            "memory_peak_gib": got["memory_peak_bytes"] / 2 ** 30, "seconds": took}
+
+
+def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_limit: float) -> None:
+    """Adds ``planner`` to each result of up to ``max_gpus`` GPUs: the planner's own step on the
+    row's shipped machine against the published configuration's (both ahead of time)."""
+    seen: dict[tuple, dict] = {}
+    for row, res in zip(rows, results, strict=True):
+        c = row["config"]
+        if c["gpus"] > max_gpus:
+            continue
+        key = (row["model"]["name"], c["sequence"], c["gpus"], c["batch"], row["machine"], pm.precision_of(row))
+        if key not in seen:
+            seen[key] = plan_step(row, time_limit)
+            print(f"  planned {key}: {seen[key]}", file=sys.stderr, flush=True)
+        got = seen[key]
+        res["planner"] = got | ({"not_slower": got["step_s"] <= res["shipped"]["step_s"] * (1 + 1e-9)}
+                                if "step_s" in got else {})
+
+
+def _commit() -> str:
+    got = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return got.stdout.strip()
+
+
+def fitted_on(rows: list[dict]) -> dict:
+    """The rows the efficiencies were fitted on: this file's by name, and bench_megatron.py's count."""
+    return {"rows": [r["name"] for r in rows if r["set"] == "calibration" and pm.kernels_as_run(r)],
+            "bench_megatron_rows": sum(r["set"] == "calibration" for r in bench_megatron.load_rows())}
+
+
+def report(rows: list[dict], results: list[dict], fitted: dict, took: float) -> dict:
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": _commit(), "host_load": os.getloadavg()[0], "seconds": took,
+            "command": "PYTHONPATH=. python bench/bench_published_modern.py --write"
+                       + (" --planner" if any("planner" in r for r in results) else ""),
+            "fitted_efficiencies": fitted, "fitted_on": fitted_on(rows), "summary_calibrated": summary(results, "calibrated"),
+            "summary_shipped": summary(results, "shipped"), "rows": results}
+
+
+def show(out: dict) -> None:
+    print(f"{'row':44s} {'split':11s} {'metric':20s} {'published':>10s} {'shipped':>10s} {'err':>7s} "
+          f"{'calibr.':>10s} {'err':>7s} {'memory':>9s}")
+    for r in out["rows"]:
+        s, c = r["shipped"], r["calibrated"]
+        fits = "" if c["memory_fits"] else " > GPU"
+        plan = r.get("planner")
+        planned = f"  plan {plan['step_s']:.2f}s vs {s['step_s']:.2f}s" if plan and "step_s" in plan else ""
+        print(f"{r['name']:44s} {r['split']:11s} {r['metric']:20s} {r['published']:10.4g} {s['predicted']:10.4g} "
+              f"{s['error']:+7.1%} {c['predicted']:10.4g} {c['error']:+7.1%} {c['memory_peak_gib']:6.1f} GiB{fits}"
+              f"{planned}")
+    print("fitted efficiencies:", json.dumps(out["fitted_efficiencies"]))
+    for label, key in (("shipped efficiencies", "summary_shipped"), ("calibrated", "summary_calibrated")):
+        print(label)
+        for g, x in out[key].items():
+            print(f"  {g:70s} {x['rows']:3d} rows: mean |error| {x['mean_abs_error']:6.1%}, worst "
+                  f"{x['worst_abs_error']:6.1%}, mean signed {x['mean_error']:+6.1%}, over 30%: {x['over_30']}")
+
+
+def markdown(out: dict) -> str:
+    """docs/VALIDATION.md's tables: per source and split, then per row."""
+    lines = ["| source | split | rows | mean \\|error\\| shipped | worst | mean \\|error\\| calibrated | worst | over 30% |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for key, cal in out["summary_calibrated"].items():
+        ship = out["summary_shipped"][key]
+        source, split = key.split(" | ")
+        lines.append(f"| {source} | {split} | {cal['rows']} | {ship['mean_abs_error']:.1%} | {ship['worst_abs_error']:.1%} "
+                     f"| {cal['mean_abs_error']:.1%} | {cal['worst_abs_error']:.1%} | {cal['over_30']} |")
+    lines += ["", "| row | split | metric | published | predicted (shipped) | error | calibrated | error | memory GiB "
+                  "| fits | planner s / published layout s |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    for r in out["rows"]:
+        s, c, plan = r["shipped"], r["calibrated"], r.get("planner") or {}
+        planned = f"{plan['step_s']:.2f} / {s['step_s']:.2f}" if "step_s" in plan else plan.get("error", "")[:40]
+        lines.append(f"| {r['name']} | {r['split']} | {r['metric']} | {r['published']:.4g} | {s['predicted']:.4g} | "
+                     f"{s['error']:+.1%} | {c['predicted']:.4g} | {c['error']:+.1%} | {c['memory_peak_gib']:.1f} | "
+                     f"{'yes' if c['memory_fits'] else '**no**'} | {planned} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ap.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
+    ap.add_argument("--markdown", metavar="RESULTS", help="print the tables of a results file and stop")
+    ap.add_argument("--planner", action="store_true", help="also run `dnnplan plan` per distinct configuration")
+    ap.add_argument("--planner-gpus", type=int, default=64, help="only configurations of at most this many GPUs")
+    ap.add_argument("--planner-limit", type=float, default=60.0, help="each plan's --time-limit in seconds")
+    args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
+    start = time.perf_counter()
+    rows = pm.load_rows()
+    micro = micros(rows)
+    fitted = calibrate(rows, micro)
+    results = run(rows, micro, fitted)
+    if args.planner:
+        planner_check(rows, results, args.planner_gpus, args.planner_limit)
+    out = report(rows, results, fitted, time.perf_counter() - start)
+    if args.write:
+        RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    if args.json:
+        print(json.dumps(out))
+    else:
+        show(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,265 @@
+"""From a row of bench/assets/published-modern.yaml to the cost model's prediction of its step (pure
+apart from reading the asset; bench/bench_published_modern.py runs it over every row).
+
+A row is a published training run as it was configured. :func:`network_of` writes its model as a
+network spec from the row's cited dimensions (layers, width, MLP width, query and key/value heads,
+head width, vocabulary, GELU or SwiGLU, LayerNorm or RMSNorm, learned or rotary positions, biases,
+a tied or untied head, routed experts), so the sequence is the row's and the parameter count is the
+row's model's (:func:`parameter_count`; llm-foundry prints its models' counts, and the test holds
+them). :func:`layout` is the run's tensor x pipeline x context x data layout with expert
+parallelism carved out of the data ranks, as Megatron-Core lays them out (costmodel.megatron).
+:func:`predict_row` prices the step: each of ``pipeline`` stages (the interleaved schedule where the
+row has virtual stages) on its ranks, ``batch / (micro x data)`` micro-batches of ``micro``
+sequences a rank (gradient accumulation: one micro-batch's activations kept, gradients reduced once
+a step), the row's recomputation, attention algorithm and data-parallel sharding
+(:data:`ZERO_STAGE`), Adam, mixed precision. What the cost model cannot yet express is priced as
+the nearest thing it can and listed by :func:`deviations` (FP8 as BF16, no overlap of
+communication, ...), never tuned per row.
+
+:func:`step_flops` counts a step's FLOPs by the row's source's own convention (``flops`` in the
+asset); the published step is those FLOPs over the published TFLOP/s (or the tokens over the
+published tokens/s), and the predicted metric the same FLOPs (tokens) over the predicted step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from costmodel.calibration import PipelineTerms, StageRecorder, pipeline_terms
+from costmodel.compute import Roofline, recompute_algorithms
+from costmodel.files import load_machine
+from costmodel.machine import Machine
+from costmodel.megatron import megatron_strategies
+from costmodel.optimizer import Optimizer
+from costmodel.pipeline import INTERLEAVED, PipelinePrediction, predict_pipeline
+from costmodel.precision import PRECISIONS, with_precision
+from costmodel.step import predict_step
+from networks.ir import Network
+from networks.ops.base import prod
+from networks.spec import parse_network
+
+ASSET = Path(__file__).parent / "assets" / "published-modern.yaml"
+#: the ZeRO stage that holds what each data-parallel sharding of the asset shards (costmodel.optimizer):
+#: FSDP full-shard is ZeRO-3 (parameters gathered for forward and again for backward); FSDP
+#: without resharding after forward (Llama 3) shards gradients and optimizer state and gathers the
+#: parameters once a step, ZeRO-2's volume (a reduce-scatter and an all-gather of the weights);
+#: Megatron's distributed optimizer and ZeRO-1 are stage 1
+ZERO_STAGE = {"fsdp-full-shard": 3, "fsdp-no-reshard": 2, "distributed-optimizer": 1, "zero1": 1}
+#: the asset's attention column -> the cost model's algorithm: FlashAttention-1 and -2 both priced as
+#: FlashAttention-2's tiles (costmodel.flash), the baseline as materialised scores
+ATTENTION = {"flash": "flash", "flash2": "flash", "standard": "materialized"}
+
+
+def load_rows(path: Path = ASSET) -> list[dict]:
+    """The rows, each ``calibration`` or ``held-out``, at most half of each group calibrating."""
+    rows = yaml.safe_load(path.read_text())["rows"]
+    for group in dict.fromkeys(r["group"] for r in rows):
+        sets = [r["set"] for r in rows if r["group"] == group]
+        if 2 * sets.count("calibration") > len(sets) or set(sets) - {"calibration", "held-out"}:
+            raise SystemExit(f"{path}: {group}: every row is calibration or held-out, at most half calibrate")
+    return rows
+
+
+def _mlp(m: dict) -> str:
+    moe = m.get("moe")
+    if moe:
+        return (f"      - {{name: moe, op: moe, experts: {moe['experts']}, top_k: {moe['top_k']}, "
+                f"hidden: {moe['expert_ffn']}, gated: {str(m['activation'] == 'swiglu').lower()}, "
+                f"shared_experts: {moe.get('shared_experts', 0)}, bias: {str(m['bias']).lower()}}}\n"
+                "      - {name: add2, op: add, inputs: [add1, moe]}\n")
+    bias = str(m["bias"]).lower()
+    if m["activation"] == "swiglu":
+        first, act = 2 * m["ffn"], "{name: act, op: swiglu}"
+    else:
+        first, act = m["ffn"], "{name: act, op: gelu}"
+    return (f"      - {{name: fc1, op: linear, features: {first}, bias: {bias}}}\n      - {act}\n"
+            f"      - {{name: fc2, op: linear, features: {m['hidden']}, bias: {bias}}}\n"
+            "      - {name: add2, op: add, inputs: [add1, fc2]}\n")
+
+
+def model_spec(row: dict) -> str:
+    """The row's model as a network spec at the row's sequence (module docstring)."""
+    m, seq = row["model"], row["config"]["sequence"]
+    norm = "rmsnorm" if m["norm"] == "rmsnorm" else "layernorm"
+    bias = str(m["bias"]).lower()
+    rotary = str(m["positions"] == "rope").lower()
+    positions = f", positions: {seq}" if m["positions"] == "learned" else ""
+    head = ", tied_to: embed" if m["tied"] else ""
+    return (f"name: {m['name']}\ninputs:\n  tokens: {{shape: [{seq}], dtype: int64}}\nblocks:\n  block:\n"
+            f"    layers:\n      - {{name: norm1, op: {norm}}}\n"
+            f"      - {{name: attn, op: attention, heads: {m['heads']}, kv_heads: {m['kv_heads']}, "
+            f"head_dim: {m['head_dim']}, causal: true, bias: {bias}, rotary: {rotary}}}\n"
+            "      - {name: add1, op: add, inputs: [$input, attn]}\n"
+            f"      - {{name: norm2, op: {norm}}}\n" + _mlp(m) +
+            f"layers:\n  - {{name: embed, op: embedding, inputs: tokens, vocab: {m['vocab']}, dim: {m['hidden']}"
+            f"{positions}}}\n  - {{use: block, name: \"h{{i}}\", repeat: {m['layers']}}}\n"
+            f"  - {{name: norm, op: {norm}}}\n"
+            f"  - {{name: lm_head, op: linear, features: {m['vocab']}, bias: false{head}}}\n"
+            "  - {name: loss, op: softmax_cross_entropy}\n")
+
+
+def precision_of(row: dict) -> str:
+    """The precision the step is priced in: the row's where the cost model has it (FP8 priced as
+    BF16 until it does: :func:`deviations`)."""
+    return row["config"]["precision"] if row["config"]["precision"] in PRECISIONS else "bf16"
+
+
+def network_of(row: dict) -> Network:
+    return with_precision(parse_network(model_spec(row), row["name"]), precision_of(row))
+
+
+def parameter_count(net: Network) -> int:
+    """Every weight of ``net`` (a tied head's table counted once, with its embedding)."""
+    return sum(prod(shape) for layer in net.layers for _, shape in layer.weights)
+
+
+def layout(row: dict) -> dict[str, int]:
+    """The degrees the step is priced with: tensor, pipeline, context, data (whose product is the
+    GPUs), expert (out of the data ranks, Megatron-Core's folding, at most the data degree here:
+    :func:`deviations`), chunks, micro (sequences a rank) and micro_batches (a step's, a rank's)."""
+    c = row["config"]
+    data = c["data"]
+    expert = min(c["expert"], data)
+    micro = c["micro"]  # None where the source does not publish it (the harness chooses one)
+    return {"tensor": c["tensor"], "pipeline": c["pipeline"], "context": c["context"], "data": data,
+            "expert": expert, "chunks": c["chunks"], "micro": micro,
+            "micro_batches": c["batch"] // (micro * data) if micro else None}
+
+
+def sequence_parallel(row: dict) -> bool:
+    """Megatron's sequence parallelism where the row has it, except beside context parallelism
+    (the cost model splits the sequence once: :func:`deviations`)."""
+    c = row["config"]
+    return bool(c.get("sequence_parallel")) and c["tensor"] > 1 and c["context"] == 1
+
+
+def deviations(row: dict) -> list[str]:
+    """How the priced step differs from the published run, each a feature the cost model lacks."""
+    c, out = row["config"], []
+    if c["precision"] not in PRECISIONS:
+        out.append(f"{c['precision']} priced as bf16 (no FP8 in the cost model)")
+    if c["expert"] > c["data"]:
+        out.append(f"expert parallelism {c['expert']} folded over tensor x data ranks: priced as expert "
+                   f"{c['data']} over the data ranks with the experts split {c['tensor']} ways by tensor")
+    if c.get("sequence_parallel") and c["tensor"] > 1 and c["context"] > 1:
+        out.append("sequence parallelism beside context parallelism: the norms priced replicated over tensor")
+    if flash_attention_1(row):
+        out.append("FlashAttention-1 priced as FlashAttention-2's algorithm")
+    if c.get("data_sharding") == "fsdp-no-reshard":
+        out.append("FSDP without reshard priced as ZeRO-2 (same volume, whole weights kept)")
+    if row["model"].get("qk_norm"):
+        out.append("query/key norms left out (under 0.01% of the FLOPs)")
+    out.append("data-parallel gradient reduction and parameter gathers overlapped in buckets (the GPU machines' "
+               "default, costmodel.overlap); tensor- and context-parallel communication not overlapped")
+    return out
+
+
+def kernels_as_run(row: dict) -> bool:
+    """Whether the row's kernels are known and priced as they ran: the rows an efficiency fit may
+    use. Not an FP8 run (priced as BF16), not FlashAttention-1 (priced as FlashAttention-2), not
+    FlashAttention-2 Table 1's baseline, whose implementation and micro-batch the paper does not
+    state: each would fit the efficiency of a kernel that did not run."""
+    c = row["config"]
+    return c["precision"] in PRECISIONS and not flash_attention_1(row) and c["micro"] is not None
+
+
+def flash_attention_1(row: dict) -> bool:
+    """FlashAttention-2 Table 1's "FlashAttention" column (elsewhere ``flash`` names the algorithm
+    without saying which version ran)."""
+    return row["flops"] == "fa2" and row["config"]["attention"] == "flash"
+
+
+def predict_row(row: dict, machine: Machine | None = None, recorders: list | None = None,
+                micro: int | None = None) -> PipelinePrediction:
+    """The row's step priced on ``machine`` (its shipped machine by default); ``micro`` overrides
+    the row's micro-batch (a baseline whose micro-batch is not published: bench harness). Each
+    stage's roofline is appended to ``recorders`` when given (calibration)."""
+    c, lay = row["config"], layout(row)
+    if micro is not None:
+        lay = {**lay, "micro": micro, "micro_batches": c["batch"] // (micro * lay["data"])}
+    net = network_of(row)
+    machine = machine or load_machine(row["machine"])
+    opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]])
+    full = c["recompute"] == "full"
+    algorithms = recompute_algorithms(net, c["recompute"], ATTENTION[c["attention"]])
+
+    def stage(stage_net: Network, ranks: int, batch: int):
+        strategies, fallbacks = megatron_strategies(stage_net, ranks, batch, lay["tensor"], sequence_parallel(row),
+                                                    context=lay["context"], expert=lay["expert"])
+        if fallbacks:
+            raise SystemExit(f"{row['name']}: {fallbacks[0].layer} cannot take {fallbacks[0].wanted}: "
+                             f"{fallbacks[0].reason}")
+        compute = Roofline(machine) if recorders is None else StageRecorder(machine)
+        if recorders is not None:
+            recorders.append(compute)
+        return predict_step(stage_net, batch, strategies, algorithms, machine, compute, opt, checkpoints=full)
+
+    chunks = lay["chunks"]
+    return predict_pipeline(net, c["batch"], c["gpus"], lay["pipeline"], lay["micro_batches"],
+                            INTERLEAVED if chunks > 1 else "1f1b", machine, stage, chunks=chunks)
+
+
+def terms_of(row: dict, machine: Machine | None = None, micro: int | None = None) -> PipelineTerms:
+    """The row's predicted step as priced terms (costmodel.calibration)."""
+    machine = machine or load_machine(row["machine"])
+    recorders: list = []
+    pred = predict_row(row, machine, recorders, micro)
+    return pipeline_terms(machine, [(r, s.per_micro_s, s.once_s) for r, s in zip(recorders, pred.stages, strict=True)],
+                          pred.micro_batches, pred.chunks)
+
+
+def step_flops(row: dict, net: Network) -> float:
+    """A step's FLOPs as the row's source counts them (the asset's ``flops`` conventions)."""
+    m, c = row["model"], row["config"]
+    tokens, seq, layers = c["batch"] * c["sequence"], c["sequence"], m["layers"]
+    conv = row["flops"]
+    if conv == "palm":  # PaLM Appendix B: 6 N + 12 L H Q T per token
+        return tokens * (6 * parameter_count(net) + 12 * layers * m["heads"] * m["head_dim"] * seq)
+    if conv == "mosaic":  # llm-foundry README: 6 NumParams + 12 L d S per token
+        return tokens * (6 * m["params"] + 12 * layers * m["hidden"] * seq)
+    if conv == "fa2":  # FlashAttention-2: 6 S N + 12 L h S^2 per sequence (N with embeddings: an assumption)
+        return tokens * (6 * parameter_count(net) + 12 * layers * m["hidden"] * seq)
+    if conv == "megatron-2024":
+        return _megatron_2024(m, c)
+    raise ValueError(f"{row['name']}: no FLOP convention for {conv!r} (its metric is tokens)")
+
+
+def _megatron_2024(m: dict, c: dict) -> float:
+    """Megatron-LM num_floating_point_operations (training.py at 0b981f9), SwiGLU and MoE terms."""
+    h, a, g, q = m["hidden"], m["heads"], m["kv_heads"], m["heads"] * m["head_dim"]
+    moe = m.get("moe")
+    ffn, k = (moe["expert_ffn"], moe["top_k"]) if moe else (m["ffn"], 1)
+    glu = 1.5 if m["activation"] == "swiglu" else 1.0
+    seq = c["sequence"]
+    return 12 * c["batch"] * seq * m["layers"] * h ** 2 * (
+        (1 + g / a + seq / h) * q / h + ffn / h * k * glu + m["vocab"] / (2 * m["layers"] * h))
+
+
+def metric_of(row: dict) -> str:
+    """The published figure a row is held against: tokens where the source measures tokens
+    (llm-foundry's T/s, NeMo's tokens/s/GPU), else its TFLOP/s per GPU."""
+    pub = row["published"]
+    for key in ("tokens_per_s", "tokens_per_s_per_gpu") if row["flops"] in ("mosaic", "nemo") else ():
+        if key in pub:
+            return key
+    return "tflops_per_gpu"
+
+
+def metric_at(row: dict, net: Network, step_s: float) -> float:
+    """The row's metric (:func:`metric_of`) for a step of ``step_s`` seconds."""
+    c = row["config"]
+    key = metric_of(row)
+    tokens = c["batch"] * c["sequence"] / step_s
+    if key == "tokens_per_s":
+        return tokens
+    if key == "tokens_per_s_per_gpu":
+        return tokens / c["gpus"]
+    return step_flops(row, net) / (step_s * c["gpus"]) / 1e12
+
+
+def published_s(row: dict, net: Network) -> float:
+    """The published step in seconds, from the row's metric."""
+    value = row["published"][metric_of(row)]
+    return metric_at(row, net, 1.0) / value
