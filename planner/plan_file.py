@@ -22,7 +22,7 @@ from networks.ops.base import MAX_INT
 from networks.reading import read_text
 from networks.writing import write_file
 from networks.spec_yaml import load_yaml
-from costmodel.pipeline import SCHEDULES, cut_at
+from costmodel.pipeline import INTERLEAVED, SCHEDULES, cut_at
 from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
 TOP_KEYS = ("version", "network", "network_name", "network_hash", "batch", "devices", "machine", "precision",
@@ -45,7 +45,8 @@ def plan_to_dict(plan: Plan) -> dict:
                        "fits": b.fits} for b in plan.baselines],
         "solver": dict(plan.solver),
         **({"pipeline": {"stages": plan.pipeline.stages, "micro_batches": plan.pipeline.micro_batches,
-                         "schedule": plan.pipeline.schedule, "first_layers": list(plan.pipeline.first_layers)}}
+                         "schedule": plan.pipeline.schedule, "first_layers": list(plan.pipeline.first_layers),
+                         **({"chunks": plan.pipeline.chunks} if plan.pipeline.chunks > 1 else {})}}
            if plan.pipeline else {}),
         "layers": [{"name": lp.name, "strategy": lp.strategy.as_dict(), "algorithm": lp.algorithm,
                     "fwd_s": lp.fwd_s, "bwd_s": lp.bwd_s, "comm_s": lp.comm_s, "memory_bytes": lp.memory_bytes,
@@ -99,30 +100,47 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
 
 def _pipeline(data: dict, net: Network, path: str) -> PipelineSpec | None:
     """The plan's ``pipeline`` (None when absent): stages dividing its devices, micro-batches
-    dividing its batch, a schedule, and each stage's first layer in network order."""
+    dividing its batch, a schedule, and each stage's first layer in network order; interleaved,
+    ``chunks`` model chunks a device and each chunk's first layer."""
     raw = data.get("pipeline")
     if raw is None:
         return None
     keys = ("stages", "micro_batches", "schedule", "first_layers")
-    if not isinstance(raw, dict) or set(raw) != set(keys):
-        raise _fail("'pipeline' must be a mapping of " + ", ".join(keys), path, field="pipeline")
+    if not isinstance(raw, dict) or not set(keys) <= set(raw) <= set(keys) | {"chunks"}:
+        raise _fail("'pipeline' must be a mapping of " + ", ".join(keys) + " (and chunks, interleaved)", path,
+                    field="pipeline")
     stages, micro, schedule, firsts = (raw[k] for k in keys)
     for key, value, whole in (("stages", stages, data["devices"]), ("micro_batches", micro, data["batch"])):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1 or whole % value:
             what = "devices" if key == "stages" else "batch"
             raise _fail(f"pipeline '{key}' must be a whole number dividing the plan's {what} ({whole}), got "
                         f"{short(value)}", path, field="pipeline")
-    if schedule not in SCHEDULES:
-        raise _fail(f"unknown pipeline schedule {short(schedule)}", path, field="pipeline",
-                    hint=f"use one of {', '.join(SCHEDULES)}")
-    if not isinstance(firsts, list) or len(firsts) != stages or not all(isinstance(f, str) for f in firsts):
-        raise _fail(f"pipeline 'first_layers' must list the first layer of each of the {stages} stages", path,
-                    field="pipeline")
+    chunks = _chunks(raw, schedule, stages, micro, path)
+    if not isinstance(firsts, list) or len(firsts) != stages * chunks or not all(isinstance(f, str) for f in firsts):
+        what = f"each of the {stages} stages" if chunks == 1 else f"each of the {stages} x {chunks} chunks"
+        raise _fail(f"pipeline 'first_layers' must list the first layer of {what}", path, field="pipeline")
     try:
         cut_at(net, tuple(firsts))
     except DnnplanError as err:
         raise _fail(err.bare, path, field="pipeline", hint=err.hint) from None
-    return PipelineSpec(stages, micro, schedule, tuple(firsts))
+    return PipelineSpec(stages, micro, schedule, tuple(firsts), chunks)
+
+
+def _chunks(raw: dict, schedule, stages, micro, path: str) -> int:
+    """The pipeline's model chunks a device: 1, or 2 and more under the interleaved schedule, whose
+    micro-batches come in groups of the stages (costmodel.pipeline)."""
+    if schedule not in SCHEDULES + (INTERLEAVED,):
+        raise _fail(f"unknown pipeline schedule {short(schedule)}", path, field="pipeline",
+                    hint=f"use one of {', '.join(SCHEDULES + (INTERLEAVED,))}")
+    chunks = raw.get("chunks", 1)
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or (chunks > 1) != (schedule == INTERLEAVED) \
+            or chunks < 1:
+        raise _fail(f"pipeline 'chunks' {short(chunks)} with the {short(schedule)} schedule", path, field="pipeline",
+                    hint="the interleaved schedule holds 2 or more chunks a device; 1f1b and gpipe hold 1")
+    if chunks > 1 and micro % stages:
+        raise _fail(f"the interleaved schedule runs micro-batches in groups of the {stages} stages; {micro} is not "
+                    "a multiple", path, field="pipeline")
+    return chunks
 
 
 def _memory_parts(data: dict, path: str) -> dict[str, int]:

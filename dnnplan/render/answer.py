@@ -34,6 +34,8 @@ class Facts:
     layers: int = 0
     has_batchnorm: bool = False
     has_attention: bool = False
+    axes: str = ""  # the layout by parallel axis in one line (planner.axes)
+    flash_layers: int = 0  # attention layers the plan runs as FlashAttention
 
 
 def breakdown_text(terms) -> str:
@@ -70,9 +72,12 @@ def assumptions_line(f: Facts) -> str | None:
                      "saves two small allreduces a layer)")
     parts.append("weight gradients all-reduced layer by layer after the backward pass (no bucketing, no overlap "
                  "with backward)")
-    if f.has_attention:
+    if f.has_attention and not f.flash_layers:
         parts.append("attention by its unfused kernels (the scores materialised, as Megatron-LM's unfused "
                      "attention), not flash attention")
+    elif f.has_attention:
+        parts.append("attention as FlashAttention-2 where the plan says flash (scores recomputed in backward, "
+                     "as cuDNN and FlashAttention run it), materialised elsewhere")
     return "[dim]the model assumes: " + "; ".join(parts) + "[/dim]"
 
 

@@ -143,6 +143,10 @@ def cannot_run(plan: Plan, plan_path: str, array_backend: str = "numpy") -> Dnnp
         return DnnplanError(f"the plan is for {Optimizer(plan.optimizer, plan.zero).label}; the executor runs SGD with "
                             f"momentum (ZeRO stages 0 to 3)", file=plan_path, field="optimizer",
                             hint="predict it with `dnnplan predict`, or plan again with --optimizer momentum to run it")
+    if plan.pipeline is not None and plan.pipeline.chunks > 1:
+        return DnnplanError(f"the plan interleaves {plan.pipeline.chunks} model chunks a device; the executor runs "
+                            "1f1b and gpipe pipelines", file=plan_path, field="pipeline",
+                            hint="plan it with --schedule 1f1b (`dnnplan predict` prices the interleaved plan)")
     if plan.pipeline is not None and plan.zero:
         return DnnplanError(f"the plan pipelines {plan.pipeline.stages} stages under ZeRO stage {plan.zero}; the "
                             "executor runs pipelined plans without ZeRO", file=plan_path, field="zero",
