@@ -28,21 +28,21 @@ AXES = (("data", ("N",)), ("expert", ("E",)), ("context", ("H",)), ("spatial", (
 
 def axes(layers: list[tuple[str, Strategy, str]], sequence: bool) -> dict:
     """``layers``: (op, strategy, algorithm) of every layer; ``sequence``: the network's H is a
-    sequence (it has attention). Returns each axis's degrees (sorted, > 1 only) over the layers
-    that split it, and the counts of the per-layer choices."""
+    sequence (it has attention). Returns each axis's degrees (> 1) with how many layers take each
+    (an axis's degree differs by layer, and two axes may split different layers), and the counts
+    of the per-layer choices."""
     out: dict = {}
     for name, dims in AXES:
-        if (name == "context") != sequence and name in ("context", "spatial"):
+        if name in ("context", "spatial") and (name == "context") != sequence:
             continue
-        degrees = set()
-        for op, strategy, _ in layers:
+        counts: dict[int, int] = {}
+        for _, strategy, _ in layers:
             k = 1
             for d in dims:
                 k *= strategy.degree(d)
-            if name == "data":
-                k = strategy.degree("N")
-            degrees.add(k)
-        out[name] = sorted(k for k in degrees if k > 1)
+            if k > 1:
+                counts[k] = counts.get(k, 0) + 1
+        out[name] = dict(sorted(counts.items()))
     out["sequence_parallel_layers"] = sum(s.seq_scatter for _, s, _ in layers)
     out["recomputed_layers"] = sum(is_recomputed(a) for _, _, a in layers if a)
     attention = [a.split("+")[0] for op, _, a in layers if op == "attention"]
@@ -51,19 +51,18 @@ def axes(layers: list[tuple[str, Strategy, str]], sequence: bool) -> dict:
 
 
 def axes_line(found: dict, pipeline: str = "", zero: int = 0) -> str:
-    """The axes in one line: ``data 8 x context 4 x tensor 1-2 (sequence-parallel on 24 layers); ...``."""
+    """The axes in one line, each degree with the layers taking it: ``axes (layers): data 32 (256),
+    context 2 (247), tensor 2 (9; sequence-parallel 9); ...``."""
     parts = []
     for name, _ in AXES:
-        ks = found.get(name)
-        if ks:
-            parts.append(f"{name} {ks[0]}" if len(ks) == 1 else f"{name} {'/'.join(map(str, ks))} (by layer)")
-    line = " x ".join(parts) or "every layer whole on each device (replicated)"
-    if found.get("sequence_parallel_layers"):
-        line += f", sequence-parallel on {found['sequence_parallel_layers']} layers"
+        for k, n in (found.get(name) or {}).items():
+            sp = found.get("sequence_parallel_layers") if name == "tensor" else 0
+            parts.append(f"{name} {k} ({n}" + (f"; sequence-parallel {sp})" if sp else ")"))
+    line = ", ".join(parts) or "every layer whole on each device (replicated)"
     extra = [pipeline] if pipeline else []
     extra.append(f"ZeRO-{zero}" if zero else "no ZeRO")
     extra.append(f"recomputation on {found['recomputed_layers']} layers" if found.get("recomputed_layers")
                  else "no recomputation")
     if found.get("attention"):
         extra.append("attention " + ", ".join(f"{k} x{v}" for k, v in found["attention"].items()))
-    return "axes: " + line + "; " + "; ".join(extra)
+    return "axes (degree, layers): " + line + "; " + "; ".join(extra)

@@ -61,7 +61,7 @@ def test_context_parallelism_splits_a_long_sequence_no_other_axis_can(tmp_path):
     split = _plan(tmp_path, LONG_ATTENTION, "-p", "4", "-b", "1")
     whole = _plan(tmp_path, LONG_ATTENTION, "-p", "1", "-b", "1")
     assert _layer(split, "attn")["strategy"] == {"H": 4}
-    assert split["axes"]["context"] == [4] and split["axes"]["data"] == [] and split["axes"]["tensor"] == []
+    assert split["axes"]["context"] == {"4": 4} and split["axes"]["data"] == {} and split["axes"]["tensor"] == {}
     ratio = _layer(split, "attn")["fwd_s"] / _layer(whole, "attn")["fwd_s"]
     assert 0.24 < ratio < 0.3, ratio
     data = next(b for b in split["baselines"] if b["name"] == "data parallel")
@@ -75,7 +75,7 @@ def test_expert_parallelism_splits_the_experts_weights(tmp_path):
     every device, is slower and larger."""
     out = _plan(tmp_path, WIDE_MOE, "-p", "4", "-b", "4", "--optimizer", "adam", "--layers")
     moe = _layer(out, "moe")["strategy"]
-    assert moe.get("E", 1) > 1 and out["axes"]["expert"] == [moe["E"]]
+    assert moe.get("E", 1) > 1 and out["axes"]["expert"] == {str(moe["E"]): 1}
     weights = 4 * 3 * 64 * 16384 * 2  # experts x (gate, up, down) x dim x hidden x bf16 bytes
     share = weights / (moe["E"] * moe.get("F", 1))
     assert out["memory_parts_bytes"]["weights"] == pytest.approx(share, rel=0.05)  # the rest: router, embed, head
@@ -139,12 +139,14 @@ def test_the_axes_line_names_every_axis_by_hand():
               ("moe", Strategy.of(p, N=2, E=8), "flash+recompute"),
               ("attention", Strategy.of(p, N=2, H=4, F=2), "materialized")]
     found = axes(layers, sequence=True)
-    assert found["data"] == [2] and found["expert"] == [8] and found["context"] == [4] and found["tensor"] == [2]
+    assert found["data"] == {2: 4} and found["expert"] == {8: 1} and found["context"] == {4: 3}
+    assert found["tensor"] == {2: 3}
     assert "spatial" not in found and found["sequence_parallel_layers"] == 1 and found["recomputed_layers"] == 1
     assert found["attention"] == {"flash": 1, "materialized": 1}
     line = axes_line(found, "pipeline 4 (1F1B), 8 micro-batches of 2", 1)
-    assert line.startswith("axes: data 2 x expert 8 x context 4 x tensor 2, sequence-parallel on 1 layers")
+    assert line.startswith("axes (degree, layers): data 2 (4), expert 8 (1), context 4 (3), tensor 2 (3; "
+                           "sequence-parallel 1)")
     assert "pipeline 4 (1F1B)" in line and "ZeRO-1" in line and "recomputation on 1 layers" in line
     image = axes([("conv2d", Strategy.of(8, N=4, H=2), "im2col"), ("conv2d", Strategy.of(8, N=8), "fft")], False)
-    assert image["data"] == [4, 8] and image["spatial"] == [2] and "context" not in image
-    assert "data 4/8 (by layer) x spatial 2" in axes_line(image)
+    assert image["data"] == {4: 1, 8: 1} and image["spatial"] == {2: 1} and "context" not in image
+    assert "data 4 (1), data 8 (1), spatial 2 (1)" in axes_line(image)
