@@ -114,8 +114,10 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
         compute = Roofline(machine) if recorders is None else StageRecorder(machine)
         if recorders is not None:
             recorders.append(compute)
+        # Megatron-LM as run in 2021-22 all-reduced the gradients after the backward pass (its local
+        # DDP; --overlap-grad-reduce came with Megatron-Core): no overlap (costmodel.overlap)
         return predict_step(stage_net, micro, strategies, algorithms, machine, compute, opt,
-                            checkpoints=c.get("recompute") == "full")
+                            checkpoints=c.get("recompute") == "full", overlap="none")
 
     chunks = c.get("chunks", 1)  # model chunks a device: the interleaved schedule (Korthikanti's 175B and 530B)
     if c.get("zero") == 3:  # DeepSpeed's ZeRO-3 over every rank, no model parallelism (costmodel.deepspeed)

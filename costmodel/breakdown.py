@@ -15,7 +15,10 @@ and the same plan measured can be read side by side:
   its ``pipeline sends``, the ``bubble`` (fill and drain) and the gradient sync and update of the
   stage that takes longest for them (``costmodel.pipeline``).
 
-The terms sum to the step (``StepPrediction.step_s``, ``PipelinePrediction.step_s``).
+The terms sum to the step (``StepPrediction.step_s``, ``PipelinePrediction.step_s``). Apart from
+them, the collectives' time in two parts (:func:`comm_parts`): ``exposed`` (inside the terms
+above: what the step waits for) and ``overlapped`` (hidden under compute, costmodel.overlap; not
+in the step); they sum to the collectives' link time.
 """
 
 from __future__ import annotations
@@ -59,3 +62,22 @@ def measured_terms(phases: dict[str, float], step_s: float) -> tuple[tuple[str, 
     rest = step_s - sum(secs for _, secs in out)
     out.append(("outside the timed layers", max(rest, 0.0)))
     return tuple((name, secs) for name, secs in out if name in CORE or secs > 0)
+
+
+def comm_parts(pred: StepPrediction | PipelinePrediction) -> tuple[tuple[str, float], ...]:
+    """The step's collectives as (``exposed``, seconds in the terms) and (``overlapped``, seconds
+    hidden under compute); of a pipelined step, the slowest stage's per micro-batch times the
+    micro-batches and the once-a-step stage's gradient sync, as :func:`pipeline_terms` takes them."""
+    if isinstance(pred, StepPrediction):
+        return ("exposed", pred.comm_exposed_s), ("overlapped", pred.comm_overlapped_s)
+    slowest = max(pred.stages, key=lambda s: s.per_micro_s).micro
+    once = max(pred.stages, key=lambda s: s.once_s).micro
+    m = pred.micro_batches
+
+    def total(step: StepPrediction, sync: bool, time) -> float:
+        return sum(time(c) for x in step.layers for c in x.layer.comms if (c.phase == "sync") == sync)
+
+    exposed = m * total(slowest, False, lambda c: c.seconds) + total(once, True, lambda c: c.seconds)
+    hidden = (m * total(slowest, False, lambda c: c.link_time - c.seconds)
+              + total(once, True, lambda c: c.link_time - c.seconds))
+    return ("exposed", exposed), ("overlapped", hidden)

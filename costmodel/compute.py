@@ -318,11 +318,14 @@ class Roofline:
         and the core, every kernel on its own roofline as it runs: FlashAttention's one fused kernel
         on the tensor cores; the materialised core's GEMMs on the tensor cores and its softmax on
         the CUDA cores."""
-        key, kind = matmul_peak(local.layer, self.tf32)
+        key, kind = matmul_peak(local.layer, self.tf32, fp8=False)  # the core (bf16 under fp8)
         item = DTYPE_BYTES.get(local.layer.dtype, 4)
         total = 0.0
         for call in kernel_calls(local, pass_, algorithm, self.machine.device.sram_bytes):
-            if not call.kernel.startswith("attention.") or call.algo == "flash":
+            if not call.kernel.startswith("attention."):  # a projection's GEMM (FP8 under fp8)
+                total += self._time(call.flops, call.bytes, *matmul_peak(local.layer, self.tf32))
+                continue
+            if call.algo == "flash":
                 total += self._time(call.flops, call.bytes, key, kind)
                 continue
             n, heads, sq, sk, dh, _ = call.shape

@@ -25,6 +25,8 @@ from costmodel.layer_layouts import LocalLayer, _splits, local_layer, output_lay
 from costmodel.layout import max_block_extents
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer, as_optimizer
+from costmodel.precision import fp8_bytes, fp8_weight
+from costmodel.overlap import overlapped, resolve_overlap
 from costmodel.strategy import Strategy
 from costmodel.tensor_comms import tensor_collectives
 from costmodel.weight_sync import grad_dims, replica_sums, weight_collectives, weight_memory
@@ -70,11 +72,12 @@ class Memory:
     workspace: int
     master: int = 0
     buffers: int = 0
+    fp8: int = 0  # FP8 weight copies and scaling state (costmodel.precision.fp8_bytes)
 
     @property
     def persistent(self) -> int:
         """Everything held across the step."""
-        return self.weights + self.grads + self.optimizer + self.master + self.activations
+        return self.weights + self.grads + self.optimizer + self.master + self.activations + self.fp8
 
     @property
     def transient(self) -> int:
@@ -176,13 +179,17 @@ def _elems(shape) -> int:
 
 def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machine,
                    compute: ComputeModel, algorithm: str = "", optimizer: Optimizer | str = "momentum",
-                   rule: str = "mpi", consumers: int = 1, output_saved: bool = True) -> LayerEstimate:
+                   rule: str = "mpi", consumers: int = 1, output_saved: bool = True, overlap=None,
+                   front: bool = False) -> LayerEstimate:
     """Everything one layer costs under one strategy, per device (the straggler). ``consumers``:
     how many input slots read the layer's output (``networks.analysis.consumers``); each after the
     first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``). ``output_saved``:
     whether the output stays in memory until backward (``networks.analysis.saved_outputs``).
     ``optimizer``: its state, and its ZeRO stage's sharding and collectives (costmodel.optimizer).
-    An attention layer's ``algorithm`` "" is the machine's default (``compute.resolve_algorithm``)."""
+    An attention layer's ``algorithm`` "" is the machine's default (``compute.resolve_algorithm``).
+    ``overlap``: which collectives hide under the passes (costmodel.overlap; None: the machine's
+    default); ``front``: the layer's gradients are in the bucket the backward makes last
+    (``overlap.front_layers``)."""
     opt = as_optimizer(optimizer)
     algorithm = resolve_algorithm(layer, algorithm, machine)
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
@@ -193,20 +200,25 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
                         (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)))
     if is_recomputed(algorithm):
         comms += recomputed_comms(comms)
+    grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
+    comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + grad_sum},
+                       resolve_overlap(overlap, machine), front)
     active = [(dim, _splits(layer)[dim]) for dim, _ in strategy.degrees]
     wshapes = dict(local.weight_shapes)
     replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
     weights, grads, state, master, gathered = weight_memory(wshapes, replicas, itemsize, opt)
     memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch),
                     compute.workspace_bytes(local, kernel), master=master,
-                    buffers=gradient_buffer_bytes(local) + gathered)
+                    buffers=gradient_buffer_bytes(local) + gathered,
+                    fp8=fp8_bytes(layer, sum(-(-prod(s) // (replicas[n] if opt.zero >= 3 else 1))
+                                             for n, s in wshapes.items() if fp8_weight(n, s))))
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
         update_s=sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize,
                                       opt.slots) for n, shape in wshapes.items()),
         comms=tuple(comms), memory=memory,
-        grad_sum_s=sum(compute.call_s(c) for c in grad_sum_calls(local, consumers)),
+        grad_sum_s=grad_sum,
         dispatch_s=dispatch_time(compute, local, kernel, consumers))
 
 

@@ -1,16 +1,22 @@
 """A whole training step under one strategy (and algorithm) per layer (pure).
 
-The step, stated so the executor can do exactly the same (no overlap of compute and
-communication yet)::
+The step, stated so the executor can do exactly the same (each collective at its exposed time:
+what overlaps compute is in ``costmodel.overlap``; none on the executor's CPU machine)::
 
-    step = sum over layers in order   of (reshard of inputs, forward compute, forward comm)
-         + sum over layers in reverse of (backward compute, backward comm, reshard of input grads)
+    step = m x (sum over layers in order   of (reshard of inputs, forward compute, forward comm)
+              + sum over layers in reverse of (backward compute, backward comm, reshard of input grads))
            (backward compute includes summing the gradients of an output that several layers read)
          + sum over layers of the weight-gradient allreduce
          + sum over layers of the optimiser update
          + the executor's own time per layer pass (Python between kernels; LayerEstimate.dispatch_s)
          + on P ranks sharing a computer, the time they wait for the slowest (StepPrediction.wait_s,
            measured per second of work on a probe; added by the executor's prediction)
+
+Gradient accumulation (``micro_batches`` m, the schedule frameworks run without a pipeline:
+PyTorch's ``no_sync``, Megatron-Core's ``num_microbatches``): every layer is priced at the
+micro-batch of batch/m samples, its forward and backward run m times, the weights' gradients are
+reduced and the optimiser updates once a step, and the activations of one micro-batch are held at
+once (a pipeline of one stage under 1F1B is the same step, ``costmodel.pipeline``).
 
 Peak memory per device = sum over layers of (weights + gradients + optimiser state + master weights)
 + the most, over layers i, of the activations layers 0..i keep for backward and layer i's transient
@@ -33,10 +39,12 @@ from costmodel.held_inputs import held_deltas
 from costmodel.layer_cost import EdgeEstimate, LayerEstimate, edge_estimate, layer_estimate
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
+from costmodel.overlap import front_layers, resolve_overlap
 from costmodel.recompute_memory import block_transient_bytes, regenerated
 from costmodel.strategy import Strategy
 from costmodel.tied import tie_estimate, ties
 from networks.analysis import consumers, layer_cost, saved_outputs
+from networks.errors import DnnplanError
 from networks.ir import Network
 
 
@@ -77,14 +85,39 @@ class StepPrediction:
     # measured per collective on P ranks (executor.probes.collective_code) and summed over the barriers
     # the step makes (costmodel.barriers); 0 unless the executor's prediction adds it
     collective_code_s: float = 0.0
+    # gradient accumulation: the layers are priced at one micro-batch of batch / micro_batches
+    # samples, run that many times a step; the gradient sync and update once (module docstring)
+    micro_batches: int = 1
+    overlap: str = "none"  # which collectives hide under compute (costmodel.overlap's mode)
+
+    def _comm(self, time) -> float:
+        """``time(comm)`` summed over the step's collectives: a pass's each micro-batch, the sync once."""
+        return sum(time(c) * (1 if c.phase == "sync" else self.micro_batches) for x in self.layers for c in x.layer.comms)
+
+    @property
+    def comm_exposed_s(self) -> float:
+        """The collectives' time the step waits for (inside forward, backward and gradient sync)."""
+        return self._comm(lambda c: c.seconds)
+
+    @property
+    def comm_overlapped_s(self) -> float:
+        """The collectives' time hidden under compute (costmodel.overlap; a context-parallel ring's
+        under its attention steps): not in the step."""
+        return self._comm(lambda c: c.link_time - c.seconds)
+
+    @property
+    def micro_batch(self) -> int:
+        return self.batch // self.micro_batches
 
     @property
     def fwd_s(self) -> float:
-        return sum(x.layer.fwd_compute_s + x.layer.fwd_comm_s + x.reshard_fwd_s for x in self.layers)
+        return self.micro_batches * sum(x.layer.fwd_compute_s + x.layer.fwd_comm_s + x.reshard_fwd_s
+                                        for x in self.layers)
 
     @property
     def bwd_s(self) -> float:
-        return sum(x.layer.bwd_compute_s + x.layer.bwd_comm_s + x.reshard_bwd_s for x in self.layers)
+        return self.micro_batches * sum(x.layer.bwd_compute_s + x.layer.bwd_comm_s + x.reshard_bwd_s
+                                        for x in self.layers)
 
     @property
     def sync_s(self) -> float:
@@ -97,7 +130,7 @@ class StepPrediction:
     @property
     def dispatch_s(self) -> float:
         """The executor's own time between the kernels and collectives (LayerEstimate.dispatch_s)."""
-        return sum(x.layer.dispatch_s for x in self.layers)
+        return self.micro_batches * sum(x.layer.dispatch_s for x in self.layers)
 
     @property
     def work_s(self) -> float:
@@ -150,7 +183,9 @@ class StepPrediction:
         weights, gradients and optimiser state of every layer, the activations held at the peak,
         and the transient there (workspace and gradients; a block's recomputation)."""
         mems = [x.layer.memory for x in self.layers]
-        out = {k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer")}
+        out = {k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer", "fp8")}
+        if not out["fp8"]:  # only under fp8 (costmodel.precision)
+            del out["fp8"]
         out["activations"], out["transient"], out["grads"] = self._held()
         out["transient"] += self.recompute_bytes
         return out
@@ -158,12 +193,19 @@ class StepPrediction:
 
 def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algorithms: dict[str, str],
                  machine: Machine, compute: ComputeModel, optimizer: Optimizer | str = "momentum",
-                 rule: str = "mpi", checkpoints: bool = False, grads_in_backward: bool = False) -> StepPrediction:
-    """Predict one training step of ``net`` with the given per-layer strategies and algorithms.
+                 rule: str = "mpi", checkpoints: bool = False, grads_in_backward: bool = False,
+                 micro_batches: int = 1, overlap=None) -> StepPrediction:
+    """Predict one training step of ``net`` at ``batch`` with the given per-layer strategies and algorithms,
+    run as ``micro_batches`` micro-batches of ``batch / micro_batches`` samples (gradient accumulation,
+    module docstring; the strategies are those of the micro-batch). ``overlap``: which collectives
+    hide under compute (costmodel.overlap: a mode or an ``Overlap``; None, the machine's default).
     ``checkpoints``: recomputation runs block by block from each block's kept input (full
     recomputation, ``costmodel.recompute_memory``), rather than layer by layer from each layer's
     kept input (what the planner's per-layer choice prices). ``grads_in_backward``: the runtime
     makes the weight gradients during backward (:attr:`StepPrediction.grads_in_backward`)."""
+    whole, batch = batch, micro_batch(batch, micro_batches)
+    overlap = resolve_overlap(overlap, machine)
+    front = front_layers(net, overlap.bucket_bytes)
     by_name = {layer.name: layer for layer in net.layers}
     readers = consumers(net)
     algorithms = resolve_algorithms(net, algorithms, machine)
@@ -175,7 +217,7 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     for layer in net.layers:
         strat = strategies[layer.name]
         est = layer_estimate(layer, strat, batch, machine, compute, algorithms.get(layer.name, ""),
-                             optimizer, rule, readers[layer.name], saved[layer.name])
+                             optimizer, rule, readers[layer.name], saved[layer.name], overlap, layer.name in front)
         fwd = bwd = 0.0
         halo = False
         for slot, src in enumerate(layer.inputs):
@@ -192,10 +234,18 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
             fcopy, bcopy = edge.copy_s(compute)
             fwd, bwd = fwd + edge.fwd_s + fcopy, bwd + edge.bwd_s + bcopy
         rows.append(LayerPrediction(est, fwd, bwd, halo, deltas.get(layer.name, 0)))
-    return StepPrediction(net.name, batch, next(iter(strategies.values())).p if strategies else 1,
+    return StepPrediction(net.name, whole, next(iter(strategies.values())).p if strategies else 1,
                           machine.name, compute.name, tuple(rows),
                           block_transient_bytes(net, batch, strategies, algorithms, dropped) if dropped else 0,
-                          grads_in_backward)
+                          grads_in_backward, micro_batches=micro_batches, overlap=overlap.mode)
+
+
+def micro_batch(batch: int, micro_batches: int) -> int:
+    """The samples of one of ``micro_batches`` micro-batches (one clear line when they do not divide ``batch``)."""
+    if micro_batches < 1 or batch % micro_batches:
+        raise DnnplanError(f"{micro_batches} micro-batches do not divide the batch {batch}",
+                           hint="choose --micro-batches dividing --batch")
+    return batch // micro_batches
 
 
 def model_flops_utilization(net: Network, batch: int, step_s: float, devices: int, machine: Machine,
@@ -203,7 +253,9 @@ def model_flops_utilization(net: Network, batch: int, step_s: float, devices: in
     """Model FLOP utilisation (Chowdhery et al., "PaLM", 2022, Appendix B): the network's own
     training FLOPs for one step at ``batch`` (forward and both backward passes, as the op catalogue
     counts them: no recomputation, no algorithm's extra work) over what ``devices`` devices deliver
-    at the ``peak_key`` peak in ``step_s``."""
+    at the ``peak_key`` peak in ``step_s``; FP8 training against the 16-bit peak, as published FP8
+    runs state theirs, so the two precisions read on one scale."""
+    peak_key = "bfloat16" if peak_key == "float8" else peak_key
     flops = sum(sum(layer_cost(layer, batch).flops) for layer in net.layers)
     peak = machine.device.peak_flops.get(peak_key) or machine.device.peak_flops["float32"]
     return flops / (step_s * devices * peak) if step_s > 0 else 0.0
@@ -214,18 +266,21 @@ def prediction_json(pred: StepPrediction) -> dict:
     return {
         "network": pred.network, "batch": pred.batch, "devices": pred.p, "machine": pred.machine,
         "compute_model": pred.compute,
+        "micro_batches": pred.micro_batches, "micro_batch": pred.micro_batch,
         "step_s": pred.step_s, "fwd_s": pred.fwd_s, "bwd_s": pred.bwd_s, "grad_sync_s": pred.sync_s,
         "update_s": pred.update_s, "dispatch_s": pred.dispatch_s, "wait_s": pred.wait_s,
-        "collective_code_s": pred.collective_code_s,
+        "collective_code_s": pred.collective_code_s, "overlap": pred.overlap,
+        "comm_exposed_s": pred.comm_exposed_s, "comm_overlapped_s": pred.comm_overlapped_s,
         "memory_peak_bytes": pred.memory_peak_bytes,
         "memory_parts_bytes": pred.memory_parts,
+        # per layer: one micro-batch's times (the step runs them micro_batches times; the sync once)
         "layers": [{
             "name": x.layer.name, "strategy": x.layer.strategy.label, "degrees": x.layer.strategy.as_dict(),
             "algorithm": x.layer.algorithm,
             "fwd_compute_s": x.layer.fwd_compute_s, "bwd_compute_s": x.layer.bwd_compute_s,
             "comm_s": x.layer.fwd_comm_s + x.layer.bwd_comm_s + x.layer.grad_sync_s,
             "comm": [{"purpose": c.purpose, "phase": c.phase, "collective": c.collective, "bytes": c.nbytes,
-                      "group": c.group, "s": c.seconds} for c in x.layer.comms],
+                      "group": c.group, "s": c.seconds, "link_s": c.link_time} for c in x.layer.comms],
             "reshard_s": x.reshard_s, "halo": x.halo, "update_s": x.layer.update_s,
             "memory_bytes": x.layer.memory.total,
         } for x in pred.layers],

@@ -76,7 +76,8 @@ MemoryOpt = Annotated[Optional[float], typer.Option("--memory", help="Memory per
 PrecisionOpt = Annotated[str, typer.Option(
     "--precision", help="Number format of training: fp32; tf32 (float32 storage, TF32 tensor cores); fp16 or "
     "bf16 (mixed precision: 16-bit activations, weights and gradients, float32 master weights and optimiser "
-    "state). Priced from the GPU datasheet, or from a GPU profile table timed in it (--profile; "
+    "state); fp8 (bf16 with the transformer blocks' GEMMs in FP8 as Transformer Engine runs them, at the "
+    "device's FP8 peak; its FP8 weight copies and scaling state in memory; needs a machine with an FP8 peak). Priced from the GPU datasheet, or from a GPU profile table timed in it (--profile; "
     "docs/costmodel.md, Precision).")]
 OptimizerOpt = Annotated[str, typer.Option(
     "--optimizer", help="The optimiser whose state each parameter carries: sgd (none), momentum (one value, "
@@ -95,9 +96,22 @@ PipelineOpt = Annotated[int, typer.Option(
     "--strategy or --tensor inside (docs/costmodel.md, Pipelines).",
     callback=within("--pipeline", 1, 4096))]
 MicroBatchesOpt = Annotated[int, typer.Option(
-    "--micro-batches", help="Micro-batches per step in a pipeline (must divide the batch): each holds "
-    "batch/M samples, split over a stage's data-parallel ranks.",
+    "--micro-batches", help="Micro-batches per step (must divide the batch), each of batch/M samples: in a "
+    "pipeline split over a stage's data-parallel ranks; without one (or with --pipeline 1) gradient "
+    "accumulation: the micro-batches one after another, the activations of one held at a time, the gradients "
+    "reduced and the weights updated once a step (docs/costmodel.md, Gradient accumulation).",
     callback=within("--micro-batches", 1, MAX_INT))]
+OverlapOpt = Annotated[str, typer.Option(
+    "--overlap", help="Which communication overlaps compute: none (every collective in the critical path: "
+    "gradients all-reduced after the backward pass, as dnnplan's executor runs); data (the weights' gradient "
+    "reduction in buckets under the backward pass, the last bucket exposed, and ZeRO's parameter gathers "
+    "under forward and backward: PyTorch DDP's and FSDP's defaults, Megatron-Core's --overlap-grad-reduce "
+    "--overlap-param-gather); all (data, and tensor-parallel collectives under their GEMMs: Megatron-Core's "
+    "--tp-comm-overlap). \\[default: data on GPU machines, none on the CPU] (docs/costmodel.md, Overlap).")]
+BucketOpt = Annotated[float, typer.Option(
+    "--bucket-mb", help="Gradient bucket size in MiB with --overlap data or all (PyTorch DDP's bucket_cap_mb; "
+    "Megatron-Core's default bucket of 40M parameters is 76 MiB in bf16): the last bucket's reduction is exposed.",
+    callback=within("--bucket-mb", 0.001, 1e6))]
 RuntimeOpt = Annotated[str, typer.Option(
     "--runtime", help="Whose step to price: dnnplan (what `dnnplan execute` runs) or deepspeed "
     "(DeepSpeed's ZeRO-3 as published runs of it behave: a flat-ring gather per weight tensor, one more "

@@ -34,6 +34,7 @@ from costmodel.layer_layouts import input_layout, local_layer, output_layout, we
 from costmodel.layout import Layout
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
+from costmodel.overlap import front_layers, overlapped, resolve_overlap
 from costmodel.reshard_batch import LayoutTable, reshard_times_ids
 from costmodel.strategy import Strategy
 from costmodel.tied import head_sum_s, table_layout, tie_mismatch, ties
@@ -43,7 +44,8 @@ from planner.solvers import Edge, Problem
 
 
 def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: int, compute: ComputeModel,
-                    algorithm: str, machine: Machine, rule: str = "mpi") -> LayerEstimate:
+                    algorithm: str, machine: Machine, rule: str = "mpi", overlap=None,
+                    front: bool = False) -> LayerEstimate:
     """``layer_estimate`` for another algorithm, from one made with a kernel algorithm (not
     recomputed) for the same strategy: only the compute passes, the workspace, the op's own kept
     bytes, under recomputation its forward collectives run again, and an attention layer's keys
@@ -64,6 +66,9 @@ def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: i
         at = next(i for i, c in enumerate(comms) if c.purpose == "kv")
         comms = comms[:at] + tuple(kv) + tuple(c for c in comms[at:] if c.purpose != "kv")
     comms = comms + tuple(recomputed_comms(comms)) if is_recomputed(algorithm) else comms
+    # what hides under the passes changes with them (costmodel.overlap, from the link times kept)
+    comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + base.grad_sum_s},
+                       resolve_overlap(overlap, machine), front)
     return dataclasses.replace(
         base, algorithm=algorithm, fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights, comms=comms,
         memory=dataclasses.replace(base.memory, workspace=compute.workspace_bytes(local, kernel), activations=kept))
@@ -110,8 +115,9 @@ class Builder:
 
     def __init__(self, batch: int, p: int, machine: Machine, compute: ComputeModel, optimizer: Optimizer | str,
                  rule: str = "mpi", max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES,
-                 recompute: bool = False):
+                 recompute: bool = False, overlap=None):
         self.batch, self.p, self.machine, self.compute = batch, p, machine, compute
+        self.overlap = resolve_overlap(overlap, machine)  # costmodel.overlap: None, the machine's default
         self.optimizer, self.rule = optimizer, rule
         self.max_model_degree, self.max_candidates = max_model_degree, max_candidates
         self.recompute = recompute
@@ -124,7 +130,8 @@ class Builder:
         return candidate_strategies(sig, self.p, self.batch, self.max_model_degree, self.max_candidates)
 
     def estimates(self, sig: Layer, strat: Strategy, algos: tuple[str, ...],
-                  consumers: int = 1, saved: bool = True) -> list[tuple[float, float, float, float, float]]:
+                  consumers: int = 1, saved: bool = True,
+                  front: bool = False) -> list[tuple[float, float, float, float, float]]:
         """(total_s, persistent bytes, transient bytes, once-a-step seconds, activation bytes) of each
         algorithm under one strategy.
 
@@ -133,11 +140,11 @@ class Builder:
         """
         def estimate(algorithm: str) -> LayerEstimate:
             return layer_estimate(sig, strat, self.batch, self.machine, self.compute, algorithm, self.optimizer,
-                                  self.rule, consumers, saved)
+                                  self.rule, consumers, saved, self.overlap, front)
 
         base = estimate(algos[0])
-        ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a, self.machine, self.rule)
-                         for a in algos[1:]]
+        ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a, self.machine, self.rule,
+                                         self.overlap, front) for a in algos[1:]]
         return [(e.total_s, float(e.memory.persistent), float(e.memory.transient), e.grad_sync_s + e.update_s,
                  float(e.memory.activations)) for e in ests]
 
@@ -168,9 +175,11 @@ def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool
     added to that layer's candidates (a pipeline's tied table summed between two stages)."""
     sigs = [signature(layer) for layer in net.layers]
     readers, saved = consumers(net), saved_outputs(net)
-    # layers share nodes when they have one signature, as many readers (gradient sums) and their
-    # output saved or not alike
-    node_keys = [(sig, readers[layer.name], saved[layer.name]) for sig, layer in zip(sigs, net.layers)]
+    # layers share nodes when they have one signature, as many readers (gradient sums), their
+    # output saved or not alike, and their gradients in the last bucket or not (costmodel.overlap)
+    front = front_layers(net, b.overlap.bucket_bytes)
+    node_keys = [(sig, readers[layer.name], saved[layer.name], layer.name in front)
+                 for sig, layer in zip(sigs, net.layers)]
     for key in dict.fromkeys(node_keys):
         if key not in b.nodes:
             b.nodes[key] = _node(b, *key)
@@ -201,7 +210,7 @@ class _Node:
     strategies: tuple[Strategy, ...]
 
 
-def _node(b: Builder, sig: Layer, readers: int, saved: bool) -> _Node:
+def _node(b: Builder, sig: Layer, readers: int, saved: bool, front: bool = False) -> _Node:
     """Candidates, cost, memory and transient memory of the layers with signature ``sig``,
     ``readers`` and their output ``saved`` or not. An attention algorithm that another algorithm of
     the same strategy beats in time, memory, workspace and kept activations (materialised attention
@@ -209,7 +218,7 @@ def _node(b: Builder, sig: Layer, readers: int, saved: bool) -> _Node:
     once-a-step cost, so the other is as good in every stage weighting."""
     strats = b.strategies(sig)
     algos = algorithms(sig, b.recompute, b.machine)
-    vals = np.array([v for s in strats for v in b.estimates(sig, s, algos, readers, saved)],
+    vals = np.array([v for s in strats for v in b.estimates(sig, s, algos, readers, saved, front)],
                     dtype=np.float64).reshape(len(strats), len(algos), 5)
     keep = [[j for j in range(len(algos)) if sig.op != "attention" or not _beaten(vals[i], j)]
             for i in range(len(strats))]

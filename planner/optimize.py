@@ -19,7 +19,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from costmodel.breakdown import step_terms
+from costmodel.breakdown import comm_parts, step_terms
 from costmodel.candidates import algorithms
 from costmodel.compute import PASSES, ComputeModel
 from costmodel.layer_layouts import local_layer
@@ -328,7 +328,7 @@ def plan_from_prediction(pred: StepPrediction, net: Network, network_ref: str, m
                 devices=pred.p, machine=machine_ref, layers=layers, step_s=pred.step_s,
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
                 baselines=baselines_, solver=dict(solver or {}), precision=precision, optimizer=optimizer.name,
-                zero=optimizer.zero, breakdown=step_terms(pred))
+                zero=optimizer.zero, breakdown=step_terms(pred), comm=comm_parts(pred), overlap=pred.overlap)
 
 
 def speedup(plan: Plan, baseline: Baseline) -> float:

@@ -70,6 +70,9 @@ class Plan:
     pipeline: PipelineSpec | None = None  # None: one stage on every device, the whole batch at once
     #: the step by term (costmodel.breakdown: the names every command prints), shown, not read back
     breakdown: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
+    #: the collectives' time exposed and overlapped with compute (costmodel.breakdown.comm_parts), shown only
+    comm: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
+    overlap: str = field(default="", compare=False, hash=False)  # costmodel.overlap's mode it was priced under
 
     @property
     def stage_ranks(self) -> int:

@@ -27,7 +27,7 @@ from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
 TOP_KEYS = ("version", "network", "network_name", "network_hash", "batch", "devices", "machine", "precision",
             "optimizer", "zero", "profile_fingerprint", "step_s", "memory_peak_bytes", "memory_parts_bytes", "mfu",
-            "step_breakdown_s", "baselines", "solver", "pipeline", "layers")
+            "step_breakdown_s", "step_comm_s", "overlap", "baselines", "solver", "pipeline", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
 
@@ -41,6 +41,7 @@ def plan_to_dict(plan: Plan) -> dict:
         "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
         **({"memory_parts_bytes": dict(plan.memory_parts)} if plan.memory_parts else {}), "mfu": plan.mfu,
         **({"step_breakdown_s": dict(plan.breakdown)} if plan.breakdown else {}),
+        **({"step_comm_s": dict(plan.comm), "overlap": plan.overlap} if plan.comm else {}),
         "baselines": [{"name": b.name, "step_s": b.step_s, "memory_peak_bytes": b.memory_peak_bytes,
                        "fits": b.fits} for b in plan.baselines],
         "solver": dict(plan.solver),

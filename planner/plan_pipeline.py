@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from costmodel.breakdown import pipeline_terms
+from costmodel.breakdown import comm_parts, pipeline_terms
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer
@@ -54,7 +54,7 @@ def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, p
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
                 solver={"method": "pipeline search", **choice.stats}, precision=precision,
                 optimizer=optimizer.name, zero=optimizer.zero, mfu=mfu, pipeline=spec,
-                breakdown=pipeline_terms(pred))
+                breakdown=pipeline_terms(pred), comm=comm_parts(pred), overlap=pred.stages[0].micro.overlap)
 
 
 def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy], machine: Machine,

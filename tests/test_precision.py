@@ -154,8 +154,10 @@ def test_precision_errors_are_one_line():
     with pytest.raises(DnnplanError, match="float32 kernel profiles"):
         resolve("lenet5", 1, None, "local", precision="fp16")
     with pytest.raises(DnnplanError, match="unknown --precision"):
+        resolve("lenet5", 1, None, "dgx-a100", precision="fp4")
+    with pytest.raises(DnnplanError, match="no float8 peak, so it cannot train in fp8"):
         resolve("lenet5", 1, None, "dgx-a100", precision="fp8")
-    assert set(PRECISIONS) == {"fp32", "tf32", "fp16", "bf16"}
+    assert set(PRECISIONS) == {"fp32", "tf32", "fp16", "bf16", "fp8"}
 
 
 def test_plan_file_keeps_its_precision_and_the_executor_refuses_it(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
+from costmodel.overlap import resolve_overlap
 from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
 from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
@@ -234,7 +235,8 @@ def _facts(run: Run, answer, plan: Plan, got) -> render.Facts:
     return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
                         len(ctx.network.layers), "batchnorm2d" in ops, "attention" in ops,
-                        axes_line(found, _pipeline_axis(got, plan), answer.settings.zero),
+                        resolve_overlap(None, ctx.machine).label, axes_line(found, _pipeline_axis(got, plan),
+                                                                            answer.settings.zero),
                         found["attention"].get("flash", 0))
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 
+from costmodel.breakdown import comm_parts
 from costmodel.compute import recompute_algorithms
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
+from costmodel.overlap import DEFAULT_BUCKET_BYTES, Overlap, resolve_overlap
 from costmodel.pipeline import pipeline_json, predict_pipeline
 from costmodel.files import load_machine
 from costmodel.precision import get_precision
-from costmodel.step import model_flops_utilization, predict_step, prediction_json
+from costmodel.step import micro_batch, model_flops_utilization, predict_step, prediction_json
 from costmodel.uniform import uniform_strategies
-from dnnplan.options import (AttentionOpt, BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForeignProfileOpt,
-                             JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt, PipelineOpt,
+from dnnplan.options import (AttentionOpt, BatchOpt, BucketOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForeignProfileOpt,
+                             JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, OptimizerOpt, OverlapOpt, PipelineOpt,
                              PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
                              SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
@@ -35,7 +37,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             tensor: TensorOpt = 1, sequence_parallel: SequenceParallelOpt = False, context_: ContextOpt = 1,
             expert: ExpertOpt = 1, attention: AttentionOpt = "",
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
-            chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
+            chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", overlap: OverlapOpt = "",
+            bucket_mb: BucketOpt = DEFAULT_BUCKET_BYTES / 2 ** 20, runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
             foreign_profile: ForeignProfileOpt = False) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
@@ -45,8 +48,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     (for machine `local`, as `dnnplan execute` predicts it before its run: --step-context).
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
-    The step is forward + backward + gradient synchronisation + update with no overlap
-    (docs/costmodel.md). With --tensor T each layer takes its Megatron split over groups of T
+    The step is forward + backward + gradient synchronisation + update, each collective at the time
+    it is not hidden under compute (--overlap; docs/costmodel.md). With --tensor T each layer takes its Megatron split over groups of T
     devices and the data split over the rest. With --pipeline S the layers are cut into S stages
     run as a pipeline of --micro-batches, --strategy or --tensor applying inside each stage.
 
@@ -78,12 +81,13 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
     strategies_of = _strategies(megatron, strategy, tensor, sequence_parallel, context_, expert)
-    if pipeline > 1 or micro_batches > 1:
+    ov = Overlap(resolve_overlap(overlap or None, ctx.machine).mode, int(bucket_mb * 2 ** 20))
+    if pipeline > 1:
         return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json,
-                                 chunks, full=recompute == "full")
-    strategies, fallbacks = strategies_of(ctx.network, devices, ctx.batch)
+                                 chunks, full=recompute == "full", overlap=ov)
+    strategies, fallbacks = strategies_of(ctx.network, devices, micro_batch(ctx.batch, micro_batches))
     pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute, opt,
-                        checkpoints=recompute == "full")
+                        checkpoints=recompute == "full", micro_batches=micro_batches, overlap=ov)
     _check_recompute(ctx, strategies, opt, recompute, pred)
     _show(ctx, pred, fallbacks, layers, as_json)
 
@@ -108,7 +112,7 @@ def _check_recompute(ctx: Context, strategies: dict, opt: Optimizer, mode: str, 
     if mode == "none":
         return
     plain = predict_step(ctx.network, ctx.batch, strategies, recompute_algorithms(ctx.network, "none"),
-                         ctx.machine, ctx.compute, opt)
+                         ctx.machine, ctx.compute, opt, micro_batches=pred.micro_batches, overlap=pred.overlap)
     if (line := recompute_warning(ctx.network, mode, pred, plain)) is not None:
         warn(line)
 
@@ -137,7 +141,8 @@ def _strategies(megatron: bool, strategy: str, tensor: int, sequence_parallel: b
 
 
 def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], opt: Optimizer, stages: int,
-                      micro_batches: int, schedule: str, as_json: bool, chunks: int = 1, full: bool = False) -> None:
+                      micro_batches: int, schedule: str, as_json: bool, chunks: int = 1, full: bool = False,
+                      overlap=None) -> None:
     """`dnnplan predict NET --pipeline S --micro-batches M`: each stage on its ranks with the
     uniform or Megatron strategies (costmodel.pipeline); ``full``: full recomputation from each
     block's input (costmodel.recompute_memory)."""
@@ -147,12 +152,15 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
         strategies, fell = strategies_of(net, ranks, micro)
         fallbacks.extend(fell)
         return predict_step(net, micro, strategies, algorithms, ctx.machine, ctx.compute, opt,
-                            checkpoints=full)
+                            checkpoints=full, overlap=overlap)
 
     pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, schedule, ctx.machine, stage,
                             chunks=chunks)
     if as_json:
-        print(json.dumps({**pipeline_json(pred), "fallbacks": [f.__dict__ for f in fallbacks]}))
+        comm = dict(comm_parts(pred))
+        print(json.dumps({**pipeline_json(pred), "overlap": pred.stages[0].micro.overlap,
+                          "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
+                          "fallbacks": [f.__dict__ for f in fallbacks]}))
         return
     tables.pipeline_table(pred)
     if fallbacks:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from rich.markup import escape
 
+from costmodel.overlap import Overlap
 from dnnplan.render import fmt
 
 GIB = 2.0 ** 30
@@ -34,6 +35,7 @@ class Facts:
     layers: int = 0
     has_batchnorm: bool = False
     has_attention: bool = False
+    overlap: str = ""  # what overlaps compute, in words (costmodel.overlap.Overlap.label)
     axes: str = ""  # the layout by parallel axis in one line (planner.axes)
     flash_layers: int = 0  # attention layers the plan runs as FlashAttention
 
@@ -46,6 +48,13 @@ def breakdown_text(terms) -> str:
 def step_line(step_s: float, terms) -> str:
     """The step and its parts, the same words in every command."""
     return f"[bold]step {fmt.seconds(step_s)}[/bold] = {breakdown_text(terms)}"
+
+
+def comm_line(parts, overlap: str) -> str:
+    """The collectives' time exposed (in the step's terms) and overlapped with compute (not in them)."""
+    d = dict(parts)
+    return (f"communication {fmt.seconds(d['exposed'] + d['overlapped'])}: {fmt.seconds(d['exposed'])} exposed "
+            f"(in the terms above), {fmt.seconds(d['overlapped'])} overlapped with compute (overlap {overlap})")
 
 
 def memory_mfu_line(peak_bytes: float, limit_bytes: float | None, mfu: float | None) -> str:
@@ -70,8 +79,7 @@ def assumptions_line(f: Facts) -> str | None:
         parts.append("batch-norm statistics synchronised over the ranks splitting a layer's samples "
                      "(SyncBatchNorm, as the executor runs; PyTorch DDP's BatchNorm2d does not sync, which "
                      "saves two small allreduces a layer)")
-    parts.append("weight gradients all-reduced layer by layer after the backward pass (no bucketing, no overlap "
-                 "with backward)")
+    parts.append(f.overlap or Overlap().label)
     if f.has_attention and not f.flash_layers:
         parts.append("attention by its unfused kernels (the scores materialised, as Megatron-LM's unfused "
                      "attention), not flash attention")

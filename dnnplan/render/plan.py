@@ -9,7 +9,7 @@ from rich.table import Table
 from costmodel.breakdown import step_terms
 from costmodel.compute import RECOMPUTE
 from dnnplan.render import fmt
-from dnnplan.render.answer import (Facts, assumptions_line, gap_line, header_lines, layout_line,
+from dnnplan.render.answer import (Facts, assumptions_line, comm_line, gap_line, header_lines, layout_line,
                                    memory_mfu_line, step_line)
 from dnnplan.render.tables import console, memory_line, pipeline_table
 from executor.session.step_choice import fastest
@@ -32,6 +32,8 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         context_step_line(list(facts.timed))
     else:
         console.print(step_line(plan.step_s, plan.breakdown))
+    if plan.comm:
+        console.print(comm_line(plan.comm, plan.overlap))
     limit = plan.solver.get("memory_limit_bytes")
     console.print(memory_mfu_line(plan.memory_peak_bytes, limit, plan.mfu))
     if plan.memory_parts and got is None:

@@ -7,9 +7,9 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from costmodel.breakdown import pipeline_terms, step_terms
+from costmodel.breakdown import comm_parts, pipeline_terms, step_terms
 from dnnplan.render import fmt
-from dnnplan.render.answer import memory_mfu_line, step_line
+from dnnplan.render.answer import comm_line, memory_mfu_line, step_line
 from networks.analysis import NetworkSummary
 
 # wide tables when piped (logs, CI); the terminal width otherwise
@@ -20,7 +20,8 @@ console = Console(highlight=False, width=min(WIDTH, Console().width) if sys.stdo
 
 
 MEMORY_WORDS = {"weights": "weights", "grads": "gradients", "master": "master weights",
-                "optimizer": "optimiser state", "activations": "activations kept",
+                "optimizer": "optimiser state", "fp8": "FP8 weight copies and scaling",
+                "activations": "activations kept",
                 "transient": "largest transient (workspace, gradients in flight)"}
 
 
@@ -43,6 +44,7 @@ def pipeline_table(pred) -> None:
                   f"{s.kept_micro_batches:g}", fmt.nbytes(s.memory_peak_bytes))
     console.print(t)
     console.print(step_line(pred.step_s, pipeline_terms(pred)))
+    console.print(comm_line(comm_parts(pred), pred.stages[0].micro.overlap))
     console.print(f"the step: fill and drain plus the slowest stage per further micro-batch, then gradient sync and "
                   f"update; bubble {pred.bubble_fraction:.1%} of the pipelined part;  peak memory "
                   f"{fmt.nbytes(pred.memory_peak_bytes)} per device (stage "
@@ -110,8 +112,11 @@ def prediction_table(pred, fallbacks=(), mfu: float | None = None, layers: bool 
                      limit_bytes: float | None = None) -> None:
     """`dnnplan predict`: the step by term (the names `plan` and `execute` use, costmodel.breakdown),
     memory and model FLOP utilisation first; then, with ``layers``, the per-layer table."""
-    console.print(f"{pred.network}: batch {pred.batch} on {pred.p} x {pred.machine} ({pred.compute})")
+    micro = (f" as {pred.micro_batches} micro-batches of {pred.micro_batch} (gradient accumulation; per-layer "
+             "times are one micro-batch's)" if pred.micro_batches > 1 else "")
+    console.print(f"{pred.network}: batch {pred.batch}{micro} on {pred.p} x {pred.machine} ({pred.compute})")
     console.print(step_line(pred.step_s, step_terms(pred)))
+    console.print(comm_line(comm_parts(pred), pred.overlap))
     console.print(memory_mfu_line(pred.memory_peak_bytes, limit_bytes, mfu))
     console.print(memory_line(pred.memory_parts))
     if fallbacks:

@@ -1,0 +1,98 @@
+"""FP8 training as Transformer Engine runs it (costmodel.precision, ``fp8``): the transformer
+blocks' GEMMs at the device's FP8 peak, bf16 elsewhere, the FP8 weight copies and scaling state in
+memory, and one clear line on a machine without an FP8 peak."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from costmodel.compute import Roofline, default_algorithms
+from costmodel.files import load_machine
+from costmodel.kernel_calls import kernel_calls
+from costmodel.layer_layouts import local_layer
+from costmodel.megatron import megatron_strategies
+from costmodel.precision import AMAX_HISTORY, is_fp8, with_precision
+from costmodel.step import model_flops_utilization, predict_step
+from costmodel.strategy import make_strategy
+from dnnplan.cli import app
+from networks.loader import load_network
+
+H100 = load_machine("dgx-h100")
+ROOF = Roofline(H100)
+runner = CliRunner()
+
+
+def _layer(net_name: str, precision: str, name: str):
+    return next(layer for layer in with_precision(load_network(net_name), precision).layers if layer.name == name)
+
+
+def test_h100_fp8_peak_is_twice_bf16_as_its_datasheet():
+    # NVIDIA H100 Tensor Core GPU datasheet (SXM): FP8 3,958 and BF16 1,979 TFLOPS with sparsity, half dense
+    peaks = H100.device.peak_flops
+    assert peaks["float8"] == 1979e12 == 2 * peaks["bfloat16"]
+    assert "float8" not in load_machine("dgx-a100").device.peak_flops
+
+
+def test_fp8_marks_the_blocks_gemms_only():
+    net = with_precision(load_network("llama3-8b"), "fp8")
+    marked = {layer.name for layer in net.layers if is_fp8(layer)}
+    assert {"layers0.attn", "layers0.gate_up", "layers0.down", "layers31.down"} <= marked
+    assert not marked & {"embed", "lm_head", "layers0.norm1", "layers0.swiglu", "loss"}
+    assert all(layer.dtype == "bfloat16" for layer in net.layers if layer.op != "softmax_cross_entropy")
+
+
+def test_a_gemm_runs_at_the_fp8_peak():
+    # llama3-8b's gate/up projection on one 8192-token sequence: 2 x 8192 x 4096 x 28672 FLOPs forward
+    fp8, bf16 = (local_layer(_layer("llama3-8b", p, "layers0.gate_up"), make_strategy(1, {}), 1)
+                 for p in ("fp8", "bf16"))
+    flops = 2 * 8192 * 4096 * 28672
+    e = H100.device.efficiency_of("tensor_16bit")
+    assert ROOF.pass_s(fp8, "fwd", "") == pytest.approx(flops / (1979e12 * e), rel=1e-9)
+    assert ROOF.pass_s(bf16, "fwd", "") == pytest.approx(2 * ROOF.pass_s(fp8, "fwd", ""), rel=1e-9)
+
+
+def test_attention_projections_in_fp8_its_core_in_bf16():
+    local = local_layer(_layer("llama3-8b", "fp8", "layers0.attn"), make_strategy(1, {}), 1)
+    dev = H100.device
+    e, bw = dev.efficiency_of("tensor_16bit"), dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory")
+    for pass_ in ("fwd", "bwd_data", "bwd_weights"):
+        expect = sum(max(c.flops / ((dev.peak_flops["bfloat16"] if c.kernel.startswith("attention.")
+                                     else dev.peak_flops["float8"]) * e), c.bytes / bw)
+                     for c in kernel_calls(local, pass_, "flash", dev.sram_bytes))
+        assert ROOF.pass_s(local, pass_, "flash") == pytest.approx(expect, rel=1e-9), pass_
+
+
+def test_fp8_memory_by_what_holds_it():
+    nets = {p: with_precision(load_network("gpt2"), p) for p in ("bf16", "fp8")}
+    preds = {}
+    for p, net in nets.items():
+        strategies, _ = megatron_strategies(net, 1, 8, 1, False)
+        preds[p] = predict_step(net, 8, strategies, default_algorithms(net), H100, ROOF, "adam", overlap="none")
+    # per block: attention's q, k, v (3 x 768 x 768) and output (768 x 768) matrices, the MLP's two
+    # 768 x 3072: an FP8 copy and its transpose, a byte each; four GEMMs (qkv, out, fc, proj), each
+    # with five FP8 tensors' scale, inverse scale and 1024-value amax history in float32
+    per_block = 2 * (4 * 768 * 768 + 2 * 768 * 3072) + 4 * 5 * (2 + AMAX_HISTORY) * 4
+    fp8, bf16 = preds["fp8"].memory_parts, preds["bf16"].memory_parts
+    assert fp8["fp8"] == 12 * per_block and "fp8" not in bf16
+    for k in ("weights", "grads", "master", "optimizer", "activations"):
+        assert fp8[k] == bf16[k], k
+    assert preds["fp8"].step_s < preds["bf16"].step_s
+
+
+def test_mfu_of_fp8_against_the_16bit_peak():
+    net = load_network("gpt2")
+    assert model_flops_utilization(net, 8, 1.0, 8, H100, "float8") == \
+        model_flops_utilization(net, 8, 1.0, 8, H100, "bfloat16")
+
+
+def test_a_machine_without_fp8_refuses_in_one_line():
+    got = runner.invoke(app, ["predict", "llama3-8b", "-p", "8", "--machine", "dgx-a100", "--precision", "fp8"])
+    assert got.exit_code == 2
+    assert "has no float8 peak, so it cannot train in fp8" in got.output and "Traceback" not in got.output
+    ok = runner.invoke(app, ["predict", "gpt2", "-p", "8", "-b", "16", "--machine", "dgx-h100", "--precision", "fp8",
+                             "--optimizer", "adam", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["memory_parts_bytes"]["fp8"] > 0

@@ -1,0 +1,144 @@
+"""Communication overlapped with compute (costmodel.overlap): one rule per purpose, never below
+physics, exposed and overlapped summing to the collectives' time, none on the CPU executor's machine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from costmodel.breakdown import comm_parts
+from costmodel.compute import Roofline, default_algorithms
+from costmodel.files import load_machine
+from costmodel.layer_cost import Comm
+from costmodel.megatron import megatron_strategies
+from costmodel.optimizer import Optimizer
+from costmodel.overlap import Overlap, default_overlap, front_layers, overlapped
+from costmodel.precision import with_precision
+from costmodel.step import predict_step
+from costmodel.uniform import uniform_strategies
+from dnnplan.cli import app
+from networks.loader import load_network
+
+H100 = load_machine("dgx-h100")
+ROOF = Roofline(H100)
+runner = CliRunner()
+GPT2 = with_precision(load_network("gpt2"), "bf16")
+
+
+def _step(overlap, net=GPT2, p=16, batch=32, tensor=1, zero=0, m=1, machine=H100, compute=ROOF):
+    strategies, _ = megatron_strategies(net, p, batch // m, tensor, tensor > 1)
+    return predict_step(net, batch, strategies, default_algorithms(net), machine, compute, Optimizer("adam", zero),
+                        micro_batches=m, overlap=overlap)
+
+
+CASES = [dict(), dict(tensor=4), dict(zero=1), dict(zero=3), dict(m=4), dict(tensor=2, zero=3, m=2)]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mode", ["data", "all"])
+def test_never_below_compute_or_communication_alone(case, mode):
+    plain, hidden = _step("none", **case), _step(mode, **case)
+    comm = hidden.comm_exposed_s + hidden.comm_overlapped_s
+    # exposed + overlapped is the collectives' whole time: what the step waited for without overlap
+    assert comm == pytest.approx(plain.comm_exposed_s, rel=1e-9) and plain.comm_overlapped_s == 0
+    rest = plain.step_s - plain.comm_exposed_s  # compute, reshards, update: everything but collectives
+    assert hidden.step_s == pytest.approx(rest + hidden.comm_exposed_s, rel=1e-9)
+    assert hidden.step_s >= max(rest, comm) * (1 - 1e-12)
+    assert hidden.step_s <= plain.step_s * (1 + 1e-12)
+    # per layer too: its passes never shorter than their compute or their collectives
+    for x in hidden.layers:
+        e = x.layer
+        compute = e.fwd_compute_s + e.bwd_compute_s
+        assert e.fwd_comm_s + e.bwd_comm_s + e.grad_sync_s + compute >= max(compute, sum(
+            c.link_time for c in e.comms)) * (1 - 1e-12)
+    assert dict(comm_parts(hidden)) == {"exposed": hidden.comm_exposed_s, "overlapped": hidden.comm_overlapped_s}
+
+
+def test_gradient_reduction_hides_under_the_layers_backward_but_the_last_bucket():
+    pred = _step("data", p=64, batch=64)
+    front = front_layers(GPT2, Overlap("data").bucket_bytes)
+    # gpt2's token embedding (50257 x 768 x 2 bytes = 77 MB) fills the last bucket alone
+    assert front == {"embed"} and 50257 * 768 * 2 >= 25 * 2 ** 20
+    checked = 0
+    for x in pred.layers:
+        e, sync = x.layer, [c for c in x.layer.comms if c.purpose == "grad_sync"]
+        if not sync:
+            continue
+        (c,) = sync
+        window = 0.0 if e.name in front else e.bwd_compute_s
+        assert c.seconds == pytest.approx(max(0.0, c.link_time - window), rel=1e-12, abs=1e-15)
+        checked += 1
+    embed = next(x.layer for x in pred.layers if x.layer.name == "embed")
+    assert embed.grad_sync_s > 0 and embed.grad_sync_s == embed.comms[-1].link_time  # exposed whole
+    assert checked == sum(1 for layer in GPT2.layers if layer.weights) > 50
+
+
+def test_under_accumulation_only_one_micro_batchs_backward_hides_the_reduction():
+    acc = _step("data", p=64, batch=256, m=4)
+    for x in acc.layers:
+        for c in x.layer.comms:
+            if c.purpose == "grad_sync" and x.layer.name != "embed":
+                # the layers are priced at one micro-batch: its backward is the window, not four
+                assert c.seconds == pytest.approx(max(0.0, c.link_time - x.layer.bwd_compute_s), rel=1e-12,
+                                                  abs=1e-15)
+
+
+def test_one_window_is_shared_never_spent_twice():
+    # a layer whose backward (1 ms) hides two collectives of 0.8 ms each: 0.6 ms exposed together
+    layer = next(layer for layer in GPT2.layers if layer.op == "linear")
+    comms = (Comm("grad_sync", "sync", "allreduce", 1, 2, 0.8e-3),
+             Comm("input_grad", "bwd", "allreduce", 1, 2, 0.8e-3))
+    got = overlapped(comms, layer, {"fwd": 0.0, "bwd": 1e-3}, Overlap("all"), front=False)
+    assert sum(c.seconds for c in got) == pytest.approx(0.6e-3)
+    assert [c.link_time for c in got] == [0.8e-3, 0.8e-3]
+    # idempotent from the link times: applied again with another window
+    again = overlapped(got, layer, {"fwd": 0.0, "bwd": 2e-3}, Overlap("all"), front=False)
+    assert sum(c.seconds for c in again) == 0
+    # data alone leaves the tensor-parallel one exposed, the reduction hidden
+    data = overlapped(comms, layer, {"fwd": 0.0, "bwd": 1e-3}, Overlap("data"), front=False)
+    assert [c.seconds for c in data] == [0.0, 0.8e-3]
+
+
+def test_zero3_gathers_hide_under_forward_and_backward():
+    pred = _step("data", p=16, batch=32, zero=3)
+    plain = _step("none", p=16, batch=32, zero=3)
+    hidden = [c for x in pred.layers for c in x.layer.comms if c.purpose == "param_gather"]
+    assert hidden and sum(c.link_time - c.seconds for c in hidden) > 0
+    assert pred.fwd_s < plain.fwd_s and pred.bwd_s < plain.bwd_s
+
+
+def test_cpu_machine_overlaps_nothing_as_its_executor():
+    local = load_machine("local")
+    assert default_overlap(local).mode == "none" and default_overlap(H100).mode == "data"
+    net = load_network("gpt-tiny")
+    compute = Roofline(local)
+    strategies, _ = uniform_strategies(net, 2, 8, "data")
+    pred = predict_step(net, 8, strategies, default_algorithms(net), local, compute)
+    none = predict_step(net, 8, strategies, default_algorithms(net), local, compute, overlap="none")
+    assert pred.overlap == "none" and pred.comm_overlapped_s == 0 and pred.step_s == none.step_s
+    assert all(c.link_s is None for x in pred.layers for c in x.layer.comms)
+
+
+def test_predict_overlap_flag_and_the_breakdown_in_plan_and_predict(tmp_path):
+    args = ["predict", "gpt2", "-p", "16", "-b", "32", "--machine", "dgx-h100", "--precision", "bf16",
+            "--optimizer", "adam", "--json"]
+    got = {m: json.loads(runner.invoke(app, args + ["--overlap", m]).output) for m in ("none", "data")}
+    default = json.loads(runner.invoke(app, args).output)
+    assert default["overlap"] == "data" and default["step_s"] == got["data"]["step_s"] < got["none"]["step_s"]
+    assert got["data"]["comm_exposed_s"] + got["data"]["comm_overlapped_s"] == \
+        pytest.approx(got["none"]["comm_exposed_s"], rel=1e-9)
+    bad = runner.invoke(app, args + ["--overlap", "sometimes"])
+    assert bad.exit_code == 2 and "--overlap" in bad.output
+    text = runner.invoke(app, args[:-1])
+    assert "overlapped with compute (overlap data)" in text.output
+    plan = tmp_path / "p.yaml"
+    out = runner.invoke(app, ["plan", "gpt2", "-p", "8", "-b", "16", "--machine", "dgx-h100", "--precision", "bf16",
+                              "--optimizer", "adam", "--out", str(plan), "--json"])
+    assert out.exit_code == 0, out.output
+    planned = json.loads(out.output)
+    again = json.loads(runner.invoke(app, ["predict", str(plan), "--json"]).output)
+    assert planned["step_comm_s"]["exposed"] == pytest.approx(again["comm_exposed_s"], rel=1e-9)
+    assert planned["step_comm_s"]["overlapped"] == pytest.approx(again["comm_overlapped_s"], rel=1e-9)
+    assert planned["step_breakdown_s"]["gradient sync"] == pytest.approx(again["grad_sync_s"], rel=1e-9)
