@@ -61,8 +61,8 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
     def value(lam: float) -> tuple[float, float]:
         """``V(lam)`` and the memory of the layers' choices attaining it."""
         total, mem = 0.0, 0.0
-        for variants in zip(cost, memory):
-            best = min((float((c + lam * m).min()), float(m[int(np.argmin(c + lam * m))])) for c, m in variants)
+        for forms in zip(cost, memory):  # each form's (cost, memory) arrays
+            best = min((float((c + lam * m).min()), float(m[int(np.argmin(c + lam * m))])) for c, m in zip(*forms))
             total, mem = total + best[0], mem + best[1]
         return total, mem
 

@@ -95,7 +95,8 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
                 solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
                 mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline,
-                breakdown=_breakdown(data, path))
+                breakdown=_breakdown(data, path, "step_breakdown_s"), comm=_breakdown(data, path, "step_comm_s"),
+                overlap=str(data.get("overlap") or ""))
     return plan, net
 
 
@@ -152,11 +153,12 @@ def _memory_parts(data: dict, path: str) -> dict[str, int]:
     return {k: int(_number(raw, k, path)) for k in raw}
 
 
-def _breakdown(data: dict, path: str) -> tuple[tuple[str, float], ...]:
-    """The plan's ``step_breakdown_s`` (its step by term, costmodel.breakdown; shown, never used to predict)."""
-    raw = data.get("step_breakdown_s") or {}
+def _breakdown(data: dict, path: str, key: str) -> tuple[tuple[str, float], ...]:
+    """The plan's ``step_breakdown_s`` (its step by term, costmodel.breakdown) or ``step_comm_s`` (its
+    communication exposed and overlapped); shown, never used to predict."""
+    raw = data.get(key) or {}
     if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
-        raise _fail("'step_breakdown_s' must map a step's terms to seconds", path, field="step_breakdown_s")
+        raise _fail(f"'{key}' must map a step's terms to seconds", path, field=key)
     return tuple((k, _number(raw, k, path)) for k in raw)
 
 
