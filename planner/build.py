@@ -248,7 +248,7 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
            with_edges: bool, weight: float = 1.0) -> tuple[tuple[Edge, ...], int, int]:
     """The problem's edges, and how many distinct edge patterns and reshard pairs were priced.
 
-    One cost matrix per distinct (producer, consumer, slot) signature, per strategy pair; every
+    One cost matrix per distinct (producer, consumer, slot) signature and node pair; every
     reshard pair any of them needs is priced once, forward and backward (and kept in ``b`` for the
     next problem it builds)."""
     index = net.index()
@@ -256,8 +256,8 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
     edge_keys = []
     for src, dst, slot in (net.edges() if with_edges else ()):
         u, v = index[src], index[dst]
-        key = (sigs[u], sigs[v], slot)
-        edge_keys.append((u, v, key))
+        key = (sigs[u], sigs[v], slot, id(nodes[u]), id(nodes[v]))  # nodes of one signature may keep
+        edge_keys.append((u, v, key))  # other candidates (an attention layer in the last bucket or not)
         if key not in patterns and key not in b.matrices:
             su, sv = nodes[u].strategies, nodes[v].strategies
             outs = [b.layout_id(output_layout(sigs[u], s, b.batch)) for s in su]
@@ -265,7 +265,7 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
             patterns[key] = (outs, ins, DTYPE_BYTES.get(sigs[u].dtype, 4), u, v)
     for embed, head in (ties(net) if with_edges else ()):  # the table to a tied head's rows (costmodel.tied)
         u, v = index[embed], index[head]
-        key = (sigs[u], sigs[v], "tie")
+        key = (sigs[u], sigs[v], "tie", id(nodes[u]), id(nodes[v]))
         edge_keys.append((u, v, key))
         if key not in patterns and key not in b.matrices:
             outs = [b.layout_id(weight_layouts(sigs[u], s)["tokens"]) for s in nodes[u].strategies]
