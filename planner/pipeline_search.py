@@ -104,6 +104,7 @@ class _Search:
         self._builders: dict[tuple[int, int], object] = {}  # (S, m): one pricing for every V
         self.pending: dict[tuple[int, int], int] = {}  # (S, m): its triples not yet searched
         self.held: tuple[int, int] | None = None  # the best pair so far: its pricing is kept (hold)
+        self.predicted: dict = {}  # the last choice's (solutions, prediction): _choice
 
     def solver(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> StageSolver:
         """The stage solver of ``(S, m, V)``: one pricing of its ranks and micro-batch (shared by its
@@ -328,7 +329,9 @@ def _offer(search: _Search, best: Best, out: list[Candidate], pending: list, sta
                                                               "interrupted": True}), lower)
 
 
-def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: float) -> PipelineChoice:
+def _predicted(search: _Search, best) -> tuple[list, PipelinePrediction]:
+    """``best``'s stage solutions and its pipelined step as the cost model prices it, checked against
+    the search's step."""
     step, stages, m, cut, solver = best.step_s, best.stages, best.micro_batches, best.cut, best.solver
     micro, rl, stack = search.batch // m, roles(stages), search.stack
     sols, preds, start = [], [], 0
@@ -349,6 +352,16 @@ def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: f
                                   search.machine, search.compute, search.settings, step)
     if abs(pred.step_s - step) > 1e-9 * step:
         raise PlanMismatch(f"the pipelined step {pred.step_s!r} s differs from the search's {step!r} s")
+    return sols, pred
+
+
+def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: float) -> PipelineChoice:
+    step, stages, m, cut, solver = best.step_s, best.stages, best.micro_batches, best.cut, best.solver
+    key = (id(best.solver), stages, m, best.chunks, cut, step)  # predicted once: offered, then chosen
+    if key not in search.predicted:
+        search.predicted = {key: _predicted(search, best)}
+    sols, pred = search.predicted[key]
+    stack = search.stack
     stats = {"seconds": round(seconds, 3), "tried": sum(1 for c in candidates if not c.skipped),
              "skipped": sum(1 for c in candidates if c.skipped), "stage_solves": search.solves,
              "worst_stage_gap": search.worst_gap, "relaxed_stage_solves": solver.relaxed,

@@ -115,7 +115,9 @@ class StageSolver:
         self.solves += 1
         built = build_with(self.builder, net, limit, weight=self.weight, kept=kept, extra_once=extra)
         if limit is not None and not self.exact:
-            got = solve_lagrange(built.problem, hint=self._lam)
+            budget = self.settings.budget  # at its deadline the bisection ends with what it holds
+            got = solve_lagrange(built.problem, hint=self._lam,
+                                 stop=None if budget is None else budget.expired)
             if got is None:
                 return None  # nothing fits
             self._lam = got.lam or self._lam
