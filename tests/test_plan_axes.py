@@ -111,17 +111,19 @@ def test_an_interleaved_plan_round_trips_through_its_file(tmp_path):
 
 
 def test_the_default_search_interleaves_the_best_pair_and_says_so(tmp_path):
-    """Without --schedule the best 1F1B pair is also searched interleaved: the candidates tried hold
-    its interleaved variants, and the plan is the faster of them."""
-    args = ["plan", _gpt8(tmp_path), "-p", "8", "-b", "16", "--machine", "dgx-a100", "--precision", "fp16",
+    """Without --schedule the best 1F1B pair is also weighed interleaved: 8 blocks on 4 devices,
+    whose best pair (4 stages, 4 micro-batches) can hold 2 chunks a device; that variant is weighed
+    (searched, or ruled out by its lower bound), no other pair's, and nothing tried beats the plan."""
+    args = ["plan", _gpt8(tmp_path), "-p", "4", "-b", "16", "--machine", "dgx-a100", "--precision", "fp16",
             "--memory", "0.004", "--pipeline", "auto", "--json"]
     got = CliRunner().invoke(app, args)
     assert got.exit_code == 0, got.output
     out = json.loads(got.stdout)
+    assert (out["pipeline"]["stages"], out["pipeline"]["micro_batches"]) == (4, 4)
     tried = [c for c in out["tried"] if c["chunks"] > 1]
-    assert tried and {(c["stages"], c["micro_batches"]) for c in tried} == {(out["pipeline"]["stages"],
-                                                                            out["pipeline"]["micro_batches"])} \
-        or all(c["chunks"] == 1 for c in out["tried"])
+    assert [(c["stages"], c["micro_batches"], c["chunks"]) for c in tried] == [(4, 4, 2)]
+    assert tried[0]["skipped"] in ("", "bound") and tried[0]["bound_s"] > 0
+    assert tried[0]["step_s"] is not None or tried[0]["bound_s"] >= out["step_s"]
     assert all(c["step_s"] is None or c["step_s"] >= out["step_s"] * (1 - 1e-12) for c in out["tried"])
 
 
