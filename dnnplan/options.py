@@ -129,9 +129,11 @@ RuntimeOpt = Annotated[str, typer.Option(
     "docs/costmodel.md, DeepSpeed ZeRO-3).")]
 ScheduleOpt = Annotated[str, typer.Option(
     "--schedule", help="Pipeline schedule: 1f1b (activations of at most as many micro-batches as stages "
-    "remain) or gpipe (of all of them), the same step; `dnnplan predict` also prices interleaved "
-    "(Megatron-LM's interleaved 1F1B, --chunks model chunks a device: the fill and drain shrink that "
-    "many times, the sends grow as many).")]
+    "remain), gpipe (of all of them), the same step, or interleaved (Megatron-LM's interleaved 1F1B, "
+    "model chunks a device: the fill and drain shrink that many times, the sends grow as many; "
+    "`dnnplan predict` takes --chunks). Not given, `dnnplan plan` searches every pipeline and "
+    "micro-batch count under 1f1b, then the best one interleaved with 2 to 4 chunks a device; auto "
+    "weighs interleaving on every pair (slower); given, only that schedule.")]
 ChunksOpt = Annotated[int, typer.Option(
     "--chunks", help="With --schedule interleaved: model chunks each device holds (Megatron-LM's virtual "
     "pipeline stages; the layers are cut into pipeline x chunks pieces).",

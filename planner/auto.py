@@ -1,7 +1,10 @@
 """A plan on the first try: without pipelining when one fits, else the pipeline search (pure).
 
-`dnnplan plan NETWORK` with no ``--pipeline`` plans every layer over all the devices. When no such
-plan fits the memory limit and the network is a stack of identical blocks (a transformer), the
+`dnnplan plan NETWORK` with no ``--pipeline`` plans every layer over all the devices. When such a
+plan fits only with the memory limit binding (the unconstrained optimum does not fit) and the
+network is a stack of identical blocks, gradient accumulation is weighed too (the pipeline search on
+one stage: micro-batches of 1 to 8 samples, activations kept for one), and the faster plan is the
+answer. When no such plan fits the memory limit and the network is a stack of identical blocks (a transformer), the
 pipeline search runs instead (stages, micro-batches and, inside each stage, the per-layer splits
 and recomputation: :mod:`planner.pipeline_search`); when nothing fits there either and no ZeRO
 stage was asked for, it runs again with the optimiser state sharded (ZeRO-1, then ZeRO-3). What it
@@ -50,9 +53,10 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     the user chose the batch (else a refusal names it with a device count)."""
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
     try:
-        return Answer(settings, plan=make_plan(net, network_ref, batch, p, machine, compute, limit, settings,
-                                               machine_ref=machine_ref, profile_fingerprint=fingerprint,
-                                               suggest=False))
+        plan = make_plan(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref=machine_ref,
+                         profile_fingerprint=fingerprint, suggest=False)
+        return _accumulated(net, batch, p, machine, compute, limit, settings, plan, schedule, prove_s) \
+            or Answer(settings, plan=plan)
     except Infeasible as err:
         if uniform_stack(net) is None:
             raise refusal(net, batch, p, machine, compute, limit, settings, False, batch_given) from err
@@ -73,3 +77,22 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
             if zero != settings.zero else ""
         return Answer(trial, pipeline=choice, why=why + more)
     raise refusal(net, batch, p, machine, compute, limit, settings, True, batch_given)
+
+
+def _accumulated(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
+                 settings: Settings, plan: Plan, schedule: str, prove_s: float | None) -> Answer | None:
+    """Gradient accumulation where the whole batch at once fits only with its memory limit binding
+    (module docstring): its answer when faster than ``plan``, else None."""
+    budget = settings.budget
+    if "memory limit binding" not in str(plan.solver.get("detail", "")) or uniform_stack(net) is None \
+            or (budget is not None and budget.expired()):
+        return None
+    try:
+        choice = search_pipeline(net, batch, p, machine, compute, limit, settings, stage_counts=(1,),
+                                 schedule=schedule, prove_s=prove_s)
+    except (NoPipelineFits, SearchOutOfTime):
+        return None
+    if choice.prediction.step_s >= plan.step_s * (1 - 1e-9):
+        return None
+    return Answer(settings, pipeline=choice, why="the whole batch at once fits only with the memory limit binding, "
+                  "and gradient accumulation is faster")

@@ -82,7 +82,8 @@ def baselines(net: Network, batch: int, p: int, machine: Machine, compute: Compu
         if x[0] < best[0] * (1 - 1e-9):
             best = x
     out = []
-    for name, (_, _, spec, strategies) in (("data parallel", data), (f"best uniform ({best[2]})", best)):
+    kind = "context" if best[2] == "spatial" and any(layer.op == "attention" for layer in net.layers) else best[2]
+    for name, (_, _, spec, strategies) in (("data parallel", data), (f"best uniform ({kind})", best)):
         algos = fastest_algorithms(net, strategies, batch, machine, compute, optimizer)
         pred = predict_step(net, batch, strategies, algos, machine, compute, optimizer)
         out.append(PricedBaseline(name, pred, _fits(pred.memory_bound_bytes, limit)))

@@ -248,7 +248,7 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
            with_edges: bool, weight: float = 1.0) -> tuple[tuple[Edge, ...], int, int]:
     """The problem's edges, and how many distinct edge patterns and reshard pairs were priced.
 
-    One cost matrix per distinct (producer, consumer, slot) signature, per strategy pair; every
+    One cost matrix per distinct (producer, consumer, slot) signature and node pair; every
     reshard pair any of them needs is priced once, forward and backward (and kept in ``b`` for the
     next problem it builds)."""
     index = net.index()

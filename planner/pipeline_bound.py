@@ -19,7 +19,10 @@ the workspace no layer can avoid, ``W0``, must fit the limit ``L``, so for every
 
 ``g`` is a maximum of functions linear in ``k``, so convex, and a sum of ``g(k_s)`` over stages with
 ``sum k_s = n`` is least at the balanced cut (stage sizes ``floor(n / S)`` and ``ceil(n / S)``):
-that sum over ``S`` is the bound. No cut fits at all when ``ceil(n / S)`` blocks of least-memory
+that sum over ``S`` is the bound. Interleaved 1F1B with ``V`` chunks a device (step ``m max_s T_s +
+(sum_s T_s - max_s T_s) / V + max_s O_s``) is at least ``(1/S) sum_s [(m + (S - 1) / V) T_s + O_s]``
+(as ``m >= 1 / V``), the same bound with that weight; each device holds ``n / S`` blocks, the
+balanced cut. No cut fits at all when ``ceil(n / S)`` blocks of least-memory
 layers already exceed ``L - W0``.
 Everything here is separable per layer, so it costs one pricing of a block's layers, which the
 stage solves that follow reuse (the builder keeps its nodes).
@@ -45,11 +48,11 @@ class StageBound:
 
 
 def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int, limit: float,
-                sends_s: float = 0.0) -> StageBound:
-    """The bound of the module docstring for ``stages`` stages and ``micro_batches`` micro-batches,
-    the stage solver's ``builder`` pricing one stage's ranks at one micro-batch; ``sends_s``: the
-    stages' point-to-point seconds per micro-batch, summed over stages."""
-    weight = micro_batches + stages - 1
+                sends_s: float = 0.0, chunks: int = 1) -> StageBound:
+    """The bound of the module docstring for ``stages`` stages and ``micro_batches`` micro-batches
+    (``chunks`` model chunks a device), the stage solver's ``builder`` pricing one stage's ranks at
+    one micro-batch; ``sends_s``: the stages' point-to-point seconds per micro-batch, summed over stages."""
+    weight = micro_batches + (stages - 1) / chunks
     cost, memory, w0 = _block(builder, stack, weight)
     n = stack.n
     big = -(-n // stages)

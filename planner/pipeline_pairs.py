@@ -1,16 +1,21 @@
-"""The (pipeline degree, micro-batch count) pairs the pipeline search tries, and their order (pure).
+"""The (pipeline degree, micro-batch count, model chunks) triples the pipeline search tries, and
+their order (pure).
 
 Every pipeline degree ``S`` dividing the devices (at most one stage a block) and the micro-batch
 counts ``m`` dividing the batch that make micro-batches of 1, 2, 4 or 8 samples, or as many for
 each replica of node-wide tensor groups, or one micro-batch of the whole batch (or the counts the
-caller names); each with a lower bound on its step, the larger of the physics floor and
-:mod:`planner.pipeline_bound`'s (planner.pipeline_search, module docstring), by bound.
+caller names). Each pair runs 1F1B (one chunk a device) and, under interleaving, ``V`` = 2 to
+``MAX_CHUNKS`` model chunks a device where Megatron-LM's interleaved schedule takes them: ``S >= 2``,
+``m`` a multiple of ``S`` and the blocks cut into ``S V`` equal chunks. Each triple has a lower bound
+on its step, the larger of the physics floor and :mod:`planner.pipeline_bound`'s
+(planner.pipeline_search, module docstring), by bound.
 """
 
 from __future__ import annotations
 
 from costmodel.candidates import divisors
 from costmodel.machine import Machine
+from costmodel.pipeline import INTERLEAVED
 from networks.analysis import layer_cost
 from networks.errors import DnnplanError
 from networks.ir import Network
@@ -23,12 +28,29 @@ MICRO_SIZES = (1, 2, 4, 8)
 #: the share of the time left that bounding the pairs may take; the pairs left then keep their
 #: physics floor as their bound (weaker, still a bound) and are tried last
 BOUND_SHARE = 0.6
+#: the most model chunks a device holds under interleaving (Megatron-LM's published interleaved runs
+#: hold 2 to 4 chunks a device: Narayanan et al. SC21, Figure 12 and section 5.3)
+MAX_CHUNKS = 4
+#: the search's schedule when it weighs both 1F1B and interleaved 1F1B on every pair
+AUTO = "auto"
+#: ``dnnplan plan``'s schedule when none is given: every pair under 1F1B, then the best pair's
+#: interleaved variants (planner.pipeline_search), as fast as 1F1B alone where interleaving loses
+DEFAULT = "default"
 
 
-def pairs(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stage_counts, micro_counts):
-    """Every (bound, S, m) to try, by bound (module docstring)."""
-    flops = sum(sum(layer_cost(layer, batch).flops) for layer in net.layers)
-    peak = max(machine.device.peak_flops.values())
+def chunk_counts(n: int, stages: int, m: int, schedule: str) -> tuple[int, ...]:
+    """The model chunks a device may hold for ``(S, m)`` under ``schedule`` (module docstring): 1
+    unless only interleaving is asked for, and 2 to ``MAX_CHUNKS`` under ``interleaved`` or ``auto``."""
+    out = [] if schedule == INTERLEAVED else [1]
+    if schedule in (INTERLEAVED, AUTO) and stages > 1 and m % stages == 0:
+        out += [v for v in range(2, MAX_CHUNKS + 1) if n % (stages * v) == 0]
+    return tuple(out)
+
+
+def pairs(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stage_counts, micro_counts,
+          schedule: str = "1f1b"):
+    """Every (bound, S, m, V) to try, by bound (module docstring)."""
+    floor = physics_floor(net, batch, p, machine)
     out = []
     for stages in divisors(p):
         if stages > stack.n or (stage_counts and stages not in stage_counts):
@@ -39,12 +61,23 @@ def pairs(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stag
                 continue
             if not micro_counts and m > 1 and batch // m not in sizes:
                 continue
-            out.append((flops / (p * peak) * (stages + m - 1) / m, stages, m))
+            out += [(floor(stages, m, v), stages, m, v) for v in chunk_counts(stack.n, stages, m, schedule)]
     if not out:
         raise DnnplanError(f"no pipeline degree and micro-batch count to try for {net.name} on {p} devices at "
-                           f"batch {batch}", hint=f"--pipeline divides --devices and is at most {stack.n} "
-                           "(its blocks); --micro-batches divides --batch")
+                           f"batch {batch}" + (" interleaved" if schedule == INTERLEAVED else ""),
+                           hint=f"--pipeline divides --devices and is at most {stack.n} (its blocks); "
+                           "--micro-batches divides --batch" + (
+                               "; interleaving needs at least 2 stages, micro-batches a multiple of the stages "
+                               "and the blocks cut evenly into stages x chunks" if schedule == INTERLEAVED else ""))
     return sorted(out)
+
+
+def physics_floor(net: Network, batch: int, p: int, machine: Machine):
+    """``floor(S, m, V)``: no kernel runs faster than the device's highest peak, so the step takes at
+    least ``F / (p peak) (m + (S - 1) / V) / m`` (planner.pipeline_search, module docstring)."""
+    flops = sum(sum(layer_cost(layer, batch).flops) for layer in net.layers)
+    peak = max(machine.device.peak_flops.values())
+    return lambda stages, m, v: flops / (p * peak) * (m + (stages - 1) / v) / m
 
 
 def micro_sizes(ranks: int, per_node: int) -> set[int]:
@@ -55,19 +88,19 @@ def micro_sizes(ranks: int, per_node: int) -> set[int]:
     return {j * k for j in MICRO_SIZES for k in {1, replicas}}
 
 
-def bounded(bound, combos: list[tuple[float, int, int]],
-            budget: Budget | None = None) -> list[tuple[float, int, int, bool]]:
-    """Each (S, m) with the larger of its two lower bounds (``bound(S, m)``: the stage bound and
+def bounded(bound, combos: list[tuple[float, int, int, int]],
+            budget: Budget | None = None) -> list[tuple[float, int, int, int, bool]]:
+    """Each (S, m, V) with the larger of its two lower bounds (``bound(S, m, V)``: the stage bound and
     whether anything can fit) and whether anything can fit, by bound; once ``BOUND_SHARE`` of the
     budget's time left is spent, the pairs left keep their physics floor and come after the
     others (a floor is far below a stage bound: by it they would all come first)."""
     bounded_, floored = [], []
     left = None if budget is None else budget.left()
     stop = None if left is None else budget.clock() + BOUND_SHARE * left
-    for phys, stages, m in combos:
+    for phys, stages, m, v in combos:
         if stop is not None and (budget.clock() >= stop or budget.stop_requested):
-            floored.append((phys, stages, m, True))
+            floored.append((phys, stages, m, v, True))
             continue
-        step, fits = bound(stages, m)
-        bounded_.append((max(phys, step), stages, m, fits))
+        step, fits = bound(stages, m, v)
+        bounded_.append((max(phys, step), stages, m, v, fits))
     return sorted(bounded_) + sorted(floored)

@@ -1,11 +1,10 @@
 """The pipeline search: stages, micro-batches and stage cuts outside, each stage solved exactly inside (pure).
 
-For a uniform stack (:mod:`planner.stack`) on ``p`` devices at batch ``B`` the search tries every
-pipeline degree ``S`` dividing ``p`` (at most one stage a block) and the micro-batch counts ``m``
-dividing ``B`` that make micro-batches of 1, 2, 4 or 8 samples, or 1, 2, 4 or 8 samples for each
-of the ``p / (S n)`` replicas of node-wide tensor groups (``n`` devices a node), or one micro-batch
-of the whole batch (or the counts the caller names). Stage ``s`` runs on ranks ``[s d, (s + 1) d)``, ``d = p / S``, on micro-batches of
-``B / m`` samples, with the 1F1B schedule (its activations held for ``min(S - s, m)`` micro-batches).
+For a uniform stack (:mod:`planner.stack`) on ``p`` devices at batch ``B`` the search tries the
+(pipeline degree, micro-batch count, model chunks) triples of :mod:`planner.pipeline_pairs`.
+Stage ``s`` runs on ranks ``[s d, (s + 1) d)``, ``d = p / S``, on micro-batches of ``B / m``
+samples, with the 1F1B schedule (its activations held for ``min(S - s, m)`` micro-batches), or
+interleaved with ``V`` model chunks a device (:mod:`planner.interleave`, a fixed equal cut).
 Inside a stage the per-layer problem (strategies with their data and tensor degrees, algorithms,
 recomputation) is the planner's exact one (:mod:`planner.stage_solve`), so the data and tensor
 degrees are the stage solver's choice per layer. Between stages, :mod:`planner.cut_search` finds
@@ -41,22 +40,26 @@ sizes whose cheapest such bound already loses are not tried (stage times grow wi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
-from costmodel.pipeline import PipelinePrediction, StagePrediction, kept_micro_batches
+from costmodel.pipeline import INTERLEAVED, PipelinePrediction, StagePrediction, kept_micro_batches
 from costmodel.tied import crossing_ties, tied_table_s
 from costmodel.pipeline import p2p_s as send_s
 from networks.errors import DnnplanError
 from networks.ir import Network
+from planner import interleave
 from planner.cut_search import best_cut, cut_lower
 from planner.optimize import PlanMismatch, Settings
 from planner.pipeline_bound import stage_bound
-from planner.pipeline_pairs import bounded, micro_sizes, pairs
+from planner.pipeline_pairs import AUTO, DEFAULT, bounded, chunk_counts, micro_sizes, pairs, physics_floor
 from planner.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
-from planner.stage_solve import StageSolution, StageSolver
+from planner.pipeline_choice import Best, Candidate, PipelineChoice, proven_gap
+from planner.pipeline_choice import OutOfTime as _OutOfTime
+from planner.pipeline_proof import proved as _proved
+from planner.stage_solve import StageSolver
 
 SCHEDULE = "1f1b"
 #: seconds the search spends closing other pairs' stage gaps to prove its choice (_proved)
@@ -70,57 +73,8 @@ class NoPipelineFits(DnnplanError):
     """No pipelined plan fits the memory limit."""
 
 
-class _OutOfTime(Exception):
-    """A pair's search left unfinished at the deadline (:meth:`_Search.late`)."""
-
-
 class SearchOutOfTime(DnnplanError):
     """The time limit came before the search held any plan."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One (S, m) the search weighed: its best step (None: nothing fits) and cut, or why it was skipped."""
-
-    stages: int
-    micro_batches: int
-    bound_s: float
-    step_s: float | None = None
-    cut: tuple[int, ...] = ()
-    skipped: str = ""
-    lower_s: float = 0.0  # no cut of it is faster (its step when every stage it used was optimal)
-    closed: bool = False  # searched again with its stages' gaps closed (_proved)
-
-
-@dataclass(frozen=True)
-class Best:
-    """One (S, m) searched: its best step and cut, the solver holding its stages, and a lower bound
-    on its step were every stage solved exactly (its step when every stage was)."""
-
-    step_s: float
-    stages: int
-    micro_batches: int
-    cut: tuple[int, ...]
-    solver: StageSolver
-    lower_s: float
-
-
-@dataclass(frozen=True)
-class PipelineChoice:
-    stack: Stack
-    batch: int
-    devices: int
-    stages: int
-    micro_batches: int
-    cut: tuple[int, ...]
-    solutions: tuple[StageSolution, ...]
-    prediction: PipelinePrediction
-    candidates: tuple[Candidate, ...] = ()
-    stats: dict = field(default_factory=dict)
-
-    @property
-    def micro_batch(self) -> int:
-        return self.batch // self.micro_batches
 
 
 def roles(stages: int) -> list[str]:
@@ -146,24 +100,39 @@ class _Search:
         ends = {layer.name: 0 for layer in stack.before} | {layer.name: 2 for layer in stack.after}
         self.ties = crossing_ties(stack.network, lambda name: ends.get(name, 1))  # embedding first, head last
         self.solves = 0
-        self._solvers: dict[tuple[int, int, bool], StageSolver] = {}  # (S, m, close)
+        self._solvers: dict[tuple[int, int, int, bool], StageSolver] = {}  # (S, m, V, close)
+        self._builders: dict[tuple[int, int], object] = {}  # (S, m): one pricing for every V
+        self.pending: dict[tuple[int, int], int] = {}  # (S, m): its triples not yet searched
+        self.held: tuple[int, int] | None = None  # the best pair so far: its pricing is kept (hold)
+        self.predicted: dict = {}  # the last choice's (solutions, prediction): _choice
 
-    def solver(self, stages: int, m: int, close: bool = False) -> StageSolver:
-        """The stage solver of ``(S, m)``: one pricing of its ranks and micro-batch, kept for the bound
-        and the search of that ``(S, m)``; ``close``: memory-bound stages have their Lagrangian gap
-        closed (module docstring)."""
-        key = (stages, m, close)
+    def solver(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> StageSolver:
+        """The stage solver of ``(S, m, V)``: one pricing of its ranks and micro-batch (shared by its
+        ``V``), kept for the bound and the search of that triple; ``close``: memory-bound stages have
+        their Lagrangian gap closed (module docstring)."""
+        key = (stages, m, chunks, close)
         if key not in self._solvers:
-            self._solvers[key] = StageSolver(self.p // stages, self.batch // m, m + stages - 1, self.machine,
-                                             self.compute, self.settings, self.limit, self.exact, close,
-                                             self.deadline if close else None)
+            builder = self._builders.get((stages, m))
+            self._solvers[key] = StageSolver(self.p // stages, self.batch // m, m + (stages - 1) / chunks,
+                                             self.machine, self.compute, self.settings, self.limit, self.exact,
+                                             close, self.deadline if close else None, builder)
+            if not close:
+                self._builders[(stages, m)] = self._solvers[key].builder
         return self._solvers[key]
 
-    def bound(self, stages: int, m: int) -> tuple[float, bool]:
-        """No cut of ``(S, m)`` is faster than this (module docstring); False: none fits."""
-        sends = sum(self.p2p_s(stages, s, self.batch // m) for s in range(stages))
-        got = stage_bound(self.solver(stages, m).builder, self.stack, stages, m, self.limit, sends)
+    def bound(self, stages: int, m: int, chunks: int = 1) -> tuple[float, bool]:
+        """No cut of ``(S, m, V)`` is faster than this (module docstring); False: none fits."""
+        sends = sum(self.sends(stages, m, chunks))
+        got = stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
+                          chunks)
         return got.step_s, got.fits
+
+    def sends(self, stages: int, m: int, chunks: int) -> list[float]:
+        """Each stage's (device's) sends per micro-batch."""
+        if chunks == 1:
+            return [self.p2p_s(stages, s, self.batch // m) for s in range(stages)]
+        return [interleave.sends_s(self.machine, self.p, stages, chunks, s, self.boundary, self.batch // m)
+                for s in range(stages)]
 
     def p2p_s(self, stages: int, s: int, micro: int) -> float:
         """Stage ``s``'s sends per micro-batch: the activation forward, its gradient back."""
@@ -191,12 +160,18 @@ class _Search:
             return self.deadline is not None and time.perf_counter() >= self.deadline
         return budget is not None and budget.expired()
 
-    def best(self, stages: int, m: int, close: bool = False) -> Best | None:
-        """The best cut of ``(S, m)`` (None: nothing fits); raises :class:`_OutOfTime` when it is
+    def best(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> Best | None:
+        """The best cut of ``(S, m, V)`` (None: nothing fits); raises :class:`_OutOfTime` when it is
         left unfinished (:meth:`late`)."""
         n, micro = self.stack.n, self.batch // m
-        solver = self.solver(stages, m, close)
-        del self._solvers[(stages, m, close)]  # searched once: its pricing is not needed again
+        solver = self.solver(stages, m, close, chunks)
+        del self._solvers[(stages, m, chunks, close)]  # searched once: its pricing is not needed again
+        if not close:
+            self.pending[(stages, m)] = left = self.pending.get((stages, m), 1) - 1
+            if left <= 0 and (stages, m) != self.held:
+                self._builders.pop((stages, m), None)
+        if chunks > 1:
+            return self._interleaved(solver, stages, m, chunks, close)
         rl, weight = roles(stages), m + stages - 1
         lows: dict[tuple[int, int], float | None] = {}  # each stage solve's lower bound (cut_lower)
 
@@ -223,6 +198,28 @@ class _Search:
             lower = min(lower, cut_lower(n, stages, m, lambda s, k: lows.get((s, k), 0.0), hi))
         return Best(got[0], stages, m, got[1], solver, lower)
 
+    def hold(self, stages: int, m: int) -> None:
+        """Keep ``(S, m)``'s pricing (the best pair so far, to be interleaved after), and let the
+        previous one's go."""
+        if self.held is not None and self.pending.get(self.held, 0) <= 0:
+            self._builders.pop(self.held, None)
+        self.held = (stages, m)
+
+    def _interleaved(self, solver: StageSolver, stages: int, m: int, chunks: int, close: bool) -> Best | None:
+        def late():
+            if self.late(close):
+                raise _OutOfTime
+
+        got = interleave.search(solver, self.stack, stages, m, chunks, self.sends(stages, m, chunks),
+                                lambda s, net: self.tied(stages, s, net), late)
+        self.solves += solver.solves
+        if not close:
+            self.worst_gap = max(self.worst_gap, solver.worst_gap)
+        if got is None:
+            return None
+        return Best(got.step_s, stages, m, (self.stack.n // stages,) * stages, solver, got.lower_s, chunks,
+                    got.solutions)
+
     def _widening(self, n: int, stages: int, m: int, cost) -> tuple[tuple[float, tuple[int, ...]] | None, int]:
         """The best cut, first over stage sizes around n / S, then wider while a larger stage could
         still win (module docstring); and the largest stage size tried through."""
@@ -246,7 +243,9 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     """The best pipelined plan of ``net`` (module docstring); ``stage_counts`` / ``micro_counts``
     restrict the degrees tried; ``progress(done, total)`` is told after each (S, m); ``exact``:
     stages the memory limit binds are solved by the ILP, not by Lagrangian relaxation; ``schedule``:
-    1f1b, or gpipe (every stage holds all ``m`` micro-batches' activations). Under
+    1f1b, gpipe (every stage holds all ``m`` micro-batches' activations), interleaved (1F1B with 2 to
+    ``MAX_CHUNKS`` model chunks a device), auto (1F1B and interleaved both weighed on every pair) or
+    default (every pair under 1F1B, then the best pair interleaved too). Under
     ``settings.budget`` the search ends at its deadline once it holds a plan (the pairs left are
     counted in the proven gap by their bounds) and offers each better plan it finds."""
     start = time.perf_counter()
@@ -255,12 +254,22 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
         raise DnnplanError(f"{net.name} is not a stack of identical blocks, so it cannot be pipelined",
                            hint="plan it without --pipeline")
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
-    search = _Search(stack, batch, p, machine, compute, limit, settings, exact, schedule)
+    search = _Search(stack, batch, p, machine, compute, limit, settings, exact,
+                     "1f1b" if schedule in (AUTO, DEFAULT, INTERLEAVED) else schedule)
     budget = settings.budget
-    combos = bounded(search.bound, pairs(stack, batch, p, machine, net, stage_counts, micro_counts), budget)
-    out = [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf")) for b2, s2, m2, fits in combos if not fits]
-    combos = [c for c in combos if c[3]]
+    triples = pairs(stack, batch, p, machine, net, stage_counts, micro_counts, schedule)
+    for _, s2, m2, _ in triples:
+        search.pending[(s2, m2)] = search.pending.get((s2, m2), 0) + 1
+    combos = bounded(search.bound, triples, budget)
+    out = [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
+           for b2, s2, m2, v2, fits in combos if not fits]
+    combos = [c for c in combos if c[4]]
     best = _pairs(search, combos, out, progress, start)
+    if best is not None and schedule == DEFAULT:  # the best pair interleaved, each bounded on its pricing
+        floor, (s2, m2) = physics_floor(net, batch, p, machine), (best.stages, best.micro_batches)
+        more = [(floor(s2, m2, v), s2, m2, v) for v in chunk_counts(stack.n, s2, m2, INTERLEAVED)]
+        search.pending[(s2, m2)] = len(more)
+        best = _pairs(search, bounded(search.bound, more), out, None, start, best)
     if best is None:
         raise NoPipelineFits(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
@@ -271,30 +280,32 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     return choice
 
 
-def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start: float) -> Best | None:
-    """Each (S, m) in order of its bound until the bound reaches the best step found or the budget
-    ends the search (once a plan is in hand); ``out`` gets a :class:`Candidate` for each pair."""
-    best: Best | None = None
+def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start: float,
+           best: Best | None = None) -> Best | None:
+    """Each (S, m, V) in order of its bound until the bound reaches the best step found (from
+    ``best`` on) or the budget ends the search (once a plan is in hand); ``out`` gets a
+    :class:`Candidate` for each."""
     budget = search.settings.budget
-    for i, (bound, stages, m, _) in enumerate(combos):
+    for i, (bound, stages, m, v, _) in enumerate(combos):
         if best is not None and bound >= best.step_s:  # (the pairs whose bound was not computed come last)
-            out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound))
+            out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
             continue
         try:
             if budget is not None and budget.expired():
                 raise _OutOfTime
-            got = search.best(stages, m)
+            got = search.best(stages, m, chunks=v)
         except _OutOfTime:
             if best is None:
                 raise SearchOutOfTime(f"no plan was found within the {budget.stated_s:g} s time limit "
                                       f"({i} of {len(combos)} pipeline and micro-batch pairs searched)",
                                       hint="raise --time-limit") from None
-            out.extend(Candidate(s2, m2, b2, skipped="time", lower_s=b2) for b2, s2, m2, _ in combos[i:])
+            out.extend(Candidate(s2, m2, b2, skipped="time", lower_s=b2, chunks=v2) for b2, s2, m2, v2, _ in combos[i:])
             break
         out.append(Candidate(stages, m, bound, got.step_s if got else None, got.cut if got else (),
-                             lower_s=max(bound, got.lower_s) if got else float("inf")))
+                             lower_s=max(bound, got.lower_s) if got else float("inf"), chunks=v))
         if got is not None and (best is None or got.step_s < best.step_s * (1 - 1e-12)):
             best = got
+            search.hold(got.stages, got.micro_batches)
         if best is not None and budget is not None:
             _offer(search, best, out, combos[i + 1:], start)
         if progress:
@@ -306,67 +317,25 @@ def _offer(search: _Search, best: Best, out: list[Candidate], pending: list, sta
     """Offer ``best`` to the budget as the plan so far, with the least lower bound of every pair
     (those not tried yet by their bounds); finishing it makes its :class:`PipelineChoice`."""
     budget = search.settings.budget
-    rest = [Candidate(s2, m2, b2, skipped="interrupted", lower_s=b2) for b2, s2, m2, _ in pending]
+    rest = [Candidate(s2, m2, b2, skipped="interrupted", lower_s=b2, chunks=v2) for b2, s2, m2, v2, _ in pending]
     lower = min([c.lower_s for c in out] + [c.lower_s for c in rest], default=best.step_s)
     if budget.best is not None and best.step_s >= budget.best.step_s:
         budget.bound(lower)
         return
-    what = f"pipeline {best.stages}, {best.micro_batches} micro-batches"
+    what = f"pipeline {best.stages}, {best.micro_batches} micro-batches" + (
+        f", {best.chunks} chunks a device" if best.chunks > 1 else "")
     got = _choice(search, best, tuple(out) + tuple(rest), time.perf_counter() - start)  # now: Ctrl-C answers at once
     budget.offer(best.step_s, what, lambda: replace(got, stats={**got.stats, "proven_gap": budget.best.gap,
                                                               "interrupted": True}), lower)
 
 
-def _closed(search: _Search, best: Best, out: list[Candidate], i: int) -> Best:
-    """``out[i]``'s ``(S, m)`` searched again with its memory-bound stages' gaps closed (module
-    docstring), ``out[i]`` updated, and the better of it and ``best``."""
-    c = out[i]
-    try:
-        got = search.best(c.stages, c.micro_batches, close=True)
-    except _OutOfTime:  # its gaps stay open (its lower bound counts them)
-        return best
-    if got is None:  # no cut fits with exact stages where a relaxed one did: cannot be, but stay safe
-        return best
-    out[i] = replace(c, step_s=min(got.step_s, c.step_s or got.step_s), cut=got.cut,
-                     lower_s=max(c.lower_s, got.lower_s), closed=True)
-    return got if got.step_s < best.step_s * (1 - 1e-12) else best
-
-
-def _proved(search: _Search, best: Best, out: list[Candidate], seconds: float | None,
-            tolerance: float) -> tuple[Best, list[Candidate]]:
-    """The chosen pair's gaps closed; then every other pair whose lower bound is more than
-    ``tolerance`` below the best step, most promising (least relaxed step) first, until none is left
-    or ``seconds`` pass: its stage solves' gap closing stops at that deadline (module docstring)."""
-    index = {(c.stages, c.micro_batches): i for i, c in enumerate(out)}
-    budget = search.settings.budget
-    ends = None if budget is None else budget.deadline
-    if best.solver.relaxed and not (budget is not None and budget.expired()):
-        search.deadline = ends
-        best = _closed(search, best, out, index[(best.stages, best.micro_batches)])
-    start = time.perf_counter()
-    search.deadline = min((x for x in (ends, None if seconds is None else start + seconds) if x is not None),
-                          default=None)
-    order = sorted((c.step_s, i) for i, c in enumerate(out) if c.step_s is not None and not c.closed
-                   and (c.stages, c.micro_batches) != (best.stages, best.micro_batches))
-    for _, i in order:
-        if search.deadline is not None and time.perf_counter() >= search.deadline:
-            break
-        if out[i].lower_s < best.step_s * (1 - tolerance):
-            best = _closed(search, best, out, i)
-    return best, out
-
-
-def proven_gap(step: float, candidates) -> float:
-    """How much faster than ``step`` the best pipelined plan could still be: 0 when every pair's
-    lower bound reaches it (the choice is proven optimal; the chosen pair's own stages count too)."""
-    return max(0.0, 1 - min((c.lower_s for c in candidates), default=step) / step)
-
-
-def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: float) -> PipelineChoice:
+def _predicted(search: _Search, best) -> tuple[list, PipelinePrediction]:
+    """``best``'s stage solutions and its pipelined step as the cost model prices it, checked against
+    the search's step."""
     step, stages, m, cut, solver = best.step_s, best.stages, best.micro_batches, best.cut, best.solver
     micro, rl, stack = search.batch // m, roles(stages), search.stack
     sols, preds, start = [], [], 0
-    for s, k in enumerate(cut):
+    for s, k in enumerate(cut if best.chunks == 1 else ()):
         net = stack.stage(k, rl[s])
         sol = solver.solve((k, rl[s]), net, kept(stages, s, m, search.schedule), search.tied(stages, s, net))
         sols.append(sol)
@@ -377,13 +346,28 @@ def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: f
                                      sol.tied_s))
         start += k
     pred = PipelinePrediction(stack.network.name, search.batch, search.p, m, search.schedule, tuple(preds))
+    if best.chunks > 1:
+        sols = list(best.solutions)
+        pred = interleave.predict(stack, search.batch, search.p, stages, m, best.chunks, best.solutions,
+                                  search.machine, search.compute, search.settings, step)
     if abs(pred.step_s - step) > 1e-9 * step:
         raise PlanMismatch(f"the pipelined step {pred.step_s!r} s differs from the search's {step!r} s")
+    return sols, pred
+
+
+def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: float) -> PipelineChoice:
+    step, stages, m, cut, solver = best.step_s, best.stages, best.micro_batches, best.cut, best.solver
+    key = (id(best.solver), stages, m, best.chunks, cut, step)  # predicted once: offered, then chosen
+    if key not in search.predicted:
+        search.predicted = {key: _predicted(search, best)}
+    sols, pred = search.predicted[key]
+    stack = search.stack
     stats = {"seconds": round(seconds, 3), "tried": sum(1 for c in candidates if not c.skipped),
              "skipped": sum(1 for c in candidates if c.skipped), "stage_solves": search.solves,
              "worst_stage_gap": search.worst_gap, "relaxed_stage_solves": solver.relaxed,
              "open_stage_solves": solver.open,
-             "closed_pairs": sum(1 for c in candidates if c.closed and (c.stages, c.micro_batches) != (stages, m)),
+             "closed_pairs": sum(1 for c in candidates if c.closed and c.key != (stages, m, best.chunks)),
              "proven_gap": proven_gap(step, candidates), "memory_limit_bytes": search.limit,
              "time_limit_s": None if search.settings.budget is None else search.settings.budget.stated_s}
-    return PipelineChoice(stack, search.batch, search.p, stages, m, cut, tuple(sols), pred, candidates, stats)
+    return PipelineChoice(stack, search.batch, search.p, stages, m, cut, tuple(sols), pred, candidates, stats,
+                          best.chunks)

@@ -41,8 +41,9 @@ class PipelineSpec:
 
     stages: int
     micro_batches: int
-    schedule: str  # costmodel.pipeline.SCHEDULES
-    first_layers: tuple[str, ...]
+    schedule: str  # costmodel.pipeline.SCHEDULES, or INTERLEAVED
+    first_layers: tuple[str, ...]  # interleaved: each of the stages x chunks chunks' first layer
+    chunks: int = 1  # interleaved 1F1B: model chunks a device (chunk c on device c mod stages)
 
 
 @dataclass(frozen=True)

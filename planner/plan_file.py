@@ -7,31 +7,26 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.attention_calls import ATTENTION_ALGORITHMS
 from costmodel.batch_norm import BATCH_NORMS, DEFAULT_BATCH_NORM, with_batch_norm
-from costmodel.compute import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, RECOMPUTE, algorithm_applies, is_recomputed,
-                               kernel_algorithm, recompute_applies)
 from costmodel.files import load_machine
-from costmodel.layer_layouts import check_fits
 from costmodel.optimizer import STATE_SLOTS, ZERO_STAGES, Optimizer
 from costmodel.precision import DEFAULT_PRECISION, PRECISIONS, with_precision
-from costmodel.strategy import make_strategy
 from networks.errors import DnnplanError, short
-from networks.ir import Layer, Network
+from networks.ir import Network
 from networks.loader import load_network
 from networks.ops.base import MAX_INT
 from networks.reading import read_text
 from networks.writing import write_file
 from networks.spec_yaml import load_yaml
-from costmodel.pipeline import SCHEDULES, cut_at
-from planner.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
+from costmodel.pipeline import INTERLEAVED, SCHEDULES, cut_at
+from planner.plan import PLAN_VERSION, Baseline, PipelineSpec, Plan
+from planner.plan_file_layers import fail, layer_entries, layer_plan, number
 
 TOP_KEYS = ("version", "network", "seq", "network_name", "network_hash", "batch", "devices", "machine", "precision",
             "optimizer", "zero", "batch_norm", "profile_fingerprint", "step_s", "memory_peak_bytes",
             "memory_parts_bytes", "mfu", "step_breakdown_s", "step_comm_s", "overlap", "baselines", "solver",
             "pipeline", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
-LAYER_KEYS = ("name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives")
 
 
 def plan_to_dict(plan: Plan) -> dict:
@@ -50,7 +45,8 @@ def plan_to_dict(plan: Plan) -> dict:
                        "fits": b.fits} for b in plan.baselines],
         "solver": dict(plan.solver),
         **({"pipeline": {"stages": plan.pipeline.stages, "micro_batches": plan.pipeline.micro_batches,
-                         "schedule": plan.pipeline.schedule, "first_layers": list(plan.pipeline.first_layers)}}
+                         "schedule": plan.pipeline.schedule, "first_layers": list(plan.pipeline.first_layers),
+                         **({"chunks": plan.pipeline.chunks} if plan.pipeline.chunks > 1 else {})}}
            if plan.pipeline else {}),
         "layers": [{"name": lp.name, "strategy": lp.strategy.as_dict(), "algorithm": lp.algorithm,
                     "fwd_s": lp.fwd_s, "bwd_s": lp.bwd_s, "comm_s": lp.comm_s, "memory_bytes": lp.memory_bytes,
@@ -68,10 +64,6 @@ def write_plan(plan: Plan, path: str) -> None:
     write_file(path, text)  # a failure of the system: networks.writing.SystemFailure, any old plan intact
 
 
-def _fail(msg: str, path: str, layer: str | None = None, field: str | None = None, hint: str | None = None):
-    return DnnplanError(msg, file=path, layer=layer, field=field, hint=hint)
-
-
 def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     """Parse a plan and check it against the network and machine it names."""
     _check_top(data, path)
@@ -81,7 +73,7 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     batch_norm = _named(data, path, "batch_norm", BATCH_NORMS, DEFAULT_BATCH_NORM)
     net = with_batch_norm(with_precision(load_network(str(data["network"]), seq), precision), batch_norm)
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
-        raise _fail(f"the plan was made for a different version of network {short(data['network'])} "
+        raise fail(f"the plan was made for a different version of network {short(data['network'])} "
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
                     hint="re-plan it for the network as it is now")
     _check_machine(data, path)
@@ -89,17 +81,17 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     p, batch = data["devices"], data["batch"]
     if pipeline is not None:  # each layer's strategy spans its stage's ranks at one micro-batch
         p, batch = p // pipeline.stages, batch // pipeline.micro_batches
-    by_name = _layer_entries(data["layers"], net, path, _remake(data, path))
-    lps = tuple(_layer_plan(layer, by_name[layer.name], p, batch, path) for layer in net.layers)
+    by_name = layer_entries(data["layers"], net, path, _remake(data, path))
+    lps = tuple(layer_plan(layer, by_name[layer.name], p, batch, path) for layer in net.layers)
     solver = data.get("solver") or {}
     if not isinstance(solver, dict):
-        raise _fail("'solver' must be a mapping (what `dnnplan plan` wrote)", path, field="solver")
+        raise fail("'solver' must be a mapping (what `dnnplan plan` wrote)", path, field="solver")
     plan = Plan(network=str(data["network"]), network_name=net.name, network_hash=net.content_hash(),
                 batch=data["batch"], devices=data["devices"], machine=str(data["machine"]), layers=lps,
-                step_s=_number(data, "step_s", path), memory_peak_bytes=int(_number(data, "memory_peak_bytes", path)),
+                step_s=number(data, "step_s", path), memory_peak_bytes=int(number(data, "memory_peak_bytes", path)),
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
                 solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
-                mfu=_number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline,
+                mfu=number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline,
                 breakdown=_breakdown(data, path), comm=_breakdown(data, path, "step_comm_s"),
                 overlap=str(data.get("overlap") or ""), seq=seq, batch_norm=batch_norm)
     return plan, net
@@ -109,45 +101,62 @@ def _seq(data: dict, path: str) -> int | None:
     """The plan's ``seq`` (the network's tokens per sequence it was planned for), None when absent."""
     seq = data.get("seq")
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= MAX_INT):
-        raise _fail(f"'seq' must be a whole number from 1 to 2^31 (the tokens per sequence), got {short(seq)}", path,
+        raise fail(f"'seq' must be a whole number from 1 to 2^31 (the tokens per sequence), got {short(seq)}", path,
                     field="seq")
     return seq
 
 
 def _pipeline(data: dict, net: Network, path: str) -> PipelineSpec | None:
     """The plan's ``pipeline`` (None when absent): stages dividing its devices, micro-batches
-    dividing its batch, a schedule, and each stage's first layer in network order."""
+    dividing its batch, a schedule, and each stage's first layer in network order; interleaved,
+    ``chunks`` model chunks a device and each chunk's first layer."""
     raw = data.get("pipeline")
     if raw is None:
         return None
     keys = ("stages", "micro_batches", "schedule", "first_layers")
-    if not isinstance(raw, dict) or set(raw) != set(keys):
-        raise _fail("'pipeline' must be a mapping of " + ", ".join(keys), path, field="pipeline")
+    if not isinstance(raw, dict) or not set(keys) <= set(raw) <= set(keys) | {"chunks"}:
+        raise fail("'pipeline' must be a mapping of " + ", ".join(keys) + " (and chunks, interleaved)", path,
+                    field="pipeline")
     stages, micro, schedule, firsts = (raw[k] for k in keys)
     for key, value, whole in (("stages", stages, data["devices"]), ("micro_batches", micro, data["batch"])):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1 or whole % value:
             what = "devices" if key == "stages" else "batch"
-            raise _fail(f"pipeline '{key}' must be a whole number dividing the plan's {what} ({whole}), got "
+            raise fail(f"pipeline '{key}' must be a whole number dividing the plan's {what} ({whole}), got "
                         f"{short(value)}", path, field="pipeline")
-    if schedule not in SCHEDULES:
-        raise _fail(f"unknown pipeline schedule {short(schedule)}", path, field="pipeline",
-                    hint=f"use one of {', '.join(SCHEDULES)}")
-    if not isinstance(firsts, list) or len(firsts) != stages or not all(isinstance(f, str) for f in firsts):
-        raise _fail(f"pipeline 'first_layers' must list the first layer of each of the {stages} stages", path,
-                    field="pipeline")
+    chunks = _chunks(raw, schedule, stages, micro, path)
+    if not isinstance(firsts, list) or len(firsts) != stages * chunks or not all(isinstance(f, str) for f in firsts):
+        what = f"each of the {stages} stages" if chunks == 1 else f"each of the {stages} x {chunks} chunks"
+        raise fail(f"pipeline 'first_layers' must list the first layer of {what}", path, field="pipeline")
     try:
         cut_at(net, tuple(firsts))
     except DnnplanError as err:
-        raise _fail(err.bare, path, field="pipeline", hint=err.hint) from None
-    return PipelineSpec(stages, micro, schedule, tuple(firsts))
+        raise fail(err.bare, path, field="pipeline", hint=err.hint) from None
+    return PipelineSpec(stages, micro, schedule, tuple(firsts), chunks)
+
+
+def _chunks(raw: dict, schedule, stages, micro, path: str) -> int:
+    """The pipeline's model chunks a device: 1, or 2 and more under the interleaved schedule, whose
+    micro-batches come in groups of the stages (costmodel.pipeline)."""
+    if schedule not in SCHEDULES + (INTERLEAVED,):
+        raise fail(f"unknown pipeline schedule {short(schedule)}", path, field="pipeline",
+                    hint=f"use one of {', '.join(SCHEDULES + (INTERLEAVED,))}")
+    chunks = raw.get("chunks", 1)
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or (chunks > 1) != (schedule == INTERLEAVED) \
+            or chunks < 1:
+        raise fail(f"pipeline 'chunks' {short(chunks)} with the {short(schedule)} schedule", path, field="pipeline",
+                    hint="the interleaved schedule holds 2 or more chunks a device; 1f1b and gpipe hold 1")
+    if chunks > 1 and micro % stages:
+        raise fail(f"the interleaved schedule runs micro-batches in groups of the {stages} stages; {micro} is not "
+                    "a multiple", path, field="pipeline")
+    return chunks
 
 
 def _memory_parts(data: dict, path: str) -> dict[str, int]:
     """The plan's ``memory_parts_bytes`` (what holds its peak; shown, never used to predict)."""
     raw = data.get("memory_parts_bytes") or {}
     if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
-        raise _fail("'memory_parts_bytes' must map what holds memory to bytes", path, field="memory_parts_bytes")
-    return {k: int(_number(raw, k, path)) for k in raw}
+        raise fail("'memory_parts_bytes' must map what holds memory to bytes", path, field="memory_parts_bytes")
+    return {k: int(number(raw, k, path)) for k in raw}
 
 
 def _breakdown(data: dict, path: str, key: str = "step_breakdown_s") -> tuple[tuple[str, float], ...]:
@@ -155,18 +164,18 @@ def _breakdown(data: dict, path: str, key: str = "step_breakdown_s") -> tuple[tu
     predict), or with ``key`` ``step_comm_s``, its collectives' time exposed and overlapped."""
     raw = data.get(key) or {}
     if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
-        raise _fail(f"'{key}' must map a step's terms to seconds", path, field=key)
-    return tuple((k, _number(raw, k, path)) for k in raw)
+        raise fail(f"'{key}' must map a step's terms to seconds", path, field=key)
+    return tuple((k, number(raw, k, path)) for k in raw)
 
 
 def _optimizer(data: dict, path: str) -> Optimizer:
     """The plan's ``optimizer`` and ``zero`` (momentum and 0 when absent: older plans)."""
     name, zero = data.get("optimizer", "momentum"), data.get("zero", 0)
     if not isinstance(name, str) or name not in STATE_SLOTS:
-        raise _fail(f"unknown optimizer {short(name)}", path, field="optimizer",
+        raise fail(f"unknown optimizer {short(name)}", path, field="optimizer",
                     hint=f"use one of {', '.join(STATE_SLOTS)}")
     if isinstance(zero, bool) or zero not in ZERO_STAGES:
-        raise _fail(f"'zero' must be a ZeRO stage 0 to 3, got {short(zero)}", path, field="zero")
+        raise fail(f"'zero' must be a ZeRO stage 0 to 3, got {short(zero)}", path, field="zero")
     return Optimizer(name, zero)
 
 
@@ -175,26 +184,18 @@ def _named(data: dict, path: str, key: str, choices, default: str) -> str:
     recorded): its ``precision`` (fp32), its ``batch_norm`` (sync)."""
     value = data.get(key, default)
     if not isinstance(value, str) or value not in choices:
-        raise _fail(f"unknown {key} {short(value)}", path, field=key, hint=f"use one of {', '.join(choices)}")
+        raise fail(f"unknown {key} {short(value)}", path, field=key, hint=f"use one of {', '.join(choices)}")
     return value
-
-
-def _number(entry: dict, key: str, path: str, layer: str | None = None) -> float:
-    """``entry[key]`` (0 when absent): seconds or bytes, a finite number from 0 to 10^30."""
-    value = entry.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e30:
-        raise _fail(f"'{key}' must be a number from 0 to 1e30, got {short(value)}", path, layer=layer, field=key)
-    return float(value)
 
 
 def _baselines(data: dict, path: str) -> tuple[Baseline, ...]:
     """The plan's baselines: a list of {name, step_s, memory_peak_bytes}."""
     raw = data.get("baselines") or []
     if not isinstance(raw, list) or not all(isinstance(b, dict) and isinstance(b.get("name"), str) for b in raw):
-        raise _fail("'baselines' must be a list of {name, step_s, memory_peak_bytes}", path, field="baselines")
+        raise fail("'baselines' must be a list of {name, step_s, memory_peak_bytes}", path, field="baselines")
     if not all(isinstance(b.get("fits", True), bool) for b in raw):
-        raise _fail("a baseline's 'fits' must be true or false", path, field="baselines")
-    return tuple(Baseline(b["name"], _number(b, "step_s", path), int(_number(b, "memory_peak_bytes", path)),
+        raise fail("a baseline's 'fits' must be true or false", path, field="baselines")
+    return tuple(Baseline(b["name"], number(b, "step_s", path), int(number(b, "memory_peak_bytes", path)),
                           b.get("fits", True)) for b in raw)
 
 
@@ -203,7 +204,7 @@ def _check_machine(data: dict, path: str) -> None:
     machine = load_machine(str(data["machine"]))
     p, most = data["devices"], machine.max_devices()
     if most is not None and p > most:
-        raise _fail(f"the plan is for {p} devices, but machine '{machine.name}' has {most}", path, field="machine",
+        raise fail(f"the plan is for {p} devices, but machine '{machine.name}' has {most}", path, field="machine",
                     hint=f"plan again for it with `{_remake({**data, 'devices': most}, path, machine.name)}`, "
                          f"or name a machine with {p} devices or more in the plan's 'machine'")
     machine.check_devices(p)
@@ -212,108 +213,22 @@ def _check_machine(data: dict, path: str) -> None:
 def _check_top(data, path: str) -> None:
     """The plan's top level: a mapping of known keys, with the required ones, of this version."""
     if not isinstance(data, dict):
-        raise _fail("a plan must be a mapping (made by `dnnplan plan --out`)", path)
+        raise fail("a plan must be a mapping (made by `dnnplan plan --out`)", path)
     for key in data:
         if key not in TOP_KEYS:
-            raise _fail(f"unknown key '{key}'", path, field=key)
+            raise fail(f"unknown key '{key}'", path, field=key)
     for key in REQUIRED_KEYS:
         if key not in data:
-            raise _fail(f"the plan has no '{key}'", path, field=key)
+            raise fail(f"the plan has no '{key}'", path, field=key)
     if data.get("version", PLAN_VERSION) != PLAN_VERSION:
-        raise _fail(f"plan format version {data.get('version')} is not {PLAN_VERSION}", path, field="version",
+        raise fail(f"plan format version {data.get('version')} is not {PLAN_VERSION}", path, field="version",
                     hint="re-create it with this dnnplan's `dnnplan plan`")
     for key in ("network", "machine"):
         if not isinstance(data[key], str) or not 0 < len(data[key]) <= 4096:
-            raise _fail(f"'{key}' must name a {key} (a zoo name or a path), got {short(data[key])}", path, field=key)
+            raise fail(f"'{key}' must name a {key} (a zoo name or a path), got {short(data[key])}", path, field=key)
     for key in ("batch", "devices"):
         if not isinstance(data[key], int) or isinstance(data[key], bool) or not 1 <= data[key] <= MAX_INT:
-            raise _fail(f"'{key}' must be a whole number from 1 to 2^31, got {short(data[key])}", path, field=key)
-
-
-def _layer_entries(layers_raw, net: Network, path: str, remake: str) -> dict:
-    """The plan's layer entries by name, exactly one for each layer of ``net``."""
-    if not isinstance(layers_raw, list):
-        raise _fail("'layers' must be a list", path, field="layers")
-    by_name = {}
-    for entry in layers_raw:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise _fail("each layer entry needs a 'name' (the layer's name, text)", path, field="layers")
-        name = entry["name"]
-        for key in entry:
-            if key not in LAYER_KEYS:
-                raise _fail(f"unknown key '{key}'", path, layer=str(name), field=key)
-        by_name[name] = entry
-    names = [l.name for l in net.layers]
-    missing = [n for n in names if n not in by_name]
-    extra = [n for n in by_name if n not in names]
-    if missing and not extra and names[-len(missing):] == missing and len(missing) < len(names):
-        raise _fail(f"the plan ends after layer '{names[-len(missing) - 1]}', {len(missing)} of the network's "
-                    f"{len(names)} layers short (was it cut short?)", path, field="layers",
-                    hint=f"make it again with `{remake}`")
-    if missing or extra:
-        what = f"has no entry for layer '{missing[0]}'" if missing else f"names layer {short(extra[0])} the network lacks"
-        raise _fail(f"the plan {what}", path, layer=(missing or extra)[0], field="layers",
-                    hint="re-plan it for this network")
-    return by_name
-
-
-def _layer_plan(layer: Layer, entry: dict, p: int, batch: int, path: str) -> LayerPlan:
-    """One layer's entry, its strategy and algorithm checked against the layer."""
-    degrees = entry.get("strategy") or {}
-    if not isinstance(degrees, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                                for v in degrees.values()):
-        raise _fail("'strategy' must map dimensions to integer degrees, e.g. {N: 4, F: 2}", path,
-                    layer=layer.name, field="strategy")
-    try:
-        strat = make_strategy(p, {str(k): v for k, v in degrees.items()})
-    except DnnplanError as err:
-        raise _fail(err.bare, path, layer=layer.name, field="strategy", hint=err.hint) from None
-    why = check_fits(layer, strat, batch)
-    if why:
-        raise _fail(f"strategy {strat.label} does not fit: {why}", path, layer=layer.name, field="strategy")
-    algo = entry.get("algorithm") or ""
-    if not isinstance(algo, str):
-        raise _fail(f"'algorithm' must be a name, got {short(algo)}", path, layer=layer.name, field="algorithm",
-                    hint="e.g. im2col for a convolution, flash for attention, or leave it out")
-    if is_recomputed(algo) and not recompute_applies(layer):
-        raise _fail(f"{layer.op} keeps nothing of its own for backward, so it has nothing to recompute", path,
-                    layer=layer.name, field="algorithm", hint="remove 'algorithm' from this layer")
-    if layer.op == "attention":
-        if kernel_algorithm(algo) not in ("", *ATTENTION_ALGORITHMS):
-            raise _fail(f"attention algorithm {short(kernel_algorithm(algo))} is not one dnnplan prices", path,
-                        layer=layer.name, field="algorithm",
-                        hint="use flash or materialized (with +recompute to recompute the layer)")
-    elif is_recomputed(algo):
-        pass
-    elif layer.op == "conv2d":
-        algo = algo or DEFAULT_CONV_ALGORITHM
-        if not algorithm_applies(layer, algo):
-            raise _fail(f"convolution algorithm '{algo}' cannot run this layer", path, layer=layer.name,
-                        field="algorithm", hint="direct and im2col run every convolution")
-    elif algo:
-        raise _fail(f"only conv2d and attention layers take an algorithm, not {layer.op}", path, layer=layer.name,
-                    field="algorithm", hint=f"a {layer.op} layer takes none" + (
-                        f", or '{RECOMPUTE}'" if recompute_applies(layer) else ""))
-    fwd, bwd, comm, memory = (_number(entry, key, path, layer.name) for key in ("fwd_s", "bwd_s", "comm_s",
-                                                                                 "memory_bytes"))
-    return LayerPlan(layer.name, strat, algo, fwd, bwd, comm, int(memory), _alternatives(entry, layer, path))
-
-
-def _alternatives(entry: dict, layer: Layer, path: str) -> tuple[tuple[str, float, int], ...]:
-    """A convolution's ``alternatives`` as the planner wrote them (informational: a prediction of
-    the plan prices its algorithms again)."""
-    raw = entry.get("alternatives") or []
-    form = "'alternatives' must be a list of {algorithm, compute_s, workspace_bytes}"
-    if not isinstance(raw, list) or (raw and layer.op != "conv2d"):
-        raise _fail(form + " (convolutions only)", path, layer=layer.name, field="alternatives")
-    out = []
-    for alt in raw:
-        if not isinstance(alt, dict) or set(alt) != {"algorithm", "compute_s", "workspace_bytes"} \
-                or alt["algorithm"] not in CONV_ALGORITHMS:
-            raise _fail(form, path, layer=layer.name, field="alternatives")
-        out.append((alt["algorithm"], _number(alt, "compute_s", path, layer.name),
-                    int(_number(alt, "workspace_bytes", path, layer.name))))
-    return tuple(out)
+            raise fail(f"'{key}' must be a whole number from 1 to 2^31, got {short(data[key])}", path, field=key)
 
 
 def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:

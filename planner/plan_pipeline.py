@@ -19,6 +19,7 @@ from costmodel.pipeline import PipelinePrediction, cut_at, predict_pipeline
 from costmodel.step import predict_step
 from costmodel.strategy import Strategy
 from networks.ir import Network
+from planner.interleave import chunk_firsts
 from planner.optimize import plan_from_prediction
 from planner.pipeline_search import PipelineChoice, roles
 from planner.plan import PipelineSpec, Plan
@@ -29,19 +30,26 @@ def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, p
     """The search's choice as a plan file holds it: every layer under its stage's solution (the
     solution of a canonical stage, :meth:`planner.stack.Stack.stage`, mapped onto the stage's own
     layers by position), the stages' predictions and the pipelined step."""
-    stack, rl = choice.stack, roles(choice.stages)
+    stack, rl, v = choice.stack, roles(choice.stages), choice.chunks
     layers, firsts, start = [], [], 0
     for s, (k, stage) in enumerate(zip(choice.cut, choice.prediction.stages)):
+        micro_plan = plan_from_prediction(stage.micro, stack.network, network_ref, machine_ref, None)
+        if v > 1:  # the prediction's own layers (costmodel.pipeline.predict_pipeline's device network)
+            layers += micro_plan.layers
+            continue
         own = stack.layers(start, k, rl[s])
         firsts.append(own[0].name)
         canonical = stack.stage(k, rl[s]).layers
         names = dict(zip((layer.name for layer in canonical), (layer.name for layer in own)))
-        micro_plan = plan_from_prediction(stage.micro, stack.network, network_ref, machine_ref, None)
         layers += [dataclasses.replace(lp, name=names[lp.name]) for lp in micro_plan.layers]
         start += k
     pred = choice.prediction
-    spec = PipelineSpec(choice.stages, choice.micro_batches, pred.schedule, tuple(firsts))
     net = stack.network
+    if v > 1:
+        order = {layer.name: i for i, layer in enumerate(net.layers)}
+        layers.sort(key=lambda lp: order[lp.name])
+        firsts = list(chunk_firsts(stack, choice.stages, v))
+    spec = PipelineSpec(choice.stages, choice.micro_batches, pred.schedule, tuple(firsts), v)
     return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=choice.batch,
                 devices=choice.devices, machine=machine_ref, layers=tuple(layers), step_s=pred.step_s,
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
@@ -64,4 +72,4 @@ def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy],
         return predict_step(stage_net, micro, own, algorithms, machine, compute, optimizer)
 
     return predict_pipeline(net, plan.batch, plan.devices, spec.stages, spec.micro_batches, spec.schedule, machine,
-                            stage, cut_at(net, spec.first_layers))
+                            stage, cut_at(net, spec.first_layers), spec.chunks)

@@ -46,6 +46,23 @@ class Stack:
         net, _ = stage_network(self.network, self.layers(start, k, role), 0)
         return net
 
+    def device_layers(self, stages: int, chunks: int, s: int) -> list[Layer]:
+        """Device ``s``'s layers under interleaving (``chunks`` model chunks a device, Megatron-LM's
+        virtual stages): chunks ``s, s + S, ...`` of ``n / (S V)`` blocks each, in order, with the
+        layers before the blocks on device 0 and those after on device ``S - 1``."""
+        c = self.n // (stages * chunks)
+        out = [layer for j in range(chunks) for block in self.blocks[(j * stages + s) * c:(j * stages + s + 1) * c]
+               for layer in block]
+        return (list(self.before) if s == 0 else []) + out + (list(self.after) if s == stages - 1 else [])
+
+    def interleaved_stage(self, stages: int, chunks: int, role: str) -> Network:
+        """The canonical device of ``role`` under interleaving as a network of its own (a middle
+        device is device 1; each chunk after its first reads the chunk before it, on another device,
+        as an input)."""
+        s = {FIRST: 0, MIDDLE: 1, LAST: stages - 1}[role]
+        net, _ = stage_network(self.network, self.device_layers(stages, chunks, s), 0)
+        return net
+
     def boundary_bytes(self) -> int:
         """Bytes per sample one stage sends the next: a block's output (every cut is between blocks)."""
         _, received = stage_network(self.network, list(self.blocks[1]), 1)

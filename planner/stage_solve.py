@@ -75,12 +75,14 @@ class StageSolver:
 
     def __init__(self, ranks: int, micro_batch: int, weight: float, machine: Machine, compute: ComputeModel,
                  settings: Settings, memory_limit: float, exact: bool = False, close: bool = False,
-                 deadline: float | None = None):
+                 deadline: float | None = None, builder: Builder | None = None):
         self.deadline = deadline  # perf_counter time after which no gap is closed (each left open)
         self.ranks, self.micro_batch, self.weight = ranks, micro_batch, weight
         self.settings, self.limit, self.exact, self.close = settings, memory_limit, exact, close
         self.worst_gap = 0.0  # the largest proven gap of a Lagrangian solve (0 when exact)
-        self.builder = Builder(micro_batch, ranks, machine, compute, settings.training, recompute=settings.recompute)
+        # ``builder``: another solver's pricing of the same ranks and micro-batch, shared
+        self.builder = builder or Builder(micro_batch, ranks, machine, compute, settings.training,
+                                          recompute=settings.recompute)
         self._free: dict[object, StageSolution] = {}
         self._bound: dict[tuple[object, int], StageSolution | None] = {}
         self.solves = 0
@@ -88,7 +90,7 @@ class StageSolver:
         self.open = 0  # of those, the ones left with a gap (always 0 with ``close`` but an ILP time limit)
         self._lam: float | None = None  # the last stage's multiplier: where the next bisection starts
 
-    def solve(self, key: object, net: Network, kept: int, extra: dict | None = None) -> StageSolution | None:
+    def solve(self, key: object, net: Network, kept: float, extra: dict | None = None) -> StageSolution | None:
         """The best solution of stage ``net`` (``key`` names its (k, role)) holding ``kept``
         micro-batches' activations within the memory limit; None when none fits. ``extra``: layer
         name -> once-a-step seconds under a strategy, weighed with the layer (the tied table's sum
@@ -109,11 +111,13 @@ class StageSolver:
                               None if self.deadline is None else self.deadline - time.perf_counter()) if x is not None]
         return min(limits, default=None)
 
-    def _solve(self, net: Network, kept: int, limit: float | None, extra: dict | None = None) -> StageSolution | None:
+    def _solve(self, net: Network, kept: float, limit: float | None, extra: dict | None = None) -> StageSolution | None:
         self.solves += 1
         built = build_with(self.builder, net, limit, weight=self.weight, kept=kept, extra_once=extra)
         if limit is not None and not self.exact:
-            got = solve_lagrange(built.problem, hint=self._lam)
+            budget = self.settings.budget  # at its deadline the bisection ends with what it holds
+            got = solve_lagrange(built.problem, hint=self._lam,
+                                 stop=None if budget is None else budget.expired)
             if got is None:
                 return None  # nothing fits
             self._lam = got.lam or self._lam

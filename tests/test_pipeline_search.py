@@ -11,7 +11,10 @@ import pytest
 
 from costmodel.candidates import candidate_strategies, divisors
 from networks.errors import DnnplanError
+from costmodel.pipeline import INTERLEAVED, kept_micro_batches
+from planner import interleave
 from planner.cut_search import best_cut, cut_lower
+from planner.pipeline_pairs import AUTO, chunk_counts
 from planner.optimize import Settings
 from costmodel.pipeline import stage_network
 from planner.pipeline_search import _Search, kept, micro_sizes, roles, search_pipeline
@@ -85,10 +88,11 @@ def _moe4(tmp_path) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("make, limit", [(_gpt4, 2.0 ** 30 * 0.0033), (_moe4, 2.0 ** 20 * 0.95)])
 def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_path, make, limit):
-    """A 4-block GPT on 8 devices: every pipeline degree, micro-batch count and stage split, each
-    stage solved exactly on its own blocks, against the search (its stage solves exact too). Also
-    with grouped-query attention and experts, whose strategy space holds context (a split
-    sequence) and expert splits."""
+    """A 4-block GPT on 8 devices: every pipeline degree, micro-batch count and stage split, and
+    every interleaving (2 stages of 2 chunks of 1 block, Megatron's equal chunks), each stage or
+    device solved exactly on its own layers, against the search weighing interleaving on every pair
+    (its stage solves exact too). Also with grouped-query attention and experts, whose strategy space
+    holds context (a split sequence) and expert splits."""
     p, batch = 8, 8
     ctx = context.resolve(make(tmp_path), p, batch, "dgx-a100", None, precision="fp16")
     net, stack = ctx.network, uniform_stack(ctx.network)
@@ -99,9 +103,9 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
         assert any("H=" in s for s in space) and any("E=" in s for s in space)
     # limit: 3.4 MiB (0.95 MiB) a device, so one stage does not fit and the search must cut
     got = search_pipeline(net, batch, p, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
-                          micro_counts=divisors(batch))
+                          micro_counts=divisors(batch), schedule=AUTO)
     sends = _Search(stack, batch, p, ctx.machine, ctx.compute, limit, SETTINGS)
-    best, per = None, {}
+    best, per = _interleaved_brute_force(ctx, stack, p, batch, limit, sends)
     for stages in (s for s in divisors(p) if s <= stack.n):
         for m in divisors(batch):
             per[(stages, m)] = None
@@ -122,17 +126,44 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
                     best = step if best is None else min(best, step)
                     per[(stages, m)] = min(step, per[(stages, m)] or step)
     assert best is not None and got.stages > 1  # the limit makes it pipeline
-    for (stages, m), step in per.items():  # the lower bound of every (S, m) holds, and says when none fits
-        bound, fits = sends.bound(stages, m)
+    assert any(len(k) == 3 and v is not None for k, v in per.items())  # and interleaved plans fit
+    for (stages, m, *v), step in per.items():  # every (S, m, V)'s lower bound holds, and says when none fits
+        bound, fits = sends.bound(stages, m, *v)
         assert (step is None) if not fits else (step is None or bound <= step * (1 + 1e-12))
     assert all(sends.bound(*k)[0] > 0 for k in per)
     assert got.prediction.step_s <= best * (1 + 1e-9)
     assert got.prediction.step_s == pytest.approx(best, rel=1e-9)
     # the search as `dnnplan plan` runs it (pairs compared by Lagrangian stage solves), proving to the end
     relaxed = search_pipeline(net, batch, p, ctx.machine, ctx.compute, limit, PROVE, micro_counts=divisors(batch),
-                              prove_s=None)
+                              prove_s=None, schedule=AUTO)
     assert relaxed.stats["proven_gap"] == 0
     assert relaxed.prediction.step_s == pytest.approx(best, rel=1e-9)
+
+
+def _interleaved_brute_force(ctx, stack, p: int, batch: int, limit: float, sends) -> tuple[float | None, dict]:
+    """Every interleaved (S, m, V) on Megatron's equal chunks, each device solved exactly on its own
+    layers (not one canonical device for all middle ones): the best step, and each triple's."""
+    best, per = None, {}
+    for stages in (s for s in divisors(p) if 1 < s <= stack.n):
+        for m in divisors(batch):
+            for v in chunk_counts(stack.n, stages, m, INTERLEAVED):
+                weight = m + (stages - 1) / v
+                solver = StageSolver(p // stages, batch // m, weight, ctx.machine, ctx.compute, SETTINGS, limit,
+                                     exact=True)
+                ts, os_ = [], []
+                for s in range(stages):
+                    net, _ = stage_network(ctx.network, stack.device_layers(stages, v, s), s)
+                    kept_s = kept_micro_batches(INTERLEAVED, stages, s, m, v)
+                    sol = solver.solve(("device", s), net, kept_s, sends.tied(stages, s, net))
+                    if sol is None:
+                        break
+                    ts.append(sol.micro_s + interleave.sends_s(ctx.machine, p, stages, v, s, sends.boundary,
+                                                               batch // m))
+                    os_.append(sol.once_s + sol.tied_s)
+                per[(stages, m, v)] = None if len(ts) < stages else interleave.step_s(ts, os_, m, v)
+                if per[(stages, m, v)] is not None:
+                    best = per[(stages, m, v)] if best is None else min(best, per[(stages, m, v)])
+    return best, per
 
 
 @pytest.mark.slow

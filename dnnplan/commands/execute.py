@@ -17,8 +17,8 @@ from dnnplan.render.messages import err_console, fail_line, warn
 from executor.report.compare import comparison_json
 from executor.launch.mpiexec import RunFailed
 from profiler import stops
-from executor.session.execute import (in_step_context, measure_both, non_finite_loss_warning, prepare, step_context_entries,
-                              strategy_labels, trace_dict)
+from executor.report.job_view import non_finite_loss_warning, strategy_labels, trace_dict
+from executor.session.execute import in_step_context, measure_both, prepare, step_context_entries
 
 T = TypeVar("T")
 

@@ -33,7 +33,9 @@ from dnnplan.search_bound import end, search_budget, stop_on_ctrl_c
 from executor.session import step_choice
 from networks.errors import DnnplanError, short
 from planner.auto import Answer, first_plan
+from planner.axes import axes, axes_line
 from planner.optimize import Settings, make_plan
+from planner.pipeline_pairs import AUTO, DEFAULT
 from planner.pipeline_search import PROVE_S, PipelineChoice, search_pipeline
 from planner.plan import Plan
 from planner.plan_file import plan_to_dict, write_plan
@@ -80,26 +82,25 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          seq: SeqOpt = None, batch_norm: BatchNormOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
-    For each layer the planner weighs every split of its dimensions (sample N, spatial H/W, channels
-    C, filters F, replication R) and every convolution algorithm, with per-device memory as a
-    constraint, and solves exactly (graph reduction and dynamic programming, an ILP for what
-    remains). It prints a summary first (the step and its parts, memory, model FLOP utilisation,
-    the layout, the gap proven to the optimum) and the plan beside pure data parallelism and the
-    best uniform strategy; --layers adds the per-layer tables (docs/planner.md).
+    For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
+    sequence H: context, or spatial H/W; channels C and filters F: tensor; replication R), every
+    convolution and attention algorithm and recomputation, with per-device memory as a constraint,
+    and solves exactly (graph reduction and dynamic programming, an ILP for what remains). It prints
+    a summary first (the step, memory, MFU, the layout by axis, the gap proven to the optimum) and
+    the plan beside pure data parallelism and the best uniform strategy; --layers adds the
+    per-layer tables (docs/planner.md).
 
     The answer comes within --time-limit seconds (default 20): a longer search stops with the best
     plan it holds and says how far from the optimum it can still be; a progress line on stderr
     shows the best plan so far, and Ctrl-C prints it and exits 130.
 
-    A transformer that fits no plan without pipelining is cut into pipeline stages: the degree, the
-    micro-batches and the stage cut are searched, each stage solved as above (--pipeline auto asks
-    for it; --pipeline off refuses it). GPT-3 175B on 1024 A100s:
+    A transformer that fits no plan without pipelining gets the pipeline search: stages, micro-batches
+    (gradient accumulation on one stage), the stage cut and interleaving, each stage solved as above
+    (--pipeline auto asks for it; --pipeline off refuses it). GPT-3 175B on 1024 A100s:
     dnnplan plan gpt3-175b -p 1024 -b 1536 --precision bf16
 
     Default batch: 32 samples a device; a language model about 4M tokens, at most 16 sequences a device.
-
-    On machine `local` the plan is then checked against the uniform plans, every plan's kernels
-    (and collectives) timed again in its step's order and context (--no-step-context leaves it out).
+    On machine `local` the plan is checked against the uniform plans in its step's context.
     """
     check_flags(solver, sweep, plot, bool(sweep) and (pipeline not in (None, "off") or micro_batches is not None))
     check_outputs({"--out": out, "--plot": plot}, force)
@@ -159,15 +160,12 @@ def _answer(run: Run, pipeline: str | None, micro_batches: int | None, schedule:
             click: typer.Context, step_context: bool):
     """The plan (planner.auto) or the pipeline search's choice (with --pipeline / --micro-batches)."""
     ctx, settings = run.ctx, run.settings
+    if schedule not in SCHEDULES + (INTERLEAVED, AUTO):
+        raise DnnplanError(f"unknown --schedule {short(schedule)}", hint="use 1f1b, gpipe, interleaved or auto")
+    if click.get_parameter_source("schedule") == ParameterSource.DEFAULT:
+        schedule = DEFAULT  # every pair under 1F1B, then the best pair interleaved too
     if pipeline not in (None, "off") or micro_batches is not None:
-        if schedule not in SCHEDULES:
-            raise DnnplanError(f"the planner does not search the {short(schedule)} schedule" if schedule == INTERLEAVED
-                               else f"unknown --schedule {short(schedule)}",
-                               hint="use 1f1b or gpipe" + (" (`dnnplan predict --schedule interleaved --chunks V` "
-                                                           "prices interleaving)" if schedule == INTERLEAVED else ""))
         return Answer(settings, pipeline=_pipelined(run, pipeline, micro_batches, schedule, prove))
-    if pipeline is None and schedule not in SCHEDULES:
-        raise DnnplanError(f"unknown --schedule {short(schedule)}", hint="use 1f1b or gpipe")
     if pipeline == "off":
         result = refreshed(ctx.compute, lambda: make_plan(ctx.network, run.network, ctx.batch, ctx.devices,
                                                           ctx.machine, ctx.compute, run.limit, settings,
@@ -224,27 +222,52 @@ def show(run: Run, answer, out: str | None, as_json: bool, layers: bool) -> None
     if out:
         write_plan(plan, out)
     if as_json:
-        print(json.dumps({**_json(plan, got, answer), "answered_in_s": round(run.settings.budget.elapsed(), 3)}))
+        out = _json(plan, got, answer, _axes(run, answer, plan, got))
+        print(json.dumps({**out, "answered_in_s": round(run.settings.budget.elapsed(), 3)}))
         return
-    render.answer(plan, got, _facts(run, answer, plan), layers)
+    render.answer(plan, got, _facts(run, answer, plan, got), layers)
     if out:
         how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if got is not None else \
             f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
         render.console.print(f"wrote {out} ({how})")
 
 
-def _facts(run: Run, answer, plan: Plan) -> render.Facts:
+def _facts(run: Run, answer, plan: Plan, got) -> render.Facts:
     ctx = run.ctx
     ops = {layer.name: layer.op for layer in ctx.network.layers}
     attention = tuple(sorted({lp.algorithm or "materialized" for lp in plan.layers if ops.get(lp.name) == "attention"}))
+    found = _axes(run, answer, plan, got)
     return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
                         len(ctx.network.layers), "batchnorm2d" in ops.values(), attention,
-                        resolve_overlap(None, ctx.machine).label, ctx.batch_norm)
+                        resolve_overlap(None, ctx.machine).label, ctx.batch_norm,
+                        axes_line(found, _pipeline_axis(got, plan), answer.settings.zero))
 
 
-def _json(plan: Plan, got, answer) -> dict:
+def _axes(run: Run, answer, plan: Plan, got) -> dict:
+    """The plan's layout by parallel axis (planner.axes): each stage's layers under a pipeline."""
+    ops = {layer.name: layer.op for layer in run.ctx.network.layers}
+    if got is not None:
+        layers = [(layer.op, sol.strategies[layer.name], sol.algorithms.get(layer.name, ""))
+                  for sol in got.solutions for layer in sol.network.layers]
+    else:
+        layers = [(ops[lp.name], lp.strategy, lp.algorithm) for lp in plan.layers]
+    return axes(layers, "attention" in ops.values())
+
+
+def _pipeline_axis(got, plan: Plan) -> str:
+    if got is None:
+        return "no pipeline, the whole batch at once"
+    if got.stages == 1:
+        return (f"no pipeline, {got.micro_batches} micro-batches of {got.micro_batch} (gradient accumulation)"
+                if got.micro_batches > 1 else "no pipeline, the whole batch at once")
+    how = "interleaved 1F1B, " + f"{got.chunks} chunks a device" if got.chunks > 1 else plan.pipeline.schedule.upper()
+    return f"pipeline {got.stages} ({how}), {got.micro_batches} micro-batches of {got.micro_batch}"
+
+
+def _json(plan: Plan, got, answer, axes_found: dict) -> dict:
     out = {**plan_to_dict(plan), "step_context": render.step_context_dict(list(answer.timed))}
+    out["axes"] = {**axes_found, "zero": answer.settings.zero}
     if got is not None:
         out.update({**pipeline_json(got.prediction), "cut_blocks": list(got.cut), "mfu": plan.mfu,
                     "micro_batch": got.micro_batch, "search": got.stats,

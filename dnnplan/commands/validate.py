@@ -25,7 +25,7 @@ from dnnplan.render import execute as render
 from dnnplan.render import report as report_files
 from dnnplan.render.messages import fail_line, warn
 from executor.session import validate as validation
-from executor.session.execute import strategy_labels
+from executor.report.job_view import strategy_labels
 from executor.session.validate import PlanRun, RunSettings, ValidationInterrupted, ValidationReport, strategy_summary
 from networks.errors import DnnplanError
 from networks.writing import target_kind

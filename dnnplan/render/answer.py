@@ -37,6 +37,7 @@ class Facts:
     attention: tuple[str, ...] = ()  # the attention algorithms the plan's layers run
     overlap: str = ""  # what overlaps compute, in words (costmodel.overlap.Overlap.label)
     batch_norm: str = "sync"  # costmodel.batch_norm
+    axes: str = ""  # the layout by parallel axis in one line (planner.axes)
 
 
 def breakdown_text(terms) -> str:

@@ -45,6 +45,8 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         console.print(gap_line(plan.solver))
     else:
         pipeline_summary(got)
+    if facts.axes:
+        console.print(escape(facts.axes))
     if (line := assumptions_line(facts)) is not None:
         console.print(line)
     detailed = layers or facts.layers <= SMALL_NETWORK
@@ -235,9 +237,13 @@ def pipeline_summary(got) -> None:
                       f"(gradient accumulation); splits {mix}")
     else:
         console.print(f"layout: pipeline of {got.stages} stages x {got.devices // got.stages} devices, "
-                      f"{got.micro_batches} micro-batches of {got.micro_batch}, {got.prediction.schedule.upper()}, "
+                      f"{got.micro_batches} micro-batches of {got.micro_batch}, {_schedule(got)}, "
                       f"blocks a stage {_cut(got.cut)}; splits {mix}")
     console.print(proof_line(got.stats))
+
+
+def _schedule(got) -> str:
+    return f"interleaved 1F1B ({got.chunks} chunks a device)" if got.chunks > 1 else got.prediction.schedule.upper()
 
 
 def _cut(cut) -> str:

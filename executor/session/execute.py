@@ -5,7 +5,8 @@ anything is launched), resolves the compute model the plan was made with and che
 matches this run; :func:`measure` launches ``mpiexec -n P python -m executor.launch.worker`` (or, inside
 an MPI job, runs on its ranks), then predicts with :func:`costmodel.step.predict_step` and
 compares (docs/executor.md). What a user should be told along the way is returned as warning
-lines (:attr:`Prepared.warnings`, :func:`non_finite_loss_warning`), for the command line to show.
+lines (:attr:`Prepared.warnings`, :func:`executor.report.job_view.non_finite_loss_warning`), for
+the command line to show.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from costmodel.profile_table import foreign_reason
 from costmodel.pipeline import PipelinePrediction
 from costmodel.step import StepPrediction, predict_step
 from executor.launch import mpiexec as launcher
-from executor.report.collect import aggregate, timed_steps
+from executor.report.collect import aggregate
 from executor.report.compare import Comparison, Measured, compare_prediction
 from executor.launch.node import share_node_cores
 from executor.report.pipeline import compare_pipeline
@@ -32,8 +33,7 @@ from executor.probes.rank_terms import collective_code_s, wait_per_work
 from executor.runtime.stage import run_strategies
 from executor.session.devices import choose_device
 from executor.probes.step_kernels import Shared, by_layer, collectives_in_step, in_step, kernels_in_step
-from executor.report.trace import trace_events
-from executor.launch.worker import JobResult, abort_with, first_non_finite, run_job, start_watchdog
+from executor.launch.worker import JobResult, abort_with, run_job, start_watchdog
 from kernels import KERNELS_REVISION
 from networks.errors import DnnplanError
 from networks.ir import Network
@@ -143,6 +143,10 @@ def cannot_run(plan: Plan, plan_path: str, array_backend: str = "numpy") -> Dnnp
         return DnnplanError(f"the plan is for {Optimizer(plan.optimizer, plan.zero).label}; the executor runs SGD with "
                             f"momentum (ZeRO stages 0 to 3)", file=plan_path, field="optimizer",
                             hint="predict it with `dnnplan predict`, or plan again with --optimizer momentum to run it")
+    if plan.pipeline is not None and plan.pipeline.chunks > 1:
+        return DnnplanError(f"the plan interleaves {plan.pipeline.chunks} model chunks a device; the executor runs "
+                            "1f1b and gpipe pipelines", file=plan_path, field="pipeline",
+                            hint="plan it with --schedule 1f1b (`dnnplan predict` prices the interleaved plan)")
     if plan.pipeline is not None and plan.zero:
         return DnnplanError(f"the plan pipelines {plan.pipeline.stages} stages under ZeRO stage {plan.zero}; the "
                             "executor runs pipelined plans without ZeRO", file=plan_path, field="zero",
@@ -374,27 +378,3 @@ def measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool
     job, ahead, fresh_cmp = measure_both(prep, steps=steps, warmup=warmup, check=check, trace=trace,
                                          timeout_s=timeout_s, in_run=fresh)
     return job, ahead if fresh_cmp is None else fresh_cmp
-
-
-def non_finite_loss_warning(job: JobResult, warmup: int, what: str = "") -> str | None:
-    """Steps that compute on NaN or infinity are not training steps (and denormals on the way there
-    can be slow): the line that says so, rather than report their times as if they were."""
-    i = first_non_finite(job.losses)
-    if i is None:
-        return None
-    which = f"warm-up step {i + 1}" if i < warmup else f"timed step {i - warmup + 1}"
-    return (f"{what}the loss is {job.losses[i]} from {which} on: those steps computed on non-finite "
-            "values, so their times may not be a training step's (the executor's learning rate "
-            "is fixed; run fewer --steps)")
-
-
-def trace_dict(job: JobResult, steps: int) -> dict:
-    """A Chrome/Perfetto trace of every rank's timeline, warm-up steps marked."""
-    timed = set(timed_steps(job.ranks, steps))
-    every = {s for r in job.ranks for s in r.step_wall}
-    return trace_events(job.ranks, warmup_steps=every - timed)
-
-
-def strategy_labels(plan: Plan) -> dict[str, str]:
-    """Layer name -> its strategy and algorithm as the tables show them."""
-    return {lp.name: lp.strategy.label + (f" {lp.algorithm}" if lp.algorithm else "") for lp in plan.layers}

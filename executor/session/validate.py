@@ -36,8 +36,9 @@ from executor.session import step_choice
 from executor.launch.interrupts import save_timed, sigint_ignored
 from executor.report.repeats import plan_rows, run_order
 from executor.report.summary import best_plan_loss, is_planner, summarize
+from executor.report.job_view import non_finite_loss_warning
 from executor.session.execute import (Prepared, agree_node_cores, in_run_unavailable, in_step_context, measure_both,
-                              non_finite_loss_warning, prepare, step_context_entries)
+                                      prepare, step_context_entries)
 from executor.session.step_choice import PLANNER, uniform_plans
 from executor.launch.worker import JobResult
 from networks.errors import DnnplanError

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from .dp import solve_reduced
 from .problem import Assignment, Problem, evaluate, fits, min_memory
@@ -41,9 +42,10 @@ class Relaxation:
 
 
 def solve_lagrange(problem: Problem, rounds: int = ROUNDS, rtol: float = 1e-3,
-                   hint: float | None = None) -> Assignment | None:
+                   hint: float | None = None, stop: Callable[[], bool] | None = None) -> Assignment | None:
     """The best fitting assignment the bisection finds, with its proven relative gap; None when no
-    assignment fits the limit. ``hint``: a multiplier a similar problem needed, to bracket from."""
+    assignment fits the limit. ``hint``: a multiplier a similar problem needed, to bracket from;
+    ``stop()``: True when the bisection is to end now with what it holds (a search's deadline)."""
     start = time.perf_counter()
     if problem.memory_limit is None:
         return solve_reduced(problem)
@@ -53,7 +55,7 @@ def solve_lagrange(problem: Problem, rounds: int = ROUNDS, rtol: float = 1e-3,
     free = solve_reduced(problem.with_memory_limit(None))
     if fits(problem, free.memory):
         return solve_reduced(problem)
-    got = relax(problem, free.objective, rounds, rtol, hint)
+    got = relax(problem, free.objective, rounds, rtol, hint, stop)
     cost, memory = evaluate(problem, got.choice)
     return Assignment(got.choice, cost, memory, "lagrange(dp)", "optimal" if got.gap <= rtol else "feasible",
                       got.gap, time.perf_counter() - start, problem.num_nodes,
@@ -66,12 +68,13 @@ def slack(problem: Problem) -> float:
 
 
 def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: float = 1e-3,
-          hint: float | None = None) -> Relaxation:
+          hint: float | None = None, stop: Callable[[], bool] | None = None) -> Relaxation:
     """Bisection on ``lam`` for a problem whose limit binds and which some assignment fits
     (``free_objective``: the unconstrained optimum, the bound at ``lam = 0``). Without ``hint`` the
     bracket grows up from ``free / need`` by fours; with one (a multiplier a similar problem
     needed: the pipeline search's stages) it grows out from the hint by 2%, 4%, 8%, ..., so the
-    bisection starts narrow."""
+    bisection starts narrow. ``stop()`` True ends it before its next probe: the best fitting
+    assignment so far (the least-memory one at worst) and the best bound so far are returned."""
     need, least = min_memory(problem)
     room = slack(problem)
     best_choice, best_cost = tuple(least), evaluate(problem, least)[0]
@@ -80,6 +83,8 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
 
     def probe(lam: float) -> bool:
         nonlocal best_choice, best_cost, bound, bound_lam
+        if stop is not None and stop():
+            raise _Stopped
         choice, relaxed = _priced(problem, lam)
         cost, memory = evaluate(problem, choice)
         if relaxed - lam * room > bound:
@@ -90,6 +95,21 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
             return True
         return False
 
+    try:
+        _bisect(probe, lo, hi, hint, rounds, lambda: best_cost - bound <= rtol * best_cost)
+    except _Stopped:
+        pass
+    return Relaxation(tuple(best_choice), best_cost, bound, bound_lam)
+
+
+class _Stopped(Exception):
+    """The bisection's ``stop()`` said to end it (relax)."""
+
+
+def _bisect(probe, lo: float, hi: float, hint: float | None, rounds: int, close) -> None:
+    """Bracket the multiplier (from ``hint``, else growing ``hi`` by fours), then bisect it until
+    ``close()`` (proven close enough) or the multiplier is pinned down (what is left is the
+    duality gap)."""
     if hint:
         lo, hi = _bracket(probe, hint, rounds)
     else:
@@ -98,15 +118,13 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
                 break
             lo, hi = hi, hi * 4
     for _ in range(rounds):
-        # proven close enough, or the multiplier pinned down (what is left is the duality gap)
-        if best_cost - bound <= rtol * best_cost or hi - lo <= LAM_RTOL * hi:
+        if close() or hi - lo <= LAM_RTOL * hi:
             break
         lam = (lo + hi) / 2
         if probe(lam):
             hi = lam
         else:
             lo = lam
-    return Relaxation(tuple(best_choice), best_cost, bound, bound_lam)
 
 
 def _bracket(probe, hint: float, rounds: int) -> tuple[float, float]:

@@ -1,0 +1,68 @@
+"""A plan's layout by parallel axis, as frameworks name them (pure).
+
+The planner chooses a strategy per layer (``costmodel.strategy``: degrees of N, E, H, W, C, F over
+the layer's ranks) and an algorithm per layer; a user reads a layout as Megatron-Core's flags name
+it. Each axis is the set of degrees its layers take:
+
+- **data** N (a mixture-of-experts layer's tokens lie over N times E: its E is carved out of the
+  data-parallel ranks, ``Strategy.tokens``);
+- **expert** E, on the mixture-of-experts layers;
+- **context** H on the layers of a sequence (a network with attention: the sequence split,
+  Megatron-Core's context parallelism), else **spatial** H and W (an image's rows and columns);
+- **tensor** C and F (Megatron-LM's row- and column-parallel splits), and how many layers take the
+  sequence-parallel variant;
+- **pipeline** stages, schedule (1F1B, GPipe, interleaved with its chunks a device), and the
+  micro-batches (with one stage: gradient accumulation);
+- **ZeRO** stage (``--zero``, or the planner's own choice when nothing fits without it);
+- **recomputation** (layers that recompute their forward in backward) and **attention** algorithm
+  (flash or materialised, per layer).
+"""
+
+from __future__ import annotations
+
+from costmodel.compute import is_recomputed
+from costmodel.strategy import Strategy
+
+AXES = (("data", ("N",)), ("expert", ("E",)), ("context", ("H",)), ("spatial", ("H", "W")), ("tensor", ("C", "F")))
+
+
+def axes(layers: list[tuple[str, Strategy, str]], sequence: bool) -> dict:
+    """``layers``: (op, strategy, algorithm) of every layer; ``sequence``: the network's H is a
+    sequence (it has attention). Returns each axis's degrees (> 1) with how many layers take each
+    (an axis's degree differs by layer, and two axes may split different layers), and the counts
+    of the per-layer choices."""
+    out: dict = {}
+    for name, dims in AXES:
+        if name in ("context", "spatial") and (name == "context") != sequence:
+            continue
+        counts: dict[int, int] = {}
+        for _, strategy, _ in layers:
+            k = 1
+            for d in dims:
+                k *= strategy.degree(d)
+            if k > 1:
+                counts[k] = counts.get(k, 0) + 1
+        out[name] = dict(sorted(counts.items()))
+    out["sequence_parallel_layers"] = sum(s.seq_scatter for _, s, _ in layers)
+    out["recomputed_layers"] = sum(is_recomputed(a) for _, _, a in layers if a)
+    attention = [a.split("+")[0] for op, _, a in layers if op == "attention"]
+    out["attention"] = {k: attention.count(k) for k in sorted(set(attention)) if k}
+    return out
+
+
+def axes_line(found: dict, pipeline: str = "", zero: int = 0) -> str:
+    """The axes in one line, each degree with the layers taking it: ``axes (layers): data 32 (256),
+    context 2 (247), tensor 2 (9; sequence-parallel 9); ...``."""
+    parts = []
+    for name, _ in AXES:
+        for k, n in (found.get(name) or {}).items():
+            sp = found.get("sequence_parallel_layers") if name == "tensor" else 0
+            parts.append(f"{name} {k} ({n}" + (f"; sequence-parallel {sp})" if sp else ")"))
+    line = ", ".join(parts) or "every layer whole on each device (replicated)"
+    extra = [pipeline] if pipeline else []
+    extra.append(f"ZeRO-{zero}" if zero else "no ZeRO")
+    extra.append(f"recomputation on {found['recomputed_layers']} layers" if found.get("recomputed_layers")
+                 else "no recomputation")
+    if found.get("attention"):
+        extra.append("attention " + ", ".join(f"{k} x{v}" for k, v in found["attention"].items()))
+    return "axes (degree, layers): " + line + "; " + "; ".join(extra)

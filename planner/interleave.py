@@ -1,0 +1,116 @@
+"""Interleaved 1F1B in the pipeline search: one (S, m, V) searched, and its choice predicted (pure).
+
+Megatron-LM's interleaved schedule (Narayanan et al. SC21, section 2.2.2) cuts the blocks into
+``S V`` equal chunks, device ``s`` holding chunks ``s, s + S, ...`` (:meth:`planner.stack.Stack.
+device_layers`); its step is ``m max_s T_s + (sum_s T_s - max_s T_s) / V + max_s O_s``
+(``costmodel.pipeline``), ``T_s`` device ``s``'s forward and backward of one micro-batch over all its
+chunks plus its ``V`` sends each way. The cut is fixed (every chunk ``n / (S V)`` blocks), so a
+triple's search is three device solves: the first device (the layers before the blocks with its
+chunks), one middle device (all middle devices hold the same layers up to their names; solved holding
+device 1's in-flight micro-batches, the most of any middle device) and the last (with the layers
+after). Each is the planner's exact per-layer problem (:class:`planner.stage_solve.StageSolver`)
+weighted ``m + (S - 1) / V``, which is how often a balanced device's ``T`` counts in the step.
+
+A lower bound on the triple's step when a device solve kept a Lagrangian gap: the step is at least
+``(1/S) sum_s [(m + (S - 1) / V) T_s + O_s]`` (``planner.pipeline_bound``), and each bracket at least
+its solve's bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.compute import ComputeModel
+from costmodel.machine import Machine
+from costmodel.pipeline import INTERLEAVED, PipelinePrediction, kept_micro_batches, p2p_s, predict_pipeline
+from costmodel.step import predict_step
+from networks.ir import Network
+from planner.optimize import PlanMismatch, Settings
+from planner.stack import FIRST, LAST, MIDDLE, Stack
+from planner.stage_solve import StageSolution, StageSolver
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    """One (S, m, V) searched: its step, a lower bound on its optimum, each device's solution."""
+
+    step_s: float
+    lower_s: float
+    solutions: tuple[StageSolution, ...]  # per device s = 0 .. S - 1 (middle devices share one)
+
+
+def role(stages: int, s: int) -> str:
+    return FIRST if s == 0 else LAST if s == stages - 1 else MIDDLE
+
+
+def kept(stages: int, s: int, m: int, chunks: int) -> float:
+    """Micro-batches (in chunk shares) device ``s`` is solved to hold: its own on the first and last
+    device, device 1's on every middle one (module docstring)."""
+    return kept_micro_batches(INTERLEAVED, stages, s if s in (0, stages - 1) else 1, m, chunks)
+
+
+def sends_s(machine: Machine, p: int, stages: int, chunks: int, s: int, boundary: int, micro: int) -> float:
+    """Device ``s``'s sends per micro-batch: each of its chunks but the last of all sends its output
+    to the next chunk's device, and that device its gradient back (``costmodel.pipeline``)."""
+    d = p // stages
+    return sum(2 * p2p_s(machine, s * d, (c + 1) % stages * d, boundary * micro // d)
+               for c in range(s, stages * chunks, stages) if c + 1 < stages * chunks)
+
+
+def step_s(ts: list[float], os_: list[float], m: int, chunks: int) -> float:
+    return m * max(ts) + (sum(ts) - max(ts)) / chunks + max(os_)
+
+
+def search(solver: StageSolver, stack: Stack, stages: int, m: int, chunks: int, sends: list[float],
+           tied, late) -> Interleaved | None:
+    """The best plan of ``(S, m, V)`` (module docstring); None when a device fits nothing. ``sends``:
+    each device's sends per micro-batch; ``tied(s, net)``: the tied table's once-a-step seconds a
+    device's solver weighs (or None); ``late()`` raises when the search is to be left."""
+    sols = {}
+    for r, s in {role(stages, s): s for s in (0, 1, stages - 1)}.items():
+        late()
+        net = stack.interleaved_stage(stages, chunks, r)
+        sols[r] = solver.solve(("interleaved", chunks, r), net, kept(stages, s, m, chunks), tied(s, net))
+        if sols[r] is None:
+            return None
+    per = tuple(sols[role(stages, s)] for s in range(stages))
+    ts = [sol.micro_s + sends[s] for s, sol in enumerate(per)]
+    step = step_s(ts, [sol.once_s + sol.tied_s for sol in per], m, chunks)
+    weight = m + (stages - 1) / chunks
+    lower = sum(sol.lower_s(weight) + weight * sends[s] for s, sol in enumerate(per)) / stages
+    return Interleaved(step, min(step, lower), per)
+
+
+def predict(stack: Stack, batch: int, p: int, stages: int, m: int, chunks: int, solutions: tuple[StageSolution, ...],
+            machine: Machine, compute: ComputeModel, settings: Settings, step: float) -> PipelinePrediction:
+    """The interleaved step of the search's choice as ``dnnplan predict`` prices it from the plan
+    (``costmodel.pipeline.predict_pipeline``: each device's layers under its solution's strategies,
+    matched by position), checked against the search's ``step``."""
+    devices = iter(range(stages))
+
+    def stage(net: Network, ranks: int, micro: int):
+        sol = solutions[next(devices)]
+        names = dict(zip((layer.name for layer in net.layers), (layer.name for layer in sol.network.layers)))
+        strategies = {name: sol.strategies[own] for name, own in names.items()}
+        algorithms = {name: sol.algorithms[own] for name, own in names.items() if own in sol.algorithms}
+        return predict_step(net, micro, strategies, algorithms, machine, compute, settings.training)
+
+    pred = predict_pipeline(stack.network, batch, p, stages, m, INTERLEAVED, machine, stage, chunks=chunks)
+    if abs(pred.step_s - step) > 1e-9 * step:
+        raise PlanMismatch(f"the interleaved step {pred.step_s!r} s differs from the search's {step!r} s")
+    return pred
+
+
+def own_layers(stack: Stack, stages: int, chunks: int, s: int) -> dict[str, str]:
+    """Device ``s``'s canonical layer names (:meth:`planner.stack.Stack.interleaved_stage`) -> its own."""
+    canonical = stack.interleaved_stage(stages, chunks, role(stages, s)).layers
+    return dict(zip((layer.name for layer in canonical),
+                    (layer.name for layer in stack.device_layers(stages, chunks, s))))
+
+
+def chunk_firsts(stack: Stack, stages: int, chunks: int) -> tuple[str, ...]:
+    """Each of the ``S V`` chunks' first layer, in network order (what a plan file's pipeline lists)."""
+    c = stack.n // (stages * chunks)
+    firsts = [stack.blocks[i * c][0].name for i in range(stages * chunks)]
+    firsts[0] = stack.network.layers[0].name
+    return tuple(firsts)
