@@ -2,7 +2,9 @@
 :mod:`costmodel.kernel_calls` lists them with the other ops').
 
 Forward: the fused query/key/value projection (``linear.fwd`` of width ``(heads + 2 kv_heads) dh``),
-the rotary positions if any, the core (``attention.fwd``), the output projection; backward-data:
+the rotary positions if any, the core (``attention.fwd``, its shape carrying the shard's query
+and key/value heads: grouped-query attention is timed with its own key/value heads), the output
+projection; backward-data:
 the output projection's input gradient, the core (``attention.bwd``), the rotation back, the q/k/v
 projection's input gradient; backward-weights: the two projections' weight gradients.
 
@@ -51,9 +53,9 @@ def core_call(local: LocalLayer, backward: bool, algorithm: str, sram_bytes: int
     p = local.p
     s_l, d = local.in_shapes[0]
     s_k = local.layer.in_shapes[0][0]  # keys and values are exchanged over a sequence split
-    heads, _, dh = head_shape(p, d)
+    heads, kv, dh = head_shape(p, d)
     causal = bool(p["causal"])
-    shape = (local.batch, heads, s_l, s_k, dh, int(causal))
+    shape = (local.batch, heads, s_l, s_k, dh, int(causal), kv)
     kernel = "attention.bwd" if backward else "attention.fwd"
     if algorithm == "flash":
         if sram_bytes <= 0:

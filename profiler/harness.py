@@ -25,6 +25,7 @@ from kernels import KERNELS
 from kernels.allocator import keep_freed_memory
 from kernels.cuda.launch import from_float32
 from kernels.norm import bn_stats_from_sums
+from profiler.harness_moe import moe_experts_builder, moe_route_builder
 from kernels.xp import storage_dtype, synchronize
 
 
@@ -253,7 +254,8 @@ def _softmax_xent(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Ca
 def _attention(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
     r = ops.rand
     n, hd, sq, sk, dh = (f[x] for x in ("n", "heads", "sq", "sk", "dh"))
-    q, kk, v = r(n, hd, sq, dh), r(n, hd, sk, dh), r(n, hd, sk, dh)
+    kv = f.get("kv_heads", hd)  # grouped-query attention: its own key/value heads
+    q, kk, v = r(n, hd, sq, dh), r(n, kv, sk, dh), r(n, kv, sk, dh)
     # the algorithm the call prices ("" is the materialised core, costmodel.attention_calls): a GPU
     # left to its default would run flash for a materialised call
     algorithm = call.algo or "materialized"
@@ -270,6 +272,7 @@ _BUILDERS: dict[str, Builder] = {
     "global_avgpool": _global_pool, "batchnorm": _batchnorm, "layernorm": _layernorm, "sgd": _sgd,
     "relu": _elementwise, "gelu": _elementwise, "dropout": _elementwise, "add": _elementwise,
     "concat": _concat, "reshard": _reshard, "softmax_xent": _softmax_xent, "attention": _attention,
+    "moe_dispatch": moe_route_builder, "moe_combine": moe_route_builder, "moe_experts": moe_experts_builder,
 }
 
 

@@ -1,0 +1,45 @@
+"""Synthetic operands of the mixture-of-experts kernels (kernels.moe_route, kernels.moe) for the
+timing harness (profiler.harness): random tokens and router logits of the call's shape, routed as
+the executor routes them, so the dispatch keeps and drops the rows a real step does at that
+capacity; the experts' operands from a forward run of the same experts."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from costmodel.kernel_call import KernelCall
+from costmodel.moe_calls import ACTIVATION_CODES
+from kernels import moe, moe_route
+
+
+def moe_route_builder(call: KernelCall, f: dict, fn: Callable, ops) -> Callable[[], object]:
+    """``moe_dispatch.*`` / ``moe_combine.*`` over (N, S, D) tokens and (N, S, experts) logits."""
+    n, s, d, e, k, cap = (f[x] for x in ("n", "sq", "d", "experts", "top_k", "cap"))
+    x, logits = ops.input(n, s, d), ops.rand(n, s, e)
+    if call.kernel == "moe_dispatch.fwd":
+        return lambda: fn(x, logits, k, cap, e)
+    buf, rcache = moe_route.dispatch_forward(x, logits, k, cap, e)
+    if call.kernel == "moe_combine.fwd":
+        return lambda: fn(buf, x.shape, rcache)
+    _, picked = moe_route.combine_forward(buf, x.shape, rcache)
+    dy = ops.grad(n, s, d)
+    if call.kernel == "moe_combine.bwd":
+        return lambda: fn(dy, picked, rcache, buf.shape)
+    dgates, dbuf = moe_route.combine_backward(dy, picked, rcache, buf.shape)
+    return lambda: fn(dbuf, dgates, x.shape, rcache)  # moe_dispatch.bwd
+
+
+def moe_experts_builder(call: KernelCall, f: dict, fn: Callable, ops) -> Callable[[], object]:
+    """``moe_experts.*``: ``e`` experts over ``rows`` rows each, as the executor runs them."""
+    e, rows, d, h = (f[x] for x in ("e", "rows", "d", "hidden"))
+    gated, act = bool(f["gated"]), ACTIVATION_CODES[f["act"]]
+    x = ops.input(e, rows, d)
+    w_in, w_out = ops.rand(e, (2 if gated else 1) * h, d), ops.rand(e, d, h)
+    if call.kernel == "moe_experts.fwd":
+        return lambda: fn(x, w_in, w_out, act, gated)
+    out, cache = moe.experts_forward(x, w_in, w_out, act, gated)
+    dout = ops.grad(*out.shape)
+    if call.kernel == "moe_experts.bwd_data":
+        return lambda: fn(dout, cache, w_in, w_out, act, gated)
+    _, dpre = moe.experts_backward_data(dout, cache, w_in, w_out, act, gated)
+    return lambda: fn(dout, dpre, cache)
