@@ -94,3 +94,21 @@ def test_the_priced_calls_are_the_calls_the_executor_makes(shared, monkeypatch, 
 @pytest.mark.parametrize("cf,s,top_k,experts", [(1.25, 16, 2, 4), (1.0, 16, 2, 8), (1.1, 7, 1, 3), (2.0, 4096, 2, 8)])
 def test_the_executor_capacity_is_the_priced_one(cf, s, top_k, experts):
     assert capacity(cf, s, top_k, experts) == k.capacity(cf, s, top_k, experts)
+
+
+@pytest.mark.parametrize("degrees", [None, {"N": 2}, {"F": 2}, {"F": 4}])
+def test_grouped_query_attention_runs_exactly_the_priced_kernels(monkeypatch, degrees):
+    """tiny-gqa's attention (4 query heads on 2 key/value heads; under F = 4 each key/value head on
+    two ranks): the op's kernels, shapes included (the core's key/value heads), are the priced ones."""
+    from test_execute_gpt import _ctx, _local, _priced, _recording  # noqa: PLC0415 - the GPT test's recorder
+    from executor.ops import attention as attention_op  # noqa: PLC0415
+
+    net = load_network("tiny-gqa")
+    ctx = _ctx(net, "h0.attn", degrees, batch=4, dtype=np.float32)
+    calls: list = []
+    _recording(monkeypatch, attention_op, calls)
+    _, cache = attention_op.forward(ctx, [_local(ctx).astype(np.float32)])
+    attention_op.backward(ctx, _local(ctx, "out").astype(np.float32), cache)
+    assert calls == _priced(ctx)
+    kv = [shape[-1] for kernel, shape in calls if kernel.startswith("attention.")]
+    assert kv == [2 // (degrees or {}).get("F", 1) or 1] * 2

@@ -31,17 +31,20 @@ from kernels.activation import add_forward
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
 
 
-def _check(ctx: LayerCtx) -> None:
+def _check(ctx: LayerCtx) -> bool:
+    """Refuse what does not run yet (memoised: the plan decides it)."""
     if ctx.p["bias"] or ctx.p["shared_gate"]:
         raise unsupported(ctx.layer, "a mixture of experts with biases or a shared-expert gate")
     if ctx.split("H"):
         raise unsupported(ctx.layer, "a mixture of experts split over the sequence (H)")
     if ctx.split("E") and ctx.batch % (ctx.strategy.degree("N") * ctx.strategy.degree("E")):
         raise unsupported(ctx.layer, f"expert parallelism over a batch of {ctx.batch} that N x E does not divide")
+    return True
 
 
 def _geometry(ctx: LayerCtx) -> tuple[int, int, int]:
-    """(experts in all, this rank's experts, each expert's rows of one sequence)."""
+    """(experts in all, this rank's experts, each expert's rows of one sequence); through
+    ``memo``: the Python between the kernels is time no kernel timing holds."""
     s = ctx.layer.in_shapes[0][0]
     e = ctx.p["experts"]
     return e, e // ctx.strategy.degree("E"), k.capacity(ctx.p["capacity_factor"], s, ctx.p["top_k"], e)
@@ -55,7 +58,7 @@ def _exchange(ctx: LayerCtx, buf, phase: str):
     """(experts, N_l, cap, D) -> (local experts, G N_l cap, D): every rank's rows for this rank's
     experts (G: the expert group's size)."""
     sub = memo(ctx, _expert_comm)
-    e, el, _ = _geometry(ctx)
+    e, el, _ = memo(ctx, _geometry)
     g = e // el
     if sub is None:
         return buf.reshape(el, -1, buf.shape[-1])
@@ -73,7 +76,7 @@ def _return(ctx: LayerCtx, rows, shape, phase: str):
     sub = memo(ctx, _expert_comm)
     if sub is None:
         return rows.reshape(shape)
-    e, el, _ = _geometry(ctx)
+    e, el, _ = memo(ctx, _geometry)
     d = shape[-1]
     send = ctx.xp.ascontiguousarray(rows.reshape(el, e // el, -1, d).transpose(1, 0, 2, 3))
     got = ctx.xp.empty(shape, dtype=rows.dtype)
@@ -91,8 +94,8 @@ def forward(ctx: LayerCtx, xs):
     (x,) = xs
     xp, w, p = ctx.xp, ctx.weights, ctx.p
     n, s, d = x.shape
-    _check(ctx)
-    e, el, cap = _geometry(ctx)
+    memo(ctx, _check)
+    e, el, cap = memo(ctx, _geometry)
     with ctx.span("fwd_compute"):
         logits = linear_forward(x, w["router"])
         buf, rcache = kr.dispatch_forward(x, logits, p["top_k"], cap, e)
@@ -117,7 +120,7 @@ def backward(ctx: LayerCtx, dy, cache):
     x, rcache, picked, ecache, scache = cache
     xp, w, p = ctx.xp, ctx.weights, ctx.p
     n, s, d = x.shape
-    e, _, cap = _geometry(ctx)
+    e, _, cap = memo(ctx, _geometry)
     with ctx.span("bwd_compute"):
         dgates, dbuf = kr.combine_backward(dy, picked, rcache, (e, n, cap, d))
     drows_in = _exchange(ctx, dbuf, "bwd_comm")
