@@ -5,12 +5,14 @@ that the profiler times what a step runs:
 * forward: the router's GEMM (``linear.fwd``, tokens x D -> experts); ``moe_dispatch.fwd`` (the
   softmax, the top-k choice with each expert's capacity per sequence, the chosen rows copied into
   the (experts, N, capacity, D) buffer); [the dispatch all-to-all, costmodel.expert_comms];
+  under an expert split the received blocks reordered by expert (``reshard.copy``);
   ``moe_experts.fwd`` (this rank's experts as batched GEMMs over the rows of its expert group:
-  input projection, activation, output projection); [the combine all-to-all];
+  input projection, activation, output projection); under an expert split its output reordered
+  by source rank (``reshard.copy``); [the combine all-to-all];
   ``moe_combine.fwd`` (each token's rows weighted by their routing weights); the shared experts as
   one more ``moe_experts.fwd`` over every token and their sum into the output (``add.fwd``);
 * backward-data: ``moe_combine.bwd`` (the routing weights' gradient and the output gradient's rows
-  into the buffer); ``moe_experts.bwd_data``; ``moe_dispatch.bwd`` (the rows' gradients back into
+  into the buffer); ``moe_experts.bwd_data`` (between the two copies under an expert split); ``moe_dispatch.bwd`` (the rows' gradients back into
   tokens, the logits' gradient); the router's ``linear.bwd_data`` and its sum into the input
   gradient (``add.fwd``); the shared experts' ``moe_experts.bwd_data`` and its sum;
 * backward-weights: the router's ``linear.bwd_weights``, ``moe_experts.bwd_weights``, the shared
@@ -114,14 +116,19 @@ def moe_calls(local: LocalLayer, pass_: str, dtype: str, item: int) -> tuple[Ker
     rows = (total // local_e) * n * cap  # every rank of the expert group sends each local expert its buffer
     route = (n, s, d, total, k, cap, dtype, item)
     experts = _experts_call(pass_, local_e, rows, d, h, p, dtype, item)
+    if total > local_e and pass_ != "bwd_weights":  # the received blocks reordered, the returned ones too
+        copy = KernelCall("reshard.copy", (total, n * cap * d), dtype, "", 0, 2 * total * n * cap * d * item)
+        experts = (copy, experts, copy)
+    else:
+        experts = (experts,)
     shared = [_experts_call(pass_, 1, tokens, d, hs, p, dtype, item)] if hs else []
     unrun = _unrun(pass_, p, tokens, local_e * rows, d, h, hs, dtype, item)
     if pass_ == "fwd":
         return (linear_call("linear.fwd", tokens, d, total, False, dtype, item),
-                _route_call("moe_dispatch.fwd", *route), experts, _route_call("moe_combine.fwd", *route),
+                _route_call("moe_dispatch.fwd", *route), *experts, _route_call("moe_combine.fwd", *route),
                 *shared, *([_add(tokens * d, dtype, item)] if hs else []), *unrun)
     if pass_ == "bwd_data":
-        return (_route_call("moe_combine.bwd", *route), experts, _route_call("moe_dispatch.bwd", *route),
+        return (_route_call("moe_combine.bwd", *route), *experts, _route_call("moe_dispatch.bwd", *route),
                 linear_call("linear.bwd_data", tokens, d, total, False, dtype, item), _add(tokens * d, dtype, item),
                 *shared, *([_add(tokens * d, dtype, item)] if hs else []), *unrun)
-    return (linear_call("linear.bwd_weights", tokens, d, total, False, dtype, item), experts, *shared, *unrun)
+    return (linear_call("linear.bwd_weights", tokens, d, total, False, dtype, item), *experts, *shared, *unrun)

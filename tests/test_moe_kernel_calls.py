@@ -112,3 +112,19 @@ def test_grouped_query_attention_runs_exactly_the_priced_kernels(monkeypatch, de
     assert calls == _priced(ctx)
     kv = [shape[-1] for kernel, shape in calls if kernel.startswith("attention.")]
     assert kv == [2 // (degrees or {}).get("F", 1) or 1] * 2
+
+
+def test_an_expert_split_reorders_the_exchanged_blocks_around_the_experts():
+    """Under E the executor reorders the received rows by expert before the experts' GEMMs and their
+    outputs by source rank after (one block copy each, executor.ops.moe._exchange/_return): priced
+    as two ``reshard.copy`` of the whole buffer around ``moe_experts`` in each input pass."""
+    layer = load_network("tiny-moe").layer("h0.moe")
+    local = local_layer(layer, make_strategy(2, {"E": 2}), 8)
+    cap = capacity(1.25, 16, 2, 4)
+    for pass_ in ("fwd", "bwd_data"):
+        names = [c.kernel for c in kernel_calls(local, pass_)]
+        i = names.index(f"moe_experts.{pass_}")
+        assert names[i - 1] == names[i + 1] == "reshard.copy"
+        copies = [c for c in kernel_calls(local, pass_) if c.kernel == "reshard.copy"]
+        assert {c.shape for c in copies} == {(4, local.batch * cap * 32)}
+    assert "reshard.copy" not in [c.kernel for c in kernel_calls(local, "bwd_weights")]

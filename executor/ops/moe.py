@@ -28,6 +28,7 @@ from executor.ops.base import LayerCtx, check_shape, memo, unsupported
 from kernels import moe as k
 from kernels import moe_route as kr
 from kernels.activation import add_forward
+from kernels.reshard import copy_block
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
 
 
@@ -56,7 +57,8 @@ def _expert_comm(ctx: LayerCtx):
 
 def _exchange(ctx: LayerCtx, buf, phase: str):
     """(experts, N_l, cap, D) -> (local experts, G N_l cap, D): every rank's rows for this rank's
-    experts (G: the expert group's size)."""
+    experts (G: the expert group's size); the received blocks reordered by one ``reshard.copy``
+    in the pass's compute span (costmodel.moe_calls prices it)."""
     sub = memo(ctx, _expert_comm)
     e, el, _ = memo(ctx, _geometry)
     g = e // el
@@ -66,9 +68,11 @@ def _exchange(ctx: LayerCtx, buf, phase: str):
     wait_for(sub, ctx.timers, ctx.layer.name)
     with ctx.span(phase):
         alltoall_(sub, ctx.xp.ascontiguousarray(buf), got)
-    # got: (G sources, local experts, N_l, cap, D) -> (local experts, G N_l cap, D)
-    d = buf.shape[-1]
-    return ctx.xp.ascontiguousarray(got.reshape(g, el, -1, d).transpose(1, 0, 2, 3)).reshape(el, -1, d)
+    # got: (G sources, local experts, N_l cap D) -> (local experts, G sources, N_l cap D)
+    out = ctx.xp.empty((el, g, got.size // e), dtype=got.dtype)
+    with ctx.span(phase.replace("comm", "compute")):
+        copy_block(out, got.reshape(g, el, -1).transpose(1, 0, 2))
+    return out.reshape(el, -1, buf.shape[-1])
 
 
 def _return(ctx: LayerCtx, rows, shape, phase: str):
@@ -77,8 +81,9 @@ def _return(ctx: LayerCtx, rows, shape, phase: str):
     if sub is None:
         return rows.reshape(shape)
     e, el, _ = memo(ctx, _geometry)
-    d = shape[-1]
-    send = ctx.xp.ascontiguousarray(rows.reshape(el, e // el, -1, d).transpose(1, 0, 2, 3))
+    send = ctx.xp.empty((e // el, el, rows.size // e), dtype=rows.dtype)
+    with ctx.span(phase.replace("comm", "compute")):
+        copy_block(send, rows.reshape(el, e // el, -1).transpose(1, 0, 2))
     got = ctx.xp.empty(shape, dtype=rows.dtype)
     wait_for(sub, ctx.timers, ctx.layer.name)
     with ctx.span(phase):
