@@ -1,8 +1,12 @@
 """The kernel calls of an attention layer's shard, per pass (pure; the table of
 :mod:`costmodel.kernel_calls` lists them with the other ops').
 
-Forward: the fused query/key/value projection (``linear.fwd`` of width ``(heads + 2 kv_heads) dh``),
-the rotary positions if any, the core (``attention.fwd``), the output projection; backward-data:
+Forward: under grouped-query attention the query and key/value weights concatenated into one
+(``concat.fwd``, the executor's once a step), the fused query/key/value projection (``linear.fwd``
+of width ``(heads + 2 kv_heads) dh``),
+the rotary positions if any, the core (``attention.fwd``, its shape carrying the shard's query
+and key/value heads: grouped-query attention is timed with its own key/value heads), the output
+projection; backward-data:
 the output projection's input gradient, the core (``attention.bwd``), the rotation back, the q/k/v
 projection's input gradient; backward-weights: the two projections' weight gradients.
 
@@ -51,9 +55,9 @@ def core_call(local: LocalLayer, backward: bool, algorithm: str, sram_bytes: int
     p = local.p
     s_l, d = local.in_shapes[0]
     s_k = local.layer.in_shapes[0][0]  # keys and values are exchanged over a sequence split
-    heads, _, dh = head_shape(p, d)
+    heads, kv, dh = head_shape(p, d)
     causal = bool(p["causal"])
-    shape = (local.batch, heads, s_l, s_k, dh, int(causal))
+    shape = (local.batch, heads, s_l, s_k, dh, int(causal), kv)
     kernel = "attention.bwd" if backward else "attention.fwd"
     if algorithm == "flash":
         if sram_bytes <= 0:
@@ -64,6 +68,19 @@ def core_call(local: LocalLayer, backward: bool, algorithm: str, sram_bytes: int
         return KernelCall(kernel, shape, dtype, "flash", got.flops, got.bytes)
     kernels = attention_core_kernels(local.batch, heads, s_l, s_k, dh, item, backward)
     return KernelCall(kernel, shape, dtype, "", sum(k[0] for k in kernels), sum(k[1] for k in kernels))
+
+
+def _fused_weight_calls(local: LocalLayer, dq: int, dkv: int, d: int, bias: bool, dtype: str,
+                        item: int) -> tuple[KernelCall, ...]:
+    """Grouped-query attention's query and key/value weights (and biases) made one projection
+    weight, once a step before the forward GEMM (``concat.fwd`` of (1, dq, D) and (1, 2 dkv, D)
+    blocks; executor.ops.attention); none where the layer holds one fused weight."""
+    if "q_weight" not in dict(local.layer.weights):
+        return ()
+    out = [KernelCall("concat.fwd", (1, d, dq, 2 * dkv), dtype, "", 0, 2 * (dq + 2 * dkv) * d * item)]
+    if bias:
+        out.append(KernelCall("concat.fwd", (1, 1, dq, 2 * dkv), dtype, "", 0, 2 * (dq + 2 * dkv) * item))
+    return tuple(out)
 
 
 def attention_calls(local: LocalLayer, pass_: str, dtype: str, item: int, algorithm: str = "",
@@ -77,7 +94,8 @@ def attention_calls(local: LocalLayer, pass_: str, dtype: str, item: int, algori
     bias, in_bias = bool(p["bias"]), qkv_bias(p)
     rope = tuple(KernelCall(k, s, dtype, "", f, b) for k, s, f, b in rotary_calls(local, pass_, item))
     if pass_ == "fwd":
-        return (linear_call("linear.fwd", rows, d, qkv, in_bias, dtype, item), *rope,
+        return (*_fused_weight_calls(local, d_l, kv * dh, d, in_bias, dtype, item),
+                linear_call("linear.fwd", rows, d, qkv, in_bias, dtype, item), *rope,
                 core_call(local, False, algorithm, sram_bytes, dtype, item),
                 linear_call("linear.fwd", rows, d_l, d, bias, dtype, item))
     if pass_ == "bwd_data":

@@ -29,7 +29,7 @@ from costmodel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Network
 
 #: The collectives a run can time (profiler.inrun_comm).
-TIMED = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoallv")
+TIMED = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoallv", "alltoall")
 
 
 #: What a collective's key (:attr:`CommCall.key`) starts with.

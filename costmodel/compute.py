@@ -328,7 +328,7 @@ class Roofline:
             if call.algo == "flash":
                 total += self._time(call.flops, call.bytes, key, kind)
                 continue
-            n, heads, sq, sk, dh, _ = call.shape
+            n, heads, sq, sk, dh = call.shape[:5]
             for flops, nbytes, gemm in attention_core_kernels(n, heads, sq, sk, dh, item, pass_ != "fwd"):
                 total += self._time(flops, nbytes, key, kind) if gemm else self._time(flops, nbytes)
         return total

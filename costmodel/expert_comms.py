@@ -5,9 +5,12 @@ Lepikhin et al., "GShard" (ICLR 2021), section 3.2, and Megatron-Core's ``alltoa
 dispatcher (``MoEAlltoAllTokenDispatcher``): with the experts split over a group of ``e`` ranks
 (the ``E`` degree), each rank routes its own tokens and sends every (token, chosen expert) row to
 the rank holding that expert, one all-to-all; the experts' outputs come back by a second, and the
-backward pass runs both again on the gradients (the combine's first). Under the load assumption of
-networks/ops/moe.py each rank sends ``capacity_factor x tokens x top_k`` rows of ``D`` elements,
-``1/e`` of them to every rank of the group (its own share staying): the all-to-all's ``nbytes``,
+backward pass runs both again on the gradients (the combine's first). Each rank sends its whole
+dispatch buffer as executor.ops.moe does: ``capacity`` rows of every local sequence for every
+expert, padded with zeros where fewer came (``experts x N_local x capacity`` rows of ``D``
+elements, ``capacity = ceil(capacity_factor x S x top_k / experts)``, costmodel.moe_calls; the
+load assumption of networks/ops/moe.py made exact as the buffer is), ``1/e`` of it to every rank
+of the group, its own share included: the all-to-all's ``nbytes``,
 ``costmodel.collectives.alltoall_s`` (pairwise: ``(e-1)(a + n/e b)``; a group spanning nodes in
 two levels, costmodel.collective_groups). The experts' weight gradients are summed over the ranks
 holding the same experts, the samples' and sequence's (expert data parallelism: ``partial_weight_grad``
@@ -17,6 +20,7 @@ of the N and H splits, costmodel.weight_sync).
 from __future__ import annotations
 
 from costmodel.layer_layouts import LocalLayer
+from costmodel.moe_calls import capacity
 from costmodel.strategy import Strategy
 from networks.ir import Layer
 
@@ -28,7 +32,8 @@ def expert_collectives(layer: Layer, strategy: Strategy, local: LocalLayer, item
         return []
     s, d = local.in_shapes[0]
     p = local.p
-    rows = round(p["capacity_factor"] * local.batch * s * p["top_k"])
+    experts = p.get("experts_total", p["experts"])
+    rows = experts * local.batch * capacity(p["capacity_factor"], s, p["top_k"], experts)
     nbytes = rows * d * itemsize
     return [("dispatch", "fwd", "alltoall", nbytes, ("E",)), ("combine", "fwd", "alltoall", nbytes, ("E",)),
             ("combine_grad", "bwd", "alltoall", nbytes, ("E",)), ("dispatch_grad", "bwd", "alltoall", nbytes, ("E",))]

@@ -15,7 +15,14 @@ _POOL = ("n", "c", "h", "w", "kh", "kw", "sh", "sw", "pt", "pb", "pl", "pr", "dh
 _AVGPOOL = _POOL + ("count_include_pad",)
 _NCHW = ("n", "c", "h", "w")
 _LINEAR = ("rows", "c", "f", "bias")
-_ATTN = ("n", "heads", "sq", "sk", "dh", "causal")
+# ``kv_heads`` last (a structure field: a grouped-query call is never a multi-head one's neighbour)
+_ATTN = ("n", "heads", "sq", "sk", "dh", "causal", "kv_heads")
+# a mixture of experts (kernels.moe_route, kernels.moe): the token movement over (N, S, D) tokens
+# routed to ``experts`` with ``top_k`` choices into buffers of ``cap`` rows a sequence; the experts'
+# MLPs, ``e`` of them over ``rows`` rows each, of width ``hidden``, ``gated`` (SwiGLU-style) or not,
+# activation ``act`` (an index into costmodel.moe_calls.ACTIVATION_CODES)
+_MOE_ROUTE = ("n", "sq", "d", "experts", "top_k", "cap")
+_MOE_EXPERTS = ("e", "rows", "d", "hidden", "gated", "act")
 
 #: Meaning of each position of ``KernelCall.shape``, per kernel.
 SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
@@ -35,6 +42,9 @@ SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
     "concat.fwd": ("outer", "inner"), "concat.bwd": ("outer", "inner"),
     "softmax_xent.fwd": ("rows", "k"), "softmax_xent.bwd": ("rows", "k"),
     "attention.fwd": _ATTN, "attention.bwd": _ATTN,
+    "moe_dispatch.fwd": _MOE_ROUTE, "moe_dispatch.bwd": _MOE_ROUTE,
+    "moe_combine.fwd": _MOE_ROUTE, "moe_combine.bwd": _MOE_ROUTE,
+    "moe_experts.fwd": _MOE_EXPERTS, "moe_experts.bwd_data": _MOE_EXPERTS, "moe_experts.bwd_weights": _MOE_EXPERTS,
     "sgd.update": ("elems",),
     # a reshard's block copies: ``outer`` contiguous runs of ``inner`` elements
     "reshard.copy": ("outer", "inner"), "reshard.add": ("outer", "inner"),
@@ -43,7 +53,7 @@ SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
 #: Positions of a shape that are sizes (interpolated over); the others are structure (stride,
 #: padding, flags), which must match exactly for two measurements to be neighbours.
 SIZE_FIELDS = frozenset({"n", "c", "h", "w", "f", "rows", "m", "k", "d", "elems", "outer", "inner",
-                         "heads", "sq", "sk", "dh"})
+                         "heads", "sq", "sk", "dh", "cap", "e", "hidden"})
 
 
 @dataclass(frozen=True)

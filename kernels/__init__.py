@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from kernels import activation, attention, conv, gemm, loss, norm, optimizer, pool, reshard
+from kernels import activation, attention, conv, gemm, loss, moe, moe_route, norm, optimizer, pool, reshard
 from kernels import cuda  # registers the GPU kernel set (kernels.dispatch); imports no GPU library
 
 #: Bumped whenever a kernel's work changes, so that timings of the old kernels are not reused: the
@@ -66,10 +66,17 @@ KERNELS: dict[str, Callable] = {
     "concat.bwd": activation.concat_backward,
     "softmax_xent.fwd": loss.softmax_xent_forward,
     "softmax_xent.bwd": loss.softmax_xent_backward,
-    "attention.fwd": attention.attention_forward,
-    "attention.bwd": attention.attention_backward,
+    "attention.fwd": attention.attention_forward_packed,
+    "attention.bwd": attention.attention_backward_packed,
+    "moe_dispatch.fwd": moe_route.dispatch_forward,
+    "moe_dispatch.bwd": moe_route.dispatch_backward,
+    "moe_combine.fwd": moe_route.combine_forward,
+    "moe_combine.bwd": moe_route.combine_backward,
+    "moe_experts.fwd": moe.experts_forward,
+    "moe_experts.bwd_data": moe.experts_backward_data,
+    "moe_experts.bwd_weights": moe.experts_backward_weights,
     "reshard.copy": reshard.copy_block,
     "reshard.add": reshard.add_block,
 }
 
-__all__ = ["KERNELS", "activation", "attention", "conv", "gemm", "loss", "norm", "pool", "reshard"]
+__all__ = ["KERNELS", "activation", "attention", "conv", "gemm", "loss", "moe", "moe_route", "norm", "pool", "reshard"]

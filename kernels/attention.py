@@ -65,3 +65,35 @@ def attention_backward(do, cache):
     dk = xp.matmul(ds.swapaxes(-1, -2), _grouped(q, kv)).sum(axis=2)
     dk *= scale
     return dq, dk, dv
+
+
+def _merge(xp, o):
+    """(N, heads, S, dh) -> (N, S, heads dh), contiguous."""
+    n, h, s, dh = o.shape
+    return xp.ascontiguousarray(o.transpose(0, 2, 1, 3)).reshape(n, s, h * dh)
+
+
+def attention_forward_packed(qkv, heads: int, kv_heads: int, causal=False, algorithm: str = ""):
+    """The core as the executor runs it, on the fused q/k/v projection's output ``qkv`` (N, S,
+    (heads + 2 kv_heads) dh): split into contiguous per-head q, k and v, :func:`attention_forward`
+    (on a GPU the device's kernel), its output merged back to (N, S, heads dh). ``(o2, cache)``.
+    The ``attention.fwd`` the profiler times: the copies around the core are part of it."""
+    xp = module_of(qkv)
+    n, s, w = qkv.shape
+    dh = w // (heads + 2 * kv_heads)
+    dl, dkv = heads * dh, kv_heads * dh
+    q, k, v = (xp.ascontiguousarray(t.reshape(n, s, t.shape[-1] // dh, dh).transpose(0, 2, 1, 3))
+               for t in (qkv[..., :dl], qkv[..., dl:dl + dkv], qkv[..., dl + dkv:]))
+    o, cache = attention_forward(q, k, v, causal=causal, algorithm=algorithm)
+    return _merge(xp, o), cache
+
+
+def attention_backward_packed(do2, cache, heads: int):
+    """The gradient of :func:`attention_forward_packed`'s ``qkv`` from its output's ``do2``
+    (N, S, heads dh): split into heads, :func:`attention_backward`, merged and concatenated as the
+    fused projection lays them out (the ``attention.bwd`` the profiler times)."""
+    xp = module_of(do2)
+    n, s, dl = do2.shape
+    do = xp.ascontiguousarray(do2.reshape(n, s, heads, dl // heads).transpose(0, 2, 1, 3))
+    dq, dk, dv = attention_backward(do, cache)
+    return xp.concatenate([_merge(xp, g) for g in (dq, dk, dv)], axis=-1)

@@ -99,11 +99,11 @@ def experts_forward(rows, w_in, w_out, activation: str, gated: bool):
     return out, (rows, pre, a, h, cache)
 
 
-def experts_backward(dout, cache, w_in, w_out, activation: str, gated: bool):
-    """(d rows, d w_in, d w_out) of :func:`experts_forward`."""
+def experts_backward_data(dout, cache, w_in, w_out, activation: str, gated: bool):
+    """(d rows, d pre-activation) of :func:`experts_forward`: the ``moe_experts.bwd_data`` kernel
+    (the pre-activation's gradient is what :func:`experts_backward_weights` reads)."""
     xp = module_of(dout)
     rows, pre, a, h, act_cache = cache
-    dw_out = xp.matmul(dout.swapaxes(-1, -2), h)
     dh = xp.matmul(dout, w_out)
     if gated:
         dpre = xp.empty_like(pre)
@@ -111,6 +111,18 @@ def experts_backward(dout, cache, w_in, w_out, activation: str, gated: bool):
         dpre[..., 0::2] = _act_grad(dh * pre[..., 1::2], act_cache, activation)
     else:
         dpre = _act_grad(dh, act_cache, activation)
-    dw_in = xp.matmul(dpre.swapaxes(-1, -2), rows)
-    drows = xp.matmul(dpre, w_in)
+    return xp.matmul(dpre, w_in), dpre
+
+
+def experts_backward_weights(dout, dpre, cache):
+    """(d w_in, d w_out) of :func:`experts_forward`: the ``moe_experts.bwd_weights`` kernel."""
+    xp = module_of(dout)
+    rows, _, _, h, _ = cache
+    return xp.matmul(dpre.swapaxes(-1, -2), rows), xp.matmul(dout.swapaxes(-1, -2), h)
+
+
+def experts_backward(dout, cache, w_in, w_out, activation: str, gated: bool):
+    """(d rows, d w_in, d w_out) of :func:`experts_forward` (the two backward kernels in turn)."""
+    drows, dpre = experts_backward_data(dout, cache, w_in, w_out, activation, gated)
+    dw_in, dw_out = experts_backward_weights(dout, dpre, cache)
     return drows, dw_in, dw_out

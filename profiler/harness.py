@@ -25,6 +25,7 @@ from kernels import KERNELS
 from kernels.allocator import keep_freed_memory
 from kernels.cuda.launch import from_float32
 from kernels.norm import bn_stats_from_sums
+from profiler.harness_transformer import attention_builder, moe_experts_builder, moe_route_builder
 from kernels.xp import storage_dtype, synchronize
 
 
@@ -250,26 +251,13 @@ def _softmax_xent(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Ca
     return lambda: fn(cache)
 
 
-def _attention(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
-    r = ops.rand
-    n, hd, sq, sk, dh = (f[x] for x in ("n", "heads", "sq", "sk", "dh"))
-    q, kk, v = r(n, hd, sq, dh), r(n, hd, sk, dh), r(n, hd, sk, dh)
-    # the algorithm the call prices ("" is the materialised core, costmodel.attention_calls): a GPU
-    # left to its default would run flash for a materialised call
-    algorithm = call.algo or "materialized"
-    if call.kernel.endswith(".fwd"):
-        return lambda: fn(q, kk, v, bool(f["causal"]), algorithm=algorithm)
-    o, cache = KERNELS["attention.fwd"](q, kk, v, bool(f["causal"]), algorithm=algorithm)
-    do = ops.grad(*o.shape)
-    return lambda: fn(do, cache)
-
-
 #: The operand builder of each kernel family (the registry name's part before the dot).
 _BUILDERS: dict[str, Builder] = {
     "conv2d": _conv, "linear": _linear, "gemm": _gemm, "maxpool2d": _pool, "avgpool2d": _pool,
     "global_avgpool": _global_pool, "batchnorm": _batchnorm, "layernorm": _layernorm, "sgd": _sgd,
     "relu": _elementwise, "gelu": _elementwise, "dropout": _elementwise, "add": _elementwise,
-    "concat": _concat, "reshard": _reshard, "softmax_xent": _softmax_xent, "attention": _attention,
+    "concat": _concat, "reshard": _reshard, "softmax_xent": _softmax_xent, "attention": attention_builder,
+    "moe_dispatch": moe_route_builder, "moe_combine": moe_route_builder, "moe_experts": moe_experts_builder,
 }
 
 

@@ -9,7 +9,9 @@ or, for a cold call, the kernels the step runs just before it (:meth:`InRunComm.
 barrier, then the one call. A group smaller than the job is a block of consecutive ranks, all
 blocks at once, as the step runs its groups side by side. A reshard's ``alltoallv`` sends the
 call's bytes spread evenly over the other ranks of the group, nothing to itself, as
-``executor.comm.reshard.reshard`` does when its pieces are balanced.
+``executor.comm.reshard.reshard`` does when its pieces are balanced; an expert split's ``alltoall``
+sends 1/g of the call's bytes to every rank of the group, itself included, as
+``executor.comm.collectives.alltoall_`` does.
 
 The prediction then prices each collective with the median over steps of the slowest rank's
 sample (``Machine.measured``): an isolated collective of the step's size, never the step's own
@@ -103,5 +105,11 @@ def collective_op(sub, call: CommCall) -> Callable[[], object]:
         displs = [sum(counts[:r]) for r in range(g)]
         send = rng.standard_normal(each * (g - 1)).astype(np.float32)
         recv = np.empty_like(send)
+        return lambda: sub.Alltoallv([send, (counts, displs), MPI.FLOAT], [recv, (counts, displs), MPI.FLOAT])
+    if call.collective == "alltoall":  # bytes: a rank's whole send buffer, 1/g to every rank, itself too,
+        part = n // g  # as executor.comm.collectives.alltoall_ sends an expert split's rows
+        send = buf[: part * g]
+        recv = np.empty_like(send)
+        counts, displs = [part] * g, [r * part for r in range(g)]
         return lambda: sub.Alltoallv([send, (counts, displs), MPI.FLOAT], [recv, (counts, displs), MPI.FLOAT])
     raise ValueError(f"no in-run timing for collective {call.collective!r}")

@@ -47,12 +47,12 @@ def _attention_ctx(algo: str) -> LayerCtx:
                                           ("flash+recompute", "flash"), ("", ""), ("recompute", "")])
 def test_the_executor_op_runs_the_planned_attention_algorithm(monkeypatch, planned, runs):
     seen = []
-    real = attention_op.attention_forward
+    real = attention_op.attention_forward_packed  # the core on the fused projection's output
 
-    def spy(q, k, v, causal=False, algorithm=""):
+    def spy(qkv, heads, kv_heads, causal=False, algorithm=""):
         seen.append(algorithm)
-        return real(q, k, v, causal, algorithm)
-    monkeypatch.setattr(attention_op, "attention_forward", spy)
+        return real(qkv, heads, kv_heads, causal, algorithm)
+    monkeypatch.setattr(attention_op, "attention_forward_packed", spy)
     ctx = _attention_ctx(planned)
     x = np.random.default_rng(0).standard_normal((2, 16, 32))
     attention_op.forward(ctx, [x])

@@ -215,9 +215,17 @@ def _recording(monkeypatch, module, calls):
         "linear_backward_weights": lambda dy, x, b=True: ("linear.bwd_weights",
                                                           (rows(dy), x.shape[-1], dy.shape[-1])),
         "attention_forward": lambda q, k, v, causal=False, algorithm="": ("attention.fwd", (*q.shape[:3], k.shape[2],
-                                                                              q.shape[3], int(causal))),
+                                                                              q.shape[3], int(causal), k.shape[1])),
         "attention_backward": lambda do, c: ("attention.bwd", (*c["q"].shape[:3], c["k"].shape[2],
-                                                               c["q"].shape[3], 1)),
+                                                               c["q"].shape[3], 1, c["k"].shape[1])),
+        # the core as the op calls it, on the fused projection's output (kernels.attention)
+        "attention_forward_packed": lambda qkv, h, kv, causal=False, algorithm="": (
+            "attention.fwd", (qkv.shape[0], h, qkv.shape[1], qkv.shape[1], qkv.shape[2] // (h + 2 * kv), int(causal), kv)),
+        "attention_backward_packed": lambda do2, c, h: ("attention.bwd", (*c["q"].shape[:3], c["k"].shape[2],
+                                                                          c["q"].shape[3], 1, c["k"].shape[1])),
+        "concat_forward": lambda xs, axis=1: ("concat.fwd", (int(np.prod(xs[0].shape[:axis])),
+                                                             int(np.prod(xs[0].shape[axis + 1:])),
+                                                             *(x.shape[axis] for x in xs))),
         "softmax_xent_forward": lambda z, lab, total, lo=None: ("softmax_xent.fwd", (rows(z), z.shape[-1])),
         "softmax_xent_backward": lambda c, d=1.0: ("softmax_xent.bwd", (rows(c["p"]), c["p"].shape[-1])),
     }

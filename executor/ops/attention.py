@@ -15,11 +15,14 @@ rank's heads (head ``h`` owns features ``h*dh .. (h+1)*dh``); ``out_weight`` (D,
 attention (``kv_heads`` < ``heads``, networks.ops.attention) holds ``q_weight`` (Dl, D) and
 ``kv_weight`` (2, Dkvl, D) with ``q_bias`` and ``kv_bias``: the head split keeps whole key/value
 groups with their query heads on a rank, and the two are stacked into one projection of width
-``Dl + 2 Dkvl`` (the one ``linear.fwd`` the cost model prices). Above ``kv_heads`` ranks each key/value
+``Dl + 2 Dkvl`` (the one ``linear.fwd`` the cost model prices; the concatenation is a
+``concat.fwd`` it prices too). Above ``kv_heads`` ranks each key/value
 head lies on ``F / kv_heads`` neighbouring ranks, each of which computes its gradient from its own
 query heads only: those are summed over the replicas (one all-reduce over F of a buffer holding
 every key/value head, each rank's in its own slot) before the runtime's sums over the samples.
-The core runs the algorithm the plan chose for the layer (``flash`` or ``materialized``,
+The core (kernels.attention.attention_forward_packed and its backward) takes the projection's
+output as it is and splits, and merges, the heads itself, so the timed kernel is what runs. It
+runs the algorithm the plan chose for the layer (``flash`` or ``materialized``,
 costmodel.attention_calls; ``""`` is the device's default).
 """
 
@@ -29,7 +32,8 @@ from costmodel.attention_calls import ATTENTION_ALGORITHMS
 from costmodel.compute import kernel_algorithm
 from executor.backend.device import Array
 from executor.ops.base import LayerCtx, check_shape, unsupported
-from kernels.attention import attention_backward, attention_forward
+from kernels.activation import concat_forward
+from kernels.attention import attention_backward_packed, attention_forward_packed
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
 
 
@@ -47,31 +51,20 @@ def _widths(ctx: LayerCtx) -> tuple[int, int, int]:
     return dh, dl, dl
 
 
-def _split_heads(xp, qkv: Array, dh: int, dl: int, dkv: int):
-    """(N, S, Dl + 2 Dkvl) -> q (N, heads, S, dh), k and v (N, kv_heads, S, dh) (contiguous, as the
-    kernel is timed)."""
-    n, s, _ = qkv.shape
-    parts = (qkv[..., :dl], qkv[..., dl:dl + dkv], qkv[..., dl + dkv:])
-    return tuple(xp.ascontiguousarray(t.reshape(n, s, t.shape[-1] // dh, dh).transpose(0, 2, 1, 3))
-                 for t in parts)
-
-
-def _merge_heads(xp, o: Array) -> Array:
-    """(N, heads, S, dh) -> (N, S, heads*dh)."""
-    n, h, s, dh = o.shape
-    return xp.ascontiguousarray(o.transpose(0, 2, 1, 3)).reshape(n, s, h * dh)
-
-
 def _fused_weight(ctx: LayerCtx):
-    """The q/k/v projection as one (Dl + 2 Dkvl, D) weight and its bias (None without)."""
+    """The q/k/v projection as one (Dl + 2 Dkvl, D) weight and its bias (None without); grouped:
+    the query and key/value weights (and biases) concatenated (``concat.fwd``, once a step: the
+    backward pass reuses them)."""
     w = ctx.weights
     if not _grouped(ctx):
         b = w.get("qkv_bias")
         return w["qkv_weight"].reshape(-1, w["qkv_weight"].shape[-1]), (None if b is None else b.reshape(-1))
-    xp, d = ctx.xp, w["q_weight"].shape[-1]
-    fused = xp.concatenate([w["q_weight"], w["kv_weight"].reshape(-1, d)])
-    b = None if "q_bias" not in w else xp.concatenate([w["q_bias"], w["kv_bias"].reshape(-1)])
-    return fused, b
+    d = w["q_weight"].shape[-1]
+    fused, _ = concat_forward([w["q_weight"][None], w["kv_weight"].reshape(1, -1, d)], 1)
+    if "q_bias" not in w:
+        return fused[0], None
+    b, _ = concat_forward([w["q_bias"].reshape(1, -1, 1), w["kv_bias"].reshape(1, -1, 1)], 1)
+    return fused[0], b.reshape(-1)
 
 
 def _qkv_grads(ctx: LayerCtx, dw, db) -> dict[str, Array]:
@@ -125,34 +118,29 @@ def forward(ctx: LayerCtx, xs):
     with ctx.span("fwd_compute"):
         w_qkv, b_qkv = _fused_weight(ctx)
         qkv = linear_forward(x, w_qkv, b_qkv)
-        q, k, v = _split_heads(ctx.xp, qkv, dh, dl, dkv)
-        o, core = attention_forward(q, k, v, causal=bool(ctx.p["causal"]), algorithm=_algorithm(ctx))
-        o2 = _merge_heads(ctx.xp, o)
+        o2, core = attention_forward_packed(qkv, dl // dh, dkv // dh, causal=bool(ctx.p["causal"]),
+                                            algorithm=_algorithm(ctx))
         y = linear_forward(o2, ctx.weights["out_weight"],
                            ctx.weights["out_bias"] if _owns_out_bias(ctx) else None)
     y = ctx.xp.ascontiguousarray(y)
     ctx.allreduce(y, ("F",), "fwd_comm")
-    return check_shape(ctx, y), (x, o2, core)
+    return check_shape(ctx, y), (x, o2, core, w_qkv, b_qkv is not None)
 
 
 def backward(ctx: LayerCtx, dy, cache):
-    x, o2, core = cache
+    x, o2, core, w_qkv, has_qkv_bias = cache
     w_out = ctx.weights["out_weight"]
-    dh, _, _ = _widths(ctx)
+    dh, dl, _ = _widths(ctx)
     xp = ctx.xp
     with ctx.span("bwd_compute"):
-        w_qkv, b_qkv = _fused_weight(ctx)
         do2 = linear_backward_data(dy, w_out)
-        n, s, dl = do2.shape
-        do = xp.ascontiguousarray(do2.reshape(n, s, dl // dh, dh).transpose(0, 2, 1, 3))
-        dq, dk, dv = attention_backward(do, core)
-        dqkv = xp.concatenate([_merge_heads(xp, g) for g in (dq, dk, dv)], axis=-1)
+        dqkv = attention_backward_packed(do2, core, dl // dh)
         dx = linear_backward_data(dqkv, w_qkv)
         dw_out, db_out = linear_backward_weights(dy, o2, "out_bias" in ctx.weights)
-        dw_qkv, db_qkv = linear_backward_weights(dqkv, x, b_qkv is not None)
+        dw_qkv, db_qkv = linear_backward_weights(dqkv, x, has_qkv_bias)
     dx = xp.ascontiguousarray(dx)
     ctx.allreduce(dx, ("F",), "bwd_comm")
-    grads = {**_qkv_grads(ctx, dw_qkv, db_qkv if b_qkv is not None else None), "out_weight": dw_out}
+    grads = {**_qkv_grads(ctx, dw_qkv, db_qkv if has_qkv_bias else None), "out_weight": dw_out}
     if "out_bias" in ctx.weights:
         grads["out_bias"] = db_out if _owns_out_bias(ctx) else xp.zeros_like(db_out)
     return [dx], grads

@@ -3,8 +3,8 @@ expert's hidden width: expert tensor parallelism), with the kernels of kernels.m
 
 Forward, on this rank's tokens ``x`` (N_l, S, D) (under E the batch is cut by N and E together,
 costmodel.layer_layouts): the router's GEMM (its weight whole on every rank), the top-k choice with
-each expert's capacity per sequence (kernels.moe.route: rows past it dropped); the chosen rows
-copied into a buffer (experts, N_l, capacity, D), zero where no row came. Under E the buffer's
+each expert's capacity per sequence and the chosen rows copied into a buffer
+(kernels.moe_route.dispatch_forward: rows past the capacity dropped) (experts, N_l, capacity, D), zero where no row came. Under E the buffer's
 expert blocks go to the ranks that hold those experts, one all-to-all over the expert group
 (``fwd_comm``); each rank runs its ``experts / E`` experts over the rows of every rank of its
 group (batched GEMMs) and a second all-to-all brings the outputs back; the combine adds each
@@ -12,7 +12,8 @@ token's rows weighted by their routing weights. Shared experts run as one dense 
 token. Under F each rank holds a slice of every expert's hidden width, so its output is a partial
 sum, all-reduced over F. Backward runs the same exchanges in reverse (``bwd_comm``): the output
 gradient's rows to the experts, their input gradients back; the routing weights' gradient (a
-dot product of each row's output and the token's output gradient) flows into the router.
+dot product of each row's output and the token's output gradient) flows into the router. The
+kernels run in costmodel.moe_calls' order, its calls one for one (the profiler times those).
 
 Gradients: the experts' weights of this rank's experts from the rows of its whole expert group,
 summed over N by the runtime (expert data parallelism); the router's and the shared experts' from
@@ -25,20 +26,26 @@ from __future__ import annotations
 from executor.comm.collectives import alltoall_, wait_for
 from executor.ops.base import LayerCtx, check_shape, memo, unsupported
 from kernels import moe as k
+from kernels import moe_route as kr
+from kernels.activation import add_forward
+from kernels.reshard import copy_block
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
 
 
-def _check(ctx: LayerCtx) -> None:
+def _check(ctx: LayerCtx) -> bool:
+    """Refuse what does not run yet (memoised: the plan decides it)."""
     if ctx.p["bias"] or ctx.p["shared_gate"]:
         raise unsupported(ctx.layer, "a mixture of experts with biases or a shared-expert gate")
     if ctx.split("H"):
         raise unsupported(ctx.layer, "a mixture of experts split over the sequence (H)")
     if ctx.split("E") and ctx.batch % (ctx.strategy.degree("N") * ctx.strategy.degree("E")):
         raise unsupported(ctx.layer, f"expert parallelism over a batch of {ctx.batch} that N x E does not divide")
+    return True
 
 
 def _geometry(ctx: LayerCtx) -> tuple[int, int, int]:
-    """(experts in all, this rank's experts, each expert's rows of one sequence)."""
+    """(experts in all, this rank's experts, each expert's rows of one sequence); through
+    ``memo``: the Python between the kernels is time no kernel timing holds."""
     s = ctx.layer.in_shapes[0][0]
     e = ctx.p["experts"]
     return e, e // ctx.strategy.degree("E"), k.capacity(ctx.p["capacity_factor"], s, ctx.p["top_k"], e)
@@ -50,9 +57,10 @@ def _expert_comm(ctx: LayerCtx):
 
 def _exchange(ctx: LayerCtx, buf, phase: str):
     """(experts, N_l, cap, D) -> (local experts, G N_l cap, D): every rank's rows for this rank's
-    experts (G: the expert group's size)."""
+    experts (G: the expert group's size); the received blocks reordered by one ``reshard.copy``
+    in the pass's compute span (costmodel.moe_calls prices it)."""
     sub = memo(ctx, _expert_comm)
-    e, el, _ = _geometry(ctx)
+    e, el, _ = memo(ctx, _geometry)
     g = e // el
     if sub is None:
         return buf.reshape(el, -1, buf.shape[-1])
@@ -60,9 +68,11 @@ def _exchange(ctx: LayerCtx, buf, phase: str):
     wait_for(sub, ctx.timers, ctx.layer.name)
     with ctx.span(phase):
         alltoall_(sub, ctx.xp.ascontiguousarray(buf), got)
-    # got: (G sources, local experts, N_l, cap, D) -> (local experts, G N_l cap, D)
-    d = buf.shape[-1]
-    return ctx.xp.ascontiguousarray(got.reshape(g, el, -1, d).transpose(1, 0, 2, 3)).reshape(el, -1, d)
+    # got: (G sources, local experts, N_l cap D) -> (local experts, G sources, N_l cap D)
+    out = ctx.xp.empty((el, g, got.size // e), dtype=got.dtype)
+    with ctx.span(phase.replace("comm", "compute")):
+        copy_block(out, got.reshape(g, el, -1).transpose(1, 0, 2))
+    return out.reshape(el, -1, buf.shape[-1])
 
 
 def _return(ctx: LayerCtx, rows, shape, phase: str):
@@ -70,24 +80,15 @@ def _return(ctx: LayerCtx, rows, shape, phase: str):
     sub = memo(ctx, _expert_comm)
     if sub is None:
         return rows.reshape(shape)
-    e, el, _ = _geometry(ctx)
-    d = shape[-1]
-    send = ctx.xp.ascontiguousarray(rows.reshape(el, e // el, -1, d).transpose(1, 0, 2, 3))
+    e, el, _ = memo(ctx, _geometry)
+    send = ctx.xp.empty((e // el, el, rows.size // e), dtype=rows.dtype)
+    with ctx.span(phase.replace("comm", "compute")):
+        copy_block(send, rows.reshape(el, e // el, -1).transpose(1, 0, 2))
     got = ctx.xp.empty(shape, dtype=rows.dtype)
     wait_for(sub, ctx.timers, ctx.layer.name)
     with ctx.span(phase):
         alltoall_(sub, send, got)
     return got
-
-
-def _gather_rows(xp, x, experts, slots, shape):
-    """The dispatch buffer (experts, N_l, cap, D) of the tokens' chosen rows (zero elsewhere)."""
-    n, s, kk = experts.shape
-    buf = xp.zeros(shape, dtype=x.dtype)
-    keep = slots >= 0
-    ni, si, ki = xp.nonzero(keep)
-    buf[experts[ni, si, ki], ni, slots[ni, si, ki]] = x[ni, si]
-    return buf, (ni, si, ki)
 
 
 def _shared(ctx: LayerCtx) -> bool:
@@ -98,57 +99,52 @@ def forward(ctx: LayerCtx, xs):
     (x,) = xs
     xp, w, p = ctx.xp, ctx.weights, ctx.p
     n, s, d = x.shape
-    _check(ctx)
-    e, el, cap = _geometry(ctx)
+    memo(ctx, _check)
+    e, el, cap = memo(ctx, _geometry)
     with ctx.span("fwd_compute"):
         logits = linear_forward(x, w["router"])
-        probs, experts, slots, gates = k.route(logits, p["top_k"], cap)
-        buf, kept = _gather_rows(xp, x, experts, slots, (e, n, cap, d))
+        buf, rcache = kr.dispatch_forward(x, logits, p["top_k"], cap, e)
     rows = _exchange(ctx, buf, "fwd_comm")
     with ctx.span("fwd_compute"):
         out, ecache = k.experts_forward(rows, w["w_in"], w["w_out"], p["activation"], p["gated"])
     back = _return(ctx, out, (e, n, cap, d), "fwd_comm")
     with ctx.span("fwd_compute"):
-        ni, si, ki = kept
-        picked = back[experts[ni, si, ki], ni, slots[ni, si, ki]]  # (kept rows, D)
-        y = xp.zeros_like(x)
-        xp.add.at(y, (ni, si), gates[ni, si, ki][:, None] * picked)
+        y, picked = kr.combine_forward(back, x.shape, rcache)
         scache = None
         if _shared(ctx):
             sy, scache = k.experts_forward(x.reshape(1, n * s, d), w["shared_in"][None], w["shared_out"][None],
                                            p["activation"], p["gated"])
-            y += sy.reshape(n, s, d)
+            y, _ = add_forward(y, sy.reshape(n, s, d))
     y = xp.ascontiguousarray(y)
     ctx.allreduce(y, ("F",), "fwd_comm")
-    return check_shape(ctx, y), (x, probs, experts, slots, gates, kept, picked, ecache, scache)
+    return check_shape(ctx, y), (x, rcache, picked, ecache, scache)
 
 
 def backward(ctx: LayerCtx, dy, cache):
-    x, probs, experts, slots, gates, kept, picked, ecache, scache = cache
+    """The kernels of costmodel.moe_calls in its order: every input-gradient kernel, then the weights'."""
+    x, rcache, picked, ecache, scache = cache
     xp, w, p = ctx.xp, ctx.weights, ctx.p
     n, s, d = x.shape
-    e, _, cap = _geometry(ctx)
-    ni, si, ki = kept
+    e, _, cap = memo(ctx, _geometry)
     with ctx.span("bwd_compute"):
-        dgates = xp.zeros_like(gates)
-        dgates[ni, si, ki] = (dy[ni, si] * picked).sum(axis=-1)
-        dbuf = xp.zeros((e, n, cap, d), dtype=dy.dtype)
-        dbuf[experts[ni, si, ki], ni, slots[ni, si, ki]] = gates[ni, si, ki][:, None] * dy[ni, si]
+        dgates, dbuf = kr.combine_backward(dy, picked, rcache, (e, n, cap, d))
     drows_in = _exchange(ctx, dbuf, "bwd_comm")
     with ctx.span("bwd_compute"):
-        drows, dw_in, dw_out = k.experts_backward(drows_in, ecache, w["w_in"], w["w_out"], p["activation"], p["gated"])
+        drows, dpre = k.experts_backward_data(drows_in, ecache, w["w_in"], w["w_out"], p["activation"], p["gated"])
     dback = _return(ctx, drows, (e, n, cap, d), "bwd_comm")
     with ctx.span("bwd_compute"):
-        dx = xp.zeros_like(x)
-        xp.add.at(dx, (ni, si), dback[experts[ni, si, ki], ni, slots[ni, si, ki]])
-        dlogits = k.router_backward(dgates, probs, experts)
-        dx += linear_backward_data(dlogits, w["router"])
+        dx, dlogits = kr.dispatch_backward(dback, dgates, x.shape, rcache)
+        dx, _ = add_forward(dx, linear_backward_data(dlogits, w["router"]))
+        dys = dy.reshape(1, n * s, d)
+        if scache is not None:
+            dsx, sdpre = k.experts_backward_data(dys, scache, w["shared_in"][None], w["shared_out"][None],
+                                                 p["activation"], p["gated"])
+            dx, _ = add_forward(dx, dsx.reshape(n, s, d))
         dw_router, _ = linear_backward_weights(dlogits, x, False)
+        dw_in, dw_out = k.experts_backward_weights(drows_in, dpre, ecache)
         grads = {"router": dw_router, "w_in": dw_in, "w_out": dw_out}
         if scache is not None:
-            dsx, dsi, dso = k.experts_backward(dy.reshape(1, n * s, d), scache, w["shared_in"][None],
-                                               w["shared_out"][None], p["activation"], p["gated"])
-            dx += dsx.reshape(n, s, d)
+            dsi, dso = k.experts_backward_weights(dys, sdpre, scache)
             grads |= {"shared_in": dsi[0], "shared_out": dso[0]}
     dx = xp.ascontiguousarray(dx)
     ctx.allreduce(dx, ("F",), "bwd_comm")
