@@ -95,8 +95,8 @@ def test_every_gpu_kernel_has_a_numpy_kernel_that_dispatches_to_it():
     assert set(IMPLEMENTATIONS) == set(dispatch.GPU)
     timed = {name: fn for name, fn in kernels.KERNELS.items() if name in IMPLEMENTATIONS}
     assert len(timed) >= 28
-    for name, fn in timed.items():
-        assert getattr(fn, "kernel_name", None) == name, name
+    for name, fn in timed.items():  # a wrapper (the packed attention cores) names the kernel it reaches
+        assert getattr(getattr(fn, "reaches", fn), "kernel_name", None) == name, name
 
 
 class _DeviceLike:
