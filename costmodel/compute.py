@@ -21,6 +21,7 @@ from costmodel.kernel_calls import (DEFAULT_CONV_ALGORITHM, KernelCall, attentio
                                     reshard_copy_call)
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import Machine
+from costmodel.moe_calls import experts_gemm_flops
 from costmodel.precision import matmul_peak
 from networks.analysis import block_of
 from networks.errors import DnnplanError
@@ -301,10 +302,8 @@ class Roofline:
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
         if local.layer.op == "attention":
             return self._attention_s(local, pass_, algorithm or attention_default(self.machine))
-        if local.layer.op == "moe":  # its GEMMs on the matrix peak, the rest on the CUDA cores
-            key, kind = matmul_peak(local.layer, self.tf32)
-            return sum(self._time(c.flops, c.bytes, key, kind) if c.kernel.startswith("linear.")
-                       else self._time(c.flops, c.bytes) for c in kernel_calls(local, pass_, algorithm))
+        if local.layer.op == "moe":
+            return sum(self._moe_call_s(local, c) for c in kernel_calls(local, pass_, algorithm))
         cost = local_cost(local)
         i = PASSES.index(pass_)
         flops = cost.flops[i] * algorithm_factor(local, algorithm)
@@ -312,6 +311,18 @@ class Roofline:
         if flops == 0 and nbytes == 0:
             return 0.0
         return self._time(flops, nbytes, *matmul_peak(local.layer, self.tf32))
+
+    def _moe_call_s(self, local: LocalLayer, call) -> float:
+        """A mixture of experts' kernel (costmodel.moe_calls): the router's and the experts' GEMMs on
+        the matrix peak, the experts' activation and the routing on the CUDA cores, one after the
+        other (the experts' GEMMs and activation are separate kernels inside one call)."""
+        key, kind = matmul_peak(local.layer, self.tf32)
+        if call.kernel.startswith("linear."):
+            return self._time(call.flops, call.bytes, key, kind)
+        if call.kernel.startswith("moe_experts."):
+            gemm = experts_gemm_flops(call)
+            return self._time(gemm, call.bytes, key, kind) + self._time(call.flops - gemm, 0)
+        return self._time(call.flops, call.bytes)
 
     def _attention_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
         """Attention's kernels one after another (costmodel.attention_calls): the projections' GEMMs

@@ -71,6 +71,13 @@ def _route_call(kernel: str, n: int, s: int, d: int, experts: int, k: int, cap: 
     return KernelCall(kernel, (n, s, d, experts, k, cap), dtype, "", flops, nbytes)
 
 
+def experts_gemm_flops(call: KernelCall) -> int:
+    """The FLOPs of a ``moe_experts`` call's GEMMs (the input and output projections), from its
+    shape: the rest of its FLOPs are the activation's, elementwise (:func:`_experts_call`)."""
+    e, rows, d, h, gated = call.shape[:5]
+    return 2 * e * rows * d * h * (gated + 2)
+
+
 def _experts_call(pass_: str, e: int, rows: int, d: int, h: int, p: dict, dtype: str, item: int) -> KernelCall:
     """``moe_experts.<pass_>`` of ``e`` experts over ``rows`` rows each (kernels.moe)."""
     m = 2 if p["gated"] else 1

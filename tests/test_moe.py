@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from costmodel.candidates import candidate_strategies
 from costmodel.compute import Roofline, local_cost
 from costmodel.files import load_machine
+from costmodel.kernel_calls import kernel_calls
 from costmodel.layer_cost import edge_estimate, layer_estimate
 from costmodel.layer_layouts import check_fits, local_layer
 from costmodel.layout import AxisSplit, Layout, reshard_peaks
@@ -133,3 +134,26 @@ def test_predict_lays_tensor_context_and_expert_degrees_as_megatron_core_does():
                                "bf16", "--tensor", "8", "--attention", "materialized", "--json"])
     assert slow.exit_code == 0 and {x["algorithm"] for x in json.loads(slow.output)["layers"]
                                     if x["name"].endswith(".attn")} == {"materialized"}
+
+
+def test_the_experts_gemms_are_priced_on_the_matrix_peak_and_their_activation_on_the_cuda_cores():
+    """A 16-bit MoE layer's experts run their projections on the tensor cores (as cuBLAS does) and
+    SwiGLU elementwise: the roofline of its forward pass lies between the GEMMs at the 16-bit
+    matrix peak and everything at the CUDA cores' peak, and is never below its GEMMs at peak."""
+    from costmodel.moe_calls import experts_gemm_flops  # noqa: PLC0415 - this test's own subject
+    from costmodel.precision import with_precision  # noqa: PLC0415 - this test's own subject
+
+    text = "\n".join(["name: t", "inputs:", "  x: {shape: [4096, 4096]}", "layers:",
+                      "  - {name: moe, op: moe, experts: 8, top_k: 2, hidden: 14336}",
+                      "  - {name: fc, op: linear, features: 5}", "  - {name: loss, op: softmax_cross_entropy}"])
+    layer = with_precision(parse_network(text, "t.yaml"), "bf16").layer("moe")  # Mixtral's layer
+    local = local_layer(layer, make_strategy(1, {}), 1)
+    roof = Roofline(H100)
+    calls = kernel_calls(local, "fwd", "")
+    experts = [c for c in calls if c.kernel.startswith("moe_experts.")]
+    gemm = sum(experts_gemm_flops(c) for c in experts)
+    assert experts and 0 < gemm < sum(c.flops for c in experts)
+    got = roof.pass_s(local, "fwd", "")
+    assert got >= gemm / H100.device.peak_flops["bfloat16"]
+    all_cuda = sum(roof._time(c.flops, c.bytes) for c in calls)
+    assert got < 0.5 * all_cuda
