@@ -22,7 +22,7 @@ from costmodel.kernel_calls import KernelCall
 from costmodel.profile_table import Entry
 from kernels.cuda.conv import last_choice
 from kernels.cuda.launch import spin
-from profiler.harness import TimingPolicy, build, summarize
+from profiler.harness import TimingPolicy, build, enough, summarize
 
 #: How a GPU call is timed: GPU times are steady, so few samples settle the median
 GPU_POLICY = TimingPolicy(cold=False, warmup=2, min_reps=5, max_reps=30, rel_ci=0.02, time_cap_s=0.5)
@@ -78,11 +78,6 @@ def time_call_gpu(call: KernelCall, xp: ModuleType, policy: TimingPolicy = GPU_P
         end.record()
         end.synchronize()
         samples.append(xp.cuda.get_elapsed_time(start, end) / 1e3)
-        n = len(samples)
-        if n >= policy.min_reps:
-            e = summarize(samples, call.flops, call.bytes)
-            if 1.57 * e.spread / math.sqrt(n) <= policy.rel_ci or n >= policy.max_reps:
-                break
-            if time.perf_counter() - t_start > policy.time_cap_s:
-                break
+        if enough(samples, call, policy, t_start):
+            break
     return summarize(samples, call.flops, call.bytes), conv_record(call)

@@ -338,14 +338,21 @@ def _time_cold(run: Callable[[], float], call: KernelCall, policy: TimingPolicy)
     samples: list[float] = []
     while True:
         samples.append(run())
-        n = len(samples)
-        if n >= policy.min_reps:
-            e = summarize(samples, call.flops, call.bytes)
-            if 1.57 * e.spread / math.sqrt(n) <= policy.rel_ci or n >= policy.max_reps:
-                break
-            if time.perf_counter() - t_start > policy.time_cap_s:
-                break
+        if enough(samples, call, policy, t_start):
+            break
     return summarize(samples, call.flops, call.bytes)
+
+
+def enough(samples: list[float], call: KernelCall, policy: TimingPolicy, t_start: float) -> bool:
+    """Whether ``samples`` of ``call`` are enough under ``policy``: at least ``min_reps``, and then
+    the median's 95% interval within ``rel_ci`` of it, or ``max_reps`` taken, or ``time_cap_s`` spent
+    since ``t_start``."""
+    n = len(samples)
+    if n < policy.min_reps:
+        return False
+    e = summarize(samples, call.flops, call.bytes)
+    return (1.57 * e.spread / math.sqrt(n) <= policy.rel_ci or n >= policy.max_reps
+            or time.perf_counter() - t_start > policy.time_cap_s)
 
 
 def time_call(call: KernelCall, xp: ModuleType = numpy, policy: TimingPolicy = TimingPolicy()) -> Entry:
