@@ -65,6 +65,21 @@ def test_ctrl_c_during_a_long_solve_prints_the_best_plan_so_far_and_exits_130(as
 
 
 @pytest.mark.slow
+def test_sigterm_during_a_long_solve_shows_the_best_plan_and_exits_143():
+    """A batch scheduler's stop (SIGTERM) is handled as Ctrl-C is (profiler.stops): the best plan
+    so far, then exit 128 + 15."""
+    proc = _start(*LONG, "--time-limit", "600")
+    try:
+        _progress(proc)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    assert "interrupted by SIGTERM" in err and "Traceback" not in err and "step " in out
+
+
+@pytest.mark.slow
 def test_the_time_limit_ends_a_long_solve_with_a_fitting_plan_and_its_gap():
     start = time.perf_counter()
     proc = _start(*LONG, "--time-limit", "3", "--json")
