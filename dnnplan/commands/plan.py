@@ -12,9 +12,10 @@ from pathlib import Path
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
-from costmodel.overlap import resolve_overlap
+from costmodel.compute import attention_default, kernel_algorithm
 from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
+from costmodel.overlap import resolve_overlap
 from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
 from costmodel.precision import get_precision
 from costmodel.step import model_flops_utilization
@@ -235,7 +236,8 @@ def show(run: Run, answer, out: str | None, as_json: bool, layers: bool) -> None
 def _facts(run: Run, answer, plan: Plan, got) -> render.Facts:
     ctx = run.ctx
     ops = {layer.name: layer.op for layer in ctx.network.layers}
-    attention = tuple(sorted({lp.algorithm or "materialized" for lp in plan.layers if ops.get(lp.name) == "attention"}))
+    attention = tuple(sorted({kernel_algorithm(lp.algorithm) or attention_default(ctx.machine)  # recompute: its own
+                              for lp in plan.layers if ops.get(lp.name) == "attention"}))
     found = _axes(run, answer, plan, got)
     return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
