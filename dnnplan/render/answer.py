@@ -119,7 +119,7 @@ def gap_line(solver: dict) -> str:
     status, gap = solver.get("status"), solver.get("gap") or 0.0
     limit = solver.get("time_limit_s")
     if status == "interrupted":
-        return (f"[yellow]interrupted (Ctrl-C)[/yellow]: the best plan found so far, within {percent(gap)} of the "
+        return (f"[yellow]interrupted[/yellow]: the best plan found so far, within {percent(gap)} of the "
                 "optimum (proven)")
     if status == "optimal" or gap <= 0:
         return f"proven optimal ({_how(solver)})"

@@ -275,7 +275,7 @@ def proof_line(stats: dict) -> str:
              if stats.get("closed_pairs") else "")
     gap, tol = stats["proven_gap"], stats.get("prove_tolerance", 0.0)
     if stats.get("interrupted"):
-        return (f"[yellow]interrupted (Ctrl-C)[/yellow]: the best plan found so far, within {gap:.1%} of the "
+        return (f"[yellow]interrupted[/yellow]: the best plan found so far, within {gap:.1%} of the "
                 "optimum (proven)")
     if gap <= 0:
         return f"proven optimal: no other pipeline or micro-batch count is faster{again}"
