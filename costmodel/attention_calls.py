@@ -4,7 +4,7 @@
 Forward: under grouped-query attention the query and key/value weights concatenated into one
 (``concat.fwd``, the executor's once a step), the fused query/key/value projection (``linear.fwd``
 of width ``(heads + 2 kv_heads) dh``),
-the rotary positions if any, the core (``attention.fwd``, its shape carrying the shard's query
+the per-head q/k norms and the rotary positions if any, the core (``attention.fwd``, its shape carrying the shard's query
 and key/value heads: grouped-query attention is timed with its own key/value heads), the output
 projection; backward-data:
 the output projection's input gradient, the core (``attention.bwd``), the rotation back, the q/k/v
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from costmodel.flash import flash_counts
 from costmodel.kernel_call import KernelCall, linear_call
-from costmodel.kernel_proxies import rotary_calls
+from costmodel.kernel_proxies import qk_norm_calls, rotary_calls
 from costmodel.layer_layouts import LocalLayer
 from networks.errors import DnnplanError
 from networks.ops.attention import head_shape, qkv_bias
@@ -92,7 +92,8 @@ def attention_calls(local: LocalLayer, pass_: str, dtype: str, item: int, algori
     d_l, qkv = heads * dh, (heads + 2 * kv) * dh  # the local heads' width; q, k and v's (one fused GEMM)
     rows = local.batch * s_l
     bias, in_bias = bool(p["bias"]), qkv_bias(p)
-    rope = tuple(KernelCall(k, s, dtype, "", f, b) for k, s, f, b in rotary_calls(local, pass_, item))
+    rope = tuple(KernelCall(k, s, dtype, "", f, b)
+                 for k, s, f, b in qk_norm_calls(local, pass_, item) + rotary_calls(local, pass_, item))
     if pass_ == "fwd":
         return (*_fused_weight_calls(local, d_l, kv * dh, d, in_bias, dtype, item),
                 linear_call("linear.fwd", rows, d, qkv, in_bias, dtype, item), *rope,

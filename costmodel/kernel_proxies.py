@@ -14,7 +14,9 @@ framework runs, on the nearest kernels the set has:
   on add's kernel, then silu's gradient on gelu's;
 * attention's ``rotary`` positions: q and k through gelu's forward kernel after the query/key/value
   projection, and again (the inverse rotation) before its input gradient: one read and one write an
-  element, as the rotation (its cos and sin tables are small and stay in cache).
+  element, as the rotation (its cos and sin tables are small and stay in cache);
+* attention's ``qk_norm``: each query and key head's RMSNorm on the layer-norm kernels at
+  ``(rows x (heads + kv_heads), head_dim)``, forward and (with the scales' gradients) backward-data.
 
 So the calls' FLOPs exceed the catalogue's for these ops (``networks.ops``); their bytes equal an
 unfused run's. This module returns plain ``(kernel, shape, flops, bytes)`` tuples;
@@ -66,3 +68,19 @@ def rotary_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:
     s, d = local.in_shapes[0]
     heads, kv, dh = head_shape(p, d)
     return (_gelu("fwd", local.batch * s * (heads + kv) * dh, item),)
+
+
+def qk_norm_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:
+    """The per-head RMSNorm of the local q and k an attention layer with ``qk_norm`` runs in
+    ``pass_``, on the layer-norm kernels (as costmodel.kernel_calls prices layernorm: 7 / 12
+    operations and 2 / 3 bytes an element); none otherwise."""
+    p = local.p
+    if not p.get("qk_norm") or pass_ == "bwd_weights":
+        return ()
+    s, d = local.in_shapes[0]
+    heads, kv, dh = head_shape(p, d)
+    rows = local.batch * s * (heads + kv)
+    e = rows * dh
+    if pass_ == "fwd":
+        return (("layernorm.fwd", (rows, dh), 7 * e, 2 * e * item),)
+    return (("layernorm.bwd", (rows, dh), 12 * e, 3 * e * item),)

@@ -27,7 +27,7 @@ HF = Path(__file__).parent / "assets" / "hf"
 
 
 def _missing(needs: tuple[str, ...]) -> str | None:
-    """The first of ``needs`` ('kv_heads', 'head_dim', 'qkv_bias', 'moe') the catalogue lacks."""
+    """The first of ``needs`` ('kv_heads', 'head_dim', 'qkv_bias', 'qk_norm', 'moe') the catalogue lacks."""
     for need in needs:
         have = need in OPS if need == "moe" else OPS["attention"].param(need) is not None
         if not have:
@@ -36,7 +36,8 @@ def _missing(needs: tuple[str, ...]) -> str | None:
 
 
 #: fields a refusal may name for each missing catalogue feature
-FIELD = {"kv_heads": ("num_key_value_heads",), "qkv_bias": ("model_type",),
+FIELD = {"kv_heads": ("num_key_value_heads",), "qkv_bias": ("model_type",), "qk_norm": ("model_type",),
+         "head_dim": ("head_dim",),
          "moe": ("num_local_experts", "num_experts")}
 
 # (folder, --seq, the catalogue features it needs, published parameters: tests/assets/hf/SOURCES.md)
@@ -64,6 +65,10 @@ CHECKPOINTS = [
     # one shared expert of 3 D 5632 and its gate of D: 2 V D + 24 (4 D^2 + 3 D + 60 D + 60 x 3 D 1408 + 3 D 5632
     # + D + 2 D) + D
     ("Qwen1.5-MoE-A2.7B", 4096, ("qkv_bias", "moe"), 14_315_784_192),
+    # D=2048, 32 heads and 4 kv heads of 128 (Dq=4096, Dkv=512), per-head q/k norms of 128 each, L=48,
+    # V=151936 untied; 128 experts of 3 D 768 and a router of 128 D:
+    # 2 V D + 48 (2 D Dq + 2 D Dkv + 2 x 128 + 128 D + 128 x 3 D 768 + 2 D) + D
+    ("Qwen3-30B-A3B", 4096, ("kv_heads", "head_dim", "qk_norm", "moe"), 30_532_122_624),
 ]
 
 
@@ -126,6 +131,17 @@ def test_qwen2_moe_has_its_shared_expert_and_gate():
     w = dict(moe.weights)
     assert w["router"] == (60, 2048) and w["w_in"] == (60, 2 * 1408, 2048) and w["w_out"] == (60, 2048, 1408)
     assert w["shared_in"] == (2 * 5632, 2048) and w["shared_out"] == (2048, 5632) and w["shared_gate"] == (1, 2048)
+
+
+def test_qwen3_moe_normalises_each_query_and_key_head_and_is_the_zoos_model():
+    ours = load_network(str(HF / "Qwen3-30B-A3B"), seq=4096)
+    attn = ours.layer("layers0.attn")
+    assert attn.p["qk_norm"] and (attn.p["heads"], attn.p["kv_heads"], attn.p["head_dim"]) == (32, 4, 128)
+    w = dict(attn.weights)
+    assert w["q_norm"] == (128,) and w["k_norm"] == (128,) and w["q_weight"] == (4096, 2048)
+    moe = ours.layer("layers0.moe")
+    assert (moe.p["experts"], moe.p["top_k"], moe.p["hidden"]) == (128, 8, 768) and "shared_in" not in dict(moe.weights)
+    _same_model(ours, load_network("qwen3-30b-a3b"))
 
 
 def test_the_sequence_is_the_configs_longest_unless_given():

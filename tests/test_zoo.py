@@ -24,7 +24,7 @@ from dnnplan.cli import app
 
 EXPECTED = {"alexnet", "vgg16", "resnet18", "resnet50", "resnet152", "googlenet", "mlp", "gpt2",
             "largeimage2d", "lenet5", "resnext101", "gpt2-xl", "gpt3-175b", "llama3-8b", "llama3-70b",
-            "llama3.1-405b", "mixtral-8x7b"}
+            "llama3.1-405b", "mixtral-8x7b", "qwen3-30b-a3b"}
 
 
 def _resnext101_params() -> int:
@@ -65,6 +65,7 @@ PARAMS = {
     "llama3-70b": 70_553_706_496,
     "llama3.1-405b": 405_853_388_800,
     "mixtral-8x7b": 46_702_792_704,
+    "qwen3-30b-a3b": 30_532_122_624,
 }
 
 # torchvision model docs, "GFLOPS" column (= GMACs), two decimals

@@ -1,8 +1,8 @@
-"""The zoo's current transformers: Llama 3 8B and 70B, Llama 3.1 405B (grouped-query attention) and
-Mixtral 8x7B (mixture of experts), each counted by hand from its released checkpoint's config.json
-(HuggingFace: meta-llama/Meta-Llama-3-8B, meta-llama/Meta-Llama-3-70B, meta-llama/Llama-3.1-405B,
-mistralai/Mixtral-8x7B-v0.1) to the parameter total the checkpoint's safetensors hold, and planned
-on the GPU machine such runs use."""
+"""The zoo's current transformers: Llama 3 8B and 70B, Llama 3.1 405B (grouped-query attention),
+Mixtral 8x7B and Qwen3-30B-A3B (mixtures of experts), each counted by hand from its released
+checkpoint's config.json (HuggingFace: meta-llama/Meta-Llama-3-8B, meta-llama/Meta-Llama-3-70B,
+meta-llama/Llama-3.1-405B, mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B) to the parameter total
+the checkpoint's safetensors hold, and planned on the GPU machine such runs use."""
 
 from __future__ import annotations
 
@@ -22,7 +22,11 @@ CONFIGS = {
     "llama3-70b": (8192, 80, 64, 8, 28672, 128256, 8192, 0, 0, 70_553_706_496),
     "llama3.1-405b": (16384, 126, 128, 8, 53248, 128256, 8192, 0, 0, 405_853_388_800),
     "mixtral-8x7b": (4096, 32, 32, 8, 14336, 32000, 4096, 8, 2, 46_702_792_704),
+    "qwen3-30b-a3b": (2048, 48, 32, 4, 768, 151936, 4096, 128, 8, 30_532_122_624),
 }
+#: a head width other than D / heads, and per-head query/key norms (dh weights each a layer): Qwen3
+HEAD_DIM = {"qwen3-30b-a3b": 128}
+QK_NORM = {"qwen3-30b-a3b"}
 
 
 def _by_hand(name: str) -> tuple[int, int]:
@@ -31,12 +35,13 @@ def _by_hand(name: str) -> tuple[int, int]:
     the final RMSNorm; the untied head. MACs: the projections, 2 S^2 D of the scores and weighted
     sum, the MLP (each token through k experts and the router's S D E, the combine S k D)."""
     d, layers, heads, kv, f, v, s, experts, k, _ = CONFIGS[name]
-    dkv = kv * d // heads
-    attn = d * (2 * d + 2 * dkv)
+    dh = HEAD_DIM.get(name, d // heads)
+    dq, dkv = heads * dh, kv * dh
+    attn = d * (2 * dq + 2 * dkv) + (2 * dh if name in QK_NORM else 0)
     mlp = experts * d + experts * 3 * d * f if experts else 3 * d * f
     params = v * d + layers * (attn + mlp + 2 * d) + d + v * d
     mlp_macs = s * d * experts + k * s * 3 * d * f + k * s * d if experts else s * 3 * d * f
-    macs = layers * (s * d * (2 * d + 2 * dkv) + 2 * s * s * d + mlp_macs) + s * d * v
+    macs = layers * (s * d * (2 * dq + 2 * dkv) + 2 * s * s * dq + mlp_macs) + s * d * v
     return params, macs
 
 
@@ -62,7 +67,8 @@ def test_grouped_query_attention_and_experts_in_every_block():
 
 
 @pytest.mark.parametrize("name, devices, batch", [("llama3-8b", 8, 8), ("llama3-70b", 64, 64),
-                                                  ("llama3.1-405b", 64, 64), ("mixtral-8x7b", 16, 16)])
+                                                  ("llama3.1-405b", 64, 64), ("mixtral-8x7b", 16, 16),
+                                                  ("qwen3-30b-a3b", 16, 16)])
 def test_every_current_transformer_plans_on_h100s(name, devices, batch):
     """Planned per layer without a pipeline and without a memory bound (the larger ones fit 80 GB only
     in pipeline stages, which ``--pipeline auto`` searches)."""

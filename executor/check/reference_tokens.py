@@ -59,6 +59,8 @@ def _unheads(a: np.ndarray) -> np.ndarray:
 def attention_forward(x: np.ndarray, w: dict, p: dict):
     if p.get("rotary"):
         raise DnnplanError("the reference step cannot run attention with rotary positions yet")
+    if p.get("qk_norm"):
+        raise DnnplanError("the reference step cannot run attention with per-head query/key norms yet")
     heads = p["heads"]
     kv = p.get("kv_heads") or heads
     q, k, v = (_heads(gemm.linear_forward(x, wj, bj), n) for (wj, bj), n in zip(_projections(w), (heads, kv, kv)))

@@ -113,6 +113,8 @@ def forward(ctx: LayerCtx, xs):
         raise unsupported(ctx.layer, "attention split over the sequence (H)")
     if ctx.p.get("rotary"):
         raise unsupported(ctx.layer, "attention with rotary positions")
+    if ctx.p.get("qk_norm"):
+        raise unsupported(ctx.layer, "attention with per-head query/key norms (qk_norm)")
     (x,) = xs
     dh, dl, dkv = _widths(ctx)
     with ctx.span("fwd_compute"):

@@ -61,6 +61,7 @@ class Decoder:
     dropout: Val = Val(0.0, "no dropout")  # after attention and after the MLP
     embed_dropout: Val = Val(0.0, "no dropout")
     experts: Experts | None = None
+    qk_norm: Val | None = None  # RMSNorm over each query and key head (Qwen3), None for none
     notes: tuple[str, ...] = ()  # what was read and has no effect on sizes or costs, for the header
 
 

@@ -164,7 +164,8 @@ def qwen2(cfg: Config, seq: int | None) -> Decoder:
     return _qwen_common(cfg, d)
 
 
-def _qwen_common(cfg: Config, d: Decoder) -> Decoder:
+def _qwen_window(cfg: Config, d: Decoder) -> tuple[str, ...]:
+    """Qwen's ``use_sliding_window`` (and its window), as notes on ``d``'s."""
     notes = list(d.notes)
     if cfg.flag("use_sliding_window", False).value:
         _sliding(cfg, d.seq, _window(cfg, 4096), notes)
@@ -172,8 +173,12 @@ def _qwen_common(cfg: Config, d: Decoder) -> Decoder:
         cfg.raw("sliding_window")  # read, and of no effect without use_sliding_window
         cfg.raw("max_window_layers")
         notes.append("use_sliding_window=false: full causal attention in every layer")
+    return tuple(notes)
+
+
+def _qwen_common(cfg: Config, d: Decoder) -> Decoder:
     qkv = Val(True, f"{d.family} has q/k/v projection biases (no config field)", "model_type")
-    return _replace(d, qkv_bias=qkv, notes=tuple(notes))
+    return _replace(d, qkv_bias=qkv, notes=_qwen_window(cfg, d))
 
 
 def phi3(cfg: Config, seq: int | None) -> Decoder:
@@ -220,6 +225,34 @@ def qwen2_moe(cfg: Config, seq: int | None) -> Decoder:
     experts = Experts(cfg.whole("num_experts", 60), cfg.whole("num_experts_per_tok", 4),
                       cfg.whole("moe_intermediate_size", 1408), cfg.whole("shared_expert_intermediate_size", 5632))
     return _replace(d, experts=experts, notes=tuple(notes))
+
+
+def qwen3(cfg: Config, seq: int | None) -> Decoder:
+    """Qwen2's block without the q/k/v biases (``attention_bias``, false) and with RMSNorm over each
+    query and key head before the rotation (Qwen3Attention's ``q_norm`` and ``k_norm``, no config
+    field); a head width of its own (``head_dim``, 128 by default)."""
+    d = _llama_like(cfg, seq, "qwen3", eps_default=1e-6, max_default=32768, head_dim_default=128)
+    return _replace(d, qk_norm=Val(True, f"{d.family} normalises each query and key head (q_norm, k_norm; no config "
+                                         "field)", "model_type"), notes=_qwen_window(cfg, d))
+
+
+def qwen3_moe(cfg: Config, seq: int | None) -> Decoder:
+    """Qwen3's block with the MLP replaced by ``num_experts`` SwiGLU experts of ``moe_intermediate_size``
+    (``num_experts_per_tok`` a token, no shared expert: Qwen3MoeSparseMoeBlock); the dense
+    ``intermediate_size`` is only for blocks listed in ``mlp_only_layers``, which are refused."""
+    d = qwen3(cfg, seq)
+    step = cfg.whole("decoder_sparse_step", 1)
+    dense = cfg.raw("mlp_only_layers") or []
+    if step.value != 1 or dense:
+        field = "decoder_sparse_step" if step.value != 1 else "mlp_only_layers"
+        raise cfg.fail(field, f"{field}={step.value if step.value != 1 else dense}: blocks of two kinds (dense and "
+                       "mixture-of-experts) in one stack are not imported yet", hint="every block must be alike")
+    notes = list(d.notes)
+    _router_notes(cfg, notes)
+    notes.append(f"intermediate_size={d.ffn.value}: the dense MLP of mlp_only_layers, of which there are none")
+    experts = Experts(cfg.whole("num_experts", 128), cfg.whole("num_experts_per_tok", 8),
+                      cfg.whole("moe_intermediate_size", 768))
+    return _replace(d, family="qwen3_moe", experts=experts, notes=tuple(notes))
 
 
 def gemma(cfg: Config, seq: int | None) -> Decoder:
@@ -293,5 +326,6 @@ def _replace(d: Decoder, **changes) -> Decoder:
 
 FAMILIES: dict[str, Callable[[Config, int | None], Decoder]] = {
     "gpt2": gpt2, "llama": llama, "mistral": mistral, "mixtral": mixtral, "qwen2": qwen2, "qwen2_moe": qwen2_moe,
+    "qwen3": qwen3, "qwen3_moe": qwen3_moe,
     "gemma": gemma, "phi3": phi3, "gpt_neox": gpt_neox, "falcon": falcon,
 }

@@ -28,6 +28,12 @@ values over the group (costmodel.context_comms).
 rotates each query and key by its position: x * cos + rotate_half(x) * sin, 3 operations per element
 of q and k in forward and the same in backward-data (the inverse rotation); no weights (the cos and
 sin tables, S x dh each, are computed, not learned), nothing kept beyond q and k.
+``qk_norm`` (Qwen3, OLMo 2; Megatron-Core's ``--qk-layernorm``) normalises each query and key head
+by RMSNorm over its ``dh`` elements before the rotation, with one learned scale ``q_norm`` (dh,)
+shared by the query heads and one ``k_norm`` (dh,) by the key heads: 4 operations an element of q
+and k forward (square, sum, scale, weight), 8 backward; the normalised heads' inputs are kept for
+backward (``rows (Dq + Dkv)`` more elements) with one reciprocal root a head and row. A head split
+(F) keeps both scales whole on every rank and sums their gradients over the group.
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ PARAMS = (Param("heads", "pos", doc="number of query heads (must divide D unless
           Param("causal", "bool", False, "mask future positions (decoder)"),
           Param("bias", "bool", True, "projection biases"),
           Param("qkv_bias", "bool", None, "biases on the query/key/value projections (default: bias)"),
-          Param("rotary", "bool", False, "rotary position embeddings on queries and keys (RoFormer)"))
+          Param("rotary", "bool", False, "rotary position embeddings on queries and keys (RoFormer)"),
+          Param("qk_norm", "bool", False, "RMSNorm over each query and key head before the rotation (Qwen3)"))
 
 
 def head_shape(p: dict, d: int) -> tuple[int, int, int]:
@@ -88,6 +95,8 @@ def weights(p, in_shapes):
             out |= {"q_bias": (dq,), "kv_bias": (2, dkv)}
     if p["bias"]:
         out["out_bias"] = (d,)
+    if p.get("qk_norm"):
+        out |= {"q_norm": (dh,), "k_norm": (dh,)}
     return out
 
 
@@ -112,16 +121,20 @@ def costs(p, in_shapes, out_shape, n, itemsize):
     wbytes = (d * (2 * dq + 2 * dkv) + dq + 2 * dkv + d) * itemsize
     rot = rows * (dq + dkv) if p.get("rotary") else 0  # q and k rotated (RoFormer), forward and backward
     rot_in = rot * itemsize + (2 * s * dh * itemsize if rot else 0)  # and the cos and sin tables
+    qkn = rows * (dq + dkv) if p.get("qk_norm") else 0  # q and k heads normalised (module docstring)
+    kept += qkn * itemsize + (rows * (heads + kv) * 4 if qkn else 0)  # their inputs, one fp32 root a head
+    wbytes += (2 * dh * itemsize) if qkn else 0
     return LayerCost(
         # backward-data: the projections' input gradients and four GEMMs of the core (the
         # gradients of v, of the probabilities, of q and of k), twice the forward's two
-        flops=(2 * (proj + core) + 5 * soft + bias + 3 * rot, 2 * proj + 4 * core + 5 * soft + 3 * rot,
-               2 * proj + bias),
-        work=(proj + core + soft + rot, proj + 2 * core + soft + rot, proj),
-        depth=(clog2(d) + clog2(s_k) + clog2(dh) + bool(rot), clog2(dq) + clog2(s_k) + clog2(dh) + bool(rot),
-               clog2(rows)),
-        bytes_read=(act + wbytes + rot_in, 5 * act + wbytes + rot_in, 5 * act),
-        bytes_written=(act + kept + rot * itemsize, act + rot * itemsize, wbytes),
+        flops=(2 * (proj + core) + 5 * soft + bias + 3 * rot + 4 * qkn,
+               2 * proj + 4 * core + 5 * soft + 3 * rot + 8 * qkn, 2 * proj + bias),
+        work=(proj + core + soft + rot + qkn, proj + 2 * core + soft + rot + qkn, proj),
+        depth=(clog2(d) + clog2(s_k) + clog2(dh) + bool(rot) + (clog2(dh) if qkn else 0),
+               clog2(dq) + clog2(s_k) + clog2(dh) + bool(rot) + (clog2(dh) if qkn else 0), clog2(rows)),
+        bytes_read=(act + wbytes + rot_in + qkn * itemsize, 5 * act + wbytes + rot_in + 2 * qkn * itemsize,
+                    5 * act),
+        bytes_written=(act + kept + rot * itemsize, act + rot * itemsize + qkn * itemsize, wbytes),
         activation_bytes=kept,
         macs=proj + core,
     )
@@ -142,7 +155,9 @@ def splits(p, in_shapes, out_shape):
     return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts),
             DimSplit("H", s, (1,), 1, partial_weight_grad=wts),
             DimSplit("F", heads, (None,), None, weight_axes=tuple(head_axes), partial_out=True,
-                     partial_in_grad=True, partial_weight_grad=("out_bias",) if p["bias"] else (),
+                     partial_in_grad=True,
+                     partial_weight_grad=(("out_bias",) if p["bias"] else ()) + (("q_norm", "k_norm")
+                                                                                 if p.get("qk_norm") else ()),
                      divides=True, weight_units=units))
 
 
