@@ -126,7 +126,7 @@ def layout(row: dict) -> dict[str, int]:
     :func:`deviations`), chunks, micro (sequences a rank) and micro_batches (a step's, a rank's)."""
     c = row["config"]
     data = c["data"]
-    expert = min(c["expert"], data)
+    expert = c["expert"]
     micro = c["micro"]  # None where the source does not publish it (the harness chooses one)
     return {"tensor": c["tensor"], "pipeline": c["pipeline"], "context": c["context"], "data": data,
             "expert": expert, "chunks": c["chunks"], "micro": micro,
@@ -145,9 +145,6 @@ def deviations(row: dict) -> list[str]:
     c, out = row["config"], []
     if c["precision"] not in PRECISIONS:
         out.append(f"{c['precision']} priced as bf16 (no FP8 in the cost model)")
-    if c["expert"] > c["data"]:
-        out.append(f"expert parallelism {c['expert']} folded over tensor x data ranks: priced as expert "
-                   f"{c['data']} over the data ranks with the experts split {c['tensor']} ways by tensor")
     if c.get("sequence_parallel") and c["tensor"] > 1 and c["context"] > 1:
         out.append("sequence parallelism beside context parallelism: the norms priced replicated over tensor")
     if flash_attention_1(row):
