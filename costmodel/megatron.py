@@ -131,5 +131,5 @@ def _data_degree(p: int, tensor: int, context: int, expert: int, sequence_parall
     if expert < 1 or data % expert:
         raise DnnplanError(f"the expert-parallel degree {expert} does not divide the data-parallel degree {data}",
                            hint="experts split over data-parallel ranks: give --expert a divisor of "
-                                "--devices / (--tensor x --context)")
+                                "--devices / (--tensor x --context), or that times --tensor with --sequence-parallel")
     return data
