@@ -122,8 +122,9 @@ def parameter_count(net: Network) -> int:
 
 def layout(row: dict) -> dict[str, int]:
     """The degrees the step is priced with: tensor, pipeline, context, data (whose product is the
-    GPUs), expert (out of the data ranks, Megatron-Core's folding, at most the data degree here:
-    :func:`deviations`), chunks, micro (sequences a rank) and micro_batches (a step's, a rank's)."""
+    GPUs), expert (out of the data ranks, or of data x tensor ranks with sequence parallelism:
+    Megatron-Core's MoE Parallel Folding, costmodel.megatron), chunks, micro (sequences a rank) and
+    micro_batches (a step's, a rank's)."""
     c = row["config"]
     data = c["data"]
     expert = c["expert"]
