@@ -62,12 +62,17 @@ def load_rows(path: Path = ASSET) -> list[dict]:
     return rows
 
 
-def _mlp(m: dict) -> str:
+#: Megatron-Core ``recompute_modules`` the cost model prices (the rest are listed by :func:`deviations`)
+RECOMPUTE_MODULES = ("moe_act",)
+
+
+def _mlp(m: dict, recompute_modules: tuple = ()) -> str:
     moe = m.get("moe")
     if moe:
         return (f"      - {{name: moe, op: moe, experts: {moe['experts']}, top_k: {moe['top_k']}, "
                 f"hidden: {moe['expert_ffn']}, gated: {str(m['activation'] == 'swiglu').lower()}, "
-                f"shared_experts: {moe.get('shared_experts', 0)}, bias: {str(m['bias']).lower()}}}\n"
+                f"shared_experts: {moe.get('shared_experts', 0)}, bias: {str(m['bias']).lower()}, "
+                f"recompute_act: {str('moe_act' in recompute_modules).lower()}}}\n"
                 "      - {name: add2, op: add, inputs: [add1, moe]}\n")
     bias = str(m["bias"]).lower()
     if m["activation"] == "swiglu":
@@ -92,7 +97,7 @@ def model_spec(row: dict) -> str:
             f"      - {{name: attn, op: attention, heads: {m['heads']}, kv_heads: {m['kv_heads']}, "
             f"head_dim: {m['head_dim']}, causal: true, bias: {bias}, rotary: {rotary}}}\n"
             "      - {name: add1, op: add, inputs: [$input, attn]}\n"
-            f"      - {{name: norm2, op: {norm}}}\n" + _mlp(m) +
+            f"      - {{name: norm2, op: {norm}}}\n" + _mlp(m, tuple(row["config"].get("recompute_modules", ()))) +
             f"layers:\n  - {{name: embed, op: embedding, inputs: tokens, vocab: {m['vocab']}, dim: {m['hidden']}"
             f"{positions}}}\n  - {{use: block, name: \"h{{i}}\", repeat: {m['layers']}}}\n"
             f"  - {{name: norm, op: {norm}}}\n"
@@ -117,11 +122,12 @@ def parameter_count(net: Network) -> int:
 
 def layout(row: dict) -> dict[str, int]:
     """The degrees the step is priced with: tensor, pipeline, context, data (whose product is the
-    GPUs), expert (out of the data ranks, Megatron-Core's folding, at most the data degree here:
-    :func:`deviations`), chunks, micro (sequences a rank) and micro_batches (a step's, a rank's)."""
+    GPUs), expert (out of the data ranks, or of data x tensor ranks with sequence parallelism:
+    Megatron-Core's MoE Parallel Folding, costmodel.megatron), chunks, micro (sequences a rank) and
+    micro_batches (a step's, a rank's)."""
     c = row["config"]
     data = c["data"]
-    expert = min(c["expert"], data)
+    expert = c["expert"]
     micro = c["micro"]  # None where the source does not publish it (the harness chooses one)
     return {"tensor": c["tensor"], "pipeline": c["pipeline"], "context": c["context"], "data": data,
             "expert": expert, "chunks": c["chunks"], "micro": micro,
@@ -140,15 +146,18 @@ def deviations(row: dict) -> list[str]:
     c, out = row["config"], []
     if c["precision"] not in PRECISIONS:
         out.append(f"{c['precision']} priced as bf16 (no FP8 in the cost model)")
-    if c["expert"] > c["data"]:
-        out.append(f"expert parallelism {c['expert']} folded over tensor x data ranks: priced as expert "
-                   f"{c['data']} over the data ranks with the experts split {c['tensor']} ways by tensor")
     if c.get("sequence_parallel") and c["tensor"] > 1 and c["context"] > 1:
         out.append("sequence parallelism beside context parallelism: the norms priced replicated over tensor")
     if flash_attention_1(row):
         out.append("FlashAttention-1 priced as FlashAttention-2's algorithm")
     if c.get("data_sharding") == "fsdp-no-reshard":
         out.append("FSDP without reshard priced as ZeRO-2 (same volume, whole weights kept)")
+    unpriced = [x for x in c.get("recompute_modules", ()) if x not in RECOMPUTE_MODULES]
+    if unpriced:
+        out.append(f"recompute_modules {', '.join(unpriced)} not priced (their inputs kept, nothing recomputed)")
+    if c.get("moe_a2a_overlap"):
+        out.append("moe_a2a_overlap (the expert all-to-all hidden under another micro-batch's compute) not priced: "
+                   "the all-to-alls exposed")
     if row["model"].get("qk_norm"):
         out.append("query/key norms left out (under 0.01% of the FLOPs)")
     out.append("data-parallel gradient reduction and parameter gathers overlapped in buckets (the GPU machines' "

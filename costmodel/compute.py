@@ -21,7 +21,7 @@ from costmodel.kernel_calls import (DEFAULT_CONV_ALGORITHM, KernelCall, attentio
                                     reshard_copy_call)
 from costmodel.layer_layouts import LocalLayer
 from costmodel.machine import Machine
-from costmodel.moe_calls import experts_gemm_flops
+from costmodel.moe_calls import experts_kernels
 from costmodel.precision import matmul_peak
 from networks.analysis import block_of
 from networks.errors import DnnplanError
@@ -314,14 +314,15 @@ class Roofline:
 
     def _moe_call_s(self, local: LocalLayer, call) -> float:
         """A mixture of experts' kernel (costmodel.moe_calls): the router's and the experts' GEMMs on
-        the matrix peak, the experts' activation and the routing on the CUDA cores, one after the
-        other (the experts' GEMMs and activation are separate kernels inside one call)."""
+        the matrix peak, the experts' activation, FP8 casts and the routing on the CUDA cores; an
+        experts call's kernels one after the other, each on its own roofline (its FLOPs or its
+        bytes, whichever takes longer: ``moe_calls.experts_kernels``)."""
         key, kind = matmul_peak(local.layer, self.tf32)
         if call.kernel.startswith("linear."):
             return self._time(call.flops, call.bytes, key, kind)
         if call.kernel.startswith("moe_experts."):
-            gemm = experts_gemm_flops(call)
-            return self._time(gemm, call.bytes, key, kind) + self._time(call.flops - gemm, 0)
+            return sum(self._time(f, b, key, kind) if matrix else self._time(f, b)
+                       for f, b, matrix in experts_kernels(call, key == "float8"))
         return self._time(call.flops, call.bytes)
 
     def _attention_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:

@@ -71,8 +71,11 @@ def check_fits(layer: Layer, strategy: Strategy, batch: int) -> str | None:
         why = units_fit(splits[dim], k) if splits[dim].weight_units else None
         if why:
             return why
-        if dim == "E" and strategy.degree("N") * k > batch:
+        if dim == "E" and strategy.degree("N") * k // strategy.expert_seq > batch:
             return f"E={k} splits the tokens with N={strategy.degree('N')}: {batch} samples cannot cover them"
+        if dim == "E" and strategy.expert_seq > 1 and (k % strategy.expert_seq or "H" not in splits or
+                                                      splits["H"].size % (strategy.degree("H") * strategy.expert_seq)):
+            return f"E={k} folded over {strategy.expert_seq} sequence shards must divide E and the sequence"
     got = sequence_scatter(layer, strategy) if strategy.seq_scatter else None
     return got if isinstance(got, str) else None
 

@@ -74,6 +74,10 @@ def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
         if context > 1 and "H" in _splits(layer):
             degrees["H"] = context
         if expert > 1 and "E" in _splits(layer):
+            want = _expert_strategy(layer, p, data, tensor, expert, degrees, batch)
+            if want is not None:  # folded over the sequence-parallel tensor ranks too
+                out[layer.name], split_out[layer.name] = want, False
+                continue
             degrees |= {"N": data // expert, "E": expert}
         want = make_strategy(p, degrees)
         if sequence_parallel and scatter and dim in ("C", "F") and tensor > 1:
@@ -90,6 +94,26 @@ def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
     return out, fallbacks
 
 
+def _expert_strategy(layer: Layer, p: int, data: int, tensor: int, expert: int, degrees: dict,
+                     batch: int) -> Strategy | None:
+    """A mixture of experts' strategy when expert parallelism spans the data x tensor ranks
+    (``expert = data x tensor``, sequence parallelism on; Megatron-Core's MoE Parallel Folding with
+    expert tensor parallelism 1, megatron/core/transformer/moe/README.md): the experts split over
+    all of them, each rank routing its own sequence shard (``expert_seq = tensor``, as the
+    sequence-parallel norms hold the tokens: no tensor-parallel collective around the layer);
+    None where expert parallelism stays inside the data ranks."""
+    if expert <= data:
+        return None
+    want = Strategy(p, make_strategy(p, {"E": expert} | {d: k for d, k in degrees.items() if d == "H"}).degrees,
+                    expert_seq=tensor)
+    why = check_fits(layer, want, batch)
+    if why:
+        raise DnnplanError(f"{layer.name}: expert parallelism {expert} over {data} data x {tensor} tensor ranks: {why}",
+                           hint="give --expert a divisor of the data-parallel degree, or data x tensor with "
+                                "--sequence-parallel")
+    return want
+
+
 def _data_degree(p: int, tensor: int, context: int, expert: int, sequence_parallel: bool) -> int:
     """The data-parallel degree the tensor and context degrees leave, checked (one line each)."""
     if tensor < 1 or p % tensor:
@@ -102,8 +126,10 @@ def _data_degree(p: int, tensor: int, context: int, expert: int, sequence_parall
         raise DnnplanError("--context and --sequence-parallel both split the sequence",
                            hint="give one of them (the sequence-parallel variant needs a whole sequence)")
     data = p // (tensor * context)
+    if sequence_parallel and tensor > 1 and expert == data * tensor:  # folded over data x tensor (_expert_strategy)
+        return data
     if expert < 1 or data % expert:
         raise DnnplanError(f"the expert-parallel degree {expert} does not divide the data-parallel degree {data}",
                            hint="experts split over data-parallel ranks: give --expert a divisor of "
-                                "--devices / (--tensor x --context)")
+                                "--devices / (--tensor x --context), or that times --tensor with --sequence-parallel")
     return data

@@ -22,9 +22,10 @@ Rows: each local expert runs ``capacity`` rows of every sequence of every rank o
 group, padded with zeros where fewer came (``capacity = ceil(capacity_factor x S x top_k /
 experts)``, kernels.moe.capacity): ``E_degree x N_local x capacity`` rows, the load assumption of
 networks/ops/moe.py made exact as the buffer is. What the executor does not run yet (biases on
-the experts, the shared experts' gate) is priced on the kernels the set has: a bias as an
-``add.fwd`` over the projection's output, the gate as a ``linear.fwd`` to one, ``gelu.fwd`` for its
-sigmoid and ``add.fwd`` for the scale.
+the experts, the shared experts' gate, the activation's recomputation under ``recompute_act``) is
+priced on the kernels the set has: a bias as an ``add.fwd`` over the projection's output, the gate
+as a ``linear.fwd`` to one, ``gelu.fwd`` for its sigmoid and ``add.fwd`` for the scale, the
+recomputed activation as a ``gelu.fwd`` over the hidden rows with the activation's FLOPs and bytes.
 
 FLOPs and bytes per call are counted from the kernels' code (module functions below): GEMMs at two
 a multiply-add, the activation at networks.ops.moe.ACTIVATIONS' FLOPs an element (the gated product
@@ -39,6 +40,7 @@ import math
 
 from costmodel.kernel_call import KernelCall, linear_call
 from costmodel.layer_layouts import LocalLayer
+from networks.ir import DTYPE_BYTES
 from networks.ops.moe import ACTIVATIONS, widths
 
 #: The ``act`` field of a ``moe_experts`` call: an index into this tuple.
@@ -78,6 +80,39 @@ def experts_gemm_flops(call: KernelCall) -> int:
     return 2 * e * rows * d * h * (gated + 2)
 
 
+#: Bytes an element of a Transformer Engine FP8 cast moves: the 16-bit tensor read (2), its FP8
+#: copy written row-wise for this GEMM (1) and column-wise (transposed) for the other GEMM that
+#: reads it in backward (1): TE's fused cast-transpose, one pass (docs/costmodel.md, "FP8 casts")
+FP8_CAST_BYTES = 4
+
+
+def experts_kernels(call: KernelCall, fp8: bool = False) -> list[tuple[int, int, bool]]:
+    """The kernels a ``moe_experts`` call runs one after another, each ``(FLOPs, bytes, on the
+    matrix peak)``, from its shape and pass (Megatron-Core's ``TEGroupedMLP``: linear_fc1 as one
+    grouped GEMM, the activation (SwiGLU's gate product fused into it) as one elementwise kernel,
+    linear_fc2 as one grouped GEMM; backward the same in reverse, the weight gradients as two
+    grouped GEMMs). Their FLOPs and bytes sum to the call's. With ``fp8`` (Transformer Engine FP8
+    GEMMs) each GEMM's 16-bit operand is cast first: forward the inputs of fc1 (rows x D) and fc2
+    (rows x hidden), backward the gradients of fc2's output (rows x D) and of fc1's output
+    (rows x m hidden), each a memory-bound kernel of :data:`FP8_CAST_BYTES` an element (its copies
+    for the weight gradient written in the same pass); the weights' casts are cached across
+    micro-batches (costmodel.precision)."""
+    e, rows, d, h, gated = call.shape[:5]
+    m = gated + 1
+    item = DTYPE_BYTES[call.dtype]
+    io, pre, hidden = e * rows * d, e * rows * m * h, e * rows * h
+    fc1, fc2 = 2 * e * rows * d * m * h, 2 * e * rows * h * d
+    act = call.flops - fc1 - fc2 if call.kernel != "moe_experts.bwd_weights" else 0
+    cast = (lambda elems: [(0, FP8_CAST_BYTES * elems, False)]) if fp8 else (lambda elems: [])
+    if call.kernel == "moe_experts.fwd":
+        return [*cast(io), (fc1, (io + e * m * h * d + pre) * item, True), (act, (pre + hidden) * item, False),
+                *cast(hidden), (fc2, (hidden + e * h * d + io) * item, True)]
+    if call.kernel == "moe_experts.bwd_data":  # fc2's data gradient, the activation's backward, fc1's
+        return [*cast(io), (fc2, (io + e * h * d + hidden) * item, True), (act, (2 * pre + hidden) * item, False),
+                *cast(pre), (fc1, (pre + e * m * h * d + io) * item, True)]
+    return [(fc1, (io + pre + e * m * h * d) * item, True), (fc2, (hidden + io + e * h * d) * item, True)]
+
+
 def _experts_call(pass_: str, e: int, rows: int, d: int, h: int, p: dict, dtype: str, item: int) -> KernelCall:
     """``moe_experts.<pass_>`` of ``e`` experts over ``rows`` rows each (kernels.moe)."""
     m = 2 if p["gated"] else 1
@@ -100,6 +135,9 @@ def _unrun(pass_: str, p: dict, tokens: int, rows: int, d: int, h: int, hs: int,
            item: int) -> list[KernelCall]:
     """What the executor does not run yet, on the kernels the set has (module docstring)."""
     out = []
+    if p.get("recompute_act") and pass_ == "bwd_data":  # the activation's forward again (moe_act recompute)
+        m, act_f = (2 if p["gated"] else 1), ACTIVATIONS[p["activation"]][0]
+        out.append(KernelCall("gelu.fwd", (rows * h,), dtype, "", (act_f + m - 1) * rows * h, (m + 1) * rows * h * item))
     if p["bias"] and pass_ != "bwd_weights":
         out += [_add(rows * h * (2 if p["gated"] else 1), dtype, item), _add(rows * d, dtype, item)]
     if hs and p["shared_gate"]:

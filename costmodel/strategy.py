@@ -10,7 +10,12 @@ whose most significant digit is the N coordinate. Groups that talk most often (r
 channels) are thus neighbours in rank order and fall inside a node first. E (experts) splits a
 mixture-of-experts layer's experts, and its tokens with N: as E lies right inside N, the N and E
 coordinates of a rank together are its coordinate of N alone in :meth:`Strategy.tokens` (N times E
-samples), so the tokens lie as a data-parallel layer of that degree holds them.
+samples), so the tokens lie as a data-parallel layer of that degree holds them. Where expert
+parallelism is folded over sequence-parallel tensor ranks too (Megatron-Core's "MoE Parallel
+Folding", megatron/core/transformer/moe/README.md: EP spans data x tensor ranks, the expert
+tensor-parallel degree 1), ``expert_seq`` (``ESEQ`` in labels and plan files) of E's factor cuts
+each sequence instead, innermost, so the tokens lie as the sequence-parallel norms hold them
+(N times E / expert_seq samples, each sequence in ``expert_seq`` shards).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ GRID_ORDER = ("N", "E", "H", "W", "C", "F", "R")
 SPLIT_DIMS = GRID_ORDER[:-1]
 #: The key of the sequence-parallel variant in a strategy's degrees (``{"C": 8, "SP": 1}``)
 SP = "SP"
+ESEQ = "ESEQ"
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,9 @@ class Strategy:
     degrees: tuple[tuple[str, int], ...] = ()
     #: the tensor group's reductions scatter over the sequence (the ``SP`` variant, module docstring)
     seq_scatter: bool = False
+    #: of E's cut of the tokens, this innermost factor splits each sequence (H) rather than the
+    #: samples: expert parallelism folded over sequence-parallel tensor ranks (module docstring)
+    expert_seq: int = 1
 
     @staticmethod
     def of(p: int, **degrees: int) -> "Strategy":
@@ -69,6 +78,8 @@ class Strategy:
             parts.append(f"R={self.replication}")
         if self.seq_scatter:
             parts.append(SP)
+        if self.expert_seq > 1:
+            parts.append(f"{ESEQ}={self.expert_seq}")
         if not parts:
             return "replicated" if self.p > 1 else "serial"
         return ",".join(parts)
@@ -80,6 +91,10 @@ class Strategy:
         e = self.degree("E")
         if e == 1:
             return self
+        if self.expert_seq > 1:  # E = (samples outside) x (sequence shards inside), as SP norms hold them
+            n = self.degree("N") * e // self.expert_seq
+            return make_strategy(self.p, {d: k for d, k in self.degrees if d not in "NEH"} |
+                                 {"N": n, "H": self.degree("H") * self.expert_seq})
         degrees = tuple(("N", self.degree("N") * e) if d == "N" else (d, k) for d, k in self.degrees if d != "E")
         if self.degree("N") == 1:
             degrees = (("N", e),) + degrees
@@ -87,12 +102,13 @@ class Strategy:
 
     def as_dict(self) -> dict[str, int]:
         """The degrees, and ``SP: 1`` for the sequence-parallel variant (what plan files hold)."""
-        return dict(self.degrees) | ({SP: 1} if self.seq_scatter else {})
+        return dict(self.degrees) | ({SP: 1} if self.seq_scatter else {}) | \
+            ({ESEQ: self.expert_seq} if self.expert_seq > 1 else {})
 
     @property
     def plain(self) -> "Strategy":
         """The same degrees without the sequence-parallel variant."""
-        return Strategy(self.p, self.degrees) if self.seq_scatter else self
+        return Strategy(self.p, self.degrees, expert_seq=self.expert_seq) if self.seq_scatter else self
 
     @cached_property
     def radix(self) -> tuple[int, ...]:
@@ -149,7 +165,7 @@ def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
         if k > 1:
             items.append((dim, k))
             used *= k
-    unknown = set(degrees) - set(SPLIT_DIMS) - {"R", SP}
+    unknown = set(degrees) - set(SPLIT_DIMS) - {"R", SP, ESEQ}
     if unknown:
         raise DnnplanError(f"unknown dimension(s) {', '.join(sorted(unknown))}",
                            hint="dimensions are N (sample), E (experts), H and W (spatial or sequence), "
@@ -164,7 +180,11 @@ def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
     if scatter not in (0, 1) or isinstance(scatter, bool):
         raise DnnplanError(f"SP={short(scatter)} must be 1 (the sequence-parallel variant) or 0",
                            hint="SP: 1 reduce-scatters the tensor group's partial sums over the sequence")
-    return Strategy(p, tuple(items), bool(scatter))
+    eseq = int(degrees.get(ESEQ, 1))
+    if eseq < 1 or (eseq > 1 and dict(items).get("E", 1) % eseq):
+        raise DnnplanError(f"{ESEQ}={short(eseq)} must divide the expert degree E={dict(items).get('E', 1)}",
+                           hint=f"{ESEQ} folds expert parallelism over the sequence-parallel tensor ranks")
+    return Strategy(p, tuple(items), bool(scatter), eseq)
 
 
 def parse_degrees(text: str, p: int) -> Strategy:

@@ -150,8 +150,10 @@ ContextOpt = Annotated[int, typer.Option(
     callback=within("--context", 1, MAX_DEVICES))]
 ExpertOpt = Annotated[int, typer.Option(
     "--expert", help="Expert parallelism of this degree: mixture-of-experts layers split their experts over groups "
-    "of this many data-parallel devices, tokens dispatched and combined by all-to-alls (docs/costmodel.md, "
-    "Mixture of experts).", callback=within("--expert", 1, MAX_DEVICES))]
+    "of this many data-parallel devices, tokens dispatched and combined by all-to-alls; with --tensor and "
+    "--sequence-parallel it may be data x tensor (Megatron-Core's MoE Parallel Folding: whole experts on every "
+    "rank, each routing its sequence shard) (docs/costmodel.md, Mixture of experts).",
+    callback=within("--expert", 1, MAX_DEVICES))]
 AttentionOpt = Annotated[str, typer.Option(
     "--attention", help="The attention algorithm: flash (FlashAttention-2) or materialized (the scores written "
     "to memory) \\[default: the machine's: flash on A100 and H100, materialized on V100 and CPUs].",

@@ -36,8 +36,9 @@ def _check(ctx: LayerCtx) -> bool:
     """Refuse what does not run yet (memoised: the plan decides it)."""
     if ctx.p["bias"] or ctx.p["shared_gate"]:
         raise unsupported(ctx.layer, "a mixture of experts with biases or a shared-expert gate")
-    if ctx.split("H"):
-        raise unsupported(ctx.layer, "a mixture of experts split over the sequence (H)")
+    if ctx.split("H") or ctx.strategy.expert_seq > 1:
+        raise unsupported(ctx.layer, "a mixture of experts split over the sequence (H, or ESEQ: expert "
+                                     "parallelism folded over sequence-parallel ranks)")
     if ctx.split("E") and ctx.batch % (ctx.strategy.degree("N") * ctx.strategy.degree("E")):
         raise unsupported(ctx.layer, f"expert parallelism over a batch of {ctx.batch} that N x E does not divide")
     return True

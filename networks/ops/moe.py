@@ -21,6 +21,13 @@ with m = 2 when gated; ``b_in`` (experts, m hidden) and ``b_out`` (experts, D) w
 ``shared_in`` (m Hs, D), ``shared_out`` (D, Hs), ``Hs = shared_experts x shared_hidden``, their
 biases with ``bias``, ``shared_gate`` (1, D).
 
+**Kept for backward** besides the input: the routing probabilities, the dispatched rows (the
+first GEMM's input), the hidden before and after the activation (the second GEMM's input), the
+outputs before the combine (the routing weights' gradient reads them), the shared experts' hidden.
+Under FP8 GEMMs the two GEMM inputs are kept as Transformer Engine keeps them, in FP8, one byte an
+element; ``recompute_act`` (Megatron-Core's ``recompute_modules: [moe_act]``) keeps no activation
+output and recomputes it in backward (costmodel.moe_calls prices the extra kernel).
+
 **Load, as assumed** (DESIGN.md: an MoE layer's all-to-all is "stated by its capacity factor"):
 the router spreads tokens evenly, and each expert's batch is padded to its capacity
 ``capacity_factor x tokens x top_k / experts`` (GShard, section 2.2; Switch, section 2.2), no
@@ -61,7 +68,9 @@ PARAMS = (Param("experts", "pos", doc="number of routed experts"),
           Param("shared_experts", "nonneg", 0, "experts every token goes through (one dense MLP)"),
           Param("shared_hidden", "pos", None, "each shared expert's hidden width (default: hidden)"),
           Param("shared_gate", "bool", False, "scale the shared experts' output by sigmoid(w x) (Qwen2-MoE)"),
-          Param("bias", "bool", False, "biases on the experts' linears"))
+          Param("bias", "bool", False, "biases on the experts' linears"),
+          Param("recompute_act", "bool", False, "recompute the experts' activation in backward instead of "
+                "keeping its output (Megatron-Core recompute_modules: moe_act)"))
 
 
 def widths(p: dict) -> tuple[int, int, int]:
@@ -127,7 +136,7 @@ def costs(p, in_shapes, out_shape, n, itemsize):
     # hidden before and after the activation, their outputs before the combine; the shared
     # experts' hidden before and after the activation and their gate
     kept = (tokens * e_total + rows * (2 * d + (m + 1) * h) + tokens * (m + 1) * hs
-            + (tokens if p["shared_gate"] else 0)) * itemsize
+            + (tokens if p["shared_gate"] else 0)) * itemsize - _kept_saving(p, rows, d, h, itemsize)
     return LayerCost(
         flops=(2 * macs + elem_f + bias, 2 * macs + elem_b, 2 * (router + expert + shared) + bias),
         work=(macs + elem_f, macs + elem_b, router + expert + shared),
@@ -137,6 +146,17 @@ def costs(p, in_shapes, out_shape, n, itemsize):
         activation_bytes=kept,
         macs=macs,
     )
+
+
+def _kept_saving(p: dict, rows: int, d: int, h: int, itemsize: int) -> int:
+    """Bytes of the routed experts' kept rows not held as 16-bit (module docstring, "Kept"): under
+    FP8 GEMMs (``fp8_gemms``) Transformer Engine keeps the FP8 copy of each grouped GEMM's input
+    for the weight gradient, one byte an element (the dispatched rows, rows x D, and the
+    activation's output, rows x hidden); with ``recompute_act`` the activation's output is not
+    kept at all (recomputed from its kept input in backward)."""
+    one = 1 if p.get("fp8_gemms") else itemsize
+    saved = (itemsize - one) * rows * d
+    return saved + (itemsize if p["recompute_act"] else itemsize - one) * rows * h
 
 
 def _prod(shape) -> int:
