@@ -95,7 +95,8 @@ def model_spec(row: dict) -> str:
     return (f"name: {m['name']}\ninputs:\n  tokens: {{shape: [{seq}], dtype: int64}}\nblocks:\n  block:\n"
             f"    layers:\n      - {{name: norm1, op: {norm}}}\n"
             f"      - {{name: attn, op: attention, heads: {m['heads']}, kv_heads: {m['kv_heads']}, "
-            f"head_dim: {m['head_dim']}, causal: true, bias: {bias}, rotary: {rotary}}}\n"
+            f"head_dim: {m['head_dim']}, causal: true, bias: {bias}, rotary: {rotary}"
+            f"{', qk_norm: true' if m.get('qk_norm') else ''}}}\n"
             "      - {name: add1, op: add, inputs: [$input, attn]}\n"
             f"      - {{name: norm2, op: {norm}}}\n" + _mlp(m, tuple(row["config"].get("recompute_modules", ()))) +
             f"layers:\n  - {{name: embed, op: embedding, inputs: tokens, vocab: {m['vocab']}, dim: {m['hidden']}"
@@ -158,8 +159,6 @@ def deviations(row: dict) -> list[str]:
     if c.get("moe_a2a_overlap"):
         out.append("moe_a2a_overlap (the expert all-to-all hidden under another micro-batch's compute) not priced: "
                    "the all-to-alls exposed")
-    if row["model"].get("qk_norm"):
-        out.append("query/key norms left out (under 0.01% of the FLOPs)")
     out.append("data-parallel gradient reduction and parameter gathers overlapped in buckets (the GPU machines' "
                "default, costmodel.overlap); tensor- and context-parallel communication not overlapped")
     return out
