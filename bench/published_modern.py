@@ -172,18 +172,20 @@ def flash_attention_1(row: dict) -> bool:
 
 
 def predict_row(row: dict, machine: Machine | None = None, recorders: list | None = None,
-                micro: int | None = None) -> PipelinePrediction:
-    """The row's step priced on ``machine`` (its shipped machine by default); ``micro`` overrides
-    the row's micro-batch (a baseline whose micro-batch is not published: bench harness). Each
-    stage's roofline is appended to ``recorders`` when given (calibration)."""
+                micro: int | None = None, recompute: str | None = None) -> PipelinePrediction:
+    """The row's step priced on ``machine`` (its shipped machine by default); ``micro`` and
+    ``recompute`` override the row's micro-batch and recomputation (a baseline that publishes
+    neither: bench harness). Each stage's roofline is appended to ``recorders`` when given
+    (calibration)."""
     c, lay = row["config"], layout(row)
     if micro is not None:
         lay = {**lay, "micro": micro, "micro_batches": c["batch"] // (micro * lay["data"])}
+    recompute = recompute or c["recompute"]
     net = network_of(row)
     machine = machine or load_machine(row["machine"])
     opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]])
-    full = c["recompute"] == "full"
-    algorithms = recompute_algorithms(net, c["recompute"], ATTENTION[c["attention"]])
+    full = recompute == "full"
+    algorithms = recompute_algorithms(net, recompute, ATTENTION[c["attention"]])
 
     def stage(stage_net: Network, ranks: int, batch: int):
         strategies, fallbacks = megatron_strategies(stage_net, ranks, batch, lay["tensor"], sequence_parallel(row),
@@ -201,11 +203,12 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
                             INTERLEAVED if chunks > 1 else "1f1b", machine, stage, chunks=chunks)
 
 
-def terms_of(row: dict, machine: Machine | None = None, micro: int | None = None) -> PipelineTerms:
+def terms_of(row: dict, machine: Machine | None = None, micro: int | None = None,
+             recompute: str | None = None) -> PipelineTerms:
     """The row's predicted step as priced terms (costmodel.calibration)."""
     machine = machine or load_machine(row["machine"])
     recorders: list = []
-    pred = predict_row(row, machine, recorders, micro)
+    pred = predict_row(row, machine, recorders, micro, recompute)
     return pipeline_terms(machine, [(r, s.per_micro_s, s.once_s) for r, s in zip(recorders, pred.stages, strict=True)],
                           pred.micro_batches, pred.chunks)
 
