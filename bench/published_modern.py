@@ -47,6 +47,9 @@ ASSET = Path(__file__).parent / "assets" / "published-modern.yaml"
 #: parameters once a step, ZeRO-2's volume (a reduce-scatter and an all-gather of the weights);
 #: Megatron's distributed optimizer and ZeRO-1 are stage 1
 ZERO_STAGE = {"fsdp-full-shard": 3, "fsdp-no-reshard": 2, "distributed-optimizer": 1, "zero1": 1}
+#: the asset's ``grad_reduce`` (the gradients' precision on the wire) -> bytes an element; absent:
+#: the weights' own (costmodel.optimizer)
+REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 #: the asset's attention column -> the cost model's algorithm: FlashAttention-1 and -2 both priced as
 #: FlashAttention-2's tiles (costmodel.flash), the baseline as materialised scores
 ATTENTION = {"flash": "flash", "flash2": "flash", "standard": "materialized"}
@@ -183,7 +186,8 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
     recompute = recompute or c["recompute"]
     net = network_of(row)
     machine = machine or load_machine(row["machine"])
-    opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]])
+    opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]], reduce_bytes=REDUCE_BYTES.get(c.get("grad_reduce"), 0),
+                    reduce_each_micro=bool(c.get("reduce_each_micro")))
     full = recompute == "full"
     algorithms = recompute_algorithms(net, recompute, ATTENTION[c["attention"]])
 

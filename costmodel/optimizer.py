@@ -19,6 +19,14 @@ Stages 1 and 2 move what an allreduce moves (the paper's 2 Psi); stage 3 moves 1
 (3 Psi, section 7.2.2). The optimiser updates only the local shard of each weight from stage 1 on.
 Stage 3 gathers a layer's whole weights while its passes run (a transient), stage 2 its whole
 gradient while its backward runs.
+
+How the framework reduces the gradients, where it differs from the weights' own precision and
+from once a step: ``reduce_bytes``, the bytes an element of the gradient has on the wire (4 where
+the reduction runs in float32 under 16-bit weights: PyTorch FSDP's ``MixedPrecision(reduce_dtype=
+torch.float32)``, Composer's ``mixed_precision: DEFAULT``; 0: the weights' own); ``reduce_each_micro``,
+the reduction (reduce-scatter or allreduce) run in every micro-batch's backward rather than once a
+step after the last (FSDP without ``no_sync``, as Composer's trainer runs it: its ``no_sync`` context
+is DDP's only).
 """
 
 from __future__ import annotations
@@ -36,12 +44,17 @@ ZERO_STAGES = (0, 1, 2, 3)
 class Optimizer:
     name: str = "momentum"
     zero: int = 0
+    reduce_bytes: int = 0  # a gradient element's bytes on the wire; 0: the weights' own (module docstring)
+    reduce_each_micro: bool = False  # the reduction in every micro-batch's backward, not once a step
 
     def __post_init__(self):
         if self.name not in STATE_SLOTS:
             raise DnnplanError(f"unknown --optimizer {short(self.name)}", hint=f"use one of {', '.join(STATE_SLOTS)}")
         if self.zero not in ZERO_STAGES:
             raise DnnplanError(f"--zero {short(self.zero)} is not a ZeRO stage", hint="use 0, 1, 2 or 3")
+        if self.reduce_bytes not in (0, 2, 4):
+            raise DnnplanError(f"gradient reduction of {short(self.reduce_bytes)} bytes an element",
+                               hint="use 2 (16-bit), 4 (float32) or 0 (the weights' own)")
 
     @property
     def slots(self) -> int:

@@ -158,3 +158,16 @@ def test_an_unpublished_baseline_gets_the_least_recomputation_that_fits():
     assert pm.predict_row(row, **got).memory_peak_bytes <= cap
     published = ROWS["fa2-t1-gpt3-2.7b-8k-flash"]
     assert bench.baseline_layout(published, list(ROWS.values()), machine) == {"micro": 2, "recompute": "none"}
+
+
+def test_llm_foundry_rows_reduce_as_composer_ran_fsdp():
+    """Composer's FSDP under MP Mode DEFAULT reduce-scatters float32 gradients in every micro-batch
+    (the asset's source paragraph): MPT-30B's fc1 (7168 x 28672 and its biases, bf16) gathers
+    2 bytes an element before forward and backward and reduce-scatters 4 in each backward."""
+    row = ROWS["foundry-main-mpt30b-s2048-g8"]
+    assert row["config"]["grad_reduce"] == "fp32" and row["config"]["reduce_each_micro"]
+    layer = next(x.layer for x in pm.predict_row(row).stages[0].micro.layers if x.layer.name == "h0.fc1")
+    got = {(c.purpose, c.phase): c.nbytes for c in layer.comms}
+    elems = 7168 * 28672 + 28672
+    assert got == {("grad_sync", "bwd"): 4 * elems, ("param_gather", "fwd"): 2 * elems,
+                   ("param_gather", "bwd"): 2 * elems}
