@@ -152,6 +152,9 @@ def deviations(row: dict) -> list[str]:
         out.append("FlashAttention-1 priced as FlashAttention-2's algorithm")
     if c.get("data_sharding") == "fsdp-no-reshard":
         out.append("FSDP without reshard priced as ZeRO-2 (same volume, whole weights kept)")
+    if row["flops"] == "fa2":
+        out.append("dropout 0.1 (GPT2Config's defaults: embeddings, residuals, attention) left out: fused into "
+                   "the run's kernels, but for the baseline's materialised scores (a mask and a copy of each kept)")
     if row["model"].get("qk_norm"):
         out.append("query/key norms left out (under 0.01% of the FLOPs)")
     out.append("data-parallel gradient reduction and parameter gathers overlapped in buckets (the GPU machines' "
