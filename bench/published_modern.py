@@ -32,7 +32,7 @@ from costmodel.compute import Roofline, recompute_algorithms
 from costmodel.files import load_machine
 from costmodel.machine import Machine
 from costmodel.megatron import megatron_strategies
-from costmodel.optimizer import Optimizer
+from costmodel.optimizer import Optimizer, unfused_adamw_bytes
 from costmodel.pipeline import INTERLEAVED, PipelinePrediction, predict_pipeline
 from costmodel.precision import PRECISIONS, with_precision
 from costmodel.step import predict_step
@@ -50,6 +50,9 @@ ZERO_STAGE = {"fsdp-full-shard": 3, "fsdp-no-reshard": 2, "distributed-optimizer
 #: the asset's ``grad_reduce`` (the gradients' precision on the wire) -> bytes an element; absent:
 #: the weights' own (costmodel.optimizer)
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
+#: the asset's ``optimizer`` -> bytes an update moves per weight element (costmodel.optimizer);
+#: absent: the fused step
+UPDATE_BYTES = {"composer-decoupled-adamw": unfused_adamw_bytes(weight_bytes=4, grad_bytes=4, clip=True)}
 #: the asset's attention column -> the cost model's algorithm: FlashAttention-1 and -2 both priced as
 #: FlashAttention-2's tiles (costmodel.flash), the baseline as materialised scores
 ATTENTION = {"flash": "flash", "flash2": "flash", "standard": "materialized"}
@@ -190,7 +193,8 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
     net = network_of(row)
     machine = machine or load_machine(row["machine"])
     opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]], reduce_bytes=REDUCE_BYTES.get(c.get("grad_reduce"), 0),
-                    reduce_each_micro=bool(c.get("reduce_each_micro")))
+                    reduce_each_micro=bool(c.get("reduce_each_micro")),
+                    update_bytes=UPDATE_BYTES.get(c.get("optimizer"), 0))
     full = recompute == "full"
     algorithms = recompute_algorithms(net, recompute, ATTENTION[c["attention"]])
 

@@ -26,7 +26,9 @@ the reduction runs in float32 under 16-bit weights: PyTorch FSDP's ``MixedPrecis
 torch.float32)``, Composer's ``mixed_precision: DEFAULT``; 0: the weights' own); ``reduce_each_micro``,
 the reduction (reduce-scatter or allreduce) run in every micro-batch's backward rather than once a
 step after the last (FSDP without ``no_sync``, as Composer's trainer runs it: its ``no_sync`` context
-is DDP's only).
+is DDP's only). ``update_bytes``: what the update moves per weight element where the framework's
+optimiser is not one fused pass (:func:`unfused_adamw_bytes`); 0: the fused step's
+(``costmodel.compute.update_bytes``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Optimizer:
     zero: int = 0
     reduce_bytes: int = 0  # a gradient element's bytes on the wire; 0: the weights' own (module docstring)
     reduce_each_micro: bool = False  # the reduction in every micro-batch's backward, not once a step
+    update_bytes: int = 0  # bytes a weight element's update moves; 0: the fused step's (costmodel.compute.update_bytes)
 
     def __post_init__(self):
         if self.name not in STATE_SLOTS:
@@ -63,6 +66,21 @@ class Optimizer:
     @property
     def label(self) -> str:
         return self.name + (f", ZeRO-{self.zero}" if self.zero else "")
+
+
+def unfused_adamw_bytes(weight_bytes: int = 4, grad_bytes: int = 4, clip: bool = True) -> int:
+    """Bytes per weight element of AdamW run as one elementwise kernel per tensor operation, as
+    Composer's ``DecoupledAdamW`` (composer/optim/decoupled_weight_decay.py ``adamw``, a loop over
+    parameters with in-place torch ops) does, on float32 state: each op reads its operands and
+    writes its result once: ``param.mul_`` (decay: 2 w), ``exp_avg.mul_`` (8), ``.add_(grad)``
+    (8 + g), ``exp_avg_sq.mul_`` (8), ``.addcmul_(grad, grad)`` (8 + g), ``exp_avg_sq.sqrt()``
+    (8), ``/ sqrt(bias_correction2)`` (8), ``.add_(eps)`` (8), ``param.addcdiv_(exp_avg, denom)``
+    (2 w + 8). With ``clip``, gradient clipping by norm first (``clip_grad_norm_``: the norm reads
+    the gradient, the scaling reads and writes it: 3 g). Float32 weights and gradients (FSDP's
+    sharded float32 parameters, gradients reduced in float32): 100 bytes, where the fused
+    mixed-precision step moves 28."""
+    w, g = weight_bytes, grad_bytes
+    return 2 * w + 8 + (8 + g) + 8 + (8 + g) + 8 + 8 + 8 + (2 * w + 8) + (3 * g if clip else 0)
 
 
 def as_optimizer(value: "Optimizer | str") -> Optimizer:

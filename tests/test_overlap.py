@@ -184,3 +184,4 @@ def test_fsdp_reducing_in_float32_every_micro_batch_moves_what_it_runs():
     assert hidden.comm_exposed_s + hidden.comm_overlapped_s == pytest.approx(each.comm_exposed_s, rel=1e-9)
     with pytest.raises(DnnplanError):
         Optimizer("adam", 3, reduce_bytes=3)
+
