@@ -49,45 +49,60 @@ RESULTS = Path(__file__).parent / "assets" / "published-modern-results.json"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def baseline_micro(row: dict, rows: list[dict], machine: Machine) -> int:
-    """The micro-batch of a row that does not publish one (FlashAttention-2's baseline column): its
-    table's FlashAttention row of the same model and sequence, halved until the predicted step fits
-    the GPU's memory (what a user would run); 1 when none fits."""
+def baseline_layout(row: dict, rows: list[dict], machine: Machine) -> dict:
+    """The micro-batch and recomputation of a row that publishes no micro-batch (FlashAttention-2's
+    baseline column), as a user would run it: its table's FlashAttention row of the same model and
+    sequence's micro-batch, halved until the predicted step fits the GPU's memory; where even one
+    sequence does not fit with the row's recomputation, the least recomputation that fits
+    (``selective``: attention's core, then ``full``), else one sequence as the row has it (and the
+    row is shown not to fit). A row that publishes its micro-batch keeps it and its recomputation."""
     c = row["config"]
     if c["micro"] is not None:
-        return c["micro"]
+        return {"micro": c["micro"], "recompute": c["recompute"]}
     twin = next(r for r in rows if r["model"] == row["model"] and r["config"]["sequence"] == c["sequence"]
                 and r["config"]["micro"] is not None)
+    cap = machine.device.mem_capacity_bytes
+
+    def fits(micro: int, recompute: str) -> bool:
+        return pm.predict_row(row, machine, micro=micro, recompute=recompute).memory_peak_bytes <= cap
+
     micro = twin["config"]["micro"]
-    while micro > 1 and pm.predict_row(row, machine, micro=micro).memory_peak_bytes > machine.device.mem_capacity_bytes:
+    while micro > 1 and not fits(micro, c["recompute"]):
         micro //= 2
-    return micro
+    if fits(micro, c["recompute"]):
+        return {"micro": micro, "recompute": c["recompute"]}
+    ladder = ("none", "selective", "full")
+    for recompute in ladder[ladder.index(c["recompute"]) + 1:]:
+        if fits(1, recompute):
+            return {"micro": 1, "recompute": recompute}
+    return {"micro": 1, "recompute": c["recompute"]}
 
 
-def micros(rows: list[dict]) -> dict[str, int]:
-    return {r["name"]: baseline_micro(r, rows, load_machine(r["machine"])) for r in rows}
+def micros(rows: list[dict]) -> dict[str, dict]:
+    """Each row's micro-batch and recomputation as priced (:func:`baseline_layout`)."""
+    return {r["name"]: baseline_layout(r, rows, load_machine(r["machine"])) for r in rows}
 
 
-def calibration_data(rows: list[dict], micro: dict[str, int]) -> list[tuple]:
+def calibration_data(rows: list[dict], micro: dict[str, dict]) -> list[tuple]:
     """(step terms on the shipped machine, published step seconds) of this file's calibration rows
     priced as they ran, and of bench_megatron.py's calibration rows (the A100 GPT trainings the
     shipped efficiencies were fitted on, so the fit keeps holding them)."""
-    data = [(pm.terms_of(r, load_machine(r["machine"]), micro[r["name"]]), pm.published_s(r, pm.network_of(r)))
+    data = [(pm.terms_of(r, load_machine(r["machine"]), **micro[r["name"]]), pm.published_s(r, pm.network_of(r)))
             for r in rows if r["set"] == "calibration" and pm.kernels_as_run(r)]
     return data + [(bench_megatron.terms_of(r), bench_megatron.published_s(r))
                    for r in bench_megatron.load_rows() if r["set"] == "calibration"]
 
 
-def calibrate(rows: list[dict], micro: dict[str, int]) -> dict[str, float]:
+def calibrate(rows: list[dict], micro: dict[str, dict]) -> dict[str, float]:
     """One set of efficiencies (the shipped machine files carry one set for every GPU) fitted on
     :func:`calibration_data` from the shipped values; nothing per row."""
     shipped = load_machine("dgx-h100")
     return fit_efficiencies(calibration_data(rows, micro), {k: shipped.device.efficiency_of(k) for k in EFFICIENCY_CLASSES})
 
 
-def predict(row: dict, machine: Machine, micro: int) -> dict:
+def predict(row: dict, machine: Machine, chosen: dict) -> dict:
     net = pm.network_of(row)
-    pred = pm.predict_row(row, machine, micro=micro)
+    pred = pm.predict_row(row, machine, **chosen)
     published_s = pm.published_s(row, net)
     key = pm.metric_of(row)
     predicted = pm.metric_at(row, net, pred.step_s)
@@ -97,7 +112,7 @@ def predict(row: dict, machine: Machine, micro: int) -> dict:
             "memory_fits": pred.memory_peak_bytes <= machine.device.mem_capacity_bytes}
 
 
-def run(rows: list[dict], micro: dict[str, int], fitted: dict[str, float]) -> list[dict]:
+def run(rows: list[dict], micro: dict[str, dict], fitted: dict[str, float]) -> list[dict]:
     out = []
     for row in rows:
         shipped = load_machine(row["machine"])
@@ -108,7 +123,7 @@ def run(rows: list[dict], micro: dict[str, int], fitted: dict[str, float]) -> li
         out.append({"name": row["name"], "source": row["group"], "citation": row["source"], "split": row["set"],
                     "machine": row["machine"], "metric": key, "flops": row["flops"],
                     "published": row["published"][key], "published_step_s": pm.published_s(row, net),
-                    "parameters": pm.parameter_count(net), "layout": pm.layout(row) | {"micro": micro[row["name"]]},
+                    "parameters": pm.parameter_count(net), "layout": pm.layout(row) | micro[row["name"]],
                     "kernels_as_run": pm.kernels_as_run(row), "deviations": pm.deviations(row),
                     "shipped": ahead, "calibrated": cal,
                     "predicted": cal["predicted"], "error": cal["error"], "memory_fits": cal["memory_fits"]})

@@ -32,7 +32,7 @@ from costmodel.compute import Roofline, recompute_algorithms
 from costmodel.files import load_machine
 from costmodel.machine import Machine
 from costmodel.megatron import megatron_strategies
-from costmodel.optimizer import Optimizer
+from costmodel.optimizer import Optimizer, unfused_adamw_bytes
 from costmodel.pipeline import INTERLEAVED, PipelinePrediction, predict_pipeline
 from costmodel.precision import PRECISIONS, with_precision
 from costmodel.step import predict_step
@@ -47,6 +47,12 @@ ASSET = Path(__file__).parent / "assets" / "published-modern.yaml"
 #: parameters once a step, ZeRO-2's volume (a reduce-scatter and an all-gather of the weights);
 #: Megatron's distributed optimizer and ZeRO-1 are stage 1
 ZERO_STAGE = {"fsdp-full-shard": 3, "fsdp-no-reshard": 2, "distributed-optimizer": 1, "zero1": 1}
+#: the asset's ``grad_reduce`` (the gradients' precision on the wire) -> bytes an element; absent:
+#: the weights' own (costmodel.optimizer)
+REDUCE_BYTES = {"fp32": 4, "bf16": 2}
+#: the asset's ``optimizer`` -> bytes an update moves per weight element (costmodel.optimizer);
+#: absent: the fused step
+UPDATE_BYTES = {"composer-decoupled-adamw": unfused_adamw_bytes(weight_bytes=4, grad_bytes=4, clip=True)}
 #: the asset's attention column -> the cost model's algorithm: FlashAttention-1 and -2 both priced as
 #: FlashAttention-2's tiles (costmodel.flash), the baseline as materialised scores
 ATTENTION = {"flash": "flash", "flash2": "flash", "standard": "materialized"}
@@ -159,6 +165,9 @@ def deviations(row: dict) -> list[str]:
     if c.get("moe_a2a_overlap"):
         out.append("moe_a2a_overlap (the expert all-to-all hidden under another micro-batch's compute) not priced: "
                    "the all-to-alls exposed")
+    if row["flops"] == "fa2":
+        out.append("dropout 0.1 (GPT2Config's defaults: embeddings, residuals, attention) left out: fused into "
+                   "the run's kernels, but for the baseline's materialised scores (a mask and a copy of each kept)")
     out.append("data-parallel gradient reduction and parameter gathers overlapped in buckets (the GPU machines' "
                "default, costmodel.overlap); tensor- and context-parallel communication not overlapped")
     return out
@@ -180,18 +189,22 @@ def flash_attention_1(row: dict) -> bool:
 
 
 def predict_row(row: dict, machine: Machine | None = None, recorders: list | None = None,
-                micro: int | None = None) -> PipelinePrediction:
-    """The row's step priced on ``machine`` (its shipped machine by default); ``micro`` overrides
-    the row's micro-batch (a baseline whose micro-batch is not published: bench harness). Each
-    stage's roofline is appended to ``recorders`` when given (calibration)."""
+                micro: int | None = None, recompute: str | None = None) -> PipelinePrediction:
+    """The row's step priced on ``machine`` (its shipped machine by default); ``micro`` and
+    ``recompute`` override the row's micro-batch and recomputation (a baseline that publishes
+    neither: bench harness). Each stage's roofline is appended to ``recorders`` when given
+    (calibration)."""
     c, lay = row["config"], layout(row)
     if micro is not None:
         lay = {**lay, "micro": micro, "micro_batches": c["batch"] // (micro * lay["data"])}
+    recompute = recompute or c["recompute"]
     net = network_of(row)
     machine = machine or load_machine(row["machine"])
-    opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]])
-    full = c["recompute"] == "full"
-    algorithms = recompute_algorithms(net, c["recompute"], ATTENTION[c["attention"]])
+    opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]], reduce_bytes=REDUCE_BYTES.get(c.get("grad_reduce"), 0),
+                    reduce_each_micro=bool(c.get("reduce_each_micro")),
+                    update_bytes=UPDATE_BYTES.get(c.get("optimizer"), 0))
+    full = recompute == "full"
+    algorithms = recompute_algorithms(net, recompute, ATTENTION[c["attention"]])
 
     def stage(stage_net: Network, ranks: int, batch: int):
         strategies, fallbacks = megatron_strategies(stage_net, ranks, batch, lay["tensor"], sequence_parallel(row),
@@ -209,11 +222,12 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
                             INTERLEAVED if chunks > 1 else "1f1b", machine, stage, chunks=chunks)
 
 
-def terms_of(row: dict, machine: Machine | None = None, micro: int | None = None) -> PipelineTerms:
+def terms_of(row: dict, machine: Machine | None = None, micro: int | None = None,
+             recompute: str | None = None) -> PipelineTerms:
     """The row's predicted step as priced terms (costmodel.calibration)."""
     machine = machine or load_machine(row["machine"])
     recorders: list = []
-    pred = predict_row(row, machine, recorders, micro)
+    pred = predict_row(row, machine, recorders, micro, recompute)
     return pipeline_terms(machine, [(r, s.per_micro_s, s.once_s) for r, s in zip(recorders, pred.stages, strict=True)],
                           pred.micro_batches, pred.chunks)
 

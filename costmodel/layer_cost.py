@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from costmodel.collective_groups import collective_s
 from costmodel.compute import (ComputeModel, is_recomputed, kernel_algorithm, local_cost, recomputed_comms,
-                               resolve_algorithm)
+                               resolve_algorithm, update_bytes)
 from costmodel.context_comms import context_comms, core_share
 # an edge's reshard is priced in costmodel.edge_cost; its names are public here too
 from costmodel.edge_cost import EdgeEstimate, edge_estimate, layout_edge, reshard_copy_s, reshard_exchange  # noqa: F401
@@ -215,11 +215,19 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
-        update_s=sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize,
-                                      opt.slots) for n, shape in wshapes.items()),
+        update_s=_update_s(compute, wshapes, replicas, itemsize, opt),
         comms=tuple(comms), memory=memory,
         grad_sum_s=grad_sum,
         dispatch_s=dispatch_time(compute, local, kernel, consumers))
+
+
+def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], itemsize: int, opt: Optimizer) -> float:
+    """The optimiser step on each weight's local shard (from ZeRO stage 1 on, its replicas' share),
+    scaled by the bytes it moves where the framework's update is not the fused step
+    (``Optimizer.update_bytes``: a memory-bound step's time goes with its bytes)."""
+    scale = opt.update_bytes / update_bytes(itemsize, opt.slots) if opt.update_bytes else 1.0
+    return scale * sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize, opt.slots)
+                       for n, shape in wshapes.items())
 
 
 def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, opt: Optimizer,

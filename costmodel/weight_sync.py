@@ -33,16 +33,20 @@ def weight_collectives(layer: Layer, active, wshapes: dict, itemsize: int, opt: 
     by_group: dict[tuple[str, ...], int] = {}
     for name, dims in grad_dims(layer, active).items():
         if dims:
-            by_group[dims] = by_group.get(dims, 0) + prod(wshapes[name]) * itemsize
+            by_group[dims] = by_group.get(dims, 0) + prod(wshapes[name])
+    # the gradients in their wire precision (``Optimizer.reduce_bytes``), in every micro-batch's
+    # backward or once a step (``Optimizer.reduce_each_micro``)
+    wire, when = opt.reduce_bytes or itemsize, "bwd" if opt.reduce_each_micro else "sync"
     out = []
-    for dims, nbytes in by_group.items():
+    for dims, elems in by_group.items():
+        nbytes, gbytes = elems * itemsize, elems * wire
         if opt.zero == 0:
-            out.append(("grad_sync", "sync", "allreduce", nbytes, dims))
+            out.append(("grad_sync", when, "allreduce", gbytes, dims))
         elif opt.zero < 3:
-            out += [("grad_sync", "sync", "reduce_scatter", nbytes, dims),
+            out += [("grad_sync", when, "reduce_scatter", gbytes, dims),
                     ("param_gather", "sync", "allgather", nbytes, dims)]  # the updated shards, once
         else:
-            out += [("grad_sync", "sync", "reduce_scatter", nbytes, dims),
+            out += [("grad_sync", when, "reduce_scatter", gbytes, dims),
                     ("param_gather", "fwd", "allgather", nbytes, dims),  # before forward, and again
                     ("param_gather", "bwd", "allgather", nbytes, dims)]  # before backward
     return out

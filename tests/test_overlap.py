@@ -19,6 +19,7 @@ from costmodel.precision import with_precision
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
 from dnnplan.cli import app
+from networks.errors import DnnplanError
 from networks.loader import load_network
 
 H100 = load_machine("dgx-h100")
@@ -146,3 +147,41 @@ def test_predict_overlap_flag_and_the_breakdown_in_plan_and_predict(tmp_path):
                                "--optimizer", "adam"]).output
     assert "reduced in 25 MiB buckets overlapped with the backward pass" in " ".join(said.split())
     assert "overlapped with compute (overlap data)" in said
+
+
+def test_fsdp_reducing_in_float32_every_micro_batch_moves_what_it_runs():
+    """Composer's FSDP (mixed_precision DEFAULT, no no_sync): each micro-batch's backward
+    reduce-scatters its gradients in float32. GPT-2's h0.fc, a 768 x 3072 weight and 3072 biases in
+    bf16 (2 bytes an element), over 16 data ranks: gathered as 4,724,736 bytes before forward and
+    before backward, its gradients reduce-scattered as 9,449,472 bytes in each of 4 micro-batches,
+    instead of 4,724,736 once a step after the last."""
+    strategies, _ = megatron_strategies(GPT2, 16, 8, 1, False)
+    fsdp = Optimizer("adam", 3, reduce_bytes=4, reduce_each_micro=True)
+
+    def run(opt, overlap="none"):
+        return predict_step(GPT2, 32, strategies, default_algorithms(GPT2), H100, ROOF, opt, micro_batches=4,
+                            overlap=overlap)
+
+    once, each = run(Optimizer("adam", 3)), run(fsdp)
+
+    def comms(pred):
+        layer = next(x.layer for x in pred.layers if x.layer.name == "h0.fc")
+        return {(c.purpose, c.phase): c for c in layer.comms}
+
+    elems = 768 * 3072 + 3072
+    assert {k: c.nbytes for k, c in comms(once).items()} == {
+        ("grad_sync", "sync"): 2 * elems, ("param_gather", "fwd"): 2 * elems, ("param_gather", "bwd"): 2 * elems}
+    got = comms(each)
+    assert {k: c.nbytes for k, c in got.items()} == {
+        ("grad_sync", "bwd"): 4 * elems, ("param_gather", "fwd"): 2 * elems, ("param_gather", "bwd"): 2 * elems}
+    # the step counts the reduce-scatter once a micro-batch, inside the backward passes
+    sync = [c for x in each.layers for c in x.layer.comms if c.purpose == "grad_sync"]
+    assert sync and all(c.phase == "bwd" for c in sync) and each.sync_s == 0
+    assert each.comm_exposed_s - once.comm_exposed_s == pytest.approx(
+        sum(4 * c.seconds for c in sync) - once.sync_s, rel=1e-9)
+    # overlapped, it hides under each micro-batch's backward as the reduction once a step did
+    hidden = run(fsdp, "data")
+    assert hidden.comm_exposed_s + hidden.comm_overlapped_s == pytest.approx(each.comm_exposed_s, rel=1e-9)
+    with pytest.raises(DnnplanError):
+        Optimizer("adam", 3, reduce_bytes=3)
+

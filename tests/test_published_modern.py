@@ -121,3 +121,53 @@ def test_the_planner_plans_a_published_model_with_overlapped_buckets(tmp_path):
     assert got.exit_code == 0, got.output
     out = json.loads(got.stdout)
     assert out["devices"] == 8 and out["step_s"] > 0
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_published_modern", BENCH / "bench_published_modern.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flash_attention_2_table_1_runs_fit_the_a100_as_they_ran():
+    """GPT3-2.7B at 8k (Dao 2023 Table 1) without recomputation: what a layer keeps for backward
+    by hand, per token, d = 2560 wide, bf16: the residual into each norm (2 d each), each norm's
+    output (2 d each), q, k, v and the attention output (8 d), the MLP's pre-activation and GELU
+    output (8 d each): 32 d bytes. At the recipe's micro-batch 4 that is 80 GiB over 32 layers, so
+    the row is priced at 2 (its notes), which fits the 80 GiB GPU."""
+    row = ROWS["fa2-t1-gpt3-2.7b-8k-flash2"]
+    assert row["config"]["micro"] == 2 and any("b4cc152" in n for n in row["notes"])
+    pred = pm.predict_row(row, micro=4).stages[0].micro
+    blocks = sum(x.layer.memory.activations for x in pred.layers if x.layer.name.startswith("h"))
+    assert blocks == pytest.approx(32 * 2560 * 4 * 8192 * 32, rel=0.005)
+    machine = pm.load_machine(row["machine"])
+    assert pm.predict_row(row).memory_peak_bytes <= machine.device.mem_capacity_bytes
+
+
+def test_an_unpublished_baseline_gets_the_least_recomputation_that_fits():
+    """Table 1's GPT3-2.7B 8k baseline (materialised scores, micro-batch unpublished): one sequence
+    does not fit 80 GiB with every score kept; with attention's core recomputed it does."""
+    bench = _bench()
+    row = ROWS["fa2-t1-gpt3-2.7b-8k-standard"]
+    machine = pm.load_machine(row["machine"])
+    cap = machine.device.mem_capacity_bytes
+    assert pm.predict_row(row, micro=1, recompute="none").memory_peak_bytes > cap
+    got = bench.baseline_layout(row, list(ROWS.values()), machine)
+    assert got == {"micro": 1, "recompute": "selective"}
+    assert pm.predict_row(row, **got).memory_peak_bytes <= cap
+    published = ROWS["fa2-t1-gpt3-2.7b-8k-flash"]
+    assert bench.baseline_layout(published, list(ROWS.values()), machine) == {"micro": 2, "recompute": "none"}
+
+
+def test_llm_foundry_rows_reduce_as_composer_ran_fsdp():
+    """Composer's FSDP under MP Mode DEFAULT reduce-scatters float32 gradients in every micro-batch
+    (the asset's source paragraph): MPT-30B's fc1 (7168 x 28672 and its biases, bf16) gathers
+    2 bytes an element before forward and backward and reduce-scatters 4 in each backward."""
+    row = ROWS["foundry-main-mpt30b-s2048-g8"]
+    assert row["config"]["grad_reduce"] == "fp32" and row["config"]["reduce_each_micro"]
+    layer = next(x.layer for x in pm.predict_row(row).stages[0].micro.layers if x.layer.name == "h0.fc1")
+    got = {(c.purpose, c.phase): c.nbytes for c in layer.comms}
+    elems = 7168 * 28672 + 28672
+    assert got == {("grad_sync", "bwd"): 4 * elems, ("param_gather", "fwd"): 2 * elems,
+                   ("param_gather", "bwd"): 2 * elems}

@@ -1,0 +1,36 @@
+"""The optimiser update as a framework runs it (costmodel.optimizer): bytes an unfused AdamW
+moves per element against a hand count, and the step's update priced by them."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.compute import Roofline, default_algorithms, update_bytes
+from costmodel.files import load_machine
+from costmodel.megatron import megatron_strategies
+from costmodel.optimizer import Optimizer, unfused_adamw_bytes
+from costmodel.precision import with_precision
+from costmodel.step import predict_step
+from networks.loader import load_network
+
+H100 = load_machine("dgx-h100")
+ROOF = Roofline(H100)
+GPT2 = with_precision(load_network("gpt2"), "bf16")
+
+
+def test_an_unfused_adamw_update_moves_its_ops_bytes():
+    """Composer's DecoupledAdamW on float32 shards, by hand per element: decay (read and write the
+    weight, 8), exp_avg.mul_ (8) and .add_(grad) (12), exp_avg_sq.mul_ (8) and .addcmul_ (12),
+    sqrt, division and + eps (8 each), addcdiv_ (read weight, exp_avg, denom, write weight: 16):
+    88; clipping by norm (the norm reads the gradient, the scaling reads and writes it): 12 more.
+    The step prices each layer's update at that over the fused step's 28 (memory-bound)."""
+    assert unfused_adamw_bytes(4, 4, clip=False) == 88 and unfused_adamw_bytes(4, 4) == 100
+    assert update_bytes(2, 2) == 28
+    strategies, _ = megatron_strategies(GPT2, 16, 2, 1, False)
+
+    def run(opt):
+        return predict_step(GPT2, 32, strategies, default_algorithms(GPT2), H100, ROOF, opt)
+
+    fused, unfused = run(Optimizer("adam", 3)), run(Optimizer("adam", 3, update_bytes=100))
+    assert unfused.update_s == pytest.approx(fused.update_s * 100 / 28, rel=1e-9) and fused.update_s > 0
+    assert unfused.fwd_s == fused.fwd_s and unfused.bwd_s == fused.bwd_s
