@@ -129,10 +129,10 @@ def layout(row: dict) -> dict[str, int]:
 
 
 def sequence_parallel(row: dict) -> bool:
-    """Megatron's sequence parallelism where the row has it, except beside context parallelism
-    (the cost model splits the sequence once: :func:`deviations`)."""
+    """Megatron's sequence parallelism where the row has it (beside context parallelism, inside
+    each context rank's positions, as Megatron-Core runs it: costmodel.megatron)."""
     c = row["config"]
-    return bool(c.get("sequence_parallel")) and c["tensor"] > 1 and c["context"] == 1
+    return bool(c.get("sequence_parallel")) and c["tensor"] > 1
 
 
 def deviations(row: dict) -> list[str]:
@@ -143,8 +143,6 @@ def deviations(row: dict) -> list[str]:
     if c["expert"] > c["data"]:
         out.append(f"expert parallelism {c['expert']} folded over tensor x data ranks: priced as expert "
                    f"{c['data']} over the data ranks with the experts split {c['tensor']} ways by tensor")
-    if c.get("sequence_parallel") and c["tensor"] > 1 and c["context"] > 1:
-        out.append("sequence parallelism beside context parallelism: the norms priced replicated over tensor")
     if flash_attention_1(row):
         out.append("FlashAttention-1 priced as FlashAttention-2's algorithm")
     if c.get("data_sharding") == "fsdp-no-reshard":

@@ -11,6 +11,14 @@ channels) are thus neighbours in rank order and fall inside a node first. E (exp
 mixture-of-experts layer's experts, and its tokens with N: as E lies right inside N, the N and E
 coordinates of a rank together are its coordinate of N alone in :meth:`Strategy.tokens` (N times E
 samples), so the tokens lie as a data-parallel layer of that degree holds them.
+
+A tensor axis may be cut by two neighbouring grid dimensions at once, a *composite* dimension
+``"H*F"`` (:func:`composite`): Megatron-Core's sequence parallelism inside context parallelism
+(Korthikanti et al. 2022, section 4.2.2, run on each context rank's ``S / c`` positions) splits the
+sequence ``c`` ways by H and each of those ``t`` ways over the tensor group (C or F). A rank's
+coordinate along it is ``h t + f``, which is its mixed-radix digit pair when nothing between the two
+dimensions in :data:`GRID_ORDER` splits (:meth:`Strategy.radix_stride`): the blocks of a layer that
+splits its sequence ``H = c t`` alone (a norm under CP and SP).
 """
 
 from __future__ import annotations
@@ -106,14 +114,26 @@ class Strategy:
             acc *= k
         return tuple(reversed(out))
 
+    def radix_stride(self, dim: str) -> tuple[int, int]:
+        """(degree, stride) of ``dim`` in the grid; of a composite ``"H*F"`` the product of the two
+        degrees and the inner one's stride, when no dimension between them splits (module docstring)."""
+        parts = composite(dim)
+        idx = [GRID_ORDER.index(d) for d in parts]
+        if len(parts) == 1:
+            return self.radix[idx[0]], self.strides[idx[0]]
+        outer, inner = idx
+        if outer >= inner or any(self.radix[i] > 1 for i in range(outer + 1, inner)):
+            raise ValueError(f"{dim}: not two grid dimensions with nothing split between them in {self.label}")
+        return self.radix[outer] * self.radix[inner], self.strides[inner]
+
     def coord(self, rank: int, dim: str) -> int:
-        i = GRID_ORDER.index(dim)
-        return (rank // self.strides[i]) % self.radix[i]
+        k, s = self.radix_stride(dim)
+        return (rank // s) % k
 
     def coords_all(self, dim: str) -> np.ndarray:
         """The coordinate along ``dim`` of every rank 0..p-1 (vectorised)."""
-        i = GRID_ORDER.index(dim)
-        return (np.arange(self.p) // self.strides[i]) % self.radix[i]
+        k, s = self.radix_stride(dim)
+        return (np.arange(self.p) // s) % k
 
     def group(self, rank: int, dims) -> tuple[int, ...]:
         """Ranks that share every coordinate with ``rank`` except along ``dims`` (a communicator)."""
@@ -134,6 +154,11 @@ class Strategy:
         for d in set(dims):
             out *= self.degree(d)
         return out
+
+
+def composite(dim: str) -> tuple[str, ...]:
+    """The grid dimensions an axis split names: ``("H", "F")`` for ``"H*F"``, ``("H",)`` for ``"H"``."""
+    return tuple(dim.split("*"))
 
 
 def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
