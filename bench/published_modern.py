@@ -33,7 +33,7 @@ from costmodel.files import load_machine
 from costmodel.machine import Machine
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
-from costmodel.pipeline import INTERLEAVED, PipelinePrediction, predict_pipeline
+from costmodel.pipeline import INTERLEAVED, PipelinePrediction, ends_as_blocks, predict_pipeline
 from costmodel.precision import PRECISIONS, with_precision
 from costmodel.step import predict_step
 from networks.ir import Network
@@ -196,7 +196,24 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
 
     chunks = lay["chunks"]
     return predict_pipeline(net, c["batch"], c["gpus"], lay["pipeline"], lay["micro_batches"],
-                            INTERLEAVED if chunks > 1 else "1f1b", machine, stage, chunks=chunks)
+                            INTERLEAVED if chunks > 1 else "1f1b", machine, stage, cuts=cuts_of(row, net),
+                            chunks=chunks)
+
+
+def cuts_of(row: dict, net: Network) -> list | None:
+    """The row's pipeline cut: with ``pipeline_split: ends-as-layers`` the embedding and the output
+    layer with the loss each count as a transformer block (``costmodel.pipeline.ends_as_blocks``:
+    Megatron-Core's account_for_embedding/loss_in_pipeline_split, Llama 3's first and last stages
+    one layer short); else None, Megatron's cut of equal blocks (or balanced FLOPs)."""
+    c = row["config"]
+    if c.get("pipeline_split", "blocks") == "blocks":
+        return None
+    n = c["pipeline"] * c["chunks"]
+    cuts = ends_as_blocks(net, n) if c["pipeline_split"] == "ends-as-layers" else None
+    if cuts is None:
+        raise SystemExit(f"{row['name']}: pipeline_split {c['pipeline_split']!r} cannot cut "
+                         f"{row['model']['layers']} layers into {n} chunks")
+    return cuts
 
 
 def terms_of(row: dict, machine: Machine | None = None, micro: int | None = None) -> PipelineTerms:
