@@ -117,11 +117,10 @@ class Strategy:
     def radix_stride(self, dim: str) -> tuple[int, int]:
         """(degree, stride) of ``dim`` in the grid; of a composite ``"H*F"`` the product of the two
         degrees and the inner one's stride, when no dimension between them splits (module docstring)."""
-        parts = composite(dim)
-        idx = [GRID_ORDER.index(d) for d in parts]
-        if len(parts) == 1:
-            return self.radix[idx[0]], self.strides[idx[0]]
-        outer, inner = idx
+        if "*" not in dim:
+            i = GRID_ORDER.index(dim)
+            return self.radix[i], self.strides[i]
+        outer, inner = (GRID_ORDER.index(d) for d in composite(dim))
         if outer >= inner or any(self.radix[i] > 1 for i in range(outer + 1, inner)):
             raise ValueError(f"{dim}: not two grid dimensions with nothing split between them in {self.label}")
         return self.radix[outer] * self.radix[inner], self.strides[inner]
