@@ -121,3 +121,27 @@ def test_the_planner_plans_a_published_model_with_overlapped_buckets(tmp_path):
     assert got.exit_code == 0, got.output
     out = json.loads(got.stdout)
     assert out["devices"] == 8 and out["step_s"] > 0
+
+
+def test_llama3_table4_runs_their_interleaved_schedule_with_one_layer_chunks():
+    """Section 3.3.2: V stages a rank, one layer fewer on the first and last stage, so the first
+    chunk holds only the embedding and the last only the output and loss: 128 one-layer chunks."""
+    row = ROWS["llama3-t4-r3-405b-16384gpu-s128k"]
+    net = pm.network_of(row)
+    cuts = pm.cuts_of(row, net)
+    assert len(cuts) == 16 * 8 == row["model"]["layers"] + 2
+    assert [layer.name for layer in cuts[0]] == ["embed"]
+    assert [layer.name for layer in cuts[-1]] == ["norm", "lm_head", "loss"]
+    assert all(len({layer.name.split(".")[0] for layer in c}) == 1 for c in cuts[1:-1])
+    assert pm.cuts_of(ROWS["foundry-main-mpt7b-s2048-g8"], pm.network_of(ROWS["foundry-main-mpt7b-s2048-g8"])) is None
+
+
+def test_context_parallel_rows_run_sequence_parallelism_inside_each_context_rank():
+    """Megatron-Core runs SP within CP: the norms split the local positions over the tensor group,
+    and the 131,072-token row fits the 80 GiB its run had."""
+    row = ROWS["llama3-t4-r3-405b-16384gpu-s128k"]
+    assert pm.sequence_parallel(row) and not any("replicated" in d for d in pm.deviations(row))
+    pred = pm.predict_row(row)
+    norm = next(x.layer.strategy for x in pred.stages[1].micro.layers if x.layer.name.endswith(".norm1"))
+    assert norm.degree("H") == 16 * 8
+    assert pred.memory_peak_bytes < 80 * 2**30
