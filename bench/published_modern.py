@@ -136,8 +136,10 @@ def sequence_parallel(row: dict) -> bool:
 
 
 def deviations(row: dict) -> list[str]:
-    """How the priced step differs from the published run, each a feature the cost model lacks."""
-    c, out = row["config"], []
+    """How the priced step differs from the published run, each a feature the cost model lacks
+    or a setting the source does not publish (the row's ``unpublished``, with how it was chosen)."""
+    c = row["config"]
+    out = [f"{key} {c[key]} not published: {why}" for key, why in (row.get("unpublished") or {}).items()]
     if c["precision"] not in PRECISIONS:
         out.append(f"{c['precision']} priced as bf16 (no FP8 in the cost model)")
     if c["expert"] > c["data"]:

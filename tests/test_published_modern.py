@@ -145,3 +145,19 @@ def test_context_parallel_rows_run_sequence_parallelism_inside_each_context_rank
     norm = next(x.layer.strategy for x in pred.stages[1].micro.layers if x.layer.name.endswith(".norm1"))
     assert norm.degree("H") == 16 * 8
     assert pred.memory_peak_bytes < 80 * 2**30
+
+
+def test_the_derived_virtual_stages_are_also_the_fastest_that_fit():
+    """Table 4 does not print V; the row's V = 8 (one-layer chunks) is stated among its deviations,
+    and of the V this cut allows it is the one a user of the tool would pick."""
+    import copy
+    row = ROWS["llama3-t4-r2-405b-16384gpu-s8k"]
+    assert any(d.startswith("chunks 8 not published") for d in pm.deviations(row))
+    steps = {}
+    for v in (1, 2, 4, 8):
+        trial = copy.deepcopy(row)
+        trial["config"]["chunks"] = v
+        pred = pm.predict_row(trial)
+        if pred.memory_peak_bytes <= 80 * 2**30:
+            steps[v] = pred.step_s
+    assert min(steps, key=steps.get) == row["config"]["chunks"]
