@@ -149,6 +149,9 @@ def deviations(row: dict) -> list[str]:
         out.append("FlashAttention-1 priced as FlashAttention-2's algorithm")
     if c.get("data_sharding") == "fsdp-no-reshard":
         out.append("FSDP without reshard priced as ZeRO-2 (same volume, whole weights kept)")
+    if c["context"] > 1:
+        out.append("context-parallel keys and values exchanged by the cheaper of ring and all-gather "
+                   "(costmodel.context_comms), whichever the run used")
     if row["model"].get("qk_norm"):
         out.append("query/key norms left out (under 0.01% of the FLOPs)")
     out.append("data-parallel gradient reduction and parameter gathers overlapped in buckets (the GPU machines' "
