@@ -161,3 +161,24 @@ def test_the_derived_virtual_stages_are_also_the_fastest_that_fit():
         if pred.memory_peak_bytes <= 80 * 2**30:
             steps[v] = pred.step_s
     assert min(steps, key=steps.get) == row["config"]["chunks"]
+
+
+def test_a_context_rank_holds_what_a_short_sequence_holds():
+    """Memory by what holds it: with SP inside CP 16, a block of the 131,072-token row keeps per
+    device the activations the 8,192-token row's block keeps (each rank's 8,192 positions split 8
+    ways over the tensor group for the norms), and the device holds them for the micro-batches its
+    schedule keeps in flight beside its weights and state."""
+    def block(name):
+        pred = pm.predict_row(ROWS[name])
+        stage = pred.stages[1]
+        kept = sum(x.layer.memory.activations for x in stage.micro.layers if x.layer.name.startswith("h0."))
+        return pred, stage, kept
+    _, _, short = block("llama3-t4-r1-405b-8192gpu-s8k")
+    pred, stage, long = block("llama3-t4-r3-405b-16384gpu-s128k")
+    assert long == pytest.approx(short, rel=0.02)
+    hidden, tensor, local = 16384, 8, 131072 // 16
+    norm = next(x.layer.memory.activations for x in stage.micro.layers if x.layer.name == "h0.norm1")
+    assert norm == local // tensor * (hidden * 2 + 4)  # its bf16 output shard and an fp32 statistic a position
+    parts = stage.micro.memory_parts
+    assert stage.memory_peak_bytes == sum(parts.values()) + int(stage.micro.activation_bytes * (stage.kept_micro_batches - 1))
+    assert stage.kept_micro_batches == pred.micro_batches == 16  # M = S: every micro-batch warms up first
