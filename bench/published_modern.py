@@ -87,10 +87,12 @@ def model_spec(row: dict) -> str:
     rotary = str(m["positions"] == "rope").lower()
     positions = f", positions: {seq}" if m["positions"] == "learned" else ""
     head = ", tied_to: embed" if m["tied"] else ""
+    exchange = row["config"].get("context_exchange")
+    exchange = f", context_exchange: {exchange}" if exchange else ""
     return (f"name: {m['name']}\ninputs:\n  tokens: {{shape: [{seq}], dtype: int64}}\nblocks:\n  block:\n"
             f"    layers:\n      - {{name: norm1, op: {norm}}}\n"
             f"      - {{name: attn, op: attention, heads: {m['heads']}, kv_heads: {m['kv_heads']}, "
-            f"head_dim: {m['head_dim']}, causal: true, bias: {bias}, rotary: {rotary}}}\n"
+            f"head_dim: {m['head_dim']}, causal: true, bias: {bias}, rotary: {rotary}{exchange}}}\n"
             "      - {name: add1, op: add, inputs: [$input, attn]}\n"
             f"      - {{name: norm2, op: {norm}}}\n" + _mlp(m) +
             f"layers:\n  - {{name: embed, op: embedding, inputs: tokens, vocab: {m['vocab']}, dim: {m['hidden']}"
@@ -149,7 +151,7 @@ def deviations(row: dict) -> list[str]:
         out.append("FlashAttention-1 priced as FlashAttention-2's algorithm")
     if c.get("data_sharding") == "fsdp-no-reshard":
         out.append("FSDP without reshard priced as ZeRO-2 (same volume, whole weights kept)")
-    if c["context"] > 1:
+    if c["context"] > 1 and not c.get("context_exchange"):
         out.append("context-parallel keys and values exchanged by the cheaper of ring and all-gather "
                    "(costmodel.context_comms), whichever the run used")
     if row["model"].get("qk_norm"):
