@@ -33,7 +33,7 @@ from costmodel.files import load_machine
 from costmodel.machine import Machine
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer, unfused_adamw_bytes
-from costmodel.pipeline import INTERLEAVED, PipelinePrediction, predict_pipeline
+from costmodel.pipeline import INTERLEAVED, PipelinePrediction, ends_as_blocks, predict_pipeline
 from costmodel.precision import PRECISIONS, with_precision
 from costmodel.step import predict_step
 from networks.ir import Network
@@ -98,10 +98,12 @@ def model_spec(row: dict) -> str:
     rotary = str(m["positions"] == "rope").lower()
     positions = f", positions: {seq}" if m["positions"] == "learned" else ""
     head = ", tied_to: embed" if m["tied"] else ""
+    exchange = row["config"].get("context_exchange")
+    exchange = f", context_exchange: {exchange}" if exchange else ""
     return (f"name: {m['name']}\ninputs:\n  tokens: {{shape: [{seq}], dtype: int64}}\nblocks:\n  block:\n"
             f"    layers:\n      - {{name: norm1, op: {norm}}}\n"
             f"      - {{name: attn, op: attention, heads: {m['heads']}, kv_heads: {m['kv_heads']}, "
-            f"head_dim: {m['head_dim']}, causal: true, bias: {bias}, rotary: {rotary}"
+            f"head_dim: {m['head_dim']}, causal: true, bias: {bias}, rotary: {rotary}{exchange}"
             f"{', qk_norm: true' if m.get('qk_norm') else ''}}}\n"
             "      - {name: add1, op: add, inputs: [$input, attn]}\n"
             f"      - {{name: norm2, op: {norm}}}\n" + _mlp(m, tuple(row["config"].get("recompute_modules", ()))) +
@@ -142,19 +144,19 @@ def layout(row: dict) -> dict[str, int]:
 
 
 def sequence_parallel(row: dict) -> bool:
-    """Megatron's sequence parallelism where the row has it, except beside context parallelism
-    (the cost model splits the sequence once: :func:`deviations`)."""
+    """Megatron's sequence parallelism where the row has it (beside context parallelism, inside
+    each context rank's positions, as Megatron-Core runs it: costmodel.megatron)."""
     c = row["config"]
-    return bool(c.get("sequence_parallel")) and c["tensor"] > 1 and c["context"] == 1
+    return bool(c.get("sequence_parallel")) and c["tensor"] > 1
 
 
 def deviations(row: dict) -> list[str]:
-    """How the priced step differs from the published run, each a feature the cost model lacks."""
-    c, out = row["config"], []
+    """How the priced step differs from the published run, each a feature the cost model lacks
+    or a setting the source does not publish (the row's ``unpublished``, with how it was chosen)."""
+    c = row["config"]
+    out = [f"{key} {c[key]} not published: {why}" for key, why in (row.get("unpublished") or {}).items()]
     if c["precision"] not in PRECISIONS:
         out.append(f"{c['precision']} priced as bf16 (no FP8 in the cost model)")
-    if c.get("sequence_parallel") and c["tensor"] > 1 and c["context"] > 1:
-        out.append("sequence parallelism beside context parallelism: the norms priced replicated over tensor")
     if flash_attention_1(row):
         out.append("FlashAttention-1 priced as FlashAttention-2's algorithm")
     if c.get("data_sharding") == "fsdp-no-reshard":
@@ -168,6 +170,9 @@ def deviations(row: dict) -> list[str]:
     if row["flops"] == "fa2":
         out.append("dropout 0.1 (GPT2Config's defaults: embeddings, residuals, attention) left out: fused into "
                    "the run's kernels, but for the baseline's materialised scores (a mask and a copy of each kept)")
+    if c["context"] > 1 and not c.get("context_exchange"):
+        out.append("context-parallel keys and values exchanged by the cheaper of ring and all-gather "
+                   "(costmodel.context_comms), whichever the run used")
     out.append("data-parallel gradient reduction and parameter gathers overlapped in buckets (the GPU machines' "
                "default, costmodel.overlap); tensor- and context-parallel communication not overlapped")
     return out
@@ -219,7 +224,24 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
 
     chunks = lay["chunks"]
     return predict_pipeline(net, c["batch"], c["gpus"], lay["pipeline"], lay["micro_batches"],
-                            INTERLEAVED if chunks > 1 else "1f1b", machine, stage, chunks=chunks)
+                            INTERLEAVED if chunks > 1 else "1f1b", machine, stage, cuts=cuts_of(row, net),
+                            chunks=chunks)
+
+
+def cuts_of(row: dict, net: Network) -> list | None:
+    """The row's pipeline cut: with ``pipeline_split: ends-as-layers`` the embedding and the output
+    layer with the loss each count as a transformer block (``costmodel.pipeline.ends_as_blocks``:
+    Megatron-Core's account_for_embedding/loss_in_pipeline_split, Llama 3's first and last stages
+    one layer short); else None, Megatron's cut of equal blocks (or balanced FLOPs)."""
+    c = row["config"]
+    if c.get("pipeline_split", "blocks") == "blocks":
+        return None
+    n = c["pipeline"] * c["chunks"]
+    cuts = ends_as_blocks(net, n) if c["pipeline_split"] == "ends-as-layers" else None
+    if cuts is None:
+        raise SystemExit(f"{row['name']}: pipeline_split {c['pipeline_split']!r} cannot cut "
+                         f"{row['model']['layers']} layers into {n} chunks")
+    return cuts
 
 
 def terms_of(row: dict, machine: Machine | None = None, micro: int | None = None,

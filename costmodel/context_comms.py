@@ -62,8 +62,9 @@ def _ring_sends(c: int, kv: float) -> tuple[list[float], list[float]]:
 def context_comms(layer, strategy: Strategy, local: LocalLayer, itemsize: int, machine: Machine,
                   core_s: tuple[float, float], rule: str = "mpi") -> list[tuple]:
     """(purpose, phase, collective, bytes, group, exposed seconds, link seconds) of the key/value
-    exchange of an attention layer whose sequence the strategy splits (none otherwise), the cheaper
-    of :data:`EXCHANGES` by exposed time; ``core_s``: the core's forward and backward seconds."""
+    exchange of an attention layer whose sequence the strategy splits (none otherwise): the one its
+    ``context_exchange`` parameter names, else the cheaper of :data:`EXCHANGES` by exposed time;
+    ``core_s``: the core's forward and backward seconds."""
     c = strategy.degree("H")
     if layer.op != "attention" or c == 1:
         return []
@@ -79,4 +80,7 @@ def context_comms(layer, strategy: Strategy, local: LocalLayer, itemsize: int, m
         step = core / c
         times = [sendrecv_s(n, link) for n in sends]
         ring.append(("kv", phase, "ring", int(sum(sends)), c, sum(max(0.0, t - step) for t in times), sum(times)))
+    chosen = layer.p.get("context_exchange")  # the framework's, where the network names it
+    if chosen:
+        return ring if chosen == "ring" else gathered
     return min((ring, gathered), key=lambda comms: (sum(x[5] for x in comms), comms is gathered))

@@ -38,22 +38,33 @@ def sequence_scatter(layer: Layer, strategy: Strategy) -> tuple[str, int, DimSpl
     Korthikanti et al. 2022, section 4.2.2: a split contraction's partial output (``partial_out``)
     is reduce-scattered into sequence shards over the group instead of all-reduced (its gradient
     all-gathered back); an input whose gradient is a partial sum (``partial_in_grad``) arrives in
-    sequence shards, all-gathered forward, and its gradient is reduce-scattered back into them."""
+    sequence shards, all-gathered forward, and its gradient is reduce-scattered back into them.
+
+    Beside context parallelism (H = c) the shards are of each context rank's ``S / c`` positions,
+    as Megatron-Core runs SP inside CP: the sequence axis is then cut by the composite ``H*C`` or
+    ``H*F`` (``costmodel.strategy.composite``) into ``c t`` shards, and the collectives run over
+    the tensor group on the local sequence."""
     splits = _splits(layer)
     seq = splits.get("H")
     if seq is None or seq.window is not None:
         return f"{layer.op} has no sequence axis to scatter over (SP)"
-    if strategy.degree("H") > 1:
-        return "SP scatters over the sequence, which the strategy splits already"
     dims = [(d, k) for d, k in strategy.degrees if d in ("C", "F") and d in splits
             and ((splits[d].partial_out and seq.out_axis is not None)
                  or (splits[d].partial_in_grad and seq.in_axes[0] is not None))]
     if len(dims) != 1:
         return "SP needs one tensor-parallel dimension (C or F) whose partial sums it can scatter"
     (dim, k), = dims
-    if seq.size % k:
-        return f"SP: {dim}={k} must divide the sequence of {seq.size}"
+    c = strategy.degree("H")
+    if seq.size % (c * k):
+        return f"SP: {dim}={k} must divide the sequence of {seq.size // c} a context rank holds"
     return dim, k, seq
+
+
+def _seq_split(dim: str, k: int, strategy: Strategy, extent: int) -> AxisSplit:
+    """How the sequence-parallel variant cuts the sequence axis: ``k`` ways by the tensor dimension,
+    within each of the ``c`` context shards when H splits it too (``H*dim``, :func:`sequence_scatter`)."""
+    c = strategy.degree("H")
+    return AxisSplit(f"H*{dim}", c * k, extent) if c > 1 else AxisSplit(dim, k, extent)
 
 
 def check_fits(layer: Layer, strategy: Strategy, batch: int) -> str | None:
@@ -111,7 +122,7 @@ def output_layout(layer: Layer, strategy: Strategy, batch: int) -> Layout:
     scatter = _scattered(layer, strategy)
     if scatter and _splits(layer)[scatter[0]].partial_out:
         dim, k, seq = scatter
-        axes[seq.out_axis] = AxisSplit(dim, k, shape[seq.out_axis])
+        axes[seq.out_axis] = _seq_split(dim, k, strategy, shape[seq.out_axis])
     return Layout(shape, strategy, tuple(axes))
 
 
@@ -143,8 +154,8 @@ def input_layout(layer: Layer, strategy: Strategy, batch: int, slot: int) -> Lay
     if scatter and _splits(layer)[scatter[0]].partial_in_grad:
         dim, k, seq = scatter
         axis = seq.in_axes[slot] if slot < len(seq.in_axes) else seq.in_axes[0]
-        if axis is not None and axes[axis] is None:
-            axes[axis] = AxisSplit(dim, k, shape[axis])
+        if axis is not None and (axes[axis] is None or axes[axis].dim == "H"):
+            axes[axis] = _seq_split(dim, k, strategy, shape[axis])
     return Layout(shape, strategy, tuple(axes))
 
 

@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from costmodel.strategy import Strategy, make_strategy
+from costmodel.strategy import Strategy, composite, make_strategy
 from networks.ops.base import Window
 
 Region = tuple[tuple[int, int], ...]
@@ -56,7 +56,8 @@ class Layout:
         return self.strategy.p
 
     def split_dims(self) -> tuple[str, ...]:
-        return tuple(a.dim for a in self.axes if a is not None)
+        """The grid dimensions that cut an axis (a composite ``"H*F"`` names both)."""
+        return tuple(d for a in self.axes if a is not None for d in composite(a.dim))
 
 
 def interval(extent: int, degree: int, c):

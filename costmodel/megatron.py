@@ -18,7 +18,10 @@ sequence (H=t); the tensor-parallel layers then take their sequence-parallel var
 ``layer_layouts.sequence_scatter``), so a row-parallel output is reduce-scattered into the
 sequence shards and a column-parallel input all-gathered from them, as Megatron-LM runs them.
 ``scatter=False`` keeps the all-reduce followed by a local slice (what the executor runs). All
-layers split the batch over the ``p / t`` data-parallel replicas (N).
+layers split the batch over the ``p / t`` data-parallel replicas (N). Beside ``context``
+parallelism (H = c) sequence parallelism runs inside each context rank, as Megatron-Core runs it:
+the norms split the sequence ``H = c t`` and the tensor-parallel layers' collectives gather and
+scatter the local ``S / c`` positions over the tensor group (``layer_layouts.sequence_scatter``).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
         if dim and tensor > 1:
             degrees[dim] = tensor
         if context > 1 and "H" in _splits(layer):
-            degrees["H"] = context
+            degrees["H"] = context * degrees.get("H", 1)  # SP inside CP: the local sequence split t ways
         if expert > 1 and "E" in _splits(layer):
             want = _expert_strategy(layer, p, data, tensor, expert, degrees, batch)
             if want is not None:  # folded over the sequence-parallel tensor ranks too
@@ -122,9 +125,6 @@ def _data_degree(p: int, tensor: int, context: int, expert: int, sequence_parall
     if context < 1 or (p // tensor) % context:
         raise DnnplanError(f"the context-parallel degree {context} does not divide the {p // tensor} devices "
                            "--tensor leaves", hint="give --context a divisor of --devices / --tensor")
-    if context > 1 and sequence_parallel:
-        raise DnnplanError("--context and --sequence-parallel both split the sequence",
-                           hint="give one of them (the sequence-parallel variant needs a whole sequence)")
     data = p // (tensor * context)
     if sequence_parallel and tensor > 1 and expert == data * tensor:  # folded over data x tensor (_expert_strategy)
         return data

@@ -165,6 +165,28 @@ def block_stages(net: Network, stages: int) -> list[list[Layer]] | None:
     return out
 
 
+def ends_as_blocks(net: Network, stages: int) -> list[list[Layer]] | None:
+    """The cut that counts the layers before the blocks (the embedding) and those after them (the
+    output layer and loss) as one block each: ``n + 2`` blocks, the same number on every stage, so
+    the first and last stages hold one transformer block fewer. Megatron-Core's
+    ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``; Llama 3's
+    schedule (Dubey et al. 2024, section 3.3.2: "we reduce one Transformer layer each from the first
+    and the last stages"). With interleaving, ``stages`` is every device's chunks (``S V``); None when
+    ``n + 2`` blocks do not divide evenly (or a stage would be empty of everything)."""
+    runs = block_runs(net)
+    if runs is None:
+        return None
+    before, blocks, after = runs
+    if not blocks or (len(blocks) + 2) % stages or len({tuple(layer.op for layer in b) for b in blocks}) > 1:
+        return None
+    per = (len(blocks) + 2) // stages
+    bounds = [max(0, min(len(blocks), s * per - 1)) for s in range(stages + 1)]
+    out = [[layer for block in blocks[a:b] for layer in block] for a, b in zip(bounds, bounds[1:])]
+    out[0] = before + out[0]
+    out[-1] = out[-1] + after
+    return out if all(out) else None
+
+
 def stage_network(net: Network, layers: list[Layer], index: int) -> tuple[Network, int]:
     """The stage as a network of its own (a tensor it reads from an earlier stage is an input),
     and the bytes per sample it receives that way. A tied LM head whose embedding is on another

@@ -34,7 +34,7 @@ from costmodel.layout import (Layout, _first_extents, _reducible, reduce_pair, r
 from costmodel.kernel_calls import dtype_for_itemsize
 from costmodel.layer_cost import reshard_copy_s
 from costmodel.machine import Machine
-from costmodel.strategy import GRID_ORDER
+from costmodel.strategy import GRID_ORDER, composite
 
 TABLE_LIMIT = 1 << 15  # largest per-pair overlap table (dst blocks x src blocks) vectorised
 CHUNK_ELEMS = 1 << 22  # pairs x ranks x blocks per numpy batch
@@ -81,10 +81,10 @@ class LayoutTable:
                 if split is None:
                     self.ext[i, a] = size
                     continue
-                g = GRID_ORDER.index(split.dim)
                 self.deg[i, a], self.ext[i, a] = split.degree, split.extent
-                self.radix[i, a], self.stride[i, a] = strat.radix[g], strat.strides[g]
-                self.dimmask[i] |= DIM_BIT[split.dim]
+                self.radix[i, a], self.stride[i, a] = strat.radix_stride(split.dim)
+                for d in composite(split.dim):
+                    self.dimmask[i] |= DIM_BIT[d]
                 if split.window is not None:
                     w = split.window
                     self.hasw[i, a] = True

@@ -16,6 +16,14 @@ Folding", megatron/core/transformer/moe/README.md: EP spans data x tensor ranks,
 tensor-parallel degree 1), ``expert_seq`` (``ESEQ`` in labels and plan files) of E's factor cuts
 each sequence instead, innermost, so the tokens lie as the sequence-parallel norms hold them
 (N times E / expert_seq samples, each sequence in ``expert_seq`` shards).
+
+A tensor axis may be cut by two neighbouring grid dimensions at once, a *composite* dimension
+``"H*F"`` (:func:`composite`): Megatron-Core's sequence parallelism inside context parallelism
+(Korthikanti et al. 2022, section 4.2.2, run on each context rank's ``S / c`` positions) splits the
+sequence ``c`` ways by H and each of those ``t`` ways over the tensor group (C or F). A rank's
+coordinate along it is ``h t + f``, which is its mixed-radix digit pair when nothing between the two
+dimensions in :data:`GRID_ORDER` splits (:meth:`Strategy.radix_stride`): the blocks of a layer that
+splits its sequence ``H = c t`` alone (a norm under CP and SP).
 """
 
 from __future__ import annotations
@@ -122,14 +130,25 @@ class Strategy:
             acc *= k
         return tuple(reversed(out))
 
+    def radix_stride(self, dim: str) -> tuple[int, int]:
+        """(degree, stride) of ``dim`` in the grid; of a composite ``"H*F"`` the product of the two
+        degrees and the inner one's stride, when no dimension between them splits (module docstring)."""
+        if "*" not in dim:
+            i = GRID_ORDER.index(dim)
+            return self.radix[i], self.strides[i]
+        outer, inner = (GRID_ORDER.index(d) for d in composite(dim))
+        if outer >= inner or any(self.radix[i] > 1 for i in range(outer + 1, inner)):
+            raise ValueError(f"{dim}: not two grid dimensions with nothing split between them in {self.label}")
+        return self.radix[outer] * self.radix[inner], self.strides[inner]
+
     def coord(self, rank: int, dim: str) -> int:
-        i = GRID_ORDER.index(dim)
-        return (rank // self.strides[i]) % self.radix[i]
+        k, s = self.radix_stride(dim)
+        return (rank // s) % k
 
     def coords_all(self, dim: str) -> np.ndarray:
         """The coordinate along ``dim`` of every rank 0..p-1 (vectorised)."""
-        i = GRID_ORDER.index(dim)
-        return (np.arange(self.p) // self.strides[i]) % self.radix[i]
+        k, s = self.radix_stride(dim)
+        return (np.arange(self.p) // s) % k
 
     def group(self, rank: int, dims) -> tuple[int, ...]:
         """Ranks that share every coordinate with ``rank`` except along ``dims`` (a communicator)."""
@@ -150,6 +169,11 @@ class Strategy:
         for d in set(dims):
             out *= self.degree(d)
         return out
+
+
+def composite(dim: str) -> tuple[str, ...]:
+    """The grid dimensions an axis split names: ``("H", "F")`` for ``"H*F"``, ``("H",)`` for ``"H"``."""
+    return tuple(dim.split("*"))
 
 
 def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:

@@ -160,7 +160,8 @@ AttentionOpt = Annotated[str, typer.Option(
     show_default=False)]
 SequenceParallelOpt = Annotated[bool, typer.Option(
     "--sequence-parallel", help="With --tensor: split layer norm, dropout and the residual adds over the sequence "
-    "across the tensor group instead of repeating them on every device of it (Korthikanti et al. 2022).")]
+    "across the tensor group instead of repeating them on every device of it (Korthikanti et al. 2022); with "
+    "--context, each context rank's share of the sequence, as Megatron-Core runs the two.")]
 RecomputeModeOpt = Annotated[str, typer.Option(
     "--recompute", help="Activation recomputation: none; selective (attention reruns its forward in backward); "
     "full (every layer of every block does, its forward collectives included, each block keeping only its "

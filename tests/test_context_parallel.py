@@ -21,9 +21,9 @@ from networks.spec import parse_network
 H100 = load_machine("dgx-h100")
 
 
-def _attn(seq: int, width: int = 512, heads: int = 8, kv: int = 2):
+def _attn(seq: int, width: int = 512, heads: int = 8, kv: int = 2, extra: str = ""):
     text = "\n".join(["name: t", "inputs:", f"  x: {{shape: [{seq}, {width}]}}", "layers:",
-                      f"  - {{name: attn, op: attention, heads: {heads}, kv_heads: {kv}, causal: true, bias: false}}",
+                      f"  - {{name: attn, op: attention, heads: {heads}, kv_heads: {kv}, causal: true, bias: false{extra}}}",
                       "  - {name: fc, op: linear, features: 5}", "  - {name: loss, op: softmax_cross_entropy}"])
     return with_precision(parse_network(text, "<t>"), "bf16").layer("attn")
 
@@ -71,3 +71,19 @@ def test_context_parallel_attention_splits_work_memory_and_sums_weight_gradients
     assert [c.group for c in syncs] == [2]  # the weights' gradients over the sequence group
     kv = [c for c in split.comms if c.purpose == "kv"]
     assert {c.phase for c in kv} == {"fwd", "bwd"} and all(c.seconds <= c.link_time for c in kv)
+
+
+def test_a_network_can_name_its_frameworks_exchange():
+    """Llama 3 all-gathers keys and values (Dubey et al. 2024, section 3.3.2) even where the ring
+    would hide under the core: ``context_exchange`` prices the one the framework runs."""
+    batch, seq, c = 2, 1024, 4
+    strat = make_strategy(c, {"H": c})
+    layer = _attn(seq, extra=", context_exchange: allgather")
+    mine = batch * (seq // c) * 2 * 2 * 64 * 2
+    comms = context_comms(layer, strat, local_layer(layer, strat, batch), 2, H100, (1.0, 1.0))
+    assert [(x[1], x[2], x[3]) for x in comms] == [("fwd", "allgather", c * mine), ("bwd", "reduce_scatter", c * mine)]
+    assert all(x[5] > 0 for x in comms)  # in the critical path
+    ring = _attn(seq, extra=", context_exchange: ring")
+    assert {x[2] for x in context_comms(ring, strat, local_layer(ring, strat, batch), 2, H100, (0.0, 0.0))} == {"ring"}
+    with pytest.raises(Exception, match="context_exchange"):
+        _attn(seq, extra=", context_exchange: gossip")

@@ -152,3 +152,22 @@ def test_predict_prices_interleaving_and_plan_says_when_the_blocks_cannot_interl
     refused = CliRunner().invoke(app, ["plan", GPT, "-p", "2", "-b", "8", "--machine", "dgx-a100", "--pipeline", "2",
                                        "--schedule", "interleaved"])
     assert refused.exit_code == 2 and "interleaving needs" in refused.output  # 2 blocks: no 2 x 2 chunks
+
+
+def test_the_ends_count_as_blocks_so_the_first_and_last_stages_hold_one_block_fewer(tmp_path):
+    """Megatron-Core's account_for_embedding/loss_in_pipeline_split; Llama 3 (Dubey et al. 2024,
+    section 3.3.2): with one block a chunk, the first chunk holds only the embedding and the last
+    only the output layer and loss."""
+    from costmodel.pipeline import block_runs, ends_as_blocks
+    text = (ZOO_TINY).read_text().replace("repeat: 2", "repeat: 6")
+    spec = tmp_path / "gpt6.yaml"
+    spec.write_text(text)
+    net = load_network(str(spec))
+    before, blocks, after = block_runs(net)
+    one = ends_as_blocks(net, 8)  # 6 + 2 = 8 chunks of one
+    assert one[0] == before and one[-1] == after
+    assert [chunk for chunk in one[1:-1]] == blocks
+    two = ends_as_blocks(net, 4)  # (6 + 2) / 4 = 2 a chunk: the ends hold one block and the embedding / head
+    assert two[0] == before + blocks[0] and two[-1] == blocks[-1] + after
+    assert [layer.name for c in two for layer in c] == [layer.name for layer in net.layers]
+    assert ends_as_blocks(net, 3) is None  # 8 blocks do not cut into 3

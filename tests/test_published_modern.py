@@ -171,3 +171,64 @@ def test_llm_foundry_rows_reduce_as_composer_ran_fsdp():
     elems = 7168 * 28672 + 28672
     assert got == {("grad_sync", "bwd"): 4 * elems, ("param_gather", "fwd"): 2 * elems,
                    ("param_gather", "bwd"): 2 * elems}
+
+
+def test_llama3_table4_runs_their_interleaved_schedule_with_one_layer_chunks():
+    """Section 3.3.2: V stages a rank, one layer fewer on the first and last stage, so the first
+    chunk holds only the embedding and the last only the output and loss: 128 one-layer chunks."""
+    row = ROWS["llama3-t4-r3-405b-16384gpu-s128k"]
+    net = pm.network_of(row)
+    cuts = pm.cuts_of(row, net)
+    assert len(cuts) == 16 * 8 == row["model"]["layers"] + 2
+    assert [layer.name for layer in cuts[0]] == ["embed"]
+    assert [layer.name for layer in cuts[-1]] == ["norm", "lm_head", "loss"]
+    assert all(len({layer.name.split(".")[0] for layer in c}) == 1 for c in cuts[1:-1])
+    assert pm.cuts_of(ROWS["foundry-main-mpt7b-s2048-g8"], pm.network_of(ROWS["foundry-main-mpt7b-s2048-g8"])) is None
+
+
+def test_context_parallel_rows_run_sequence_parallelism_inside_each_context_rank():
+    """Megatron-Core runs SP within CP: the norms split the local positions over the tensor group,
+    and the 131,072-token row fits the 80 GiB its run had."""
+    row = ROWS["llama3-t4-r3-405b-16384gpu-s128k"]
+    assert pm.sequence_parallel(row) and not any("replicated" in d for d in pm.deviations(row))
+    pred = pm.predict_row(row)
+    norm = next(x.layer.strategy for x in pred.stages[1].micro.layers if x.layer.name.endswith(".norm1"))
+    assert norm.degree("H") == 16 * 8
+    assert pred.memory_peak_bytes < 80 * 2**30
+
+
+def test_the_derived_virtual_stages_are_also_the_fastest_that_fit():
+    """Table 4 does not print V; the row's V = 8 (one-layer chunks) is stated among its deviations,
+    and of the V this cut allows it is the one a user of the tool would pick."""
+    import copy
+    row = ROWS["llama3-t4-r2-405b-16384gpu-s8k"]
+    assert any(d.startswith("chunks 8 not published") for d in pm.deviations(row))
+    steps = {}
+    for v in (1, 2, 4, 8):
+        trial = copy.deepcopy(row)
+        trial["config"]["chunks"] = v
+        pred = pm.predict_row(trial)
+        if pred.memory_peak_bytes <= 80 * 2**30:
+            steps[v] = pred.step_s
+    assert min(steps, key=steps.get) == row["config"]["chunks"]
+
+
+def test_a_context_rank_holds_what_a_short_sequence_holds():
+    """Memory by what holds it: with SP inside CP 16, a block of the 131,072-token row keeps per
+    device the activations the 8,192-token row's block keeps (each rank's 8,192 positions split 8
+    ways over the tensor group for the norms), and the device holds them for the micro-batches its
+    schedule keeps in flight beside its weights and state."""
+    def block(name):
+        pred = pm.predict_row(ROWS[name])
+        stage = pred.stages[1]
+        kept = sum(x.layer.memory.activations for x in stage.micro.layers if x.layer.name.startswith("h0."))
+        return pred, stage, kept
+    _, _, short = block("llama3-t4-r1-405b-8192gpu-s8k")
+    pred, stage, long = block("llama3-t4-r3-405b-16384gpu-s128k")
+    assert long == pytest.approx(short, rel=0.02)
+    hidden, tensor, local = 16384, 8, 131072 // 16
+    norm = next(x.layer.memory.activations for x in stage.micro.layers if x.layer.name == "h0.norm1")
+    assert norm == local // tensor * (hidden * 2 + 4)  # its bf16 output shard and an fp32 statistic a position
+    parts = stage.micro.memory_parts
+    assert stage.memory_peak_bytes == sum(parts.values()) + int(stage.micro.activation_bytes * (stage.kept_micro_batches - 1))
+    assert stage.kept_micro_batches == pred.micro_batches == 16  # M = S: every micro-batch warms up first

@@ -49,7 +49,9 @@ PARAMS = (Param("heads", "pos", doc="number of query heads (must divide D unless
           Param("bias", "bool", True, "projection biases"),
           Param("qkv_bias", "bool", None, "biases on the query/key/value projections (default: bias)"),
           Param("rotary", "bool", False, "rotary position embeddings on queries and keys (RoFormer)"),
-          Param("qk_norm", "bool", False, "RMSNorm over each query and key head before the rotation (Qwen3)"))
+          Param("qk_norm", "bool", False, "RMSNorm over each query and key head before the rotation (Qwen3)"),
+          Param("context_exchange", "str", None, "how a split sequence exchanges keys and values: ring or "
+                                                 "allgather (default: the cheaper for the step; costmodel.context_comms)"))
 
 
 def head_shape(p: dict, d: int) -> tuple[int, int, int]:
@@ -75,6 +77,9 @@ def infer(p, in_shapes, dtypes):
     if p.get("head_dim") is None and x[1] % heads:
         raise ShapeError(f"heads={heads} must divide the width {x[1]}", "heads",
                          hint="or give head_dim, the width of each head")
+    if p.get("context_exchange") not in (None, "ring", "allgather"):
+        raise ShapeError(f"unknown context_exchange '{p['context_exchange']}'", "context_exchange",
+                         hint="use ring (ring attention, Megatron-Core's p2p) or allgather (Llama 3's)")
     if kv is not None and heads % kv:
         raise ShapeError(f"kv_heads={kv} must divide heads={heads}", "kv_heads",
                          hint="each key/value head serves a whole group of query heads")
