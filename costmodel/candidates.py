@@ -24,8 +24,7 @@ enough that p = 4096 stays tractable:
    smaller model-parallel degree (a deterministic order, so plans are reproducible).
 6. **Sequence-parallel twins.** Each kept strategy whose one tensor-parallel dimension (C or F)
    reduces partial sums of a sequence tensor also comes as its ``SP`` variant (Megatron-LM's
-   reduce-scatter into sequence shards, ``layer_layouts.sequence_scatter``; beside a context split
-   H, over each context rank's positions, as Megatron-Core runs SP inside CP), right after it; the
+   reduce-scatter into sequence shards, ``layer_layouts.sequence_scatter``), right after it; the
    cap of rule 5 counts the plain strategies only.
 7. **Algorithms.** Each convolution strategy is paired with every algorithm that can run the layer
    (``costmodel.compute.algorithm_applies``); each attention strategy, on a machine that runs
@@ -123,9 +122,8 @@ def _candidate_strategies(layer: Layer, p: int, batch: int, max_model_degree: in
 
 
 def _sequence_twin(layer: Layer, strategy: Strategy) -> tuple[Strategy, ...]:
-    """The sequence-parallel variant of ``strategy`` when the layer can take it (rule 6; beside a
-    context split H, on each context rank's positions)."""
-    if "H" not in _splits(layer):
+    """The sequence-parallel variant of ``strategy`` when the layer can take it (rule 6)."""
+    if "H" not in _splits(layer) or strategy.degree("H") > 1:
         return ()
     twin = replace(strategy, seq_scatter=True)
     return (twin,) if isinstance(sequence_scatter(layer, twin), tuple) else ()
