@@ -189,8 +189,14 @@ def reshard_maxima_ids(t: LayoutTable, src, dst, backward: bool = False) -> tupl
     return recv, msgs
 
 
-def _maxima_ids(t: LayoutTable, src, dst, backward: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``max_recv``, ``max_messages`` and ``max_written`` of :func:`reshard_volume` per pair."""
+class PricingStopped(Exception):
+    """The caller's ``stop`` said to stop while pairs were being priced (a search past its deadline)."""
+
+
+def _maxima_ids(t: LayoutTable, src, dst, backward: bool, stop=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``max_recv``, ``max_messages`` and ``max_written`` of :func:`reshard_volume` per pair;
+    ``stop()`` (optional) is asked between pieces of work, and :class:`PricingStopped` raised when
+    it says so."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     recv = np.zeros(len(src), np.int64)
     msgs = np.zeros(len(src), np.int64)
@@ -204,6 +210,8 @@ def _maxima_ids(t: LayoutTable, src, dst, backward: bool) -> tuple[np.ndarray, n
     width = np.max(t.deg[src] * t.deg[dst], axis=1)  # widest table before reduction (an upper bound)
     slow = (width > TABLE_LIMIT) & ~ok
     for k in np.nonzero(slow)[0]:
+        if stop is not None and stop():
+            raise PricingStopped
         recv[k], msgs[k], written[k] = reshard_peaks(t.layouts[src[k]], t.layouts[dst[k]], backward)
     for nranks in np.unique(ranks[~slow]):
         idx = np.nonzero((ranks == nranks) & ~slow)[0]
@@ -211,6 +219,8 @@ def _maxima_ids(t: LayoutTable, src, dst, backward: bool) -> tuple[np.ndarray, n
         d_side = _side(t, dst[idx], ranks[idx], ok[idx])
         step = max(1, CHUNK_ELEMS // (int(nranks) * 8))
         for start in range(0, len(idx), step):
+            if stop is not None and stop():
+                raise PricingStopped
             part = slice(start, start + step)
             r, m, w = _evaluate((tuple(x[part] for x in s_side), tuple(x[part] for x in d_side)), backward,
                                 int(nranks))
@@ -251,12 +261,12 @@ def _copy_times(t, src, dst, recv, written, backward, dtype, compute) -> np.ndar
 
 
 def reshard_times_ids(t: LayoutTable, src, dst, backward: bool, itemsize: int, machine: Machine,
-                      compute=None) -> np.ndarray:
+                      compute=None, stop=None) -> np.ndarray:
     """Seconds of each reshard ``t.layouts[src[k]] -> t.layouts[dst[k]]``, as ``edge_estimate``
     computes them (``alltoallv_s`` on the link of the destination strategy's group), plus, given a
-    compute model, the block copies (:meth:`EdgeEstimate.copy_s`)."""
+    compute model, the block copies (:meth:`EdgeEstimate.copy_s`); ``stop``: as :func:`_maxima_ids`."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    recv, msgs, written = _maxima_ids(t, src, dst, backward)
+    recv, msgs, written = _maxima_ids(t, src, dst, backward, stop)
     copies = 0.0
     if compute is not None and len(src):
         copies = _copy_times(t, src, dst, recv, written, backward, dtype_for_itemsize(itemsize), compute)

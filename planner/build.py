@@ -125,6 +125,9 @@ class Builder:
         self.layouts: list[Layout] = []
         self.nodes: dict[tuple, _Node] = {}
         self.matrices: dict[tuple, np.ndarray] = {}
+        #: asked while reshards are priced; True raises costmodel.reshard_batch.PricingStopped (a
+        #: search's deadline: pricing one large stage's edges can take longer than the whole bound)
+        self.stop = None
 
     def strategies(self, sig: Layer) -> tuple[Strategy, ...]:
         return candidate_strategies(sig, self.p, self.batch, self.max_model_degree, self.max_candidates)
@@ -314,7 +317,7 @@ def _times(b: Builder, pairs, backward: bool) -> np.ndarray:
         idx = np.nonzero(arr[:, 2] == size)[0]
         own, need = arr[idx, 0], arr[idx, 1]
         if backward:  # gradients flow from the consumer's needed layout to the producer's own
-            out[idx] = reshard_times_ids(table, need, own, True, int(size), b.machine, b.compute)
+            out[idx] = reshard_times_ids(table, need, own, True, int(size), b.machine, b.compute, b.stop)
         else:
-            out[idx] = reshard_times_ids(table, own, need, False, int(size), b.machine, b.compute)
+            out[idx] = reshard_times_ids(table, own, need, False, int(size), b.machine, b.compute, b.stop)
     return out

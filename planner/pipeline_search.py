@@ -47,6 +47,7 @@ from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
 from costmodel.pipeline import INTERLEAVED, PipelinePrediction, StagePrediction, kept_micro_batches
 from costmodel.tied import crossing_ties, tied_table_s
+from costmodel.reshard_batch import PricingStopped
 from costmodel.pipeline import p2p_s as send_s
 from networks.errors import DnnplanError
 from networks.ir import Network
@@ -162,10 +163,20 @@ class _Search:
 
     def best(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> Best | None:
         """The best cut of ``(S, m, V)`` (None: nothing fits); raises :class:`_OutOfTime` when it is
-        left unfinished (:meth:`late`)."""
-        n, micro = self.stack.n, self.batch // m
+        left unfinished (:meth:`late`), also in the middle of pricing one stage's reshards (a stage of
+        thousands of ranks can take longer than the whole time limit)."""
         solver = self.solver(stages, m, close, chunks)
         del self._solvers[(stages, m, chunks, close)]  # searched once: its pricing is not needed again
+        solver.builder.stop = lambda: self.late(close)
+        try:
+            return self._best(solver, stages, m, close, chunks)
+        except PricingStopped:
+            raise _OutOfTime from None
+        finally:
+            solver.builder.stop = None
+
+    def _best(self, solver: StageSolver, stages: int, m: int, close: bool, chunks: int) -> Best | None:
+        n, micro = self.stack.n, self.batch // m
         if not close:
             self.pending[(stages, m)] = left = self.pending.get((stages, m), 1) - 1
             if left <= 0 and (stages, m) != self.held:
