@@ -24,7 +24,9 @@ times::
 the table, priced as its weight, and the two stages' ranks sum their gradients of it in a two-rank
 allreduce, once a step on each of the two; Megatron-LM's embedding group); the bubble is ``sum_s T_s - max_s T_s``, a fraction (S - 1) / m of the
 steady state for equal stages. They differ in memory: GPipe keeps the activations of all ``m``
-micro-batches until its backward, 1F1B at most ``S - s`` on stage ``s`` (stage 0 the most).
+micro-batches until its backward, 1F1B at most ``S - s`` on stage ``s`` (stage 0 the most);
+interleaved, each chunk's micro-batches in flight over Megatron's order times that chunk's
+activations, at the order's busiest moment (``costmodel.pipeline_memory``, :func:`device_kept`).
 """
 
 from __future__ import annotations
