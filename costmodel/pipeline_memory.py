@@ -21,7 +21,8 @@ largest ``sum_c n_c a_c`` over them. With equal chunks the total in flight is ``
 forwards all through the steady state, so the peak is ``(W + 1) / V`` micro-batches' worth, the
 share rule of ``costmodel.pipeline.kept_micro_batches``; with unequal chunks the peak is where the
 heavy chunks are in flight: the loss chunk of the last device runs its backward right after each
-forward, so at most about one micro-batch of it is held, not ``((V - 1) S + 1) / V`` of the average.
+forward, so one micro-batch of it is held at a time (``m > S``), not ``((V - 1) S + 1) / V`` of the
+average; the first device's first chunk has up to ``2 S`` in flight.
 """
 
 from __future__ import annotations

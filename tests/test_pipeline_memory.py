@@ -90,3 +90,11 @@ def test_a_device_is_priced_chunk_by_chunk_from_its_layers(tmp_path):
     assert heavy > last.micro.activation_bytes / 2 and last.kept_micro_batches < share
     plain = predict_pipeline(ctx.network, 8, 4, 2, 4, "1f1b", ctx.machine, stage)
     assert [st.kept_micro_batches for st in plain.stages] == [2, 1]  # one chunk: the 1F1B rule, unchanged
+
+
+@pytest.mark.parametrize("stages,m,chunks", [(2, 4, 2), (4, 16, 8), (16, 32, 8), (8, 64, 5), (2, 32, 24)])
+def test_the_last_device_holds_one_loss_chunk_and_the_first_up_to_2s_embedding_chunks(stages, m, chunks):
+    """Megatron's order runs the last device's last chunk's backward right after its forward, while
+    the first device's first chunk reaches 2 S micro-batches in flight (m > S)."""
+    assert max(n[-1] for n in in_flight(stages, stages - 1, m, chunks)) == 1
+    assert max(n[0] for n in in_flight(stages, 0, m, chunks)) == 2 * stages
