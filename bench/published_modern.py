@@ -111,7 +111,8 @@ def model_spec(row: dict) -> str:
             f"{positions}}}\n  - {{use: block, name: \"h{{i}}\", repeat: {m['layers']}}}\n"
             f"  - {{name: norm, op: {norm}}}\n"
             f"  - {{name: lm_head, op: linear, features: {m['vocab']}, bias: false{head}}}\n"
-            "  - {name: loss, op: softmax_cross_entropy}\n")
+            "  - {name: loss, op: softmax_cross_entropy"
+            f"{', fused: true' if row['config'].get('cross_entropy') == 'te-fused' else ''}}}\n")
 
 
 def precision_of(row: dict) -> str:
@@ -121,7 +122,8 @@ def precision_of(row: dict) -> str:
 
 
 def network_of(row: dict) -> Network:
-    return with_precision(parse_network(model_spec(row), row["name"]), precision_of(row))
+    return with_precision(parse_network(model_spec(row), row["name"]), precision_of(row),
+                          fp8_params=bool(row["config"].get("fp8_param_gather")))
 
 
 def parameter_count(net: Network) -> int:

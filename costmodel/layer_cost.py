@@ -25,7 +25,7 @@ from costmodel.layer_layouts import LocalLayer, _splits, local_layer, output_lay
 from costmodel.layout import max_block_extents
 from costmodel.machine import Machine
 from costmodel.optimizer import Optimizer, as_optimizer
-from costmodel.precision import fp8_bytes, fp8_weight
+from costmodel.precision import fp8_bytes, fp8_params, fp8_weight
 from costmodel.overlap import overlapped, resolve_overlap
 from costmodel.strategy import Strategy
 from costmodel.tensor_comms import tensor_collectives
@@ -207,11 +207,13 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     wshapes = dict(local.weight_shapes)
     replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
     weights, grads, state, master, gathered = weight_memory(wshapes, replicas, itemsize, opt)
+    fp8_elems = sum(-(-prod(s) // (replicas[n] if opt.zero >= 3 else 1)) for n, s in wshapes.items() if fp8_weight(n, s))
+    fp8 = fp8_bytes(layer, fp8_elems)
+    if fp8_params(layer):  # the weight is its FP8 copy, one byte (costmodel.precision): no 16-bit one
+        weights, fp8 = weights - fp8_elems * (itemsize - 1), fp8 - fp8_elems
     memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch),
                     compute.workspace_bytes(local, kernel), master=master,
-                    buffers=gradient_buffer_bytes(local) + gathered,
-                    fp8=fp8_bytes(layer, sum(-(-prod(s) // (replicas[n] if opt.zero >= 3 else 1))
-                                             for n, s in wshapes.items() if fp8_weight(n, s))))
+                    buffers=gradient_buffer_bytes(local) + gathered, fp8=fp8)
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,

@@ -20,7 +20,10 @@ Four policies, the ones users train with:
   default FP8 recipe keeps them. Each FP8 linear keeps an FP8 copy of its weight and of its
   transpose (one byte an element each, cached across micro-batches) and, per FP8 tensor of its
   GEMMs (input, weight, output; output and input gradients), a float32 scale, inverse scale and
-  amax history of ``AMAX_HISTORY`` values (:func:`fp8_bytes`).
+  amax history of ``AMAX_HISTORY`` values (:func:`fp8_bytes`). With FP8 parameters (Megatron-Core's
+  ``--fp8-param-gather``, which Megatron-Bridge's FP8 current-scaling recipe sets: the weight kept
+  only in FP8, gathered in FP8; :func:`with_precision`'s ``fp8_params``) the FP8 copy is the
+  weight itself: one byte an element and its transpose, no 16-bit copy.
 
 Which peak and efficiency class a kernel gets is :func:`matmul_peak`; the storage format is
 applied to the network once (:func:`with_precision`), so every byte count, collective and
@@ -77,20 +80,22 @@ def get_precision(name: str) -> Precision:
     return got
 
 
-def with_precision(net: Network, name: str) -> Network:
+def with_precision(net: Network, name: str, fp8_params: bool = False) -> Network:
     """``net`` with its float32 layers and inputs stored in the precision's format (unchanged for
     fp32 and tf32; integer inputs such as token ids and float64 layers stay as they are; the loss
-    stays float32, as frameworks compute it)."""
+    stays float32, as frameworks compute it, unless ``fused``: one kernel reading and keeping the
+    logits in their own precision, networks.ops.loss)."""
     prec = get_precision(name)
     storage = prec.storage
     if storage == "float32":
         return net
 
     def conv(layer: Layer) -> Layer:
-        if layer.dtype != "float32" or layer.op == "softmax_cross_entropy":
+        if layer.dtype != "float32" or (layer.op == "softmax_cross_entropy" and not layer.p.get("fused")):
             return layer
         fp8 = prec.matmul == "float8" and layer.op in FP8_OPS and block_of(layer) is not None
-        return dataclasses.replace(layer, dtype=storage, params=layer.params + (((FP8_PARAM, True),) if fp8 else ()))
+        mark = ((FP8_PARAM, "params" if fp8_params else True),) if fp8 else ()
+        return dataclasses.replace(layer, dtype=storage, params=layer.params + mark)
 
     inputs = tuple(dataclasses.replace(i, dtype=storage) if i.dtype == "float32" else i for i in net.inputs)
     return dataclasses.replace(net, inputs=inputs, layers=tuple(conv(layer) for layer in net.layers))
@@ -118,6 +123,11 @@ def matmul_peak(layer: Layer, tf32: bool, fp8: bool = True) -> tuple[str, str]:
 def is_fp8(layer: Layer) -> bool:
     """Whether ``layer``'s GEMMs run in FP8 (``fp8`` precision, :func:`with_precision`)."""
     return bool(dict(layer.params).get(FP8_PARAM))
+
+
+def fp8_params(layer: Layer) -> bool:
+    """Whether an FP8 layer's GEMM weights are kept only in FP8 (module docstring)."""
+    return dict(layer.params).get(FP8_PARAM) == "params"
 
 
 def fp8_gemms(layer: Layer) -> int:

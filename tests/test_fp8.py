@@ -82,6 +82,24 @@ def test_fp8_memory_by_what_holds_it():
     assert preds["fp8"].step_s < preds["bf16"].step_s
 
 
+def test_fp8_parameters_keep_no_16bit_copy():
+    """Megatron-Core's --fp8-param-gather (Megatron-Bridge's FP8 current-scaling recipe): each FP8
+    GEMM weight is its one-byte FP8 copy, beside its transpose; nothing else changes."""
+    net = load_network("gpt2")
+    preds = {}
+    for params in (False, True):
+        n = with_precision(net, "fp8", fp8_params=params)
+        strategies, _ = megatron_strategies(n, 1, 8, 1, False)
+        preds[params] = predict_step(n, 8, strategies, default_algorithms(n), H100, ROOF, "adam", overlap="none")
+    elems = 12 * (4 * 768 * 768 + 2 * 768 * 3072)  # the blocks' GEMM weights (test above)
+    a, b = preds[False].memory_parts, preds[True].memory_parts
+    assert a["weights"] - b["weights"] == elems  # two bytes each become one
+    assert a["fp8"] - b["fp8"] == elems  # no copy beside the weight, the transpose kept
+    for k in ("grads", "master", "optimizer", "activations"):
+        assert a[k] == b[k], k
+    assert preds[True].step_s == preds[False].step_s
+
+
 def test_mfu_of_fp8_against_the_16bit_peak():
     net = load_network("gpt2")
     assert model_flops_utilization(net, 8, 1.0, 8, H100, "float8") == \
