@@ -8,7 +8,9 @@ answer. When no such plan fits the memory limit and the network is a stack of id
 transformer), the pipeline search runs instead (stages, micro-batches and, inside each stage, the
 per-layer splits and recomputation: :mod:`planner.pipeline_search`). Without ``--zero`` this is
 done under each ZeRO stage that can win and the fastest plan is the answer
-(:mod:`planner.zero_choice`). What it chose and why is in the answer. When nothing fits at all,
+(:mod:`planner.zero_choice`); on the executor's own machine (a CPU: the executor runs pipelined
+plans without ZeRO, and machine `local` checks the plan against the data-parallel plans in its
+step's context) without ZeRO, then with ZeRO-1, then ZeRO-3, only when nothing fits. What it chose and why is in the answer. When nothing fits at all,
 the error names the flags and numbers with which a plan exists, each checked
 (:mod:`planner.refusal`).
 """
@@ -26,6 +28,7 @@ from networks.errors import DnnplanError
 from planner.optimize import Infeasible, Settings, make_plan
 from planner.pipeline_search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice,
                                      SearchOutOfTime, search_pipeline)
+from planner.fit_check import fitting
 from planner.plan import Plan
 from planner.refusal import refusal
 from planner.solvers import Budget
@@ -33,6 +36,8 @@ from planner.stack import uniform_stack
 from planner.zero_choice import Beaten, Weighed, fastest_stage, overall_gap
 
 GIB = 2.0 ** 30
+#: the stages tried in order on the executor's own machine (a CPU), the next only when nothing fits
+CPU_ZERO_TRIED = (0, 1, 3)
 
 
 class _NoneFits(DnnplanError):
@@ -56,6 +61,7 @@ class Answer:
     timed: tuple = ()  # machine `local`: the candidates weighed in step context (executor.step_choice)
     zero_why: str = ""
     weighed: tuple = ()  # planner.zero_choice.Weighed of each ZeRO stage, when the planner chose it
+    memory_note: str = ""  # the limit was lowered so the peak fits (planner.fit_check)
 
 
 def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
@@ -69,17 +75,42 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
 
     def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
-        return _at_stage(net, network_ref, batch, p, machine, compute, limit, trial, machine_ref, fingerprint,
-                         schedule, prove_s, ceiling)
+        answer, note = fitting(lambda under: _at_stage(net, network_ref, batch, p, machine, compute, under, trial,
+                                                       machine_ref, fingerprint, schedule, prove_s, ceiling),
+                               answer_peak, limit)
+        return dataclasses.replace(answer, memory_note=note) if note else answer
 
     try:
         if zero_given or settings.zero:
             return plan_at(settings)
+        if machine.device.kind == "cpu":
+            return _when_nothing_fits(plan_at, settings)
         answer, zero, weighed = fastest_stage(settings, plan_at, _outcome, _wrap)
     except _NoneFits as err:
         most = settings if zero_given or settings.zero else dataclasses.replace(settings, zero=max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
     return _chosen(answer, zero, weighed)
+
+
+def answer_peak(answer: Answer) -> float:
+    """The predicted peak of an answer's busiest device (bytes)."""
+    return (answer.pipeline.prediction if answer.pipeline is not None else answer.plan).memory_peak_bytes
+
+
+def _when_nothing_fits(plan_at, settings: Settings) -> Answer:
+    """The executor's own machine (a CPU): the plan without ZeRO, else with ZeRO-1, then ZeRO-3,
+    when nothing fits without (module docstring)."""
+    for zero in CPU_ZERO_TRIED:
+        trial = dataclasses.replace(settings, zero=zero)
+        try:
+            answer = plan_at(trial)
+        except _NoneFits:
+            if zero == CPU_ZERO_TRIED[-1]:
+                raise
+            continue
+        more = f"nothing fits without ZeRO, so the optimiser state is sharded (ZeRO-{zero})" if zero else ""
+        return dataclasses.replace(answer, zero_why=more)
+    raise AssertionError("unreachable")
 
 
 def _at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
