@@ -81,7 +81,7 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         return dataclasses.replace(answer, memory_note=note) if note else answer
 
     try:
-        if zero_given or settings.zero:
+        if zero_given or settings.zero or p == 1:  # one device: no replica to shard over
             return plan_at(settings)
         if machine.device.kind == "cpu":
             return _when_nothing_fits(plan_at, settings)
@@ -158,16 +158,17 @@ def _outcome(answer: Answer) -> Weighed:
     return Weighed(answer.settings.zero, step, 0.0 if gap is None else step * (1 - gap), bound=not free)
 
 
-def _wrap(result, budget: Budget, settings: Settings) -> Answer:
+def _wrap(result, budget: Budget, settings: Settings, covered: str = "") -> Answer:
     """What a stage's search offered (a plan or a pipeline choice) as an answer under its settings,
-    with the gap ``budget`` proves over every stage (Ctrl-C's answer)."""
+    with the gap ``budget`` proves over the stages planned so far (``covered`` names them:
+    Ctrl-C's answer)."""
     gap = budget.best.gap if budget.best is not None else None
     if isinstance(result, PipelineChoice):
         stats = result.stats if gap is None else {**result.stats, "proven_gap": max(gap, result.stats["proven_gap"])}
-        return Answer(settings, pipeline=dataclasses.replace(result, stats=stats))
+        return Answer(settings, pipeline=dataclasses.replace(result, stats=stats), zero_why=covered)
     if gap is not None:
         result = dataclasses.replace(result, solver={**result.solver, "gap": max(gap, result.solver.get("gap") or 0)})
-    return Answer(settings, plan=result)
+    return Answer(settings, plan=result, zero_why=covered)
 
 
 def _chosen(answer: Answer, zero: int, weighed: list[Weighed]) -> Answer:

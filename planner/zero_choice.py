@@ -26,11 +26,11 @@ nor proven against.
 The stages run in the order 1, 2, 3, 0 (the chain first, so that what it skips is known), each
 within a share of the time left: the time left over the stages that may still be planned (a stage
 that ends early leaves its time to the others). Each stage's search offers its plans to the
-command's budget (:class:`Share`): Ctrl-C answers with the fastest of any stage, and the gap
-proven to the optimum counts every stage (a stage not yet planned bounds nothing: the gap stays
-open until it is). The answer's gap is ``1 - min_z(lower_z) / step``: ``lower_z`` each planned
-stage's proven lower bound (the ceiling for a stage whose every pair it bounds), a stage where
-nothing fits none, a stage skipped by dominance that of the stage that dominates it.
+command's budget (:class:`Share`): Ctrl-C answers with the fastest of any stage. The gap stated
+covers the stages planned: ``1 - min_z(lower_z) / step``, ``lower_z`` each planned stage's proven
+lower bound (the ceiling for a stage whose every pair it bounds), a stage where nothing fits none,
+a stage skipped by dominance that of the stage that dominates it. A stage the time limit left
+unplanned (or Ctrl-C, not yet planned) is not covered, and the answer names it.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from planner.solvers import Budget
 
 #: the order the stages are planned in (module docstring)
 ORDER = (1, 2, 3, 0)
+#: what a stage the time limit left out adds to its line: the gap stated does not cover it
+UNCOVERED = ": the gap stated does not cover it"
 
 
 @dataclass(frozen=True)
@@ -72,17 +74,19 @@ class Share(Budget):
     never past the command's), the command's stop request, and every plan it holds offered to
     the command's budget as ``wrap(result)``, with the least lower bound over all the stages."""
 
-    def __init__(self, parent: Budget, seconds: float | None, wrap: Callable, lower: Callable[[float], float]):
+    def __init__(self, parent: Budget, seconds: float | None, wrap: Callable, lower: Callable[[float], float],
+                 label: str = ""):
         super().__init__(seconds, parent.clock, parent.stated_s)
         if parent.deadline is not None:
             self.deadline = parent.deadline if self.deadline is None else min(self.deadline, parent.deadline)
         self._shared = parent._shared
-        self.parent, self.wrap, self.lower = parent, wrap, lower
+        self.parent, self.wrap, self.lower, self.label = parent, wrap, lower, label
 
     def offer(self, step_s: float, what: str, finish: Callable, lower_s: float | None = None) -> bool:
         kept = super().offer(step_s, what, finish, lower_s)
         if kept:
-            self.parent.offer(step_s, what, lambda: self.wrap(finish(), self.parent), self.lower(self.lower_s))
+            self.parent.offer(step_s, f"{self.label}: {what}", lambda: self.wrap(finish(), self.parent),
+                              self.lower(self.lower_s))
         else:
             self.parent.bound(self.lower(self.lower_s))
         return kept
@@ -111,7 +115,7 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
             done[z] = why
             continue
         if parent is not None and parent.expired():
-            done[z] = Weighed(z, skipped="not planned (the time limit came first)")
+            done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not planned (the time limit came first){UNCOVERED}")
             continue
         trial = dataclasses.replace(settings, zero=z, budget=_share(parent, z, done, settings, wrap))
         held = min((done[x].step_s for x in answers), default=None)
@@ -123,7 +127,8 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
         except DnnplanError as err:
             late = _late(trial.budget)
             errors.append((late, err))
-            done[z] = Weighed(z, lower_s=0.0, skipped="not finished (the time limit came first)") if late else \
+            done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not finished (the time limit came first){UNCOVERED}") \
+                if late else \
                 Weighed(z, lower_s=float("inf"), skipped="has no plan that fits")
             continue
         done[z] = outcome(answers[z])
@@ -165,9 +170,11 @@ def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Se
     left_s = parent.left()
     seconds = None if left_s is None else left_s / (1 + len(left))
 
-    def lower(own: float) -> float:  # the least lower bound over the stages: a stage not yet planned, 0
-        others = [w.lower_s for w in done.values()]
-        return min([own] + others + ([0.0] if left else []))
+    def lower(own: float) -> float:  # the least lower bound over the stages planned so far
+        return min([own] + [w.lower_s for w in done.values()])
 
-    return Share(parent, seconds, lambda result, budget: wrap(result, budget, dataclasses.replace(settings, zero=z)),
-                 lower)
+    planned = [f"ZeRO-{w.zero}" for w in done.values() if w.step_s is not None or w.lower_s < float("inf")]
+    covered = (f"stopped while planning ZeRO-{z}: the gap stated covers " + ", ".join(planned + [f"ZeRO-{z}"])
+               + (f", not ZeRO-{', ZeRO-'.join(map(str, left))} (not planned yet)" if left else ""))
+    return Share(parent, seconds, lambda result, budget: wrap(result, budget, dataclasses.replace(settings, zero=z),
+                                                               covered), lower, f"ZeRO-{z}")
