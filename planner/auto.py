@@ -2,9 +2,9 @@
 
 `dnnplan plan NETWORK` with no ``--pipeline`` plans every layer over all the devices. When such a
 plan fits only with the memory limit binding (the unconstrained optimum does not fit) and the
-network is a stack of identical blocks, gradient accumulation is weighed too (the pipeline search on
-one stage: micro-batches of 1 to 8 samples, activations kept for one), and the faster plan is the
-answer. When no such plan fits the memory limit and the network is a stack of identical blocks (a
+network is a stack of identical blocks, gradient accumulation is weighed too (the pipeline search
+on one stage: micro-batches of 1 to 8 samples, or 1 to 8 a device, activations kept for one), and
+the faster plan is the answer. When no such plan fits the memory limit and the network is a stack of identical blocks (a
 transformer), the pipeline search runs instead (stages, micro-batches and, inside each stage, the
 per-layer splits and recomputation: :mod:`planner.pipeline_search`). Without ``--zero`` this is
 done under each ZeRO stage that can win and the fastest plan is the answer
