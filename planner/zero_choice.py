@@ -23,9 +23,12 @@ Each stage's search is given the fastest step held so far as a ceiling: pipeline
 pairs whose lower bound reaches it are not searched (:func:`planner.pipeline_search.search_pipeline`),
 nor proven against.
 
-The stages run in the order 1, 2, 3, 0 (the chain first, so that what it skips is known), each
-within a share of the time left: the time left over the stages that may still be planned (a stage
-that ends early leaves its time to the others). Each stage's search offers its plans to the
+The stages run in the order 0, 1, 2, 3 (ZeRO-0 first: the plan given before the choice, so a
+search the time limit cuts short answers no worse; ZeRO-1 planned first, given a quarter of the
+time, spent it on one slow pipeline pair for llama3.1-405b on 16,384 GPUs), each within the time
+left; a stage after
+the first starts only while a quarter of the time limit is left (a search given less bounds few
+pipeline pairs and may spend its time on a slow one), else it is named as not planned. Each stage's search offers its plans to the
 command's budget (:class:`Share`): Ctrl-C answers with the fastest of any stage. The gap stated
 covers the stages planned: ``1 - min_z(lower_z) / step``, ``lower_z`` each planned stage's proven
 lower bound (the ceiling for a stage whose every pair it bounds), a stage where nothing fits none,
@@ -44,7 +47,10 @@ from planner.optimize import Settings
 from planner.solvers import Budget
 
 #: the order the stages are planned in (module docstring)
-ORDER = (1, 2, 3, 0)
+ORDER = (0, 1, 2, 3)
+#: a stage after the first is planned only while this share of the time limit is left: a search
+#: given less bounds few pipeline pairs and may search a slow one first
+LATE_SHARE = 0.25
 #: what a stage the time limit left out adds to its line: the gap stated does not cover it
 UNCOVERED = ": the gap stated does not cover it"
 
@@ -114,7 +120,7 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
         if (why := _skip(z, done)) is not None:
             done[z] = why
             continue
-        if parent is not None and parent.expired():
+        if parent is not None and (parent.expired() or (done and _short(parent))):
             done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not planned (the time limit came first){UNCOVERED}")
             continue
         trial = dataclasses.replace(settings, zero=z, budget=_share(parent, z, done, settings, wrap))
@@ -158,17 +164,22 @@ def _skip(z: int, done: dict[int, Weighed]) -> Weighed | None:
     return None
 
 
+def _short(budget: Budget) -> bool:
+    """Too little time is left to plan one more stage well (:data:`LATE_SHARE` of the limit)."""
+    left = budget.left()
+    return left is not None and budget.seconds is not None and left < LATE_SHARE * budget.seconds
+
+
 def _late(budget: Budget | None) -> bool:
     return budget is not None and budget.expired()
 
 
 def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Settings, wrap) -> Budget | None:
-    """Stage ``z``'s budget: the time left over the stages that may still be planned."""
+    """Stage ``z``'s budget: the time left (module docstring)."""
     if parent is None:
         return None
     left = [x for x in ORDER if x not in done and x != z and _skip(x, done) is None]
-    left_s = parent.left()
-    seconds = None if left_s is None else left_s / (1 + len(left))
+    seconds = parent.left()
 
     def lower(own: float) -> float:  # the least lower bound over the stages planned so far
         return min([own] + [w.lower_s for w in done.values()])
