@@ -64,7 +64,7 @@ def test_zero3_data_parallel_beats_zero0_accumulation_and_is_chosen(tmp_path):
 def test_the_cli_says_which_zero_stage_it_chose(tmp_path):
     spec = _gpt(tmp_path, 1024, 1024)
     got = CliRunner().invoke(app, ["plan", spec, "-p", "8", "-b", "16", "--machine", "dgx-h100", "--precision",
-                                   "bf16", "--optimizer", "adam", "--memory", "0.8", "--json"])
+                                   "bf16", "--optimizer", "adam", "--memory", "0.8", "--time-limit", "120", "--json"])
     assert got.exit_code == 0, got.output
     out = json.loads(got.stdout)
     assert out["zero"] == 3 and out["axes"]["zero"] == 3
