@@ -2,14 +2,17 @@
 
 `dnnplan plan NETWORK` with no ``--pipeline`` plans every layer over all the devices. When such a
 plan fits only with the memory limit binding (the unconstrained optimum does not fit) and the
-network is a stack of identical blocks, gradient accumulation is weighed too (the pipeline search on
-one stage: micro-batches of 1 to 8 samples, activations kept for one), and the faster plan is the
-answer. When no such plan fits the memory limit and the network is a stack of identical blocks (a transformer), the
-pipeline search runs instead (stages, micro-batches and, inside each stage, the per-layer splits
-and recomputation: :mod:`planner.pipeline_search`); when nothing fits there either and no ZeRO
-stage was asked for, it runs again with the optimiser state sharded (ZeRO-1, then ZeRO-3). What it
-chose and why is in the answer. When nothing fits at all, the error names the flags and numbers
-with which a plan exists, each checked (:mod:`planner.refusal`).
+network is a stack of identical blocks, gradient accumulation is weighed too (the pipeline search
+on one stage: micro-batches of 1 to 8 samples, or 1 to 8 a device, activations kept for one), and
+the faster plan is the answer. When no such plan fits the memory limit and the network is a stack of identical blocks (a
+transformer), the pipeline search runs instead (stages, micro-batches and, inside each stage, the
+per-layer splits and recomputation: :mod:`planner.pipeline_search`). Without ``--zero`` this is
+done under each ZeRO stage that can win and the fastest plan is the answer
+(:mod:`planner.zero_choice`); on the executor's own machine (a CPU: the executor runs pipelined
+plans without ZeRO, and machine `local` checks the plan against the data-parallel plans in its
+step's context) without ZeRO, then with ZeRO-1, then ZeRO-3, only when nothing fits. What it chose and why is in the answer. When nothing fits at all,
+the error names the flags and numbers with which a plan exists, each checked
+(:mod:`planner.refusal`).
 """
 
 from __future__ import annotations
@@ -20,28 +23,45 @@ from dataclasses import dataclass
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
 from networks.ir import Network
+from costmodel.optimizer import ZERO_STAGES
+from networks.errors import DnnplanError
 from planner.optimize import Infeasible, Settings, make_plan
-from planner.pipeline_search import (PROVE_S, SCHEDULE, NoPipelineFits, PipelineChoice, SearchOutOfTime,
-                                     search_pipeline)
+from planner.pipeline_search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice,
+                                     SearchOutOfTime, search_pipeline)
+from planner.fit_check import fitting
 from planner.plan import Plan
 from planner.refusal import refusal
+from planner.solvers import Budget
 from planner.stack import uniform_stack
+from planner.zero_choice import Beaten, Weighed, fastest_stage, overall_gap
 
 GIB = 2.0 ** 30
-#: the ZeRO stages tried, in order, when nothing fits and none was asked for
-ZERO_TRIED = (1, 3)
+#: the stages tried in order on the executor's own machine (a CPU), the next only when nothing fits
+CPU_ZERO_TRIED = (0, 1, 3)
+
+
+class _NoneFits(DnnplanError):
+    """No plan fits under one ZeRO stage (``pipelined``: the pipeline search found none either)."""
+
+    def __init__(self, pipelined: bool):
+        super().__init__("no plan fits")
+        self.pipelined = pipelined
 
 
 @dataclass(frozen=True)
 class Answer:
     """A plan over all the devices, or a pipelined one with why the pipeline search ran, and the
-    settings it was found under (its ZeRO stage may be the search's choice)."""
+    settings it was found under (its ZeRO stage may be the planner's choice: ``zero_why`` says
+    why, ``weighed`` what each stage gave, :mod:`planner.zero_choice`)."""
 
     settings: Settings
     plan: Plan | None = None
     pipeline: PipelineChoice | None = None
     why: str = ""
     timed: tuple = ()  # machine `local`: the candidates weighed in step context (executor.step_choice)
+    zero_why: str = ""
+    weighed: tuple = ()  # planner.zero_choice.Weighed of each ZeRO stage, when the planner chose it
+    memory_note: str = ""  # the limit was lowered so the peak fits (planner.fit_check)
 
 
 def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
@@ -49,47 +69,139 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
                zero_given: bool = True, schedule: str = SCHEDULE, prove_s: float | None = PROVE_S,
                batch_given: bool = True) -> Answer:
     """The plan (module docstring); ``limit``: bytes a device (None: the machine's memory);
-    ``zero_given``: the user chose the ZeRO stage (the search does not change it); ``batch_given``:
-    the user chose the batch (else a refusal names it with a device count)."""
+    ``zero_given``: the user chose the ZeRO stage (else the fastest stage is the planner's choice,
+    :mod:`planner.zero_choice`); ``batch_given``: the user chose the batch (else a refusal names it
+    with a device count)."""
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
+
+    def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
+        answer, note = fitting(lambda under: _at_stage(net, network_ref, batch, p, machine, compute, under, trial,
+                                                       machine_ref, fingerprint, schedule, prove_s, ceiling),
+                               answer_peak, limit)
+        return dataclasses.replace(answer, memory_note=note) if note else answer
+
+    try:
+        if zero_given or settings.zero or p == 1:  # one device: no replica to shard over
+            return plan_at(settings)
+        if machine.device.kind == "cpu":
+            return _when_nothing_fits(plan_at, settings)
+        answer, zero, weighed = fastest_stage(settings, plan_at, _outcome, _wrap)
+    except _NoneFits as err:
+        most = settings if zero_given or settings.zero else dataclasses.replace(settings, zero=max(ZERO_STAGES))
+        raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
+    return _chosen(answer, zero, weighed)
+
+
+def answer_peak(answer: Answer) -> float:
+    """The predicted peak of an answer's busiest device (bytes)."""
+    return (answer.pipeline.prediction if answer.pipeline is not None else answer.plan).memory_peak_bytes
+
+
+def _when_nothing_fits(plan_at, settings: Settings) -> Answer:
+    """The executor's own machine (a CPU): the plan without ZeRO, else with ZeRO-1, then ZeRO-3,
+    when nothing fits without (module docstring)."""
+    for zero in CPU_ZERO_TRIED:
+        trial = dataclasses.replace(settings, zero=zero)
+        try:
+            answer = plan_at(trial)
+        except _NoneFits:
+            if zero == CPU_ZERO_TRIED[-1]:
+                raise
+            continue
+        more = f"nothing fits without ZeRO, so the optimiser state is sharded (ZeRO-{zero})" if zero else ""
+        return dataclasses.replace(answer, zero_why=more)
+    raise AssertionError("unreachable")
+
+
+def _at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
+              limit: float, settings: Settings, machine_ref: str, fingerprint: str | None, schedule: str,
+              prove_s: float | None, ceiling: float | None = None) -> Answer:
+    """The plan under ``settings``' ZeRO stage (module docstring); :class:`_NoneFits` when none fits;
+    ``ceiling``: a step held from another stage (pipelines that cannot beat it are not searched,
+    :class:`Beaten` when none is left)."""
     try:
         plan = make_plan(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref=machine_ref,
                          profile_fingerprint=fingerprint, suggest=False)
-        return _accumulated(net, batch, p, machine, compute, limit, settings, plan, schedule, prove_s) \
+        return _accumulated(net, batch, p, machine, compute, limit, settings, plan, schedule, prove_s, ceiling) \
             or Answer(settings, plan=plan)
     except Infeasible as err:
         if uniform_stack(net) is None:
-            raise refusal(net, batch, p, machine, compute, limit, settings, False, batch_given) from err
+            raise _NoneFits(False) from err
         why = (f"no plan of the whole batch at once fits: the least any needs is {err.need_bytes / GIB:.1f} GiB a "
                f"device, over the {limit / GIB:.1f} GiB limit")
-    for zero in (settings.zero,) + (() if zero_given or settings.zero else ZERO_TRIED):
-        trial = dataclasses.replace(settings, zero=zero)
-        try:
-            choice = search_pipeline(net, batch, p, machine, compute, limit, trial, schedule=schedule,
-                                     prove_s=prove_s)
-        except NoPipelineFits:
-            if settings.budget is not None and settings.budget.expired():
-                settings.budget.check()
-                raise SearchOutOfTime(f"no plan was found within the {settings.budget.stated_s:g} s time limit",
-                                      hint="raise --time-limit") from None
-            continue
-        more = f"; no pipelined plan fits without ZeRO either, so the optimiser state is sharded (ZeRO-{zero})" \
-            if zero != settings.zero else ""
-        return Answer(trial, pipeline=choice, why=why + more)
-    raise refusal(net, batch, p, machine, compute, limit, settings, True, batch_given)
+    try:
+        choice = search_pipeline(net, batch, p, machine, compute, limit, settings, schedule=schedule, prove_s=prove_s,
+                                 ceiling=ceiling)
+    except NotFaster:
+        raise Beaten(ceiling) from None
+    except NoPipelineFits:
+        if settings.budget is not None and settings.budget.expired():
+            settings.budget.check()
+            raise SearchOutOfTime(f"no plan was found within the {settings.budget.stated_s:g} s time limit",
+                                  hint="raise --time-limit") from None
+        raise _NoneFits(True) from None
+    return Answer(settings, pipeline=choice, why=why)
+
+
+def _outcome(answer: Answer) -> Weighed:
+    """A stage's answer as :mod:`planner.zero_choice` weighs it: its step, proven lower bound, and
+    whether the memory limit held it back (anything but the whole batch's unconstrained optimum)."""
+    if answer.pipeline is not None:
+        step = answer.pipeline.prediction.step_s
+        return Weighed(answer.settings.zero, step, step * (1 - answer.pipeline.stats.get("proven_gap", 1.0)))
+    solver = answer.plan.solver
+    optimal = solver.get("status") == "optimal"
+    gap = 0.0 if optimal else solver.get("gap")
+    detail = str(solver.get("detail", ""))
+    free = optimal and "unconstrained optimum needs" in detail and "memory limit binding" not in detail
+    step = answer.plan.step_s
+    return Weighed(answer.settings.zero, step, 0.0 if gap is None else step * (1 - gap), bound=not free)
+
+
+def _wrap(result, budget: Budget, settings: Settings, covered: str = "") -> Answer:
+    """What a stage's search offered (a plan or a pipeline choice) as an answer under its settings,
+    with the gap ``budget`` proves over the stages planned so far (``covered`` names them:
+    Ctrl-C's answer)."""
+    gap = budget.best.gap if budget.best is not None else None
+    if isinstance(result, PipelineChoice):
+        stats = result.stats if gap is None else {**result.stats, "proven_gap": max(gap, result.stats["proven_gap"])}
+        return Answer(settings, pipeline=dataclasses.replace(result, stats=stats), zero_why=covered)
+    if gap is not None:
+        result = dataclasses.replace(result, solver={**result.solver, "gap": max(gap, result.solver.get("gap") or 0)})
+    return Answer(settings, plan=result, zero_why=covered)
+
+
+def _chosen(answer: Answer, zero: int, weighed: list[Weighed]) -> Answer:
+    """The fastest stage's answer, its gap counting every stage and why its ZeRO stage was chosen."""
+    step = answer.pipeline.prediction.step_s if answer.pipeline is not None else answer.plan.step_s
+    gap = overall_gap(step, weighed)
+    if answer.pipeline is not None:
+        stats = answer.pipeline.stats
+        if gap > stats.get("proven_gap", 0.0):
+            answer = dataclasses.replace(answer, pipeline=dataclasses.replace(
+                answer.pipeline, stats={**stats, "proven_gap": gap}))
+    elif gap > (answer.plan.solver.get("gap") or 0.0) * (1 + 1e-12) and gap > 1e-12:
+        answer = dataclasses.replace(answer, plan=dataclasses.replace(
+            answer.plan, solver={**answer.plan.solver, "gap": gap, "status": "feasible"}))
+    each = "; ".join(f"ZeRO-{w.zero} {w.step_s:.4g} s a step" if w.step_s is not None else
+                     f"ZeRO-{w.zero} {w.skipped}" for w in weighed)
+    return dataclasses.replace(answer, weighed=tuple(weighed),
+                               zero_why=f"ZeRO-{zero} is the fastest of the ZeRO stages weighed ({each})")
 
 
 def _accumulated(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-                 settings: Settings, plan: Plan, schedule: str, prove_s: float | None) -> Answer | None:
+                 settings: Settings, plan: Plan, schedule: str, prove_s: float | None,
+                 ceiling: float | None = None) -> Answer | None:
     """Gradient accumulation where the whole batch at once fits only with its memory limit binding
-    (module docstring): its answer when faster than ``plan``, else None."""
+    (module docstring): its answer when faster than ``plan`` (and than ``ceiling``, a step held from
+    elsewhere: slower micro-batch counts are not searched), else None."""
     budget = settings.budget
     if "memory limit binding" not in str(plan.solver.get("detail", "")) or uniform_stack(net) is None \
             or (budget is not None and budget.expired()):
         return None
     try:
         choice = search_pipeline(net, batch, p, machine, compute, limit, settings, stage_counts=(1,),
-                                 schedule=schedule, prove_s=prove_s)
+                                 schedule=schedule, prove_s=prove_s, ceiling=min(plan.step_s, ceiling or plan.step_s))
     except (NoPipelineFits, SearchOutOfTime):
         return None
     if choice.prediction.step_s >= plan.step_s * (1 - 1e-9):

@@ -55,7 +55,7 @@ def pairs(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stag
     for stages in divisors(p):
         if stages > stack.n or (stage_counts and stages not in stage_counts):
             continue
-        sizes = micro_sizes(p // stages, machine.devices_per_node)
+        sizes = micro_sizes(p // stages, machine.devices_per_node, stages == 1)
         for m in divisors(batch):
             if micro_counts and m not in micro_counts:
                 continue
@@ -80,12 +80,14 @@ def physics_floor(net: Network, batch: int, p: int, machine: Machine):
     return lambda stages, m, v: flops / (p * peak) * (m + (stages - 1) / v) / m
 
 
-def micro_sizes(ranks: int, per_node: int) -> set[int]:
+def micro_sizes(ranks: int, per_node: int, alone: bool = False) -> set[int]:
     """The micro-batch sizes (samples a micro-batch, over a stage's ``ranks``) tried: ``MICRO_SIZES``,
     and the same per data-parallel replica when the stage's tensor groups fill a node (Megatron-LM's
-    layout: ``ranks / per_node`` replicas, each taking 1 to 8 samples)."""
+    layout: ``ranks / per_node`` replicas, each taking 1 to 8 samples); ``alone``, one stage on every
+    device (gradient accumulation without a pipeline): the same per device too (the data-parallel
+    frameworks' micro-batch a GPU: PyTorch DDP and FSDP, DeepSpeed's ``train_micro_batch_size_per_gpu``)."""
     replicas = ranks // per_node if per_node > 1 and ranks % per_node == 0 else 1
-    return {j * k for j in MICRO_SIZES for k in {1, replicas}}
+    return {j * k for j in MICRO_SIZES for k in {1, replicas} | ({ranks} if alone else set())}
 
 
 def bounded(bound, combos: list[tuple[float, int, int, int]],

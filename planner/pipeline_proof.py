@@ -33,7 +33,8 @@ def proved(search, best: Best, out: list[Candidate], seconds: float | None,
     index = {c.key: i for i, c in enumerate(out)}
     budget = search.settings.budget
     ends = None if budget is None else budget.deadline
-    if best.solver.relaxed and not (budget is not None and budget.expired()):
+    target = min(best.step_s, search.ceiling)  # a step the caller holds: only pairs that could beat it count
+    if best.solver.relaxed and best.lower_s < target * (1 - tolerance) and not (budget is not None and budget.expired()):
         search.deadline = ends
         best = closed(search, best, out, index[(best.stages, best.micro_batches, best.chunks)])
     start = time.perf_counter()
@@ -44,6 +45,6 @@ def proved(search, best: Best, out: list[Candidate], seconds: float | None,
     for _, i in order:
         if search.deadline is not None and time.perf_counter() >= search.deadline:
             break
-        if out[i].lower_s < best.step_s * (1 - tolerance):
+        if out[i].lower_s < min(best.step_s, search.ceiling) * (1 - tolerance):
             best = closed(search, best, out, i)
     return best, out

@@ -74,6 +74,10 @@ class NoPipelineFits(DnnplanError):
     """No pipelined plan fits the memory limit."""
 
 
+class NotFaster(NoPipelineFits):
+    """No pipelined plan can beat the caller's ``ceiling`` step (every pair's lower bound reaches it)."""
+
+
 class SearchOutOfTime(DnnplanError):
     """The time limit came before the search held any plan."""
 
@@ -106,6 +110,7 @@ class _Search:
         self.pending: dict[tuple[int, int], int] = {}  # (S, m): its triples not yet searched
         self.held: tuple[int, int] | None = None  # the best pair so far: its pricing is kept (hold)
         self.predicted: dict = {}  # the last choice's (solutions, prediction): _choice
+        self.ceiling = float("inf")  # a step the caller holds already: pairs bounded at it are not searched
 
     def solver(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> StageSolver:
         """The stage solver of ``(S, m, V)``: one pricing of its ranks and micro-batch (shared by its
@@ -250,7 +255,8 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
                     memory_limit_bytes: float | None = None, settings: Settings = Settings(),
                     stage_counts: tuple[int, ...] | None = None, micro_counts: tuple[int, ...] | None = None,
                     progress: Callable[[int, int], None] | None = None, exact: bool = False,
-                    schedule: str = SCHEDULE, prove_s: float | None = PROVE_S) -> PipelineChoice:
+                    schedule: str = SCHEDULE, prove_s: float | None = PROVE_S,
+                    ceiling: float | None = None) -> PipelineChoice:
     """The best pipelined plan of ``net`` (module docstring); ``stage_counts`` / ``micro_counts``
     restrict the degrees tried; ``progress(done, total)`` is told after each (S, m); ``exact``:
     stages the memory limit binds are solved by the ILP, not by Lagrangian relaxation; ``schedule``:
@@ -258,7 +264,9 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     ``MAX_CHUNKS`` model chunks a device), auto (1F1B and interleaved both weighed on every pair) or
     default (every pair under 1F1B, then the best pair interleaved too). Under
     ``settings.budget`` the search ends at its deadline once it holds a plan (the pairs left are
-    counted in the proven gap by their bounds) and offers each better plan it finds."""
+    counted in the proven gap by their bounds) and offers each better plan it finds. ``ceiling``: a
+    step the caller holds from elsewhere; a pair whose lower bound reaches it is not searched, and
+    :class:`NotFaster` says that none was left."""
     start = time.perf_counter()
     stack = uniform_stack(net)
     if stack is None:
@@ -267,6 +275,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
     search = _Search(stack, batch, p, machine, compute, limit, settings, exact,
                      "1f1b" if schedule in (AUTO, DEFAULT, INTERLEAVED) else schedule)
+    search.ceiling = float("inf") if ceiling is None else ceiling
     budget = settings.budget
     triples = pairs(stack, batch, p, machine, net, stage_counts, micro_counts, schedule)
     for _, s2, m2, _ in triples:
@@ -281,6 +290,8 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
         more = [(floor(s2, m2, v), s2, m2, v) for v in chunk_counts(stack.n, s2, m2, INTERLEAVED)]
         search.pending[(s2, m2)] = len(more)
         best = _pairs(search, bounded(search.bound, more), out, None, start, best)
+    if best is None and any(c.skipped == "bound" for c in out):
+        raise NotFaster(f"no pipelined plan of {net.name} can beat the {search.ceiling:.6g} s step held")
     if best is None:
         raise NoPipelineFits(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
@@ -298,7 +309,8 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
     :class:`Candidate` for each."""
     budget = search.settings.budget
     for i, (bound, stages, m, v, _) in enumerate(combos):
-        if best is not None and bound >= best.step_s:  # (the pairs whose bound was not computed come last)
+        if bound >= min(search.ceiling, best.step_s if best is not None else float("inf")):
+            # (the pairs whose bound was not computed come last)
             out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
             continue
         try:

@@ -247,6 +247,8 @@ def test_micro_batch_sizes_include_megatrons_per_replica_ones():
     assert micro_sizes(72, 8) == {1, 2, 4, 8, 9, 18, 36, 72}
     assert micro_sizes(12, 8) == {1, 2, 4, 8}  # no whole node groups: the plain sizes
     assert micro_sizes(64, 1) == {1, 2, 4, 8}
+    # one stage on every device (accumulation without a pipeline): 1 to 8 samples a device too
+    assert micro_sizes(8, 8, alone=True) == {1, 2, 4, 8, 16, 32, 64}
 
 
 def test_a_network_that_is_no_uniform_stack_is_refused_in_one_line():

@@ -34,6 +34,7 @@ from dnnplan.search_bound import end, search_budget, stop_on_ctrl_c
 from executor.session import step_choice
 from networks.errors import DnnplanError, short
 from planner.auto import Answer, first_plan
+from planner.fit_check import fitting
 from planner.axes import axes, axes_line
 from planner.optimize import Settings, make_plan
 from planner.pipeline_pairs import AUTO, DEFAULT
@@ -165,15 +166,18 @@ def _answer(run: Run, pipeline: str | None, micro_batches: int | None, schedule:
         raise DnnplanError(f"unknown --schedule {short(schedule)}", hint="use 1f1b, gpipe, interleaved or auto")
     if click.get_parameter_source("schedule") == ParameterSource.DEFAULT:
         schedule = DEFAULT  # every pair under 1F1B, then the best pair interleaved too
+    limit = run.limit if run.limit is not None else ctx.machine.device.mem_capacity_bytes
     if pipeline not in (None, "off") or micro_batches is not None:
-        return Answer(settings, pipeline=_pipelined(run, pipeline, micro_batches, schedule, prove))
+        choice, note = fitting(lambda under: _pipelined(run, pipeline, micro_batches, schedule, prove, under),
+                               lambda c: c.prediction.memory_peak_bytes, limit)
+        return Answer(settings, pipeline=choice, memory_note=note)
     if pipeline == "off":
-        result = refreshed(ctx.compute, lambda: make_plan(ctx.network, run.network, ctx.batch, ctx.devices,
-                                                          ctx.machine, ctx.compute, run.limit, settings,
-                                                          machine_ref=run.machine_ref,
-                                                          profile_fingerprint=run.fingerprint),
-                           settings.budget.forget)
-        answer = Answer(settings, plan=result)
+        result, note = fitting(lambda under: refreshed(
+            ctx.compute, lambda: make_plan(ctx.network, run.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute,
+                                           under, settings, machine_ref=run.machine_ref,
+                                           profile_fingerprint=run.fingerprint),
+            settings.budget.forget), lambda r: r.memory_peak_bytes, limit)
+        answer = Answer(settings, plan=result, memory_note=note)
     else:
         answer = refreshed(ctx.compute, lambda: first_plan(
             ctx.network, run.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, run.limit, settings,
@@ -189,7 +193,8 @@ def _answer(run: Run, pipeline: str | None, micro_batches: int | None, schedule:
     return dataclasses.replace(answer, plan=checked, timed=tuple(timed))
 
 
-def _pipelined(run: Run, pipeline: str | None, micro_batches: int | None, schedule: str, prove: float):
+def _pipelined(run: Run, pipeline: str | None, micro_batches: int | None, schedule: str, prove: float,
+               limit: float | None = None):
     """`dnnplan plan --pipeline auto|S [--micro-batches M]`: the pipeline search (planner.pipeline_search)."""
     stages = None
     if pipeline not in (None, "auto"):
@@ -200,7 +205,7 @@ def _pipelined(run: Run, pipeline: str | None, micro_batches: int | None, schedu
     micro = (micro_batches,) if micro_batches else None
     ctx = run.ctx
     return refreshed(ctx.compute, lambda: search_pipeline(
-        ctx.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, run.limit, run.settings, stages, micro,
+        ctx.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, limit, run.settings, stages, micro,
         schedule=schedule, prove_s=prove), run.settings.budget.forget)
 
 
@@ -243,7 +248,8 @@ def _facts(run: Run, answer, plan: Plan, got) -> render.Facts:
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
                         len(ctx.network.layers), "batchnorm2d" in ops.values(), attention,
                         resolve_overlap(None, ctx.machine).label, ctx.batch_norm,
-                        axes_line(found, _pipeline_axis(got, plan), answer.settings.zero))
+                        axes_line(found, _pipeline_axis(got, plan), answer.settings.zero),
+                        "; ".join(x for x in (answer.zero_why, answer.memory_note) if x))
 
 
 def _axes(run: Run, answer, plan: Plan, got) -> dict:
@@ -276,6 +282,10 @@ def _json(plan: Plan, got, answer, axes_found: dict) -> dict:
                     "tried": [_finite(c.__dict__) for c in got.candidates]})
     if answer.why:
         out["why_pipelined"] = answer.why
+    if answer.memory_note:
+        out["memory_note"] = answer.memory_note
+    if answer.zero_why:
+        out["zero_choice"] = {"why": answer.zero_why, "weighed": [_finite(dataclasses.asdict(w)) for w in answer.weighed]}
     return out
 
 

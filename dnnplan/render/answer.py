@@ -38,6 +38,7 @@ class Facts:
     overlap: str = ""  # what overlaps compute, in words (costmodel.overlap.Overlap.label)
     batch_norm: str = "sync"  # costmodel.batch_norm
     axes: str = ""  # the layout by parallel axis in one line (planner.axes)
+    zero_why: str = ""  # why the plan's ZeRO stage, when the planner chose it (planner.zero_choice)
 
 
 def breakdown_text(terms) -> str:

@@ -28,6 +28,8 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         console.print(line)
     if facts.why:
         console.print(f"{facts.why}; so the pipeline search ran (pipeline stages, micro-batches)")
+    if facts.zero_why:
+        console.print(escape(facts.zero_why))
     if facts.timed and fastest(list(facts.timed)).prediction is not None:
         context_step_line(list(facts.timed))
     else:

@@ -1,0 +1,51 @@
+"""Every plan returned fits the memory limit it was planned under, as its peak is predicted (pure).
+
+The solvers hold each plan's per-layer memory count under the limit (``memory_bound_bytes``: every
+layer's persistent memory and the largest transient, :mod:`costmodel.step`); the predicted peak
+counts a resharded input as the executor holds it (:mod:`costmodel.held_inputs`: the block a
+reshard wrote is kept for backward beside the producer's output). A plan whose layers reshard
+large activations between them can so peak above the limit the count fitted: at sequence 65,536,
+7B parameters on 8 H100s, a context-8 layer feeding a context-4 x tensor-2 layer kept 3.9 GiB of
+received blocks, 83.9 GiB against 80 GiB.
+
+:func:`fitting` plans again with the limit lowered by what the peak exceeded it by (twice that
+the next time, and so on: another plan may reshard other layers), until the peak fits (at most
+:data:`TRIES` plans, else one clear error); how far it lowered the limit is in the answer's note. The plan is then
+the planner's optimum under the lowered limit: its proven gap is that search's, and a plan with a
+smaller excess under a higher limit may exist (the per-layer count does not see which copy each
+layer keeps).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+from networks.errors import DnnplanError
+
+T = TypeVar("T")
+GIB = 2.0 ** 30
+#: plans made at most, the first included, before giving up on a limit the peak fits
+TRIES = 4
+
+
+def fitting(plan_under: Callable[[float], T], peak: Callable[[T], float], limit: float) -> tuple[T, str]:
+    """``plan_under(limit)``'s answer whose ``peak`` fits ``limit`` (module docstring), and a note
+    saying how far the limit was lowered ("" when the first plan fits). Raises
+    :class:`DnnplanError` when none fits after :data:`TRIES` plans."""
+    under, answer = limit, plan_under(limit)
+    for k in range(TRIES - 1):
+        over = peak(answer) - limit
+        if over <= limit * 1e-9:
+            break
+        under -= over * 2 ** k
+        answer = plan_under(under)
+    else:
+        if peak(answer) > limit * (1 + 1e-9):
+            raise DnnplanError(f"no plan was found whose peak fits {limit / GIB:.3f} GiB a device: the resharded "
+                               f"inputs the executor keeps add {(peak(answer) - limit) / GIB:.2f} GiB to the "
+                               f"per-layer count the planner holds under {under / GIB:.3f} GiB",
+                               hint="allow more --memory, or more --devices")
+    if under >= limit:
+        return answer, ""
+    return answer, (f"the first plan's peak, counting the resharded inputs the executor keeps, exceeded the "
+                    f"{limit / GIB:.2f} GiB limit, so it was planned under {under / GIB:.4g} GiB")

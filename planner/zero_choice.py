@@ -1,0 +1,199 @@
+"""Which ZeRO stage: the fastest plan over the stages weighed, within one time bound (pure).
+
+When the user names no ``--zero``, :func:`planner.auto.first_plan` plans under each ZeRO stage the
+cost model has (:mod:`costmodel.optimizer`: 0, 1, 2, 3) and answers with the fastest plan that fits.
+What the stages change in the cost model decides which need planning:
+
+- **0 and 1 are both planned**: neither is faster for every plan. ZeRO-1 updates only its shard
+  of each weight (the update is 1/R of ZeRO-0's) and moves a reduce-scatter and an all-gather
+  where ZeRO-0 moves one all-reduce of the same bytes; an all-reduce of small messages (recursive
+  doubling) can take less than the two, and the gather's overlap window differs.
+- **ZeRO-2's step equals ZeRO-1's** for every plan (the same collectives and update;
+  :mod:`costmodel.weight_sync`); only its memory differs (the gradients sharded, a layer's whole
+  gradient gathered while its backward runs). It is planned only when no ZeRO-1 plan fits; where
+  ZeRO-1's plan is not held back by memory its optimum is ZeRO-1's; where ZeRO-1's memory binds,
+  ZeRO-2 is **not searched** (a faster ZeRO-2 pipeline may exist there: the gap the answer states
+  does not cover it, and the answer says so).
+- **ZeRO-3's step is at least ZeRO-2's** for every plan (it adds a parameter all-gather before
+  each backward to the same overlap windows), so it can beat ZeRO-1/2 only through memory: it is
+  planned only when the ZeRO-1 (or ZeRO-2) answer was held back by the memory limit (anything but
+  the whole batch's unconstrained optimum, which fits); otherwise its optimum is no faster.
+
+Each stage's search is given the fastest step held so far as a ceiling: pipeline and micro-batch
+pairs whose lower bound reaches it are not searched (:func:`planner.pipeline_search.search_pipeline`),
+nor proven against.
+
+The stages run in the order 0, 1, 2, 3 (ZeRO-0 first: the plan given before the choice, so a
+search the time limit cuts short answers no worse; ZeRO-1 planned first, given a quarter of the
+time, spent it on one slow pipeline pair for llama3.1-405b on 16,384 GPUs), each within the time
+left; a stage after
+the first starts only while a quarter of the time limit is left (a search given less bounds few
+pipeline pairs and may spend its time on a slow one), else it is named as not planned. Each stage's search offers its plans to the
+command's budget (:class:`Share`): Ctrl-C answers with the fastest of any stage. The gap stated
+covers the stages planned: ``1 - min_z(lower_z) / step``, ``lower_z`` each planned stage's proven
+lower bound (the ceiling for a stage whose every pair it bounds), a stage where nothing fits none,
+a stage skipped by dominance that of the stage that dominates it. A stage the time limit left
+unplanned (or Ctrl-C, not yet planned) is not covered, and the answer names it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from networks.errors import DnnplanError
+from planner.optimize import Settings
+from planner.solvers import Budget
+
+#: the order the stages are planned in (module docstring)
+ORDER = (0, 1, 2, 3)
+#: a stage after the first is planned only while this share of the time limit is left: a search
+#: given less bounds few pipeline pairs and may search a slow one first
+LATE_SHARE = 0.25
+#: what a stage the time limit left out adds to its line: the gap stated does not cover it
+UNCOVERED = ": the gap stated does not cover it"
+
+
+@dataclass(frozen=True)
+class Weighed:
+    """One ZeRO stage's outcome: its answer's step and proven lower bound (None: nothing fits, or
+    its time ran out first), whether the memory limit held it back, or why it was skipped."""
+
+    zero: int
+    step_s: float | None = None
+    lower_s: float = 0.0
+    bound: bool = True
+    skipped: str = ""
+
+
+class Beaten(DnnplanError):
+    """A stage's search proved that no plan of it beats ``ceiling``, the fastest step held."""
+
+    def __init__(self, ceiling: float):
+        super().__init__(f"no plan beats the {ceiling:.6g} s step held")
+        self.ceiling = ceiling
+
+
+class Share(Budget):
+    """One stage's part of the command's budget (module docstring): its own deadline (the share,
+    never past the command's), the command's stop request, and every plan it holds offered to
+    the command's budget as ``wrap(result)``, with the least lower bound over all the stages."""
+
+    def __init__(self, parent: Budget, seconds: float | None, wrap: Callable, lower: Callable[[float], float],
+                 label: str = ""):
+        super().__init__(seconds, parent.clock, parent.stated_s)
+        if parent.deadline is not None:
+            self.deadline = parent.deadline if self.deadline is None else min(self.deadline, parent.deadline)
+        self._shared = parent._shared
+        self.parent, self.wrap, self.lower, self.label = parent, wrap, lower, label
+
+    def offer(self, step_s: float, what: str, finish: Callable, lower_s: float | None = None) -> bool:
+        kept = super().offer(step_s, what, finish, lower_s)
+        if kept:
+            self.parent.offer(step_s, f"{self.label}: {what}", lambda: self.wrap(finish(), self.parent),
+                              self.lower(self.lower_s))
+        else:
+            self.parent.bound(self.lower(self.lower_s))
+        return kept
+
+    def bound(self, lower_s: float) -> None:
+        super().bound(lower_s)
+        self.parent.bound(self.lower(self.lower_s))
+
+
+def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None], object], outcome: Callable[[object], Weighed],
+                  wrap: Callable[[object, Budget, Settings], object]) -> tuple[object, int, list[Weighed]]:
+    """The fastest answer over the ZeRO stages (module docstring) and what each stage gave.
+
+    ``plan_at(settings, ceiling)`` plans under ``settings`` (its ``zero`` and ``budget`` set per
+    stage; ``ceiling``, the fastest step held so far, or None) and raises :class:`DnnplanError` when
+    nothing fits, :class:`Beaten` when nothing can beat the ceiling; ``outcome(answer)`` is a stage's
+    :class:`Weighed`; ``wrap(result, budget, settings)`` turns what a stage's search offers (a
+    result of the search under ``settings``) into an answer, its gap the command ``budget``'s.
+    Raises a stage's error (the first stage's whose time did not run out) when no stage has a plan."""
+    parent = settings.budget
+    done: dict[int, Weighed] = {}
+    answers: dict[int, object] = {}
+    errors: list[tuple[bool, DnnplanError]] = []
+    first_s: float | None = None  # how long the first stage planned took
+    for z in ORDER:
+        if (why := _skip(z, done)) is not None:
+            done[z] = why
+            continue
+        if parent is not None and (parent.expired() or (done and _short(parent, first_s))):
+            done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not planned (the time limit came first){UNCOVERED}")
+            continue
+        trial = dataclasses.replace(settings, zero=z, budget=_share(parent, z, done, settings, wrap))
+        started = None if parent is None else parent.clock()
+        held = min((done[x].step_s for x in answers), default=None)
+        try:
+            answers[z] = plan_at(trial, held)
+        except Beaten as err:
+            done[z] = Weighed(z, lower_s=err.ceiling, skipped=f"has no plan that can beat {err.ceiling:.4g} s (its bounds)")
+            continue
+        except DnnplanError as err:
+            late = _late(trial.budget)
+            errors.append((late, err))
+            done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not finished (the time limit came first){UNCOVERED}") \
+                if late else \
+                Weighed(z, lower_s=float("inf"), skipped="has no plan that fits")
+            continue
+        done[z] = outcome(answers[z])
+        if first_s is None and started is not None:
+            first_s = parent.clock() - started
+    if not answers:
+        if not errors:
+            raise DnnplanError("no ZeRO stage was planned within the time limit", hint="raise --time-limit")
+        raise min(errors, key=lambda e: e[0])[1]  # a stage's whose time did not run out, if any
+    best = min(answers, key=lambda z: (done[z].step_s, z))
+    return answers[best], best, [done[z] for z in sorted(done)]
+
+
+def overall_gap(step_s: float, weighed: list[Weighed]) -> float:
+    """How much faster than ``step_s`` any stage's optimum could still be (0: proven optimal)."""
+    lower = min((w.lower_s for w in weighed), default=step_s)
+    return max(0.0, 1.0 - lower / step_s) if step_s > 0 else 0.0
+
+
+def _skip(z: int, done: dict[int, Weighed]) -> Weighed | None:
+    """Why stage ``z`` is not planned (module docstring), or None."""
+    if z == 2 and 1 in done and done[1].step_s is not None:
+        return Weighed(2, lower_s=float("inf") if done[1].bound else done[1].lower_s, bound=done[1].bound,
+                       skipped="not planned (its step equals ZeRO-1's; planned only when no ZeRO-1 plan fits)")
+    below = done.get(2) if done.get(2) is not None and done[2].step_s is not None else done.get(1)
+    if z == 3 and below is not None and below.step_s is not None and not below.bound:
+        return Weighed(3, lower_s=below.lower_s, bound=False,
+                       skipped=f"not planned (its step is no less than ZeRO-{below.zero}'s, whose plan memory did not hold back)")
+    return None
+
+
+def _short(budget: Budget, first_s: float | None) -> bool:
+    """Too little time is left to plan one more stage well: less than :data:`LATE_SHARE` of the
+    limit, or than the first stage took (a stage's search may overrun its deadline by what one
+    pipeline pair takes: llama3.1-405b on 16,384 GPUs, ZeRO-1 after ZeRO-0's 11 s, 24 s in all)."""
+    left = budget.left()
+    if left is None or budget.seconds is None:
+        return False
+    return left < LATE_SHARE * budget.seconds or (first_s is not None and left < first_s)
+
+
+def _late(budget: Budget | None) -> bool:
+    return budget is not None and budget.expired()
+
+
+def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Settings, wrap) -> Budget | None:
+    """Stage ``z``'s budget: the time left (module docstring)."""
+    if parent is None:
+        return None
+    left = [x for x in ORDER if x not in done and x != z and _skip(x, done) is None]
+    seconds = parent.left()
+
+    def lower(own: float) -> float:  # the least lower bound over the stages planned so far
+        return min([own] + [w.lower_s for w in done.values()])
+
+    planned = [f"ZeRO-{w.zero}" for w in done.values() if w.step_s is not None or w.lower_s < float("inf")]
+    covered = (f"stopped while planning ZeRO-{z}: the gap stated covers " + ", ".join(planned + [f"ZeRO-{z}"])
+               + (f", not ZeRO-{', ZeRO-'.join(map(str, left))} (not planned yet)" if left else ""))
+    return Share(parent, seconds, lambda result, budget: wrap(result, budget, dataclasses.replace(settings, zero=z),
+                                                               covered), lower, f"ZeRO-{z}")
