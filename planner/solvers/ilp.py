@@ -148,6 +148,8 @@ def _interrupts(budget: Budget | None) -> dict:
 #: how often the thread waiting for HiGHS wakes (a Ctrl-C is taken at once anyway), and how long it
 #: then gives HiGHS to stop before it goes on without it
 POLL_S, GRACE_S = 0.05, 0.2
+#: seconds past twice its time limit after which a HiGHS solve is left to itself (callSolver)
+OVERRUN_S = 5.0
 
 
 class _ThreadedHiGHS(pulp.HiGHS):
@@ -159,11 +161,16 @@ class _ThreadedHiGHS(pulp.HiGHS):
 
     def callSolver(self, lp):
         model, finished = lp.solverModel, threading.Event()
+        limit = self.timeLimit
         if self.budget is not None and self.budget.left() is not None:  # PuLP built the model meanwhile
             if self.budget.expired():
                 raise Stopped("the budget ran out while the ILP was built")
             limit = self.budget.left() if self.timeLimit is None else min(self.timeLimit, self.budget.left())
             model.setOptionValue("time_limit", float(limit))
+        # HiGHS can run on past its time_limit in a phase that neither checks it nor calls back (seen
+        # for minutes on a memory-tight stage): past twice the limit and OVERRUN_S more the thread is
+        # left to finish alone and the solve counts as stopped
+        hard = None if limit is None else time.perf_counter() + 2 * float(limit) + OVERRUN_S
 
         def run() -> None:
             try:
@@ -174,7 +181,8 @@ class _ThreadedHiGHS(pulp.HiGHS):
         threading.Thread(target=run, name="highs", daemon=True).start()
         try:
             while not finished.wait(POLL_S):
-                pass
+                if hard is not None and time.perf_counter() > hard:
+                    raise Stopped(f"HiGHS ran on past its {float(limit):.3g} s time limit")
         except KeyboardInterrupt:
             if self.budget is not None:
                 self.budget.request_stop()  # HiGHS's interrupt callback ends its solve
