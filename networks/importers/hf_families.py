@@ -207,12 +207,10 @@ def mixtral(cfg: Config, seq: int | None) -> Decoder:
     return _replace(d, experts=experts, notes=tuple(notes))
 
 
-def qwen2_moe(cfg: Config, seq: int | None) -> Decoder:
-    """Qwen2's block with the MLP replaced by ``num_experts`` SwiGLU experts of ``moe_intermediate_size``
-    (``num_experts_per_tok`` a token) and one shared expert of ``shared_expert_intermediate_size`` every
-    token goes through, scaled by ``sigmoid(shared_expert_gate x)`` (Qwen2MoeSparseMoeBlock); the
-    dense ``intermediate_size`` is only for blocks listed in ``mlp_only_layers``, which are refused."""
-    d = _qwen_common(cfg, _llama_like(cfg, seq, "qwen2_moe", eps_default=1e-6, max_default=8192, bias_field=None))
+def _sparse_notes(cfg: Config, d: Decoder) -> list[str]:
+    """Qwen's mixture-of-experts blocks: every block sparse (``decoder_sparse_step`` 1, no
+    ``mlp_only_layers``, else refused), and the notes on ``d``'s for the router's fields and the
+    unused dense ``intermediate_size``."""
     step = cfg.whole("decoder_sparse_step", 1)
     dense = cfg.raw("mlp_only_layers") or []
     if step.value != 1 or dense:
@@ -222,6 +220,16 @@ def qwen2_moe(cfg: Config, seq: int | None) -> Decoder:
     notes = list(d.notes)
     _router_notes(cfg, notes)
     notes.append(f"intermediate_size={d.ffn.value}: the dense MLP of mlp_only_layers, of which there are none")
+    return notes
+
+
+def qwen2_moe(cfg: Config, seq: int | None) -> Decoder:
+    """Qwen2's block with the MLP replaced by ``num_experts`` SwiGLU experts of ``moe_intermediate_size``
+    (``num_experts_per_tok`` a token) and one shared expert of ``shared_expert_intermediate_size`` every
+    token goes through, scaled by ``sigmoid(shared_expert_gate x)`` (Qwen2MoeSparseMoeBlock); the
+    dense ``intermediate_size`` is only for blocks listed in ``mlp_only_layers``, which are refused."""
+    d = _qwen_common(cfg, _llama_like(cfg, seq, "qwen2_moe", eps_default=1e-6, max_default=8192, bias_field=None))
+    notes = _sparse_notes(cfg, d)
     experts = Experts(cfg.whole("num_experts", 60), cfg.whole("num_experts_per_tok", 4),
                       cfg.whole("moe_intermediate_size", 1408), cfg.whole("shared_expert_intermediate_size", 5632))
     return _replace(d, experts=experts, notes=tuple(notes))
@@ -241,15 +249,7 @@ def qwen3_moe(cfg: Config, seq: int | None) -> Decoder:
     (``num_experts_per_tok`` a token, no shared expert: Qwen3MoeSparseMoeBlock); the dense
     ``intermediate_size`` is only for blocks listed in ``mlp_only_layers``, which are refused."""
     d = qwen3(cfg, seq)
-    step = cfg.whole("decoder_sparse_step", 1)
-    dense = cfg.raw("mlp_only_layers") or []
-    if step.value != 1 or dense:
-        field = "decoder_sparse_step" if step.value != 1 else "mlp_only_layers"
-        raise cfg.fail(field, f"{field}={step.value if step.value != 1 else dense}: blocks of two kinds (dense and "
-                       "mixture-of-experts) in one stack are not imported yet", hint="every block must be alike")
-    notes = list(d.notes)
-    _router_notes(cfg, notes)
-    notes.append(f"intermediate_size={d.ffn.value}: the dense MLP of mlp_only_layers, of which there are none")
+    notes = _sparse_notes(cfg, d)
     experts = Experts(cfg.whole("num_experts", 128), cfg.whole("num_experts_per_tok", 8),
                       cfg.whole("moe_intermediate_size", 768))
     return _replace(d, family="qwen3_moe", experts=experts, notes=tuple(notes))
