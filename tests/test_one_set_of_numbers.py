@@ -37,7 +37,7 @@ def _between_need_and_data_parallel(name: str, p: int, batch: int) -> float:
 
 def test_a_baseline_over_the_memory_limit_is_marked_never_a_speedup():
     limit = _between_need_and_data_parallel("alexnet", 4, 512)
-    args = ["plan", "alexnet", "-p", "4", "-b", "512", "--memory", f"{limit / GIB:.6f}"]
+    args = ["plan", "alexnet", "-p", "4", "-b", "512", "--memory", f"{limit / GIB:.6f}", "--zero", "0"]
     plan = json.loads(runner.invoke(app, args + ["--json"]).stdout)
     data = next(b for b in plan["baselines"] if b["name"] == "data parallel")
     assert data["fits"] is False

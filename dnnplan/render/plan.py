@@ -28,8 +28,6 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         console.print(line)
     if facts.why:
         console.print(f"{facts.why}; so the pipeline search ran (pipeline stages, micro-batches)")
-    if facts.zero_why:
-        console.print(escape(facts.zero_why))
     if facts.timed and fastest(list(facts.timed)).prediction is not None:
         context_step_line(list(facts.timed))
     else:
@@ -49,6 +47,8 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         pipeline_summary(got)
     if facts.axes:
         console.print(escape(facts.axes))
+    if facts.zero_why:  # after the layout it chose between (the step stays in the first lines)
+        console.print(escape(facts.zero_why))
     if (line := assumptions_line(facts)) is not None:
         console.print(line)
     detailed = layers or facts.layers <= SMALL_NETWORK
