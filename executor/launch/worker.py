@@ -150,7 +150,8 @@ def abort_with(comm, err: BaseException) -> None:
         msg, code = f"internal error: {type(err).__name__}: {err}", ABORT_INTERNAL
         if os.environ.get("DNNPLAN_DEBUG"):
             traceback.print_exception(err, file=sys.stderr)
-    print(f"rank {rank}: {msg}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"rank {rank}: {msg}\n")  # one write: two ranks' lines do not run together
+    sys.stderr.flush()
     abort(comm, code)
 
 

@@ -112,9 +112,9 @@ def forward(ctx: LayerCtx, xs):
     if ctx.split("H"):
         raise unsupported(ctx.layer, "attention split over the sequence (H)")
     if ctx.p.get("rotary"):
-        raise unsupported(ctx.layer, "attention with rotary positions")
+        raise unsupported(ctx.layer, "attention with rotary positions", any_strategy=True)
     if ctx.p.get("qk_norm"):
-        raise unsupported(ctx.layer, "attention with per-head query/key norms (qk_norm)")
+        raise unsupported(ctx.layer, "attention with per-head query/key norms (qk_norm)", any_strategy=True)
     (x,) = xs
     dh, dl, dkv = _widths(ctx)
     with ctx.span("fwd_compute"):

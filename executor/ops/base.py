@@ -105,9 +105,12 @@ def finish_contraction_backward(ctx: LayerCtx, dx, dw, db):
     return [dx], grads
 
 
-def unsupported(layer: Layer, what: str) -> DnnplanError:
-    return DnnplanError(f"the executor cannot run {what}", layer=layer.name,
-                        hint="choose another strategy for this layer")
+def unsupported(layer: Layer, what: str, any_strategy: bool = False) -> DnnplanError:
+    """``any_strategy``: no strategy of the layer runs (an op feature the executor lacks), so the
+    hint is not to choose another."""
+    hint = ("plan and predict price it; the executor runs no strategy of it yet" if any_strategy
+            else "choose another strategy for this layer")
+    return DnnplanError(f"the executor cannot run {what}", layer=layer.name, hint=hint)
 
 
 def local_pads(win: Window, out_iv: tuple[int, int], need_iv: tuple[int, int], pad_hi: int):
