@@ -25,8 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.calibration import PipelineTerms, StageRecorder, pipeline_terms
-from costmodel.compute import Roofline, recompute_algorithms
+from costmodel.calibration import PipelineTerms, pipeline_terms, stage_compute
+from costmodel.compute import recompute_algorithms
 from costmodel.deepspeed import zero3_step
 from costmodel.files import load_machine
 from costmodel.machine import Machine
@@ -111,9 +111,7 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
         if fallbacks:
             raise SystemExit(f"{row['name']}: {fallbacks[0].layer} cannot take {fallbacks[0].wanted}: "
                              f"{fallbacks[0].reason}")
-        compute = Roofline(machine) if recorders is None else StageRecorder(machine)
-        if recorders is not None:
-            recorders.append(compute)
+        compute = stage_compute(machine, recorders)
         # Megatron-LM as run in 2021-22 all-reduced the gradients after the backward pass (its local
         # DDP; --overlap-grad-reduce came with Megatron-Core): no overlap (costmodel.overlap)
         return predict_step(stage_net, micro, strategies, algorithms, machine, compute, opt,

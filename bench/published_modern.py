@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.calibration import PipelineTerms, StageRecorder, pipeline_terms
-from costmodel.compute import Roofline, recompute_algorithms
+from costmodel.calibration import PipelineTerms, pipeline_terms, stage_compute
+from costmodel.compute import recompute_algorithms
 from costmodel.files import load_machine
 from costmodel.machine import Machine
 from costmodel.megatron import megatron_strategies
@@ -219,9 +219,7 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
         if fallbacks:
             raise SystemExit(f"{row['name']}: {fallbacks[0].layer} cannot take {fallbacks[0].wanted}: "
                              f"{fallbacks[0].reason}")
-        compute = Roofline(machine) if recorders is None else StageRecorder(machine)
-        if recorders is not None:
-            recorders.append(compute)
+        compute = stage_compute(machine, recorders)
         return predict_step(stage_net, batch, strategies, algorithms, machine, compute, opt, checkpoints=full)
 
     chunks = lay["chunks"]

@@ -89,6 +89,15 @@ class StageRecorder(RecordingRoofline):
         return out
 
 
+def stage_compute(machine: Machine, recorders: list | None):
+    """The compute model a pipeline stage is priced on: the roofline, or, when the caller collects
+    terms (``recorders``, a list), a :class:`StageRecorder` appended to it."""
+    if recorders is None:
+        return Roofline(machine)
+    recorders.append(StageRecorder(machine))
+    return recorders[-1]
+
+
 def pipeline_terms(machine: Machine, stages: Sequence[tuple[StageRecorder, float, float]], micro_batches: int,
                    chunks: int = 1) -> PipelineTerms:
     """The terms of a pipelined step from each stage's recorder (which priced that stage alone),
