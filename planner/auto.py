@@ -152,8 +152,7 @@ def _outcome(answer: Answer) -> Weighed:
     solver = answer.plan.solver
     optimal = solver.get("status") == "optimal"
     gap = 0.0 if optimal else solver.get("gap")
-    detail = str(solver.get("detail", ""))
-    free = optimal and "unconstrained optimum needs" in detail and "memory limit binding" not in detail
+    free = optimal and solver.get("memory_binding") is False
     step = answer.plan.step_s
     return Weighed(answer.settings.zero, step, 0.0 if gap is None else step * (1 - gap), bound=not free)
 
@@ -196,7 +195,7 @@ def _accumulated(net: Network, batch: int, p: int, machine: Machine, compute: Co
     (module docstring): its answer when faster than ``plan`` (and than ``ceiling``, a step held from
     elsewhere: slower micro-batch counts are not searched), else None."""
     budget = settings.budget
-    if "memory limit binding" not in str(plan.solver.get("detail", "")) or uniform_stack(net) is None \
+    if not plan.solver.get("memory_binding") or uniform_stack(net) is None \
             or (budget is not None and budget.expired()):
         return None
     try:

@@ -75,8 +75,9 @@ class Settings:
 
 
 def solve_exact(built: Built, settings: Settings,
-                better: Better | None = None) -> tuple[tuple[int, ...], Assignment, list[str]]:
-    """The optimal candidate index per layer in ``built.problem`` (see the module docstring);
+                better: Better | None = None) -> tuple[tuple[int, ...], Assignment, list[str], bool]:
+    """The optimal candidate index per layer in ``built.problem`` (see the module docstring), the
+    assignment, notes, and whether the memory limit binds (the unconstrained optimum does not fit);
     ``better(choice, cost, bound)`` is told each better fitting assignment a binding limit's search
     finds (indices into ``built.problem``)."""
     notes = []
@@ -96,7 +97,7 @@ def solve_exact(built: Built, settings: Settings,
         if full.memory_limit is not None:
             notes.append(f"the unconstrained optimum needs {memory / GIB:.3f} GiB per device, within "
                          f"the {full.memory_limit / GIB:.3f} GiB limit")
-        return choice, got, notes
+        return choice, got, notes, False
     need, _ = min_memory(full)
     if not fits(full, need):
         raise DnnplanError("infeasible")  # replaced by the caller with the full message
@@ -106,7 +107,7 @@ def solve_exact(built: Built, settings: Settings,
     told = None if better is None else (lambda choice, cost, bound: better(expand_choice(kept, choice), cost, bound))
     got = solve(pruned, "ilp" if settings.method == "ilp" else settings.method, settings.time_limit_s,
                 settings.gap, settings.budget, told)
-    return expand_choice(kept, got.choice), got, notes
+    return expand_choice(kept, got.choice), got, notes, True
 
 
 def algorithm_alternatives(net: Network, strategies: dict[str, Strategy], batch: int,
@@ -220,7 +221,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     if settings.budget is not None:
         _free_bound(built, settings.budget)
     try:
-        choice, got, notes = solve_exact(built, settings, better)
+        choice, got, notes, binding = solve_exact(built, settings, better)
     except Stopped:
         return _out_of_time(maker, settings.budget, limit)
     except DnnplanError as err:
@@ -232,7 +233,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     solver = {
         "method": settings.method, "solver": got.solver, "status": got.status,
         "gap": got.gap, "time_limit_s": _limit_s(settings), "requested_gap": settings.gap,
-        "memory_limit_bytes": limit,
+        "memory_limit_bytes": limit, "memory_binding": binding,
         "candidates": int(sum(built.problem.sizes)), "layers": built.problem.num_nodes,
         "distinct_layers": built.distinct_layers, "reshard_pairs": built.reshard_pairs,
         "reduced_nodes": got.reduced_nodes, "build_s": round(built_s, 4), "solve_s": round(solved_s, 4),

@@ -135,7 +135,7 @@ class StageSolver:
         else:
             gap = 0.0
             try:
-                choice, _, _ = solve_exact(built, self.settings)
+                choice, *_ = solve_exact(built, self.settings)
             except DnnplanError:
                 return None  # nothing fits
         objective, memory = evaluate(built.problem, choice)
