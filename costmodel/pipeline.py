@@ -24,7 +24,9 @@ times::
 the table, priced as its weight, and the two stages' ranks sum their gradients of it in a two-rank
 allreduce, once a step on each of the two; Megatron-LM's embedding group); the bubble is ``sum_s T_s - max_s T_s``, a fraction (S - 1) / m of the
 steady state for equal stages. They differ in memory: GPipe keeps the activations of all ``m``
-micro-batches until its backward, 1F1B at most ``S - s`` on stage ``s`` (stage 0 the most).
+micro-batches until its backward, 1F1B at most ``S - s`` on stage ``s`` (stage 0 the most);
+interleaved, each chunk's micro-batches in flight over Megatron's order times that chunk's
+activations, at the order's busiest moment (``costmodel.pipeline_memory``, :func:`device_kept`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from costmodel.machine import Machine
+from costmodel.pipeline_memory import held_bytes, warm_up
 from costmodel.step import StepPrediction
 from costmodel.tied import crossing_ties, tied_sync_s, with_table
 from networks.analysis import block_of, layer_cost
@@ -52,7 +55,7 @@ class StagePrediction:
     ranks: int
     micro: StepPrediction  # the stage's step on one micro-batch
     p2p_s: float  # its sends per micro-batch: activation forward and gradient backward
-    kept_micro_batches: float  # how many micro-batches' activations it holds at once (interleaved: in chunk shares)
+    kept_micro_batches: float  # micro-batches' worth of its activations held at its peak (interleaved: chunk by chunk)
     tied_sync_s: float = 0.0  # once a step: the tied table's gradient summed with the other stage holding it
 
     @property
@@ -246,8 +249,8 @@ def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_
         micro = predict_stage(stage_net, d, mb)
         tied = tied_sync_s(stage_net, {x.layer.name: x.layer.strategy for x in micro.layers}, ties, machine,
                            (ends[0] * d, ends[-1] * d))
-        out.append(StagePrediction(s, (cuts[s][0].name, cuts[mine[-1]][-1].name), d, micro, sends,
-                                   kept_micro_batches(schedule, stages, s, micro_batches, chunks), tied))
+        kept = device_kept(schedule, stages, s, micro_batches, micro, [cuts[c] for c in mine])
+        out.append(StagePrediction(s, (cuts[s][0].name, cuts[mine[-1]][-1].name), d, micro, sends, kept, tied))
     return PipelinePrediction(net.name, batch, devices, micro_batches, schedule, tuple(out), chunks)
 
 
@@ -270,15 +273,29 @@ def _check(batch: int, devices: int, stages: int, micro_batches: int, schedule: 
 
 def kept_micro_batches(schedule: str, stages: int, s: int, m: int, chunks: int = 1) -> float:
     """Micro-batches whose activations device ``s`` holds at its peak: all ``m`` under GPipe,
-    ``min(S - s, m)`` under 1F1B; interleaved, Megatron-LM's warm-up of ``2 (S - s - 1) + (V - 1) S``
-    chunk forwards and one more (all ``m V`` when ``m = S``), each a ``1 / V`` share of the device's
-    activations (megatron/core/pipeline_parallel/schedules.py, the interleaved schedule)."""
+    ``min(S - s, m)`` under 1F1B; interleaved with equal chunks, Megatron-LM's warm-up of
+    ``2 (S - s - 1) + (V - 1) S`` chunk forwards and one more (all ``m V`` when ``m = S``), each a
+    ``1 / V`` share of the device's activations (megatron/core/pipeline_parallel/schedules.py, the
+    interleaved schedule; :func:`device_kept` counts unequal chunks)."""
     if schedule == "gpipe":
         return m
     if chunks == 1:
         return min(stages - s, m)
-    warm = m * chunks if m == stages else min(2 * (stages - s - 1) + (chunks - 1) * stages + 1, m * chunks)
-    return warm / chunks
+    return min(warm_up(stages, s, m, chunks) + 1, m * chunks) / chunks
+
+
+def device_kept(schedule: str, stages: int, s: int, m: int, micro: StepPrediction,
+                chunk_layers: list[list[Layer]]) -> float:
+    """Device ``s``'s peak activations in micro-batches of all its layers' (``micro.activation_bytes``):
+    under the interleaved schedule the most, over its order, of each chunk's micro-batches in
+    flight times that chunk's activations (``costmodel.pipeline_memory``), ``chunk_layers`` its
+    chunks in order; else :func:`kept_micro_batches`."""
+    chunks, total = len(chunk_layers), micro.activation_bytes
+    if schedule != INTERLEAVED or chunks == 1 or total <= 0:
+        return kept_micro_batches(schedule, stages, s, m, chunks)
+    acts = {x.layer.name: x.layer.memory.activations for x in micro.layers}
+    per_chunk = tuple(sum(acts.get(layer.name, 0) for layer in layers) for layers in chunk_layers)
+    return held_bytes(stages, s, m, per_chunk) / total
 
 
 def p2p_s(machine: Machine, src: int, dst: int, nbytes: int) -> float:

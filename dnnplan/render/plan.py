@@ -258,7 +258,8 @@ def pipeline_details(got) -> None:
     pipeline_table(pred)
     stage0 = pred.stages[0]
     parts = dict(stage0.micro.memory_parts)
-    parts["activations"] = parts.get("activations", 0) * stage0.kept_micro_batches
+    # the micro-batches (chunks) the schedule holds beyond one: the parts then sum to the stage's peak
+    parts["activations"] = parts.get("activations", 0) + stage0.memory_peak_bytes - sum(parts.values())
     console.print(memory_line(parts) + " (stage 0)")
     st = got.stats
     gap = (f"; pairs compared with memory-bound stages solved by Lagrangian relaxation, worst gap "
