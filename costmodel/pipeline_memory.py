@@ -27,6 +27,7 @@ average; the first device's first chunk has up to ``2 S`` in flight.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 
@@ -72,3 +73,44 @@ def held_bytes(stages: int, s: int, m: int, chunk_bytes: tuple[int, ...]) -> int
     ``chunk_bytes[c]`` = ``a_c``, local chunk ``c`` (global chunk ``s + c S``) at one micro-batch."""
     return max(sum(n * a for n, a in zip(counts, chunk_bytes))
                for counts in in_flight(stages, s, m, len(chunk_bytes)))
+
+
+@dataclass(frozen=True)
+class ChunkHold:
+    """What one device holds chunk by chunk, as a planner's device solve counts it: the per-chunk
+    micro-batches in flight at each moment of Megatron's order (:func:`in_flight`) and each of the
+    device's layers' local chunk. A layer's activations of one micro-batch count ``v[chunk]`` times
+    under a count vector ``v``; the device's peak is the most over its moments (:meth:`held`)."""
+
+    counts: tuple[tuple[int, ...], ...]
+    chunk_of: tuple[int, ...]  # each layer's local chunk, in the device's layer order
+
+    def chunk_bytes(self, layer_bytes) -> tuple[float, ...]:
+        """Each chunk's activations of one micro-batch from each layer's (``layer_bytes``)."""
+        out = [0.0] * len(self.counts[0])
+        for c, a in zip(self.chunk_of, layer_bytes, strict=True):
+            out[c] += a
+        return tuple(out)
+
+    def held(self, layer_bytes) -> float:
+        """The most activations the device holds at once, ``max_moments sum_c n_c a_c``."""
+        per = self.chunk_bytes(layer_bytes)
+        return max(sum(n * a for n, a in zip(v, per)) for v in self.counts)
+
+    def worst(self, layer_bytes) -> tuple[int, ...]:
+        """The count vector of the moment the device holds the most (the first such moment)."""
+        per = self.chunk_bytes(layer_bytes)
+        return max(self.counts, key=lambda v: sum(n * a for n, a in zip(v, per)))
+
+    def most(self) -> tuple[int, ...]:
+        """Each chunk's most micro-batches in flight over the order: a count no moment exceeds."""
+        return tuple(max(v[c] for v in self.counts) for c in range(len(self.counts[0])))
+
+    def per_layer(self, v) -> tuple[float, ...]:
+        """Each layer's count under the chunk count vector ``v``."""
+        return tuple(float(v[c]) for c in self.chunk_of)
+
+
+def device_hold(stages: int, s: int, m: int, chunks: int, chunk_of: tuple[int, ...]) -> ChunkHold:
+    """Device ``s``'s :class:`ChunkHold` (``chunk_of``: its layers' local chunks)."""
+    return ChunkHold(in_flight(stages, s, m, chunks), tuple(chunk_of))

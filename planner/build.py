@@ -171,11 +171,13 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
 
 
 def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool = True, weight: float = 1.0,
-               kept: int = 1, once_weight: float = 1.0, extra_once: dict | None = None) -> Built:
+               kept: float | tuple[float, ...] = 1, once_weight: float = 1.0,
+               extra_once: dict | None = None) -> Built:
     """:func:`build_problem` on ``b``'s pricing (reusing what it priced before): the per-micro-batch
     costs ``weight`` times, the once-a-step costs ``once_weight`` times, the activations ``kept``
-    times (module docstring); ``extra_once``: layer name -> seconds once a step under a strategy,
-    added to that layer's candidates (a pipeline's tied table summed between two stages)."""
+    times (module docstring; a tuple: each layer's own count, its chunk's under interleaving);
+    ``extra_once``: layer name -> seconds once a step under a strategy, added to that layer's
+    candidates (a pipeline's tied table summed between two stages)."""
     sigs = [signature(layer) for layer in net.layers]
     readers, saved = consumers(net), saved_outputs(net)
     # layers share nodes when they have one signature, as many readers (gradient sums), their
@@ -190,7 +192,8 @@ def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool
     edge_list, distinct_edges, pairs = _edges(b, net, sigs, nodes, edges, weight)
     cost = tuple(n.vals[:, 0] if weight == once_weight == 1 else weight * (n.vals[:, 0] - n.vals[:, 3])
                  + once_weight * n.vals[:, 3] for n in nodes)
-    memory = tuple(n.vals[:, 1] if kept == 1 else n.vals[:, 1] + (kept - 1) * n.vals[:, 4] for n in nodes)
+    counts = kept if isinstance(kept, tuple) else (kept,) * len(nodes)  # per layer (interleaved chunks)
+    memory = tuple(n.vals[:, 1] if k == 1 else n.vals[:, 1] + (k - 1) * n.vals[:, 4] for n, k in zip(nodes, counts))
     if extra_once:
         cost = tuple(c + once_weight * np.array([extra_once[layer.name](s) for s, _ in n.candidates])
                      if layer.name in extra_once else c for c, n, layer in zip(cost, nodes, net.layers))

@@ -8,7 +8,9 @@ chunks plus its ``V`` sends each way. The cut is fixed (every chunk ``n / (S V)`
 triple's search is three device solves: the first device (the layers before the blocks with its
 chunks), one middle device (all middle devices hold the same layers up to their names; solved holding
 device 1's in-flight micro-batches, the most of any middle device) and the last (with the layers
-after). Each is the planner's exact per-layer problem (:class:`planner.stage_solve.StageSolver`)
+after). A device's memory counts each chunk's micro-batches in flight in Megatron's order
+(:mod:`planner.chunk_solve`; the first device's first chunk holds more than its last), as
+``dnnplan predict`` counts them. Each is the planner's exact per-layer problem (:class:`planner.stage_solve.StageSolver`)
 weighted ``m + (S - 1) / V``, which is how often a balanced device's ``T`` counts in the step.
 
 A lower bound on the triple's step when a device solve kept a Lagrangian gap: the step is at least
@@ -22,7 +24,8 @@ from dataclasses import dataclass
 
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
-from costmodel.pipeline import INTERLEAVED, PipelinePrediction, kept_micro_batches, p2p_s, predict_pipeline
+from costmodel.pipeline import INTERLEAVED, PipelinePrediction, p2p_s, predict_pipeline
+from costmodel.pipeline_memory import ChunkHold, device_hold
 from costmodel.step import predict_step
 from networks.ir import Network
 from planner.optimize import PlanMismatch, Settings
@@ -43,10 +46,11 @@ def role(stages: int, s: int) -> str:
     return FIRST if s == 0 else LAST if s == stages - 1 else MIDDLE
 
 
-def kept(stages: int, s: int, m: int, chunks: int) -> float:
-    """Micro-batches (in chunk shares) device ``s`` is solved to hold: its own on the first and last
-    device, device 1's on every middle one (module docstring)."""
-    return kept_micro_batches(INTERLEAVED, stages, s if s in (0, stages - 1) else 1, m, chunks)
+def kept(stack: Stack, stages: int, s: int, m: int, chunks: int) -> ChunkHold:
+    """What device ``s`` is solved to hold, chunk by chunk in Megatron's order (its own on the
+    first and last device, device 1's on every middle one; module docstring)."""
+    d = s if s in (0, stages - 1) else 1
+    return device_hold(stages, d, m, chunks, stack.device_chunks(stages, chunks, d))
 
 
 def sends_s(machine: Machine, p: int, stages: int, chunks: int, s: int, boundary: int, micro: int) -> float:
@@ -70,7 +74,7 @@ def search(solver: StageSolver, stack: Stack, stages: int, m: int, chunks: int, 
     for r, s in {role(stages, s): s for s in (0, 1, stages - 1)}.items():
         late()
         net = stack.interleaved_stage(stages, chunks, r)
-        sols[r] = solver.solve(("interleaved", chunks, r), net, kept(stages, s, m, chunks), tied(s, net))
+        sols[r] = solver.solve(("interleaved", chunks, r), net, kept(stack, stages, s, m, chunks), tied(s, net))
         if sols[r] is None:
             return None
     per = tuple(sols[role(stages, s)] for s in range(stages))

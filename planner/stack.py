@@ -55,6 +55,13 @@ class Stack:
                for layer in block]
         return (list(self.before) if s == 0 else []) + out + (list(self.after) if s == stages - 1 else [])
 
+    def device_chunks(self, stages: int, chunks: int, s: int) -> tuple[int, ...]:
+        """Each of :meth:`device_layers`' local chunk (the layers before the blocks in chunk 0, those
+        after in chunk ``V - 1``)."""
+        c = self.n // (stages * chunks)
+        out = [j for j in range(chunks) for _ in range(c) for _ in self.blocks[0]]
+        return tuple([0] * len(self.before) * (s == 0) + out + [chunks - 1] * len(self.after) * (s == stages - 1))
+
     def interleaved_stage(self, stages: int, chunks: int, role: str) -> Network:
         """The canonical device of ``role`` under interleaving as a network of its own (a middle
         device is device 1; each chunk after its first reads the chunk before it, on another device,

@@ -24,11 +24,13 @@ from dataclasses import dataclass
 
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
+from costmodel.pipeline_memory import ChunkHold
 from costmodel.step import StepPrediction, predict_step
 from costmodel.strategy import Strategy
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.build import Builder, build_with
+from planner.chunk_solve import solve_held
 from planner.optimize import PlanMismatch, Settings, solve_exact
 from planner.solvers import evaluate
 from planner.solvers.fixing import solve_relaxed
@@ -50,6 +52,14 @@ class StageSolution:
     activation_bytes: float  # the activations of one micro-batch it keeps
     tied_s: float = 0.0  # once a step: the tied table's gradient summed with the other stage holding it
     gap: float = 0.0  # its objective is within this fraction of the stage's optimum (0: optimal)
+    layer_activation_bytes: tuple[float, ...] = ()  # each layer's share of ``activation_bytes``
+
+    def held_bytes(self, kept: float | ChunkHold) -> float:
+        """Its memory count holding ``kept`` micro-batches' activations, or, interleaved, what a
+        :class:`ChunkHold` holds at its busiest moment chunk by chunk."""
+        if isinstance(kept, ChunkHold):
+            return self.memory_bytes + kept.held(self.layer_activation_bytes) - self.activation_bytes
+        return self.memory_bytes + (kept - 1) * self.activation_bytes
 
     def lower_s(self, weight: float) -> float:
         """No solution of this stage's problem has a smaller objective ``weight * T + O`` (its
@@ -90,16 +100,28 @@ class StageSolver:
         self.open = 0  # of those, the ones left with a gap (always 0 with ``close`` but an ILP time limit)
         self._lam: float | None = None  # the last stage's multiplier: where the next bisection starts
 
-    def solve(self, key: object, net: Network, kept: float, extra: dict | None = None) -> StageSolution | None:
+    def solve(self, key: object, net: Network, kept: float | ChunkHold, extra: dict | None = None) -> StageSolution | None:
         """The best solution of stage ``net`` (``key`` names its (k, role)) holding ``kept``
-        micro-batches' activations within the memory limit; None when none fits. ``extra``: layer
-        name -> once-a-step seconds under a strategy, weighed with the layer (the tied table's sum
-        between two stages; the same for every solve of one ``key``)."""
-        free = self._free.get(key)
-        if free is None:
-            free = self._free[key] = self._solve(net, 1, None, extra)
-        if free is not None and free.memory_bytes + (kept - 1) * free.activation_bytes <= self.limit * (1 + 1e-9):
+        micro-batches' activations within the memory limit (a :class:`ChunkHold`: each chunk's in
+        flight, :mod:`planner.chunk_solve`); None when none fits. ``extra``: layer name ->
+        once-a-step seconds under a strategy, weighed with the layer (the tied table's sum between
+        two stages; the same for every solve of one ``key``)."""
+        free = self.free(key, net, extra)
+        if free is not None and free.held_bytes(kept) <= self.limit * (1 + 1e-9):
             return free
+        if free is not None and isinstance(kept, ChunkHold):
+            return solve_held(self, key, net, kept, extra)
+        return self.bound(key, net, kept, extra)
+
+    def free(self, key: object, net: Network, extra: dict | None = None) -> StageSolution | None:
+        """The stage's optimum with no memory limit (solved once a ``key``)."""
+        if key not in self._free:
+            self._free[key] = self._solve(net, 1, None, extra)
+        return self._free[key]
+
+    def bound(self, key: object, net: Network, kept: float | tuple[float, ...], extra: dict | None = None):
+        """The stage's optimum under the limit, each layer's activations counted ``kept`` times
+        (one count, or one a layer); remembered."""
         if (key, kept) not in self._bound:
             self._bound[(key, kept)] = self._solve(net, kept, self.limit, extra)
         return self._bound[(key, kept)]
@@ -111,7 +133,7 @@ class StageSolver:
                               None if self.deadline is None else self.deadline - time.perf_counter()) if x is not None]
         return min(limits, default=None)
 
-    def _solve(self, net: Network, kept: float, limit: float | None, extra: dict | None = None) -> StageSolution | None:
+    def _solve(self, net: Network, kept: float | tuple[float, ...], limit: float | None, extra: dict | None = None) -> StageSolution | None:
         self.solves += 1
         built = build_with(self.builder, net, limit, weight=self.weight, kept=kept, extra_once=extra)
         if limit is not None and not self.exact:
@@ -140,11 +162,13 @@ class StageSolver:
                 return None  # nothing fits
         objective, memory = evaluate(built.problem, choice)
         once = float(sum(o[c] for o, c in zip(built.once, choice)))
-        acts = float(sum(a[c] for a, c in zip(built.activations, choice)))
+        layer_acts = tuple(float(a[c]) for a, c in zip(built.activations, choice))
+        counts = kept if isinstance(kept, tuple) else (kept,) * len(layer_acts)
         strategies = {layer.name: built.candidates[i][c][0] for i, (layer, c) in enumerate(zip(net.layers, choice))}
         tied = float(sum(f(strategies[name]) for name, f in (extra or {}).items()))
         algorithms = {layer.name: built.candidates[i][c][1] for i, (layer, c) in enumerate(zip(net.layers, choice))
                       if built.candidates[i][c][1]}
         return StageSolution(net, strategies, algorithms, (objective - once - tied) / self.weight, once,
-                             memory - (kept - 1) * acts, acts, tied, gap)
+                             memory - sum((k - 1) * a for k, a in zip(counts, layer_acts)), sum(layer_acts), tied,
+                             gap, layer_acts)
 

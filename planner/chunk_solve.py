@@ -1,0 +1,63 @@
+"""A device solve under interleaved 1F1B, its memory counted chunk by chunk (pure).
+
+Under Megatron's interleaved order a device's chunks do not hold the same micro-batches at once
+(``costmodel.pipeline_memory``): at each moment chunk ``c`` has ``n_c`` in flight, and the device
+holds ``sum_c n_c a_c`` bytes of activations, ``a_c`` the sum over chunk ``c``'s layers of what each
+keeps for one micro-batch under its strategy. The plan fits when the most of that over the moments
+(``ChunkHold.held``, what ``dnnplan predict`` counts) plus every layer's persistent memory and the
+largest transient fits the limit: one linear constraint a moment. The stage solvers hold one linear
+memory count, so a device is solved with one count vector ``v`` (each layer's activations counted
+``v`` of its chunk times), and:
+
+* any moment's vector, or any mix of moments' vectors (weights summing to one), makes a *relaxation*:
+  each plan that fits every moment fits it, so its optimum is a lower bound on the device's, and its
+  optimum is the device's when it fits every moment;
+* the solve starts from the moment the unconstrained optimum holds the most at, and when its answer
+  holds the most at another moment, solves that moment next (or, one seen before, the mean of those
+  tried), :data:`TRIES` solves at most; the first answer whose busiest moment fits is returned, its
+  proven gap against the best of the relaxations' bounds;
+* else a *restriction*: each chunk counted at its most over the order (``ChunkHold.most``; a plan
+  fitting it fits every moment), its gap against the relaxations' bound. None when even that fits
+  nothing (a plan fitting every moment but not the restriction is then not found).
+
+The solution's ``held_bytes`` is its busiest moment's count, the same as predict's for the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from costmodel.pipeline_memory import ChunkHold
+
+#: relaxations solved at most before the restriction (each one device solve under the limit)
+TRIES = 3
+
+
+def solve_held(solver, key: object, net, hold: ChunkHold, extra: dict | None = None):
+    """``solver``'s (a ``planner.stage_solve.StageSolver``) best solution of device ``net`` under
+    ``hold``'s moments (module docstring), or None."""
+    limit, weight = solver.limit * (1 + 1e-9), solver.weight
+    tried: list[tuple[float, ...]] = []
+    lower = 0.0
+    v = hold.worst(solver.free(key, net, extra).layer_activation_bytes)
+    for _ in range(TRIES):
+        sol = solver.bound(key, net, hold.per_layer(v), extra)
+        if sol is None:
+            return None  # a relaxation fits nothing: no plan fits
+        lower = max(lower, sol.lower_s(weight))
+        if sol.held_bytes(hold) <= limit:
+            return _proven(solver, sol, lower)
+        tried.append(tuple(float(x) for x in v))
+        w = tuple(float(x) for x in hold.worst(sol.layer_activation_bytes))
+        v = w if w not in tried else tuple(sum(col) / (len(tried) + 1) for col in zip(*tried, w))
+    sol = solver.bound(key, net, hold.per_layer(hold.most()), extra)
+    return None if sol is None else _proven(solver, sol, lower)
+
+
+def _proven(solver, sol, lower: float):
+    """``sol`` with its gap against ``lower``, the best relaxation bound (a relaxation's answer:
+    no more than its own gap), counted in ``solver.worst_gap``."""
+    objective = solver.weight * sol.micro_s + sol.once_s + sol.tied_s
+    gap = max(0.0, 1 - lower / objective) if objective > 0 else 0.0
+    solver.worst_gap = max(solver.worst_gap, gap)
+    return dataclasses.replace(sol, gap=gap)
