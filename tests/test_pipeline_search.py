@@ -11,7 +11,8 @@ import pytest
 
 from costmodel.candidates import candidate_strategies, divisors
 from networks.errors import DnnplanError
-from costmodel.pipeline import INTERLEAVED, kept_micro_batches
+from costmodel.pipeline import INTERLEAVED
+from costmodel.pipeline_memory import device_hold
 from planner import interleave
 from planner.cut_search import best_cut, cut_lower
 from planner.pipeline_pairs import AUTO, chunk_counts
@@ -153,7 +154,7 @@ def _interleaved_brute_force(ctx, stack, p: int, batch: int, limit: float, sends
                 ts, os_ = [], []
                 for s in range(stages):
                     net, _ = stage_network(ctx.network, stack.device_layers(stages, v, s), s)
-                    kept_s = kept_micro_batches(INTERLEAVED, stages, s, m, v)
+                    kept_s = device_hold(stages, s, m, v, stack.device_chunks(stages, v, s))  # chunk by chunk
                     sol = solver.solve(("device", s), net, kept_s, sends.tied(stages, s, net))
                     if sol is None:
                         break
