@@ -49,7 +49,7 @@ def solve_held(solver, key: object, net, hold: ChunkHold, extra: dict | None = N
             return _proven(solver, sol, lower)
         tried.append(tuple(float(x) for x in v))
         w = tuple(float(x) for x in hold.worst(sol.layer_activation_bytes))
-        v = w if w not in tried else tuple(sum(col) / (len(tried) + 1) for col in zip(*tried, w))
+        v = w if w not in tried else tuple(sum(col) / len(tried) for col in zip(*tried))
     sol = solver.bound(key, net, hold.per_layer(hold.most()), extra)
     return None if sol is None else _proven(solver, sol, lower)
 
