@@ -148,13 +148,14 @@ def summary(results: list[dict], which: str) -> dict:
 
 
 def plan_step(row: dict, time_limit: float) -> dict:
-    """`dnnplan plan` on the row's devices, batch, sequence, machine and precision (Adam)."""
+    """`dnnplan plan` on the row's devices, batch, sequence, machine and precision (Adam), with the
+    tensor-parallel overlap the row ran (``--overlap all`` where its recipe sets tp_comm_overlap)."""
     c = row["config"]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(pm.model_spec(row))
     cmd = [str(Path(sys.executable).parent / "dnnplan"), "plan", f.name, "-p", str(c["gpus"]), "-b", str(c["batch"]),
            "--machine", row["machine"], "--precision", pm.precision_of(row), "--optimizer", "adam",
-           "--time-limit", str(time_limit), "--json"]
+           "--time-limit", str(time_limit), "--json", *(["--overlap", "all"] if c.get("tp_comm_overlap") else [])]
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -176,7 +177,8 @@ def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_lim
         c = row["config"]
         if c["gpus"] > max_gpus:
             continue
-        key = (row["model"]["name"], c["sequence"], c["gpus"], c["batch"], row["machine"], pm.precision_of(row))
+        key = (row["model"]["name"], c["sequence"], c["gpus"], c["batch"], row["machine"], pm.precision_of(row),
+               bool(c.get("tp_comm_overlap")))
         if key not in seen:
             seen[key] = plan_step(row, time_limit)
             print(f"  planned {key}: {seen[key]}", file=sys.stderr, flush=True)
