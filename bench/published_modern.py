@@ -166,6 +166,11 @@ def deviations(row: dict) -> list[str]:
     unpriced = [x for x in c.get("recompute_modules", ()) if x not in RECOMPUTE_MODULES]
     if unpriced:
         out.append(f"recompute_modules {', '.join(unpriced)} not priced (their inputs kept, nothing recomputed)")
+    if (row["model"].get("moe") or {}).get("dropless") and c["expert"] > 1:
+        out.append("dropless dispatch (priced as the balanced capacity-1.0 buffer): Megatron-Core's alltoall "
+                   "dispatcher copies the split sizes to the host before each MoE layer's expert all-to-all "
+                   "(token_dispatcher.py, cuda_sync_point before_ep_alltoall), which drains the GPU's queue; the "
+                   "kernels after it then wait on the host's launches: not priced (no host launch cost)")
     if c.get("moe_a2a_overlap"):
         out.append("moe_a2a_overlap (the expert all-to-all hidden under another micro-batch's compute) not priced: "
                    "the all-to-alls exposed")

@@ -109,6 +109,20 @@ def test_what_the_cost_model_lacks_is_named_not_hidden():
     assert not pm.kernels_as_run(ROWS["fa2-t1-gpt3-1.3b-2k-standard"])  # baseline not published
 
 
+def test_a_dropless_expert_split_names_the_host_synchronisation_it_does_not_price():
+    """NeMo 25.11's Qwen3-30B-A3B ran dropless through Megatron-Core's alltoall dispatcher, which
+    synchronises with the host before each expert all-to-all; NeMo 25.09's run of the same layout
+    dropped and padded to capacity 1.0, which needs no synchronisation. Both are priced as the same
+    capacity-1.0 buffer; only the dropless row lists the synchronisation as unpriced."""
+    dropless = ROWS["nemo2511-qwen3-30b-a3b-16gpu-fp8-cs"]
+    padded = ROWS["nemo2509-qwen3-30b-a3b-16gpu-fp8-cs-tokendrop"]
+    assert pm.layout(dropless) == pm.layout(padded) and pm.model_spec(dropless) == pm.model_spec(padded)
+    assert any("before_ep_alltoall" in d for d in pm.deviations(dropless))
+    assert not any("before_ep_alltoall" in d for d in pm.deviations(padded))
+    dense = ROWS["nemo2511-llama3-8b-8gpu-fp8-cs"]  # no experts, nothing to synchronise
+    assert not any("before_ep_alltoall" in d for d in pm.deviations(dense))
+
+
 def test_the_planner_plans_a_published_model_with_overlapped_buckets(tmp_path):
     """MPT-30B on 8 H100s (llm-foundry's row): the pipeline search's bound prices two blocks whose
     layers differ in candidates (the first block's gradients in the last bucket, costmodel.overlap)
