@@ -166,6 +166,11 @@ def deviations(row: dict) -> list[str]:
     unpriced = [x for x in c.get("recompute_modules", ()) if x not in RECOMPUTE_MODULES]
     if unpriced:
         out.append(f"recompute_modules {', '.join(unpriced)} not priced (their inputs kept, nothing recomputed)")
+    if (row["model"].get("moe") or {}).get("dropless") and c["expert"] > 1:
+        out.append("dropless dispatch (priced as the balanced capacity-1.0 buffer): Megatron-Core's alltoall "
+                   "dispatcher copies the split sizes to the host before each MoE layer's expert all-to-all "
+                   "(token_dispatcher.py, cuda_sync_point before_ep_alltoall), which drains the GPU's queue; the "
+                   "kernels after it then wait on the host's launches: not priced (no host launch cost)")
     if c.get("moe_a2a_overlap"):
         out.append("moe_a2a_overlap (the expert all-to-all hidden under another micro-batch's compute) not priced: "
                    "the all-to-alls exposed")
@@ -175,8 +180,11 @@ def deviations(row: dict) -> list[str]:
     if c["context"] > 1 and not c.get("context_exchange"):
         out.append("context-parallel keys and values exchanged by the cheaper of ring and all-gather "
                    "(costmodel.context_comms), whichever the run used")
+    tensor = ("tensor-parallel communication overlapped with its GEMMs (tp_comm_overlap, costmodel.overlap 'all'); "
+              "context-parallel communication not overlapped" if c.get("tp_comm_overlap")
+              else "tensor- and context-parallel communication not overlapped")
     out.append("data-parallel gradient reduction and parameter gathers overlapped in buckets (the GPU machines' "
-               "default, costmodel.overlap); tensor- and context-parallel communication not overlapped")
+               f"default, costmodel.overlap); {tensor}")
     return out
 
 
@@ -220,7 +228,8 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
             raise SystemExit(f"{row['name']}: {fallbacks[0].layer} cannot take {fallbacks[0].wanted}: "
                              f"{fallbacks[0].reason}")
         compute = stage_compute(machine, recorders)
-        return predict_step(stage_net, batch, strategies, algorithms, machine, compute, opt, checkpoints=full)
+        return predict_step(stage_net, batch, strategies, algorithms, machine, compute, opt, checkpoints=full,
+                            overlap="all" if c.get("tp_comm_overlap") else None)
 
     chunks = lay["chunks"]
     return predict_pipeline(net, c["batch"], c["gpus"], lay["pipeline"], lay["micro_batches"],

@@ -109,6 +109,20 @@ def test_what_the_cost_model_lacks_is_named_not_hidden():
     assert not pm.kernels_as_run(ROWS["fa2-t1-gpt3-1.3b-2k-standard"])  # baseline not published
 
 
+def test_a_dropless_expert_split_names_the_host_synchronisation_it_does_not_price():
+    """NeMo 25.11's Qwen3-30B-A3B ran dropless through Megatron-Core's alltoall dispatcher, which
+    synchronises with the host before each expert all-to-all; NeMo 25.09's run of the same layout
+    dropped and padded to capacity 1.0, which needs no synchronisation. Both are priced as the same
+    capacity-1.0 buffer; only the dropless row lists the synchronisation as unpriced."""
+    dropless = ROWS["nemo2511-qwen3-30b-a3b-16gpu-fp8-cs"]
+    padded = ROWS["nemo2509-qwen3-30b-a3b-16gpu-fp8-cs-tokendrop"]
+    assert pm.layout(dropless) == pm.layout(padded) and pm.model_spec(dropless) == pm.model_spec(padded)
+    assert any("before_ep_alltoall" in d for d in pm.deviations(dropless))
+    assert not any("before_ep_alltoall" in d for d in pm.deviations(padded))
+    dense = ROWS["nemo2511-llama3-8b-8gpu-fp8-cs"]  # no experts, nothing to synchronise
+    assert not any("before_ep_alltoall" in d for d in pm.deviations(dense))
+
+
 def test_the_planner_plans_a_published_model_with_overlapped_buckets(tmp_path):
     """MPT-30B on 8 H100s (llm-foundry's row): the pipeline search's bound prices two blocks whose
     layers differ in candidates (the first block's gradients in the last bucket, costmodel.overlap)
@@ -232,3 +246,28 @@ def test_a_context_rank_holds_what_a_short_sequence_holds():
     parts = stage.micro.memory_parts
     assert stage.memory_peak_bytes == sum(parts.values()) + int(stage.micro.activation_bytes * (stage.kept_micro_batches - 1))
     assert stage.kept_micro_batches == pred.micro_batches == 16  # M = S: every micro-batch warms up first
+
+
+def test_a_recipe_with_tp_comm_overlap_hides_its_tensor_collectives_and_says_so():
+    """NeMo 25.11's Llama 3 70B recipe pipelines its tensor-parallel collectives with their GEMMs
+    (tp_comm_overlap): priced under overlap 'all', a TP-4 linear's all-gather and reduce-scatter are
+    exposed only past their GEMM's time, the step is faster than with them exposed, and the
+    deviations say which communication is still exposed; Qwen3-235B's H100 recipe turns it off."""
+    row = ROWS["nemo2511-llama3-70b-64gpu-fp8-cs"]
+    assert row["config"]["tp_comm_overlap"] and not ROWS["nemo2511-qwen3-235b-a22b-256gpu-fp8-cs"]["config"].get(
+        "tp_comm_overlap")
+    off = {**row, "config": {**row["config"], "tp_comm_overlap": False}}
+    on_pred, off_pred = pm.predict_row(row), pm.predict_row(off)
+    assert on_pred.step_s < off_pred.step_s
+
+    def fc1(pred):
+        return next(x for x in pred.stages[1].micro.layers if x.layer.name.endswith(".fc1"))
+
+    on, exposed = fc1(on_pred), fc1(off_pred)
+    tensor = [c for c in exposed.layer.comms if c.purpose in ("input_gather", "output_grad", "input_grad",
+                                                                  "partial_sum")]
+    assert tensor and all(c.seconds == pytest.approx(c.link_time) for c in tensor)
+    hidden = [c for c in on.layer.comms if c.purpose in ("input_gather", "output_grad", "input_grad", "partial_sum")]
+    assert len(hidden) == len(tensor) and all(c.seconds < c.link_time for c in hidden)
+    assert any("tensor-parallel communication overlapped" in d for d in pm.deviations(row))
+    assert any("tensor- and context-parallel communication not overlapped" in d for d in pm.deviations(off))

@@ -45,7 +45,8 @@ def test_sets_alternate_and_at_most_half_calibrate(group):
     rows = groups()[group]
     sets = [r["set"] for r in rows]
     assert 2 * sets.count("calibration") <= len(sets), group
-    assert all(a != b for a, b in zip(sets, sets[1:])), f"{group}: {sets}"
+    # the calibration rows are every other row of the table, not picked; a table wholly held out picks none
+    assert set(sets) == {"held-out"} or all(a != b for a, b in zip(sets, sets[1:])), f"{group}: {sets}"
     names = [r["name"] for r in ROWS]  # a table's rows sit together, in the source's order
     first = names.index(rows[0]["name"])
     assert names[first:first + len(rows)] == [r["name"] for r in rows]
