@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
-from costmodel.pipeline import INTERLEAVED, PipelinePrediction, p2p_s, predict_pipeline
+from costmodel.pipeline import INTERLEAVED, PipelinePrediction, StagePrediction, p2p_s, predict_pipeline
 from costmodel.pipeline_memory import ChunkHold, device_hold
 from costmodel.step import predict_step
 from networks.ir import Network
@@ -102,7 +102,20 @@ def predict(stack: Stack, batch: int, p: int, stages: int, m: int, chunks: int, 
     pred = predict_pipeline(stack.network, batch, p, stages, m, INTERLEAVED, machine, stage, chunks=chunks)
     if abs(pred.step_s - step) > 1e-9 * step:
         raise PlanMismatch(f"the interleaved step {pred.step_s!r} s differs from the search's {step!r} s")
+    for s, st in enumerate(pred.stages):
+        check_memory(solutions[s], st, device_hold(stages, s, m, chunks, stack.device_chunks(stages, chunks, s)))
     return pred
+
+
+def check_memory(sol: StageSolution, st: StagePrediction, hold: ChunkHold) -> None:
+    """Raise :class:`PlanMismatch` unless the device's memory as its solve counts it (each chunk's
+    micro-batches in flight at its busiest moment) is predict's count for it (its layers' memory of
+    one micro-batch and what the order holds beyond it)."""
+    counted = sol.held_bytes(hold)
+    priced = st.micro.memory_bound_bytes + st.micro.activation_bytes * (st.kept_micro_batches - 1)
+    if abs(priced - counted) > 1e-9 * max(abs(counted), 1.0):
+        raise PlanMismatch(f"device {st.index}: predicted memory count {priced!r} B differs from its solve's "
+                           f"{counted!r} B")
 
 
 def own_layers(stack: Stack, stages: int, chunks: int, s: int) -> dict[str, str]:
