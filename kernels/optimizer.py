@@ -42,11 +42,13 @@ def sgd_momentum_update(w, v, g, lr: float, momentum: float, master=None):
     return w, v
 
 
+@device_kernel("grad.cast")
 def cast_gradient(g):
     """``g`` cast to float32 into a new array (FSDP's ``flat_param.grad.to(reduce_dtype)``)."""
     return g.astype(numpy.float32)
 
 
+@device_kernel("grad.scale")
 def scale_gradient(g, factor: float):
     """``g /= factor`` in place (FSDP's pre- and postdivide of the gradient). Returns ``g``."""
     g /= g.dtype.type(factor)
