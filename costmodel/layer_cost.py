@@ -218,7 +218,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         weights, fp8 = weights - fp8_elems * (itemsize - 1), fp8 - fp8_elems
     memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch),
                     compute.workspace_bytes(local, kernel), master=master,
-                    buffers=gradient_buffer_bytes(local) + gathered, fp8=fp8)
+                    buffers=gradient_buffer_bytes(local) + gathered + fsdp_grad_copy(wshapes, itemsize, opt), fp8=fp8)
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
@@ -240,6 +240,15 @@ def fsdp_prep_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], 
     shard = sum(-(-_elems(s) // replicas[n]) for n, s in wshapes.items())
     got = fsdp_kernels(sizes, shard, world, dtype, DTYPE_BYTES.get(dtype, 4), opt.reduce_bytes, micro_batches)
     return sum(compute.call_s(c) for c in got.fwd), sum(compute.call_s(c) for c in got.bwd)
+
+
+def fsdp_grad_copy(wshapes: dict, itemsize: int, opt: Optimizer) -> int:
+    """Under :func:`fsdp_prep_s`'s FSDP, the whole gradient's copy in the reduce dtype, while the
+    layer's backward reduces it (costmodel.fsdp_grad: ``grad.to(reduce_dtype)``); else 0."""
+    wire = opt.reduce_bytes or itemsize
+    if not (opt.torch_fsdp and opt.zero == 3 and opt.reduce_each_micro) or wire == itemsize:
+        return 0
+    return sum(_elems(s) for s in wshapes.values()) * wire
 
 
 def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], itemsize: int, opt: Optimizer) -> float:

@@ -83,3 +83,18 @@ def test_the_step_prices_them_in_every_micro_batch_where_fsdp_runs():
     assert fsdp.step_s - base.step_s == pytest.approx(4 * (prep + cast), rel=1e-9)
     once = Optimizer("adam", 3, reduce_bytes=4, torch_fsdp=True)  # reduced once a step (no_sync): not priced
     assert _step(once).step_s == pytest.approx(_step(Optimizer("adam", 3, reduce_bytes=4)).step_s, rel=1e-12)
+
+
+def test_the_float32_copy_of_a_layers_gradient_is_held_while_it_is_reduced():
+    """The cast makes a float32 copy of the whole gradient beside the bf16 one: h0.fc's transient
+    grows by 4 bytes an element of its weights (768 x 3072 + 3072) under PyTorch FSDP reducing in
+    float32, by nothing when it reduces in bf16 (no cast)."""
+    elems = 768 * 3072 + 3072
+
+    def buffers(opt):
+        return next(x.layer.memory.buffers for x in _step(opt).layers if x.layer.name == "h0.fc")
+
+    plain = buffers(Optimizer("adam", 3, reduce_bytes=4, reduce_each_micro=True))
+    assert buffers(Optimizer("adam", 3, reduce_bytes=4, reduce_each_micro=True, torch_fsdp=True)) - plain == 4 * elems
+    assert buffers(Optimizer("adam", 3, reduce_each_micro=True, torch_fsdp=True)) == buffers(
+        Optimizer("adam", 3, reduce_each_micro=True))
