@@ -218,7 +218,8 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     for layer in net.layers:
         strat = strategies[layer.name]
         est = layer_estimate(layer, strat, batch, machine, compute, algorithms.get(layer.name, ""),
-                             optimizer, rule, readers[layer.name], saved[layer.name], overlap, layer.name in front)
+                             optimizer, rule, readers[layer.name], saved[layer.name], overlap, layer.name in front,
+                             micro_batches)
         fwd = bwd = 0.0
         halo = False
         for slot, src in enumerate(layer.inputs):
