@@ -186,13 +186,19 @@ def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_lim
                                  "not_slower": got["step_s"] <= ref * (1 + 1e-9)} if "step_s" in got else {})
 
 
+#: the run's settings `dnnplan plan` has no option for (it plans dnnplan's stack: the machine's default
+#: overlap, fused Adam, gradients reduced once a step in their own precision)
+STACK = ("tp_comm_overlap", "grad_reduce", "reduce_each_micro", "optimizer")
+
+
 def published_as_planned(row: dict, res: dict) -> float:
-    """The published configuration's step on the shipped machine under the overlap `dnnplan plan`
-    prices (the machine's default, ``data``): a row whose recipe overlapped its tensor-parallel
-    communication (``tp_comm_overlap``) is priced again without it, so both sides run one stack."""
-    if not row["config"].get("tp_comm_overlap"):
+    """The published configuration's step on the shipped machine on the stack `dnnplan plan`
+    prices: a row whose run differs in a :data:`STACK` setting (Megatron's tensor-parallel overlap,
+    Composer's float32 reduce-scatter in every micro-batch with torch FSDP's kernels, unfused
+    AdamW) is priced again without it, so the planner's plan and the layout run one stack."""
+    if not any(row["config"].get(k) for k in STACK):
         return res["shipped"]["step_s"]
-    plain = {**row, "config": {**row["config"], "tp_comm_overlap": False}}
+    plain = {**row, "config": {k: v for k, v in row["config"].items() if k not in STACK}}
     return pm.predict_row(plain, load_machine(row["machine"]), **{k: res["layout"][k] for k in ("micro", "recompute")}).step_s
 
 
