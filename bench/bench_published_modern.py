@@ -148,13 +148,14 @@ def summary(results: list[dict], which: str) -> dict:
 
 
 def plan_step(row: dict, time_limit: float) -> dict:
-    """`dnnplan plan` on the row's devices, batch, sequence, machine and precision (Adam)."""
+    """`dnnplan plan` on the row's devices, batch, sequence, machine and precision (Adam), with the
+    tensor-parallel overlap where the row's recipe ran it (``--overlap all``)."""
     c = row["config"]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(pm.model_spec(row))
     cmd = [str(Path(sys.executable).parent / "dnnplan"), "plan", f.name, "-p", str(c["gpus"]), "-b", str(c["batch"]),
            "--machine", row["machine"], "--precision", pm.precision_of(row), "--optimizer", "adam",
-           "--time-limit", str(time_limit), "--json"]
+           "--time-limit", str(time_limit), "--json", *(["--overlap", "all"] if c.get("tp_comm_overlap") else [])]
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -177,7 +178,8 @@ def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_lim
         c = row["config"]
         if c["gpus"] > max_gpus:
             continue
-        key = (row["model"]["name"], c["sequence"], c["gpus"], c["batch"], row["machine"], pm.precision_of(row))
+        key = (row["model"]["name"], c["sequence"], c["gpus"], c["batch"], row["machine"], pm.precision_of(row),
+               bool(c.get("tp_comm_overlap")))
         if key not in seen:
             seen[key] = plan_step(row, time_limit)
             print(f"  planned {key}: {seen[key]}", file=sys.stderr, flush=True)
@@ -186,16 +188,16 @@ def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_lim
                                  "not_slower": got["step_s"] <= ref * (1 + 1e-9)} if "step_s" in got else {})
 
 
-#: the run's settings `dnnplan plan` has no option for (it plans dnnplan's stack: the machine's default
-#: overlap, fused Adam, gradients reduced once a step in their own precision)
-STACK = ("tp_comm_overlap", "grad_reduce", "reduce_each_micro", "optimizer")
+#: the run's settings `dnnplan plan` has no option for (it plans dnnplan's stack: fused Adam, the
+#: gradients reduced once a step in their own precision)
+STACK = ("grad_reduce", "reduce_each_micro", "optimizer")
 
 
 def published_as_planned(row: dict, res: dict) -> float:
     """The published configuration's step on the shipped machine on the stack `dnnplan plan`
-    prices: a row whose run differs in a :data:`STACK` setting (Megatron's tensor-parallel overlap,
-    Composer's float32 reduce-scatter in every micro-batch with torch FSDP's kernels, unfused
-    AdamW) is priced again without it, so the planner's plan and the layout run one stack."""
+    prices: a row whose run differs in a :data:`STACK` setting (Composer's float32 reduce-scatter in
+    every micro-batch with torch FSDP's kernels, unfused AdamW) is priced again without it, so the
+    planner's plan and the layout run one stack (the tensor-parallel overlap is given to both)."""
     if not any(row["config"].get(k) for k in STACK):
         return res["shipped"]["step_s"]
     plain = {**row, "config": {k: v for k, v in row["config"].items() if k not in STACK}}

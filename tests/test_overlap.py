@@ -149,6 +149,27 @@ def test_predict_overlap_flag_and_the_breakdown_in_plan_and_predict(tmp_path):
     assert "overlapped with compute (overlap data)" in said
 
 
+
+def test_plan_takes_the_overlap_the_user_runs_and_its_plan_file_keeps_it(tmp_path):
+    """`dnnplan plan --overlap all` (Megatron-Core's --tp-comm-overlap) prices every candidate with
+    its tensor-parallel collectives under their GEMMs: GPT-2 at 2 sequences on 8 H100s needs a
+    tensor split, so the plan is faster than under the default (data); the plan file records the
+    mode, and `dnnplan predict` of the file prices it under that mode again (its recorded step)."""
+    args = ["plan", "gpt2", "-p", "8", "-b", "2", "--machine", "dgx-h100", "--precision", "bf16", "--json"]
+    got = {}
+    for mode in ("data", "all"):
+        out = runner.invoke(app, args + ["--overlap", mode, "--out", str(tmp_path / f"{mode}.yaml")])
+        assert out.exit_code == 0, out.output
+        got[mode] = json.loads(out.output)
+    assert got["all"]["overlap"] == "all" and got["data"]["overlap"] == "data"
+    assert got["all"]["step_s"] < got["data"]["step_s"]
+    again = json.loads(runner.invoke(app, ["predict", str(tmp_path / "all.yaml"), "--json"]).output)
+    assert again["step_s"] == pytest.approx(got["all"]["step_s"], rel=1e-9)
+    said = runner.invoke(app, args[:-1] + ["--overlap", "all"]).output
+    assert "tensor-parallel collectives overlapped with their GEMMs" in " ".join(said.split())
+    bad = runner.invoke(app, args + ["--overlap", "sometimes"])
+    assert bad.exit_code == 2 and "--overlap" in bad.output
+
 def test_fsdp_reducing_in_float32_every_micro_batch_moves_what_it_runs():
     """Composer's FSDP (mixed_precision DEFAULT, no no_sync): each micro-batch's backward
     reduce-scatters its gradients in float32. GPT-2's h0.fc, a 768 x 3072 weight and 3072 biases in

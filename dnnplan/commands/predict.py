@@ -240,7 +240,7 @@ def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bo
         if plan.pipeline is not None:
             return _predict_pipelined_plan(path, plan, net, ctx, as_json)
         pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
-                            Optimizer(plan.optimizer, plan.zero))
+                            Optimizer(plan.optimizer, plan.zero), overlap=plan.overlap or None)
     else:
         for line in ahead.warnings:
             warn(line)
