@@ -14,7 +14,7 @@ from costmodel.files import load_machine
 from costmodel.layer_cost import Comm
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
-from costmodel.overlap import Overlap, default_overlap, front_layers, overlapped
+from costmodel.overlap import Overlap, default_overlap, front_layers, overlapped, resolve_overlap
 from costmodel.precision import with_precision
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
@@ -101,6 +101,27 @@ def test_one_window_is_shared_never_spent_twice():
     data = overlapped(comms, layer, {"fwd": 0.0, "bwd": 1e-3}, Overlap("data"), front=False)
     assert [c.seconds for c in data] == [0.0, 0.8e-3]
 
+
+
+def test_expert_all_to_alls_hide_under_the_opposite_pass_only_with_experts():
+    """Megatron-Core's combined 1F1B (+experts): a forward dispatch or combine hides under the MoE
+    layer's backward compute (another micro-batch's), a backward one under its forward; without
+    +experts they are exposed whole. Forward 1 ms, backward 2 ms: the two forward all-to-alls of
+    1.5 ms each share the backward's 2 ms (1 ms exposed), the backward ones (0.4 ms) hide."""
+    moe = load_network("mixtral-8x7b")
+    layer = next(x for x in moe.layers if x.op == "moe")
+    comms = (Comm("dispatch", "fwd", "alltoall", 1, 8, 1.5e-3), Comm("combine", "fwd", "alltoall", 1, 8, 1.5e-3),
+             Comm("combine_grad", "bwd", "alltoall", 1, 8, 0.2e-3),
+             Comm("dispatch_grad", "bwd", "alltoall", 1, 8, 0.2e-3))
+    windows = {"fwd": 1e-3, "bwd": 2e-3}
+    got = overlapped(comms, layer, windows, Overlap("all", experts=True), front=False)
+    assert [c.seconds for c in got] == pytest.approx([0.5e-3, 0.5e-3, 0.0, 0.0])
+    assert all(c.seconds == c.link_time for c in overlapped(comms, layer, windows, Overlap("all"), front=False))
+    spec = resolve_overlap("data+experts", H100)
+    assert spec == Overlap("data", experts=True) and spec.spec == "data+experts" and spec.data and not spec.tensor
+    assert "expert all-to-alls overlapped" in spec.label and "expert" not in Overlap("all").label
+    with pytest.raises(DnnplanError):
+        resolve_overlap("experts", H100)
 
 def test_zero3_gathers_hide_under_forward_and_backward():
     pred = _step("data", p=16, batch=32, zero=3)

@@ -114,7 +114,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
             opt = Optimizer(optimizer, zero)
-            mode = resolve_overlap(overlap or None, ctx.machine).mode  # one clear line for an unknown mode
+            mode = resolve_overlap(overlap or None, ctx.machine).spec  # one clear line for an unknown mode
             run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(profile),
                       Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
                                recompute=recompute, budget=budget, overlap=mode),
