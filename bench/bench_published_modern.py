@@ -148,13 +148,14 @@ def summary(results: list[dict], which: str) -> dict:
 
 
 def plan_step(row: dict, time_limit: float) -> dict:
-    """`dnnplan plan` on the row's devices, batch, sequence, machine and precision (Adam)."""
+    """`dnnplan plan` on the row's devices, batch, sequence, machine and precision (Adam), with the
+    overlap the row's run had (``--overlap``, published_modern.overlap_of)."""
     c = row["config"]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(pm.model_spec(row))
     cmd = [str(Path(sys.executable).parent / "dnnplan"), "plan", f.name, "-p", str(c["gpus"]), "-b", str(c["batch"]),
            "--machine", row["machine"], "--precision", pm.precision_of(row), "--optimizer", "adam",
-           "--time-limit", str(time_limit), "--json"]
+           "--time-limit", str(time_limit), "--json", "--overlap", pm.overlap_of(row)]
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -177,7 +178,8 @@ def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_lim
         c = row["config"]
         if c["gpus"] > max_gpus:
             continue
-        key = (row["model"]["name"], c["sequence"], c["gpus"], c["batch"], row["machine"], pm.precision_of(row))
+        key = (row["model"]["name"], c["sequence"], c["gpus"], c["batch"], row["machine"], pm.precision_of(row),
+               pm.overlap_of(row))
         if key not in seen:
             seen[key] = plan_step(row, time_limit)
             print(f"  planned {key}: {seen[key]}", file=sys.stderr, flush=True)
@@ -186,13 +188,19 @@ def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_lim
                                  "not_slower": got["step_s"] <= ref * (1 + 1e-9)} if "step_s" in got else {})
 
 
+#: the run's settings `dnnplan plan` has no option for (it plans dnnplan's stack: fused Adam, the
+#: gradients reduced once a step in their own precision)
+STACK = ("grad_reduce", "reduce_each_micro", "optimizer")
+
+
 def published_as_planned(row: dict, res: dict) -> float:
-    """The published configuration's step on the shipped machine under the overlap `dnnplan plan`
-    prices (the machine's default, ``data``): a row whose recipe overlapped its tensor-parallel
-    communication (``tp_comm_overlap``) is priced again without it, so both sides run one stack."""
-    if not row["config"].get("tp_comm_overlap"):
+    """The published configuration's step on the shipped machine on the stack `dnnplan plan`
+    prices: a row whose run differs in a :data:`STACK` setting (Composer's float32 reduce-scatter in
+    every micro-batch with torch FSDP's kernels, unfused AdamW) is priced again without it, so the
+    planner's plan and the layout run one stack (the run's overlap is given to both)."""
+    if not any(row["config"].get(k) for k in STACK):
         return res["shipped"]["step_s"]
-    plain = {**row, "config": {**row["config"], "tp_comm_overlap": False}}
+    plain = {**row, "config": {k: v for k, v in row["config"].items() if k not in STACK}}
     return pm.predict_row(plain, load_machine(row["machine"]), **{k: res["layout"][k] for k in ("micro", "recompute")}).step_s
 
 

@@ -47,6 +47,9 @@ ASSET = Path(__file__).parent / "assets" / "published-modern.yaml"
 #: parameters once a step, ZeRO-2's volume (a reduce-scatter and an all-gather of the weights);
 #: Megatron's distributed optimizer and ZeRO-1 are stage 1
 ZERO_STAGE = {"fsdp-full-shard": 3, "fsdp-no-reshard": 2, "distributed-optimizer": 1, "zero1": 1}
+#: the shardings the asset's rows ran as PyTorch FSDP (Composer's trainer for every llm-foundry row):
+#: its own kernels on each unit's parameters and gradients priced (costmodel.fsdp_grad)
+TORCH_FSDP = frozenset({"fsdp-full-shard"})
 #: the asset's ``grad_reduce`` (the gradients' precision on the wire) -> bytes an element; absent:
 #: the weights' own (costmodel.optimizer)
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
@@ -172,8 +175,8 @@ def deviations(row: dict) -> list[str]:
                    "(token_dispatcher.py, cuda_sync_point before_ep_alltoall), which drains the GPU's queue; the "
                    "kernels after it then wait on the host's launches: not priced (no host launch cost)")
     if c.get("moe_a2a_overlap"):
-        out.append("moe_a2a_overlap (the expert all-to-all hidden under another micro-batch's compute) not priced: "
-                   "the all-to-alls exposed")
+        out.append("moe_a2a_overlap: each expert all-to-all hidden under the MoE layer's opposite pass of another "
+                   "micro-batch (costmodel.overlap '+experts'; the attention beside it not counted in the window)")
     if row["flops"] == "fa2":
         out.append("dropout 0.1 (GPT2Config's defaults: embeddings, residuals, attention) left out: fused into "
                    "the run's kernels, but for the baseline's materialised scores (a mask and a copy of each kept)")
@@ -217,7 +220,8 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
     machine = machine or load_machine(row["machine"])
     opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]], reduce_bytes=REDUCE_BYTES.get(c.get("grad_reduce"), 0),
                     reduce_each_micro=bool(c.get("reduce_each_micro")),
-                    update_bytes=UPDATE_BYTES.get(c.get("optimizer"), 0))
+                    update_bytes=UPDATE_BYTES.get(c.get("optimizer"), 0),
+                    torch_fsdp=c["data_sharding"] in TORCH_FSDP)
     full = recompute == "full"
     algorithms = recompute_algorithms(net, recompute, ATTENTION[c["attention"]])
 
@@ -229,12 +233,20 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
                              f"{fallbacks[0].reason}")
         compute = stage_compute(machine, recorders)
         return predict_step(stage_net, batch, strategies, algorithms, machine, compute, opt, checkpoints=full,
-                            overlap="all" if c.get("tp_comm_overlap") else None)
+                            overlap=overlap_of(row))
 
     chunks = lay["chunks"]
     return predict_pipeline(net, c["batch"], c["gpus"], lay["pipeline"], lay["micro_batches"],
                             INTERLEAVED if chunks > 1 else "1f1b", machine, stage, cuts=cuts_of(row, net),
                             chunks=chunks)
+
+
+def overlap_of(row: dict) -> str:
+    """The ``--overlap`` the row's run had (costmodel.overlap): the GPU machines' default ``data``,
+    ``all`` where its recipe overlapped the tensor-parallel communication (``tp_comm_overlap``),
+    ``+experts`` where it overlapped the expert all-to-alls (``moe_a2a_overlap``)."""
+    c = row["config"]
+    return ("all" if c.get("tp_comm_overlap") else "data") + ("+experts" if c.get("moe_a2a_overlap") else "")
 
 
 def cuts_of(row: dict, net: Network) -> list | None:

@@ -46,6 +46,9 @@ SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
     "moe_combine.fwd": _MOE_ROUTE, "moe_combine.bwd": _MOE_ROUTE,
     "moe_experts.fwd": _MOE_EXPERTS, "moe_experts.bwd_data": _MOE_EXPERTS, "moe_experts.bwd_weights": _MOE_EXPERTS,
     "sgd.update": ("elems",),
+    # PyTorch FSDP's kernels on a unit's gradient (costmodel.fsdp_grad): a 16-bit array cast to
+    # float32, and an in-place division
+    "grad.cast": ("elems",), "grad.scale": ("elems",),
     # a reshard's block copies: ``outer`` contiguous runs of ``inner`` elements
     "reshard.copy": ("outer", "inner"), "reshard.add": ("outer", "inner"),
 }

@@ -20,6 +20,7 @@ from costmodel.context_comms import context_comms, core_share
 from costmodel.edge_cost import EdgeEstimate, edge_estimate, layout_edge, reshard_copy_s, reshard_exchange  # noqa: F401
 from costmodel.expert_comms import expert_collectives
 from costmodel.flash import attention_kept_bytes
+from costmodel.fsdp_grad import fsdp_kernels
 from costmodel.kernel_calls import grad_sum_calls, kernel_calls, update_calls
 from costmodel.layer_layouts import LocalLayer, _splits, local_layer, output_layout, received_block_bytes, windowed
 from costmodel.layout import max_block_extents
@@ -101,6 +102,7 @@ class LayerEstimate:
     comms: tuple[Comm, ...]
     memory: Memory
     grad_sum_s: float = 0.0  # summing the gradients of an output several input slots read
+    grad_prep_s: float = 0.0  # PyTorch FSDP's kernels on the weights' gradient (costmodel.fsdp_grad)
     dispatch_s: float = 0.0  # the executor's own time around the layer's passes (pass_bytes)
 
     def comm_s(self, phase: str) -> float:
@@ -120,7 +122,7 @@ class LayerEstimate:
 
     @property
     def bwd_compute_s(self) -> float:
-        return self.bwd_data_s + self.bwd_weights_s + self.grad_sum_s
+        return self.bwd_data_s + self.bwd_weights_s + self.grad_sum_s + self.grad_prep_s
 
     @property
     def total_s(self) -> float:
@@ -180,7 +182,7 @@ def _elems(shape) -> int:
 def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machine,
                    compute: ComputeModel, algorithm: str = "", optimizer: Optimizer | str = "momentum",
                    rule: str = "mpi", consumers: int = 1, output_saved: bool = True, overlap=None,
-                   front: bool = False) -> LayerEstimate:
+                   front: bool = False, micro_batches: int = 1) -> LayerEstimate:
     """Everything one layer costs under one strategy, per device (the straggler). ``consumers``:
     how many input slots read the layer's output (``networks.analysis.consumers``); each after the
     first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``). ``output_saved``:
@@ -189,7 +191,8 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     An attention layer's ``algorithm`` "" is the machine's default (``compute.resolve_algorithm``).
     ``overlap``: which collectives hide under the passes (costmodel.overlap; None: the machine's
     default); ``front``: the layer's gradients are in the bucket the backward makes last
-    (``overlap.front_layers``)."""
+    (``overlap.front_layers``). ``micro_batches``: how many a step runs (PyTorch FSDP's gradient
+    kernels, :func:`fsdp_prep_s`)."""
     opt = as_optimizer(optimizer)
     algorithm = resolve_algorithm(layer, algorithm, machine)
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
@@ -201,11 +204,13 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     if is_recomputed(algorithm):
         comms += recomputed_comms(comms)
     grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
-    comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + grad_sum},
-                       resolve_overlap(overlap, machine), front)
     active = [(dim, _splits(layer)[dim]) for dim, _ in strategy.degrees]
     wshapes = dict(local.weight_shapes)
     replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
+    prep_fwd, prep_bwd = fsdp_prep_s(compute, wshapes, replicas, layer.dtype, opt, micro_batches)
+    fwd += prep_fwd
+    comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + grad_sum + prep_bwd},
+                       resolve_overlap(overlap, machine), front)
     weights, grads, state, master, gathered = weight_memory(wshapes, replicas, itemsize, opt)
     fp8_elems = sum(-(-prod(s) // (replicas[n] if opt.zero >= 3 else 1)) for n, s in wshapes.items() if fp8_weight(n, s))
     fp8 = fp8_bytes(layer, fp8_elems)
@@ -213,14 +218,37 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         weights, fp8 = weights - fp8_elems * (itemsize - 1), fp8 - fp8_elems
     memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch),
                     compute.workspace_bytes(local, kernel), master=master,
-                    buffers=gradient_buffer_bytes(local) + gathered, fp8=fp8)
+                    buffers=gradient_buffer_bytes(local) + gathered + fsdp_grad_copy(wshapes, itemsize, opt), fp8=fp8)
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
         update_s=_update_s(compute, wshapes, replicas, itemsize, opt),
         comms=tuple(comms), memory=memory,
-        grad_sum_s=grad_sum,
+        grad_sum_s=grad_sum, grad_prep_s=prep_bwd,
         dispatch_s=dispatch_time(compute, local, kernel, consumers))
+
+
+def fsdp_prep_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], dtype: str, opt: Optimizer,
+                micro_batches: int) -> tuple[float, float]:
+    """(forward, backward) seconds of PyTorch FSDP's own kernels on a layer's weights in one
+    micro-batch (costmodel.fsdp_grad) where the optimiser runs as it (``Optimizer.torch_fsdp``:
+    full sharding, the gradients reduce-scattered in every micro-batch); else none."""
+    if not (opt.torch_fsdp and opt.zero == 3 and opt.reduce_each_micro and wshapes):
+        return 0.0, 0.0
+    world = max(replicas.values())
+    sizes = tuple(_elems(s) for s in wshapes.values())
+    shard = sum(-(-_elems(s) // replicas[n]) for n, s in wshapes.items())
+    got = fsdp_kernels(sizes, shard, world, dtype, DTYPE_BYTES.get(dtype, 4), opt.reduce_bytes, micro_batches)
+    return sum(compute.call_s(c) for c in got.fwd), sum(compute.call_s(c) for c in got.bwd)
+
+
+def fsdp_grad_copy(wshapes: dict, itemsize: int, opt: Optimizer) -> int:
+    """Under :func:`fsdp_prep_s`'s FSDP, the whole gradient's copy in the reduce dtype, while the
+    layer's backward reduces it (costmodel.fsdp_grad: ``grad.to(reduce_dtype)``); else 0."""
+    wire = opt.reduce_bytes or itemsize
+    if not (opt.torch_fsdp and opt.zero == 3 and opt.reduce_each_micro) or wire == itemsize:
+        return 0
+    return sum(_elems(s) for s in wshapes.values()) * wire
 
 
 def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], itemsize: int, opt: Optimizer) -> float:

@@ -28,7 +28,10 @@ the reduction (reduce-scatter or allreduce) run in every micro-batch's backward 
 step after the last (FSDP without ``no_sync``, as Composer's trainer runs it: its ``no_sync`` context
 is DDP's only). ``update_bytes``: what the update moves per weight element where the framework's
 optimiser is not one fused pass (:func:`unfused_adamw_bytes`); 0: the fused step's
-(``costmodel.compute.update_bytes``).
+(``costmodel.compute.update_bytes``). ``torch_fsdp``: the sharding is PyTorch FSDP's flat
+parameters (ZeRO-3, the gradients reduced in every micro-batch): its own kernels on each unit's
+parameters and gradients (the 16-bit copy cast from the float32 shard, the gradient concatenated,
+cast to the reduce dtype and divided) run in the passes (costmodel.fsdp_grad).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class Optimizer:
     reduce_bytes: int = 0  # a gradient element's bytes on the wire; 0: the weights' own (module docstring)
     reduce_each_micro: bool = False  # the reduction in every micro-batch's backward, not once a step
     update_bytes: int = 0  # bytes a weight element's update moves; 0: the fused step's (costmodel.compute.update_bytes)
+    torch_fsdp: bool = False  # PyTorch FSDP's own kernels priced (module docstring; costmodel.fsdp_grad)
 
     def __post_init__(self):
         if self.name not in STATE_SLOTS:

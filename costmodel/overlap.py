@@ -21,6 +21,14 @@ its exposed time, what the step waits for; the step adds the exposed times
   consume it (Megatron-Core's ``--tp-comm-overlap``, Transformer Engine's userbuffers: the
   all-gather and reduce-scatter (or all-reduce) of a linear or attention layer pipelined with
   chunks of its GEMM).
+* ``+experts`` after a mode (``data+experts``, ``all+experts``): the expert-parallel all-to-alls
+  of one micro-batch hidden under another's opposite pass, Megatron-Core's combined 1F1B schedule
+  (``--overlap-moe-expert-parallel-comm``, megatron/core/pipeline_parallel/combined_1f1b.py: each
+  layer's forward of one micro-batch co-scheduled with its backward of another, "EP A2A in forward
+  step is hidden by the attention/mlp computation in the backward step, and vice versa"): a
+  forward dispatch or combine shares the MoE layer's backward compute as its window, a backward
+  one its forward compute (the layer's own, as every window here: the attention beside it is not
+  counted, so this errs exposed).
 
 Per layer, the collectives that overlap a pass share that pass's compute as their window (the
 next layer's in the schedule, taken equal to the layer's own: a stack of equal blocks): together
@@ -40,17 +48,27 @@ from networks.ir import DTYPE_BYTES, Network
 from networks.ops.base import prod
 
 MODES = ("none", "data", "all")
+#: the suffix of a mode that also overlaps the expert all-to-alls (module docstring)
+EXPERTS = "+experts"
 #: PyTorch DDP's ``bucket_cap_mb`` default (torch.nn.parallel.DistributedDataParallel), in bytes
 DEFAULT_BUCKET_BYTES = 25 * 2 ** 20
 #: the collectives tensor parallelism adds (costmodel.tensor_comms) and the ops whose GEMMs hide them
 TENSOR_PURPOSES = frozenset({"partial_sum", "input_grad", "output_grad", "input_gather"})
 GEMM_OPS = frozenset({"linear", "attention"})
+#: the expert split's all-to-alls (costmodel.expert_comms)
+EXPERT_PURPOSES = frozenset({"dispatch", "combine", "combine_grad", "dispatch_grad"})
 
 
 @dataclass(frozen=True)
 class Overlap:
     mode: str = "none"
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    experts: bool = False  # the expert all-to-alls under another micro-batch's opposite pass
+
+    @property
+    def spec(self) -> str:
+        """The mode as ``--overlap`` writes it (``all+experts``)."""
+        return self.mode + (EXPERTS if self.experts else "")
 
     @property
     def data(self) -> bool:
@@ -69,8 +87,10 @@ class Overlap:
         out = (f"weight gradients reduced in {self.bucket_bytes / 2 ** 20:g} MiB buckets overlapped with the "
                "backward pass (the last bucket exposed; under accumulation the last micro-batch's backward only); "
                "ZeRO parameter gathers overlapped with forward and backward")
-        return out + ("; tensor-parallel collectives overlapped with their GEMMs" if self.tensor
-                      else "; tensor-parallel collectives not overlapped")
+        out += ("; tensor-parallel collectives overlapped with their GEMMs" if self.tensor
+                else "; tensor-parallel collectives not overlapped")
+        return out + ("; expert all-to-alls overlapped with another micro-batch's opposite pass" if self.experts
+                      else "")
 
 
 def default_overlap(machine) -> Overlap:
@@ -86,9 +106,11 @@ def resolve_overlap(overlap, machine) -> Overlap:
         return default_overlap(machine)
     if isinstance(overlap, Overlap):
         return overlap
-    if overlap not in MODES:
-        raise DnnplanError(f"unknown --overlap {short(str(overlap))}", hint=f"use one of {', '.join(MODES)}")
-    return Overlap(overlap)
+    mode, experts = (overlap[:-len(EXPERTS)], True) if overlap.endswith(EXPERTS) else (overlap, False)
+    if mode not in MODES:
+        raise DnnplanError(f"unknown --overlap {short(str(overlap))}",
+                           hint=f"use one of {', '.join(MODES)}, optionally with {EXPERTS} (all{EXPERTS})")
+    return Overlap(mode, experts=experts)
 
 
 def front_layers(net: Network, bucket_bytes: int) -> frozenset[str]:
@@ -118,6 +140,8 @@ def window_of(comm, overlap: Overlap, front: bool, gemm: bool) -> str | None:
         return None if front else "fwd"  # ZeRO-3 before forward, ZeRO-1/2 the updated shards under the next forward
     if comm.purpose in TENSOR_PURPOSES and overlap.tensor and gemm:
         return comm.phase if comm.phase in ("fwd", "bwd") else None
+    if comm.purpose in EXPERT_PURPOSES and overlap.experts:
+        return {"fwd": "bwd", "bwd": "fwd"}.get(comm.phase)
     return None
 
 

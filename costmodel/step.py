@@ -218,7 +218,8 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     for layer in net.layers:
         strat = strategies[layer.name]
         est = layer_estimate(layer, strat, batch, machine, compute, algorithms.get(layer.name, ""),
-                             optimizer, rule, readers[layer.name], saved[layer.name], overlap, layer.name in front)
+                             optimizer, rule, readers[layer.name], saved[layer.name], overlap, layer.name in front,
+                             micro_batches)
         fwd = bwd = 0.0
         halo = False
         for slot, src in enumerate(layer.inputs):
@@ -238,7 +239,7 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     return StepPrediction(net.name, whole, next(iter(strategies.values())).p if strategies else 1,
                           machine.name, compute.name, tuple(rows),
                           block_transient_bytes(net, batch, strategies, algorithms, dropped) if dropped else 0,
-                          grads_in_backward, micro_batches=micro_batches, overlap=overlap.mode)
+                          grads_in_backward, micro_batches=micro_batches, overlap=overlap.spec)
 
 
 def micro_batch(batch: int, micro_batches: int) -> int:

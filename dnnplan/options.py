@@ -117,7 +117,9 @@ OverlapOpt = Annotated[str, typer.Option(
     "reduction in buckets under the backward pass, the last bucket exposed, and ZeRO's parameter gathers "
     "under forward and backward: PyTorch DDP's and FSDP's defaults, Megatron-Core's --overlap-grad-reduce "
     "--overlap-param-gather); all (data, and tensor-parallel collectives under their GEMMs: Megatron-Core's "
-    "--tp-comm-overlap). \\[default: data on GPU machines, none on the CPU] (docs/costmodel.md, Overlap).")]
+    "--tp-comm-overlap); any of them with +experts (all+experts: the expert all-to-alls of one micro-batch under "
+    "another's opposite pass, Megatron-Core's --overlap-moe-expert-parallel-comm). \\[default: data on GPU "
+    "machines, none on the CPU] (docs/costmodel.md, Overlap).")]
 BucketOpt = Annotated[float, typer.Option(
     "--bucket-mb", help="Gradient bucket size in MiB with --overlap data or all (PyTorch DDP's bucket_cap_mb; "
     "Megatron-Core's default bucket of 40M parameters is 76 MiB in bf16): the last bucket's reduction is exposed.",

@@ -32,6 +32,8 @@ KERNELS_REVISION = 6
 
 KERNELS: dict[str, Callable] = {
     "sgd.update": optimizer.sgd_momentum_update,
+    "grad.cast": optimizer.cast_gradient,
+    "grad.scale": optimizer.scale_gradient,
     "conv2d.fwd": conv.conv2d_forward,
     "conv2d.bwd_data": conv.conv2d_backward_data,
     "conv2d.bwd_weights": conv.conv2d_backward_weights,

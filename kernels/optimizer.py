@@ -1,4 +1,6 @@
-"""The optimiser step the executor runs and the profiler times: SGD with momentum, in place."""
+"""The optimiser step the executor runs and the profiler times: SGD with momentum, in place; and
+the two elementwise kernels PyTorch FSDP runs on a gradient before its reduction
+(costmodel.fsdp_grad), timed by the profiler for the cost model."""
 
 from __future__ import annotations
 
@@ -38,3 +40,16 @@ def sgd_momentum_update(w, v, g, lr: float, momentum: float, master=None):
         numpy.multiply(flat_v[start:stop], lr, out=part)
         flat_w[start:stop] -= part
     return w, v
+
+
+@device_kernel("grad.cast")
+def cast_gradient(g):
+    """``g`` cast to float32 into a new array (FSDP's ``flat_param.grad.to(reduce_dtype)``)."""
+    return g.astype(numpy.float32)
+
+
+@device_kernel("grad.scale")
+def scale_gradient(g, factor: float):
+    """``g /= factor`` in place (FSDP's pre- and postdivide of the gradient). Returns ``g``."""
+    g /= g.dtype.type(factor)
+    return g

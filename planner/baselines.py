@@ -57,7 +57,7 @@ def fastest_algorithms(net: Network, strategies: dict[str, Strategy], batch: int
 
 def baselines(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
               built: Built | None = None, optimizer: Optimizer | str = "momentum",
-              limit: float | None = None) -> list[PricedBaseline]:
+              limit: float | None = None, overlap: str | None = None) -> list[PricedBaseline]:
     """Pure data parallel and the best single uniform strategy, each with its fastest algorithms,
     and whether each fits ``limit`` bytes a device (None: the machine's memory).
 
@@ -71,7 +71,8 @@ def baselines(net: Network, batch: int, p: int, machine: Machine, compute: Compu
     for spec in NAMED:
         strategies, _ = uniform_strategies(net, p, batch, spec)
         pred = predict_step(net, batch, strategies, fastest_algorithms(net, strategies, batch, machine, compute,
-                                                                       optimizer), machine, compute, optimizer)
+                                                                       optimizer), machine, compute, optimizer,
+                            overlap=overlap)
         priced.append((pred.step_s, pred.memory_bound_bytes, spec, strategies))
     if built is not None:
         priced += _candidate_uniforms(net, batch, p, built)
@@ -85,7 +86,7 @@ def baselines(net: Network, batch: int, p: int, machine: Machine, compute: Compu
     kind = "context" if best[2] == "spatial" and any(layer.op == "attention" for layer in net.layers) else best[2]
     for name, (_, _, spec, strategies) in (("data parallel", data), (f"best uniform ({kind})", best)):
         algos = fastest_algorithms(net, strategies, batch, machine, compute, optimizer)
-        pred = predict_step(net, batch, strategies, algos, machine, compute, optimizer)
+        pred = predict_step(net, batch, strategies, algos, machine, compute, optimizer, overlap=overlap)
         out.append(PricedBaseline(name, pred, _fits(pred.memory_bound_bytes, limit)))
     return out
 

@@ -65,6 +65,7 @@ class Settings:
     precision: str = DEFAULT_PRECISION  # recorded in the plan; the network and compute model carry it
     zero: int = 0  # ZeRO stage (costmodel.optimizer)
     recompute: bool = True  # layers may recompute their internals in backward (costmodel.compute.RECOMPUTE)
+    overlap: str | None = None  # costmodel.overlap's mode the plan is priced under (--overlap); None: the machine's
     #: when the search ends and the best plan so far (planner.solvers.budget); None: no bound
     budget: Budget | None = field(default=None, compare=False)
 
@@ -174,7 +175,7 @@ class _Maker:
         chosen = {layer.name: cands[i][c][1] for i, (layer, c) in enumerate(zip(self.net.layers, choice))
                   if cands[i][c][1]}
         pred = predict_step(self.net, self.batch, strategies, chosen, self.machine, self.compute,
-                            self.settings.training)
+                            self.settings.training, overlap=self.settings.overlap)
         check_prediction(pred, objective, memory)
         return self.finished(pred, {**solver, "objective_s": objective},
                              algorithm_alternatives(self.net, strategies, self.batch, self.compute))
@@ -208,12 +209,14 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     """
     start = time.perf_counter()
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
-    builder = Builder(batch, p, machine, compute, settings.training, recompute=settings.recompute)
+    builder = Builder(batch, p, machine, compute, settings.training, recompute=settings.recompute,
+                      overlap=settings.overlap)
     need, _ = min_memory(build_with(builder, net, limit, edges=False).problem)  # the nodes alone: cheap
     if need > limit * (1 + 1e-9):
         raise _infeasible(net, batch, p, machine, compute, limit, need, settings, suggest)
     built = build_with(builder, net, limit)
-    base = tuple(baselines(net, batch, p, machine, compute, built, settings.training, limit)) if with_baselines else ()
+    base = tuple(baselines(net, batch, p, machine, compute, built, settings.training, limit,
+                                settings.overlap)) if with_baselines else ()
     maker = _Maker(net, network_ref, batch, p, machine, compute, settings, built, machine_ref or machine.name,
                    profile_fingerprint, base)
     built_s = time.perf_counter() - start

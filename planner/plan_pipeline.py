@@ -69,7 +69,8 @@ def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy],
 
     def stage(stage_net: Network, ranks: int, micro: int):
         own = {layer.name: strategies[layer.name] for layer in stage_net.layers}
-        return predict_step(stage_net, micro, own, algorithms, machine, compute, optimizer)
+        return predict_step(stage_net, micro, own, algorithms, machine, compute, optimizer,
+                            overlap=plan.overlap or None)
 
     return predict_pipeline(net, plan.batch, plan.devices, spec.stages, spec.micro_batches, spec.schedule, machine,
                             stage, cut_at(net, spec.first_layers), spec.chunks)

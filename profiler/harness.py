@@ -211,6 +211,12 @@ def _sgd(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[]
     return lambda: fn(w, v, g, 1e-6, 0.9, master=master)
 
 
+def _grad(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
+    """FSDP's gradient kernels: a cast to float32, or an in-place division (kernels.optimizer)."""
+    g = ops.rand(f["elems"])
+    return (lambda: fn(g)) if call.kernel == "grad.cast" else (lambda: fn(g, 2.0))
+
+
 def _elementwise(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:
     k, r = call.kernel, ops.rand
     op = k.split(".")[0]
@@ -254,7 +260,7 @@ def _softmax_xent(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Ca
 #: The operand builder of each kernel family (the registry name's part before the dot).
 _BUILDERS: dict[str, Builder] = {
     "conv2d": _conv, "linear": _linear, "gemm": _gemm, "maxpool2d": _pool, "avgpool2d": _pool,
-    "global_avgpool": _global_pool, "batchnorm": _batchnorm, "layernorm": _layernorm, "sgd": _sgd,
+    "global_avgpool": _global_pool, "batchnorm": _batchnorm, "layernorm": _layernorm, "sgd": _sgd, "grad": _grad,
     "relu": _elementwise, "gelu": _elementwise, "dropout": _elementwise, "add": _elementwise,
     "concat": _concat, "reshard": _reshard, "softmax_xent": _softmax_xent, "attention": attention_builder,
     "moe_dispatch": moe_route_builder, "moe_combine": moe_route_builder, "moe_experts": moe_experts_builder,

@@ -14,7 +14,7 @@ from costmodel.files import load_machine
 from costmodel.layer_cost import Comm
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
-from costmodel.overlap import Overlap, default_overlap, front_layers, overlapped
+from costmodel.overlap import Overlap, default_overlap, front_layers, overlapped, resolve_overlap
 from costmodel.precision import with_precision
 from costmodel.step import predict_step
 from costmodel.uniform import uniform_strategies
@@ -102,6 +102,27 @@ def test_one_window_is_shared_never_spent_twice():
     assert [c.seconds for c in data] == [0.0, 0.8e-3]
 
 
+
+def test_expert_all_to_alls_hide_under_the_opposite_pass_only_with_experts():
+    """Megatron-Core's combined 1F1B (+experts): a forward dispatch or combine hides under the MoE
+    layer's backward compute (another micro-batch's), a backward one under its forward; without
+    +experts they are exposed whole. Forward 1 ms, backward 2 ms: the two forward all-to-alls of
+    1.5 ms each share the backward's 2 ms (1 ms exposed), the backward ones (0.4 ms) hide."""
+    moe = load_network("mixtral-8x7b")
+    layer = next(x for x in moe.layers if x.op == "moe")
+    comms = (Comm("dispatch", "fwd", "alltoall", 1, 8, 1.5e-3), Comm("combine", "fwd", "alltoall", 1, 8, 1.5e-3),
+             Comm("combine_grad", "bwd", "alltoall", 1, 8, 0.2e-3),
+             Comm("dispatch_grad", "bwd", "alltoall", 1, 8, 0.2e-3))
+    windows = {"fwd": 1e-3, "bwd": 2e-3}
+    got = overlapped(comms, layer, windows, Overlap("all", experts=True), front=False)
+    assert [c.seconds for c in got] == pytest.approx([0.5e-3, 0.5e-3, 0.0, 0.0])
+    assert all(c.seconds == c.link_time for c in overlapped(comms, layer, windows, Overlap("all"), front=False))
+    spec = resolve_overlap("data+experts", H100)
+    assert spec == Overlap("data", experts=True) and spec.spec == "data+experts" and spec.data and not spec.tensor
+    assert "expert all-to-alls overlapped" in spec.label and "expert" not in Overlap("all").label
+    with pytest.raises(DnnplanError):
+        resolve_overlap("experts", H100)
+
 def test_zero3_gathers_hide_under_forward_and_backward():
     pred = _step("data", p=16, batch=32, zero=3)
     plain = _step("none", p=16, batch=32, zero=3)
@@ -148,6 +169,27 @@ def test_predict_overlap_flag_and_the_breakdown_in_plan_and_predict(tmp_path):
     assert "reduced in 25 MiB buckets overlapped with the backward pass" in " ".join(said.split())
     assert "overlapped with compute (overlap data)" in said
 
+
+
+def test_plan_takes_the_overlap_the_user_runs_and_its_plan_file_keeps_it(tmp_path):
+    """`dnnplan plan --overlap all` (Megatron-Core's --tp-comm-overlap) prices every candidate with
+    its tensor-parallel collectives under their GEMMs: GPT-2 at 2 sequences on 8 H100s needs a
+    tensor split, so the plan is faster than under the default (data); the plan file records the
+    mode, and `dnnplan predict` of the file prices it under that mode again (its recorded step)."""
+    args = ["plan", "gpt2", "-p", "8", "-b", "2", "--machine", "dgx-h100", "--precision", "bf16", "--json"]
+    got = {}
+    for mode in ("data", "all"):
+        out = runner.invoke(app, args + ["--overlap", mode, "--out", str(tmp_path / f"{mode}.yaml")])
+        assert out.exit_code == 0, out.output
+        got[mode] = json.loads(out.output)
+    assert got["all"]["overlap"] == "all" and got["data"]["overlap"] == "data"
+    assert got["all"]["step_s"] < got["data"]["step_s"]
+    again = json.loads(runner.invoke(app, ["predict", str(tmp_path / "all.yaml"), "--json"]).output)
+    assert again["step_s"] == pytest.approx(got["all"]["step_s"], rel=1e-9)
+    said = runner.invoke(app, args[:-1] + ["--overlap", "all"]).output
+    assert "tensor-parallel collectives overlapped with their GEMMs" in " ".join(said.split())
+    bad = runner.invoke(app, args + ["--overlap", "sometimes"])
+    assert bad.exit_code == 2 and "--overlap" in bad.output
 
 def test_fsdp_reducing_in_float32_every_micro_batch_moves_what_it_runs():
     """Composer's FSDP (mixed_precision DEFAULT, no no_sync): each micro-batch's backward

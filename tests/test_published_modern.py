@@ -271,3 +271,22 @@ def test_a_recipe_with_tp_comm_overlap_hides_its_tensor_collectives_and_says_so(
     assert len(hidden) == len(tensor) and all(c.seconds < c.link_time for c in hidden)
     assert any("tensor-parallel communication overlapped" in d for d in pm.deviations(row))
     assert any("tensor- and context-parallel communication not overlapped" in d for d in pm.deviations(off))
+
+
+def test_a_recipe_with_moe_a2a_overlap_hides_its_expert_all_to_alls():
+    """NeMo 25.11's Qwen3-235B ran Megatron-Core's combined 1F1B (moe_a2a_overlap): priced under
+    ``data+experts`` its MoE layers' all-to-alls hide under their opposite pass, so the step is
+    faster than with them exposed; its H100 recipe runs no tensor-parallel overlap."""
+    row = ROWS["nemo2511-qwen3-235b-a22b-256gpu-fp8-cs"]
+    off = {**row, "config": {**row["config"], "moe_a2a_overlap": False}}
+    assert pm.overlap_of(row) == "data+experts" and pm.overlap_of(off) == "data"
+    on_pred, off_pred = pm.predict_row(row), pm.predict_row(off)
+    assert on_pred.step_s < off_pred.step_s
+
+    def a2a(pred):
+        moe = next(x for x in pred.stages[1].micro.layers if x.layer.name.endswith(".moe"))
+        return [c for c in moe.layer.comms if c.collective == "alltoall"]
+
+    assert all(c.seconds == pytest.approx(c.link_time) for c in a2a(off_pred))
+    assert a2a(on_pred) and all(c.seconds < c.link_time for c in a2a(on_pred))
+    assert any("moe_a2a_overlap: each expert all-to-all hidden" in d for d in pm.deviations(row))

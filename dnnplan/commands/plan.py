@@ -21,7 +21,8 @@ from costmodel.precision import get_precision
 from costmodel.step import model_flops_utilization
 from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt, MachineOpt, MemoryOpt,
-                             NetworkArg, OptimizerOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt,
+                             NetworkArg, OptimizerOpt, OverlapOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
+                             PlanProveOpt,
                              PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
                              ScheduleOpt, SeqOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
 from dnnplan.options import BatchNormOpt
@@ -81,7 +82,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b",
          prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False, step_context: PlanStepContextOpt = True,
          layers: LayersOpt = False, force: ForceOpt = False, foreign_profile: ForeignProfileOpt = False,
-         seq: SeqOpt = None, batch_norm: BatchNormOpt = None) -> None:
+         seq: SeqOpt = None, batch_norm: BatchNormOpt = None, overlap: OverlapOpt = "") -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -113,9 +114,10 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
             opt = Optimizer(optimizer, zero)
+            mode = resolve_overlap(overlap or None, ctx.machine).spec  # one clear line for an unknown mode
             run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(profile),
                       Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
-                               recompute=recompute, budget=budget),
+                               recompute=recompute, budget=budget, overlap=mode),
                       None if memory is None else memory * GIB, _defaults(click, ctx))
             if sweep:
                 return plan_sweep(ctx, network, sweep, plot, run.limit, run.settings, as_json)
@@ -247,7 +249,7 @@ def _facts(run: Run, answer, plan: Plan, got) -> render.Facts:
     return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
                         len(ctx.network.layers), "batchnorm2d" in ops.values(), attention,
-                        resolve_overlap(None, ctx.machine).label, ctx.batch_norm,
+                        resolve_overlap(answer.settings.overlap, ctx.machine).label, ctx.batch_norm,
                         axes_line(found, _pipeline_axis(got, plan), answer.settings.zero),
                         "; ".join(x for x in (answer.zero_why, answer.memory_note) if x))
 

@@ -10,7 +10,7 @@ from costmodel.breakdown import comm_parts
 from costmodel.compute import recompute_algorithms
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
-from costmodel.overlap import DEFAULT_BUCKET_BYTES, Overlap, resolve_overlap
+from costmodel.overlap import DEFAULT_BUCKET_BYTES, resolve_overlap
 from costmodel.pipeline import pipeline_json, predict_pipeline
 from costmodel.files import load_machine
 from costmodel.precision import get_precision
@@ -100,7 +100,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
     strategies_of = _strategies(megatron, strategy, tensor, sequence_parallel, context_, expert)
-    ov = Overlap(resolve_overlap(overlap or None, ctx.machine).mode, int(bucket_mb * 2 ** 20))
+    ov = dataclasses.replace(resolve_overlap(overlap or None, ctx.machine), bucket_bytes=int(bucket_mb * 2 ** 20))
     if pipeline > 1 or (schedule != "1f1b" and micro_batches > 1):  # one 1F1B stage: accumulation
         return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json,
                                  chunks, full=recompute == "full", overlap=ov)
@@ -240,7 +240,7 @@ def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bo
         if plan.pipeline is not None:
             return _predict_pipelined_plan(path, plan, net, ctx, as_json)
         pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
-                            Optimizer(plan.optimizer, plan.zero))
+                            Optimizer(plan.optimizer, plan.zero), overlap=plan.overlap or None)
     else:
         for line in ahead.warnings:
             warn(line)

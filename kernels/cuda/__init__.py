@@ -49,6 +49,8 @@ IMPLEMENTATIONS = {
     "dropout.bwd": elementwise.dropout_backward,
     "add.fwd": elementwise.add_forward,
     "sgd.update": elementwise.sgd_momentum_update,
+    "grad.cast": elementwise.cast_gradient,
+    "grad.scale": elementwise.scale_gradient,
     "softmax_xent.fwd": loss.softmax_xent_forward,
     "softmax_xent.bwd": loss.softmax_xent_backward,
     "maxpool2d.fwd": pool.maxpool2d_forward,

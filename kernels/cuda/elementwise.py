@@ -1,4 +1,5 @@
-"""One fused pass each on the GPU: ReLU, GELU (tanh), dropout, add, SGD with momentum.
+"""One fused pass each on the GPU: ReLU, GELU (tanh), dropout, add, SGD with momentum, and FSDP's
+cast of a gradient to float32 and its division (kernels.optimizer).
 
 Same signatures, results and caches as the numpy kernels (kernels.activation, kernels.optimizer),
 so the executor's ops run either. Arrays the fused kernels do not take (float64, a strided
@@ -15,7 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from kernels.cuda import libs
-from kernels.cuda.launch import f32, fits, i64, run, u32, u64
+from kernels.cuda.launch import f32, fits, from_float32, i64, run, to_float32, u32, u64
 
 
 def relu_forward(x, fallback: Callable):
@@ -104,3 +105,19 @@ def sgd_momentum_update(w, v, g, lr, momentum, master=None, *, fallback: Callabl
         return fallback(w, v, g, lr, momentum, master=master)
     run("sgd_mixed", w.dtype.name, w.size, (w, master, v, g, i64(w.size), f32(lr), f32(momentum)))
     return w, v
+
+
+def cast_gradient(g, *, fallback: Callable):
+    """A float32 copy of ``g``: the ``to_f32`` pass for a 16-bit gradient."""
+    if not fits(g) or g.dtype.name == "float32":
+        return fallback(g)
+    return to_float32(g)
+
+
+def scale_gradient(g, factor: float, *, fallback: Callable):
+    """``g /= factor`` in place: cupy's own pass in float32; a 16-bit gradient through float32 and
+    back (its format has no cupy arithmetic)."""
+    if not fits(g) or g.dtype.name == "float32":
+        return fallback(g, factor)
+    g[...] = from_float32(to_float32(g) / f32(factor), g.dtype)
+    return g
