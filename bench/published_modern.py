@@ -47,9 +47,9 @@ ASSET = Path(__file__).parent / "assets" / "published-modern.yaml"
 #: parameters once a step, ZeRO-2's volume (a reduce-scatter and an all-gather of the weights);
 #: Megatron's distributed optimizer and ZeRO-1 are stage 1
 ZERO_STAGE = {"fsdp-full-shard": 3, "fsdp-no-reshard": 2, "distributed-optimizer": 1, "zero1": 1}
-#: the shardings the asset's rows ran as PyTorch FSDP (Composer's trainer for every llm-foundry row):
-#: its own kernels on each unit's parameters and gradients priced (costmodel.fsdp_grad)
-TORCH_FSDP = frozenset({"fsdp-full-shard"})
+#: the asset's ``framework`` values that run their sharding as PyTorch FSDP (Composer's trainer, every
+#: llm-foundry row): its own kernels on each unit's parameters and gradients priced (costmodel.fsdp_grad)
+TORCH_FSDP = frozenset({"composer"})
 #: the asset's ``grad_reduce`` (the gradients' precision on the wire) -> bytes an element; absent:
 #: the weights' own (costmodel.optimizer)
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
@@ -221,7 +221,7 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
     opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]], reduce_bytes=REDUCE_BYTES.get(c.get("grad_reduce"), 0),
                     reduce_each_micro=bool(c.get("reduce_each_micro")),
                     update_bytes=UPDATE_BYTES.get(c.get("optimizer"), 0),
-                    torch_fsdp=c["data_sharding"] in TORCH_FSDP)
+                    torch_fsdp=c.get("framework") in TORCH_FSDP)
     full = recompute == "full"
     algorithms = recompute_algorithms(net, recompute, ATTENTION[c["attention"]])
 

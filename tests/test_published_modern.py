@@ -290,3 +290,15 @@ def test_a_recipe_with_moe_a2a_overlap_hides_its_expert_all_to_alls():
     assert all(c.seconds == pytest.approx(c.link_time) for c in a2a(off_pred))
     assert a2a(on_pred) and all(c.seconds < c.link_time for c in a2a(on_pred))
     assert any("moe_a2a_overlap: each expert all-to-all hidden" in d for d in pm.deviations(row))
+
+
+def test_only_composer_rows_run_torch_fsdp_kernels():
+    """torch FSDP's own kernels (costmodel.fsdp_grad) are priced for the rows Composer ran
+    (framework: composer, every llm-foundry row), not for NeMo's Megatron FSDP row, which shards
+    alike (fsdp-full-shard) but is not PyTorch FSDP."""
+    foundry, nemo = ROWS["foundry-main-mpt7b-s2048-g8"], ROWS["nemo2511-llama3-8b-8gpu-fp8-cs"]
+    assert foundry["config"]["data_sharding"] == nemo["config"]["data_sharding"] == "fsdp-full-shard"
+    prep = [x.layer.grad_prep_s for x in pm.predict_row(foundry).stages[0].micro.layers]
+    assert any(s > 0 for s in prep)
+    assert all(x.layer.grad_prep_s == 0 for x in pm.predict_row(nemo).stages[0].micro.layers)
+    assert all(r["config"].get("framework") == "composer" for r in ROWS.values() if r["group"].startswith("llm-foundry"))
