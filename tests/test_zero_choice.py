@@ -16,6 +16,7 @@ from dnnplan.cli import app
 from planner.auto import answer_peak, first_plan
 from planner.optimize import Settings, make_plan
 from planner.solvers import Budget
+from planner.zero_choice import Weighed, fastest_stage
 from profiler import context
 
 ZOO = Path(__file__).resolve().parents[1] / "networks" / "zoo"
@@ -90,3 +91,66 @@ def test_every_returned_plan_fits_its_limit_as_its_peak_is_predicted(tmp_path):
     assert answer_peak(fitted) <= 0.22 * GIB and "planned under" in fitted.memory_note
     _, chosen = _first(spec, 8, 0.22, None)
     assert answer_peak(chosen) <= 0.22 * GIB
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _searching(clock: _Clock, offers: dict[int, dict[float, float]], ended: dict[int, float]):
+    """A stage's search as zero_choice sees it: a second a pair, each better plan offered
+    ``offers[z]`` (seconds after it starts -> step), until its budget says stop."""
+    def plan_at(trial: Settings, ceiling):
+        start, budget = clock.t, trial.budget
+        while not budget.expired():
+            clock.t += 1.0
+            if (step := offers[trial.zero].get(clock.t - start)) is not None:
+                budget.offer(step, f"ZeRO-{trial.zero}", lambda: trial.zero)
+        ended[trial.zero] = clock.t - start
+        return trial.zero
+    return plan_at
+
+
+def _choose(plan_at, clock: _Clock, steps: dict[int, float]):
+    settings = Settings(optimizer="adam", budget=Budget(60, clock))
+    return fastest_stage(settings, plan_at, lambda z: Weighed(z, steps[z]), lambda result, budget, s, covered="": result)
+
+
+def test_a_stage_holding_a_plan_stops_at_its_share_so_the_next_stages_are_planned():
+    """Under a 60 s limit, ZeRO-0 holds its plan after 2 s and finds none better: its search ends a
+    share (60 s over ZeRO-0, 1 and 3: 20 s) after that plan, not at the limit, so ZeRO-1 (half of
+    the 38 s left, after its plan) and ZeRO-3 (the rest) are planned and the fastest, ZeRO-1, is
+    the answer (Llama 3 70B on 64 H100s held ZeRO-0 for the whole 60 s and never planned ZeRO-1,
+    which beats its published layout)."""
+    clock, ended = _Clock(), {}
+    steps = {0: 11.3, 1: 10.6, 3: 10.9}
+    answer, zero, weighed = _choose(_searching(clock, {z: {2.0: s} for z, s in steps.items()}, ended), clock, steps)
+    assert (answer, zero) == (1, 1)
+    assert ended == {0: 22, 1: 21, 3: 17}
+    assert [w.zero for w in weighed if w.step_s is not None] == [0, 1, 3]
+
+
+def test_a_stage_still_finding_better_plans_keeps_searching():
+    """ZeRO-0 finds a better plan every 10 s: it searches to the limit, as without shares (GPT-3
+    175B's interleaved plan comes after its 1F1B ones), and the stages after it are not planned."""
+    clock, ended = _Clock(), {}
+    steps = {0: 11.3, 1: 10.6, 3: 10.9}
+    offers = {0: {float(t): 20.0 - t / 10 for t in range(2, 60, 10)}, 1: {2.0: 10.6}, 3: {2.0: 10.9}}
+    answer, zero, weighed = _choose(_searching(clock, offers, ended), clock, steps)
+    assert zero == 0 and ended == {0: 60}
+    assert all(w.skipped.startswith("not planned") for w in weighed if w.zero)
+
+
+def test_a_stage_without_a_plan_may_take_the_whole_time_left():
+    """The share binds only once a plan is held: a ZeRO-0 search that finds its first plan after
+    30 s of a 60 s limit keeps searching a share (20 s) after it; ZeRO-1 is then not planned (10 s
+    left, under a quarter of the limit)."""
+    clock, ended = _Clock(), {}
+    steps = {0: 11.3, 1: 10.6, 3: 10.9}
+    offers = {0: {30.0: 11.3}, 1: {2.0: 10.6}, 3: {2.0: 10.9}}
+    _, zero, _ = _choose(_searching(clock, offers, ended), clock, steps)
+    assert ended == {0: 50} and zero == 0
