@@ -99,7 +99,9 @@ def _refit(answer: Answer, net: Network, batch: int, p: int, machine: Machine, c
            settings: Settings, schedule: str) -> Answer:
     """``answer``'s own pipeline degree, micro-batch count and schedule planned under ``under``, within
     :data:`planner.fit_check.REFIT_SHARE` of the stated time limit (planning again ran out of time:
-    :mod:`planner.fit_check`); a plan over all the devices has no layout to keep, so the time-out stands."""
+    :mod:`planner.fit_check`); its proven gap is over every layout, from the first search's lower bound
+    (a plan under the lower limit fits the higher one). A plan over all the devices has no layout
+    to keep, so the time-out stands."""
     budget, c = settings.budget, answer.pipeline
     if c is None or budget is None:
         raise SearchOutOfTime(f"no plan was found again under {under / GIB:.3f} GiB a device within the time limit",
@@ -108,7 +110,12 @@ def _refit(answer: Answer, net: Network, batch: int, p: int, machine: Machine, c
     kept = INTERLEAVED if c.chunks > 1 else schedule if schedule not in (AUTO, DEFAULT) else SCHEDULE
     choice = search_pipeline(net, batch, p, machine, compute, under, dataclasses.replace(settings, budget=grace),
                              stage_counts=(c.stages,), micro_counts=(c.micro_batches,), schedule=kept, prove_s=0.0)
-    return Answer(settings, pipeline=choice, why=answer.why)
+    # its gap over every layout: the first search's lower bound holds under the lower limit too
+    lower = c.prediction.step_s * (1 - c.stats.get("proven_gap", 1.0))
+    step = choice.prediction.step_s
+    gap = max(choice.stats.get("proven_gap", 0.0), 1 - lower / step if step > 0 else 0.0)
+    return Answer(settings, pipeline=dataclasses.replace(choice, stats={**choice.stats, "proven_gap": gap}),
+                  why=answer.why)
 
 
 def answer_peak(answer: Answer) -> float:

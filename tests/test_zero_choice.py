@@ -154,3 +154,34 @@ def test_a_stage_without_a_plan_may_take_the_whole_time_left():
     offers = {0: {30.0: 11.3}, 1: {2.0: 10.6}, 3: {2.0: 10.9}}
     _, zero, _ = _choose(_searching(clock, offers, ended), clock, steps)
     assert ended == {0: 50} and zero == 0
+
+
+def test_out_of_time_planning_again_the_answers_own_pair_is_planned_under_the_lower_limit(tmp_path, monkeypatch):
+    """ZeRO-0's answer (gradient accumulation) taken as 0.05 GiB over the limit, and its search
+    under the lowered limit out of time (llm-foundry's MPT-7B at 65,536 on 8 H100s): its own pipeline
+    degree and micro-batch count are planned under that limit, and the gap stated counts every layout."""
+    import planner.auto as auto
+    from planner.pipeline_search import SearchOutOfTime
+
+    spec = _gpt(tmp_path, 1024, 1024)
+    real_stage, real_peak, calls, first = auto._at_stage, auto.answer_peak, [], []
+
+    def stage(*args, **kwargs):
+        calls.append(args[6])  # the limit it plans under
+        if len(calls) > 1:
+            raise SearchOutOfTime("no plan was found within the time limit")
+        got = real_stage(*args, **kwargs)
+        first.append(got)
+        return got
+
+    monkeypatch.setattr(auto, "_at_stage", stage)
+    monkeypatch.setattr(auto, "answer_peak", lambda a: real_peak(a) + (0.05 * GIB if first and a is first[0] else 0.0))
+    _, got = _first(spec, 16, 0.8, 0)
+    over = first[0].pipeline
+    assert len(calls) == 2 and calls[1] < 0.8 * GIB
+    assert got.pipeline is not None and got is not first[0]
+    assert (got.pipeline.stages, got.pipeline.micro_batches) == (over.stages, over.micro_batches)
+    assert got.pipeline.stats["memory_limit_bytes"] == pytest.approx(calls[1])
+    assert real_peak(got) <= calls[1] * (1 + 1e-9) and "planned under" in got.memory_note
+    lower = over.prediction.step_s * (1 - over.stats["proven_gap"])
+    assert got.pipeline.stats["proven_gap"] >= 1 - lower / got.pipeline.prediction.step_s - 1e-12
