@@ -33,8 +33,8 @@ BOUND_SHARE = 0.6
 MAX_CHUNKS = 4
 #: the search's schedule when it weighs both 1F1B and interleaved 1F1B on every pair
 AUTO = "auto"
-#: ``dnnplan plan``'s schedule when none is given: every pair under 1F1B, then the best pair's
-#: interleaved variants (planner.pipeline_search), as fast as 1F1B alone where interleaving loses
+#: ``dnnplan plan``'s schedule when none is given: every pair under 1F1B, and the interleaved
+#: variants of each pair that becomes the best (:func:`interleaving`), as it is found
 DEFAULT = "default"
 
 
@@ -106,3 +106,25 @@ def bounded(bound, combos: list[tuple[float, int, int, int]],
         step, fits = bound(stages, m, v)
         bounded_.append((max(phys, step), stages, m, v, fits))
     return sorted(bounded_) + sorted(floored)
+
+
+def interleaving(search, floor, start: float, search_triples):
+    """``then(best, out, later)`` of the default schedule: each pair that becomes the best under 1F1B
+    is interleaved as it is found (once), each triple bounded on the pair's own pricing, by
+    ``search_triples`` (planner.pipeline_search's loop over triples). So a deadline that ends the
+    1F1B pairs early still leaves the best so far interleaved (GPT-3 175B on 1,024 A100s found its
+    interleaved plan only after every 1F1B pair, at 16 s of its 20 s), and an interleaved best
+    prunes the pairs after it; ``later``: the triples not yet searched, for the bound offered."""
+    done: set[tuple[int, int]] = set()
+
+    def then(best, out: list, later: list):
+        key = (best.stages, best.micro_batches)
+        more = [(floor(*key, v), *key, v) for v in chunk_counts(search.stack.n, *key, INTERLEAVED)]
+        budget = search.settings.budget
+        if key in done or not more or (budget is not None and budget.expired()):
+            return best
+        done.add(key)
+        search.pending[key] = len(more)
+        search.share_pricing(key, best.solver.builder)  # one pricing for every V of (S, m)
+        return search_triples(search, bounded(search.bound, more), out, None, start, best, later=later)
+    return then
