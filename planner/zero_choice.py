@@ -98,7 +98,6 @@ class Share(Budget):
         self._shared = parent._shared
         self.parent, self.wrap, self.lower, self.label = parent, wrap, lower, label
         self.share_s = share_s  # its share of the time left (module docstring)
-        self.held_at: float | None = None  # when it first held a plan
         self.improved_at: float | None = None  # when it last held a better plan
 
     @property
@@ -119,7 +118,6 @@ class Share(Budget):
         kept = super().offer(step_s, what, finish, lower_s)
         if kept:
             self.improved_at = self.clock()
-            self.held_at = self.improved_at if self.held_at is None else self.held_at
             self.parent.offer(step_s, f"{self.label}: {what}", lambda: self.wrap(finish(), self.parent),
                               self.lower(self.lower_s))
         else:
@@ -169,8 +167,8 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
                 Weighed(z, lower_s=float("inf"), skipped="has no plan that fits")
             continue
         done[z] = outcome(answers[z])
-        if first_s is None and started is not None:  # to its first plan: what a stage needs (_short)
-            first_s = (trial.budget.held_at or parent.clock()) - started
+        if first_s is None and started is not None:
+            first_s = parent.clock() - started
     if not answers:
         if not errors:
             raise DnnplanError("no ZeRO stage was planned within the time limit", hint="raise --time-limit")
@@ -199,9 +197,8 @@ def _skip(z: int, done: dict[int, Weighed]) -> Weighed | None:
 
 def _short(budget: Budget, first_s: float | None) -> bool:
     """Too little time is left to plan one more stage well: less than :data:`LATE_SHARE` of the
-    limit, or than the first stage took to hold its first plan (a stage's search may overrun its
-    deadline by what one pipeline pair takes: llama3.1-405b on 16,384 GPUs, ZeRO-1 after ZeRO-0's
-    11 s, 24 s in all; what it took after that is its share, not its need)."""
+    limit, or than the first stage took (a stage's search may overrun its deadline by what one
+    pipeline pair takes: llama3.1-405b on 16,384 GPUs, ZeRO-1 after ZeRO-0's 11 s, 24 s in all)."""
     left = budget.left()
     if left is None or budget.seconds is None:
         return False
