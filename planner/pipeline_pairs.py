@@ -28,9 +28,10 @@ MICRO_SIZES = (1, 2, 4, 8)
 #: the share of the time left that bounding the pairs may take; the pairs left then keep their
 #: physics floor as their bound (weaker, still a bound) and are tried last
 BOUND_SHARE = 0.6
-#: the most model chunks a device holds under interleaving (Megatron-LM's published interleaved runs
-#: hold 2 to 4 chunks a device: Narayanan et al. SC21, Figure 12 and section 5.3)
-MAX_CHUNKS = 4
+#: the most model chunks a device holds under interleaving: Megatron-LM's published interleaved runs
+#: hold 2 to 4 (Narayanan et al. SC21, Figure 12 and section 5.3), NeMo's Llama 3 70B runs 5 and
+#: Megatron-Core's Mixtral 8x7B run 8 (bench/assets/published-modern.yaml, their rows' sources)
+MAX_CHUNKS = 8
 #: the search's schedule when it weighs both 1F1B and interleaved 1F1B on every pair
 AUTO = "auto"
 #: ``dnnplan plan``'s schedule when none is given: every pair under 1F1B, and the interleaved
