@@ -29,9 +29,9 @@ time, spent it on one slow pipeline pair for llama3.1-405b on 16,384 GPUs). Each
 the whole time left to find its first plan; once it holds one, its search ends at its share of
 the time left (:class:`Share`: the time left over the stages that may still be planned, itself
 and the later of 1 and 3, as 2 is planned only where 1 has no plan) unless it is still finding
-better plans: it ends a share's length after its last better plan, or at the end of its share,
-whichever is later (GPT-3 175B on 1,024 A100s under the 20 s default finds ZeRO-0's interleaved
-17.55 s plan after 16 s, its 1F1B ones from 8 s on, and keeps it). Without the share the first
+better plans: it ends a share's length after its last better plan (GPT-3 175B on 1,024 A100s
+under the 20 s default, load 2.4, holds ZeRO-0's first plan after 8 s and finds better ones
+until its interleaved plan, and keeps searching). Without the share the first
 stage's search could spend the whole limit bounding and proving its own pairs: Llama 3 70B on 64
 H100s (NeMo 24.07's FP8 row) held ZeRO-0's 11.26 s plan after 4 s and searched ZeRO-0's other
 pairs for the remaining 56 s, so ZeRO-1, whose 1F1B pipeline of 4 stages takes 10.46 s (faster
@@ -102,12 +102,12 @@ class Share(Budget):
 
     @property
     def deadline(self) -> float | None:
-        """The command's deadline until this stage holds a plan; from then on, the end of its share
-        or a share's length after its last better plan, whichever is later, if earlier."""
+        """The command's deadline until this stage holds a plan; from then on, a share's length
+        after its last better plan, if earlier."""
         hard = self._hard
         if self.share_s is None or self.improved_at is None:
             return hard
-        soft = self.improved_at + self.share_s  # at least its share's end: improved_at >= start
+        soft = self.improved_at + self.share_s  # never before its share's end: improved_at >= start
         return soft if hard is None else min(hard, soft)
 
     @deadline.setter
