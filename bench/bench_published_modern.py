@@ -18,7 +18,7 @@ machines, as the shipped files carry one, nothing per row. Held-out rows are rep
 ``memory_fits``: the predicted peak of the busiest device within its GPU's memory, as the
 published run fitted.
 
-``--planner`` also runs `dnnplan plan` on each distinct (model, sequence, GPUs, batch, machine,
+``--planner`` also runs `dnnplan plan` on each distinct (model spec, GPUs, batch, machine,
 precision) of rows up to ``--planner-gpus`` GPUs and holds its predicted step against the published
 configuration's predicted step (the planner's choice should never be slower). ``--write`` stores
 the results in bench/assets/published-modern-results.json.
@@ -169,20 +169,27 @@ def plan_step(row: dict, time_limit: float) -> dict:
             "memory_peak_gib": got["memory_peak_bytes"] / 2 ** 30, "seconds": took}
 
 
+def plan_key(row: dict) -> tuple:
+    """What `dnnplan plan` is given for a row (:func:`plan_step`): rows with the same key share one
+    plan. The spec's text, not the model's name: two runs of one model may differ in a layer (NeMo
+    25.11's fused cross-entropy loss against 24.07's unfused one)."""
+    c = row["config"]
+    return pm.model_spec(row), c["gpus"], c["batch"], row["machine"], pm.precision_of(row), pm.overlap_of(row)
+
+
 def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_limit: float) -> None:
     """Adds ``planner`` to each result of up to ``max_gpus`` GPUs: the planner's own step on the
-    row's shipped machine against the published configuration's (both ahead of time, both under the
-    planner's overlap: :func:`published_as_planned`)."""
+    row's shipped machine against the published configuration's (both ahead of time, on one stack:
+    :func:`published_as_planned`)."""
     seen: dict[tuple, dict] = {}
     for row, res in zip(rows, results, strict=True):
         c = row["config"]
         if c["gpus"] > max_gpus:
             continue
-        key = (row["model"]["name"], c["sequence"], c["gpus"], c["batch"], row["machine"], pm.precision_of(row),
-               pm.overlap_of(row))
+        key = plan_key(row)
         if key not in seen:
             seen[key] = plan_step(row, time_limit)
-            print(f"  planned {key}: {seen[key]}", file=sys.stderr, flush=True)
+            print(f"  planned {key[1:]}: {seen[key]}", file=sys.stderr, flush=True)
         got = seen[key]
         res["planner"] = got | ({"published_step_s": (ref := published_as_planned(row, res)),
                                  "not_slower": got["step_s"] <= ref * (1 + 1e-9)} if "step_s" in got else {})

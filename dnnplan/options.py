@@ -134,7 +134,7 @@ ScheduleOpt = Annotated[str, typer.Option(
     "remain), gpipe (of all of them), the same step, or interleaved (Megatron-LM's interleaved 1F1B, "
     "model chunks a device: the fill and drain shrink that many times, the sends grow as many; "
     "`dnnplan predict` takes --chunks). Not given, `dnnplan plan` searches every pipeline and "
-    "micro-batch count under 1f1b, then the best one interleaved with 2 to 4 chunks a device; auto "
+    "micro-batch count under 1f1b, each that becomes the best interleaved with 2 to 8 chunks a device; auto "
     "weighs interleaving on every pair (slower); given, only that schedule.")]
 ChunksOpt = Annotated[int, typer.Option(
     "--chunks", help="With --schedule interleaved: model chunks each device holds (Megatron-LM's virtual "

@@ -28,7 +28,9 @@ from networks.errors import DnnplanError
 from planner.optimize import Infeasible, Settings, make_plan
 from planner.pipeline_search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice,
                                      SearchOutOfTime, search_pipeline)
-from planner.fit_check import fitting
+from costmodel.pipeline import INTERLEAVED
+from planner.fit_check import REFIT_SHARE, fitting
+from planner.pipeline_pairs import AUTO, DEFAULT
 from planner.plan import Plan
 from planner.refusal import refusal
 from planner.solvers import Budget
@@ -77,7 +79,8 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
         answer, note = fitting(lambda under: _at_stage(net, network_ref, batch, p, machine, compute, under, trial,
                                                        machine_ref, fingerprint, schedule, prove_s, ceiling),
-                               answer_peak, limit)
+                               answer_peak, limit,
+                               lambda over, under: _refit(over, net, batch, p, machine, compute, under, trial, schedule))
         return dataclasses.replace(answer, memory_note=note) if note else answer
 
     try:
@@ -90,6 +93,29 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         most = settings if zero_given or settings.zero else dataclasses.replace(settings, zero=max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
     return _chosen(answer, zero, weighed)
+
+
+def _refit(answer: Answer, net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, under: float,
+           settings: Settings, schedule: str) -> Answer:
+    """``answer``'s own pipeline degree, micro-batch count and schedule planned under ``under``, within
+    :data:`planner.fit_check.REFIT_SHARE` of the stated time limit (planning again ran out of time:
+    :mod:`planner.fit_check`); its proven gap is over every layout, from the first search's lower bound
+    (a plan under the lower limit fits the higher one). A plan over all the devices has no layout
+    to keep, so the time-out stands."""
+    budget, c = settings.budget, answer.pipeline
+    if c is None or budget is None:
+        raise SearchOutOfTime(f"no plan was found again under {under / GIB:.3f} GiB a device within the time limit",
+                              hint="raise --time-limit")
+    grace = budget.renewed(REFIT_SHARE * budget.stated_s if budget.stated_s is not None else None)
+    kept = INTERLEAVED if c.chunks > 1 else schedule if schedule not in (AUTO, DEFAULT) else SCHEDULE
+    choice = search_pipeline(net, batch, p, machine, compute, under, dataclasses.replace(settings, budget=grace),
+                             stage_counts=(c.stages,), micro_counts=(c.micro_batches,), schedule=kept, prove_s=0.0)
+    # its gap over every layout: the first search's lower bound holds under the lower limit too
+    lower = c.prediction.step_s * (1 - c.stats.get("proven_gap", 1.0))
+    step = choice.prediction.step_s
+    gap = max(choice.stats.get("proven_gap", 0.0), 1 - lower / step if step > 0 else 0.0)
+    return Answer(settings, pipeline=dataclasses.replace(choice, stats={**choice.stats, "proven_gap": gap}),
+                  why=answer.why)
 
 
 def answer_peak(answer: Answer) -> float:

@@ -14,6 +14,15 @@ the next time, and so on: another plan may reshard other layers), until the peak
 the planner's optimum under the lowered limit: its proven gap is that search's, and a plan with a
 smaller excess under a higher limit may exist (the per-layer count does not see which copy each
 layer keeps).
+
+A search given the whole time limit leaves none for planning again: when a plan again ends
+without a plan at the time limit (:class:`SearchOutOfTime`), ``refit(answer, under)`` plans the
+over-limit answer's own layout (its pipeline degree, micro-batch count and schedule) under the
+lowered limit, within :data:`REFIT_SHARE` of the stated time limit past it (one pair's search, not
+the whole search again): llm-foundry's MPT-7B at sequence 65,536 on 8 H100s, ZeRO-0, held an
+over-limit plan after 2 s and searched on to its deadline, so its plan again had no time and the
+stage ended with no plan. The answer so made is the best of its layout under the lowered limit,
+not the optimum over every layout (its gap is its own pair's).
 """
 
 from __future__ import annotations
@@ -21,24 +30,34 @@ from __future__ import annotations
 from typing import Callable, TypeVar
 
 from networks.errors import DnnplanError
+from planner.pipeline_search import SearchOutOfTime
 
 T = TypeVar("T")
 GIB = 2.0 ** 30
 #: plans made at most, the first included, before giving up on a limit the peak fits
 TRIES = 4
+#: the share of the stated time limit a refit of the answer's own layout may take past the limit
+REFIT_SHARE = 0.25
 
 
-def fitting(plan_under: Callable[[float], T], peak: Callable[[T], float], limit: float) -> tuple[T, str]:
+def fitting(plan_under: Callable[[float], T], peak: Callable[[T], float], limit: float,
+            refit: Callable[[T, float], T] | None = None) -> tuple[T, str]:
     """``plan_under(limit)``'s answer whose ``peak`` fits ``limit`` (module docstring), and a note
     saying how far the limit was lowered ("" when the first plan fits). Raises
-    :class:`DnnplanError` when none fits after :data:`TRIES` plans."""
+    :class:`DnnplanError` when none fits after :data:`TRIES` plans; ``refit(answer, under)``: the
+    answer's layout planned under ``under`` when planning again runs out of time (else the error)."""
     under, answer = limit, plan_under(limit)
     for k in range(TRIES - 1):
         over = peak(answer) - limit
         if over <= limit * 1e-9:
             break
         under -= over * 2 ** k
-        answer = plan_under(under)
+        try:
+            answer = plan_under(under)
+        except SearchOutOfTime:
+            if refit is None:
+                raise
+            answer = refit(answer, under)
     else:
         if peak(answer) > limit * (1 + 1e-9):
             raise DnnplanError(f"no plan was found whose peak fits {limit / GIB:.3f} GiB a device: the resharded "

@@ -19,6 +19,7 @@ from costmodel.pipeline import INTERLEAVED
 from networks.analysis import layer_cost
 from networks.errors import DnnplanError
 from networks.ir import Network
+from planner.pipeline_choice import Candidate
 from planner.solvers import Budget
 from planner.stack import Stack
 
@@ -28,13 +29,15 @@ MICRO_SIZES = (1, 2, 4, 8)
 #: the share of the time left that bounding the pairs may take; the pairs left then keep their
 #: physics floor as their bound (weaker, still a bound) and are tried last
 BOUND_SHARE = 0.6
-#: the most model chunks a device holds under interleaving (Megatron-LM's published interleaved runs
-#: hold 2 to 4 chunks a device: Narayanan et al. SC21, Figure 12 and section 5.3)
-MAX_CHUNKS = 4
+#: the most model chunks a device holds under interleaving: Megatron-LM's published interleaved runs
+#: hold 2 to 4 (Narayanan et al. SC21, Figure 12 and section 5.3), NeMo's Llama 3 70B runs 5 and
+#: Megatron-Core's Mixtral 8x7B run 8 (bench/assets/published-modern.yaml, their rows' sources)
+MAX_CHUNKS = 8
 #: the search's schedule when it weighs both 1F1B and interleaved 1F1B on every pair
 AUTO = "auto"
-#: ``dnnplan plan``'s schedule when none is given: every pair under 1F1B, then the best pair's
-#: interleaved variants (planner.pipeline_search), as fast as 1F1B alone where interleaving loses
+#: ``dnnplan plan``'s schedule when none is given: every pair under 1F1B, and the interleaved
+#: variants of each pair that becomes the best, as it is found, and of every pair whose
+#: interleaving could still win (:class:`Interleaving`)
 DEFAULT = "default"
 
 
@@ -106,3 +109,69 @@ def bounded(bound, combos: list[tuple[float, int, int, int]],
         step, fits = bound(stages, m, v)
         bounded_.append((max(phys, step), stages, m, v, fits))
     return sorted(bounded_) + sorted(floored)
+
+
+def saving(stages: int, m: int, chunks: int) -> float:
+    """The least share of a pair's 1F1B optimum any of its plans interleaved with ``chunks`` chunks
+    can take: ``r = (m + (S - 1) / V) / (m + S - 1)`` (:class:`Interleaving`)."""
+    return (m + (stages - 1) / chunks) / (m + stages - 1)
+
+
+class Interleaving:
+    """The default schedule's interleaving (planner.pipeline_search), by ``search_triples`` (its
+    loop over triples), each triple bounded on its pair's pricing.
+
+    ``self(best, out, later)``: each pair that becomes the best under 1F1B is interleaved as it is
+    found (once): so a deadline that ends the 1F1B pairs early still leaves the best so far
+    interleaved (GPT-3 175B on 1,024 A100s found its interleaved plan only after every 1F1B pair,
+    at 16 s of its 20 s), and an interleaved best prunes the pairs after it; ``later``: the
+    triples not yet searched, for the bound offered.
+
+    :meth:`rest`: then every other pair whose interleaving could still win. The bound: an
+    interleaved plan of ``(S, m, V)`` with device times ``T_s`` (sends included) and once-a-step
+    ``O_s`` takes ``m max T + (sum T - max T) / V + max O``; its device solutions are a 1F1B plan
+    of ``(S, m)`` on the equal cut (each device holds no fewer micro-batches interleaved than its
+    1F1B stage, and sends at least its 1F1B stage's sends), whose step ``sum T + (m - 1) max T +
+    max O`` is no larger with those times; the ratio of the two is least when ``sum T - max T`` is
+    ``(S - 1) max T`` and ``O = 0``: :func:`saving`. So no interleaving of the pair beats ``r``
+    times its 1F1B lower bound (its candidate's ``lower_s``), ``r`` at its most chunks; a pair
+    whose such bound is within the proof tolerance of the best step is left, as the proof leaves
+    one (planner.pipeline_proof), and one the deadline leaves is a candidate at that bound."""
+
+    def __init__(self, search, floor, start: float, search_triples):
+        self.search, self.floor, self.start, self.search_triples = search, floor, start, search_triples
+        self.done: set[tuple[int, int]] = set()
+
+    def __call__(self, best, out: list, later: list):
+        return self.pair((best.stages, best.micro_batches), best, out, later, best.solver.builder)
+
+    def pair(self, key: tuple[int, int], best, out: list, later: list, builder=None):
+        """``key``'s interleaved triples searched after ``best`` (``builder``: its 1F1B pricing)."""
+        search = self.search
+        more = [(self.floor(*key, v), *key, v) for v in chunk_counts(search.stack.n, *key, INTERLEAVED)]
+        budget = search.settings.budget
+        if key in self.done or not more or (budget is not None and budget.expired()):
+            return best
+        self.done.add(key)
+        search.pending[key] = len(more)
+        if builder is not None:
+            search.share_pricing(key, builder)  # one pricing for every V of (S, m)
+        return self.search_triples(search, bounded(search.bound, more), out, None, self.start, best, later=later)
+
+    def rest(self, best, out: list, tolerance: float):
+        """Every other pair whose interleaving could beat ``best`` by more than ``tolerance`` (class
+        docstring), least bound first, until none is left or the budget ends the search."""
+        n, budget, left = self.search.stack.n, self.search.settings.budget, []
+        for c in out:
+            key, vs = (c.stages, c.micro_batches), chunk_counts(n, c.stages, c.micro_batches, INTERLEAVED)
+            if c.chunks == 1 and vs and key not in self.done and c.lower_s < float("inf"):
+                left.append((c.lower_s * saving(*key, max(vs)), key, max(vs)))
+        for i, (bound, key, v) in enumerate(sorted(left)):
+            if bound >= best.step_s * (1 - tolerance):
+                break
+            if budget is not None and budget.expired():
+                out.extend(Candidate(k[0], k[1], b, skipped="time", lower_s=b, chunks=v2) for b, k, v2 in sorted(left)[i:]
+                           if b < best.step_s * (1 - tolerance))
+                break
+            best = self.pair(key, best, out, [])
+        return best

@@ -55,7 +55,7 @@ from planner import interleave
 from planner.cut_search import best_cut, cut_lower
 from planner.optimize import PlanMismatch, Settings
 from planner.pipeline_bound import stage_bound
-from planner.pipeline_pairs import AUTO, DEFAULT, bounded, chunk_counts, micro_sizes, pairs, physics_floor
+from planner.pipeline_pairs import AUTO, DEFAULT, Interleaving, bounded, micro_sizes, pairs, physics_floor
 from planner.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
 from planner.pipeline_choice import Best, Candidate, PipelineChoice, proven_gap
 from planner.pipeline_choice import OutOfTime as _OutOfTime
@@ -221,6 +221,10 @@ class _Search:
             self._builders.pop(self.held, None)
         self.held = (stages, m)
 
+    def share_pricing(self, pair: tuple[int, int], builder) -> None:
+        """Give ``pair``'s other triples its 1F1B search's pricing (planner.pipeline_pairs.Interleaving)."""
+        self._builders[pair] = builder
+
     def _interleaved(self, solver: StageSolver, stages: int, m: int, chunks: int, close: bool) -> Best | None:
         def late():
             if self.late(close):
@@ -262,7 +266,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     stages the memory limit binds are solved by the ILP, not by Lagrangian relaxation; ``schedule``:
     1f1b, gpipe (every stage holds all ``m`` micro-batches' activations), interleaved (1F1B with 2 to
     ``MAX_CHUNKS`` model chunks a device), auto (1F1B and interleaved both weighed on every pair) or
-    default (every pair under 1F1B, then the best pair interleaved too). Under
+    default (every pair under 1F1B, and interleaved where it could win: pipeline_pairs.Interleaving). Under
     ``settings.budget`` the search ends at its deadline once it holds a plan (the pairs left are
     counted in the proven gap by their bounds) and offers each better plan it finds. ``ceiling``: a
     step the caller holds from elsewhere; a pair whose lower bound reaches it is not searched, and
@@ -284,18 +288,16 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     out = [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
            for b2, s2, m2, v2, fits in combos if not fits]
     combos = [c for c in combos if c[4]]
-    best = _pairs(search, combos, out, progress, start)
-    if best is not None and schedule == DEFAULT:  # the best pair interleaved, each bounded on its pricing
-        floor, (s2, m2) = physics_floor(net, batch, p, machine), (best.stages, best.micro_batches)
-        more = [(floor(s2, m2, v), s2, m2, v) for v in chunk_counts(stack.n, s2, m2, INTERLEAVED)]
-        search.pending[(s2, m2)] = len(more)
-        best = _pairs(search, bounded(search.bound, more), out, None, start, best)
+    then = Interleaving(search, physics_floor(net, batch, p, machine), start, _pairs) if schedule == DEFAULT else None
+    best = _pairs(search, combos, out, progress, start, then=then)
+    tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
+    if best is not None and then is not None:
+        best = then.rest(then(best, out, []), out, tolerance)
     if best is None and any(c.skipped == "bound" for c in out):
         raise NotFaster(f"no pipelined plan of {net.name} can beat the {search.ceiling:.6g} s step held")
     if best is None:
         raise NoPipelineFits(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
-    tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
     best, out = _proved(search, best, out, prove_s, tolerance)
     choice = _choice(search, best, tuple(out), time.perf_counter() - start)
     choice.stats["prove_tolerance"] = tolerance
@@ -303,10 +305,10 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
 
 
 def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start: float,
-           best: Best | None = None) -> Best | None:
-    """Each (S, m, V) in order of its bound until the bound reaches the best step found (from
-    ``best`` on) or the budget ends the search (once a plan is in hand); ``out`` gets a
-    :class:`Candidate` for each."""
+           best: Best | None = None, then=None, later: list = ()) -> Best | None:
+    """Each (S, m, V) in order of its bound until the bound reaches the best step found (from ``best``
+    on) or the budget ends the search (once a plan is in hand); ``out`` gets a :class:`Candidate` for
+    each; ``then``: a new best 1F1B pair's interleaving (planner.pipeline_pairs.Interleaving)."""
     budget = search.settings.budget
     for i, (bound, stages, m, v, _) in enumerate(combos):
         if bound >= min(search.ceiling, best.step_s if best is not None else float("inf")):
@@ -329,8 +331,10 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
         if got is not None and (best is None or got.step_s < best.step_s * (1 - 1e-12)):
             best = got
             search.hold(got.stages, got.micro_batches)
+            if then is not None and got.chunks == 1:
+                best = then(best, out, list(combos[i + 1:]) + list(later))
         if best is not None and budget is not None:
-            _offer(search, best, out, combos[i + 1:], start)
+            _offer(search, best, out, list(combos[i + 1:]) + list(later), start)
         if progress:
             progress(i + 1, len(combos))
     return best

@@ -25,8 +25,17 @@ nor proven against.
 
 The stages run in the order 0, 1, 2, 3 (ZeRO-0 first: the plan given before the choice, so a
 search the time limit cuts short answers no worse; ZeRO-1 planned first, given a quarter of the
-time, spent it on one slow pipeline pair for llama3.1-405b on 16,384 GPUs), each within the time
-left; a stage after
+time, spent it on one slow pipeline pair for llama3.1-405b on 16,384 GPUs). Each stage may take
+the whole time left to find its first plan; once it holds one, its search ends at its share of
+the time left (:class:`Share`: the time left over the stages that may still be planned, itself
+and the later of 1 and 3, as 2 is planned only where 1 has no plan) unless it is still finding
+better plans: it ends a share's length after its last better plan (GPT-3 175B on 1,024 A100s
+under the 20 s default, load 2.4, holds ZeRO-0's first plan after 8 s and finds better ones
+until its interleaved plan, and keeps searching). Without the share the first
+stage's search could spend the whole limit bounding and proving its own pairs: Llama 3 70B on 64
+H100s (NeMo 24.07's FP8 row) held ZeRO-0's 11.26 s plan after 4 s and searched ZeRO-0's other
+pairs for the remaining 56 s, so ZeRO-1, whose 1F1B pipeline of 4 stages takes 10.46 s (faster
+than the run's published layout's 10.79 s), was never planned. A stage after
 the first starts only while a quarter of the time limit is left (a search given less bounds few
 pipeline pairs and may spend its time on a slow one), else it is named as not planned. Each stage's search offers its plans to the
 command's budget (:class:`Share`): Ctrl-C answers with the fastest of any stage. The gap stated
@@ -81,16 +90,34 @@ class Share(Budget):
     the command's budget as ``wrap(result)``, with the least lower bound over all the stages."""
 
     def __init__(self, parent: Budget, seconds: float | None, wrap: Callable, lower: Callable[[float], float],
-                 label: str = ""):
+                 label: str = "", share_s: float | None = None):
+        self.share_s: float | None = None
         super().__init__(seconds, parent.clock, parent.stated_s)
         if parent.deadline is not None:
             self.deadline = parent.deadline if self.deadline is None else min(self.deadline, parent.deadline)
         self._shared = parent._shared
         self.parent, self.wrap, self.lower, self.label = parent, wrap, lower, label
+        self.share_s = share_s  # its share of the time left (module docstring)
+        self.improved_at: float | None = None  # when it last held a better plan
+
+    @property
+    def deadline(self) -> float | None:
+        """The command's deadline until this stage holds a plan; from then on, a share's length
+        after its last better plan, if earlier."""
+        hard = self._hard
+        if self.share_s is None or self.improved_at is None:
+            return hard
+        soft = self.improved_at + self.share_s  # never before its share's end: improved_at >= start
+        return soft if hard is None else min(hard, soft)
+
+    @deadline.setter
+    def deadline(self, value: float | None) -> None:
+        self._hard = value
 
     def offer(self, step_s: float, what: str, finish: Callable, lower_s: float | None = None) -> bool:
         kept = super().offer(step_s, what, finish, lower_s)
         if kept:
+            self.improved_at = self.clock()
             self.parent.offer(step_s, f"{self.label}: {what}", lambda: self.wrap(finish(), self.parent),
                               self.lower(self.lower_s))
         else:
@@ -183,7 +210,7 @@ def _late(budget: Budget | None) -> bool:
 
 
 def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Settings, wrap) -> Budget | None:
-    """Stage ``z``'s budget: the time left (module docstring)."""
+    """Stage ``z``'s budget: the time left, and its share of it once it holds a plan (module docstring)."""
     if parent is None:
         return None
     left = [x for x in ORDER if x not in done and x != z and _skip(x, done) is None]
@@ -192,8 +219,10 @@ def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Se
     def lower(own: float) -> float:  # the least lower bound over the stages planned so far
         return min([own] + [w.lower_s for w in done.values()])
 
+    later = [x for x in ORDER if x > z and x != 2 and x not in done]  # 2: only where 1 has no plan
+    share = None if seconds is None else seconds / (1 + len(later))
     planned = [f"ZeRO-{w.zero}" for w in done.values() if w.step_s is not None or w.lower_s < float("inf")]
     covered = (f"stopped while planning ZeRO-{z}: the gap stated covers " + ", ".join(planned + [f"ZeRO-{z}"])
                + (f", not ZeRO-{', ZeRO-'.join(map(str, left))} (not planned yet)" if left else ""))
     return Share(parent, seconds, lambda result, budget: wrap(result, budget, dataclasses.replace(settings, zero=z),
-                                                               covered), lower, f"ZeRO-{z}")
+                                                               covered), lower, f"ZeRO-{z}", share)

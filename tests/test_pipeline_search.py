@@ -332,3 +332,59 @@ def test_the_chosen_pairs_stages_have_their_gaps_closed(tmp_path):
     exact = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
                             stage_counts=(got.stages,), micro_counts=(got.micro_batches,))
     assert got.prediction.step_s == pytest.approx(exact.prediction.step_s, rel=1e-9)
+
+
+def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path):
+    """Under the default schedule every (S, m) that was the best 1F1B pair when it was searched has
+    its interleaved triples weighed, not only the last best (planner.pipeline_pairs.interleaving):
+    the 4-block GPT on 8 devices at batch 8 under 1.5 MiB finds (2, 8) first, whose 2 chunks a device
+    are searched, then (4, 8) and (4, 1), which cannot interleave 4 blocks (the last best alone
+    weighed no interleaving)."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, precision="fp16")
+    limit = 2.0 ** 30 * 0.0015
+    got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="default")
+    plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="1f1b")
+    assert got.prediction.step_s <= plain.prediction.step_s * (1 + 1e-12)
+    best, leaders = float("inf"), []
+    for c in got.candidates:
+        if c.chunks == 1 and c.step_s is not None and c.step_s < best:
+            leaders.append((c.stages, c.micro_batches))
+        best = min(best, c.step_s or best)
+    assert (2, 8) in leaders and not chunk_counts(4, got.stages, got.micro_batches, INTERLEAVED)
+    interleavable = [k for k in leaders if chunk_counts(4, *k, INTERLEAVED)]
+    searched = {c.key for c in got.candidates if c.chunks > 1 and c.step_s is not None}
+    assert {(s, m, v) for s, m in interleavable for v in chunk_counts(4, s, m, INTERLEAVED)} <= searched
+
+
+@pytest.mark.parametrize("batch, limit_gib", [(8, 0.0015), (8, 0.0025), (16, 0.0012)])
+def test_no_interleaving_beats_its_pairs_1f1b_bound_times_the_saving_and_default_finds_the_best(tmp_path, batch,
+                                                                                                limit_gib):
+    """Brute force, stages solved exactly: every interleavable pair's every V searched on its own;
+    each triple's step is at least ``saving(S, m, V)`` times its pair's 1F1B lower bound (the bound
+    the default schedule prunes other pairs' interleavings by), and the default schedule, which
+    interleaves only where that bound could win, finds the best step of all (1F1B or interleaved)."""
+    from planner.pipeline_pairs import saving
+
+    ctx = context.resolve(_gpt4(tmp_path), 8, batch, "dgx-a100", None, precision="fp16")
+    limit = 2.0 ** 30 * limit_gib
+    plain = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
+                            schedule="1f1b", prove_s=None)
+    lower = {(c.stages, c.micro_batches): c.lower_s for c in plain.candidates}
+    best, triples = plain.prediction.step_s, 0
+    for (s, m), low in lower.items():
+        if not chunk_counts(4, s, m, INTERLEAVED) or low == float("inf"):
+            continue
+        try:  # every V of the pair (here V = 2: 4 blocks)
+            got = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
+                                  stage_counts=(s,), micro_counts=(m,), schedule=INTERLEAVED, prove_s=None)
+        except DnnplanError:
+            continue  # nothing fits interleaved
+        for c in got.candidates:
+            if c.step_s is not None:
+                triples += 1
+                assert c.step_s >= saving(s, m, c.chunks) * low * (1 - 1e-12)
+                best = min(best, c.step_s)
+    assert triples >= 2
+    default = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
+                              schedule="default", prove_s=None)
+    assert default.prediction.step_s <= best * (1 + 1e-9)

@@ -15,6 +15,7 @@ from costmodel.strategy import Strategy
 from dnnplan.cli import app
 from executor.session.execute import cannot_run
 from planner.axes import axes, axes_line
+from planner.pipeline_pairs import saving
 from planner.plan_file import read_plan
 
 ZOO = Path(__file__).resolve().parents[1] / "networks" / "zoo"
@@ -113,7 +114,9 @@ def test_an_interleaved_plan_round_trips_through_its_file(tmp_path):
 def test_the_default_search_interleaves_the_best_pair_and_says_so(tmp_path):
     """Without --schedule the best 1F1B pair is also weighed interleaved: 8 blocks on 4 devices,
     whose best pair (4 stages, 4 micro-batches) can hold 2 chunks a device; that variant is weighed
-    (searched, or ruled out by its lower bound), no other pair's, and nothing tried beats the plan."""
+    (searched, or ruled out by its lower bound), another pair's only where its interleaving could
+    win (its 1F1B lower bound times planner.pipeline_pairs.saving below the step), and nothing
+    tried beats the plan."""
     args = ["plan", _gpt8(tmp_path), "-p", "4", "-b", "16", "--machine", "dgx-a100", "--precision", "fp16",
             "--memory", "0.004", "--pipeline", "auto", "--json"]
     got = CliRunner().invoke(app, args)
@@ -121,9 +124,13 @@ def test_the_default_search_interleaves_the_best_pair_and_says_so(tmp_path):
     out = json.loads(got.stdout)
     assert (out["pipeline"]["stages"], out["pipeline"]["micro_batches"]) == (4, 4)
     tried = [c for c in out["tried"] if c["chunks"] > 1]
-    assert [(c["stages"], c["micro_batches"], c["chunks"]) for c in tried] == [(4, 4, 2)]
+    assert (tried[0]["stages"], tried[0]["micro_batches"], tried[0]["chunks"]) == (4, 4, 2)
     assert tried[0]["skipped"] in ("", "bound") and tried[0]["bound_s"] > 0
     assert tried[0]["step_s"] is not None or tried[0]["bound_s"] >= out["step_s"]
+    lower = {(c["stages"], c["micro_batches"]): c["lower_s"] for c in out["tried"] if c["chunks"] == 1}
+    for c in tried[1:]:
+        assert lower[(c["stages"], c["micro_batches"])] * saving(c["stages"], c["micro_batches"], c["chunks"]) \
+            < out["step_s"]
     assert all(c["step_s"] is None or c["step_s"] >= out["step_s"] * (1 - 1e-12) for c in out["tried"])
 
 

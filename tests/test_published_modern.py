@@ -144,6 +144,22 @@ def _bench():
     return module
 
 
+def test_rows_that_plan_different_specs_are_planned_apart(monkeypatch):
+    """NeMo 24.07's and 25.11's Llama 3 8B rows share model, sequence, GPUs, batch, machine and
+    precision but not the loss layer (25.11's fused cross entropy): each is planned on its own spec
+    (one plan served both before, and 25.11's row showed 24.07's plan as slower than its layout)."""
+    bench = _bench()
+    old, new = ROWS["nemo2407-llama3-8b-8gpu-fp8"], ROWS["nemo2511-llama3-8b-8gpu-fp8-cs"]
+    assert bench.plan_key(old) != bench.plan_key(new)
+    assert bench.plan_key(ROWS["fa2-t1-gpt3-1.3b-2k-flash"]) == bench.plan_key(ROWS["fa2-t1-gpt3-1.3b-2k-flash2"])
+    planned = []
+    monkeypatch.setattr(bench, "plan_step", lambda row, limit: planned.append(row["name"]) or {"step_s": 1.0})
+    results = [{"shipped": {"step_s": 2.0}} for _ in range(3)]
+    bench.planner_check([old, new, ROWS["nemo2407-llama3-8b-8gpu-fp8"]], results, 8, 1.0)
+    assert planned == [old["name"], new["name"]]
+    assert all(r["planner"]["not_slower"] for r in results)
+
+
 def test_flash_attention_2_table_1_runs_fit_the_a100_as_they_ran():
     """GPT3-2.7B at 8k (Dao 2023 Table 1) without recomputation: what a layer keeps for backward
     by hand, per token, d = 2560 wide, bf16: the residual into each norm (2 d each), each norm's

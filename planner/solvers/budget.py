@@ -59,10 +59,10 @@ class Budget:
         self.listener: Callable[[Offer, float], None] | None = None
         self._shared = {"stop": False}  # with the budgets renewed from this one
 
-    def renewed(self) -> "Budget":
-        """A budget of the same seconds from now (the next search of a series: a sweep's next device
-        count), sharing this one's stop request."""
-        out = Budget(self.seconds, self.clock, self.stated_s)  # from now
+    def renewed(self, seconds: float | None = None) -> "Budget":
+        """A budget of the same seconds (or ``seconds``) from now (the next search of a series: a
+        sweep's next device count), sharing this one's stop request."""
+        out = Budget(self.seconds if seconds is None else seconds, self.clock, self.stated_s)  # from now
         out._shared = self._shared
         return out
 
