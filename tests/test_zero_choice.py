@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
+from dnnplan.render import fmt
 from planner.auto import answer_peak, first_plan
 from planner.optimize import Settings, make_plan
 from planner.solvers import Budget
@@ -91,6 +92,12 @@ def test_every_returned_plan_fits_its_limit_as_its_peak_is_predicted(tmp_path):
     assert answer_peak(fitted) <= 0.22 * GIB and "planned under" in fitted.memory_note
     _, chosen = _first(spec, 8, 0.22, None)
     assert answer_peak(chosen) <= 0.22 * GIB
+    # the summary states the limit asked for, and the note the lower one the answer was planned under
+    said = CliRunner().invoke(app, ["plan", spec, "-p", "8", "-b", "8", "--machine", "dgx-h100", "--precision",
+                                    "bf16", "--optimizer", "adam", "--memory", "0.22", "--zero", "1"])
+    assert said.exit_code == 0, said.output
+    text = " ".join(said.output.split())
+    assert f"(limit {fmt.nbytes(0.22 * GIB)})" in text and "planned under" in text
 
 
 class _Clock:

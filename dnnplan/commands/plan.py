@@ -251,7 +251,8 @@ def _facts(run: Run, answer, plan: Plan, got) -> render.Facts:
                         len(ctx.network.layers), "batchnorm2d" in ops.values(), attention,
                         resolve_overlap(answer.settings.overlap, ctx.machine).label, ctx.batch_norm,
                         axes_line(found, _pipeline_axis(got, plan), answer.settings.zero),
-                        "; ".join(x for x in (answer.zero_why, answer.memory_note) if x))
+                        "; ".join(x for x in (answer.zero_why, answer.memory_note) if x),
+                        run.limit if run.limit is not None else ctx.machine.device.mem_capacity_bytes)
 
 
 def _axes(run: Run, answer, plan: Plan, got) -> dict:

@@ -39,6 +39,9 @@ class Facts:
     batch_norm: str = "sync"  # costmodel.batch_norm
     axes: str = ""  # the layout by parallel axis in one line (planner.axes)
     zero_why: str = ""  # why the plan's ZeRO stage, when the planner chose it (planner.zero_choice)
+    #: the memory limit asked for (a device's memory, or --memory); the plan's solver record keeps the
+    #: limit it was solved under, lower where the answer was planned again (planner.fit_check)
+    limit_bytes: float | None = None
 
 
 def breakdown_text(terms) -> str:

@@ -34,7 +34,7 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         console.print(step_line(plan.step_s, plan.breakdown))
     if plan.comm and (line := comm_line(plan.comm, plan.overlap)) is not None:
         console.print(line)
-    limit = plan.solver.get("memory_limit_bytes")
+    limit = facts.limit_bytes or plan.solver.get("memory_limit_bytes")
     console.print(memory_mfu_line(plan.memory_peak_bytes, limit, plan.mfu))
     if plan.memory_parts and got is None:
         console.print(memory_line(plan.memory_parts))
