@@ -14,6 +14,7 @@ its own query heads: those partial gradients are all-reduced over the ``share`` 
 from __future__ import annotations
 
 from costmodel.optimizer import Optimizer
+from costmodel.precision import fp8_params, fp8_weight
 from networks.ir import Layer
 from networks.ops.base import prod, units_share
 
@@ -29,17 +30,24 @@ def grad_dims(layer: Layer, active) -> dict[str, tuple[str, ...]]:
 
 def weight_collectives(layer: Layer, active, wshapes: dict, itemsize: int, opt: Optimizer) -> list[tuple]:
     """(purpose, phase, collective, bytes, dims) of the weights' collectives: the gradient
-    allreduce per gradient group, or ZeRO's reduce-scatter and allgathers (costmodel.optimizer)."""
+    allreduce per gradient group, or ZeRO's reduce-scatter and allgathers (costmodel.optimizer).
+    The allgathers move each weight as the layer keeps it: one byte an element for the GEMM weights
+    of a layer whose weights are kept only in FP8 (``fp8_params``: Megatron-Core's
+    ``--fp8-param-gather`` gathers the FP8 parameters), else the weights' own bytes."""
     by_group: dict[tuple[str, ...], int] = {}
+    gathered: dict[tuple[str, ...], int] = {}
+    fp8 = fp8_params(layer)
     for name, dims in grad_dims(layer, active).items():
         if dims:
-            by_group[dims] = by_group.get(dims, 0) + prod(wshapes[name])
+            elems = prod(wshapes[name])
+            by_group[dims] = by_group.get(dims, 0) + elems
+            gathered[dims] = gathered.get(dims, 0) + elems * (1 if fp8 and fp8_weight(name, wshapes[name]) else itemsize)
     # the gradients in their wire precision (``Optimizer.reduce_bytes``), in every micro-batch's
     # backward or once a step (``Optimizer.reduce_each_micro``)
     wire, when = opt.reduce_bytes or itemsize, "bwd" if opt.reduce_each_micro else "sync"
     out = []
     for dims, elems in by_group.items():
-        nbytes, gbytes = elems * itemsize, elems * wire
+        nbytes, gbytes = gathered[dims], elems * wire
         if opt.zero == 0:
             out.append(("grad_sync", when, "allreduce", gbytes, dims))
         elif opt.zero < 3:

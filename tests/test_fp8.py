@@ -14,6 +14,7 @@ from costmodel.files import load_machine
 from costmodel.kernel_calls import kernel_calls
 from costmodel.layer_layouts import local_layer
 from costmodel.megatron import megatron_strategies
+from costmodel.optimizer import Optimizer
 from costmodel.precision import AMAX_HISTORY, is_fp8, with_precision
 from costmodel.step import model_flops_utilization, predict_step
 from costmodel.strategy import make_strategy
@@ -99,6 +100,23 @@ def test_fp8_parameters_keep_no_16bit_copy():
         assert a[k] == b[k], k
     assert preds[True].step_s == preds[False].step_s
 
+
+
+def test_fp8_parameters_are_gathered_in_fp8():
+    """Under --fp8-param-gather the distributed optimizer's all-gather of the updated shards (ZeRO-1)
+    moves each FP8 GEMM weight at one byte an element; its bias stays at two, and the gradients'
+    reduce-scatter is unchanged. GPT-2's h0.fc (768 x 3072 and 3072 biases) on 8 data-parallel ranks."""
+    net = load_network("gpt2")
+    got = {}
+    for params in (False, True):
+        n = with_precision(net, "fp8", fp8_params=params)
+        strategies, _ = megatron_strategies(n, 8, 8, 1, False)
+        pred = predict_step(n, 8, strategies, default_algorithms(n), H100, ROOF, Optimizer("adam", 1), overlap="none")
+        layer = next(x.layer for x in pred.layers if x.layer.name == "h0.fc")
+        got[params] = {c.purpose: c.nbytes for c in layer.comms}
+    assert got[False]["param_gather"] == 2 * (768 * 3072 + 3072)
+    assert got[True]["param_gather"] == 768 * 3072 + 2 * 3072
+    assert got[True]["grad_sync"] == got[False]["grad_sync"] == 2 * (768 * 3072 + 3072)
 
 def test_mfu_of_fp8_against_the_16bit_peak():
     net = load_network("gpt2")
