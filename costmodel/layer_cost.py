@@ -231,9 +231,9 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
 def fsdp_prep_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], dtype: str, opt: Optimizer,
                 micro_batches: int) -> tuple[float, float]:
     """(forward, backward) seconds of PyTorch FSDP's own kernels on a layer's weights in one
-    micro-batch (costmodel.fsdp_grad) where the optimiser runs as it (``Optimizer.torch_fsdp``:
+    micro-batch (costmodel.fsdp_grad) where the optimiser runs as it (``Optimizer.fsdp_kernels``:
     full sharding, the gradients reduce-scattered in every micro-batch); else none."""
-    if not (opt.torch_fsdp and opt.zero == 3 and opt.reduce_each_micro and wshapes):
+    if not (opt.fsdp_kernels and wshapes):
         return 0.0, 0.0
     world = max(replicas.values())
     sizes = tuple(_elems(s) for s in wshapes.values())
@@ -246,7 +246,7 @@ def fsdp_grad_copy(wshapes: dict, itemsize: int, opt: Optimizer) -> int:
     """Under :func:`fsdp_prep_s`'s FSDP, the whole gradient's copy in the reduce dtype, while the
     layer's backward reduces it (costmodel.fsdp_grad: ``grad.to(reduce_dtype)``); else 0."""
     wire = opt.reduce_bytes or itemsize
-    if not (opt.torch_fsdp and opt.zero == 3 and opt.reduce_each_micro) or wire == itemsize:
+    if not opt.fsdp_kernels or wire == itemsize:
         return 0
     return sum(_elems(s) for s in wshapes.values()) * wire
 

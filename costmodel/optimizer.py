@@ -64,6 +64,12 @@ class Optimizer:
                                hint="use 2 (16-bit), 4 (float32) or 0 (the weights' own)")
 
     @property
+    def fsdp_kernels(self) -> bool:
+        """PyTorch FSDP's own kernels run in every micro-batch's passes (module docstring): its
+        flat parameters fully sharded, the gradients reduce-scattered in every micro-batch."""
+        return self.torch_fsdp and self.zero == 3 and self.reduce_each_micro
+
+    @property
     def slots(self) -> int:
         return STATE_SLOTS[self.name]
 
