@@ -68,11 +68,15 @@ def in_flight(stages: int, s: int, m: int, chunks: int) -> tuple[tuple[int, ...]
     return tuple(seen)
 
 
+def held_at(counts, chunk_bytes) -> float:
+    """What one moment holds: ``sum_c n_c a_c`` (``counts[c]`` = ``n_c``, ``chunk_bytes[c]`` = ``a_c``)."""
+    return sum(n * a for n, a in zip(counts, chunk_bytes))
+
+
 def held_bytes(stages: int, s: int, m: int, chunk_bytes: tuple[int, ...]) -> int:
     """The most activations device ``s`` holds at once: ``max over the order of sum_c n_c a_c``,
     ``chunk_bytes[c]`` = ``a_c``, local chunk ``c`` (global chunk ``s + c S``) at one micro-batch."""
-    return max(sum(n * a for n, a in zip(counts, chunk_bytes))
-               for counts in in_flight(stages, s, m, len(chunk_bytes)))
+    return max(held_at(counts, chunk_bytes) for counts in in_flight(stages, s, m, len(chunk_bytes)))
 
 
 @dataclass(frozen=True)
@@ -95,12 +99,12 @@ class ChunkHold:
     def held(self, layer_bytes) -> float:
         """The most activations the device holds at once, ``max_moments sum_c n_c a_c``."""
         per = self.chunk_bytes(layer_bytes)
-        return max(sum(n * a for n, a in zip(v, per)) for v in self.counts)
+        return max(held_at(v, per) for v in self.counts)
 
     def worst(self, layer_bytes) -> tuple[int, ...]:
         """The count vector of the moment the device holds the most (the first such moment)."""
         per = self.chunk_bytes(layer_bytes)
-        return max(self.counts, key=lambda v: sum(n * a for n, a in zip(v, per)))
+        return max(self.counts, key=lambda v: held_at(v, per))
 
     def most(self) -> tuple[int, ...]:
         """Each chunk's most micro-batches in flight over the order: a count no moment exceeds."""

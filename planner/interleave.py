@@ -46,11 +46,15 @@ def role(stages: int, s: int) -> str:
     return FIRST if s == 0 else LAST if s == stages - 1 else MIDDLE
 
 
+def hold(stack: Stack, stages: int, s: int, m: int, chunks: int) -> ChunkHold:
+    """What device ``s`` holds, chunk by chunk in Megatron's order (costmodel.pipeline_memory)."""
+    return device_hold(stages, s, m, chunks, stack.device_chunks(stages, chunks, s))
+
+
 def kept(stack: Stack, stages: int, s: int, m: int, chunks: int) -> ChunkHold:
-    """What device ``s`` is solved to hold, chunk by chunk in Megatron's order (its own on the
-    first and last device, device 1's on every middle one; module docstring)."""
-    d = s if s in (0, stages - 1) else 1
-    return device_hold(stages, d, m, chunks, stack.device_chunks(stages, chunks, d))
+    """What device ``s`` is solved to hold: its own on the first and last device, device 1's on
+    every middle one (module docstring)."""
+    return hold(stack, stages, s if s in (0, stages - 1) else 1, m, chunks)
 
 
 def sends_s(machine: Machine, p: int, stages: int, chunks: int, s: int, boundary: int, micro: int) -> float:
@@ -104,15 +108,15 @@ def predict(stack: Stack, batch: int, p: int, stages: int, m: int, chunks: int, 
     if abs(pred.step_s - step) > 1e-9 * step:
         raise PlanMismatch(f"the interleaved step {pred.step_s!r} s differs from the search's {step!r} s")
     for s, st in enumerate(pred.stages):
-        check_memory(solutions[s], st, device_hold(stages, s, m, chunks, stack.device_chunks(stages, chunks, s)))
+        check_memory(solutions[s], st, hold(stack, stages, s, m, chunks))
     return pred
 
 
-def check_memory(sol: StageSolution, st: StagePrediction, hold: ChunkHold) -> None:
+def check_memory(sol: StageSolution, st: StagePrediction, device: ChunkHold) -> None:
     """Raise :class:`PlanMismatch` unless the device's memory as its solve counts it (each chunk's
     micro-batches in flight at its busiest moment) is predict's count for it (its layers' memory of
     one micro-batch and what the order holds beyond it)."""
-    counted = sol.held_bytes(hold)
+    counted = sol.held_bytes(device)
     priced = st.micro.memory_bound_bytes + st.micro.activation_bytes * (st.kept_micro_batches - 1)
     if abs(priced - counted) > 1e-9 * max(abs(counted), 1.0):
         raise PlanMismatch(f"device {st.index}: predicted memory count {priced!r} B differs from its solve's "
