@@ -166,11 +166,12 @@ class Interleaving:
             key, vs = (c.stages, c.micro_batches), chunk_counts(n, c.stages, c.micro_batches, INTERLEAVED)
             if c.chunks == 1 and vs and key not in self.done and c.lower_s < float("inf"):
                 left.append((c.lower_s * saving(*key, max(vs)), key, max(vs)))
-        for i, (bound, key, v) in enumerate(sorted(left)):
+        left.sort()
+        for i, (bound, key, v) in enumerate(left):
             if bound >= best.step_s * (1 - tolerance):
                 break
             if budget is not None and budget.expired():
-                out.extend(Candidate(k[0], k[1], b, skipped="time", lower_s=b, chunks=v2) for b, k, v2 in sorted(left)[i:]
+                out.extend(Candidate(k[0], k[1], b, skipped="time", lower_s=b, chunks=v2) for b, k, v2 in left[i:]
                            if b < best.step_s * (1 - tolerance))
                 break
             best = self.pair(key, best, out, [])
