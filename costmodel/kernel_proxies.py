@@ -1,10 +1,11 @@
 """Kernel calls for ops the kernel set has no kernel for yet: priced on the kernels that move the
 same bytes and do at least the same arithmetic. Pure.
 
-The one kernel set (docs/kernels.md) has no RMSNorm, SwiGLU or rotary-position kernel, and the
-executor refuses these ops; the cost model still has to price them, on a profile table as on the
-roofline (which prices attention kernel by kernel). Each is priced as the unfused sequence a
-framework runs, on the nearest kernels the set has:
+The profiled kernel set (docs/kernels.md) times no RMSNorm, SwiGLU or rotary-position kernel: the
+executor runs its own array-module code for them (kernels.norm.rmsnorm_*, kernels.activation.swiglu_*,
+kernels.rotary), which no profile table holds yet. The cost model prices them, on a profile table as
+on the roofline (which prices attention kernel by kernel), as the unfused sequence a framework runs,
+on the nearest kernels the set has:
 
 * ``rmsnorm``: the layer-norm kernels at the same (rows, D) (:func:`costmodel.kernel_calls.kernel_calls`
   sends it to them directly): the same traffic, and a superset of its arithmetic (the mean and beta);

@@ -1,4 +1,4 @@
-"""Element-wise kernels: ReLU, GELU (tanh approximation, as GPT-2), dropout, add, concat."""
+"""Element-wise kernels: ReLU, GELU (tanh approximation, as GPT-2), SwiGLU, dropout, add, concat."""
 
 from __future__ import annotations
 
@@ -59,6 +59,25 @@ def gelu_backward(dy, cache):
     a *= t
     a *= dy
     return a
+
+
+def swiglu_forward(x):
+    """``silu(gate) * up`` over gate and up interleaved on the last axis (gate j at 2j, up j at
+    2j + 1: networks.ops.pointwise, SwiGLU); (..., 2F) -> (..., F). Keeps gate, up and the sigmoid."""
+    xp = module_of(x)
+    g, u = x[..., 0::2], x[..., 1::2]
+    s = 1.0 / (1.0 + xp.exp(-g))
+    return g * s * u, (g, u, s)
+
+
+def swiglu_backward(dy, cache):
+    """The input's gradient, interleaved as the input: ``dgate = dy u silu'(g)`` with
+    ``silu'(g) = s (1 + g (1 - s))``, ``dup = dy silu(g)``."""
+    g, u, s = cache
+    xp = module_of(dy)
+    dg = dy * u * s * (1.0 + g * (1.0 - s))
+    du = dy * g * s
+    return xp.stack([dg, du], axis=-1).reshape(*dy.shape[:-1], 2 * dy.shape[-1])
 
 
 def dropout_mask(xp, shape, rate, seed, dtype):

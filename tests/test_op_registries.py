@@ -31,11 +31,7 @@ from networks.spec import parse_network
 #: Ops the planner prices but the executor cannot run yet (neither the distributed ops nor the
 #: reference step), each with its reason. The test checks that they are still refused, so an op
 #: leaves this list when the executor learns it.
-PLANNED_ONLY: dict[str, str] = {
-    # kernels has no RMSNorm or SwiGLU kernel (costmodel.kernel_proxies prices them on others)
-    "rmsnorm": "the executor has no rmsnorm op yet",
-    "swiglu": "the executor has no swiglu op yet",
-}
+PLANNED_ONLY: dict[str, str] = {}
 
 #: Ops that run no timed kernel, so the cost model lists no kernel call for them (each with its
 #: reason); every other op lists at least one call in some pass.

@@ -63,10 +63,14 @@ def _forward(layer: Layer, xs, w: dict, algo: str, labels, rows=None):
         return bn.forward(x, w["gamma"], w["beta"], p["eps"], rows)
     if op == "layernorm":
         return norm.layernorm_forward(x, w["gamma"], w["beta"], p["eps"])
+    if op == "rmsnorm":
+        return norm.rmsnorm_forward(x, w["gamma"], p["eps"])
     if op == "relu":
         return act.relu_forward(x)
     if op == "gelu":
         return act.gelu_forward(x)
+    if op == "swiglu":
+        return act.swiglu_forward(x)
     if op == "dropout":
         return x, None
     if op == "add":
@@ -112,10 +116,15 @@ def _backward(layer: Layer, dy, cache, w: dict, algo: str, rows=None):
     if op == "layernorm":
         dx, dg, db = norm.layernorm_backward(dy, cache)
         return [dx], {"gamma": dg, "beta": db}
+    if op == "rmsnorm":
+        dx, dg = norm.rmsnorm_backward(dy, cache)
+        return [dx], {"gamma": dg}
     if op == "relu":
         return [act.relu_backward(dy, cache)], {}
     if op == "gelu":
         return [act.gelu_backward(dy, cache)], {}
+    if op == "swiglu":
+        return [act.swiglu_backward(dy, cache)], {}
     if op == "dropout":
         return [dy], {}
     if op == "add":

@@ -7,7 +7,10 @@ projections of the whole width (their input gradients summed), where the distrib
 fused projection of its heads, and grouped-query attention repeats each key/value head over its
 query heads (``numpy.repeat``) and sums their gradients back, where the distributed op and the kernel
 broadcast them; the embedding is a plain gather and ``numpy.add.at`` over the whole
-table. The GEMM and attention kernels are the same (kernels.gemm, kernels.attention).
+table. The GEMM, attention and RMSNorm kernels are the same (kernels.gemm, kernels.attention,
+kernels.norm); ``qk_norm`` and ``rotary`` act on each (sample, head) block of queries and keys, the
+rotation written here on those blocks from the angle tables (kernels.rotary.tables) where the
+distributed op rotates its projection's columns.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ import numpy as np
 
 from kernels import attention as attn
 from kernels import gemm
-from networks.errors import DnnplanError
+from kernels.norm import rmsnorm_backward, rmsnorm_forward
+from kernels.rotary import tables
+
+#: RMSNorm's epsilon on each query and key head (executor.ops.attention.QK_NORM_EPS)
+QK_NORM_EPS = 1e-6
 
 
 def embedding_forward(ids: np.ndarray, w: dict):
@@ -56,29 +63,53 @@ def _unheads(a: np.ndarray) -> np.ndarray:
     return a.transpose(0, 2, 1, 3).reshape(n, s, h * dh)
 
 
-def attention_forward(x: np.ndarray, w: dict, p: dict):
-    if p.get("rotary"):
-        raise DnnplanError("the reference step cannot run attention with rotary positions yet")
+def _rotate(a: np.ndarray, inverse: bool) -> np.ndarray:
+    """RoFormer's rotation of (N, heads, S, dh) blocks by position: ``a cos + (-a2, a1) sin``; its
+    transpose (``inverse``) ``a cos + (a2 sin, -a1 sin)``."""
+    n, h, s, dh = a.shape
+    cos, sin = tables(np, s, dh, a.dtype)
+    half = dh // 2
+    b = a * sin if inverse else a
+    turned = np.concatenate([b[..., half:], -b[..., :half]] if inverse else [-b[..., half:], b[..., :half]], axis=-1)
+    return a * cos + (turned if inverse else turned * sin)
+
+
+def _positions(q: np.ndarray, k: np.ndarray, w: dict, p: dict):
+    """``qk_norm`` then ``rotary`` on the whole query and key heads: ``(q, k, norm caches)``."""
+    caches = (None, None)
     if p.get("qk_norm"):
-        raise DnnplanError("the reference step cannot run attention with per-head query/key norms yet")
+        (q, cq), (k, ck) = rmsnorm_forward(q, w["q_norm"], QK_NORM_EPS), rmsnorm_forward(k, w["k_norm"], QK_NORM_EPS)
+        caches = (cq, ck)
+    if p.get("rotary"):
+        q, k = _rotate(q, False), _rotate(k, False)
+    return q, k, caches
+
+
+def attention_forward(x: np.ndarray, w: dict, p: dict):
     heads = p["heads"]
     kv = p.get("kv_heads") or heads
     q, k, v = (_heads(gemm.linear_forward(x, wj, bj), n) for (wj, bj), n in zip(_projections(w), (heads, kv, kv)))
+    q, k, norms = _positions(q, k, w, p)
     k, v = np.repeat(k, heads // kv, axis=1), np.repeat(v, heads // kv, axis=1)
     o, core = attn.attention_forward(q, k, v, causal=bool(p["causal"]))
     o2 = _unheads(o)
     y = gemm.linear_forward(o2, w["out_weight"], w.get("out_bias"))
-    return y, (x, o2, core)
+    return y, (x, o2, core, norms)
 
 
 def attention_backward(dy: np.ndarray, cache, w: dict, p: dict):
-    x, o2, core = cache
+    x, o2, core, norms = cache
     do2, dw_out, db_out = gemm.linear_backward(dy, o2, w["out_weight"], "out_bias" in w)
     heads = p["heads"]
     kv = p.get("kv_heads") or heads
     dq, dk, dv = attn.attention_backward(_heads(do2, heads), core)
     n, _, s, dh = dk.shape
     dk, dv = (g.reshape(n, kv, heads // kv, s, dh).sum(axis=2) for g in (dk, dv))
+    if p.get("rotary"):
+        dq, dk = _rotate(dq, True), _rotate(dk, True)
+    scales = {}
+    if p.get("qk_norm"):
+        (dq, scales["q_norm"]), (dk, scales["k_norm"]) = rmsnorm_backward(dq, norms[0]), rmsnorm_backward(dk, norms[1])
     dx = np.zeros_like(x)
     dws, dbs = [], []
     for (wj, _), g in zip(_projections(w), (dq, dk, dv)):
@@ -86,7 +117,7 @@ def attention_backward(dy: np.ndarray, cache, w: dict, p: dict):
         dx += dxj
         dws.append(dwj)
         dbs.append(dbj)
-    grads = {"out_weight": dw_out}
+    grads = {"out_weight": dw_out, **scales}
     if "qkv_weight" in w:
         grads["qkv_weight"] = np.stack(dws)
         if "qkv_bias" in w:

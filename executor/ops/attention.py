@@ -7,8 +7,14 @@ data: ``linear.bwd_data`` (out), ``attention.bwd``, ``linear.bwd_data`` (q/k/v);
 Under a head split (F) the q/k/v projection is column-parallel (the input is whole, the input
 gradient a partial sum all-reduced over F) and the output projection row-parallel (the output is a
 partial sum all-reduced over F; only the rank with F-coordinate 0 adds the output bias and
-counts its gradient). A sequence split (H) would gather keys and values over the group, and rotary
-positions would rotate queries and keys: neither runs yet, each refused with one line.
+counts its gradient). A sequence split (H) would gather keys and values over the group: it does not
+run yet, refused with one line.
+
+Between the projection and the core, ``qk_norm`` normalises each query and key head by RMSNorm over
+its ``dh`` features (``layernorm.fwd`` in the cost model: costmodel.kernel_proxies.qk_norm_calls;
+the scales ``q_norm`` and ``k_norm`` whole on every rank, their gradients partial sums over F, as
+the op's split declares), then ``rotary`` rotates them by position (kernels.rotary): both on the
+projection's query and key columns of this rank's heads, whose positions are the whole sequence.
 
 Weights: ``qkv_weight`` (3, Dl, D) with ``qkv_bias`` (3, Dl): query, key and value rows of this
 rank's heads (head ``h`` owns features ``h*dh .. (h+1)*dh``); ``out_weight`` (D, Dl). Grouped-query
@@ -35,6 +41,11 @@ from executor.ops.base import LayerCtx, check_shape, unsupported
 from kernels.activation import concat_forward
 from kernels.attention import attention_backward_packed, attention_forward_packed
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
+from kernels.norm import rmsnorm_backward, rmsnorm_forward
+from kernels.rotary import rotary_backward, rotary_forward
+
+#: RMSNorm's epsilon on each query and key head (Qwen3's rms_norm_eps)
+QK_NORM_EPS = 1e-6
 
 
 def _grouped(ctx: LayerCtx) -> bool:
@@ -98,6 +109,42 @@ def _sum_over_replicas(ctx: LayerCtx, grads: dict[str, Array]) -> None:
             grads[name] = ctx.xp.ascontiguousarray(every[slot])
 
 
+def _heads_in(ctx: LayerCtx, qkv, dh: int, dl: int, dkv: int):
+    """``qk_norm`` then ``rotary`` on the query and key columns of the projection's output ``qkv``
+    (module docstring): ``(qkv, cache)``, the input as it is where the layer has neither."""
+    p = ctx.p
+    if not (p.get("qk_norm") or p.get("rotary")):
+        return qkv, None
+    xp = ctx.xp
+    n, s, _ = qkv.shape
+    parts = [qkv[..., :dl], qkv[..., dl:dl + dkv]]
+    norms = [None, None]
+    if p.get("qk_norm"):
+        for i, scale in enumerate(("q_norm", "k_norm")):
+            y, norms[i] = rmsnorm_forward(parts[i].reshape(n, s, -1, dh), ctx.weights[scale], QK_NORM_EPS)
+            parts[i] = y.reshape(n, s, -1)
+    if p.get("rotary"):
+        parts = [rotary_forward(t, dh)[0] for t in parts]
+    return xp.concatenate([*parts, qkv[..., dl + dkv:]], axis=-1), (norms, dh, dl, dkv)
+
+
+def _heads_out(ctx: LayerCtx, dqkv, cache) -> tuple[object, dict]:
+    """The gradient of :func:`_heads_in`'s input from its output's, and the scales' gradients."""
+    if cache is None:
+        return dqkv, {}
+    norms, dh, dl, dkv = cache
+    n, s, _ = dqkv.shape
+    parts = [dqkv[..., :dl], dqkv[..., dl:dl + dkv]]
+    if ctx.p.get("rotary"):
+        parts = [rotary_backward(t, dh) for t in parts]
+    grads = {}
+    for i, scale in enumerate(("q_norm", "k_norm")):
+        if norms[i] is not None:
+            dx, grads[scale] = rmsnorm_backward(parts[i].reshape(n, s, -1, dh), norms[i])
+            parts[i] = dx.reshape(n, s, -1)
+    return ctx.xp.concatenate([*parts, dqkv[..., dl + dkv:]], axis=-1), grads
+
+
 def _algorithm(ctx: LayerCtx) -> str:
     """The attention kernel the plan chose for the layer ("" for the device's default)."""
     got = kernel_algorithm(ctx.algo)
@@ -111,38 +158,34 @@ def _owns_out_bias(ctx: LayerCtx) -> bool:
 def forward(ctx: LayerCtx, xs):
     if ctx.split("H"):
         raise unsupported(ctx.layer, "attention split over the sequence (H)")
-    if ctx.p.get("rotary"):
-        raise unsupported(ctx.layer, "attention with rotary positions", any_strategy=True)
-    if ctx.p.get("qk_norm"):
-        raise unsupported(ctx.layer, "attention with per-head query/key norms (qk_norm)", any_strategy=True)
     (x,) = xs
     dh, dl, dkv = _widths(ctx)
     with ctx.span("fwd_compute"):
         w_qkv, b_qkv = _fused_weight(ctx)
-        qkv = linear_forward(x, w_qkv, b_qkv)
+        qkv, heads = _heads_in(ctx, linear_forward(x, w_qkv, b_qkv), dh, dl, dkv)
         o2, core = attention_forward_packed(qkv, dl // dh, dkv // dh, causal=bool(ctx.p["causal"]),
                                             algorithm=_algorithm(ctx))
         y = linear_forward(o2, ctx.weights["out_weight"],
                            ctx.weights["out_bias"] if _owns_out_bias(ctx) else None)
     y = ctx.xp.ascontiguousarray(y)
     ctx.allreduce(y, ("F",), "fwd_comm")
-    return check_shape(ctx, y), (x, o2, core, w_qkv, b_qkv is not None)
+    return check_shape(ctx, y), (x, o2, core, w_qkv, b_qkv is not None, heads)
 
 
 def backward(ctx: LayerCtx, dy, cache):
-    x, o2, core, w_qkv, has_qkv_bias = cache
+    x, o2, core, w_qkv, has_qkv_bias, heads = cache
     w_out = ctx.weights["out_weight"]
     dh, dl, _ = _widths(ctx)
     xp = ctx.xp
     with ctx.span("bwd_compute"):
         do2 = linear_backward_data(dy, w_out)
-        dqkv = attention_backward_packed(do2, core, dl // dh)
+        dqkv, norm_grads = _heads_out(ctx, attention_backward_packed(do2, core, dl // dh), heads)
         dx = linear_backward_data(dqkv, w_qkv)
         dw_out, db_out = linear_backward_weights(dy, o2, "out_bias" in ctx.weights)
         dw_qkv, db_qkv = linear_backward_weights(dqkv, x, has_qkv_bias)
     dx = xp.ascontiguousarray(dx)
     ctx.allreduce(dx, ("F",), "bwd_comm")
-    grads = {**_qkv_grads(ctx, dw_qkv, db_qkv if has_qkv_bias else None), "out_weight": dw_out}
+    grads = {**_qkv_grads(ctx, dw_qkv, db_qkv if has_qkv_bias else None), "out_weight": dw_out, **norm_grads}
     if "out_bias" in ctx.weights:
         grads["out_bias"] = db_out if _owns_out_bias(ctx) else xp.zeros_like(db_out)
     return [dx], grads

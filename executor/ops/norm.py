@@ -4,14 +4,14 @@ sum dy*xhat), so the statistics equal the single-process ones. A layer marked un
 (--batch-norm local, costmodel.batch_norm) sums over its H and W group only: the statistics of
 each rank's sample shard, as PyTorch DDP's BatchNorm2d takes them. The gamma/beta gradients a rank
 returns are its LOCAL sums (the weight-gradient allreduce over the same group completes them);
-layernorm split over N and H needs no statistics exchange."""
+layernorm and rmsnorm split over N and H need no statistics exchange (each row's statistic is its own)."""
 
 from __future__ import annotations
 
 from executor.ops.base import LayerCtx, check_shape
 from kernels.norm import (bn_backward_apply, bn_backward_local_sums, bn_forward_apply,
                                    bn_local_sums, bn_stats_from_sums, layernorm_backward,
-                                   layernorm_forward)
+                                   layernorm_forward, rmsnorm_backward, rmsnorm_forward)
 from networks.ops.norm import synced
 
 STAT_DIMS = ("N", "H", "W")
@@ -61,3 +61,16 @@ def ln_backward(ctx: LayerCtx, dy, cache):
     with ctx.span("bwd_compute"):
         dx, dgamma, dbeta = layernorm_backward(dy, cache)
     return [dx], {"gamma": dgamma, "beta": dbeta}
+
+
+def rms_forward(ctx: LayerCtx, xs):
+    (x,) = xs
+    with ctx.span("fwd_compute"):
+        y, cache = rmsnorm_forward(x, ctx.weights["gamma"], ctx.p["eps"])
+    return check_shape(ctx, y), cache
+
+
+def rms_backward(ctx: LayerCtx, dy, cache):
+    with ctx.span("bwd_compute"):
+        dx, dgamma = rmsnorm_backward(dy, cache)
+    return [dx], {"gamma": dgamma}

@@ -1,4 +1,7 @@
-"""Ops without weights on matching blocks: relu, gelu, dropout, add, concat, flatten.
+"""Ops without weights on matching blocks: relu, gelu, swiglu, dropout, add, concat, flatten.
+
+SwiGLU under a feature split (C) takes whole (gate, up) pairs: its input block is the pairs of its
+output block (networks.ops.pointwise), so it too runs on the local block alone.
 
 Dropout draws its mask per shard (``dropout_forward`` seeds by shape), so a distributed run with
 dropout cannot equal a single-process one; the step the check compares runs dropout as the identity
@@ -11,7 +14,7 @@ from __future__ import annotations
 from executor.ops.base import LayerCtx, check_shape, unsupported
 from kernels.activation import (add_backward, add_forward, concat_backward, concat_forward,
                                          dropout_backward, dropout_forward, gelu_backward, gelu_forward,
-                                         relu_backward, relu_forward)
+                                         relu_backward, relu_forward, swiglu_backward, swiglu_forward)
 
 
 def _activation(forward_kernel, backward_kernel):
@@ -30,6 +33,7 @@ def _activation(forward_kernel, backward_kernel):
 
 relu_fwd, relu_bwd = _activation(relu_forward, relu_backward)
 gelu_fwd, gelu_bwd = _activation(gelu_forward, gelu_backward)
+swiglu_fwd, swiglu_bwd = _activation(swiglu_forward, swiglu_backward)
 
 
 def dropout_fwd(ctx: LayerCtx, xs):
