@@ -52,6 +52,8 @@ MODES = ("none", "data", "all")
 EXPERTS = "+experts"
 #: PyTorch DDP's ``bucket_cap_mb`` default (torch.nn.parallel.DistributedDataParallel), in bytes
 DEFAULT_BUCKET_BYTES = 25 * 2 ** 20
+#: what separates a mode from its bucket in MiB in :attr:`Overlap.spec`
+BUCKET_MARK = "@"
 #: the collectives tensor parallelism adds (costmodel.tensor_comms) and the ops whose GEMMs hide them
 TENSOR_PURPOSES = frozenset({"partial_sum", "input_grad", "output_grad", "input_gather"})
 GEMM_OPS = frozenset({"linear", "attention"})
@@ -67,8 +69,10 @@ class Overlap:
 
     @property
     def spec(self) -> str:
-        """The mode as ``--overlap`` writes it (``all+experts``)."""
-        return self.mode + (EXPERTS if self.experts else "")
+        """The mode as ``--overlap`` writes it (``all+experts``), and a bucket other than the
+        default after an ``@`` in MiB (``data@76``: ``--bucket-mb 76``), as a plan file records it."""
+        bucket = "" if self.bucket_bytes == DEFAULT_BUCKET_BYTES else f"{BUCKET_MARK}{self.bucket_bytes / 2 ** 20:g}"
+        return self.mode + (EXPERTS if self.experts else "") + bucket
 
     @property
     def data(self) -> bool:
@@ -106,11 +110,31 @@ def resolve_overlap(overlap, machine) -> Overlap:
         return default_overlap(machine)
     if isinstance(overlap, Overlap):
         return overlap
-    mode, experts = (overlap[:-len(EXPERTS)], True) if overlap.endswith(EXPERTS) else (overlap, False)
+    text, mark, mib = overlap.partition(BUCKET_MARK)
+    mode, experts = (text[:-len(EXPERTS)], True) if text.endswith(EXPERTS) else (text, False)
     if mode not in MODES:
         raise DnnplanError(f"unknown --overlap {short(str(overlap))}",
                            hint=f"use one of {', '.join(MODES)}, optionally with {EXPERTS} (all{EXPERTS})")
-    return Overlap(mode, experts=experts)
+    return Overlap(mode, _bucket_bytes(mib, overlap) if mark else DEFAULT_BUCKET_BYTES, experts)
+
+
+def overlap_with_bucket(overlap: str | None, machine, bucket_mb: float | None) -> Overlap:
+    """``--overlap`` and ``--bucket-mb`` together: the mode (None: the machine's default) with the
+    bucket given in MiB, else the mode's own (its ``@MiB``, or DDP's default)."""
+    got = resolve_overlap(overlap, machine)
+    return got if bucket_mb is None else dataclasses.replace(got, bucket_bytes=max(1, int(bucket_mb * 2 ** 20)))
+
+
+def _bucket_bytes(mib: str, overlap: str) -> int:
+    """The bucket of a spec's ``@MiB`` in bytes (one clear line for anything but a positive size)."""
+    try:
+        size = float(mib)
+    except ValueError:
+        size = 0.0
+    if not 0 < size < 1e9:
+        raise DnnplanError(f"bad gradient bucket in overlap {short(overlap)}: expected MiB after '{BUCKET_MARK}'",
+                           hint=f"write e.g. data{BUCKET_MARK}25, or pass --bucket-mb")
+    return max(1, int(size * 2 ** 20))
 
 
 def front_layers(net: Network, bucket_bytes: int) -> frozenset[str]:

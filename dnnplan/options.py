@@ -120,9 +120,10 @@ OverlapOpt = Annotated[str, typer.Option(
     "--tp-comm-overlap); any of them with +experts (all+experts: the expert all-to-alls of one micro-batch under "
     "another's opposite pass, Megatron-Core's --overlap-moe-expert-parallel-comm). \\[default: data on GPU "
     "machines, none on the CPU] (docs/costmodel.md, Overlap).")]
-BucketOpt = Annotated[float, typer.Option(
+BucketOpt = Annotated[Optional[float], typer.Option(
     "--bucket-mb", help="Gradient bucket size in MiB with --overlap data or all (PyTorch DDP's bucket_cap_mb; "
-    "Megatron-Core's default bucket of 40M parameters is 76 MiB in bf16): the last bucket's reduction is exposed.",
+    "Megatron-Core's default bucket of 40M parameters is 76 MiB in bf16): the last bucket's reduction is exposed. "
+    "A plan file records it after the mode (overlap: data@76). \\[default: 25, DDP's]",
     callback=within("--bucket-mb", 0.001, 1e6))]
 RuntimeOpt = Annotated[str, typer.Option(
     "--runtime", help="Whose step to price: dnnplan (what `dnnplan execute` runs) or deepspeed "

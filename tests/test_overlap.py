@@ -191,6 +191,38 @@ def test_plan_takes_the_overlap_the_user_runs_and_its_plan_file_keeps_it(tmp_pat
     bad = runner.invoke(app, args + ["--overlap", "sometimes"])
     assert bad.exit_code == 2 and "--overlap" in bad.output
 
+def test_the_bucket_is_part_of_the_mode_a_plan_file_records():
+    from costmodel.overlap import BUCKET_MARK
+    assert Overlap("data").spec == "data" and Overlap("data", 76 * 2 ** 20).spec == f"data{BUCKET_MARK}76"
+    assert resolve_overlap("all+experts@40", None) == Overlap("all", 40 * 2 ** 20, True)
+    assert resolve_overlap(Overlap("data", 3 * 2 ** 19).spec, None).bucket_bytes == 3 * 2 ** 19  # 1.5 MiB
+    for bad in ("data@", "data@x", "data@-2", "sometimes@25"):
+        with pytest.raises(DnnplanError, match="overlap"):
+            resolve_overlap(bad, None)
+
+
+def test_plan_takes_the_bucket_and_its_plan_file_keeps_it(tmp_path):
+    """`dnnplan plan --bucket-mb` prices every candidate with that gradient bucket: GPT-2 on 8 H100s
+    at 16 sequences is data parallel, its last bucket's reduction exposed, so a 200 MiB bucket (every
+    gradient in it) exposes the whole reduction and the step grows; the plan file records the bucket
+    in its mode and `dnnplan predict` of the file prices it with that bucket again."""
+    args = ["plan", "gpt2", "-p", "8", "-b", "16", "--machine", "dgx-h100", "--precision", "bf16",
+            "--optimizer", "adam", "--json"]
+    got = {}
+    for mb in (None, 200):
+        path = tmp_path / f"b{mb}.yaml"
+        out = runner.invoke(app, args + ["--out", str(path)] + ([] if mb is None else ["--bucket-mb", str(mb)]))
+        assert out.exit_code == 0, out.output
+        got[mb] = json.loads(out.output)
+    assert got[None]["overlap"] == "data" and got[200]["overlap"] == "data@200"
+    assert got[200]["step_comm_s"]["exposed"] > got[None]["step_comm_s"]["exposed"]
+    assert got[200]["step_s"] > got[None]["step_s"]
+    again = json.loads(runner.invoke(app, ["predict", str(tmp_path / "b200.yaml"), "--json"]).output)
+    assert again["overlap"] == "data@200" and again["step_s"] == pytest.approx(got[200]["step_s"], rel=1e-9)
+    bad = runner.invoke(app, args + ["--bucket-mb", "0"])
+    assert bad.exit_code == 2 and "--bucket-mb" in bad.output
+
+
 def test_fsdp_reducing_in_float32_every_micro_batch_moves_what_it_runs():
     """Composer's FSDP (mixed_precision DEFAULT, no no_sync): each micro-batch's backward
     reduce-scatters its gradients in float32. GPT-2's h0.fc, a 768 x 3072 weight and 3072 biases in

@@ -15,12 +15,12 @@ from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carri
 from costmodel.compute import attention_default, kernel_algorithm
 from costmodel.files import DEFAULT_MACHINE
 from costmodel.optimizer import Optimizer
-from costmodel.overlap import resolve_overlap
+from costmodel.overlap import overlap_with_bucket, resolve_overlap
 from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
 from costmodel.precision import get_precision
 from costmodel.step import model_flops_utilization
 from dnnplan.flags import refresh_warning
-from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt, MachineOpt, MemoryOpt,
+from dnnplan.options import (BatchOpt, BucketOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt, MachineOpt, MemoryOpt,
                              NetworkArg, OptimizerOpt, OverlapOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
                              PlanProveOpt,
                              PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
@@ -82,7 +82,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b",
          prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False, step_context: PlanStepContextOpt = True,
          layers: LayersOpt = False, force: ForceOpt = False, foreign_profile: ForeignProfileOpt = False,
-         seq: SeqOpt = None, batch_norm: BatchNormOpt = None, overlap: OverlapOpt = "") -> None:
+         seq: SeqOpt = None, batch_norm: BatchNormOpt = None, overlap: OverlapOpt = "",
+         bucket_mb: BucketOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -114,7 +115,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
             opt = Optimizer(optimizer, zero)
-            mode = resolve_overlap(overlap or None, ctx.machine).spec  # one clear line for an unknown mode
+            # one clear line for an unknown mode; a bucket recorded in the mode (data@76) for the plan file
+            mode = overlap_with_bucket(overlap or None, ctx.machine, bucket_mb).spec
             run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(profile),
                       Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
                                recompute=recompute, budget=budget, overlap=mode),

@@ -10,7 +10,7 @@ from costmodel.breakdown import comm_parts
 from costmodel.compute import recompute_algorithms
 from costmodel.megatron import megatron_strategies
 from costmodel.optimizer import Optimizer
-from costmodel.overlap import DEFAULT_BUCKET_BYTES, resolve_overlap
+from costmodel.overlap import overlap_with_bucket
 from costmodel.pipeline import pipeline_json, predict_pipeline
 from costmodel.files import load_machine
 from costmodel.precision import get_precision
@@ -70,7 +70,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             expert: ExpertOpt = 1, attention: AttentionOpt = "",
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", overlap: OverlapOpt = "",
-            bucket_mb: BucketOpt = DEFAULT_BUCKET_BYTES / 2 ** 20, runtime: RuntimeOpt = "dnnplan",
+            bucket_mb: BucketOpt = None, runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
             foreign_profile: ForeignProfileOpt = False, seq: SeqOpt = None, out: PlanOutOpt = None,
             force: ForceOpt = False, batch_norm: BatchNormOpt = None) -> None:
@@ -100,7 +100,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
     strategies_of = _strategies(megatron, strategy, tensor, sequence_parallel, context_, expert)
-    ov = dataclasses.replace(resolve_overlap(overlap or None, ctx.machine), bucket_bytes=int(bucket_mb * 2 ** 20))
+    ov = overlap_with_bucket(overlap or None, ctx.machine, bucket_mb)
     if pipeline > 1 or (schedule != "1f1b" and micro_batches > 1):  # one 1F1B stage: accumulation
         return predict_pipelined(ctx, strategies_of, algorithms, opt, pipeline, micro_batches, schedule, as_json,
                                  chunks, full=recompute == "full", overlap=ov)
