@@ -16,10 +16,11 @@ from kernels.xp import module_of
 BASE = 10000.0
 
 
-def tables(xp, positions: int, dh: int, dtype):
-    """``(cos, sin)``, each (positions, dh): the angles of each half repeated for the other."""
+def tables(xp, positions: int, dh: int, dtype, start: int = 0):
+    """``(cos, sin)``, each (positions, dh), of the positions from ``start``: the angles of each
+    half repeated for the other."""
     inv = BASE ** (-xp.arange(0, dh, 2, dtype=xp.float64) / dh)
-    angles = xp.arange(positions, dtype=xp.float64)[:, None] * inv[None, :]
+    angles = xp.arange(start, start + positions, dtype=xp.float64)[:, None] * inv[None, :]
     angles = xp.concatenate([angles, angles], axis=-1)
     return xp.cos(angles).astype(dtype), xp.sin(angles).astype(dtype)
 
@@ -31,20 +32,21 @@ def _half(x, sign: float):
     return xp.concatenate([-sign * x[..., h:], sign * x[..., :h]], axis=-1)
 
 
-def rotary_forward(x, dh: int):
-    """Rotate ``x`` (N, S, heads dh), each head's block of ``dh`` by its position along S."""
+def rotary_forward(x, dh: int, start: int = 0):
+    """Rotate ``x`` (N, S, heads dh), each head's block of ``dh`` by its position along S, the
+    first at ``start`` (a sequence split's block)."""
     xp = module_of(x)
     n, s, w = x.shape
-    cos, sin = tables(xp, s, dh, x.dtype)
+    cos, sin = tables(xp, s, dh, x.dtype, start)
     heads = x.reshape(n, s, w // dh, dh)
     y = heads * cos[:, None, :] + _half(heads, 1.0) * sin[:, None, :]
     return y.reshape(n, s, w), dh
 
 
-def rotary_backward(dy, dh: int):
+def rotary_backward(dy, dh: int, start: int = 0):
     """The inverse rotation of ``dy`` (the gradient of :func:`rotary_forward`'s input)."""
     xp = module_of(dy)
     n, s, w = dy.shape
-    cos, sin = tables(xp, s, dh, dy.dtype)
+    cos, sin = tables(xp, s, dh, dy.dtype, start)
     heads = dy.reshape(n, s, w // dh, dh)
     return (heads * cos[:, None, :] + _half(heads * sin[:, None, :], -1.0)).reshape(n, s, w)

@@ -82,8 +82,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b",
          prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False, step_context: PlanStepContextOpt = True,
          layers: LayersOpt = False, force: ForceOpt = False, foreign_profile: ForeignProfileOpt = False,
-         seq: SeqOpt = None, batch_norm: BatchNormOpt = None, overlap: OverlapOpt = "",
-         bucket_mb: BucketOpt = None) -> None:
+         seq: SeqOpt = None, batch_norm: BatchNormOpt = None, overlap: OverlapOpt = "", bucket_mb: BucketOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -115,8 +114,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
             opt = Optimizer(optimizer, zero)
-            # one clear line for an unknown mode; a bucket recorded in the mode (data@76) for the plan file
-            mode = overlap_with_bucket(overlap or None, ctx.machine, bucket_mb).spec
+            mode = overlap_with_bucket(overlap or None, ctx.machine, bucket_mb).spec  # e.g. data@76; bad: 1 line
             run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(profile),
                       Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
                                recompute=recompute, budget=budget, overlap=mode),

@@ -7,14 +7,14 @@ data: ``linear.bwd_data`` (out), ``attention.bwd``, ``linear.bwd_data`` (q/k/v);
 Under a head split (F) the q/k/v projection is column-parallel (the input is whole, the input
 gradient a partial sum all-reduced over F) and the output projection row-parallel (the output is a
 partial sum all-reduced over F; only the rank with F-coordinate 0 adds the output bias and
-counts its gradient). A sequence split (H) would gather keys and values over the group: it does not
-run yet, refused with one line.
+counts its gradient). Under a sequence split (H) the keys and values are all-gathered over the
+group and their gradients reduce-scattered back (executor.ops.attention_context).
 
 Between the projection and the core, ``qk_norm`` normalises each query and key head by RMSNorm over
 its ``dh`` features (``layernorm.fwd`` in the cost model: costmodel.kernel_proxies.qk_norm_calls;
 the scales ``q_norm`` and ``k_norm`` whole on every rank, their gradients partial sums over F, as
 the op's split declares), then ``rotary`` rotates them by position (kernels.rotary): both on the
-projection's query and key columns of this rank's heads, whose positions are the whole sequence.
+projection's query and key columns of this rank's heads, at their positions (under H, its block's).
 
 Weights: ``qkv_weight`` (3, Dl, D) with ``qkv_bias`` (3, Dl): query, key and value rows of this
 rank's heads (head ``h`` owns features ``h*dh .. (h+1)*dh``); ``out_weight`` (D, Dl). Grouped-query
@@ -37,6 +37,7 @@ from __future__ import annotations
 from costmodel.attention_calls import ATTENTION_ALGORITHMS
 from costmodel.compute import kernel_algorithm
 from executor.backend.device import Array
+from executor.ops import attention_context as context
 from executor.ops.base import LayerCtx, check_shape, unsupported
 from kernels.activation import concat_forward
 from kernels.attention import attention_backward_packed, attention_forward_packed
@@ -109,7 +110,7 @@ def _sum_over_replicas(ctx: LayerCtx, grads: dict[str, Array]) -> None:
             grads[name] = ctx.xp.ascontiguousarray(every[slot])
 
 
-def _heads_in(ctx: LayerCtx, qkv, dh: int, dl: int, dkv: int):
+def _heads_in(ctx: LayerCtx, qkv, dh: int, dl: int, dkv: int, start: int):
     """``qk_norm`` then ``rotary`` on the query and key columns of the projection's output ``qkv``
     (module docstring): ``(qkv, cache)``, the input as it is where the layer has neither."""
     p = ctx.p
@@ -124,19 +125,19 @@ def _heads_in(ctx: LayerCtx, qkv, dh: int, dl: int, dkv: int):
             y, norms[i] = rmsnorm_forward(parts[i].reshape(n, s, -1, dh), ctx.weights[scale], QK_NORM_EPS)
             parts[i] = y.reshape(n, s, -1)
     if p.get("rotary"):
-        parts = [rotary_forward(t, dh)[0] for t in parts]
-    return xp.concatenate([*parts, qkv[..., dl + dkv:]], axis=-1), (norms, dh, dl, dkv)
+        parts = [rotary_forward(t, dh, start)[0] for t in parts]
+    return xp.concatenate([*parts, qkv[..., dl + dkv:]], axis=-1), (norms, dh, dl, dkv, start)
 
 
 def _heads_out(ctx: LayerCtx, dqkv, cache) -> tuple[object, dict]:
     """The gradient of :func:`_heads_in`'s input from its output's, and the scales' gradients."""
     if cache is None:
         return dqkv, {}
-    norms, dh, dl, dkv = cache
+    norms, dh, dl, dkv, start = cache
     n, s, _ = dqkv.shape
     parts = [dqkv[..., :dl], dqkv[..., dl:dl + dkv]]
     if ctx.p.get("rotary"):
-        parts = [rotary_backward(t, dh) for t in parts]
+        parts = [rotary_backward(t, dh, start) for t in parts]
     grads = {}
     for i, scale in enumerate(("q_norm", "k_norm")):
         if norms[i] is not None:
@@ -155,16 +156,27 @@ def _owns_out_bias(ctx: LayerCtx) -> bool:
     return "out_bias" in ctx.weights and ctx.coord("F") == 0
 
 
+def _start(ctx: LayerCtx, x) -> int:
+    """The position of this rank's first query: its block of a sequence split (H), else 0."""
+    return ctx.coord("H") * x.shape[1]
+
+
 def forward(ctx: LayerCtx, xs):
-    if ctx.split("H"):
-        raise unsupported(ctx.layer, "attention split over the sequence (H)")
+    if ctx.split("H") and ctx.p.get("context_exchange") == "ring":
+        raise unsupported(ctx.layer, "attention over a split sequence by a ring (context_exchange: ring; the "
+                                     "executor all-gathers the keys and values)")
     (x,) = xs
     dh, dl, dkv = _widths(ctx)
     with ctx.span("fwd_compute"):
         w_qkv, b_qkv = _fused_weight(ctx)
-        qkv, heads = _heads_in(ctx, linear_forward(x, w_qkv, b_qkv), dh, dl, dkv)
-        o2, core = attention_forward_packed(qkv, dl // dh, dkv // dh, causal=bool(ctx.p["causal"]),
-                                            algorithm=_algorithm(ctx))
+        qkv, heads = _heads_in(ctx, linear_forward(x, w_qkv, b_qkv), dh, dl, dkv, _start(ctx, x))
+    if ctx.split("H"):
+        o2, core = context.core_forward(ctx, qkv, dh, dl, _algorithm(ctx))
+    else:
+        with ctx.span("fwd_compute"):
+            o2, core = attention_forward_packed(qkv, dl // dh, dkv // dh, causal=bool(ctx.p["causal"]),
+                                                algorithm=_algorithm(ctx))
+    with ctx.span("fwd_compute"):
         y = linear_forward(o2, ctx.weights["out_weight"],
                            ctx.weights["out_bias"] if _owns_out_bias(ctx) else None)
     y = ctx.xp.ascontiguousarray(y)
@@ -179,7 +191,13 @@ def backward(ctx: LayerCtx, dy, cache):
     xp = ctx.xp
     with ctx.span("bwd_compute"):
         do2 = linear_backward_data(dy, w_out)
-        dqkv, norm_grads = _heads_out(ctx, attention_backward_packed(do2, core, dl // dh), heads)
+    if ctx.split("H"):
+        dqkv = context.core_backward(ctx, do2, core, dh)
+    else:
+        with ctx.span("bwd_compute"):
+            dqkv = attention_backward_packed(do2, core, dl // dh)
+    with ctx.span("bwd_compute"):
+        dqkv, norm_grads = _heads_out(ctx, dqkv, heads)
         dx = linear_backward_data(dqkv, w_qkv)
         dw_out, db_out = linear_backward_weights(dy, o2, "out_bias" in ctx.weights)
         dw_qkv, db_qkv = linear_backward_weights(dqkv, x, has_qkv_bias)

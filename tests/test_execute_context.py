@@ -1,0 +1,104 @@
+"""Attention over a split sequence (H, context parallelism) in the executor
+(executor/ops/attention_context.py): the keys and values all-gathered over the sequence group, their
+gradients reduce-scattered back, rotary positions at each block's own.
+
+- the rotation of a block from its first position equals that block of the whole sequence's;
+- ``dnnplan execute --check`` under mpiexec on 2 and 4 ranks: context 4 (causal, rotary, GQA),
+  context 2 x tensor 2 with qk_norm, a non-causal layer, a GPT block with learned positions;
+- a run whose key/value gradients are not summed over the group fails the check;
+- the plan `dnnplan plan` makes for this computer (context on every layer) runs and passes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kernel_checks import RNG
+from typer.testing import CliRunner
+
+from dnnplan.cli import app
+from executor.launch import mpiexec as launch
+from kernels.rotary import rotary_backward, rotary_forward
+
+ZOO = Path(__file__).resolve().parent.parent / "networks" / "zoo"
+
+
+def test_a_blocks_rotation_starts_at_its_first_position():
+    rng = RNG(7)
+    x, r = rng.normal(size=(2, 12, 16)), rng.normal(size=(2, 12, 16))
+    whole, _ = rotary_forward(x, 8)
+    block, _ = rotary_forward(x[:, 4:8], 8, start=4)
+    np.testing.assert_allclose(block, whole[:, 4:8], rtol=1e-12)
+    np.testing.assert_allclose(rotary_backward(r[:, 8:], 8, start=8), rotary_backward(r, 8)[:, 8:], rtol=1e-12)
+
+
+def _variant(folder: Path, name: str, old: str, new: str) -> str:
+    spec = (ZOO / "tiny-llama.yaml").read_text().replace("name: tiny-llama", f"name: {name}").replace(old, new)
+    assert new in spec
+    path = folder / f"{name}.yaml"
+    path.write_text(spec)
+    return str(path)
+
+
+def _network(folder: Path, net: str) -> str:
+    if net == "qk_norm":
+        return _variant(folder, "tiny-qwen", "rotary: true}", "rotary: true, qk_norm: true}")
+    if net == "bidirectional":
+        return _variant(folder, "tiny-encoder", "causal: true, bias: false", "causal: false, bias: false")
+    return net
+
+
+def _run(folder: Path, net: str, ranks: int, flags: list[str], warmup: int = 1):
+    plan = folder / "plan.yaml"
+    made = CliRunner().invoke(app, ["predict", _network(folder, net), "-p", str(ranks), "-b", "8", "--machine",
+                                    "dgx-a100", "--out", str(plan), *flags])
+    assert made.exit_code == 0, made.output
+    out = folder / "run.json"
+    result = CliRunner().invoke(app, ["execute", str(plan), "--ranks", str(ranks), "--steps", "1", "--warmup",
+                                      str(warmup), "--check", "--json", str(out), "--timeout", "240"])
+    return result, out
+
+
+CASES = [("tiny-llama", 4, ["--context", "4"]), ("qk_norm", 4, ["--context", "2", "--tensor", "2"]),
+         ("bidirectional", 2, ["--context", "2"]), ("tiny-gqa", 2, ["--context", "2"])]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("net,ranks,flags", CASES)
+def test_dnnplan_execute_over_a_split_sequence_matches_one_process(tmp_path, net, ranks, flags):
+    result, out = _run(tmp_path, net, ranks, flags)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["check"]["passed"] and data["check"]["worst_rel_error"] <= 1e-4, data["check"]
+    attn = {layer["name"]: layer for layer in data["measured"]["layers"]}["h0.attn"]
+    assert attn["fwd_comm_s"] > 0 and attn["bwd_comm_s"] > 0  # the gather and the reduce-scatter
+
+
+@pytest.mark.mpi
+def test_check_catches_key_value_gradients_left_unsummed(tmp_path, monkeypatch):
+    """Each rank keeps its own gradient of its keys and values, without the other ranks' shares
+    (tests/assets/skip_context_sum_worker.py): --check fails (exit 3), by far."""
+    monkeypatch.setattr(launch, "WORKER_MODULE", "tests.assets.skip_context_sum_worker")
+    result, out = _run(tmp_path, "tiny-llama", 2, ["--context", "2"], warmup=0)
+    assert result.exit_code == 3, result.output
+    check = json.loads(out.read_text())["check"]
+    assert not check["passed"] and check["worst_rel_error"] > 100 * 1e-4, check
+    assert ".attn." in check["worst_tensor"], check
+
+
+@pytest.mark.mpi
+def test_the_plan_made_for_this_computer_runs(tmp_path):
+    """`dnnplan plan --machine local` splits tiny-llama's sequence on every layer (its cheapest plan
+    on this computer's profile); `dnnplan execute` runs that plan and passes the check."""
+    plan = tmp_path / "plan.yaml"
+    made = CliRunner().invoke(app, ["plan", "tiny-llama", "-p", "2", "-b", "8", "--machine", "local", "--out",
+                                    str(plan), "--json"])
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "run.json"
+    result = CliRunner().invoke(app, ["execute", str(plan), "--ranks", "2", "--steps", "1", "--warmup", "1",
+                                      "--check", "--json", str(out), "--timeout", "240"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["check"]["passed"]
