@@ -63,8 +63,9 @@ def context_comms(layer, strategy: Strategy, local: LocalLayer, itemsize: int, m
                   core_s: tuple[float, float], rule: str = "mpi") -> list[tuple]:
     """(purpose, phase, collective, bytes, group, exposed seconds, link seconds) of the key/value
     exchange of an attention layer whose sequence the strategy splits (none otherwise): the one its
-    ``context_exchange`` parameter names, else the cheaper of :data:`EXCHANGES` by exposed time;
-    ``core_s``: the core's forward and backward seconds."""
+    ``context_exchange`` parameter names, else on a CPU machine (whose executor is dnnplan's, which
+    all-gathers: executor.ops.attention_context) the all-gather, else the cheaper of :data:`EXCHANGES`
+    by exposed time; ``core_s``: the core's forward and backward seconds."""
     c = strategy.degree("H")
     if layer.op != "attention" or c == 1:
         return []
@@ -80,7 +81,7 @@ def context_comms(layer, strategy: Strategy, local: LocalLayer, itemsize: int, m
         step = core / c
         times = [sendrecv_s(n, link) for n in sends]
         ring.append(("kv", phase, "ring", int(sum(sends)), c, sum(max(0.0, t - step) for t in times), sum(times)))
-    chosen = layer.p.get("context_exchange")  # the framework's, where the network names it
-    if chosen:
+    chosen = layer.p.get("context_exchange") or ("allgather" if machine.device.kind == "cpu" else None)
+    if chosen:  # the framework's, where the network names it; dnnplan's executor's on the CPU
         return ring if chosen == "ring" else gathered
     return min((ring, gathered), key=lambda comms: (sum(x[5] for x in comms), comms is gathered))

@@ -5,6 +5,8 @@ sequence group, and the activations split by the sequence. Byte counts against t
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from costmodel.compute import Roofline
@@ -45,6 +47,9 @@ def test_the_exchanged_keys_and_values_are_what_the_layout_algebra_moves(c):
     comms = context_comms(layer, strat, local, 2, H100, (1.0, 1.0))  # a slow core hides the ring
     assert [(x[1], x[2], x[3]) for x in comms] == [("fwd", "ring", (c - 1) * mine), ("bwd", "ring", 2 * (c - 1) * mine)]
     assert all(x[5] == 0.0 and x[6] > 0 for x in comms)  # exposed nothing, the link busy
+    # on a CPU machine the executor is dnnplan's, which all-gathers: priced so though the ring hides
+    cpu = dataclasses.replace(H100, device=dataclasses.replace(H100.device, kind="cpu", flash=False))
+    assert [x[2] for x in context_comms(layer, strat, local, 2, cpu, (1.0, 1.0))] == ["allgather", "reduce_scatter"]
     fast = context_comms(layer, strat, local, 2, H100, (0.0, 0.0))  # nothing to hide under
     gather = [x for x in fast if x[2] != "ring"]
     if gather:  # the all-gather of c kv gathered, the reduce-scatter of the gradients
