@@ -10,9 +10,9 @@ queries then attend the keys up to their block's end, ``(i+1) S/c`` of them, whi
 own mask for queries that are the last of their keys (kernels.attention), so the core runs as it is.
 Backward, the core's key and value gradients over those keys are zero-padded to the whole sequence
 and reduce-scattered over the group (``bwd_comm``): each rank receives the sum of every rank's
-gradient of its own block. Unlike the cost model's load-balanced chunks (costmodel.flash: each rank
-two chunks, ``i`` and ``2c - 1 - i``), the contiguous blocks leave the last rank of a causal layer
-the most keys: the straggler the measurement shows.
+gradient of its own block. Unlike the load-balanced chunks the cost model prices FlashAttention
+with (costmodel.flash: each rank two chunks, ``i`` and ``2c - 1 - i``), the contiguous blocks leave
+the last rank of a causal layer every key: the straggler, as the materialised core is priced.
 """
 
 from __future__ import annotations
