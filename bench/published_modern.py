@@ -170,10 +170,12 @@ def deviations(row: dict) -> list[str]:
     if unpriced:
         out.append(f"recompute_modules {', '.join(unpriced)} not priced (their inputs kept, nothing recomputed)")
     if (row["model"].get("moe") or {}).get("dropless") and c["expert"] > 1:
-        out.append("dropless dispatch (priced as the balanced capacity-1.0 buffer): Megatron-Core's alltoall "
-                   "dispatcher copies the split sizes to the host before each MoE layer's expert all-to-all "
-                   "(token_dispatcher.py, cuda_sync_point before_ep_alltoall), which drains the GPU's queue; the "
-                   "kernels after it then wait on the host's launches: not priced (no host launch cost)")
+        out.append("dropless dispatch (priced as the balanced capacity-1.0 buffer): Megatron-Core copies the "
+                   "token counts to the host in every MoE layer's dispatch (the alltoall dispatcher before the "
+                   "expert all-to-all: token_dispatcher.py, cuda_sync_point before_ep_alltoall; the flex "
+                   "dispatcher's DeepEP permute (.item()) and HybridEP dispatch (blocking without "
+                   "num_permuted_tokens) alike), which drains the GPU's queue; the kernels after it then wait "
+                   "on the host's launches: not priced (no host launch cost)")
     if c.get("moe_a2a_overlap"):
         out.append("moe_a2a_overlap: each expert all-to-all hidden under the MoE layer's opposite pass of another "
                    "micro-batch (costmodel.overlap '+experts'; the attention beside it not counted in the window)")
