@@ -7,7 +7,8 @@ norms (Qwen3's ``qk_norm``), the ops the zoo's llama3-8b, llama3.1-405b and qwen
 - the attention op with rotary and qk_norm on one rank's shard against finite differences and the
   reference step's own code;
 - ``dnnplan execute --check`` under mpiexec on 2 and 4 ranks: data and tensor parallelism, a head
-  split above ``kv_heads`` with qk_norm, and a run whose rotation's backward is broken fails the check.
+  split above ``kv_heads`` with qk_norm, and a run whose rotation's backward is broken fails the check;
+- a Hugging Face Qwen3 config.json imported as it is runs under tensor and context parallelism.
 """
 
 from __future__ import annotations
@@ -182,3 +183,27 @@ def test_check_catches_a_rotation_left_out_of_the_backward(tmp_path, monkeypatch
     assert result.exit_code == 3, result.output
     check = json.loads(out.read_text())["check"]
     assert not check["passed"] and check["worst_rel_error"] > 100 * 1e-4, check
+
+
+QWEN3_CONFIG = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 32,
+                "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "head_dim": 8, "vocab_size": 128, "max_position_embeddings": 16, "rms_norm_eps": 1e-6,
+                "rope_theta": 1000000, "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu"}
+
+
+@pytest.mark.mpi
+def test_an_imported_qwen3_config_runs_under_tensor_and_context_parallelism(tmp_path):
+    """A Hugging Face Qwen3 config.json (RMSNorm, GQA with qk_norm and rotary positions, SwiGLU)
+    imported as it is, split over heads and sequence on 4 ranks: --check passes."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(QWEN3_CONFIG))
+    spec = load_network(str(config))
+    assert any(layer.p.get("qk_norm") and layer.p.get("rotary") for layer in spec.layers if layer.op == "attention")
+    plan = tmp_path / "plan.yaml"
+    made = CliRunner().invoke(app, ["predict", str(config), "-p", "4", "-b", "8", "--machine", "dgx-a100", "--tensor",
+                                    "2", "--context", "2", "--out", str(plan)])
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "run.json"
+    result = _execute(str(plan), 4, out)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["check"]["passed"]
