@@ -70,8 +70,10 @@ class Overlap:
     @property
     def spec(self) -> str:
         """The mode as ``--overlap`` writes it (``all+experts``), and a bucket other than the
-        default after an ``@`` in MiB (``data@76``: ``--bucket-mb 76``), as a plan file records it."""
-        bucket = "" if self.bucket_bytes == DEFAULT_BUCKET_BYTES else f"{BUCKET_MARK}{self.bucket_bytes / 2 ** 20:g}"
+        default after an ``@`` in MiB (``data@76``: ``--bucket-mb 76``), as a plan file records it
+        (``none`` reduces no bucket: none is written)."""
+        bucket = ("" if self.bucket_bytes == DEFAULT_BUCKET_BYTES or not self.data
+                  else f"{BUCKET_MARK}{self.bucket_bytes / 2 ** 20:g}")
         return self.mode + (EXPERTS if self.experts else "") + bucket
 
     @property

@@ -196,6 +196,7 @@ def test_the_bucket_is_part_of_the_mode_a_plan_file_records():
     assert Overlap("data").spec == "data" and Overlap("data", 76 * 2 ** 20).spec == f"data{BUCKET_MARK}76"
     assert resolve_overlap("all+experts@40", None) == Overlap("all", 40 * 2 ** 20, True)
     assert resolve_overlap(Overlap("data", 3 * 2 ** 19).spec, None).bucket_bytes == 3 * 2 ** 19  # 1.5 MiB
+    assert Overlap("none", 76 * 2 ** 20).spec == "none"  # no bucket is reduced under compute
     for bad in ("data@", "data@x", "data@-2", "sometimes@25"):
         with pytest.raises(DnnplanError, match="overlap"):
             resolve_overlap(bad, None)
