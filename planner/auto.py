@@ -97,13 +97,24 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
 
 def _refit(answer: Answer, net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, under: float,
            settings: Settings, schedule: str) -> Answer:
-    """``answer``'s own pipeline degree, micro-batch count and schedule planned under ``under``, within
-    :data:`planner.fit_check.REFIT_SHARE` of the stated time limit (planning again ran out of time:
-    :mod:`planner.fit_check`); its proven gap is over every layout, from the first search's lower bound
-    (a plan under the lower limit fits the higher one). A plan over all the devices has no layout
-    to keep, so the time-out stands."""
-    budget, c = settings.budget, answer.pipeline
-    if c is None or budget is None:
+    """``answer``'s own pipeline degree, micro-batch count and schedule planned under ``under``
+    (:func:`refit_choice`). A plan over all the devices has no layout to keep, so the time-out stands."""
+    if answer.pipeline is None:
+        raise SearchOutOfTime(f"no plan was found again under {under / GIB:.3f} GiB a device within the time limit",
+                              hint="raise --time-limit")
+    return Answer(settings, pipeline=refit_choice(answer.pipeline, net, batch, p, machine, compute, under, settings,
+                                                  schedule), why=answer.why)
+
+
+def refit_choice(c: PipelineChoice, net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
+                 under: float, settings: Settings, schedule: str) -> PipelineChoice:
+    """The pipeline choice ``c``'s own degree, micro-batch count and schedule planned under ``under``,
+    within :data:`planner.fit_check.REFIT_SHARE` of the stated time limit (planning again ran out of
+    time: :mod:`planner.fit_check`; ``dnnplan plan`` with or without ``--pipeline``); its proven gap
+    is over every layout, from the first search's lower bound (a plan under the lower limit fits the
+    higher one)."""
+    budget = settings.budget
+    if budget is None:
         raise SearchOutOfTime(f"no plan was found again under {under / GIB:.3f} GiB a device within the time limit",
                               hint="raise --time-limit")
     grace = budget.renewed(REFIT_SHARE * budget.stated_s if budget.stated_s is not None else None)
@@ -114,8 +125,7 @@ def _refit(answer: Answer, net: Network, batch: int, p: int, machine: Machine, c
     lower = c.prediction.step_s * (1 - c.stats.get("proven_gap", 1.0))
     step = choice.prediction.step_s
     gap = max(choice.stats.get("proven_gap", 0.0), 1 - lower / step if step > 0 else 0.0)
-    return Answer(settings, pipeline=dataclasses.replace(choice, stats={**choice.stats, "proven_gap": gap}),
-                  why=answer.why)
+    return dataclasses.replace(choice, stats={**choice.stats, "proven_gap": gap})
 
 
 def answer_peak(answer: Answer) -> float:

@@ -3,11 +3,20 @@ planning again runs out of time, the over-limit answer's own layout planned unde
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from networks.errors import DnnplanError
+from planner.auto import refit_choice
 from planner.fit_check import fitting
-from planner.pipeline_search import SearchOutOfTime
+from planner.optimize import Settings
+from planner.pipeline_pairs import AUTO
+from planner.pipeline_search import SearchOutOfTime, search_pipeline
+from planner.solvers import Budget
+from profiler import context
+
+ZOO = Path(__file__).resolve().parent.parent / "networks" / "zoo"
 
 GIB = 2.0 ** 30
 
@@ -57,3 +66,22 @@ def test_no_fit_after_every_try_is_one_clear_error():
     with pytest.raises(DnnplanError, match="resharded inputs"):
         fitting(plan_under, lambda a: 84 * GIB, 80 * GIB)
     assert len(calls) == 4
+
+
+def test_a_refit_plans_the_choices_own_pair_under_the_lowered_limit(tmp_path):
+    """planner.auto.refit_choice (dnnplan plan's out-of-time fit check, with or without --pipeline):
+    the over-limit choice's own stages and micro-batches searched again under the lower limit, within
+    a share of the stated time; the answer fits that limit and its gap counts the first search's bound."""
+    text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4")
+    (tmp_path / "gpt4.yaml").write_text(text)
+    ctx = context.resolve(str(tmp_path / "gpt4.yaml"), 8, 8, "dgx-a100", None, precision="fp16")
+    limit = 2.0 ** 30 * 0.003
+    first = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, Settings(optimizer="adam", precision="fp16"))
+    under = first.prediction.memory_peak_bytes * 0.97
+    settings = Settings(optimizer="adam", precision="fp16", budget=Budget(60.0))
+    got = refit_choice(first, ctx.network, 8, 8, ctx.machine, ctx.compute, under, settings, AUTO)
+    assert (got.stages, got.micro_batches) == (first.stages, first.micro_batches)
+    assert got.prediction.memory_peak_bytes <= under * (1 + 1e-9)
+    assert got.prediction.step_s >= first.prediction.step_s * (1 - 1e-12)  # a tighter limit is never faster
+    lower = first.prediction.step_s * (1 - first.stats.get("proven_gap", 1.0))
+    assert got.stats["proven_gap"] >= 1 - lower / got.prediction.step_s - 1e-12

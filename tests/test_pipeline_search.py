@@ -388,3 +388,4 @@ def test_no_interleaving_beats_its_pairs_1f1b_bound_times_the_saving_and_default
     default = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
                               schedule="default", prove_s=None)
     assert default.prediction.step_s <= best * (1 + 1e-9)
+

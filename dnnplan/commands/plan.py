@@ -34,7 +34,7 @@ from dnnplan.render.progress import progress_line
 from dnnplan.search_bound import end, search_budget, stop_on_ctrl_c
 from executor.session import step_choice
 from networks.errors import DnnplanError, short
-from planner.auto import Answer, first_plan
+from planner.auto import Answer, first_plan, refit_choice
 from planner.fit_check import fitting
 from planner.axes import axes, axes_line
 from planner.optimize import Settings, make_plan
@@ -171,7 +171,9 @@ def _answer(run: Run, pipeline: str | None, micro_batches: int | None, schedule:
     limit = run.limit if run.limit is not None else ctx.machine.device.mem_capacity_bytes
     if pipeline not in (None, "off") or micro_batches is not None:
         choice, note = fitting(lambda under: _pipelined(run, pipeline, micro_batches, schedule, prove, under),
-                               lambda c: c.prediction.memory_peak_bytes, limit)
+                               lambda c: c.prediction.memory_peak_bytes, limit,
+                               lambda c, under: refit_choice(c, ctx.network, ctx.batch, ctx.devices, ctx.machine,
+                                                             ctx.compute, under, settings, schedule))
         return Answer(settings, pipeline=choice, memory_note=note)
     if pipeline == "off":
         result, note = fitting(lambda under: refreshed(
