@@ -135,7 +135,9 @@ def _published():
 
 def test_qwen3_235b_memory_by_what_holds_it():
     """NeMo 25.11 Qwen3 235B-A22B (TP 2, PP 8, EP 32 over data x tensor, distributed optimizer) on
-    its first stage's 12 layers: each MoE layer's weights are experts / 32 = 4 whole experts of
+    its first stage's 11 layers (the recipe counts the embedding and the loss as layers in the cut:
+    (94 + 2) / (8 x 4 chunks) = 3 a chunk, the first chunk the embedding and 2 blocks, then three
+    chunks of 3): each MoE layer's weights are experts / 32 = 4 whole experts of
     3 x 1536 x 4096, kept in FP8 (the recipe's fp8_param_gather: one byte each), and the 128 x 4096
     router in bf16; the experts' float32 master weights and Adam
     state (12 bytes a parameter) unsharded, their expert-data-parallel degree being
@@ -144,7 +146,7 @@ def test_qwen3_235b_memory_by_what_holds_it():
     row = next(r for r in pm.load_rows() if r["name"] == "nemo2511-qwen3-235b-a22b-256gpu-fp8-cs")
     stage = pm.predict_row(row).stages[0]
     moes = [x.layer for x in stage.micro.layers if x.layer.name.endswith(".moe")]
-    assert len(moes) == 12
+    assert len(moes) == 2 + 3 * 3
     experts, router = 4 * 3 * 1536 * 4096, 128 * 4096
     for m in moes:
         assert m.memory.weights == experts + 2 * router
