@@ -6,6 +6,9 @@ gradients reduce-scattered back, rotary positions at each block's own.
 - ``dnnplan execute --check`` under mpiexec on 2 and 4 ranks: context 4 (causal, rotary, GQA),
   context 2 x tensor 2 with qk_norm, a non-causal layer, a GPT block with learned positions;
 - a run whose key/value gradients are not summed over the group fails the check;
+- a mixture of experts over a split sequence routes each rank's block with that block's capacity
+  (as Megatron-Core counts it over a rank's tokens), the reference too: with the capacity dropping
+  rows, a run giving each rank the whole sequence's capacity fails the check;
 - the plan `dnnplan plan` makes for this computer (context on every layer) runs and passes.
 """
 
@@ -102,3 +105,57 @@ def test_the_plan_made_for_this_computer_runs(tmp_path):
                                       "--check", "--json", str(out), "--timeout", "240"])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["check"]["passed"]
+
+
+def _tight_moe(folder: Path) -> str:
+    """tiny-moe at capacity factor 0.5: every block of 8 positions keeps 2 rows an expert of its 16
+    choices over 4 experts, so the capacity drops rows wherever it is counted."""
+    spec = (ZOO / "tiny-moe.yaml").read_text().replace("name: tiny-moe", "name: tiny-moe-tight").replace(
+        "capacity_factor: 1.25", "capacity_factor: 0.5")
+    assert "capacity_factor: 0.5" in spec
+    path = folder / "tiny-moe-tight.yaml"
+    path.write_text(spec)
+    return str(path)
+
+
+def test_the_reference_routes_each_sequence_block_with_its_own_capacity():
+    from executor.check.reference_moe import moe_forward
+    from executor.runtime.synthetic import init_weights
+    from networks.loader import load_network
+    net = load_network("tiny-moe")
+    layer = net.layer("h0.moe")
+    w = {name: arr for (lname, name), arr in init_weights(net, 0, np.float64).items() if lname == "h0.moe"}
+    p = {**layer.p, "capacity_factor": 0.5}
+    x = RNG(3).standard_normal((2, 16, 32))
+    whole, _ = moe_forward(x, w, p)
+    halves, _ = moe_forward(x, w, p, ((0, 8), (8, 16)))
+    first, _ = moe_forward(x[:, :8], w, p)
+    second, _ = moe_forward(x[:, 8:], w, p)
+    np.testing.assert_allclose(halves, np.concatenate([first, second], axis=1), rtol=1e-12)
+    assert not np.allclose(halves, whole)  # the capacity drops other rows
+
+
+@pytest.mark.mpi
+def test_a_mixture_of_experts_over_a_split_sequence_matches_one_process(tmp_path):
+    made = CliRunner().invoke(app, ["predict", _tight_moe(tmp_path), "-p", "4", "-b", "8", "--machine", "dgx-a100",
+                                    "--context", "2", "--expert", "2", "--out", str(tmp_path / "plan.yaml")])
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "run.json"
+    result = CliRunner().invoke(app, ["execute", str(tmp_path / "plan.yaml"), "--ranks", "4", "--steps", "1",
+                                      "--warmup", "1", "--check", "--json", str(out), "--timeout", "240"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["check"]["passed"]
+
+
+@pytest.mark.mpi
+def test_check_catches_the_whole_sequences_capacity_on_a_block(tmp_path, monkeypatch):
+    made = CliRunner().invoke(app, ["predict", _tight_moe(tmp_path), "-p", "2", "-b", "8", "--machine", "dgx-a100",
+                                    "--context", "2", "--out", str(tmp_path / "plan.yaml")])
+    assert made.exit_code == 0, made.output
+    monkeypatch.setattr(launch, "WORKER_MODULE", "tests.assets.whole_sequence_capacity_worker")
+    out = tmp_path / "run.json"
+    result = CliRunner().invoke(app, ["execute", str(tmp_path / "plan.yaml"), "--ranks", "2", "--steps", "1",
+                                      "--warmup", "0", "--check", "--json", str(out), "--timeout", "240"])
+    assert result.exit_code == 3, result.output
+    check = json.loads(out.read_text())["check"]
+    assert not check["passed"] and check["worst_rel_error"] > 100 * 1e-4, check

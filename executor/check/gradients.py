@@ -106,8 +106,8 @@ def run_check(comm, net: Network, batch: int, algorithms, seed: int, loss: float
     (``mine``: this rank's gradient shards, :func:`local_parts`). ``device``: a GPU backend, whose
     one-process references run on the same GPU in the run's ``precision`` (networks whose
     reference is host code, with embeddings or attention, in float32 on the host); the tolerance is
-    then at least :data:`kernels.cuda.precision.CHECK_TOLERANCE` of that precision. ``shards``: the
-    sample shards of unsynchronised batch-norm layers (executor.check.reference_bn.sample_shards)."""
+    then at least :data:`kernels.cuda.precision.CHECK_TOLERANCE` of that precision. ``shards``: what
+    the plan decides of the reference's numerics (executor.check.reference.plan_shards)."""
     full = gather_full(comm, net, mine)
     result = None
     if comm.rank == 0:

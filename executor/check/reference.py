@@ -50,7 +50,7 @@ def _forward(layer: Layer, xs, w: dict, algo: str, labels, rows=None):
     if op == "attention":
         return tokens.attention_forward(x, w, p)
     if op == "moe":
-        return moe.moe_forward(x, w, p)
+        return moe.moe_forward(x, w, p, rows)
     if op == "maxpool2d":
         k, s, pads, dil = _pool_args(p, op)
         return pool.maxpool2d_forward(x, k, s, pads, dil, p["ceil_mode"])
@@ -146,6 +146,13 @@ def _layer_weights(layer: Layer, weights: dict) -> dict:
     return w
 
 
+def plan_shards(net: Network, strategies: dict, batch: int, micro_batches: int = 1) -> dict:
+    """What the reference step takes from the plan, by layer: the sample shards of unsynchronised
+    batch-norm layers (executor.check.reference_bn.sample_shards) and the sequence blocks a mixture
+    of experts routes apart (executor.check.reference_moe.sequence_blocks)."""
+    return {**bn.sample_shards(net, strategies, batch, micro_batches), **moe.sequence_blocks(net, strategies)}
+
+
 #: Ops whose reference (executor.check.reference_tokens) is numpy code: a device reference of a
 #: network with them runs on the host instead
 HOST_ONLY_OPS = frozenset({"embedding", "attention", "moe"})
@@ -175,8 +182,8 @@ def reference_step(net: Network, batch: int, algorithms: dict[str, str], seed: i
                    shards: dict | None = None) -> tuple[float, dict[tuple[str, str], np.ndarray]]:
     """Loss and every weight gradient (full tensors, before any update) of one training step, on
     the host in ``dtype``, or on ``device`` (a DeviceMemory backend: its kernels, the process's
-    precision, the network's storage formats) with the gradients copied back. ``shards``: the
-    sample shards of unsynchronised batch-norm layers (executor.check.reference_bn.sample_shards)."""
+    precision, the network's storage formats) with the gradients copied back. ``shards``: what the
+    plan decides of the reference's numerics, by layer (:func:`plan_shards`)."""
     shards = shards or {}
     weights, acts = _start(net, batch, seed, dtype, device)
     caches = {}

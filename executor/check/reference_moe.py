@@ -6,14 +6,36 @@ each sequence is routed token by token in plain Python (the softmax, the top-k, 
 capacity filled first choices first, in sequence order, as kernels.moe states it), each expert runs
 over the list of rows routed to it, and the router's gradient is the softmax's Jacobian written
 out. The expert MLP kernel is the same (kernels.moe.experts_forward/backward).
+
+Under a plan that splits the layer's sequence (H), each rank routes its own block of positions with
+the capacity of that block, as Megatron-Core counts capacity over a rank's own tokens (and as the
+cost model prices it, costmodel.moe_calls): :func:`sequence_blocks` gives the blocks and the
+reference routes each apart, so that the check compares the same routing.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from costmodel.layout import interval
+from costmodel.strategy import Strategy
 from kernels import moe as k
 from networks.errors import DnnplanError
+from networks.ir import Network
+
+Blocks = tuple[tuple[int, int], ...]
+
+
+def sequence_blocks(net: Network, strategies: dict[str, Strategy]) -> dict[str, Blocks]:
+    """Each mixture of experts over a split sequence: its blocks of positions ``[a, b)``, one a
+    sequence rank (costmodel.layout.interval); a layer over whole sequences is left out."""
+    out = {}
+    for layer in net.layers:
+        c = strategies[layer.name].degree("H") if layer.op == "moe" else 1
+        if c > 1:
+            s = layer.in_shapes[0][0]
+            out[layer.name] = tuple(interval(s, c, i) for i in range(c))
+    return out
 
 
 def _routes(probs: np.ndarray, top_k: int, cap: int) -> list[tuple[int, int, int, int]]:
@@ -32,14 +54,17 @@ def _routes(probs: np.ndarray, top_k: int, cap: int) -> list[tuple[int, int, int
     return kept
 
 
-def moe_forward(x: np.ndarray, w: dict, p: dict):
+def moe_forward(x: np.ndarray, w: dict, p: dict, blocks: Blocks | None = None):
+    """``blocks``: the positions each sequence rank routes apart (module docstring); None: whole sequences."""
     if p["bias"] or p["shared_gate"]:
         raise DnnplanError("the reference step cannot run a mixture of experts with biases or a shared-expert gate")
     n, s, d = x.shape
     logits = x @ w["router"].T
     z = np.exp(logits - logits.max(axis=-1, keepdims=True))
     probs = z / z.sum(axis=-1, keepdims=True)
-    kept = _routes(probs, p["top_k"], k.capacity(p["capacity_factor"], s, p["top_k"], p["experts"]))
+    kept = [(b, lo + t, c, j) for lo, hi in (blocks or ((0, s),))
+            for b, t, c, j in _routes(probs[:, lo:hi], p["top_k"],
+                                      k.capacity(p["capacity_factor"], hi - lo, p["top_k"], p["experts"]))]
     y = np.zeros_like(x)
     per_expert = {}
     for j in range(p["experts"]):

@@ -1,5 +1,7 @@
-"""moe (networks/ops/moe.py) split over N (samples), E (experts: expert parallelism) and F (each
-expert's hidden width: expert tensor parallelism), with the kernels of kernels.moe.
+"""moe (networks/ops/moe.py) split over N (samples), H (positions: each rank routes its block with
+that block's capacity, as Megatron-Core counts capacity over a rank's own tokens), E (experts:
+expert parallelism) and F (each expert's hidden width: expert tensor parallelism), with the kernels
+of kernels.moe.
 
 Forward, on this rank's tokens ``x`` (N_l, S, D) (under E the batch is cut by N and E together,
 costmodel.layer_layouts): the router's GEMM (its weight whole on every rank), the top-k choice with
@@ -17,8 +19,8 @@ kernels run in costmodel.moe_calls' order, its calls one for one (the profiler t
 
 Gradients: the experts' weights of this rank's experts from the rows of its whole expert group,
 summed over N by the runtime (expert data parallelism); the router's and the shared experts' from
-this rank's tokens, summed over N and E. Biases on the experts and the shared experts' gate are
-refused with one line (not run yet).
+this rank's tokens, summed over N, H and E. Biases on the experts, the shared experts' gate and
+ESEQ are refused with one line (not run yet).
 """
 
 from __future__ import annotations
@@ -36,20 +38,21 @@ def _check(ctx: LayerCtx) -> bool:
     """Refuse what does not run yet (memoised: the plan decides it)."""
     if ctx.p["bias"] or ctx.p["shared_gate"]:
         raise unsupported(ctx.layer, "a mixture of experts with biases or a shared-expert gate")
-    if ctx.split("H") or ctx.strategy.expert_seq > 1:
-        raise unsupported(ctx.layer, "a mixture of experts split over the sequence (H, or ESEQ: expert "
-                                     "parallelism folded over sequence-parallel ranks)")
+    if ctx.strategy.expert_seq > 1:
+        raise unsupported(ctx.layer, "a mixture of experts with ESEQ (expert parallelism folded over "
+                                     "sequence-parallel ranks)")
     if ctx.split("E") and ctx.batch % (ctx.strategy.degree("N") * ctx.strategy.degree("E")):
         raise unsupported(ctx.layer, f"expert parallelism over a batch of {ctx.batch} that N x E does not divide")
     return True
 
 
 def _geometry(ctx: LayerCtx) -> tuple[int, int, int]:
-    """(experts in all, this rank's experts, each expert's rows of one sequence); through
-    ``memo``: the Python between the kernels is time no kernel timing holds."""
-    s = ctx.layer.in_shapes[0][0]
+    """(experts in all, this rank's experts, each expert's rows of this rank's positions of one
+    sequence: its block under a sequence split, as Megatron-Core counts capacity over a rank's own
+    tokens); through ``memo``: the Python between the kernels is time no kernel timing holds."""
+    lo, hi = ctx.in_blocks[0][1]
     e = ctx.p["experts"]
-    return e, e // ctx.strategy.degree("E"), k.capacity(ctx.p["capacity_factor"], s, ctx.p["top_k"], e)
+    return e, e // ctx.strategy.degree("E"), k.capacity(ctx.p["capacity_factor"], hi - lo, ctx.p["top_k"], e)
 
 
 def _expert_comm(ctx: LayerCtx):

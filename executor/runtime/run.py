@@ -10,7 +10,7 @@ from typing import Callable
 from executor.backend.device import Backend, Communicator, DeviceMemory, EventClock, on_host
 from executor.backend.select import select_backend
 from executor.check.gradients import CheckResult, local_parts, run_check
-from executor.check.reference_bn import sample_shards
+from executor.check.reference import plan_shards
 from executor.runtime.pipeline import PipelineRuntime
 from executor.runtime.stage import _Runtime
 from executor.runtime.timers import Timers
@@ -74,7 +74,7 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
         mine = local_parts(net.layers, rt.strategies, group.rank, _host(backend, kept))
         result = run_check(group, net, plan.batch, rt.algorithms, seed, losses[0], mine,
                            backend if isinstance(backend, DeviceMemory) else None, plan.precision,
-                           sample_shards(net, plan.strategies(), plan.batch))
+                           plan_shards(net, plan.strategies(), plan.batch))
         if plan.zero:
             ran = steps + in_run_steps(steps, after_step) + (1 if measure_memory else 0)
             schedule = [(i, i == -warmup) for i in range(-warmup, ran)]
@@ -146,6 +146,6 @@ def _run_pipeline(plan: Plan, net: Network, comm: Communicator, backend: Backend
     if check:
         mine = local_parts(pipe.layers, pipe.rt.strategies, pipe.i, _host(backend, kept))
         result = run_check(comm, net, plan.batch, plan.algorithms(), seed, losses[0], mine,
-                           shards=sample_shards(net, plan.strategies(), plan.batch, plan.pipeline.micro_batches))
+                           shards=plan_shards(net, plan.strategies(), plan.batch, plan.pipeline.micro_batches))
     pipe.free()
     return RunResult(losses[0], losses, [timers.step_wall[i] for i in range(steps)], result, peak)
