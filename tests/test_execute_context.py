@@ -20,14 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kernel_checks import RNG
+from op_checks import ZOO, tiny_llama_variant
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
 from executor.launch import mpiexec as launch
 from kernels.rotary import rotary_backward, rotary_forward
-
-ZOO = Path(__file__).resolve().parent.parent / "networks" / "zoo"
-
 
 def test_a_blocks_rotation_starts_at_its_first_position():
     rng = RNG(7)
@@ -38,19 +36,11 @@ def test_a_blocks_rotation_starts_at_its_first_position():
     np.testing.assert_allclose(rotary_backward(r[:, 8:], 8, start=8), rotary_backward(r, 8)[:, 8:], rtol=1e-12)
 
 
-def _variant(folder: Path, name: str, old: str, new: str) -> str:
-    spec = (ZOO / "tiny-llama.yaml").read_text().replace("name: tiny-llama", f"name: {name}").replace(old, new)
-    assert new in spec
-    path = folder / f"{name}.yaml"
-    path.write_text(spec)
-    return str(path)
-
-
 def _network(folder: Path, net: str) -> str:
     if net == "qk_norm":
-        return _variant(folder, "tiny-qwen", "rotary: true}", "rotary: true, qk_norm: true}")
+        return tiny_llama_variant(folder, "tiny-qwen", "rotary: true}", "rotary: true, qk_norm: true}")
     if net == "bidirectional":
-        return _variant(folder, "tiny-encoder", "causal: true, bias: false", "causal: false, bias: false")
+        return tiny_llama_variant(folder, "tiny-encoder", "causal: true, bias: false", "causal: false, bias: false")
     return net
 
 

@@ -19,34 +19,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kernel_checks import RNG, fd_directional
+from op_checks import check_op, one_rank_ctx, tiny_llama_variant
 from typer.testing import CliRunner
 
-from costmodel.layer_layouts import input_layout, output_layout, weight_layouts
-from costmodel.layout import block
-from costmodel.strategy import make_strategy
 from dnnplan.cli import app
-from executor.check import reference
 from executor.launch import mpiexec as launch
 from executor.ops import attention
-from executor.ops.base import LayerCtx
-from executor.runtime.synthetic import init_weights, take
-from executor.runtime.timers import Timers
 from kernels.activation import swiglu_backward, swiglu_forward
 from kernels.norm import rmsnorm_backward, rmsnorm_forward
 from kernels.rotary import rotary_backward, rotary_forward
 from networks.loader import load_network
 
-ZOO = Path(__file__).resolve().parent.parent / "networks" / "zoo"
-
 
 def _qwen_like(folder: Path) -> str:
     """tiny-llama with Qwen3's per-head query/key norms."""
-    spec = (ZOO / "tiny-llama.yaml").read_text().replace("name: tiny-llama", "name: tiny-qwen").replace(
-        "rotary: true}", "rotary: true, qk_norm: true}")
-    assert "qk_norm: true" in spec
-    path = folder / "tiny-qwen.yaml"
-    path.write_text(spec)
-    return str(path)
+    return tiny_llama_variant(folder, "tiny-qwen", "rotary: true}", "rotary: true, qk_norm: true}")
 
 
 def test_tiny_llama_parameter_count_by_hand():
@@ -95,44 +82,11 @@ def test_the_rotation_by_hand_and_its_backward_against_finite_differences():
     fd_directional(lambda a: float(np.sum(r * rotary_forward(a, dh)[0])), [x], [rotary_backward(r, dh)])
 
 
-class _NoComms:
-    def get(self, strategy, dims):
-        return None
-
-
-def _one_rank_ctx(net_path: str, name: str):
-    net = load_network(net_path)
-    layer, strategy = net.layer(name), make_strategy(1, {})
-    in_l, out_l = input_layout(layer, strategy, 2, 0), output_layout(layer, strategy, 2)
-    full = init_weights(net, 0, np.float64)
-    wl = weight_layouts(layer, strategy)
-    weights = {w: take(full[(name, w)], block(wl[w], 0)) for w, _ in layer.weights}
-    return LayerCtx(layer, strategy, 0, 2, "", (in_l,), out_l, (block(in_l, 0),), block(out_l, 0), _NoComms(),
-                    Timers(), np, weights)
-
-
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_rotary_attention_against_finite_differences_and_the_reference(tmp_path, qk_norm):
-    ctx = _one_rank_ctx(_qwen_like(tmp_path) if qk_norm else "tiny-llama", "h0.attn")
-    names = [w for w, _ in ctx.layer.weights]
-    assert ("q_norm" in names) == qk_norm
-    rng = RNG(5)
-    x, r = rng.standard_normal((2, 16, 32)), rng.standard_normal((2, 16, 32))
-    w0 = [ctx.weights[w].copy() for w in names]
-
-    def loss(x_, *ws):
-        ctx.weights.update(zip(names, ws))
-        return float(np.sum(attention.forward(ctx, [x_])[0] * r))
-    y, cache = attention.forward(ctx, [x])
-    (dx,), grads = attention.backward(ctx, r, cache)
-    fd_directional(loss, [x, *w0], [dx, *(grads[w] for w in names)])
-    ctx.weights.update(zip(names, w0))
-    y_ref, ref_cache = reference._forward(ctx.layer, [x], dict(ctx.weights), "", None)
-    np.testing.assert_allclose(y, y_ref, rtol=1e-10, atol=1e-12)
-    (dx_ref,), ref_grads = reference._backward(ctx.layer, r, ref_cache, dict(ctx.weights), "")
-    np.testing.assert_allclose(dx, dx_ref, rtol=1e-10, atol=1e-12)
-    for w in names:
-        np.testing.assert_allclose(grads[w], ref_grads[w], rtol=1e-10, atol=1e-12)
+    ctx = one_rank_ctx(_qwen_like(tmp_path) if qk_norm else "tiny-llama", "h0.attn")
+    assert ("q_norm" in [w for w, _ in ctx.layer.weights]) == qk_norm
+    check_op(ctx, attention)
 
 
 # real ranks: dnnplan predict --out, then dnnplan execute --check

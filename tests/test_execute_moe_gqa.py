@@ -16,18 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kernel_checks import RNG, fd_directional
+from op_checks import check_op, one_rank_ctx
 from typer.testing import CliRunner
 
-from costmodel.layer_layouts import input_layout, output_layout, weight_layouts
-from costmodel.layout import block
-from costmodel.strategy import make_strategy
 from dnnplan.cli import app
-from executor.check import reference
 from executor.launch import mpiexec as launch
 from executor.ops import attention, moe
-from executor.ops.base import LayerCtx
-from executor.runtime.synthetic import init_weights, take
-from executor.runtime.timers import Timers
 from kernels import moe as k
 from networks.loader import load_network
 from planner.plan_file import read_plan
@@ -173,41 +167,6 @@ def test_check_catches_a_missing_expert_exchange_or_key_value_sum(tmp_path, monk
 
 # the ops on one rank's shard against finite differences and the reference step's own code
 
-class _NoComms:
-    def get(self, strategy, dims):
-        return None
-
-
-def _one_rank_ctx(net_name: str, name: str):
-    net = load_network(net_name)
-    layer, strategy = net.layer(name), make_strategy(1, {})
-    in_l, out_l = input_layout(layer, strategy, 2, 0), output_layout(layer, strategy, 2)
-    full = init_weights(net, 0, np.float64)
-    wl = weight_layouts(layer, strategy)
-    weights = {w: take(full[(name, w)], block(wl[w], 0)) for w, _ in layer.weights}
-    return LayerCtx(layer, strategy, 0, 2, "", (in_l,), out_l, (block(in_l, 0),), block(out_l, 0), _NoComms(),
-                    Timers(), np, weights)
-
-
 @pytest.mark.parametrize("net_name,name,op_module", [("tiny-gqa", "h0.attn", "attention"), ("tiny-moe", "h0.moe", "moe")])
 def test_the_op_against_finite_differences_and_the_reference(net_name, name, op_module):
-    op = {"attention": attention, "moe": moe}[op_module]
-    ctx = _one_rank_ctx(net_name, name)
-    rng = RNG(5)
-    x, r = rng.standard_normal((2, 16, 32)), rng.standard_normal((2, 16, 32))
-    names = [w for w, _ in ctx.layer.weights]
-    w0 = [ctx.weights[w].copy() for w in names]
-
-    def loss(x_, *ws):
-        ctx.weights.update(zip(names, ws))
-        return float(np.sum(op.forward(ctx, [x_])[0] * r))
-    y, cache = op.forward(ctx, [x])
-    (dx,), grads = op.backward(ctx, r, cache)
-    fd_directional(loss, [x, *w0], [dx, *(grads[w] for w in names)])
-    ctx.weights.update(zip(names, w0))
-    y_ref, ref_cache = reference._forward(ctx.layer, [x], dict(ctx.weights), "", None)
-    np.testing.assert_allclose(y, y_ref, rtol=1e-10, atol=1e-12)
-    (dx_ref,), ref_grads = reference._backward(ctx.layer, r, ref_cache, dict(ctx.weights), "")
-    np.testing.assert_allclose(dx, dx_ref, rtol=1e-10, atol=1e-12)
-    for w in names:
-        np.testing.assert_allclose(grads[w], ref_grads[w], rtol=1e-10, atol=1e-12)
+    check_op(one_rank_ctx(net_name, name), {"attention": attention, "moe": moe}[op_module])
