@@ -115,17 +115,19 @@ def layernorm_backward(dy, cache):
 
 def rmsnorm_forward(x, gamma, eps=1e-5):
     """RMSNorm over the last axis (Zhang & Sennrich, NeurIPS 2019): ``gamma * x * r`` with
-    ``r = (mean(x^2) + eps)^(-1/2)`` per row; gamma of shape (D,). Returns (y, cache). The cost
-    model prices it on the layer-norm kernels (networks.ops.norm.rms_costs)."""
+    ``r = (mean(x^2) + eps)^(-1/2)`` per row; gamma of shape (D,). Returns (y, cache). Keeps its
+    input and ``r`` a row, as the cost model counts (networks.ops.norm.rms_costs); the cost model
+    prices it on the layer-norm kernels."""
     xp = module_of(x)
     r = 1.0 / xp.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
-    xhat = x * r
-    return xhat * gamma, {"xhat": xhat, "r": r, "gamma": gamma}
+    return x * r * gamma, {"x": x, "r": r, "gamma": gamma}
 
 
 def rmsnorm_backward(dy, cache):
-    """(dx, dgamma): ``dx = r (g - xhat mean(g xhat))`` with ``g = dy gamma`` per row."""
-    xhat, r, gamma = cache["xhat"], cache["r"], cache["gamma"]
+    """(dx, dgamma): ``dx = r (g - xhat mean(g xhat))`` with ``g = dy gamma`` and ``xhat = x r``
+    per row (made again from the kept input)."""
+    r, gamma = cache["r"], cache["gamma"]
+    xhat = cache["x"] * r
     dgamma = (dy * xhat).sum(axis=tuple(range(dy.ndim - 1)))
     g = dy * gamma
     return r * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True)), dgamma
