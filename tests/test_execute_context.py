@@ -3,7 +3,8 @@
 gradients reduce-scattered back, rotary positions at each block's own.
 
 - the rotation of a block from its first position equals that block of the whole sequence's;
-- ``dnnplan execute --check`` under mpiexec on 2 and 4 ranks: context 4 (causal, rotary, GQA),
+- ``dnnplan execute --check`` under mpiexec on 2 to 4 ranks: context 4 and 3 (uneven blocks; causal,
+  rotary, GQA),
   context 2 x tensor 2 with qk_norm, a non-causal layer, a GPT block with learned positions;
 - a run whose key/value gradients are not summed over the group fails the check;
 - a mixture of experts over a split sequence routes each rank's block with that block's capacity
@@ -55,7 +56,8 @@ def _run(folder: Path, net: str, ranks: int, flags: list[str], warmup: int = 1):
     return result, out
 
 
-CASES = [("tiny-llama", 4, ["--context", "4"]), ("qk_norm", 4, ["--context", "2", "--tensor", "2"]),
+CASES = [("tiny-llama", 4, ["--context", "4"]), ("tiny-llama", 3, ["--context", "3"]),  # 16 positions: 5, 5, 6
+         ("qk_norm", 4, ["--context", "2", "--tensor", "2"]),
          ("bidirectional", 2, ["--context", "2"]), ("tiny-gqa", 2, ["--context", "2"])]
 
 

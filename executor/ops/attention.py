@@ -156,9 +156,9 @@ def _owns_out_bias(ctx: LayerCtx) -> bool:
     return "out_bias" in ctx.weights and ctx.coord("F") == 0
 
 
-def _start(ctx: LayerCtx, x) -> int:
-    """The position of this rank's first query: its block of a sequence split (H), else 0."""
-    return ctx.coord("H") * x.shape[1]
+def _start(ctx: LayerCtx) -> int:
+    """The position of this rank's first query: its block's of a sequence split (H), else 0."""
+    return ctx.in_blocks[0][1][0]
 
 
 def forward(ctx: LayerCtx, xs):
@@ -169,7 +169,7 @@ def forward(ctx: LayerCtx, xs):
     dh, dl, dkv = _widths(ctx)
     with ctx.span("fwd_compute"):
         w_qkv, b_qkv = _fused_weight(ctx)
-        qkv, heads = _heads_in(ctx, linear_forward(x, w_qkv, b_qkv), dh, dl, dkv, _start(ctx, x))
+        qkv, heads = _heads_in(ctx, linear_forward(x, w_qkv, b_qkv), dh, dl, dkv, _start(ctx))
     if ctx.split("H"):
         o2, core = context.core_forward(ctx, qkv, dh, dl, _algorithm(ctx))
     else:

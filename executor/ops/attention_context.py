@@ -3,10 +3,10 @@ all-gathered over the sequence group, their gradients reduce-scattered back (the
 exchange of costmodel.context_comms, as Llama 3 runs it: Dubey et al. 2024, section 3.3.2).
 
 Rank ``i`` of a group of ``c`` holds the contiguous block of positions ``[i S/c, (i+1) S/c)`` of every
-layer (the layout algebra's H block). Forward, after its queries, keys and values are made (and
+layer (the layout algebra's H block, costmodel.layout.interval; uneven where ``c`` does not divide S). Forward, after its queries, keys and values are made (and
 normalised and rotated at their own positions: executor.ops.attention), one all-gather over the
 group (``fwd_comm``) gives every rank the keys and values of the whole sequence; a causal layer's
-queries then attend the keys up to their block's end, ``(i+1) S/c`` of them, which is the core's
+queries then attend the keys up to their block's end, which is the core's
 own mask for queries that are the last of their keys (kernels.attention), so the core runs as it is.
 Backward, the core's key and value gradients over those keys are zero-padded to the whole sequence
 and reduce-scattered over the group (``bwd_comm``): each rank receives the sum of every rank's
@@ -17,7 +17,8 @@ the last rank of a causal layer every key: the straggler, as the materialised co
 
 from __future__ import annotations
 
-from executor.comm.collectives import wait_for
+from costmodel.layout import interval
+from executor.comm.collectives import displacements, wait_for
 from executor.ops.base import LayerCtx, memo
 from kernels.attention import attention_backward, attention_forward
 
@@ -30,10 +31,15 @@ def _group(ctx: LayerCtx):
     return sub
 
 
-def keys_seen(ctx: LayerCtx, block: int) -> int:
+def _blocks(ctx: LayerCtx) -> list[tuple[int, int]]:
+    """Every sequence rank's positions ``[a, b)``, in rank order (costmodel.layout.interval)."""
+    s, c = ctx.layer.in_shapes[0][0], ctx.strategy.degree("H")
+    return [interval(s, c, i) for i in range(c)]
+
+
+def keys_seen(ctx: LayerCtx) -> int:
     """The keys this rank's queries attend: up to its block's end (causal), else the whole sequence."""
-    c = ctx.strategy.degree("H")
-    return (ctx.coord("H") + 1) * block if ctx.p["causal"] else c * block
+    return _blocks(ctx)[ctx.coord("H")][1] if ctx.p["causal"] else ctx.layer.in_shapes[0][0]
 
 
 def _heads(xp, a, width: int):
@@ -49,30 +55,33 @@ def _merged(xp, a):
 
 
 def gather(ctx: LayerCtx, kv2):
-    """Every rank's keys and values (N, S_l, W) as the whole sequence's (N, c S_l, W)."""
+    """Every rank's keys and values (N, S_l, W) as the whole sequence's (N, S, W)."""
     sub, xp = memo(ctx, _group), ctx.xp
-    n, s_l, w = kv2.shape
-    recv = xp.empty((sub.size, n, s_l, w), dtype=kv2.dtype)
-    part = kv2.size
+    n, _, w = kv2.shape
+    blocks = memo(ctx, _blocks)
+    counts = [n * (b - a) * w for a, b in blocks]
+    recv = xp.empty(sum(counts), dtype=kv2.dtype)
     wait_for(sub, ctx.timers, ctx.layer.name)
     with ctx.span("fwd_comm"):
-        sub.allgather(xp.ascontiguousarray(kv2).reshape(-1), recv.reshape(-1), [part] * sub.size,
-                      [k * part for k in range(sub.size)])
-    return xp.ascontiguousarray(recv.transpose(1, 0, 2, 3)).reshape(n, sub.size * s_l, w)
+        sub.allgather(xp.ascontiguousarray(kv2).reshape(-1), recv, counts, displacements(counts))
+    parts = [recv[o:o + k].reshape(n, b - a, w) for o, k, (a, b) in zip(displacements(counts), counts, blocks)]
+    return xp.concatenate(parts, axis=1)
 
 
-def scatter(ctx: LayerCtx, grads, block: int):
+def scatter(ctx: LayerCtx, grads):
     """The sum over the group of every rank's key and value gradients (N, keys seen, W), each rank's
     own block of positions (N, S_l, W)."""
     sub, xp = memo(ctx, _group), ctx.xp
     n, seen, w = grads.shape
-    full = xp.zeros((n, sub.size * block, w), dtype=grads.dtype)
+    blocks = memo(ctx, _blocks)
+    full = xp.zeros((n, blocks[-1][1], w), dtype=grads.dtype)
     full[:, :seen] = grads
-    send = xp.ascontiguousarray(full.reshape(n, sub.size, block, w).transpose(1, 0, 2, 3))
-    recv = xp.empty((n, block, w), dtype=grads.dtype)
+    send = xp.concatenate([xp.ascontiguousarray(full[:, a:b]).reshape(-1) for a, b in blocks])
+    a, b = blocks[ctx.coord("H")]
+    recv = xp.empty((n, b - a, w), dtype=grads.dtype)
     wait_for(sub, ctx.timers, ctx.layer.name)
     with ctx.span("bwd_comm"):
-        sub.reduce_scatter(send.reshape(-1), recv.reshape(-1), [recv.size] * sub.size)
+        sub.reduce_scatter(send, recv.reshape(-1), [n * (hi - lo) * w for lo, hi in blocks])
     return recv
 
 
@@ -80,24 +89,23 @@ def core_forward(ctx: LayerCtx, qkv, dh: int, dl: int, algorithm: str):
     """The core of this rank's queries against the gathered keys and values: ``(o2, cache)``, o2
     (N, S_l, heads dh)."""
     xp = ctx.xp
-    s_l = qkv.shape[1]
     with ctx.span("fwd_compute"):
         kv2 = xp.ascontiguousarray(qkv[..., dl:])
-    every = gather(ctx, kv2)[:, :keys_seen(ctx, s_l)]
+    every = gather(ctx, kv2)[:, :keys_seen(ctx)]
     dkv = every.shape[-1] // 2
     with ctx.span("fwd_compute"):
         q, k, v = _heads(xp, qkv[..., :dl], dh), _heads(xp, every[..., :dkv], dh), _heads(xp, every[..., dkv:], dh)
         o, core = attention_forward(q, k, v, causal=bool(ctx.p["causal"]), algorithm=algorithm)
-        return _merged(xp, o), (core, s_l)
+        return _merged(xp, o), core
 
 
 def core_backward(ctx: LayerCtx, do2, cache, dh: int):
     """The gradient of :func:`core_forward`'s ``qkv`` (this rank's block) from its output's."""
-    core, s_l = cache
+    core = cache
     xp = ctx.xp
     with ctx.span("bwd_compute"):
         dq, dk, dv = attention_backward(_heads(xp, do2, dh), core)
         grads = xp.concatenate([_merged(xp, dk), _merged(xp, dv)], axis=-1)
-    mine = scatter(ctx, grads, s_l)
+    mine = scatter(ctx, grads)
     with ctx.span("bwd_compute"):
         return xp.concatenate([_merged(xp, dq), mine], axis=-1)

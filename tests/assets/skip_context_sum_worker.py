@@ -8,11 +8,11 @@ from executor.launch import worker
 from executor.ops import attention_context
 
 
-def _own_share(ctx, grads, block):
-    i = ctx.coord("H")
-    full = ctx.xp.zeros((grads.shape[0], ctx.strategy.degree("H") * block, grads.shape[2]), dtype=grads.dtype)
+def _own_share(ctx, grads):
+    a, b = attention_context._blocks(ctx)[ctx.coord("H")]
+    full = ctx.xp.zeros((grads.shape[0], ctx.layer.in_shapes[0][0], grads.shape[2]), dtype=grads.dtype)
     full[:, :grads.shape[1]] = grads
-    return ctx.xp.ascontiguousarray(full[:, i * block:(i + 1) * block])
+    return ctx.xp.ascontiguousarray(full[:, a:b])
 
 
 attention_context.scatter = _own_share
