@@ -91,7 +91,7 @@ def core_forward(ctx: LayerCtx, qkv, dh: int, dl: int, algorithm: str):
     xp = ctx.xp
     with ctx.span("fwd_compute"):
         kv2 = xp.ascontiguousarray(qkv[..., dl:])
-    every = gather(ctx, kv2)[:, :keys_seen(ctx)]
+    every = gather(ctx, kv2)[:, :memo(ctx, keys_seen)]
     dkv = every.shape[-1] // 2
     with ctx.span("fwd_compute"):
         q, k, v = _heads(xp, qkv[..., :dl], dh), _heads(xp, every[..., :dkv], dh), _heads(xp, every[..., dkv:], dh)
@@ -99,9 +99,9 @@ def core_forward(ctx: LayerCtx, qkv, dh: int, dl: int, algorithm: str):
         return _merged(xp, o), core
 
 
-def core_backward(ctx: LayerCtx, do2, cache, dh: int):
-    """The gradient of :func:`core_forward`'s ``qkv`` (this rank's block) from its output's."""
-    core = cache
+def core_backward(ctx: LayerCtx, do2, core, dh: int):
+    """The gradient of :func:`core_forward`'s ``qkv`` (this rank's block) from its output's;
+    ``core``: the core's cache."""
     xp = ctx.xp
     with ctx.span("bwd_compute"):
         dq, dk, dv = attention_backward(_heads(xp, do2, dh), core)
