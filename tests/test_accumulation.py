@@ -72,7 +72,7 @@ def test_predict_accumulates_without_a_pipeline():
     one = runner.invoke(app, args + ["--pipeline", "1", "--micro-batches", "4"])
     plain = runner.invoke(app, args)
     assert acc.exit_code == one.exit_code == plain.exit_code == 0, acc.output + one.output
-    a, o, p = (json.loads(r.output) for r in (acc, one, plain))
+    a, o, p = (json.loads(r.stdout) for r in (acc, one, plain))
     assert (a["micro_batches"], a["micro_batch"]) == (4, 16)
     assert a["step_s"] == pytest.approx(o["step_s"], rel=1e-12)
     assert a["memory_parts_bytes"]["activations"] * 4 == p["memory_parts_bytes"]["activations"]

@@ -29,7 +29,7 @@ TINYRES = "tests/assets/tinyres.yaml"
 def _predict(*args: str) -> dict:
     result = runner.invoke(app, ["predict", *args, "--machine", "dgx-a100", "--json"])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def _comms(pred: dict) -> list[dict]:

@@ -32,7 +32,7 @@ def test_every_command_has_help(name):
 def test_info_json_matches_the_documented_schema():
     result = runner.invoke(app, ["info", "lenet5", "--batch", "8", "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert set(data) == {"network", "batch", "totals", "layers"}
     assert data["batch"] == 8
     assert set(data["totals"]) == {"params", "macs_per_sample", "flops_fwd", "flops_bwd", "activation_bytes"}

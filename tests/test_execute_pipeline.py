@@ -78,7 +78,7 @@ def test_a_pipelined_plan_file_reads_back_as_written_and_predicts_its_recorded_s
     assert pred.stages[0].kept_micro_batches == 4  # gpipe holds every micro-batch
     again = CliRunner().invoke(app, ["predict", str(out), "--json"])
     assert again.exit_code == 0, again.output
-    assert json.loads(again.output)["step_s"] == pytest.approx(plan.step_s, rel=1e-9)
+    assert json.loads(again.stdout)["step_s"] == pytest.approx(plan.step_s, rel=1e-9)
 
 
 @pytest.mark.parametrize("edit,needle", [

@@ -131,7 +131,7 @@ def test_a_machine_without_fp8_refuses_in_one_line():
     ok = runner.invoke(app, ["predict", "gpt2", "-p", "8", "-b", "16", "--machine", "dgx-h100", "--precision", "fp8",
                              "--optimizer", "adam", "--json"])
     assert ok.exit_code == 0, ok.output
-    assert json.loads(ok.output)["memory_parts_bytes"]["fp8"] > 0
+    assert json.loads(ok.stdout)["memory_parts_bytes"]["fp8"] > 0
 
 
 def test_no_kernel_set_runs_fp8_and_both_say_so_in_one_line(tmp_path):

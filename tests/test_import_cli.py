@@ -44,7 +44,7 @@ def test_import_prints_the_spec_and_writes_it_with_out(tmp_path):
 def test_import_json_gives_the_count_and_the_spec():
     result = runner.invoke(app, ["import", str(ONNX / "resnet50.onnx"), "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["params"] == 25_557_032 and data["layers"] == 176 and data["spec"].startswith("# Imported")
 
 
@@ -54,7 +54,7 @@ def test_info_shows_the_sources_parameter_count_on_the_written_spec(tmp_path):
     for network in (str(out), str(ONNX / "resnet50.onnx")):
         result = runner.invoke(app, ["info", network, "--json"])
         assert result.exit_code == 0, result.output
-        assert json.loads(result.output)["totals"]["params"] == 25_557_032
+        assert json.loads(result.stdout)["totals"]["params"] == 25_557_032
 
 
 def test_plan_takes_a_config_in_one_command_and_the_plan_fits():
@@ -124,7 +124,7 @@ def test_seq_sets_the_sequence_of_info_predict_and_plan_and_the_plan_file_keeps_
     for network in ("llama3-8b", str(HF / "Meta-Llama-3-8B")):
         result = runner.invoke(app, ["info", network, "--seq", str(s), "--json"])
         assert result.exit_code == 0, result.output
-        totals = json.loads(result.output)["totals"]
+        totals = json.loads(result.stdout)["totals"]
         assert (totals["params"], totals["macs_per_sample"]) == (8_030_261_248, macs)
     short = load_network("llama3-8b", seq=2048)
     assert short.inputs[0].shape == (2048,) and short.layer("lm_head").out_shape == (2048, 128256)
@@ -135,11 +135,11 @@ def test_seq_sets_the_sequence_of_info_predict_and_plan_and_the_plan_file_keeps_
     assert "\nseq: 1024\n" in plan.read_text()
     again = runner.invoke(app, ["predict", str(plan), "--json"])
     assert again.exit_code == 0, again.output
-    data = json.loads(again.output)
+    data = json.loads(again.stdout)
     assert data["step_s"] == pytest.approx(data["plan"]["recorded_step_s"], rel=1e-9)
     direct = runner.invoke(app, ["predict", "llama3-8b", "--seq", "1024", "-p", "8", "-b", "16", "--machine",
                                  "dgx-h100", "--precision", "bf16", "--json"])
-    assert direct.exit_code == 0 and json.loads(direct.output)["layers"][0]["name"] == "embed"
+    assert direct.exit_code == 0 and json.loads(direct.stdout)["layers"][0]["name"] == "embed"
     assert "plan file" in _one_error_line(runner.invoke(app, ["predict", str(plan), "--seq", "512"]))
 
 

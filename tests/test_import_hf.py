@@ -100,7 +100,7 @@ def _predicted(network: str, *flags: str) -> dict:
     got = CliRunner().invoke(app, ["predict", network, "--machine", "dgx-h100", "--precision", "bf16", "--optimizer",
                                    "adam", *flags, "--json"])
     assert got.exit_code == 0, got.output
-    return json.loads(got.output)
+    return json.loads(got.stdout)
 
 
 def _same_model(ours, zoo) -> None:

@@ -296,6 +296,6 @@ def test_profile_out_needs_its_folder_but_resumes_an_existing_table(tmp_path, mo
     for _ in range(2):  # the second run resumes the table: no --force wanted
         r = runner.invoke(app, ["profile", "gemm", "--sizes", "16", "--quick", "--out", str(out), "--json"])
         assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["measured"] == 0
+    assert json.loads(r.stdout)["measured"] == 0
     r = runner.invoke(app, ["profile-comm", "--out", str(missing)])
     assert r.exit_code == 2 and "does not exist" in r.output, r.output

@@ -191,7 +191,7 @@ def test_predict_tensor_8_has_no_fallback_and_no_reshard():
             "--machine", "dgx-a100", "--batch", "8", "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["fallbacks"] == []
     assert all(layer["reshard_s"] == 0 for layer in out["layers"])
     assert out["step_s"] > 0 and out["memory_peak_bytes"] > 0

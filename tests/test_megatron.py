@@ -139,7 +139,7 @@ def test_predict_tensor_on_the_command_line():
     got = runner.invoke(app, ["predict", "gpt2", "-p", "8", "-b", "8", "--tensor", "4", "--precision", "bf16",
                               "--recompute", "selective", "--sequence-parallel", "--json"])
     assert got.exit_code == 0, got.output
-    out = json.loads(got.output)
+    out = json.loads(got.stdout)
     assert out["fallbacks"] == [] and out["step_s"] > 0
     by = {x["name"]: x["strategy"] for x in out["layers"]}
     assert by["h0.fc"] == "N=2,F=4,SP" and by["h0.ln1"] == "N=2,H=4"  # Megatron: reduce-scatter variant
@@ -150,7 +150,7 @@ def test_predict_tensor_on_the_command_line():
     piped = runner.invoke(app, ["predict", "gpt2", "-p", "8", "-b", "16", "--tensor", "2", "--pipeline", "4",
                                 "--micro-batches", "8", "--json"])
     assert piped.exit_code == 0, piped.output
-    stages = json.loads(piped.output)["stages"]
+    stages = json.loads(piped.stdout)["stages"]
     assert [(s["first_layer"], s["last_layer"]) for s in stages] == \
         [("embed", "h2.add2"), ("h3.ln1", "h5.add2"), ("h6.ln1", "h8.add2"), ("h9.ln1", "loss")]
 

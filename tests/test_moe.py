@@ -123,7 +123,7 @@ def test_predict_lays_tensor_context_and_expert_degrees_as_megatron_core_does():
     got = runner.invoke(app, ["predict", "mixtral-8x7b", "-p", "32", "-b", "32", "--machine", "dgx-h100",
                               "--precision", "bf16", "--tensor", "2", "--context", "2", "--expert", "4", "--json"])
     assert got.exit_code == 0, got.output
-    layers = {x["name"]: x for x in json.loads(got.output)["layers"]}
+    layers = {x["name"]: x for x in json.loads(got.stdout)["layers"]}
     assert layers["layers0.attn"]["degrees"] == {"N": 8, "H": 2, "F": 2} and layers["layers0.attn"]["algorithm"] == "flash"
     assert layers["layers0.moe"]["degrees"] == {"N": 2, "E": 4, "H": 2, "F": 2}
     assert layers["layers0.norm1"]["degrees"] == {"N": 8, "H": 2}
@@ -132,7 +132,7 @@ def test_predict_lays_tensor_context_and_expert_degrees_as_megatron_core_does():
     assert bad.exit_code == 2 and "expert-parallel degree 3" in bad.output
     slow = runner.invoke(app, ["predict", "llama3-8b", "-p", "8", "-b", "8", "--machine", "dgx-h100", "--precision",
                                "bf16", "--tensor", "8", "--attention", "materialized", "--json"])
-    assert slow.exit_code == 0 and {x["algorithm"] for x in json.loads(slow.output)["layers"]
+    assert slow.exit_code == 0 and {x["algorithm"] for x in json.loads(slow.stdout)["layers"]
                                     if x["name"].endswith(".attn")} == {"materialized"}
 
 

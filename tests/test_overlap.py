@@ -159,7 +159,7 @@ def test_predict_overlap_flag_and_the_breakdown_in_plan_and_predict(tmp_path):
     out = runner.invoke(app, ["plan", "gpt2", "-p", "8", "-b", "16", "--machine", "dgx-h100", "--precision", "bf16",
                               "--optimizer", "adam", "--out", str(plan), "--json"])
     assert out.exit_code == 0, out.output
-    planned = json.loads(out.output)
+    planned = json.loads(out.stdout)
     again = json.loads(runner.invoke(app, ["predict", str(plan), "--json"]).output)
     assert planned["step_comm_s"]["exposed"] == pytest.approx(again["comm_exposed_s"], rel=1e-9)
     assert planned["step_comm_s"]["overlapped"] == pytest.approx(again["comm_overlapped_s"], rel=1e-9)
@@ -181,7 +181,7 @@ def test_plan_takes_the_overlap_the_user_runs_and_its_plan_file_keeps_it(tmp_pat
     for mode in ("data", "all"):
         out = runner.invoke(app, args + ["--overlap", mode, "--out", str(tmp_path / f"{mode}.yaml")])
         assert out.exit_code == 0, out.output
-        got[mode] = json.loads(out.output)
+        got[mode] = json.loads(out.stdout)
     assert got["all"]["overlap"] == "all" and got["data"]["overlap"] == "data"
     assert got["all"]["step_s"] < got["data"]["step_s"]
     again = json.loads(runner.invoke(app, ["predict", str(tmp_path / "all.yaml"), "--json"]).output)
@@ -214,7 +214,7 @@ def test_plan_takes_the_bucket_and_its_plan_file_keeps_it(tmp_path):
         path = tmp_path / f"b{mb}.yaml"
         out = runner.invoke(app, args + ["--out", str(path)] + ([] if mb is None else ["--bucket-mb", str(mb)]))
         assert out.exit_code == 0, out.output
-        got[mb] = json.loads(out.output)
+        got[mb] = json.loads(out.stdout)
     assert got[None]["overlap"] == "data" and got[200]["overlap"] == "data@200"
     assert got[200]["step_comm_s"]["exposed"] > got[None]["step_comm_s"]["exposed"]
     assert got[200]["step_s"] > got[None]["step_s"]

@@ -86,7 +86,7 @@ def test_predict_pipeline_json():
     result = runner.invoke(app, ["predict", "gpt2", "--devices", "8", "--pipeline", "2", "--micro-batches", "4",
                                  "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert len(data["stages"]) == 2 and data["stages"][1]["last_layer"] == "loss"
     assert 0 < data["bubble_fraction"] < 1
 
@@ -147,7 +147,7 @@ def test_predict_prices_interleaving_and_plan_says_when_the_blocks_cannot_interl
     ok = CliRunner().invoke(app, ["predict", GPT, "-p", "2", "-b", "8", "--machine", "dgx-a100", "--pipeline", "2",
                                   "--micro-batches", "4", "--schedule", "interleaved", "--chunks", "2", "--json"])
     assert ok.exit_code == 0, ok.output
-    data = json.loads(ok.output)
+    data = json.loads(ok.stdout)
     assert data["chunks"] == 2 and data["schedule"] == "interleaved"
     refused = CliRunner().invoke(app, ["plan", GPT, "-p", "2", "-b", "8", "--machine", "dgx-a100", "--pipeline", "2",
                                        "--schedule", "interleaved"])

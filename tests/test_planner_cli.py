@@ -44,7 +44,7 @@ def test_plan_json_and_out_then_predict_agrees(tmp_path):
     out = str(tmp_path / "p.yaml")
     result = runner.invoke(app, ["plan", "resnet18", "-p", "4", "--json", "--out", out])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["devices"] == 4 and data["solver"]["status"] == "optimal"
     conv1 = data["layers"][0]  # a convolution: its algorithms as the planner weighed them
     assert {"name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives"} == set(conv1)
@@ -54,7 +54,7 @@ def test_plan_json_and_out_then_predict_agrees(tmp_path):
     assert {"name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes"} == set(data["layers"][1])
     pred = runner.invoke(app, ["predict", out, "--json"])
     assert pred.exit_code == 0, pred.output
-    assert json.loads(pred.output)["step_s"] == pytest.approx(data["step_s"], rel=1e-12)
+    assert json.loads(pred.stdout)["step_s"] == pytest.approx(data["step_s"], rel=1e-12)
 
 
 def test_hand_edited_plan_evaluates_and_is_not_faster(tmp_path):
@@ -66,7 +66,7 @@ def test_hand_edited_plan_evaluates_and_is_not_faster(tmp_path):
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     result = runner.invoke(app, ["predict", str(out), "--json"])
     assert result.exit_code == 0, result.output
-    got = json.loads(result.output)
+    got = json.loads(result.stdout)
     assert got["step_s"] >= data["step_s"] * (1 - 1e-9)
     assert got["plan"]["recorded_step_s"] == data["step_s"]
     table = runner.invoke(app, ["predict", str(out)])
@@ -103,7 +103,7 @@ def test_plan_for_a_wrong_machine_is_rejected(alexnet_plan, tmp_path):
 def test_sweep_table_and_json():
     result = runner.invoke(app, ["plan", "mlp", "-p", "8", "--sweep", "1,2,4,8", "--json"])
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)["rows"]
+    rows = json.loads(result.stdout)["rows"]
     assert [r["devices"] for r in rows] == [1, 2, 4, 8]
     assert rows[0]["speedup"] == 1.0 and all(r["step_s"] <= r["data_step_s"] * (1 + 1e-9) for r in rows)
     table = runner.invoke(app, ["plan", "mlp", "-p", "8", "--sweep", "1,2,...,8"])

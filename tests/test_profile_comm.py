@@ -57,7 +57,7 @@ def test_profile_comm_two_ranks(tmp_path):
     r = runner.invoke(app, ["profile-comm", "--ranks", "2", "--sizes", "8,4096,65536", "--cap", "0.02",
                             "--out", str(out), "--json"])
     assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     assert set(s["collectives"]) == set(COLLECTIVES) and s["link"]["alpha_s"] >= 0
     assert json.loads(out.read_text())["comm"]["ranks"] == 2
 

@@ -33,13 +33,13 @@ def test_profile_lenet5_end_to_end(tmp_path):
     r = runner.invoke(app, ["profile", "lenet5", "--devices", "1,2", "--out", str(out), "--quick", "--json",
                             "--max-seconds", "20"])
     assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    s = json.loads(r.stdout)
     assert s["measured"] > 20 and s["entries"] == s["measured"] + s["left"] * 0 and not s["failed"]
     table = json.loads(out.read_text())
     assert table["format"] == "dnnplan-profile" and table["fingerprint"]["backend"] == "numpy"
     # resume: nothing left to measure
     r2 = runner.invoke(app, ["profile", "lenet5", "--devices", "1,2", "--out", str(out), "--quick", "--json"])
-    assert json.loads(r2.output)["measured"] == 0
+    assert json.loads(r2.stdout)["measured"] == 0
     # the planner side reads it
     r3 = runner.invoke(app, ["predict", "lenet5", "--devices", "2", "--profile", str(out), "--json"])
     assert r3.exit_code == 0, r3.output

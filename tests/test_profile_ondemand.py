@@ -32,7 +32,7 @@ def _cache(tmp_path, monkeypatch):
 def test_local_machine_profiles_on_demand_into_the_cache(tmp_path):
     r = runner.invoke(app, ["predict", "lenet5", "--machine", "local", "--devices", "1", "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["compute_model"].startswith("profile ")
+    assert json.loads(r.stdout)["compute_model"].startswith("profile ")
     cm = compute_model(load_machine("local"))
     layer = load_network("lenet5").layers[0]
     assert cm.pass_s(local_layer(layer, Strategy(1), 4), "fwd", "direct") > 0

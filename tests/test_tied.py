@@ -54,7 +54,7 @@ def test_the_planner_weighs_the_tie_and_predicts_what_it_chose():
     got = CliRunner().invoke(app, ["plan", "gpt2", "-p", "16", "-b", "64", "--machine", "dgx-a100", "--precision",
                                    "fp16", "--optimizer", "adam", "--json"])
     assert got.exit_code == 0, got.output
-    layers = {lp["name"]: lp["strategy"] for lp in json.loads(got.output)["layers"]}
+    layers = {lp["name"]: lp["strategy"] for lp in json.loads(got.stdout)["layers"]}
     net = load_network("gpt2")
     e, es, h, hs = _pair(net, 16, layers["embed"], layers["lm_head"])
     assert ties(net) == [("embed", "lm_head")]

@@ -139,7 +139,7 @@ def test_lenet5_macs_exact():
 def test_info_json_works(name):
     result = CliRunner().invoke(app, ["info", name, "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["network"] == name
     assert data["totals"]["params"] == net(name).num_params
     assert len(data["layers"]) == len(net(name).layers)
