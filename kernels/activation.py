@@ -61,23 +61,33 @@ def gelu_backward(dy, cache):
     return a
 
 
+def silu(a):
+    """``(a sigmoid(a), sigmoid(a))``: SiLU and the sigmoid its gradient needs (:func:`silu_slope`)."""
+    s = 1.0 / (1.0 + module_of(a).exp(-a))
+    return a * s, s
+
+
+def silu_slope(a, s):
+    """SiLU's derivative at ``a`` from its sigmoid ``s``: ``s (1 + a (1 - s))``."""
+    return s * (1.0 + a * (1.0 - s))
+
+
 def swiglu_forward(x):
     """``silu(gate) * up`` over gate and up interleaved on the last axis (gate j at 2j, up j at
     2j + 1: networks.ops.pointwise, SwiGLU); (..., 2F) -> (..., F). Keeps its input only, as the
     cost model counts (its backward makes the sigmoid again, as gelu's does)."""
-    xp = module_of(x)
     g, u = x[..., 0::2], x[..., 1::2]
-    return g / (1.0 + xp.exp(-g)) * u, x
+    return silu(g)[0] * u, x
 
 
 def swiglu_backward(dy, cache):
-    """The input's gradient, interleaved as the input: ``dgate = dy u silu'(g)`` with
-    ``silu'(g) = s (1 + g (1 - s))``, ``dup = dy silu(g)``, ``s`` the gate's sigmoid made again."""
+    """The input's gradient, interleaved as the input: ``dgate = dy u silu'(g)``, ``dup = dy
+    silu(g)``, the gate's sigmoid made again."""
     xp = module_of(dy)
     g, u = cache[..., 0::2], cache[..., 1::2]
-    s = 1.0 / (1.0 + xp.exp(-g))
-    dg = dy * u * s * (1.0 + g * (1.0 - s))
-    du = dy * g * s
+    act, s = silu(g)
+    dg = dy * u * silu_slope(g, s)
+    du = dy * act
     return xp.stack([dg, du], axis=-1).reshape(*dy.shape[:-1], 2 * dy.shape[-1])
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+from kernels.activation import silu, silu_slope
 from kernels.xp import module_of
 
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -70,8 +71,8 @@ def _act(a, activation: str):
     if activation == "relu":
         return xp.maximum(a, 0), a
     if activation == "silu":
-        sig = 1.0 / (1.0 + xp.exp(-a))
-        return a * sig, (a, sig)
+        out, sig = silu(a)
+        return out, (a, sig)
     t = xp.tanh(_GELU_C * (a + 0.044715 * a * a * a))
     return 0.5 * a * (1.0 + t), (a, t)
 
@@ -81,7 +82,7 @@ def _act_grad(dh, cache, activation: str):
         return dh * (cache > 0)
     a, t = cache
     if activation == "silu":
-        return dh * t * (1.0 + a * (1.0 - t))
+        return dh * silu_slope(a, t)
     return dh * (0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * a * a))
 
 

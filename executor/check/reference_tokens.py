@@ -21,9 +21,7 @@ from kernels import attention as attn
 from kernels import gemm
 from kernels.norm import rmsnorm_backward, rmsnorm_forward
 from kernels.rotary import tables
-
-#: RMSNorm's epsilon on each query and key head (executor.ops.attention.QK_NORM_EPS)
-QK_NORM_EPS = 1e-6
+from networks.ops.attention import QK_NORM_EPS
 
 
 def embedding_forward(ids: np.ndarray, w: dict):

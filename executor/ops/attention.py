@@ -44,9 +44,7 @@ from kernels.attention import attention_backward_packed, attention_forward_packe
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
 from kernels.norm import rmsnorm_backward, rmsnorm_forward
 from kernels.rotary import rotary_backward, rotary_forward
-
-#: RMSNorm's epsilon on each query and key head (Qwen3's rms_norm_eps)
-QK_NORM_EPS = 1e-6
+from networks.ops.attention import QK_NORM_EPS
 
 
 def _grouped(ctx: LayerCtx) -> bool:

@@ -41,6 +41,10 @@ from __future__ import annotations
 from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, clog2, need_float,
                                need_rank)
 
+#: RMSNorm's epsilon on each query and key head under ``qk_norm`` (Qwen3's ``rms_norm_eps``; the
+#: executor's op and its reference both normalise with it)
+QK_NORM_EPS = 1e-6
+
 PARAMS = (Param("heads", "pos", doc="number of query heads (must divide D unless head_dim is given)"),
           Param("kv_heads", "pos", None, "key/value heads (grouped-query attention; must divide heads; "
                                          "default: heads)"),
