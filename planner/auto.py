@@ -100,8 +100,7 @@ def _refit(answer: Answer, net: Network, batch: int, p: int, machine: Machine, c
     """``answer``'s own pipeline degree, micro-batch count and schedule planned under ``under``
     (:func:`refit_choice`). A plan over all the devices has no layout to keep, so the time-out stands."""
     if answer.pipeline is None:
-        raise SearchOutOfTime(f"no plan was found again under {under / GIB:.3f} GiB a device within the time limit",
-                              hint="raise --time-limit")
+        raise _again_out_of_time(under)
     return Answer(settings, pipeline=refit_choice(answer.pipeline, net, batch, p, machine, compute, under, settings,
                                                   schedule), why=answer.why)
 
@@ -115,8 +114,7 @@ def refit_choice(c: PipelineChoice, net: Network, batch: int, p: int, machine: M
     higher one)."""
     budget = settings.budget
     if budget is None:
-        raise SearchOutOfTime(f"no plan was found again under {under / GIB:.3f} GiB a device within the time limit",
-                              hint="raise --time-limit")
+        raise _again_out_of_time(under)
     grace = budget.renewed(REFIT_SHARE * budget.stated_s if budget.stated_s is not None else None)
     kept = INTERLEAVED if c.chunks > 1 else schedule if schedule not in (AUTO, DEFAULT) else SCHEDULE
     choice = search_pipeline(net, batch, p, machine, compute, under, dataclasses.replace(settings, budget=grace),
@@ -126,6 +124,11 @@ def refit_choice(c: PipelineChoice, net: Network, batch: int, p: int, machine: M
     step = choice.prediction.step_s
     gap = max(choice.stats.get("proven_gap", 0.0), 1 - lower / step if step > 0 else 0.0)
     return dataclasses.replace(choice, stats={**choice.stats, "proven_gap": gap})
+
+
+def _again_out_of_time(under: float) -> SearchOutOfTime:
+    return SearchOutOfTime(f"no plan was found again under {under / GIB:.3f} GiB a device within the time limit",
+                           hint="raise --time-limit")
 
 
 def answer_peak(answer: Answer) -> float:

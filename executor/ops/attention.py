@@ -108,13 +108,13 @@ def _sum_over_replicas(ctx: LayerCtx, grads: dict[str, Array]) -> None:
             grads[name] = ctx.xp.ascontiguousarray(every[slot])
 
 
-def _heads_in(ctx: LayerCtx, qkv, dh: int, dl: int, dkv: int, start: int):
+def _heads_in(ctx: LayerCtx, qkv):
     """``qk_norm`` then ``rotary`` on the query and key columns of the projection's output ``qkv``
-    (module docstring): ``(qkv, cache)``, the input as it is where the layer has neither."""
+    (module docstring): ``(qkv, the norms' caches)``, the input as it is where the layer has neither."""
     p = ctx.p
     if not (p.get("qk_norm") or p.get("rotary")):
         return qkv, None
-    xp = ctx.xp
+    dh, dl, dkv = _widths(ctx)
     n, s, _ = qkv.shape
     parts = [qkv[..., :dl], qkv[..., dl:dl + dkv]]
     norms = [None, None]
@@ -123,19 +123,20 @@ def _heads_in(ctx: LayerCtx, qkv, dh: int, dl: int, dkv: int, start: int):
             y, norms[i] = rmsnorm_forward(parts[i].reshape(n, s, -1, dh), ctx.weights[scale], QK_NORM_EPS)
             parts[i] = y.reshape(n, s, -1)
     if p.get("rotary"):
-        parts = [rotary_forward(t, dh, start)[0] for t in parts]
-    return xp.concatenate([*parts, qkv[..., dl + dkv:]], axis=-1), (norms, dh, dl, dkv, start)
+        parts = [rotary_forward(t, dh, _start(ctx))[0] for t in parts]
+    return ctx.xp.concatenate([*parts, qkv[..., dl + dkv:]], axis=-1), norms
 
 
-def _heads_out(ctx: LayerCtx, dqkv, cache) -> tuple[object, dict]:
-    """The gradient of :func:`_heads_in`'s input from its output's, and the scales' gradients."""
-    if cache is None:
+def _heads_out(ctx: LayerCtx, dqkv, norms) -> tuple[object, dict]:
+    """The gradient of :func:`_heads_in`'s input from its output's, and the scales' gradients;
+    ``norms``: the forward's caches."""
+    if norms is None:
         return dqkv, {}
-    norms, dh, dl, dkv, start = cache
+    dh, dl, dkv = _widths(ctx)
     n, s, _ = dqkv.shape
     parts = [dqkv[..., :dl], dqkv[..., dl:dl + dkv]]
     if ctx.p.get("rotary"):
-        parts = [rotary_backward(t, dh, start) for t in parts]
+        parts = [rotary_backward(t, dh, _start(ctx)) for t in parts]
     grads = {}
     for i, scale in enumerate(("q_norm", "k_norm")):
         if norms[i] is not None:
@@ -167,7 +168,7 @@ def forward(ctx: LayerCtx, xs):
     dh, dl, dkv = _widths(ctx)
     with ctx.span("fwd_compute"):
         w_qkv, b_qkv = _fused_weight(ctx)
-        qkv, heads = _heads_in(ctx, linear_forward(x, w_qkv, b_qkv), dh, dl, dkv, _start(ctx))
+        qkv, heads = _heads_in(ctx, linear_forward(x, w_qkv, b_qkv))
     if ctx.split("H"):
         o2, core = context.core_forward(ctx, qkv, dh, dl, _algorithm(ctx))
     else:
