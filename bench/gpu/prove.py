@@ -3,19 +3,22 @@
 Stages, most important first, each a `dnnplan` command in its own process with its own time limit
 (what does not fit in the budget is skipped and reported as missing, never estimated):
 
-1. ``pytest -m gpu``: every GPU kernel against the numpy kernel, NCCL on one rank, a plan with --check;
-2. per row of prove_rows.ROWS: ``dnnplan profile`` (an earlier process), ``dnnplan plan`` from that
+1. the dgx-h100 machine's price of transformer kernels (FlashAttention forward and backward, bf16 and
+   FP8 GEMMs at Llama 3 shapes) against PyTorch's on the card (bench/gpu/transformer_kernels.py;
+   issue 52);
+2. ``pytest -m gpu``: every GPU kernel against the numpy kernel, NCCL on one rank, a plan with --check;
+3. per row of prove_rows.ROWS: ``dnnplan profile`` (an earlier process), ``dnnplan plan`` from that
    table, ``dnnplan execute`` on one GPU: the ahead-of-time step, per-layer and memory errors;
-3. PyTorch eager's step of the same rows (bench/gpu/torch_steps.py, cuDNN benchmark mode);
-4. two ranks on the one GPU (host-staged): ``dnnplan profile --devices 1,2``, ``dnnplan profile-comm
+4. PyTorch eager's step of the same rows (bench/gpu/torch_steps.py, cuDNN benchmark mode);
+5. two ranks on the one GPU (host-staged): ``dnnplan profile --devices 1,2``, ``dnnplan profile-comm
    --backend cupy`` (the staged collectives timed end to end), ``dnnplan validate --check``;
-5. cuDNN's engines of a few convolutions, all timed beside the families' top-k choice
+6. cuDNN's engines of a few convolutions, all timed beside the families' top-k choice
    (bench/gpu/engines_probe.py);
-6. the shipped H100 tables with the time left (resumed from profiler/profiles/ when there).
+7. the shipped H100 tables with the time left (resumed from profiler/profiles/ when there).
 
 Outputs under ``--out`` (at most 8 files): prove.log, gpu-validation.json (rows, prove_rows.ROW_KEYS),
-details.json (every command's JSON and the verdicts), torch_steps.json, engines.json,
-h100-tf32.json, h100-bf16.json, pytest_gpu.log.
+details.json (every command's JSON and the verdicts), kernels.json, torch_steps.json, engines.json,
+h100-tf32.json, h100-bf16.json (the tests' output is in prove.log).
 
 ``--dry-run``: every stage's plumbing on the host (numpy, lenet5, fp32; no torch, no engines, no
 tests): checks the script, produces no figure.
@@ -117,9 +120,17 @@ def plan_args(s: Session) -> list[str]:
 def gpu_tests(s: Session) -> None:
     if s.dry:
         return
-    rc, out = s.run(["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/test_gpu_kernels.py",
-                     "tests/test_gpu_backend.py", "tests/test_kernels_backend.py"], 150, "pytest -m gpu")
-    (s.out / "pytest_gpu.log").write_text(out[-60000:])
+    s.run(["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "--timeout", "60", "-rfE",
+           "tests/test_gpu_kernels.py", "tests/test_gpu_backend.py", "tests/test_kernels_backend.py"], 150,
+          "pytest -m gpu")
+
+
+def transformer_kernels(s: Session) -> None:
+    args = ["bench/gpu/transformer_kernels.py", "--out", str(s.out)] + (["--dry-run"] if s.dry else [])
+    rc, text = s.run(args, 90, "transformer kernels against the clock")
+    summary = _last_json(text)
+    if summary is not None:
+        s.details["transformer_kernels"] = summary
 
 
 def one_gpu_row(s: Session, row: Row, torch_json: dict | None) -> None:
@@ -228,13 +239,16 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=450, help="seconds for everything")
     ap.add_argument("--commit", default=os.environ.get("COMMIT", "unknown"))
     ap.add_argument("--dry-run", action="store_true", help="the plumbing on the host (numpy, lenet5)")
-    ap.add_argument("--skip", default="", help="comma-separated stages to skip: tests,rows,torch,two,engines,shipped")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated stages to skip: kernels,tests,rows,torch,two,engines,shipped")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     s = Session(out, args.budget, args.dry_run, args.commit)
     skip = set(filter(None, args.skip.split(",")))
     rows = DRY_ROWS if args.dry_run else ROWS
+    if "kernels" not in skip:
+        transformer_kernels(s)
     if "tests" not in skip:
         gpu_tests(s)
     if "rows" not in skip:
