@@ -4,7 +4,7 @@ per graph: ``ok`` with what the frontend says of it, or the frontend's error (``
 or Winograd family cuDNN has no engine for, which runs the im2col family's engine instead).
 
 On a GPU (default): the graphs as the kernels build them, then, for a convolution, how many engine
-configs the heuristics list and how many of them the family's note filter lets build. A graph that
+configs the heuristics list and the family's first ``TOP_K`` that build (what the kernel times). A graph that
 fails here fails the same way in a profile or a run, so this is the GPU run's first, seconds-long check.
 
 Without a GPU (``--validate-only``): the graphs up to ``validate()``, the frontend's own checks of
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kernels._conv_common import make_geom  # noqa: E402
 from kernels.cuda import attention, conv, libs  # noqa: E402
-from kernels.cuda.engines import FAMILIES, family_filter  # noqa: E402
+from kernels.cuda.engines import FAMILIES, TOP_K, family_filter  # noqa: E402
 from kernels.cuda.precision import set_precision, storage_of  # noqa: E402
 
 #: (x shape, w shape, stride, padding, dilation, groups): a ResNet 3x3, a grouped strided dilated one
@@ -74,8 +74,8 @@ def _conv_line(pass_: str, geo, precision: str, family: str, full: bool) -> str:
     if not full:
         return "validated"
     count = graph.get_execution_plan_count()
-    built = conv._candidates(graph, None, count)
-    return f"{count} engine configs, {len(built)} of the family build: {[name for _, name, _ in built][:4]}"
+    built = conv._candidates(graph, None, TOP_K)  # as kernels.cuda.conv chooses (all: minutes of builds)
+    return f"{count} engine configs; the family's first {len(built)} that build: {[name for _, name, _ in built]}"
 
 
 def _sdpa_line(kind: str, q, k, causal: bool) -> str:
