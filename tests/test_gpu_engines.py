@@ -13,6 +13,9 @@ tests prove the family rules and dnnplan's calls, not which engines a GPU offers
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from kernels._conv_common import make_geom
@@ -174,3 +177,13 @@ def test_an_explicitly_padded_convolution_keeps_the_pin_of_the_call(frontend):
                        "im2col", "fp32")
     conv.pin_engines({key: "eng1"})
     assert conv._choose("fwd", padded, "float32", "im2col", (None, None, None), g0).engine == "eng1"
+
+
+def test_the_graph_check_script_drives_the_kernels_builders(frontend):
+    """bench/gpu/cudnn_validate.py's GPU mode on the fake frontend: the conv line names the
+    engine configs and the family's first TOP_K that build."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+    import cudnn_validate  # noqa: PLC0415 - a script beside the benchmarks
+
+    line = cudnn_validate._conv_line("fwd", cudnn_validate.CONVS[0], "fp32", "im2col", True)
+    assert line.startswith(f"{len(ENGINES)} engine configs") and "eng" in line

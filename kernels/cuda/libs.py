@@ -5,9 +5,10 @@ missing becomes one :class:`networks.errors.DnnplanError` line naming the packag
 (:data:`INSTALL`), which every command prints with exit code 2.
 
 cuDNN's frontend (``import cudnn``) dlopens ``libcudnn.so.9`` from ``nvidia/cudnn/lib`` of the
-running interpreter's site-packages, else from the loader's path. The CUDA 13 wheels
-(nvidia-cudnn-cu13) put it in ``nvidia/cu13/lib``, where the frontend does not look, so
-:func:`cudnn` first loads every ``libcudnn*.so.9`` it finds under any ``nvidia/*/lib`` of
+running interpreter's site-packages, else from the loader's path. The CUDA 13 wheels put their
+libraries in ``nvidia/cu13/lib`` (cuBLAS, NVRTC), where the frontend does not look, and
+nvidia-cudnn-cu13 9.28 in ``nvidia/cudnn/lib`` (its wheel's listing, 2026-11-27), so to load it from
+either :func:`cudnn` first loads every ``libcudnn*.so.9`` it finds under any ``nvidia/*/lib`` of
 ``sys.path`` (the sub-libraries before the main one, as PyTorch preloads them) and hands the
 frontend that handle.
 """

@@ -21,6 +21,26 @@ NOTE_NAMES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION
               "WINOGRAD", "WINOGRAD_TILE_4x4", "WINOGRAD_TILE_6x6", "WINOGRAD_TILE_13x13", "STRICT_NAN_PROP")
 
 
+#: The keyword arguments the real bindings take (pybind11 signatures of nvidia-cudnn-frontend 1.16.0,
+#: ``help(cudnn.pygraph.conv_fprop)`` etc.; the convolutions' second overload, with pre/post padding)
+KEYWORDS = {
+    "pygraph": {"name", "io_data_type", "intermediate_data_type", "compute_data_type", "handle", "sm_count",
+                "sm_version", "kernel_cache", "device_property"},
+    "tensor": {"dim", "stride", "data_type", "is_virtual", "is_pass_by_value", "ragged_offset", "reordering_type",
+               "name", "uid"},
+    "conv_fprop": {"padding", "pre_padding", "post_padding", "stride", "dilation", "convolution_mode",
+                   "compute_data_type", "name"},
+}
+KEYWORDS["conv_dgrad"] = KEYWORDS["conv_wgrad"] = KEYWORDS["conv_fprop"]
+
+
+def _check_keywords(what: str, kw: dict) -> None:
+    """A TypeError for a keyword the real binding does not take, as pybind11 raises."""
+    unknown = set(kw) - KEYWORDS[what]
+    if unknown:
+        raise TypeError(f"{what}(): incompatible function arguments: {sorted(unknown)}")
+
+
 class FakeTensor:
     def __init__(self, graph, name: str, **attrs):
         self.graph, self.name, self.attrs = graph, name, dict(attrs)
@@ -46,6 +66,7 @@ class FakeGraph:
     """One graph over ``engines``: [(name, notes, workspace_bytes), ...] in the heuristics' order."""
 
     def __init__(self, engines, calls: list, **kwargs):
+        _check_keywords("pygraph", kwargs)
         self.engines = list(engines)
         self.calls = calls
         self.barred = [False] * len(self.engines)
@@ -54,10 +75,12 @@ class FakeGraph:
         calls.append(("pygraph", kwargs))
 
     def tensor(self, **kw):
+        _check_keywords("tensor", kw)
         self.calls.append(("tensor", kw))
         return FakeTensor(self, kw.get("name", ""), **{k: v for k, v in kw.items() if k != "name"})
 
     def _op(self, kind, **kw):
+        _check_keywords(kind, kw)
         self.calls.append((kind, {k: v for k, v in kw.items() if not isinstance(v, FakeTensor)}))
         return FakeTensor(self, kind)
 
@@ -110,9 +133,8 @@ class FakeGraph:
         self.built.append(i)
 
     def get_workspace_size_plan_at_index(self, i):
-        if i not in self.built:
-            raise RuntimeError("plan not built")
-        return self.engines[i][2]
+        # the frontend's docstring: "If the graph is not built at the index, this will return 0."
+        return self.engines[i][2] if i in self.built else 0
 
 
 def fake_module(engines, graphs: list, calls: list) -> SimpleNamespace:

@@ -10,6 +10,23 @@ import itertools
 from executor.backend.nccl import NcclCommunicator
 
 
+#: cupy.cuda.nccl.NcclCommunicator's methods and their positional arguments (cupy 14.2,
+#: cupy_backends/cuda/libs/nccl.pyx), the stream pointer last in each collective
+COMM_METHODS = {
+    "allReduce": ("sendbuf", "recvbuf", "count", "datatype", "op", "stream"),
+    "reduce": ("sendbuf", "recvbuf", "count", "datatype", "op", "root", "stream"),
+    "broadcast": ("sendbuff", "recvbuff", "count", "datatype", "root", "stream"),
+    "bcast": ("buff", "count", "datatype", "root", "stream"),
+    "reduceScatter": ("sendbuf", "recvbuf", "recvcount", "datatype", "op", "stream"),
+    "allGather": ("sendbuf", "recvbuf", "count", "datatype", "stream"),
+    "send": ("sendbuf", "count", "datatype", "peer", "stream"),
+    "recv": ("recvbuf", "count", "datatype", "peer", "stream"),
+    "destroy": (), "abort": (), "check_async_error": (),
+}
+#: ncclUniqueId's size: NcclCommunicator takes the id as exactly these many bytes
+UNIQUE_ID_BYTES = 128
+
+
 class FakeNccl:
     """``cupy.cuda.nccl`` recording its calls in ``calls``; ``ids`` makes each unique id."""
 
@@ -20,10 +37,19 @@ class FakeNccl:
 
         class NcclCommunicator:  # noqa: D401 - the stand-in of cupy.cuda.nccl.NcclCommunicator
             def __init__(self, size, uid, rank):
+                if not isinstance(uid, bytes) or len(uid) != UNIQUE_ID_BYTES:
+                    raise ValueError(f"commId length {len(uid)} != {UNIQUE_ID_BYTES}.")  # cupy's check
                 fake.calls.append(("init", size, rank, uid))
 
             def __getattr__(self, name):
-                return lambda *args: fake.calls.append((name, *args))
+                if name not in COMM_METHODS:
+                    raise AttributeError(f"'NcclCommunicator' object has no attribute '{name}'")
+
+                def call(*args):
+                    if len(args) != len(COMM_METHODS[name]) or not all(isinstance(a, int) for a in args):
+                        raise TypeError(f"{name}{COMM_METHODS[name]} takes integers, got {args}")
+                    fake.calls.append((name, *args))
+                return call
 
         self.NcclCommunicator = NcclCommunicator
 
@@ -45,7 +71,7 @@ class FakeHost:
     """A host communicator of rank ``rank`` among ``size``: broadcasts return :data:`BCAST`
     (standing for rank 0's unique id); collectives of size 1 record (name, dtype) and keep the data."""
 
-    BCAST = b"unique-id-of-rank-0"
+    BCAST = b"unique-id-of-rank-0".ljust(UNIQUE_ID_BYTES, b"\0")
 
     def __init__(self, rank: int, size: int):
         self.rank, self.size = rank, size
@@ -77,4 +103,4 @@ class HostNccl(NcclCommunicator):
 def counter_ids(prefix: str):
     """Unique ids ``prefix-0``, ``prefix-1``, ... (each group's rank 0 makes its own)."""
     count = itertools.count()
-    return lambda: f"{prefix}-{next(count)}".encode()
+    return lambda: f"{prefix}-{next(count)}".encode().ljust(UNIQUE_ID_BYTES, b"\0")
