@@ -3,6 +3,8 @@
 Stages, most important first, each a `dnnplan` command in its own process with its own time limit
 (what does not fit in the budget is skipped and reported as missing, never estimated):
 
+0. every cuDNN graph dnnplan builds, built on the card (bench/gpu/cudnn_validate.py: seconds; its
+   one line per graph diagnoses the stages after it);
 1. the dgx-h100 machine's price of transformer kernels (FlashAttention forward and backward, bf16 and
    FP8 GEMMs at Llama 3 shapes) against PyTorch's on the card (bench/gpu/transformer_kernels.py;
    issue 52);
@@ -121,8 +123,13 @@ def gpu_tests(s: Session) -> None:
     if s.dry:
         return
     s.run(["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "--timeout", "60", "-rfE",
-           "tests/test_gpu_kernels.py", "tests/test_gpu_backend.py", "tests/test_kernels_backend.py"], 150,
+           "tests/test_gpu_kernels.py", "tests/test_gpu_backend.py", "tests/test_kernels_backend.py"], 120,
           "pytest -m gpu")
+
+
+def cudnn_graphs(s: Session) -> None:
+    if not s.dry:
+        s.run(["bench/gpu/cudnn_validate.py"], 60, "cuDNN graphs built on the card")
 
 
 def transformer_kernels(s: Session) -> None:
@@ -240,13 +247,15 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", default=os.environ.get("COMMIT", "unknown"))
     ap.add_argument("--dry-run", action="store_true", help="the plumbing on the host (numpy, lenet5)")
     ap.add_argument("--skip", default="",
-                    help="comma-separated stages to skip: kernels,tests,rows,torch,two,engines,shipped")
+                    help="comma-separated stages to skip: graphs,kernels,tests,rows,torch,two,engines,shipped")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     s = Session(out, args.budget, args.dry_run, args.commit)
     skip = set(filter(None, args.skip.split(",")))
     rows = DRY_ROWS if args.dry_run else ROWS
+    if "graphs" not in skip:
+        cudnn_graphs(s)
     if "kernels" not in skip:
         transformer_kernels(s)
     if "tests" not in skip:
