@@ -16,8 +16,10 @@ recomputation; docs/costmodel.md, "Attention algorithms"):
 * ``materialized`` (also ``""``, the CPU's and the executor's kernels.attention): the scores and
   probabilities written to memory between kernels, :func:`attention_core_kernels`;
 * ``flash``: FlashAttention-2, one fused kernel per pass, its FLOPs and bytes from its tiles in the
-  device's on-chip memory (:mod:`costmodel.flash`; ``sram_bytes`` per SM). Its call carries the
-  algorithm, ``attention.fwd|...|flash``, so a profile never mistakes one for the other.
+  device's on-chip memory (:mod:`costmodel.flash`; ``sram_bytes`` per SM, ``None`` for a call a
+  profile times on the device itself, whose work is then counted at FlashAttention-2's largest
+  tile). Its call carries the algorithm, ``attention.fwd|...|flash``, so a profile never mistakes
+  one for the other.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def attention_core_kernels(n: int, heads: int, sq: int, sk: int, dh: int, item: 
             (gemm, (e + kv + q) * item, True), (gemm, (e + q + kv) * item, True))
 
 
-def core_call(local: LocalLayer, backward: bool, algorithm: str, sram_bytes: int, dtype: str,
+def core_call(local: LocalLayer, backward: bool, algorithm: str, sram_bytes: int | None, dtype: str,
               item: int) -> KernelCall:
     """The attention core of a shard: ``attention.fwd`` or ``attention.bwd`` under ``algorithm``."""
     p = local.p
@@ -60,7 +62,7 @@ def core_call(local: LocalLayer, backward: bool, algorithm: str, sram_bytes: int
     shape = (local.batch, heads, s_l, s_k, dh, int(causal), kv)
     kernel = "attention.bwd" if backward else "attention.fwd"
     if algorithm == "flash":
-        if sram_bytes <= 0:
+        if sram_bytes is not None and sram_bytes <= 0:
             raise DnnplanError("flash attention is priced from the device's on-chip memory, which this machine "
                                "does not give", layer=local.layer.name,
                                hint="add device.sram_kib_per_sm to the machine file (docs/machines.md)")
@@ -84,7 +86,7 @@ def _fused_weight_calls(local: LocalLayer, dq: int, dkv: int, d: int, bias: bool
 
 
 def attention_calls(local: LocalLayer, pass_: str, dtype: str, item: int, algorithm: str = "",
-                    sram_bytes: int = 0) -> tuple[KernelCall, ...]:
+                    sram_bytes: int | None = None) -> tuple[KernelCall, ...]:
     """The calls of ``pass_`` of an attention shard (module docstring)."""
     p = local.p
     s_l, d = local.in_shapes[0]

@@ -49,9 +49,13 @@ STAT_BYTES = 4
 TILE_ROWS = (128, 64, 32, 16)
 
 
-def tile_sizes(sram_bytes: int, dh: int, itemsize: int) -> tuple[int, int]:
+def tile_sizes(sram_bytes: int | None, dh: int, itemsize: int) -> tuple[int, int]:
     """``(Br, Bc)``: query and key/value tile rows whose Q, K and V tiles fit ``sram_bytes`` of an
-    SM's shared memory together (module docstring); the smallest when none does."""
+    SM's shared memory together (module docstring); the smallest when none does. ``None``: no
+    datasheet prices the call (a profile's key, timed on the device itself): FlashAttention-2's
+    largest block, 128 rows."""
+    if sram_bytes is None:
+        return TILE_ROWS[0], TILE_ROWS[0]
     rows = next((b for b in TILE_ROWS if 3 * b * dh * itemsize <= sram_bytes), TILE_ROWS[-1])
     return rows, rows
 
@@ -100,7 +104,7 @@ class FlashCounts:
 
 
 def flash_counts(n: int, heads: int, sq: int, sk: int, dh: int, causal: bool, itemsize: int,
-                 sram_bytes: int, backward: bool) -> FlashCounts:
+                 sram_bytes: int | None, backward: bool) -> FlashCounts:
     """The forward or backward pass of FlashAttention-2 (module docstring) for ``n`` samples of
     ``heads`` local query heads, ``sq`` local queries against ``sk`` keys of width ``dh``."""
     br, bc = tile_sizes(sram_bytes, dh, itemsize)

@@ -204,12 +204,14 @@ def backward_calls(local: LocalLayer, algorithm: str = "") -> tuple[KernelCall, 
     return tuple(c for pass_ in passes for c in kernel_calls(local, pass_, algorithm))
 
 
-def kernel_calls(local: LocalLayer, pass_: str, algorithm: str = "", sram_bytes: int = 0) -> tuple[KernelCall, ...]:
+def kernel_calls(local: LocalLayer, pass_: str, algorithm: str = "",
+                 sram_bytes: int | None = None) -> tuple[KernelCall, ...]:
     """The kernel invocations of ``pass_`` ("fwd", "bwd_data", "bwd_weights") of a local shard.
 
     ``algorithm`` is the convolution algorithm ("" means im2col) or the attention algorithm ("" or
-    ``materialized``; ``flash`` needs the device's on-chip memory per SM, ``sram_bytes``:
-    :mod:`costmodel.attention_calls`); other ops ignore it. Ops without a timed kernel (flatten,
+    ``materialized``; ``flash`` counts its work from the device's on-chip memory per SM,
+    ``sram_bytes``, or from FlashAttention-2's largest tile where no datasheet prices the call,
+    ``None``: :mod:`costmodel.attention_calls`); other ops ignore it. Ops without a timed kernel (flatten,
     embedding) return ``()``.
     """
     if pass_ not in ("fwd", "bwd_data", "bwd_weights"):

@@ -46,10 +46,11 @@ def conv_algorithms(layer: Layer) -> tuple[str, ...]:
                  if conv_applicable(a, kh, kw, p["stride"], p["dilation"], p["groups"]))
 
 
-def network_calls(net: Network, devices: Iterable[int], batch_of, algorithms: Iterable[str] | None = None
-                  ) -> list[KernelCall]:
+def network_calls(net: Network, devices: Iterable[int], batch_of, algorithms: Iterable[str] | None = None,
+                  attention: tuple[str, ...] = ("",)) -> list[KernelCall]:
     """Distinct kernel calls over every device count, layer, candidate strategy, algorithm and pass,
-    in first-seen order. ``batch_of(p)`` gives the global batch for ``p`` devices."""
+    in first-seen order. ``batch_of(p)`` gives the global batch for ``p`` devices; ``attention``
+    the attention algorithms timed (a GPU's kernel set adds ``flash``, its fused attention)."""
     seen: dict[str, KernelCall] = {}
     wanted = set(algorithms) if algorithms is not None else None
     for p in devices:
@@ -59,8 +60,8 @@ def network_calls(net: Network, devices: Iterable[int], batch_of, algorithms: It
                 local = local_layer(layer, s, batch)
                 for call in update_calls(local):
                     seen.setdefault(call.key, call)
-                for algo in conv_algorithms(layer):
-                    if wanted is not None and algo and algo not in wanted:
+                for algo in (attention if layer.op == "attention" else conv_algorithms(layer)):
+                    if wanted is not None and algo and layer.op == "conv2d" and algo not in wanted:
                         continue
                     for pass_ in PASSES:
                         for call in kernel_calls(local, pass_, algo):

@@ -82,7 +82,9 @@ def plan_calls(req: ProfileRequest) -> list[KernelCall]:
                          req.sizes or [14, 28, 56], algorithms=req.algorithms or (DEFAULT_CONV_ALGORITHM,),
                          passes=("fwd", "bwd_data", "bwd_weights"))
     net = with_precision(load_network(req.target), req.precision)
-    return network_calls(net, req.devices, lambda p: req.batch or default_batch(p, net), req.algorithms)
+    # a GPU's kernel set runs attention fused (flash, the default of the GPU machines) or materialised
+    attention = ("", "flash") if req.backend == "cupy" else ("",)
+    return network_calls(net, req.devices, lambda p: req.batch or default_batch(p, net), req.algorithms, attention)
 
 
 def run_profile(req: ProfileRequest, progress=None) -> tuple[ProfileRun, str, dict]:

@@ -287,6 +287,14 @@ def test_token_inputs_are_ids_within_the_vocabulary():
     assert tokens.min() >= 0 and tokens.max() < V and len(np.unique(tokens)) > 20
 
 
+
+def test_a_bf16_plans_image_is_drawn_as_floats_not_token_ids():
+    # a 16-bit plan's float input (bfloat16 on a GPU) is drawn from a normal like a float32 one
+    from costmodel.precision import with_precision  # noqa: PLC0415
+
+    image = make_inputs(with_precision(load_network("lenet5"), "bf16"), 2, seed=0)["image"]
+    assert image.dtype.kind == "f" and image.shape[0] == 2 and 0.5 < float(image.std()) < 1.5
+
 # ---------------------------------------------------------------------------------------------
 # real ranks: dnnplan execute --check
 

@@ -39,6 +39,18 @@ def test_tiles_fill_the_shared_memory_of_an_sm():
     assert tile_sizes(4000, 16, 4) == (16, 16)
 
 
+def test_a_call_no_datasheet_prices_counts_its_work_at_flash_attention_2s_largest_tile():
+    # a profile's key (timed on the device itself): no sram given, 128-row tiles, as on an H100
+    local = local_layer(_attn(seq=512, width=256, heads=2), make_strategy(1, {}), 4)
+    (core,) = [c for c in kernel_calls(local, "fwd", "flash") if c.kernel == "attention.fwd"]
+    (priced,) = [c for c in kernel_calls(local, "fwd", "flash", H100.device.sram_bytes)
+                 if c.kernel == "attention.fwd"]
+    assert tile_sizes(None, 128, 2) == (128, 128)
+    assert core.key == priced.key and (core.flops, core.bytes) == (priced.flops, priced.bytes)
+    with pytest.raises(DnnplanError, match="on-chip memory"):  # a machine file that gives none
+        kernel_calls(local, "fwd", "flash", 0)
+
+
 def test_causal_tiles_visited_by_hand():
     # (key rows read, query rows read, scores) for 64 queries and keys in tiles of 16: query tile i
     # visits key tiles 0..i

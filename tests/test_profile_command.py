@@ -131,3 +131,20 @@ def test_keep_freed_memory_applies_once_on_glibc():
     assert keep_freed_memory() is first
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
         assert first is True
+
+
+def test_a_gpu_profile_times_attention_fused_and_materialised_a_cpu_one_materialised():
+    # the GPU machines plan flash attention by default: its table holds the fused calls it prices
+    from profiler.service import ProfileRequest, plan_calls  # noqa: PLC0415
+
+    def attention_algos(backend: str) -> set[str]:
+        req = ProfileRequest("gpt-tiny", [1], batch=2, backend=backend, precision="fp32")
+        return {c.algo for c in plan_calls(req) if c.kernel.startswith("attention.")}
+
+    assert attention_algos("cupy") == {"", "flash"}
+    assert attention_algos("numpy") == {""}
+    # --algorithms names convolution algorithms; the attention's stay
+    net = load_network("gpt-tiny")
+    got = {c.algo for c in network_calls(net, [1], lambda p: 2, ("im2col",), ("", "flash"))
+           if c.kernel.startswith("attention.")}
+    assert got == {"", "flash"}

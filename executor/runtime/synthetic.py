@@ -21,7 +21,7 @@ import numpy as np
 
 from costmodel.layout import Region
 from networks.errors import DnnplanError
-from networks.ir import Layer, Network
+from networks.ir import FLOAT_DTYPES, Layer, Network
 
 
 def rng_for(seed: int, name: str) -> np.random.Generator:
@@ -57,7 +57,7 @@ def make_inputs(net: Network, batch: int, seed: int, dtype=np.float32) -> dict[s
     out = {}
     for spec in net.inputs:
         g = rng_for(seed, f"input/{spec.name}")
-        if spec.dtype.startswith("float"):
+        if spec.dtype in FLOAT_DTYPES:  # bfloat16 too (a bf16 plan's image)
             out[spec.name] = g.standard_normal((batch, *spec.shape)).astype(dtype)
         else:
             out[spec.name] = g.integers(0, _vocab_of(net, spec.name, spec.dtype), size=(batch, *spec.shape))
