@@ -23,7 +23,7 @@ from networks.reading import MAX_TABLE_BYTES, read_text
 from networks.writing import failure, target_kind, write_file
 from profiler.table_lock import locked
 
-#: Tables shipped with the package, by name (none yet: one placed here also needs pyproject's package data)
+#: Tables shipped with the package, by name (``--profile h100-bf16``; pyproject's package data ships them)
 SHIPPED_DIR = Path(__file__).parent / "profiles"
 
 
@@ -56,10 +56,15 @@ def shipped_table_path(name: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def read_table(path: str | os.PathLike) -> ProfileTable:
+def resolve_table(path: str | os.PathLike) -> str:
+    """``path``, or the shipped table of that name when no such file exists."""
     path = str(path)
-    if not os.path.exists(path) and shipped_table_path(path):
-        path = str(shipped_table_path(path))
+    shipped = None if os.path.exists(path) else shipped_table_path(path)
+    return str(shipped) if shipped else path
+
+
+def read_table(path: str | os.PathLike) -> ProfileTable:
+    path = resolve_table(path)
     text = read_text(path, "profile table", limit=MAX_TABLE_BYTES,
                      missing_hint="run `dnnplan profile NETWORK --out FILE` first")
     try:

@@ -49,6 +49,7 @@ from planner.sweep import sweep as run_sweep
 from planner.sweep import with_speedups
 from profiler import context, stops
 from profiler.context import Context
+from profiler.tables import resolve_table
 
 GIB = 2 ** 30
 
@@ -58,7 +59,7 @@ def profile_fingerprint(path: str | None) -> str | None:
     if not path:
         return None
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+        return hashlib.sha256(Path(resolve_table(path)).read_bytes()).hexdigest()[:16]
     except OSError as err:
         raise DnnplanError(f"cannot read the profile table: {err}", file=path) from None
 

@@ -88,8 +88,9 @@ def header_lines(f: Facts) -> list[str]:
 
 #: How the summary names the attention kernels a plan runs (costmodel.attention_calls)
 ATTENTION_WORDS = {
-    ("flash",): "attention by one fused flash-attention kernel a pass (FlashAttention-2, as cuDNN and "
-                "current stacks run it; --attention materialized on `dnnplan predict` prices the unfused kernels)",
+    ("flash",): "attention by one fused flash-attention kernel a pass (priced as FlashAttention-2's algorithm; "
+                "cuDNN's fused kernel on an H100 runs faster at long sequences, docs/VALIDATION.md; "
+                "--attention materialized on `dnnplan predict` prices the unfused kernels)",
     ("materialized",): "attention by its unfused kernels (the scores materialised, as Megatron-LM's unfused "
                        "attention), not flash attention",
 }

@@ -1,0 +1,40 @@
+"""The H100 tables shipped in profiler/profiles/ (measured on a lent H100, docs/VALIDATION.md "GPU
+loop"): named by --profile, they plan without a GPU from the card's measured kernels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dnnplan.cli import app
+from profiler.tables import SHIPPED_DIR, read_table, resolve_table
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("name", ["h100-tf32", "h100-bf16"])
+def test_a_shipped_table_is_a_gpu_table_of_its_precision(name):
+    table = read_table(name)
+    fp = table.fingerprint
+    assert fp["backend"] == "cupy" and "H100" in fp["device"] and fp["precision"] == name.split("-")[1]
+    assert fp["cudnn"] and fp["driver"] and len(table.entries) > 100
+    assert resolve_table(name) == str(SHIPPED_DIR / f"{name}.json")
+
+
+def test_a_file_of_that_name_wins_over_the_shipped_table(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "h100-bf16").write_text("{}")
+    assert resolve_table("h100-bf16") == "h100-bf16"
+
+
+def test_plan_names_the_shipped_table_and_prices_flash_attention_from_it():
+    # gpt2 at batch 8 was timed on the H100 in bf16, cuDNN's fused attention included
+    r = runner.invoke(app, ["plan", "gpt2", "-p", "1", "-b", "8", "--machine", "dgx-h100", "--precision", "bf16",
+                            "--optimizer", "momentum", "--profile", "h100-bf16", "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["step_s"] > 0
+    table = read_table("h100-bf16")
+    assert any(k.startswith("attention.fwd|") and k.endswith("|flash") for k in table.entries)
