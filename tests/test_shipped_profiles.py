@@ -38,3 +38,15 @@ def test_plan_names_the_shipped_table_and_prices_flash_attention_from_it():
     assert got["step_s"] > 0
     table = read_table("h100-bf16")
     assert any(k.startswith("attention.fwd|") and k.endswith("|flash") for k in table.entries)
+
+
+def test_a_plan_records_the_tables_identity_that_execute_compares(tmp_path):
+    # execute warns "the plan was made with profile X but the profile loaded is Y" when the two
+    # differ: plan must record the identity execute reads (ProfileTable.short_id), not a file hash
+    out = tmp_path / "p.yaml"
+    r = runner.invoke(app, ["plan", "gpt2", "-p", "1", "-b", "8", "--machine", "dgx-h100", "--precision", "bf16",
+                            "--optimizer", "momentum", "--profile", "h100-bf16", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    from planner.plan_file import read_plan  # noqa: PLC0415
+
+    assert read_plan(str(out))[0].profile_fingerprint == read_table("h100-bf16").short_id

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
@@ -49,19 +47,16 @@ from planner.sweep import sweep as run_sweep
 from planner.sweep import with_speedups
 from profiler import context, stops
 from profiler.context import Context
-from profiler.tables import resolve_table
 
 GIB = 2 ** 30
 
 
-def profile_fingerprint(path: str | None) -> str | None:
-    """A short content hash of the profile table a plan was made with."""
-    if not path:
-        return None
-    try:
-        return hashlib.sha256(Path(resolve_table(path)).read_bytes()).hexdigest()[:16]
-    except OSError as err:
-        raise DnnplanError(f"cannot read the profile table: {err}", file=path) from None
+def profile_fingerprint(ctx: Context) -> str | None:
+    """The identity of the profile table a plan was made with (its device, threads and backend:
+    ``ProfileTable.short_id``), as `execute`, `predict` and `validate` record and compare it;
+    None when a datasheet prices the plan."""
+    table = getattr(ctx.compute, "table", None)
+    return None if table is None else table.short_id
 
 
 def check_flags(solver: str, sweep: str | None, plot: str | None, pipelined_sweep: bool = False) -> None:
@@ -116,7 +111,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                 warn(line)
             opt = Optimizer(optimizer, zero)
             mode = overlap_with_bucket(overlap or None, ctx.machine, bucket_mb).spec  # e.g. data@76; bad: 1 line
-            run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(profile),
+            run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(ctx),
                       Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
                                recompute=recompute, budget=budget, overlap=mode),
                       None if memory is None else memory * GIB, _defaults(click, ctx))
