@@ -15,11 +15,13 @@
 # (38 MB; cupy-cuda13x, the cuDNN and NCCL libraries, numpy, PyYAML, onnx, ml-dtypes, torch and
 # torchvision are the image's). Then, through the device tool, carrying .whl:
 #
-#   run(command="COMMIT=$(cat .commit 2>/dev/null || echo unknown) bash bench/gpu/prove.sh",
+#   run(command="COMMIT=<git rev-parse --short HEAD> BUDGET=450 bash bench/gpu/prove.sh",
 #       carry=[".whl"], timeout_s=540)
 #
-# (write the commit into .commit first: `git rev-parse --short HEAD > .commit`, as .git may not
-# travel). Everything lands in $OUT (at most 8 files, read bench/gpu/prove.py): the rows go to
+# (the commit named in the command: .git may not travel; `--skip STAGES --rows ROWS` after the
+# script choose what runs, bench/gpu/prove.py). On 2026-11-27 two such calls on an H100 took 338 s
+# (BUDGET=330) and 268 s (BUDGET=265), each after a machine start of about 110 s of device time.
+# Everything lands in $OUT (at most 8 files, read bench/gpu/prove.py): the rows go to
 # bench/assets/gpu-validation.json and the tables to profiler/profiles/ in a later commit.
 #
 # Locally, the plumbing without a GPU (numpy, lenet5; no figure): bash bench/gpu/prove.sh --dry-run
