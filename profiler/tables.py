@@ -56,6 +56,11 @@ def shipped_table_path(name: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def shipped_table_names() -> list[str]:
+    """The names ``--profile`` takes for the shipped tables."""
+    return sorted(p.stem for p in SHIPPED_DIR.glob("*.json"))
+
+
 def resolve_table(path: str | os.PathLike) -> str:
     """``path``, or the shipped table of that name when no such file exists."""
     path = str(path)
@@ -65,8 +70,10 @@ def resolve_table(path: str | os.PathLike) -> str:
 
 def read_table(path: str | os.PathLike) -> ProfileTable:
     path = resolve_table(path)
+    shipped = ", ".join(shipped_table_names())
     text = read_text(path, "profile table", limit=MAX_TABLE_BYTES,
-                     missing_hint="run `dnnplan profile NETWORK --out FILE` first")
+                     missing_hint="run `dnnplan profile NETWORK --out FILE` first"
+                     + (f", or name a shipped table: {shipped}" if shipped else ""))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:

@@ -50,3 +50,9 @@ def test_a_plan_records_the_tables_identity_that_execute_compares(tmp_path):
     from planner.plan_file import read_plan  # noqa: PLC0415
 
     assert read_plan(str(out))[0].profile_fingerprint == read_table("h100-bf16").short_id
+
+
+def test_a_profile_that_is_neither_a_file_nor_a_shipped_name_lists_the_shipped_ones():
+    r = runner.invoke(app, ["plan", "gpt2", "-p", "1", "--profile", "h100"])
+    assert r.exit_code == 2
+    assert "no such profile table file" in r.output and "h100-bf16, h100-tf32" in r.output
