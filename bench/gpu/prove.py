@@ -134,7 +134,7 @@ def cudnn_graphs(s: Session) -> None:
 
 def transformer_kernels(s: Session) -> None:
     args = ["bench/gpu/transformer_kernels.py", "--out", str(s.out)] + (["--dry-run"] if s.dry else [])
-    rc, text = s.run(args, 90, "transformer kernels against the clock")
+    _, text = s.run(args, 90, "transformer kernels against the clock")
     summary = _last_json(text)
     if summary is not None:
         s.details["transformer_kernels"] = summary

@@ -25,6 +25,7 @@ these timings: each row is a held-out check of the cost model's kernel prices on
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -32,10 +33,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from costmodel.calibration import with_efficiencies  # noqa: E402
 from costmodel.compute import Roofline  # noqa: E402
 from costmodel.files import load_machine  # noqa: E402
 from costmodel.flash import flash_counts  # noqa: E402
 from costmodel.kernel_call import linear_call  # noqa: E402
+from costmodel.machine import EFFICIENCY_CLASSES  # noqa: E402
 
 #: (name, samples, query heads, key/value heads, sequence, head width): causal self-attention
 ATTENTION = (
@@ -65,14 +68,6 @@ PASSES = ("linear.fwd", "linear.bwd_data", "linear.bwd_weights")
 FIT = Path(__file__).resolve().parents[1] / "assets" / "published-modern-results.json"
 
 
-def _roofline_s(machine, flops: float, nbytes: float, peak_key: str, eff: dict | None) -> float:
-    """The roofline at the efficiencies ``eff`` (the machine file's when None; 1 each for the floor)."""
-    dev = machine.device
-    e_arith = dev.efficiency_of("tensor_16bit") if eff is None else eff["tensor_16bit"]
-    e_mem = dev.efficiency_of("memory") if eff is None else eff["memory"]
-    return max(flops / (dev.peak_flops[peak_key] * e_arith), nbytes / (dev.mem_bandwidth_bytes_per_s * e_mem))
-
-
 def predictions(machine, fit: dict | None = None) -> list[dict]:
     """Every row with its predicted and floor times (pure): ``predicted_s`` at the machine file's
     efficiencies, ``predicted_fit_s`` at ``fit`` (the published runs' fitted ones) where given."""
@@ -93,15 +88,15 @@ def predictions(machine, fit: dict | None = None) -> list[dict]:
         call = linear_call("linear.fwd", r, c, f, False, "bfloat16", 2)  # bytes of the bf16 operands
         rows.append({"kernel": "linear.fwd", "name": name, "shape": [r, c, f], "dtype": "float8",
                      "flops": call.flops, "bytes": call.bytes})
+    # the planner's roofline at the machine file's efficiencies, at the fitted ones, and at 1 (the floor)
+    models = {"predicted_s": Roofline(machine),
+              "floor_s": Roofline(with_efficiencies(machine, dict.fromkeys(EFFICIENCY_CLASSES, 1.0)))}
+    if fit:
+        models["predicted_fit_s"] = Roofline(with_efficiencies(machine, fit))
     for row in rows:
         key = "float8" if row["dtype"] == "float8" else "bfloat16"
-        row["predicted_s"] = _roofline_s(machine, row["flops"], row["bytes"], key, None)
-        row["floor_s"] = _roofline_s(machine, row["flops"], row["bytes"], key, {"tensor_16bit": 1, "memory": 1})
-        if fit:
-            row["predicted_fit_s"] = _roofline_s(machine, row["flops"], row["bytes"], key, fit)
-        # Roofline is the planner's pricing: the same figure through its own code path
-        assert abs(Roofline(machine)._time(row["flops"], row["bytes"], key, "tensor_16bit")
-                   - row["predicted_s"]) <= 1e-12 + 1e-9 * row["predicted_s"]
+        for field, model in models.items():
+            row[field] = model._time(row["flops"], row["bytes"], key, "tensor_16bit")
     return rows
 
 
@@ -164,16 +159,16 @@ def _gemm(torch, row: dict) -> float:
         xs = [torch.randn(r, c, device=dev, dtype=dt).to(e4m3) for _ in range(copies)]
         ws = [torch.randn(f, c, device=dev, dtype=dt).to(e4m3) for _ in range(copies)]
         one = torch.ones((), device=dev, dtype=torch.float32)
-        it = iter(range(10**9))
+        turn = itertools.cycle(range(copies)).__next__
         return _time(torch, lambda: (lambda i: torch._scaled_mm(xs[i], ws[i].t(), scale_a=one, scale_b=one,
-                                                                 out_dtype=dt))(next(it) % copies))
+                                                                 out_dtype=dt))(turn()))
     x = [torch.randn(r, c, device=dev, dtype=dt) for _ in range(copies)]
     w = [torch.randn(f, c, device=dev, dtype=dt) for _ in range(copies)]
     dy = [torch.randn(r, f, device=dev, dtype=dt) for _ in range(copies)]
-    it = iter(range(10**9))
+    turn = itertools.cycle(range(copies)).__next__
     fn = {"linear.fwd": lambda i: x[i] @ w[i].t(), "linear.bwd_data": lambda i: dy[i] @ w[i],
           "linear.bwd_weights": lambda i: dy[i].t() @ x[i]}[row["kernel"]]
-    return _time(torch, lambda: fn(next(it) % copies))
+    return _time(torch, lambda: fn(turn()))
 
 
 def measure(rows: list[dict]) -> dict:
