@@ -32,6 +32,7 @@ from costmodel.compute import recompute_algorithms
 from costmodel.files import load_machine
 from costmodel.machine import Machine
 from costmodel.megatron import megatron_strategies
+from costmodel.moe_dispatch import DEFAULT_MOE_DISPATCH, with_moe_dispatch
 from costmodel.optimizer import Optimizer, unfused_adamw_bytes
 from costmodel.pipeline import INTERLEAVED, PipelinePrediction, ends_as_blocks, predict_pipeline
 from costmodel.precision import PRECISIONS, with_precision
@@ -125,8 +126,12 @@ def precision_of(row: dict) -> str:
 
 
 def network_of(row: dict) -> Network:
-    return with_precision(parse_network(model_spec(row), row["name"]), precision_of(row),
-                          fp8_params=bool(row["config"].get("fp8_param_gather")))
+    """The row's model (:func:`model_spec`) in its precision, its moe layers priced with the row's
+    token dispatcher (``moe_dispatcher``: Megatron-Core's ``alltoall`` when absent, ``flex`` where its
+    recipe runs the flex dispatcher, DeepEP or HybridEP; costmodel.moe_dispatch)."""
+    net = with_precision(parse_network(model_spec(row), row["name"]), precision_of(row),
+                         fp8_params=bool(row["config"].get("fp8_param_gather")))
+    return with_moe_dispatch(net, row["config"].get("moe_dispatcher", DEFAULT_MOE_DISPATCH))
 
 
 def parameter_count(net: Network) -> int:
@@ -170,7 +175,10 @@ def deviations(row: dict) -> list[str]:
     if unpriced:
         out.append(f"recompute_modules {', '.join(unpriced)} not priced (their inputs kept, nothing recomputed)")
     if (row["model"].get("moe") or {}).get("dropless") and c["expert"] > 1:
-        out.append("dropless dispatch (priced as the balanced capacity-1.0 buffer): Megatron-Core copies the "
+        priced = ("the balanced load, each token once to each node and rank holding its experts (the flex "
+                  "dispatcher, costmodel.expert_comms)" if c.get("moe_dispatcher") == "flex"
+                  else "the balanced capacity-1.0 buffer")
+        out.append(f"dropless dispatch (priced as {priced}): Megatron-Core copies the "
                    "token counts to the host in every MoE layer's dispatch (the alltoall dispatcher before the "
                    "expert all-to-all: token_dispatcher.py, cuda_sync_point before_ep_alltoall; the flex "
                    "dispatcher's DeepEP permute (.item()) and HybridEP dispatch (blocking without "

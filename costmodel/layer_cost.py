@@ -18,7 +18,7 @@ from costmodel.compute import (ComputeModel, is_recomputed, kernel_algorithm, lo
 from costmodel.context_comms import context_comms, core_share
 # an edge's reshard is priced in costmodel.edge_cost; its names are public here too
 from costmodel.edge_cost import EdgeEstimate, edge_estimate, layout_edge, reshard_copy_s, reshard_exchange  # noqa: F401
-from costmodel.expert_comms import expert_collectives
+from costmodel.expert_comms import expert_collectives, flex_exchanges
 from costmodel.flash import attention_kept_bytes
 from costmodel.fsdp_grad import fsdp_kernels
 from costmodel.kernel_calls import grad_sum_calls, kernel_calls, update_calls
@@ -285,6 +285,7 @@ def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Ma
                  + expert_collectives(layer, strategy, local, itemsize)):
         add(*args)
     comms += kv_comms(layer, strategy, local, machine, rule, kernel, passes)
+    comms += [Comm(*c) for c in flex_exchanges(layer, strategy, local, itemsize, machine)]
     for args in weight_collectives(layer, active, dict(local.weight_shapes), itemsize, opt):
         add(*args)
     for purpose, phase, collective, nbytes, dim, share in replica_sums(active, dict(strategy.degrees),

@@ -89,6 +89,12 @@ BatchNormOpt = Annotated[Optional[str], typer.Option(
     "as SyncBatchNorm and `dnnplan execute` run it, two small allreduces a layer split over samples) or local "
     "(over each rank's own samples, as PyTorch DDP's BatchNorm2d: none over a sample split; a spatial split "
     "still all-reduces them). A plan file records it (docs/costmodel.md, Batch normalisation).")]
+MoeDispatchOpt = Annotated[Optional[str], typer.Option(
+    "--moe-dispatch", help="How an expert split moves the tokens of a mixture of experts: alltoall (the default: "
+    "every (token, expert) row in capacity buffers by all-to-all, Megatron-Core's alltoall dispatcher and what "
+    "`dnnplan execute` runs) or flex (each token once to each node and each rank holding any of its experts, "
+    "across nodes to the same local rank, then on over NVLink: Megatron-Core's flex dispatcher with DeepEP or "
+    "HybridEP; GPU machines). A plan file records it (docs/costmodel.md, Mixture of experts).")]
 OptimizerOpt = Annotated[str, typer.Option(
     "--optimizer", help="The optimiser whose state each parameter carries: sgd (none), momentum (one value, "
     "what the executor runs) or adam (two).")]

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from costmodel.batch_norm import batch_norm_of
+from costmodel.moe_dispatch import moe_dispatch_of
 from costmodel.breakdown import comm_parts, step_terms
 from costmodel.candidates import algorithms
 from costmodel.compute import PASSES, ComputeModel
@@ -334,7 +335,7 @@ def plan_from_prediction(pred: StepPrediction, net: Network, network_ref: str, m
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
                 baselines=baselines_, solver=dict(solver or {}), precision=precision, optimizer=optimizer.name,
                 zero=optimizer.zero, breakdown=step_terms(pred), comm=comm_parts(pred), overlap=pred.overlap,
-                batch_norm=batch_norm_of(net))
+                batch_norm=batch_norm_of(net), moe_dispatch=moe_dispatch_of(net))
 
 
 def speedup(plan: Plan, baseline: Baseline) -> float:

@@ -76,6 +76,8 @@ class Plan:
     overlap: str = field(default="", compare=False, hash=False)  # costmodel.overlap's mode it was priced under
     #: costmodel.batch_norm: sync or local statistics (the network hash is of the network marked with it)
     batch_norm: str = "sync"
+    #: costmodel.moe_dispatch: how its expert splits move tokens (the network hash is of the network marked with it)
+    moe_dispatch: str = "alltoall"
 
     @property
     def stage_ranks(self) -> int:

@@ -9,6 +9,7 @@ import yaml
 
 from costmodel.batch_norm import BATCH_NORMS, DEFAULT_BATCH_NORM, with_batch_norm
 from costmodel.files import load_machine
+from costmodel.moe_dispatch import DEFAULT_MOE_DISPATCH, MOE_DISPATCHES, with_moe_dispatch
 from costmodel.optimizer import STATE_SLOTS, ZERO_STAGES, Optimizer
 from costmodel.precision import DEFAULT_PRECISION, PRECISIONS, with_precision
 from networks.errors import DnnplanError, short
@@ -23,7 +24,7 @@ from planner.plan import PLAN_VERSION, Baseline, PipelineSpec, Plan
 from planner.plan_file_layers import fail, layer_entries, layer_plan, number
 
 TOP_KEYS = ("version", "network", "seq", "network_name", "network_hash", "batch", "devices", "machine", "precision",
-            "optimizer", "zero", "batch_norm", "profile_fingerprint", "step_s", "memory_peak_bytes",
+            "optimizer", "zero", "batch_norm", "moe_dispatch", "profile_fingerprint", "step_s", "memory_peak_bytes",
             "memory_parts_bytes", "mfu", "step_breakdown_s", "step_comm_s", "overlap", "baselines", "solver",
             "pipeline", "layers")
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
@@ -36,6 +37,7 @@ def plan_to_dict(plan: Plan) -> dict:
         "network_hash": plan.network_hash, "batch": plan.batch, "devices": plan.devices,
         "machine": plan.machine, "precision": plan.precision, "optimizer": plan.optimizer, "zero": plan.zero,
         "batch_norm": plan.batch_norm,
+        **({"moe_dispatch": plan.moe_dispatch} if plan.moe_dispatch != DEFAULT_MOE_DISPATCH else {}),
         "profile_fingerprint": plan.profile_fingerprint,
         "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
         **({"memory_parts_bytes": dict(plan.memory_parts)} if plan.memory_parts else {}), "mfu": plan.mfu,
@@ -71,7 +73,9 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     optimizer = _optimizer(data, path)
     seq = _seq(data, path)
     batch_norm = _named(data, path, "batch_norm", BATCH_NORMS, DEFAULT_BATCH_NORM)
-    net = with_batch_norm(with_precision(load_network(str(data["network"]), seq), precision), batch_norm)
+    moe_dispatch = _named(data, path, "moe_dispatch", MOE_DISPATCHES, DEFAULT_MOE_DISPATCH)
+    net = with_moe_dispatch(with_batch_norm(with_precision(load_network(str(data["network"]), seq), precision),
+                                            batch_norm), moe_dispatch)
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
         raise fail(f"the plan was made for a different version of network {short(data['network'])} "
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
@@ -93,7 +97,7 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
                 mfu=number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline,
                 breakdown=_breakdown(data, path), comm=_breakdown(data, path, "step_comm_s"),
-                overlap=str(data.get("overlap") or ""), seq=seq, batch_norm=batch_norm)
+                overlap=str(data.get("overlap") or ""), seq=seq, batch_norm=batch_norm, moe_dispatch=moe_dispatch)
     return plan, net
 
 
@@ -181,7 +185,7 @@ def _optimizer(data: dict, path: str) -> Optimizer:
 
 def _named(data: dict, path: str, key: str, choices, default: str) -> str:
     """The plan's ``key``, one of ``choices`` (``default`` when absent: plans written before it was
-    recorded): its ``precision`` (fp32), its ``batch_norm`` (sync)."""
+    recorded): its ``precision`` (fp32), its ``batch_norm`` (sync), its ``moe_dispatch`` (alltoall)."""
     value = data.get(key, default)
     if not isinstance(value, str) or value not in choices:
         raise fail(f"unknown {key} {short(value)}", path, field=key, hint=f"use one of {', '.join(choices)}")

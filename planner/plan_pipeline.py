@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from costmodel.batch_norm import batch_norm_of
+from costmodel.moe_dispatch import moe_dispatch_of
 from costmodel.breakdown import comm_parts, pipeline_terms
 from costmodel.compute import ComputeModel
 from costmodel.machine import Machine
@@ -56,7 +57,7 @@ def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, p
                 solver={"method": "pipeline search", **choice.stats}, precision=precision,
                 optimizer=optimizer.name, zero=optimizer.zero, mfu=mfu, pipeline=spec,
                 breakdown=pipeline_terms(pred), comm=comm_parts(pred), overlap=pred.stages[0].micro.overlap,
-                batch_norm=batch_norm_of(net))
+                batch_norm=batch_norm_of(net), moe_dispatch=moe_dispatch_of(net))
 
 
 def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy], machine: Machine,

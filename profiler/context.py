@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from costmodel.batch_norm import DEFAULT_BATCH_NORM, with_batch_norm
 from costmodel.compute import ComputeModel, Roofline
 from costmodel.files import DEFAULT_MACHINE, load_machine
+from costmodel.moe_dispatch import DEFAULT_MOE_DISPATCH, check_machine_dispatch, with_moe_dispatch
 from costmodel.machine import Machine
 from costmodel.precision import DEFAULT_PRECISION, get_precision, with_precision
 from costmodel.profile_links import links_from_table
@@ -38,6 +39,7 @@ class Context:
     batch_rule: str = ""
     seq: int | None = None  # --seq: the tokens per sequence given, None for the network's own
     batch_norm: str = DEFAULT_BATCH_NORM  # costmodel.batch_norm: the network's batchnorm layers marked with it
+    moe_dispatch: str = DEFAULT_MOE_DISPATCH  # costmodel.moe_dispatch: the network's moe layers marked with it
 
 
 def default_batch(devices: int, net: Network | None = None) -> int:
@@ -50,22 +52,28 @@ def default_batch(devices: int, net: Network | None = None) -> int:
 
 def resolve(network: str, devices: int, batch: int | None, machine: str | None,
             profile: str | None = None, refresh: bool = False, precision: str = DEFAULT_PRECISION,
-            foreign_ok: bool = False, seq: int | None = None, batch_norm: str | None = None) -> Context:
+            foreign_ok: bool = False, seq: int | None = None, batch_norm: str | None = None,
+            moe_dispatch: str | None = None) -> Context:
     """Load the network (``seq`` tokens a sequence when given; its batch norm ``batch_norm``,
-    costmodel.batch_norm; None: sync) and the machine named on the command line and choose the compute model."""
+    costmodel.batch_norm; None: sync; its experts' token dispatcher ``moe_dispatch``,
+    costmodel.moe_dispatch; None: alltoall) and the machine named on the command line and choose
+    the compute model."""
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")
     if batch is not None and batch < 1:
         raise DnnplanError(f"--batch must be a positive integer, got {batch}")
     prec = get_precision(precision)
     batch_norm = batch_norm or DEFAULT_BATCH_NORM
-    net = with_batch_norm(with_precision(load_network(network, seq), prec.name), batch_norm)
+    moe_dispatch = moe_dispatch or DEFAULT_MOE_DISPATCH
+    net = with_moe_dispatch(with_batch_norm(with_precision(load_network(network, seq), prec.name), batch_norm),
+                            moe_dispatch)
     mach = load_machine(machine or DEFAULT_MACHINE)
+    check_machine_dispatch(moe_dispatch, mach.device.kind, mach.name)
     mach.check_devices(devices)
     compute = compute_model(mach, profile, devices, refresh, prec.name, foreign_ok)
     rule = "" if batch else family_batch(net, devices)[1]
     return Context(net, profiled_links(mach, compute), batch or default_batch(devices, net), devices, compute,
-                   prec.name, rule, seq, batch_norm)
+                   prec.name, rule, seq, batch_norm, moe_dispatch)
 
 
 def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,

@@ -23,7 +23,7 @@ from dnnplan.options import (BatchOpt, BucketOpt, DevicesOpt, ForceOpt, ForeignP
                              PlanProveOpt,
                              PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
                              ScheduleOpt, SeqOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
-from dnnplan.options import BatchNormOpt
+from dnnplan.options import BatchNormOpt, MoeDispatchOpt
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
@@ -78,7 +78,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b",
          prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False, step_context: PlanStepContextOpt = True,
          layers: LayersOpt = False, force: ForceOpt = False, foreign_profile: ForeignProfileOpt = False,
-         seq: SeqOpt = None, batch_norm: BatchNormOpt = None, overlap: OverlapOpt = "", bucket_mb: BucketOpt = None) -> None:
+         seq: SeqOpt = None, batch_norm: BatchNormOpt = None, overlap: OverlapOpt = "", bucket_mb: BucketOpt = None,
+         moe_dispatch: MoeDispatchOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -106,14 +107,12 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     budget = search_budget(time_limit)
     with stop_on_ctrl_c(budget), progress_line(budget):
         try:
-            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile, seq, batch_norm)
+            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile, seq,
+                                  batch_norm, moe_dispatch)
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
-            opt = Optimizer(optimizer, zero)
-            mode = overlap_with_bucket(overlap or None, ctx.machine, bucket_mb).spec  # e.g. data@76; bad: 1 line
             run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(ctx),
-                      Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
-                               recompute=recompute, budget=budget, overlap=mode),
+                      _settings(ctx, solver, gap, Optimizer(optimizer, zero), recompute, budget, overlap, bucket_mb),
                       None if memory is None else memory * GIB, _defaults(click, ctx))
             if sweep:
                 return plan_sweep(ctx, network, sweep, plot, run.limit, run.settings, as_json)
@@ -238,6 +237,15 @@ def show(run: Run, answer, out: str | None, as_json: bool, layers: bool) -> None
         render.console.print(f"wrote {out} ({how})")
 
 
+def _settings(ctx: Context, solver: str, gap: float | None, opt: Optimizer, recompute: bool, budget,
+              overlap: str, bucket_mb: float | None) -> Settings:
+    """The planner's settings from the command line: the overlap recorded with its bucket
+    (``data@76``; a bad mode or bucket: one line)."""
+    mode = overlap_with_bucket(overlap or None, ctx.machine, bucket_mb).spec
+    return Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
+                    recompute=recompute, budget=budget, overlap=mode)
+
+
 def _facts(run: Run, answer, plan: Plan, got) -> render.Facts:
     ctx = run.ctx
     ops = {layer.name: layer.op for layer in ctx.network.layers}
@@ -248,6 +256,7 @@ def _facts(run: Run, answer, plan: Plan, got) -> render.Facts:
                         answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
                         len(ctx.network.layers), "batchnorm2d" in ops.values(), attention,
                         resolve_overlap(answer.settings.overlap, ctx.machine).label, ctx.batch_norm,
+                        ctx.moe_dispatch if "moe" in ops.values() else "",
                         axes_line(found, _pipeline_axis(got, plan), answer.settings.zero),
                         "; ".join(x for x in (answer.zero_why, answer.memory_note) if x),
                         run.limit if run.limit is not None else ctx.machine.device.mem_capacity_bytes)

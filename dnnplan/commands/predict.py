@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 from costmodel.batch_norm import check_batch_norm
+from costmodel.moe_dispatch import check_moe_dispatch
 from costmodel.breakdown import comm_parts
 from costmodel.compute import recompute_algorithms
 from costmodel.megatron import megatron_strategies
@@ -22,7 +23,7 @@ from dnnplan.options import (AttentionOpt, BatchOpt, BucketOpt, ChunksOpt, Conte
                              ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt, SeqOpt, SequenceParallelOpt,
                              StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
-from dnnplan.options import BatchNormOpt
+from dnnplan.options import BatchNormOpt, MoeDispatchOpt
 from dnnplan.output import check_outputs
 from dnnplan.render import fmt, tables
 from dnnplan.render.plan import SMALL_NETWORK
@@ -73,7 +74,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             bucket_mb: BucketOpt = None, runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
             foreign_profile: ForeignProfileOpt = False, seq: SeqOpt = None, out: PlanOutOpt = None,
-            force: ForceOpt = False, batch_norm: BatchNormOpt = None) -> None:
+            force: ForceOpt = False, batch_norm: BatchNormOpt = None, moe_dispatch: MoeDispatchOpt = None) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -90,12 +91,13 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     reduced and the weights updated once a step.
     """
     if is_plan_file(network):
-        return predict_plan(network, profile, as_json, step_context, layers, foreign_profile, seq, batch_norm)
+        return predict_plan(network, profile, as_json, step_context, layers, foreign_profile, seq, batch_norm,
+                            moe_dispatch)
     megatron = tensor > 1 or sequence_parallel or context_ > 1 or expert > 1
     _check_options(megatron, strategy, out, force, runtime, pipeline, micro_batches)
     check_runtime(runtime, opt := Optimizer(optimizer, zero), tensor, pipeline, sequence_parallel, strategy)
     ctx = context.resolve(network, devices, batch, machine, profile, precision=precision, foreign_ok=foreign_profile,
-                          seq=seq, batch_norm=batch_norm)
+                          seq=seq, batch_norm=batch_norm, moe_dispatch=moe_dispatch)
     algorithms = recompute_algorithms(ctx.network, recompute, attention)
     if runtime == "deepspeed":
         return predict_deepspeed(ctx, algorithms, opt, micro_batches, recompute, as_json)
@@ -221,7 +223,7 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
 
 def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bool = True,
                  layers: bool = False, foreign_ok: bool = False, seq: int | None = None,
-                 batch_norm: str | None = None) -> None:
+                 batch_norm: str | None = None, moe_dispatch: str | None = None) -> None:
     """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now; for
     machine `local` without --profile, as `dnnplan execute` predicts it before its run. The plan
     names its network and sequence: a ``seq`` (--seq) is refused."""
@@ -233,10 +235,15 @@ def predict_plan(path: str, profile: str | None, as_json: bool, step_context: bo
         raise DnnplanError(f"--batch-norm {short(batch_norm)} differs from the plan's batch_norm {plan.batch_norm}",
                            file=path, field="batch_norm",
                            hint="leave --batch-norm out (a plan file's own choice holds), or plan again with it")
+    if moe_dispatch is not None and check_moe_dispatch(moe_dispatch) != plan.moe_dispatch:
+        raise DnnplanError(f"--moe-dispatch {short(moe_dispatch)} differs from the plan's moe_dispatch "
+                           f"{plan.moe_dispatch}", file=path, field="moe_dispatch",
+                           hint="leave --moe-dispatch out (a plan file's own choice holds), or plan again with it")
     ahead = ahead_of_time(path, step_context) if profile is None else None
     if ahead is None:
         ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, precision=plan.precision,
-                              foreign_ok=foreign_ok, seq=plan.seq, batch_norm=plan.batch_norm)
+                              foreign_ok=foreign_ok, seq=plan.seq, batch_norm=plan.batch_norm,
+                              moe_dispatch=plan.moe_dispatch)
         if plan.pipeline is not None:
             return _predict_pipelined_plan(path, plan, net, ctx, as_json)
         pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,

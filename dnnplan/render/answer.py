@@ -37,6 +37,7 @@ class Facts:
     attention: tuple[str, ...] = ()  # the attention algorithms the plan's layers run
     overlap: str = ""  # what overlaps compute, in words (costmodel.overlap.Overlap.label)
     batch_norm: str = "sync"  # costmodel.batch_norm
+    moe_dispatch: str = ""  # costmodel.moe_dispatch, "" for a network without experts
     axes: str = ""  # the layout by parallel axis in one line (planner.axes)
     zero_why: str = ""  # why the plan's ZeRO stage, when the planner chose it (planner.zero_choice)
     #: the memory limit asked for (a device's memory, or --memory); the plan's solver record keeps the
@@ -106,12 +107,23 @@ BATCH_NORM_WORDS = {
 }
 
 
+#: How the summary names the token dispatcher of a plan's experts (costmodel.moe_dispatch)
+MOE_DISPATCH_WORDS = {
+    "alltoall": "experts' tokens dispatched by all-to-all of capacity buffers (Megatron-Core's alltoall dispatcher, "
+                "--moe-dispatch alltoall; DeepEP or HybridEP: --moe-dispatch flex)",
+    "flex": "experts' tokens sent once to each node and rank holding their experts (Megatron-Core's flex "
+            "dispatcher with DeepEP or HybridEP, --moe-dispatch flex)",
+}
+
+
 def assumptions_line(f: Facts) -> str | None:
     """What the cost model assumes of the framework where a user's framework may differ."""
     parts = []
     if f.has_batchnorm:
         parts.append(BATCH_NORM_WORDS[f.batch_norm])
     parts.append(f.overlap or Overlap().label)
+    if f.moe_dispatch:
+        parts.append(MOE_DISPATCH_WORDS[f.moe_dispatch])
     if f.attention:
         parts.append(ATTENTION_WORDS[f.attention] if f.attention in ATTENTION_WORDS else
                      "attention by flash attention in some layers, by its unfused kernels in others (the plan "

@@ -21,6 +21,7 @@ from costmodel.comm_calls import COMM_PREFIX, CommCall, comm_measured_key, measu
 from costmodel.compute import RECOMPUTE, ComputeModel, OnDemand
 from costmodel.files import NODE_CORES_ENV, load_machine
 from costmodel.machine import Machine
+from costmodel.moe_dispatch import DEFAULT_MOE_DISPATCH
 from costmodel.profile_table import foreign_reason
 from costmodel.pipeline import PipelinePrediction
 from costmodel.step import StepPrediction, predict_step
@@ -151,6 +152,11 @@ def cannot_run(plan: Plan, plan_path: str, array_backend: str = "numpy") -> Dnnp
         return DnnplanError(f"the plan pipelines {plan.pipeline.stages} stages under ZeRO stage {plan.zero}; the "
                             "executor runs pipelined plans without ZeRO", file=plan_path, field="zero",
                             hint="predict it with `dnnplan predict`, or plan again with --zero 0 to run it")
+    if plan.moe_dispatch != DEFAULT_MOE_DISPATCH:
+        return DnnplanError(f"the plan prices the {plan.moe_dispatch} token dispatcher (DeepEP or HybridEP); the "
+                            "executor exchanges the experts' capacity buffers by all-to-all", file=plan_path,
+                            field="moe_dispatch",
+                            hint="predict it with `dnnplan predict`, or plan again with --moe-dispatch alltoall to run it")
     again = [lp.name for lp in plan.layers if lp.algorithm == RECOMPUTE]
     if again:
         return DnnplanError(f"the plan recomputes {len(again)} layer(s) in backward; the executor keeps every "

@@ -73,6 +73,18 @@ PARAMS = (Param("experts", "pos", doc="number of routed experts"),
                 "keeping its output (Megatron-Core recompute_modules: moe_act)"))
 
 
+#: The layer parameter costmodel.moe_dispatch.with_moe_dispatch sets to the token dispatcher an
+#: expert split is priced with; absent, ``alltoall`` (costmodel.expert_comms)
+DISPATCH = "dispatcher"
+#: The token dispatchers: Megatron-Core's ``alltoall`` (capacity buffers) and ``flex`` (DeepEP, HybridEP)
+DISPATCHERS = ("alltoall", "flex")
+
+
+def dispatcher(p: dict) -> str:
+    """The token dispatcher of a moe layer (its :data:`DISPATCH` parameter, ``alltoall`` when absent)."""
+    return str(p.get(DISPATCH, DISPATCHERS[0]))
+
+
 def widths(p: dict) -> tuple[int, int, int]:
     """``(m, hidden, Hs)``: the input projection's multiple (2 when gated), the routed experts' hidden
     width and the shared experts' total width (0 without them)."""
