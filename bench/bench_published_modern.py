@@ -149,13 +149,15 @@ def summary(results: list[dict], which: str) -> dict:
 
 def plan_step(row: dict, time_limit: float) -> dict:
     """`dnnplan plan` on the row's devices, batch, sequence, machine and precision (Adam), with the
-    overlap the row's run had (``--overlap``, published_modern.overlap_of)."""
+    overlap the row's run had (``--overlap``, published_modern.overlap_of) and its experts' token
+    dispatcher (``--moe-dispatch``)."""
     c = row["config"]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(pm.model_spec(row))
     cmd = [str(Path(sys.executable).parent / "dnnplan"), "plan", f.name, "-p", str(c["gpus"]), "-b", str(c["batch"]),
            "--machine", row["machine"], "--precision", pm.precision_of(row), "--optimizer", "adam",
-           "--time-limit", str(time_limit), "--json", "--overlap", pm.overlap_of(row)]
+           "--time-limit", str(time_limit), "--json", "--overlap", pm.overlap_of(row),
+           "--moe-dispatch", c.get("moe_dispatcher", "alltoall")]
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -174,7 +176,8 @@ def plan_key(row: dict) -> tuple:
     plan. The spec's text, not the model's name: two runs of one model may differ in a layer (NeMo
     25.11's fused cross-entropy loss against 24.07's unfused one)."""
     c = row["config"]
-    return pm.model_spec(row), c["gpus"], c["batch"], row["machine"], pm.precision_of(row), pm.overlap_of(row)
+    return (pm.model_spec(row), c["gpus"], c["batch"], row["machine"], pm.precision_of(row), pm.overlap_of(row),
+            c.get("moe_dispatcher", "alltoall"))
 
 
 def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_limit: float) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from costmodel.moe_dispatch import moe_dispatch_of
 from costmodel.precision import PRECISIONS, with_precision
 from dnnplan.cli import app
 from networks.loader import load_network
@@ -329,3 +330,29 @@ def test_only_composer_rows_run_torch_fsdp_kernels():
     assert any(s > 0 for s in prep)
     assert all(x.layer.grad_prep_s == 0 for x in pm.predict_row(nemo).stages[0].micro.layers)
     assert all(r["config"].get("framework") == "composer" for r in ROWS.values() if r["group"].startswith("llm-foundry"))
+
+
+def test_the_hybridep_recipe_runs_the_flex_dispatcher_and_the_planner_is_given_it():
+    """NeMo 26.04's Qwen3-30B-A3B ran its recipe's EP 16 over two DGX-H100 nodes on Megatron-Core's
+    flex dispatcher with HybridEP (moe_dispatcher: flex): its moe layers are marked flex, its expert
+    exchanges are priced as the flex dispatcher's (each token across the network at most once, not
+    the all-to-all's rows), the planner is given --moe-dispatch flex, and the alltoall rows are left
+    as they were."""
+    row = ROWS["nemo2604-qwen3-30b-a3b-16gpu-fp8-cs"]
+    assert row["config"]["moe_dispatcher"] == "flex" and pm.layout(row)["expert"] == 16
+    assert moe_dispatch_of(pm.network_of(row)) == "flex"
+    assert moe_dispatch_of(pm.network_of(ROWS["nemo260201-qwen3-235b-a22b-256gpu-fp8-cs"])) == "alltoall"
+    plain = {**row, "config": {k: v for k, v in row["config"].items() if k != "moe_dispatcher"}}
+    flex, alltoall = pm.predict_row(row), pm.predict_row(plain)
+
+    def exchanges(pred):
+        moe = next(x for x in pred.stages[0].micro.layers if x.layer.name.endswith(".moe"))
+        return [c for c in moe.layer.comms if c.purpose in ("dispatch", "combine", "combine_grad", "dispatch_grad")]
+
+    assert {c.collective for c in exchanges(flex)} == {"flex"}
+    assert {c.collective for c in exchanges(alltoall)} == {"alltoall"}
+    assert sum(c.seconds for c in exchanges(flex)) < sum(c.seconds for c in exchanges(alltoall)) / 3
+    assert flex.step_s < alltoall.step_s
+    assert any("the flex dispatcher" in d for d in pm.deviations(row))
+    bench = _bench()
+    assert bench.plan_key(row) != bench.plan_key(plain) and bench.plan_key(row)[-1] == "flex"
