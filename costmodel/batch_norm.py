@@ -15,10 +15,8 @@ The choice reaches the op's splits as data: :func:`with_batch_norm` marks each b
 
 from __future__ import annotations
 
-import dataclasses
-
 from networks.errors import DnnplanError, short
-from networks.ir import Layer, Network
+from networks.ir import Network
 from networks.ops.norm import SYNC, synced
 
 BATCH_NORMS = {"sync": "statistics over the whole batch (SyncBatchNorm)",
@@ -37,14 +35,7 @@ def with_batch_norm(net: Network, name: str) -> Network:
     an unmarked layer is synchronised, so networks and plans made before the choice read as before)."""
     if check_batch_norm(name) == DEFAULT_BATCH_NORM:
         return net
-
-    def mark(layer: Layer) -> Layer:
-        if layer.op != "batchnorm2d":
-            return layer
-        params = tuple((k, v) for k, v in layer.params if k != SYNC) + ((SYNC, False),)
-        return dataclasses.replace(layer, params=params)
-
-    return dataclasses.replace(net, layers=tuple(mark(layer) for layer in net.layers))
+    return net.with_param("batchnorm2d", SYNC, False)
 
 
 def batch_norm_of(net: Network) -> str:

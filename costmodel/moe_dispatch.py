@@ -16,10 +16,8 @@ batch-norm layers, so a plan records it and reads back the same network.
 
 from __future__ import annotations
 
-import dataclasses
-
 from networks.errors import DnnplanError, short
-from networks.ir import Layer, Network
+from networks.ir import Network
 from networks.ops.moe import DISPATCH, DISPATCHERS, dispatcher
 
 DEFAULT_MOE_DISPATCH = DISPATCHERS[0]
@@ -40,14 +38,7 @@ def with_moe_dispatch(net: Network, name: str) -> Network:
     unmarked layer is all-to-all, so networks and plans made before the choice read as before)."""
     if check_moe_dispatch(name) == DEFAULT_MOE_DISPATCH:
         return net
-
-    def mark(layer: Layer) -> Layer:
-        if layer.op != "moe":
-            return layer
-        params = tuple((k, v) for k, v in layer.params if k != DISPATCH) + ((DISPATCH, name),)
-        return dataclasses.replace(layer, params=params)
-
-    return dataclasses.replace(net, layers=tuple(mark(layer) for layer in net.layers))
+    return net.with_param("moe", DISPATCH, name)
 
 
 def moe_dispatch_of(net: Network) -> str:

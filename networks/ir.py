@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 Shape = tuple[int, ...]
@@ -110,6 +110,17 @@ class Network:
     @property
     def num_params(self) -> int:
         return sum(layer.num_params for layer in self.layers)
+
+    def with_param(self, op: str, key: str, value: Any) -> Network:
+        """This network with parameter ``key`` set to ``value`` on every layer of ``op`` (a
+        framework's choice the cost model reads off the layers: costmodel.batch_norm,
+        costmodel.moe_dispatch)."""
+        def mark(layer: Layer) -> Layer:
+            if layer.op != op:
+                return layer
+            return replace(layer, params=tuple((k, v) for k, v in layer.params if k != key) + ((key, value),))
+
+        return replace(self, layers=tuple(mark(layer) for layer in self.layers))
 
     def content_hash(self) -> str:
         """A short hash of everything that defines the network (not its file or comments)."""
