@@ -64,8 +64,8 @@ def test_flex_bytes_by_hand_for_two_nodes_of_eight():
     rank_miss = math.comb(120, 8) / math.comb(128, 8)  # none of them on a given rank's 8
     assert inter == pytest.approx(token * 1 * (1 - node_miss))
     assert intra == pytest.approx(token * 2 * 7 * (1 - rank_miss))
-    # the all-to-all moves every (token, expert) row: 8 rows a token, 15/16 of them off the rank;
-    # the flex dispatcher sends a token across the network at most once
+    # the all-to-all moves every (token, expert) row: 8 rows a token, 8/16 of them to the other node
+    # (4 tokens' worth); the flex dispatcher sends a token across the network at most once
     assert inter < token * 8 * 8 / 16 / 3
 
 
