@@ -157,7 +157,7 @@ def plan_step(row: dict, time_limit: float) -> dict:
     cmd = [str(Path(sys.executable).parent / "dnnplan"), "plan", f.name, "-p", str(c["gpus"]), "-b", str(c["batch"]),
            "--machine", row["machine"], "--precision", pm.precision_of(row), "--optimizer", "adam",
            "--time-limit", str(time_limit), "--json", "--overlap", pm.overlap_of(row),
-           "--moe-dispatch", c.get("moe_dispatcher", "alltoall")]
+           "--moe-dispatch", pm.moe_dispatch_of(row)]
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -177,7 +177,7 @@ def plan_key(row: dict) -> tuple:
     25.11's fused cross-entropy loss against 24.07's unfused one)."""
     c = row["config"]
     return (pm.model_spec(row), c["gpus"], c["batch"], row["machine"], pm.precision_of(row), pm.overlap_of(row),
-            c.get("moe_dispatcher", "alltoall"))
+            pm.moe_dispatch_of(row))
 
 
 def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_limit: float) -> None:

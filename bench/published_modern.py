@@ -125,13 +125,18 @@ def precision_of(row: dict) -> str:
     return row["config"]["precision"] if row["config"]["precision"] in PRECISIONS else "bf16"
 
 
+def moe_dispatch_of(row: dict) -> str:
+    """The row's token dispatcher (``moe_dispatcher``): Megatron-Core's ``alltoall`` when absent,
+    ``flex`` where its recipe runs the flex dispatcher, DeepEP or HybridEP (costmodel.moe_dispatch)."""
+    return row["config"].get("moe_dispatcher", DEFAULT_MOE_DISPATCH)
+
+
 def network_of(row: dict) -> Network:
     """The row's model (:func:`model_spec`) in its precision, its moe layers priced with the row's
-    token dispatcher (``moe_dispatcher``: Megatron-Core's ``alltoall`` when absent, ``flex`` where its
-    recipe runs the flex dispatcher, DeepEP or HybridEP; costmodel.moe_dispatch)."""
+    token dispatcher (:func:`moe_dispatch_of`)."""
     net = with_precision(parse_network(model_spec(row), row["name"]), precision_of(row),
                          fp8_params=bool(row["config"].get("fp8_param_gather")))
-    return with_moe_dispatch(net, row["config"].get("moe_dispatcher", DEFAULT_MOE_DISPATCH))
+    return with_moe_dispatch(net, moe_dispatch_of(row))
 
 
 def parameter_count(net: Network) -> int:
@@ -176,7 +181,7 @@ def deviations(row: dict) -> list[str]:
         out.append(f"recompute_modules {', '.join(unpriced)} not priced (their inputs kept, nothing recomputed)")
     if (row["model"].get("moe") or {}).get("dropless") and c["expert"] > 1:
         priced = ("the balanced load, each token once to each node and rank holding its experts (the flex "
-                  "dispatcher, costmodel.expert_comms)" if c.get("moe_dispatcher") == "flex"
+                  "dispatcher, costmodel.expert_comms)" if moe_dispatch_of(row) == "flex"
                   else "the balanced capacity-1.0 buffer")
         out.append(f"dropless dispatch (priced as {priced}): Megatron-Core copies the "
                    "token counts to the host in every MoE layer's dispatch (the alltoall dispatcher before the "
