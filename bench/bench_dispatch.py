@@ -21,12 +21,13 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from costmodel.compute import Roofline, default_algorithms
-from costmodel.files import load_machine
-from costmodel.profile_table import ProfileTable
-from costmodel.profiled_compute import ProfiledCompute
-from costmodel.step import predict_step
-from costmodel.uniform import uniform_strategies
+from costmodel.compute.roofline import Roofline
+from costmodel.calls.algorithms import default_algorithms
+from costmodel.machine.loading import load_machine
+from costmodel.compute.profile_table import ProfileTable
+from costmodel.compute.profiled import ProfiledCompute
+from costmodel.step.prediction import predict_step
+from costmodel.frameworks.uniform import uniform_strategies
 from executor.probes.dispatch import run_recorded
 from executor.launch.worker import set_threads
 from kernels.allocator import keep_freed_memory

@@ -15,7 +15,7 @@ mode) and by how the measured step was implemented:
 
 * ``fused``: torch.compile'd, so each elementwise chain (scale, mask, softmax and dropout; layer
   norm; GELU; batch norm with ReLU) runs as one kernel, as the model prices them
-  (costmodel/kernel_calls.py: one pass over the scores for the softmax);
+  (costmodel/calls/layer_calls.py: one pass over the scores for the softmax);
 * ``eager``: PyTorch eager, one kernel per op: several passes over every S x S score matrix,
   float32 softmax and layer norm under autocast, and the LM head's GEMM on cuBLAS's unaligned path
   (the vocabulary 50257 is not a multiple of 8).

@@ -8,8 +8,8 @@ import itertools
 import platform
 import time
 
-from costmodel.layout import AxisSplit, Layout, reshard_volume
-from costmodel.strategy import Strategy
+from costmodel.parallel.layout import AxisSplit, Layout, reshard_volume
+from costmodel.parallel.strategy import Strategy
 from networks.ops.base import Window
 
 

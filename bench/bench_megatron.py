@@ -4,11 +4,11 @@
 
 Each row is a GPT trained by Megatron-LM on DGX A100 80GB nodes as its paper configures it:
 tensor parallelism of degree t inside each of p pipeline stages of whole transformer blocks
-(costmodel.megatron, costmodel.pipeline), data parallelism over the rest, micro-batches of the
+(costmodel.frameworks.megatron, costmodel.step.pipeline), data parallelism over the rest, micro-batches of the
 published size in a 1F1B schedule, full or selective activation recomputation, sequence
 parallelism where used, fp16 with Adam, attention materialised as those runs had it
 (``ATTENTION``); the ZeRO-3 rows of Narayanan's Table 2, run by DeepSpeed
-without model parallelism, as costmodel.deepspeed prices DeepSpeed's step. The prediction is made from the shipped dgx-a100 machine
+without model parallelism, as costmodel.frameworks.deepspeed prices DeepSpeed's step. The prediction is made from the shipped dgx-a100 machine
 before any run. Its efficiencies were fitted on the rows marked ``calibration`` here (every other
 row of each table, half of the Megatron rows) together with bench_published.py's ResNet-50 rows
 (``bench_published.py --calibrate``); the error is reported separately for the held-out rest. The
@@ -25,16 +25,16 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.calibration import PipelineTerms, pipeline_terms, stage_compute
-from costmodel.compute import recompute_algorithms
-from costmodel.deepspeed import zero3_step
-from costmodel.files import load_machine
-from costmodel.machine import Machine
-from costmodel.megatron import megatron_strategies
-from costmodel.optimizer import Optimizer
-from costmodel.pipeline import INTERLEAVED, predict_pipeline
-from costmodel.precision import with_precision
-from costmodel.step import predict_step
+from costmodel.compute.calibration import PipelineTerms, pipeline_terms, stage_compute
+from costmodel.calls.algorithms import recompute_algorithms
+from costmodel.frameworks.deepspeed import zero3_step
+from costmodel.machine.loading import load_machine
+from costmodel.machine.model import Machine
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.optimizer import Optimizer
+from costmodel.step.pipeline import INTERLEAVED, predict_pipeline
+from costmodel.choices.precision import with_precision
+from costmodel.step.prediction import predict_step
 from networks.ir import Network
 from networks.spec import parse_network
 
@@ -93,9 +93,9 @@ def network_of(row: dict) -> Network:
 
 
 def predict_row(row: dict, machine: Machine | None = None, recorders: list | None = None):
-    """The pipelined step (costmodel.pipeline.PipelinePrediction) of the row's configuration on
+    """The pipelined step (costmodel.step.pipeline.PipelinePrediction) of the row's configuration on
     ``machine`` (the shipped dgx-a100 by default), or DeepSpeed's ZeRO-3 step
-    (costmodel.deepspeed.Zero3Step) for the ZeRO-3 rows. Each stage is priced by a roofline of its own,
+    (costmodel.frameworks.deepspeed.Zero3Step) for the ZeRO-3 rows. Each stage is priced by a roofline of its own,
     appended to ``recorders`` when given (a :class:`StageRecorder` each: :func:`terms_of`)."""
     c = row["config"]
     net = network_of(row)
@@ -113,12 +113,12 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
                              f"{fallbacks[0].reason}")
         compute = stage_compute(machine, recorders)
         # Megatron-LM as run in 2021-22 all-reduced the gradients after the backward pass (its local
-        # DDP; --overlap-grad-reduce came with Megatron-Core): no overlap (costmodel.overlap)
+        # DDP; --overlap-grad-reduce came with Megatron-Core): no overlap (costmodel.comm.overlap)
         return predict_step(stage_net, micro, strategies, algorithms, machine, compute, opt,
                             checkpoints=c.get("recompute") == "full", overlap="none")
 
     chunks = c.get("chunks", 1)  # model chunks a device: the interleaved schedule (Korthikanti's 175B and 530B)
-    if c.get("zero") == 3:  # DeepSpeed's ZeRO-3 over every rank, no model parallelism (costmodel.deepspeed)
+    if c.get("zero") == 3:  # DeepSpeed's ZeRO-3 over every rank, no model parallelism (costmodel.frameworks.deepspeed)
         return zero3_step(net, c["gpus"], micro_batches, stage(net, c["gpus"], c["gpus"] * c["micro"]), machine,
                           c.get("recompute", "none") != "none")
     return predict_pipeline(net, c["batch"], c["gpus"], c["pipeline"], micro_batches,
@@ -126,7 +126,7 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
 
 
 def terms_of(row: dict, machine: Machine | None = None) -> PipelineTerms:
-    """The row's predicted step as priced terms (costmodel.calibration), for re-pricing it under
+    """The row's predicted step as priced terms (costmodel.compute.calibration), for re-pricing it under
     other efficiencies without predicting again."""
     recorders: list = []
     pred = predict_row(row, machine, recorders)

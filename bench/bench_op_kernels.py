@@ -3,7 +3,7 @@
 For tiny-gqa's attention and tiny-moe's mixture of experts (batch 4 on one rank, float32), times
 the executor's op (``executor.ops.attention`` / ``executor.ops.moe``: forward, and backward with
 its weight gradients) and, interleaved with it in the same loop, each priced kernel call
-(``costmodel.kernel_calls``) built and run by the profiler's harness; prints the medians and the
+(``costmodel.calls.layer_calls``) built and run by the profiler's harness; prints the medians and the
 op's excess over its kernels: the Python between the kernels inside the layer's spans, which no
 kernel timing holds (docs/VALIDATION.md, "Grouped-query attention and mixtures of experts").
 
@@ -17,10 +17,10 @@ import time
 
 import numpy as np
 
-from costmodel.kernel_calls import kernel_calls
-from costmodel.layer_layouts import input_layout, local_layer, output_layout, weight_layouts
-from costmodel.layout import block
-from costmodel.strategy import make_strategy
+from costmodel.calls.layer_calls import kernel_calls
+from costmodel.parallel.shard import input_layout, local_layer, output_layout, weight_layouts
+from costmodel.parallel.layout import block
+from costmodel.parallel.strategy import make_strategy
 from executor.ops import attention, moe
 from executor.ops.base import LayerCtx
 from executor.runtime.synthetic import init_weights, take

@@ -12,8 +12,8 @@ import os
 import platform
 import time
 
-from costmodel.compute import Roofline
-from costmodel.files import DEFAULT_MACHINE, load_machine
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
 from networks.loader import load_network
 from planner.build import build_problem
 from planner.optimize import make_plan

@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
 from planner.optimize import Settings
 from planner.pipeline_search import search_pipeline
 

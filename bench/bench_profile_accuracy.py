@@ -7,7 +7,7 @@
     (each call keeps the median of three shuffled passes: see _errors).
 (b) Comm fit: measure every collective with 2 ranks over 8 B .. --max-bytes (powers of two, three
     rounds, fastest kept), in both cache states (warm, cold: profiler.comm_bench), fit each
-    collective piecewise in size (costmodel.comm_fit.fit_regimes, what the cost model uses) and
+    collective piecewise in size (costmodel.comm.fit.fit_regimes, what the cost model uses) and
     the joint one-line fallback; report the median |error| over the measured sizes, and out of
     sample: fitted on every other size, predicting the sizes between.
 
@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-from costmodel.comm_fit import COLLECTIVES, MIN_POINTS, fit_all, fit_regimes, model_s  # noqa: E402
-from costmodel.compute import Roofline  # noqa: E402
-from costmodel.files import load_machine  # noqa: E402
-from costmodel.kernel_calls import linear_call  # noqa: E402
-from costmodel.profile_table import ProfileTable  # noqa: E402
-from costmodel.profiled_compute import ProfiledCompute  # noqa: E402
+from costmodel.comm.fit import COLLECTIVES, MIN_POINTS, fit_all, fit_regimes, model_s  # noqa: E402
+from costmodel.compute.roofline import Roofline  # noqa: E402
+from costmodel.machine.loading import load_machine  # noqa: E402
+from costmodel.calls.kernel_call import linear_call  # noqa: E402
+from costmodel.compute.profile_table import ProfileTable  # noqa: E402
+from costmodel.compute.profiled import ProfiledCompute  # noqa: E402
 from profiler.collect import conv_grid  # noqa: E402
 from profiler.comm import default_sizes, measure  # noqa: E402
 from profiler.fingerprint import fingerprint  # noqa: E402

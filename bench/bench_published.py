@@ -8,7 +8,7 @@ mode). The prediction is made from the shipped machine YAML alone, before any ru
 ``calibration`` are the ones the machines' efficiencies were fitted on (at most half of them);
 the error is reported separately for them and for the held-out rest.
 
-``--calibrate`` fits the efficiencies again on the calibration rows (costmodel.calibration) and
+``--calibrate`` fits the efficiencies again on the calibration rows (costmodel.compute.calibration) and
 prints them: the shipped machines carry these values (docs/VALIDATION.md).
 """
 
@@ -25,16 +25,17 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.calibration import fit_efficiencies, step_s, step_terms, with_efficiencies
-from costmodel.candidates import algorithms
-from costmodel.compute import PASSES, Roofline
-from costmodel.layer_layouts import local_layer
-from costmodel.files import load_machine
-from costmodel.machine import DEFAULT_EFFICIENCY, EFFICIENCY_CLASSES, Machine
-from costmodel.precision import get_precision, with_precision
-from costmodel.step import predict_step
-from costmodel.strategy import make_strategy
-from costmodel.uniform import uniform_strategies
+from costmodel.compute.calibration import fit_efficiencies, step_s, step_terms, with_efficiencies
+from costmodel.layer.candidates import algorithms
+from costmodel.calls.layer_calls import PASSES
+from costmodel.compute.roofline import Roofline
+from costmodel.parallel.shard import local_layer
+from costmodel.machine.loading import load_machine
+from costmodel.machine.model import DEFAULT_EFFICIENCY, EFFICIENCY_CLASSES, Machine
+from costmodel.choices.precision import get_precision, with_precision
+from costmodel.step.prediction import predict_step
+from costmodel.parallel.strategy import make_strategy
+from costmodel.frameworks.uniform import uniform_strategies
 from networks.loader import load_network
 from networks.spec import parse_network
 from planner.optimize import fastest_algorithms
@@ -66,7 +67,7 @@ def load_rows(path: Path = ASSET) -> list[Row]:
 
 
 def terms_of(row: Row, machine: Machine):
-    """The step terms (costmodel.calibration) of ``row`` on ``machine``, with the algorithms the
+    """The step terms (costmodel.compute.calibration) of ``row`` on ``machine``, with the algorithms the
     machine's current efficiencies make fastest."""
     prec = get_precision(row.precision)
     net = with_precision(load_network(row.network), prec.name)

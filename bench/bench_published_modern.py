@@ -10,7 +10,7 @@ own FLOP convention, or tokens/s) and compared: ``error`` = predicted / publishe
 (negative: predicted slower than published), ``step_error`` = predicted / published step - 1.
 
 Two predictions per row: ``shipped``, on the machine files as shipped (ahead of time, nothing fitted
-to these rows), and ``calibrated``, on the four kernel efficiencies (costmodel.calibration) fitted
+to these rows), and ``calibrated``, on the four kernel efficiencies (costmodel.compute.calibration) fitted
 to this file's calibration rows whose kernels are known and priced as they ran
 (published_modern.kernels_as_run: no FP8 row, no FlashAttention-1 row, not FlashAttention-2's
 unpublished baseline) together with bench_megatron.py's calibration rows: one set for both
@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bench_megatron  # noqa: E402  (bench/ is not a package)
 import published_modern as pm  # noqa: E402
 
-from costmodel.calibration import fit_efficiencies, with_efficiencies  # noqa: E402
-from costmodel.files import load_machine  # noqa: E402
-from costmodel.machine import EFFICIENCY_CLASSES, Machine  # noqa: E402
+from costmodel.compute.calibration import fit_efficiencies, with_efficiencies  # noqa: E402
+from costmodel.machine.loading import load_machine  # noqa: E402
+from costmodel.machine.model import EFFICIENCY_CLASSES, Machine  # noqa: E402
 
 RESULTS = Path(__file__).parent / "assets" / "published-modern-results.json"
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ head width, vocabulary, GELU or SwiGLU, LayerNorm or RMSNorm, learned or rotary 
 a tied or untied head, routed experts), so the sequence is the row's and the parameter count is the
 row's model's (:func:`parameter_count`; llm-foundry prints its models' counts, and the test holds
 them). :func:`layout` is the run's tensor x pipeline x context x data layout with expert
-parallelism carved out of the data ranks, as Megatron-Core lays them out (costmodel.megatron).
+parallelism carved out of the data ranks, as Megatron-Core lays them out (costmodel.frameworks.megatron).
 :func:`predict_row` prices the step: each of ``pipeline`` stages (the interleaved schedule where the
 row has virtual stages) on its ranks, ``batch / (micro x data)`` micro-batches of ``micro``
 sequences a rank (gradient accumulation: one micro-batch's activations kept, gradients reduced once
@@ -27,38 +27,38 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.calibration import PipelineTerms, pipeline_terms, stage_compute
-from costmodel.compute import recompute_algorithms
-from costmodel.files import load_machine
-from costmodel.machine import Machine
-from costmodel.megatron import megatron_strategies
-from costmodel.moe_dispatch import DEFAULT_MOE_DISPATCH, with_moe_dispatch
-from costmodel.optimizer import Optimizer, unfused_adamw_bytes
-from costmodel.pipeline import INTERLEAVED, PipelinePrediction, ends_as_blocks, predict_pipeline
-from costmodel.precision import PRECISIONS, with_precision
-from costmodel.step import predict_step
+from costmodel.compute.calibration import PipelineTerms, pipeline_terms, stage_compute
+from costmodel.calls.algorithms import recompute_algorithms
+from costmodel.machine.loading import load_machine
+from costmodel.machine.model import Machine
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, with_moe_dispatch
+from costmodel.choices.optimizer import Optimizer, unfused_adamw_bytes
+from costmodel.step.pipeline import INTERLEAVED, PipelinePrediction, ends_as_blocks, predict_pipeline
+from costmodel.choices.precision import PRECISIONS, with_precision
+from costmodel.step.prediction import predict_step
 from networks.ir import Network
 from networks.ops.base import prod
 from networks.spec import parse_network
 
 ASSET = Path(__file__).parent / "assets" / "published-modern.yaml"
-#: the ZeRO stage that holds what each data-parallel sharding of the asset shards (costmodel.optimizer):
+#: the ZeRO stage that holds what each data-parallel sharding of the asset shards (costmodel.choices.optimizer):
 #: FSDP full-shard is ZeRO-3 (parameters gathered for forward and again for backward); FSDP
 #: without resharding after forward (Llama 3) shards gradients and optimizer state and gathers the
 #: parameters once a step, ZeRO-2's volume (a reduce-scatter and an all-gather of the weights);
 #: Megatron's distributed optimizer and ZeRO-1 are stage 1
 ZERO_STAGE = {"fsdp-full-shard": 3, "fsdp-no-reshard": 2, "distributed-optimizer": 1, "zero1": 1}
 #: the asset's ``framework`` values that run their sharding as PyTorch FSDP (Composer's trainer, every
-#: llm-foundry row): its own kernels on each unit's parameters and gradients priced (costmodel.fsdp_grad)
+#: llm-foundry row): its own kernels on each unit's parameters and gradients priced (costmodel.layer.fsdp)
 TORCH_FSDP = frozenset({"composer"})
 #: the asset's ``grad_reduce`` (the gradients' precision on the wire) -> bytes an element; absent:
-#: the weights' own (costmodel.optimizer)
+#: the weights' own (costmodel.choices.optimizer)
 REDUCE_BYTES = {"fp32": 4, "bf16": 2}
-#: the asset's ``optimizer`` -> bytes an update moves per weight element (costmodel.optimizer);
+#: the asset's ``optimizer`` -> bytes an update moves per weight element (costmodel.choices.optimizer);
 #: absent: the fused step
 UPDATE_BYTES = {"composer-decoupled-adamw": unfused_adamw_bytes(weight_bytes=4, grad_bytes=4, clip=True)}
 #: the asset's attention column -> the cost model's algorithm: FlashAttention-1 and -2 both priced as
-#: FlashAttention-2's tiles (costmodel.flash), the baseline as materialised scores
+#: FlashAttention-2's tiles (costmodel.calls.flash), the baseline as materialised scores
 ATTENTION = {"flash": "flash", "flash2": "flash", "standard": "materialized"}
 
 
@@ -127,7 +127,7 @@ def precision_of(row: dict) -> str:
 
 def moe_dispatch_of(row: dict) -> str:
     """The row's token dispatcher (``moe_dispatcher``): Megatron-Core's ``alltoall`` when absent,
-    ``flex`` where its recipe runs the flex dispatcher, DeepEP or HybridEP (costmodel.moe_dispatch)."""
+    ``flex`` where its recipe runs the flex dispatcher, DeepEP or HybridEP (costmodel.choices.moe_dispatch)."""
     return row["config"].get("moe_dispatcher", DEFAULT_MOE_DISPATCH)
 
 
@@ -147,7 +147,7 @@ def parameter_count(net: Network) -> int:
 def layout(row: dict) -> dict[str, int]:
     """The degrees the step is priced with: tensor, pipeline, context, data (whose product is the
     GPUs), expert (out of the data ranks, or of data x tensor ranks with sequence parallelism:
-    Megatron-Core's MoE Parallel Folding, costmodel.megatron), chunks, micro (sequences a rank) and
+    Megatron-Core's MoE Parallel Folding, costmodel.frameworks.megatron), chunks, micro (sequences a rank) and
     micro_batches (a step's, a rank's)."""
     c = row["config"]
     data = c["data"]
@@ -160,7 +160,7 @@ def layout(row: dict) -> dict[str, int]:
 
 def sequence_parallel(row: dict) -> bool:
     """Megatron's sequence parallelism where the row has it (beside context parallelism, inside
-    each context rank's positions, as Megatron-Core runs it: costmodel.megatron)."""
+    each context rank's positions, as Megatron-Core runs it: costmodel.frameworks.megatron)."""
     c = row["config"]
     return bool(c.get("sequence_parallel")) and c["tensor"] > 1
 
@@ -181,7 +181,7 @@ def deviations(row: dict) -> list[str]:
         out.append(f"recompute_modules {', '.join(unpriced)} not priced (their inputs kept, nothing recomputed)")
     if (row["model"].get("moe") or {}).get("dropless") and c["expert"] > 1:
         priced = ("the balanced load, each token once to each node and rank holding its experts (the flex "
-                  "dispatcher, costmodel.expert_comms)" if moe_dispatch_of(row) == "flex"
+                  "dispatcher, costmodel.comm.expert)" if moe_dispatch_of(row) == "flex"
                   else "the balanced capacity-1.0 buffer")
         out.append(f"dropless dispatch (priced as {priced}): Megatron-Core copies the "
                    "token counts to the host in every MoE layer's dispatch (the alltoall dispatcher before the "
@@ -191,18 +191,18 @@ def deviations(row: dict) -> list[str]:
                    "on the host's launches: not priced (no host launch cost)")
     if c.get("moe_a2a_overlap"):
         out.append("moe_a2a_overlap: each expert all-to-all hidden under the MoE layer's opposite pass of another "
-                   "micro-batch (costmodel.overlap '+experts'; the attention beside it not counted in the window)")
+                   "micro-batch (costmodel.comm.overlap '+experts'; the attention beside it not counted in the window)")
     if row["flops"] == "fa2":
         out.append("dropout 0.1 (GPT2Config's defaults: embeddings, residuals, attention) left out: fused into "
                    "the run's kernels, but for the baseline's materialised scores (a mask and a copy of each kept)")
     if c["context"] > 1 and not c.get("context_exchange"):
         out.append("context-parallel keys and values exchanged by the cheaper of ring and all-gather "
-                   "(costmodel.context_comms), whichever the run used")
-    tensor = ("tensor-parallel communication overlapped with its GEMMs (tp_comm_overlap, costmodel.overlap 'all'); "
+                   "(costmodel.comm.context), whichever the run used")
+    tensor = ("tensor-parallel communication overlapped with its GEMMs (tp_comm_overlap, costmodel.comm.overlap 'all'); "
               "context-parallel communication not overlapped" if c.get("tp_comm_overlap")
               else "tensor- and context-parallel communication not overlapped")
     out.append("data-parallel gradient reduction and parameter gathers overlapped in buckets (the GPU machines' "
-               f"default, costmodel.overlap); {tensor}")
+               f"default, costmodel.comm.overlap); {tensor}")
     return out
 
 
@@ -257,7 +257,7 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
 
 
 def overlap_of(row: dict) -> str:
-    """The ``--overlap`` the row's run had (costmodel.overlap): the GPU machines' default ``data``,
+    """The ``--overlap`` the row's run had (costmodel.comm.overlap): the GPU machines' default ``data``,
     ``all`` where its recipe overlapped the tensor-parallel communication (``tp_comm_overlap``),
     ``+experts`` where it overlapped the expert all-to-alls (``moe_a2a_overlap``)."""
     c = row["config"]
@@ -266,7 +266,7 @@ def overlap_of(row: dict) -> str:
 
 def cuts_of(row: dict, net: Network) -> list | None:
     """The row's pipeline cut: with ``pipeline_split: ends-as-layers`` the embedding and the output
-    layer with the loss each count as a transformer block (``costmodel.pipeline.ends_as_blocks``:
+    layer with the loss each count as a transformer block (``costmodel.step.pipeline.ends_as_blocks``:
     Megatron-Core's account_for_embedding/loss_in_pipeline_split, Llama 3's first and last stages
     one layer short); else None, Megatron's cut of equal blocks (or balanced FLOPs)."""
     c = row["config"]
@@ -282,7 +282,7 @@ def cuts_of(row: dict, net: Network) -> list | None:
 
 def terms_of(row: dict, machine: Machine | None = None, micro: int | None = None,
              recompute: str | None = None) -> PipelineTerms:
-    """The row's predicted step as priced terms (costmodel.calibration)."""
+    """The row's predicted step as priced terms (costmodel.compute.calibration)."""
     machine = machine or load_machine(row["machine"])
     recorders: list = []
     pred = predict_row(row, machine, recorders, micro, recompute)

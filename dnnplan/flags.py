@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from costmodel.compute import ComputeModel, OnDemand
+from costmodel.compute.model import ComputeModel, OnDemand
 from networks.errors import DnnplanError, short
 
 N = TypeVar("N", int, float)

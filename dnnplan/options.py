@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel.machine import MAX_DEVICES
+from costmodel.machine.model import MAX_DEVICES
 from dnnplan.flags import within
 from networks.ops.base import MAX_INT
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from kernels import activation, attention, conv, gemm, loss, moe, moe_route, norm, optimizer, pool, reshard
-from kernels import cuda  # registers the GPU kernel set (kernels.dispatch); imports no GPU library
+from kernels import activation, attention, conv, cuda, gemm, loss, moe, moe_route, norm, optimizer, pool, reshard
 
 #: Bumped whenever a kernel's work changes, so that timings of the old kernels are not reused: the
 #: per-user profile cache is one file per revision (profiler.tables.cache_path), and the revision is

@@ -10,7 +10,7 @@ batched GEMMs (q as (N, kv_heads, group, S, dh) against k as (N, kv_heads, 1, S,
 value is copied per query head.
 
 This is the ``materialized`` algorithm (the scores written to memory); ``algorithm`` names the one
-a plan chose for the layer (costmodel.attention_calls.ATTENTION_ALGORITHMS). The host has only this
+a plan chose for the layer (costmodel.calls.attention.ATTENTION_ALGORITHMS). The host has only this
 one, so it runs whatever is asked; on a GPU the same name runs kernels.cuda.attention, where
 ``flash`` is cuDNN's fused kernel.
 """

@@ -8,7 +8,7 @@ look up zeros, and the partial outputs of the slices sum to the whole lookup); `
 of the vocabulary group adds them). Output (N, S, Dl) in the tables' dtype.
 
 Not a timed kernel: the cost model prices the embedding by the compute model's fallback
-(costmodel.kernel_calls lists no call for it), as a gather moves bytes and does no arithmetic.
+(costmodel.calls.layer_calls lists no call for it), as a gather moves bytes and does no arithmetic.
 The scatter-add sums repeated ids in index order (``numpy.add.at``), so it is deterministic.
 """
 

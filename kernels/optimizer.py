@@ -1,6 +1,6 @@
 """The optimiser step the executor runs and the profiler times: SGD with momentum, in place; and
 the two elementwise kernels PyTorch FSDP runs on a gradient before its reduction
-(costmodel.fsdp_grad), timed by the profiler for the cost model."""
+(costmodel.layer.fsdp), timed by the profiler for the cost model."""
 
 from __future__ import annotations
 

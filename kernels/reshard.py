@@ -5,7 +5,7 @@ Both take views: ``dst`` a block of the array being written, ``src`` one of the 
 forward reshard copies; a backward one (halo gradients) adds into the producer's block.
 Their cost depends on the contiguous run a piece has in its arrays as much as on its size (a
 piece of a split-H block of width 2 copies 8 bytes at a time), which is why the cost model names
-both (``costmodel.kernel_calls.reshard_copy_call``).
+both (``costmodel.calls.layer_calls.reshard_copy_call``).
 """
 
 from __future__ import annotations

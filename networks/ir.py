@@ -113,8 +113,8 @@ class Network:
 
     def with_param(self, op: str, key: str, value: Any) -> Network:
         """This network with parameter ``key`` set to ``value`` on every layer of ``op`` (a
-        framework's choice the cost model reads off the layers: costmodel.batch_norm,
-        costmodel.moe_dispatch)."""
+        framework's choice the cost model reads off the layers: costmodel.choices.batch_norm,
+        costmodel.choices.moe_dispatch)."""
         def mark(layer: Layer) -> Layer:
             if layer.op != op:
                 return layer

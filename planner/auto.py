@@ -20,15 +20,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from costmodel.compute import ComputeModel
-from costmodel.machine import Machine
+from costmodel.compute.model import ComputeModel
+from costmodel.machine.model import Machine
 from networks.ir import Network
-from costmodel.optimizer import ZERO_STAGES
+from costmodel.choices.optimizer import ZERO_STAGES
 from networks.errors import DnnplanError
 from planner.optimize import Infeasible, Settings, make_plan
 from planner.pipeline_search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice,
                                      SearchOutOfTime, search_pipeline)
-from costmodel.pipeline import INTERLEAVED
+from costmodel.step.pipeline import INTERLEAVED
 from planner.fit_check import REFIT_SHARE, fitting
 from planner.pipeline_pairs import AUTO, DEFAULT
 from planner.plan import Plan

@@ -1,6 +1,6 @@
 """A plan's layout by parallel axis, as frameworks name them (pure).
 
-The planner chooses a strategy per layer (``costmodel.strategy``: degrees of N, E, H, W, C, F over
+The planner chooses a strategy per layer (``costmodel.parallel.strategy``: degrees of N, E, H, W, C, F over
 the layer's ranks) and an algorithm per layer; a user reads a layout as Megatron-Core's flags name
 it. Each axis is the set of degrees its layers take:
 
@@ -20,8 +20,8 @@ it. Each axis is the set of degrees its layers take:
 
 from __future__ import annotations
 
-from costmodel.compute import is_recomputed
-from costmodel.strategy import Strategy
+from costmodel.calls.algorithms import is_recomputed
+from costmodel.parallel.strategy import Strategy
 
 AXES = (("data", ("N",)), ("expert", ("E",)), ("context", ("H",)), ("spatial", ("H", "W")), ("tensor", ("C", "F")))
 

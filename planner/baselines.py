@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.candidates import algorithms
-from costmodel.compute import ComputeModel
-from costmodel.layer_cost import layer_estimate
-from costmodel.machine import Machine
-from costmodel.optimizer import Optimizer
-from costmodel.step import StepPrediction, predict_step
-from costmodel.strategy import Strategy
-from costmodel.uniform import NAMED, uniform_strategies
+from costmodel.layer.candidates import algorithms
+from costmodel.compute.model import ComputeModel
+from costmodel.layer.cost import layer_estimate
+from costmodel.machine.model import Machine
+from costmodel.choices.optimizer import Optimizer
+from costmodel.step.prediction import StepPrediction, predict_step
+from costmodel.parallel.strategy import Strategy
+from costmodel.frameworks.uniform import NAMED, uniform_strategies
 from networks.ir import Network
 from planner.build import Built
 from planner.plan import Baseline

@@ -1,7 +1,7 @@
 """From a network to the solver's :class:`~planner.solvers.Problem` (pure).
 
 Nodes are layers; a node's candidates are its (strategy, algorithm) pairs
-(:mod:`costmodel.candidates`). The numbers are exactly those :func:`costmodel.step.predict_step`
+(:mod:`costmodel.layer.candidates`). The numbers are exactly those :func:`costmodel.step.prediction.predict_step`
 adds up, so the solver's objective for a choice *is* the predicted step time of that plan:
 
 * node cost = ``LayerEstimate.total_s`` (compute, collectives, update, and the gradient sums of
@@ -12,12 +12,12 @@ adds up, so the solver's objective for a choice *is* the predicted step time of 
 
 A pipeline stage (:mod:`planner.stage_solve`) weighs them differently: its per-micro-batch part
 (everything but the gradient sync and the update, and every edge) ``weight`` times, the once-a-step
-part once, and it keeps the activations of ``kept`` micro-batches (``costmodel.pipeline``).
+part once, and it keeps the activations of ``kept`` micro-batches (``costmodel.step.pipeline``).
 
 Sharing makes it fast: layers with the same op, parameters and shapes (ResNet blocks repeat) share
 their candidates, their estimates and the cost matrices of their edges; the matrices are built per
 distinct strategy (algorithms share them), and all reshards are evaluated in one vectorised batch
-(:mod:`costmodel.reshard_batch`).
+(:mod:`costmodel.layer.edge_table`).
 """
 
 from __future__ import annotations
@@ -27,17 +27,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
-from costmodel.compute import ComputeModel, is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
-from costmodel.layer_cost import LayerEstimate, kv_comms, layer_estimate, own_kept_bytes, passes_s
-from costmodel.layer_layouts import input_layout, local_layer, output_layout, weight_layouts
-from costmodel.layout import Layout
-from costmodel.machine import Machine
-from costmodel.optimizer import Optimizer
-from costmodel.overlap import front_layers, overlapped, resolve_overlap
-from costmodel.reshard_batch import LayoutTable, reshard_times_ids
-from costmodel.strategy import Strategy
-from costmodel.tied import head_sum_s, table_layout, tie_mismatch, ties
+from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
+from costmodel.compute.model import ComputeModel
+from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
+from costmodel.layer.cost import LayerEstimate, kv_comms, layer_estimate, own_kept_bytes, passes_s
+from costmodel.parallel.shard import input_layout, local_layer, output_layout, weight_layouts
+from costmodel.parallel.layout import Layout
+from costmodel.machine.model import Machine
+from costmodel.choices.optimizer import Optimizer
+from costmodel.comm.overlap import front_layers, overlapped, resolve_overlap
+from costmodel.layer.edge_table import LayoutTable, reshard_times_ids
+from costmodel.parallel.strategy import Strategy
+from costmodel.layer.tied import head_sum_s, table_layout, tie_mismatch, ties
 from networks.analysis import consumers, saved_outputs
 from networks.ir import DTYPE_BYTES, Layer, Network
 from planner.solvers import Edge, Problem
@@ -66,7 +67,7 @@ def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: i
         at = next(i for i, c in enumerate(comms) if c.purpose == "kv")
         comms = comms[:at] + tuple(kv) + tuple(c for c in comms[at:] if c.purpose != "kv")
     comms = comms + tuple(recomputed_comms(comms)) if is_recomputed(algorithm) else comms
-    # what hides under the passes changes with them (costmodel.overlap, from the link times kept)
+    # what hides under the passes changes with them (costmodel.comm.overlap, from the link times kept)
     comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + base.grad_sum_s},
                        resolve_overlap(overlap, machine), front)
     return dataclasses.replace(
@@ -117,7 +118,7 @@ class Builder:
                  rule: str = "mpi", max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES,
                  recompute: bool = False, overlap=None):
         self.batch, self.p, self.machine, self.compute = batch, p, machine, compute
-        self.overlap = resolve_overlap(overlap, machine)  # costmodel.overlap: None, the machine's default
+        self.overlap = resolve_overlap(overlap, machine)  # costmodel.comm.overlap: None, the machine's default
         self.optimizer, self.rule = optimizer, rule
         self.max_model_degree, self.max_candidates = max_model_degree, max_candidates
         self.recompute = recompute
@@ -125,7 +126,7 @@ class Builder:
         self.layouts: list[Layout] = []
         self.nodes: dict[tuple, _Node] = {}
         self.matrices: dict[tuple, np.ndarray] = {}
-        #: asked while reshards are priced; True raises costmodel.reshard_batch.PricingStopped (a
+        #: asked while reshards are priced; True raises costmodel.layer.edge_table.PricingStopped (a
         #: search's deadline: pricing one large stage's edges can take longer than the whole bound)
         self.stop = None
 
@@ -165,7 +166,7 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
                   edges: bool = True, recompute: bool = False) -> Built:
     """The planning problem of ``net`` at ``batch`` on ``p`` devices of ``machine``
     (``edges=False``: nodes only, e.g. to ask how much memory a plan needs at least; ``recompute``:
-    layers that keep internals may also recompute them, ``costmodel.compute.RECOMPUTE``)."""
+    layers that keep internals may also recompute them, ``costmodel.calls.algorithms.RECOMPUTE``)."""
     b = Builder(batch, p, machine, compute, optimizer, rule, max_model_degree, max_candidates, recompute)
     return build_with(b, net, memory_limit, edges)
 
@@ -181,7 +182,7 @@ def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool
     sigs = [signature(layer) for layer in net.layers]
     readers, saved = consumers(net), saved_outputs(net)
     # layers share nodes when they have one signature, as many readers (gradient sums), their
-    # output saved or not alike, and their gradients in the last bucket or not (costmodel.overlap)
+    # output saved or not alike, and their gradients in the last bucket or not (costmodel.comm.overlap)
     front = front_layers(net, b.overlap.bucket_bytes)
     node_keys = [(sig, readers[layer.name], saved[layer.name], layer.name in front)
                  for sig, layer in zip(sigs, net.layers)]
@@ -269,7 +270,7 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
             outs = [b.layout_id(output_layout(sigs[u], s, b.batch)) for s in su]
             ins = [b.layout_id(input_layout(sigs[v], s, b.batch, slot)) for s in sv]
             patterns[key] = (outs, ins, DTYPE_BYTES.get(sigs[u].dtype, 4), u, v)
-    for embed, head in (ties(net) if with_edges else ()):  # the table to a tied head's rows (costmodel.tied)
+    for embed, head in (ties(net) if with_edges else ()):  # the table to a tied head's rows (costmodel.layer.tied)
         u, v = index[embed], index[head]
         key = (sigs[u], sigs[v], "tie", _expansion(nodes[u]), _expansion(nodes[v]))
         edge_keys.append((u, v, key))
@@ -303,7 +304,7 @@ def _expansion(node: _Node) -> bytes:
 
 
 def _head_sums(b: Builder, embed: Layer, head: Layer, embeds, heads) -> np.ndarray:
-    """costmodel.tied.head_sum_s for each (embedding strategy, head strategy) that does not share rows."""
+    """costmodel.layer.tied.head_sum_s for each (embedding strategy, head strategy) that does not share rows."""
     sums = [head_sum_s(head, s, b.machine) for s in heads]
     return np.array([[0.0 if tie_mismatch(head, hs, embed, es) is None else t for hs, t in zip(heads, sums)]
                      for es in embeds])

@@ -1,7 +1,7 @@
 """A device solve under interleaved 1F1B, its memory counted chunk by chunk (pure).
 
 Under Megatron's interleaved order a device's chunks do not hold the same micro-batches at once
-(``costmodel.pipeline_memory``): at each moment chunk ``c`` has ``n_c`` in flight, and the device
+(``costmodel.memory.pipeline``): at each moment chunk ``c`` has ``n_c`` in flight, and the device
 holds ``sum_c n_c a_c`` bytes of activations, ``a_c`` the sum over chunk ``c``'s layers of what each
 keeps for one micro-batch under its strategy. The plan fits when the most of that over the moments
 (``ChunkHold.held``, what ``dnnplan predict`` counts) plus every layer's persistent memory and the
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from costmodel.pipeline_memory import ChunkHold
+from costmodel.memory.pipeline import ChunkHold
 
 #: relaxations solved at most before the restriction (each one device solve under the limit)
 TRIES = 3

@@ -2,7 +2,7 @@
 
 Stage ``s`` holding ``k`` blocks costs ``(T, O)`` = ``cost(s, k)`` (None when it does not fit): its
 per-micro-batch time and its once-a-step time. A cut ``k_0 + ... + k_{S-1} = n`` (each ``k_s >= 1``)
-gives the synchronous pipeline's step (``costmodel.pipeline``)::
+gives the synchronous pipeline's step (``costmodel.step.pipeline``)::
 
     step = sum_s T_s + (m - 1) max_s T_s + max_s O_s
 

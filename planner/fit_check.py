@@ -1,8 +1,8 @@
 """Every plan returned fits the memory limit it was planned under, as its peak is predicted (pure).
 
 The solvers hold each plan's per-layer memory count under the limit (``memory_bound_bytes``: every
-layer's persistent memory and the largest transient, :mod:`costmodel.step`); the predicted peak
-counts a resharded input as the executor holds it (:mod:`costmodel.held_inputs`: the block a
+layer's persistent memory and the largest transient, :mod:`costmodel.step.prediction`); the predicted peak
+counts a resharded input as the executor holds it (:mod:`costmodel.memory.held_inputs`: the block a
 reshard wrote is kept for backward beside the producer's output). A plan whose layers reshard
 large activations between them can so peak above the limit the count fitted: at sequence 65,536,
 7B parameters on 8 H100s, a context-8 layer feeding a context-4 x tensor-2 layer kept 3.9 GiB of

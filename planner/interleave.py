@@ -3,7 +3,7 @@
 Megatron-LM's interleaved schedule (Narayanan et al. SC21, section 2.2.2) cuts the blocks into
 ``S V`` equal chunks, device ``s`` holding chunks ``s, s + S, ...`` (:meth:`planner.stack.Stack.
 device_layers`); its step is ``m max_s T_s + (sum_s T_s - max_s T_s) / V + max_s O_s``
-(``costmodel.pipeline``), ``T_s`` device ``s``'s forward and backward of one micro-batch over all its
+(``costmodel.step.pipeline``), ``T_s`` device ``s``'s forward and backward of one micro-batch over all its
 chunks plus its ``V`` sends each way. The cut is fixed (every chunk ``n / (S V)`` blocks), so a
 triple's search is three device solves: the first device (the layers before the blocks with its
 chunks), one middle device (all middle devices hold the same layers up to their names; solved holding
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.compute import ComputeModel
-from costmodel.machine import Machine
-from costmodel.pipeline import INTERLEAVED, PipelinePrediction, StagePrediction, p2p_s, predict_pipeline
-from costmodel.pipeline_memory import ChunkHold, device_hold
-from costmodel.step import predict_step
+from costmodel.compute.model import ComputeModel
+from costmodel.machine.model import Machine
+from costmodel.step.pipeline import INTERLEAVED, PipelinePrediction, StagePrediction, p2p_s, predict_pipeline
+from costmodel.memory.pipeline import ChunkHold, device_hold
+from costmodel.step.prediction import predict_step
 from networks.ir import Network
 from planner.optimize import PlanMismatch, Settings
 from planner.stack import FIRST, LAST, MIDDLE, Stack
@@ -47,7 +47,7 @@ def role(stages: int, s: int) -> str:
 
 
 def hold(stack: Stack, stages: int, s: int, m: int, chunks: int) -> ChunkHold:
-    """What device ``s`` holds, chunk by chunk in Megatron's order (costmodel.pipeline_memory)."""
+    """What device ``s`` holds, chunk by chunk in Megatron's order (costmodel.memory.pipeline)."""
     return device_hold(stages, s, m, chunks, stack.device_chunks(stages, chunks, s))
 
 
@@ -59,7 +59,7 @@ def kept(stack: Stack, stages: int, s: int, m: int, chunks: int) -> ChunkHold:
 
 def sends_s(machine: Machine, p: int, stages: int, chunks: int, s: int, boundary: int, micro: int) -> float:
     """Device ``s``'s sends per micro-batch: each of its chunks but the last of all sends its output
-    to the next chunk's device, and that device its gradient back (``costmodel.pipeline``)."""
+    to the next chunk's device, and that device its gradient back (``costmodel.step.pipeline``)."""
     d = p // stages
     return sum(2 * p2p_s(machine, s * d, (c + 1) % stages * d, boundary * micro // d)
                for c in range(s, stages * chunks, stages) if c + 1 < stages * chunks)
@@ -92,7 +92,7 @@ def search(solver: StageSolver, stack: Stack, stages: int, m: int, chunks: int, 
 def predict(stack: Stack, batch: int, p: int, stages: int, m: int, chunks: int, solutions: tuple[StageSolution, ...],
             machine: Machine, compute: ComputeModel, settings: Settings, step: float) -> PipelinePrediction:
     """The interleaved step of the search's choice as ``dnnplan predict`` prices it from the plan
-    (``costmodel.pipeline.predict_pipeline``: each device's layers under its solution's strategies,
+    (``costmodel.step.pipeline.predict_pipeline``: each device's layers under its solution's strategies,
     matched by position), checked against the search's ``step``."""
     devices = iter(range(stages))
 

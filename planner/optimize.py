@@ -19,17 +19,18 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from costmodel.batch_norm import batch_norm_of
-from costmodel.moe_dispatch import moe_dispatch_of
-from costmodel.breakdown import comm_parts, step_terms
-from costmodel.candidates import algorithms
-from costmodel.compute import PASSES, ComputeModel
-from costmodel.layer_layouts import local_layer
-from costmodel.machine import Machine
-from costmodel.optimizer import Optimizer
-from costmodel.precision import DEFAULT_PRECISION, get_precision
-from costmodel.step import StepPrediction, model_flops_utilization, predict_step
-from costmodel.strategy import Strategy
+from costmodel.choices.batch_norm import batch_norm_of
+from costmodel.choices.moe_dispatch import moe_dispatch_of
+from costmodel.step.breakdown import comm_parts, step_terms
+from costmodel.layer.candidates import algorithms
+from costmodel.calls.layer_calls import PASSES
+from costmodel.compute.model import ComputeModel
+from costmodel.parallel.shard import local_layer
+from costmodel.machine.model import Machine
+from costmodel.choices.optimizer import Optimizer
+from costmodel.choices.precision import DEFAULT_PRECISION, get_precision
+from costmodel.step.prediction import StepPrediction, model_flops_utilization, predict_step
+from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.baselines import PricedBaseline, baselines, fastest_algorithms
@@ -64,9 +65,9 @@ class Settings:
     gap: float | None = None
     optimizer: str = "momentum"
     precision: str = DEFAULT_PRECISION  # recorded in the plan; the network and compute model carry it
-    zero: int = 0  # ZeRO stage (costmodel.optimizer)
-    recompute: bool = True  # layers may recompute their internals in backward (costmodel.compute.RECOMPUTE)
-    overlap: str | None = None  # costmodel.overlap's mode the plan is priced under (--overlap); None: the machine's
+    zero: int = 0  # ZeRO stage (costmodel.choices.optimizer)
+    recompute: bool = True  # layers may recompute their internals in backward (costmodel.calls.algorithms.RECOMPUTE)
+    overlap: str | None = None  # costmodel.comm.overlap's mode the plan is priced under (--overlap); None: the machine's
     #: when the search ends and the best plan so far (planner.solvers.budget); None: no bound
     budget: Budget | None = field(default=None, compare=False)
 

@@ -1,6 +1,6 @@
 """A lower bound on every cut of one (S, m), from one block's layers alone (pure).
 
-The pipelined step (``costmodel.pipeline``) is ``sum_s T_s + (m - 1) max_s T_s + max_s O_s``.
+The pipelined step (``costmodel.step.pipeline``) is ``sum_s T_s + (m - 1) max_s T_s + max_s O_s``.
 With ``max_s T_s >= (1/S) sum_s T_s`` and ``max_s O_s >= (1/S) sum_s O_s``::
 
     step >= (1/S) sum_s [(m + S - 1) T_s + O_s]
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.pipeline import stage_network
+from costmodel.step.pipeline import stage_network
 from planner.build import Builder, build_with
 from planner.stack import MIDDLE, Stack
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from costmodel.pipeline import PipelinePrediction
+from costmodel.step.pipeline import PipelinePrediction
 from planner.stack import Stack
 from planner.stage_solve import StageSolution, StageSolver
 

@@ -13,9 +13,9 @@ on its step, the larger of the physics floor and :mod:`planner.pipeline_bound`'s
 
 from __future__ import annotations
 
-from costmodel.candidates import divisors
-from costmodel.machine import Machine
-from costmodel.pipeline import INTERLEAVED
+from costmodel.layer.candidates import divisors
+from costmodel.machine.model import Machine
+from costmodel.step.pipeline import INTERLEAVED
 from networks.analysis import layer_cost
 from networks.errors import DnnplanError
 from networks.ir import Network

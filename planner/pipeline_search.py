@@ -43,12 +43,12 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from costmodel.compute import ComputeModel
-from costmodel.machine import Machine
-from costmodel.pipeline import INTERLEAVED, PipelinePrediction, StagePrediction, kept_micro_batches
-from costmodel.tied import crossing_ties, tied_table_s
-from costmodel.reshard_batch import PricingStopped
-from costmodel.pipeline import p2p_s as send_s
+from costmodel.compute.model import ComputeModel
+from costmodel.machine.model import Machine
+from costmodel.step.pipeline import (INTERLEAVED, kept_micro_batches, p2p_s as send_s, PipelinePrediction,
+                                     StagePrediction)
+from costmodel.layer.tied import crossing_ties, tied_table_s
+from costmodel.layer.edge_table import PricingStopped
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner import interleave
@@ -57,8 +57,7 @@ from planner.optimize import PlanMismatch, Settings
 from planner.pipeline_bound import stage_bound
 from planner.pipeline_pairs import AUTO, DEFAULT, Interleaving, bounded, micro_sizes, pairs, physics_floor
 from planner.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
-from planner.pipeline_choice import Best, Candidate, PipelineChoice, proven_gap
-from planner.pipeline_choice import OutOfTime as _OutOfTime
+from planner.pipeline_choice import Best, Candidate, OutOfTime as _OutOfTime, PipelineChoice, proven_gap
 from planner.pipeline_proof import proved as _proved
 from planner.stage_solve import StageSolver
 

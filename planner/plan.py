@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from costmodel.strategy import Strategy
+from costmodel.parallel.strategy import Strategy
 
 PLAN_VERSION = 1
 
@@ -34,14 +34,14 @@ class Baseline:
 
 @dataclass(frozen=True)
 class PipelineSpec:
-    """A pipelined plan's stages (costmodel.pipeline): stage ``s`` runs the layers from
+    """A pipelined plan's stages (costmodel.step.pipeline): stage ``s`` runs the layers from
     ``first_layers[s]`` up to the next stage's first on ranks ``[s d, (s + 1) d)``, ``d = devices /
     stages``, its layers' strategies over those ``d`` ranks at micro-batches of ``batch /
     micro_batches`` samples, in the given schedule."""
 
     stages: int
     micro_batches: int
-    schedule: str  # costmodel.pipeline.SCHEDULES, or INTERLEAVED
+    schedule: str  # costmodel.step.pipeline.SCHEDULES, or INTERLEAVED
     first_layers: tuple[str, ...]  # interleaved: each of the stages x chunks chunks' first layer
     chunks: int = 1  # interleaved 1F1B: model chunks a device (chunk c on device c mod stages)
 
@@ -61,22 +61,22 @@ class Plan:
     baselines: tuple[Baseline, ...] = ()
     solver: dict = field(default_factory=dict, compare=False, hash=False)
     version: int = PLAN_VERSION
-    precision: str = "fp32"  # costmodel.precision; the network hash is of the network in it
-    optimizer: str = "momentum"  # costmodel.optimizer
-    mfu: float = 0.0  # model FLOP utilisation of the predicted step (costmodel.step.model_flops_utilization)
+    precision: str = "fp32"  # costmodel.choices.precision; the network hash is of the network in it
+    optimizer: str = "momentum"  # costmodel.choices.optimizer
+    mfu: float = 0.0  # model FLOP utilisation of the predicted step (costmodel.step.prediction.model_flops_utilization)
     #: the peak per device by what holds it (StepPrediction.memory_parts), shown, not read back
     memory_parts: dict = field(default_factory=dict, compare=False, hash=False)
     zero: int = 0  # its ZeRO stage
     pipeline: PipelineSpec | None = None  # None: one stage on every device, the whole batch at once
-    #: the step by term (costmodel.breakdown: the names every command prints), shown, not read back
+    #: the step by term (costmodel.step.breakdown: the names every command prints), shown, not read back
     breakdown: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
     seq: int | None = None  # --seq: the network's tokens per sequence when given, None for its own
-    #: the collectives' time exposed and overlapped with compute (costmodel.breakdown.comm_parts), shown only
+    #: the collectives' time exposed and overlapped with compute (costmodel.step.breakdown.comm_parts), shown only
     comm: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
-    overlap: str = field(default="", compare=False, hash=False)  # costmodel.overlap's mode it was priced under
-    #: costmodel.batch_norm: sync or local statistics (the network hash is of the network marked with it)
+    overlap: str = field(default="", compare=False, hash=False)  # costmodel.comm.overlap's mode it was priced under
+    #: costmodel.choices.batch_norm: sync or local statistics (the network hash is of the network marked with it)
     batch_norm: str = "sync"
-    #: costmodel.moe_dispatch: how its expert splits move tokens (the network hash is of the network marked with it)
+    #: costmodel.choices.moe_dispatch: how its expert splits move tokens (the network hash is of the network marked with it)
     moe_dispatch: str = "alltoall"
 
     @property

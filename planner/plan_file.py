@@ -7,11 +7,11 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.batch_norm import BATCH_NORMS, DEFAULT_BATCH_NORM, with_batch_norm
-from costmodel.files import load_machine
-from costmodel.moe_dispatch import DEFAULT_MOE_DISPATCH, MOE_DISPATCHES, with_moe_dispatch
-from costmodel.optimizer import STATE_SLOTS, ZERO_STAGES, Optimizer
-from costmodel.precision import DEFAULT_PRECISION, PRECISIONS, with_precision
+from costmodel.choices.batch_norm import BATCH_NORMS, DEFAULT_BATCH_NORM, with_batch_norm
+from costmodel.machine.loading import load_machine
+from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, MOE_DISPATCHES, with_moe_dispatch
+from costmodel.choices.optimizer import STATE_SLOTS, ZERO_STAGES, Optimizer
+from costmodel.choices.precision import DEFAULT_PRECISION, PRECISIONS, with_precision
 from networks.errors import DnnplanError, short
 from networks.ir import Network
 from networks.loader import load_network
@@ -19,7 +19,7 @@ from networks.ops.base import MAX_INT
 from networks.reading import read_text
 from networks.writing import write_file
 from networks.spec_yaml import load_yaml
-from costmodel.pipeline import INTERLEAVED, SCHEDULES, cut_at
+from costmodel.step.pipeline import INTERLEAVED, SCHEDULES, cut_at
 from planner.plan import PLAN_VERSION, Baseline, PipelineSpec, Plan
 from planner.plan_file_layers import fail, layer_entries, layer_plan, number
 
@@ -140,7 +140,7 @@ def _pipeline(data: dict, net: Network, path: str) -> PipelineSpec | None:
 
 def _chunks(raw: dict, schedule, stages, micro, path: str) -> int:
     """The pipeline's model chunks a device: 1, or 2 and more under the interleaved schedule, whose
-    micro-batches come in groups of the stages (costmodel.pipeline)."""
+    micro-batches come in groups of the stages (costmodel.step.pipeline)."""
     if schedule not in SCHEDULES + (INTERLEAVED,):
         raise fail(f"unknown pipeline schedule {short(schedule)}", path, field="pipeline",
                     hint=f"use one of {', '.join(SCHEDULES + (INTERLEAVED,))}")
@@ -164,7 +164,7 @@ def _memory_parts(data: dict, path: str) -> dict[str, int]:
 
 
 def _breakdown(data: dict, path: str, key: str = "step_breakdown_s") -> tuple[tuple[str, float], ...]:
-    """The plan's ``step_breakdown_s`` (its step by term, costmodel.breakdown; shown, never used to
+    """The plan's ``step_breakdown_s`` (its step by term, costmodel.step.breakdown; shown, never used to
     predict), or with ``key`` ``step_comm_s``, its collectives' time exposed and overlapped."""
     raw = data.get(key) or {}
     if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):

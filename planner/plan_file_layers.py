@@ -3,11 +3,12 @@ and numbers), every mistake one DnnplanError naming the file, the layer and the 
 
 from __future__ import annotations
 
-from costmodel.attention_calls import ATTENTION_ALGORITHMS
-from costmodel.compute import (CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, RECOMPUTE, algorithm_applies, is_recomputed,
-                               kernel_algorithm, recompute_applies)
-from costmodel.layer_layouts import check_fits
-from costmodel.strategy import make_strategy
+from costmodel.calls.attention import ATTENTION_ALGORITHMS
+from costmodel.calls.algorithms import (CONV_ALGORITHMS, RECOMPUTE, algorithm_applies, is_recomputed, kernel_algorithm,
+                                        recompute_applies)
+from costmodel.calls.layer_calls import DEFAULT_CONV_ALGORITHM
+from costmodel.parallel.shard import check_fits
+from costmodel.parallel.strategy import make_strategy
 from networks.errors import DnnplanError, short
 from networks.ir import Layer, Network
 from planner.plan import LayerPlan

@@ -3,22 +3,22 @@ again from what it says (pure).
 
 A pipelined plan (``Plan.pipeline``) keeps one entry per layer of the whole network, each layer's
 strategy over its stage's ``devices / stages`` ranks at one micro-batch; the stages' first layers
-say where each stage starts (``costmodel.pipeline.cut_at``).
+say where each stage starts (``costmodel.step.pipeline.cut_at``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from costmodel.batch_norm import batch_norm_of
-from costmodel.moe_dispatch import moe_dispatch_of
-from costmodel.breakdown import comm_parts, pipeline_terms
-from costmodel.compute import ComputeModel
-from costmodel.machine import Machine
-from costmodel.optimizer import Optimizer
-from costmodel.pipeline import PipelinePrediction, cut_at, predict_pipeline
-from costmodel.step import predict_step
-from costmodel.strategy import Strategy
+from costmodel.choices.batch_norm import batch_norm_of
+from costmodel.choices.moe_dispatch import moe_dispatch_of
+from costmodel.step.breakdown import comm_parts, pipeline_terms
+from costmodel.compute.model import ComputeModel
+from costmodel.machine.model import Machine
+from costmodel.choices.optimizer import Optimizer
+from costmodel.step.pipeline import PipelinePrediction, cut_at, predict_pipeline
+from costmodel.step.prediction import predict_step
+from costmodel.parallel.strategy import Strategy
 from networks.ir import Network
 from planner.interleave import chunk_firsts
 from planner.optimize import plan_from_prediction
@@ -35,7 +35,7 @@ def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, p
     layers, firsts, start = [], [], 0
     for s, (k, stage) in enumerate(zip(choice.cut, choice.prediction.stages)):
         micro_plan = plan_from_prediction(stage.micro, stack.network, network_ref, machine_ref, None)
-        if v > 1:  # the prediction's own layers (costmodel.pipeline.predict_pipeline's device network)
+        if v > 1:  # the prediction's own layers (costmodel.step.pipeline.predict_pipeline's device network)
             layers += micro_plan.layers
             continue
         own = stack.layers(start, k, rl[s])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from costmodel.compute import ComputeModel, OnDemand
+from costmodel.compute.model import ComputeModel, OnDemand
 
 T = TypeVar("T")
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from costmodel.compute import ComputeModel
-from costmodel.machine import Machine
+from costmodel.compute.model import ComputeModel
+from costmodel.machine.model import Machine
 from networks.errors import DnnplanError
 from networks.ir import Network
-from costmodel.candidates import divisors
+from costmodel.layer.candidates import divisors
 from planner.build import Builder, build_problem, build_with
 from planner.optimize import Settings
 from planner.solvers import Budget, min_memory

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.pipeline import block_runs, stage_network
+from costmodel.step.pipeline import block_runs, stage_network
 from networks.ir import Layer, Network
 from planner.build import signature
 

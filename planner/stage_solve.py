@@ -8,7 +8,7 @@ once per (ranks, micro-batch) and reused for every position and every stage cut 
 The stage's objective is ``weight * T + O``: ``T`` its forward and backward of one micro-batch
 (kernels, collectives, reshards), ``O`` its once-a-step gradient sync and update, and ``weight =
 m + S - 1`` how often a stage's ``T`` counts in a pipelined step when the stages are balanced
-(``costmodel.pipeline``: ``sum_s T_s + (m - 1) max_s T_s + max_s O_s``). Its memory holds the
+(``costmodel.step.pipeline``: ``sum_s T_s + (m - 1) max_s T_s + max_s O_s``). Its memory holds the
 activations of the ``kept`` micro-batches its schedule has in flight. The unconstrained optimum does
 not depend on ``kept``; it is solved once and reused for every ``kept`` whose memory it fits, and
 only a binding limit costs another solve: by Lagrangian relaxation (:mod:`planner.solvers.lagrange`,
@@ -22,11 +22,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from costmodel.compute import ComputeModel
-from costmodel.machine import Machine
-from costmodel.pipeline_memory import ChunkHold
-from costmodel.step import StepPrediction, predict_step
-from costmodel.strategy import Strategy
+from costmodel.compute.model import ComputeModel
+from costmodel.machine.model import Machine
+from costmodel.memory.pipeline import ChunkHold
+from costmodel.step.prediction import StepPrediction, predict_step
+from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.build import Builder, build_with

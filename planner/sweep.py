@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from costmodel.compute import ComputeModel
-from costmodel.machine import MAX_DEVICES, Machine
-from costmodel.step import predict_step
-from costmodel.uniform import uniform_strategies
+from costmodel.compute.model import ComputeModel
+from costmodel.machine.model import MAX_DEVICES, Machine
+from costmodel.step.prediction import predict_step
+from costmodel.frameworks.uniform import uniform_strategies
 from networks.errors import DnnplanError, short
 from networks.ir import Network
 from planner.optimize import Settings, fastest_algorithms, make_plan, strategy_mix

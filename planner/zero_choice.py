@@ -1,7 +1,7 @@
 """Which ZeRO stage: the fastest plan over the stages weighed, within one time bound (pure).
 
 When the user names no ``--zero``, :func:`planner.auto.first_plan` plans under each ZeRO stage the
-cost model has (:mod:`costmodel.optimizer`: 0, 1, 2, 3) and answers with the fastest plan that fits.
+cost model has (:mod:`costmodel.choices.optimizer`: 0, 1, 2, 3) and answers with the fastest plan that fits.
 What the stages change in the cost model decides which need planning:
 
 - **0 and 1 are both planned**: neither is faster for every plan. ZeRO-1 updates only its shard
@@ -9,7 +9,7 @@ What the stages change in the cost model decides which need planning:
   where ZeRO-0 moves one all-reduce of the same bytes; an all-reduce of small messages (recursive
   doubling) can take less than the two, and the gather's overlap window differs.
 - **ZeRO-2's step equals ZeRO-1's** for every plan (the same collectives and update;
-  :mod:`costmodel.weight_sync`); only its memory differs (the gradients sharded, a layer's whole
+  :mod:`costmodel.comm.weight_sync`); only its memory differs (the gradients sharded, a layer's whole
   gradient gathered while its backward runs). It is planned only when no ZeRO-1 plan fits; where
   ZeRO-1's plan is not held back by memory its optimum is ZeRO-1's; where ZeRO-1's memory binds,
   ZeRO-2 is **not searched** (a faster ZeRO-2 pipeline may exist there: the gap the answer states

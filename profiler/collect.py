@@ -1,7 +1,7 @@
 """What to profile: the distinct local kernel calls of every strategy the planner may consider.
 
 For each device count, every layer's strategies (the uniform ones: data, filter, channel, spatial;
-then the candidates the planner weighs, ``costmodel.candidates.candidate_strategies(layer, p,
+then the candidates the planner weighs, ``costmodel.layer.candidates.candidate_strategies(layer, p,
 batch)``), every convolution algorithm that applies, every pass.
 """
 
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from costmodel.candidates import candidate_strategies
-from costmodel.compute import CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, PASSES
-from costmodel.kernel_calls import KernelCall, kernel_calls, linear_call, update_calls
-from costmodel.layer_layouts import check_fits, local_layer
-from costmodel.strategy import Strategy
-from costmodel.uniform import NAMED, data_strategy, wanted_strategy
+from costmodel.layer.candidates import candidate_strategies
+from costmodel.calls.algorithms import CONV_ALGORITHMS
+from costmodel.calls.layer_calls import DEFAULT_CONV_ALGORITHM, kernel_calls, PASSES, update_calls
+from costmodel.calls.kernel_call import KernelCall, linear_call
+from costmodel.parallel.shard import check_fits, local_layer
+from costmodel.parallel.strategy import Strategy
+from costmodel.frameworks.uniform import NAMED, data_strategy, wanted_strategy
 from networks.ir import Layer, Network
 from kernels.conv import conv_applicable
 

@@ -11,8 +11,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from costmodel.comm_fit import Fit, fit_all, fit_json
-from costmodel.profile_table import ProfileTable
+from costmodel.comm.fit import Fit, fit_all, fit_json
+from costmodel.compute.profile_table import ProfileTable
 from networks.errors import DnnplanError
 from profiler.comm_bench import BENCH_REVISION
 from profiler.dispatch import probe_env

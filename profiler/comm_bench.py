@@ -6,7 +6,7 @@ them: samples of ONE operation after a pass over a buffer and a barrier; a sampl
 slowest rank's, and the median over samples is kept (:func:`_bench`). Every (collective, size) is
 measured in ``--rounds`` rounds spread over the whole run (all sizes, then all sizes again),
 keeping the fastest round's median: a slow spell of a shared machine lasts seconds, and the
-rounds spread it over the sizes instead of one size taking it all. Sizes mean what :mod:`costmodel.collectives` means
+rounds spread it over the sizes instead of one size taking it all. Sizes mean what :mod:`costmodel.comm.collectives` means
 (allgather: the gathered total; reduce_scatter and alltoall: a rank's whole input).
 
 Two cache states (:data:`STATES`), each a full set of measurements:

@@ -14,8 +14,8 @@ import sys
 import tempfile
 from typing import Sequence
 
-from costmodel.comm_calls import CommCall
-from costmodel.profile_table import Entry
+from costmodel.step.collective_calls import CommCall
+from costmodel.compute.profile_table import Entry
 from networks.errors import DnnplanError
 from profiler.comm import find_mpiexec
 from profiler.dispatch import probe_env

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from costmodel.comm_fit import COLLECTIVES
-from costmodel.files import load_machine
+from costmodel.comm.fit import COLLECTIVES
+from costmodel.machine.loading import load_machine
 from kernels.cuda import libs
 from profiler.comm import comm_section, default_sizes, measure, with_comm
 from profiler.fingerprint import fingerprint
@@ -12,7 +12,7 @@ from profiler.tables import cache_path, open_for_device, write_table
 
 def run_profile_comm(ranks: int, sizes: list[int] | None, max_bytes: int, out: str | None,
                      seconds_per_point: float, backend: str = "numpy", precision: str = "fp32") -> dict:
-    """Measure every collective of :data:`costmodel.comm_fit.COLLECTIVES` on ``ranks`` ranks at
+    """Measure every collective of :data:`costmodel.comm.fit.COLLECTIVES` on ``ranks`` ranks at
     ``sizes`` bytes (default: powers of 2 up to ``max_bytes``), fit them and write the fit into the
     table at ``out`` (default: this computer's cache for runs of that many ranks); the fit's
     summary with the table's path. ``backend`` cupy: GPU buffers staged through the host (ranks

@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy
 from threadpoolctl import threadpool_limits
 
-from costmodel.kernel_calls import KernelCall
+from costmodel.calls.kernel_call import KernelCall
 from profiler import harness
 from profiler.jobs import LAUNCHER_ENV, start_time, watch_launcher
 from profiler.sigint import sigint_handled_by

@@ -2,7 +2,7 @@
 
 The compute model is chosen here, once for every command: a profile table when one is given or
 the machine names one; for the ``local`` machine this computer's per-user cache, profiled on
-demand (:mod:`profiler.ondemand`); else the datasheet roofline (:class:`costmodel.compute.Roofline`).
+demand (:mod:`profiler.ondemand`); else the datasheet roofline (:class:`costmodel.compute.roofline.Roofline`).
 A table that holds collectives fitted by `dnnplan profile-comm` also gives the machine its links.
 """
 
@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.batch_norm import DEFAULT_BATCH_NORM, with_batch_norm
-from costmodel.compute import ComputeModel, Roofline
-from costmodel.files import DEFAULT_MACHINE, load_machine
-from costmodel.moe_dispatch import DEFAULT_MOE_DISPATCH, check_machine_dispatch, with_moe_dispatch
-from costmodel.machine import Machine
-from costmodel.precision import DEFAULT_PRECISION, get_precision, with_precision
-from costmodel.profile_links import links_from_table
-from costmodel.profiled_compute import ProfiledCompute
+from costmodel.choices.batch_norm import DEFAULT_BATCH_NORM, with_batch_norm
+from costmodel.compute.model import ComputeModel
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
+from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, check_machine_dispatch, with_moe_dispatch
+from costmodel.machine.model import Machine
+from costmodel.choices.precision import DEFAULT_PRECISION, get_precision, with_precision
+from costmodel.compute.profile_links import links_from_table
+from costmodel.compute.profiled import ProfiledCompute
 from networks.errors import DnnplanError
 from networks.ir import Network
-from networks.default_batch import SAMPLES_PER_DEVICE
-from networks.default_batch import default_batch as family_batch
+from networks.default_batch import default_batch as family_batch, SAMPLES_PER_DEVICE
 from networks.loader import load_network
 from profiler.gpu_tables import check_gpu, check_precision
 from profiler.ondemand import local_compute_model
@@ -29,7 +29,7 @@ from profiler.tables import load_table
 
 @dataclass(frozen=True)
 class Context:
-    network: Network  # in the precision's storage format (costmodel.precision.with_precision)
+    network: Network  # in the precision's storage format (costmodel.choices.precision.with_precision)
     machine: Machine
     batch: int
     devices: int
@@ -38,8 +38,8 @@ class Context:
     #: how the batch was chosen when none was given (networks.default_batch), "" when it was given
     batch_rule: str = ""
     seq: int | None = None  # --seq: the tokens per sequence given, None for the network's own
-    batch_norm: str = DEFAULT_BATCH_NORM  # costmodel.batch_norm: the network's batchnorm layers marked with it
-    moe_dispatch: str = DEFAULT_MOE_DISPATCH  # costmodel.moe_dispatch: the network's moe layers marked with it
+    batch_norm: str = DEFAULT_BATCH_NORM  # costmodel.choices.batch_norm: the network's batchnorm layers marked with it
+    moe_dispatch: str = DEFAULT_MOE_DISPATCH  # costmodel.choices.moe_dispatch: the network's moe layers marked with it
 
 
 def default_batch(devices: int, net: Network | None = None) -> int:
@@ -55,8 +55,8 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
             foreign_ok: bool = False, seq: int | None = None, batch_norm: str | None = None,
             moe_dispatch: str | None = None) -> Context:
     """Load the network (``seq`` tokens a sequence when given; its batch norm ``batch_norm``,
-    costmodel.batch_norm; None: sync; its experts' token dispatcher ``moe_dispatch``,
-    costmodel.moe_dispatch; None: alltoall) and the machine named on the command line and choose
+    costmodel.choices.batch_norm; None: sync; its experts' token dispatcher ``moe_dispatch``,
+    costmodel.choices.moe_dispatch; None: alltoall) and the machine named on the command line and choose
     the compute model."""
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")

@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 
-from costmodel.profile_table import Entry, dispatch_key
+from costmodel.compute.profile_table import Entry, dispatch_key
 from profiler.harness import summarize
 from profiler.jobs import launcher_env
 

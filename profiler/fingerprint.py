@@ -9,7 +9,7 @@ import numpy
 from threadpoolctl import threadpool_info
 
 import kernels
-from costmodel.files import usable_cores
+from costmodel.machine.loading import usable_cores
 from kernels.cuda import GPU_KERNELS_REVISION, libs
 from kernels.xp import array_module
 from networks.errors import DnnplanError

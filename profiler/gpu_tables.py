@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from costmodel.profile_table import ProfileTable, table_precision
+from costmodel.compute.profile_table import ProfileTable, table_precision
 from networks.errors import DnnplanError
 
 _MODEL = re.compile(r"\b([A-Z]{1,2}\d{2,3}[A-Z]?)\b")

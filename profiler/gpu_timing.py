@@ -18,8 +18,8 @@ import math
 import time
 from types import ModuleType
 
-from costmodel.kernel_calls import KernelCall
-from costmodel.profile_table import Entry
+from costmodel.calls.kernel_call import KernelCall
+from costmodel.compute.profile_table import Entry
 from kernels.cuda.conv import last_choice
 from kernels.cuda.launch import spin
 from profiler.harness import TimingPolicy, build, enough, summarize

@@ -1,4 +1,4 @@
-"""The timing harness: synthetic operands for a :class:`~costmodel.kernel_calls.KernelCall`, the
+"""The timing harness: synthetic operands for a :class:`~costmodel.calls.kernel_call.KernelCall`, the
 kernel from :data:`kernels.KERNELS`, warm-up, and repetitions until the median is stable.
 
 Stopping rule: after at least ``min_reps`` samples, stop when the 95% confidence interval of the
@@ -19,8 +19,8 @@ from typing import Callable
 
 import numpy
 
-from costmodel.kernel_calls import KernelCall, shape_fields
-from costmodel.profile_table import Entry
+from costmodel.calls.kernel_call import KernelCall, shape_fields
+from costmodel.compute.profile_table import Entry
 from kernels import KERNELS
 from kernels.allocator import keep_freed_memory
 from kernels.cuda.launch import from_float32

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from costmodel.kernel_call import KernelCall
-from costmodel.moe_calls import ACTIVATION_CODES
+from costmodel.calls.kernel_call import KernelCall
+from costmodel.calls.moe import ACTIVATION_CODES
 from kernels import KERNELS, moe, moe_route
 from kernels.attention import attention_backward, attention_forward
 
@@ -55,7 +55,7 @@ def attention_builder(call: KernelCall, f: dict, fn: Callable, ops) -> Callable[
     n, hd, sq, sk, dh = (f[x] for x in ("n", "heads", "sq", "sk", "dh"))
     kv = f.get("kv_heads", hd)  # grouped-query attention: its own key/value heads
     causal = bool(f["causal"])
-    # the algorithm the call prices ("" is the materialised core, costmodel.attention_calls): a GPU
+    # the algorithm the call prices ("" is the materialised core, costmodel.calls.attention): a GPU
     # left to its default would run flash for a materialised call
     algorithm = call.algo or "materialized"
     if sq != sk:

@@ -22,8 +22,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy
 
-from costmodel.kernel_calls import KernelCall
-from costmodel.profile_table import Entry
+from costmodel.calls.kernel_call import KernelCall
+from costmodel.compute.profile_table import Entry
 from kernels.allocator import keep_freed_memory
 from profiler.harness import build, cold_sampler, one_call, summarize
 
@@ -39,7 +39,7 @@ CACHE_BYTES = 4 << 30
 class InRunTimer:
     """Times ``calls`` once per :meth:`round`; operands are built on first use and kept (up to
     ``cache_bytes``, by default :func:`keep_room`; else rebuilt each round outside the clock).
-    ``before``: per call key, the calls just before it in the step (costmodel.reuse.preceding_calls),
+    ``before``: per call key, the calls just before it in the step (costmodel.compute.call_context.preceding_calls),
     replayed before its sample (:meth:`round`)."""
 
     def __init__(self, calls: Iterable[KernelCall], before: Mapping[str, Sequence[KernelCall]] | None = None,

@@ -2,7 +2,7 @@
 
 The collectives' counterpart of :mod:`profiler.inrun`: with ``--fresh-profile`` every rank, after
 each step and outside its clock, makes each collective the prediction prices
-(:func:`costmodel.comm_calls.step_collectives`) ONCE, as :mod:`profiler.comm_bench` times one:
+(:func:`costmodel.step.collective_calls.step_collectives`) ONCE, as :mod:`profiler.comm_bench` times one:
 float32 buffers of the call's bytes, the pass of the call's cache state before it
 (:func:`profiler.comm_bench.cache_pass`: the last-level cache for ``cold``, 4 MiB for ``warm``),
 or, for a cold call, the kernels the step runs just before it (:meth:`InRunComm.round`), a
@@ -25,7 +25,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from costmodel.comm_calls import CommCall
+from costmodel.step.collective_calls import CommCall
 from profiler.comm_bench import cache_pass
 from profiler.inrun import InRunTimer
 

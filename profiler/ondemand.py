@@ -1,7 +1,7 @@
 """The ``local`` machine's compute model: the per-user profile cache, filled on demand.
 
 ``local_compute_model(machine, threads)`` returns a :class:`OnDemandCompute`: a
-:class:`~costmodel.profile_table.ProfiledCompute` over the cached table of this computer (keyed by
+:class:`~costmodel.compute.profile_table.ProfiledCompute` over the cached table of this computer (keyed by
 fingerprint and thread count) that, when asked for a kernel call it has not measured, measures it
 right then (quick policy), adds it to the table and saves the cache (atomically, at most every few
 seconds and when the process exits). Calls the roofline expects to take longer than
@@ -28,12 +28,12 @@ from rich.console import Console
 from rich.markup import escape
 from threadpoolctl import threadpool_limits
 
-from costmodel.compute import Roofline
-from costmodel.kernel_calls import KernelCall
-from costmodel.machine import Machine
-from costmodel.profile_table import (DISPATCH, Entry, collective_key, is_dispatch_key, wait_key, with_entries,
-                                     with_executor)
-from costmodel.profiled_compute import Lookup, ProfiledCompute
+from costmodel.compute.roofline import Roofline
+from costmodel.calls.kernel_call import KernelCall
+from costmodel.machine.model import Machine
+from costmodel.compute.profile_table import (DISPATCH, Entry, collective_key, is_dispatch_key, wait_key, with_entries,
+                                             with_executor)
+from costmodel.compute.profiled import Lookup, ProfiledCompute
 from networks.errors import DnnplanError
 from networks.writing import SystemFailure
 from profiler import comm_context, dispatch, side_by_side, step_context, sync
@@ -122,7 +122,7 @@ class OnDemandCompute(ProfiledCompute):
             self.save()
 
     def time_collectives_in_step(self, calls, ranks: int) -> dict[str, Entry]:
-        """Entries of the collectives ``calls`` (costmodel.comm_calls.CommCall) timed on ``ranks``
+        """Entries of the collectives ``calls`` (costmodel.step.collective_calls.CommCall) timed on ``ranks``
         ranks in their step's context (profiler.comm_context), keyed as the calls; not cached (the
         caller prices one plan with them). Nothing when on-demand timing is off; a failure is
         said on stderr and leaves the collectives priced by the machine's links."""

@@ -17,8 +17,8 @@ from typing import Callable
 import numpy
 from threadpoolctl import threadpool_limits
 
-from costmodel.kernel_calls import KernelCall
-from costmodel.profile_table import Entry, ProfileTable, with_entries
+from costmodel.calls.kernel_call import KernelCall
+from costmodel.compute.profile_table import Entry, ProfileTable, with_entries
 from networks.errors import DnnplanError
 from profiler.gpu_timing import time_call_gpu
 from profiler.harness import TimingPolicy, time_call

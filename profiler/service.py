@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.compute import CONV_ALGORITHMS
-from costmodel.files import load_machine
-from costmodel.kernel_calls import DEFAULT_CONV_ALGORITHM, KernelCall, split_key
-from costmodel.precision import DATASHEET_ONLY, get_precision, with_precision
-from costmodel.profile_table import ProfileTable
+from costmodel.calls.algorithms import CONV_ALGORITHMS
+from costmodel.machine.loading import load_machine
+from costmodel.calls.layer_calls import DEFAULT_CONV_ALGORITHM
+from costmodel.calls.kernel_call import KernelCall, split_key
+from costmodel.choices.precision import DATASHEET_ONLY, get_precision, with_precision
+from costmodel.compute.profile_table import ProfileTable
 from kernels.cuda import libs
 from kernels.cuda.precision import set_precision
 from kernels.xp import array_module
@@ -67,7 +68,7 @@ class ProfileRequest:
     channels: list[int] | None = None    # conv grid
     algorithms: list[str] | None = None
     quick: bool = False
-    precision: str = "fp32"     # costmodel.precision; a GPU's kernels run in any, numpy's in fp32
+    precision: str = "fp32"     # costmodel.choices.precision; a GPU's kernels run in any, numpy's in fp32
 
 
 def plan_calls(req: ProfileRequest) -> list[KernelCall]:

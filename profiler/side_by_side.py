@@ -18,8 +18,8 @@ from typing import Callable, Iterable
 
 import numpy
 
-from costmodel.kernel_calls import KernelCall
-from costmodel.profile_table import Entry
+from costmodel.calls.kernel_call import KernelCall
+from costmodel.compute.profile_table import Entry
 from kernels.allocator import keep_freed_memory
 from profiler.harness import build, cold_sampler, summarize
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Sequence
 
-from costmodel.kernel_calls import KernelCall
-from costmodel.profile_table import Entry
+from costmodel.calls.kernel_call import KernelCall
+from costmodel.compute.profile_table import Entry
 from profiler.inrun import InRunTimer, entries_from_samples
 
 ROUNDS = 9  # samples per call: the median of 9 (5 left plans of lenet5 5-10% apart from one weighing to the next)
@@ -34,7 +34,7 @@ def time_in_step(calls: Iterable[KernelCall], before: Mapping[str, Sequence[Kern
                  companions=None, progress: Callable[[int, int], None] | None = None,
                  updates: Sequence[KernelCall] = ()) -> dict[str, Entry]:
     """Per call key, the entry (median and spread) of ``rounds`` samples of the call in its step
-    context (``before``: the calls just before it, costmodel.reuse.preceding_calls).
+    context (``before``: the calls just before it, costmodel.compute.call_context.preceding_calls).
     ``companions`` (profiler.companions.Companions): loaded with each call while it is timed.
     ``progress(done, total)``: after each round, the warm-up round included. ``updates``: the
     step's optimiser updates in its order, timed back to back (:meth:`InRunTimer._update_round`)."""

@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 
-from costmodel.profile_table import Entry, collective_key, wait_key
+from costmodel.compute.profile_table import Entry, collective_key, wait_key
 from networks.errors import DnnplanError
 from profiler.comm import find_mpiexec
 from profiler.dispatch import probe_env

@@ -2,8 +2,8 @@
 each write reads the file again under its lock and adds to it, so runs sharing a table keep
 every measurement (two `dnnplan profile --out t.json` at once, two plans filling the cache).
 
-The format lives in :mod:`costmodel.profile_table` (and the compute model over it in
-:mod:`costmodel.profiled_compute`); this is the file edge. The cache holds one table per
+The format lives in :mod:`costmodel.compute.profile_table` (and the compute model over it in
+:mod:`costmodel.compute.profiled`); this is the file edge. The cache holds one table per
 (fingerprint, threads) under ``$XDG_CACHE_HOME/dnnplan`` or ``~/.cache/dnnplan`` (override with
 ``$DNNPLAN_CACHE``).
 """
@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from costmodel.profile_table import (ProfileTable, fingerprint_id, foreign_reason, merge, table_from_dict,
-                                     table_to_dict)
+from costmodel.compute.profile_table import (ProfileTable, fingerprint_id, foreign_reason, merge, table_from_dict,
+                                             table_to_dict)
 from networks.errors import DnnplanError
 from networks.reading import MAX_TABLE_BYTES, read_text
 from networks.writing import failure, target_kind, write_file

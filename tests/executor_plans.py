@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from costmodel.uniform import uniform_strategies
+from costmodel.frameworks.uniform import uniform_strategies
 from executor.session.step_choice import uniform_plan
 from planner.plan_file import write_plan
 from profiler import context

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 from kernel_checks import RNG, fd_directional
 
-from costmodel.layer_layouts import input_layout, output_layout, weight_layouts
-from costmodel.layout import block
-from costmodel.strategy import make_strategy
+from costmodel.parallel.shard import input_layout, output_layout, weight_layouts
+from costmodel.parallel.layout import block
+from costmodel.parallel.strategy import make_strategy
 from executor.check import reference
 from executor.ops.base import LayerCtx
 from executor.runtime.synthetic import init_weights, take

@@ -3,7 +3,8 @@ in-run profiling tests."""
 
 from __future__ import annotations
 
-from costmodel.kernel_calls import linear_call, reshard_copy_call
+from costmodel.calls.kernel_call import linear_call
+from costmodel.calls.layer_calls import reshard_copy_call
 
 
 def _two_calls():

@@ -1,4 +1,4 @@
-"""Gradient accumulation without a pipeline (costmodel.step, ``micro_batches``): the layers at the
+"""Gradient accumulation without a pipeline (costmodel.step.prediction, ``micro_batches``): the layers at the
 micro-batch's size, run M times; the gradient sync and update once; one micro-batch's activations."""
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.compute import Roofline, default_algorithms
-from costmodel.files import load_machine
-from costmodel.pipeline import predict_pipeline
-from costmodel.precision import with_precision
-from costmodel.step import predict_step
-from costmodel.uniform import uniform_strategies
+from costmodel.compute.roofline import Roofline
+from costmodel.calls.algorithms import default_algorithms
+from costmodel.machine.loading import load_machine
+from costmodel.step.pipeline import predict_pipeline
+from costmodel.choices.precision import with_precision
+from costmodel.step.prediction import predict_step
+from costmodel.frameworks.uniform import uniform_strategies
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network

@@ -10,16 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel.kernel_call import KernelCall
-from costmodel.layer_layouts import input_layout, output_layout, weight_layouts
-from costmodel.layout import block
-from costmodel.strategy import make_strategy
+from costmodel.calls.kernel_call import KernelCall
+from costmodel.parallel.shard import input_layout, output_layout, weight_layouts
+from costmodel.parallel.layout import block
+from costmodel.parallel.strategy import make_strategy
 from executor.ops import attention as attention_op
 from executor.ops.base import LayerCtx
 from executor.runtime.synthetic import init_weights, take
 from executor.runtime.timers import Timers
-from kernels import KERNELS
-from kernels import attention as attention_kernels
+from kernels import attention as attention_kernels, KERNELS
 from kernels.cuda import attention as cuda_attention
 from networks.loader import load_network
 from profiler import harness

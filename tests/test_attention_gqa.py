@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.candidates import candidate_strategies
-from costmodel.compute import Roofline, local_cost
-from costmodel.files import load_machine
-from costmodel.layer_cost import layer_estimate
-from costmodel.layer_layouts import check_fits, local_layer, weight_layouts
-from costmodel.layout import block
-from costmodel.strategy import make_strategy
+from costmodel.layer.candidates import candidate_strategies
+from costmodel.compute.roofline import Roofline, local_cost
+from costmodel.machine.loading import load_machine
+from costmodel.layer.cost import layer_estimate
+from costmodel.parallel.shard import check_fits, local_layer, weight_layouts
+from costmodel.parallel.layout import block
+from costmodel.parallel.strategy import make_strategy
 from networks.analysis import summarize
 from networks.errors import DnnplanError
 from networks.spec import parse_network

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from costmodel.batch_norm import batch_norm_of, with_batch_norm
-from costmodel.strategy import make_strategy
+from costmodel.choices.batch_norm import batch_norm_of, with_batch_norm
+from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from executor.check.gradients import tolerance_for
 from executor.check.reference import reference_step

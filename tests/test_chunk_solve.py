@@ -1,14 +1,14 @@
 """Interleaved device solves count memory chunk by chunk as predict does (planner/chunk_solve.py,
-costmodel/pipeline_memory.py ChunkHold, planner/interleave.py)."""
+costmodel/memory/pipeline.py ChunkHold, planner/interleave.py)."""
 
 from pathlib import Path
 
 import pytest
 
-from costmodel.megatron import megatron_strategies
-from costmodel.pipeline import INTERLEAVED, predict_pipeline
-from costmodel.pipeline_memory import ChunkHold, held_bytes
-from costmodel.step import predict_step
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.step.pipeline import INTERLEAVED, predict_pipeline
+from costmodel.memory.pipeline import ChunkHold, held_bytes
+from costmodel.step.prediction import predict_step
 from planner import interleave
 from planner.optimize import Settings
 from planner.pipeline_search import _Search
@@ -169,7 +169,7 @@ def test_a_held_solve_falls_back_on_each_chunks_most_with_the_relaxations_bound(
 def test_device_1_holds_at_least_what_any_middle_device_holds_chunk_by_chunk(stages, chunks, groups):
     """The planner solves one middle device, holding device 1's moments: every moment of a later
     middle device is, chunk by chunk, at most one of device 1's, so the plan fits each of them."""
-    from costmodel.pipeline_memory import in_flight  # noqa: PLC0415 - this test's only use
+    from costmodel.memory.pipeline import in_flight  # noqa: PLC0415 - this test's only use
     m = groups * stages
     one = in_flight(stages, 1, m, chunks)
     for s in range(2, stages - 1):

@@ -1,4 +1,4 @@
-"""The executor's code around each collective (executor.probes.collective_code, costmodel.barriers): the
+"""The executor's code around each collective (executor.probes.collective_code, costmodel.step.barriers): the
 barriers a plan makes, counted as the runtime makes them, how a table holds the probe's figures,
 how the executor's prediction adds them, and the probe itself (on one rank, and under mpiexec)."""
 
@@ -14,12 +14,13 @@ import pytest
 from mpi4py import MPI
 from typer.testing import CliRunner
 
-from costmodel.barriers import ALLREDUCE, RESHARD, step_barriers
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
-from costmodel.profile_table import Entry, ProfileTable, collective_key, table_from_dict, table_to_dict, wait_key
-from costmodel.profiled_compute import ProfiledCompute
-from costmodel.step import predict_step, prediction_json
+from costmodel.step.barriers import ALLREDUCE, RESHARD, step_barriers
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.compute.profile_table import (Entry, ProfileTable, collective_key, table_from_dict, table_to_dict,
+                                             wait_key)
+from costmodel.compute.profiled import ProfiledCompute
+from costmodel.step.prediction import predict_step, prediction_json
 from dnnplan.cli import app
 from executor.probes import collective_code
 from executor.session import execute as session

@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from costmodel.collective_groups import collective_s
-from costmodel.collectives import (ALGORITHMS, COST_FUNCTIONS, MPICH_THRESHOLDS, allgather_s,
-                                   allreduce_s, alltoall_s, alltoallv_s, broadcast_s,
-                                   choose_algorithm, reduce_s, reduce_scatter_s, sendrecv_s)
-from costmodel.machine import DeviceSpec, LinkLevel, Machine
+from costmodel.comm.groups import collective_s
+from costmodel.comm.collectives import (ALGORITHMS, COST_FUNCTIONS, MPICH_THRESHOLDS, allgather_s, allreduce_s,
+                                        alltoall_s, alltoallv_s, broadcast_s, choose_algorithm, reduce_s,
+                                        reduce_scatter_s, sendrecv_s)
+from costmodel.machine.model import DeviceSpec, LinkLevel, Machine
 from networks.errors import DnnplanError
 
 # Round numbers so the arithmetic below is easy to check by hand.

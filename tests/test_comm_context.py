@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.comm_calls import CommCall, step_collectives
-from costmodel.profile_table import Entry
+from costmodel.step.collective_calls import CommCall, step_collectives
+from costmodel.compute.profile_table import Entry
 from executor.session import execute as session
 from executor.runtime.stage import run_strategies
 from profiler import comm_context

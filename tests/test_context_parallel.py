@@ -1,6 +1,6 @@
 """Context parallelism: attention over a sequence split across a group (the ``H`` degree), its keys
-and values exchanged by a ring or an all-gather (costmodel/context_comms.py), the causal load
-balance of the two-chunk ordering (costmodel/flash.py), the weight gradients summed over the
+and values exchanged by a ring or an all-gather (costmodel/comm/context.py), the causal load
+balance of the two-chunk ordering (costmodel/calls/flash.py), the weight gradients summed over the
 sequence group, and the activations split by the sequence. Byte counts against the layout algebra."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import dataclasses
 
 import pytest
 
-from costmodel.compute import Roofline
-from costmodel.context_comms import context_comms, kv_bytes
-from costmodel.files import load_machine
-from costmodel.flash import visited
-from costmodel.layer_cost import layer_estimate
-from costmodel.layer_layouts import local_layer
-from costmodel.layout import AxisSplit, Layout, reshard_peaks
-from costmodel.precision import with_precision
-from costmodel.strategy import make_strategy
+from costmodel.compute.roofline import Roofline
+from costmodel.comm.context import context_comms, kv_bytes
+from costmodel.machine.loading import load_machine
+from costmodel.calls.flash import visited
+from costmodel.layer.cost import layer_estimate
+from costmodel.parallel.shard import local_layer
+from costmodel.parallel.layout import AxisSplit, Layout, reshard_peaks
+from costmodel.choices.precision import with_precision
+from costmodel.parallel.strategy import make_strategy
 from networks.spec import parse_network
 
 H100 = load_machine("dgx-h100")

@@ -1,22 +1,23 @@
 """Sequence parallelism inside context parallelism, as Megatron-Core runs them together: the
 sequence split ``c`` ways by context, each context rank's ``S / c`` positions split ``t`` ways over
 the tensor group for the norms, and SP's all-gather and reduce-scatter on those local positions
-(costmodel.megatron, costmodel.layer_layouts.sequence_scatter, costmodel.strategy.composite)."""
+(costmodel.frameworks.megatron, costmodel.parallel.shard.sequence_scatter, costmodel.parallel.strategy.composite)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
-from costmodel.layer_cost import edge_estimate, layer_estimate
-from costmodel.layer_layouts import input_layout, output_layout
-from costmodel.layout import block, max_block_extents, reshard_peaks
-from costmodel.megatron import megatron_strategies
-from costmodel.precision import with_precision
-from costmodel.reshard_batch import reshard_maxima
-from costmodel.strategy import make_strategy
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.layer.edge import edge_estimate
+from costmodel.layer.cost import layer_estimate
+from costmodel.parallel.shard import input_layout, output_layout
+from costmodel.parallel.layout import block, max_block_extents, reshard_peaks
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.precision import with_precision
+from costmodel.layer.edge_table import reshard_maxima
+from costmodel.parallel.strategy import make_strategy
 from networks.spec import parse_network
 
 H100 = load_machine("dgx-h100")

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
-from costmodel.layer_cost import layer_estimate
-from costmodel.step import predict_step
-from costmodel.strategy import Strategy
-from costmodel.uniform import uniform_strategies
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.layer.cost import layer_estimate
+from costmodel.step.prediction import predict_step
+from costmodel.parallel.strategy import Strategy
+from costmodel.frameworks.uniform import uniform_strategies
 from networks.ops.base import prod
 from networks.loader import load_network
 
@@ -114,11 +114,11 @@ def test_channel_split_reduces_partial_sums_and_filter_split_input_grads():
 
 
 def test_step_calls_follow_the_executor_and_each_calls_two_predecessors_wrap_around():
-    """costmodel.reuse: the step's kernel calls in the executor's order (forward in network order,
+    """costmodel.compute.call_context: the step's kernel calls in the executor's order (forward in network order,
     backward reversed, updates last), and the two calls just before each, around the step (of a
     call made more than once, the run whose two move the median bytes, the lower of an even count)."""
-    from costmodel.kernel_calls import KernelCall
-    from costmodel.reuse import preceding_calls, step_calls
+    from costmodel.calls.kernel_call import KernelCall
+    from costmodel.compute.call_context import preceding_calls, step_calls
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 8, "data")
     calls = step_calls(net, 8, strategies, {})
@@ -142,10 +142,10 @@ def test_an_output_several_layers_read_costs_a_gradient_sum_per_extra_reader():
     """The executor adds each reader's gradient of a shared output to the sum of those before it
     (executor.runtime.stage._scatter_grads); the model prices one ``add.fwd`` of the producer's local
     output per reader after the first, in the producer's backward compute, and the step's call
-    order (costmodel.reuse) has each sum right after the reader whose gradient it adds."""
-    from costmodel.kernel_calls import add_call
-    from costmodel.layer_layouts import local_layer
-    from costmodel.reuse import step_calls
+    order (costmodel.compute.call_context) has each sum right after the reader whose gradient it adds."""
+    from costmodel.calls.layer_calls import add_call
+    from costmodel.parallel.shard import local_layer
+    from costmodel.compute.call_context import step_calls
     from tests.support.cases import load
     from networks.analysis import consumers
     net = load("tinyres")
@@ -180,15 +180,15 @@ def test_an_output_several_layers_read_costs_a_gradient_sum_per_extra_reader():
 
 
 def test_collectives_timed_in_a_run_price_exactly_those_collectives():
-    """costmodel.comm_calls lists every collective a step prices (its layers' collectives, cold
+    """costmodel.step.collective_calls lists every collective a step prices (its layers' collectives, cold
     unless a gradient sync, and the reshards' Alltoallv); given times for them (Machine.measured,
     as `dnnplan execute --fresh-profile` measures them) the prediction uses exactly those, and
     keeps the fits for any collective without one."""
     from dataclasses import replace
 
-    from costmodel.comm_calls import step_collectives
-    from costmodel.layer_cost import edge_estimate, reshard_exchange
-    from costmodel.layer_layouts import input_layout, output_layout
+    from costmodel.step.collective_calls import step_collectives
+    from costmodel.layer.edge import edge_estimate, reshard_exchange
+    from costmodel.parallel.shard import input_layout, output_layout
     net = load_network("lenet5")
     machine = load_machine("dgx-h100")
     compute = Roofline(machine)
@@ -204,7 +204,7 @@ def test_collectives_timed_in_a_run_price_exactly_those_collectives():
     befores = {tuple(k.kernel for k in c.after) for c in calls if c.state == "cold"}
     # every cold call has kernels before it: after flatten (no kernels) the pooling's before it
     assert all(len(b) <= 2 for b in befores) and all(befores)
-    from costmodel.comm_calls import COMM_PREFIX, comm_measured_key
+    from costmodel.step.collective_calls import COMM_PREFIX, comm_measured_key
     assert all(c.key.startswith(COMM_PREFIX) and comm_measured_key(c.key) == c.measured_key for c in calls)
     assert ("conv2d.bwd_data", "conv2d.bwd_weights") in befores  # F=2: the input-gradient partial sums
     assert ("relu.fwd",) in befores or ("maxpool2d.fwd",) in befores  # a reshard into the next layer
@@ -238,17 +238,18 @@ def test_collectives_timed_in_a_run_price_exactly_those_collectives():
 
 
 def test_a_call_the_step_makes_in_several_contexts_is_timed_in_each_and_priced_where_each_layer_makes_it():
-    """costmodel.reuse.occurrences: a key met after different calls in different places of the step
+    """costmodel.compute.call_context.occurrences: a key met after different calls in different places of the step
     gets one more call to time per other context (keyed apart, same kernel and operands), and each
     layer's occurrence maps to the key whose samples price it there (its own for the median
     context, :func:`preceding_calls`); keys met in one context, gradient sums and updates get
     none. ProfiledCompute prices a layer's pass by its occurrence's entry when one is installed."""
-    from costmodel.kernel_calls import KernelCall, kernel_calls
-    from costmodel.layer_layouts import local_layer
-    from costmodel.profile_table import Entry, ProfileTable
-    from costmodel.profiled_compute import ProfiledCompute
-    from costmodel.reuse import (InContext, is_occurrence_key, occurrence_key, occurrences, step_calls,
-                                 step_calls_by_layer)
+    from costmodel.calls.kernel_call import KernelCall
+    from costmodel.calls.layer_calls import kernel_calls
+    from costmodel.parallel.shard import local_layer
+    from costmodel.compute.profile_table import Entry, ProfileTable
+    from costmodel.compute.profiled import ProfiledCompute
+    from costmodel.compute.call_context import (InContext, is_occurrence_key, occurrence_key, occurrences, step_calls,
+                                                step_calls_by_layer)
 
     def call(name, nbytes):
         return KernelCall(name, (nbytes,), "float32", "", 0, nbytes)

@@ -1,19 +1,20 @@
-"""DeepSpeed's ZeRO-3 step (costmodel.deepspeed) and full recomputation's memory
-(costmodel.recompute_memory)."""
+"""DeepSpeed's ZeRO-3 step (costmodel.frameworks.deepspeed) and full recomputation's memory
+(costmodel.memory.recompute)."""
 
 from __future__ import annotations
 
 import pytest
 
-from costmodel.collectives import allgather_s, reduce_scatter_s
-from costmodel.compute import RECOMPUTE, Roofline, recompute_algorithms
-from costmodel.deepspeed import PERSISTENCE_THRESHOLD, sharded_tensors, zero3_step
-from costmodel.files import load_machine
-from costmodel.megatron import megatron_strategies
-from costmodel.optimizer import Optimizer
-from costmodel.precision import with_precision
-from costmodel.recompute_memory import regenerated
-from costmodel.step import predict_step
+from costmodel.comm.collectives import allgather_s, reduce_scatter_s
+from costmodel.calls.algorithms import RECOMPUTE, recompute_algorithms
+from costmodel.compute.roofline import Roofline
+from costmodel.frameworks.deepspeed import PERSISTENCE_THRESHOLD, sharded_tensors, zero3_step
+from costmodel.machine.loading import load_machine
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.optimizer import Optimizer
+from costmodel.choices.precision import with_precision
+from costmodel.memory.recompute import regenerated
+from costmodel.step.prediction import predict_step
 from networks.analysis import saved_outputs
 from networks.loader import load_network
 from networks.ops.base import prod

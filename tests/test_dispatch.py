@@ -8,14 +8,14 @@ import math
 import pytest
 from mpi4py import MPI
 
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
-from costmodel.layer_cost import pass_bytes
-from costmodel.layer_layouts import local_layer
-from costmodel.profile_table import Entry, ProfileTable, table_from_dict, table_to_dict
-from costmodel.profiled_compute import ProfiledCompute
-from costmodel.step import predict_step
-from costmodel.uniform import uniform_strategies
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.compute.dispatch import pass_bytes
+from costmodel.parallel.shard import local_layer
+from costmodel.compute.profile_table import Entry, ProfileTable, table_from_dict, table_to_dict
+from costmodel.compute.profiled import ProfiledCompute
+from costmodel.step.prediction import predict_step
+from costmodel.frameworks.uniform import uniform_strategies
 from executor.probes.dispatch import PROBE, after_passes, measure, probe_passes
 from executor.runtime.run import run_plan
 from tests.support.cases import make_plan
@@ -192,7 +192,7 @@ def test_a_failing_probe_leaves_no_entry_and_says_why(monkeypatch):
 def test_backward_kernels_are_timed_on_operands_of_their_own():
     # a backward kernel reads what its forward saved, last touched a forward pass earlier: the
     # in-run timer warms the code with one set of operands and times another, untouched since
-    from costmodel.reuse import step_calls
+    from costmodel.compute.call_context import step_calls
     from profiler.inrun import InRunTimer, reads_saved
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 4, "data")
@@ -230,9 +230,9 @@ def test_two_builds_of_a_backward_kernel_share_its_incoming_gradient_only():
     # the in-run timer's timed operand set keeps the saved tensors apart (cold in a step) and
     # shares the gradient the step's previous kernel has just written (profiler.inrun.reads_saved)
     import numpy
-    from costmodel.reuse import step_calls
+    from costmodel.compute.call_context import step_calls
     from profiler.harness import build
-    from costmodel.kernel_calls import KernelCall
+    from costmodel.calls.kernel_call import KernelCall
     from profiler.inrun import reads_saved
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 4, "data")
@@ -259,7 +259,7 @@ def test_two_builds_of_a_weighted_forward_kernel_share_its_input_only():
     # update), and an input the kernel before it has just written: the in-run timer's timed
     # operand set keeps weights of its own and shares the input (profiler.inrun.reads_weights)
     import numpy
-    from costmodel.reuse import step_calls
+    from costmodel.compute.call_context import step_calls
     from profiler.harness import build
     from profiler.inrun import InRunTimer, reads_saved, reads_weights
     net = load_network("lenet5")
@@ -323,7 +323,7 @@ def test_the_timed_call_meets_its_incoming_operand_in_the_caches(monkeypatch):
     # incoming gradient are read into the caches, as the kernel that wrote them in the step leaves
     # them (a large predecessor's replay evicts them); a call with no known predecessor is not
     import profiler.inrun as inrun
-    from costmodel.reuse import step_calls
+    from costmodel.compute.call_context import step_calls
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 4, "data")
     calls = list(dict.fromkeys(step_calls(net, 4, strategies, {})))

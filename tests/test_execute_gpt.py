@@ -6,7 +6,7 @@ norm over tokens, the tied LM head and the loss over token logits.
   scatter-add (whole and vocabulary-sharded), the vocabulary-parallel cross-entropy, the attention
   op's fused projections, and the tied head's gradient of the token table through the whole
   reference step;
-- the executor's ops call exactly the kernels costmodel.kernel_calls prices, at its shapes;
+- the executor's ops call exactly the kernels costmodel.calls.layer_calls prices, at its shapes;
 - ``dnnplan execute --check`` under mpiexec on 2 and 4 ranks: data parallel and Megatron tensor
   parallel (heads, column/row-parallel linears, vocabulary-parallel embedding, head and loss), with
   and without sequence parallelism, and samples x positions (N x H) around a data-parallel attention.
@@ -22,18 +22,15 @@ import pytest
 from kernel_checks import RNG, fd_directional
 from typer.testing import CliRunner
 
-from costmodel.kernel_calls import backward_calls, kernel_calls
-from costmodel.layer_layouts import input_layout, local_layer, output_layout, weight_layouts
-from costmodel.layout import block
-from costmodel.megatron import megatron_strategies
-from costmodel.strategy import make_strategy
+from costmodel.calls.layer_calls import backward_calls, kernel_calls
+from costmodel.parallel.shard import input_layout, local_layer, output_layout, weight_layouts
+from costmodel.parallel.layout import block
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from executor.check import reference
 from executor.runtime.synthetic import init_weights, make_inputs, take
-from executor.ops import OPS
-from executor.ops import attention as attention_op
-from executor.ops import dense as dense_op
-from executor.ops import loss as loss_op
+from executor.ops import attention as attention_op, dense as dense_op, loss as loss_op, OPS
 from executor.ops.base import LayerCtx
 from executor.ops.embedding import tie
 from executor.runtime.timers import Timers
@@ -202,7 +199,7 @@ def test_the_tied_heads_gradient_of_the_token_table_against_finite_differences(m
 
 
 # ---------------------------------------------------------------------------------------------
-# one kernel set: the ops call exactly the kernels costmodel.kernel_calls prices
+# one kernel set: the ops call exactly the kernels costmodel.calls.layer_calls prices
 
 
 def _recording(monkeypatch, module, calls):
@@ -290,7 +287,7 @@ def test_token_inputs_are_ids_within_the_vocabulary():
 
 def test_a_bf16_plans_image_is_drawn_as_floats_not_token_ids():
     # a 16-bit plan's float input (bfloat16 on a GPU) is drawn from a normal like a float32 one
-    from costmodel.precision import with_precision  # noqa: PLC0415
+    from costmodel.choices.precision import with_precision  # noqa: PLC0415
 
     image = make_inputs(with_precision(load_network("lenet5"), "bf16"), 2, seed=0)["image"]
     assert image.dtype.kind == "f" and image.shape[0] == 2 and 0.5 < float(image.std()) < 1.5

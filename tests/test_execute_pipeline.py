@@ -14,8 +14,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from costmodel.megatron import megatron_strategies
-from costmodel.pipeline import cut_at
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.step.pipeline import cut_at
 from dnnplan.cli import app
 from executor.report.collect import RankTimes
 from executor.report.compare import Measured
@@ -42,7 +42,7 @@ def test_every_schedule_runs_each_micro_batch_forward_then_backward_once(stages,
         assert all(ops.index(("F", j)) < ops.index(("B", j)) for j in range(m))
         in_flight = max(sum(1 for k, _ in ops[:i + 1] if k == "F") - sum(1 for k, _ in ops[:i + 1] if k == "B")
                         for i in range(len(ops)))
-        # what costmodel.pipeline prices as the activations a stage keeps
+        # what costmodel.step.pipeline prices as the activations a stage keeps
         assert in_flight == (m if schedule == "gpipe" else min(stages - s, m))
 
 

@@ -8,7 +8,7 @@
   with the measured peak falling stage by stage, the tiny GPT data parallel and under Megatron
   tensor parallelism (a weight's data-parallel group smaller than the ranks) on 2 and 4 ranks;
 - the collectives a step makes, per layer (phase, name, bytes, group), are those the prediction
-  prices (``costmodel.layer_cost.weight_collectives``).
+  prices (``costmodel.layer.cost.weight_collectives``).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.layer_cost import layer_estimate
-from costmodel.megatron import megatron_strategies
-from costmodel.optimizer import Optimizer
-from costmodel.step import predict_step
-from costmodel.strategy import make_strategy
+from costmodel.layer.cost import layer_estimate
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.optimizer import Optimizer
+from costmodel.step.prediction import predict_step
+from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from executor.session.execute import prepare
 from executor.session.step_choice import uniform_plan
@@ -53,7 +53,7 @@ def test_pieces_cover_the_weight_in_order_and_the_largest_is_what_the_cost_model
     assert len(bounds) == r and bounds[0][0] == 0 and bounds[-1][1] == n
     assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
     sizes = [hi - lo for lo, hi in bounds]
-    assert min(sizes) >= 0 and max(sizes) == -(-n // r)  # costmodel.layer_cost: -(-elems // replicas)
+    assert min(sizes) >= 0 and max(sizes) == -(-n // r)  # costmodel.layer.cost: -(-elems // replicas)
     assert sum(rank_counts([n, n + 3], r)) == 2 * n + 3
 
 

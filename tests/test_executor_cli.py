@@ -280,7 +280,7 @@ def test_fresh_profile_times_the_predictions_kernels_inside_the_run(tmp_path, mo
     monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
     plan = write_uniform_plan(tmp_path, "lenet5", 2, 8, "data")
     prep = prepare(plan, 2, None, None)
-    from costmodel.comm_calls import CommCall
+    from costmodel.step.collective_calls import CommCall
     calls = fresh_calls(prep)
     kernels = [c for c in calls if not isinstance(c, CommCall)]
     collectives = [c for c in calls if isinstance(c, CommCall)]
@@ -296,8 +296,8 @@ def test_fresh_profile_times_the_predictions_kernels_inside_the_run(tmp_path, mo
     # every collective of the prediction is priced with the median of its in-run samples
     from dataclasses import replace
 
-    from costmodel.comm_calls import measured_from_samples
-    from costmodel.step import predict_step
+    from costmodel.step.collective_calls import measured_from_samples
+    from costmodel.step.prediction import predict_step
     median = {c.measured_key: statistics.median(job.kernel_samples[c.key]) for c in collectives}
     machine = replace(prep.machine, measured=measured_from_samples(calls, job.kernel_samples))
     pred = predict_step(prep.net, prep.plan.batch, prep.plan.strategies(), prep.plan.algorithms(), machine,

@@ -59,8 +59,8 @@ def test_a_layer_the_run_did_not_time_counts_as_zero():
 
 
 def test_predicted_phases_sum_to_the_predicted_step():
-    from costmodel.step import predict_step
-    from costmodel.uniform import uniform_strategies
+    from costmodel.step.prediction import predict_step
+    from costmodel.frameworks.uniform import uniform_strategies
     from profiler import context
     ctx = context.resolve("lenet5", 4, 16, "dgx-a100")
     for spec in ("data", "filter", "spatial"):
@@ -237,7 +237,7 @@ def test_profile_of_another_kernel_revision_warns(plan2):
 def test_a_comm_profile_without_cold_fits_warns(plan2, monkeypatch, cold):
     from dataclasses import replace
 
-    from costmodel.machine import LinkLevel
+    from costmodel.machine.model import LinkLevel
     from profiler import context
     from executor.session.execute import prepare
     link = LinkLevel(name="fit", alpha_s=1e-6, beta_s_per_byte=1e-10, gamma_s_per_byte=0.0)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from costmodel.files import load_machine
-from costmodel.step import predict_step
+from costmodel.machine.loading import load_machine
+from costmodel.step.prediction import predict_step
 from executor.report.collect import RankTimes, aggregate
 from executor.report.compare import comparison_json, compare_prediction
 from executor.backend.host_memory import held_bytes, traced_peak_bytes

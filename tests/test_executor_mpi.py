@@ -83,7 +83,7 @@ def test_a_rank_failure_aborts_the_job_with_its_message():
 _INRUN_COMM = """
 import json
 from mpi4py import MPI
-from costmodel.comm_calls import CommCall
+from costmodel.step.collective_calls import CommCall
 from profiler.inrun_comm import InRunComm
 comm = MPI.COMM_WORLD
 calls = [CommCall(c, 4096, g, s) for c in ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoallv")

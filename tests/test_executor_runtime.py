@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from costmodel.layer_layouts import input_layout, output_layout
-from costmodel.layout import reshard_volume
+from costmodel.parallel.shard import input_layout, output_layout
+from costmodel.parallel.layout import reshard_volume
 from executor.check.gradients import rel_error, tolerance_for
 from executor.comm.reshard import reshard_plan
 from executor.runtime.synthetic import init_weights, make_inputs
@@ -137,7 +137,7 @@ def _size(slices) -> int:
                                               ("tinyres", 4, 2)])
 def test_reshards_move_what_the_cost_model_counts(net_name, batch, p):
     """Rule 2: per rank, the elements the executor receives from other ranks equal
-    costmodel.layout.reshard_volume, forward and backward, on every edge of a mixed plan."""
+    costmodel.parallel.layout.reshard_volume, forward and backward, on every edge of a mixed plan."""
     net = load(net_name)
     plan = make_plan(net, batch, p, "mixed")
     strat = plan.strategies()

@@ -1,4 +1,4 @@
-"""FlashAttention-2 as an attention algorithm (costmodel/flash.py), chosen per layer like a
+"""FlashAttention-2 as an attention algorithm (costmodel/calls/flash.py), chosen per layer like a
 convolution algorithm: its tiles, work, memory traffic and kept bytes counted by hand from Dao's
 Algorithms 1 and 2, the machine's default, the planner's candidates and the plan file."""
 
@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.candidates import algorithms
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
-from costmodel.flash import flash_counts, tile_sizes, visited
-from costmodel.kernel_calls import kernel_calls
-from costmodel.layer_cost import layer_estimate
-from costmodel.layer_layouts import local_layer
-from costmodel.precision import with_precision
-from costmodel.strategy import make_strategy
+from costmodel.layer.candidates import algorithms
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.calls.flash import flash_counts, tile_sizes, visited
+from costmodel.calls.layer_calls import kernel_calls
+from costmodel.layer.cost import layer_estimate
+from costmodel.parallel.shard import local_layer
+from costmodel.choices.precision import with_precision
+from costmodel.parallel.strategy import make_strategy
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from networks.spec import parse_network

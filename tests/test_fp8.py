@@ -1,4 +1,4 @@
-"""FP8 training as Transformer Engine runs it (costmodel.precision, ``fp8``): the transformer
+"""FP8 training as Transformer Engine runs it (costmodel.choices.precision, ``fp8``): the transformer
 blocks' GEMMs at the device's FP8 peak, bf16 elsewhere, the FP8 weight copies and scaling state in
 memory, and one clear line on a machine without an FP8 peak."""
 
@@ -9,15 +9,16 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.compute import Roofline, default_algorithms
-from costmodel.files import load_machine
-from costmodel.kernel_calls import kernel_calls
-from costmodel.layer_layouts import local_layer
-from costmodel.megatron import megatron_strategies
-from costmodel.optimizer import Optimizer
-from costmodel.precision import AMAX_HISTORY, is_fp8, with_precision
-from costmodel.step import model_flops_utilization, predict_step
-from costmodel.strategy import make_strategy
+from costmodel.compute.roofline import Roofline
+from costmodel.calls.algorithms import default_algorithms
+from costmodel.machine.loading import load_machine
+from costmodel.calls.layer_calls import kernel_calls
+from costmodel.parallel.shard import local_layer
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.optimizer import Optimizer
+from costmodel.choices.precision import AMAX_HISTORY, is_fp8, with_precision
+from costmodel.step.prediction import model_flops_utilization, predict_step
+from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from networks.loader import load_network
 

@@ -1,4 +1,4 @@
-"""PyTorch FSDP's own kernels on a unit's parameters and gradients (costmodel.fsdp_grad): the
+"""PyTorch FSDP's own kernels on a unit's parameters and gradients (costmodel.layer.fsdp): the
 predivide factor as torch computes it, the bytes of each kernel by hand, and the step pricing them
 in every micro-batch's passes only where the optimiser runs as PyTorch FSDP."""
 
@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.compute import Roofline, default_algorithms
-from costmodel.files import load_machine
-from costmodel.fsdp_grad import fsdp_kernels, postdivide_factor, predivide_factor
-from costmodel.megatron import megatron_strategies
-from costmodel.optimizer import Optimizer
-from costmodel.precision import with_precision
-from costmodel.step import predict_step
+from costmodel.compute.roofline import Roofline
+from costmodel.calls.algorithms import default_algorithms
+from costmodel.machine.loading import load_machine
+from costmodel.layer.fsdp import fsdp_kernels, postdivide_factor, predivide_factor
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.optimizer import Optimizer
+from costmodel.choices.precision import with_precision
+from costmodel.step.prediction import predict_step
 from networks.loader import load_network
 
 H100 = load_machine("dgx-h100")

@@ -162,7 +162,7 @@ def test_the_graph_is_the_layers_convolution(frontend):
 def test_call_shape_is_the_cost_models_conv_shape():
     """Pins are keyed by the cost model's conv call shape without its bias flag, so a profile
     table's records reach the kernel (executor.backend.select.engine_pins)."""
-    from costmodel.kernel_calls import SHAPE_FIELDS  # noqa: PLC0415 - test-local
+    from costmodel.calls.kernel_call import SHAPE_FIELDS  # noqa: PLC0415 - test-local
     assert len(conv.call_shape((8, 64, 14, 14), (64, 64, 3, 3), 1, 1, 1, 1)) == len(SHAPE_FIELDS["conv2d.fwd"]) - 1
     assert conv.call_shape((8, 64, 14, 14), (32, 32, 3, 3), 2, (1, 0, 1, 0), 1, 2) == \
         (8, 64, 14, 14, 32, 3, 3, 2, 2, 1, 0, 1, 0, 1, 1, 2)

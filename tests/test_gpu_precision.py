@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import kernels
-from costmodel.precision import DATASHEET_ONLY, PRECISIONS as COST_PRECISIONS
+from costmodel.choices.precision import DATASHEET_ONLY, PRECISIONS as COST_PRECISIONS
 from kernels import dispatch
 from kernels.cuda import IMPLEMENTATIONS, attention, gemm, precision, source
 from kernels.cuda.elementwise import dropout_threshold

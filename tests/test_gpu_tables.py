@@ -9,14 +9,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
-from costmodel.kernel_calls import kernel_calls
-from costmodel.layer_layouts import local_layer
-from costmodel.profile_table import (Entry, ProfileTable, fingerprint_id, foreign_reason, merge, table_from_dict,
-                                     table_to_dict)
-from costmodel.profiled_compute import ProfiledCompute
-from costmodel.uniform import data_strategy
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.calls.layer_calls import kernel_calls
+from costmodel.parallel.shard import local_layer
+from costmodel.compute.profile_table import (Entry, ProfileTable, fingerprint_id, foreign_reason, merge,
+                                             table_from_dict, table_to_dict)
+from costmodel.compute.profiled import ProfiledCompute
+from costmodel.frameworks.uniform import data_strategy
 from dnnplan.cli import app
 from executor.backend.select import array_backend_for, engine_pins
 from kernels.cuda import conv, libs

@@ -1,4 +1,4 @@
-"""The step's memory timeline holds a resharded input as the executor does (costmodel.held_inputs):
+"""The step's memory timeline holds a resharded input as the executor does (costmodel.memory.held_inputs):
 the producer's array when the edge moves nothing, else the received block, and a producer's
 output only while something still needs it. Checked by hand on lenet5 and against the executor's
 measured peak on 2 ranks."""
@@ -11,9 +11,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.files import load_machine
-from costmodel.held_inputs import held_deltas
-from costmodel.step import predict_step
+from costmodel.machine.loading import load_machine
+from costmodel.memory.held_inputs import held_deltas
+from costmodel.step.prediction import predict_step
 from dnnplan.cli import app
 from networks.analysis import saved_outputs
 from planner.plan_file import write_plan
@@ -78,10 +78,10 @@ def test_the_predicted_peak_is_the_executors_within_ten_percent(tmp_path, family
 def test_gradients_made_in_backward_are_held_from_their_layers_backward_on():
     """The executor makes each layer's weight gradients in its backward pass: at the peak, the
     step holds those of the layers whose backward has run, never more than every layer's."""
-    from costmodel.compute import Roofline
-    from costmodel.files import load_machine
-    from costmodel.step import predict_step
-    from costmodel.strategy import Strategy
+    from costmodel.compute.roofline import Roofline
+    from costmodel.machine.loading import load_machine
+    from costmodel.step.prediction import predict_step
+    from costmodel.parallel.strategy import Strategy
     from networks.loader import load_network
     net = load_network("lenet5")
     m = load_machine("local")

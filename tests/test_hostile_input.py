@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from dnnplan.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ROOT / "costmodel" / "machines" / "dgx-a100.yaml"
+SHIPPED = ROOT / "costmodel" / "machine" / "dgx-a100.yaml"
 BOUND_S = 20.0
 runner = CliRunner()
 

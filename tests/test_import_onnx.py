@@ -16,8 +16,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
 from networks.analysis import summarize
 from networks.errors import DnnplanError
 from networks.importers.onnx_import import import_onnx

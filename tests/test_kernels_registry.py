@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.compute import Roofline
-from costmodel.files import DEFAULT_MACHINE, load_machine
-from costmodel.kernel_calls import reshard_copy_call
-from costmodel.profile_table import ProfileTable
-from costmodel.profiled_compute import ProfiledCompute
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
+from costmodel.calls.layer_calls import reshard_copy_call
+from costmodel.compute.profile_table import ProfileTable
+from costmodel.compute.profiled import ProfiledCompute
 from kernels import KERNELS
 from kernels.optimizer import sgd_momentum_update
 from profiler.harness import QUICK, time_call

@@ -5,9 +5,8 @@ import random
 import numpy as np
 import pytest
 
-from costmodel.layout import (AxisSplit, Layout, block, reshard_volume, same_blocks,
-                              transfers)
-from costmodel.strategy import GRID_ORDER, Strategy, make_strategy, parse_degrees
+from costmodel.parallel.layout import AxisSplit, Layout, block, reshard_volume, same_blocks, transfers
+from costmodel.parallel.strategy import GRID_ORDER, Strategy, make_strategy, parse_degrees
 from networks.ops.base import Window
 
 
@@ -146,7 +145,7 @@ def test_grid_mapping_order_and_groups():
 @pytest.mark.parametrize("seed", range(40))
 def test_binary_search_aggregates_equal_the_overlap_matrix(seed):
     """The O(k log k) path used for large degrees against the dense overlap matrix."""
-    from costmodel.layout import _interval_aggregates, axis_intervals
+    from costmodel.parallel.layout import _interval_aggregates, axis_intervals
     rng = random.Random(seed)
     n = rng.randint(1, 300)
     def intervals(windowed):
@@ -185,7 +184,7 @@ def test_copy_run_is_the_run_of_rank_zeros_own_piece():
     """copy_run is what the executor's local copy on rank 0 moves per contiguous run (the
     cost model prices a reshard's copies with it), checked on nested splits: a halo, a filter
     split feeding a sample split, a channel slice, equal layouts."""
-    from costmodel.layout import copy_run
+    from costmodel.parallel.layout import copy_run
     s = make_strategy(4, {"N": 2, "H": 2})
     shape = (4, 6, 8, 5)
     own = Layout(shape, s, (AxisSplit("N", 2, 4), None, AxisSplit("H", 2, 8), None))

@@ -14,15 +14,15 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.compute import PASSES, Roofline, local_cost
-from costmodel.files import load_machine
-from costmodel.kernel_calls import kernel_calls
-from costmodel.layer_cost import layer_estimate
-from costmodel.layer_layouts import check_fits, input_layout, local_layer, output_layout
-from costmodel.layout import axis_intervals
-from costmodel.megatron import megatron_strategies
-from costmodel.precision import with_precision
-from costmodel.strategy import make_strategy
+from costmodel.calls.layer_calls import kernel_calls, PASSES
+from costmodel.compute.roofline import Roofline, local_cost
+from costmodel.machine.loading import load_machine
+from costmodel.layer.cost import layer_estimate
+from costmodel.parallel.shard import check_fits, input_layout, local_layer, output_layout
+from costmodel.parallel.layout import axis_intervals
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.precision import with_precision
+from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from networks.analysis import summarize
 from networks.errors import DnnplanError

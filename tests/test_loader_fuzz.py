@@ -24,21 +24,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
+from hypothesis import given, HealthCheck, Phase, settings, strategies as st
 from typer.testing import CliRunner
 
-from costmodel.collective_groups import collective_s
-from costmodel.compute import PASSES, Roofline
-from costmodel.files import load_machine, machine_from_yaml
-from costmodel.kernel_calls import kernel_calls
-from costmodel.layer_cost import layer_estimate
-from costmodel.layer_layouts import check_fits, local_layer
-from costmodel.machine import Machine
-from costmodel.profile_links import links_from_table
-from costmodel.profile_table import Entry, with_entries
-from costmodel.profiled_compute import ProfiledCompute
-from costmodel.strategy import Strategy
+from costmodel.comm.groups import collective_s
+from costmodel.calls.layer_calls import kernel_calls, PASSES
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine, machine_from_yaml
+from costmodel.layer.cost import layer_estimate
+from costmodel.parallel.shard import check_fits, local_layer
+from costmodel.machine.model import Machine
+from costmodel.compute.profile_links import links_from_table
+from costmodel.compute.profile_table import Entry, with_entries
+from costmodel.compute.profiled import ProfiledCompute
+from costmodel.parallel.strategy import Strategy
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network
@@ -55,7 +54,7 @@ FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), database
                 max_examples=EXAMPLES or 400, phases=list(Phase) if EXAMPLES else [Phase.generate])
 MANY = settings(FUZZ, max_examples=EXAMPLES * 2 or 1000)  # machines are cheap to load
 LIMIT_S, MAX_LINES, MAX_CHARS = 20.0, 6, 600
-MACHINES_DIR = Path(__file__).resolve().parent.parent / "costmodel" / "machines"
+MACHINES_DIR = Path(__file__).resolve().parent.parent / "costmodel" / "machine"
 MACHINE_TEXTS = {p.stem: p.read_text(encoding="utf-8") for p in sorted(MACHINES_DIR.glob("*.yaml"))}
 MACHINE_TREES = {name: yaml.safe_load(text) for name, text in MACHINE_TEXTS.items()}
 LOCAL, LENET = load_machine("local"), load_network("lenet5")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.precision import with_precision
+from costmodel.choices.precision import with_precision
 from networks.analysis import layer_cost
 from networks.spec import parse_network
 

@@ -8,9 +8,9 @@ import os
 import pytest
 import yaml
 
-from costmodel.files import (DEFAULT_MACHINE, HostFacts, list_machines, load_machine,
-                             resolve_auto, shipped_machine_names)
-from costmodel.machine import GIB, machine_from_dict
+from costmodel.machine.loading import (DEFAULT_MACHINE, HostFacts, list_machines, load_machine, resolve_auto,
+                                       shipped_machine_names)
+from costmodel.machine.model import GIB, machine_from_dict
 from networks.errors import DnnplanError
 
 GOOD = {
@@ -78,7 +78,7 @@ def test_local_resolves_to_this_computers_cores():
 def test_local_inside_an_mpi_job_has_the_cores_its_ranks_share(monkeypatch):
     """A rank bound to one core sizes `local` by the node's cores its job's ranks agreed on
     (executor.launch.node publishes them), so every rank loads the machine the plan was made for."""
-    from costmodel.files import NODE_CORES_ENV
+    from costmodel.machine.loading import NODE_CORES_ENV
     from executor.launch.node import node_cores
     assert node_cores([frozenset({0}), frozenset({1}), frozenset({1, 2})]) == 3
     assert node_cores([frozenset({3}), frozenset({3})]) == 1

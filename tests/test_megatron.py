@@ -1,4 +1,4 @@
-"""Megatron tensor parallelism (costmodel.megatron), the vocabulary-parallel embedding, head and
+"""Megatron tensor parallelism (costmodel.frameworks.megatron), the vocabulary-parallel embedding, head and
 loss, attention's kernels one by one, recomputation in predict, block-aligned pipeline stages."""
 
 from __future__ import annotations
@@ -8,15 +8,17 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.compute import RECOMPUTE, Roofline, recompute_algorithms
-from costmodel.files import load_machine
-from costmodel.kernel_calls import attention_core_kernels, kernel_calls
-from costmodel.layer_cost import layer_estimate
-from costmodel.layer_layouts import local_layer
-from costmodel.megatron import megatron_strategies
-from costmodel.pipeline import block_stages
-from costmodel.precision import with_precision
-from costmodel.strategy import make_strategy
+from costmodel.calls.algorithms import RECOMPUTE, recompute_algorithms
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.calls.attention import attention_core_kernels
+from costmodel.calls.layer_calls import kernel_calls
+from costmodel.layer.cost import layer_estimate
+from costmodel.parallel.shard import local_layer
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.step.pipeline import block_stages
+from costmodel.choices.precision import with_precision
+from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network
@@ -189,7 +191,7 @@ def test_published_megatron_rows_cite_their_table_and_hold_the_documented_error(
 
 
 def test_published_zero3_rows_are_priced_as_deepspeed_ran_them():
-    """Narayanan's Table 2 ZeRO-3 rows of GPT-3 175B (DeepSpeed, costmodel.deepspeed): each within
+    """Narayanan's Table 2 ZeRO-3 rows of GPT-3 175B (DeepSpeed, costmodel.frameworks.deepspeed): each within
     25% of its published step, and the step not shrinking from 768 to 1536 GPUs, as published."""
     bench = _bench()
     rows = [r for r in bench.load_rows() if r["config"].get("zero") and r["model"]["layers"] == 96]
@@ -203,8 +205,8 @@ def test_published_zero3_rows_are_priced_as_deepspeed_ran_them():
 def test_pipeline_terms_reprice_a_row_as_predicting_it_again():
     """The calibration's terms of a pipelined, recomputed row give the step predicted afresh under
     other efficiencies (every kernel run, the recomputed forward included, is one recorded call)."""
-    from costmodel.calibration import step_s, with_efficiencies
-    from costmodel.machine import EFFICIENCY_CLASSES
+    from costmodel.compute.calibration import step_s, with_efficiencies
+    from costmodel.machine.model import EFFICIENCY_CLASSES
     bench = _bench()
     row = next(r for r in bench.load_rows() if r["name"] == "korthikanti-t5-175b-full")
     machine = load_machine(bench.MACHINE)

@@ -1,6 +1,6 @@
 """The mixture-of-experts op and expert parallelism: parameters and work counted by hand
 (networks/ops/moe.py), the dispatch and combine all-to-alls against the layout algebra
-(costmodel/expert_comms.py), the tokens' layout under an expert split, memory per device by what
+(costmodel/comm/expert.py), the tokens' layout under an expert split, memory per device by what
 holds it, and the strategies the planner weighs."""
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.candidates import candidate_strategies
-from costmodel.compute import Roofline, local_cost
-from costmodel.files import load_machine
-from costmodel.kernel_calls import kernel_calls
-from costmodel.layer_cost import edge_estimate, layer_estimate
-from costmodel.layer_layouts import check_fits, local_layer
-from costmodel.layout import AxisSplit, Layout, reshard_peaks
-from costmodel.strategy import make_strategy
+from costmodel.layer.candidates import candidate_strategies
+from costmodel.compute.roofline import Roofline, local_cost
+from costmodel.machine.loading import load_machine
+from costmodel.calls.layer_calls import kernel_calls
+from costmodel.layer.edge import edge_estimate
+from costmodel.layer.cost import layer_estimate
+from costmodel.parallel.shard import check_fits, local_layer
+from costmodel.parallel.layout import AxisSplit, Layout, reshard_peaks
+from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.spec import parse_network
@@ -140,8 +141,8 @@ def test_the_experts_gemms_are_priced_on_the_matrix_peak_and_their_activation_on
     """A 16-bit MoE layer's experts run their projections on the tensor cores (as cuBLAS does) and
     SwiGLU elementwise: the roofline of its forward pass lies between the GEMMs at the 16-bit
     matrix peak and everything at the CUDA cores' peak, and is never below its GEMMs at peak."""
-    from costmodel.moe_calls import experts_gemm_flops  # noqa: PLC0415 - this test's own subject
-    from costmodel.precision import with_precision  # noqa: PLC0415 - this test's own subject
+    from costmodel.calls.moe import experts_gemm_flops  # noqa: PLC0415 - this test's own subject
+    from costmodel.choices.precision import with_precision  # noqa: PLC0415 - this test's own subject
 
     text = "\n".join(["name: t", "inputs:", "  x: {shape: [4096, 4096]}", "layers:",
                       "  - {name: moe, op: moe, experts: 8, top_k: 2, hidden: 14336}",

@@ -1,5 +1,5 @@
 """A mixture of experts priced as Megatron-Core runs it: the experts' kernels one after another
-(costmodel.moe_calls.experts_kernels: grouped GEMMs, the activation, Transformer Engine's FP8
+(costmodel.calls.moe.experts_kernels: grouped GEMMs, the activation, Transformer Engine's FP8
 casts), what the layer keeps under FP8 GEMMs and the moe_act recomputation, and expert parallelism
 folded over data x sequence-parallel tensor ranks (Strategy.expert_seq), each against hand counts;
 and a published row's memory by what holds it (bench/published_modern.py)."""
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.compute import Roofline, local_cost
-from costmodel.expert_comms import expert_collectives
-from costmodel.files import load_machine
-from costmodel.kernel_calls import kernel_calls
-from costmodel.layer_layouts import local_layer
-from costmodel.megatron import megatron_strategies
-from costmodel.moe_calls import FP8_CAST_BYTES, experts_kernels
-from costmodel.precision import with_precision
-from costmodel.strategy import make_strategy
+from costmodel.compute.roofline import Roofline, local_cost
+from costmodel.comm.expert import expert_collectives
+from costmodel.machine.loading import load_machine
+from costmodel.calls.layer_calls import kernel_calls
+from costmodel.parallel.shard import local_layer
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.calls.moe import FP8_CAST_BYTES, experts_kernels
+from costmodel.choices.precision import with_precision
+from costmodel.parallel.strategy import make_strategy
 from networks.spec import parse_network
 
 H100 = load_machine("dgx-h100")

@@ -1,7 +1,7 @@
 """--moe-dispatch alltoall|flex (issue 52): the expert split's tokens moved by Megatron-Core's
 all-to-all of capacity buffers, or by its flex dispatcher (DeepEP, HybridEP: each token once to
-each node and rank holding any of its experts), in the cost model (costmodel.expert_comms), the
-network marking (costmodel.moe_dispatch), the plan file, `predict`, `plan`'s summary and
+each node and rank holding any of its experts), in the cost model (costmodel.comm.expert), the
+network marking (costmodel.choices.moe_dispatch), the plan file, `predict`, `plan`'s summary and
 `execute`'s refusal."""
 
 import itertools
@@ -14,11 +14,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from costmodel.expert_comms import PASSES, flex_bytes, flex_seconds, miss
-from costmodel.files import load_machine
-from costmodel.layer_layouts import local_layer
-from costmodel.moe_dispatch import MOE_DISPATCHES, check_machine_dispatch, moe_dispatch_of, with_moe_dispatch
-from costmodel.strategy import make_strategy
+from costmodel.comm.expert import PASSES, flex_bytes, flex_seconds, miss
+from costmodel.machine.loading import load_machine
+from costmodel.parallel.shard import local_layer
+from costmodel.choices.moe_dispatch import MOE_DISPATCHES, check_machine_dispatch, moe_dispatch_of, with_moe_dispatch
+from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network

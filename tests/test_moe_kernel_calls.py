@@ -1,5 +1,5 @@
 """The cost model prices the kernel calls the executor runs for a mixture of experts, one for one
-(costmodel/moe_calls.py against executor/ops/moe.py): the kernels' names in order, and the
+(costmodel/calls/moe.py against executor/ops/moe.py): the kernels' names in order, and the
 experts' batched GEMMs' shape (experts, rows, D, hidden), recorded from the op on one rank's shard,
 with and without shared experts; and the executor's capacity is the cost model's."""
 
@@ -10,17 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel.kernel_calls import kernel_calls
-from costmodel.layer_layouts import input_layout, local_layer, output_layout, weight_layouts
-from costmodel.layout import block
-from costmodel.moe_calls import capacity
-from costmodel.strategy import make_strategy
+from costmodel.calls.layer_calls import kernel_calls
+from costmodel.parallel.shard import input_layout, local_layer, output_layout, weight_layouts
+from costmodel.parallel.layout import block
+from costmodel.calls.moe import capacity
+from costmodel.parallel.strategy import make_strategy
 from executor.ops import moe as op
 from executor.ops.base import LayerCtx
 from executor.runtime.synthetic import init_weights, take
 from executor.runtime.timers import Timers
-from kernels import moe as k
-from kernels import moe_route as kr
+from kernels import moe as k, moe_route as kr
 from networks.loader import load_network
 
 ZOO = Path(__file__).resolve().parent.parent / "networks" / "zoo" / "tiny-moe.yaml"

@@ -8,10 +8,10 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.breakdown import CORE, step_terms
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
-from costmodel.step import predict_step
+from costmodel.step.breakdown import CORE, step_terms
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.step.prediction import predict_step
 from dnnplan.cli import app
 from dnnplan.render.execute import _terms
 from executor.report.compare import Measured, compare_prediction, predicted_layers

@@ -1,7 +1,7 @@
 """Adding an op touches five registries; this test holds them together (docs/architecture.md).
 
 1. the op catalogue, ``networks.ops.catalogue.OPS`` (shape rule, weights, costs, splits);
-2. the cost model's kernel calls, ``costmodel.kernel_calls.kernel_calls`` (what each pass runs);
+2. the cost model's kernel calls, ``costmodel.calls.layer_calls.kernel_calls`` (what each pass runs);
 3. the kernel registry, ``kernels.KERNELS`` (names like ``conv2d.fwd``);
 4. the executor's distributed ops, ``executor.ops.OPS`` (forward, backward);
 5. the single-process reference step, ``executor.check.reference.reference_step`` (``--check``).
@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.compute import CONV_ALGORITHMS, DEFAULT_CONV_ALGORITHM, PASSES, algorithm_applies
-from costmodel.kernel_calls import SHAPE_FIELDS, grad_sum_calls, kernel_calls, update_calls
-from costmodel.layer_layouts import local_layer
-from costmodel.strategy import make_strategy
+from costmodel.calls.algorithms import CONV_ALGORITHMS, algorithm_applies
+from costmodel.calls.layer_calls import DEFAULT_CONV_ALGORITHM, grad_sum_calls, kernel_calls, PASSES, update_calls
+from costmodel.calls.kernel_call import SHAPE_FIELDS
+from costmodel.parallel.shard import local_layer
+from costmodel.parallel.strategy import make_strategy
 from executor.ops import OPS as EXECUTOR_OPS
 from executor.check.reference import reference_step
 from kernels import KERNELS
@@ -96,7 +97,7 @@ def test_every_list_names_catalogue_ops():
 
 def test_every_kernel_the_cost_model_can_name_exists():
     missing = sorted(set(SHAPE_FIELDS) - set(KERNELS))
-    assert not missing, f"costmodel.kernel_calls.SHAPE_FIELDS names {missing}, which kernels.KERNELS lacks"
+    assert not missing, f"costmodel.calls.kernel_call.SHAPE_FIELDS names {missing}, which kernels.KERNELS lacks"
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -142,13 +143,13 @@ def test_the_kernel_calls_name_registered_kernels(op):
     layers = [layer for layer in sample(op).layers if layer.op == op]
     passes = [c for layer in layers for c in _pass_calls(layer)]
     if op in NO_KERNEL:
-        assert not passes, (f"costmodel.kernel_calls now lists kernels for '{op}': remove it from NO_KERNEL "
+        assert not passes, (f"costmodel.calls.layer_calls now lists kernels for '{op}': remove it from NO_KERNEL "
                             f"({NO_KERNEL[op]})")
     else:
-        assert passes, (f"op '{op}' is in the catalogue but costmodel.kernel_calls lists no kernel call for it "
+        assert passes, (f"op '{op}' is in the catalogue but costmodel.calls.layer_calls lists no kernel call for it "
                         "(or list it in NO_KERNEL, with the reason)")
     for call in passes + [c for layer in layers for c in _step_calls(layer)]:
-        assert call.kernel in KERNELS, (f"costmodel.kernel_calls names kernel '{call.kernel}' for op '{op}', "
+        assert call.kernel in KERNELS, (f"costmodel.calls.layer_calls names kernel '{call.kernel}' for op '{op}', "
                                         "which kernels.KERNELS lacks")
 
 

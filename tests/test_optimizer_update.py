@@ -1,16 +1,18 @@
-"""The optimiser update as a framework runs it (costmodel.optimizer): bytes an unfused AdamW
+"""The optimiser update as a framework runs it (costmodel.choices.optimizer): bytes an unfused AdamW
 moves per element against a hand count, and the step's update priced by them."""
 
 from __future__ import annotations
 
 import pytest
 
-from costmodel.compute import Roofline, default_algorithms, update_bytes
-from costmodel.files import load_machine
-from costmodel.megatron import megatron_strategies
-from costmodel.optimizer import Optimizer, unfused_adamw_bytes
-from costmodel.precision import with_precision
-from costmodel.step import predict_step
+from costmodel.compute.roofline import Roofline
+from costmodel.calls.algorithms import default_algorithms
+from costmodel.compute.model import update_bytes
+from costmodel.machine.loading import load_machine
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.optimizer import Optimizer, unfused_adamw_bytes
+from costmodel.choices.precision import with_precision
+from costmodel.step.prediction import predict_step
 from networks.loader import load_network
 
 H100 = load_machine("dgx-h100")

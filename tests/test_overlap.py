@@ -1,4 +1,4 @@
-"""Communication overlapped with compute (costmodel.overlap): one rule per purpose, never below
+"""Communication overlapped with compute (costmodel.comm.overlap): one rule per purpose, never below
 physics, exposed and overlapped summing to the collectives' time, none on the CPU executor's machine."""
 
 from __future__ import annotations
@@ -8,16 +8,17 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.breakdown import comm_parts
-from costmodel.compute import Roofline, default_algorithms
-from costmodel.files import load_machine
-from costmodel.layer_cost import Comm
-from costmodel.megatron import megatron_strategies
-from costmodel.optimizer import Optimizer
-from costmodel.overlap import Overlap, default_overlap, front_layers, overlapped, resolve_overlap
-from costmodel.precision import with_precision
-from costmodel.step import predict_step
-from costmodel.uniform import uniform_strategies
+from costmodel.step.breakdown import comm_parts
+from costmodel.compute.roofline import Roofline
+from costmodel.calls.algorithms import default_algorithms
+from costmodel.machine.loading import load_machine
+from costmodel.layer.cost import Comm
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.optimizer import Optimizer
+from costmodel.comm.overlap import Overlap, default_overlap, front_layers, overlapped, resolve_overlap
+from costmodel.choices.precision import with_precision
+from costmodel.step.prediction import predict_step
+from costmodel.frameworks.uniform import uniform_strategies
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network
@@ -192,7 +193,7 @@ def test_plan_takes_the_overlap_the_user_runs_and_its_plan_file_keeps_it(tmp_pat
     assert bad.exit_code == 2 and "--overlap" in bad.output
 
 def test_the_bucket_is_part_of_the_mode_a_plan_file_records():
-    from costmodel.overlap import BUCKET_MARK
+    from costmodel.comm.overlap import BUCKET_MARK
     assert Overlap("data").spec == "data" and Overlap("data", 76 * 2 ** 20).spec == f"data{BUCKET_MARK}76"
     assert resolve_overlap("all+experts@40", None) == Overlap("all", 40 * 2 ** 20, True)
     assert resolve_overlap(Overlap("data", 3 * 2 ** 19).spec, None).bucket_bytes == 3 * 2 ** 19  # 1.5 MiB

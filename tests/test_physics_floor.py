@@ -19,11 +19,13 @@ import math
 
 import pytest
 
-from costmodel.compute import CONV_ALGORITHMS, PASSES, Roofline, algorithm_applies, local_cost
-from costmodel.files import load_machine, shipped_machine_names
-from costmodel.layer_layouts import local_layer
-from costmodel.precision import MATMUL_OPS, PRECISIONS, with_precision
-from costmodel.strategy import make_strategy
+from costmodel.calls.algorithms import CONV_ALGORITHMS, algorithm_applies
+from costmodel.calls.layer_calls import PASSES
+from costmodel.compute.roofline import Roofline, local_cost
+from costmodel.machine.loading import load_machine, shipped_machine_names
+from costmodel.parallel.shard import local_layer
+from costmodel.choices.precision import MATMUL_OPS, PRECISIONS, with_precision
+from costmodel.parallel.strategy import make_strategy
 from networks.ir import DTYPE_BYTES
 from networks.loader import load_network, zoo_names
 from networks.ops.conv import fft_work, winograd_work
@@ -148,7 +150,7 @@ def test_no_planned_step_beats_its_flops_at_peak(name, precision):
     pass of any layer (a tied LM head's weight gradient included) is left unpriced. (Networks of
     GEMMs only: a convolution on Winograd or FFT does fewer FLOPs than the model counts, so a CNN's
     utilisation of its nominal FLOPs may exceed it; the per-pass floor above covers those.)"""
-    from costmodel.precision import get_precision, matmul_peak
+    from costmodel.choices.precision import get_precision, matmul_peak
     from planner.optimize import Settings, make_plan
     machine = load_machine("dgx-a100")
     net = with_precision(load_network(name), precision)

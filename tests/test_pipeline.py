@@ -1,4 +1,4 @@
-"""Pipeline parallelism (costmodel.pipeline): stages, micro-batches, the bubble, GPipe and 1F1B."""
+"""Pipeline parallelism (costmodel.step.pipeline): stages, micro-batches, the bubble, GPipe and 1F1B."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.compute import Roofline, default_algorithms
-from costmodel.files import load_machine
+from costmodel.compute.roofline import Roofline
+from costmodel.calls.algorithms import default_algorithms
+from costmodel.machine.loading import load_machine
 from pathlib import Path
 
-from costmodel.megatron import megatron_strategies
-from costmodel.pipeline import balanced_stages, predict_pipeline
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.step.pipeline import balanced_stages, predict_pipeline
 from profiler import context
-from costmodel.step import predict_step
-from costmodel.uniform import uniform_strategies
+from costmodel.step.prediction import predict_step
+from costmodel.frameworks.uniform import uniform_strategies
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network
@@ -104,7 +105,7 @@ ZOO_TINY = Path(__file__).resolve().parents[1] / "networks" / "zoo" / "gpt-tiny.
     (4, 0, 4, 2, 4), (4, 1, 4, 3, 4),  # m = S: every micro-batch's chunks warm up first
     (8, 0, 16, 3, (2 * 7 + 2 * 8 + 1) / 3)])
 def test_the_interleaved_schedule_keeps_megatrons_warm_up_of_chunk_forwards(stages, s, m, chunks, want):
-    from costmodel.pipeline import kept_micro_batches
+    from costmodel.step.pipeline import kept_micro_batches
     assert kept_micro_batches("interleaved" if chunks > 1 else "1f1b", stages, s, m, chunks) == pytest.approx(want)
 
 
@@ -115,11 +116,11 @@ def test_interleaving_gives_each_device_every_s_th_chunk_and_shrinks_the_bubble(
     ctx = context.resolve(str(spec), 4, 8, "dgx-a100")
 
     def stage(net, ranks, micro):
-        from costmodel.step import predict_step
+        from costmodel.step.prediction import predict_step
         strategies, _ = megatron_strategies(net, ranks, micro, 1)
         return predict_step(net, micro, strategies, {}, ctx.machine, ctx.compute)
 
-    from costmodel.pipeline import predict_pipeline
+    from costmodel.step.pipeline import predict_pipeline
     pred = predict_pipeline(ctx.network, 8, 4, 2, 4, "interleaved", ctx.machine, stage, chunks=2)
     names = [{row.layer.name for row in st.micro.layers} for st in pred.stages]
     assert {"h0.ln1", "h2.ln1", "embed"} <= names[0] and {"h1.ln1", "h3.ln1", "loss"} <= names[1]
@@ -158,7 +159,7 @@ def test_the_ends_count_as_blocks_so_the_first_and_last_stages_hold_one_block_fe
     """Megatron-Core's account_for_embedding/loss_in_pipeline_split; Llama 3 (Dubey et al. 2024,
     section 3.3.2): with one block a chunk, the first chunk holds only the embedding and the last
     only the output layer and loss."""
-    from costmodel.pipeline import block_runs, ends_as_blocks
+    from costmodel.step.pipeline import block_runs, ends_as_blocks
     text = (ZOO_TINY).read_text().replace("repeat: 2", "repeat: 6")
     spec = tmp_path / "gpt6.yaml"
     spec.write_text(text)

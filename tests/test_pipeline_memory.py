@@ -1,14 +1,14 @@
 """A pipeline device's peak activations counted chunk by chunk under interleaved 1F1B
-(costmodel/pipeline_memory.py, costmodel/pipeline.py)."""
+(costmodel/memory/pipeline.py, costmodel/step/pipeline.py)."""
 
 from pathlib import Path
 
 import pytest
 
-from costmodel.pipeline import INTERLEAVED, block_stages, kept_micro_batches, predict_pipeline
-from costmodel.pipeline_memory import held_bytes, in_flight, order, warm_up
+from costmodel.step.pipeline import INTERLEAVED, block_stages, kept_micro_batches, predict_pipeline
+from costmodel.memory.pipeline import held_bytes, in_flight, order, warm_up
 from profiler import context
-from costmodel.megatron import megatron_strategies
+from costmodel.frameworks.megatron import megatron_strategies
 
 ZOO_TINY = Path(__file__).resolve().parents[1] / "networks" / "zoo" / "gpt-tiny.yaml"
 
@@ -63,7 +63,7 @@ def _gpt(tmp_path, repeat: int):
     ctx = context.resolve(str(spec), 4, 8, "dgx-a100")
 
     def stage(net, ranks, micro):
-        from costmodel.step import predict_step
+        from costmodel.step.prediction import predict_step
         strategies, _ = megatron_strategies(net, ranks, micro, 1)
         return predict_step(net, micro, strategies, {}, ctx.machine, ctx.compute)
     return ctx, stage

@@ -9,15 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel.candidates import candidate_strategies, divisors
+from costmodel.layer.candidates import candidate_strategies, divisors
 from networks.errors import DnnplanError
-from costmodel.pipeline import INTERLEAVED
-from costmodel.pipeline_memory import device_hold
+from costmodel.step.pipeline import INTERLEAVED, stage_network
+from costmodel.memory.pipeline import device_hold
 from planner import interleave
 from planner.cut_search import best_cut, cut_lower
 from planner.pipeline_pairs import AUTO, chunk_counts
 from planner.optimize import Settings
-from costmodel.pipeline import stage_network
 from planner.pipeline_search import _Search, kept, micro_sizes, roles, search_pipeline
 from planner.solvers import Edge, Problem, evaluate, solve
 from planner.solvers.lagrange import solve_lagrange

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from costmodel.strategy import Strategy
+from costmodel.parallel.strategy import Strategy
 from dnnplan.cli import app
 from executor.session.execute import cannot_run
 from planner.axes import axes, axes_line

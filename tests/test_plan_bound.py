@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from costmodel.files import load_machine
-from costmodel.precision import with_precision
-from costmodel.compute import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.choices.precision import with_precision
+from costmodel.compute.roofline import Roofline
 from networks.loader import load_network
 from planner.optimize import Settings, make_plan
 from planner.pipeline_search import SearchOutOfTime, search_pipeline

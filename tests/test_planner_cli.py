@@ -6,8 +6,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from costmodel.compute import Roofline
-from costmodel.files import DEFAULT_MACHINE, load_machine
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from dnnplan.cli import app

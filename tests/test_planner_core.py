@@ -6,16 +6,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from costmodel.candidates import algorithms, candidate_strategies, candidates
-from costmodel.compute import Roofline
-from costmodel.files import DEFAULT_MACHINE, load_machine
-from costmodel.layer_cost import layer_estimate, reshard_copy_s
-from costmodel.layer_layouts import _splits, input_layout, output_layout
-from costmodel.layout import copy_run, reshard_volume, reshard_volume_unreduced
-from costmodel.machine import LinkLevel
-from costmodel.reshard_batch import (LayoutTable, _maxima_ids, copy_runs_ids, reshard_copy_times_ids,
-                                     reshard_maxima)
-from costmodel.step import predict_step
+from costmodel.layer.candidates import algorithms, candidate_strategies, candidates
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
+from costmodel.layer.cost import layer_estimate
+from costmodel.layer.edge import reshard_copy_s
+from costmodel.parallel.shard import dim_splits, input_layout, output_layout
+from costmodel.parallel.layout import copy_run, reshard_volume, reshard_volume_unreduced
+from costmodel.machine.model import LinkLevel
+from costmodel.layer.edge_table import LayoutTable, _maxima_ids, copy_runs_ids, reshard_copy_times_ids, reshard_maxima
+from costmodel.step.prediction import predict_step
 from networks.errors import DnnplanError
 from networks.loader import load_network, zoo_names
 from planner.build import build_problem, derivable, derive_estimate
@@ -64,7 +64,7 @@ def test_candidates_split_evenly_and_stay_few(p):
         for s in strats:
             assert s.p == p and len(s.degrees) <= 3
             for dim, k in s.degrees:
-                size = batch if dim == "N" else _splits(layer)[dim].size
+                size = batch if dim == "N" else dim_splits(layer)[dim].size
                 assert size % k == 0
     conv3 = next(l for l in net.layers if l.op == "conv2d" and l.p["kernel"] == (3, 3) and l.p["stride"] == (1, 1))
     assert set(algorithms(conv3)) == {"direct", "im2col", "fft", "winograd"}

@@ -1,4 +1,4 @@
-"""Training precisions (costmodel.precision) and memory as frameworks hold it (networks.analysis).
+"""Training precisions (costmodel.choices.precision) and memory as frameworks hold it (networks.analysis).
 
 Memory per parameter, counted by hand from the policy (Micikevicius et al., ICLR 2018, section 3):
 fp32 with momentum SGD: weight 4 + gradient 4 + momentum 4; mixed precision: 16-bit weight 2 +
@@ -13,14 +13,16 @@ import sys
 
 import pytest
 
-from costmodel.compute import PASSES, Roofline, default_algorithms, local_cost
-from costmodel.files import load_machine
-from costmodel.layer_layouts import local_layer
-from costmodel.optimizer import Optimizer
-from costmodel.precision import PRECISIONS, with_precision
-from costmodel.step import predict_step
-from costmodel.strategy import make_strategy
-from costmodel.uniform import uniform_strategies
+from costmodel.calls.layer_calls import PASSES
+from costmodel.compute.roofline import Roofline, local_cost
+from costmodel.calls.algorithms import default_algorithms
+from costmodel.machine.loading import load_machine
+from costmodel.parallel.shard import local_layer
+from costmodel.choices.optimizer import Optimizer
+from costmodel.choices.precision import PRECISIONS, with_precision
+from costmodel.step.prediction import predict_step
+from costmodel.parallel.strategy import make_strategy
+from costmodel.frameworks.uniform import uniform_strategies
 from networks.analysis import kept_bytes, saved_outputs
 from networks.errors import DnnplanError
 from networks.loader import load_network

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 import profiler.comm_bench as cb
-from costmodel.comm_fit import COLLECTIVES, fit, fit_all, fit_regimes, model_s
-from costmodel.machine import LinkLevel
+from costmodel.comm.fit import COLLECTIVES, fit, fit_all, fit_regimes, model_s
+from costmodel.machine.model import LinkLevel
 from dnnplan.cli import app
 from profiler.comm import comm_section
 from profiler.comm_bench import BENCH_REVISION

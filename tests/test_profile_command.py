@@ -11,7 +11,7 @@ import time as _time
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.kernel_calls import KernelCall, linear_call
+from costmodel.calls.kernel_call import KernelCall, linear_call
 from dnnplan.cli import app
 from kernels.allocator import keep_freed_memory
 from kernels.xp import gpu_available

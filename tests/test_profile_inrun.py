@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 import profiler.inrun as inrun
 import profiler.inrun_comm as ic
-from costmodel.comm_calls import CommCall
+from costmodel.step.collective_calls import CommCall
 from dnnplan.cli import app
 from profile_calls import _two_calls
 from profiler.inrun import entries_from_samples, merge_samples
@@ -130,8 +130,8 @@ def test_execute_fresh_profile_flag_is_documented():
 def test_the_steps_updates_are_timed_back_to_back_in_its_order_each_on_its_own_operands(monkeypatch):
     """The update phase: every occurrence of an update call in the step gets its own operands and
     runs in the step's order after one barrier; a key's sample is the mean over its occurrences."""
-    from costmodel.kernel_calls import KernelCall
-    from costmodel.reuse import updates_of
+    from costmodel.calls.kernel_call import KernelCall
+    from costmodel.compute.call_context import updates_of
     a = KernelCall("sgd.update", (4096,), "float32", "", 3 * 4096, 5 * 4096 * 4)
     b = KernelCall("sgd.update", (64,), "float32", "", 3 * 64, 5 * 64 * 4)
     other = _two_calls()[0]
@@ -158,7 +158,7 @@ def test_the_incoming_operand_is_read_into_the_caches_before_a_weight_gradient_k
     """A call's incoming gradient was written by the input-gradient kernel before it; when the call
     just before it is a weight-gradient kernel (which runs after that one and writes only weight
     gradients), the operand is read between the two replays, not after both."""
-    from costmodel.kernel_calls import KernelCall
+    from costmodel.calls.kernel_call import KernelCall
     log = []
 
     def call(kernel):

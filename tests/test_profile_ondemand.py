@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 import kernels
-from costmodel.files import load_machine
-from costmodel.layer_layouts import local_layer
-from costmodel.profile_table import Entry, ProfileTable, with_entries
-from costmodel.strategy import Strategy
+from costmodel.machine.loading import load_machine
+from costmodel.parallel.shard import local_layer
+from costmodel.compute.profile_table import Entry, ProfileTable, with_entries
+from costmodel.parallel.strategy import Strategy
 from dnnplan.cli import app
 from networks.loader import load_network
 from profile_calls import _two_calls

@@ -7,14 +7,15 @@ import math
 
 import pytest
 
-from costmodel.compute import PASSES, Roofline, local_cost
-from costmodel.files import load_machine
-from costmodel.kernel_calls import KernelCall, kernel_calls, linear_call
-from costmodel.layer_layouts import local_layer
-from costmodel.profile_links import links_from_table
-from costmodel.profile_table import Entry, ProfileTable, merge, table_from_dict, table_to_dict
-from costmodel.profiled_compute import ProfiledCompute, interpolate
-from costmodel.uniform import uniform_strategies
+from costmodel.calls.layer_calls import kernel_calls, PASSES
+from costmodel.compute.roofline import Roofline, local_cost
+from costmodel.machine.loading import load_machine
+from costmodel.calls.kernel_call import KernelCall, linear_call
+from costmodel.parallel.shard import local_layer
+from costmodel.compute.profile_links import links_from_table
+from costmodel.compute.profile_table import Entry, ProfileTable, merge, table_from_dict, table_to_dict
+from costmodel.compute.profiled import ProfiledCompute, interpolate
+from costmodel.frameworks.uniform import uniform_strategies
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from profiler.tables import open_for_device, read_table, write_table
@@ -177,11 +178,11 @@ def test_links_from_table_replaces_intra_link_immutably():
 
 def test_each_collective_is_costed_with_its_own_fit():
     """profile-comm fits alpha/beta/gamma per collective; the local machine uses each fit."""
-    from costmodel.collective_groups import collective_s
-    from costmodel.files import load_machine
-    from costmodel.edge_cost import _link
-    from costmodel.profile_links import links_from_table
-    from costmodel.strategy import Strategy
+    from costmodel.comm.groups import collective_s
+    from costmodel.machine.loading import load_machine
+    from costmodel.layer.edge import _link
+    from costmodel.compute.profile_links import links_from_table
+    from costmodel.parallel.strategy import Strategy
 
     fits = {"allreduce": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "gamma_s_per_byte": 0.0},
             "alltoall": {"alpha_s": 3e-5, "beta_s_per_byte": 2e-9, "gamma_s_per_byte": 0.0}}
@@ -224,7 +225,7 @@ def test_local_regression_follows_a_saturating_throughput_between_grid_points():
                 assert got.how == "interpolated"
                 errs.append(abs(got.seconds - secs(m, k, n)) / secs(m, k, n))
                 pts = pc._groups[next(iter(pc._groups))].points
-                from costmodel.profiled_compute import _sizes, _two_point
+                from costmodel.compute.profiled import _sizes, _two_point
                 lw = math.log(c.work)
                 two = _two_point(lw, _sizes(c.kernel, c.shape), [p for p in pts if p[0] <= lw],
                                  [p for p in pts if p[0] >= lw])
@@ -274,8 +275,9 @@ def test_collectives_after_kernels_are_costed_cold_and_gradient_allreduces_warm(
     """Reshards, input-gradient and partial-sum allreduces follow a layer's kernels (the cold
     fits); the weight-gradient allreduces run back to back after the backward pass (the warm
     ones). A table without cold fits costs everything warm, as before."""
-    from costmodel.layer_cost import edge_estimate, layer_estimate
-    from costmodel.strategy import Strategy
+    from costmodel.layer.edge import edge_estimate
+    from costmodel.layer.cost import layer_estimate
+    from costmodel.parallel.strategy import Strategy
     from networks.loader import load_network
     m = _two_state_machine(tmp_path)
     assert m.link_for_collective("allreduce", 1e6, cold=True).alpha_s == pytest.approx(5e-5)
@@ -302,16 +304,16 @@ def test_collectives_after_kernels_are_costed_cold_and_gradient_allreduces_warm(
 
 
 def collective_s_cold(nbytes, m):
-    from costmodel.collective_groups import collective_s
+    from costmodel.comm.groups import collective_s
     return collective_s("allreduce", nbytes, 2, 1, (m.link_for_collective("allreduce", nbytes, cold=True), m.inter))
 
 
 def test_batched_reshard_times_use_the_cold_alltoall_fit(tmp_path):
     """The planner's vectorised reshard costs agree with edge_estimate's under cold fits."""
-    from costmodel.layer_cost import edge_estimate
-    from costmodel.layer_layouts import input_layout, output_layout
-    from costmodel.reshard_batch import reshard_times
-    from costmodel.strategy import Strategy
+    from costmodel.layer.edge import edge_estimate
+    from costmodel.parallel.shard import input_layout, output_layout
+    from costmodel.layer.edge_table import reshard_times
+    from costmodel.parallel.strategy import Strategy
     from networks.loader import load_network
     m = _two_state_machine(tmp_path)
     net = load_network("lenet5")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.files import load_machine
-from costmodel.machine import EFFICIENCY_CLASSES
+from costmodel.machine.loading import load_machine
+from costmodel.machine.model import EFFICIENCY_CLASSES
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_published.py"
 CALIBRATED = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx1-v100", "summit")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.moe_dispatch import moe_dispatch_of
-from costmodel.precision import PRECISIONS, with_precision
+from costmodel.choices.moe_dispatch import moe_dispatch_of
+from costmodel.choices.precision import PRECISIONS, with_precision
 from dnnplan.cli import app
 from networks.loader import load_network
 
@@ -137,7 +137,7 @@ def test_nemo_26_02_and_26_02_01_qwen3_30b_rows_are_one_configuration_at_two_spe
 
 def test_the_planner_plans_a_published_model_with_overlapped_buckets(tmp_path):
     """MPT-30B on 8 H100s (llm-foundry's row): the pipeline search's bound prices two blocks whose
-    layers differ in candidates (the first block's gradients in the last bucket, costmodel.overlap)
+    layers differ in candidates (the first block's gradients in the last bucket, costmodel.comm.overlap)
     and pairs each form's cost with its own memory; it stopped with an internal error before."""
     row = ROWS["foundry-main-mpt30b-s2048-g8"]
     spec = tmp_path / "mpt-30b.yaml"
@@ -321,7 +321,7 @@ def test_a_recipe_with_moe_a2a_overlap_hides_its_expert_all_to_alls():
 
 
 def test_only_composer_rows_run_torch_fsdp_kernels():
-    """torch FSDP's own kernels (costmodel.fsdp_grad) are priced for the rows Composer ran
+    """torch FSDP's own kernels (costmodel.layer.fsdp) are priced for the rows Composer ran
     (framework: composer, every llm-foundry row), not for NeMo's Megatron FSDP row, which shards
     alike (fsdp-full-shard) but is not PyTorch FSDP."""
     foundry, nemo = ROWS["foundry-main-mpt7b-s2048-g8"], ROWS["nemo2511-llama3-8b-8gpu-fp8-cs"]

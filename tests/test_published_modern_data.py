@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from costmodel.files import load_machine
+from costmodel.machine.loading import load_machine
 
 ASSET = Path(__file__).resolve().parents[1] / "bench" / "assets" / "published-modern.yaml"
 ROWS = yaml.safe_load(ASSET.read_text())["rows"]

@@ -3,11 +3,11 @@ head split's gradient sum and the kernels they are priced on (networks/ops/atten
 
 from __future__ import annotations
 
-from costmodel.compute import PASSES, local_cost
-from costmodel.kernel_calls import kernel_calls
-from costmodel.layer_layouts import local_layer
-from costmodel.strategy import make_strategy
-from costmodel.weight_sync import grad_dims
+from costmodel.calls.layer_calls import kernel_calls, PASSES
+from costmodel.compute.roofline import local_cost
+from costmodel.parallel.shard import local_layer
+from costmodel.parallel.strategy import make_strategy
+from costmodel.comm.weight_sync import grad_dims
 from networks.analysis import layer_splits
 from networks.spec import parse_network
 

@@ -1,4 +1,4 @@
-"""Activation recomputation as a per-layer choice (costmodel.compute.RECOMPUTE): a layer that keeps
+"""Activation recomputation as a per-layer choice (costmodel.calls.algorithms.RECOMPUTE): a layer that keeps
 internals of its own for backward may drop them and run its forward again in backward."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from costmodel.compute import RECOMPUTE, Roofline, local_cost, recompute_applies
-from costmodel.files import load_machine
-from costmodel.layer_cost import layer_estimate
-from costmodel.strategy import make_strategy
+from costmodel.calls.algorithms import RECOMPUTE, recompute_applies
+from costmodel.compute.roofline import Roofline, local_cost
+from costmodel.machine.loading import load_machine
+from costmodel.layer.cost import layer_estimate
+from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network
@@ -28,7 +29,7 @@ def test_recomputing_attention_trades_its_internals_for_one_more_forward():
     strat = make_strategy(1, {})
     keep = layer_estimate(attn, strat, 4, A100, ROOF, "materialized")
     again = layer_estimate(attn, strat, 4, A100, ROOF, "materialized+recompute")
-    from costmodel.layer_layouts import local_layer
+    from costmodel.parallel.shard import local_layer
     internals = local_cost(local_layer(attn, strat, 4)).activation_bytes  # q, k, v, probabilities, heads
     assert internals > 0
     assert keep.memory.activations - again.memory.activations == internals

@@ -1,7 +1,7 @@
 """Megatron-LM's sequence parallelism (Korthikanti et al. 2022, section 4.2.2) as the ``SP`` variant
 of a tensor-parallel split: the row-parallel reduction is a reduce-scatter into sequence shards,
-the column-parallel input an all-gather from them (costmodel.layer_layouts.sequence_scatter,
-costmodel.tensor_comms), and the planner weighs it like any other candidate."""
+the column-parallel input an all-gather from them (costmodel.parallel.shard.sequence_scatter,
+costmodel.comm.tensor), and the planner weighs it like any other candidate."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel.candidates import candidate_strategies
-from costmodel.collectives import allreduce_s, reduce_scatter_s
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
-from costmodel.layer_cost import edge_estimate, layer_estimate
-from costmodel.layer_layouts import check_fits, local_layer, output_layout
-from costmodel.layout import max_block_extents
-from costmodel.precision import with_precision
-from costmodel.strategy import make_strategy, parse_degrees
+from costmodel.layer.candidates import candidate_strategies
+from costmodel.comm.collectives import allreduce_s, reduce_scatter_s
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.layer.edge import edge_estimate
+from costmodel.layer.cost import layer_estimate
+from costmodel.parallel.shard import check_fits, local_layer, output_layout
+from costmodel.parallel.layout import max_block_extents
+from costmodel.choices.precision import with_precision
+from costmodel.parallel.strategy import make_strategy, parse_degrees
 from networks.loader import load_network
 from planner.optimize import make_plan
 from planner.plan_file import plan_from_dict, plan_to_dict
@@ -96,7 +97,7 @@ def test_the_variant_needs_one_tensor_dimension_and_a_sequence(gpt2):
 def test_the_planner_picks_the_reduce_scatter_and_the_plan_file_keeps_it():
     net = with_precision(load_network("gpt2"), "fp16")
     # with the gradient reduction overlapped with backward (the GPU machines' default,
-    # costmodel.overlap) data parallelism is fastest where it fits (1.69 GiB a device): under a
+    # costmodel.comm.overlap) data parallelism is fastest where it fits (1.69 GiB a device): under a
     # 1.5 GiB limit the planner splits the blocks, and takes the reduce-scatter variant
     plan = make_plan(net, "gpt2", 8, 8, A100, Roofline(A100), memory_limit_bytes=1.5 * 2 ** 30, with_baselines=False)
     picked = Counter(lp.strategy.label for lp in plan.layers if lp.strategy.seq_scatter)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.files import load_machine
-from costmodel.kernel_calls import linear_call, reshard_copy_call
-from costmodel.profile_table import Entry, with_entries
+from costmodel.machine.loading import load_machine
+from costmodel.calls.kernel_call import linear_call
+from costmodel.calls.layer_calls import reshard_copy_call
+from costmodel.compute.profile_table import Entry, with_entries
 
 
 @pytest.fixture(autouse=True)

@@ -14,8 +14,7 @@ import os
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given, HealthCheck, settings, strategies as st
 
 from networks.errors import DnnplanError
 from networks.ir import Network

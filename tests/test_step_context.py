@@ -185,8 +185,8 @@ def test_each_layers_call_is_priced_as_timed_where_the_step_makes_it():
     extra calls' own keys."""
     from types import SimpleNamespace
 
-    from costmodel.profile_table import Entry
-    from costmodel.reuse import InContext, is_occurrence_key, occurrences, step_calls_by_layer
+    from costmodel.compute.profile_table import Entry
+    from costmodel.compute.call_context import InContext, is_occurrence_key, occurrences, step_calls_by_layer
     from executor.runtime.stage import run_strategies
     from executor.probes.step_kernels import kernels_in_step
 
@@ -220,9 +220,9 @@ def test_plans_weighed_together_time_a_call_in_the_same_context_once():
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from costmodel.comm_calls import CommCall
-    from costmodel.profile_table import Entry
-    from costmodel.reuse import step_calls_by_layer
+    from costmodel.step.collective_calls import CommCall
+    from costmodel.compute.profile_table import Entry
+    from costmodel.compute.call_context import step_calls_by_layer
     from executor.runtime.stage import run_strategies
     from executor.probes.step_kernels import Shared, collectives_in_step, context_signature, kernels_in_step
 

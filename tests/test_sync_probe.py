@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 from mpi4py import MPI
 
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
-from costmodel.profile_table import Entry, ProfileTable, table_from_dict, table_to_dict, wait_key
-from costmodel.profiled_compute import ProfiledCompute
-from costmodel.step import prediction_json
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.compute.profile_table import Entry, ProfileTable, table_from_dict, table_to_dict, wait_key
+from costmodel.compute.profiled import ProfiledCompute
+from costmodel.step.prediction import prediction_json
 from executor.session import execute as session
 from executor.report.compare import Measured, compare_prediction
 from executor.probes.dispatch import PROBE, probe_plan

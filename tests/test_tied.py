@@ -1,4 +1,4 @@
-"""A tied LM head and its embedding's table (costmodel.tied): free where the two share rows, priced
+"""A tied LM head and its embedding's table (costmodel.layer.tied): free where the two share rows, priced
 as the table's reshard and the head's gradient sum where they do not, weighed by the planner as an
 edge, and run by the executor either way (``--check`` against one process)."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.files import load_machine
-from costmodel.strategy import make_strategy
-from costmodel.tied import head_sum_s, tie_estimate, tie_mismatch, ties
+from costmodel.machine.loading import load_machine
+from costmodel.parallel.strategy import make_strategy
+from costmodel.layer.tied import head_sum_s, tie_estimate, tie_mismatch, ties
 from dnnplan.cli import app
 from executor.session.step_choice import uniform_plan
 from networks.loader import load_network

@@ -4,7 +4,7 @@ median, max_reps samples or the time cap, whichever comes first."""
 
 import time
 
-from costmodel.kernel_calls import KernelCall
+from costmodel.calls.kernel_call import KernelCall
 from profiler.harness import TimingPolicy, enough
 
 CALL = KernelCall("relu.fwd", (1000,), "float32", "", 1000, 8000)

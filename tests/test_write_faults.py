@@ -311,8 +311,8 @@ def test_a_rank_that_cannot_write_its_result_is_exit_74(tmp_path):
 def test_two_models_saving_into_the_per_user_cache_keep_both_timings(tmp_path, monkeypatch):
     """The cache `--machine local` fills is a shared table: two processes (here two models, as two
     plans in two terminals) that timed different kernels both keep theirs."""
-    from costmodel.files import load_machine  # noqa: PLC0415
-    from costmodel.profile_table import Entry  # noqa: PLC0415
+    from costmodel.machine.loading import load_machine  # noqa: PLC0415
+    from costmodel.compute.profile_table import Entry  # noqa: PLC0415
     from profile_calls import _two_calls  # noqa: PLC0415
     from profiler.ondemand import local_compute_model  # noqa: PLC0415
     monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.compute import Roofline
-from costmodel.files import load_machine
-from costmodel.precision import with_precision
+from costmodel.compute.roofline import Roofline
+from costmodel.machine.loading import load_machine
+from costmodel.choices.precision import with_precision
 from networks.analysis import summarize
 from networks.loader import load_network
 from planner.optimize import Settings, make_plan

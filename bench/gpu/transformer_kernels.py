@@ -8,8 +8,8 @@ the experts of Qwen3-30B-A3B under expert parallelism 8, this prints and writes 
 per kernel:
 
 * ``predicted_s``: the machine file's roofline price of the call, ahead of time, from the work and
-  bytes the cost model counts (costmodel.flash.flash_counts for FlashAttention-2's forward and
-  backward, costmodel.kernel_call.linear_call for a GEMM) at the machine's fitted efficiencies;
+  bytes the cost model counts (costmodel.calls.flash.flash_counts for FlashAttention-2's forward and
+  backward, costmodel.calls.kernel_call.linear_call for a GEMM) at the machine's fitted efficiencies;
 * ``floor_s``: the same work at the datasheet's peak and full bandwidth (efficiency 1): no measured
   time may be below it;
 * ``measured_s``: the median of CUDA-event timings on this GPU of what frameworks run: PyTorch's
@@ -33,12 +33,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from costmodel.calibration import with_efficiencies  # noqa: E402
-from costmodel.compute import Roofline  # noqa: E402
-from costmodel.files import load_machine  # noqa: E402
-from costmodel.flash import flash_counts  # noqa: E402
-from costmodel.kernel_call import linear_call  # noqa: E402
-from costmodel.machine import EFFICIENCY_CLASSES  # noqa: E402
+from costmodel.compute.calibration import with_efficiencies  # noqa: E402
+from costmodel.compute.roofline import Roofline  # noqa: E402
+from costmodel.machine.loading import load_machine  # noqa: E402
+from costmodel.calls.flash import flash_counts  # noqa: E402
+from costmodel.calls.kernel_call import linear_call  # noqa: E402
+from costmodel.machine.model import EFFICIENCY_CLASSES  # noqa: E402
 
 #: (name, samples, query heads, key/value heads, sequence, head width): causal self-attention
 ATTENTION = (

@@ -6,8 +6,8 @@ from typing import Callable, TypeVar
 
 import typer
 
-from costmodel.precision import get_precision
-from costmodel.step import model_flops_utilization
+from costmodel.choices.precision import get_precision
+from costmodel.step.prediction import model_flops_utilization
 from dnnplan.commandline import command_line
 from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt,
                              RanksOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)

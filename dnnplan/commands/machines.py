@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from costmodel.files import DEFAULT_MACHINE, list_machines
+from costmodel.machine.loading import DEFAULT_MACHINE, list_machines
 from dnnplan.options import JsonOpt
 from dnnplan.render import tables
 

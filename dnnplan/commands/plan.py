@@ -10,20 +10,19 @@ from dataclasses import dataclass
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
-from costmodel.compute import attention_default, kernel_algorithm
-from costmodel.files import DEFAULT_MACHINE
-from costmodel.optimizer import Optimizer
-from costmodel.overlap import overlap_with_bucket, resolve_overlap
-from costmodel.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
-from costmodel.precision import get_precision
-from costmodel.step import model_flops_utilization
+from costmodel.calls.algorithms import attention_default, kernel_algorithm
+from costmodel.machine.loading import DEFAULT_MACHINE
+from costmodel.choices.optimizer import Optimizer
+from costmodel.comm.overlap import overlap_with_bucket, resolve_overlap
+from costmodel.step.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
+from costmodel.choices.precision import get_precision
+from costmodel.step.prediction import model_flops_utilization
 from dnnplan.flags import refresh_warning
-from dnnplan.options import (BatchOpt, BucketOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt, MachineOpt, MemoryOpt,
-                             NetworkArg, OptimizerOpt, OverlapOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
-                             PlanProveOpt,
-                             PlotOpt, PrecisionOpt, PlanStepContextOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
+from dnnplan.options import (BatchNormOpt, BatchOpt, BucketOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt,
+                             JsonOpt, LayersOpt, MachineOpt, MemoryOpt, MoeDispatchOpt, NetworkArg, OptimizerOpt,
+                             OverlapOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt,
+                             PlanStepContextOpt, PlotOpt, PrecisionOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
                              ScheduleOpt, SeqOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
-from dnnplan.options import BatchNormOpt, MoeDispatchOpt
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
@@ -42,9 +41,7 @@ from planner.plan import Plan
 from planner.plan_file import plan_to_dict, write_plan
 from planner.plan_pipeline import plan_of_choice
 from planner.refreshed import refreshed
-from planner.sweep import parse_counts
-from planner.sweep import sweep as run_sweep
-from planner.sweep import with_speedups
+from planner.sweep import parse_counts, sweep as run_sweep, with_speedups
 from profiler import context, stops
 from profiler.context import Context
 

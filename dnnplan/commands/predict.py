@@ -5,25 +5,24 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from costmodel.batch_norm import check_batch_norm
-from costmodel.moe_dispatch import check_moe_dispatch
-from costmodel.breakdown import comm_parts
-from costmodel.compute import recompute_algorithms
-from costmodel.megatron import megatron_strategies
-from costmodel.optimizer import Optimizer
-from costmodel.overlap import overlap_with_bucket
-from costmodel.pipeline import pipeline_json, predict_pipeline
-from costmodel.files import load_machine
-from costmodel.precision import get_precision
-from costmodel.step import micro_batch, model_flops_utilization, predict_step, prediction_json
-from costmodel.uniform import uniform_strategies
-from dnnplan.options import (AttentionOpt, BatchOpt, BucketOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt,
-                             ForceOpt, ForeignProfileOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg,
-                             OptimizerOpt, OverlapOpt, PipelineOpt, PlanOutOpt, PrecisionOpt, PredictStepContextOpt,
-                             ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt, SeqOpt, SequenceParallelOpt,
-                             StrategyOpt, TensorOpt, ZeroOpt)
+from costmodel.choices.batch_norm import check_batch_norm
+from costmodel.choices.moe_dispatch import check_moe_dispatch
+from costmodel.step.breakdown import comm_parts
+from costmodel.calls.algorithms import recompute_algorithms
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.choices.optimizer import Optimizer
+from costmodel.comm.overlap import overlap_with_bucket
+from costmodel.step.pipeline import pipeline_json, predict_pipeline
+from costmodel.machine.loading import load_machine
+from costmodel.choices.precision import get_precision
+from costmodel.step.prediction import micro_batch, model_flops_utilization, predict_step, prediction_json
+from costmodel.frameworks.uniform import uniform_strategies
+from dnnplan.options import (AttentionOpt, BatchNormOpt, BatchOpt, BucketOpt, ChunksOpt, ContextOpt, DevicesOpt,
+                             ExpertOpt, ForceOpt, ForeignProfileOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt,
+                             MoeDispatchOpt, NetworkArg, OptimizerOpt, OverlapOpt, PipelineOpt, PlanOutOpt,
+                             PrecisionOpt, PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt,
+                             ScheduleOpt, SeqOpt, SequenceParallelOpt, StrategyOpt, TensorOpt, ZeroOpt)
 from dnnplan.commands.predict_deepspeed import check_runtime, predict_deepspeed
-from dnnplan.options import BatchNormOpt, MoeDispatchOpt
 from dnnplan.output import check_outputs
 from dnnplan.render import fmt, tables
 from dnnplan.render.plan import SMALL_NETWORK
@@ -196,8 +195,8 @@ def predict_pipelined(ctx: Context, strategies_of, algorithms: dict[str, str], o
                       micro_batches: int, schedule: str, as_json: bool, chunks: int = 1, full: bool = False,
                       overlap=None) -> None:
     """`dnnplan predict NET --pipeline S --micro-batches M`: each stage on its ranks with the
-    uniform or Megatron strategies (costmodel.pipeline); ``full``: full recomputation from each
-    block's input (costmodel.recompute_memory)."""
+    uniform or Megatron strategies (costmodel.step.pipeline); ``full``: full recomputation from each
+    block's input (costmodel.memory.recompute)."""
     fallbacks = []
 
     def stage(net, ranks: int, micro: int):

@@ -1,13 +1,13 @@
-"""`dnnplan predict NET --zero 3 --runtime deepspeed`: DeepSpeed's ZeRO-3 step (costmodel.deepspeed)."""
+"""`dnnplan predict NET --zero 3 --runtime deepspeed`: DeepSpeed's ZeRO-3 step (costmodel.frameworks.deepspeed)."""
 
 from __future__ import annotations
 
 import json
 
-from costmodel.deepspeed import zero3_step
-from costmodel.optimizer import Optimizer
-from costmodel.step import predict_step
-from costmodel.uniform import uniform_strategies
+from costmodel.frameworks.deepspeed import zero3_step
+from costmodel.choices.optimizer import Optimizer
+from costmodel.step.prediction import predict_step
+from costmodel.frameworks.uniform import uniform_strategies
 from dnnplan.render import tables
 from networks.errors import DnnplanError, short
 from profiler.context import Context
@@ -29,7 +29,7 @@ def check_runtime(runtime: str, opt: Optimizer, tensor: int, pipeline: int, sequ
 def predict_deepspeed(ctx: Context, algorithms: dict[str, str], opt: Optimizer, micro_batches: int,
                       recompute: str, as_json: bool) -> None:
     """DeepSpeed's ZeRO-3 step of ``ctx``'s network: every layer split over the samples of each of
-    ``micro_batches`` micro-batches, priced by costmodel.deepspeed."""
+    ``micro_batches`` micro-batches, priced by costmodel.frameworks.deepspeed."""
     if ctx.batch % micro_batches:
         raise DnnplanError(f"--micro-batches {micro_batches} do not divide the batch {ctx.batch}",
                            hint="give a divisor of the batch")

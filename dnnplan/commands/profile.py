@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from costmodel.machine import MAX_DEVICES
+from costmodel.machine.model import MAX_DEVICES
 from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, DeviceCountsOpt, JsonOpt,
                              MaxSecondsOpt, ProfilePrecisionOpt, ProfileTargetArg, ProfileThreadsOpt, QuickOpt,
                              SizesOpt, TableOutOpt)

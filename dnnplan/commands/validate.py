@@ -12,17 +12,16 @@ import os
 
 import typer
 
-from costmodel.files import usable_cores
+from costmodel.machine.loading import usable_cores
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
 from dnnplan.flags import refresh_warning
-from dnnplan.options import BatchNormOpt
-from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt, LocalMachineOpt,
-                             ProfileOpt, QuickValidateOpt, RefreshOpt, RepeatsOpt, ReportDirOpt, StepsOpt,
-                             StepContextOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg, ValidateRanksOpt, WarmupOpt)
+from dnnplan.options import (BatchNormOpt, BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt,
+                             LocalMachineOpt, ProfileOpt, QuickValidateOpt, RefreshOpt, RepeatsOpt, ReportDirOpt,
+                             StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg, ValidateRanksOpt,
+                             WarmupOpt)
 from dnnplan.commandline import command_line
 from dnnplan.output import check_output, check_output_folder, write_json_file
-from dnnplan.render import execute as render
-from dnnplan.render import report as report_files
+from dnnplan.render import execute as render, report as report_files
 from dnnplan.render.messages import fail_line, warn
 from executor.session import validate as validation
 from executor.report.job_view import strategy_labels

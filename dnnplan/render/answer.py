@@ -3,7 +3,7 @@ model FLOP utilisation, the layout in one line and the gap proven to the optimum
 
 The lines every command shares (the step's breakdown, memory and MFU) are drawn by
 :func:`step_line` and :func:`memory_mfu_line` here, so `plan`, `predict` and `execute` name the
-parts of a step alike (costmodel.breakdown).
+parts of a step alike (costmodel.step.breakdown).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rich.markup import escape
 
-from costmodel.overlap import Overlap
+from costmodel.comm.overlap import Overlap
 from dnnplan.render import fmt
 
 GIB = 2.0 ** 30
@@ -35,9 +35,9 @@ class Facts:
     layers: int = 0
     has_batchnorm: bool = False
     attention: tuple[str, ...] = ()  # the attention algorithms the plan's layers run
-    overlap: str = ""  # what overlaps compute, in words (costmodel.overlap.Overlap.label)
-    batch_norm: str = "sync"  # costmodel.batch_norm
-    moe_dispatch: str = ""  # costmodel.moe_dispatch, "" for a network without experts
+    overlap: str = ""  # what overlaps compute, in words (costmodel.comm.overlap.Overlap.label)
+    batch_norm: str = "sync"  # costmodel.choices.batch_norm
+    moe_dispatch: str = ""  # costmodel.choices.moe_dispatch, "" for a network without experts
     axes: str = ""  # the layout by parallel axis in one line (planner.axes)
     zero_why: str = ""  # why the plan's ZeRO stage, when the planner chose it (planner.zero_choice)
     #: the memory limit asked for (a device's memory, or --memory); the plan's solver record keeps the
@@ -46,7 +46,7 @@ class Facts:
 
 
 def breakdown_text(terms) -> str:
-    """``forward 1.2 ms + backward 2.3 ms + ...`` (costmodel.breakdown's terms)."""
+    """``forward 1.2 ms + backward 2.3 ms + ...`` (costmodel.step.breakdown's terms)."""
     return " + ".join(f"{name} {fmt.seconds(secs)}" for name, secs in terms)
 
 
@@ -87,7 +87,7 @@ def header_lines(f: Facts) -> list[str]:
     return out
 
 
-#: How the summary names the attention kernels a plan runs (costmodel.attention_calls)
+#: How the summary names the attention kernels a plan runs (costmodel.calls.attention)
 ATTENTION_WORDS = {
     ("flash",): "attention by one fused flash-attention kernel a pass (priced as FlashAttention-2's algorithm; "
                 "cuDNN's fused kernel on an H100 runs faster at long sequences, docs/VALIDATION.md; "
@@ -97,7 +97,7 @@ ATTENTION_WORDS = {
 }
 
 
-#: How the summary names the batch normalisation a plan assumes (costmodel.batch_norm)
+#: How the summary names the batch normalisation a plan assumes (costmodel.choices.batch_norm)
 BATCH_NORM_WORDS = {
     "sync": "batch-norm statistics synchronised over the ranks splitting a layer's samples (SyncBatchNorm, "
             "--batch-norm sync; PyTorch DDP's BatchNorm2d does not sync: --batch-norm local saves two small "
@@ -107,7 +107,7 @@ BATCH_NORM_WORDS = {
 }
 
 
-#: How the summary names the token dispatcher of a plan's experts (costmodel.moe_dispatch)
+#: How the summary names the token dispatcher of a plan's experts (costmodel.choices.moe_dispatch)
 MOE_DISPATCH_WORDS = {
     "alltoall": "experts' tokens dispatched by all-to-all of capacity buffers (Megatron-Core's alltoall dispatcher, "
                 "--moe-dispatch alltoall; DeepEP or HybridEP: --moe-dispatch flex)",

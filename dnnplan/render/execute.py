@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from costmodel.breakdown import measured_terms
+from costmodel.step.breakdown import measured_terms
 from dnnplan.render import fmt
 from dnnplan.render.answer import breakdown_text, mfu_note
 from dnnplan.render.messages import err_console
@@ -37,7 +37,7 @@ def _cell(measured: float, predicted: float, rel: float | None) -> str:
     return f"{fmt.seconds(measured)} / {fmt.seconds(predicted)} {pct(rel)}"
 
 
-#: the table's columns: the step's terms (costmodel.breakdown), each the sum of these phases
+#: the table's columns: the step's terms (costmodel.step.breakdown), each the sum of these phases
 TERM_PHASES = (("forward", ("fwd_compute", "fwd_comm")), ("backward", ("bwd_compute", "bwd_comm")),
                ("gradient sync", ("grad_sync",)), ("update", ("update",)), ("waiting", ("wait",)))
 
@@ -74,7 +74,7 @@ def comparison_table(cmp: Comparison, title: str, strategies: dict[str, str]) ->
 
 
 def _terms(layers, wait_s: float | None, step_s: float):
-    """The step's terms (costmodel.breakdown.measured_terms) from per-layer phases; ``wait_s``
+    """The step's terms (costmodel.step.breakdown.measured_terms) from per-layer phases; ``wait_s``
     replaces the layers' own wait (the prediction's, which no layer carries)."""
     phases: dict[str, float] = {}
     for lt in layers:

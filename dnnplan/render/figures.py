@@ -15,8 +15,7 @@ numbers the report's tables and the JSON hold:
 
 from __future__ import annotations
 
-from dnnplan.render.plot import pyplot as _pyplot
-from dnnplan.render.plot import save_figure
+from dnnplan.render.plot import pyplot as _pyplot, save_figure
 
 STEP_PNG, LAYER_PNG, MEMORY_PNG = "step_time.png", "layer_error.png", "memory.png"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from costmodel.breakdown import step_terms
-from costmodel.compute import RECOMPUTE
+from costmodel.step.breakdown import step_terms
+from costmodel.calls.algorithms import RECOMPUTE
 from dnnplan.render import fmt
 from dnnplan.render.answer import (Facts, assumptions_line, comm_line, gap_line, header_lines, layout_line,
                                    memory_mfu_line, step_line)

@@ -7,7 +7,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from costmodel.breakdown import comm_parts, pipeline_terms, step_terms
+from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
 from dnnplan.render import fmt
 from dnnplan.render.answer import comm_line, memory_mfu_line, step_line
 from networks.analysis import NetworkSummary
@@ -31,7 +31,7 @@ def memory_line(parts: dict[str, int]) -> str:
 
 
 def pipeline_table(pred) -> None:
-    """A pipelined prediction (costmodel.pipeline.PipelinePrediction): one row per stage."""
+    """A pipelined prediction (costmodel.step.pipeline.PipelinePrediction): one row per stage."""
     t = Table(title=f"{pred.network}: batch {pred.batch} on {pred.devices} devices, {len(pred.stages)} stages, "
                     f"{pred.micro_batches} micro-batches, {pred.schedule}"
                     + (f" ({pred.chunks} chunks a device)" if pred.chunks > 1 else ""), title_justify="left")
@@ -111,7 +111,7 @@ def ahead_of_time_line(pred, alone_s: float | None) -> None:
 
 def prediction_table(pred, fallbacks=(), mfu: float | None = None, layers: bool = True,
                      limit_bytes: float | None = None) -> None:
-    """`dnnplan predict`: the step by term (the names `plan` and `execute` use, costmodel.breakdown),
+    """`dnnplan predict`: the step by term (the names `plan` and `execute` use, costmodel.step.breakdown),
     memory and model FLOP utilisation first; then, with ``layers``, the per-layer table."""
     micro = (f" as {pred.micro_batches} micro-batches of {pred.micro_batch} (gradient accumulation; per-layer "
              "times are one micro-batch's)" if pred.micro_batches > 1 else "")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from costmodel.kernel_calls import split_key
-from costmodel.profile_table import ProfileTable, table_precision
+from costmodel.calls.kernel_call import split_key
+from costmodel.compute.profile_table import ProfileTable, table_precision
 from executor.backend.cuda import CudaBackend
 from executor.backend.device import Backend
 from executor.backend.host import HOST
@@ -23,7 +23,7 @@ from planner.plan import Plan
 ARRAY_BACKENDS = ("numpy", "cupy")
 #: ``dnnplan execute --device``: where the ranks run
 DEVICES = ("auto", "host", "cuda")
-#: The precisions the host runs (numpy kernels); a GPU runs every one of costmodel.precision
+#: The precisions the host runs (numpy kernels); a GPU runs every one of costmodel.choices.precision
 HOST_PRECISIONS = ("fp32",)
 
 

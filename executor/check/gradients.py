@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.layer_layouts import weight_layouts
-from costmodel.layout import block
+from costmodel.parallel.shard import weight_layouts
+from costmodel.parallel.layout import block
 from executor.runtime.synthetic import put
 from executor.check.reference import on_device_possible, reference_step
 from kernels.cuda.precision import CHECK_TOLERANCE

@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.compute import DEFAULT_CONV_ALGORITHM
-from executor.check import reference_bn as bn
-from executor.check import reference_moe as moe
-from executor.check import reference_tokens as tokens
+from costmodel.calls.layer_calls import DEFAULT_CONV_ALGORITHM
+from executor.check import reference_bn as bn, reference_moe as moe, reference_tokens as tokens
 from executor.backend.device import on_device, on_host
 from executor.runtime.precision import stored
 from executor.runtime.synthetic import init_weights, make_inputs, make_labels
-from kernels import activation as act
-from kernels import conv as convk
-from kernels import gemm, norm, pool
-from kernels import loss as lossk
+from kernels import activation as act, conv as convk, gemm, loss as lossk, norm, pool
 from kernels.xp import module_of
 from networks.errors import DnnplanError
 from networks.ir import Layer, Network

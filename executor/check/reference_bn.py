@@ -1,5 +1,5 @@
 """The reference step's batch normalisation over sample shards (--batch-norm local,
-costmodel.batch_norm): an unsynchronised layer takes each rank's statistics over the samples that
+costmodel.choices.batch_norm): an unsynchronised layer takes each rank's statistics over the samples that
 rank holds, so the single process normalises each shard of rows by its own statistics, as the ranks
 do. Which rows form a shard follows from the plan alone (its N degrees and micro-batches), not from
 the distributed code, so a run that all-reduced the statistics anyway (or not at all under a spatial
@@ -8,8 +8,8 @@ split) fails the check.
 
 from __future__ import annotations
 
-from costmodel.layout import interval
-from costmodel.strategy import Strategy
+from costmodel.parallel.layout import interval
+from costmodel.parallel.strategy import Strategy
 from kernels import norm
 from kernels.xp import module_of
 from networks.ir import Network
@@ -21,7 +21,7 @@ Rows = tuple[tuple[int, int], ...]
 def sample_shards(net: Network, strategies: dict[str, Strategy], batch: int, micro_batches: int = 1) -> dict[str, Rows]:
     """Each unsynchronised batchnorm2d layer's sample shards, as rows ``[a, b)`` of the whole batch:
     for each micro-batch of ``batch / micro_batches`` samples, the block each N coordinate holds
-    (costmodel.layout.interval); synchronised layers (the whole batch) are left out."""
+    (costmodel.parallel.layout.interval); synchronised layers (the whole batch) are left out."""
     size = batch // micro_batches
     out = {}
     for layer in net.layers:

@@ -9,7 +9,7 @@ out. The expert MLP kernel is the same (kernels.moe.experts_forward/backward).
 
 Under a plan that splits the layer's sequence (H), each rank routes its own block of positions with
 the capacity of that block, as Megatron-Core counts capacity over a rank's own tokens (and as the
-cost model prices it, costmodel.moe_calls): :func:`sequence_blocks` gives the blocks and the
+cost model prices it, costmodel.calls.moe): :func:`sequence_blocks` gives the blocks and the
 reference routes each apart, so that the check compares the same routing.
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.layout import interval
-from costmodel.strategy import Strategy
+from costmodel.parallel.layout import interval
+from costmodel.parallel.strategy import Strategy
 from kernels import moe as k
 from networks.errors import DnnplanError
 from networks.ir import Network
@@ -28,7 +28,7 @@ Blocks = tuple[tuple[int, int], ...]
 
 def sequence_blocks(net: Network, strategies: dict[str, Strategy]) -> dict[str, Blocks]:
     """Each mixture of experts over a split sequence: its blocks of positions ``[a, b)``, one a
-    sequence rank (costmodel.layout.interval); a layer over whole sequences is left out."""
+    sequence rank (costmodel.parallel.layout.interval); a layer over whole sequences is left out."""
     out = {}
     for layer in net.layers:
         c = strategies[layer.name].degree("H") if layer.op == "moe" else 1

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import attention as attn
-from kernels import gemm
+from kernels import attention as attn, gemm
 from kernels.norm import rmsnorm_backward, rmsnorm_forward
 from kernels.rotary import tables
 from networks.ops.attention import QK_NORM_EPS

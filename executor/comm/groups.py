@@ -3,7 +3,7 @@ split dimensions of a layer's strategy (``Strategy.group``), one per distinct pa
 
 from __future__ import annotations
 
-from costmodel.strategy import Strategy
+from costmodel.parallel.strategy import Strategy
 from executor.backend.device import Communicator
 
 

@@ -1,10 +1,10 @@
 """Reshards: a tensor moved from one layout to another over the ranks of a communicator.
 
-Reshards move exactly the pieces :func:`costmodel.layout.transfers` lists (the cost model's
+Reshards move exactly the pieces :func:`costmodel.parallel.layout.transfers` lists (the cost model's
 layout algebra, docs/architecture.md): this module only turns them into one ``Alltoallv`` (counts and displacements, each piece packed
 contiguous in list order, which sender and receiver compute identically). The copies around it
 (the local piece, packing, unpacking) are the ``reshard.copy``/``reshard.add`` kernels (kernels.reshard),
-which the cost model prices (``costmodel.layer_cost.reshard_copy_s``). Forward, each rank's
+which the cost model prices (``costmodel.layer.edge.reshard_copy_s``). Forward, each rank's
 needed block is assembled from its pieces; backward (halo accumulation), the pieces a producer
 rank receives are summed into its owned block.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from costmodel.layout import Layout, Region, block, same_blocks, transfers
+from costmodel.parallel.layout import Layout, Region, block, same_blocks, transfers
 from executor.backend.device import Array, Communicator
 from executor.comm.collectives import displacements
 from kernels.reshard import add_block, copy_block

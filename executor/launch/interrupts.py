@@ -7,7 +7,7 @@ import signal
 from contextlib import contextmanager
 from typing import Iterator
 
-from costmodel.compute import OnDemand
+from costmodel.compute.model import OnDemand
 from profiler.sigint import sigint_handled_by
 
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import ContextManager
 
-from costmodel.files import NODE_CORES_ENV, usable_cores
+from costmodel.machine.loading import NODE_CORES_ENV, usable_cores
 from executor.runtime.timers import FINISH, SETUP, RankProgress, read_progress
 from networks.errors import DnnplanError
 from networks.writing import EXIT_SYSTEM, SYSTEM_FAILED

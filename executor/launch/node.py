@@ -6,14 +6,14 @@ its share, not the node's. Machine ``local`` sizes itself by the cores it sees
 (``devices_per_node: auto``), and the profile's fingerprint records them, so every rank must see
 the same node-wide figure as the ``dnnplan`` process that made the plan: the union of the
 affinities of the job's ranks on this node. :func:`share_node_cores` computes it and publishes it
-in :data:`costmodel.files.NODE_CORES_ENV`, which :func:`costmodel.files.usable_cores` reads.
+in :data:`costmodel.machine.loading.NODE_CORES_ENV`, which :func:`costmodel.machine.loading.usable_cores` reads.
 """
 
 from __future__ import annotations
 
 import os
 
-from costmodel.files import NODE_CORES_ENV
+from costmodel.machine.loading import NODE_CORES_ENV
 
 
 def own_cores() -> frozenset[int]:
@@ -31,7 +31,7 @@ def node_cores(per_rank: list[frozenset[int]]) -> int:
 
 def share_node_cores(comm) -> int:
     """Agree on this node's cores with the other ranks on it (a collective over ``comm``) and
-    publish the count for :func:`costmodel.files.usable_cores`; returns it."""
+    publish the count for :func:`costmodel.machine.loading.usable_cores`; returns it."""
     from mpi4py import MPI  # noqa: PLC0415 - deferred: importing mpi4py.MPI initialises MPI
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:

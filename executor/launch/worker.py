@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from threadpoolctl import threadpool_limits
 
-from costmodel.comm_calls import CommCall
-from costmodel.files import NODE_CORES_ENV
+from costmodel.step.collective_calls import CommCall
+from costmodel.machine.loading import NODE_CORES_ENV
 from executor.report.collect import gather
 from executor.launch.abort import abort
 from executor.launch.node import share_node_cores
@@ -61,7 +61,7 @@ class JobResult:
     check: object  # executor.check.gradients.CheckResult or None
     threads: int
     kernel_samples: dict | None = None  # call key -> the slowest rank's seconds per timed step (--fresh-profile;
-    # collectives' keys too, costmodel.comm_calls)
+    # collectives' keys too, costmodel.step.collective_calls)
     losses: tuple = ()  # every step's loss, warm-up first
     device: dict | None = None  # a GPU run: the GPU, its precision, whether collectives were staged (CudaBackend.describe)
 
@@ -84,7 +84,7 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
             profile: str | None = None) -> JobResult | None:
     """Run the plan on ``comm``'s ranks; rank 0 gets the :class:`JobResult`, others None.
     ``kernel_calls``: time each once after every step, on every rank (profiler.inrun; the rounds
-    after warm-up steps are dropped); collectives among them (costmodel.comm_calls.CommCall) by
+    after warm-up steps are dropped); collectives among them (costmodel.step.collective_calls.CommCall) by
     profiler.inrun_comm. ``progress``: where this rank records each span it starts."""
     set_threads(threads)
     keep_freed_memory()  # as the profiler does when it times the kernels (kernels.allocator)

@@ -1,5 +1,5 @@
 """attention split over N (samples) and F (heads, Megatron-style): the kernels of
-costmodel.kernel_calls, in its order. Forward: ``linear.fwd`` (the fused q/k/v projection of this
+costmodel.calls.layer_calls, in its order. Forward: ``linear.fwd`` (the fused q/k/v projection of this
 rank's heads), ``attention.fwd``, ``linear.fwd`` (the output projection of those heads); backward
 data: ``linear.bwd_data`` (out), ``attention.bwd``, ``linear.bwd_data`` (q/k/v); backward weights:
 ``linear.bwd_weights`` (out), ``linear.bwd_weights`` (q/k/v).
@@ -11,7 +11,7 @@ counts its gradient). Under a sequence split (H) the keys and values are all-gat
 group and their gradients reduce-scattered back (executor.ops.attention_context).
 
 Between the projection and the core, ``qk_norm`` normalises each query and key head by RMSNorm over
-its ``dh`` features (``layernorm.fwd`` in the cost model: costmodel.kernel_proxies.qk_norm_calls;
+its ``dh`` features (``layernorm.fwd`` in the cost model: costmodel.calls.proxies.qk_norm_calls;
 the scales ``q_norm`` and ``k_norm`` whole on every rank, their gradients partial sums over F, as
 the op's split declares), then ``rotary`` rotates them by position (kernels.rotary): both on the
 projection's query and key columns of this rank's heads, at their positions (under H, its block's).
@@ -29,13 +29,13 @@ every key/value head, each rank's in its own slot) before the runtime's sums ove
 The core (kernels.attention.attention_forward_packed and its backward) takes the projection's
 output as it is and splits, and merges, the heads itself, so the timed kernel is what runs. It
 runs the algorithm the plan chose for the layer (``flash`` or ``materialized``,
-costmodel.attention_calls; ``""`` is the device's default).
+costmodel.calls.attention; ``""`` is the device's default).
 """
 
 from __future__ import annotations
 
-from costmodel.attention_calls import ATTENTION_ALGORITHMS
-from costmodel.compute import kernel_algorithm
+from costmodel.calls.attention import ATTENTION_ALGORITHMS
+from costmodel.calls.algorithms import kernel_algorithm
 from executor.backend.device import Array
 from executor.ops import attention_context as context
 from executor.ops.base import LayerCtx, check_shape, unsupported

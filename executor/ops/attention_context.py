@@ -1,9 +1,9 @@
 """Attention over a sequence split (``H``, context parallelism) in the executor: the keys and values
 all-gathered over the sequence group, their gradients reduce-scattered back (the ``allgather``
-exchange of costmodel.context_comms, as Llama 3 runs it: Dubey et al. 2024, section 3.3.2).
+exchange of costmodel.comm.context, as Llama 3 runs it: Dubey et al. 2024, section 3.3.2).
 
 Rank ``i`` of a group of ``c`` holds the contiguous block of positions ``[i S/c, (i+1) S/c)`` of every
-layer (the layout algebra's H block, costmodel.layout.interval; uneven where ``c`` does not divide S). Forward, after its queries, keys and values are made (and
+layer (the layout algebra's H block, costmodel.parallel.layout.interval; uneven where ``c`` does not divide S). Forward, after its queries, keys and values are made (and
 normalised and rotated at their own positions: executor.ops.attention), one all-gather over the
 group (``fwd_comm``) gives every rank the keys and values of the whole sequence; a causal layer's
 queries then attend the keys up to their block's end, which is the core's
@@ -11,13 +11,13 @@ own mask for queries that are the last of their keys (kernels.attention), so the
 Backward, the core's key and value gradients over those keys are zero-padded to the whole sequence
 and reduce-scattered over the group (``bwd_comm``): each rank receives the sum of every rank's
 gradient of its own block. Unlike the load-balanced chunks the cost model prices FlashAttention
-with (costmodel.flash: each rank two chunks, ``i`` and ``2c - 1 - i``), the contiguous blocks leave
+with (costmodel.calls.flash: each rank two chunks, ``i`` and ``2c - 1 - i``), the contiguous blocks leave
 the last rank of a causal layer every key: the straggler, as the materialised core is priced.
 """
 
 from __future__ import annotations
 
-from costmodel.layout import interval
+from costmodel.parallel.layout import interval
 from executor.comm.collectives import displacements, wait_for
 from executor.ops.base import LayerCtx, memo
 from kernels.attention import attention_backward, attention_forward
@@ -32,7 +32,7 @@ def _group(ctx: LayerCtx):
 
 
 def _blocks(ctx: LayerCtx) -> list[tuple[int, int]]:
-    """Every sequence rank's positions ``[a, b)``, in rank order (costmodel.layout.interval)."""
+    """Every sequence rank's positions ``[a, b)``, in rank order (costmodel.parallel.layout.interval)."""
     s, c = ctx.layer.in_shapes[0][0], ctx.strategy.degree("H")
     return [interval(s, c, i) for i in range(c)]
 

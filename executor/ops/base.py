@@ -16,8 +16,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from costmodel.layout import Layout, Region
-from costmodel.strategy import Strategy
+from costmodel.parallel.layout import Layout, Region
+from costmodel.parallel.strategy import Strategy
 from executor.backend.device import Array
 from executor.comm.collectives import allreduce_, wait_for
 from executor.comm.groups import GroupComms

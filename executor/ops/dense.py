@@ -6,8 +6,8 @@ A tied LM head (``tied_to``: an embedding) has no weight of its own: it multipli
 embedding's token rows it shares (``ctx.tied``, set up by executor.ops.embedding.tie) and leaves
 the gradient of those rows there for the embedding's backward, which adds its own to it. On
 another pipeline stage than its embedding it holds a copy of the table as its ``weight``
-(costmodel.pipeline.stage_network; executor.runtime.pipeline_tied sums the two copies' gradients). Its
-kernels are the same three as any linear layer's (costmodel.kernel_calls)."""
+(costmodel.step.pipeline.stage_network; executor.runtime.pipeline_tied sums the two copies' gradients). Its
+kernels are the same three as any linear layer's (costmodel.calls.layer_calls)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from kernels.gemm import linear_backward_data, linear_backward_weights, linear_f
 
 def _linear_backward(dy, x, w, with_bias):
     """Backward-data and backward-weights as the two kernels the cost model prices
-    (costmodel.kernel_calls: ``linear.bwd_data``, ``linear.bwd_weights``)."""
+    (costmodel.calls.layer_calls: ``linear.bwd_data``, ``linear.bwd_weights``)."""
     dx = linear_backward_data(dy, w)
     dw, db = linear_backward_weights(dy, x, with_bias)
     return dx.reshape(x.shape), dw, db
@@ -56,7 +56,7 @@ def backward(ctx: LayerCtx, dy, x):
     dxs, grads = finish_contraction_backward(ctx, dx, dw, db)
     if ctx.p.get("tied_to") and "weight" not in ctx.weights:
         g = grads.pop("weight")
-        if ctx.tied.layouts is not None:  # back to the embedding's rows (costmodel.tied)
+        if ctx.tied.layouts is not None:  # back to the embedding's rows (costmodel.layer.tied)
             g = ctx.allreduce(ctx.xp.ascontiguousarray(g), ("N", "H"), "bwd_comm")  # whole on every replica
             with ctx.span("bwd_comm"):
                 g = reshard(ctx.tied.comm, g, ctx.tied.layouts[1], ctx.tied.layouts[0], backward=True)

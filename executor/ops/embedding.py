@@ -9,7 +9,7 @@ partial under N and H only). Under H a rank adds and differentiates the position
 sequence block; its position-table gradient is zero elsewhere (summed over H by the gradient sync).
 
 No timed kernel: the gather and the scatter-add (kernels.embedding) are priced by the compute
-model's fallback, as costmodel.kernel_calls lists no call for the embedding.
+model's fallback, as costmodel.calls.layer_calls lists no call for the embedding.
 
 A tied LM head (``linear`` with ``tied_to``) multiplies by the embedding's local token rows (the
 same array, so the update of the embedding's weight is the head's too) and leaves its weight
@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.layer_layouts import weight_layouts
-from costmodel.layout import block
-from costmodel.strategy import Strategy
-from costmodel.tied import table_layout, tie_mismatch
+from costmodel.parallel.shard import weight_layouts
+from costmodel.parallel.layout import block
+from costmodel.parallel.strategy import Strategy
+from costmodel.layer.tied import table_layout, tie_mismatch
 from executor.backend.device import Array
 from executor.ops.base import LayerCtx, check_shape, memo
 from kernels.embedding import embedding_backward_weights, embedding_forward
@@ -41,7 +41,7 @@ class TiedTable:
     weight: Array  # the embedding's local token table: updated in place, read by both layers
     grad: Array | None = None  # the head's gradient of those rows, until the embedding adds its own
     #: when the head needs other rows than the embedding holds: (embedding's layout of the table,
-    #: the head's) and the communicator the table is resharded over, each step (costmodel.tied)
+    #: the head's) and the communicator the table is resharded over, each step (costmodel.layer.tied)
     layouts: tuple | None = None
     comm: object = None
     replicas: int = 1  # the embedding's ranks holding each block of the table (its gradient-sync group)
@@ -87,7 +87,7 @@ def backward(ctx: LayerCtx, dy, cache):
 def tie(head: LayerCtx, embed: LayerCtx, comm=None) -> TiedTable:
     """Give a tied head the embedding's token rows (both contexts keep the returned table). When
     the two strategies do not hold the same rows on every rank, the head reads the table resharded
-    to its rows over ``comm`` (costmodel.tied); without ``comm`` (ZeRO), that is refused in one line."""
+    to its rows over ``comm`` (costmodel.layer.tied); without ``comm`` (ZeRO), that is refused in one line."""
     why = tie_mismatch(head.layer, head.strategy, embed.layer, embed.strategy)
     if why and comm is None:
         raise refused_tie(head.layer, head.strategy, embed.layer, embed.strategy, why)

@@ -4,7 +4,7 @@ expert parallelism) and F (each expert's hidden width: expert tensor parallelism
 of kernels.moe.
 
 Forward, on this rank's tokens ``x`` (N_l, S, D) (under E the batch is cut by N and E together,
-costmodel.layer_layouts): the router's GEMM (its weight whole on every rank), the top-k choice with
+costmodel.parallel.shard): the router's GEMM (its weight whole on every rank), the top-k choice with
 each expert's capacity per sequence and the chosen rows copied into a buffer
 (kernels.moe_route.dispatch_forward: rows past the capacity dropped) (experts, N_l, capacity, D), zero where no row came. Under E the buffer's
 expert blocks go to the ranks that hold those experts, one all-to-all over the expert group
@@ -15,7 +15,7 @@ token. Under F each rank holds a slice of every expert's hidden width, so its ou
 sum, all-reduced over F. Backward runs the same exchanges in reverse (``bwd_comm``): the output
 gradient's rows to the experts, their input gradients back; the routing weights' gradient (a
 dot product of each row's output and the token's output gradient) flows into the router. The
-kernels run in costmodel.moe_calls' order, its calls one for one (the profiler times those).
+kernels run in costmodel.calls.moe' order, its calls one for one (the profiler times those).
 
 Gradients: the experts' weights of this rank's experts from the rows of its whole expert group,
 summed over N by the runtime (expert data parallelism); the router's and the shared experts' from
@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from executor.comm.collectives import alltoall_, wait_for
 from executor.ops.base import LayerCtx, check_shape, memo, unsupported
-from kernels import moe as k
-from kernels import moe_route as kr
+from kernels import moe as k, moe_route as kr
 from kernels.activation import add_forward
 from kernels.reshard import copy_block
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
@@ -62,7 +61,7 @@ def _expert_comm(ctx: LayerCtx):
 def _exchange(ctx: LayerCtx, buf, phase: str):
     """(experts, N_l, cap, D) -> (local experts, G N_l cap, D): every rank's rows for this rank's
     experts (G: the expert group's size); the received blocks reordered by one ``reshard.copy``
-    in the pass's compute span (costmodel.moe_calls prices it)."""
+    in the pass's compute span (costmodel.calls.moe prices it)."""
     sub = memo(ctx, _expert_comm)
     e, el, _ = memo(ctx, _geometry)
     g = e // el
@@ -125,7 +124,7 @@ def forward(ctx: LayerCtx, xs):
 
 
 def backward(ctx: LayerCtx, dy, cache):
-    """The kernels of costmodel.moe_calls in its order: every input-gradient kernel, then the weights'."""
+    """The kernels of costmodel.calls.moe in its order: every input-gradient kernel, then the weights'."""
     x, rcache, picked, ecache, scache = cache
     xp, w, p = ctx.xp, ctx.weights, ctx.p
     n, s, d = x.shape

@@ -1,7 +1,7 @@
 """batchnorm2d split over N, C, H, W: per-channel sums are all-reduced over every rank holding the
 same channels (the N, H, W group), forward (sum, sum of squares, count) and backward (sum dy,
 sum dy*xhat), so the statistics equal the single-process ones. A layer marked unsynchronised
-(--batch-norm local, costmodel.batch_norm) sums over its H and W group only: the statistics of
+(--batch-norm local, costmodel.choices.batch_norm) sums over its H and W group only: the statistics of
 each rank's sample shard, as PyTorch DDP's BatchNorm2d takes them. The gamma/beta gradients a rank
 returns are its LOCAL sums (the weight-gradient allreduce over the same group completes them);
 layernorm and rmsnorm split over N and H need no statistics exchange (each row's statistic is its own)."""

@@ -17,7 +17,7 @@ the seconds inside the MPI calls (the barrier, the collective: their own time is
 the collective's price), less the same for one empty span after the same pass. Each kind's
 median per pass size is a ``collective/p<P>/<kind>/b<bytes>`` executor entry of a P-rank table
 (profiler.sync); a prediction adds, for each barrier its plan makes, the entry of its kind at
-the bytes of the pass before it (costmodel.barriers, executor.session.execute.predict).
+the bytes of the pass before it (costmodel.step.barriers, executor.session.execute.predict).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import time
 
 import numpy as np
 
-from costmodel.layer_layouts import input_layout, output_layout
-from costmodel.layout import block
-from costmodel.uniform import uniform_strategies
+from costmodel.parallel.shard import input_layout, output_layout
+from costmodel.parallel.layout import block
+from costmodel.frameworks.uniform import uniform_strategies
 from executor.backend.host import HOST
 from executor.comm.collectives import allreduce_, wait_for
 from executor.comm.reshard import reshard

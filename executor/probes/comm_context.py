@@ -42,7 +42,7 @@ def time_calls(calls, comm, rounds: int = ROUNDS) -> dict[str, list[float]] | No
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m executor.probes.comm_context", description=__doc__.splitlines()[0])
-    ap.add_argument("calls", help="a pickled list of costmodel.comm_calls.CommCall")
+    ap.add_argument("calls", help="a pickled list of costmodel.step.collective_calls.CommCall")
     ap.add_argument("result", help="where rank 0 writes the pickled samples")
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--threads", type=int, default=1)

@@ -10,7 +10,7 @@ network's step; docs/executor.md gives the figures measured.
 kinds of layer the cnn zoo networks have, not one of the networks the accuracy bench predicts)
 in this process alone, data parallel on one rank with im2col convolutions, each span's start
 recorded in a progress file as `dnnplan execute`'s ranks record it, and returns, per layer
-pass (as the cost model counts them, :func:`costmodel.layer_cost.pass_bytes`), the bytes its
+pass (as the cost model counts them, :func:`costmodel.compute.dispatch.pass_bytes`), the bytes its
 kernels move and, per timed step, the time from the end of its spans to the start of the next
 span (:func:`after_passes`). The profiler runs it at three batches (``python -m executor.probes.dispatch``
 in a child process, with the profile's threads and allocator; profiler.dispatch), pools the passes
@@ -34,10 +34,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from costmodel.compute import default_algorithms
-from costmodel.layer_cost import pass_bytes
-from costmodel.layer_layouts import local_layer
-from costmodel.uniform import uniform_strategies
+from costmodel.calls.algorithms import default_algorithms
+from costmodel.compute.dispatch import pass_bytes
+from costmodel.parallel.shard import local_layer
+from costmodel.frameworks.uniform import uniform_strategies
 from executor.runtime.run import run_plan
 from executor.runtime.timers import ProgressFile, Timers
 from executor.launch.worker import set_threads
@@ -64,7 +64,7 @@ def probe_plan(net: Network, batch: int, ranks: int = 1) -> Plan:
 
 def probe_passes(net, batch: int) -> list[tuple[str, str, int]]:
     """(layer, span phase, bytes) of each layer pass of one step of ``net``, in the order of
-    :func:`costmodel.layer_cost.pass_bytes`, data parallel on one rank with im2col convolutions:
+    :func:`costmodel.compute.dispatch.pass_bytes`, data parallel on one rank with im2col convolutions:
     forward (``fwd_compute``), backward and each gradient sum (``bwd_compute``: the runtime
     sums a producer's gradients in its backward span), the update (``update``)."""
     plan = probe_plan(net, batch)

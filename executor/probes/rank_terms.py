@@ -7,11 +7,11 @@ step's context (executor.session.step_choice)."""
 
 from __future__ import annotations
 
-from costmodel.barriers import step_barriers
-from costmodel.compute import ComputeModel, OnDemand
-from costmodel.machine import Machine
-from costmodel.profiled_compute import ProfiledCompute
-from costmodel.step import StepPrediction
+from costmodel.step.barriers import step_barriers
+from costmodel.compute.model import ComputeModel, OnDemand
+from costmodel.machine.model import Machine
+from costmodel.compute.profiled import ProfiledCompute
+from costmodel.step.prediction import StepPrediction
 from executor.launch import mpiexec as launcher
 from executor.runtime.stage import run_strategies
 from networks.ir import Network
@@ -37,7 +37,7 @@ def wait_per_work(plan: Plan, machine: Machine, compute: ComputeModel) -> float:
 def collective_code_s(plan: Plan, net: Network, machine: Machine, compute: ComputeModel,
                       pred: StepPrediction) -> float:
     """The executor's own code around the collectives of the step ``pred`` prices: per barrier
-    the plan makes (costmodel.barriers), the profile's time of its kind after the pass before it
+    the plan makes (costmodel.step.barriers), the profile's time of its kind after the pass before it
     (executor.probes.collective_code, measured with the wait: ask :func:`wait_per_work` first, which
     times both when the cache lacks them); 0 where :func:`wait_per_work` is."""
     if not _applies(plan, machine, compute):

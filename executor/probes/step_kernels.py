@@ -4,9 +4,9 @@ profiler.step_context (before a run) and profiler.inrun (inside one, ``--fresh-p
 each kernel call after the calls just before it in the step. A call the step makes in several
 places (ResNet-18's ReLU backward after a convolution's backward in one block and after a
 gradient sum in the next, its residual addition in the forward pass and again summing gradients)
-is timed in its median context (costmodel.reuse.preceding_calls) and in each other one, and each
-layer's pass is priced by the call timed where that pass makes it (costmodel.reuse.occurrences;
-costmodel.profiled_compute looks those entries up first). On ResNet-18 (64x64, batch 8, one rank)
+is timed in its median context (costmodel.compute.call_context.preceding_calls) and in each other one, and each
+layer's pass is priced by the call timed where that pass makes it (costmodel.compute.call_context.occurrences;
+costmodel.compute.profiled looks those entries up first). On ResNet-18 (64x64, batch 8, one rank)
 the per-layer median |error| of one execute went from 15% to 11% (2026-11-26, the 2-core
 development VM; docs/VALIDATION.md has the validation since).
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from costmodel.kernel_calls import KernelCall
-from costmodel.reuse import occurrences, preceding_calls, step_calls_by_layer, updates_of
+from costmodel.calls.kernel_call import KernelCall
+from costmodel.compute.call_context import occurrences, preceding_calls, step_calls_by_layer, updates_of
 from executor.runtime.stage import run_strategies
 from networks.ir import Network
 from planner.plan import Plan

@@ -1,6 +1,6 @@
 """Predicted against measured, per layer and phase, and for the whole step (pure).
 
-The prediction is :func:`costmodel.step.predict_step` for the plan's strategies and algorithms
+The prediction is :func:`costmodel.step.prediction.predict_step` for the plan's strategies and algorithms
 with the compute model the plan was made with; its terms map onto the runtime's phases as
 :mod:`executor.runtime.timers` states::
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from costmodel.step import StepPrediction
+from costmodel.step.prediction import StepPrediction
 from executor.runtime.timers import PHASES, WORK_PHASES
 
 

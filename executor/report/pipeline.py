@@ -1,7 +1,7 @@
 """A pipelined run against its prediction: per layer as for any plan, and per stage its busy time
 and its idle time, the bubble among it (pure).
 
-Predicted (costmodel.pipeline): a layer's forward and backward phases ``m`` times its stage's
+Predicted (costmodel.step.pipeline): a layer's forward and backward phases ``m`` times its stage's
 micro-batch prediction, its gradient sync and update once; stage ``s`` is busy ``m T_s + O_s`` and
 idle the rest of the step, ``step - m T_s - O_s``; the bubble is the idle time of the slowest
 stage, ``sum_s T_s - max_s T_s`` when the stages' once-a-step work is equal.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from costmodel.pipeline import PipelinePrediction
+from costmodel.step.pipeline import PipelinePrediction
 from executor.report.collect import RankTimes, timed_steps
 from executor.report.compare import Comparison, LayerTimes, Measured, compare, predicted_layers, rel_error
 

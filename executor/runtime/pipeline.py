@@ -4,7 +4,7 @@ GPipe or 1F1B (docs/executor.md, "Pipelined plans").
 World rank ``r`` is rank ``i = r mod d`` of stage ``s = r // d`` (``d = devices / stages``); each
 stage's ranks form a communicator of their own, on which the stage runs its layers as
 :mod:`executor.runtime.stage` runs a whole plan, at one micro-batch (``StageIO``). A tensor a stage reads
-from an earlier one (``costmodel.pipeline.stage_network``) arrives from the rank with the same
+from an earlier one (``costmodel.step.pipeline.stage_network``) arrives from the rank with the same
 ``i`` on the producing stage, as that rank's owned block (both stages' layouts span ``d`` ranks;
 the arriving tensor keeps its producer's output layout and the stage reshards it to each reader as
 usual): one message per rank and micro-batch forward and its gradient back, as the cost model
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from costmodel.layer_layouts import output_layout
-from costmodel.layout import block
-from costmodel.pipeline import cut_at, stage_network
+from costmodel.parallel.shard import output_layout
+from costmodel.parallel.layout import block
+from costmodel.step.pipeline import cut_at, stage_network
 from executor.backend.device import Array, Backend, Communicator
 from executor.comm.p2p import StageMessages
 from executor.runtime.synthetic import init_weights, make_inputs

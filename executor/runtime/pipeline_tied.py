@@ -1,10 +1,10 @@
 """A tied LM head whose embedding is on another pipeline stage (executor.runtime.pipeline).
 
 As Megatron-LM does, the head's stage keeps its own copy of the embedding's token table, the
-head's ``weight`` there (costmodel.pipeline.stage_network; its initial value is the table's).
+head's ``weight`` there (costmodel.step.pipeline.stage_network; its initial value is the table's).
 Each step, after the backward and before the stages' gradient syncs, rank ``i`` of the
 embedding's stage and rank ``i`` of the head's sum their local gradients of the table (one
-allreduce of two ranks, in the embedding's and the head's ``grad_sync``, as costmodel.pipeline
+allreduce of two ranks, in the embedding's and the head's ``grad_sync``, as costmodel.step.pipeline
 prices it); each stage then sums over its own sample and position groups, so both hold the whole
 gradient and apply the same update to equal tables. Both stages must split the two layers alike
 rank by rank (:func:`executor.ops.embedding.tie_mismatch`).
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.tied import crossing_ties, tie_mismatch
+from costmodel.layer.tied import crossing_ties, tie_mismatch
 from executor.comm.collectives import allreduce_, wait_for
 from executor.ops.embedding import refused_tie
 from networks.errors import DnnplanError

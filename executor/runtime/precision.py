@@ -1,6 +1,6 @@
 """Arrays in a plan's storage format, and the float32 master weights of mixed precision.
 
-A plan in fp16 or bf16 (costmodel.precision: every float32 layer and input stored in 16 bits,
+A plan in fp16 or bf16 (costmodel.choices.precision: every float32 layer and input stored in 16 bits,
 the loss in float32) runs as frameworks' mixed precision does (Micikevicius et al., "Mixed
 Precision Training", ICLR 2018, section 3): the kernels read 16-bit weights; each weight also has
 a float32 master copy and float32 momentum, and the update steps the master and rounds it into

@@ -33,10 +33,10 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
-from costmodel.compute import DEFAULT_CONV_ALGORITHM
-from costmodel.layer_layouts import input_layout, output_layout, require_fits, weight_layouts
-from costmodel.layout import block
-from costmodel.strategy import Strategy
+from costmodel.calls.layer_calls import DEFAULT_CONV_ALGORITHM
+from costmodel.parallel.shard import input_layout, output_layout, require_fits, weight_layouts
+from costmodel.parallel.layout import block
+from costmodel.parallel.strategy import Strategy
 from executor.backend.device import Array, Backend, Communicator, on_device
 from executor.runtime.precision import layer_weights, momentum_for, stored
 from executor.comm.collectives import allreduce_, wait_for

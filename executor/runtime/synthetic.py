@@ -19,7 +19,7 @@ import zlib
 
 import numpy as np
 
-from costmodel.layout import Region
+from costmodel.parallel.layout import Region
 from networks.errors import DnnplanError
 from networks.ir import FLOAT_DTYPES, Layer, Network
 

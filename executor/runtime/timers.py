@@ -1,7 +1,7 @@
 """Per-layer, per-phase timers of one rank, and the trace spans a Perfetto view is drawn from.
 
 The runtime wraps every piece of work in ``timers.span(layer, phase)``; phases match the
-prediction's terms one to one (costmodel.step; docs/executor.md):
+prediction's terms one to one (costmodel.step.prediction; docs/executor.md):
 
 =============  ===============================================================
 phase          predicted by

@@ -1,6 +1,6 @@
 """ZeRO in the executor: each weight's optimiser state (stage 1), gradients (2) and parameters (3)
-sharded over its gradient group, with exactly the collectives ``costmodel.layer_cost.
-weight_collectives`` prices (costmodel.optimizer; Rajbhandari et al., SC20, sections 5 and 7).
+sharded over its gradient group, with exactly the collectives ``costmodel.layer.cost.
+weight_collectives`` prices (costmodel.choices.optimizer; Rajbhandari et al., SC20, sections 5 and 7).
 
 A layer's weights are grouped as the cost model groups them: by their gradient dimensions (the
 splits whose ranks hold replicas of the weight's shard; ``partial_weight_grad``), one group per

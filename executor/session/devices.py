@@ -8,7 +8,7 @@ libraries must load (one line naming what to install, kernels.cuda.libs).
 
 from __future__ import annotations
 
-from costmodel.compute import ComputeModel
+from costmodel.compute.model import ComputeModel
 from executor.backend.select import array_backend_for
 from kernels.cuda import GPU_KERNELS_REVISION, libs
 from networks.errors import DnnplanError

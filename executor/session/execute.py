@@ -3,7 +3,7 @@
 The flow: :func:`prepare` reads and checks the plan (its device count must equal the ranks, before
 anything is launched), resolves the compute model the plan was made with and checks the profile
 matches this run; :func:`measure` launches ``mpiexec -n P python -m executor.launch.worker`` (or, inside
-an MPI job, runs on its ranks), then predicts with :func:`costmodel.step.predict_step` and
+an MPI job, runs on its ranks), then predicts with :func:`costmodel.step.prediction.predict_step` and
 compares (docs/executor.md). What a user should be told along the way is returned as warning
 lines (:attr:`Prepared.warnings`, :func:`executor.report.job_view.non_finite_loss_warning`), for
 the command line to show.
@@ -17,14 +17,16 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from costmodel.comm_calls import COMM_PREFIX, CommCall, comm_measured_key, measured_from_samples, step_collectives
-from costmodel.compute import RECOMPUTE, ComputeModel, OnDemand
-from costmodel.files import NODE_CORES_ENV, load_machine
-from costmodel.machine import Machine
-from costmodel.moe_dispatch import DEFAULT_MOE_DISPATCH
-from costmodel.profile_table import foreign_reason
-from costmodel.pipeline import PipelinePrediction
-from costmodel.step import StepPrediction, predict_step
+from costmodel.step.collective_calls import (COMM_PREFIX, CommCall, comm_measured_key, measured_from_samples,
+                                             step_collectives)
+from costmodel.calls.algorithms import RECOMPUTE
+from costmodel.compute.model import ComputeModel, OnDemand
+from costmodel.machine.loading import NODE_CORES_ENV, load_machine
+from costmodel.machine.model import Machine
+from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH
+from costmodel.compute.profile_table import foreign_reason
+from costmodel.step.pipeline import PipelinePrediction
+from costmodel.step.prediction import StepPrediction, predict_step
 from executor.launch import mpiexec as launcher
 from executor.report.collect import aggregate
 from executor.report.compare import Comparison, Measured, compare_prediction
@@ -39,8 +41,8 @@ from kernels import KERNELS_REVISION
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.plan import Plan
-from costmodel.optimizer import Optimizer
-from costmodel.precision import DATASHEET_ONLY, DEFAULT_PRECISION
+from costmodel.choices.optimizer import Optimizer
+from costmodel.choices.precision import DATASHEET_ONLY, DEFAULT_PRECISION
 from planner.plan_file import read_plan
 from planner.plan_pipeline import predict_pipelined
 from profiler import context
@@ -273,7 +275,7 @@ def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction | 
 
 def fresh_calls(prep: Prepared) -> list:
     """``--fresh-profile``: the kernel calls the plan's prediction looks up and, when the plan's
-    ranks share one node, the collectives it prices (costmodel.comm_calls), to be timed inside
+    ranks share one node, the collectives it prices (costmodel.step.collective_calls), to be timed inside
     the run (profiler.inrun, profiler.inrun_comm); none for a compute model that is not this
     computer's on-demand profile (:func:`prepare` warns of that)."""
     if not isinstance(prep.compute, OnDemand) or prep.plan.pipeline is not None:

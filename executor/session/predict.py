@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.compute import OnDemand
-from costmodel.step import StepPrediction
+from costmodel.compute.model import OnDemand
+from costmodel.step.prediction import StepPrediction
 from executor.session.execute import cannot_run, in_step_context, predict, prepare, step_context_entries
 from planner.plan_file import read_plan
 

@@ -27,9 +27,10 @@ import os
 import tempfile
 from dataclasses import dataclass, replace
 
-from costmodel.compute import OnDemand, default_algorithms
-from costmodel.step import StepPrediction, model_flops_utilization, predict_step
-from costmodel.uniform import uniform_strategies
+from costmodel.compute.model import OnDemand
+from costmodel.calls.algorithms import default_algorithms
+from costmodel.step.prediction import StepPrediction, model_flops_utilization, predict_step
+from costmodel.frameworks.uniform import uniform_strategies
 from executor.report.summary import PLANNER
 from executor.session.execute import in_step_context, predict, prepare, step_context_entries
 from executor.probes.step_kernels import Shared

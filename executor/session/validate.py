@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from costmodel.compute import OnDemand
+from costmodel.compute.model import OnDemand
 from executor.launch import mpiexec as launcher
 from executor.report.compare import Comparison, comparison_json
 from executor.report import in_run
@@ -114,7 +114,7 @@ class ValidationReport:
     complete: bool = True  # false: interrupted, ``rows`` holds the runs that finished
     repeats: int = 1  # runs of each plan (executor.report.repeats)
     in_run_note: str | None = None  # why the in-run keys are null (None: in-run timing applies; executor.report.in_run)
-    batch_norm: str = "sync"  # costmodel.batch_norm: what every plan it ran assumes
+    batch_norm: str = "sync"  # costmodel.choices.batch_norm: what every plan it ran assumes
 
     @property
     def plans(self) -> list[dict]:
@@ -256,7 +256,7 @@ def _planned_on_rank_0(ctx: Context, network_arg: str, machine_arg: str) -> list
 def resolve(network: str, ranks: int, batch: int | None, machine: str, profile: str | None,
             refresh: bool, batch_norm: str | None = None) -> Context:
     """:func:`profiler.context.resolve` for a run on ``ranks`` ranks (batch norm ``batch_norm``,
-    costmodel.batch_norm; None: sync): inside an MPI job the ranks first agree on the node's cores, which size
+    costmodel.choices.batch_norm; None: sync): inside an MPI job the ranks first agree on the node's cores, which size
     machine `local` (executor.launch.node)."""
     agree_node_cores()
     return context.resolve(network, ranks, batch, machine, profile, refresh, batch_norm=batch_norm)

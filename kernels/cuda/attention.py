@@ -1,5 +1,5 @@
 """The attention core on the GPU, in the two algorithms the planner names
-(costmodel/attention_calls.py: ``ATTENTION_ALGORITHMS = ("flash", "materialized")``):
+(costmodel/calls/attention.py: ``ATTENTION_ALGORITHMS = ("flash", "materialized")``):
 
 * ``flash``: cuDNN's fused scaled dot-product attention (the frontend's ``sdpa`` and
   ``sdpa_backward`` graphs): the score matrix never leaves the chip; the forward keeps the output

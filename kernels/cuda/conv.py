@@ -58,7 +58,7 @@ _LAST: list = [None]
 
 def call_shape(x_shape, w_shape, stride, padding, dilation, groups) -> tuple[int, ...]:
     """(n, c, h, w, f, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw, groups): the cost model's conv call
-    shape without its bias flag (costmodel.kernel_calls SHAPE_FIELDS['conv2d.fwd'][:16])."""
+    shape without its bias flag (costmodel.calls.layer_calls SHAPE_FIELDS['conv2d.fwd'][:16])."""
     g = make_geom(x_shape, w_shape, stride, padding, dilation, groups)
     return (g.n, g.c, g.h, g.w, g.f, g.kh, g.kw, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr, g.dh, g.dw, g.groups)
 

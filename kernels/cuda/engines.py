@@ -8,7 +8,7 @@ tensor cores), ``DOWN_CONVERT_INPUTS`` (float32 inputs rounded to TF32 or a 16-b
 ``REDUCED_PRECISION_REDUCTION`` (accumulates below float32), ``FFT``, ``WINOGRAD`` and
 ``WINOGRAD_TILE_{4x4,6x6,13x13}``, ``NONDETERMINISTIC``, ``STRICT_NAN_PROP``. The notes say which
 algorithm an engine computes, so they group the engines into the four algorithm names the planner
-already weighs (costmodel.compute.CONV_ALGORITHMS):
+already weighs (costmodel.calls.algorithms.CONV_ALGORITHMS):
 
 ============  ==============================================================================
 family        engines

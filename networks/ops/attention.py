@@ -23,7 +23,7 @@ degree must divide ``kv_heads`` or be a multiple of it. Above ``kv_heads`` each 
 replicated on ``degree / kv_heads`` neighbouring ranks and its weight gradient summed over them (as
 vLLM's ``QKVParallelLinear`` replicates them; Megatron-Core refuses such a degree,
 ``divide(num_query_groups, tensor_parallel_size)``). Splitting the sequence (H) exchanges keys and
-values over the group (costmodel.context_comms).
+values over the group (costmodel.comm.context).
 ``rotary`` (Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021, eq. 34)
 rotates each query and key by its position: x * cos + rotate_half(x) * sin, 3 operations per element
 of q and k in forward and the same in backward-data (the inverse rotation); no weights (the cos and
@@ -55,12 +55,12 @@ PARAMS = (Param("heads", "pos", doc="number of query heads (must divide D unless
           Param("rotary", "bool", False, "rotary position embeddings on queries and keys (RoFormer)"),
           Param("qk_norm", "bool", False, "RMSNorm over each query and key head before the rotation (Qwen3)"),
           Param("context_exchange", "str", None, "how a split sequence exchanges keys and values: ring or "
-                                                 "allgather (default: the cheaper for the step; costmodel.context_comms)"))
+                                                 "allgather (default: the cheaper for the step; costmodel.comm.context)"))
 
 
 def head_shape(p: dict, d: int) -> tuple[int, int, int]:
     """``(heads, kv_heads, head_dim)`` with their defaults filled in (``d``: the input width). A
-    local shard (costmodel.layer_layouts.local_layer) carries its own heads and head width."""
+    local shard (costmodel.parallel.shard.local_layer) carries its own heads and head width."""
     heads = p["heads"]
     kv = p.get("kv_heads") or heads
     dh = p.get("head_dim") or d // p.get("heads_total", heads)
@@ -110,8 +110,8 @@ def weights(p, in_shapes):
 
 
 def costs(p, in_shapes, out_shape, n, itemsize):
-    """Counts of the three GEMM stages (the core materialised: costmodel.flash prices FlashAttention).
-    A local shard (costmodel.layer_layouts.local_layer) passes its own ``heads`` and ``kv_heads``,
+    """Counts of the three GEMM stages (the core materialised: costmodel.calls.flash prices FlashAttention).
+    A local shard (costmodel.parallel.shard.local_layer) passes its own ``heads`` and ``kv_heads``,
     its ``head_dim`` and ``seq_total``: split heads shrink the projections to the local heads, and a
     split sequence attends its local queries to every key."""
     s, d = in_shapes[0]

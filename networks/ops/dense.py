@@ -65,7 +65,7 @@ def linear_splits(p, in_shapes, out_shape):
                             partial_in_grad=True))
     else:  # a tied LM head split over the vocabulary uses the matching rows of the embedding's table;
         # on another pipeline stage than its embedding it holds a copy of it as its ``weight``
-        # (costmodel.pipeline.stage_network), split and synchronised as an untied head's
+        # (costmodel.step.pipeline.stage_network), split and synchronised as an untied head's
         out.append(DimSplit("F", p["features"], (None,), last, weight_axes=(("weight", 0),) + bias_axes,
                             partial_in_grad=True))
     return tuple(out)

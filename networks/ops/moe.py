@@ -26,7 +26,7 @@ first GEMM's input), the hidden before and after the activation (the second GEMM
 outputs before the combine (the routing weights' gradient reads them), the shared experts' hidden.
 Under FP8 GEMMs the two GEMM inputs are kept as Transformer Engine keeps them, in FP8, one byte an
 element; ``recompute_act`` (Megatron-Core's ``recompute_modules: [moe_act]``) keeps no activation
-output and recomputes it in backward (costmodel.moe_calls prices the extra kernel).
+output and recomputes it in backward (costmodel.calls.moe prices the extra kernel).
 
 **Load, as assumed** (DESIGN.md: an MoE layer's all-to-all is "stated by its capacity factor"):
 the router spreads tokens evenly, and each expert's batch is padded to its capacity
@@ -43,8 +43,8 @@ logit), the activation per expert hidden element (``silu`` 4 / 8 forward / backw
 Splits: ``N`` and ``H`` split the tokens (every weight's gradient summed over them: for the experts
 that is expert data parallelism); ``E`` splits the experts over a group (expert parallelism,
 Lepikhin et al. section 3.2): each rank holds ``experts / E`` experts and its own tokens (the
-batch cut by N and E together, costmodel.layer_layouts), which two all-to-alls dispatch to their
-experts and combine back, forward and backward (costmodel.expert_comms); ``F`` splits each
+batch cut by N and E together, costmodel.parallel.shard), which two all-to-alls dispatch to their
+experts and combine back, forward and backward (costmodel.comm.expert); ``F`` splits each
 expert's hidden width (expert tensor parallelism: ``W_in`` column-, ``W_out`` row-parallel, the
 output a partial sum, the input gradient too; the routing weights' gradient, the output biases
 added once, and the shared gate's gradient are partial sums over it as well).
@@ -73,8 +73,8 @@ PARAMS = (Param("experts", "pos", doc="number of routed experts"),
                 "keeping its output (Megatron-Core recompute_modules: moe_act)"))
 
 
-#: The layer parameter costmodel.moe_dispatch.with_moe_dispatch sets to the token dispatcher an
-#: expert split is priced with; absent, ``alltoall`` (costmodel.expert_comms)
+#: The layer parameter costmodel.choices.moe_dispatch.with_moe_dispatch sets to the token dispatcher an
+#: expert split is priced with; absent, ``alltoall`` (costmodel.comm.expert)
 DISPATCH = "dispatcher"
 #: The token dispatchers: Megatron-Core's ``alltoall`` (capacity buffers) and ``flex`` (DeepEP, HybridEP)
 DISPATCHERS = ("alltoall", "flex")
@@ -123,7 +123,7 @@ def weights(p, in_shapes):
 
 
 def costs(p, in_shapes, out_shape, n, itemsize):
-    """Counts of a shard (module docstring). A local shard (costmodel.layer_layouts.local_layer)
+    """Counts of a shard (module docstring). A local shard (costmodel.parallel.shard.local_layer)
     carries its own ``experts`` and ``hidden`` and the layer's ``experts_total``; the rows an
     expert group computes are the local tokens' ``R`` whatever the split (the load assumption)."""
     s, d = in_shapes[0]

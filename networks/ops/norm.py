@@ -38,7 +38,7 @@ def bn_costs(p, in_shapes, out_shape, n, itemsize):
                           cost.activation_bytes, 0)
 
 
-#: The layer parameter costmodel.batch_norm.with_batch_norm sets False for statistics over each
+#: The layer parameter costmodel.choices.batch_norm.with_batch_norm sets False for statistics over each
 #: rank's own samples (PyTorch DDP's BatchNorm2d); absent, the statistics span the batch (SyncBatchNorm)
 SYNC = "sync"
 

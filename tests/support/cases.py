@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costmodel.compute import algorithm_applies
-from costmodel.layer_layouts import check_fits
-from costmodel.strategy import Strategy, make_strategy
+from costmodel.calls.algorithms import algorithm_applies
+from costmodel.parallel.shard import check_fits
+from costmodel.parallel.strategy import Strategy, make_strategy
 from networks.ir import Network
 from networks.loader import load_network
 from planner.plan import LayerPlan, Plan

@@ -1,0 +1,87 @@
+"""Kernel calls for ops the kernel set has no kernel for yet: priced on the kernels that move the
+same bytes and do at least the same arithmetic. Pure.
+
+The profiled kernel set (docs/kernels.md) times no RMSNorm, SwiGLU or rotary-position kernel: the
+executor runs its own array-module code for them (kernels.norm.rmsnorm_*, kernels.activation.swiglu_*,
+kernels.rotary), which no profile table holds yet. The cost model prices them, on a profile table as
+on the roofline (which prices attention kernel by kernel), as the unfused sequence a framework runs,
+on the nearest kernels the set has:
+
+* ``rmsnorm``: the layer-norm kernels at the same (rows, D) (:func:`costmodel.calls.layer_calls.kernel_calls`
+  sends it to them directly): the same traffic, and a superset of its arithmetic (the mean and beta);
+* ``swiglu``, ``silu(gate) * up``: forward silu on gelu's kernel (the same traffic, one read and one
+  write an element; more arithmetic: 8 operations to silu's 4) and the product on add's (two reads,
+  one write); backward (the op keeps only its input) silu again, ``dy * silu(gate)`` and ``dy * up``
+  on add's kernel, then silu's gradient on gelu's;
+* attention's ``rotary`` positions: q and k through gelu's forward kernel after the query/key/value
+  projection, and again (the inverse rotation) before its input gradient: one read and one write an
+  element, as the rotation (its cos and sin tables are small and stay in cache);
+* attention's ``qk_norm``: each query and key head's RMSNorm on the layer-norm kernels at
+  ``(rows x (heads + kv_heads), head_dim)``, forward and (with the scales' gradients) backward-data.
+
+So the calls' FLOPs exceed the catalogue's for these ops (``networks.ops``); their bytes equal an
+unfused run's. This module returns plain ``(kernel, shape, flops, bytes)`` tuples;
+:mod:`costmodel.calls.layer_calls` makes them :class:`~costmodel.calls.kernel_call.KernelCall`\\ s, and
+tests/test_llama.py holds every tuple equal to the call the real op (gelu, add) makes at that size.
+"""
+
+from __future__ import annotations
+
+from costmodel.parallel.shard import LocalLayer
+from networks.ops.attention import head_shape
+
+#: Ops priced here (rmsnorm goes to the layer-norm kernels in costmodel.calls.layer_calls itself).
+PROXY_OPS = frozenset({"swiglu"})
+
+Proxy = tuple[str, tuple[int, ...], int, int]  # kernel, shape, flops, bytes
+
+
+def _gelu(pass_: str, elems: int, item: int) -> Proxy:
+    """gelu.fwd / gelu.bwd of ``elems`` elements, as costmodel.calls.layer_calls prices gelu (8 / 12)."""
+    if pass_ == "fwd":
+        return ("gelu.fwd", (elems,), 8 * elems, 2 * elems * item)
+    return ("gelu.bwd", (elems,), 12 * elems, 3 * elems * item)
+
+
+def _product(elems: int, item: int) -> Proxy:
+    """An elementwise product on add.fwd (costmodel.calls.layer_calls.add_call): two reads, one write."""
+    return ("add.fwd", (elems,), elems, 3 * elems * item)
+
+
+def proxy_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:
+    """The calls of ``pass_`` of a :data:`PROXY_OPS` layer's local shard."""
+    elems = local.batch
+    for s in local.out_shape:
+        elems *= s
+    if pass_ == "fwd":
+        return (_gelu("fwd", elems, item), _product(elems, item))
+    if pass_ == "bwd_data":
+        return (_gelu("fwd", elems, item), _product(elems, item), _product(elems, item), _gelu("bwd", elems, item))
+    return ()
+
+
+def rotary_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:
+    """The rotation of the local q and k (``rows x (heads + kv_heads) head_dim`` elements) an
+    attention layer with ``rotary`` runs in ``pass_`` (forward and backward-data), none otherwise."""
+    p = local.p
+    if not p.get("rotary") or pass_ == "bwd_weights":
+        return ()
+    s, d = local.in_shapes[0]
+    heads, kv, dh = head_shape(p, d)
+    return (_gelu("fwd", local.batch * s * (heads + kv) * dh, item),)
+
+
+def qk_norm_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:
+    """The per-head RMSNorm of the local q and k an attention layer with ``qk_norm`` runs in
+    ``pass_``, on the layer-norm kernels (as costmodel.calls.layer_calls prices layernorm: 7 / 12
+    operations and 2 / 3 bytes an element); none otherwise."""
+    p = local.p
+    if not p.get("qk_norm") or pass_ == "bwd_weights":
+        return ()
+    s, d = local.in_shapes[0]
+    heads, kv, dh = head_shape(p, d)
+    rows = local.batch * s * (heads + kv)
+    e = rows * dh
+    if pass_ == "fwd":
+        return (("layernorm.fwd", (rows, dh), 7 * e, 2 * e * item),)
+    return (("layernorm.bwd", (rows, dh), 12 * e, 3 * e * item),)

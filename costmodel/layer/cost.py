@@ -1,0 +1,328 @@
+"""Cost of one layer under a strategy (pure); an edge's reshard is priced in costmodel.layer.edge.
+
+Per layer (docs/costmodel.md, "Per layer"): forward and backward compute of the local shard; the
+forward partial-sum allreduce of a split contraction (C); the backward allreduce of partial input
+gradients of a split filter dimension (F); op-specific collectives (batch-norm statistics,
+attention keys and values); the weight-gradient allreduce over the ranks holding replicas of the
+same weight shard; the optimiser update; memory per device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from costmodel.comm.groups import collective_s
+from costmodel.compute.model import ComputeModel, update_bytes
+from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
+from costmodel.compute.roofline import local_cost
+from costmodel.comm.context import context_comms, core_share
+from costmodel.comm.expert import expert_collectives, flex_exchanges
+from costmodel.calls.flash import attention_kept_bytes
+from costmodel.compute.dispatch import dispatch_time
+from costmodel.layer.fsdp import fsdp_grad_copy, fsdp_prep_s
+from costmodel.calls.layer_calls import grad_sum_calls
+from costmodel.parallel.shard import LocalLayer, dim_splits, local_layer, output_layout, received_block_bytes, windowed
+from costmodel.parallel.layout import max_block_extents
+from costmodel.machine.model import Machine
+from costmodel.choices.optimizer import Optimizer, as_optimizer
+from costmodel.choices.precision import fp8_bytes, fp8_params, fp8_weight
+from costmodel.comm.overlap import overlapped, resolve_overlap
+from costmodel.parallel.strategy import Strategy
+from costmodel.comm.tensor import tensor_collectives
+from costmodel.comm.weight_sync import grad_dims, replica_sums, weight_collectives, weight_memory
+from networks.ir import DTYPE_BYTES, Layer
+from networks.ops.base import prod
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One collective a layer runs: what it is for, the phase, bytes per rank and group size, and
+    its time: ``seconds`` is what the step waits for (its exposed time), ``link_s`` the time its
+    messages hold the link where that differs (a context-parallel ring hidden under attention's
+    steps, costmodel.comm.context); None: the same."""
+
+    purpose: str  # "partial_sum", "input_grad", "output_grad", "input_gather", "stats", "kv", "grad_sync", "param_gather"
+    phase: str  # "fwd", "bwd", "sync"
+    collective: str
+    nbytes: int
+    group: int
+    seconds: float
+    link_s: float | None = None
+
+    @property
+    def link_time(self) -> float:
+        """The time its messages hold the link (``seconds`` unless part of it is hidden)."""
+        return self.seconds if self.link_s is None else self.link_s
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per device one layer holds over a step (the straggler's shard).
+
+    Persistent: weights, gradients, optimiser state and the float32 master weights (mixed
+    precision), and the activations kept from forward to backward (``networks.analysis.kept_bytes``).
+    Transient, only while the layer's passes run: its kernel's ``workspace`` and the gradient
+    ``buffers`` of its backward (the output gradient and the input gradients it writes).
+    """
+
+    weights: int
+    grads: int
+    optimizer: int
+    activations: int
+    workspace: int
+    master: int = 0
+    buffers: int = 0
+    fp8: int = 0  # FP8 weight copies and scaling state (costmodel.choices.precision.fp8_bytes)
+
+    @property
+    def persistent(self) -> int:
+        """Everything held across the step."""
+        return self.weights + self.grads + self.optimizer + self.master + self.activations + self.fp8
+
+    @property
+    def transient(self) -> int:
+        """Held only while this layer's passes run."""
+        return self.workspace + self.buffers
+
+    @property
+    def total(self) -> int:
+        return self.persistent + self.transient
+
+
+@dataclass(frozen=True)
+class LayerEstimate:
+    name: str
+    strategy: Strategy
+    algorithm: str
+    fwd_compute_s: float
+    bwd_data_s: float
+    bwd_weights_s: float
+    update_s: float
+    comms: tuple[Comm, ...]
+    memory: Memory
+    grad_sum_s: float = 0.0  # summing the gradients of an output several input slots read
+    grad_prep_s: float = 0.0  # PyTorch FSDP's kernels on the weights' gradient (costmodel.layer.fsdp)
+    dispatch_s: float = 0.0  # the executor's own time around the layer's passes (pass_bytes)
+
+    def comm_s(self, phase: str) -> float:
+        return sum(c.seconds for c in self.comms if c.phase == phase)
+
+    @property
+    def fwd_comm_s(self) -> float:
+        return self.comm_s("fwd")
+
+    @property
+    def bwd_comm_s(self) -> float:
+        return self.comm_s("bwd")
+
+    @property
+    def grad_sync_s(self) -> float:
+        return self.comm_s("sync")
+
+    @property
+    def bwd_compute_s(self) -> float:
+        return self.bwd_data_s + self.bwd_weights_s + self.grad_sum_s + self.grad_prep_s
+
+    @property
+    def total_s(self) -> float:
+        return (self.fwd_compute_s + self.bwd_compute_s + self.fwd_comm_s + self.bwd_comm_s
+                + self.grad_sync_s + self.update_s + self.dispatch_s)
+
+
+def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
+               rule: str = "mpi", cold: bool = False, within: int = 0) -> float:
+    """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group; with
+    ``within``, its first ``within`` ranks: neighbours along one dimension holding the same replica,
+    costmodel.comm.weight_sync.replica_sums); ``cold``: right after a layer's kernels
+    (``Machine.fitted_cold``). Inside one node, a time measured in the run for exactly this
+    collective (``Machine.measured``) comes first."""
+    dims = tuple(dims)
+    if not dims or nbytes <= 0 or (within or strategy.group_size(dims)) == 1:
+        return 0.0
+    per_node, nodes = _group_span(strategy, dims, machine, within)
+    if nodes == 1:
+        got = machine.measured_s(collective, int(nbytes), per_node, cold)
+        if got is not None:
+            return got
+    return collective_s(collective, nbytes, per_node, nodes, machine, rule=rule, cold=cold)
+
+
+@lru_cache(maxsize=None)
+def _group_span(strategy: Strategy, dims: tuple[str, ...], machine: Machine, within: int = 0) -> tuple[int, int]:
+    """``machine.group_span`` of rank 0's group along ``dims`` (its first ``within`` ranks when
+    given; memoised: the planner asks often)."""
+    members = strategy.group_array(0, dims)
+    return machine.group_span(members[:within] if within else members)
+
+
+def _elems(shape) -> int:
+    return prod(shape)
+
+
+def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machine,
+                   compute: ComputeModel, algorithm: str = "", optimizer: Optimizer | str = "momentum",
+                   rule: str = "mpi", consumers: int = 1, output_saved: bool = True, overlap=None,
+                   front: bool = False, micro_batches: int = 1) -> LayerEstimate:
+    """Everything one layer costs under one strategy, per device (the straggler). ``consumers``:
+    how many input slots read the layer's output (``networks.analysis.consumers``); each after the
+    first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``). ``output_saved``:
+    whether the output stays in memory until backward (``networks.analysis.saved_outputs``).
+    ``optimizer``: its state, and its ZeRO stage's sharding and collectives (costmodel.choices.optimizer).
+    An attention layer's ``algorithm`` "" is the machine's default (``compute.resolve_algorithm``).
+    ``overlap``: which collectives hide under the passes (costmodel.comm.overlap; None: the machine's
+    default); ``front``: the layer's gradients are in the bucket the backward makes last
+    (``overlap.front_layers``). ``micro_batches``: how many a step runs (PyTorch FSDP's gradient
+    kernels, :func:`fsdp_prep_s`)."""
+    opt = as_optimizer(optimizer)
+    algorithm = resolve_algorithm(layer, algorithm, machine)
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    local = local_layer(layer, strategy, batch)
+    kernel = kernel_algorithm(algorithm)
+    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
+    comms = layer_comms(layer, strategy, local, machine, opt, rule, kernel,
+                        (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)))
+    if is_recomputed(algorithm):
+        comms += recomputed_comms(comms)
+    grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
+    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
+    wshapes = dict(local.weight_shapes)
+    replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
+    prep_fwd, prep_bwd = fsdp_prep_s(compute, wshapes, replicas, layer.dtype, opt, micro_batches)
+    fwd += prep_fwd
+    comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + grad_sum + prep_bwd},
+                       resolve_overlap(overlap, machine), front)
+    weights, grads, state, master, gathered = weight_memory(wshapes, replicas, itemsize, opt)
+    fp8_elems = sum(-(-prod(s) // (replicas[n] if opt.zero >= 3 else 1)) for n, s in wshapes.items() if fp8_weight(n, s))
+    fp8 = fp8_bytes(layer, fp8_elems)
+    if fp8_params(layer):  # the weight is its FP8 copy, one byte (costmodel.choices.precision): no 16-bit one
+        weights, fp8 = weights - fp8_elems * (itemsize - 1), fp8 - fp8_elems
+    memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch),
+                    compute.workspace_bytes(local, kernel), master=master,
+                    buffers=gradient_buffer_bytes(local) + gathered + fsdp_grad_copy(wshapes, itemsize, opt), fp8=fp8)
+    return LayerEstimate(
+        name=layer.name, strategy=strategy, algorithm=algorithm,
+        fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
+        update_s=_update_s(compute, wshapes, replicas, itemsize, opt),
+        comms=tuple(comms), memory=memory,
+        grad_sum_s=grad_sum, grad_prep_s=prep_bwd,
+        dispatch_s=dispatch_time(compute, local, kernel, consumers))
+
+
+def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], itemsize: int, opt: Optimizer) -> float:
+    """The optimiser step on each weight's local shard (from ZeRO stage 1 on, its replicas' share),
+    scaled by the bytes it moves where the framework's update is not the fused step
+    (``Optimizer.update_bytes``: a memory-bound step's time goes with its bytes)."""
+    scale = opt.update_bytes / update_bytes(itemsize, opt.slots) if opt.update_bytes else 1.0
+    return scale * sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize, opt.slots)
+                       for n, shape in wshapes.items())
+
+
+def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, opt: Optimizer,
+                rule: str, kernel: str, passes: tuple[float, float]) -> list[Comm]:
+    """A layer's collectives under a strategy (docs/costmodel.md, "Per layer"): a split contraction's
+    reductions (costmodel.comm.tensor), op-specific ones (statistics; an expert split's dispatch and
+    combine, costmodel.comm.expert; attention's keys and values over a split sequence,
+    costmodel.comm.context, whose ring hides under the core: ``passes``, the forward and
+    backward-data seconds), the weights' gradient sums (costmodel.comm.weight_sync)."""
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
+    comms: list[Comm] = []
+
+    def add(purpose, phase, collective, nbytes, dims, within=0):
+        dims = tuple(dims)
+        if not dims or nbytes <= 0:
+            return
+        # partial sums, input gradients and statistics follow the layer's kernels (cold caches);
+        # the executor makes the weight-gradient allreduces back to back (runtime.step)
+        secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync", within=within)
+        comms.append(Comm(purpose, phase, collective, int(nbytes), within or strategy.group_size(dims), secs))
+
+    for args in (tensor_collectives(layer, strategy, local, itemsize) + _extra_collectives(active, local, strategy,
+                                                                                          itemsize)
+                 + expert_collectives(layer, strategy, local, itemsize)):
+        add(*args)
+    comms += kv_comms(layer, strategy, local, machine, rule, kernel, passes)
+    comms += [Comm(*c) for c in flex_exchanges(layer, strategy, local, itemsize, machine)]
+    for args in weight_collectives(layer, active, dict(local.weight_shapes), itemsize, opt):
+        add(*args)
+    for purpose, phase, collective, nbytes, dim, share in replica_sums(active, dict(strategy.degrees),
+                                                                       dict(local.weight_shapes), itemsize):
+        add(purpose, phase, collective, nbytes, (dim,), within=share)
+    return comms
+
+
+def kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
+             passes: tuple[float, float]) -> list[Comm]:
+    """The keys and values an attention layer over a split sequence exchanges
+    (costmodel.comm.context), their ring hidden under the core's share of ``passes`` (the forward
+    and backward-data seconds of ``kernel``); none for any other layer or split."""
+    if layer.op != "attention" or strategy.degree("H") == 1:
+        return []
+    sram = machine.device.sram_bytes
+    core = tuple(t * core_share(local, pass_, kernel, sram) for t, pass_ in zip(passes, ("fwd", "bwd_data")))
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    return [Comm(*c) for c in context_comms(layer, strategy, local, itemsize, machine, core, rule)]
+
+
+def _extra_collectives(active, local: LocalLayer, strategy: Strategy, itemsize: int) -> list[tuple]:
+    """(purpose, phase, collective, bytes, dims) of an op's ``DimSplit.extra`` collectives (batch-norm
+    statistics, a vocabulary-parallel loss's per-token numbers), over the dims that declare them."""
+    extra_dims = [d for d, s in active if s.extra]
+    if not extra_dims:
+        return []
+    out = []
+    for ex in dict((s.dim, s) for _, s in active if s.extra)[extra_dims[0]].extra:
+        base = {"channels": local.in_shapes[0][0], "rows": local.batch * _elems(local.in_shapes[0][:-1]),
+                "output": local.batch * _elems(local.out_shape)}[ex.per]
+        contrib = ex.factor * base * itemsize
+        nbytes = contrib * strategy.group_size(extra_dims) if ex.collective == "allgather" else contrib
+        out.append(({"channels": "stats", "rows": "stats", "output": "kv"}[ex.per], ex.phase, ex.collective,
+                    nbytes, extra_dims))
+    return out
+
+
+def passes_s(compute: ComputeModel, local: LocalLayer, algorithm: str) -> tuple[float, float, float]:
+    """(forward, backward-data, backward-weights) compute of a layer's shard with ``algorithm``;
+    under recomputation backward first runs the forward again (priced again: each run of a kernel
+    is one call to ``compute``, so a recording model sees both)."""
+    kernel = kernel_algorithm(algorithm)
+    fwd = compute.pass_s(local, "fwd", kernel)
+    again = compute.pass_s(local, "fwd", kernel) if is_recomputed(algorithm) else 0.0
+    bwd_data = compute.pass_s(local, "bwd_data", kernel) + again
+    bwd_weights = compute.pass_s(local, "bwd_weights", kernel) if local.layer.has_weight_grad else 0.0
+    return fwd, bwd_data, bwd_weights
+
+
+def own_kept_bytes(local: LocalLayer, algorithm: str) -> int:
+    """What a layer keeps for backward besides the tensors ``OpDef.saves`` names: nothing when it
+    is recomputed; an attention layer's under its algorithm (costmodel.calls.flash.attention_kept_bytes);
+    else the op catalogue's ``LayerCost.activation_bytes``."""
+    if is_recomputed(algorithm):
+        return 0
+    if local.layer.op == "attention":
+        return attention_kept_bytes(local, kernel_algorithm(algorithm))
+    return local_cost(local).activation_bytes
+
+
+def activation_bytes(local, strategy: Strategy, output_saved: bool, algorithm: str = "", batch: int = 0) -> int:
+    """Activations kept for backward at the local shape: the output when it is saved (its sequence
+    shard under the sequence-parallel variant), what the op keeps besides (:func:`own_kept_bytes`),
+    plus the received input block when it carries halos (the executor keeps that buffer for
+    backward)."""
+    layer = local.layer
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    kept = own_kept_bytes(local, algorithm)
+    if output_saved:
+        kept += (_elems(max_block_extents(output_layout(layer, strategy, batch))) if strategy.seq_scatter
+                 else local.batch * _elems(local.out_shape)) * itemsize
+    if windowed(layer, strategy):
+        kept += sum(received_block_bytes(local, slot) for slot in range(len(local.in_shapes)))
+    return kept
+
+
+def gradient_buffer_bytes(local: LocalLayer) -> int:
+    """The gradients live while a layer's backward runs: its output gradient and the input
+    gradients it writes (both freed, or handed on, when it is done)."""
+    itemsize = DTYPE_BYTES.get(local.layer.dtype, 4)
+    return local.batch * (_elems(local.out_shape) + sum(_elems(s) for s in local.in_shapes)) * itemsize

@@ -1,0 +1,1 @@
+"""What a device holds at its busiest: held inputs, recomputation, a pipeline's activations in flight (pure)."""
