@@ -32,7 +32,7 @@ from executor.probes.dispatch import run_recorded
 from executor.launch.worker import set_threads
 from kernels.allocator import keep_freed_memory
 from networks.loader import load_network
-from planner.plan import LayerPlan, Plan
+from planner.plan.plan import LayerPlan, Plan
 from profiler.dispatch import time_dispatch
 
 RESNET = str(Path(__file__).resolve().parent / "assets" / "resnet18-64.yaml")

@@ -56,7 +56,7 @@ from executor.report.collect import timed_steps  # noqa: E402
 from executor.launch.mpiexec import usable_cores  # noqa: E402
 from executor.session.execute import measure, measure_both, prepare  # noqa: E402
 from executor.session.validate import candidate_plans, strategy_summary  # noqa: E402
-from planner.plan_file import write_plan  # noqa: E402
+from planner.plan.plan_file import write_plan  # noqa: E402
 from profiler import context  # noqa: E402
 
 NETS = {  # name -> (network argument, samples per rank)

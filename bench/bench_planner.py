@@ -15,8 +15,8 @@ import time
 from costmodel.compute.roofline import Roofline
 from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
 from networks.loader import load_network
-from planner.build import build_problem
-from planner.optimize import make_plan
+from planner.problem.build import build_problem
+from planner.problem.solve import make_plan
 from planner.solvers import prune_dominated, solve
 
 

@@ -4,7 +4,7 @@ bench/assets/megatron.yaml.
     PYTHONPATH=. python bench/bench_planner_choice.py [--rows NAME,...] [--json]
 
 For each row, the same model, GPUs and global batch on the shipped dgx-a100 machine (fp16, Adam,
-80 GB a device) are planned by the pipeline search (planner.pipeline_search: pipeline degree,
+80 GB a device) are planned by the pipeline search (planner.pipeline.search: pipeline degree,
 micro-batch size, stage cut, and inside each stage every layer's data/tensor split, sequence
 parallel variant and recomputation), and its predicted step is set beside the prediction of the
 published configuration forced (bench_megatron.predict_row: t, p, micro-batch, 1F1B, the paper's
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from costmodel.compute.roofline import Roofline
 from costmodel.machine.loading import load_machine
-from planner.optimize import Settings
-from planner.pipeline_search import search_pipeline
+from planner.problem.solve import Settings
+from planner.pipeline.search import search_pipeline
 
 
 def _megatron():

@@ -38,7 +38,7 @@ from costmodel.parallel.strategy import make_strategy
 from costmodel.frameworks.uniform import uniform_strategies
 from networks.loader import load_network
 from networks.spec import parse_network
-from planner.optimize import fastest_algorithms
+from planner.problem.solve import fastest_algorithms
 
 ASSET = Path(__file__).parent / "assets" / "published.yaml"
 DEEPBENCH = Path(__file__).parent / "assets" / "deepbench_v100.yaml"

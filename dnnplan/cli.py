@@ -1,15 +1,31 @@
-"""The ``dnnplan`` command: every command registered on the app, in the order `--help` lists them.
+"""The ``dnnplan`` command: the application, its error boundary, and every command registered on it.
 
 Each command lives in its own module under :mod:`dnnplan.commands`; options are defined once in
-:mod:`dnnplan.options`; what is drawn lives in :mod:`dnnplan.render`. Each command's help is its
-docstring reflowed into paragraphs (:func:`dnnplan.helptext.reflow`), so it wraps to the terminal.
+:mod:`dnnplan.options`; what is drawn lives in :mod:`dnnplan.render`. Commands are registered in
+the order `--help` lists them, each with its docstring reflowed into paragraphs (:func:`reflow`:
+typer's rich markup keeps a docstring's source line breaks after its first paragraph; this makes
+each paragraph one line that rich wraps to the terminal; a paragraph starting with ``\\b``, click's
+"do not rewrap" mark, is kept as written, and anything after a ``\\f`` line is dropped).
+
+Every command runs inside :class:`Group.invoke`, which turns a :class:`DnnplanError` into one red
+line on stderr and exit code 2, a failure of the system around the tool (a full disk, a read-only
+folder, a lock held too long: :class:`networks.writing.SystemFailure` or an OSError) into one line
+and :data:`EXIT_SYSTEM`, a stop signal into 128 + the signal (lifecycle.stops), and any other
+exception into a one-line internal-error report (exit 1; ``DNNPLAN_DEBUG=1`` shows the
+traceback). A traceback reaching a user is a bug.
 """
 
 from __future__ import annotations
 
+import inspect
+import os
+import re
 import sys
 
-from dnnplan.app import app
+import typer
+from typer._click import ClickException, Context  # typer >= 0.29 (pyproject) carries its own click
+from typer.core import TyperGroup
+
 from dnnplan.commands.execute import execute
 from dnnplan.commands.import_ import import_
 from dnnplan.commands.info import info
@@ -20,9 +36,82 @@ from dnnplan.commands.predict import predict
 from dnnplan.commands.profile import profile
 from dnnplan.commands.profile_comm import profile_comm
 from dnnplan.commands.validate import validate
-from dnnplan.helptext import command_help, reflow
+from dnnplan.render.messages import fail_line
 from dnnplan.search_bound import count_from_the_start
-from profiler import stops
+from lifecycle import stops
+from networks.errors import DnnplanError
+from networks.writing import EXIT_SYSTEM, SystemFailure, reason
+
+_BLANK_LINES = re.compile(r"\n\s*\n")
+
+
+def reflow(doc: str | None) -> str:
+    """``doc`` dedented, each paragraph joined onto one line, paragraphs separated by one blank line."""
+    text = inspect.cleandoc(doc or "").partition("\f")[0]
+    paragraphs = [p.strip("\n") for p in _BLANK_LINES.split(text) if p.strip()]
+    return "\n\n".join(p if p.startswith("\b") else " ".join(line.strip() for line in p.splitlines())
+                       for p in paragraphs)
+
+
+def command_help(command) -> str:
+    """A command's --help: its docstring, then its module's ``EXAMPLES`` where it has them (worked
+    examples too long for the function itself), reflowed."""
+    examples = getattr(sys.modules.get(command.__module__), "EXAMPLES", "")
+    return reflow((command.__doc__ or "") + ("\n\n" + examples if examples else ""))
+
+
+class Group(TyperGroup):
+    def invoke(self, ctx: Context):
+        try:
+            return super().invoke(ctx)
+        except DnnplanError as err:
+            fail_line(str(err))
+            raise typer.Exit(2) from None
+        except SystemFailure as err:
+            fail_line(str(err))
+            raise typer.Exit(EXIT_SYSTEM) from None
+        except KeyboardInterrupt:
+            fail_line(f"interrupted by {stops.name()}")
+            raise typer.Exit(stops.exit_code()) from None
+        except (typer.Exit, typer.Abort, ClickException):
+            raise
+        except MemoryError:
+            fail_line("out of memory: what was asked needs more memory than this computer has "
+                      "(try a smaller --batch, --sizes or network)")
+            raise typer.Exit(2) from None
+        except BrokenPipeError:  # `dnnplan ... | head`: the reader left; not an error
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again
+            raise typer.Exit(0) from None
+        except OSError as err:  # the system failed under a library call (a temporary folder on a full disk)
+            if os.environ.get("DNNPLAN_DEBUG"):
+                raise
+            where = f"{err.filename}: " if err.filename else ""
+            fail_line(f"{where}the system refused: {reason(err)}")
+            raise typer.Exit(EXIT_SYSTEM) from None
+        except Exception as err:  # noqa: BLE001 - the boundary that keeps tracebacks from users
+            if os.environ.get("DNNPLAN_DEBUG"):
+                raise
+            fail_line(f"internal error: {type(err).__name__}: {err} "
+                      "(this is a dnnplan bug; rerun with DNNPLAN_DEBUG=1 for the traceback)")
+            raise typer.Exit(1) from None
+
+    def list_commands(self, ctx):
+        return list(self.commands)  # in the order they were registered (dnnplan.cli), not alphabetical
+
+
+app = typer.Typer(
+    cls=Group,
+    name="dnnplan",
+    help="Plan how to split each layer of a deep network across many devices, predict the training "
+         "step time, and check the prediction by running the plan for real.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
 
 for command in (info, networks, machines, predict, plan, profile, profile_comm, execute, validate):
     app.command(help=command_help(command))(command)  # named after the function: profile_comm -> profile-comm
@@ -30,7 +119,7 @@ app.command(name="import", help=reflow(import_.__doc__))(import_)  # `import` is
 
 
 def main() -> None:
-    """Console-script entry point: SIGTERM and SIGHUP stop a command as Ctrl-C does (profiler.stops)."""
+    """Console-script entry point: SIGTERM and SIGHUP stop a command as Ctrl-C does (lifecycle.stops)."""
     count_from_the_start()
     stops.install()
     app(prog_name="dnnplan")

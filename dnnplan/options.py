@@ -4,18 +4,47 @@ A flag that means the same thing in several commands is one definition here, so 
 form and help cannot drift apart; flags that share a name but mean different things (``--devices``
 as one count or as a list to profile for, ``--json`` as a switch or a file) are distinct
 definitions with distinct names. Defaults that depend on other inputs are stated in the help as
-``\\[default: ...]`` (the backslash keeps rich from reading them as markup).
+``\\[default: ...]`` (the backslash keeps rich from reading them as markup). What typer's types
+cannot check is checked here too: every number within its plausible range (finite; NaN is never in
+range), and flags that do nothing where they are given.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional, TypeVar
 
 import typer
 
+from costmodel.compute.model import ComputeModel, OnDemand
 from costmodel.machine.model import MAX_DEVICES
-from dnnplan.flags import within
+from costmodel.parallel.axes import CONTEXT, EXPERT, PIPELINE, TENSOR
+from networks.errors import DnnplanError, short
 from networks.ops.base import MAX_INT
+
+N = TypeVar("N", int, float)
+
+
+def within(flag: str, least: float, most: float, unit: str = "") -> Callable[[N | None], N | None]:
+    """A typer callback refusing a value of ``flag`` outside ``[least, most]`` (NaN included) with
+    one line naming the flag, the range and what was given."""
+    def check(value: N | None) -> N | None:
+        if value is None or least <= value <= most:
+            return value
+        words = f"from {least:g} to {most:g}{unit}"
+        if isinstance(value, int) and least == 1:
+            words = f"a whole number from 1 to {most:,.0f}"
+        raise DnnplanError(f"{flag} must be {words}, got {short(value)}")
+    return check
+
+
+def refresh_warning(refresh: bool, compute: ComputeModel) -> str | None:
+    """``--refresh-profile`` re-times this computer's on-demand cache only: the line saying so
+    when the compute model is something else (a given table, the datasheet)."""
+    if refresh and not (isinstance(compute, OnDemand) and compute.refresh):
+        return ("--refresh-profile applies to machine `local` without --profile (this computer's profile "
+                "cache); ignored")
+    return None
+
 
 # --- what to work on -------------------------------------------------------------------------
 
@@ -107,10 +136,10 @@ RecomputeOpt = Annotated[bool, typer.Option(
     "pooling, the loss) run their forward again in backward instead, where memory needs it (docs/costmodel.md, "
     "Recomputation). The executor runs no recomputation: plan with --no-recompute to execute.")]
 PipelineOpt = Annotated[int, typer.Option(
-    "--pipeline", help="Pipeline stages: the layers cut into this many contiguous stages, of equal numbers of "
+    PIPELINE.flag, help="Pipeline stages: the layers cut into this many contiguous stages, of equal numbers of "
     "whole blocks where the blocks divide evenly, else of about equal FLOPs, each on devices/stages devices with "
     "--strategy or --tensor inside (docs/costmodel.md, Pipelines).",
-    callback=within("--pipeline", 1, 4096))]
+    callback=within(PIPELINE.flag, 1, 4096))]
 MicroBatchesOpt = Annotated[int, typer.Option(
     "--micro-batches", help="Micro-batches per step (must divide the batch), each of batch/M samples: in a "
     "pipeline split over a stage's data-parallel ranks; without one (or with --pipeline 1) gradient "
@@ -148,21 +177,21 @@ ChunksOpt = Annotated[int, typer.Option(
     "pipeline stages; the layers are cut into pipeline x chunks pieces).",
     callback=within("--chunks", 1, 4096))]
 TensorOpt = Annotated[int, typer.Option(
-    "--tensor", "-t", help="Megatron tensor parallelism of this degree: column/row-parallel linear pairs, attention "
+    TENSOR.flag, "-t", help="Megatron tensor parallelism of this degree: column/row-parallel linear pairs, attention "
     "split by heads, vocabulary-parallel embedding, LM head and loss; the rest of the devices split the batch "
     "(docs/costmodel.md, Tensor parallelism). Inside each pipeline stage with --pipeline.",
-    callback=within("--tensor", 1, MAX_DEVICES))]
+    callback=within(TENSOR.flag, 1, MAX_DEVICES))]
 ContextOpt = Annotated[int, typer.Option(
-    "--context", help="With --tensor (or alone): context parallelism of this degree: every layer with a sequence "
+    CONTEXT.flag, help="With --tensor (or alone): context parallelism of this degree: every layer with a sequence "
     "splits it over groups of this many devices, attention exchanging keys and values by a ring or an all-gather "
     "(docs/costmodel.md, Context parallelism); the rest of the devices split the batch.",
-    callback=within("--context", 1, MAX_DEVICES))]
+    callback=within(CONTEXT.flag, 1, MAX_DEVICES))]
 ExpertOpt = Annotated[int, typer.Option(
-    "--expert", help="Expert parallelism of this degree: mixture-of-experts layers split their experts over groups "
+    EXPERT.flag, help="Expert parallelism of this degree: mixture-of-experts layers split their experts over groups "
     "of this many data-parallel devices, tokens dispatched and combined by all-to-alls; with --tensor and "
     "--sequence-parallel it may be data x tensor (Megatron-Core's MoE Parallel Folding: whole experts on every "
     "rank, each routing its sequence shard) (docs/costmodel.md, Mixture of experts).",
-    callback=within("--expert", 1, MAX_DEVICES))]
+    callback=within(EXPERT.flag, 1, MAX_DEVICES))]
 AttentionOpt = Annotated[str, typer.Option(
     "--attention", help="The attention algorithm: flash (FlashAttention-2) or materialized (the scores written "
     "to memory) \\[default: the machine's: flash on A100 and H100, materialized on V100 and CPUs].",
@@ -293,7 +322,7 @@ CommOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table fi
 CapOpt = Annotated[float, typer.Option("--cap", help="Seconds per (collective, size, cache state).",
                                        callback=within("--cap", 0.001, 1e5, " s"))]
 PlanPipelineOpt = Annotated[Optional[str], typer.Option(
-    "--pipeline", help="Search pipelined plans: 'auto' tries every pipeline degree dividing the devices "
+    PIPELINE.flag, help="Search pipelined plans: 'auto' tries every pipeline degree dividing the devices "
     "(at most one stage a block) and micro-batches of 1, 2, 4 or 8 samples, cuts the blocks into stages "
     "exactly and solves each stage's layers as the planner does (1F1B); a number fixes the degree; 'off' "
     "never pipelines. Only for networks that are stacks of identical blocks (transformers). Without the "

@@ -18,7 +18,7 @@ layer keeps).
 A search given the whole time limit leaves none for planning again: when a plan again ends
 without a plan at the time limit (:class:`SearchOutOfTime`), ``refit(answer, under)`` plans the
 over-limit answer's own layout (its pipeline degree, micro-batch count and schedule:
-planner.auto.refit_choice, for ``dnnplan plan`` with or without ``--pipeline``) under the
+planner.first_plan.refit_choice, for ``dnnplan plan`` with or without ``--pipeline``) under the
 lowered limit, within :data:`REFIT_SHARE` of the stated time limit past it (one pair's search, not
 the whole search again): llm-foundry's MPT-7B at sequence 65,536 on 8 H100s, ZeRO-0, held an
 over-limit plan after 2 s and searched on to its deadline, so its plan again had no time and the
@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Callable, TypeVar
 
 from networks.errors import DnnplanError
-from planner.pipeline_search import SearchOutOfTime
+from planner.pipeline.search import SearchOutOfTime
 
 T = TypeVar("T")
 GIB = 2.0 ** 30

@@ -18,10 +18,10 @@ from costmodel.machine.model import Machine
 from networks.errors import DnnplanError
 from networks.ir import Network
 from costmodel.layer.candidates import divisors
-from planner.build import Builder, build_problem, build_with
-from planner.optimize import Settings
+from planner.problem.build import Builder, build_problem, build_with
+from planner.problem.solve import Settings
 from planner.solvers import Budget, min_memory
-from planner.stack import FIRST, LAST, MIDDLE, uniform_stack
+from planner.pipeline.stack import FIRST, LAST, MIDDLE, uniform_stack
 
 GIB = 2.0 ** 30
 

@@ -10,7 +10,7 @@ from costmodel.step.prediction import predict_step
 from costmodel.frameworks.uniform import uniform_strategies
 from networks.errors import DnnplanError, short
 from networks.ir import Network
-from planner.optimize import Settings, fastest_algorithms, make_plan, strategy_mix
+from planner.problem.solve import Settings, fastest_algorithms, make_plan, strategy_mix
 
 
 #: The most device counts one sweep plans for.

@@ -1,6 +1,6 @@
 """Which ZeRO stage: the fastest plan over the stages weighed, within one time bound (pure).
 
-When the user names no ``--zero``, :func:`planner.auto.first_plan` plans under each ZeRO stage the
+When the user names no ``--zero``, :func:`planner.first_plan.first_plan` plans under each ZeRO stage the
 cost model has (:mod:`costmodel.choices.optimizer`: 0, 1, 2, 3) and answers with the fastest plan that fits.
 What the stages change in the cost model decides which need planning:
 
@@ -20,7 +20,7 @@ What the stages change in the cost model decides which need planning:
   the whole batch's unconstrained optimum, which fits); otherwise its optimum is no faster.
 
 Each stage's search is given the fastest step held so far as a ceiling: pipeline and micro-batch
-pairs whose lower bound reaches it are not searched (:func:`planner.pipeline_search.search_pipeline`),
+pairs whose lower bound reaches it are not searched (:func:`planner.pipeline.search.search_pipeline`),
 nor proven against.
 
 The stages run in the order 0, 1, 2, 3 (ZeRO-0 first: the plan given before the choice, so a
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from networks.errors import DnnplanError
-from planner.optimize import Settings
+from planner.problem.solve import Settings
 from planner.solvers import Budget
 
 #: the order the stages are planned in (module docstring)

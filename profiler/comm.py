@@ -16,7 +16,7 @@ from costmodel.compute.profile_table import ProfileTable
 from networks.errors import DnnplanError
 from profiler.comm_bench import BENCH_REVISION
 from profiler.dispatch import probe_env
-from profiler.jobs import run_job
+from lifecycle.jobs import run_job
 
 KIB, MIB = 1024, 1024 * 1024
 

@@ -38,7 +38,7 @@ import numpy as np
 from kernels.cuda import libs
 from networks.writing import write_file
 from profiler.harness import DISTURB_ELEMS, last_level_cache_bytes  # the kernels' cache passes
-from profiler.jobs import watch_launcher
+from lifecycle.jobs import watch_launcher
 
 ITEM = 4
 #: How the collectives are timed, recorded with their fits (``comm["bench"]``): 1, after a 4 MiB

@@ -20,8 +20,8 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.calls.kernel_call import KernelCall
 from profiler import harness
-from profiler.jobs import LAUNCHER_ENV, start_time, watch_launcher
-from profiler.sigint import sigint_handled_by
+from lifecycle.jobs import LAUNCHER_ENV, start_time, watch_launcher
+from lifecycle.stops import sigint_handled_by
 
 KEEP_BYTES = 1 << 30  # a companion keeps the operands of the calls it was given up to this many bytes
 
@@ -34,7 +34,7 @@ def ctrl_c_after_fork() -> Iterator[None]:
     Ctrl-C landing while a companion is forked would be lost in the parent (the command ran on to
     its end and exited 0) and print a traceback from the child. The child inherits the noting
     handler until it ignores Ctrl-C (its parent ends it). Where the handler cannot be set
-    (profiler.sigint) this changes nothing."""
+    (lifecycle.stops) this changes nothing."""
     noted: list[int] = []
     try:
         with sigint_handled_by(lambda signum, frame: noted.append(signum)):

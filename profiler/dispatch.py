@@ -19,7 +19,7 @@ import sys
 
 from costmodel.compute.profile_table import Entry, dispatch_key
 from profiler.harness import summarize
-from profiler.jobs import launcher_env
+from lifecycle.jobs import launcher_env
 
 TIMEOUT_S = 120.0
 
@@ -44,7 +44,7 @@ def time_dispatch(threads: int = 1, concurrency: int = 1,
     or times out leaves the table without the entries (the prediction then has no dispatch time);
     it never stops a plan."""
     cmd = [sys.executable, "-m", "executor.probes.dispatch", "--threads", str(threads)]
-    env = launcher_env(probe_env())  # a probe ends itself should this process die (profiler.jobs)
+    env = launcher_env(probe_env())  # a probe ends itself should this process die (lifecycle.jobs)
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(max(concurrency, 1))]
     runs = []

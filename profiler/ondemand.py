@@ -36,11 +36,11 @@ from costmodel.compute.profile_table import (DISPATCH, Entry, collective_key, is
 from costmodel.compute.profiled import Lookup, ProfiledCompute
 from networks.errors import DnnplanError
 from networks.writing import SystemFailure
-from profiler import comm_context, dispatch, side_by_side, step_context, sync
+from profiler import comm_context, dispatch, rank_wait, side_by_side, step_context
 from profiler.companions import Companions
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK, TimingPolicy, time_call
-from profiler.sigint import sigint_handled_by
+from lifecycle.stops import sigint_handled_by
 from profiler.tables import cache_path, earlier_cache_paths, open_for_device, read_table, write_table
 
 
@@ -240,7 +240,7 @@ class OnDemandCompute(ProfiledCompute):
                 self.table = with_executor(self.table, name, entry)
 
     def wait_per_work(self, ranks: int, time_missing: bool = True) -> float:
-        """A ``ranks``-rank step's wait per second of work (profiler.sync), its probe run under
+        """A ``ranks``-rank step's wait per second of work (profiler.rank_wait), its probe run under
         mpiexec on first use when the cache has none, or none of the executor's code around a
         collective that the same probe measures (or, with ``refresh``, once per process);
         ``time_missing=False``: the cache's value only."""
@@ -250,7 +250,7 @@ class OnDemandCompute(ProfiledCompute):
         if ranks > 1 and time_missing and self.enabled and key not in self._timed and (self.refresh or missing):
             self._timed.add(key)
             self._say(f"profiling how long {ranks} ranks wait for each other and the code around a collective (cached)")
-            entries, why = sync.time_wait(self.threads, ranks)
+            entries, why = rank_wait.time_wait(self.threads, ranks)
             if why and self.progress:
                 Console(stderr=True).print(f"[yellow]warning:[/yellow] {why}; predictions leave out the time "
                                            "ranks wait for each other")

@@ -22,7 +22,7 @@ from costmodel.compute.profile_table import Entry, ProfileTable, with_entries
 from networks.errors import DnnplanError
 from profiler.gpu_timing import time_call_gpu
 from profiler.harness import TimingPolicy, time_call
-from profiler.sigint import sigint_handled_by
+from lifecycle.stops import sigint_handled_by
 from profiler.tables import write_table
 
 Progress = Callable[[int, int, KernelCall], None]  # (done, total, call just measured)
@@ -90,7 +90,7 @@ def profile_calls(calls: list[KernelCall], table: ProfileTable, xp: ModuleType =
 def _save(table: ProfileTable, out: str, shielded: bool) -> None:
     """Write the table (atomically, merged with what the file holds); ``shielded``: with a second
     Ctrl-C (or SIGTERM, SIGHUP) ignored meanwhile, so that the entries of an interrupted run are
-    saved (profiler.sigint)."""
+    saved (lifecycle.stops)."""
     if not shielded:
         write_table(table, out)
         return

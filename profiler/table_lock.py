@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from networks.writing import SystemFailure, failure, umask
-from profiler.jobs import launcher_alive
+from lifecycle.jobs import launcher_alive
 
 #: How long a writer waits for another to finish writing the same table [s]
 WAIT_S = 60.0

@@ -6,7 +6,7 @@ import os
 
 from costmodel.frameworks.uniform import uniform_strategies
 from executor.session.step_choice import uniform_plan
-from planner.plan_file import write_plan
+from planner.plan.plan_file import write_plan
 from profiler import context
 
 

@@ -11,7 +11,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("dnnplan", "executor", "planner", "profiler", "kernels", "costmodel", "networks")
+PACKAGES = ("dnnplan", "executor", "planner", "profiler", "kernels", "costmodel", "lifecycle", "networks")
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
 #: Functions longer than MAX_FUNCTION_LINES where one straight sequence reads better than pieces

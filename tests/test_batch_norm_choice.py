@@ -20,7 +20,7 @@ from executor.check.reference_bn import sample_shards
 from executor.session import validate as validation
 from executor.session.validate import RunSettings
 from networks.loader import load_network
-from planner.plan_file import read_plan
+from planner.plan.plan_file import read_plan
 
 runner = CliRunner()
 TINYRES = "tests/assets/tinyres.yaml"

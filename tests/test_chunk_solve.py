@@ -1,5 +1,5 @@
-"""Interleaved device solves count memory chunk by chunk as predict does (planner/chunk_solve.py,
-costmodel/memory/pipeline.py ChunkHold, planner/interleave.py)."""
+"""Interleaved device solves count memory chunk by chunk as predict does (planner/pipeline/chunks.py,
+costmodel/memory/pipeline.py ChunkHold, planner/pipeline/interleave.py)."""
 
 from pathlib import Path
 
@@ -9,11 +9,11 @@ from costmodel.frameworks.megatron import megatron_strategies
 from costmodel.step.pipeline import INTERLEAVED, predict_pipeline
 from costmodel.memory.pipeline import ChunkHold, held_bytes
 from costmodel.step.prediction import predict_step
-from planner import interleave
-from planner.optimize import Settings
-from planner.pipeline_search import _Search
-from planner.stack import uniform_stack
-from planner.stage_solve import StageSolver
+from planner.pipeline import interleave
+from planner.problem.solve import Settings
+from planner.pipeline.search import _Search
+from planner.pipeline.stack import uniform_stack
+from planner.pipeline.stages import StageSolver
 from profiler import context
 
 ZOO_TINY = Path(__file__).resolve().parents[1] / "networks" / "zoo" / "gpt-tiny.yaml"
@@ -120,7 +120,7 @@ class _Fake:
         self.answers = answers
 
     def _sol(self, objective, acts):
-        from planner.stage_solve import StageSolution  # noqa: PLC0415 - the fake's answers only
+        from planner.pipeline.stages import StageSolution  # noqa: PLC0415 - the fake's answers only
         return StageSolution(None, {}, {}, objective, 0.0, float(sum(acts)), float(sum(acts)),
                              layer_activation_bytes=acts)
 
@@ -139,7 +139,7 @@ def test_a_held_solve_returns_the_first_relaxation_that_fits_every_moment():
     busiest moment is (1, 3): 38 > 30; that moment's relaxation answers (12, 2), busiest (3, 1):
     seen, so the mean (2, 2) is tried: (5, 5) holds 20 at both moments and fits. It is the optimum
     of a relaxation, so the device's: no gap (its objective 4 is the best relaxation bound)."""
-    from planner.chunk_solve import solve_held  # noqa: PLC0415 - beside the fake it drives
+    from planner.pipeline.chunks import solve_held  # noqa: PLC0415 - beside the fake it drives
     hold = ChunkHold(((3, 1), (1, 3)), (0, 1))
     answers = {(3.0, 1.0): (3.0, (2.0, 12.0)), (1.0, 3.0): (2.0, (12.0, 2.0)), (2.0, 2.0): (4.0, (5.0, 5.0))}
     fake = _Fake(answers, 30.0)
@@ -150,10 +150,10 @@ def test_a_held_solve_returns_the_first_relaxation_that_fits_every_moment():
 
 
 def test_a_held_solve_falls_back_on_each_chunks_most_with_the_relaxations_bound():
-    """When no relaxation's answer fits every moment in :data:`planner.chunk_solve.TRIES` solves,
+    """When no relaxation's answer fits every moment in :data:`planner.pipeline.chunks.TRIES` solves,
     each chunk counted at its most, (3, 3), restricts the plan to one that fits every moment; its gap
     is against the relaxations' bound, not its own (a restriction's optimum bounds nothing)."""
-    from planner.chunk_solve import solve_held  # noqa: PLC0415 - beside the fake it drives
+    from planner.pipeline.chunks import solve_held  # noqa: PLC0415 - beside the fake it drives
     hold = ChunkHold(((3, 1), (1, 3)), (0, 1))
     answers = {(3.0, 1.0): (3.0, (2.0, 12.0)), (1.0, 3.0): (2.0, (12.0, 2.0)), (2.0, 2.0): (3.5, (2.0, 12.0)),
                (3.0, 3.0): (6.0, (4.0, 4.0))}

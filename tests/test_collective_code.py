@@ -27,8 +27,8 @@ from executor.session import execute as session
 from executor.report.compare import Measured, compare_prediction
 from executor.runtime.stage import run_strategies
 from networks.loader import load_network
-from planner.plan_file import write_plan
-from profiler import sync
+from planner.plan.plan_file import write_plan
+from profiler import rank_wait
 from tests.support.cases import make_plan
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -150,7 +150,7 @@ def test_the_probe_on_one_rank_gives_every_kind_and_pass():
 
 @pytest.mark.mpi
 def test_the_probe_under_mpiexec_gives_the_tables_code_entries():
-    entries, why = sync.time_wait(1, 2)
+    entries, why = rank_wait.time_wait(1, 2)
     assert why == ""
     for kind in collective_code.KINDS:
         for nbytes in collective_code.PASS_BYTES:

@@ -12,7 +12,7 @@ from executor.runtime.stage import run_strategies
 from profiler import comm_context
 from tests.support.cases import make_plan
 from networks.loader import load_network
-from planner.plan_file import write_plan
+from planner.plan.plan_file import write_plan
 
 
 @pytest.mark.mpi

@@ -142,7 +142,7 @@ def test_the_step_prediction_adds_dispatch_per_pass_and_the_layers_keep_their_ph
 
 def test_the_planner_agrees_with_the_prediction_when_dispatch_is_priced():
     # make_plan checks its solver objective against predict_step (1e-9): dispatch is in both
-    from planner.optimize import make_plan as plan_net
+    from planner.problem.solve import make_plan as plan_net
     net = load_network("lenet5")
     timed = _compute({"dispatch/h6": _entry(20e-6, 1000), "dispatch/h10": _entry(40e-6, 100_000)})
     plan = plan_net(net, "lenet5", 16, 2, load_machine("local"), timed, with_baselines=False)

@@ -39,7 +39,7 @@ from kernels.embedding import embedding_backward_weights, embedding_forward
 from kernels.loss import combine_vocab_rows, softmax_xent_backward, softmax_xent_forward
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from planner.plan_file import write_plan
+from planner.plan.plan_file import write_plan
 from profiler import context
 
 GPT = "gpt-tiny"

@@ -24,7 +24,7 @@ from executor.launch import mpiexec as launch
 from executor.ops import attention, moe
 from kernels import moe as k
 from networks.loader import load_network
-from planner.plan_file import read_plan
+from planner.plan.plan_file import read_plan
 
 
 def _params(name: str) -> int:

@@ -24,9 +24,9 @@ from executor.runtime.pipeline import schedule_ops
 from executor.session.step_choice import uniform_plan
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from planner.plan import PipelineSpec
-from planner.plan_file import read_plan, write_plan
-from planner.plan_pipeline import predict_pipelined
+from planner.plan.plan import PipelineSpec
+from planner.plan.plan_file import read_plan, write_plan
+from planner.pipeline.to_plan import predict_pipelined
 from profiler import context
 
 GPT = "gpt-tiny"

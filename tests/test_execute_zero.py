@@ -36,7 +36,7 @@ from executor.session.execute import prepare
 from executor.session.step_choice import uniform_plan
 from executor.runtime.zero import LayerZero, pack, rank_counts, shard_bounds, split_mine, unpack
 from kernels.optimizer import sgd_momentum_update
-from planner.plan_file import write_plan
+from planner.plan.plan_file import write_plan
 from profiler import context
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,7 +199,7 @@ from mpi4py import MPI
 from executor.backend.host import HOST
 from executor.runtime.stage import _Runtime
 from executor.runtime.timers import Timers
-from planner.plan_file import read_plan
+from planner.plan.plan_file import read_plan
 comm = MPI.COMM_WORLD
 out = {}
 for path in sys.argv[1:]:

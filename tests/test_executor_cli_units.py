@@ -199,7 +199,7 @@ def test_bad_options_are_exit_2(plan2, args, what):
 
 def test_profile_of_another_thread_count_warns(plan2):
     from executor.session.execute import profile_check
-    from planner.plan_file import read_plan
+    from planner.plan.plan_file import read_plan
 
     class Table:
         fingerprint = {"threads": 4, "backend": "numpy"}
@@ -217,7 +217,7 @@ def test_profile_of_another_thread_count_warns(plan2):
 
 def test_profile_of_another_kernel_revision_warns(plan2):
     from executor.session.execute import profile_check
-    from planner.plan_file import read_plan
+    from planner.plan.plan_file import read_plan
     from kernels import KERNELS_REVISION
 
     def table(fp):

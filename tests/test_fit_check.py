@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from networks.errors import DnnplanError
-from planner.auto import refit_choice
+from planner.first_plan import refit_choice
 from planner.fit_check import fitting
-from planner.optimize import Settings
-from planner.pipeline_pairs import AUTO
-from planner.pipeline_search import SearchOutOfTime, search_pipeline
+from planner.problem.solve import Settings
+from planner.pipeline.triples import AUTO
+from planner.pipeline.search import SearchOutOfTime, search_pipeline
 from planner.solvers import Budget
 from profiler import context
 
@@ -69,7 +69,7 @@ def test_no_fit_after_every_try_is_one_clear_error():
 
 
 def test_a_refit_plans_the_choices_own_pair_under_the_lowered_limit(tmp_path):
-    """planner.auto.refit_choice (dnnplan plan's out-of-time fit check, with or without --pipeline):
+    """planner.first_plan.refit_choice (dnnplan plan's out-of-time fit check, with or without --pipeline):
     the over-limit choice's own stages and micro-batches searched again under the lower limit, within
     a share of the stated time; the answer fits that limit and its gap counts the first search's bound."""
     text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4")

@@ -119,7 +119,7 @@ def test_the_planner_weighs_flash_and_materialized_where_flash_runs():
 
 
 def test_the_planner_takes_flash_on_a_gpu_machine():
-    from planner.optimize import Settings, make_plan
+    from planner.problem.solve import Settings, make_plan
     net = with_precision(load_network("gpt2"), "bf16")
     plan = make_plan(net, "gpt2", 16, 8, A100, compute_model(A100, precision="bf16"),
                      settings=Settings(precision="bf16"), with_baselines=False)
@@ -127,8 +127,8 @@ def test_the_planner_takes_flash_on_a_gpu_machine():
 
 
 def test_a_plan_file_names_an_attention_algorithm_or_is_refused(tmp_path):
-    from planner.optimize import Settings, make_plan
-    from planner.plan_file import read_plan, write_plan
+    from planner.problem.solve import Settings, make_plan
+    from planner.plan.plan_file import read_plan, write_plan
     net = load_network("gpt-tiny")
     plan = make_plan(net, "gpt-tiny", 4, 2, A100, Roofline(A100), settings=Settings(), with_baselines=False,
                      machine_ref="dgx-a100")

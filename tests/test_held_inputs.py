@@ -16,7 +16,7 @@ from costmodel.memory.held_inputs import held_deltas
 from costmodel.step.prediction import predict_step
 from dnnplan.cli import app
 from networks.analysis import saved_outputs
-from planner.plan_file import write_plan
+from planner.plan.plan_file import write_plan
 from profiler.context import compute_model
 from tests.support.cases import load, make_plan
 

@@ -7,8 +7,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from dnnplan.cli import app
-from dnnplan.helptext import reflow
+from dnnplan.cli import app, reflow
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "200"}

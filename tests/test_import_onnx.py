@@ -24,7 +24,7 @@ from networks.importers.onnx_import import import_onnx
 from networks.loader import load_network
 from networks.spec import parse_network
 from onnx_builders import Builder, small_cnn, transformer
-from planner.optimize import make_plan
+from planner.problem.solve import make_plan
 
 ASSETS = Path(__file__).parent / "assets" / "onnx"
 

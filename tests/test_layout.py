@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from costmodel.parallel.layout import AxisSplit, Layout, block, reshard_volume, same_blocks, transfers
-from costmodel.parallel.strategy import GRID_ORDER, Strategy, make_strategy, parse_degrees
+from costmodel.parallel.axes import GRID_ORDER
+from costmodel.parallel.strategy import Strategy, make_strategy, parse_degrees
 from networks.ops.base import Window
 
 

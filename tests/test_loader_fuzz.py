@@ -41,8 +41,8 @@ from costmodel.parallel.strategy import Strategy
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from planner.plan import Plan
-from planner.plan_file import read_plan
+from planner.plan.plan import Plan
+from planner.plan.plan_file import read_plan
 from profile_calls import _two_calls
 from profiler.fingerprint import fingerprint
 from profiler.harness import QUICK

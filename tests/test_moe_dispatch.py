@@ -23,7 +23,7 @@ from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from networks.ops.moe import DISPATCHERS
-from planner.plan_file import read_plan
+from planner.plan.plan_file import read_plan
 
 runner = CliRunner()
 

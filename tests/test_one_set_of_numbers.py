@@ -16,9 +16,9 @@ from dnnplan.cli import app
 from dnnplan.render.execute import _terms
 from executor.report.compare import Measured, compare_prediction, predicted_layers
 from networks.loader import load_network
-from planner.build import build_problem
-from planner.optimize import make_plan
-from planner.plan_file import read_plan
+from planner.problem.build import build_problem
+from planner.problem.solve import make_plan
+from planner.plan.plan_file import read_plan
 from planner.solvers import min_memory
 
 runner = CliRunner()

@@ -151,7 +151,7 @@ def test_no_planned_step_beats_its_flops_at_peak(name, precision):
     GEMMs only: a convolution on Winograd or FFT does fewer FLOPs than the model counts, so a CNN's
     utilisation of its nominal FLOPs may exceed it; the per-pass floor above covers those.)"""
     from costmodel.choices.precision import get_precision, matmul_peak
-    from planner.optimize import Settings, make_plan
+    from planner.problem.solve import Settings, make_plan
     machine = load_machine("dgx-a100")
     net = with_precision(load_network(name), precision)
     plan = make_plan(net, name, 64, 8, machine, compute_model(machine, precision=precision),

@@ -1,4 +1,4 @@
-"""The pipeline search (planner.pipeline_search): its cut search and its outer search are exact
+"""The pipeline search (planner.pipeline.search): its cut search and its outer search are exact
 over their domain, checked by brute force; the Lagrangian stage solve is feasible and within its gap."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from costmodel.layer.candidates import candidate_strategies, divisors
 from networks.errors import DnnplanError
 from costmodel.step.pipeline import INTERLEAVED, stage_network
 from costmodel.memory.pipeline import device_hold
-from planner import interleave
-from planner.cut_search import best_cut, cut_lower
-from planner.pipeline_pairs import AUTO, chunk_counts
-from planner.optimize import Settings
-from planner.pipeline_search import _Search, kept, micro_sizes, roles, search_pipeline
+from planner.pipeline import interleave
+from planner.pipeline.cuts import best_cut, cut_lower
+from planner.pipeline.triples import AUTO, chunk_counts, micro_sizes
+from planner.problem.solve import Settings
+from planner.pipeline.search import _Search, kept, roles, search_pipeline
 from planner.solvers import Edge, Problem, evaluate, solve
 from planner.solvers.lagrange import solve_lagrange
-from planner.stack import uniform_stack
-from planner.stage_solve import StageSolver
+from planner.pipeline.stack import uniform_stack
+from planner.pipeline.stages import StageSolver
 from profiler import context
 
 ZOO = Path(__file__).resolve().parents[1] / "networks" / "zoo"
@@ -335,7 +335,7 @@ def test_the_chosen_pairs_stages_have_their_gaps_closed(tmp_path):
 
 def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path):
     """Under the default schedule every (S, m) that was the best 1F1B pair when it was searched has
-    its interleaved triples weighed, not only the last best (planner.pipeline_pairs.interleaving):
+    its interleaved triples weighed, not only the last best (planner.pipeline.triples.interleaving):
     the 4-block GPT on 8 devices at batch 8 under 1.5 MiB finds (2, 8) first, whose 2 chunks a device
     are searched, then (4, 8) and (4, 1), which cannot interleave 4 blocks (the last best alone
     weighed no interleaving)."""
@@ -362,7 +362,7 @@ def test_no_interleaving_beats_its_pairs_1f1b_bound_times_the_saving_and_default
     each triple's step is at least ``saving(S, m, V)`` times its pair's 1F1B lower bound (the bound
     the default schedule prunes other pairs' interleavings by), and the default schedule, which
     interleaves only where that bound could win, finds the best step of all (1F1B or interleaved)."""
-    from planner.pipeline_pairs import saving
+    from planner.pipeline.triples import saving
 
     ctx = context.resolve(_gpt4(tmp_path), 8, batch, "dgx-a100", None, precision="fp16")
     limit = 2.0 ** 30 * limit_gib

@@ -1,6 +1,6 @@
 """The planner's axes (issue 52, "the planner searches these axes"): context and expert parallelism
 chosen where they win, by hand-checked small cases; interleaved 1F1B searched, written to a plan file
-and priced again the same by `dnnplan predict`; the layout named by axis (planner.axes)."""
+and priced again the same by `dnnplan predict`; the layout named by axis (planner.plan.layout_by_axis)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from costmodel.parallel.strategy import Strategy
 from dnnplan.cli import app
 from executor.session.execute import cannot_run
-from planner.axes import axes, axes_line
-from planner.pipeline_pairs import saving
-from planner.plan_file import read_plan
+from planner.plan.layout_by_axis import axes, axes_line
+from planner.pipeline.triples import saving
+from planner.plan.plan_file import read_plan
 
 ZOO = Path(__file__).resolve().parents[1] / "networks" / "zoo"
 LONG_ATTENTION = """name: long-attention
@@ -115,7 +115,7 @@ def test_the_default_search_interleaves_the_best_pair_and_says_so(tmp_path):
     """Without --schedule the best 1F1B pair is also weighed interleaved: 8 blocks on 4 devices,
     whose best pair (4 stages, 4 micro-batches) can hold 2 chunks a device; that variant is weighed
     (searched, or ruled out by its lower bound), another pair's only where its interleaving could
-    win (its 1F1B lower bound times planner.pipeline_pairs.saving below the step), and nothing
+    win (its 1F1B lower bound times planner.pipeline.triples.saving below the step), and nothing
     tried beats the plan."""
     args = ["plan", _gpt8(tmp_path), "-p", "4", "-b", "16", "--machine", "dgx-a100", "--precision", "fp16",
             "--memory", "0.004", "--pipeline", "auto", "--json"]

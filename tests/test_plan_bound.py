@@ -15,8 +15,8 @@ from costmodel.machine.loading import load_machine
 from costmodel.choices.precision import with_precision
 from costmodel.compute.roofline import Roofline
 from networks.loader import load_network
-from planner.optimize import Settings, make_plan
-from planner.pipeline_search import SearchOutOfTime, search_pipeline
+from planner.problem.solve import Settings, make_plan
+from planner.pipeline.search import SearchOutOfTime, search_pipeline
 from planner.solvers import Budget
 
 #: llama2-7b at batch 320 on 64 A100s in bf16: the memory limit binds and the exact search takes
@@ -66,7 +66,7 @@ def test_ctrl_c_during_a_long_solve_prints_the_best_plan_so_far_and_exits_130(as
 
 @pytest.mark.slow
 def test_sigterm_during_a_long_solve_shows_the_best_plan_and_exits_143():
-    """A batch scheduler's stop (SIGTERM) is handled as Ctrl-C is (profiler.stops): the best plan
+    """A batch scheduler's stop (SIGTERM) is handled as Ctrl-C is (lifecycle.stops): the best plan
     so far, then exit 128 + 15."""
     proc = _start(*LONG, "--time-limit", "600")
     try:

@@ -11,8 +11,8 @@ from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from dnnplan.cli import app
-from planner.optimize import make_plan
-from planner.plan_file import plan_to_dict, read_plan, write_plan
+from planner.problem.solve import make_plan
+from planner.plan.plan_file import plan_to_dict, read_plan, write_plan
 
 runner = CliRunner()
 MACHINE = load_machine(DEFAULT_MACHINE)

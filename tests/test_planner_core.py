@@ -18,8 +18,8 @@ from costmodel.layer.edge_table import LayoutTable, _maxima_ids, copy_runs_ids, 
 from costmodel.step.prediction import predict_step
 from networks.errors import DnnplanError
 from networks.loader import load_network, zoo_names
-from planner.build import build_problem, derivable, derive_estimate
-from planner.optimize import Settings, make_plan
+from planner.problem.build import build_problem, derivable, derive_estimate
+from planner.problem.solve import Settings, make_plan
 from planner.solvers import Edge, Problem, evaluate, min_memory, solve
 
 MACHINE = load_machine(DEFAULT_MACHINE)

@@ -228,7 +228,7 @@ def test_plan_file_keeps_its_optimizer_and_zero_stage_and_the_executor_refuses_t
 
 def test_model_flop_utilisation_is_the_networks_flops_over_the_peak_it_trains_at():
     from networks.analysis import summarize
-    from planner.optimize import Settings, make_plan
+    from planner.problem.solve import Settings, make_plan
     net = with_precision(load_network("resnet50"), "tf32")
     plan = make_plan(net, "resnet50", 256, 1, A100, compute_model(A100, precision="tf32"),
                      settings=Settings(precision="tf32"), with_baselines=False)

@@ -15,8 +15,8 @@ from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from planner.build import build_problem
-from planner.optimize import Settings, make_plan
+from planner.problem.build import build_problem
+from planner.problem.solve import Settings, make_plan
 from planner.solvers.problem import min_memory
 
 A100 = load_machine("dgx-a100")

@@ -21,8 +21,8 @@ from costmodel.parallel.layout import max_block_extents
 from costmodel.choices.precision import with_precision
 from costmodel.parallel.strategy import make_strategy, parse_degrees
 from networks.loader import load_network
-from planner.optimize import make_plan
-from planner.plan_file import plan_from_dict, plan_to_dict
+from planner.problem.solve import make_plan
+from planner.plan.plan_file import plan_from_dict, plan_to_dict
 
 A100 = load_machine("dgx-a100")
 T, BATCH, SEQ, WIDTH = 4, 4, 1024, 768  # gpt2 on one node: 4-way tensor groups, 2-way data parallel

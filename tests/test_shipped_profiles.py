@@ -47,7 +47,7 @@ def test_a_plan_records_the_tables_identity_that_execute_compares(tmp_path):
     r = runner.invoke(app, ["plan", "gpt2", "-p", "1", "-b", "8", "--machine", "dgx-h100", "--precision", "bf16",
                             "--optimizer", "momentum", "--profile", "h100-bf16", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    from planner.plan_file import read_plan  # noqa: PLC0415
+    from planner.plan.plan_file import read_plan  # noqa: PLC0415
 
     assert read_plan(str(out))[0].profile_fingerprint == read_table("h100-bf16").short_id
 

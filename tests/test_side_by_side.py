@@ -1,6 +1,6 @@
 """--refresh-profile times the calls the plans are weighed on side by side: every call once per
 round (profiler.side_by_side), after a first pass of the weighing that only lists them
-(planner.refreshed)."""
+(planner.problem.full_profile)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_listing_times_nothing_and_retime_replaces_each_entry_once(monkeypatch):
 
 
 def test_refreshed_weighs_twice_on_retimed_kernels_only_when_refreshing():
-    from planner.refreshed import refreshed
+    from planner.problem.full_profile import refreshed
 
     class Model:
         def __init__(self, refresh):
@@ -148,7 +148,7 @@ def test_a_weighing_that_filled_the_profile_is_weighed_again_on_it():
     the completed table, after ``again`` (issue 55: lenet5 on two ranks priced one plan twice)."""
     from types import SimpleNamespace
 
-    from planner.refreshed import refreshed
+    from planner.problem.full_profile import refreshed
 
     class Filling:
         refresh = False

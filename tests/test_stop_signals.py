@@ -208,9 +208,9 @@ def test_a_rank_exits_once_its_launcher_is_gone():
     """A rank (or probe) watches the dnnplan that started it: gone (here: a process that exits at
     once, reaped), the rank exits within a second or two."""
     launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    from profiler.jobs import LAUNCHER_ENV, start_time  # noqa: PLC0415
+    from lifecycle.jobs import LAUNCHER_ENV, start_time  # noqa: PLC0415
     named = f"{launcher.pid}:{start_time(launcher.pid)}"
-    rank = subprocess.Popen([sys.executable, "-c", "from profiler.jobs import watch_launcher; import time; "
+    rank = subprocess.Popen([sys.executable, "-c", "from lifecycle.jobs import watch_launcher; import time; "
                              "watch_launcher(); print('watching', flush=True); time.sleep(600)"], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT), LAUNCHER_ENV: named},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

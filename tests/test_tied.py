@@ -16,7 +16,7 @@ from costmodel.layer.tied import head_sum_s, tie_estimate, tie_mismatch, ties
 from dnnplan.cli import app
 from executor.session.step_choice import uniform_plan
 from networks.loader import load_network
-from planner.plan_file import read_plan, write_plan
+from planner.plan.plan_file import read_plan, write_plan
 from profiler import context
 
 GPT = "gpt-tiny"

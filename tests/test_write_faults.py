@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dnnplan.app import EXIT_SYSTEM
-from dnnplan.cli import app
+from dnnplan.cli import app, EXIT_SYSTEM
 from networks import writing
 from networks.errors import DnnplanError
 from networks.reading import read_text

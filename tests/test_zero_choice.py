@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from dnnplan.cli import app
 from dnnplan.render import fmt
-from planner.auto import answer_peak, first_plan
-from planner.optimize import Settings, make_plan
+from planner.first_plan import answer_peak, first_plan
+from planner.problem.solve import Settings, make_plan
 from planner.solvers import Budget
 from planner.zero_choice import Weighed, fastest_stage
 from profiler import context
@@ -168,8 +168,8 @@ def test_out_of_time_planning_again_the_answers_own_pair_is_planned_under_the_lo
     """ZeRO-0's answer (gradient accumulation) taken as 0.05 GiB over the limit, and its search
     under the lowered limit out of time (llm-foundry's MPT-7B at 65,536 on 8 H100s): its own pipeline
     degree and micro-batch count are planned under that limit, and the gap stated counts every layout."""
-    import planner.auto as auto
-    from planner.pipeline_search import SearchOutOfTime
+    import planner.first_plan as auto
+    from planner.pipeline.search import SearchOutOfTime
 
     spec = _gpt(tmp_path, 1024, 1024)
     real_stage, real_peak, calls, first = auto._at_stage, auto.answer_peak, [], []

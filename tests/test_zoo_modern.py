@@ -13,7 +13,7 @@ from costmodel.machine.loading import load_machine
 from costmodel.choices.precision import with_precision
 from networks.analysis import summarize
 from networks.loader import load_network
-from planner.optimize import Settings, make_plan
+from planner.problem.solve import Settings, make_plan
 
 #: name: (hidden D, layers L, query heads, key/value heads, intermediate F, vocabulary V, sequence S,
 #: experts, experts a token, released total)

@@ -36,10 +36,10 @@ IDENTITY_KEYS = ("backend", "device", "cores", "threads", "memory_bytes")
 #: ``dispatch/b<batch>`` entries (the probe's mean per pass at a batch, before 2026-11-26) are ignored.
 DISPATCH = "dispatch"
 #: A P-rank step's wait for its slowest rank per second of work: the entry ``wait/p<P>``
-#: (executor.probes.wait, profiler.sync).
+#: (executor.probes.wait, profiler.rank_wait).
 WAIT = "wait"
 #: The executor's own code around one collective of a P-rank step, after a pass over some bytes:
-#: entries ``collective/p<P>/<kind>/b<bytes>`` (executor.probes.collective_code, profiler.sync).
+#: entries ``collective/p<P>/<kind>/b<bytes>`` (executor.probes.collective_code, profiler.rank_wait).
 COLLECTIVE = "collective"
 
 _ENTRY_KEYS = ("min_s", "median_s", "spread", "count", "flops", "bytes")

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from costmodel.parallel.shard import dim_splits, check_fits
+from costmodel.parallel.axes import CONTEXT, EXPERT, TENSOR, C, E, F, H, N
+from costmodel.parallel.shard import check_fits, dim_splits
 from costmodel.parallel.strategy import Strategy, make_strategy
 from costmodel.frameworks.uniform import Fallback, data_strategy
 from networks.errors import DnnplanError
@@ -42,16 +43,16 @@ VOCABULARY_OPS = ("embedding", "softmax_cross_entropy")
 def _wanted(layer: Layer, split_in: bool, sequence_parallel: bool) -> tuple[str | None, bool]:
     """(tensor dimension for this layer or None, whether its output is split over features)."""
     if layer.op in ("attention", "moe"):  # heads; experts' hidden width (expert tensor parallelism = tp)
-        return "F", False
+        return F, False
     if layer.op == "linear":
         if dict(layer.params).get("tied_to"):
-            return "F", True
-        return ("C", False) if split_in else ("F", True)
+            return F, True
+        return (C, False) if split_in else (F, True)
     if layer.op in VOCABULARY_OPS:
-        return "C", False
+        return C, False
     if OPS[layer.op].splits in (pointwise_splits, swiglu_splits) and split_in:  # relu, gelu, dropout, add, swiglu
-        return "C", True
-    return ("H" if sequence_parallel else None), False
+        return C, True
+    return (H if sequence_parallel else None), False
 
 
 def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
@@ -71,19 +72,19 @@ def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
     for layer in net.layers:
         split_in = any(split_out.get(src, False) for src in layer.inputs)
         dim, splits_features = _wanted(layer, split_in, sequence_parallel)
-        degrees = {"N": data} if data > 1 else {}
+        degrees = {N: data} if data > 1 else {}
         if dim and tensor > 1:
             degrees[dim] = tensor
-        if context > 1 and "H" in dim_splits(layer):
-            degrees["H"] = context * degrees.get("H", 1)  # SP inside CP: the local sequence split t ways
-        if expert > 1 and "E" in dim_splits(layer):
+        if context > 1 and H in dim_splits(layer):
+            degrees[H] = context * degrees.get(H, 1)  # SP inside CP: the local sequence split t ways
+        if expert > 1 and E in dim_splits(layer):
             want = _expert_strategy(layer, p, data, tensor, expert, degrees, batch)
             if want is not None:  # folded over the sequence-parallel tensor ranks too
                 out[layer.name], split_out[layer.name] = want, False
                 continue
-            degrees |= {"N": data // expert, "E": expert}
+            degrees |= {N: data // expert, E: expert}
         want = make_strategy(p, degrees)
-        if sequence_parallel and scatter and dim in ("C", "F") and tensor > 1:
+        if sequence_parallel and scatter and dim in TENSOR.letters and tensor > 1:
             variant = replace(want, seq_scatter=True)
             want = variant if check_fits(layer, variant, batch) is None else want
         why = check_fits(layer, want, batch)
@@ -107,12 +108,12 @@ def _expert_strategy(layer: Layer, p: int, data: int, tensor: int, expert: int, 
     None where expert parallelism stays inside the data ranks."""
     if expert <= data:
         return None
-    want = Strategy(p, make_strategy(p, {"E": expert} | {d: k for d, k in degrees.items() if d == "H"}).degrees,
+    want = Strategy(p, make_strategy(p, {E: expert} | {d: k for d, k in degrees.items() if d == H}).degrees,
                     expert_seq=tensor)
     why = check_fits(layer, want, batch)
     if why:
         raise DnnplanError(f"{layer.name}: expert parallelism {expert} over {data} data x {tensor} tensor ranks: {why}",
-                           hint="give --expert a divisor of the data-parallel degree, or data x tensor with "
+                           hint=f"give {EXPERT.flag} a divisor of the data-parallel degree, or data x tensor with "
                                 "--sequence-parallel")
     return want
 
@@ -121,15 +122,16 @@ def _data_degree(p: int, tensor: int, context: int, expert: int, sequence_parall
     """The data-parallel degree the tensor and context degrees leave, checked (one line each)."""
     if tensor < 1 or p % tensor:
         raise DnnplanError(f"the tensor-parallel degree {tensor} does not divide {p} devices",
-                           hint="give --tensor a divisor of --devices")
+                           hint=f"give {TENSOR.flag} a divisor of --devices")
     if context < 1 or (p // tensor) % context:
         raise DnnplanError(f"the context-parallel degree {context} does not divide the {p // tensor} devices "
-                           "--tensor leaves", hint="give --context a divisor of --devices / --tensor")
+                           f"{TENSOR.flag} leaves", hint=f"give {CONTEXT.flag} a divisor of --devices / {TENSOR.flag}")
     data = p // (tensor * context)
     if sequence_parallel and tensor > 1 and expert == data * tensor:  # folded over data x tensor (_expert_strategy)
         return data
     if expert < 1 or data % expert:
         raise DnnplanError(f"the expert-parallel degree {expert} does not divide the data-parallel degree {data}",
-                           hint="experts split over data-parallel ranks: give --expert a divisor of "
-                                "--devices / (--tensor x --context), or that times --tensor with --sequence-parallel")
+                           hint=f"experts split over data-parallel ranks: give {EXPERT.flag} a divisor of "
+                                f"--devices / ({TENSOR.flag} x {CONTEXT.flag}), or that times {TENSOR.flag} with "
+                                "--sequence-parallel")
     return data

@@ -33,7 +33,8 @@ from costmodel.parallel.layout import Layout, first_extents, reducible, reshard_
 from costmodel.calls.layer_calls import dtype_for_itemsize
 from costmodel.layer.edge import reshard_copy_s
 from costmodel.machine.model import Machine
-from costmodel.parallel.strategy import GRID_ORDER, composite
+from costmodel.parallel.axes import GRID_ORDER
+from costmodel.parallel.strategy import composite
 
 TABLE_LIMIT = 1 << 15  # largest per-pair overlap table (dst blocks x src blocks) vectorised
 CHUNK_ELEMS = 1 << 22  # pairs x ranks x blocks per numpy batch

@@ -30,7 +30,8 @@ from costmodel.layer.cost import group_time
 from costmodel.parallel.shard import weight_layouts
 from costmodel.parallel.layout import Layout, block
 from costmodel.machine.model import Machine
-from costmodel.parallel.strategy import GRID_ORDER, Strategy
+from costmodel.parallel.axes import GRID_ORDER
+from costmodel.parallel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Layer, Network
 from networks.ops.base import prod
 

@@ -5,7 +5,7 @@ A strategy gives each splittable dimension of a layer a degree; the degrees mult
 parallelism, Korthikanti et al. 2022, section 4.2.2) marks the variant of a tensor-parallel split
 whose reductions scatter over the sequence: the partial output is reduce-scattered into sequence
 shards and the input arrives in them, all-gathered (``costmodel.parallel.shard.sequence_scatter``). Degrees are laid on ranks in the
-fixed order of :data:`GRID_ORDER`, N, E, H, W, C, F, R with R innermost: rank = mixed-radix number
+fixed order of :data:`costmodel.parallel.axes.GRID_ORDER`, N, E, H, W, C, F, R with R innermost: rank = mixed-radix number
 whose most significant digit is the N coordinate. Groups that talk most often (replicas, filters,
 channels) are thus neighbours in rank order and fall inside a node first. E (experts) splits a
 mixture-of-experts layer's experts, and its tokens with N: as E lies right inside N, the N and E
@@ -33,19 +33,8 @@ from functools import cached_property
 
 import numpy as np
 
+from costmodel.parallel.axes import DIM_WORDS, ESEQ, GRID_ORDER, SP, SPLIT_DIMS
 from networks.errors import DnnplanError, short
-
-#: The one ordered list of parallel axes (outermost first), as Megatron-Core's
-#: ``RankGenerator(tp, ep, dp, pp, cp, order="tp-cp-ep-dp-pp")`` orders its groups (innermost first):
-#: samples N (data parallel, dp), experts E (expert parallel, ep: carved out of the data-parallel
-#: ranks, so it sits right inside N), H and W (spatial, or the sequence: context parallel, cp), C and F
-#: (contraction and filters: tensor parallel, tp), replication R. Pipeline stages (pp) are outside
-#: every layer's grid (costmodel.step.pipeline). A new axis is added here, once.
-GRID_ORDER = ("N", "E", "H", "W", "C", "F", "R")
-SPLIT_DIMS = GRID_ORDER[:-1]
-#: The key of the sequence-parallel variant in a strategy's degrees (``{"C": 8, "SP": 1}``)
-SP = "SP"
-ESEQ = "ESEQ"
 
 
 @dataclass(frozen=True)
@@ -192,8 +181,7 @@ def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
     unknown = set(degrees) - set(SPLIT_DIMS) - {"R", SP, ESEQ}
     if unknown:
         raise DnnplanError(f"unknown dimension(s) {', '.join(sorted(unknown))}",
-                           hint="dimensions are N (sample), E (experts), H and W (spatial or sequence), "
-                                "C (channels), F (filters)")
+                           hint=f"dimensions are {DIM_WORDS}")
     if p % used:
         product = f"{'x'.join(str(k) for _, k in items)} = {used}" if len(items) > 1 else str(used)
         raise DnnplanError(f"the degrees' product {short(product)} does not divide {p} devices",

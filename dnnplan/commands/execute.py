@@ -8,7 +8,7 @@ import typer
 
 from costmodel.choices.precision import get_precision
 from costmodel.step.prediction import model_flops_utilization
-from dnnplan.commandline import command_line
+from dnnplan.rerun import command_line
 from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt,
                              RanksOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)
 from dnnplan.output import check_outputs, write_json_file
@@ -16,7 +16,7 @@ from dnnplan.render import execute as render
 from dnnplan.render.messages import err_console, fail_line, warn
 from executor.report.compare import comparison_json
 from executor.launch.mpiexec import RunFailed
-from profiler import stops
+from lifecycle import stops
 from executor.report.job_view import non_finite_loss_warning, strategy_labels, trace_dict
 from executor.session.execute import in_step_context, measure_both, prepare, step_context_entries
 
@@ -59,7 +59,7 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
             prep = in_step_context(prep, step_context_entries(prep))
         job, ahead, in_run = guard_failure(lambda: measure_both(
             prep, steps=steps, warmup=warmup, check=check, trace=trace is not None, timeout_s=timeout, in_run=fresh))
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (profiler.stops): the job's ranks were ended
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (lifecycle.stops): the job's ranks were ended
         fail_line(f"interrupted by {stops.name()}: the run was stopped and every rank ended; an unfinished run "
                   "writes no result, JSON or trace (kernels timed on demand stay in the profile cache)")
         err_console.print(f"run it again with: {command_line(cli)}", markup=False, highlight=False, soft_wrap=True)

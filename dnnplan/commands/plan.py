@@ -17,12 +17,11 @@ from costmodel.comm.overlap import overlap_with_bucket, resolve_overlap
 from costmodel.step.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
 from costmodel.choices.precision import get_precision
 from costmodel.step.prediction import model_flops_utilization
-from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchNormOpt, BatchOpt, BucketOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt,
                              JsonOpt, LayersOpt, MachineOpt, MemoryOpt, MoeDispatchOpt, NetworkArg, OptimizerOpt,
                              OverlapOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt,
-                             PlanStepContextOpt, PlotOpt, PrecisionOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
-                             ScheduleOpt, SeqOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
+                             PlanStepContextOpt, PlotOpt, PrecisionOpt, ProfileOpt, RecomputeOpt, refresh_warning,
+                             RefreshOpt, ScheduleOpt, SeqOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
@@ -31,18 +30,19 @@ from dnnplan.render.progress import progress_line
 from dnnplan.search_bound import end, search_budget, stop_on_ctrl_c
 from executor.session import step_choice
 from networks.errors import DnnplanError, short
-from planner.auto import Answer, first_plan, refit_choice
+from planner.first_plan import Answer, first_plan, refit_choice
 from planner.fit_check import fitting
-from planner.axes import axes, axes_line
-from planner.optimize import Settings, make_plan
-from planner.pipeline_pairs import AUTO, DEFAULT
-from planner.pipeline_search import PROVE_S, PipelineChoice, search_pipeline
-from planner.plan import Plan
-from planner.plan_file import plan_to_dict, write_plan
-from planner.plan_pipeline import plan_of_choice
-from planner.refreshed import refreshed
+from planner.plan.layout_by_axis import axes, axes_line
+from planner.problem.solve import Settings, make_plan
+from planner.pipeline.triples import AUTO, DEFAULT
+from planner.pipeline.search import PROVE_S, PipelineChoice, search_pipeline
+from planner.plan.plan import Plan
+from planner.plan.plan_file import plan_to_dict, write_plan
+from planner.pipeline.to_plan import plan_of_choice
+from planner.problem.full_profile import refreshed
 from planner.sweep import parse_counts, sweep as run_sweep, with_speedups
-from profiler import context, stops
+from profiler import context
+from lifecycle import stops
 from profiler.context import Context
 
 GIB = 2 ** 30
@@ -115,7 +115,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                 return plan_sweep(ctx, network, sweep, plot, run.limit, run.settings, as_json)
             answer = _answer(run, pipeline, micro_batches, schedule, prove, click, step_context)
             budget.settled = True
-        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (profiler.stops): the best plan so far
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (lifecycle.stops): the best plan so far
             budget.request_stop()
             if budget.best is None:
                 fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s, before any plan was found")
@@ -154,7 +154,7 @@ def _defaults(click: typer.Context, ctx: Context) -> tuple[str, ...]:
 
 def _answer(run: Run, pipeline: str | None, micro_batches: int | None, schedule: str, prove: float,
             click: typer.Context, step_context: bool):
-    """The plan (planner.auto) or the pipeline search's choice (with --pipeline / --micro-batches)."""
+    """The plan (planner.first_plan) or the pipeline search's choice (with --pipeline / --micro-batches)."""
     ctx, settings = run.ctx, run.settings
     if schedule not in SCHEDULES + (INTERLEAVED, AUTO):
         raise DnnplanError(f"unknown --schedule {short(schedule)}", hint="use 1f1b, gpipe, interleaved or auto")
@@ -191,7 +191,7 @@ def _answer(run: Run, pipeline: str | None, micro_batches: int | None, schedule:
 
 def _pipelined(run: Run, pipeline: str | None, micro_batches: int | None, schedule: str, prove: float,
                limit: float | None = None):
-    """`dnnplan plan --pipeline auto|S [--micro-batches M]`: the pipeline search (planner.pipeline_search)."""
+    """`dnnplan plan --pipeline auto|S [--micro-batches M]`: the pipeline search (planner.pipeline.search)."""
     stages = None
     if pipeline not in (None, "auto"):
         if not str(pipeline).isdigit() or int(pipeline) < 1:
@@ -260,7 +260,7 @@ def _facts(run: Run, answer, plan: Plan, got) -> render.Facts:
 
 
 def _axes(run: Run, answer, plan: Plan, got) -> dict:
-    """The plan's layout by parallel axis (planner.axes): each stage's layers under a pipeline."""
+    """The plan's layout by parallel axis (planner.plan.layout_by_axis): each stage's layers under a pipeline."""
     ops = {layer.name: layer.op for layer in run.ctx.network.layers}
     if got is not None:
         layers = [(layer.op, sol.strategies[layer.name], sol.algorithms.get(layer.name, ""))

@@ -28,16 +28,16 @@ from dnnplan.render import fmt, tables
 from dnnplan.render.plan import SMALL_NETWORK
 from dnnplan.render.messages import warn
 from executor.session.predict import ahead_of_time
-from planner.optimize import plan_from_prediction
-from planner.plan_file import is_plan_file, read_plan, write_plan
-from planner.plan_pipeline import predict_pipelined as predict_pipelined_plan
+from planner.problem.solve import plan_from_prediction
+from planner.plan.plan_file import is_plan_file, read_plan, write_plan
+from planner.pipeline.to_plan import predict_pipelined as predict_pipelined_plan
 from profiler import context
 from networks.errors import DnnplanError, short
 from networks.ir import Network
 from profiler.context import Context
 
 
-#: The worked examples of `dnnplan predict --help`, after its docstring (dnnplan.helptext.command_help)
+#: The worked examples of `dnnplan predict --help`, after its docstring (dnnplan.cli.command_help)
 EXAMPLES = """
 Each of M micro-batches holds batch/M samples, split over a stage's data-parallel ranks.
 GPT-3 175B as Narayanan et al. (SC21, Table 2) ran it on 1536 GPUs, tensor 8 x pipeline 12 x
@@ -115,7 +115,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
 
 def _write_out(out: str | None, ctx: Context, pred, network: str, machine: str | None, opt: Optimizer,
                as_json: bool, seq: int | None = None) -> None:
-    """--out: the prediction's strategies and algorithms as a plan file (planner.plan_file)."""
+    """--out: the prediction's strategies and algorithms as a plan file (planner.plan.plan_file)."""
     if not out:
         return
     table = ctx.compute.table

@@ -10,10 +10,10 @@ from costmodel.machine.model import MAX_DEVICES
 from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, DeviceCountsOpt, JsonOpt,
                              MaxSecondsOpt, ProfilePrecisionOpt, ProfileTargetArg, ProfileThreadsOpt, QuickOpt,
                              SizesOpt, TableOutOpt)
-from dnnplan.commandline import command_line
+from dnnplan.rerun import command_line
 from dnnplan.output import check_output_folder
 from dnnplan.render import profile as render
-from profiler import stops
+from lifecycle import stops
 from profiler.run import ProfileInterrupted
 from profiler.service import ProfileRequest, parse_ints, run_profile, run_summary
 

@@ -6,13 +6,13 @@ import json
 
 import typer
 
-from dnnplan.commandline import command_line
+from dnnplan.rerun import command_line
 from dnnplan.options import (BackendOpt, CapOpt, CommOutOpt, CommRanksOpt, JsonOpt, MaxBytesOpt, MessageSizesOpt,
                              ProfilePrecisionOpt)
 from dnnplan.output import check_output_folder
 from dnnplan.render import profile as render
 from dnnplan.render.messages import err_console, fail_line
-from profiler import stops
+from lifecycle import stops
 from profiler.comm_profile import run_profile_comm
 from profiler.service import parse_ints
 
@@ -37,7 +37,7 @@ def profile_comm(cli: typer.Context, ranks: CommRanksOpt = 2, sizes: MessageSize
     try:
         summary = run_profile_comm(ranks, parse_ints(sizes, "sizes", 2**31) if sizes else None, max_bytes, out,
                                    seconds_per_point, backend, precision)
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (profiler.stops): the MPI job was ended whole
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (lifecycle.stops): the MPI job was ended whole
         fail_line(f"interrupted by {stops.name()}: the benchmark's MPI job was ended; nothing is kept (a fit needs "
                   "every size measured) and the table is unchanged")
         err_console.print(f"run it again with: {command_line(cli)}", markup=False, highlight=False, soft_wrap=True)

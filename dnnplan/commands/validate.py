@@ -14,12 +14,11 @@ import typer
 
 from costmodel.machine.loading import usable_cores
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
-from dnnplan.flags import refresh_warning
 from dnnplan.options import (BatchNormOpt, BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt,
-                             LocalMachineOpt, ProfileOpt, QuickValidateOpt, RefreshOpt, RepeatsOpt, ReportDirOpt,
-                             StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg, ValidateRanksOpt,
-                             WarmupOpt)
-from dnnplan.commandline import command_line
+                             LocalMachineOpt, ProfileOpt, QuickValidateOpt, refresh_warning, RefreshOpt, RepeatsOpt,
+                             ReportDirOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg,
+                             ValidateRanksOpt, WarmupOpt)
+from dnnplan.rerun import command_line
 from dnnplan.output import check_output, check_output_folder, write_json_file
 from dnnplan.render import execute as render, report as report_files
 from dnnplan.render.messages import fail_line, warn
@@ -28,7 +27,7 @@ from executor.report.job_view import strategy_labels
 from executor.session.validate import PlanRun, RunSettings, ValidationInterrupted, ValidationReport, strategy_summary
 from networks.errors import DnnplanError
 from networks.writing import target_kind
-from profiler import stops
+from lifecycle import stops
 
 #: ``--quick``: what it sets unless given on the command line (ranks: 2, or 1 on a one-core computer).
 QUICK = {"network": "lenet5", "batch": 8, "steps": 3, "warmup": 1, "repeats": 2}

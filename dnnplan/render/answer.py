@@ -38,7 +38,7 @@ class Facts:
     overlap: str = ""  # what overlaps compute, in words (costmodel.comm.overlap.Overlap.label)
     batch_norm: str = "sync"  # costmodel.choices.batch_norm
     moe_dispatch: str = ""  # costmodel.choices.moe_dispatch, "" for a network without experts
-    axes: str = ""  # the layout by parallel axis in one line (planner.axes)
+    axes: str = ""  # the layout by parallel axis in one line (planner.plan.layout_by_axis)
     zero_why: str = ""  # why the plan's ZeRO stage, when the planner chose it (planner.zero_choice)
     #: the memory limit asked for (a device's memory, or --memory); the plan's solver record keeps the
     #: limit it was solved under, lower where the answer was planned again (planner.fit_check)

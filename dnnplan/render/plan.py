@@ -13,8 +13,8 @@ from dnnplan.render.answer import (Facts, assumptions_line, comm_line, gap_line,
                                    memory_mfu_line, step_line)
 from dnnplan.render.tables import console, memory_line, pipeline_table
 from executor.session.step_choice import fastest
-from planner.optimize import speedup, strategy_mix
-from planner.plan import Plan
+from planner.problem.solve import speedup, strategy_mix
+from planner.plan.plan import Plan
 
 __all__ = ["Facts", "answer", "plan_table", "sweep_table", "step_context_dict", "console"]
 
@@ -160,7 +160,7 @@ def algorithms_table(plan: Plan) -> None:
 
 def baselines_table(plan: Plan) -> None:
     """This plan beside the plans a user would otherwise pick; one that does not fit the memory
-    limit is marked so, never shown as a speed-up (planner.baselines)."""
+    limit is marked so, never shown as a speed-up (planner.problem.baselines)."""
     if not plan.baselines:
         return
     limit = plan.solver.get("memory_limit_bytes")
@@ -273,7 +273,7 @@ def pipeline_details(got) -> None:
 
 
 def proof_line(stats: dict) -> str:
-    """The gap proven between the choice and the best pipelined plan (planner.pipeline_search)."""
+    """The gap proven between the choice and the best pipelined plan (planner.pipeline.search)."""
     again = (f"; {stats['closed_pairs']} other pairs searched again with their stages' gaps closed"
              if stats.get("closed_pairs") else "")
     gap, tol = stats["proven_gap"], stats.get("prove_tolerance", 0.0)

@@ -17,7 +17,7 @@ from executor.backend.device import Backend
 from executor.backend.host import HOST
 from kernels.cuda.conv import pin_engines, pin_key
 from networks.errors import DnnplanError
-from planner.plan import Plan
+from planner.plan.plan import Plan
 
 #: The array backends a profile can be taken on (its fingerprint's ``backend``, profiler.fingerprint).
 ARRAY_BACKENDS = ("numpy", "cupy")

@@ -8,13 +8,13 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from costmodel.compute.model import OnDemand
-from profiler.sigint import sigint_handled_by
+from lifecycle.stops import sigint_handled_by
 
 
 @contextmanager
 def sigint_ignored() -> Iterator[None]:
     """A second Ctrl-C is ignored meanwhile, so that what an interrupted run keeps is written whole
-    (where a handler cannot be set, profiler.sigint, this changes nothing)."""
+    (where a handler cannot be set, lifecycle.stops, this changes nothing)."""
     with sigint_handled_by(signal.SIG_IGN):
         yield
 

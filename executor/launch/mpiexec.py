@@ -6,7 +6,7 @@
   ``mpiexec`` there, matching the MPI that mpi4py loads), then on ``PATH``.
 * :func:`threads_per_rank` gives each rank ``cores // P`` BLAS/OpenMP threads (at least 1) so the
   ranks do not oversubscribe the cores.
-* :func:`launch` runs the job in its own session (profiler.jobs: ended whole, every rank with it,
+* :func:`launch` runs the job in its own session (lifecycle.jobs: ended whole, every rank with it,
   should anything stop dnnplan, and its ranks exit should dnnplan die), forwards its output
   without MPI's abort noise, kills the whole job when it outlives the timeout, and turns a
   failure into one line:
@@ -36,7 +36,7 @@ from networks.errors import DnnplanError
 from networks.writing import EXIT_SYSTEM, SYSTEM_FAILED
 from profiler.dispatch import THREAD_VARS
 from profiler.comm import find_mpiexec  # noqa: F401 - the launcher's name for it (session, tests)
-from profiler.jobs import end_group, job
+from lifecycle.jobs import end_group, job
 
 JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK")
 EXIT_TIMEOUT = 124
@@ -251,7 +251,7 @@ def lost_rank_message(returncode: int, lines: list[str], records: dict[int, Rank
 
 def _start(cmd: list[str], threads: int, cwd: str | None) -> ContextManager[subprocess.Popen]:
     """The job started in its own session, its whole group ended should the block that follows it
-    be interrupted (profiler.jobs.job: a stop signal between the start and the block included)."""
+    be interrupted (lifecycle.jobs.job: a stop signal between the start and the block included)."""
     env = thread_env(threads)
     env.setdefault("PYTHONUNBUFFERED", "1")
     # the ranks size machine `local` as this process did, whatever cores MPI binds each one to

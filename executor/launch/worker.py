@@ -40,11 +40,11 @@ from executor.runtime.timers import FINISH, SETUP, ProgressFile, Timers
 from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
 from networks.writing import SYSTEM_FAILED, SystemFailure, reason, write_file
-from planner.plan_file import read_plan
+from planner.plan.plan_file import read_plan
 from profiler.dispatch import THREAD_VARS
 from profiler.inrun import InRunTimer, merge_samples
 from profiler.inrun_comm import InRunComm
-from profiler.jobs import watch_launcher
+from lifecycle.jobs import watch_launcher
 from profiler.tables import load_table
 
 ABORT_USER = 2

@@ -27,7 +27,7 @@ from executor.launch.worker import abort_with, set_threads, write_result
 from kernels.allocator import keep_freed_memory
 from profiler.inrun import InRunTimer, merge_samples
 from profiler.inrun_comm import InRunComm
-from profiler.jobs import watch_launcher
+from lifecycle.jobs import watch_launcher
 from profiler.step_context import ROUNDS  # as many rounds as the kernels' step context
 
 

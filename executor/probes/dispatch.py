@@ -45,8 +45,8 @@ from kernels.allocator import keep_freed_memory
 from networks.analysis import consumers
 from networks.ir import Network
 from networks.loader import load_network
-from planner.plan import LayerPlan, Plan
-from profiler.jobs import watch_launcher
+from planner.plan.plan import LayerPlan, Plan
+from lifecycle.jobs import watch_launcher
 
 PROBE = Path(__file__).resolve().parent / "dispatch.yaml"
 #: The probe's batches: its passes moving from nothing to tens of megabytes.

@@ -20,7 +20,7 @@ from costmodel.calls.kernel_call import KernelCall
 from costmodel.compute.call_context import occurrences, preceding_calls, step_calls_by_layer, updates_of
 from executor.runtime.stage import run_strategies
 from networks.ir import Network
-from planner.plan import Plan
+from planner.plan.plan import Plan
 
 
 @dataclass(frozen=True)

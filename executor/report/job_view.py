@@ -6,7 +6,7 @@ from __future__ import annotations
 from executor.launch.worker import JobResult, first_non_finite
 from executor.report.collect import timed_steps
 from executor.report.trace import trace_events
-from planner.plan import Plan
+from planner.plan.plan import Plan
 
 
 def non_finite_loss_warning(job: JobResult, warmup: int, what: str = "") -> str | None:

@@ -39,7 +39,7 @@ from executor.runtime.pipeline_tied import TiedPair, crossing_head
 from executor.runtime.stage import StageIO, _Runtime, run_strategies
 from executor.runtime.timers import Timers
 from networks.ir import Network
-from planner.plan import Plan
+from planner.plan.plan import Plan
 
 
 def schedule_ops(schedule: str, stages: int, s: int, m: int) -> list[tuple[str, int]]:

@@ -17,7 +17,7 @@ from executor.runtime.timers import Timers
 from executor.check.zero import check_zero
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.plan import Plan
+from planner.plan.plan import Plan
 
 
 @dataclass

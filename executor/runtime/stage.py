@@ -54,7 +54,7 @@ from kernels.optimizer import sgd_momentum_update
 from networks.analysis import layer_splits
 from networks.errors import DnnplanError
 from networks.ir import Layer, Network
-from planner.plan import Plan
+from planner.plan.plan import Plan
 
 LOSS_OP = "softmax_cross_entropy"
 

@@ -12,7 +12,7 @@ from costmodel.compute.model import ComputeModel
 from executor.backend.select import array_backend_for
 from kernels.cuda import GPU_KERNELS_REVISION, libs
 from networks.errors import DnnplanError
-from planner.plan import Plan
+from planner.plan.plan import Plan
 from profiler.gpu_tables import check_gpu
 
 

@@ -40,11 +40,11 @@ from executor.launch.worker import JobResult, abort_with, run_job, start_watchdo
 from kernels import KERNELS_REVISION
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.plan import Plan
+from planner.plan.plan import Plan
 from costmodel.choices.optimizer import Optimizer
 from costmodel.choices.precision import DATASHEET_ONLY, DEFAULT_PRECISION
-from planner.plan_file import read_plan
-from planner.plan_pipeline import predict_pipelined
+from planner.plan.plan_file import read_plan
+from planner.pipeline.to_plan import predict_pipelined
 from profiler import context
 from profiler.fingerprint import fingerprint
 from profiler.inrun import entries_from_samples

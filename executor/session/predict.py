@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from costmodel.compute.model import OnDemand
 from costmodel.step.prediction import StepPrediction
 from executor.session.execute import cannot_run, in_step_context, predict, prepare, step_context_entries
-from planner.plan_file import read_plan
+from planner.plan.plan_file import read_plan
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,10 @@ from executor.report.summary import PLANNER
 from executor.session.execute import in_step_context, predict, prepare, step_context_entries
 from executor.probes.step_kernels import Shared
 from networks.errors import DnnplanError
-from planner.baselines import fastest_algorithms
-from planner.optimize import plan_from_prediction
-from planner.plan import Plan
-from planner.plan_file import write_plan
+from planner.problem.baselines import fastest_algorithms
+from planner.problem.solve import plan_from_prediction
+from planner.plan.plan import Plan
+from planner.plan.plan_file import write_plan
 from profiler.context import Context
 
 BASELINES = ("data", "filter", "spatial")
@@ -62,7 +62,7 @@ def uniform_plan(ctx: Context, network_arg: str, machine_arg: str, strategies: d
                  fastest: bool = False) -> Plan:
     """A plan of the given strategies priced by the cost model, with its MFU: each convolution on
     the default algorithm, or (``fastest``) on its fastest, as the planner's baselines have them
-    (planner.baselines)."""
+    (planner.problem.baselines)."""
     algorithms = (fastest_algorithms(ctx.network, strategies, ctx.batch, ctx.machine, ctx.compute) if fastest
                   else default_algorithms(ctx.network))
     pred = predict_step(ctx.network, ctx.batch, strategies, algorithms, ctx.machine, ctx.compute)

@@ -42,10 +42,10 @@ from executor.session.execute import (Prepared, agree_node_cores, in_run_unavail
 from executor.session.step_choice import PLANNER, uniform_plans
 from executor.launch.worker import JobResult
 from networks.errors import DnnplanError
-from planner.optimize import Settings, make_plan, plan_from_prediction
-from planner.plan import Plan
-from planner.plan_file import write_plan
-from planner.refreshed import refreshed
+from planner.problem.solve import Settings, make_plan, plan_from_prediction
+from planner.plan.plan import Plan
+from planner.plan.plan_file import write_plan
+from planner.problem.full_profile import refreshed
 from profiler import context
 from profiler.context import Context
 
@@ -233,7 +233,7 @@ def candidate_plans(ctx: Context, network_arg: str, machine_arg: str, save: bool
     """The planner's plan and each uniform baseline that fits, distinct ones only. ``save``: then
     write what was timed on demand (or re-timed, ``--refresh-profile``) to the cache file, which
     the runs' predictions read afresh. With ``--refresh-profile`` every kernel the plans are weighed
-    on is timed again first, side by side (planner.refreshed)."""
+    on is timed again first, side by side (planner.problem.full_profile)."""
     return refreshed(ctx.compute, lambda: _candidates(ctx, network_arg, machine_arg, save))
 
 

@@ -12,7 +12,7 @@ from costmodel.parallel.shard import check_fits
 from costmodel.parallel.strategy import Strategy, make_strategy
 from networks.ir import Network
 from networks.loader import load_network
-from planner.plan import LayerPlan, Plan
+from planner.plan.plan import LayerPlan, Plan
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from executor.runtime.pipeline_tied import TiedPair
 from executor.runtime.run import run_plan
-from planner.plan_file import read_plan
+from planner.plan.plan_file import read_plan
 
 
 def main(argv: list[str]) -> int:

@@ -21,7 +21,7 @@ from networks.errors import DnnplanError
 from profiler.comm import find_mpiexec
 from profiler.dispatch import probe_env
 from profiler.harness import summarize
-from profiler.jobs import run_job
+from lifecycle.jobs import run_job
 
 TIMEOUT_S = 120.0
 

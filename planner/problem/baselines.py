@@ -4,7 +4,7 @@ Pure data parallelism and the best single uniform strategy, each with its fastes
 algorithms. Each is marked whether it fits the plan's memory limit by the planner's own measure
 (``StepPrediction.memory_bound_bytes``, what the solver holds under the limit): a baseline over
 the limit is never shown as a speed-up, and one that fits and is faster than the search's plan
-becomes the plan (:func:`planner.optimize.make_plan`), so "this plan" is never slower than a
+becomes the plan (:func:`planner.problem.solve.make_plan`), so "this plan" is never slower than a
 baseline listed beside it.
 """
 
@@ -21,8 +21,8 @@ from costmodel.step.prediction import StepPrediction, predict_step
 from costmodel.parallel.strategy import Strategy
 from costmodel.frameworks.uniform import NAMED, uniform_strategies
 from networks.ir import Network
-from planner.build import Built
-from planner.plan import Baseline
+from planner.problem.build import Built
+from planner.plan.plan import Baseline
 from planner.solvers import evaluate
 
 #: a plan's memory may exceed the limit by this fraction of it and still fit (the solver's rounding)

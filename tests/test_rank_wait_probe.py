@@ -1,4 +1,4 @@
-"""Ranks waiting for each other (executor.probes.wait, profiler.sync): how the probe turns spans
+"""Ranks waiting for each other (executor.probes.wait, profiler.rank_wait): how the probe turns spans
 into a wait per second of work, how a table holds it, how the executor's prediction adds it, and
 the probe itself under mpiexec."""
 
@@ -20,7 +20,7 @@ from executor.report.compare import Measured, compare_prediction
 from executor.probes.dispatch import PROBE, probe_plan
 from executor.probes.wait import PER_RANK_BATCH, measure, wait_and_work, wait_fractions
 from executor.runtime.timers import Timers
-from profiler import sync
+from profiler import rank_wait
 from tests.support.cases import make_plan
 from networks.loader import load_network
 
@@ -101,14 +101,14 @@ def test_the_probe_on_one_rank_waits_only_at_its_own_barriers():
 
 @pytest.mark.mpi
 def test_the_probe_under_mpiexec_gives_a_table_entry():
-    entries, why = sync.time_wait(1, 2)
+    entries, why = rank_wait.time_wait(1, 2)
     assert why == ""
     entry = entries[wait_key(2)]
     assert entry.count == 21 and 0.0 <= entry.min_s <= entry.median_s < 1.0
 
 
 def test_a_failing_probe_leaves_no_entry_and_says_why(monkeypatch):
-    monkeypatch.setattr(sync.sys, "executable", "false")
-    entries, why = sync.time_wait(1, 2)
+    monkeypatch.setattr(rank_wait.sys, "executable", "false")
+    entries, why = rank_wait.time_wait(1, 2)
     assert entries == {} and "probe failed" in why
-    assert sync.time_wait(1, 1) == ({}, "")
+    assert rank_wait.time_wait(1, 1) == ({}, "")

@@ -7,8 +7,8 @@ each replica of node-wide tensor groups, or one micro-batch of the whole batch (
 caller names). Each pair runs 1F1B (one chunk a device) and, under interleaving, ``V`` = 2 to
 ``MAX_CHUNKS`` model chunks a device where Megatron-LM's interleaved schedule takes them: ``S >= 2``,
 ``m`` a multiple of ``S`` and the blocks cut into ``S V`` equal chunks. Each triple has a lower bound
-on its step, the larger of the physics floor and :mod:`planner.pipeline_bound`'s
-(planner.pipeline_search, module docstring), by bound.
+on its step, the larger of the physics floor and :mod:`planner.pipeline.bound`'s
+(planner.pipeline.search, module docstring), by bound.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from costmodel.step.pipeline import INTERLEAVED
 from networks.analysis import layer_cost
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.pipeline_choice import Candidate
+from planner.pipeline.choice import Candidate
 from planner.solvers import Budget
-from planner.stack import Stack
+from planner.pipeline.stack import Stack
 
 #: micro-batch sizes tried unless the caller names micro-batch counts (with the whole batch: no
 #: micro-batching); Megatron-LM's published runs use 1 to 8 (Narayanan et al. SC21, section 5)
@@ -77,7 +77,7 @@ def pairs(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stag
 
 def physics_floor(net: Network, batch: int, p: int, machine: Machine):
     """``floor(S, m, V)``: no kernel runs faster than the device's highest peak, so the step takes at
-    least ``F / (p peak) (m + (S - 1) / V) / m`` (planner.pipeline_search, module docstring)."""
+    least ``F / (p peak) (m + (S - 1) / V) / m`` (planner.pipeline.search, module docstring)."""
     flops = sum(sum(layer_cost(layer, batch).flops) for layer in net.layers)
     peak = max(machine.device.peak_flops.values())
     return lambda stages, m, v: flops / (p * peak) * (m + (stages - 1) / v) / m
@@ -118,7 +118,7 @@ def saving(stages: int, m: int, chunks: int) -> float:
 
 
 class Interleaving:
-    """The default schedule's interleaving (planner.pipeline_search), by ``search_triples`` (its
+    """The default schedule's interleaving (planner.pipeline.search), by ``search_triples`` (its
     loop over triples), each triple bounded on its pair's pricing.
 
     ``self(best, out, later)``: each pair that becomes the best under 1F1B is interleaved as it is
@@ -136,7 +136,7 @@ class Interleaving:
     ``(S - 1) max T`` and ``O = 0``: :func:`saving`. So no interleaving of the pair beats ``r``
     times its 1F1B lower bound (its candidate's ``lower_s``), ``r`` at its most chunks; a pair
     whose such bound is within the proof tolerance of the best step is left, as the proof leaves
-    one (planner.pipeline_proof), and one the deadline leaves is a candidate at that bound."""
+    one (planner.pipeline.search), and one the deadline leaves is a candidate at that bound."""
 
     def __init__(self, search, floor, start: float, search_triples):
         self.search, self.floor, self.start, self.search_triples = search, floor, start, search_triples

@@ -1,7 +1,7 @@
 """Interleaved 1F1B in the pipeline search: one (S, m, V) searched, and its choice predicted (pure).
 
 Megatron-LM's interleaved schedule (Narayanan et al. SC21, section 2.2.2) cuts the blocks into
-``S V`` equal chunks, device ``s`` holding chunks ``s, s + S, ...`` (:meth:`planner.stack.Stack.
+``S V`` equal chunks, device ``s`` holding chunks ``s, s + S, ...`` (:meth:`planner.pipeline.stack.Stack.
 device_layers`); its step is ``m max_s T_s + (sum_s T_s - max_s T_s) / V + max_s O_s``
 (``costmodel.step.pipeline``), ``T_s`` device ``s``'s forward and backward of one micro-batch over all its
 chunks plus its ``V`` sends each way. The cut is fixed (every chunk ``n / (S V)`` blocks), so a
@@ -9,12 +9,12 @@ triple's search is three device solves: the first device (the layers before the 
 chunks), one middle device (all middle devices hold the same layers up to their names; solved holding
 device 1's in-flight micro-batches, the most of any middle device) and the last (with the layers
 after). A device's memory counts each chunk's micro-batches in flight in Megatron's order
-(:mod:`planner.chunk_solve`; the first device's first chunk holds more than its last), as
-``dnnplan predict`` counts them. Each is the planner's exact per-layer problem (:class:`planner.stage_solve.StageSolver`)
+(:mod:`planner.pipeline.chunks`; the first device's first chunk holds more than its last), as
+``dnnplan predict`` counts them. Each is the planner's exact per-layer problem (:class:`planner.pipeline.stages.StageSolver`)
 weighted ``m + (S - 1) / V``, which is how often a balanced device's ``T`` counts in the step.
 
 A lower bound on the triple's step when a device solve kept a Lagrangian gap: the step is at least
-``(1/S) sum_s [(m + (S - 1) / V) T_s + O_s]`` (``planner.pipeline_bound``), and each bracket at least
+``(1/S) sum_s [(m + (S - 1) / V) T_s + O_s]`` (``planner.pipeline.bound``), and each bracket at least
 its solve's bound.
 """
 
@@ -28,9 +28,9 @@ from costmodel.step.pipeline import INTERLEAVED, PipelinePrediction, StagePredic
 from costmodel.memory.pipeline import ChunkHold, device_hold
 from costmodel.step.prediction import predict_step
 from networks.ir import Network
-from planner.optimize import PlanMismatch, Settings
-from planner.stack import FIRST, LAST, MIDDLE, Stack
-from planner.stage_solve import StageSolution, StageSolver
+from planner.problem.solve import PlanMismatch, Settings
+from planner.pipeline.stack import FIRST, LAST, MIDDLE, Stack
+from planner.pipeline.stages import StageSolution, StageSolver
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def check_memory(sol: StageSolution, st: StagePrediction, device: ChunkHold) -> 
 
 
 def own_layers(stack: Stack, stages: int, chunks: int, s: int) -> dict[str, str]:
-    """Device ``s``'s canonical layer names (:meth:`planner.stack.Stack.interleaved_stage`) -> its own."""
+    """Device ``s``'s canonical layer names (:meth:`planner.pipeline.stack.Stack.interleaved_stage`) -> its own."""
     canonical = stack.interleaved_stage(stages, chunks, role(stages, s)).layers
     return dict(zip((layer.name for layer in canonical),
                     (layer.name for layer in stack.device_layers(stages, chunks, s))))

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from networks.errors import DnnplanError
-from profiler.sigint import sigint_handled_by
+from lifecycle.stops import sigint_handled_by
 
 LAUNCHER_ENV = "DNNPLAN_LAUNCHER"
 #: After SIGTERM, how long the group has to end before SIGKILL [s]

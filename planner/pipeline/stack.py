@@ -4,7 +4,7 @@ Transformers are stacks of one repeated block (``networks.analysis.block_of`` re
 from its name). When every block has the same layers with the same signatures (op, parameters,
 shapes) and each block reads only the block before it, a pipeline stage of ``k`` blocks costs the
 same wherever it sits, which is what lets the pipeline search reuse stage solutions
-(:mod:`planner.stage_solve`).
+(:mod:`planner.pipeline.stages`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from costmodel.step.pipeline import block_runs, stage_network
 from networks.ir import Layer, Network
-from planner.build import signature
+from planner.problem.build import signature
 
 FIRST, MIDDLE, LAST, ONLY = "first", "middle", "last", "only"
 

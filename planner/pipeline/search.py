@@ -1,13 +1,13 @@
 """The pipeline search: stages, micro-batches and stage cuts outside, each stage solved exactly inside (pure).
 
-For a uniform stack (:mod:`planner.stack`) on ``p`` devices at batch ``B`` the search tries the
-(pipeline degree, micro-batch count, model chunks) triples of :mod:`planner.pipeline_pairs`.
+For a uniform stack (:mod:`planner.pipeline.stack`) on ``p`` devices at batch ``B`` the search tries the
+(pipeline degree, micro-batch count, model chunks) triples of :mod:`planner.pipeline.triples`.
 Stage ``s`` runs on ranks ``[s d, (s + 1) d)``, ``d = p / S``, on micro-batches of ``B / m``
 samples, with the 1F1B schedule (its activations held for ``min(S - s, m)`` micro-batches), or
-interleaved with ``V`` model chunks a device (:mod:`planner.interleave`, a fixed equal cut).
+interleaved with ``V`` model chunks a device (:mod:`planner.pipeline.interleave`, a fixed equal cut).
 Inside a stage the per-layer problem (strategies with their data and tensor degrees, algorithms,
-recomputation) is the planner's exact one (:mod:`planner.stage_solve`), so the data and tensor
-degrees are the stage solver's choice per layer. Between stages, :mod:`planner.cut_search` finds
+recomputation) is the planner's exact one (:mod:`planner.pipeline.stages`), so the data and tensor
+degrees are the stage solver's choice per layer. Between stages, :mod:`planner.pipeline.cuts` finds
 the exact best cut of the blocks over the stages. As Alpa's stage DP over its intra-op ILP (Zheng
 et al., OSDI 2022, section 5), stage solutions are reused: one per (blocks, role, kept) for each
 ``(S, m)``.
@@ -15,7 +15,7 @@ et al., OSDI 2022, section 5), stage solutions are reused: one per (blocks, role
 Pruning is exact. Each ``(S, m)`` has a lower bound on every cut's step: the larger of the physics
 floor (nothing the cost model prices runs faster than the device's highest peak, docs/costmodel.md,
 "Nothing below physics": at least ``F / (p * peak) * (S + m - 1) / m`` for the step's model FLOPs
-``F``) and :mod:`planner.pipeline_bound`'s, from one block's layers priced on the stage's ranks,
+``F``) and :mod:`planner.pipeline.bound`'s, from one block's layers priced on the stage's ranks,
 with the memory limit by Lagrangian duality (it also proves an ``(S, m)`` where nothing fits).
 ``(S, m)`` are tried in order of that bound and the search stops when it reaches the best step
 found.
@@ -25,7 +25,7 @@ feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)``
 again with every such stage solved exactly (its gap closed by :mod:`planner.solvers.pareto`, else
 the ILP), so the plan returned has every stage optimal for its weighted objective. Another pair,
 compared by its relaxed stages, may still hide a faster plan: each pair's lower bound is the
-least of its stages' Lagrangian bounds over its cuts (:func:`planner.cut_search.cut_lower`), and
+least of its stages' Lagrangian bounds over its cuts (:func:`planner.pipeline.cuts.cut_lower`), and
 every pair whose bound is below the best step is searched again with its gaps closed, least
 relaxed step first, until none is left or ``prove_s`` seconds pass (closing stops at that
 deadline; the ILP time limit, if any, bounds each closing too). A pair that could beat the choice
@@ -44,25 +44,24 @@ from dataclasses import replace
 from typing import Callable
 
 from costmodel.compute.model import ComputeModel
-from costmodel.machine.model import Machine
-from costmodel.step.pipeline import (INTERLEAVED, kept_micro_batches, p2p_s as send_s, PipelinePrediction,
-                                     StagePrediction)
-from costmodel.layer.tied import crossing_ties, tied_table_s
 from costmodel.layer.edge_table import PricingStopped
+from costmodel.layer.tied import crossing_ties, tied_table_s
+from costmodel.machine.model import Machine
+from costmodel.step.pipeline import (INTERLEAVED, PipelinePrediction, StagePrediction, kept_micro_batches,
+                                     p2p_s as send_s)
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner import interleave
-from planner.cut_search import best_cut, cut_lower
-from planner.optimize import PlanMismatch, Settings
-from planner.pipeline_bound import stage_bound
-from planner.pipeline_pairs import AUTO, DEFAULT, Interleaving, bounded, micro_sizes, pairs, physics_floor
-from planner.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
-from planner.pipeline_choice import Best, Candidate, OutOfTime as _OutOfTime, PipelineChoice, proven_gap
-from planner.pipeline_proof import proved as _proved
-from planner.stage_solve import StageSolver
+from planner.pipeline import interleave
+from planner.pipeline.bound import stage_bound
+from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, proven_gap
+from planner.pipeline.cuts import best_cut, cut_lower
+from planner.pipeline.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
+from planner.pipeline.stages import StageSolver
+from planner.pipeline.triples import AUTO, DEFAULT, Interleaving, bounded, pairs, physics_floor
+from planner.problem.solve import PlanMismatch, Settings
 
 SCHEDULE = "1f1b"
-#: seconds the search spends closing other pairs' stage gaps to prove its choice (_proved)
+#: seconds the search spends closing other pairs' stage gaps to prove its choice (proved)
 PROVE_S = 5.0
 #: another pair that could beat the choice by less than this fraction is not searched again (the
 #: caller's ``Settings.gap`` replaces it): below the model's own error
@@ -98,7 +97,7 @@ class _Search:
         self.stack, self.batch, self.p, self.machine, self.compute = stack, batch, p, machine, compute
         self.schedule = schedule
         self.limit, self.settings, self.exact = limit, settings, exact
-        self.deadline: float | None = None  # perf_counter time at which closing stage gaps stops (_proved)
+        self.deadline: float | None = None  # perf_counter time at which closing stage gaps stops (proved)
         self.worst_gap = 0.0
         self.boundary = stack.boundary_bytes()
         ends = {layer.name: 0 for layer in stack.before} | {layer.name: 2 for layer in stack.after}
@@ -166,7 +165,7 @@ class _Search:
         return budget is not None and budget.expired()
 
     def best(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> Best | None:
-        """The best cut of ``(S, m, V)`` (None: nothing fits); raises :class:`_OutOfTime` when it is
+        """The best cut of ``(S, m, V)`` (None: nothing fits); raises :class:`OutOfTime` when it is
         left unfinished (:meth:`late`), also in the middle of pricing one stage's reshards (a stage of
         thousands of ranks can take longer than the whole time limit)."""
         solver = self.solver(stages, m, close, chunks)
@@ -175,7 +174,7 @@ class _Search:
         try:
             return self._best(solver, stages, m, close, chunks)
         except PricingStopped:
-            raise _OutOfTime from None
+            raise OutOfTime from None
         finally:
             solver.builder.stop = None
 
@@ -192,7 +191,7 @@ class _Search:
 
         def cost(s: int, k: int) -> tuple[float, float] | None:
             if self.late(close):
-                raise _OutOfTime
+                raise OutOfTime
             net = self.stack.stage(k, rl[s])
             sol = solver.solve((k, rl[s]), net, kept(stages, s, m, self.schedule), self.tied(stages, s, net))
             sends = self.p2p_s(stages, s, micro)
@@ -221,13 +220,13 @@ class _Search:
         self.held = (stages, m)
 
     def share_pricing(self, pair: tuple[int, int], builder) -> None:
-        """Give ``pair``'s other triples its 1F1B search's pricing (planner.pipeline_pairs.Interleaving)."""
+        """Give ``pair``'s other triples its 1F1B search's pricing (planner.pipeline.triples.Interleaving)."""
         self._builders[pair] = builder
 
     def _interleaved(self, solver: StageSolver, stages: int, m: int, chunks: int, close: bool) -> Best | None:
         def late():
             if self.late(close):
-                raise _OutOfTime
+                raise OutOfTime
 
         got = interleave.search(solver, self.stack, stages, m, chunks, self.sends(stages, m, chunks),
                                 lambda s, net: self.tied(stages, s, net), late)
@@ -297,7 +296,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     if best is None:
         raise NoPipelineFits(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
-    best, out = _proved(search, best, out, prove_s, tolerance)
+    best, out = proved(search, best, out, prove_s, tolerance)
     choice = _choice(search, best, tuple(out), time.perf_counter() - start)
     choice.stats["prove_tolerance"] = tolerance
     return choice
@@ -307,7 +306,7 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
            best: Best | None = None, then=None, later: list = ()) -> Best | None:
     """Each (S, m, V) in order of its bound until the bound reaches the best step found (from ``best``
     on) or the budget ends the search (once a plan is in hand); ``out`` gets a :class:`Candidate` for
-    each; ``then``: a new best 1F1B pair's interleaving (planner.pipeline_pairs.Interleaving)."""
+    each; ``then``: a new best 1F1B pair's interleaving (planner.pipeline.triples.Interleaving)."""
     budget = search.settings.budget
     for i, (bound, stages, m, v, _) in enumerate(combos):
         if bound >= min(search.ceiling, best.step_s if best is not None else float("inf")):
@@ -316,9 +315,9 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
             continue
         try:
             if budget is not None and budget.expired():
-                raise _OutOfTime
+                raise OutOfTime
             got = search.best(stages, m, chunks=v)
-        except _OutOfTime:
+        except OutOfTime:
             if best is None:
                 raise SearchOutOfTime(f"no plan was found within the {budget.stated_s:g} s time limit "
                                       f"({i} of {len(combos)} pipeline and micro-batch pairs searched)",
@@ -397,3 +396,43 @@ def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: f
              "time_limit_s": None if search.settings.budget is None else search.settings.budget.stated_s}
     return PipelineChoice(stack, search.batch, search.p, stages, m, cut, tuple(sols), pred, candidates, stats,
                           best.chunks)
+
+
+def closed(search, best: Best, out: list[Candidate], i: int) -> Best:
+    """``out[i]``'s ``(S, m)`` searched again with its memory-bound stages' gaps closed (module
+    docstring), ``out[i]`` updated, and the better of it and ``best``."""
+    c = out[i]
+    try:
+        got = search.best(c.stages, c.micro_batches, close=True, chunks=c.chunks)
+    except OutOfTime:  # its gaps stay open (its lower bound counts them)
+        return best
+    if got is None:  # no cut fits with exact stages where a relaxed one did: cannot be, but stay safe
+        return best
+    out[i] = replace(c, step_s=min(got.step_s, c.step_s or got.step_s), cut=got.cut,
+                     lower_s=max(c.lower_s, got.lower_s), closed=True)
+    return got if got.step_s < best.step_s * (1 - 1e-12) else best
+
+
+def proved(search, best: Best, out: list[Candidate], seconds: float | None,
+           tolerance: float) -> tuple[Best, list[Candidate]]:
+    """The chosen pair's gaps closed; then every other pair whose lower bound is more than
+    ``tolerance`` below the best step, most promising (least relaxed step) first, until none is left
+    or ``seconds`` pass: its stage solves' gap closing stops at that deadline (module docstring)."""
+    index = {c.key: i for i, c in enumerate(out)}
+    budget = search.settings.budget
+    ends = None if budget is None else budget.deadline
+    target = min(best.step_s, search.ceiling)  # a step the caller holds: only pairs that could beat it count
+    if best.solver.relaxed and best.lower_s < target * (1 - tolerance) and not (budget is not None and budget.expired()):
+        search.deadline = ends
+        best = closed(search, best, out, index[(best.stages, best.micro_batches, best.chunks)])
+    start = time.perf_counter()
+    search.deadline = min((x for x in (ends, None if seconds is None else start + seconds) if x is not None),
+                          default=None)
+    order = sorted((c.step_s, i) for i, c in enumerate(out) if c.step_s is not None and not c.closed
+                   and c.key != (best.stages, best.micro_batches, best.chunks))
+    for _, i in order:
+        if search.deadline is not None and time.perf_counter() >= search.deadline:
+            break
+        if out[i].lower_s < min(best.step_s, search.ceiling) * (1 - tolerance):
+            best = closed(search, best, out, i)
+    return best, out

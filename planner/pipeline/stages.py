@@ -1,6 +1,6 @@
 """One pipeline stage's per-layer problem, solved exactly and remembered (pure).
 
-A stage of a uniform stack (:mod:`planner.stack`) is ``k`` identical blocks, with the layers before
+A stage of a uniform stack (:mod:`planner.pipeline.stack`) is ``k`` identical blocks, with the layers before
 the first block when it is the first stage and those after the last when it is the last: its
 problem depends only on ``(k, role)``, not on which blocks it holds, so each is built and solved
 once per (ranks, micro-batch) and reused for every position and every stage cut the search tries.
@@ -29,9 +29,9 @@ from costmodel.step.prediction import StepPrediction, predict_step
 from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.build import Builder, build_with
-from planner.chunk_solve import solve_held
-from planner.optimize import PlanMismatch, Settings, solve_exact
+from planner.problem.build import Builder, build_with
+from planner.pipeline.chunks import solve_held
+from planner.problem.solve import PlanMismatch, Settings, solve_exact
 from planner.solvers import evaluate
 from planner.solvers.fixing import solve_relaxed
 from planner.solvers.lagrange import Relaxation, solve_lagrange
@@ -103,7 +103,7 @@ class StageSolver:
     def solve(self, key: object, net: Network, kept: float | ChunkHold, extra: dict | None = None) -> StageSolution | None:
         """The best solution of stage ``net`` (``key`` names its (k, role)) holding ``kept``
         micro-batches' activations within the memory limit (a :class:`ChunkHold`: each chunk's in
-        flight, :mod:`planner.chunk_solve`); None when none fits. ``extra``: layer name ->
+        flight, :mod:`planner.pipeline.chunks`); None when none fits. ``extra``: layer name ->
         once-a-step seconds under a strategy, weighed with the layer (the tied table's sum between
         two stages; the same for every solve of one ``key``)."""
         free = self.free(key, net, extra)

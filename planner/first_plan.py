@@ -6,7 +6,7 @@ network is a stack of identical blocks, gradient accumulation is weighed too (th
 on one stage: micro-batches of 1 to 8 samples, or 1 to 8 a device, activations kept for one), and
 the faster plan is the answer. When no such plan fits the memory limit and the network is a stack of identical blocks (a
 transformer), the pipeline search runs instead (stages, micro-batches and, inside each stage, the
-per-layer splits and recomputation: :mod:`planner.pipeline_search`). Without ``--zero`` this is
+per-layer splits and recomputation: :mod:`planner.pipeline.search`). Without ``--zero`` this is
 done under each ZeRO stage that can win and the fastest plan is the answer
 (:mod:`planner.zero_choice`); on the executor's own machine (a CPU: the executor runs pipelined
 plans without ZeRO, and machine `local` checks the plan against the data-parallel plans in its
@@ -25,16 +25,16 @@ from costmodel.machine.model import Machine
 from networks.ir import Network
 from costmodel.choices.optimizer import ZERO_STAGES
 from networks.errors import DnnplanError
-from planner.optimize import Infeasible, Settings, make_plan
-from planner.pipeline_search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice,
-                                     SearchOutOfTime, search_pipeline)
+from planner.problem.solve import Infeasible, Settings, make_plan
+from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
+                                     search_pipeline)
 from costmodel.step.pipeline import INTERLEAVED
 from planner.fit_check import REFIT_SHARE, fitting
-from planner.pipeline_pairs import AUTO, DEFAULT
-from planner.plan import Plan
+from planner.pipeline.triples import AUTO, DEFAULT
+from planner.plan.plan import Plan
 from planner.refusal import refusal
 from planner.solvers import Budget
-from planner.stack import uniform_stack
+from planner.pipeline.stack import uniform_stack
 from planner.zero_choice import Beaten, Weighed, fastest_stage, overall_gap
 
 GIB = 2.0 ** 30

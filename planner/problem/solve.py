@@ -1,5 +1,5 @@
 """The planner's driver: build the problem, solve it exactly, map the answer back to a
-:class:`~planner.plan.Plan`, check it against ``predict_step``, and price the baselines.
+:class:`~planner.plan.plan.Plan`, check it against ``predict_step``, and price the baselines.
 
 Exactness with algorithms: a convolution's algorithm changes only its node cost and workspace, so
 the unconstrained optimum uses, for each chosen strategy, that strategy's fastest algorithm. The
@@ -33,9 +33,9 @@ from costmodel.step.prediction import StepPrediction, model_flops_utilization, p
 from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.baselines import PricedBaseline, baselines, fastest_algorithms
-from planner.build import Builder, Built, build_problem, build_with
-from planner.plan import Baseline, LayerPlan, Plan
+from planner.problem.baselines import PricedBaseline, baselines, fastest_algorithms
+from planner.problem.build import Builder, Built, build_problem, build_with
+from planner.plan.plan import Baseline, LayerPlan, Plan
 from planner.solvers import Assignment, Budget, Stopped, evaluate, expand_choice, min_memory, prune_dominated, solve
 from planner.solvers.fixing import Better
 from planner.solvers.problem import fits
@@ -299,7 +299,7 @@ def _out_of_time(maker: _Maker, budget: Budget | None, limit: float) -> Plan:
 
 
 def _no_slower_than_baselines(maker: _Maker, plan: Plan) -> Plan:
-    """The plan, or a fitting baseline that is faster (planner.baselines: one set of numbers)."""
+    """The plan, or a fitting baseline that is faster (planner.problem.baselines: one set of numbers)."""
     faster = [b for b in maker.base if b.fits and b.prediction.step_s < plan.step_s * (1 - 1e-9)]
     if not faster:
         return plan

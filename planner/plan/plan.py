@@ -1,5 +1,5 @@
 """The plan: network + batch + devices + machine + one strategy and algorithm per layer, with the
-prediction that came with it. :mod:`planner.plan_file` reads and writes it as YAML or JSON."""
+prediction that came with it. :mod:`planner.plan.plan_file` reads and writes it as YAML or JSON."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class Baseline:
     name: str  # e.g. "data", "best uniform (N=8,F=2)"
     step_s: float
     memory_peak_bytes: int
-    fits: bool = True  # within the plan's memory limit (planner.baselines): else never shown as a speed-up
+    fits: bool = True  # within the plan's memory limit (planner.problem.baselines): else never shown as a speed-up
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ def cut_lower(n: int, stages: int, micro_batches: int, lower: Callable[[int, int
     ``hi < n - S + 1``).
 
     With ``max_s T_s >= (1/S) sum_s T_s`` and ``max_s O_s >= (1/S) sum_s O_s`` the step is at least
-    ``(1/S) sum_s [(m + S - 1) T_s + O_s]`` (:mod:`planner.pipeline_bound`): the least sum over cuts
+    ``(1/S) sum_s [(m + S - 1) T_s + O_s]`` (:mod:`planner.pipeline.bound`): the least sum over cuts
     whose stages all hold at most ``hi`` blocks is a dynamic programme (a size ``lower`` does not
     know counts 0, as no stage costs less). A cut with a stage of ``k > hi`` blocks has a step of
     at least that stage's ``m T + O >= m / (m + S - 1) [(m + S - 1) T + O]``, and a stage's optimum

@@ -1,17 +1,17 @@
 """What the pipeline search weighs and returns: each (S, m, V) it weighed, the best of one, the
-choice, and the gap still open to the optimum (pure; :mod:`planner.pipeline_search`)."""
+choice, and the gap still open to the optimum (pure; :mod:`planner.pipeline.search`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from costmodel.step.pipeline import PipelinePrediction
-from planner.stack import Stack
-from planner.stage_solve import StageSolution, StageSolver
+from planner.pipeline.stack import Stack
+from planner.pipeline.stages import StageSolution, StageSolver
 
 
 class OutOfTime(Exception):
-    """A pair's search left unfinished at the deadline (:meth:`planner.pipeline_search._Search.late`)."""
+    """A pair's search left unfinished at the deadline (:meth:`planner.pipeline.search._Search.late`)."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Best:
     solver: StageSolver
     lower_s: float
     chunks: int = 1
-    solutions: tuple = ()  # interleaved: each device's solution (planner.interleave)
+    solutions: tuple = ()  # interleaved: each device's solution (planner.pipeline.interleave)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,15 @@ scheduler's time limit) and SIGHUP (the terminal closed), all handled as Ctrl-C 
 (profile tables, validate's partial report, the per-user cache) and ends the MPI job it started
 does the same for them; :func:`exit_code` is then 128 + the signal, as a shell reports a command
 a signal ended. A signal that was ignored when the command started (``nohup`` ignores SIGHUP, a
-background job of a script SIGINT) stays ignored.
+background job of a script SIGINT) stays ignored. :func:`sigint_handled_by` hands them to another
+handler for the length of a block (a child job that must end in order first), then back.
 """
 
 from __future__ import annotations
 
 import signal
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -60,3 +63,25 @@ def name() -> str:
     """How the stop is named to the user: ``Ctrl-C (SIGINT)``, ``SIGTERM``, ``SIGHUP``."""
     sig = received()
     return "Ctrl-C (SIGINT)" if sig == signal.SIGINT else signal.Signals(sig).name
+
+
+@contextmanager
+def sigint_handled_by(handler: Callable[[int, object], object] | signal.Handlers) -> Iterator[None]:
+    """SIGINT goes to ``handler`` meanwhile (``signal.SIG_IGN``: ignored), to the handler it had
+    after; so do SIGTERM and SIGHUP where they stop the command (lifecycle.stops.install). A
+    handler can be set in the main thread only, and one set outside Python cannot be put back:
+    then this changes nothing."""
+    olds: dict[int, object] = {}
+    try:
+        for sig in STOP_SIGNALS:
+            old = signal.getsignal(sig)
+            if old is not None and (sig == signal.SIGINT or handles(old)):
+                olds[sig] = old
+                signal.signal(sig, handler)
+    except ValueError:  # not the main thread
+        olds = {}
+    try:
+        yield
+    finally:
+        for sig, old in olds.items():
+            signal.signal(sig, old)

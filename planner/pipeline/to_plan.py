@@ -20,16 +20,16 @@ from costmodel.step.pipeline import PipelinePrediction, cut_at, predict_pipeline
 from costmodel.step.prediction import predict_step
 from costmodel.parallel.strategy import Strategy
 from networks.ir import Network
-from planner.interleave import chunk_firsts
-from planner.optimize import plan_from_prediction
-from planner.pipeline_search import PipelineChoice, roles
-from planner.plan import PipelineSpec, Plan
+from planner.pipeline.interleave import chunk_firsts
+from planner.problem.solve import plan_from_prediction
+from planner.pipeline.search import PipelineChoice, roles
+from planner.plan.plan import PipelineSpec, Plan
 
 
 def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, profile_fingerprint: str | None,
                    optimizer: Optimizer, precision: str, mfu: float) -> Plan:
     """The search's choice as a plan file holds it: every layer under its stage's solution (the
-    solution of a canonical stage, :meth:`planner.stack.Stack.stage`, mapped onto the stage's own
+    solution of a canonical stage, :meth:`planner.pipeline.stack.Stack.stage`, mapped onto the stage's own
     layers by position), the stages' predictions and the pipelined step."""
     stack, rl, v = choice.stack, roles(choice.stages), choice.chunks
     layers, firsts, start = [], [], 0

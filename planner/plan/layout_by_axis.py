@@ -1,7 +1,7 @@
 """A plan's layout by parallel axis, as frameworks name them (pure).
 
 The planner chooses a strategy per layer (``costmodel.parallel.strategy``: degrees of N, E, H, W, C, F over
-the layer's ranks) and an algorithm per layer; a user reads a layout as Megatron-Core's flags name
+the layer's ranks, named in ``costmodel.parallel.axes``) and an algorithm per layer; a user reads a layout as Megatron-Core's flags name
 it. Each axis is the set of degrees its layers take:
 
 - **data** N (a mixture-of-experts layer's tokens lie over N times E: its E is carved out of the
@@ -21,10 +21,8 @@ it. Each axis is the set of degrees its layers take:
 from __future__ import annotations
 
 from costmodel.calls.algorithms import is_recomputed
+from costmodel.parallel.axes import LAYER_AXES, TENSOR, axes_of
 from costmodel.parallel.strategy import Strategy
-
-AXES = (("data", ("N",)), ("expert", ("E",)), ("context", ("H",)), ("spatial", ("H", "W")), ("tensor", ("C", "F")))
-
 
 def axes(layers: list[tuple[str, Strategy, str]], sequence: bool) -> dict:
     """``layers``: (op, strategy, algorithm) of every layer; ``sequence``: the network's H is a
@@ -32,17 +30,15 @@ def axes(layers: list[tuple[str, Strategy, str]], sequence: bool) -> dict:
     (an axis's degree differs by layer, and two axes may split different layers), and the counts
     of the per-layer choices."""
     out: dict = {}
-    for name, dims in AXES:
-        if name in ("context", "spatial") and (name == "context") != sequence:
-            continue
+    for axis in axes_of(sequence):
         counts: dict[int, int] = {}
         for _, strategy, _ in layers:
             k = 1
-            for d in dims:
+            for d in axis.letters:
                 k *= strategy.degree(d)
             if k > 1:
                 counts[k] = counts.get(k, 0) + 1
-        out[name] = dict(sorted(counts.items()))
+        out[axis.name] = dict(sorted(counts.items()))
     out["sequence_parallel_layers"] = sum(s.seq_scatter for _, s, _ in layers)
     out["recomputed_layers"] = sum(is_recomputed(a) for _, _, a in layers if a)
     attention = [a.split("+")[0] for op, _, a in layers if op == "attention"]
@@ -54,10 +50,10 @@ def axes_line(found: dict, pipeline: str = "", zero: int = 0) -> str:
     """The axes in one line, each degree with the layers taking it: ``axes (layers): data 32 (256),
     context 2 (247), tensor 2 (9; sequence-parallel 9); ...``."""
     parts = []
-    for name, _ in AXES:
-        for k, n in (found.get(name) or {}).items():
-            sp = found.get("sequence_parallel_layers") if name == "tensor" else 0
-            parts.append(f"{name} {k} ({n}" + (f"; sequence-parallel {sp})" if sp else ")"))
+    for axis in LAYER_AXES:
+        for k, n in (found.get(axis.name) or {}).items():
+            sp = found.get("sequence_parallel_layers") if axis is TENSOR else 0
+            parts.append(f"{axis.name} {k} ({n}" + (f"; sequence-parallel {sp})" if sp else ")"))
     line = ", ".join(parts) or "every layer whole on each device (replicated)"
     extra = [pipeline] if pipeline else []
     extra.append(f"ZeRO-{zero}" if zero else "no ZeRO")
