@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.compute.roofline import Roofline
 from costmodel.machine.loading import load_machine
 from planner.problem.solve import Settings
@@ -50,7 +51,7 @@ def planner_row(bm, row: dict) -> dict:
     net = bm.network_of(row)
     start = time.perf_counter()
     got = search_pipeline(net, c["batch"], c["gpus"], machine, Roofline(machine), None,
-                          Settings(optimizer="adam", precision="fp16"))
+                          Settings(choices=TrainingChoices(optimizer="adam", precision="fp16")))
     seconds = time.perf_counter() - start
     forced = bm.predict_row(row).step_s
     published = bm.published_s(row)

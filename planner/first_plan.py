@@ -84,13 +84,13 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         return dataclasses.replace(answer, memory_note=note) if note else answer
 
     try:
-        if zero_given or settings.zero or p == 1:  # one device: no replica to shard over
+        if zero_given or settings.choices.zero or p == 1:  # one device: no replica to shard over
             return plan_at(settings)
         if machine.device.kind == "cpu":
             return _when_nothing_fits(plan_at, settings)
         answer, zero, weighed = fastest_stage(settings, plan_at, _outcome, _wrap)
     except _NoneFits as err:
-        most = settings if zero_given or settings.zero else dataclasses.replace(settings, zero=max(ZERO_STAGES))
+        most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
     return _chosen(answer, zero, weighed)
 
@@ -140,7 +140,7 @@ def _when_nothing_fits(plan_at, settings: Settings) -> Answer:
     """The executor's own machine (a CPU): the plan without ZeRO, else with ZeRO-1, then ZeRO-3,
     when nothing fits without (module docstring)."""
     for zero in CPU_ZERO_TRIED:
-        trial = dataclasses.replace(settings, zero=zero)
+        trial = settings.with_zero(zero)
         try:
             answer = plan_at(trial)
         except _NoneFits:
@@ -187,13 +187,13 @@ def _outcome(answer: Answer) -> Weighed:
     whether the memory limit held it back (anything but the whole batch's unconstrained optimum)."""
     if answer.pipeline is not None:
         step = answer.pipeline.prediction.step_s
-        return Weighed(answer.settings.zero, step, step * (1 - answer.pipeline.stats.get("proven_gap", 1.0)))
+        return Weighed(answer.settings.choices.zero, step, step * (1 - answer.pipeline.stats.get("proven_gap", 1.0)))
     solver = answer.plan.solver
     optimal = solver.get("status") == "optimal"
     gap = 0.0 if optimal else solver.get("gap")
     free = optimal and solver.get("memory_binding") is False
     step = answer.plan.step_s
-    return Weighed(answer.settings.zero, step, 0.0 if gap is None else step * (1 - gap), bound=not free)
+    return Weighed(answer.settings.choices.zero, step, 0.0 if gap is None else step * (1 - gap), bound=not free)
 
 
 def _wrap(result, budget: Budget, settings: Settings, covered: str = "") -> Answer:

@@ -11,7 +11,6 @@ for), and the memory a device would need.
 
 from __future__ import annotations
 
-import dataclasses
 
 from costmodel.compute.model import ComputeModel
 from costmodel.machine.model import Machine
@@ -29,8 +28,8 @@ GIB = 2.0 ** 30
 def least_memory(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
                  settings: Settings) -> float:
     """The least memory a device needs under any plan without pipelining (bytes)."""
-    built = build_problem(net, batch, p, machine, compute, None, settings.training, edges=False,
-                          recompute=settings.recompute)
+    built = build_problem(net, batch, p, machine, compute, None, settings.choices.sharded_optimizer, edges=False,
+                          recompute=settings.choices.may_recompute)
     return min_memory(built.problem)[0]
 
 
@@ -48,8 +47,9 @@ def _pipeline_fits(net, batch, p, machine, compute, settings, limit) -> bool:
     if stack is None:
         return False
     for stages in sorted((s for s in divisors(p) if 1 < s <= stack.n), reverse=True):
-        k, builder = -(-stack.n // stages), Builder(1, p // stages, machine, compute, settings.training,
-                                                    recompute=settings.recompute, overlap=settings.overlap)
+        k = -(-stack.n // stages)
+        builder = Builder(1, p // stages, machine, compute, settings.choices.sharded_optimizer,
+                          recompute=settings.choices.may_recompute, overlap=settings.choices.overlap)
         roles = ((FIRST, stages), (MIDDLE, stages - 1), (LAST, 1)) if stages > 2 else ((FIRST, 2), (LAST, 1))
         if batch >= stages and all(min_memory(build_with(builder, stack.stage(k, role), None, edges=False,
                                                          kept=kept).problem)[0] <= limit * (1 + 1e-9)
@@ -81,12 +81,12 @@ def _smaller_batch(net, batch, p, machine, compute, settings, limit, budget) -> 
 
 
 def _zero(net, batch, p, machine, compute, settings, limit, budget) -> int | None:
-    if settings.zero:
+    if settings.choices.zero:
         return None
     for stage in (1, 2, 3):
         if _late(budget):
             return None
-        trial = dataclasses.replace(settings, zero=stage)
+        trial = settings.with_zero(stage)
         if _fits(net, batch, p, machine, compute, trial, limit):
             return stage
     return None

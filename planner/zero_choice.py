@@ -151,7 +151,7 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
         if parent is not None and (parent.expired() or (done and _short(parent, first_s))):
             done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not planned (the time limit came first){UNCOVERED}")
             continue
-        trial = dataclasses.replace(settings, zero=z, budget=_share(parent, z, done, settings, wrap))
+        trial = dataclasses.replace(settings.with_zero(z), budget=_share(parent, z, done, settings, wrap))
         started = None if parent is None else parent.clock()
         held = min((done[x].step_s for x in answers), default=None)
         try:
@@ -224,5 +224,5 @@ def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Se
     planned = [f"ZeRO-{w.zero}" for w in done.values() if w.step_s is not None or w.lower_s < float("inf")]
     covered = (f"stopped while planning ZeRO-{z}: the gap stated covers " + ", ".join(planned + [f"ZeRO-{z}"])
                + (f", not ZeRO-{', ZeRO-'.join(map(str, left))} (not planned yet)" if left else ""))
-    return Share(parent, seconds, lambda result, budget: wrap(result, budget, dataclasses.replace(settings, zero=z),
+    return Share(parent, seconds, lambda result, budget: wrap(result, budget, settings.with_zero(z),
                                                                covered), lower, f"ZeRO-{z}", share)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.choices.batch_norm import DEFAULT_BATCH_NORM, with_batch_norm
 from costmodel.compute.model import ComputeModel
 from costmodel.compute.roofline import Roofline
 from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
-from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, check_machine_dispatch, with_moe_dispatch
+from costmodel.choices.moe_dispatch import check_machine_dispatch
 from costmodel.machine.model import Machine
-from costmodel.choices.precision import DEFAULT_PRECISION, get_precision, with_precision
+from costmodel.choices.precision import DEFAULT_PRECISION, get_precision
+from costmodel.choices.training import TrainingChoices
 from costmodel.compute.profile_links import links_from_table
 from costmodel.compute.profiled import ProfiledCompute
 from networks.errors import DnnplanError
@@ -27,19 +27,17 @@ from profiler.gpu_tables import check_gpu, check_precision
 from profiler.ondemand import local_compute_model
 from profiler.tables import load_table
 
+
 @dataclass(frozen=True)
 class Context:
-    network: Network  # in the precision's storage format (costmodel.choices.precision.with_precision)
+    network: Network  # as the choices train it (costmodel.choices.training.TrainingChoices.marked)
     machine: Machine
     batch: int
     devices: int
     compute: ComputeModel
-    precision: str = DEFAULT_PRECISION
+    choices: TrainingChoices = TrainingChoices()
     #: how the batch was chosen when none was given (networks.default_batch), "" when it was given
     batch_rule: str = ""
-    seq: int | None = None  # --seq: the tokens per sequence given, None for the network's own
-    batch_norm: str = DEFAULT_BATCH_NORM  # costmodel.choices.batch_norm: the network's batchnorm layers marked with it
-    moe_dispatch: str = DEFAULT_MOE_DISPATCH  # costmodel.choices.moe_dispatch: the network's moe layers marked with it
 
 
 def default_batch(devices: int, net: Network | None = None) -> int:
@@ -51,29 +49,22 @@ def default_batch(devices: int, net: Network | None = None) -> int:
 
 
 def resolve(network: str, devices: int, batch: int | None, machine: str | None,
-            profile: str | None = None, refresh: bool = False, precision: str = DEFAULT_PRECISION,
-            foreign_ok: bool = False, seq: int | None = None, batch_norm: str | None = None,
-            moe_dispatch: str | None = None) -> Context:
-    """Load the network (``seq`` tokens a sequence when given; its batch norm ``batch_norm``,
-    costmodel.choices.batch_norm; None: sync; its experts' token dispatcher ``moe_dispatch``,
-    costmodel.choices.moe_dispatch; None: alltoall) and the machine named on the command line and choose
-    the compute model."""
+            profile: str | None = None, refresh: bool = False, choices: TrainingChoices = TrainingChoices(),
+            foreign_ok: bool = False) -> Context:
+    """Load the network (at the choices' ``seq`` tokens a sequence when given, stored and marked as
+    the choices train it) and the machine named on the command line, and choose the compute model."""
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")
     if batch is not None and batch < 1:
         raise DnnplanError(f"--batch must be a positive integer, got {batch}")
-    prec = get_precision(precision)
-    batch_norm = batch_norm or DEFAULT_BATCH_NORM
-    moe_dispatch = moe_dispatch or DEFAULT_MOE_DISPATCH
-    net = with_moe_dispatch(with_batch_norm(with_precision(load_network(network, seq), prec.name), batch_norm),
-                            moe_dispatch)
+    net = choices.marked(load_network(network, choices.seq))
     mach = load_machine(machine or DEFAULT_MACHINE)
-    check_machine_dispatch(moe_dispatch, mach.device.kind, mach.name)
+    check_machine_dispatch(choices.moe_dispatch, mach.device.kind, mach.name)
     mach.check_devices(devices)
-    compute = compute_model(mach, profile, devices, refresh, prec.name, foreign_ok)
+    compute = compute_model(mach, profile, devices, refresh, choices.precision, foreign_ok)
     rule = "" if batch else family_batch(net, devices)[1]
     return Context(net, profiled_links(mach, compute), batch or default_batch(devices, net), devices, compute,
-                   prec.name, rule, seq, batch_norm, moe_dispatch)
+                   choices, rule)
 
 
 def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,

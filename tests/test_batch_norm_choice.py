@@ -11,6 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.choices.batch_norm import batch_norm_of, with_batch_norm
 from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
@@ -73,12 +74,12 @@ def test_the_plan_file_records_the_choice_and_a_file_without_it_reads_as_sync(tm
         assert result.exit_code == 0, result.output
         assert yaml.safe_load(out.read_text())["batch_norm"] == bn
         plan, net = read_plan(str(out))
-        assert plan.batch_norm == bn == batch_norm_of(net)
+        assert plan.choices.batch_norm == bn == batch_norm_of(net)
     data = yaml.safe_load((tmp_path / "sync.yaml").read_text())
     del data["batch_norm"]  # a plan written before the choice existed
     old = tmp_path / "old.yaml"
     old.write_text(yaml.safe_dump(data, sort_keys=False))
-    assert read_plan(str(old))[0].batch_norm == "sync"
+    assert read_plan(str(old))[0].choices.batch_norm == "sync"
     data["batch_norm"] = "ddp"
     old.write_text(yaml.safe_dump(data, sort_keys=False))
     result = runner.invoke(app, ["predict", str(old)])
@@ -137,8 +138,8 @@ def test_validate_records_the_choice_and_does_not_resume_a_partial_run_of_the_ot
     settings = RunSettings(steps=1, warmup=0, check=False)
 
     def report(bn):
-        return validation.new_report(validation.resolve(TINYRES, 2, 8, "dgx-a100", None, False, bn), "dgx-a100",
-                                     settings)
+        ctx = validation.resolve(TINYRES, 2, 8, "dgx-a100", None, False, TrainingChoices.from_flags(batch_norm=bn))
+        return validation.new_report(ctx, "dgx-a100", settings)
 
     sync = report(None).to_json()
     assert sync["batch_norm"] == "sync" and report("local").to_json()["batch_norm"] == "local"

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.frameworks.megatron import megatron_strategies
 from costmodel.step.pipeline import INTERLEAVED, predict_pipeline
 from costmodel.memory.pipeline import ChunkHold, held_bytes
@@ -17,14 +18,14 @@ from planner.pipeline.stages import StageSolver
 from profiler import context
 
 ZOO_TINY = Path(__file__).resolve().parents[1] / "networks" / "zoo" / "gpt-tiny.yaml"
-SETTINGS = Settings(optimizer="adam", precision="fp16")
+SETTINGS = Settings(choices=TrainingChoices(optimizer="adam", precision="fp16"))
 P, BATCH, STAGES, M, CHUNKS = 8, 8, 2, 4, 2
 
 
 def _ctx(tmp_path, p: int = P, **precision):
     spec = tmp_path / "gpt.yaml"
     spec.write_text(ZOO_TINY.read_text().replace("repeat: 2", "repeat: 4"))
-    return context.resolve(str(spec), p, BATCH, "dgx-a100", None, **precision)
+    return context.resolve(str(spec), p, BATCH, "dgx-a100", None, choices=TrainingChoices(**precision))
 
 
 def test_a_hold_is_the_most_over_its_moments_and_each_layer_counts_its_chunks():

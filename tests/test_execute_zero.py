@@ -125,7 +125,7 @@ def test_a_rank_holds_the_weights_and_state_the_cost_model_counts(zero, layer_na
 
 def test_other_optimisers_are_refused_in_one_line_and_zero_plans_are_not(tmp_path):
     zero = _plan(tmp_path, "lenet5", 2, 0, 3)
-    assert prepare(zero, 2, 1, None).plan.zero == 3
+    assert prepare(zero, 2, 1, None).plan.choices.zero == 3
     plan_obj = dataclasses.replace(_uniform("lenet5", 2, 0), optimizer="adam")
     adam = str(tmp_path / "adam.yaml")
     write_plan(plan_obj, adam)

@@ -14,6 +14,7 @@ from planner.problem.solve import Settings
 from planner.pipeline.triples import AUTO
 from planner.pipeline.search import SearchOutOfTime, search_pipeline
 from planner.solvers import Budget
+from costmodel.choices.training import TrainingChoices
 from profiler import context
 
 ZOO = Path(__file__).resolve().parent.parent / "networks" / "zoo"
@@ -74,11 +75,13 @@ def test_a_refit_plans_the_choices_own_pair_under_the_lowered_limit(tmp_path):
     a share of the stated time; the answer fits that limit and its gap counts the first search's bound."""
     text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4")
     (tmp_path / "gpt4.yaml").write_text(text)
-    ctx = context.resolve(str(tmp_path / "gpt4.yaml"), 8, 8, "dgx-a100", None, precision="fp16")
+    ctx = context.resolve(str(tmp_path / "gpt4.yaml"), 8, 8, "dgx-a100", None,
+                          choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.003
-    first = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, Settings(optimizer="adam", precision="fp16"))
+    first = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit,
+                            Settings(choices=TrainingChoices(optimizer="adam", precision="fp16")))
     under = first.prediction.memory_peak_bytes * 0.97
-    settings = Settings(optimizer="adam", precision="fp16", budget=Budget(60.0))
+    settings = Settings(budget=Budget(60.0), choices=TrainingChoices(optimizer="adam", precision="fp16"))
     got = refit_choice(first, ctx.network, 8, 8, ctx.machine, ctx.compute, under, settings, AUTO)
     assert (got.stages, got.micro_batches) == (first.stages, first.micro_batches)
     assert got.prediction.memory_peak_bytes <= under * (1 + 1e-9)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.layer.candidates import algorithms
 from costmodel.compute.roofline import Roofline
 from costmodel.machine.loading import load_machine
@@ -122,7 +123,7 @@ def test_the_planner_takes_flash_on_a_gpu_machine():
     from planner.problem.solve import Settings, make_plan
     net = with_precision(load_network("gpt2"), "bf16")
     plan = make_plan(net, "gpt2", 16, 8, A100, compute_model(A100, precision="bf16"),
-                     settings=Settings(precision="bf16"), with_baselines=False)
+                     settings=Settings(choices=TrainingChoices(precision="bf16")), with_baselines=False)
     assert {lp.algorithm for lp in plan.layers if lp.name.endswith(".attn")} == {"flash"}
 
 

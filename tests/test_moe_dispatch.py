@@ -165,7 +165,7 @@ def test_a_flex_plan_records_it_predicts_it_again_and_execute_refuses_it(tmp_pat
     data = yaml.safe_load(out.read_text())
     assert data["moe_dispatch"] == "flex"
     plan, net = read_plan(str(out))
-    assert plan.moe_dispatch == "flex" and moe_dispatch_of(net) == "flex"
+    assert plan.choices.moe_dispatch == "flex" and moe_dispatch_of(net) == "flex"
     again = runner.invoke(app, ["predict", str(out), "--json"])
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["step_s"] == pytest.approx(data["step_s"], rel=1e-9)
@@ -182,7 +182,7 @@ def test_an_alltoall_plan_file_has_no_moe_dispatch_key(tmp_path):
                                  str(out), "--time-limit", "10"])
     assert result.exit_code == 0, result.output
     assert "moe_dispatch" not in yaml.safe_load(out.read_text())
-    assert read_plan(str(out))[0].moe_dispatch == "alltoall"
+    assert read_plan(str(out))[0].choices.moe_dispatch == "alltoall"
 
 
 def test_the_summary_names_the_dispatcher_of_a_network_with_experts_only():

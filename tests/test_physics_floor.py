@@ -19,6 +19,7 @@ import math
 
 import pytest
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.calls.algorithms import CONV_ALGORITHMS, algorithm_applies
 from costmodel.calls.layer_calls import PASSES
 from costmodel.compute.roofline import Roofline, local_cost
@@ -155,7 +156,7 @@ def test_no_planned_step_beats_its_flops_at_peak(name, precision):
     machine = load_machine("dgx-a100")
     net = with_precision(load_network(name), precision)
     plan = make_plan(net, name, 64, 8, machine, compute_model(machine, precision=precision),
-                     settings=Settings(precision=precision), with_baselines=False)
+                     settings=Settings(choices=TrainingChoices(precision=precision)), with_baselines=False)
     kind = next(matmul_peak(layer, get_precision(precision).matmul == "tf32")[1] for layer in net.layers
                 if layer.op in MATMUL_OPS)
     assert 0 < plan.mfu <= machine.device.efficiency_of(kind) * (1 + 1e-9)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.layer.candidates import candidate_strategies, divisors
 from networks.errors import DnnplanError
 from costmodel.step.pipeline import INTERLEAVED, stage_network
@@ -25,8 +26,9 @@ from planner.pipeline.stages import StageSolver
 from profiler import context
 
 ZOO = Path(__file__).resolve().parents[1] / "networks" / "zoo"
-SETTINGS = Settings(optimizer="adam", precision="fp16")
-PROVE = Settings(optimizer="adam", precision="fp16", gap=0.0)  # every pair that could win is searched again
+SETTINGS = Settings(choices=TrainingChoices(optimizer="adam", precision="fp16"))
+#: every pair that could win is searched again
+PROVE = Settings(gap=0.0, choices=TrainingChoices(optimizer="adam", precision="fp16"))
 
 
 def _compositions(n: int, parts: int):
@@ -94,7 +96,7 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
     (its stage solves exact too). Also with grouped-query attention and experts, whose strategy space
     holds context (a split sequence) and expert splits."""
     p, batch = 8, 8
-    ctx = context.resolve(make(tmp_path), p, batch, "dgx-a100", None, precision="fp16")
+    ctx = context.resolve(make(tmp_path), p, batch, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     net, stack = ctx.network, uniform_stack(ctx.network)
     assert stack is not None and stack.n == 4
     if make is _moe4:
@@ -171,7 +173,7 @@ def test_the_proof_closes_the_pairs_that_could_still_win(tmp_path):
     """Memory-bound stages leave Lagrangian gaps: without time to prove, the search says how much
     faster another pair could be; given the time, it closes every pair whose bound is below its
     step and says the choice is optimal, no slower than before."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, precision="fp16")
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.0025  # gaps up to 72% in the stages the pairs are compared with
     quick = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, prove_s=0)
     full = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, PROVE, prove_s=None)
@@ -185,7 +187,7 @@ def test_the_proof_closes_the_pairs_that_could_still_win(tmp_path):
 
 def test_the_stage_bound_proves_when_nothing_fits(tmp_path):
     """Below one block's least memory no (S, m) fits: the bound says so and the search refuses."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, precision="fp16")
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     stack = uniform_stack(ctx.network)
     roomy = _Search(stack, 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, SETTINGS)
     assert all(roomy.bound(s, m)[1] for s in (1, 2, 4) for m in (1, 8))
@@ -196,7 +198,7 @@ def test_the_stage_bound_proves_when_nothing_fits(tmp_path):
 
 
 def test_the_search_prices_its_choice_as_the_pipeline_model_does():
-    ctx = context.resolve("gpt-tiny", 4, 8, "dgx-a100", None, precision="fp16")
+    ctx = context.resolve("gpt-tiny", 4, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     got = search_pipeline(ctx.network, 8, 4, ctx.machine, ctx.compute, None, SETTINGS)
     pred = got.prediction
     assert got.stages * pred.stages[0].ranks == 4 and sum(got.cut) == 2
@@ -322,7 +324,7 @@ def test_dnnplan_plan_pipeline_auto_prints_and_writes_json(tmp_path):
 def test_the_chosen_pairs_stages_have_their_gaps_closed(tmp_path):
     """Pairs are compared with Lagrangian stage solves; the chosen one is searched again with each
     memory-bound stage's gap closed, which gives what the ILP gives on that pair."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, precision="fp16")
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.003  # one stage of 8 micro-batches: the bisection leaves a 55% gap there
     got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, stage_counts=(1,),
                           micro_counts=(8,))
@@ -339,7 +341,7 @@ def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_pat
     the 4-block GPT on 8 devices at batch 8 under 1.5 MiB finds (2, 8) first, whose 2 chunks a device
     are searched, then (4, 8) and (4, 1), which cannot interleave 4 blocks (the last best alone
     weighed no interleaving)."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, precision="fp16")
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.0015
     got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="default")
     plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="1f1b")
@@ -364,7 +366,7 @@ def test_no_interleaving_beats_its_pairs_1f1b_bound_times_the_saving_and_default
     interleaves only where that bound could win, finds the best step of all (1F1B or interleaved)."""
     from planner.pipeline.triples import saving
 
-    ctx = context.resolve(_gpt4(tmp_path), 8, batch, "dgx-a100", None, precision="fp16")
+    ctx = context.resolve(_gpt4(tmp_path), 8, batch, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * limit_gib
     plain = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
                             schedule="1f1b", prove_s=None)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.machine.loading import load_machine
 from costmodel.choices.precision import with_precision
 from costmodel.compute.roofline import Roofline
@@ -97,8 +98,8 @@ def test_a_budget_ends_make_plan_with_the_best_plan_in_hand():
     machine = load_machine("dgx-a100")
     net = with_precision(load_network("llama2-7b"), "bf16")
     budget = Budget(1.5)
-    plan = make_plan(net, "llama2-7b", 320, 64, machine, Roofline(machine), settings=Settings(
-        precision="bf16", budget=budget))
+    plan = make_plan(net, "llama2-7b", 320, 64, machine, Roofline(machine),
+                     settings=Settings(budget=budget, choices=TrainingChoices(precision="bf16")))
     assert plan.solver["status"] == "feasible" and plan.solver["gap"] > 0
     assert plan.memory_peak_bytes <= machine.device.mem_capacity_bytes
     assert budget.best is not None and budget.best.step_s == pytest.approx(plan.step_s, rel=1e-9)
@@ -117,8 +118,8 @@ def test_a_stop_request_stops_the_ilp_and_keeps_what_it_holds():
 
     budget.listener = stop_once_offered
     with pytest.raises(KeyboardInterrupt):
-        make_plan(net, "llama2-7b", 320, 64, machine, Roofline(machine), settings=Settings(
-            precision="bf16", budget=budget))
+        make_plan(net, "llama2-7b", 320, 64, machine, Roofline(machine),
+                  settings=Settings(budget=budget, choices=TrainingChoices(precision="bf16")))
     assert seen and budget.best is not None
     plan = budget.best.finish()
     assert plan.solver["status"] == "interrupted"
@@ -133,8 +134,8 @@ def test_the_pipeline_search_ends_at_its_budget():
     net = with_precision(load_network("llama2-7b"), "bf16")
     budget = Budget(5.0)
     try:
-        got = search_pipeline(net, 1024, 64, machine, Roofline(machine), settings=Settings(precision="bf16",
-                                                                                             budget=budget))
+        got = search_pipeline(net, 1024, 64, machine, Roofline(machine),
+                              settings=Settings(budget=budget, choices=TrainingChoices(precision="bf16")))
     except SearchOutOfTime:
         got = None
     assert budget.elapsed() < 5.0 + 10.0

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.calls.layer_calls import PASSES
 from costmodel.compute.roofline import Roofline, local_cost
 from costmodel.calls.algorithms import default_algorithms
@@ -152,13 +153,13 @@ def test_every_pass_is_faster_in_16_bits_but_never_twice_the_bandwidth():
 
 def test_precision_errors_are_one_line():
     with pytest.raises(DnnplanError, match="no tf32 peak"):
-        resolve("resnet50", 8, None, "dgx1-v100", precision="tf32")
+        resolve("resnet50", 8, None, "dgx1-v100", choices=TrainingChoices(precision="tf32"))
     with pytest.raises(DnnplanError, match="float32 kernel profiles"):
-        resolve("lenet5", 1, None, "local", precision="fp16")
+        resolve("lenet5", 1, None, "local", choices=TrainingChoices(precision="fp16"))
     with pytest.raises(DnnplanError, match="unknown --precision"):
-        resolve("lenet5", 1, None, "dgx-a100", precision="fp4")
+        resolve("lenet5", 1, None, "dgx-a100", choices=TrainingChoices(precision="fp4"))
     with pytest.raises(DnnplanError, match="no float8 peak, so it cannot train in fp8"):
-        resolve("lenet5", 1, None, "dgx-a100", precision="fp8")
+        resolve("lenet5", 1, None, "dgx-a100", choices=TrainingChoices(precision="fp8"))
     assert set(PRECISIONS) == {"fp32", "tf32", "fp16", "bf16", "fp8"}
 
 
@@ -231,7 +232,7 @@ def test_model_flop_utilisation_is_the_networks_flops_over_the_peak_it_trains_at
     from planner.problem.solve import Settings, make_plan
     net = with_precision(load_network("resnet50"), "tf32")
     plan = make_plan(net, "resnet50", 256, 1, A100, compute_model(A100, precision="tf32"),
-                     settings=Settings(precision="tf32"), with_baselines=False)
+                     settings=Settings(choices=TrainingChoices(precision="tf32")), with_baselines=False)
     s = summarize(net, 256)
     assert plan.mfu == pytest.approx((s.flops_fwd + s.flops_bwd) / (plan.step_s * 156e12), rel=1e-12)
     assert 0 < plan.mfu < 1  # nothing below physics: no step is priced faster than its FLOPs at peak

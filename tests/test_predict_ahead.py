@@ -59,7 +59,7 @@ def test_predict_of_a_local_plan_uses_the_executors_prediction(tmp_path, monkeyp
         made.append((step_context, got))
         return got
 
-    monkeypatch.setattr("dnnplan.commands.predict.ahead_of_time", spy)
+    monkeypatch.setattr("executor.session.predict.ahead_of_time", spy)
     out = _predict(path, "--no-step-context")
     assert [s for s, _ in made] == [False] and made[0][1] is not None
     assert out["step_s"] == pytest.approx(made[0][1].prediction.step_s, rel=1e-12)

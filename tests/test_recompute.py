@@ -7,6 +7,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.calls.algorithms import RECOMPUTE, recompute_applies
 from costmodel.compute.roofline import Roofline, local_cost
 from costmodel.machine.loading import load_machine
@@ -64,7 +65,8 @@ def test_the_planner_recomputes_only_when_memory_binds():
     assert RECOMPUTE in tight.algorithms().values()
     assert tight.memory_peak_bytes <= limit and tight.step_s > free.step_s
     with pytest.raises(DnnplanError, match="no plan of alexnet"):
-        make_plan(net, "alexnet", 256, 2, A100, ROOF, limit, Settings(recompute=False), with_baselines=False)
+        make_plan(net, "alexnet", 256, 2, A100, ROOF, limit, Settings(choices=TrainingChoices(recompute="none")),
+                  with_baselines=False)
 
 
 def test_plan_file_takes_recompute_where_it_applies_and_the_executor_refuses_it(tmp_path):

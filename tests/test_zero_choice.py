@@ -18,6 +18,7 @@ from planner.first_plan import answer_peak, first_plan
 from planner.problem.solve import Settings, make_plan
 from planner.solvers import Budget
 from planner.zero_choice import Weighed, fastest_stage
+from costmodel.choices.training import TrainingChoices
 from profiler import context
 
 ZOO = Path(__file__).resolve().parents[1] / "networks" / "zoo"
@@ -33,8 +34,8 @@ def _gpt(tmp_path, dim: int, seq: int) -> str:
 
 
 def _first(spec: str, batch: int, memory_gib: float, zero: int | None):
-    ctx = context.resolve(spec, 8, batch, "dgx-h100", None, False, "bf16", False, None, None)
-    settings = Settings(optimizer="adam", precision="bf16", zero=zero or 0, budget=Budget(120))
+    ctx = context.resolve(spec, 8, batch, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    settings = Settings(budget=Budget(120), choices=TrainingChoices(optimizer="adam", precision="bf16", zero=zero or 0))
     return ctx, first_plan(ctx.network, spec, batch, 8, ctx.machine, ctx.compute, memory_gib * GIB, settings,
                            machine_ref="dgx-h100", fingerprint=None, zero_given=zero is not None)
 
@@ -54,7 +55,7 @@ def test_zero3_data_parallel_beats_zero0_accumulation_and_is_chosen(tmp_path):
     assert zero0.pipeline is not None and zero0.pipeline.stages == 1 and zero0.pipeline.micro_batches > 1
     assert zero3.plan is not None and _step(zero3) < _step(zero0) * 0.9
     _, chosen = _first(spec, 16, 0.8, None)
-    assert chosen.settings.zero == 3 and chosen.plan is not None
+    assert chosen.settings.choices.zero == 3 and chosen.plan is not None
     assert _step(chosen) == pytest.approx(_step(zero3), rel=1e-9)
     weighed = {w.zero: w for w in chosen.weighed}
     assert set(weighed) == {0, 1, 2, 3} and weighed[3].step_s == pytest.approx(_step(chosen), rel=1e-9)
@@ -84,8 +85,8 @@ def test_every_returned_plan_fits_its_limit_as_its_peak_is_predicted(tmp_path):
     the executor keeps, is over it; the plan returned is planned again under a lower limit and fits,
     and so does the answer of every ZeRO stage weighed."""
     spec = _gpt(tmp_path, 1024, 32)
-    ctx = context.resolve(spec, 8, 8, "dgx-h100", None, False, "bf16", False, None, None)
-    settings = Settings(optimizer="adam", precision="bf16", zero=1)
+    ctx = context.resolve(spec, 8, 8, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    settings = Settings(choices=TrainingChoices(optimizer="adam", precision="bf16", zero=1))
     raw = make_plan(ctx.network, spec, 8, 8, ctx.machine, ctx.compute, 0.22 * GIB, settings)
     assert raw.memory_peak_bytes > 0.22 * GIB  # the case is one the count alone lets over the limit
     _, fitted = _first(spec, 8, 0.22, 1)
@@ -115,15 +116,15 @@ def _searching(clock: _Clock, offers: dict[int, dict[float, float]], ended: dict
         start, budget = clock.t, trial.budget
         while not budget.expired():
             clock.t += 1.0
-            if (step := offers[trial.zero].get(clock.t - start)) is not None:
-                budget.offer(step, f"ZeRO-{trial.zero}", lambda: trial.zero)
-        ended[trial.zero] = clock.t - start
-        return trial.zero
+            if (step := offers[trial.choices.zero].get(clock.t - start)) is not None:
+                budget.offer(step, f"ZeRO-{trial.choices.zero}", lambda: trial.choices.zero)
+        ended[trial.choices.zero] = clock.t - start
+        return trial.choices.zero
     return plan_at
 
 
 def _choose(plan_at, clock: _Clock, steps: dict[int, float]):
-    settings = Settings(optimizer="adam", budget=Budget(60, clock))
+    settings = Settings(budget=Budget(60, clock), choices=TrainingChoices(optimizer="adam"))
     return fastest_stage(settings, plan_at, lambda z: Weighed(z, steps[z]), lambda result, budget, s, covered="": result)
 
 

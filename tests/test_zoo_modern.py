@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.compute.roofline import Roofline
 from costmodel.machine.loading import load_machine
 from costmodel.choices.precision import with_precision
@@ -75,6 +76,7 @@ def test_every_current_transformer_plans_on_h100s(name, devices, batch):
     machine = load_machine("dgx-h100")
     net = with_precision(load_network(name), "bf16")
     plan = make_plan(net, name, batch, devices, machine, Roofline(machine), memory_limit_bytes=2.0 ** 60,
-                     settings=Settings(precision="bf16", optimizer="adam"), with_baselines=False)
+                     settings=Settings(choices=TrainingChoices(precision="bf16", optimizer="adam")),
+                     with_baselines=False)
     assert plan.step_s > 0 and len(plan.layers) == len(net.layers)
     assert {lp.algorithm for lp in plan.layers if lp.name.endswith(".attn")} <= {"flash", "flash+recompute"}

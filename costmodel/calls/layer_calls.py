@@ -31,10 +31,10 @@ batchnorm2d               batchnorm.local_sums,       batchnorm.bwd_apply       
 layernorm                 layernorm.fwd               layernorm.bwd (with dgamma)      -
 softmax_cross_entropy     softmax_xent.fwd            softmax_xent.bwd                 -
 attention                 linear.fwd (qkv),           linear.bwd_data (out),           linear.bwd_weights (out),
-(costmodel.attention_     attention.fwd,              attention.bwd,                   linear.bwd_weights (qkv)
-calls)                    linear.fwd (out)            linear.bwd_data (qkv)
-moe (costmodel.moe_       linear.fwd (router,         linear.bwd_data, gelu.bwd,       linear.bwd_weights of each
-calls)                    experts), gelu.fwd, add.fwd add.fwd                          GEMM
+(calls.attention)         attention.fwd,              attention.bwd,                   linear.bwd_weights (qkv)
+                          linear.fwd (out)            linear.bwd_data (qkv)
+moe (calls.moe)           linear.fwd (router,         linear.bwd_data, gelu.bwd,       linear.bwd_weights of each
+                          experts), gelu.fwd, add.fwd add.fwd                          GEMM
 flatten, embedding        -  (reshape / gather: no timed kernel; embedding uses the fallback)
 ========================  ==========================  ===============================  ==========================
 

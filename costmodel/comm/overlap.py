@@ -106,9 +106,9 @@ def default_overlap(machine) -> Overlap:
 
 
 def resolve_overlap(overlap, machine) -> Overlap:
-    """``overlap`` as an :class:`Overlap`: None is the machine's default, a string a mode
+    """``overlap`` as an :class:`Overlap`: None (or "") is the machine's default, a string a mode
     (``--overlap``; one clear line for an unknown one)."""
-    if overlap is None:
+    if not overlap:
         return default_overlap(machine)
     if isinstance(overlap, Overlap):
         return overlap

@@ -72,13 +72,13 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
     render.comparison_table(cmp, title, strategy_labels(prep.plan))
     plan_ = prep.plan
     render.step_summary(cmp, lambda step_s: model_flops_utilization(
-        prep.net, plan_.batch, step_s, plan_.devices, prep.machine, get_precision(plan_.precision).matmul))
+        prep.net, plan_.batch, step_s, plan_.devices, prep.machine, get_precision(plan_.choices.precision).matmul))
     render.stage_table(cmp)
     if in_run is not None:
         render.ahead_of_time_line(ahead)
     render.profile_alone_line(prep.profile_step_s, ahead.measured.step_s)
     render.memory_line(cmp)
-    render.check_line(job.check, plan_.batch_norm)
+    render.check_line(job.check, plan_.choices.batch_norm)
     if (line := non_finite_loss_warning(job, warmup)) is not None:
         warn(line)
     render.device_line(job.device)

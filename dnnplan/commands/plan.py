@@ -2,47 +2,32 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
-from dataclasses import dataclass
 
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
-from costmodel.calls.algorithms import attention_default, kernel_algorithm
+from costmodel.choices.training import TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
-from costmodel.choices.optimizer import Optimizer
-from costmodel.comm.overlap import overlap_with_bucket, resolve_overlap
-from costmodel.step.pipeline import INTERLEAVED, SCHEDULES, pipeline_json
-from costmodel.choices.precision import get_precision
-from costmodel.step.prediction import model_flops_utilization
-from dnnplan.options import (BatchNormOpt, BatchOpt, BucketOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt,
-                             JsonOpt, LayersOpt, MachineOpt, MemoryOpt, MoeDispatchOpt, NetworkArg, OptimizerOpt,
-                             OverlapOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt, PlanProveOpt,
-                             PlanStepContextOpt, PlotOpt, PrecisionOpt, ProfileOpt, RecomputeOpt, refresh_warning,
-                             RefreshOpt, ScheduleOpt, SeqOpt, SolverOpt, SweepOpt, TimeLimitOpt, ZeroOpt)
+from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt,
+                             MachineOpt, MemoryOpt, NetworkArg, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
+                             PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
+                             ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt, refresh_warning, takes_choices)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
 from dnnplan.render.plot import plot_sweep
 from dnnplan.render.progress import progress_line
 from dnnplan.search_bound import end, search_budget, stop_on_ctrl_c
-from executor.session import step_choice
-from networks.errors import DnnplanError, short
-from planner.first_plan import Answer, first_plan, refit_choice
-from planner.fit_check import fitting
-from planner.plan.layout_by_axis import axes, axes_line
-from planner.problem.solve import Settings, make_plan
-from planner.pipeline.triples import AUTO, DEFAULT
-from planner.pipeline.search import PROVE_S, PipelineChoice, search_pipeline
-from planner.plan.plan import Plan
-from planner.plan.plan_file import plan_to_dict, write_plan
-from planner.pipeline.to_plan import plan_of_choice
-from planner.problem.full_profile import refreshed
-from planner.sweep import parse_counts, sweep as run_sweep, with_speedups
-from profiler import context
+from executor.session import plan as planning
+from executor.session.plan import PlanRequest
 from lifecycle import stops
+from networks.errors import DnnplanError, short
+from planner.pipeline.search import PROVE_S
+from planner.plan.plan_file import write_plan
+from planner.problem.solve import Settings
+from planner.sweep import parse_counts, with_speedups
+from profiler import context
 from profiler.context import Context
 
 GIB = 2 ** 30
@@ -67,16 +52,15 @@ def check_flags(solver: str, sweep: str | None, plot: str | None, pipelined_swee
         raise DnnplanError("--pipeline plans cannot be swept yet", hint="drop --sweep, or plan without --pipeline")
 
 
+@takes_choices("precision", "optimizer", "zero", "overlap", "bucket_mb", "batch_norm", "moe_dispatch", "seq")
 def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None,
          machine: MachineOpt = None, profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None,
          solver: SolverOpt = "auto", time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None,
-         plot: PlotOpt = None, refresh: RefreshOpt = False, precision: PrecisionOpt = "fp32",
-         optimizer: OptimizerOpt = "momentum", zero: ZeroOpt = 0, recompute: RecomputeOpt = True,
-         pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None, schedule: ScheduleOpt = "1f1b",
-         prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False, step_context: PlanStepContextOpt = True,
-         layers: LayersOpt = False, force: ForceOpt = False, foreign_profile: ForeignProfileOpt = False,
-         seq: SeqOpt = None, batch_norm: BatchNormOpt = None, overlap: OverlapOpt = "", bucket_mb: BucketOpt = None,
-         moe_dispatch: MoeDispatchOpt = None) -> None:
+         plot: PlotOpt = None, refresh: RefreshOpt = False, choices: TrainingChoices = TrainingChoices(),
+         recompute: RecomputeOpt = True, pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None,
+         schedule: ScheduleOpt = "1f1b", prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False,
+         step_context: PlanStepContextOpt = True, layers: LayersOpt = False, force: ForceOpt = False,
+         foreign_profile: ForeignProfileOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -104,16 +88,18 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     budget = search_budget(time_limit)
     with stop_on_ctrl_c(budget), progress_line(budget):
         try:
-            ctx = context.resolve(network, devices, batch, machine, profile, refresh, precision, foreign_profile, seq,
-                                  batch_norm, moe_dispatch)
+            ctx = context.resolve(network, devices, batch, machine, profile, refresh,
+                                  choices.but(recompute="auto" if recompute else "none"), foreign_profile)
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
-            run = Run(ctx, network, machine or DEFAULT_MACHINE, profile_fingerprint(ctx),
-                      _settings(ctx, solver, gap, Optimizer(optimizer, zero), recompute, budget, overlap, bucket_mb),
-                      None if memory is None else memory * GIB, _defaults(click, ctx))
+            limit = None if memory is None else memory * GIB
+            settings = planning.settings_for(ctx, solver, gap, budget)
             if sweep:
-                return plan_sweep(ctx, network, sweep, plot, run.limit, run.settings, as_json)
-            answer = _answer(run, pipeline, micro_batches, schedule, prove, click, step_context)
+                return plan_sweep(ctx, network, sweep, plot, limit, settings, as_json)
+            request = PlanRequest(network, machine or DEFAULT_MACHINE, profile_fingerprint(ctx), limit, pipeline,
+                                  micro_batches, planning.check_schedule(schedule, _given(click, "schedule")), prove,
+                                  step_context, _given(click, "batch"))
+            answer = planning.plan(ctx, request, settings)
             budget.settled = True
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (lifecycle.stops): the best plan so far
             budget.request_stop()
@@ -121,179 +107,44 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                 fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s, before any plan was found")
                 end(stops.exit_code())
             answer = budget.best.finish()
-    show(run, answer, out, as_json, layers)
+    show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx))
     if budget.stop_requested:
         fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s: the best plan found so far is shown")
         end(stops.exit_code())
     end(0)
 
 
-@dataclass(frozen=True)
-class Run:
-    """What one `dnnplan plan` works on, as resolved."""
-
-    ctx: Context
-    network: str
-    machine_ref: str
-    fingerprint: str | None
-    settings: Settings
-    limit: float | None
-    defaults: tuple[str, ...]
+def _given(click: typer.Context, name: str) -> bool:
+    return click.get_parameter_source(name) != ParameterSource.DEFAULT
 
 
 def _defaults(click: typer.Context, ctx: Context) -> tuple[str, ...]:
     """What the command assumed because the flag was not given (said in the summary)."""
     out = []
-    for name, flag, value in (("machine", "--machine", ctx.machine.name), ("precision", "--precision", ctx.precision),
-                              ("optimizer", "--optimizer", None), ("batch", "--batch", ctx.batch_rule)):
-        if click.get_parameter_source(name) == ParameterSource.DEFAULT:
-            out.append(f"{flag} {value or click.params.get(name)}" if name != "batch" else f"--batch {ctx.batch} "
-                       f"({value})")
+    for name, flag, value in (("machine", "--machine", ctx.machine.name), ("precision", "--precision",
+                              ctx.choices.precision), ("optimizer", "--optimizer", ctx.choices.optimizer),
+                              ("batch", "--batch", ctx.batch_rule)):
+        if not _given(click, name):
+            out.append(f"{flag} {value}" if name != "batch" else f"--batch {ctx.batch} ({value})")
     return tuple(out)
 
 
-def _answer(run: Run, pipeline: str | None, micro_batches: int | None, schedule: str, prove: float,
-            click: typer.Context, step_context: bool):
-    """The plan (planner.first_plan) or the pipeline search's choice (with --pipeline / --micro-batches)."""
-    ctx, settings = run.ctx, run.settings
-    if schedule not in SCHEDULES + (INTERLEAVED, AUTO):
-        raise DnnplanError(f"unknown --schedule {short(schedule)}", hint="use 1f1b, gpipe, interleaved or auto")
-    if click.get_parameter_source("schedule") == ParameterSource.DEFAULT:
-        schedule = DEFAULT  # every pair under 1F1B, then the best pair interleaved too
-    limit = run.limit if run.limit is not None else ctx.machine.device.mem_capacity_bytes
-    if pipeline not in (None, "off") or micro_batches is not None:
-        choice, note = fitting(lambda under: _pipelined(run, pipeline, micro_batches, schedule, prove, under),
-                               lambda c: c.prediction.memory_peak_bytes, limit,
-                               lambda c, under: refit_choice(c, ctx.network, ctx.batch, ctx.devices, ctx.machine,
-                                                             ctx.compute, under, settings, schedule))
-        return Answer(settings, pipeline=choice, memory_note=note)
-    if pipeline == "off":
-        result, note = fitting(lambda under: refreshed(
-            ctx.compute, lambda: make_plan(ctx.network, run.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute,
-                                           under, settings, machine_ref=run.machine_ref,
-                                           profile_fingerprint=run.fingerprint),
-            settings.budget.forget), lambda r: r.memory_peak_bytes, limit)
-        answer = Answer(settings, plan=result, memory_note=note)
-    else:
-        answer = refreshed(ctx.compute, lambda: first_plan(
-            ctx.network, run.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, run.limit, settings,
-            machine_ref=run.machine_ref, fingerprint=run.fingerprint,
-            zero_given=click.get_parameter_source("zero") != ParameterSource.DEFAULT, schedule=schedule,
-            prove_s=prove, batch_given=click.get_parameter_source("batch") != ParameterSource.DEFAULT),
-            settings.budget.forget)
-    if answer.plan is None or not step_context:
-        return answer
-    result = answer.plan  # machine `local`: checked in its step's context against the uniform plans
-    settings.budget.settle(result.step_s, lambda: result)
-    checked, timed = step_choice.checked(result, ctx, run.network, run.machine_ref)
-    return dataclasses.replace(answer, plan=checked, timed=tuple(timed))
-
-
-def _pipelined(run: Run, pipeline: str | None, micro_batches: int | None, schedule: str, prove: float,
-               limit: float | None = None):
-    """`dnnplan plan --pipeline auto|S [--micro-batches M]`: the pipeline search (planner.pipeline.search)."""
-    stages = None
-    if pipeline not in (None, "auto"):
-        if not str(pipeline).isdigit() or int(pipeline) < 1:
-            raise DnnplanError(f"--pipeline takes 'auto', 'off' or a number of stages, not {short(str(pipeline))}",
-                               hint="e.g. --pipeline auto or --pipeline 8")
-        stages = (int(pipeline),)
-    micro = (micro_batches,) if micro_batches else None
-    ctx = run.ctx
-    return refreshed(ctx.compute, lambda: search_pipeline(
-        ctx.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, limit, run.settings, stages, micro,
-        schedule=schedule, prove_s=prove), run.settings.budget.forget)
-
-
-def show(run: Run, answer, out: str | None, as_json: bool, layers: bool) -> None:
+def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: str | None, as_json: bool,
+         layers: bool, defaults: tuple[str, ...]) -> None:
     """Write the plan (``--out``) and print it: the summary first (dnnplan.render.answer)."""
-    if isinstance(answer, Plan):  # a plan finished after Ctrl-C
-        answer = Answer(run.settings, plan=answer)
-    elif isinstance(answer, PipelineChoice):
-        answer = Answer(run.settings, pipeline=answer)
-    ctx = run.ctx
-    if answer.pipeline is not None:
-        got = answer.pipeline
-        mfu = model_flops_utilization(ctx.network, ctx.batch, got.prediction.step_s, ctx.devices, ctx.machine,
-                                      get_precision(answer.settings.precision).matmul)
-        plan = plan_of_choice(got, run.network, run.machine_ref, run.fingerprint, answer.settings.training,
-                              ctx.precision, mfu)
-    else:
-        got, plan = None, answer.plan
-    plan = dataclasses.replace(plan, seq=ctx.seq)  # the plan file names the network with its --seq
+    answer, made = planning.finished(ctx, request, settings, answer)
+    got = answer.pipeline
     if out:
-        write_plan(plan, out)
+        write_plan(made, out)
     if as_json:
-        out = _json(plan, got, answer, _axes(run, answer, plan, got))
-        print(json.dumps({**out, "answered_in_s": round(run.settings.budget.elapsed(), 3)}))
+        print(json.dumps({**render.plan_json(ctx, answer, made, got),
+                          "answered_in_s": round(settings.budget.elapsed(), 3)}))
         return
-    render.answer(plan, got, _facts(run, answer, plan, got), layers)
+    render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit), layers)
     if out:
         how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if got is not None else \
             f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
         render.console.print(f"wrote {out} ({how})")
-
-
-def _settings(ctx: Context, solver: str, gap: float | None, opt: Optimizer, recompute: bool, budget,
-              overlap: str, bucket_mb: float | None) -> Settings:
-    """The planner's settings from the command line: the overlap recorded with its bucket
-    (``data@76``; a bad mode or bucket: one line)."""
-    mode = overlap_with_bucket(overlap or None, ctx.machine, bucket_mb).spec
-    return Settings(solver, None, gap, optimizer=opt.name, precision=ctx.precision, zero=opt.zero,
-                    recompute=recompute, budget=budget, overlap=mode)
-
-
-def _facts(run: Run, answer, plan: Plan, got) -> render.Facts:
-    ctx = run.ctx
-    ops = {layer.name: layer.op for layer in ctx.network.layers}
-    attention = tuple(sorted({kernel_algorithm(lp.algorithm) or attention_default(ctx.machine)  # recompute: its own
-                              for lp in plan.layers if ops.get(lp.name) == "attention"}))
-    found = _axes(run, answer, plan, got)
-    return render.Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.precision,
-                        answer.settings.training.label, ctx.batch, run.defaults, answer.why, tuple(answer.timed),
-                        len(ctx.network.layers), "batchnorm2d" in ops.values(), attention,
-                        resolve_overlap(answer.settings.overlap, ctx.machine).label, ctx.batch_norm,
-                        ctx.moe_dispatch if "moe" in ops.values() else "",
-                        axes_line(found, _pipeline_axis(got, plan), answer.settings.zero),
-                        "; ".join(x for x in (answer.zero_why, answer.memory_note) if x),
-                        run.limit if run.limit is not None else ctx.machine.device.mem_capacity_bytes)
-
-
-def _axes(run: Run, answer, plan: Plan, got) -> dict:
-    """The plan's layout by parallel axis (planner.plan.layout_by_axis): each stage's layers under a pipeline."""
-    ops = {layer.name: layer.op for layer in run.ctx.network.layers}
-    if got is not None:
-        layers = [(layer.op, sol.strategies[layer.name], sol.algorithms.get(layer.name, ""))
-                  for sol in got.solutions for layer in sol.network.layers]
-    else:
-        layers = [(ops[lp.name], lp.strategy, lp.algorithm) for lp in plan.layers]
-    return axes(layers, "attention" in ops.values())
-
-
-def _pipeline_axis(got, plan: Plan) -> str:
-    if got is None:
-        return "no pipeline, the whole batch at once"
-    if got.stages == 1:
-        return (f"no pipeline, {got.micro_batches} micro-batches of {got.micro_batch} (gradient accumulation)"
-                if got.micro_batches > 1 else "no pipeline, the whole batch at once")
-    how = "interleaved 1F1B, " + f"{got.chunks} chunks a device" if got.chunks > 1 else plan.pipeline.schedule.upper()
-    return f"pipeline {got.stages} ({how}), {got.micro_batches} micro-batches of {got.micro_batch}"
-
-
-def _json(plan: Plan, got, answer, axes_found: dict) -> dict:
-    out = {**plan_to_dict(plan), "step_context": render.step_context_dict(list(answer.timed))}
-    out["axes"] = {**axes_found, "zero": answer.settings.zero}
-    if got is not None:
-        out.update({**pipeline_json(got.prediction), "cut_blocks": list(got.cut), "mfu": plan.mfu,
-                    "micro_batch": got.micro_batch, "search": got.stats,
-                    "tried": [_finite(c.__dict__) for c in got.candidates]})
-    if answer.why:
-        out["why_pipelined"] = answer.why
-    if answer.memory_note:
-        out["memory_note"] = answer.memory_note
-    if answer.zero_why:
-        out["zero_choice"] = {"why": answer.zero_why, "weighed": [_finite(dataclasses.asdict(w)) for w in answer.weighed]}
-    return out
 
 
 def plan_sweep(ctx: Context, network: str, counts: str, plot: str | None, limit: float | None,
@@ -304,8 +155,7 @@ def plan_sweep(ctx: Context, network: str, counts: str, plot: str | None, limit:
     rows: list[dict] = []
     interrupted = False
     try:
-        refreshed(ctx.compute, lambda: run_sweep(ctx.network, network, ctx.batch, device_counts, ctx.machine,
-                                                 ctx.compute, limit, settings, rows.clear() or rows))
+        planning.sweep(ctx, network, device_counts, limit, settings, rows)
     except KeyboardInterrupt:
         interrupted = True
         with_speedups(rows)
@@ -321,9 +171,3 @@ def plan_sweep(ctx: Context, network: str, counts: str, plot: str | None, limit:
     if interrupted:
         fail_line(f"interrupted: {len(rows)} of {len(device_counts)} device counts planned, shown above")
         raise typer.Exit(130)
-
-
-def _finite(row: dict) -> dict:
-    """A candidate's fields for JSON: an infinite bound (nothing fits) as null, so the output
-    stays strict JSON."""
-    return {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in row.items()}

@@ -12,12 +12,13 @@ import os
 
 import typer
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.machine.loading import usable_cores
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
-from dnnplan.options import (BatchNormOpt, BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt,
+from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt,
                              LocalMachineOpt, ProfileOpt, QuickValidateOpt, refresh_warning, RefreshOpt, RepeatsOpt,
                              ReportDirOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg,
-                             ValidateRanksOpt, WarmupOpt)
+                             ValidateRanksOpt, WarmupOpt, takes_choices)
 from dnnplan.rerun import command_line
 from dnnplan.output import check_output, check_output_folder, write_json_file
 from dnnplan.render import execute as render, report as report_files
@@ -33,13 +34,14 @@ from lifecycle import stops
 QUICK = {"network": "lenet5", "batch": 8, "steps": 3, "warmup": 1, "repeats": 2}
 
 
+@takes_choices("batch_norm")
 def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: ValidateRanksOpt = None,
              batch: BatchOpt = None, machine: LocalMachineOpt = "local", steps: StepsOpt = 5, warmup: WarmupOpt = 2,
              repeats: RepeatsOpt = 1, quick: QuickValidateOpt = False, timeout: TimeoutOpt = 600.0,
              threads: ThreadsOpt = None, profile: ProfileOpt = None, in_run: InRunOpt = True,
              step_context: StepContextOpt = True, refresh: RefreshOpt = False, check: CheckEachOpt = True,
              json_out: JsonFileOpt = None, report_dir: ReportDirOpt = None, details: DetailsOpt = False,
-             force: ForceOpt = False, batch_norm: BatchNormOpt = None) -> None:
+             force: ForceOpt = False, choices: TrainingChoices = TrainingChoices()) -> None:
     """Plan a network, run the plan and the uniform baselines, and report each prediction's error.
 
     The loop in one command: plan, then run the plan and each uniform baseline that fits (data,
@@ -61,7 +63,7 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     if report_dir:
         report_files.check_report_folder(report_dir, force)
     earlier = _partial(json_out, force) if json_out else None
-    ctx = validation.resolve(network, ranks, batch, machine, profile, refresh, batch_norm)
+    ctx = validation.resolve(network, ranks, batch, machine, profile, refresh, choices)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)
     settings = RunSettings(steps, warmup, timeout, threads, profile, in_run, check, repeats, step_context)

@@ -1,22 +1,31 @@
-"""Rich output of `dnnplan plan`: the answer first (dnnplan.render.answer), then the per-layer plan,
-the convolution algorithms, the baselines, the solver's detail, sweeps and pipelines."""
+"""Output of `dnnplan plan`: the answer first (dnnplan.render.answer), then the per-layer plan, the
+convolution algorithms, the baselines, the solver's detail, sweeps and pipelines; and the same
+answer as JSON for scripts (:func:`plan_json`)."""
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 from rich.markup import escape
 from rich.table import Table
 
 from costmodel.step.breakdown import step_terms
-from costmodel.calls.algorithms import RECOMPUTE
+from costmodel.calls.algorithms import RECOMPUTE, attention_default, kernel_algorithm
+from costmodel.comm.overlap import resolve_overlap
+from costmodel.step.pipeline import pipeline_json
 from dnnplan.render import fmt
 from dnnplan.render.answer import (Facts, assumptions_line, comm_line, gap_line, header_lines, layout_line,
                                    memory_mfu_line, step_line)
 from dnnplan.render.tables import console, memory_line, pipeline_table
 from executor.session.step_choice import fastest
 from planner.problem.solve import speedup, strategy_mix
+from planner.plan.layout_by_axis import axes_line, plan_axes
 from planner.plan.plan import Plan
+from planner.plan.plan_file import plan_to_dict
+from profiler.context import Context
 
-__all__ = ["Facts", "answer", "plan_table", "sweep_table", "step_context_dict", "console"]
+__all__ = ["Facts", "answer", "facts", "plan_json", "plan_table", "sweep_table", "step_context_dict", "console"]
 
 #: networks of at most this many layers get their per-layer tables without --layers
 SMALL_NETWORK = 24
@@ -32,7 +41,7 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         context_step_line(list(facts.timed))
     else:
         console.print(step_line(plan.step_s, plan.breakdown))
-    if plan.comm and (line := comm_line(plan.comm, plan.overlap)) is not None:
+    if plan.comm and (line := comm_line(plan.comm, plan.choices.overlap)) is not None:
         console.print(line)
     limit = facts.limit_bytes or plan.solver.get("memory_limit_bytes")
     console.print(memory_mfu_line(plan.memory_peak_bytes, limit, plan.mfu))
@@ -293,3 +302,56 @@ def _mix(strategies) -> str:
     for strat in strategies.values():
         out[strat.label] = out.get(strat.label, 0) + 1
     return " ".join(f"{k} x{v}" for k, v in sorted(out.items(), key=lambda kv: -kv[1])[:3])
+
+
+def facts(ctx: Context, answer, plan: Plan, got, defaults: tuple[str, ...], limit: float | None) -> Facts:
+    """What the summary states of an answer (dnnplan.render.answer): ``got`` the pipeline search's
+    choice (else None), ``defaults`` the flags assumed, ``limit`` the memory limit asked for."""
+    ops = {layer.name: layer.op for layer in ctx.network.layers}
+    attention = tuple(sorted({kernel_algorithm(lp.algorithm) or attention_default(ctx.machine)  # recompute: its own
+                              for lp in plan.layers if ops.get(lp.name) == "attention"}))
+    choices = answer.settings.choices
+    return Facts(ctx.network.name, ctx.devices, ctx.machine.name, ctx.machine.device.name, ctx.choices.precision,
+                 choices.sharded_optimizer.label, ctx.batch, defaults, answer.why, tuple(answer.timed),
+                 len(ctx.network.layers), "batchnorm2d" in ops.values(), attention,
+                 resolve_overlap(choices.overlap, ctx.machine).label, ctx.choices.batch_norm,
+                 ctx.choices.moe_dispatch if "moe" in ops.values() else "",
+                 axes_line(plan_axes(ctx.network, plan, got), pipeline_axis(got, plan), choices.zero),
+                 "; ".join(x for x in (answer.zero_why, answer.memory_note) if x),
+                 limit if limit is not None else ctx.machine.device.mem_capacity_bytes)
+
+
+def pipeline_axis(got, plan: Plan) -> str:
+    """The pipeline axis in words: the stages, schedule and micro-batches, or none."""
+    if got is None:
+        return "no pipeline, the whole batch at once"
+    if got.stages == 1:
+        return (f"no pipeline, {got.micro_batches} micro-batches of {got.micro_batch} (gradient accumulation)"
+                if got.micro_batches > 1 else "no pipeline, the whole batch at once")
+    how = "interleaved 1F1B, " + f"{got.chunks} chunks a device" if got.chunks > 1 else plan.pipeline.schedule.upper()
+    return f"pipeline {got.stages} ({how}), {got.micro_batches} micro-batches of {got.micro_batch}"
+
+
+def plan_json(ctx: Context, answer, plan: Plan, got) -> dict:
+    """`dnnplan plan --json`: the plan file's fields, the step context, the layout by axis, and for a
+    pipelined plan the search's choice and every candidate it weighed."""
+    out = {**plan_to_dict(plan), "step_context": step_context_dict(list(answer.timed))}
+    out["axes"] = {**plan_axes(ctx.network, plan, got), "zero": answer.settings.choices.zero}
+    if got is not None:
+        out.update({**pipeline_json(got.prediction), "cut_blocks": list(got.cut), "mfu": plan.mfu,
+                    "micro_batch": got.micro_batch, "search": got.stats,
+                    "tried": [_finite(c.__dict__) for c in got.candidates]})
+    if answer.why:
+        out["why_pipelined"] = answer.why
+    if answer.memory_note:
+        out["memory_note"] = answer.memory_note
+    if answer.zero_why:
+        out["zero_choice"] = {"why": answer.zero_why,
+                              "weighed": [_finite(dataclasses.asdict(w)) for w in answer.weighed]}
+    return out
+
+
+def _finite(row: dict) -> dict:
+    """A candidate's fields for JSON: an infinite bound (nothing fits) as null, so the output
+    stays strict JSON."""
+    return {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in row.items()}

@@ -59,12 +59,12 @@ def select_backend(plan: Plan, array_backend: str = "numpy", local_rank: int = 0
     cupy: the GPU of ``local_rank`` (CUDA arrays and events, NCCL or MPI staged through the host
     when ranks share a GPU), in the plan's precision, convolutions pinned to ``engines``."""
     if array_backend == "numpy":
-        if plan.precision not in HOST_PRECISIONS:
-            raise DnnplanError(f"plan {plan.network_name} is for {plan.precision} training; the host runs fp32",
+        if plan.choices.precision not in HOST_PRECISIONS:
+            raise DnnplanError(f"plan {plan.network_name} is for {plan.choices.precision} training; the host runs fp32",
                                hint="run it on GPUs (--device cuda), or plan again with --precision fp32")
         return HOST
     if array_backend == "cupy":
-        backend = CudaBackend(local_rank, plan.precision)
+        backend = CudaBackend(local_rank, plan.choices.precision)
         if engines:
             pin_engines(dict(engines))
         return backend

@@ -63,7 +63,7 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
     timers.clock = backend.now_s
     timers.events = backend if isinstance(backend, EventClock) else None
     if plan.pipeline is not None:
-        if plan.zero:
+        if plan.choices.zero:
             raise DnnplanError("the executor runs pipelined plans without ZeRO", hint="plan again with --zero 0")
         return _run_pipeline(plan, net, group, backend, steps, warmup, check, seed, timers, lr, momentum,
                              after_step, measure_memory)
@@ -73,9 +73,9 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
     if check:
         mine = local_parts(net.layers, rt.strategies, group.rank, _host(backend, kept))
         result = run_check(group, net, plan.batch, rt.algorithms, seed, losses[0], mine,
-                           backend if isinstance(backend, DeviceMemory) else None, plan.precision,
+                           backend if isinstance(backend, DeviceMemory) else None, plan.choices.precision,
                            plan_shards(net, plan.strategies(), plan.batch))
-        if plan.zero:
+        if plan.choices.zero:
             ran = steps + in_run_steps(steps, after_step) + (1 if measure_memory else 0)
             schedule = [(i, i == -warmup) for i in range(-warmup, ran)]
             result = check_zero(rt, lambda: _Runtime(replace(rt.plan, zero=0), rt.net, rt.comm, backend, rt.seed,

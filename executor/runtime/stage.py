@@ -120,7 +120,7 @@ class _Runtime:
         self.comms = GroupComms(comm)
         self.seed = seed
         self.check = check
-        self.zero = plan.zero  # the ZeRO stage (executor.runtime.zero)
+        self.zero = plan.choices.zero  # the ZeRO stage (executor.runtime.zero)
         self._validate()
         full_w = io.weights if io else init_weights(net, seed)
         data = io.data if io else make_inputs(net, self.batch, seed)

@@ -28,8 +28,9 @@ def choose_device(plan: Plan, plan_path: str, compute: ComputeModel, device: str
     backend = array_backend_for(device, compute.table)
     if backend == "numpy":
         return backend, []
-    if plan.zero and plan.precision in ("fp16", "bf16"):
-        raise DnnplanError(f"the plan shards {plan.precision} training with ZeRO stage {plan.zero}; the executor "
+    if plan.choices.zero and plan.choices.precision in ("fp16", "bf16"):
+        raise DnnplanError(f"the plan shards {plan.choices.precision} training with ZeRO stage {plan.choices.zero}; "
+                           "the executor "
                            "runs mixed precision without ZeRO", file=plan_path, field="zero",
                            hint="plan again with --zero 0 to run it on GPUs")
     warnings = []

@@ -41,7 +41,6 @@ from kernels import KERNELS_REVISION
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.plan.plan import Plan
-from costmodel.choices.optimizer import Optimizer
 from costmodel.choices.precision import DATASHEET_ONLY, DEFAULT_PRECISION
 from planner.plan.plan_file import read_plan
 from planner.pipeline.to_plan import predict_pipelined
@@ -142,20 +141,22 @@ def _machine_warnings(plan: Plan, machine: Machine) -> list[str]:
 def cannot_run(plan: Plan, plan_path: str, array_backend: str = "numpy") -> DnnplanError | None:
     """Why the executor cannot run ``plan`` as written (its file ``plan_path``) on ``array_backend``
     (numpy: the host; cupy: GPUs, which run every precision), None if it can."""
-    if plan.optimizer != "momentum":
-        return DnnplanError(f"the plan is for {Optimizer(plan.optimizer, plan.zero).label}; the executor runs SGD with "
+    if plan.choices.optimizer != "momentum":
+        return DnnplanError(f"the plan is for {plan.choices.sharded_optimizer.label}; the executor runs SGD with "
                             f"momentum (ZeRO stages 0 to 3)", file=plan_path, field="optimizer",
                             hint="predict it with `dnnplan predict`, or plan again with --optimizer momentum to run it")
     if plan.pipeline is not None and plan.pipeline.chunks > 1:
         return DnnplanError(f"the plan interleaves {plan.pipeline.chunks} model chunks a device; the executor runs "
                             "1f1b and gpipe pipelines", file=plan_path, field="pipeline",
                             hint="plan it with --schedule 1f1b (`dnnplan predict` prices the interleaved plan)")
-    if plan.pipeline is not None and plan.zero:
-        return DnnplanError(f"the plan pipelines {plan.pipeline.stages} stages under ZeRO stage {plan.zero}; the "
+    if plan.pipeline is not None and plan.choices.zero:
+        return DnnplanError(f"the plan pipelines {plan.pipeline.stages} stages under ZeRO stage "
+                            f"{plan.choices.zero}; the "
                             "executor runs pipelined plans without ZeRO", file=plan_path, field="zero",
                             hint="predict it with `dnnplan predict`, or plan again with --zero 0 to run it")
-    if plan.moe_dispatch != DEFAULT_MOE_DISPATCH:
-        return DnnplanError(f"the plan prices the {plan.moe_dispatch} token dispatcher (DeepEP or HybridEP); the "
+    if plan.choices.moe_dispatch != DEFAULT_MOE_DISPATCH:
+        return DnnplanError(f"the plan prices the {plan.choices.moe_dispatch} token dispatcher (DeepEP or HybridEP); "
+                            "the "
                             "executor exchanges the experts' capacity buffers by all-to-all", file=plan_path,
                             field="moe_dispatch",
                             hint="predict it with `dnnplan predict`, or plan again with --moe-dispatch alltoall to run it")
@@ -164,12 +165,13 @@ def cannot_run(plan: Plan, plan_path: str, array_backend: str = "numpy") -> Dnnp
         return DnnplanError(f"the plan recomputes {len(again)} layer(s) in backward; the executor keeps every "
                             f"activation instead", file=plan_path, layer=again[0], field="algorithm",
                             hint="plan again with --no-recompute to run it")
-    if plan.precision in DATASHEET_ONLY:
-        return DnnplanError(f"the plan is for {plan.precision} training; the executor's kernels run fp32, tf32, fp16 "
+    if plan.choices.precision in DATASHEET_ONLY:
+        return DnnplanError(f"the plan is for {plan.choices.precision} training; the executor's kernels run fp32, "
+                            "tf32, fp16 "
                             "and bf16 (no FP8 GEMMs)", file=plan_path, field="precision",
                             hint="predict it with `dnnplan predict`, or plan again with --precision bf16 to run it")
-    if plan.precision != DEFAULT_PRECISION and array_backend == "numpy":
-        return DnnplanError(f"the plan is for {plan.precision} training; the host runs float32 kernels",
+    if plan.choices.precision != DEFAULT_PRECISION and array_backend == "numpy":
+        return DnnplanError(f"the plan is for {plan.choices.precision} training; the host runs float32 kernels",
                             file=plan_path, field="precision",
                             hint="run it on GPUs (--device cuda, or a profile timed with --backend cupy), predict it "
                                  "with `dnnplan predict`, or plan again with --precision fp32")
@@ -188,7 +190,8 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
         raise DnnplanError(f"the plan is for {plan.devices} devices, not --ranks {ranks}", file=plan_path,
                            hint=f"run it with --ranks {plan.devices}, or re-plan for {ranks} devices")
     machine = load_machine(plan.machine)
-    compute = context.compute_model(machine, profile, plan.devices, precision=plan.precision, foreign_ok=foreign_ok)
+    compute = context.compute_model(machine, profile, plan.devices, precision=plan.choices.precision,
+                                    foreign_ok=foreign_ok)
     array_backend, device_warnings = choose_device(plan, plan_path, compute, device, foreign_ok)
     if (err := cannot_run(plan, plan_path, array_backend)) is not None:
         raise err
@@ -266,8 +269,8 @@ def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction | 
         return predict_pipelined(prep.plan, prep.net, run_strategies(prep.plan), machine or prep.machine,
                                  prep.compute)
     pred = predict_step(prep.net, prep.plan.batch, run_strategies(prep.plan), prep.plan.algorithms(),
-                        machine or prep.machine, prep.compute, Optimizer(prep.plan.optimizer, prep.plan.zero),
-                        grads_in_backward=not prep.plan.zero)  # as executor.runtime.stage makes them
+                        machine or prep.machine, prep.compute, prep.plan.choices.sharded_optimizer,
+                        grads_in_backward=not prep.plan.choices.zero)  # as executor.runtime.stage makes them
     wait = wait_per_work(prep.plan, prep.machine, prep.compute)  # first: it times the code around collectives too
     return replace(pred, wait_s=wait * pred.work_s,
                    collective_code_s=collective_code_s(prep.plan, prep.net, prep.machine, prep.compute, pred))

@@ -1,22 +1,194 @@
-"""A plan file's step as `dnnplan execute` predicts it before its run, without the run
-(`dnnplan predict PLAN`).
+"""What `dnnplan predict` does, as library calls (the command parses its flags, calls one, renders).
 
-On machine `local` without ``--profile``, `execute` predicts from the plan's kernels (and, on
-several ranks, its collectives) timed again in its step's order and context, the executor's own
-time between kernels, and the time the ranks wait for the slowest (executor.session.execute). In the CPU
-validation (docs/VALIDATION.md) that prediction is several times closer to the measured step than
-the profile's kernels timed alone: `predict` of a plan file for this computer says what `execute`
-would.
+:func:`step` prices one training step of a network with its layers split one way (a uniform
+strategy, or Megatron-Core's tensor, context, expert and data degrees: :class:`LayerSplits`), with
+gradient accumulation over micro-batches; :func:`pipelined` the same splits inside each of a
+pipeline's stages; :func:`deepspeed_step` DeepSpeed's ZeRO-3 step (costmodel.frameworks.deepspeed);
+:func:`plan_step` a plan file as it is written.
+
+A plan file's step is predicted as `dnnplan execute` predicts it before its run where that can be
+done without the run (:func:`ahead_of_time`). On machine `local` without ``--profile``, `execute`
+predicts from the plan's kernels (and, on several ranks, its collectives) timed again in its step's
+order and context, the executor's own time between kernels, and the time the ranks wait for the
+slowest (executor.session.execute). In the CPU validation (docs/VALIDATION.md) that prediction is
+several times closer to the measured step than the profile's kernels timed alone: `predict` of a
+plan file for this computer says what `execute` would.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.calls.algorithms import recompute_algorithms
+from costmodel.comm.overlap import overlap_with_bucket
 from costmodel.compute.model import OnDemand
-from costmodel.step.prediction import StepPrediction
+from costmodel.machine.loading import load_machine
+from costmodel.frameworks.deepspeed import Zero3Step, zero3_step
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.frameworks.uniform import Fallback, uniform_strategies
+from costmodel.choices.precision import get_precision
+from costmodel.step.pipeline import PipelinePrediction, predict_pipeline
+from costmodel.step.prediction import StepPrediction, micro_batch, model_flops_utilization, predict_step
 from executor.session.execute import cannot_run, in_step_context, predict, prepare, step_context_entries
+from networks.errors import DnnplanError, short
+from networks.ir import Network
+from planner.pipeline.to_plan import predict_pipelined
+from planner.plan.plan import Plan
 from planner.plan.plan_file import read_plan
+from planner.problem.solve import plan_from_prediction
+from profiler import context
+from profiler.context import Context
+
+
+@dataclass(frozen=True)
+class LayerSplits:
+    """How `dnnplan predict` splits the layers: one uniform strategy (``strategy``: data, filter,
+    channel, spatial or degrees such as N=4,F=2), or Megatron-Core's layout of the tensor, context
+    and expert degrees with data parallelism over the rest."""
+
+    strategy: str = "data"
+    tensor: int = 1
+    sequence_parallel: bool = False
+    context: int = 1
+    expert: int = 1
+
+    @property
+    def megatron(self) -> bool:
+        return self.tensor > 1 or self.sequence_parallel or self.context > 1 or self.expert > 1
+
+    def strategies(self, net: Network, ranks: int, batch: int) -> tuple[dict, list[Fallback]]:
+        """Each layer's strategy over ``ranks`` ranks at ``batch`` samples, and the layers that fell
+        back to data parallelism."""
+        if self.megatron:
+            return megatron_strategies(net, ranks, batch, self.tensor, self.sequence_parallel, context=self.context,
+                                       expert=self.expert)
+        return uniform_strategies(net, ranks, batch, self.strategy)
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """A prediction, the layers that could not take their split, and the step's model FLOP
+    utilisation; ``plain``: the same step without recomputation, where recomputation was asked for."""
+
+    prediction: StepPrediction | PipelinePrediction
+    fallbacks: tuple[Fallback, ...]
+    mfu: float | None = None
+    plain: StepPrediction | None = None
+
+
+def algorithms(ctx: Context) -> dict[str, str]:
+    """The layers' algorithms the choices ask for: recomputation (none, selective, full) and the
+    attention kernels (one clear line for an unknown one)."""
+    return recompute_algorithms(ctx.network, ctx.choices.recompute, ctx.choices.attention)
+
+
+def mfu(ctx: Context, step_s: float) -> float:
+    """The model FLOP utilisation of a step of ``ctx``'s network on its devices."""
+    return model_flops_utilization(ctx.network, ctx.batch, step_s, ctx.devices, ctx.machine,
+                                   get_precision(ctx.choices.precision).matmul)
+
+
+def step(ctx: Context, splits: LayerSplits, micro_batches: int = 1) -> Predicted:
+    """One step of ``ctx``'s network under ``splits`` over all its devices, ``micro_batches``
+    micro-batches accumulating the gradients; with the same step without recomputation beside it
+    when the choices recompute."""
+    choices = ctx.choices
+    overlap = overlap_with_bucket(choices.overlap or None, ctx.machine, choices.bucket_mb)
+    strategies, fallbacks = splits.strategies(ctx.network, ctx.devices, micro_batch(ctx.batch, micro_batches))
+    pred = predict_step(ctx.network, ctx.batch, strategies, algorithms(ctx), ctx.machine, ctx.compute,
+                        choices.sharded_optimizer, checkpoints=choices.recompute == "full",
+                        micro_batches=micro_batches, overlap=overlap)
+    plain = None
+    if choices.recompute != "none":
+        plain = predict_step(ctx.network, ctx.batch, strategies, recompute_algorithms(ctx.network, "none"),
+                             ctx.machine, ctx.compute, choices.sharded_optimizer,
+                             micro_batches=pred.micro_batches, overlap=pred.overlap)
+    return Predicted(pred, tuple(fallbacks), mfu(ctx, pred.step_s), plain)
+
+
+def pipelined(ctx: Context, splits: LayerSplits, stages: int, micro_batches: int, chunks: int = 1) -> Predicted:
+    """`dnnplan predict NET --pipeline S --micro-batches M`: each stage on its ranks under ``splits``
+    (costmodel.step.pipeline), in the choices' schedule; full recomputation from each block's input
+    (costmodel.memory.recompute)."""
+    choices = ctx.choices
+    overlap = overlap_with_bucket(choices.overlap or None, ctx.machine, choices.bucket_mb)
+    algos = algorithms(ctx)
+    fallbacks: list[Fallback] = []
+
+    def stage(net: Network, ranks: int, micro: int):
+        strategies, fell = splits.strategies(net, ranks, micro)
+        fallbacks.extend(fell)
+        return predict_step(net, micro, strategies, algos, ctx.machine, ctx.compute, choices.sharded_optimizer,
+                            checkpoints=choices.recompute == "full", overlap=overlap)
+
+    pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, choices.schedule, ctx.machine,
+                            stage, chunks=chunks)
+    return Predicted(pred, tuple(fallbacks))
+
+
+def deepspeed_step(ctx: Context, micro_batches: int) -> tuple[Zero3Step, tuple[Fallback, ...], int]:
+    """DeepSpeed's ZeRO-3 step of ``ctx``'s network: every layer split over the samples of each of
+    ``micro_batches`` micro-batches, priced by costmodel.frameworks.deepspeed; with the layers that
+    could not split a micro-batch over every device, and the micro-batch's samples."""
+    if ctx.batch % micro_batches:
+        raise DnnplanError(f"--micro-batches {micro_batches} do not divide the batch {ctx.batch}",
+                           hint="give a divisor of the batch")
+    micro = ctx.batch // micro_batches
+    strategies, fallbacks = uniform_strategies(ctx.network, ctx.devices, micro, "data")
+    recompute = ctx.choices.recompute
+    compute = predict_step(ctx.network, micro, strategies, algorithms(ctx), ctx.machine, ctx.compute,
+                           ctx.choices.sharded_optimizer, checkpoints=recompute == "full")
+    return zero3_step(ctx.network, ctx.devices, micro_batches, compute, ctx.machine, recompute != "none"), \
+        tuple(fallbacks), micro
+
+
+def as_plan(ctx: Context, pred: StepPrediction, network: str, machine: str | None) -> Plan:
+    """A prediction's strategies and algorithms as a plan file holds them (`dnnplan predict --out`)."""
+    table = ctx.compute.table
+    return plan_from_prediction(pred, ctx.network, network, machine or ctx.machine.name,
+                                None if table is None else table.short_id, solver={"name": "predict"},
+                                choices=ctx.choices)
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """A plan file's step: predicted now as written (``ahead`` None), or as `dnnplan execute`
+    predicts it before its run (:class:`AheadOfTime`)."""
+
+    plan: Plan
+    prediction: StepPrediction | PipelinePrediction
+    mfu: float | None = None
+    ahead: "AheadOfTime | None" = None
+
+
+def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bool, given) -> PlanStep:
+    """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now; for
+    machine `local` without ``profile``, as `dnnplan execute` predicts it before its run. The plan
+    names its network, sequence and choices: ``given``, the choices the flags name
+    (TrainingChoices), must agree with them, and a sequence is refused."""
+    if "seq" in given.given:
+        raise DnnplanError(f"--seq applies to a network, and {path} is a plan file: its network's sequence "
+                           "is the one it was planned for", hint="leave --seq out, or plan again with --seq")
+    plan, net = read_plan(path)
+    for name in ("batch_norm", "moe_dispatch"):
+        if name in given.given and getattr(given, name) != getattr(plan.choices, name):
+            flag = "--" + name.replace("_", "-")
+            raise DnnplanError(f"{flag} {short(getattr(given, name))} differs from the plan's {name} "
+                               f"{getattr(plan.choices, name)}", file=path, field=name,
+                               hint=f"leave {flag} out (a plan file's own choice holds), or plan again with it")
+    ahead = ahead_of_time(path, step_context) if profile is None else None
+    if ahead is not None:
+        pred = ahead.prediction
+    else:
+        ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, choices=plan.choices,
+                              foreign_ok=foreign_ok)
+        if plan.pipeline is not None:
+            return PlanStep(plan, predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute))
+        pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
+                            plan.choices.sharded_optimizer, overlap=plan.choices.overlap)
+    machine = load_machine(plan.machine)
+    return PlanStep(plan, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
+                                                        get_precision(plan.choices.precision).matmul), ahead)
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,8 @@ def checked(plan: Plan, ctx: Context, network_arg: str, machine_arg: str) -> tup
     if plan.pipeline is not None or not isinstance(ctx.compute, OnDemand):
         return plan, []
     candidates = [(PLANNER, plan)] + uniform_plans(ctx, network_arg, machine_arg, fastest=True)
-    timed = weighed([(name, replace(each, seq=ctx.seq)) for name, each in candidates])  # read back with --seq
+    timed = weighed([(name, replace(each, choices=each.choices.but(seq=ctx.choices.seq)))  # read back with --seq
+                     for name, each in candidates])
     if not timed[0].entries:
         return plan, []
     best = fastest(timed)

@@ -28,6 +28,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.compute.model import OnDemand
 from executor.launch import mpiexec as launcher
 from executor.report.compare import Comparison, comparison_json
@@ -219,7 +220,8 @@ def _merged(found: list[tuple[str, Plan]]) -> list[tuple[str, Plan]]:
 def _candidates(ctx: Context, network_arg: str, machine_arg: str, save: bool) -> list[tuple[str, Plan]]:
     table = ctx.compute.table
     found = [(PLANNER, make_plan(ctx.network, network_arg, ctx.batch, ctx.devices, ctx.machine, ctx.compute,
-                                 settings=Settings(recompute=False),  # the executor keeps every activation
+                                 settings=Settings(choices=ctx.choices.but(recompute="none")),  # the executor
+                                 # keeps every activation
                                  machine_ref=machine_arg,
                                  profile_fingerprint=None if table is None else table.short_id,
                                  with_baselines=False))]
@@ -254,12 +256,12 @@ def _planned_on_rank_0(ctx: Context, network_arg: str, machine_arg: str) -> list
 
 
 def resolve(network: str, ranks: int, batch: int | None, machine: str, profile: str | None,
-            refresh: bool, batch_norm: str | None = None) -> Context:
-    """:func:`profiler.context.resolve` for a run on ``ranks`` ranks (batch norm ``batch_norm``,
-    costmodel.choices.batch_norm; None: sync): inside an MPI job the ranks first agree on the node's cores, which size
-    machine `local` (executor.launch.node)."""
+            refresh: bool, choices: TrainingChoices = TrainingChoices()) -> Context:
+    """:func:`profiler.context.resolve` for a run on ``ranks`` ranks under ``choices`` (the executor's:
+    fp32, momentum, its batch norm): inside an MPI job the ranks first agree on the node's cores,
+    which size machine `local` (executor.launch.node)."""
     agree_node_cores()
-    return context.resolve(network, ranks, batch, machine, profile, refresh, batch_norm=batch_norm)
+    return context.resolve(network, ranks, batch, machine, profile, refresh, choices)
 
 
 @dataclass(frozen=True)
@@ -282,7 +284,7 @@ def new_report(ctx: Context, machine_arg: str, settings: RunSettings, planned: i
     note = in_run.unavailable_note(settings.in_run, in_run_unavailable(ctx.compute, settings.profile, machine_arg))
     return ValidationReport(ctx.network.name, ctx.devices, ctx.batch, machine_arg, ctx.compute.name,
                             settings.steps, settings.warmup, settings.check, planned=planned,
-                            repeats=settings.repeats, in_run_note=note, batch_norm=ctx.batch_norm)
+                            repeats=settings.repeats, in_run_note=note, batch_norm=ctx.choices.batch_norm)
 
 
 def _plans(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettings) -> list[tuple[str, Plan]]:

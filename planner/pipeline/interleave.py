@@ -101,8 +101,8 @@ def predict(stack: Stack, batch: int, p: int, stages: int, m: int, chunks: int, 
         names = dict(zip((layer.name for layer in net.layers), (layer.name for layer in sol.network.layers)))
         strategies = {name: sol.strategies[own] for name, own in names.items()}
         algorithms = {name: sol.algorithms[own] for name, own in names.items() if own in sol.algorithms}
-        return predict_step(net, micro, strategies, algorithms, machine, compute, settings.training,
-                            overlap=settings.overlap)
+        return predict_step(net, micro, strategies, algorithms, machine, compute, settings.choices.sharded_optimizer,
+                            overlap=settings.choices.overlap)
 
     pred = predict_pipeline(stack.network, batch, p, stages, m, INTERLEAVED, machine, stage, chunks=chunks)
     if abs(pred.step_s - step) > 1e-9 * step:

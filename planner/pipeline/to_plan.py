@@ -15,7 +15,7 @@ from costmodel.choices.moe_dispatch import moe_dispatch_of
 from costmodel.step.breakdown import comm_parts, pipeline_terms
 from costmodel.compute.model import ComputeModel
 from costmodel.machine.model import Machine
-from costmodel.choices.optimizer import Optimizer
+from costmodel.choices.training import TrainingChoices
 from costmodel.step.pipeline import PipelinePrediction, cut_at, predict_pipeline
 from costmodel.step.prediction import predict_step
 from costmodel.parallel.strategy import Strategy
@@ -27,10 +27,10 @@ from planner.plan.plan import PipelineSpec, Plan
 
 
 def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, profile_fingerprint: str | None,
-                   optimizer: Optimizer, precision: str, mfu: float) -> Plan:
+                   choices: TrainingChoices, mfu: float) -> Plan:
     """The search's choice as a plan file holds it: every layer under its stage's solution (the
     solution of a canonical stage, :meth:`planner.pipeline.stack.Stack.stage`, mapped onto the stage's own
-    layers by position), the stages' predictions and the pipelined step."""
+    layers by position), the stages' predictions and the pipelined step, under ``choices``."""
     stack, rl, v = choice.stack, roles(choice.stages), choice.chunks
     layers, firsts, start = [], [], 0
     for s, (k, stage) in enumerate(zip(choice.cut, choice.prediction.stages)):
@@ -54,10 +54,10 @@ def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, p
     return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=choice.batch,
                 devices=choice.devices, machine=machine_ref, layers=tuple(layers), step_s=pred.step_s,
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
-                solver={"method": "pipeline search", **choice.stats}, precision=precision,
-                optimizer=optimizer.name, zero=optimizer.zero, mfu=mfu, pipeline=spec,
-                breakdown=pipeline_terms(pred), comm=comm_parts(pred), overlap=pred.stages[0].micro.overlap,
-                batch_norm=batch_norm_of(net), moe_dispatch=moe_dispatch_of(net))
+                solver={"method": "pipeline search", **choice.stats},
+                choices=choices.as_planned(overlap=pred.stages[0].micro.overlap, batch_norm=batch_norm_of(net),
+                                           moe_dispatch=moe_dispatch_of(net)),
+                mfu=mfu, pipeline=spec, breakdown=pipeline_terms(pred), comm=comm_parts(pred))
 
 
 def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy], machine: Machine,
@@ -66,12 +66,12 @@ def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy],
     plan's, or the ones an executor runs) on its ranks at one micro-batch, its cut as written."""
     spec = plan.pipeline
     algorithms = plan.algorithms()
-    optimizer = Optimizer(plan.optimizer, plan.zero)
+    optimizer = plan.choices.sharded_optimizer
 
     def stage(stage_net: Network, ranks: int, micro: int):
         own = {layer.name: strategies[layer.name] for layer in stage_net.layers}
         return predict_step(stage_net, micro, own, algorithms, machine, compute, optimizer,
-                            overlap=plan.overlap or None)
+                            overlap=plan.choices.overlap)
 
     return predict_pipeline(net, plan.batch, plan.devices, spec.stages, spec.micro_batches, spec.schedule, machine,
                             stage, cut_at(net, spec.first_layers), spec.chunks)

@@ -23,6 +23,8 @@ from __future__ import annotations
 from costmodel.calls.algorithms import is_recomputed
 from costmodel.parallel.axes import LAYER_AXES, TENSOR, axes_of
 from costmodel.parallel.strategy import Strategy
+from networks.ir import Network
+from planner.plan.plan import Plan
 
 def axes(layers: list[tuple[str, Strategy, str]], sequence: bool) -> dict:
     """``layers``: (op, strategy, algorithm) of every layer; ``sequence``: the network's H is a
@@ -62,3 +64,15 @@ def axes_line(found: dict, pipeline: str = "", zero: int = 0) -> str:
     if found.get("attention"):
         extra.append("attention " + ", ".join(f"{k} x{v}" for k, v in found["attention"].items()))
     return "axes (degree, layers): " + line + "; " + "; ".join(extra)
+
+
+def plan_axes(net: Network, plan: Plan, got=None) -> dict:
+    """A plan's layout by axis (:func:`axes`): its layers', or under a pipeline (``got``: the pipeline
+    search's choice) each stage's solution's layers."""
+    ops = {layer.name: layer.op for layer in net.layers}
+    if got is not None:
+        layers = [(layer.op, sol.strategies[layer.name], sol.algorithms.get(layer.name, ""))
+                  for sol in got.solutions for layer in sol.network.layers]
+    else:
+        layers = [(ops[lp.name], lp.strategy, lp.algorithm) for lp in plan.layers]
+    return axes(layers, "attention" in ops.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from costmodel.choices.training import TrainingChoices
 from costmodel.parallel.strategy import Strategy
 
 PLAN_VERSION = 1
@@ -61,23 +62,17 @@ class Plan:
     baselines: tuple[Baseline, ...] = ()
     solver: dict = field(default_factory=dict, compare=False, hash=False)
     version: int = PLAN_VERSION
-    precision: str = "fp32"  # costmodel.choices.precision; the network hash is of the network in it
-    optimizer: str = "momentum"  # costmodel.choices.optimizer
+    #: how it trains (costmodel.choices.training): what a plan file records of the choices; the
+    #: network hash is of the network stored and marked as they train it
+    choices: TrainingChoices = TrainingChoices()
     mfu: float = 0.0  # model FLOP utilisation of the predicted step (costmodel.step.prediction.model_flops_utilization)
     #: the peak per device by what holds it (StepPrediction.memory_parts), shown, not read back
     memory_parts: dict = field(default_factory=dict, compare=False, hash=False)
-    zero: int = 0  # its ZeRO stage
     pipeline: PipelineSpec | None = None  # None: one stage on every device, the whole batch at once
     #: the step by term (costmodel.step.breakdown: the names every command prints), shown, not read back
     breakdown: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
-    seq: int | None = None  # --seq: the network's tokens per sequence when given, None for its own
     #: the collectives' time exposed and overlapped with compute (costmodel.step.breakdown.comm_parts), shown only
     comm: tuple[tuple[str, float], ...] = field(default=(), compare=False, hash=False)
-    overlap: str = field(default="", compare=False, hash=False)  # costmodel.comm.overlap's mode it was priced under
-    #: costmodel.choices.batch_norm: sync or local statistics (the network hash is of the network marked with it)
-    batch_norm: str = "sync"
-    #: costmodel.choices.moe_dispatch: how its expert splits move tokens (the network hash is of the network marked with it)
-    moe_dispatch: str = "alltoall"
 
     @property
     def stage_ranks(self) -> int:

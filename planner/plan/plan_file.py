@@ -13,10 +13,11 @@ from costmodel.calls.algorithms import (CONV_ALGORITHMS, RECOMPUTE, algorithm_ap
                                         recompute_applies)
 from costmodel.calls.attention import ATTENTION_ALGORITHMS
 from costmodel.calls.layer_calls import DEFAULT_CONV_ALGORITHM
-from costmodel.choices.batch_norm import BATCH_NORMS, DEFAULT_BATCH_NORM, with_batch_norm
-from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, MOE_DISPATCHES, with_moe_dispatch
+from costmodel.choices.batch_norm import BATCH_NORMS, DEFAULT_BATCH_NORM
+from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, MOE_DISPATCHES
 from costmodel.choices.optimizer import STATE_SLOTS, ZERO_STAGES, Optimizer
-from costmodel.choices.precision import DEFAULT_PRECISION, PRECISIONS, with_precision
+from costmodel.choices.precision import DEFAULT_PRECISION, PRECISIONS
+from costmodel.choices.training import TrainingChoices
 from costmodel.machine.loading import load_machine
 from costmodel.parallel.shard import check_fits
 from costmodel.parallel.strategy import make_strategy
@@ -34,22 +35,22 @@ TOP_KEYS = ("version", "network", "seq", "network_name", "network_hash", "batch"
             "optimizer", "zero", "batch_norm", "moe_dispatch", "profile_fingerprint", "step_s", "memory_peak_bytes",
             "memory_parts_bytes", "mfu", "step_breakdown_s", "step_comm_s", "overlap", "baselines", "solver",
             "pipeline", "layers")
+TOP_KEYS += tuple(k for k in TrainingChoices.recorded() if k not in TOP_KEYS)  # a choice recorded since
 REQUIRED_KEYS = ("network", "batch", "devices", "machine", "layers")
 
 
 def plan_to_dict(plan: Plan) -> dict:
+    choices = plan.choices
     return {
-        "version": plan.version, "network": plan.network, **({"seq": plan.seq} if plan.seq is not None else {}),
+        "version": plan.version, "network": plan.network, **({"seq": choices.seq} if choices.seq is not None else {}),
         "network_name": plan.network_name,
         "network_hash": plan.network_hash, "batch": plan.batch, "devices": plan.devices,
-        "machine": plan.machine, "precision": plan.precision, "optimizer": plan.optimizer, "zero": plan.zero,
-        "batch_norm": plan.batch_norm,
-        **({"moe_dispatch": plan.moe_dispatch} if plan.moe_dispatch != DEFAULT_MOE_DISPATCH else {}),
+        "machine": plan.machine, **choices.file_entries(),
         "profile_fingerprint": plan.profile_fingerprint,
         "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
         **({"memory_parts_bytes": dict(plan.memory_parts)} if plan.memory_parts else {}), "mfu": plan.mfu,
         **({"step_breakdown_s": dict(plan.breakdown)} if plan.breakdown else {}),
-        **({"step_comm_s": dict(plan.comm), "overlap": plan.overlap} if plan.comm else {}),
+        **({"step_comm_s": dict(plan.comm), "overlap": choices.overlap} if plan.comm else {}),
         "baselines": [{"name": b.name, "step_s": b.step_s, "memory_peak_bytes": b.memory_peak_bytes,
                        "fits": b.fits} for b in plan.baselines],
         "solver": dict(plan.solver),
@@ -76,13 +77,8 @@ def write_plan(plan: Plan, path: str) -> None:
 def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     """Parse a plan and check it against the network and machine it names."""
     _check_top(data, path)
-    precision = _named(data, path, "precision", PRECISIONS, DEFAULT_PRECISION)
-    optimizer = _optimizer(data, path)
-    seq = _seq(data, path)
-    batch_norm = _named(data, path, "batch_norm", BATCH_NORMS, DEFAULT_BATCH_NORM)
-    moe_dispatch = _named(data, path, "moe_dispatch", MOE_DISPATCHES, DEFAULT_MOE_DISPATCH)
-    net = with_moe_dispatch(with_batch_norm(with_precision(load_network(str(data["network"]), seq), precision),
-                                            batch_norm), moe_dispatch)
+    choices = _choices(data, path)
+    net = choices.marked(load_network(str(data["network"]), choices.seq))
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
         raise fail(f"the plan was made for a different version of network {short(data['network'])} "
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
@@ -101,11 +97,28 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
                 batch=data["batch"], devices=data["devices"], machine=str(data["machine"]), layers=lps,
                 step_s=number(data, "step_s", path), memory_peak_bytes=int(number(data, "memory_peak_bytes", path)),
                 profile_fingerprint=data.get("profile_fingerprint"), baselines=_baselines(data, path),
-                solver=dict(solver), precision=precision, optimizer=optimizer.name, zero=optimizer.zero,
-                mfu=number(data, "mfu", path), memory_parts=_memory_parts(data, path), pipeline=pipeline,
-                breakdown=_breakdown(data, path), comm=_breakdown(data, path, "step_comm_s"),
-                overlap=str(data.get("overlap") or ""), seq=seq, batch_norm=batch_norm, moe_dispatch=moe_dispatch)
+                solver=dict(solver), choices=choices, mfu=number(data, "mfu", path),
+                memory_parts=_memory_parts(data, path), pipeline=pipeline, breakdown=_breakdown(data, path),
+                comm=_breakdown(data, path, "step_comm_s"))
     return plan, net
+
+
+def _choices(data: dict, path: str) -> TrainingChoices:
+    """The training choices the plan records (costmodel.choices.training; each one's default when
+    absent: plans written before it was recorded), each checked, a mistake naming its field."""
+    precision = _named(data, path, "precision", PRECISIONS, DEFAULT_PRECISION)
+    optimizer = _optimizer(data, path)
+    named = {"precision": precision, "optimizer": optimizer.name, "zero": optimizer.zero, "seq": _seq(data, path),
+             "overlap": str(data.get("overlap") or ""),
+             "batch_norm": _named(data, path, "batch_norm", BATCH_NORMS, DEFAULT_BATCH_NORM),
+             "moe_dispatch": _named(data, path, "moe_dispatch", MOE_DISPATCHES, DEFAULT_MOE_DISPATCH)}
+    for key in TrainingChoices.recorded():  # a choice recorded since, by its own check
+        if key not in named and key in data:
+            try:
+                named[key] = getattr(TrainingChoices(**{key: data[key]}), key)
+            except DnnplanError as err:
+                raise fail(err.bare, path, field=key, hint=err.hint) from None
+    return TrainingChoices(**named)
 
 
 def _seq(data: dict, path: str) -> int | None:

@@ -27,8 +27,8 @@ from costmodel.calls.layer_calls import PASSES
 from costmodel.compute.model import ComputeModel
 from costmodel.parallel.shard import local_layer
 from costmodel.machine.model import Machine
-from costmodel.choices.optimizer import Optimizer
-from costmodel.choices.precision import DEFAULT_PRECISION, get_precision
+from costmodel.choices.precision import get_precision
+from costmodel.choices.training import TrainingChoices
 from costmodel.step.prediction import StepPrediction, model_flops_utilization, predict_step
 from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
@@ -58,23 +58,22 @@ class Infeasible(DnnplanError):
 
 @dataclass(frozen=True)
 class Settings:
-    """How to solve: ``method`` auto | reduced | ilp; an ILP time limit (s) and relative gap."""
+    """How to solve: ``method`` auto | reduced | ilp; an ILP time limit (s) and relative gap; and
+    what to plan for: the training choices."""
 
     method: str = "auto"
     time_limit_s: float | None = None
     gap: float | None = None
-    optimizer: str = "momentum"
-    precision: str = DEFAULT_PRECISION  # recorded in the plan; the network and compute model carry it
-    zero: int = 0  # ZeRO stage (costmodel.choices.optimizer)
-    recompute: bool = True  # layers may recompute their internals in backward (costmodel.calls.algorithms.RECOMPUTE)
-    overlap: str | None = None  # costmodel.comm.overlap's mode the plan is priced under (--overlap); None: the machine's
+    #: how to train (costmodel.choices.training): what the plan is priced under and records; its
+    #: ``recompute`` says whether layers may recompute (``none``: not weighed), its ``overlap`` the
+    #: mode with its bucket as priced
+    choices: TrainingChoices = TrainingChoices()
     #: when the search ends and the best plan so far (planner.solvers.budget); None: no bound
     budget: Budget | None = field(default=None, compare=False)
 
-    @property
-    def training(self) -> Optimizer:
-        """The optimiser and its ZeRO stage, as the cost model takes them."""
-        return Optimizer(self.optimizer, self.zero)
+    def with_zero(self, stage: int) -> "Settings":
+        """These settings planning under ZeRO stage ``stage``."""
+        return dataclasses.replace(self, choices=self.choices.but(zero=stage))
 
 
 def solve_exact(built: Built, settings: Settings,
@@ -140,8 +139,8 @@ def _infeasible(net: Network, batch: int, p: int, machine: Machine, compute: Com
             machine.check_devices(q)
         except DnnplanError:
             break
-        probe = build_problem(net, batch, q, machine, compute, limit, settings.training, edges=False,
-                              recompute=settings.recompute)
+        probe = build_problem(net, batch, q, machine, compute, limit, settings.choices.sharded_optimizer, edges=False,
+                              recompute=settings.choices.may_recompute)
         if fits(probe.problem, min_memory(probe.problem)[0]):
             more = q
             break
@@ -177,17 +176,17 @@ class _Maker:
         chosen = {layer.name: cands[i][c][1] for i, (layer, c) in enumerate(zip(self.net.layers, choice))
                   if cands[i][c][1]}
         pred = predict_step(self.net, self.batch, strategies, chosen, self.machine, self.compute,
-                            self.settings.training, overlap=self.settings.overlap)
+                            self.settings.choices.sharded_optimizer, overlap=self.settings.choices.overlap)
         check_prediction(pred, objective, memory)
         return self.finished(pred, {**solver, "objective_s": objective},
                              algorithm_alternatives(self.net, strategies, self.batch, self.compute))
 
     def finished(self, pred: StepPrediction, solver: dict, alternatives: dict | None = None) -> Plan:
         plan = plan_from_prediction(pred, self.net, self.network_ref, self.machine_ref, self.fingerprint,
-                                    tuple(b.row() for b in self.base), solver, precision=self.settings.precision,
-                                    optimizer=self.settings.training, alternatives=alternatives)
+                                    tuple(b.row() for b in self.base), solver, choices=self.settings.choices,
+                                    alternatives=alternatives)
         mfu = model_flops_utilization(self.net, self.batch, pred.step_s, self.p, self.machine,
-                                      get_precision(self.settings.precision).matmul)
+                                      get_precision(self.settings.choices.precision).matmul)
         return dataclasses.replace(plan, mfu=mfu, memory_parts=pred.memory_parts)
 
     def stopped(self, choice: tuple[int, ...] | None, baseline: PricedBaseline | None, solver: dict) -> Plan:
@@ -211,14 +210,15 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     """
     start = time.perf_counter()
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
-    builder = Builder(batch, p, machine, compute, settings.training, recompute=settings.recompute,
-                      overlap=settings.overlap)
+    builder = Builder(batch, p, machine, compute, settings.choices.sharded_optimizer,
+                      recompute=settings.choices.may_recompute,
+                      overlap=settings.choices.overlap)
     need, _ = min_memory(build_with(builder, net, limit, edges=False).problem)  # the nodes alone: cheap
     if need > limit * (1 + 1e-9):
         raise _infeasible(net, batch, p, machine, compute, limit, need, settings, suggest)
     built = build_with(builder, net, limit)
-    base = tuple(baselines(net, batch, p, machine, compute, built, settings.training, limit,
-                                settings.overlap)) if with_baselines else ()
+    base = tuple(baselines(net, batch, p, machine, compute, built, settings.choices.sharded_optimizer, limit,
+                                settings.choices.overlap)) if with_baselines else ()
     maker = _Maker(net, network_ref, batch, p, machine, compute, settings, built, machine_ref or machine.name,
                    profile_fingerprint, base)
     built_s = time.perf_counter() - start
@@ -320,11 +320,12 @@ def check_prediction(pred: StepPrediction, objective: float, memory: float) -> N
 
 def plan_from_prediction(pred: StepPrediction, net: Network, network_ref: str, machine_ref: str,
                          profile_fingerprint: str | None, baselines_: tuple[Baseline, ...] = (),
-                         solver: dict | None = None, batch: int | None = None,
-                         precision: str = DEFAULT_PRECISION, optimizer: Optimizer = Optimizer(),
+                         solver: dict | None = None, choices: TrainingChoices = TrainingChoices(),
                          alternatives: dict[str, tuple[tuple[str, float, int], ...]] | None = None) -> Plan:
-    """A :class:`Plan` holding a prediction's per-layer numbers (and the algorithms weighed for
-    each convolution, when given: :func:`algorithm_alternatives`)."""
+    """A :class:`Plan` holding a prediction's per-layer numbers, under ``choices`` as the plan
+    records them (the overlap's mode as priced; batch norm and the token dispatcher as the network
+    is marked), and the algorithms weighed for each convolution, when given
+    (:func:`algorithm_alternatives`)."""
     alternatives = alternatives or {}
     layers = tuple(LayerPlan(
         x.layer.name, x.layer.strategy, x.layer.algorithm, x.layer.fwd_compute_s, x.layer.bwd_compute_s,
@@ -334,9 +335,10 @@ def plan_from_prediction(pred: StepPrediction, net: Network, network_ref: str, m
     return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=pred.batch,
                 devices=pred.p, machine=machine_ref, layers=layers, step_s=pred.step_s,
                 memory_peak_bytes=int(pred.memory_peak_bytes), profile_fingerprint=profile_fingerprint,
-                baselines=baselines_, solver=dict(solver or {}), precision=precision, optimizer=optimizer.name,
-                zero=optimizer.zero, breakdown=step_terms(pred), comm=comm_parts(pred), overlap=pred.overlap,
-                batch_norm=batch_norm_of(net), moe_dispatch=moe_dispatch_of(net))
+                baselines=baselines_, solver=dict(solver or {}),
+                choices=choices.as_planned(overlap=pred.overlap, batch_norm=batch_norm_of(net),
+                                           moe_dispatch=moe_dispatch_of(net)),
+                breakdown=step_terms(pred), comm=comm_parts(pred))
 
 
 def speedup(plan: Plan, baseline: Baseline) -> float:

@@ -1,0 +1,144 @@
+"""How the user trains, as one frozen object (pure): :class:`TrainingChoices`.
+
+Every choice of how to train that is not a split of the layers lives here, built once from the
+command line's flags (dnnplan.options) or from a plan file (planner.plan.plan_file), and carried
+from there by the command's context, the planner's settings and the plan: the precision, the
+optimiser and its ZeRO stage, recomputation, overlap and its bucket, batch normalisation's
+statistics, the MoE token dispatcher, the attention algorithm, the pipeline schedule and the tokens
+per sequence (Megatron-Core's ``TransformerConfig`` carries a model's choices to every module
+likewise).
+
+A new choice is a field here, with its default and its check (``metadata``: the function that
+refuses a bad value in one line; ``file``: whether a plan file records it, always or when it is not
+the default), a flag in dnnplan.options, and the cost-model code that prices it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable
+
+from costmodel.choices.batch_norm import DEFAULT_BATCH_NORM, check_batch_norm, with_batch_norm
+from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, check_moe_dispatch, with_moe_dispatch
+from costmodel.choices.optimizer import Optimizer
+from costmodel.choices.precision import DEFAULT_PRECISION, get_precision, with_precision
+from networks.errors import DnnplanError, short
+from networks.ir import Network
+
+#: recomputation: ``auto`` the planner weighs it per layer; ``none`` no layer recomputes;
+#: ``selective`` attention's core (Korthikanti et al. 2022); ``full`` every layer of a block
+RECOMPUTE_CHOICES = ("auto", "none", "selective", "full")
+#: how a plan file records a choice: always, when it is not the default, beside what it qualifies (its
+#: own code writes it), or not at all (the plan's layers or pipeline say it)
+ALWAYS, NOT_DEFAULT, BESIDE, NEVER = "always", "not default", "beside", "never"
+
+
+def _precision(name: str) -> str:
+    return get_precision(name).name
+
+
+def _optimizer(name: str) -> str:
+    return Optimizer(name).name
+
+
+def _zero(stage: int) -> int:
+    return Optimizer(zero=stage).zero
+
+
+def _recompute(mode: str) -> str:
+    if mode not in RECOMPUTE_CHOICES:
+        raise DnnplanError(f"unknown recomputation {short(mode)}", hint="use none, selective, full")
+    return mode
+
+
+def _any(value: Any) -> Any:
+    return value
+
+
+def choice(default: Any, check: Callable[[Any], Any] = _any, file: str = NEVER) -> Any:
+    """A field of :class:`TrainingChoices`: its default, the check that refuses a bad value (and
+    returns the value as recorded), and whether a plan file records it (``file``)."""
+    return field(default=default, metadata={"check": check, "file": file})
+
+
+@dataclass(frozen=True)
+class TrainingChoices:
+    """How to train (module docstring). ``given``: the choices the user named (the rest are
+    defaults, which a summary says it assumed)."""
+
+    precision: str = choice(DEFAULT_PRECISION, _precision, ALWAYS)
+    optimizer: str = choice("momentum", _optimizer, ALWAYS)
+    zero: int = choice(0, _zero, ALWAYS)
+    #: the per-layer algorithms record what recomputes (``+recompute``), so a plan file holds no mode
+    recompute: str = choice("auto", _recompute)
+    #: costmodel.comm.overlap's mode, ``""`` for the machine's; once priced on a machine, the mode with
+    #: its bucket (``data@25``), as a plan records it beside the step's communication
+    overlap: str = choice("", file=BESIDE)
+    #: the gradient buckets' size in MiB for the overlap (None: the framework's default); a plan
+    #: records it in its overlap's mode
+    bucket_mb: float | None = choice(None)
+    batch_norm: str = choice(DEFAULT_BATCH_NORM, check_batch_norm, ALWAYS)
+    moe_dispatch: str = choice(DEFAULT_MOE_DISPATCH, check_moe_dispatch, NOT_DEFAULT)
+    #: attention's kernels, ``""`` for the machine's default (a plan's layers record theirs)
+    attention: str = choice("")
+    #: the pipeline schedule (a pipelined plan records it with its stages)
+    schedule: str = choice("1f1b")
+    #: the network's tokens per sequence when given, None for its own (a plan file records it
+    #: beside the network it qualifies)
+    seq: int | None = choice(None, file=BESIDE)
+    given: frozenset[str] = field(default=frozenset(), compare=False)
+
+    def __post_init__(self):
+        for f in fields(self):
+            if "check" in f.metadata and getattr(self, f.name) is not None:
+                object.__setattr__(self, f.name, f.metadata["check"](getattr(self, f.name)))
+
+    @classmethod
+    def from_flags(cls, **values: Any) -> "TrainingChoices":
+        """The choices the flags name; a flag left out (None) keeps the default, and ``given``
+        records the others."""
+        named = {k: v for k, v in values.items() if v is not None}
+        return cls(**named, given=frozenset(named))
+
+    def but(self, **values: Any) -> "TrainingChoices":
+        """These choices with some replaced (checked as at construction)."""
+        return replace(self, **values)
+
+    @property
+    def sharded_optimizer(self) -> Optimizer:
+        """The optimiser and its ZeRO stage, as the cost model takes them."""
+        return Optimizer(self.optimizer, self.zero)
+
+    @property
+    def may_recompute(self) -> bool:
+        """Whether a layer may recompute its internals in backward (the planner's candidates)."""
+        return self.recompute != "none"
+
+    def marked(self, net: Network) -> Network:
+        """``net`` as these choices train it: stored in the precision's format, its batch-norm and
+        mixture-of-experts layers marked with their choices (the network a plan's hash is of)."""
+        return with_moe_dispatch(with_batch_norm(with_precision(net, self.precision), self.batch_norm),
+                                 self.moe_dispatch)
+
+    def as_planned(self, **recorded: Any) -> "TrainingChoices":
+        """What a plan holds of these choices: those a plan file records (with ``recorded`` values,
+        e.g. the overlap's mode as priced), the others at their defaults (the plan's layers and
+        pipeline say them)."""
+        kept = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.metadata.get("file", NEVER) != NEVER and f.name != "given"}
+        return TrainingChoices(**(kept | recorded))
+
+    def file_entries(self) -> dict[str, Any]:
+        """What a plan file records of these choices, in field order (``file`` metadata)."""
+        out = {}
+        for f in fields(self):
+            how = f.metadata.get("file", NEVER)
+            value = getattr(self, f.name)
+            if how == ALWAYS or (how == NOT_DEFAULT and value != f.default):
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def recorded(cls) -> tuple[str, ...]:
+        """The plan-file keys of the choices a plan file may record."""
+        return tuple(f.name for f in fields(cls) if f.metadata.get("file", NEVER) != NEVER)

@@ -1,0 +1,119 @@
+"""Output of `dnnplan predict`: a step, a pipelined step, DeepSpeed's ZeRO-3 step or a plan file's
+step, as tables for people (dnnplan.render.tables) or JSON for scripts; and why recomputation
+bought nothing, when it did not."""
+
+from __future__ import annotations
+
+import json
+
+from costmodel.step.breakdown import comm_parts
+from costmodel.step.pipeline import pipeline_json
+from costmodel.step.prediction import prediction_json
+from dnnplan.render import fmt, tables
+from dnnplan.render.plan import SMALL_NETWORK
+from executor.session.predict import PlanStep, Predicted
+from networks.ir import Network
+from profiler.context import Context
+
+
+def step(ctx: Context, got: Predicted, layers: bool, as_json: bool) -> None:
+    """`dnnplan predict NET`'s answer: JSON, or the step by term, memory and MFU first."""
+    pred = got.prediction
+    if as_json:
+        print(json.dumps({**prediction_json(pred), "fallbacks": [f.__dict__ for f in got.fallbacks],
+                          "mfu": got.mfu}))
+        return
+    tables.prediction_table(pred, got.fallbacks, got.mfu, layers or len(pred.layers) <= SMALL_NETWORK,
+                            ctx.machine.device.mem_capacity_bytes)
+
+
+def pipelined(got: Predicted, as_json: bool) -> None:
+    """`dnnplan predict NET --pipeline S`'s answer: JSON, or the stages' table and the first fallback."""
+    pred = got.prediction
+    if as_json:
+        comm = dict(comm_parts(pred))
+        print(json.dumps({**pipeline_json(pred), "overlap": pred.stages[0].micro.overlap,
+                          "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
+                          "fallbacks": [f.__dict__ for f in got.fallbacks]}))
+        return
+    tables.pipeline_table(pred)
+    if got.fallbacks:
+        f = got.fallbacks[0]
+        tables.console.print(f"{len(got.fallbacks)} layer(s) could not take their split and run data parallel "
+                             f"instead, first {f.layer} ({f.wanted}: {f.reason})")
+
+
+def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches: int, as_json: bool) -> None:
+    """DeepSpeed's ZeRO-3 step (costmodel.frameworks.deepspeed.Zero3Step): JSON, or its terms in words."""
+    out = {"runtime": "deepspeed", "network": ctx.network.name, "devices": ctx.devices, "batch": ctx.batch,
+           "micro_batches": micro_batches, "step_s": step_.step_s, "per_micro_s": step_.per_micro_s,
+           "fwd_compute_s": step_.fwd_compute_s, "bwd_compute_s": step_.bwd_compute_s,
+           "gather_s": step_.gather_s, "gathers_in_backward": step_.gathers_in_backward,
+           "reduce_scatter_s": step_.reduce_scatter_s, "update_s": step_.update_s,
+           "exposed_comm_s": step_.exposed_comm_s, "memory_peak_bytes": step_.memory_peak_bytes,
+           "fallbacks": [f.__dict__ for f in fallbacks]}
+    if as_json:
+        print(json.dumps(out))
+        return
+    c = tables.console
+    c.print(f"{ctx.network.name}: batch {ctx.batch} on {ctx.devices} devices of {ctx.machine.name}, DeepSpeed ZeRO-3, "
+            f"{micro_batches} micro-batch(es) of {micro}")
+    c.print(f"step {step_.step_s:.4g} s = {micro_batches} x (max(forward {step_.fwd_compute_s:.4g} s, gathers "
+            f"{step_.gather_s:.4g} s) + max(backward {step_.bwd_compute_s:.4g} s, {step_.gathers_in_backward} x "
+            f"gathers) + reduce-scatters {step_.reduce_scatter_s:.4g} s) + update {step_.update_s:.4g} s")
+    c.print(f"communication not hidden by compute {step_.exposed_comm_s:.4g} s; peak memory "
+            f"{step_.memory_peak_bytes / 2 ** 30:.2f} GiB per device (docs/costmodel.md, DeepSpeed ZeRO-3)")
+    if fallbacks:
+        c.print(f"{len(fallbacks)} layer(s) could not split the micro-batch over every device and run "
+                f"data parallel on fewer, first {fallbacks[0].layer}")
+
+
+def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool) -> None:
+    """`dnnplan predict plan.yaml`'s answer: JSON, or the step's table and how it compares with the
+    step the plan file recorded."""
+    plan, pred, ahead = got.plan, got.prediction, got.ahead
+    if plan.pipeline is not None and ahead is None:
+        if as_json:
+            print(json.dumps({**pipeline_json(pred), "plan": {"file": path, "recorded_step_s": plan.step_s}}))
+            return
+        tables.pipeline_table(pred)
+        recorded_line(plan.step_s, pred.step_s)
+        return
+    alone = ahead.profile_step_s if ahead else None
+    if as_json:
+        out = prediction_json(pred)
+        out["mfu"] = got.mfu
+        out["plan"] = {"file": path, "recorded_step_s": plan.step_s}
+        out["as_execute_predicts"] = ahead is not None
+        out["profile_predicted_step_s"] = alone
+        print(json.dumps(out))
+        return
+    tables.prediction_table(pred, (), got.mfu, layers or len(pred.layers) <= SMALL_NETWORK,
+                            plan.solver.get("memory_limit_bytes"))
+    if ahead is None:
+        recorded_line(plan.step_s, pred.step_s)
+        return
+    tables.ahead_of_time_line(pred, alone)
+    if plan.step_s:
+        tables.console.print(f"the plan file recorded {plan.step_s:.6g} s, the planner's price: the profile's "
+                             "kernels timed alone, no wait for other ranks")
+
+
+def recorded_line(recorded_s: float, now_s: float) -> None:
+    """Where a plan file's recorded step differs from what it predicts as written now."""
+    if recorded_s and abs(recorded_s - now_s) > 1e-9 * recorded_s:
+        tables.console.print(f"the plan file recorded {recorded_s:.6g} s; as written it predicts "
+                             f"{now_s:.6g} s ({now_s / recorded_s:.4f}x)")
+
+
+def recompute_warning(net: Network, mode: str, pred, plain) -> str | None:
+    """Why ``--recompute MODE`` buys nothing here (None when it lowers the peak memory)."""
+    if pred.memory_peak_bytes < plain.memory_peak_bytes:
+        return None
+    if mode == "selective" and not any(layer.op == "attention" for layer in net.layers):
+        return f"--recompute selective reruns attention only, and {net.name} has none: nothing is recomputed"
+    return (f"--recompute {mode} saves no memory for {net.name}: the peak rises from "
+            f"{fmt.nbytes(plain.memory_peak_bytes)} to {fmt.nbytes(pred.memory_peak_bytes)} a device and the step from "
+            f"{fmt.seconds(plain.step_s)} to {fmt.seconds(pred.step_s)} (convolutions are not recomputed, so the "
+            "inputs they keep stay, and a block's recomputation holds its activations again while its backward "
+            "runs); leave it out")

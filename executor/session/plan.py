@@ -1,0 +1,140 @@
+"""What `dnnplan plan` does, as library calls (the command parses its flags, calls one, renders).
+
+:func:`plan` answers for one network on one device count: the planner's first plan
+(planner.first_plan: the ZeRO stages weighed, the pipeline search run when nothing fits without
+it), or with ``--pipeline`` / ``--micro-batches`` the pipeline search alone, or with ``--pipeline
+off`` the plan over all the devices only; each planned again under a lowered limit until its
+predicted peak fits (planner.fit_check). On machine `local` the plan is then checked in its step's
+context against the uniform plans (executor.session.step_choice). :func:`finished` turns an answer
+into the plan a file holds; :func:`sweep` plans over several device counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from costmodel.choices.precision import get_precision
+from costmodel.comm.overlap import overlap_with_bucket
+from costmodel.step.pipeline import INTERLEAVED, SCHEDULES
+from costmodel.step.prediction import model_flops_utilization
+from executor.session import step_choice
+from networks.errors import DnnplanError, short
+from planner.first_plan import Answer, first_plan, refit_choice
+from planner.fit_check import fitting
+from planner.pipeline.search import PROVE_S, PipelineChoice, search_pipeline
+from planner.pipeline.to_plan import plan_of_choice
+from planner.pipeline.triples import AUTO, DEFAULT
+from planner.plan.plan import Plan
+from planner.problem.full_profile import refreshed
+from planner.problem.solve import Settings, make_plan
+from planner.sweep import sweep as sweep_counts
+from profiler.context import Context
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What `dnnplan plan` is asked beyond the network, batch, devices, machine and training choices."""
+
+    network: str  # as the user named it: the plan file names it so
+    machine_ref: str
+    fingerprint: str | None  # the profile table's identity (ProfileTable.short_id); None: a datasheet
+    limit: float | None = None  # bytes a device (--memory); None: the device's memory
+    pipeline: str | None = None  # --pipeline: auto, off, a number of stages, or None (the planner decides)
+    micro_batches: int | None = None
+    schedule: str = DEFAULT  # DEFAULT: every pair under 1F1B, then the best pair interleaved too
+    prove_s: float = PROVE_S
+    step_context: bool = True  # machine `local`: the plan checked in its step's context
+    batch_given: bool = True  # else a refusal names a batch with the device count
+
+    @property
+    def searches_pipelines(self) -> bool:
+        """Whether the pipeline search alone answers (--pipeline S or auto, --micro-batches M)."""
+        return self.pipeline not in (None, "off") or self.micro_batches is not None
+
+
+def check_schedule(schedule: str, given: bool) -> str:
+    """The pipeline schedule asked for (one line for an unknown one); not given: :data:`DEFAULT`."""
+    if schedule not in SCHEDULES + (INTERLEAVED, AUTO):
+        raise DnnplanError(f"unknown --schedule {short(schedule)}", hint="use 1f1b, gpipe, interleaved or auto")
+    return schedule if given else DEFAULT
+
+
+def settings_for(ctx: Context, method: str, gap: float | None, budget) -> Settings:
+    """The planner's settings: the solver, and the context's choices with the overlap resolved on its
+    machine and recorded with its bucket (``data@76``; a bad mode or bucket: one line)."""
+    choices = ctx.choices
+    mode = overlap_with_bucket(choices.overlap or None, ctx.machine, choices.bucket_mb).spec
+    return Settings(method, None, gap, choices.but(overlap=mode, bucket_mb=None), budget)
+
+
+def plan(ctx: Context, request: PlanRequest, settings: Settings) -> Answer:
+    """The answer (module docstring)."""
+    limit = request.limit if request.limit is not None else ctx.machine.device.mem_capacity_bytes
+    if request.searches_pipelines:
+        choice, note = fitting(lambda under: _pipelined(ctx, request, settings, under),
+                               lambda c: c.prediction.memory_peak_bytes, limit,
+                               lambda c, under: refit_choice(c, ctx.network, ctx.batch, ctx.devices, ctx.machine,
+                                                             ctx.compute, under, settings, request.schedule))
+        return Answer(settings, pipeline=choice, memory_note=note)
+    if request.pipeline == "off":
+        result, note = fitting(lambda under: refreshed(
+            ctx.compute, lambda: make_plan(ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine,
+                                           ctx.compute, under, settings, machine_ref=request.machine_ref,
+                                           profile_fingerprint=request.fingerprint),
+            settings.budget.forget), lambda r: r.memory_peak_bytes, limit)
+        answer = Answer(settings, plan=result, memory_note=note)
+    else:
+        answer = refreshed(ctx.compute, lambda: first_plan(
+            ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, request.limit, settings,
+            machine_ref=request.machine_ref, fingerprint=request.fingerprint,
+            zero_given="zero" in settings.choices.given, schedule=request.schedule, prove_s=request.prove_s,
+            batch_given=request.batch_given), settings.budget.forget)
+    if answer.plan is None or not request.step_context:
+        return answer
+    result = answer.plan  # machine `local`: checked in its step's context against the uniform plans
+    settings.budget.settle(result.step_s, lambda: result)
+    checked, timed = step_choice.checked(result, ctx, request.network, request.machine_ref)
+    return dataclasses.replace(answer, plan=checked, timed=tuple(timed))
+
+
+def _pipelined(ctx: Context, request: PlanRequest, settings: Settings, limit: float | None = None) -> PipelineChoice:
+    """`dnnplan plan --pipeline auto|S [--micro-batches M]`: the pipeline search (planner.pipeline.search)."""
+    stages = None
+    if request.pipeline not in (None, "auto"):
+        if not str(request.pipeline).isdigit() or int(request.pipeline) < 1:
+            raise DnnplanError(f"--pipeline takes 'auto', 'off' or a number of stages, not "
+                               f"{short(str(request.pipeline))}", hint="e.g. --pipeline auto or --pipeline 8")
+        stages = (int(request.pipeline),)
+    micro = (request.micro_batches,) if request.micro_batches else None
+    return refreshed(ctx.compute, lambda: search_pipeline(
+        ctx.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, limit, settings, stages, micro,
+        schedule=request.schedule, prove_s=request.prove_s), settings.budget.forget)
+
+
+def finished(ctx: Context, request: PlanRequest, settings: Settings,
+             answer: Answer | Plan | PipelineChoice) -> tuple[Answer, Plan]:
+    """The answer (a plan or a pipeline choice finished after Ctrl-C counts as one, under
+    ``settings``) and the plan a file holds of it: the pipeline search's choice made a plan, the
+    network named with its ``--seq``."""
+    if isinstance(answer, Plan):
+        answer = Answer(settings, plan=answer)
+    elif isinstance(answer, PipelineChoice):
+        answer = Answer(settings, pipeline=answer)
+    if answer.pipeline is None:
+        made = answer.plan
+    else:
+        got = answer.pipeline
+        mfu = model_flops_utilization(ctx.network, ctx.batch, got.prediction.step_s, ctx.devices, ctx.machine,
+                                      get_precision(answer.settings.choices.precision).matmul)
+        made = plan_of_choice(got, request.network, request.machine_ref, request.fingerprint,
+                              answer.settings.choices, mfu)
+    return answer, dataclasses.replace(made, choices=made.choices.but(seq=ctx.choices.seq))
+
+
+def sweep(ctx: Context, network: str, counts: list[int], limit: float | None, settings: Settings,
+          rows: list[dict]) -> None:
+    """`dnnplan plan --sweep`: the plan and data parallelism at each device count, appended to
+    ``rows`` as each is planned (so an interruption keeps the rows made)."""
+    refreshed(ctx.compute, lambda: sweep_counts(ctx.network, network, ctx.batch, counts, ctx.machine, ctx.compute,
+                                                limit, settings, rows.clear() or rows))
