@@ -165,11 +165,12 @@ BucketOpt = Annotated[Optional[float], typer.Option(
     "Megatron-Core's default bucket of 40M parameters is 76 MiB in bf16): the last bucket's reduction is exposed. "
     "A plan file records it after the mode (overlap: data@76). \\[default: 25, DDP's]",
     callback=within("--bucket-mb", 0.001, 1e6))]
-RuntimeOpt = Annotated[str, typer.Option(
-    "--runtime", help="Whose step to price: dnnplan (what `dnnplan execute` runs) or deepspeed "
+FrameworkOpt = Annotated[str, typer.Option(
+    "--framework", help="Whose step to price: dnnplan (what `dnnplan execute` runs) or deepspeed "
     "(DeepSpeed's ZeRO-3 as published runs of it behave: a flat-ring gather per weight tensor, one more "
     "for the recomputed forward, gathers hidden under compute; with --zero 3 and no model parallelism; "
     "docs/costmodel.md, DeepSpeed ZeRO-3).")]
+RuntimeOpt = Annotated[str, typer.Option("--runtime", help="The same as --framework (its earlier name).")]
 ScheduleOpt = Annotated[str, typer.Option(
     "--schedule", help="Pipeline schedule: 1f1b (activations of at most as many micro-batches as stages "
     "remain), gpipe (of all of them), the same step, or interleaved (Megatron-LM's interleaved 1F1B, "
@@ -360,6 +361,7 @@ CHOICE_FLAGS: dict[str, tuple[Any, Any]] = {
     "moe_dispatch": (MoeDispatchOpt, None),
     "attention": (AttentionOpt, ""),
     "seq": (SeqOpt, None),
+    "framework": (FrameworkOpt, "dnnplan"),
 }
 
 

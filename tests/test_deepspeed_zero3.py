@@ -119,3 +119,29 @@ def test_predict_runtime_deepspeed_prices_the_zero3_step_and_refuses_other_confi
                            (["--runtime", "megatron"], "unknown --runtime")):
         bad = runner.invoke(app, args[:-2] + wrong + (["--runtime", "deepspeed"] if "--runtime" not in wrong else []))
         assert bad.exit_code == 2 and message in bad.output, bad.output
+
+
+def test_the_framework_choice_names_deepspeed_as_runtime_did_and_refuses_a_conflict():
+    """--framework is the training choice (costmodel.choices.training.TrainingChoices.framework);
+    --runtime, its earlier name, sets the same choice: the same step, and one line when the two
+    differ or the name is unknown."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from dnnplan.cli import app
+    runner = CliRunner()
+    args = ["predict", "gpt2", "-p", "64", "-b", "256", "--precision", "fp16", "--optimizer", "adam", "--zero", "3",
+            "--json"]
+    by_framework = runner.invoke(app, args + ["--framework", "deepspeed"])
+    by_runtime = runner.invoke(app, args + ["--runtime", "deepspeed"])
+    assert by_framework.exit_code == 0 and by_runtime.exit_code == 0, by_framework.output
+    assert json.loads(by_framework.output) == json.loads(by_runtime.output)
+    assert json.loads(by_framework.output)["runtime"] == "deepspeed"
+    dnnplan = runner.invoke(app, args + ["--framework", "dnnplan"])
+    assert "runtime" not in json.loads(dnnplan.output)  # dnnplan's own step, per layer
+    for wrong, message in ((["--framework", "megatron"], "unknown --framework 'megatron' (use dnnplan or deepspeed)"),
+                           (["--framework", "dnnplan", "--runtime", "deepspeed"], "name different frameworks"),
+                           (["--framework", "deepspeed", "--zero", "1"], "--framework deepspeed prices")):
+        bad = runner.invoke(app, args + wrong)
+        assert bad.exit_code == 2 and message in bad.output, bad.output

@@ -4,9 +4,9 @@ Every choice of how to train that is not a split of the layers lives here, built
 command line's flags (dnnplan.options) or from a plan file (planner.plan.plan_file), and carried
 from there by the command's context, the planner's settings and the plan: the precision, the
 optimiser and its ZeRO stage, recomputation, overlap and its bucket, batch normalisation's
-statistics, the MoE token dispatcher, the attention algorithm, the pipeline schedule and the tokens
-per sequence (Megatron-Core's ``TransformerConfig`` carries a model's choices to every module
-likewise).
+statistics, the MoE token dispatcher, the attention algorithm, the pipeline schedule, the tokens
+per sequence and the framework whose step is priced (Megatron-Core's ``TransformerConfig`` carries
+a model's choices to every module likewise).
 
 A new choice is a field here, with its default and its check (``metadata``: the function that
 refuses a bad value in one line; ``file``: whether a plan file records it, always or when it is not
@@ -28,6 +28,10 @@ from networks.ir import Network
 #: recomputation: ``auto`` the planner weighs it per layer; ``none`` no layer recomputes;
 #: ``selective`` attention's core (Korthikanti et al. 2022); ``full`` every layer of a block
 RECOMPUTE_CHOICES = ("auto", "none", "selective", "full")
+#: the frameworks whose step the cost model prices: dnnplan's own (what `dnnplan execute` runs, each
+#: kernel priced on the device), and DeepSpeed's ZeRO-3 as published runs of it behave
+#: (costmodel.frameworks.deepspeed; `dnnplan predict` only)
+FRAMEWORKS = {"dnnplan": "what `dnnplan execute` runs", "deepspeed": "DeepSpeed's ZeRO-3"}
 #: how a plan file records a choice: always, when it is not the default, beside what it qualifies (its
 #: own code writes it), or not at all (the plan's layers or pipeline say it)
 ALWAYS, NOT_DEFAULT, BESIDE, NEVER = "always", "not default", "beside", "never"
@@ -49,6 +53,12 @@ def _recompute(mode: str) -> str:
     if mode not in RECOMPUTE_CHOICES:
         raise DnnplanError(f"unknown recomputation {short(mode)}", hint="use none, selective, full")
     return mode
+
+
+def _framework(name: str) -> str:
+    if name not in FRAMEWORKS:
+        raise DnnplanError(f"unknown --framework {short(name)}", hint=f"use {' or '.join(FRAMEWORKS)}")
+    return name
 
 
 def _any(value: Any) -> Any:
@@ -86,6 +96,8 @@ class TrainingChoices:
     #: the network's tokens per sequence when given, None for its own (a plan file records it
     #: beside the network it qualifies)
     seq: int | None = choice(None, file=BESIDE)
+    #: a plan is dnnplan's: `dnnplan plan` prices no other framework's step, so no plan file records one
+    framework: str = choice("dnnplan", _framework)
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from costmodel.choices.optimizer import Optimizer
-from costmodel.choices.training import TrainingChoices
+from costmodel.choices.training import FRAMEWORKS, TrainingChoices
 from dnnplan.output import check_outputs
 from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForceOpt, ForeignProfileOpt,
                              JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, PipelineOpt, PlanOutOpt,
@@ -40,13 +39,13 @@ dnnplan predict mixtral-8x7b -p 64 -b 256 --machine dgx-h100 --precision bf16 --
 
 DeepSpeed's ZeRO-3 as Narayanan et al. (Table 2) ran GPT-3 on 1536 GPUs, one sample each:
 dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --zero 3
---recompute full --runtime deepspeed --machine dgx-a100. --out FILE writes the layers' strategies
+--recompute full --framework deepspeed --machine dgx-a100. --out FILE writes the layers' strategies
 as a plan (no pipeline) for `dnnplan execute`, e.g. tiny-moe -p 4 -b 8 --tensor 2 --expert 2.
 """
 
 
 @takes_choices("precision", "optimizer", "zero", "attention", "overlap", "bucket_mb", "batch_norm", "moe_dispatch",
-               "seq")
+               "seq", "framework")
 def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
             batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
             choices: TrainingChoices = TrainingChoices(), tensor: TensorOpt = 1,
@@ -76,12 +75,13 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             warn(line)
         return render.plan_step(network, got, layers, as_json)
     splits = LayerSplits(strategy, tensor, sequence_parallel, context_, expert)
-    check_options(splits.megatron, strategy, out, force, runtime, pipeline, micro_batches)
-    check_runtime(runtime, choices.sharded_optimizer, tensor, pipeline, sequence_parallel, strategy)
+    choices, flag = framework_of(choices, runtime)
+    check_options(splits.megatron, strategy, out, force, choices.framework, pipeline, micro_batches)
+    check_framework(choices, flag, tensor, pipeline, sequence_parallel, strategy)
     ctx = context.resolve(network, devices, batch, machine, profile, choices=choices.but(recompute=recompute,
                           schedule=schedule), foreign_ok=foreign_profile)
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
-    if runtime == "deepspeed":
+    if choices.framework == "deepspeed":
         return render.deepspeed(ctx, *predicting.deepspeed_step(ctx, micro_batches), micro_batches, as_json)
     if pipeline > 1 or (schedule != "1f1b" and micro_batches > 1):  # one 1F1B stage: accumulation
         return render.pipelined(predicting.pipelined(ctx, splits, pipeline, micro_batches, chunks), as_json)
@@ -96,11 +96,20 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             tables.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {ctx.devices}`)")
 
 
-#: Whose step `--runtime` prices
-RUNTIMES = ("dnnplan", "deepspeed")
+def framework_of(choices: TrainingChoices, runtime: str) -> tuple[TrainingChoices, str]:
+    """The choices with the framework ``--runtime`` (the earlier name of ``--framework``) names, and
+    the flag that named it (one line for an unknown one, or two that differ)."""
+    if runtime == "dnnplan":
+        return choices, "--framework"
+    if runtime not in FRAMEWORKS:
+        raise DnnplanError(f"unknown --runtime {short(runtime)}", hint="use dnnplan or deepspeed")
+    if "framework" in choices.given and choices.framework != runtime:
+        raise DnnplanError(f"--runtime {runtime} and --framework {choices.framework} name different frameworks",
+                           hint="give --framework alone")
+    return choices.but(framework=runtime), "--runtime"
 
 
-def check_options(megatron: bool, strategy: str, out: str | None, force: bool, runtime: str, pipeline: int,
+def check_options(megatron: bool, strategy: str, out: str | None, force: bool, framework: str, pipeline: int,
                   micro_batches: int) -> None:
     """Options that exclude each other (one line each); --out writes a plan without pipeline, of
     dnnplan's own runtime."""
@@ -109,19 +118,17 @@ def check_options(megatron: bool, strategy: str, out: str | None, force: bool, r
                            hint="give one: --tensor T splits the batch over the devices it leaves")
     if not out:
         return
-    if pipeline > 1 or micro_batches > 1 or runtime != "dnnplan":
+    if pipeline > 1 or micro_batches > 1 or framework != "dnnplan":
         raise DnnplanError("--out writes a plan without pipeline or micro-batches, for dnnplan's runtime",
                            hint="drop --pipeline, --micro-batches and --runtime, or plan a pipeline with "
                                 "`dnnplan plan --pipeline S --out FILE`")
     check_outputs({"--out": out}, force)
 
 
-def check_runtime(runtime: str, opt: Optimizer, tensor: int, pipeline: int, sequence_parallel: bool,
-                  strategy: str) -> None:
-    """One line for a runtime the options cannot run under."""
-    if runtime not in RUNTIMES:
-        raise DnnplanError(f"unknown --runtime {short(runtime)}", hint="use dnnplan or deepspeed")
-    if runtime == "deepspeed" and (opt.zero != 3 or tensor > 1 or pipeline > 1 or sequence_parallel
-                                   or strategy != "data"):
-        raise DnnplanError("--runtime deepspeed prices DeepSpeed's ZeRO-3 over every device, without model parallelism",
+def check_framework(choices: TrainingChoices, flag: str, tensor: int, pipeline: int, sequence_parallel: bool,
+                    strategy: str) -> None:
+    """One line for a framework the options cannot run under (``flag``: the flag that named it)."""
+    if choices.framework == "deepspeed" and (choices.zero != 3 or tensor > 1 or pipeline > 1 or sequence_parallel
+                                             or strategy != "data"):
+        raise DnnplanError(f"{flag} deepspeed prices DeepSpeed's ZeRO-3 over every device, without model parallelism",
                            hint="give --zero 3, and no --tensor, --pipeline, --sequence-parallel or --strategy")
