@@ -8,7 +8,7 @@ others so a drift of the machine's speed falls on all alike; the median and the 
 are printed, with the CPU time the process used (user + system: less sensitive to other work on a
 shared machine), and beside them ``dnnplan info resnet50 --json`` (the zoo's spec, no import) as the
 baseline a command costs on this machine anyway. Then each import again inside this process
-(:func:`networks.importers.sources.import_model`: reading, mapping, writing the spec text and parsing
+(:func:`networks.importers.imported_files.import_model`: reading, mapping, writing the spec text and parsing
 it back), without the interpreter's start. The machine's load average is printed before and after.
 
 The configs: tests/assets/hf/Meta-Llama-3-70B (grouped-query attention), Mixtral-8x7B-v0.1 (the
@@ -83,7 +83,7 @@ def _run(cases: dict, repeats: int) -> tuple[dict, dict, dict]:
 
 def _in_process(sources: dict[str, str], repeats: int) -> None:
     sys.path.insert(0, str(ROOT))
-    from networks.importers.sources import import_model  # noqa: E402 (the checkout's, after the path is set)
+    from networks.importers.imported_files import import_model  # noqa: E402 (the checkout's, after the path is set)
     print("in one process (import_model: read, map, write the spec, parse it back), median of "
           f"{repeats}:")
     for name, source in sources.items():

@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from networks.errors import DnnplanError, did_you_mean, short
-from networks.importers.sources import imported_spec, is_importable
+from networks.importers.imported_files import imported_spec, is_importable
 from networks.ir import Network
 from networks.reading import read_text
 from networks.spec import parse_network

@@ -14,7 +14,7 @@ from planner.pipeline import interleave
 from planner.problem.solve import Settings
 from planner.pipeline.search import _Search
 from planner.pipeline.stack import uniform_stack
-from planner.pipeline.stages import StageSolver
+from planner.pipeline.stage_solver import StageSolver
 from profiler import context
 
 ZOO_TINY = Path(__file__).resolve().parents[1] / "networks" / "zoo" / "gpt-tiny.yaml"
@@ -121,7 +121,7 @@ class _Fake:
         self.answers = answers
 
     def _sol(self, objective, acts):
-        from planner.pipeline.stages import StageSolution  # noqa: PLC0415 - the fake's answers only
+        from planner.pipeline.stage_solver import StageSolution  # noqa: PLC0415 - the fake's answers only
         return StageSolution(None, {}, {}, objective, 0.0, float(sum(acts)), float(sum(acts)),
                              layer_activation_bytes=acts)
 

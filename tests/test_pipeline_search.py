@@ -22,7 +22,7 @@ from planner.pipeline.search import _Search, kept, roles, search_pipeline
 from planner.solvers import Edge, Problem, evaluate, solve
 from planner.solvers.lagrange import solve_lagrange
 from planner.pipeline.stack import uniform_stack
-from planner.pipeline.stages import StageSolver
+from planner.pipeline.stage_solver import StageSolver
 from profiler import context
 
 ZOO = Path(__file__).resolve().parents[1] / "networks" / "zoo"

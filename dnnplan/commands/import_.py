@@ -11,7 +11,7 @@ import typer
 from dnnplan.options import ForceOpt, JsonOpt, SeqOpt
 from dnnplan.output import check_outputs
 from dnnplan.render.imported import imported_line
-from networks.importers.sources import import_model
+from networks.importers.imported_files import import_model
 from networks.writing import write_file
 
 ModelArg = Annotated[str, typer.Argument(help="A Hugging Face config.json, a folder holding one, or an ONNX "

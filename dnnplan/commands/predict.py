@@ -8,8 +8,7 @@ from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, Expert
                              JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, PipelineOpt, PlanOutOpt,
                              PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
                              SequenceParallelOpt, StrategyOpt, TensorOpt, takes_choices)
-from dnnplan.render import predict as render
-from dnnplan.render import tables
+from dnnplan.render import predict as render, tables
 from dnnplan.render.messages import warn
 from executor.session import predict as predicting
 from executor.session.predict import LayerSplits

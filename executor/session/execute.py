@@ -34,7 +34,7 @@ from executor.launch.node import share_node_cores
 from executor.report.pipeline import compare_pipeline
 from executor.probes.rank_terms import collective_code_s, wait_per_work
 from executor.runtime.stage import run_strategies
-from executor.session.devices import choose_device
+from executor.session.placement import choose_device
 from executor.probes.step_kernels import Shared, by_layer, collectives_in_step, in_step, kernels_in_step
 from executor.launch.worker import JobResult, abort_with, run_job, start_watchdog
 from kernels import KERNELS_REVISION
@@ -60,7 +60,7 @@ class Prepared:
     compute: ComputeModel
     threads: int
     warnings: tuple[str, ...] = ()  # for the user: the prediction may not be the one the plan was made with
-    array_backend: str = "numpy"  # where the ranks run: numpy (the host) or cupy (GPUs; executor.session.devices)
+    array_backend: str = "numpy"  # where the ranks run: numpy (the host) or cupy (GPUs; executor.session.placement)
     profile_path: str | None = None  # the table the prediction reads (a GPU run pins its cuDNN engines)
     # the step predicted from the profile's calls timed alone, when the prediction is made from the
     # plan's calls timed in its step's context (:func:`in_step_context`; None: it is not)
@@ -182,7 +182,7 @@ def prepare(plan_path: str, ranks: int, threads: int | None, profile: str | None
             device: str = "auto", foreign_ok: bool = False) -> Prepared:
     """Everything checked before a single rank starts. ``fresh`` (``--fresh-profile``): warn when
     the compute model cannot time the prediction's kernels inside the run. ``device``
-    (``--device``): where the ranks run (executor.session.devices)."""
+    (``--device``): where the ranks run (executor.session.placement)."""
     _at_least("ranks", ranks)
     agree_node_cores()
     plan, net = read_plan(plan_path)

@@ -5,7 +5,7 @@ With ``max_s T_s >= (1/S) sum_s T_s`` and ``max_s O_s >= (1/S) sum_s O_s``::
 
     step >= (1/S) sum_s [(m + S - 1) T_s + O_s]
 
-Stage ``s``'s bracket is the objective its stage solver minimises (:mod:`planner.pipeline.stages`) plus
+Stage ``s``'s bracket is the objective its stage solver minimises (:mod:`planner.pipeline.stage_solver`) plus
 its point-to-point sends, ``(m + S - 1)`` times per micro-batch (known exactly). It holds ``k_s``
 blocks and edges cost nothing negative, so it is at least ``k_s`` times the least weighted cost of
 one block's layers taken one by one (each layer its cheapest candidate, no edges), ``V(0)`` below;

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from costmodel.step.pipeline import PipelinePrediction
 from planner.pipeline.stack import Stack
-from planner.pipeline.stages import StageSolution, StageSolver
+from planner.pipeline.stage_solver import StageSolution, StageSolver
 
 
 class OutOfTime(Exception):

@@ -34,7 +34,7 @@ TRIES = 3
 
 
 def solve_held(solver, key: object, net, hold: ChunkHold, extra: dict | None = None):
-    """``solver``'s (a ``planner.pipeline.stages.StageSolver``) best solution of device ``net`` under
+    """``solver``'s (a ``planner.pipeline.stage_solver.StageSolver``) best solution of device ``net`` under
     ``hold``'s moments (module docstring), or None."""
     limit, weight = solver.limit * (1 + 1e-9), solver.weight
     tried: list[tuple[float, ...]] = []

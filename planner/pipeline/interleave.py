@@ -10,7 +10,7 @@ chunks), one middle device (all middle devices hold the same layers up to their 
 device 1's in-flight micro-batches, the most of any middle device) and the last (with the layers
 after). A device's memory counts each chunk's micro-batches in flight in Megatron's order
 (:mod:`planner.pipeline.chunks`; the first device's first chunk holds more than its last), as
-``dnnplan predict`` counts them. Each is the planner's exact per-layer problem (:class:`planner.pipeline.stages.StageSolver`)
+``dnnplan predict`` counts them. Each is the planner's exact per-layer problem (:class:`planner.pipeline.stage_solver.StageSolver`)
 weighted ``m + (S - 1) / V``, which is how often a balanced device's ``T`` counts in the step.
 
 A lower bound on the triple's step when a device solve kept a Lagrangian gap: the step is at least
@@ -30,7 +30,7 @@ from costmodel.step.prediction import predict_step
 from networks.ir import Network
 from planner.problem.solve import PlanMismatch, Settings
 from planner.pipeline.stack import FIRST, LAST, MIDDLE, Stack
-from planner.pipeline.stages import StageSolution, StageSolver
+from planner.pipeline.stage_solver import StageSolution, StageSolver
 
 
 @dataclass(frozen=True)

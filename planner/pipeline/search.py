@@ -6,7 +6,7 @@ Stage ``s`` runs on ranks ``[s d, (s + 1) d)``, ``d = p / S``, on micro-batches 
 samples, with the 1F1B schedule (its activations held for ``min(S - s, m)`` micro-batches), or
 interleaved with ``V`` model chunks a device (:mod:`planner.pipeline.interleave`, a fixed equal cut).
 Inside a stage the per-layer problem (strategies with their data and tensor degrees, algorithms,
-recomputation) is the planner's exact one (:mod:`planner.pipeline.stages`), so the data and tensor
+recomputation) is the planner's exact one (:mod:`planner.pipeline.stage_solver`), so the data and tensor
 degrees are the stage solver's choice per layer. Between stages, :mod:`planner.pipeline.cuts` finds
 the exact best cut of the blocks over the stages. As Alpa's stage DP over its intra-op ILP (Zheng
 et al., OSDI 2022, section 5), stage solutions are reused: one per (blocks, role, kept) for each
@@ -56,7 +56,7 @@ from planner.pipeline.bound import stage_bound
 from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, proven_gap
 from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
-from planner.pipeline.stages import StageSolver
+from planner.pipeline.stage_solver import StageSolver
 from planner.pipeline.triples import AUTO, DEFAULT, Interleaving, bounded, pairs, physics_floor
 from planner.problem.solve import PlanMismatch, Settings
 

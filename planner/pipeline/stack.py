@@ -4,7 +4,7 @@ Transformers are stacks of one repeated block (``networks.analysis.block_of`` re
 from its name). When every block has the same layers with the same signatures (op, parameters,
 shapes) and each block reads only the block before it, a pipeline stage of ``k`` blocks costs the
 same wherever it sits, which is what lets the pipeline search reuse stage solutions
-(:mod:`planner.pipeline.stages`).
+(:mod:`planner.pipeline.stage_solver`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ adds up, so the solver's objective for a choice *is* the predicted step time of 
   their sum plus the largest transient, as in the solver's memory constraint);
 * edge cost = forward + backward reshard of ``edge_estimate`` for every candidate pair.
 
-A pipeline stage (:mod:`planner.pipeline.stages`) weighs them differently: its per-micro-batch part
+A pipeline stage (:mod:`planner.pipeline.stage_solver`) weighs them differently: its per-micro-batch part
 (everything but the gradient sync and the update, and every edge) ``weight`` times, the once-a-step
 part once, and it keeps the activations of ``kept`` micro-batches (``costmodel.step.pipeline``).
 
