@@ -167,7 +167,7 @@ def test_a_stop_landing_between_starting_a_job_and_guarding_it_still_ends_the_jo
     deferred until the job is guarded, then ends it, and the process still stops."""
     got = _python("""
         import os, signal, subprocess, sys, time
-        from profiler import jobs, stops
+        from lifecycle import jobs, stops
         stops.install()
         real, started = subprocess.Popen, []
         def popen_then_sigterm(*a, **k):
@@ -190,7 +190,7 @@ def test_a_signal_ignored_at_start_stays_ignored():
     """`nohup dnnplan ...` ignores SIGHUP; a background job of a script ignores SIGINT."""
     got = _python("""
         import os, signal, time
-        from profiler import stops
+        from lifecycle import stops
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         stops.install()
         os.kill(os.getpid(), signal.SIGHUP)
