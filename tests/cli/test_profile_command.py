@@ -1,5 +1,6 @@
 """`dnnplan profile` end to end (networks, GEMM sweeps, resuming, foreign tables, bad inputs), the
-harness timing every kernel of small networks, the cupy path, companion processes, the allocator."""
+harness timing every kernel of small networks, companion processes, the allocator (the cupy path:
+tests/gpu/test_gpu_profile_timing.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,13 @@ import time as _time
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.calls.kernel_call import KernelCall, linear_call
+from costmodel.calls.kernel_call import KernelCall
 from dnnplan.cli import app
 from kernels.allocator import keep_freed_memory
-from kernels.xp import gpu_available
 from networks.loader import load_network
 from profiler.collect import network_calls
 from profiler.companions import Companions
-from profiler.harness import QUICK, build, time_call
+from profiler.harness import QUICK, time_call
 
 runner = CliRunner()
 
@@ -81,18 +81,6 @@ def test_harness_builds_and_times_every_kernel_of_small_nets():
         e = time_call(call, policy=QUICK) if call.flops < 5e8 else None
         if e is not None:
             assert e.median_s > 0 and e.count >= 3 and e.min_s <= e.median_s
-
-
-@pytest.mark.gpu
-def test_cupy_timing_matches_kernel_shapes():
-    if not gpu_available():
-        pytest.skip("no cupy / CUDA device")
-    import cupy as cp  # noqa: PLC0415 - optional GPU dependency, absent on CPU-only machines
-    call = linear_call("linear.fwd", 512, 512, 512, True, "float32", 4)
-    e = time_call(call, cp, QUICK)
-    assert e.median_s > 0
-    y = build(call, cp)()
-    assert isinstance(y, cp.ndarray) and y.shape == (512, 512)
 
 
 def test_companions_run_only_while_loaded():

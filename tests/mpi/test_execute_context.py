@@ -27,7 +27,7 @@ from executor.launch import mpiexec as launch
 from kernels.rotary import rotary_backward, rotary_forward
 
 from tests.support.kernel_checks import RNG
-from tests.support.op_checks import ZOO, tiny_llama_variant
+from tests.support.op_checks import ZOO, qwen_like, tiny_llama_variant
 
 def test_a_blocks_rotation_starts_at_its_first_position():
     rng = RNG(7)
@@ -40,7 +40,7 @@ def test_a_blocks_rotation_starts_at_its_first_position():
 
 def _network(folder: Path, net: str) -> str:
     if net == "qk_norm":
-        return tiny_llama_variant(folder, "tiny-qwen", "rotary: true}", "rotary: true, qk_norm: true}")
+        return qwen_like(folder)
     if net == "bidirectional":
         return tiny_llama_variant(folder, "tiny-encoder", "causal: true, bias: false", "causal: false, bias: false")
     return net

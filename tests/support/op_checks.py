@@ -69,3 +69,8 @@ def tiny_llama_variant(folder: Path, name: str, old: str, new: str) -> str:
     path = folder / f"{name}.yaml"
     path.write_text(spec)
     return str(path)
+
+
+def qwen_like(folder: Path) -> str:
+    """tiny-llama with Qwen3's per-head query/key norms."""
+    return tiny_llama_variant(folder, "tiny-qwen", "rotary: true}", "rotary: true, qk_norm: true}")

@@ -6,35 +6,24 @@ norm over tokens, the tied LM head and the loss over token logits.
   scatter-add (whole and vocabulary-sharded), the vocabulary-parallel cross-entropy, the attention
   op's fused projections, and the tied head's gradient of the token table through the whole
   reference step;
-- the executor's ops call exactly the kernels costmodel.calls.layer_calls prices, at its shapes;
-- ``dnnplan execute --check`` under mpiexec on 2 and 4 ranks: data parallel and Megatron tensor
-  parallel (heads, column/row-parallel linears, vocabulary-parallel embedding, head and loss), with
-  and without sequence parallelism, and samples x positions (N x H) around a data-parallel attention.
+- the executor's ops call exactly the kernels costmodel.calls.layer_calls prices, at its shapes.
+
+``dnnplan execute --check`` of it under mpiexec: tests/mpi/test_execute_gpt.py.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from costmodel.frameworks.megatron import megatron_strategies
-from costmodel.parallel.strategy import make_strategy
-from dnnplan.cli import app
 from executor.check import reference
 from executor.runtime.synthetic import init_weights, make_inputs
 from executor.ops import attention as attention_op, dense as dense_op, loss as loss_op, OPS
 from executor.ops.embedding import tie
-from executor.session.step_choice import uniform_plan
 from kernels.embedding import embedding_backward_weights, embedding_forward
 from kernels.loss import combine_vocab_rows, softmax_xent_backward, softmax_xent_forward
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from planner.plan.plan_file import write_plan
-from profiler import context
 
 from tests.support.kernel_checks import RNG, fd_directional
 from tests.support.op_calls import _ctx, _local, _priced, _recording
@@ -223,61 +212,3 @@ def test_a_bf16_plans_image_is_drawn_as_floats_not_token_ids():
     image = make_inputs(with_precision(load_network("lenet5"), "bf16"), 2, seed=0)["image"]
     assert image.dtype.kind == "f" and image.shape[0] == 2 and 0.5 < float(image.std()) < 1.5
 
-# ---------------------------------------------------------------------------------------------
-# real ranks: dnnplan execute --check
-
-
-def _plan(folder, ranks: int, tensor: int, sequence_parallel: bool, batch: int = 8, scatter: bool = False) -> str:
-    """Megatron's layout (tensor 1: data parallel); ``tensor`` 0: every layer N=2 x H=ranks/2 (the
-    embedding's positions, layer norms, linears, the tied head and the loss split over the
-    sequence), attention N=2 (it cannot split the sequence yet)."""
-    ctx = context.resolve(GPT, ranks, batch, "dgx-a100")
-    if tensor:
-        # scatter=False: sequence parallelism as the executor runs it, all-reduce then slice;
-        # scatter=True: Megatron's reduce-scatter variant (SP), which the executor runs as that too
-        strategies, fallbacks = megatron_strategies(ctx.network, ranks, batch, tensor, sequence_parallel,
-                                                    scatter=scatter)
-        assert not fallbacks
-    else:
-        strategies = {layer.name: make_strategy(ranks, {"N": 2} if layer.op == "attention" else
-                                                {"N": 2, "H": ranks // 2}) for layer in ctx.network.layers}
-    path = folder / f"gpt-tiny-{ranks}-t{tensor}{'-sp' if sequence_parallel else ''}{'-rs' if scatter else ''}.yaml"
-    write_plan(uniform_plan(ctx, GPT, "dgx-a100", strategies, "megatron"), str(path))
-    return str(path)
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("ranks,tensor,sequence_parallel", [(2, 1, False), (4, 1, False), (2, 2, False),
-                                                            (4, 2, False), (4, 4, True), (4, 0, False)])
-def test_dnnplan_execute_matches_one_process(tmp_path, ranks, tensor, sequence_parallel):
-    plan = _plan(tmp_path, ranks, tensor, sequence_parallel)
-    out = tmp_path / "run.json"
-    result = CliRunner().invoke(app, ["execute", plan, "--ranks", str(ranks), "--steps", "2", "--warmup", "1",
-                                      "--check", "--json", str(out), "--timeout", "240"])
-    assert result.exit_code == 0, result.output
-    data = json.loads(out.read_text())
-    assert data["check"]["passed"], data["check"]
-    assert data["check"]["worst_rel_error"] <= 1e-4
-    measured = {layer["name"]: layer for layer in data["measured"]["layers"]}
-    assert measured["h1.attn"]["fwd_compute_s"] > 0 and measured["lm_head"]["bwd_compute_s"] > 0
-    if tensor > 1:  # the head split all-reduces the attention output, the loss its row statistics
-        assert measured["h0.attn"]["fwd_comm_s"] > 0 and measured["loss"]["fwd_comm_s"] > 0
-
-
-@pytest.mark.mpi
-def test_a_plan_with_the_sequence_parallel_variant_runs_as_its_plain_split_and_says_so(tmp_path):
-    plan = _plan(tmp_path, 2, 2, True, scatter=True)
-    assert ",SP" in Path(plan).read_text() or "SP: 1" in Path(plan).read_text()
-    out = tmp_path / "run.json"
-    result = CliRunner().invoke(app, ["execute", plan, "--ranks", "2", "--steps", "1", "--warmup", "1",
-                                      "--check", "--json", str(out), "--timeout", "240"])
-    assert result.exit_code == 0, result.output
-    assert "sequence-parallel variant (SP)" in result.output and "runs each as its plain split" in result.output
-    data = json.loads(out.read_text())
-    assert data["check"]["passed"] and data["check"]["worst_rel_error"] <= 1e-4
-    # what it predicts is what it runs: the plain split's prediction, not the reduce-scatter's
-    plain, plain_out = _plan(tmp_path, 2, 2, True), tmp_path / "plain.json"
-    again = CliRunner().invoke(app, ["execute", plain, "--ranks", "2", "--steps", "1", "--warmup", "1",
-                                     "--json", str(plain_out), "--timeout", "240"])
-    assert again.exit_code == 0 and "sequence-parallel variant" not in again.output, again.output
-    assert data["predicted"]["step_s"] == pytest.approx(json.loads(plain_out.read_text())["predicted"]["step_s"])

@@ -1,13 +1,11 @@
-"""Pipelined plans: written and read back, predicted as written, and run for real (GPipe and 1F1B on
-2 and 4 ranks, data and tensor parallel inside the stages, the tied head's table on two stages)
-with ``--check`` against one process; the per-stage report (busy, idle, the bubble)."""
+"""Pipelined plans: each schedule's order of micro-batches, a plan file written and read back and
+predicted as written, a bad pipeline section refused in one line, and the per-stage report (busy,
+idle, the bubble). Run for real under mpiexec: tests/mpi/test_execute_pipeline.py."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,6 @@ import yaml
 from typer.testing import CliRunner
 
 from costmodel.frameworks.megatron import megatron_strategies
-from costmodel.step.pipeline import cut_at
 from dnnplan.cli import app
 from executor.report.collect import RankTimes
 from executor.report.compare import Measured
@@ -25,11 +22,11 @@ from executor.session.step_choice import uniform_plan
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from planner.plan.plan import PipelineSpec
-from planner.plan.plan_file import read_plan, write_plan
+from planner.plan.plan_file import read_plan
 from planner.pipeline.to_plan import predict_pipelined
 from profiler import context
 
-from tests.support.paths import ROOT
+from tests.support.executor_plans import pipelined_plan
 
 GPT = "gpt-tiny"
 
@@ -45,23 +42,6 @@ def test_every_schedule_runs_each_micro_batch_forward_then_backward_once(stages,
                         for i in range(len(ops)))
         # what costmodel.step.pipeline prices as the activations a stage keeps
         assert in_flight == (m if schedule == "gpipe" else min(stages - s, m))
-
-
-def _plan(folder: Path, ranks: int, stages: int, micro: int, schedule: str, tensor: int = 1,
-          firsts: tuple[str, ...] | None = None, batch: int = 8) -> str:
-    """gpt-tiny at ``batch`` cut into ``stages``, Megatron's layout of ``tensor`` inside each stage."""
-    d = ranks // stages
-    ctx = context.resolve(GPT, d, batch // micro, "dgx-a100")
-    strategies, fallbacks = megatron_strategies(ctx.network, d, batch // micro, tensor)
-    assert not fallbacks
-    if firsts is None:
-        firsts = tuple(layers[0].name for layers in
-                       (cut_at(ctx.network, ("embed", "h1.ln1")) if stages == 2 else [ctx.network.layers]))
-    plan = dataclasses.replace(uniform_plan(ctx, GPT, "dgx-a100", strategies, "megatron"), devices=ranks,
-                               batch=batch, pipeline=PipelineSpec(stages, micro, schedule, firsts))
-    path = folder / f"pp-{ranks}-{stages}-{micro}-{schedule}-t{tensor}-b{batch}.yaml"
-    write_plan(plan, str(path))
-    return str(path)
 
 
 def test_a_pipelined_plan_file_reads_back_as_written_and_predicts_its_recorded_step(tmp_path):
@@ -90,7 +70,7 @@ def test_a_pipelined_plan_file_reads_back_as_written_and_predicts_its_recorded_s
     (lambda p: p.update(first_layers=["embed"]), "first layer of each of the 2 stages"),
 ])
 def test_a_bad_pipeline_section_is_one_line_naming_the_file(tmp_path, edit, needle):
-    path = Path(_plan(tmp_path, 2, 2, 2, "1f1b"))
+    path = Path(pipelined_plan(tmp_path, 2, 2, 2, "1f1b"))
     data = yaml.safe_load(path.read_text())
     edit(data["pipeline"])
     path.write_text(yaml.safe_dump(data))
@@ -121,68 +101,3 @@ def test_the_stage_report_reads_busy_and_idle_from_every_ranks_clock():
     micro = {row.layer.name: row.layer for row in pred.stages[0].micro.layers}
     assert by["h0.fc"].phases["fwd_compute"] == pytest.approx(2 * micro["h0.fc"].fwd_compute_s)
     assert by["h0.fc"].phases["grad_sync"] == pytest.approx(micro["h0.fc"].grad_sync_s)
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("ranks,stages,micro,schedule,tensor", [
-    (2, 2, 4, "1f1b", 1), (2, 2, 2, "gpipe", 1), (4, 2, 2, "1f1b", 2), (4, 2, 4, "gpipe", 1)])
-def test_dnnplan_execute_runs_a_pipeline_and_matches_one_process(tmp_path, ranks, stages, micro, schedule, tensor):
-    plan = _plan(tmp_path, ranks, stages, micro, schedule, tensor)
-    out = tmp_path / "run.json"
-    result = CliRunner().invoke(app, ["execute", plan, "--ranks", str(ranks), "--steps", "2", "--warmup", "1",
-                                      "--check", "--json", str(out), "--timeout", "240"])
-    assert result.exit_code == 0, result.output
-    assert "pipeline stages" in result.output and "bubble" in result.output
-    data = json.loads(out.read_text())
-    assert data["check"]["passed"] and data["check"]["worst_rel_error"] <= 1e-4, data["check"]
-    rows = data["stages"]
-    assert [r["stage"] for r in rows] == list(range(stages))
-    assert [r["ranks"] for r in rows] == [list(range(s * ranks // stages, (s + 1) * ranks // stages))
-                                          for s in range(stages)]
-    assert all(r["measured_busy_s"] > 0 and r["predicted_busy_s"] > 0 for r in rows)
-    measured = {layer["name"]: layer for layer in data["measured"]["layers"]}
-    # the head's copy of the table and the embedding sum their gradients across the two stages
-    assert measured["embed"]["grad_sync_s"] > 0 and measured["lm_head"]["grad_sync_s"] > 0
-
-
-@pytest.mark.mpi
-def test_a_stages_memory_does_not_grow_with_the_micro_batches_1f1b_keeps_out_of_flight(tmp_path):
-    """1F1B keeps at most S - s micro-batches in flight, whatever their count: each send's buffer is
-    let go once delivered and each micro-batch's weight gradients are summed layer by layer, so a
-    stage's peak at 16 micro-batches of 2 samples is its peak at 4 (within allocator noise)."""
-    peaks = []
-    for micro, batch in ((4, 8), (16, 32)):
-        out = tmp_path / f"m{micro}.json"
-        result = CliRunner().invoke(app, ["execute", _plan(tmp_path, 2, 2, micro, "1f1b", batch=batch), "--ranks", "2",
-                                          "--steps", "1", "--warmup", "1", "--json", str(out), "--timeout", "240"])
-        assert result.exit_code == 0, result.output
-        data = json.loads(out.read_text())
-        peaks.append(data["measured_peak_bytes"])
-        assert data["predicted_peak_bytes"] == json.loads((tmp_path / "m4.json").read_text())["predicted_peak_bytes"]
-    assert abs(peaks[1] / peaks[0] - 1) < 0.02, peaks
-
-
-def _run_case(plan: str, ranks: int, *extra: str) -> dict:
-    cmd = [sys.executable, "-m", "tests.support.run_pipeline", plan, *extra]
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    got = subprocess.run([str(mpiexec) if mpiexec.exists() else "mpiexec", "-n", str(ranks), *cmd], cwd=ROOT,
-                         capture_output=True, text=True, timeout=240)
-    assert got.returncode == 0, got.stderr[-3000:]
-    return json.loads(got.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.mpi
-def test_four_stages_cut_inside_blocks_with_tensors_crossing_several_stages(tmp_path):
-    """Cuts that split blocks: the residual stream and the embedding's output each reach a later
-    stage than the next, and a stage receives two tensors at once."""
-    plan = _plan(tmp_path, 4, 4, 4, "1f1b", firsts=("embed", "h0.add1", "h0.proj", "h1.ln2"))
-    got = _run_case(plan, 4)
-    assert got["passed"] and got["worst_rel_error"] <= 1e-4, got
-
-
-@pytest.mark.mpi
-def test_the_check_fails_when_the_two_copies_of_the_tied_table_are_not_summed(tmp_path):
-    plan = _plan(tmp_path, 2, 2, 2, "1f1b")
-    got = _run_case(plan, 2, "--no-tied-sum")
-    assert not got["passed"] and got["worst_tensor"] == "embed.tokens", got
-

@@ -1,5 +1,5 @@
-"""Convolution kernels in lower precision and on another backend: float32 accuracy within measured
-bounds, Winograd's F(4x4, 3x3) tile and its cached transforms, float16, determinism, and cupy."""
+"""Convolution kernels in lower precision: float32 accuracy within measured bounds, Winograd's F(4x4,
+3x3) tile and its cached transforms, float16, determinism (on cupy: tests/gpu/test_gpu_conv.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 from kernels import conv_winograd
 from kernels._conv_common import make_geom
 from kernels.conv import CONV_ALGORITHMS, conv2d_backward_data, conv2d_backward_weights, conv2d_forward
-from kernels.xp import array_module, gpu_available
 
-from tests.support.conv_cases import CASES, PAIRS, _data, _rel, naive_backward, naive_forward
+from tests.support.conv_cases import CASES, _data, _rel, naive_backward, naive_forward
 
 
 # float32 accuracy on the shape recorded in docs/kernels.md: N=4, C=F=32, 28x28, 3x3, pad 1, seed 0.
@@ -107,27 +106,3 @@ def test_deterministic(algo):
              conv2d_backward_weights(dy, x, ws, s, p, d, gr, algo)[0]) for _ in range(2)]
     for a, b2 in zip(*runs):
         assert np.array_equal(a, b2)
-
-
-# ---------------------------------------------------------------------------------------------
-# GPU backend (skipped without cupy + CUDA)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not gpu_available(), reason="needs cupy and a CUDA device")
-@pytest.mark.parametrize("algo,case", [(a, k) for a, k in PAIRS if k in ("3x3-asympad", "3x3-groups2",
-                                                                         "3x3-dil2-stride2-g2")])
-def test_cupy_matches_numpy(algo, case):
-    cp = array_module("cupy")
-    xs, ws, s, p, d, gr = CASES[case]
-    x, w, b, dy = _data(CASES[case], dtype=np.float32)
-    ry = conv2d_forward(x, w, b, s, p, d, gr, algo)
-    rdx = conv2d_backward_data(dy, w, xs, s, p, d, gr, algo)
-    rdw, rdb = conv2d_backward_weights(dy, x, ws, s, p, d, gr, algo, with_bias=True)
-    gx, gw, gb, gdy = (cp.asarray(a) for a in (x, w, b, dy))
-    y = conv2d_forward(gx, gw, gb, s, p, d, gr, algo)
-    dx = conv2d_backward_data(gdy, gw, xs, s, p, d, gr, algo)
-    dw, db = conv2d_backward_weights(gdy, gx, ws, s, p, d, gr, algo, with_bias=True)
-    assert isinstance(y, cp.ndarray)
-    for got, ref in ((y, ry), (dx, rdx), (dw, rdw), (db, rdb)):
-        np.testing.assert_allclose(cp.asnumpy(got), ref, rtol=1e-4, atol=1e-4)
