@@ -31,14 +31,11 @@ from profiler.tables import open_for_device, read_table
 from tests.support.ctrl_c import default_sigint
 from tests.support.paths import ROOT
 from tests.support.proc_table import Lines
+from tests.support.processes import dnnplan_env
 from tests.support.profile_calls import _two_calls
 
 runner = CliRunner()
 LENET5_LAYERS = [layer.name for layer in load_network("lenet5").layers]
-
-
-def _env(tmp_path) -> dict:
-    return {**os.environ, "DNNPLAN_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
 
 
 # --- Ctrl-C in `dnnplan profile` ----------------------------------------------------------------
@@ -78,7 +75,7 @@ def test_an_interrupted_profile_writes_its_table(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_in_profile_saves_and_the_same_command_resumes(tmp_path):
     args = ["profile", "lenet5", "--devices", "1", "--batch", "1024", "--out", "T.json"]
-    proc = subprocess.Popen([sys.executable, "-m", "dnnplan", *args], cwd=tmp_path, env=_env(tmp_path),
+    proc = subprocess.Popen([sys.executable, "-m", "dnnplan", *args], cwd=tmp_path, env=dnnplan_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     lines = Lines(proc.stdout, proc.stderr)
     # after its first kernel (a fixed wait raced a loaded machine: interrupted before any was timed)
@@ -94,7 +91,7 @@ def test_ctrl_c_in_profile_saves_and_the_same_command_resumes(tmp_path):
     text = " ".join(err.split())
     assert "interrupted:" in text and "resume with: dnnplan profile lenet5 --batch 1024 --out T.json" in text
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
-    again = subprocess.run([sys.executable, "-m", "dnnplan", *args, "--json"], cwd=tmp_path, env=_env(tmp_path),
+    again = subprocess.run([sys.executable, "-m", "dnnplan", *args, "--json"], cwd=tmp_path, env=dnnplan_env(tmp_path),
                            capture_output=True, text=True, timeout=1800)  # the rest of the profile, under load
     assert again.returncode == 0, again.stderr
     s = json.loads(again.stdout)
@@ -196,7 +193,7 @@ def _into_the_steps(pids: list[int], deadline: float) -> None:
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_a_killed_rank_is_named_with_signal_and_layer(tmp_path):
-    env = _env(tmp_path)
+    env = dnnplan_env(tmp_path)
     plan = tmp_path / "p.yaml"
     made = subprocess.run([sys.executable, "-m", "dnnplan", "plan", "lenet5", "--devices", "2", "--batch", "64",
                            "--machine", "dgx-a100", "--out", str(plan)], env=env, capture_output=True, text=True,

@@ -21,11 +21,7 @@ from profiler.companions import Companions
 from profiler.harness import QUICK, time_call
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("dnnplan_cache")
 
 
 def test_profile_lenet5_end_to_end(tmp_path):

@@ -30,17 +30,14 @@ from profiler import table_lock
 from profiler.tables import read_table
 
 from tests.support.paths import ROOT
+from tests.support.processes import dnnplan_env
 from tests.support.validate_runs import ARGS, FakeRuns
 
 runner = CliRunner()
 
 
-def _env(tmp_path: Path) -> dict:
-    return {**os.environ, "DNNPLAN_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-
-
 def _dnnplan(args: list[str], cwd: Path, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dnnplan", *args], cwd=cwd, env=_env(cwd), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "dnnplan", *args], cwd=cwd, env=dnnplan_env(cwd), capture_output=True,
                           text=True, timeout=timeout, **kw)
 
 
@@ -216,7 +213,7 @@ def test_validate_report_on_a_full_disk_is_exit_74_in_one_line(tmp_path, monkeyp
 
 def test_two_profiles_into_one_table_keep_both_entry_sets(tmp_path):
     """10 times: two `dnnplan profile` started together into one table; every entry of both stays."""
-    env = _env(tmp_path)
+    env = dnnplan_env(tmp_path)
     for rep in range(10):
         table = tmp_path / f"t{rep}.json"
         procs = [subprocess.Popen([sys.executable, "-m", "dnnplan", "profile", "gemm", "--sizes", sizes, "--quick",

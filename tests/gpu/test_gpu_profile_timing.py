@@ -9,10 +9,7 @@ from costmodel.calls.kernel_call import linear_call
 from kernels.xp import gpu_available
 from profiler.harness import QUICK, build, time_call
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("dnnplan_cache")
 
 
 @pytest.mark.gpu

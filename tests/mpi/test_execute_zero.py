@@ -16,7 +16,6 @@ import dataclasses
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +34,7 @@ from planner.plan.plan_file import write_plan
 from profiler import context
 
 from tests.support.paths import ROOT
+from tests.support.processes import mpiexec_or_skip
 
 MACHINE = "dgx-a100"  # a datasheet machine: nothing is profiled on demand
 
@@ -133,14 +133,6 @@ if comm.Get_rank() == 0:
 """
 
 
-def _mpiexec() -> str:
-    here = Path(sys.executable).parent / "mpiexec"
-    exe = str(here) if here.exists() else shutil.which("mpiexec")
-    if exe is None:
-        pytest.skip("mpiexec not found")
-    return exe
-
-
 def _priced(path: str, network: str, ranks: int, zero: int) -> dict:
     ctx = context.resolve(network, ranks, 8, MACHINE)
     plan = _uniform(network, ranks, 0 if network == "lenet5" else 2)
@@ -161,7 +153,7 @@ def test_a_steps_zero_collectives_per_layer_are_the_priced_ones(tmp_path):
     paths = [_plan(tmp_path, net, 4, 0 if net == "lenet5" else 2, zero) for net, zero in cases]
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([_mpiexec(), "-n", "4", sys.executable, "-c", _RECORD, *paths], cwd=ROOT, env=env,
+    proc = subprocess.run([mpiexec_or_skip(), "-n", "4", sys.executable, "-c", _RECORD, *paths], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     assert lines, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"

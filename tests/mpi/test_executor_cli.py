@@ -33,11 +33,6 @@ def stub(monkeypatch):
     monkeypatch.setattr(launch, "WORKER_MODULE", STUB_WORKER)
 
 
-@pytest.fixture(scope="module")
-def plan2(tmp_path_factory):
-    return write_uniform_plan(tmp_path_factory.mktemp("plans"), "lenet5", 2, 8, "data", machine="dgx-a100")
-
-
 def workers_alive(marker: str) -> list[str]:
     out = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
     return [l for l in out.splitlines() if ("executor.launch.worker" in l or STUB_WORKER in l) and marker in l]

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.processes import mpiexec_or_skip
 
 FAMILIES = ("data", "spatial_h", "spatial_hw", "filter", "channel", "nf", "nh", "cf", "replicated", "mixed")
 NETS = (("lenet5", 8), ("tinyres", 4), ("edgenet", 4))
@@ -27,20 +26,13 @@ ALGO_CASES = ("tinyres:4:mixed:winograd", "tinyres:4:spatial_hw:fft", "tinyres:4
               "tinyres:4:spatial_h:winograd", "tinyres:4:nf:im2col")
 
 
-def _mpiexec() -> str | None:
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else shutil.which("mpiexec")
-
-
 def _cases(ranks: int) -> list[str]:
     fams = ("data",) if ranks == 1 else FAMILIES
     return [f"{n}:{b}:{f}" for f in fams for n, b in NETS] + list(ALGO_CASES)
 
 
 def run_cases(ranks: int, cases: list[str], timeout_s: float = 240) -> list[dict]:
-    exe = _mpiexec()
-    if exe is None:
-        pytest.skip("mpiexec not found")
+    exe = mpiexec_or_skip()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([exe, "-n", str(ranks), sys.executable, "-m", "tests.support.run_case", *cases],
@@ -72,9 +64,7 @@ def test_mixed_plan_really_mixes_strategies():
 
 @pytest.mark.mpi
 def test_a_rank_failure_aborts_the_job_with_its_message():
-    exe = _mpiexec()
-    if exe is None:
-        pytest.skip("mpiexec not found")
+    exe = mpiexec_or_skip()
     proc = subprocess.run([exe, "-n", "2", sys.executable, "-m", "tests.support.run_case", "nosuchnet:4:data"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
@@ -104,9 +94,7 @@ def test_inrun_collectives_time_every_kind_in_blocks_of_consecutive_ranks():
     """profiler.inrun_comm on 4 ranks: one sample per kept round of every collective kind, each
     group size run as blocks of consecutive ranks; a group size that does not divide the job
     (3 of 4) is left out (the prediction then keeps the fits)."""
-    exe = _mpiexec()
-    if exe is None:
-        pytest.skip("mpiexec not found")
+    exe = mpiexec_or_skip()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([exe, "-n", "4", sys.executable, "-c", _INRUN_COMM], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)

@@ -20,7 +20,7 @@ import pytest
 
 from tests.support import proc_table
 from tests.support.ctrl_c import default_stop_signals
-from tests.support.paths import ROOT
+from tests.support.processes import dnnplan_env
 
 
 GONE_WITHIN_S = 10.0
@@ -28,13 +28,10 @@ GONE_WITHIN_S = 10.0
 START_S = 240.0
 
 
-def _env(tmp_path: Path) -> dict:
-    return {**os.environ, "DNNPLAN_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-
-
 def _start(args: list[str], cwd: Path) -> tuple[subprocess.Popen, proc_table.Lines]:
-    proc = subprocess.Popen([sys.executable, "-m", "dnnplan", *args], cwd=cwd, env=_env(cwd), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=default_stop_signals)
+    proc = subprocess.Popen([sys.executable, "-m", "dnnplan", *args], cwd=cwd, env=dnnplan_env(cwd),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_stop_signals)
     return proc, proc_table.Lines(proc.stdout, proc.stderr)
 
 
@@ -82,7 +79,7 @@ def _stopped(proc: subprocess.Popen, lines: proc_table.Lines, seen: dict[int, st
 def plan_file(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("plan")
     made = subprocess.run([sys.executable, "-m", "dnnplan", "plan", "lenet5", "--devices", "2", "--batch", "64",
-                           "--machine", "dgx-a100", "--out", str(folder / "p.yaml")], env=_env(folder),
+                           "--machine", "dgx-a100", "--out", str(folder / "p.yaml")], env=dnnplan_env(folder),
                           capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr
     return folder / "p.yaml"

@@ -7,10 +7,8 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +25,7 @@ from networks.errors import DnnplanError
 from tests.support.cases import load, make_plan
 from tests.support.fake_devices import CopyingBackend, FakeArray, FakeDevice
 from tests.support.paths import ROOT
+from tests.support.processes import mpiexec_or_skip
 from tests.support.run_backend import exercise, staged
 
 
@@ -101,16 +100,9 @@ def test_a_plan_runs_on_a_backend_that_stages_as_it_runs_on_the_host():
     assert calls["synchronize"] == 1 + 1 + 1  # before each step: warm-up, timed, memory
 
 
-def _mpiexec() -> str | None:
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else shutil.which("mpiexec")
-
-
 @pytest.mark.mpi
 def test_the_collectives_and_a_staged_plan_on_two_ranks():
-    exe = _mpiexec()
-    if exe is None:
-        pytest.skip("mpiexec not found")
+    exe = mpiexec_or_skip()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([exe, "-n", "2", sys.executable, "-m", "tests.support.run_backend"], cwd=ROOT, env=env,

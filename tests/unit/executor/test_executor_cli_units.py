@@ -173,12 +173,6 @@ def test_worker_command_carries_every_option():
 
 # --- refused before launch --------------------------------------------------------------------
 
-@pytest.fixture
-def plan2(tmp_path):
-    from tests.support.executor_plans import write_uniform_plan
-    return write_uniform_plan(tmp_path, "lenet5", 2, 8, "data", machine="dgx-a100")
-
-
 def test_wrong_rank_count_is_refused_before_launch(plan2, monkeypatch):
     def no_launch(*a, **k):
         raise AssertionError("launched")

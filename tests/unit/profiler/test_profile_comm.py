@@ -21,11 +21,7 @@ from profiler.comm_bench import BENCH_REVISION
 from profiler.harness import DISTURB_ELEMS
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("dnnplan_cache")
 
 
 def test_comm_fit_recovers_synthetic_parameters():

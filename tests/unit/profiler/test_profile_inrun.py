@@ -15,11 +15,7 @@ from profiler.inrun import entries_from_samples, merge_samples
 from tests.support.profile_calls import _two_calls
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("dnnplan_cache")
 
 
 def test_in_run_timer_times_each_call_once_per_round_after_a_barrier(monkeypatch):

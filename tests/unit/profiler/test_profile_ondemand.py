@@ -23,11 +23,7 @@ from profiler.tables import write_table
 from tests.support.profile_calls import _two_calls
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("dnnplan_cache")
 
 
 def test_local_machine_profiles_on_demand_into_the_cache(tmp_path):

@@ -11,10 +11,7 @@ from costmodel.calls.kernel_call import linear_call
 from costmodel.calls.layer_calls import reshard_copy_call
 from costmodel.compute.profile_table import Entry, with_entries
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DNNPLAN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("dnnplan_cache")
 
 
 def _calls():
