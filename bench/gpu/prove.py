@@ -123,7 +123,7 @@ def gpu_tests(s: Session) -> None:
     if s.dry:
         return
     s.run(["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "--timeout", "60", "-rfE",
-           "tests/test_gpu_kernels.py", "tests/test_gpu_backend.py", "tests/test_kernels_backend.py"], 120,
+           "tests/gpu/test_gpu_kernels.py", "tests/gpu/test_gpu_backend.py", "tests/gpu/test_kernels_backend.py"], 120,
           "pytest -m gpu")
 
 

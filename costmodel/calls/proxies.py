@@ -22,7 +22,7 @@ on the nearest kernels the set has:
 So the calls' FLOPs exceed the catalogue's for these ops (``networks.ops``); their bytes equal an
 unfused run's. This module returns plain ``(kernel, shape, flops, bytes)`` tuples;
 :mod:`costmodel.calls.layer_calls` makes them :class:`~costmodel.calls.kernel_call.KernelCall`\\ s, and
-tests/test_llama.py holds every tuple equal to the call the real op (gelu, add) makes at that size.
+tests/unit/networks/test_llama.py holds every tuple equal to the call the real op (gelu, add) makes at that size.
 """
 
 from __future__ import annotations

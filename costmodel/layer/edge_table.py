@@ -20,7 +20,7 @@ edge: thousands of pairs, too many to price one by one through :func:`reshard_vo
 
 The link a reshard uses is found without listing the group: rank 0's group along ``dims`` stays
 inside node 0 iff its largest member, ``sum (degree - 1) * stride``, is below ``devices_per_node``.
-``tests/test_reshard_batch.py`` checks all of it against the per-pair functions.
+``tests/unit/planner/test_planner_core.py`` checks all of it against the per-pair functions.
 """
 
 from __future__ import annotations

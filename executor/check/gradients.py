@@ -17,7 +17,7 @@ in a network (batch-norm parameters after many layers) are ill-conditioned, and 
 computations that only sum in a different order differ there by ~1e-3 (measured: ResNet-18 at
 64x64, batch 16, ``layer3.1.bn2.gamma``, 6.6e-3 between one float32 process and float64). A wrong
 decomposition is off by orders of magnitude more (a run that skips the filter-split allreduce:
-6e-1, see tests/test_executor_cli.py). The floor is ``1e-2`` times the norm the
+6e-1, see tests/mpi/test_executor_cli.py). The floor is ``1e-2`` times the norm the
 tensor would have if the whole gradient's norm were spread evenly over all elements
 (``||g_all|| * sqrt(size / total)``): a gradient that is zero in exact arithmetic (the bias of a
 convolution followed by batch norm) is then judged by its rounding noise against the network's

@@ -5,7 +5,6 @@ differ (reshards and halo exchanges between every pair)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from costmodel.calls.algorithms import algorithm_applies
 from costmodel.parallel.shard import check_fits
@@ -14,7 +13,7 @@ from networks.ir import Network
 from networks.loader import load_network
 from planner.plan.plan import LayerPlan, Plan
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+from tests.support.paths import ASSETS
 
 
 def _two(p: int) -> int:

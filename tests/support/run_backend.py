@@ -1,6 +1,6 @@
 """The device seam on the ranks of COMM_WORLD: every collective of a communicator, on the host's
 and on a staged one over "device" arrays MPI cannot read, and a plan run on a backend that
-stages; rank 0 prints one JSON line (tests/test_backend.py).
+stages; rank 0 prints one JSON line (tests/unit/executor/test_backend.py).
 
     mpiexec -n 2 python -m tests.support.run_backend
 """
@@ -17,8 +17,9 @@ from executor.backend.host import HOST
 from executor.backend.staging import StagedCommunicator
 from executor.launch.abort import abort
 from executor.runtime.run import run_plan
+
 from tests.support.cases import load, make_plan, parse_case
-from tests.support.devices import CopyingBackend, FakeArray, FakeDevice
+from tests.support.fake_devices import CopyingBackend, FakeArray, FakeDevice
 
 
 def _f32(values) -> np.ndarray:

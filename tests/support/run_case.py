@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 from executor.launch.abort import abort
 from executor.runtime.run import run_plan
+
 from tests.support.cases import load, make_plan, parse_case
 
 

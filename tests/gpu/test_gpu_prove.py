@@ -1,0 +1,61 @@
+"""The GPU proof's rows (bench/gpu/prove_rows.py): each figure read off the commands' JSON as they
+write it, None where nothing was measured, and the issue's targets judged on them. The script's
+plumbing runs end to end on the host with ``bash bench/gpu/prove.sh --dry-run`` (minutes; not in
+the suite)."""
+
+from __future__ import annotations
+
+import sys
+
+from tests.support.paths import BENCH
+
+sys.path.insert(0, str(BENCH / "gpu"))
+
+from prove_rows import ROW_KEYS, ROWS, Row, from_execute, from_validate, layer_median_error, torch_step, verdicts  # noqa: E402
+
+EXECUTE = {"plan": "p.yaml", "ranks": 1, "steps": 10,
+           "measured": {"step_s": 0.080, "layers": []}, "predicted": {"step_s": 0.075, "layers": []},
+           "error": {"step_rel": 0.0667, "layers": [{"name": "a", "total": 0.1}, {"name": "b", "total": -0.3},
+                                                     {"name": "c", "total": None}, {"name": "d", "total": 0.05}]},
+           "check": None, "predicted_peak_bytes": 100, "measured_peak_bytes": 108, "memory_rel": 0.08}
+VALIDATE = {"network": "alexnet", "ranks": 2, "batch": 32,
+            "plans": [{"name": "planner", "predicted_step_s": 0.01, "measured_step_s": 0.012, "layer_median_abs_rel": 0.2,
+                       "memory_rel": -0.02, "check": {"passed": True, "worst_rel_error": 1e-6, "worst_tensor": "x"}},
+                      {"name": "filter", "predicted_step_s": 0.02, "measured_step_s": 0.03, "layer_median_abs_rel": None,
+                       "memory_rel": None, "check": None}]}
+TORCH = {"rows": [{"name": "resnet50-b64-tf32-sgd", "median_s": 0.07}, {"name": "vgg16-b64-tf32-sgd", "error": "OOM"}]}
+
+
+def test_a_row_from_an_execute_run_has_the_issues_keys_and_no_guess():
+    row = from_execute(ROWS[0], EXECUTE, torch_step(TORCH, ROWS[0].torch_row), "H100", "abc1234", "2026-11-27")
+    assert tuple(row) == ROW_KEYS
+    assert (row["predicted_s"], row["measured_s"], row["torch_s"]) == (0.075, 0.080, 0.07)
+    assert row["layer_median_error"] == 0.1 and row["memory_error"] == 0.08 and row["check_passed"] is None
+    assert torch_step(TORCH, "vgg16-b64-tf32-sgd") is None and torch_step(None, "x") is None
+    assert layer_median_error({"error": {"layers": []}}) is None
+
+
+def test_rows_from_a_validate_run_one_per_plan():
+    rows = from_validate(Row("alexnet", 32, "fp32", ""), VALIDATE, "H100", "abc", "2026-11-27")
+    assert [tuple(r) for r in rows] == [ROW_KEYS, ROW_KEYS]
+    assert rows[0]["check_passed"] is True and rows[1]["check_passed"] is None and rows[0]["ranks"] == 2
+
+
+def test_the_targets_are_judged_only_on_what_was_measured():
+    row = from_execute(ROWS[0], EXECUTE, 0.07, "H100", "abc", "d")
+    got = verdicts(row)
+    assert got == {"step_error_under_10pct": True, "layer_median_under_15pct": True, "memory_within_10pct": True,
+                   "within_1_25x_torch": True}
+    missing = verdicts({**row, "torch_s": None, "memory_error": None})
+    assert missing["within_1_25x_torch"] is None and missing["memory_within_10pct"] is None
+
+
+def test_the_rows_are_the_issues():
+    assert [(r.network, r.batch, r.precision) for r in ROWS] == [
+        ("resnet50", 64, "tf32"), ("resnet50", 64, "bf16"), ("vgg16", 64, "tf32"), ("gpt2", 8, "bf16")]
+
+
+def test_each_row_has_its_pytorch_twin():
+    text = (BENCH / "gpu" / "torch_steps.py").read_text()
+    for row in ROWS:
+        assert f'("{row.torch_row}", "{row.network}", {row.batch}, "{row.precision}", "momentum"' in text, row

@@ -1,0 +1,45 @@
+"""Spans timed by marks on a device's stream (executor.backend.device.EventClock), resolved once at
+the step's end (executor.runtime.timers): a stand-in clock whose marks carry made-up device times
+shows the arithmetic; tests/gpu/test_gpu_backend.py runs CUDA events."""
+
+from __future__ import annotations
+
+from executor.backend.device import EventClock
+from executor.runtime.timers import Timers
+
+
+class Marks:
+    """Marks at device times 0, 1, 3, 6, 10, ... (each 1 s longer than the one before); counts waits."""
+
+    def __init__(self):
+        self.t, self.step, self.waits = 0.0, 1.0, 0
+
+    def mark(self):
+        t = self.t
+        self.t += self.step
+        self.step += 1
+        return t
+
+    def seconds(self, a, b):
+        self.waits += 1
+        return b - a
+
+    def at(self, m):
+        return 100.0 + m
+
+
+def test_spans_are_marks_resolved_at_the_steps_end():
+    clock = Marks()
+    assert isinstance(clock, EventClock)
+    t = Timers(keep_spans=True, clock=lambda: 1 / 0, events=clock)  # the waiting clock is never read
+    t.begin_step(0)                                    # mark 0
+    with t.span("conv1", "fwd_compute"):               # marks 1, 3
+        pass
+    with t.span("conv1", "fwd_compute"):               # marks 6, 10
+        pass
+    assert clock.waits == 0 and t.totals == {}         # nothing resolved inside the step
+    t.end_step()                                       # mark 15
+    assert t.totals[(0, "conv1", "fwd_compute")] == (3 - 1) + (10 - 6)
+    assert t.step_wall[0] == 15 and [(s.start_s, s.end_s) for s in t.spans] == [(101, 103), (106, 110)]
+    t.forget(0)
+    assert t.step_wall == {} and t.spans == []

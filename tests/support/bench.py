@@ -1,0 +1,20 @@
+"""A benchmark script read as a module (bench/ is not a package), as the tests of the benchmarks'
+own code and of the rows they publish read it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+from tests.support.paths import BENCH
+
+
+def load_bench(name: str) -> ModuleType:
+    """bench/NAME.py, run afresh as module ``NAME`` and registered in ``sys.modules`` under that name
+    (its dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

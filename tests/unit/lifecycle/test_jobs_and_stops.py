@@ -1,0 +1,87 @@
+"""The stop signals and jobs (lifecycle.stops, lifecycle.jobs) in a process of their own: a stop landing
+between starting a job and guarding it still ends the job, a signal ignored at start stays ignored,
+and a rank exits once the dnnplan that started it is gone. Commands stopped end to end (execute,
+validate, profile, profile-comm and their ranks): tests/mpi/test_stop_signals.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from tests.support.paths import ROOT
+
+
+# --- the signal handling itself, in a child Python --------------------------------------------------
+
+def _python(code: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)}, **kw)
+
+
+def test_a_stop_landing_between_starting_a_job_and_guarding_it_still_ends_the_job():
+    """The signal arrives the instant Popen returns (before the block that waits on the job): it is
+    deferred until the job is guarded, then ends it, and the process still stops."""
+    got = _python("""
+        import os, signal, subprocess, sys, time
+        from lifecycle import jobs, stops
+        stops.install()
+        real, started = subprocess.Popen, []
+        def popen_then_sigterm(*a, **k):
+            started.append(real(*a, **k))
+            os.kill(os.getpid(), signal.SIGTERM)  # lands before job() hands the process over
+            time.sleep(0.5)
+            return started[0]
+        subprocess.Popen = popen_then_sigterm
+        try:
+            with jobs.job(["sleep", "600"]):
+                time.sleep(60)
+            print("not stopped")
+        except stops.Stopped as err:
+            print("stopped by", signal.Signals(err.signum).name, "exit", stops.exit_code(), "job", started[0].poll())
+    """)
+    assert got.stdout.strip() == "stopped by SIGTERM exit 143 job -15", got.stdout + got.stderr
+
+
+def test_a_signal_ignored_at_start_stays_ignored():
+    """`nohup dnnplan ...` ignores SIGHUP; a background job of a script ignores SIGINT."""
+    got = _python("""
+        import os, signal, time
+        from lifecycle import stops
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        stops.install()
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.2)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except stops.Stopped:
+            print("SIGHUP ignored; SIGTERM stopped, exit", stops.exit_code(), stops.name())
+    """)
+    assert got.stdout.strip() == "SIGHUP ignored; SIGTERM stopped, exit 143 SIGTERM", got.stdout + got.stderr
+
+
+def test_a_rank_exits_once_its_launcher_is_gone():
+    """A rank (or probe) watches the dnnplan that started it: gone (here: a process that exits at
+    once, reaped), the rank exits within a second or two."""
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    from lifecycle.jobs import LAUNCHER_ENV, start_time  # noqa: PLC0415
+    named = f"{launcher.pid}:{start_time(launcher.pid)}"
+    rank = subprocess.Popen([sys.executable, "-c", "from lifecycle.jobs import watch_launcher; import time; "
+                             "watch_launcher(); print('watching', flush=True); time.sleep(600)"], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), LAUNCHER_ENV: named},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert rank.stdout.readline().strip() == "watching"
+        launcher.kill()
+        start = time.monotonic()
+        _, err = rank.communicate(timeout=30)
+        assert time.monotonic() - start < 10
+        assert rank.returncode == 3 and f"dnnplan (pid {launcher.pid}) that started this process is gone" in err
+    finally:
+        for p in (launcher, rank):
+            if p.poll() is None:
+                p.kill()
+            p.wait()

@@ -1,0 +1,90 @@
+"""planner.fit_check: planning again under a lowered limit until the predicted peak fits, and, when
+planning again runs out of time, the over-limit answer's own layout planned under that limit."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from networks.errors import DnnplanError
+from planner.first_plan import refit_choice
+from planner.fit_check import fitting
+from planner.problem.solve import Settings
+from planner.pipeline.triples import AUTO
+from planner.pipeline.search import SearchOutOfTime, search_pipeline
+from planner.solvers import Budget
+from costmodel.choices.training import TrainingChoices
+from profiler import context
+
+from tests.support.paths import ZOO
+
+
+GIB = 2.0 ** 30
+
+
+def _planner(peaks: dict[float, float], out_of_time_below: float | None = None):
+    """``plan_under(limit)`` returning (limit, peak) with the peak ``peaks`` gives for the limit
+    (over the limit by a fixed excess otherwise); out of time for every limit below the given one."""
+    calls = []
+
+    def plan_under(limit: float):
+        calls.append(limit)
+        if out_of_time_below is not None and limit < out_of_time_below:
+            raise SearchOutOfTime("no plan was found within the 1 s time limit")
+        return ("searched", limit, peaks.get(limit, limit + 2 * GIB))
+    return plan_under, calls
+
+
+def test_a_plan_over_the_limit_is_planned_again_under_a_lower_one():
+    plan_under, calls = _planner({80 * GIB: 84 * GIB, 76 * GIB: 79 * GIB})
+    answer, note = fitting(plan_under, lambda a: a[2], 80 * GIB)
+    assert calls == [80 * GIB, 76 * GIB] and answer[2] <= 80 * GIB and "76" in note
+
+
+def test_out_of_time_again_the_first_answers_layout_is_refitted():
+    """The search held an over-limit plan at its deadline; planning again has no time left: the
+    refit gets that answer and the lowered limit, and its answer is returned with the note."""
+    plan_under, calls = _planner({80 * GIB: 84 * GIB}, out_of_time_below=80 * GIB)
+    refits = []
+
+    def refit(answer, under):
+        refits.append((answer, under))
+        return ("refit", under, under - GIB)
+
+    answer, note = fitting(plan_under, lambda a: a[2], 80 * GIB, refit)
+    assert refits == [(("searched", 80 * GIB, 84 * GIB), 76 * GIB)]
+    assert answer == ("refit", 76 * GIB, 75 * GIB) and "76" in note
+
+
+def test_out_of_time_again_without_a_refit_is_the_time_out():
+    plan_under, _ = _planner({80 * GIB: 84 * GIB}, out_of_time_below=80 * GIB)
+    with pytest.raises(SearchOutOfTime):
+        fitting(plan_under, lambda a: a[2], 80 * GIB)
+
+
+def test_no_fit_after_every_try_is_one_clear_error():
+    plan_under, calls = _planner({})  # the peak stays 84 GiB however low the limit
+    with pytest.raises(DnnplanError, match="resharded inputs"):
+        fitting(plan_under, lambda a: 84 * GIB, 80 * GIB)
+    assert len(calls) == 4
+
+
+def test_a_refit_plans_the_choices_own_pair_under_the_lowered_limit(tmp_path):
+    """planner.first_plan.refit_choice (dnnplan plan's out-of-time fit check, with or without --pipeline):
+    the over-limit choice's own stages and micro-batches searched again under the lower limit, within
+    a share of the stated time; the answer fits that limit and its gap counts the first search's bound."""
+    text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4")
+    (tmp_path / "gpt4.yaml").write_text(text)
+    ctx = context.resolve(str(tmp_path / "gpt4.yaml"), 8, 8, "dgx-a100", None,
+                          choices=TrainingChoices(precision="fp16"))
+    limit = 2.0 ** 30 * 0.003
+    first = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit,
+                            Settings(choices=TrainingChoices(optimizer="adam", precision="fp16")))
+    under = first.prediction.memory_peak_bytes * 0.97
+    settings = Settings(budget=Budget(60.0), choices=TrainingChoices(optimizer="adam", precision="fp16"))
+    got = refit_choice(first, ctx.network, 8, 8, ctx.machine, ctx.compute, under, settings, AUTO)
+    assert (got.stages, got.micro_batches) == (first.stages, first.micro_batches)
+    assert got.prediction.memory_peak_bytes <= under * (1 + 1e-9)
+    assert got.prediction.step_s >= first.prediction.step_s * (1 - 1e-12)  # a tighter limit is never faster
+    lower = first.prediction.step_s * (1 - first.stats.get("proven_gap", 1.0))
+    assert got.stats["proven_gap"] >= 1 - lower / got.prediction.step_s - 1e-12

@@ -1,0 +1,392 @@
+"""The pipeline search (planner.pipeline.search): its cut search and its outer search are exact
+over their domain, checked by brute force; the Lagrangian stage solve is feasible and within its gap."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from costmodel.choices.training import TrainingChoices
+from costmodel.layer.candidates import candidate_strategies, divisors
+from networks.errors import DnnplanError
+from costmodel.step.pipeline import INTERLEAVED, stage_network
+from costmodel.memory.pipeline import device_hold
+from planner.pipeline import interleave
+from planner.pipeline.cuts import best_cut, cut_lower
+from planner.pipeline.triples import AUTO, chunk_counts, micro_sizes
+from planner.problem.solve import Settings
+from planner.pipeline.search import _Search, kept, roles, search_pipeline
+from planner.solvers import Edge, Problem, evaluate, solve
+from planner.solvers.lagrange import solve_lagrange
+from planner.pipeline.stack import uniform_stack
+from planner.pipeline.stage_solver import StageSolver
+from profiler import context
+
+from tests.support.paths import ZOO
+
+SETTINGS = Settings(choices=TrainingChoices(optimizer="adam", precision="fp16"))
+#: every pair that could win is searched again
+PROVE = Settings(gap=0.0, choices=TrainingChoices(optimizer="adam", precision="fp16"))
+
+
+def _compositions(n: int, parts: int):
+    for cuts in itertools.combinations(range(1, n), parts - 1):
+        bounds = (0, *cuts, n)
+        yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+def _step(ts, os_, m):
+    return sum(ts) + (m - 1) * max(ts) + max(os_)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_cut_search_equals_brute_force_on_random_stage_costs(seed):
+    rng = np.random.default_rng(seed)
+    n, stages, m = int(rng.integers(3, 9)), int(rng.integers(1, 4)), int(rng.integers(1, 9))
+    stages = min(stages, n)
+    table = {(s, k): (None if rng.random() < 0.1 else (float(k * rng.uniform(1, 2)), float(rng.uniform(0, 3))))
+             for s in range(stages) for k in range(1, n + 1)}
+    got = best_cut(n, stages, m, lambda s, k: table[(s, k)], range(1, n - stages + 2))
+    best = None
+    for cut in _compositions(n, stages):
+        costs = [table[(s, k)] for s, k in enumerate(cut)]
+        if any(c is None for c in costs):
+            continue
+        step = _step([c[0] for c in costs], [c[1] for c in costs], m)
+        best = step if best is None else min(best, step)
+    if best is None:
+        assert got is None
+    else:
+        assert got is not None and got[0] == pytest.approx(best, rel=1e-12)
+        costs = [table[(s, k)] for s, k in enumerate(got[1])]
+        assert sum(got[1]) == n and _step([c[0] for c in costs], [c[1] for c in costs], m) == pytest.approx(got[0])
+
+
+def _gpt4(tmp_path) -> str:
+    text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4")
+    path = tmp_path / "gpt-4blocks.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def _moe4(tmp_path) -> str:
+    """A 4-block mixture-of-experts GPT: grouped-query attention (4 heads, 2 key/value) and 4 SwiGLU
+    experts, top 2, in place of the MLP; its attention can split the sequence (context parallelism)
+    and its experts over an expert group."""
+    text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4").replace(
+        'heads: "{heads}", causal: true', 'heads: "{heads}", kv_heads: 2, causal: true').replace(
+        '      - {name: fc, op: linear, features: "{4 * dim}"}\n      - {name: gelu, op: gelu}\n'
+        '      - {name: proj, op: linear, features: "{dim}"}\n',
+        '      - {name: moe, op: moe, experts: 4, top_k: 2, hidden: 64}\n').replace(
+        "inputs: [add1, mlp_drop]", "inputs: [add1, moe]").replace(
+        '      - {name: mlp_drop, op: dropout, rate: "{rate}"}\n', "")
+    path = tmp_path / "moe-4blocks.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make, limit", [(_gpt4, 2.0 ** 30 * 0.0033), (_moe4, 2.0 ** 20 * 0.95)])
+def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_path, make, limit):
+    """A 4-block GPT on 8 devices: every pipeline degree, micro-batch count and stage split, and
+    every interleaving (2 stages of 2 chunks of 1 block, Megatron's equal chunks), each stage or
+    device solved exactly on its own layers, against the search weighing interleaving on every pair
+    (its stage solves exact too). Also with grouped-query attention and experts, whose strategy space
+    holds context (a split sequence) and expert splits."""
+    p, batch = 8, 8
+    ctx = context.resolve(make(tmp_path), p, batch, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    net, stack = ctx.network, uniform_stack(ctx.network)
+    assert stack is not None and stack.n == 4
+    if make is _moe4:
+        space = {s.label for op in ("attention", "moe") for layer in net.layers if layer.op == op
+                 for s in candidate_strategies(layer, p, batch)}
+        assert any("H=" in s for s in space) and any("E=" in s for s in space)
+    # limit: 3.4 MiB (0.95 MiB) a device, so one stage does not fit and the search must cut
+    got = search_pipeline(net, batch, p, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
+                          micro_counts=divisors(batch), schedule=AUTO)
+    sends = _Search(stack, batch, p, ctx.machine, ctx.compute, limit, SETTINGS)
+    best, per = _interleaved_brute_force(ctx, stack, p, batch, limit, sends)
+    for stages in (s for s in divisors(p) if s <= stack.n):
+        for m in divisors(batch):
+            per[(stages, m)] = None
+            solver = StageSolver(p // stages, batch // m, m + stages - 1, ctx.machine, ctx.compute, SETTINGS, limit,
+                                 exact=True)
+            for cut in _compositions(stack.n, stages):
+                ts, os_, start = [], [], 0
+                for s, k in enumerate(cut):
+                    stage, _ = stage_network(net, stack.layers(start, k, roles(stages)[s]), s)
+                    sol = solver.solve(("own", s, cut), stage, kept(stages, s, m), sends.tied(stages, s, stage))
+                    start += k
+                    if sol is None:
+                        break
+                    ts.append(sol.micro_s + sends.p2p_s(stages, s, batch // m))
+                    os_.append(sol.once_s + sol.tied_s)  # with the tied table's sum on the first and last stage
+                else:
+                    step = _step(ts, os_, m)
+                    best = step if best is None else min(best, step)
+                    per[(stages, m)] = min(step, per[(stages, m)] or step)
+    assert best is not None and got.stages > 1  # the limit makes it pipeline
+    assert any(len(k) == 3 and v is not None for k, v in per.items())  # and interleaved plans fit
+    for (stages, m, *v), step in per.items():  # every (S, m, V)'s lower bound holds, and says when none fits
+        bound, fits = sends.bound(stages, m, *v)
+        assert (step is None) if not fits else (step is None or bound <= step * (1 + 1e-12))
+    assert all(sends.bound(*k)[0] > 0 for k in per)
+    assert got.prediction.step_s <= best * (1 + 1e-9)
+    assert got.prediction.step_s == pytest.approx(best, rel=1e-9)
+    # the search as `dnnplan plan` runs it (pairs compared by Lagrangian stage solves), proving to the end
+    relaxed = search_pipeline(net, batch, p, ctx.machine, ctx.compute, limit, PROVE, micro_counts=divisors(batch),
+                              prove_s=None, schedule=AUTO)
+    assert relaxed.stats["proven_gap"] == 0
+    assert relaxed.prediction.step_s == pytest.approx(best, rel=1e-9)
+
+
+def _interleaved_brute_force(ctx, stack, p: int, batch: int, limit: float, sends) -> tuple[float | None, dict]:
+    """Every interleaved (S, m, V) on Megatron's equal chunks, each device solved exactly on its own
+    layers (not one canonical device for all middle ones): the best step, and each triple's."""
+    best, per = None, {}
+    for stages in (s for s in divisors(p) if 1 < s <= stack.n):
+        for m in divisors(batch):
+            for v in chunk_counts(stack.n, stages, m, INTERLEAVED):
+                weight = m + (stages - 1) / v
+                solver = StageSolver(p // stages, batch // m, weight, ctx.machine, ctx.compute, SETTINGS, limit,
+                                     exact=True)
+                ts, os_ = [], []
+                for s in range(stages):
+                    net, _ = stage_network(ctx.network, stack.device_layers(stages, v, s), s)
+                    kept_s = device_hold(stages, s, m, v, stack.device_chunks(stages, v, s))  # chunk by chunk
+                    sol = solver.solve(("device", s), net, kept_s, sends.tied(stages, s, net))
+                    if sol is None:
+                        break
+                    ts.append(sol.micro_s + interleave.sends_s(ctx.machine, p, stages, v, s, sends.boundary,
+                                                               batch // m))
+                    os_.append(sol.once_s + sol.tied_s)
+                per[(stages, m, v)] = None if len(ts) < stages else interleave.step_s(ts, os_, m, v)
+                if per[(stages, m, v)] is not None:
+                    best = per[(stages, m, v)] if best is None else min(best, per[(stages, m, v)])
+    return best, per
+
+
+@pytest.mark.slow
+def test_the_proof_closes_the_pairs_that_could_still_win(tmp_path):
+    """Memory-bound stages leave Lagrangian gaps: without time to prove, the search says how much
+    faster another pair could be; given the time, it closes every pair whose bound is below its
+    step and says the choice is optimal, no slower than before."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    limit = 2.0 ** 30 * 0.0025  # gaps up to 72% in the stages the pairs are compared with
+    quick = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, prove_s=0)
+    full = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, PROVE, prove_s=None)
+    assert quick.stats["worst_stage_gap"] > 0 and quick.stats["closed_pairs"] <= 1  # the chosen pair alone
+    assert quick.stats["proven_gap"] > 0
+    assert full.stats["proven_gap"] == 0 and full.prediction.step_s <= quick.prediction.step_s * (1 + 1e-12)
+    for c in full.candidates:
+        assert c.lower_s <= (c.step_s or float("inf")) * (1 + 1e-12)
+        assert c.skipped or c.closed or c.lower_s >= full.prediction.step_s * (1 - 1e-12)
+
+
+def test_the_stage_bound_proves_when_nothing_fits(tmp_path):
+    """Below one block's least memory no (S, m) fits: the bound says so and the search refuses."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    stack = uniform_stack(ctx.network)
+    roomy = _Search(stack, 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, SETTINGS)
+    assert all(roomy.bound(s, m)[1] for s in (1, 2, 4) for m in (1, 8))
+    tight = _Search(stack, 8, 8, ctx.machine, ctx.compute, 1e4, SETTINGS)
+    assert not any(tight.bound(s, m)[1] for s in (1, 2, 4) for m in (1, 8))
+    with pytest.raises(DnnplanError, match="no pipelined plan"):
+        search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, 1e4, SETTINGS)
+
+
+def test_the_search_prices_its_choice_as_the_pipeline_model_does():
+    ctx = context.resolve("gpt-tiny", 4, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    got = search_pipeline(ctx.network, 8, 4, ctx.machine, ctx.compute, None, SETTINGS)
+    pred = got.prediction
+    assert got.stages * pred.stages[0].ranks == 4 and sum(got.cut) == 2
+    assert pred.micro_batches == got.micro_batches and 8 % got.micro_batches == 0
+    ts = [s.per_micro_s for s in pred.stages]
+    assert pred.step_s == pytest.approx(sum(ts) + (got.micro_batches - 1) * max(ts)
+                                        + max(s.once_s for s in pred.stages))
+    assert all(not c.skipped or c.bound_s >= pred.step_s for c in got.candidates)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_cut_lower_bound_holds_for_every_cut(seed):
+    """Stage costs growing with their blocks, each stage's objective known only to within a gap:
+    no cut's step is below the bound, whatever the largest size the bound was told (``hi``)."""
+    rng = np.random.default_rng(seed)
+    n, stages, m = int(rng.integers(2, 9)), int(rng.integers(1, 4)), int(rng.integers(1, 9))
+    stages, weight = min(stages, n), m + min(stages, n) - 1
+    t0, o0 = rng.uniform(0, 2, stages), rng.uniform(0, 3, stages)
+    dt, do = rng.uniform(0.01, 2, (stages, n)) ** 2, rng.uniform(0, 1, (stages, n))
+    cost = {(s, k): (t0[s] + dt[s, :k].sum(), o0[s] + do[s, :k].sum()) for s in range(stages) for k in range(1, n + 1)}
+    too_big = int(rng.integers(2, n + 2))  # stages of this many blocks or more do not fit
+    gaps = rng.uniform(0, 0.5, (stages, n + 1)) * (rng.random() < 0.5)  # half the cases exact
+    best = None
+    for cut in _compositions(n, stages):
+        if max(cut) >= too_big:
+            continue
+        costs = [cost[(s, k)] for s, k in enumerate(cut)]
+        step = _step([c[0] for c in costs], [c[1] for c in costs], m)
+        best = step if best is None else min(best, step)
+
+    def lower(s, k):
+        return None if k >= too_big else (weight * cost[(s, k)][0] + cost[(s, k)][1]) * (1 - gaps[s, k])
+
+    for hi in range(1, n - stages + 2):
+        got = cut_lower(n, stages, m, lower, hi)
+        assert got >= 0 and (best is None or got <= best * (1 + 1e-12))  # any bound holds when none fits
+    exact = cut_lower(n, stages, m, lambda s, k: None if k >= too_big else weight * cost[(s, k)][0] + cost[(s, k)][1],
+                      n - stages + 1)
+    if best is None:  # told every size, the bound proves that no cut fits
+        assert exact == float("inf")
+    elif stages == 1:  # one stage: the bound is its objective, the step itself
+        assert exact == pytest.approx(best, rel=1e-12)
+
+
+def test_micro_batch_sizes_include_megatrons_per_replica_ones():
+    # Narayanan et al. Table 1, 529.6B: 2520 GPUs, 35 stages of 72, tensor 8 inside a node, 9
+    # replicas with micro-batches of 1: a micro-batch of 9 samples over the stage
+    assert micro_sizes(72, 8) == {1, 2, 4, 8, 9, 18, 36, 72}
+    assert micro_sizes(12, 8) == {1, 2, 4, 8}  # no whole node groups: the plain sizes
+    assert micro_sizes(64, 1) == {1, 2, 4, 8}
+    # one stage on every device (accumulation without a pipeline): 1 to 8 samples a device too
+    assert micro_sizes(8, 8, alone=True) == {1, 2, 4, 8, 16, 32, 64}
+
+
+def test_a_network_that_is_no_uniform_stack_is_refused_in_one_line():
+    ctx = context.resolve("lenet5", 2, 8, "local", None)
+    with pytest.raises(DnnplanError, match="not a stack of identical blocks"):
+        search_pipeline(ctx.network, 8, 2, ctx.machine, ctx.compute, None, Settings())
+
+
+def _random_problem(rng, n=6, k=4):
+    cost = tuple(rng.uniform(1, 10, k) for _ in range(n))
+    memory = tuple(rng.uniform(1, 10, k) for _ in range(n))
+    workspace = tuple(rng.uniform(0, 2, k) for _ in range(n))
+    edges = tuple(Edge(i, i + 1, rng.uniform(0, 3, (k, k))) for i in range(n - 1))
+    return Problem(tuple(f"n{i}" for i in range(n)), cost, memory, workspace, edges, None)
+
+
+@pytest.mark.parametrize("seed", range(15))
+@pytest.mark.parametrize("hint", [None, 1e-3, 0.5, 1.0, 2.0, 1e3])
+def test_the_lagrangian_solve_fits_and_is_within_its_proven_gap_of_the_optimum(seed, hint):
+    """With or without a multiplier to start from (``hint``: times the one found without), near or
+    far from the one the problem needs."""
+    rng = np.random.default_rng(seed)
+    free = _random_problem(rng)
+    lo = min(evaluate(free, c)[1] for c in itertools.product(range(4), repeat=6))
+    hi = evaluate(free, solve(free).choice)[1]
+    problem = free.with_memory_limit(lo + (hi - lo) * rng.uniform(0.1, 0.9))
+    got = solve_lagrange(problem)
+    if hint is not None and got.lam:
+        got = solve_lagrange(problem, hint=hint * got.lam)
+    exact = solve(problem, "brute")
+    cost, memory = evaluate(problem, got.choice)
+    assert memory <= problem.memory_limit * (1 + 1e-9)
+    assert cost >= exact.objective * (1 - 1e-9)
+    assert cost - exact.objective <= got.gap * cost + 1e-9
+
+
+def test_the_lagrangian_solve_says_when_nothing_fits():
+    problem = _random_problem(np.random.default_rng(0)).with_memory_limit(1.0)
+    assert solve_lagrange(problem) is None
+
+
+def test_dnnplan_plan_pipeline_auto_prints_and_writes_json(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from dnnplan.cli import app
+    runner = CliRunner()
+    args = ["plan", "gpt-tiny", "-p", "4", "-b", "8", "--machine", "dgx-a100", "--precision", "fp16",
+            "--optimizer", "adam", "--pipeline", "auto"]
+    got = runner.invoke(app, args + ["--json"])
+    assert got.exit_code == 0, got.output
+    out = json.loads(got.stdout, parse_constant=lambda name: pytest.fail(f"{name} in --json: not strict JSON"))
+    assert out["search"]["proven_gap"] >= 0
+    assert all(c["lower_s"] <= c["step_s"] * (1 + 1e-12) for c in out["tried"] if c["step_s"] is not None)
+    assert out["devices"] == 4 and len(out["stages"]) * out["stages"][0]["ranks"] == 4
+    assert sum(out["cut_blocks"]) == 2 and 0 < out["mfu"] < 1 and out["search"]["tried"] >= 1
+    text = runner.invoke(app, args)
+    assert text.exit_code == 0 and "layout: " in text.stdout and "optim" in text.stdout, text.stdout
+    bad = runner.invoke(app, args[:-1] + ["3x"])
+    assert bad.exit_code == 2 and "--pipeline takes 'auto'" in bad.output
+    out_file = runner.invoke(app, args + ["--out", str(tmp_path / "p.yaml")])
+    assert out_file.exit_code == 0 and "wrote" in out_file.output, out_file.output
+    assert "pipeline:" in (tmp_path / "p.yaml").read_text()
+    swept = runner.invoke(app, args + ["--sweep", "2,4"])
+    assert swept.exit_code == 2 and "cannot be swept" in swept.output
+    gone = runner.invoke(app, args + ["--schedule", "zigzag"])
+    assert gone.exit_code == 2 and "unknown --schedule" in gone.output
+
+
+def test_the_chosen_pairs_stages_have_their_gaps_closed(tmp_path):
+    """Pairs are compared with Lagrangian stage solves; the chosen one is searched again with each
+    memory-bound stage's gap closed, which gives what the ILP gives on that pair."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    limit = 2.0 ** 30 * 0.003  # one stage of 8 micro-batches: the bisection leaves a 55% gap there
+    got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, stage_counts=(1,),
+                          micro_counts=(8,))
+    assert got.stats["relaxed_stage_solves"] >= 1 and got.stats["open_stage_solves"] == 0
+    assert got.stats["worst_stage_gap"] > 0.1  # what the pair was compared with
+    exact = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
+                            stage_counts=(got.stages,), micro_counts=(got.micro_batches,))
+    assert got.prediction.step_s == pytest.approx(exact.prediction.step_s, rel=1e-9)
+
+
+def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path):
+    """Under the default schedule every (S, m) that was the best 1F1B pair when it was searched has
+    its interleaved triples weighed, not only the last best (planner.pipeline.triples.interleaving):
+    the 4-block GPT on 8 devices at batch 8 under 1.5 MiB finds (2, 8) first, whose 2 chunks a device
+    are searched, then (4, 8) and (4, 1), which cannot interleave 4 blocks (the last best alone
+    weighed no interleaving)."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    limit = 2.0 ** 30 * 0.0015
+    got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="default")
+    plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="1f1b")
+    assert got.prediction.step_s <= plain.prediction.step_s * (1 + 1e-12)
+    best, leaders = float("inf"), []
+    for c in got.candidates:
+        if c.chunks == 1 and c.step_s is not None and c.step_s < best:
+            leaders.append((c.stages, c.micro_batches))
+        best = min(best, c.step_s or best)
+    assert (2, 8) in leaders and not chunk_counts(4, got.stages, got.micro_batches, INTERLEAVED)
+    interleavable = [k for k in leaders if chunk_counts(4, *k, INTERLEAVED)]
+    searched = {c.key for c in got.candidates if c.chunks > 1 and c.step_s is not None}
+    assert {(s, m, v) for s, m in interleavable for v in chunk_counts(4, s, m, INTERLEAVED)} <= searched
+
+
+@pytest.mark.parametrize("batch, limit_gib", [(8, 0.0015), (8, 0.0025), (16, 0.0012)])
+def test_no_interleaving_beats_its_pairs_1f1b_bound_times_the_saving_and_default_finds_the_best(tmp_path, batch,
+                                                                                                limit_gib):
+    """Brute force, stages solved exactly: every interleavable pair's every V searched on its own;
+    each triple's step is at least ``saving(S, m, V)`` times its pair's 1F1B lower bound (the bound
+    the default schedule prunes other pairs' interleavings by), and the default schedule, which
+    interleaves only where that bound could win, finds the best step of all (1F1B or interleaved)."""
+    from planner.pipeline.triples import saving
+
+    ctx = context.resolve(_gpt4(tmp_path), 8, batch, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    limit = 2.0 ** 30 * limit_gib
+    plain = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
+                            schedule="1f1b", prove_s=None)
+    lower = {(c.stages, c.micro_batches): c.lower_s for c in plain.candidates}
+    best, triples = plain.prediction.step_s, 0
+    for (s, m), low in lower.items():
+        if not chunk_counts(4, s, m, INTERLEAVED) or low == float("inf"):
+            continue
+        try:  # every V of the pair (here V = 2: 4 blocks)
+            got = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
+                                  stage_counts=(s,), micro_counts=(m,), schedule=INTERLEAVED, prove_s=None)
+        except DnnplanError:
+            continue  # nothing fits interleaved
+        for c in got.candidates:
+            if c.step_s is not None:
+                triples += 1
+                assert c.step_s >= saving(s, m, c.chunks) * low * (1 - 1e-12)
+                best = min(best, c.step_s)
+    assert triples >= 2
+    default = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
+                              schedule="default", prove_s=None)
+    assert default.prediction.step_s <= best * (1 + 1e-9)
+

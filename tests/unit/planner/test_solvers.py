@@ -1,0 +1,223 @@
+"""The plan solvers (planner.solvers: the ILP, the series-parallel reduction, brute force, min-marginals,
+dominated-candidate pruning, min-plus products) against each other and brute force on seeded random
+instances of every graph shape the planner meets (tests/support/random_problems.py)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from networks.errors import DnnplanError
+from planner.solvers import (Edge, Problem, evaluate, expand_choice, min_memory, prune_dominated, solve,
+                             solve_brute, solve_fixed, solve_ilp, solve_reduced)
+from planner.solvers.brute import brute_tables
+from planner.solvers.marginals import min_marginals
+from planner.solvers.reduce import reduce_graph
+from planner.solvers.minplus import min_plus, min_plus_dense
+
+from tests.support.random_problems import SEEDS, _binding_limit, _check, _close, random_problem
+
+
+# ---------------------------------------------------------------------------------------------
+# tests
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_ilp_reduced_brute_agree(seed):
+    problem = random_problem(seed)
+    best = solve_brute(problem)
+    for got in (solve_ilp(problem), solve_reduced(problem),
+                solve_reduced(problem, enumerate_limit=0), solve(problem)):
+        _check(problem, got)
+        assert got.status == "optimal"
+        assert _close(got.objective, best.objective), (got.solver, got.detail)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_binding_memory_limit_agree(seed):
+    free = random_problem(seed)
+    limit = _binding_limit(free, seed)
+    if limit is None:
+        pytest.skip("the unconstrained optimum already has the least memory")
+    problem = free.with_memory_limit(limit)
+    best = solve_brute(problem)
+    assert best.objective > solve_brute(free).objective - 1e-12
+    for got in (solve_ilp(problem), solve_reduced(problem), solve(problem, "ilp"), solve(problem)):
+        _check(problem, got)
+        assert _close(got.objective, best.objective), (got.solver, got.detail)
+        assert got.status == "optimal", (got.solver, got.detail)
+
+
+def test_enough_instances_bind_memory():
+    binding = sum(_binding_limit(random_problem(s), s) is not None for s in SEEDS)
+    assert binding >= 150
+
+
+@pytest.mark.parametrize("seed", range(0, 240, 7))
+def test_non_binding_limit_uses_reduction(seed):
+    free = random_problem(seed)
+    got = solve_reduced(free.with_memory_limit(solve_brute(free).memory * 1.01))
+    assert "optimal under the limit too" in got.detail
+    assert _close(got.objective, solve_brute(free).objective)
+
+
+def test_binding_limit_is_reported():
+    for seed in SEEDS:
+        limit = _binding_limit(random_problem(seed), seed)
+        if limit is not None:
+            got = solve_reduced(random_problem(seed, memory_limit=limit))
+            assert "memory limit binding" in got.detail and got.solver.startswith("reduced+ilp")
+            return
+    pytest.fail("no binding instance")
+
+
+@pytest.mark.parametrize("seed", range(0, 240, 3))
+def test_min_marginals_against_enumeration(seed):
+    problem = random_problem(seed, max_assignments=20_000)
+    marg = min_marginals(problem)
+    if marg is None:
+        assert reduce_graph(problem).edges  # only where no elimination order was found
+        return
+    objective, _ = brute_tables(problem)
+    for v, k in enumerate(problem.sizes):
+        axes = tuple(a for a in range(problem.num_nodes) if a != v)
+        truth = objective.min(axis=axes) if axes else objective
+        assert np.allclose(marg[v], truth, rtol=1e-9, atol=1e-12), (seed, v)
+
+
+def test_the_bound_rules_candidates_out_and_the_rounds_prove_the_optimum():
+    ruled_out = proved_early = 0
+    for seed in SEEDS:
+        free = random_problem(seed, family="residual")
+        limit = _binding_limit(free, seed)
+        if limit is None:
+            continue
+        got = solve_fixed(free.with_memory_limit(limit), max_labels=0)  # the ILP rounds, not the fronts
+        kept = [int(n) for n in re.findall(r"(\d+) candidates kept of", got.detail)]
+        ruled_out += bool(kept) and min(kept) < sum(free.sizes)
+        proved_early += "target +5%" in got.detail and "target +100%" not in got.detail
+        assert got.status == "optimal" and _close(got.objective, solve_brute(free.with_memory_limit(limit)).objective)
+    assert ruled_out >= 10 and proved_early >= 1
+
+
+@pytest.mark.parametrize("family", ["chain", "residual", "nested", "parallel"])
+def test_series_parallel_reduces_to_one_node(family):
+    for seed in range(30):
+        problem = random_problem(seed, family)
+        assert solve_reduced(problem).reduced_nodes == 1
+
+
+def test_k4_leaves_a_remainder_for_the_ilp():
+    problem = random_problem(3, "k4")
+    got = solve_reduced(problem, enumerate_limit=0)
+    assert got.reduced_nodes >= 4 and "ilp" in got.solver
+    assert _close(got.objective, solve_brute(problem).objective)
+
+
+@pytest.mark.parametrize("method", ["reduced", "ilp", "brute"])
+@pytest.mark.parametrize("seed", range(0, 240, 17))
+def test_infeasible_memory_names_the_minimum(method, seed):
+    free = random_problem(seed)
+    need, choice = min_memory(free)
+    assert _close(need, evaluate(free, choice)[1])
+    brute_memory = solve_brute(free.with_memory_limit(need * (1 + 1e-12))).memory
+    assert brute_memory <= need * (1 + 1e-9)  # the minimum really is attainable
+    with pytest.raises(DnnplanError) as err:
+        solve(free.with_memory_limit(need * 0.99), method)
+    assert f"{need:.6g}" in str(err.value) and "GiB" in str(err.value)
+
+
+def test_min_memory_is_the_true_minimum():
+    for seed in range(60):
+        problem = random_problem(seed, max_assignments=50_000)
+        _, memory = brute_tables(problem)
+        assert _close(min_memory(problem)[0], float(memory.min()))
+
+
+def _with_dominated(seed: int) -> Problem:
+    """A random problem where every node also gets worse copies of some candidates."""
+    base = random_problem(seed, max_assignments=3_000)
+    rng = np.random.default_rng(seed)
+    extra = [int(rng.integers(0, 3)) for _ in base.sizes]
+    src = [rng.integers(0, k, size=x) for k, x in zip(base.sizes, extra)]
+    bump = (lambda v, s: np.concatenate([v, v[s] + rng.random(len(s)) * rng.integers(0, 2, len(s))]))
+    edges = []
+    for e in base.edges:
+        m = e.cost
+        m = np.concatenate([m, m[src[e.src]] + rng.random((len(src[e.src]), m.shape[1]))], axis=0)
+        m = np.concatenate([m, m[:, src[e.dst]] + rng.random((m.shape[0], len(src[e.dst])))], axis=1)
+        edges.append(Edge(e.src, e.dst, m))
+    return Problem(base.names, tuple(bump(c, s) for c, s in zip(base.node_cost, src)),
+                   tuple(bump(c, s) for c, s in zip(base.node_memory, src)),
+                   tuple(bump(c, s) for c, s in zip(base.node_workspace, src)),
+                   tuple(edges), None)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_prune_dominated_keeps_the_optimum(seed):
+    problem = _with_dominated(seed)
+    pruned, kept = prune_dominated(problem)
+    assert sum(pruned.sizes) <= sum(problem.sizes)
+    for limit in (None, _binding_limit(problem, seed)):
+        full = problem.with_memory_limit(limit)
+        best = solve_brute(full)
+        got = solve_brute(pruned.with_memory_limit(limit))
+        assert _close(got.objective, best.objective)
+        choice = expand_choice(kept, got.choice)
+        assert _close(evaluate(full, choice)[0], best.objective)
+
+
+def test_prune_drops_exact_duplicates_keeping_the_lower_index():
+    problem = Problem(("a", "b"), (np.array([1.0, 1.0, 2.0]), np.array([0.0, 0.0])),
+                      (np.zeros(3), np.zeros(2)), (np.zeros(3), np.zeros(2)),
+                      (Edge(0, 1, np.array([[0.0, 1.0], [0.0, 1.0], [0.0, 0.5]])),), None)
+    pruned, kept = prune_dominated(problem)
+    # pass 1: a1 duplicates a0 (dropped, lower index kept), b1 is worse than b0 on the edge;
+    # pass 2: with only b0 left, a2 is a0 at a higher cost
+    assert [list(k) for k in kept] == [[0], [0]]
+    assert pruned.sizes == (1, 1)
+
+
+def test_dominated_pruning_is_exercised():
+    assert sum(sum(prune_dominated(_with_dominated(s))[0].sizes) < sum(_with_dominated(s).sizes)
+               for s in range(80)) >= 40
+
+
+def test_ilp_reports_solver_status_and_time():
+    problem = random_problem(5)
+    got = solve_ilp(problem, time_limit_s=30, gap=None)
+    assert got.solver in ("ilp-highs", "ilp-cbc") and got.status == "optimal"
+    assert got.gap is not None and got.gap <= 1e-9 and got.time_s > 0
+    assert "variables" in got.detail
+    cbc = solve_ilp(problem, solver="cbc")
+    assert cbc.solver == "ilp-cbc" and _close(cbc.objective, got.objective)
+
+
+def test_empty_candidate_list_is_a_user_error():
+    with pytest.raises(DnnplanError, match="no candidate"):
+        Problem(("x",), (np.zeros(0),), (np.zeros(0),), (np.zeros(0),), (), None)
+
+
+def test_problem_arrays_are_read_only():
+    problem = random_problem(1)
+    with pytest.raises(ValueError):
+        problem.node_cost[0][0] = 5.0
+
+
+def test_brute_refuses_big_instances():
+    with pytest.raises(ValueError):
+        solve_brute(random_problem(2), limit=1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pruned_min_plus_equals_dense(seed):
+    rng = np.random.default_rng(seed)
+    i, j, k = (int(x) for x in rng.integers(1, 90, 3))
+    a, c, b = rng.random((i, j)), rng.random(j) * rng.choice([0.0, 1.0, 5.0]), rng.random((j, k))
+    if seed % 3 == 0:  # ties everywhere
+        a, b = np.round(a, 1), np.round(b, 1)
+    if seed % 4 == 1:
+        np.fill_diagonal(b, 0.0)
+    assert np.array_equal(min_plus(a, c, b), min_plus_dense(a, c, b))
