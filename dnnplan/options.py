@@ -379,10 +379,11 @@ def takes_choices(*names: str) -> Callable[[Callable], Callable]:
 
         @functools.wraps(command)
         def run(*args, **kwargs):
-            values = {name: kwargs.pop(name) for name in names}
+            named = {name for name in names if name in kwargs}  # called from Python: what the call names
+            values = {name: kwargs.pop(name, CHOICE_FLAGS[name][1]) for name in names}
             click = get_current_context(silent=True)
-            given = frozenset(name for name in names if click is None or click.get_parameter_source(name)
-                              not in (ParameterSource.DEFAULT, None))
+            given = frozenset(name for name in names if name in named and (
+                click is None or click.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)))
             kwargs["choices"] = TrainingChoices(**{k: v for k, v in values.items() if v is not None}, given=given)
             return command(*args, **kwargs)
 

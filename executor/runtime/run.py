@@ -78,7 +78,8 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
         if plan.choices.zero:
             ran = steps + in_run_steps(steps, after_step) + (1 if measure_memory else 0)
             schedule = [(i, i == -warmup) for i in range(-warmup, ran)]
-            result = check_zero(rt, lambda: _Runtime(replace(rt.plan, zero=0), rt.net, rt.comm, backend, rt.seed,
+            unsharded = replace(rt.plan, choices=rt.plan.choices.but(zero=0))
+            result = check_zero(rt, lambda: _Runtime(unsharded, rt.net, rt.comm, backend, rt.seed,
                                                      Timers(clock=backend.now_s), False),
                                 result, schedule, lr, momentum)
     rt.comms.free()  # collective: only on success (after a failure the launcher aborts the job)

@@ -42,7 +42,8 @@ MACHINE = "dgx-a100"  # a datasheet machine: nothing is profiled on demand
 def test_other_optimisers_are_refused_in_one_line_and_zero_plans_are_not(tmp_path):
     zero = _plan(tmp_path, "lenet5", 2, 0, 3)
     assert prepare(zero, 2, 1, None).plan.choices.zero == 3
-    plan_obj = dataclasses.replace(_uniform("lenet5", 2, 0), optimizer="adam")
+    plan_obj = _uniform("lenet5", 2, 0)
+    plan_obj = dataclasses.replace(plan_obj, choices=plan_obj.choices.but(optimizer="adam"))
     adam = str(tmp_path / "adam.yaml")
     write_plan(plan_obj, adam)
     result = CliRunner().invoke(app, ["execute", adam, "--ranks", "2"])
@@ -67,7 +68,8 @@ def _uniform(network: str, ranks: int, tensor: int, batch: int = 8):
 def _plan(folder, network: str, ranks: int, tensor: int, zero: int) -> str:
     """``network`` data parallel (``tensor`` 0) or Megatron with tensor degree ``tensor``, at ZeRO ``zero``."""
     path = str(folder / f"{network}-{ranks}-t{tensor}-z{zero}.yaml")
-    write_plan(dataclasses.replace(_uniform(network, ranks, tensor), zero=zero), path)
+    plan = _uniform(network, ranks, tensor)
+    write_plan(dataclasses.replace(plan, choices=plan.choices.but(zero=zero)), path)
     return path
 
 
