@@ -20,6 +20,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,8 @@ SMALL = ("lenet5", "mlp", "alexnet", "resnet18", "tiny-llama", "tiny-gqa", "tiny
 # Searches end alike only when they are not cut short: the time limit and the pipeline proof's time
 # well above the slowest search seen (qwen3-30b-a3b on 1,024 H100s: about 200 s on a 2-core VM).
 GENEROUS = ("--time-limit", "900", "--prove", "900")
+#: a duration in a line of text
+SECONDS = re.compile(r"\b\d+(\.\d+)? s\b")
 # Keys whose values are elapsed time (wall clock), not answers.
 ELAPSED = {"answered_in_s", "build_s", "solve_s", "elapsed_s", "search_s", "wall_s", "seconds", "prove_spent_s"}
 
@@ -159,7 +162,8 @@ def compare(before: Path, after: Path) -> int:
 
 def _answer(row: dict) -> dict:
     """What a command answered: exit code, output, and for a plan its file and the file predicted again."""
-    out = {"rc": row["rc"], "stdout": row["stdout"], "stderr": _stderr(row)}
+    stdout = _untimed(row["stdout"]) if row["name"].startswith("refusal-") else row["stdout"]
+    out = {"rc": row["rc"], "stdout": stdout, "stderr": _stderr(row)}
     if "replan" in row:
         out["replan"] = {"rc": row["replan"]["rc"], "stdout": parsed(row["replan"]["stdout"])}
         out["plan_file"] = row["plan_file"]
@@ -168,7 +172,12 @@ def _answer(row: dict) -> dict:
 
 def _stderr(row: dict) -> str:
     """A refusal's text; a JSON command's stderr holds only progress lines, which carry elapsed time."""
-    return row["stderr"] if row["name"].startswith("refusal-") else ""
+    return _untimed(row["stderr"]) if row["name"].startswith("refusal-") else ""
+
+
+def _untimed(text: str) -> str:
+    """Text with its durations (``0.7 s``, ``2.4 s of 20 s``) and progress lines left out."""
+    return SECONDS.sub("<s>", "\n".join(line for line in text.splitlines() if not line.startswith("searching ")))
 
 
 def main() -> int:
