@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/bench_dispatch.py [--json]
 
-Runs the dispatch probe as the profiler does (profiler.dispatch: ``python -m executor.probes.dispatch`` in
+Runs the dispatch probe as the profiler does (profiler.probes.dispatch: ``python -m executor.probes.dispatch`` in
 a child process, its passes binned by bytes), then runs one-rank, data-parallel plans of lenet5,
 alexnet and ResNet-18 at 64x64 (bench/assets/resnet18-64.yaml) at a few batches, as `dnnplan
 execute` runs them (each span's start recorded in a progress file), and compares the cost
@@ -33,7 +33,7 @@ from executor.launch.worker import set_threads
 from kernels.allocator import keep_freed_memory
 from networks.loader import load_network
 from planner.plan.plan import LayerPlan, Plan
-from profiler.dispatch import time_dispatch
+from profiler.probes.dispatch import time_dispatch
 
 RESNET = str(Path(__file__).resolve().parent / "assets" / "resnet18-64.yaml")
 #: (network, batch) on one rank

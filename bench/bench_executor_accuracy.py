@@ -17,11 +17,11 @@ Predictions use the ``local`` machine's compute model: the per-user profile cach
 computer, filled on demand (profiler.ondemand), so the first run also profiles the kernels. The
 step error is the ahead-of-time one, from the cache as it was before the run; beside it (``in-run``)
 the model's error given the kernels each prediction looks up timed again inside its run, once per
-rank after every step (profiler.inrun), since this VM's speed drifts within minutes;
+rank after every step (profiler.in_step.kernels), since this VM's speed drifts within minutes;
 ``--no-fresh-profile`` leaves the in-run column out. The planner weighs its alternatives on
 the cache, whose entries were timed over days while the VM's speed drifted unevenly, so every
 kernel it weighs is timed again first, side by side in interleaved rounds (``dnnplan plan
---refresh-profile``, profiler.side_by_side); ``--no-refresh-profile`` plans from the cache as it is.
+--refresh-profile``, profiler.timing.side_by_side); ``--no-refresh-profile`` plans from the cache as it is.
 
 Each plan runs at least ``--steps`` timed steps, and more when its predicted step is short, so
 that its timed steps last about ``--min-seconds``: this VM runs in stretches of 3 to 17 slow steps

@@ -26,7 +26,7 @@ from executor.ops.base import LayerCtx
 from executor.runtime.synthetic import init_weights, take
 from executor.runtime.timers import Timers
 from networks.loader import load_network
-from profiler.harness import build
+from profiler.timing.harness import build
 
 
 class _NoComms:

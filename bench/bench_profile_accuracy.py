@@ -6,7 +6,7 @@
     90th-percentile |error|, beside the noise of measuring each held-out shape twice
     (each call keeps the median of three shuffled passes: see _errors).
 (b) Comm fit: measure every collective with 2 ranks over 8 B .. --max-bytes (powers of two, three
-    rounds, fastest kept), in both cache states (warm, cold: profiler.comm_bench), fit each
+    rounds, fastest kept), in both cache states (warm, cold: profiler.comm.bench), fit each
     collective piecewise in size (costmodel.comm.fit.fit_regimes, what the cost model uses) and
     the joint one-line fallback; report the median |error| over the measured sizes, and out of
     sample: fitted on every other size, predicting the sizes between.
@@ -33,9 +33,9 @@ from costmodel.calls.kernel_call import linear_call  # noqa: E402
 from costmodel.compute.profile_table import ProfileTable  # noqa: E402
 from costmodel.compute.profiled import ProfiledCompute  # noqa: E402
 from profiler.collect import conv_grid  # noqa: E402
-from profiler.comm import default_sizes, measure  # noqa: E402
-from profiler.fingerprint import fingerprint  # noqa: E402
-from profiler.harness import TimingPolicy, time_call  # noqa: E402
+from profiler.comm.launch import default_sizes, measure  # noqa: E402
+from profiler.tables.fingerprint import fingerprint  # noqa: E402
+from profiler.timing.harness import TimingPolicy, time_call  # noqa: E402
 
 VERBOSE = False
 POLICY = TimingPolicy(min_reps=5, max_reps=40, rel_ci=0.02, time_cap_s=1.5)

@@ -23,9 +23,9 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from networks.default_batch import default_batch as family_batch, SAMPLES_PER_DEVICE
 from networks.loader import load_network
-from profiler.gpu_tables import check_gpu, check_precision
+from profiler.tables.compatibility import check_gpu, check_precision
 from profiler.ondemand import local_compute_model
-from profiler.tables import load_table
+from profiler.tables.store import load_table
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
 def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,
                   refresh: bool = False, precision: str = DEFAULT_PRECISION, foreign_ok: bool = False) -> ComputeModel:
     """The profile table when one is given or the machine names one (timed in ``precision``, on
-    the machine's GPU model unless ``foreign_ok``: profiler.gpu_tables); for the ``local`` machine
+    the machine's GPU model unless ``foreign_ok``: profiler.tables.compatibility); for the ``local`` machine
     the per-user cache of this computer for ``devices`` ranks sharing it, profiled on demand (every
     call it is asked for timed again with ``refresh``); else the datasheet roofline. Without a
     table, a precision other than fp32 is priced from the datasheet (the CPU profiles fp32)."""

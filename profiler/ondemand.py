@@ -12,7 +12,7 @@ seconds and when the process exits). Calls the roofline expects to take longer t
 :meth:`OnDemandCompute.install` replaces their entries, in memory, with timings taken elsewhere:
 a shared machine's speed can drift by tens of percent between hours, so a cache filled earlier
 can be far from what a run meets; `dnnplan execute/validate --fresh-profile` times those calls
-inside the run, between its steps (profiler.inrun), and predicts from those timings.
+inside the run, between its steps (profiler.in_step.kernels), and predicts from those timings.
 """
 
 from __future__ import annotations
@@ -36,12 +36,14 @@ from costmodel.compute.profile_table import (DISPATCH, Entry, collective_key, is
 from costmodel.compute.profiled import Lookup, ProfiledCompute
 from networks.errors import DnnplanError
 from networks.writing import SystemFailure
-from profiler import comm_context, dispatch, rank_wait, side_by_side, step_context
-from profiler.companions import Companions
-from profiler.fingerprint import fingerprint
-from profiler.harness import QUICK, TimingPolicy, time_call
+from profiler.probes import comm_context, dispatch, rank_wait
+from profiler.timing import side_by_side
+from profiler.in_step import before_run
+from profiler.timing.companions import Companions
+from profiler.tables.fingerprint import fingerprint
+from profiler.timing.harness import QUICK, TimingPolicy, time_call
 from lifecycle.stops import sigint_handled_by
-from profiler.tables import cache_path, earlier_cache_paths, open_for_device, read_table, write_table
+from profiler.tables.store import cache_path, earlier_cache_paths, open_for_device, read_table, write_table
 
 
 class OnDemandCompute(ProfiledCompute):
@@ -83,7 +85,7 @@ class OnDemandCompute(ProfiledCompute):
         return [c for c in calls if self._fallback_call(c) <= self.max_call_s]
 
     def retime(self, calls: list[KernelCall]) -> None:
-        """Time ``calls`` again now, side by side (every call once per round, profiler.side_by_side),
+        """Time ``calls`` again now, side by side (every call once per round, profiler.timing.side_by_side),
         beside companions for a profile of several ranks, and put the entries in the table and the
         cache file; the refresh (``--refresh-profile``) then leaves them be."""
         todo = [c for c in dict.fromkeys(calls) if c.key not in self._timed]
@@ -103,7 +105,7 @@ class OnDemandCompute(ProfiledCompute):
         self.save()
 
     def time_in_step(self, calls: list[KernelCall], before, updates=()) -> dict[str, Entry]:
-        """Entries of ``calls`` timed in their step's context (profiler.step_context; ``before``:
+        """Entries of ``calls`` timed in their step's context (profiler.in_step.before_run; ``before``:
         per call key, the calls just before it; ``updates``: the step's updates in its order),
         beside companions for a profile of several ranks; not put in the table nor the cache (the
         caller installs them for one plan)."""
@@ -113,17 +115,17 @@ class OnDemandCompute(ProfiledCompute):
         self._start_companions()
         say = lambda done, total: self._say(  # noqa: E731
             f"timing the plan's {len(todo)} kernels in its step's order, round {done} of {total}")
-        say(0, step_context.ROUNDS + 1)
+        say(0, before_run.ROUNDS + 1)
         try:
             with threadpool_limits(limits=self.threads):
-                return step_context.time_in_step(todo, before, companions=self._companions, progress=say,
+                return before_run.time_in_step(todo, before, companions=self._companions, progress=say,
                                                  updates=updates)
         finally:
             self.save()
 
     def time_collectives_in_step(self, calls, ranks: int) -> dict[str, Entry]:
         """Entries of the collectives ``calls`` (costmodel.step.collective_calls.CommCall) timed on ``ranks``
-        ranks in their step's context (profiler.comm_context), keyed as the calls; not cached (the
+        ranks in their step's context (profiler.probes.comm_context), keyed as the calls; not cached (the
         caller prices one plan with them). Nothing when on-demand timing is off; a failure is
         said on stderr and leaves the collectives priced by the machine's links."""
         if not self.enabled or not calls or ranks < 2:
@@ -203,7 +205,7 @@ class OnDemandCompute(ProfiledCompute):
         return super().lookup(call)
 
     def dispatch_s(self, local, algorithm: str, consumers: int) -> float:
-        """The executor's time around one layer pass (profiler.dispatch), its probe timed on first
+        """The executor's time around one layer pass (profiler.probes.dispatch), its probe timed on first
         use when the cache has none (or, with ``refresh``, once per process), like a kernel call."""
         if self.enabled and DISPATCH not in self._timed and (self.refresh or not self._dispatch_points()):
             self._timed.add(DISPATCH)
@@ -240,7 +242,7 @@ class OnDemandCompute(ProfiledCompute):
                 self.table = with_executor(self.table, name, entry)
 
     def wait_per_work(self, ranks: int, time_missing: bool = True) -> float:
-        """A ``ranks``-rank step's wait per second of work (profiler.rank_wait), its probe run under
+        """A ``ranks``-rank step's wait per second of work (profiler.probes.rank_wait), its probe run under
         mpiexec on first use when the cache has none, or none of the executor's code around a
         collective that the same probe measures (or, with ``refresh``, once per process);
         ``time_missing=False``: the cache's value only."""

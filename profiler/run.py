@@ -20,10 +20,10 @@ from threadpoolctl import threadpool_limits
 from costmodel.calls.kernel_call import KernelCall
 from costmodel.compute.profile_table import Entry, ProfileTable, with_entries
 from networks.errors import DnnplanError
-from profiler.gpu_timing import time_call_gpu
-from profiler.harness import TimingPolicy, time_call
+from profiler.timing.gpu import time_call_gpu
+from profiler.timing.harness import TimingPolicy, time_call
 from lifecycle.stops import sigint_handled_by
-from profiler.tables import write_table
+from profiler.tables.store import write_table
 
 Progress = Callable[[int, int, KernelCall], None]  # (done, total, call just measured)
 

@@ -17,11 +17,11 @@ from networks.errors import DnnplanError, short
 from networks.loader import load_network
 from profiler.collect import conv_grid, gemm_grid, network_calls
 from profiler.context import default_batch
-from profiler.fingerprint import fingerprint
-from profiler.gpu_timing import GPU_POLICY, GPU_QUICK
-from profiler.harness import QUICK, TimingPolicy
+from profiler.tables.fingerprint import fingerprint
+from profiler.timing.gpu import GPU_POLICY, GPU_QUICK
+from profiler.timing.harness import QUICK, TimingPolicy
 from profiler.run import ProfileRun, profile_calls
-from profiler.tables import cache_path, open_for_device
+from profiler.tables.store import cache_path, open_for_device
 
 GRID_MODES = ("gemm", "conv")
 

@@ -8,7 +8,7 @@ warm code; between small layers (lenet5's fc1, relu3, fc2, fc3, loss) everything
 measured times). :func:`preceding_calls` gives, per kernel call, the two calls before it in the
 step (the step repeats, so the first call's are the last two); what they move bounds the reuse
 distance of its code and data (Mattson et al., "Evaluation techniques for storage hierarchies",
-IBM Systems Journal 9(2), 1970), and profiler.inrun runs them before timing it. Two, not one:
+IBM Systems Journal 9(2), 1970), and profiler.in_step.kernels runs them before timing it. Two, not one:
 drop7 follows relu6 (64 KB) but finds its random-number code evicted by fc6 before that. Not
 reuse per kernel (the bytes since the same kernel last ran): that calls the backward pass of
 lenet5's fc3 cold, though it reuses the BLAS code fc3's forward pass has just run, and prices it
@@ -75,7 +75,7 @@ def _keys(calls: Iterable[KernelCall]) -> tuple[str, ...]:
 def preceding_calls(calls: Iterable[KernelCall], window: int = 2) -> dict[str, tuple[KernelCall, ...]]:
     """Per call key, the ``window`` calls just before it in ``calls`` (one step, repeated), in step
     order, at the run whose window moves the median bytes (the lower one of an even count) among
-    the key's runs: what profiler.inrun replays before timing the call."""
+    the key's runs: what profiler.in_step.kernels replays before timing the call."""
     seq = list(calls)
     runs: dict[str, list[tuple[KernelCall, ...]]] = {}
     for c, before in zip(seq, _windows(seq, window)):
@@ -125,7 +125,7 @@ def occurrences(tagged: Sequence[tuple[str, KernelCall]], window: int = 2,
     pass, and the same addition summing gradients), that one context misprices the others. Returns
     (the calls to time in those other contexts, one per distinct context, their preceding calls,
     and per :func:`occurrence_key` of a layer's call the key whose entry prices it there: its own
-    for its median context). Updates (timed in sequence, profiler.inrun) and gradient sums (no
+    for its median context). Updates (timed in sequence, profiler.in_step.kernels) and gradient sums (no
     layer's pass) are left out; a call a layer's pass makes twice is priced in its last context.
     ``median``: the step's :func:`preceding_calls` with the same ``window``, when the caller has them."""
     seq = [c for _, c in tagged]
@@ -152,6 +152,6 @@ def occurrences(tagged: Sequence[tuple[str, KernelCall]], window: int = 2,
 
 
 def updates_of(calls: Iterable[KernelCall]) -> list[KernelCall]:
-    """The optimiser's update calls of one step, in step order, repeats kept (profiler.inrun times
+    """The optimiser's update calls of one step, in step order, repeats kept (profiler.in_step.kernels times
     them as the step runs them: back to back, each on its own operands)."""
     return [c for c in calls if c.kernel.startswith("sgd.")]

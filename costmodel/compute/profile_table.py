@@ -11,7 +11,7 @@ A table is a frozen :class:`ProfileTable`; on disk it is JSON (docs/profiler.md)
               "link": {"alpha_s": ..., "beta_s_per_byte": ..., "gamma_s_per_byte": ..., "fit_error": ...}}}
 
 Pure: parsing and serialising work on already-decoded mappings; reading and writing files (atomic,
-resumable) is :mod:`profiler.tables`' job. The compute model that reads a table is
+resumable) is :mod:`profiler.tables.store`' job. The compute model that reads a table is
 :class:`costmodel.compute.profiled.ProfiledCompute`; its communication fits reach a machine through
 :func:`costmodel.compute.profile_links.links_from_table`.
 """
@@ -32,14 +32,14 @@ VERSION = 1
 #: Fingerprint keys that identify a device: tables differing in any of them are foreign to each other.
 IDENTITY_KEYS = ("backend", "device", "cores", "threads", "memory_bytes")
 #: The executor's time per layer pass in a table's "executor" mapping: entries named
-#: ``dispatch/h<k>``, one per half-decade of bytes (executor.probes.dispatch, profiler.dispatch); a table's
+#: ``dispatch/h<k>``, one per half-decade of bytes (executor.probes.dispatch, profiler.probes.dispatch); a table's
 #: ``dispatch/b<batch>`` entries (the probe's mean per pass at a batch, before 2026-11-26) are ignored.
 DISPATCH = "dispatch"
 #: A P-rank step's wait for its slowest rank per second of work: the entry ``wait/p<P>``
-#: (executor.probes.wait, profiler.rank_wait).
+#: (executor.probes.wait, profiler.probes.rank_wait).
 WAIT = "wait"
 #: The executor's own code around one collective of a P-rank step, after a pass over some bytes:
-#: entries ``collective/p<P>/<kind>/b<bytes>`` (executor.probes.collective_code, profiler.rank_wait).
+#: entries ``collective/p<P>/<kind>/b<bytes>`` (executor.probes.collective_code, profiler.probes.rank_wait).
 COLLECTIVE = "collective"
 
 _ENTRY_KEYS = ("min_s", "median_s", "spread", "count", "flops", "bytes")

@@ -117,11 +117,11 @@ class Machine:
     #: ``(collective name, up to bytes, link)`` in increasing size (the last one's bound is
     #: ``inf``), used for groups inside one node in place of ``intra``; empty for datasheet machines.
     fitted: tuple[tuple[str, float, LinkLevel], ...] = ()
-    #: The same, timed after a pass over the last-level cache (profiler.comm_bench ``cold``): for
+    #: The same, timed after a pass over the last-level cache (profiler.comm.bench ``cold``): for
     #: collectives that follow a layer's kernels (reshards, halos, partial sums, statistics),
     #: where ``fitted`` is for those that follow another collective (the gradient allreduces).
     fitted_cold: tuple[tuple[str, float, LinkLevel], ...] = ()
-    #: Collectives timed inside a run (``dnnplan execute --fresh-profile``, profiler.inrun_comm),
+    #: Collectives timed inside a run (``dnnplan execute --fresh-profile``, profiler.in_step.collectives),
     #: as ``((collective, bytes, group size, state), seconds)``: they price exactly those
     #: collectives inside one node in place of the fits (:meth:`measured_s`); empty otherwise.
     measured: tuple[tuple[tuple[str, int, int, str], float], ...] = ()

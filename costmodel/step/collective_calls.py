@@ -1,5 +1,5 @@
 """The collectives one training step makes, as the cost model prices them, listed so that a run
-can time exactly these (``dnnplan execute --fresh-profile``, profiler.inrun_comm). Pure.
+can time exactly these (``dnnplan execute --fresh-profile``, profiler.in_step.collectives). Pure.
 
 Each :class:`CommCall` is a collective, its bytes (as :mod:`costmodel.comm.collectives` means them;
 ``alltoallv``: the most bytes a rank receives in a reshard), the size of the group it runs in and
@@ -29,7 +29,7 @@ from costmodel.step.prediction import StepPrediction
 from costmodel.parallel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Network
 
-#: The collectives a run can time (profiler.inrun_comm).
+#: The collectives a run can time (profiler.in_step.collectives).
 TIMED = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoallv", "alltoall")
 
 
@@ -50,7 +50,7 @@ class CommCall:
     group: int
     state: str  # "cold" or "warm"
     #: The kernel calls the step makes just before it (the last two of its layer's pass; for a
-    #: forward reshard, of the layer before it in the step), which profiler.inrun_comm runs before
+    #: forward reshard, of the layer before it in the step), which profiler.in_step.collectives runs before
     #: a cold sample (after a layer without kernels, flatten, the nearest kernels before it; empty
     #: when the step runs none before it: the cold cache pass then).
     #: Not part of what the call is: equal calls after other kernels are one call, the first kept.

@@ -13,7 +13,7 @@ from dnnplan.output import check_output_folder
 from dnnplan.render import profile as render
 from dnnplan.render.messages import err_console, fail_line
 from lifecycle import stops
-from profiler.comm_profile import run_profile_comm
+from profiler.comm.profile import run_profile_comm
 from profiler.service import parse_ints
 
 

@@ -19,7 +19,7 @@ from kernels.cuda.conv import pin_engines, pin_key
 from networks.errors import DnnplanError
 from planner.plan.plan import Plan
 
-#: The array backends a profile can be taken on (its fingerprint's ``backend``, profiler.fingerprint).
+#: The array backends a profile can be taken on (its fingerprint's ``backend``, profiler.tables.fingerprint).
 ARRAY_BACKENDS = ("numpy", "cupy")
 #: ``dnnplan execute --device``: where the ranks run
 DEVICES = ("auto", "host", "cuda")

@@ -1,5 +1,5 @@
 """Ctrl-C in `dnnplan validate`: a second one ignored while what was finished is written (the
-companion processes forked while kernels are timed ignore it: profiler.companions)."""
+companion processes forked while kernels are timed ignore it: profiler.timing.companions)."""
 
 from __future__ import annotations
 

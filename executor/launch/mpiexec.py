@@ -2,8 +2,8 @@
 
 * :func:`inside_mpi_job` tells whether this process is already one rank of an ``mpiexec`` /
   ``srun`` job (then the CLI runs the plan on that job's ranks instead of launching).
-* :func:`find_mpiexec` (profiler.comm's) looks next to the running Python first (the ``mpich`` wheel installs its
-  ``mpiexec`` there, matching the MPI that mpi4py loads), then on ``PATH``.
+* :func:`profiler.probes.launch.find_mpiexec` looks next to the running Python first (the ``mpich``
+  wheel installs its ``mpiexec`` there, matching the MPI that mpi4py loads), then on ``PATH``.
 * :func:`threads_per_rank` gives each rank ``cores // P`` BLAS/OpenMP threads (at least 1) so the
   ranks do not oversubscribe the cores.
 * :func:`launch` runs the job in its own session (lifecycle.jobs: ended whole, every rank with it,
@@ -34,8 +34,7 @@ from costmodel.machine.loading import NODE_CORES_ENV, usable_cores
 from executor.runtime.timers import FINISH, SETUP, RankProgress, read_progress
 from networks.errors import DnnplanError
 from networks.writing import EXIT_SYSTEM, SYSTEM_FAILED
-from profiler.dispatch import THREAD_VARS
-from profiler.comm import find_mpiexec  # noqa: F401 - the launcher's name for it (session, tests)
+from profiler.probes.launch import THREAD_VARS
 from lifecycle.jobs import end_group, job
 
 JOB_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK")

@@ -41,11 +41,11 @@ from kernels.allocator import keep_freed_memory
 from networks.errors import DnnplanError
 from networks.writing import SYSTEM_FAILED, SystemFailure, reason, write_file
 from planner.plan.plan_file import read_plan
-from profiler.dispatch import THREAD_VARS
-from profiler.inrun import InRunTimer, merge_samples
-from profiler.inrun_comm import InRunComm
+from profiler.probes.launch import THREAD_VARS
+from profiler.in_step.kernels import InRunTimer, merge_samples
+from profiler.in_step.collectives import InRunComm
 from lifecycle.jobs import watch_launcher
-from profiler.tables import load_table
+from profiler.tables.store import load_table
 
 ABORT_USER = 2
 ABORT_INTERNAL = 1
@@ -83,9 +83,9 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
             progress: ProgressFile | None = None, array_backend: str = "numpy",
             profile: str | None = None) -> JobResult | None:
     """Run the plan on ``comm``'s ranks; rank 0 gets the :class:`JobResult`, others None.
-    ``kernel_calls``: time each once after every step, on every rank (profiler.inrun; the rounds
+    ``kernel_calls``: time each once after every step, on every rank (profiler.in_step.kernels; the rounds
     after warm-up steps are dropped); collectives among them (costmodel.step.collective_calls.CommCall) by
-    profiler.inrun_comm. ``progress``: where this rank records each span it starts."""
+    profiler.in_step.collectives. ``progress``: where this rank records each span it starts."""
     set_threads(threads)
     keep_freed_memory()  # as the profiler does when it times the kernels (kernels.allocator)
     rank = comm.Get_rank()
@@ -184,7 +184,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=0.0, help="watchdog seconds (0: none)")
     ap.add_argument("--time-kernels", default=None, help="a pickled list of KernelCall to time once "
-                    "after every step (profiler.inrun)")
+                    "after every step (profiler.in_step.kernels)")
     ap.add_argument("--backend", default="numpy", choices=("numpy", "cupy"), help="the ranks' arrays: numpy (host) "
                     "or cupy (one GPU per local rank)")
     ap.add_argument("--profile", default=None, help="the profile table whose cuDNN engines a GPU run pins")

@@ -16,7 +16,7 @@ barrier): per sample, the seconds from before ``wait_for`` to after the collecti
 the seconds inside the MPI calls (the barrier, the collective: their own time is the wait and
 the collective's price), less the same for one empty span after the same pass. Each kind's
 median per pass size is a ``collective/p<P>/<kind>/b<bytes>`` executor entry of a P-rank table
-(profiler.rank_wait); a prediction adds, for each barrier its plan makes, the entry of its kind at
+(profiler.probes.rank_wait); a prediction adds, for each barrier its plan makes, the entry of its kind at
 the bytes of the pass before it (costmodel.step.barriers, executor.session.execute.predict).
 """
 

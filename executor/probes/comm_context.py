@@ -1,10 +1,10 @@
 """A plan's collectives timed in their step's context before the run, on its ranks (``mpiexec``).
 
-The collectives' counterpart of the kernels' step context (profiler.step_context): the planning
+The collectives' counterpart of the kernels' step context (profiler.in_step.before_run): the planning
 process cannot time a collective alone, so ``dnnplan`` launches ``mpiexec -n P python -m
-executor.probes.comm_context CALLS RESULT`` (profiler.comm_context), whose ranks make each collective of
+executor.probes.comm_context CALLS RESULT`` (profiler.probes.comm_context), whose ranks make each collective of
 the plan's step as ``--fresh-profile`` makes it between a run's steps
-(:class:`profiler.inrun_comm.InRunComm`: a cold call right after the kernels the step runs just
+(:class:`profiler.in_step.collectives.InRunComm`: a cold call right after the kernels the step runs just
 before it, a barrier, the one call), a warm-up round and then ``--rounds`` samples of each, and
 rank 0 writes per call the slowest rank's samples (a pickled dict, call key -> seconds). No
 training step runs: the prediction still prices isolated collectives of the step's sizes, timed
@@ -25,10 +25,10 @@ import sys
 
 from executor.launch.worker import abort_with, set_threads, write_result
 from kernels.allocator import keep_freed_memory
-from profiler.inrun import InRunTimer, merge_samples
-from profiler.inrun_comm import InRunComm
+from profiler.in_step.kernels import InRunTimer, merge_samples
+from profiler.in_step.collectives import InRunComm
 from lifecycle.jobs import watch_launcher
-from profiler.step_context import ROUNDS  # as many rounds as the kernels' step context
+from profiler.in_step.before_run import ROUNDS  # as many rounds as the kernels' step context
 
 
 def time_calls(calls, comm, rounds: int = ROUNDS) -> dict[str, list[float]] | None:

@@ -13,7 +13,7 @@ recorded in a progress file as `dnnplan execute`'s ranks record it, and returns,
 pass (as the cost model counts them, :func:`costmodel.compute.dispatch.pass_bytes`), the bytes its
 kernels move and, per timed step, the time from the end of its spans to the start of the next
 span (:func:`after_passes`). The profiler runs it at three batches (``python -m executor.probes.dispatch``
-in a child process, with the profile's threads and allocator; profiler.dispatch), pools the passes
+in a child process, with the profile's threads and allocator; profiler.probes.dispatch), pools the passes
 of all three by their bytes into half-decade bins and stores each bin as a ``dispatch/h<bin>``
 entry of the table's executor mapping; the cost model prices a pass by its bytes, linear in log
 bytes between the bins (``ProfiledCompute.pass_dispatch_s``, ``LayerEstimate.dispatch_s``).

@@ -1,6 +1,6 @@
 """The terms the executor's prediction adds to the cost model's step when its ranks share this
 computer: their wait for the slowest rank (executor.probes.wait) and the executor's own code around
-each collective (executor.probes.collective_code), both from the profile (profiler.rank_wait). Neither is in
+each collective (executor.probes.collective_code), both from the profile (profiler.probes.rank_wait). Neither is in
 a kernel's or an isolated collective's timing, and `dnnplan plan`'s solver does not price them;
 the executor's predictions do (executor.session.execute.predict), and so do the plans weighed in their
 step's context (executor.session.step_choice)."""

@@ -1,6 +1,6 @@
 """A plan's kernel calls timed in their step's context, in every context the step makes them in.
 
-profiler.step_context (before a run) and profiler.inrun (inside one, ``--fresh-profile``) time
+profiler.in_step.before_run (before a run) and profiler.in_step.kernels (inside one, ``--fresh-profile``) time
 each kernel call after the calls just before it in the step. A call the step makes in several
 places (ResNet-18's ReLU backward after a convolution's backward in one block and after a
 gradient sum in the next, its residual addition in the forward pass and again summing gradients)
@@ -65,7 +65,7 @@ class Shared:
     apart, conv2's backward was priced 1.75 ms in one and 1.98 ms in the other (before two runs a
     minute apart), and the faster of the two in step context changed from one weighing to the
     next (2026-11-26, the 2-core development VM). The optimiser's updates are timed per plan:
-    they are timed as the plan's sequence (profiler.inrun), which differs between plans."""
+    they are timed as the plan's sequence (profiler.in_step.kernels), which differs between plans."""
 
     def __init__(self) -> None:
         self.kernels: dict[tuple, object] = {}
@@ -105,5 +105,5 @@ def kernels_in_step(prep, calls: list, shared: Shared | None = None) -> dict:
 
 def collectives_in_step(prep, collectives, shared: Shared | None = None) -> dict:
     """Entries of the plan's ``collectives`` timed now on its ranks in their step's context
-    (profiler.comm_context); with ``shared``, those an earlier plan timed are its."""
+    (profiler.probes.comm_context); with ``shared``, those an earlier plan timed are its."""
     return (shared or Shared()).time_collectives(prep.compute, collectives, prep.plan.devices)

@@ -14,7 +14,7 @@ that is not one of the networks the accuracy bench predicts) data parallel on th
 ``comm``, its batch-norm statistics and gradients summed over them (a barrier before each), and
 returns per timed step the seconds waited per second of work: the ranks' mean time in ``wait``
 spans over their mean step time outside them. The profiler runs it under ``mpiexec -n P`` for a
-table of P ranks (profiler.rank_wait) and stores it as the table's ``wait/p<P>`` executor entry; a
+table of P ranks (profiler.probes.rank_wait) and stores it as the table's ``wait/p<P>`` executor entry; a
 prediction for P ranks then adds that fraction of the step's work as the time its ranks wait
 (``StepPrediction.wait_s``; executor.session.execute.predict). The same job then measures the executor's
 code around one collective (executor.probes.collective_code), printed as ``collective_code``.

@@ -4,7 +4,7 @@ A validate's headline (``step_rel`` and the other keys of a row) is *ahead of ti
 made from the profile taken in an earlier process, before the run. Beside it, unless
 ``--no-in-run``, the same run times the prediction's kernels again (and, when the ranks share one
 node, its collectives): every rank, after each of as many untimed steps run once the timed
-steps have run back to back (executor.runtime.run.in_run_steps; profiler.inrun, profiler.inrun_comm);
+steps have run back to back (executor.runtime.run.in_run_steps; profiler.in_step.kernels, profiler.in_step.collectives);
 the cost model then predicts again from those times (executor.session.execute.in_run_comparison). That second figure isolates the model's structure (how
 it composes kernels into a step) from the drift of the kernels' times between the profile and
 the run; it is a diagnostic, never a prediction. The distance between the two is that drift.

@@ -11,7 +11,7 @@ All are fractions (0.12 is 12%), ``None`` where nothing could be measured:
 - ``profile_mean_abs_step_error``, ``profile_worst_abs_step_error``: the same of
   ``profile_step_rel``, the prediction from the profile's calls timed alone, over the plans whose
   headline was made from their calls timed in step context before the run (executor.session.execute,
-  profiler.step_context): ahead of time too, the figure a plan has when it is made;
+  profiler.in_step.before_run): ahead of time too, the figure a plan has when it is made;
 - ``layer_median_error``, ``layer_p90_error``: the median and 90th percentile of |layer error|
   over every layer of every plan (a layer's total time, forward to update);
 - ``memory_error``: the mean over plans of |measured peak / predicted peak - 1|;

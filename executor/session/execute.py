@@ -45,8 +45,9 @@ from costmodel.choices.precision import DATASHEET_ONLY, DEFAULT_PRECISION
 from planner.plan.plan_file import read_plan
 from planner.pipeline.to_plan import predict_pipelined
 from profiler import context
-from profiler.fingerprint import fingerprint
-from profiler.inrun import entries_from_samples
+from profiler.tables.fingerprint import fingerprint
+from profiler.in_step.kernels import entries_from_samples
+from profiler.probes.launch import find_mpiexec
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,7 @@ def _in_job(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool
 def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool,
                 timeout_s: float, kernel_calls: list | None = None) -> JobResult | None:
     """Run the plan on P ranks; the JobResult on rank 0 (and in the launching process), else None.
-    ``kernel_calls`` are timed inside the run after every step (profiler.inrun)."""
+    ``kernel_calls`` are timed inside the run after every step (profiler.in_step.kernels)."""
     if launcher.inside_mpi_job():
         return _in_job(prep, steps=steps, warmup=warmup, check=check, trace=trace, timeout_s=timeout_s,
                        kernel_calls=kernel_calls)
@@ -250,7 +251,7 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
             calls_path = os.path.join(tmp, "kernel_calls.pkl")
             with open(calls_path, "wb") as fh:
                 pickle.dump(list(kernel_calls), fh)
-        cmd = launcher.worker_command(launcher.find_mpiexec(), prep.plan.devices, prep.path, result_path,
+        cmd = launcher.worker_command(find_mpiexec(), prep.plan.devices, prep.path, result_path,
                                       steps=steps, warmup=warmup, check=check, trace=trace,
                                       threads=prep.threads, timeout_s=timeout_s, time_kernels=calls_path,
                                       array_backend=prep.array_backend, profile=prep.profile_path)
@@ -279,7 +280,7 @@ def predict(prep: Prepared, machine: Machine | None = None) -> StepPrediction | 
 def fresh_calls(prep: Prepared) -> list:
     """``--fresh-profile``: the kernel calls the plan's prediction looks up and, when the plan's
     ranks share one node, the collectives it prices (costmodel.step.collective_calls), to be timed inside
-    the run (profiler.inrun, profiler.inrun_comm); none for a compute model that is not this
+    the run (profiler.in_step.kernels, profiler.in_step.collectives); none for a compute model that is not this
     computer's on-demand profile (:func:`prepare` warns of that)."""
     if not isinstance(prep.compute, OnDemand) or prep.plan.pipeline is not None:
         return []
@@ -293,8 +294,8 @@ def fresh_calls(prep: Prepared) -> list:
 
 def step_context_entries(prep: Prepared, shared: Shared | None = None) -> dict:
     """The kernel calls the plan's prediction looks up, timed now in its step's order and context
-    (profiler.step_context), and, for ranks sharing this computer, the collectives it prices
-    (profiler.comm_context; keyed ``comm:...``), before the run; empty for a compute model that
+    (profiler.in_step.before_run), and, for ranks sharing this computer, the collectives it prices
+    (profiler.probes.comm_context; keyed ``comm:...``), before the run; empty for a compute model that
     is not this computer's on-demand profile, with on-demand timing off, for a pipelined plan, or
     inside an MPI job (whose other ranks would wait meanwhile; launched by `dnnplan execute`,
     they do not). ``shared``: calls timed for other plans weighed beside it (executor.session.step_choice)."""

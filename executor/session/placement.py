@@ -13,7 +13,7 @@ from executor.backend.select import array_backend_for
 from kernels.cuda import GPU_KERNELS_REVISION, libs
 from networks.errors import DnnplanError
 from planner.plan.plan import Plan
-from profiler.gpu_tables import check_gpu
+from profiler.tables.compatibility import check_gpu
 
 
 def local_gpu_name() -> str:

@@ -3,7 +3,7 @@
 The planner weighs every alternative on the profile's kernels, each timed alone: the context a
 call meets in a step depends on its neighbours' choices, which only the finished plan fixes. Once
 the plan is made, it and each uniform plan that fits (data, filter, spatial) are timed in their
-step's context (executor.session.execute.step_context_entries, profiler.step_context) and predicted again,
+step's context (executor.session.execute.step_context_entries, profiler.in_step.before_run) and predicted again,
 and the fastest of them is the plan. Nothing has run yet: it is a second, finer weighing of a few
 finished plans. A call two candidates make in the same context is timed once for both
 (executor.probes.step_kernels.Shared), so that they differ by their differences, not by timing noise.

@@ -2,7 +2,7 @@
 
 :func:`refreshed` (``--refresh-profile``) runs the weighing twice: once to list every kernel call it
 looks up (nothing is timed; calls not in the cache are interpolated for that pass), then, after
-those calls are timed again together, in interleaved rounds (profiler.side_by_side), once more on
+those calls are timed again together, in interleaved rounds (profiler.timing.side_by_side), once more on
 the new timings. Interleaved, every call's samples cover the same stretch of time, so a drift in the
 computer's speed moves all the alternatives alike; timed one after another on first lookup, each
 would see its own stretch. The timing dominates the cost of a refreshed plan (figures:

@@ -23,10 +23,10 @@ from executor.launch import mpiexec as launch
 from executor.runtime.timers import FINISH, SETUP, ProgressFile, RankProgress, Timers, read_progress
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from profiler.fingerprint import fingerprint
-from profiler.harness import QUICK
+from profiler.tables.fingerprint import fingerprint
+from profiler.timing.harness import QUICK
 from profiler.run import ProfileInterrupted, profile_calls
-from profiler.tables import open_for_device, read_table
+from profiler.tables.store import open_for_device, read_table
 
 from tests.support.ctrl_c import default_sigint
 from tests.support.paths import ROOT
@@ -103,7 +103,7 @@ def test_ctrl_c_in_profile_saves_and_the_same_command_resumes(tmp_path):
 
 FORKED_UNDER_CTRL_C = """
 import multiprocessing, os, signal, sys
-from profiler.companions import Companions
+from profiler.timing.companions import Companions
 os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C as fork begins
 try:
     Companions(1)

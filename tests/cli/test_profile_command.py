@@ -17,8 +17,8 @@ from dnnplan.cli import app
 from kernels.allocator import keep_freed_memory
 from networks.loader import load_network
 from profiler.collect import network_calls
-from profiler.companions import Companions
-from profiler.harness import QUICK, time_call
+from profiler.timing.companions import Companions
+from profiler.timing.harness import QUICK, time_call
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("dnnplan_cache")

@@ -26,8 +26,8 @@ from networks import writing
 from networks.errors import DnnplanError
 from networks.reading import read_text
 from networks.writing import SystemFailure, write_file
-from profiler import table_lock
-from profiler.tables import read_table
+from profiler.tables import lock as table_lock
+from profiler.tables.store import read_table
 
 from tests.support.paths import ROOT
 from tests.support.processes import dnnplan_env

@@ -16,7 +16,7 @@ from costmodel.choices.precision import DATASHEET_ONLY, PRECISIONS as COST_PRECI
 from kernels import dispatch
 from kernels.cuda import IMPLEMENTATIONS, attention, gemm, precision, source
 from kernels.cuda.elementwise import dropout_threshold
-from profiler.gpu_timing import DEFAULT_L2_BYTES, rotation
+from profiler.timing.gpu import DEFAULT_L2_BYTES, rotation
 
 from tests.support.paths import ROOT
 

@@ -7,7 +7,7 @@ import pytest
 
 from costmodel.calls.kernel_call import linear_call
 from kernels.xp import gpu_available
-from profiler.harness import QUICK, build, time_call
+from profiler.timing.harness import QUICK, build, time_call
 
 pytestmark = pytest.mark.usefixtures("dnnplan_cache")
 

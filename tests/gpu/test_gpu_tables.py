@@ -24,8 +24,8 @@ from kernels.xp import gpu_available
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from profiler import context
-from profiler.gpu_tables import gpu_model
-from profiler.tables import write_table
+from profiler.tables.compatibility import gpu_model
+from profiler.tables.store import write_table
 
 GPU_FP = {"backend": "cupy", "device": "NVIDIA H100 80GB HBM3", "cores": 132, "threads": 1,
           "memory_bytes": 85520809984, "precision": "bf16"}

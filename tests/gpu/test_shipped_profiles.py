@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
-from profiler.tables import SHIPPED_DIR, read_table, resolve_table
+from profiler.tables.store import SHIPPED_DIR, read_table, resolve_table
 
 runner = CliRunner()
 

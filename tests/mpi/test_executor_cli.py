@@ -109,7 +109,7 @@ def test_a_loss_that_turns_nan_is_warned_about(plan2, stub, monkeypatch):
 
 
 def test_worker_module_runs_standalone_under_mpiexec(plan2, tmp_path):
-    from executor.launch.mpiexec import find_mpiexec
+    from profiler.probes.launch import find_mpiexec
     res = tmp_path / "res.pkl"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", STUB_WORKER, plan2,
@@ -131,7 +131,7 @@ def test_ranks_bound_to_one_core_each_still_see_the_nodes_cores(local_plan2, tmp
     """Open MPI binds each of two ranks to a core, and so does Slurm's task affinity: each rank's
     affinity is then one core, and machine `local` (a device per core) would refuse the 2-device
     plan on every rank. The ranks agree on the node's cores (executor.launch.node) first."""
-    from executor.launch.mpiexec import find_mpiexec
+    from profiler.probes.launch import find_mpiexec
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     env.pop("DNNPLAN_NODE_CORES", None)
     if how == "the worker alone":
@@ -176,7 +176,7 @@ def test_validate_inside_an_mpi_job_plans_on_rank_0_only(tmp_path):
     broadcasts the plans; the ranks agree on the node's cores first."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores: machine `local` holds one device per core")
-    from executor.launch.mpiexec import find_mpiexec
+    from profiler.probes.launch import find_mpiexec
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "DNNPLAN_CACHE": str(tmp_path / "cache")}
     env.pop("DNNPLAN_NODE_CORES", None)
     proc = subprocess.run([find_mpiexec(), "-bind-to", "core", "-n", "2", sys.executable, "-c", _VALIDATE_IN_JOB],
@@ -210,7 +210,7 @@ def test_validate_inside_an_mpi_job_ends_every_rank_when_planning_fails():
     waiting for the plans."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores: machine `local` holds one device per core")
-    from executor.launch.mpiexec import find_mpiexec
+    from profiler.probes.launch import find_mpiexec
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     start = time.monotonic()
     proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-c", _VALIDATE_PLANNING_FAILS],

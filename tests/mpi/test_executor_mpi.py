@@ -75,7 +75,7 @@ _INRUN_COMM = """
 import json
 from mpi4py import MPI
 from costmodel.step.collective_calls import CommCall
-from profiler.inrun_comm import InRunComm
+from profiler.in_step.collectives import InRunComm
 comm = MPI.COMM_WORLD
 calls = [CommCall(c, 4096, g, s) for c in ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoallv")
          for g in (2, 4) for s in ("cold", "warm")] + [CommCall("allreduce", 64, 3, "cold")]
@@ -91,7 +91,7 @@ if comm.Get_rank() == 0:
 
 @pytest.mark.mpi
 def test_inrun_collectives_time_every_kind_in_blocks_of_consecutive_ranks():
-    """profiler.inrun_comm on 4 ranks: one sample per kept round of every collective kind, each
+    """profiler.in_step.collectives on 4 ranks: one sample per kept round of every collective kind, each
     group size run as blocks of consecutive ranks; a group size that does not divide the job
     (3 of 4) is left out (the prediction then keeps the fits)."""
     exe = mpiexec_or_skip()

@@ -146,7 +146,7 @@ def test_sigterm_in_profile_saves_what_was_measured_and_says_how_to_resume(tmp_p
 @pytest.mark.slow
 def test_sigterm_in_profile_comm_ends_its_mpi_job(tmp_path):
     proc, lines = _start(["profile-comm", "--ranks", "2", "--out", "c.json"], tmp_path)
-    seen = _tree_with(proc, "profiler.comm_bench", 2)
+    seen = _tree_with(proc, "profiler.comm.bench", 2)
     out = _stopped(proc, lines, seen, signal.SIGTERM)
     assert proc.returncode == 143 and "Traceback" not in out, out
     assert "interrupted by SIGTERM: the benchmark's MPI job was ended; nothing is kept" in out

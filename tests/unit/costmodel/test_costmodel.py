@@ -200,7 +200,7 @@ def test_collectives_timed_in_a_run_price_exactly_those_collectives():
     kinds = {(c.collective, c.state) for c in calls}
     assert {("alltoallv", "cold"), ("allreduce", "cold"), ("allreduce", "warm")} <= kinds
     assert all(c.group == 2 and c.nbytes > 0 for c in calls) and len(set(calls)) == len(calls)
-    # each cold call carries the kernels the step runs just before it (profiler.inrun_comm runs them)
+    # each cold call carries the kernels the step runs just before it (profiler.in_step.collectives runs them)
     assert all(c.after == () for c in calls if c.state == "warm")
     befores = {tuple(k.kernel for k in c.after) for c in calls if c.state == "cold"}
     # every cold call has kernels before it: after flatten (no kernels) the pooling's before it

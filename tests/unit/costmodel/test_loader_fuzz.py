@@ -42,10 +42,10 @@ from networks.errors import DnnplanError
 from networks.loader import load_network
 from planner.plan.plan import Plan
 from planner.plan.plan_file import read_plan
-from profiler.fingerprint import fingerprint
-from profiler.harness import QUICK
+from profiler.tables.fingerprint import fingerprint
+from profiler.timing.harness import QUICK
 from profiler.run import profile_calls
-from profiler.tables import open_for_device, read_table, write_table
+from profiler.tables.store import open_for_device, read_table, write_table
 
 from tests.support.paths import ROOT
 from tests.support.profile_calls import _two_calls

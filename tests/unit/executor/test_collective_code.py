@@ -27,7 +27,7 @@ from executor.report.compare import Measured, compare_prediction
 from executor.runtime.stage import run_strategies
 from networks.loader import load_network
 from planner.plan.plan_file import write_plan
-from profiler import rank_wait
+from profiler.probes import rank_wait
 
 from tests.support.cases import make_plan
 from tests.support.paths import ASSETS

@@ -1,5 +1,5 @@
 """A plan's collectives timed in their step's context before the run (executor.probes.comm_context,
-profiler.comm_context): the job under mpiexec, a failing job, and how the prediction uses them."""
+profiler.probes.comm_context): the job under mpiexec, a failing job, and how the prediction uses them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from costmodel.step.collective_calls import CommCall, step_collectives
 from costmodel.compute.profile_table import Entry
 from executor.session import execute as session
 from executor.runtime.stage import run_strategies
-from profiler import comm_context
+from profiler.probes import comm_context
 from networks.loader import load_network
 from planner.plan.plan_file import write_plan
 

@@ -89,7 +89,7 @@ def test_the_time_after_a_pass_is_its_gaps_to_the_next_span_plus_a_share_of_the_
 
 
 def test_passes_are_binned_by_half_decades_of_bytes():
-    from profiler.dispatch import bin_passes
+    from profiler.probes.dispatch import bin_passes
     got = bin_passes([(0, 1e-6), (1000, 2e-5), (3000, 4e-5), (100_000, 6e-5), (200_000, 9e-5)])
     assert set(got) == {"dispatch/h0", "dispatch/h6", "dispatch/h10"}
     assert got["dispatch/h0"].bytes == 1 and got["dispatch/h0"].median_s == 1e-6
@@ -176,7 +176,7 @@ def test_the_probe_measures_a_positive_time_after_each_pass_at_each_size():
 
 
 def test_the_profilers_probe_writes_binned_entries():
-    import profiler.dispatch as pd
+    import profiler.probes.dispatch as pd
     entries, why = pd.time_dispatch()
     assert why == "" and entries and all(k.startswith("dispatch/h") for k in entries)
     assert all(e.median_s >= 0 and e.bytes >= 1 for e in entries.values())
@@ -184,7 +184,7 @@ def test_the_profilers_probe_writes_binned_entries():
 
 
 def test_a_failing_probe_leaves_no_entry_and_says_why(monkeypatch):
-    import profiler.dispatch as pd
+    import profiler.probes.dispatch as pd
     monkeypatch.setattr(pd.sys, "executable", "false")
     entries, why = pd.time_dispatch()
     assert entries == {} and "probe failed" in why
@@ -194,7 +194,7 @@ def test_backward_kernels_are_timed_on_operands_of_their_own():
     # a backward kernel reads what its forward saved, last touched a forward pass earlier: the
     # in-run timer warms the code with one set of operands and times another, untouched since
     from costmodel.compute.call_context import step_calls
-    from profiler.inrun import InRunTimer, reads_saved
+    from profiler.in_step.kernels import InRunTimer, reads_saved
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 4, "data")
     calls = list(dict.fromkeys(step_calls(net, 4, strategies, {})))
@@ -229,12 +229,12 @@ def _arrays_of(closure):
 
 def test_two_builds_of_a_backward_kernel_share_its_incoming_gradient_only():
     # the in-run timer's timed operand set keeps the saved tensors apart (cold in a step) and
-    # shares the gradient the step's previous kernel has just written (profiler.inrun.reads_saved)
+    # shares the gradient the step's previous kernel has just written (profiler.in_step.kernels.reads_saved)
     import numpy
     from costmodel.compute.call_context import step_calls
-    from profiler.harness import build
+    from profiler.timing.harness import build
     from costmodel.calls.kernel_call import KernelCall
-    from profiler.inrun import reads_saved
+    from profiler.in_step.kernels import reads_saved
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 4, "data")
     calls = [c for c in dict.fromkeys(step_calls(net, 4, strategies, {})) if reads_saved(c)]
@@ -258,11 +258,11 @@ def test_two_builds_of_a_backward_kernel_share_its_incoming_gradient_only():
 def test_two_builds_of_a_weighted_forward_kernel_share_its_input_only():
     # a convolution's or linear layer's forward reads weights last touched a step earlier (the
     # update), and an input the kernel before it has just written: the in-run timer's timed
-    # operand set keeps weights of its own and shares the input (profiler.inrun.reads_weights)
+    # operand set keeps weights of its own and shares the input (profiler.in_step.kernels.reads_weights)
     import numpy
     from costmodel.compute.call_context import step_calls
-    from profiler.harness import build
-    from profiler.inrun import InRunTimer, reads_saved, reads_weights
+    from profiler.timing.harness import build
+    from profiler.in_step.kernels import InRunTimer, reads_saved, reads_weights
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 4, "data")
     calls = list(dict.fromkeys(step_calls(net, 4, strategies, {"conv1": "im2col", "conv2": "im2col"})))
@@ -288,7 +288,7 @@ def test_step_context_times_the_probe_again_once_and_its_bins_replace_the_old(mo
     process and cache file; its bins replace every cached one in each model of this process opened
     on that file, and the file keeps the profile's (the planner's input stays the same, so a
     resumed validate plans the same plans); a probe that fails leaves the cached bins."""
-    import profiler.dispatch as pd
+    import profiler.probes.dispatch as pd
     from profiler.ondemand import OnDemandCompute
     monkeypatch.delenv("DNNPLAN_NO_PROFILE", raising=False)
     old = {"dispatch/h8": _entry(9e-5, 10**4), "dispatch/h18": _entry(9e-4, 10**9), "wait/p2": _entry(0.01, 0)}
@@ -323,7 +323,7 @@ def test_the_timed_call_meets_its_incoming_operand_in_the_caches(monkeypatch):
     # after the calls before it are replayed, a forward kernel's input and a backward kernel's
     # incoming gradient are read into the caches, as the kernel that wrote them in the step leaves
     # them (a large predecessor's replay evicts them); a call with no known predecessor is not
-    import profiler.inrun as inrun
+    import profiler.in_step.kernels as inrun
     from costmodel.compute.call_context import step_calls
     net = load_network("lenet5")
     strategies, _ = uniform_strategies(net, 1, 4, "data")

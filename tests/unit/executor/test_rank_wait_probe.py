@@ -1,4 +1,4 @@
-"""Ranks waiting for each other (executor.probes.wait, profiler.rank_wait): how the probe turns spans
+"""Ranks waiting for each other (executor.probes.wait, profiler.probes.rank_wait): how the probe turns spans
 into a wait per second of work, how a table holds it, how the executor's prediction adds it, and
 the probe itself under mpiexec."""
 
@@ -20,7 +20,7 @@ from executor.report.compare import Measured, compare_prediction
 from executor.probes.dispatch import PROBE, probe_plan
 from executor.probes.wait import PER_RANK_BATCH, measure, wait_and_work, wait_fractions
 from executor.runtime.timers import Timers
-from profiler import rank_wait
+from profiler.probes import rank_wait
 from networks.loader import load_network
 
 from tests.support.cases import make_plan

@@ -12,7 +12,7 @@ from costmodel.compute.profile_table import ProfileTable
 from costmodel.compute.profiled import ProfiledCompute
 from kernels import KERNELS
 from kernels.optimizer import sgd_momentum_update
-from profiler.harness import QUICK, time_call
+from profiler.timing.harness import QUICK, time_call
 
 
 def test_registry_names_callables():

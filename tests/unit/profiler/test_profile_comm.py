@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import profiler.comm_bench as cb
+import profiler.comm.bench as cb
 from costmodel.comm.fit import COLLECTIVES, fit, fit_all, fit_regimes, model_s
 from costmodel.machine.model import LinkLevel
 from dnnplan.cli import app
-from profiler.comm import comm_section
-from profiler.comm_bench import BENCH_REVISION
-from profiler.harness import DISTURB_ELEMS
+from profiler.comm.launch import comm_section
+from profiler.comm.bench import BENCH_REVISION
+from profiler.timing.harness import DISTURB_ELEMS
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("dnnplan_cache")

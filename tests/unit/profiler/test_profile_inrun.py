@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-import profiler.inrun as inrun
-import profiler.inrun_comm as ic
+import profiler.in_step.kernels as inrun
+import profiler.in_step.collectives as ic
 from costmodel.step.collective_calls import CommCall
 from dnnplan.cli import app
-from profiler.inrun import entries_from_samples, merge_samples
+from profiler.in_step.kernels import entries_from_samples, merge_samples
 
 from tests.support.profile_calls import _two_calls
 
@@ -143,7 +143,7 @@ def test_the_steps_updates_are_timed_back_to_back_in_its_order_each_on_its_own_o
     for keep in (False, True, True):
         timer.round(lambda: barriers.append(1), keep=keep)
     assert all(len(timer.samples[c.key]) == 2 and min(timer.samples[c.key]) > 0 for c in (other, a, b))
-    # one operand set per update occurrence; the weighted forward's two (profiler.inrun.reads_weights)
+    # one operand set per update occurrence; the weighted forward's two (profiler.in_step.kernels.reads_weights)
     assert sorted(built) == sorted([other.key, other.key, a.key, b.key, a.key])
     assert len(barriers) == 3 * 2  # the other call's barrier and the update phase's
     # an update the timer is not asked for, or no room: each update is timed as any call
@@ -181,7 +181,7 @@ def test_the_incoming_operand_is_read_into_the_caches_before_a_weight_gradient_k
 
 
 def test_a_timer_keeps_operands_up_to_its_limit_or_a_quarter_of_the_free_memory(monkeypatch):
-    """profiler.inrun.keep_room: the default room of an InRunTimer is CACHE_BYTES (4 GiB), or a
+    """profiler.in_step.kernels.keep_room: the default room of an InRunTimer is CACHE_BYTES (4 GiB), or a
     quarter of the memory free when it starts if less (1 GiB where that is not known)."""
     pages = {"SC_AVPHYS_PAGES": 1 << 20, "SC_PAGE_SIZE": 4096}  # 4 GiB free
     monkeypatch.setattr(inrun.os, "sysconf", lambda name: pages[name])

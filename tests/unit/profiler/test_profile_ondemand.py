@@ -18,7 +18,7 @@ from networks.loader import load_network
 from profiler import ondemand
 from profiler.context import compute_model
 from profiler.ondemand import local_compute_model
-from profiler.tables import write_table
+from profiler.tables.store import write_table
 
 from tests.support.profile_calls import _two_calls
 

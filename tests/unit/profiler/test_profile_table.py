@@ -18,7 +18,7 @@ from costmodel.compute.profiled import ProfiledCompute, interpolate
 from costmodel.frameworks.uniform import uniform_strategies
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from profiler.tables import open_for_device, read_table, write_table
+from profiler.tables.store import open_for_device, read_table, write_table
 
 FP = {"backend": "numpy", "device": "test cpu", "cores": 2, "threads": 1, "memory_bytes": 1}
 # ops whose calls follow the catalogue pass by pass (embedding has no kernel; layernorm's one
@@ -86,7 +86,7 @@ def test_merge_and_foreign_refusal():
 
 def test_resume_skips_measured(tmp_path):
     from profiler.run import profile_calls
-    from profiler.harness import QUICK
+    from profiler.timing.harness import QUICK
     calls = [KernelCall("relu.fwd", (n,), "float32", "", n, 8 * n) for n in (100, 200)]
     path = str(tmp_path / "t.json")
     fp = {**FP}

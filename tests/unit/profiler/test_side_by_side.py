@@ -1,5 +1,5 @@
 """--refresh-profile times the calls the plans are weighed on side by side: every call once per
-round (profiler.side_by_side), after a first pass of the weighing that only lists them
+round (profiler.timing.side_by_side), after a first pass of the weighing that only lists them
 (planner.problem.full_profile)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class _FakeCompanions:
 
 
 def test_rounds_interleave_the_calls_and_each_sample_runs_beside_companions_on_that_call(monkeypatch):
-    import profiler.side_by_side as sbs
+    import profiler.timing.side_by_side as sbs
     calls = _calls()
     order = []
     monkeypatch.setattr(sbs, "build", lambda call, xp: lambda: order.append(call.key))
@@ -47,7 +47,7 @@ def test_rounds_interleave_the_calls_and_each_sample_runs_beside_companions_on_t
 
 
 def test_operands_are_kept_within_the_budget_and_rebuilt_each_round_beyond_it(monkeypatch):
-    import profiler.side_by_side as sbs
+    import profiler.timing.side_by_side as sbs
     calls = _calls()
     built = []
     monkeypatch.setattr(sbs, "build", lambda call, xp: built.append(call.key) or (lambda: None))
@@ -60,7 +60,7 @@ def test_operands_are_kept_within_the_budget_and_rebuilt_each_round_beyond_it(mo
 
 
 def test_side_by_side_times_real_kernels_with_the_profilers_entry():
-    from profiler.side_by_side import time_side_by_side
+    from profiler.timing.side_by_side import time_side_by_side
     calls = _calls()
     done = []
     got = time_side_by_side(calls, rounds=3, progress=lambda d, t: done.append((d, t)))
@@ -74,7 +74,8 @@ def test_listing_times_nothing_and_retime_replaces_each_entry_once(monkeypatch):
     """calls_of(time_missing=False) lists the calls (a missing one is interpolated, not timed);
     retime times them side by side, puts the entries in the table and the cache file, and a
     refreshing model then leaves them be."""
-    from profiler import ondemand, side_by_side
+    from profiler import ondemand
+    from profiler.timing import side_by_side
     from profiler.ondemand import local_compute_model
     calls = _calls()
     stale = Entry(7.0, 7.0, 0.0, 4, calls[0].flops, calls[0].bytes)  # never a 64^3 GEMM's time here
@@ -173,8 +174,8 @@ def test_a_weighing_that_filled_the_profile_is_weighed_again_on_it():
 
 
 def test_a_companion_builds_each_call_once_however_often_it_is_reloaded(tmp_path, monkeypatch):
-    import profiler.harness as harness
-    from profiler.companions import Companions
+    import profiler.timing.harness as harness
+    from profiler.timing.companions import Companions
     log = tmp_path / "builds"
     real = harness.build
 
@@ -203,15 +204,16 @@ def test_plan_refresh_profile_lists_then_retimes_every_call_once_and_times_none_
 
     from typer.testing import CliRunner
 
-    import profiler.dispatch
+    import profiler.probes.dispatch
     from dnnplan.cli import app
-    from profiler import ondemand, side_by_side
-    from profiler.harness import summarize
+    from profiler import ondemand
+    from profiler.timing import side_by_side
+    from profiler.timing.harness import summarize
     batches, sequential = [], []
     monkeypatch.setattr(side_by_side, "time_side_by_side", lambda todo, *a, **k: batches.append(list(todo)) or {
         c.key: summarize([1e-3], c.flops, c.bytes) for c in todo})
     monkeypatch.setattr(ondemand, "time_call", lambda c, policy: sequential.append(c.key))
-    monkeypatch.setattr(profiler.dispatch, "time_dispatch", lambda threads, ranks: ({}, "not timed in this test"))
+    monkeypatch.setattr(profiler.probes.dispatch, "time_dispatch", lambda threads, ranks: ({}, "not timed in this test"))
     r = CliRunner().invoke(app, ["plan", "lenet5", "--machine", "local", "--refresh-profile", "--json"])
     assert r.exit_code == 0, r.output
     assert len(batches) == 1 and sequential == []

@@ -1,4 +1,4 @@
-"""A plan's kernels timed in its step's context before the run (profiler.step_context), and the
+"""A plan's kernels timed in its step's context before the run (profiler.in_step.before_run), and the
 in-run timing after the timed steps rather than between them (executor.runtime.run.in_run_steps)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 from mpi4py import MPI
 from typer.testing import CliRunner
 
-import profiler.inrun as inrun
+import profiler.in_step.kernels as inrun
 from dnnplan.cli import app
 from executor.runtime.run import run_plan
 from executor.runtime.timers import Timers
-from profiler.step_context import time_in_step
+from profiler.in_step.before_run import time_in_step
 
 from tests.support.cases import load, make_plan
 from tests.support.profile_calls import _two_calls
@@ -24,7 +24,7 @@ runner = CliRunner()
 
 
 class Companions:
-    """What profiler.companions.Companions is asked: the call each is loaded with, and pauses."""
+    """What profiler.timing.companions.Companions is asked: the call each is loaded with, and pauses."""
 
     def __init__(self):
         self.loaded, self.paused = [], 0

@@ -1,11 +1,11 @@
-"""The stopping rule every timing loop shares (profiler.harness.enough; the CPU harness and the
-GPU's CUDA-event loop, profiler.gpu_timing): at least min_reps samples, then a tight enough
+"""The stopping rule every timing loop shares (profiler.timing.harness.enough; the CPU harness and the
+GPU's CUDA-event loop, profiler.timing.gpu): at least min_reps samples, then a tight enough
 median, max_reps samples or the time cap, whichever comes first."""
 
 import time
 
 from costmodel.calls.kernel_call import KernelCall
-from profiler.harness import TimingPolicy, enough
+from profiler.timing.harness import TimingPolicy, enough
 
 CALL = KernelCall("relu.fwd", (1000,), "float32", "", 1000, 8000)
 POLICY = TimingPolicy(min_reps=3, max_reps=6, rel_ci=0.03, time_cap_s=60.0)

@@ -1,4 +1,4 @@
-"""Communication micro-benchmarks, run under ``mpiexec -n P python -m profiler.comm_bench``.
+"""Communication micro-benchmarks, run under ``mpiexec -n P python -m profiler.comm.bench``.
 
 Each rank times sendrecv (ranks paired 0-1, 2-3, ...) and each collective (allreduce, allgather,
 reduce_scatter, broadcast, alltoall) on float32 buffers of each size, as a training step makes
@@ -37,7 +37,7 @@ import numpy as np
 
 from kernels.cuda import libs
 from networks.writing import write_file
-from profiler.harness import DISTURB_ELEMS, last_level_cache_bytes  # the kernels' cache passes
+from profiler.timing.harness import DISTURB_ELEMS, last_level_cache_bytes  # the kernels' cache passes
 from lifecycle.jobs import watch_launcher
 
 ITEM = 4

@@ -1,10 +1,10 @@
 """Timing the prediction's collectives inside a run, between its timed steps (``--fresh-profile``).
 
-The collectives' counterpart of :mod:`profiler.inrun`: with ``--fresh-profile`` every rank, after
+The collectives' counterpart of :mod:`profiler.in_step.kernels`: with ``--fresh-profile`` every rank, after
 each step and outside its clock, makes each collective the prediction prices
-(:func:`costmodel.step.collective_calls.step_collectives`) ONCE, as :mod:`profiler.comm_bench` times one:
+(:func:`costmodel.step.collective_calls.step_collectives`) ONCE, as :mod:`profiler.comm.bench` times one:
 float32 buffers of the call's bytes, the pass of the call's cache state before it
-(:func:`profiler.comm_bench.cache_pass`: the last-level cache for ``cold``, 4 MiB for ``warm``),
+(:func:`profiler.comm.bench.cache_pass`: the last-level cache for ``cold``, 4 MiB for ``warm``),
 or, for a cold call, the kernels the step runs just before it (:meth:`InRunComm.round`), a
 barrier, then the one call. A group smaller than the job is a block of consecutive ranks, all
 blocks at once, as the step runs its groups side by side. A reshard's ``alltoallv`` sends the
@@ -26,8 +26,8 @@ from typing import Callable, Iterable
 import numpy as np
 
 from costmodel.step.collective_calls import CommCall
-from profiler.comm_bench import cache_pass
-from profiler.inrun import InRunTimer
+from profiler.comm.bench import cache_pass
+from profiler.in_step.kernels import InRunTimer
 
 ITEM = 4
 
@@ -60,7 +60,7 @@ class InRunComm:
 
         A cold call with known kernels before it (:attr:`CommCall.after`) is timed right after
         those kernels run (untimed, on the kernel timer's operands, their outputs alive), as
-        profiler.inrun times a kernel after the calls before it; any other call after its
+        profiler.in_step.kernels times a kernel after the calls before it; any other call after its
         state's cache pass. The kernels, not the pass, because a pass over the whole last-level
         cache (which sysfs can give as hundreds of MiB) leaves the caches colder than a layer's
         kernels do, and prices a small collective after a small layer (a batch normalisation's

@@ -25,7 +25,7 @@ from kernels import KERNELS
 from kernels.allocator import keep_freed_memory
 from kernels.cuda.launch import from_float32
 from kernels.norm import bn_stats_from_sums
-from profiler.harness_transformer import attention_builder, moe_experts_builder, moe_route_builder
+from profiler.timing.transformer_operands import attention_builder, moe_experts_builder, moe_route_builder
 from kernels.xp import storage_dtype, synchronize
 
 
@@ -65,7 +65,7 @@ def build(call: KernelCall, xp: ModuleType, shared: dict | None = None) -> Calla
     ``shared``: a backward kernel's incoming gradient (``dy``), and a forward kernel's input
     (``x``), is taken from it when there, else made and left in it, so two
     builds of one call can share that operand and keep their others (the forward pass's saved
-    tensors, the weights) apart (profiler.inrun)."""
+    tensors, the weights) apart (profiler.in_step.kernels)."""
     k = call.kernel
     f = dict(zip(shape_fields(k, call.shape), call.shape))
     fn = KERNELS[k]

@@ -1,4 +1,4 @@
-"""Synthetic operands of the transformer kernels for the timing harness (profiler.harness):
+"""Synthetic operands of the transformer kernels for the timing harness (profiler.timing.harness):
 attention's core on the fused q/k/v projection's output, as the executor runs it (its key/value
 heads their own); the mixture-of-experts kernels (kernels.moe_route, kernels.moe): random tokens and router logits of the call's shape, routed as
 the executor routes them, so the dispatch keeps and drops the rows a real step does at that

@@ -19,7 +19,7 @@ import numpy
 from threadpoolctl import threadpool_limits
 
 from costmodel.calls.kernel_call import KernelCall
-from profiler import harness
+from profiler.timing import harness
 from lifecycle.jobs import LAUNCHER_ENV, start_time, watch_launcher
 from lifecycle.stops import sigint_handled_by
 

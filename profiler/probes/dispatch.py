@@ -12,30 +12,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
 
 from costmodel.compute.profile_table import Entry, dispatch_key
-from profiler.harness import summarize
+from profiler.probes.launch import probe_env
+from profiler.timing.harness import summarize
 from lifecycle.jobs import launcher_env
 
 TIMEOUT_S = 120.0
-
-
-#: The environment variables that size a process's BLAS and OpenMP thread pools.
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def probe_env(threads: int | None = None) -> dict[str, str]:
-    """The environment of a probe's child process: this one's, ``threads`` BLAS/OpenMP threads
-    when given, and this checkout first on PYTHONPATH (its ``python -m executor...`` must import
-    these modules)."""
-    env = dict(os.environ, **({} if threads is None else {v: str(threads) for v in THREAD_VARS}))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env
 
 
 def time_dispatch(threads: int = 1, concurrency: int = 1,

@@ -5,7 +5,7 @@ minutes, so kernels timed before a run, or even right after it, can see another 
 run did. With ``--fresh-profile`` every rank, once the timed steps have run (back to back, as
 training runs them), runs as many untimed steps and after each, outside every clock, times each
 kernel call the prediction will look up ONCE, as the profiler times a call (synthetic operands
-of the call's shape from :func:`profiler.harness.build`, one call), right after replaying the
+of the call's shape from :func:`profiler.timing.harness.build`, one call), right after replaying the
 calls that precede it in the step (:meth:`InRunTimer.round`). All ranks go call by
 call together (a barrier before each), so each rank's kernel runs beside the other ranks running
 the same one, as a profile for P ranks is timed beside P - 1 companions.
@@ -25,7 +25,7 @@ import numpy
 from costmodel.calls.kernel_call import KernelCall
 from costmodel.compute.profile_table import Entry
 from kernels.allocator import keep_freed_memory
-from profiler.harness import build, cold_sampler, one_call, summarize
+from profiler.timing.harness import build, cold_sampler, one_call, summarize
 
 #: Operands kept between rounds up to this many bytes (estimated by call.bytes), or a quarter of the
 #: memory free when the timer starts if less (:func:`keep_room`). A call whose operands do not fit
@@ -118,7 +118,7 @@ class InRunTimer:
         without it 2-3% below, and ResNet-18's (64x64, batch 16) 4-10% and 8% below its 182 ms
         (2026-11-26). A call with no known predecessors (a reshard copy) is timed as the
         profiler does, after that pass. ``each(call)``: called before
-        each call's replay (profiler.step_context loads the companions with it)."""
+        each call's replay (profiler.in_step.before_run loads the companions with it)."""
         phase = {c.key for c in self.updates}
         for call in self.calls:
             if call.key in phase:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from costmodel.comm.fit import COLLECTIVES
 from costmodel.machine.loading import load_machine
 from kernels.cuda import libs
-from profiler.comm import comm_section, default_sizes, measure, with_comm
-from profiler.fingerprint import fingerprint
-from profiler.tables import cache_path, open_for_device, write_table
+from profiler.comm.launch import comm_section, default_sizes, measure, with_comm
+from profiler.tables.fingerprint import fingerprint
+from profiler.tables.store import cache_path, open_for_device, write_table
 
 
 def run_profile_comm(ranks: int, sizes: list[int] | None, max_bytes: int, out: str | None,

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import replace
-from pathlib import Path
 
 from costmodel.comm.fit import Fit, fit_all, fit_json
 from costmodel.compute.profile_table import ProfileTable
 from networks.errors import DnnplanError
-from profiler.comm_bench import BENCH_REVISION
-from profiler.dispatch import probe_env
+from profiler.comm.bench import BENCH_REVISION
+from profiler.probes.launch import find_mpiexec, probe_env
 from lifecycle.jobs import run_job
 
 KIB, MIB = 1024, 1024 * 1024
@@ -31,30 +29,15 @@ def default_sizes(max_bytes: int = 16 * MIB) -> list[int]:
     return out
 
 
-def find_mpiexec() -> str:
-    """``mpiexec`` next to this Python (the mpich wheel's), else on PATH; a clear error if none."""
-    here = Path(sys.executable).parent
-    for name in ("mpiexec", "mpirun"):
-        cand = here / name
-        if cand.is_file() and os.access(cand, os.X_OK):
-            return str(cand)
-    for name in ("mpiexec", "mpirun"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise DnnplanError(f"no mpiexec found next to {sys.executable} or on PATH",
-                       hint="install an MPI: `pip install mpich` (the mpich wheel), or your system's MPI")
-
-
 def measure(ranks: int, sizes: list[int], collectives: list[str], cap_s: float = 0.3,
             timeout_s: float = 600, device: str = "numpy") -> dict[str, list[tuple[str, int, float]]]:
-    """Run :mod:`profiler.comm_bench` under ``mpiexec -n ranks``; its measurements per cache state
-    (``warm``, ``cold``: :data:`profiler.comm_bench.STATES`)."""
+    """Run :mod:`profiler.comm.bench` under ``mpiexec -n ranks``; its measurements per cache state
+    (``warm``, ``cold``: :data:`profiler.comm.bench.STATES`)."""
     if ranks < 2:
         raise DnnplanError(f"--ranks must be at least 2 to measure communication, got {ranks}")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "comm.json")
-        cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "profiler.comm_bench",
+        cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "profiler.comm.bench",
                "--sizes", ",".join(map(str, sizes)), "--collectives", ",".join(collectives),
                "--cap", str(cap_s), "--out", out, "--device", device]
         try:

@@ -17,9 +17,8 @@ from typing import Sequence
 from costmodel.step.collective_calls import CommCall
 from costmodel.compute.profile_table import Entry
 from networks.errors import DnnplanError
-from profiler.comm import find_mpiexec
-from profiler.dispatch import probe_env
-from profiler.harness import summarize
+from profiler.probes.launch import find_mpiexec, probe_env
+from profiler.timing.harness import summarize
 from lifecycle.jobs import run_job
 
 TIMEOUT_S = 300.0

@@ -22,7 +22,7 @@ from costmodel.calls.kernel_call import KernelCall
 from costmodel.compute.profile_table import Entry
 from kernels.cuda.conv import last_choice
 from kernels.cuda.launch import spin
-from profiler.harness import TimingPolicy, build, enough, summarize
+from profiler.timing.harness import TimingPolicy, build, enough, summarize
 
 #: How a GPU call is timed: GPU times are steady, so few samples settle the median
 GPU_POLICY = TimingPolicy(cold=False, warmup=2, min_reps=5, max_reps=30, rel_ci=0.02, time_cap_s=0.5)

@@ -21,10 +21,10 @@ from costmodel.compute.profile_table import (ProfileTable, fingerprint_id, forei
 from networks.errors import DnnplanError
 from networks.reading import MAX_TABLE_BYTES, read_text
 from networks.writing import failure, target_kind, write_file
-from profiler.table_lock import locked
+from profiler.tables.lock import locked
 
 #: Tables shipped with the package, by name (``--profile h100-bf16``; pyproject's package data ships them)
-SHIPPED_DIR = Path(__file__).parent / "profiles"
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "profiles"  # profiler/profiles/
 
 
 def cache_dir() -> Path:
@@ -93,7 +93,7 @@ def load_table(path: str | os.PathLike) -> ProfileTable:
 
 def write_table(table: ProfileTable, path: str | os.PathLike) -> ProfileTable:
     """Merge ``table`` into the file at ``path`` and write it atomically (networks.writing), under
-    the file's lock (profiler.table_lock): what another process wrote there since this one read it
+    the file's lock (profiler.tables.lock): what another process wrote there since this one read it
     is kept (``table`` wins a key both have). The table written is returned. A failure of the
     system is :class:`networks.writing.SystemFailure`, the file left as it was."""
     path = Path(path)
