@@ -13,7 +13,7 @@ from typing import Callable
 from kernels import activation, attention, conv, cuda, gemm, loss, moe, moe_route, norm, optimizer, pool, reshard
 
 #: Bumped whenever a kernel's work changes, so that timings of the old kernels are not reused: the
-#: per-user profile cache is one file per revision (profiler.tables.cache_path), and the revision is
+#: per-user profile cache is one file per revision (profiler.tables.store.cache_path), and the revision is
 #: recorded in every table's fingerprint. What each revision changed:
 #: 2: conv2d.bwd_data returns a contiguous array; im2col's weight gradient folds the batch into one
 #:    GEMM for large per-sample buffers.

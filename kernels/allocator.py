@@ -5,7 +5,7 @@ glibc's malloc serves large blocks with ``mmap`` and gives freed memory back to 
 again. A training step frees and reallocates tens of MiB of activations per layer, so how often
 that happens depends on what ran before, and a step could run well slower than the kernels timed
 alone predict (docs/kernels.md, "Allocator"). Kernels are timed and run under the same setting
-(:func:`profiler.harness.time_call` and every executor rank call :func:`keep_freed_memory`), so a
+(:func:`profiler.timing.harness.time_call` and every executor rank call :func:`keep_freed_memory`), so a
 profile and a run see the same allocator.
 
 No effect (returns False) where the C library is not glibc.
