@@ -27,6 +27,7 @@ group with the samples' (the ``H`` split lists every weight in ``partial_weight_
 
 from __future__ import annotations
 
+from costmodel.parallel.axes import H
 from costmodel.comm.groups import collective_s
 from costmodel.comm.collectives import sendrecv_s
 from costmodel.calls.layer_calls import kernel_calls
@@ -66,11 +67,11 @@ def context_comms(layer, strategy: Strategy, local: LocalLayer, itemsize: int, m
     ``context_exchange`` parameter names, else on a CPU machine (whose executor is dnnplan's, which
     all-gathers: executor.ops.attention_context) the all-gather, else the cheaper of :data:`EXCHANGES`
     by exposed time; ``core_s``: the core's forward and backward seconds."""
-    c = strategy.degree("H")
+    c = strategy.degree(H)
     if layer.op != "attention" or c == 1:
         return []
     kv = kv_bytes(local, itemsize)
-    members = strategy.group_array(0, ("H",))
+    members = strategy.group_array(0, (H,))
     per_node, nodes = machine.group_span(members)
     gather = [("kv", "fwd", "allgather", c * kv, c), ("kv", "bwd", "reduce_scatter", c * kv, c)]
     gathered = [(*g, t, t) for g in gather

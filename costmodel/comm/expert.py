@@ -45,6 +45,7 @@ costmodel.comm.weight_sync).
 
 from __future__ import annotations
 
+from costmodel.parallel.axes import E
 from costmodel.parallel.shard import LocalLayer
 from costmodel.machine.model import Machine
 from costmodel.calls.moe import capacity
@@ -60,14 +61,14 @@ def expert_collectives(layer: Layer, strategy: Strategy, local: LocalLayer, item
     """(purpose, phase, collective, bytes, dims) of an expert split's all-to-all dispatch and combine:
     two all-to-alls forward, two backward, each of the rows this rank routes (module docstring);
     none under the flex dispatcher (:func:`flex_exchanges`)."""
-    if layer.op != "moe" or strategy.degree("E") == 1 or dispatcher(layer.p) != "alltoall":
+    if layer.op != "moe" or strategy.degree(E) == 1 or dispatcher(layer.p) != "alltoall":
         return []
     s, d = local.in_shapes[0]
     p = local.p
     experts = p.get("experts_total", p["experts"])
     rows = experts * local.batch * capacity(p["capacity_factor"], s, p["top_k"], experts)
     nbytes = rows * d * itemsize
-    return [(purpose, phase, "alltoall", nbytes, ("E",)) for purpose, phase in PASSES]
+    return [(purpose, phase, "alltoall", nbytes, (E,)) for purpose, phase in PASSES]
 
 
 def miss(experts: int, held: int, top_k: int) -> float:
@@ -106,9 +107,9 @@ def flex_exchanges(layer: Layer, strategy: Strategy, local: LocalLayer, itemsize
     """(purpose, phase, collective, bytes, group, seconds) of an expert split's four exchanges under
     the flex dispatcher (bytes: what a rank sends across nodes and within its node); none under
     the all-to-all (:func:`expert_collectives`)."""
-    if layer.op != "moe" or strategy.degree("E") == 1 or dispatcher(layer.p) != "flex":
+    if layer.op != "moe" or strategy.degree(E) == 1 or dispatcher(layer.p) != "flex":
         return []
-    per_node, nodes = machine.group_span(strategy.group_array(0, ("E",)))
+    per_node, nodes = machine.group_span(strategy.group_array(0, (E,)))
     inter, intra = flex_bytes(local, itemsize, per_node, nodes)
     secs = flex_seconds(inter, intra, per_node, nodes, machine)
     return [(purpose, phase, "flex", int(inter + intra), per_node * nodes, secs) for purpose, phase in PASSES]

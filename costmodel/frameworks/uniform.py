@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.parallel.axes import N, H, W, C, F
 from costmodel.layer.candidates import divisors
 from costmodel.parallel.shard import check_fits
 from costmodel.parallel.strategy import Strategy, make_strategy, parse_degrees
@@ -38,7 +39,7 @@ def _square_split(p: int) -> tuple[int, int]:
 def data_strategy(layer: Layer, p: int, batch: int) -> Strategy:
     """N=p if the batch allows, else the largest divisor of p that the batch allows (rest replicated)."""
     for k in reversed(divisors(p)):
-        s = make_strategy(p, {"N": k} if k > 1 else {})
+        s = make_strategy(p, {N: k} if k > 1 else {})
         if check_fits(layer, s, batch) is None:
             return s
     return Strategy(p)
@@ -46,14 +47,14 @@ def data_strategy(layer: Layer, p: int, batch: int) -> Strategy:
 
 def wanted_strategy(spec: str, p: int) -> Strategy:
     if spec == "data":
-        return make_strategy(p, {"N": p})
+        return make_strategy(p, {N: p})
     if spec == "filter":
-        return make_strategy(p, {"F": p})
+        return make_strategy(p, {F: p})
     if spec == "channel":
-        return make_strategy(p, {"C": p})
+        return make_strategy(p, {C: p})
     if spec == "spatial":
         h, w = _square_split(p)
-        return make_strategy(p, {"H": h, "W": w})
+        return make_strategy(p, {H: h, W: w})
     if "=" in spec:
         return parse_degrees(spec, p)
     raise DnnplanError(f"unknown strategy '{spec}'",
@@ -74,7 +75,7 @@ def uniform_strategies(net: Network, p: int, batch: int, spec: str) -> tuple[dic
             out[layer.name] = want.plain
             continue
         if spec == "spatial":  # a spatial split that fits only along H (e.g. sequence models)
-            alt = make_strategy(p, {"H": p})
+            alt = make_strategy(p, {H: p})
             if check_fits(layer, alt, batch) is None:
                 out[layer.name] = alt
                 continue

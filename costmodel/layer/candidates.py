@@ -40,6 +40,7 @@ from dataclasses import replace
 from functools import lru_cache
 from itertools import combinations
 
+from costmodel.parallel.axes import N, E, H, W, C, F
 from costmodel.calls.attention import ATTENTION_ALGORITHMS
 from costmodel.calls.algorithms import CONV_ALGORITHMS, algorithm_applies, recompute_applies, with_recompute
 from costmodel.parallel.shard import dim_splits, sequence_scatter
@@ -48,7 +49,7 @@ from costmodel.parallel.strategy import Strategy, make_strategy
 from networks.ir import Layer
 from networks.ops.base import units_fit
 
-MODEL_DIMS = ("E", "H", "W", "C", "F")
+MODEL_DIMS = (E, H, W, C, F)
 MAX_MODEL_DIMS = 2
 MAX_MODEL_DEGREE = 16
 MAX_CANDIDATES = 64
@@ -108,13 +109,13 @@ def _candidate_strategies(layer: Layer, p: int, batch: int, max_model_degree: in
         m = 1
         for k in combo.values():
             m *= k
-        e = combo.get("E", 1)
+        e = combo.get(E, 1)
         if p % m or m > cap or batch % e:
             continue
-        n = largest_batch_degree(p // m, batch // e) if "N" in splits else 1
+        n = largest_batch_degree(p // m, batch // e) if N in splits else 1
         degrees = dict(combo)
         if n > 1:
-            degrees["N"] = n
+            degrees[N] = n
         strat = make_strategy(p, degrees)
         seen.setdefault(strat, (strat.replication, m, strat.label))
     ranked = sorted(seen, key=lambda s: seen[s])
@@ -123,7 +124,7 @@ def _candidate_strategies(layer: Layer, p: int, batch: int, max_model_degree: in
 
 def _sequence_twin(layer: Layer, strategy: Strategy) -> tuple[Strategy, ...]:
     """The sequence-parallel variant of ``strategy`` when the layer can take it (rule 6)."""
-    if "H" not in dim_splits(layer) or strategy.degree("H") > 1:
+    if H not in dim_splits(layer) or strategy.degree(H) > 1:
         return ()
     twin = replace(strategy, seq_scatter=True)
     return (twin,) if isinstance(sequence_scatter(layer, twin), tuple) else ()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from costmodel.parallel.axes import H
 from costmodel.comm.groups import collective_s
 from costmodel.compute.model import ComputeModel, update_bytes
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
@@ -257,7 +258,7 @@ def kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machi
     """The keys and values an attention layer over a split sequence exchanges
     (costmodel.comm.context), their ring hidden under the core's share of ``passes`` (the forward
     and backward-data seconds of ``kernel``); none for any other layer or split."""
-    if layer.op != "attention" or strategy.degree("H") == 1:
+    if layer.op != "attention" or strategy.degree(H) == 1:
         return []
     sram = machine.device.sram_bytes
     core = tuple(t * core_share(local, pass_, kernel, sram) for t, pass_ in zip(passes, ("fwd", "bwd_data")))

@@ -33,7 +33,7 @@ from costmodel.parallel.layout import Layout, first_extents, reducible, reshard_
 from costmodel.calls.layer_calls import dtype_for_itemsize
 from costmodel.layer.edge import reshard_copy_s
 from costmodel.machine.model import Machine
-from costmodel.parallel.axes import GRID_ORDER
+from costmodel.parallel.axes import N, GRID_ORDER
 from costmodel.parallel.strategy import composite
 
 TABLE_LIMIT = 1 << 15  # largest per-pair overlap table (dst blocks x src blocks) vectorised
@@ -102,7 +102,7 @@ class LayoutTable:
                 self.first[i] = self.ext[i] // self.deg[i]
             if lay.shape:
                 self.batch[i] = lay.shape[0]
-            self.span[i] = self.p // strat.degree("N")
+            self.span[i] = self.p // strat.degree(N)
             self.reducible[i] = bool(lay.shape) and reducible(lay)
 
 

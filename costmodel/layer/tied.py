@@ -30,7 +30,7 @@ from costmodel.layer.cost import group_time
 from costmodel.parallel.shard import weight_layouts
 from costmodel.parallel.layout import Layout, block
 from costmodel.machine.model import Machine
-from costmodel.parallel.axes import GRID_ORDER
+from costmodel.parallel.axes import N, H, GRID_ORDER
 from costmodel.parallel.strategy import Strategy
 from networks.ir import DTYPE_BYTES, Layer, Network
 from networks.ops.base import prod
@@ -69,7 +69,7 @@ def tie_estimate(embed: Layer, embed_strategy: Strategy, head: Layer, head_strat
 
 def head_sum_s(head: Layer, strategy: Strategy, machine: Machine, rule: str = "mpi") -> float:
     """The allreduce of a head's gradient of its table rows over its sample and position group."""
-    dims = tuple(d for d in ("N", "H") if strategy.degree(d) > 1)
+    dims = tuple(d for d in (N, H) if strategy.degree(d) > 1)
     if not dims:
         return 0.0
     nbytes = _block_elems(table_layout(head, strategy)) * DTYPE_BYTES.get(head.dtype, 4)
@@ -125,7 +125,7 @@ def _partition(strategy: Strategy) -> np.ndarray:
     rank with coordinate 0 along N and H): two strategies group the ranks alike exactly when these
     agree (O(p), where listing every rank's group was O(p^2): 17 s of GPT-3's build on 1024)."""
     out = np.arange(strategy.p, dtype=np.int64)
-    for d in ("N", "H"):
+    for d in (N, H):
         if strategy.degree(d) > 1:
             out = out - strategy.coords_all(d) * strategy.strides[GRID_ORDER.index(d)]
     return out

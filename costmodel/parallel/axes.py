@@ -7,7 +7,9 @@ key a layer's strategy by the same letters, with ``SP`` and ``ESEQ`` marking two
 split. Users read a layout as frameworks name it: data, expert, context, spatial and tensor
 parallelism, and pipeline stages outside every layer's grid; `dnnplan predict` takes the degrees
 of Megatron-Core's layout by its flags (``--tensor``, ``--context``, ``--expert``, ``--pipeline``).
-This module maps between the four; every other module imports the letters and names from here.
+This module maps between the four; every other module of the cost model, the planner and the
+executor imports the letters and names from here (the letters themselves are the op catalogue's,
+``networks.ops.base``, which the network layer below uses).
 
 The grid order (:data:`GRID_ORDER`) is the one ordered list of the axes, as Megatron-Core's
 ``RankGenerator(tp, ep, dp, pp, cp, order="tp-cp-ep-dp-pp")`` orders its groups (innermost first):
@@ -20,18 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: samples: the batch split (data parallelism)
-N = "N"
-#: a mixture of experts' experts (expert parallelism)
-E = "E"
-#: an image's rows, or a sequence's positions (context parallelism)
-H = "H"
-#: an image's columns
-W = "W"
-#: the contraction: input channels or features (row-parallel tensor parallelism)
-C = "C"
-#: the filters: output channels or features, attention's heads (column-parallel tensor parallelism)
-F = "F"
+from networks.ops.base import C, E, F, H, N, W  # the letters: the op catalogue's dimensions
+
 #: replication: the ranks left over by the degrees, each holding the same block
 R = "R"
 

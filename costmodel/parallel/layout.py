@@ -25,6 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from costmodel.parallel.axes import N
 from costmodel.parallel.strategy import Strategy, composite, make_strategy
 from networks.ops.base import Window
 
@@ -207,27 +208,27 @@ class ReshardVolume:
 # --- reduction over the batch dimension -----------------------------------------------------------
 
 def reducible(layout: Layout) -> bool:
-    n = layout.strategy.degree("N")
+    n = layout.strategy.degree(N)
     if n == 1:
         return True
     ax = layout.axes[0] if layout.axes else None
-    if ax is None or ax.dim != "N" or ax.degree != n or ax.window is not None:
+    if ax is None or ax.dim != N or ax.degree != n or ax.window is not None:
         return False
     if ax.extent != layout.shape[0] or layout.shape[0] % n:
         return False
-    return all(a is None or a.dim != "N" for a in layout.axes[1:])
+    return all(a is None or a.dim != N for a in layout.axes[1:])
 
 
 def _shrink(layout: Layout, span: int, ranks: int) -> Layout:
     """The layout restricted to the first ``ranks`` ranks (``span`` = its ranks per N block)."""
-    degrees = {d: k for d, k in layout.strategy.degrees if d != "N"}
+    degrees = {d: k for d, k in layout.strategy.degrees if d != N}
     n_new = ranks // span
     if n_new > 1:
-        degrees["N"] = n_new
+        degrees[N] = n_new
     strat = make_strategy(ranks, degrees)
     batch = layout.shape[0] * ranks // layout.p
     axes = list(layout.axes)
-    axes[0] = AxisSplit("N", n_new, batch) if n_new > 1 else None
+    axes[0] = AxisSplit(N, n_new, batch) if n_new > 1 else None
     return Layout((batch, *layout.shape[1:]), strat, tuple(axes))
 
 
@@ -247,7 +248,7 @@ def reduce_pair(src: Layout, dst: Layout) -> tuple[Layout, Layout]:
         return src, dst
     if not (reducible(src) and reducible(dst)):
         return src, dst
-    ms, md = p // src.strategy.degree("N"), p // dst.strategy.degree("N")
+    ms, md = p // src.strategy.degree(N), p // dst.strategy.degree(N)
     big, small = max(ms, md), min(ms, md)
     if big == p or big % small:
         return src, dst

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from costmodel.parallel.axes import N, E, H, C, F
 from costmodel.parallel.layout import AxisSplit, Layout, max_block_extents
 from costmodel.parallel.strategy import Strategy
 from networks.analysis import layer_splits
@@ -46,16 +47,16 @@ def sequence_scatter(layer: Layer, strategy: Strategy) -> tuple[str, int, DimSpl
     ``H*F`` (``costmodel.parallel.strategy.composite``) into ``c t`` shards, and the collectives run over
     the tensor group on the local sequence."""
     splits = dim_splits(layer)
-    seq = splits.get("H")
+    seq = splits.get(H)
     if seq is None or seq.window is not None:
         return f"{layer.op} has no sequence axis to scatter over (SP)"
-    dims = [(d, k) for d, k in strategy.degrees if d in ("C", "F") and d in splits
+    dims = [(d, k) for d, k in strategy.degrees if d in (C, F) and d in splits
             and ((splits[d].partial_out and seq.out_axis is not None)
                  or (splits[d].partial_in_grad and seq.in_axes[0] is not None))]
     if len(dims) != 1:
         return "SP needs one tensor-parallel dimension (C or F) whose partial sums it can scatter"
     (dim, k), = dims
-    c = strategy.degree("H")
+    c = strategy.degree(H)
     if seq.size % (c * k):
         return f"SP: {dim}={k} must divide the sequence of {seq.size // c} a context rank holds"
     return dim, k, seq
@@ -64,7 +65,7 @@ def sequence_scatter(layer: Layer, strategy: Strategy) -> tuple[str, int, DimSpl
 def _seq_split(dim: str, k: int, strategy: Strategy, extent: int) -> AxisSplit:
     """How the sequence-parallel variant cuts the sequence axis: ``k`` ways by the tensor dimension,
     within each of the ``c`` context shards when H splits it too (``H*dim``, :func:`sequence_scatter`)."""
-    c = strategy.degree("H")
+    c = strategy.degree(H)
     return AxisSplit(f"H*{dim}", c * k, extent) if c > 1 else AxisSplit(dim, k, extent)
 
 
@@ -75,7 +76,7 @@ def check_fits(layer: Layer, strategy: Strategy, batch: int) -> str | None:
         if dim not in splits:
             can = ",".join(splits) or "none"
             return f"{layer.op} cannot split {dim} (it splits {can})"
-        size = batch if dim == "N" else splits[dim].size
+        size = batch if dim == N else splits[dim].size
         if k > size:
             return f"{dim}={k} exceeds the {size} {'samples' if dim == 'N' else 'positions'} of {dim}"
         if splits[dim].divides and size % k:
@@ -83,10 +84,10 @@ def check_fits(layer: Layer, strategy: Strategy, batch: int) -> str | None:
         why = units_fit(splits[dim], k) if splits[dim].weight_units else None
         if why:
             return why
-        if dim == "E" and strategy.degree("N") * k // strategy.expert_seq > batch:
+        if dim == E and strategy.degree(N) * k // strategy.expert_seq > batch:
             return f"E={k} splits the tokens with N={strategy.degree('N')}: {batch} samples cannot cover them"
-        if dim == "E" and strategy.expert_seq > 1 and (k % strategy.expert_seq or "H" not in splits or
-                                                      splits["H"].size % (strategy.degree("H") * strategy.expert_seq)):
+        if dim == E and strategy.expert_seq > 1 and (k % strategy.expert_seq or H not in splits or
+                                                      splits[H].size % (strategy.degree(H) * strategy.expert_seq)):
             return f"E={k} folded over {strategy.expert_seq} sequence shards must divide E and the sequence"
     got = sequence_scatter(layer, strategy) if strategy.seq_scatter else None
     return got if isinstance(got, str) else None
@@ -104,7 +105,7 @@ def _batched(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
 
 
 def _extent(split: DimSplit, batch: int) -> int:
-    return batch if split.dim == "N" else split.size
+    return batch if split.dim == N else split.size
 
 
 @lru_cache(maxsize=None)
@@ -112,7 +113,7 @@ def output_layout(layer: Layer, strategy: Strategy, batch: int) -> Layout:
     """The layout the layer produces (after its forward partial-sum reduction, if any; under the
     sequence-parallel variant the reduction scatters the sequence over the group). Under an expert
     split the tokens lie as :attr:`Strategy.tokens` holds them (N and E together)."""
-    if strategy.degree("E") > 1:
+    if strategy.degree(E) > 1:
         return output_layout(layer, strategy.tokens, batch)
     shape = _batched(layer.out_shape, batch)
     axes: list[AxisSplit | None] = [None] * len(shape)
@@ -138,7 +139,7 @@ def _scattered(layer: Layer, strategy: Strategy) -> tuple[str, int, DimSplit] | 
 def input_layout(layer: Layer, strategy: Strategy, batch: int, slot: int) -> Layout:
     """The layout the layer needs for input ``slot`` (halos included for split spatial dims; under
     an expert split, the tokens as :attr:`Strategy.tokens` holds them)."""
-    if strategy.degree("E") > 1:
+    if strategy.degree(E) > 1:
         return input_layout(layer, strategy.tokens, batch, slot)
     shape = _batched(layer.in_shapes[slot], batch)
     axes: list[AxisSplit | None] = [None] * len(shape)
@@ -155,7 +156,7 @@ def input_layout(layer: Layer, strategy: Strategy, batch: int, slot: int) -> Lay
     if scatter and dim_splits(layer)[scatter[0]].partial_in_grad:
         dim, k, seq = scatter
         axis = seq.in_axes[slot] if slot < len(seq.in_axes) else seq.in_axes[0]
-        if axis is not None and (axes[axis] is None or axes[axis].dim == "H"):
+        if axis is not None and (axes[axis] is None or axes[axis].dim == H):
             axes[axis] = _seq_split(dim, k, strategy, shape[axis])
     return Layout(shape, strategy, tuple(axes))
 

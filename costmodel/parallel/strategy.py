@@ -33,7 +33,7 @@ from functools import cached_property
 
 import numpy as np
 
-from costmodel.parallel.axes import DIM_WORDS, ESEQ, GRID_ORDER, SP, SPLIT_DIMS
+from costmodel.parallel.axes import N, E, H, DIM_WORDS, ESEQ, GRID_ORDER, SP, SPLIT_DIMS
 from networks.errors import DnnplanError, short
 
 
@@ -85,16 +85,16 @@ class Strategy:
     def tokens(self) -> "Strategy":
         """The strategy whose N is this one's N times E, without E: how a mixture-of-experts layer's
         tokens lie (module docstring); itself when E is 1."""
-        e = self.degree("E")
+        e = self.degree(E)
         if e == 1:
             return self
         if self.expert_seq > 1:  # E = (samples outside) x (sequence shards inside), as SP norms hold them
-            n = self.degree("N") * e // self.expert_seq
+            n = self.degree(N) * e // self.expert_seq
             return make_strategy(self.p, {d: k for d, k in self.degrees if d not in "NEH"} |
-                                 {"N": n, "H": self.degree("H") * self.expert_seq})
-        degrees = tuple(("N", self.degree("N") * e) if d == "N" else (d, k) for d, k in self.degrees if d != "E")
-        if self.degree("N") == 1:
-            degrees = (("N", e),) + degrees
+                                 {N: n, H: self.degree(H) * self.expert_seq})
+        degrees = tuple((N, self.degree(N) * e) if d == N else (d, k) for d, k in self.degrees if d != E)
+        if self.degree(N) == 1:
+            degrees = ((N, e),) + degrees
         return Strategy(self.p, degrees, self.seq_scatter)
 
     def as_dict(self) -> dict[str, int]:
@@ -193,7 +193,7 @@ def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
         raise DnnplanError(f"SP={short(scatter)} must be 1 (the sequence-parallel variant) or 0",
                            hint="SP: 1 reduce-scatters the tensor group's partial sums over the sequence")
     eseq = int(degrees.get(ESEQ, 1))
-    if eseq < 1 or (eseq > 1 and dict(items).get("E", 1) % eseq):
+    if eseq < 1 or (eseq > 1 and dict(items).get(E, 1) % eseq):
         raise DnnplanError(f"{ESEQ}={short(eseq)} must divide the expert degree E={dict(items).get('E', 1)}",
                            hint=f"{ESEQ} folds expert parallelism over the sequence-parallel tensor ranks")
     return Strategy(p, tuple(items), bool(scatter), eseq)

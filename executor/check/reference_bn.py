@@ -8,6 +8,7 @@ split) fails the check.
 
 from __future__ import annotations
 
+from costmodel.parallel.axes import N
 from costmodel.parallel.layout import interval
 from costmodel.parallel.strategy import Strategy
 from kernels import norm
@@ -27,7 +28,7 @@ def sample_shards(net: Network, strategies: dict[str, Strategy], batch: int, mic
     for layer in net.layers:
         if layer.op != "batchnorm2d" or synced(layer.p):
             continue
-        n = strategies[layer.name].degree("N")
+        n = strategies[layer.name].degree(N)
         rows = [(j * size + lo, j * size + hi) for j in range(micro_batches)
                 for lo, hi in (interval(size, n, c) for c in range(n))]
         out[layer.name] = tuple((a, b) for a, b in rows if b > a)

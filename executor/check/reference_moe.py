@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel.parallel.axes import H
 from costmodel.parallel.layout import interval
 from costmodel.parallel.strategy import Strategy
 from kernels import moe as k
@@ -31,7 +32,7 @@ def sequence_blocks(net: Network, strategies: dict[str, Strategy]) -> dict[str, 
     sequence rank (costmodel.parallel.layout.interval); a layer over whole sequences is left out."""
     out = {}
     for layer in net.layers:
-        c = strategies[layer.name].degree("H") if layer.op == "moe" else 1
+        c = strategies[layer.name].degree(H) if layer.op == "moe" else 1
         if c > 1:
             s = layer.in_shapes[0][0]
             out[layer.name] = tuple(interval(s, c, i) for i in range(c))

@@ -34,6 +34,7 @@ costmodel.calls.attention; ``""`` is the device's default).
 
 from __future__ import annotations
 
+from costmodel.parallel.axes import H, F
 from costmodel.calls.attention import ATTENTION_ALGORITHMS
 from costmodel.calls.algorithms import kernel_algorithm
 from executor.backend.device import Array
@@ -96,15 +97,15 @@ def _qkv_grads(ctx: LayerCtx, dw, db) -> dict[str, Array]:
 def _sum_over_replicas(ctx: LayerCtx, grads: dict[str, Array]) -> None:
     """Sum the key/value gradients over the ranks that hold the same key/value head (module docstring)."""
     kv = ctx.p.get("kv_heads") or ctx.p["heads"]
-    share = ctx.strategy.degree("F") // kv
+    share = ctx.strategy.degree(F) // kv
     if share <= 1:
         return
-    slot = ctx.coord("F") // share
+    slot = ctx.coord(F) // share
     for name in ("kv_weight", "kv_bias"):
         if name in grads:
             every = ctx.xp.zeros((kv, *grads[name].shape), dtype=grads[name].dtype)
             every[slot] = grads[name]
-            ctx.allreduce(every, ("F",), "bwd_comm")
+            ctx.allreduce(every, (F,), "bwd_comm")
             grads[name] = ctx.xp.ascontiguousarray(every[slot])
 
 
@@ -152,7 +153,7 @@ def _algorithm(ctx: LayerCtx) -> str:
 
 
 def _owns_out_bias(ctx: LayerCtx) -> bool:
-    return "out_bias" in ctx.weights and ctx.coord("F") == 0
+    return "out_bias" in ctx.weights and ctx.coord(F) == 0
 
 
 def _start(ctx: LayerCtx) -> int:
@@ -161,7 +162,7 @@ def _start(ctx: LayerCtx) -> int:
 
 
 def forward(ctx: LayerCtx, xs):
-    if ctx.split("H") and ctx.p.get("context_exchange") == "ring":
+    if ctx.split(H) and ctx.p.get("context_exchange") == "ring":
         raise unsupported(ctx.layer, "attention over a split sequence by a ring (context_exchange: ring; the "
                                      "executor all-gathers the keys and values)")
     (x,) = xs
@@ -169,7 +170,7 @@ def forward(ctx: LayerCtx, xs):
     with ctx.span("fwd_compute"):
         w_qkv, b_qkv = _fused_weight(ctx)
         qkv, heads = _heads_in(ctx, linear_forward(x, w_qkv, b_qkv))
-    if ctx.split("H"):
+    if ctx.split(H):
         o2, core = context.core_forward(ctx, qkv, dh, dl, _algorithm(ctx))
     else:
         with ctx.span("fwd_compute"):
@@ -179,7 +180,7 @@ def forward(ctx: LayerCtx, xs):
         y = linear_forward(o2, ctx.weights["out_weight"],
                            ctx.weights["out_bias"] if _owns_out_bias(ctx) else None)
     y = ctx.xp.ascontiguousarray(y)
-    ctx.allreduce(y, ("F",), "fwd_comm")
+    ctx.allreduce(y, (F,), "fwd_comm")
     return check_shape(ctx, y), (x, o2, core, w_qkv, b_qkv is not None, heads)
 
 
@@ -190,7 +191,7 @@ def backward(ctx: LayerCtx, dy, cache):
     xp = ctx.xp
     with ctx.span("bwd_compute"):
         do2 = linear_backward_data(dy, w_out)
-    if ctx.split("H"):
+    if ctx.split(H):
         dqkv = context.core_backward(ctx, do2, core, dh)
     else:
         with ctx.span("bwd_compute"):
@@ -201,7 +202,7 @@ def backward(ctx: LayerCtx, dy, cache):
         dw_out, db_out = linear_backward_weights(dy, o2, "out_bias" in ctx.weights)
         dw_qkv, db_qkv = linear_backward_weights(dqkv, x, has_qkv_bias)
     dx = xp.ascontiguousarray(dx)
-    ctx.allreduce(dx, ("F",), "bwd_comm")
+    ctx.allreduce(dx, (F,), "bwd_comm")
     grads = {**_qkv_grads(ctx, dw_qkv, db_qkv if has_qkv_bias else None), "out_weight": dw_out, **norm_grads}
     if "out_bias" in ctx.weights:
         grads["out_bias"] = db_out if _owns_out_bias(ctx) else xp.zeros_like(db_out)

@@ -17,6 +17,7 @@ the last rank of a causal layer every key: the straggler, as the materialised co
 
 from __future__ import annotations
 
+from costmodel.parallel.axes import H
 from costmodel.parallel.layout import interval
 from executor.comm.collectives import displacements, wait_for
 from executor.ops.base import LayerCtx, memo
@@ -24,8 +25,8 @@ from kernels.attention import attention_backward, attention_forward
 
 
 def _group(ctx: LayerCtx):
-    sub = ctx.comms.get(ctx.strategy, ("H",))
-    if sub is not None and sub.rank != ctx.coord("H"):  # the blocks are exchanged in rank order
+    sub = ctx.comms.get(ctx.strategy, (H,))
+    if sub is not None and sub.rank != ctx.coord(H):  # the blocks are exchanged in rank order
         raise RuntimeError(f"layer {ctx.layer.name}: sequence group rank {sub.rank} is not its H coordinate "
                            f"{ctx.coord('H')}")
     return sub
@@ -33,13 +34,13 @@ def _group(ctx: LayerCtx):
 
 def _blocks(ctx: LayerCtx) -> list[tuple[int, int]]:
     """Every sequence rank's positions ``[a, b)``, in rank order (costmodel.parallel.layout.interval)."""
-    s, c = ctx.layer.in_shapes[0][0], ctx.strategy.degree("H")
+    s, c = ctx.layer.in_shapes[0][0], ctx.strategy.degree(H)
     return [interval(s, c, i) for i in range(c)]
 
 
 def keys_seen(ctx: LayerCtx) -> int:
     """The keys this rank's queries attend: up to its block's end (causal), else the whole sequence."""
-    return _blocks(ctx)[ctx.coord("H")][1] if ctx.p["causal"] else ctx.layer.in_shapes[0][0]
+    return _blocks(ctx)[ctx.coord(H)][1] if ctx.p["causal"] else ctx.layer.in_shapes[0][0]
 
 
 def _heads(xp, a, width: int):
@@ -77,7 +78,7 @@ def scatter(ctx: LayerCtx, grads):
     full = xp.zeros((n, blocks[-1][1], w), dtype=grads.dtype)
     full[:, :seen] = grads
     send = xp.concatenate([xp.ascontiguousarray(full[:, a:b]).reshape(-1) for a, b in blocks])
-    a, b = blocks[ctx.coord("H")]
+    a, b = blocks[ctx.coord(H)]
     recv = xp.empty((n, b - a, w), dtype=grads.dtype)
     wait_for(sub, ctx.timers, ctx.layer.name)
     with ctx.span("bwd_comm"):

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from costmodel.parallel.axes import C, F
 from costmodel.parallel.layout import Layout, Region
 from costmodel.parallel.strategy import Strategy
 from executor.backend.device import Array
@@ -91,14 +92,14 @@ def memo(ctx: LayerCtx, derive):
 def owns_bias(ctx: LayerCtx) -> bool:
     """Whether this rank adds the layer's bias: under a channel (C) split the output is a partial
     sum, so only the rank with C-coordinate 0 adds the bias and contributes its gradient."""
-    return "bias" in ctx.weights and ctx.coord("C") == 0
+    return "bias" in ctx.weights and ctx.coord(C) == 0
 
 
 def finish_contraction_backward(ctx: LayerCtx, dx, dw, db):
     """The common end of conv2d's and linear's backward: the input gradient is a partial sum over
     a filter (F) split and is all-reduced; the bias gradient counts on the rank that owns the bias."""
     dx = ctx.xp.ascontiguousarray(dx)
-    ctx.allreduce(dx, ("F",), "bwd_comm")
+    ctx.allreduce(dx, (F,), "bwd_comm")
     grads = {"weight": dw}
     if "bias" in ctx.weights:
         grads["bias"] = db if owns_bias(ctx) else ctx.xp.zeros_like(db)

@@ -7,6 +7,7 @@ Under a C split only the rank with C-coordinate 0 adds the bias and contributes 
 
 from __future__ import annotations
 
+from costmodel.parallel.axes import C
 from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, local_pads, memo, owns_bias
 from networks.ops.base import Window
 from kernels.conv import conv2d_backward_data, conv2d_backward_weights, conv2d_forward
@@ -31,7 +32,7 @@ def forward(ctx: LayerCtx, xs):
         y = conv2d_forward(x, ctx.weights["weight"], ctx.weights["bias"] if owns_bias(ctx) else None,
                            stride, pads, dil, ctx.p["groups"], ctx.algo)
     y = ctx.xp.ascontiguousarray(y)
-    ctx.allreduce(y, ("C",), "fwd_comm")
+    ctx.allreduce(y, (C,), "fwd_comm")
     return check_shape(ctx, y), (x, stride, pads, dil)
 
 

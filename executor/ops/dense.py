@@ -11,6 +11,7 @@ kernels are the same three as any linear layer's (costmodel.calls.layer_calls)."
 
 from __future__ import annotations
 
+from costmodel.parallel.axes import N, H, C
 from executor.backend.device import Array
 from executor.comm.reshard import reshard
 from executor.ops.base import LayerCtx, check_shape, finish_contraction_backward, owns_bias, unsupported
@@ -45,7 +46,7 @@ def forward(ctx: LayerCtx, xs):
     with ctx.span("fwd_compute"):
         y = linear_forward(x, w, ctx.weights["bias"] if owns_bias(ctx) else None)
     y = ctx.xp.ascontiguousarray(y)
-    ctx.allreduce(y, ("C",), "fwd_comm")
+    ctx.allreduce(y, (C,), "fwd_comm")
     return check_shape(ctx, y), x
 
 
@@ -57,7 +58,7 @@ def backward(ctx: LayerCtx, dy, x):
     if ctx.p.get("tied_to") and "weight" not in ctx.weights:
         g = grads.pop("weight")
         if ctx.tied.layouts is not None:  # back to the embedding's rows (costmodel.layer.tied)
-            g = ctx.allreduce(ctx.xp.ascontiguousarray(g), ("N", "H"), "bwd_comm")  # whole on every replica
+            g = ctx.allreduce(ctx.xp.ascontiguousarray(g), (N, H), "bwd_comm")  # whole on every replica
             with ctx.span("bwd_comm"):
                 g = reshard(ctx.tied.comm, g, ctx.tied.layouts[1], ctx.tied.layouts[0], backward=True)
                 g = g / ctx.tied.replicas  # each of the embedding's replicas gets it; its sync sums them

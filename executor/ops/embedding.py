@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.parallel.axes import N, H, C
 from costmodel.parallel.shard import weight_layouts
 from costmodel.parallel.layout import block
 from costmodel.parallel.strategy import Strategy
@@ -51,7 +52,7 @@ def _geometry(ctx: LayerCtx):
     """(first vocabulary row held, sequence block (lo, hi), whether this rank adds the positions)."""
     rows = block(weight_layouts(ctx.layer, ctx.strategy)["tokens"], ctx.rank)[0]
     seq = ctx.in_blocks[0][1]
-    return rows[0], seq, ctx.coord("C") == 0
+    return rows[0], seq, ctx.coord(C) == 0
 
 
 def forward(ctx: LayerCtx, xs):
@@ -61,7 +62,7 @@ def forward(ctx: LayerCtx, xs):
     pos = pos[s_lo:s_hi] if pos is not None and adds_positions else None
     with ctx.span("fwd_compute"):
         y, cache = embedding_forward(ids, ctx.weights["tokens"], pos, vocab_lo)
-    ctx.allreduce(y, ("C",), "fwd_comm")
+    ctx.allreduce(y, (C,), "fwd_comm")
     return check_shape(ctx, y), cache
 
 
@@ -95,7 +96,7 @@ def tie(head: LayerCtx, embed: LayerCtx, comm=None) -> TiedTable:
     if why:
         shared.layouts = (weight_layouts(embed.layer, embed.strategy)["tokens"], table_layout(head.layer, head.strategy))
         shared.comm = comm
-        shared.replicas = embed.strategy.group_size(tuple(d for d in ("N", "H") if embed.strategy.degree(d) > 1))
+        shared.replicas = embed.strategy.group_size(tuple(d for d in (N, H) if embed.strategy.degree(d) > 1))
     head.tied = embed.tied = shared
     return shared
 

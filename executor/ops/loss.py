@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from costmodel.parallel.axes import N, H, C
 from executor.ops.base import LayerCtx
 from kernels.loss import combine_vocab_rows, softmax_xent_backward, softmax_xent_forward
 
@@ -22,13 +23,13 @@ def total_count(ctx: LayerCtx) -> int:
 
 def forward(ctx: LayerCtx, xs):
     (logits,) = xs
-    vocab_lo = ctx.in_blocks[0][-1][0] if ctx.split("C") else None
+    vocab_lo = ctx.in_blocks[0][-1][0] if ctx.split(C) else None
     with ctx.span("fwd_compute"):
         loss, cache = softmax_xent_forward(logits, ctx.labels, total_count(ctx), vocab_lo)
     if vocab_lo is not None:
         loss = _vocab_parallel(ctx, cache)
     buf = ctx.xp.array([float(loss)])
-    ctx.allreduce(buf, ("N", "H"), "fwd_comm")
+    ctx.allreduce(buf, (N, H), "fwd_comm")
     return float(buf[0]), cache
 
 
@@ -36,12 +37,12 @@ def _vocab_parallel(ctx: LayerCtx, cache) -> float:
     """The rank's part of the loss from the rows' whole log-sum-exp; sets the backward's row scale."""
     lse = cache["lse"]
     row_max = lse.copy()  # reduced in place; lse itself is still needed
-    ctx.allreduce(row_max, ("C",), "fwd_comm", op="max")
+    ctx.allreduce(row_max, (C,), "fwd_comm", op="max")
     with ctx.span("fwd_compute"):
         exp_sum = ctx.xp.exp(lse - row_max)
-    ctx.allreduce(exp_sum, ("C",), "fwd_comm")
+    ctx.allreduce(exp_sum, (C,), "fwd_comm")
     picked = ctx.xp.ascontiguousarray(cache["picked"])
-    ctx.allreduce(picked, ("C",), "fwd_comm")
+    ctx.allreduce(picked, (C,), "fwd_comm")
     with ctx.span("fwd_compute"):
         loss, _, cache["row_scale"] = combine_vocab_rows(lse, row_max, exp_sum, picked, total_count(ctx))
     return float(loss)

@@ -31,6 +31,7 @@ from kernels import moe as k, moe_route as kr
 from kernels.activation import add_forward
 from kernels.reshard import copy_block
 from kernels.gemm import linear_backward_data, linear_backward_weights, linear_forward
+from costmodel.parallel.axes import N, E, F
 
 
 def _check(ctx: LayerCtx) -> bool:
@@ -40,7 +41,7 @@ def _check(ctx: LayerCtx) -> bool:
     if ctx.strategy.expert_seq > 1:
         raise unsupported(ctx.layer, "a mixture of experts with ESEQ (expert parallelism folded over "
                                      "sequence-parallel ranks)")
-    if ctx.split("E") and ctx.batch % (ctx.strategy.degree("N") * ctx.strategy.degree("E")):
+    if ctx.split(E) and ctx.batch % (ctx.strategy.degree(N) * ctx.strategy.degree(E)):
         raise unsupported(ctx.layer, f"expert parallelism over a batch of {ctx.batch} that N x E does not divide")
     return True
 
@@ -51,11 +52,11 @@ def _geometry(ctx: LayerCtx) -> tuple[int, int, int]:
     tokens); through ``memo``: the Python between the kernels is time no kernel timing holds."""
     lo, hi = ctx.in_blocks[0][1]
     e = ctx.p["experts"]
-    return e, e // ctx.strategy.degree("E"), k.capacity(ctx.p["capacity_factor"], hi - lo, ctx.p["top_k"], e)
+    return e, e // ctx.strategy.degree(E), k.capacity(ctx.p["capacity_factor"], hi - lo, ctx.p["top_k"], e)
 
 
 def _expert_comm(ctx: LayerCtx):
-    return ctx.comms.get(ctx.strategy, ("E",))
+    return ctx.comms.get(ctx.strategy, (E,))
 
 
 def _exchange(ctx: LayerCtx, buf, phase: str):
@@ -119,7 +120,7 @@ def forward(ctx: LayerCtx, xs):
                                            p["activation"], p["gated"])
             y, _ = add_forward(y, sy.reshape(n, s, d))
     y = xp.ascontiguousarray(y)
-    ctx.allreduce(y, ("F",), "fwd_comm")
+    ctx.allreduce(y, (F,), "fwd_comm")
     return check_shape(ctx, y), (x, rcache, picked, ecache, scache)
 
 
@@ -150,5 +151,5 @@ def backward(ctx: LayerCtx, dy, cache):
             dsi, dso = k.experts_backward_weights(dys, sdpre, scache)
             grads |= {"shared_in": dsi[0], "shared_out": dso[0]}
     dx = xp.ascontiguousarray(dx)
-    ctx.allreduce(dx, ("F",), "bwd_comm")
+    ctx.allreduce(dx, (F,), "bwd_comm")
     return [dx], grads

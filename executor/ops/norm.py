@@ -8,14 +8,15 @@ layernorm and rmsnorm split over N and H need no statistics exchange (each row's
 
 from __future__ import annotations
 
+from costmodel.parallel.axes import N, H, W
 from executor.ops.base import LayerCtx, check_shape
 from kernels.norm import (bn_backward_apply, bn_backward_local_sums, bn_forward_apply,
                                    bn_local_sums, bn_stats_from_sums, layernorm_backward,
                                    layernorm_forward, rmsnorm_backward, rmsnorm_forward)
 from networks.ops.norm import synced
 
-STAT_DIMS = ("N", "H", "W")
-LOCAL_STAT_DIMS = ("H", "W")  # unsynchronised: only the ranks holding parts of the same samples
+STAT_DIMS = (N, H, W)
+LOCAL_STAT_DIMS = (H, W)  # unsynchronised: only the ranks holding parts of the same samples
 
 
 def stat_dims(ctx: LayerCtx) -> tuple[str, ...]:

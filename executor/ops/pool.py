@@ -5,6 +5,7 @@ are all-reduced over the spatial group; the output is replicated there)."""
 
 from __future__ import annotations
 
+from costmodel.parallel.axes import H, W
 from executor.ops.base import LayerCtx, check_shape, local_pads, memo
 from networks.ops.base import Window
 from kernels.pool import (avgpool2d_backward, avgpool2d_forward, global_avgpool_backward,
@@ -52,7 +53,7 @@ def gap_forward(ctx: LayerCtx, xs):
     with ctx.span("fwd_compute"):
         y, cache = global_avgpool_forward(x, divisor=h * w)
     y = ctx.xp.ascontiguousarray(y)
-    ctx.allreduce(y, ("H", "W"), "fwd_comm")
+    ctx.allreduce(y, (H, W), "fwd_comm")
     return check_shape(ctx, y), cache
 
 

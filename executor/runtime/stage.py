@@ -34,6 +34,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from costmodel.calls.layer_calls import DEFAULT_CONV_ALGORITHM
+from costmodel.parallel.axes import N, E, H, W, C, F
 from costmodel.parallel.shard import input_layout, output_layout, require_fits, weight_layouts
 from costmodel.parallel.layout import block
 from costmodel.parallel.strategy import Strategy
@@ -176,7 +177,7 @@ class _Runtime:
                        in_blocks, block(out_l, rank), self.comms, self.timers, self.xp, weights, labels,
                        micro_batches=m)
         # every communicator this layer can use, created now (collective, same order on all ranks)
-        for dims in (("C",), ("F",), ("E",), ("H", "W"), ("N", "H"), STAT_DIMS):
+        for dims in ((C,), (F,), (E,), (H, W), (N, H), STAT_DIMS):
             self.comms.get(strat, dims)
         fwd, bwd = OPS[layer.op]
         run = _LayerRun(layer, ctx, fwd, bwd)

@@ -38,8 +38,7 @@ backward (``rows (Dq + Dkv)`` more elements) with one reciprocal root a head and
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, clog2, need_float,
-                               need_rank)
+from networks.ops.base import N, H, F, DimSplit, LayerCost, OpDef, Param, ShapeError, clog2, need_float, need_rank
 
 #: RMSNorm's epsilon on each query and key head under ``qk_norm`` (Qwen3's ``rms_norm_eps``; the
 #: executor's op and its reference both normalise with it)
@@ -161,9 +160,9 @@ def splits(p, in_shapes, out_shape):
         head_axes = [("q_weight", 0), ("kv_weight", 1), ("out_weight", 1)] + \
             ([("q_bias", 0), ("kv_bias", 1)] if qkv_bias(p) else [])
         units = tuple((name, kv) for name in grouped)
-    return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts),
-            DimSplit("H", s, (1,), 1, partial_weight_grad=wts),
-            DimSplit("F", heads, (None,), None, weight_axes=tuple(head_axes), partial_out=True,
+    return (DimSplit(N, 0, (0,), 0, partial_weight_grad=wts),
+            DimSplit(H, s, (1,), 1, partial_weight_grad=wts),
+            DimSplit(F, heads, (None,), None, weight_axes=tuple(head_axes), partial_out=True,
                      partial_in_grad=True,
                      partial_weight_grad=(("out_bias",) if p["bias"] else ()) + (("q_norm", "k_norm")
                                                                                  if p.get("qk_norm") else ()),

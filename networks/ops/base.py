@@ -18,7 +18,12 @@ from typing import Any, Callable
 from networks.errors import DnnplanError, short
 from networks.ir import Shape
 
-DIMS = ("N", "E", "H", "W", "C", "F")
+#: The dimensions a layer can split, by letter: samples N, a mixture's experts E, an image's rows or a
+#: sequence's positions H, an image's columns W, the contraction C (input channels or features) and
+#: the filters F (output channels or features, attention's heads). costmodel.parallel.axes lays them
+#: on the rank grid and names them as users do (data, expert, context, spatial, tensor).
+N, E, H, W, C, F = "N", "E", "H", "W", "C", "F"
+DIMS = (N, E, H, W, C, F)
 REQUIRED = object()
 #: The largest integer a spec may give (a size, a count, a stride): 2^31, beyond any real layer.
 MAX_INT = 2**31
@@ -236,12 +241,12 @@ def axes_of(shape: Shape) -> dict[str, int]:
     ``(D,)`` -> N0 C1; ``()`` -> N0.
     """
     if len(shape) == 3:
-        return {"N": 0, "C": 1, "H": 2, "W": 3}
+        return {N: 0, C: 1, H: 2, W: 3}
     if len(shape) == 2:
-        return {"N": 0, "H": 1, "C": 2}
+        return {N: 0, H: 1, C: 2}
     if len(shape) == 1:
-        return {"N": 0, "C": 1}
-    return {"N": 0}
+        return {N: 0, C: 1}
+    return {N: 0}
 
 
 def dim_size(shape: Shape, dim: str, batch_axis_size: int = 0) -> int:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import math
 
-from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, Window, clog2,
-                               need_float, need_rank)
+from networks.ops.base import N, H, W, C, F, DimSplit, LayerCost, OpDef, Param, ShapeError, Window, clog2, need_float, need_rank
 
 PARAMS = (
     Param("filters", "pos", doc="output channels F"),
@@ -82,17 +81,17 @@ def splits(p, in_shapes, out_shape):
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = p["kernel"], p["stride"], p["padding"], p["dilation"]
     wts = ("weight", "bias") if p["bias"] else ("weight",)
     out = [
-        DimSplit("N", 0, (0,), 0, partial_weight_grad=wts),
-        DimSplit("H", ho, (2,), 2, window=Window(kh, sh, ph, dh, h), partial_weight_grad=wts,
+        DimSplit(N, 0, (0,), 0, partial_weight_grad=wts),
+        DimSplit(H, ho, (2,), 2, window=Window(kh, sh, ph, dh, h), partial_weight_grad=wts,
                  min_block=1),
-        DimSplit("W", wo, (3,), 3, window=Window(kw, sw, pw, dw, w), partial_weight_grad=wts,
+        DimSplit(W, wo, (3,), 3, window=Window(kw, sw, pw, dw, w), partial_weight_grad=wts,
                  min_block=1),
     ]
     if p["groups"] == 1:
-        out.append(DimSplit("C", c, (1,), None, weight_axes=(("weight", 1),), partial_out=True,
+        out.append(DimSplit(C, c, (1,), None, weight_axes=(("weight", 1),), partial_out=True,
                             partial_weight_grad=("bias",) if p["bias"] else ()))
         f_axes = (("weight", 0), ("bias", 0)) if p["bias"] else (("weight", 0),)
-        out.append(DimSplit("F", f, (None,), 1, weight_axes=f_axes, partial_in_grad=True))
+        out.append(DimSplit(F, f, (None,), 1, weight_axes=f_axes, partial_in_grad=True))
     return tuple(out)
 
 

@@ -7,8 +7,7 @@ log Cin (forward), log Cout (backward-data), log N (backward-weights, a reductio
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, clog2,
-                               elementwise_cost, need_float, need_rank, prod)
+from networks.ops.base import N, H, C, F, DimSplit, LayerCost, OpDef, Param, ShapeError, clog2, elementwise_cost, need_float, need_rank, prod
 
 LINEAR_PARAMS = (
     Param("features", "pos", doc="output features F"),
@@ -54,19 +53,19 @@ def linear_splits(p, in_shapes, out_shape):
     x = in_shapes[0]
     last = len(x)  # batched axis of the feature dimension
     wts = ("weight",) + tuple(w for w in ("bias",) if w in linear_weights(p, in_shapes))  # tied: a stage's copy
-    out = [DimSplit("N", 0, (0,), 0, partial_weight_grad=wts)]
+    out = [DimSplit(N, 0, (0,), 0, partial_weight_grad=wts)]
     if len(x) == 2:
-        out.append(DimSplit("H", x[0], (1,), 1, partial_weight_grad=wts))
+        out.append(DimSplit(H, x[0], (1,), 1, partial_weight_grad=wts))
     bias_axes = (("bias", 0),) if p["bias"] else ()
     if not p["tied_to"]:
-        out.append(DimSplit("C", x[-1], (last,), None, weight_axes=(("weight", 1),), partial_out=True,
+        out.append(DimSplit(C, x[-1], (last,), None, weight_axes=(("weight", 1),), partial_out=True,
                             partial_weight_grad=("bias",) if p["bias"] else ()))
-        out.append(DimSplit("F", p["features"], (None,), last, weight_axes=(("weight", 0),) + bias_axes,
+        out.append(DimSplit(F, p["features"], (None,), last, weight_axes=(("weight", 0),) + bias_axes,
                             partial_in_grad=True))
     else:  # a tied LM head split over the vocabulary uses the matching rows of the embedding's table;
         # on another pipeline stage than its embedding it holds a copy of it as its ``weight``
         # (costmodel.step.pipeline.stage_network), split and synchronised as an untied head's
-        out.append(DimSplit("F", p["features"], (None,), last, weight_axes=(("weight", 0),) + bias_axes,
+        out.append(DimSplit(F, p["features"], (None,), last, weight_axes=(("weight", 0),) + bias_axes,
                             partial_in_grad=True))
     return tuple(out)
 
@@ -115,10 +114,10 @@ def emb_splits(p, in_shapes, out_shape):
     # up the tokens that fall in it (zeros elsewhere), and the partial outputs are all-reduced. The
     # position table stays whole: its gradient comes from the all-reduced output gradient, the same
     # on every rank of the group, so it needs no sum.
-    return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts),
-            DimSplit("H", in_shapes[0][0], (1,), 1, partial_weight_grad=wts),
-            DimSplit("C", p["vocab"], (None,), None, weight_axes=(("tokens", 0),), partial_out=True),
-            DimSplit("F", p["dim"], (None,), 2, weight_axes=f_axes))
+    return (DimSplit(N, 0, (0,), 0, partial_weight_grad=wts),
+            DimSplit(H, in_shapes[0][0], (1,), 1, partial_weight_grad=wts),
+            DimSplit(C, p["vocab"], (None,), None, weight_axes=(("tokens", 0),), partial_out=True),
+            DimSplit(F, p["dim"], (None,), 2, weight_axes=f_axes))
 
 
 EMBEDDING = OpDef("embedding", "token embedding (plus learned positions)", EMB_PARAMS, (1, 1),

@@ -12,8 +12,7 @@ transformer_engine/pytorch/cross_entropy.py saves ``_input`` and ``m_d_X_y``).""
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, ExtraComm, LayerCost, OpDef, Param, clog2, need_float, need_rank,
-                               no_weights, prod)
+from networks.ops.base import N, H, C, DimSplit, ExtraComm, LayerCost, OpDef, Param, clog2, need_float, need_rank, no_weights, prod
 
 PARAMS = (Param("fused", "bool", False, "one fused kernel keeping the logits in their own precision (Transformer "
                                         "Engine's parallel_cross_entropy), not float32 log-probabilities"),)
@@ -41,10 +40,10 @@ def splits(p, in_shapes, out_shape):
     vocabulary-parallel cross-entropy, Shoeybi et al. 2019, section 3): each rank holds a slice of
     every row's logits, and three all-reduces of one number a row (the row maximum, the sum of
     exponentials, the label's logit) give every rank the whole loss."""
-    out = [DimSplit("N", 0, (0,), None, partial_out=True)]
+    out = [DimSplit(N, 0, (0,), None, partial_out=True)]
     if len(in_shapes[0]) == 2:
-        out.append(DimSplit("H", in_shapes[0][0], (1,), None, partial_out=True))
-        out.append(DimSplit("C", in_shapes[0][1], (2,), None, extra=(ExtraComm("fwd", "allreduce", "rows", 3),)))
+        out.append(DimSplit(H, in_shapes[0][0], (1,), None, partial_out=True))
+        out.append(DimSplit(C, in_shapes[0][1], (2,), None, extra=(ExtraComm("fwd", "allreduce", "rows", 3),)))
     return tuple(out)
 
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from math import gcd
 
-from networks.ops.base import DimSplit, LayerCost, OpDef, Param, ShapeError, clog2, need_float, need_rank
+from networks.ops.base import N, E, H, F, DimSplit, LayerCost, OpDef, Param, ShapeError, clog2, need_float, need_rank
 
 #: Operations per hidden element of each activation, (forward, backward)
 ACTIVATIONS = {"silu": (4, 8), "gelu": (8, 12), "relu": (1, 1)}
@@ -186,11 +186,11 @@ def splits(p, in_shapes, out_shape):
     shared_cut = (("shared_in", 0), ("shared_out", 1), ("shared_b_in", 0))
     hidden_axes = (("w_in", 1), ("w_out", 2), ("b_in", 1)) + (shared_cut if hs else ())
     once = ("router", "b_out", "shared_b_out", "shared_gate")  # partial sums under a hidden split
-    return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts),
-            DimSplit("H", s, (1,), 1, partial_weight_grad=wts),
-            DimSplit("E", p["experts"], (0,), 0, weight_axes=tuple((w, 0) for w in routed if w in wts),
+    return (DimSplit(N, 0, (0,), 0, partial_weight_grad=wts),
+            DimSplit(H, s, (1,), 1, partial_weight_grad=wts),
+            DimSplit(E, p["experts"], (0,), 0, weight_axes=tuple((w, 0) for w in routed if w in wts),
                      partial_weight_grad=tuple(w for w in wts if w not in routed), divides=True),
-            DimSplit("F", gcd(h, hs) if hs else h, (None,), None,
+            DimSplit(F, gcd(h, hs) if hs else h, (None,), None,
                      weight_axes=tuple((w, a) for w, a in hidden_axes if w in wts), partial_out=True,
                      partial_in_grad=True, partial_weight_grad=tuple(w for w in once if w in wts), divides=True))
 

@@ -10,8 +10,7 @@ Element operation counts (7 forward, 10 backward) are this project's convention;
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, ExtraComm, OpDef, Param, clog2, elementwise_cost,
-                               need_float, need_rank, prod)
+from networks.ops.base import N, H, W, C, DimSplit, ExtraComm, OpDef, Param, clog2, elementwise_cost, need_float, need_rank, prod
 
 NORM_PARAMS = (Param("eps", "float", 1e-5, "added to the variance"),
                Param("momentum", "rate", 0.1, "running-statistics momentum (inference only)"))
@@ -55,10 +54,10 @@ def bn_splits(p, in_shapes, out_shape):
     # the same channels, forward and backward, so results equal the single-process ones; unsynced
     # (local), over the H and W splits only: the ranks holding parts of the same samples
     stats = (ExtraComm("fwd", "allreduce", "channels", 2), ExtraComm("bwd", "allreduce", "channels", 2))
-    return (DimSplit("N", 0, (0,), 0, partial_weight_grad=wts, extra=stats if synced(p) else ()),
-            DimSplit("C", c, (1,), 1, weight_axes=(("gamma", 0), ("beta", 0))),
-            DimSplit("H", h, (2,), 2, partial_weight_grad=wts, extra=stats),
-            DimSplit("W", w, (3,), 3, partial_weight_grad=wts, extra=stats))
+    return (DimSplit(N, 0, (0,), 0, partial_weight_grad=wts, extra=stats if synced(p) else ()),
+            DimSplit(C, c, (1,), 1, weight_axes=(("gamma", 0), ("beta", 0))),
+            DimSplit(H, h, (2,), 2, partial_weight_grad=wts, extra=stats),
+            DimSplit(W, w, (3,), 3, partial_weight_grad=wts, extra=stats))
 
 
 BATCHNORM = OpDef("batchnorm2d", "batch normalisation over (C, H, W) inputs", NORM_PARAMS, (1, 1),
@@ -88,9 +87,9 @@ def ln_costs(p, in_shapes, out_shape, n, itemsize):
 
 def ln_splits(p, in_shapes, out_shape):
     wts = ("gamma", "beta")
-    out = [DimSplit("N", 0, (0,), 0, partial_weight_grad=wts)]
+    out = [DimSplit(N, 0, (0,), 0, partial_weight_grad=wts)]
     if len(in_shapes[0]) == 2:
-        out.append(DimSplit("H", in_shapes[0][0], (1,), 1, partial_weight_grad=wts))
+        out.append(DimSplit(H, in_shapes[0][0], (1,), 1, partial_weight_grad=wts))
     return tuple(out)
 
 
@@ -124,9 +123,9 @@ def rms_costs(p, in_shapes, out_shape, n, itemsize):
 
 
 def rms_splits(p, in_shapes, out_shape):
-    out = [DimSplit("N", 0, (0,), 0, partial_weight_grad=("gamma",))]
+    out = [DimSplit(N, 0, (0,), 0, partial_weight_grad=("gamma",))]
     if len(in_shapes[0]) == 2:
-        out.append(DimSplit("H", in_shapes[0][0], (1,), 1, partial_weight_grad=("gamma",)))
+        out.append(DimSplit(H, in_shapes[0][0], (1,), 1, partial_weight_grad=("gamma",)))
     return tuple(out)
 
 

@@ -6,8 +6,7 @@ Element operation counts are this project's convention (relu 1/1, gelu 8/12, dro
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, axes_of, elementwise_cost,
-                               need_float, need_rank, no_weights, prod)
+from networks.ops.base import N, C, DimSplit, LayerCost, OpDef, Param, ShapeError, axes_of, elementwise_cost, need_float, need_rank, no_weights, prod
 
 
 def same_infer(p, in_shapes, dtypes):
@@ -21,7 +20,7 @@ def pointwise_splits(p, in_shapes, out_shape):
     axes = axes_of(shape)
     out = []
     for dim, ax in axes.items():
-        size = 0 if dim == "N" else shape[ax - 1]
+        size = 0 if dim == N else shape[ax - 1]
         out.append(DimSplit(dim, size, tuple(ax for _ in in_shapes), ax))
     return tuple(out)
 
@@ -68,8 +67,8 @@ def swiglu_splits(p, in_shapes, out_shape):
     its degree must divide the output width (Megatron: the product of two column-parallel halves)."""
     out = []
     for dim, ax in axes_of(out_shape).items():
-        size = 0 if dim == "N" else out_shape[ax - 1]
-        out.append(DimSplit(dim, size, (ax,), ax, divides=dim == "C"))
+        size = 0 if dim == N else out_shape[ax - 1]
+        out.append(DimSplit(dim, size, (ax,), ax, divides=dim == C))
     return tuple(out)
 
 
@@ -128,7 +127,7 @@ def concat_splits(p, in_shapes, out_shape):
     for dim, ax in axes.items():
         if ax == p["axis"] + 1:
             continue
-        size = 0 if dim == "N" else in_shapes[0][ax - 1]
+        size = 0 if dim == N else in_shapes[0][ax - 1]
         out.append(DimSplit(dim, size, tuple(ax for _ in in_shapes), ax))
     return tuple(out)
 
@@ -150,7 +149,7 @@ def flatten_costs(p, in_shapes, out_shape, n, itemsize):
 def flatten_splits(p, in_shapes, out_shape):
     c = in_shapes[0][0]
     # a channel split stays a contiguous block of features (needs C divisible by the degree)
-    return (DimSplit("N", 0, (0,), 0), DimSplit("C", c, (1,), 1, divides=True))
+    return (DimSplit(N, 0, (0,), 0), DimSplit(C, c, (1,), 1, divides=True))
 
 
 FLATTEN = OpDef("flatten", "(C, H, W) -> (C*H*W,)", (), (1, 1), flatten_infer, no_weights,

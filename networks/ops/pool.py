@@ -5,8 +5,7 @@ log Kx + log Ky; backward-data work NCHW with depth 1)."""
 
 from __future__ import annotations
 
-from networks.ops.base import (DimSplit, LayerCost, OpDef, Param, ShapeError, Window,
-                               clog2, need_float, need_rank, no_weights, prod)
+from networks.ops.base import N, H, W, C, DimSplit, LayerCost, OpDef, Param, ShapeError, Window, clog2, need_float, need_rank, no_weights, prod
 
 POOL_PARAMS = (
     Param("kernel", "pair", doc="window size, k or [kh, kw]"),
@@ -64,10 +63,10 @@ def pool_splits(p, in_shapes, out_shape):
     c, h, w = in_shapes[0]
     _, ho, wo = out_shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _norm(p)
-    return (DimSplit("N", 0, (0,), 0),
-            DimSplit("C", c, (1,), 1),
-            DimSplit("H", ho, (2,), 2, window=Window(kh, sh, ph, dh, h)),
-            DimSplit("W", wo, (3,), 3, window=Window(kw, sw, pw, dw, w)))
+    return (DimSplit(N, 0, (0,), 0),
+            DimSplit(C, c, (1,), 1),
+            DimSplit(H, ho, (2,), 2, window=Window(kh, sh, ph, dh, h)),
+            DimSplit(W, wo, (3,), 3, window=Window(kw, sw, pw, dw, w)))
 
 
 def maxpool_costs(p, in_shapes, out_shape, n, itemsize):
@@ -114,10 +113,10 @@ def gap_costs(p, in_shapes, out_shape, n, itemsize):
 def gap_splits(p, in_shapes, out_shape):
     c, h, w = in_shapes[0]
     # a spatial split leaves partial sums that are all-reduced (the output is replicated)
-    return (DimSplit("N", 0, (0,), 0),
-            DimSplit("C", c, (1,), 1),
-            DimSplit("H", h, (2,), None, partial_out=True),
-            DimSplit("W", w, (3,), None, partial_out=True))
+    return (DimSplit(N, 0, (0,), 0),
+            DimSplit(C, c, (1,), 1),
+            DimSplit(H, h, (2,), None, partial_out=True),
+            DimSplit(W, w, (3,), None, partial_out=True))
 
 
 GLOBAL_AVGPOOL = OpDef("global_avgpool", "average over all spatial positions -> (C, 1, 1)", (),
