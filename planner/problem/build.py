@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.parallel.axes import H
 from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from costmodel.compute.model import ComputeModel
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
@@ -79,7 +80,7 @@ def derivable(layer: Layer, strat: Strategy) -> bool:
     """Whether a layer's collectives are those of every algorithm: not for attention over a split
     sequence, whose ring of keys and values hides under its core (:func:`derive_estimate` prices
     them again)."""
-    return not (layer.op == "attention" and strat.degree("H") > 1)
+    return not (layer.op == "attention" and strat.degree(H) > 1)
 
 
 def signature(layer: Layer) -> Layer:
