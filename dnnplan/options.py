@@ -131,7 +131,8 @@ MoeDispatchOpt = Annotated[Optional[str], typer.Option(
     "HybridEP; GPU machines). A plan file records it (docs/costmodel.md, Mixture of experts).")]
 OptimizerOpt = Annotated[str, typer.Option(
     "--optimizer", help="The optimiser whose state each parameter carries: sgd (none), momentum (one value, "
-    "what the executor runs) or adam (two).")]
+    "what the executor runs) or adam (two) \\[default: adam for a network with attention, else momentum].",
+    show_default=False)]
 ZeroOpt = Annotated[int, typer.Option(
     "--zero", help="ZeRO stage: 0 none; 1 shards optimiser state and master weights over each weight's "
     "data-parallel replicas; 2 also gradients; 3 also the weights, gathered per layer (docs/costmodel.md, ZeRO).",

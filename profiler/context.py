@@ -50,14 +50,18 @@ def default_batch(devices: int, net: Network | None = None) -> int:
 
 def resolve(network: str, devices: int, batch: int | None, machine: str | None,
             profile: str | None = None, refresh: bool = False, choices: TrainingChoices = TrainingChoices(),
-            foreign_ok: bool = False) -> Context:
+            foreign_ok: bool = False, network_defaults: bool = False) -> Context:
     """Load the network (at the choices' ``seq`` tokens a sequence when given, stored and marked as
-    the choices train it) and the machine named on the command line, and choose the compute model."""
+    the choices train it; with ``network_defaults``, the choices not given defaulting as the
+    network's kind has them: TrainingChoices.for_network, what `plan` and `predict` assume) and the
+    machine named on the command line, and choose the compute model."""
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")
     if batch is not None and batch < 1:
         raise DnnplanError(f"--batch must be a positive integer, got {batch}")
-    net = choices.marked(load_network(network, choices.seq))
+    loaded = load_network(network, choices.seq)
+    choices = choices.for_network(loaded) if network_defaults else choices
+    net = choices.marked(loaded)
     mach = load_machine(machine or DEFAULT_MACHINE)
     check_machine_dispatch(choices.moe_dispatch, mach.device.kind, mach.name)
     mach.check_devices(devices)

@@ -28,6 +28,8 @@ from networks.ir import Network
 #: recomputation: ``auto`` the planner weighs it per layer; ``none`` no layer recomputes;
 #: ``selective`` attention's core (Korthikanti et al. 2022); ``full`` every layer of a block
 RECOMPUTE_CHOICES = ("auto", "none", "selective", "full")
+#: the optimiser a network with attention trains with when none is named (:meth:`TrainingChoices.for_network`)
+TRANSFORMER_OPTIMIZER = "adam"
 #: the frameworks whose step the cost model prices: dnnplan's own (what `dnnplan execute` runs, each
 #: kernel priced on the device), and DeepSpeed's ZeRO-3 as published runs of it behave
 #: (costmodel.frameworks.deepspeed; `dnnplan predict` only)
@@ -125,6 +127,14 @@ class TrainingChoices:
     def may_recompute(self) -> bool:
         """Whether a layer may recompute its internals in backward (the planner's candidates)."""
         return self.recompute != "none"
+
+    def for_network(self, net: Network) -> "TrainingChoices":
+        """These choices with the defaults a network's kind changes: a network with attention trains
+        with Adam unless the optimiser was named (nobody trains a transformer with SGD and momentum,
+        and Adam's two moments change which layouts fit); the others keep momentum."""
+        if "optimizer" in self.given or not any(layer.op == "attention" for layer in net.layers):
+            return self
+        return self.but(optimizer=TRANSFORMER_OPTIMIZER)
 
     def marked(self, net: Network) -> Network:
         """``net`` as these choices train it: stored in the precision's format, its batch-norm and

@@ -7,7 +7,7 @@ import json
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
-from costmodel.choices.training import TrainingChoices
+from costmodel.choices.training import TRANSFORMER_OPTIMIZER, TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt,
                              MachineOpt, MemoryOpt, NetworkArg, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
@@ -89,7 +89,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     with stop_on_ctrl_c(budget), progress_line(budget):
         try:
             ctx = context.resolve(network, devices, batch, machine, profile, refresh,
-                                  choices.but(recompute="auto" if recompute else "none"), foreign_profile)
+                                  choices.but(recompute="auto" if recompute else "none"), foreign_profile,
+                                  network_defaults=True)
             if (line := refresh_warning(refresh, ctx.compute)) is not None:
                 warn(line)
             limit = None if memory is None else memory * GIB
@@ -126,6 +127,8 @@ def _defaults(click: typer.Context, ctx: Context) -> tuple[str, ...]:
                               ("batch", "--batch", ctx.batch_rule)):
         if not _given(click, name):
             out.append(f"{flag} {value}" if name != "batch" else f"--batch {ctx.batch} ({value})")
+            if name == "optimizer" and value == TRANSFORMER_OPTIMIZER:
+                out[-1] += " (a network with attention)"
     return tuple(out)
 
 

@@ -78,7 +78,7 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     check_options(splits.megatron, strategy, out, force, choices.framework, pipeline, micro_batches)
     check_framework(choices, flag, tensor, pipeline, sequence_parallel, strategy)
     ctx = context.resolve(network, devices, batch, machine, profile, choices=choices.but(recompute=recompute,
-                          schedule=schedule), foreign_ok=foreign_profile)
+                          schedule=schedule), foreign_ok=foreign_profile, network_defaults=True)
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
     if choices.framework == "deepspeed":
         return render.deepspeed(ctx, *predicting.deepspeed_step(ctx, micro_batches), micro_batches, as_json)

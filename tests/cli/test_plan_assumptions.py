@@ -48,3 +48,26 @@ def test_the_summary_says_which_batch_norm_the_plan_assumes():
     local = _assumes("tests/assets/tinyres.yaml", "-p", "2", "-b", "8", "--machine", "dgx-a100",
                      "--batch-norm", "local")
     assert "each rank's own samples" in local and "DDP" in local and "synchronised" not in local
+
+
+def _summary(*args: str) -> str:
+    result = runner.invoke(app, [*args], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    return re.sub(r"\s+", " ", result.output)
+
+
+def test_a_network_with_attention_trains_with_adam_unless_told_and_a_cnn_with_momentum():
+    """The optimiser a transformer user expects: Adam for a network with attention (its two moments
+    priced: more memory than momentum's one), momentum for the rest; the summary says it assumed
+    it and why; a named --optimizer stands."""
+    transformer = _summary("plan", "gpt-tiny", "-p", "4", "--json")
+    assert '"optimizer": "adam"' in transformer
+    said = _summary("plan", "gpt-tiny", "-p", "4")
+    assert "assumed, the flag not given:" in said and "--optimizer adam (a network with attention)" in said
+    assert '"optimizer": "momentum"' in _summary("plan", "gpt-tiny", "-p", "4", "--optimizer", "momentum", "--json")
+    assert "--optimizer momentum;" in _summary("plan", "resnet18", "-p", "4") and \
+        '"optimizer": "momentum"' in _summary("plan", "resnet18", "-p", "4", "--json")
+    adam = _summary("predict", "gpt-tiny", "-p", "4", "--json")
+    momentum = _summary("predict", "gpt-tiny", "-p", "4", "--optimizer", "momentum", "--json")
+    optimizer_bytes = [int(re.search(r'"optimizer": (\d+)', out).group(1)) for out in (adam, momentum)]
+    assert optimizer_bytes[0] == 2 * optimizer_bytes[1] > 0  # Adam's two moments against momentum's one

@@ -138,7 +138,7 @@ def test_a_machine_without_fp8_refuses_in_one_line():
 def test_no_kernel_set_runs_fp8_and_both_say_so_in_one_line(tmp_path):
     plan = tmp_path / "fp8.yaml"
     made = runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "--machine", "dgx-h100", "--precision", "fp8",
-                               "--out", str(plan)])
+                               "--optimizer", "momentum", "--out", str(plan)])
     assert made.exit_code == 0, made.output
     ran = runner.invoke(app, ["execute", str(plan), "--ranks", "2"])
     assert ran.exit_code == 2 and "no FP8 GEMMs" in ran.output and "Traceback" not in ran.output

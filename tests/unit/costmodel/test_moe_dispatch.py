@@ -159,7 +159,7 @@ def test_flex_is_refused_off_a_gpu_machine_in_one_line():
 def test_a_flex_plan_records_it_predicts_it_again_and_execute_refuses_it(tmp_path):
     out = tmp_path / "p.yaml"
     args = ["plan", "tiny-moe", "-p", "16", "-b", "16", "--machine", "dgx-h100", "--precision", "bf16",
-            "--moe-dispatch", "flex", "--time-limit", "10", "--out", str(out), "--json"]
+            "--optimizer", "momentum", "--moe-dispatch", "flex", "--time-limit", "10", "--out", str(out), "--json"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     data = yaml.safe_load(out.read_text())

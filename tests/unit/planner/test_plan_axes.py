@@ -96,7 +96,7 @@ def test_an_interleaved_plan_round_trips_through_its_file(tmp_path):
     refuses it in one line (it runs 1F1B and GPipe)."""
     net, out = _gpt8(tmp_path), tmp_path / "plan.yaml"
     args = ["plan", net, "-p", "8", "-b", "16", "--machine", "dgx-a100", "--precision", "fp16", "--memory", "0.004",
-            "--pipeline", "auto", "--schedule", "interleaved", "--out", str(out), "--json"]
+            "--pipeline", "auto", "--schedule", "interleaved", "--optimizer", "momentum", "--out", str(out), "--json"]
     got = CliRunner().invoke(app, args)
     assert got.exit_code == 0, got.output
     planned = json.loads(got.stdout)
