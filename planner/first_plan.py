@@ -35,7 +35,7 @@ from planner.plan.plan import Plan
 from planner.refusal import refusal
 from planner.solvers import Budget
 from planner.pipeline.stack import uniform_stack
-from planner.zero_choice import Beaten, Weighed, fastest_stage, overall_gap
+from planner.zero_choice import ATTENTION_ORDER, ORDER, Beaten, Weighed, fastest_stage, overall_gap
 
 GIB = 2.0 ** 30
 #: the stages tried in order on the executor's own machine (a CPU), the next only when nothing fits
@@ -88,7 +88,8 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
             return plan_at(settings)
         if machine.device.kind == "cpu":
             return _when_nothing_fits(plan_at, settings)
-        answer, zero, weighed = fastest_stage(settings, plan_at, _outcome, _wrap)
+        order = ATTENTION_ORDER if any(layer.op == "attention" for layer in net.layers) else ORDER
+        answer, zero, weighed = fastest_stage(settings, plan_at, _outcome, _wrap, order)
     except _NoneFits as err:
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None

@@ -23,9 +23,13 @@ Each stage's search is given the fastest step held so far as a ceiling: pipeline
 pairs whose lower bound reaches it are not searched (:func:`planner.pipeline.search.search_pipeline`),
 nor proven against.
 
-The stages run in the order 0, 1, 2, 3 (ZeRO-0 first: the plan given before the choice, so a
-search the time limit cuts short answers no worse; ZeRO-1 planned first, given a quarter of the
-time, spent it on one slow pipeline pair for llama3.1-405b on 16,384 GPUs). Each stage may take
+The stages run in the order 0, 1, 2, 3 for a network without attention (ZeRO-0 first: the plan
+given before the choice, so a search the time limit cuts short answers no worse), and 1, 3, 0, 2
+for one with attention (:data:`ATTENTION_ORDER`: the layouts transformer users run first,
+Megatron-Core's distributed optimiser and FSDP's full sharding, so the answer a short search gives
+is one of theirs and ZeRO-0 is searched under their step as its ceiling; Qwen3-30B-A3B on 64 H100s,
+searched 0 first, spent the 20 s default on ZeRO-0's pipelines and left out ZeRO-3 without a
+pipeline, 9% faster). Each stage may take
 the whole time left to find its first plan; once it holds one, its search ends at its share of
 the time left (:class:`Share`: the time left over the stages that may still be planned, itself
 and the later of 1 and 3, as 2 is planned only where 1 has no plan) unless it is still finding
@@ -55,8 +59,9 @@ from networks.errors import DnnplanError
 from planner.problem.solve import Settings
 from planner.solvers import Budget
 
-#: the order the stages are planned in (module docstring)
+#: the order the stages are planned in (module docstring): a network without attention, and one with it
 ORDER = (0, 1, 2, 3)
+ATTENTION_ORDER = (1, 3, 0, 2)
 #: a stage after the first is planned only while this share of the time limit is left: a search
 #: given less bounds few pipeline pairs and may search a slow one first
 LATE_SHARE = 0.25
@@ -130,8 +135,10 @@ class Share(Budget):
 
 
 def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None], object], outcome: Callable[[object], Weighed],
-                  wrap: Callable[[object, Budget, Settings], object]) -> tuple[object, int, list[Weighed]]:
-    """The fastest answer over the ZeRO stages (module docstring) and what each stage gave.
+                  wrap: Callable[[object, Budget, Settings], object],
+                  order: tuple[int, ...] = ORDER) -> tuple[object, int, list[Weighed]]:
+    """The fastest answer over the ZeRO stages, planned in ``order`` (module docstring), and what
+    each stage gave.
 
     ``plan_at(settings, ceiling)`` plans under ``settings`` (its ``zero`` and ``budget`` set per
     stage; ``ceiling``, the fastest step held so far, or None) and raises :class:`DnnplanError` when
@@ -144,14 +151,14 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
     answers: dict[int, object] = {}
     errors: list[tuple[bool, DnnplanError]] = []
     first_s: float | None = None  # how long the first stage planned took
-    for z in ORDER:
+    for z in order:
         if (why := _skip(z, done)) is not None:
             done[z] = why
             continue
         if parent is not None and (parent.expired() or (done and _short(parent, first_s))):
             done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not planned (the time limit came first){UNCOVERED}")
             continue
-        trial = dataclasses.replace(settings.with_zero(z), budget=_share(parent, z, done, settings, wrap))
+        trial = dataclasses.replace(settings.with_zero(z), budget=_share(parent, z, done, settings, wrap, order))
         started = None if parent is None else parent.clock()
         held = min((done[x].step_s for x in answers), default=None)
         try:
@@ -209,17 +216,18 @@ def _late(budget: Budget | None) -> bool:
     return budget is not None and budget.expired()
 
 
-def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Settings, wrap) -> Budget | None:
+def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Settings, wrap,
+           order: tuple[int, ...] = ORDER) -> Budget | None:
     """Stage ``z``'s budget: the time left, and its share of it once it holds a plan (module docstring)."""
     if parent is None:
         return None
-    left = [x for x in ORDER if x not in done and x != z and _skip(x, done) is None]
+    left = [x for x in order if x not in done and x != z and _skip(x, done) is None]
     seconds = parent.left()
 
     def lower(own: float) -> float:  # the least lower bound over the stages planned so far
         return min([own] + [w.lower_s for w in done.values()])
 
-    later = [x for x in ORDER if x > z and x != 2 and x not in done]  # 2: only where 1 has no plan
+    later = [x for x in order[order.index(z) + 1:] if x != 2 and x not in done]  # 2: only where 1 has no plan
     share = None if seconds is None else seconds / (1 + len(later))
     planned = [f"ZeRO-{w.zero}" for w in done.values() if w.step_s is not None or w.lower_s < float("inf")]
     covered = (f"stopped while planning ZeRO-{z}: the gap stated covers " + ", ".join(planned + [f"ZeRO-{z}"])
