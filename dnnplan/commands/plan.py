@@ -90,8 +90,9 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
         try:
             ctx = context.resolve(network, devices, batch, machine, profile, refresh,
                                   choices.but(recompute="auto" if recompute else "none"), foreign_profile)
-            if (line := refresh_warning(refresh, ctx.compute)) is not None:
-                warn(line)
+            for line in [refresh_warning(refresh, ctx.compute), *ctx.choices.idle(ctx.network)]:
+                if line is not None:
+                    warn(line)
             limit = None if memory is None else memory * GIB
             settings = planning.settings_for(ctx, solver, gap, budget)
             if sweep:

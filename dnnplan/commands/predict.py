@@ -80,6 +80,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     ctx = context.resolve(network, devices, batch, machine, profile, choices=choices.but(recompute=recompute,
                           schedule=schedule), foreign_ok=foreign_profile)
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
+    for line in ctx.choices.idle(ctx.network):
+        warn(line)
     if choices.framework == "deepspeed":
         return render.deepspeed(ctx, *predicting.deepspeed_step(ctx, micro_batches), micro_batches, as_json)
     if pipeline > 1 or (schedule != "1f1b" and micro_batches > 1):  # one 1F1B stage: accumulation

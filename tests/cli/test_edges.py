@@ -1,0 +1,53 @@
+"""The command line's edges: a reader that leaves, numbers no value can be, flags that change nothing."""
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from dnnplan.cli import EXIT_PIPE, app
+
+runner = CliRunner()
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly_as_a_shell_expects():
+    """`dnnplan info resnet152 | head -1`: the writes after the reader left end the command with
+    128 + SIGPIPE and nothing on stderr (rich's own console would exit 1)."""
+    for args in (["info", "resnet152"], ["info", "resnet152", "--json"]):
+        proc = subprocess.Popen([sys.executable, "-m", "dnnplan", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, bufsize=0)
+        assert proc.stdout.read(1)  # the first byte (its output, 75 and 100 kB, is more than a pipe holds)
+        proc.stdout.close()  # the reader leaves
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == EXIT_PIPE == 141, err
+        assert err == ""
+
+
+def test_a_number_no_value_can_be_is_one_line_naming_the_file(tmp_path):
+    huge = "9" * 5000  # past the 4,300 digits Python reads into an integer
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "llama", "vocab_size": %s, "hidden_size": 64, "intermediate_size": 128, '
+                      '"num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 128}' % huge)
+    spec = tmp_path / "big.yaml"
+    spec.write_text("name: big\ninput: [3, 32, 32]\nlayers:\n  - {name: fc, op: linear, features: %s}\n" % huge)
+    for path, where in ((config, str(config)), (spec, f"{spec}:4")):
+        got = runner.invoke(app, ["plan", str(path), "-p", "2"])
+        assert got.exit_code == 2, got.output
+        assert got.output.startswith(f"error: {where}") and "more than 4,300 digits" in got.output
+        assert "internal error" not in got.output and "set_int_max_str_digits" not in got.output
+
+
+def test_a_flag_that_changes_nothing_for_the_network_says_so():
+    cases = ((["plan", "resnet18", "-p", "2", "--moe-dispatch", "flex", "--machine", "dgx-h100"],
+              "--moe-dispatch flex changes nothing: resnet18 has no mixture-of-experts layer"),
+             (["plan", "gpt-tiny", "-p", "2", "--batch-norm", "local"],
+              "--batch-norm local changes nothing: gpt-tiny has no batch normalisation"),
+             (["predict", "resnet18", "--attention", "flash"],
+              "--attention flash changes nothing: resnet18 has no attention layer"),
+             (["predict", "resnet18", "-p", "2", "--overlap", "none", "--bucket-mb", "50"],
+              "--bucket-mb 50 changes nothing: --overlap none overlaps no gradient bucket"))
+    for args, line in cases:
+        got = runner.invoke(app, args)
+        assert got.exit_code == 0 and f"warning: {line}" in got.output, got.output
+    used = runner.invoke(app, ["plan", "tiny-moe", "-p", "2", "--moe-dispatch", "flex", "--machine", "dgx-h100"])
+    assert used.exit_code == 0 and "changes nothing" not in used.output
