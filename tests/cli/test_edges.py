@@ -1,8 +1,10 @@
 """The command line's edges: a reader that leaves, numbers no value can be, flags that change nothing."""
 
+import json
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import EXIT_PIPE, app
@@ -51,3 +53,22 @@ def test_a_flag_that_changes_nothing_for_the_network_says_so():
         assert got.exit_code == 0 and f"warning: {line}" in got.output, got.output
     used = runner.invoke(app, ["plan", "tiny-moe", "-p", "2", "--moe-dispatch", "flex", "--machine", "dgx-h100"])
     assert used.exit_code == 0 and "changes nothing" not in used.output
+
+
+def test_a_token_budget_and_a_price_add_time_and_cost_to_train():
+    """--tokens and --gpu-hour-price: the summary's line and the JSON's ``train``, at the step the
+    command predicts (plan and predict alike)."""
+    args = ["gpt2", "-p", "8", "--tokens", "1B", "--gpu-hour-price", "2"]
+    for command in ("plan", "predict"):
+        data = json.loads(runner.invoke(app, [command, *args, "--json"]).stdout)
+        train = data["train"]
+        per_step = data["batch"] * 1024  # gpt2's sequence
+        assert train["tokens_per_step"] == per_step and train["steps"] == -(-10 ** 9 // per_step)
+        assert train["seconds"] == pytest.approx(train["steps"] * data["step_s"], rel=1e-12)
+        assert train["cost"] == pytest.approx(train["device_hours"] * 2, rel=1e-12)
+        text = runner.invoke(app, [command, *args]).output
+        assert "to train 1B tokens:" in text and "device-hours" in text
+    for args, line in ((["predict", "resnet50", "--tokens", "1T"], "reads no token ids"),
+                       (["plan", "gpt2", "--gpu-hour-price", "2"], "--gpu-hour-price prices a token budget")):
+        bad = runner.invoke(app, args)
+        assert bad.exit_code == 2 and line in bad.output, bad.output
