@@ -43,6 +43,9 @@ from networks.errors import DnnplanError
 from networks.writing import EXIT_SYSTEM, SystemFailure, reason
 
 _BLANK_LINES = re.compile(r"\n\s*\n")
+#: The exit of a command whose reader left (`dnnplan ... | head`): a shell's 128 + SIGPIPE, as a
+#: writer the signal ends reports it
+EXIT_PIPE = 128 + 13
 
 
 def reflow(doc: str | None) -> str:
@@ -79,10 +82,10 @@ class Group(TyperGroup):
             fail_line("out of memory: what was asked needs more memory than this computer has "
                       "(try a smaller --batch, --sizes or network)")
             raise typer.Exit(2) from None
-        except BrokenPipeError:  # `dnnplan ... | head`: the reader left; not an error
+        except BrokenPipeError:  # `dnnplan ... | head`: the reader left (dnnplan.render.console)
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again
-            raise typer.Exit(0) from None
+            raise typer.Exit(EXIT_PIPE) from None
         except OSError as err:  # the system failed under a library call (a temporary folder on a full disk)
             if os.environ.get("DNNPLAN_DEBUG"):
                 raise

@@ -23,6 +23,7 @@ from costmodel.choices.training import TrainingChoices
 from costmodel.compute.model import ComputeModel, OnDemand
 from costmodel.machine.model import MAX_DEVICES
 from costmodel.parallel.axes import CONTEXT, EXPERT, PIPELINE, TENSOR
+from costmodel.step.train_time import parse_tokens
 from networks.errors import DnnplanError, short
 from networks.ops.base import MAX_INT
 
@@ -345,6 +346,23 @@ PlanProveOpt = Annotated[float, typer.Option(
 PlanMicroBatchesOpt = Annotated[Optional[int], typer.Option(
     "--micro-batches", help="With --pipeline: micro-batches per step (must divide the batch) instead of "
     "searching them.", callback=within("--micro-batches", 1, MAX_INT))]
+
+
+# --- time and cost to train ------------------------------------------------------------------
+
+TokensOpt = Annotated[Optional[str], typer.Option(
+    "--tokens", help="Tokens to train a language model on (15T, 300B, 2e12): the summary adds the steps, days, "
+    "device-hours and, with --gpu-hour-price, the cost at the predicted step.", show_default=False)]
+PriceOpt = Annotated[Optional[float], typer.Option(
+    "--gpu-hour-price", help="Price of one device for one hour (any currency), for --tokens's cost.",
+    callback=within("--gpu-hour-price", 0, 1e6), show_default=False)]
+
+
+def token_budget(tokens: str | None, price: float | None) -> float | None:
+    """``--tokens`` as a number (None: not given); a price without a budget is one line."""
+    if price is not None and tokens is None:
+        raise DnnplanError("--gpu-hour-price prices a token budget", hint="give --tokens too, e.g. --tokens 15T")
+    return None if tokens is None else parse_tokens(tokens)
 
 
 # --- the training choices ----------------------------------------------------------------------

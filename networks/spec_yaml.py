@@ -12,6 +12,9 @@ import yaml
 
 from networks.errors import DnnplanError, short
 
+#: Why a number with more digits than Python reads into an integer (4,300) is refused
+DIGITS = "a number of more than 4,300 digits, more than any value can be"
+
 
 class LDict(dict):
     """A YAML mapping that remembers the line it started on."""
@@ -53,7 +56,8 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LDict:
             out[key] = loader.construct_object(value_node, deep=True)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as err:
             # a value the resolver (or an explicit tag: !!bool x, !!timestamp 1) names but cannot build
-            raise yaml.constructor.ConstructorError(None, None, f"cannot read the value of '{key}': {err}",
+            why = DIGITS if "integer string conversion" in str(err) else err
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read the value of '{key}': {why}",
                                                     value_node.start_mark) from None
     return out
 

@@ -150,6 +150,19 @@ class TrainingChoices:
                 if f.metadata.get("file", NEVER) != NEVER and f.name != "given"}
         return TrainingChoices(**(kept | recorded))
 
+    def idle(self, net: Network) -> list[str]:
+        """The choices the user named that change nothing for ``net``, each in one line naming its
+        flag and why (a flag left in by mistake is then seen, not silently ignored)."""
+        ops = {layer.op for layer in net.layers}
+        idle = {"moe_dispatch": ("moe" not in ops, f"{net.name} has no mixture-of-experts layer"),
+                "batch_norm": ("batchnorm2d" not in ops, f"{net.name} has no batch normalisation"),
+                "attention": ("attention" not in ops, f"{net.name} has no attention layer"),
+                "bucket_mb": (self.overlap.split("@")[0] == "none", "--overlap none overlaps no gradient bucket")}
+        return [f"--{name.replace('_', '-')} {getattr(self, name):g} changes nothing: {why}"
+                if isinstance(getattr(self, name), float) else
+                f"--{name.replace('_', '-')} {getattr(self, name)} changes nothing: {why}"
+                for name, (unused, why) in idle.items() if name in self.given and unused]
+
     def file_entries(self) -> dict[str, Any]:
         """What a plan file records of these choices, in field order (``file`` metadata)."""
         out = {}

@@ -9,10 +9,12 @@ from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carri
 
 from costmodel.choices.training import TRANSFORMER_OPTIMIZER, TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
+from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt,
                              MachineOpt, MemoryOpt, NetworkArg, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
                              PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
-                             ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt, refresh_warning, takes_choices)
+                             PriceOpt, ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt, TokensOpt, refresh_warning,
+                             takes_choices, token_budget)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
@@ -60,7 +62,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          recompute: RecomputeOpt = True, pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None,
          schedule: ScheduleOpt = "1f1b", prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False,
          step_context: PlanStepContextOpt = True, layers: LayersOpt = False, force: ForceOpt = False,
-         foreign_profile: ForeignProfileOpt = False) -> None:
+         foreign_profile: ForeignProfileOpt = False, tokens: TokensOpt = None, price: PriceOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -85,14 +87,17 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     """
     check_flags(solver, sweep, plot, bool(sweep) and (pipeline not in (None, "off") or micro_batches is not None))
     check_outputs({"--out": out, "--plot": plot}, force)
+    train_tokens = token_budget(tokens, price)
     budget = search_budget(time_limit)
     with stop_on_ctrl_c(budget), progress_line(budget):
         try:
             ctx = context.resolve(network, devices, batch, machine, profile, refresh,
                                   choices.but(recompute="auto" if recompute else "none"), foreign_profile,
                                   network_defaults=True)
-            if (line := refresh_warning(refresh, ctx.compute)) is not None:
-                warn(line)
+            for line in [refresh_warning(refresh, ctx.compute), *ctx.choices.idle(ctx.network)]:
+                if line is not None:
+                    warn(line)
+            per_step = None if train_tokens is None else tokens_per_step(ctx.network, ctx.batch)
             limit = None if memory is None else memory * GIB
             settings = planning.settings_for(ctx, solver, gap, budget)
             if sweep:
@@ -108,7 +113,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                 fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s, before any plan was found")
                 end(stops.exit_code())
             answer = budget.best.finish()
-    show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx))
+    budgeted = None if train_tokens is None else (train_tokens, per_step, price)
+    show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx), budgeted)
     if budget.stop_requested:
         fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s: the best plan found so far is shown")
         end(stops.exit_code())
@@ -133,17 +139,19 @@ def _defaults(click: typer.Context, ctx: Context) -> tuple[str, ...]:
 
 
 def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: str | None, as_json: bool,
-         layers: bool, defaults: tuple[str, ...]) -> None:
-    """Write the plan (``--out``) and print it: the summary first (dnnplan.render.answer)."""
+         layers: bool, defaults: tuple[str, ...], budgeted: tuple | None = None) -> None:
+    """Write the plan (``--out``) and print it: the summary first (dnnplan.render.answer); with
+    ``budgeted`` (tokens, tokens a step, price), the time and cost to train them."""
     answer, made = planning.finished(ctx, request, settings, answer)
     got = answer.pipeline
+    train = None if budgeted is None else train_time(made.step_s, budgeted[1], ctx.devices, budgeted[0], budgeted[2])
     if out:
         write_plan(made, out)
     if as_json:
-        print(json.dumps({**render.plan_json(ctx, answer, made, got),
+        print(json.dumps({**render.plan_json(ctx, answer, made, got, train),
                           "answered_in_s": round(settings.budget.elapsed(), 3)}))
         return
-    render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit), layers)
+    render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit, train), layers)
     if out:
         how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if got is not None else \
             f"evaluate it, or an edited copy, with `dnnplan predict {out}`"

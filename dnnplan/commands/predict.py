@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from costmodel.choices.training import FRAMEWORKS, TrainingChoices
+from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.output import check_outputs
 from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForceOpt, ForeignProfileOpt,
                              JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, PipelineOpt, PlanOutOpt,
                              PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
-                             SequenceParallelOpt, StrategyOpt, TensorOpt, takes_choices)
+                             SequenceParallelOpt, StrategyOpt, TensorOpt, PriceOpt, TokensOpt, takes_choices,
+                             token_budget)
 from dnnplan.render import predict as render, tables
 from dnnplan.render.messages import warn
 from executor.session import predict as predicting
@@ -52,7 +54,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
-            foreign_profile: ForeignProfileOpt = False, out: PlanOutOpt = None, force: ForceOpt = False) -> None:
+            foreign_profile: ForeignProfileOpt = False, out: PlanOutOpt = None, force: ForceOpt = False,
+            tokens: TokensOpt = None, price: PriceOpt = None) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -68,11 +71,17 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     gradients: M micro-batches one after another, the activations of one held, the gradients
     reduced and the weights updated once a step.
     """
+    budget = token_budget(tokens, price)
+
+    def train(net, batch: int, devices: int, step_s: float):  # the budget's time and cost at the step
+        return None if budget is None else train_time(step_s, tokens_per_step(net, batch), devices, budget, price)
+
     if is_plan_file(network):
         got = predicting.plan_step(network, profile, step_context, foreign_profile, choices)
         for line in got.ahead.warnings if got.ahead else ():
             warn(line)
-        return render.plan_step(network, got, layers, as_json)
+        return render.plan_step(network, got, layers, as_json,
+                                train(got.network, got.plan.batch, got.plan.devices, got.prediction.step_s))
     splits = LayerSplits(strategy, tensor, sequence_parallel, context_, expert)
     choices, flag = framework_of(choices, runtime)
     check_options(splits.megatron, strategy, out, force, choices.framework, pipeline, micro_batches)
@@ -80,15 +89,21 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     ctx = context.resolve(network, devices, batch, machine, profile, choices=choices.but(recompute=recompute,
                           schedule=schedule), foreign_ok=foreign_profile, network_defaults=True)
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
+    train(ctx.network, ctx.batch, ctx.devices, 0.0)  # a budget of tokens for a network of none: one line, now
+    for line in ctx.choices.idle(ctx.network):
+        warn(line)
     if choices.framework == "deepspeed":
-        return render.deepspeed(ctx, *predicting.deepspeed_step(ctx, micro_batches), micro_batches, as_json)
+        step, fallbacks, micro = predicting.deepspeed_step(ctx, micro_batches)
+        return render.deepspeed(ctx, step, fallbacks, micro, micro_batches, as_json,
+                                train(ctx.network, ctx.batch, ctx.devices, step.step_s))
     if pipeline > 1 or (schedule != "1f1b" and micro_batches > 1):  # one 1F1B stage: accumulation
-        return render.pipelined(predicting.pipelined(ctx, splits, pipeline, micro_batches, chunks), as_json)
+        got = predicting.pipelined(ctx, splits, pipeline, micro_batches, chunks)
+        return render.pipelined(got, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s))
     got = predicting.step(ctx, splits, micro_batches)
     if got.plain is not None and (line := render.recompute_warning(ctx.network, recompute, got.prediction,
                                                                     got.plain)) is not None:
         warn(line)
-    render.step(ctx, got, layers, as_json)
+    render.step(ctx, got, layers, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s))
     if out:
         write_plan(predicting.as_plan(ctx, got.prediction, network, machine), out)
         if not as_json:

@@ -43,6 +43,7 @@ class Facts:
     #: the memory limit asked for (a device's memory, or --memory); the plan's solver record keeps the
     #: limit it was solved under, lower where the answer was planned again (planner.fit_check)
     limit_bytes: float | None = None
+    train: object = None  # a token budget's time and cost (costmodel.step.train_time.TrainTime), or None
 
 
 def breakdown_text(terms) -> str:
@@ -70,6 +71,22 @@ def memory_mfu_line(peak_bytes: float, limit_bytes: float | None, mfu: float | N
     limit = f" (limit {fmt.nbytes(limit_bytes)})" if limit_bytes else ""
     util = "" if mfu is None else f";  model FLOP utilisation {mfu:.1%}{mfu_note(mfu)}"
     return f"memory {fmt.nbytes(peak_bytes)} a device{limit}{util}"
+
+
+def train_line(t) -> str:
+    """Time and cost to train a token budget (costmodel.step.train_time.TrainTime) at the step."""
+    cost = "" if t.cost is None else f", {t.cost:,.0f} at {t.price_per_device_hour:g} a device-hour"
+    return (f"to train {_count(t.tokens)} tokens: {t.steps:,} steps of {t.tokens_per_step:,} tokens, {t.days:,.1f} days on "
+            f"{t.devices:,} devices ({t.device_hours:,.0f} device-hours{cost}; the steps alone: no warm-up, "
+            "evaluation, checkpoints or failures)")
+
+
+def _count(n: float) -> str:
+    """A count with its suffix: 15T, 300B, 2.5M."""
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.4g}{suffix}"
+    return f"{n:g}"
 
 
 def mfu_note(mfu: float) -> str:

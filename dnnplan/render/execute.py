@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from rich.console import Console
+from dnnplan.render.console import Console
 from rich.markup import escape
 from rich.table import Table
 

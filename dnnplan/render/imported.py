@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from dnnplan.render.console import Console
 
 from networks.ir import Network
 

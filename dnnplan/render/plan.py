@@ -16,7 +16,7 @@ from costmodel.comm.overlap import resolve_overlap
 from costmodel.step.pipeline import pipeline_json
 from dnnplan.render import fmt
 from dnnplan.render.answer import (Facts, assumptions_line, comm_line, gap_line, header_lines, layout_line,
-                                   memory_mfu_line, step_line)
+                                   memory_mfu_line, step_line, train_line)
 from dnnplan.render.tables import console, memory_line, pipeline_table
 from executor.session.step_choice import fastest
 from planner.problem.solve import speedup, strategy_mix
@@ -45,6 +45,8 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         console.print(line)
     limit = facts.limit_bytes or plan.solver.get("memory_limit_bytes")
     console.print(memory_mfu_line(plan.memory_peak_bytes, limit, plan.mfu))
+    if facts.train is not None:
+        console.print(train_line(facts.train))
     if plan.memory_parts and got is None:
         console.print(memory_line(plan.memory_parts))
     if got is None:
@@ -304,9 +306,11 @@ def _mix(strategies) -> str:
     return " ".join(f"{k} x{v}" for k, v in sorted(out.items(), key=lambda kv: -kv[1])[:3])
 
 
-def facts(ctx: Context, answer, plan: Plan, got, defaults: tuple[str, ...], limit: float | None) -> Facts:
+def facts(ctx: Context, answer, plan: Plan, got, defaults: tuple[str, ...], limit: float | None,
+          train=None) -> Facts:
     """What the summary states of an answer (dnnplan.render.answer): ``got`` the pipeline search's
-    choice (else None), ``defaults`` the flags assumed, ``limit`` the memory limit asked for."""
+    choice (else None), ``defaults`` the flags assumed, ``limit`` the memory limit asked for,
+    ``train`` a token budget's time and cost."""
     ops = {layer.name: layer.op for layer in ctx.network.layers}
     attention = tuple(sorted({kernel_algorithm(lp.algorithm) or attention_default(ctx.machine)  # recompute: its own
                               for lp in plan.layers if ops.get(lp.name) == "attention"}))
@@ -318,7 +322,7 @@ def facts(ctx: Context, answer, plan: Plan, got, defaults: tuple[str, ...], limi
                  ctx.choices.moe_dispatch if "moe" in ops.values() else "",
                  axes_line(plan_axes(ctx.network, plan, got), pipeline_axis(got, plan), choices.zero),
                  "; ".join(x for x in (answer.zero_why, answer.memory_note) if x),
-                 limit if limit is not None else ctx.machine.device.mem_capacity_bytes)
+                 limit if limit is not None else ctx.machine.device.mem_capacity_bytes, train)
 
 
 def pipeline_axis(got, plan: Plan) -> str:
@@ -332,10 +336,13 @@ def pipeline_axis(got, plan: Plan) -> str:
     return f"pipeline {got.stages} ({how}), {got.micro_batches} micro-batches of {got.micro_batch}"
 
 
-def plan_json(ctx: Context, answer, plan: Plan, got) -> dict:
-    """`dnnplan plan --json`: the plan file's fields, the step context, the layout by axis, and for a
-    pipelined plan the search's choice and every candidate it weighed."""
+def plan_json(ctx: Context, answer, plan: Plan, got, train=None) -> dict:
+    """`dnnplan plan --json`: the plan file's fields, the step context, the layout by axis, for a
+    pipelined plan the search's choice and every candidate it weighed, and with ``train`` a token
+    budget's time and cost."""
     out = {**plan_to_dict(plan), "step_context": step_context_dict(list(answer.timed))}
+    if train is not None:
+        out["train"] = train.json()
     out["axes"] = {**plan_axes(ctx.network, plan, got), "zero": answer.settings.choices.zero}
     if got is not None:
         out.update({**pipeline_json(got.prediction), "cut_blocks": list(got.cut), "mfu": plan.mfu,

@@ -10,40 +10,45 @@ from costmodel.step.breakdown import comm_parts
 from costmodel.step.pipeline import pipeline_json
 from costmodel.step.prediction import prediction_json
 from dnnplan.render import fmt, tables
+from dnnplan.render.answer import train_line
 from dnnplan.render.plan import SMALL_NETWORK
 from executor.session.predict import PlanStep, Predicted
 from networks.ir import Network
 from profiler.context import Context
 
 
-def step(ctx: Context, got: Predicted, layers: bool, as_json: bool) -> None:
-    """`dnnplan predict NET`'s answer: JSON, or the step by term, memory and MFU first."""
+def step(ctx: Context, got: Predicted, layers: bool, as_json: bool, train=None) -> None:
+    """`dnnplan predict NET`'s answer: JSON, or the step by term, memory and MFU first; ``train``: a
+    token budget's time and cost (costmodel.step.train_time.TrainTime)."""
     pred = got.prediction
     if as_json:
         print(json.dumps({**prediction_json(pred), "fallbacks": [f.__dict__ for f in got.fallbacks],
-                          "mfu": got.mfu}))
+                          "mfu": got.mfu, **_train(train)}))
         return
     tables.prediction_table(pred, got.fallbacks, got.mfu, layers or len(pred.layers) <= SMALL_NETWORK,
                             ctx.machine.device.mem_capacity_bytes)
+    _train_line(train)
 
 
-def pipelined(got: Predicted, as_json: bool) -> None:
+def pipelined(got: Predicted, as_json: bool, train=None) -> None:
     """`dnnplan predict NET --pipeline S`'s answer: JSON, or the stages' table and the first fallback."""
     pred = got.prediction
     if as_json:
         comm = dict(comm_parts(pred))
         print(json.dumps({**pipeline_json(pred), "overlap": pred.stages[0].micro.overlap,
                           "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
-                          "fallbacks": [f.__dict__ for f in got.fallbacks]}))
+                          "fallbacks": [f.__dict__ for f in got.fallbacks], **_train(train)}))
         return
     tables.pipeline_table(pred)
+    _train_line(train)
     if got.fallbacks:
         f = got.fallbacks[0]
         tables.console.print(f"{len(got.fallbacks)} layer(s) could not take their split and run data parallel "
                              f"instead, first {f.layer} ({f.wanted}: {f.reason})")
 
 
-def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches: int, as_json: bool) -> None:
+def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches: int, as_json: bool,
+              train=None) -> None:
     """DeepSpeed's ZeRO-3 step (costmodel.frameworks.deepspeed.Zero3Step): JSON, or its terms in words."""
     out = {"runtime": "deepspeed", "network": ctx.network.name, "devices": ctx.devices, "batch": ctx.batch,
            "micro_batches": micro_batches, "step_s": step_.step_s, "per_micro_s": step_.per_micro_s,
@@ -51,7 +56,7 @@ def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches:
            "gather_s": step_.gather_s, "gathers_in_backward": step_.gathers_in_backward,
            "reduce_scatter_s": step_.reduce_scatter_s, "update_s": step_.update_s,
            "exposed_comm_s": step_.exposed_comm_s, "memory_peak_bytes": step_.memory_peak_bytes,
-           "fallbacks": [f.__dict__ for f in fallbacks]}
+           "fallbacks": [f.__dict__ for f in fallbacks], **_train(train)}
     if as_json:
         print(json.dumps(out))
         return
@@ -66,18 +71,21 @@ def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches:
     if fallbacks:
         c.print(f"{len(fallbacks)} layer(s) could not split the micro-batch over every device and run "
                 f"data parallel on fewer, first {fallbacks[0].layer}")
+    _train_line(train)
 
 
-def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool) -> None:
+def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None) -> None:
     """`dnnplan predict plan.yaml`'s answer: JSON, or the step's table and how it compares with the
     step the plan file recorded."""
     plan, pred, ahead = got.plan, got.prediction, got.ahead
     if plan.pipeline is not None and ahead is None:
         if as_json:
-            print(json.dumps({**pipeline_json(pred), "plan": {"file": path, "recorded_step_s": plan.step_s}}))
+            print(json.dumps({**pipeline_json(pred), "plan": {"file": path, "recorded_step_s": plan.step_s},
+                              **_train(train)}))
             return
         tables.pipeline_table(pred)
         recorded_line(plan.step_s, pred.step_s)
+        _train_line(train)
         return
     alone = ahead.profile_step_s if ahead else None
     if as_json:
@@ -86,10 +94,11 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool) -> None:
         out["plan"] = {"file": path, "recorded_step_s": plan.step_s}
         out["as_execute_predicts"] = ahead is not None
         out["profile_predicted_step_s"] = alone
-        print(json.dumps(out))
+        print(json.dumps({**out, **_train(train)}))
         return
     tables.prediction_table(pred, (), got.mfu, layers or len(pred.layers) <= SMALL_NETWORK,
                             plan.solver.get("memory_limit_bytes"))
+    _train_line(train)
     if ahead is None:
         recorded_line(plan.step_s, pred.step_s)
         return
@@ -97,6 +106,16 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool) -> None:
     if plan.step_s:
         tables.console.print(f"the plan file recorded {plan.step_s:.6g} s, the planner's price: the profile's "
                              "kernels timed alone, no wait for other ranks")
+
+
+def _train(train) -> dict:
+    """The JSON of a token budget's time and cost, when one was asked for."""
+    return {} if train is None else {"train": train.json()}
+
+
+def _train_line(train) -> None:
+    if train is not None:
+        tables.console.print(train_line(train))
 
 
 def recorded_line(recorded_s: float, now_s: float) -> None:

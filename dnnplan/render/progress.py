@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from rich.console import Console
+from dnnplan.render.console import Console
 from rich.live import Live
 from rich.text import Text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from rich.console import Console
+from dnnplan.render.console import Console
 from rich.table import Table
 
 from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms

@@ -156,6 +156,7 @@ class PlanStep:
     predicts it before its run (:class:`AheadOfTime`)."""
 
     plan: Plan
+    network: Network  # as the plan names it
     prediction: StepPrediction | PipelinePrediction
     mfu: float | None = None
     ahead: "AheadOfTime | None" = None
@@ -183,11 +184,11 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
         ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, choices=plan.choices,
                               foreign_ok=foreign_ok)
         if plan.pipeline is not None:
-            return PlanStep(plan, predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute))
+            return PlanStep(plan, net, predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute))
         pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
                             plan.choices.sharded_optimizer, overlap=plan.choices.overlap)
     machine = load_machine(plan.machine)
-    return PlanStep(plan, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
+    return PlanStep(plan, net, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
                                                         get_precision(plan.choices.precision).matmul), ahead)
 
 

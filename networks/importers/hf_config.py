@@ -15,6 +15,7 @@ from typing import Any
 from networks.errors import DnnplanError, short
 from networks.importers.values import Val
 from networks.ops.base import MAX_INT
+from networks.spec_yaml import DIGITS
 
 _ABSENT = object()
 
@@ -27,6 +28,8 @@ def parse_config(text: str, source: str) -> dict:
         raise DnnplanError(f"not valid JSON: {err.msg} (column {err.colno})", file=source, line=err.lineno) from None
     except RecursionError:
         raise DnnplanError("not valid JSON: it nests too deeply", file=source) from None
+    except ValueError:  # a number past Python's 4,300-digit limit on reading an integer
+        raise DnnplanError(f"not valid JSON: {DIGITS}", file=source, hint="correct the number") from None
     if not isinstance(data, dict):
         raise DnnplanError(f"a Hugging Face config is a JSON object, got a {type(data).__name__}", file=source,
                            hint="give the model's config.json")

@@ -27,7 +27,7 @@ from networks.ir import Layer, Network
 from networks.loader import load_network
 from networks.ops.base import MAX_INT
 from networks.reading import read_text
-from networks.spec_yaml import load_yaml
+from networks.spec_yaml import DIGITS, load_yaml
 from networks.writing import write_file
 from planner.plan.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
@@ -266,7 +266,7 @@ def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:
                 raise _cut_short(text, None, path) from None
             raise DnnplanError(f"not valid JSON: {err.msg}", file=path, line=err.lineno) from None
         except (RecursionError, ValueError) as err:  # deep nesting; a number past Python's 4,300-digit limit
-            why = "it nests too deeply" if isinstance(err, RecursionError) else str(err)
+            why = "it nests too deeply" if isinstance(err, RecursionError) else DIGITS
             raise DnnplanError(f"not valid JSON: {why}", file=path) from None
     else:
         try:

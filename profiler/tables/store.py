@@ -20,6 +20,7 @@ from costmodel.compute.profile_table import (ProfileTable, fingerprint_id, forei
                                              table_to_dict)
 from networks.errors import DnnplanError
 from networks.reading import MAX_TABLE_BYTES, read_text
+from networks.spec_yaml import DIGITS
 from networks.writing import failure, target_kind, write_file
 from profiler.tables.lock import locked
 
@@ -80,7 +81,7 @@ def read_table(path: str | os.PathLike) -> ProfileTable:
         raise DnnplanError(f"profile table is corrupt: invalid JSON at line {err.lineno} ({err.msg})",
                            file=path, hint="delete it and run `dnnplan profile` again") from None
     except (RecursionError, ValueError) as err:  # deep nesting; a number past Python's 4,300-digit limit
-        why = "its JSON nests too deeply" if isinstance(err, RecursionError) else str(err)
+        why = "its JSON nests too deeply" if isinstance(err, RecursionError) else DIGITS
         raise DnnplanError(f"profile table is corrupt: {why}", file=path,
                            hint="delete it and run `dnnplan profile` again") from None
     return table_from_dict(data, path)

@@ -1,0 +1,74 @@
+"""The command line's edges: a reader that leaves, numbers no value can be, flags that change nothing."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from dnnplan.cli import EXIT_PIPE, app
+
+runner = CliRunner()
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly_as_a_shell_expects():
+    """`dnnplan info resnet152 | head -1`: the writes after the reader left end the command with
+    128 + SIGPIPE and nothing on stderr (rich's own console would exit 1)."""
+    for args in (["info", "resnet152"], ["info", "resnet152", "--json"]):
+        proc = subprocess.Popen([sys.executable, "-m", "dnnplan", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, bufsize=0)
+        assert proc.stdout.read(1)  # the first byte (its output, 75 and 100 kB, is more than a pipe holds)
+        proc.stdout.close()  # the reader leaves
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == EXIT_PIPE == 141, err
+        assert err == ""
+
+
+def test_a_number_no_value_can_be_is_one_line_naming_the_file(tmp_path):
+    huge = "9" * 5000  # past the 4,300 digits Python reads into an integer
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "llama", "vocab_size": %s, "hidden_size": 64, "intermediate_size": 128, '
+                      '"num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 128}' % huge)
+    spec = tmp_path / "big.yaml"
+    spec.write_text("name: big\ninput: [3, 32, 32]\nlayers:\n  - {name: fc, op: linear, features: %s}\n" % huge)
+    for path, where in ((config, str(config)), (spec, f"{spec}:4")):
+        got = runner.invoke(app, ["plan", str(path), "-p", "2"])
+        assert got.exit_code == 2, got.output
+        assert got.output.startswith(f"error: {where}") and "more than 4,300 digits" in got.output
+        assert "internal error" not in got.output and "set_int_max_str_digits" not in got.output
+
+
+def test_a_flag_that_changes_nothing_for_the_network_says_so():
+    cases = ((["plan", "resnet18", "-p", "2", "--moe-dispatch", "flex", "--machine", "dgx-h100"],
+              "--moe-dispatch flex changes nothing: resnet18 has no mixture-of-experts layer"),
+             (["plan", "gpt-tiny", "-p", "2", "--batch-norm", "local"],
+              "--batch-norm local changes nothing: gpt-tiny has no batch normalisation"),
+             (["predict", "resnet18", "--attention", "flash"],
+              "--attention flash changes nothing: resnet18 has no attention layer"),
+             (["predict", "resnet18", "-p", "2", "--overlap", "none", "--bucket-mb", "50"],
+              "--bucket-mb 50 changes nothing: --overlap none overlaps no gradient bucket"))
+    for args, line in cases:
+        got = runner.invoke(app, args)
+        assert got.exit_code == 0 and f"warning: {line}" in got.output, got.output
+    used = runner.invoke(app, ["plan", "tiny-moe", "-p", "2", "--moe-dispatch", "flex", "--machine", "dgx-h100"])
+    assert used.exit_code == 0 and "changes nothing" not in used.output
+
+
+def test_a_token_budget_and_a_price_add_time_and_cost_to_train():
+    """--tokens and --gpu-hour-price: the summary's line and the JSON's ``train``, at the step the
+    command predicts (plan and predict alike)."""
+    args = ["gpt2", "-p", "8", "--tokens", "1B", "--gpu-hour-price", "2"]
+    for command in ("plan", "predict"):
+        data = json.loads(runner.invoke(app, [command, *args, "--json"]).stdout)
+        train = data["train"]
+        per_step = data["batch"] * 1024  # gpt2's sequence
+        assert train["tokens_per_step"] == per_step and train["steps"] == -(-10 ** 9 // per_step)
+        assert train["seconds"] == pytest.approx(train["steps"] * data["step_s"], rel=1e-12)
+        assert train["cost"] == pytest.approx(train["device_hours"] * 2, rel=1e-12)
+        text = runner.invoke(app, [command, *args]).output
+        assert "to train 1B tokens:" in text and "device-hours" in text
+    for args, line in ((["predict", "resnet50", "--tokens", "1T"], "reads no token ids"),
+                       (["plan", "gpt2", "--gpu-hour-price", "2"], "--gpu-hour-price prices a token budget")):
+        bad = runner.invoke(app, args)
+        assert bad.exit_code == 2 and line in bad.output, bad.output
