@@ -292,10 +292,11 @@ def test_the_lock_serialises_writers(tmp_path):
 @pytest.mark.mpi
 def test_a_rank_that_cannot_write_its_result_is_exit_74(tmp_path):
     from executor.launch import mpiexec as launch  # noqa: PLC0415 - the launcher and its worker command
+    from profiler.probes.launch import find_mpiexec  # noqa: PLC0415
     made = _dnnplan(["plan", "lenet5", "--devices", "1", "--batch", "8", "--machine", "dgx-a100", "--out", "p.yaml"],
                     tmp_path)
     assert made.returncode == 0, made.stderr
-    cmd = launch.worker_command(launch.find_mpiexec(), 1, str(tmp_path / "p.yaml"), "/dev/full", steps=1, warmup=0,
+    cmd = launch.worker_command(find_mpiexec(), 1, str(tmp_path / "p.yaml"), "/dev/full", steps=1, warmup=0,
                                 check=False, trace=False, threads=1, timeout_s=300,
                                 progress_dir=str(tmp_path / "progress"))
     with pytest.raises(launch.RunFailed) as info:

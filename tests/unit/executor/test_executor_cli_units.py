@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 
 from dnnplan.cli import app
 from executor.launch import mpiexec as launch
+from executor.session import execute as execute_session
+from profiler.probes import launch as probe_launch
 from executor.report.collect import RankTimes, aggregate, timed_steps
 from executor.report.compare import (LayerTimes, Measured, compare, compare_prediction, comparison_json,
                               predicted_layers, rel_error)
@@ -158,10 +160,10 @@ def test_the_environment_tells_an_mpi_job(env, inside):
 
 
 def test_no_mpiexec_is_one_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(launch.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(probe_launch.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(launch.DnnplanError, match="no mpiexec"):
-        launch.find_mpiexec()
+    with pytest.raises(probe_launch.DnnplanError, match="no mpiexec"):
+        probe_launch.find_mpiexec()
 
 
 def test_worker_command_carries_every_option():
@@ -177,7 +179,7 @@ def test_wrong_rank_count_is_refused_before_launch(plan2, monkeypatch):
     def no_launch(*a, **k):
         raise AssertionError("launched")
     monkeypatch.setattr(launch, "launch", no_launch)
-    monkeypatch.setattr(launch, "find_mpiexec", no_launch)
+    monkeypatch.setattr(execute_session, "find_mpiexec", no_launch)
     result = runner.invoke(app, ["execute", plan2, "--ranks", "3"])
     assert result.exit_code == 2, result.output
     assert "plan is for 2 devices, not --ranks 3" in result.output
