@@ -27,6 +27,7 @@ from typer._click import ClickException, Context  # typer >= 0.29 (pyproject) ca
 from typer.core import TyperGroup
 
 from dnnplan.commands.execute import execute
+from dnnplan.commands.export import export
 from dnnplan.commands.import_ import import_
 from dnnplan.commands.info import info
 from dnnplan.commands.machines import machines
@@ -116,7 +117,7 @@ app = typer.Typer(
 )
 
 
-for command in (info, networks, machines, predict, plan, profile, profile_comm, execute, validate):
+for command in (info, networks, machines, predict, plan, export, profile, profile_comm, execute, validate):
     app.command(help=command_help(command))(command)  # named after the function: profile_comm -> profile-comm
 app.command(name="import", help=reflow(import_.__doc__))(import_)  # `import` is a Python keyword
 

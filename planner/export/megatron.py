@@ -1,0 +1,152 @@
+"""A plan as Megatron-LM's command-line arguments (pure: pretrain_gpt.py's flags, in order).
+
+Every option is named as Megatron-LM's own parser names it, read in NVIDIA/Megatron-LM at commit
+d98e8a64ddf34856e74b24714e3bedb2f5a39553 (Megatron-Core 0.20.0, megatron/core/package_info.py):
+``megatron/training/arguments.py`` adds some by hand and the rest from dataclass fields through
+``ArgumentGroupFactory`` (``megatron/training/argument_utils.py``: ``--`` and the field's name with
+``-`` for ``_``, a bool defaulting to False a ``store_true`` flag, ``argparse_meta`` renaming one):
+``ModelParallelConfig`` (megatron/core/model_parallel_config.py) and ``TransformerConfig``
+(megatron/core/transformer/transformer_config.py) less the names ``_add_network_size_args`` excludes,
+``TrainingConfig`` and ``CheckpointConfig`` (megatron/training/config/training_config.py),
+``DistributedInitConfig`` (megatron/training/config/common_config.py). What that parser refuses
+together is not emitted together (``validate_args``): ``--virtual-pipeline-model-parallel-size`` is
+not a flag (excluded; ``--num-layers-per-virtual-pipeline-stage`` or ``--pipeline-model-parallel-layout``
+set it, one of them), ``--tp-comm-overlap`` needs ``--sequence-parallel``, ``--overlap-param-gather``
+needs ``--overlap-grad-reduce`` and a sharded optimiser, ``--use-megatron-fsdp`` needs
+``--ckpt-format fsdp_dtensor``.
+
+The layout (:mod:`planner.export.megatron_layout`) and recomputation
+(:mod:`planner.export.megatron_recompute`) are read off the plan's layers, the model's shape
+(:mod:`planner.export.megatron_model`) off the network, and the rest off the plan's training choices:
+
+- ZeRO-1: ``--use-distributed-optimizer`` (Megatron's distributed optimiser shards the optimiser
+  state); ZeRO-2 and ZeRO-3: Megatron-FSDP (``--use-megatron-fsdp``) with
+  ``--data-parallel-sharding-strategy optim_grads`` (states and gradients) or ``optim_grads_params``
+  (and the weights). Torch FSDP2 (``--use-torch-fsdp2``) is not used: Megatron refuses it with
+  pipeline or expert parallelism, FP16, or a tied head (``--untie-embeddings-and-output-weights``);
+- precision: ``--fp16``, ``--bf16``, FP8 as ``--bf16 --fp8-format hybrid`` (dnnplan's fp8 is BF16
+  mixed precision with FP8 GEMMs); fp32 and tf32 add nothing;
+- the optimiser: ``--optimizer adam``, or ``sgd`` (dnnplan's momentum is Megatron's SGD with its
+  default ``--sgd-momentum`` 0.9; plain SGD sets it to 0);
+- overlap ``data``: ``--overlap-grad-reduce`` (and ``--overlap-param-gather`` with a sharded
+  optimiser); ``all``: also ``--tp-comm-overlap`` under sequence parallelism; ``+experts``:
+  ``--overlap-moe-expert-parallel-comm`` with expert parallelism and no full recomputation. The
+  overlap's bucket is not carried over (Megatron sizes ``--ddp-bucket-size`` in elements);
+- the MoE dispatcher: ``--moe-token-dispatcher-type`` (dnnplan's names are Megatron-Core's).
+
+Left to the user: the launcher's nodes and devices a node, the data, the tokenizer (and with it the
+vocabulary), the learning-rate schedule, checkpoints, dropout rates and biases.
+"""
+
+from __future__ import annotations
+
+from costmodel.comm.overlap import EXPERTS
+from networks.ir import Network
+from planner.export.megatron_layout import MegatronLayout, megatron_layout
+from planner.export.megatron_model import GptShape, gpt_shape
+from planner.export.megatron_recompute import megatron_recompute
+from planner.plan.plan import Plan
+
+#: the Megatron-LM release the option names were read in (module docstring)
+MEGATRON_SOURCE = "NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 (Megatron-Core 0.20.0)"
+#: dnnplan's optimisers as Megatron's ``--optimizer`` names them (plain SGD also sets ``--sgd-momentum 0``)
+OPTIMIZERS = {"adam": "adam", "momentum": "sgd", "sgd": "sgd"}
+#: ZeRO-2 and ZeRO-3 as Megatron-FSDP's ``--data-parallel-sharding-strategy``
+FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def megatron_args(plan: Plan, net: Network) -> list[str]:
+    """pretrain_gpt.py's arguments for ``plan`` of ``net`` (the network it names, as
+    :func:`planner.plan.plan_file.plan_from_dict` loads it), each flag followed by its value; or one
+    line naming the layer Megatron cannot run as planned (module docstring)."""
+    layout = megatron_layout(plan, net)
+    recompute = megatron_recompute(plan, net, layout.chunk_blocks)
+    shape = gpt_shape(net)
+    choices = plan.choices
+    out = parallel_args(layout)
+    out += ["--micro-batch-size", str(layout.micro_batch_size), "--global-batch-size", str(layout.global_batch_size),
+            "--seq-length", str(shape.seq_length)]
+    out += model_args(shape)
+    if recompute.granularity:
+        out += ["--recompute-granularity", recompute.granularity]
+    if recompute.method:
+        out += ["--recompute-method", recompute.method, "--recompute-num-layers", str(recompute.num_layers)]
+    out += precision_args(choices.precision)
+    out += ["--optimizer", OPTIMIZERS[choices.optimizer]] + (["--sgd-momentum", "0"] if choices.optimizer == "sgd"
+                                                             else [])
+    out += zero_args(choices.zero)
+    out += overlap_args(choices.overlap, layout, choices.zero, recompute.granularity == "full")
+    if shape.experts:
+        out += ["--moe-token-dispatcher-type", choices.moe_dispatch]
+    return out
+
+
+def parallel_args(layout: MegatronLayout) -> list[str]:
+    out = ["--tensor-model-parallel-size", str(layout.tensor), "--pipeline-model-parallel-size", str(layout.stages)]
+    if layout.stages > 1 and not layout.even:
+        out += ["--pipeline-model-parallel-layout", pipeline_layout(layout.blocks_per_chunk)]
+    elif layout.chunks > 1:
+        out += ["--num-layers-per-virtual-pipeline-stage", str(layout.blocks_per_chunk[0])]
+    out += ["--context-parallel-size", str(layout.context), "--expert-model-parallel-size", str(layout.expert)]
+    if layout.expert_folded:
+        out += ["--expert-tensor-parallel-size", "1"]
+    return out + (["--sequence-parallel"] if layout.sequence_parallel else [])
+
+
+def pipeline_layout(blocks_per_chunk: tuple[int, ...]) -> str:
+    """Megatron-Core's ``--pipeline-model-parallel-layout`` (megatron/core/transformer/
+    pipeline_parallel_layer_layout.py, ``parse_str_to_list``): the chunks in layer order split by
+    ``|``, ``E`` the embedding, ``t`` a transformer layer, ``L`` the loss (with the final norm and head)."""
+    parts = ["t" * n for n in blocks_per_chunk]
+    parts[0], parts[-1] = "E" + parts[0], parts[-1] + "L"
+    return "|".join(parts)
+
+
+def model_args(shape: GptShape) -> list[str]:
+    out = ["--num-layers", str(shape.num_layers), "--hidden-size", str(shape.hidden_size),
+           "--num-attention-heads", str(shape.heads)]
+    if shape.query_groups:
+        out += ["--group-query-attention", "--num-query-groups", str(shape.query_groups)]
+    if shape.kv_channels:
+        out += ["--kv-channels", str(shape.kv_channels)]
+    if shape.ffn_hidden_size:
+        out += ["--ffn-hidden-size", str(shape.ffn_hidden_size)]
+    if shape.swiglu:
+        out += ["--swiglu"]
+    if shape.experts:
+        out += ["--num-experts", str(shape.experts), "--moe-router-topk", str(shape.top_k),
+                "--moe-ffn-hidden-size", str(shape.ffn_hidden_size)]
+    if shape.rmsnorm:
+        out += ["--normalization", "RMSNorm"]
+    if shape.rotary:
+        out += ["--position-embedding-type", "rope"]
+    out += ["--max-position-embeddings", str(shape.positions or shape.seq_length)]
+    return out + (["--untie-embeddings-and-output-weights"] if shape.untied else [])
+
+
+def precision_args(precision: str) -> list[str]:
+    return {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}.get(precision, [])
+
+
+def zero_args(zero: int) -> list[str]:
+    if zero == 1:
+        return ["--use-distributed-optimizer"]
+    if zero in FSDP_SHARDING:
+        return ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", FSDP_SHARDING[zero],
+                "--ckpt-format", "fsdp_dtensor"]
+    return []
+
+
+def overlap_args(overlap: str, layout: MegatronLayout, zero: int, full_recompute: bool) -> list[str]:
+    """The overlap a plan was priced with (``data``, ``all``, ``+experts``; the bucket after ``@``
+    is not carried over), as far as Megatron-LM's checks let it (module docstring)."""
+    mode = overlap.split("@")[0]
+    base = mode.removesuffix(EXPERTS)
+    out = []
+    if base in ("data", "all"):
+        out += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if zero else [])
+    if base == "all" and layout.tensor > 1 and layout.sequence_parallel:
+        out += ["--tp-comm-overlap"]
+    if mode.endswith(EXPERTS) and layout.expert > 1 and not full_recompute:
+        out += ["--overlap-moe-expert-parallel-comm"]
+    return out

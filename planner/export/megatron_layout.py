@@ -1,0 +1,158 @@
+"""The one layout Megatron-LM runs, read off a plan's per-layer strategies (pure).
+
+Megatron-LM gives every layer the same tensor, context and expert degrees (Shoeybi et al. 2019;
+Megatron-Core's ``RankGenerator``), and cuts whole transformer layers into pipeline stages. A plan
+chooses a strategy per layer; it is Megatron's when every layer takes the strategy that
+:func:`costmodel.frameworks.megatron.megatron_strategies` gives it under the degrees the plan's first
+attention layer splits (:mod:`costmodel.parallel.axes` names them). What is not, is refused in one
+line naming the first layer that differs and how: a network Megatron's GPT model cannot hold (a
+convolution), a per-layer hybrid (a layer whose tensor degree differs), a stage cut inside a
+transformer layer, a pipeline schedule Megatron lacks (GPipe), a micro-batch the data-parallel ranks
+cannot share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.parallel.axes import CONTEXT, EXPERT, LAYER_AXES, TENSOR
+from costmodel.parallel.strategy import Strategy
+from costmodel.step.pipeline import INTERLEAVED, cut_at
+from networks.analysis import block_of
+from networks.errors import DnnplanError
+from networks.ir import Layer, Network
+from planner.plan.plan import Plan
+
+#: the ops of Megatron-LM's GPT model (pretrain_gpt.py): the embedding, transformer layers of norms,
+#: attention, MLP or mixture of experts, dropout and residual adds, the final norm, head and loss
+GPT_OPS = frozenset({"embedding", "layernorm", "rmsnorm", "attention", "dropout", "add", "linear", "gelu", "swiglu",
+                     "moe", "softmax_cross_entropy"})
+#: the pipeline schedules Megatron-LM runs: 1F1B, and its interleaved 1F1B with model chunks
+MEGATRON_SCHEDULES = ("1f1b", INTERLEAVED)
+
+
+@dataclass(frozen=True)
+class MegatronLayout:
+    """A plan's layout as Megatron-LM's degrees: tensor, context and expert (``expert_folded``: the
+    experts split over data x tensor ranks, Megatron-Core's expert tensor-parallel degree 1), the
+    sequence-parallel variant, the data-parallel degree, the pipeline's stages and model chunks a
+    device, and the transformer layers of each chunk in layer order."""
+
+    tensor: int
+    context: int
+    expert: int
+    expert_folded: bool
+    sequence_parallel: bool
+    data: int
+    stages: int
+    chunks: int
+    chunk_blocks: tuple[tuple[str, ...], ...]
+    micro_batch_size: int
+    global_batch_size: int
+
+    @property
+    def blocks_per_chunk(self) -> tuple[int, ...]:
+        return tuple(len(blocks) for blocks in self.chunk_blocks)
+
+    @property
+    def even(self) -> bool:
+        """Megatron's default cut: every chunk holds as many transformer layers."""
+        return len(set(self.blocks_per_chunk)) == 1
+
+
+def degree(strategy: Strategy, axis) -> int:
+    out = 1
+    for letter in axis.letters:
+        out *= strategy.degree(letter)
+    return out
+
+
+def gpt_layers(net: Network) -> list[Layer]:
+    """``net``'s layers, refused unless Megatron's GPT model holds each (one line naming the first that
+    it does not) and the network has attention."""
+    for layer in net.layers:
+        if layer.op not in GPT_OPS:
+            raise DnnplanError(f"{layer.op} is not a layer of Megatron-LM's GPT model (pretrain_gpt.py trains "
+                               "transformers)", layer=layer.name, hint="export a transformer's plan")
+    if not any(layer.op == "attention" for layer in net.layers):
+        raise DnnplanError(f"{net.name} has no attention layer: Megatron-LM's GPT model is a transformer",
+                           layer=net.layers[0].name, hint="export a transformer's plan")
+    inside = [i for i, layer in enumerate(net.layers) if block_of(layer) is not None]
+    for layer in net.layers[inside[0]:inside[-1]] if inside else ():
+        if block_of(layer) is None:
+            raise DnnplanError("lies between transformer layers, where Megatron-LM's GPT model holds none",
+                               layer=layer.name)
+    return list(net.layers)
+
+
+def megatron_layout(plan: Plan, net: Network) -> MegatronLayout:
+    """The plan's Megatron layout (module docstring), or one line naming the layer Megatron cannot run."""
+    layers = gpt_layers(net)
+    strategies = plan.strategies()
+    attention = next(layer for layer in layers if layer.op == "attention")
+    tensor, context = degree(strategies[attention.name], TENSOR), degree(strategies[attention.name], CONTEXT)
+    experts = [degree(strategies[layer.name], EXPERT) for layer in layers if layer.op == "moe"]
+    expert = max(experts, default=1)
+    sequence_parallel = any(s.seq_scatter for s in strategies.values())
+    ranks, micro = plan.stage_ranks, plan.micro_batch
+    try:
+        want, _ = megatron_strategies(net, ranks, micro, tensor, sequence_parallel=sequence_parallel,
+                                      context=context, expert=expert)
+    except DnnplanError as err:
+        raise DnnplanError(err.bare, layer=attention.name, hint=err.hint) from None
+    for layer in layers:
+        got = strategies[layer.name]
+        if got != want[layer.name]:
+            raise DnnplanError(f"split {got.label}, where Megatron-LM's layout of tensor {tensor}, context "
+                               f"{context}, expert {expert} splits it {want[layer.name].label}"
+                               f"{_differences(got, want[layer.name])}", layer=layer.name,
+                               hint="Megatron-LM runs one layout on every layer: export a plan of `dnnplan predict "
+                                    "NET --tensor T [--context C] [--expert E] --out FILE`")
+    data = ranks // (tensor * context)
+    if micro % data:
+        raise DnnplanError(f"a micro-batch of {micro} samples does not split over {data} data-parallel ranks",
+                           layer=attention.name, hint="re-plan with a batch a multiple of the data-parallel degree")
+    stages, chunks, blocks = _pipeline(plan, net)
+    return MegatronLayout(tensor, context, expert, expert > data, sequence_parallel, data, stages, chunks, blocks,
+                          micro // data, plan.batch)
+
+
+def _differences(got: Strategy, want: Strategy) -> str:
+    """`` (tensor 4, not 2)``: the axes whose degree differs, by the names users read."""
+    out = [f"{axis.name} {degree(got, axis)}, not {degree(want, axis)}" for axis in LAYER_AXES
+           if degree(got, axis) != degree(want, axis)]
+    return f" ({'; '.join(out)})" if out else ""
+
+
+def _pipeline(plan: Plan, net: Network) -> tuple[int, int, tuple[tuple[str, ...], ...]]:
+    """(stages, model chunks a device, transformer layers in each chunk), the cut checked: whole
+    transformer layers in each chunk, the layers before the first in the first chunk and those after
+    the last in the last (:func:`gpt_layers` has refused any between them); a schedule Megatron runs."""
+    pipe = plan.pipeline
+    if pipe is None:
+        return 1, 1, (blocks_of(net.layers),)
+    if pipe.schedule not in MEGATRON_SCHEDULES:
+        raise DnnplanError(f"Megatron-LM has no {pipe.schedule} pipeline schedule (it runs "
+                           f"{' and '.join(MEGATRON_SCHEDULES)})", layer=pipe.first_layers[0],
+                           hint="re-plan with --schedule 1f1b")
+    chunks = cut_at(net, pipe.first_layers)
+    seen: set[str] = set()
+    for i, chunk in enumerate(chunks):
+        if block_of(chunk[0]) in seen:
+            raise DnnplanError(f"pipeline chunk {i + 1} starts inside transformer layer {block_of(chunk[0])}: "
+                               "Megatron-LM cuts stages between whole transformer layers", layer=chunk[0].name,
+                               hint="re-plan, or edit the plan's pipeline first_layers to open transformer layers")
+        for layer in chunk:
+            if block_of(layer) is not None:
+                seen.add(block_of(layer))
+            elif i != (len(chunks) - 1 if seen else 0):
+                raise DnnplanError(f"in pipeline chunk {i + 1}: Megatron-LM holds the embedding in the first chunk "
+                                   "and the final norm, head and loss in the last", layer=layer.name)
+    return pipe.stages, pipe.chunks, tuple(blocks_of(chunk) for chunk in chunks)
+
+
+def blocks_of(layers: list[Layer]) -> tuple[str, ...]:
+    """The transformer layers (repeated blocks) among ``layers``, in order."""
+    return tuple(dict.fromkeys(b for b in map(block_of, layers) if b is not None))
+

@@ -1,0 +1,241 @@
+"""A plan as Megatron-LM's arguments (planner.export.megatron): plans made in-process as Megatron lays
+them out (costmodel.frameworks.megatron) give the degrees, batch, shape, recomputation, precision,
+ZeRO and overlap flags they should, every flag one Megatron-LM's parser has; what Megatron cannot
+run is refused naming the layer."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from costmodel.calls.algorithms import recompute_algorithms, with_recompute
+from costmodel.choices.training import TrainingChoices
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.parallel.strategy import Strategy
+from networks.errors import DnnplanError
+from networks.loader import load_network
+from planner.export.megatron import MEGATRON_SOURCE, megatron_args
+from planner.plan.plan import LayerPlan, PipelineSpec, Plan
+
+#: Megatron-LM's option names, each read in NVIDIA/Megatron-LM at commit
+#: d98e8a64ddf34856e74b24714e3bedb2f5a39553 (Megatron-Core 0.20.0): added by hand in
+#: megatron/training/arguments.py (--num-layers-per-virtual-pipeline-stage, --seq-length,
+#: --group-query-attention, --max-position-embeddings, --position-embedding-type, --swiglu,
+#: --untie-embeddings-and-output-weights, --optimizer, --sgd-momentum, --use-distributed-optimizer,
+#: --overlap-grad-reduce, --overlap-param-gather, --data-parallel-sharding-strategy,
+#: --pipeline-model-parallel-layout, --num-experts), or by ArgumentGroupFactory
+#: (megatron/training/argument_utils.py) from the fields of ModelParallelConfig
+#: (megatron/core/model_parallel_config.py: tensor_model_parallel_size, pipeline_model_parallel_size,
+#: context_parallel_size, expert_model_parallel_size, expert_tensor_parallel_size, sequence_parallel,
+#: fp16, bf16, tp_comm_overlap, overlap_moe_expert_parallel_comm), TransformerConfig
+#: (megatron/core/transformer/transformer_config.py: num_layers, hidden_size, num_attention_heads,
+#: num_query_groups, kv_channels, ffn_hidden_size, normalization, recompute_granularity,
+#: recompute_method, recompute_num_layers, fp8 renamed --fp8-format, moe_router_topk,
+#: moe_ffn_hidden_size, moe_token_dispatcher_type), TrainingConfig and CheckpointConfig
+#: (megatron/training/config/training_config.py: micro_batch_size, global_batch_size, ckpt_format) and
+#: DistributedInitConfig (megatron/training/config/common_config.py: use_megatron_fsdp).
+#: Not a flag there: --virtual-pipeline-model-parallel-size (its field is excluded from the parser).
+MEGATRON_FLAGS = (
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    "--pipeline-model-parallel-layout", "--context-parallel-size", "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size", "--sequence-parallel", "--micro-batch-size", "--global-batch-size",
+    "--seq-length", "--num-layers", "--hidden-size", "--num-attention-heads", "--group-query-attention",
+    "--num-query-groups", "--kv-channels", "--ffn-hidden-size", "--swiglu", "--num-experts", "--moe-router-topk",
+    "--moe-ffn-hidden-size", "--normalization", "--position-embedding-type", "--max-position-embeddings",
+    "--untie-embeddings-and-output-weights", "--recompute-granularity", "--recompute-method",
+    "--recompute-num-layers", "--fp16", "--bf16", "--fp8-format", "--optimizer", "--sgd-momentum",
+    "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format",
+    "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
+    "--moe-token-dispatcher-type",
+)
+GPT2_CHUNKS = ("embed", "h3.ln1", "h6.ln1", "h9.ln1")  # gpt2's 12 transformer layers, 3 a chunk
+
+
+def make(name: str, devices: int = 4, batch: int = 8, tensor: int = 1, sp: bool = False, context: int = 1,
+         expert: int = 1, stages: int = 1, micro: int = 1, schedule: str = "1f1b", chunks: int = 1,
+         firsts: tuple[str, ...] | None = None, recompute: str = "none", **choices) -> tuple[Plan, object]:
+    """``name``'s plan as Megatron lays it out: each stage's layers over ``devices / stages`` ranks at
+    a micro-batch, ``recompute`` placed as `dnnplan predict --recompute` places it."""
+    chosen = TrainingChoices(**choices)
+    net = chosen.marked(load_network(name))
+    strategies, _ = megatron_strategies(net, devices // stages, batch // micro, tensor, sequence_parallel=sp,
+                                        context=context, expert=expert)
+    algorithms = recompute_algorithms(net, recompute)
+    layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
+                   for layer in net.layers)
+    pipeline = PipelineSpec(stages, micro, schedule, firsts, chunks) if firsts else None
+    plan = Plan(name, net.name, net.content_hash(), batch, devices, "dgx-a100", layers, step_s=0.25,
+                choices=chosen, pipeline=pipeline)
+    return plan, net
+
+
+def flags(args: list[str]) -> dict[str, list[str]]:
+    """Each flag with the values after it."""
+    out: dict[str, list[str]] = {}
+    for arg in args:
+        if arg.startswith("--"):
+            key = arg
+            out[key] = []
+        else:
+            out[key].append(arg)
+    return out
+
+
+def value(args: list[str], flag: str) -> str:
+    got = flags(args)
+    assert flag in got, f"{flag} missing from {args}"
+    return " ".join(got[flag])
+
+
+def swapped(plan: Plan, layer: str, **change) -> Plan:
+    """``plan`` with one layer's entry changed."""
+    return dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, **change) if lp.name == layer else lp
+                                                  for lp in plan.layers))
+
+
+CASES = {
+    "gpt-tiny tensor 2": dict(name="gpt-tiny", tensor=2),
+    "tiny-gqa tensor 2 sp zero 1 bf16 overlap all selective": dict(
+        name="tiny-gqa", tensor=2, sp=True, zero=1, precision="bf16", optimizer="adam", overlap="all",
+        recompute="selective"),
+    "tiny-moe expert 2 zero 3 fp8 full": dict(name="tiny-moe", expert=2, zero=3, precision="fp8", recompute="full"),
+    "tiny-moe folded over tensor 2 flex": dict(name="tiny-moe", tensor=2, sp=True, expert=4, moe_dispatch="flex",
+                                               overlap="data+experts"),
+    "gpt-tiny pipeline 2": dict(name="gpt-tiny", devices=8, batch=16, stages=2, micro=2, firsts=("embed", "h1.ln1")),
+    "tiny-llama pipeline cut unevenly": dict(name="tiny-llama", devices=8, batch=16, stages=2, micro=2,
+                                             firsts=("embed", "h0.norm1")),
+    "gpt2 interleaved": dict(name="gpt2", devices=8, batch=16, stages=2, micro=2, schedule="interleaved",
+                             chunks=2, firsts=GPT2_CHUNKS, tensor=2),
+    "gpt-tiny context 2 fp16 sgd": dict(name="gpt-tiny", context=2, precision="fp16", optimizer="sgd"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_flag_is_one_megatron_lm_names(case):
+    kwargs = dict(CASES[case])
+    args = megatron_args(*make(kwargs.pop("name"), **kwargs))
+    assert set(flags(args)) <= set(MEGATRON_FLAGS), set(flags(args)) - set(MEGATRON_FLAGS)
+    assert "d98e8a64ddf34856e74b24714e3bedb2f5a39553" in MEGATRON_SOURCE
+
+
+def test_tensor_parallel_gpt_takes_its_degrees_batch_and_shape():
+    args = megatron_args(*make("gpt-tiny", devices=4, batch=8, tensor=2))
+    assert value(args, "--tensor-model-parallel-size") == "2"
+    assert value(args, "--pipeline-model-parallel-size") == "1"
+    assert value(args, "--micro-batch-size") == "4"  # 8 samples over 4 / 2 data-parallel ranks
+    assert value(args, "--global-batch-size") == "8"
+    assert value(args, "--seq-length") == "32"
+    assert [value(args, f) for f in ("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
+                                     "--max-position-embeddings")] == ["2", "64", "4", "256", "32"]
+    assert "--sequence-parallel" not in args and "--group-query-attention" not in args
+    assert "--recompute-granularity" not in args and "--use-distributed-optimizer" not in args
+
+
+def test_grouped_query_attention_and_sequence_parallelism():
+    args = megatron_args(*make("tiny-gqa", tensor=2, sp=True))
+    assert "--sequence-parallel" in args and "--group-query-attention" in args
+    assert value(args, "--num-query-groups") == "2"
+
+
+def test_mixture_of_experts_takes_its_experts_and_dispatcher():
+    args = megatron_args(*make("tiny-moe", expert=2))
+    assert value(args, "--expert-model-parallel-size") == "2"
+    assert [value(args, f) for f in ("--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size")] == ["4", "2", "32"]
+    assert "--swiglu" in args and value(args, "--moe-token-dispatcher-type") == "alltoall"
+    flex = megatron_args(*make("tiny-moe", expert=2, moe_dispatch="flex"))
+    assert value(flex, "--moe-token-dispatcher-type") == "flex"
+    folded = megatron_args(*make("tiny-moe", tensor=2, sp=True, expert=4))  # experts over data x tensor ranks
+    assert value(folded, "--expert-tensor-parallel-size") == "1"
+
+
+def test_pipelines_even_uneven_and_interleaved():
+    even = megatron_args(*make("gpt-tiny", devices=8, batch=16, stages=2, micro=2, firsts=("embed", "h1.ln1")))
+    assert value(even, "--pipeline-model-parallel-size") == "2"
+    assert value(even, "--micro-batch-size") == "2"  # 16 / 2 micro-batches over 4 data-parallel ranks
+    assert "--pipeline-model-parallel-layout" not in even
+    uneven = megatron_args(*make("tiny-llama", devices=8, batch=16, stages=2, micro=2, firsts=("embed", "h0.norm1")))
+    assert value(uneven, "--pipeline-model-parallel-layout") == "E|ttL"
+    interleaved = megatron_args(*make("gpt2", devices=8, batch=16, stages=2, micro=2, schedule="interleaved",
+                                      chunks=2, firsts=GPT2_CHUNKS))
+    assert value(interleaved, "--num-layers-per-virtual-pipeline-stage") == "3"
+    assert "--pipeline-model-parallel-layout" not in interleaved
+
+
+@pytest.mark.parametrize("zero, want", [(0, []), (1, ["--use-distributed-optimizer"]),
+                                        (2, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                                             "optim_grads", "--ckpt-format", "fsdp_dtensor"]),
+                                        (3, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                                             "optim_grads_params", "--ckpt-format", "fsdp_dtensor"])])
+def test_zero_stages(zero, want):
+    args = megatron_args(*make("gpt-tiny", zero=zero, overlap="none"))
+    sharding = [a for a in args if a in ("--use-distributed-optimizer", "--use-megatron-fsdp")]
+    assert sharding == want[:1]
+    if want:
+        start = args.index(want[0])
+        assert args[start:start + len(want)] == want
+
+
+def test_overlap_gathers_only_with_a_sharded_optimizer():
+    plain = megatron_args(*make("gpt-tiny", overlap="data"))
+    assert "--overlap-grad-reduce" in plain and "--overlap-param-gather" not in plain
+    assert "--overlap-param-gather" in megatron_args(*make("gpt-tiny", overlap="data", zero=1))
+    assert "--tp-comm-overlap" in megatron_args(*make("gpt-tiny", tensor=2, sp=True, overlap="all"))
+    assert "--tp-comm-overlap" not in megatron_args(*make("gpt-tiny", tensor=2, overlap="all"))  # needs SP
+    assert "--overlap-grad-reduce" not in megatron_args(*make("gpt-tiny", overlap="none"))
+
+
+def test_recomputation_selective_full_and_block():
+    assert value(megatron_args(*make("gpt-tiny", recompute="selective")), "--recompute-granularity") == "selective"
+    full = megatron_args(*make("gpt-tiny", recompute="full"))
+    assert [value(full, f) for f in ("--recompute-granularity", "--recompute-method", "--recompute-num-layers")] == \
+        ["full", "uniform", "1"]
+    plan, net = make("gpt2", devices=8, batch=16, stages=2, micro=2, schedule="interleaved", chunks=2,
+                     firsts=GPT2_CHUNKS)
+    firsts = {f"h{i}" for i in (0, 3, 6, 9)}  # the first transformer layer of each chunk
+    plan = dataclasses.replace(plan, layers=tuple(
+        dataclasses.replace(lp, algorithm=with_recompute(lp.algorithm)) if lp.name.split(".")[0] in firsts else lp
+        for lp in plan.layers))
+    block = megatron_args(plan, net)
+    assert [value(block, f) for f in ("--recompute-method", "--recompute-num-layers")] == ["block", "1"]
+
+
+def test_precisions():
+    assert "--fp16" in megatron_args(*make("gpt-tiny", precision="fp16"))
+    fp8 = megatron_args(*make("gpt-tiny", precision="fp8"))
+    assert "--bf16" in fp8 and value(fp8, "--fp8-format") == "hybrid"
+    assert not {"--bf16", "--fp16"} & set(megatron_args(*make("gpt-tiny", precision="fp32")))
+
+
+def refusal(plan: Plan, net) -> DnnplanError:
+    with pytest.raises(DnnplanError) as got:
+        megatron_args(plan, net)
+    return got.value
+
+
+def test_a_cnn_is_refused_naming_its_first_convolution():
+    err = refusal(*make("resnet18", batch=8))
+    assert err.layer == "conv1" and "conv2d" in err.bare
+
+
+def test_a_per_layer_hybrid_is_refused_naming_the_layer():
+    plan, net = make("gpt-tiny", tensor=2)
+    err = refusal(swapped(plan, "h1.fc", strategy=Strategy.of(4, N=4)), net)
+    assert err.layer == "h1.fc" and "tensor 1, not 2" in err.bare
+
+
+def test_a_schedule_megatron_lacks_and_a_cut_inside_a_layer_are_refused():
+    assert "gpipe" in refusal(*make("gpt-tiny", devices=8, batch=16, stages=2, micro=2, schedule="gpipe",
+                                    firsts=("embed", "h1.ln1"))).bare
+    err = refusal(*make("gpt-tiny", devices=8, batch=16, stages=2, micro=2, firsts=("embed", "h0.attn")))
+    assert err.layer == "h0.attn" and "inside transformer layer h0" in err.bare
+
+
+def test_recomputing_part_of_a_transformer_layer_is_refused():
+    plan, net = make("gpt-tiny", recompute="full")
+    err = refusal(swapped(plan, "h1.fc", algorithm=""), net)
+    assert err.layer == "h1.fc"
+
+
+def test_a_micro_batch_the_data_ranks_cannot_share_is_refused():
+    assert "does not split" in refusal(*make("gpt-tiny", devices=8, batch=4)).bare
