@@ -29,9 +29,11 @@ def write_uniform_plan(folder, network: str, devices: int, batch: int, spec: str
 
 
 def predicted_plan(folder, net: str, ranks: int, tensor: int = 1, expert: int = 1) -> str:
-    """The plan ``dnnplan predict NET -p RANKS -b 8 --machine dgx-a100 [--tensor] [--expert] --out`` writes."""
+    """The plan ``dnnplan predict NET -p RANKS -b 8 --machine dgx-a100 --optimizer momentum [--tensor] [--expert]
+    --out`` writes (momentum: the executor's optimiser; a network with attention would default to Adam)."""
     path = folder / f"{Path(net).stem}-{ranks}-t{tensor}-e{expert}.yaml"
-    args = ["predict", net, "-p", str(ranks), "-b", "8", "--machine", "dgx-a100", "--out", str(path)]
+    args = ["predict", net, "-p", str(ranks), "-b", "8", "--machine", "dgx-a100", "--optimizer", "momentum",
+            "--out", str(path)]
     args += ["--tensor", str(tensor)] if tensor > 1 else []
     args += ["--expert", str(expert)] if expert > 1 else []
     result = CliRunner().invoke(app, args)
