@@ -90,8 +90,8 @@ def test_the_plan_made_for_this_computer_runs(tmp_path):
     """`dnnplan plan --machine local` splits tiny-llama's sequence on every layer (its cheapest plan
     on this computer's profile); `dnnplan execute` runs that plan and passes the check."""
     plan = tmp_path / "plan.yaml"
-    made = CliRunner().invoke(app, ["plan", "tiny-llama", "-p", "2", "-b", "8", "--machine", "local", "--optimizer", "momentum", "--out",
-                                    str(plan), "--json"])
+    made = CliRunner().invoke(app, ["plan", "tiny-llama", "-p", "2", "-b", "8", "--machine", "local", "--optimizer",
+                                    "momentum", "--out", str(plan), "--json"])
     assert made.exit_code == 0, made.output
     out = tmp_path / "run.json"
     result = CliRunner().invoke(app, ["execute", str(plan), "--ranks", "2", "--steps", "1", "--warmup", "1",
