@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
+from tests.support.cli_errors import one_error_line
 from tests.support.executor_plans import pipelined_plan, predicted_plan, write_uniform_plan
 
 runner = CliRunner()
@@ -20,13 +21,6 @@ def plans(tmp_path_factory):
     return {"tensor": predicted_plan(folder, "tiny-gqa", 4, tensor=2),
             "pipeline": pipelined_plan(folder, 4, 2, 2, "1f1b"),
             "cnn": write_uniform_plan(folder, "lenet5", 2, 8, "data", machine="dgx-a100")}
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
-    return lines[0]
 
 
 def test_prints_a_shell_ready_command_one_flag_a_line(plans):

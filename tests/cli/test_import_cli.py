@@ -15,19 +15,13 @@ from dnnplan.cli import app
 from networks.loader import load_network
 from networks.ops.catalogue import OPS
 
+from tests.support.cli_errors import one_error_line
 from tests.support.onnx_builders import Builder
 from tests.support.paths import ASSETS
 
 runner = CliRunner()
 HF = ASSETS / "hf"
 ONNX = ASSETS / "onnx"
-
-
-def _one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    lines = [l for l in result.output.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
-    return lines[0]
 
 
 def test_import_prints_the_spec_and_writes_it_with_out(tmp_path):
@@ -40,7 +34,7 @@ def test_import_prints_the_spec_and_writes_it_with_out(tmp_path):
     assert out.read_text() == printed.output
     assert f"wrote {out}: gpt2, 125 layers, 124,439,808 parameters" in " ".join(written.output.split())
     again = runner.invoke(app, ["import", str(HF / "gpt2"), "--out", str(out)])
-    assert "already exists" in _one_error_line(again)
+    assert "already exists" in one_error_line(again)
 
 
 def test_import_json_gives_the_count_and_the_spec():
@@ -115,7 +109,7 @@ def test_mistakes_are_one_line_and_exit_2(tmp_path, command):
     if OPS["attention"].param("kv_heads") is None:  # until grouped-query attention is in the catalogue
         cases[str(HF / "Meta-Llama-3-8B")] = "needs the attention op's kv_heads"
     for path, words in cases.items():
-        line = _one_error_line(runner.invoke(app, [command, path]))
+        line = one_error_line(runner.invoke(app, [command, path]))
         assert path in line and words in line, line
 
 
@@ -142,13 +136,13 @@ def test_seq_sets_the_sequence_of_info_predict_and_plan_and_the_plan_file_keeps_
     direct = runner.invoke(app, ["predict", "llama3-8b", "--seq", "1024", "-p", "8", "-b", "16", "--machine",
                                  "dgx-h100", "--precision", "bf16", "--json"])
     assert direct.exit_code == 0 and json.loads(direct.stdout)["layers"][0]["name"] == "embed"
-    assert "plan file" in _one_error_line(runner.invoke(app, ["predict", str(plan), "--seq", "512"]))
+    assert "plan file" in one_error_line(runner.invoke(app, ["predict", str(plan), "--seq", "512"]))
 
 
 @pytest.mark.parametrize("command", ["info", "predict", "plan"])
 def test_seq_where_there_is_no_sequence_is_one_line(command):
-    line = _one_error_line(runner.invoke(app, [command, "resnet50", "--seq", "512"]))
+    line = one_error_line(runner.invoke(app, [command, "resnet50", "--seq", "512"]))
     assert "--seq 512: resnet50 takes no sequence of tokens" in line and "'image' [3, 224, 224]" in line
-    line = _one_error_line(runner.invoke(app, [command, str(ONNX / "resnet50.onnx"), "--seq", "512"]))
+    line = one_error_line(runner.invoke(app, [command, str(ONNX / "resnet50.onnx"), "--seq", "512"]))
     assert "--seq 512: the graph takes no sequence" in line
-    assert "--seq" in _one_error_line(runner.invoke(app, [command, "gpt2", "--seq", "0"]))
+    assert "--seq" in one_error_line(runner.invoke(app, [command, "gpt2", "--seq", "0"]))
