@@ -172,11 +172,15 @@ BucketOpt = Annotated[Optional[float], typer.Option(
     "A plan file records it after the mode (overlap: data@76). \\[default: 25, DDP's]",
     callback=within("--bucket-mb", 0.001, 1e6))]
 FrameworkOpt = Annotated[str, typer.Option(
-    "--framework", help="Whose step to price: dnnplan (what `dnnplan execute` runs) or deepspeed "
-    "(DeepSpeed's ZeRO-3 as published runs of it behave: a flat-ring gather per weight tensor, one more "
-    "for the recomputed forward, gathers hidden under compute; with --zero 3 and no model parallelism; "
-    "docs/costmodel.md, DeepSpeed ZeRO-3).")]
-RuntimeOpt = Annotated[str, typer.Option("--runtime", help="The same as --framework (its earlier name).")]
+    "--framework", help="Whose step to price, as a shipped framework's name or a framework YAML "
+    "(costmodel/frameworks/*.yaml: per op, the kernels launched and their device time, the host's cost per op "
+    "and launch, CUDA graphs, overlap efficiencies, memory added, what fp32 means): ideal (the cost model's "
+    "fused kernels issued by a host that never holds the device back; the default, dnnplan's pricing before "
+    "frameworks were files), megatron, pytorch (eager), pytorch-compile, dnnplan (what `dnnplan execute` runs) "
+    "or deepspeed (DeepSpeed's ZeRO-3 as published runs of it behave, with --zero 3 and no model "
+    "parallelism). On a CPU machine the measured kernels hold the host: only the overlap applies "
+    "(docs/costmodel.md, Frameworks).")]
+RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="The same as --framework (its earlier name).")]
 ScheduleOpt = Annotated[str, typer.Option(
     "--schedule", help="Pipeline schedule: 1f1b (activations of at most as many micro-batches as stages "
     "remain), gpipe (of all of them), the same step, or interleaved (Megatron-LM's interleaved 1F1B, "
@@ -384,7 +388,7 @@ CHOICE_FLAGS: dict[str, tuple[Any, Any]] = {
     "moe_dispatch": (MoeDispatchOpt, None),
     "attention": (AttentionOpt, ""),
     "seq": (SeqOpt, None),
-    "framework": (FrameworkOpt, "dnnplan"),
+    "framework": (FrameworkOpt, "ideal"),
 }
 
 
