@@ -5,14 +5,17 @@ The same plan runs at different speeds under eager PyTorch, torch.compile, Megat
 Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Frameworks"). A
 :class:`Framework` says, for one of them:
 
-* ``kernels``: per op kind, the kernels launched per layer pass (``fwd``, ``bwd``; 0: fused into a
+* ``kernels``: per op kind (or op kind and kernel algorithm: ``attention.flash``), the kernels
+  launched per layer pass (``fwd``, ``bwd``; 0: fused into a
   neighbour's kernel, so nothing is issued for it) and the device time relative to the fused kernels
-  the cost model prices (``device``: 1.0 is the cost model's kernel); ``unaligned_gemm``: how much
+  the cost model prices (``device``: 1.0 is the cost model's kernel; an entry without one takes the
+  ``default`` entry's); ``unaligned_gemm``: how much
   slower a GEMM runs when a matrix dimension is not a multiple of 8 (cuBLAS's ``align1`` kernels,
   which eager PyTorch runs; torch.compile pads the shape);
 * ``host``: the host's time per op (the Python, the dispatcher and autograd's bookkeeping of one
-  layer pass) and per kernel launch, the device's idle gap between back-to-back kernels, and
-  whether CUDA graphs replay the step (then the host issues one graph launch a step);
+  layer pass) and per kernel launch, the device's idle gap between back-to-back kernels, whether
+  the host waits for the device after every layer pass (an executor that times each layer) or
+  once a step, and whether CUDA graphs replay the step (then the host issues one graph launch a step);
 * ``overlap``: the efficiency of each overlap the mode allows (data, tensor, experts): the share of
   the hideable time that is hidden (costmodel.comm.overlap);
 * ``memory``: the CUDA context and libraries' handles and workspaces, the communicator's buffers
@@ -34,6 +37,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from costmodel.calls.attention import ATTENTION_ALGORITHMS
 from networks.errors import DnnplanError, short
 from networks.ops.catalogue import OPS
 
@@ -47,6 +51,8 @@ FLOAT32_MODES = ("float32", "tf32")
 OVERLAPS = ("data", "tensor", "experts")
 #: the op kind whose entry prices every op the file does not name
 DEFAULT_OP = "default"
+#: the ops whose kernels a file may state per algorithm (``attention.flash``)
+ALGORITHMS = {"attention": ATTENTION_ALGORITHMS}
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class HostCosts:
     cuda_graphs: bool = False
     graph_launch_s: Value = Value(0.0)  # one graph launch, when CUDA graphs replay the step
     update_launches: int = 1  # the optimiser's kernel launches a step (fused or foreach kernels)
+    sync_each_pass: bool = False  # the host waits for the device after every layer pass (else once a step)
 
     @property
     def zero(self) -> bool:
@@ -119,10 +126,11 @@ class Framework:
     float32_matmuls: str = "float32"
     values: tuple[tuple[str, Value], ...] = field(default=(), compare=False)  # every number, by its key
 
-    def op(self, kind: str) -> OpKernels:
-        """The kernels of op kind ``kind`` (the file's ``default`` entry where it names none)."""
+    def op(self, kind: str, algorithm: str = "") -> OpKernels:
+        """The kernels of op kind ``kind`` under its kernel ``algorithm`` (``attention.flash``
+        before ``attention``; the file's ``default`` entry where it names neither)."""
         table = dict(self.kernels)
-        return table.get(kind) or table.get(DEFAULT_OP) or OpKernels()
+        return (table.get(f"{kind}.{algorithm}") or table.get(kind) or table.get(DEFAULT_OP) or OpKernels())
 
     def overlap_efficiency(self, which: str) -> float:
         return dict(self.overlap).get(which, Value(1.0)).value
@@ -144,7 +152,7 @@ class Framework:
 # --- parsing (pure: a mapping in, a Framework out) ---------------------------------------------
 
 _TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap", "memory", "precision")
-_HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches")
+_HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches", "sync_each_pass")
 _MEMORY = ("context_bytes", "communicator_bytes", "allocator")
 _PRECISION = ("float32_convolutions", "float32_matmuls")
 _OP = ("fwd", "bwd", "device")
@@ -197,6 +205,12 @@ def _count(data: Any, key: str) -> int:
     return data
 
 
+def _flag(data: Any, key: str) -> bool:
+    if not isinstance(data, bool):
+        raise _fail(f"bad value {short(str(data))}: expected true or false", key)
+    return data
+
+
 def _choice(data: Any, key: str, allowed: tuple[str, ...]) -> str:
     if data not in allowed:
         raise _fail(f"bad value {short(str(data))}", key, hint=f"use {', '.join(allowed)}")
@@ -224,21 +238,24 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
         return got
 
     kernels = []
+    default_device = _mapping(_mapping(top.get("kernels"), "kernels", None).get(DEFAULT_OP), "kernels.default",
+                              _OP).get("device", 1.0)
     for kind, raw in _mapping(top.get("kernels"), "kernels", None).items():
-        if kind != DEFAULT_OP and kind not in OPS:
+        op, _, algorithm = str(kind).partition(".")
+        if kind != DEFAULT_OP and (op not in OPS or (algorithm and algorithm not in ALGORITHMS.get(op, ()))):
             raise _fail(f"unknown op kind {short(str(kind))}", f"kernels.{kind}",
-                        hint=f"use {DEFAULT_OP} or an op of the catalogue (dnnplan ops)")
+                        hint=f"use {DEFAULT_OP}, an op of the catalogue (dnnplan ops), or "
+                             f"{', '.join(f'{o}.{a}' for o, algos in ALGORITHMS.items() for a in algos)}")
         entry = _mapping(raw, f"kernels.{kind}", _OP)
         kernels.append((str(kind), OpKernels(_count(entry.get("fwd", 1), f"kernels.{kind}.fwd"),
                                              _count(entry.get("bwd", 2), f"kernels.{kind}.bwd"),
-                                             num(entry.get("device", 1.0), f"kernels.{kind}.device", 0.01, 100).value)))
+                                             num(entry.get("device", default_device), f"kernels.{kind}.device", 0.01,
+                                                 100).value)))
     host = _mapping(top.get("host"), "host", _HOST)
-    graphs = host.get("cuda_graphs", False)
-    if not isinstance(graphs, bool):
-        raise _fail(f"bad value {short(str(graphs))}: expected true or false", "host.cuda_graphs")
+    graphs, each_pass = (_flag(host.get(k, False), f"host.{k}") for k in ("cuda_graphs", "sync_each_pass"))
     costs = HostCosts(*(num(host.get(k, 0.0), f"host.{k}", 0.0, 1.0) for k in ("op_s", "launch_s", "launch_gap_s")),
                       graphs, num(host.get("graph_launch_s", 0.0), "host.graph_launch_s", 0.0, 1.0),
-                      _count(host.get("update_launches", 1), "host.update_launches"))
+                      _count(host.get("update_launches", 1), "host.update_launches"), each_pass)
     overlap = tuple((k, num(v, f"overlap.{k}", 0.0, 1.0))
                     for k, v in _mapping(top.get("overlap"), "overlap", OVERLAPS).items())
     mem = _mapping(top.get("memory"), "memory", _MEMORY)

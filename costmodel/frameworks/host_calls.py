@@ -11,7 +11,8 @@ what the host pays for them. Per micro-batch, in the order the framework runs th
   the input gradients;
 
 then the gradient sync's collectives, the update (``host.update_launches`` launches) and one
-synchronisation (the loss read before the next step). Every launch costs the host ``host.launch_s``
+synchronisation (the loss read before the next step); with ``host.sync_each_pass``, one after
+every layer pass too (an executor that waits for each layer's kernels). Every launch costs the host ``host.launch_s``
 and the device ``host.launch_gap_s`` beside its kernel. An op fused into a neighbour's kernel
 (0 launches) keeps its device time, issued at no host cost. When CUDA graphs replay the step, the
 host issues one graph launch (``host.graph_launch_s``) and nothing else.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from costmodel.calls.algorithms import kernel_algorithm
 from costmodel.frameworks.framework import Framework
 from costmodel.step.host_timeline import Call, Timeline, run_timeline
 from costmodel.step.prediction import StepPrediction
@@ -51,18 +53,21 @@ def step_calls(pred: StepPrediction, net: Network, fw: Framework) -> list[Call]:
     op_s = fw.host.op_s.value
     kinds = {layer.name: layer.op for layer in net.layers}
     micro: list[Call] = []
+    waits = fw.host.sync_each_pass
     for x in pred.layers:
         est, label = x.layer, f"{x.layer.name} fwd"
-        ops = fw.op(kinds.get(est.name, ""))
+        ops = fw.op(kinds.get(est.name, ""), kernel_algorithm(est.algorithm))
         micro += _single(label, x.reshard_fwd_s, fw)
         micro += _kernels(label, est.fwd_compute_s, ops.fwd, op_s, fw)
         micro += [c for comm in est.comms if comm.phase == "fwd" for c in _single(label, comm.seconds, fw)]
+        micro += [Call(label, 0.0, sync=True)] if waits else []
     for x in reversed(pred.layers):
         est, label = x.layer, f"{x.layer.name} bwd"
-        ops = fw.op(kinds.get(est.name, ""))
+        ops = fw.op(kinds.get(est.name, ""), kernel_algorithm(est.algorithm))
         micro += _kernels(label, est.bwd_compute_s, ops.bwd, op_s, fw)
         micro += [c for comm in est.comms if comm.phase == "bwd" for c in _single(label, comm.seconds, fw)]
         micro += _single(label, x.reshard_bwd_s, fw)
+        micro += [Call(label, 0.0, sync=True)] if waits else []
     calls = micro * pred.micro_batches
     calls += [c for x in pred.layers for comm in x.layer.comms if comm.phase == "sync"
               for c in _single("sync", comm.seconds, fw)]

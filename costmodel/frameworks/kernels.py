@@ -4,7 +4,9 @@ The cost model prices each layer's pass as fused kernels (costmodel.compute: a p
 datasheet roofline). A framework runs its own (costmodel.frameworks.framework): each op kind's
 device time is the cost model's times the file's ``kernels.<op>.device``; a GEMM whose matrix has
 a dimension that is not a multiple of 8 runs ``unaligned_gemm`` times slower (cuBLAS's ``align1``
-kernels); and where the framework's defaults run float32 convolutions or matmuls on TF32 tensor
+kernels). A GEMM-like layer (linear, attention, a convolution, experts) in float32 on the CUDA cores
+keeps the cost model's time: its arithmetic bounds it, and the kernels a framework adds around it
+(casts, extra passes over memory) are small beside it. And where the framework's defaults run float32 convolutions or matmuls on TF32 tensor
 cores (``precision``), those layers are priced at the TF32 peak on the datasheet (a profile table's
 kernels ran as they were timed). Everything else is the cost model's own.
 """
@@ -13,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from costmodel.calls.algorithms import kernel_algorithm
 from costmodel.calls.kernel_call import KernelCall
+from costmodel.choices.precision import matmul_peak
 from costmodel.compute.model import ComputeModel
 from costmodel.compute.roofline import Roofline
 from costmodel.frameworks.framework import Framework
@@ -21,6 +25,8 @@ from costmodel.parallel.shard import LocalLayer
 
 #: op kinds whose kernels are GEMMs that a framework's float32_matmuls setting moves to TF32
 MATMUL_OPS = frozenset({"linear", "attention", "moe"})
+#: op kinds whose time is their GEMMs' (convolutions too)
+GEMM_OPS = MATMUL_OPS | {"conv2d"}
 #: cuBLAS's fast (vectorised) GEMM kernels need every dimension a multiple of this many elements
 GEMM_ALIGNMENT = 8
 
@@ -51,8 +57,11 @@ class FrameworkKernels:
         return self.inner
 
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
-        base = self._model_for(local).pass_s(local, pass_, algorithm)
-        factor = self.framework.op(local.layer.op).device
+        model = self._model_for(local)
+        base = model.pass_s(local, pass_, algorithm)
+        if local.layer.op in GEMM_OPS and matmul_peak(local.layer, getattr(model, "tf32", False))[1] == "cuda_cores":
+            return base  # float32 GEMMs on the CUDA cores: bound by their arithmetic, as priced
+        factor = self.framework.op(local.layer.op, kernel_algorithm(algorithm)).device
         if local.layer.op == "linear" and unaligned(local):
             factor *= self.framework.unaligned_gemm.value
         return base * factor

@@ -198,8 +198,8 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
                               foreign_ok=foreign_ok)
         if plan.pipeline is not None:
             return PlanStep(plan, net, predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute))
-        pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
-                            plan.choices.sharded_optimizer, overlap=plan.choices.overlap)
+        pred = as_run(ctx, predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine,
+                                        ctx.compute, plan.choices.sharded_optimizer, overlap=plan.choices.overlap))
     machine = load_machine(plan.machine)
     return PlanStep(plan, net, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
                                                         get_precision(plan.choices.precision).matmul), ahead)
