@@ -34,7 +34,7 @@ Each number may carry its ``basis`` (measured, fitted, published, assumed) and `
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from costmodel.calls.attention import ATTENTION_ALGORITHMS
@@ -124,7 +124,6 @@ class Framework:
     memory: FrameworkMemory = FrameworkMemory()
     float32_convolutions: str = "float32"
     float32_matmuls: str = "float32"
-    values: tuple[tuple[str, Value], ...] = field(default=(), compare=False)  # every number, by its key
 
     def op(self, kind: str, algorithm: str = "") -> OpKernels:
         """The kernels of op kind ``kind`` under its kernel ``algorithm`` (``attention.flash``
@@ -230,12 +229,7 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
     for key in ("name", "about"):
         if key not in top:
             raise _fail(f"missing '{key}'", key)
-    values: list[tuple[str, Value]] = []
-
-    def num(raw: Any, key: str, low: float = 0.0, high: float = math.inf) -> Value:
-        got = _value(raw, key, low, high)
-        values.append((key, got))
-        return got
+    num = _value
 
     kernels = []
     default_device = _mapping(_mapping(top.get("kernels"), "kernels", None).get(DEFAULT_OP), "kernels.default",
@@ -270,5 +264,4 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
         overlap=overlap, memory=memory,
         float32_convolutions=_choice(prec.get("float32_convolutions", "float32"), "precision.float32_convolutions",
                                      FLOAT32_MODES),
-        float32_matmuls=_choice(prec.get("float32_matmuls", "float32"), "precision.float32_matmuls", FLOAT32_MODES),
-        values=tuple(values))
+        float32_matmuls=_choice(prec.get("float32_matmuls", "float32"), "precision.float32_matmuls", FLOAT32_MODES))

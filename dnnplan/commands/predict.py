@@ -15,7 +15,7 @@ from dnnplan.render.messages import warn
 from executor.session import predict as predicting
 from executor.session.predict import LayerSplits
 from planner.plan.plan_file import is_plan_file, write_plan
-from networks.errors import DnnplanError, short
+from networks.errors import DnnplanError
 from profiler import context
 
 
