@@ -58,7 +58,8 @@ CALIBRATION = {
 }
 #: the values ``--fit`` fits per framework (dotted keys of its file; ``a|b``: one value for both)
 FITTED = {
-    "pytorch": ("kernels.attention.materialized.device", "kernels.attention.flash.device", "kernels.linear.device",
+    "pytorch": ("kernels.attention.materialized.device", "kernels.attention.materialized.passes",
+                "kernels.attention.flash.device", "kernels.linear.device",
                 "unaligned_gemm", "kernels.default.device", "kernels.conv2d.device", "kernels.batchnorm2d.device",
                 "host.op_s"),
     "pytorch-compile": ("kernels.linear.device",
@@ -214,8 +215,8 @@ def _get_fitted(data: dict, key: str) -> float:
     parts = key.split(".")
     if parts[0] == "kernels" and len(parts) == 4:
         entry = data.get("kernels", {}).get(f"{parts[1]}.{parts[2]}", {})
-        default = data.get("kernels", {}).get("default", {}).get("device", 1.0)
-        value = entry.get("device", default)
+        default = data.get("kernels", {}).get("default", {}).get("device", 1.0) if parts[3] == "device" else 0.0
+        value = entry.get(parts[3], default)
         return value["value"] if isinstance(value, dict) else value
     return _get(data, key)
 

@@ -74,7 +74,7 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
     compute = compute_model(mach, profile, devices, refresh, choices.precision, foreign_ok)
     rule = "" if batch else family_batch(net, devices)[1]
     return Context(net, profiled_links(mach, compute), batch or default_batch(devices, net), devices,
-                   framework_kernels(compute, framework, mach.device.kind == "gpu"), choices, rule, framework)
+                   framework_kernels(compute, framework, mach), choices, rule, framework)
 
 
 def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,

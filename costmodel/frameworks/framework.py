@@ -9,7 +9,8 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
   launched per layer pass (``fwd``, ``bwd``; 0: fused into a
   neighbour's kernel, so nothing is issued for it) and the device time relative to the fused kernels
   the cost model prices (``device``: 1.0 is the cost model's kernel; an entry without one takes the
-  ``default`` entry's); ``unaligned_gemm``: how much
+  ``default`` entry's), and the extra passes over memory its unfused kernels make (``passes``: over
+  attention's scores, or another op's output); ``unaligned_gemm``: how much
   slower a GEMM runs when a matrix dimension is not a multiple of 8 (cuBLAS's ``align1`` kernels,
   which eager PyTorch runs; torch.compile pads the shape);
 * ``host``: the host's time per op (the Python, the dispatcher and autograd's bookkeeping of one
@@ -72,6 +73,9 @@ class OpKernels:
     fwd: int = 1
     bwd: int = 2
     device: float = 1.0
+    #: extra read-and-write passes over memory per pass: over attention's scores (in float32, as
+    #: autocast runs the softmax), over any other op's output (costmodel.frameworks.kernels)
+    passes: float = 0.0
 
     def launches(self, pass_: str) -> int:
         return self.fwd if pass_ == "fwd" else self.bwd
@@ -138,7 +142,7 @@ class Framework:
     def prices_device(self) -> bool:
         """Whether the framework's kernels differ from the cost model's (some op's device factor,
         unaligned GEMMs, a precision default)."""
-        return (any(k.device != 1.0 for _, k in self.kernels) or self.unaligned_gemm.value != 1.0
+        return (any(k.device != 1.0 or k.passes for _, k in self.kernels) or self.unaligned_gemm.value != 1.0
                 or self.float32_convolutions != "float32" or self.float32_matmuls != "float32")
 
     @property
@@ -154,7 +158,7 @@ _TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap",
 _HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches", "sync_each_pass")
 _MEMORY = ("context_bytes", "communicator_bytes", "allocator")
 _PRECISION = ("float32_convolutions", "float32_matmuls")
-_OP = ("fwd", "bwd", "device")
+_OP = ("fwd", "bwd", "device", "passes")
 _VALUE = ("value", "basis", "source")
 
 
@@ -244,7 +248,8 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
         kernels.append((str(kind), OpKernels(_count(entry.get("fwd", 1), f"kernels.{kind}.fwd"),
                                              _count(entry.get("bwd", 2), f"kernels.{kind}.bwd"),
                                              num(entry.get("device", default_device), f"kernels.{kind}.device", 0.01,
-                                                 100).value)))
+                                                 100).value,
+                                             num(entry.get("passes", 0.0), f"kernels.{kind}.passes", 0.0, 1000).value)))
     host = _mapping(top.get("host"), "host", _HOST)
     graphs, each_pass = (_flag(host.get(k, False), f"host.{k}") for k in ("cuda_graphs", "sync_each_pass"))
     costs = HostCosts(*(num(host.get(k, 0.0), f"host.{k}", 0.0, 1.0) for k in ("op_s", "launch_s", "launch_gap_s")),

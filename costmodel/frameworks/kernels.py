@@ -6,7 +6,10 @@ device time is the cost model's times the file's ``kernels.<op>.device``; a GEMM
 a dimension that is not a multiple of 8 runs ``unaligned_gemm`` times slower (cuBLAS's ``align1``
 kernels). A GEMM-like layer (linear, attention, a convolution, experts) in float32 on the CUDA cores
 keeps the cost model's time: its arithmetic bounds it, and the kernels a framework adds around it
-(casts, extra passes over memory) are small beside it. And where the framework's defaults run float32 convolutions or matmuls on TF32 tensor
+(casts) are small beside it. The extra passes over memory an unfused framework makes
+(``kernels.<op>.passes``: the scale, mask, softmax and dropout over attention's scores, in
+float32 under autocast) each read and write the scores, or the op's output, once at the machine's
+memory bandwidth, in every precision. And where the framework's defaults run float32 convolutions or matmuls on TF32 tensor
 cores (``precision``), those layers are priced at the TF32 peak on the datasheet (a profile table's
 kernels ran as they were timed). Everything else is the cost model's own.
 """
@@ -17,11 +20,15 @@ from dataclasses import dataclass, replace
 
 from costmodel.calls.algorithms import kernel_algorithm
 from costmodel.calls.kernel_call import KernelCall
+from costmodel.calls.layer_calls import kernel_calls
 from costmodel.choices.precision import matmul_peak
 from costmodel.compute.model import ComputeModel
 from costmodel.compute.roofline import Roofline
 from costmodel.frameworks.framework import Framework
+from costmodel.machine.model import Machine
 from costmodel.parallel.shard import LocalLayer
+from networks.ir import DTYPE_BYTES
+from networks.ops.base import prod
 
 #: op kinds whose kernels are GEMMs that a framework's float32_matmuls setting moves to TF32
 MATMUL_OPS = frozenset({"linear", "attention", "moe"})
@@ -37,6 +44,7 @@ class FrameworkKernels:
 
     inner: ComputeModel
     framework: Framework
+    machine: Machine
 
     @property
     def name(self) -> str:
@@ -59,12 +67,31 @@ class FrameworkKernels:
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
         model = self._model_for(local)
         base = model.pass_s(local, pass_, algorithm)
+        if pass_ == "bwd_weights" or base == 0.0:
+            return base * self._factor(local, model, algorithm)
+        ops = self.framework.op(local.layer.op, kernel_algorithm(algorithm))
+        return base * self._factor(local, model, algorithm) + ops.passes * self._pass_bytes_s(local, pass_, algorithm)
+
+    def _factor(self, local: LocalLayer, model: ComputeModel, algorithm: str) -> float:
+        """The framework's device factor of ``local``'s kernels (module docstring)."""
         if local.layer.op in GEMM_OPS and matmul_peak(local.layer, getattr(model, "tf32", False))[1] == "cuda_cores":
-            return base  # float32 GEMMs on the CUDA cores: bound by their arithmetic, as priced
+            return 1.0  # float32 GEMMs on the CUDA cores: bound by their arithmetic, as priced
         factor = self.framework.op(local.layer.op, kernel_algorithm(algorithm)).device
         if local.layer.op == "linear" and unaligned(local):
             factor *= self.framework.unaligned_gemm.value
-        return base * factor
+        return factor
+
+    def _pass_bytes_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
+        """One extra read-and-write pass over attention's scores (float32) or the op's output, at
+        the machine's memory bandwidth and efficiency."""
+        if local.layer.op == "attention":
+            cores = [c for c in kernel_calls(local, pass_, kernel_algorithm(algorithm) or "materialized")
+                     if c.kernel.startswith("attention.")]
+            nbytes = sum(prod(c.shape[:4]) for c in cores[:1]) * 4
+        else:
+            nbytes = local.batch * prod(local.out_shape) * DTYPE_BYTES.get(local.layer.dtype, 4)
+        dev = self.machine.device
+        return 2 * nbytes / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory"))
 
     def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
         return self.inner.update_s(weight_elems, itemsize, slots)
@@ -89,7 +116,8 @@ def unaligned(local: LocalLayer) -> bool:
     return any(d % GEMM_ALIGNMENT for d in dims)
 
 
-def framework_kernels(compute: ComputeModel, framework: Framework, gpu: bool) -> ComputeModel:
-    """``compute`` as ``framework`` runs the kernels on a GPU; ``compute`` itself on a CPU (whose
-    measured kernels are dnnplan's own) or where the framework's kernels are the cost model's."""
-    return FrameworkKernels(compute, framework) if gpu and framework.prices_device else compute
+def framework_kernels(compute: ComputeModel, framework: Framework, machine: Machine) -> ComputeModel:
+    """``compute`` as ``framework`` runs the kernels on ``machine``'s GPUs; ``compute`` itself on a
+    CPU (whose measured kernels are dnnplan's own) or where the framework's kernels are the cost model's."""
+    gpu = machine.device.kind == "gpu"
+    return FrameworkKernels(compute, framework, machine) if gpu and framework.prices_device else compute

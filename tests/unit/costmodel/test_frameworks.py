@@ -122,3 +122,43 @@ def test_device_factors_change_only_the_kernels_they_name():
                                                                   "linear": {"fwd": 1, "device": 1.0}}})
     assert fw.op("relu").device == 2.0 and fw.op("linear").device == 1.0
     assert fw.op("attention", "flash").device == 2.0 and fw.prices_device
+
+
+def _local(net: str, op: str, precision: str, batch: int = 4):
+    from costmodel.choices.precision import with_precision
+    from costmodel.parallel.shard import local_layer
+    from costmodel.parallel.strategy import Strategy
+    layer = next(layer for layer in with_precision(load_network(net), precision).layers if layer.op == op)
+    return local_layer(layer, Strategy(1), batch)
+
+
+def test_extra_passes_read_and_write_the_scores_once_each_in_every_precision():
+    from costmodel.compute.roofline import Roofline
+    from costmodel.frameworks.kernels import FrameworkKernels
+    from costmodel.machine.loading import load_machine
+    h100 = load_machine("dgx-h100")
+    fw = framework_from_dict({"name": "x", "about": "y", "kernels": {"attention.materialized": {"passes": 3}}})
+    dev = h100.device
+    for precision in ("bf16", "fp32"):
+        local = _local("gpt2", "attention", precision)
+        plain, priced = Roofline(h100), FrameworkKernels(Roofline(h100), fw, h100)
+        heads, seq = local.p["heads"], local.in_shapes[0][0]
+        scores = local.batch * heads * seq * seq * 4  # float32, as autocast's softmax
+        extra = 3 * 2 * scores / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory"))
+        for pass_ in ("fwd", "bwd_data"):
+            assert priced.pass_s(local, pass_, "materialized") == pytest.approx(
+                plain.pass_s(local, pass_, "materialized") + extra, rel=1e-12)
+        # flash attention has no scores in memory: the entry names the materialised kernels only
+        assert priced.pass_s(local, "fwd", "flash") == plain.pass_s(local, "fwd", "flash")
+
+
+def test_pytorch_runs_float32_convolutions_on_tf32_and_float32_matmuls_not():
+    from costmodel.compute.roofline import Roofline
+    from costmodel.frameworks.kernels import FrameworkKernels
+    from costmodel.machine.loading import load_machine
+    h100 = load_machine("dgx-h100")
+    fw = framework_from_dict({"name": "x", "about": "y", "precision": {"float32_convolutions": "tf32"}})
+    priced, fp32, tf32 = FrameworkKernels(Roofline(h100), fw, h100), Roofline(h100), Roofline(h100, tf32=True)
+    conv, linear = _local("resnet18", "conv2d", "fp32", 64), _local("gpt2", "linear", "fp32")
+    assert priced.pass_s(conv, "fwd", "") == tf32.pass_s(conv, "fwd", "") < fp32.pass_s(conv, "fwd", "")
+    assert priced.pass_s(linear, "fwd", "") == fp32.pass_s(linear, "fwd", "")
