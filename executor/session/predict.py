@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel.calls.algorithms import recompute_algorithms
-from costmodel.comm.overlap import overlap_with_bucket
+from costmodel.comm.overlap import overlap_with_bucket, resolve_overlap
 from costmodel.compute.model import OnDemand
 from costmodel.machine.loading import load_machine
 from costmodel.frameworks.as_run import framework_overlap, step_as_run
@@ -198,8 +198,9 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
                               foreign_ok=foreign_ok)
         if plan.pipeline is not None:
             return PlanStep(plan, net, predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute))
+        overlap = framework_overlap(resolve_overlap(plan.choices.overlap or None, ctx.machine), ctx.framework)
         pred = as_run(ctx, predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine,
-                                        ctx.compute, plan.choices.sharded_optimizer, overlap=plan.choices.overlap))
+                                        ctx.compute, plan.choices.sharded_optimizer, overlap=overlap))
     machine = load_machine(plan.machine)
     return PlanStep(plan, net, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
                                                         get_precision(plan.choices.precision).matmul), ahead)

@@ -162,3 +162,16 @@ def test_pytorch_runs_float32_convolutions_on_tf32_and_float32_matmuls_not():
     conv, linear = _local("resnet18", "conv2d", "fp32", 64), _local("gpt2", "linear", "fp32")
     assert priced.pass_s(conv, "fwd", "") == tf32.pass_s(conv, "fwd", "") < fp32.pass_s(conv, "fwd", "")
     assert priced.pass_s(linear, "fwd", "") == fp32.pass_s(linear, "fwd", "")
+
+
+def test_a_plan_file_records_the_framework_and_its_prediction_prices_it(tmp_path):
+    out = tmp_path / "plan.yaml"
+    args = ["plan", "lenet5", "-p", "1", "-b", "32", "--machine", "dgx-h100", "--time-limit", "30"]
+    result = runner.invoke(app, args + ["--framework", "pytorch", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "framework: pytorch" in result.output and "framework: pytorch" in out.read_text()
+    predicted = runner.invoke(app, ["predict", str(out), "--json"])
+    assert predicted.exit_code == 0, predicted.output
+    assert json.loads(predicted.output)["host_s"] > 0  # lenet5's small layers: eager PyTorch's host binds
+    default = runner.invoke(app, args + ["--out", str(tmp_path / "default.yaml")])
+    assert default.exit_code == 0 and "framework" not in (tmp_path / "default.yaml").read_text()
