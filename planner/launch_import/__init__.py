@@ -17,7 +17,7 @@ The contract, for a reader of one more format:
    known) and a hint. It imports no file and knows no network: the model is what the file names
    (``network``: a zoo name or a spec / Hugging Face config path, None when it names none) and the
    shape it states (``shape``, checked against that network, or used to find the zoo network of that
-   shape: :mod:`planner.launch_import.network`).
+   shape: :mod:`planner.launch_import.trained_network`).
 2. **Register it** in :data:`planner.launch_import.formats.READERS` under its format name and, when
    its files are told apart by their suffix, in :data:`planner.launch_import.formats.SUFFIXES`
    (``.toml`` torchtitan, ``.json`` DeepSpeed; any other file is Megatron-LM arguments).
@@ -31,6 +31,6 @@ The contract, for a reader of one more format:
 
 Modules: :mod:`launch_config` (the configuration read), :mod:`formats` (which reader a file takes),
 :mod:`shell_words` (a launch script's command words: continuations, comments, variables, arrays),
-:mod:`megatron` (Megatron-LM's arguments), :mod:`network` (the network a configuration trains, and
-its shape checked), :mod:`to_plan` (the configuration as a plan).
+:mod:`megatron` (Megatron-LM's arguments), :mod:`trained_network` (the network a configuration
+trains, and its shape checked), :mod:`to_plan` (the configuration as a plan).
 """
