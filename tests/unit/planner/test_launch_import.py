@@ -13,13 +13,14 @@ import pytest
 from costmodel.calls.algorithms import resolve_algorithm
 from costmodel.machine.loading import load_machine
 from networks.errors import DnnplanError
-from networks.loader import load_network
+from networks.loader import load_network, zoo_names
 from planner.export.megatron import megatron_args
+from planner.export.megatron_model import gpt_shape
 from planner.launch_import import megatron
 from planner.launch_import.formats import format_of, read_launch
 from planner.launch_import.shell_words import launch_command
 from planner.launch_import.to_plan import launch_plan
-from planner.launch_import.trained_network import network_ref, shape_difference, zoo_networks_of
+from planner.launch_import.trained_network import compared, network_ref, shape_difference, zoo_network_of
 from tests.unit.planner.test_export_megatron import CASES, MEGATRON_FLAGS, make
 
 MACHINE = load_machine("dgx-a100")
@@ -165,9 +166,19 @@ def test_the_network_is_found_by_its_shape_and_checked():
                            "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --normalization RMSNorm "
                            "--position-embedding-type rope --untie-embeddings-and-output-weights --seq-length 8192 "
                            "--micro-batch-size 1", "llama.sh")
-    assert zoo_networks_of(config.shape) == ["llama3-8b"]
+    assert zoo_network_of(config.shape) == "llama3-8b"
     why = shape_difference(config.shape, load_network("llama2-7b"))
     assert why == "the file states key/value heads 8, and llama2-7b has 32"
     with pytest.raises(DnnplanError, match="no zoo network has the shape"):
         network_ref(megatron.read("--num-layers 3 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
                                   "--micro-batch-size 1", "odd.sh"), None)
+
+
+def test_the_zoo_transformers_differ_in_shape():
+    """What finding a zoo network by the shape a file states relies on: no two share one."""
+    shapes = {}
+    for name in zoo_names():
+        net = load_network(name)
+        if any(layer.op == "attention" for layer in net.layers):
+            shapes.setdefault(tuple(compared(gpt_shape(net)).items()), []).append(name)
+    assert len(shapes) >= 10 and all(len(names) == 1 for names in shapes.values()), shapes
