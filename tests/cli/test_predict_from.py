@@ -22,11 +22,13 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """(plan, its Megatron-LM launch script) for a tensor-parallel and a pipelined plan."""
+    """(plan, its Megatron-LM launch script) for a tensor-parallel plan, a pipelined one and one whose
+    last stage holds the final norm, head and loss alone (exported as a pipeline layout: Ett|L)."""
     folder = tmp_path_factory.mktemp("from")
     out = {}
     for name, plan in (("tensor", predicted_plan(folder, "tiny-gqa", 4, tensor=2)),
-                       ("pipeline", pipelined_plan(folder, 8, 2, 4, "1f1b", tensor=2, batch=16))):
+                       ("pipeline", pipelined_plan(folder, 8, 2, 4, "1f1b", tensor=2, batch=16)),
+                       ("uneven", pipelined_plan(folder, 8, 2, 4, "1f1b", firsts=("embed", "ln_f"), batch=16))):
         script = folder / f"{name}.sh"
         result = runner.invoke(app, ["export", plan, "--to", "megatron", "--out", str(script)])
         assert result.exit_code == 0, result.output
@@ -45,14 +47,16 @@ def round_trip(plan: str, script: str, devices: int, machine: str) -> tuple[dict
     return predicted([plan]), predicted(["--from", script, "--devices", str(devices), "--machine", machine])
 
 
-@pytest.mark.parametrize("case, devices", [("tensor", 4), ("pipeline", 8)])
+@pytest.mark.parametrize("case, devices", [("tensor", 4), ("pipeline", 8), ("uneven", 8)])
 def test_a_plan_exported_and_read_back_predicts_the_same(exported, case, devices):
     plan, script = exported[case]
     want, got = round_trip(plan, script, devices, "dgx-a100")
     assert got["step_s"] == want["step_s"] and got["memory_allocated_bytes"] == want["memory_peak_bytes"]
     assert got["network"] == "tiny-gqa" if case == "tensor" else "gpt-tiny"
     assert got["network_from"] == "the zoo network of the shape the file states"
-    assert got["layout"]["tensor"] == 2 and got["memory_reserved_bytes"] is None
+    assert got["layout"]["stages"] == (1 if case == "tensor" else 2) and got["memory_reserved_bytes"] is None
+    if case == "uneven":
+        assert "--pipeline-model-parallel-layout Ett|L" in open(script).read().replace("'", "")
 
 
 def test_the_summary_says_what_was_read_and_what_was_ignored(exported, tmp_path):

@@ -182,3 +182,14 @@ def test_the_zoo_transformers_differ_in_shape():
         if any(layer.op == "attention" for layer in net.layers):
             shapes.setdefault(tuple(compared(gpt_shape(net)).items()), []).append(name)
     assert len(shapes) >= 10 and all(len(names) == 1 for names in shapes.values()), shapes
+
+
+def test_the_405b_launch_script_is_read_as_written():
+    path = "tests/assets/launch/llama3.1-405b.sh"
+    config = megatron.read(open(path).read(), path)
+    assert (config.devices, config.tensor, config.sequence_parallel, config.stages, config.chunks) == \
+        (2048, 8, True, 8, 4)
+    assert config.chunk_layers == (3,) + (4,) * 30 + (3,)  # 126 layers, the embedding and the loss 4 a chunk
+    assert (config.batch, config.micro_batch, config.recompute) == (2048, 1, "selective")
+    assert (config.choices.precision, config.choices.zero, config.choices.overlap) == ("bf16", 1, "data")
+    assert len(config.ignored) == 24 and network_ref(config, None) == "llama3.1-405b"
