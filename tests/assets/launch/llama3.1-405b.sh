@@ -1,8 +1,8 @@
 #!/bin/bash
 # Llama 3.1 405B pretraining with Megatron-LM on 256 nodes of 8 H100s, written as Megatron-LM's own
 # examples write a launch (examples/gpt3/train_gpt3_175b_distributed.sh: bash arrays of arguments).
-# Tensor 8 with sequence parallelism, 8 pipeline stages of 4 virtual chunks, the embedding and the
-# loss counted as layers in the split (126 transformer layers + 2 = 4 a chunk), data 32.
+# Tensor 8 with sequence parallelism, 16 pipeline stages, the embedding and the loss counted as
+# layers in the split (126 transformer layers + 2 = 8 a stage), data 16.
 # `dnnplan predict --from tests/assets/launch/llama3.1-405b.sh --machine dgx-h100` predicts it.
 
 export CUDA_DEVICE_MAX_CONNECTIONS=1
@@ -41,8 +41,7 @@ MODEL_ARGS=(
 PARALLEL_ARGS=(
     --tensor-model-parallel-size 8
     --sequence-parallel
-    --pipeline-model-parallel-size 8
-    --num-layers-per-virtual-pipeline-stage 4
+    --pipeline-model-parallel-size 16
     --account-for-embedding-in-pipeline-split
     --account-for-loss-in-pipeline-split
     --use-distributed-optimizer

@@ -188,8 +188,8 @@ def test_the_405b_launch_script_is_read_as_written():
     path = "tests/assets/launch/llama3.1-405b.sh"
     config = megatron.read(open(path).read(), path)
     assert (config.devices, config.tensor, config.sequence_parallel, config.stages, config.chunks) == \
-        (2048, 8, True, 8, 4)
-    assert config.chunk_layers == (3,) + (4,) * 30 + (3,)  # 126 layers, the embedding and the loss 4 a chunk
+        (2048, 8, True, 16, 1)
+    assert config.chunk_layers == (7,) + (8,) * 14 + (7,)  # 126 layers, the embedding and the loss 8 a stage
     assert (config.batch, config.micro_batch, config.recompute) == (2048, 1, "selective")
     assert (config.choices.precision, config.choices.zero, config.choices.overlap) == ("bf16", 1, "data")
-    assert len(config.ignored) == 24 and network_ref(config, None) == "llama3.1-405b"
+    assert len(config.ignored) == 24 and config.schedule == "1f1b" and network_ref(config, None) == "llama3.1-405b"
