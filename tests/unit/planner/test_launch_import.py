@@ -6,6 +6,7 @@ mistake is one line naming the option and the file."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import pytest
@@ -53,6 +54,17 @@ def test_a_plan_exported_and_read_back_is_the_same_plan(case):
     for name in ("precision", "optimizer", "zero", "overlap", "moe_dispatch"):
         assert getattr(back.choices, name) == getattr(plan.choices, name), name
     assert back.batch == plan.batch and back.devices == plan.devices
+
+
+def test_materialized_attention_comes_back():
+    plan, net = make("gpt-tiny", overlap="data")
+    for name in ("h0.attn", "h1.attn"):
+        plan = dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, algorithm="materialized")
+                                                      if lp.name == name else lp for lp in plan.layers))
+    config = megatron.read(script(megatron_args(plan, net), plan.devices), "launch.sh")
+    assert config.choices.attention == "materialized"
+    back = launch_plan(config, net, plan.network, plan.devices, MACHINE)
+    assert back.algorithms() == plan.algorithms()
 
 
 def test_a_launch_script_with_variables_arrays_and_arithmetic():
