@@ -63,8 +63,8 @@ def test_the_summary_says_what_was_read_and_what_was_ignored(exported, tmp_path)
     _, script = exported["tensor"]
     text = open(script).read().replace('--nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE"',
                                        "--nnodes 1 --nproc-per-node 4")
-    text = text.replace("    --optimizer", "    --lr 3e-4 --data-path /data/a /data/b --tokenizer-type GPT2BPETokenizer \\\n"
-                                          "    --optimizer")
+    added = "    --lr 3e-4 --data-path /data/a /data/b --tokenizer-type GPT2BPETokenizer \\\n"
+    text = text.replace("    --optimizer", added + "    --optimizer")
     edited = tmp_path / "edited.sh"
     edited.write_text(text)
     result = runner.invoke(app, ["predict", "--from", str(edited), "--machine", "dgx-a100"])

@@ -17,7 +17,7 @@ from networks.errors import DnnplanError
 from networks.loader import load_network, zoo_names
 from planner.export.megatron import megatron_args
 from planner.export.megatron_model import gpt_shape
-from planner.launch_import import megatron
+from planner.launch_import import megatron, megatron_options
 from planner.launch_import.formats import format_of, read_launch
 from planner.launch_import.shell_words import launch_command
 from planner.launch_import.to_plan import launch_plan
@@ -32,8 +32,8 @@ def script(args: list[str], devices: int) -> str:
 
 
 def test_every_flag_the_exporter_writes_is_read():
-    assert set(MEGATRON_FLAGS) - {"--ckpt-format", "--max-position-embeddings"} <= set(megatron.READ)
-    assert {"--ckpt-format", "--max-position-embeddings"} <= set(megatron.REASON_OF)
+    assert set(MEGATRON_FLAGS) - {"--ckpt-format", "--max-position-embeddings"} <= set(megatron_options.READ)
+    assert {"--ckpt-format", "--max-position-embeddings"} <= set(megatron_options.REASON_OF)
 
 
 @pytest.mark.parametrize("case", CASES)
