@@ -27,7 +27,8 @@ defaults to ``allgather``, which dnnplan does not price (alltoall, flex): a mixt
 needs ``--moe-token-dispatcher-type``.
 
 The world size is torchrun's ``--nnodes`` x ``--nproc-per-node`` (``--nproc_per_node``) where the
-launch line states both as numbers (torchrun's defaults: 1 node, 1 process); otherwise `--devices`.
+launch line states both as numbers (torchrun's defaults: 1 node, 1 process; ``--nnodes N:N`` is N;
+an elastic range or ``--nproc-per-node gpu`` leaves it unstated); otherwise `--devices`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ from planner.launch_import.launch_config import Ignored, LaunchConfig
 from planner.launch_import.megatron_options import CHOICES, FLAG, FLOAT, INT, READ, REASON_OF, WORDS
 from planner.launch_import.shell_words import LaunchCommand, Word, launch_command
 
-#: torchrun's world-size options (torch.distributed.run: --nnodes, --nproc-per-node or --nproc_per_node)
+#: torchrun's world-size options, read in pytorch/pytorch torch/distributed/run.py at commit
+#: 010929fd3f401c3868310396e6a91ed95aa0305b: ``--nnodes`` (default "1:1", or MIN:MAX nodes) and
+#: ``--nproc-per-node`` or ``--nproc_per_node`` (default "1"; also auto, cpu, gpu, xpu)
 NNODES, NPROC = ("--nnodes",), ("--nproc-per-node", "--nproc_per_node")
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 #: the optimisers dnnplan prices, as Megatron names them
@@ -209,6 +212,9 @@ def world_size(command: LaunchCommand, path: str) -> tuple[int | None, str]:
     parts = []
     for key, flag in (("nnodes", "--nnodes"), ("nproc", "--nproc-per-node")):
         word = got.get(key, Word("1", command.line))
+        low, _, high = word.text.partition(":")
+        if key == "nnodes" and low == high:  # --nnodes N:N, as many nodes at least as at most
+            word = Word(low, word.line, word.unresolved)
         if word.unresolved or not word.text.isdigit() or int(word.text) < 1:
             why = f"uses {word.unresolved}, which the file does not set" if word.unresolved else \
                 f"is {short(word.text)}, not a number of devices"

@@ -116,6 +116,16 @@ def test_a_variable_the_file_does_not_set_leaves_the_world_size_unstated():
     assert config.devices is None and "$NNODES" in config.devices_from
 
 
+@pytest.mark.parametrize("launcher, devices", [
+    ("torchrun --nnodes 2:2 --nproc_per_node=8", 16), ("python -m torch.distributed.run --nproc-per-node 4", 4),
+    ("torchrun", 1), ("torchrun --nnodes 1:4 --nproc-per-node 8", None), ("torchrun --nproc-per-node gpu", None),
+    ("python", None)])
+def test_the_world_size_from_torchruns_line(launcher, devices):
+    config = megatron.read(f"{launcher} pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                           "--seq-length 32 --micro-batch-size 1", "run.sh")
+    assert config.devices == devices, config.devices_from
+
+
 def test_pipeline_options_give_each_chunks_layers():
     base = "--num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 "
     uneven = megatron.read(base + "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|(tt)*3,tL'",
