@@ -101,9 +101,9 @@ def read(text: str, path: str) -> LaunchConfig:
     ignored = tuple(Ignored(name, reason) for name, reason in args.ignored.items())
     return LaunchConfig(
         path=path, framework="megatron", network=None, shape=shape, devices=devices, devices_from=devices_from,
-        batch=args.get("--global-batch-size"), micro_batch=positive(args, "--micro-batch-size", required=True),
+        batch=given(args, "--global-batch-size"), micro_batch=positive(args, "--micro-batch-size", required=True),
         tensor=tensor, context=positive(args, "--context-parallel-size"), expert=expert,
-        expert_tensor=args.get("--expert-tensor-parallel-size"), sequence_parallel=sequence_parallel,
+        expert_tensor=given(args, "--expert-tensor-parallel-size"), sequence_parallel=sequence_parallel,
         stages=layout[0], chunks=chunks, chunk_layers=layout[2], schedule=INTERLEAVED if chunks > 1 else "1f1b",
         recompute=recompute, recompute_layers=recompute_layers, choices=choices, ignored=ignored)
 
@@ -195,6 +195,11 @@ def positive(args: Args, name: str, required: bool = False) -> int:
     return value
 
 
+def given(args: Args, name: str) -> int | None:
+    """An integer option of at least 1 where it is given, else None."""
+    return positive(args, name) if name in args else None
+
+
 def world_size(command: LaunchCommand, path: str) -> tuple[int | None, str]:
     """The devices torchrun's ``--nnodes`` x ``--nproc-per-node`` give (None where the file does not
     state them as numbers), and where they were read, in words."""
@@ -230,18 +235,18 @@ def model_shape(args: Args) -> GptShape:
     heads = positive(args, "--num-attention-heads", required=True)
     seq = positive(args, "--seq-length", required=True)
     swiglu = bool(args.get("--swiglu"))
-    ffn = args.get("--ffn-hidden-size") or (int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden)
-    groups = args.get("--num-query-groups") if args.get("--group-query-attention") else None
+    ffn = given(args, "--ffn-hidden-size") or (int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden)
+    groups = given(args, "--num-query-groups") if args.get("--group-query-attention") else None
     if "--num-query-groups" in args and not args.get("--group-query-attention"):
         args.ignored["--num-query-groups"] = "Megatron-LM reads it only with --group-query-attention"
-    kv = args.get("--kv-channels")
+    kv = given(args, "--kv-channels")
     if kv is None and hidden % heads:
         raise args.refuse("--num-attention-heads", f"{heads} heads do not divide the hidden size {hidden}",
                           hint="give --kv-channels, or heads that divide --hidden-size")
-    experts = args.get("--num-experts")
-    top_k = args.get("--moe-router-topk", 2) if experts else None
+    experts = given(args, "--num-experts")
+    top_k = (given(args, "--moe-router-topk") or 2) if experts else None
     if experts:
-        ffn = args.get("--moe-ffn-hidden-size") or ffn
+        ffn = given(args, "--moe-ffn-hidden-size") or ffn
     for name in ("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-token-dispatcher-type",
                  "--overlap-moe-expert-parallel-comm"):
         if name in args and not experts:

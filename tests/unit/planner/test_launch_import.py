@@ -146,6 +146,8 @@ def test_pipeline_options_give_each_chunks_layers():
     ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size", "does not divide the 4 attention heads"),
     ("--global-batch-size", "--global-batch-size", "needs a value"),
     ("--global-batch-size 8x", "--global-batch-size", "takes an integer"),
+    ("--global-batch-size 0", "--global-batch-size", "must be at least 1, got 0"),
+    ("--group-query-attention --num-query-groups -2", "--num-query-groups", "must be at least 1, got -2"),
     ("--recompute-granularity partial", "--recompute-granularity", "unknown value 'partial'"),
     ("--tp-comm-overlap --tensor-model-parallel-size 2 --overlap-grad-reduce", "--tp-comm-overlap",
      "needs --sequence-parallel"),
