@@ -174,7 +174,8 @@ def summary(results: list[dict], which: str) -> dict:
                 out[f"{source} | {split}"] = of(rs)
     for split in ("held-out", "calibration"):
         out[f"all | {split}"] = of([r for r in results if r["split"] == split])
-    for gen in dict.fromkeys(r.get("generation", "") for r in results):
+    gens = dict.fromkeys(r.get("generation", "") for r in results)
+    for gen in gens if len(gens) > 1 else ():
         for split in ("held-out", "calibration"):
             if gen and (rs := [r for r in results if r.get("generation") == gen and r["split"] == split]):
                 out[f"all {gen} | {split}"] = of(rs)
@@ -293,8 +294,13 @@ def show(out: dict) -> None:
                   f"{x['worst_abs_error']:6.1%}, mean signed {x['mean_error']:+6.1%}, over 30%: {x['over_30']}")
 
 
-def markdown(out: dict) -> str:
-    """docs/VALIDATION.md's tables: per source and split, then per row."""
+def markdown(out: dict, generation_: str | None = None) -> str:
+    """docs/VALIDATION.md's tables: per source and split, then per row; with ``generation_``, only
+    that generation's rows ("" the A100/H100 ones, "blackwell"), their summaries recomputed."""
+    if generation_ is not None:
+        rows = [r for r in out["rows"] if r.get("generation", "") == generation_]
+        out = {**out, "rows": rows, "summary_calibrated": summary(rows, "calibrated"),
+               "summary_shipped": summary(rows, "shipped")}
     lines = ["| source | split | rows | mean \\|error\\| shipped | worst | mean \\|error\\| calibrated | worst | over 30% |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for key, cal in out["summary_calibrated"].items():
@@ -319,12 +325,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     ap.add_argument("--markdown", metavar="RESULTS", help="print the tables of a results file and stop")
+    ap.add_argument("--generation", choices=["", *dict.fromkeys(GENERATIONS.values())],
+                    help="with --markdown: only this generation's rows ('' the A100/H100 ones)")
     ap.add_argument("--planner", action="store_true", help="also run `dnnplan plan` per distinct configuration")
     ap.add_argument("--planner-gpus", type=int, default=64, help="only configurations of at most this many GPUs")
     ap.add_argument("--planner-limit", type=float, default=60.0, help="each plan's --time-limit in seconds")
     args = ap.parse_args(argv)
     if args.markdown:
-        print(markdown(json.loads(Path(args.markdown).read_text())))
+        print(markdown(json.loads(Path(args.markdown).read_text()), args.generation))
         return 0
     start = time.perf_counter()
     rows = pm.load_rows()
