@@ -291,3 +291,33 @@ def test_relative_profile_resolved_against_the_file(tmp_path):
     m = load_machine(str(path))
     assert m.profile == str(tmp_path / "tables" / "toy.json")
     assert m.source == str(path)
+
+
+def test_batched_reshards_take_the_link_of_the_domain_not_the_node():
+    """The planner's vectorised reshard costs (costmodel.layer.edge_table) and edge_estimate agree on
+    a machine whose NVLink domain spans two nodes, and a reshard inside the domain is cheaper than
+    the same one between nodes that share no domain."""
+    import random
+
+    from costmodel.layer.candidates import candidate_strategies
+    from costmodel.layer.edge import edge_estimate
+    from costmodel.layer.edge_table import reshard_times
+    from costmodel.parallel.shard import input_layout, output_layout
+    from networks.loader import load_network
+    domain = machine_from_dict({**GOOD, "nodes": 4, "devices_per_nvlink_domain": 8}, "toy.yaml")
+    nodes = machine_from_dict({**GOOD, "nodes": 4}, "toy.yaml")
+    net = load_network("gpt2")
+    by = {layer.name: layer for layer in net.layers}
+    rng = random.Random(8)
+    cheaper = 0
+    for _ in range(40):
+        u, v, slot = rng.choice(net.edges())
+        su, sv = rng.choice(candidate_strategies(by[u], 8, 8)), rng.choice(candidate_strategies(by[v], 8, 8))
+        pair = (output_layout(by[u], su, 8), input_layout(by[v], sv, 8, slot))
+        for m in (domain, nodes):
+            (t,) = reshard_times([pair], False, 4, m)
+            assert t == pytest.approx(edge_estimate(by[u], su, by[v], sv, slot, 8, m).fwd_s)
+        (in_domain,), (across,) = reshard_times([pair], False, 4, domain), reshard_times([pair], False, 4, nodes)
+        assert in_domain <= across
+        cheaper += in_domain < across
+    assert cheaper  # some reshard crosses the two nodes the domain joins
