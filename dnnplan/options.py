@@ -62,10 +62,12 @@ SeqOpt = Annotated[Optional[int], typer.Option("--seq", help="Tokens per sequenc
                                                "(max_position_embeddings); an ONNX graph's].",
                                                callback=within("--seq", 1, MAX_INT))]
 PlanArg = Annotated[str, typer.Argument(help="A plan file written by `dnnplan plan --out`.")]
-ExportToOpt = Annotated[str, typer.Option("--to", help="The framework whose launch arguments to write: megatron "
-                                         "(Megatron-LM's pretrain_gpt.py; torchtitan and deepspeed not yet).")]
-ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the launch command here (a shell "
-                                                     "script) instead of printing it.")]
+ExportToOpt = Annotated[str, typer.Option("--to", help="The framework to write the plan for: megatron "
+                                         "(Megatron-LM's pretrain_gpt.py arguments), torchtitan (a job TOML as its "
+                                         "0.2 releases read it) or deepspeed (ds_config.json and its launcher).")]
+ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the file here instead of printing "
+                                                     "it: Megatron-LM's launch command (a shell script), "
+                                                     "torchtitan's TOML or DeepSpeed's JSON.")]
 ProfileTargetArg = Annotated[str, typer.Argument(help="A network (zoo name or spec path), or a sweep: 'gemm' "
                                                       "(GEMM grid over --sizes) or 'conv' (3x3 conv grid).")]
 DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.",
