@@ -22,7 +22,7 @@ FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
 def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: ForceOpt = False,
            as_json: JsonOpt = False) -> None:
-    """Write a plan for the framework you run: Megatron-LM's pretrain_gpt.py arguments, torchtitan's job TOML or DeepSpeed's JSON.
+    """Write a plan for the framework you run: Megatron-LM's arguments, torchtitan's TOML or DeepSpeed's JSON.
 
     Each option is named as that framework's release names it (docs/export.md cites the versions).
     megatron: torchrun then pretrain_gpt.py, one flag a line: the tensor, pipeline (and interleaving,
@@ -43,7 +43,10 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     pipeline parallelism are set in the training script, not its JSON (docs/export.md).
 
     Tiny-GQA on 4 GPUs, tensor 2 with sequence parallelism: dnnplan predict tiny-gqa -p 4 -b 8 --tensor 2
-    --sequence-parallel --machine dgx-a100 --out plan.yaml, then dnnplan export plan.yaml --to megatron
+    --sequence-parallel --machine dgx-a100 --out plan.yaml, then dnnplan export plan.yaml --to megatron.
+    Tiny-Llama under FSDP on 16 H100s: dnnplan predict tiny-llama -p 16 -b 32 --machine dgx-h100
+    --precision bf16 --optimizer adam --zero 3 --out fsdp.yaml, then dnnplan export fsdp.yaml --to
+    torchtitan (or --to deepspeed --out ds_config.json).
     """
     if to not in FRAMEWORKS:
         raise DnnplanError(f"unknown --to {short(to)}", hint=f"use {', '.join(FRAMEWORKS)}")

@@ -3,7 +3,8 @@
 Every key is named as torchtitan's 0.2 releases read it: the dataclasses of
 ``torchtitan/config/job_config.py`` (``JobConfig``: a section a field, a key a field of its class),
 read in pytorch/torchtitan at tag v0.2.2 (commit 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce); every key
-written is there in v0.2.0 and v0.2.1 as well. ``[model] converters`` names the FP8 converter as
+written is there in v0.2.0 and v0.2.1 as well, but ``expert_parallel_comm_backend`` (from v0.2.1,
+written for DeepEP only). ``[model] converters`` names the FP8 converter as
 ``torchtitan/components/quantization/float8.py`` registers it (``quantize.linear.float8``), the
 pipeline schedule as torch's ``get_schedule_class`` knows it (``GPipe``, ``1F1B``,
 ``Interleaved1F1B``), the model and flavor as ``torchtitan/models/<name>/__init__.py`` does.
@@ -40,8 +41,8 @@ every layer, whole transformer layers a pipeline stage), so the layout is read a
   ``all`` adds ``enable_async_tensor_parallel``, which needs ``[compile] enable`` with the model
   among its components (tensor_parallel.py ``maybe_enable_async_tp``); no overlap at all, another
   bucket and ``+experts`` (torchtitan's expert overlap is DualPipeV's only) are refused;
-- the MoE dispatcher: ``expert_parallel_comm_backend`` ``standard`` (all-to-all) or ``deepep``
-  (dnnplan's ``flex``, DeepEP's kernels).
+- the MoE dispatcher: all-to-all is torchtitan's default; dnnplan's ``flex`` (DeepEP's kernels) is
+  ``expert_parallel_comm_backend = "deepep"``.
 
 A zoo network torchtitan ships (:data:`FLAVORS`) is named by its model and flavor; another llama-style
 network by the family and its dnnplan name as the flavor, which the user registers in that family's
@@ -63,7 +64,8 @@ from planner.export.megatron_recompute import megatron_recompute
 from planner.plan.plan import Plan
 
 #: the torchtitan release the keys were read in (module docstring)
-TORCHTITAN_SOURCE = "pytorch/torchtitan v0.2.2 (73a0e6979dd10b6b1904098eb3c8f62c18ab87ce), torchtitan/config/job_config.py"
+TORCHTITAN_SOURCE = ("pytorch/torchtitan v0.2.2 (73a0e6979dd10b6b1904098eb3c8f62c18ab87ce), "
+                     "torchtitan/config/job_config.py")
 #: torchtitan's transformer models, and the pipeline schedules dnnplan prices that torch runs
 TORCHTITAN = Target("torchtitan", "torchtitan's llama-style models", ("gpipe", "1f1b", INTERLEAVED))
 #: dnnplan's pipeline schedules as torch.distributed.pipelining's get_schedule_class names them
@@ -95,10 +97,10 @@ def torchtitan_config(plan: Plan, net: Network) -> dict[str, dict[str, Any]]:
     recompute = megatron_recompute(plan, net, layout.chunk_blocks)
     if recompute.granularity and recompute.method != "uniform":
         first = next(layer.name for layer in net.layers if layer.op == "attention")
-        raise DnnplanError(f"recomputed {recompute.granularity}"
-                           f"{' (the first ' + str(recompute.num_layers) + ' of each chunk)' if recompute.method else ''}"
-                           ": torchtitan recomputes every transformer layer whole (full), or per op or every n-th "
-                           "layer (selective), not attention's core alone nor the first layers of a chunk",
+        which = f" (the first {recompute.num_layers} of each chunk)" if recompute.method else ""
+        raise DnnplanError(f"recomputed {recompute.granularity}{which}: torchtitan recomputes every transformer "
+                           "layer whole (full), or per op or every n-th layer (selective), not attention's core "
+                           "alone nor the first layers of a chunk",
                            layer=first, hint="re-plan with --recompute full or none")
     choices = plan.choices
     shape = gpt_shape(net)
@@ -188,7 +190,8 @@ def parallelism_section(plan: Plan, net: Network, layout: MegatronLayout, zero: 
     if moe:
         out["expert_parallel_degree"] = layout.expert
         out["expert_tensor_parallel_degree"] = 1 if layout.expert_folded else layout.tensor
-        out["expert_parallel_comm_backend"] = COMM_BACKENDS[plan.choices.moe_dispatch]
+        if plan.choices.moe_dispatch != "alltoall":  # the key is read from v0.2.1 on; its default is all-to-all
+            out["expert_parallel_comm_backend"] = COMM_BACKENDS[plan.choices.moe_dispatch]
     return out
 
 
@@ -206,6 +209,7 @@ def overlap_keys(overlap: str) -> dict[str, Any]:
     """The plan's overlap (``data`` or ``all``, at DDP's bucket) as torchtitan's keys; one line for what
     it cannot express (module docstring)."""
     mode, _, bucket = overlap.partition(BUCKET_MARK)
+    mode = mode or "data"  # not yet priced: a GPU machine's default
     if mode.endswith(EXPERTS):
         raise DnnplanError(f"overlap {mode}: torchtitan overlaps expert all-to-alls under DualPipeV only",
                            hint="re-plan with --overlap data or all")
