@@ -99,12 +99,18 @@ class Config:
                                file=path, hint="write {\"train_batch_size\": ..., ...}")
         self.ignored: dict[str, str] = {}
 
-    def line_of(self, key: str) -> int | None:
-        match = re.search(rf'"{re.escape(key)}"\s*:', self.text)
-        return self.text.count("\n", 0, match.start()) + 1 if match else None
+    def line_of(self, where: str) -> int | None:
+        """The line of ``where`` (``section.key``: the key after its section's), as the file writes it."""
+        start = 0
+        for key in where.split("."):
+            match = re.compile(rf'"{re.escape(key)}"\s*:').search(self.text, start)
+            if match is None:
+                return None
+            start = match.start()
+        return self.text.count("\n", 0, start) + 1
 
     def refuse(self, where: str, message: str, hint: str | None = None) -> DnnplanError:
-        return DnnplanError(f"{where}: {message}", file=self.path, line=self.line_of(where.split(".")[-1]), hint=hint)
+        return DnnplanError(f"{where}: {message}", file=self.path, line=self.line_of(where), hint=hint)
 
     def section(self, name: str) -> dict:
         value = self.data.get(name, {})
@@ -256,7 +262,7 @@ def optimizer(config: Config) -> str:
     if kind == "SGD":
         momentum = params.get("momentum", 0)
         if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
-            raise config.refuse("momentum", f"takes a number, got {short(momentum)}", hint="write \"momentum\": 0.9")
+            raise config.refuse("optimizer.params.momentum", f"takes a number, got {short(momentum)}", hint="write \"momentum\": 0.9")
         return "momentum" if momentum else "sgd"
     raise config.refuse("optimizer.type", f"{short(kind)} is not an optimiser dnnplan prices",
                         hint="write Adam, AdamW or SGD")

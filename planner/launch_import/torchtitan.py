@@ -196,8 +196,9 @@ def read(text: str, path: str) -> LaunchConfig:
     mode = toml.get("activation_checkpoint", "mode")
     if mode not in ("none", "full"):
         default = "" if "mode" in toml.sections.get("activation_checkpoint", {}) else " (torchtitan's default)"
-        raise toml.refuse("activation_checkpoint", "mode", f"{short(mode)}{default}: dnnplan prices no recomputation or every transformer layer's (full), not torchtitan's "
-                          "selective or memory-budget checkpointing", hint="write mode = \"full\" or \"none\"")
+        raise toml.refuse("activation_checkpoint", "mode", f"{short(mode)}{default}: dnnplan prices no "
+                          "recomputation or every transformer layer's (full), not torchtitan's selective or "
+                          "memory-budget checkpointing", hint="write mode = \"full\" or \"none\"")
     dispatch = toml.get("parallelism", "expert_parallel_comm_backend")
     if dispatch not in COMM_BACKENDS.values():
         raise toml.refuse("parallelism", "expert_parallel_comm_backend", f"unknown backend {short(dispatch)}",
@@ -218,7 +219,13 @@ def read(text: str, path: str) -> LaunchConfig:
 
 def check_keys(toml: Toml) -> None:
     """Every key one torchtitan reads: read, or ignored with its reason; one line for another."""
+    sections = set(READ) | {name for ignored in IGNORED.values() for name in ignored}
     for section, keys in toml.sections.items():
+        if section not in sections:
+            near = did_you_mean(section, sorted(sections))
+            raise toml.refuse(section, None, "unknown section: not one dnnplan reads of torchtitan 0.2's "
+                              "job_config.py (it may change what runs)",
+                              hint=f"did you mean [{near}]?" if near else f"remove it to predict without it; {HINT}")
         reasons = {reason: ignored.get(section) for reason, ignored in IGNORED.items() if section in ignored}
         whole = next((reason for reason, names in reasons.items() if names == "*"), None)
         for key in keys:
@@ -228,8 +235,7 @@ def check_keys(toml: Toml) -> None:
             elif key not in READ.get(section, {}):
                 known = [f"[{s}] {k}" for s, names in READ.items() for k in names]
                 near = did_you_mean(f"[{section}] {key}", known)
-                what = "key" if section in READ or any(section in i for i in IGNORED.values()) else "section's key"
-                raise toml.refuse(section, key, f"unknown {what}: not one dnnplan reads of torchtitan 0.2's "
+                raise toml.refuse(section, key, "unknown key: not one dnnplan reads of torchtitan 0.2's "
                                   "job_config.py (it may change what runs)",
                                   hint=f"did you mean {near}?" if near else f"remove it to predict without it; {HINT}")
 
