@@ -99,15 +99,15 @@ def check_layout(plan: Plan, net: Network) -> int:
                            hint=HINT)
     micro_batches = pipe.micro_batches if pipe is not None else 1
     micro = plan.batch // micro_batches
-    if micro % plan.devices:
-        raise DnnplanError(f"a micro-batch of {micro} samples does not split over {plan.devices} devices",
-                           layer=net.layers[0].name, hint="re-plan with a batch a multiple of the devices")
     strategies = plan.strategies()
     for layer in net.layers:
         if strategies[layer.name] != data_strategy(layer, plan.devices, micro):
             raise DnnplanError(f"split {strategies[layer.name].label}, where DeepSpeed's data parallelism splits "
                                f"{micro} samples over {plan.devices} devices: its tensor, sequence and expert "
                                "parallelism are set in the script, not in its JSON", layer=layer.name, hint=HINT)
+    if micro % plan.devices:
+        raise DnnplanError(f"a micro-batch of {micro} samples does not split over {plan.devices} devices",
+                           layer=net.layers[0].name, hint="re-plan with a batch a multiple of the devices")
     return micro_batches
 
 
