@@ -81,6 +81,8 @@ SCRIPT_SECTIONS = {"pipeline": "the pipeline's stages are the script's (Pipeline
 #: DeepSpeed's default reduce_bucket_size (zero/config.py), in elements
 DEFAULT_REDUCE_BUCKET = 500_000_000
 ADAM_TYPES = ("adam", "adamw")
+#: Hugging Face Trainer's placeholder, which transformers fills in from its own arguments before DeepSpeed reads it
+AUTO = "\"auto\" is filled in by Hugging Face's Trainer from its arguments: write the value it runs with"
 HINT = "see docs/export.md, \"Importing a launch configuration\", for the keys dnnplan reads"
 
 
@@ -121,12 +123,13 @@ class Config:
     def integer(self, where: str, value: Any, least: int = 1) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < least:
             raise self.refuse(where, f"takes an integer of at least {least}, got {short(value)}",
-                              hint=f"write \"{where.split('.')[-1]}\": N")
+                              hint=AUTO if value == "auto" else f"write \"{where.split('.')[-1]}\": N")
         return int(value)
 
     def flag(self, where: str, value: Any) -> bool:
         if not isinstance(value, bool):
-            raise self.refuse(where, f"takes true or false, got {short(value)}", hint="write true or false")
+            raise self.refuse(where, f"takes true or false, got {short(value)}",
+                              hint=AUTO if value == "auto" else "write true or false")
         return value
 
 
@@ -262,7 +265,8 @@ def optimizer(config: Config) -> str:
     if kind == "SGD":
         momentum = params.get("momentum", 0)
         if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
-            raise config.refuse("optimizer.params.momentum", f"takes a number, got {short(momentum)}", hint="write \"momentum\": 0.9")
+            raise config.refuse("optimizer.params.momentum", f"takes a number, got {short(momentum)}",
+                                hint="write \"momentum\": 0.9")
         return "momentum" if momentum else "sgd"
     raise config.refuse("optimizer.type", f"{short(kind)} is not an optimiser dnnplan prices",
                         hint="write Adam, AdamW or SGD")

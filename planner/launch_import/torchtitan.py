@@ -76,7 +76,8 @@ IGNORED = {
         "memory_estimation": "*", "fault_tolerance": "*", "experimental": "*", "debug": "*"},
     "the data and tokenizer: the network's own vocabulary is priced": {
         "model": {"hf_assets_path", "tokenizer_path", "print_after_conversion"},
-        "training": {"dataset", "dataset_path", "dataloader", "steps", "gc_freq", "gc_debug"}},
+        "training": {"dataset", "dataset_path", "dataloader", "steps", "gc_freq", "gc_debug"},
+        "training.dataloader": "*"},
     "the learning rate and the optimiser's settings: a step's work does not depend on them": {
         "optimizer": {"lr", "beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"},
         "lr_scheduler": "*", "training": {"max_norm", "mixed_precision_reduce"}},
@@ -91,6 +92,7 @@ IGNORED = {
         "quantize.linear.float8": {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
                                    "recipe_name", "filter_fqns", "emulate"}},
 }
+IGNORED_SUBSECTION = "a part of a section that does not change the step"
 #: torchtitan's defaults (job_config.py) for the keys read
 DEFAULTS = {"local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048, "mixed_precision_param": "bfloat16",
             "dtype": "float32", "data_parallel_replicate_degree": 1, "data_parallel_shard_degree": -1,
@@ -220,7 +222,11 @@ def read(text: str, path: str) -> LaunchConfig:
 def check_keys(toml: Toml) -> None:
     """Every key one torchtitan reads: read, or ignored with its reason; one line for another."""
     sections = set(READ) | {name for ignored in IGNORED.values() for name in ignored}
+    ignored_whole = {name for ignored in IGNORED.values() for name, keys in ignored.items() if keys == "*"}
     for section, keys in toml.sections.items():
+        if section.split(".")[0] in ignored_whole and section not in sections:  # [validation.dataloader]
+            toml.ignored.update({f"[{section}] {key}": IGNORED_SUBSECTION for key in keys})
+            continue
         if section not in sections:
             near = did_you_mean(section, sorted(sections))
             raise toml.refuse(section, None, "unknown section: not one dnnplan reads of torchtitan 0.2's "

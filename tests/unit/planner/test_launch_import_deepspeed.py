@@ -112,3 +112,8 @@ def test_the_line_of_the_key_is_named():
     assert err.line == next(i for i, row in enumerate(body.splitlines(), 1) if '"stage"' in row)
     fp16 = text(fp16={"enabled": "yes"})
     assert line(fp16).line == next(i for i, row in enumerate(fp16.splitlines(), 1) if '"fp16"' in row) + 1
+
+
+def test_hugging_faces_auto_placeholders_are_named():
+    err = line(text(train_micro_batch_size_per_gpu="auto"))
+    assert "Hugging Face's Trainer" in err.hint

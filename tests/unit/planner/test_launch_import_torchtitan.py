@@ -176,3 +176,10 @@ def test_a_bad_config_is_one_line_naming_the_key_and_file(text, says):
 def test_the_line_of_the_key_is_named():
     err = line(edited("tensor_parallel_degree = 8", "tensor_parallel_degree = \"8\""))
     assert err.line == USERS.splitlines().index("tensor_parallel_degree = 8  # 8-way TP") + 1
+
+
+def test_sub_tables_of_ignored_sections_are_ignored_too():
+    got = read(PIPELINED + "[training.dataloader]\nnum_workers = 2\n[validation.dataloader]\nnum_workers = 1\n",
+               "pp.toml")
+    assert {"[training.dataloader] num_workers", "[validation.dataloader] num_workers"} <= \
+        {i.option for i in got.ignored}
