@@ -30,6 +30,14 @@ from tests.unit.planner.test_export_round_trip import DEVICES, MACHINE, TRANSFOR
 from planner.plan.plan_file import read_plan  # noqa: E402
 
 FRAMEWORKS = ("torchtitan", "deepspeed", "megatron")
+#: refusals counted together, by how their line starts
+KINDS = {"refused: split ": "refused: a layer split otherwise than the framework's one layout (a per-layer hybrid)",
+         "refused: a micro-batch of ": "refused: a micro-batch the data-parallel ranks cannot share",
+         "refused: starts pipeline stage ": "refused: a pipeline (DeepSpeed's is the script's)"}
+
+
+def kind(outcome: str) -> str:
+    return next((name for start, name in KINDS.items() if outcome.startswith(start)), outcome)
 
 
 def plan_file(name: str, devices: int, folder: str, seconds: float) -> tuple[str | None, str]:
@@ -80,7 +88,7 @@ def main() -> None:
                 plan, net = read_plan(path)
                 got = {f: round_trip(f, plan, net) for f in FRAMEWORKS}
                 for f, outcome in got.items():
-                    counts[f][outcome] += 1
+                    counts[f][kind(outcome)] += 1
                 print(f"{name:14} {devices:5}  " + "  ".join(f"{f}: {o[:90]}" for f, o in got.items()), flush=True)
     for f in FRAMEWORKS:
         print(f"{f}: " + "; ".join(f"{n} {reason}" for reason, n in counts[f].most_common()))
