@@ -55,31 +55,28 @@ class LaunchCommand:
     line: int
 
 
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """(first line number, text) of each command: backslash continuations joined, an array's
-    parentheses read to their close."""
-    out: list[tuple[int, str]] = []
-    pending, start, depth = "", 0, 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not pending:
-            start = number
-        line = raw
+def logical_lines(text: str) -> list[list[tuple[int, str]]]:
+    """Each command as its physical lines, (line number, text) each: backslash continuations joined
+    (the backslash dropped), an array's parentheses read to their close."""
+    out: list[list[tuple[int, str]]] = []
+    pending: list[tuple[int, str]] = []
+    depth = 0
+    for number, line in enumerate(text.splitlines(), 1):
         if depth or (not pending and ARRAY_OPEN.match(line)):
             depth += _parens(line)
-            pending += line + "\n"
+            pending.append((number, line))
             if depth > 0:
                 continue
             depth = 0
-            out.append((start, pending))
-            pending = ""
+        elif line.endswith("\\") and not line.endswith("\\\\"):
+            pending.append((number, line[:-1]))
             continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending += line[:-1] + " "
-            continue
-        out.append((start, pending + line))
-        pending = ""
+        else:
+            pending.append((number, line))
+        out.append(pending)
+        pending = []
     if pending:
-        out.append((start, pending))
+        out.append(pending)
     return out
 
 
@@ -181,30 +178,40 @@ def _split(text: str, line: int, path: str) -> list[str]:
                            hint="close the quote, or give the arguments alone, one option a line") from None
 
 
+def _words(lines: list[tuple[int, str]], path: str) -> list[tuple[int, str]]:
+    """The shell words of one command's physical lines, each with its line: split line by line, or
+    as one text where a quote spans lines."""
+    try:
+        return [(number, word) for number, text in lines for word in shlex.split(text, comments=True)]
+    except ValueError:
+        return [(lines[0][0], word) for word in _split(" ".join(text for _, text in lines), lines[0][0], path)]
+
+
 def launch_command(text: str, path: str) -> LaunchCommand:
     """The training command of a launch script (module docstring), its variables expanded; one line
     naming the file when it runs no Python script and is not arguments alone, or runs several."""
     variables = Variables(path)
     commands: list[tuple[int, list[Word]]] = []
-    for line, logical in logical_lines(text):
-        array = ARRAY_OPEN.match(logical)
+    for lines in logical_lines(text):
+        array = ARRAY_OPEN.match(lines[0][1])
         if array:
-            body = logical[array.end():]
-            body = body[:body.rfind(")")] if ")" in body else body
-            words = [w for i, part in enumerate(body.split("\n"))
-                     for raw in _split(part, line + i, path) for w in variables.expand(raw, line + i)]
-            variables.assign(array.group(1), words)
+            body = [(lines[0][0], lines[0][1][array.end():])] + lines[1:]
+            number, last = body[-1]
+            body[-1] = (number, last[:last.rfind(")")] if ")" in last else last)
+            variables.assign(array.group(1), [w for number, raw in _words(body, path)
+                                              for w in variables.expand(raw, number)])
             continue
-        raw = _split(logical, line, path)
-        while raw and raw[0] in PREFIXES:
+        raw = _words(lines, path)
+        while raw and raw[0][1] in PREFIXES:
             raw = raw[1:]
-        while raw and ASSIGNMENT.match(raw[0]):
-            name, value = ASSIGNMENT.match(raw[0]).groups()
+        while raw and ASSIGNMENT.match(raw[0][1]):
+            number, word = raw[0]
+            name, value = ASSIGNMENT.match(word).groups()
             if len(raw) == 1:  # NAME=value alone sets it; before a command it is that command's
-                variables.assign(name, " ".join(w.text for w in variables.expand(value, line)))
+                variables.assign(name, " ".join(w.text for w in variables.expand(value, number)))
             raw = raw[1:]
         if raw:
-            commands.append((line, [w for word in raw for w in variables.expand(word, line)]))
+            commands.append((raw[0][0], [w for number, word in raw for w in variables.expand(word, number)]))
     return _training_command(commands, path)
 
 

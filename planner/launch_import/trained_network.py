@@ -11,11 +11,12 @@ argument states).
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 
 from networks.errors import DnnplanError
 from networks.ir import Network
-from networks.loader import load_network, zoo_names
+from networks.loader import load_network, spec_text, zoo_names
 from planner.export.megatron_model import GptShape, gpt_shape
 from planner.launch_import.launch_config import LaunchConfig
 
@@ -46,14 +47,18 @@ def shape_difference(stated: GptShape, net: Network) -> str | None:
     return None
 
 
-def zoo_networks_of(shape: GptShape) -> list[str]:
-    """The zoo networks of ``shape`` (:func:`compared`), in name order."""
-    out = []
-    for name in zoo_names():
+def zoo_network_of(shape: GptShape) -> str | None:
+    """The zoo network of ``shape`` (:func:`compared`), or None. The zoo's transformers differ in
+    shape (tests/unit/planner/test_launch_import.py holds it), so the first found is the one; the
+    specs that write the hidden size and the layer count are tried first (loading every spec
+    costs most of the command's time on a 405B configuration)."""
+    numbers = re.compile(rf"\b({shape.hidden_size}|{shape.num_layers})\b")
+    names = sorted(zoo_names(), key=lambda name: len(set(numbers.findall(spec_text(name)[0]))) < 2)
+    for name in names:
         net = load_network(name)
         if any(layer.op == "attention" for layer in net.layers) and shape_difference(shape, net) is None:
-            out.append(name)
-    return out
+            return name
+    return None
 
 
 def network_ref(config: LaunchConfig, given: str | None) -> str:
@@ -65,12 +70,9 @@ def network_ref(config: LaunchConfig, given: str | None) -> str:
                            file=config.path, hint="leave --network out, or drop the file's")
     if given or config.network:
         return given or config.network
-    found = zoo_networks_of(config.shape) if config.shape is not None else []
-    if len(found) == 1:
-        return found[0]
+    found = zoo_network_of(config.shape) if config.shape is not None else None
     if found:
-        raise DnnplanError(f"the shape the file states is that of {' and '.join(found)}", file=config.path,
-                           hint="name one with --network")
+        return found
     raise DnnplanError("no network named, and no zoo network has the shape the file states", file=config.path,
                        hint="give --network: a zoo name (dnnplan networks), a spec or a Hugging Face config.json")
 
