@@ -121,3 +121,24 @@ def test_help_teaches():
     result = runner.invoke(app, ["export", "--help"])
     assert result.exit_code == 0
     assert "Megatron-LM" in result.output and "--to" in result.output and "dnnplan export plan.yaml --to megatron" in result.output
+
+
+@pytest.mark.parametrize("plan, to, suffix, extra", [("llama", "torchtitan", "toml", []),
+                                                     ("data", "deepspeed", "json", ["--network", "tiny-llama"])])
+def test_exported_then_predicted_from_the_file_gives_the_plans_step_and_memory(plans, tmp_path, plan, to, suffix,
+                                                                             extra):
+    path = tmp_path / f"{to}.{suffix}"
+    assert runner.invoke(app, ["export", plans[plan], "--to", to, "--out", str(path)]).exit_code == 0
+    want = runner.invoke(app, ["predict", plans[plan], "--json"])
+    got = runner.invoke(app, ["predict", "--from", str(path), "--machine", "dgx-h100", *extra, "--json"])
+    assert want.exit_code == 0 and got.exit_code == 0, got.output
+    want, got = json.loads(want.output), json.loads(got.output)
+    assert (got["step_s"], got["memory_allocated_bytes"]) == (want["step_s"], want["memory_peak_bytes"])
+    assert got["devices"] == 16 and got["network"] == "tiny-llama"
+
+
+def test_a_bad_key_in_a_file_predicted_is_one_line(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text("[parallelism]\ntensor_parallel_degre = 2\n")
+    line = one_error_line(runner.invoke(app, ["predict", "--from", str(path), "--machine", "dgx-h100"]))
+    assert "job.toml:2" in line and "did you mean [parallelism] tensor_parallel_degree" in line
