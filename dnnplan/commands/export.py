@@ -29,9 +29,9 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     or the stage cut), context and expert degrees, sequence parallelism, the micro- and global
     batch, the model's shape, recomputation, precision, the optimiser and its ZeRO stage
     (distributed optimiser or Megatron-FSDP), overlap and the MoE dispatcher. torchtitan: the
-    [model], [training], [parallelism] (FSDP or DDP, tensor, pipeline with its cut, context and
-    expert degrees), [activation_checkpoint], [compile] and [quantize.linear.float8] sections as
-    torchtitan 0.2 reads them. deepspeed: ds_config.json (batch, accumulation, ZeRO stage, overlap,
+    model, training, parallelism (FSDP or DDP, tensor, pipeline with its cut, context and expert
+    degrees), activation_checkpoint, compile and quantize.linear.float8 sections as torchtitan 0.2
+    reads them. deepspeed: ds_config.json (batch, accumulation, ZeRO stage, overlap,
     precision, optimiser) and the deepspeed launcher line; --out writes the JSON itself.
 
     It prints the file after a comment with the plan's predicted step, or writes it to --out;
