@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from costmodel.choices.training import FRAMEWORKS, TrainingChoices
 from costmodel.step.train_time import tokens_per_step, train_time
-from dnnplan.output import check_outputs
 from dnnplan.commands.predict_from import predict_from
+from dnnplan.output import check_outputs
 from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForceOpt, ForeignProfileOpt,
                              FromNetworkOpt, FromOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt,
                              PredictNetworkArg, PipelineOpt, PlanOutOpt,

@@ -31,6 +31,7 @@ The contract, for a reader of one more format:
 
 Modules: :mod:`launch_config` (the configuration read), :mod:`formats` (which reader a file takes),
 :mod:`shell_words` (a launch script's command words: continuations, comments, variables, arrays),
-:mod:`megatron` (Megatron-LM's arguments), :mod:`trained_network` (the network a configuration
-trains, and its shape checked), :mod:`to_plan` (the configuration as a plan).
+:mod:`megatron` (Megatron-LM's arguments; its options in :mod:`megatron_options`),
+:mod:`trained_network` (the network a configuration trains, and its shape checked), :mod:`to_plan`
+(the configuration as a plan).
 """

@@ -27,7 +27,8 @@ defaults to ``allgather``, which dnnplan does not price (alltoall, flex): a mixt
 needs ``--moe-token-dispatcher-type``.
 
 The world size is torchrun's ``--nnodes`` x ``--nproc-per-node`` (``--nproc_per_node``) where the
-launch line states both as numbers (torchrun's defaults: 1 node, 1 process); otherwise `--devices`.
+launch line states both as numbers (torchrun's defaults: 1 node, 1 process; ``--nnodes N:N`` is N;
+an elastic range or ``--nproc-per-node gpu`` leaves it unstated); otherwise `--devices`.
 """
 
 from __future__ import annotations
@@ -41,92 +42,12 @@ from networks.errors import DnnplanError, did_you_mean, short
 from networks.ops.base import MAX_INT
 from planner.export.megatron_model import GptShape
 from planner.launch_import.launch_config import Ignored, LaunchConfig
+from planner.launch_import.megatron_options import CHOICES, FLAG, FLOAT, INT, READ, REASON_OF, WORDS
 from planner.launch_import.shell_words import LaunchCommand, Word, launch_command
 
-FLAG, INT, FLOAT, TEXT, WORDS = "flag", "integer", "number", "text", "words"
-
-#: the options read, and the kind of value each takes
-READ = {
-    # the layout (ModelParallelConfig; arguments.py)
-    "--tensor-model-parallel-size": INT, "--pipeline-model-parallel-size": INT, "--context-parallel-size": INT,
-    "--expert-model-parallel-size": INT, "--expert-tensor-parallel-size": INT, "--sequence-parallel": FLAG,
-    "--pipeline-model-parallel-layout": TEXT, "--num-layers-per-virtual-pipeline-stage": INT,
-    "--num-virtual-stages-per-pipeline-rank": INT, "--decoder-first-pipeline-num-layers": INT,
-    "--decoder-last-pipeline-num-layers": INT, "--account-for-embedding-in-pipeline-split": FLAG,
-    "--account-for-loss-in-pipeline-split": FLAG,
-    # the batch and the sequence
-    "--micro-batch-size": INT, "--global-batch-size": INT, "--seq-length": INT,
-    # the model's shape (TransformerConfig; arguments.py's network-size group)
-    "--num-layers": INT, "--hidden-size": INT, "--num-attention-heads": INT, "--group-query-attention": FLAG,
-    "--num-query-groups": INT, "--kv-channels": INT, "--ffn-hidden-size": INT, "--swiglu": FLAG,
-    "--num-experts": INT, "--moe-router-topk": INT, "--moe-ffn-hidden-size": INT, "--normalization": TEXT,
-    "--position-embedding-type": TEXT, "--use-rotary-position-embeddings": FLAG,
-    "--untie-embeddings-and-output-weights": FLAG,
-    # recomputation
-    "--recompute-granularity": TEXT, "--recompute-method": TEXT, "--recompute-num-layers": INT,
-    "--recompute-activations": FLAG, "--recompute-modules": WORDS, "--distribute-saved-activations": FLAG,
-    # precision, optimiser and its sharding
-    "--fp16": FLAG, "--bf16": FLAG, "--fp8-format": TEXT, "--optimizer": TEXT, "--sgd-momentum": FLOAT,
-    "--use-distributed-optimizer": FLAG, "--use-megatron-fsdp": FLAG, "--data-parallel-sharding-strategy": TEXT,
-    "--use-torch-fsdp2": FLAG,
-    # overlap, the MoE dispatcher, attention's kernels
-    "--overlap-grad-reduce": FLAG, "--overlap-param-gather": FLAG, "--tp-comm-overlap": FLAG,
-    "--overlap-moe-expert-parallel-comm": FLAG, "--moe-token-dispatcher-type": TEXT, "--attention-backend": TEXT,
-    "--use-flash-attn": FLAG,
-}
-#: the values a text option takes (Megatron-LM's choices)
-CHOICES = {
-    "--normalization": ("LayerNorm", "RMSNorm"),
-    "--position-embedding-type": ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"),
-    "--recompute-granularity": ("full", "selective"), "--recompute-method": ("uniform", "block"),
-    "--fp8-format": ("e4m3", "hybrid"),
-    "--optimizer": ("adam", "sgd", "muon", "dist_muon", "lion", "soap", "adaptive_muon"),
-    "--data-parallel-sharding-strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
-    "--moe-token-dispatcher-type": ("allgather", "alltoall", "flex"),
-    "--attention-backend": ("flash", "fused", "unfused", "local", "auto"),
-}
-#: options that do not change the step dnnplan prices, by the reason (each takes the words after
-#: it up to the next option, if any)
-IGNORED = {
-    "the data and tokenizer: the network's own vocabulary is priced": (
-        "--data-path", "--split", "--train-data-path", "--valid-data-path", "--test-data-path", "--data-cache-path",
-        "--mock-data", "--num-workers", "--dataloader-type", "--tokenizer-type", "--tokenizer-model", "--vocab-file",
-        "--merge-file", "--vocab-size", "--make-vocab-size-divisible-by", "--eod-mask-loss",
-        "--no-create-attention-mask-in-dataloader"),
-    "the learning-rate schedule and the optimiser's settings: a step's work does not depend on them": (
-        "--lr", "--min-lr", "--lr-decay-style", "--lr-warmup-iters", "--lr-warmup-fraction", "--lr-warmup-samples",
-        "--lr-decay-iters", "--lr-decay-samples", "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2",
-        "--adam-eps", "--init-method-std", "--seed"),
-    "how long to train: one step is predicted (--tokens gives the time to train)": (
-        "--train-iters", "--train-samples", "--exit-interval", "--exit-duration-in-mins"),
-    "logging, evaluation and checkpoints: outside the training step": (
-        "--log-interval", "--log-throughput", "--log-params-norm", "--log-num-zeros-in-grad", "--log-timers-to-tensorboard",
-        "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard", "--tensorboard-dir",
-        "--tensorboard-log-interval", "--timing-log-level", "--wandb-project", "--wandb-exp-name", "--wandb-save-dir",
-        "--eval-interval", "--eval-iters", "--save", "--load", "--save-interval", "--ckpt-format", "--use-dist-ckpt",
-        "--async-save", "--no-load-optim", "--no-load-rng", "--profile"),
-    "an implementation switch (kernel fusion, initialisation, process group set-up): dnnplan prices the "
-    "layers' work and memory traffic alike": (
-        "--use-mcore-models", "--transformer-impl", "--no-masked-softmax-fusion", "--no-gradient-accumulation-fusion",
-        "--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion", "--no-rope-fusion",
-        "--cross-entropy-loss-fusion", "--moe-grouped-gemm", "--moe-permute-fusion", "--manual-gc",
-        "--use-cpu-initialization", "--distributed-backend", "--distributed-timeout-minutes",
-        "--empty-unused-memory-level", "--tp-comm-overlap-cfg", "--no-check-for-nan-in-loss-and-grad",
-        "--calculate-per-token-loss", "--attention-softmax-in-fp32", "--accumulate-allreduce-grads-in-fp32"),
-    "a model setting that does not change a step's work: dropout rates, biases, norm epsilon, rotary settings, "
-    "positions (the network's own are priced)": (
-        "--hidden-dropout", "--attention-dropout", "--disable-bias-linear", "--norm-epsilon", "--rotary-base",
-        "--rotary-percent", "--use-rope-scaling", "--apply-layernorm-1p", "--qk-layernorm",
-        "--max-position-embeddings", "--no-position-embedding"),
-    "routing's losses and the router's settings: dnnplan prices dropless top-k routing": (
-        "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-dtype",
-        "--moe-router-score-function", "--moe-router-pre-softmax"),
-    "the FP8 recipe: dnnplan prices FP8 GEMMs with BF16 mixed precision alike": (
-        "--fp8-recipe", "--fp8-param-gather"),
-    "the gradient buckets' size: dnnplan prices PyTorch DDP's 25 MiB buckets": ("--ddp-bucket-size",),
-}
-REASON_OF = {name: reason for reason, names in IGNORED.items() for name in names}
-#: torchrun's world-size options (torch.distributed.run: --nnodes, --nproc-per-node or --nproc_per_node)
+#: torchrun's world-size options, read in pytorch/pytorch torch/distributed/run.py at commit
+#: 010929fd3f401c3868310396e6a91ed95aa0305b: ``--nnodes`` (default "1:1", or MIN:MAX nodes) and
+#: ``--nproc-per-node`` or ``--nproc_per_node`` (default "1"; also auto, cpu, gpu, xpu)
 NNODES, NPROC = ("--nnodes",), ("--nproc-per-node", "--nproc_per_node")
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 #: the optimisers dnnplan prices, as Megatron names them
@@ -180,9 +101,9 @@ def read(text: str, path: str) -> LaunchConfig:
     ignored = tuple(Ignored(name, reason) for name, reason in args.ignored.items())
     return LaunchConfig(
         path=path, framework="megatron", network=None, shape=shape, devices=devices, devices_from=devices_from,
-        batch=args.get("--global-batch-size"), micro_batch=positive(args, "--micro-batch-size", required=True),
+        batch=given(args, "--global-batch-size"), micro_batch=positive(args, "--micro-batch-size", required=True),
         tensor=tensor, context=positive(args, "--context-parallel-size"), expert=expert,
-        expert_tensor=args.get("--expert-tensor-parallel-size"), sequence_parallel=sequence_parallel,
+        expert_tensor=given(args, "--expert-tensor-parallel-size"), sequence_parallel=sequence_parallel,
         stages=layout[0], chunks=chunks, chunk_layers=layout[2], schedule=INTERLEAVED if chunks > 1 else "1f1b",
         recompute=recompute, recompute_layers=recompute_layers, choices=choices, ignored=ignored)
 
@@ -274,6 +195,11 @@ def positive(args: Args, name: str, required: bool = False) -> int:
     return value
 
 
+def given(args: Args, name: str) -> int | None:
+    """An integer option of at least 1 where it is given, else None."""
+    return positive(args, name) if name in args else None
+
+
 def world_size(command: LaunchCommand, path: str) -> tuple[int | None, str]:
     """The devices torchrun's ``--nnodes`` x ``--nproc-per-node`` give (None where the file does not
     state them as numbers), and where they were read, in words."""
@@ -291,6 +217,9 @@ def world_size(command: LaunchCommand, path: str) -> tuple[int | None, str]:
     parts = []
     for key, flag in (("nnodes", "--nnodes"), ("nproc", "--nproc-per-node")):
         word = got.get(key, Word("1", command.line))
+        low, _, high = word.text.partition(":")
+        if key == "nnodes" and low == high:  # --nnodes N:N, as many nodes at least as at most
+            word = Word(low, word.line, word.unresolved)
         if word.unresolved or not word.text.isdigit() or int(word.text) < 1:
             why = f"uses {word.unresolved}, which the file does not set" if word.unresolved else \
                 f"is {short(word.text)}, not a number of devices"
@@ -306,18 +235,18 @@ def model_shape(args: Args) -> GptShape:
     heads = positive(args, "--num-attention-heads", required=True)
     seq = positive(args, "--seq-length", required=True)
     swiglu = bool(args.get("--swiglu"))
-    ffn = args.get("--ffn-hidden-size") or (int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden)
-    groups = args.get("--num-query-groups") if args.get("--group-query-attention") else None
+    ffn = given(args, "--ffn-hidden-size") or (int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden)
+    groups = given(args, "--num-query-groups") if args.get("--group-query-attention") else None
     if "--num-query-groups" in args and not args.get("--group-query-attention"):
         args.ignored["--num-query-groups"] = "Megatron-LM reads it only with --group-query-attention"
-    kv = args.get("--kv-channels")
+    kv = given(args, "--kv-channels")
     if kv is None and hidden % heads:
         raise args.refuse("--num-attention-heads", f"{heads} heads do not divide the hidden size {hidden}",
                           hint="give --kv-channels, or heads that divide --hidden-size")
-    experts = args.get("--num-experts")
-    top_k = args.get("--moe-router-topk", 2) if experts else None
+    experts = given(args, "--num-experts")
+    top_k = (given(args, "--moe-router-topk") or 2) if experts else None
     if experts:
-        ffn = args.get("--moe-ffn-hidden-size") or ffn
+        ffn = given(args, "--moe-ffn-hidden-size") or ffn
     for name in ("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-token-dispatcher-type",
                  "--overlap-moe-expert-parallel-comm"):
         if name in args and not experts:

@@ -63,8 +63,8 @@ def test_the_summary_says_what_was_read_and_what_was_ignored(exported, tmp_path)
     _, script = exported["tensor"]
     text = open(script).read().replace('--nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE"',
                                        "--nnodes 1 --nproc-per-node 4")
-    text = text.replace("    --optimizer", "    --lr 3e-4 --data-path /data/a /data/b --tokenizer-type GPT2BPETokenizer \\\n"
-                                          "    --optimizer")
+    added = "    --lr 3e-4 --data-path /data/a /data/b --tokenizer-type GPT2BPETokenizer \\\n"
+    text = text.replace("    --optimizer", added + "    --optimizer")
     edited = tmp_path / "edited.sh"
     edited.write_text(text)
     result = runner.invoke(app, ["predict", "--from", str(edited), "--machine", "dgx-a100"])
@@ -115,7 +115,7 @@ def test_round_trip_of_every_zoo_transformers_plan(tmp_path):
             made = runner.invoke(app, ["plan", name, "-p", str(devices), "--machine", "dgx-h100", "--precision",
                                        "bf16", "--time-limit", "10", "--out", str(plan)])
             if made.exit_code != 0:  # none fits (a 70B model on 8 devices), or none found in the time
-                skipped.append((name, devices, one_error_line(made)))
+                skipped.append((name, devices, made.output.strip().splitlines()[-1]))  # after the progress
                 continue
             export = runner.invoke(app, ["export", str(plan), "--to", "megatron", "--out", str(script)])
             if export.exit_code != 0:

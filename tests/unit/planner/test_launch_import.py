@@ -6,6 +6,7 @@ mistake is one line naming the option and the file."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import pytest
@@ -16,7 +17,7 @@ from networks.errors import DnnplanError
 from networks.loader import load_network, zoo_names
 from planner.export.megatron import megatron_args
 from planner.export.megatron_model import gpt_shape
-from planner.launch_import import megatron
+from planner.launch_import import megatron, megatron_options
 from planner.launch_import.formats import format_of, read_launch
 from planner.launch_import.shell_words import launch_command
 from planner.launch_import.to_plan import launch_plan
@@ -31,8 +32,8 @@ def script(args: list[str], devices: int) -> str:
 
 
 def test_every_flag_the_exporter_writes_is_read():
-    assert set(MEGATRON_FLAGS) - {"--ckpt-format", "--max-position-embeddings"} <= set(megatron.READ)
-    assert {"--ckpt-format", "--max-position-embeddings"} <= set(megatron.REASON_OF)
+    assert set(MEGATRON_FLAGS) - {"--ckpt-format", "--max-position-embeddings"} <= set(megatron_options.READ)
+    assert {"--ckpt-format", "--max-position-embeddings"} <= set(megatron_options.REASON_OF)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -53,6 +54,17 @@ def test_a_plan_exported_and_read_back_is_the_same_plan(case):
     for name in ("precision", "optimizer", "zero", "overlap", "moe_dispatch"):
         assert getattr(back.choices, name) == getattr(plan.choices, name), name
     assert back.batch == plan.batch and back.devices == plan.devices
+
+
+def test_materialized_attention_comes_back():
+    plan, net = make("gpt-tiny", overlap="data")
+    for name in ("h0.attn", "h1.attn"):
+        plan = dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, algorithm="materialized")
+                                                      if lp.name == name else lp for lp in plan.layers))
+    config = megatron.read(script(megatron_args(plan, net), plan.devices), "launch.sh")
+    assert config.choices.attention == "materialized"
+    back = launch_plan(config, net, plan.network, plan.devices, MACHINE)
+    assert back.algorithms() == plan.algorithms()
 
 
 def test_a_launch_script_with_variables_arrays_and_arithmetic():
@@ -104,6 +116,16 @@ def test_a_variable_the_file_does_not_set_leaves_the_world_size_unstated():
     assert config.devices is None and "$NNODES" in config.devices_from
 
 
+@pytest.mark.parametrize("launcher, devices", [
+    ("torchrun --nnodes 2:2 --nproc_per_node=8", 16), ("python -m torch.distributed.run --nproc-per-node 4", 4),
+    ("torchrun", 1), ("torchrun --nnodes 1:4 --nproc-per-node 8", None), ("torchrun --nproc-per-node gpu", None),
+    ("python", None)])
+def test_the_world_size_from_torchruns_line(launcher, devices):
+    config = megatron.read(f"{launcher} pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                           "--seq-length 32 --micro-batch-size 1", "run.sh")
+    assert config.devices == devices, config.devices_from
+
+
 def test_pipeline_options_give_each_chunks_layers():
     base = "--num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 "
     uneven = megatron.read(base + "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|(tt)*3,tL'",
@@ -124,6 +146,8 @@ def test_pipeline_options_give_each_chunks_layers():
     ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size", "does not divide the 4 attention heads"),
     ("--global-batch-size", "--global-batch-size", "needs a value"),
     ("--global-batch-size 8x", "--global-batch-size", "takes an integer"),
+    ("--global-batch-size 0", "--global-batch-size", "must be at least 1, got 0"),
+    ("--group-query-attention --num-query-groups -2", "--num-query-groups", "must be at least 1, got -2"),
     ("--recompute-granularity partial", "--recompute-granularity", "unknown value 'partial'"),
     ("--tp-comm-overlap --tensor-model-parallel-size 2 --overlap-grad-reduce", "--tp-comm-overlap",
      "needs --sequence-parallel"),
