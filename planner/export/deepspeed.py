@@ -32,6 +32,9 @@ a layer split otherwise, or a pipeline, is refused in one line naming the layer.
   user wraps each layer in ``deepspeed.checkpointing.checkpoint`` (the JSON configures checkpointing,
   the script applies it); other patterns are refused.
 
+The attention kernel is the script's: a plan is exported when its attention runs the machine's
+default (:mod:`planner.export.attention_kernel`).
+
 Left to the user: the script, the learning rate and its schedule, the data, and batch normalisation's
 statistics (a script syncs them with ``SyncBatchNorm``).
 """
@@ -45,6 +48,7 @@ from costmodel.comm.overlap import BUCKET_MARK, DEFAULT_BUCKET_BYTES, EXPERTS
 from costmodel.frameworks.uniform import data_strategy
 from networks.errors import DnnplanError
 from networks.ir import Network
+from planner.export.attention_kernel import check_default_attention
 from planner.export.megatron_layout import blocks_of
 from planner.export.megatron_recompute import megatron_recompute
 from planner.plan.plan import Plan
@@ -67,6 +71,7 @@ def deepspeed_config(plan: Plan, net: Network) -> dict[str, Any]:
     """ds_config.json's contents for ``plan`` of ``net``, or one line naming the layer DeepSpeed's
     JSON cannot express (module docstring)."""
     micro_batches = check_layout(plan, net)
+    check_default_attention(plan, net, "the attention kernel is the script's, which DeepSpeed's JSON does not say")
     choices = plan.choices
     out: dict[str, Any] = {
         "train_batch_size": plan.batch,

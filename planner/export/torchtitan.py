@@ -41,6 +41,8 @@ every layer, whole transformer layers a pipeline stage), so the layout is read a
   ``all`` adds ``enable_async_tensor_parallel``, which needs ``[compile] enable`` with the model
   among its components (tensor_parallel.py ``maybe_enable_async_tp``); no overlap at all, another
   bucket and ``+experts`` (torchtitan's expert overlap is DualPipeV's only) are refused;
+- attention: SDPA's fused kernels, the machine's default (:mod:`planner.export.attention_kernel`);
+  a plan whose attention runs other kernels is refused;
 - the MoE dispatcher: all-to-all is torchtitan's default; dnnplan's ``flex`` (DeepEP's kernels) is
   ``expert_parallel_comm_backend = "deepep"``.
 
@@ -58,6 +60,7 @@ from costmodel.comm.overlap import BUCKET_MARK, DEFAULT_BUCKET_BYTES, EXPERTS
 from costmodel.step.pipeline import INTERLEAVED
 from networks.errors import DnnplanError
 from networks.ir import Network
+from planner.export.attention_kernel import check_default_attention
 from planner.export.megatron_layout import MegatronLayout, Target, megatron_layout
 from planner.export.megatron_model import gpt_shape
 from planner.export.megatron_recompute import megatron_recompute
@@ -94,6 +97,8 @@ def torchtitan_config(plan: Plan, net: Network) -> dict[str, dict[str, Any]]:
     as planned (module docstring)."""
     layout = megatron_layout(plan, net, TORCHTITAN)
     check_model(net, layout)
+    check_default_attention(plan, net, "torchtitan's models run attention by PyTorch's SDPA, which picks its "
+                                       "fused kernels itself")
     recompute = megatron_recompute(plan, net, layout.chunk_blocks)
     if recompute.granularity and recompute.method != "uniform":
         first = next(layer.name for layer in net.layers if layer.op == "attention")

@@ -5,6 +5,8 @@ DeepSpeed sets in the script, are refused naming the layer."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from networks.errors import DnnplanError
@@ -99,3 +101,12 @@ def test_what_deepspeed_json_cannot_say_is_one_line(plan, layer, says):
         deepspeed_config(*plan())
     assert err.value.layer == layer and says in err.value.bare, (err.value.layer, err.value.bare)
     assert "\n" not in str(err.value)
+
+
+def test_attention_other_than_the_machines_default_is_refused():
+    plan, net = data_plan("tiny-llama", devices=4, batch=8, machine="dgx-h100")
+    unfused = dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, algorithm="materialized")
+                                                     if lp.name == "h0.attn" else lp for lp in plan.layers))
+    with pytest.raises(DnnplanError) as err:
+        deepspeed_config(unfused, net)
+    assert err.value.layer == "h0.attn" and "the script's" in err.value.bare

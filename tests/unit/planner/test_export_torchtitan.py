@@ -5,6 +5,8 @@ refused naming the layer."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from networks.errors import DnnplanError
@@ -187,3 +189,13 @@ def test_what_torchtitan_cannot_run_is_one_line(kwargs, layer, says):
     err = refusal(kwargs.pop("name"), **kwargs)
     assert err.layer == layer and (says in err.bare or says in (err.hint or "")), (err.layer, err.bare, err.hint)
     assert "\n" not in str(err)
+
+
+def test_attention_other_than_the_machines_default_is_refused():
+    plan, net = make("tiny-llama", zero=3, optimizer="adam", machine="dgx-h100")
+    assert torchtitan_config(plan, net)["model"]["name"] == "llama3"  # flash: dgx-h100's default
+    unfused = dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, algorithm="materialized")
+                                                     if lp.name == "h1.attn" else lp for lp in plan.layers))
+    with pytest.raises(DnnplanError) as err:
+        torchtitan_config(unfused, net)
+    assert err.value.layer == "h1.attn" and "SDPA" in err.value.bare
