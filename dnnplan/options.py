@@ -67,14 +67,17 @@ PredictNetworkArg = Annotated[Optional[str], typer.Argument(
          "folder), an ONNX file, or a plan file (from `dnnplan plan --out`); none with --from.", show_default=False)]
 FromOpt = Annotated[Optional[str], typer.Option(
     "--from", help="Predict a framework's launch configuration: Megatron-LM's arguments as a launch script passes "
-                   "them (torchrun ... pretrain_gpt.py --flag value ...), or the arguments alone (docs/export.md).")]
+                   "them (torchrun ... pretrain_gpt.py --flag value ...), or the arguments alone; a torchtitan job "
+                   "TOML (.toml); a DeepSpeed JSON (.json) (docs/export.md).")]
 FromNetworkOpt = Annotated[Optional[str], typer.Option(
     "--network", help="With --from: the network the configuration trains, a zoo name or a spec or Hugging Face "
                       "config path \\[default: the zoo network of the model shape the file states].")]
-ExportToOpt = Annotated[str, typer.Option("--to", help="The framework whose launch arguments to write: megatron "
-                                         "(Megatron-LM's pretrain_gpt.py; torchtitan and deepspeed not yet).")]
-ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the launch command here (a shell "
-                                                     "script) instead of printing it.")]
+ExportToOpt = Annotated[str, typer.Option("--to", help="The framework to write the plan for: megatron "
+                                         "(Megatron-LM's pretrain_gpt.py arguments), torchtitan (a job TOML as its "
+                                         "0.2 releases read it) or deepspeed (ds_config.json and its launcher).")]
+ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the file here instead of printing "
+                                                     "it: Megatron-LM's launch command (a shell script), "
+                                                     "torchtitan's TOML or DeepSpeed's JSON.")]
 ProfileTargetArg = Annotated[str, typer.Argument(help="A network (zoo name or spec path), or a sweep: 'gemm' "
                                                       "(GEMM grid over --sizes) or 'conv' (3x3 conv grid).")]
 DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.",

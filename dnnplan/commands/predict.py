@@ -75,10 +75,11 @@ def predict(network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy
     reduced and the weights updated once a step.
 
     With --from FILE, predicts a framework's launch configuration instead: Megatron-LM's arguments
-    as a launch script passes them (docs/export.md, "Importing a launch configuration"), on the
-    network --network names (else the zoo network of the model shape the file states), the devices
-    torchrun's line states (else --devices) and --machine; it prints the step, memory per device, MFU,
-    what dominates and the options that do not change the prediction.
+    as a launch script passes them, a torchtitan job TOML (.toml) or a DeepSpeed JSON (.json)
+    (docs/export.md, "Importing a launch configuration"), on the network --network names (else the
+    one the file names, or the zoo network of the model shape it states), the devices the file states
+    (else --devices) and --machine; it prints the step, memory per device, MFU, what dominates and
+    the options that do not change the prediction.
     """
     budget = token_budget(tokens, price)
     if from_ is not None or network is None or network_name is not None:
