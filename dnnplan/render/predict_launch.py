@@ -20,11 +20,6 @@ from planner.launch_import.formats import DESCRIPTIONS
 #: allocator reserves on top (fragmentation, cached blocks), which the cost model does not price
 ALLOCATED = "allocated at the peak (the caching allocator's reserve on top is not modelled)"
 
-#: how full recomputation is priced here (docs/export.md, "The round trip")
-FULL_RECOMPUTE = ("full recomputation is priced as a plan file prices it (each recomputed layer's output kept), "
-                  "more memory than Megatron-LM's, which keeps only each transformer layer's input: `dnnplan predict "
-                  "NET --recompute full` prices that")
-
 
 def launch(got: LaunchStep, machine: str | None, as_json: bool, train=None) -> None:
     pred, config, plan = got.prediction, got.config, got.plan
@@ -39,7 +34,6 @@ def launch(got: LaunchStep, machine: str | None, as_json: bool, train=None) -> N
             "memory_allocated_bytes": pred.memory_peak_bytes, "memory_reserved_bytes": None,
             "memory_limit_bytes": got.memory_limit_bytes, "mfu": got.mfu,
             "ignored": [{"option": i.option, "reason": i.reason} for i in config.ignored],
-            "notes": [FULL_RECOMPUTE] if config.recompute == "full" else [],
             **({"train": train.json()} if train is not None else {})}))
         return
     c = tables.console
@@ -60,8 +54,6 @@ def launch(got: LaunchStep, machine: str | None, as_json: bool, train=None) -> N
     c.print(f"dominated by {dominant}: {share / pred.step_s:.0%} of the step" if pred.step_s > 0 else "")
     if train is not None:
         c.print(train_line(train))
-    if config.recompute == "full":
-        c.print(FULL_RECOMPUTE)
     by_reason: dict[str, list[str]] = {}
     for item in config.ignored:
         by_reason.setdefault(item.reason, []).append(item.option)

@@ -19,9 +19,11 @@ from costmodel.choices.optimizer import STATE_SLOTS, ZERO_STAGES, Optimizer
 from costmodel.choices.precision import DEFAULT_PRECISION, PRECISIONS
 from costmodel.choices.training import TrainingChoices
 from costmodel.machine.loading import load_machine
+from costmodel.memory.recompute import checkpointed_blocks
 from costmodel.parallel.shard import check_fits
 from costmodel.parallel.strategy import make_strategy
 from costmodel.step.pipeline import INTERLEAVED, SCHEDULES, cut_at
+from networks.analysis import block_of
 from networks.errors import DnnplanError, short
 from networks.ir import Layer, Network
 from networks.loader import load_network
@@ -90,6 +92,7 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
         p, batch = p // pipeline.stages, batch // pipeline.micro_batches
     by_name = layer_entries(data["layers"], net, path, _remake(data, path))
     lps = tuple(layer_plan(layer, by_name[layer.name], p, batch, path) for layer in net.layers)
+    check_recomputed(net, lps, path)
     solver = data.get("solver") or {}
     if not isinstance(solver, dict):
         raise fail("'solver' must be a mapping (what `dnnplan plan` wrote)", path, field="solver")
@@ -396,9 +399,6 @@ def layer_plan(layer: Layer, entry: dict, p: int, batch: int, path: str) -> Laye
     if not isinstance(algo, str):
         raise fail(f"'algorithm' must be a name, got {short(algo)}", path, layer=layer.name, field="algorithm",
                     hint="e.g. im2col for a convolution, flash for attention, or leave it out")
-    if is_recomputed(algo) and not recompute_applies(layer):
-        raise fail(f"{layer.op} keeps nothing of its own for backward, so it has nothing to recompute", path,
-                    layer=layer.name, field="algorithm", hint="remove 'algorithm' from this layer")
     if layer.op == "attention":
         if kernel_algorithm(algo) not in ("", *ATTENTION_ALGORITHMS):
             raise fail(f"attention algorithm {short(kernel_algorithm(algo))} is not one dnnplan prices", path,
@@ -418,6 +418,22 @@ def layer_plan(layer: Layer, entry: dict, p: int, batch: int, path: str) -> Laye
     fwd, bwd, comm, memory = (number(entry, key, path, layer.name) for key in ("fwd_s", "bwd_s", "comm_s",
                                                                                  "memory_bytes"))
     return LayerPlan(layer.name, strat, algo, fwd, bwd, comm, int(memory), _alternatives(entry, layer, path))
+
+
+def check_recomputed(net: Network, lps: tuple[LayerPlan, ...], path: str) -> None:
+    """A layer recomputed alone must keep something of its own for backward (attention's core, a
+    dropout's mask: :func:`costmodel.calls.algorithms.recompute_applies`); a layer that keeps nothing
+    (a norm, a residual add) is recomputed only with the rest of its block, which is then
+    checkpointed at its input (full recomputation, :func:`costmodel.memory.recompute.checkpointed_blocks`)."""
+    algorithms = {lp.name: lp.algorithm for lp in lps}
+    whole = checkpointed_blocks(net, algorithms)
+    for layer in net.layers:
+        if is_recomputed(algorithms[layer.name]) and not recompute_applies(layer) and block_of(layer) not in whole:
+            where = f"block {block_of(layer)}" if block_of(layer) else "the layers outside every block"
+            raise fail(f"{layer.op} keeps nothing of its own for backward, so it has nothing to recompute unless "
+                       f"every layer of {where} is recomputed", path, layer=layer.name, field="algorithm",
+                       hint="remove 'algorithm' from this layer, or recompute its whole block "
+                            "(`dnnplan predict --recompute full --out FILE` writes one)")
 
 
 def _alternatives(entry: dict, layer: Layer, path: str) -> tuple[tuple[str, float, int], ...]:

@@ -99,6 +99,36 @@ def test_mistakes_are_one_line(exported, tmp_path):
     assert "--devices 4, and 8 from torchrun --nnodes 1 x --nproc-per-node 8" in line
 
 
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_full_recomputation_prices_the_same_as_a_plan_read_back_and_by_flags(tmp_path, pipeline):
+    """Full recomputation keeps each transformer layer's input alone whichever way it is asked for:
+    `predict NET --recompute full`, the plan file it writes (its norms and adds recomputed with their
+    block), and that plan exported to Megatron-LM and read back (a pipeline: stated in the file)."""
+    flags = ["tiny-llama", "-p", "8", "-b", "16", "--tensor", "2", "--sequence-parallel", "--machine", "dgx-h100",
+             "--precision", "bf16", "--optimizer", "adam", "--zero", "1", "--recompute", "full"]
+    plan = tmp_path / "full.yaml"
+    script = tmp_path / "full.sh"
+    if pipeline:
+        args = ["--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2",
+                "--micro-batch-size 1 --global-batch-size 16 --seq-length 16 --num-layers 2 --hidden-size 32",
+                "--num-attention-heads 4 --group-query-attention --num-query-groups 2 --ffn-hidden-size 64 --swiglu",
+                "--normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights",
+                "--bf16 --optimizer adam --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather",
+                "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"]
+        script.write_text("\n".join(args) + "\n")
+        got = predicted(["--from", str(script), "--devices", "8", "--machine", "dgx-h100"])
+        want = predicted([*flags, "--pipeline", "2", "--micro-batches", "8"])
+        assert got["layout"]["stages"] == 2
+    else:
+        result = runner.invoke(app, ["predict", *flags, "--out", str(plan)])
+        assert result.exit_code == 0, result.output
+        want = predicted(flags)
+        assert predicted([str(plan)])["memory_peak_bytes"] == want["memory_peak_bytes"]
+        assert runner.invoke(app, ["export", str(plan), "--to", "megatron", "--out", str(script)]).exit_code == 0
+        got = predicted(["--from", str(script), "--devices", "8", "--machine", "dgx-h100"])
+    assert (got["step_s"], got["memory_allocated_bytes"]) == (want["step_s"], want["memory_peak_bytes"])
+
+
 def zoo_transformers() -> list[str]:
     return [name for name in zoo_names() if any(layer.op == "attention" for layer in load_network(name).layers)]
 

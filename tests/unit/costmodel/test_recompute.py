@@ -8,14 +8,15 @@ import yaml
 from typer.testing import CliRunner
 
 from costmodel.choices.training import TrainingChoices
-from costmodel.calls.algorithms import RECOMPUTE, recompute_applies
+from costmodel.calls.algorithms import RECOMPUTE, recompute_algorithms, recompute_applies
+from costmodel.memory.recompute import checkpointed_blocks, regenerated
 from costmodel.compute.roofline import Roofline, local_cost
 from costmodel.machine.loading import load_machine
 from costmodel.layer.cost import layer_estimate
 from costmodel.parallel.strategy import make_strategy
 from dnnplan.cli import app
 from networks.errors import DnnplanError
-from networks.loader import load_network
+from networks.loader import load_network, zoo_names
 from planner.problem.build import build_problem
 from planner.problem.solve import Settings, make_plan
 from planner.solvers.problem import min_memory
@@ -84,3 +85,51 @@ def test_plan_file_takes_recompute_where_it_applies_and_the_executor_refuses_it(
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     bad = runner.invoke(app, ["predict", str(out)])
     assert bad.exit_code == 2 and "nothing to recompute" in bad.output
+
+
+def test_a_block_recomputed_whole_is_checkpointed_at_its_input_and_a_layer_alone_is_not():
+    net = load_network("tiny-llama")
+    full = recompute_algorithms(net, "full")
+    assert checkpointed_blocks(net, full) == {"h0", "h1"}
+    assert "h0.norm1" in regenerated(net, full) and "h0.add2" not in regenerated(net, full)  # h1 reads it
+    attention_only = recompute_algorithms(net, "selective")
+    assert checkpointed_blocks(net, attention_only) == set() and regenerated(net, attention_only) == set()
+    first = {name: a for name, a in full.items() if name.startswith("h0.")}  # Megatron's block method, k = 1
+    assert checkpointed_blocks(net, first) == {"h0"}
+    assert not any(name.startswith("h1.") for name in regenerated(net, first))
+    partial = {name: a for name, a in full.items() if name != "h1.add2"}
+    assert checkpointed_blocks(net, partial) == {"h0"}  # h1 lacks one layer: each recomputed alone
+    cnn = load_network("lenet5")  # no blocks: the layers outside every block, convolutions and loss aside
+    assert checkpointed_blocks(cnn, recompute_algorithms(cnn, "full")) == {None}
+
+
+@pytest.mark.parametrize("name", zoo_names())
+def test_the_planners_per_layer_recomputation_never_makes_a_block_whole(name):
+    """The planner weighs recomputation layer by layer (only where a layer keeps internals of its own,
+    costmodel.layer.candidates) and prices each recomputed layer keeping its output; a plan file is
+    priced with a block recomputed whole checkpointed at its input. Every block (and the layers
+    outside them) has a layer the planner never recomputes, so the two agree on every plan it makes."""
+    net = load_network(name)
+    planner_may = {layer.name: RECOMPUTE for layer in net.layers if recompute_applies(layer)}
+    assert checkpointed_blocks(net, planner_may) == set()
+
+
+def test_a_plan_of_full_recomputation_reads_back(tmp_path):
+    """Full recomputation recomputes a block's norms and adds (nothing of their own to drop, but their
+    outputs regenerated): the plan `predict --recompute full --out` writes reads back and prices as
+    the flags; a norm recomputed alone is still refused."""
+    for name in ("tiny-llama", "lenet5"):
+        out = tmp_path / f"{name}.yaml"
+        flags = [name, "-p", "2", "--recompute", "full", "--json"]
+        assert runner.invoke(app, ["predict", *flags, "--out", str(out)]).exit_code == 0
+        read_back, by_flags = (runner.invoke(app, ["predict", *args]) for args in ([str(out), "--json"], flags))
+        assert read_back.exit_code == 0, read_back.output
+        got, want = (yaml.safe_load(r.stdout) for r in (read_back, by_flags))
+        assert (got["step_s"], got["memory_peak_bytes"]) == (want["step_s"], want["memory_peak_bytes"])
+    data = yaml.safe_load((tmp_path / "tiny-llama.yaml").read_text())
+    for layer in data["layers"]:
+        if layer["name"] != "h0.norm1":
+            layer["algorithm"] = "flash" if layer["name"].endswith("attn") else ""
+    (tmp_path / "alone.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    bad = runner.invoke(app, ["predict", str(tmp_path / "alone.yaml")])
+    assert bad.exit_code == 2 and "nothing to recompute unless every layer of block h0" in bad.output
