@@ -80,7 +80,8 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         answer, note = fitting(lambda under: _at_stage(net, network_ref, batch, p, machine, compute, under, trial,
                                                        machine_ref, fingerprint, schedule, prove_s, ceiling),
                                answer_peak, limit,
-                               lambda over, under: _refit(over, net, batch, p, machine, compute, under, trial, schedule))
+                               lambda over, under: _refit(over, net, batch, p, machine, compute, under, trial, schedule),
+                               passes=(Beaten,))
         return dataclasses.replace(answer, memory_note=note) if note else answer
 
     try:

@@ -9,8 +9,9 @@ large activations between them can so peak above the limit the count fitted: at 
 received blocks, 83.9 GiB against 80 GiB.
 
 :func:`fitting` plans again with the limit lowered by what the peak exceeded it by (twice that
-the next time, and so on: another plan may reshard other layers), until the peak fits (at most
-:data:`TRIES` plans, else one clear error); how far it lowered the limit is in the answer's note. The plan is then
+the next time, and so on: another plan may reshard other layers; never by more than half the limit
+left, :func:`lowered_limit`), until the peak fits (at most :data:`TRIES` plans, else one clear
+error naming the limit asked for, also when nothing fits a lowered limit); how far it lowered the limit is in the answer's note. The plan is then
 the planner's optimum under the lowered limit: its proven gap is that search's, and a plan with a
 smaller excess under a higher limit may exist (the per-layer count does not see which copy each
 layer keeps).
@@ -39,33 +40,68 @@ GIB = 2.0 ** 30
 TRIES = 4
 #: the share of the stated time limit a refit of the answer's own layout may take past the limit
 REFIT_SHARE = 0.25
+#: the most of the limit one lowering takes off (:func:`lowered_limit`)
+MOST_LOWERED = 0.5
 
 
 def fitting(plan_under: Callable[[float], T], peak: Callable[[T], float], limit: float,
-            refit: Callable[[T, float], T] | None = None) -> tuple[T, str]:
+            refit: Callable[[T, float], T] | None = None,
+            passes: tuple[type[DnnplanError], ...] = ()) -> tuple[T, str]:
     """``plan_under(limit)``'s answer whose ``peak`` fits ``limit`` (module docstring), and a note
     saying how far the limit was lowered ("" when the first plan fits). Raises
-    :class:`DnnplanError` when none fits after :data:`TRIES` plans; ``refit(answer, under)``: the
-    answer's layout planned under ``under`` when planning again runs out of time (else the error)."""
+    :class:`DnnplanError` when none fits after :data:`TRIES` plans, or when planning under a lowered
+    limit raises one (nothing fits it), naming ``limit``; ``refit(answer, under)``: the answer's
+    layout planned under ``under`` when planning again runs out of time (else the error);
+    ``passes``: errors of planning again that say something else than that nothing fits, raised as
+    they are (a ZeRO stage beaten by a step held from another)."""
     under, answer = limit, plan_under(limit)
     for k in range(TRIES - 1):
         over = peak(answer) - limit
         if over <= limit * 1e-9:
             break
-        under -= over * 2 ** k
+        under = lowered_limit(under, over, k)
         try:
-            answer = plan_under(under)
-        except SearchOutOfTime:
-            if refit is None:
-                raise
-            answer = refit(answer, under)
+            answer = _plan_again(plan_under, refit, answer, under)
+        except (SearchOutOfTime, *passes):
+            raise
+        except DnnplanError as err:  # nothing fits the lowered limit: said against the limit asked for
+            raise _no_fit(limit, peak(answer), under, err.bare) from None
     else:
         if peak(answer) > limit * (1 + 1e-9):
-            raise DnnplanError(f"no plan was found whose peak fits {limit / GIB:.3f} GiB a device: the resharded "
-                               f"inputs the executor keeps add {(peak(answer) - limit) / GIB:.2f} GiB to the "
-                               f"per-layer count the planner holds under {under / GIB:.3f} GiB",
-                               hint="allow more --memory, or more --devices")
+            raise _no_fit(limit, peak(answer), under)
     if under >= limit:
         return answer, ""
     return answer, (f"the first plan's peak, counting the resharded inputs the executor keeps, exceeded the "
                     f"{limit / GIB:.2f} GiB limit, so it was planned under {under / GIB:.4g} GiB")
+
+
+def _plan_again(plan_under: Callable[[float], T], refit: Callable[[T, float], T] | None, answer: T,
+                under: float) -> T:
+    """``plan_under(under)``, or ``refit(answer, under)`` when that runs out of time."""
+    try:
+        return plan_under(under)
+    except SearchOutOfTime:
+        if refit is None:
+            raise
+        return refit(answer, under)
+
+
+def lowered_limit(under: float, over: float, k: int) -> float:
+    """The limit the ``k``-th plan again is made under (k from 0): ``under`` lowered by the peak's
+    excess ``over`` the limit, doubled each time, but by at most :data:`MOST_LOWERED` of ``under``:
+    an excess as large as what is left (a search cut short by its time limit keeps one layout whose
+    excess does not shrink as the limit does: 12.3 GiB on 80 GiB, lowered by 12.3, 24.7 and 49.3 GiB,
+    came to -6.29 GiB) would otherwise plan under a limit of nothing, or less."""
+    return max(under - over * 2 ** k, under * (1 - MOST_LOWERED))
+
+
+def _no_fit(limit: float, peak: float, under: float, why: str = "") -> DnnplanError:
+    """No plan's predicted peak fits ``limit``: the last plan's ``peak``, the lowered limit ``under``
+    and, when planning under it found nothing, ``why``."""
+    excess = (f"no plan was found whose peak fits {limit / GIB:.3f} GiB a device: the resharded inputs the "
+              f"executor keeps add {(peak - limit) / GIB:.2f} GiB")
+    if why:
+        return DnnplanError(f"{excess}; planned again under {under / GIB:.3f} GiB: {why}",
+                            hint="allow more --memory, or more --devices")
+    return DnnplanError(f"{excess} to the per-layer count the planner holds under {under / GIB:.3f} GiB",
+                        hint="allow more --memory, or more --devices")

@@ -4,11 +4,13 @@ planning again runs out of time, the over-limit answer's own layout planned unde
 from __future__ import annotations
 
 
+import re
+
 import pytest
 
 from networks.errors import DnnplanError
 from planner.first_plan import refit_choice
-from planner.fit_check import fitting
+from planner.fit_check import fitting, lowered_limit
 from planner.problem.solve import Settings
 from planner.pipeline.triples import AUTO
 from planner.pipeline.search import SearchOutOfTime, search_pipeline
@@ -67,6 +69,48 @@ def test_no_fit_after_every_try_is_one_clear_error():
     with pytest.raises(DnnplanError, match="resharded inputs"):
         fitting(plan_under, lambda a: 84 * GIB, 80 * GIB)
     assert len(calls) == 4
+
+
+def test_the_limit_is_never_lowered_to_nothing_or_less():
+    """A search cut short keeps one layout whose peak stays 12.3 GiB over 80 GiB however low the
+    limit: lowered by 12.3, then 24.7, then 49.3 GiB it came to -6.29 GiB ("fits -6.291 GiB per
+    device"). Each lowering takes at most half of what is left."""
+    excess = (80 + 6.291) / 7 * GIB
+    assert 80 * GIB - excess * (1 + 2 + 4) == pytest.approx(-6.291 * GIB)  # the unbounded lowering
+    under, seen = 80 * GIB, []
+    for k in range(3):
+        under = lowered_limit(under, excess, k)
+        seen.append(under)
+    assert seen[:2] == [80 * GIB - excess, 80 * GIB - 3 * excess]  # a small excess: lowered by it, as before
+    assert seen[2] == pytest.approx(seen[1] / 2) and seen[2] > 0
+    assert lowered_limit(80 * GIB, 200 * GIB, 0) == 40 * GIB
+
+
+def test_nothing_fitting_a_lowered_limit_is_said_against_the_limit_asked_for():
+    """Planning again under the lowered limit finds nothing (the pipeline search's "no pipelined plan
+    ... fits"): the error names the 80 GiB asked for and the excess, never the lowered figure alone."""
+    excess = 12.327 * GIB
+
+    def plan_under(limit: float):
+        if limit < 50 * GIB:
+            raise DnnplanError(f"no pipelined plan of llama3.1-405b at batch 512 fits {limit / GIB:.3f} GiB per "
+                               "device on 512 devices")
+        return ("searched", limit, 80 * GIB + excess)
+    with pytest.raises(DnnplanError) as got:
+        fitting(plan_under, lambda a: a[2], 80 * GIB)
+    text = str(got.value)
+    assert "no plan was found whose peak fits 80.000 GiB a device" in text and "add 12.33 GiB" in text
+    assert "planned again under 43.019 GiB: no pipelined plan" in text and not re.search(r" -\d", text)
+
+    class Held(DnnplanError):  # e.g. planner.zero_choice.Beaten: not a failure to fit, raised as it is
+        pass
+
+    def beaten(limit: float):
+        if limit < 80 * GIB:
+            raise Held("no plan beats the 38.6 s step held")
+        return ("searched", limit, 80 * GIB + excess)
+    with pytest.raises(Held):
+        fitting(beaten, lambda a: a[2], 80 * GIB, passes=(Held,))
 
 
 def test_a_refit_plans_the_choices_own_pair_under_the_lowered_limit(tmp_path):
