@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from costmodel.machine.loading import load_machine
-from dnnplan.options import ExportOutOpt, ExportToOpt, ForceOpt, JsonOpt, PlanArg
+from dnnplan.options import ExportOutOpt, ExportToOpt, ForceOpt, JsonOpt, NearestOpt, PlanArg
 from dnnplan.output import check_outputs
 from dnnplan.render import export as render
+from executor.session.export_nearest import NearestExport, nearest_export
 from networks.errors import DnnplanError, short
 from networks.writing import write_file
 from planner.export.deepspeed import CONFIG, DEEPSPEED_SOURCE, SCRIPT, deepspeed_config
@@ -21,7 +22,7 @@ FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
 
 def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: ForceOpt = False,
-           as_json: JsonOpt = False) -> None:
+           as_json: JsonOpt = False, nearest: NearestOpt = False) -> None:
     """Write a plan for the framework you run: Megatron-LM's arguments, torchtitan's TOML or DeepSpeed's JSON.
 
     Each option is named as that framework's release names it (docs/export.md cites the versions).
@@ -40,7 +41,11 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     convolution; DeepSpeed takes a CNN's data-parallel plan), layers whose tensor, context or expert
     degree differs (a per-layer hybrid), a stage cut inside a transformer layer, a schedule,
     recomputation, precision, optimiser or ZeRO stage the framework lacks; DeepSpeed's tensor and
-    pipeline parallelism are set in the training script, not its JSON (docs/export.md).
+    pipeline parallelism are set in the training script, not its JSON (docs/export.md). With
+    --nearest, such a plan is made into the closest one the framework runs (the layout most
+    transformer layers take on every layer, the framework's recomputation, schedule and ZeRO), each
+    change said on stderr with both plans' predicted step and memory; what no change reaches is
+    still refused.
 
     Tiny-GQA on 4 GPUs, tensor 2 with sequence parallelism: dnnplan predict tiny-gqa -p 4 -b 8 --tensor 2
     --sequence-parallel --machine dgx-a100 --out plan.yaml, then dnnplan export plan.yaml --to megatron.
@@ -52,19 +57,35 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
         raise DnnplanError(f"unknown --to {short(to)}", hint=f"use {', '.join(FRAMEWORKS)}")
     check_outputs({"--out": out}, force)
     made, net = read_plan(plan)
+    near = None
     try:
+        if nearest:
+            near = nearest_export(made, net, to)
+            made = near.plan
         written = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}[to](made, net, plan, out)
     except DnnplanError as err:
         raise err.located(file=plan) from None
     text, data, count, launch = written
     if out:
         write_file(out, text)
+    if near is not None and near.changes and not as_json:
+        render.nearest_lines(near)
     if as_json:
-        print(json.dumps({"framework": to, **data, "out": out}))
+        print(json.dumps({"framework": to, **data, "out": out,
+                          **({"nearest": nearest_json(near)} if near is not None else {})}))
     elif out:
         render.wrote_line(out, to, count, launch)
     else:
         render.show(text)
+
+
+def nearest_json(near: NearestExport) -> dict:
+    """What --nearest changed, and both plans' predicted step and memory (none when nothing changed)."""
+    if not near.changes:
+        return {"changes": []}
+    return {"changes": list(near.changes),
+            "original": {"step_s": near.original.step_s, "memory_peak_bytes": near.original.memory_peak_bytes},
+            "nearest": {"step_s": near.nearest.step_s, "memory_peak_bytes": near.nearest.memory_peak_bytes}}
 
 
 def megatron(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from dnnplan.render import fmt
 from dnnplan.render.console import Console
 from planner.plan.plan import Plan
 
@@ -28,6 +29,20 @@ def launch_script(plan: Plan, plan_path: str, script: str, args: list[str], sour
             flags[-1].append(shlex.quote(arg))
     command = [f"{LAUNCHER} {script}"] + ["    " + " ".join(flag) for flag in flags]
     return "\n".join(lines + [" \\\n".join(command)]) + "\n"
+
+
+def nearest_lines(near) -> None:
+    """On stderr (the file goes to stdout): each change `--nearest` made, and both plans' predicted
+    step and memory a device."""
+    err = Console(highlight=False, soft_wrap=True, stderr=True)
+    count = len(near.changes)
+    err.print(f"nearest plan the framework runs ({count} change{'' if count == 1 else 's'}):", markup=False,
+              emoji=False)
+    for change in near.changes:
+        err.print(f"  - {change}", markup=False, emoji=False)
+    for name, pred in (("the plan", near.original), ("the nearest", near.nearest)):
+        err.print(f"{name}: step {fmt.seconds(pred.step_s)}, memory {fmt.nbytes(pred.memory_peak_bytes)} a device",
+                  markup=False, emoji=False)
 
 
 def show(text: str) -> None:

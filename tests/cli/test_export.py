@@ -142,3 +142,25 @@ def test_a_bad_key_in_a_file_predicted_is_one_line(tmp_path):
     path.write_text("[parallelism]\ntensor_parallel_degre = 2\n")
     line = one_error_line(runner.invoke(app, ["predict", "--from", str(path), "--machine", "dgx-h100"]))
     assert "job.toml:2" in line and "did you mean [parallelism] tensor_parallel_degree" in line
+
+
+def test_nearest_writes_the_closest_plan_the_framework_runs_and_prints_both_predictions(tmp_path):
+    """ZeRO-1 has no torchtitan form: refused, or with --nearest written as FSDP keeping the weights
+    gathered (ZeRO-2), the change and both plans' step and memory on stderr; the file read back
+    predicts what --nearest printed for it. A plan already expressible is written as it is."""
+    plan = llama_plan(tmp_path, "--tensor", "2", "--sequence-parallel", "--zero", "1")
+    assert "ZeRO-1" in one_error_line(runner.invoke(app, ["export", plan, "--to", "torchtitan"]))
+    job = str(tmp_path / "job.toml")
+    result = runner.invoke(app, ["export", plan, "--to", "torchtitan", "--nearest", "--out", job])
+    assert result.exit_code == 0, result.output
+    err = " ".join(result.stderr.split())
+    assert "ZeRO-1 as FSDP keeping the weights gathered" in err and "the plan: step" in err and "the nearest:" in err
+    assert tomllib.loads(open(job).read())["parallelism"]["fsdp_reshard_after_forward"] == "never"
+    got = json.loads(runner.invoke(app, ["export", plan, "--to", "torchtitan", "--nearest", "--json"]).stdout)
+    near, original = got["nearest"]["nearest"], got["nearest"]["original"]
+    assert near["memory_peak_bytes"] < original["memory_peak_bytes"]  # the weights' gradients sharded too
+    back = json.loads(runner.invoke(app, ["predict", "--from", job, "--devices", "16", "--machine", "dgx-h100",
+                                          "--json"]).stdout)
+    assert (back["step_s"], back["memory_allocated_bytes"]) == (near["step_s"], near["memory_peak_bytes"])
+    same = json.loads(runner.invoke(app, ["export", plan, "--to", "megatron", "--nearest", "--json"]).stdout)
+    assert same["nearest"] == {"changes": []}

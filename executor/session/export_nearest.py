@@ -1,0 +1,44 @@
+"""What `dnnplan export --nearest` does, as one library call: the nearest plan the framework can run
+(planner.export.nearest) and both plans priced now as `dnnplan predict PLAN.yaml` prices a plan
+(executor.session.predict.predict_plan), the nearest one carrying its own prediction."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from costmodel.machine.loading import load_machine
+from costmodel.step.pipeline import PipelinePrediction
+from costmodel.step.prediction import StepPrediction
+from executor.session.predict import predict_plan
+from networks.ir import Network
+from planner.export.nearest import nearest_plan
+from planner.plan.plan import Plan
+from profiler import context
+
+
+@dataclass(frozen=True)
+class NearestExport:
+    """The plan to export (the nearest, with its prediction, or the plan itself when ``changes`` is
+    empty), what was changed, and the two predictions (None when nothing was changed)."""
+
+    plan: Plan
+    changes: tuple[str, ...]
+    original: StepPrediction | PipelinePrediction | None = None
+    nearest: StepPrediction | PipelinePrediction | None = None
+
+
+def nearest_export(plan: Plan, net: Network, framework: str) -> NearestExport:
+    """``plan`` of ``net`` made expressible in ``framework`` (planner.export.nearest) and priced."""
+    got = nearest_plan(plan, net, framework, load_machine(plan.machine))
+    if not got.changes:
+        return NearestExport(plan, ())
+    before, after = priced(plan, net), priced(got.plan, net)
+    made = dataclasses.replace(got.plan, step_s=after.step_s, memory_peak_bytes=int(after.memory_peak_bytes))
+    return NearestExport(made, got.changes, before, after)
+
+
+def priced(plan: Plan, net: Network) -> StepPrediction | PipelinePrediction:
+    """``plan`` of ``net`` priced now on its machine's datasheet, as `dnnplan predict PLAN.yaml` prices it."""
+    ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, None, choices=plan.choices)
+    return predict_plan(plan, net, ctx)

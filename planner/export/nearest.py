@@ -1,0 +1,262 @@
+"""The closest plan a framework can run, for `dnnplan export --nearest` (pure).
+
+A framework runs one layout on every layer and a few ways to recompute, pipeline and shard the
+optimiser (:mod:`planner.export.megatron_layout`, :mod:`planner.export.torchtitan`,
+:mod:`planner.export.deepspeed`); a plan the exporter refuses is made expressible by the fewest
+changes, each said in one line:
+
+- **the layout**: every layer under the layout most of the transformer layers take (the tensor and
+  context degrees of their attention, the expert degree of their mixture of experts, sequence
+  parallelism), as :func:`costmodel.frameworks.megatron.megatron_strategies` splits each layer under
+  it; DeepSpeed's JSON states data parallelism only, so there the most common layout must be
+  data-parallel, every layer then split over the samples; torchtitan's tensor parallelism adds
+  sequence parallelism;
+- **the pipeline**: a stage cut inside a transformer layer moved to that layer's start; GPipe run
+  as 1F1B where the framework lacks it (Megatron-LM);
+- **recomputation**: attention's core (selective) where the framework has it and the plan
+  recomputes attention layers but no transformer layer whole, else every transformer layer whole
+  (full): the plan recomputed to save memory, and full saves at least as much;
+- **the attention kernels**: Megatron-LM runs one backend, the most common of the plan's; torchtitan
+  and DeepSpeed the machine's default;
+- **ZeRO and overlap on torchtitan**: ZeRO-1, and ZeRO-0 beside other parallelism, as FSDP keeping
+  the weights gathered (ZeRO-2); overlap ``none`` as ``data``, the gradient bucket as DDP's, without
+  ``+experts``.
+
+What no such change reaches (a convolution, learned positions on torchtitan, a pipeline on
+DeepSpeed, a precision or optimiser the framework lacks) is still refused by the exporter. The plan
+returned keeps the original's predicted numbers until priced again (executor.session.predict).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+
+from costmodel.calls.algorithms import attention_default, is_recomputed, kernel_algorithm, with_recompute
+from costmodel.comm.overlap import BUCKET_MARK, DEFAULT_BUCKET_BYTES, EXPERTS
+from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.frameworks.uniform import data_strategy
+from costmodel.machine.model import Machine
+from costmodel.parallel.axes import CONTEXT, EXPERT, TENSOR
+from costmodel.parallel.strategy import Strategy
+from costmodel.step.pipeline import cut_at
+from networks.analysis import block_of
+from networks.errors import DnnplanError
+from networks.ir import Network
+from planner.export.megatron_layout import MEGATRON_SCHEDULES, blocks_of, degree, gpt_layers
+from planner.export.megatron_recompute import megatron_recompute
+from planner.plan.plan import LayerPlan, Plan
+
+
+@dataclass(frozen=True)
+class Framework:
+    """What a framework's launch configuration can state, as the nearest plan needs it:
+    ``model_parallel`` tensor, context and expert degrees (DeepSpeed's JSON: none); ``selective``
+    recomputation of attention's core; ``block_recompute`` of the first transformer layers of each
+    pipeline chunk (Megatron-LM's block method); ``schedules`` its pipeline schedules; ``one_kernel`` one
+    attention backend of the plan's choosing (else the machine's default); ``fsdp``: ZeRO as
+    torchtitan's FSDP and DDP (no ZeRO-1, DDP alone)."""
+
+    name: str
+    model_parallel: bool
+    selective: bool
+    block_recompute: bool
+    schedules: tuple[str, ...]
+    one_kernel: bool
+    fsdp: bool = False
+
+
+FRAMEWORKS = {
+    "megatron": Framework("Megatron-LM", True, True, True, MEGATRON_SCHEDULES, True),
+    "torchtitan": Framework("torchtitan", True, False, False, ("gpipe",) + MEGATRON_SCHEDULES, False, fsdp=True),
+    "deepspeed": Framework("DeepSpeed", False, False, False, (), False),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One transformer layer's layout: tensor, context and expert degrees, sequence parallelism."""
+
+    tensor: int = 1
+    context: int = 1
+    expert: int = 1
+    sequence_parallel: bool = False
+
+    def __str__(self) -> str:
+        return (f"tensor {self.tensor}, context {self.context}, expert {self.expert}"
+                + (" (sequence-parallel)" if self.sequence_parallel else ""))
+
+
+@dataclass(frozen=True)
+class Nearest:
+    """The nearest plan ``framework`` can run and what was changed to reach it (``changes``: one line
+    each, empty when the plan is expressible as it is)."""
+
+    plan: Plan
+    changes: tuple[str, ...]
+
+
+def nearest_plan(plan: Plan, net: Network, framework: str, machine: Machine) -> Nearest:
+    """The plan closest to ``plan`` of ``net`` that ``framework`` (megatron, torchtitan, deepspeed)
+    can express (module docstring); ``machine``: the plan's, for its default attention kernel."""
+    fw = FRAMEWORKS[framework]
+    gpt_layers(net)  # not a transformer Megatron's model holds: nothing near it either
+    changes: list[str] = []
+    pipeline = _pipeline(plan, net, fw, changes)
+    plan = dataclasses.replace(plan, pipeline=pipeline)
+    strategies, layout = _strategies(plan, net, fw, changes)
+    algorithms = _algorithms(plan, net, fw, machine, changes)
+    choices = _choices(plan, layout, fw, changes)
+    layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
+                   for layer in net.layers)
+    if not changes:
+        return Nearest(plan, ())
+    return Nearest(dataclasses.replace(plan, layers=layers, choices=choices, baselines=(),
+                                       solver={**plan.solver, "nearest": framework}), tuple(changes))
+
+
+def block_layouts(plan: Plan, net: Network) -> dict[str, Layout]:
+    """Each transformer layer's layout as the plan splits it."""
+    strategies = plan.strategies()
+    out: dict[str, Layout] = {}
+    for layer in net.layers:
+        block = block_of(layer)
+        if block is None:
+            continue
+        got, strategy = out.get(block, Layout()), strategies[layer.name]
+        if layer.op == "attention":
+            got = dataclasses.replace(got, tensor=degree(strategy, TENSOR), context=degree(strategy, CONTEXT))
+        if layer.op == "moe":
+            got = dataclasses.replace(got, expert=degree(strategy, EXPERT))
+        if strategy.seq_scatter:
+            got = dataclasses.replace(got, sequence_parallel=True)
+        out[block] = got
+    return out
+
+
+def most_common_layout(plan: Plan, net: Network) -> tuple[Layout, int, int]:
+    """The layout most transformer layers take (the first of them on a tie), how many take it, and
+    how many there are."""
+    layouts = block_layouts(plan, net)
+    (layout, count), = Counter(layouts.values()).most_common(1)
+    return layout, count, len(layouts)
+
+
+def _strategies(plan: Plan, net: Network, fw: Framework, changes: list[str]) -> tuple[dict[str, Strategy], Layout]:
+    """Every layer under the most common layout (module docstring), and that layout."""
+    layout, count, blocks = most_common_layout(plan, net)
+    ranks, micro = plan.stage_ranks, plan.micro_batch
+    if not fw.model_parallel:
+        if layout != Layout():
+            raise DnnplanError(f"{count} of the {blocks} transformer layers run {layout}: {fw.name}'s configuration "
+                               "states data parallelism only (its model parallelism is set in the script)",
+                               layer=next(layer.name for layer in net.layers if layer.op == "attention"),
+                               hint="export the plan to Megatron-LM or torchtitan")
+        want = {layer.name: data_strategy(layer, ranks, micro) for layer in net.layers}
+    else:
+        if fw.fsdp and layout.tensor > 1 and not layout.sequence_parallel:
+            layout = dataclasses.replace(layout, sequence_parallel=True)
+            changes.append(f"sequence parallelism added: {fw.name}'s tensor parallelism splits the norms over the "
+                           "sequence")
+        want, fallbacks = megatron_strategies(net, ranks, micro, layout.tensor, layout.sequence_parallel,
+                                              context=layout.context, expert=layout.expert)
+        if fallbacks:
+            f = fallbacks[0]
+            raise DnnplanError(f"cannot split {f.wanted} ({f.reason}) under the most common layout, {layout}",
+                               layer=f.layer, hint="re-plan with tensor, context and expert sizes that divide it")
+    moved = [layer.name for layer in net.layers if plan.strategies()[layer.name] != want[layer.name]]
+    if moved:
+        changes.append(f"one layout on every layer, {layout} (that of {count} of the {blocks} transformer layers): "
+                       f"{len(moved)} layers split otherwise before, the first {moved[0]}")
+    return want, layout
+
+
+def _pipeline(plan: Plan, net: Network, fw: Framework, changes: list[str]):
+    """The plan's pipeline with each cut inside a transformer layer moved to that layer's start and,
+    where the framework lacks the schedule, 1F1B (a framework without a pipeline keeps it: refused)."""
+    pipe = plan.pipeline
+    if pipe is None or pipe.stages == 1 or not fw.schedules:
+        return pipe
+    first_of: dict[str, str] = {}
+    for layer in net.layers:
+        if block_of(layer) is not None:
+            first_of.setdefault(block_of(layer), layer.name)
+    by_name = {layer.name: layer for layer in net.layers}
+    firsts = tuple(pipe.first_layers[:1]) + tuple(first_of.get(block_of(by_name[name]), name)
+                                                 if block_of(by_name[name]) is not None else name
+                                                 for name in pipe.first_layers[1:])
+    if firsts != pipe.first_layers:
+        moved = next(a for a, b in zip(pipe.first_layers, firsts) if a != b)
+        changes.append(f"the pipeline cut at {moved} moved to the start of its transformer layer, "
+                       f"{first_of[block_of(by_name[moved])]}: {fw.name} cuts between whole transformer layers")
+    schedule = pipe.schedule
+    if schedule not in fw.schedules:
+        schedule = "1f1b"
+        changes.append(f"the {pipe.schedule} schedule run as 1F1B: {fw.name} has no {pipe.schedule}")
+    return dataclasses.replace(pipe, first_layers=firsts, schedule=schedule)
+
+
+def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, changes: list[str]) -> dict[str, str]:
+    """The attention kernel and recomputation the framework states nearest the plan's (module docstring)."""
+    algorithms = plan.algorithms()
+    attention = [layer for layer in net.layers if layer.op == "attention"]
+    default = attention_default(machine)
+    kernels = [kernel_algorithm(algorithms.get(layer.name, "")) or default for layer in attention]
+    kernel = Counter(kernels).most_common(1)[0][0] if fw.one_kernel else default
+    if any(k != kernel for k in kernels):
+        changes.append(f"attention by {kernel} kernels on every layer: {fw.name} runs "
+                       + ("one attention backend" if fw.one_kernel else f"the machine's default ({default})"))
+    out = {name: a for name, a in algorithms.items() if not is_recomputed(a)}
+    out |= {layer.name: kernel for layer in attention}
+    recomputed = [layer for layer in net.layers if is_recomputed(algorithms.get(layer.name, ""))]
+    names = {layer.name for layer in recomputed}
+    if not names or _expressible_recompute(plan, net, fw):
+        return out | {name: with_recompute(out.get(name, "")) for name in names}
+    layers_of: dict[str, list[str]] = {}
+    for layer in net.layers:
+        if block_of(layer) is not None:
+            layers_of.setdefault(block_of(layer), []).append(layer.name)
+    whole = any(all(name in names for name in block) for block in layers_of.values())
+    if fw.selective and not whole and any(layer.op == "attention" for layer in recomputed):
+        wanted, what = {layer.name for layer in attention}, "attention's core on every transformer layer (selective)"
+    else:
+        wanted, what = {name for block in layers_of.values() for name in block}, "every transformer layer whole (full)"
+    changes.append(f"recomputation of {what}, where the plan recomputed {len(names)} layers (the first "
+                   f"{recomputed[0].name}): {fw.name} recomputes "
+                   + ("attention's core or whole transformer layers" if fw.selective else "whole transformer layers"))
+    return out | {name: with_recompute(out.get(name, "")) for name in wanted}
+
+
+def _expressible_recompute(plan: Plan, net: Network, fw: Framework) -> bool:
+    """Whether the framework states the plan's recomputation as it is (planner.export.megatron_recompute)."""
+    pipe = plan.pipeline
+    chunks = (blocks_of(net.layers),) if pipe is None else \
+        tuple(blocks_of(chunk) for chunk in cut_at(net, pipe.first_layers))
+    try:
+        got = megatron_recompute(plan, net, chunks)
+    except DnnplanError:
+        return False
+    return (got.granularity != "selective" or fw.selective) and (got.method != "block" or fw.block_recompute)
+
+
+def _choices(plan: Plan, layout: Layout, fw: Framework, changes: list[str]):
+    """torchtitan's ZeRO and overlap nearest the plan's (module docstring); the others' as they are."""
+    choices = plan.choices
+    if not fw.fsdp:
+        return choices
+    data = plan.stage_ranks // (layout.tensor * layout.context)
+    if choices.zero == 1 or (choices.zero == 0 and 1 < data != plan.devices):
+        why = "shards the optimiser state only with the weights" if choices.zero else \
+            "runs DDP without other parallelism"
+        changes.append(f"ZeRO-{choices.zero} as FSDP keeping the weights gathered from the forward to the backward "
+                       f"(ZeRO-2): torchtitan {why}")
+        choices = choices.but(zero=2)
+    if choices.overlap:
+        mode, _, bucket = choices.overlap.partition(BUCKET_MARK)
+        want = mode.removesuffix(EXPERTS) if mode.removesuffix(EXPERTS) in ("data", "all") else "data"
+        if want != mode or (bucket and float(bucket) * 2 ** 20 != DEFAULT_BUCKET_BYTES):
+            changes.append(f"overlap {want} at DDP's 25 MiB bucket, where the plan's is {choices.overlap}: "
+                           "torchtitan's FSDP and DDP always overlap, and its expert overlap is DualPipeV's only")
+            choices = choices.but(overlap=want)
+    return choices

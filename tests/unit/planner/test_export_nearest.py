@@ -1,0 +1,110 @@
+"""The nearest plan a framework runs (planner.export.nearest): a per-layer hybrid made uniform by the
+layout most of its transformer layers take, recomputation and schedules as the framework has them,
+ZeRO-1 on torchtitan as FSDP; each change said; the result exported; what no change reaches (learned
+positions on torchtitan, a tensor layout on DeepSpeed's JSON) still refused."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from costmodel.calls.algorithms import is_recomputed, with_recompute
+from costmodel.machine.loading import load_machine
+from costmodel.parallel.strategy import Strategy
+from networks.errors import DnnplanError
+from planner.export.deepspeed import deepspeed_config
+from planner.export.megatron import megatron_args
+from planner.export.nearest import most_common_layout, nearest_plan
+from planner.export.torchtitan import torchtitan_config
+from planner.plan.plan import Plan
+from tests.support.export_plans import data_plan, uniform_plan
+
+A100 = load_machine("dgx-a100")
+
+
+def swapped(plan: Plan, layer: str, **change) -> Plan:
+    return dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, **change) if lp.name == layer else lp
+                                                  for lp in plan.layers))
+
+
+def test_an_expressible_plan_is_its_own_nearest():
+    plan, net = uniform_plan("gpt-tiny", tensor=2)
+    got = nearest_plan(plan, net, "megatron", A100)
+    assert got.changes == () and got.plan == plan
+
+
+def test_a_hybrid_is_made_uniform_by_its_blocks_most_common_layout():
+    """tiny-llama's two transformer layers under tensor 2 with the embedding and one MLP layer split
+    over the samples: both blocks' attention runs tensor 2, and every layer then takes Megatron's split."""
+    plan, net = uniform_plan("tiny-llama", devices=4, tensor=2, sp=True, optimizer="adam", precision="bf16",
+                             machine="dgx-h100")
+    hybrid = swapped(swapped(plan, "embed", strategy=Strategy.of(4, N=4)), "h1.down", strategy=Strategy.of(4, N=4))
+    with pytest.raises(DnnplanError):
+        megatron_args(hybrid, net)
+    layout, count, blocks = most_common_layout(hybrid, net)
+    assert (layout.tensor, layout.sequence_parallel, count, blocks) == (2, True, 2, 2)  # attention decides a block
+    got = nearest_plan(hybrid, net, "megatron", A100)
+    assert got.plan.strategies() == plan.strategies()
+    assert len(got.changes) == 1 and "2 layers split otherwise before, the first embed" in got.changes[0]
+    assert "--tensor-model-parallel-size" in megatron_args(got.plan, net)
+
+
+def test_recomputation_of_part_of_a_layer_becomes_the_frameworks():
+    plan, net = uniform_plan("gpt-tiny", tensor=2)
+    attention_and_dropout = swapped(swapped(plan, "h0.attn", algorithm=with_recompute("flash")), "h0.attn_drop",
+                                    algorithm="recompute")  # what the planner may choose: refused as it is
+    with pytest.raises(DnnplanError):
+        megatron_args(attention_and_dropout, net)
+    got = nearest_plan(attention_and_dropout, net, "megatron", A100)
+    megatron_args(got.plan, net)
+    recomputed = {name for name, a in got.plan.algorithms().items() if is_recomputed(a)}
+    assert recomputed == {layer.name for layer in net.layers if layer.op == "attention"}  # selective
+    assert "selective" in " ".join(got.changes)
+    full, _ = uniform_plan("tiny-llama", recompute="full", optimizer="adam", precision="bf16", zero=3,
+                           machine="dgx-h100")
+    partial = swapped(full, "h1.add2", algorithm="")
+    for framework in ("torchtitan", "deepspeed"):
+        got = nearest_plan(partial, net_of(partial), framework, load_machine("dgx-h100"))
+        recomputed = {name for name, a in got.plan.algorithms().items() if is_recomputed(a)}
+        assert recomputed == {name for name, a in full.algorithms().items() if is_recomputed(a)}, framework
+        assert "every transformer layer whole (full)" in " ".join(got.changes)
+
+
+def net_of(plan: Plan):
+    return uniform_plan(plan.network, optimizer=plan.choices.optimizer, precision=plan.choices.precision)[1]
+
+
+def test_zero_1_on_torchtitan_becomes_fsdp_and_learned_positions_stay_refused():
+    plan, net = uniform_plan("tiny-llama", devices=4, tensor=2, sp=True, optimizer="adam", precision="bf16", zero=1,
+                             machine="dgx-h100")
+    with pytest.raises(DnnplanError, match="ZeRO-1"):
+        torchtitan_config(plan, net)
+    got = nearest_plan(plan, net, "torchtitan", load_machine("dgx-h100"))
+    assert got.plan.choices.zero == 2 and "ZeRO-1 as FSDP" in got.changes[0]
+    assert torchtitan_config(got.plan, net)["parallelism"]["fsdp_reshard_after_forward"] == "never"
+    gpt, gnet = uniform_plan("gpt-tiny", devices=4, tensor=2, sp=True, optimizer="adam", precision="bf16", zero=3)
+    near = nearest_plan(gpt, gnet, "torchtitan", A100)
+    with pytest.raises(DnnplanError, match="learned position embeddings"):
+        torchtitan_config(near.plan, gnet)
+
+
+def test_a_cut_inside_a_layer_and_gpipe_become_megatrons():
+    plan, net = uniform_plan("gpt-tiny", devices=8, batch=16, stages=2, micro=2, schedule="gpipe",
+                             firsts=("embed", "h1.attn"))
+    got = nearest_plan(plan, net, "megatron", A100)
+    assert got.plan.pipeline.first_layers == ("embed", "h1.ln1") and got.plan.pipeline.schedule == "1f1b"
+    assert "--pipeline-model-parallel-size" in megatron_args(got.plan, net)
+
+
+def test_deepspeed_takes_a_data_parallel_majority_and_refuses_a_tensor_one():
+    plan, net = data_plan("tiny-llama", devices=4, batch=8, optimizer="adam", precision="bf16", machine="dgx-h100")
+    hybrid = swapped(plan, "h0.gate_up", strategy=Strategy.of(4, N=2, F=2))
+    with pytest.raises(DnnplanError):
+        deepspeed_config(hybrid, net)
+    got = nearest_plan(hybrid, net, "deepspeed", load_machine("dgx-h100"))
+    assert got.plan.strategies() == plan.strategies() and deepspeed_config(got.plan, net)["train_batch_size"] == 8
+    tensor, tnet = uniform_plan("tiny-llama", devices=4, tensor=2, sp=True, optimizer="adam", precision="bf16",
+                                machine="dgx-h100")
+    with pytest.raises(DnnplanError, match="DeepSpeed's configuration states data parallelism only"):
+        nearest_plan(tensor, tnet, "deepspeed", load_machine("dgx-h100"))
