@@ -121,6 +121,11 @@ class CudaBackend:
     def held_bytes(self, arrays) -> int:
         return device_held_bytes(arrays)
 
+    # -- launches cost the host time (executor.backend.device.LaunchBound) ----------------------
+
+    def fuse_launches(self) -> bool:
+        return True
+
     def peak_bytes(self, run) -> int:
         return pool_peak_bytes(self.xp, run, self.synchronize) + workspace_bytes()
 

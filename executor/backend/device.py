@@ -6,7 +6,8 @@ packages never import an array or MPI library of their own and never ask which a
 they hold; they take it from the backend (``backend.xp``), make every collective through a
 :class:`Communicator` the backend gave them, and read the clock the backend keeps. A capability
 that only some devices have is its own Protocol, checked with ``isinstance(backend, Protocol)``:
-:class:`DeviceMemory` (arrays outside the host's memory).
+:class:`DeviceMemory` (arrays outside the host's memory), :class:`LaunchBound` (launches cost the host
+time, so the runtime makes fewer).
 
 What a backend provides (:class:`Backend`):
 
@@ -161,6 +162,18 @@ class EventClock(Protocol):
 
     def at(self, mark: Any) -> float:
         """``mark``'s time on the backend's clock."""
+
+
+@runtime_checkable
+class LaunchBound(Protocol):
+    """A device whose kernels the host launches one by one onto a queue, each launch costing host
+    time (a GPU): the runtime makes fewer, larger launches where the results are the same, such as
+    every weight's update in one multi-tensor launch (kernels.optimizer.sgd_momentum_update_many),
+    its time shared among the layers by their parameter counts (executor.runtime.timers). The
+    host's numpy calls are the work itself, so it keeps one call and one span per layer."""
+
+    def fuse_launches(self) -> bool:
+        """Whether fewer launches are worth coarser spans now."""
 
 
 @runtime_checkable

@@ -137,7 +137,10 @@ class Timers:
         """The step's spans and wall time from its events (waits for the step's last one)."""
         ev = self.events
         self.step_wall[self.step] = ev.seconds(self._step_mark, end)
-        for key, a, b in self._pending:
+        for key, a, b, *shared in self._pending:
+            if shared:
+                self._charge(key[0], key[2], ev.at(a), ev.at(b), shared[0])
+                continue
             self.totals[key] = self.totals.get(key, 0.0) + ev.seconds(a, b)
             if self.keep_spans:
                 self.spans.append(Span(key[1], key[2], ev.at(a), ev.at(b), key[0]))
@@ -172,6 +175,43 @@ class Timers:
             self.totals[key] = self.totals.get(key, 0.0) + (end - start)
             if self.keep_spans:
                 self.spans.append(Span(layer, phase, start, end, self.step))
+
+    @contextmanager
+    def shared_span(self, phase: str, shares: dict[str, float]):
+        """One span of work done for many layers at once (every weight's update in one launch):
+        timed once, each layer charged the part ``shares`` gives it (its parameter count, say), so
+        per-layer totals stay comparable with per-layer predictions; a trace draws the parts one
+        after the other inside the span."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase}")
+        total = float(sum(shares.values()))
+        if not shares or total <= 0:
+            yield
+            return
+        parts = [(layer, share / total) for layer, share in shares.items()]
+        if self.progress is not None:
+            self.progress.mark(self.step, parts[0][0], phase)
+        if self.events is not None:
+            first = self.events.mark()
+            try:
+                yield
+            finally:
+                self._pending.append(((self.step, "", phase), first, self.events.mark(), parts))
+            return
+        start = self._now()
+        try:
+            yield
+        finally:
+            self._charge(self.step, phase, start, self._now(), parts)
+
+    def _charge(self, step: int, phase: str, start: float, end: float, parts) -> None:
+        at = start
+        for layer, frac in parts:
+            key = (step, layer, phase)
+            self.totals[key] = self.totals.get(key, 0.0) + (end - start) * frac
+            if self.keep_spans:
+                self.spans.append(Span(layer, phase, at, at + (end - start) * frac, step))
+            at += (end - start) * frac
 
     def per_layer(self, steps) -> dict[str, dict[str, list[float]]]:
         """layer -> phase -> seconds for each of ``steps`` (0.0 where the phase did not run)."""

@@ -43,3 +43,16 @@ def test_spans_are_marks_resolved_at_the_steps_end():
     assert t.step_wall[0] == 15 and [(s.start_s, s.end_s) for s in t.spans] == [(101, 103), (106, 110)]
     t.forget(0)
     assert t.step_wall == {} and t.spans == []
+
+
+def test_a_shared_span_is_one_pair_of_marks_split_among_its_layers():
+    """Every weight's update in one launch: two marks, each layer charged its share at the step's end."""
+    clock = Marks()
+    t = Timers(keep_spans=True, clock=lambda: 1 / 0, events=clock)
+    t.begin_step(0)                                    # mark 0
+    with t.shared_span("update", {"conv1": 1, "fc": 2}):  # marks 1, 3
+        pass
+    assert t.totals == {} and clock.t == 6
+    t.end_step()
+    assert t.totals == {(0, "conv1", "update"): 2 / 3, (0, "fc", "update"): 4 / 3}
+    assert [(s.layer, s.start_s, s.end_s) for s in t.spans] == [("conv1", 101, 101 + 2 / 3), ("fc", 101 + 2 / 3, 103)]

@@ -6,7 +6,9 @@ recorded in :attr:`FakeCupy.launches` as ``(kind, name)``:
 
 - ``kernel``: a compiled fused pass (``RawModule(...).get_function(name)(grid, block, args)``);
   when :attr:`FakeCupy.models` holds a numpy model of that kernel (tests/support/gpu_kernel_models.py)
-  it runs on the arguments, so its results can be checked, else the outputs stay as allocated;
+  it runs on the arguments (host views, and ``dtype``: the storage format the source was compiled
+  for, None for bfloat16, which numpy lacks), so its results can be checked, else the outputs stay
+  as allocated;
 - ``elementwise`` / ``reduction``: a ufunc on device arrays (cupy's elementwise and reduction
   kernels: ``a + b``, ``cp.sqrt``, ``a.sum()``), ``astype`` that copies;
 - ``memset`` (``zeros``, ``fill``), ``copy`` (``concatenate``, ``copy``, a non-contiguous
@@ -45,11 +47,25 @@ def _device(a):
     return a
 
 
+#: Arrays whose address was asked (``arr.data.ptr``), by address: a kernel given pointers (a
+#: multi-tensor table) has its model find the arrays here (:func:`at`)
+_MEMORY: dict[int, np.ndarray] = {}
+
+
 class Pointer:
     """``arr.data``: its address as ``ptr`` (cupy's MemoryPointer)."""
 
     def __init__(self, arr):
         self.ptr = int(arr.__array_interface__["data"][0])
+        _MEMORY[self.ptr] = arr.view(np.ndarray)
+
+
+def at(ptr: int, count: int, dtype) -> np.ndarray:
+    """The ``count`` elements of ``dtype`` at device address ``ptr`` (an array whose address was asked)."""
+    arr = _MEMORY[int(ptr)]
+    if arr.dtype != np.dtype(dtype):
+        raise AssertionError(f"the array at {ptr:#x} is {arr.dtype}, a kernel reads it as {np.dtype(dtype)}")
+    return arr.reshape(-1)[:int(count)]
 
 
 class DeviceArray(np.ndarray):
@@ -101,15 +117,15 @@ DeviceArray.__module__ = "cupy._fake"  # kernels.dispatch.is_device_array reads 
 class FakeKernel:
     """A compiled kernel: each call recorded, and run by its numpy model when there is one."""
 
-    def __init__(self, owner: FakeCupy, name: str):
-        self.owner, self.name = owner, name
+    def __init__(self, owner: FakeCupy, name: str, dtype):
+        self.owner, self.name, self.dtype = owner, name, dtype
 
     def __call__(self, grid, block, args, **kw):
         self.owner.launches.append(("kernel", self.name))
         self.owner.grids.append((self.name, tuple(grid), tuple(block)))
         model = self.owner.models.get(self.name)
         if model is not None:
-            model(tuple(grid), tuple(block), tuple(_host(a) for a in args))  # host views: no recording
+            model(tuple(grid), tuple(block), tuple(_host(a) for a in args), dtype=self.dtype)  # host views
 
 
 class FakeCupy:
@@ -125,9 +141,12 @@ class FakeCupy:
         class RawModule:  # noqa: D401 - cupy.RawModule
             def __init__(self, code: str, options=()):
                 owner.compiled.append(code[:40])
+                # the storage format the source was made for (kernels/cuda/source.py's preludes)
+                self.dtype = (np.float32 if "typedef float T;" in code else
+                              np.float16 if "cvt.f32.f16" in code else None)
 
             def get_function(self, name):
-                return FakeKernel(owner, name)
+                return FakeKernel(owner, name, self.dtype)
 
         self.RawModule = RawModule
         self.ndarray = DeviceArray
@@ -145,13 +164,15 @@ class FakeCupy:
     def install(self, monkeypatch) -> FakeCupy:
         """Make this the ``cupy`` of kernels.cuda (``libs.cupy``) with empty caches of compiled
         kernels and workspaces, recording while the test runs."""
-        from kernels.cuda import launch, libs, norm  # noqa: PLC0415 - the code under test
+        from kernels.cuda import launch, libs, multi_tensor, norm  # noqa: PLC0415 - the code under test
 
         monkeypatch.setattr(libs, "cupy", lambda: self)
         monkeypatch.setattr(launch, "_MODULES", {})
         monkeypatch.setattr(launch, "_FUNCTIONS", {})
         monkeypatch.setattr(norm, "_WORKSPACE", {})
+        monkeypatch.setattr(multi_tensor, "PREPARED", {})
         monkeypatch.setitem(_ACTIVE, 0, self)  # undone after the test
+        _MEMORY.clear()
         return self
 
     def kernels(self) -> list[str]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.support.fake_cupy import at
+
 F32 = np.float32
 
 
@@ -48,14 +50,14 @@ def _moments(stats, c: int, eps):
     return m.astype(F32), (1.0 / np.sqrt(v + float(eps))).astype(F32), cnt
 
 
-def bn_stats(grid, block, args):
+def bn_stats(grid, block, args, dtype=None):
     x, stats, part, done, n_img, c, inner = args
     xs = _channels(x, int(n_img), int(c), int(inner)).astype(F32).astype(np.float64)
     s, q = _reduce_by_parts(xs, xs * xs, part, done, grid[1], block[0])
     stats[:c], stats[c:2 * c], stats[2 * c] = s, q, xs.shape[1]
 
 
-def bn_fwd(grid, block, args):
+def bn_fwd(grid, block, args, dtype=None):
     x, stats, gamma, beta, y, n_img, c, inner, eps = args
     m, r, _ = _moments(stats, int(c), eps)
     xs = np.asarray(x).reshape(int(n_img), int(c), int(inner)).astype(F32)
@@ -64,7 +66,7 @@ def bn_fwd(grid, block, args):
     np.asarray(y).reshape(out.shape)[...] = out
 
 
-def bn_bwd_sums(grid, block, args):
+def bn_bwd_sums(grid, block, args, dtype=None):
     dy, x, stats, sums, dgamma, dbeta, part, done, n_img, c, inner, eps = args
     n_img, c, inner = int(n_img), int(c), int(inner)
     m, r, _ = _moments(stats, c, eps)
@@ -76,7 +78,7 @@ def bn_bwd_sums(grid, block, args):
     dgamma[...], dbeta[...] = b.astype(F32), a.astype(F32)
 
 
-def bn_bwd(grid, block, args):
+def bn_bwd(grid, block, args, dtype=None):
     dy, x, stats, sums, gamma, dx, n_img, c, inner, eps = args
     n_img, c, inner = int(n_img), int(c), int(inner)
     m, r, cnt = _moments(stats, c, eps)
@@ -91,3 +93,47 @@ def bn_bwd(grid, block, args):
 
 #: kernel name -> model
 BATCH_NORM = {"bn_stats": bn_stats, "bn_fwd": bn_fwd, "bn_bwd_sums": bn_bwd_sums, "bn_bwd": bn_bwd}
+
+
+def sgd_many(grid, block, args, dtype=np.float32):
+    """kernels/cuda/cu/multi_tensor.cu: the table's tensors, each updated as sgd_same (or sgd_mixed)
+    does; checks that the grid is the table's block count and every block lies in one tensor."""
+    meta, n, chunk, lr, mom, mixed = args
+    n, chunk = int(n), int(chunk)
+    sizes, first = meta[4 * n:5 * n], meta[5 * n:6 * n + 1]
+    if grid[0] != first[n] or np.any(first[1:] - first[:-1] != -(-sizes // chunk)):
+        raise AssertionError("the grid or the first blocks do not match the sizes")
+    for t in range(n):
+        if sizes[t] == 0:
+            continue
+        w = at(meta[t], sizes[t], dtype)
+        g = at(meta[3 * n + t], sizes[t], dtype).astype(F32)
+        if mixed:
+            v, master = at(meta[n + t], sizes[t], F32), at(meta[2 * n + t], sizes[t], F32)
+            v[...] = F32(mom) * v + g
+            master[...] = master - F32(lr) * v
+            w[...] = master.astype(dtype)
+        else:
+            v = at(meta[n + t], sizes[t], dtype)
+            m = F32(mom) * v.astype(F32) + g
+            v[...] = m.astype(dtype)
+            w[...] = (w.astype(F32) - F32(lr) * m).astype(dtype)
+
+
+def sgd_same(grid, block, args, dtype=None):
+    """kernels/cuda/cu/elementwise.cu's one-weight update, float arithmetic, stored in the format."""
+    w, v, g, n, lr, mom = args
+    m = F32(mom) * v.astype(F32) + g.astype(F32)
+    v[...] = m.astype(v.dtype)
+    w[...] = (w.astype(F32) - F32(lr) * m).astype(w.dtype)
+
+
+def sgd_mixed(grid, block, args, dtype=None):
+    w, master, v, g, n, lr, mom = args
+    v[...] = F32(mom) * v + g.astype(F32)
+    master[...] = master - F32(lr) * v
+    w[...] = master.astype(w.dtype)
+
+
+#: kernel name -> model
+UPDATE = {"sgd_many": sgd_many, "sgd_same": sgd_same, "sgd_mixed": sgd_mixed}
