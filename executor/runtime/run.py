@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from executor.backend.device import Backend, Communicator, DeviceMemory, EventClock, on_host
+from executor.backend.device import Backend, Communicator, DeviceMemory, EventClock, LaunchBound, on_host
 from executor.backend.select import select_backend
 from executor.check.gradients import CheckResult, local_parts, run_check
 from executor.check.reference import plan_shards
@@ -76,7 +76,8 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
                            backend if isinstance(backend, DeviceMemory) else None, plan.choices.precision,
                            plan_shards(net, plan.strategies(), plan.batch))
         if plan.choices.zero:
-            ran = steps + in_run_steps(steps, after_step) + (1 if measure_memory else 0)
+            attributed = 1 if attributes_apart(backend) and steps > 0 else 0
+            ran = steps + attributed + in_run_steps(steps, after_step) + (1 if measure_memory else 0)
             schedule = [(i, i == -warmup) for i in range(-warmup, ran)]
             unsharded = replace(rt.plan, choices=rt.plan.choices.but(zero=0))
             result = check_zero(rt, lambda: _Runtime(unsharded, rt.net, rt.comm, backend, rt.seed,
@@ -105,26 +106,41 @@ def _train(rt, comm: Communicator, timers: Timers, steps: int, warmup: int, chec
     check compares, and this rank's peak memory in one more step run with its memory traced
     (``Backend.peak_bytes``; its times dropped, so it never counts as a timed step)."""
     losses, kept = [], None
+    apart = attributes_apart(rt.backend)
+    timers.attributing = not apart
     for i in range(-warmup, steps):
         _line_up(rt, comm)
         loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
-        losses.append(loss)
+        losses.append(float(loss))  # read after the step's clock stopped: the loss stays on the device in it
         kept = grads if grads is not None else kept
         if after_step is not None and i < 0:
             after_step(i)
+    timers.attributing = True
+    first = steps
+    if apart and steps > 0:  # the timed steps' per-layer times: one eager step with every span
+        _line_up(rt, comm)
+        rt.step(first, lr, momentum, keep_grads=False)
+        timers.attribution_step(first)
+        first += 1
     extra = in_run_steps(steps, after_step)
     for k in range(extra):
         _line_up(rt, comm)
-        rt.step(steps + k, lr, momentum, keep_grads=False)
-        timers.forget(steps + k)
+        rt.step(first + k, lr, momentum, keep_grads=False)
+        timers.forget(first + k)
         after_step(k)
     if not measure_memory:
         return losses, kept, None
-    last = steps + extra
+    last = first + extra
     _line_up(rt, comm)
     traced = rt.backend.peak_bytes(lambda: rt.step(last, lr, momentum, keep_grads=False))
     timers.forget(last)
     return losses, kept, rt.backend.held_bytes(rt.held()) + traced
+
+
+def attributes_apart(backend: Backend) -> bool:
+    """Whether the timed steps run without spans, and one attribution step after them gives the
+    per-layer times (a device whose launches cost the host time, executor.runtime.timers)."""
+    return isinstance(backend, LaunchBound) and backend.fuse_launches()
 
 
 def in_run_steps(steps: int, after_step) -> int:

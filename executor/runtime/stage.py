@@ -254,7 +254,7 @@ class _Runtime:
     def step(self, index: int, lr: float, momentum: float, keep_grads: bool):
         self.timers.begin_step(index)
         acts, caches = self._forward(index, keep_grads)
-        loss = float(acts[self.runs[-1].layer.name])
+        loss = acts[self.runs[-1].layer.name]  # on the device: the caller reads it after the step
         wgrads = self._backward(caches)
         kept = self.finish(wgrads, lr, momentum, keep_grads)
         self.timers.end_step()

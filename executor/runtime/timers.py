@@ -17,6 +17,10 @@ wait           0: a barrier on a collective's group just before the collective,
                is not charged to the collective; shown apart, not in layer totals
 =============  ===============================================================
 
+On a device whose launches cost the host time (a GPU) the timed steps record no span and make no
+barrier before a collective (``attributing`` off: a step is two marks); one attribution step after
+them, run eagerly with every span and barrier, gives the per-layer times.
+
 Each span's start is also written, when asked, to the rank's progress file
 (:class:`ProgressFile`: one fixed-size record overwritten in place), so that the launcher can say
 where a rank that was killed was (:func:`read_progress`).
@@ -114,6 +118,12 @@ class Timers:
     #: spans are then events on the stream, resolved once at the step's end, so the host queues
     #: work ahead of the device as frameworks do instead of waiting at every span
     events: object | None = None
+    #: whether spans are recorded now. On a device whose launches cost the host time the runtime
+    #: times its steps whole (two marks each) with this off, and records the per-layer spans in one
+    #: attribution step after them (executor.runtime.run), whose totals stand for the timed steps'
+    #: per-layer times (:attr:`attributed`) and whose wall time counts as no step's
+    attributing: bool = True
+    attributed: list = field(default_factory=list)  # the attribution steps
     _pending: list = field(default_factory=list)
     _step_mark: object = None
 
@@ -153,10 +163,18 @@ class Timers:
         self.totals = {k: v for k, v in self.totals.items() if k[0] != step}
         self.spans = [s for s in self.spans if s.step != step]
 
+    def attribution_step(self, step: int) -> None:
+        """``step`` (just ended) was the attribution step: its spans stay, its wall time goes."""
+        self.step_wall.pop(step, None)
+        self.attributed.append(step)
+
     @contextmanager
     def span(self, layer: str, phase: str):
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase}")
+        if not self.attributing:
+            yield
+            return
         if self.progress is not None:
             self.progress.mark(self.step, layer, phase)
         if self.events is not None:
@@ -185,7 +203,7 @@ class Timers:
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase}")
         total = float(sum(shares.values()))
-        if not shares or total <= 0:
+        if not shares or total <= 0 or not self.attributing:
             yield
             return
         parts = [(layer, share / total) for layer, share in shares.items()]

@@ -21,7 +21,7 @@ from tests.support.fake_devices import FusingBackend
 MANY, ONE = stage.sgd_momentum_update_many, stage.sgd_momentum_update
 
 
-def _run(backend, monkeypatch):
+def _run(backend, monkeypatch, steps=2):
     """lenet5 on one rank (a warm-up step and two timed), the update calls counted."""
     calls = {"many": 0, "one": 0}
     many, one = MANY, ONE
@@ -39,7 +39,7 @@ def _run(backend, monkeypatch):
     net = load("lenet5")
     plan = make_plan(net, 8, 1, "data")
     timers = Timers()
-    got = run_plan(plan, net, MPI.COMM_SELF, steps=2, warmup=1, check=True, seed=3, backend=backend, timers=timers,
+    got = run_plan(plan, net, MPI.COMM_SELF, steps=steps, warmup=1, check=True, seed=3, backend=backend, timers=timers,
                    measure_memory=False)
     return got, timers, calls, net
 
@@ -48,14 +48,15 @@ def test_one_update_call_per_step_on_a_launch_bound_device_the_same_losses(monke
     host, host_timers, host_calls, net = _run(HOST, monkeypatch)
     fused, timers, calls, _ = _run(FusingBackend(), monkeypatch)
     assert fused.losses == host.losses and fused.check.passed
-    assert calls == {"many": 3, "one": 0}  # one per step (warm-up and two timed)
+    assert calls == {"many": 4, "one": 0}  # one per step: warm-up, two timed, the attribution step
     weighted = [layer for layer in net.layers if layer.weights]
     assert host_calls == {"many": 0, "one": 3 * sum(len(layer.weights) for layer in weighted)}
 
 
 def test_the_update_span_is_shared_by_parameter_count(monkeypatch):
     _, timers, _, net = _run(FusingBackend(), monkeypatch)
-    update = {layer: s for (step, layer, phase), s in timers.totals.items() if phase == "update" and step == 0}
+    (step,) = timers.attributed
+    update = {layer: s for (k, layer, phase), s in timers.totals.items() if phase == "update" and k == step}
     weighted = [layer for layer in net.layers if layer.weights]
     assert set(update) == {layer.name for layer in weighted}
     counts = {layer.name: sum(int(np.prod(shape)) for _, shape in layer.weights) for layer in weighted}
