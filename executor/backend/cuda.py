@@ -8,9 +8,10 @@ the memory pool's peak, NCCL collectives (executor.backend.device's docstring li
   collective runs; ``synchronize`` waits for it.
 - **Clock**: ``now_s`` records an event on the stream, waits for it, and returns the host time the
   backend started plus the device time since a base event recorded then: a span measures the
-  device's work, on the host clock's scale. As an EventClock (``mark``/``seconds``/``at``) it lets
-  the timers record a step's spans as events and wait once, at the step's end, so the host queues
-  kernels ahead of the device (as PyTorch's eager mode does) instead of waiting at every span.
+  device's work, on the host clock's scale. As an EventClock (``mark``/``seconds``/``at``/``recycle``)
+  it lets the timers record a step's spans as events and wait once, at the step's end, so the host
+  queues kernels ahead of the device (as PyTorch's eager mode does) instead of waiting at every
+  span; the events come from a pool, each read event recorded again (none made per span).
 - **Memory**: the arrays' ``nbytes``; the peak is the pool's (executor.backend.cuda_memory) plus
   the cuDNN workspace the rank holds.
 - **Collectives**: NCCL (executor.backend.nccl) when every rank of the job has a GPU of its own;
@@ -68,6 +69,7 @@ class CudaBackend:
         set_precision(precision)
         self.precision = precision
         self.staged = False  # True once ranks are found to share a GPU (communicator)
+        self._events: list = []  # CUDA events read and free to record again (mark, recycle)
         self._base = cp.cuda.Event()
         self._base.record(self.stream)
         self._base.synchronize()
@@ -99,17 +101,22 @@ class CudaBackend:
         self.stream.synchronize()
 
     def now_s(self) -> float:
-        ev = self.xp.cuda.Event()
-        ev.record(self.stream)
+        ev = self.mark()
         ev.synchronize()
-        return self._base_host + self.xp.cuda.get_elapsed_time(self._base, ev) / 1e3
+        at = self._base_host + self.xp.cuda.get_elapsed_time(self._base, ev) / 1e3
+        self.recycle([ev])
+        return at
 
     # -- marks on the stream (executor.backend.device.EventClock) -----------------------------
 
     def mark(self):
-        ev = self.xp.cuda.Event()
+        """An event from the pool (a new one only when every pooled one is in use), recorded."""
+        ev = self._events.pop() if self._events else self.xp.cuda.Event()
         ev.record(self.stream)
         return ev
+
+    def recycle(self, marks) -> None:
+        self._events.extend(marks)
 
     def seconds(self, start, end) -> float:
         end.synchronize()

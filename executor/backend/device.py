@@ -163,6 +163,9 @@ class EventClock(Protocol):
     def at(self, mark: Any) -> float:
         """``mark``'s time on the backend's clock."""
 
+    def recycle(self, marks: Iterable[Any]) -> None:
+        """``marks`` have been read: the device may record them again (a pool of CUDA events)."""
+
 
 @runtime_checkable
 class LaunchBound(Protocol):

@@ -147,7 +147,9 @@ class Timers:
         """The step's spans and wall time from its events (waits for the step's last one)."""
         ev = self.events
         self.step_wall[self.step] = ev.seconds(self._step_mark, end)
+        read = [self._step_mark, end]
         for key, a, b, *shared in self._pending:
+            read += [a, b]
             if shared:
                 self._charge(key[0], key[2], ev.at(a), ev.at(b), shared[0])
                 continue
@@ -155,6 +157,7 @@ class Timers:
             if self.keep_spans:
                 self.spans.append(Span(key[1], key[2], ev.at(a), ev.at(b), key[0]))
         self._pending.clear()
+        ev.recycle(read)
 
     def forget(self, step: int) -> None:
         """Drop everything recorded for ``step`` (a step run for another purpose than its time,

@@ -16,6 +16,8 @@ recorded in :attr:`FakeCupy.launches` as ``(kind, name)``:
   (``asnumpy``, ``float()`` of a device array: also a wait for the device).
 
 Allocation (``empty``, ``empty_like``) and views (slices, reshapes) launch nothing, as on a GPU.
+``cuda.Event`` counts the events made (:attr:`FakeCupy.events_made`); each ``record`` reads a
+device clock 1 ms later than the one before.
 What it does not do: time anything, or know what cupy would fuse or cache. Tests built on it prove
 which launches dnnplan's GPU path makes per op, not how long they take.
 """
@@ -150,9 +152,30 @@ class FakeCupy:
 
         self.RawModule = RawModule
         self.ndarray = DeviceArray
+        self.events_made = 0  # CUDA events created (FakeEvent)
+        self.clock_ms = 0.0  # the device clock an event records: 1 ms later at each record
+
+        class FakeEvent:  # noqa: D401 - cupy.cuda.Event
+            def __init__(self, *a, **k):
+                owner.events_made += 1
+                self.ms = None
+
+            def record(self, stream=None):
+                owner.clock_ms += 1.0
+                self.ms = owner.clock_ms
+
+            def synchronize(self):
+                if self.ms is None:
+                    raise RuntimeError("an event waited on before it was recorded")
+
+        def elapsed(a, b):
+            return b.ms - a.ms
+
+        stream = SimpleNamespace(ptr=1, use=lambda: None, synchronize=lambda: None)
         self.cuda = SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: 0, getDeviceCount=lambda: 1),
-                                    Device=lambda i=0: SimpleNamespace(id=0, use=lambda: None),
-                                    get_current_stream=lambda: SimpleNamespace(ptr=0))
+                                    Device=lambda i=0: SimpleNamespace(id=0, use=lambda: None, pci_bus_id="0000:01:00.0"),
+                                    get_current_stream=lambda: stream, Stream=lambda non_blocking=False: stream,
+                                    Event=FakeEvent, get_elapsed_time=elapsed)
 
     def __enter__(self) -> FakeCupy:
         _ACTIVE[0] = self
