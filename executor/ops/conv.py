@@ -42,6 +42,6 @@ def backward(ctx: LayerCtx, dy, cache):
     g = ctx.p["groups"]
     with_bias = "bias" in ctx.weights
     with ctx.span("bwd_compute"):
-        dx = conv2d_backward_data(dy, w, x.shape, stride, pads, dil, g, ctx.algo)
+        dx = conv2d_backward_data(dy, w, x.shape, stride, pads, dil, g, ctx.algo) if ctx.input_grad else None
         dw, db = conv2d_backward_weights(dy, x, w.shape, stride, pads, dil, g, ctx.algo, with_bias)
     return finish_contraction_backward(ctx, dx, dw, db)

@@ -124,7 +124,8 @@ class _Runtime:
         self.seed = seed
         self.check = check
         self.zero = plan.choices.zero  # the ZeRO stage (executor.runtime.zero)
-        #: every weight updated in one multi-tensor call (a device whose launches cost the host time)
+        #: a device whose launches cost the host time: every weight updated in one multi-tensor call,
+        #: and no input gradient made for a layer reading only the network's inputs
         self.fused_update = isinstance(backend, LaunchBound) and backend.fuse_launches()
         self._validate()
         full_w = io.weights if io else init_weights(net, seed)
@@ -183,6 +184,9 @@ class _Runtime:
         # every communicator this layer can use, created now (collective, same order on all ranks)
         for dims in ((C,), (F,), (E,), (H, W), (N, H), STAT_DIMS):
             self.comms.get(strat, dims)
+        # a layer reading only the network's inputs: nothing reads its input gradient (on the host it
+        # is still made, as the cost model prices it)
+        ctx.input_grad = not (self.fused_update and all(src in self.inputs for src in layer.inputs))
         fwd, bwd = OPS[layer.op]
         run = _LayerRun(layer, ctx, fwd, bwd)
         if layer.op == "linear" and layer.p.get("tied_to"):  # shares its embedding's token rows
