@@ -5,6 +5,7 @@ the step time from the timed steps. On the host every step keeps its spans, as b
 
 from __future__ import annotations
 
+import numpy as np
 from mpi4py import MPI
 
 from executor.backend.host import HOST
@@ -88,3 +89,39 @@ def test_the_report_takes_layer_times_from_the_attribution_step_and_the_step_fro
     assert got.step_s == 2.0 and got.steps == 2
     by = {layer.name: layer for layer in got.layers}
     assert by["conv1"].phases["fwd_compute"] == 0.25 and by["fc"].phases["update"] == 0.5
+
+
+class Loss(np.ndarray):
+    """The loss as the device holds it: reading it (``float``) is a wait for the device, recorded."""
+
+    reads: list = []
+
+    def __float__(self):
+        Loss.reads.append(Loss.ended)
+        return float(self.view(np.ndarray))
+
+
+def test_the_loss_is_read_after_the_steps_clock_stopped(monkeypatch):
+    from executor.ops import OPS  # noqa: PLC0415 - test-local
+    from executor.runtime import stage  # noqa: PLC0415
+
+    forward, backward = OPS[stage.LOSS_OP]
+    monkeypatch.setitem(OPS, stage.LOSS_OP, (lambda ctx, xs: _as_loss(forward(ctx, xs)), backward))
+    Loss.reads, Loss.ended = [], None
+    timers = Timers()
+    end = timers.end_step
+
+    def ended():
+        end()
+        Loss.ended = timers.step
+
+    monkeypatch.setattr(timers, "end_step", ended)
+    net = load("lenet5")
+    run_plan(make_plan(net, 8, 1, "data"), net, MPI.COMM_SELF, steps=2, warmup=1, seed=3, backend=FusingBackend(),
+             timers=timers, measure_memory=False)
+    assert Loss.reads == [-1, 0, 1]  # each step's loss read once, after that step ended
+
+
+def _as_loss(out):
+    y, cache = out
+    return np.asarray(y).view(Loss), cache
