@@ -279,6 +279,11 @@ PlanStepContextOpt = Annotated[bool, typer.Option(
     "kernels and those of each uniform plan (data, filter, spatial) again in their step's order and context (and "
     "their collectives, on several ranks), and take the one predicted fastest there (a few seconds a plan); "
     "--no-step-context keeps the solver's plan.")]
+GraphsOpt = Annotated[Optional[bool], typer.Option(
+    "--graphs/--no-graphs", help="On GPUs, replay each timed step as one CUDA graph captured after the eager "
+    "warm-up (per-layer times from one eager step after them); a plan that cannot be captured (collectives "
+    "staged through the host, pipeline stages over MPI, dropout, MoE routing) runs eagerly and the report says "
+    "why \\[default: graphs where the plan allows them].", show_default=False)]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also run the step on one process on the whole batch and "
                                         "compare loss and every weight gradient.")]
 ValidateNetworkArg = Annotated[Optional[str], typer.Argument(

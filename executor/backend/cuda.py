@@ -18,6 +18,8 @@ the memory pool's peak, NCCL collectives (executor.backend.device's docstring li
   when two ranks share one (NCCL refuses that), every rank stages through the host's MPI
   (executor.backend.staging) and :attr:`staged` says so for the report.
 - **Precision**: the plan's, set once for the process's kernels (kernels.cuda.precision).
+- **Graphs**: a step captured as a CUDA graph in a memory pool of its own and replayed
+  (``capture``/``replay``), unless collectives are staged through the host (``graph_refusal``).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class CudaBackend:
         self.precision = precision
         self.staged = False  # True once ranks are found to share a GPU (communicator)
         self._events: list = []  # CUDA events read and free to record again (mark, recycle)
+        self._graph_pools: list = []  # the memory of captured steps (capture)
         self._base = cp.cuda.Event()
         self._base.record(self.stream)
         self._base.synchronize()
@@ -132,6 +135,34 @@ class CudaBackend:
 
     def fuse_launches(self) -> bool:
         return True
+
+    # -- a step recorded once and replayed (executor.backend.device.StepGraphs) -----------------
+
+    def graph_refusal(self) -> str | None:
+        if self.staged:
+            return ("ranks share a GPU, so collectives are staged through the host's MPI, which a CUDA graph "
+                    "cannot capture")
+        return None
+
+    def capture(self, run):
+        """``run``'s work on the rank's stream as a CUDA graph (cupy's ``Stream.begin_capture``, relaxed
+        mode, and ``end_capture``: cupy/cupy cupy/cuda/stream.pyx and graph.pyx), its arrays from a
+        memory pool of its own that nothing else allocates from, kept as long as the backend, so a
+        replay's buffers are never another array's."""
+        cp = self.xp
+        pool = cp.cuda.MemoryPool()
+        self._graph_pools.append(pool)
+        with cp.cuda.using_allocator(pool.malloc):
+            self.stream.begin_capture()
+            try:
+                out = run()
+            finally:
+                graph = self.stream.end_capture()
+        graph.upload(self.stream)
+        return graph, out
+
+    def replay(self, graph) -> None:
+        graph.launch(self.stream)
 
     def peak_bytes(self, run) -> int:
         return pool_peak_bytes(self.xp, run, self.synchronize) + workspace_bytes()

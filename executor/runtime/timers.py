@@ -123,6 +123,9 @@ class Timers:
     #: attribution step after them (executor.runtime.run), whose totals stand for the timed steps'
     #: per-layer times (:attr:`attributed`) and whose wall time counts as no step's
     attributing: bool = True
+    #: False while a step is captured as a graph (executor.runtime.graphs): nothing is marked then,
+    #: as a mark would be recorded into the graph
+    recording: bool = True
     attributed: list = field(default_factory=list)  # the attribution steps
     _pending: list = field(default_factory=list)
     _step_mark: object = None
@@ -131,6 +134,8 @@ class Timers:
         return self.clock()
 
     def begin_step(self, step: int) -> None:
+        if not self.recording:
+            return
         self.step = step
         if self.events is not None:
             self._step_mark = self.events.mark()
@@ -138,6 +143,8 @@ class Timers:
         self._step_start = self._now()
 
     def end_step(self) -> None:
+        if not self.recording:
+            return
         if self.events is not None:
             self._resolve(self.events.mark())
             return
@@ -175,7 +182,7 @@ class Timers:
     def span(self, layer: str, phase: str):
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase}")
-        if not self.attributing:
+        if not (self.attributing and self.recording):
             yield
             return
         if self.progress is not None:
@@ -206,7 +213,7 @@ class Timers:
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase}")
         total = float(sum(shares.values()))
-        if not shares or total <= 0 or not self.attributing:
+        if not shares or total <= 0 or not (self.attributing and self.recording):
             yield
             return
         parts = [(layer, share / total) for layer, share in shares.items()]
