@@ -5,9 +5,11 @@ make it.
 The kernel reads one int64 table per group of weights (one storage format, with or without float32
 masters): the weights', momenta's, masters' and gradients' device pointers, the sizes and each
 tensor's first block. The table is made once per group (:data:`PREPARED`, keyed by what it holds:
-the pointers and sizes, which stay put across steps); a step writes only the gradients' pointers into it, and only
-when they moved (a memory pool often hands a step the same addresses as the one before), so a step's
-update is one launch per group and at most one small host-to-device copy.
+the pointers and sizes, which stay put across steps); a step writes only the gradients' pointers
+into it, and only when they moved (a memory pool often hands a step the same addresses as the one
+before), so a step's update is one launch per group and at most one small host-to-device copy,
+from page-locked memory: an asynchronous copy that a CUDA graph captures (a replay copies what the
+capture wrote there).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Prepared:
     table: object  # int64 device array, kernels/cuda/cu/multi_tensor.cu's meta
     n: int
     blocks: int
-    grads: numpy.ndarray  # the gradient pointers in the table
+    grads: numpy.ndarray  # the gradient pointers in the table (page-locked host memory)
 
 
 #: groups made so far, by (device, storage format, mixed, the weights' pointers)
@@ -46,7 +48,9 @@ def _prepare(key: tuple, ws, vs, ms) -> Prepared:
     host = numpy.concatenate([[w.data.ptr for w in ws], [v.data.ptr for v in vs],
                               [m.data.ptr if m is not None else 0 for m in ms], numpy.zeros(n), sizes,
                               first]).astype(numpy.int64)
-    PREPARED[key] = Prepared(cp.asarray(host), n, int(first[-1]), numpy.zeros(n, dtype=numpy.int64))
+    staged = numpy.frombuffer(cp.cuda.alloc_pinned_memory(8 * max(n, 1)), dtype=numpy.int64, count=n)
+    staged[...] = 0
+    PREPARED[key] = Prepared(cp.asarray(host), n, int(first[-1]), staged)
     return PREPARED[key]
 
 
@@ -79,8 +83,8 @@ def sgd_momentum_update_many(weights, momenta, grads, lr, momentum, masters=None
         prep = PREPARED.get(key) or _prepare(key, ws, vs, ms)
         ptrs = numpy.fromiter((g.data.ptr for g in gs), dtype=numpy.int64, count=len(gs))
         if not numpy.array_equal(ptrs, prep.grads):
-            prep.table[3 * prep.n:4 * prep.n].set(ptrs)
-            prep.grads = ptrs
+            prep.grads[...] = ptrs  # the previous step's copy is done: each step starts after the last ended
+            prep.table[3 * prep.n:4 * prep.n].set(prep.grads, stream=libs.cupy().cuda.get_current_stream())
         if prep.blocks:
             run_grid("sgd_many", dtype_name, (prep.blocks,), (THREADS,),
                      (prep.table, i32(prep.n), i32(CHUNK), f32(lr), f32(momentum), i32(int(mixed))))
