@@ -10,6 +10,7 @@ import pytest
 
 from kernels.cuda import multi_tensor
 from kernels.optimizer import sgd_momentum_update, sgd_momentum_update_many
+from kernels.xp import gpu_available, storage_dtype
 
 from tests.support.fake_cupy import FakeCupy
 from tests.support.gpu_kernel_models import UPDATE
@@ -90,3 +91,28 @@ def test_arrays_the_pass_does_not_take_are_updated_one_by_one(cp):
     assert cp.kernels().count("sgd_same") == len(SIZES) - 1  # the strided one: the array-module code
     sgd_momentum_update(hw[2], hv[2], hg[2], 0.01, 0.9)
     np.testing.assert_array_equal(np.asarray(ws[2]), np.asarray(hw[2]))
+
+
+@pytest.mark.skipif(not gpu_available(), reason="needs cupy and a CUDA device")
+@pytest.mark.parametrize("dtype,mixed", [("float32", False), ("bfloat16", True)])
+def test_on_a_gpu_one_launch_equals_one_kernel_per_weight(dtype, mixed):
+    import cupy  # noqa: PLC0415 - only where a GPU is
+
+    rng = np.random.default_rng(3)
+    store = storage_dtype(dtype)
+
+    def make():
+        ws = [cupy.asarray(rng.standard_normal(s).astype(np.float32).astype(store)) for s in SIZES]
+        vs = [cupy.zeros(s, dtype=cupy.float32 if mixed else ws[i].dtype) for i, s in enumerate(SIZES)]
+        gs = [cupy.asarray(rng.standard_normal(s).astype(np.float32).astype(store)) for s in SIZES]
+        ms = [w.astype(cupy.float32) if mixed else None for w in ws]
+        return ws, vs, gs, ms
+
+    a = make()
+    b = tuple([x.copy() if x is not None else None for x in group] for group in a)
+    for _ in range(2):
+        sgd_momentum_update_many(*a[:3], 0.01, 0.9, a[3])
+        for i in range(len(SIZES)):
+            sgd_momentum_update(b[0][i], b[1][i], b[2][i], 0.01, 0.9, master=b[3][i])
+    for x, y in zip(a[0] + a[1], b[0] + b[1]):  # bfloat16 widens to float32 exactly: equal floats, equal bits
+        np.testing.assert_array_equal(cupy.asnumpy(x).astype(np.float32), cupy.asnumpy(y).astype(np.float32))
