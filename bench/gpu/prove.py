@@ -148,7 +148,7 @@ def gpu_tests(s: Session) -> None:
     bound = ["--timeout", "60"] if s.timeout_plugin else []  # else the stage's limit bounds them all
     s.run(["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *bound, "-rfE",
            "tests/gpu/test_gpu_kernels.py", "tests/gpu/test_gpu_backend.py", "tests/gpu/test_kernels_backend.py",
-           "tests/gpu/test_conv_prepared.py"], 90, "pytest -m gpu")
+           "tests/gpu/test_conv_prepared.py", "tests/gpu/test_update_launches.py"], 90, "pytest -m gpu")
 
 
 def cudnn_graphs(s: Session) -> None:
