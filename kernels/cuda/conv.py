@@ -214,9 +214,10 @@ class Prepared:
     workspace_version: int
 
 
-def _operands(pass_: str, a, b_shape, called_shape, geometry: tuple, algo: str) -> tuple:
+def _operands(pass_: str, a, b_shape, called_shape, geometry: tuple, algo: str, out_shape) -> tuple:
+    """What a prepared pass serves: equal operands, equal work (checked on every call: cheap)."""
     cp = libs.cupy()
-    return (pass_, a.shape, tuple(b_shape), tuple(called_shape), geometry, a.dtype.name, algo or "im2col",
+    return (pass_, a.shape, tuple(b_shape), tuple(called_shape), out_shape, geometry, a.dtype.name, algo or "im2col",
             process_precision.current(), cp.cuda.get_current_stream().ptr)
 
 
@@ -225,14 +226,12 @@ def _prepare(site: dict, pass_: str, operands: tuple, g0, a, b, out_shape: tuple
     this stream, the workspace."""
     cp = libs.cupy()
     g, pad, crop = g0, None, None
-    if _asymmetric(g0):
-        if pass_ == "bwd_data":
-            g = make_geom((g0.n, g0.c, g0.hp, g0.wp), (g0.f, g0.c // g0.groups, g0.kh, g0.kw), (g0.sh, g0.sw), 0,
-                          (g0.dh, g0.dw), g0.groups)
+    if _asymmetric(g0):  # a convolution without padding over an explicitly padded input
+        g = make_geom((g0.n, g0.c, g0.hp, g0.wp), (g0.f, g0.c // g0.groups, g0.kh, g0.kw), (g0.sh, g0.sw), 0,
+                      (g0.dh, g0.dw), g0.groups)
+        if pass_ == "bwd_data":  # its dx cropped back
             crop = (g0.pt, g0.pl, g0.h, g0.w)
-        else:
-            g = make_geom((g0.n, g0.c, g0.hp, g0.wp), (g0.f, g0.c // g0.groups, g0.kh, g0.kw), (g0.sh, g0.sw), 0,
-                          (g0.dh, g0.dw), g0.groups)
+        else:  # its input padded first
             pad = ((g0.n, g0.c, g0.hp, g0.wp), g0.pt, g0.pl)
     run_shape = {"fwd": (g.n, g.f, g.ho, g.wo), "bwd_data": (g.n, g.c, g.h, g.w)}.get(pass_, out_shape)
     arrays = (cp.zeros(pad[0], dtype=a.dtype) if pad else a, b, cp.empty(run_shape, dtype=a.dtype))
@@ -248,7 +247,7 @@ def _prepare(site: dict, pass_: str, operands: tuple, g0, a, b, out_shape: tuple
 
 def _site_pass(site: dict, pass_: str, a, b, b_shape, called_shape, geometry, algo, out_shape):
     """The prepared pass of this call site for these operands (made on a first or changed call)."""
-    operands = _operands(pass_, a, b_shape, called_shape, geometry, algo)
+    operands = _operands(pass_, a, b_shape, called_shape, geometry, algo, out_shape)
     prep = site.get(pass_)
     if prep is None or prep.operands != operands:
         g0 = make_geom(called_shape if pass_ == "bwd_data" else a.shape,
