@@ -209,8 +209,8 @@ def torch_rows(s: Session, rows) -> dict | None:
     if got is None:
         return None
     kept = read_json(path) or {}
-    kept["rows"] = [r for r in kept.get("rows", []) if r.get("name") not in {n.get("name") for n in got.get("rows", [])}]
-    kept = {**got, "rows": kept["rows"] + got.get("rows", [])}
+    new = {r.get("name") for r in got.get("rows", [])}
+    kept = {**got, "rows": [r for r in kept.get("rows", []) if r.get("name") not in new] + got.get("rows", [])}
     path.write_text(json.dumps(kept, indent=1) + "\n")
     return got
 
@@ -262,7 +262,8 @@ def shipped(s: Session) -> None:
         out = shipped_table(s, prec)
         for net in nets:
             # resnet50 and gpt2 get a minute each: the target is their 1-8 device profile in under one
-            share = 60.0 if net in ("resnet50", "gpt2") else max(20.0, (s.stage_left() - 20) / (len(nets) * len(precisions)))
+            share = (60.0 if net in ("resnet50", "gpt2")
+                     else max(20.0, (s.stage_left() - 20) / (len(nets) * len(precisions))))
             rc, text = s.run(["-m", "dnnplan", "profile", net, "--devices", "1,2,4,8", "--out", str(out),
                               "--max-seconds", f"{share:.0f}", "--json", *backend_args(s, prec)], share + 60,
                              f"shipped profile {net} {prec}")

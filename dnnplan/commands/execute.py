@@ -10,9 +10,9 @@ import typer
 from costmodel.choices.precision import get_precision
 from costmodel.step.prediction import model_flops_utilization
 from dnnplan.rerun import command_line
-from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, FreshOpt, GraphsOpt, JsonFileOpt, PlanArg,
-                             ProfileOpt, RanksOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, TraceOpt,
-                             WarmupOpt)
+from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, FreshOpt, GraphsOpt, JsonFileOpt,
+                             PlanArg, ProfileOpt, RanksOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt,
+                             TraceOpt, WarmupOpt)
 from dnnplan.output import check_outputs, write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render.messages import err_console, fail_line, warn

@@ -90,7 +90,8 @@ def test_packages_are_checked_before_anything_runs():
 def test_the_script_carries_what_the_gpu_machine_lacks():
     """prove.sh's wheel list names the packages the proof imports that a GPU image may lack."""
     text = (BENCH / "gpu" / "prove.sh").read_text()
-    for wheel in ("threadpoolctl==", "pytest==", "pytest-timeout==", "pluggy==", "iniconfig==", "nvidia-cudnn-frontend=="):
+    for wheel in ("threadpoolctl==", "pytest==", "pytest-timeout==", "pluggy==", "iniconfig==",
+                  "nvidia-cudnn-frontend=="):
         assert wheel in text, wheel
 
 

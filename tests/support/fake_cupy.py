@@ -173,7 +173,8 @@ class FakeCupy:
 
         stream = SimpleNamespace(ptr=1, use=lambda: None, synchronize=lambda: None)
         self.cuda = SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: 0, getDeviceCount=lambda: 1),
-                                    Device=lambda i=0: SimpleNamespace(id=0, use=lambda: None, pci_bus_id="0000:01:00.0"),
+                                    Device=lambda i=0: SimpleNamespace(id=0, use=lambda: None,
+                                                                       pci_bus_id="0000:01:00.0"),
                                     get_current_stream=lambda: stream, Stream=lambda non_blocking=False: stream,
                                     Event=FakeEvent, get_elapsed_time=elapsed,
                                     alloc_pinned_memory=lambda nbytes: bytearray(nbytes))

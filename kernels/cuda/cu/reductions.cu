@@ -1,4 +1,5 @@
-// dnnplan fused GPU passes, sums over many elements: per channel (a convolution's bias gradient) and per column (layer norm, linear bias).
+// dnnplan fused GPU passes, sums over many elements: per channel (a convolution's bias gradient) and per
+// column (layer norm, linear bias).
 // Compiled once per storage format after a prelude defining T, LD and ST (kernels/cuda/source.py).
 // Per-channel sums over (N, C, inner) of x and (mode 1) of x*x or (mode 2) of x*h: grid (C, parts),
 // each block one channel's share, double accumulation, atomically added (outputs zeroed first).
