@@ -125,3 +125,16 @@ def test_the_loss_is_read_after_the_steps_clock_stopped(monkeypatch):
 def _as_loss(out):
     y, cache = out
     return np.asarray(y).view(Loss), cache
+
+
+def test_the_trace_marks_the_attribution_step():
+    from executor.report.collect import rank_times  # noqa: PLC0415 - test-local
+    from executor.report.trace import trace_events  # noqa: PLC0415
+
+    net = load("lenet5")
+    timers = Timers(keep_spans=True)
+    run_plan(make_plan(net, 8, 1, "data"), net, MPI.COMM_SELF, steps=2, warmup=1, seed=3, backend=FusingBackend(),
+             timers=timers, measure_memory=False)
+    events = trace_events([rank_times(0, timers, 0.0)])["traceEvents"]
+    steps = [e for e in events if e.get("cat") == "step"]
+    assert [(e["name"], e["args"]["attribution"]) for e in steps] == [("step 2 (attribution)", True)]
