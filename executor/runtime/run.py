@@ -159,7 +159,13 @@ def _replayed(rt, comm: Communicator, timers: Timers, steps: int, lr: float, mom
             timers.recording = True
 
     _line_up(rt, comm)
-    graph, (loss, _) = rt.backend.capture(one_step)
+    try:
+        graph, (loss, _) = rt.backend.capture(one_step)
+    except DnnplanError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the device refused the capture: one line, not a traceback
+        raise DnnplanError(f"capturing a training step as a CUDA graph failed ({type(err).__name__}: "
+                           f"{str(err)[:200]})", hint="run the plan eagerly with --no-graphs") from None
     losses = []
     for i in range(steps):
         _line_up(rt, comm)

@@ -15,9 +15,10 @@ from executor.runtime import stage
 from executor.runtime.graphs import EAGER, GRAPHS, StepMode, step_mode
 from executor.runtime.run import run_plan
 from executor.runtime.timers import Timers
+from networks.errors import DnnplanError
 
 from tests.support.cases import load, make_plan
-from tests.support.fake_graphs import CaptureError, GraphingBackend
+from tests.support.fake_graphs import GraphingBackend
 
 
 def _run(backend, steps=2, warmup=1, graphs=None, check=False):
@@ -48,7 +49,7 @@ def test_a_host_wait_inside_the_captured_step_is_refused(monkeypatch):
         return finish(self, *a, **k)
 
     monkeypatch.setattr(stage._Runtime, "finish", waits)
-    with pytest.raises(CaptureError, match="synchronize inside a captured step"):
+    with pytest.raises(DnnplanError, match="CaptureError: synchronize inside a captured step"):
         _run(GraphingBackend())
 
 
@@ -111,3 +112,11 @@ def test_the_report_line_says_which_mode_ran(capsys):
     steps_mode_line(None)
     out = capsys.readouterr().out
     assert "replayed as one CUDA graph" in out and "eager: layer drop1: dropout" in out
+
+
+def test_a_capture_the_device_refuses_is_one_line_naming_no_graphs(monkeypatch):
+    backend = GraphingBackend()
+    monkeypatch.setattr(backend, "capture", lambda run: (_ for _ in ()).throw(RuntimeError("cudaErrorStreamCapture")))
+    with pytest.raises(DnnplanError, match="CUDA graph failed") as err:
+        _run(backend)
+    assert "--no-graphs" in str(err.value.hint)
