@@ -74,13 +74,14 @@ def parse_machines(text: str) -> list[str]:
     return names
 
 
-def _price(text: str, where: str) -> float:
+def _price(text: str, machine: str | None = None) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not 0 <= value <= 1e6:
-        raise DnnplanError(f"{where} {short(text)} is not a price from 0 to 1,000,000",
+        whose = "" if machine is None else f" for {short(machine)}"
+        raise DnnplanError(f"--gpu-hour-price {short(text)}{whose} is not a price from 0 to 1,000,000",
                            hint="write e.g. --gpu-hour-price 2.5 or --gpu-hour-price dgx-h100=2.5,dgx-a100=1.6")
     return value
 
@@ -93,7 +94,7 @@ def parse_prices(text: str | None, machines: list[str]) -> dict[str, float] | No
         return None
     parts = [t.strip() for t in text.split(",") if t.strip()]
     if len(parts) == 1 and "=" not in parts[0]:
-        value = _price(parts[0], "--gpu-hour-price")
+        value = _price(parts[0])
         return {m: value for m in machines}
     prices: dict[str, float] = {}
     for part in parts:
@@ -105,7 +106,7 @@ def parse_prices(text: str | None, machines: list[str]) -> dict[str, float] | No
         if name not in machines:
             raise DnnplanError(f"--gpu-hour-price names {short(name)}, which --machine does not plan for "
                                f"({', '.join(machines)})", hint="price only the machines given to --machine")
-        prices[name] = _price(value.strip(), f"--gpu-hour-price {name}=")
+        prices[name] = _price(value.strip(), name)
     missing = [m for m in machines if m not in prices]
     if missing:
         raise DnnplanError(f"--gpu-hour-price gives no price for {', '.join(missing)}",
