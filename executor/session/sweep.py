@@ -7,8 +7,8 @@ anything is planned). :func:`run` plans the points machine by machine, each coun
 (planner.sweep.point), each within its own bound: the per-point bound given (``--time-limit``), or
 its share of the sweep's whole bound (planner.sweep.point_seconds), so that a point that ends early
 (nothing fits, or solved at once) leaves its time to the points after it. With ``jobs`` above 1 the
-points are planned in that many forked worker processes, each point's share set when it is handed
-out; this parallelism is the sweep's own, over its points, apart from any inside the planner's
+points are planned in that many forked worker processes, each point's share of what is left set
+when a worker takes it; this parallelism is the sweep's own, over its points, apart from any inside the planner's
 search of one point.
 
 Ctrl-C: the point being planned stops (its budget shares the caller's stop request), the workers
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import queue
 import signal
 import time
 from dataclasses import dataclass
@@ -125,18 +126,32 @@ def ordered(request: SweepRequest, rows: list[dict]) -> list[dict]:
 
 def _in_workers(request: SweepRequest, ctxs: dict[str, Context], points: list[tuple[str, int]],
                 on_row: Callable[[dict], None]) -> None:
-    """The points planned in ``request.jobs`` forked processes, each given its share of the sweep's
-    bound when handed out (rows arrive as points finish, in any order)."""
+    """The points planned in ``request.jobs`` forked processes, ``jobs`` at a time, each handed out
+    with its share of what is left of the sweep's bound as a worker frees (rows arrive as points
+    finish, in any order)."""
     jobs = min(request.jobs, len(points))
-    seconds = request.point_s if request.point_s is not None else point_seconds(
-        request.total_s, len(points), jobs, request.most_s)
+    start, todo, done = time.perf_counter(), list(reversed(points)), queue.SimpleQueue()
     # forked, each worker holds the request and the contexts as they are here (nothing pickled but
     # the points and the rows)
     pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_start_worker,
                                                     initargs=(dataclasses.replace(request, jobs=1), ctxs))
+
+    def hand_out() -> None:
+        name, p = todo.pop()
+        seconds = request.point_s if request.point_s is not None else point_seconds(
+            request.total_s - (time.perf_counter() - start), len(todo) + 1, jobs, request.most_s)
+        pool.apply_async(_worker, ((name, p, seconds),), callback=done.put, error_callback=done.put)
+
     try:
-        for row in pool.imap_unordered(_worker, [(name, p, seconds) for name, p in points]):
-            on_row(row)
+        for _ in range(jobs):
+            hand_out()
+        for _ in points:
+            got = done.get()
+            if isinstance(got, BaseException):
+                raise got
+            if todo:
+                hand_out()
+            on_row(got)
         pool.close()
     except BaseException:  # Ctrl-C (KeyboardInterrupt), a failed write: the workers end with the sweep
         pool.terminate()
