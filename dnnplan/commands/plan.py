@@ -58,8 +58,9 @@ def check_flags(solver: str, sweep: str | None, plot: str | None, pipelined_swee
         raise DnnplanError("--plot draws a sweep", hint="add --sweep 1,2,4,...")
     if pipelined_sweep:
         what = "--sweep" if sweep else "several --machine"
-        raise DnnplanError(f"--pipeline plans cannot be swept yet ({what})",
-                           hint="drop --sweep and plan one machine, or plan without --pipeline")
+        raise DnnplanError(f"{what} plans each point without pipelining, or with --pipeline auto as `dnnplan plan` "
+                           "plans it; a fixed --pipeline or --micro-batches cannot be swept",
+                           hint="use --pipeline auto, or drop --sweep and plan one point")
     if machines > 1 and profile:
         raise DnnplanError("--profile times one machine's kernels, and --machine names several",
                            hint="drop --profile to price each machine from its own")
@@ -105,7 +106,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     """
     machines = parse_machines(machine) if machine is not None else [DEFAULT_MACHINE]
     swept = bool(sweep) or len(machines) > 1
-    check_flags(solver, sweep, plot, swept and (pipeline not in (None, "off") or micro_batches is not None),
+    check_flags(solver, sweep, plot, swept and (pipeline not in (None, "off", "auto") or micro_batches is not None),
                 len(machines), profile)
     check_outputs({"--out": out, "--plot": plot}, force)
     train_tokens = token_budget(tokens, price)
@@ -115,7 +116,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             network, tuple(machines), tuple(parse_counts(sweep) if sweep else [devices]), devices, batch, profile,
             refresh, choices.but(recompute="auto" if recompute else "none"), foreign_profile,
             None if memory is None else memory * GIB, solver, gap,
-            with_data=len(machines) == 1 and train_tokens is None, tokens=train_tokens, prices=prices,
+            with_data=len(machines) == 1 and train_tokens is None and pipeline != "auto",
+            pipelines=pipeline == "auto", tokens=train_tokens, prices=prices,
             point_s=None if time_limit is None else time_limit - finish_reserve_s(time_limit),
             total_s=DEFAULT_SWEEP_LIMIT_S, most_s=DEFAULT_TIME_LIMIT_S - finish_reserve_s(DEFAULT_TIME_LIMIT_S),
             jobs=sweep_jobs)
@@ -245,7 +247,7 @@ def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str
         print(json.dumps({**head, "rows": rows, "complete": complete}))
         return
     if comparing:
-        sweep_render.compare_table(rows, name, ctx.batch, request.tokens)
+        sweep_render.compare_table(rows, name, ctx.batch, request.tokens, request.pipelines)
     else:
         sweep_render.sweep_table(rows, name, ctx.batch, ctx.machine.name)
     if plot and any("error" not in r for r in rows):

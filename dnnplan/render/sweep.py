@@ -38,14 +38,14 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> Non
     console.print("speedup and efficiency are relative to the first device count that has a plan")
 
 
-def compare_table(rows: list[dict], network: str, batch: int, tokens: float | None) -> None:
+def compare_table(rows: list[dict], network: str, batch: int, tokens: float | None, pipelines: bool = False) -> None:
     """Per machine and device count: the step, throughput, and for a token budget the days, device-hours and cost to train; the fastest and the cheapest
     marked (planner.sweep.mark_best)."""
     budget = f", {fmt.count(tokens)} tokens" if tokens is not None else ""
     t = Table(title=f"{network}, batch {batch}{budget}: machines and device counts", title_justify="left")
     priced = any((r.get("train") or {}).get("cost") is not None for r in rows)
     cols = ["machine", "devices", "step", _rate_title(rows)]
-    cols += ["days", "device-hours"] + (["cost"] if priced else []) if tokens is not None else ["device-s a step"]
+    cols += ["days", "device-hours"] + (["cost"] if priced else []) if tokens is not None else ["device-time a step"]
     cols += ["best", "strategy mix"]
     for col in cols:
         t.add_column(col, justify="left" if col in ("machine", "best", "strategy mix") else "right",
@@ -63,16 +63,16 @@ def compare_table(rows: list[dict], network: str, batch: int, tokens: float | No
             cells += [_amount(train["days"]), _amount(train["device_hours"])]
             cells += [_amount(train["cost"])] if priced else []
         else:
-            cells.append(f"{r['device_s_per_step']:,.3g}")
+            cells.append(fmt.seconds(r["device_s_per_step"]))
         cells += [_marks(r), _mix(r)]
         t.add_row(*cells)
     console.print(t)
     _notes(notes)
-    cheapest = "cost" if priced else "device-hours" if tokens is not None else "device-seconds a step"
+    cheapest = "cost" if priced else "device-hours" if tokens is not None else "device-time a step"
     console.print(f"fastest: the shortest step; cheapest: the least {cheapest}")
-    if notes:
-        console.print("a sweep plans without pipelining: `dnnplan plan NETWORK -p N -m MACHINE` also weighs "
-                      "pipelined plans at a point with none")
+    if notes and not any("pipeline" in r for r in rows) and not pipelines:
+        console.print("these points were planned without pipelining: --pipeline auto plans each as `dnnplan plan` "
+                      "does, pipelined where nothing fits whole")
 
 
 def point_line(row: dict, done: int, total: int, rows: list[dict]) -> str:
@@ -108,7 +108,15 @@ def _marks(row: dict) -> str:
 
 
 def _mix(row: dict) -> str:
-    return ", ".join(f"{k} x{v}" for k, v in row["mix"].items())
+    """The layers' splits by kind, after the pipeline where the point is pipelined."""
+    mix = ", ".join(f"{k} x{v}" for k, v in row["mix"].items())
+    pipe = row.get("pipeline")
+    if pipe is None:
+        return mix
+    chunks = f", {pipe['chunks']} chunks a device" if pipe["chunks"] > 1 else ""
+    if pipe["stages"] == 1:
+        return f"{pipe['micro_batches']} micro-batches (accumulated); {mix}"
+    return f"pipeline {pipe['stages']} ({pipe['micro_batches']} micro-batches{chunks}); {mix}"
 
 
 def _notes(notes: list[str]) -> None:

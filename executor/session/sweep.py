@@ -27,9 +27,11 @@ from typing import Callable
 
 from costmodel.choices.training import TrainingChoices
 from costmodel.step.train_time import tokens_per_step
-from executor.session.plan import settings_for
+from executor.session import plan as planning
+from executor.session.plan import PlanRequest, settings_for
 from networks.errors import DnnplanError
 from planner.problem.full_profile import refreshed
+from planner.problem.solve import strategy_mix
 from planner.solvers import Budget
 from planner.sweep import mark_best, point, point_seconds, priced, with_speedups
 from profiler import context
@@ -54,6 +56,7 @@ class SweepRequest:
     solver: str = "auto"
     gap: float | None = None
     with_data: bool = True  # each point beside pure data parallelism (strong scaling on one machine)
+    pipelines: bool = False  # each point as `dnnplan plan` answers it: pipelined where nothing fits whole
     tokens: float | None = None  # a token budget: each point's time and cost to train it
     prices: dict | None = None  # machine -> price a device-hour
     point_s: float | None = None  # each point's search bound; None: a share of total_s
@@ -96,13 +99,38 @@ def run(request: SweepRequest, ctxs: dict[str, Context], budget: Budget, on_row:
 def plan_point(request: SweepRequest, ctx: Context, name: str, devices: int, budget: Budget) -> dict:
     """One point's row (planner.sweep.point) under ``budget``, named with its machine and priced."""
     settings = settings_for(ctx, request.solver, request.gap, budget)
-    row = refreshed(ctx.compute, lambda: point(ctx.network, request.network, ctx.batch, devices, ctx.machine,
-                                                ctx.compute, request.memory_limit_bytes, settings,
-                                                with_data=request.with_data), budget.forget)
+    if request.pipelines:
+        row = _answered(request, dataclasses.replace(ctx, devices=devices), name, settings)
+    else:
+        row = refreshed(ctx.compute, lambda: point(ctx.network, request.network, ctx.batch, devices, ctx.machine,
+                                                    ctx.compute, request.memory_limit_bytes, settings,
+                                                    with_data=request.with_data), budget.forget)
     row = {"machine": name, **row}
     per_step = tokens_per_step(ctx.network, ctx.batch) if request.tokens is not None else _tokens_or_none(ctx)
     price = None if request.prices is None else request.prices[name]
     return priced(row, ctx.batch, per_step, request.tokens, price)
+
+
+def _answered(request: SweepRequest, ctx: Context, name: str, settings) -> dict:
+    """One point planned as `dnnplan plan` plans it (executor.session.plan.plan: the ZeRO stages
+    weighed, the pipeline search where nothing fits whole), as a row like planner.sweep.point's,
+    with the pipeline chosen, if any."""
+    ask = PlanRequest(request.network, name, None, request.memory_limit_bytes, step_context=False,
+                      batch_given=request.batch is not None)
+    try:
+        ctx.machine.check_devices(ctx.devices)
+        answer, made = planning.finished(ctx, ask, settings, planning.plan(ctx, ask, settings))
+    except DnnplanError as err:
+        return {"devices": ctx.devices, "error": str(err)}
+    solver = made.solver
+    row = {"devices": ctx.devices, "step_s": made.step_s, "memory_peak_bytes": made.memory_peak_bytes,
+           "mfu": made.mfu, "mix": strategy_mix(made), "solver": solver.get("solver", solver.get("method")),
+           "status": solver.get("status"), "gap": solver.get("gap", solver.get("proven_gap"))}
+    got = answer.pipeline
+    if got is not None:
+        row["pipeline"] = {"stages": got.stages, "micro_batches": got.micro_batches, "chunks": got.chunks}
+        row["status"] = "optimal" if not row["gap"] else "feasible"
+    return row
 
 
 def _tokens_or_none(ctx: Context) -> int | None:

@@ -85,6 +85,18 @@ def test_one_machine_and_one_price_still_plans_as_before():
     assert json.loads(result.stdout)["train"]["price_per_device_hour"] == 3.0
 
 
+def test_pipeline_auto_plans_each_point_as_plan_does_pipelined_where_nothing_fits_whole():
+    args = ["plan", "gpt-tiny", "-b", "64", "-m", "dgx-a100,dgx-h100", "--sweep", "1,2", "--memory", "0.005", "--json"]
+    whole = json.loads(runner.invoke(app, args).stdout)["rows"]
+    assert all("no plan of gpt-tiny at batch 64 fits" in r["error"] for r in whole)
+    result = runner.invoke(app, [*args, "--pipeline", "auto"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    assert all(r["memory_peak_bytes"] <= 0.005 * 2 ** 30 * (1 + 1e-9) for r in rows)
+    assert [r["pipeline"]["stages"] for r in rows] == [1, 2, 1, 2]  # accumulation on 1 device, 2 stages on 2
+    assert sum(r["fastest"] for r in rows) == 1
+
+
 def test_plot_draws_a_line_a_machine(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "machines.png"
@@ -101,7 +113,8 @@ def test_plot_draws_a_line_a_machine(tmp_path):
     (["-m", "dgx-a100,dgx-h100", "--tokens", "1B", "--gpu-hour-price", "dgx-a100=1,dgx-h100=free"],
      "is not a price"),
     (["-m", "dgx-a100,dgx-h100", "--profile", "x.json"], "--profile times one machine's kernels"),
-    (["-m", "dgx-a100,dgx-h100", "--pipeline", "2"], "--pipeline plans cannot be swept"),
+    (["-m", "dgx-a100,dgx-h100", "--pipeline", "2"], "a fixed --pipeline or --micro-batches cannot be swept"),
+    (["--micro-batches", "2"], "a fixed --pipeline or --micro-batches cannot be swept"),
     (["-m", "dgx-a100,dgx-h100", "--sweep-jobs", "0"], "--sweep-jobs must be a whole number from 1 to 64"),
     (["-m", "dgx-a100,local", "--sweep-jobs", "2"], "machine `local`"),
 ])
