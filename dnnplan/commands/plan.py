@@ -113,10 +113,11 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     prices = parse_prices(price, machines)
     if swept:
         request = SweepRequest(
-            network, tuple(machines), tuple(parse_counts(sweep) if sweep else [devices]), devices, batch, profile,
-            refresh, choices.but(recompute="auto" if recompute else "none"), foreign_profile,
-            None if memory is None else memory * GIB, solver, gap,
-            with_data=len(machines) == 1 and train_tokens is None and pipeline != "auto",
+            network, tuple(machines), tuple(parse_counts(sweep) if sweep else [devices]), devices=devices,
+            batch=batch, profile=profile, refresh=refresh,
+            choices=choices.but(recompute="auto" if recompute else "none"),
+            foreign_profile=foreign_profile, memory_limit_bytes=None if memory is None else memory * GIB,
+            solver=solver, gap=gap, with_data=len(machines) == 1 and train_tokens is None and pipeline != "auto",
             pipelines=pipeline == "auto", tokens=train_tokens, prices=prices,
             point_s=None if time_limit is None else time_limit - finish_reserve_s(time_limit),
             total_s=DEFAULT_SWEEP_LIMIT_S, most_s=DEFAULT_TIME_LIMIT_S - finish_reserve_s(DEFAULT_TIME_LIMIT_S),

@@ -29,8 +29,9 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> Non
             t.add_row(str(r["devices"]), "[yellow]no plan[/yellow]", "", "", "", "", "", "", f"note {len(notes)}")
             continue
         fits = r.get("data_fits", True)
+        over = "" if fits else " [yellow]over memory[/yellow]"
         t.add_row(str(r["devices"]), fmt.seconds(r["step_s"]) + _gap(r), f"{r['speedup']:.2f}x",
-                  f"{r['efficiency']:.0%}", fmt.seconds(r["data_step_s"]) + ("" if fits else " [yellow]over memory[/yellow]"),
+                  f"{r['efficiency']:.0%}", fmt.seconds(r["data_step_s"]) + over,
                   f"{r['data_speedup']:.2f}x", f"{r['data_efficiency']:.0%}",
                   f"{r['data_step_s'] / r['step_s']:.2f}x" if fits else "-", _mix(r))
     console.print(t)
@@ -38,14 +39,19 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> Non
     console.print("speedup and efficiency are relative to the first device count that has a plan")
 
 
-def compare_table(rows: list[dict], network: str, batch: int, tokens: float | None, pipelines: bool = False) -> None:
-    """Per machine and device count: the step, throughput, and for a token budget the days, device-hours and cost to train; the fastest and the cheapest
-    marked (planner.sweep.mark_best)."""
+def compare_table(rows: list[dict], network: str, batch: int, tokens: float | None,
+                  pipelines: bool = False) -> None:
+    """Per machine and device count: the step, throughput, and for a token budget the days,
+    device-hours and cost to train; the fastest and the cheapest marked (planner.sweep.mark_best);
+    ``pipelines``: the points were planned with the pipeline search where nothing fits whole."""
     budget = f", {fmt.count(tokens)} tokens" if tokens is not None else ""
     t = Table(title=f"{network}, batch {batch}{budget}: machines and device counts", title_justify="left")
     priced = any((r.get("train") or {}).get("cost") is not None for r in rows)
     cols = ["machine", "devices", "step", _rate_title(rows)]
-    cols += ["days", "device-hours"] + (["cost"] if priced else []) if tokens is not None else ["device-time a step"]
+    if tokens is not None:
+        cols += ["days", "device-hours"] + (["cost"] if priced else [])
+    else:
+        cols.append("device-time a step")
     cols += ["best", "strategy mix"]
     for col in cols:
         t.add_column(col, justify="left" if col in ("machine", "best", "strategy mix") else "right",
@@ -83,7 +89,8 @@ def point_line(row: dict, done: int, total: int, rows: list[dict]) -> str:
     text = head + f"{fmt.seconds(row['step_s'])} a step"
     train = row.get("train")
     if train is not None:
-        text += f", {_amount(train['days'])} days" + ("" if train["cost"] is None else f", cost {_amount(train['cost'])}")
+        cost = "" if train["cost"] is None else f", cost {_amount(train['cost'])}"
+        text += f", {_amount(train['days'])} days{cost}"
     best = {k: r for k in ("fastest", "cheapest") for r in rows if r.get(k)}
     if best:
         text += "; so far " + ", ".join(f"{k} {r['machine']} x {r['devices']}" for k, r in best.items())
