@@ -237,7 +237,9 @@ SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Plan at each o
                                                  "1,2,4,...,1024, at a fixed batch: strong scaling on one machine; "
                                                  "with several --machine or --tokens, the comparison of every machine "
                                                  "and count (step, throughput, time and cost to train, the fastest and "
-                                                 "the cheapest marked).")]
+                                                 "the cheapest marked). Each point is planned without pipelining; "
+                                                 "with --pipeline auto as a single plan is, pipelined where nothing "
+                                                 "fits whole.")]
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="With --sweep: write a PNG (needs the plot extra, "
                                                 "matplotlib); comparing machines, a line per machine of the time "
                                                 "and cost to train over device counts.")]
