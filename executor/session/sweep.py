@@ -3,13 +3,13 @@ after another or in worker processes (``--sweep-jobs``), each point's row handed
 is made.
 
 :func:`contexts` resolves the network on every machine first (a bad machine name is one line before
-anything is planned). :func:`run` plans the points machine by machine, each count in order
-(planner.sweep.point), each within its own bound: the per-point bound given (``--time-limit``), or
-its share of the sweep's whole bound (planner.sweep.point_seconds), so that a point that ends early
-(nothing fits, or solved at once) leaves its time to the points after it. With ``jobs`` above 1 the
-points are planned in that many forked worker processes, each point's share of what is left set
-when a worker takes it; this parallelism is the sweep's own, over its points, apart from any inside the planner's
-search of one point.
+anything is planned). :func:`run` plans the points count by count, every machine at each (the
+small counts, where nothing may fit and a point ends at once, come first, and the time they leave
+goes to the larger counts; planner.sweep.point), each within its own bound: the per-point bound
+given (``--time-limit``), or its share of what is left of the sweep's whole bound
+(planner.sweep.point_seconds). With ``jobs`` above 1 the points are planned in that many forked
+worker processes, each point's share of what is left set when a worker takes it; this parallelism
+is the sweep's own, over its points, apart from any inside the planner's search of one point.
 
 Ctrl-C: the point being planned stops (its budget shares the caller's stop request), the workers
 are ended, ``KeyboardInterrupt`` reaches the caller, and the rows made so far are what it keeps.
@@ -85,7 +85,7 @@ def contexts(request: SweepRequest) -> dict[str, Context]:
 
 def run(request: SweepRequest, ctxs: dict[str, Context], budget: Budget, on_row: Callable[[dict], None]) -> None:
     """Plan every point (module docstring), calling ``on_row`` with each row as it is made."""
-    points = [(m, p) for m in request.machines for p in request.counts]
+    points = [(m, p) for p in request.counts for m in request.machines]
     if request.jobs > 1 and len(points) > 1:
         _in_workers(request, ctxs, points, on_row)
         return
@@ -98,6 +98,7 @@ def run(request: SweepRequest, ctxs: dict[str, Context], budget: Budget, on_row:
 
 def plan_point(request: SweepRequest, ctx: Context, name: str, devices: int, budget: Budget) -> dict:
     """One point's row (planner.sweep.point) under ``budget``, named with its machine and priced."""
+    started = time.perf_counter()
     settings = settings_for(ctx, request.solver, request.gap, budget)
     if request.pipelines:
         row = _answered(request, dataclasses.replace(ctx, devices=devices), name, settings)
@@ -105,7 +106,7 @@ def plan_point(request: SweepRequest, ctx: Context, name: str, devices: int, bud
         row = refreshed(ctx.compute, lambda: point(ctx.network, request.network, ctx.batch, devices, ctx.machine,
                                                     ctx.compute, request.memory_limit_bytes, settings,
                                                     with_data=request.with_data), budget.forget)
-    row = {"machine": name, **row}
+    row = {"machine": name, **row, "planned_in_s": round(time.perf_counter() - started, 3)}
     per_step = tokens_per_step(ctx.network, ctx.batch) if request.tokens is not None else _tokens_or_none(ctx)
     price = None if request.prices is None else request.prices[name]
     return priced(row, ctx.batch, per_step, request.tokens, price)
