@@ -4,7 +4,7 @@
         [--machines dgx-a100,dgx-h100,dgx-a100-40gb,dgx1-v100] [--jobs 1,2] [--repeats 1] [--json out.json]
 
 Runs ``dnnplan plan NETWORK -m MACHINES --sweep COUNTS --tokens 15T --gpu-hour-price 2 --json``
-(the default batch, precision and bound: a sweep's points share 45 s) as a new process, once for
+(the default batch, precision and bound: a sweep's points share 30 s) as a new process, once for
 each ``--sweep-jobs`` value in ``--jobs``, ``--repeats`` times interleaved, and prints for each run
 the whole process's wall time (interpreter start and imports included) and CPU time (user + system,
 its workers included), the points planned and the points with a plan, how many of those the search

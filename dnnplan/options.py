@@ -226,7 +226,7 @@ TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Sec
                                                        "to print the best plan it holds, with the gap proven to the "
                                                        "optimum (with --sweep: per point; machine `local` "
                                                        "times kernels on top) \\[default: 20; a sweep's points "
-                                                       "share 45 s].",
+                                                       "share 30 s].",
                                                        callback=within("--time-limit", 0.001, 1e7, " s"))]
 LayersOpt = Annotated[bool, typer.Option("--layers", help="Also print the per-layer tables (the plan of every "
                                          "layer, its convolution algorithms, the memory by part, the solver's "

@@ -37,7 +37,7 @@ from profiler.context import Context
 
 GIB = 2 ** 30
 #: seconds a sweep's points share when --time-limit (then each point's) is not given
-DEFAULT_SWEEP_LIMIT_S = 45.0
+DEFAULT_SWEEP_LIMIT_S = 30.0
 
 
 def profile_fingerprint(ctx: Context) -> str | None:

@@ -60,7 +60,7 @@ class SweepRequest:
     tokens: float | None = None  # a token budget: each point's time and cost to train it
     prices: dict | None = None  # machine -> price a device-hour
     point_s: float | None = None  # each point's search bound; None: a share of total_s
-    total_s: float = 45.0  # the sweep's whole search bound, shared (when point_s is None)
+    total_s: float = 30.0  # the sweep's whole search bound, shared (when point_s is None)
     most_s: float | None = None  # the most one point's share may be
     jobs: int = 1
 
