@@ -20,7 +20,7 @@ from costmodel.step.train_time import train_time
 from costmodel.frameworks.uniform import uniform_strategies
 from networks.errors import DnnplanError, short
 from networks.ir import Network
-from planner.problem.solve import Settings, fastest_algorithms, make_plan, strategy_mix
+from planner.problem.solve import Infeasible, Settings, fastest_algorithms, make_plan, strategy_mix
 
 
 #: The most device counts one sweep plans for.
@@ -125,11 +125,14 @@ def point_seconds(left_s: float, points_left: int, jobs: int = 1, most_s: float 
 def point(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
           memory_limit_bytes: float | None, settings: Settings, with_data: bool = True) -> dict:
     """The row of one device count: the plan's step, memory, strategy mix and solver, and with
-    ``with_data`` pure data parallelism's step beside it; a count with no plan, its reason."""
+    ``with_data`` pure data parallelism's step beside it; a count with no plan, its reason (and
+    where no plan fits, the least any plan needs a device and the limit)."""
     try:
         machine.check_devices(p)
         plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, settings,
                          with_baselines=False)
+    except Infeasible as err:  # the least any plan needs a device, beside the limit
+        return {"devices": p, "error": str(err), "need_bytes": err.need_bytes, "limit_bytes": err.limit_bytes}
     except DnnplanError as err:
         return {"devices": p, "error": str(err)}
     row = {"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes, "mfu": plan.mfu}

@@ -56,12 +56,13 @@ def compare_table(rows: list[dict], network: str, batch: int, tokens: float | No
     for col in cols:
         t.add_column(col, justify="left" if col in ("machine", "best", "strategy mix") else "right",
                      overflow="fold")
-    notes = []
-    for r in rows:
+    notes: list[str] = []
+    for r, note in zip(rows, _no_plan_notes(rows)):
         if r.get("error"):
-            notes.append(f"{r['machine']} x {r['devices']}: {r['error']}")
+            if note not in notes:
+                notes.append(note)
             t.add_row(escape(r["machine"]), str(r["devices"]), "[yellow]no plan[/yellow]",
-                      *[""] * (len(cols) - 4), f"note {len(notes)}")
+                      *[""] * (len(cols) - 4), f"note {notes.index(note) + 1}")
             continue
         cells = [escape(r["machine"]), str(r["devices"]), fmt.seconds(r["step_s"]) + _gap(r), _rate(r)]
         if tokens is not None:
@@ -79,6 +80,34 @@ def compare_table(rows: list[dict], network: str, batch: int, tokens: float | No
     if notes and not any("pipeline" in r for r in rows) and not pipelines:
         console.print("these points were planned without pipelining: --pipeline auto plans each as `dnnplan plan` "
                       "does, pipelined where nothing fits whole")
+
+
+def _no_plan_notes(rows: list[dict]) -> list[str | None]:
+    """Each row's note (None: it has a plan). The consecutive counts of one machine where no plan
+    fits its memory share one note: the counts, and the least any plan needs a device at each."""
+    out: list[str | None] = []
+    run: list[dict] = []
+
+    def close() -> None:
+        if run:
+            needs = ", ".join(f"{fmt.nbytes(r['need_bytes'])} ({r['devices']})" for r in run)
+            counts = ", ".join(str(r["devices"]) for r in run)
+            out.extend([f"{run[0]['machine']} x {counts}: no plan fits {fmt.nbytes(run[0]['limit_bytes'])} a "
+                        f"device; the least any plan needs a device (devices): {needs}; allow more --memory, "
+                        "more devices or a smaller --batch"] * len(run))
+            run.clear()
+
+    for r in rows:
+        fits_none = "need_bytes" in r and (not run or (run[-1]["machine"], run[-1]["limit_bytes"]) ==
+                                           (r["machine"], r["limit_bytes"]))
+        if not fits_none:
+            close()
+        if "need_bytes" in r:
+            run.append(r)
+            continue
+        out.append(f"{r['machine']} x {r['devices']}: {r['error']}" if r.get("error") else None)
+    close()
+    return out
 
 
 def point_line(row: dict, done: int, total: int, rows: list[dict]) -> str:

@@ -97,6 +97,16 @@ def test_pipeline_auto_plans_each_point_as_plan_does_pipelined_where_nothing_fit
     assert sum(r["fastest"] for r in rows) == 1
 
 
+def test_counts_of_a_machine_where_nothing_fits_share_one_note():
+    result = runner.invoke(app, ["plan", "gpt-tiny", "-b", "64", "-m", "dgx-a100,dgx-h100", "--sweep", "1,2,4",
+                                 "--memory", "0.005"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # the notes wrap at the table's width
+    assert "note 1: dgx-a100 x 1, 2: no plan fits 5.12 MiB a device" in text  # 4 devices have a plan
+    assert "note 2: dgx-h100 x 1, 2:" in text and "note 3" not in text
+    assert "--pipeline auto plans each as `dnnplan plan` does" in text
+
+
 def test_plot_draws_a_line_a_machine(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "machines.png"
