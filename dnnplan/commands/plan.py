@@ -108,6 +108,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     swept = bool(sweep) or len(machines) > 1
     check_flags(solver, sweep, plot, swept and (pipeline not in (None, "off", "auto") or micro_batches is not None),
                 len(machines), profile)
+    if sweep_jobs > 1 and not swept:
+        raise DnnplanError("--sweep-jobs plans a sweep's points at once", hint="add --sweep 1,2,4,... or drop it")
     check_outputs({"--out": out, "--plot": plot}, force)
     train_tokens = token_budget(tokens, price)
     prices = parse_prices(price, machines)

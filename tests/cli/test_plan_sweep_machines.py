@@ -133,6 +133,11 @@ def test_mistakes_are_one_line_exit_2(args, words):
     assert words in line
 
 
+def test_sweep_jobs_without_a_sweep_is_one_line():
+    line = one_error_line(runner.invoke(app, ["plan", "gpt-tiny", "--sweep-jobs", "2"]))
+    assert "--sweep-jobs plans a sweep's points" in line
+
+
 def test_tokens_for_a_network_without_tokens_is_one_line():
     line = one_error_line(runner.invoke(app, ["plan", "lenet5", "-m", "dgx-a100,dgx-h100", "--sweep", "1,2",
                                               "--tokens", "1B"]))
