@@ -66,7 +66,8 @@ def check_flags(solver: str, sweep: str | None, plot: str | None, pipelined_swee
                            hint="drop --profile to price each machine from its own")
 
 
-@takes_choices("precision", "optimizer", "zero", "overlap", "bucket_mb", "batch_norm", "moe_dispatch", "seq")
+@takes_choices("precision", "optimizer", "zero", "overlap", "bucket_mb", "batch_norm", "moe_dispatch", "seq",
+               "framework")
 def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None,
          machine: PlanMachineOpt = None, profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None,
          solver: SolverOpt = "auto", time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None,
