@@ -75,6 +75,8 @@ FromNetworkOpt = Annotated[Optional[str], typer.Option(
 ExportToOpt = Annotated[str, typer.Option("--to", help="The framework to write the plan for: megatron "
                                          "(Megatron-LM's pretrain_gpt.py arguments), torchtitan (a job TOML as its "
                                          "0.2 releases read it) or deepspeed (ds_config.json and its launcher).")]
+EmitOpt = Annotated[Optional[str], typer.Option("--emit", help="After the plan, print it as that framework's file: "
+                                               "megatron, torchtitan or deepspeed (as `dnnplan export --to`).")]
 NearestOpt = Annotated[bool, typer.Option("--nearest", help="Where the framework cannot run the plan as planned, "
                                           "write the closest plan it can (one layout on every layer, its "
                                           "recomputation, schedule and ZeRO) and print both predictions.")]

@@ -11,10 +11,10 @@ received blocks, 83.9 GiB against 80 GiB.
 :func:`fitting` plans again with the limit lowered by what the peak exceeded it by (twice that
 the next time, and so on: another plan may reshard other layers; never by more than half the limit
 left, :func:`lowered_limit`), until the peak fits (at most :data:`TRIES` plans, else one clear
-error naming the limit asked for, also when nothing fits a lowered limit); how far it lowered the limit is in the answer's note. The plan is then
-the planner's optimum under the lowered limit: its proven gap is that search's, and a plan with a
-smaller excess under a higher limit may exist (the per-layer count does not see which copy each
-layer keeps).
+error naming the limit asked for, also when nothing fits a lowered limit); how far it lowered the
+limit is in the answer's note. The plan is then the planner's optimum under the lowered limit: its
+proven gap is that search's, and a plan with a smaller excess under a higher limit may exist (the
+per-layer count does not see which copy each layer keeps).
 
 A search given the whole time limit leaves none for planning again: when a plan again ends
 without a plan at the time limit (:class:`SearchOutOfTime`), ``refit(answer, under)`` plans the

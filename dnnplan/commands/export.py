@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import json
 
-from costmodel.machine.loading import load_machine
+from dnnplan.export_file import check_framework, exported
 from dnnplan.options import ExportOutOpt, ExportToOpt, ForceOpt, JsonOpt, NearestOpt, PlanArg
 from dnnplan.output import check_outputs
 from dnnplan.render import export as render
 from executor.session.export_nearest import NearestExport, nearest_export
-from networks.errors import DnnplanError, short
+from networks.errors import DnnplanError
 from networks.writing import write_file
-from planner.export.deepspeed import CONFIG, DEEPSPEED_SOURCE, SCRIPT, deepspeed_config
-from planner.export.megatron import MEGATRON_SOURCE, megatron_args
-from planner.export.torchtitan import TORCHTITAN_SOURCE, flavor_note, torchtitan_config
-from planner.plan.plan import Plan
 from planner.plan.plan_file import read_plan
-
-#: the frameworks `--to` names
-FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 
 
 def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: ForceOpt = False,
@@ -53,8 +46,7 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     --precision bf16 --optimizer adam --zero 3 --out fsdp.yaml, then dnnplan export fsdp.yaml --to
     torchtitan (or --to deepspeed --out ds_config.json).
     """
-    if to not in FRAMEWORKS:
-        raise DnnplanError(f"unknown --to {short(to)}", hint=f"use {', '.join(FRAMEWORKS)}")
+    check_framework(to, "--to")
     check_outputs({"--out": out}, force)
     made, net = read_plan(plan)
     near = None
@@ -62,10 +54,9 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
         if nearest:
             near = nearest_export(made, net, to)
             made = near.plan
-        written = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}[to](made, net, plan, out)
+        text, data, count, launch = exported(to, made, net, plan, out)
     except DnnplanError as err:
         raise err.located(file=plan) from None
-    text, data, count, launch = written
     if out:
         write_file(out, text)
     if near is not None and near.changes and not as_json:
@@ -86,32 +77,3 @@ def nearest_json(near: NearestExport) -> dict:
     return {"changes": list(near.changes),
             "original": {"step_s": near.original.step_s, "memory_peak_bytes": near.original.memory_peak_bytes},
             "nearest": {"step_s": near.nearest.step_s, "memory_peak_bytes": near.nearest.memory_peak_bytes}}
-
-
-def megatron(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:
-    """(the file's text, its JSON, what it holds, a launcher line to print after writing it)."""
-    args = megatron_args(made, net)
-    return (render.launch_script(made, plan, "pretrain_gpt.py", args, MEGATRON_SOURCE), {"args": args},
-            f"{len(args)} arguments", None)
-
-
-def torchtitan(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:
-    sections = torchtitan_config(made, net)
-    text = render.torchtitan_toml(made, plan, sections, TORCHTITAN_SOURCE, flavor_note(net))
-    return text, {"config": sections}, f"{sum(map(len, sections.values()))} keys", None
-
-
-def deepspeed(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:
-    config = deepspeed_config(made, net)
-    launcher = render.deepspeed_launcher(made.devices, devices_per_node(made.machine), out or CONFIG, SCRIPT)
-    text = render.deepspeed_json(config) if out else render.deepspeed_script(made, plan, config, DEEPSPEED_SOURCE,
-                                                                              launcher, CONFIG)
-    return text, {"config": config, "launch": launcher}, f"{len(config)} keys", launcher
-
-
-def devices_per_node(machine: str) -> int | None:
-    """The plan's machine's devices a node, or None when its file is not at hand."""
-    try:
-        return load_machine(machine).devices_per_node
-    except DnnplanError:
-        return None

@@ -10,12 +10,14 @@ from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carri
 from costmodel.choices.training import TRANSFORMER_OPTIMIZER, TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
 from costmodel.step.train_time import tokens_per_step, train_time
-from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt,
+from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt,
                              MemoryOpt, NetworkArg, PlanMachineOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
                              PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt, RecomputeOpt,
                              RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt, TokensOpt,
                              refresh_warning, takes_choices, token_budget)
+from dnnplan.export_file import check_framework, exported
 from dnnplan.output import check_outputs
+from dnnplan.render import export as export_render
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
 from dnnplan.render import sweep as sweep_render
@@ -76,7 +78,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          schedule: ScheduleOpt = "1f1b", prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False,
          step_context: PlanStepContextOpt = True, layers: LayersOpt = False, force: ForceOpt = False,
          foreign_profile: ForeignProfileOpt = False, tokens: TokensOpt = None, price: PlanPriceOpt = None,
-         sweep_jobs: SweepJobsOpt = 1) -> None:
+         sweep_jobs: SweepJobsOpt = 1, emit: EmitOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -104,11 +106,19 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
 
     Default batch: 32 samples a device; a language model about 4M tokens, at most 16 sequences a device.
     On machine `local` the plan is checked against the uniform plans in its step's context.
+
+    --emit megatron|torchtitan|deepspeed prints the plan as that framework's launch file after it
+    (as `dnnplan export PLAN --to`; a plan the framework cannot run is one line after the summary).
     """
     machines = parse_machines(machine) if machine is not None else [DEFAULT_MACHINE]
     swept = bool(sweep) or len(machines) > 1
     check_flags(solver, sweep, plot, swept and (pipeline not in (None, "off", "auto") or micro_batches is not None),
                 len(machines), profile)
+    if emit is not None:
+        check_framework(emit, "--emit")
+        if swept:
+            raise DnnplanError("--emit prints one plan's launch file, and --sweep plans several",
+                               hint="drop --emit, or plan one device count and machine")
     if sweep_jobs > 1 and not swept:
         raise DnnplanError("--sweep-jobs plans a sweep's points at once", hint="add --sweep 1,2,4,... or drop it")
     check_outputs({"--out": out, "--plot": plot}, force)
@@ -153,11 +163,11 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                 end(stops.exit_code())
             answer = budget.best.finish()
     budgeted = None if train_tokens is None else (train_tokens, per_step, price)
-    show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx), budgeted)
+    emitted = show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx), budgeted, emit)
     if budget.stop_requested:
         fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s: the best plan found so far is shown")
         end(stops.exit_code())
-    end(0)
+    end(0 if emitted else 2)
 
 
 def _given(click: typer.Context, name: str) -> bool:
@@ -178,23 +188,39 @@ def _defaults(click: typer.Context, ctx: Context) -> tuple[str, ...]:
 
 
 def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: str | None, as_json: bool,
-         layers: bool, defaults: tuple[str, ...], budgeted: tuple | None = None) -> None:
+         layers: bool, defaults: tuple[str, ...], budgeted: tuple | None = None, emit: str | None = None) -> bool:
     """Write the plan (``--out``) and print it: the summary first (dnnplan.render.answer); with
-    ``budgeted`` (tokens, tokens a step, price), the time and cost to train them."""
+    ``budgeted`` (tokens, tokens a step, price), the time and cost to train them; with ``emit``, the
+    plan as that framework's file after it (its JSON under ``export``). False when the framework
+    cannot run the plan (said in one line after it)."""
     answer, made = planning.finished(ctx, request, settings, answer)
+    launch, refused = None, None
+    if emit is not None:
+        try:
+            launch = exported(emit, made, ctx.network, out or "`dnnplan plan`", None)
+        except DnnplanError as err:
+            refused = err
     got = answer.pipeline
     train = None if budgeted is None else train_time(made.step_s, budgeted[1], ctx.devices, budgeted[0], budgeted[2])
     if out:
         write_plan(made, out)
     if as_json:
         print(json.dumps({**render.plan_json(ctx, answer, made, got, train),
-                          "answered_in_s": round(settings.budget.elapsed(), 3)}))
-        return
+                          "answered_in_s": round(settings.budget.elapsed(), 3),
+                          **({} if emit is None else {"export": {"framework": emit, **launch[1]} if launch else
+                                                      {"framework": emit, "refused": str(refused)}})}))
+        return refused is None
     render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit, train), layers)
     if out:
         how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if got is not None else \
             f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
         render.console.print(f"wrote {out} ({how})")
+    if launch is not None:
+        export_render.show(launch[0])
+    elif refused is not None:
+        fail_line(f"--emit {emit}: {refused} (`dnnplan export PLAN --to {emit} --nearest` writes the closest plan "
+                  "it runs)")
+    return refused is None
 
 
 def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: bool) -> None:

@@ -164,3 +164,24 @@ def test_nearest_writes_the_closest_plan_the_framework_runs_and_prints_both_pred
     assert (back["step_s"], back["memory_allocated_bytes"]) == (near["step_s"], near["memory_peak_bytes"])
     same = json.loads(runner.invoke(app, ["export", plan, "--to", "megatron", "--nearest", "--json"]).stdout)
     assert same["nearest"] == {"changes": []}
+
+
+def test_plan_emit_prints_the_plans_launch_file_after_it(tmp_path):
+    """`dnnplan plan --emit FRAMEWORK`: the plan's summary, then the file `dnnplan export --to` writes
+    (its JSON under "export" with --json); a plan the framework cannot run is one line after the
+    summary, exit 2; --emit with --sweep or an unknown framework, one line before planning."""
+    base = ["plan", "tiny-llama", "-p", "4", "--machine", "dgx-h100", "--precision", "bf16", "--time-limit", "5"]
+    out = tmp_path / "p.yaml"
+    result = runner.invoke(app, [*base, "--emit", "megatron", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.index("step") < result.stdout.index("pretrain_gpt.py")
+    exported = runner.invoke(app, ["export", str(out), "--to", "megatron"]).stdout
+    assert result.stdout.endswith(exported)  # the same file `dnnplan export` writes of the plan written
+    got = json.loads(runner.invoke(app, [*base, "--emit", "deepspeed", "--json"]).stdout)
+    assert got["export"]["framework"] == "deepspeed" and got["export"]["config"]["train_batch_size"] == got["batch"]
+    refused = runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "--time-limit", "5", "--emit", "torchtitan"])
+    assert refused.exit_code == 2 and "step" in refused.stdout
+    assert "--emit torchtitan:" in refused.stderr and "learned position embeddings" in refused.stderr
+    for args, words in [(["--emit", "foo"], "unknown --emit 'foo'"), (["--sweep", "2,4", "--emit", "megatron"],
+                                                                       "--emit prints one plan's launch file")]:
+        assert words in one_error_line(runner.invoke(app, ["plan", "tiny-llama", *args]))

@@ -1,0 +1,57 @@
+"""A plan written as a framework's file, for `dnnplan export` and `dnnplan plan --emit`: one
+exporter call (planner.export) and its rendering (dnnplan.render.export)."""
+
+from __future__ import annotations
+
+from costmodel.machine.loading import load_machine
+from dnnplan.render import export as render
+from networks.errors import DnnplanError, short
+from planner.export.deepspeed import CONFIG, DEEPSPEED_SOURCE, SCRIPT, deepspeed_config
+from planner.export.megatron import MEGATRON_SOURCE, megatron_args
+from planner.export.torchtitan import TORCHTITAN_SOURCE, flavor_note, torchtitan_config
+from planner.plan.plan import Plan
+
+#: the frameworks `--to` and `--emit` name
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+
+
+def check_framework(name: str, flag: str) -> None:
+    """One line for a framework no exporter writes."""
+    if name not in FRAMEWORKS:
+        raise DnnplanError(f"unknown {flag} {short(name)}", hint=f"use {', '.join(FRAMEWORKS)}")
+
+
+def exported(to: str, made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:
+    """``made`` of ``net`` for framework ``to`` (``plan``: where it came from, for the file's comment;
+    ``out``: where it is written): (the file's text, its JSON, what it holds, a launcher line to
+    print after writing it); the exporter's refusal as it is."""
+    return {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}[to](made, net, plan, out)
+
+
+def megatron(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:
+    """(the file's text, its JSON, what it holds, a launcher line to print after writing it)."""
+    args = megatron_args(made, net)
+    return (render.launch_script(made, plan, "pretrain_gpt.py", args, MEGATRON_SOURCE), {"args": args},
+            f"{len(args)} arguments", None)
+
+
+def torchtitan(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:
+    sections = torchtitan_config(made, net)
+    text = render.torchtitan_toml(made, plan, sections, TORCHTITAN_SOURCE, flavor_note(net))
+    return text, {"config": sections}, f"{sum(map(len, sections.values()))} keys", None
+
+
+def deepspeed(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:
+    config = deepspeed_config(made, net)
+    launcher = render.deepspeed_launcher(made.devices, devices_per_node(made.machine), out or CONFIG, SCRIPT)
+    text = render.deepspeed_json(config) if out else render.deepspeed_script(made, plan, config, DEEPSPEED_SOURCE,
+                                                                              launcher, CONFIG)
+    return text, {"config": config, "launch": launcher}, f"{len(config)} keys", launcher
+
+
+def devices_per_node(machine: str) -> int | None:
+    """The plan's machine's devices a node, or None when its file is not at hand."""
+    try:
+        return load_machine(machine).devices_per_node
+    except DnnplanError:
+        return None
