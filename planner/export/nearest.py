@@ -101,7 +101,8 @@ def nearest_plan(plan: Plan, net: Network, framework: str, machine: Machine) -> 
     """The plan closest to ``plan`` of ``net`` that ``framework`` (megatron, torchtitan, deepspeed)
     can express (module docstring); ``machine``: the plan's, for its default attention kernel."""
     fw = FRAMEWORKS[framework]
-    gpt_layers(net)  # not a transformer Megatron's model holds: nothing near it either
+    if fw.model_parallel:
+        gpt_layers(net)  # not a transformer Megatron's model holds: nothing near it either
     changes: list[str] = []
     pipeline = _pipeline(plan, net, fw, changes)
     plan = dataclasses.replace(plan, pipeline=pipeline)
@@ -139,6 +140,8 @@ def most_common_layout(plan: Plan, net: Network) -> tuple[Layout, int, int]:
     """The layout most transformer layers take (the first of them on a tie), how many take it, and
     how many there are."""
     layouts = block_layouts(plan, net)
+    if not layouts:  # no transformer layers (a CNN): data parallelism
+        return Layout(), 0, 0
     (layout, count), = Counter(layouts.values()).most_common(1)
     return layout, count, len(layouts)
 
@@ -167,8 +170,10 @@ def _strategies(plan: Plan, net: Network, fw: Framework, changes: list[str]) -> 
                                layer=f.layer, hint="re-plan with tensor, context and expert sizes that divide it")
     moved = [layer.name for layer in net.layers if plan.strategies()[layer.name] != want[layer.name]]
     if moved:
-        changes.append(f"one layout on every layer, {layout} (that of {count} of the {blocks} transformer layers): "
-                       f"{len(moved)} layers split otherwise before, the first {moved[0]}")
+        which = f"{layout} (that of {count} of the {blocks} transformer layers)" if blocks else \
+            "data parallelism (the network has no transformer layers)"
+        changes.append(f"one layout on every layer, {which}: {len(moved)} layers split otherwise before, the first "
+                       f"{moved[0]}")
     return want, layout
 
 
@@ -217,6 +222,10 @@ def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, chang
     for layer in net.layers:
         if block_of(layer) is not None:
             layers_of.setdefault(block_of(layer), []).append(layer.name)
+    if not layers_of:  # no transformer layers to recompute whole (a CNN on DeepSpeed)
+        changes.append(f"no recomputation, where the plan recomputed {len(names)} layers (the first "
+                       f"{recomputed[0].name}): {fw.name} recomputes the transformer layers the script wraps")
+        return out
     whole = any(all(name in names for name in block) for block in layers_of.values())
     if fw.selective and not whole and any(layer.op == "attention" for layer in recomputed):
         wanted, what = {layer.name for layer in attention}, "attention's core on every transformer layer (selective)"

@@ -108,3 +108,13 @@ def test_deepspeed_takes_a_data_parallel_majority_and_refuses_a_tensor_one():
                                 machine="dgx-h100")
     with pytest.raises(DnnplanError, match="DeepSpeed's configuration states data parallelism only"):
         nearest_plan(tensor, tnet, "deepspeed", load_machine("dgx-h100"))
+
+
+def test_a_cnn_hybrid_becomes_data_parallel_on_deepspeed_and_stays_refused_on_megatron():
+    plan, net = data_plan("lenet5", devices=4, batch=8)
+    hybrid = swapped(plan, "conv2", strategy=Strategy.of(4, N=2, F=2))
+    got = nearest_plan(hybrid, net, "deepspeed", A100)
+    assert got.plan.strategies() == plan.strategies() and "no transformer layers" in got.changes[0]
+    assert deepspeed_config(got.plan, net)["train_micro_batch_size_per_gpu"] == 2
+    with pytest.raises(DnnplanError, match="conv2d"):
+        nearest_plan(hybrid, net, "megatron", A100)
