@@ -230,6 +230,10 @@ TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Sec
 LayersOpt = Annotated[bool, typer.Option("--layers", help="Also print the per-layer tables (the plan of every "
                                          "layer, its convolution algorithms, the memory by part, the solver's "
                                          "detail); shown anyway for networks of at most 24 layers.")]
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", help="Worker processes for the search's "
+                                               "independent pieces (the pipeline pairs' bounds), same answer as "
+                                               "one process; 1: all in this process \\[default: the cores this "
+                                               "process may use].", callback=within("--jobs", 1, 1024))]
 GapOpt = Annotated[Optional[float], typer.Option("--gap", help="Relative optimality gap at which an ILP may stop "
                                                  "\\[default: 0, prove optimality].", callback=within("--gap", 0, 1))]
 SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Strong scaling over device counts, e.g. "

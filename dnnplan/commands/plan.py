@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import typer
@@ -10,7 +11,7 @@ from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carri
 from costmodel.choices.training import TRANSFORMER_OPTIMIZER, TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
 from costmodel.step.train_time import tokens_per_step, train_time
-from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt,
+from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JobsOpt, JsonOpt, LayersOpt,
                              MachineOpt, MemoryOpt, NetworkArg, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
                              PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
                              PriceOpt, ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt, TokensOpt, refresh_warning,
@@ -24,6 +25,7 @@ from dnnplan.search_bound import end, search_budget, stop_on_ctrl_c
 from executor.session import plan as planning
 from executor.session.plan import PlanRequest
 from lifecycle import stops
+from lifecycle.workers import Workers, default_jobs
 from networks.errors import DnnplanError, short
 from planner.pipeline.search import PROVE_S
 from planner.plan.plan_file import write_plan
@@ -33,6 +35,8 @@ from profiler import context
 from profiler.context import Context
 
 GIB = 2 ** 30
+#: what the workers import once, before the first task (lifecycle.workers)
+WORKER_MODULES = ("planner.pipeline.pair_bounds",)
 
 
 def profile_fingerprint(ctx: Context) -> str | None:
@@ -62,7 +66,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          recompute: RecomputeOpt = True, pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None,
          schedule: ScheduleOpt = "1f1b", prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False,
          step_context: PlanStepContextOpt = True, layers: LayersOpt = False, force: ForceOpt = False,
-         foreign_profile: ForeignProfileOpt = False, tokens: TokensOpt = None, price: PriceOpt = None) -> None:
+         foreign_profile: ForeignProfileOpt = False, tokens: TokensOpt = None, price: PriceOpt = None,
+         jobs: JobsOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -99,7 +104,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                     warn(line)
             per_step = None if train_tokens is None else tokens_per_step(ctx.network, ctx.batch)
             limit = None if memory is None else memory * GIB
-            settings = planning.settings_for(ctx, solver, gap, budget)
+            settings = dataclasses.replace(planning.settings_for(ctx, solver, gap, budget),
+                                           parallel=Workers(default_jobs() if jobs is None else jobs, WORKER_MODULES))
             if sweep:
                 return plan_sweep(ctx, network, sweep, plot, limit, settings, as_json)
             request = PlanRequest(network, machine or DEFAULT_MACHINE, profile_fingerprint(ctx), limit, pipeline,

@@ -80,6 +80,12 @@ class StageSolution:
         return pred
 
 
+def stage_builder(ranks: int, micro_batch: int, machine: Machine, compute: ComputeModel, settings: Settings) -> Builder:
+    """The pricing of a stage's layers on ``ranks`` at ``micro_batch`` samples under ``settings``' choices."""
+    return Builder(micro_batch, ranks, machine, compute, settings.choices.sharded_optimizer,
+                   recompute=settings.choices.may_recompute, overlap=settings.choices.overlap)
+
+
 class StageSolver:
     """Solves the stages of one (ranks, micro-batch, weight) and remembers them."""
 
@@ -91,8 +97,7 @@ class StageSolver:
         self.settings, self.limit, self.exact, self.close = settings, memory_limit, exact, close
         self.worst_gap = 0.0  # the largest proven gap of a Lagrangian solve (0 when exact)
         # ``builder``: another solver's pricing of the same ranks and micro-batch, shared
-        self.builder = builder or Builder(micro_batch, ranks, machine, compute, settings.choices.sharded_optimizer,
-                                          recompute=settings.choices.may_recompute, overlap=settings.choices.overlap)
+        self.builder = builder or stage_builder(ranks, micro_batch, machine, compute, settings)
         self._free: dict[object, StageSolution] = {}
         self._bound: dict[tuple[object, int], StageSolution | None] = {}
         self.solves = 0

@@ -35,6 +35,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.problem.baselines import PricedBaseline, baselines, fastest_algorithms
 from planner.problem.build import Builder, Built, build_problem, build_with
+from planner.problem.parallel import Parallel
 from planner.plan.plan import Baseline, LayerPlan, Plan
 from planner.solvers import Assignment, Budget, Stopped, evaluate, expand_choice, min_memory, prune_dominated, solve
 from planner.solvers.fixing import Better
@@ -70,6 +71,8 @@ class Settings:
     choices: TrainingChoices = TrainingChoices()
     #: when the search ends and the best plan so far (planner.solvers.budget); None: no bound
     budget: Budget | None = field(default=None, compare=False)
+    #: workers for the search's independent pieces (planner.problem.parallel); None: this process
+    parallel: Parallel | None = field(default=None, compare=False)
 
     def with_zero(self, stage: int) -> "Settings":
         """These settings planning under ZeRO stage ``stage``."""
