@@ -25,7 +25,7 @@ from dnnplan.search_bound import end, search_budget, stop_on_ctrl_c
 from executor.session import plan as planning
 from executor.session.plan import PlanRequest
 from lifecycle import stops
-from lifecycle.workers import Workers, default_jobs
+from lifecycle.process_pool import ProcessPool, default_jobs
 from networks.errors import DnnplanError, short
 from planner.pipeline.search import PROVE_S
 from planner.plan.plan_file import write_plan
@@ -35,7 +35,7 @@ from profiler import context
 from profiler.context import Context
 
 GIB = 2 ** 30
-#: what the workers import once, before the first task (lifecycle.workers)
+#: what the workers import once, before the first task (lifecycle.process_pool)
 WORKER_MODULES = ("planner.pipeline.pair_bounds",)
 
 
@@ -105,7 +105,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             per_step = None if train_tokens is None else tokens_per_step(ctx.network, ctx.batch)
             limit = None if memory is None else memory * GIB
             settings = dataclasses.replace(planning.settings_for(ctx, solver, gap, budget),
-                                           parallel=Workers(default_jobs() if jobs is None else jobs, WORKER_MODULES))
+                                           parallel=ProcessPool(default_jobs() if jobs is None else jobs, WORKER_MODULES))
             if sweep:
                 return plan_sweep(ctx, network, sweep, plot, limit, settings, as_json)
             request = PlanRequest(network, machine or DEFAULT_MACHINE, profile_fingerprint(ctx), limit, pipeline,

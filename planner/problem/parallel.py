@@ -1,8 +1,8 @@
 """Independent pieces of a search computed side by side: the interface the planner is handed (pure).
 
 The planner never starts a process. The command line hands it a :class:`Parallel` in
-``Settings.parallel`` (``dnnplan plan --jobs N``: worker processes, :mod:`lifecycle.workers`), and the
-search maps a module-level function over picklable tasks with it: the lower bounds of the pipeline
+``Settings.parallel`` (``dnnplan plan --jobs N``: worker processes, :mod:`lifecycle.process_pool`),
+and the search maps a module-level function over picklable tasks with it: the lower bounds of the pipeline
 and micro-batch pairs (:func:`planner.pipeline.bound.pair_bound`), each a pure function of its task,
 so the numbers are the same wherever they are computed and the answer is the one a single process
 gives. :data:`IN_PROCESS` computes them one after another here.

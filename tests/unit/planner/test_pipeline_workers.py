@@ -1,6 +1,6 @@
 """The pipeline search with its pairs' bounds computed by worker processes (``dnnplan plan --jobs N``)
 gives the answer one process gives: the same choice, step, cut, every pair's bound and the proven
-gap (planner.pipeline.pair_bounds, lifecycle.workers)."""
+gap (planner.pipeline.pair_bounds, lifecycle.process_pool)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from costmodel.choices.training import TrainingChoices
 from costmodel.layer.candidates import divisors
-from lifecycle.workers import Workers
+from lifecycle.process_pool import ProcessPool
 from planner.pipeline.search import search_pipeline
 from planner.pipeline.triples import AUTO, bounded
 from planner.problem.parallel import IN_PROCESS
@@ -29,8 +29,8 @@ def _gpt4(tmp_path) -> str:
     return str(path)
 
 
-class _Counted(Workers):
-    """Workers that count the tasks handed to them."""
+class _Counted(ProcessPool):
+    """A pool that counts the tasks handed to it."""
 
     sent = 0
 
@@ -46,7 +46,7 @@ def _summary(choice) -> tuple:
                   for c in choice.candidates))
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", AUTO])
+@pytest.mark.parametrize("schedule", ["1f1b", pytest.param(AUTO, marks=pytest.mark.slow)])
 def test_workers_give_the_answer_one_process_gives(tmp_path, schedule):
     ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.0025  # memory-bound stages: Lagrangian gaps, closed by the proof

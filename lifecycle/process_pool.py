@@ -1,12 +1,14 @@
 """Worker processes that compute a command's independent pieces side by side, and end with it.
 
-:class:`Workers` maps a module-level function over picklable tasks on ``jobs`` processes (the
+:class:`ProcessPool` maps a module-level function over picklable tasks on ``jobs`` processes (the
 planner's ``planner.problem.parallel.Parallel``: ``dnnplan plan --jobs N``). The processes start
 on the first map, from a fork server that imported ``preload`` once (so each starts in
-milliseconds, without this process's threads), and end with the command however it ends: they
-ignore Ctrl-C (the command answers it, then ends them), :meth:`Workers.close` runs at exit (also
-when the command ends at once, ``dnnplan.search_bound.end``), and each is told by the kernel to
-end when this process does (Linux's parent-death signal), ``kill -9`` included.
+milliseconds, without this process's threads), every one before a stop signal is taken, and they
+end with the command however it ends: they ignore Ctrl-C (the command answers it), and
+:meth:`ProcessPool.close` ends them and the fork server at exit (also when the command ends at once,
+``dnnplan.search_bound.end``); should the command be killed (``kill -9``), each exits within a
+second (it watches the command, :func:`lifecycle.jobs.watch_launcher`), and the kernel ends it
+with the fork server (Linux's parent-death signal).
 """
 
 from __future__ import annotations
@@ -14,13 +16,21 @@ from __future__ import annotations
 import atexit
 import ctypes
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
+import time
 from multiprocessing.reduction import ForkingPickler
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Sequence
 
+from lifecycle.jobs import LAUNCHER_ENV, launcher_env, watch_launcher
+from lifecycle.stops import STOP_SIGNALS
+
+#: how long each worker's first task holds it, so that each is started by one (an idle worker
+#: would take the next, and the pool start no more) [s]
+READY_S = 0.1
 #: prctl's option that sends the caller a signal when its parent ends (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
 
@@ -33,8 +43,11 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def _started() -> None:
-    """In each worker: Ctrl-C is the command's to answer; end when the command's process ends."""
+def _started(launcher: dict) -> None:
+    """In each worker: Ctrl-C is the command's to answer; end when the command's process ends
+    (its parent, the fork server, by the kernel's parent-death signal; the command itself watched,
+    :func:`lifecycle.jobs.watch_launcher`)."""
+    watch_launcher(launcher)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
@@ -42,6 +55,12 @@ def _started() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: close() at exit still ends them
         pass
+
+
+def _ready(i: int) -> int:
+    """A worker's first task: it has started (:data:`READY_S`)."""
+    time.sleep(READY_S)
+    return i
 
 
 def _read_only(mapping: MappingProxyType):
@@ -52,7 +71,7 @@ def _mapping_proxy(mapping: dict) -> MappingProxyType:
     return MappingProxyType(mapping)
 
 
-class Workers:
+class ProcessPool:
     """``jobs`` worker processes, started on the first map (module docstring)."""
 
     def __init__(self, jobs: int, preload: Sequence[str] = ()):
@@ -68,8 +87,17 @@ class Workers:
             context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
             if "forkserver" in methods and self.preload:
                 context.set_forkserver_preload(list(self.preload))
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_started)
-            atexit.register(self.close)
+            # every worker started before a stop signal is taken: one landing while a worker starts
+            # would leave it half started (its traceback on stderr), the command's end would not see it
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                self._pool = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_started,
+                                                 initargs=({LAUNCHER_ENV: launcher_env()[LAUNCHER_ENV]},))
+                atexit.register(self.close)
+                for future in [self._pool.submit(_ready, i) for i in range(self.jobs)]:
+                    future.result()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return self._pool
 
     def unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
@@ -98,3 +126,12 @@ class Workers:
                 process.terminate()
         for process in processes:
             process.join(timeout=1.0)
+        # the fork server too, now (a later pool starts another): ended, then reaped
+        server = getattr(multiprocessing.forkserver, "_forkserver", None)
+        pid = getattr(server, "_forkserver_pid", None)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)
+                server._stop()
+            except (OSError, AttributeError):
+                pass
