@@ -2,13 +2,12 @@
 
 :class:`ProcessPool` maps a module-level function over picklable tasks on ``jobs`` processes (the
 planner's ``planner.problem.parallel.Parallel``: ``dnnplan plan --jobs N``). The processes start
-on the first map, from a fork server that imported ``preload`` once (so each starts in
-milliseconds, without this process's threads), every one before a stop signal is taken, and they
+on the first map (:func:`start_method`), every one before a stop signal is taken, and they
 end with the command however it ends: they ignore Ctrl-C (the command answers it), and
 :meth:`ProcessPool.close` ends them and the fork server at exit (also when the command ends at once,
 ``dnnplan.search_bound.end``); should the command be killed (``kill -9``), each exits within a
-second (it watches the command, :func:`lifecycle.jobs.watch_launcher`), and the kernel ends it
-with the fork server (Linux's parent-death signal).
+second (it watches the command, :func:`lifecycle.jobs.watch_launcher`; on Linux the kernel also
+ends it with its parent, the parent-death signal).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import signal
+import sys
 import time
 from multiprocessing.reduction import ForkingPickler
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -43,12 +43,23 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+def start_method() -> str:
+    """How workers start: forked from this process on Linux (in a tenth of a second, nothing to
+    import again; they run only the planner's pure pricing, never this process's other threads'
+    work), else from a fork server that imported the preload once, else spawned."""
+    methods = multiprocessing.get_all_start_methods()
+    if sys.platform.startswith("linux") and "fork" in methods:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
 def _started(launcher: dict) -> None:
     """In each worker: Ctrl-C is the command's to answer; end when the command's process ends
     (its parent, the fork server, by the kernel's parent-death signal; the command itself watched,
     :func:`lifecycle.jobs.watch_launcher`)."""
     watch_launcher(launcher)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a forked worker inherits them held
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     try:
@@ -83,9 +94,8 @@ class ProcessPool:
         if self._pool is None:
             # frozen specs keep their mappings read-only (a machine's peaks): sent as the mapping they show
             ForkingPickler.register(MappingProxyType, _read_only)
-            methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-            if "forkserver" in methods and self.preload:
+            context = multiprocessing.get_context(start_method())
+            if context.get_start_method() == "forkserver" and self.preload:
                 context.set_forkserver_preload(list(self.preload))
             # every worker started before a stop signal is taken: one landing while a worker starts
             # would leave it half started (its traceback on stderr), the command's end would not see it
