@@ -104,8 +104,9 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                     warn(line)
             per_step = None if train_tokens is None else tokens_per_step(ctx.network, ctx.batch)
             limit = None if memory is None else memory * GIB
-            settings = dataclasses.replace(planning.settings_for(ctx, solver, gap, budget),
-                                           parallel=ProcessPool(default_jobs() if jobs is None else jobs, WORKER_MODULES))
+            pool = ProcessPool(default_jobs() if jobs is None else jobs, WORKER_MODULES)
+            click.call_on_close(pool.close)  # in-process (tests) too; a console command's exit closes it anyway
+            settings = dataclasses.replace(planning.settings_for(ctx, solver, gap, budget), parallel=pool)
             if sweep:
                 return plan_sweep(ctx, network, sweep, plot, limit, settings, as_json)
             request = PlanRequest(network, machine or DEFAULT_MACHINE, profile_fingerprint(ctx), limit, pipeline,
