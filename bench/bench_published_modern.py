@@ -12,9 +12,11 @@ own FLOP convention, or tokens/s) and compared: ``error`` = predicted / publishe
 Two predictions per row: ``shipped``, on the machine files as shipped (ahead of time, nothing fitted
 to these rows), and ``calibrated``, on the four kernel efficiencies (costmodel.compute.calibration) fitted
 to this file's calibration rows whose kernels are known and priced as they ran
-(published_modern.kernels_as_run: no FP8 row, no FlashAttention-1 row, not FlashAttention-2's
-unpublished baseline) together with bench_megatron.py's calibration rows: one set for both
-machines, as the shipped files carry one, nothing per row. Held-out rows are reported apart.
+(published_modern.kernels_as_run: no FlashAttention-1 row, not FlashAttention-2's unpublished
+baseline) together with bench_megatron.py's calibration rows: one set for the A100 and H100
+machines, as their shipped files carry one, nothing per row. A newer generation of GPUs
+(:data:`GENERATIONS`: B200 and GB200) gets a set of its own, fitted on its own calibration rows
+alone. Held-out rows are reported apart, and each generation's rows apart (``all blackwell``).
 ``memory_fits``: the predicted peak of the busiest device within its GPU's memory, as the
 published run fitted.
 
@@ -46,6 +48,15 @@ from costmodel.machine.loading import load_machine  # noqa: E402
 from costmodel.machine.model import EFFICIENCY_CLASSES, Machine  # noqa: E402
 
 RESULTS = Path(__file__).parent / "assets" / "published-modern-results.json"
+#: machines whose kernels reach other fractions of their peaks than the A100 and H100 the shared
+#: set is fitted on: a generation's rows are calibrated on that generation's calibration rows alone
+#: (at most half of each of its tables), from its machine file's shipped values; "" is the shared set
+GENERATIONS = {"dgx-b200": "blackwell", "gb200-nvl72": "blackwell"}
+#: the classes a generation's own set fits (the others keep its machine file's values): the B200/GB200
+#: rows are transformer trainings, whose time is FP8/BF16 GEMMs and memory-bound kernels; their few
+#: rows do not identify the CUDA-core and TF32 fractions (fitting all four drove the CUDA-core one to
+#: the grid's floor, 0.02, to slow the B200 MoE rows down, whose gap is not kernel speed: docs/VALIDATION.md)
+GENERATION_CLASSES = ("tensor_16bit", "memory")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -83,21 +94,40 @@ def micros(rows: list[dict]) -> dict[str, dict]:
     return {r["name"]: baseline_layout(r, rows, load_machine(r["machine"])) for r in rows}
 
 
-def calibration_data(rows: list[dict], micro: dict[str, dict]) -> list[tuple]:
-    """(step terms on the shipped machine, published step seconds) of this file's calibration rows
-    priced as they ran, and of bench_megatron.py's calibration rows (the A100 GPT trainings the
-    shipped efficiencies were fitted on, so the fit keeps holding them)."""
+def generation(row: dict) -> str:
+    """The set of efficiencies a row is calibrated with (:data:`GENERATIONS`; "" the shared one)."""
+    return GENERATIONS.get(row["machine"], "")
+
+
+def fitting_rows(rows: list[dict], gen: str = "") -> list[dict]:
+    """The calibration rows of generation ``gen`` priced as they ran."""
+    return [r for r in rows if r["set"] == "calibration" and pm.kernels_as_run(r) and generation(r) == gen]
+
+
+def calibration_data(rows: list[dict], micro: dict[str, dict], gen: str = "") -> list[tuple]:
+    """(step terms on the shipped machine, published step seconds) of generation ``gen``'s
+    calibration rows priced as they ran, and for the shared set bench_megatron.py's calibration rows
+    too (the A100 GPT trainings the shipped efficiencies were fitted on, so the fit keeps holding them)."""
     data = [(pm.terms_of(r, load_machine(r["machine"]), **micro[r["name"]]), pm.published_s(r, pm.network_of(r)))
-            for r in rows if r["set"] == "calibration" and pm.kernels_as_run(r)]
+            for r in fitting_rows(rows, gen)]
+    if gen:
+        return data
     return data + [(bench_megatron.terms_of(r), bench_megatron.published_s(r))
                    for r in bench_megatron.load_rows() if r["set"] == "calibration"]
 
 
-def calibrate(rows: list[dict], micro: dict[str, dict]) -> dict[str, float]:
-    """One set of efficiencies (the shipped machine files carry one set for every GPU) fitted on
-    :func:`calibration_data` from the shipped values; nothing per row."""
-    shipped = load_machine("dgx-h100")
-    return fit_efficiencies(calibration_data(rows, micro), {k: shipped.device.efficiency_of(k) for k in EFFICIENCY_CLASSES})
+def calibrate(rows: list[dict], micro: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """One set of efficiencies per generation (:data:`GENERATIONS`; the A100/H100 machine files carry
+    one set), each fitted on :func:`calibration_data` from its machine file's shipped values;
+    nothing per row."""
+    out = {}
+    for gen in dict.fromkeys(["", *(generation(r) for r in rows)]):
+        machine = next((m for m, g in GENERATIONS.items() if g == gen), "dgx-h100")
+        shipped = load_machine(machine)
+        out[gen] = fit_efficiencies(calibration_data(rows, micro, gen),
+                                    {k: shipped.device.efficiency_of(k) for k in EFFICIENCY_CLASSES},
+                                    classes=GENERATION_CLASSES if gen else EFFICIENCY_CLASSES)
+    return out
 
 
 def predict(row: dict, machine: Machine, chosen: dict) -> dict:
@@ -112,16 +142,16 @@ def predict(row: dict, machine: Machine, chosen: dict) -> dict:
             "memory_fits": pred.memory_peak_bytes <= machine.device.mem_capacity_bytes}
 
 
-def run(rows: list[dict], micro: dict[str, dict], fitted: dict[str, float]) -> list[dict]:
+def run(rows: list[dict], micro: dict[str, dict], fitted: dict[str, dict[str, float]]) -> list[dict]:
     out = []
     for row in rows:
         shipped = load_machine(row["machine"])
         net = pm.network_of(row)
         key = pm.metric_of(row)
         ahead = predict(row, shipped, micro[row["name"]])
-        cal = predict(row, with_efficiencies(shipped, fitted), micro[row["name"]])
+        cal = predict(row, with_efficiencies(shipped, fitted[generation(row)]), micro[row["name"]])
         out.append({"name": row["name"], "source": row["group"], "citation": row["source"], "split": row["set"],
-                    "machine": row["machine"], "metric": key, "flops": row["flops"],
+                    "machine": row["machine"], "generation": generation(row), "metric": key, "flops": row["flops"],
                     "published": row["published"][key], "published_step_s": pm.published_s(row, net),
                     "parameters": pm.parameter_count(net), "layout": pm.layout(row) | micro[row["name"]],
                     "kernels_as_run": pm.kernels_as_run(row), "deviations": pm.deviations(row),
@@ -144,6 +174,11 @@ def summary(results: list[dict], which: str) -> dict:
                 out[f"{source} | {split}"] = of(rs)
     for split in ("held-out", "calibration"):
         out[f"all | {split}"] = of([r for r in results if r["split"] == split])
+    gens = dict.fromkeys(r.get("generation", "") for r in results)
+    for gen in gens if len(gens) > 1 else ():
+        for split in ("held-out", "calibration"):
+            if gen and (rs := [r for r in results if r.get("generation") == gen and r["split"] == split]):
+                out[f"all {gen} | {split}"] = of(rs)
     return out
 
 
@@ -220,9 +255,11 @@ def _commit() -> str:
 
 
 def fitted_on(rows: list[dict]) -> dict:
-    """The rows the efficiencies were fitted on: this file's by name, and bench_megatron.py's count."""
-    return {"rows": [r["name"] for r in rows if r["set"] == "calibration" and pm.kernels_as_run(r)],
-            "bench_megatron_rows": sum(r["set"] == "calibration" for r in bench_megatron.load_rows())}
+    """The rows the shared efficiencies were fitted on: this file's by name, and bench_megatron.py's
+    count; each other generation's rows by name."""
+    return {"rows": [r["name"] for r in fitting_rows(rows)],
+            "bench_megatron_rows": sum(r["set"] == "calibration" for r in bench_megatron.load_rows()),
+            "by_generation": {g: [r["name"] for r in fitting_rows(rows, g)] for g in dict.fromkeys(GENERATIONS.values())}}
 
 
 def report(rows: list[dict], results: list[dict], fitted: dict, took: float) -> dict:
@@ -230,7 +267,8 @@ def report(rows: list[dict], results: list[dict], fitted: dict, took: float) -> 
             "commit": _commit(), "host_load": os.getloadavg()[0], "seconds": took,
             "command": "PYTHONPATH=. python bench/bench_published_modern.py --write"
                        + (" --planner" if any("planner" in r for r in results) else ""),
-            "fitted_efficiencies": fitted, "fitted_on": fitted_on(rows), "summary_calibrated": summary(results, "calibrated"),
+            "fitted_efficiencies": fitted[""],
+            "fitted_efficiencies_by_generation": {g: e for g, e in fitted.items() if g}, "fitted_on": fitted_on(rows), "summary_calibrated": summary(results, "calibrated"),
             "summary_shipped": summary(results, "shipped"), "rows": results}
 
 
@@ -247,6 +285,8 @@ def show(out: dict) -> None:
               f"{s['error']:+7.1%} {c['predicted']:10.4g} {c['error']:+7.1%} {c['memory_peak_gib']:6.1f} GiB{fits}"
               f"{planned}")
     print("fitted efficiencies:", json.dumps(out["fitted_efficiencies"]))
+    for gen, eff in out.get("fitted_efficiencies_by_generation", {}).items():
+        print(f"fitted efficiencies ({gen}):", json.dumps(eff))
     for label, key in (("shipped efficiencies", "summary_shipped"), ("calibrated", "summary_calibrated")):
         print(label)
         for g, x in out[key].items():
@@ -254,8 +294,13 @@ def show(out: dict) -> None:
                   f"{x['worst_abs_error']:6.1%}, mean signed {x['mean_error']:+6.1%}, over 30%: {x['over_30']}")
 
 
-def markdown(out: dict) -> str:
-    """docs/VALIDATION.md's tables: per source and split, then per row."""
+def markdown(out: dict, generation_: str | None = None) -> str:
+    """docs/VALIDATION.md's tables: per source and split, then per row; with ``generation_``, only
+    that generation's rows ("" the A100/H100 ones, "blackwell"), their summaries recomputed."""
+    if generation_ is not None:
+        rows = [r for r in out["rows"] if r.get("generation", "") == generation_]
+        out = {**out, "rows": rows, "summary_calibrated": summary(rows, "calibrated"),
+               "summary_shipped": summary(rows, "shipped")}
     lines = ["| source | split | rows | mean \\|error\\| shipped | worst | mean \\|error\\| calibrated | worst | over 30% |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for key, cal in out["summary_calibrated"].items():
@@ -280,12 +325,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     ap.add_argument("--markdown", metavar="RESULTS", help="print the tables of a results file and stop")
+    ap.add_argument("--generation", choices=["", *dict.fromkeys(GENERATIONS.values())],
+                    help="with --markdown: only this generation's rows ('' the A100/H100 ones)")
     ap.add_argument("--planner", action="store_true", help="also run `dnnplan plan` per distinct configuration")
     ap.add_argument("--planner-gpus", type=int, default=64, help="only configurations of at most this many GPUs")
     ap.add_argument("--planner-limit", type=float, default=60.0, help="each plan's --time-limit in seconds")
     args = ap.parse_args(argv)
     if args.markdown:
-        print(markdown(json.loads(Path(args.markdown).read_text())))
+        print(markdown(json.loads(Path(args.markdown).read_text()), args.generation))
         return 0
     start = time.perf_counter()
     rows = pm.load_rows()

@@ -174,6 +174,11 @@ def deviations(row: dict) -> list[str]:
         out.append(f"{c['precision']} priced as bf16 (no FP8 in the cost model)")
     if flash_attention_1(row):
         out.append("FlashAttention-1 priced as FlashAttention-2's algorithm")
+    if c.get("fp8_recipe") == "mxfp8":
+        out.append("MXFP8 (an FP8 scale a 32-element block, Blackwell's native format) priced as FP8 GEMMs at the FP8 peak")
+    if c.get("cpu_offload_layers"):
+        out.append(f"activations of {c['cpu_offload_layers']} layers offloaded to the CPU by the recipe: not priced "
+                   "(kept on the GPU, so the predicted peak exceeds what ran)")
     if c.get("data_sharding") == "fsdp-no-reshard":
         out.append("FSDP without reshard priced as ZeRO-2 (same volume, whole weights kept)")
     unpriced = [x for x in c.get("recompute_modules", ()) if x not in RECOMPUTE_MODULES]

@@ -62,6 +62,15 @@ SeqOpt = Annotated[Optional[int], typer.Option("--seq", help="Tokens per sequenc
                                                "(max_position_embeddings); an ONNX graph's].",
                                                callback=within("--seq", 1, MAX_INT))]
 PlanArg = Annotated[str, typer.Argument(help="A plan file written by `dnnplan plan --out`.")]
+PredictNetworkArg = Annotated[Optional[str], typer.Argument(
+    help="A zoo network name (see `dnnplan networks`), a network spec YAML, a Hugging Face config.json (or its "
+         "folder), an ONNX file, or a plan file (from `dnnplan plan --out`); none with --from.", show_default=False)]
+FromOpt = Annotated[Optional[str], typer.Option(
+    "--from", help="Predict a framework's launch configuration: Megatron-LM's arguments as a launch script passes "
+                   "them (torchrun ... pretrain_gpt.py --flag value ...), or the arguments alone (docs/export.md).")]
+FromNetworkOpt = Annotated[Optional[str], typer.Option(
+    "--network", help="With --from: the network the configuration trains, a zoo name or a spec or Hugging Face "
+                      "config path \\[default: the zoo network of the model shape the file states].")]
 ExportToOpt = Annotated[str, typer.Option("--to", help="The framework whose launch arguments to write: megatron "
                                          "(Megatron-LM's pretrain_gpt.py; torchtitan and deepspeed not yet).")]
 ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the launch command here (a shell "

@@ -139,12 +139,12 @@ def squared_log_error(rows: Sequence[tuple[StepTerms | PipelineTerms, float]], e
 
 
 def fit_efficiencies(rows: Sequence[tuple[StepTerms | PipelineTerms, float]], start: dict[str, float] | None = None,
-                     rounds: int = 20) -> dict[str, float]:
+                     rounds: int = 20, classes: Sequence[str] = EFFICIENCY_CLASSES) -> dict[str, float]:
     """The efficiencies on :data:`GRID` that minimise :func:`squared_log_error` over ``rows``,
     by coordinate descent from ``start`` (ties: the larger efficiency, the more conservative
-    claim of what kernels lose). A class no row exercises keeps its start value."""
+    claim of what kernels lose). A class no row exercises, or not in ``classes``, keeps its start value."""
     best = dict(start or {k: 0.6 for k in EFFICIENCY_CLASSES})
-    used = {EFFICIENCY_CLASSES[i] for t, _ in rows for i in np.unique(t.kind)} | {"memory"}
+    used = ({EFFICIENCY_CLASSES[i] for t, _ in rows for i in np.unique(t.kind)} | {"memory"}) & set(classes)
     for _ in range(rounds):
         before = dict(best)
         for kind in EFFICIENCY_CLASSES:

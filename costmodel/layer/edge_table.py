@@ -19,7 +19,8 @@ edge: thousands of pairs, too many to price one by one through :func:`reshard_vo
    exactly as :func:`reshard_volume` does per pair (same integer formulas, same windows).
 
 The link a reshard uses is found without listing the group: rank 0's group along ``dims`` stays
-inside node 0 iff its largest member, ``sum (degree - 1) * stride``, is below ``devices_per_node``.
+inside link domain 0 (node 0, or the NVLink domain holding it: ``Machine.domain_size``) iff its largest
+member, ``sum (degree - 1) * stride``, is below the domain's size.
 ``tests/unit/planner/test_planner_core.py`` checks all of it against the per-pair functions.
 """
 
@@ -273,7 +274,7 @@ def reshard_times_ids(t: LayoutTable, src, dst, backward: bool, itemsize: int, m
     union = t.dimmask[src] | t.dimmask[dst]
     bits = (union[:, None] >> np.arange(len(DIM_BIT))[None, :]) & 1
     top = np.where(union > 0, (bits * t.contrib[dst]).sum(axis=1), t.p - 1)
-    intra = top < machine.devices_per_node
+    intra = top < machine.domain_size
     nbytes = recv * itemsize
     # reshards are Alltoallv: inside a node, the alltoall fit of the message's size regime, cold
     # as a reshard follows a layer's kernels (as _reshard_time)

@@ -97,8 +97,7 @@ def tied_table_s(layer: Layer, strategy, machine: Machine, ranks: tuple[int, int
     of the other stage (``ranks``: a rank of each of the two stages)."""
     rows = weight_layouts(layer, strategy)["tokens" if layer.op == "embedding" else "weight"]
     nbytes = _block_elems(rows) * DTYPE_BYTES.get(layer.dtype, 4)
-    same = ranks[0] // machine.devices_per_node == ranks[1] // machine.devices_per_node
-    return allreduce_s(nbytes, 2, machine.intra if same else machine.inter)
+    return allreduce_s(nbytes, 2, machine.intra if machine.same_domain(*ranks) else machine.inter)
 
 
 def tied_sync_s(stage: Network, strategies: dict, names: set[str], machine: Machine, ranks: tuple[int, int]) -> float:

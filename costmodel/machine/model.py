@@ -1,14 +1,17 @@
 """The machine model: devices, nodes, and the two link levels between devices.
 
-A machine is ``nodes`` nodes of ``devices_per_node`` identical devices. Devices inside a node talk
-over the ``intra`` link (NVLink, shared memory); devices on different nodes over the ``inter`` link
-(InfiniBand). Each link is an alpha-beta-gamma triple as in the collective costs of N. Dryden,
+A machine is ``nodes`` nodes of ``devices_per_node`` identical devices. Devices inside one **link
+domain** talk over the ``intra`` link (NVLink, shared memory); devices in different domains over the
+``inter`` link (InfiniBand). A domain is one node unless the machine names a larger one
+(``devices_per_nvlink_domain``: a GB200 NVL72 rack joins 18 trays of 4 GPUs in one NVLink domain of
+72), always whole nodes. Each link is an alpha-beta-gamma triple as in the collective costs of N. Dryden,
 "Parallelism in Training Deep Neural Networks" (lecture slides, "Collectives for deep learning";
 docs/collectives.md): ``alpha_s`` seconds per message, ``beta_s_per_byte`` seconds per byte moved,
 ``gamma_s_per_byte`` seconds per byte reduced.
 
 Ranks are laid out consecutively, ``devices_per_node`` per node (rank r lives on node
-``r // devices_per_node``), which is how ``mpiexec`` fills nodes by default.
+``r // devices_per_node``, in domain ``r // domain_size``), which is how ``mpiexec`` fills nodes by
+default.
 
 Pure: :func:`machine_from_dict` turns an already-parsed YAML mapping into a frozen :class:`Machine`,
 converting the human units in the key names (TFLOP/s, GiB, GB/s, microseconds) into SI units.
@@ -125,6 +128,15 @@ class Machine:
     #: as ``((collective, bytes, group size, state), seconds)``: they price exactly those
     #: collectives inside one node in place of the fits (:meth:`measured_s`); empty otherwise.
     measured: tuple[tuple[tuple[str, int, int, str], float], ...] = ()
+    #: Devices joined by the ``intra`` link (a machine file's ``devices_per_nvlink_domain``): a
+    #: multiple of ``devices_per_node``; ``None``, one node (:attr:`domain_size`).
+    devices_per_domain: int | None = None
+
+    @property
+    def domain_size(self) -> int:
+        """Devices of one link domain: ranks ``r`` with the same ``r // domain_size`` talk over
+        ``intra``, even across nodes (an NVLink domain of several trays)."""
+        return self.devices_per_domain or self.devices_per_node
 
     def measured_s(self, collective: str, nbytes: int, group: int, cold: bool) -> float | None:
         """The in-run time of exactly this collective (``cold``: after a layer's kernels), or None."""
@@ -148,6 +160,10 @@ class Machine:
         regimes = self.collective_regimes(collective, cold)
         return next((link for upto, link in regimes if nbytes <= upto), regimes[-1][1])
 
+    def same_domain(self, a: int, b: int) -> bool:
+        """Whether ranks ``a`` and ``b`` share a link domain (talk over ``intra``)."""
+        return a // self.domain_size == b // self.domain_size
+
     def max_devices(self) -> int | None:
         """Total devices, or ``None`` when the node count is unlimited."""
         return None if self.nodes is None else self.nodes * self.devices_per_node
@@ -168,18 +184,19 @@ class Machine:
                 hint=f"ask for at most {most} devices (--devices {most}) or pick a larger --machine")
 
     def group_span(self, ranks: Sequence[int]) -> tuple[int, int]:
-        """``(ranks_per_node, nodes_spanned)`` of a group of global ranks.
+        """``(ranks_per_domain, domains_spanned)`` of a group of global ranks: the two levels of its
+        collectives (costmodel.comm.groups), ``intra`` inside a link domain and ``inter`` between.
 
-        Ranks live ``devices_per_node`` per node in rank order. ``ranks_per_node`` is the most
-        ranks of the group on any one node (equal on every node for the regular groups a grid
-        mapping produces).
+        Ranks live ``domain_size`` per link domain in rank order (one node unless the machine
+        names an NVLink domain of several). ``ranks_per_domain`` is the most ranks of the group in
+        any one domain (equal in every domain for the regular groups a grid mapping produces).
         """
         members = np.asarray(ranks, dtype=np.int64)
         if members.size == 0:
             raise ValueError("group_span of an empty group")
         if members.min() < 0:
             raise ValueError(f"negative rank {members.min()}")
-        nodes = members // self.devices_per_node
+        nodes = members // self.domain_size
         if np.any(nodes[1:] < nodes[:-1]):  # a grid's groups come sorted (Strategy.group_array)
             nodes = np.sort(nodes)
         starts = np.flatnonzero(np.diff(nodes, prepend=-1))  # where each node's run of ranks begins
@@ -187,7 +204,8 @@ class Machine:
         return int(per_node.max()), int(starts.size)
 
     def link_for(self, ranks: Sequence[int]) -> LinkLevel:
-        """The slowest link level the group crosses: ``intra`` inside one node, else ``inter``."""
+        """The slowest link level the group crosses: ``intra`` inside one link domain (a node, or
+        an NVLink domain of several), else ``inter``."""
         _, nodes = self.group_span(ranks)
         return self.intra if nodes == 1 else self.inter
 
@@ -195,7 +213,7 @@ class Machine:
 # --- parsing -------------------------------------------------------------------------------------
 
 _TOP_REQUIRED = ("name", "devices_per_node", "device", "intra", "inter")
-_TOP_OPTIONAL = ("nodes", "profile", "description")
+_TOP_OPTIONAL = ("nodes", "profile", "description", "devices_per_nvlink_domain")
 _DEVICE_REQUIRED = ("name", "peak_tflops", "memory_gib", "memory_bandwidth_gb_per_s")
 _DEVICE_OPTIONAL = ("efficiency", "kind", "sram_kib_per_sm", "flash_attention")
 #: What a device may be (``device.kind``)
@@ -387,8 +405,26 @@ def machine_from_dict(data: Mapping[str, Any], source: str) -> Machine:
     profile = d.get("profile")
     if profile is not None:
         profile = _string(profile, "profile", source)
+    domain = _domain(d.get("devices_per_nvlink_domain"), devices_per_node, nodes, source)
     device = _device_from_dict(d["device"], source)
     intra = _link_from_dict(d["intra"], "intra", device, source)
     inter = _link_from_dict(d["inter"], "inter", device, source)
     return Machine(name=name, devices_per_node=devices_per_node, nodes=nodes, device=device,
-                   intra=intra, inter=inter, profile=profile, source=source)
+                   intra=intra, inter=inter, profile=profile, source=source, devices_per_domain=domain)
+
+
+def _domain(raw: Any, devices_per_node: int, nodes: int | None, source: str) -> int | None:
+    """``devices_per_nvlink_domain``: whole nodes joined by the ``intra`` link (absent or null: one
+    node), at most the machine's devices."""
+    if raw is None:
+        return None
+    key = "devices_per_nvlink_domain"
+    domain = _positive_int(raw, key, source)
+    if domain % devices_per_node:
+        raise _fail(f"an NVLink domain of {domain} devices is not whole nodes of {devices_per_node}", source, key,
+                    hint=f"write a multiple of devices_per_node ({devices_per_node}), e.g. 72 for 18 trays of 4")
+    if nodes is not None and domain > nodes * devices_per_node:
+        raise _fail(f"an NVLink domain of {domain} devices is larger than the machine's "
+                    f"{nodes * devices_per_node}", source, key,
+                    hint=f"write at most {nodes * devices_per_node}, or raise nodes")
+    return domain

@@ -300,7 +300,6 @@ def device_kept(schedule: str, stages: int, s: int, m: int, micro: StepPredictio
 
 def p2p_s(machine: Machine, src: int, dst: int, nbytes: int) -> float:
     """One point-to-point message of ``nbytes`` from rank ``src`` to ``dst`` (alpha + n beta of the
-    level that joins them)."""
-    same_node = src // machine.devices_per_node == dst // machine.devices_per_node
-    link = machine.intra if same_node else machine.inter
+    level that joins them: ``intra`` inside one link domain, Machine.same_domain)."""
+    link = machine.intra if machine.same_domain(src, dst) else machine.inter
     return link.alpha_s + nbytes * link.beta_s_per_byte

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from costmodel.choices.training import FRAMEWORKS, TrainingChoices
 from costmodel.step.train_time import tokens_per_step, train_time
+from dnnplan.commands.predict_from import predict_from
 from dnnplan.output import check_outputs
 from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForceOpt, ForeignProfileOpt,
-                             JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt, NetworkArg, PipelineOpt, PlanOutOpt,
+                             FromNetworkOpt, FromOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt,
+                             PredictNetworkArg, PipelineOpt, PlanOutOpt,
                              PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
                              SequenceParallelOpt, StrategyOpt, TensorOpt, PriceOpt, TokensOpt, takes_choices,
                              token_budget)
@@ -47,7 +49,7 @@ as a plan (no pipeline) for `dnnplan execute`, e.g. tiny-moe -p 4 -b 8 --tensor 
 
 @takes_choices("precision", "optimizer", "zero", "attention", "overlap", "bucket_mb", "batch_norm", "moe_dispatch",
                "seq", "framework")
-def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
+def predict(network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
             batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
             choices: TrainingChoices = TrainingChoices(), tensor: TensorOpt = 1,
             sequence_parallel: SequenceParallelOpt = False, context_: ContextOpt = 1, expert: ExpertOpt = 1,
@@ -55,7 +57,8 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
             foreign_profile: ForeignProfileOpt = False, out: PlanOutOpt = None, force: ForceOpt = False,
-            tokens: TokensOpt = None, price: PriceOpt = None) -> None:
+            tokens: TokensOpt = None, price: PriceOpt = None, from_: FromOpt = None,
+            network_name: FromNetworkOpt = None) -> None:
     """Predict one training step under one strategy applied to every layer, or evaluate a plan file.
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
@@ -70,8 +73,17 @@ def predict(network: NetworkArg, devices: DevicesOpt = 1, strategy: StrategyOpt 
     applying inside each stage; without it (or with --pipeline 1), --micro-batches M accumulates
     gradients: M micro-batches one after another, the activations of one held, the gradients
     reduced and the weights updated once a step.
+
+    With --from FILE, predicts a framework's launch configuration instead: Megatron-LM's arguments
+    as a launch script passes them (docs/export.md, "Importing a launch configuration"), on the
+    network --network names (else the zoo network of the model shape the file states), the devices
+    torchrun's line states (else --devices) and --machine; it prints the step, memory per device, MFU,
+    what dominates and the options that do not change the prediction.
     """
     budget = token_budget(tokens, price)
+    if from_ is not None or network is None or network_name is not None:
+        return predict_from(from_, network, network_name, devices, machine, profile, foreign_profile, as_json,
+                            tokens, price)
 
     def train(net, batch: int, devices: int, step_s: float):  # the budget's time and cost at the step
         return None if budget is None else train_time(step_s, tokens_per_step(net, batch), devices, budget, price)

@@ -79,7 +79,8 @@ def networks_table(rows: list[dict]) -> None:
 
 def machine_row(m, default: bool) -> dict:
     dev = m.device
-    return {"name": m.name, "default": default, "devices_per_node": m.devices_per_node, "nodes": m.nodes,
+    return {"name": m.name, "default": default, "devices_per_node": m.devices_per_node,
+            "devices_per_nvlink_domain": m.domain_size, "nodes": m.nodes,
             "device": dev.name, "peak_flops": dict(dev.peak_flops), "memory_bytes": dev.mem_capacity_bytes,
             "memory_bandwidth_bytes_per_s": dev.mem_bandwidth_bytes_per_s,
             "intra": {"alpha_s": m.intra.alpha_s, "bandwidth_bytes_per_s": 1 / m.intra.beta_s_per_byte},
@@ -92,7 +93,9 @@ def machines_table(rows: list[dict]) -> None:
     for col in ("name", "device", "per node", "nodes", "fp32 peak", "memory", "intra link", "inter link"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["device"], str(r["devices_per_node"]),
+        domain = r["devices_per_nvlink_domain"]
+        per_node = str(r["devices_per_node"]) + (f" (NVLink domain {domain})" if domain != r["devices_per_node"] else "")
+        t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["device"], per_node,
                   "unlimited" if r["nodes"] is None else str(r["nodes"]),
                   fmt.count(r["peak_flops"].get("float32", 0)) + "FLOP/s", fmt.nbytes(r["memory_bytes"]),
                   f"{fmt.seconds(r['intra']['alpha_s'])}, {fmt.nbytes(r['intra']['bandwidth_bytes_per_s'])}/s",

@@ -184,12 +184,20 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
         ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, choices=plan.choices,
                               foreign_ok=foreign_ok)
         if plan.pipeline is not None:
-            return PlanStep(plan, net, predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute))
-        pred = predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
-                            plan.choices.sharded_optimizer, overlap=plan.choices.overlap)
+            return PlanStep(plan, net, predict_plan(plan, net, ctx))
+        pred = predict_plan(plan, net, ctx)
     machine = load_machine(plan.machine)
     return PlanStep(plan, net, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
                                                         get_precision(plan.choices.precision).matmul), ahead)
+
+
+def predict_plan(plan: Plan, net: Network, ctx: Context) -> StepPrediction | PipelinePrediction:
+    """A plan's own strategies and algorithms on ``net`` (the network it names, as its choices mark
+    it), priced on ``ctx``'s machine and compute model: its pipeline as cut, else one step."""
+    if plan.pipeline is not None:
+        return predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute)
+    return predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
+                        plan.choices.sharded_optimizer, overlap=plan.choices.overlap)
 
 
 @dataclass(frozen=True)

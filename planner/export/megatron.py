@@ -32,7 +32,12 @@ The layout (:mod:`planner.export.megatron_layout`) and recomputation
   optimiser); ``all``: also ``--tp-comm-overlap`` under sequence parallelism; ``+experts``:
   ``--overlap-moe-expert-parallel-comm`` with expert parallelism and no full recomputation. The
   overlap's bucket is not carried over (Megatron sizes ``--ddp-bucket-size`` in elements);
-- the MoE dispatcher: ``--moe-token-dispatcher-type`` (dnnplan's names are Megatron-Core's).
+- the MoE dispatcher: ``--moe-token-dispatcher-type`` (dnnplan's names are Megatron-Core's);
+- attention's kernels: FlashAttention (dnnplan's default on GPUs) writes nothing, Megatron-Core's
+  ``--attention-backend auto`` choosing a fused kernel; the materialised kernels are
+  ``--attention-backend unfused`` (``AttnBackend``, megatron/core/transformer/enums.py). Megatron runs
+  one backend on every layer: a plan whose attention layers run different kernels is refused naming
+  the first that differs.
 
 Left to the user: the launcher's nodes and devices a node, the data, the tokenizer (and with it the
 vocabulary), the learning-rate schedule, checkpoints, dropout rates and biases.
@@ -40,7 +45,10 @@ vocabulary), the learning-rate schedule, checkpoints, dropout rates and biases.
 
 from __future__ import annotations
 
+from costmodel.calls.algorithms import attention_default, kernel_algorithm
 from costmodel.comm.overlap import EXPERTS
+from costmodel.machine.loading import load_machine
+from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.export.megatron_layout import MegatronLayout, megatron_layout
 from planner.export.megatron_model import GptShape, gpt_shape
@@ -78,7 +86,24 @@ def megatron_args(plan: Plan, net: Network) -> list[str]:
     out += overlap_args(choices.overlap, layout, choices.zero, recompute.granularity == "full")
     if shape.experts:
         out += ["--moe-token-dispatcher-type", choices.moe_dispatch]
-    return out
+    return out + attention_args(plan, net)
+
+
+def attention_args(plan: Plan, net: Network) -> list[str]:
+    """``--attention-backend unfused`` for a plan whose attention runs the materialised kernels, nothing
+    for FlashAttention; one line naming the first attention layer whose kernel differs from the first's."""
+    default = attention_default(load_machine(plan.machine))
+    algorithms = plan.algorithms()
+    kernels = [(layer.name, kernel_algorithm(algorithms.get(layer.name, "")) or default)
+               for layer in net.layers if layer.op == "attention"]
+    first = kernels[0][1] if kernels else "flash"
+    for name, kernel in kernels:
+        if kernel != first:
+            raise DnnplanError(f"attention by {kernel} kernels, where {kernels[0][0]} runs {first}: Megatron-LM runs "
+                               "one attention backend on every layer", layer=name,
+                               hint=f"edit the plan's attention layers to one algorithm, or make it with `dnnplan "
+                                    f"predict NET --attention {first} --out FILE`")
+    return ["--attention-backend", "unfused"] if first == "materialized" else []
 
 
 def parallel_args(layout: MegatronLayout) -> list[str]:

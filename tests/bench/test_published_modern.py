@@ -341,3 +341,34 @@ def test_the_hybridep_recipe_runs_the_flex_dispatcher_and_the_planner_is_given_i
     assert any("the flex dispatcher" in d for d in pm.deviations(row))
     bench = _bench()
     assert bench.plan_key(row) != bench.plan_key(plain) and bench.plan_key(row)[-1] == "flex"
+
+
+def test_blackwell_rows_calibrate_a_set_of_their_own():
+    """B200 and GB200 rows fit their own efficiencies on their own calibration rows; the A100/H100
+    set is fitted without them; what their recipes ran that the cost model does not price is named."""
+    bench = _bench()
+    rows = pm.load_rows()
+    blackwell = bench.fitting_rows(rows, "blackwell")
+    assert blackwell and {r["machine"] for r in blackwell} == {"dgx-b200", "gb200-nvl72"}
+    assert not any(r["machine"] in bench.GENERATIONS for r in bench.fitting_rows(rows))
+    on_blackwell = [r for r in rows if r["machine"] in bench.GENERATIONS]
+    assert 2 * len(blackwell) <= len(on_blackwell)
+    regression = ROWS["nemo2511-b200-qwen3-30b-a3b-8gpu-fp8-mx"]
+    assert regression["set"] == "held-out" and regression not in blackwell
+    assert any("MXFP8" in d for d in pm.deviations(ROWS["nemo260401-gb200-llama3-70b-64gpu-fp8-mx"]))
+    assert any("offloaded to the CPU" in d for d in pm.deviations(ROWS["nemo2511-gb200-llama3-70b-64gpu-fp8-cs"]))
+
+
+def test_the_blackwell_set_fits_only_the_classes_its_rows_identify():
+    from costmodel.compute.calibration import fit_efficiencies
+    from costmodel.machine.loading import load_machine
+    bench = _bench()
+    rows = [r for r in pm.load_rows() if r["machine"] in bench.GENERATIONS]
+    micro = {r["name"]: {"micro": r["config"]["micro"], "recompute": r["config"]["recompute"]} for r in rows}
+    data = bench.calibration_data(rows, micro, "blackwell")
+    assert len(data) == len(bench.fitting_rows(rows, "blackwell"))  # no A100/H100 row joins it
+    device = load_machine("dgx-b200").device
+    start = {k: device.efficiency_of(k) for k in ("cuda_cores", "tensor_tf32", "tensor_16bit", "memory")}
+    fitted = fit_efficiencies(data, start, classes=bench.GENERATION_CLASSES)
+    assert {k: fitted[k] for k in ("cuda_cores", "tensor_tf32")} == {k: start[k] for k in ("cuda_cores", "tensor_tf32")}
+    assert fitted["tensor_16bit"] != start["tensor_16bit"]  # the shipped H100 fraction is not Blackwell's

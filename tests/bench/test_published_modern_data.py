@@ -46,8 +46,12 @@ def test_sets_alternate_and_at_most_half_calibrate(group):
     rows = groups()[group]
     sets = [r["set"] for r in rows]
     assert 2 * sets.count("calibration") <= len(sets), group
-    # the calibration rows are every other row of the table, not picked; a table wholly held out picks none
-    assert set(sets) == {"held-out"} or all(a != b for a, b in zip(sets, sets[1:])), f"{group}: {sets}"
+    # the calibration rows are every other row of the table, not picked; a table wholly held out picks none;
+    # a row held out out of turn (a figure its publisher filed as a regression) says so and is skipped
+    out_of_turn = [any("held out out of turn" in n for n in r.get("notes", [])) for r in rows]
+    assert all(r["set"] == "held-out" for r, skip in zip(rows, out_of_turn) if skip)
+    turns = [s for s, skip in zip(sets, out_of_turn) if not skip]
+    assert set(turns) == {"held-out"} or all(a != b for a, b in zip(turns, turns[1:])), f"{group}: {sets}"
     names = [r["name"] for r in ROWS]  # a table's rows sit together, in the source's order
     first = names.index(rows[0]["name"])
     assert names[first:first + len(rows)] == [r["name"] for r in rows]

@@ -64,3 +64,16 @@ def test_help_shows_the_defaults_it_states(name, default):
     result = runner.invoke(app, [name, "--help"], env={"COLUMNS": "400"})
     assert result.exit_code == 0
     assert f"[default: {default}" in " ".join(result.output.split())
+
+
+def test_machines_lists_the_current_gpus_with_their_nvlink_domain():
+    result = runner.invoke(app, ["machines", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert {"dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x"} <= set(rows)
+    nvl72 = rows["gb200-nvl72"]
+    assert (nvl72["devices_per_node"], nvl72["devices_per_nvlink_domain"]) == (4, 72)
+    assert rows["dgx-b200"]["devices_per_nvlink_domain"] == 8
+    assert rows["mi300x"]["memory_bytes"] == 192 * 2**30
+    table = runner.invoke(app, ["machines"])
+    assert "NVLink" in table.output and "gb200-nvl72" in table.output

@@ -26,7 +26,8 @@ GOOD = {
 
 def test_every_shipped_machine_loads():
     names = shipped_machine_names()
-    assert {"dgx-h100", "dgx-a100", "dgx1-v100", "summit", "local"} <= set(names)
+    assert {"dgx-h100", "dgx-a100", "dgx1-v100", "summit", "local", "dgx-h200", "dgx-b200", "gb200-nvl72",
+            "mi300x"} <= set(names)
     machines = list_machines()
     assert [m.name for m in machines] == names
     for m in machines:
@@ -42,6 +43,54 @@ def test_dgx_h100_figures():
     assert m.device.mem_bandwidth_bytes_per_s == pytest.approx(3.35e12)
     assert 1 / m.intra.beta_s_per_byte == pytest.approx(450e9)   # 900 GB/s bidirectional
     assert 1 / m.inter.beta_s_per_byte == pytest.approx(50e9)    # 400 Gb/s per GPU
+
+
+def test_dgx_h200_figures():
+    m = load_machine("dgx-h200")
+    assert m.devices_per_node == 8 and m.domain_size == 8
+    assert m.device.mem_capacity_bytes == 141 * 2**30                      # 141 GB HBM3e
+    assert m.device.mem_bandwidth_bytes_per_s == pytest.approx(4.8e12)    # 4.8 TB/s
+    assert m.device.peak_flops["float8"] == pytest.approx(3958e12 / 2)   # 3,958 with sparsity
+
+
+def test_dgx_b200_figures():
+    m = load_machine("dgx-b200")
+    assert m.devices_per_node == 8 and m.domain_size == 8
+    assert m.device.mem_capacity_bytes == 1440 / 8 * 2**30                 # 1,440 GB a node
+    assert m.device.mem_bandwidth_bytes_per_s == pytest.approx(64e12 / 8)  # 64 TB/s a node
+    assert m.device.peak_flops["float8"] == pytest.approx(72e15 / 8 / 2)  # 72 PFLOPS sparse a node
+    assert m.device.peak_flops["bfloat16"] == pytest.approx(36e15 / 8 / 2)
+    assert 1 / m.intra.beta_s_per_byte == pytest.approx(14.4e12 / 8 / 2)  # 14.4 TB/s NVLink a node
+
+
+def test_gb200_nvl72_figures_and_domain():
+    m = load_machine("gb200-nvl72")
+    assert (m.devices_per_node, m.domain_size) == (4, 72)                  # trays of 4, 72 on NVLink
+    assert m.device.mem_bandwidth_bytes_per_s == pytest.approx(576e12 / 72)
+    assert m.device.peak_flops["float8"] == pytest.approx(720e15 / 72 / 2)
+    assert 1 / m.intra.beta_s_per_byte == pytest.approx(900e9)             # 1.8 TB/s bidirectional
+    assert m.link_for(range(16)) is m.intra                                # a TP 16 group spans 4 trays
+    assert m.link_for([0, 72]) is m.inter                                  # two racks
+
+
+def test_mi300x_figures():
+    m = load_machine("mi300x")
+    assert m.devices_per_node == 8 and m.device.mem_capacity_bytes == 192 * 2**30
+    assert m.device.mem_bandwidth_bytes_per_s == pytest.approx(5.3e12)
+    assert m.device.peak_flops["bfloat16"] == pytest.approx(1307.4e12)
+    assert m.device.peak_flops["float8"] == pytest.approx(2614.9e12)
+    assert 1 / m.intra.beta_s_per_byte == pytest.approx(896e9 / 2)         # 896 GB/s aggregate
+
+
+def test_nvlink_domain_spans_nodes():
+    m = machine_from_dict({**GOOD, "nodes": 4, "devices_per_nvlink_domain": 8}, "toy.yaml")
+    assert m.domain_size == 8 and m.devices_per_node == 4
+    assert m.link_for([3, 4]) is m.intra                                   # two nodes, one domain
+    assert m.link_for([7, 8]) is m.inter                                   # two domains
+    assert m.group_span(range(16)) == (8, 2)                               # the collective's two levels
+    assert m.same_domain(0, 7) and not m.same_domain(7, 8)
+    plain = machine_from_dict(GOOD, "toy.yaml")
+    assert plain.domain_size == 4 and plain.link_for([3, 4]) is plain.inter
 
 
 def test_dgx1_shares_four_edr_rails_among_eight_gpus():
@@ -177,6 +226,14 @@ BAD = [
     ("efficiency above one", _mutated(("device", "efficiency"), 1.5), "device.efficiency",
      "between 0.001 and 1"),
     ("link not a mapping", _mutated(("intra",), [1, 2]), "intra", "mapping"),
+    ("domain not whole nodes", _mutated(("devices_per_nvlink_domain",), 6), "devices_per_nvlink_domain",
+     "not whole nodes of 4"),
+    ("domain beyond the machine", _mutated(("devices_per_nvlink_domain",), 16), "devices_per_nvlink_domain",
+     "larger than the machine's 8"),
+    ("domain not an integer", _mutated(("devices_per_nvlink_domain",), "72"), "devices_per_nvlink_domain",
+     "positive integer"),
+    ("domain zero", _mutated(("devices_per_nvlink_domain",), 0), "devices_per_nvlink_domain",
+     "positive integer"),
 ]
 
 
@@ -234,3 +291,33 @@ def test_relative_profile_resolved_against_the_file(tmp_path):
     m = load_machine(str(path))
     assert m.profile == str(tmp_path / "tables" / "toy.json")
     assert m.source == str(path)
+
+
+def test_batched_reshards_take_the_link_of_the_domain_not_the_node():
+    """The planner's vectorised reshard costs (costmodel.layer.edge_table) and edge_estimate agree on
+    a machine whose NVLink domain spans two nodes, and a reshard inside the domain is cheaper than
+    the same one between nodes that share no domain."""
+    import random
+
+    from costmodel.layer.candidates import candidate_strategies
+    from costmodel.layer.edge import edge_estimate
+    from costmodel.layer.edge_table import reshard_times
+    from costmodel.parallel.shard import input_layout, output_layout
+    from networks.loader import load_network
+    domain = machine_from_dict({**GOOD, "nodes": 4, "devices_per_nvlink_domain": 8}, "toy.yaml")
+    nodes = machine_from_dict({**GOOD, "nodes": 4}, "toy.yaml")
+    net = load_network("gpt2")
+    by = {layer.name: layer for layer in net.layers}
+    rng = random.Random(8)
+    cheaper = 0
+    for _ in range(40):
+        u, v, slot = rng.choice(net.edges())
+        su, sv = rng.choice(candidate_strategies(by[u], 8, 8)), rng.choice(candidate_strategies(by[v], 8, 8))
+        pair = (output_layout(by[u], su, 8), input_layout(by[v], sv, 8, slot))
+        for m in (domain, nodes):
+            (t,) = reshard_times([pair], False, 4, m)
+            assert t == pytest.approx(edge_estimate(by[u], su, by[v], sv, slot, 8, m).fwd_s)
+        (in_domain,), (across,) = reshard_times([pair], False, 4, domain), reshard_times([pair], False, 4, nodes)
+        assert in_domain <= across
+        cheaper += in_domain < across
+    assert cheaper  # some reshard crosses the two nodes the domain joins

@@ -32,7 +32,8 @@ from planner.plan.plan import LayerPlan, PipelineSpec, Plan
 #: (megatron/core/transformer/transformer_config.py: num_layers, hidden_size, num_attention_heads,
 #: num_query_groups, kv_channels, ffn_hidden_size, normalization, recompute_granularity,
 #: recompute_method, recompute_num_layers, fp8 renamed --fp8-format, moe_router_topk,
-#: moe_ffn_hidden_size, moe_token_dispatcher_type), TrainingConfig and CheckpointConfig
+#: moe_ffn_hidden_size, moe_token_dispatcher_type, attention_backend: an AttnBackend of
+#: megatron/core/transformer/enums.py, flash fused unfused local auto), TrainingConfig and CheckpointConfig
 #: (megatron/training/config/training_config.py: micro_batch_size, global_batch_size, ckpt_format) and
 #: DistributedInitConfig (megatron/training/config/common_config.py: use_megatron_fsdp).
 #: Not a flag there: --virtual-pipeline-model-parallel-size (its field is excluded from the parser).
@@ -47,7 +48,7 @@ MEGATRON_FLAGS = (
     "--recompute-num-layers", "--fp16", "--bf16", "--fp8-format", "--optimizer", "--sgd-momentum",
     "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format",
     "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
-    "--moe-token-dispatcher-type",
+    "--moe-token-dispatcher-type", "--attention-backend",
 )
 GPT2_CHUNKS = ("embed", "h3.ln1", "h6.ln1", "h9.ln1")  # gpt2's 12 transformer layers, 3 a chunk
 
@@ -205,6 +206,17 @@ def test_precisions():
     fp8 = megatron_args(*make("gpt-tiny", precision="fp8"))
     assert "--bf16" in fp8 and value(fp8, "--fp8-format") == "hybrid"
     assert not {"--bf16", "--fp16"} & set(megatron_args(*make("gpt-tiny", precision="fp32")))
+
+
+def test_attention_kernels_one_backend():
+    plan, net = make("gpt-tiny")
+    assert "--attention-backend" not in megatron_args(plan, net)  # flash, dgx-a100's default: Megatron's auto
+    unfused = plan
+    for name in ("h0.attn", "h1.attn"):
+        unfused = swapped(unfused, name, algorithm="materialized")
+    assert value(megatron_args(unfused, net), "--attention-backend") == "unfused"
+    err = refusal(swapped(plan, "h1.attn", algorithm="materialized"), net)
+    assert err.layer == "h1.attn" and "one attention backend" in str(err)
 
 
 def refusal(plan: Plan, net) -> DnnplanError:

@@ -1,0 +1,53 @@
+"""`dnnplan predict --from FILE`: a framework's launch configuration predicted. Parse, one library
+call (executor.session.predict_launch), render (dnnplan.render.predict_launch)."""
+
+from __future__ import annotations
+
+from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
+from typer._click.globals import get_current_context
+
+from costmodel.step.train_time import tokens_per_step, train_time
+from dnnplan.options import token_budget
+from dnnplan.render import predict_launch as render
+from executor.session.predict_launch import launch_step
+from networks.errors import DnnplanError, short
+from networks.reading import read_text
+from planner.launch_import.formats import read_launch
+
+#: the parameters of `dnnplan predict` that go with --from (the file states the rest)
+WITH_FROM = ("from_", "network", "network_name", "devices", "machine", "profile", "foreign_profile", "as_json",
+             "tokens", "price")
+
+
+def predict_from(path: str | None, network: str | None, network_name: str | None, devices: int,
+                 machine: str | None, profile: str | None, foreign_profile: bool, as_json: bool,
+                 tokens: str | None, price: float | None) -> None:
+    """Read the launch configuration at ``path`` and print its prediction (one line for a flag that
+    the file states instead, or a network given as the positional argument)."""
+    if path is None:
+        raise DnnplanError("--network goes with --from FILE" if network_name else "give a network or a plan file",
+                           hint="dnnplan predict NETWORK ..., or dnnplan predict --from launch.sh [--network NET]")
+    if network is not None:
+        raise DnnplanError(f"{short(network)} and --from: with --from the network is --network's",
+                           hint=f"write --network {short(network)}")
+    given = _given()
+    others = [flag for name, flag in given.items() if name not in WITH_FROM]
+    if others:
+        raise DnnplanError(f"{others[0]} with --from: the file states it", file=path,
+                           hint="edit the file, or predict without --from")
+    budget = token_budget(tokens, price)
+    config = read_launch(read_text(path, "launch configuration"), path)
+    got = launch_step(config, network_name, devices if "devices" in given else None, machine, profile,
+                      foreign_profile)
+    train = None if budget is None else train_time(got.prediction.step_s, tokens_per_step(got.network, got.plan.batch),
+                                                   got.plan.devices, budget, price)
+    render.launch(got, machine, as_json, train)
+
+
+def _given() -> dict[str, str]:
+    """The command's parameters the user gave, each with the flag that gives it."""
+    click = get_current_context(silent=True)
+    if click is None:
+        return {}
+    return {p.name: (p.opts[0] if p.opts else p.name) for p in click.command.params
+            if click.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None)}

@@ -1,0 +1,102 @@
+"""Output of `dnnplan predict --from FILE`: a launch configuration's prediction, as a summary for
+people or one JSON object for scripts: what was read, the step by term, memory a device, MFU, what
+dominates, and the options that do not change the prediction."""
+
+from __future__ import annotations
+
+import json
+
+from rich.markup import escape
+
+from costmodel.machine.loading import DEFAULT_MACHINE
+from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
+from costmodel.step.pipeline import PipelinePrediction
+from dnnplan.render import fmt, tables
+from dnnplan.render.answer import comm_line, memory_mfu_line, step_line, train_line
+from executor.session.predict_launch import LaunchStep
+from planner.launch_import.formats import DESCRIPTIONS
+
+#: what a predicted memory is: the bytes the framework allocates at the peak, not what its caching
+#: allocator reserves on top (fragmentation, cached blocks), which the cost model does not price
+ALLOCATED = "allocated at the peak (the caching allocator's reserve on top is not modelled)"
+
+#: how full recomputation is priced here (docs/export.md, "The round trip")
+FULL_RECOMPUTE = ("full recomputation is priced as a plan file prices it (each recomputed layer's output kept), "
+                  "more memory than Megatron-LM's, which keeps only each transformer layer's input: `dnnplan predict "
+                  "NET --recompute full` prices that")
+
+
+def launch(got: LaunchStep, machine: str | None, as_json: bool, train=None) -> None:
+    pred, config, plan = got.prediction, got.config, got.plan
+    terms = pipeline_terms(pred) if isinstance(pred, PipelinePrediction) else step_terms(pred)
+    dominant, share = max(terms, key=lambda t: t[1])
+    if as_json:
+        print(json.dumps({
+            "file": config.path, "framework": config.framework, "network": got.network_ref,
+            "network_from": got.named_by, "devices": plan.devices, "devices_from": config.devices_from,
+            "machine": plan.machine, "batch": plan.batch, "layout": layout_json(got),
+            "step_s": pred.step_s, "step_breakdown_s": dict(terms), "dominant": dominant,
+            "memory_allocated_bytes": pred.memory_peak_bytes, "memory_reserved_bytes": None,
+            "memory_limit_bytes": got.memory_limit_bytes, "mfu": got.mfu,
+            "ignored": [{"option": i.option, "reason": i.reason} for i in config.ignored],
+            "notes": [FULL_RECOMPUTE] if config.recompute == "full" else [],
+            **({"train": train.json()} if train is not None else {})}))
+        return
+    c = tables.console
+    devices_from = "--devices" if config.devices is None else config.devices_from
+    c.print(f"[bold]{escape(config.path)}[/bold]: {DESCRIPTIONS[config.framework]}; "
+            f"{escape(got.network_ref)} ({escape(got.named_by)}) on {plan.devices} devices ({escape(devices_from)}) "
+            f"of {escape(plan.machine)}" + ("" if machine else f" (assumed, --machine not given: {DEFAULT_MACHINE})"))
+    c.print("layout: " + escape(layout_line(got)))
+    c.print(step_line(pred.step_s, terms))
+    line = comm_line(comm_parts(pred), plan.choices.overlap)
+    if line:
+        c.print(line)
+    c.print(memory_mfu_line(pred.memory_peak_bytes, got.memory_limit_bytes, got.mfu).replace(
+        " a device", " a device " + ALLOCATED, 1))
+    if pred.memory_peak_bytes > got.memory_limit_bytes:
+        c.print(f"[bold]does not fit[/bold]: {fmt.nbytes(pred.memory_peak_bytes - got.memory_limit_bytes)} over a "
+                "device's memory")
+    c.print(f"dominated by {dominant}: {share / pred.step_s:.0%} of the step" if pred.step_s > 0 else "")
+    if train is not None:
+        c.print(train_line(train))
+    if config.recompute == "full":
+        c.print(FULL_RECOMPUTE)
+    by_reason: dict[str, list[str]] = {}
+    for item in config.ignored:
+        by_reason.setdefault(item.reason, []).append(item.option)
+    if by_reason:
+        c.print(f"ignored, not changing the prediction ({len(config.ignored)}): " + escape("; ".join(
+            f"{', '.join(options)} ({reason})" for reason, options in by_reason.items())))
+
+
+def layout_line(got: LaunchStep) -> str:
+    """The layout in Megatron-Core's words, with the batch and the training choices."""
+    config, plan = got.config, got.plan
+    spec, choices = plan.pipeline, plan.choices
+    data = plan.stage_ranks // (config.tensor * config.context)
+    parts = [f"tensor {config.tensor}" + (" (sequence-parallel)" if config.sequence_parallel else ""),
+             f"context {config.context}", f"expert {config.expert}", f"data {data}"]
+    if config.stages > 1:
+        parts.append(f"pipeline {config.stages} stages" + (f" x {config.chunks} chunks (interleaved 1F1B)"
+                                                           if config.chunks > 1 else f" ({config.schedule})"))
+    micro = spec.micro_batches if spec else 1
+    parts.append(f"{micro} micro-batch{'es' if micro > 1 else ''} of {config.micro_batch} a data-parallel rank, "
+                 f"global batch {plan.batch}")
+    recompute = config.recompute if config.recompute != "full" or config.recompute_layers is None else \
+        f"full, the first {config.recompute_layers} transformer layers of each chunk"
+    parts.append(f"{choices.precision}, {choices.optimizer}, ZeRO-{choices.zero}, overlap {choices.overlap}, "
+                 f"recomputation {recompute}")
+    return "; ".join(parts)
+
+
+def layout_json(got: LaunchStep) -> dict:
+    config, plan = got.config, got.plan
+    return {"tensor": config.tensor, "context": config.context, "expert": config.expert,
+            "sequence_parallel": config.sequence_parallel, "stages": config.stages, "chunks": config.chunks,
+            "schedule": plan.pipeline.schedule if plan.pipeline else config.schedule,
+            "micro_batches": plan.pipeline.micro_batches if plan.pipeline else 1, "micro_batch": config.micro_batch,
+            "first_layers": list(plan.pipeline.first_layers) if plan.pipeline else [],
+            "precision": plan.choices.precision, "optimizer": plan.choices.optimizer, "zero": plan.choices.zero,
+            "overlap": plan.choices.overlap, "recompute": config.recompute,
+            "recompute_layers": config.recompute_layers, "attention": plan.choices.attention or None}

@@ -1,0 +1,82 @@
+"""`dnnplan predict --from FILE` as a library call: a framework's launch configuration, read by
+planner.launch_import, predicted as the plan it runs (:func:`launch_step`).
+
+The configuration becomes a plan (planner.launch_import.to_plan) on the network the file or
+``--network`` names (or the zoo network of the shape the file states), and the plan is priced by
+:func:`executor.session.predict.predict_plan`, as `dnnplan predict PLAN.yaml` prices a plan file:
+a plan exported (`dnnplan export`) and read back predicts the same step and memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from costmodel.choices.precision import get_precision
+from costmodel.machine.loading import load_machine
+from costmodel.step.pipeline import PipelinePrediction
+from costmodel.step.prediction import StepPrediction, model_flops_utilization
+from executor.session.predict import predict_plan
+from networks.errors import DnnplanError
+from networks.ir import Network
+from networks.loader import load_network
+from planner.export.megatron_model import gpt_shape
+from planner.launch_import.launch_config import LaunchConfig
+from planner.launch_import.trained_network import check_shape, network_ref
+from planner.launch_import.to_plan import launch_plan
+from planner.plan.plan import Plan
+from profiler import context
+
+
+@dataclass(frozen=True)
+class LaunchStep:
+    """A launch configuration's prediction: the configuration, the network it trains (``named_by``:
+    how it was found, in words), the plan it runs and its step."""
+
+    config: LaunchConfig
+    network_ref: str
+    named_by: str
+    network: Network
+    plan: Plan
+    prediction: StepPrediction | PipelinePrediction
+    mfu: float
+    memory_limit_bytes: float
+
+
+def launch_step(config: LaunchConfig, network: str | None, devices: int | None, machine: str | None,
+                profile: str | None = None, foreign_ok: bool = False) -> LaunchStep:
+    """``config`` predicted on ``network`` (``--network``; None: the file's, or the zoo network of the
+    shape it states), ``devices`` (``--devices``; None: the launcher's) and ``machine``; one line
+    naming the file for a world size given twice differently or not at all, or a network that does
+    not match the file."""
+    ref = network_ref(config, network)
+    named_by = ("--network" if network else "the file" if config.network
+                else "the zoo network of the shape the file states")
+    count = world_size(config, devices)
+    choices = config.choices
+    if choices.seq is not None and _own_seq(ref) == choices.seq:
+        choices = choices.but(seq=None)  # the network's own sequence: loaded as a plan of it loads it
+    config = replace(config, choices=choices)
+    ctx = context.resolve(ref, count, None, machine, profile, choices=choices, foreign_ok=foreign_ok)
+    check_shape(config, ctx.network)
+    plan = launch_plan(config, ctx.network, ref, count, ctx.machine)
+    pred = predict_plan(plan, ctx.network, ctx)
+    mfu = model_flops_utilization(ctx.network, plan.batch, pred.step_s, count, load_machine(plan.machine),
+                                  get_precision(choices.precision).matmul)
+    return LaunchStep(config, ref, named_by, ctx.network, plan, pred, mfu, ctx.machine.device.mem_capacity_bytes)
+
+
+def world_size(config: LaunchConfig, devices: int | None) -> int:
+    """The devices: ``--devices`` or the launcher's (one line when they differ, or neither says)."""
+    if devices is not None and config.devices is not None and devices != config.devices:
+        raise DnnplanError(f"--devices {devices}, and {config.devices} from {config.devices_from}", file=config.path,
+                           hint="leave --devices out, or make them agree")
+    if devices is None and config.devices is None:
+        raise DnnplanError(f"the world size is not stated: {config.devices_from}", file=config.path,
+                           hint="give --devices N")
+    return devices if devices is not None else config.devices
+
+
+def _own_seq(ref: str) -> int | None:
+    """The tokens a sequence of the network as it ships (None: not a transformer)."""
+    net = load_network(ref)
+    return gpt_shape(net).seq_length if any(layer.op == "attention" for layer in net.layers) else None

@@ -1,0 +1,219 @@
+"""Megatron-LM's arguments read back (planner.launch_import): a plan exported as Megatron's arguments
+and read again is the same plan (every layer's strategy and algorithm, the pipeline's cut, the
+training choices); a launch script's shell words (continuations, comments, variables, arrays,
+arithmetic) are read as the shell passes them; the world size comes from torchrun's line; every
+mistake is one line naming the option and the file."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+import pytest
+
+from costmodel.calls.algorithms import resolve_algorithm
+from costmodel.machine.loading import load_machine
+from networks.errors import DnnplanError
+from networks.loader import load_network, zoo_names
+from planner.export.megatron import megatron_args
+from planner.export.megatron_model import gpt_shape
+from planner.launch_import import megatron, megatron_options
+from planner.launch_import.formats import format_of, read_launch
+from planner.launch_import.shell_words import launch_command
+from planner.launch_import.to_plan import launch_plan
+from planner.launch_import.trained_network import compared, network_ref, shape_difference, zoo_network_of
+from tests.unit.planner.test_export_megatron import CASES, MEGATRON_FLAGS, make
+
+MACHINE = load_machine("dgx-a100")
+
+
+def script(args: list[str], devices: int) -> str:
+    return f"torchrun --nnodes 1 --nproc-per-node {devices} pretrain_gpt.py " + shlex.join(args) + "\n"
+
+
+def test_every_flag_the_exporter_writes_is_read():
+    assert set(MEGATRON_FLAGS) - {"--ckpt-format", "--max-position-embeddings"} <= set(megatron_options.READ)
+    assert {"--ckpt-format", "--max-position-embeddings"} <= set(megatron_options.REASON_OF)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_plan_exported_and_read_back_is_the_same_plan(case):
+    kwargs = dict(CASES[case])
+    kwargs.setdefault("overlap", "data")  # as a plan records the overlap it was priced with
+    plan, net = make(kwargs.pop("name"), **kwargs)
+    config = megatron.read(script(megatron_args(plan, net), plan.devices), "launch.sh")
+    assert config.devices == plan.devices and config.devices_from == f"torchrun --nnodes 1 x --nproc-per-node " \
+                                                                      f"{plan.devices}"
+    back = launch_plan(config, net, plan.network, plan.devices, MACHINE)
+    assert back.strategies() == plan.strategies()
+    layers = {layer.name: layer for layer in net.layers}
+    resolved = {name: resolve_algorithm(layers[name], plan.algorithms().get(name, ""), MACHINE) for name in layers}
+    assert {name: resolve_algorithm(layers[name], alg, MACHINE) for name, alg in back.algorithms().items()} == \
+        {name: alg for name, alg in resolved.items() if alg}
+    assert (back.pipeline is None) == (plan.pipeline is None) and back.pipeline == plan.pipeline
+    for name in ("precision", "optimizer", "zero", "overlap", "moe_dispatch"):
+        assert getattr(back.choices, name) == getattr(plan.choices, name), name
+    assert back.batch == plan.batch and back.devices == plan.devices
+
+
+def test_materialized_attention_comes_back():
+    plan, net = make("gpt-tiny", overlap="data")
+    for name in ("h0.attn", "h1.attn"):
+        plan = dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, algorithm="materialized")
+                                                      if lp.name == name else lp for lp in plan.layers))
+    config = megatron.read(script(megatron_args(plan, net), plan.devices), "launch.sh")
+    assert config.choices.attention == "materialized"
+    back = launch_plan(config, net, plan.network, plan.devices, MACHINE)
+    assert back.algorithms() == plan.algorithms()
+
+
+def test_a_launch_script_with_variables_arrays_and_arithmetic():
+    text = """#!/bin/bash
+# Megatron-LM's examples/gpt3 style
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+GPUS_PER_NODE=8
+NUM_NODES=2
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+CHECKPOINT_PATH=$1
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE   # one process a GPU
+    --nnodes $NUM_NODES
+)
+MODEL_ARGS=(
+    --num-layers 12 --hidden-size 768
+    --num-attention-heads 12 --seq-length 1024
+    --max-position-embeddings 1024
+)
+TP=${TP:-2}
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \\
+    ${MODEL_ARGS[@]} \\
+    --tensor-model-parallel-size $TP --sequence-parallel \\
+    --micro-batch-size 4 --global-batch-size "$((4 * WORLD_SIZE / TP))" \\
+    --bf16 --lr 6e-4 --data-path "$DATA" --save $CHECKPOINT_PATH
+"""
+    config = megatron.read(text, "train.sh")
+    assert config.devices == 16 and config.tensor == 2 and config.sequence_parallel
+    assert config.batch == 32 and config.micro_batch == 4 and config.choices.precision == "bf16"
+    assert config.shape.num_layers == 12 and config.shape.hidden_size == 768
+    assert {i.option for i in config.ignored} == {"--lr", "--data-path", "--save", "--max-position-embeddings"}
+    assert network_ref(config, None) == "gpt2"  # the zoo network of that shape
+
+
+def test_the_arguments_alone_state_no_world_size():
+    config = megatron.read("--num-layers 2 --hidden-size 64 --num-attention-heads 4\n--seq-length 32 "
+                           "--micro-batch-size 2\n", "args.txt")
+    assert config.devices is None and config.batch is None and config.devices_from == "the file states no launcher"
+    assert config.choices.precision == "fp32" and config.choices.optimizer == "adam" and config.choices.zero == 0
+    assert config.choices.overlap == "none"  # Megatron-LM overlaps nothing unless asked
+
+
+def test_a_variable_the_file_does_not_set_leaves_the_world_size_unstated():
+    words = launch_command('torchrun --nnodes "$NNODES" --nproc-per-node 8 pretrain_gpt.py --num-layers 2', "x.sh")
+    assert [w.text for w in words.launcher] == ["torchrun", "--nnodes", "$NNODES", "--nproc-per-node", "8"]
+    assert words.launcher[2].unresolved == "$NNODES" and words.script == "pretrain_gpt.py"
+    config = megatron.read('torchrun --nnodes "$NNODES" --nproc-per-node 8 pretrain_gpt.py --num-layers 2 '
+                           "--hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1", "x.sh")
+    assert config.devices is None and "$NNODES" in config.devices_from
+
+
+@pytest.mark.parametrize("launcher, devices", [
+    ("torchrun --nnodes 2:2 --nproc_per_node=8", 16), ("python -m torch.distributed.run --nproc-per-node 4", 4),
+    ("torchrun", 1), ("torchrun --nnodes 1:4 --nproc-per-node 8", None), ("torchrun --nproc-per-node gpu", None),
+    ("python", None)])
+def test_the_world_size_from_torchruns_line(launcher, devices):
+    config = megatron.read(f"{launcher} pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                           "--seq-length 32 --micro-batch-size 1", "run.sh")
+    assert config.devices == devices, config.devices_from
+
+
+def test_pipeline_options_give_each_chunks_layers():
+    base = "--num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 "
+    uneven = megatron.read(base + "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|(tt)*3,tL'",
+                           "a")
+    assert (uneven.stages, uneven.chunks, uneven.chunk_layers) == (2, 1, (1, 7))
+    virtual = megatron.read(base + "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2", "a")
+    assert (virtual.stages, virtual.chunks, virtual.chunk_layers, virtual.schedule) == (2, 2, None, "interleaved")
+    accounted = megatron.read(base + "--pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split "
+                              "--account-for-loss-in-pipeline-split", "a")
+    assert accounted.chunk_layers == (4, 4)  # 8 layers + the embedding + the loss, 5 slots a stage
+    first = megatron.read(base + "--pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 2", "a")
+    assert first.chunk_layers == (2, 3, 3)
+
+
+@pytest.mark.parametrize("extra, option, words", [
+    ("--no-such-option 3", "--no-such-option", "unknown option"),
+    ("--fp16 --bf16", "--fp16", "and --bf16 together"),
+    ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size", "does not divide the 4 attention heads"),
+    ("--global-batch-size", "--global-batch-size", "needs a value"),
+    ("--global-batch-size 8x", "--global-batch-size", "takes an integer"),
+    ("--global-batch-size 0", "--global-batch-size", "must be at least 1, got 0"),
+    ("--group-query-attention --num-query-groups -2", "--num-query-groups", "must be at least 1, got -2"),
+    ("--recompute-granularity partial", "--recompute-granularity", "unknown value 'partial'"),
+    ("--tp-comm-overlap --tensor-model-parallel-size 2 --overlap-grad-reduce", "--tp-comm-overlap",
+     "needs --sequence-parallel"),
+    ("--pipeline-model-parallel-size 3", "--pipeline-model-parallel-size", "do not split 2 layers evenly"),
+    ("--optimizer muon", "--optimizer", "muon is not priced"),
+    ("--recompute-granularity selective --recompute-method block", "--recompute-method", "Megatron-LM refuses it"),
+    ("--hidden-size 128", "--hidden-size", "given twice"),
+    ("--seq-length $SEQ", "--seq-length", "uses $SEQ, which the file does not set"),
+    ("--num-experts 4", "--moe-token-dispatcher-type", "allgather (Megatron-LM's default) is not priced"),
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|tLm", "--pipeline-model-parallel-layout",
+     "has 'm'"),
+])
+def test_mistakes_are_one_line_naming_the_option_and_the_file(extra, option, words):
+    text = ("torchrun --nproc-per-node 8 pretrain_gpt.py \\\n --num-layers 2 --hidden-size 64 \\\n"
+            f" --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 {extra}\n")
+    with pytest.raises(DnnplanError) as err:
+        megatron.read(text, "bad.sh")
+    message = str(err.value)
+    assert option in message and words in message, message
+    assert message.startswith("bad.sh:3: " if option in extra else "bad.sh: "), message  # the option's own line
+    assert "\n" not in message
+
+
+def test_a_script_that_runs_no_training_command_is_refused():
+    with pytest.raises(DnnplanError, match="no training command"):
+        launch_command("echo hello\nls\n", "x.sh")
+    with pytest.raises(DnnplanError, match="runs 2 Python scripts"):
+        launch_command("python prep.py --a 1\npython train.py --b 2\n", "x.sh")
+
+
+def test_formats_by_suffix():
+    assert format_of("run.sh") == "megatron" and format_of("args") == "megatron"
+    assert format_of("job.TOML") == "torchtitan" and format_of("ds.json") == "deepspeed"
+    with pytest.raises(DnnplanError, match="is not read yet"):
+        read_launch("{}", "ds_config.json")
+
+
+def test_the_network_is_found_by_its_shape_and_checked():
+    config = megatron.read("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
+                           "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --normalization RMSNorm "
+                           "--position-embedding-type rope --untie-embeddings-and-output-weights --seq-length 8192 "
+                           "--micro-batch-size 1", "llama.sh")
+    assert zoo_network_of(config.shape) == "llama3-8b"
+    why = shape_difference(config.shape, load_network("llama2-7b"))
+    assert why == "the file states key/value heads 8, and llama2-7b has 32"
+    with pytest.raises(DnnplanError, match="no zoo network has the shape"):
+        network_ref(megatron.read("--num-layers 3 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                                  "--micro-batch-size 1", "odd.sh"), None)
+
+
+def test_the_zoo_transformers_differ_in_shape():
+    """What finding a zoo network by the shape a file states relies on: no two share one."""
+    shapes = {}
+    for name in zoo_names():
+        net = load_network(name)
+        if any(layer.op == "attention" for layer in net.layers):
+            shapes.setdefault(tuple(compared(gpt_shape(net)).items()), []).append(name)
+    assert len(shapes) >= 10 and all(len(names) == 1 for names in shapes.values()), shapes
+
+
+def test_the_405b_launch_script_is_read_as_written():
+    path = "tests/assets/launch/llama3.1-405b.sh"
+    config = megatron.read(open(path).read(), path)
+    assert (config.devices, config.tensor, config.sequence_parallel, config.stages, config.chunks) == \
+        (2048, 8, True, 16, 1)
+    assert config.chunk_layers == (7,) + (8,) * 14 + (7,)  # 126 layers, the embedding and the loss 8 a stage
+    assert (config.batch, config.micro_batch, config.recompute) == (2048, 1, "selective")
+    assert (config.choices.precision, config.choices.zero, config.choices.overlap) == ("bf16", 1, "data")
+    assert len(config.ignored) == 24 and config.schedule == "1f1b" and network_ref(config, None) == "llama3.1-405b"

@@ -1,0 +1,76 @@
+"""Tensor groups wider than a node inside an NVLink domain (costmodel.machine.model ``domain_size``):
+llama3-70b on 64 GB200 NVL72 GPUs (trays of 4, one domain of 72) against DGX B200 nodes of 8 and
+against the same GB200 trays without their domain. The planner's candidates are not cut at the node,
+so a tensor group of 16 is weighed, and on NVL72 it is priced on NVLink."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from costmodel.comm.groups import collective_s
+from costmodel.layer.candidates import candidate_strategies
+from costmodel.layer.cost import group_time
+from costmodel.machine.loading import load_machine
+from costmodel.parallel.axes import F
+from costmodel.parallel.strategy import make_strategy
+from dnnplan.cli import app
+from networks.loader import load_network
+
+runner = CliRunner()
+NVL72 = load_machine("gb200-nvl72")
+B200 = load_machine("dgx-b200")
+
+
+def _trays_only(tmp_path) -> str:
+    """gb200-nvl72 with no NVLink domain: its trays of 4 joined by InfiniBand alone."""
+    data = yaml.safe_load(resources.files("costmodel.machine").joinpath("gb200-nvl72.yaml").read_text())
+    del data["devices_per_nvlink_domain"]
+    data["name"] = "gb200-trays"
+    path = tmp_path / "gb200-trays.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _json(args: list[str]) -> dict:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_a_tensor_group_of_16_is_weighed_and_priced_on_nvlink_inside_the_domain():
+    net = load_network("llama3-70b")
+    gate_up = next(layer for layer in net.layers if layer.name.endswith("gate_up"))
+    assert any(s.degree(F) == 16 for s in candidate_strategies(gate_up, 64, 512))  # not cut at the node
+    tp16 = make_strategy(64, {F: 16, "N": 4})
+    nbytes = 2 ** 28
+    on_nvl72 = group_time("allreduce", nbytes, tp16, (F,), NVL72)
+    assert on_nvl72 == pytest.approx(collective_s("allreduce", nbytes, 16, 1, NVL72))  # one level: NVLink
+    on_b200 = group_time("allreduce", nbytes, tp16, (F,), B200)  # two nodes of 8: InfiniBand between
+    assert on_b200 == pytest.approx(collective_s("allreduce", nbytes, 8, 2, B200))
+    assert on_b200 > 1.5 * on_nvl72
+
+
+def test_llama3_70b_with_tensor_16_on_64_gpus_is_faster_inside_the_domain(tmp_path):
+    layout = ["predict", "llama3-70b", "-p", "64", "-b", "512", "--tensor", "16", "--pipeline", "4",
+              "--micro-batches", "32", "--precision", "bf16", "--optimizer", "adam", "--json"]
+    nvl72 = _json(layout + ["-m", "gb200-nvl72"])["step_s"]
+    trays = _json(layout + ["-m", _trays_only(tmp_path)])["step_s"]
+    b200 = _json(layout + ["-m", "dgx-b200"])["step_s"]
+    assert nvl72 < 0.9 * trays  # the same GPUs: only the domain differs
+    assert nvl72 < b200 * 2250 / 2500  # more than the BF16 peaks' ratio (2.25 vs 2.5 PFLOP/s dense)
+
+
+@pytest.mark.slow
+def test_the_planner_uses_the_domain_for_llama3_70b_on_64_gpus(tmp_path):
+    plan = ["plan", "llama3-70b", "-p", "64", "-b", "512", "--precision", "bf16", "--json", "--time-limit", "60"]
+    nvl72 = _json(plan + ["-m", "gb200-nvl72"])
+    trays = _json(plan + ["-m", _trays_only(tmp_path)])
+    assert nvl72["step_s"] < trays["step_s"]
+    # all 64 GPUs in one domain: the planner's groups talk on NVLink, so its exposed communication is
+    # a small share of the step
+    assert nvl72["step_comm_s"]["exposed"] < 0.01 * nvl72["step_s"]
