@@ -59,7 +59,7 @@ def _started(launcher: dict) -> None:
     :func:`lifecycle.jobs.watch_launcher`)."""
     watch_launcher(launcher)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a forked worker inherits them held
+    _hold(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a forked worker inherits them held
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     try:
@@ -68,10 +68,15 @@ def _started(launcher: dict) -> None:
         pass
 
 
-def _ready(i: int) -> int:
-    """A worker's first task: it has started (:data:`READY_S`)."""
-    time.sleep(READY_S)
-    return i
+def _hold(how: int, signals):
+    """``signal.pthread_sigmask`` where there is one (POSIX); the mask before."""
+    return signal.pthread_sigmask(how, signals) if hasattr(signal, "pthread_sigmask") else set()
+
+
+def _ready(hold_s: float) -> float:
+    """A worker's first task: it has started (held ``hold_s``: :data:`READY_S`)."""
+    time.sleep(hold_s)
+    return hold_s
 
 
 def _read_only(mapping: MappingProxyType):
@@ -99,15 +104,17 @@ class ProcessPool:
                 context.set_forkserver_preload(list(self.preload))
             # every worker started before a stop signal is taken: one landing while a worker starts
             # would leave it half started (its traceback on stderr), the command's end would not see it
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            held = _hold(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
                 self._pool = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_started,
                                                  initargs=({LAUNCHER_ENV: launcher_env()[LAUNCHER_ENV]},))
                 atexit.register(self.close)
-                for future in [self._pool.submit(_ready, i) for i in range(self.jobs)]:
+                forked = context.get_start_method() == "fork"  # the first task forks them all at once
+                for future in [self._pool.submit(_ready, 0.0 if forked else READY_S)
+                               for _ in range(1 if forked else self.jobs)]:
                     future.result()
             finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                _hold(signal.SIG_SETMASK, held)
         return self._pool
 
     def unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
