@@ -67,14 +67,17 @@ PredictNetworkArg = Annotated[Optional[str], typer.Argument(
          "folder), an ONNX file, or a plan file (from `dnnplan plan --out`); none with --from.", show_default=False)]
 FromOpt = Annotated[Optional[str], typer.Option(
     "--from", help="Predict a framework's launch configuration: Megatron-LM's arguments as a launch script passes "
-                   "them (torchrun ... pretrain_gpt.py --flag value ...), or the arguments alone (docs/export.md).")]
+                   "them (torchrun ... pretrain_gpt.py --flag value ...), or the arguments alone; a torchtitan job "
+                   "TOML (.toml); a DeepSpeed JSON (.json) (docs/export.md).")]
 FromNetworkOpt = Annotated[Optional[str], typer.Option(
     "--network", help="With --from: the network the configuration trains, a zoo name or a spec or Hugging Face "
                       "config path \\[default: the zoo network of the model shape the file states].")]
-ExportToOpt = Annotated[str, typer.Option("--to", help="The framework whose launch arguments to write: megatron "
-                                         "(Megatron-LM's pretrain_gpt.py; torchtitan and deepspeed not yet).")]
-ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the launch command here (a shell "
-                                                     "script) instead of printing it.")]
+ExportToOpt = Annotated[str, typer.Option("--to", help="The framework to write the plan for: megatron "
+                                         "(Megatron-LM's pretrain_gpt.py arguments), torchtitan (a job TOML as its "
+                                         "0.2 releases read it) or deepspeed (ds_config.json and its launcher).")]
+ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the file here instead of printing "
+                                                     "it: Megatron-LM's launch command (a shell script), "
+                                                     "torchtitan's TOML or DeepSpeed's JSON.")]
 ProfileTargetArg = Annotated[str, typer.Argument(help="A network (zoo name or spec path), or a sweep: 'gemm' "
                                                       "(GEMM grid over --sizes) or 'conv' (3x3 conv grid).")]
 DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.",
@@ -181,11 +184,15 @@ BucketOpt = Annotated[Optional[float], typer.Option(
     "A plan file records it after the mode (overlap: data@76). \\[default: 25, DDP's]",
     callback=within("--bucket-mb", 0.001, 1e6))]
 FrameworkOpt = Annotated[str, typer.Option(
-    "--framework", help="Whose step to price: dnnplan (what `dnnplan execute` runs) or deepspeed "
-    "(DeepSpeed's ZeRO-3 as published runs of it behave: a flat-ring gather per weight tensor, one more "
-    "for the recomputed forward, gathers hidden under compute; with --zero 3 and no model parallelism; "
-    "docs/costmodel.md, DeepSpeed ZeRO-3).")]
-RuntimeOpt = Annotated[str, typer.Option("--runtime", help="The same as --framework (its earlier name).")]
+    "--framework", help="Whose step to price, as a shipped framework's name or a framework YAML "
+    "(costmodel/frameworks/*.yaml: per op, the kernels launched and their device time, the host's cost per op "
+    "and launch, CUDA graphs, overlap efficiencies, memory added, what fp32 means): ideal (the cost model's "
+    "fused kernels issued by a host that never holds the device back; the default, dnnplan's pricing before "
+    "frameworks were files), megatron, pytorch (eager), pytorch-compile, dnnplan (what `dnnplan execute` runs) "
+    "or deepspeed (DeepSpeed's ZeRO-3 as published runs of it behave, with --zero 3 and no model "
+    "parallelism). On a CPU machine the measured kernels hold the host: only the overlap applies "
+    "(docs/costmodel.md, Frameworks).")]
+RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="The same as --framework (its earlier name).")]
 ScheduleOpt = Annotated[str, typer.Option(
     "--schedule", help="Pipeline schedule: 1f1b (activations of at most as many micro-batches as stages "
     "remain), gpipe (of all of them), the same step, or interleaved (Megatron-LM's interleaved 1F1B, "
@@ -397,7 +404,7 @@ CHOICE_FLAGS: dict[str, tuple[Any, Any]] = {
     "moe_dispatch": (MoeDispatchOpt, None),
     "attention": (AttentionOpt, ""),
     "seq": (SeqOpt, None),
-    "framework": (FrameworkOpt, "dnnplan"),
+    "framework": (FrameworkOpt, "ideal"),
 }
 
 

@@ -19,6 +19,9 @@ from costmodel.choices.precision import DEFAULT_PRECISION, get_precision
 from costmodel.choices.training import TrainingChoices
 from costmodel.compute.profile_links import links_from_table
 from costmodel.compute.profiled import ProfiledCompute
+from costmodel.frameworks.framework import Framework
+from costmodel.frameworks.kernels import framework_kernels
+from costmodel.frameworks.loading import load_framework
 from networks.errors import DnnplanError
 from networks.ir import Network
 from networks.default_batch import default_batch as family_batch, SAMPLES_PER_DEVICE
@@ -38,6 +41,8 @@ class Context:
     choices: TrainingChoices = TrainingChoices()
     #: how the batch was chosen when none was given (networks.default_batch), "" when it was given
     batch_rule: str = ""
+    #: the framework whose step is priced (``choices.framework`` loaded; ``compute`` prices its kernels)
+    framework: Framework | None = None
 
 
 def default_batch(devices: int, net: Network | None = None) -> int:
@@ -65,10 +70,11 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
     mach = load_machine(machine or DEFAULT_MACHINE)
     check_machine_dispatch(choices.moe_dispatch, mach.device.kind, mach.name)
     mach.check_devices(devices)
+    framework = load_framework(choices.framework)
     compute = compute_model(mach, profile, devices, refresh, choices.precision, foreign_ok)
     rule = "" if batch else family_batch(net, devices)[1]
-    return Context(net, profiled_links(mach, compute), batch or default_batch(devices, net), devices, compute,
-                   choices, rule)
+    return Context(net, profiled_links(mach, compute), batch or default_batch(devices, net), devices,
+                   framework_kernels(compute, framework, mach), choices, rule, framework)
 
 
 def compute_model(machine: Machine, profile: str | None = None, devices: int = 1,

@@ -30,10 +30,9 @@ from networks.ir import Network
 RECOMPUTE_CHOICES = ("auto", "none", "selective", "full")
 #: the optimiser a network with attention trains with when none is named (:meth:`TrainingChoices.for_network`)
 TRANSFORMER_OPTIMIZER = "adam"
-#: the frameworks whose step the cost model prices: dnnplan's own (what `dnnplan execute` runs, each
-#: kernel priced on the device), and DeepSpeed's ZeRO-3 as published runs of it behave
-#: (costmodel.frameworks.deepspeed; `dnnplan predict` only)
-FRAMEWORKS = {"dnnplan": "what `dnnplan execute` runs", "deepspeed": "DeepSpeed's ZeRO-3"}
+#: the framework priced when none is named (a file of costmodel/frameworks: the cost model's fused
+#: kernels issued by a host that never holds the device back)
+DEFAULT_FRAMEWORK = "ideal"
 #: how a plan file records a choice: always, when it is not the default, beside what it qualifies (its
 #: own code writes it), or not at all (the plan's layers or pipeline say it)
 ALWAYS, NOT_DEFAULT, BESIDE, NEVER = "always", "not default", "beside", "never"
@@ -58,9 +57,10 @@ def _recompute(mode: str) -> str:
 
 
 def _framework(name: str) -> str:
-    if name not in FRAMEWORKS:
-        raise DnnplanError(f"unknown --framework {short(name)}", hint=f"use {' or '.join(FRAMEWORKS)}")
-    return name
+    """A framework's name or file (costmodel.frameworks.loading reads it and refuses a bad one)."""
+    if not isinstance(name, str) or not name.strip():
+        raise DnnplanError(f"bad --framework {short(str(name))}", hint="name a shipped framework or a framework YAML")
+    return name.strip()
 
 
 def _any(value: Any) -> Any:
@@ -98,8 +98,9 @@ class TrainingChoices:
     #: the network's tokens per sequence when given, None for its own (a plan file records it
     #: beside the network it qualifies)
     seq: int | None = choice(None, file=BESIDE)
-    #: a plan is dnnplan's: `dnnplan plan` prices no other framework's step, so no plan file records one
-    framework: str = choice("dnnplan", _framework)
+    #: the framework whose step is priced: a shipped framework's name or a framework file
+    #: (costmodel.frameworks); a plan file records one other than the default
+    framework: str = choice(DEFAULT_FRAMEWORK, _framework, NOT_DEFAULT)
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self):

@@ -34,8 +34,11 @@ Per layer, the collectives that overlap a pass share that pass's compute as thei
 next layer's in the schedule, taken equal to the layer's own: a stack of equal blocks): together
 they are exposed by ``max(0, link - window)``, shared in proportion to their link times. So a
 layer never takes less than its compute or than its communication alone, nor does the step; the
-model assumes the two do not slow each other (no contention for memory bandwidth or SMs). The
-solver's objective stays the predicted step: the overlap is in each layer's own cost.
+model assumes the two do not slow each other (no contention for memory bandwidth or SMs) unless a
+framework states an efficiency ``e`` for the overlap (``Overlap.efficiency``, from a framework
+file: the share of the hideable time its implementation hides): then each collective is exposed by
+``link_c (1 - e_c min(link, window) / link)``, never less than with ``e = 1``. The solver's
+objective stays the predicted step: the overlap is in each layer's own cost.
 """
 
 from __future__ import annotations
@@ -66,6 +69,14 @@ class Overlap:
     mode: str = "none"
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     experts: bool = False  # the expert all-to-alls under another micro-batch's opposite pass
+    #: per overlap (``data``, ``tensor``, ``experts``), the share of the hideable time hidden (a
+    #: framework's; 1 where it names none)
+    efficiency: tuple[tuple[str, float], ...] = ()
+
+    def efficiency_of(self, purpose: str) -> float:
+        """The efficiency of the overlap a collective of ``purpose`` hides under."""
+        which = ("tensor" if purpose in TENSOR_PURPOSES else "experts" if purpose in EXPERT_PURPOSES else "data")
+        return dict(self.efficiency).get(which, 1.0)
 
     @property
     def spec(self) -> str:
@@ -187,5 +198,8 @@ def overlapped(comms, layer, windows: dict[str, float], overlap: Overlap, front:
             out.append(dataclasses.replace(c, seconds=c.link_time, link_s=None))
         else:
             share = max(0.0, link[w] - windows[w]) / link[w] if link[w] > 0 else 0.0
+            eff = overlap.efficiency_of(c.purpose)
+            if eff < 1.0 and link[w] > 0:  # a framework's overlap hides only a share of what it could
+                share = 1.0 - eff * min(link[w], windows[w]) / link[w]
             out.append(dataclasses.replace(c, seconds=c.link_time * share, link_s=c.link_time))
     return tuple(out)

@@ -129,7 +129,7 @@ def resolve_auto(data: dict[str, Any], facts: HostFacts) -> dict[str, Any]:
     return out
 
 
-def _line_of(text: str, dotted: str | None) -> int | None:
+def line_of(text: str, dotted: str | None) -> int | None:
     """1-based line of the deepest key of ``dotted`` (``device.peak_tflops.float32``) in ``text``."""
     if not dotted:
         return None
@@ -158,7 +158,7 @@ def machine_from_yaml(text: str, source: str) -> Machine:
     try:
         return machine_from_dict(data, source)
     except DnnplanError as err:
-        raise err.located(file=source, line=_line_of(text, err.field)) from None
+        raise err.located(file=source, line=line_of(text, err.field)) from None
 
 
 def _has_auto(data: dict[str, Any]) -> bool:

@@ -10,7 +10,8 @@ and the same plan measured can be read side by side:
   gathers), after the backward pass;
 - ``update``: the optimiser's update of every weight;
 - where the executor's prediction adds them: ``between kernels`` (its own time per layer pass),
-  ``waiting for the slowest rank`` and ``code around collectives``;
+  ``waiting for the slowest rank`` and ``code around collectives``; where a framework's host or
+  launches hold the device back, ``host and launches`` (costmodel.frameworks.host_calls);
 - for a pipelined step, the forward and backward of the slowest stage times the micro-batches,
   its ``pipeline sends``, the ``bubble`` (fill and drain) and the gradient sync and update of the
   stage that takes longest for them (``costmodel.step.pipeline``).
@@ -29,7 +30,7 @@ from costmodel.step.prediction import StepPrediction
 #: the terms in the order they are printed (name, StepPrediction attribute)
 TERMS = (("forward", "fwd_s"), ("backward", "bwd_s"), ("gradient sync", "sync_s"), ("update", "update_s"),
          ("between kernels", "dispatch_s"), ("waiting for the slowest rank", "wait_s"),
-         ("code around collectives", "collective_code_s"))
+         ("code around collectives", "collective_code_s"), ("host and launches", "host_s"))
 #: the terms every breakdown shows, even at zero
 CORE = ("forward", "backward", "gradient sync", "update")
 

@@ -11,6 +11,8 @@ what overlaps compute is in ``costmodel.comm.overlap``; none on the executor's C
          + the executor's own time per layer pass (Python between kernels; LayerEstimate.dispatch_s)
          + on P ranks sharing a computer, the time they wait for the slowest (StepPrediction.wait_s,
            measured per second of work on a probe; added by the executor's prediction)
+         + on a GPU, what the framework's host and kernel launches add beyond the device's kernels
+           (StepPrediction.host_s: the step's calls on the host timeline, costmodel.frameworks.host_calls)
 
 Gradient accumulation (``micro_batches`` m, the schedule frameworks run without a pipeline:
 PyTorch's ``no_sync``, Megatron-Core's ``num_microbatches``): every layer is priced at the
@@ -91,6 +93,13 @@ class StepPrediction:
     # samples, run that many times a step; the gradient sync and update once (module docstring)
     micro_batches: int = 1
     overlap: str = "none"  # which collectives hide under compute (costmodel.comm.overlap's mode)
+    # what the framework's host and launches add to the step beyond the device's kernels, and the
+    # layers whose passes the host holds back (costmodel.frameworks.host_calls; 0 and none: an idle host)
+    host_s: float = 0.0
+    host_bound: tuple[str, ...] = ()
+    # what the framework holds beyond the tensors: context, communicator buffers and the caching
+    # allocator's reserve (costmodel.frameworks.framework.FrameworkMemory)
+    framework_bytes: int = 0
 
     def _comm(self, time) -> float:
         """``time(comm)`` summed over the step's collectives: a pass's each micro-batch, the sync once."""
@@ -142,7 +151,7 @@ class StepPrediction:
 
     @property
     def step_s(self) -> float:
-        return self.work_s + self.wait_s + self.collective_code_s
+        return self.work_s + self.wait_s + self.collective_code_s + self.host_s
 
     @property
     def activation_bytes(self) -> int:
@@ -191,6 +200,8 @@ class StepPrediction:
             del out["fp8"]
         out["activations"], out["transient"], out["grads"] = self._held()
         out["transient"] += self.recompute_bytes
+        if self.framework_bytes:
+            out["framework"] = self.framework_bytes
         return out
 
 
@@ -273,7 +284,8 @@ def prediction_json(pred: StepPrediction) -> dict:
         "micro_batches": pred.micro_batches, "micro_batch": pred.micro_batch,
         "step_s": pred.step_s, "fwd_s": pred.fwd_s, "bwd_s": pred.bwd_s, "grad_sync_s": pred.sync_s,
         "update_s": pred.update_s, "dispatch_s": pred.dispatch_s, "wait_s": pred.wait_s,
-        "collective_code_s": pred.collective_code_s, "overlap": pred.overlap,
+        "collective_code_s": pred.collective_code_s, "host_s": pred.host_s, "host_bound_layers": list(pred.host_bound),
+        "overlap": pred.overlap,
         "comm_exposed_s": pred.comm_exposed_s, "comm_overlapped_s": pred.comm_overlapped_s,
         "memory_peak_bytes": pred.memory_peak_bytes,
         "memory_parts_bytes": pred.memory_parts,

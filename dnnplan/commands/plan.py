@@ -58,7 +58,8 @@ def check_flags(solver: str, sweep: str | None, plot: str | None, pipelined_swee
         raise DnnplanError("--pipeline plans cannot be swept yet", hint="drop --sweep, or plan without --pipeline")
 
 
-@takes_choices("precision", "optimizer", "zero", "overlap", "bucket_mb", "batch_norm", "moe_dispatch", "seq")
+@takes_choices("precision", "optimizer", "zero", "overlap", "bucket_mb", "batch_norm", "moe_dispatch", "seq",
+               "framework")
 def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None,
          machine: MachineOpt = None, profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None,
          solver: SolverOpt = "auto", time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None,

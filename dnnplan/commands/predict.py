@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from costmodel.choices.training import FRAMEWORKS, TrainingChoices
+from costmodel.choices.training import TrainingChoices
 from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.commands.predict_from import predict_from
 from dnnplan.output import check_outputs
@@ -17,7 +17,7 @@ from dnnplan.render.messages import warn
 from executor.session import predict as predicting
 from executor.session.predict import LayerSplits
 from planner.plan.plan_file import is_plan_file, write_plan
-from networks.errors import DnnplanError, short
+from networks.errors import DnnplanError
 from profiler import context
 
 
@@ -54,7 +54,7 @@ def predict(network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy
             choices: TrainingChoices = TrainingChoices(), tensor: TensorOpt = 1,
             sequence_parallel: SequenceParallelOpt = False, context_: ContextOpt = 1, expert: ExpertOpt = 1,
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
-            chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = "dnnplan",
+            chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = None,
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
             foreign_profile: ForeignProfileOpt = False, out: PlanOutOpt = None, force: ForceOpt = False,
             tokens: TokensOpt = None, price: PriceOpt = None, from_: FromOpt = None,
@@ -75,10 +75,11 @@ def predict(network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy
     reduced and the weights updated once a step.
 
     With --from FILE, predicts a framework's launch configuration instead: Megatron-LM's arguments
-    as a launch script passes them (docs/export.md, "Importing a launch configuration"), on the
-    network --network names (else the zoo network of the model shape the file states), the devices
-    torchrun's line states (else --devices) and --machine; it prints the step, memory per device, MFU,
-    what dominates and the options that do not change the prediction.
+    as a launch script passes them, a torchtitan job TOML (.toml) or a DeepSpeed JSON (.json)
+    (docs/export.md, "Importing a launch configuration"), on the network --network names (else the
+    one the file names, or the zoo network of the model shape it states), the devices the file states
+    (else --devices) and --machine; it prints the step, memory per device, MFU, what dominates and
+    the options that do not change the prediction.
     """
     budget = token_budget(tokens, price)
     if from_ is not None or network is None or network_name is not None:
@@ -96,15 +97,15 @@ def predict(network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy
                                 train(got.network, got.plan.batch, got.plan.devices, got.prediction.step_s))
     splits = LayerSplits(strategy, tensor, sequence_parallel, context_, expert)
     choices, flag = framework_of(choices, runtime)
-    check_options(splits.megatron, strategy, out, force, choices.framework, pipeline, micro_batches)
-    check_framework(choices, flag, tensor, pipeline, sequence_parallel, strategy)
     ctx = context.resolve(network, devices, batch, machine, profile, choices=choices.but(recompute=recompute,
                           schedule=schedule), foreign_ok=foreign_profile, network_defaults=True)
+    check_options(splits.megatron, strategy, out, force, ctx.framework.step, pipeline, micro_batches)
+    check_framework(ctx.framework.step, choices, flag, tensor, pipeline, sequence_parallel, strategy)
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
     train(ctx.network, ctx.batch, ctx.devices, 0.0)  # a budget of tokens for a network of none: one line, now
     for line in ctx.choices.idle(ctx.network):
         warn(line)
-    if choices.framework == "deepspeed":
+    if ctx.framework.step == "zero3":
         step, fallbacks, micro = predicting.deepspeed_step(ctx, micro_batches)
         return render.deepspeed(ctx, step, fallbacks, micro, micro_batches, as_json,
                                 train(ctx.network, ctx.batch, ctx.devices, step.step_s))
@@ -122,39 +123,39 @@ def predict(network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy
             tables.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {ctx.devices}`)")
 
 
-def framework_of(choices: TrainingChoices, runtime: str) -> tuple[TrainingChoices, str]:
+def framework_of(choices: TrainingChoices, runtime: str | None) -> tuple[TrainingChoices, str]:
     """The choices with the framework ``--runtime`` (the earlier name of ``--framework``) names, and
-    the flag that named it (one line for an unknown one, or two that differ)."""
-    if runtime == "dnnplan":
+    the flag that named it (one line for two that differ; the framework itself is read, and a bad
+    one refused, with the context)."""
+    if runtime is None:
         return choices, "--framework"
-    if runtime not in FRAMEWORKS:
-        raise DnnplanError(f"unknown --runtime {short(runtime)}", hint="use dnnplan or deepspeed")
     if "framework" in choices.given and choices.framework != runtime:
         raise DnnplanError(f"--runtime {runtime} and --framework {choices.framework} name different frameworks",
                            hint="give --framework alone")
-    return choices.but(framework=runtime), "--runtime"
+    return choices.but(framework=runtime, given=choices.given | {"framework"}), "--runtime"
 
 
-def check_options(megatron: bool, strategy: str, out: str | None, force: bool, framework: str, pipeline: int,
+def check_options(megatron: bool, strategy: str, out: str | None, force: bool, step: str, pipeline: int,
                   micro_batches: int) -> None:
-    """Options that exclude each other (one line each); --out writes a plan without pipeline, of
-    dnnplan's own runtime."""
+    """Options that exclude each other (one line each); --out writes a plan without pipeline, of a
+    framework whose step is its layers' (``step``: the framework's, costmodel.frameworks.framework)."""
     if megatron and strategy != "data":
         raise DnnplanError("--tensor (--context, --expert) and --strategy both give the layers' splits",
                            hint="give one: --tensor T splits the batch over the devices it leaves")
     if not out:
         return
-    if pipeline > 1 or micro_batches > 1 or framework != "dnnplan":
-        raise DnnplanError("--out writes a plan without pipeline or micro-batches, for dnnplan's runtime",
-                           hint="drop --pipeline, --micro-batches and --runtime, or plan a pipeline with "
+    if pipeline > 1 or micro_batches > 1 or step != "layers":
+        raise DnnplanError("--out writes a plan without pipeline or micro-batches, of a framework that runs "
+                           "layer by layer", hint="drop --pipeline, --micro-batches and a ZeRO-3 --framework, or plan a pipeline with "
                                 "`dnnplan plan --pipeline S --out FILE`")
     check_outputs({"--out": out}, force)
 
 
-def check_framework(choices: TrainingChoices, flag: str, tensor: int, pipeline: int, sequence_parallel: bool,
-                    strategy: str) -> None:
-    """One line for a framework the options cannot run under (``flag``: the flag that named it)."""
-    if choices.framework == "deepspeed" and (choices.zero != 3 or tensor > 1 or pipeline > 1 or sequence_parallel
+def check_framework(step: str, choices: TrainingChoices, flag: str, tensor: int, pipeline: int,
+                    sequence_parallel: bool, strategy: str) -> None:
+    """One line for a framework the options cannot run under (``flag``: the flag that named it;
+    ``step``: how the framework composes the step)."""
+    if step == "zero3" and (choices.zero != 3 or tensor > 1 or pipeline > 1 or sequence_parallel
                                              or strategy != "data"):
-        raise DnnplanError(f"{flag} deepspeed prices DeepSpeed's ZeRO-3 over every device, without model parallelism",
+        raise DnnplanError(f"{flag} {choices.framework} prices DeepSpeed's ZeRO-3 over every device, without model parallelism",
                            hint="give --zero 3, and no --tensor, --pipeline, --sequence-parallel or --strategy")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from dnnplan.render.console import Console
@@ -17,10 +18,7 @@ def launch_script(plan: Plan, plan_path: str, script: str, args: list[str], sour
     """The plan's prediction as a comment (when it carries one), what is left to set, and the launcher
     with ``script`` and one flag (and its values, shell-quoted) a line, each line but the last
     continued by a backslash."""
-    lines = []
-    if plan.step_s > 0:
-        lines.append(f"# dnnplan: predicted step {plan.step_s:.4g} s on {plan.devices} devices of {plan.machine}")
-    lines.append(f"# from {plan_path} ({plan.network_name}); option names as in {source}")
+    lines = prediction_lines(plan, plan_path, source, "option names")
     lines.append(f"# set NNODES x GPUS_PER_NODE = {plan.devices}, and add the data, tokenizer and checkpoint arguments")
     flags: list[list[str]] = []
     for arg in args:
@@ -36,5 +34,65 @@ def show(text: str) -> None:
     console.print(text, markup=False, emoji=False, end="")
 
 
-def wrote_line(out: str, framework: str, count: int) -> None:
-    console.print(f"wrote {out} ({framework}: {count} arguments)", markup=False, emoji=False)
+def wrote_line(out: str, framework: str, holds: str, launch: str | None = None) -> None:
+    """``wrote FILE (framework: what it holds)``, and the line that launches it when the file is not a script."""
+    console.print(f"wrote {out} ({framework}: {holds})", markup=False, emoji=False)
+    if launch:
+        console.print(f"launch: {launch}", markup=False, emoji=False)
+
+
+def prediction_lines(plan: Plan, plan_path: str, source: str, names: str) -> list[str]:
+    """The comment lines every exported file starts with: the plan's prediction (when it carries
+    one) and where its ``names`` (options, keys) were read."""
+    lines = []
+    if plan.step_s > 0:
+        lines.append(f"# dnnplan: predicted step {plan.step_s:.4g} s on {plan.devices} devices of {plan.machine}")
+    lines.append(f"# from {plan_path} ({plan.network_name}); {names} as in {source}")
+    return lines
+
+
+def toml_value(value) -> str:
+    """A TOML value: a string (JSON's escapes are TOML's basic string's), a bool, a number, a list."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def torchtitan_toml(plan: Plan, plan_path: str, sections: dict, source: str, flavor_note: str | None) -> str:
+    """torchtitan's job TOML: what it comes from, how to launch it, then a section a block."""
+    lines = prediction_lines(plan, plan_path, source, "keys")
+    lines.append(f"# launch on NNODES x GPUS_PER_NODE = {plan.devices} devices: torchrun --nnodes \"$NNODES\" "
+                 "--nproc-per-node \"$GPUS_PER_NODE\" -m torchtitan.train --job.config_file THIS_FILE")
+    lines.append("# add the dataset, the tokenizer ([model] hf_assets_path), the learning rate, steps and checkpoints")
+    if flavor_note:
+        lines.append(f"# {flavor_note}")
+    for name, keys in sections.items():
+        lines += ["", f"[{name}]"] + [f"{key} = {toml_value(value)}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def deepspeed_launcher(devices: int, per_node: int | None, config_path: str, script: str) -> str:
+    """DeepSpeed's launcher line: the devices a node and the nodes when the machine says them."""
+    if per_node is None:
+        gpus, nodes = '"$GPUS_PER_NODE"', '"$NNODES"'
+    else:
+        gpus, nodes = str(min(per_node, devices)), str(max(1, devices // per_node))
+    return (f"deepspeed --num_gpus {gpus} --num_nodes {nodes} {script} --deepspeed "
+            f"--deepspeed_config {shlex.quote(config_path)}")
+
+
+def deepspeed_script(plan: Plan, plan_path: str, config: dict, source: str, launcher: str, config_path: str) -> str:
+    """A shell script: the configuration written to ``config_path`` by a here-document, then the launcher."""
+    lines = prediction_lines(plan, plan_path, source, "keys")
+    lines.append("# train.py: your script (deepspeed.initialize with args.deepspeed_config); a multi-node run "
+                 "also needs a hostfile")
+    lines += [f"cat > {shlex.quote(config_path)} <<'EOF'", deepspeed_json(config).rstrip("\n"), "EOF", launcher]
+    return "\n".join(lines) + "\n"
+
+
+def deepspeed_json(config: dict) -> str:
+    return json.dumps(config, indent=2) + "\n"

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from costmodel.step.breakdown import step_terms
 from costmodel.calls.algorithms import RECOMPUTE, attention_default, kernel_algorithm
+from costmodel.choices.training import DEFAULT_FRAMEWORK
 from costmodel.comm.overlap import resolve_overlap
 from costmodel.step.pipeline import pipeline_json
 from dnnplan.render import fmt
@@ -62,6 +63,9 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
         console.print(escape(facts.zero_why))
     if (line := assumptions_line(facts)) is not None:
         console.print(line)
+    if plan.choices.framework != DEFAULT_FRAMEWORK:
+        console.print(f"framework: {plan.choices.framework} (its kernels priced per layer)", markup=False,
+                      emoji=False)
     detailed = layers or facts.layers <= SMALL_NETWORK
     if got is None:
         if facts.timed:

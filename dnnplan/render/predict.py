@@ -22,12 +22,25 @@ def step(ctx: Context, got: Predicted, layers: bool, as_json: bool, train=None) 
     token budget's time and cost (costmodel.step.train_time.TrainTime)."""
     pred = got.prediction
     if as_json:
-        print(json.dumps({**prediction_json(pred), "fallbacks": [f.__dict__ for f in got.fallbacks],
-                          "mfu": got.mfu, **_train(train)}))
+        print(json.dumps({**prediction_json(pred), "framework": ctx.choices.framework,
+                          "fallbacks": [f.__dict__ for f in got.fallbacks], "mfu": got.mfu, **_train(train)}))
         return
     tables.prediction_table(pred, got.fallbacks, got.mfu, layers or len(pred.layers) <= SMALL_NETWORK,
                             ctx.machine.device.mem_capacity_bytes)
+    framework_line(ctx, pred)
     _train_line(train)
+
+
+def framework_line(ctx: Context, pred) -> None:
+    """The framework whose step is priced, and the layers its host holds back."""
+    fw = ctx.framework
+    if fw is None:
+        return
+    line = f"framework: {ctx.choices.framework} ({fw.about})"
+    if pred.host_bound:
+        names = ", ".join(pred.host_bound[:4]) + (", ..." if len(pred.host_bound) > 4 else "")
+        line += f"; host-bound: {len(pred.host_bound)} of {len(pred.layers)} layers ({names})"
+    tables.console.print(line, markup=False, emoji=False)
 
 
 def pipelined(got: Predicted, as_json: bool, train=None) -> None:

@@ -22,7 +22,8 @@ console = Console(highlight=False, width=min(WIDTH, Console().width) if sys.stdo
 MEMORY_WORDS = {"weights": "weights", "grads": "gradients", "master": "master weights",
                 "optimizer": "optimiser state", "fp8": "FP8 weight copies and scaling",
                 "activations": "activations kept",
-                "transient": "largest transient (workspace, gradients in flight)"}
+                "transient": "largest transient (workspace, gradients in flight)",
+                "framework": "the framework's own (CUDA context, communicator buffers, allocator reserve)"}
 
 
 def memory_line(parts: dict[str, int]) -> str:

@@ -20,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel.calls.algorithms import recompute_algorithms
-from costmodel.comm.overlap import overlap_with_bucket
+from costmodel.comm.overlap import overlap_with_bucket, resolve_overlap
 from costmodel.compute.model import OnDemand
 from costmodel.machine.loading import load_machine
+from costmodel.frameworks.as_run import framework_overlap, step_as_run
 from costmodel.frameworks.deepspeed import Zero3Step, zero3_step
 from costmodel.frameworks.megatron import megatron_strategies
 from costmodel.frameworks.uniform import Fallback, uniform_strategies
@@ -93,17 +94,29 @@ def step(ctx: Context, splits: LayerSplits, micro_batches: int = 1) -> Predicted
     micro-batches accumulating the gradients; with the same step without recomputation beside it
     when the choices recompute."""
     choices = ctx.choices
-    overlap = overlap_with_bucket(choices.overlap or None, ctx.machine, choices.bucket_mb)
+    overlap = overlap_of(ctx)
     strategies, fallbacks = splits.strategies(ctx.network, ctx.devices, micro_batch(ctx.batch, micro_batches))
-    pred = predict_step(ctx.network, ctx.batch, strategies, algorithms(ctx), ctx.machine, ctx.compute,
-                        choices.sharded_optimizer, checkpoints=choices.recompute == "full",
-                        micro_batches=micro_batches, overlap=overlap)
+    pred = as_run(ctx, predict_step(ctx.network, ctx.batch, strategies, algorithms(ctx), ctx.machine, ctx.compute,
+                                    choices.sharded_optimizer, checkpoints=choices.recompute == "full",
+                                    micro_batches=micro_batches, overlap=overlap))
     plain = None
     if choices.recompute != "none":
-        plain = predict_step(ctx.network, ctx.batch, strategies, recompute_algorithms(ctx.network, "none"),
-                             ctx.machine, ctx.compute, choices.sharded_optimizer,
-                             micro_batches=pred.micro_batches, overlap=pred.overlap)
+        plain = as_run(ctx, predict_step(ctx.network, ctx.batch, strategies, recompute_algorithms(ctx.network, "none"),
+                                         ctx.machine, ctx.compute, choices.sharded_optimizer,
+                                         micro_batches=pred.micro_batches, overlap=overlap))
     return Predicted(pred, tuple(fallbacks), mfu(ctx, pred.step_s), plain)
+
+
+def overlap_of(ctx: Context):
+    """The overlap the choices name (the machine's default where none), at the framework's efficiencies."""
+    got = overlap_with_bucket(ctx.choices.overlap or None, ctx.machine, ctx.choices.bucket_mb)
+    return got if ctx.framework is None else framework_overlap(got, ctx.framework)
+
+
+def as_run(ctx: Context, pred: StepPrediction) -> StepPrediction:
+    """``pred`` as ``ctx``'s framework runs it: its host time and the memory it adds
+    (costmodel.frameworks.as_run)."""
+    return pred if ctx.framework is None else step_as_run(pred, ctx.network, ctx.framework, ctx.machine)
 
 
 def pipelined(ctx: Context, splits: LayerSplits, stages: int, micro_batches: int, chunks: int = 1) -> Predicted:
@@ -111,7 +124,7 @@ def pipelined(ctx: Context, splits: LayerSplits, stages: int, micro_batches: int
     (costmodel.step.pipeline), in the choices' schedule; full recomputation from each block's input
     (costmodel.memory.recompute)."""
     choices = ctx.choices
-    overlap = overlap_with_bucket(choices.overlap or None, ctx.machine, choices.bucket_mb)
+    overlap = overlap_of(ctx)
     algos = algorithms(ctx)
     fallbacks: list[Fallback] = []
 
@@ -196,8 +209,11 @@ def predict_plan(plan: Plan, net: Network, ctx: Context) -> StepPrediction | Pip
     it), priced on ``ctx``'s machine and compute model: its pipeline as cut, else one step."""
     if plan.pipeline is not None:
         return predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute)
-    return predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
-                        plan.choices.sharded_optimizer, overlap=plan.choices.overlap)
+    overlap = resolve_overlap(plan.choices.overlap or None, ctx.machine)
+    if ctx.framework is not None:  # the framework's overlap efficiencies, host time and memory
+        overlap = framework_overlap(overlap, ctx.framework)
+    return as_run(ctx, predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
+                                    plan.choices.sharded_optimizer, overlap=overlap))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,20 @@ MEGATRON_SCHEDULES = ("1f1b", INTERLEAVED)
 
 
 @dataclass(frozen=True)
+class Target:
+    """A framework that runs one layout on every layer, as its refusals name it: ``name``, its
+    transformer model (``model``: what a layer must belong to) and the pipeline schedules it runs."""
+
+    name: str
+    model: str
+    schedules: tuple[str, ...]
+
+
+#: Megatron-LM's pretrain_gpt.py and its GPT model
+MEGATRON = Target("Megatron-LM", "Megatron-LM's GPT model", MEGATRON_SCHEDULES)
+
+
+@dataclass(frozen=True)
 class MegatronLayout:
     """A plan's layout as Megatron-LM's degrees: tensor, context and expert (``expert_folded``: the
     experts split over data x tensor ranks, Megatron-Core's expert tensor-parallel degree 1), the
@@ -68,27 +82,28 @@ def degree(strategy: Strategy, axis) -> int:
     return out
 
 
-def gpt_layers(net: Network) -> list[Layer]:
-    """``net``'s layers, refused unless Megatron's GPT model holds each (one line naming the first that
-    it does not) and the network has attention."""
+def gpt_layers(net: Network, target: Target = MEGATRON) -> list[Layer]:
+    """``net``'s layers, refused unless the target's transformer model holds each (one line naming the
+    first that it does not) and the network has attention."""
     for layer in net.layers:
         if layer.op not in GPT_OPS:
-            raise DnnplanError(f"{layer.op} is not a layer of Megatron-LM's GPT model (pretrain_gpt.py trains "
-                               "transformers)", layer=layer.name, hint="export a transformer's plan")
+            raise DnnplanError(f"{layer.op} is not a layer of {target.model} ({target.name} trains transformers)",
+                               layer=layer.name, hint="export a transformer's plan")
     if not any(layer.op == "attention" for layer in net.layers):
-        raise DnnplanError(f"{net.name} has no attention layer: Megatron-LM's GPT model is a transformer",
+        raise DnnplanError(f"{net.name} has no attention layer: {target.model} is a transformer",
                            layer=net.layers[0].name, hint="export a transformer's plan")
     inside = [i for i, layer in enumerate(net.layers) if block_of(layer) is not None]
     for layer in net.layers[inside[0]:inside[-1]] if inside else ():
         if block_of(layer) is None:
-            raise DnnplanError("lies between transformer layers, where Megatron-LM's GPT model holds none",
+            raise DnnplanError(f"lies between transformer layers, where {target.model} holds none",
                                layer=layer.name)
     return list(net.layers)
 
 
-def megatron_layout(plan: Plan, net: Network) -> MegatronLayout:
-    """The plan's Megatron layout (module docstring), or one line naming the layer Megatron cannot run."""
-    layers = gpt_layers(net)
+def megatron_layout(plan: Plan, net: Network, target: Target = MEGATRON) -> MegatronLayout:
+    """The plan's Megatron layout (module docstring), or one line naming the layer ``target`` (Megatron-LM,
+    or another framework that runs Megatron's layout) cannot run."""
+    layers = gpt_layers(net, target)
     strategies = plan.strategies()
     attention = next(layer for layer in layers if layer.op == "attention")
     tensor, context = degree(strategies[attention.name], TENSOR), degree(strategies[attention.name], CONTEXT)
@@ -104,16 +119,16 @@ def megatron_layout(plan: Plan, net: Network) -> MegatronLayout:
     for layer in layers:
         got = strategies[layer.name]
         if got != want[layer.name]:
-            raise DnnplanError(f"split {got.label}, where Megatron-LM's layout of tensor {tensor}, context "
+            raise DnnplanError(f"split {got.label}, where {target.name}'s layout of tensor {tensor}, context "
                                f"{context}, expert {expert} splits it {want[layer.name].label}"
                                f"{_differences(got, want[layer.name])}", layer=layer.name,
-                               hint="Megatron-LM runs one layout on every layer: export a plan of `dnnplan predict "
-                                    "NET --tensor T [--context C] [--expert E] --out FILE`")
+                               hint=f"{target.name} runs one layout on every layer: export a plan of `dnnplan "
+                                    "predict NET --tensor T [--context C] [--expert E] --out FILE`")
     data = ranks // (tensor * context)
     if micro % data:
         raise DnnplanError(f"a micro-batch of {micro} samples does not split over {data} data-parallel ranks",
                            layer=attention.name, hint="re-plan with a batch a multiple of the data-parallel degree")
-    stages, chunks, blocks = _pipeline(plan, net)
+    stages, chunks, blocks = _pipeline(plan, net, target)
     return MegatronLayout(tensor, context, expert, expert > data, sequence_parallel, data, stages, chunks, blocks,
                           micro // data, plan.batch)
 
@@ -125,29 +140,29 @@ def _differences(got: Strategy, want: Strategy) -> str:
     return f" ({'; '.join(out)})" if out else ""
 
 
-def _pipeline(plan: Plan, net: Network) -> tuple[int, int, tuple[tuple[str, ...], ...]]:
+def _pipeline(plan: Plan, net: Network, target: Target) -> tuple[int, int, tuple[tuple[str, ...], ...]]:
     """(stages, model chunks a device, transformer layers in each chunk), the cut checked: whole
     transformer layers in each chunk, the layers before the first in the first chunk and those after
-    the last in the last (:func:`gpt_layers` has refused any between them); a schedule Megatron runs."""
+    the last in the last (:func:`gpt_layers` has refused any between them); a schedule ``target`` runs."""
     pipe = plan.pipeline
     if pipe is None:
         return 1, 1, (blocks_of(net.layers),)
-    if pipe.schedule not in MEGATRON_SCHEDULES:
-        raise DnnplanError(f"Megatron-LM has no {pipe.schedule} pipeline schedule (it runs "
-                           f"{' and '.join(MEGATRON_SCHEDULES)})", layer=pipe.first_layers[0],
+    if pipe.schedule not in target.schedules:
+        raise DnnplanError(f"{target.name} has no {pipe.schedule} pipeline schedule (it runs "
+                           f"{' and '.join(target.schedules)})", layer=pipe.first_layers[0],
                            hint="re-plan with --schedule 1f1b")
     chunks = cut_at(net, pipe.first_layers)
     seen: set[str] = set()
     for i, chunk in enumerate(chunks):
         if block_of(chunk[0]) in seen:
             raise DnnplanError(f"pipeline chunk {i + 1} starts inside transformer layer {block_of(chunk[0])}: "
-                               "Megatron-LM cuts stages between whole transformer layers", layer=chunk[0].name,
+                               f"{target.name} cuts stages between whole transformer layers", layer=chunk[0].name,
                                hint="re-plan, or edit the plan's pipeline first_layers to open transformer layers")
         for layer in chunk:
             if block_of(layer) is not None:
                 seen.add(block_of(layer))
             elif i != (len(chunks) - 1 if seen else 0):
-                raise DnnplanError(f"in pipeline chunk {i + 1}: Megatron-LM holds the embedding in the first chunk "
+                raise DnnplanError(f"in pipeline chunk {i + 1}: {target.name} holds the embedding in the first chunk "
                                    "and the final norm, head and loss in the last", layer=layer.name)
     return pipe.stages, pipe.chunks, tuple(blocks_of(chunk) for chunk in chunks)
 

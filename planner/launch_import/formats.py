@@ -7,11 +7,12 @@ from pathlib import PurePath
 from typing import Callable
 
 from networks.errors import DnnplanError
-from planner.launch_import import megatron
+from planner.launch_import import deepspeed, megatron, torchtitan
 from planner.launch_import.launch_config import LaunchConfig
 
 #: each format's reader: ``read(text, path) -> LaunchConfig``
-READERS: dict[str, Callable[[str, str], LaunchConfig]] = {"megatron": megatron.read}
+READERS: dict[str, Callable[[str, str], LaunchConfig]] = {"megatron": megatron.read, "torchtitan": torchtitan.read,
+                                                          "deepspeed": deepspeed.read}
 #: the formats whose files a suffix tells apart; any other file is Megatron-LM arguments
 SUFFIXES = {".toml": "torchtitan", ".json": "deepspeed"}
 #: what each format's files hold, for messages

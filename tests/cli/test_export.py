@@ -1,9 +1,11 @@
-"""`dnnplan export PLAN --to megatron`: the launch command printed or written, its JSON, and every
-mistake (a framework not yet exported, a plan Megatron cannot run, a missing plan) one line, exit 2."""
+"""`dnnplan export PLAN --to megatron|torchtitan|deepspeed`: the launch command, TOML or JSON printed or
+written, its JSON, and every mistake (an unknown framework, a plan the framework cannot run, a missing
+plan) one line, exit 2."""
 
 from __future__ import annotations
 
 import json
+import tomllib
 
 import pytest
 from typer.testing import CliRunner
@@ -20,7 +22,18 @@ def plans(tmp_path_factory):
     folder = tmp_path_factory.mktemp("export")
     return {"tensor": predicted_plan(folder, "tiny-gqa", 4, tensor=2),
             "pipeline": pipelined_plan(folder, 4, 2, 2, "1f1b"),
-            "cnn": write_uniform_plan(folder, "lenet5", 2, 8, "data", machine="dgx-a100")}
+            "cnn": write_uniform_plan(folder, "lenet5", 2, 8, "data", machine="dgx-a100"),
+            "llama": llama_plan(folder, "--tensor", "2", "--sequence-parallel", "--zero", "3"),
+            "data": llama_plan(folder, "--zero", "2")}
+
+
+def llama_plan(folder, *flags: str) -> str:
+    """tiny-llama's plan on 16 H100s in bf16 with Adam: `dnnplan predict ... FLAGS --out`."""
+    path = str(folder / f"llama{'-'.join(flags)}.yaml")
+    result = runner.invoke(app, ["predict", "tiny-llama", "-p", "16", "-b", "32", "--machine", "dgx-h100",
+                                 "--precision", "bf16", "--optimizer", "adam", *flags, "--out", path])
+    assert result.exit_code == 0, result.output
+    return path
 
 
 def test_prints_a_shell_ready_command_one_flag_a_line(plans):
@@ -59,9 +72,38 @@ def test_out_writes_the_command_and_json_gives_the_arguments(plans, tmp_path):
     assert all(f"    {a}" in printed for a in data["args"] if a.startswith("--"))
 
 
-@pytest.mark.parametrize("to, says", [("deepspeed", "not yet: megatron only"),
-                                      ("torchtitan", "not yet: megatron only"), ("nemo", "unknown --to")])
-def test_other_frameworks_are_refused_in_one_line(plans, to, says):
+def test_torchtitan_prints_a_toml_torchtitan_reads(plans, tmp_path):
+    printed = runner.invoke(app, ["export", plans["llama"], "--to", "torchtitan"])
+    assert printed.exit_code == 0, printed.output
+    assert printed.output.startswith("# dnnplan: predicted step ") and "torchtitan v0.2.2" in printed.output
+    toml = tomllib.loads(printed.output)
+    assert toml["parallelism"]["tensor_parallel_degree"] == 2 and toml["parallelism"]["data_parallel_shard_degree"] == 8
+    assert toml["model"] == {"name": "llama3", "flavor": "tiny-llama"}
+    data = json.loads(runner.invoke(app, ["export", plans["llama"], "--to", "torchtitan", "--json"]).output)
+    assert data["framework"] == "torchtitan" and data["config"]["parallelism"] == toml["parallelism"]
+    out = tmp_path / "job.toml"
+    written = runner.invoke(app, ["export", plans["llama"], "--to", "torchtitan", "--out", str(out)])
+    assert written.exit_code == 0 and out.read_text() == printed.output and "keys)" in written.output
+
+
+def test_deepspeed_prints_a_script_and_writes_the_json(plans, tmp_path):
+    printed = runner.invoke(app, ["export", plans["data"], "--to", "deepspeed"])
+    assert printed.exit_code == 0, printed.output
+    lines = printed.output.splitlines()
+    assert lines[-1] == "deepspeed --num_gpus 8 --num_nodes 2 train.py --deepspeed --deepspeed_config ds_config.json"
+    body = lines[lines.index("cat > ds_config.json <<'EOF'") + 1:lines.index("EOF")]
+    config = json.loads("\n".join(body))
+    assert config["zero_optimization"]["stage"] == 2 and config["train_batch_size"] == 32
+    out = tmp_path / "ds.json"
+    written = runner.invoke(app, ["export", plans["data"], "--to", "deepspeed", "--out", str(out)])
+    assert written.exit_code == 0, written.output
+    assert json.loads(out.read_text()) == config
+    assert f"--deepspeed_config {out}" in written.output.splitlines()[-1]
+
+
+@pytest.mark.parametrize("to, says", [("deepspeed", "set in the script"), ("torchtitan", "rotary positions"),
+                                      ("nemo", "unknown --to")])
+def test_what_a_framework_cannot_run_is_refused_in_one_line(plans, to, says):
     assert says in one_error_line(runner.invoke(app, ["export", plans["tensor"], "--to", to]))
 
 
@@ -79,3 +121,24 @@ def test_help_teaches():
     result = runner.invoke(app, ["export", "--help"])
     assert result.exit_code == 0
     assert "Megatron-LM" in result.output and "--to" in result.output and "dnnplan export plan.yaml --to megatron" in result.output
+
+
+@pytest.mark.parametrize("plan, to, suffix, extra", [("llama", "torchtitan", "toml", []),
+                                                     ("data", "deepspeed", "json", ["--network", "tiny-llama"])])
+def test_exported_then_predicted_from_the_file_gives_the_plans_step_and_memory(plans, tmp_path, plan, to, suffix,
+                                                                             extra):
+    path = tmp_path / f"{to}.{suffix}"
+    assert runner.invoke(app, ["export", plans[plan], "--to", to, "--out", str(path)]).exit_code == 0
+    want = runner.invoke(app, ["predict", plans[plan], "--json"])
+    got = runner.invoke(app, ["predict", "--from", str(path), "--machine", "dgx-h100", *extra, "--json"])
+    assert want.exit_code == 0 and got.exit_code == 0, got.output
+    want, got = json.loads(want.output), json.loads(got.output)
+    assert (got["step_s"], got["memory_allocated_bytes"]) == (want["step_s"], want["memory_peak_bytes"])
+    assert got["devices"] == 16 and got["network"] == "tiny-llama"
+
+
+def test_a_bad_key_in_a_file_predicted_is_one_line(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text("[parallelism]\ntensor_parallel_degre = 2\n")
+    line = one_error_line(runner.invoke(app, ["predict", "--from", str(path), "--machine", "dgx-h100"]))
+    assert "job.toml:2" in line and "did you mean [parallelism] tensor_parallel_degree" in line

@@ -116,7 +116,7 @@ def test_predict_runtime_deepspeed_prices_the_zero3_step_and_refuses_other_confi
     text = runner.invoke(app, args + ["--runtime", "deepspeed"])
     assert text.exit_code == 0 and "DeepSpeed ZeRO-3" in text.output
     for wrong, message in ((["--zero", "2"], "--runtime deepspeed prices"), (["--tensor", "8"], "no --tensor"),
-                           (["--runtime", "megatron"], "unknown --runtime")):
+                           (["--runtime", "tensorflow"], "unknown --framework 'tensorflow'")):
         bad = runner.invoke(app, args[:-2] + wrong + (["--runtime", "deepspeed"] if "--runtime" not in wrong else []))
         assert bad.exit_code == 2 and message in bad.output, bad.output
 
@@ -140,7 +140,7 @@ def test_the_framework_choice_names_deepspeed_as_runtime_did_and_refuses_a_confl
     assert json.loads(by_framework.output)["runtime"] == "deepspeed"
     dnnplan = runner.invoke(app, args + ["--framework", "dnnplan"])
     assert "runtime" not in json.loads(dnnplan.output)  # dnnplan's own step, per layer
-    for wrong, message in ((["--framework", "megatron"], "unknown --framework 'megatron' (use dnnplan or deepspeed)"),
+    for wrong, message in ((["--framework", "tensorflow"], "unknown --framework 'tensorflow' (shipped frameworks: "),
                            (["--framework", "dnnplan", "--runtime", "deepspeed"], "name different frameworks"),
                            (["--framework", "deepspeed", "--zero", "1"], "--framework deepspeed prices")):
         bad = runner.invoke(app, args + wrong)

@@ -9,14 +9,12 @@ import dataclasses
 
 import pytest
 
-from costmodel.calls.algorithms import recompute_algorithms, with_recompute
-from costmodel.choices.training import TrainingChoices
-from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.calls.algorithms import with_recompute
 from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
-from networks.loader import load_network
 from planner.export.megatron import MEGATRON_SOURCE, megatron_args
-from planner.plan.plan import LayerPlan, PipelineSpec, Plan
+from planner.plan.plan import Plan
+from tests.support.export_plans import uniform_plan as make
 
 #: Megatron-LM's option names, each read in NVIDIA/Megatron-LM at commit
 #: d98e8a64ddf34856e74b24714e3bedb2f5a39553 (Megatron-Core 0.20.0): added by hand in
@@ -51,24 +49,6 @@ MEGATRON_FLAGS = (
     "--moe-token-dispatcher-type", "--attention-backend",
 )
 GPT2_CHUNKS = ("embed", "h3.ln1", "h6.ln1", "h9.ln1")  # gpt2's 12 transformer layers, 3 a chunk
-
-
-def make(name: str, devices: int = 4, batch: int = 8, tensor: int = 1, sp: bool = False, context: int = 1,
-         expert: int = 1, stages: int = 1, micro: int = 1, schedule: str = "1f1b", chunks: int = 1,
-         firsts: tuple[str, ...] | None = None, recompute: str = "none", **choices) -> tuple[Plan, object]:
-    """``name``'s plan as Megatron lays it out: each stage's layers over ``devices / stages`` ranks at
-    a micro-batch, ``recompute`` placed as `dnnplan predict --recompute` places it."""
-    chosen = TrainingChoices(**choices)
-    net = chosen.marked(load_network(name))
-    strategies, _ = megatron_strategies(net, devices // stages, batch // micro, tensor, sequence_parallel=sp,
-                                        context=context, expert=expert)
-    algorithms = recompute_algorithms(net, recompute)
-    layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
-                   for layer in net.layers)
-    pipeline = PipelineSpec(stages, micro, schedule, firsts, chunks) if firsts else None
-    plan = Plan(name, net.name, net.content_hash(), batch, devices, "dgx-a100", layers, step_s=0.25,
-                choices=chosen, pipeline=pipeline)
-    return plan, net
 
 
 def flags(args: list[str]) -> dict[str, list[str]]:

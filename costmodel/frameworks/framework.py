@@ -1,0 +1,272 @@
+"""A framework as data (pure): which kernels it runs per op, what the host pays to issue them, what
+overlaps at which efficiency, what memory it adds and what its precision defaults mean.
+
+The same plan runs at different speeds under eager PyTorch, torch.compile, Megatron-LM with
+Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Frameworks"). A
+:class:`Framework` says, for one of them:
+
+* ``kernels``: per op kind (or op kind and kernel algorithm: ``attention.flash``), the kernels
+  launched per layer pass (``fwd``, ``bwd``; 0: fused into a
+  neighbour's kernel, so nothing is issued for it) and the device time relative to the fused kernels
+  the cost model prices (``device``: 1.0 is the cost model's kernel; an entry without one takes the
+  ``default`` entry's), and the extra passes over memory its unfused kernels make (``passes``: over
+  attention's scores, or another op's output); ``unaligned_gemm``: how much
+  slower a GEMM runs when a matrix dimension is not a multiple of 8 (cuBLAS's ``align1`` kernels,
+  which eager PyTorch runs; torch.compile pads the shape);
+* ``host``: the host's time per op (the Python, the dispatcher and autograd's bookkeeping of one
+  layer pass) and per kernel launch, the device's idle gap between back-to-back kernels, whether
+  the host waits for the device after every layer pass (an executor that times each layer) or
+  once a step, and whether CUDA graphs replay the step (then the host issues one graph launch a step);
+* ``overlap``: the efficiency of each overlap the mode allows (data, tensor, experts): the share of
+  the hideable time that is hidden (costmodel.comm.overlap);
+* ``memory``: the CUDA context and libraries' handles and workspaces, the communicator's buffers
+  (on more than one device) and the caching allocator's reserve over what tensors hold;
+* ``precision``: what ``fp32`` means for convolutions and matmuls (PyTorch runs float32
+  convolutions on TF32 tensor cores unless told otherwise: ``torch.backends.cudnn.allow_tf32``
+  defaults to True);
+* ``step``: how the step is composed: ``layers`` (each layer's passes in order, costmodel.step) or
+  ``zero3`` (DeepSpeed's ZeRO-3 step, costmodel.frameworks.deepspeed).
+
+Each number may carry its ``basis`` (measured, fitted, published, assumed) and ``source``
+(:class:`Value`); a bare number is assumed. Parsing is strict: an unknown key or a bad value is one
+:class:`DnnplanError` naming the key (costmodel.frameworks.loading adds the file and line).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from costmodel.calls.attention import ATTENTION_ALGORITHMS
+from networks.errors import DnnplanError, short
+from networks.ops.catalogue import OPS
+
+#: how a number in a framework file was obtained
+BASES = ("measured", "fitted", "published", "assumed")
+#: how a framework composes the step (module docstring)
+STEPS = ("layers", "zero3")
+#: what fp32 may mean for a kind of kernel
+FLOAT32_MODES = ("float32", "tf32")
+#: the overlaps a framework states an efficiency for (costmodel.comm.overlap's purposes)
+OVERLAPS = ("data", "tensor", "experts")
+#: the op kind whose entry prices every op the file does not name
+DEFAULT_OP = "default"
+#: the ops whose kernels a file may state per algorithm (``attention.flash``)
+ALGORITHMS = {"attention": ATTENTION_ALGORITHMS}
+
+
+@dataclass(frozen=True)
+class Value:
+    """A number of a framework file, how it was obtained and where it comes from."""
+
+    value: float
+    basis: str = "assumed"
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class OpKernels:
+    """What one op kind runs per layer pass: kernel launches forward and backward (0: fused into a
+    neighbour's kernel) and its device time relative to the cost model's fused kernels."""
+
+    fwd: int = 1
+    bwd: int = 2
+    device: float = 1.0
+    #: extra read-and-write passes over memory per pass: over attention's scores (in float32, as
+    #: autocast runs the softmax), over any other op's output (costmodel.frameworks.kernels)
+    passes: float = 0.0
+
+    def launches(self, pass_: str) -> int:
+        return self.fwd if pass_ == "fwd" else self.bwd
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """What the host pays to issue the step's calls (seconds), and whether a CUDA graph replays it."""
+
+    op_s: Value = Value(0.0)
+    launch_s: Value = Value(0.0)
+    launch_gap_s: Value = Value(0.0)  # the device's idle between back-to-back kernels
+    cuda_graphs: bool = False
+    graph_launch_s: Value = Value(0.0)  # one graph launch, when CUDA graphs replay the step
+    update_launches: int = 1  # the optimiser's kernel launches a step (fused or foreach kernels)
+    sync_each_pass: bool = False  # the host waits for the device after every layer pass (else once a step)
+
+    @property
+    def zero(self) -> bool:
+        """Whether the host never holds the device back (every cost 0)."""
+        return not (self.op_s.value or self.launch_s.value or self.launch_gap_s.value or self.graph_launch_s.value)
+
+
+@dataclass(frozen=True)
+class FrameworkMemory:
+    """What a framework holds on a device beyond its tensors (bytes), and its allocator's reserve."""
+
+    context_bytes: Value = Value(0.0)
+    communicator_bytes: Value = Value(0.0)  # on more than one device only
+    allocator: Value = Value(1.0)  # reserved / allocated
+
+    def added_bytes(self, tensors_bytes: int, devices: int) -> int:
+        """Bytes the framework adds to a peak of ``tensors_bytes`` on ``devices`` devices."""
+        comm = self.communicator_bytes.value if devices > 1 else 0.0
+        return int(self.context_bytes.value + comm + (self.allocator.value - 1.0) * tensors_bytes)
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework (module docstring). ``source``: the file it was read from."""
+
+    name: str
+    about: str
+    source: str = ""
+    step: str = "layers"
+    kernels: tuple[tuple[str, OpKernels], ...] = ()
+    unaligned_gemm: Value = Value(1.0)
+    host: HostCosts = HostCosts()
+    overlap: tuple[tuple[str, Value], ...] = ()
+    memory: FrameworkMemory = FrameworkMemory()
+    float32_convolutions: str = "float32"
+    float32_matmuls: str = "float32"
+
+    def op(self, kind: str, algorithm: str = "") -> OpKernels:
+        """The kernels of op kind ``kind`` under its kernel ``algorithm`` (``attention.flash``
+        before ``attention``; the file's ``default`` entry where it names neither)."""
+        table = dict(self.kernels)
+        return (table.get(f"{kind}.{algorithm}") or table.get(kind) or table.get(DEFAULT_OP) or OpKernels())
+
+    def overlap_efficiency(self, which: str) -> float:
+        return dict(self.overlap).get(which, Value(1.0)).value
+
+    @property
+    def prices_device(self) -> bool:
+        """Whether the framework's kernels differ from the cost model's (some op's device factor,
+        unaligned GEMMs, a precision default)."""
+        return (any(k.device != 1.0 or k.passes for _, k in self.kernels) or self.unaligned_gemm.value != 1.0
+                or self.float32_convolutions != "float32" or self.float32_matmuls != "float32")
+
+    @property
+    def as_today(self) -> bool:
+        """Whether the framework prices a step exactly as the cost model's kernels and an idle host do."""
+        return (not self.prices_device and self.host.zero and self.memory.added_bytes(0, 2) == 0
+                and all(v.value == 1.0 for _, v in self.overlap) and self.memory.allocator.value == 1.0)
+
+
+# --- parsing (pure: a mapping in, a Framework out) ---------------------------------------------
+
+_TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap", "memory", "precision")
+_HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches", "sync_each_pass")
+_MEMORY = ("context_bytes", "communicator_bytes", "allocator")
+_PRECISION = ("float32_convolutions", "float32_matmuls")
+_OP = ("fwd", "bwd", "device", "passes")
+_VALUE = ("value", "basis", "source")
+
+
+def _fail(message: str, key: str, hint: str | None = None) -> DnnplanError:
+    return DnnplanError(message, field=key, hint=hint)
+
+
+def _mapping(data: Any, key: str, allowed: tuple[str, ...] | None) -> Mapping[str, Any]:
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise _fail("expected a mapping", key)
+    for k in data:
+        if allowed is not None and k not in allowed:
+            raise _fail(f"unknown key {short(str(k))}", f"{key}.{k}" if key else str(k),
+                        hint=f"use {', '.join(allowed)}")
+    return data
+
+
+def _value(data: Any, key: str, low: float = 0.0, high: float = math.inf) -> Value:
+    """A number, or a mapping of its ``value``, ``basis`` and ``source``, within [low, high]."""
+    basis, source = "assumed", ""
+    if isinstance(data, Mapping):
+        _mapping(data, key, _VALUE)
+        if "value" not in data:
+            raise _fail("a number's mapping needs 'value'", key)
+        basis, source = data.get("basis", "assumed"), data.get("source", "")
+        if basis not in BASES:
+            raise _fail(f"unknown basis {short(str(basis))}", f"{key}.basis", hint=f"use {', '.join(BASES)}")
+        if not isinstance(source, str):
+            raise _fail("expected text", f"{key}.source")
+        data = data["value"]
+    if isinstance(data, str):  # YAML 1.1 reads 5.4e8 (no sign in the exponent) as text
+        try:
+            data = float(data)
+        except ValueError:
+            pass
+    if isinstance(data, bool) or not isinstance(data, (int, float)) or not low <= float(data) <= high:
+        bound = f"from {low:g}" + ("" if high == math.inf else f" to {high:g}")
+        raise _fail(f"bad value {short(str(data))}: expected a number {bound}", key)
+    return Value(float(data), basis, source)
+
+
+def _count(data: Any, key: str) -> int:
+    if isinstance(data, bool) or not isinstance(data, int) or data < 0:
+        raise _fail(f"bad value {short(str(data))}: expected a whole number from 0", key)
+    return data
+
+
+def _flag(data: Any, key: str) -> bool:
+    if not isinstance(data, bool):
+        raise _fail(f"bad value {short(str(data))}: expected true or false", key)
+    return data
+
+
+def _choice(data: Any, key: str, allowed: tuple[str, ...]) -> str:
+    if data not in allowed:
+        raise _fail(f"bad value {short(str(data))}", key, hint=f"use {', '.join(allowed)}")
+    return data
+
+
+def _text(data: Any, key: str) -> str:
+    if not isinstance(data, str) or not data.strip():
+        raise _fail("expected text", key)
+    return data.strip()
+
+
+def framework_from_dict(data: Any, source: str = "") -> Framework:
+    """A :class:`Framework` from a framework file's mapping (module docstring); one DnnplanError
+    naming the key for anything else."""
+    top = _mapping(data, "", _TOP)
+    for key in ("name", "about"):
+        if key not in top:
+            raise _fail(f"missing '{key}'", key)
+    num = _value
+
+    kernels = []
+    default_device = _mapping(_mapping(top.get("kernels"), "kernels", None).get(DEFAULT_OP), "kernels.default",
+                              _OP).get("device", 1.0)
+    for kind, raw in _mapping(top.get("kernels"), "kernels", None).items():
+        op, _, algorithm = str(kind).partition(".")
+        if kind != DEFAULT_OP and (op not in OPS or (algorithm and algorithm not in ALGORITHMS.get(op, ()))):
+            raise _fail(f"unknown op kind {short(str(kind))}", f"kernels.{kind}",
+                        hint=f"use {DEFAULT_OP}, an op of the catalogue (dnnplan ops), or "
+                             f"{', '.join(f'{o}.{a}' for o, algos in ALGORITHMS.items() for a in algos)}")
+        entry = _mapping(raw, f"kernels.{kind}", _OP)
+        kernels.append((str(kind), OpKernels(_count(entry.get("fwd", 1), f"kernels.{kind}.fwd"),
+                                             _count(entry.get("bwd", 2), f"kernels.{kind}.bwd"),
+                                             num(entry.get("device", default_device), f"kernels.{kind}.device", 0.01,
+                                                 100).value,
+                                             num(entry.get("passes", 0.0), f"kernels.{kind}.passes", 0.0, 1000).value)))
+    host = _mapping(top.get("host"), "host", _HOST)
+    graphs, each_pass = (_flag(host.get(k, False), f"host.{k}") for k in ("cuda_graphs", "sync_each_pass"))
+    costs = HostCosts(*(num(host.get(k, 0.0), f"host.{k}", 0.0, 1.0) for k in ("op_s", "launch_s", "launch_gap_s")),
+                      graphs, num(host.get("graph_launch_s", 0.0), "host.graph_launch_s", 0.0, 1.0),
+                      _count(host.get("update_launches", 1), "host.update_launches"), each_pass)
+    overlap = tuple((k, num(v, f"overlap.{k}", 0.0, 1.0))
+                    for k, v in _mapping(top.get("overlap"), "overlap", OVERLAPS).items())
+    mem = _mapping(top.get("memory"), "memory", _MEMORY)
+    memory = FrameworkMemory(num(mem.get("context_bytes", 0.0), "memory.context_bytes", 0.0, 1e12),
+                             num(mem.get("communicator_bytes", 0.0), "memory.communicator_bytes", 0.0, 1e12),
+                             num(mem.get("allocator", 1.0), "memory.allocator", 1.0, 4.0))
+    prec = _mapping(top.get("precision"), "precision", _PRECISION)
+    return Framework(
+        name=_text(top["name"], "name"), about=_text(top["about"], "about"), source=source,
+        step=_choice(top.get("step", "layers"), "step", STEPS), kernels=tuple(kernels),
+        unaligned_gemm=num(top.get("unaligned_gemm", 1.0), "unaligned_gemm", 1.0, 100.0), host=costs,
+        overlap=overlap, memory=memory,
+        float32_convolutions=_choice(prec.get("float32_convolutions", "float32"), "precision.float32_convolutions",
+                                     FLOAT32_MODES),
+        float32_matmuls=_choice(prec.get("float32_matmuls", "float32"), "precision.float32_matmuls", FLOAT32_MODES))

@@ -1,0 +1,123 @@
+"""The kernels a framework runs, priced from the cost model's (pure): :class:`FrameworkKernels`.
+
+The cost model prices each layer's pass as fused kernels (costmodel.compute: a profile table or the
+datasheet roofline). A framework runs its own (costmodel.frameworks.framework): each op kind's
+device time is the cost model's times the file's ``kernels.<op>.device``; a GEMM whose matrix has
+a dimension that is not a multiple of 8 runs ``unaligned_gemm`` times slower (cuBLAS's ``align1``
+kernels). A GEMM-like layer (linear, attention, a convolution, experts) in float32 on the CUDA cores
+keeps the cost model's time: its arithmetic bounds it, and the kernels a framework adds around it
+(casts) are small beside it. The extra passes over memory an unfused framework makes
+(``kernels.<op>.passes``: the scale, mask, softmax and dropout over attention's scores, in
+float32 under autocast) each read and write the scores, or the op's output, once at the machine's
+memory bandwidth, in every precision. And where the framework's defaults run float32 convolutions or matmuls on TF32 tensor
+cores (``precision``), those layers are priced at the TF32 peak on the datasheet (a profile table's
+kernels ran as they were timed). Everything else is the cost model's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from costmodel.calls.algorithms import kernel_algorithm
+from costmodel.calls.kernel_call import KernelCall
+from costmodel.calls.layer_calls import kernel_calls
+from costmodel.choices.precision import matmul_peak
+from costmodel.compute.model import ComputeModel
+from costmodel.compute.roofline import Roofline
+from costmodel.frameworks.framework import Framework
+from costmodel.machine.model import Machine
+from costmodel.parallel.shard import LocalLayer
+from networks.ir import DTYPE_BYTES
+from networks.ops.base import prod
+
+#: op kinds whose kernels are GEMMs that a framework's float32_matmuls setting moves to TF32
+MATMUL_OPS = frozenset({"linear", "attention", "moe"})
+#: op kinds whose time is their GEMMs' (convolutions too)
+GEMM_OPS = MATMUL_OPS | {"conv2d"}
+#: cuBLAS's fast (vectorised) GEMM kernels need every dimension a multiple of this many elements
+GEMM_ALIGNMENT = 8
+
+
+@dataclass(frozen=True)
+class FrameworkKernels:
+    """``inner``'s times as framework ``framework`` runs the kernels (module docstring)."""
+
+    inner: ComputeModel
+    framework: Framework
+    machine: Machine
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def table(self):
+        return self.inner.table
+
+    def _model_for(self, local: LocalLayer) -> ComputeModel:
+        """The compute model of ``local``'s kernels: the TF32 datasheet where the framework runs
+        its float32 GEMMs there."""
+        fw, op = self.framework, local.layer.op
+        tf32 = (fw.float32_convolutions == "tf32" and op == "conv2d") or \
+               (fw.float32_matmuls == "tf32" and op in MATMUL_OPS)
+        if tf32 and local.layer.dtype == "float32" and isinstance(self.inner, Roofline) and not self.inner.tf32:
+            return replace(self.inner, tf32=True)
+        return self.inner
+
+    def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
+        model = self._model_for(local)
+        base = model.pass_s(local, pass_, algorithm)
+        if pass_ == "bwd_weights" or base == 0.0:
+            return base * self._factor(local, model, algorithm)
+        ops = self.framework.op(local.layer.op, kernel_algorithm(algorithm))
+        return base * self._factor(local, model, algorithm) + ops.passes * self._pass_bytes_s(local, pass_, algorithm)
+
+    def _factor(self, local: LocalLayer, model: ComputeModel, algorithm: str) -> float:
+        """The framework's device factor of ``local``'s kernels (module docstring)."""
+        if local.layer.op in GEMM_OPS and matmul_peak(local.layer, getattr(model, "tf32", False))[1] == "cuda_cores":
+            return 1.0  # float32 GEMMs on the CUDA cores: bound by their arithmetic, as priced
+        factor = self.framework.op(local.layer.op, kernel_algorithm(algorithm)).device
+        if local.layer.op == "linear" and unaligned(local):
+            factor *= self.framework.unaligned_gemm.value
+        return factor
+
+    def _pass_bytes_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
+        """One extra read-and-write pass over attention's scores (float32) or the op's output, at
+        the machine's memory bandwidth and efficiency."""
+        if local.layer.op == "attention":
+            cores = [c for c in kernel_calls(local, pass_, kernel_algorithm(algorithm) or "materialized")
+                     if c.kernel.startswith("attention.")]
+            nbytes = sum(prod(c.shape[:4]) for c in cores[:1]) * 4
+        else:
+            nbytes = local.batch * prod(local.out_shape) * DTYPE_BYTES.get(local.layer.dtype, 4)
+        dev = self.machine.device
+        return 2 * nbytes / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory"))
+
+    def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
+        return self.inner.update_s(weight_elems, itemsize, slots)
+
+    def copy_s(self, elems: int, run: int, dtype: str, accumulate: bool) -> float:
+        return self.inner.copy_s(elems, run, dtype, accumulate)
+
+    def call_s(self, call: KernelCall) -> float:
+        return self.inner.call_s(call)
+
+    def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
+        return self.inner.workspace_bytes(local, algorithm)
+
+    def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
+        return self.inner.dispatch_s(local, algorithm, consumers)
+
+
+def unaligned(local: LocalLayer) -> bool:
+    """Whether a linear layer's GEMM has a feature dimension that is not a multiple of
+    :data:`GEMM_ALIGNMENT` (GPT-2's vocabulary of 50,257 in its LM head)."""
+    dims = (local.in_shapes[0][-1], local.out_shape[-1]) if local.in_shapes else (local.out_shape[-1],)
+    return any(d % GEMM_ALIGNMENT for d in dims)
+
+
+def framework_kernels(compute: ComputeModel, framework: Framework, machine: Machine) -> ComputeModel:
+    """``compute`` as ``framework`` runs the kernels on ``machine``'s GPUs; ``compute`` itself on a
+    CPU (whose measured kernels are dnnplan's own) or where the framework's kernels are the cost model's."""
+    gpu = machine.device.kind == "gpu"
+    return FrameworkKernels(compute, framework, machine) if gpu and framework.prices_device else compute

@@ -1,0 +1,22 @@
+"""bench/bench_framework_steps.py: every measured H100 step predicted under the framework that ran it,
+at most half of each source's rows calibrating the framework files, the calibration rows within the
+documented error (docs/VALIDATION.md, "The same steps under the framework that ran them")."""
+
+from __future__ import annotations
+
+from tests.support.bench import load_bench
+
+
+def test_each_source_calibrates_on_at_most_half_its_rows_and_holds_the_documented_error(tmp_path):
+    bench = load_bench("bench_framework_steps")
+    files = {name: bench.file_data(name) for name in ("pytorch", "pytorch-compile")}
+    rows = bench.torch_rows(files, str(tmp_path)) + bench.dnnplan_rows(bench.file_data("dnnplan"), str(tmp_path))
+    assert len(rows) == 18 + 5
+    for fw in ("pytorch", "pytorch-compile", "dnnplan"):
+        mine = [r for r in rows if r["framework"] == fw]
+        assert 0 < 2 * sum(r["calibration"] for r in mine) <= len(mine)
+        assert {r["name"] for r in mine if r["calibration"]} == set(bench.CALIBRATION[fw])
+    summary = bench.summary(rows)
+    assert summary["pytorch calibration"]["worst_abs_error"] < 0.05
+    assert summary["pytorch-compile held out"]["mean_abs_error"] < 0.08
+    assert summary["pytorch held out"]["mean_abs_error"] < 0.18

@@ -1,0 +1,107 @@
+"""The host as a resource of the step (costmodel.step.host_timeline): hand-worked timelines, and the
+step a framework's host issues (costmodel.frameworks.host_calls) never below the device's kernels
+or the host's own time."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from costmodel.frameworks.framework import HostCosts, Value
+from costmodel.frameworks.host_calls import step_calls, with_host
+from costmodel.frameworks.loading import load_framework
+from costmodel.step.host_timeline import Call, run_timeline
+from executor.session import predict as predicting
+from costmodel.choices.training import TrainingChoices
+from profiler import context
+
+
+def test_device_bound_the_device_sum_after_the_first_issue():
+    # each kernel (10) longer than the host's next call (1): the device never waits after the first
+    line = run_timeline([Call("a", 1.0, 10.0)] * 3)
+    assert line.end_s == 31.0 and line.device_s == 30.0 and line.host_s == 3.0
+    assert line.host_bound == ()
+
+
+def test_host_bound_the_host_sum_and_the_last_kernel():
+    # each call costs the host 10 and the device 1: the device waits for every call
+    line = run_timeline([Call("a", 10.0, 1.0)] * 3)
+    assert line.end_s == 31.0
+    assert line.host_bound == ("a",)
+
+
+def test_alternating_the_host_runs_ahead_under_the_long_kernels():
+    # a (host 1, device 10), b (host 10, device 1), twice: issued at 1, 11, 12, 22; started at
+    # 1, 11, 12, 22; ended 11, 12, 22, 23. b's host time hides under a's kernel, not the reverse.
+    calls = [Call("a", 1.0, 10.0), Call("b", 10.0, 1.0), Call("a", 1.0, 10.0), Call("b", 10.0, 1.0)]
+    line = run_timeline(calls)
+    assert line.end_s == 23.0
+    assert line.end_s >= max(line.device_s, line.host_s)
+    spans = {s.label: s for s in line.spans}
+    assert sum(s.share_s for s in line.spans) == pytest.approx(line.end_s)
+    assert spans["a"].share_s == 21.0 and spans["b"].share_s == 2.0
+
+
+def test_a_sync_in_the_middle_makes_the_host_wait():
+    # without the sync the second call is issued at 3 and waits for the stream (ends 12); with it,
+    # the host waits until 11 for the first kernel, issues at 13 and the step ends at 14, the device
+    # idle 2 of b's 3
+    free = run_timeline([Call("a", 1.0, 10.0), Call("b", 2.0, 1.0)])
+    synced = run_timeline([Call("a", 1.0, 10.0), Call("a", 0.0, sync=True), Call("b", 2.0, 1.0)])
+    assert free.end_s == 12.0 and synced.end_s == 14.0
+    assert {s.label: s.host_bound for s in synced.spans} == {"a": False, "b": True}
+
+
+def test_two_streams_run_side_by_side():
+    line = run_timeline([Call("a", 1.0, 10.0, stream=0), Call("b", 1.0, 10.0, stream=1)])
+    assert line.end_s == 12.0
+
+
+def test_never_below_either_sum_on_random_timelines():
+    rng = random.Random(7)
+    for _ in range(200):
+        calls = [Call(rng.choice("abc"), rng.uniform(0, 2), rng.uniform(0, 2), sync=rng.random() < 0.1)
+                 for _ in range(rng.randint(1, 30))]
+        line = run_timeline(calls)
+        assert line.end_s >= max(line.host_s, line.device_s) - 1e-12
+        assert line.end_s <= line.host_s + line.device_s + 1e-12
+        assert sum(s.share_s for s in line.spans) == pytest.approx(line.end_s)
+
+
+def _gpt2(framework: str):
+    choices = TrainingChoices.from_flags(precision="bf16", optimizer="adam", framework=framework, recompute="none")
+    ctx = context.resolve("gpt2", 1, 8, "dgx-h100", choices=choices, network_defaults=True)
+    return ctx, predicting.step(ctx, predicting.LayerSplits()).prediction
+
+
+def test_a_framework_step_is_never_below_its_kernels_or_its_host():
+    ctx, pred = _gpt2("pytorch")
+    fw = ctx.framework
+    calls = step_calls(replace(pred, host_s=0.0), ctx.network, fw)
+    device = sum(c.device_s for c in calls)  # the kernels and the launch gaps
+    assert device >= pred.work_s - pred.dispatch_s
+    assert pred.step_s >= device - 1e-12 and pred.step_s >= sum(c.host_s for c in calls) - 1e-12
+    assert pred.host_s > 0
+    # a host a hundred times slower binds the step: every layer host-bound, the step its host's sum
+    slow = replace(fw, host=replace(fw.host, op_s=Value(fw.host.op_s.value * 100)))
+    bound = with_host(replace(pred, host_s=0.0), ctx.network, slow, gpu=True)
+    host = sum(c.host_s for c in step_calls(pred, ctx.network, slow))
+    assert bound.step_s == pytest.approx(host, rel=0.02) and len(bound.host_bound) == len(pred.layers)
+
+
+def test_an_idle_host_and_a_cpu_leave_the_step_as_it_was():
+    ctx, pred = _gpt2("ideal")
+    assert pred.host_s == 0.0 and pred.host_bound == ()
+    fw = load_framework("pytorch")
+    assert with_host(pred, ctx.network, fw, gpu=False) is pred
+    assert with_host(pred, ctx.network, replace(fw, host=HostCosts()), gpu=True) is pred
+
+
+def test_cuda_graphs_issue_one_launch_a_step():
+    ctx, pred = _gpt2("pytorch")
+    fw = ctx.framework
+    graphed = replace(fw, host=replace(fw.host, cuda_graphs=True, graph_launch_s=Value(1e-5)))
+    calls = step_calls(replace(pred, host_s=0.0), ctx.network, graphed)
+    assert len(calls) == 1 and calls[0].host_s == 1e-5

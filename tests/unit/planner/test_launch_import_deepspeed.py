@@ -1,0 +1,119 @@
+"""DeepSpeed's ds_config.json read back (planner.launch_import.deepspeed): a config as users write
+them reads to the world size, batch, ZeRO stage, overlap and choices DeepSpeed would run; what does
+not change the step is listed as ignored; every mistake (an unknown key, a bad type, contradictory or
+non-dividing batch sizes, a missing micro-batch, the script's parallelism, what dnnplan does not
+price) is one line naming the key and the file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from networks.errors import DnnplanError
+from planner.launch_import.deepspeed import read
+from planner.launch_import.formats import read_launch
+
+#: a ZeRO-3 config as DeepSpeed's tutorials write them: bf16, AdamW with its settings, a scheduler,
+#: clipping, logging, the stage-3 tuning knobs
+USERS = {
+    "train_batch_size": 256,
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 2,
+    "steps_per_print": 100,
+    "gradient_clipping": 1.0,
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 1000}},
+    "bf16": {"enabled": True},
+    "zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                          "reduce_bucket_size": 50_000_000, "stage3_prefetch_bucket_size": 50_000_000,
+                          "stage3_param_persistence_threshold": 100_000},
+    "activation_checkpointing": {"partition_activations": False, "contiguous_memory_optimization": False},
+    "wall_clock_breakdown": False,
+}
+
+
+def text(**change) -> str:
+    out = dict(USERS)
+    for key, value in change.items():
+        if value is None:
+            out.pop(key)
+        else:
+            out[key] = value
+    return json.dumps(out, indent=2)
+
+
+def test_a_users_config_reads_to_what_deepspeed_runs():
+    got = read_launch(text(), "ds_config.json")
+    assert got.framework == "deepspeed" and got.network is None and got.shape is None
+    assert (got.devices, got.micro_batch, got.batch) == (32, 4, 256)  # 256 / (4 x 2)
+    assert (got.tensor, got.stages, got.recompute) == (1, 1, "full")
+    c = got.choices
+    # 5e7 bf16 elements are 95.37 MiB
+    assert (c.precision, c.optimizer, c.zero, c.overlap) == ("bf16", "adam", 3, f"data@{5e7 * 2 / 2 ** 20:g}")
+    ignored = {i.option for i in got.ignored}
+    assert {"scheduler", "gradient_clipping", "optimizer.params.lr", "zero_optimization.stage3_prefetch_bucket_size",
+            "activation_checkpointing.partition_activations"} <= ignored
+
+
+def test_the_batch_keys_and_defaults():
+    two = read(text(gradient_accumulation_steps=None), "a.json")
+    assert (two.devices, two.batch, two.micro_batch) == (None, 256, 4)  # the world size is --devices
+    one = read(text(train_batch_size=None, gradient_accumulation_steps=None), "a.json")
+    assert (one.batch, one.micro_batch) == (None, 4)
+    plain = read(text(zero_optimization={"stage": 1}, bf16=None, optimizer={"type": "SGD", "params": {"momentum": 0.9}},
+                      activation_checkpointing=None), "a.json")
+    assert (plain.choices.zero, plain.choices.overlap, plain.choices.precision, plain.choices.optimizer) == \
+        (1, "none", "fp32", "momentum")  # overlap_comm is DeepSpeed's default: on at stage 3 only
+    assert plain.recompute == "none"
+    assert read(text(zero_optimization=True), "a.json").choices.zero == 1  # a bare true: stage 1
+
+
+def line(body: str, path: str = "ds_config.json") -> DnnplanError:
+    with pytest.raises(DnnplanError) as err:
+        read(body, path)
+    message = str(err.value)
+    assert "\n" not in message and path in message, message
+    return err.value
+
+
+@pytest.mark.parametrize("body, says", [
+    # unknown keys, with the one meant
+    (text(train_batch_sizes=256), "did you mean train_batch_size"),
+    (text(zero_optimization={"stage": 3, "overlap_com": True}), "zero_optimization.overlap_com: unknown key"),
+    # bad types
+    (text(zero_optimization={"stage": "3"}), "takes 0, 1, 2 or 3"),
+    (text(train_batch_size="256"), "takes an integer"),
+    (text(bf16={"enabled": "yes"}), "takes true or false"),
+    # contradictory values
+    (text(fp16={"enabled": True}), "enabled with bf16"),
+    (text(train_batch_size=250), "not a multiple of train_micro_batch_size_per_gpu 4"),
+    (text(train_batch_size=260), "x the devices"),
+    # missing
+    (text(train_micro_batch_size_per_gpu=None), "train_micro_batch_size_per_gpu is missing"),
+    (text(train_batch_size=None), "without train_batch_size"),
+    # the script's parallelism, and what dnnplan does not price
+    (text(pipeline={"stages": 4}), "PipelineModule"),
+    (text(tensor_parallel={"autotp_size": 4}), "AutoTP"),
+    (text(zero_optimization={"stage": 3, "offload_optimizer": {"device": "cpu"}}), "offloads"),
+    (text(zero_optimization={"stage": 3, "zero_hpz_partition_size": 8}), "hierarchical partitions"),
+    (text(optimizer={"type": "Lamb"}), "'Lamb' is not an optimiser"),
+    # not JSON: the line
+    (text().replace('"steps_per_print": 100,', '"steps_per_print": 100,,'), "not JSON"),
+])
+def test_a_bad_config_is_one_line_naming_the_key_and_file(body, says):
+    err = line(body)
+    assert says in str(err), str(err)
+
+
+def test_the_line_of_the_key_is_named():
+    body = text(zero_optimization={"stage": "3"})
+    err = line(body)
+    assert err.line == next(i for i, row in enumerate(body.splitlines(), 1) if '"stage"' in row)
+    fp16 = text(fp16={"enabled": "yes"})
+    assert line(fp16).line == next(i for i, row in enumerate(fp16.splitlines(), 1) if '"fp16"' in row) + 1
+
+
+def test_hugging_faces_auto_placeholders_are_named():
+    err = line(text(train_micro_batch_size_per_gpu="auto"))
+    assert "Hugging Face's Trainer" in err.hint

@@ -1,0 +1,185 @@
+"""torchtitan's job TOML read back (planner.launch_import.torchtitan): a TOML as users write them
+(torchtitan's own llama3_70b.toml layout) and as `dnnplan export` writes them reads to the layout,
+batch and choices torchtitan would run; what does not change the step is listed as ignored; every
+mistake (an unknown key, a bad type, contradictory or non-dividing degrees, what torchtitan or dnnplan
+cannot run) is one line naming the key and the file."""
+
+from __future__ import annotations
+
+import pytest
+
+from networks.errors import DnnplanError
+from planner.launch_import.formats import read_launch
+from planner.launch_import.torchtitan import read
+
+#: torchtitan's torchtitan/models/llama3/train_configs/llama3_70b.toml at v0.2.2, its parallelism and
+#: activation checkpointing as a user sets them for 64 GPUs (shard 8 x tensor 8), float8 turned on
+USERS = """
+[job]
+dump_folder = "./outputs"
+description = "Llama 3 70B training"
+
+[profiling]
+enable_profiling = true
+profile_freq = 100
+
+[metrics]
+log_freq = 10
+enable_tensorboard = true
+
+[model]
+name = "llama3"
+flavor = "70B"
+hf_assets_path = "./assets/hf/Llama-3.1-70B"
+converters = ["quantize.linear.float8"]
+
+[optimizer]
+name = "AdamW"
+lr = 1.5e-4
+eps = 1e-8
+
+[lr_scheduler]
+warmup_steps = 200
+
+[training]
+local_batch_size = 8
+seq_len = 8192
+max_norm = 1.0
+steps = 1000
+dataset = "c4"
+
+[parallelism]
+data_parallel_replicate_degree = 1
+data_parallel_shard_degree = 8
+tensor_parallel_degree = 8  # 8-way TP
+pipeline_parallel_degree = 1
+context_parallel_degree = 1
+
+[checkpoint]
+enable = false
+folder = "checkpoint"
+
+[activation_checkpoint]
+mode = "full"
+
+[compile]
+enable=false
+components = ["model", "loss"]
+
+[quantize.linear.float8]
+enable_fsdp_float8_all_gather = false
+precompute_float8_dynamic_scale_for_fsdp = false
+filter_fqns = ["output"]
+"""
+
+PIPELINED = """
+[model]
+name = "llama3"
+flavor = "tiny-llama"
+[training]
+local_batch_size = 4
+global_batch_size = 16
+seq_len = 16
+[parallelism]
+data_parallel_shard_degree = 4
+fsdp_reshard_after_forward = "always"
+pipeline_parallel_degree = 2
+pipeline_parallel_schedule = "1f1b"
+pipeline_parallel_microbatch_size = 2
+module_fqns_per_model_part = [["tok_embeddings"], ["layers.0", "layers.1", "norm", "output"]]
+[activation_checkpoint]
+mode = "none"
+"""
+
+
+def test_a_users_toml_reads_to_what_torchtitan_runs():
+    got = read_launch(USERS, "llama3_70b.toml")
+    assert got.framework == "torchtitan" and got.network == "llama3-70b" and got.shape is None
+    assert (got.devices, got.tensor, got.sequence_parallel, got.stages, got.context) == (64, 8, True, 1, 1)
+    assert (got.micro_batch, got.batch) == (8, 64)  # 8 a rank over 8 data-parallel ranks
+    assert got.recompute == "full"
+    c = got.choices
+    assert (c.precision, c.optimizer, c.zero, c.overlap, c.seq) == ("fp8", "adam", 3, "data", 8192)
+    ignored = {i.option for i in got.ignored}
+    assert {"[optimizer] lr", "[training] dataset", "[profiling] profile_freq", "[job] description",
+            "[quantize.linear.float8] filter_fqns", "[model] hf_assets_path"} <= ignored
+
+
+def test_a_pipeline_its_cut_and_micro_batches():
+    got = read(PIPELINED, "pp.toml")
+    assert (got.devices, got.stages, got.chunks, got.chunk_layers, got.schedule) == (8, 2, 1, (0, 2), "1f1b")
+    assert (got.micro_batch, got.batch, got.choices.zero) == (2, 16, 3)
+
+
+def test_zero_stages_from_the_data_parallel_degrees_and_the_reshard_policy():
+    base = "[activation_checkpoint]\nmode = \"none\"\n[parallelism]\n"
+    assert read(base + "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1\n", "a.toml").choices.zero == 0
+    assert read(base + "data_parallel_shard_degree = 8\n", "a.toml").choices.zero == 3
+    assert read(base + "data_parallel_shard_degree = 8\nfsdp_reshard_after_forward = \"never\"\n",
+                "a.toml").choices.zero == 2
+    got = read(base + "data_parallel_shard_degree = -1\n", "a.toml")
+    assert got.devices is None and got.choices.zero == 3 and "devices left" in got.devices_from
+
+
+def line(text: str, path: str = "job.toml") -> DnnplanError:
+    with pytest.raises(DnnplanError) as err:
+        read(text, path)
+    message = str(err.value)
+    assert "\n" not in message and path in message, message
+    return err.value
+
+
+def edited(old: str, new: str) -> str:
+    assert old in USERS
+    return USERS.replace(old, new)
+
+
+@pytest.mark.parametrize("text, says", [
+    # an unknown key, with the one it most likely meant
+    (edited("tensor_parallel_degree = 8", "tensor_paralel_degree = 8"), "did you mean [parallelism] tensor_parallel"),
+    # an unknown section
+    (USERS + "\n[turbo]\nenable = true\n", "[turbo]: unknown section"),
+    # a bad type
+    (edited("tensor_parallel_degree = 8", "tensor_parallel_degree = \"8\""), "takes an integer, got '8'"),
+    (edited("mode = \"full\"", "mode = 1"), "takes a string"),
+    # contradictory values
+    (edited("data_parallel_replicate_degree = 1", "data_parallel_replicate_degree = 2"), "HSDP"),
+    (edited("context_parallel_degree = 1", "context_parallel_degree = 1\nenable_async_tensor_parallel = true"),
+     "needs [compile] enable"),
+    (edited("[parallelism]\ndata_parallel_replicate_degree = 1\ndata_parallel_shard_degree = 8",
+            "[parallelism]\ndata_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1"), "DDP"),
+    # degrees and batches that do not divide
+    (edited("seq_len = 8192", "seq_len = 8192\nglobal_batch_size = 100"), "not a multiple"),
+    (PIPELINED.replace("pipeline_parallel_microbatch_size = 2", "pipeline_parallel_microbatch_size = 3"),
+     "does not divide local_batch_size 4"),
+    (PIPELINED.replace('[["tok_embeddings"], ', '[["tok_embeddings"], [], '), "3 model parts over 2"),
+    (edited("context_parallel_degree = 1", "context_parallel_degree = 1\nexpert_parallel_degree = 3"),
+     "does not divide shard 8"),
+    # what is missing, or left to torchtitan's defaults that dnnplan does not price
+    (edited("[activation_checkpoint]\nmode = \"full\"", ""), "(torchtitan's default)"),
+    (PIPELINED.replace('module_fqns_per_model_part = [["tok_embeddings"], ["layers.0", "layers.1", "norm", "output"]]',
+                       ""), "module_fqns_per_model_part"),
+    (PIPELINED.replace('"layers.0", "layers.1"', '"layers.1", "layers.0"'), "in order"),
+    # what dnnplan does not price
+    (edited('converters = ["quantize.linear.float8"]', 'converters = ["quantize.linear.mx"]'), "quantize.linear.mx"),
+    (edited('name = "AdamW"', 'name = "Lion"'), "Adam and AdamW"),
+    (edited("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 1\npipeline_parallel_schedule = \"DualPipeV\""),
+     "DualPipeV"),
+    # not TOML at all: the line
+    (USERS.replace("[metrics]", "[metrics"), "not TOML"),
+])
+def test_a_bad_config_is_one_line_naming_the_key_and_file(text, says):
+    err = line(text)
+    assert says in str(err), str(err)
+
+
+def test_the_line_of_the_key_is_named():
+    err = line(edited("tensor_parallel_degree = 8", "tensor_parallel_degree = \"8\""))
+    assert err.line == USERS.splitlines().index("tensor_parallel_degree = 8  # 8-way TP") + 1
+
+
+def test_sub_tables_of_ignored_sections_are_ignored_too():
+    got = read(PIPELINED + "[training.dataloader]\nnum_workers = 2\n[validation.dataloader]\nnum_workers = 1\n",
+               "pp.toml")
+    assert {"[training.dataloader] num_workers", "[validation.dataloader] num_workers"} <= \
+        {i.option for i in got.ignored}
