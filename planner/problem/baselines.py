@@ -70,11 +70,11 @@ def baselines(net: Network, batch: int, p: int, machine: Machine, compute: Compu
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
     priced: list[tuple[float, float, str, dict[str, Strategy]]] = []  # (step, memory bound, spec, strategies)
     sigs = [signature(layer) for layer in net.layers]
+    predicted: dict[str, StepPrediction] = {}  # the named specs' predictions, not made twice
     for spec in NAMED:
         strategies = uniform(net, p, batch, spec, sigs)
-        pred = predict_step(net, batch, strategies, fastest_algorithms(net, strategies, batch, machine, compute,
-                                                                       optimizer), machine, compute, optimizer,
-                            overlap=overlap)
+        pred = predicted[spec] = predict_step(net, batch, strategies, fastest_algorithms(
+            net, strategies, batch, machine, compute, optimizer), machine, compute, optimizer, overlap=overlap)
         priced.append((pred.step_s, pred.memory_bound_bytes, spec, strategies))
     if built is not None:
         priced += _candidate_uniforms(net, batch, p, built, sigs)
@@ -87,8 +87,8 @@ def baselines(net: Network, batch: int, p: int, machine: Machine, compute: Compu
     out = []
     kind = "context" if best[2] == "spatial" and any(layer.op == "attention" for layer in net.layers) else best[2]
     for name, (_, _, spec, strategies) in (("data parallel", data), (f"best uniform ({kind})", best)):
-        algos = fastest_algorithms(net, strategies, batch, machine, compute, optimizer)
-        pred = predict_step(net, batch, strategies, algos, machine, compute, optimizer, overlap=overlap)
+        pred = predicted.get(spec) or predict_step(net, batch, strategies, fastest_algorithms(
+            net, strategies, batch, machine, compute, optimizer), machine, compute, optimizer, overlap=overlap)
         out.append(PricedBaseline(name, pred, _fits(pred.memory_bound_bytes, limit)))
     return out
 
