@@ -3,13 +3,17 @@ of them running (lifecycle.process_pool)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
+from typer.testing import CliRunner
 
+from dnnplan.cli import app
+from tests.support.cli_errors import one_error_line
 from tests.support.proc_table import describe, gone_within, tree
 from tests.support.processes import dnnplan_env
 
@@ -34,3 +38,18 @@ def test_ctrl_c_while_workers_bound_the_pairs_leaves_no_process_running(tmp_path
     assert "Traceback" not in err
     still = gone_within(seen, 3.0)
     assert not still, describe(still)
+
+
+@pytest.mark.parametrize("jobs", ["0", "2000"])
+def test_jobs_out_of_range_is_one_line_naming_the_flag(jobs):
+    line = one_error_line(CliRunner().invoke(app, ["plan", "lenet5", "-p", "2", "--jobs", jobs]))
+    assert "--jobs" in line and "1 to 1,024" in line and jobs in line
+
+
+def test_one_job_plans_in_process_and_answers_as_two_do():
+    """A pipelined plan (gradient accumulation weighed: its pairs bounded) with one job and with two."""
+    args = ["plan", "gpt-tiny", "-p", "4", "--precision", "fp16", "--memory", "0.004", "--json", "--time-limit", "600"]
+    one, two = (CliRunner().invoke(app, args + ["--jobs", j]) for j in ("1", "2"))
+    assert one.exit_code == 0 and two.exit_code == 0, one.output + two.output
+    a, b = json.loads(one.stdout), json.loads(two.stdout)
+    assert a["pipeline"] is not None and (a["step_s"], a["pipeline"], a["zero"]) == (b["step_s"], b["pipeline"], b["zero"])
