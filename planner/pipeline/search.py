@@ -18,7 +18,8 @@ floor (nothing the cost model prices runs faster than the device's highest peak,
 ``F``) and :mod:`planner.pipeline.bound`'s, from one block's layers priced on the stage's ranks,
 with the memory limit by Lagrangian duality (it also proves an ``(S, m)`` where nothing fits).
 ``(S, m)`` are tried in order of that bound and the search stops when it reaches the best step
-found.
+found. Handed workers (``Settings.parallel``), the search has the bounds computed side by side
+(:mod:`planner.pipeline.pair_bounds`): the same numbers, so the same answer.
 
 Stages the memory limit binds are solved by Lagrangian relaxation while pairs are compared (fast,
 feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)`` is then searched

@@ -80,7 +80,8 @@ class StageSolution:
         return pred
 
 
-def stage_builder(ranks: int, micro_batch: int, machine: Machine, compute: ComputeModel, settings: Settings) -> Builder:
+def stage_builder(ranks: int, micro_batch: int, machine: Machine, compute: ComputeModel,
+                  settings: Settings) -> Builder:
     """The pricing of a stage's layers on ``ranks`` at ``micro_batch`` samples under ``settings``' choices."""
     return Builder(micro_batch, ranks, machine, compute, settings.choices.sharded_optimizer,
                    recompute=settings.choices.may_recompute, overlap=settings.choices.overlap)
