@@ -105,3 +105,24 @@ def test_cuda_graphs_issue_one_launch_a_step():
     graphed = replace(fw, host=replace(fw.host, cuda_graphs=True, graph_launch_s=Value(1e-5)))
     calls = step_calls(replace(pred, host_s=0.0), ctx.network, graphed)
     assert len(calls) == 1 and calls[0].host_s == 1e-5
+
+
+def test_an_ops_own_launch_cost_and_a_sync_inside_its_forward():
+    """``kernels.<op>.launch_s`` prices that op's launches alone; ``sync_after`` makes the host wait
+    for the device inside the op's forward pass, after that many launches (Megatron-Core's dropless
+    token dispatch reading the tokens per expert), and never makes the step faster."""
+    ctx, pred = _gpt2("pytorch")
+    fw, plain = ctx.framework, replace(pred, host_s=0.0)
+    base = step_calls(plain, ctx.network, fw)
+    table = dict(fw.kernels)
+    linear = fw.op("linear")
+    mine = replace(fw, kernels=tuple(table.items()) + (("linear", replace(linear, launch_s=1e-3, sync_after=1)),))
+    calls = step_calls(plain, ctx.network, mine)
+    linear_layers = {layer.name for layer in ctx.network.layers if layer.op == "linear"}
+    fwd = [c for c in calls if c.label.rsplit(" ", 1)[0] in linear_layers and c.label.endswith(" fwd")]
+    launched = [c for c in fwd if not c.sync]
+    assert launched and all(c.host_s >= 1e-3 for c in launched)
+    syncs = [i for i, c in enumerate(fwd) if c.sync]
+    assert len(syncs) == len(linear_layers) and all(not fwd[i - 1].sync for i in syncs)
+    assert sum(c.host_s for c in calls) > sum(c.host_s for c in base)
+    assert run_timeline(calls).end_s > run_timeline(base).end_s
