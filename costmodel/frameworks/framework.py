@@ -13,7 +13,8 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
   attention's scores, or another op's output), and after which of its forward launches the host
   waits for the device (``sync_after``: a device-to-host copy the rest of the pass needs, as
   Megatron-Core's dropless token dispatch reads the tokens per expert) and the host's time per
-  launch where it is not the file's (``launch_s``); ``unaligned_gemm``: how much
+  launch where it is not the file's (``launch_s``) and how many of a pass's launches are small
+  kernels that carry none of its device time (``small``); ``unaligned_gemm``: how much
   slower a GEMM runs when a matrix dimension is not a multiple of 8 (cuBLAS's ``align1`` kernels,
   which eager PyTorch runs; torch.compile pads the shape);
 * ``host``: the host's time per op (the Python, the dispatcher and autograd's bookkeeping of one
@@ -86,6 +87,10 @@ class OpKernels:
     #: the host's time per launch of this op's kernels (each a PyTorch op called from Python, as
     #: Megatron-Core's router and token dispatcher run them); None: the file's ``host.launch_s``
     launch_s: float | None = None
+    #: how many of a pass's launches are small kernels whose device time is their launch gap alone
+    #: (the router's and the token dispatcher's bookkeeping: counts, splits, copies, a permutation);
+    #: the pass's device time is spread over the others (costmodel.frameworks.host_calls)
+    small: int = 0
 
     def launches(self, pass_: str) -> int:
         return self.fwd if pass_ == "fwd" else self.bwd
@@ -168,7 +173,7 @@ _TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap",
 _HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches", "sync_each_pass")
 _MEMORY = ("context_bytes", "communicator_bytes", "allocator")
 _PRECISION = ("float32_convolutions", "float32_matmuls")
-_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s")
+_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small")
 _VALUE = ("value", "basis", "source")
 
 
@@ -262,7 +267,8 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
                                              num(entry.get("passes", 0.0), f"kernels.{kind}.passes", 0.0, 1000).value,
                                              _count(entry.get("sync_after", 0), f"kernels.{kind}.sync_after"),
                                              None if "launch_s" not in entry else
-                                             num(entry["launch_s"], f"kernels.{kind}.launch_s", 0.0, 1.0).value)))
+                                             num(entry["launch_s"], f"kernels.{kind}.launch_s", 0.0, 1.0).value,
+                                             _count(entry.get("small", 0), f"kernels.{kind}.small"))))
     host = _mapping(top.get("host"), "host", _HOST)
     graphs, each_pass = (_flag(host.get(k, False), f"host.{k}") for k in ("cuda_graphs", "sync_each_pass"))
     costs = HostCosts(*(num(host.get(k, 0.0), f"host.{k}", 0.0, 1.0) for k in ("op_s", "launch_s", "launch_gap_s")),

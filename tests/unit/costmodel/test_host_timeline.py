@@ -126,3 +126,27 @@ def test_an_ops_own_launch_cost_and_a_sync_inside_its_forward():
     assert len(syncs) == len(linear_layers) and all(not fwd[i - 1].sync for i in syncs)
     assert sum(c.host_s for c in calls) > sum(c.host_s for c in base)
     assert run_timeline(calls).end_s > run_timeline(base).end_s
+
+
+def test_small_launches_carry_no_device_time_and_expose_the_host_after_a_sync():
+    """``kernels.<op>.small``: the first launches of a pass take only their launch gap on the device,
+    the rest share its time; after a sync among them the device waits for the host to issue them."""
+    ctx, pred = _gpt2("pytorch")
+    fw, plain = ctx.framework, replace(pred, host_s=0.0)
+    linear = fw.op("linear")
+    table = tuple(dict(fw.kernels).items())
+    synced = replace(fw, kernels=table + (("linear", replace(linear, fwd=6, launch_s=1e-5, sync_after=1)),))
+    small = replace(fw, kernels=table + (("linear", replace(linear, fwd=6, launch_s=1e-5, sync_after=1, small=4)),))
+    gap = fw.host.launch_gap_s.value
+    calls = step_calls(plain, ctx.network, small)
+    name = next(layer.name for layer in ctx.network.layers if layer.op == "linear")
+    fwd = [c for c in calls if c.label == f"{name} fwd" and not c.sync]
+    assert [c.device_s == gap for c in fwd] == [True] * 4 + [False] * 2
+    assert sum(c.device_s for c in fwd) == pytest.approx(sum(c.device_s for c in step_calls(plain, ctx.network, synced)
+                                                             if c.label == f"{name} fwd"))
+
+    def idle(framework) -> float:  # the device's wait for the linear's forward launches
+        line = run_timeline(step_calls(plain, ctx.network, framework))
+        return next(span.idle_s for span in line.spans if span.label == f"{name} fwd")
+
+    assert idle(small) > idle(synced)
