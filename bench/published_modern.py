@@ -201,8 +201,10 @@ def deviations(row: dict) -> list[str]:
                    "token counts to the host in every MoE layer's dispatch (the alltoall dispatcher before the "
                    "expert all-to-all: token_dispatcher.py, cuda_sync_point before_ep_alltoall; the flex "
                    "dispatcher's DeepEP permute (.item()) and HybridEP dispatch (blocking without "
-                   "num_permuted_tokens) alike), which drains the GPU's queue; the kernels after it then wait "
-                   "on the host's launches: not priced (no host launch cost)")
+                   "num_permuted_tokens) alike), which drains the GPU's queue: priced under the megatron "
+                   "framework as a host wait in each MoE layer's forward (kernels.moe.sync_after) with the "
+                   "router's and dispatcher's launches at their host cost; the recipe's partial CUDA graphs "
+                   "(cuda_graph_scope), where it has them, not priced")
     if c.get("moe_a2a_overlap"):
         out.append("moe_a2a_overlap: each expert all-to-all hidden under the MoE layer's opposite pass of another "
                    "micro-batch (costmodel.comm.overlap '+experts'; the attention beside it not counted in the window)")
