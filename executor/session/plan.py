@@ -65,15 +65,30 @@ def settings_for(ctx: Context, method: str, gap: float | None, budget) -> Settin
     machine and recorded with its bucket (``data@76``; a bad mode or bucket: one line)."""
     choices = ctx.choices
     mode = overlap_with_bucket(choices.overlap or None, ctx.machine, choices.bucket_mb).spec
-    return Settings(method, None, gap, choices.but(overlap=mode, bucket_mb=None), budget)
+    return Settings(method, None, gap, choices.but(overlap=mode, bucket_mb=None), budget, ctx.framework)
+
+
+def tensors_limit(ctx: Context, limit: float | None) -> float | None:
+    """The limit the planner holds the tensors' peak under, for the peak as the framework reserves it
+    (its allocator's reserve, CUDA context and communicator buffers:
+    costmodel.frameworks.framework.FrameworkMemory.reserved_bytes) to fit ``limit`` (None: the
+    device's memory): what runs out of memory is the reserved peak. ``limit`` itself where the
+    framework adds nothing (the default ``ideal``) or on a CPU."""
+    memory = None if ctx.framework is None else ctx.framework.memory
+    if memory is None or ctx.machine.device.kind != "gpu" or memory.added_bytes(0, 2) == 0 \
+            and memory.allocator.value == 1.0:
+        return limit
+    whole = ctx.machine.device.mem_capacity_bytes if limit is None else limit
+    return memory.tensors_limit(whole, ctx.devices)
 
 
 def plan(ctx: Context, request: PlanRequest, settings: Settings) -> Answer:
     """The answer (module docstring)."""
-    limit = request.limit if request.limit is not None else ctx.machine.device.mem_capacity_bytes
+    given = tensors_limit(ctx, request.limit)
+    limit = given if given is not None else ctx.machine.device.mem_capacity_bytes
     if request.searches_pipelines:
         choice, note = fitting(lambda under: _pipelined(ctx, request, settings, under),
-                               lambda c: c.prediction.memory_peak_bytes, limit,
+                               lambda c: c.prediction.memory_allocated_bytes, limit,
                                lambda c, under: refit_choice(c, ctx.network, ctx.batch, ctx.devices, ctx.machine,
                                                              ctx.compute, under, settings, request.schedule))
         return Answer(settings, pipeline=choice, memory_note=note)
@@ -82,11 +97,11 @@ def plan(ctx: Context, request: PlanRequest, settings: Settings) -> Answer:
             ctx.compute, lambda: make_plan(ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine,
                                            ctx.compute, under, settings, machine_ref=request.machine_ref,
                                            profile_fingerprint=request.fingerprint),
-            settings.budget.forget), lambda r: r.memory_peak_bytes, limit)
+            settings.budget.forget), lambda r: r.memory_allocated_bytes, limit)
         answer = Answer(settings, plan=result, memory_note=note)
     else:
         answer = refreshed(ctx.compute, lambda: first_plan(
-            ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, request.limit, settings,
+            ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, given, settings,
             machine_ref=request.machine_ref, fingerprint=request.fingerprint,
             zero_given="zero" in settings.choices.given, schedule=request.schedule, prove_s=request.prove_s,
             batch_given=request.batch_given), settings.budget.forget)

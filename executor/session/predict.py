@@ -207,11 +207,11 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
 def predict_plan(plan: Plan, net: Network, ctx: Context) -> StepPrediction | PipelinePrediction:
     """A plan's own strategies and algorithms on ``net`` (the network it names, as its choices mark
     it), priced on ``ctx``'s machine and compute model: its pipeline as cut, else one step."""
-    if plan.pipeline is not None:
-        return predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute)
     overlap = resolve_overlap(plan.choices.overlap or None, ctx.machine)
     if ctx.framework is not None:  # the framework's overlap efficiencies, host time and memory
         overlap = framework_overlap(overlap, ctx.framework)
+    if plan.pipeline is not None:
+        return predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute, overlap)
     return as_run(ctx, predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
                                     plan.choices.sharded_optimizer, overlap=overlap))
 
