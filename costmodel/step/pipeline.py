@@ -87,6 +87,9 @@ class PipelinePrediction:
     schedule: str
     stages: tuple[StagePrediction, ...]
     chunks: int = 1  # interleaved 1F1B: model chunks a device holds
+    #: what the framework holds beyond the tensors on the fullest device: context, communicator
+    #: buffers and the caching allocator's reserve (costmodel.frameworks.as_run.pipeline_as_run)
+    framework_bytes: int = 0
 
     @property
     def bubble_s(self) -> float:
@@ -105,7 +108,8 @@ class PipelinePrediction:
 
     @property
     def memory_peak_bytes(self) -> int:
-        return max(s.memory_peak_bytes for s in self.stages)
+        """The peak on the fullest stage's device, as the framework holds it."""
+        return self.memory_allocated_bytes + self.framework_bytes
 
     @property
     def memory_allocated_bytes(self) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from costmodel.choices.precision import get_precision
 from costmodel.comm.overlap import overlap_with_bucket
+from costmodel.frameworks.as_run import pipeline_as_run
 from costmodel.step.pipeline import INTERLEAVED, SCHEDULES
 from costmodel.step.prediction import model_flops_utilization
 from executor.session import step_choice
@@ -30,6 +31,8 @@ from planner.problem.full_profile import refreshed
 from planner.problem.solve import Settings, make_plan
 from planner.sweep import sweep as sweep_counts
 from profiler.context import Context
+
+GIB = 2.0 ** 30
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,24 @@ def tensors_limit(ctx: Context, limit: float | None) -> float | None:
 
 
 def plan(ctx: Context, request: PlanRequest, settings: Settings) -> Answer:
-    """The answer (module docstring)."""
+    """The answer (module docstring); where the framework reserves memory beside the tensors, a
+    refusal says the limit the tensors had."""
     given = tensors_limit(ctx, request.limit)
+    if given == request.limit:
+        return _plan(ctx, request, settings, given)
+    try:
+        return _plan(ctx, request, settings, given)
+    except DnnplanError as err:
+        whole = request.limit if request.limit is not None else ctx.machine.device.mem_capacity_bytes
+        raise DnnplanError(f"{err.bare} (the tensors' share of the {whole / GIB:.3f} GiB a device: framework "
+                           f"{ctx.framework.name} reserves {(whole - given) / GIB:.3f} GiB beside them, for its "
+                           "CUDA context, communicator buffers and allocator reserve)",
+                           hint=None if err.hint is None else f"{err.hint}; add the framework's share to a --memory "
+                           "named there") from None
+
+
+def _plan(ctx: Context, request: PlanRequest, settings: Settings, given: float | None) -> Answer:
+    """:func:`plan` with the tensors' limit ``given`` (None: the device's memory)."""
     limit = given if given is not None else ctx.machine.device.mem_capacity_bytes
     if request.searches_pipelines:
         choice, note = fitting(lambda under: _pipelined(ctx, request, settings, under),
@@ -140,10 +159,15 @@ def finished(ctx: Context, request: PlanRequest, settings: Settings,
         made = answer.plan
     else:
         got = answer.pipeline
+        if ctx.framework is not None and not got.prediction.framework_bytes:  # the memory it adds
+            got = dataclasses.replace(got, prediction=pipeline_as_run(got.prediction, ctx.framework, ctx.machine))
+            answer = dataclasses.replace(answer, pipeline=got)
         mfu = model_flops_utilization(ctx.network, ctx.batch, got.prediction.step_s, ctx.devices, ctx.machine,
                                       get_precision(answer.settings.choices.precision).matmul)
         made = plan_of_choice(got, request.network, request.machine_ref, request.fingerprint,
                               answer.settings.choices, mfu)
+        if got.prediction.framework_bytes:
+            made = dataclasses.replace(made, memory_parts={"framework": got.prediction.framework_bytes})
     return answer, dataclasses.replace(made, choices=made.choices.but(seq=ctx.choices.seq))
 
 
