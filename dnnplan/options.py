@@ -246,18 +246,35 @@ SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction 
 TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Seconds within which the plan is "
                                                        "answered, from the command's start: the search stops in time "
                                                        "to print the best plan it holds, with the gap proven to the "
-                                                       "optimum (with --sweep: per device count; machine `local` "
-                                                       "times kernels on top) \\[default: 20].",
+                                                       "optimum (with --sweep: per point; machine `local` "
+                                                       "times kernels on top) \\[default: 20; a sweep's points "
+                                                       "share 30 s].",
                                                        callback=within("--time-limit", 0.001, 1e7, " s"))]
 LayersOpt = Annotated[bool, typer.Option("--layers", help="Also print the per-layer tables (the plan of every "
                                          "layer, its convolution algorithms, the memory by part, the solver's "
                                          "detail); shown anyway for networks of at most 24 layers.")]
 GapOpt = Annotated[Optional[float], typer.Option("--gap", help="Relative optimality gap at which an ILP may stop "
                                                  "\\[default: 0, prove optimality].", callback=within("--gap", 0, 1))]
-SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Strong scaling over device counts, e.g. "
-                                                 "1,2,4,...,1024, at a fixed batch.")]
+SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Plan at each of several device counts, e.g. "
+                                                 "1,2,4,...,1024, at a fixed batch: strong scaling on one machine; "
+                                                 "with several --machine or --tokens, the comparison of every machine "
+                                                 "and count (step, throughput, time and cost to train, the fastest and "
+                                                 "the cheapest marked). Each point is planned without pipelining; "
+                                                 "with --pipeline auto as a single plan is, pipelined where nothing "
+                                                 "fits whole.")]
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="With --sweep: write a PNG (needs the plot extra, "
-                                                "matplotlib).")]
+                                                "matplotlib); comparing machines, a line per machine of the time "
+                                                "and cost to train over device counts.")]
+SweepJobsOpt = Annotated[int, typer.Option("--sweep-jobs", help="With --sweep: plan this many of its points at "
+                                           "once, in worker processes (each point's search itself is unchanged).",
+                                           callback=within("--sweep-jobs", 1, 64))]
+PlanMachineOpt = Annotated[Optional[str], typer.Option(
+    "--machine", "-m", help="A shipped machine (see `dnnplan machines`) or a machine YAML path \\[default: dgx-a100]; "
+    "several, comma-separated, are compared at --devices or each count of --sweep: "
+    "-m dgx-a100,dgx-h100 --sweep 64,128,...,1024 --tokens 15T.")]
+PlanPriceOpt = Annotated[Optional[str], typer.Option(
+    "--gpu-hour-price", help="Price of one device for one hour (any currency), for --tokens's cost: one price for "
+    "every machine (2.5), or one for each machine compared (dgx-h100=2.5,dgx-a100=1.6).", show_default=False)]
 
 # --- running plans ---------------------------------------------------------------------------
 
@@ -301,6 +318,11 @@ PlanStepContextOpt = Annotated[bool, typer.Option(
     "kernels and those of each uniform plan (data, filter, spatial) again in their step's order and context (and "
     "their collectives, on several ranks), and take the one predicted fastest there (a few seconds a plan); "
     "--no-step-context keeps the solver's plan.")]
+GraphsOpt = Annotated[Optional[bool], typer.Option(
+    "--graphs/--no-graphs", help="On GPUs, replay each timed step as one CUDA graph captured after the eager "
+    "warm-up (per-layer times from one eager step after them); a plan that cannot be captured (collectives "
+    "staged through the host, pipeline stages over MPI, dropout, MoE routing) runs eagerly and the report says "
+    "why \\[default: graphs where the plan allows them].", show_default=False)]
 CheckOpt = Annotated[bool, typer.Option("--check", help="Also run the step on one process on the whole batch and "
                                         "compare loss and every weight gradient.")]
 ValidateNetworkArg = Annotated[Optional[str], typer.Argument(

@@ -63,8 +63,10 @@ def _check(algo, g):
 
 @device_kernel("conv2d.fwd")
 def conv2d_forward(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1,
-                   algo="im2col", *, trace=None):
-    """y = conv(x, w) + b; x (N, C, H, W), w (F, C/groups, KH, KW), b (F,) or None -> (N, F, Ho, Wo)."""
+                   algo="im2col", *, trace=None, site=None):
+    """y = conv(x, w) + b; x (N, C, H, W), w (F, C/groups, KH, KW), b (F,) or None -> (N, F, Ho, Wo).
+    ``site``: a dict the caller keeps per call site, in which a device's kernel keeps what it
+    resolved on the first call (kernels.cuda.conv's prepared path); nothing to keep here."""
     g = make_geom(x.shape, w.shape, stride, padding, dilation, groups)
     _check(algo, g)
     w = w.astype(x.dtype, copy=False)
@@ -74,7 +76,7 @@ def conv2d_forward(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(
 
 @device_kernel("conv2d.bwd_data")
 def conv2d_backward_data(dy, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-                         groups=1, algo="im2col", *, trace=None):
+                         groups=1, algo="im2col", *, trace=None, site=None):
     """dx (shape ``x_shape``, C-contiguous) from dy (N, F, Ho, Wo). Input rows/cols no window
     touches get zero.
 
@@ -91,7 +93,7 @@ def conv2d_backward_data(dy, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0), di
 
 @device_kernel("conv2d.bwd_weights")
 def conv2d_backward_weights(dy, x, w_shape, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-                            groups=1, algo="im2col", with_bias=False, *, trace=None):
+                            groups=1, algo="im2col", with_bias=False, *, trace=None, site=None):
     """(dw (shape ``w_shape``), db (F,) or None) from dy (N, F, Ho, Wo) and the forward input x."""
     g = make_geom(x.shape, w_shape, stride, padding, dilation, groups)
     _check(algo, g)

@@ -2,11 +2,14 @@
 layer normalisation.
 
 Batch norm over all axes but 1 (channels) of (N, C, ...), training mode, biased variance:
-  forward:  bn_local_sums -> [allreduce sum, sumsq, count] -> bn_stats_from_sums -> bn_forward_apply
-  backward: bn_backward_local_sums -> [allreduce] -> bn_backward_apply;  dgamma = sum_dy_xhat, dbeta = sum_dy
+  forward:  bn_local_sums -> stats [sum | sumsq | count] -> [allreduce stats in place] -> bn_forward_apply
+  backward: bn_backward_local_sums -> sums [sum dy | sum dy*xhat] (and this shard's dgamma, dbeta)
+            -> [allreduce sums in place] -> bn_backward_apply
   dx = gamma * invstd * (dy - sum_dy / count - xhat * sum_dy_xhat / count)
-Per-channel sums are accumulated and returned in float64 (exact enough to allreduce and to form
-var = E[x^2] - mean^2 without float32 cancellation); the applies compute in the input dtype.
+Each stage's sums are ONE float64 buffer (the count in it), so the executor all-reduces it as it
+is, and a device forms the statistics inside the apply (kernels.cuda.norm: two launches each way).
+Float64 is exact enough to allreduce and to form var = E[x^2] - mean^2 without float32
+cancellation; the applies compute in the input dtype.
 """
 
 from __future__ import annotations
@@ -25,68 +28,82 @@ def _bshape(x):
 
 @device_kernel("batchnorm.local_sums")
 def bn_local_sums(x):
-    """(sum_c, sumsq_c, count): per-channel sum and sum of squares of this shard, element count."""
+    """stats: [sum_c (C) | sumsq_c (C) | element count per channel (1)] of this shard, float64."""
     xp = module_of(x)
     ax = _axes(x)
     xa = x.astype(xp.float64, copy=False)
     count = x.size // x.shape[1]
-    return xa.sum(axis=ax), (xa * xa).sum(axis=ax), count
+    return xp.concatenate([xa.sum(axis=ax), (xa * xa).sum(axis=ax), xp.asarray([float(count)])])
 
 
-def bn_stats_from_sums(sum_c, sumsq_c, count):
-    """(mean, biased var) from global sums."""
-    xp = module_of(sum_c)
-    mean = sum_c / count
-    var = xp.maximum(sumsq_c / count - mean * mean, 0)
-    return mean, var
+def bn_stats_from_sums(stats):
+    """(mean, biased var, count) from (global) stats [sum | sumsq | count]."""
+    xp = module_of(stats)
+    c = (stats.shape[0] - 1) // 2
+    count = stats[2 * c]
+    mean = stats[:c] / count
+    var = xp.maximum(stats[c:2 * c] / count - mean * mean, 0)
+    return mean, var, count
+
+
+def _xhat(cache):
+    """The normalised input a backward stage reads: kept (this module's forward), or made again
+    from the kept input and statistics (a device's forward that keeps those instead)."""
+    if "xhat" in cache:
+        return cache["xhat"], cache["invstd"], cache["count"]
+    x = cache["x"]
+    mean, var, count = bn_stats_from_sums(cache["stats"])
+    invstd = (1.0 / module_of(x).sqrt(var + cache["eps"])).astype(x.dtype)
+    return (x - mean.astype(x.dtype).reshape(_bshape(x))) * invstd.reshape(_bshape(x)), invstd, count
 
 
 @device_kernel("batchnorm.fwd_apply")
-def bn_forward_apply(x, mean, var, gamma, beta, eps=1e-5):
-    """y = gamma * (x - mean) / sqrt(var + eps) + beta with given (global) statistics."""
+def bn_forward_apply(x, stats, gamma, beta, eps=1e-5):
+    """y = gamma * (x - mean) / sqrt(var + eps) + beta with the (global) ``stats``."""
     xp = module_of(x)
     bs = _bshape(x)
+    mean, var, count = bn_stats_from_sums(stats)
     invstd = (1.0 / xp.sqrt(var + eps)).astype(x.dtype)
     xhat = (x - mean.astype(x.dtype).reshape(bs)) * invstd.reshape(bs)
     y = xhat * gamma.astype(x.dtype).reshape(bs) + beta.astype(x.dtype).reshape(bs)
-    return y, {"xhat": xhat, "invstd": invstd, "gamma": gamma}
+    return y, {"xhat": xhat, "invstd": invstd, "gamma": gamma, "count": count}
 
 
 @device_kernel("batchnorm.bwd_local_sums")
 def bn_backward_local_sums(dy, cache):
-    """(sum_dy_c, sum_dy_xhat_c) of this shard (float64); globally they are dbeta and dgamma."""
+    """(sums [sum_dy_c | sum_dy_xhat_c] float64, dgamma, dbeta) of this shard; globally the sums
+    are dbeta and dgamma. dgamma and dbeta (in gamma's dtype) stay local: the weight-gradient
+    allreduce sums them."""
     xp = module_of(dy)
     ax = _axes(dy)
     dya = dy.astype(xp.float64, copy=False)
-    return dya.sum(axis=ax), (dya * cache["xhat"]).sum(axis=ax)
+    sdy, sdyx = dya.sum(axis=ax), (dya * _xhat(cache)[0]).sum(axis=ax)
+    pdt = cache["gamma"].dtype
+    return xp.concatenate([sdy, sdyx]), sdyx.astype(pdt), sdy.astype(pdt)
 
 
 @device_kernel("batchnorm.bwd_apply")
-def bn_backward_apply(dy, cache, sum_dy, sum_dy_xhat, count, gamma):
-    """dx from global sums and the global per-channel element count."""
+def bn_backward_apply(dy, cache, sums):
+    """dx from the global ``sums`` [sum_dy | sum_dy_xhat] and the global per-channel count."""
     bs = _bshape(dy)
     dt = dy.dtype
-    scale = (gamma.astype(dt) * cache["invstd"]).reshape(bs)
-    mean_dy = (sum_dy / count).astype(dt).reshape(bs)
-    mean_dy_xhat = (sum_dy_xhat / count).astype(dt).reshape(bs)
-    return scale * (dy - mean_dy - cache["xhat"] * mean_dy_xhat)
+    xhat, invstd, count = _xhat(cache)
+    c = sums.shape[0] // 2
+    scale = (cache["gamma"].astype(dt) * invstd).reshape(bs)
+    mean_dy = (sums[:c] / count).astype(dt).reshape(bs)
+    mean_dy_xhat = (sums[c:] / count).astype(dt).reshape(bs)
+    return scale * (dy - mean_dy - xhat * mean_dy_xhat)
 
 
 def batchnorm2d_forward(x, gamma, beta, eps=1e-5):
     """Single-device training-mode batch norm composed from the stages. Returns (y, cache)."""
-    s, ss, count = bn_local_sums(x)
-    mean, var = bn_stats_from_sums(s, ss, count)
-    y, cache = bn_forward_apply(x, mean, var, gamma, beta, eps)
-    cache.update(count=count, mean=mean, var=var)
-    return y, cache
+    return bn_forward_apply(x, bn_local_sums(x), gamma, beta, eps)
 
 
 def batchnorm2d_backward(dy, cache):
     """(dx, dgamma, dbeta) composed from the stages."""
-    sdy, sdyx = bn_backward_local_sums(dy, cache)
-    dx = bn_backward_apply(dy, cache, sdy, sdyx, cache["count"], cache["gamma"])
-    pdt = cache["gamma"].dtype
-    return dx, sdyx.astype(pdt), sdy.astype(pdt)
+    sums, dgamma, dbeta = bn_backward_local_sums(dy, cache)
+    return bn_backward_apply(dy, cache, sums), dgamma, dbeta
 
 
 @device_kernel("layernorm.fwd")

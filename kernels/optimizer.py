@@ -1,4 +1,5 @@
-"""The optimiser step the executor runs and the profiler times: SGD with momentum, in place; and
+"""The optimiser step the executor runs and the profiler times: SGD with momentum, in place (one
+weight, or every weight of a step at once); and
 the two elementwise kernels PyTorch FSDP runs on a gradient before its reduction
 (costmodel.layer.fsdp), timed by the profiler for the cost model."""
 
@@ -40,6 +41,19 @@ def sgd_momentum_update(w, v, g, lr: float, momentum: float, master=None):
         numpy.multiply(flat_v[start:stop], lr, out=part)
         flat_w[start:stop] -= part
     return w, v
+
+
+@device_kernel("sgd.update_many")
+def sgd_momentum_update_many(weights: list, momenta: list, grads: list, lr: float, momentum: float,
+                             masters: list | None = None):
+    """:func:`sgd_momentum_update` of every ``(weights[i], momenta[i], grads[i], masters[i])`` (a
+    master None where a weight has none), in place; the same results as one call each. On a GPU one
+    multi-tensor launch per storage format (kernels.cuda.multi_tensor), as frameworks' fused
+    optimisers make it (PyTorch's ``foreach`` SGD, apex's ``multi_tensor_apply``); on the host one
+    call each."""
+    for i, (w, v, g) in enumerate(zip(weights, momenta, grads)):
+        sgd_momentum_update(w, v, g, lr, momentum, master=None if masters is None else masters[i])
+    return weights, momenta
 
 
 @device_kernel("grad.cast")

@@ -1,20 +1,34 @@
-"""Strong scaling: the optimal plan and pure data parallelism over a list of device counts (pure)."""
+"""A sweep (pure): the plan at each point of a list of machines and device counts, at a fixed batch.
+
+One machine without a token budget gives strong scaling: each count's plan beside pure data
+parallelism, with speedups and efficiencies (:func:`sweep`). Several machines, or a token budget,
+give the comparison: each point's step, throughput and, for ``--tokens``, the time, device-hours
+and (at each machine's price) cost to train, the fastest and the cheapest point marked
+(:func:`priced`, :func:`mark_best`). How long each point may search, out of a sweep's whole
+bound, is :func:`point_seconds`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from costmodel.compute.model import ComputeModel
 from costmodel.machine.model import MAX_DEVICES, Machine
 from costmodel.step.prediction import predict_step
+from costmodel.step.train_time import train_time
 from costmodel.frameworks.uniform import uniform_strategies
 from networks.errors import DnnplanError, short
 from networks.ir import Network
-from planner.problem.solve import Settings, fastest_algorithms, make_plan, strategy_mix
+from planner.problem.solve import Infeasible, Settings, fastest_algorithms, make_plan, strategy_mix
 
 
 #: The most device counts one sweep plans for.
 MAX_POINTS = 64
+#: The most machines one sweep compares.
+MAX_MACHINES = 16
+#: The least a point of a shared bound searches (s): a plan in hand and a gap proven.
+MIN_POINT_S = 1.5
 
 
 def _count(part: str) -> int:
@@ -50,44 +64,150 @@ def parse_counts(text: str) -> list[int]:
     return sorted(set(out))
 
 
-def sweep(net: Network, network_ref: str, batch: int, counts: list[int], machine: Machine, compute: ComputeModel,
-          memory_limit_bytes: float | None, settings: Settings, rows: list[dict] | None = None) -> list[dict]:
-    """One row per device count: plan step, data-parallel step, speedups, efficiencies, strategy mix.
-    Each device count's search gets a budget of its own (``settings.budget`` renewed); ``rows``
-    receives each row as it is made (what an interrupted sweep keeps)."""
-    rows = [] if rows is None else rows
-    for p in counts:
-        try:
-            machine.check_devices(p)
-            each = settings if settings.budget is None else dataclasses.replace(settings,
-                                                                                budget=settings.budget.renewed())
-            plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, each,
-                             with_baselines=False)
-        except DnnplanError as err:
-            rows.append({"devices": p, "error": str(err)})
-            continue
+def parse_machines(text: str) -> list[str]:
+    """``--machine dgx-a100,dgx-h100`` -> the machines in the order named, each once."""
+    names = list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    if not names:
+        raise DnnplanError(f"--machine {short(text)} names no machine", hint="e.g. --machine dgx-a100,dgx-h100")
+    if len(names) > MAX_MACHINES:
+        raise DnnplanError(f"--machine names {len(names)} machines; at most {MAX_MACHINES} are compared")
+    return names
+
+
+def _price(text: str, machine: str | None = None) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1e6:
+        whose = "" if machine is None else f" for {short(machine)}"
+        raise DnnplanError(f"--gpu-hour-price {short(text)}{whose} is not a price from 0 to 1,000,000",
+                           hint="write e.g. --gpu-hour-price 2.5 or --gpu-hour-price dgx-h100=2.5,dgx-a100=1.6")
+    return value
+
+
+def parse_prices(text: str | None, machines: list[str]) -> dict[str, float] | None:
+    """``--gpu-hour-price``: one price a device-hour for every machine (``2.5``), or one for each
+    (``dgx-h100=2.5,dgx-a100=1.6``: every machine of ``machines`` named, and no other); None: no
+    price given."""
+    if text is None:
+        return None
+    parts = [t.strip() for t in text.split(",") if t.strip()]
+    if len(parts) == 1 and "=" not in parts[0]:
+        value = _price(parts[0])
+        return {m: value for m in machines}
+    prices: dict[str, float] = {}
+    for part in parts:
+        name, eq, value = part.partition("=")
+        if not eq:
+            raise DnnplanError(f"--gpu-hour-price {short(part)} names no machine, beside prices that do",
+                               hint="write one price for all, or MACHINE=PRICE for each: dgx-h100=2.5,dgx-a100=1.6")
+        name = name.strip()
+        if name not in machines:
+            raise DnnplanError(f"--gpu-hour-price names {short(name)}, which --machine does not plan for "
+                               f"({', '.join(machines)})", hint="price only the machines given to --machine")
+        prices[name] = _price(value.strip(), name)
+    missing = [m for m in machines if m not in prices]
+    if missing:
+        raise DnnplanError(f"--gpu-hour-price gives no price for {', '.join(missing)}",
+                           hint="price each machine (MACHINE=PRICE), or give one price for all")
+    return prices
+
+
+def point_seconds(left_s: float, points_left: int, jobs: int = 1, most_s: float | None = None) -> float:
+    """What one point of a sweep searches when its points share ``left_s`` seconds: an even share
+    among the points left, ``jobs`` planned at once, at least :data:`MIN_POINT_S` and at most
+    ``most_s`` (a single plan's default bound)."""
+    share = max(MIN_POINT_S, left_s * max(1, jobs) / max(1, points_left))
+    return share if most_s is None else min(most_s, share)
+
+
+def point(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
+          memory_limit_bytes: float | None, settings: Settings, with_data: bool = True) -> dict:
+    """The row of one device count: the plan's step, memory, strategy mix and solver, and with
+    ``with_data`` pure data parallelism's step beside it; a count with no plan, its reason (and
+    where no plan fits, the least any plan needs a device and the limit)."""
+    try:
+        machine.check_devices(p)
+        plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, settings,
+                         with_baselines=False)
+    except Infeasible as err:  # the least any plan needs a device, beside the limit
+        return {"devices": p, "error": str(err), "need_bytes": err.need_bytes, "limit_bytes": err.limit_bytes}
+    except DnnplanError as err:
+        return {"devices": p, "error": str(err)}
+    row = {"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes, "mfu": plan.mfu}
+    if with_data:
         strategies, _ = uniform_strategies(net, p, batch, "data")
         data = settings.as_run(predict_step(net, batch, strategies, fastest_algorithms(
             net, strategies, batch, machine, compute, settings.choices.sharded_optimizer), machine, compute,
             settings.choices.sharded_optimizer, overlap=settings.overlap), net, machine)
         limit = plan.solver.get("memory_limit_bytes") or machine.device.mem_capacity_bytes
-        rows.append({"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes,
-                     "data_step_s": data.step_s, "data_memory_peak_bytes": data.memory_peak_bytes,
-                     "data_fits": data.memory_bound_bytes <= limit * (1 + 1e-9),
-                     "mix": strategy_mix(plan), "solver": plan.solver.get("solver"),
-                     "status": plan.solver.get("status"), "gap": plan.solver.get("gap")})
+        row.update({"data_step_s": data.step_s, "data_memory_peak_bytes": data.memory_peak_bytes,
+                    "data_fits": data.memory_bound_bytes <= limit * (1 + 1e-9)})
+    row.update({"mix": strategy_mix(plan), "solver": plan.solver.get("solver"), "status": plan.solver.get("status"),
+                "gap": plan.solver.get("gap")})
+    return row
+
+
+def sweep(net: Network, network_ref: str, batch: int, counts: list[int], machine: Machine, compute: ComputeModel,
+          memory_limit_bytes: float | None, settings: Settings, rows: list[dict] | None = None) -> list[dict]:
+    """One row per device count (:func:`point`, with data parallelism), speedups and efficiencies.
+    Each device count's search gets a budget of its own (``settings.budget`` renewed); ``rows``
+    receives each row as it is made (what an interrupted sweep keeps)."""
+    rows = [] if rows is None else rows
+    for p in counts:
+        each = settings if settings.budget is None else dataclasses.replace(settings, budget=settings.budget.renewed())
+        rows.append(point(net, network_ref, batch, p, machine, compute, memory_limit_bytes, each))
     return with_speedups(rows)
 
 
 def with_speedups(rows: list[dict]) -> list[dict]:
-    """Each row's speedup and efficiency relative to the first device count that has a plan (and
-    the same of data parallelism); ``rows`` itself, filled in."""
-    ok = [r for r in rows if "error" not in r]
-    if ok:
-        p0, t0, d0 = ok[0]["devices"], ok[0]["step_s"], ok[0]["data_step_s"]
-        for r in ok:
-            r["speedup"] = t0 / r["step_s"]
-            r["efficiency"] = r["speedup"] * p0 / r["devices"]
-            r["data_speedup"] = d0 / r["data_step_s"]
-            r["data_efficiency"] = r["data_speedup"] * p0 / r["devices"]
+    """Each row's speedup and efficiency relative to the first device count of its machine that has
+    a plan (and the same of data parallelism where the row has it); ``rows`` itself, filled in."""
+    first: dict = {}
+    for r in sorted((r for r in rows if "error" not in r), key=lambda r: r["devices"]):
+        r0 = first.setdefault(r.get("machine"), r)
+        r["speedup"] = r0["step_s"] / r["step_s"]
+        r["efficiency"] = r["speedup"] * r0["devices"] / r["devices"]
+        if "data_step_s" in r:
+            r["data_speedup"] = r0["data_step_s"] / r["data_step_s"]
+            r["data_efficiency"] = r["data_speedup"] * r0["devices"] / r["devices"]
     return rows
+
+
+def priced(row: dict, batch: int, tokens_per_step: int | None, tokens: float | None,
+           price: float | None) -> dict:
+    """A planned row with its throughput (samples and, for a language model, tokens a second), its
+    device-seconds a step and, for a token budget, its time, device-hours and cost to train
+    (costmodel.step.train_time); a row without a plan, as it is."""
+    if "error" in row:
+        return row
+    step = row["step_s"]
+    row["samples_per_s"] = batch / step
+    if tokens_per_step is not None:
+        row["tokens_per_s"] = tokens_per_step / step
+    row["device_s_per_step"] = step * row["devices"]
+    if tokens is not None:
+        row["train"] = train_time(step, tokens_per_step, row["devices"], tokens, price).json()
+    return row
+
+
+def mark_best(rows: list[dict]) -> list[dict]:
+    """Mark the fastest point (the shortest step: every point trains the same batch) and the
+    cheapest (the least cost to train where every point is priced, else the fewest device-seconds
+    a step); ties go to the fewer devices, then to the machine named first. ``rows`` itself."""
+    ok = [r for r in rows if "error" not in r]
+    for r in rows:
+        r.pop("fastest", None), r.pop("cheapest", None)
+    if not ok:
+        return rows
+    fastest = min(ok, key=lambda r: (r["step_s"], r["devices"]))
+    cheapest = min(ok, key=lambda r: (_cost(r), r["devices"]))
+    for r in ok:
+        r["fastest"], r["cheapest"] = r is fastest, r is cheapest
+    return rows
+
+
+def _cost(row: dict) -> float:
+    train = row.get("train") or {}
+    return train["cost"] if train.get("cost") is not None else row["step_s"] * row["devices"]

@@ -1,26 +1,33 @@
-"""Issue 51's proof on one GPU, in one process tree under a time budget (bench/gpu/prove.sh runs it).
+"""The GPU proof on one GPU, in one process tree under a time budget (bench/gpu/prove.sh runs it).
 
-Stages, most important first, each a `dnnplan` command in its own process with its own time limit
-(what does not fit in the budget is skipped and reported as missing, never estimated):
+Stages, most important first (:func:`plan_stages`), each with its own limit in seconds (``LIMITS``,
+``ROW_LIMITS``), its commands each a process sharing it. Before anything runs, the stages are kept
+in order while their limits sum within the budget (bench/gpu/prove_budget.py), and a stage whose
+packages are neither installed nor in the carried wheels is dropped; each stage left out is written
+to details.json (``skipped``) and prove.log with why (run it in another call with ``--skip`` and
+``--rows``). A command that still fails or runs out of its stage's time is reported as missing,
+never estimated.
 
-0. every cuDNN graph dnnplan builds, built on the card (bench/gpu/cudnn_validate.py: seconds; its
+1. every cuDNN graph dnnplan builds, built on the card (bench/gpu/cudnn_validate.py: seconds; its
    one line per graph diagnoses the stages after it);
-1. the dgx-h100 machine's price of transformer kernels (FlashAttention forward and backward, bf16 and
-   FP8 GEMMs at Llama 3 shapes) against PyTorch's on the card (bench/gpu/transformer_kernels.py;
-   issue 52);
-2. ``pytest -m gpu``: every GPU kernel against the numpy kernel, NCCL on one rank, a plan with --check;
-3. per row of prove_rows.ROWS: ``dnnplan profile`` (an earlier process), ``dnnplan plan`` from that
-   table, ``dnnplan execute`` on one GPU: the ahead-of-time step, per-layer and memory errors;
-4. PyTorch eager's step of the same rows (bench/gpu/torch_steps.py, cuDNN benchmark mode);
-5. two ranks on the one GPU (host-staged): ``dnnplan profile --devices 1,2``, ``dnnplan profile-comm
+2. ``pytest -m gpu``: every GPU kernel against the numpy kernel, the prepared convolutions, NCCL on
+   one rank, a plan with --check (each test bounded by pytest-timeout when it is installed);
+3. per row of prove_rows.ROWS, one stage each: ``dnnplan profile`` (an earlier process), ``dnnplan
+   plan`` from that table, ``dnnplan execute`` on one GPU (the ahead-of-time step, per-layer and
+   memory errors), then PyTorch eager's step of the same row (bench/gpu/torch_steps.py, cuDNN
+   benchmark mode);
+4. two ranks on the one GPU (host-staged): ``dnnplan profile --devices 1,2``, ``dnnplan profile-comm
    --backend cupy`` (the staged collectives timed end to end), ``dnnplan validate --check``;
-6. cuDNN's engines of a few convolutions, all timed beside the families' top-k choice
-   (bench/gpu/engines_probe.py);
-7. the shipped H100 tables with the time left (resumed from profiler/profiles/ when there).
+5. the shipped H100 tables for 1-8 devices (resumed from profiler/profiles/ when there), with what
+   the stages before left;
+6. the dgx-h100 machine's price of transformer kernels (FlashAttention forward and backward, bf16 and
+   FP8 GEMMs at Llama 3 shapes) against PyTorch's on the card (bench/gpu/transformer_kernels.py);
+7. cuDNN's engines of a few convolutions, all timed beside the families' top-k choice
+   (bench/gpu/engines_probe.py).
 
 Outputs under ``--out`` (at most 8 files): prove.log, gpu-validation.json (rows, prove_rows.ROW_KEYS),
-details.json (every command's JSON and the verdicts), kernels.json, torch_steps.json, engines.json,
-h100-tf32.json, h100-bf16.json (the tests' output is in prove.log).
+details.json (every command's JSON, the verdicts, the stages run and skipped), kernels.json,
+torch_steps.json, engines.json, h100-tf32.json, h100-bf16.json (the tests' output is in prove.log).
 
 ``--dry-run``: every stage's plumbing on the host (numpy, lenet5, fp32; no torch, no engines, no
 tests): checks the script, produces no figure.
@@ -40,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from prove_budget import DNNPLAN, TESTS, TORCH, Stage, allot, missing_packages  # noqa: E402
 from prove_rows import (DRY_ROWS, DRY_TWO_RANKS, ROWS, SHIPPED_NETWORKS, SHIPPED_PRECISIONS,  # noqa: E402
                         TWO_RANKS, Row, from_execute, from_validate, torch_step, verdicts)
 
@@ -54,14 +62,29 @@ class Session:
         self.work = out / "work" if dry else Path("/tmp/dnnplan-prove")
         self.work.mkdir(parents=True, exist_ok=True)
         self.deadline = time.monotonic() + budget_s
+        self.stage_end: float | None = None  # the running stage's own limit (:meth:`begin`)
         self.log = open(out / "prove.log", "a", encoding="utf-8")
-        self.details: dict = {"missing": [], "runs": {}}
+        self.details: dict = {"missing": [], "skipped": [], "runs": {}}
+        self.timeout_plugin = False  # pytest-timeout installed: each GPU test bounded too
         self.rows: list[dict] = []
         self.date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
         self.device = "host (dry run)" if dry else "?"
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
+
+    def stage_left(self) -> float:
+        """Seconds the running stage has left (the budget's, outside a stage)."""
+        return self.left() if self.stage_end is None else min(self.left(), self.stage_end - time.monotonic())
+
+    def begin(self, stage: Stage) -> None:
+        """``stage`` starts: its commands share its limit."""
+        self.stage_end = time.monotonic() + stage.limit_s
+        self.say(f"stage {stage.name} (at most {stage.limit_s:.0f} s)")
+
+    def skip(self, stage: str, why: str) -> None:
+        self.details["skipped"].append({"stage": stage, "why": why})
+        self.say(f"  SKIPPED {stage}: {why}")
 
     def say(self, line: str) -> None:
         stamp = f"[{time.strftime('%H:%M:%S')} {self.left():5.0f}s left] "
@@ -72,9 +95,9 @@ class Session:
     def run(self, args: list[str], limit_s: float, what: str) -> tuple[int, str]:
         """Run a command (``python -m`` modules get this interpreter) within ``limit_s`` and what is
         left; (exit code, stdout). Its output goes to the log."""
-        limit = min(limit_s, self.left() - 5)
+        limit = min(limit_s, self.left() - 5, self.stage_left())
         if limit < 10:
-            self.missing(what, "no time left in the budget")
+            self.missing(what, "no time left in its stage")
             return -1, ""
         cmd = [sys.executable, *args] if args[0] in ("-m",) or args[0].endswith(".py") else args
         self.say(f"$ {' '.join(cmd)}  (limit {limit:.0f} s)")
@@ -122,9 +145,10 @@ def plan_args(s: Session) -> list[str]:
 def gpu_tests(s: Session) -> None:
     if s.dry:
         return
-    s.run(["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "--timeout", "60", "-rfE",
-           "tests/gpu/test_gpu_kernels.py", "tests/gpu/test_gpu_backend.py", "tests/gpu/test_kernels_backend.py"], 120,
-          "pytest -m gpu")
+    bound = ["--timeout", "60"] if s.timeout_plugin else []  # else the stage's limit bounds them all
+    s.run(["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *bound, "-rfE",
+           "tests/gpu/test_gpu_kernels.py", "tests/gpu/test_gpu_backend.py", "tests/gpu/test_kernels_backend.py",
+           "tests/gpu/test_conv_prepared.py", "tests/gpu/test_update_launches.py"], 90, "pytest -m gpu")
 
 
 def cudnn_graphs(s: Session) -> None:
@@ -140,12 +164,14 @@ def transformer_kernels(s: Session) -> None:
         s.details["transformer_kernels"] = summary
 
 
-def one_gpu_row(s: Session, row: Row, torch_json: dict | None) -> None:
+def one_gpu_row(s: Session, row: Row, with_torch: bool) -> None:
+    """The row's profile, plan and execute, then (``with_torch``) PyTorch eager's step of it."""
     plan, result = (s.work / f"{row.name}{suffix}" for suffix in (".plan.yaml", ".execute.json"))
     # the precision's shipped table: each row's kernels timed at its batch (stage 7 adds what time allows)
     table = shipped_table(s, row.precision) if not s.dry else s.work / f"{row.name}.json"
     rc, text = s.run(["-m", "dnnplan", "profile", row.network, "-b", str(row.batch), "--devices", "1", "--out",
-                      str(table), "--json", *backend_args(s, row.precision)], 120, f"{row.name}: profile")
+                      str(table), "--json", *backend_args(s, row.precision)], ROW_LIMITS["profile"],
+                     f"{row.name}: profile")
     summary = _last_json(text)
     if summary is not None:
         s.details.setdefault("profiles", {})[row.name] = {k: summary.get(k) for k in
@@ -156,28 +182,37 @@ def one_gpu_row(s: Session, row: Row, torch_json: dict | None) -> None:
     s.device = fp.get("device", s.device) if not s.dry else s.device
     rc, _ = s.run(["-m", "dnnplan", "plan", row.network, "-p", "1", "-b", str(row.batch), *plan_args(s),
                    "--precision", row.precision, "--profile", str(table), "--no-recompute", "--out", str(plan),
-                   "--force"], 90, f"{row.name}: plan")
+                   "--force"], ROW_LIMITS["plan"], f"{row.name}: plan")
     if rc != 0:
         return
     rc, _ = s.run(["-m", "dnnplan", "execute", str(plan), "--ranks", "1", "--steps", "10", "--warmup", "3",
                    "--profile", str(table), "--json", str(result), "--force", "--timeout", "240"],
-                  260, f"{row.name}: execute")
+                  ROW_LIMITS["execute"], f"{row.name}: execute")
     got = read_json(result)
     if got is None:
         return
     s.details["runs"][row.name] = got
+    torch_json = torch_rows(s, [row]) if with_torch else None
     s.rows.append(from_execute(row, got, torch_step(torch_json, row.torch_row), s.device, s.commit, s.date))
     s.save()
 
 
 def torch_rows(s: Session, rows) -> dict | None:
+    """PyTorch eager's steps of ``rows``, added to torch_steps.json (one file for every row)."""
     if s.dry:
         s.missing("PyTorch eager steps", "dry run: no GPU")
         return None
-    path = s.out / "torch_steps.json"
-    s.run(["bench/gpu/torch_steps.py", "--out", str(path), "--rows", ",".join(r.torch_row for r in rows),
-           "--steps", "20", "--warmup", "5"], 150, "PyTorch eager steps")
-    return read_json(path)
+    path, part = s.out / "torch_steps.json", s.work / "torch_steps.part.json"
+    s.run(["bench/gpu/torch_steps.py", "--out", str(part), "--rows", ",".join(r.torch_row for r in rows),
+           "--steps", "20", "--warmup", "5"], ROW_LIMITS["torch"], "PyTorch eager steps")
+    got = read_json(part)
+    if got is None:
+        return None
+    kept = read_json(path) or {}
+    new = {r.get("name") for r in got.get("rows", [])}
+    kept = {**got, "rows": [r for r in kept.get("rows", []) if r.get("name") not in new] + got.get("rows", [])}
+    path.write_text(json.dumps(kept, indent=1) + "\n")
+    return got
 
 
 def two_ranks(s: Session) -> None:
@@ -227,7 +262,8 @@ def shipped(s: Session) -> None:
         out = shipped_table(s, prec)
         for net in nets:
             # resnet50 and gpt2 get a minute each: the issue's target is their 1-8 device profile in under one
-            share = 60.0 if net in ("resnet50", "gpt2") else max(20.0, (s.left() - 20) / (len(nets) * len(precisions)))
+            share = (60.0 if net in ("resnet50", "gpt2")
+                     else max(20.0, (s.stage_left() - 20) / (len(nets) * len(precisions))))
             rc, text = s.run(["-m", "dnnplan", "profile", net, "--devices", "1,2,4,8", "--out", str(out),
                               "--max-seconds", f"{share:.0f}", "--json", *backend_args(s, prec)], share + 60,
                              f"shipped profile {net} {prec}")
@@ -251,6 +287,40 @@ def _name(row: dict) -> str:
     return f"{row['network']}-b{row['batch']}-{row['precision']}"
 
 
+#: Seconds each command of a row may take (measured 2026-11-27 on an H100: profiles 9-28 s, a plan a
+#: few seconds); a row's stage is their sum
+ROW_LIMITS = {"profile": 45, "plan": 20, "execute": 60, "torch": 35}
+#: The stages' own limits, in seconds (a row's: ROW_LIMITS's sum)
+LIMITS = {"graphs": 20, "tests": 90, "two": 200, "shipped": 90, "kernels": 60, "engines": 60}
+
+
+def plan_stages(rows, skip: set, dry: bool) -> list[Stage]:
+    """The stages asked for, most important first: the graphs and kernel tests that the rows rest on,
+    each row (with PyTorch's step of it), the two ranks on one GPU, the 1-8 device profiles, then the
+    transformer kernels and the engines probe."""
+    gpu = () if dry else ("cupy", "cudnn")
+    host = tuple(n for n in DNNPLAN if n not in ("cupy", "cudnn")) + gpu
+    row_needs = host + (() if dry else TORCH)
+    out = []
+    if "graphs" not in skip and not dry:
+        out.append(Stage("graphs", LIMITS["graphs"], host))
+    if "tests" not in skip and not dry:
+        out.append(Stage("tests", LIMITS["tests"], TESTS))
+    if "rows" not in skip:
+        with_torch = "torch" not in skip and not dry
+        row_s = sum(v for k, v in ROW_LIMITS.items() if with_torch or k != "torch")
+        out += [Stage(f"row {row.name}", row_s, row_needs if with_torch else host) for row in rows]
+    if "two" not in skip:
+        out.append(Stage("two", LIMITS["two"], host))
+    if "shipped" not in skip:
+        out.append(Stage("shipped", LIMITS["shipped"], host))
+    if "kernels" not in skip:
+        out.append(Stage("kernels", LIMITS["kernels"], () if dry else host + TORCH))
+    if "engines" not in skip and not dry:
+        out.append(Stage("engines", LIMITS["engines"], host))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -258,7 +328,7 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", default=os.environ.get("COMMIT", "unknown"))
     ap.add_argument("--dry-run", action="store_true", help="the plumbing on the host (numpy, lenet5)")
     ap.add_argument("--skip", default="",
-                    help="comma-separated stages to skip: graphs,kernels,tests,rows,torch,two,engines,shipped")
+                    help="comma-separated stages to skip: graphs,tests,rows,torch,two,shipped,kernels,engines")
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all), e.g. gpt2-b8-bf16")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -268,27 +338,39 @@ def main(argv=None) -> int:
     rows = DRY_ROWS if args.dry_run else ROWS
     if args.rows:
         rows = tuple(r for r in rows if r.name in args.rows.split(","))
-    if "graphs" not in skip:
-        cudnn_graphs(s)
-    if "kernels" not in skip:
-        transformer_kernels(s)
-    if "tests" not in skip:
-        gpu_tests(s)
-    if "rows" not in skip:
-        for row in rows:
-            one_gpu_row(s, row, None)
-    torch_json = None if "torch" in skip else torch_rows(s, rows)
-    for got, row in ((g, r) for g in s.rows for r in rows if g["ranks"] == 1 and r.name == _name(g)):
-        got["torch_s"] = torch_step(torch_json, row.torch_row)
+    asked = plan_stages(rows, skip, args.dry_run)
+    missing = missing_packages(asked)
+    s.timeout_plugin = not missing_packages([Stage("timeout", 0, ("pytest_timeout",))])
+    if not s.timeout_plugin:
+        s.say("pytest-timeout is not installed: the GPU tests run bounded by their stage's limit only")
+    stages, skipped = allot(asked, args.budget, missing)
+    for name, why in skipped:
+        s.skip(name, why)
+    if stages and stages[-1].name == "shipped":  # the profiles take what the others leave
+        spare = args.budget - 15 - sum(st.limit_s for st in stages)
+        stages[-1] = Stage("shipped", stages[-1].limit_s + max(spare, 0), stages[-1].needs)
+    s.details["stages"] = [{"stage": st.name, "limit_s": st.limit_s} for st in stages]
     s.save()
-    if "two" not in skip:
-        two_ranks(s)
-    if "engines" not in skip:
-        engines(s)
-    if "shipped" not in skip:
-        shipped(s)
-    s.save()
-    s.say(f"done: {len(s.rows)} row(s), {len(s.details['missing'])} missing figure(s)")
+    by_row = {f"row {r.name}": r for r in rows}
+    for stage in stages:
+        s.begin(stage)
+        if stage.name == "graphs":
+            cudnn_graphs(s)
+        elif stage.name == "tests":
+            gpu_tests(s)
+        elif stage.name in by_row:
+            one_gpu_row(s, by_row[stage.name], "torch" not in skip and not s.dry)
+        elif stage.name == "two":
+            two_ranks(s)
+        elif stage.name == "shipped":
+            shipped(s)
+        elif stage.name == "kernels":
+            transformer_kernels(s)
+        elif stage.name == "engines":
+            engines(s)
+        s.save()
+    s.say(f"done: {len(s.rows)} row(s), {len(s.details['missing'])} missing figure(s), "
+          f"{len(s.details['skipped'])} stage(s) skipped")
     for row in s.rows:
         s.say(json.dumps({k: row[k] for k in ("network", "batch", "precision", "ranks", "predicted_s", "measured_s",
                                               "torch_s", "layer_median_error", "memory_error", "check_passed")}))

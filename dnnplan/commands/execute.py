@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, TypeVar
 
 import typer
@@ -9,8 +10,9 @@ import typer
 from costmodel.choices.precision import get_precision
 from costmodel.step.prediction import model_flops_utilization
 from dnnplan.rerun import command_line
-from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, FreshOpt, JsonFileOpt, PlanArg, ProfileOpt,
-                             RanksOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, TraceOpt, WarmupOpt)
+from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, FreshOpt, GraphsOpt, JsonFileOpt,
+                             PlanArg, ProfileOpt, RanksOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt,
+                             TraceOpt, WarmupOpt)
 from dnnplan.output import check_outputs, write_json_file
 from dnnplan.render import execute as render
 from dnnplan.render.messages import err_console, fail_line, warn
@@ -39,7 +41,7 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
             check: CheckOpt = False, json_out: JsonFileOpt = None, trace: TraceOpt = None, timeout: TimeoutOpt = 600.0,
             threads: ThreadsOpt = None, profile: ProfileOpt = None, fresh: FreshOpt = False,
             step_context: StepContextOpt = True, force: ForceOpt = False, device: DeviceOpt = "auto",
-            foreign_profile: ForeignProfileOpt = False) -> None:
+            foreign_profile: ForeignProfileOpt = False, graphs: GraphsOpt = None) -> None:
     """Run a plan across MPI ranks and compare measured with predicted time per layer and phase.
 
     Launches `mpiexec -n RANKS` itself, or runs on the ranks of the MPI job it is started in.
@@ -52,7 +54,7 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
     """
     check_outputs({"--json": json_out, "--trace": trace}, force)
     try:
-        prep = prepare(plan, ranks, threads, profile, fresh, device, foreign_profile)
+        prep = replace(prepare(plan, ranks, threads, profile, fresh, device, foreign_profile), graphs=graphs)
         for line in prep.warnings:
             warn(line)
         if step_context:
@@ -82,10 +84,14 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
     if (line := non_finite_loss_warning(job, warmup)) is not None:
         warn(line)
     render.device_line(job.device)
+    # how the timed steps ran: on a GPU always said, on the host only when graphs were asked for
+    mode = job.steps_mode if job.device or (job.steps_mode or {}).get("reason") else None
+    render.steps_mode_line(mode)
     if json_out:
         write_json_file(json_out, {**comparison_json(plan, cmp, job.check),
                                    "profile_predicted_step_s": prep.profile_step_s,
-                                   **({"device": job.device} if job.device else {})})
+                                   **({"device": job.device} if job.device else {}),
+                                   **({"steps_mode": mode} if mode else {})})
     if trace:
         write_json_file(trace, trace_dict(job, steps))
     if job.check is not None and not job.check.passed:

@@ -11,28 +11,33 @@ from costmodel.choices.training import TRANSFORMER_OPTIMIZER, TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
 from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.options import (BatchOpt, DevicesOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt,
-                             MachineOpt, MemoryOpt, NetworkArg, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
-                             PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt, RecomputeOpt, RefreshOpt,
-                             PriceOpt, ScheduleOpt, SolverOpt, SweepOpt, TimeLimitOpt, TokensOpt, refresh_warning,
-                             takes_choices, token_budget)
+                             MemoryOpt, NetworkArg, PlanMachineOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
+                             PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt, RecomputeOpt,
+                             RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt, TokensOpt,
+                             refresh_warning, takes_choices, token_budget)
 from dnnplan.output import check_outputs
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
-from dnnplan.render.plot import plot_sweep
+from dnnplan.render import sweep as sweep_render
+from dnnplan.render.plot import plot_machines, plot_sweep
 from dnnplan.render.progress import progress_line
-from dnnplan.search_bound import end, search_budget, stop_on_ctrl_c
+from dnnplan.search_bound import DEFAULT_TIME_LIMIT_S, end, finish_reserve_s, search_budget, stop_on_ctrl_c
 from executor.session import plan as planning
+from executor.session import sweep as sweeping
 from executor.session.plan import PlanRequest
+from executor.session.sweep import SweepRequest
 from lifecycle import stops
 from networks.errors import DnnplanError, short
 from planner.pipeline.search import PROVE_S
 from planner.plan.plan_file import write_plan
 from planner.problem.solve import Settings
-from planner.sweep import parse_counts, with_speedups
+from planner.sweep import parse_counts, parse_machines, parse_prices
 from profiler import context
 from profiler.context import Context
 
 GIB = 2 ** 30
+#: seconds a sweep's points share when --time-limit (then each point's) is not given
+DEFAULT_SWEEP_LIMIT_S = 30.0
 
 
 def profile_fingerprint(ctx: Context) -> str | None:
@@ -43,27 +48,35 @@ def profile_fingerprint(ctx: Context) -> str | None:
     return None if table is None else table.short_id
 
 
-def check_flags(solver: str, sweep: str | None, plot: str | None, pipelined_sweep: bool = False) -> None:
-    """What the flags' own ranges (dnnplan.options) cannot say: the solver's name, --plot without --sweep,
-    a sweep of pipelined plans."""
+def check_flags(solver: str, sweep: str | None, plot: str | None, pipelined_sweep: bool = False,
+                machines: int = 1, profile: str | None = None) -> None:
+    """What the flags' own ranges (dnnplan.options) cannot say: the solver's name, --plot without a
+    sweep, a sweep of pipelined plans, one --profile for several machines."""
     if solver not in ("auto", "reduced", "ilp"):
         raise DnnplanError(f"unknown --solver {short(solver)}", hint="use auto, reduced or ilp")
-    if plot and not sweep:
+    if plot and not sweep and machines == 1:
         raise DnnplanError("--plot draws a sweep", hint="add --sweep 1,2,4,...")
     if pipelined_sweep:
-        raise DnnplanError("--pipeline plans cannot be swept yet", hint="drop --sweep, or plan without --pipeline")
+        what = "--sweep" if sweep else "several --machine"
+        raise DnnplanError(f"{what} plans each point without pipelining, or with --pipeline auto as `dnnplan plan` "
+                           "plans it; a fixed --pipeline or --micro-batches cannot be swept",
+                           hint="use --pipeline auto, or drop --sweep and plan one point")
+    if machines > 1 and profile:
+        raise DnnplanError("--profile times one machine's kernels, and --machine names several",
+                           hint="drop --profile to price each machine from its own")
 
 
 @takes_choices("precision", "optimizer", "zero", "overlap", "bucket_mb", "batch_norm", "moe_dispatch", "seq",
                "framework")
 def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None,
-         machine: MachineOpt = None, profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None,
+         machine: PlanMachineOpt = None, profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None,
          solver: SolverOpt = "auto", time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None,
          plot: PlotOpt = None, refresh: RefreshOpt = False, choices: TrainingChoices = TrainingChoices(),
          recompute: RecomputeOpt = True, pipeline: PlanPipelineOpt = None, micro_batches: PlanMicroBatchesOpt = None,
          schedule: ScheduleOpt = "1f1b", prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False,
          step_context: PlanStepContextOpt = True, layers: LayersOpt = False, force: ForceOpt = False,
-         foreign_profile: ForeignProfileOpt = False, tokens: TokensOpt = None, price: PriceOpt = None) -> None:
+         foreign_profile: ForeignProfileOpt = False, tokens: TokensOpt = None, price: PlanPriceOpt = None,
+         sweep_jobs: SweepJobsOpt = 1) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -83,12 +96,39 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     (--pipeline auto asks for it; --pipeline off refuses it). GPT-3 175B on 1024 A100s:
     dnnplan plan gpt3-175b -p 1024 -b 1536 --precision bf16
 
+    --sweep plans at several device counts; with several machines (-m dgx-a100,dgx-h100) and a token
+    budget it compares them: time and cost to train at each, the fastest and the cheapest marked
+    (rows print on stderr as they finish; Ctrl-C keeps the rows made):
+    dnnplan plan llama3-70b -m dgx-a100,dgx-h100 --sweep 256,512,1024 --tokens 15T
+    --gpu-hour-price dgx-a100=1.6,dgx-h100=2.5
+
     Default batch: 32 samples a device; a language model about 4M tokens, at most 16 sequences a device.
     On machine `local` the plan is checked against the uniform plans in its step's context.
     """
-    check_flags(solver, sweep, plot, bool(sweep) and (pipeline not in (None, "off") or micro_batches is not None))
+    machines = parse_machines(machine) if machine is not None else [DEFAULT_MACHINE]
+    swept = bool(sweep) or len(machines) > 1
+    check_flags(solver, sweep, plot, swept and (pipeline not in (None, "off", "auto") or micro_batches is not None),
+                len(machines), profile)
+    if sweep_jobs > 1 and not swept:
+        raise DnnplanError("--sweep-jobs plans a sweep's points at once", hint="add --sweep 1,2,4,... or drop it")
     check_outputs({"--out": out, "--plot": plot}, force)
     train_tokens = token_budget(tokens, price)
+    prices = parse_prices(price, machines)
+    if swept:
+        request = SweepRequest(
+            network, tuple(machines), tuple(parse_counts(sweep) if sweep else [devices]), devices=devices,
+            batch=batch, profile=profile, refresh=refresh,
+            choices=choices.but(recompute="auto" if recompute else "none"),
+            foreign_profile=foreign_profile, memory_limit_bytes=None if memory is None else memory * GIB,
+            solver=solver, gap=gap, with_data=len(machines) == 1 and train_tokens is None and pipeline != "auto",
+            pipelines=pipeline == "auto", tokens=train_tokens, prices=prices,
+            point_s=None if time_limit is None else time_limit - finish_reserve_s(time_limit),
+            total_s=DEFAULT_SWEEP_LIMIT_S, most_s=DEFAULT_TIME_LIMIT_S - finish_reserve_s(DEFAULT_TIME_LIMIT_S),
+            jobs=sweep_jobs)
+        plan_sweep(request, plot, as_json, refresh)
+        return
+    price = None if prices is None else prices[machines[0]]
+    machine = machines[0] if machine is not None else None
     budget = search_budget(time_limit)
     with stop_on_ctrl_c(budget), progress_line(budget):
         try:
@@ -101,8 +141,6 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             per_step = None if train_tokens is None else tokens_per_step(ctx.network, ctx.batch)
             limit = None if memory is None else memory * GIB
             settings = planning.settings_for(ctx, solver, gap, budget)
-            if sweep:
-                return plan_sweep(ctx, network, sweep, plot, limit, settings, as_json)
             request = PlanRequest(network, machine or DEFAULT_MACHINE, profile_fingerprint(ctx), limit, pipeline,
                                   micro_batches, planning.check_schedule(schedule, _given(click, "schedule")), prove,
                                   step_context, _given(click, "batch"))
@@ -159,27 +197,62 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
         render.console.print(f"wrote {out} ({how})")
 
 
-def plan_sweep(ctx: Context, network: str, counts: str, plot: str | None, limit: float | None,
-               settings: Settings, as_json: bool) -> None:
-    """`dnnplan plan --sweep`: the plan and data parallelism over several device counts; Ctrl-C
-    prints the rows made so far and exits 130."""
-    device_counts = parse_counts(counts)
+def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: bool) -> None:
+    """`dnnplan plan --sweep` (or several --machine): every machine and device count planned
+    (executor.session.sweep), a line on stderr as each point finishes, then the table (strong
+    scaling on one machine, else the comparison) or the JSON; Ctrl-C (or SIGTERM, SIGHUP) shows the
+    points planned so far and exits 130."""
+    budget = search_budget(None)
     rows: list[dict] = []
-    interrupted = False
-    try:
-        planning.sweep(ctx, network, device_counts, limit, settings, rows)
-    except KeyboardInterrupt:
-        interrupted = True
-        with_speedups(rows)
-    if plot and rows:
-        plot_sweep(rows, plot, f"{ctx.network.name}, batch {ctx.batch}, {ctx.machine.name}")
+    with stop_on_ctrl_c(budget):
+        ctxs = sweeping.contexts(request)
+        first = next(iter(ctxs.values()))
+        for line in [refresh_warning(refresh, first.compute), *first.choices.idle(first.network)]:
+            if line is not None:
+                warn(line)
+        if request.tokens is not None:
+            tokens_per_step(first.network, first.batch)  # a network without tokens: one line, before planning
+
+        def made(row: dict) -> None:
+            rows.append(row)
+            sweeping.ordered(request, rows)
+            sweep_render.progress(sweep_render.point_line(row, len(rows), request.size, rows))
+
+        try:
+            sweeping.run(request, ctxs, budget, made)
+        except KeyboardInterrupt:
+            budget.request_stop()
+    rows = sweeping.ordered(request, rows)
+    _show_sweep(request, first, rows, plot, as_json, complete=not budget.stop_requested)
+    if budget.stop_requested:
+        fail_line(f"interrupted by {stops.name()}: {len(rows)} of {request.size} points planned, shown above")
+        end(stops.exit_code())
+    end(0)
+
+
+def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str | None, as_json: bool,
+                complete: bool) -> None:
+    """The sweep's table or JSON, and its plot."""
+    name, comparing = ctx.network.name, not request.with_data
+    if plot and any("error" not in r for r in rows):
+        if comparing:
+            plot_machines(rows, plot, f"{name}, batch {ctx.batch}")
+        else:
+            plot_sweep(rows, plot, f"{name}, batch {ctx.batch}, {ctx.machine.name}")
     if as_json:
-        print(json.dumps({"network": ctx.network.name, "batch": ctx.batch, "machine": ctx.machine.name,
-                          "rows": rows, "complete": not interrupted}))
+        head = {"network": name, "batch": ctx.batch}
+        if comparing:
+            best = {k: next(({"machine": r["machine"], "devices": r["devices"]} for r in rows if r.get(k)), None)
+                    for k in ("fastest", "cheapest")}
+            head.update({"machines": list(request.machines), "tokens": request.tokens, "prices": request.prices,
+                         **best})
+        else:
+            head["machine"] = ctx.machine.name
+        print(json.dumps({**head, "rows": rows, "complete": complete}))
+        return
+    if comparing:
+        sweep_render.compare_table(rows, name, ctx.batch, request.tokens, request.pipelines)
     else:
-        render.sweep_table(rows, ctx.network.name, ctx.batch, ctx.machine.name)
-        if plot and rows:
-            render.console.print(f"wrote {plot}")
-    if interrupted:
-        fail_line(f"interrupted: {len(rows)} of {len(device_counts)} device counts planned, shown above")
-        raise typer.Exit(130)
+        sweep_render.sweep_table(rows, name, ctx.batch, ctx.machine.name)
+    if plot and any("error" not in r for r in rows):
+        render.console.print(f"wrote {plot}")

@@ -169,6 +169,19 @@ def device_line(device: dict | None) -> None:
                   f"{device.get('precision')}, {how}")
 
 
+def steps_mode_line(mode: dict | None) -> None:
+    """How the timed steps ran: replayed as a CUDA graph, or eagerly and why."""
+    if not mode:
+        return
+    if mode.get("mode") == "graphs":
+        console.print("[bold]steps[/bold]  each timed step replayed as one CUDA graph captured after the warm-up; "
+                      "per-layer times from one eager step after them")
+    elif mode.get("reason"):
+        console.print(f"[bold]steps[/bold]  eager: {escape(str(mode['reason']))}")
+    else:
+        console.print("[bold]steps[/bold]  eager")
+
+
 def check_line(check: CheckResult | None, batch_norm: str = "sync") -> None:
     """The check's verdict; under --batch-norm local the one process normalises each rank's sample
     shard by its own statistics, as the ranks do (executor.check.reference_bn)."""

@@ -26,7 +26,7 @@ from planner.plan.plan import Plan
 from planner.plan.plan_file import plan_to_dict
 from profiler.context import Context
 
-__all__ = ["Facts", "answer", "facts", "plan_json", "plan_table", "sweep_table", "step_context_dict", "console"]
+__all__ = ["Facts", "answer", "facts", "plan_json", "plan_table", "step_context_dict", "console"]
 
 #: networks of at most this many layers get their per-layer tables without --layers
 SMALL_NETWORK = 24
@@ -206,36 +206,6 @@ def solver_line(plan: Plan) -> None:
                   f"total {s.get('total_s')} s")
     if s.get("detail"):
         console.print(f"[dim]{s['detail']}[/dim]")
-
-
-def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> None:
-    """Per device count: the plan and data parallelism, speedups and efficiencies; a count with no
-    plan gives its reason, wrapped (never cut); data parallelism over the memory limit is marked."""
-    t = Table(title=f"strong scaling of {network}, batch {batch} on {machine}", title_justify="left")
-    for col in ("devices", "plan step", "speedup", "efficiency", "data-parallel step", "speedup ", "efficiency ",
-                "plan / data", "strategy mix"):
-        t.add_column(col, justify="left" if col == "strategy mix" else "right", overflow="fold")
-    notes = []
-    for r in rows:
-        if r.get("error"):
-            notes.append(f"{r['devices']} devices: {r['error']}")
-            t.add_row(str(r["devices"]), "[yellow]no plan[/yellow]", "", "", "", "", "", "", f"note {len(notes)}")
-            continue
-        fits = r.get("data_fits", True)
-        t.add_row(str(r["devices"]), fmt.seconds(r["step_s"]) + _gap(r), f"{r['speedup']:.2f}x",
-                  f"{r['efficiency']:.0%}", fmt.seconds(r["data_step_s"]) + ("" if fits else " [yellow]over memory[/yellow]"),
-                  f"{r['data_speedup']:.2f}x", f"{r['data_efficiency']:.0%}",
-                  f"{r['data_step_s'] / r['step_s']:.2f}x" if fits else "-",
-                  ", ".join(f"{k} x{v}" for k, v in r["mix"].items()))
-    console.print(t)
-    for k, note in enumerate(notes, 1):  # whole, wrapped at spaces by the console (never cut)
-        console.print(f"note {k}: {escape(note)}")
-    console.print("speedup and efficiency are relative to the first device count that has a plan")
-
-
-def _gap(row: dict) -> str:
-    gap = row.get("gap")
-    return f" (within {gap:.1%})" if row.get("status") != "optimal" and gap else ""
 
 
 def pipeline_summary(got) -> None:

@@ -47,3 +47,31 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
     ax.set_title(title)
     ax.legend()
     save_figure(plt, fig, path, "plot", 120)
+
+
+def plot_machines(rows: list[dict], path: str, title: str) -> None:
+    """Per machine, a line over device counts: with a token budget the days to train and their cost
+    (device-hours where no price is given), else the step and its device-seconds; log-log."""
+    plt = pyplot("--plot needs matplotlib")
+    ok = [r for r in rows if "error" not in r]
+    trained = any("train" in r for r in ok)
+    priced = any((r.get("train") or {}).get("cost") is not None for r in ok)
+    if trained:
+        left, right = (lambda r: r["train"]["days"], "days to train"), \
+            ((lambda r: r["train"]["cost"], "cost to train") if priced else
+             (lambda r: r["train"]["device_hours"], "device-hours to train"))
+    else:
+        left, right = (lambda r: r["step_s"], "predicted step (s)"), (lambda r: r["device_s_per_step"],
+                                                                     "device-seconds a step")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for machine in dict.fromkeys(r["machine"] for r in ok):
+        mine = [r for r in ok if r["machine"] == machine]
+        ps = [r["devices"] for r in mine]
+        for ax, (value, _) in zip(axes, (left, right)):
+            ax.loglog(ps, [value(r) for r in mine], "o-", label=machine)
+    for ax, (_, label) in zip(axes, (left, right)):
+        ax.set_xlabel("devices")
+        ax.set_ylabel(label)
+        ax.legend()
+    fig.suptitle(title)
+    save_figure(plt, fig, path, "plot", 120)

@@ -8,15 +8,18 @@ the memory pool's peak, NCCL collectives (executor.backend.device's docstring li
   collective runs; ``synchronize`` waits for it.
 - **Clock**: ``now_s`` records an event on the stream, waits for it, and returns the host time the
   backend started plus the device time since a base event recorded then: a span measures the
-  device's work, on the host clock's scale. As an EventClock (``mark``/``seconds``/``at``) it lets
-  the timers record a step's spans as events and wait once, at the step's end, so the host queues
-  kernels ahead of the device (as PyTorch's eager mode does) instead of waiting at every span.
+  device's work, on the host clock's scale. As an EventClock (``mark``/``seconds``/``at``/``recycle``)
+  it lets the timers record a step's spans as events and wait once, at the step's end, so the host
+  queues kernels ahead of the device (as PyTorch's eager mode does) instead of waiting at every
+  span; the events come from a pool, each read event recorded again (none made per span).
 - **Memory**: the arrays' ``nbytes``; the peak is the pool's (executor.backend.cuda_memory) plus
   the cuDNN workspace the rank holds.
 - **Collectives**: NCCL (executor.backend.nccl) when every rank of the job has a GPU of its own;
   when two ranks share one (NCCL refuses that), every rank stages through the host's MPI
   (executor.backend.staging) and :attr:`staged` says so for the report.
 - **Precision**: the plan's, set once for the process's kernels (kernels.cuda.precision).
+- **Graphs**: a step captured as a CUDA graph in a memory pool of its own and replayed
+  (``capture``/``replay``), unless collectives are staged through the host (``graph_refusal``).
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ class CudaBackend:
         set_precision(precision)
         self.precision = precision
         self.staged = False  # True once ranks are found to share a GPU (communicator)
+        self._events: list = []  # CUDA events read and free to record again (mark, recycle)
+        self._graph_pools: list = []  # the memory of captured steps (capture)
         self._base = cp.cuda.Event()
         self._base.record(self.stream)
         self._base.synchronize()
@@ -99,17 +104,22 @@ class CudaBackend:
         self.stream.synchronize()
 
     def now_s(self) -> float:
-        ev = self.xp.cuda.Event()
-        ev.record(self.stream)
+        ev = self.mark()
         ev.synchronize()
-        return self._base_host + self.xp.cuda.get_elapsed_time(self._base, ev) / 1e3
+        at = self._base_host + self.xp.cuda.get_elapsed_time(self._base, ev) / 1e3
+        self.recycle([ev])
+        return at
 
     # -- marks on the stream (executor.backend.device.EventClock) -----------------------------
 
     def mark(self):
-        ev = self.xp.cuda.Event()
+        """An event from the pool (a new one only when every pooled one is in use), recorded."""
+        ev = self._events.pop() if self._events else self.xp.cuda.Event()
         ev.record(self.stream)
         return ev
+
+    def recycle(self, marks) -> None:
+        self._events.extend(marks)
 
     def seconds(self, start, end) -> float:
         end.synchronize()
@@ -120,6 +130,39 @@ class CudaBackend:
 
     def held_bytes(self, arrays) -> int:
         return device_held_bytes(arrays)
+
+    # -- launches cost the host time (executor.backend.device.LaunchBound) ----------------------
+
+    def fuse_launches(self) -> bool:
+        return True
+
+    # -- a step recorded once and replayed (executor.backend.device.StepGraphs) -----------------
+
+    def graph_refusal(self) -> str | None:
+        if self.staged:
+            return ("ranks share a GPU, so collectives are staged through the host's MPI, which a CUDA graph "
+                    "cannot capture")
+        return None
+
+    def capture(self, run):
+        """``run``'s work on the rank's stream as a CUDA graph (cupy's ``Stream.begin_capture``, relaxed
+        mode, and ``end_capture``: cupy/cupy cupy/cuda/stream.pyx and graph.pyx), its arrays from a
+        memory pool of its own that nothing else allocates from, kept as long as the backend, so a
+        replay's buffers are never another array's."""
+        cp = self.xp
+        pool = cp.cuda.MemoryPool()
+        self._graph_pools.append(pool)
+        with cp.cuda.using_allocator(pool.malloc):
+            self.stream.begin_capture()
+            try:
+                out = run()
+            finally:
+                graph = self.stream.end_capture()
+        graph.upload(self.stream)
+        return graph, out
+
+    def replay(self, graph) -> None:
+        graph.launch(self.stream)
 
     def peak_bytes(self, run) -> int:
         return pool_peak_bytes(self.xp, run, self.synchronize) + workspace_bytes()

@@ -6,7 +6,8 @@ packages never import an array or MPI library of their own and never ask which a
 they hold; they take it from the backend (``backend.xp``), make every collective through a
 :class:`Communicator` the backend gave them, and read the clock the backend keeps. A capability
 that only some devices have is its own Protocol, checked with ``isinstance(backend, Protocol)``:
-:class:`DeviceMemory` (arrays outside the host's memory).
+:class:`DeviceMemory` (arrays outside the host's memory), :class:`LaunchBound` (launches cost the host
+time, so the runtime makes fewer), :class:`StepGraphs` (a step recorded once and replayed).
 
 What a backend provides (:class:`Backend`):
 
@@ -161,6 +162,39 @@ class EventClock(Protocol):
 
     def at(self, mark: Any) -> float:
         """``mark``'s time on the backend's clock."""
+
+    def recycle(self, marks: Iterable[Any]) -> None:
+        """``marks`` have been read: the device may record them again (a pool of CUDA events)."""
+
+
+@runtime_checkable
+class LaunchBound(Protocol):
+    """A device whose kernels the host launches one by one onto a queue, each launch costing host
+    time (a GPU): the runtime makes fewer, larger launches where the results are the same, such as
+    every weight's update in one multi-tensor launch (kernels.optimizer.sgd_momentum_update_many),
+    its time shared among the layers by their parameter counts (executor.runtime.timers). The
+    host's numpy calls are the work itself, so it keeps one call and one span per layer."""
+
+    def fuse_launches(self) -> bool:
+        """Whether fewer launches are worth coarser spans now."""
+
+
+@runtime_checkable
+class StepGraphs(Protocol):
+    """A device that can record the work one step queues on the rank's stream and replay it (CUDA
+    graphs): the runtime captures a whole step after its eager warm-up and times each replay with
+    one pair of marks (executor.runtime.graphs)."""
+
+    def graph_refusal(self) -> str | None:
+        """Why this device cannot capture a step now (ranks sharing a GPU stage their collectives
+        through the host), None when it can."""
+
+    def capture(self, run: Callable[[], Any]) -> tuple[Any, Any]:
+        """(graph, what ``run`` returned): the work ``run`` queues on the stream recorded, not
+        done, its arrays in memory kept for the graph alone."""
+
+    def replay(self, graph: Any) -> None:
+        """Queue the recorded work again (into the same arrays)."""
 
 
 @runtime_checkable

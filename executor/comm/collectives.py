@@ -14,8 +14,9 @@ from executor.backend.device import Array, Communicator
 
 def wait_for(sub: Communicator | None, timers=None, layer: str = "") -> None:
     """Barrier on ``sub`` (None: nothing), timed as ``wait`` so that waiting for a slower rank is
-    not charged to the collective that follows."""
-    if sub is None:
+    not charged to the collective that follows; none while the timers record no span (a GPU's
+    timed steps: the barrier would only cost the host time, executor.runtime.timers)."""
+    if sub is None or (timers is not None and not timers.attributing):
         return
     if timers is None:
         sub.barrier()

@@ -114,7 +114,8 @@ def thread_env(threads: int, base=None) -> dict:
 def worker_command(mpiexec: str, ranks: int, plan_path: str, result_path: str, *, steps: int, warmup: int,
                    check: bool, trace: bool, threads: int, timeout_s: float, seed: int = 0,
                    time_kernels: str | None = None, progress_dir: str | None = None,
-                   array_backend: str = "numpy", profile: str | None = None) -> list[str]:
+                   array_backend: str = "numpy", profile: str | None = None,
+                   graphs: bool | None = None) -> list[str]:
     """The mpiexec command line of a run. ``progress_dir``: where the ranks keep their progress
     records [default: ``RESULT.progress``, beside the result]; :func:`launch` creates it."""
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", WORKER_MODULE, plan_path,
@@ -131,6 +132,8 @@ def worker_command(mpiexec: str, ranks: int, plan_path: str, result_path: str, *
         cmd += ["--time-kernels", time_kernels]
     if array_backend != "numpy":  # GPUs: the worker's device, and the table whose engines it pins
         cmd += ["--backend", array_backend] + (["--profile", profile] if profile else [])
+    if graphs is not None:  # else each rank replays where the plan allows it
+        cmd += ["--graphs", "on" if graphs else "off"]
     return cmd
 
 

@@ -52,6 +52,10 @@ ABORT_INTERNAL = 1
 ABORT_TIMEOUT = 124
 
 
+#: ``--graphs`` of the worker: run_plan's ``graphs``
+GRAPH_FLAGS = {"auto": None, "on": True, "off": False}
+
+
 @dataclass(frozen=True)
 class JobResult:
     """What rank 0 knows after a run: every rank's timings, the loss and the check."""
@@ -64,6 +68,7 @@ class JobResult:
     # collectives' keys too, costmodel.step.collective_calls)
     losses: tuple = ()  # every step's loss, warm-up first
     device: dict | None = None  # a GPU run: the GPU, its precision, whether collectives were staged (CudaBackend.describe)
+    steps_mode: dict | None = None  # how the timed steps ran: {"mode": "eager" or "graphs", "reason": why eager}
 
 
 def first_non_finite(losses) -> int | None:
@@ -81,7 +86,7 @@ def set_threads(threads: int) -> None:
 def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_spans: bool,
             threads: int, seed: int = 0, kernel_calls: list | None = None,
             progress: ProgressFile | None = None, array_backend: str = "numpy",
-            profile: str | None = None) -> JobResult | None:
+            profile: str | None = None, graphs: bool | None = None) -> JobResult | None:
     """Run the plan on ``comm``'s ranks; rank 0 gets the :class:`JobResult`, others None.
     ``kernel_calls``: time each once after every step, on every rank (profiler.in_step.kernels; the rounds
     after warm-up steps are dropped); collectives among them (costmodel.step.collective_calls.CommCall) by
@@ -115,7 +120,7 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
     hook = {"after_step": after_step} if timed else {}
     backend = _backend(plan, comm, array_backend, profile)
     result = run_plan(plan, net, comm, steps=steps, warmup=warmup, check=check, seed=seed, timers=timers,
-                      backend=backend, **hook)
+                      backend=backend, graphs=graphs, **hook)
     if progress is not None:
         progress.mark(None, "", FINISH)
     ranks = gather(comm, timers, t0, result.peak_bytes)
@@ -126,7 +131,7 @@ def run_job(plan_path: str, comm, *, steps: int, warmup: int, check: bool, keep_
         samples = merge_samples(samples)
     return JobResult(ranks, float(result.loss), result.check, threads, samples,
                      tuple(float(v) for v in result.losses),
-                     backend.describe() if hasattr(backend, "describe") else None)
+                     backend.describe() if hasattr(backend, "describe") else None, result.mode.as_json())
 
 
 def _backend(plan, comm, array_backend: str, profile: str | None):
@@ -187,6 +192,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     "after every step (profiler.in_step.kernels)")
     ap.add_argument("--backend", default="numpy", choices=("numpy", "cupy"), help="the ranks' arrays: numpy (host) "
                     "or cupy (one GPU per local rank)")
+    ap.add_argument("--graphs", default="auto", choices=tuple(GRAPH_FLAGS),
+                    help="replay the timed steps as a CUDA graph: on, off, or where the plan allows it (auto)")
     ap.add_argument("--profile", default=None, help="the profile table whose cuDNN engines a GPU run pins")
     ap.add_argument("--progress", default=None, help="a folder (it exists) where each rank keeps its pid and "
                     "the step, layer and phase it last started, in rank-R")
@@ -214,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                 calls = pickle.load(fh)
         result = run_job(args.plan, comm, steps=args.steps, warmup=args.warmup, check=args.check,
                          keep_spans=args.trace, threads=args.threads, seed=args.seed, kernel_calls=calls,
-                         progress=progress, array_backend=args.backend, profile=args.profile)
+                         progress=progress, array_backend=args.backend, profile=args.profile,
+                         graphs=GRAPH_FLAGS[args.graphs])
         if result is not None:
             write_result(args.result, result)
         comm.Barrier()  # nobody exits before rank 0 has written the result

@@ -54,6 +54,10 @@ class LayerCtx:
     #: what an op derives from the plan alone (window geometry, sub-communicators), computed on
     #: its first call: the per-layer Python between kernels is time no kernel timing accounts for
     memo: dict = field(default_factory=dict)
+    #: whether backward makes the gradient of the layer's input: False for a layer reading only the
+    #: network's inputs (an image) on a device whose launches cost the host time, which skips it
+    #: as frameworks do (no one reads it); the host computes it, as the cost model prices it
+    input_grad: bool = True
 
     @property
     def p(self) -> dict:
@@ -97,9 +101,11 @@ def owns_bias(ctx: LayerCtx) -> bool:
 
 def finish_contraction_backward(ctx: LayerCtx, dx, dw, db):
     """The common end of conv2d's and linear's backward: the input gradient is a partial sum over
-    a filter (F) split and is all-reduced; the bias gradient counts on the rank that owns the bias."""
-    dx = ctx.xp.ascontiguousarray(dx)
-    ctx.allreduce(dx, (F,), "bwd_comm")
+    a filter (F) split and is all-reduced (None: not made, ``ctx.input_grad``); the bias gradient
+    counts on the rank that owns the bias."""
+    if dx is not None:
+        dx = ctx.xp.ascontiguousarray(dx)
+        ctx.allreduce(dx, (F,), "bwd_comm")
     grads = {"weight": dw}
     if "bias" in ctx.weights:
         grads["bias"] = db if owns_bias(ctx) else ctx.xp.zeros_like(db)

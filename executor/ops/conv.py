@@ -25,12 +25,18 @@ def geometry(ctx: LayerCtx):
     return (sh, sw), tuple(pads), (dh, dw)
 
 
+def call_site(ctx: LayerCtx) -> dict:
+    """Where a device's convolution keeps what it resolved on this layer's first call (its prepared
+    path: kernels.cuda.conv), one per layer."""
+    return {}
+
+
 def forward(ctx: LayerCtx, xs):
     (x,) = xs
     stride, pads, dil = memo(ctx, geometry)
     with ctx.span("fwd_compute"):
         y = conv2d_forward(x, ctx.weights["weight"], ctx.weights["bias"] if owns_bias(ctx) else None,
-                           stride, pads, dil, ctx.p["groups"], ctx.algo)
+                           stride, pads, dil, ctx.p["groups"], ctx.algo, site=memo(ctx, call_site))
     y = ctx.xp.ascontiguousarray(y)
     ctx.allreduce(y, (C,), "fwd_comm")
     return check_shape(ctx, y), (x, stride, pads, dil)
@@ -42,6 +48,7 @@ def backward(ctx: LayerCtx, dy, cache):
     g = ctx.p["groups"]
     with_bias = "bias" in ctx.weights
     with ctx.span("bwd_compute"):
-        dx = conv2d_backward_data(dy, w, x.shape, stride, pads, dil, g, ctx.algo)
-        dw, db = conv2d_backward_weights(dy, x, w.shape, stride, pads, dil, g, ctx.algo, with_bias)
+        site = memo(ctx, call_site)
+        dx = conv2d_backward_data(dy, w, x.shape, stride, pads, dil, g, ctx.algo, site=site) if ctx.input_grad else None
+        dw, db = conv2d_backward_weights(dy, x, w.shape, stride, pads, dil, g, ctx.algo, with_bias, site=site)
     return finish_contraction_backward(ctx, dx, dw, db)

@@ -1,5 +1,6 @@
 """softmax_cross_entropy split over N (and H for sequence logits): each rank's loss is its local
-sum over the GLOBAL element count, all-reduced over the split group (one number).
+sum over the GLOBAL element count, all-reduced over the split group (one number, kept on the device:
+the runtime reads it after the step).
 
 Split over the vocabulary (C, Megatron's vocabulary-parallel cross-entropy, kernels.loss): the
 forward kernel on the rank's slice also gives each row's log-sum-exp and label logit over the
@@ -28,12 +29,12 @@ def forward(ctx: LayerCtx, xs):
         loss, cache = softmax_xent_forward(logits, ctx.labels, total_count(ctx), vocab_lo)
     if vocab_lo is not None:
         loss = _vocab_parallel(ctx, cache)
-    buf = ctx.xp.array([float(loss)])
+    buf = ctx.xp.asarray(loss, dtype=ctx.xp.float64).reshape(1)  # stays on the device: no wait in the step
     ctx.allreduce(buf, (N, H), "fwd_comm")
-    return float(buf[0]), cache
+    return buf.reshape(()), cache
 
 
-def _vocab_parallel(ctx: LayerCtx, cache) -> float:
+def _vocab_parallel(ctx: LayerCtx, cache):
     """The rank's part of the loss from the rows' whole log-sum-exp; sets the backward's row scale."""
     lse = cache["lse"]
     row_max = lse.copy()  # reduced in place; lse itself is still needed
@@ -45,7 +46,7 @@ def _vocab_parallel(ctx: LayerCtx, cache) -> float:
     ctx.allreduce(picked, (C,), "fwd_comm")
     with ctx.span("fwd_compute"):
         loss, _, cache["row_scale"] = combine_vocab_rows(lse, row_max, exp_sum, picked, total_count(ctx))
-    return float(loss)
+    return loss
 
 
 def backward(ctx: LayerCtx, dy, cache):

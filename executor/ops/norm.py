@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from costmodel.parallel.axes import N, H, W
 from executor.ops.base import LayerCtx, check_shape
-from kernels.norm import (bn_backward_apply, bn_backward_local_sums, bn_forward_apply,
-                                   bn_local_sums, bn_stats_from_sums, layernorm_backward,
-                                   layernorm_forward, rmsnorm_backward, rmsnorm_forward)
+from kernels.norm import (bn_backward_apply, bn_backward_local_sums, bn_forward_apply, bn_local_sums,
+                          layernorm_backward, layernorm_forward, rmsnorm_backward, rmsnorm_forward)
 from networks.ops.norm import synced
 
 STAT_DIMS = (N, H, W)
@@ -26,29 +25,20 @@ def stat_dims(ctx: LayerCtx) -> tuple[str, ...]:
 def bn_forward(ctx: LayerCtx, xs):
     (x,) = xs
     with ctx.span("fwd_compute"):
-        s, ss, count = bn_local_sums(x)
-    c = s.shape[0]
-    buf = ctx.xp.concatenate([s, ss, ctx.xp.asarray([float(count)])])
-    ctx.allreduce(buf, stat_dims(ctx), "fwd_comm")
-    count = buf[-1]
+        stats = bn_local_sums(x)  # [sum | sumsq | count]: one buffer, all-reduced in place
+    ctx.allreduce(stats, stat_dims(ctx), "fwd_comm")
     with ctx.span("fwd_compute"):
-        mean, var = bn_stats_from_sums(buf[:c], buf[c:2 * c], count)
-        y, cache = bn_forward_apply(x, mean, var, ctx.weights["gamma"], ctx.weights["beta"], ctx.p["eps"])
-    cache["count"] = count
+        y, cache = bn_forward_apply(x, stats, ctx.weights["gamma"], ctx.weights["beta"], ctx.p["eps"])
     return check_shape(ctx, y), cache
 
 
 def bn_backward(ctx: LayerCtx, dy, cache):
     with ctx.span("bwd_compute"):
-        sdy, sdyx = bn_backward_local_sums(dy, cache)
-    c = sdy.shape[0]
-    pdt = ctx.weights["gamma"].dtype
-    grads = {"gamma": sdyx.astype(pdt), "beta": sdy.astype(pdt)}  # local: grad sync sums them
-    buf = ctx.xp.concatenate([sdy, sdyx])
-    ctx.allreduce(buf, stat_dims(ctx), "bwd_comm")
+        sums, dgamma, dbeta = bn_backward_local_sums(dy, cache)  # [sum dy | sum dy*xhat], local grads
+    ctx.allreduce(sums, stat_dims(ctx), "bwd_comm")
     with ctx.span("bwd_compute"):
-        dx = bn_backward_apply(dy, cache, buf[:c], buf[c:], cache["count"], ctx.weights["gamma"])
-    return [dx], grads
+        dx = bn_backward_apply(dy, cache, sums)
+    return [dx], {"gamma": dgamma, "beta": dbeta}  # local: grad sync sums them
 
 
 def ln_forward(ctx: LayerCtx, xs):

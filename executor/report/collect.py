@@ -1,7 +1,8 @@
 """Gathering every rank's timers to rank 0 and reducing them to one measurement.
 
 Per layer and phase: for each timed step the maximum over ranks (the straggler sets the pace, as
-the prediction assumes), then the median over timed steps. Step time: for each timed step the
+the prediction assumes), then the median over timed steps; on a GPU, whose timed steps record no
+span (executor.runtime.timers), the same over its attribution step instead. Step time: for each timed step the
 slowest rank's wall time, then the median over timed steps, with the minimum and maximum as its
 spread. Peak memory: the largest of the ranks' (each measured in a step of its own, executor.backend.host_memory). :func:`aggregate` is pure; :func:`gather` is the MPI edge.
 """
@@ -25,6 +26,7 @@ class RankTimes:
     layer_order: tuple  # layers in the order this rank first ran them
     spans: tuple = ()  # (layer, phase, start_s, end_s, step), seconds since the common start
     peak_bytes: int | None = None  # the arrays this rank held at most during its memory step (executor.backend.host_memory)
+    attributed: tuple = ()  # the steps whose spans stand for the timed steps' (a GPU's attribution step)
 
 
 def rank_times(rank: int, timers: Timers, t0: float, peak_bytes: int | None = None) -> RankTimes:
@@ -36,7 +38,8 @@ def rank_times(rank: int, timers: Timers, t0: float, peak_bytes: int | None = No
     for key in timers.totals:
         order.setdefault(key[1], None)
     spans = tuple((s.layer, s.phase, s.start_s - t0, s.end_s - t0, s.step) for s in timers.spans)
-    return RankTimes(rank, dict(timers.step_wall), dict(timers.totals), tuple(order), spans, peak_bytes)
+    return RankTimes(rank, dict(timers.step_wall), dict(timers.totals), tuple(order), spans, peak_bytes,
+                     tuple(timers.attributed))
 
 
 def timed_steps(ranks: list[RankTimes], steps: int) -> list[int]:
@@ -61,10 +64,11 @@ def aggregate(ranks: list[RankTimes], steps: int) -> Measured:
         for name in r.layer_order:
             order.setdefault(name, None)
     layers = []
+    spanned = list(ranks[0].attributed) or timed  # the attribution step's spans, where the timed steps had none
     for name in order:
         phases = {}
         for ph in PHASES:
-            per_step = [max(r.totals.get((s, name, ph), 0.0) for r in ranks) for s in timed]
+            per_step = [max(r.totals.get((s, name, ph), 0.0) for r in ranks) for s in spanned]
             phases[ph] = statistics.median(per_step)
         layers.append(LayerTimes(name, phases))
     peaks = [r.peak_bytes for r in ranks]

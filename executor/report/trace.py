@@ -5,7 +5,8 @@ One process per rank (``pid`` = rank, named "rank R"), two threads per process: 
 (forward and backward compute, the update) and ``comm`` (forward and backward communication,
 reshards, the gradient allreduce). Each span is a complete event (``"ph": "X"``) named after the
 layer, with the phase as its category; times are microseconds since the common start (a barrier
-before the first step), so ranks line up. A ``step N`` span on a third thread marks each step.
+before the first step), so ranks line up. A ``step N`` span on a third thread marks each step (on a
+GPU the spans are the attribution step's, run eagerly after the timed steps: ``step N (attribution)``).
 See https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU (the
 trace-event format).
 """
@@ -40,7 +41,9 @@ def trace_events(ranks: list[RankTimes], warmup_steps: set[int] | None = None) -
             b[0], b[1] = min(b[0], start), max(b[1], end)
         for step, (start, end) in sorted(bounds.items()):
             warm = warmup_steps is not None and step in warmup_steps
-            events.append({"ph": "X", "name": f"step {step}" + (" (warm-up)" if warm else ""), "cat": "step",
+            apart = step in r.attributed  # a GPU's eager step whose spans stand for the timed steps'
+            label = " (warm-up)" if warm else (" (attribution)" if apart else "")
+            events.append({"ph": "X", "name": f"step {step}{label}", "cat": "step",
                            "pid": r.rank, "tid": THREADS["steps"], "ts": _us(start), "dur": _us(end - start),
-                           "args": {"step": step, "warmup": warm}})
+                           "args": {"step": step, "warmup": warm, "attribution": apart}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from executor.backend.device import Backend, Communicator, DeviceMemory, EventClock, on_host
+from executor.backend.device import Backend, Communicator, DeviceMemory, EventClock, LaunchBound, on_host
 from executor.backend.select import select_backend
 from executor.check.gradients import CheckResult, local_parts, run_check
 from executor.check.reference import plan_shards
+from executor.runtime.graphs import EAGER, GRAPHS, StepMode, step_mode
 from executor.runtime.pipeline import PipelineRuntime
 from executor.runtime.stage import _Runtime
 from executor.runtime.timers import Timers
@@ -32,13 +33,14 @@ class RunResult:
     step_s: list[float]
     check: CheckResult | None = None
     peak_bytes: int | None = None  # this rank's peak of the arrays it held in a step (Backend.peak_bytes)
+    mode: StepMode = StepMode(EAGER)  # how the timed steps ran: eager, or replayed as a CUDA graph (and why not)
 
 
 
 def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2, check: bool = False,
              seed: int = 0, timers: Timers | None = None, lr: float = 1e-4,
              momentum: float = 0.9, after_step: Callable[[int], None] | None = None,
-             measure_memory: bool = True, backend: Backend | None = None) -> RunResult:
+             measure_memory: bool = True, backend: Backend | None = None, graphs: bool | None = None) -> RunResult:
     """Run ``warmup`` + ``steps`` training steps of ``plan`` on the ranks of ``comm`` (collective).
 
     The learning rate is small on purpose: on random data a learning rate of 0.01 drove AlexNet's
@@ -53,7 +55,9 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
     warm-up step (``i`` negative) and after each of as many untimed steps run after the timed ones
     (``i`` from 0, :func:`in_run_steps`), outside every clock (``--fresh-profile``'s in-run timing).
     ``measure_memory``: then one more step runs after the timed ones, untimed, to measure this
-    rank's peak memory (``Backend.peak_bytes``; ``RunResult.peak_bytes``).
+    rank's peak memory (``Backend.peak_bytes``; ``RunResult.peak_bytes``). ``graphs``: replay each
+    timed step as one captured CUDA graph (True), run them eagerly (False), or replay where the plan
+    and device allow it (None; executor.runtime.graphs); ``RunResult.mode`` says which ran.
     """
     if steps < 0 or warmup < 0 or steps + warmup < 1:
         raise DnnplanError(f"need at least one step (steps={steps}, warmup={warmup})")
@@ -62,13 +66,16 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
     timers = timers if timers is not None else Timers()
     timers.clock = backend.now_s
     timers.events = backend if isinstance(backend, EventClock) else None
+    mode = step_mode(plan, net, backend, steps, warmup, graphs)
     if plan.pipeline is not None:
         if plan.choices.zero:
             raise DnnplanError("the executor runs pipelined plans without ZeRO", hint="plan again with --zero 0")
-        return _run_pipeline(plan, net, group, backend, steps, warmup, check, seed, timers, lr, momentum,
-                             after_step, measure_memory)
+        got = _run_pipeline(plan, net, group, backend, steps, warmup, check, seed, timers, lr, momentum,
+                            after_step, measure_memory)
+        return replace(got, mode=mode)
     rt = _Runtime(plan, net, group, backend, seed, timers, check)
-    losses, kept, peak = _train(rt, group, timers, steps, warmup, check, lr, momentum, after_step, measure_memory)
+    losses, kept, peak = _train(rt, group, timers, steps, warmup, check, lr, momentum, after_step, measure_memory,
+                                mode.mode == GRAPHS)
     result = None
     if check:
         mine = local_parts(net.layers, rt.strategies, group.rank, _host(backend, kept))
@@ -76,7 +83,8 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
                            backend if isinstance(backend, DeviceMemory) else None, plan.choices.precision,
                            plan_shards(net, plan.strategies(), plan.batch))
         if plan.choices.zero:
-            ran = steps + in_run_steps(steps, after_step) + (1 if measure_memory else 0)
+            attributed = 1 if attributes_apart(backend) and steps > 0 else 0
+            ran = steps + attributed + in_run_steps(steps, after_step) + (1 if measure_memory else 0)
             schedule = [(i, i == -warmup) for i in range(-warmup, ran)]
             unsharded = replace(rt.plan, choices=rt.plan.choices.but(zero=0))
             result = check_zero(rt, lambda: _Runtime(unsharded, rt.net, rt.comm, backend, rt.seed,
@@ -84,7 +92,7 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
                                 result, schedule, lr, momentum)
     rt.comms.free()  # collective: only on success (after a failure the launcher aborts the job)
     step_s = [timers.step_wall[i] for i in range(steps)]
-    return RunResult(losses[0], losses, step_s, result, peak)
+    return RunResult(losses[0], losses, step_s, result, peak, mode)
 
 
 
@@ -100,31 +108,78 @@ def _line_up(rt, comm: Communicator) -> None:
 
 
 def _train(rt, comm: Communicator, timers: Timers, steps: int, warmup: int, check: bool, lr: float,
-           momentum: float, after_step, measure_memory: bool) -> tuple[list[float], dict | None, int | None]:
+           momentum: float, after_step, measure_memory: bool,
+           graphed: bool = False) -> tuple[list[float], dict | None, int | None]:
     """The steps of a runtime (one stage or a pipeline): every loss, the gradients of the step the
     check compares, and this rank's peak memory in one more step run with its memory traced
-    (``Backend.peak_bytes``; its times dropped, so it never counts as a timed step)."""
+    (``Backend.peak_bytes``; its times dropped, so it never counts as a timed step). ``graphed``:
+    the timed steps are replays of one step captured after the warm-up (executor.runtime.graphs)."""
     losses, kept = [], None
-    for i in range(-warmup, steps):
+    apart = attributes_apart(rt.backend)
+    timers.attributing = not apart
+    for i in range(-warmup, 0 if graphed else steps):
         _line_up(rt, comm)
         loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
-        losses.append(loss)
+        losses.append(float(loss))  # read after the step's clock stopped: the loss stays on the device in it
         kept = grads if grads is not None else kept
         if after_step is not None and i < 0:
             after_step(i)
+    if graphed:
+        losses += _replayed(rt, comm, timers, steps, lr, momentum)
+    timers.attributing = True
+    first = steps
+    if apart and steps > 0:  # the timed steps' per-layer times: one eager step with every span
+        _line_up(rt, comm)
+        rt.step(first, lr, momentum, keep_grads=False)
+        timers.attribution_step(first)
+        first += 1
     extra = in_run_steps(steps, after_step)
     for k in range(extra):
         _line_up(rt, comm)
-        rt.step(steps + k, lr, momentum, keep_grads=False)
-        timers.forget(steps + k)
+        rt.step(first + k, lr, momentum, keep_grads=False)
+        timers.forget(first + k)
         after_step(k)
     if not measure_memory:
         return losses, kept, None
-    last = steps + extra
+    last = first + extra
     _line_up(rt, comm)
     traced = rt.backend.peak_bytes(lambda: rt.step(last, lr, momentum, keep_grads=False))
     timers.forget(last)
     return losses, kept, rt.backend.held_bytes(rt.held()) + traced
+
+
+def _replayed(rt, comm: Communicator, timers: Timers, steps: int, lr: float, momentum: float) -> list[float]:
+    """One step captured (nothing marked, nothing done), then replayed for each timed step, each
+    replay timed by the step's two marks; the losses the replays left in the captured loss array."""
+    def one_step():  # marks nothing: a mark would be recorded into the graph
+        timers.recording = False
+        try:
+            return rt.step(steps, lr, momentum, keep_grads=False)
+        finally:
+            timers.recording = True
+
+    _line_up(rt, comm)
+    try:
+        graph, (loss, _) = rt.backend.capture(one_step)
+    except DnnplanError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the device refused the capture: one line, not a traceback
+        raise DnnplanError(f"capturing a training step as a CUDA graph failed ({type(err).__name__}: "
+                           f"{str(err)[:200]})", hint="run the plan eagerly with --no-graphs") from None
+    losses = []
+    for i in range(steps):
+        _line_up(rt, comm)
+        timers.begin_step(i)
+        rt.backend.replay(graph)
+        timers.end_step()
+        losses.append(float(loss))
+    return losses
+
+
+def attributes_apart(backend: Backend) -> bool:
+    """Whether the timed steps run without spans, and one attribution step after them gives the
+    per-layer times (a device whose launches cost the host time, executor.runtime.timers)."""
+    return isinstance(backend, LaunchBound) and backend.fuse_launches()
 
 
 def in_run_steps(steps: int, after_step) -> int:

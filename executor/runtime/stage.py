@@ -12,7 +12,9 @@ One step (docs/executor.md, "How a run goes"):
    other readers have sent it so far (the producer's ``bwd_compute``);
 3. the weight-gradient allreduce of each layer over its replica group: the ranks that differ only
    along dimensions whose split lists the weight in ``partial_weight_grad`` (``grad_sync``);
-4. SGD with momentum, ``v = momentum*v + g; w -= lr*v`` (``update``).
+4. SGD with momentum, ``v = momentum*v + g; w -= lr*v`` (``update``); on a device whose launches
+   cost the host time (executor.backend.device.LaunchBound) every weight at once, one multi-tensor
+   call whose span is shared among the layers by their parameter counts.
 
 Under a ZeRO plan (stage 1-3, executor.runtime.zero) step 3 is a reduce-scatter instead (stage 1 after
 the whole backward, stages 2 and 3 right after each layer's backward), step 4 updates the rank's
@@ -38,7 +40,7 @@ from costmodel.parallel.axes import N, E, H, W, C, F
 from costmodel.parallel.shard import input_layout, output_layout, require_fits, weight_layouts
 from costmodel.parallel.layout import block
 from costmodel.parallel.strategy import Strategy
-from executor.backend.device import Array, Backend, Communicator, on_device
+from executor.backend.device import Array, Backend, Communicator, LaunchBound, on_device
 from executor.runtime.precision import layer_weights, momentum_for, stored
 from executor.comm.collectives import allreduce_, wait_for
 from executor.comm.groups import GroupComms
@@ -51,7 +53,7 @@ from executor.ops.norm import STAT_DIMS
 from executor.runtime.timers import Timers
 from executor.runtime.zero import LayerZero
 from kernels.activation import add_forward
-from kernels.optimizer import sgd_momentum_update
+from kernels.optimizer import sgd_momentum_update, sgd_momentum_update_many
 from networks.analysis import layer_splits
 from networks.errors import DnnplanError
 from networks.ir import Layer, Network
@@ -122,6 +124,9 @@ class _Runtime:
         self.seed = seed
         self.check = check
         self.zero = plan.choices.zero  # the ZeRO stage (executor.runtime.zero)
+        #: a device whose launches cost the host time: every weight updated in one multi-tensor call,
+        #: and no input gradient made for a layer reading only the network's inputs
+        self.fused_update = isinstance(backend, LaunchBound) and backend.fuse_launches()
         self._validate()
         full_w = io.weights if io else init_weights(net, seed)
         data = io.data if io else make_inputs(net, self.batch, seed)
@@ -179,6 +184,9 @@ class _Runtime:
         # every communicator this layer can use, created now (collective, same order on all ranks)
         for dims in ((C,), (F,), (E,), (H, W), (N, H), STAT_DIMS):
             self.comms.get(strat, dims)
+        # a layer reading only the network's inputs: nothing reads its input gradient (on the host it
+        # is still made, as the cost model prices it)
+        ctx.input_grad = not (self.fused_update and all(src in self.inputs for src in layer.inputs))
         fwd, bwd = OPS[layer.op]
         run = _LayerRun(layer, ctx, fwd, bwd)
         if layer.op == "linear" and layer.p.get("tied_to"):  # shares its embedding's token rows
@@ -250,7 +258,7 @@ class _Runtime:
     def step(self, index: int, lr: float, momentum: float, keep_grads: bool):
         self.timers.begin_step(index)
         acts, caches = self._forward(index, keep_grads)
-        loss = float(acts[self.runs[-1].layer.name])
+        loss = acts[self.runs[-1].layer.name]  # on the device: the caller reads it after the step
         wgrads = self._backward(caches)
         kept = self.finish(wgrads, lr, momentum, keep_grads)
         self.timers.end_step()
@@ -263,9 +271,11 @@ class _Runtime:
         when ``keep_grads`` (the check's), else None."""
         self._sync(wgrads)
         kept = {(n, w): g.copy() for n, gs in wgrads.items() for w, g in gs.items()} if keep_grads else None
+        if self.fused_update:
+            self._update_together(wgrads, lr, momentum)
         for run in self.runs:
             gs = wgrads[run.layer.name]
-            if not gs:
+            if not gs or (self.fused_update and run.zero is None):
                 continue
             with self.timers.span(run.layer.name, "update"):
                 if run.zero is not None:
@@ -278,6 +288,23 @@ class _Runtime:
             if run.zero is not None and wgrads[run.layer.name]:
                 run.zero.publish(run.ctx)
         return kept
+
+    def _update_together(self, wgrads, lr: float, momentum: float) -> None:
+        """Every weight's update outside ZeRO in one multi-tensor call (one launch per storage
+        format on a GPU), its span shared among the layers by their parameter counts."""
+        ws, vs, gs, ms, shares = [], [], [], [], {}
+        for run in self.runs:
+            if run.zero is not None or not wgrads[run.layer.name]:
+                continue
+            for w, g in wgrads[run.layer.name].items():
+                ws.append(run.ctx.weights[w])
+                vs.append(run.momentum[w])
+                gs.append(g)
+                ms.append(run.masters.get(w))
+                shares[run.layer.name] = shares.get(run.layer.name, 0) + int(g.size)
+        if ws:
+            with self.timers.shared_span("update", shares):
+                sgd_momentum_update_many(ws, vs, gs, lr, momentum, ms)
 
     def _forward(self, index: int, keep_grads: bool, micro: int = 0, acts: dict | None = None,
                  keep: frozenset = frozenset()):

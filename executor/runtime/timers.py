@@ -17,6 +17,10 @@ wait           0: a barrier on a collective's group just before the collective,
                is not charged to the collective; shown apart, not in layer totals
 =============  ===============================================================
 
+On a device whose launches cost the host time (a GPU) the timed steps record no span and make no
+barrier before a collective (``attributing`` off: a step is two marks); one attribution step after
+them, run eagerly with every span and barrier, gives the per-layer times.
+
 Each span's start is also written, when asked, to the rank's progress file
 (:class:`ProgressFile`: one fixed-size record overwritten in place), so that the launcher can say
 where a rank that was killed was (:func:`read_progress`).
@@ -114,6 +118,15 @@ class Timers:
     #: spans are then events on the stream, resolved once at the step's end, so the host queues
     #: work ahead of the device as frameworks do instead of waiting at every span
     events: object | None = None
+    #: whether spans are recorded now. On a device whose launches cost the host time the runtime
+    #: times its steps whole (two marks each) with this off, and records the per-layer spans in one
+    #: attribution step after them (executor.runtime.run), whose totals stand for the timed steps'
+    #: per-layer times (:attr:`attributed`) and whose wall time counts as no step's
+    attributing: bool = True
+    #: False while a step is captured as a graph (executor.runtime.graphs): nothing is marked then,
+    #: as a mark would be recorded into the graph
+    recording: bool = True
+    attributed: list = field(default_factory=list)  # the attribution steps
     _pending: list = field(default_factory=list)
     _step_mark: object = None
 
@@ -121,6 +134,8 @@ class Timers:
         return self.clock()
 
     def begin_step(self, step: int) -> None:
+        if not self.recording:
+            return
         self.step = step
         if self.events is not None:
             self._step_mark = self.events.mark()
@@ -128,6 +143,8 @@ class Timers:
         self._step_start = self._now()
 
     def end_step(self) -> None:
+        if not self.recording:
+            return
         if self.events is not None:
             self._resolve(self.events.mark())
             return
@@ -137,11 +154,17 @@ class Timers:
         """The step's spans and wall time from its events (waits for the step's last one)."""
         ev = self.events
         self.step_wall[self.step] = ev.seconds(self._step_mark, end)
-        for key, a, b in self._pending:
+        read = [self._step_mark, end]
+        for key, a, b, *shared in self._pending:
+            read += [a, b]
+            if shared:
+                self._charge(key[0], key[2], ev.at(a), ev.at(b), shared[0])
+                continue
             self.totals[key] = self.totals.get(key, 0.0) + ev.seconds(a, b)
             if self.keep_spans:
                 self.spans.append(Span(key[1], key[2], ev.at(a), ev.at(b), key[0]))
         self._pending.clear()
+        ev.recycle(read)
 
     def forget(self, step: int) -> None:
         """Drop everything recorded for ``step`` (a step run for another purpose than its time,
@@ -150,10 +173,18 @@ class Timers:
         self.totals = {k: v for k, v in self.totals.items() if k[0] != step}
         self.spans = [s for s in self.spans if s.step != step]
 
+    def attribution_step(self, step: int) -> None:
+        """``step`` (just ended) was the attribution step: its spans stay, its wall time goes."""
+        self.step_wall.pop(step, None)
+        self.attributed.append(step)
+
     @contextmanager
     def span(self, layer: str, phase: str):
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase}")
+        if not (self.attributing and self.recording):
+            yield
+            return
         if self.progress is not None:
             self.progress.mark(self.step, layer, phase)
         if self.events is not None:
@@ -172,6 +203,43 @@ class Timers:
             self.totals[key] = self.totals.get(key, 0.0) + (end - start)
             if self.keep_spans:
                 self.spans.append(Span(layer, phase, start, end, self.step))
+
+    @contextmanager
+    def shared_span(self, phase: str, shares: dict[str, float]):
+        """One span of work done for many layers at once (every weight's update in one launch):
+        timed once, each layer charged the part ``shares`` gives it (its parameter count, say), so
+        per-layer totals stay comparable with per-layer predictions; a trace draws the parts one
+        after the other inside the span."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase}")
+        total = float(sum(shares.values()))
+        if not shares or total <= 0 or not (self.attributing and self.recording):
+            yield
+            return
+        parts = [(layer, share / total) for layer, share in shares.items()]
+        if self.progress is not None:
+            self.progress.mark(self.step, parts[0][0], phase)
+        if self.events is not None:
+            first = self.events.mark()
+            try:
+                yield
+            finally:
+                self._pending.append(((self.step, "", phase), first, self.events.mark(), parts))
+            return
+        start = self._now()
+        try:
+            yield
+        finally:
+            self._charge(self.step, phase, start, self._now(), parts)
+
+    def _charge(self, step: int, phase: str, start: float, end: float, parts) -> None:
+        at = start
+        for layer, frac in parts:
+            key = (step, layer, phase)
+            self.totals[key] = self.totals.get(key, 0.0) + (end - start) * frac
+            if self.keep_spans:
+                self.spans.append(Span(layer, phase, at, at + (end - start) * frac, step))
+            at += (end - start) * frac
 
     def per_layer(self, steps) -> dict[str, dict[str, list[float]]]:
         """layer -> phase -> seconds for each of ``steps`` (0.0 where the phase did not run)."""

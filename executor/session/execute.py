@@ -63,6 +63,7 @@ class Prepared:
     warnings: tuple[str, ...] = ()  # for the user: the prediction may not be the one the plan was made with
     array_backend: str = "numpy"  # where the ranks run: numpy (the host) or cupy (GPUs; executor.session.placement)
     profile_path: str | None = None  # the table the prediction reads (a GPU run pins its cuDNN engines)
+    graphs: bool | None = None  # replay timed steps as a CUDA graph: asked, refused, or where allowed (None)
     # the step predicted from the profile's calls timed alone, when the prediction is made from the
     # plan's calls timed in its step's context (:func:`in_step_context`; None: it is not)
     profile_step_s: float | None = None
@@ -230,7 +231,7 @@ def _in_job(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool
         kernel_calls = comm.bcast(kernel_calls, root=0)  # listed by rank 0 alone (measure)
         return run_job(prep.path, comm, steps=steps, warmup=warmup, check=check, keep_spans=trace,
                        threads=prep.threads, kernel_calls=kernel_calls, array_backend=prep.array_backend,
-                       profile=prep.profile_path)
+                       profile=prep.profile_path, graphs=prep.graphs)
     except BaseException as err:  # noqa: BLE001 - one rank's failure ends every rank
         abort_with(comm, err)
     finally:
@@ -254,7 +255,8 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
         cmd = launcher.worker_command(find_mpiexec(), prep.plan.devices, prep.path, result_path,
                                       steps=steps, warmup=warmup, check=check, trace=trace,
                                       threads=prep.threads, timeout_s=timeout_s, time_kernels=calls_path,
-                                      array_backend=prep.array_backend, profile=prep.profile_path)
+                                      array_backend=prep.array_backend, profile=prep.profile_path,
+                                      graphs=prep.graphs)
         launcher.launch(cmd, prep.threads, timeout_s)
         try:
             with open(result_path, "rb") as fh:

@@ -6,8 +6,9 @@ notes, ``engines``); GEMMs are cuBLAS in the operands' format with float32 accum
 (``gemm``); attention is cuDNN's fused SDPA (``flash``) or cuBLAS GEMMs around a fused softmax
 (``materialized``) (``attention``); normalisations, activations, dropout, the loss, pooling and the
 optimiser's update are one fused pass each (``norm``, ``elementwise``, ``loss``, ``pool``, CUDA C in
-``source``). ``precision`` holds the formats and the process's float32 mode; ``libs`` finds and
-loads cupy, cuDNN and NCCL on first use (nothing here imports them at import time).
+``source``), the update of every weight of a step one launch (``multi_tensor``). ``precision``
+holds the formats and the process's float32 mode; ``libs`` finds and loads cupy, cuDNN and NCCL on
+first use (nothing here imports them at import time).
 
 Importing this package registers every implementation with :mod:`kernels.dispatch`, so the numpy
 kernels' names run these on cupy arrays (kernels/__init__.py imports it).
@@ -16,7 +17,7 @@ kernels' names run these on cupy arrays (kernels/__init__.py imports it).
 from __future__ import annotations
 
 from kernels import dispatch
-from kernels.cuda import attention, conv, elementwise, embedding, gemm, loss, norm, pool
+from kernels.cuda import attention, conv, elementwise, embedding, gemm, loss, multi_tensor, norm, pool
 
 #: Bumped whenever a GPU kernel's work changes (as kernels.KERNELS_REVISION for the numpy set), and
 #: recorded in a GPU table's fingerprint (``gpu_kernels``): 1, the first GPU kernel set (cuDNN,
@@ -49,6 +50,7 @@ IMPLEMENTATIONS = {
     "dropout.bwd": elementwise.dropout_backward,
     "add.fwd": elementwise.add_forward,
     "sgd.update": elementwise.sgd_momentum_update,
+    "sgd.update_many": multi_tensor.sgd_momentum_update_many,  # not timed: the executor's one update launch
     "grad.cast": elementwise.cast_gradient,
     "grad.scale": elementwise.scale_gradient,
     "softmax_xent.fwd": loss.softmax_xent_forward,

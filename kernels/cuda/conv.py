@@ -10,6 +10,12 @@ family's first ``TOP_K`` buildable plans in the heuristics' order, each timed wi
 runs and is timed as what it is. The choice, its engine's name and its workspace stay in
 :data:`CHOICES`; :func:`last_choice` is the latest call's (the profiler records it).
 
+A call given a ``site`` (a dict the caller keeps per call site: the executor's per-layer memo)
+takes the **prepared path** from its second call on: the geometry, the engine's graph and plan
+index, the handle (set to the stream once) and the workspace's pointer are resolved on the first
+call and kept there (:class:`Prepared`), so a later call with the same operands (shapes, format,
+precision, stream) only allocates its output and executes the plan; anything else prepares again.
+
 Tensors are NCHW as the executor holds them (any C-contiguous NCHW array; cuDNN picks engines for
 that layout, reformatting inside an engine where it must). Asymmetric padding (a spatially split
 rank pads only at the global border) is applied as an explicit zero-padded copy, then a
@@ -24,7 +30,8 @@ from typing import Callable
 
 from kernels._conv_common import make_geom
 from kernels.cuda import libs
-from kernels.cuda.cudnn_graphs import CUDNN_GRAPHS, cudnn_type, execute, handle, strides, workspace
+from kernels.cuda import precision as process_precision
+from kernels.cuda.cudnn_graphs import WORKSPACE_VERSION, cudnn_type, execute, handle, strides, workspace
 from kernels.cuda.engines import TOP_K, NoteFilter, family_filter
 from kernels.cuda.launch import fits, from_float32, i32, i64, run, spin
 from kernels.cuda.precision import precision_of
@@ -192,25 +199,118 @@ def _run(pass_: str, g, algo: str, a, b, out, called=None):
     return out
 
 
+@dataclass
+class Prepared:
+    """One call site's pass, resolved on its first call (module docstring): ``operands`` (shapes,
+    format, precision, stream) say which calls it serves."""
+
+    operands: tuple
+    choice: Choice = field(repr=False)
+    out_shape: tuple
+    pad: tuple | None  # (padded input shape, top, left) when the input is padded explicitly first
+    crop: tuple | None  # (top, left, h, w) of dx inside the padded one (backward-data)
+    handle: int
+    workspace_ptr: int
+    workspace_version: int
+
+
+def _operands(pass_: str, a, b_shape, called_shape, geometry: tuple, algo: str, out_shape) -> tuple:
+    """What a prepared pass serves: equal operands, equal work (checked on every call: cheap)."""
+    cp = libs.cupy()
+    return (pass_, a.shape, tuple(b_shape), tuple(called_shape), out_shape, geometry, a.dtype.name, algo or "im2col",
+            process_precision.current(), cp.cuda.get_current_stream().ptr)
+
+
+def _prepare(site: dict, pass_: str, operands: tuple, g0, a, b, out_shape: tuple, algo: str) -> Prepared:
+    """Resolve a call site's pass once: the geometry (explicit padding), the engine, the handle on
+    this stream, the workspace."""
+    cp = libs.cupy()
+    g, pad, crop = g0, None, None
+    if _asymmetric(g0):  # a convolution without padding over an explicitly padded input
+        g = make_geom((g0.n, g0.c, g0.hp, g0.wp), (g0.f, g0.c // g0.groups, g0.kh, g0.kw), (g0.sh, g0.sw), 0,
+                      (g0.dh, g0.dw), g0.groups)
+        if pass_ == "bwd_data":  # its dx cropped back
+            crop = (g0.pt, g0.pl, g0.h, g0.w)
+        else:  # its input padded first
+            pad = ((g0.n, g0.c, g0.hp, g0.wp), g0.pt, g0.pl)
+    run_shape = {"fwd": (g.n, g.f, g.ho, g.wo), "bwd_data": (g.n, g.c, g.h, g.w)}.get(pass_, out_shape)
+    arrays = (cp.zeros(pad[0], dtype=a.dtype) if pad else a, b, cp.empty(run_shape, dtype=a.dtype))
+    key = (pass_, g, a.dtype.name, algo or "im2col", precision_of(a.dtype.name), cp.cuda.Device().id)
+    choice = CHOICES.get(key)
+    if choice is None:
+        choice = CHOICES[key] = _choose(pass_, g, a.dtype.name, algo or "im2col", arrays, g0)
+    ws = workspace(choice.workspace_bytes)
+    site[pass_] = Prepared(operands, choice, tuple(run_shape), pad, crop, handle(), ws.data.ptr,
+                           WORKSPACE_VERSION[0])
+    return site[pass_]
+
+
+def _site_pass(site: dict, pass_: str, a, b, b_shape, called_shape, geometry, algo, out_shape):
+    """The prepared pass of this call site for these operands (made on a first or changed call)."""
+    operands = _operands(pass_, a, b_shape, called_shape, geometry, algo, out_shape)
+    prep = site.get(pass_)
+    if prep is None or prep.operands != operands:
+        g0 = make_geom(called_shape if pass_ == "bwd_data" else a.shape,
+                       b_shape if pass_ != "bwd_weights" else out_shape, *geometry)
+        prep = _prepare(site, pass_, operands, g0, a, b, out_shape, algo)
+    if prep.workspace_version != WORKSPACE_VERSION[0]:  # another call grew the workspace: it moved
+        prep.workspace_ptr = workspace(prep.choice.workspace_bytes).data.ptr
+        prep.workspace_version = WORKSPACE_VERSION[0]
+    return prep
+
+
+def _execute_prepared(prep: Prepared, a, b):
+    """The pass on ``a`` and ``b`` as prepared: the output allocated, the plan executed."""
+    cp = libs.cupy()
+    if prep.pad is not None:
+        shape, top, left = prep.pad
+        padded = cp.zeros(shape, dtype=a.dtype)
+        padded[:, :, top:top + a.shape[2], left:left + a.shape[3]] = a
+        a = padded
+    out = cp.empty(prep.out_shape, dtype=a.dtype)
+    c = prep.choice
+    c.graph.execute_plan_at_index({c.tensors[0]: a.data.ptr, c.tensors[1]: b.data.ptr, c.tensors[2]: out.data.ptr},
+                                  prep.workspace_ptr, c.index, handle=prep.handle)
+    _LAST[0] = c
+    if prep.crop is not None:
+        top, left, h, w = prep.crop
+        out = cp.ascontiguousarray(out[:, :, top:top + h, left:left + w])
+    return out
+
+
 def conv2d_forward(x, w, b=None, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, algo="im2col",
-                   *, trace=None, fallback: Callable):
+                   *, trace=None, site=None, fallback: Callable):
     if not fits(x, w):
         return fallback(x, w, b, stride, padding, dilation, groups, algo)
+    if site is not None:
+        prep = _site_pass(site, "fwd", x, w, w.shape, x.shape, (stride, padding, dilation, groups), algo, None)
+        y = _execute_prepared(prep, x, w)
+        if b is not None:
+            _add_bias(y, b)
+        return y
     cp = libs.cupy()
     g = g0 = make_geom(x.shape, w.shape, stride, padding, dilation, groups)
     if _asymmetric(g):
         x, g = _pad_explicitly(x, g)
     y = _run("fwd", g, algo, x, w, cp.empty((g.n, g.f, g.ho, g.wo), dtype=x.dtype), g0)
     if b is not None:
-        bias = cp.ascontiguousarray(b.astype(y.dtype, copy=False))
-        run("bias_nchw", y.dtype.name, y.size, (y, bias, i64(y.size), i64(g.ho * g.wo), i32(g.f)))
+        _add_bias(y, b)
     return y
 
 
+def _add_bias(y, b) -> None:
+    bias = libs.cupy().ascontiguousarray(b.astype(y.dtype, copy=False))
+    run("bias_nchw", y.dtype.name, y.size, (y, bias, i64(y.size), i64(y.shape[2] * y.shape[3]), i32(y.shape[1])))
+
+
 def conv2d_backward_data(dy, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1,
-                         algo="im2col", *, trace=None, fallback: Callable):
+                         algo="im2col", *, trace=None, site=None, fallback: Callable):
     if not fits(dy, w):
         return fallback(dy, w, x_shape, stride, padding, dilation, groups, algo)
+    if site is not None:
+        prep = _site_pass(site, "bwd_data", dy, w, w.shape, tuple(x_shape), (stride, padding, dilation, groups),
+                          algo, None)
+        return _execute_prepared(prep, dy, w)
     cp = libs.cupy()
     g0 = make_geom(x_shape, w.shape, stride, padding, dilation, groups)
     g = make_geom((g0.n, g0.c, g0.hp, g0.wp), w.shape, stride, 0, dilation, groups) if _asymmetric(g0) else g0
@@ -221,10 +321,16 @@ def conv2d_backward_data(dy, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0), di
 
 
 def conv2d_backward_weights(dy, x, w_shape, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1,
-                            algo="im2col", with_bias=False, *, trace=None, fallback: Callable):
+                            algo="im2col", with_bias=False, *, trace=None, site=None, fallback: Callable):
     if not fits(dy, x):
         return fallback(dy, x, w_shape, stride, padding, dilation, groups, algo, with_bias)
     cp = libs.cupy()
+    if site is not None:
+        prep = _site_pass(site, "bwd_weights", x, dy, dy.shape, x.shape, (stride, padding, dilation, groups), algo,
+                          tuple(w_shape))
+        dw = _execute_prepared(prep, x, dy)
+        db = from_float32(channel_sums(dy)[0].astype(cp.float32), dy.dtype) if with_bias else None
+        return dw, db
     g = g0 = make_geom(x.shape, w_shape, stride, padding, dilation, groups)
     if _asymmetric(g):
         x, g = _pad_explicitly(x, g)

@@ -43,6 +43,10 @@ def handle() -> int:
     return h
 
 
+#: bumped whenever a device's workspace is made again (grown): a prepared call's pointer to it is then stale
+WORKSPACE_VERSION = [0]
+
+
 def workspace(nbytes: int):
     """A device buffer of at least ``nbytes`` (at least 1 byte: cuDNN wants a valid pointer)."""
     cp = libs.cupy()
@@ -50,6 +54,7 @@ def workspace(nbytes: int):
     ws = _WORKSPACE.get(dev)
     if ws is None or ws.nbytes < max(int(nbytes), 1):
         ws = _WORKSPACE[dev] = cp.empty(max(int(nbytes), 1), dtype=cp.uint8)
+        WORKSPACE_VERSION[0] += 1
     return ws
 
 

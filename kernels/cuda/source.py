@@ -54,7 +54,7 @@ __device__ __forceinline__ void ST(T* p, long long i, float v) {
 }
 
 #: The files of the source, in order (kernels/cuda/cu/): shared helpers, then the kernels
-FILES = ("common.cuh", "elementwise.cu", "reductions.cu", "rows.cu", "pool.cu")
+FILES = ("common.cuh", "elementwise.cu", "multi_tensor.cu", "reductions.cu", "batchnorm.cu", "rows.cu", "pool.cu")
 _DIR = Path(__file__).parent / "cu"
 
 

@@ -24,7 +24,6 @@ from costmodel.compute.profile_table import Entry
 from kernels import KERNELS
 from kernels.allocator import keep_freed_memory
 from kernels.cuda.launch import from_float32
-from kernels.norm import bn_stats_from_sums
 from profiler.timing.transformer_operands import attention_builder, moe_experts_builder, moe_route_builder
 from kernels.xp import storage_dtype, synchronize
 
@@ -175,18 +174,17 @@ def _batchnorm(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Calla
     k, r = call.kernel, ops.rand
     x = ops.input(f["n"], f["c"], f["h"], f["w"]) if k == "batchnorm.local_sums" else r(f["n"], f["c"], f["h"], f["w"])
     gamma, beta = r(f["c"]), r(f["c"])
-    s, ss, count = KERNELS["batchnorm.local_sums"](x)
-    mean, var = bn_stats_from_sums(s, ss, count)
+    stats = KERNELS["batchnorm.local_sums"](x)
     if k == "batchnorm.local_sums":
         return lambda: fn(x)
     if k == "batchnorm.fwd_apply":
-        return lambda: fn(x, mean, var, gamma, beta)
-    _, cache = KERNELS["batchnorm.fwd_apply"](x, mean, var, gamma, beta)
+        return lambda: fn(x, stats, gamma, beta)
+    _, cache = KERNELS["batchnorm.fwd_apply"](x, stats, gamma, beta)
     dy = ops.grad(*x.shape)
     if k == "batchnorm.bwd_local_sums":
         return lambda: fn(dy, cache)
-    sdy, sdx = KERNELS["batchnorm.bwd_local_sums"](dy, cache)
-    return lambda: fn(dy, cache, sdy, sdx, count, gamma)
+    sums, _, _ = KERNELS["batchnorm.bwd_local_sums"](dy, cache)
+    return lambda: fn(dy, cache, sums)
 
 
 def _layernorm(call: KernelCall, f: dict, fn: Callable, ops: _Operands) -> Callable[[], object]:

@@ -61,18 +61,25 @@ def _run(args, tmp_path, timeout=300):
                           timeout=timeout, env=env)
 
 
-@pytest.mark.parametrize("precision,ranks", [("fp32", 1), ("bf16", 1), ("fp32", 2)])
-def test_a_plan_runs_on_the_gpu_and_passes_its_check(tmp_path, precision, ranks):
+@pytest.mark.parametrize("network,precision,ranks,graphs", [
+    ("lenet5", "fp32", 1, "--graphs"), ("lenet5", "bf16", 1, "--graphs"), ("lenet5", "fp32", 2, "--graphs"),
+    ("tests/assets/tinyres.yaml", "fp32", 1, "--graphs"), ("tests/assets/tinyres.yaml", "bf16", 1, "--no-graphs")])
+def test_a_plan_runs_on_the_gpu_and_passes_its_check(tmp_path, network, precision, ranks, graphs):
+    """tinyres: batch norm's two-launch passes, the multi-tensor update and the prepared convolutions,
+    replayed as a CUDA graph and eagerly."""
     if ranks > 1 and not (shutil.which("mpiexec") or (Path(sys.executable).parent / "mpiexec").exists()):
         pytest.skip("no mpiexec")
     plan, out = tmp_path / "plan.yaml", tmp_path / "run.json"
-    made = _run(["plan", "lenet5", "-p", str(ranks), "-b", "16", "--machine", "dgx-h100", "--precision", precision,
-                 "--no-recompute", "--out", str(plan)], tmp_path)
+    made = _run(["plan", network, "-p", str(ranks), "-b", "16", "--machine", "dgx-h100", "--precision", precision,
+                 "--no-recompute", "--optimizer", "momentum", "--out", str(plan)], tmp_path)
     assert made.returncode == 0, made.stderr[-2000:]
     ran = _run(["execute", str(plan), "--ranks", str(ranks), "--device", "cuda", "--check", "--steps", "3",
-                "--warmup", "1", "--json", str(out)], tmp_path)
+                "--warmup", "1", "--json", str(out), graphs], tmp_path)
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
     got = json.loads(out.read_text())
     assert got["check"]["passed"] and got["device"]["precision"] == precision
     assert got["device"]["staged"] == (ranks > 1)  # two ranks on one GPU: through the host
     assert np.isfinite(got["measured"]["step_s"]) and got["measured_peak_bytes"] > 0
+    # one rank replays a captured step; two sharing the GPU stage their collectives, so run eagerly
+    want = "graphs" if graphs == "--graphs" and ranks == 1 else "eager"
+    assert got["steps_mode"]["mode"] == want, got["steps_mode"]

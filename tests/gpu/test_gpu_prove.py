@@ -59,3 +59,50 @@ def test_each_row_has_its_pytorch_twin():
     text = (BENCH / "gpu" / "torch_steps.py").read_text()
     for row in ROWS:
         assert f'("{row.torch_row}", "{row.network}", {row.batch}, "{row.precision}", "momentum"' in text, row
+
+
+def test_the_stages_that_run_sum_within_the_budget_the_rest_skipped_with_why():
+    import prove  # noqa: PLC0415 - the script beside prove_rows
+    from prove_budget import RESERVE_S, Stage, allot  # noqa: PLC0415
+
+    asked = prove.plan_stages(ROWS, set(), dry=False)
+    assert [st.name for st in asked][:3] == ["graphs", "tests", f"row {ROWS[0].name}"]  # most important first
+    for budget in (300, 420, 450, 2000):
+        run, skipped = allot(asked, budget, {})
+        assert sum(st.limit_s for st in run) <= budget - RESERVE_S
+        assert sorted([st.name for st in run] + [name for name, _ in skipped]) == sorted(st.name for st in asked)
+        assert all("do not fit" in why for _, why in skipped)
+    run, skipped = allot(asked, 450, {})
+    assert len([st for st in run if st.name.startswith("row ")]) >= 2  # the first rows, each with its PyTorch step
+    run, skipped = allot([Stage("a", 100), Stage("b", 400), Stage("c", 50)], 200, {"c": ["torch"]})
+    assert [st.name for st in run] == ["a"] and dict(skipped)["c"].startswith("not installed: torch")
+
+
+def test_packages_are_checked_before_anything_runs():
+    from prove_budget import Stage, missing_packages  # noqa: PLC0415
+
+    stages = [Stage("rows", 10, ("numpy", "torch")), Stage("tests", 10, ("pytest", "numpy"))]
+    asked = []
+    got = missing_packages(stages, lambda name: asked.append(name) or name != "torch")
+    assert got == {"rows": ["torch"]} and sorted(asked) == ["numpy", "pytest", "torch"]  # each looked up once
+
+
+def test_the_script_carries_what_the_gpu_machine_lacks():
+    """prove.sh's wheel list names the packages the proof imports that a GPU image may lack."""
+    text = (BENCH / "gpu" / "prove.sh").read_text()
+    for wheel in ("threadpoolctl==", "pytest==", "pytest-timeout==", "pluggy==", "iniconfig==",
+                  "nvidia-cudnn-frontend=="):
+        assert wheel in text, wheel
+
+
+def test_without_pytest_timeout_the_gpu_tests_run_bounded_by_their_stage(tmp_path, monkeypatch):
+    import prove  # noqa: PLC0415
+
+    s = prove.Session(tmp_path, 100, False, "abc")
+    ran = []
+    monkeypatch.setattr(s, "run", lambda args, limit, what: ran.append(args) or (0, ""))
+    s.timeout_plugin = False
+    prove.gpu_tests(s)
+    s.timeout_plugin = True
+    prove.gpu_tests(s)
+    assert "--timeout" not in ran[0] and "--timeout" in ran[1]

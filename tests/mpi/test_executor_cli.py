@@ -306,3 +306,12 @@ def test_fresh_profile_times_the_predictions_kernels_inside_the_run(tmp_path, mo
     # and the executor's code around the collectives (StepPrediction.collective_code_s)
     assert cmp.predicted_collective_code_s > 0
     assert cmp.predicted_step_s - cmp.predicted_wait_s - cmp.predicted_collective_code_s == pytest.approx(pred.step_s)
+
+
+def test_graphs_asked_for_on_the_host_run_eagerly_and_the_report_says_why(plan2, stub, tmp_path):
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["execute", plan2, "--ranks", "2", "--steps", "1", "--warmup", "1", "--graphs",
+                                 "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "steps  eager: the host runs no CUDA graphs" in result.output
+    assert json.loads(out.read_text())["steps_mode"] == {"mode": "eager", "reason": "the host runs no CUDA graphs"}

@@ -7,7 +7,8 @@ lists engine configs (here: a fixed list of (name, numerical notes, workspace));
 having that note, OR-ed into what earlier calls barred (``filter_numeric_notes``);
 ``deselect_workspace_greater_than`` bars larger workspaces; ``build_plan_at_index`` fails for a
 barred config (``check_support_at_index`` first); names, counts and workspaces are read per index.
-It also records every call (tensors, the convolution's padding, stride, dilation).
+It also records every call (tensors, the convolution's padding, stride, dilation; the handle made
+and set to a stream; each execution of a plan, its workspace size asked).
 
 What it does not do: run, time or pick anything as cuDNN would. Tests built on it prove how dnnplan
 drives the frontend (which calls, which filters, which plan it keeps), not what cuDNN offers.
@@ -134,7 +135,17 @@ class FakeGraph:
 
     def get_workspace_size_plan_at_index(self, i):
         # the frontend's docstring: "If the graph is not built at the index, this will return 0."
+        self.calls.append(("get_workspace_size_plan_at_index", {"index": i}))
         return self.engines[i][2] if i in self.built else 0
+
+    def execute_plan_at_index(self, pointers, workspace, index, handle=None):
+        """Records the run (nothing computed): which plan, on which handle, with a workspace
+        pointer and one device pointer per graph tensor."""
+        if index not in self.built:
+            raise RuntimeError(f"execution plan at position {index} was not built")
+        if not all(isinstance(p, int) for p in pointers.values()) or not isinstance(workspace, int):
+            raise TypeError("execute_plan_at_index takes integer device pointers")
+        self.calls.append(("execute_plan_at_index", {"index": index, "handle": handle, "tensors": len(pointers)}))
 
 
 def fake_module(engines, graphs: list, calls: list) -> SimpleNamespace:
@@ -144,7 +155,14 @@ def fake_module(engines, graphs: list, calls: list) -> SimpleNamespace:
         graphs.append(g)
         return g
 
-    return SimpleNamespace(pygraph=pygraph,
+    def create_handle():
+        calls.append(("create_handle", {}))
+        return 7
+
+    def set_stream(handle, stream):
+        calls.append(("set_stream", {"handle": handle, "stream": stream}))
+
+    return SimpleNamespace(pygraph=pygraph, create_handle=create_handle, set_stream=set_stream,
                            data_type=SimpleNamespace(FLOAT="FLOAT", HALF="HALF", BFLOAT16="BFLOAT16", DOUBLE="DOUBLE"),
                            heur_mode=SimpleNamespace(A="A", FALLBACK="FALLBACK"),
                            numerical_note=SimpleNamespace(**{n: n for n in NOTE_NAMES}))

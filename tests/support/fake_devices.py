@@ -7,6 +7,7 @@
   whose "device" arrays are numpy arrays kept apart from the host's (every transfer a copy),
   communicating through :class:`executor.backend.staging.StagedCommunicator` over the host's MPI.
   The runtime runs a plan on it exactly as it would on a GPU that shares its ranks' device.
+- :class:`FusingBackend`: the same, launch-bound (executor.backend.device.LaunchBound), as a GPU is.
 """
 
 from __future__ import annotations
@@ -94,3 +95,14 @@ class CopyingBackend:
             return np.array(arr, copy=True)
         out[...] = arr
         return out
+
+
+class FusingBackend(CopyingBackend):
+    """A :class:`CopyingBackend` whose launches cost the host time (executor.backend.device.LaunchBound),
+    as a GPU's do: the runtime takes its multi-tensor paths on it."""
+
+    name = "fusing"
+
+    def fuse_launches(self) -> bool:
+        self.calls["fuse_launches"] += 1
+        return True

@@ -1,4 +1,5 @@
-// dnnplan fused GPU passes, sums over many elements: per channel (batch norm, conv bias) and per column (layer norm, linear bias).
+// dnnplan fused GPU passes, sums over many elements: per channel (a convolution's bias gradient) and per
+// column (layer norm, linear bias).
 // Compiled once per storage format after a prelude defining T, LD and ST (kernels/cuda/source.py).
 // Per-channel sums over (N, C, inner) of x and (mode 1) of x*x or (mode 2) of x*h: grid (C, parts),
 // each block one channel's share, double accumulation, atomically added (outputs zeroed first).
@@ -21,22 +22,6 @@ extern "C" __global__ void chan_sums(const T* x, const T* h, double* s1, double*
     if (threadIdx.x == 0) {
         atomicAdd(s1 + c, a);
         if (mode) atomicAdd(s2 + c, b);
-    }
-}
-extern "C" __global__ void bn_apply(const T* x, const float* mean, const float* invstd, const T* gamma,
-                                    const T* beta, T* y, T* xhat, long long n, long long inner, int c_all) {
-    GRID_LOOP(i, n) {
-        int c = (int)((i / inner) % c_all);
-        float h = (LD(x, i) - mean[c]) * invstd[c];
-        ST(xhat, i, h);
-        ST(y, i, h * LD(gamma, c) + LD(beta, c));
-    }
-}
-extern "C" __global__ void bn_bwd_apply(const T* dy, const T* xhat, const float* scale, const float* mdy,
-                                        const float* mdyx, T* dx, long long n, long long inner, int c_all) {
-    GRID_LOOP(i, n) {
-        int c = (int)((i / inner) % c_all);
-        ST(dx, i, scale[c] * (LD(dy, i) - mdy[c] - LD(xhat, i) * mdyx[c]));
     }
 }
 // Column sums of a (rows, d) matrix and (with_xhat) of a*xhat, xhat = (x - mean) rstd per row, in

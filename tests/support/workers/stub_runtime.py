@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import time
 
+from executor.backend.host import HOST
 from executor.check.gradients import CheckResult  # the runtime's own result types
+from executor.runtime.graphs import step_mode
 from executor.runtime.run import RunResult
 from networks.errors import DnnplanError
 
@@ -30,7 +32,7 @@ def _faults(rank: int) -> None:
 
 
 def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=None, lr=0.01, momentum=0.9,
-             after_step=None, backend=None):
+             after_step=None, backend=None, graphs=None):
     _faults(comm.Get_rank())
     step_s = []
     for step in range(warmup + steps):
@@ -54,4 +56,5 @@ def run_plan(plan, net, comm, *, steps=5, warmup=2, check=False, seed=0, timers=
     diverge = os.environ.get("DNNPLAN_TEST_NAN_FROM_STEP")  # the loss turns NaN from this step on
     if diverge:
         losses[int(diverge):] = [float("nan")] * (len(losses) - int(diverge))
-    return RunResult(1.0, losses, step_s[warmup:], chk)
+    mode = step_mode(plan, net, backend if backend is not None else HOST, steps, warmup, graphs)  # as run_plan says it
+    return RunResult(1.0, losses, step_s[warmup:], chk, mode=mode)

@@ -53,20 +53,24 @@ def test_batchnorm_staged_sums_over_halves_equal_whole(split_axis):
     x = x.astype(np.float32)
     y, cache = batchnorm2d_forward(x, gamma, beta)
     halves = np.array_split(x, 2, axis=split_axis)
-    sums = [bn_local_sums(h) for h in halves]
-    s, ss, cnt = (sum(t[i] for t in sums) for i in range(3))
-    assert cnt == x.size // x.shape[1]
-    mean, var = bn_stats_from_sums(s, ss, cnt)
-    parts = [bn_forward_apply(h, mean, var, gamma, beta, 1e-5) for h in halves]
+    stats = sum(bn_local_sums(h) for h in halves)  # one buffer [sum | sumsq | count] per shard
+    c = x.shape[1]
+    assert stats.shape == (2 * c + 1,) and stats[-1] == x.size // c
+    mean, var, count = bn_stats_from_sums(stats)
+    np.testing.assert_allclose(mean, x.mean(axis=(0, 2, 3)), rtol=1e-6)
+    np.testing.assert_allclose(var, x.astype(np.float64).var(axis=(0, 2, 3)), rtol=1e-6)
+    parts = [bn_forward_apply(h, stats, gamma, beta, 1e-5) for h in halves]
     np.testing.assert_allclose(np.concatenate([p[0] for p in parts], axis=split_axis), y, rtol=1e-5, atol=1e-5)
     r = RNG(9).standard_normal(x.shape).astype(np.float32)
     dx, dgamma, dbeta = batchnorm2d_backward(r, cache)
     rh = np.array_split(r, 2, axis=split_axis)
     bsums = [bn_backward_local_sums(d, p[1]) for d, p in zip(rh, parts)]
-    sdy, sdyx = bsums[0][0] + bsums[1][0], bsums[0][1] + bsums[1][1]
-    np.testing.assert_allclose(sdy, dbeta, rtol=1e-5)
-    np.testing.assert_allclose(sdyx, dgamma, rtol=1e-5)
-    dxs = [bn_backward_apply(d, p[1], sdy, sdyx, cnt, gamma) for d, p in zip(rh, parts)]
+    sums = bsums[0][0] + bsums[1][0]
+    np.testing.assert_allclose(sums[:c], dbeta, rtol=1e-5)
+    np.testing.assert_allclose(sums[c:], dgamma, rtol=1e-5)
+    np.testing.assert_allclose(bsums[0][1] + bsums[1][1], dgamma, rtol=1e-5)  # the local dgamma, summed
+    np.testing.assert_allclose(bsums[0][2] + bsums[1][2], dbeta, rtol=1e-5)
+    dxs = [bn_backward_apply(d, p[1], sums) for d, p in zip(rh, parts)]
     np.testing.assert_allclose(np.concatenate(dxs, axis=split_axis), dx, rtol=1e-5, atol=1e-5)
     assert dx.dtype == np.float32
 

@@ -1,0 +1,173 @@
+"""`dnnplan plan --sweep` over several machines: the comparison table and its marks, the JSON rows,
+time and cost to train at each machine's price, the mistakes refused in one line, Ctrl-C."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from dnnplan.cli import app
+from tests.support.cli_errors import one_error_line
+from tests.support.ctrl_c import default_sigint
+from tests.support.paths import ROOT
+
+runner = CliRunner()
+MACHINES = "dgx-a100,dgx-h100,dgx-a100-40gb,dgx1-v100"
+#: the H100 is the fastest at every count; priced at 100 a device-hour it is never the cheapest
+PRICES = "dgx-a100=1.6,dgx-h100=100,dgx-a100-40gb=1.2,dgx1-v100=0.8"
+SWEEP = ["plan", "gpt-tiny", "-m", MACHINES, "--sweep", "1,2,4", "--tokens", "1B"]
+
+
+def _json(*args: str) -> dict:
+    result = runner.invoke(app, [*SWEEP, *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_every_machine_and_count_is_a_row_with_time_and_cost_to_train():
+    data = _json("--gpu-hour-price", PRICES)
+    rows = data["rows"]
+    assert [(r["machine"], r["devices"]) for r in rows] == [(m, p) for m in MACHINES.split(",") for p in (1, 2, 4)]
+    assert data["machines"] == MACHINES.split(",") and data["tokens"] == 1e9 and data["complete"]
+    for r in rows:
+        train = r["train"]
+        assert train["devices"] == r["devices"] and train["price_per_device_hour"] == data["prices"][r["machine"]]
+        assert train["cost"] == pytest.approx(train["device_hours"] * data["prices"][r["machine"]])
+        assert r["tokens_per_s"] == pytest.approx(train["tokens_per_step"] / r["step_s"])
+
+
+def test_the_fastest_and_the_cheapest_are_marked_once_each():
+    data = _json("--gpu-hour-price", PRICES)
+    rows = data["rows"]
+    fastest = [r for r in rows if r["fastest"]]
+    cheapest = [r for r in rows if r["cheapest"]]
+    assert len(fastest) == len(cheapest) == 1
+    assert fastest[0]["step_s"] == min(r["step_s"] for r in rows) and fastest[0]["machine"] == "dgx-h100"
+    assert cheapest[0]["train"]["cost"] == min(r["train"]["cost"] for r in rows)
+    assert cheapest[0]["machine"] != "dgx-h100"  # the price, not the speed, decides it
+    assert data["fastest"] == {"machine": "dgx-h100", "devices": fastest[0]["devices"]}
+    assert data["cheapest"] == {"machine": cheapest[0]["machine"], "devices": cheapest[0]["devices"]}
+
+
+def test_the_table_marks_the_rows_and_states_the_rule():
+    result = runner.invoke(app, [*SWEEP, "--gpu-hour-price", "2"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert any("dgx-h100" in line and "fastest" in line for line in lines)
+    assert any("cheapest" in line and "│" in line for line in lines)
+    assert "fastest: the shortest step; cheapest: the least cost" in result.stdout
+    # a line a point on stderr as each finishes, never on stdout
+    assert "planned 12 of 12" in result.output and "planned" not in result.stdout
+
+
+def test_without_prices_the_cheapest_is_the_fewest_device_hours():
+    data = _json()
+    cheapest = next(r for r in data["rows"] if r["cheapest"])
+    assert cheapest["train"]["cost"] is None and data["prices"] is None
+    assert cheapest["train"]["device_hours"] == min(r["train"]["device_hours"] for r in data["rows"])
+
+
+def test_several_machines_without_sweep_compare_at_the_devices_given():
+    result = runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "-m", "dgx-a100,dgx-h100", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [(r["machine"], r["devices"]) for r in json.loads(result.stdout)["rows"]] == [("dgx-a100", 2),
+                                                                                      ("dgx-h100", 2)]
+
+
+def test_one_machine_and_one_price_still_plans_as_before():
+    result = runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "-m", "dgx-h100", "--tokens", "1B",
+                                 "--gpu-hour-price", "dgx-h100=3", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["train"]["price_per_device_hour"] == 3.0
+
+
+def test_pipeline_auto_plans_each_point_as_plan_does_pipelined_where_nothing_fits_whole():
+    args = ["plan", "gpt-tiny", "-b", "64", "-m", "dgx-a100,dgx-h100", "--sweep", "1,2", "--memory", "0.005", "--json"]
+    whole = json.loads(runner.invoke(app, args).stdout)["rows"]
+    assert all("no plan of gpt-tiny at batch 64 fits" in r["error"] for r in whole)
+    result = runner.invoke(app, [*args, "--pipeline", "auto"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    assert all(r["memory_peak_bytes"] <= 0.005 * 2 ** 30 * (1 + 1e-9) for r in rows)
+    assert [r["pipeline"]["stages"] for r in rows] == [1, 2, 1, 2]  # accumulation on 1 device, 2 stages on 2
+    assert sum(r["fastest"] for r in rows) == 1
+
+
+def test_counts_of_a_machine_where_nothing_fits_share_one_note():
+    result = runner.invoke(app, ["plan", "gpt-tiny", "-b", "64", "-m", "dgx-a100,dgx-h100", "--sweep", "1,2,4",
+                                 "--memory", "0.005"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # the notes wrap at the table's width
+    assert "note 1: dgx-a100 x 1, 2: no plan fits 5.12 MiB a device" in text  # 4 devices have a plan
+    assert "note 2: dgx-h100 x 1, 2:" in text and "note 3" not in text
+    assert "--pipeline auto plans each as `dnnplan plan` does" in text
+
+
+def test_plot_draws_a_line_a_machine(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "machines.png"
+    result = runner.invoke(app, [*SWEEP, "--gpu-hour-price", "2", "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in result.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-m", "dgx-a100,dgx-z9"], "dgx-z9"),
+    (["-m", "dgx-a100,dgx-h100", "--tokens", "1B", "--gpu-hour-price", "dgx-a100=1,dgx-h200=3"],
+     "--gpu-hour-price names 'dgx-h200', which --machine does not plan for"),
+    (["-m", "dgx-a100,dgx-h100", "--tokens", "1B", "--gpu-hour-price", "dgx-a100=1"], "no price for dgx-h100"),
+    (["-m", "dgx-a100,dgx-h100", "--tokens", "1B", "--gpu-hour-price", "dgx-a100=1,dgx-h100=free"],
+     "is not a price"),
+    (["-m", "dgx-a100,dgx-h100", "--profile", "x.json"], "--profile times one machine's kernels"),
+    (["-m", "dgx-a100,dgx-h100", "--pipeline", "2"], "a fixed --pipeline or --micro-batches cannot be swept"),
+    (["--micro-batches", "2"], "a fixed --pipeline or --micro-batches cannot be swept"),
+    (["-m", "dgx-a100,dgx-h100", "--sweep-jobs", "0"], "--sweep-jobs must be a whole number from 1 to 64"),
+    (["-m", "dgx-a100,local", "--sweep-jobs", "2"], "machine `local`"),
+])
+def test_mistakes_are_one_line_exit_2(args, words):
+    line = one_error_line(runner.invoke(app, ["plan", "gpt-tiny", "--sweep", "1,2", *args]))
+    assert words in line
+
+
+def test_sweep_jobs_without_a_sweep_is_one_line():
+    line = one_error_line(runner.invoke(app, ["plan", "gpt-tiny", "--sweep-jobs", "2"]))
+    assert "--sweep-jobs plans a sweep's points" in line
+
+
+def test_tokens_for_a_network_without_tokens_is_one_line():
+    line = one_error_line(runner.invoke(app, ["plan", "lenet5", "-m", "dgx-a100,dgx-h100", "--sweep", "1,2",
+                                              "--tokens", "1B"]))
+    assert "reads no token ids" in line
+
+
+def test_points_in_worker_processes_give_the_same_rows():
+    one = _json("--gpu-hour-price", PRICES)["rows"]
+    two = _json("--gpu-hour-price", PRICES, "--sweep-jobs", "2")["rows"]
+    assert [(r["machine"], r["devices"], r["step_s"], r["fastest"], r["cheapest"]) for r in two] == \
+        [(r["machine"], r["devices"], r["step_s"], r["fastest"], r["cheapest"]) for r in one]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_keeps_the_points_planned_and_exits_130(jobs):
+    # llama3-70b at batch 16: 256 devices has no plan at once, 512 and up search for seconds
+    args = [sys.executable, "-m", "dnnplan", "plan", "llama3-70b", "-m", "dgx-a100,dgx-h100", "--sweep",
+            "256,512,1024,2048", "--time-limit", "120", "--sweep-jobs", jobs, "--json"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "120"}, preexec_fn=default_sigint)
+    try:
+        for line in proc.stderr:
+            if line.startswith("planned 1 of 8"):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    data = json.loads(out)
+    assert not data["complete"] and 1 <= len(data["rows"]) < 8
+    assert "points planned, shown above" in err

@@ -1,0 +1,81 @@
+"""The sweep's pure parts: machines and prices read from the flags, each point's share of a bound,
+throughput and time to train, the fastest and cheapest marked, speedups per machine."""
+
+import math
+
+import pytest
+
+from networks.errors import DnnplanError
+from planner.sweep import MIN_POINT_S, mark_best, parse_machines, parse_prices, point_seconds, priced, with_speedups
+
+MACHINES = ["dgx-a100", "dgx-h100"]
+
+
+def test_machines_in_the_order_named_each_once():
+    assert parse_machines(" dgx-h100, dgx-a100,dgx-h100 ,") == ["dgx-h100", "dgx-a100"]
+    with pytest.raises(DnnplanError, match="names no machine"):
+        parse_machines(" , ")
+
+
+def test_one_price_is_every_machine_s_and_named_prices_each_their_own():
+    assert parse_prices(None, MACHINES) is None
+    assert parse_prices("2.5", MACHINES) == {"dgx-a100": 2.5, "dgx-h100": 2.5}
+    assert parse_prices("dgx-h100=2.5, dgx-a100 = 1.6", MACHINES) == {"dgx-h100": 2.5, "dgx-a100": 1.6}
+
+
+@pytest.mark.parametrize("text, words", [
+    ("dgx-h200=3,dgx-a100=1,dgx-h100=2", "names 'dgx-h200', which --machine does not plan for"),
+    ("dgx-a100=1.6", "no price for dgx-h100"),
+    ("dgx-a100=1.6,2.5", "names no machine"),
+    ("dgx-a100=cheap,dgx-h100=2", "'cheap' for 'dgx-a100' is not a price"),
+    ("-1", "is not a price"),
+    ("nan", "is not a price"),
+])
+def test_bad_prices_are_refused_naming_the_part(text, words):
+    with pytest.raises(DnnplanError, match=words):
+        parse_prices(text, MACHINES)
+
+
+def test_a_point_shares_what_is_left_among_the_points_left_within_its_bounds():
+    assert point_seconds(40.0, 8) == 5.0
+    assert point_seconds(40.0, 8, jobs=2) == 10.0
+    assert point_seconds(0.0, 8) == MIN_POINT_S  # overrun: the least a point searches
+    assert point_seconds(400.0, 2, most_s=17.0) == 17.0
+
+
+def _row(machine, devices, step):
+    return {"machine": machine, "devices": devices, "step_s": step}
+
+
+def test_priced_rows_carry_throughput_and_the_time_and_cost_to_train():
+    row = priced(_row("dgx-a100", 4, 2.0), batch=8, tokens_per_step=8 * 1000, tokens=1e6, price=3.0)
+    assert row["samples_per_s"] == 4.0 and row["tokens_per_s"] == 4000.0 and row["device_s_per_step"] == 8.0
+    train = row["train"]
+    assert train["steps"] == 125 and train["seconds"] == 250.0
+    assert math.isclose(train["device_hours"], 250.0 * 4 / 3600) and math.isclose(train["cost"],
+                                                                                   3.0 * train["device_hours"])
+    failed = {"machine": "dgx-a100", "devices": 2, "error": "no plan"}
+    assert priced(dict(failed), 8, 8000, 1e6, 3.0) == failed
+
+
+def test_fastest_is_the_shortest_step_and_cheapest_the_least_cost_or_device_time():
+    rows = [_row("a", 8, 4.0), _row("a", 16, 2.5), _row("b", 8, 3.0), {"machine": "b", "devices": 16, "error": "x"}]
+    mark_best(rows)  # unpriced: the fewest device-seconds a step (a,8: 32; a,16: 40; b,8: 24)
+    assert [(r.get("fastest"), r.get("cheapest")) for r in rows] == [(False, False), (True, False), (False, True),
+                                                                     (None, None)]
+    for r, cost in zip(rows, (10.0, 30.0, 40.0)):
+        r["train"] = {"cost": cost}
+    mark_best(rows)  # priced: the least cost, whatever the device time
+    assert [r["cheapest"] for r in rows[:3]] == [True, False, False] and rows[1]["fastest"]
+
+
+def test_ties_go_to_the_fewer_devices():
+    rows = mark_best([_row("a", 16, 1.0), _row("b", 8, 1.0), _row("c", 4, 2.0)])
+    assert rows[1]["fastest"] and rows[2]["cheapest"]  # b,8 is as fast as a,16; c,4 and b,8 both take 8 device-s
+
+
+def test_speedups_are_over_each_machine_s_first_count_with_a_plan():
+    rows = with_speedups([_row("a", 2, 4.0), _row("a", 4, 2.5), {"machine": "b", "devices": 2, "error": "x"},
+                          _row("b", 4, 1.0), _row("b", 8, 0.8)])
+    assert [r.get("speedup") for r in rows] == [1.0, 1.6, None, 1.0, 1.25]
+    assert rows[4]["efficiency"] == 0.625
