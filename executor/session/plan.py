@@ -174,6 +174,8 @@ def finished(ctx: Context, request: PlanRequest, settings: Settings,
 def sweep(ctx: Context, network: str, counts: list[int], limit: float | None, settings: Settings,
           rows: list[dict]) -> None:
     """`dnnplan plan --sweep`: the plan and data parallelism at each device count, appended to
-    ``rows`` as each is planned (so an interruption keeps the rows made)."""
+    ``rows`` as each is planned (so an interruption keeps the rows made); the tensors held under
+    what the framework leaves of ``limit`` on more than one device (:func:`tensors_limit`)."""
+    under = tensors_limit(dataclasses.replace(ctx, devices=max(2, ctx.devices)), limit)
     refreshed(ctx.compute, lambda: sweep_counts(ctx.network, network, ctx.batch, counts, ctx.machine, ctx.compute,
-                                                limit, settings, rows.clear() or rows))
+                                                under, settings, rows.clear() or rows))
