@@ -6,7 +6,7 @@ runs them, and a host that runs ahead hides its cost under long kernels. That ti
 step's: no sum over layers gives it, so the planner, whose objective is a sum over layers and edges
 (planner.problem.build), cannot minimise it as such. It minimises instead, per layer and pass::
 
-    excess = max(0, host - device)      host   = op_s + launches x launch_s
+    excess = max(0, host - device)      host   = op_s + launches x launch_s (the op's, else the file's)
                                         device = the pass's kernels + launches x launch_gap_s
 
 the time the device would sit idle if every pass waited for its own issue: what a host-bound layer
@@ -45,8 +45,9 @@ def layer_host_excess_s(local: LocalLayer, fw: Framework, compute: ComputeModel)
     ops = fw.op(local.layer.op, kernel_algorithm(algorithm))
     fwd = compute.pass_s(local, "fwd", algorithm)
     bwd = compute.pass_s(local, "bwd_data", algorithm) + compute.pass_s(local, "bwd_weights", algorithm)
+    launch_s = host.launch_s.value if ops.launch_s is None else ops.launch_s  # the op's own, where it has one
     total = 0.0
     for launches, device_s in ((ops.fwd, fwd), (ops.bwd, bwd)):
-        issue = host.op_s.value + launches * host.launch_s.value
+        issue = host.op_s.value + launches * launch_s
         total += pass_excess_s(issue, device_s + launches * host.launch_gap_s.value)
     return total
