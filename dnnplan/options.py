@@ -78,8 +78,14 @@ ExportToOpt = Annotated[str, typer.Option("--to", help="The framework to write t
 ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the file here instead of printing "
                                                      "it: Megatron-LM's launch command (a shell script), "
                                                      "torchtitan's TOML or DeepSpeed's JSON.")]
-ProfileTargetArg = Annotated[str, typer.Argument(help="A network (zoo name or spec path), or a sweep: 'gemm' "
-                                                      "(GEMM grid over --sizes) or 'conv' (3x3 conv grid).")]
+ProfileTargetArg = Annotated[Optional[str], typer.Argument(
+    help="A network (zoo name or spec path), or a sweep: 'gemm' (GEMM grid over --sizes) or 'conv' (3x3 conv "
+    "grid); none with --host.", show_default=False)]
+HostOpt = Annotated[bool, typer.Option("--host", help="Time a framework's per-op dispatch cost on this computer "
+                                       "(tight loops of tiny ops) and print the framework file's host: keys.")]
+HostFrameworkOpt = Annotated[str, typer.Option(
+    "--framework", help="With --host: the installed framework to time, numpy (always installed) or torch "
+    "(on its GPU where it has one).")]
 DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.",
                                          callback=within("--devices", 1, MAX_DEVICES))]
 DeviceCountsOpt = Annotated[str, typer.Option("--devices", "-p", help="Device counts the planner will consider, "
@@ -357,7 +363,7 @@ ProfileThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads 
                                                 "the cores).", callback=within("--threads", 1, 4096))]
 TableOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to write and resume "
                                                    "\\[default: this device's per-user cache, used by --machine "
-                                                   "local].")]
+                                                   "local]; with --host, the framework file fragment to write.")]
 MaxSecondsOpt = Annotated[Optional[float], typer.Option("--max-seconds", help="Stop after this long; rerun to "
                                                         "resume.", callback=within("--max-seconds", 0.001, 1e7, " s"))]
 SizesOpt = Annotated[Optional[str], typer.Option("--sizes", help="gemm: M/K/N values; conv: spatial sizes.")]

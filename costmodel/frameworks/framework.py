@@ -123,9 +123,24 @@ class FrameworkMemory:
     allocator: Value = Value(1.0)  # reserved / allocated
 
     def added_bytes(self, tensors_bytes: int, devices: int) -> int:
-        """Bytes the framework adds to a peak of ``tensors_bytes`` on ``devices`` devices."""
+        """Bytes the framework adds to a peak of ``tensors_bytes`` on ``devices`` devices: its
+        reserved peak (:meth:`reserved_bytes`) less the tensors' (allocated) peak."""
+        return self.reserved_bytes(tensors_bytes, devices) - int(tensors_bytes)
+
+    def reserved_bytes(self, allocated_bytes: int, devices: int) -> int:
+        """What a device holds at a peak of ``allocated_bytes`` of tensors on ``devices`` devices:
+        the caching allocator's reserve (``allocator`` times the tensors: cached and fragmented
+        blocks), the CUDA context and libraries' handles and workspaces, and the communicator's
+        buffers on more than one device. What runs out of memory is this figure."""
         comm = self.communicator_bytes.value if devices > 1 else 0.0
-        return int(self.context_bytes.value + comm + (self.allocator.value - 1.0) * tensors_bytes)
+        return int(self.context_bytes.value + comm + self.allocator.value * allocated_bytes)
+
+    def tensors_limit(self, reserved_limit: float, devices: int) -> float:
+        """The most the tensors may hold at their peak on ``devices`` devices for the reserved
+        peak to stay within ``reserved_limit`` bytes (the inverse of :meth:`reserved_bytes`; 0
+        when the framework alone exceeds it)."""
+        comm = self.communicator_bytes.value if devices > 1 else 0.0
+        return max(0.0, (reserved_limit - self.context_bytes.value - comm) / self.allocator.value)
 
 
 @dataclass(frozen=True)

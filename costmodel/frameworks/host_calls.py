@@ -104,7 +104,10 @@ def with_host(pred: StepPrediction, net: Network, fw: Framework, gpu: bool) -> S
     if not gpu or fw.host.zero:
         return pred
     line = host_timeline(pred, net, fw)
-    device = pred.work_s - pred.dispatch_s
+    # the layers' host excess the planner weighs (costmodel.frameworks.layer_host, their dispatch_s
+    # on a GPU) gives way to the timeline, which holds the host's time itself
+    pred = replace(pred, layers=tuple(x if not x.layer.dispatch_s else
+                                      replace(x, layer=replace(x.layer, dispatch_s=0.0)) for x in pred.layers))
     bound = tuple(dict.fromkeys(label.rsplit(" ", 1)[0] for label in line.host_bound
                                 if label.endswith((" fwd", " bwd"))))
-    return replace(pred, host_s=max(0.0, line.end_s - device), host_bound=bound)
+    return replace(pred, host_s=max(0.0, line.end_s - pred.work_s), host_bound=bound)

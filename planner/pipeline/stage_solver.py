@@ -70,7 +70,7 @@ class StageSolution:
         """The cost model's step of this stage at one micro-batch, checked against the solver's
         numbers (a mismatch is a dnnplan bug, :class:`PlanMismatch`)."""
         pred = predict_step(self.network, micro_batch, self.strategies, self.algorithms, machine, compute,
-                            settings.choices.sharded_optimizer, overlap=settings.choices.overlap)
+                            settings.choices.sharded_optimizer, overlap=settings.overlap)
         micro = pred.fwd_s + pred.bwd_s + pred.dispatch_s
         once = pred.sync_s + pred.update_s
         for what, got, want in (("per-micro-batch time", micro, self.micro_s), ("once-a-step time", once, self.once_s)):
@@ -84,7 +84,7 @@ def stage_builder(ranks: int, micro_batch: int, machine: Machine, compute: Compu
                   settings: Settings) -> Builder:
     """The pricing of a stage's layers on ``ranks`` at ``micro_batch`` samples under ``settings``' choices."""
     return Builder(micro_batch, ranks, machine, compute, settings.choices.sharded_optimizer,
-                   recompute=settings.choices.may_recompute, overlap=settings.choices.overlap)
+                   recompute=settings.choices.may_recompute, overlap=settings.overlap)
 
 
 class StageSolver:
