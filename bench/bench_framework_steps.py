@@ -16,6 +16,12 @@ dnnplan's own GPU rows (bench/assets/gpu-validation.json: `dnnplan execute` on o
 from the GPU profile shipped in profiler/profiles) are predicted with that profile under
 ``--framework dnnplan``.
 
+Memory: each PyTorch row recorded ``torch.cuda.max_memory_allocated`` over its timed steps (the
+tensors' peak, no CUDA context, no allocator reserve): it is held against the predicted
+``memory_allocated_bytes``, calibration and held-out rows apart. No row recorded the reserved peak
+(``torch.cuda.max_memory_reserved``), so the framework files' reserve terms (``memory``) stay
+assumed; the predicted reserved peak is listed beside.
+
 The frameworks' values marked ``fitted`` were fitted on the rows :data:`CALIBRATION` names (at most
 half of each source); the others are held out and reported apart. ``--fit`` runs that fit again
 (coordinate descent on the mean squared relative error of the calibration rows, over the values
@@ -111,7 +117,9 @@ def predict_row(row: dict, framework: str) -> dict:
                           network_defaults=True)
     pred = predicting.step(ctx, predicting.LayerSplits()).prediction
     return {"predicted_s": pred.step_s, "host_s": pred.host_s, "host_bound": len(pred.host_bound),
-            "layers": len(pred.layers), "predicted_memory_bytes": pred.memory_peak_bytes}
+            "layers": len(pred.layers), "predicted_memory_bytes": pred.memory_peak_bytes,
+            "predicted_allocated_bytes": pred.memory_allocated_bytes,
+            "predicted_reserved_bytes": pred.memory_reserved_bytes}
 
 
 def torch_rows(files: dict[str, dict], folder: str) -> list[dict]:
@@ -124,8 +132,10 @@ def torch_rows(files: dict[str, dict], folder: str) -> list[dict]:
         load_framework.cache_clear()
         measured = sum(row["runs_s"]) / len(row["runs_s"])
         got = predict_row(row, path)
+        memory = row.get("peak_memory_bytes")
         out.append({**row, "framework": fw, "measured_s": measured, **got,
-                    "error": got["predicted_s"] / measured - 1, "calibration": row["name"] in CALIBRATION[fw]})
+                    "error": got["predicted_s"] / measured - 1, "calibration": row["name"] in CALIBRATION[fw],
+                    "memory_error": got["predicted_allocated_bytes"] / memory - 1 if memory else None})
     return out
 
 
@@ -148,12 +158,14 @@ def dnnplan_rows(data: dict, folder: str) -> list[dict]:
 
 def summary(rows: list[dict]) -> dict:
     out = {}
-    for fw in sorted({r["framework"] for r in rows}):
-        for part, flag in (("calibration", True), ("held out", False)):
-            errs = [abs(r["error"]) for r in rows if r["framework"] == fw and r["calibration"] == flag]
-            if errs:
-                out[f"{fw} {part}"] = {"rows": len(errs), "mean_abs_error": sum(errs) / len(errs),
-                                       "worst_abs_error": max(errs)}
+    for what, key in (("", "error"), ("memory ", "memory_error")):
+        for fw in sorted({r["framework"] for r in rows}):
+            for part, flag in (("calibration", True), ("held out", False)):
+                errs = [abs(r[key]) for r in rows if r["framework"] == fw and r["calibration"] == flag
+                        and r.get(key) is not None]
+                if errs:
+                    out[f"{what}{fw} {part}"] = {"rows": len(errs), "mean_abs_error": sum(errs) / len(errs),
+                                                 "worst_abs_error": max(errs)}
     return out
 
 
@@ -223,11 +235,15 @@ def _get_fitted(data: dict, key: str) -> float:
 
 def render(rows: list[dict], summ: dict) -> str:
     lines = [f"{'row':30s} {'framework':16s} {'set':5s} {'measured':>9s} {'predicted':>10s} {'error':>7s} "
-             f"{'host':>8s} {'host-bound':>10s}"]
+             f"{'host':>8s} {'host-bound':>10s} {'allocated':>9s} {'predicted':>9s} {'error':>7s} {'reserved':>8s}"]
+    gib = 2 ** 30
     for r in rows:
+        memory = (f" {r['peak_memory_bytes'] / gib:7.2f}GiB {r['predicted_allocated_bytes'] / gib:7.2f}GiB "
+                  f"{r['memory_error']:+7.1%} {r['predicted_reserved_bytes'] / gib:6.2f}GiB"
+                  if r.get("memory_error") is not None else "")
         lines.append(f"{r['name']:30s} {r['framework']:16s} {'cal' if r['calibration'] else 'held':5s} "
                      f"{r['measured_s'] * 1e3:7.1f}ms {r['predicted_s'] * 1e3:8.1f}ms {r['error']:+7.1%} "
-                     f"{r['host_s'] * 1e3:6.1f}ms {r['host_bound']:4d}/{r['layers']:<4d}")
+                     f"{r['host_s'] * 1e3:6.1f}ms {r['host_bound']:4d}/{r['layers']:<4d}{memory}")
     lines.append("")
     for key, s in summ.items():
         lines.append(f"{key:28s} rows {s['rows']:2d}  mean |error| {s['mean_abs_error']:6.1%}  "

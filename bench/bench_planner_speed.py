@@ -3,7 +3,9 @@
     python bench/bench_planner_speed.py                 the four speed targets (default bound)
     python bench/bench_planner_speed.py --long 300      and each against a 300 s search
     python bench/bench_planner_speed.py --zoo           every zoo network at 8, 64, 512 and 4096 H100s
-    python bench/bench_planner_speed.py --dnnplan PATH  another checkout's `dnnplan` (side by side)
+    python bench/bench_planner_speed.py --dnnplan PATH  another checkout's `dnnplan`
+    python bench/bench_planner_speed.py --base DIR      and the checkout in DIR, alternately (same load)
+    python bench/bench_planner_speed.py --jobs 1,2      each case with each `--jobs` (this checkout)
 
 For each case it prints the wall time of the whole command, the step it answers, the ZeRO stage
 and layout, the gap it states, and with --long the long search's step and how far the first
@@ -19,6 +21,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import time
 
 TARGETS = (
@@ -40,12 +43,16 @@ def host() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, Python {platform.python_version()}"
 
 
-def plan(dnnplan: str, net: str, p: int, machine: str, limit: float | None) -> dict:
-    """One whole `dnnplan plan` process: its wall time and what it answered (or why not)."""
-    args = [dnnplan, "plan", net, "-p", str(p), "--machine", machine, "--precision", "bf16", "--json"]
+def plan(dnnplan: str, net: str, p: int, machine: str, limit: float | None, extra: tuple[str, ...] = (),
+         base: str | None = None) -> dict:
+    """One whole `dnnplan plan` process: its wall time and what it answered (or why not);
+    ``base``: the checkout in that folder instead (``python -m dnnplan`` with it on the path)."""
+    head = [dnnplan] if base is None else [sys.executable, "-m", "dnnplan"]
+    args = head + ["plan", net, "-p", str(p), "--machine", machine, "--precision", "bf16", "--json", *extra]
     args += [] if limit is None else ["--time-limit", str(limit), "--prove", str(limit)]
+    env = None if base is None else {**os.environ, "PYTHONPATH": base}
     start = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True)
+    proc = subprocess.run(args, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         return {"wall_s": wall, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
@@ -78,6 +85,9 @@ def main() -> None:
     ap.add_argument("--dnnplan", default=shutil.which("dnnplan") or "dnnplan")
     ap.add_argument("--long", type=float, default=None, help="also search each case for this many seconds")
     ap.add_argument("--zoo", action="store_true", help="every zoo network at 8, 64, 512 and 4096 H100s")
+    ap.add_argument("--base", default=None, help="another checkout's folder, run alternately with this one")
+    ap.add_argument("--jobs", default=None, help="comma-separated --jobs values, each case with each")
+    ap.add_argument("--only", default=None, help="comma-separated network names: only these cases")
     args = ap.parse_args()
     print(f"host: {host()}; dnnplan: {args.dnnplan}", flush=True)
     if args.zoo:
@@ -85,10 +95,25 @@ def main() -> None:
         cases = [(n, p, "dgx-h100") for n in zoo_names() for p in ZOO_DEVICES]
     else:
         cases = list(TARGETS)
+    if args.only:
+        cases = [c for c in cases if c[0] in args.only.split(",")]
+    jobs = [()] if args.jobs is None else [("--jobs", j) for j in args.jobs.split(",")]
     for net, p, machine in cases:
-        first = plan(args.dnnplan, net, p, machine, None)
-        long = None if args.long is None else plan(args.dnnplan, net, p, machine, args.long)
-        print(row(net, p, machine, first, long), flush=True)
+        walls = {}
+        for extra in jobs:
+            if args.base is not None:
+                old = plan(args.dnnplan, net, p, machine, None, base=args.base)
+                print("base  " + row(net, p, machine, old, None), flush=True)
+            first = plan(args.dnnplan, net, p, machine, None, extra)
+            long = None if args.long is None else plan(args.dnnplan, net, p, machine, args.long, extra)
+            print(f"{' '.join(extra) or 'this':5s} " + row(net, p, machine, first, long), flush=True)
+            walls[extra] = first["wall_s"]
+            if args.base is not None:
+                print(f"      this / base wall: {first['wall_s'] / old['wall_s']:.2f}", flush=True)
+        if len(walls) > 1:
+            one = walls[jobs[0]]
+            print("      " + ", ".join(f"{' '.join(k)}: {one / w:.2f}x as fast as {' '.join(jobs[0])}"
+                                       for k, w in walls.items() if k != jobs[0]), flush=True)
 
 
 if __name__ == "__main__":

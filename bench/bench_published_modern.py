@@ -1,6 +1,6 @@
 """Predicted H100-era training runs against their published figures (bench/assets/published-modern.yaml).
 
-    PYTHONPATH=. python bench/bench_published_modern.py [--json] [--write] [--planner [--planner-gpus N]]
+    PYTHONPATH=. python bench/bench_published_modern.py [--json] [--write] [--rows REGEX] [--planner [--planner-gpus N]]
 
 Every row is predicted ahead of time as the run was configured (bench/published_modern.py: the
 model from the row's cited dimensions, the row's machine, precision, tensor x pipeline x context x
@@ -32,6 +32,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -154,6 +155,8 @@ def run(rows: list[dict], micro: dict[str, dict], fitted: dict[str, dict[str, fl
                     "machine": row["machine"], "generation": generation(row), "metric": key, "flops": row["flops"],
                     "published": row["published"][key], "published_step_s": pm.published_s(row, net),
                     "parameters": pm.parameter_count(net), "layout": pm.layout(row) | micro[row["name"]],
+                    "framework": pm.framework_of(row), "moe": bool(row["model"].get("moe")),
+                    "regression": row.get("regression", ""),
                     "kernels_as_run": pm.kernels_as_run(row), "deviations": pm.deviations(row),
                     "shipped": ahead, "calibrated": cal,
                     "predicted": cal["predicted"], "error": cal["error"], "memory_fits": cal["memory_fits"]})
@@ -174,6 +177,17 @@ def summary(results: list[dict], which: str) -> dict:
                 out[f"{source} | {split}"] = of(rs)
     for split in ("held-out", "calibration"):
         out[f"all | {split}"] = of([r for r in results if r["split"] == split])
+    for split in ("held-out", "calibration"):
+        if rs := [r for r in results if not r.get("generation") and r["split"] == split]:
+            out[f"all h100-era | {split}"] = of(rs)
+    for gen, label in (("", "h100-era"), ("blackwell", "blackwell")):
+        if rs := [r for r in results if r.get("generation", "") == gen and r["split"] == "held-out"
+                  and not r.get("regression")]:
+            out[f"all {label} but cited regressions | held-out"] = of(rs)
+    for gen, label in (("", "h100-era"), ("blackwell", "blackwell")):
+        for split in ("held-out", "calibration"):
+            if rs := [r for r in results if r.get("moe") and r.get("generation", "") == gen and r["split"] == split]:
+                out[f"all {label} moe | {split}"] = of(rs)
     gens = dict.fromkeys(r.get("generation", "") for r in results)
     for gen in gens if len(gens) > 1 else ():
         for split in ("held-out", "calibration"):
@@ -264,7 +278,7 @@ def fitted_on(rows: list[dict]) -> dict:
 
 def report(rows: list[dict], results: list[dict], fitted: dict, took: float) -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": _commit(), "host_load": os.getloadavg()[0], "seconds": took,
+            "commit": _commit(), "cpus": os.cpu_count(), "host_load": os.getloadavg()[0], "seconds": took,
             "command": "PYTHONPATH=. python bench/bench_published_modern.py --write"
                        + (" --planner" if any("planner" in r for r in results) else ""),
             "fitted_efficiencies": fitted[""],
@@ -327,6 +341,8 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", metavar="RESULTS", help="print the tables of a results file and stop")
     ap.add_argument("--generation", choices=["", *dict.fromkeys(GENERATIONS.values())],
                     help="with --markdown: only this generation's rows ('' the A100/H100 ones)")
+    ap.add_argument("--rows", metavar="REGEX", help="predict only the rows whose name matches (the calibration "
+                    "still fits on every calibration row); not with --write")
     ap.add_argument("--planner", action="store_true", help="also run `dnnplan plan` per distinct configuration")
     ap.add_argument("--planner-gpus", type=int, default=64, help="only configurations of at most this many GPUs")
     ap.add_argument("--planner-limit", type=float, default=60.0, help="each plan's --time-limit in seconds")
@@ -338,7 +354,9 @@ def main(argv=None) -> int:
     rows = pm.load_rows()
     micro = micros(rows)
     fitted = calibrate(rows, micro)
-    results = run(rows, micro, fitted)
+    if args.rows and args.write:
+        ap.error("--rows predicts a subset: leave --write out")
+    results = run([r for r in rows if re.search(args.rows, r["name"])] if args.rows else rows, micro, fitted)
     if args.planner:
         planner_check(rows, results, args.planner_gpus, args.planner_limit)
     out = report(rows, results, fitted, time.perf_counter() - start)

@@ -27,7 +27,16 @@ from pathlib import Path
 
 import yaml
 
+from dataclasses import replace
+
 from costmodel.compute.calibration import PipelineTerms, pipeline_terms, stage_compute
+from costmodel.comm.overlap import resolve_overlap
+from costmodel.frameworks.as_run import framework_overlap
+from costmodel.frameworks.framework import Framework
+from costmodel.frameworks.host_calls import step_calls
+from costmodel.frameworks.loading import load_framework
+from costmodel.step.host_timeline import run_timeline
+from costmodel.step.prediction import StepPrediction
 from costmodel.calls.algorithms import recompute_algorithms
 from costmodel.machine.loading import load_machine
 from costmodel.machine.model import Machine
@@ -192,8 +201,10 @@ def deviations(row: dict) -> list[str]:
                    "token counts to the host in every MoE layer's dispatch (the alltoall dispatcher before the "
                    "expert all-to-all: token_dispatcher.py, cuda_sync_point before_ep_alltoall; the flex "
                    "dispatcher's DeepEP permute (.item()) and HybridEP dispatch (blocking without "
-                   "num_permuted_tokens) alike), which drains the GPU's queue; the kernels after it then wait "
-                   "on the host's launches: not priced (no host launch cost)")
+                   "num_permuted_tokens) alike), which drains the GPU's queue: priced under the megatron "
+                   "framework as a host wait in each MoE layer's forward (kernels.moe.sync_after) with the "
+                   "router's and dispatcher's launches at their host cost; the recipe's partial CUDA graphs "
+                   "(cuda_graph_scope), where it has them, not priced")
     if c.get("moe_a2a_overlap"):
         out.append("moe_a2a_overlap: each expert all-to-all hidden under the MoE layer's opposite pass of another "
                    "micro-batch (costmodel.comm.overlap '+experts'; the attention beside it not counted in the window)")
@@ -244,6 +255,8 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
                     torch_fsdp=c.get("framework") in TORCH_FSDP)
     full = recompute == "full"
     algorithms = recompute_algorithms(net, recompute, ATTENTION[c["attention"]])
+    fw = framework_as_run(row)
+    overlap = framework_overlap(resolve_overlap(overlap_of(row), machine), fw)
 
     def stage(stage_net: Network, ranks: int, batch: int):
         strategies, fallbacks = megatron_strategies(stage_net, ranks, batch, lay["tensor"], sequence_parallel(row),
@@ -252,13 +265,54 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
             raise SystemExit(f"{row['name']}: {fallbacks[0].layer} cannot take {fallbacks[0].wanted}: "
                              f"{fallbacks[0].reason}")
         compute = stage_compute(machine, recorders)
-        return predict_step(stage_net, batch, strategies, algorithms, machine, compute, opt, checkpoints=full,
-                            overlap=overlap_of(row))
+        return with_host_per_micro(predict_step(stage_net, batch, strategies, algorithms, machine, compute, opt,
+                                                checkpoints=full, overlap=overlap), stage_net, fw)
 
     chunks = lay["chunks"]
     return predict_pipeline(net, c["batch"], c["gpus"], lay["pipeline"], lay["micro_batches"],
                             INTERLEAVED if chunks > 1 else "1f1b", machine, stage, cuts=cuts_of(row, net),
                             chunks=chunks)
+
+
+#: the asset's groups whose runs are Megatron-Core's (NeMo and Megatron-Bridge run it): priced under
+#: the shipped ``megatron`` framework (costmodel/frameworks/megatron.yaml); the others ran stacks no
+#: framework file describes (Meta's Llama 3 stack, MosaicML Composer on PyTorch FSDP, FlashAttention-2's
+#: own training scripts) and are priced as the cost model's fused kernels with an idle host (``ideal``)
+MEGATRON_GROUPS = ("NeMo", "Megatron-Core")
+
+
+def framework_of(row: dict) -> str:
+    """The shipped framework a row is priced under (:data:`MEGATRON_GROUPS`)."""
+    return "megatron" if row["group"].startswith(MEGATRON_GROUPS) else "ideal"
+
+
+def framework_as_run(row: dict) -> Framework:
+    """The row's framework (:func:`framework_of`) as its recipe ran it: a run whose experts drop and
+    pad tokens to a capacity (not ``dropless``) reads no token counts on the host, so its MoE layers
+    keep no host synchronisation (megatron.yaml, ``kernels.moe.sync_after``)."""
+    fw = load_framework(framework_of(row))
+    if (row["model"].get("moe") or {}).get("dropless") or not row["model"].get("moe"):
+        return fw
+    return replace(fw, kernels=tuple((k, replace(v, sync_after=0)) for k, v in fw.kernels))
+
+
+def with_host_per_micro(pred: StepPrediction, net: Network, fw: Framework) -> StepPrediction:
+    """``pred`` (one stage's step on one micro-batch) with what ``fw``'s host adds to each layer's
+    passes: the calls of one micro-batch on the host timeline (costmodel.frameworks.host_calls), each
+    layer's share of it less its device time, kept in the layer's ``dispatch_s`` (the pipeline
+    prices a stage's micro-batch as its passes and their dispatch, costmodel.step.pipeline). Nothing
+    where the host never holds the device back."""
+    if fw.host.zero:
+        return pred
+    line = run_timeline(step_calls(pred, net, fw))
+    added: dict[str, float] = {}
+    for span in line.spans:
+        name, _, pass_ = span.label.rpartition(" ")
+        if pass_ in ("fwd", "bwd"):
+            added[name] = added.get(name, 0.0) + max(0.0, span.share_s - span.device_s)
+    layers = tuple(replace(x, layer=replace(x.layer, dispatch_s=x.layer.dispatch_s + added.get(x.layer.name, 0.0)))
+                   for x in pred.layers)
+    return replace(pred, layers=layers)
 
 
 def overlap_of(row: dict) -> str:

@@ -83,8 +83,14 @@ NearestOpt = Annotated[bool, typer.Option("--nearest", help="Where the framework
 ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the file here instead of printing "
                                                      "it: Megatron-LM's launch command (a shell script), "
                                                      "torchtitan's TOML or DeepSpeed's JSON.")]
-ProfileTargetArg = Annotated[str, typer.Argument(help="A network (zoo name or spec path), or a sweep: 'gemm' "
-                                                      "(GEMM grid over --sizes) or 'conv' (3x3 conv grid).")]
+ProfileTargetArg = Annotated[Optional[str], typer.Argument(
+    help="A network (zoo name or spec path), or a sweep: 'gemm' (GEMM grid over --sizes) or 'conv' (3x3 conv "
+    "grid); none with --host.", show_default=False)]
+HostOpt = Annotated[bool, typer.Option("--host", help="Time a framework's per-op dispatch cost on this computer "
+                                       "(tight loops of tiny ops) and print the framework file's host: keys.")]
+HostFrameworkOpt = Annotated[str, typer.Option(
+    "--framework", help="With --host: the installed framework to time, numpy (always installed) or torch "
+    "(on its GPU where it has one).")]
 DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.",
                                          callback=within("--devices", 1, MAX_DEVICES))]
 DeviceCountsOpt = Annotated[str, typer.Option("--devices", "-p", help="Device counts the planner will consider, "
@@ -252,6 +258,10 @@ TimeLimitOpt = Annotated[Optional[float], typer.Option("--time-limit", help="Sec
 LayersOpt = Annotated[bool, typer.Option("--layers", help="Also print the per-layer tables (the plan of every "
                                          "layer, its convolution algorithms, the memory by part, the solver's "
                                          "detail); shown anyway for networks of at most 24 layers.")]
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", help="Worker processes for one plan's search "
+                                               "(the pipeline pairs' bounds), same answer as one process; 1: all "
+                                               "in this process; a sweep's points: --sweep-jobs \\[default: the "
+                                               "cores this process may use].", callback=within("--jobs", 1, 1024))]
 GapOpt = Annotated[Optional[float], typer.Option("--gap", help="Relative optimality gap at which an ILP may stop "
                                                  "\\[default: 0, prove optimality].", callback=within("--gap", 0, 1))]
 SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Plan at each of several device counts, e.g. "
@@ -358,7 +368,7 @@ ProfileThreadsOpt = Annotated[int, typer.Option("--threads", help="BLAS threads 
                                                 "the cores).", callback=within("--threads", 1, 4096))]
 TableOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table file to write and resume "
                                                    "\\[default: this device's per-user cache, used by --machine "
-                                                   "local].")]
+                                                   "local]; with --host, the framework file fragment to write.")]
 MaxSecondsOpt = Annotated[Optional[float], typer.Option("--max-seconds", help="Stop after this long; rerun to "
                                                         "resume.", callback=within("--max-seconds", 0.001, 1e7, " s"))]
 SizesOpt = Annotated[Optional[str], typer.Option("--sizes", help="gemm: M/K/N values; conv: spatial sizes.")]

@@ -134,8 +134,9 @@ def _again_out_of_time(under: float) -> SearchOutOfTime:
 
 
 def answer_peak(answer: Answer) -> float:
-    """The predicted peak of an answer's busiest device (bytes)."""
-    return (answer.pipeline.prediction if answer.pipeline is not None else answer.plan).memory_peak_bytes
+    """The tensors' (allocated) peak of an answer's busiest device (bytes): what the planner holds under
+    its limit, lowered by what the framework reserves beside them (executor.session.plan.tensors_limit)."""
+    return (answer.pipeline.prediction if answer.pipeline is not None else answer.plan).memory_allocated_bytes
 
 
 def _when_nothing_fits(plan_at, settings: Settings) -> Answer:

@@ -138,9 +138,9 @@ def point(net: Network, network_ref: str, batch: int, p: int, machine: Machine, 
     row = {"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes, "mfu": plan.mfu}
     if with_data:
         strategies, _ = uniform_strategies(net, p, batch, "data")
-        data = predict_step(net, batch, strategies, fastest_algorithms(net, strategies, batch, machine, compute,
-                                                                       settings.choices.sharded_optimizer),
-                            machine, compute, settings.choices.sharded_optimizer, overlap=settings.choices.overlap)
+        data = settings.as_run(predict_step(net, batch, strategies, fastest_algorithms(
+            net, strategies, batch, machine, compute, settings.choices.sharded_optimizer), machine, compute,
+            settings.choices.sharded_optimizer, overlap=settings.overlap), net, machine)
         limit = plan.solver.get("memory_limit_bytes") or machine.device.mem_capacity_bytes
         row.update({"data_step_s": data.step_s, "data_memory_peak_bytes": data.memory_peak_bytes,
                     "data_fits": data.memory_bound_bytes <= limit * (1 + 1e-9)})

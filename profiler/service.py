@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
+import os
+import platform
 from dataclasses import dataclass
 
 from costmodel.calls.algorithms import CONV_ALGORITHMS
@@ -10,6 +13,7 @@ from costmodel.calls.layer_calls import DEFAULT_CONV_ALGORITHM
 from costmodel.calls.kernel_call import KernelCall, split_key
 from costmodel.choices.precision import DATASHEET_ONLY, get_precision, with_precision
 from costmodel.compute.profile_table import ProfileTable
+from costmodel.frameworks.host_fragment import host_fragment
 from kernels.cuda import libs
 from kernels.cuda.precision import set_precision
 from kernels.xp import array_module
@@ -20,6 +24,7 @@ from profiler.context import default_batch
 from profiler.tables.fingerprint import fingerprint
 from profiler.timing.gpu import GPU_POLICY, GPU_QUICK
 from profiler.timing.harness import QUICK, TimingPolicy
+from profiler.timing.host_dispatch import HostDispatch, measure_host
 from profiler.run import ProfileRun, profile_calls
 from profiler.tables.store import cache_path, open_for_device
 
@@ -145,3 +150,13 @@ def _by_kernel(run: ProfileRun) -> list[dict]:
 def table_info(table: ProfileTable) -> dict:
     return {"device": table.fingerprint.get("device"), "fingerprint": table.short_id, "entries": len(table.entries),
             "comm": bool(table.comm)}
+
+
+def host_profile(framework: str, calls: int = 2000, repeats: int = 7) -> tuple[HostDispatch, dict]:
+    """`dnnplan profile --host`: ``framework``'s per-op dispatch cost timed on this computer
+    (profiler.timing.host_dispatch), and the framework file fragment that states it
+    (costmodel.frameworks.host_fragment), naming this computer's processor, its cores and today."""
+    got = measure_host(framework, calls, repeats)
+    where = f"{platform.machine()}, {os.cpu_count()} cores"
+    return got, host_fragment(got.op_s, got.framework, got.version, got.device, where,
+                              datetime.date.today().isoformat())

@@ -16,6 +16,7 @@ from costmodel.comm.overlap import Overlap
 from costmodel.frameworks.framework import Framework
 from costmodel.frameworks.host_calls import with_host
 from costmodel.machine.model import Machine
+from costmodel.step.pipeline import PipelinePrediction
 from costmodel.step.prediction import StepPrediction
 from networks.ir import Network
 
@@ -25,6 +26,16 @@ def framework_overlap(overlap: Overlap, fw: Framework) -> Overlap:
     if not fw.overlap:
         return overlap
     return replace(overlap, efficiency=tuple((k, v.value) for k, v in fw.overlap))
+
+
+def pipeline_as_run(pred: PipelinePrediction, fw: Framework, machine: Machine) -> PipelinePrediction:
+    """``pred`` (a pipelined step) with the memory ``fw`` adds on its fullest device; its stages'
+    times already hold the framework's kernels and host (costmodel.frameworks.layer_host: the
+    host's excess per layer, no timeline across stages)."""
+    if machine.device.kind != "gpu":
+        return pred
+    added = fw.memory.added_bytes(pred.memory_allocated_bytes, pred.devices)
+    return replace(pred, framework_bytes=added) if added else pred
 
 
 def step_as_run(pred: StepPrediction, net: Network, fw: Framework, machine: Machine) -> StepPrediction:

@@ -10,7 +10,11 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
   neighbour's kernel, so nothing is issued for it) and the device time relative to the fused kernels
   the cost model prices (``device``: 1.0 is the cost model's kernel; an entry without one takes the
   ``default`` entry's), and the extra passes over memory its unfused kernels make (``passes``: over
-  attention's scores, or another op's output); ``unaligned_gemm``: how much
+  attention's scores, or another op's output), and after which of its forward launches the host
+  waits for the device (``sync_after``: a device-to-host copy the rest of the pass needs, as
+  Megatron-Core's dropless token dispatch reads the tokens per expert) and the host's time per
+  launch where it is not the file's (``launch_s``) and how many of a pass's launches are small
+  kernels that carry none of its device time (``small``); ``unaligned_gemm``: how much
   slower a GEMM runs when a matrix dimension is not a multiple of 8 (cuBLAS's ``align1`` kernels,
   which eager PyTorch runs; torch.compile pads the shape);
 * ``host``: the host's time per op (the Python, the dispatcher and autograd's bookkeeping of one
@@ -76,6 +80,17 @@ class OpKernels:
     #: extra read-and-write passes over memory per pass: over attention's scores (in float32, as
     #: autocast runs the softmax), over any other op's output (costmodel.frameworks.kernels)
     passes: float = 0.0
+    #: the host waits for the device after this many of the op's forward launches (a copy of
+    #: device values the host needs to issue the rest: Megatron-Core's dropless token dispatch
+    #: reads the tokens per expert); 0: never (costmodel.frameworks.host_calls)
+    sync_after: int = 0
+    #: the host's time per launch of this op's kernels (each a PyTorch op called from Python, as
+    #: Megatron-Core's router and token dispatcher run them); None: the file's ``host.launch_s``
+    launch_s: float | None = None
+    #: how many of a pass's launches are small kernels whose device time is their launch gap alone
+    #: (the router's and the token dispatcher's bookkeeping: counts, splits, copies, a permutation);
+    #: the pass's device time is spread over the others (costmodel.frameworks.host_calls)
+    small: int = 0
 
     def launches(self, pass_: str) -> int:
         return self.fwd if pass_ == "fwd" else self.bwd
@@ -108,9 +123,24 @@ class FrameworkMemory:
     allocator: Value = Value(1.0)  # reserved / allocated
 
     def added_bytes(self, tensors_bytes: int, devices: int) -> int:
-        """Bytes the framework adds to a peak of ``tensors_bytes`` on ``devices`` devices."""
+        """Bytes the framework adds to a peak of ``tensors_bytes`` on ``devices`` devices: its
+        reserved peak (:meth:`reserved_bytes`) less the tensors' (allocated) peak."""
+        return self.reserved_bytes(tensors_bytes, devices) - int(tensors_bytes)
+
+    def reserved_bytes(self, allocated_bytes: int, devices: int) -> int:
+        """What a device holds at a peak of ``allocated_bytes`` of tensors on ``devices`` devices:
+        the caching allocator's reserve (``allocator`` times the tensors: cached and fragmented
+        blocks), the CUDA context and libraries' handles and workspaces, and the communicator's
+        buffers on more than one device. What runs out of memory is this figure."""
         comm = self.communicator_bytes.value if devices > 1 else 0.0
-        return int(self.context_bytes.value + comm + (self.allocator.value - 1.0) * tensors_bytes)
+        return int(self.context_bytes.value + comm + self.allocator.value * allocated_bytes)
+
+    def tensors_limit(self, reserved_limit: float, devices: int) -> float:
+        """The most the tensors may hold at their peak on ``devices`` devices for the reserved
+        peak to stay within ``reserved_limit`` bytes (the inverse of :meth:`reserved_bytes`; 0
+        when the framework alone exceeds it)."""
+        comm = self.communicator_bytes.value if devices > 1 else 0.0
+        return max(0.0, (reserved_limit - self.context_bytes.value - comm) / self.allocator.value)
 
 
 @dataclass(frozen=True)
@@ -158,7 +188,7 @@ _TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap",
 _HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches", "sync_each_pass")
 _MEMORY = ("context_bytes", "communicator_bytes", "allocator")
 _PRECISION = ("float32_convolutions", "float32_matmuls")
-_OP = ("fwd", "bwd", "device", "passes")
+_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small")
 _VALUE = ("value", "basis", "source")
 
 
@@ -249,7 +279,11 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
                                              _count(entry.get("bwd", 2), f"kernels.{kind}.bwd"),
                                              num(entry.get("device", default_device), f"kernels.{kind}.device", 0.01,
                                                  100).value,
-                                             num(entry.get("passes", 0.0), f"kernels.{kind}.passes", 0.0, 1000).value)))
+                                             num(entry.get("passes", 0.0), f"kernels.{kind}.passes", 0.0, 1000).value,
+                                             _count(entry.get("sync_after", 0), f"kernels.{kind}.sync_after"),
+                                             None if "launch_s" not in entry else
+                                             num(entry["launch_s"], f"kernels.{kind}.launch_s", 0.0, 1.0).value,
+                                             _count(entry.get("small", 0), f"kernels.{kind}.small"))))
     host = _mapping(top.get("host"), "host", _HOST)
     graphs, each_pass = (_flag(host.get(k, False), f"host.{k}") for k in ("cuda_graphs", "sync_each_pass"))
     costs = HostCosts(*(num(host.get(k, 0.0), f"host.{k}", 0.0, 1.0) for k in ("op_s", "launch_s", "launch_gap_s")),

@@ -6,14 +6,18 @@ what the host pays for them. Per micro-batch, in the order the framework runs th
 
 - forward, layer by layer: the reshards into the layer (one launch each way that moves anything),
   the layer's forward kernels (``kernels.<op>.fwd`` launches sharing its forward time, the first
-  one carrying the op's host cost ``host.op_s``), its forward collectives (one launch each);
+  one carrying the op's host cost ``host.op_s``; the host waits for the device after
+  ``kernels.<op>.sync_after`` of them where the file says so; the first ``kernels.<op>.small`` of
+  them small kernels that take no device time but their launch gap), its forward collectives (one
+  launch each);
 - backward, in reverse: its backward kernels (``kernels.<op>.bwd``), collectives and the reshards of
   the input gradients;
 
 then the gradient sync's collectives, the update (``host.update_launches`` launches) and one
 synchronisation (the loss read before the next step); with ``host.sync_each_pass``, one after
-every layer pass too (an executor that waits for each layer's kernels). Every launch costs the host ``host.launch_s``
-and the device ``host.launch_gap_s`` beside its kernel. An op fused into a neighbour's kernel
+every layer pass too (an executor that waits for each layer's kernels). Every launch costs the host
+``host.launch_s`` (``kernels.<op>.launch_s`` where the file gives one) and the device
+``host.launch_gap_s`` beside its kernel. An op fused into a neighbour's kernel
 (0 launches) keeps its device time, issued at no host cost. When CUDA graphs replay the step, the
 host issues one graph launch (``host.graph_launch_s``) and nothing else.
 
@@ -33,13 +37,24 @@ from costmodel.step.prediction import StepPrediction
 from networks.ir import Network
 
 
-def _kernels(label: str, device_s: float, launches: int, first_host_s: float, fw: Framework) -> list[Call]:
-    """A pass of ``launches`` kernels sharing ``device_s``; the first carries ``first_host_s`` more."""
+def _kernels(label: str, device_s: float, launches: int, first_host_s: float, fw: Framework,
+             sync_after: int = 0, launch_s: float | None = None, small: int = 0) -> list[Call]:
+    """A pass of ``launches`` kernels sharing ``device_s``, each costing the host ``launch_s`` (None:
+    the file's ``host.launch_s``); the first carries ``first_host_s`` more; the first ``small`` of
+    them (fewer than ``launches``) carry no device time but their launch gap; with ``sync_after``
+    (0 < it < launches), the host waits for the device after that many."""
     host = fw.host
     if launches == 0:
         return [Call(label, first_host_s, device_s)] if device_s > 0 or first_host_s > 0 else []
-    each = device_s / launches + host.launch_gap_s.value
-    return [Call(label, host.launch_s.value + (first_host_s if i == 0 else 0.0), each) for i in range(launches)]
+    small = min(small, launches - 1)
+    gap = host.launch_gap_s.value
+    each = device_s / (launches - small) + gap
+    per = host.launch_s.value if launch_s is None else launch_s
+    calls = [Call(label, per + (first_host_s if i == 0 else 0.0), gap if i < small else each)
+             for i in range(launches)]
+    if 0 < sync_after < launches:
+        calls.insert(sync_after, Call(label, 0.0, sync=True))
+    return calls
 
 
 def _single(label: str, device_s: float, fw: Framework) -> list[Call]:
@@ -58,13 +73,13 @@ def step_calls(pred: StepPrediction, net: Network, fw: Framework) -> list[Call]:
         est, label = x.layer, f"{x.layer.name} fwd"
         ops = fw.op(kinds.get(est.name, ""), kernel_algorithm(est.algorithm))
         micro += _single(label, x.reshard_fwd_s, fw)
-        micro += _kernels(label, est.fwd_compute_s, ops.fwd, op_s, fw)
+        micro += _kernels(label, est.fwd_compute_s, ops.fwd, op_s, fw, ops.sync_after, ops.launch_s, ops.small)
         micro += [c for comm in est.comms if comm.phase == "fwd" for c in _single(label, comm.seconds, fw)]
         micro += [Call(label, 0.0, sync=True)] if waits else []
     for x in reversed(pred.layers):
         est, label = x.layer, f"{x.layer.name} bwd"
         ops = fw.op(kinds.get(est.name, ""), kernel_algorithm(est.algorithm))
-        micro += _kernels(label, est.bwd_compute_s, ops.bwd, op_s, fw)
+        micro += _kernels(label, est.bwd_compute_s, ops.bwd, op_s, fw, launch_s=ops.launch_s, small=ops.small)
         micro += [c for comm in est.comms if comm.phase == "bwd" for c in _single(label, comm.seconds, fw)]
         micro += _single(label, x.reshard_bwd_s, fw)
         micro += [Call(label, 0.0, sync=True)] if waits else []
@@ -89,7 +104,10 @@ def with_host(pred: StepPrediction, net: Network, fw: Framework, gpu: bool) -> S
     if not gpu or fw.host.zero:
         return pred
     line = host_timeline(pred, net, fw)
-    device = pred.work_s - pred.dispatch_s
+    # the layers' host excess the planner weighs (costmodel.frameworks.layer_host, their dispatch_s
+    # on a GPU) gives way to the timeline, which holds the host's time itself
+    pred = replace(pred, layers=tuple(x if not x.layer.dispatch_s else
+                                      replace(x, layer=replace(x.layer, dispatch_s=0.0)) for x in pred.layers))
     bound = tuple(dict.fromkeys(label.rsplit(" ", 1)[0] for label in line.host_bound
                                 if label.endswith((" fwd", " bwd"))))
-    return replace(pred, host_s=max(0.0, line.end_s - device), host_bound=bound)
+    return replace(pred, host_s=max(0.0, line.end_s - pred.work_s), host_bound=bound)

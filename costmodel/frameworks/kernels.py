@@ -25,6 +25,7 @@ from costmodel.choices.precision import matmul_peak
 from costmodel.compute.model import ComputeModel
 from costmodel.compute.roofline import Roofline
 from costmodel.frameworks.framework import Framework
+from costmodel.frameworks.layer_host import layer_host_excess_s
 from costmodel.machine.model import Machine
 from costmodel.parallel.shard import LocalLayer
 from networks.ir import DTYPE_BYTES
@@ -106,7 +107,10 @@ class FrameworkKernels:
         return self.inner.workspace_bytes(local, algorithm)
 
     def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
-        return self.inner.dispatch_s(local, algorithm, consumers)
+        """The inner model's, and the host time the framework's issue of the layer's passes adds
+        beyond their kernels (costmodel.frameworks.layer_host: what the planner weighs of the host;
+        a step's prediction puts its host timeline in place of it)."""
+        return self.inner.dispatch_s(local, algorithm, consumers) + layer_host_excess_s(local, self.framework, self)
 
 
 def unaligned(local: LocalLayer) -> bool:
@@ -117,7 +121,9 @@ def unaligned(local: LocalLayer) -> bool:
 
 
 def framework_kernels(compute: ComputeModel, framework: Framework, machine: Machine) -> ComputeModel:
-    """``compute`` as ``framework`` runs the kernels on ``machine``'s GPUs; ``compute`` itself on a
-    CPU (whose measured kernels are dnnplan's own) or where the framework's kernels are the cost model's."""
+    """``compute`` as ``framework`` runs the kernels on ``machine``'s GPUs, its host's issue of each
+    layer included; ``compute`` itself on a CPU (whose measured kernels are dnnplan's own) or where
+    the framework's kernels are the cost model's and its host never holds the device back."""
     gpu = machine.device.kind == "gpu"
-    return FrameworkKernels(compute, framework, machine) if gpu and framework.prices_device else compute
+    own = framework.prices_device or not (framework.host.zero or framework.host.cuda_graphs)
+    return FrameworkKernels(compute, framework, machine) if gpu and own else compute

@@ -72,6 +72,11 @@ class StagePrediction:
     def memory_peak_bytes(self) -> int:
         return self.micro.memory_peak_bytes + int(self.micro.activation_bytes * (self.kept_micro_batches - 1))
 
+    @property
+    def memory_allocated_bytes(self) -> int:
+        """The peak without what the framework adds (StepPrediction.memory_allocated_bytes)."""
+        return self.memory_peak_bytes - self.micro.framework_bytes
+
 
 @dataclass(frozen=True)
 class PipelinePrediction:
@@ -82,6 +87,9 @@ class PipelinePrediction:
     schedule: str
     stages: tuple[StagePrediction, ...]
     chunks: int = 1  # interleaved 1F1B: model chunks a device holds
+    #: what the framework holds beyond the tensors on the fullest device: context, communicator
+    #: buffers and the caching allocator's reserve (costmodel.frameworks.as_run.pipeline_as_run)
+    framework_bytes: int = 0
 
     @property
     def bubble_s(self) -> float:
@@ -100,7 +108,18 @@ class PipelinePrediction:
 
     @property
     def memory_peak_bytes(self) -> int:
-        return max(s.memory_peak_bytes for s in self.stages)
+        """The peak on the fullest stage's device, as the framework holds it."""
+        return self.memory_allocated_bytes + self.framework_bytes
+
+    @property
+    def memory_allocated_bytes(self) -> int:
+        """The tensors' peak on the fullest stage's device (the framework's additions left out)."""
+        return max(s.memory_allocated_bytes for s in self.stages)
+
+    @property
+    def memory_reserved_bytes(self) -> int:
+        """The peak as the framework holds it (StepPrediction.memory_reserved_bytes)."""
+        return self.memory_peak_bytes
 
 
 def pipeline_json(pred: PipelinePrediction) -> dict:
@@ -108,6 +127,7 @@ def pipeline_json(pred: PipelinePrediction) -> dict:
     return {"network": pred.network, "batch": pred.batch, "devices": pred.devices, "micro_batches": pred.micro_batches,
             "schedule": pred.schedule, "chunks": pred.chunks, "step_s": pred.step_s, "bubble_s": pred.bubble_s,
             "bubble_fraction": pred.bubble_fraction, "memory_peak_bytes": pred.memory_peak_bytes,
+            "memory_allocated_bytes": pred.memory_allocated_bytes, "memory_reserved_bytes": pred.memory_reserved_bytes,
             "stages": [{"stage": s.index, "first_layer": s.layers[0], "last_layer": s.layers[1], "ranks": s.ranks,
                         "per_micro_batch_s": s.per_micro_s, "fwd_s": s.micro.fwd_s, "bwd_s": s.micro.bwd_s,
                         "p2p_s": s.p2p_s, "tied_sync_s": s.tied_sync_s, "once_s": s.once_s, "kept_micro_batches": s.kept_micro_batches,

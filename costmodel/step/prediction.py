@@ -182,6 +182,19 @@ class StepPrediction:
         return sum(self.memory_parts.values())
 
     @property
+    def memory_allocated_bytes(self) -> int:
+        """The tensors' peak a device (what ``torch.cuda.max_memory_allocated`` reports): the peak
+        without what the framework adds."""
+        return self.memory_peak_bytes - self.framework_bytes
+
+    @property
+    def memory_reserved_bytes(self) -> int:
+        """The peak a device as the framework holds it (what runs out of memory): the tensors', the
+        caching allocator's reserve, the CUDA context and the communicator's buffers
+        (costmodel.frameworks.framework.FrameworkMemory.reserved_bytes); the peak itself."""
+        return self.memory_peak_bytes
+
+    @property
     def memory_bound_bytes(self) -> int:
         """Every layer's persistent memory and the largest transient: what the planner holds under
         its limit (its per-layer sums cannot see when each layer's activations go, nor which copy
@@ -288,6 +301,7 @@ def prediction_json(pred: StepPrediction) -> dict:
         "overlap": pred.overlap,
         "comm_exposed_s": pred.comm_exposed_s, "comm_overlapped_s": pred.comm_overlapped_s,
         "memory_peak_bytes": pred.memory_peak_bytes,
+        "memory_allocated_bytes": pred.memory_allocated_bytes, "memory_reserved_bytes": pred.memory_reserved_bytes,
         "memory_parts_bytes": pred.memory_parts,
         # per layer: one micro-batch's times (the step runs them micro_batches times; the sync once)
         "layers": [{

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import typer
@@ -10,11 +11,11 @@ from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carri
 from costmodel.choices.training import TRANSFORMER_OPTIMIZER, TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
 from costmodel.step.train_time import tokens_per_step, train_time
-from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignProfileOpt, GapOpt, JsonOpt, LayersOpt,
-                             MemoryOpt, NetworkArg, PlanMachineOpt, PlanMicroBatchesOpt, PlanOutOpt, PlanPipelineOpt,
-                             PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt, RecomputeOpt,
-                             RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt, TokensOpt,
-                             refresh_warning, takes_choices, token_budget)
+from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignProfileOpt, GapOpt, JobsOpt, JsonOpt,
+                             LayersOpt, MemoryOpt, NetworkArg, PlanMachineOpt, PlanMicroBatchesOpt, PlanOutOpt,
+                             PlanPipelineOpt, PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt,
+                             RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt,
+                             TokensOpt, refresh_warning, takes_choices, token_budget)
 from dnnplan.export_file import check_framework, exported
 from dnnplan.output import check_outputs
 from dnnplan.render import export as export_render
@@ -29,6 +30,7 @@ from executor.session import sweep as sweeping
 from executor.session.plan import PlanRequest
 from executor.session.sweep import SweepRequest
 from lifecycle import stops
+from lifecycle.process_pool import ProcessPool, default_jobs
 from networks.errors import DnnplanError, short
 from planner.pipeline.search import PROVE_S
 from planner.plan.plan_file import write_plan
@@ -38,6 +40,8 @@ from profiler import context
 from profiler.context import Context
 
 GIB = 2 ** 30
+#: what the workers import once, before the first task (lifecycle.process_pool)
+WORKER_MODULES = ("planner.pipeline.pair_bounds",)
 #: seconds a sweep's points share when --time-limit (then each point's) is not given
 DEFAULT_SWEEP_LIMIT_S = 30.0
 
@@ -78,7 +82,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          schedule: ScheduleOpt = "1f1b", prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False,
          step_context: PlanStepContextOpt = True, layers: LayersOpt = False, force: ForceOpt = False,
          foreign_profile: ForeignProfileOpt = False, tokens: TokensOpt = None, price: PlanPriceOpt = None,
-         sweep_jobs: SweepJobsOpt = 1, emit: EmitOpt = None) -> None:
+         sweep_jobs: SweepJobsOpt = 1, jobs: JobsOpt = None, emit: EmitOpt = None) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -150,7 +154,9 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                     warn(line)
             per_step = None if train_tokens is None else tokens_per_step(ctx.network, ctx.batch)
             limit = None if memory is None else memory * GIB
-            settings = planning.settings_for(ctx, solver, gap, budget)
+            pool = ProcessPool(default_jobs() if jobs is None else jobs, WORKER_MODULES)
+            click.call_on_close(pool.close)  # in-process (tests) too; a console command's exit closes it anyway
+            settings = dataclasses.replace(planning.settings_for(ctx, solver, gap, budget), parallel=pool)
             request = PlanRequest(network, machine or DEFAULT_MACHINE, profile_fingerprint(ctx), limit, pipeline,
                                   micro_batches, planning.check_schedule(schedule, _given(click, "schedule")), prove,
                                   step_context, _given(click, "batch"))

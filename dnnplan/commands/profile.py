@@ -7,23 +7,26 @@ import json
 import typer
 
 from costmodel.machine.model import MAX_DEVICES
-from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, DeviceCountsOpt, JsonOpt,
-                             MaxSecondsOpt, ProfilePrecisionOpt, ProfileTargetArg, ProfileThreadsOpt, QuickOpt,
-                             SizesOpt, TableOutOpt)
+from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, DeviceCountsOpt, HostFrameworkOpt,
+                             HostOpt, JsonOpt, MaxSecondsOpt, ProfilePrecisionOpt, ProfileTargetArg,
+                             ProfileThreadsOpt, QuickOpt, SizesOpt, TableOutOpt)
 from dnnplan.rerun import command_line
-from dnnplan.output import check_output_folder
+from dnnplan.output import check_output, check_output_folder
 from dnnplan.render import profile as render
 from lifecycle import stops
 from profiler.run import ProfileInterrupted
-from profiler.service import ProfileRequest, parse_ints, run_profile, run_summary
+from networks.errors import DnnplanError
+from networks.writing import write_file
+from profiler.service import ProfileRequest, host_profile, parse_ints, run_profile, run_summary
 
 
 
-def profile(ctx: typer.Context, target: ProfileTargetArg, devices: DeviceCountsOpt = "1", batch: BatchOpt = None,
-            backend: BackendOpt = "numpy", threads: ProfileThreadsOpt = 1, out: TableOutOpt = None,
-            max_seconds: MaxSecondsOpt = None, sizes: SizesOpt = None, channels: ChannelsOpt = None,
-            algorithms: AlgorithmsOpt = None, quick: QuickOpt = False, precision: ProfilePrecisionOpt = "fp32",
-            as_json: JsonOpt = False) -> None:
+def profile(ctx: typer.Context, target: ProfileTargetArg = None, devices: DeviceCountsOpt = "1",
+            batch: BatchOpt = None, backend: BackendOpt = "numpy", threads: ProfileThreadsOpt = 1,
+            out: TableOutOpt = None, max_seconds: MaxSecondsOpt = None, sizes: SizesOpt = None,
+            channels: ChannelsOpt = None, algorithms: AlgorithmsOpt = None, quick: QuickOpt = False,
+            precision: ProfilePrecisionOpt = "fp32", as_json: JsonOpt = False, host: HostOpt = False,
+            framework: HostFrameworkOpt = "numpy") -> None:
     """Time the kernels the executor will run, at the local shapes of every strategy the planner considers.
 
     Distinct (kernel, local shape, algorithm) calls over the device counts are each timed once
@@ -31,7 +34,13 @@ def profile(ctx: typer.Context, target: ProfileTargetArg, devices: DeviceCountsO
     Ctrl-C saves what was measured; the same command then times only what is missing.
     On a GPU (--backend cupy) the kernels are cuDNN's engines, cuBLAS and fused passes in --precision,
     timed with CUDA events on operands rotated past the L2 cache; convolutions record their engine.
+
+    --host times a framework's per-op dispatch cost instead (--framework numpy or torch): tight loops
+    of tiny ops, each op's mean and spread per call, and the host: keys of a framework file stating
+    it (--out FILE writes them; docs/profiler.md, "A framework's host cost").
     """
+    if host or target is None:
+        return profile_host(target, framework, out, as_json, quick, host)
     if out:
         check_output_folder(out)  # an existing table is resumed, not replaced: no --force
     req = ProfileRequest(target, parse_ints(devices, "devices", MAX_DEVICES), batch, backend, threads, out,
@@ -53,3 +62,25 @@ def profile(ctx: typer.Context, target: ProfileTargetArg, devices: DeviceCountsO
         render.interrupted_line(summary, command_line(ctx))
         raise typer.Exit(stops.exit_code()) from None
     render.profile_summary(run_summary(run, fp, threads, path))
+
+
+def profile_host(target: str | None, framework: str, out: str | None, as_json: bool, quick: bool,
+                 host: bool) -> None:
+    """`dnnplan profile --host`: time, then print (or write) the fragment (one line for a target
+    given with --host, or neither)."""
+    if not host:
+        raise DnnplanError("dnnplan profile needs a network or a sweep (gemm, conv)",
+                           hint="e.g. dnnplan profile resnet50, or --host for a framework's dispatch cost")
+    if target is not None:
+        raise DnnplanError(f"--host times a framework's dispatch, not {target}", hint="drop the network to time the dispatch, or drop --host to profile its kernels")
+    check_output(out)
+    got, fragment = host_profile(framework, *((300, 3) if quick else ()))
+    if out:
+        write_file(out, render.fragment_yaml(fragment))
+    if as_json:
+        print(json.dumps({"framework": got.framework, "version": got.version, "device": got.device,
+                          "calls": got.calls, "op_s": got.op_s, "out": out,
+                          "ops": [{"name": o.name, "mean_s": o.mean_s, "spread_s": o.spread_s, "repeats": o.repeats}
+                                  for o in got.ops], "fragment": fragment}))
+        return
+    render.host_dispatch(got, fragment, out)

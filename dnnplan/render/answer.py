@@ -66,10 +66,16 @@ def comm_line(parts, overlap: str) -> str | None:
             f"(in the terms above), {fmt.seconds(d['overlapped'])} overlapped with compute (overlap {overlap})")
 
 
-def memory_mfu_line(peak_bytes: float, limit_bytes: float | None, mfu: float | None) -> str:
-    """Peak memory a device (of its limit) and the model FLOP utilisation."""
+def memory_mfu_line(peak_bytes: float, limit_bytes: float | None, mfu: float | None,
+                    allocated_bytes: float | None = None) -> str:
+    """Peak memory a device (of its limit) and the model FLOP utilisation; where the framework adds
+    memory beyond the tensors (``allocated_bytes`` below the peak), the peak is its reserved one
+    and the tensors' (allocated) peak is said beside it."""
     limit = f" (limit {fmt.nbytes(limit_bytes)})" if limit_bytes else ""
     util = "" if mfu is None else f";  model FLOP utilisation {mfu:.1%}{mfu_note(mfu)}"
+    if allocated_bytes is not None and allocated_bytes < peak_bytes:
+        return (f"memory {fmt.nbytes(peak_bytes)} reserved a device{limit}, {fmt.nbytes(allocated_bytes)} "
+                f"allocated{util}")
     return f"memory {fmt.nbytes(peak_bytes)} a device{limit}{util}"
 
 

@@ -45,7 +45,7 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
     if plan.comm and (line := comm_line(plan.comm, plan.choices.overlap)) is not None:
         console.print(line)
     limit = facts.limit_bytes or plan.solver.get("memory_limit_bytes")
-    console.print(memory_mfu_line(plan.memory_peak_bytes, limit, plan.mfu))
+    console.print(memory_mfu_line(plan.memory_peak_bytes, limit, plan.mfu, plan.memory_allocated_bytes))
     if facts.train is not None:
         console.print(train_line(facts.train))
     if plan.memory_parts and got is None:
@@ -64,7 +64,8 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
     if (line := assumptions_line(facts)) is not None:
         console.print(line)
     if plan.choices.framework != DEFAULT_FRAMEWORK:
-        console.print(f"framework: {plan.choices.framework} (its kernels priced per layer)", markup=False,
+        console.print(f"framework: {plan.choices.framework} (its kernels, host and overlap priced in the search; its "
+                      "memory in the limit)", markup=False,
                       emoji=False)
     detailed = layers or facts.layers <= SMALL_NETWORK
     if got is None:
@@ -314,7 +315,8 @@ def plan_json(ctx: Context, answer, plan: Plan, got, train=None) -> dict:
     """`dnnplan plan --json`: the plan file's fields, the step context, the layout by axis, for a
     pipelined plan the search's choice and every candidate it weighed, and with ``train`` a token
     budget's time and cost."""
-    out = {**plan_to_dict(plan), "step_context": step_context_dict(list(answer.timed))}
+    out = {**plan_to_dict(plan), "memory_allocated_bytes": plan.memory_allocated_bytes,
+           "memory_reserved_bytes": plan.memory_peak_bytes, "step_context": step_context_dict(list(answer.timed))}
     if train is not None:
         out["train"] = train.json()
     out["axes"] = {**plan_axes(ctx.network, plan, got), "zero": answer.settings.choices.zero}

@@ -31,7 +31,7 @@ def launch(got: LaunchStep, machine: str | None, as_json: bool, train=None) -> N
             "network_from": got.named_by, "devices": plan.devices, "devices_from": config.devices_from,
             "machine": plan.machine, "batch": plan.batch, "layout": layout_json(got),
             "step_s": pred.step_s, "step_breakdown_s": dict(terms), "dominant": dominant,
-            "memory_allocated_bytes": pred.memory_peak_bytes, "memory_reserved_bytes": None,
+            "memory_allocated_bytes": pred.memory_allocated_bytes, "memory_reserved_bytes": pred.memory_reserved_bytes,
             "memory_limit_bytes": got.memory_limit_bytes, "mfu": got.mfu,
             "ignored": [{"option": i.option, "reason": i.reason} for i in config.ignored],
             **({"train": train.json()} if train is not None else {})}))
@@ -46,7 +46,7 @@ def launch(got: LaunchStep, machine: str | None, as_json: bool, train=None) -> N
     line = comm_line(comm_parts(pred), plan.choices.overlap)
     if line:
         c.print(line)
-    c.print(memory_mfu_line(pred.memory_peak_bytes, got.memory_limit_bytes, got.mfu).replace(
+    c.print(memory_mfu_line(pred.memory_peak_bytes, got.memory_limit_bytes, got.mfu, pred.memory_allocated_bytes).replace(
         " a device", " a device " + ALLOCATED, 1))
     if pred.memory_peak_bytes > got.memory_limit_bytes:
         c.print(f"[bold]does not fit[/bold]: {fmt.nbytes(pred.memory_peak_bytes - got.memory_limit_bytes)} over a "

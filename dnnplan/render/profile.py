@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
+import yaml
 from dnnplan.render.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -117,3 +118,27 @@ def comm_summary(s: dict) -> None:
             low = upto or low
     console.print(t2)
     console.print(f"table: {s['table']}")
+
+
+def fragment_yaml(fragment: dict) -> str:
+    """A framework file fragment (costmodel.frameworks.host_fragment) as YAML to paste into a framework file."""
+    head = "# the host: keys of a framework file (docs/costmodel.md, \"Frameworks and the host\")\n"
+    return head + yaml.safe_dump(fragment, sort_keys=False, width=200)
+
+
+def host_dispatch(got, fragment: dict, out: str | None) -> None:
+    """`dnnplan profile --host`: each tiny op's host cost per call (mean and spread over the loops),
+    their mean, and the fragment (or where it was written)."""
+    console.print(f"{got.framework} {got.version} on {got.device}: host time per op ({got.calls:,} calls a loop, "
+                  f"{got.ops[0].repeats} loops; spread: the loops' standard deviation)", markup=False)
+    t = Table()
+    for col in ("op", "mean", "spread"):
+        t.add_column(col, justify="left" if col == "op" else "right")
+    for o in got.ops:
+        t.add_row(o.name, fmt.seconds(o.mean_s), fmt.seconds(o.spread_s))
+    console.print(t)
+    console.print(f"mean over the ops: {fmt.seconds(got.op_s)} an op (host.op_s)")
+    if out:
+        console.print(f"wrote {escape(out)} (a framework file's host: keys)")
+    else:
+        console.print(fragment_yaml(fragment).rstrip(), markup=False, highlight=False, soft_wrap=True)

@@ -123,7 +123,7 @@ def prediction_table(pred, fallbacks=(), mfu: float | None = None, layers: bool 
     console.print(step_line(pred.step_s, step_terms(pred)))
     if (line := comm_line(comm_parts(pred), pred.overlap)) is not None:
         console.print(line)
-    console.print(memory_mfu_line(pred.memory_peak_bytes, limit_bytes, mfu))
+    console.print(memory_mfu_line(pred.memory_peak_bytes, limit_bytes, mfu, pred.memory_allocated_bytes))
     console.print(memory_line(pred.memory_parts))
     if fallbacks:
         names = ", ".join(f.layer for f in fallbacks[:6]) + (" ..." if len(fallbacks) > 6 else "")

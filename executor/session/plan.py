@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from costmodel.choices.precision import get_precision
 from costmodel.comm.overlap import overlap_with_bucket
+from costmodel.frameworks.as_run import pipeline_as_run
 from costmodel.step.pipeline import INTERLEAVED, SCHEDULES
 from costmodel.step.prediction import model_flops_utilization
 from executor.session import step_choice
@@ -30,6 +31,8 @@ from planner.problem.full_profile import refreshed
 from planner.problem.solve import Settings, make_plan
 from planner.sweep import sweep as sweep_counts
 from profiler.context import Context
+
+GIB = 2.0 ** 30
 
 
 @dataclass(frozen=True)
@@ -65,15 +68,46 @@ def settings_for(ctx: Context, method: str, gap: float | None, budget) -> Settin
     machine and recorded with its bucket (``data@76``; a bad mode or bucket: one line)."""
     choices = ctx.choices
     mode = overlap_with_bucket(choices.overlap or None, ctx.machine, choices.bucket_mb).spec
-    return Settings(method, None, gap, choices.but(overlap=mode, bucket_mb=None), budget)
+    return Settings(method, None, gap, choices.but(overlap=mode, bucket_mb=None), budget, framework=ctx.framework)
+
+
+def tensors_limit(ctx: Context, limit: float | None) -> float | None:
+    """The limit the planner holds the tensors' peak under, for the peak as the framework reserves it
+    (its allocator's reserve, CUDA context and communicator buffers:
+    costmodel.frameworks.framework.FrameworkMemory.reserved_bytes) to fit ``limit`` (None: the
+    device's memory): what runs out of memory is the reserved peak. ``limit`` itself where the
+    framework adds nothing (the default ``ideal``) or on a CPU."""
+    memory = None if ctx.framework is None else ctx.framework.memory
+    if memory is None or ctx.machine.device.kind != "gpu" or memory.added_bytes(0, 2) == 0 \
+            and memory.allocator.value == 1.0:
+        return limit
+    whole = ctx.machine.device.mem_capacity_bytes if limit is None else limit
+    return memory.tensors_limit(whole, ctx.devices)
 
 
 def plan(ctx: Context, request: PlanRequest, settings: Settings) -> Answer:
-    """The answer (module docstring)."""
-    limit = request.limit if request.limit is not None else ctx.machine.device.mem_capacity_bytes
+    """The answer (module docstring); where the framework reserves memory beside the tensors, a
+    refusal says the limit the tensors had."""
+    given = tensors_limit(ctx, request.limit)
+    if given == request.limit:
+        return _plan(ctx, request, settings, given)
+    try:
+        return _plan(ctx, request, settings, given)
+    except DnnplanError as err:
+        whole = request.limit if request.limit is not None else ctx.machine.device.mem_capacity_bytes
+        raise DnnplanError(f"{err.bare} (the tensors' share of the {whole / GIB:.3f} GiB a device: framework "
+                           f"{ctx.framework.name} reserves {(whole - given) / GIB:.3f} GiB beside them, for its "
+                           "CUDA context, communicator buffers and allocator reserve)",
+                           hint=None if err.hint is None else f"{err.hint}; add the framework's share to a --memory "
+                           "named there") from None
+
+
+def _plan(ctx: Context, request: PlanRequest, settings: Settings, given: float | None) -> Answer:
+    """:func:`plan` with the tensors' limit ``given`` (None: the device's memory)."""
+    limit = given if given is not None else ctx.machine.device.mem_capacity_bytes
     if request.searches_pipelines:
         choice, note = fitting(lambda under: _pipelined(ctx, request, settings, under),
-                               lambda c: c.prediction.memory_peak_bytes, limit,
+                               lambda c: c.prediction.memory_allocated_bytes, limit,
                                lambda c, under: refit_choice(c, ctx.network, ctx.batch, ctx.devices, ctx.machine,
                                                              ctx.compute, under, settings, request.schedule))
         return Answer(settings, pipeline=choice, memory_note=note)
@@ -82,11 +116,11 @@ def plan(ctx: Context, request: PlanRequest, settings: Settings) -> Answer:
             ctx.compute, lambda: make_plan(ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine,
                                            ctx.compute, under, settings, machine_ref=request.machine_ref,
                                            profile_fingerprint=request.fingerprint),
-            settings.budget.forget), lambda r: r.memory_peak_bytes, limit)
+            settings.budget.forget), lambda r: r.memory_allocated_bytes, limit)
         answer = Answer(settings, plan=result, memory_note=note)
     else:
         answer = refreshed(ctx.compute, lambda: first_plan(
-            ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, request.limit, settings,
+            ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, given, settings,
             machine_ref=request.machine_ref, fingerprint=request.fingerprint,
             zero_given="zero" in settings.choices.given, schedule=request.schedule, prove_s=request.prove_s,
             batch_given=request.batch_given), settings.budget.forget)
@@ -125,16 +159,23 @@ def finished(ctx: Context, request: PlanRequest, settings: Settings,
         made = answer.plan
     else:
         got = answer.pipeline
+        if ctx.framework is not None and not got.prediction.framework_bytes:  # the memory it adds
+            got = dataclasses.replace(got, prediction=pipeline_as_run(got.prediction, ctx.framework, ctx.machine))
+            answer = dataclasses.replace(answer, pipeline=got)
         mfu = model_flops_utilization(ctx.network, ctx.batch, got.prediction.step_s, ctx.devices, ctx.machine,
                                       get_precision(answer.settings.choices.precision).matmul)
         made = plan_of_choice(got, request.network, request.machine_ref, request.fingerprint,
                               answer.settings.choices, mfu)
+        if got.prediction.framework_bytes:
+            made = dataclasses.replace(made, memory_parts={"framework": got.prediction.framework_bytes})
     return answer, dataclasses.replace(made, choices=made.choices.but(seq=ctx.choices.seq))
 
 
 def sweep(ctx: Context, network: str, counts: list[int], limit: float | None, settings: Settings,
           rows: list[dict]) -> None:
     """`dnnplan plan --sweep`: the plan and data parallelism at each device count, appended to
-    ``rows`` as each is planned (so an interruption keeps the rows made)."""
+    ``rows`` as each is planned (so an interruption keeps the rows made); the tensors held under
+    what the framework leaves of ``limit`` on more than one device (:func:`tensors_limit`)."""
+    under = tensors_limit(dataclasses.replace(ctx, devices=max(2, ctx.devices)), limit)
     refreshed(ctx.compute, lambda: sweep_counts(ctx.network, network, ctx.batch, counts, ctx.machine, ctx.compute,
-                                                limit, settings, rows.clear() or rows))
+                                                under, settings, rows.clear() or rows))

@@ -23,7 +23,7 @@ from costmodel.calls.algorithms import recompute_algorithms
 from costmodel.comm.overlap import overlap_with_bucket, resolve_overlap
 from costmodel.compute.model import OnDemand
 from costmodel.machine.loading import load_machine
-from costmodel.frameworks.as_run import framework_overlap, step_as_run
+from costmodel.frameworks.as_run import framework_overlap, pipeline_as_run, step_as_run
 from costmodel.frameworks.deepspeed import Zero3Step, zero3_step
 from costmodel.frameworks.megatron import megatron_strategies
 from costmodel.frameworks.uniform import Fallback, uniform_strategies
@@ -136,7 +136,7 @@ def pipelined(ctx: Context, splits: LayerSplits, stages: int, micro_batches: int
 
     pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, choices.schedule, ctx.machine,
                             stage, chunks=chunks)
-    return Predicted(pred, tuple(fallbacks))
+    return Predicted(pipeline_as_run(pred, ctx.framework, ctx.machine) if ctx.framework else pred, tuple(fallbacks))
 
 
 def deepspeed_step(ctx: Context, micro_batches: int) -> tuple[Zero3Step, tuple[Fallback, ...], int]:
@@ -209,11 +209,12 @@ def predict_plan(plan: Plan, net: Network, ctx: Context) -> StepPrediction | Pip
     it), priced on ``ctx``'s machine and compute model: its pipeline as cut, else one step. A
     transformer layer (a repeated block) recomputed whole is checkpointed at its input, as
     `dnnplan predict NET --recompute full` prices it (costmodel.memory.recompute)."""
-    if plan.pipeline is not None:
-        return predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute)
     overlap = resolve_overlap(plan.choices.overlap or None, ctx.machine)
     if ctx.framework is not None:  # the framework's overlap efficiencies, host time and memory
         overlap = framework_overlap(overlap, ctx.framework)
+    if plan.pipeline is not None:
+        got = predict_pipelined(plan, net, plan.strategies(), ctx.machine, ctx.compute, overlap)
+        return got if ctx.framework is None else pipeline_as_run(got, ctx.framework, ctx.machine)
     return as_run(ctx, predict_step(net, plan.batch, plan.strategies(), plan.algorithms(), ctx.machine, ctx.compute,
                                     plan.choices.sharded_optimizer, checkpoints=True, overlap=overlap))
 

@@ -102,7 +102,7 @@ def predict(stack: Stack, batch: int, p: int, stages: int, m: int, chunks: int, 
         strategies = {name: sol.strategies[own] for name, own in names.items()}
         algorithms = {name: sol.algorithms[own] for name, own in names.items() if own in sol.algorithms}
         return predict_step(net, micro, strategies, algorithms, machine, compute, settings.choices.sharded_optimizer,
-                            overlap=settings.choices.overlap)
+                            overlap=settings.overlap)
 
     pred = predict_pipeline(stack.network, batch, p, stages, m, INTERLEAVED, machine, stage, chunks=chunks)
     if abs(pred.step_s - step) > 1e-9 * step:

@@ -18,7 +18,8 @@ floor (nothing the cost model prices runs faster than the device's highest peak,
 ``F``) and :mod:`planner.pipeline.bound`'s, from one block's layers priced on the stage's ranks,
 with the memory limit by Lagrangian duality (it also proves an ``(S, m)`` where nothing fits).
 ``(S, m)`` are tried in order of that bound and the search stops when it reaches the best step
-found.
+found. Handed workers (``Settings.parallel``), the search has the bounds computed side by side
+(:mod:`planner.pipeline.pair_bounds`): the same numbers, so the same answer.
 
 Stages the memory limit binds are solved by Lagrangian relaxation while pairs are compared (fast,
 feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)`` is then searched
@@ -53,11 +54,13 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.pipeline import interleave
 from planner.pipeline.bound import stage_bound
+from planner.pipeline.pair_bounds import bound_side_by_side
 from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, proven_gap
 from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
 from planner.pipeline.stage_solver import StageSolver
 from planner.pipeline.triples import AUTO, DEFAULT, Interleaving, bounded, pairs, physics_floor
+from planner.problem.parallel import side_by_side
 from planner.problem.solve import PlanMismatch, Settings
 
 SCHEDULE = "1f1b"
@@ -109,6 +112,11 @@ class _Search:
         self.held: tuple[int, int] | None = None  # the best pair so far: its pricing is kept (hold)
         self.predicted: dict = {}  # the last choice's (solutions, prediction): _choice
         self.ceiling = float("inf")  # a step the caller holds already: pairs bounded at it are not searched
+        parallel = side_by_side(settings.parallel, compute)
+        #: the pairs' bounds computed by workers (planner.pipeline.pair_bounds), None: here, one by one
+        self.many = None if parallel is None else bound_side_by_side(
+            parallel, stack, batch, p, machine, compute, settings, limit, lambda s, m, v: sum(self.sends(s, m, v)),
+            lambda s, m, v: self.solver(s, m, chunks=v).builder)
 
     def solver(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> StageSolver:
         """The stage solver of ``(S, m, V)``: one pricing of its ranks and micro-batch (shared by its
@@ -282,7 +290,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     triples = pairs(stack, batch, p, machine, net, stage_counts, micro_counts, schedule)
     for _, s2, m2, _ in triples:
         search.pending[(s2, m2)] = search.pending.get((s2, m2), 0) + 1
-    combos = bounded(search.bound, triples, budget)
+    combos = bounded(search.bound, triples, budget, search.many)
     out = [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
            for b2, s2, m2, v2, fits in combos if not fits]
     combos = [c for c in combos if c[4]]

@@ -70,7 +70,7 @@ class StageSolution:
         """The cost model's step of this stage at one micro-batch, checked against the solver's
         numbers (a mismatch is a dnnplan bug, :class:`PlanMismatch`)."""
         pred = predict_step(self.network, micro_batch, self.strategies, self.algorithms, machine, compute,
-                            settings.choices.sharded_optimizer, overlap=settings.choices.overlap)
+                            settings.choices.sharded_optimizer, overlap=settings.overlap)
         micro = pred.fwd_s + pred.bwd_s + pred.dispatch_s
         once = pred.sync_s + pred.update_s
         for what, got, want in (("per-micro-batch time", micro, self.micro_s), ("once-a-step time", once, self.once_s)):
@@ -78,6 +78,13 @@ class StageSolution:
                 raise PlanMismatch(f"stage {self.network.name}: predicted {what} {got!r} s differs from the "
                                    f"solver's {want!r} s")
         return pred
+
+
+def stage_builder(ranks: int, micro_batch: int, machine: Machine, compute: ComputeModel,
+                  settings: Settings) -> Builder:
+    """The pricing of a stage's layers on ``ranks`` at ``micro_batch`` samples under ``settings``' choices."""
+    return Builder(micro_batch, ranks, machine, compute, settings.choices.sharded_optimizer,
+                   recompute=settings.choices.may_recompute, overlap=settings.overlap)
 
 
 class StageSolver:
@@ -91,8 +98,7 @@ class StageSolver:
         self.settings, self.limit, self.exact, self.close = settings, memory_limit, exact, close
         self.worst_gap = 0.0  # the largest proven gap of a Lagrangian solve (0 when exact)
         # ``builder``: another solver's pricing of the same ranks and micro-batch, shared
-        self.builder = builder or Builder(micro_batch, ranks, machine, compute, settings.choices.sharded_optimizer,
-                                          recompute=settings.choices.may_recompute, overlap=settings.choices.overlap)
+        self.builder = builder or stage_builder(ranks, micro_batch, machine, compute, settings)
         self._free: dict[object, StageSolution] = {}
         self._bound: dict[tuple[object, int], StageSolution | None] = {}
         self.solves = 0

@@ -61,10 +61,12 @@ def plan_of_choice(choice: PipelineChoice, network_ref: str, machine_ref: str, p
 
 
 def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy], machine: Machine,
-                      compute: ComputeModel) -> PipelinePrediction:
+                      compute: ComputeModel, overlap=None) -> PipelinePrediction:
     """The pipelined step of a plan with ``Plan.pipeline``: each stage under ``strategies`` (the
     plan's, or the ones an executor runs) on its ranks at one micro-batch, its cut as written; a
-    block recomputed whole checkpointed at its input (costmodel.memory.recompute)."""
+    block recomputed whole checkpointed at its input (costmodel.memory.recompute); ``overlap``: the
+    plan's mode at its framework's efficiencies (None: the plan's mode as written)."""
+    overlap = plan.choices.overlap if overlap is None else overlap
     spec = plan.pipeline
     algorithms = plan.algorithms()
     optimizer = plan.choices.sharded_optimizer
@@ -72,7 +74,7 @@ def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy],
     def stage(stage_net: Network, ranks: int, micro: int):
         own = {layer.name: strategies[layer.name] for layer in stage_net.layers}
         return predict_step(stage_net, micro, own, algorithms, machine, compute, optimizer, checkpoints=True,
-                            overlap=plan.choices.overlap)
+                            overlap=overlap)
 
     return predict_pipeline(net, plan.batch, plan.devices, spec.stages, spec.micro_batches, spec.schedule, machine,
                             stage, cut_at(net, spec.first_layers), spec.chunks)

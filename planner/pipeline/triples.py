@@ -93,21 +93,34 @@ def micro_sizes(ranks: int, per_node: int, alone: bool = False) -> set[int]:
     return {j * k for j in MICRO_SIZES for k in {1, replicas} | ({ranks} if alone else set())}
 
 
-def bounded(bound, combos: list[tuple[float, int, int, int]],
-            budget: Budget | None = None) -> list[tuple[float, int, int, int, bool]]:
+def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | None = None,
+            many=None) -> list[tuple[float, int, int, int, bool]]:
     """Each (S, m, V) with the larger of its two lower bounds (``bound(S, m, V)``: the stage bound and
     whether anything can fit) and whether anything can fit, by bound; once ``BOUND_SHARE`` of the
     budget's time left is spent, the pairs left keep their physics floor and come after the
-    others (a floor is far below a stage bound: by it they would all come first)."""
-    bounded_, floored = [], []
+    others (a floor is far below a stage bound: by it they would all come first). ``many(combos)``:
+    the stage bounds computed side by side, ``(i, (bound, fits))`` as each is done
+    (:mod:`planner.pipeline.pair_bounds`); the order is the bounds', so the same either way."""
+    bounded_, done = [], set()
     left = None if budget is None else budget.left()
     stop = None if left is None else budget.clock() + BOUND_SHARE * left
-    for phys, stages, m, v in combos:
-        if stop is not None and (budget.clock() >= stop or budget.stop_requested):
-            floored.append((phys, stages, m, v, True))
-            continue
-        step, fits = bound(stages, m, v)
-        bounded_.append((max(phys, step), stages, m, v, fits))
+
+    def over() -> bool:
+        return stop is not None and (budget.clock() >= stop or budget.stop_requested)
+
+    results = iter(enumerate(bound(s, m, v) for _, s, m, v in combos)) if many is None else many(combos)
+    try:
+        while not over():
+            got = next(results, None)
+            if got is None:
+                break
+            i, (step, fits) = got
+            phys, stages, m, v = combos[i]
+            bounded_.append((max(phys, step), stages, m, v, fits))
+            done.add(i)
+    finally:
+        getattr(results, "close", lambda: None)()
+    floored = [(phys, s, m, v, True) for i, (phys, s, m, v) in enumerate(combos) if i not in done]
     return sorted(bounded_) + sorted(floored)
 
 
@@ -156,7 +169,8 @@ class Interleaving:
         search.pending[key] = len(more)
         if builder is not None:
             search.share_pricing(key, builder)  # one pricing for every V of (S, m)
-        return self.search_triples(search, bounded(search.bound, more), out, None, self.start, best, later=later)
+        return self.search_triples(search, bounded(search.bound, more, many=search.many), out, None, self.start, best,
+                                   later=later)
 
     def rest(self, best, out: list, tolerance: float):
         """Every other pair whose interleaving could beat ``best`` by more than ``tolerance`` (class

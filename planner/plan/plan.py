@@ -84,6 +84,12 @@ class Plan:
         """The samples each layer's strategy splits: the batch, or one micro-batch."""
         return self.batch // self.pipeline.micro_batches if self.pipeline else self.batch
 
+    @property
+    def memory_allocated_bytes(self) -> int:
+        """The tensors' peak: ``memory_peak_bytes`` (reserved, as the framework holds it) less the
+        framework's part (StepPrediction.memory_allocated_bytes)."""
+        return self.memory_peak_bytes - int(self.memory_parts.get("framework", 0))
+
     def strategies(self) -> dict[str, Strategy]:
         return {lp.name: lp.strategy for lp in self.layers}
 

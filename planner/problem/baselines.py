@@ -10,6 +10,7 @@ baseline listed beside it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from costmodel.layer.candidates import algorithms
@@ -21,7 +22,7 @@ from costmodel.step.prediction import StepPrediction, predict_step
 from costmodel.parallel.strategy import Strategy
 from costmodel.frameworks.uniform import NAMED, uniform_strategies
 from networks.ir import Network
-from planner.problem.build import Built
+from planner.problem.build import Built, signature
 from planner.plan.plan import Baseline
 from planner.solvers import evaluate
 
@@ -68,14 +69,15 @@ def baselines(net: Network, batch: int, p: int, machine: Machine, compute: Compu
     """
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
     priced: list[tuple[float, float, str, dict[str, Strategy]]] = []  # (step, memory bound, spec, strategies)
+    sigs = [signature(layer) for layer in net.layers]
+    predicted: dict[str, StepPrediction] = {}  # the named specs' predictions, not made twice
     for spec in NAMED:
-        strategies, _ = uniform_strategies(net, p, batch, spec)
-        pred = predict_step(net, batch, strategies, fastest_algorithms(net, strategies, batch, machine, compute,
-                                                                       optimizer), machine, compute, optimizer,
-                            overlap=overlap)
+        strategies = uniform(net, p, batch, spec, sigs)
+        pred = predicted[spec] = predict_step(net, batch, strategies, fastest_algorithms(
+            net, strategies, batch, machine, compute, optimizer), machine, compute, optimizer, overlap=overlap)
         priced.append((pred.step_s, pred.memory_bound_bytes, spec, strategies))
     if built is not None:
-        priced += _candidate_uniforms(net, batch, p, built)
+        priced += _candidate_uniforms(net, batch, p, built, sigs)
     data = next(x for x in priced if x[2] == "data")
     fitting = [x for x in priced if _fits(x[1], limit)]
     best = data if _fits(data[1], limit) or not fitting else fitting[0]
@@ -85,13 +87,29 @@ def baselines(net: Network, batch: int, p: int, machine: Machine, compute: Compu
     out = []
     kind = "context" if best[2] == "spatial" and any(layer.op == "attention" for layer in net.layers) else best[2]
     for name, (_, _, spec, strategies) in (("data parallel", data), (f"best uniform ({kind})", best)):
-        algos = fastest_algorithms(net, strategies, batch, machine, compute, optimizer)
-        pred = predict_step(net, batch, strategies, algos, machine, compute, optimizer, overlap=overlap)
+        pred = predicted.get(spec) or predict_step(net, batch, strategies, fastest_algorithms(
+            net, strategies, batch, machine, compute, optimizer), machine, compute, optimizer, overlap=overlap)
         out.append(PricedBaseline(name, pred, _fits(pred.memory_bound_bytes, limit)))
     return out
 
 
-def _candidate_uniforms(net: Network, batch: int, p: int, built: Built) -> list[tuple[float, float, str, dict]]:
+def uniform(net: Network, p: int, batch: int, spec: str, sigs: list | None = None) -> dict[str, Strategy]:
+    """``costmodel.frameworks.uniform.uniform_strategies``' strategy for every layer, chosen once for
+    each distinct layer: the choice depends on the layer's op, parameters and shapes alone (its
+    :func:`planner.problem.build.signature`), and a transformer repeats one block's layers
+    (llama3.1-405b: 1,012 layers, a dozen distinct; 70 specs were seconds). ``sigs``: each layer's
+    signature, when known."""
+    sigs = sigs or [signature(layer) for layer in net.layers]
+    first: dict = {}
+    for sig, layer in zip(sigs, net.layers):
+        first.setdefault(sig, layer)
+    chosen, _ = uniform_strategies(dataclasses.replace(net, layers=tuple(first.values())), p, batch, spec)
+    by_sig = {sig: chosen[layer.name] for sig, layer in first.items()}
+    return {layer.name: by_sig[sig] for sig, layer in zip(sigs, net.layers)}
+
+
+def _candidate_uniforms(net: Network, batch: int, p: int, built: Built,
+                        sigs: list | None = None) -> list[tuple[float, float, str, dict]]:
     """Every strategy that is a candidate of some layer, applied to every layer that has it as a
     candidate (else the spec is skipped), priced on the built problem: (step, memory, spec, strategies)."""
     out = []
@@ -99,7 +117,7 @@ def _candidate_uniforms(net: Network, batch: int, p: int, built: Built) -> list[
     labels = sorted({s.label for cands in built.candidates for s, _ in cands} - {"replicated", "serial"})
     for label in labels:
         spec = ",".join(part for part in label.split(",") if not part.startswith("R="))
-        strategies, _ = uniform_strategies(net, p, batch, spec)
+        strategies = uniform(net, p, batch, spec, sigs)
         choice = [lookup[i].get(strategies[layer.name]) for i, layer in enumerate(net.layers)]
         if any(c is None for c in choice):
             continue

@@ -29,12 +29,16 @@ from costmodel.parallel.shard import local_layer
 from costmodel.machine.model import Machine
 from costmodel.choices.precision import get_precision
 from costmodel.choices.training import TrainingChoices
+from costmodel.comm.overlap import resolve_overlap
+from costmodel.frameworks.as_run import framework_overlap, step_as_run
+from costmodel.frameworks.framework import Framework
 from costmodel.step.prediction import StepPrediction, model_flops_utilization, predict_step
 from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.problem.baselines import PricedBaseline, baselines, fastest_algorithms
 from planner.problem.build import Builder, Built, build_problem, build_with
+from planner.problem.parallel import Parallel
 from planner.plan.plan import Baseline, LayerPlan, Plan
 from planner.solvers import Assignment, Budget, Stopped, evaluate, expand_choice, min_memory, prune_dominated, solve
 from planner.solvers.fixing import Better
@@ -70,10 +74,30 @@ class Settings:
     choices: TrainingChoices = TrainingChoices()
     #: when the search ends and the best plan so far (planner.solvers.budget); None: no bound
     budget: Budget | None = field(default=None, compare=False)
+    #: workers for the search's independent pieces (planner.problem.parallel); None: this process
+    parallel: Parallel | None = field(default=None, compare=False)
+    #: the framework the plan is priced under (``choices.framework`` loaded; None: the cost
+    #: model's own step). Its kernels and its host's issue of each layer are in the compute model
+    #: (costmodel.frameworks.kernels); here, its overlap efficiencies (:attr:`overlap`) and what a
+    #: plan's step becomes on its host timeline, with the memory it adds (:meth:`as_run`)
+    framework: Framework | None = field(default=None, compare=False)
 
     def with_zero(self, stage: int) -> "Settings":
         """These settings planning under ZeRO stage ``stage``."""
         return dataclasses.replace(self, choices=self.choices.but(zero=stage))
+
+    @property
+    def overlap(self):
+        """The overlap the planner prices: the choices' mode (a spec; "": the machine's default),
+        at the framework's efficiencies where it states any."""
+        if self.framework is None or not self.framework.overlap or not self.choices.overlap:
+            return self.choices.overlap
+        return framework_overlap(resolve_overlap(self.choices.overlap, None), self.framework)
+
+    def as_run(self, pred: StepPrediction, net: Network, machine: Machine) -> StepPrediction:
+        """A plan's step as its framework runs it: its host timeline and added memory
+        (costmodel.frameworks.as_run); ``pred`` itself without a framework."""
+        return pred if self.framework is None else step_as_run(pred, net, self.framework, machine)
 
 
 def solve_exact(built: Built, settings: Settings,
@@ -176,9 +200,9 @@ class _Maker:
         chosen = {layer.name: cands[i][c][1] for i, (layer, c) in enumerate(zip(self.net.layers, choice))
                   if cands[i][c][1]}
         pred = predict_step(self.net, self.batch, strategies, chosen, self.machine, self.compute,
-                            self.settings.choices.sharded_optimizer, overlap=self.settings.choices.overlap)
+                            self.settings.choices.sharded_optimizer, overlap=self.settings.overlap)
         check_prediction(pred, objective, memory)
-        return self.finished(pred, {**solver, "objective_s": objective},
+        return self.finished(self.settings.as_run(pred, self.net, self.machine), {**solver, "objective_s": objective},
                              algorithm_alternatives(self.net, strategies, self.batch, self.compute))
 
     def finished(self, pred: StepPrediction, solver: dict, alternatives: dict | None = None) -> Plan:
@@ -212,13 +236,14 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
     builder = Builder(batch, p, machine, compute, settings.choices.sharded_optimizer,
                       recompute=settings.choices.may_recompute,
-                      overlap=settings.choices.overlap)
+                      overlap=settings.overlap)
     need, _ = min_memory(build_with(builder, net, limit, edges=False).problem)  # the nodes alone: cheap
     if need > limit * (1 + 1e-9):
         raise _infeasible(net, batch, p, machine, compute, limit, need, settings, suggest)
     built = build_with(builder, net, limit)
     base = tuple(baselines(net, batch, p, machine, compute, built, settings.choices.sharded_optimizer, limit,
-                                settings.choices.overlap)) if with_baselines else ()
+                                settings.overlap)) if with_baselines else ()
+    base = tuple(dataclasses.replace(b, prediction=settings.as_run(b.prediction, net, machine)) for b in base)
     maker = _Maker(net, network_ref, batch, p, machine, compute, settings, built, machine_ref or machine.name,
                    profile_fingerprint, base)
     built_s = time.perf_counter() - start

@@ -98,11 +98,12 @@ def test_what_the_cost_model_lacks_is_named_not_hidden():
     assert not pm.kernels_as_run(ROWS["fa2-t1-gpt3-1.3b-2k-standard"])  # baseline not published
 
 
-def test_a_dropless_expert_split_names_the_host_synchronisation_it_does_not_price():
+def test_a_dropless_expert_split_prices_the_host_synchronisation_and_says_so():
     """NeMo 25.11's Qwen3-30B-A3B ran dropless through Megatron-Core's alltoall dispatcher, which
     synchronises with the host before each expert all-to-all; NeMo 25.09's run of the same layout
     dropped and padded to capacity 1.0, which needs no synchronisation. Both are priced as the same
-    capacity-1.0 buffer; only the dropless row lists the synchronisation as unpriced."""
+    capacity-1.0 buffer under the megatron framework; only the dropless row waits for the host in
+    its MoE layers, and only it says so."""
     dropless = ROWS["nemo2511-qwen3-30b-a3b-16gpu-fp8-cs"]
     padded = ROWS["nemo2509-qwen3-30b-a3b-16gpu-fp8-cs-tokendrop"]
     assert pm.layout(dropless) == pm.layout(padded) and pm.model_spec(dropless) == pm.model_spec(padded)
@@ -110,6 +111,10 @@ def test_a_dropless_expert_split_names_the_host_synchronisation_it_does_not_pric
     assert not any("before_ep_alltoall" in d for d in pm.deviations(padded))
     dense = ROWS["nemo2511-llama3-8b-8gpu-fp8-cs"]  # no experts, nothing to synchronise
     assert not any("before_ep_alltoall" in d for d in pm.deviations(dense))
+    assert pm.framework_of(dropless) == pm.framework_of(padded) == pm.framework_of(dense) == "megatron"
+    assert pm.framework_as_run(dropless).op("moe").sync_after > 0 == pm.framework_as_run(padded).op("moe").sync_after
+    composer = ROWS["foundry-main-mpt7b-s2048-g8"]  # no framework file for Composer: the fused kernels, an idle host
+    assert pm.framework_of(composer) == "ideal" and pm.framework_as_run(composer).host.zero
 
 
 def test_nemo_26_02_and_26_02_01_qwen3_30b_rows_are_one_configuration_at_two_speeds():

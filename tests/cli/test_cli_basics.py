@@ -56,7 +56,7 @@ def test_bad_batch_is_exit_2():
     assert "--batch" in result.output
 
 
-@pytest.mark.parametrize("name,default", [("plan", "32 samples a device"), ("plan", "20]"),
+@pytest.mark.parametrize("name,default", [("plan", "32 samples a device"), ("plan", "20; a sweep's points share 30 s]"),
                                           ("execute", "the profile's, else cores"),
                                           ("profile", "this device's per-user cache")])
 def test_help_shows_the_defaults_it_states(name, default):

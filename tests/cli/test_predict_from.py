@@ -54,7 +54,8 @@ def test_a_plan_exported_and_read_back_predicts_the_same(exported, case, devices
     assert got["step_s"] == want["step_s"] and got["memory_allocated_bytes"] == want["memory_peak_bytes"]
     assert got["network"] == "tiny-gqa" if case == "tensor" else "gpt-tiny"
     assert got["network_from"] == "the zoo network of the shape the file states"
-    assert got["layout"]["stages"] == (1 if case == "tensor" else 2) and got["memory_reserved_bytes"] is None
+    assert got["layout"]["stages"] == (1 if case == "tensor" else 2)
+    assert got["memory_reserved_bytes"] == want["memory_peak_bytes"]  # the default framework adds nothing
     if case == "uneven":
         assert "--pipeline-model-parallel-layout Ett|L" in open(script).read().replace("'", "")
 

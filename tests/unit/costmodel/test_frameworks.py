@@ -47,6 +47,9 @@ def test_every_shipped_framework_loads_and_the_default_is_todays_pricing():
     ("name: x\nabout: y\noverlap:\n  tensor: 1.5\n", "overlap.tensor"),
     ("name: x\nabout: y\nprecision:\n  float32_convolutions: fp16\n", "precision.float32_convolutions"),
     ("name: x\nabout: y\nmemory:\n  allocator: 0.5\n", "memory.allocator"),
+    ("name: x\nabout: y\nkernels:\n  moe: {fwd: 2, sync_after: -1}\n", "kernels.moe.sync_after"),
+    ("name: x\nabout: y\nkernels:\n  moe: {fwd: 2, launch_s: 2}\n", "kernels.moe.launch_s"),
+    ("name: x\nabout: y\nkernels:\n  moe: {fwd: 2, small: 1.5}\n", "kernels.moe.small"),
     ("about: y\n", "name"),
 ])
 def test_a_mistake_is_one_line_naming_the_file_line_and_key(tmp_path, text, key):

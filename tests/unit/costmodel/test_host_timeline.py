@@ -105,3 +105,48 @@ def test_cuda_graphs_issue_one_launch_a_step():
     graphed = replace(fw, host=replace(fw.host, cuda_graphs=True, graph_launch_s=Value(1e-5)))
     calls = step_calls(replace(pred, host_s=0.0), ctx.network, graphed)
     assert len(calls) == 1 and calls[0].host_s == 1e-5
+
+
+def test_an_ops_own_launch_cost_and_a_sync_inside_its_forward():
+    """``kernels.<op>.launch_s`` prices that op's launches alone; ``sync_after`` makes the host wait
+    for the device inside the op's forward pass, after that many launches (Megatron-Core's dropless
+    token dispatch reading the tokens per expert), and never makes the step faster."""
+    ctx, pred = _gpt2("pytorch")
+    fw, plain = ctx.framework, replace(pred, host_s=0.0)
+    base = step_calls(plain, ctx.network, fw)
+    table = dict(fw.kernels)
+    linear = fw.op("linear")
+    mine = replace(fw, kernels=tuple(table.items()) + (("linear", replace(linear, launch_s=1e-3, sync_after=1)),))
+    calls = step_calls(plain, ctx.network, mine)
+    linear_layers = {layer.name for layer in ctx.network.layers if layer.op == "linear"}
+    fwd = [c for c in calls if c.label.rsplit(" ", 1)[0] in linear_layers and c.label.endswith(" fwd")]
+    launched = [c for c in fwd if not c.sync]
+    assert launched and all(c.host_s >= 1e-3 for c in launched)
+    syncs = [i for i, c in enumerate(fwd) if c.sync]
+    assert len(syncs) == len(linear_layers) and all(not fwd[i - 1].sync for i in syncs)
+    assert sum(c.host_s for c in calls) > sum(c.host_s for c in base)
+    assert run_timeline(calls).end_s > run_timeline(base).end_s
+
+
+def test_small_launches_carry_no_device_time_and_expose_the_host_after_a_sync():
+    """``kernels.<op>.small``: the first launches of a pass take only their launch gap on the device,
+    the rest share its time; after a sync among them the device waits for the host to issue them."""
+    ctx, pred = _gpt2("pytorch")
+    fw, plain = ctx.framework, replace(pred, host_s=0.0)
+    linear = fw.op("linear")
+    table = tuple(dict(fw.kernels).items())
+    synced = replace(fw, kernels=table + (("linear", replace(linear, fwd=6, launch_s=1e-5, sync_after=1)),))
+    small = replace(fw, kernels=table + (("linear", replace(linear, fwd=6, launch_s=1e-5, sync_after=1, small=4)),))
+    gap = fw.host.launch_gap_s.value
+    calls = step_calls(plain, ctx.network, small)
+    name = next(layer.name for layer in ctx.network.layers if layer.op == "linear")
+    fwd = [c for c in calls if c.label == f"{name} fwd" and not c.sync]
+    assert [c.device_s == gap for c in fwd] == [True] * 4 + [False] * 2
+    assert sum(c.device_s for c in fwd) == pytest.approx(sum(c.device_s for c in step_calls(plain, ctx.network, synced)
+                                                             if c.label == f"{name} fwd"))
+
+    def idle(framework) -> float:  # the device's wait for the linear's forward launches
+        line = run_timeline(step_calls(plain, ctx.network, framework))
+        return next(span.idle_s for span in line.spans if span.label == f"{name} fwd")
+
+    assert idle(small) > idle(synced)

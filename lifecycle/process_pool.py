@@ -1,0 +1,154 @@
+"""Worker processes that compute a command's independent pieces side by side, and end with it.
+
+:class:`ProcessPool` maps a module-level function over picklable tasks on ``jobs`` processes (the
+planner's ``planner.problem.parallel.Parallel``: ``dnnplan plan --jobs N``). The processes start
+on the first map (:func:`start_method`), every one before a stop signal is taken, and they
+end with the command however it ends: they ignore Ctrl-C (the command answers it), and
+:meth:`ProcessPool.close` ends them and the fork server at exit (also when the command ends at once,
+``dnnplan.search_bound.end``); should the command be killed (``kill -9``), each exits within a
+second (it watches the command, :func:`lifecycle.jobs.watch_launcher`; on Linux the kernel also
+ends it with its parent, the parent-death signal).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import signal
+import sys
+import time
+from multiprocessing.reduction import ForkingPickler
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Sequence
+
+from lifecycle.jobs import LAUNCHER_ENV, launcher_env, watch_launcher
+from lifecycle.stops import STOP_SIGNALS
+
+#: how long each worker's first task holds it, so that each is started by one (an idle worker
+#: would take the next, and the pool start no more) [s]
+READY_S = 0.1
+#: prctl's option that sends the caller a signal when its parent ends (linux/prctl.h)
+PR_SET_PDEATHSIG = 1
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def start_method() -> str:
+    """How workers start: forked from this process on Linux (in a tenth of a second, nothing to
+    import again; they run only the planner's pure pricing, never this process's other threads'
+    work), else from a fork server that imported the preload once, else spawned."""
+    methods = multiprocessing.get_all_start_methods()
+    if sys.platform.startswith("linux") and "fork" in methods:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _started(launcher: dict) -> None:
+    """In each worker: Ctrl-C is the command's to answer; end when the command's process ends
+    (its parent, the fork server, by the kernel's parent-death signal; the command itself watched,
+    :func:`lifecycle.jobs.watch_launcher`)."""
+    watch_launcher(launcher)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _hold(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a forked worker inherits them held
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: close() at exit still ends them
+        pass
+
+
+def _hold(how: int, signals):
+    """``signal.pthread_sigmask`` where there is one (POSIX); the mask before."""
+    return signal.pthread_sigmask(how, signals) if hasattr(signal, "pthread_sigmask") else set()
+
+
+def _ready(hold_s: float) -> float:
+    """A worker's first task: it has started (held ``hold_s``: :data:`READY_S`)."""
+    time.sleep(hold_s)
+    return hold_s
+
+
+def _read_only(mapping: MappingProxyType):
+    return _mapping_proxy, (dict(mapping),)
+
+
+def _mapping_proxy(mapping: dict) -> MappingProxyType:
+    return MappingProxyType(mapping)
+
+
+class ProcessPool:
+    """``jobs`` worker processes, started on the first map (module docstring)."""
+
+    def __init__(self, jobs: int, preload: Sequence[str] = ()):
+        self.jobs = max(1, int(jobs))
+        self.preload = tuple(preload)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # frozen specs keep their mappings read-only (a machine's peaks): sent as the mapping they show
+            ForkingPickler.register(MappingProxyType, _read_only)
+            context = multiprocessing.get_context(start_method())
+            if context.get_start_method() == "forkserver" and self.preload:
+                context.set_forkserver_preload(list(self.preload))
+            # every worker started before a stop signal is taken: one landing while a worker starts
+            # would leave it half started (its traceback on stderr), the command's end would not see it
+            held = _hold(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                self._pool = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_started,
+                                                 initargs=({LAUNCHER_ENV: launcher_env()[LAUNCHER_ENV]},))
+                atexit.register(self.close)
+                forked = context.get_start_method() == "fork"  # the first task forks them all at once
+                for future in [self._pool.submit(_ready, 0.0 if forked else READY_S)
+                               for _ in range(1 if forked else self.jobs)]:
+                    future.result()
+            finally:
+                _hold(signal.SIG_SETMASK, held)
+        return self._pool
+
+    def unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        """``(i, fn(tasks[i]))`` as each finishes; closing the iterator cancels the tasks not started."""
+        pool = self._executor()
+        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=futures.get):
+                    yield futures[future], future.result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+    def close(self) -> None:
+        """End the workers now (a task still running is not waited for)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=1.0)
+        # the fork server too, now (a later pool starts another): ended, then reaped
+        server = getattr(multiprocessing.forkserver, "_forkserver", None)
+        pid = getattr(server, "_forkserver_pid", None)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)
+                server._stop()
+            except (OSError, AttributeError):
+                pass

@@ -1,0 +1,48 @@
+"""Independent pieces of a search computed side by side: the interface the planner is handed (pure).
+
+The planner never starts a process. The command line hands it a :class:`Parallel` in
+``Settings.parallel`` (``dnnplan plan --jobs N``: worker processes, :mod:`lifecycle.process_pool`),
+and the search maps a module-level function over picklable tasks with it: the lower bounds of the pipeline
+and micro-batch pairs (:func:`planner.pipeline.bound.pair_bound`), each a pure function of its task,
+so the numbers are the same wherever they are computed and the answer is the one a single process
+gives. :data:`IN_PROCESS` computes them one after another here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from costmodel.compute.model import OnDemand
+
+
+class Parallel(Protocol):
+    """Maps a function over tasks on ``jobs`` workers."""
+
+    jobs: int
+
+    def unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        """``(i, fn(tasks[i]))`` for every task, in the order they finish; closing the iterator
+        early drops the tasks not yet started."""
+        ...
+
+
+class InProcess:
+    """Every task here, one after another, in order."""
+
+    jobs = 1
+
+    def unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        for i, task in enumerate(tasks):
+            yield i, fn(task)
+
+
+IN_PROCESS = InProcess()
+
+
+def side_by_side(parallel: Parallel | None, compute) -> Parallel | None:
+    """``parallel`` when it has more than one worker and the compute model prices the same in any
+    process (not one that times kernels on demand, whose timings must land in this process's
+    profile: ``costmodel.compute.model.OnDemand``); else None (compute here, in order)."""
+    if parallel is None or parallel.jobs <= 1 or isinstance(compute, OnDemand):
+        return None
+    return parallel

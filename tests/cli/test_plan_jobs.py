@@ -1,0 +1,55 @@
+"""`dnnplan plan --jobs N`: worker processes compute the pipeline pairs' bounds, and Ctrl-C leaves none
+of them running (lifecycle.process_pool)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from dnnplan.cli import app
+from tests.support.cli_errors import one_error_line
+from tests.support.proc_table import describe, gone_within, tree
+from tests.support.processes import dnnplan_env
+
+#: a transformer whose every ZeRO stage runs the pipeline search (no plan of the whole batch fits)
+PIPELINED = ["qwen3-30b-a3b", "-p", "64", "--machine", "dgx-h100", "--precision", "bf16"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_workers_bound_the_pairs_leaves_no_process_running(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "dnnplan", "plan", *PIPELINED, "--jobs", "2", "--time-limit", "600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dnnplan_env(tmp_path))
+    try:
+        deadline = time.monotonic() + 60
+        while len(seen := tree(proc.pid)) < 3 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)  # the command and its two workers
+        assert len(seen) >= 3, f"no workers started: {describe(list(seen))}"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    still = gone_within(seen, 3.0)
+    assert not still, describe(still)
+
+
+@pytest.mark.parametrize("jobs", ["0", "2000"])
+def test_jobs_out_of_range_is_one_line_naming_the_flag(jobs):
+    line = one_error_line(CliRunner().invoke(app, ["plan", "lenet5", "-p", "2", "--jobs", jobs]))
+    assert "--jobs" in line and "1 to 1,024" in line and jobs in line
+
+
+def test_one_job_plans_in_process_and_answers_as_two_do():
+    """A pipelined plan (gradient accumulation weighed: its pairs bounded) with one job and with two."""
+    args = ["plan", "gpt-tiny", "-p", "4", "--precision", "fp16", "--memory", "0.004", "--json", "--time-limit", "600"]
+    one, two = (CliRunner().invoke(app, args + ["--jobs", j]) for j in ("1", "2"))
+    assert one.exit_code == 0 and two.exit_code == 0, one.output + two.output
+    a, b = json.loads(one.stdout), json.loads(two.stdout)
+    assert a["pipeline"] is not None and (a["step_s"], a["pipeline"], a["zero"]) == (b["step_s"], b["pipeline"], b["zero"])

@@ -1,0 +1,79 @@
+"""The pipeline search with its pairs' bounds computed by worker processes (``dnnplan plan --jobs N``)
+gives the answer one process gives: the same choice, step, cut, every pair's bound and the proven
+gap (planner.pipeline.pair_bounds, lifecycle.process_pool)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from costmodel.choices.training import TrainingChoices
+from costmodel.layer.candidates import divisors
+from lifecycle.process_pool import ProcessPool
+from planner.pipeline.search import search_pipeline
+from planner.pipeline.triples import AUTO, bounded
+from planner.problem.parallel import IN_PROCESS
+from planner.problem.solve import Settings
+from profiler import context
+
+from tests.support.paths import ZOO
+
+SETTINGS = Settings(gap=0.0, choices=TrainingChoices(optimizer="adam", precision="fp16"))
+
+
+def _gpt4(tmp_path) -> str:
+    text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4")
+    path = tmp_path / "gpt-4blocks.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+class _Counted(ProcessPool):
+    """A pool that counts the tasks handed to it."""
+
+    sent = 0
+
+    def unordered(self, fn, tasks):
+        self.sent += len(tasks)
+        yield from super().unordered(fn, tasks)
+
+
+def _summary(choice) -> tuple:
+    return (choice.stages, choice.micro_batches, choice.chunks, choice.cut, choice.prediction.step_s,
+            choice.stats["proven_gap"], choice.stats["closed_pairs"],
+            tuple((c.stages, c.micro_batches, c.chunks, c.bound_s, c.step_s, c.lower_s, c.skipped, c.closed)
+                  for c in choice.candidates))
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", pytest.param(AUTO, marks=pytest.mark.slow)])
+def test_workers_give_the_answer_one_process_gives(tmp_path, schedule):
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    limit = 2.0 ** 30 * 0.0025  # memory-bound stages: Lagrangian gaps, closed by the proof
+    args = (ctx.network, 8, 8, ctx.machine, ctx.compute, limit)
+    alone = search_pipeline(*args, SETTINGS, micro_counts=divisors(8), prove_s=None, schedule=schedule)
+    workers = _Counted(2, ("planner.pipeline.pair_bounds",))
+    try:
+        shared = search_pipeline(*args, dataclasses.replace(SETTINGS, parallel=workers), micro_counts=divisors(8),
+                                 prove_s=None, schedule=schedule)
+    finally:
+        workers.close()
+    assert len(alone.candidates) > 8 and alone.stats["proven_gap"] == 0
+    assert workers.sent >= len([c for c in alone.candidates if c.bound_s is not None])  # every bound went out
+    assert _summary(shared) == _summary(alone)
+
+
+def test_the_bounds_come_in_bound_order_whatever_order_they_finish_in():
+    combos = [(0.1 * i, 2 ** (i % 3), i, 1) for i in range(7)]
+
+    def bound(stages, m, v):
+        return 10.0 - m, m != 3
+
+    def backwards(given):
+        for i in reversed(range(len(given))):
+            yield i, bound(*given[i][1:])
+
+    assert bounded(bound, combos, many=backwards) == bounded(bound, combos)
+    assert bounded(bound, combos, many=lambda given: IN_PROCESS.unordered(lambda c: bound(*c[1:]), given)) \
+        == bounded(bound, combos)
+    assert [c[2] for c in bounded(bound, combos)] == [6, 5, 4, 3, 2, 1, 0]
