@@ -62,6 +62,11 @@ from planner.solvers import Budget
 #: the order the stages are planned in (module docstring): a network without attention, and one with it
 ORDER = (0, 1, 2, 3)
 ATTENTION_ORDER = (1, 3, 0, 2)
+#: a network with attention whose whole batch, each layer at its fastest alone, holds more than the
+#: memory limit under ZeRO-1 (a cheap bound: :func:`planner.first_plan.first_plan`): ZeRO-3 first,
+#: as FSDP users run it, the stage that can win where memory holds ZeRO-1 back, then ZeRO-1 under
+#: its step as a ceiling (a pair whose bound reaches it is not searched)
+SHARDED_FIRST = (3, 1, 0, 2)
 #: a stage after the first is planned only while this share of the time limit is left: a search
 #: given less bounds few pipeline pairs and may search a slow one first
 LATE_SHARE = 0.25
