@@ -68,7 +68,7 @@ def settings_for(ctx: Context, method: str, gap: float | None, budget) -> Settin
     machine and recorded with its bucket (``data@76``; a bad mode or bucket: one line)."""
     choices = ctx.choices
     mode = overlap_with_bucket(choices.overlap or None, ctx.machine, choices.bucket_mb).spec
-    return Settings(method, None, gap, choices.but(overlap=mode, bucket_mb=None), budget, ctx.framework)
+    return Settings(method, None, gap, choices.but(overlap=mode, bucket_mb=None), budget, framework=ctx.framework)
 
 
 def tensors_limit(ctx: Context, limit: float | None) -> float | None:
