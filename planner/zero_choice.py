@@ -34,9 +34,9 @@ pipeline, 9% faster). Where a cheap bound says memory holds ZeRO-1 back (the who
 layers, each at its fastest candidate alone, hold more than the limit under ZeRO-1:
 :func:`planner.first_plan._memory_binds`), a network with attention runs 3, 1, 0, 2
 (:data:`SHARDED_FIRST`): ZeRO-3 is then the stage that can win, and ZeRO-1 is searched under its
-step as a ceiling (Qwen3-30B-A3B and Mixtral 8x7B on 64 H100s: ZeRO-3 without a pipeline, 5.91 s
-and 9.69 s a step, within the 20 s default, where 1, 3, 0, 2 answered ZeRO-1's 6.25 s and
-9.85 s). Each stage may take
+step as a ceiling, most of its pairs pruned by their bounds (Qwen3-30B-A3B and Mixtral 8x7B on
+64 H100s: ZeRO-3 without a pipeline, 5.908 s and 9.686 s a step, within the 20 s default,
+docs/planner.md). Each stage may take
 the whole time left to find its first plan; once it holds one, its search ends at its share of
 the time left (:class:`Share`: the time left over the stages that may still be planned, itself
 and the later of 1 and 3, as 2 is planned only where 1 has no plan) unless it is still finding
