@@ -25,6 +25,8 @@ from costmodel.machine.model import Machine
 from networks.ir import Network
 from costmodel.choices.optimizer import ZERO_STAGES
 from networks.errors import DnnplanError
+from planner.problem.build import Builder, build_with
+from planner.problem.priced_once import priced_once
 from planner.problem.solve import Infeasible, Settings, make_plan
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
                                      search_pipeline)
@@ -34,8 +36,9 @@ from planner.pipeline.triples import AUTO, DEFAULT
 from planner.plan.plan import Plan
 from planner.refusal import refusal
 from planner.solvers import Budget
+from planner.solvers.problem import memory_of
 from planner.pipeline.stack import uniform_stack
-from planner.zero_choice import ATTENTION_ORDER, ORDER, Beaten, Weighed, fastest_stage, overall_gap
+from planner.zero_choice import ATTENTION_ORDER, ORDER, SHARDED_FIRST, Beaten, Weighed, fastest_stage, overall_gap
 
 GIB = 2.0 ** 30
 #: the stages tried in order on the executor's own machine (a CPU), the next only when nothing fits
@@ -75,6 +78,7 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     :mod:`planner.zero_choice`); ``batch_given``: the user chose the batch (else a refusal names it
     with a device count)."""
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
+    compute = priced_once(compute)  # each kernel priced once over the pairs and the ZeRO stages
 
     def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
         answer, note = fitting(lambda under: _at_stage(net, network_ref, batch, p, machine, compute, under, trial,
@@ -89,7 +93,10 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
             return plan_at(settings)
         if machine.device.kind == "cpu":
             return _when_nothing_fits(plan_at, settings)
-        order = ATTENTION_ORDER if any(layer.op == "attention" for layer in net.layers) else ORDER
+        order = ORDER
+        if any(layer.op == "attention" for layer in net.layers):
+            binds = _memory_binds(net, batch, p, machine, compute, limit, settings.with_zero(1))
+            order = SHARDED_FIRST if binds else ATTENTION_ORDER
         answer, zero, weighed = fastest_stage(settings, plan_at, _outcome, _wrap, order)
     except _NoneFits as err:
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
@@ -249,3 +256,15 @@ def _accumulated(net: Network, batch: int, p: int, machine: Machine, compute: Co
         return None
     return Answer(settings, pipeline=choice, why="the whole batch at once fits only with the memory limit binding, "
                   "and gradient accumulation is faster")
+
+
+def _memory_binds(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
+                  settings: Settings) -> bool:
+    """The cheap bound that orders the ZeRO stages (:data:`planner.zero_choice.SHARDED_FIRST`):
+    whether the whole batch's layers, each under its fastest candidate alone (no edges), hold more
+    than ``limit`` under ``settings``' stage (ZeRO-1): its optimum is then likely held back by
+    memory, where ZeRO-3 can win. Its nodes are the ones the stage's own plan prices first."""
+    builder = Builder(batch, p, machine, compute, settings.choices.sharded_optimizer,
+                      recompute=settings.choices.may_recompute, overlap=settings.overlap)
+    problem = build_with(builder, net, limit, edges=False).problem
+    return memory_of(problem, [int(c.argmin()) for c in problem.node_cost]) > limit

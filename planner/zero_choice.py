@@ -17,7 +17,8 @@ What the stages change in the cost model decides which need planning:
 - **ZeRO-3's step is at least ZeRO-2's** for every plan (it adds a parameter all-gather before
   each backward to the same overlap windows), so it can beat ZeRO-1/2 only through memory: it is
   planned only when the ZeRO-1 (or ZeRO-2) answer was held back by the memory limit (anything but
-  the whole batch's unconstrained optimum, which fits); otherwise its optimum is no faster.
+  the whole batch's unconstrained optimum, which fits), or first, where a cheap bound says memory
+  binds ZeRO-1 (below); otherwise its optimum is no faster.
 
 Each stage's search is given the fastest step held so far as a ceiling: pipeline and micro-batch
 pairs whose lower bound reaches it are not searched (:func:`planner.pipeline.search.search_pipeline`),
@@ -29,7 +30,13 @@ for one with attention (:data:`ATTENTION_ORDER`: the layouts transformer users r
 Megatron-Core's distributed optimiser and FSDP's full sharding, so the answer a short search gives
 is one of theirs and ZeRO-0 is searched under their step as its ceiling; Qwen3-30B-A3B on 64 H100s,
 searched 0 first, spent the 20 s default on ZeRO-0's pipelines and left out ZeRO-3 without a
-pipeline, 9% faster). Each stage may take
+pipeline, 9% faster). Where a cheap bound says memory holds ZeRO-1 back (the whole batch's
+layers, each at its fastest candidate alone, hold more than the limit under ZeRO-1:
+:func:`planner.first_plan._memory_binds`), a network with attention runs 3, 1, 0, 2
+(:data:`SHARDED_FIRST`): ZeRO-3 is then the stage that can win, and ZeRO-1 is searched under its
+step as a ceiling, most of its pairs pruned by their bounds (Qwen3-30B-A3B and Mixtral 8x7B on
+64 H100s: ZeRO-3 without a pipeline, 5.908 s and 9.686 s a step, within the 20 s default,
+docs/planner.md). Each stage may take
 the whole time left to find its first plan; once it holds one, its search ends at its share of
 the time left (:class:`Share`: the time left over the stages that may still be planned, itself
 and the later of 1 and 3, as 2 is planned only where 1 has no plan) unless it is still finding
@@ -62,6 +69,11 @@ from planner.solvers import Budget
 #: the order the stages are planned in (module docstring): a network without attention, and one with it
 ORDER = (0, 1, 2, 3)
 ATTENTION_ORDER = (1, 3, 0, 2)
+#: a network with attention whose whole batch, each layer at its fastest alone, holds more than the
+#: memory limit under ZeRO-1 (a cheap bound: :func:`planner.first_plan.first_plan`): ZeRO-3 first,
+#: as FSDP users run it, the stage that can win where memory holds ZeRO-1 back, then ZeRO-1 under
+#: its step as a ceiling (a pair whose bound reaches it is not searched)
+SHARDED_FIRST = (3, 1, 0, 2)
 #: a stage after the first is planned only while this share of the time limit is left: a search
 #: given less bounds few pipeline pairs and may search a slow one first
 LATE_SHARE = 0.25
