@@ -40,7 +40,7 @@ KERNEL_KINDS = (("batchnorm", "batch norm"), ("xmma", "convolution"), ("nvjet", 
 def layer_kind(name: str) -> str:
     """The kind of a ResNet-50 or VGG-16 layer (by its name in dnnplan's zoo)."""
     last = name.split(".")[-1]
-    if "conv" in last or last in ("down", "fc", "fc6", "fc7", "fc8") or name.startswith("fc"):
+    if "conv" in last or last in ("down", "fc", "fc8"):
         return "convolution"
     if "bn" in last:
         return "batch norm"
