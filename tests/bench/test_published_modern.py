@@ -136,7 +136,7 @@ def test_the_planner_plans_a_published_model_with_overlapped_buckets(tmp_path):
     spec = tmp_path / "mpt-30b.yaml"
     spec.write_text(pm.model_spec(row))
     got = CliRunner().invoke(app, ["plan", str(spec), "-p", "8", "-b", "504", "--machine", "dgx-h100",
-                                   "--precision", "bf16", "--optimizer", "adam", "--time-limit", "5", "--json"])
+                                   "--precision", "bf16", "--optimizer", "adam", "--time-limit", "10", "--json"])
     assert got.exit_code == 0, got.output
     out = json.loads(got.stdout)
     assert out["devices"] == 8 and out["step_s"] > 0
