@@ -13,6 +13,9 @@ from costmodel.machine.model import EFFICIENCY_CLASSES
 from tests.support.bench import load_bench
 
 CALIBRATED = ("dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx1-v100", "summit")
+#: classes a machine file takes from a measurement on that machine in place of the fit (dgx-h100's
+#: float32 GEMM: tests/bench/test_bench_conv_layers.py)
+MEASURED = {"dgx-h100": ("cuda_cores",)}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,9 @@ def test_the_shipped_efficiencies_are_the_fit(bench):
     fitted = bench.calibrate(bench.load_rows())
     for name in CALIBRATED:
         device = load_machine(name).device
-        assert {k: device.efficiency_of(k) for k in EFFICIENCY_CLASSES} == pytest.approx(fitted, abs=1e-9), name
+        classes = [k for k in EFFICIENCY_CLASSES if k not in MEASURED.get(name, ())]
+        assert {k: device.efficiency_of(k) for k in classes} == pytest.approx({k: fitted[k] for k in classes},
+                                                                              abs=1e-9), name
 
 
 def test_held_out_error_within_bounds(bench):
