@@ -1,6 +1,7 @@
-"""How long `dnnplan predict --from FILE` takes, whole process, on a 405B launch configuration:
+"""How long `dnnplan predict --from FILE` takes, whole process, on two 405B launch configurations:
 tests/assets/launch/llama3.1-405b.sh (Megatron-LM's arguments in bash arrays, 2048 H100s, tensor 8,
-16 pipeline stages), beside `dnnplan predict` of the same network given by name (the layout as
+16 pipeline stages) and tests/assets/launch/llama3_405b.toml (torchtitan v0.2.2's own Llama 3 405B
+preset: FSDP over what tensor 8 leaves, FP8, full recomputation; on 128 H100s, as the preset says), beside `dnnplan predict` of the same network given by name (the layout as
 flags) and `dnnplan info resnet50 --json` (what any command costs on this machine).
 
 The target: under 2 s a command. Each command runs as its own process (interpreter start, imports,
@@ -27,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "tests/assets/launch/llama3.1-405b.sh"
+TOML = "tests/assets/launch/llama3_405b.toml"
 
 
 def _dnnplan() -> list[str]:
@@ -54,6 +56,8 @@ def main(repeats: int) -> None:
     cases = {
         "predict --from the 405B script": [*_dnnplan(), "predict", "--from", SCRIPT, "--machine", "dgx-h100",
                                            "--json"],
+        "predict --from the 405B torchtitan TOML": [*_dnnplan(), "predict", "--from", TOML, "--devices", "128",
+                                                    "--machine", "dgx-h100", "--json"],
         "predict llama3.1-405b, same layout": [*_dnnplan(), "predict", "llama3.1-405b", "-p", "2048", "-b", "2048",
                                                "--tensor", "8", "--sequence-parallel", "--pipeline", "16",
                                                "--micro-batches", "128", "--zero", "1", "--precision", "bf16",

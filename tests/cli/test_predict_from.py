@@ -158,3 +158,20 @@ def test_round_trip_of_every_zoo_transformers_plan(tmp_path):
             passed.append((name, devices))
     print(f"round trip: {len(passed)} passed, {len(skipped)} skipped (no plan, or the exporter refused it)")
     assert len(passed) >= len(zoo_transformers())  # most plans export; every one that does comes back exact
+
+
+def test_torchtitans_own_405b_preset_is_predicted(tmp_path):
+    """tests/assets/launch/llama3_405b.toml: torchtitan v0.2.2's Llama 3 405B preset (FSDP over what
+    tensor 8 leaves, FP8, full recomputation), on the 128 devices its first line names; with the
+    preset's converter name as it ships ("float8", which v0.2.2 does not register) one line naming it."""
+    toml = "tests/assets/launch/llama3_405b.toml"
+    got = predicted(["--from", toml, "--devices", "128", "--machine", "dgx-h100"])
+    flags = predicted(["llama3.1-405b", "-p", "128", "-b", "32", "--tensor", "8", "--sequence-parallel", "--zero",
+                       "3", "--precision", "fp8", "--optimizer", "adam", "--recompute", "full", "--overlap", "all",
+                       "--machine", "dgx-h100"])
+    assert got["step_s"] == flags["step_s"] and got["memory_allocated_bytes"] == flags["memory_allocated_bytes"]
+    as_shipped = tmp_path / "llama3_405b.toml"
+    with open(toml) as f:
+        as_shipped.write_text(f.read().replace('converters = ["quantize.linear.float8"]', 'converters = ["float8"]'))
+    line = one_error_line(runner.invoke(app, ["predict", "--from", str(as_shipped), "--devices", "128"]))
+    assert "[model] converters: 'float8'" in line and 'write converters = ["quantize.linear.float8"]' in line
