@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
+from pathlib import Path
 
-from bench_framework_steps import ASSETS, MACHINE, file_data, framework_of, measured_rows, strict_fp32, written
-from costmodel.choices.training import TrainingChoices
-from costmodel.frameworks.loading import load_framework
-from executor.session import predict as predicting
-from profiler import context
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_framework_steps import (ASSETS, MACHINE, file_data, framework_of, measured_rows,  # noqa: E402
+                                  strict_fp32, written)  # (bench/ is not a package)
+from costmodel.choices.training import TrainingChoices  # noqa: E402
+from costmodel.frameworks.loading import load_framework  # noqa: E402
+from executor.session import predict as predicting  # noqa: E402
+from profiler import context  # noqa: E402
 
 #: torchvision's multiply-adds an image (GMACs) in the convolutions and the classifier (the layers
 #: of kind ``convolution`` here; torchvision's model tables: resnet50 4.09, vgg16 15.47)
