@@ -82,7 +82,8 @@ def row(net: str, p: int, machine: str, first: dict, long: dict | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dnnplan", default=shutil.which("dnnplan") or "dnnplan")
+    ap.add_argument("--dnnplan", default=shutil.which("dnnplan", path=os.path.dirname(sys.executable))
+                    or shutil.which("dnnplan") or "dnnplan")
     ap.add_argument("--long", type=float, default=None, help="also search each case for this many seconds")
     ap.add_argument("--zoo", action="store_true", help="every zoo network at 8, 64, 512 and 4096 H100s")
     ap.add_argument("--base", default=None, help="another checkout's folder, run alternately with this one")
