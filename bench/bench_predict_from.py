@@ -16,40 +16,17 @@ Run: python bench/bench_predict_from.py [--repeats 7]
 from __future__ import annotations
 
 import argparse
-import os
 import platform
-import resource
-import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "tests/assets/launch/llama3.1-405b.sh"
 TOML = "tests/assets/launch/llama3_405b.toml"
 
-
-def _dnnplan() -> list[str]:
-    exe = shutil.which("dnnplan", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "dnnplan"]
-
-
-def _time(args: list[str]) -> tuple[float, float, int, str]:
-    """(wall seconds, CPU seconds of the child, exit code, its last line)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
-    took = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    last = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines() or [""])[-1]
-    return took, cpu, proc.returncode, last
-
-
-def _load() -> str:
-    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg()) + f" ({os.cpu_count()} cores)"
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_import import _dnnplan, _load, _time  # noqa: E402  (bench/ is not a package; one timer for both)
 
 
 def main(repeats: int) -> None:
