@@ -140,5 +140,8 @@ class Roofline:
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return conv_workspace_bytes(local, algorithm)
 
+    def kept_bytes(self, local: LocalLayer, algorithm: str) -> int:
+        return 0  # the cost model's kernels keep what the op catalogue counts
+
     def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
         return 0.0  # a datasheet says nothing about the executor's own overhead

@@ -17,7 +17,9 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
   kernels that carry none of its device time (``small``) and the fraction of the datasheet peak of
   the layer's number format (tensor cores or CUDA cores) its compute-bound kernels reach, in place
   of the machine's class efficiency (``peak_fraction``: cuDNN's convolutions reach about the same
-  fraction in every format, where the machine's classes were fixed by other kernels); ``unaligned_gemm``: how much
+  fraction in every format, where the machine's classes were fixed by other kernels) and the
+  tensors its unfused kernels keep for backward beyond the cost model's count (``kept``: copies of
+  attention's float32 scores, or of another op's output); ``unaligned_gemm``: how much
   slower a GEMM runs when a matrix dimension is not a multiple of 8 (cuBLAS's ``align1`` kernels,
   which eager PyTorch runs; torch.compile pads the shape);
 * ``host``: the host's time per op (the Python, the dispatcher and autograd's bookkeeping of one
@@ -106,6 +108,10 @@ class OpKernels:
     #: the fraction of the datasheet peak of the layer's format (tensor or CUDA cores) its
     #: compute-bound kernels reach, in place of the machine's class efficiency; None: the machine's
     peak_fraction: float | None = None
+    #: copies of attention's float32 scores (another op: of its output) its kernels keep for
+    #: backward beyond the cost model's count (eager PyTorch's softmax output and dropout's mask and
+    #: output, each a tensor of its own; costmodel.frameworks.kernels)
+    kept: float = 0.0
 
     def launches(self, pass_: str) -> int:
         return self.fwd if pass_ == "fwd" else self.bwd
@@ -191,7 +197,7 @@ class Framework:
     def prices_device(self) -> bool:
         """Whether the framework's kernels differ from the cost model's (some op's device factor,
         unaligned GEMMs, a precision default)."""
-        return (any(k.device != 1.0 or k.passes or k.peak_fraction is not None for _, k in self.kernels)
+        return (any(k.device != 1.0 or k.passes or k.kept or k.peak_fraction is not None for _, k in self.kernels)
                 or self.unaligned_gemm.value != 1.0 or self.convolution_layout != "nhwc"
                 or self.float32_convolutions != "float32" or self.float32_matmuls != "float32")
 
@@ -208,7 +214,7 @@ _TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap",
 _HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches", "sync_each_pass")
 _MEMORY = ("context_bytes", "communicator_bytes", "allocator")
 _PRECISION = ("float32_convolutions", "float32_matmuls")
-_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small", "peak_fraction")
+_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small", "peak_fraction", "kept")
 _LAYOUT = ("convolutions", "transposes")
 _VALUE = ("value", "basis", "source")
 
@@ -307,7 +313,8 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
                                              _count(entry.get("small", 0), f"kernels.{kind}.small"),
                                              None if "peak_fraction" not in entry else
                                              num(entry["peak_fraction"], f"kernels.{kind}.peak_fraction", 0.01,
-                                                 1.0).value)))
+                                                 1.0).value,
+                                             num(entry.get("kept", 0.0), f"kernels.{kind}.kept", 0.0, 100).value)))
     host = _mapping(top.get("host"), "host", _HOST)
     graphs, each_pass = (_flag(host.get(k, False), f"host.{k}") for k in ("cuda_graphs", "sync_each_pass"))
     costs = HostCosts(*(num(host.get(k, 0.0), f"host.{k}", 0.0, 1.0) for k in ("op_s", "launch_s", "launch_gap_s")),

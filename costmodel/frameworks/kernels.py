@@ -112,14 +112,17 @@ class FrameworkKernels:
     def _pass_bytes_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
         """One extra read-and-write pass over attention's scores (float32) or the op's output, at
         the machine's memory bandwidth and efficiency."""
-        if local.layer.op == "attention":
-            cores = [c for c in kernel_calls(local, pass_, kernel_algorithm(algorithm) or "materialized")
-                     if c.kernel.startswith("attention.")]
-            nbytes = sum(prod(c.shape[:4]) for c in cores[:1]) * 4
-        else:
-            nbytes = local.batch * prod(local.out_shape) * DTYPE_BYTES.get(local.layer.dtype, 4)
         dev = self.machine.device
-        return 2 * nbytes / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory"))
+        return 2 * _scores_bytes(local, pass_, algorithm) / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory"))
+
+    def kept_bytes(self, local: LocalLayer, algorithm: str) -> int:
+        """The inner model's, and the framework's ``kernels.<op>.kept`` copies of attention's
+        float32 scores (another op: of its output) kept for backward: eager PyTorch's unfused
+        attention keeps its float32 softmax output and dropout's mask and output, each a tensor of
+        its own, where the cost model counts the probabilities once."""
+        kept = self.framework.op(local.layer.op, kernel_algorithm(algorithm)).kept
+        inner = self.inner.kept_bytes(local, algorithm)
+        return inner + int(kept * _scores_bytes(local, "fwd", algorithm)) if kept else inner
 
     def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
         return self.inner.update_s(weight_elems, itemsize, slots)
@@ -138,6 +141,15 @@ class FrameworkKernels:
         beyond their kernels (costmodel.frameworks.layer_host: what the planner weighs of the host;
         a step's prediction puts its host timeline in place of it)."""
         return self.inner.dispatch_s(local, algorithm, consumers) + layer_host_excess_s(local, self.framework, self)
+
+
+def _scores_bytes(local: LocalLayer, pass_: str, algorithm: str) -> int:
+    """Attention's scores in float32 (as autocast runs the softmax), another op's output."""
+    if local.layer.op == "attention":
+        cores = [c for c in kernel_calls(local, pass_, kernel_algorithm(algorithm) or "materialized")
+                 if c.kernel.startswith("attention.")]
+        return sum(prod(c.shape[:4]) for c in cores[:1]) * 4
+    return local.batch * prod(local.out_shape) * DTYPE_BYTES.get(local.layer.dtype, 4)
 
 
 def unaligned(local: LocalLayer) -> bool:

@@ -198,7 +198,8 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     fp8 = fp8_bytes(layer, fp8_elems)
     if fp8_params(layer):  # the weight is its FP8 copy, one byte (costmodel.choices.precision): no 16-bit one
         weights, fp8 = weights - fp8_elems * (itemsize - 1), fp8 - fp8_elems
-    memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch),
+    memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch)
+                    + framework_kept_bytes(compute, local, algorithm),
                     compute.workspace_bytes(local, kernel), master=master,
                     buffers=gradient_buffer_bytes(local) + gathered + fsdp_grad_copy(wshapes, itemsize, opt), fp8=fp8)
     return LayerEstimate(
@@ -304,6 +305,12 @@ def own_kept_bytes(local: LocalLayer, algorithm: str) -> int:
     if local.layer.op == "attention":
         return attention_kept_bytes(local, kernel_algorithm(algorithm))
     return local_cost(local).activation_bytes
+
+
+def framework_kept_bytes(compute: ComputeModel, local: LocalLayer, algorithm: str) -> int:
+    """What the compute model's kernels keep for backward beyond :func:`own_kept_bytes` (a
+    framework's unfused kernels: ``ComputeModel.kept_bytes``); nothing when the layer is recomputed."""
+    return 0 if is_recomputed(algorithm) else compute.kept_bytes(local, kernel_algorithm(algorithm))
 
 
 def activation_bytes(local, strategy: Strategy, output_saved: bool, algorithm: str = "", batch: int = 0) -> int:

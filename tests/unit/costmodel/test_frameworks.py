@@ -56,6 +56,7 @@ def test_every_shipped_framework_loads_and_the_default_is_todays_pricing():
     ("name: x\nabout: y\nlayout:\n  convolutions: chw\n", "layout.convolutions"),
     ("name: x\nabout: y\nlayout:\n  linear: nchw\n", "layout.linear"),
     ("name: x\nabout: y\nlayout:\n  transposes: -1\n", "layout.transposes"),
+    ("name: x\nabout: y\nkernels:\n  attention: {kept: many}\n", "kernels.attention.kept"),
     ("about: y\n", "name"),
 ])
 def test_a_mistake_is_one_line_naming_the_file_line_and_key(tmp_path, text, key):
@@ -240,3 +241,21 @@ def test_nchw_convolutions_on_the_tensor_cores_pay_one_transpose_of_their_operan
     # strict float32 runs on the CUDA cores, whose kernels take NCHW as it is: no transposes
     h100, roofline, conv = _h100_conv("fp32")
     assert FrameworkKernels(roofline, nchw, h100).pass_s(conv, "fwd", "") == roofline.pass_s(conv, "fwd", "")
+
+
+def test_kept_copies_of_the_float32_scores_add_to_the_layers_activations_unless_recomputed():
+    from costmodel.compute.roofline import Roofline
+    from costmodel.frameworks.kernels import FrameworkKernels
+    from costmodel.layer.cost import framework_kept_bytes
+    from costmodel.machine.loading import load_machine
+    h100 = load_machine("dgx-h100")
+    fw = framework_from_dict({"name": "x", "about": "y", "kernels": {"attention.materialized": {"kept": 1.25}}})
+    priced = FrameworkKernels(Roofline(h100), fw, h100)
+    local = _local("gpt2", "attention", "bf16", 8)
+    heads, seq = 12, 1024
+    scores = 8 * heads * seq * seq * 4  # float32, as autocast runs the softmax
+    assert priced.kept_bytes(local, "materialized") == int(1.25 * scores)
+    assert Roofline(h100).kept_bytes(local, "materialized") == 0  # the cost model's kernels: its own count
+    assert priced.kept_bytes(local, "flash") == 0  # the entry names the materialised kernels only
+    assert framework_kept_bytes(priced, local, "materialized") == int(1.25 * scores)
+    assert framework_kept_bytes(priced, local, "materialized+recompute") == 0
