@@ -10,7 +10,9 @@ attention unfused and ``flash`` for those with PyTorch's fused attention (``sdpa
 ran with TF32 off for convolutions too (bench/gpu/torch_steps.py sets
 ``torch.backends.cudnn.allow_tf32 = False``), not PyTorch's default: they are predicted under a
 copy of the shipped file that says so (``precision.float32_convolutions: float32``), passed by
-path as a user would.
+path as a user would; the rows that moved their model to channels last (layout ``channels_last``)
+likewise under a copy with ``layout.convolutions: nhwc`` (PyTorch's default, and the shipped
+file's, is NCHW).
 
 dnnplan's own GPU rows (bench/assets/gpu-validation.json: `dnnplan execute` on one H100, its plan
 from the GPU profile shipped in profiler/profiles) are predicted with that profile under
