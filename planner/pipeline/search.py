@@ -292,8 +292,8 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
         search.pending[(s2, m2)] = search.pending.get((s2, m2), 0) + 1
     combos = bounded(search.bound, triples, budget, search.many)
     out = [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
-           for b2, s2, m2, v2, fits in combos if not fits]
-    combos = [c for c in combos if c[4]]
+           for b2, s2, m2, v2, fits in combos if fits is False]
+    combos = [c for c in combos if c[4] is not False]
     then = Interleaving(search, physics_floor(net, batch, p, machine), start, _pairs) if schedule == DEFAULT else None
     best = _pairs(search, combos, out, progress, start, then=then)
     tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
@@ -316,7 +316,16 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
     on) or the budget ends the search (once a plan is in hand); ``out`` gets a :class:`Candidate` for
     each; ``then``: a new best 1F1B pair's interleaving (planner.pipeline.triples.Interleaving)."""
     budget = search.settings.budget
-    for i, (bound, stages, m, v, _) in enumerate(combos):
+    for i, (bound, stages, m, v, fits) in enumerate(combos):
+        if fits is None and bound < min(search.ceiling, best.step_s if best is not None else float("inf")) \
+                and not (budget is not None and budget.expired()):
+            # a pair the bounding left at its physics floor: its stage bound now, on the pricing its
+            # search takes anyway, so a pair it proves slower than the best (or unfit) is not searched
+            step, fits = search.bound(stages, m, v)
+            bound = max(bound, step)
+            if not fits:
+                out.append(Candidate(stages, m, bound, skipped="memory", lower_s=float("inf"), chunks=v))
+                continue
         if bound >= min(search.ceiling, best.step_s if best is not None else float("inf")):
             # (the pairs whose bound was not computed come last)
             out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
@@ -330,7 +339,8 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
                 raise SearchOutOfTime(f"no plan was found within the {budget.stated_s:g} s time limit "
                                       f"({i} of {len(combos)} pipeline and micro-batch pairs searched)",
                                       hint="raise --time-limit") from None
-            out.extend(Candidate(s2, m2, b2, skipped="time", lower_s=b2, chunks=v2) for b2, s2, m2, v2, _ in combos[i:])
+            out.extend(Candidate(s2, m2, b2, skipped="time", lower_s=b2, chunks=v2)
+                       for b2, s2, m2, v2, _ in [(bound, stages, m, v, fits)] + list(combos[i + 1:]))
             break
         out.append(Candidate(stages, m, bound, got.step_s if got else None, got.cut if got else (),
                              lower_s=max(bound, got.lower_s) if got else float("inf"), chunks=v))

@@ -98,7 +98,8 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
     """Each (S, m, V) with the larger of its two lower bounds (``bound(S, m, V)``: the stage bound and
     whether anything can fit) and whether anything can fit, by bound; once ``BOUND_SHARE`` of the
     budget's time left is spent, the pairs left keep their physics floor and come after the
-    others (a floor is far below a stage bound: by it they would all come first). ``many(combos)``:
+    others (a floor is far below a stage bound: by it they would all come first), with None for
+    whether anything fits (not known: the search bounds each when it comes to it). ``many(combos)``:
     the stage bounds computed side by side, ``(i, (bound, fits))`` as each is done
     (:mod:`planner.pipeline.pair_bounds`); the order is the bounds', so the same either way."""
     bounded_, done = [], set()
@@ -120,8 +121,8 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
             done.add(i)
     finally:
         getattr(results, "close", lambda: None)()
-    floored = [(phys, s, m, v, True) for i, (phys, s, m, v) in enumerate(combos) if i not in done]
-    return sorted(bounded_) + sorted(floored)
+    floored = [(phys, s, m, v, None) for i, (phys, s, m, v) in enumerate(combos) if i not in done]
+    return sorted(bounded_) + sorted(floored, key=lambda c: c[:4])
 
 
 def saving(stages: int, m: int, chunks: int) -> float:
