@@ -13,8 +13,8 @@ et al., OSDI 2022, section 5), stage solutions are reused: one per (blocks, role
 ``(S, m)``.
 
 Pruning is exact. Each ``(S, m)`` has a lower bound on every cut's step: the larger of the physics
-floor (nothing the cost model prices runs faster than the device's highest peak, docs/costmodel.md,
-"Nothing below physics": at least ``F / (p * peak) * (S + m - 1) / m`` for the step's model FLOPs
+floor (nothing the cost model prices runs faster than the highest peak the network's layers run
+at, docs/costmodel.md, "Nothing below physics": at least ``F / (p * peak) * (S + m - 1) / m`` for the step's model FLOPs
 ``F``) and :mod:`planner.pipeline.bound`'s, from one block's layers priced on the stage's ranks,
 with the memory limit by Lagrangian duality (it also proves an ``(S, m)`` where nothing fits).
 ``(S, m)`` are tried in order of that bound and the search stops when it reaches the best step

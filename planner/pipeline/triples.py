@@ -13,6 +13,7 @@ on its step, the larger of the physics floor and :mod:`planner.pipeline.bound`'s
 
 from __future__ import annotations
 
+from costmodel.choices.precision import matmul_peak
 from costmodel.layer.candidates import divisors
 from costmodel.machine.model import Machine
 from costmodel.step.pipeline import INTERLEAVED
@@ -76,11 +77,32 @@ def pairs(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stag
 
 
 def physics_floor(net: Network, batch: int, p: int, machine: Machine):
-    """``floor(S, m, V)``: no kernel runs faster than the device's highest peak, so the step takes at
-    least ``F / (p peak) (m + (S - 1) / V) / m`` (planner.pipeline.search, module docstring)."""
+    """``floor(S, m, V)``: no kernel runs faster than the highest peak any of the network's layers
+    runs at (:func:`highest_peak`), so the step takes at least ``F / (p peak) (m + (S - 1) / V) / m``
+    (planner.pipeline.search, module docstring)."""
     flops = sum(sum(layer_cost(layer, batch).flops) for layer in net.layers)
-    peak = max(machine.device.peak_flops.values())
+    peak = highest_peak(net, machine)
     return lambda stages, m, v: flops / (p * peak) * (m + (stages - 1) / v) / m
+
+
+def highest_peak(net: Network, machine: Machine) -> float:
+    """The highest FLOP/s any kernel of ``net`` is priced at: the peaks of its layers' arithmetic
+    (:func:`costmodel.choices.precision.matmul_peak`, with TF32 allowed: the GEMMs' peak, FP8 only
+    for a layer marked FP8), of their own 16-bit type (attention's core under FP8) and the float32
+    peak of everything else, each the float32 peak where the datasheet has none (as the roofline
+    reads them, no efficiency above 1). A bf16 network on an H100 is floored at its bf16 peak, not
+    at the FP8 peak (twice that) it never runs at. A network with a convolution keeps the device's
+    highest peak of all: Winograd and FFT do less work than the direct FLOPs the floor counts
+    (docs/costmodel.md, 0.38-0.47 of them)."""
+    peaks = machine.device.peak_flops
+    if any(layer.op == "conv2d" for layer in net.layers):
+        return max(peaks.values())
+    keys = {"float32"}
+    for layer in net.layers:
+        keys.add(matmul_peak(layer, True)[0])
+        if layer.dtype in ("float16", "bfloat16"):
+            keys.add(layer.dtype)
+    return max(peaks.get(key) or peaks["float32"] for key in keys)
 
 
 def micro_sizes(ranks: int, per_node: int, alone: bool = False) -> set[int]:

@@ -16,7 +16,7 @@ from costmodel.step.pipeline import INTERLEAVED, stage_network
 from costmodel.memory.pipeline import device_hold
 from planner.pipeline import interleave
 from planner.pipeline.cuts import best_cut, cut_lower
-from planner.pipeline.triples import AUTO, chunk_counts, micro_sizes
+from planner.pipeline.triples import AUTO, chunk_counts, highest_peak, micro_sizes, physics_floor
 from planner.problem.solve import Settings
 from planner.pipeline.search import _Search, kept, roles, search_pipeline
 from planner.solvers import Edge, Problem, evaluate, solve
@@ -412,3 +412,21 @@ def test_no_interleaving_beats_its_pairs_1f1b_bound_times_the_saving_and_default
                               schedule="default", prove_s=None)
     assert default.prediction.step_s <= best * (1 + 1e-9)
 
+
+
+def test_the_physics_floor_is_the_peak_the_layers_run_at_and_below_every_pairs_optimum():
+    """A bf16 transformer on H100s is floored at the bf16 peak (not the FP8 one it never runs at),
+    in fp8 at the FP8 peak; the floor stays below each pair's exact optimum."""
+    bf16 = context.resolve(str(ZOO / "tiny-llama.yaml"), 8, 8, "dgx-h100", None,
+                           choices=TrainingChoices(precision="bf16"))
+    fp8 = context.resolve(str(ZOO / "tiny-llama.yaml"), 8, 8, "dgx-h100", None,
+                          choices=TrainingChoices(precision="fp8"))
+    peaks = bf16.machine.device.peak_flops
+    assert highest_peak(bf16.network, bf16.machine) == peaks["bfloat16"] < max(peaks.values())
+    assert highest_peak(fp8.network, fp8.machine) == peaks["float8"]
+    floor = physics_floor(bf16.network, 8, 8, bf16.machine)
+    settings = Settings(gap=0.0, choices=TrainingChoices(optimizer="adam", precision="bf16"))
+    for stages, m in ((1, 1), (1, 8), (2, 2), (2, 8)):  # its 2 blocks: at most 2 stages
+        got = search_pipeline(bf16.network, 8, 8, bf16.machine, bf16.compute, None, settings, exact=True,
+                              stage_counts=(stages,), micro_counts=(m,), prove_s=None)
+        assert 0 < floor(stages, m, 1) <= got.prediction.step_s
