@@ -36,7 +36,7 @@ from planner.pipeline.triples import AUTO, DEFAULT
 from planner.plan.plan import Plan
 from planner.refusal import refusal
 from planner.solvers import Budget
-from planner.solvers.problem import memory_of, min_memory
+from planner.solvers.problem import memory_of
 from planner.pipeline.stack import uniform_stack
 from planner.zero_choice import ATTENTION_ORDER, ORDER, SHARDED_FIRST, Beaten, Weighed, fastest_stage, overall_gap
 
@@ -96,8 +96,7 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         order = ORDER
         if any(layer.op == "attention" for layer in net.layers):
             binds = _memory_binds(net, batch, p, machine, compute, limit, settings.with_zero(1))
-            sharded = binds and _whole_may_fit(net, batch, p, machine, compute, limit, settings.with_zero(3))
-            order = SHARDED_FIRST if sharded else ATTENTION_ORDER
+            order = SHARDED_FIRST if binds else ATTENTION_ORDER
         answer, zero, weighed = fastest_stage(settings, plan_at, _outcome, _wrap, order)
     except _NoneFits as err:
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
@@ -269,17 +268,3 @@ def _memory_binds(net: Network, batch: int, p: int, machine: Machine, compute: C
                       recompute=settings.choices.may_recompute, overlap=settings.overlap)
     problem = build_with(builder, net, limit, edges=False).problem
     return memory_of(problem, [int(c.argmin()) for c in problem.node_cost]) > limit
-
-
-def _whole_may_fit(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-                   settings: Settings) -> bool:
-    """Whether a plan of the whole batch over all the devices may fit under ``settings``' stage
-    (ZeRO-3): the least memory any of its plans needs is within ``limit``. Where none can, every
-    ZeRO-3 plan is a pipeline (or gradient accumulation), whose stages hold a share of the weights
-    each, so ZeRO-3 loses its reason to come first: the stages run 1, 3, 0, 2
-    (:data:`planner.zero_choice.ATTENTION_ORDER`; Llama 3.1 405B on 512 H100s: ZeRO-1's 32-stage
-    pipeline is the optimum, and ZeRO-3 first spent the 20 s default on its own pairs)."""
-    builder = Builder(batch, p, machine, compute, settings.choices.sharded_optimizer,
-                      recompute=settings.choices.may_recompute, overlap=settings.overlap)
-    problem = build_with(builder, net, limit, edges=False).problem
-    return min_memory(problem)[0] <= limit

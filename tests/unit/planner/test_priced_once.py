@@ -10,7 +10,7 @@ import pytest
 from costmodel.choices.training import TrainingChoices
 from costmodel.layer.candidates import divisors
 import planner.first_plan as first_plan_module
-from planner.first_plan import _memory_binds, _whole_may_fit, first_plan
+from planner.first_plan import _memory_binds, first_plan
 from planner.pipeline.search import search_pipeline
 from planner.problem.priced_once import PricedOnce, priced_once
 from planner.problem.solve import Settings, make_plan
@@ -95,11 +95,3 @@ def test_the_stage_order_gives_the_fastest_stage_either_way(monkeypatch):
     sharded_first = plan()
     monkeypatch.setattr(first_plan_module, "_memory_binds", lambda *args: False)  # the order 1, 3, 0, 2
     assert sharded_first == plan() == fastest
-
-
-def test_zero_3_comes_first_only_where_a_whole_batch_zero_3_plan_may_fit():
-    """Where no ZeRO-3 plan of the whole batch can fit, every plan is a pipeline: ZeRO-1 comes first."""
-    ctx = context.resolve(str(ZOO / "tiny-llama.yaml"), 8, 8, "dgx-h100", None, choices=TrainingChoices(precision="bf16"))
-    three = SETTINGS.with_zero(3)
-    assert _whole_may_fit(ctx.network, 8, 8, ctx.machine, ctx.compute, 80 * 2.0 ** 30, three)
-    assert not _whole_may_fit(ctx.network, 8, 8, ctx.machine, ctx.compute, 1e3, three)
