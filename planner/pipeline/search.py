@@ -18,7 +18,9 @@ at, docs/costmodel.md, "Nothing below physics": at least ``F / (p * peak) * (S +
 ``F``) and :mod:`planner.pipeline.bound`'s, from one block's layers priced on the stage's ranks,
 with the memory limit by Lagrangian duality (it also proves an ``(S, m)`` where nothing fits).
 ``(S, m)`` are tried in order of that bound and the search stops when it reaches the best step
-found. Handed workers (``Settings.parallel``), the search has the bounds computed side by side
+found; only the first pair searched may be another, the one with the smallest stages of those
+within 5% of the least bound (:func:`planner.pipeline.triples.quick_first`: a plan in hand early).
+Handed workers (``Settings.parallel``), the search has the bounds computed side by side
 (:mod:`planner.pipeline.pair_bounds`): the same numbers, so the same answer.
 
 Stages the memory limit binds are solved by Lagrangian relaxation while pairs are compared (fast,
@@ -59,7 +61,7 @@ from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, 
 from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
 from planner.pipeline.stage_solver import StageSolver
-from planner.pipeline.triples import AUTO, DEFAULT, Interleaving, bounded, pairs, physics_floor
+from planner.pipeline.triples import AUTO, DEFAULT, Interleaving, bounded, pairs, physics_floor, quick_first
 from planner.problem.parallel import side_by_side
 from planner.problem.solve import PlanMismatch, Settings
 
@@ -293,7 +295,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     combos = bounded(search.bound, triples, budget, search.many)
     out = [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
            for b2, s2, m2, v2, fits in combos if fits is False]
-    combos = [c for c in combos if c[4] is not False]
+    combos = quick_first([c for c in combos if c[4] is not False], stack.n)
     then = Interleaving(search, physics_floor(net, batch, p, machine), start, _pairs) if schedule == DEFAULT else None
     best = _pairs(search, combos, out, progress, start, then=then)
     tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
