@@ -16,8 +16,9 @@ from costmodel.step.pipeline import INTERLEAVED, stage_network
 from costmodel.memory.pipeline import device_hold
 from planner.pipeline import interleave
 from planner.pipeline.cuts import best_cut, cut_lower
-from planner.pipeline.triples import AUTO, chunk_counts, highest_peak, micro_sizes, physics_floor
+from planner.pipeline.triples import AUTO, chunk_counts, highest_peak, micro_sizes, physics_floor, quick_first
 from planner.problem.solve import Settings
+from planner.pipeline import search as search_module
 from planner.pipeline.search import _Search, kept, roles, search_pipeline
 from planner.solvers import Edge, Problem, evaluate, solve
 from planner.solvers import lagrange
@@ -357,7 +358,7 @@ def test_the_chosen_pairs_stages_have_their_gaps_closed(tmp_path):
     assert got.prediction.step_s == pytest.approx(exact.prediction.step_s, rel=1e-9)
 
 
-def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path):
+def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path, monkeypatch):
     """Under the default schedule every (S, m) that was the best 1F1B pair when it was searched has
     its interleaved triples weighed, not only the last best (planner.pipeline.triples.interleaving):
     the 4-block GPT on 8 devices at batch 8 under 1.5 MiB finds (2, 8) first, whose 2 chunks a device
@@ -365,6 +366,7 @@ def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_pat
     weighed no interleaving)."""
     ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.0015
+    monkeypatch.setattr(search_module, "quick_first", lambda combos, n: combos)  # the pairs by bound alone
     got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="default")
     plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="1f1b")
     assert got.prediction.step_s <= plain.prediction.step_s * (1 + 1e-12)
@@ -430,3 +432,13 @@ def test_the_physics_floor_is_the_peak_the_layers_run_at_and_below_every_pairs_o
         got = search_pipeline(bf16.network, 8, 8, bf16.machine, bf16.compute, None, settings, exact=True,
                               stage_counts=(stages,), micro_counts=(m,), prove_s=None)
         assert 0 < floor(stages, m, 1) <= got.prediction.step_s
+
+
+def test_the_first_pair_searched_has_the_smallest_stages_of_those_near_the_least_bound():
+    """quick_first moves one pair to the front, the fewest blocks a stage within 5% of the least
+    bound (pairs left at their floor, None, and unfit ones are not picked); the rest keep their order."""
+    combos = [(10.0, 2, 8, 1, True), (10.4, 8, 64, 1, True), (10.45, 4, 16, 1, True), (12.0, 16, 64, 1, True),
+              (3.0, 32, 64, 1, None)]
+    assert quick_first(combos, 64) == [combos[1], combos[0], combos[2], combos[3], combos[4]]
+    assert quick_first(combos[:1] + combos[3:], 64) == combos[:1] + combos[3:]  # none other within 5%
+    assert quick_first(combos[4:], 64) == combos[4:]
