@@ -19,7 +19,8 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
   of the machine's class efficiency (``peak_fraction``: cuDNN's convolutions reach about the same
   fraction in every format, where the machine's classes were fixed by other kernels) and the
   tensors its unfused kernels keep for backward beyond the cost model's count (``kept``: copies of
-  attention's float32 scores, or of another op's output) and the share of the cost model's
+  attention's float32 scores, or of another op's output; ``kept_stored``: copies of the scores in
+  the layer's own format) and the share of the cost model's
   workspace its kernels allocate (``workspace``: cuDNN's implicit-GEMM convolutions form no column
   matrix) and the copies of its input gradient its unfused backward holds at once beyond the cost
   model's one (``grad_copies``: eager PyTorch's cross-entropy); ``unaligned_gemm``: how much
@@ -117,6 +118,10 @@ class OpKernels:
     #: backward beyond the cost model's count (eager PyTorch's softmax output and dropout's mask and
     #: output, each a tensor of its own; costmodel.frameworks.kernels)
     kept: float = 0.0
+    #: copies of attention's scores in the layer's own number format (another op: of its output, as
+    #: ``kept``) its kernels keep for backward beyond the cost model's count (Inductor's fused
+    #: attention keeps the raw scores, from which its backward recomputes the softmax)
+    kept_stored: float = 0.0
     #: the share of the cost model's workspace (dnnplan's algorithm's temporaries: im2col's column
     #: matrix) the framework's kernels allocate while the layer's passes run (cuDNN's implicit-GEMM
     #: engines form no column matrix; costmodel.frameworks.kernels)
@@ -216,7 +221,7 @@ class Framework:
         """Whether the framework's kernels differ from the cost model's (some op's device factor,
         unaligned GEMMs, a precision default)."""
         return (any(k.device != 1.0 or k.passes or k.kept or k.peak_fraction is not None or k.workspace != 1.0
-                    or k.grad_copies for _, k in self.kernels)
+                    or k.kept_stored or k.grad_copies for _, k in self.kernels)
                 or self.unaligned_gemm.value != 1.0 or self.convolution_layout != "nhwc"
                 or self.float32_convolutions != "float32" or self.float32_matmuls != "float32")
 
@@ -234,8 +239,8 @@ _TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap",
 _HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches", "sync_each_pass")
 _MEMORY = ("context_bytes", "communicator_bytes", "allocator", "grads_in_backward")
 _PRECISION = ("float32_convolutions", "float32_matmuls")
-_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small", "peak_fraction", "kept", "workspace",
-       "grad_copies")
+_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small", "peak_fraction", "kept", "kept_stored",
+       "workspace", "grad_copies")
 _LAYOUT = ("convolutions", "transposes")
 _VALUE = ("value", "basis", "source")
 
@@ -336,6 +341,8 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
                                              num(entry["peak_fraction"], f"kernels.{kind}.peak_fraction", 0.01,
                                                  1.0).value,
                                              num(entry.get("kept", 0.0), f"kernels.{kind}.kept", 0.0, 100).value,
+                                             num(entry.get("kept_stored", 0.0), f"kernels.{kind}.kept_stored", 0.0,
+                                                 100).value,
                                              num(entry.get("workspace", 1.0), f"kernels.{kind}.workspace", 0.0,
                                                  100).value,
                                              num(entry.get("grad_copies", 0.0), f"kernels.{kind}.grad_copies", 0.0,

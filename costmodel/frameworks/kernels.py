@@ -121,10 +121,16 @@ class FrameworkKernels:
         """The inner model's, and the framework's ``kernels.<op>.kept`` copies of attention's
         float32 scores (another op: of its output) kept for backward: eager PyTorch's unfused
         attention keeps its float32 softmax output and dropout's mask and output, each a tensor of
-        its own, where the cost model counts the probabilities once."""
-        kept = self.framework.op(local.layer.op, kernel_algorithm(algorithm)).kept
+        its own, where the cost model counts the probabilities once; and ``kept_stored`` copies of
+        the scores in the layer's own format (another op: of its output): Inductor's fused
+        attention keeps the raw scores, dropout's mask and the probabilities."""
+        op = self.framework.op(local.layer.op, kernel_algorithm(algorithm))
         inner = self.inner.kept_bytes(local, algorithm)
-        return inner + int(kept * _scores_bytes(local, "fwd", algorithm)) if kept else inner
+        if not (op.kept or op.kept_stored):
+            return inner
+        scores = _scores_bytes(local, "fwd", algorithm)
+        stored = scores // 4 * DTYPE_BYTES.get(local.layer.dtype, 4) if local.layer.op == "attention" else scores
+        return inner + int(op.kept * scores) + int(op.kept_stored * stored)
 
     def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
         return self.inner.update_s(weight_elems, itemsize, slots)
