@@ -219,7 +219,7 @@ class Framework:
     @property
     def prices_device(self) -> bool:
         """Whether the framework's kernels differ from the cost model's (some op's device factor,
-        unaligned GEMMs, a precision default)."""
+        what its kernels keep for backward or allocate, unaligned GEMMs, a precision default)."""
         return (any(k.device != 1.0 or k.passes or k.kept or k.peak_fraction is not None or k.workspace != 1.0
                     or k.kept_stored or k.grad_copies for _, k in self.kernels)
                 or self.unaligned_gemm.value != 1.0 or self.convolution_layout != "nhwc"
