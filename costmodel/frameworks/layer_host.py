@@ -47,7 +47,8 @@ def layer_host_excess_s(local: LocalLayer, fw: Framework, compute: ComputeModel)
     bwd = compute.pass_s(local, "bwd_data", algorithm) + compute.pass_s(local, "bwd_weights", algorithm)
     launch_s = host.launch_s.value if ops.launch_s is None else ops.launch_s  # the op's own, where it has one
     total = 0.0
-    for launches, device_s in ((ops.fwd, fwd), (ops.bwd, bwd)):
+    experts = local.p.get("experts", 0) if local.layer.op == "moe" else 0  # the shard's own experts
+    for launches, device_s in ((ops.launches("fwd", experts), fwd), (ops.launches("bwd", experts), bwd)):
         issue = host.op_s.value + launches * launch_s
         total += pass_excess_s(issue, device_s + launches * host.launch_gap_s.value)
     return total
