@@ -132,21 +132,27 @@ class LayerEstimate:
 
 
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
-               rule: str = "mpi", cold: bool = False, within: int = 0) -> float:
+               rule: str = "mpi", cold: bool = False, within: int = 0, memo: dict | None = None) -> float:
     """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group; with
     ``within``, its first ``within`` ranks: neighbours along one dimension holding the same replica,
     costmodel.comm.weight_sync.replica_sums); ``cold``: right after a layer's kernels
     (``Machine.fitted_cold``). Inside one node, a time measured in the run for exactly this
-    collective (``Machine.measured``) comes first."""
+    collective (``Machine.measured``) comes first. ``memo``: the times already priced on this
+    ``machine`` (the caller's, one machine a memo), by collective, bytes, span, rule and ``cold``:
+    the time is a function of them alone."""
     dims = tuple(dims)
     if not dims or nbytes <= 0 or (within or strategy.group_size(dims)) == 1:
         return 0.0
     per_node, nodes = _group_span(strategy, dims, machine, within)
-    if nodes == 1:
-        got = machine.measured_s(collective, int(nbytes), per_node, cold)
-        if got is not None:
-            return got
-    return collective_s(collective, nbytes, per_node, nodes, machine, rule=rule, cold=cold)
+    key = (collective, nbytes, per_node, nodes, rule, cold)
+    if memo is not None and key in memo:
+        return memo[key]
+    got = machine.measured_s(collective, int(nbytes), per_node, cold) if nodes == 1 else None
+    if got is None:
+        got = collective_s(collective, nbytes, per_node, nodes, machine, rule=rule, cold=cold)
+    if memo is not None:
+        memo[key] = got
+    return got
 
 
 @lru_cache(maxsize=None)
@@ -161,10 +167,21 @@ def _elems(shape) -> int:
     return prod(shape)
 
 
+def shard_of(layer: Layer, strategy: Strategy, batch: int, memo: dict | None = None) -> LocalLayer:
+    """``local_layer``, kept in ``memo`` (:func:`group_time`'s) when given: a function of its arguments alone."""
+    if memo is None:
+        return local_layer(layer, strategy, batch)
+    key = ("local", layer, strategy, batch)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = local_layer(layer, strategy, batch)
+    return got
+
+
 def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machine,
                    compute: ComputeModel, algorithm: str = "", optimizer: Optimizer | str = "momentum",
                    rule: str = "mpi", consumers: int = 1, output_saved: bool = True, overlap=None,
-                   front: bool = False, micro_batches: int = 1) -> LayerEstimate:
+                   front: bool = False, micro_batches: int = 1, memo: dict | None = None) -> LayerEstimate:
     """Everything one layer costs under one strategy, per device (the straggler). ``consumers``:
     how many input slots read the layer's output (``networks.analysis.consumers``); each after the
     first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``). ``output_saved``:
@@ -174,15 +191,16 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     ``overlap``: which collectives hide under the passes (costmodel.comm.overlap; None: the machine's
     default); ``front``: the layer's gradients are in the bucket the backward makes last
     (``overlap.front_layers``). ``micro_batches``: how many a step runs (PyTorch FSDP's gradient
-    kernels, :func:`fsdp_prep_s`)."""
+    kernels, :func:`fsdp_prep_s`). ``memo``: collective times already priced on ``machine``
+    (:func:`group_time`), kept by a caller that prices many layers on one machine."""
     opt = as_optimizer(optimizer)
     algorithm = resolve_algorithm(layer, algorithm, machine)
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    local = local_layer(layer, strategy, batch)
+    local = shard_of(layer, strategy, batch, memo)
     kernel = kernel_algorithm(algorithm)
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
     comms = layer_comms(layer, strategy, local, machine, opt, rule, kernel,
-                        (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)))
+                        (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo)
     if is_recomputed(algorithm):
         comms += recomputed_comms(comms)
     grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
@@ -220,12 +238,13 @@ def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], it
 
 
 def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, opt: Optimizer,
-                rule: str, kernel: str, passes: tuple[float, float]) -> list[Comm]:
+                rule: str, kernel: str, passes: tuple[float, float], memo: dict | None = None) -> list[Comm]:
     """A layer's collectives under a strategy (docs/costmodel.md, "Per layer"): a split contraction's
     reductions (costmodel.comm.tensor), op-specific ones (statistics; an expert split's dispatch and
     combine, costmodel.comm.expert; attention's keys and values over a split sequence,
     costmodel.comm.context, whose ring hides under the core: ``passes``, the forward and
-    backward-data seconds), the weights' gradient sums (costmodel.comm.weight_sync)."""
+    backward-data seconds), the weights' gradient sums (costmodel.comm.weight_sync). ``memo``:
+    :func:`group_time`'s."""
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
     active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
     comms: list[Comm] = []
@@ -236,14 +255,15 @@ def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Ma
             return
         # partial sums, input gradients and statistics follow the layer's kernels (cold caches);
         # the executor makes the weight-gradient allreduces back to back (runtime.step)
-        secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync", within=within)
+        secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync", within=within,
+                          memo=memo)
         comms.append(Comm(purpose, phase, collective, int(nbytes), within or strategy.group_size(dims), secs))
 
     for args in (tensor_collectives(layer, strategy, local, itemsize) + _extra_collectives(active, local, strategy,
                                                                                           itemsize)
                  + expert_collectives(layer, strategy, local, itemsize)):
         add(*args)
-    comms += kv_comms(layer, strategy, local, machine, rule, kernel, passes)
+    comms += kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo)
     comms += [Comm(*c) for c in flex_exchanges(layer, strategy, local, itemsize, machine)]
     for args in weight_collectives(layer, active, dict(local.weight_shapes), itemsize, opt):
         add(*args)
@@ -254,12 +274,19 @@ def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Ma
 
 
 def kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
-             passes: tuple[float, float]) -> list[Comm]:
+             passes: tuple[float, float], memo: dict | None = None) -> list[Comm]:
     """The keys and values an attention layer over a split sequence exchanges
     (costmodel.comm.context), their ring hidden under the core's share of ``passes`` (the forward
-    and backward-data seconds of ``kernel``); none for any other layer or split."""
+    and backward-data seconds of ``kernel``); none for any other layer or split. ``memo``: as
+    :func:`group_time`'s (one machine a memo), these kept by all the other arguments."""
     if layer.op != "attention" or strategy.degree(H) == 1:
         return []
+    if memo is not None:
+        key = ("kv", layer, strategy, local, rule, kernel, passes)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = tuple(kv_comms(layer, strategy, local, machine, rule, kernel, passes))
+        return list(got)
     sram = machine.device.sram_bytes
     core = tuple(t * core_share(local, pass_, kernel, sram) for t, pass_ in zip(passes, ("fwd", "bwd_data")))
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
