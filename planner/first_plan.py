@@ -27,7 +27,7 @@ from costmodel.choices.optimizer import ZERO_STAGES
 from networks.errors import DnnplanError
 from planner.problem.build import Builder, build_with
 from planner.problem.priced_layers import PricedLayers
-from planner.problem.priced_once import priced_once
+from planner.problem.priced_once import PricedOnce, priced_once
 from planner.problem.solve import Infeasible, Settings, make_plan
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
                                      search_pipeline)
@@ -80,7 +80,8 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     with a device count)."""
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
     compute = priced_once(compute)  # each kernel priced once over the pairs and the ZeRO stages
-    settings = dataclasses.replace(settings, priced=PricedLayers())  # and each layer and collective
+    # and each layer and collective, where the kernels' times are fixed for the call (priced_once)
+    settings = dataclasses.replace(settings, priced=PricedLayers() if isinstance(compute, PricedOnce) else None)
 
     def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
         answer, note = fitting(lambda under: _at_stage(net, network_ref, batch, p, machine, compute, under, trial,

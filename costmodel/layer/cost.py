@@ -196,14 +196,11 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     opt = as_optimizer(optimizer)
     algorithm = resolve_algorithm(layer, algorithm, machine)
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    local = shard_of(layer, strategy, batch, memo)
-    kernel = kernel_algorithm(algorithm)
-    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
-    comms = layer_comms(layer, strategy, local, machine, opt, rule, kernel,
-                        (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo)
+    shard = _sharded(layer, strategy, batch, machine, compute, algorithm, rule, consumers, output_saved, memo)
+    local, kernel, fwd, bwd_data, bwd_weights, head, tail, grad_sum, acts, workspace, dispatch = shard
+    comms = head + _weight_comms(layer, strategy, local, machine, opt, rule, memo) + tail
     if is_recomputed(algorithm):
         comms += recomputed_comms(comms)
-    grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
     active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
     wshapes = dict(local.weight_shapes)
     replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
@@ -216,8 +213,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     fp8 = fp8_bytes(layer, fp8_elems)
     if fp8_params(layer):  # the weight is its FP8 copy, one byte (costmodel.choices.precision): no 16-bit one
         weights, fp8 = weights - fp8_elems * (itemsize - 1), fp8 - fp8_elems
-    memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch),
-                    compute.workspace_bytes(local, kernel), master=master,
+    memory = Memory(weights, grads, state, acts, workspace, master=master,
                     buffers=gradient_buffer_bytes(local) + gathered + fsdp_grad_copy(wshapes, itemsize, opt), fp8=fp8)
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
@@ -225,7 +221,31 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         update_s=_update_s(compute, wshapes, replicas, itemsize, opt),
         comms=tuple(comms), memory=memory,
         grad_sum_s=grad_sum, grad_prep_s=prep_bwd,
-        dispatch_s=dispatch_time(compute, local, kernel, consumers))
+        dispatch_s=dispatch)
+
+
+def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, compute: ComputeModel, algorithm: str,
+             rule: str, consumers: int, output_saved: bool, memo: dict | None) -> tuple:
+    """What :func:`layer_estimate` prices whatever the optimiser and its ZeRO stage: the shard, its
+    kernel, passes, collectives before and after the weights' own (:func:`_shard_comms`), gradient
+    sum, kept activations, workspace and dispatch; kept in ``memo`` (:func:`group_time`'s) when given,
+    by these arguments (the ZeRO stages of one planning call price the same shards)."""
+    key = ("shard", layer, strategy, batch, algorithm, rule, consumers, output_saved)
+    got = None if memo is None else memo.get(key)
+    if got is not None:
+        return got[:5] + (list(got[5]), list(got[6])) + got[7:]
+    local = shard_of(layer, strategy, batch, memo)
+    kernel = kernel_algorithm(algorithm)
+    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
+    head, tail = _shard_comms(layer, strategy, local, machine, rule, kernel,
+                              (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo)
+    grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
+    got = (local, kernel, fwd, bwd_data, bwd_weights, tuple(head), tuple(tail), grad_sum,
+           activation_bytes(local, strategy, output_saved, algorithm, batch), compute.workspace_bytes(local, kernel),
+           dispatch_time(compute, local, kernel, consumers))
+    if memo is not None:
+        memo[key] = got
+    return got[:5] + (list(got[5]), list(got[6])) + got[7:]
 
 
 def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], itemsize: int, opt: Optimizer) -> float:
@@ -245,32 +265,50 @@ def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Ma
     costmodel.comm.context, whose ring hides under the core: ``passes``, the forward and
     backward-data seconds), the weights' gradient sums (costmodel.comm.weight_sync). ``memo``:
     :func:`group_time`'s."""
-    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
-    comms: list[Comm] = []
+    head, tail = _shard_comms(layer, strategy, local, machine, rule, kernel, passes, memo)
+    return head + _weight_comms(layer, strategy, local, machine, opt, rule, memo) + tail
 
-    def add(purpose, phase, collective, nbytes, dims, within=0):
-        dims = tuple(dims)
+
+def _comms(strategy: Strategy, machine: Machine, rule: str, memo: dict | None, calls) -> list[Comm]:
+    """Each (purpose, phase, collective, bytes, dims[, within]) of ``calls`` with bytes to move over
+    a group of more than its own rank, priced (:func:`group_time`)."""
+    out = []
+    for purpose, phase, collective, nbytes, dims, *within in calls:
+        dims, within = tuple(dims), within[0] if within else 0
         if not dims or nbytes <= 0:
-            return
+            continue
         # partial sums, input gradients and statistics follow the layer's kernels (cold caches);
         # the executor makes the weight-gradient allreduces back to back (runtime.step)
         secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync", within=within,
                           memo=memo)
-        comms.append(Comm(purpose, phase, collective, int(nbytes), within or strategy.group_size(dims), secs))
+        out.append(Comm(purpose, phase, collective, int(nbytes), within or strategy.group_size(dims), secs))
+    return out
 
-    for args in (tensor_collectives(layer, strategy, local, itemsize) + _extra_collectives(active, local, strategy,
-                                                                                          itemsize)
-                 + expert_collectives(layer, strategy, local, itemsize)):
-        add(*args)
-    comms += kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo)
-    comms += [Comm(*c) for c in flex_exchanges(layer, strategy, local, itemsize, machine)]
-    for args in weight_collectives(layer, active, dict(local.weight_shapes), itemsize, opt):
-        add(*args)
-    for purpose, phase, collective, nbytes, dim, share in replica_sums(active, dict(strategy.degrees),
-                                                                       dict(local.weight_shapes), itemsize):
-        add(purpose, phase, collective, nbytes, (dim,), within=share)
-    return comms
+
+def _shard_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
+                 passes: tuple[float, float], memo: dict | None) -> tuple[list[Comm], list[Comm]]:
+    """:func:`layer_comms` but the weights' own (the optimiser's): those before them (the split's
+    reductions, statistics, expert and key/value exchanges) and those after (the sums of replicated
+    grouped weights)."""
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
+    head = _comms(strategy, machine, rule, memo, tensor_collectives(layer, strategy, local, itemsize)
+                  + _extra_collectives(active, local, strategy, itemsize)
+                  + expert_collectives(layer, strategy, local, itemsize))
+    head += kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo)
+    head += [Comm(*c) for c in flex_exchanges(layer, strategy, local, itemsize, machine)]
+    tail = _comms(strategy, machine, rule, memo,
+                  [(purpose, phase, collective, nbytes, (dim,), share) for purpose, phase, collective, nbytes, dim, share
+                   in replica_sums(active, dict(strategy.degrees), dict(local.weight_shapes), itemsize)])
+    return head, tail
+
+
+def _weight_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, opt: Optimizer, rule: str,
+                  memo: dict | None) -> list[Comm]:
+    """The weights' gradient sums, or ZeRO's reduce-scatters and gathers (costmodel.comm.weight_sync)."""
+    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
+    return _comms(strategy, machine, rule, memo, weight_collectives(layer, active, dict(local.weight_shapes),
+                                                                    DTYPE_BYTES.get(layer.dtype, 4), opt))
 
 
 def kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,

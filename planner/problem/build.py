@@ -121,8 +121,9 @@ class Builder:
                  rule: str = "mpi", max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES,
                  recompute: bool = False, overlap=None, priced: PricedLayers | None = None):
         self.batch, self.p, self.machine, self.compute = batch, p, machine, compute
-        #: what the planning call priced on this machine and compute model (shared by its builders); None: this one's own
-        self.priced = priced if priced is not None else PricedLayers()
+        #: what the planning call priced on this machine and compute model, shared by its builders
+        #: (planner.problem.priced_layers); None: everything priced afresh
+        self.priced = priced
         self.overlap = resolve_overlap(overlap, machine)  # costmodel.comm.overlap: None, the machine's default
         self.optimizer, self.rule = optimizer, rule
         self.max_model_degree, self.max_candidates = max_model_degree, max_candidates
@@ -149,19 +150,22 @@ class Builder:
         kept in ``priced`` under every argument it depends on, for the builders after this one.
         """
         key = (sig, strat, algos, consumers, saved, front, self.batch, self.optimizer, self.rule, self.overlap)
-        got = self.priced.estimates.get(key)
+        got = None if self.priced is None else self.priced.estimates.get(key)
         if got is not None:
             return got
+        memo = None if self.priced is None else self.priced.collectives
 
         def estimate(algorithm: str) -> LayerEstimate:
             return layer_estimate(sig, strat, self.batch, self.machine, self.compute, algorithm, self.optimizer,
-                                  self.rule, consumers, saved, self.overlap, front, memo=self.priced.collectives)
+                                  self.rule, consumers, saved, self.overlap, front, memo=memo)
 
         base = estimate(algos[0])
         ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a, self.machine, self.rule,
-                                         self.overlap, front, self.priced.collectives) for a in algos[1:]]
-        got = self.priced.estimates[key] = [(e.total_s, float(e.memory.persistent), float(e.memory.transient),
-                                             e.grad_sync_s + e.update_s, float(e.memory.activations)) for e in ests]
+                                         self.overlap, front, memo) for a in algos[1:]]
+        got = [(e.total_s, float(e.memory.persistent), float(e.memory.transient), e.grad_sync_s + e.update_s,
+                float(e.memory.activations)) for e in ests]
+        if self.priced is not None:
+            self.priced.estimates[key] = got
         return got
 
     def layout_id(self, layout: Layout) -> int:
