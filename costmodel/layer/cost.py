@@ -56,6 +56,11 @@ class Comm:
         """The time its messages hold the link (``seconds`` unless part of it is hidden)."""
         return self.seconds if self.link_s is None else self.link_s
 
+    def timed(self, seconds: float, link_s: float | None) -> "Comm":
+        """This collective with other times (``dataclasses.replace``'s answer, made directly: the
+        planner asks it for every candidate's every collective, costmodel.comm.overlap)."""
+        return Comm(self.purpose, self.phase, self.collective, self.nbytes, self.group, seconds, link_s)
+
 
 @dataclass(frozen=True)
 class Memory:
