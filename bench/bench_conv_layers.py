@@ -3,8 +3,9 @@
     PYTHONPATH=.:bench python bench/bench_conv_layers.py [--json]
 
 Two tables (docs/VALIDATION.md, "Convolutions layer by layer"), each from the per-layer prediction
-of a PyTorch step under ``--framework pytorch`` (the strict-fp32 row under the file with
-``float32_convolutions: float32``, as bench/bench_framework_steps.py predicts it):
+of a PyTorch step under ``--framework pytorch`` (each row under the file as it ran, as
+bench/bench_framework_steps.py predicts it: the strict-fp32 row with ``float32_convolutions:
+float32``, the channels-last rows with ``layout.convolutions: nhwc``):
 
 * the one CNN row with PyTorch's kernels timed (bench/assets/h100_torch_steps_kernels.json):
   its kernels summed by the layer kind that ran them (by kernel name) beside the predicted time of
@@ -25,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_framework_steps import (ASSETS, MACHINE, file_data, framework_of, measured_rows,  # noqa: E402
-                                  strict_fp32, written)  # (bench/ is not a package)
+from bench_framework_steps import (ASSETS, MACHINE, as_run, file_data, framework_of, measured_rows,  # noqa: E402
+                                  tag, written)  # (bench/ is not a package)
 from costmodel.choices.training import TrainingChoices  # noqa: E402
 from costmodel.frameworks.loading import load_framework  # noqa: E402
 from executor.session import predict as predicting  # noqa: E402
@@ -64,8 +65,7 @@ def kernel_kind(name: str) -> str:
 
 def layers(row: dict, folder: str):
     """(step seconds, {layer kind: seconds}) of ``row``'s prediction."""
-    data = file_data(framework_of(row))
-    path = written(strict_fp32(data) if row["precision"] == "fp32" else data, folder, row["precision"])
+    path = written(as_run(file_data(framework_of(row)), row), folder, tag(row))
     load_framework.cache_clear()
     choices = TrainingChoices.from_flags(precision=row["precision"], optimizer=row["optimizer"],
                                          framework=path, recompute="none")

@@ -10,7 +10,9 @@ attention unfused and ``flash`` for those with PyTorch's fused attention (``sdpa
 ran with TF32 off for convolutions too (bench/gpu/torch_steps.py sets
 ``torch.backends.cudnn.allow_tf32 = False``), not PyTorch's default: they are predicted under a
 copy of the shipped file that says so (``precision.float32_convolutions: float32``), passed by
-path as a user would.
+path as a user would; the rows that moved their model to channels last (layout ``channels_last``)
+likewise under a copy with ``layout.convolutions: nhwc`` (PyTorch's default, and the shipped
+file's, is NCHW).
 
 dnnplan's own GPU rows (bench/assets/gpu-validation.json: `dnnplan execute` on one H100, its plan
 from the GPU profile shipped in profiler/profiles) are predicted with that profile under
@@ -66,7 +68,8 @@ CALIBRATION = {
 FITTED = {
     "pytorch": ("kernels.attention.materialized.device", "kernels.attention.materialized.passes",
                 "kernels.attention.flash.device", "kernels.linear.device",
-                "unaligned_gemm", "kernels.default.device", "kernels.conv2d.device", "kernels.batchnorm2d.device",
+                "unaligned_gemm", "kernels.default.device", "kernels.conv2d.device", "kernels.conv2d.peak_fraction",
+                "layout.transposes", "kernels.batchnorm2d.device",
                 "host.op_s"),
     "pytorch-compile": ("kernels.linear.device",
                         "kernels.relu.device|kernels.add.device|kernels.dropout.device|kernels.gelu.device"),
@@ -107,6 +110,22 @@ def strict_fp32(data: dict) -> dict:
     return {**data, "precision": {**data.get("precision", {}), "float32_convolutions": "float32"}}
 
 
+def as_run(data: dict, row: dict) -> dict:
+    """The file as ``row`` ran: float32 convolutions off TF32 in the fp32 rows (:func:`strict_fp32`),
+    convolutions in channels last where the row moved its model there (its layout
+    ``channels_last``; PyTorch's default is NCHW)."""
+    if row["precision"] == "fp32":
+        data = strict_fp32(data)
+    if row["layout"].startswith("channels_last"):
+        data = {**data, "layout": {**data.get("layout", {}), "convolutions": "nhwc"}}
+    return data
+
+
+def tag(row: dict) -> str:
+    return "-".join(filter(None, ("fp32" if row["precision"] == "fp32" else "run",
+                                  "nhwc" if row["layout"].startswith("channels_last") else "")))
+
+
 def predict_row(row: dict, framework: str) -> dict:
     attention = "flash" if row["layout"].startswith("sdpa") else "materialized"
     is_gpt = row["network"].startswith("gpt")
@@ -127,8 +146,7 @@ def torch_rows(files: dict[str, dict], folder: str) -> list[dict]:
     out = []
     for row in measured_rows():
         fw = framework_of(row)
-        data = strict_fp32(files[fw]) if row["precision"] == "fp32" else files[fw]
-        path = written(data, folder, "fp32" if row["precision"] == "fp32" else "run")
+        path = written(as_run(files[fw], row), folder, tag(row))
         load_framework.cache_clear()
         measured = sum(row["runs_s"]) / len(row["runs_s"])
         got = predict_row(row, path)

@@ -101,8 +101,11 @@ def generation(row: dict) -> str:
 
 
 def fitting_rows(rows: list[dict], gen: str = "") -> list[dict]:
-    """The calibration rows of generation ``gen`` priced as they ran."""
-    return [r for r in rows if r["set"] == "calibration" and pm.kernels_as_run(r) and generation(r) == gen]
+    """The calibration rows of generation ``gen`` priced as they ran, less those the publisher filed
+    as its framework's regression (``regression``: a recipe or host fault, not the kernels' speed,
+    sets their step; they are still predicted and reported)."""
+    return [r for r in rows if r["set"] == "calibration" and pm.kernels_as_run(r) and generation(r) == gen
+            and not r.get("regression")]
 
 
 def calibration_data(rows: list[dict], micro: dict[str, dict], gen: str = "") -> list[tuple]:
@@ -176,7 +179,8 @@ def summary(results: list[dict], which: str) -> dict:
             if rs := [r for r in results if r["source"] == source and r["split"] == split]:
                 out[f"{source} | {split}"] = of(rs)
     for split in ("held-out", "calibration"):
-        out[f"all | {split}"] = of([r for r in results if r["split"] == split])
+        if rs := [r for r in results if r["split"] == split]:  # --rows may select one split only
+            out[f"all | {split}"] = of(rs)
     for split in ("held-out", "calibration"):
         if rs := [r for r in results if not r.get("generation") and r["split"] == split]:
             out[f"all h100-era | {split}"] = of(rs)

@@ -22,11 +22,13 @@ import sys
 import time
 from multiprocessing.reduction import ForkingPickler
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Sequence
 
 from lifecycle.jobs import LAUNCHER_ENV, launcher_env, watch_launcher
 from lifecycle.stops import STOP_SIGNALS
+from networks.writing import SystemFailure
 
 #: how long each worker's first task holds it, so that each is started by one (an idle worker
 #: would take the next, and the pool start no more) [s]
@@ -53,13 +55,13 @@ def start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
-def _started(launcher: dict) -> None:
+def worker_started(launcher: dict) -> None:
     """In each worker: Ctrl-C is the command's to answer; end when the command's process ends
     (its parent, the fork server, by the kernel's parent-death signal; the command itself watched,
     :func:`lifecycle.jobs.watch_launcher`)."""
     watch_launcher(launcher)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _hold(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a forked worker inherits them held
+    hold_signals(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a forked worker inherits them held
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     try:
@@ -68,9 +70,25 @@ def _started(launcher: dict) -> None:
         pass
 
 
-def _hold(how: int, signals):
+def hold_signals(how: int, signals):
     """``signal.pthread_sigmask`` where there is one (POSIX); the mask before."""
     return signal.pthread_sigmask(how, signals) if hasattr(signal, "pthread_sigmask") else set()
+
+
+def ended_how(exitcode: int | None) -> str:
+    """How a worker process ended, in words: ``was killed by signal 9 (SIGKILL: out of memory?)``
+    (the signal Linux's out-of-memory killer sends), ``was killed by signal 11 (SIGSEGV)``,
+    ``exited with status 3``."""
+    if exitcode is None:
+        return "ended, and the system does not say how"
+    if exitcode >= 0:
+        return f"exited with status {exitcode}"
+    sig = -exitcode
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = "an unnamed signal"
+    return f"was killed by signal {sig} ({name}{': out of memory?' if sig == signal.SIGKILL else ''})"
 
 
 def _ready(hold_s: float) -> float:
@@ -104,9 +122,9 @@ class ProcessPool:
                 context.set_forkserver_preload(list(self.preload))
             # every worker started before a stop signal is taken: one landing while a worker starts
             # would leave it half started (its traceback on stderr), the command's end would not see it
-            held = _hold(signal.SIG_BLOCK, STOP_SIGNALS)
+            held = hold_signals(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
-                self._pool = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_started,
+                self._pool = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=worker_started,
                                                  initargs=({LAUNCHER_ENV: launcher_env()[LAUNCHER_ENV]},))
                 atexit.register(self.close)
                 forked = context.get_start_method() == "fork"  # the first task forks them all at once
@@ -114,22 +132,37 @@ class ProcessPool:
                                for _ in range(1 if forked else self.jobs)]:
                     future.result()
             finally:
-                _hold(signal.SIG_SETMASK, held)
+                hold_signals(signal.SIG_SETMASK, held)
         return self._pool
 
     def unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        """``(i, fn(tasks[i]))`` as each finishes; closing the iterator cancels the tasks not started."""
+        """``(i, fn(tasks[i]))`` as each finishes; closing the iterator cancels the tasks not started.
+        A worker the system ends (the out-of-memory killer's SIGKILL, a crash) ends the workers and
+        raises :class:`networks.writing.SystemFailure`: one line saying how it ended."""
         pool = self._executor()
-        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
-        pending = set(futures)
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        pending: set = set()
         try:
+            futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+            pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in sorted(done, key=futures.get):
                     yield futures[future], future.result()
+        except BrokenProcessPool:
+            raise self._lost(workers) from None
         finally:
             for future in pending:
                 future.cancel()
+
+    def _lost(self, workers: list) -> SystemFailure:
+        """The error for a worker the system ended (the pool ends the others with SIGTERM), the
+        workers ended."""
+        self.close()
+        codes = [p.exitcode for p in workers if p.exitcode is not None]
+        code = next((c for c in codes if c != -signal.SIGTERM), codes[0] if codes else None)
+        return SystemFailure(f"a worker process of the search (--jobs) {ended_how(code)}",
+                             hint="plan again with fewer --jobs; --jobs 1 plans in this process alone")
 
     def close(self) -> None:
         """End the workers now (a task still running is not waited for)."""

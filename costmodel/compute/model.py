@@ -41,6 +41,11 @@ class ComputeModel(Protocol):
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int: ...
 
+    def kept_bytes(self, local: LocalLayer, algorithm: str) -> int:
+        """What the kernels keep for backward beyond the op catalogue's count (a framework's unfused
+        kernels: costmodel.frameworks.kernels); 0 for the cost model's own."""
+        ...
+
     def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
         """The executor's own time around a layer's passes in one step, outside every kernel and
         collective: the Python that runs between them, slower the more the kernels before it

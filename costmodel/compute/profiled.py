@@ -225,6 +225,9 @@ class ProfiledCompute:
                 return int(max(got))
         return self.fallback.workspace_bytes(local, algorithm)
 
+    def kept_bytes(self, local: LocalLayer, algorithm: str) -> int:
+        return 0  # the timed kernels are dnnplan's own, which keep what the op catalogue counts
+
     def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
         """The executor's own time around a layer's passes: :meth:`pass_dispatch_s` of each
         pass's bytes (:func:`costmodel.compute.dispatch.pass_bytes`), or the fallback's when the table

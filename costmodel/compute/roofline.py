@@ -62,6 +62,10 @@ class Roofline:
     tf32: bool = False
     name: str = "roofline"
     table: None = None  # a datasheet, not a profile
+    #: the fraction of the peak compute-bound kernels reach in place of the machine's class
+    #: efficiency (a framework's kernels: ``kernels.<op>.peak_fraction``,
+    #: costmodel.frameworks.kernels); None: the machine's
+    peak_fraction: float | None = None
 
     def peak(self, peak_key: str) -> float:
         """The device's FLOP/s for ``peak_key`` (its float32 peak when the datasheet has none)."""
@@ -70,7 +74,8 @@ class Roofline:
 
     def _time(self, flops: float, nbytes: float, peak_key: str = "float32", kind: str = "cuda_cores") -> float:
         dev = self.machine.device
-        return max(flops / (self.peak(peak_key) * dev.efficiency_of(kind)),
+        fraction = dev.efficiency_of(kind) if self.peak_fraction is None else self.peak_fraction
+        return max(flops / (self.peak(peak_key) * fraction),
                    nbytes / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory")))
 
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
@@ -134,6 +139,9 @@ class Roofline:
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return conv_workspace_bytes(local, algorithm)
+
+    def kept_bytes(self, local: LocalLayer, algorithm: str) -> int:
+        return 0  # the cost model's kernels keep what the op catalogue counts
 
     def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
         return 0.0  # a datasheet says nothing about the executor's own overhead

@@ -14,7 +14,12 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
   waits for the device (``sync_after``: a device-to-host copy the rest of the pass needs, as
   Megatron-Core's dropless token dispatch reads the tokens per expert) and the host's time per
   launch where it is not the file's (``launch_s``) and how many of a pass's launches are small
-  kernels that carry none of its device time (``small``); ``unaligned_gemm``: how much
+  kernels that carry none of its device time (``small``) and the fraction of the datasheet peak of
+  the layer's number format (tensor cores or CUDA cores) its compute-bound kernels reach, in place
+  of the machine's class efficiency (``peak_fraction``: cuDNN's convolutions reach about the same
+  fraction in every format, where the machine's classes were fixed by other kernels) and the
+  tensors its unfused kernels keep for backward beyond the cost model's count (``kept``: copies of
+  attention's float32 scores, or of another op's output); ``unaligned_gemm``: how much
   slower a GEMM runs when a matrix dimension is not a multiple of 8 (cuBLAS's ``align1`` kernels,
   which eager PyTorch runs; torch.compile pads the shape);
 * ``host``: the host's time per op (the Python, the dispatcher and autograd's bookkeeping of one
@@ -28,6 +33,13 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
 * ``precision``: what ``fp32`` means for convolutions and matmuls (PyTorch runs float32
   convolutions on TF32 tensor cores unless told otherwise: ``torch.backends.cudnn.allow_tf32``
   defaults to True);
+* ``layout``: the memory format of convolutions' tensors (``convolutions``: ``nchw``, PyTorch's
+  default contiguous format, or ``nhwc``, channels last). cuDNN's tensor-core kernels take NHWC,
+  so an NCHW convolution on the tensor cores transposes its operands in each pass (NVIDIA Deep
+  Learning Performance Documentation, "Convolutional Layers User's Guide", "Tensor Layouts In
+  Memory: NCHW vs NHWC"; PyTorch, "Channels Last Memory Format in PyTorch"): ``transposes`` says
+  how many read-and-write passes over the pass's input and output that makes (one: each operand
+  transposed once; costmodel.frameworks.kernels prices them at the machine's memory rate);
 * ``step``: how the step is composed: ``layers`` (each layer's passes in order, costmodel.step) or
   ``zero3`` (DeepSpeed's ZeRO-3 step, costmodel.frameworks.deepspeed).
 
@@ -52,6 +64,8 @@ BASES = ("measured", "fitted", "published", "assumed")
 STEPS = ("layers", "zero3")
 #: what fp32 may mean for a kind of kernel
 FLOAT32_MODES = ("float32", "tf32")
+#: the memory formats of convolutions' tensors (``layout.convolutions``)
+LAYOUTS = ("nchw", "nhwc")
 #: the overlaps a framework states an efficiency for (costmodel.comm.overlap's purposes)
 OVERLAPS = ("data", "tensor", "experts")
 #: the op kind whose entry prices every op the file does not name
@@ -91,6 +105,13 @@ class OpKernels:
     #: (the router's and the token dispatcher's bookkeeping: counts, splits, copies, a permutation);
     #: the pass's device time is spread over the others (costmodel.frameworks.host_calls)
     small: int = 0
+    #: the fraction of the datasheet peak of the layer's format (tensor or CUDA cores) its
+    #: compute-bound kernels reach, in place of the machine's class efficiency; None: the machine's
+    peak_fraction: float | None = None
+    #: copies of attention's float32 scores (another op: of its output) its kernels keep for
+    #: backward beyond the cost model's count (eager PyTorch's softmax output and dropout's mask and
+    #: output, each a tensor of its own; costmodel.frameworks.kernels)
+    kept: float = 0.0
 
     def launches(self, pass_: str) -> int:
         return self.fwd if pass_ == "fwd" else self.bwd
@@ -158,6 +179,10 @@ class Framework:
     memory: FrameworkMemory = FrameworkMemory()
     float32_convolutions: str = "float32"
     float32_matmuls: str = "float32"
+    #: the memory format of convolutions' tensors (:data:`LAYOUTS`; nhwc: no transposes)
+    convolution_layout: str = "nhwc"
+    #: read-and-write passes over an NCHW tensor-core convolution pass's input and output
+    convolution_transposes: Value = Value(1.0)
 
     def op(self, kind: str, algorithm: str = "") -> OpKernels:
         """The kernels of op kind ``kind`` under its kernel ``algorithm`` (``attention.flash``
@@ -172,7 +197,8 @@ class Framework:
     def prices_device(self) -> bool:
         """Whether the framework's kernels differ from the cost model's (some op's device factor,
         unaligned GEMMs, a precision default)."""
-        return (any(k.device != 1.0 or k.passes for _, k in self.kernels) or self.unaligned_gemm.value != 1.0
+        return (any(k.device != 1.0 or k.passes or k.kept or k.peak_fraction is not None for _, k in self.kernels)
+                or self.unaligned_gemm.value != 1.0 or self.convolution_layout != "nhwc"
                 or self.float32_convolutions != "float32" or self.float32_matmuls != "float32")
 
     @property
@@ -184,11 +210,12 @@ class Framework:
 
 # --- parsing (pure: a mapping in, a Framework out) ---------------------------------------------
 
-_TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap", "memory", "precision")
+_TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap", "memory", "precision", "layout")
 _HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches", "sync_each_pass")
 _MEMORY = ("context_bytes", "communicator_bytes", "allocator")
 _PRECISION = ("float32_convolutions", "float32_matmuls")
-_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small")
+_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small", "peak_fraction", "kept")
+_LAYOUT = ("convolutions", "transposes")
 _VALUE = ("value", "basis", "source")
 
 
@@ -283,7 +310,11 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
                                              _count(entry.get("sync_after", 0), f"kernels.{kind}.sync_after"),
                                              None if "launch_s" not in entry else
                                              num(entry["launch_s"], f"kernels.{kind}.launch_s", 0.0, 1.0).value,
-                                             _count(entry.get("small", 0), f"kernels.{kind}.small"))))
+                                             _count(entry.get("small", 0), f"kernels.{kind}.small"),
+                                             None if "peak_fraction" not in entry else
+                                             num(entry["peak_fraction"], f"kernels.{kind}.peak_fraction", 0.01,
+                                                 1.0).value,
+                                             num(entry.get("kept", 0.0), f"kernels.{kind}.kept", 0.0, 100).value)))
     host = _mapping(top.get("host"), "host", _HOST)
     graphs, each_pass = (_flag(host.get(k, False), f"host.{k}") for k in ("cuda_graphs", "sync_each_pass"))
     costs = HostCosts(*(num(host.get(k, 0.0), f"host.{k}", 0.0, 1.0) for k in ("op_s", "launch_s", "launch_gap_s")),
@@ -296,6 +327,7 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
                              num(mem.get("communicator_bytes", 0.0), "memory.communicator_bytes", 0.0, 1e12),
                              num(mem.get("allocator", 1.0), "memory.allocator", 1.0, 4.0))
     prec = _mapping(top.get("precision"), "precision", _PRECISION)
+    layout = _mapping(top.get("layout"), "layout", _LAYOUT)
     return Framework(
         name=_text(top["name"], "name"), about=_text(top["about"], "about"), source=source,
         step=_choice(top.get("step", "layers"), "step", STEPS), kernels=tuple(kernels),
@@ -303,4 +335,6 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
         overlap=overlap, memory=memory,
         float32_convolutions=_choice(prec.get("float32_convolutions", "float32"), "precision.float32_convolutions",
                                      FLOAT32_MODES),
-        float32_matmuls=_choice(prec.get("float32_matmuls", "float32"), "precision.float32_matmuls", FLOAT32_MODES))
+        float32_matmuls=_choice(prec.get("float32_matmuls", "float32"), "precision.float32_matmuls", FLOAT32_MODES),
+        convolution_layout=_choice(layout.get("convolutions", "nhwc"), "layout.convolutions", LAYOUTS),
+        convolution_transposes=num(layout.get("transposes", 1.0), "layout.transposes", 0.0, 10.0))

@@ -9,7 +9,10 @@ keeps the cost model's time: its arithmetic bounds it, and the kernels a framewo
 (casts) are small beside it. The extra passes over memory an unfused framework makes
 (``kernels.<op>.passes``: the scale, mask, softmax and dropout over attention's scores, in
 float32 under autocast) each read and write the scores, or the op's output, once at the machine's
-memory bandwidth, in every precision. And where the framework's defaults run float32 convolutions or matmuls on TF32 tensor
+memory bandwidth, in every precision. Where a file gives an op's ``peak_fraction``, its
+compute-bound kernels reach that fraction of the datasheet peak of their format (tensor cores or
+CUDA cores) in place of the machine's class efficiency; where its convolutions are NCHW (``layout.convolutions``), each
+pass on the tensor cores adds cuDNN's transposes of its input and output. And where the framework's defaults run float32 convolutions or matmuls on TF32 tensor
 cores (``precision``), those layers are priced at the TF32 peak on the datasheet (a profile table's
 kernels ran as they were timed). Everything else is the cost model's own.
 """
@@ -55,23 +58,47 @@ class FrameworkKernels:
     def table(self):
         return self.inner.table
 
-    def _model_for(self, local: LocalLayer) -> ComputeModel:
-        """The compute model of ``local``'s kernels: the TF32 datasheet where the framework runs
-        its float32 GEMMs there."""
+    def _model_for(self, local: LocalLayer, algorithm: str) -> ComputeModel:
+        """The compute model of ``local``'s kernels: the datasheet at the fraction of the peak the
+        framework's kernels for the op reach (``peak_fraction``), and on the TF32 peak where the
+        framework runs its float32 GEMMs there (a profile table's kernels ran as they were timed)."""
         fw, op = self.framework, local.layer.op
+        if not isinstance(self.inner, Roofline):
+            return self.inner
+        model = self.inner
         tf32 = (fw.float32_convolutions == "tf32" and op == "conv2d") or \
                (fw.float32_matmuls == "tf32" and op in MATMUL_OPS)
-        if tf32 and local.layer.dtype == "float32" and isinstance(self.inner, Roofline) and not self.inner.tf32:
-            return replace(self.inner, tf32=True)
-        return self.inner
+        if tf32 and local.layer.dtype == "float32" and not model.tf32:
+            model = replace(model, tf32=True)
+        fraction = fw.op(op, kernel_algorithm(algorithm)).peak_fraction
+        return model if fraction is None else replace(model, peak_fraction=fraction)
 
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
-        model = self._model_for(local)
+        model = self._model_for(local, algorithm)
         base = model.pass_s(local, pass_, algorithm)
-        if pass_ == "bwd_weights" or base == 0.0:
-            return base * self._factor(local, model, algorithm)
+        if base == 0.0:
+            return base
+        out = base * self._factor(local, model, algorithm) + self._transposes_s(local, model)
+        if pass_ == "bwd_weights":
+            return out
         ops = self.framework.op(local.layer.op, kernel_algorithm(algorithm))
-        return base * self._factor(local, model, algorithm) + ops.passes * self._pass_bytes_s(local, pass_, algorithm)
+        return out + ops.passes * self._pass_bytes_s(local, pass_, algorithm)
+
+    def _transposes_s(self, local: LocalLayer, model: ComputeModel) -> float:
+        """What an NCHW convolution on the tensor cores adds to each pass: cuDNN's tensor-core
+        kernels take NHWC, so the pass's input and output are transposed (NVIDIA Deep Learning
+        Performance Documentation, "Convolutional Layers User's Guide", "Tensor Layouts In Memory:
+        NCHW vs NHWC"): the file's ``layout.transposes`` read-and-write passes over them at the
+        machine's memory rate. Nothing in channels last (``nhwc``), nor on the CUDA cores, whose
+        kernels take NCHW as it is, nor from a profile table (its kernels ran as they were timed)."""
+        if (local.layer.op != "conv2d" or self.framework.convolution_layout != "nchw"
+                or not isinstance(model, Roofline) or matmul_peak(local.layer, model.tf32)[1] == "cuda_cores"):
+            return 0.0
+        item = DTYPE_BYTES.get(local.layer.dtype, 4)
+        nbytes = local.batch * (prod(local.in_shapes[0]) + prod(local.out_shape)) * item
+        dev = self.machine.device
+        return (self.framework.convolution_transposes.value * 2 * nbytes
+                / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory")))
 
     def _factor(self, local: LocalLayer, model: ComputeModel, algorithm: str) -> float:
         """The framework's device factor of ``local``'s kernels (module docstring)."""
@@ -85,14 +112,17 @@ class FrameworkKernels:
     def _pass_bytes_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
         """One extra read-and-write pass over attention's scores (float32) or the op's output, at
         the machine's memory bandwidth and efficiency."""
-        if local.layer.op == "attention":
-            cores = [c for c in kernel_calls(local, pass_, kernel_algorithm(algorithm) or "materialized")
-                     if c.kernel.startswith("attention.")]
-            nbytes = sum(prod(c.shape[:4]) for c in cores[:1]) * 4
-        else:
-            nbytes = local.batch * prod(local.out_shape) * DTYPE_BYTES.get(local.layer.dtype, 4)
         dev = self.machine.device
-        return 2 * nbytes / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory"))
+        return 2 * _scores_bytes(local, pass_, algorithm) / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory"))
+
+    def kept_bytes(self, local: LocalLayer, algorithm: str) -> int:
+        """The inner model's, and the framework's ``kernels.<op>.kept`` copies of attention's
+        float32 scores (another op: of its output) kept for backward: eager PyTorch's unfused
+        attention keeps its float32 softmax output and dropout's mask and output, each a tensor of
+        its own, where the cost model counts the probabilities once."""
+        kept = self.framework.op(local.layer.op, kernel_algorithm(algorithm)).kept
+        inner = self.inner.kept_bytes(local, algorithm)
+        return inner + int(kept * _scores_bytes(local, "fwd", algorithm)) if kept else inner
 
     def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
         return self.inner.update_s(weight_elems, itemsize, slots)
@@ -111,6 +141,15 @@ class FrameworkKernels:
         beyond their kernels (costmodel.frameworks.layer_host: what the planner weighs of the host;
         a step's prediction puts its host timeline in place of it)."""
         return self.inner.dispatch_s(local, algorithm, consumers) + layer_host_excess_s(local, self.framework, self)
+
+
+def _scores_bytes(local: LocalLayer, pass_: str, algorithm: str) -> int:
+    """Attention's scores in float32 (as autocast runs the softmax), another op's output."""
+    if local.layer.op == "attention":
+        cores = [c for c in kernel_calls(local, pass_, kernel_algorithm(algorithm) or "materialized")
+                 if c.kernel.startswith("attention.")]
+        return sum(prod(c.shape[:4]) for c in cores[:1]) * 4
+    return local.batch * prod(local.out_shape) * DTYPE_BYTES.get(local.layer.dtype, 4)
 
 
 def unaligned(local: LocalLayer) -> bool:

@@ -245,9 +245,10 @@ def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, com
     head, tail = _shard_comms(layer, strategy, local, machine, rule, kernel,
                               (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo)
     grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
-    got = (local, kernel, fwd, bwd_data, bwd_weights, tuple(head), tuple(tail), grad_sum,
-           activation_bytes(local, strategy, output_saved, algorithm, batch), compute.workspace_bytes(local, kernel),
-           dispatch_time(compute, local, kernel, consumers))
+    acts = activation_bytes(local, strategy, output_saved, algorithm, batch) + framework_kept_bytes(compute, local,
+                                                                                                    algorithm)
+    got = (local, kernel, fwd, bwd_data, bwd_weights, tuple(head), tuple(tail), grad_sum, acts,
+           compute.workspace_bytes(local, kernel), dispatch_time(compute, local, kernel, consumers))
     if memo is not None:
         memo[key] = got
     return got[:5] + (list(got[5]), list(got[6])) + got[7:]
@@ -374,6 +375,12 @@ def own_kept_bytes(local: LocalLayer, algorithm: str) -> int:
     if local.layer.op == "attention":
         return attention_kept_bytes(local, kernel_algorithm(algorithm))
     return local_cost(local).activation_bytes
+
+
+def framework_kept_bytes(compute: ComputeModel, local: LocalLayer, algorithm: str) -> int:
+    """What the compute model's kernels keep for backward beyond :func:`own_kept_bytes` (a
+    framework's unfused kernels: ``ComputeModel.kept_bytes``); nothing when the layer is recomputed."""
+    return 0 if is_recomputed(algorithm) else compute.kept_bytes(local, kernel_algorithm(algorithm))
 
 
 def activation_bytes(local, strategy: Strategy, output_saved: bool, algorithm: str = "", batch: int = 0) -> int:

@@ -26,7 +26,7 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> Non
     for r in rows:
         if r.get("error"):
             notes.append(f"{r['devices']} devices: {r['error']}")
-            t.add_row(str(r["devices"]), "[yellow]no plan[/yellow]", "", "", "", "", "", "", f"note {len(notes)}")
+            t.add_row(str(r["devices"]), _no_plan(r), "", "", "", "", "", "", f"note {len(notes)}")
             continue
         fits = r.get("data_fits", True)
         over = "" if fits else " [yellow]over memory[/yellow]"
@@ -61,7 +61,7 @@ def compare_table(rows: list[dict], network: str, batch: int, tokens: float | No
         if r.get("error"):
             if note not in notes:
                 notes.append(note)
-            t.add_row(escape(r["machine"]), str(r["devices"]), "[yellow]no plan[/yellow]",
+            t.add_row(escape(r["machine"]), str(r["devices"]), _no_plan(r),
                       *[""] * (len(cols) - 4), f"note {notes.index(note) + 1}")
             continue
         cells = [escape(r["machine"]), str(r["devices"]), fmt.seconds(r["step_s"]) + _gap(r), _rate(r)]
@@ -77,9 +77,15 @@ def compare_table(rows: list[dict], network: str, batch: int, tokens: float | No
     _notes(notes)
     cheapest = "cost" if priced else "device-hours" if tokens is not None else "device-time a step"
     console.print(f"fastest: the shortest step; cheapest: the least {cheapest}")
-    if notes and not any("pipeline" in r for r in rows) and not pipelines:
+    refused = any(r.get("error") and not r.get("lost") for r in rows)
+    if refused and not any("pipeline" in r for r in rows) and not pipelines:
         console.print("these points were planned without pipelining: --pipeline auto plans each as `dnnplan plan` "
                       "does, pipelined where nothing fits whole")
+
+
+def _no_plan(row: dict) -> str:
+    """A row without a plan's cell: failed (its worker process was lost), or no plan (refused)."""
+    return "[red]failed[/red]" if row.get("lost") else "[yellow]no plan[/yellow]"
 
 
 def _no_plan_notes(rows: list[dict]) -> list[str | None]:
@@ -113,6 +119,8 @@ def _no_plan_notes(rows: list[dict]) -> list[str | None]:
 def point_line(row: dict, done: int, total: int, rows: list[dict]) -> str:
     """One point as it finishes (stderr), with the fastest and the cheapest so far."""
     head = f"planned {done} of {total}: {row['machine']} x {row['devices']}: "
+    if row.get("lost"):
+        return head + "failed: " + row["error"]
     if row.get("error"):
         return head + "no plan (" + row["error"].split(";")[0].split(" (")[0] + ")"
     text = head + f"{fmt.seconds(row['step_s'])} a step"

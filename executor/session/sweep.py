@@ -9,7 +9,9 @@ goes to the larger counts; planner.sweep.point), each within its own bound: the 
 given (``--time-limit``), or its share of what is left of the sweep's whole bound
 (planner.sweep.point_seconds). With ``jobs`` above 1 the points are planned in that many forked
 worker processes, each point's share of what is left set when a worker takes it; this parallelism
-is the sweep's own, over its points, apart from any inside the planner's search of one point.
+is the sweep's own, over its points, apart from any inside the planner's search of one point. A
+worker the system ends while it plans a point (the out-of-memory killer, a crash) makes that point's
+row say so (lifecycle.forked_workers); the other points are planned.
 
 Ctrl-C: the point being planned stops (its budget shares the caller's stop request), the workers
 are ended, ``KeyboardInterrupt`` reaches the caller, and the rows made so far are what it keeps.
@@ -18,17 +20,15 @@ are ended, ``KeyboardInterrupt`` reaches the caller, and the rows made so far ar
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import queue
-import signal
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from costmodel.choices.training import TrainingChoices
 from costmodel.step.train_time import tokens_per_step
 from executor.session import plan as planning
 from executor.session.plan import PlanRequest, settings_for
+from lifecycle.forked_workers import Lost, each_forked
 from networks.errors import DnnplanError
 from planner.problem.full_profile import refreshed
 from planner.problem.solve import strategy_mix
@@ -83,17 +83,20 @@ def contexts(request: SweepRequest) -> dict[str, Context]:
     return out
 
 
-def run(request: SweepRequest, ctxs: dict[str, Context], budget: Budget, on_row: Callable[[dict], None]) -> None:
-    """Plan every point (module docstring), calling ``on_row`` with each row as it is made."""
+def run(request: SweepRequest, ctxs: dict[str, Context], budget: Budget, on_row: Callable[[dict], None],
+        plan: Callable[..., dict] | None = None) -> None:
+    """Plan every point (module docstring), calling ``on_row`` with each row as it is made; ``plan``
+    plans one point (:func:`plan_point`, or a test's stand-in)."""
+    plan = plan or plan_point
     points = [(m, p) for p in request.counts for m in request.machines]
     if request.jobs > 1 and len(points) > 1:
-        _in_workers(request, ctxs, points, on_row)
+        _in_workers(request, ctxs, points, on_row, plan)
         return
     start = time.perf_counter()
     for k, (name, p) in enumerate(points):
         seconds = request.point_s if request.point_s is not None else point_seconds(
             request.total_s - (time.perf_counter() - start), len(points) - k, 1, request.most_s)
-        on_row(plan_point(request, ctxs[name], name, p, budget.renewed(seconds)))
+        on_row(plan(request, ctxs[name], name, p, budget.renewed(seconds)))
 
 
 def plan_point(request: SweepRequest, ctx: Context, name: str, devices: int, budget: Budget) -> dict:
@@ -154,51 +157,34 @@ def ordered(request: SweepRequest, rows: list[dict]) -> list[dict]:
 # --- points in worker processes ------------------------------------------------------------------
 
 def _in_workers(request: SweepRequest, ctxs: dict[str, Context], points: list[tuple[str, int]],
-                on_row: Callable[[dict], None]) -> None:
+                on_row: Callable[[dict], None], plan: Callable[..., dict]) -> None:
     """The points planned in ``request.jobs`` forked processes, ``jobs`` at a time, each handed out
     with its share of what is left of the sweep's bound as a worker frees (rows arrive as points
-    finish, in any order)."""
+    finish, in any order). A point whose worker the system ends (out of memory, a crash) is a row
+    saying so (``"lost": true``), and the other points are planned."""
     jobs = min(request.jobs, len(points))
-    start, todo, done = time.perf_counter(), list(reversed(points)), queue.SimpleQueue()
-    # forked, each worker holds the request and the contexts as they are here (nothing pickled but
-    # the points and the rows)
-    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_start_worker,
-                                                    initargs=(dataclasses.replace(request, jobs=1), ctxs))
+    start, todo = time.perf_counter(), list(reversed(points))
+    one = dataclasses.replace(request, jobs=1)  # forked, each worker holds it and the contexts as they are here
 
-    def hand_out() -> None:
-        name, p = todo.pop()
-        seconds = request.point_s if request.point_s is not None else point_seconds(
-            request.total_s - (time.perf_counter() - start), len(todo) + 1, jobs, request.most_s)
-        pool.apply_async(_worker, ((name, p, seconds),), callback=done.put, error_callback=done.put)
+    def tasks() -> Iterator[tuple[str, int, float]]:
+        while todo:
+            name, p = todo.pop()
+            seconds = request.point_s if request.point_s is not None else point_seconds(
+                request.total_s - (time.perf_counter() - start), len(todo) + 1, jobs, request.most_s)
+            yield name, p, seconds
 
+    def planned(task: tuple[str, int, float]) -> dict:
+        name, p, seconds = task
+        return plan(one, ctxs[name], name, p, Budget(seconds))
+
+    answers = each_forked(planned, tasks(), jobs)
     try:
-        for _ in range(jobs):
-            hand_out()
-        for _ in points:
-            got = done.get()
-            if isinstance(got, BaseException):
-                raise got
-            if todo:
-                hand_out()
-            on_row(got)
-        pool.close()
-    except BaseException:  # Ctrl-C (KeyboardInterrupt), a failed write: the workers end with the sweep
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
+        for (name, p, _), got in answers:
+            on_row(_lost_row(name, p, got.how) if isinstance(got, Lost) else got)
+    finally:  # Ctrl-C, a failed write: the workers end with the sweep
+        answers.close()
 
 
-_WORKER: dict = {}  # in a worker process only: the sweep it plans points of (_start_worker)
-
-
-def _start_worker(request: SweepRequest, ctxs: dict[str, Context]) -> None:
-    """A worker keeps the sweep's request and contexts, and leaves Ctrl-C to the sweep, which ends
-    it (a terminal sends Ctrl-C to the whole process group)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _WORKER.update(request=request, ctxs=ctxs)
-
-
-def _worker(task: tuple[str, int, float]) -> dict:
-    name, p, seconds = task
-    return plan_point(_WORKER["request"], _WORKER["ctxs"][name], name, p, Budget(seconds))
+def _lost_row(name: str, devices: int, how: str) -> dict:
+    """The row of a point whose worker ended before it answered."""
+    return {"machine": name, "devices": devices, "error": f"its worker process {how}", "lost": True}

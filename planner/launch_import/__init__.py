@@ -31,8 +31,10 @@ The contract, for a reader of one more format:
 
 Modules: :mod:`launch_config` (the configuration read), :mod:`formats` (which reader a file takes),
 :mod:`shell_words` (a launch script's command words: continuations, comments, variables, arrays),
-:mod:`megatron` (Megatron-LM's arguments; its options in :mod:`megatron_options`), :mod:`torchtitan`
-(torchtitan's job TOML), :mod:`deepspeed` (DeepSpeed's JSON),
+:mod:`megatron` (Megatron-LM's arguments; parsed in :mod:`megatron_args`, named in
+:mod:`megatron_options`), :mod:`torchtitan`
+(torchtitan's job TOML), :mod:`deepspeed` (DeepSpeed's JSON), :mod:`value_kinds` (the kinds of
+value their keys take, a wrong one refused in one line),
 :mod:`trained_network` (the network a configuration trains, and its shape checked), :mod:`to_plan`
 (the configuration as a plan).
 """

@@ -36,6 +36,7 @@ from costmodel.choices.training import TrainingChoices
 from networks.errors import DnnplanError, did_you_mean, short
 from planner.export.deepspeed import GRAD_BYTES
 from planner.launch_import.launch_config import Ignored, LaunchConfig
+from planner.launch_import.value_kinds import BOOL, typed, whole_at_least
 
 #: the keys read, by section ("" the top level)
 READ = {
@@ -121,16 +122,12 @@ class Config:
         return value
 
     def integer(self, where: str, value: Any, least: int = 1) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < least:
-            raise self.refuse(where, f"takes an integer of at least {least}, got {short(value)}",
-                              hint=AUTO if value == "auto" else f"write \"{where.split('.')[-1]}\": N")
-        return int(value)
+        hint = AUTO if value == "auto" else f"write \"{where.split('.')[-1]}\": N"
+        return int(typed(value, whole_at_least(least), lambda message: self.refuse(where, message, hint=hint)))
 
     def flag(self, where: str, value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise self.refuse(where, f"takes true or false, got {short(value)}",
-                              hint=AUTO if value == "auto" else "write true or false")
-        return value
+        hint = AUTO if value == "auto" else "write true or false"
+        return typed(value, BOOL, lambda message: self.refuse(where, message, hint=hint))
 
 
 def read(text: str, path: str) -> LaunchConfig:

@@ -1,15 +1,11 @@
 """Megatron-LM's arguments read back (pure): :func:`read`, the reader of :mod:`planner.launch_import`.
 
 The file is a launch script (``torchrun ... pretrain_gpt.py --flag value ...``, variables and
-arrays as :mod:`planner.launch_import.shell_words` reads them) or the arguments alone. Every option
-is named as Megatron-LM's parser names it at NVIDIA/Megatron-LM
-d98e8a64ddf34856e74b24714e3bedb2f5a39553 (Megatron-Core 0.20.0), the release
-:mod:`planner.export.megatron` writes for: ``megatron/training/arguments.py`` (its own
-``add_argument`` calls, ``allow_abbrev=False``: no abbreviations) and the dataclass fields it adds
-through ``ArgumentGroupFactory`` (``megatron/training/argument_utils.py``; ``TransformerConfig``,
-``ModelParallelConfig``, ``TrainingConfig``, ``CheckpointConfig``, ``LoggerConfig``,
-``SchedulerConfig``, ...). Each option is read (:data:`READ`), listed as ignored with the reason
-(:data:`IGNORED`: it does not change the step dnnplan prices), or refused as unknown.
+arrays as :mod:`planner.launch_import.shell_words` reads them) or the arguments alone, whose options
+:mod:`planner.launch_import.megatron_args` parses as Megatron-LM's parser names them (NVIDIA/Megatron-LM
+d98e8a64ddf34856e74b24714e3bedb2f5a39553, Megatron-Core 0.20.0, the release
+:mod:`planner.export.megatron` writes for). This module reads the configuration they describe: the
+world size, the model's shape, the layout and its recomputation, and the training choices.
 
 What Megatron-LM's defaults and checks say, read in the same source, is kept: a missing
 ``--global-batch-size`` is one micro-batch a data-parallel rank (``validate_args``); no
@@ -38,11 +34,11 @@ import re
 from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH
 from costmodel.choices.training import TrainingChoices
 from costmodel.step.pipeline import INTERLEAVED
-from networks.errors import DnnplanError, did_you_mean, short
+from networks.errors import short
 from networks.ops.base import MAX_INT
 from planner.export.megatron_model import GptShape
 from planner.launch_import.launch_config import Ignored, LaunchConfig
-from planner.launch_import.megatron_options import CHOICES, FLAG, FLOAT, INT, READ, REASON_OF, WORDS
+from planner.launch_import.megatron_args import Args, given, parse, positive
 from planner.launch_import.shell_words import LaunchCommand, Word, launch_command
 
 #: torchrun's world-size options, read in pytorch/pytorch torch/distributed/run.py at commit
@@ -55,27 +51,6 @@ OPTIMIZERS = ("adam", "sgd")
 #: Megatron-FSDP's sharding strategies as ZeRO stages
 FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 ROTARY_POSITIONS = ("rope", "yarn", "mrope")
-HINT = "see docs/export.md, \"Importing a launch configuration\", for the options dnnplan reads"
-
-
-class Args:
-    """The options a command gives, each value converted and checked, with the word it came from."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.values: dict[str, object] = {}
-        self.words: dict[str, Word] = {}
-        self.ignored: dict[str, str] = {}
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.values
-
-    def get(self, name: str, default=None):
-        return self.values.get(name, default)
-
-    def refuse(self, name: str, message: str, hint: str | None = None) -> DnnplanError:
-        word = self.words.get(name)
-        return DnnplanError(f"{name}: {message}", file=self.path, line=word.line if word else None, hint=hint)
 
 
 def read(text: str, path: str) -> LaunchConfig:
@@ -106,99 +81,6 @@ def read(text: str, path: str) -> LaunchConfig:
         expert_tensor=given(args, "--expert-tensor-parallel-size"), sequence_parallel=sequence_parallel,
         stages=layout[0], chunks=chunks, chunk_layers=layout[2], schedule=INTERLEAVED if chunks > 1 else "1f1b",
         recompute=recompute, recompute_layers=recompute_layers, choices=choices, ignored=ignored)
-
-
-def parse(words: tuple[Word, ...], path: str) -> Args:
-    """The options of ``words``: each known option's value converted (one line for an unknown option,
-    a missing or bad value, a variable the file does not set where the value matters, or an option
-    given twice with different values)."""
-    args = Args(path)
-    i = 0
-    while i < len(words):
-        word = words[i]
-        name, eq, inline = word.text.partition("=")
-        if not name.startswith("--"):
-            raise DnnplanError(f"{short(word.text)}: a value without an option before it", file=path, line=word.line,
-                               hint="every argument is --option [value ...]")
-        i += 1
-        if name in REASON_OF:
-            while i < len(words) and not words[i].text.startswith("--"):
-                i += 1
-            args.ignored[name] = REASON_OF[name]
-            continue
-        kind = READ.get(name)
-        if kind is None:
-            near = did_you_mean(name, list(READ) + list(REASON_OF))
-            raise DnnplanError(f"unknown option {short(name)}: not an option dnnplan reads of Megatron-LM's "
-                               "pretrain_gpt.py (it may change what runs)", file=path, line=word.line,
-                               hint=f"did you mean {near}?" if near else f"remove it to predict without it; {HINT}")
-        args.words[name] = word
-        values: list[Word]
-        if kind == FLAG:
-            if eq:
-                raise args.refuse(name, "takes no value", hint=f"write {name} alone")
-            value: object = True
-        else:
-            if eq:
-                values = [Word(inline, word.line, word.unresolved)]
-            else:
-                values = []
-                while i < len(words) and not words[i].text.startswith("--") and (kind == WORDS or not values):
-                    values.append(words[i])
-                    i += 1
-            if not values or values[0].text == "":
-                raise args.refuse(name, f"needs a value ({kind})", hint=f"write {name} VALUE")
-            value = convert(args, name, kind, values)
-        if name in args.values and args.values[name] != value:
-            raise args.refuse(name, f"given twice, as {short(args.values[name])} and {short(value)}",
-                              hint="give it once")
-        args.values[name] = value
-    return args
-
-
-def convert(args: Args, name: str, kind: str, values: list[Word]) -> object:
-    """An option's value as its kind reads it, checked against its choices (one line for a bad one)."""
-    for word in values:
-        if word.unresolved:
-            raise args.refuse(name, f"its value {short(word.text)} uses {word.unresolved}, which the file does "
-                                    "not set", hint="set it in the file (NAME=value), or write the value")
-    text = values[0].text
-    if kind == WORDS:
-        return tuple(w.text for w in values)
-    if kind == INT:
-        if not re.fullmatch(r"[+-]?[0-9]{1,12}", text) or not -MAX_INT <= int(text) <= MAX_INT:
-            raise args.refuse(name, f"takes an integer, got {short(text)}", hint=f"write {name} N")
-        return int(text)
-    if kind == FLOAT:
-        try:
-            number = float(text)
-        except ValueError:
-            number = float("nan")
-        if not -1e9 < number < 1e9:
-            raise args.refuse(name, f"takes a number, got {short(text)}", hint=f"write {name} X")
-        return number
-    choices = CHOICES.get(name)
-    if choices and text not in choices:
-        raise args.refuse(name, f"unknown value {short(text)}", hint=f"Megatron-LM takes {', '.join(choices)}")
-    return text
-
-
-def positive(args: Args, name: str, required: bool = False) -> int:
-    """An integer option of at least 1 (Megatron-LM's size options default to 1)."""
-    if name not in args:
-        if required:
-            raise DnnplanError(f"{name} is missing: Megatron-LM requires it", file=args.path, hint=f"add {name} N")
-        return 1
-    value = args.get(name)
-    if value < 1:
-        raise args.refuse(name, f"must be at least 1, got {value}", hint=f"write {name} N, N >= 1")
-    return value
-
-
-def given(args: Args, name: str) -> int | None:
-    """An integer option of at least 1 where it is given, else None."""
-    return positive(args, name) if name in args else None
-
 
 def world_size(command: LaunchCommand, path: str) -> tuple[int | None, str]:
     """The devices torchrun's ``--nnodes`` x ``--nproc-per-node`` give (None where the file does not

@@ -1,4 +1,4 @@
-"""Megatron-LM's options as :mod:`planner.launch_import.megatron` reads them (pure facts): those read
+"""Megatron-LM's options as :mod:`planner.launch_import.megatron_args` parses them (pure facts): those read
 and the kind of value each takes, the values a text option takes, and those ignored with the reason.
 
 Every name is Megatron-LM's at NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553

@@ -49,9 +49,8 @@ from networks.errors import DnnplanError, did_you_mean, short
 from networks.loader import zoo_names
 from planner.export.torchtitan import COMM_BACKENDS, FLAVORS, FLOAT8_CONVERTER, SCHEDULES
 from planner.launch_import.launch_config import Ignored, LaunchConfig
+from planner.launch_import.value_kinds import BOOL, INT, PARTS, STR, STRS, typed
 
-INT, STR, BOOL = "an integer", "a string", "true or false"
-STRS, PARTS = "a list of strings", "a list of lists of strings"
 #: the keys read, by section, with the kind of value each takes
 READ = {
     "model": {"name": STR, "flavor": STR, "converters": STRS},
@@ -142,14 +141,10 @@ class Toml:
         """A key read (its kind checked), or torchtitan's default when the file leaves it out."""
         value = self.sections.get(section, {}).get(key, DEFAULTS.get(key))
         kind = READ[section][key]
-        ok = {INT: lambda v: isinstance(v, int) and not isinstance(v, bool), STR: lambda v: isinstance(v, str),
-              BOOL: lambda v: isinstance(v, bool),
-              STRS: lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
-              PARTS: lambda v: isinstance(v, list) and all(isinstance(p, list) and all(isinstance(s, str) for s in p)
-                                                           for p in v)}[kind]
-        if value is not None and not ok(value):
-            raise self.refuse(section, key, f"takes {kind}, got {short(value)}", hint=f"write {key} = <{kind}>")
-        return value
+        if value is None:
+            return None
+        hint = f"write {key} = <{kind.name}>"
+        return typed(value, kind, lambda message: self.refuse(section, key, message, hint=hint))
 
     def degree(self, key: str, least: int = 1) -> int:
         value = self.get("parallelism", key)

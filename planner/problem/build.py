@@ -31,7 +31,8 @@ from costmodel.parallel.axes import H
 from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from costmodel.compute.model import ComputeModel
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
-from costmodel.layer.cost import LayerEstimate, kv_comms, layer_estimate, own_kept_bytes, passes_s, shard_of
+from costmodel.layer.cost import (LayerEstimate, framework_kept_bytes, kv_comms, layer_estimate, own_kept_bytes,
+                                  passes_s, shard_of)
 from costmodel.parallel.shard import input_layout, output_layout, weight_layouts
 from costmodel.parallel.layout import Layout
 from costmodel.machine.model import Machine
@@ -61,7 +62,8 @@ def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: i
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
     kept = base.memory.activations
     if layer.op == "attention" or is_recomputed(algorithm) != is_recomputed(base.algorithm):
-        kept += own_kept_bytes(local, algorithm) - own_kept_bytes(local, base.algorithm)
+        kept += (own_kept_bytes(local, algorithm) + framework_kept_bytes(compute, local, algorithm)
+                 - own_kept_bytes(local, base.algorithm) - framework_kept_bytes(compute, local, base.algorithm))
     kernel = kernel_algorithm(algorithm)
     comms = base.comms
     if not derivable(layer, strat):  # the ring of keys and values hides under this algorithm's core

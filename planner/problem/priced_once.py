@@ -21,7 +21,7 @@ from __future__ import annotations
 from costmodel.compute.model import ComputeModel, OnDemand
 
 #: the compute model's answers remembered: each is a function of its arguments alone
-REMEMBERED = ("pass_s", "update_s", "copy_s", "call_s", "workspace_bytes", "dispatch_s")
+REMEMBERED = ("pass_s", "update_s", "copy_s", "call_s", "workspace_bytes", "kept_bytes", "dispatch_s")
 
 
 class PricedOnce:

@@ -14,6 +14,7 @@ the gap between the best assignment found and the best bound (0: proved optimal)
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -80,6 +81,7 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
     best_choice, best_cost = tuple(least), evaluate(problem, least)[0]
     bound, bound_lam = free_objective, 0.0
     lo, hi = 0.0, max(free_objective, 1e-30) / max(need, 1.0)
+    floor = sum(float(m.min()) for m in problem.node_memory)
 
     def probe(lam: float) -> bool:
         nonlocal best_choice, best_cost, bound, bound_lam
@@ -93,11 +95,13 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
             if cost < best_cost:
                 best_choice, best_cost = choice, cost
             return True
+        if sum(float(m[c]) for m, c in zip(problem.node_memory, choice)) <= floor * (1 + 1e-12):
+            raise _Saturated  # the least summed memory already: a larger multiplier picks the same
         return False
 
     try:
         _bisect(probe, lo, hi, hint, rounds, lambda: best_cost - bound <= rtol * best_cost)
-    except _Stopped:
+    except (_Stopped, _Saturated):
         pass
     return Relaxation(tuple(best_choice), best_cost, bound, bound_lam)
 
@@ -106,17 +110,27 @@ class _Stopped(Exception):
     """The bisection's ``stop()`` said to end it (relax)."""
 
 
+class _Saturated(Exception):
+    """A probe that does not fit already took the least summed memory of every node: its
+    workspace is what does not fit, which no multiplier prices, so no larger one fits (relax)."""
+
+
 def _bisect(probe, lo: float, hi: float, hint: float | None, rounds: int, close) -> None:
     """Bracket the multiplier (from ``hint``, else growing ``hi`` by fours), then bisect it until
     ``close()`` (proven close enough) or the multiplier is pinned down (what is left is the
     duality gap)."""
     if hint:
-        lo, hi = _bracket(probe, hint, rounds)
+        bracket = _bracket(probe, hint, rounds)
+        if bracket is None:
+            return
+        lo, hi = bracket
     else:
         for _ in range(rounds):
             if probe(hi):
                 break
             lo, hi = hi, hi * 4
+        else:
+            return  # no multiplier tried fits: nothing to bisect
     for _ in range(rounds):
         if close() or hi - lo <= LAM_RTOL * hi:
             break
@@ -127,8 +141,9 @@ def _bisect(probe, lo: float, hi: float, hint: float | None, rounds: int, close)
             lo = lam
 
 
-def _bracket(probe, hint: float, rounds: int) -> tuple[float, float]:
-    """(lo, hi) with ``probe(hi)`` fitting and ``probe(lo)`` not (or ``lo`` 0), grown out from ``hint``."""
+def _bracket(probe, hint: float, rounds: int) -> tuple[float, float] | None:
+    """(lo, hi) with ``probe(hi)`` fitting and ``probe(lo)`` not (or ``lo`` 0), grown out from
+    ``hint``; None when no multiplier tried fits (the growth ends before it overflows)."""
     factor = 1.02
     if probe(hint):
         hi, lo = hint, hint / factor
@@ -141,10 +156,12 @@ def _bracket(probe, hint: float, rounds: int) -> tuple[float, float]:
     lo, hi = hint, hint * factor
     for _ in range(rounds):
         if probe(hi):
-            break
+            return lo, hi
         lo, factor = hi, factor * factor
         hi = lo * factor
-    return lo, hi
+        if not math.isfinite(hi):
+            break
+    return None
 
 
 def _priced_problem(problem: Problem, lam: float) -> Problem:

@@ -377,3 +377,44 @@ def test_the_blackwell_set_fits_only_the_classes_its_rows_identify():
     fitted = fit_efficiencies(data, start, classes=bench.GENERATION_CLASSES)
     assert {k: fitted[k] for k in ("cuda_cores", "tensor_tf32")} == {k: start[k] for k in ("cuda_cores", "tensor_tf32")}
     assert fitted["tensor_16bit"] != start["tensor_16bit"]  # the shipped H100 fraction is not Blackwell's
+
+
+def test_the_b200_gpt_oss_row_of_25_11_runs_its_recipes_expert_split_across_nodes():
+    """NeMo 25.11's DGX-B200 GPT-OSS table prints EP 8, but its recipe (Megatron-Bridge v0.2.0,
+    GPT_OSS_120B_B200_BF16_BASE_CONFIG) ran EP 64: the row runs EP 64 and says what was printed; its
+    experts' all-to-alls then span the eight nodes, so the step is slower than at EP 8 inside one."""
+    row = ROWS["nemo2511-b200-gpt-oss-120b-64gpu-bf16"]
+    assert pm.layout(row)["expert"] == 64 and row["as_published"] == {"expert": 8}
+    printed = {**row, "config": {**row["config"], "expert": 8}}
+    assert pm.predict_row(row).step_s > 1.2 * pm.predict_row(printed).step_s
+
+
+def test_blackwell_qwen3_30b_recipes_of_26_04_01_run_the_flex_dispatcher():
+    """Megatron-Bridge v0.4.2's Qwen3-30B-A3B B200 and GB200 presets name HybridEP, which
+    apply_flex_dispatcher_backend keeps on compute capability 10: both rows run the flex dispatcher;
+    the B200 Qwen3-235B recipe sets alltoall and stays on it."""
+    for name in ("nemo260401-b200-qwen3-30b-a3b-8gpu-fp8-mx", "nemo260401-gb200-qwen3-30b-a3b-8gpu-fp8-mx"):
+        assert moe_dispatch_of(pm.network_of(ROWS[name])) == "flex"
+    assert moe_dispatch_of(pm.network_of(ROWS["nemo260401-b200-qwen3-235b-a22b-256gpu-fp8-mx"])) == "alltoall"
+
+
+def test_a_row_filed_as_a_regression_calibrates_nothing():
+    """A calibration row the publisher filed as its framework's regression is predicted and
+    reported, but no efficiency is fitted to it."""
+    bench = _bench()
+    rows = pm.load_rows()
+    row = ROWS["nemo2511-b200-qwen3-235b-a22b-64gpu-fp8-mx"]
+    assert row["set"] == "calibration" and row["regression"]
+    assert row["name"] not in {r["name"] for r in bench.fitting_rows(rows, "blackwell")}
+    assert bench.fitting_rows(rows, "blackwell")
+
+
+def test_a_summary_of_one_split_has_no_empty_lines():
+    """--rows may pick rows of one split only: the summary lists that split, never an empty one."""
+    bench = _bench()
+    got = {"error": 0.1}
+    results = [{"source": "s", "split": "held-out", "generation": "", "moe": False, "regression": "",
+                "shipped": got, "calibrated": got}]
+    out = bench.summary(results, "calibrated")
+    assert out["all | held-out"]["rows"] == 1
+    assert not any(k.endswith("calibration") for k in out)

@@ -32,6 +32,8 @@ def test_every_shipped_framework_loads_and_the_default_is_todays_pricing():
     # PyTorch runs float32 convolutions on TF32 unless told otherwise (cudnn.allow_tf32 defaults to True)
     assert load_framework("pytorch").float32_convolutions == "tf32"
     assert load_framework("pytorch").float32_matmuls == "float32"
+    # ... and keeps tensors contiguous NCHW unless a model is moved to channels last
+    assert load_framework("pytorch").convolution_layout == "nchw" and load_framework("ideal").convolution_layout == "nhwc"
 
 
 @pytest.mark.parametrize("text, key", [
@@ -50,6 +52,11 @@ def test_every_shipped_framework_loads_and_the_default_is_todays_pricing():
     ("name: x\nabout: y\nkernels:\n  moe: {fwd: 2, sync_after: -1}\n", "kernels.moe.sync_after"),
     ("name: x\nabout: y\nkernels:\n  moe: {fwd: 2, launch_s: 2}\n", "kernels.moe.launch_s"),
     ("name: x\nabout: y\nkernels:\n  moe: {fwd: 2, small: 1.5}\n", "kernels.moe.small"),
+    ("name: x\nabout: y\nkernels:\n  conv2d: {peak_fraction: 1.5}\n", "kernels.conv2d.peak_fraction"),
+    ("name: x\nabout: y\nlayout:\n  convolutions: chw\n", "layout.convolutions"),
+    ("name: x\nabout: y\nlayout:\n  linear: nchw\n", "layout.linear"),
+    ("name: x\nabout: y\nlayout:\n  transposes: -1\n", "layout.transposes"),
+    ("name: x\nabout: y\nkernels:\n  attention: {kept: many}\n", "kernels.attention.kept"),
     ("about: y\n", "name"),
 ])
 def test_a_mistake_is_one_line_naming_the_file_line_and_key(tmp_path, text, key):
@@ -178,3 +185,77 @@ def test_a_plan_file_records_the_framework_and_its_prediction_prices_it(tmp_path
     assert json.loads(predicted.output)["host_s"] > 0  # lenet5's small layers: eager PyTorch's host binds
     default = runner.invoke(app, args + ["--out", str(tmp_path / "default.yaml")])
     assert default.exit_code == 0 and "framework" not in (tmp_path / "default.yaml").read_text()
+
+
+def _h100_conv(precision: str, batch: int = 64):
+    from costmodel.compute.roofline import Roofline
+    from costmodel.machine.loading import load_machine
+    h100 = load_machine("dgx-h100")
+    conv = next(local for local in (_local_at("vgg16", i, precision, batch) for i in range(40))
+                if local.layer.op == "conv2d" and local.in_shapes[0][0] == 256)  # a wide 3x3 convolution
+    return h100, Roofline(h100, tf32=precision == "tf32"), conv
+
+
+def _local_at(net: str, index: int, precision: str, batch: int):
+    from costmodel.choices.precision import with_precision
+    from costmodel.parallel.shard import local_layer
+    from costmodel.parallel.strategy import Strategy
+    return local_layer(with_precision(load_network(net), precision).layers[index], Strategy(1), batch)
+
+
+def test_a_peak_fraction_prices_compute_bound_kernels_at_that_fraction_of_the_format_peak_in_every_format():
+    from costmodel.frameworks.kernels import FrameworkKernels
+    fw = framework_from_dict({"name": "x", "about": "y", "kernels": {"conv2d": {"peak_fraction": 0.4}}})
+    rates = {}
+    for precision, peak in (("tf32", "tf32"), ("bf16", "bfloat16"), ("fp32", "float32")):
+        h100, roofline, conv = _h100_conv(precision)
+        flops = 2 * 64 * conv.out_shape[0] * conv.out_shape[1] * conv.out_shape[2] * conv.in_shapes[0][0] * 9
+        got = FrameworkKernels(roofline, fw, h100).pass_s(conv, "fwd", "")
+        assert got == pytest.approx(flops / (h100.device.peak_flops[peak] * 0.4), rel=0.02)  # compute-bound
+        rates[precision] = flops / got
+    # one fraction for every format: bf16 runs as much faster as its peak is (2x), not 0.73 / 0.23 more;
+    # float32 on the CUDA cores too (in place of the machine's cuda_cores efficiency)
+    assert rates["bf16"] / rates["tf32"] == pytest.approx(989.5 / 494.5, rel=0.02)
+    assert rates["tf32"] / rates["fp32"] == pytest.approx(494.5 / 67, rel=0.02)
+    # other ops keep the machine's classes
+    h100, roofline, _ = _h100_conv("bf16")
+    linear = _local("gpt2", "linear", "bf16", 8)
+    assert FrameworkKernels(roofline, fw, h100).pass_s(linear, "fwd", "") == roofline.pass_s(linear, "fwd", "")
+
+
+def test_nchw_convolutions_on_the_tensor_cores_pay_one_transpose_of_their_operands_a_pass():
+    from costmodel.frameworks.kernels import FrameworkKernels
+    nchw = framework_from_dict({"name": "x", "about": "y", "layout": {"convolutions": "nchw"}})
+    nhwc = framework_from_dict({"name": "x", "about": "y", "layout": {"convolutions": "nhwc"}})
+    h100, roofline, conv = _h100_conv("bf16")
+    dev = h100.device
+    operands = 64 * (conv.in_shapes[0][0] * conv.in_shapes[0][1] * conv.in_shapes[0][2]
+                     + conv.out_shape[0] * conv.out_shape[1] * conv.out_shape[2]) * 2
+    transpose = 2 * operands / (dev.mem_bandwidth_bytes_per_s * dev.efficiency_of("memory"))
+    half = framework_from_dict({"name": "x", "about": "y", "layout": {"convolutions": "nchw", "transposes": 0.5}})
+    for pass_ in ("fwd", "bwd_data", "bwd_weights"):
+        plain = FrameworkKernels(roofline, nhwc, h100).pass_s(conv, pass_, "")
+        assert plain == roofline.pass_s(conv, pass_, "")
+        assert FrameworkKernels(roofline, nchw, h100).pass_s(conv, pass_, "") == pytest.approx(plain + transpose)
+        assert FrameworkKernels(roofline, half, h100).pass_s(conv, pass_, "") == pytest.approx(plain + transpose / 2)
+    # strict float32 runs on the CUDA cores, whose kernels take NCHW as it is: no transposes
+    h100, roofline, conv = _h100_conv("fp32")
+    assert FrameworkKernels(roofline, nchw, h100).pass_s(conv, "fwd", "") == roofline.pass_s(conv, "fwd", "")
+
+
+def test_kept_copies_of_the_float32_scores_add_to_the_layers_activations_unless_recomputed():
+    from costmodel.compute.roofline import Roofline
+    from costmodel.frameworks.kernels import FrameworkKernels
+    from costmodel.layer.cost import framework_kept_bytes
+    from costmodel.machine.loading import load_machine
+    h100 = load_machine("dgx-h100")
+    fw = framework_from_dict({"name": "x", "about": "y", "kernels": {"attention.materialized": {"kept": 1.25}}})
+    priced = FrameworkKernels(Roofline(h100), fw, h100)
+    local = _local("gpt2", "attention", "bf16", 8)
+    heads, seq = 12, 1024
+    scores = 8 * heads * seq * seq * 4  # float32, as autocast runs the softmax
+    assert priced.kept_bytes(local, "materialized") == int(1.25 * scores)
+    assert Roofline(h100).kept_bytes(local, "materialized") == 0  # the cost model's kernels: its own count
+    assert priced.kept_bytes(local, "flash") == 0  # the entry names the materialised kernels only
+    assert framework_kept_bytes(priced, local, "materialized") == int(1.25 * scores)
+    assert framework_kept_bytes(priced, local, "materialized+recompute") == 0

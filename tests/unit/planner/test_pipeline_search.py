@@ -4,6 +4,7 @@ over their domain, checked by brute force; the Lagrangian stage solve is feasibl
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from planner.pipeline.triples import AUTO, chunk_counts, micro_sizes
 from planner.problem.solve import Settings
 from planner.pipeline.search import _Search, kept, roles, search_pipeline
 from planner.solvers import Edge, Problem, evaluate, solve
+from planner.solvers import lagrange
 from planner.solvers.lagrange import solve_lagrange
 from planner.pipeline.stack import uniform_stack
 from planner.pipeline.stage_solver import StageSolver
@@ -285,6 +287,26 @@ def test_the_lagrangian_solve_fits_and_is_within_its_proven_gap_of_the_optimum(s
     assert memory <= problem.memory_limit * (1 + 1e-9)
     assert cost >= exact.objective * (1 - 1e-9)
     assert cost - exact.objective <= got.gap * cost + 1e-9
+
+
+@pytest.mark.parametrize("hint", [None, 1.0])
+def test_the_lagrangian_solve_stops_when_only_the_workspace_keeps_it_from_fitting(hint):
+    """The least-memory candidates need a workspace over the limit and no multiplier prices
+    workspace: the bisection stops at once (before its multiplier overflows) with the only
+    assignment that fits, found by the least-memory search."""
+    problem = Problem(("a", "b"), (np.array([1.0, 5.0]),) * 2, (np.array([1.0, 3.0]),) * 2,
+                      (np.array([10.0, 0.0]),) * 2, (), 6.5)
+    calls = []
+    original = lagrange._priced
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            lagrange._priced = lambda prob, lam: calls.append(lam) or original(prob, lam)
+            got = solve_lagrange(problem, hint=hint)
+        finally:
+            lagrange._priced = original
+    assert got.choice == (1, 1) and got.objective == 10.0
+    assert len(calls) == 1 and all(np.isfinite(calls))
 
 
 def test_the_lagrangian_solve_says_when_nothing_fits():

@@ -1,0 +1,113 @@
+"""A worker process the system kills (SIGKILL, as the out-of-memory killer sends it) while it holds a
+task: the sweep's forked workers (lifecycle.forked_workers) answer that task as lost, saying how, and
+answer the others; the search's pool (lifecycle.process_pool, `plan --jobs`) ends in one line saying
+how. Nothing waits forever, and no worker is left running. The workers really are killed: each task
+that should die sends itself SIGKILL."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+
+import pytest
+
+from lifecycle.forked_workers import Lost, each_forked
+from lifecycle.process_pool import ProcessPool, ended_how
+from networks.errors import DnnplanError
+from networks.writing import SystemFailure
+
+KILLED = "was killed by signal 9 (SIGKILL: out of memory?)"
+
+
+def _tenfold_or_die(task: int) -> int:
+    """Ten times ``task``; task 2 is killed by SIGKILL, task 3 exits with status 3, task 4 raises."""
+    if task == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if task == 3:
+        os._exit(3)
+    if task == 4:
+        raise DnnplanError("four is refused")
+    return task * 10
+
+
+def _gone(pids: list[int]) -> bool:
+    """Whether none of ``pids`` runs any more (reaped, or at most a zombie)."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rpartition(")")[2].split()[0] not in ("Z", "X"):
+                    return False
+        except OSError:
+            pass
+    return True
+
+
+def test_how_a_worker_ended_is_said_in_words():
+    assert ended_how(-signal.SIGKILL) == KILLED
+    assert ended_how(-signal.SIGSEGV) == "was killed by signal 11 (SIGSEGV)"
+    assert ended_how(3) == "exited with status 3"
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_a_killed_task_is_lost_and_the_others_answered(jobs):
+    pids = []
+
+    def tenfold(task: int) -> int:
+        if task == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if task == 3:
+            os._exit(3)
+        return task * 10, os.getpid()
+
+    got = {}
+    for task, answer in each_forked(tenfold, iter([1, 2, 3, 5, 6, 7]), jobs):
+        if isinstance(answer, Lost):
+            got[task] = answer
+        else:
+            got[task], pid = answer
+            pids.append(pid)
+    assert got == {1: 10, 2: Lost(KILLED), 3: Lost("exited with status 3"), 5: 50, 6: 60, 7: 70}
+    assert not multiprocessing.active_children() and _gone(pids)
+
+
+def test_tasks_are_drawn_as_workers_free_and_a_task_error_is_raised_here():
+    drawn = []
+
+    def tasks():
+        for task in (1, 5, 4, 6):
+            drawn.append(task)
+            yield task
+
+    answers = each_forked(_tenfold_or_die, tasks(), 2)
+    assert next(answers) in ((1, 10), (5, 50))
+    assert drawn == [1, 5, 4]  # two at the start, the third when the first answered
+    with pytest.raises(DnnplanError, match="four is refused"):
+        list(answers)
+    assert not multiprocessing.active_children()
+
+
+def test_leaving_early_ends_the_workers():
+    answers = each_forked(lambda task: task, iter(range(10)), 3)
+    assert next(answers)[1] == 0
+    answers.close()
+    assert not multiprocessing.active_children()
+
+
+def test_the_search_pool_ends_in_one_line_when_a_worker_is_killed():
+    pool = ProcessPool(2)
+    try:
+        with pytest.raises(SystemFailure) as err:
+            list(pool.unordered(_tenfold_or_die, [1, 2, 5, 6]))
+        workers = pool._pool
+    finally:
+        pool.close()
+    message = str(err.value)
+    assert message.startswith(f"a worker process of the search (--jobs) {KILLED}") and "\n" not in message
+    assert workers is None  # the pool was ended with the error
+    assert not multiprocessing.active_children()
+    again = ProcessPool(2)
+    try:
+        assert sorted(again.unordered(_tenfold_or_die, [1, 5])) == [(0, 10), (1, 50)]  # a new pool works
+    finally:
+        again.close()
