@@ -142,9 +142,9 @@ def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine
     ``within``, its first ``within`` ranks: neighbours along one dimension holding the same replica,
     costmodel.comm.weight_sync.replica_sums); ``cold``: right after a layer's kernels
     (``Machine.fitted_cold``). Inside one node, a time measured in the run for exactly this
-    collective (``Machine.measured``) comes first. ``memo``: the times already priced on this
-    ``machine`` (the caller's, one machine a memo), by collective, bytes, span, rule and ``cold``:
-    the time is a function of them alone."""
+    collective (``Machine.measured``) comes first. ``memo``: what a caller pricing many layers keeps,
+    one machine and compute model a memo (``planner.problem.priced_layers``); here the times, by
+    collective, bytes, span, rule and ``cold``: the time is a function of them alone."""
     dims = tuple(dims)
     if not dims or nbytes <= 0 or (within or strategy.group_size(dims)) == 1:
         return 0.0
@@ -196,8 +196,9 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     ``overlap``: which collectives hide under the passes (costmodel.comm.overlap; None: the machine's
     default); ``front``: the layer's gradients are in the bucket the backward makes last
     (``overlap.front_layers``). ``micro_batches``: how many a step runs (PyTorch FSDP's gradient
-    kernels, :func:`fsdp_prep_s`). ``memo``: collective times already priced on ``machine``
-    (:func:`group_time`), kept by a caller that prices many layers on one machine."""
+    kernels, :func:`fsdp_prep_s`). ``memo``: what a caller pricing many layers on one machine and
+    compute model keeps (:func:`group_time`): the collectives' times, and each shard with what it
+    prices whatever the optimiser (:func:`_sharded`)."""
     opt = as_optimizer(optimizer)
     algorithm = resolve_algorithm(layer, algorithm, machine)
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
