@@ -207,7 +207,9 @@ def deviations(row: dict) -> list[str]:
                    "(cuda_graph_scope), where it has them, not priced")
     if c.get("moe_a2a_overlap"):
         out.append("moe_a2a_overlap: each expert all-to-all hidden under the MoE layer's opposite pass of another "
-                   "micro-batch (costmodel.comm.overlap '+experts'; the attention beside it not counted in the window)")
+                   "micro-batch (costmodel.comm.overlap '+experts'; the attention beside it not counted in the window), "
+                   "but in the passes the combined 1F1B schedule runs alone (the first forward and last backward, "
+                   "a pipeline's warm-up and cool-down), exposed once a step")
     if row["flops"] == "fa2":
         out.append("dropout 0.1 (GPT2Config's defaults: embeddings, residuals, attention) left out: fused into "
                    "the run's kernels, but for the baseline's materialised scores (a mask and a copy of each kept)")

@@ -28,7 +28,13 @@ its exposed time, what the step waits for; the step adds the exposed times
   step is hidden by the attention/mlp computation in the backward step, and vice versa"): a
   forward dispatch or combine shares the MoE layer's backward compute as its window, a backward
   one its forward compute (the layer's own, as every window here: the attention beside it is not
-  counted, so this errs exposed).
+  counted, so this errs exposed). The schedule pairs passes of different micro-batches, so the
+  passes it runs alone hide nothing: without a pipeline the first micro-batch's forward and the last
+  one's backward ("executed alone, no a2a overlapping": combined_1f1b_schedule_for_no_pipelining,
+  NVIDIA/Megatron-LM megatron/core/pipeline_parallel/combined_1f1b.py at 00caa53), in a pipeline its
+  warm-up forwards and cool-down backwards (:func:`unpaired_passes`); what those passes' all-to-alls
+  would have hidden (:func:`hidden_expert_s`) is exposed once a step (``StepPrediction.step_s``,
+  ``costmodel.step.pipeline.StagePrediction.once_s``).
 
 Per layer, the collectives that overlap a pass share that pass's compute as their window (the
 next layer's in the schedule, taken equal to the layer's own: a stack of equal blocks): together
@@ -203,3 +209,22 @@ def overlapped(comms, layer, windows: dict[str, float], overlap: Overlap, front:
                 share = 1.0 - eff * min(link[w], windows[w]) / link[w]
             out.append(c.timed(c.link_time * share, c.link_time))
     return tuple(out)
+
+
+def hidden_expert_s(layers, phase: str) -> float:
+    """The expert all-to-alls of one micro-batch's ``phase`` pass (``"fwd"``, ``"bwd"``) hidden under
+    another micro-batch's opposite pass (``+experts``): their link time less their exposed time,
+    over ``layers`` (LayerPrediction-like: ``.layer.comms``)."""
+    return sum(c.link_time - c.seconds for x in layers for c in x.layer.comms
+               if c.purpose in EXPERT_PURPOSES and c.phase == phase)
+
+
+def unpaired_passes(stages: int, s: int, micro_batches: int, chunks: int, warm_up: int) -> int:
+    """Passes of each kind (forwards; as many backwards) device ``s`` runs alone under Megatron-Core's
+    combined 1F1B schedule (module docstring): its ``warm_up`` forwards (the schedule's, 0 without a
+    pipeline) and one more, whose backward partner does not exist yet (the interleaved schedule
+    adds that one to its warm-up when ``overlap_moe_expert_parallel_comm`` is set,
+    megatron/core/pipeline_parallel/schedules.py), at most every pass of the step; the cool-down
+    runs as many backwards alone."""
+    return min(warm_up + 1, micro_batches * chunks)
+

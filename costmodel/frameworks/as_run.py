@@ -39,10 +39,16 @@ def pipeline_as_run(pred: PipelinePrediction, fw: Framework, machine: Machine) -
 
 
 def step_as_run(pred: StepPrediction, net: Network, fw: Framework, machine: Machine) -> StepPrediction:
-    """``pred`` (a step of ``net`` on ``machine``) with ``fw``'s host time and added memory."""
+    """``pred`` (a step of ``net`` on ``machine``) with ``fw``'s host time and added memory; where
+    ``fw`` makes the weights' gradients in backward (``memory.grads_in_backward``) and the step runs
+    one micro-batch, its peak holds only the gradients backward has made by then
+    (``StepPrediction.grads_in_backward``; with accumulation they are all held from the first
+    micro-batch's backward on)."""
     gpu = machine.device.kind == "gpu"
     if not gpu:
         return pred
     pred = with_host(pred, net, fw, gpu)
+    if fw.memory.grads_in_backward and pred.micro_batches == 1 and not pred.grads_in_backward:
+        pred = replace(pred, grads_in_backward=True)
     added = fw.memory.added_bytes(pred.memory_peak_bytes, pred.p)
     return replace(pred, framework_bytes=added) if added else pred

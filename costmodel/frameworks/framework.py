@@ -19,7 +19,11 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
   of the machine's class efficiency (``peak_fraction``: cuDNN's convolutions reach about the same
   fraction in every format, where the machine's classes were fixed by other kernels) and the
   tensors its unfused kernels keep for backward beyond the cost model's count (``kept``: copies of
-  attention's float32 scores, or of another op's output); ``unaligned_gemm``: how much
+  attention's float32 scores, or of another op's output; ``kept_stored``: copies of the scores in
+  the layer's own format) and the share of the cost model's
+  workspace its kernels allocate (``workspace``: cuDNN's implicit-GEMM convolutions form no column
+  matrix) and the copies of its input gradient its unfused backward holds at once beyond the cost
+  model's one (``grad_copies``: eager PyTorch's cross-entropy); ``unaligned_gemm``: how much
   slower a GEMM runs when a matrix dimension is not a multiple of 8 (cuBLAS's ``align1`` kernels,
   which eager PyTorch runs; torch.compile pads the shape);
 * ``host``: the host's time per op (the Python, the dispatcher and autograd's bookkeeping of one
@@ -29,7 +33,9 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
 * ``overlap``: the efficiency of each overlap the mode allows (data, tensor, experts): the share of
   the hideable time that is hidden (costmodel.comm.overlap);
 * ``memory``: the CUDA context and libraries' handles and workspaces, the communicator's buffers
-  (on more than one device) and the caching allocator's reserve over what tensors hold;
+  (on more than one device) and the caching allocator's reserve over what tensors hold, and
+  whether the weights' gradients are made by backward (``grads_in_backward``: PyTorch's
+  ``zero_grad(set_to_none=True)``) rather than held in buffers over the step;
 * ``precision``: what ``fp32`` means for convolutions and matmuls (PyTorch runs float32
   convolutions on TF32 tensor cores unless told otherwise: ``torch.backends.cudnn.allow_tf32``
   defaults to True);
@@ -112,6 +118,18 @@ class OpKernels:
     #: backward beyond the cost model's count (eager PyTorch's softmax output and dropout's mask and
     #: output, each a tensor of its own; costmodel.frameworks.kernels)
     kept: float = 0.0
+    #: copies of attention's scores in the layer's own number format (another op: of its output, as
+    #: ``kept``) its kernels keep for backward beyond the cost model's count (Inductor's fused
+    #: attention keeps the raw scores, from which its backward recomputes the softmax)
+    kept_stored: float = 0.0
+    #: the share of the cost model's workspace (dnnplan's algorithm's temporaries: im2col's column
+    #: matrix) the framework's kernels allocate while the layer's passes run (cuDNN's implicit-GEMM
+    #: engines form no column matrix; costmodel.frameworks.kernels)
+    workspace: float = 1.0
+    #: copies of the op's input gradient its unfused backward holds at once beyond the one the cost
+    #: model counts (eager PyTorch's cross-entropy: nll_loss's gradient of the log-probabilities and
+    #: log_softmax's of the logits, each a tensor of its own; costmodel.frameworks.kernels)
+    grad_copies: float = 0.0
 
     def launches(self, pass_: str) -> int:
         return self.fwd if pass_ == "fwd" else self.bwd
@@ -142,6 +160,11 @@ class FrameworkMemory:
     context_bytes: Value = Value(0.0)
     communicator_bytes: Value = Value(0.0)  # on more than one device only
     allocator: Value = Value(1.0)  # reserved / allocated
+    #: the weights' gradients are made by backward (``zero_grad(set_to_none=True)``, PyTorch's
+    #: default: each ``.grad`` is allocated when autograd first accumulates into it), not held in
+    #: buffers over the whole step (Megatron-LM's contiguous gradient buffer); one micro-batch a step
+    #: only (accumulation holds them from the first micro-batch's backward on; costmodel.frameworks.as_run)
+    grads_in_backward: bool = False
 
     def added_bytes(self, tensors_bytes: int, devices: int) -> int:
         """Bytes the framework adds to a peak of ``tensors_bytes`` on ``devices`` devices: its
@@ -196,8 +219,9 @@ class Framework:
     @property
     def prices_device(self) -> bool:
         """Whether the framework's kernels differ from the cost model's (some op's device factor,
-        unaligned GEMMs, a precision default)."""
-        return (any(k.device != 1.0 or k.passes or k.kept or k.peak_fraction is not None for _, k in self.kernels)
+        what its kernels keep for backward or allocate, unaligned GEMMs, a precision default)."""
+        return (any(k.device != 1.0 or k.passes or k.kept or k.peak_fraction is not None or k.workspace != 1.0
+                    or k.kept_stored or k.grad_copies for _, k in self.kernels)
                 or self.unaligned_gemm.value != 1.0 or self.convolution_layout != "nhwc"
                 or self.float32_convolutions != "float32" or self.float32_matmuls != "float32")
 
@@ -205,6 +229,7 @@ class Framework:
     def as_today(self) -> bool:
         """Whether the framework prices a step exactly as the cost model's kernels and an idle host do."""
         return (not self.prices_device and self.host.zero and self.memory.added_bytes(0, 2) == 0
+                and not self.memory.grads_in_backward
                 and all(v.value == 1.0 for _, v in self.overlap) and self.memory.allocator.value == 1.0)
 
 
@@ -212,9 +237,10 @@ class Framework:
 
 _TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap", "memory", "precision", "layout")
 _HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches", "sync_each_pass")
-_MEMORY = ("context_bytes", "communicator_bytes", "allocator")
+_MEMORY = ("context_bytes", "communicator_bytes", "allocator", "grads_in_backward")
 _PRECISION = ("float32_convolutions", "float32_matmuls")
-_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small", "peak_fraction", "kept")
+_OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small", "peak_fraction", "kept", "kept_stored",
+       "workspace", "grad_copies")
 _LAYOUT = ("convolutions", "transposes")
 _VALUE = ("value", "basis", "source")
 
@@ -314,7 +340,13 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
                                              None if "peak_fraction" not in entry else
                                              num(entry["peak_fraction"], f"kernels.{kind}.peak_fraction", 0.01,
                                                  1.0).value,
-                                             num(entry.get("kept", 0.0), f"kernels.{kind}.kept", 0.0, 100).value)))
+                                             num(entry.get("kept", 0.0), f"kernels.{kind}.kept", 0.0, 100).value,
+                                             num(entry.get("kept_stored", 0.0), f"kernels.{kind}.kept_stored", 0.0,
+                                                 100).value,
+                                             num(entry.get("workspace", 1.0), f"kernels.{kind}.workspace", 0.0,
+                                                 100).value,
+                                             num(entry.get("grad_copies", 0.0), f"kernels.{kind}.grad_copies", 0.0,
+                                                 100).value)))
     host = _mapping(top.get("host"), "host", _HOST)
     graphs, each_pass = (_flag(host.get(k, False), f"host.{k}") for k in ("cuda_graphs", "sync_each_pass"))
     costs = HostCosts(*(num(host.get(k, 0.0), f"host.{k}", 0.0, 1.0) for k in ("op_s", "launch_s", "launch_gap_s")),
@@ -325,7 +357,8 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
     mem = _mapping(top.get("memory"), "memory", _MEMORY)
     memory = FrameworkMemory(num(mem.get("context_bytes", 0.0), "memory.context_bytes", 0.0, 1e12),
                              num(mem.get("communicator_bytes", 0.0), "memory.communicator_bytes", 0.0, 1e12),
-                             num(mem.get("allocator", 1.0), "memory.allocator", 1.0, 4.0))
+                             num(mem.get("allocator", 1.0), "memory.allocator", 1.0, 4.0),
+                             _flag(mem.get("grads_in_backward", False), "memory.grads_in_backward"))
     prec = _mapping(top.get("precision"), "precision", _PRECISION)
     layout = _mapping(top.get("layout"), "layout", _LAYOUT)
     return Framework(

@@ -11,7 +11,9 @@ keeps the cost model's time: its arithmetic bounds it, and the kernels a framewo
 float32 under autocast) each read and write the scores, or the op's output, once at the machine's
 memory bandwidth, in every precision. Where a file gives an op's ``peak_fraction``, its
 compute-bound kernels reach that fraction of the datasheet peak of their format (tensor cores or
-CUDA cores) in place of the machine's class efficiency; where its convolutions are NCHW (``layout.convolutions``), each
+CUDA cores) in place of the machine's class efficiency; its kernels' workspace is the file's share
+of the cost model's (``workspace``), plus the copies of an input gradient an unfused backward holds
+(``grad_copies``); where its convolutions are NCHW (``layout.convolutions``), each
 pass on the tensor cores adds cuDNN's transposes of its input and output. And where the framework's defaults run float32 convolutions or matmuls on TF32 tensor
 cores (``precision``), those layers are priced at the TF32 peak on the datasheet (a profile table's
 kernels ran as they were timed). Everything else is the cost model's own.
@@ -119,10 +121,16 @@ class FrameworkKernels:
         """The inner model's, and the framework's ``kernels.<op>.kept`` copies of attention's
         float32 scores (another op: of its output) kept for backward: eager PyTorch's unfused
         attention keeps its float32 softmax output and dropout's mask and output, each a tensor of
-        its own, where the cost model counts the probabilities once."""
-        kept = self.framework.op(local.layer.op, kernel_algorithm(algorithm)).kept
+        its own, where the cost model counts the probabilities once; and ``kept_stored`` copies of
+        the scores in the layer's own format (another op: of its output): Inductor's fused
+        attention keeps the raw scores, dropout's mask and the probabilities."""
+        op = self.framework.op(local.layer.op, kernel_algorithm(algorithm))
         inner = self.inner.kept_bytes(local, algorithm)
-        return inner + int(kept * _scores_bytes(local, "fwd", algorithm)) if kept else inner
+        if not (op.kept or op.kept_stored):
+            return inner
+        scores = _scores_bytes(local, "fwd", algorithm)
+        stored = scores // 4 * DTYPE_BYTES.get(local.layer.dtype, 4) if local.layer.op == "attention" else scores
+        return inner + int(op.kept * scores) + int(op.kept_stored * stored)
 
     def update_s(self, weight_elems: int, itemsize: int, slots: int = 1) -> float:
         return self.inner.update_s(weight_elems, itemsize, slots)
@@ -134,7 +142,19 @@ class FrameworkKernels:
         return self.inner.call_s(call)
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
-        return self.inner.workspace_bytes(local, algorithm)
+        """What the layer's kernels hold while its passes run beyond its tensors and the gradients
+        the cost model counts: the file's ``kernels.<op>.workspace`` share of the inner model's
+        workspace (cuDNN's implicit-GEMM convolutions, which PyTorch runs, form no im2col column
+        matrix; PyTorch allocates the chosen engine's workspace from its caching allocator for the
+        call alone), and ``grad_copies`` copies of the layer's input gradient (eager PyTorch's
+        cross-entropy holds the log-probabilities' gradient and the logits' beside each other)."""
+        op = self.framework.op(local.layer.op, kernel_algorithm(algorithm))
+        inner = self.inner.workspace_bytes(local, algorithm)
+        own = inner if op.workspace == 1.0 else int(op.workspace * inner)
+        if not op.grad_copies:
+            return own
+        grads = local.batch * sum(prod(s) for s in local.in_shapes) * DTYPE_BYTES.get(local.layer.dtype, 4)
+        return own + int(op.grad_copies * grads)
 
     def dispatch_s(self, local: LocalLayer, algorithm: str, consumers: int) -> float:
         """The inner model's, and the host time the framework's issue of the layer's passes adds

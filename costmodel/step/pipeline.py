@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from costmodel.machine.model import Machine
+from costmodel.comm.overlap import hidden_expert_s, unpaired_passes
 from costmodel.memory.pipeline import held_bytes, warm_up
 from costmodel.step.prediction import StepPrediction
 from costmodel.layer.tied import crossing_ties, tied_sync_s, with_table
@@ -57,6 +58,9 @@ class StagePrediction:
     p2p_s: float  # its sends per micro-batch: activation forward and gradient backward
     kept_micro_batches: float  # micro-batches' worth of its activations held at its peak (interleaved: chunk by chunk)
     tied_sync_s: float = 0.0  # once a step: the tied table's gradient summed with the other stage holding it
+    #: once a step: the expert all-to-alls of the passes the combined 1F1B schedule runs alone (its
+    #: warm-up forwards, its cool-down backwards: :func:`unpaired_expert_s`), which ``+experts`` hides in the others
+    unpaired_s: float = 0.0
 
     @property
     def per_micro_s(self) -> float:
@@ -65,8 +69,9 @@ class StagePrediction:
 
     @property
     def once_s(self) -> float:
-        """Once per step: the gradient sync (the tied table's sum between stages included) and the update."""
-        return self.micro.sync_s + self.micro.update_s + self.tied_sync_s
+        """Once per step: the gradient sync (the tied table's sum between stages included), the update
+        and the expert all-to-alls no other micro-batch's pass hides (:attr:`unpaired_s`)."""
+        return self.micro.sync_s + self.micro.update_s + self.tied_sync_s + self.unpaired_s
 
     @property
     def memory_peak_bytes(self) -> int:
@@ -270,8 +275,25 @@ def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_
         tied = tied_sync_s(stage_net, {x.layer.name: x.layer.strategy for x in micro.layers}, ties, machine,
                            (ends[0] * d, ends[-1] * d))
         kept = device_kept(schedule, stages, s, micro_batches, micro, [cuts[c] for c in mine])
-        out.append(StagePrediction(s, (cuts[s][0].name, cuts[mine[-1]][-1].name), d, micro, sends, kept, tied))
+        alone = unpaired_expert_s(schedule, stages, s, micro_batches, chunks, micro)
+        out.append(StagePrediction(s, (cuts[s][0].name, cuts[mine[-1]][-1].name), d, micro, sends, kept, tied,
+                                   alone))
     return PipelinePrediction(net.name, batch, devices, micro_batches, schedule, tuple(out), chunks)
+
+
+def unpaired_expert_s(schedule: str, stages: int, s: int, m: int, chunks: int, micro: StepPrediction) -> float:
+    """Device ``s``'s expert all-to-alls that ``+experts`` hides but Megatron-Core's combined 1F1B
+    schedule cannot: its warm-up forwards and one more, and as many cool-down backwards, run alone
+    (costmodel.comm.overlap.unpaired_passes), each a ``1 / chunks`` share of the device's passes;
+    under GPipe no forward meets a backward, so every pass runs alone. ``micro``: the device's
+    step on one micro-batch."""
+    fwd, bwd = hidden_expert_s(micro.layers, "fwd"), hidden_expert_s(micro.layers, "bwd")
+    if fwd + bwd == 0:
+        return 0.0
+    if schedule == "gpipe":
+        return m * (fwd + bwd)
+    warm = warm_up(stages, s, m, chunks) if chunks > 1 else min(stages - s - 1, m)
+    return unpaired_passes(stages, s, m, chunks, warm) * (fwd + bwd) / chunks
 
 
 def _check(batch: int, devices: int, stages: int, micro_batches: int, schedule: str, chunks: int) -> None:

@@ -43,7 +43,7 @@ from costmodel.layer.edge import EdgeEstimate, edge_estimate
 from costmodel.layer.cost import LayerEstimate, layer_estimate
 from costmodel.machine.model import Machine
 from costmodel.choices.optimizer import Optimizer
-from costmodel.comm.overlap import front_layers, resolve_overlap
+from costmodel.comm.overlap import front_layers, hidden_expert_s, resolve_overlap
 from costmodel.memory.recompute import block_transient_bytes, regenerated
 from costmodel.parallel.strategy import Strategy
 from costmodel.layer.tied import tie_estimate, ties
@@ -150,8 +150,16 @@ class StepPrediction:
         return self.fwd_s + self.bwd_s + self.sync_s + self.update_s + self.dispatch_s
 
     @property
+    def unpaired_expert_s(self) -> float:
+        """Once a step, the expert all-to-alls that ``+experts`` hides under another micro-batch's
+        opposite pass but Megatron-Core's combined 1F1B schedule cannot pair: without a pipeline the
+        first micro-batch's forward and the last one's backward run alone (costmodel.comm.overlap,
+        ``+experts``), so one forward's and one backward's hidden all-to-alls are exposed."""
+        return hidden_expert_s(self.layers, "fwd") + hidden_expert_s(self.layers, "bwd")
+
+    @property
     def step_s(self) -> float:
-        return self.work_s + self.wait_s + self.collective_code_s + self.host_s
+        return self.work_s + self.wait_s + self.collective_code_s + self.host_s + self.unpaired_expert_s
 
     @property
     def activation_bytes(self) -> int:

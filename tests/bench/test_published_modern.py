@@ -294,7 +294,8 @@ def test_a_recipe_with_tp_comm_overlap_hides_its_tensor_collectives_and_says_so(
 def test_a_recipe_with_moe_a2a_overlap_hides_its_expert_all_to_alls():
     """NeMo 25.11's Qwen3-235B ran Megatron-Core's combined 1F1B (moe_a2a_overlap): priced under
     ``data+experts`` its MoE layers' all-to-alls hide under their opposite pass, so the step is
-    faster than with them exposed; its H100 recipe runs no tensor-parallel overlap."""
+    faster than with them exposed, but for the passes the schedule cannot pair; its H100 recipe runs
+    no tensor-parallel overlap."""
     row = ROWS["nemo2511-qwen3-235b-a22b-256gpu-fp8-cs"]
     off = {**row, "config": {**row["config"], "moe_a2a_overlap": False}}
     assert pm.overlap_of(row) == "data+experts" and pm.overlap_of(off) == "data"
@@ -308,6 +309,10 @@ def test_a_recipe_with_moe_a2a_overlap_hides_its_expert_all_to_alls():
     assert all(c.seconds == pytest.approx(c.link_time) for c in a2a(off_pred))
     assert a2a(on_pred) and all(c.seconds < c.link_time for c in a2a(on_pred))
     assert any("moe_a2a_overlap: each expert all-to-all hidden" in d for d in pm.deviations(row))
+    # the passes the interleaved schedule runs alone (warm-up forwards and one more, the cool-down's
+    # backwards) hide none: device 0 warms up 2 x 7 + 3 x 8 = 38 chunk forwards, the last device 24
+    alone = [s.unpaired_s for s in on_pred.stages]
+    assert all(s.unpaired_s == 0 for s in off_pred.stages) and alone[0] > alone[-1] > 0
 
 
 def test_only_composer_rows_run_torch_fsdp_kernels():

@@ -4,7 +4,10 @@ the reserved peak fits, and nothing added under the default framework."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from costmodel.frameworks.framework import framework_from_dict
 from costmodel.frameworks.loading import load_framework
@@ -36,16 +39,38 @@ def test_the_tensors_limit_is_the_inverse_of_the_reserved_peak(devices):
     assert load_framework("ideal").memory.tensors_limit(80 * GIB, devices) == 80 * GIB
 
 
-def _predicted(framework: str, devices: int = 4):
+def _predicted(framework: str, devices: int = 4, network: str = "resnet18", micro_batches: int = 1):
     choices = TrainingChoices.from_flags(framework=framework, recompute="none")
-    ctx = context.resolve("resnet18", devices, 64, "dgx-h100", choices=choices, network_defaults=True)
-    return predicting.step(ctx, predicting.LayerSplits()).prediction
+    ctx = context.resolve(network, devices, 64, "dgx-h100", choices=choices, network_defaults=True)
+    return predicting.step(ctx, predicting.LayerSplits(), micro_batches).prediction
 
 
-def test_a_prediction_says_allocated_and_reserved_and_the_default_framework_adds_nothing():
+def _file(tmp_path, memory: dict, name: str = "mine") -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "about": "a test framework", "memory": memory}))
+    load_framework.cache_clear()
+    return str(path)
+
+
+def test_a_prediction_says_allocated_and_reserved_and_the_default_framework_adds_nothing(tmp_path):
     ideal, torch = _predicted("ideal"), _predicted("pytorch")
     assert ideal.memory_allocated_bytes == ideal.memory_reserved_bytes == ideal.memory_peak_bytes
-    assert torch.memory_allocated_bytes == ideal.memory_allocated_bytes  # the same tensors
+    # pytorch's memory section alone (its context, communicator and reserve) holds the same tensors
+    shipped = yaml.safe_load((Path(load_framework("pytorch").source)).read_text())["memory"]
+    reserve = {k: v for k, v in shipped.items() if k != "grads_in_backward"}
+    assert _predicted(_file(tmp_path, reserve)).memory_allocated_bytes == ideal.memory_allocated_bytes
     mem = load_framework("pytorch").memory
     assert torch.memory_reserved_bytes == mem.reserved_bytes(torch.memory_allocated_bytes, 4)
     assert torch.memory_reserved_bytes - torch.memory_allocated_bytes == torch.memory_parts["framework"] > 0
+
+
+def test_gradients_made_in_backward_leave_out_those_backward_has_not_made_at_the_peak(tmp_path):
+    ideal = _predicted("ideal", 1, "gpt2")
+    made = _predicted(_file(tmp_path, {"grads_in_backward": True}), 1, "gpt2")
+    assert made.grads_in_backward and not ideal.grads_in_backward
+    # GPT-2's peak is its loss's backward, the first of the step: no weight has its gradient yet
+    assert ideal.memory_parts["grads"] > 0 and made.memory_parts["grads"] == 0
+    assert ideal.memory_allocated_bytes - made.memory_allocated_bytes == ideal.memory_parts["grads"]
+    # accumulating over micro-batches holds every gradient from the first micro-batch's backward on
+    two = _predicted(_file(tmp_path, {"grads_in_backward": True}, "again"), 1, "gpt2", micro_batches=2)
+    assert not two.grads_in_backward and two.memory_parts["grads"] == ideal.memory_parts["grads"]

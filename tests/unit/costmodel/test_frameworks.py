@@ -57,6 +57,11 @@ def test_every_shipped_framework_loads_and_the_default_is_todays_pricing():
     ("name: x\nabout: y\nlayout:\n  linear: nchw\n", "layout.linear"),
     ("name: x\nabout: y\nlayout:\n  transposes: -1\n", "layout.transposes"),
     ("name: x\nabout: y\nkernels:\n  attention: {kept: many}\n", "kernels.attention.kept"),
+    ("name: x\nabout: y\nkernels:\n  attention: {kept_stored: -1}\n", "kernels.attention.kept_stored"),
+    ("name: x\nabout: y\nkernels:\n  conv2d: {workspace: -0.5}\n", "kernels.conv2d.workspace"),
+    ("name: x\nabout: y\nkernels:\n  softmax_cross_entropy: {grad_copies: two}\n",
+     "kernels.softmax_cross_entropy.grad_copies"),
+    ("name: x\nabout: y\nmemory:\n  grads_in_backward: sometimes\n", "memory.grads_in_backward"),
     ("about: y\n", "name"),
 ])
 def test_a_mistake_is_one_line_naming_the_file_line_and_key(tmp_path, text, key):
@@ -259,3 +264,34 @@ def test_kept_copies_of_the_float32_scores_add_to_the_layers_activations_unless_
     assert priced.kept_bytes(local, "flash") == 0  # the entry names the materialised kernels only
     assert framework_kept_bytes(priced, local, "materialized") == int(1.25 * scores)
     assert framework_kept_bytes(priced, local, "materialized+recompute") == 0
+
+
+def test_kept_stored_copies_are_the_scores_in_the_layers_own_format():
+    from costmodel.compute.roofline import Roofline
+    from costmodel.frameworks.kernels import FrameworkKernels
+    from costmodel.machine.loading import load_machine
+    h100 = load_machine("dgx-h100")
+    fw = framework_from_dict({"name": "x", "about": "y", "kernels": {
+        "attention.materialized": {"kept": 0.25, "kept_stored": 1.0}}})
+    scores = 8 * 12 * 1024 * 1024
+    for precision, item in (("bf16", 2), ("fp32", 4)):
+        local = _local("gpt2", "attention", precision, 8)
+        # dropout's 1-byte mask (a quarter of the float32 scores) and the raw scores in the layer's format
+        assert FrameworkKernels(Roofline(h100), fw, h100).kept_bytes(local, "materialized") == scores * (1 + item)
+
+
+def test_a_frameworks_workspace_share_and_gradient_copies_are_its_layers_transient():
+    from costmodel.compute.roofline import Roofline
+    from costmodel.frameworks.kernels import FrameworkKernels
+    h100, roofline, conv = _h100_conv("bf16")
+    plain = roofline.workspace_bytes(conv, "im2col")
+    assert plain > 0
+    for share in (0.0, 0.5):
+        fw = framework_from_dict({"name": "x", "about": "y", "kernels": {"conv2d": {"workspace": share}}})
+        assert FrameworkKernels(roofline, fw, h100).workspace_bytes(conv, "im2col") == int(share * plain)
+    loss = _local("gpt2", "softmax_cross_entropy", "bf16", 8)
+    fw = framework_from_dict({"name": "x", "about": "y", "kernels": {"softmax_cross_entropy": {"grad_copies": 1.0}}})
+    logits = 8 * 1024 * 50257 * 4  # the logits' gradient in float32, as the loss runs under mixed precision
+    assert roofline.workspace_bytes(loss, "") == 0
+    assert FrameworkKernels(roofline, fw, h100).workspace_bytes(loss, "") == logits
+    assert FrameworkKernels(roofline, fw, h100).workspace_bytes(conv, "im2col") == plain  # other ops as priced

@@ -15,7 +15,8 @@ from costmodel.machine.loading import load_machine
 from costmodel.layer.cost import Comm
 from costmodel.frameworks.megatron import megatron_strategies
 from costmodel.choices.optimizer import Optimizer
-from costmodel.comm.overlap import Overlap, default_overlap, front_layers, overlapped, resolve_overlap
+from costmodel.comm.overlap import (Overlap, default_overlap, front_layers, hidden_expert_s, overlapped,
+                                    resolve_overlap, unpaired_passes)
 from costmodel.choices.precision import with_precision
 from costmodel.step.prediction import predict_step
 from costmodel.frameworks.uniform import uniform_strategies
@@ -123,6 +124,43 @@ def test_expert_all_to_alls_hide_under_the_opposite_pass_only_with_experts():
     assert "expert all-to-alls overlapped" in spec.label and "expert" not in Overlap("all").label
     with pytest.raises(DnnplanError):
         resolve_overlap("experts", H100)
+
+def test_the_passes_the_combined_schedule_runs_alone_hide_no_all_to_all():
+    """Megatron-Core's combined 1F1B pairs a forward with another micro-batch's backward; the first
+    forward and the last backward (without a pipeline), the warm-up forwards and one more and as many
+    cool-down backwards (interleaved) have no partner. Hand-worked: the comms above hide 2 ms forward
+    (3 ms of links, 1 ms exposed) and 0.4 ms backward; 4 stages of 2 chunks, 8 micro-batches: device
+    0 warms up 2 x 3 + 4 = 10 forwards, 11 alone; with as many micro-batches as stages every pass is
+    alone. A step of one micro-batch has no pair at all: +experts buys nothing."""
+    moe = load_network("mixtral-8x7b")
+    layer = next(x for x in moe.layers if x.op == "moe")
+    comms = (Comm("dispatch", "fwd", "alltoall", 1, 8, 1.5e-3), Comm("combine", "fwd", "alltoall", 1, 8, 1.5e-3),
+             Comm("combine_grad", "bwd", "alltoall", 1, 8, 0.2e-3),
+             Comm("dispatch_grad", "bwd", "alltoall", 1, 8, 0.2e-3))
+    got = overlapped(comms, layer, {"fwd": 1e-3, "bwd": 2e-3}, Overlap("all", experts=True), front=False)
+
+    class _Layer:  # what hidden_expert_s reads of a layer prediction
+        def __init__(self, comms):
+            self.layer = type("L", (), {"comms": comms})()
+
+    assert hidden_expert_s([_Layer(got)], "fwd") == pytest.approx(2e-3)
+    assert hidden_expert_s([_Layer(got)], "bwd") == pytest.approx(0.4e-3)
+    assert unpaired_passes(1, 0, 4, 1, warm_up=0) == 1
+    assert unpaired_passes(4, 0, 8, 2, warm_up=10) == 11
+    assert unpaired_passes(4, 0, 4, 2, warm_up=8) == 8
+    net = with_precision(load_network("mixtral-8x7b", seq=512), "bf16")
+    strategies, _ = megatron_strategies(net, 8, 8, 1, False, expert=8)
+
+    def step(overlap, m):
+        return predict_step(net, 8 * m, strategies, default_algorithms(net), H100, ROOF, Optimizer("adam", 1),
+                            micro_batches=m, overlap=overlap)
+
+    alone, plain = step("data+experts", 1), step("data", 1)
+    assert alone.unpaired_expert_s > 0 and alone.step_s == pytest.approx(plain.step_s)
+    paired = step("data+experts", 4)
+    assert paired.step_s < step("data", 4).step_s
+    assert paired.unpaired_expert_s == pytest.approx(alone.unpaired_expert_s)  # once a step, not per micro-batch
+
 
 def test_zero3_gathers_hide_under_forward_and_backward():
     pred = _step("data", p=16, batch=32, zero=3)
