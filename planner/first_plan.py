@@ -26,7 +26,8 @@ from networks.ir import Network
 from costmodel.choices.optimizer import ZERO_STAGES
 from networks.errors import DnnplanError
 from planner.problem.build import Builder, build_with
-from planner.problem.priced_once import priced_once
+from planner.problem.priced_layers import PricedLayers
+from planner.problem.priced_once import PricedOnce, priced_once
 from planner.problem.solve import Infeasible, Settings, make_plan
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
                                      search_pipeline)
@@ -79,6 +80,8 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     with a device count)."""
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
     compute = priced_once(compute)  # each kernel priced once over the pairs and the ZeRO stages
+    # and each layer and collective, where the kernels' times are fixed for the call (priced_once)
+    settings = dataclasses.replace(settings, priced=PricedLayers() if isinstance(compute, PricedOnce) else None)
 
     def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
         answer, note = fitting(lambda under: _at_stage(net, network_ref, batch, p, machine, compute, under, trial,
@@ -265,6 +268,6 @@ def _memory_binds(net: Network, batch: int, p: int, machine: Machine, compute: C
     than ``limit`` under ``settings``' stage (ZeRO-1): its optimum is then likely held back by
     memory, where ZeRO-3 can win. Its nodes are the ones the stage's own plan prices first."""
     builder = Builder(batch, p, machine, compute, settings.choices.sharded_optimizer,
-                      recompute=settings.choices.may_recompute, overlap=settings.overlap)
+                      recompute=settings.choices.may_recompute, overlap=settings.overlap, priced=settings.priced)
     problem = build_with(builder, net, limit, edges=False).problem
     return memory_of(problem, [int(c.argmin()) for c in problem.node_cost]) > limit

@@ -49,7 +49,8 @@ def _pipeline_fits(net, batch, p, machine, compute, settings, limit) -> bool:
     for stages in sorted((s for s in divisors(p) if 1 < s <= stack.n), reverse=True):
         k = -(-stack.n // stages)
         builder = Builder(1, p // stages, machine, compute, settings.choices.sharded_optimizer,
-                          recompute=settings.choices.may_recompute, overlap=settings.overlap)
+                          recompute=settings.choices.may_recompute, overlap=settings.overlap,
+                          priced=settings.priced)
         roles = ((FIRST, stages), (MIDDLE, stages - 1), (LAST, 1)) if stages > 2 else ((FIRST, 2), (LAST, 1))
         if batch >= stages and all(min_memory(build_with(builder, stack.stage(k, role), None, edges=False,
                                                          kept=kept).problem)[0] <= limit * (1 + 1e-9)

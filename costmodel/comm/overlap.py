@@ -201,13 +201,13 @@ def overlapped(comms, layer, windows: dict[str, float], overlap: Overlap, front:
         if c.purpose == "kv":
             out.append(c)
         elif w is None:
-            out.append(dataclasses.replace(c, seconds=c.link_time, link_s=None))
+            out.append(c.timed(c.link_time, None))
         else:
             share = max(0.0, link[w] - windows[w]) / link[w] if link[w] > 0 else 0.0
             eff = overlap.efficiency_of(c.purpose)
             if eff < 1.0 and link[w] > 0:  # a framework's overlap hides only a share of what it could
                 share = 1.0 - eff * min(link[w], windows[w]) / link[w]
-            out.append(dataclasses.replace(c, seconds=c.link_time * share, link_s=c.link_time))
+            out.append(c.timed(c.link_time * share, c.link_time))
     return tuple(out)
 
 

@@ -13,7 +13,9 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
   attention's scores, or another op's output), and after which of its forward launches the host
   waits for the device (``sync_after``: a device-to-host copy the rest of the pass needs, as
   Megatron-Core's dropless token dispatch reads the tokens per expert) and the host's time per
-  launch where it is not the file's (``launch_s``) and how many of a pass's launches are small
+  launch where it is not the file's (``launch_s``) and the launches a pass adds per expert the
+  layer's shard holds (``per_local_expert``: ``fwd`` and ``bwd``; a mixture of experts whose
+  grouped GEMM issues one GEMM an expert) and how many of a pass's launches are small
   kernels that carry none of its device time (``small``) and the fraction of the datasheet peak of
   the layer's number format (tensor cores or CUDA cores) its compute-bound kernels reach, in place
   of the machine's class efficiency (``peak_fraction``: cuDNN's convolutions reach about the same
@@ -130,9 +132,14 @@ class OpKernels:
     #: model counts (eager PyTorch's cross-entropy: nll_loss's gradient of the log-probabilities and
     #: log_softmax's of the logits, each a tensor of its own; costmodel.frameworks.kernels)
     grad_copies: float = 0.0
+    #: launches each pass adds per expert of the layer's shard (forward, backward): Transformer
+    #: Engine's GroupedLinear issues each local expert's GEMMs one by one (costmodel.frameworks.host_calls)
+    per_local_expert: tuple[int, int] = (0, 0)
 
-    def launches(self, pass_: str) -> int:
-        return self.fwd if pass_ == "fwd" else self.bwd
+    def launches(self, pass_: str, local_experts: int = 0) -> int:
+        """The pass's launches (``fwd``, else backward) on a shard holding ``local_experts`` experts."""
+        fixed, each = (self.fwd, self.per_local_expert[0]) if pass_ == "fwd" else (self.bwd, self.per_local_expert[1])
+        return fixed + each * local_experts
 
 
 @dataclass(frozen=True)
@@ -240,7 +247,7 @@ _HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "u
 _MEMORY = ("context_bytes", "communicator_bytes", "allocator", "grads_in_backward")
 _PRECISION = ("float32_convolutions", "float32_matmuls")
 _OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small", "peak_fraction", "kept", "kept_stored",
-       "workspace", "grad_copies")
+       "workspace", "grad_copies", "per_local_expert")
 _LAYOUT = ("convolutions", "transposes")
 _VALUE = ("value", "basis", "source")
 
@@ -289,6 +296,16 @@ def _count(data: Any, key: str) -> int:
     if isinstance(data, bool) or not isinstance(data, int) or data < 0:
         raise _fail(f"bad value {short(str(data))}: expected a whole number from 0", key)
     return data
+
+
+def _per_expert(data: Any, key: str) -> tuple[int, int]:
+    """A ``per_local_expert`` mapping's forward and backward launches (``basis`` and ``source`` as a number's)."""
+    entry = _mapping(data, key, ("fwd", "bwd", "basis", "source"))
+    if entry and not {"fwd", "bwd"} <= set(entry):
+        raise _fail("a per_local_expert mapping needs 'fwd' and 'bwd'", key)
+    if entry.get("basis", "assumed") not in BASES:
+        raise _fail(f"unknown basis {short(str(entry['basis']))}", f"{key}.basis", hint=f"use {', '.join(BASES)}")
+    return _count(entry.get("fwd", 0), f"{key}.fwd"), _count(entry.get("bwd", 0), f"{key}.bwd")
 
 
 def _flag(data: Any, key: str) -> bool:
@@ -346,7 +363,9 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
                                              num(entry.get("workspace", 1.0), f"kernels.{kind}.workspace", 0.0,
                                                  100).value,
                                              num(entry.get("grad_copies", 0.0), f"kernels.{kind}.grad_copies", 0.0,
-                                                 100).value)))
+                                                 100).value,
+                                             _per_expert(entry.get("per_local_expert"),
+                                                         f"kernels.{kind}.per_local_expert"))))
     host = _mapping(top.get("host"), "host", _HOST)
     graphs, each_pass = (_flag(host.get(k, False), f"host.{k}") for k in ("cuda_graphs", "sync_each_pass"))
     costs = HostCosts(*(num(host.get(k, 0.0), f"host.{k}", 0.0, 1.0) for k in ("op_s", "launch_s", "launch_gap_s")),

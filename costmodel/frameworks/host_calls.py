@@ -5,7 +5,8 @@ pass; the framework (costmodel.frameworks.framework) says how many kernels each 
 what the host pays for them. Per micro-batch, in the order the framework runs them:
 
 - forward, layer by layer: the reshards into the layer (one launch each way that moves anything),
-  the layer's forward kernels (``kernels.<op>.fwd`` launches sharing its forward time, the first
+  the layer's forward kernels (``kernels.<op>.fwd`` launches, and ``kernels.<op>.per_local_expert``'s
+  ``fwd`` more for each expert the layer's shard holds, sharing its forward time, the first
   one carrying the op's host cost ``host.op_s``; the host waits for the device after
   ``kernels.<op>.sync_after`` of them where the file says so; the first ``kernels.<op>.small`` of
   them small kernels that take no device time but their launch gap), its forward collectives (one
@@ -32,6 +33,7 @@ from dataclasses import replace
 
 from costmodel.calls.algorithms import kernel_algorithm
 from costmodel.frameworks.framework import Framework
+from costmodel.parallel.shard import local_experts
 from costmodel.step.host_timeline import Call, Timeline, run_timeline
 from costmodel.step.prediction import StepPrediction
 from networks.ir import Network
@@ -66,20 +68,26 @@ def step_calls(pred: StepPrediction, net: Network, fw: Framework) -> list[Call]:
     """The calls of ``pred``'s step (of ``net``) as ``fw``'s host issues them (module docstring);
     each labelled with its layer and pass (``name fwd``, ``name bwd``) or ``sync`` and ``update``."""
     op_s = fw.host.op_s.value
-    kinds = {layer.name: layer.op for layer in net.layers}
+    layers = {layer.name: layer for layer in net.layers}
+    kinds = {name: layer.op for name, layer in layers.items()}
+    # the experts each layer's shard holds (a mixture of experts' grouped GEMMs issue one GEMM each)
+    experts = {x.layer.name: local_experts(layers[x.layer.name], x.layer.strategy)
+               for x in pred.layers if x.layer.name in layers}
     micro: list[Call] = []
     waits = fw.host.sync_each_pass
     for x in pred.layers:
         est, label = x.layer, f"{x.layer.name} fwd"
         ops = fw.op(kinds.get(est.name, ""), kernel_algorithm(est.algorithm))
         micro += _single(label, x.reshard_fwd_s, fw)
-        micro += _kernels(label, est.fwd_compute_s, ops.fwd, op_s, fw, ops.sync_after, ops.launch_s, ops.small)
+        micro += _kernels(label, est.fwd_compute_s, ops.launches("fwd", experts.get(est.name, 0)), op_s, fw,
+                          ops.sync_after, ops.launch_s, ops.small)
         micro += [c for comm in est.comms if comm.phase == "fwd" for c in _single(label, comm.seconds, fw)]
         micro += [Call(label, 0.0, sync=True)] if waits else []
     for x in reversed(pred.layers):
         est, label = x.layer, f"{x.layer.name} bwd"
         ops = fw.op(kinds.get(est.name, ""), kernel_algorithm(est.algorithm))
-        micro += _kernels(label, est.bwd_compute_s, ops.bwd, op_s, fw, launch_s=ops.launch_s, small=ops.small)
+        micro += _kernels(label, est.bwd_compute_s, ops.launches("bwd", experts.get(est.name, 0)), op_s, fw,
+                          launch_s=ops.launch_s, small=ops.small)
         micro += [c for comm in est.comms if comm.phase == "bwd" for c in _single(label, comm.seconds, fw)]
         micro += _single(label, x.reshard_bwd_s, fw)
         micro += [Call(label, 0.0, sync=True)] if waits else []

@@ -9,7 +9,8 @@ step's: no sum over layers gives it, so the planner, whose objective is a sum ov
     excess = max(0, host - device)      host   = op_s + launches x launch_s (the op's, else the file's)
                                         device = the pass's kernels + launches x launch_gap_s
 
-the time the device would sit idle if every pass waited for its own issue: what a host-bound layer
+(a mixture of experts' launches include ``kernels.moe.per_local_expert``'s for each expert of its
+shard), the time the device would sit idle if every pass waited for its own issue: what a host-bound layer
 (a batch norm under eager PyTorch) costs, and 0 for a layer whose kernels outlast their issue. It
 is the layer's ``dispatch_s`` under the framework (costmodel.frameworks.kernels), so it enters
 every layer's cost, a pipeline stage's time and the planner's objective alike. The step a command
@@ -47,7 +48,8 @@ def layer_host_excess_s(local: LocalLayer, fw: Framework, compute: ComputeModel)
     bwd = compute.pass_s(local, "bwd_data", algorithm) + compute.pass_s(local, "bwd_weights", algorithm)
     launch_s = host.launch_s.value if ops.launch_s is None else ops.launch_s  # the op's own, where it has one
     total = 0.0
-    for launches, device_s in ((ops.fwd, fwd), (ops.bwd, bwd)):
+    experts = local.p.get("experts", 0) if local.layer.op == "moe" else 0  # the shard's own experts
+    for launches, device_s in ((ops.launches("fwd", experts), fwd), (ops.launches("bwd", experts), bwd)):
         issue = host.op_s.value + launches * launch_s
         total += pass_excess_s(issue, device_s + launches * host.launch_gap_s.value)
     return total

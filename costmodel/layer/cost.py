@@ -56,6 +56,11 @@ class Comm:
         """The time its messages hold the link (``seconds`` unless part of it is hidden)."""
         return self.seconds if self.link_s is None else self.link_s
 
+    def timed(self, seconds: float, link_s: float | None) -> "Comm":
+        """This collective with other times (``dataclasses.replace``'s answer, made directly: the
+        planner asks it for every candidate's every collective, costmodel.comm.overlap)."""
+        return Comm(self.purpose, self.phase, self.collective, self.nbytes, self.group, seconds, link_s)
+
 
 @dataclass(frozen=True)
 class Memory:
@@ -132,21 +137,27 @@ class LayerEstimate:
 
 
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
-               rule: str = "mpi", cold: bool = False, within: int = 0) -> float:
+               rule: str = "mpi", cold: bool = False, within: int = 0, memo: dict | None = None) -> float:
     """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group; with
     ``within``, its first ``within`` ranks: neighbours along one dimension holding the same replica,
     costmodel.comm.weight_sync.replica_sums); ``cold``: right after a layer's kernels
     (``Machine.fitted_cold``). Inside one node, a time measured in the run for exactly this
-    collective (``Machine.measured``) comes first."""
+    collective (``Machine.measured``) comes first. ``memo``: what a caller pricing many layers keeps,
+    one machine and compute model a memo (``planner.problem.priced_layers``); here the times, by
+    collective, bytes, span, rule and ``cold``: the time is a function of them alone."""
     dims = tuple(dims)
     if not dims or nbytes <= 0 or (within or strategy.group_size(dims)) == 1:
         return 0.0
     per_node, nodes = _group_span(strategy, dims, machine, within)
-    if nodes == 1:
-        got = machine.measured_s(collective, int(nbytes), per_node, cold)
-        if got is not None:
-            return got
-    return collective_s(collective, nbytes, per_node, nodes, machine, rule=rule, cold=cold)
+    key = (collective, nbytes, per_node, nodes, rule, cold)
+    if memo is not None and key in memo:
+        return memo[key]
+    got = machine.measured_s(collective, int(nbytes), per_node, cold) if nodes == 1 else None
+    if got is None:
+        got = collective_s(collective, nbytes, per_node, nodes, machine, rule=rule, cold=cold)
+    if memo is not None:
+        memo[key] = got
+    return got
 
 
 @lru_cache(maxsize=None)
@@ -161,10 +172,21 @@ def _elems(shape) -> int:
     return prod(shape)
 
 
+def shard_of(layer: Layer, strategy: Strategy, batch: int, memo: dict | None = None) -> LocalLayer:
+    """``local_layer``, kept in ``memo`` (:func:`group_time`'s) when given: a function of its arguments alone."""
+    if memo is None:
+        return local_layer(layer, strategy, batch)
+    key = ("local", layer, strategy, batch)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = local_layer(layer, strategy, batch)
+    return got
+
+
 def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machine,
                    compute: ComputeModel, algorithm: str = "", optimizer: Optimizer | str = "momentum",
                    rule: str = "mpi", consumers: int = 1, output_saved: bool = True, overlap=None,
-                   front: bool = False, micro_batches: int = 1) -> LayerEstimate:
+                   front: bool = False, micro_batches: int = 1, memo: dict | None = None) -> LayerEstimate:
     """Everything one layer costs under one strategy, per device (the straggler). ``consumers``:
     how many input slots read the layer's output (``networks.analysis.consumers``); each after the
     first costs a gradient sum in backward (``kernel_calls.grad_sum_calls``). ``output_saved``:
@@ -174,18 +196,17 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     ``overlap``: which collectives hide under the passes (costmodel.comm.overlap; None: the machine's
     default); ``front``: the layer's gradients are in the bucket the backward makes last
     (``overlap.front_layers``). ``micro_batches``: how many a step runs (PyTorch FSDP's gradient
-    kernels, :func:`fsdp_prep_s`)."""
+    kernels, :func:`fsdp_prep_s`). ``memo``: what a caller pricing many layers on one machine and
+    compute model keeps (:func:`group_time`): the collectives' times, and each shard with what it
+    prices whatever the optimiser (:func:`_sharded`)."""
     opt = as_optimizer(optimizer)
     algorithm = resolve_algorithm(layer, algorithm, machine)
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    local = local_layer(layer, strategy, batch)
-    kernel = kernel_algorithm(algorithm)
-    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
-    comms = layer_comms(layer, strategy, local, machine, opt, rule, kernel,
-                        (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)))
+    shard = _sharded(layer, strategy, batch, machine, compute, algorithm, rule, consumers, output_saved, memo)
+    local, kernel, fwd, bwd_data, bwd_weights, head, tail, grad_sum, acts, workspace, dispatch = shard
+    comms = head + _weight_comms(layer, strategy, local, machine, opt, rule, memo) + tail
     if is_recomputed(algorithm):
         comms += recomputed_comms(comms)
-    grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
     active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
     wshapes = dict(local.weight_shapes)
     replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
@@ -198,9 +219,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     fp8 = fp8_bytes(layer, fp8_elems)
     if fp8_params(layer):  # the weight is its FP8 copy, one byte (costmodel.choices.precision): no 16-bit one
         weights, fp8 = weights - fp8_elems * (itemsize - 1), fp8 - fp8_elems
-    memory = Memory(weights, grads, state, activation_bytes(local, strategy, output_saved, algorithm, batch)
-                    + framework_kept_bytes(compute, local, algorithm),
-                    compute.workspace_bytes(local, kernel), master=master,
+    memory = Memory(weights, grads, state, acts, workspace, master=master,
                     buffers=gradient_buffer_bytes(local) + gathered + fsdp_grad_copy(wshapes, itemsize, opt), fp8=fp8)
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
@@ -208,7 +227,32 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         update_s=_update_s(compute, wshapes, replicas, itemsize, opt),
         comms=tuple(comms), memory=memory,
         grad_sum_s=grad_sum, grad_prep_s=prep_bwd,
-        dispatch_s=dispatch_time(compute, local, kernel, consumers))
+        dispatch_s=dispatch)
+
+
+def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, compute: ComputeModel, algorithm: str,
+             rule: str, consumers: int, output_saved: bool, memo: dict | None) -> tuple:
+    """What :func:`layer_estimate` prices whatever the optimiser and its ZeRO stage: the shard, its
+    kernel, passes, collectives before and after the weights' own (:func:`_shard_comms`), gradient
+    sum, kept activations, workspace and dispatch; kept in ``memo`` (:func:`group_time`'s) when given,
+    by these arguments (the ZeRO stages of one planning call price the same shards)."""
+    key = ("shard", layer, strategy, batch, algorithm, rule, consumers, output_saved)
+    got = None if memo is None else memo.get(key)
+    if got is not None:
+        return got[:5] + (list(got[5]), list(got[6])) + got[7:]
+    local = shard_of(layer, strategy, batch, memo)
+    kernel = kernel_algorithm(algorithm)
+    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
+    head, tail = _shard_comms(layer, strategy, local, machine, rule, kernel,
+                              (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo)
+    grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
+    acts = activation_bytes(local, strategy, output_saved, algorithm, batch) + framework_kept_bytes(compute, local,
+                                                                                                    algorithm)
+    got = (local, kernel, fwd, bwd_data, bwd_weights, tuple(head), tuple(tail), grad_sum, acts,
+           compute.workspace_bytes(local, kernel), dispatch_time(compute, local, kernel, consumers))
+    if memo is not None:
+        memo[key] = got
+    return got[:5] + (list(got[5]), list(got[6])) + got[7:]
 
 
 def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], itemsize: int, opt: Optimizer) -> float:
@@ -221,46 +265,73 @@ def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], it
 
 
 def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, opt: Optimizer,
-                rule: str, kernel: str, passes: tuple[float, float]) -> list[Comm]:
+                rule: str, kernel: str, passes: tuple[float, float], memo: dict | None = None) -> list[Comm]:
     """A layer's collectives under a strategy (docs/costmodel.md, "Per layer"): a split contraction's
     reductions (costmodel.comm.tensor), op-specific ones (statistics; an expert split's dispatch and
     combine, costmodel.comm.expert; attention's keys and values over a split sequence,
     costmodel.comm.context, whose ring hides under the core: ``passes``, the forward and
-    backward-data seconds), the weights' gradient sums (costmodel.comm.weight_sync)."""
-    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
-    comms: list[Comm] = []
+    backward-data seconds), the weights' gradient sums (costmodel.comm.weight_sync). ``memo``:
+    :func:`group_time`'s."""
+    head, tail = _shard_comms(layer, strategy, local, machine, rule, kernel, passes, memo)
+    return head + _weight_comms(layer, strategy, local, machine, opt, rule, memo) + tail
 
-    def add(purpose, phase, collective, nbytes, dims, within=0):
-        dims = tuple(dims)
+
+def _comms(strategy: Strategy, machine: Machine, rule: str, memo: dict | None, calls) -> list[Comm]:
+    """Each (purpose, phase, collective, bytes, dims[, within]) of ``calls`` with bytes to move over
+    a group of more than its own rank, priced (:func:`group_time`)."""
+    out = []
+    for purpose, phase, collective, nbytes, dims, *within in calls:
+        dims, within = tuple(dims), within[0] if within else 0
         if not dims or nbytes <= 0:
-            return
+            continue
         # partial sums, input gradients and statistics follow the layer's kernels (cold caches);
         # the executor makes the weight-gradient allreduces back to back (runtime.step)
-        secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync", within=within)
-        comms.append(Comm(purpose, phase, collective, int(nbytes), within or strategy.group_size(dims), secs))
+        secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync", within=within,
+                          memo=memo)
+        out.append(Comm(purpose, phase, collective, int(nbytes), within or strategy.group_size(dims), secs))
+    return out
 
-    for args in (tensor_collectives(layer, strategy, local, itemsize) + _extra_collectives(active, local, strategy,
-                                                                                          itemsize)
-                 + expert_collectives(layer, strategy, local, itemsize)):
-        add(*args)
-    comms += kv_comms(layer, strategy, local, machine, rule, kernel, passes)
-    comms += [Comm(*c) for c in flex_exchanges(layer, strategy, local, itemsize, machine)]
-    for args in weight_collectives(layer, active, dict(local.weight_shapes), itemsize, opt):
-        add(*args)
-    for purpose, phase, collective, nbytes, dim, share in replica_sums(active, dict(strategy.degrees),
-                                                                       dict(local.weight_shapes), itemsize):
-        add(purpose, phase, collective, nbytes, (dim,), within=share)
-    return comms
+
+def _shard_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
+                 passes: tuple[float, float], memo: dict | None) -> tuple[list[Comm], list[Comm]]:
+    """:func:`layer_comms` but the weights' own (the optimiser's): those before them (the split's
+    reductions, statistics, expert and key/value exchanges) and those after (the sums of replicated
+    grouped weights)."""
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
+    head = _comms(strategy, machine, rule, memo, tensor_collectives(layer, strategy, local, itemsize)
+                  + _extra_collectives(active, local, strategy, itemsize)
+                  + expert_collectives(layer, strategy, local, itemsize))
+    head += kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo)
+    head += [Comm(*c) for c in flex_exchanges(layer, strategy, local, itemsize, machine)]
+    tail = _comms(strategy, machine, rule, memo,
+                  [(purpose, phase, collective, nbytes, (dim,), share) for purpose, phase, collective, nbytes, dim, share
+                   in replica_sums(active, dict(strategy.degrees), dict(local.weight_shapes), itemsize)])
+    return head, tail
+
+
+def _weight_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, opt: Optimizer, rule: str,
+                  memo: dict | None) -> list[Comm]:
+    """The weights' gradient sums, or ZeRO's reduce-scatters and gathers (costmodel.comm.weight_sync)."""
+    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
+    return _comms(strategy, machine, rule, memo, weight_collectives(layer, active, dict(local.weight_shapes),
+                                                                    DTYPE_BYTES.get(layer.dtype, 4), opt))
 
 
 def kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
-             passes: tuple[float, float]) -> list[Comm]:
+             passes: tuple[float, float], memo: dict | None = None) -> list[Comm]:
     """The keys and values an attention layer over a split sequence exchanges
     (costmodel.comm.context), their ring hidden under the core's share of ``passes`` (the forward
-    and backward-data seconds of ``kernel``); none for any other layer or split."""
+    and backward-data seconds of ``kernel``); none for any other layer or split. ``memo``: as
+    :func:`group_time`'s (one machine a memo), these kept by all the other arguments."""
     if layer.op != "attention" or strategy.degree(H) == 1:
         return []
+    if memo is not None:
+        key = ("kv", layer, strategy, local, rule, kernel, passes)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = tuple(kv_comms(layer, strategy, local, machine, rule, kernel, passes))
+        return list(got)
     sram = machine.device.sram_bytes
     core = tuple(t * core_share(local, pass_, kernel, sram) for t, pass_ in zip(passes, ("fwd", "bwd_data")))
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)

@@ -240,6 +240,13 @@ def _local_experts(p: dict, wdict: dict) -> dict:
             "hidden": wdict["w_out"][2], "shared_local": wdict["shared_out"][1] if "shared_out" in wdict else 0}
 
 
+def local_experts(layer: Layer, strategy: Strategy) -> int:
+    """The experts a mixture-of-experts layer's shard holds under ``strategy`` (0: another op)."""
+    if layer.op != "moe":
+        return 0
+    return max_block_extents(weight_layouts(layer, strategy)["w_in"])[0]
+
+
 def received_block_bytes(local: LocalLayer, slot: int) -> int:
     """Input ``slot``'s block (halos included) that a layer split over a windowed dimension
     (:func:`windowed`) receives and keeps for backward."""

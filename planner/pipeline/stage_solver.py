@@ -84,7 +84,7 @@ def stage_builder(ranks: int, micro_batch: int, machine: Machine, compute: Compu
                   settings: Settings) -> Builder:
     """The pricing of a stage's layers on ``ranks`` at ``micro_batch`` samples under ``settings``' choices."""
     return Builder(micro_batch, ranks, machine, compute, settings.choices.sharded_optimizer,
-                   recompute=settings.choices.may_recompute, overlap=settings.overlap)
+                   recompute=settings.choices.may_recompute, overlap=settings.overlap, priced=settings.priced)
 
 
 class StageSolver:

@@ -32,8 +32,8 @@ from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorit
 from costmodel.compute.model import ComputeModel
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
 from costmodel.layer.cost import (LayerEstimate, framework_kept_bytes, kv_comms, layer_estimate, own_kept_bytes,
-                                  passes_s)
-from costmodel.parallel.shard import input_layout, local_layer, output_layout, weight_layouts
+                                  passes_s, shard_of)
+from costmodel.parallel.shard import input_layout, output_layout, weight_layouts
 from costmodel.parallel.layout import Layout
 from costmodel.machine.model import Machine
 from costmodel.choices.optimizer import Optimizer
@@ -43,20 +43,22 @@ from costmodel.parallel.strategy import Strategy
 from costmodel.layer.tied import head_sum_s, table_layout, tie_mismatch, ties
 from networks.analysis import consumers, saved_outputs
 from networks.ir import DTYPE_BYTES, Layer, Network
+from planner.problem.priced_layers import PricedLayers
 from planner.solvers import Edge, Problem
 
 
 def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: int, compute: ComputeModel,
                     algorithm: str, machine: Machine, rule: str = "mpi", overlap=None,
-                    front: bool = False) -> LayerEstimate:
+                    front: bool = False, memo: dict | None = None) -> LayerEstimate:
     """``layer_estimate`` for another algorithm, from one made with a kernel algorithm (not
     recomputed) for the same strategy: only the compute passes, the workspace, the op's own kept
     bytes, under recomputation its forward collectives run again, and an attention layer's keys
     and values over a split sequence (their ring hides under the core: not :func:`derivable` from
     the base's) depend on it (``layer_cost.passes_s``, ``own_kept_bytes``, ``recomputed_comms``,
-    ``kv_comms``)."""
+    ``kv_comms``). ``memo``: the collectives and shards already priced on ``machine``
+    (``costmodel.layer.cost.group_time``)."""
     algorithm = resolve_algorithm(layer, algorithm, machine)
-    local = local_layer(layer, strat, batch)
+    local = shard_of(layer, strat, batch, memo)
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
     kept = base.memory.activations
     if layer.op == "attention" or is_recomputed(algorithm) != is_recomputed(base.algorithm):
@@ -66,7 +68,7 @@ def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: i
     comms = base.comms
     if not derivable(layer, strat):  # the ring of keys and values hides under this algorithm's core
         kv = kv_comms(layer, strat, local, machine, rule, kernel, (fwd, bwd_data - (fwd if is_recomputed(algorithm)
-                                                                                    else 0.0)))
+                                                                                    else 0.0)), memo)
         at = next(i for i, c in enumerate(comms) if c.purpose == "kv")
         comms = comms[:at] + tuple(kv) + tuple(c for c in comms[at:] if c.purpose != "kv")
     comms = comms + tuple(recomputed_comms(comms)) if is_recomputed(algorithm) else comms
@@ -119,8 +121,11 @@ class Builder:
 
     def __init__(self, batch: int, p: int, machine: Machine, compute: ComputeModel, optimizer: Optimizer | str,
                  rule: str = "mpi", max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES,
-                 recompute: bool = False, overlap=None):
+                 recompute: bool = False, overlap=None, priced: PricedLayers | None = None):
         self.batch, self.p, self.machine, self.compute = batch, p, machine, compute
+        #: what the planning call priced on this machine and compute model, shared by its builders
+        #: (planner.problem.priced_layers); None: everything priced afresh
+        self.priced = priced
         self.overlap = resolve_overlap(overlap, machine)  # costmodel.comm.overlap: None, the machine's default
         self.optimizer, self.rule = optimizer, rule
         self.max_model_degree, self.max_candidates = max_model_degree, max_candidates
@@ -143,17 +148,27 @@ class Builder:
         algorithm under one strategy.
 
         ``layer_estimate`` runs once; the other algorithms change only the three compute passes and
-        the workspace, so they reuse its collectives and memory (``derive_estimate``).
+        the workspace, so they reuse its collectives and memory (``derive_estimate``). Each answer is
+        kept in ``priced`` under every argument it depends on, for the builders after this one.
         """
+        key = (sig, strat, algos, consumers, saved, front, self.batch, self.optimizer, self.rule, self.overlap)
+        got = None if self.priced is None else self.priced.estimates.get(key)
+        if got is not None:
+            return got
+        memo = None if self.priced is None else self.priced.collectives
+
         def estimate(algorithm: str) -> LayerEstimate:
             return layer_estimate(sig, strat, self.batch, self.machine, self.compute, algorithm, self.optimizer,
-                                  self.rule, consumers, saved, self.overlap, front)
+                                  self.rule, consumers, saved, self.overlap, front, memo=memo)
 
         base = estimate(algos[0])
         ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a, self.machine, self.rule,
-                                         self.overlap, front) for a in algos[1:]]
-        return [(e.total_s, float(e.memory.persistent), float(e.memory.transient), e.grad_sync_s + e.update_s,
-                 float(e.memory.activations)) for e in ests]
+                                         self.overlap, front, memo) for a in algos[1:]]
+        got = [(e.total_s, float(e.memory.persistent), float(e.memory.transient), e.grad_sync_s + e.update_s,
+                float(e.memory.activations)) for e in ests]
+        if self.priced is not None:
+            self.priced.estimates[key] = got
+        return got
 
     def layout_id(self, layout: Layout) -> int:
         got = self.layout_ids.get(layout)

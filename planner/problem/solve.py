@@ -39,6 +39,7 @@ from networks.ir import Network
 from planner.problem.baselines import PricedBaseline, baselines, fastest_algorithms
 from planner.problem.build import Builder, Built, build_problem, build_with
 from planner.problem.parallel import Parallel
+from planner.problem.priced_layers import PricedLayers
 from planner.plan.plan import Baseline, LayerPlan, Plan
 from planner.solvers import Assignment, Budget, Stopped, evaluate, expand_choice, min_memory, prune_dominated, solve
 from planner.solvers.fixing import Better
@@ -81,6 +82,9 @@ class Settings:
     #: (costmodel.frameworks.kernels); here, its overlap efficiencies (:attr:`overlap`) and what a
     #: plan's step becomes on its host timeline, with the memory it adds (:meth:`as_run`)
     framework: Framework | None = field(default=None, compare=False)
+    #: what the planning call has priced, shared by its builders (planner.problem.priced_layers); None:
+    #: each builder its own
+    priced: PricedLayers | None = field(default=None, compare=False)
 
     def with_zero(self, stage: int) -> "Settings":
         """These settings planning under ZeRO stage ``stage``."""
@@ -236,7 +240,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
     builder = Builder(batch, p, machine, compute, settings.choices.sharded_optimizer,
                       recompute=settings.choices.may_recompute,
-                      overlap=settings.overlap)
+                      overlap=settings.overlap, priced=settings.priced)
     need, _ = min_memory(build_with(builder, net, limit, edges=False).problem)  # the nodes alone: cheap
     if need > limit * (1 + 1e-9):
         raise _infeasible(net, batch, p, machine, compute, limit, need, settings, suggest)

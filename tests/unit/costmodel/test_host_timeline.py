@@ -150,3 +150,26 @@ def test_small_launches_carry_no_device_time_and_expose_the_host_after_a_sync():
         return next(span.idle_s for span in line.spans if span.label == f"{name} fwd")
 
     assert idle(small) > idle(synced)
+
+
+def test_more_local_experts_make_the_step_host_bound():
+    """The step's calls add ``kernels.moe.per_local_expert`` launches per expert of each mixture of
+    experts' shard: tiny-moe's 4 experts on one GPU, at 2 launches an expert each half of the
+    forward's kernels (every other launch free), bind its mixture-of-experts layers where the one
+    fixed launch alone did not."""
+    choices = TrainingChoices.from_flags(precision="bf16", optimizer="adam", framework="megatron", recompute="none")
+    ctx = context.resolve("tiny-moe", 1, 8, "dgx-h100", choices=choices, network_defaults=True)
+    pred = replace(predicting.step(ctx, predicting.LayerSplits()).prediction, host_s=0.0)
+    fw, moes = ctx.framework, {layer.name for layer in ctx.network.layers if layer.op == "moe"}
+    fw = replace(fw, host=replace(fw.host, op_s=Value(0.0), launch_s=Value(1e-15), launch_gap_s=Value(0.0)))
+    table = tuple(dict(fw.kernels).items())
+    fixed = replace(fw.op("moe"), fwd=1, bwd=1, sync_after=0, small=0, per_local_expert=(0, 0))
+    device = sum(x.layer.fwd_compute_s for x in pred.layers if x.layer.name in moes)
+    each = device / len(moes) / 2  # 1 + 4 x 2 = 9 launches: 4.5 forwards; 1: half of one
+    plain = replace(fw, kernels=table + (("moe", replace(fixed, launch_s=each)),))
+    experts = replace(fw, kernels=table + (("moe", replace(fixed, launch_s=each, per_local_expert=(2, 2))),))
+    fwd = [c for c in step_calls(pred, ctx.network, experts) if c.label.endswith(" fwd")
+           and c.label.rsplit(" ", 1)[0] in moes]
+    assert len(fwd) == 9 * len(moes)
+    assert not moes & set(with_host(pred, ctx.network, plain, gpu=True).host_bound)
+    assert moes <= set(with_host(pred, ctx.network, experts, gpu=True).host_bound)

@@ -61,3 +61,30 @@ def test_the_framework_kernels_carry_the_excess_as_the_layers_dispatch_and_the_d
     # on a CPU the measured kernels hold the host: nothing is added
     local = load_machine("local")
     assert framework_kernels(compute, megatron, local) is compute
+
+
+def test_more_local_experts_make_a_mixture_of_experts_pass_host_bound():
+    """``kernels.moe.per_local_expert``: each expert of the shard adds its launches to the pass.
+    Hand-worked, with no op cost nor launch gap: 2 fixed launches and 2 an expert at a fifth of the
+    forward's kernels each issue in 0.4 of them with no expert (no excess) and, with the shard's 4
+    experts, in 2 (10 launches): the forward then waits one forward's time for its issue."""
+    h100 = load_machine("dgx-h100")
+    compute = Roofline(h100)
+    moe = _local("tiny-moe", "moe", 8)
+    assert moe.p["experts"] == 4
+    fwd = compute.pass_s(moe, "fwd", "")
+    kernels = {"moe": {"fwd": 2, "bwd": 0, "per_local_expert": {"fwd": 2, "bwd": 0, "basis": "published"}}}
+
+    def framework(per_expert: bool):
+        entry = dict(kernels["moe"]) if per_expert else {"fwd": 2, "bwd": 0}
+        return framework_from_dict({"name": "x", "about": "y", "kernels": {"moe": entry},
+                                    "host": {"launch_s": fwd / 5}})
+
+    assert framework(True).op("moe").launches("fwd", 4) == 10
+    assert layer_host_excess_s(moe, framework(False), compute) == 0.0
+    assert layer_host_excess_s(moe, framework(True), compute) == pytest.approx(fwd)
+    # a shard of one expert (expert parallelism over 4) issues 4 launches: no excess
+    one = local_layer(next(x for x in load_network("tiny-moe").layers if x.op == "moe"), Strategy.of(4, E=4), 8)
+    assert one.p["experts"] == 1
+    assert layer_host_excess_s(one, framework(True), compute) == pytest.approx(
+        max(0.0, 4 * fwd / 5 - compute.pass_s(one, "fwd", "")))

@@ -1,0 +1,35 @@
+"""One planning call's layer prices and collective times, each priced once (pure).
+
+The pipeline search prices a block's layers on a new builder for every (pipeline degree,
+micro-batch count) pair it bounds, again when it closes a pair's stage gaps, and the ZeRO choice
+does so for every stage it plans (:class:`planner.problem.build.Builder`: one per ranks, micro-batch
+and optimiser). Across them the same collective recurs (a tensor group's reduction of one layer's
+output is the next layer's; a stage of ``d`` ranks at micro-batch ``b`` and one of ``2 d`` at ``2 b``
+reduce the same bytes over the same node-wide group), and a builder made again prices the layers
+its predecessor priced; a ZeRO stage changes a layer's weight collectives, update and memory,
+never its shard, kernels, activations or other collectives. :class:`PricedLayers` keeps them for one
+planning call on one machine and compute model, each under exactly the arguments it is a function
+of: a collective's time (``costmodel.layer.cost.group_time``), a layer's shard and what it prices
+whatever the optimiser (``costmodel.layer.cost``'s memo), and a layer's estimates under every
+argument ``Builder.estimates`` passes; so every number, and every plan, is the one priced afresh
+(``tests/unit/planner/test_priced_layers.py``).
+
+Created per planning call (``planner.first_plan``), carried by its :class:`~planner.problem.solve.Settings`,
+never module-wide: nothing outlives the call; a worker process starts with none kept
+(:meth:`PricedLayers.__reduce__`). As :mod:`planner.problem.priced_once`, none is kept where the
+compute model times kernels on demand (its answers change while the planner weighs).
+"""
+
+from __future__ import annotations
+
+
+class PricedLayers:
+    """What one planning call has priced: ``collectives`` (``costmodel.layer.cost.group_time``'s
+    memo) and ``estimates`` (``planner.problem.build.Builder.estimates``' rows by their arguments)."""
+
+    def __init__(self):
+        self.collectives: dict[tuple, float] = {}
+        self.estimates: dict[tuple, list] = {}
+
+    def __reduce__(self):
+        return PricedLayers, ()
