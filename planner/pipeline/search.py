@@ -18,8 +18,11 @@ at, docs/costmodel.md, "Nothing below physics": at least ``F / (p * peak) * (S +
 ``F``) and :mod:`planner.pipeline.bound`'s, from one block's layers priced on the stage's ranks,
 with the memory limit by Lagrangian duality (it also proves an ``(S, m)`` where nothing fits).
 ``(S, m)`` are tried in order of that bound and the search stops when it reaches the best step
-found; only the first pair searched may be another, the one with the smallest stages of those
-within 5% of the least bound (:func:`planner.pipeline.triples.quick_first`: a plan in hand early).
+found. Until a plan is in hand, a pair's search may take at most ``FIRST_SHARE`` of the time left
+when it starts; one that takes longer is left (counted in the proven gap by its bound) and the next
+is searched, so one slow pair does not leave the search without a plan (Llama 3.1 405B on 512 H100s
+under ZeRO-3: 2 stages x 8 micro-batches, the least bound, did not finish its 63-block stages in
+the 13 s left at load 1; 64 stages x 512, its bound 0.2% above, answers in about a second).
 Handed workers (``Settings.parallel``), the search has the bounds computed side by side
 (:mod:`planner.pipeline.pair_bounds`): the same numbers, so the same answer.
 
@@ -61,11 +64,13 @@ from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, 
 from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
 from planner.pipeline.stage_solver import StageSolver
-from planner.pipeline.triples import AUTO, DEFAULT, Interleaving, bounded, pairs, physics_floor, quick_first
+from planner.pipeline.triples import AUTO, DEFAULT, Interleaving, bounded, pairs, physics_floor
 from planner.problem.parallel import side_by_side
 from planner.problem.solve import PlanMismatch, Settings
 
 SCHEDULE = "1f1b"
+#: until a plan is in hand, the share of the time left one pair's search may take (module docstring)
+FIRST_SHARE = 1 / 3
 #: seconds the search spends closing other pairs' stage gaps to prove its choice (proved)
 PROVE_S = 5.0
 #: another pair that could beat the choice by less than this fraction is not searched again (the
@@ -114,6 +119,7 @@ class _Search:
         self.held: tuple[int, int] | None = None  # the best pair so far: its pricing is kept (hold)
         self.predicted: dict = {}  # the last choice's (solutions, prediction): _choice
         self.ceiling = float("inf")  # a step the caller holds already: pairs bounded at it are not searched
+        self.pair_deadline: float | None = None  # budget clock time the pair being searched is left at (FIRST_SHARE)
         parallel = side_by_side(settings.parallel, compute)
         #: the pairs' bounds computed by workers (planner.pipeline.pair_bounds), None: here, one by one
         self.many = None if parallel is None else bound_side_by_side(
@@ -172,7 +178,8 @@ class _Search:
             budget.check()  # a stop request: KeyboardInterrupt (the budget holds the best plan so far)
         if close:
             return self.deadline is not None and time.perf_counter() >= self.deadline
-        return budget is not None and budget.expired()
+        return budget is not None and (budget.expired() or (self.pair_deadline is not None
+                                                            and budget.clock() >= self.pair_deadline))
 
     def best(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> Best | None:
         """The best cut of ``(S, m, V)`` (None: nothing fits); raises :class:`OutOfTime` when it is
@@ -295,7 +302,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     combos = bounded(search.bound, triples, budget, search.many)
     out = [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
            for b2, s2, m2, v2, fits in combos if fits is False]
-    combos = quick_first([c for c in combos if c[4] is not False], stack.n)
+    combos = [c for c in combos if c[4] is not False]
     then = Interleaving(search, physics_floor(net, batch, p, machine), start, _pairs) if schedule == DEFAULT else None
     best = _pairs(search, combos, out, progress, start, then=then)
     tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
@@ -332,11 +339,16 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
             # (the pairs whose bound was not computed come last)
             out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
             continue
+        left = None if budget is None or best is not None else budget.left()
+        search.pair_deadline = None if left is None else budget.clock() + FIRST_SHARE * left
         try:
             if budget is not None and budget.expired():
                 raise OutOfTime
             got = search.best(stages, m, chunks=v)
         except OutOfTime:
+            if best is None and budget is not None and not budget.expired():  # left at its share: the next pair
+                out.append(Candidate(stages, m, bound, skipped="time", lower_s=bound, chunks=v))
+                continue
             if best is None:
                 raise SearchOutOfTime(f"no plan was found within the {budget.stated_s:g} s time limit "
                                       f"({i} of {len(combos)} pipeline and micro-batch pairs searched)",
@@ -344,6 +356,8 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
             out.extend(Candidate(s2, m2, b2, skipped="time", lower_s=b2, chunks=v2)
                        for b2, s2, m2, v2, _ in [(bound, stages, m, v, fits)] + list(combos[i + 1:]))
             break
+        finally:
+            search.pair_deadline = None
         out.append(Candidate(stages, m, bound, got.step_s if got else None, got.cut if got else (),
                              lower_s=max(bound, got.lower_s) if got else float("inf"), chunks=v))
         if got is not None and (best is None or got.step_s < best.step_s * (1 - 1e-12)):

@@ -30,9 +30,6 @@ MICRO_SIZES = (1, 2, 4, 8)
 #: the share of the time left that bounding the pairs may take; the pairs left then keep their
 #: physics floor as their bound (weaker, still a bound) and are tried last
 BOUND_SHARE = 0.6
-#: the first pair searched is the one with the smallest stages among those whose bound is within
-#: this fraction of the least (:func:`quick_first`): a plan in hand early, the order otherwise kept
-QUICK_SLACK = 0.05
 #: the most model chunks a device holds under interleaving: Megatron-LM's published interleaved runs
 #: hold 2 to 4 (Narayanan et al. SC21, Figure 12 and section 5.3), NeMo's Llama 3 70B runs 5 and
 #: Megatron-Core's Mixtral 8x7B run 8 (bench/assets/published-modern.yaml, their rows' sources)
@@ -148,23 +145,6 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
         getattr(results, "close", lambda: None)()
     floored = [(phys, s, m, v, None) for i, (phys, s, m, v) in enumerate(combos) if i not in done]
     return sorted(bounded_) + sorted(floored, key=lambda c: c[:4])
-
-
-def quick_first(combos: list, n: int, slack: float = QUICK_SLACK) -> list:
-    """``combos`` (as :func:`bounded` gives them, by bound) with one pair moved to the front: of the
-    bounded pairs whose bound is within ``slack`` of the least, the one with the fewest blocks a
-    stage (``n / S``), whose stage solves are the smallest, so the search holds a plan early; the
-    others keep their order. Only the order changes: every pair is still searched or pruned by its
-    bound, so the answer at the end is the same (Llama 3.1 405B on 512 H100s, ZeRO-3: 2 stages
-    x 8 micro-batches, the least bound, did not finish its 63-block stages in the 7 s the bounds
-    left at load 5; 64 stages x 512, its bound 0.2% above, answers in about a second)."""
-    known = [i for i, c in enumerate(combos) if c[4] is True]
-    if not known:
-        return combos
-    least = combos[known[0]][0]
-    near = [i for i in known if combos[i][0] <= least * (1 + slack)]
-    pick = min(near, key=lambda i: (-(-n // combos[i][1]), combos[i][0]))
-    return [combos[pick]] + combos[:pick] + combos[pick + 1:]
 
 
 def saving(stages: int, m: int, chunks: int) -> float:

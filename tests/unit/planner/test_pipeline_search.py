@@ -16,9 +16,8 @@ from costmodel.step.pipeline import INTERLEAVED, stage_network
 from costmodel.memory.pipeline import device_hold
 from planner.pipeline import interleave
 from planner.pipeline.cuts import best_cut, cut_lower
-from planner.pipeline.triples import AUTO, chunk_counts, highest_peak, micro_sizes, physics_floor, quick_first
+from planner.pipeline.triples import AUTO, chunk_counts, highest_peak, micro_sizes, physics_floor
 from planner.problem.solve import Settings
-from planner.pipeline import search as search_module
 from planner.pipeline.search import _Search, kept, roles, search_pipeline
 from planner.solvers import Edge, Problem, evaluate, solve
 from planner.solvers import lagrange
@@ -358,7 +357,7 @@ def test_the_chosen_pairs_stages_have_their_gaps_closed(tmp_path):
     assert got.prediction.step_s == pytest.approx(exact.prediction.step_s, rel=1e-9)
 
 
-def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path, monkeypatch):
+def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path):
     """Under the default schedule every (S, m) that was the best 1F1B pair when it was searched has
     its interleaved triples weighed, not only the last best (planner.pipeline.triples.interleaving):
     the 4-block GPT on 8 devices at batch 8 under 1.5 MiB finds (2, 8) first, whose 2 chunks a device
@@ -366,7 +365,6 @@ def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_pat
     weighed no interleaving)."""
     ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.0015
-    monkeypatch.setattr(search_module, "quick_first", lambda combos, n: combos)  # the pairs by bound alone
     got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="default")
     plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="1f1b")
     assert got.prediction.step_s <= plain.prediction.step_s * (1 + 1e-12)
@@ -434,11 +432,28 @@ def test_the_physics_floor_is_the_peak_the_layers_run_at_and_below_every_pairs_o
         assert 0 < floor(stages, m, 1) <= got.prediction.step_s
 
 
-def test_the_first_pair_searched_has_the_smallest_stages_of_those_near_the_least_bound():
-    """quick_first moves one pair to the front, the fewest blocks a stage within 5% of the least
-    bound (pairs left at their floor, None, and unfit ones are not picked); the rest keep their order."""
-    combos = [(10.0, 2, 8, 1, True), (10.4, 8, 64, 1, True), (10.45, 4, 16, 1, True), (12.0, 16, 64, 1, True),
-              (3.0, 32, 64, 1, None)]
-    assert quick_first(combos, 64) == [combos[1], combos[0], combos[2], combos[3], combos[4]]
-    assert quick_first(combos[:1] + combos[3:], 64) == combos[:1] + combos[3:]  # none other within 5%
-    assert quick_first(combos[4:], 64) == combos[4:]
+
+def test_a_pair_past_its_share_is_left_for_the_next_until_a_plan_is_in_hand(tmp_path, monkeypatch):
+    """Until a plan is in hand, a pair whose search runs past FIRST_SHARE of the time left is left
+    (a candidate skipped for time, at its bound) and the next pair searched: the search answers."""
+    from planner.pipeline import search as search_module
+    from planner.pipeline.choice import OutOfTime
+    from planner.solvers import Budget
+
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    real, calls = search_module._Search.best, []
+
+    def slow_first(self, stages, m, close=False, chunks=1):
+        calls.append((stages, m, chunks, self.pair_deadline is not None))
+        if len(calls) == 1:
+            raise OutOfTime  # as past its share
+        return real(self, stages, m, close, chunks)
+
+    monkeypatch.setattr(search_module._Search, "best", slow_first)
+    settings = Settings(budget=Budget(600.0), choices=TrainingChoices(optimizer="adam", precision="fp16"))
+    got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, settings, schedule="1f1b")
+    first = calls[0]
+    assert first[3] and len(calls) > 1  # the first pair had a share; the search went on
+    left = [c for c in got.candidates if c.key == first[:3]]
+    assert left and left[0].skipped == "time" and left[0].lower_s == left[0].bound_s
+    assert got.prediction.step_s > 0 and (got.stages, got.micro_batches, got.chunks) != first[:3]
