@@ -91,6 +91,16 @@ def ended_how(exitcode: int | None) -> str:
     return f"was killed by signal {sig} ({name}{': out of memory?' if sig == signal.SIGKILL else ''})"
 
 
+#: in a worker process, what its tasks keep for its later ones (``fn(task, kept)``,
+#: planner.problem.parallel); the command's own process never fills it
+_KEPT: dict = {}
+
+
+def _with_kept(fn: Callable[[Any, dict], Any], task: Any) -> Any:
+    """``fn(task, kept)`` in a worker, with that worker's own ``kept``."""
+    return fn(task, _KEPT)
+
+
 def _ready(hold_s: float) -> float:
     """A worker's first task: it has started (held ``hold_s``: :data:`READY_S`)."""
     time.sleep(hold_s)
@@ -135,15 +145,16 @@ class ProcessPool:
                 hold_signals(signal.SIG_SETMASK, held)
         return self._pool
 
-    def unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        """``(i, fn(tasks[i]))`` as each finishes; closing the iterator cancels the tasks not started.
+    def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        """``(i, fn(tasks[i], kept))`` as each finishes, ``kept`` the worker's own dict across its
+        tasks; closing the iterator cancels the tasks not started.
         A worker the system ends (the out-of-memory killer's SIGKILL, a crash) ends the workers and
         raises :class:`networks.writing.SystemFailure`: one line saying how it ended."""
         pool = self._executor()
         workers = list((getattr(pool, "_processes", None) or {}).values())
         pending: set = set()
         try:
-            futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+            futures = {pool.submit(_with_kept, fn, task): i for i, task in enumerate(tasks)}
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)

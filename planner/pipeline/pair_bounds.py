@@ -41,9 +41,18 @@ class PairTask:
     sends_s: float
 
 
-def pair_bound(task: PairTask) -> tuple[StageBound, dict]:
-    """``task``'s bound, and its pricing's distinct layers (``Builder.nodes``)."""
-    builder = stage_builder(task.ranks, task.micro_batch, task.machine, task.compute, task.settings)
+def pair_bound(task: PairTask, kept: dict) -> tuple[StageBound, dict]:
+    """``task``'s bound, and its pricing's distinct layers (``Builder.nodes``); ``kept``: the
+    worker's dict across its tasks, where the planning call's pricing (its token's) stays, so
+    the worker's later pairs and ZeRO stages reuse what its earlier ones priced, as one process
+    does (only the latest planning call's is kept)."""
+    settings = task.settings
+    if settings.priced is not None:
+        mine = kept.get("priced")
+        if mine is None or mine.token != settings.priced.token:
+            mine = kept["priced"] = settings.priced
+        settings = replace(settings, priced=mine)
+    builder = stage_builder(task.ranks, task.micro_batch, task.machine, task.compute, settings)
     got = stage_bound(builder, task.stack, task.stages, task.micro_batches, task.limit, task.sends_s, task.chunks)
     return got, builder.nodes
 

@@ -3,9 +3,12 @@
 The planner never starts a process. The command line hands it a :class:`Parallel` in
 ``Settings.parallel`` (``dnnplan plan --jobs N``: worker processes, :mod:`lifecycle.process_pool`),
 and the search maps a module-level function over picklable tasks with it: the lower bounds of the pipeline
-and micro-batch pairs (:func:`planner.pipeline.bound.pair_bound`), each a pure function of its task,
+and micro-batch pairs (:func:`planner.pipeline.pair_bounds.pair_bound`), each a pure function of its task,
 so the numbers are the same wherever they are computed and the answer is the one a single process
-gives. :data:`IN_PROCESS` computes them one after another here.
+gives. The function is called as ``fn(task, kept)``: ``kept`` is a dict that lives as long as the
+worker, so a worker's later tasks reuse what its earlier ones priced (the planning call's
+:class:`planner.problem.priced_layers.PricedLayers`, named by its token). :data:`IN_PROCESS`
+computes them one after another here.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ class Parallel(Protocol):
 
     jobs: int
 
-    def unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        """``(i, fn(tasks[i]))`` for every task, in the order they finish; closing the iterator
-        early drops the tasks not yet started."""
+    def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        """``(i, fn(tasks[i], kept))`` for every task, in the order they finish, ``kept`` the
+        worker's own dict across its tasks; closing the iterator early drops the tasks not yet
+        started."""
         ...
 
 
@@ -31,9 +35,10 @@ class InProcess:
 
     jobs = 1
 
-    def unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        kept: dict = {}  # this call's alone: nothing outlives it
         for i, task in enumerate(tasks):
-            yield i, fn(task)
+            yield i, fn(task, kept)
 
 
 IN_PROCESS = InProcess()

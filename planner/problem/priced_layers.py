@@ -22,14 +22,19 @@ compute model times kernels on demand (its answers change while the planner weig
 
 from __future__ import annotations
 
+import uuid
+
 
 class PricedLayers:
     """What one planning call has priced: ``collectives`` (``costmodel.layer.cost.group_time``'s
     memo) and ``estimates`` (``planner.problem.build.Builder.estimates``' rows by their arguments)."""
 
-    def __init__(self):
+    def __init__(self, token: str | None = None):
+        #: names the planning call: a worker keeps one PricedLayers per token across its tasks
+        #: (planner.pipeline.pair_bounds.pair_bound); sent to a worker empty, token kept
+        self.token = uuid.uuid4().hex if token is None else token
         self.collectives: dict[tuple, float] = {}
         self.estimates: dict[tuple, list] = {}
 
     def __reduce__(self):
-        return PricedLayers, ()
+        return PricedLayers, (self.token,)

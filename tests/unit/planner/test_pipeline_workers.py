@@ -74,6 +74,6 @@ def test_the_bounds_come_in_bound_order_whatever_order_they_finish_in():
             yield i, bound(*given[i][1:])
 
     assert bounded(bound, combos, many=backwards) == bounded(bound, combos)
-    assert bounded(bound, combos, many=lambda given: IN_PROCESS.unordered(lambda c: bound(*c[1:]), given)) \
+    assert bounded(bound, combos, many=lambda given: IN_PROCESS.unordered(lambda c, kept: bound(*c[1:]), given)) \
         == bounded(bound, combos)
     assert [c[2] for c in bounded(bound, combos)] == [6, 5, 4, 3, 2, 1, 0]
