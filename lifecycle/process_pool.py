@@ -170,6 +170,10 @@ class ProcessPool:
         """The error for a worker the system ended (the pool ends the others with SIGTERM), the
         workers ended."""
         self.close()
+        for process in workers:  # the pool may have let go of them while it broke: ended here too
+            if process.is_alive():
+                process.terminate()
+            process.join(timeout=5.0)
         codes = [p.exitcode for p in workers if p.exitcode is not None]
         code = next((c for c in codes if c != -signal.SIGTERM), codes[0] if codes else None)
         return SystemFailure(f"a worker process of the search (--jobs) {ended_how(code)}",
