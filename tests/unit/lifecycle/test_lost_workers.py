@@ -43,6 +43,11 @@ def _gone(pids: list[int]) -> bool:
     return True
 
 
+def _started_here(before: set) -> list:
+    """The children alive now that were not before the test began."""
+    return [p for p in multiprocessing.active_children() if p not in before]
+
+
 def test_how_a_worker_ended_is_said_in_words():
     assert ended_how(-signal.SIGKILL) == KILLED
     assert ended_how(-signal.SIGSEGV) == "was killed by signal 11 (SIGSEGV)"
@@ -51,6 +56,7 @@ def test_how_a_worker_ended_is_said_in_words():
 
 @pytest.mark.parametrize("jobs", [1, 2, 3])
 def test_a_killed_task_is_lost_and_the_others_answered(jobs):
+    before = set(multiprocessing.active_children())  # other tests' workers, not these
     pids = []
 
     def tenfold(task: int) -> int:
@@ -68,10 +74,11 @@ def test_a_killed_task_is_lost_and_the_others_answered(jobs):
             got[task], pid = answer
             pids.append(pid)
     assert got == {1: 10, 2: Lost(KILLED), 3: Lost("exited with status 3"), 5: 50, 6: 60, 7: 70}
-    assert not multiprocessing.active_children() and _gone(pids)
+    assert not _started_here(before) and _gone(pids)
 
 
 def test_tasks_are_drawn_as_workers_free_and_a_task_error_is_raised_here():
+    before = set(multiprocessing.active_children())  # other tests' workers, not these
     drawn = []
 
     def tasks():
@@ -84,17 +91,19 @@ def test_tasks_are_drawn_as_workers_free_and_a_task_error_is_raised_here():
     assert drawn == [1, 5, 4]  # two at the start, the third when the first answered
     with pytest.raises(DnnplanError, match="four is refused"):
         list(answers)
-    assert not multiprocessing.active_children()
+    assert not _started_here(before)
 
 
 def test_leaving_early_ends_the_workers():
+    before = set(multiprocessing.active_children())  # other tests' workers, not these
     answers = each_forked(lambda task: task, iter(range(10)), 3)
     assert next(answers)[1] == 0
     answers.close()
-    assert not multiprocessing.active_children()
+    assert not _started_here(before)
 
 
 def test_the_search_pool_ends_in_one_line_when_a_worker_is_killed():
+    before = set(multiprocessing.active_children())  # other tests' workers, not these
     pool = ProcessPool(2)
     try:
         with pytest.raises(SystemFailure) as err:
@@ -105,7 +114,7 @@ def test_the_search_pool_ends_in_one_line_when_a_worker_is_killed():
     message = str(err.value)
     assert message.startswith(f"a worker process of the search (--jobs) {KILLED}") and "\n" not in message
     assert workers is None  # the pool was ended with the error
-    assert not multiprocessing.active_children()
+    assert not _started_here(before)
     again = ProcessPool(2)
     try:
         assert sorted(again.unordered(_tenfold_or_die, [1, 5])) == [(0, 10), (1, 50)]  # a new pool works
