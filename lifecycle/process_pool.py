@@ -115,6 +115,20 @@ def _mapping_proxy(mapping: dict) -> MappingProxyType:
     return MappingProxyType(mapping)
 
 
+def _end(processes: list) -> None:
+    """End and reap ``processes``: SIGTERM, then SIGKILL for one still alive a second later (a
+    worker the pool's own thread forked holds that thread's signal mask, SIGTERM among the held:
+    the term would wait for ever)."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=1.0)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=1.0)
+
+
 class ProcessPool:
     """``jobs`` worker processes, started on the first map (module docstring)."""
 
@@ -170,10 +184,7 @@ class ProcessPool:
         """The error for a worker the system ended (the pool ends the others with SIGTERM), the
         workers ended."""
         self.close()
-        for process in workers:  # the pool may have let go of them while it broke: ended here too
-            if process.is_alive():
-                process.terminate()
-            process.join(timeout=5.0)
+        _end(workers)  # the pool may have let go of them while it broke: ended here too
         codes = [p.exitcode for p in workers if p.exitcode is not None]
         code = next((c for c in codes if c != -signal.SIGTERM), codes[0] if codes else None)
         return SystemFailure(f"a worker process of the search (--jobs) {ended_how(code)}",
@@ -186,11 +197,7 @@ class ProcessPool:
             return
         processes = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(timeout=1.0)
+        _end(processes)
         # the fork server too, now (a later pool starts another): ended, then reaped
         server = getattr(multiprocessing.forkserver, "_forkserver", None)
         pid = getattr(server, "_forkserver_pid", None)
