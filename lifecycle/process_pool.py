@@ -196,8 +196,13 @@ class ProcessPool:
         if pool is None:
             return
         processes = list((getattr(pool, "_processes", None) or {}).values())
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
         _end(processes)
+        # the pool's own thread reaps its workers too: until it has, one it reaped may still read
+        # as alive here (its exit status taken by that thread, not yet recorded)
+        if manager is not None:
+            manager.join(timeout=2.0)
         # the fork server too, now (a later pool starts another): ended, then reaped
         server = getattr(multiprocessing.forkserver, "_forkserver", None)
         pid = getattr(server, "_forkserver_pid", None)
