@@ -23,15 +23,9 @@ from planner.problem.solve import Settings
 from profiler import context
 
 from tests.support.paths import ZOO
+from tests.support.pipeline_summary import search_summary
 
 SETTINGS = Settings(gap=0.0, choices=TrainingChoices(optimizer="adam", precision="fp16"))
-
-
-def _summary(choice) -> tuple:
-    return (choice.stages, choice.micro_batches, choice.chunks, choice.cut, choice.prediction.step_s,
-            choice.stats["proven_gap"],
-            tuple((c.stages, c.micro_batches, c.chunks, c.bound_s, c.step_s, c.lower_s, c.skipped, c.closed)
-                  for c in choice.candidates))
 
 
 def test_every_layer_estimate_is_the_same_with_one_memo_over_zero_stages_and_batches():
@@ -62,7 +56,7 @@ def test_the_pipeline_search_is_the_same_with_layers_priced_once(name, limit_gib
     compute = priced_once(ctx.compute)
     priced = PricedLayers()
     for zero in (0, 1, 3):  # one memo over the ZeRO stages, as planner.first_plan shares it
-        got = [_summary(search_pipeline(ctx.network, 8, 8, ctx.machine, compute, 2.0 ** 30 * limit_gib,
+        got = [search_summary(search_pipeline(ctx.network, 8, 8, ctx.machine, compute, 2.0 ** 30 * limit_gib,
                                         dataclasses.replace(SETTINGS.with_zero(zero), priced=kept),
                                         micro_counts=divisors(8), prove_s=None, schedule="auto"))
                for kept in (None, priced)]

@@ -16,16 +16,11 @@ from planner.problem.priced_once import PricedOnce, priced_once
 from planner.problem.solve import Settings, make_plan
 from profiler import context
 
+from tests.support.on_demand_stub import OnDemandStub
 from tests.support.paths import ZOO
+from tests.support.pipeline_summary import search_summary
 
 SETTINGS = Settings(gap=0.0, choices=TrainingChoices(optimizer="adam", precision="fp16"))
-
-
-def _summary(choice) -> tuple:
-    return (choice.stages, choice.micro_batches, choice.chunks, choice.cut, choice.prediction.step_s,
-            choice.stats["proven_gap"],
-            tuple((c.stages, c.micro_batches, c.chunks, c.bound_s, c.step_s, c.lower_s, c.skipped, c.closed)
-                  for c in choice.candidates))
 
 
 @pytest.mark.parametrize("name, zero, limit_gib", [("gpt-tiny", 0, 0.0025), ("tiny-moe", 1, 0.01),
@@ -37,7 +32,7 @@ def test_the_pipeline_search_is_the_same_priced_once(name, zero, limit_gib):
     assert isinstance(once, PricedOnce)
     got = {}
     for label, compute in (("plain", ctx.compute), ("once", once), ("again", once)):  # again: all remembered
-        got[label] = _summary(search_pipeline(ctx.network, 8, 8, ctx.machine, compute, 2.0 ** 30 * limit_gib, settings,
+        got[label] = search_summary(search_pipeline(ctx.network, 8, 8, ctx.machine, compute, 2.0 ** 30 * limit_gib, settings,
                                               micro_counts=divisors(8), prove_s=None, schedule="auto"))
     assert got["once"] == got["plain"] and got["again"] == got["plain"]
     assert len(got["plain"][-1]) > 4  # several pairs bounded
@@ -56,18 +51,7 @@ def test_a_plan_of_the_whole_batch_is_the_same_priced_once():
 
 
 def test_a_model_that_times_on_demand_is_not_wrapped():
-    class OnDemandLike:
-        name, table, refresh = "local", None, False
-
-        def calls_of(self, weigh, time_missing=True): ...
-        def retime(self, calls): ...
-        def install(self, entries): ...
-        def time_in_step(self, calls, before, updates=()): ...
-        def time_collectives_in_step(self, calls, ranks): ...
-        def retime_dispatch(self): ...
-        def save(self): ...
-
-    model = OnDemandLike()
+    model = OnDemandStub()
     assert priced_once(model) is model
     once = priced_once(context.resolve(str(ZOO / "mlp.yaml"), 8, 8, "dgx-a100", None).compute)
     assert priced_once(once) is once

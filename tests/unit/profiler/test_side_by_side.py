@@ -144,23 +144,10 @@ def test_refreshed_weighs_twice_on_retimed_kernels_only_when_refreshing():
 def test_a_weighing_that_filled_the_profile_is_weighed_again_on_it():
     """On a fresh cache the first weighing times kernels on first lookup: it is weighed once more on
     the completed table, after ``again`` (issue 55: lenet5 on two ranks priced one plan twice)."""
-    from types import SimpleNamespace
-
     from planner.problem.full_profile import refreshed
+    from tests.support.on_demand_stub import OnDemandStub
 
-    class Filling:
-        refresh = False
-        table = SimpleNamespace(entries={})
-
-        def calls_of(self, fn, time_missing=True): ...
-        def retime(self, calls): ...
-        def install(self, entries): ...
-        def time_in_step(self, calls, before, updates=()): ...
-        def time_collectives_in_step(self, calls, ranks): ...
-        def retime_dispatch(self): ...
-        def save(self): ...
-
-    m, log = Filling(), []
+    m, log = OnDemandStub(), []
 
     def weigh():
         log.append(len(m.table.entries))  # what the weighing saw in the table
