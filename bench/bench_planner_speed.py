@@ -8,7 +8,8 @@
     python bench/bench_planner_speed.py --jobs 1,2      each case with each `--jobs` (this checkout)
 
 For each case it prints the wall time of the whole command, the step it answers, the ZeRO stage
-and layout, the gap it states, and with --long the long search's step and how far the first
+and layout, the gap it states (and the ZeRO stages it does not cover, which the time limit left
+unplanned), and with --long the long search's step and how far the first
 answer is from it. The machine and its load are printed first: timings are only comparable within
 one run on one machine.
 """
@@ -58,11 +59,12 @@ def plan(dnnplan: str, net: str, p: int, machine: str, limit: float | None, extr
         return {"wall_s": wall, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
     out = json.loads(proc.stdout)
     gap = out.get("search", {}).get("proven_gap", out.get("solver", {}).get("gap"))
+    uncovered = out.get("search", {}).get("uncovered_zero", out.get("solver", {}).get("uncovered_zero")) or []
     pipeline = out.get("pipeline") or {}
     layout = (f"pipeline {pipeline['stages']} x {pipeline['micro_batches']} micro-batches" if pipeline
               else "no pipeline")
     return {"wall_s": wall, "step_s": out["step_s"], "zero": out.get("zero"), "layout": layout, "gap": gap,
-            "optimizer": out.get("optimizer")}
+            "uncovered": uncovered, "optimizer": out.get("optimizer")}
 
 
 def row(net: str, p: int, machine: str, first: dict, long: dict | None) -> str:
@@ -70,7 +72,8 @@ def row(net: str, p: int, machine: str, first: dict, long: dict | None) -> str:
         return f"{net:>14s} p={p:<6d} {machine}: {first['wall_s']:6.1f} s  {first['error']}"
     gap = "?" if first["gap"] is None else f"{100 * first['gap']:.1f}%"
     text = (f"{net:>14s} p={p:<6d} {machine}: {first['wall_s']:6.1f} s  step {first['step_s']:.4g} s "
-            f"(ZeRO-{first['zero']}, {first['layout']}, {first['optimizer']}), gap stated {gap}")
+            f"(ZeRO-{first['zero']}, {first['layout']}, {first['optimizer']}), gap stated {gap}"
+            + (f" not covering ZeRO-{', ZeRO-'.join(map(str, first['uncovered']))}" if first["uncovered"] else ""))
     if long is not None:
         if "error" in long:
             text += f";  long search: {long['error']}"

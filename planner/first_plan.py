@@ -39,7 +39,8 @@ from planner.refusal import refusal
 from planner.solvers import Budget
 from planner.solvers.problem import memory_of
 from planner.pipeline.stack import uniform_stack
-from planner.zero_choice import ATTENTION_ORDER, ORDER, SHARDED_FIRST, Beaten, Weighed, fastest_stage, overall_gap
+from planner.zero_choice import (ATTENTION_ORDER, ORDER, SHARDED_FIRST, Beaten, Weighed, fastest_stage, overall_gap,
+                                 uncovered)
 
 GIB = 2.0 ** 30
 #: the stages tried in order on the executor's own machine (a CPU), the next only when nothing fits
@@ -226,14 +227,17 @@ def _chosen(answer: Answer, zero: int, weighed: list[Weighed]) -> Answer:
     """The fastest stage's answer, its gap counting every stage and why its ZeRO stage was chosen."""
     step = answer.pipeline.prediction.step_s if answer.pipeline is not None else answer.plan.step_s
     gap = overall_gap(step, weighed)
+    left_out = uncovered(weighed)  # stages the gap does not cover: stated, and the answer not called optimal
+    more = {"uncovered_zero": left_out} if left_out else {}
     if answer.pipeline is not None:
         stats = answer.pipeline.stats
-        if gap > stats.get("proven_gap", 0.0):
+        if gap > stats.get("proven_gap", 0.0) or more:
             answer = dataclasses.replace(answer, pipeline=dataclasses.replace(
-                answer.pipeline, stats={**stats, "proven_gap": gap}))
-    elif gap > (answer.plan.solver.get("gap") or 0.0) * (1 + 1e-12) and gap > 1e-12:
+                answer.pipeline, stats={**stats, "proven_gap": max(gap, stats.get("proven_gap", 0.0)), **more}))
+    elif (gap > (answer.plan.solver.get("gap") or 0.0) * (1 + 1e-12) and gap > 1e-12) or more:
         answer = dataclasses.replace(answer, plan=dataclasses.replace(
-            answer.plan, solver={**answer.plan.solver, "gap": gap, "status": "feasible"}))
+            answer.plan, solver={**answer.plan.solver, "gap": max(gap, answer.plan.solver.get("gap") or 0.0),
+                                 "status": "feasible", **more}))
     each = "; ".join(f"ZeRO-{w.zero} {w.step_s:.4g} s a step" if w.step_s is not None else
                      f"ZeRO-{w.zero} {w.skipped}" for w in weighed)
     return dataclasses.replace(answer, weighed=tuple(weighed),

@@ -53,7 +53,8 @@ command's budget (:class:`Share`): Ctrl-C answers with the fastest of any stage.
 covers the stages planned: ``1 - min_z(lower_z) / step``, ``lower_z`` each planned stage's proven
 lower bound (the ceiling for a stage whose every pair it bounds), a stage where nothing fits none,
 a stage skipped by dominance that of the stage that dominates it. A stage the time limit left
-unplanned (or Ctrl-C, not yet planned) is not covered, and the answer names it.
+unplanned or unfinished (or Ctrl-C, not yet planned) is not covered: the answer names it
+(:func:`uncovered`, the JSON's ``uncovered_zero``) and is not called optimal.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Weighed:
     lower_s: float = 0.0
     bound: bool = True
     skipped: str = ""
+    covered: bool = True  # False: the time limit left it unplanned, so the gap stated does not cover it
 
 
 class Beaten(DnnplanError):
@@ -168,7 +170,8 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
             done[z] = why
             continue
         if parent is not None and (parent.expired() or (done and _short(parent, first_s))):
-            done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not planned (the time limit came first){UNCOVERED}")
+            done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not planned (the time limit came first){UNCOVERED}",
+                              covered=False)
             continue
         trial = dataclasses.replace(settings.with_zero(z), budget=_share(parent, z, done, settings, wrap, order))
         started = None if parent is None else parent.clock()
@@ -181,8 +184,8 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
         except DnnplanError as err:
             late = _late(trial.budget)
             errors.append((late, err))
-            done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not finished (the time limit came first){UNCOVERED}") \
-                if late else \
+            done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not finished (the time limit came first){UNCOVERED}",
+                              covered=False) if late else \
                 Weighed(z, lower_s=float("inf"), skipped="has no plan that fits")
             continue
         done[z] = outcome(answers[z])
@@ -197,9 +200,16 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
 
 
 def overall_gap(step_s: float, weighed: list[Weighed]) -> float:
-    """How much faster than ``step_s`` any stage's optimum could still be (0: proven optimal)."""
+    """How much faster than ``step_s`` any covered stage's optimum could still be (0: none;
+    :func:`uncovered` names the stages it leaves out)."""
     lower = min((w.lower_s for w in weighed), default=step_s)
     return max(0.0, 1.0 - lower / step_s) if step_s > 0 else 0.0
+
+
+def uncovered(weighed: list[Weighed]) -> list[int]:
+    """The ZeRO stages the time limit left unplanned or unfinished: the gap stated does not cover
+    them, so an answer with any is never called optimal."""
+    return [w.zero for w in weighed if not w.covered]
 
 
 def _skip(z: int, done: dict[int, Weighed]) -> Weighed | None:

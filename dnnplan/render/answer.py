@@ -161,11 +161,21 @@ def gap_line(solver: dict) -> str:
     if status == "interrupted":
         return (f"[yellow]interrupted[/yellow]: the best plan found so far, within {percent(gap)} of the "
                 "optimum (proven)")
+    if solver.get("uncovered_zero"):
+        return f"{uncovered_words(gap, solver['uncovered_zero'])} ({_how(solver)})"
     if status == "optimal" or gap <= 0:
         return f"proven optimal ({_how(solver)})"
     why = f"the search stopped at its {limit:g} s time limit" if limit else "the search stopped early"
     return (f"within [bold]{percent(gap)}[/bold] of the optimum (proven; {why}: a longer --time-limit can close "
             f"the gap) ({_how(solver)})")
+
+
+def uncovered_words(gap: float, stages: list[int]) -> str:
+    """The gap proven over the ZeRO stages planned, and those it leaves out (planner.zero_choice):
+    such an answer is never called optimal."""
+    names = ", ".join(f"ZeRO-{z}" for z in stages)
+    return (f"within {percent(gap)} of the optimum over the ZeRO stages planned, [yellow]not over {names}[/yellow] "
+            f"(the time limit came first: a longer --time-limit plans {'it' if len(stages) == 1 else 'them'})")
 
 
 def percent(share: float) -> str:

@@ -17,7 +17,7 @@ from costmodel.comm.overlap import resolve_overlap
 from costmodel.step.pipeline import pipeline_json
 from dnnplan.render import fmt
 from dnnplan.render.answer import (Facts, assumptions_line, comm_line, gap_line, header_lines, layout_line,
-                                   memory_mfu_line, step_line, train_line)
+                                   memory_mfu_line, step_line, train_line, uncovered_words)
 from dnnplan.render.tables import console, memory_line, pipeline_table
 from executor.session.step_choice import fastest
 from planner.problem.solve import speedup, strategy_mix
@@ -266,6 +266,8 @@ def proof_line(stats: dict) -> str:
     if stats.get("interrupted"):
         return (f"[yellow]interrupted[/yellow]: the best plan found so far, within {gap:.1%} of the "
                 "optimum (proven)")
+    if stats.get("uncovered_zero"):
+        return uncovered_words(gap, stats["uncovered_zero"]) + again
     if gap <= 0:
         return f"proven optimal: no other pipeline or micro-batch count is faster{again}"
     if gap <= tol:

@@ -6,6 +6,7 @@ accumulation)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,10 +14,12 @@ from typer.testing import CliRunner
 
 from dnnplan.cli import app
 from dnnplan.render import fmt
-from planner.first_plan import answer_peak, first_plan
+from planner.first_plan import Answer, _chosen, answer_peak, first_plan
 from planner.problem.solve import Settings, make_plan
 from planner.solvers import Budget
-from planner.zero_choice import Weighed, fastest_stage
+from planner.zero_choice import Weighed, fastest_stage, uncovered
+from dnnplan.render.answer import gap_line
+from dnnplan.render.plan import proof_line
 from costmodel.choices.training import TrainingChoices
 from profiler import context
 
@@ -141,6 +144,7 @@ def test_a_stage_holding_a_plan_stops_at_its_share_so_the_next_stages_are_planne
     assert ended == {0: 22, 1: 21}
     assert [w.zero for w in weighed if w.step_s is not None] == [0, 1]
     assert next(w for w in weighed if w.zero == 3).skipped.startswith("not planned (the time limit")
+    assert uncovered(weighed) == [3]  # ZeRO-2, skipped as ZeRO-1's equal, is covered
 
 
 def test_a_stage_still_finding_better_plans_keeps_searching():
@@ -163,6 +167,30 @@ def test_a_stage_without_a_plan_may_take_the_whole_time_left():
     offers = {0: {30.0: 11.3}, 1: {2.0: 10.6}, 3: {2.0: 10.9}}
     _, zero, _ = _choose(_searching(clock, offers, ended), clock, steps)
     assert ended == {0: 50} and zero == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    step_s: float
+    solver: dict
+
+
+def test_an_answer_whose_gap_leaves_out_a_stage_says_so_and_is_not_called_optimal():
+    """ZeRO-1's whole-batch plan proven optimal, ZeRO-0 unfinished for time: the answer's gap
+    (lower bounds of the stages planned only) is 0, but its solver is not 'optimal', it names
+    ZeRO-0 as not covered, and the gap line does not say 'proven optimal'."""
+    weighed = [Weighed(0, lower_s=float("inf"), skipped="not finished (the time limit came first)", covered=False),
+               Weighed(1, 4.255, 4.255, bound=False)]
+    settings = Settings(choices=TrainingChoices(optimizer="adam", zero=1))
+    got = _chosen(Answer(settings, plan=_Plan(4.255, {"status": "optimal", "gap": None})), 1, weighed)
+    assert got.plan.solver["status"] == "feasible" and got.plan.solver["uncovered_zero"] == [0]
+    assert got.plan.solver["gap"] == 0.0
+    line = gap_line(got.plan.solver)
+    assert "proven optimal" not in line and "ZeRO-0" in line
+    piped = proof_line({"proven_gap": 0.0, "prove_tolerance": 0.01, "uncovered_zero": [1, 3]})
+    assert "proven optimal" not in piped and "ZeRO-1, ZeRO-3" in piped
+    covered = _chosen(Answer(settings, plan=_Plan(4.255, {"status": "optimal", "gap": None})), 1, weighed[1:])
+    assert covered.plan.solver["status"] == "optimal" and "uncovered_zero" not in covered.plan.solver
 
 
 def test_out_of_time_planning_again_the_answers_own_pair_is_planned_under_the_lower_limit(tmp_path, monkeypatch):
