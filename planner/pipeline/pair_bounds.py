@@ -2,11 +2,13 @@
 
 Each pair's bound (:func:`planner.pipeline.bound.stage_bound`) prices one block's layers on the
 pair's ranks at its micro-batch, alone: most of the pipeline search's time where most pairs are
-only bounded, never searched. With a :class:`planner.problem.parallel.Parallel` of several workers
-the search hands each pair out as a :class:`PairTask`; :func:`pair_bound` prices and bounds it
-there and sends back the bound and the priced layers, which the search's own pricing of the pair
-takes in (the stage solves of a pair it then searches reuse them, as they reuse the bound's
-pricing in one process). The numbers are the same in any process, so the answer is too.
+only bounded, never searched. With a :class:`planner.problem.parallel.Parallel` of several
+processes the search hands the pairs out as :class:`PairTask` s and bounds them in its own
+process too, taking them in order beside the workers (what it prices stays where its search
+uses it); in a worker :func:`pair_bound` prices and bounds a pair and sends back the bound and
+the priced layers, which the search's own pricing of the pair takes in (the stage solves of a
+pair it then searches reuse them, as they reuse the bound's pricing in one process). The
+numbers are the same in any process, so the answer is too.
 """
 
 from __future__ import annotations
@@ -43,16 +45,19 @@ class PairTask:
 
 def pair_bound(task: PairTask, kept: dict) -> tuple[StageBound, dict]:
     """``task``'s bound, and its pricing's distinct layers (``Builder.nodes``); ``kept``: the
-    worker's dict across its tasks, where the planning call's pricing (its token's) stays, so
-    the worker's later pairs and ZeRO stages reuse what its earlier ones priced, as one process
-    does (only the latest planning call's is kept)."""
-    settings = task.settings
+    worker's dict across its tasks, where the planning call's pricing (its token's: the layers and
+    collectives priced, and the kernel times of a compute model that remembers them,
+    :class:`planner.problem.priced_once.PricedOnce`) stays, so the worker's later pairs and ZeRO
+    stages reuse what its earlier ones priced, as one process does (only the latest planning
+    call's is kept)."""
+    settings, compute = task.settings, task.compute
     if settings.priced is not None:
         mine = kept.get("priced")
         if mine is None or mine.token != settings.priced.token:
             mine = kept["priced"] = settings.priced
-        settings = replace(settings, priced=mine)
-    builder = stage_builder(task.ranks, task.micro_batch, task.machine, task.compute, settings)
+            kept["compute"] = compute
+        settings, compute = replace(settings, priced=mine), kept["compute"]
+    builder = stage_builder(task.ranks, task.micro_batch, task.machine, compute, settings)
     got = stage_bound(builder, task.stack, task.stages, task.micro_batches, task.limit, task.sends_s, task.chunks)
     return got, builder.nodes
 
@@ -60,22 +65,26 @@ def pair_bound(task: PairTask, kept: dict) -> tuple[StageBound, dict]:
 def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, machine: Machine,
                        compute: ComputeModel, settings: Settings, limit: float,
                        sends: Callable[[int, int, int], float],
-                       builder_of: Callable[[int, int, int], object]) -> Callable:
-    """``many(combos)``: for (floor, S, m, V) ``combos``, ``(i, (bound, fits))`` as each worker
-    finishes (:func:`planner.pipeline.triples.bounded`); each pair's priced layers go into
-    ``builder_of(S, m, V)``'s pricing. ``sends(S, m, V)``: the stages' sends per micro-batch summed."""
+                       builder_of: Callable[[int, int, int], object],
+                       here: Callable[[int, int, int], StageBound]) -> Callable:
+    """``many(combos)``: for (floor, S, m, V) ``combos``, ``(i, (bound, fits))`` as each is done
+    (:func:`planner.pipeline.triples.bounded`): this process takes pairs in order beside the
+    workers (``here(S, m, V)``: the bound on its own pricing), and each pair a worker bounded has
+    its priced layers put into ``builder_of(S, m, V)``'s pricing. ``sends(S, m, V)``: the stages'
+    sends per micro-batch summed."""
     plain = replace(settings, budget=None, parallel=None)
 
     def many(combos: list) -> Iterator[tuple[int, tuple[float, bool]]]:
         tasks = [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v))
                  for _, s, m, v in combos]
-        results = parallel.unordered(pair_bound, tasks)
+        results = parallel.unordered(pair_bound, tasks, lambda i: (here(*combos[i][1:]), None))
         try:
             for i, (got, nodes) in results:
-                _, s, m, v = combos[i]
-                priced = builder_of(s, m, v).nodes
-                for key, node in nodes.items():
-                    priced.setdefault(key, node)
+                if nodes is not None:  # a worker's: its pricing joins this process's
+                    _, s, m, v = combos[i]
+                    priced = builder_of(s, m, v).nodes
+                    for key, node in nodes.items():
+                        priced.setdefault(key, node)
                 yield i, (got.step_s, got.fits)
         finally:
             results.close()

@@ -124,7 +124,7 @@ class _Search:
         #: the pairs' bounds computed by workers (planner.pipeline.pair_bounds), None: here, one by one
         self.many = None if parallel is None else bound_side_by_side(
             parallel, stack, batch, p, machine, compute, settings, limit, lambda s, m, v: sum(self.sends(s, m, v)),
-            lambda s, m, v: self.solver(s, m, chunks=v).builder)
+            lambda s, m, v: self.solver(s, m, chunks=v).builder, self.stage_bound)
 
     def solver(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> StageSolver:
         """The stage solver of ``(S, m, V)``: one pricing of its ranks and micro-batch (shared by its
@@ -142,10 +142,14 @@ class _Search:
 
     def bound(self, stages: int, m: int, chunks: int = 1) -> tuple[float, bool]:
         """No cut of ``(S, m, V)`` is faster than this (module docstring); False: none fits."""
-        sends = sum(self.sends(stages, m, chunks))
-        got = stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
-                          chunks)
+        got = self.stage_bound(stages, m, chunks)
         return got.step_s, got.fits
+
+    def stage_bound(self, stages: int, m: int, chunks: int = 1):
+        """``(S, m, V)``'s :class:`planner.pipeline.bound.StageBound`, on its own pricing."""
+        sends = sum(self.sends(stages, m, chunks))
+        return stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
+                           chunks)
 
     def sends(self, stages: int, m: int, chunks: int) -> list[float]:
         """Each stage's (device's) sends per micro-batch."""

@@ -30,13 +30,19 @@ def _gpt4(tmp_path) -> str:
 
 
 class _Counted(ProcessPool):
-    """A pool that counts the tasks handed to it."""
+    """A pool that counts the tasks handed to it, and those its caller's process computed."""
 
     sent = 0
+    here = 0
 
-    def unordered(self, fn, tasks):
+    def unordered(self, fn, tasks, here=None):
         self.sent += len(tasks)
-        yield from super().unordered(fn, tasks)
+
+        def counted(i):
+            self.here += 1
+            return here(i)
+
+        yield from super().unordered(fn, tasks, None if here is None else counted)
 
 
 def _summary(choice) -> tuple:
@@ -60,6 +66,7 @@ def test_workers_give_the_answer_one_process_gives(tmp_path, schedule):
         workers.close()
     assert len(alone.candidates) > 8 and alone.stats["proven_gap"] == 0
     assert workers.sent >= len([c for c in alone.candidates if c.bound_s is not None])  # every bound went out
+    assert 0 < workers.here < workers.sent  # the search's own process bounded some, the worker the others
     assert _summary(shared) == _summary(alone)
 
 
