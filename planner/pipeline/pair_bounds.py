@@ -43,20 +43,25 @@ class PairTask:
     sends_s: float
 
 
+def kept_pricing(settings: Settings, compute: ComputeModel, kept: dict) -> tuple[Settings, ComputeModel]:
+    """``settings`` and ``compute`` with the planning call's pricing a worker keeps across its tasks
+    in ``kept`` (its token's: the layers and collectives priced, and the kernel times of a compute
+    model that remembers them, :class:`planner.problem.priced_once.PricedOnce`), so the worker's
+    later pairs and ZeRO stages reuse what its earlier ones priced, as one process does (only
+    the latest planning call's is kept)."""
+    if settings.priced is None:
+        return settings, compute
+    mine = kept.get("priced")
+    if mine is None or mine.token != settings.priced.token:
+        mine = kept["priced"] = settings.priced
+        kept["compute"] = compute
+    return replace(settings, priced=mine), kept["compute"]
+
+
 def pair_bound(task: PairTask, kept: dict) -> tuple[StageBound, dict]:
     """``task``'s bound, and its pricing's distinct layers (``Builder.nodes``); ``kept``: the
-    worker's dict across its tasks, where the planning call's pricing (its token's: the layers and
-    collectives priced, and the kernel times of a compute model that remembers them,
-    :class:`planner.problem.priced_once.PricedOnce`) stays, so the worker's later pairs and ZeRO
-    stages reuse what its earlier ones priced, as one process does (only the latest planning
-    call's is kept)."""
-    settings, compute = task.settings, task.compute
-    if settings.priced is not None:
-        mine = kept.get("priced")
-        if mine is None or mine.token != settings.priced.token:
-            mine = kept["priced"] = settings.priced
-            kept["compute"] = compute
-        settings, compute = replace(settings, priced=mine), kept["compute"]
+    worker's dict across its tasks (:func:`kept_pricing`)."""
+    settings, compute = kept_pricing(task.settings, task.compute, kept)
     builder = stage_builder(task.ranks, task.micro_batch, task.machine, compute, settings)
     got = stage_bound(builder, task.stack, task.stages, task.micro_batches, task.limit, task.sends_s, task.chunks)
     return got, builder.nodes
