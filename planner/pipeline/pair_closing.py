@@ -15,13 +15,15 @@ best is searched again here, for the plan itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 
 from costmodel.compute.model import ComputeModel
 from costmodel.machine.model import Machine
-from planner.pipeline.choice import OutOfTime
+from planner.pipeline.choice import Best, Candidate, OutOfTime
 from planner.pipeline.pair_bounds import kept_pricing
 from planner.pipeline.stack import Stack
+from planner.problem.parallel import Parallel
 from planner.problem.solve import Settings
 
 #: a closing its deadline left unfinished (its gaps stay open)
@@ -74,3 +76,68 @@ def close_pair(task: ClosingTask, kept: dict) -> Closed | str | None:
         return LATE
     return None if got is None else Closed(got.step_s, got.cut, got.lower_s, search.solves)
 
+
+def closed_side_by_side(search, parallel: Parallel, best: Best, out: list[Candidate], order: list[int],
+                        tolerance: float) -> Best:
+    """:func:`planner.pipeline.search.proved`'s loop over ``order`` (indices into ``out``, most
+    promising first) with the pairs closed side by side on ``parallel`` (module docstring):
+    ``search``'s own process takes pairs in order beside the workers; each pair's result is
+    taken in ``order``, only while its pair is still to be closed under the best step held then,
+    so the pairs closed, ``out`` and the best returned are the ones the loop gives in one process."""
+    held = [best]
+
+    def wanted(i: int) -> bool:
+        return out[i].lower_s < min(held[0].step_s, search.ceiling) * (1 - tolerance)
+
+    def over() -> bool:
+        return search.deadline is not None and time.perf_counter() >= search.deadline
+
+    def here(k: int):
+        i = order[k]
+        if over() or not wanted(i):
+            return None  # not needed by the time it is taken: nor when its turn comes
+        c = out[i]
+        try:
+            return search.best(c.stages, c.micro_batches, close=True, chunks=c.chunks)
+        except OutOfTime:
+            return LATE
+
+    def taken(k: int, got) -> None:
+        """``order[k]``'s closing, into ``out`` and the best held (as
+        :func:`planner.pipeline.search.closed`)."""
+        i, c = order[k], out[order[k]]
+        if got is None or got == LATE:
+            return
+        out[i] = replace(c, step_s=min(got.step_s, c.step_s or got.step_s), cut=got.cut,
+                         lower_s=max(c.lower_s, got.lower_s), closed=True)
+        if got.step_s < held[0].step_s * (1 - 1e-12):
+            if isinstance(got, Closed):  # a worker's: searched again here, for the plan itself
+                deadline, search.deadline = search.deadline, None
+                try:
+                    got = search.best(c.stages, c.micro_batches, close=True, chunks=c.chunks)
+                finally:
+                    search.deadline = deadline
+            held[0] = got
+        elif isinstance(got, Closed):
+            search.solves += got.solves
+
+    order = [i for i in order if wanted(i)]  # the pairs handed out (fewer may be needed, never more)
+    tasks = [ClosingTask(search.stack, search.batch, search.p, search.machine, search.compute,
+                         replace(search.settings, budget=None, parallel=None), search.limit, search.exact,
+                         search.schedule, out[i].stages, out[i].micro_batches, out[i].chunks, search.deadline)
+             for i in order]
+    results = parallel.unordered(close_pair, tasks, here)
+    done: dict[int, object] = {}
+    k = 0
+    try:
+        for j, got in results:
+            done[j] = got
+            while k < len(order) and (k in done or not wanted(order[k])):
+                if wanted(order[k]):
+                    taken(k, done[k])
+                k += 1
+            if k == len(order) or over():
+                break
+    finally:
+        results.close()
+    return held[0]

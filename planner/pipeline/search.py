@@ -60,7 +60,7 @@ from networks.ir import Network
 from planner.pipeline import interleave
 from planner.pipeline.bound import stage_bound
 from planner.pipeline.pair_bounds import bound_side_by_side
-from planner.pipeline.pair_closing import LATE, ClosingTask, Closed, close_pair
+from planner.pipeline.pair_closing import closed_side_by_side
 from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, proven_gap
 from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
@@ -471,7 +471,7 @@ def proved(search, best: Best, out: list[Candidate], seconds: float | None,
                                   and c.key != (best.stages, best.micro_batches, best.chunks))]
     parallel = side_by_side(search.settings.parallel, search.compute)
     if parallel is not None:
-        return _proved_side_by_side(search, parallel, best, out, order, tolerance), out
+        return closed_side_by_side(search, parallel, best, out, order, tolerance), out
     for i in order:
         if search.deadline is not None and time.perf_counter() >= search.deadline:
             break
@@ -479,67 +479,3 @@ def proved(search, best: Best, out: list[Candidate], seconds: float | None,
             best = closed(search, best, out, i)
     return best, out
 
-
-def _proved_side_by_side(search, parallel, best: Best, out: list[Candidate], order: list[int],
-                         tolerance: float) -> Best:
-    """:func:`proved`'s loop over ``order`` with the pairs closed side by side
-    (:mod:`planner.pipeline.pair_closing`): each pair's result is taken in ``order``, and only
-    while its pair is still to be closed under the best step held then, so the pairs closed and
-    the best are the ones the loop gives in one process."""
-    held = [best]
-
-    def wanted(i: int) -> bool:
-        return out[i].lower_s < min(held[0].step_s, search.ceiling) * (1 - tolerance)
-
-    def over() -> bool:
-        return search.deadline is not None and time.perf_counter() >= search.deadline
-
-    def here(k: int):
-        i = order[k]
-        if over() or not wanted(i):
-            return None  # not needed by the time it is taken: nor when its turn comes
-        c = out[i]
-        try:
-            return search.best(c.stages, c.micro_batches, close=True, chunks=c.chunks)
-        except OutOfTime:
-            return LATE
-
-    def taken(k: int, got) -> None:
-        """``order[k]``'s closing, into ``out`` and the best held (as :func:`closed`)."""
-        i, c = order[k], out[order[k]]
-        if got is None or got == LATE:
-            return
-        out[i] = replace(c, step_s=min(got.step_s, c.step_s or got.step_s), cut=got.cut,
-                         lower_s=max(c.lower_s, got.lower_s), closed=True)
-        if got.step_s < held[0].step_s * (1 - 1e-12):
-            if isinstance(got, Closed):  # a worker's: searched again here, for the plan itself
-                deadline, search.deadline = search.deadline, None
-                try:
-                    got = search.best(c.stages, c.micro_batches, close=True, chunks=c.chunks)
-                finally:
-                    search.deadline = deadline
-            held[0] = got
-        elif isinstance(got, Closed):
-            search.solves += got.solves
-
-    want = [i for i in order if wanted(i)]  # the pairs to hand out (fewer may be needed, never more)
-    order[:] = want
-    tasks = [ClosingTask(search.stack, search.batch, search.p, search.machine, search.compute,
-                         replace(search.settings, budget=None, parallel=None), search.limit, search.exact,
-                         search.schedule, out[i].stages, out[i].micro_batches, out[i].chunks, search.deadline)
-             for i in order]
-    results = parallel.unordered(close_pair, tasks, here)
-    done: dict[int, object] = {}
-    k = 0
-    try:
-        for j, got in results:
-            done[j] = got
-            while k < len(order) and (k in done or not wanted(order[k])):
-                if wanted(order[k]):
-                    taken(k, done[k])
-                k += 1
-            if k == len(order) or over():
-                break
-    finally:
-        results.close()
-    return held[0]
