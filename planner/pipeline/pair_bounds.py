@@ -58,13 +58,47 @@ def kept_pricing(settings: Settings, compute: ComputeModel, kept: dict) -> tuple
     return replace(settings, priced=mine), kept["compute"]
 
 
-def pair_bound(task: PairTask, kept: dict) -> tuple[StageBound, dict]:
-    """``task``'s bound, and its pricing's distinct layers (``Builder.nodes``); ``kept``: the
-    worker's dict across its tasks (:func:`kept_pricing`)."""
+def pair_bound(task: PairTask, kept: dict) -> tuple[StageBound, dict, tuple | None]:
+    """``task``'s bound, its pricing's distinct layers (``Builder.nodes``) and what it added to the
+    planning call's pricing (:func:`priced_since`); ``kept``: the worker's dict across its tasks
+    (:func:`kept_pricing`)."""
     settings, compute = kept_pricing(task.settings, task.compute, kept)
+    before = priced_sizes(settings, compute)
     builder = stage_builder(task.ranks, task.micro_batch, task.machine, compute, settings)
     got = stage_bound(builder, task.stack, task.stages, task.micro_batches, task.limit, task.sends_s, task.chunks)
-    return got, builder.nodes
+    return got, builder.nodes, priced_since(settings, compute, before)
+
+
+def _priced_dicts(settings: Settings, compute: ComputeModel) -> tuple[dict, ...]:
+    """The planning call's pricing, remembered: its collectives' and layers' (PricedLayers) and its
+    kernel times (PricedOnce); none where nothing is kept."""
+    if settings.priced is None:
+        return ()
+    asked = getattr(compute, "asked", None)
+    return (settings.priced.collectives, settings.priced.estimates) + ((asked,) if isinstance(asked, dict) else ())
+
+
+def priced_sizes(settings: Settings, compute: ComputeModel) -> tuple[int, ...]:
+    return tuple(len(d) for d in _priced_dicts(settings, compute))
+
+
+def priced_since(settings: Settings, compute: ComputeModel, sizes: tuple[int, ...]) -> tuple | None:
+    """The entries each of the pricing's dicts gained since it held ``sizes`` (dicts keep their
+    order: the last ones), for the command to take in (:func:`take_priced`)."""
+    dicts = _priced_dicts(settings, compute)
+    if not dicts:
+        return None
+    return tuple(list(d.items())[n:] for d, n in zip(dicts, sizes))
+
+
+def take_priced(settings: Settings, compute: ComputeModel, added: tuple | None) -> None:
+    """A worker's :func:`priced_since` into this process's pricing: each entry a pure function of
+    its key, so the same number whichever process priced it; one priced here already is kept."""
+    if added is None:
+        return
+    for d, items in zip(_priced_dicts(settings, compute), added):
+        for key, value in items:
+            d.setdefault(key, value)
 
 
 def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, machine: Machine,
@@ -82,14 +116,15 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
     def many(combos: list) -> Iterator[tuple[int, tuple[float, bool]]]:
         tasks = [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v))
                  for _, s, m, v in combos]
-        results = parallel.unordered(pair_bound, tasks, lambda i: (here(*combos[i][1:]), None))
+        results = parallel.unordered(pair_bound, tasks, lambda i: (here(*combos[i][1:]), None, None))
         try:
-            for i, (got, nodes) in results:
+            for i, (got, nodes, added) in results:
                 if nodes is not None:  # a worker's: its pricing joins this process's
                     _, s, m, v = combos[i]
                     priced = builder_of(s, m, v).nodes
                     for key, node in nodes.items():
                         priced.setdefault(key, node)
+                    take_priced(settings, compute, added)
                 yield i, (got.step_s, got.fits)
         finally:
             results.close()
