@@ -1,7 +1,9 @@
 """Worker processes that compute a command's independent pieces side by side, and end with it.
 
 :class:`ProcessPool` maps a module-level function over picklable tasks on ``jobs`` processes (the
-planner's ``planner.problem.parallel.Parallel``: ``dnnplan plan --jobs N``). The processes start
+planner's ``planner.problem.parallel.Parallel``: ``dnnplan plan --jobs N``): this one and ``jobs - 1``
+workers, all taking the tasks in order from one list (this process computes its own the caller's
+way, ``here``: what it computes lands where it is used, nothing is sent back). The workers start
 on the first map (:func:`start_method`), every one before a stop signal is taken, and they
 end with the command however it ends: they ignore Ctrl-C (the command answers it), and
 :meth:`ProcessPool.close` ends them and the fork server at exit (also when the command ends at once,
@@ -130,10 +132,12 @@ def _end(processes: list) -> None:
 
 
 class ProcessPool:
-    """``jobs`` worker processes, started on the first map (module docstring)."""
+    """``jobs`` processes, this one and ``jobs - 1`` workers (at least one), the workers started on
+    the first map (module docstring)."""
 
     def __init__(self, jobs: int, preload: Sequence[str] = ()):
         self.jobs = max(1, int(jobs))
+        self.workers = max(1, self.jobs - 1)
         self.preload = tuple(preload)
         self._pool: ProcessPoolExecutor | None = None
 
@@ -148,32 +152,73 @@ class ProcessPool:
             # would leave it half started (its traceback on stderr), the command's end would not see it
             held = hold_signals(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
-                self._pool = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=worker_started,
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=worker_started,
                                                  initargs=({LAUNCHER_ENV: launcher_env()[LAUNCHER_ENV]},))
                 atexit.register(self.close)
                 forked = context.get_start_method() == "fork"  # the first task forks them all at once
                 for future in [self._pool.submit(_ready, 0.0 if forked else READY_S)
-                               for _ in range(1 if forked else self.jobs)]:
+                               for _ in range(1 if forked else self.workers)]:
                     future.result()
             finally:
                 hold_signals(signal.SIG_SETMASK, held)
         return self._pool
 
-    def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
+                  here: Callable[[int], Any] | None = None) -> Iterator[tuple[int, Any]]:
         """``(i, fn(tasks[i], kept))`` as each finishes, ``kept`` the worker's own dict across its
-        tasks; closing the iterator cancels the tasks not started.
+        tasks; closing the iterator cancels the tasks not started. ``here(i)``: task ``i`` computed
+        in this process, which then takes the tasks in order beside the workers (each worker is
+        handed the next task not taken while it holds fewer than two: one running, one waiting, so
+        it never idles while this process computes), and, once none is left to take, any handed to
+        a worker that has not started it.
         A worker the system ends (the out-of-memory killer's SIGKILL, a crash) ends the workers and
         raises :class:`networks.writing.SystemFailure`: one line saying how it ended."""
         pool = self._executor()
         workers = list((getattr(pool, "_processes", None) or {}).values())
+        futures: dict = {}
         pending: set = set()
+        taken = 0  # the tasks before this one are handed out or computed here
+        most = len(tasks) if here is None else 2 * self.workers  # tasks handed to the workers at once
+
+        def hand_out() -> None:
+            nonlocal taken
+            while len(pending) < most and taken < len(tasks):
+                future = pool.submit(_with_kept, fn, tasks[taken])
+                futures[future] = taken
+                pending.add(future)
+                taken += 1
+
+        def take() -> int | None:
+            """The task this process computes next: the next not handed out, else one handed to a
+            worker that has not started it (withdrawn), else None."""
+            nonlocal taken
+            if taken < len(tasks):
+                taken += 1
+                return taken - 1
+            for future in sorted(pending, key=futures.get):
+                if future.cancel():
+                    pending.discard(future)
+                    return futures[future]
+            return None
+
         try:
-            futures = {pool.submit(_with_kept, fn, task): i for i, task in enumerate(tasks)}
-            pending = set(futures)
+            if here is not None and tasks:
+                taken = 1  # the first, the likeliest to matter, here
+                hand_out()
+                yield 0, here(0)
+            hand_out()
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done = {f for f in pending if f.done()}
+                if not done and here is not None and (mine := take()) is not None:
+                    yield mine, here(mine)
+                    hand_out()
+                    continue
+                if not done:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                pending -= done
                 for future in sorted(done, key=futures.get):
                     yield futures[future], future.result()
+                hand_out()
         except BrokenProcessPool:
             raise self._lost(workers) from None
         finally:

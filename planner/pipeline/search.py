@@ -60,6 +60,7 @@ from networks.ir import Network
 from planner.pipeline import interleave
 from planner.pipeline.bound import stage_bound
 from planner.pipeline.pair_bounds import bound_side_by_side
+from planner.pipeline.pair_closing import closed_side_by_side
 from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, proven_gap
 from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
@@ -124,7 +125,7 @@ class _Search:
         #: the pairs' bounds computed by workers (planner.pipeline.pair_bounds), None: here, one by one
         self.many = None if parallel is None else bound_side_by_side(
             parallel, stack, batch, p, machine, compute, settings, limit, lambda s, m, v: sum(self.sends(s, m, v)),
-            lambda s, m, v: self.solver(s, m, chunks=v).builder)
+            lambda s, m, v: self.solver(s, m, chunks=v).builder, self.stage_bound)
 
     def solver(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> StageSolver:
         """The stage solver of ``(S, m, V)``: one pricing of its ranks and micro-batch (shared by its
@@ -142,10 +143,14 @@ class _Search:
 
     def bound(self, stages: int, m: int, chunks: int = 1) -> tuple[float, bool]:
         """No cut of ``(S, m, V)`` is faster than this (module docstring); False: none fits."""
-        sends = sum(self.sends(stages, m, chunks))
-        got = stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
-                          chunks)
+        got = self.stage_bound(stages, m, chunks)
         return got.step_s, got.fits
+
+    def stage_bound(self, stages: int, m: int, chunks: int = 1):
+        """``(S, m, V)``'s :class:`planner.pipeline.bound.StageBound`, on its own pricing."""
+        sends = sum(self.sends(stages, m, chunks))
+        return stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
+                           chunks)
 
     def sends(self, stages: int, m: int, chunks: int) -> list[float]:
         """Each stage's (device's) sends per micro-batch."""
@@ -462,11 +467,15 @@ def proved(search, best: Best, out: list[Candidate], seconds: float | None,
     start = time.perf_counter()
     search.deadline = min((x for x in (ends, None if seconds is None else start + seconds) if x is not None),
                           default=None)
-    order = sorted((c.step_s, i) for i, c in enumerate(out) if c.step_s is not None and not c.closed
-                   and c.key != (best.stages, best.micro_batches, best.chunks))
-    for _, i in order:
+    order = [i for _, i in sorted((c.step_s, i) for i, c in enumerate(out) if c.step_s is not None and not c.closed
+                                  and c.key != (best.stages, best.micro_batches, best.chunks))]
+    parallel = side_by_side(search.settings.parallel, search.compute)
+    if parallel is not None:
+        return closed_side_by_side(search, parallel, best, out, order, tolerance), out
+    for i in order:
         if search.deadline is not None and time.perf_counter() >= search.deadline:
             break
         if out[i].lower_s < min(best.step_s, search.ceiling) * (1 - tolerance):
             best = closed(search, best, out, i)
     return best, out
+

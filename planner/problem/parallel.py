@@ -1,13 +1,14 @@
 """Independent pieces of a search computed side by side: the interface the planner is handed (pure).
 
 The planner never starts a process. The command line hands it a :class:`Parallel` in
-``Settings.parallel`` (``dnnplan plan --jobs N``: worker processes, :mod:`lifecycle.process_pool`),
-and the search maps a module-level function over picklable tasks with it: the lower bounds of the pipeline
-and micro-batch pairs (:func:`planner.pipeline.pair_bounds.pair_bound`), each a pure function of its task,
-so the numbers are the same wherever they are computed and the answer is the one a single process
+``Settings.parallel`` (``dnnplan plan --jobs N``: this process and ``N - 1`` workers,
+:mod:`lifecycle.process_pool`), and the search maps a module-level function over picklable tasks
+with it, its own process taking tasks beside the workers (``here``): the lower bounds of the
+pipeline and micro-batch pairs (:func:`planner.pipeline.pair_bounds.pair_bound`), each a pure
+function of its task, so the numbers are the same wherever they are computed and the answer is the one a single process
 gives. The function is called as ``fn(task, kept)``: ``kept`` is a dict that lives as long as the
 worker, so a worker's later tasks reuse what its earlier ones priced (the planning call's
-:class:`planner.problem.priced_layers.PricedLayers`, named by its token). :data:`IN_PROCESS`
+:class:`planner.problem.priced_layers.PricedLayers` and kernel times, named by its token). :data:`IN_PROCESS`
 computes them one after another here.
 """
 
@@ -23,10 +24,12 @@ class Parallel(Protocol):
 
     jobs: int
 
-    def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
+                  here: Callable[[int], Any] | None = None) -> Iterator[tuple[int, Any]]:
         """``(i, fn(tasks[i], kept))`` for every task, in the order they finish, ``kept`` the
         worker's own dict across its tasks; closing the iterator early drops the tasks not yet
-        started."""
+        started. ``here(i)``: task ``i`` computed in the caller's process instead, which then
+        takes tasks too (its answer is ``here(i)``'s: what it computes stays where it is used)."""
         ...
 
 
@@ -35,10 +38,11 @@ class InProcess:
 
     jobs = 1
 
-    def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
+                  here: Callable[[int], Any] | None = None) -> Iterator[tuple[int, Any]]:
         kept: dict = {}  # this call's alone: nothing outlives it
         for i, task in enumerate(tasks):
-            yield i, fn(task, kept)
+            yield i, fn(task, kept) if here is None else here(i)
 
 
 IN_PROCESS = InProcess()

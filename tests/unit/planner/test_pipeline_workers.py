@@ -1,6 +1,7 @@
 """The pipeline search with its pairs' bounds computed by worker processes (``dnnplan plan --jobs N``)
 gives the answer one process gives: the same choice, step, cut, every pair's bound and the proven
-gap (planner.pipeline.pair_bounds, lifecycle.process_pool)."""
+gap, the other pairs' gaps closed by the workers too (planner.pipeline.pair_bounds,
+planner.pipeline.pair_closing, lifecycle.process_pool)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import pytest
 from costmodel.choices.training import TrainingChoices
 from costmodel.layer.candidates import divisors
 from lifecycle.process_pool import ProcessPool
+from planner.pipeline.pair_bounds import pair_bound
+from planner.pipeline.pair_closing import close_pair
 from planner.pipeline.search import search_pipeline
 from planner.pipeline.triples import AUTO, bounded
 from planner.problem.parallel import IN_PROCESS
+from planner.problem.priced_layers import PricedLayers
+from planner.problem.priced_once import priced_once
 from planner.problem.solve import Settings
 from profiler import context
 
@@ -30,13 +35,38 @@ def _gpt4(tmp_path) -> str:
 
 
 class _Counted(ProcessPool):
-    """A pool that counts the tasks handed to it."""
+    """A pool that counts the tasks handed to it, and those its caller's process computed."""
 
     sent = 0
+    here = 0
+    closings = 0
 
-    def unordered(self, fn, tasks):
+    def unordered(self, fn, tasks, here=None):
         self.sent += len(tasks)
-        yield from super().unordered(fn, tasks)
+        self.closings += len(tasks) if fn is close_pair else 0
+
+        def counted(i):
+            self.here += 1
+            return here(i)
+
+        yield from super().unordered(fn, tasks, None if here is None else counted)
+
+
+class _AllInWorkers:
+    """Two jobs, every task computed as a worker computes it (``fn(task, kept)``, one ``kept``
+    across the tasks), none by the search's own process: what a worker sends back is what the
+    search takes."""
+
+    jobs = 2
+
+    def __init__(self):
+        self.fns: list = []
+        self.kept: dict = {}
+
+    def unordered(self, fn, tasks, here=None):
+        self.fns.append(fn)
+        for i, task in enumerate(tasks):
+            yield i, fn(task, self.kept)
 
 
 def _summary(choice) -> tuple:
@@ -60,6 +90,8 @@ def test_workers_give_the_answer_one_process_gives(tmp_path, schedule):
         workers.close()
     assert len(alone.candidates) > 8 and alone.stats["proven_gap"] == 0
     assert workers.sent >= len([c for c in alone.candidates if c.bound_s is not None])  # every bound went out
+    assert 0 < workers.here < workers.sent  # the search's own process bounded some, the worker the others
+    assert workers.closings > 0 and _summary(alone)[6] > 0  # other pairs' gaps closed side by side too
     assert _summary(shared) == _summary(alone)
 
 
@@ -77,3 +109,15 @@ def test_the_bounds_come_in_bound_order_whatever_order_they_finish_in():
     assert bounded(bound, combos, many=lambda given: IN_PROCESS.unordered(lambda c, kept: bound(*c[1:]), given)) \
         == bounded(bound, combos)
     assert [c[2] for c in bounded(bound, combos)] == [6, 5, 4, 3, 2, 1, 0]
+
+
+def test_bounds_and_closings_computed_only_by_workers_give_the_answer_one_process_gives(tmp_path):
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    args = (ctx.network, 8, 8, ctx.machine, priced_once(ctx.compute), 2.0 ** 30 * 0.0025)
+    settings = dataclasses.replace(SETTINGS, priced=PricedLayers())
+    alone = search_pipeline(*args, settings, micro_counts=divisors(8), prove_s=None)
+    away = _AllInWorkers()
+    elsewhere = search_pipeline(*args, dataclasses.replace(settings, parallel=away, priced=PricedLayers()),
+                                micro_counts=divisors(8), prove_s=None)
+    assert {pair_bound, close_pair} <= set(away.fns) and alone.stats["closed_pairs"] > 0
+    assert _summary(elsewhere) == _summary(alone)
