@@ -20,10 +20,11 @@ the workspace no layer can avoid, ``W0``, must fit the limit ``L``, so for every
 ``g`` is a maximum of functions linear in ``k``, so convex, and a sum of ``g(k_s)`` over stages with
 ``sum k_s = n`` is least at the balanced cut (stage sizes ``floor(n / S)`` and ``ceil(n / S)``):
 that sum over ``S`` is the bound. Interleaved 1F1B with ``V`` chunks a device (step ``m max_s T_s +
-(sum_s T_s - max_s T_s) / V + max_s O_s``) is at least ``(1/S) sum_s [(m + (S - 1) / V) T_s + O_s]``
-(as ``m >= 1 / V``), the same bound with that weight; each device holds ``n / S`` blocks, the
-balanced cut. No cut fits at all when ``ceil(n / S)`` blocks of least-memory
-layers already exceed ``L - W0``.
+(sum_s T_s - max_s T_s) / V + max_s O_s``) has its cut fixed, ``n / S`` blocks a device, so each
+device's bracket (weight ``m + (S - 1) / V``) is bounded on its own, the first and last device's
+with the layers before and after the blocks, and the step by the busiest device's weighed as the
+slowest (:func:`planner.pipeline.interleave.lower_s`: never below the devices' average). No cut
+fits at all when ``ceil(n / S)`` blocks of least-memory layers already exceed ``L - W0``.
 Everything here is separable per layer, so it costs one pricing of a block's layers, which the
 stage solves that follow reuse (the builder keeps its nodes).
 """
@@ -36,6 +37,7 @@ import numpy as np
 
 from costmodel.step.pipeline import stage_network
 from planner.problem.build import Builder, build_with
+from planner.pipeline.interleave import lower_s
 from planner.pipeline.stack import MIDDLE, Stack
 
 BISECTIONS = 60
@@ -48,10 +50,11 @@ class StageBound:
 
 
 def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int, limit: float,
-                sends_s: float = 0.0, chunks: int = 1) -> StageBound:
+                sends_s: tuple[float, ...] = (), chunks: int = 1) -> StageBound:
     """The bound of the module docstring for ``stages`` stages and ``micro_batches`` micro-batches
     (``chunks`` model chunks a device), the stage solver's ``builder`` pricing one stage's ranks at
-    one micro-batch; ``sends_s``: the stages' point-to-point seconds per micro-batch, summed over stages."""
+    one micro-batch; ``sends_s``: each stage's (device's) point-to-point seconds per micro-batch
+    (none: no sends)."""
     weight = micro_batches + (stages - 1) / chunks
     cost, memory, w0 = _block(builder, stack, weight)
     n = stack.n
@@ -76,9 +79,15 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
         """The least objective of a stage of ``k`` blocks that fits (its dual bound)."""
         return k * free if k * free_mem <= room else max(k * free, _dual(value, k, room, free))
 
+    sends = tuple(sends_s) or (0.0,) * stages
+    if chunks > 1:  # the cut is fixed: each device's bracket, the busiest weighed as the slowest
+        first, last = _ends(builder, stack, weight, stages)
+        brackets = [stage(n // stages) + weight * send for send in sends]
+        brackets[0], brackets[-1] = brackets[0] + first, brackets[-1] + last
+        return StageBound(lower_s(brackets, micro_batches, chunks), True)
     small, wide = n // stages, n % stages  # the balanced cut: ``wide`` stages of ``small + 1`` blocks
     total = wide * stage(small + 1) + (stages - wide) * stage(small)
-    total += _ends(builder, stack, weight, stages) + weight * sends_s
+    total += sum(_ends(builder, stack, weight, stages)) + weight * sum(sends)
     return StageBound(float(total) / stages, True)
 
 
@@ -118,12 +127,17 @@ def _block(builder: Builder, stack: Stack, weight: float):
     return cost, memory, w0
 
 
-def _ends(builder: Builder, stack: Stack, weight: float, stages: int) -> float:
-    """The least weighted cost of the layers before the first block and after the last, one by one
-    (on two stages when there are several: a tied head there holds its copy of the table)."""
-    parts = [list(stack.before) + list(stack.after)] if stages == 1 else [list(stack.before), list(stack.after)]
-    total = 0.0
-    for layers in (part for part in parts if part):
+def _ends(builder: Builder, stack: Stack, weight: float, stages: int) -> tuple[float, float]:
+    """The least weighted cost of the layers before the first block and of those after the last, one
+    by one (on two stages when there are several: a tied head there holds its copy of the table;
+    on one stage all of them, counted as before)."""
+    parts = [list(stack.before) + list(stack.after), []] if stages == 1 else [list(stack.before), list(stack.after)]
+    out = []
+    for layers in parts:
+        if not layers:
+            out.append(0.0)
+            continue
         net, _ = stage_network(stack.network, layers, 0)
-        total += float(sum(c.min() for c in build_with(builder, net, None, edges=False, weight=weight).problem.node_cost))
-    return total
+        out.append(float(sum(c.min() for c in build_with(builder, net, None, edges=False,
+                                                         weight=weight).problem.node_cost)))
+    return out[0], out[1]

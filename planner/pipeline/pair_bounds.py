@@ -38,7 +38,7 @@ class PairTask:
     micro_batches: int
     chunks: int
     limit: float
-    sends_s: float
+    sends_s: tuple[float, ...]  # each stage's (device's)
 
 
 def pair_bound(task: PairTask, kept: dict) -> tuple[StageBound, dict]:
@@ -59,11 +59,11 @@ def pair_bound(task: PairTask, kept: dict) -> tuple[StageBound, dict]:
 
 def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, machine: Machine,
                        compute: ComputeModel, settings: Settings, limit: float,
-                       sends: Callable[[int, int, int], float],
+                       sends: Callable[[int, int, int], tuple[float, ...]],
                        builder_of: Callable[[int, int, int], object]) -> Callable:
     """``many(combos)``: for (floor, S, m, V) ``combos``, ``(i, (bound, fits))`` as each worker
     finishes (:func:`planner.pipeline.triples.bounded`); each pair's priced layers go into
-    ``builder_of(S, m, V)``'s pricing. ``sends(S, m, V)``: the stages' sends per micro-batch summed."""
+    ``builder_of(S, m, V)``'s pricing. ``sends(S, m, V)``: each stage's sends per micro-batch."""
     plain = replace(settings, budget=None, parallel=None)
 
     def many(combos: list) -> Iterator[tuple[int, tuple[float, bool]]]:

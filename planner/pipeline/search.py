@@ -123,7 +123,7 @@ class _Search:
         parallel = side_by_side(settings.parallel, compute)
         #: the pairs' bounds computed by workers (planner.pipeline.pair_bounds), None: here, one by one
         self.many = None if parallel is None else bound_side_by_side(
-            parallel, stack, batch, p, machine, compute, settings, limit, lambda s, m, v: sum(self.sends(s, m, v)),
+            parallel, stack, batch, p, machine, compute, settings, limit, lambda s, m, v: tuple(self.sends(s, m, v)),
             lambda s, m, v: self.solver(s, m, chunks=v).builder)
 
     def solver(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> StageSolver:
@@ -142,7 +142,7 @@ class _Search:
 
     def bound(self, stages: int, m: int, chunks: int = 1) -> tuple[float, bool]:
         """No cut of ``(S, m, V)`` is faster than this (module docstring); False: none fits."""
-        sends = sum(self.sends(stages, m, chunks))
+        sends = tuple(self.sends(stages, m, chunks))
         got = stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
                           chunks)
         return got.step_s, got.fits
