@@ -1,9 +1,10 @@
 """A lower bound on every cut of one (S, m), from one block's layers alone (pure).
 
 The pipelined step (``costmodel.step.pipeline``) is ``sum_s T_s + (m - 1) max_s T_s + max_s O_s``.
-With ``max_s T_s >= (1/S) sum_s T_s`` and ``max_s O_s >= (1/S) sum_s O_s``::
+With ``w = m + S - 1`` and each stage's bracket ``L_s <= w T_s + O_s``, weighing the stage of the
+largest bracket as the slowest (:func:`planner.pipeline.interleave.lower_s` with one chunk)::
 
-    step >= (1/S) sum_s [(m + S - 1) T_s + O_s]
+    step >= [(m - 1) max_s L_s + sum_s L_s] / w
 
 Stage ``s``'s bracket is the objective its stage solver minimises (:mod:`planner.pipeline.stage_solver`) plus
 its point-to-point sends, ``(m + S - 1)`` times per micro-batch (known exactly). It holds ``k_s``
@@ -19,7 +20,9 @@ the workspace no layer can avoid, ``W0``, must fit the limit ``L``, so for every
 
 ``g`` is a maximum of functions linear in ``k``, so convex, and a sum of ``g(k_s)`` over stages with
 ``sum k_s = n`` is least at the balanced cut (stage sizes ``floor(n / S)`` and ``ceil(n / S)``):
-that sum over ``S`` is the bound. Interleaved 1F1B with ``V`` chunks a device (step ``m max_s T_s +
+that is the least ``sum_s L_s``. The least ``max_s L_s`` over cuts (:func:`_least_slowest`) is at
+least the mean, more where the first and last stages' layers before and after the blocks or the
+blocks' granularity (``n / S`` not whole) keep the stages apart. Interleaved 1F1B with ``V`` chunks a device (step ``m max_s T_s +
 (sum_s T_s - max_s T_s) / V + max_s O_s``) has its cut fixed, ``n / S`` blocks a device, so each
 device's bracket (weight ``m + (S - 1) / V``) is bounded on its own, the first and last device's
 with the layers before and after the blocks, and the step by the busiest device's weighed as the
@@ -87,8 +90,55 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
         return StageBound(lower_s(brackets, micro_batches, chunks), True)
     small, wide = n // stages, n % stages  # the balanced cut: ``wide`` stages of ``small + 1`` blocks
     total = wide * stage(small + 1) + (stages - wide) * stage(small)
-    total += sum(_ends(builder, stack, weight, stages)) + weight * sum(sends)
-    return StageBound(float(total) / stages, True)
+    first, last = _ends(builder, stack, weight, stages)
+    total += first + last + weight * sum(sends)
+    if stages == 1:
+        return StageBound(float(total), True)
+    extra = [weight * send for send in sends]
+    extra[0], extra[-1] = extra[0] + first, extra[-1] + last
+    slowest = _least_slowest(stage, extra, n, range(max(1, small - SPAN), big + SPAN + 1))
+    return StageBound(max(float(total) / stages, float((micro_batches - 1) * slowest + total) / weight), True)
+
+
+#: the stage sizes around ``n / S`` whose bounds the least slowest stage is found from (others: 0 below,
+#: and every larger one at least the largest's)
+SPAN = 2
+
+
+def _least_slowest(stage, extra: list[float], n: int, ks: range) -> float:
+    """At most the least over cuts of ``max_s [D(k_s) + extra_s]``, ``D(k)`` the dual bound of ``k``
+    blocks (increasing in ``k``) and ``stage(k) <= D(k)`` its value found.
+
+    For sizes in ``ks``, ``h(k)``, the most ``stage`` takes up to ``k`` (0 below ``ks``), is at most
+    ``D(k)`` and grows with ``k``; a cut whose sizes are at most ``ks[-1]`` has ``max_s [h(k_s) +
+    extra_s] = t`` for one of the values ``h(k) + extra_s``, and each stage then holds at most
+    ``K_s(t)``, the largest ``k`` with ``h(k) + extra_s <= t``: the least such ``t`` with ``sum_s
+    K_s(t) >= n`` is at most its slowest stage. A cut with a larger stage has one of at least
+    ``stage(ks[-1] + 1) + min_s extra_s``."""
+    h, most = {}, 0.0
+    for k in ks:
+        most = max(most, stage(k))
+        h[k] = most
+    tail = stage(ks[-1] + 1) + min(extra) if ks[-1] + len(extra) - 1 < n else float("inf")
+
+    def room(t: float) -> int:  # sum_s K_s(t): the most blocks a cut with every stage <= t holds
+        total = 0
+        for e in extra:
+            fit = [k for k in ks if h[k] + e <= t]
+            if fit:
+                total += fit[-1]
+            elif e <= t:
+                total += ks.start - 1
+            else:
+                return 0
+        return total
+
+    for t in sorted({v + e for v in h.values() for e in extra}):
+        if t >= tail:
+            break
+        if room(t) >= n:
+            return t
+    return tail
 
 
 def _dual(value, k: int, room: float, free: float) -> float:

@@ -187,6 +187,30 @@ def test_the_proof_closes_the_pairs_that_could_still_win(tmp_path):
         assert c.skipped or c.closed or c.lower_s >= full.prediction.step_s * (1 - 1e-12)
 
 
+def test_the_stage_bound_weighs_the_slowest_stage_and_stays_below_each_pairs_optimum(tmp_path, monkeypatch):
+    """The 4-block GPT on 8 devices: its first and last stage carry the embedding and the head, which
+    no cut of 4 stages (one block each) or of 2 interleaved devices (two each) moves off them, and
+    2 stages balance only to within a block; so weighing the slowest stage's bracket bounds above
+    the stages' average (the bound with the least slowest stage taken as the mean), and still below
+    the pair's exact optimum over every cut."""
+    from planner.pipeline import bound
+
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    stack, limit = uniform_stack(ctx.network), 2.0 ** 30
+    search = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
+    triples = [(4, 8, 1), (2, 8, 1), (2, 8, 2)]
+    new = {t: search.bound(*t)[0] for t in triples}
+    monkeypatch.setattr(bound, "_least_slowest", lambda *a: 0.0)
+    monkeypatch.setattr(bound, "lower_s", lambda brackets, m, v: sum(brackets) / len(brackets))
+    old = {t: search.bound(*t)[0] for t in triples}
+    monkeypatch.undo()
+    for stages, m, v in triples:
+        exact = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
+                                stage_counts=(stages,), micro_counts=(m,),
+                                schedule=INTERLEAVED if v > 1 else "1f1b")
+        assert old[(stages, m, v)] * 1.001 < new[(stages, m, v)] <= exact.prediction.step_s * (1 + 1e-12)
+
+
 def test_the_stage_bound_proves_when_nothing_fits(tmp_path):
     """Below one block's least memory no (S, m) fits: the bound says so and the search refuses."""
     ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
