@@ -50,6 +50,9 @@ BISECTIONS = 60
 class StageBound:
     step_s: float  # no cut of this (S, m) has a shorter step
     fits: bool  # False: no cut fits the memory limit
+    #: the stages' mean bracket over the balanced cut, ``(1/S) sum_s L_s`` (at most ``step_s``): the
+    #: order the search tries the pairs in (planner.pipeline.triples.bounded)
+    mean_s: float = float("inf")
 
 
 def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int, limit: float,
@@ -75,29 +78,31 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
 
     least = sum(min(float(m.min()) for m in ms) for ms in memory)
     if big * least > room * (1 + 1e-9):
-        return StageBound(float("inf"), False)
+        return StageBound(float("inf"), False, float("inf"))
     free, free_mem = value(0.0)
+
+    known: dict[int, float] = {}
 
     def stage(k: int) -> float:
         """The least objective of a stage of ``k`` blocks that fits (its dual bound)."""
-        return k * free if k * free_mem <= room else max(k * free, _dual(value, k, room, free))
+        if k not in known:
+            known[k] = k * free if k * free_mem <= room else max(k * free, _dual(value, k, room, free))
+        return known[k]
 
     sends = tuple(sends_s) or (0.0,) * stages
-    if chunks > 1:  # the cut is fixed: each device's bracket, the busiest weighed as the slowest
-        first, last = _ends(builder, stack, weight, stages)
-        brackets = [stage(n // stages) + weight * send for send in sends]
-        brackets[0], brackets[-1] = brackets[0] + first, brackets[-1] + last
-        return StageBound(lower_s(brackets, micro_batches, chunks), True)
     small, wide = n // stages, n % stages  # the balanced cut: ``wide`` stages of ``small + 1`` blocks
     total = wide * stage(small + 1) + (stages - wide) * stage(small)
     first, last = _ends(builder, stack, weight, stages)
     total += first + last + weight * sum(sends)
+    mean = float(total) / stages
     if stages == 1:
-        return StageBound(float(total), True)
+        return StageBound(mean, True, mean)
     extra = [weight * send for send in sends]
     extra[0], extra[-1] = extra[0] + first, extra[-1] + last
+    if chunks > 1:  # the cut is fixed: each device's bracket, the busiest weighed as the slowest
+        return StageBound(max(mean, lower_s([stage(small) + e for e in extra], micro_batches, chunks)), True, mean)
     slowest = _least_slowest(stage, extra, n, range(max(1, small - SPAN), big + SPAN + 1))
-    return StageBound(max(float(total) / stages, float((micro_batches - 1) * slowest + total) / weight), True)
+    return StageBound(max(mean, float((micro_batches - 1) * slowest + total) / weight), True, mean)
 
 
 #: the stage sizes around ``n / S`` whose bounds the least slowest stage is found from (others: 0 below,

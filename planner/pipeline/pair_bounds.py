@@ -61,12 +61,12 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
                        compute: ComputeModel, settings: Settings, limit: float,
                        sends: Callable[[int, int, int], tuple[float, ...]],
                        builder_of: Callable[[int, int, int], object]) -> Callable:
-    """``many(combos)``: for (floor, S, m, V) ``combos``, ``(i, (bound, fits))`` as each worker
+    """``many(combos)``: for (floor, S, m, V) ``combos``, ``(i, (bound, fits, mean))`` as each worker
     finishes (:func:`planner.pipeline.triples.bounded`); each pair's priced layers go into
     ``builder_of(S, m, V)``'s pricing. ``sends(S, m, V)``: each stage's sends per micro-batch."""
     plain = replace(settings, budget=None, parallel=None)
 
-    def many(combos: list) -> Iterator[tuple[int, tuple[float, bool]]]:
+    def many(combos: list) -> Iterator[tuple[int, tuple[float, bool, float]]]:
         tasks = [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v))
                  for _, s, m, v in combos]
         results = parallel.unordered(pair_bound, tasks)
@@ -76,7 +76,7 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
                 priced = builder_of(s, m, v).nodes
                 for key, node in nodes.items():
                     priced.setdefault(key, node)
-                yield i, (got.step_s, got.fits)
+                yield i, (got.step_s, got.fits, got.mean_s)
         finally:
             results.close()
 

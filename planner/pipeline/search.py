@@ -140,12 +140,13 @@ class _Search:
                 self._builders[(stages, m)] = self._solvers[key].builder
         return self._solvers[key]
 
-    def bound(self, stages: int, m: int, chunks: int = 1) -> tuple[float, bool]:
-        """No cut of ``(S, m, V)`` is faster than this (module docstring); False: none fits."""
+    def bound(self, stages: int, m: int, chunks: int = 1) -> tuple[float, bool, float]:
+        """No cut of ``(S, m, V)`` is faster than this (module docstring); False: none fits; and the
+        stages' mean bracket, the order the pairs are tried in (:class:`planner.pipeline.bound.StageBound`)."""
         sends = tuple(self.sends(stages, m, chunks))
         got = stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
                           chunks)
-        return got.step_s, got.fits
+        return got.step_s, got.fits, got.mean_s
 
     def sends(self, stages: int, m: int, chunks: int) -> list[float]:
         """Each stage's (device's) sends per micro-batch."""
@@ -330,7 +331,7 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
                 and not (budget is not None and budget.expired()):
             # a pair the bounding left at its physics floor: its stage bound now, on the pricing its
             # search takes anyway, so a pair it proves slower than the best (or unfit) is not searched
-            step, fits = search.bound(stages, m, v)
+            step, fits, _ = search.bound(stages, m, v)
             bound = max(bound, step)
             if not fits:
                 out.append(Candidate(stages, m, bound, skipped="memory", lower_s=float("inf"), chunks=v))
