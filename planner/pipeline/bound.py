@@ -81,13 +81,20 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
         return StageBound(float("inf"), False, float("inf"))
     free, free_mem = value(0.0)
 
-    known: dict[int, float] = {}
+    lines = [(0.0, free)]  # (lam, V(lam)) of each multiplier that proved a stage's bound
 
     def stage(k: int) -> float:
         """The least objective of a stage of ``k`` blocks that fits (its dual bound)."""
-        if k not in known:
-            known[k] = k * free if k * free_mem <= room else max(k * free, _dual(value, k, room, free))
-        return known[k]
+        if k * free_mem <= room:
+            return k * free
+        got, lam, v = _dual(value, k, room, free)
+        lines.append((lam, v))
+        return max(k * free, got)
+
+    def near(k: int) -> float:
+        """A bound on a stage of ``k`` blocks from the multipliers already tried (``k V(lam) - lam
+        (L - W0)`` holds for every ``lam``): no bisection of its own."""
+        return max(k * v - lam * room for lam, v in lines)
 
     sends = tuple(sends_s) or (0.0,) * stages
     small, wide = n // stages, n % stages  # the balanced cut: ``wide`` stages of ``small + 1`` blocks
@@ -100,8 +107,8 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
     extra = [weight * send for send in sends]
     extra[0], extra[-1] = extra[0] + first, extra[-1] + last
     if chunks > 1:  # the cut is fixed: each device's bracket, the busiest weighed as the slowest
-        return StageBound(max(mean, lower_s([stage(small) + e for e in extra], micro_batches, chunks)), True, mean)
-    slowest = _least_slowest(stage, extra, n, range(max(1, small - SPAN), big + SPAN + 1))
+        return StageBound(max(mean, lower_s([near(small) + e for e in extra], micro_batches, chunks)), True, mean)
+    slowest = _least_slowest(near, extra, n, range(max(1, small - SPAN), big + SPAN + 1))
     return StageBound(max(mean, float((micro_batches - 1) * slowest + total) / weight), True, mean)
 
 
@@ -112,7 +119,8 @@ SPAN = 2
 
 def _least_slowest(stage, extra: list[float], n: int, ks: range) -> float:
     """At most the least over cuts of ``max_s [D(k_s) + extra_s]``, ``D(k)`` the dual bound of ``k``
-    blocks (increasing in ``k``) and ``stage(k) <= D(k)`` its value found.
+    blocks (increasing in ``k``) and ``stage(k) <= D(k)`` a value of it (from the multipliers the
+    balanced cut's stages tried).
 
     For sizes in ``ks``, ``h(k)``, the most ``stage`` takes up to ``k`` (0 below ``ks``), is at most
     ``D(k)`` and grows with ``k``; a cut whose sizes are at most ``ks[-1]`` has ``max_s [h(k_s) +
@@ -146,26 +154,29 @@ def _least_slowest(stage, extra: list[float], n: int, ks: range) -> float:
     return tail
 
 
-def _dual(value, k: int, room: float, free: float) -> float:
+def _dual(value, k: int, room: float, free: float) -> tuple[float, float, float]:
     """``max over lam of k V(lam) - lam room``: concave, so bisect on the sign of its slope
-    ``k * memory(lam) - room``; every ``lam`` tried is a valid bound, the best is kept."""
-    best = k * free
+    ``k * memory(lam) - room``; every ``lam`` tried is a valid bound, the best is kept (with its
+    ``lam`` and ``V(lam)``, a bound for other ``k`` too)."""
+    best, at = k * free, (0.0, free)
     lo, hi = 0.0, max(free, 1e-30) / max(room, 1.0)
     for _ in range(BISECTIONS):
         v, mem = value(hi)
-        best = max(best, k * v - hi * room)
+        if k * v - hi * room > best:
+            best, at = k * v - hi * room, (hi, v)
         if k * mem <= room:
             break
         lo, hi = hi, hi * 4
     for _ in range(BISECTIONS):
         lam = (lo + hi) / 2
         v, mem = value(lam)
-        best = max(best, k * v - lam * room)
+        if k * v - lam * room > best:
+            best, at = k * v - lam * room, (lam, v)
         if k * mem > room:
             lo = lam
         else:
             hi = lam
-    return best
+    return best, *at
 
 
 def _block(builder: Builder, stack: Stack, weight: float):
