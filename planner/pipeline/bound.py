@@ -1,9 +1,10 @@
 """A lower bound on every cut of one (S, m), from one block's layers alone (pure).
 
 The pipelined step (``costmodel.step.pipeline``) is ``sum_s T_s + (m - 1) max_s T_s + max_s O_s``.
-With ``max_s T_s >= (1/S) sum_s T_s`` and ``max_s O_s >= (1/S) sum_s O_s``::
+With ``w = m + S - 1`` and each stage's bracket ``L_s <= w T_s + O_s``, weighing the stage of the
+largest bracket as the slowest (:func:`planner.pipeline.interleave.lower_s` with one chunk)::
 
-    step >= (1/S) sum_s [(m + S - 1) T_s + O_s]
+    step >= [(m - 1) max_s L_s + sum_s L_s] / w
 
 Stage ``s``'s bracket is the objective its stage solver minimises (:mod:`planner.pipeline.stage_solver`) plus
 its point-to-point sends, ``(m + S - 1)`` times per micro-batch (known exactly). It holds ``k_s``
@@ -19,11 +20,14 @@ the workspace no layer can avoid, ``W0``, must fit the limit ``L``, so for every
 
 ``g`` is a maximum of functions linear in ``k``, so convex, and a sum of ``g(k_s)`` over stages with
 ``sum k_s = n`` is least at the balanced cut (stage sizes ``floor(n / S)`` and ``ceil(n / S)``):
-that sum over ``S`` is the bound. Interleaved 1F1B with ``V`` chunks a device (step ``m max_s T_s +
-(sum_s T_s - max_s T_s) / V + max_s O_s``) is at least ``(1/S) sum_s [(m + (S - 1) / V) T_s + O_s]``
-(as ``m >= 1 / V``), the same bound with that weight; each device holds ``n / S`` blocks, the
-balanced cut. No cut fits at all when ``ceil(n / S)`` blocks of least-memory
-layers already exceed ``L - W0``.
+that is the least ``sum_s L_s``. The least ``max_s L_s`` over cuts (:func:`_least_slowest`) is at
+least the mean, more where the first and last stages' layers before and after the blocks or the
+blocks' granularity (``n / S`` not whole) keep the stages apart. Interleaved 1F1B with ``V`` chunks a device (step ``m max_s T_s +
+(sum_s T_s - max_s T_s) / V + max_s O_s``) has its cut fixed, ``n / S`` blocks a device, so each
+device's bracket (weight ``m + (S - 1) / V``) is bounded on its own, the first and last device's
+with the layers before and after the blocks, and the step by the busiest device's weighed as the
+slowest (:func:`planner.pipeline.interleave.lower_s`: never below the devices' average). No cut
+fits at all when ``ceil(n / S)`` blocks of least-memory layers already exceed ``L - W0``.
 Everything here is separable per layer, so it costs one pricing of a block's layers, which the
 stage solves that follow reuse (the builder keeps its nodes).
 """
@@ -36,6 +40,7 @@ import numpy as np
 
 from costmodel.step.pipeline import stage_network
 from planner.problem.build import Builder, build_with
+from planner.pipeline.interleave import lower_s
 from planner.pipeline.stack import MIDDLE, Stack
 
 BISECTIONS = 60
@@ -45,13 +50,17 @@ BISECTIONS = 60
 class StageBound:
     step_s: float  # no cut of this (S, m) has a shorter step
     fits: bool  # False: no cut fits the memory limit
+    #: the stages' mean bracket over the balanced cut, ``(1/S) sum_s L_s`` (at most ``step_s``): the
+    #: order the search tries the pairs in (planner.pipeline.triples.bounded)
+    mean_s: float = float("inf")
 
 
 def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int, limit: float,
-                sends_s: float = 0.0, chunks: int = 1) -> StageBound:
+                sends_s: tuple[float, ...] = (), chunks: int = 1) -> StageBound:
     """The bound of the module docstring for ``stages`` stages and ``micro_batches`` micro-batches
     (``chunks`` model chunks a device), the stage solver's ``builder`` pricing one stage's ranks at
-    one micro-batch; ``sends_s``: the stages' point-to-point seconds per micro-batch, summed over stages."""
+    one micro-batch; ``sends_s``: each stage's (device's) point-to-point seconds per micro-batch
+    (none: no sends)."""
     weight = micro_batches + (stages - 1) / chunks
     cost, memory, w0 = _block(builder, stack, weight)
     n = stack.n
@@ -69,39 +78,105 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
 
     least = sum(min(float(m.min()) for m in ms) for ms in memory)
     if big * least > room * (1 + 1e-9):
-        return StageBound(float("inf"), False)
+        return StageBound(float("inf"), False, float("inf"))
     free, free_mem = value(0.0)
+
+    lines = [(0.0, free)]  # (lam, V(lam)) of each multiplier that proved a stage's bound
 
     def stage(k: int) -> float:
         """The least objective of a stage of ``k`` blocks that fits (its dual bound)."""
-        return k * free if k * free_mem <= room else max(k * free, _dual(value, k, room, free))
+        if k * free_mem <= room:
+            return k * free
+        got, lam, v = _dual(value, k, room, free)
+        lines.append((lam, v))
+        return max(k * free, got)
 
+    def near(k: int) -> float:
+        """A bound on a stage of ``k`` blocks from the multipliers already tried (``k V(lam) - lam
+        (L - W0)`` holds for every ``lam``): no bisection of its own."""
+        return max(k * v - lam * room for lam, v in lines)
+
+    sends = tuple(sends_s) or (0.0,) * stages
     small, wide = n // stages, n % stages  # the balanced cut: ``wide`` stages of ``small + 1`` blocks
     total = wide * stage(small + 1) + (stages - wide) * stage(small)
-    total += _ends(builder, stack, weight, stages) + weight * sends_s
-    return StageBound(float(total) / stages, True)
+    first, last = _ends(builder, stack, weight, stages)
+    total += first + last + weight * sum(sends)
+    mean = float(total) / stages
+    if stages == 1:
+        return StageBound(mean, True, mean)
+    extra = [weight * send for send in sends]
+    extra[0], extra[-1] = extra[0] + first, extra[-1] + last
+    if chunks > 1:  # the cut is fixed: each device's bracket, the busiest weighed as the slowest
+        return StageBound(max(mean, lower_s([near(small) + e for e in extra], micro_batches, chunks)), True, mean)
+    slowest = _least_slowest(near, extra, n, range(max(1, small - SPAN), big + SPAN + 1))
+    return StageBound(max(mean, float((micro_batches - 1) * slowest + total) / weight), True, mean)
 
 
-def _dual(value, k: int, room: float, free: float) -> float:
+#: the stage sizes around ``n / S`` whose bounds the least slowest stage is found from (others: 0 below,
+#: and every larger one at least the largest's)
+SPAN = 2
+
+
+def _least_slowest(stage, extra: list[float], n: int, ks: range) -> float:
+    """At most the least over cuts of ``max_s [D(k_s) + extra_s]``, ``D(k)`` the dual bound of ``k``
+    blocks (increasing in ``k``) and ``stage(k) <= D(k)`` a value of it (from the multipliers the
+    balanced cut's stages tried).
+
+    For sizes in ``ks``, ``h(k)``, the most ``stage`` takes up to ``k`` (0 below ``ks``), is at most
+    ``D(k)`` and grows with ``k``; a cut whose sizes are at most ``ks[-1]`` has ``max_s [h(k_s) +
+    extra_s] = t`` for one of the values ``h(k) + extra_s``, and each stage then holds at most
+    ``K_s(t)``, the largest ``k`` with ``h(k) + extra_s <= t``: the least such ``t`` with ``sum_s
+    K_s(t) >= n`` is at most its slowest stage. A cut with a larger stage has one of at least
+    ``stage(ks[-1] + 1) + min_s extra_s``."""
+    h, most = {}, 0.0
+    for k in ks:
+        most = max(most, stage(k))
+        h[k] = most
+    tail = stage(ks[-1] + 1) + min(extra) if ks[-1] + len(extra) - 1 < n else float("inf")
+
+    def room(t: float) -> int:  # sum_s K_s(t): the most blocks a cut with every stage <= t holds
+        total = 0
+        for e in extra:
+            fit = [k for k in ks if h[k] + e <= t]
+            if fit:
+                total += fit[-1]
+            elif e <= t:
+                total += ks.start - 1
+            else:
+                return 0
+        return total
+
+    for t in sorted({v + e for v in h.values() for e in extra}):
+        if t >= tail:
+            break
+        if room(t) >= n:
+            return t
+    return tail
+
+
+def _dual(value, k: int, room: float, free: float) -> tuple[float, float, float]:
     """``max over lam of k V(lam) - lam room``: concave, so bisect on the sign of its slope
-    ``k * memory(lam) - room``; every ``lam`` tried is a valid bound, the best is kept."""
-    best = k * free
+    ``k * memory(lam) - room``; every ``lam`` tried is a valid bound, the best is kept (with its
+    ``lam`` and ``V(lam)``, a bound for other ``k`` too)."""
+    best, at = k * free, (0.0, free)
     lo, hi = 0.0, max(free, 1e-30) / max(room, 1.0)
     for _ in range(BISECTIONS):
         v, mem = value(hi)
-        best = max(best, k * v - hi * room)
+        if k * v - hi * room > best:
+            best, at = k * v - hi * room, (hi, v)
         if k * mem <= room:
             break
         lo, hi = hi, hi * 4
     for _ in range(BISECTIONS):
         lam = (lo + hi) / 2
         v, mem = value(lam)
-        best = max(best, k * v - lam * room)
+        if k * v - lam * room > best:
+            best, at = k * v - lam * room, (lam, v)
         if k * mem > room:
             lo = lam
         else:
             hi = lam
-    return best
+    return best, *at
 
 
 def _block(builder: Builder, stack: Stack, weight: float):
@@ -118,12 +193,17 @@ def _block(builder: Builder, stack: Stack, weight: float):
     return cost, memory, w0
 
 
-def _ends(builder: Builder, stack: Stack, weight: float, stages: int) -> float:
-    """The least weighted cost of the layers before the first block and after the last, one by one
-    (on two stages when there are several: a tied head there holds its copy of the table)."""
-    parts = [list(stack.before) + list(stack.after)] if stages == 1 else [list(stack.before), list(stack.after)]
-    total = 0.0
-    for layers in (part for part in parts if part):
+def _ends(builder: Builder, stack: Stack, weight: float, stages: int) -> tuple[float, float]:
+    """The least weighted cost of the layers before the first block and of those after the last, one
+    by one (on two stages when there are several: a tied head there holds its copy of the table;
+    on one stage all of them, counted as before)."""
+    parts = [list(stack.before) + list(stack.after), []] if stages == 1 else [list(stack.before), list(stack.after)]
+    out = []
+    for layers in parts:
+        if not layers:
+            out.append(0.0)
+            continue
         net, _ = stage_network(stack.network, layers, 0)
-        total += float(sum(c.min() for c in build_with(builder, net, None, edges=False, weight=weight).problem.node_cost))
-    return total
+        out.append(float(sum(c.min() for c in build_with(builder, net, None, edges=False,
+                                                         weight=weight).problem.node_cost)))
+    return out[0], out[1]

@@ -78,27 +78,50 @@ def cut_lower(n: int, stages: int, micro_batches: int, lower: Callable[[int, int
     sends included; None: it does not fit), known for ``k <= hi + 1`` (``hi + 1`` only when
     ``hi < n - S + 1``).
 
-    With ``max_s T_s >= (1/S) sum_s T_s`` and ``max_s O_s >= (1/S) sum_s O_s`` the step is at least
-    ``(1/S) sum_s [(m + S - 1) T_s + O_s]`` (:mod:`planner.pipeline.bound`): the least sum over cuts
-    whose stages all hold at most ``hi`` blocks is a dynamic programme (a size ``lower`` does not
-    know counts 0, as no stage costs less). A cut with a stage of ``k > hi`` blocks has a step of
-    at least that stage's ``m T + O >= m / (m + S - 1) [(m + S - 1) T + O]``, and a stage's optimum
-    grows with its blocks (a block fewer is a feasible choice for the same layers and less memory),
-    so at least ``m / (m + S - 1) lower(s, hi + 1)``."""
+    A cut whose stages' brackets are at least ``L_s`` has a step of at least ``((m - 1) max_s L_s +
+    sum_s L_s) / (m + S - 1)`` (:func:`planner.pipeline.interleave.lower_s` with one chunk: the
+    stage of the largest ``L`` weighted as the slowest). The least of it over cuts whose stages all
+    hold at most ``hi`` blocks is, as in :func:`best_cut`, the least over every value ``t`` an
+    ``L`` takes of ``(m - 1) t + sum L`` for the cuts with every ``L <= t``, each a dynamic
+    programme (a size ``lower`` does not know counts 0, as no stage costs less). A cut with a stage
+    of ``k > hi`` blocks has a step of at least that stage's ``m T + O >= m / (m + S - 1) [(m + S
+    - 1) T + O]``, and a stage's optimum grows with its blocks (a block fewer is a feasible choice
+    for the same layers and less memory), so at least ``m / (m + S - 1) lower(s, hi + 1)``."""
+    inf = float("inf")
+    weight = micro_batches + stages - 1
+    table = {}
+    for s in range(stages):
+        for k in range(1, min(hi, n - stages + 1) + 1):
+            got = lower(s, k)
+            if got is not None:
+                table[(s, k)] = got
+    out, values = inf, sorted(set(table.values()))
+    lo, top = 0, len(values)  # the least ``t`` some cut meets: a bisection (more ``t`` admits more cuts)
+    while lo < top:
+        mid = (lo + top) // 2
+        lo, top = (lo, mid) if _least_sum(n, stages, hi, table, values[mid]) is not None else (mid + 1, top)
+    for t in values[lo:]:
+        if (micro_batches - 1) * t / weight >= out:
+            break
+        total = _least_sum(n, stages, hi, table, t)
+        out = min(out, ((micro_batches - 1) * t + total) / weight)
+    if hi < n - stages + 1:
+        tails = [got for got in (lower(s, hi + 1) for s in range(stages)) if got is not None]
+        out = min(out, min(tails, default=inf) * micro_batches / weight)
+    return out
+
+
+def _least_sum(n: int, stages: int, hi: int, table: dict, t: float) -> float | None:
+    """The least ``sum_s L_s`` over cuts whose stages hold at most ``hi`` blocks, each ``L <= t``."""
     inf = float("inf")
     best = {0: 0.0}
     for s in range(stages):
         nxt: dict[int, float] = {}
         for used, total in best.items():
             for k in range(1, min(hi, n - used - (stages - s - 1)) + 1):
-                got = lower(s, k)
-                if got is None:
+                got = table.get((s, k))
+                if got is None or got > t:
                     continue
                 nxt[used + k] = min(nxt.get(used + k, inf), total + got)
         best = nxt
-    out = best.get(n, inf) / stages
-    if hi < n - stages + 1:
-        weight = micro_batches + stages - 1
-        tails = [got for got in (lower(s, hi + 1) for s in range(stages)) if got is not None]
-        out = min(out, min(tails, default=inf) * micro_batches / weight)
-    return out
+    return best.get(n)

@@ -13,9 +13,9 @@ after). A device's memory counts each chunk's micro-batches in flight in Megatro
 ``dnnplan predict`` counts them. Each is the planner's exact per-layer problem (:class:`planner.pipeline.stage_solver.StageSolver`)
 weighted ``m + (S - 1) / V``, which is how often a balanced device's ``T`` counts in the step.
 
-A lower bound on the triple's step when a device solve kept a Lagrangian gap: the step is at least
-``(1/S) sum_s [(m + (S - 1) / V) T_s + O_s]`` (``planner.pipeline.bound``), and each bracket at least
-its solve's bound.
+A lower bound on the triple's step from its device solves, each of which bounds its device's
+bracket ``L_s <= w T_s + O_s``, ``w = m + (S - 1) / V`` (its optimum, or its Lagrangian bound when a
+gap is left): :func:`lower_s`, the step's formula on the times ``L_s / w``.
 """
 
 from __future__ import annotations
@@ -85,8 +85,25 @@ def search(solver: StageSolver, stack: Stack, stages: int, m: int, chunks: int, 
     ts = [sol.micro_s + sends[s] for s, sol in enumerate(per)]
     step = step_s(ts, [sol.once_s + sol.tied_s for sol in per], m, chunks)
     weight = m + (stages - 1) / chunks
-    lower = sum(sol.lower_s(weight) + weight * sends[s] for s, sol in enumerate(per)) / stages
+    lower = lower_s([sol.lower_s(weight) + weight * sends[s] for s, sol in enumerate(per)], m, chunks)
     return Interleaved(step, min(step, lower), per)
+
+
+def lower_s(brackets: list[float], m: int, chunks: int) -> float:
+    """No plan whose device ``s`` has ``w T_s + O_s >= brackets[s]`` (``w = m + (S - 1) / V``) steps
+    faster than ``((m - 1/V) max_s L_s + (1/V) sum_s L_s) / w``: the step formula on times ``L_s / w``.
+
+    The step is ``(m - 1/V) max_s T_s + (1/V) sum_s T_s + max_s O_s`` (module docstring). For any
+    device ``r``, ``max T >= T_r``, and ``max O >= sum_s b_s O_s`` for weights ``b_s >= 0`` summing
+    to 1; with ``b_r = m / w`` and ``b_s = 1 / (V w)`` for the others (``m / w + (S - 1) / (V w) =
+    1``) the right side is ``(m / w) (w T_r + O_r) + sum over s != r of (1 / (V w)) (w T_s + O_s)``,
+    each bracket at least its ``L``; ``r`` the device of the largest ``L`` gives the bound. It is
+    never below the average ``(1/S) sum_s L_s`` (the uniform weights ``b_s = 1/S`` and ``max T >=
+    mean T``), and exceeds it by ``(m - 1/V) / w`` times the busiest bracket's excess over the
+    mean: the first and last device carry the embedding and the head. With ``V = 1`` it is 1F1B's
+    bound for one cut (``w = m + S - 1``, :func:`planner.pipeline.cuts.cut_lower`)."""
+    weight = m + (len(brackets) - 1) / chunks
+    return ((m - 1 / chunks) * max(brackets) + sum(brackets) / chunks) / weight
 
 
 def predict(stack: Stack, batch: int, p: int, stages: int, m: int, chunks: int, solutions: tuple[StageSolution, ...],

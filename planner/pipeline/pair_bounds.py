@@ -40,7 +40,7 @@ class PairTask:
     micro_batches: int
     chunks: int
     limit: float
-    sends_s: float
+    sends_s: tuple[float, ...]  # each stage's (device's)
 
 
 def kept_pricing(settings: Settings, compute: ComputeModel, kept: dict) -> tuple[Settings, ComputeModel]:
@@ -103,17 +103,17 @@ def take_priced(settings: Settings, compute: ComputeModel, added: tuple | None) 
 
 def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, machine: Machine,
                        compute: ComputeModel, settings: Settings, limit: float,
-                       sends: Callable[[int, int, int], float],
+                       sends: Callable[[int, int, int], tuple[float, ...]],
                        builder_of: Callable[[int, int, int], object],
                        here: Callable[[int, int, int], StageBound]) -> Callable:
-    """``many(combos)``: for (floor, S, m, V) ``combos``, ``(i, (bound, fits))`` as each is done
-    (:func:`planner.pipeline.triples.bounded`): this process takes pairs in order beside the
+    """``many(combos)``: for (floor, S, m, V) ``combos``, ``(i, (bound, fits, mean))`` as each is
+    done (:func:`planner.pipeline.triples.bounded`): this process takes pairs in order beside the
     workers (``here(S, m, V)``: the bound on its own pricing), and each pair a worker bounded has
-    its priced layers put into ``builder_of(S, m, V)``'s pricing. ``sends(S, m, V)``: the stages'
-    sends per micro-batch summed."""
+    its priced layers put into ``builder_of(S, m, V)``'s pricing. ``sends(S, m, V)``: each stage's
+    sends per micro-batch."""
     plain = replace(settings, budget=None, parallel=None)
 
-    def many(combos: list) -> Iterator[tuple[int, tuple[float, bool]]]:
+    def many(combos: list) -> Iterator[tuple[int, tuple[float, bool, float]]]:
         tasks = [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v))
                  for _, s, m, v in combos]
         results = parallel.unordered(pair_bound, tasks, lambda i: (here(*combos[i][1:]), None, None))
@@ -125,7 +125,7 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
                     for key, node in nodes.items():
                         priced.setdefault(key, node)
                     take_priced(settings, compute, added)
-                yield i, (got.step_s, got.fits)
+                yield i, (got.step_s, got.fits, got.mean_s)
         finally:
             results.close()
 

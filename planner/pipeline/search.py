@@ -124,7 +124,7 @@ class _Search:
         parallel = side_by_side(settings.parallel, compute)
         #: the pairs' bounds computed by workers (planner.pipeline.pair_bounds), None: here, one by one
         self.many = None if parallel is None else bound_side_by_side(
-            parallel, stack, batch, p, machine, compute, settings, limit, lambda s, m, v: sum(self.sends(s, m, v)),
+            parallel, stack, batch, p, machine, compute, settings, limit, lambda s, m, v: tuple(self.sends(s, m, v)),
             lambda s, m, v: self.solver(s, m, chunks=v).builder, self.stage_bound)
 
     def solver(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> StageSolver:
@@ -141,14 +141,15 @@ class _Search:
                 self._builders[(stages, m)] = self._solvers[key].builder
         return self._solvers[key]
 
-    def bound(self, stages: int, m: int, chunks: int = 1) -> tuple[float, bool]:
-        """No cut of ``(S, m, V)`` is faster than this (module docstring); False: none fits."""
+    def bound(self, stages: int, m: int, chunks: int = 1) -> tuple[float, bool, float]:
+        """No cut of ``(S, m, V)`` is faster than this (module docstring); False: none fits; and the
+        stages' mean bracket, the order the pairs are tried in (:class:`planner.pipeline.bound.StageBound`)."""
         got = self.stage_bound(stages, m, chunks)
-        return got.step_s, got.fits
+        return got.step_s, got.fits, got.mean_s
 
     def stage_bound(self, stages: int, m: int, chunks: int = 1):
         """``(S, m, V)``'s :class:`planner.pipeline.bound.StageBound`, on its own pricing."""
-        sends = sum(self.sends(stages, m, chunks))
+        sends = tuple(self.sends(stages, m, chunks))
         return stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
                            chunks)
 
@@ -335,7 +336,7 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
                 and not (budget is not None and budget.expired()):
             # a pair the bounding left at its physics floor: its stage bound now, on the pricing its
             # search takes anyway, so a pair it proves slower than the best (or unfit) is not searched
-            step, fits = search.bound(stages, m, v)
+            step, fits, _ = search.bound(stages, m, v)
             bound = max(bound, step)
             if not fits:
                 out.append(Candidate(stages, m, bound, skipped="memory", lower_s=float("inf"), chunks=v))

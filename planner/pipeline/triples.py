@@ -117,13 +117,16 @@ def micro_sizes(ranks: int, per_node: int, alone: bool = False) -> set[int]:
 
 def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | None = None,
             many=None) -> list[tuple[float, int, int, int, bool]]:
-    """Each (S, m, V) with the larger of its two lower bounds (``bound(S, m, V)``: the stage bound and
-    whether anything can fit) and whether anything can fit, by bound; once ``BOUND_SHARE`` of the
-    budget's time left is spent, the pairs left keep their physics floor and come after the
-    others (a floor is far below a stage bound: by it they would all come first), with None for
-    whether anything fits (not known: the search bounds each when it comes to it). ``many(combos)``:
-    the stage bounds computed side by side, ``(i, (bound, fits))`` as each is done
-    (:mod:`planner.pipeline.pair_bounds`); the order is the bounds', so the same either way."""
+    """Each (S, m, V) with the larger of its two lower bounds (``bound(S, m, V)``: the stage bound,
+    whether anything can fit and the stages' mean bracket) and whether anything can fit, in order of
+    the larger of its physics floor and its stages' mean bracket (what the stage bound is before
+    its slowest stage is weighed: the order does not move with how far the cut keeps a pair's
+    stages apart, which only proofs use); once ``BOUND_SHARE`` of the budget's time left is spent,
+    the pairs left keep their physics floor and come after the others (a floor is far below a stage
+    bound: by it they would all come first), with None for whether anything fits (not known: the
+    search bounds each when it comes to it). ``many(combos)``: the stage bounds computed side by
+    side, ``(i, (bound, fits, mean))`` as each is done (:mod:`planner.pipeline.pair_bounds`); the
+    order is the bounds', so the same either way."""
     bounded_, done = [], set()
     left = None if budget is None else budget.left()
     stop = None if left is None else budget.clock() + BOUND_SHARE * left
@@ -137,14 +140,14 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
             got = next(results, None)
             if got is None:
                 break
-            i, (step, fits) = got
+            i, (step, fits, mean) = got
             phys, stages, m, v = combos[i]
-            bounded_.append((max(phys, step), stages, m, v, fits))
+            bounded_.append((max(phys, mean), (max(phys, step), stages, m, v, fits)))
             done.add(i)
     finally:
         getattr(results, "close", lambda: None)()
     floored = [(phys, s, m, v, None) for i, (phys, s, m, v) in enumerate(combos) if i not in done]
-    return sorted(bounded_) + sorted(floored, key=lambda c: c[:4])
+    return [c for _, c in sorted(bounded_, key=lambda x: (x[0], *x[1][1:]))] + sorted(floored, key=lambda c: c[:4])
 
 
 def saving(stages: int, m: int, chunks: int) -> float:

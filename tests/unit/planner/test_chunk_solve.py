@@ -176,3 +176,54 @@ def test_device_1_holds_at_least_what_any_middle_device_holds_chunk_by_chunk(sta
     one = in_flight(stages, 1, m, chunks)
     for s in range(2, stages - 1):
         assert all(any(all(a <= b for a, b in zip(v, u)) for u in one) for v in in_flight(stages, s, m, chunks))
+
+
+def _average(brackets) -> float:
+    """The bound before the busiest device was weighed: the devices' brackets averaged."""
+    return sum(brackets) / len(brackets)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_triples_bound_is_below_every_plan_of_random_devices_and_not_below_the_average(seed):
+    """Each device picks one of a few (T, O) of its own; each bracket ``w T + O`` is known only to
+    within a gap (half the cases exact). Brute force over every pick: no plan's interleaved step is
+    below :func:`interleave.lower_s`, and it is never below the devices' average bracket."""
+    import itertools
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    stages, chunks = int(rng.integers(2, 5)), int(rng.integers(1, 4))
+    m = stages * int(rng.integers(1, 4))
+    weight = m + (stages - 1) / chunks
+    options = [[(float(rng.uniform(0.1, 2)) * (1 + 2 * (s in (0, stages - 1)) * rng.random()),
+                 float(rng.uniform(0, 3))) for _ in range(3)] for s in range(stages)]
+    gaps = rng.uniform(0, 0.3, stages) * (rng.random() < 0.5)
+    brackets = [min(weight * t + o for t, o in opts) * (1 - g) for opts, g in zip(options, gaps)]
+    best = min(interleave.step_s([t for t, _ in pick], [o for _, o in pick], m, chunks)
+               for pick in itertools.product(*options))
+    got = interleave.lower_s(brackets, m, chunks)
+    assert _average(brackets) * (1 - 1e-12) <= got <= best * (1 + 1e-12)
+
+
+def test_the_triples_bound_weighs_the_busiest_device_and_stays_below_its_exact_optimum(tmp_path):
+    """gpt-tiny with 4 blocks, 2 stages x 2 chunks: the first device carries the embedding and the
+    last the head, so their brackets differ and the busiest one's weighed as the slowest gives a
+    bound strictly above the devices' average. Under a limit that binds, the bound from the
+    Lagrangian device solves (gaps left open) stays below the triple's exact optimum."""
+    ctx = _ctx(tmp_path, precision="fp16")
+    stack, _, free = _search(ctx, float("inf"))
+    search = _Search(stack, BATCH, P, ctx.machine, ctx.compute, float("inf"), SETTINGS)
+    weight = M + (STAGES - 1) / CHUNKS
+    brackets = [sol.lower_s(weight) + weight * send
+                for sol, send in zip(free.solutions, search.sends(STAGES, M, CHUNKS))]
+    assert max(brackets) > min(brackets) * 1.01
+    assert free.lower_s == pytest.approx(interleave.lower_s(brackets, M, CHUNKS), rel=1e-12)
+    assert _average(brackets) * 1.001 < free.lower_s <= free.step_s * (1 + 1e-12)
+    hold0 = interleave.kept(stack, STAGES, 0, M, CHUNKS)
+    limit = 0.97 * free.solutions[0].held_bytes(hold0)
+    _, _, exact = _search(ctx, limit)
+    relaxed = interleave.search(StageSolver(P // STAGES, BATCH // M, weight, ctx.machine, ctx.compute, SETTINGS, limit),
+                                stack, STAGES, M, CHUNKS, search.sends(STAGES, M, CHUNKS),
+                                lambda s, net: search.tied(STAGES, s, net), lambda: None)
+    assert relaxed.lower_s <= exact.step_s * (1 + 1e-12) <= relaxed.step_s * (1 + 1e-12)
