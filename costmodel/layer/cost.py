@@ -220,8 +220,9 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     default); ``front``: the layer's gradients are in the bucket the backward makes last
     (``overlap.front_layers``). ``micro_batches``: how many a step runs (PyTorch FSDP's gradient
     kernels, :func:`fsdp_prep_s`). ``memo``: what a caller pricing many layers on one machine and
-    compute model keeps (:func:`group_time`): the collectives' times, and each shard with what it
-    prices whatever the optimiser (:func:`_sharded`)."""
+    compute model keeps (:func:`group_time`): the collectives' times, each shard with what it
+    prices whatever the optimiser (:func:`_sharded`), and each layer's weights with what they price
+    whatever the batch (:func:`_weighed`)."""
     opt = as_optimizer(optimizer)
     algorithm = resolve_algorithm(layer, algorithm, machine)
     shard = _sharded(layer, strategy, batch, machine, compute, algorithm, rule, consumers, output_saved, memo)

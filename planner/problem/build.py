@@ -55,8 +55,8 @@ def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: i
     bytes, under recomputation its forward collectives run again, and an attention layer's keys
     and values over a split sequence (their ring hides under the core: not :func:`derivable` from
     the base's) depend on it (``layer_cost.passes_s``, ``own_kept_bytes``, ``recomputed_comms``,
-    ``kv_comms``). ``memo``: the collectives and shards already priced on ``machine``
-    (``costmodel.layer.cost.group_time``)."""
+    ``kv_comms``). ``memo``: the collectives, shards and these per-algorithm parts already priced
+    on ``machine`` (``costmodel.layer.cost.group_time``, :func:`_algorithm_shard`)."""
     algorithm = resolve_algorithm(layer, algorithm, machine)
     fwd, bwd_data, bwd_weights, kept_by, kv, workspace = _algorithm_shard(base.algorithm, layer, strat, batch, compute,
                                                                           algorithm, machine, rule, memo)
