@@ -7,7 +7,6 @@ and recomputes the layer, ``recompute`` alone the layer's default kernels (Megat
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Mapping
 
 from costmodel.calls.attention import ATTENTION_ALGORITHMS
@@ -132,7 +131,7 @@ def recomputed_comms(comms) -> list:
     """The collectives (``layer_cost.Comm``) a layer under ``RECOMPUTE`` runs again: its forward
     runs again in backward, collectives included (ZeRO-3's parameter gather excepted: the
     backward's own gather serves it)."""
-    return [dataclasses.replace(c, phase="bwd") for c in comms if c.phase == "fwd" and c.purpose != "param_gather"]
+    return [c.in_phase("bwd") for c in comms if c.phase == "fwd" and c.purpose != "param_gather"]
 
 
 def algorithm_applies(layer, algorithm: str) -> bool:

@@ -195,16 +195,16 @@ def overlapped(comms, layer, windows: dict[str, float], overlap: Overlap, front:
     other windows (another algorithm's passes)."""
     gemm = layer.op in GEMM_OPS
     where = [window_of(c, overlap, front, gemm) for c in comms]
-    link = {w: sum(c.link_time for c, x in zip(comms, where) if x == w) for w in ("fwd", "bwd")}
+    link = {w: sum([c.link_time for c, x in zip(comms, where) if x == w]) for w in ("fwd", "bwd") if w in where}
     out = []
     for c, w in zip(comms, where):
-        if c.purpose == "kv":
+        if c.purpose == "kv" or (w is None and c.link_s is None):  # exposed whole: as it is
             out.append(c)
         elif w is None:
-            out.append(c.timed(c.link_time, None))
+            out.append(c.timed(c.link_s, None))
         else:
             share = max(0.0, link[w] - windows[w]) / link[w] if link[w] > 0 else 0.0
-            eff = overlap.efficiency_of(c.purpose)
+            eff = overlap.efficiency_of(c.purpose) if overlap.efficiency else 1.0
             if eff < 1.0 and link[w] > 0:  # a framework's overlap hides only a share of what it could
                 share = 1.0 - eff * min(link[w], windows[w]) / link[w]
             out.append(c.timed(c.link_time * share, c.link_time))

@@ -57,9 +57,25 @@ class Comm:
         return self.seconds if self.link_s is None else self.link_s
 
     def timed(self, seconds: float, link_s: float | None) -> "Comm":
-        """This collective with other times (``dataclasses.replace``'s answer, made directly: the
-        planner asks it for every candidate's every collective, costmodel.comm.overlap)."""
-        return Comm(self.purpose, self.phase, self.collective, self.nbytes, self.group, seconds, link_s)
+        """This collective with other times (the planner asks it for every candidate's every
+        collective, costmodel.comm.overlap: :func:`replaced`)."""
+        return replaced(self, seconds=seconds, link_s=link_s)
+
+    def in_phase(self, phase: str) -> "Comm":
+        """This collective run in another phase (a recomputed forward's, in backward: :func:`replaced`)."""
+        return replaced(self, phase=phase)
+
+
+def replaced(obj, **changes):
+    """``dataclasses.replace(obj, **changes)`` for a frozen dataclass without ``__post_init__`` or
+    ``init=False`` fields, made directly: its ``__init__`` sets each field through
+    ``object.__setattr__``, which costs more than the planner's arithmetic on the collectives and
+    estimates it derives for every candidate (``changes`` must name fields)."""
+    new = object.__new__(type(obj))
+    fields = new.__dict__
+    fields.update(obj.__dict__)
+    fields.update(changes)
+    return new
 
 
 @dataclass(frozen=True)
@@ -132,8 +148,15 @@ class LayerEstimate:
 
     @property
     def total_s(self) -> float:
-        return (self.fwd_compute_s + self.bwd_compute_s + self.fwd_comm_s + self.bwd_comm_s
-                + self.grad_sync_s + self.update_s + self.dispatch_s)
+        """Compute, collectives of each phase (:meth:`comm_s`'s sums, in one pass), update and dispatch."""
+        fwd, bwd, sync = [], [], []
+        by_phase = {"fwd": fwd, "bwd": bwd, "sync": sync}
+        for c in self.comms:
+            seconds = by_phase.get(c.phase)
+            if seconds is not None:
+                seconds.append(c.seconds)
+        return (self.fwd_compute_s + self.bwd_compute_s + sum(fwd) + sum(bwd)
+                + sum(sync) + self.update_s + self.dispatch_s)
 
 
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
@@ -197,44 +220,67 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     default); ``front``: the layer's gradients are in the bucket the backward makes last
     (``overlap.front_layers``). ``micro_batches``: how many a step runs (PyTorch FSDP's gradient
     kernels, :func:`fsdp_prep_s`). ``memo``: what a caller pricing many layers on one machine and
-    compute model keeps (:func:`group_time`): the collectives' times, and each shard with what it
-    prices whatever the optimiser (:func:`_sharded`)."""
+    compute model keeps (:func:`group_time`): the collectives' times, each shard with what it
+    prices whatever the optimiser (:func:`_sharded`), and each layer's weights with what they price
+    whatever the batch (:func:`_weighed`)."""
     opt = as_optimizer(optimizer)
     algorithm = resolve_algorithm(layer, algorithm, machine)
-    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
     shard = _sharded(layer, strategy, batch, machine, compute, algorithm, rule, consumers, output_saved, memo)
-    local, kernel, fwd, bwd_data, bwd_weights, head, tail, grad_sum, acts, workspace, dispatch = shard
-    comms = head + _weight_comms(layer, strategy, local, machine, opt, rule, memo) + tail
+    local, kernel, fwd, bwd_data, bwd_weights, head, tail, grad_sum, acts, workspace, dispatch, buffers = shard
+    wcomms, prep_fwd, prep_bwd, held, update = _weighed(layer, strategy, local, machine, compute, opt, rule,
+                                                       micro_batches, memo)
+    comms = head + list(wcomms) + tail
     if is_recomputed(algorithm):
         comms += recomputed_comms(comms)
+    fwd += prep_fwd
+    comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + grad_sum + prep_bwd},
+                       resolve_overlap(overlap, machine), front)
+    weights, grads, state, master, gathered, fp8, grad_copy = held
+    memory = Memory(weights, grads, state, acts, workspace, master=master, buffers=buffers + gathered + grad_copy,
+                    fp8=fp8)
+    return LayerEstimate(
+        name=layer.name, strategy=strategy, algorithm=algorithm,
+        fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
+        update_s=update, comms=comms, memory=memory,
+        grad_sum_s=grad_sum, grad_prep_s=prep_bwd,
+        dispatch_s=dispatch)
+
+
+def _weighed(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, compute: ComputeModel,
+             opt: Optimizer, rule: str, micro_batches: int, memo: dict | None) -> tuple:
+    """What :func:`layer_estimate` prices from the weights' shards alone, whatever the batch: their
+    collectives (:func:`_weight_comms`), PyTorch FSDP's (forward, backward) seconds on them
+    (:func:`fsdp_prep_s`), their bytes (weights, gradients, optimiser state, master copies,
+    gathered transient, FP8 copies, FSDP's gradient copy) and the update's seconds; kept in
+    ``memo`` (:func:`group_time`'s) when given, by these arguments (the micro-batch counts a
+    pipeline search weighs price the same weights)."""
+    key = ("weights", layer, strategy, local.weight_shapes, opt, rule, micro_batches)
+    got = None if memo is None else memo.get(key)
+    if got is not None:
+        return got
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    wcomms = tuple(_weight_comms(layer, strategy, local, machine, opt, rule, memo))
     active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
     wshapes = dict(local.weight_shapes)
     replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
     prep_fwd, prep_bwd = fsdp_prep_s(compute, wshapes, replicas, layer.dtype, opt, micro_batches)
-    fwd += prep_fwd
-    comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + grad_sum + prep_bwd},
-                       resolve_overlap(overlap, machine), front)
     weights, grads, state, master, gathered = weight_memory(wshapes, replicas, itemsize, opt)
     fp8_elems = sum(-(-prod(s) // (replicas[n] if opt.zero >= 3 else 1)) for n, s in wshapes.items() if fp8_weight(n, s))
     fp8 = fp8_bytes(layer, fp8_elems)
     if fp8_params(layer):  # the weight is its FP8 copy, one byte (costmodel.choices.precision): no 16-bit one
         weights, fp8 = weights - fp8_elems * (itemsize - 1), fp8 - fp8_elems
-    memory = Memory(weights, grads, state, acts, workspace, master=master,
-                    buffers=gradient_buffer_bytes(local) + gathered + fsdp_grad_copy(wshapes, itemsize, opt), fp8=fp8)
-    return LayerEstimate(
-        name=layer.name, strategy=strategy, algorithm=algorithm,
-        fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
-        update_s=_update_s(compute, wshapes, replicas, itemsize, opt),
-        comms=tuple(comms), memory=memory,
-        grad_sum_s=grad_sum, grad_prep_s=prep_bwd,
-        dispatch_s=dispatch)
+    held = (weights, grads, state, master, gathered, fp8, fsdp_grad_copy(wshapes, itemsize, opt))
+    got = (wcomms, prep_fwd, prep_bwd, held, _update_s(compute, wshapes, replicas, itemsize, opt))
+    if memo is not None:
+        memo[key] = got
+    return got
 
 
 def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, compute: ComputeModel, algorithm: str,
              rule: str, consumers: int, output_saved: bool, memo: dict | None) -> tuple:
     """What :func:`layer_estimate` prices whatever the optimiser and its ZeRO stage: the shard, its
     kernel, passes, collectives before and after the weights' own (:func:`_shard_comms`), gradient
-    sum, kept activations, workspace and dispatch; kept in ``memo`` (:func:`group_time`'s) when given,
+    sum, kept activations, workspace, dispatch and gradient buffers; kept in ``memo`` (:func:`group_time`'s) when given,
     by these arguments (the ZeRO stages of one planning call price the same shards)."""
     key = ("shard", layer, strategy, batch, algorithm, rule, consumers, output_saved)
     got = None if memo is None else memo.get(key)
@@ -249,7 +295,8 @@ def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, com
     acts = activation_bytes(local, strategy, output_saved, algorithm, batch) + framework_kept_bytes(compute, local,
                                                                                                     algorithm)
     got = (local, kernel, fwd, bwd_data, bwd_weights, tuple(head), tuple(tail), grad_sum, acts,
-           compute.workspace_bytes(local, kernel), dispatch_time(compute, local, kernel, consumers))
+           compute.workspace_bytes(local, kernel), dispatch_time(compute, local, kernel, consumers),
+           gradient_buffer_bytes(local))
     if memo is not None:
         memo[key] = got
     return got[:5] + (list(got[5]), list(got[6])) + got[7:]

@@ -32,7 +32,7 @@ from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorit
 from costmodel.compute.model import ComputeModel
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
 from costmodel.layer.cost import (LayerEstimate, framework_kept_bytes, kv_comms, layer_estimate, own_kept_bytes,
-                                  passes_s, shard_of)
+                                  passes_s, replaced, shard_of)
 from costmodel.parallel.shard import input_layout, output_layout, weight_layouts
 from costmodel.parallel.layout import Layout
 from costmodel.machine.model import Machine
@@ -55,29 +55,51 @@ def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: i
     bytes, under recomputation its forward collectives run again, and an attention layer's keys
     and values over a split sequence (their ring hides under the core: not :func:`derivable` from
     the base's) depend on it (``layer_cost.passes_s``, ``own_kept_bytes``, ``recomputed_comms``,
-    ``kv_comms``). ``memo``: the collectives and shards already priced on ``machine``
-    (``costmodel.layer.cost.group_time``)."""
+    ``kv_comms``). ``memo``: the collectives, shards and these per-algorithm parts already priced
+    on ``machine`` (``costmodel.layer.cost.group_time``, :func:`_algorithm_shard`)."""
     algorithm = resolve_algorithm(layer, algorithm, machine)
-    local = shard_of(layer, strat, batch, memo)
-    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
+    fwd, bwd_data, bwd_weights, kept_by, kv, workspace = _algorithm_shard(base.algorithm, layer, strat, batch, compute,
+                                                                          algorithm, machine, rule, memo)
     kept = base.memory.activations
-    if layer.op == "attention" or is_recomputed(algorithm) != is_recomputed(base.algorithm):
-        kept += (own_kept_bytes(local, algorithm) + framework_kept_bytes(compute, local, algorithm)
-                 - own_kept_bytes(local, base.algorithm) - framework_kept_bytes(compute, local, base.algorithm))
-    kernel = kernel_algorithm(algorithm)
+    if kept_by is not None:
+        kept += kept_by
     comms = base.comms
-    if not derivable(layer, strat):  # the ring of keys and values hides under this algorithm's core
-        kv = kv_comms(layer, strat, local, machine, rule, kernel, (fwd, bwd_data - (fwd if is_recomputed(algorithm)
-                                                                                    else 0.0)), memo)
+    if kv is not None:  # the ring of keys and values hides under this algorithm's core
         at = next(i for i, c in enumerate(comms) if c.purpose == "kv")
-        comms = comms[:at] + tuple(kv) + tuple(c for c in comms[at:] if c.purpose != "kv")
+        comms = comms[:at] + kv + tuple(c for c in comms[at:] if c.purpose != "kv")
     comms = comms + tuple(recomputed_comms(comms)) if is_recomputed(algorithm) else comms
     # what hides under the passes changes with them (costmodel.comm.overlap, from the link times kept)
     comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + base.grad_sum_s},
                        resolve_overlap(overlap, machine), front)
-    return dataclasses.replace(
-        base, algorithm=algorithm, fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights, comms=comms,
-        memory=dataclasses.replace(base.memory, workspace=compute.workspace_bytes(local, kernel), activations=kept))
+    return replaced(base, algorithm=algorithm, fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
+                    comms=comms, memory=replaced(base.memory, workspace=workspace, activations=kept))
+
+
+def _algorithm_shard(base: str, layer: Layer, strat: Strategy, batch: int, compute: ComputeModel, algorithm: str,
+                     machine: Machine, rule: str, memo: dict | None) -> tuple:
+    """What :func:`derive_estimate` prices of ``algorithm`` on a layer's shard, whatever the
+    optimiser: its passes, the change in kept activations from those of the ``base`` algorithm
+    (None: none), its keys and values over a split sequence where they are not :func:`derivable`
+    (None: the base's serve), and its workspace; kept in ``memo`` when given, by these arguments."""
+    key = ("derive", base, layer, strat, batch, algorithm, rule)
+    got = None if memo is None else memo.get(key)
+    if got is not None:
+        return got
+    local = shard_of(layer, strat, batch, memo)
+    fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
+    kept_by = None
+    if layer.op == "attention" or is_recomputed(algorithm) != is_recomputed(base):
+        kept_by = (own_kept_bytes(local, algorithm) + framework_kept_bytes(compute, local, algorithm)
+                   - own_kept_bytes(local, base) - framework_kept_bytes(compute, local, base))
+    kernel = kernel_algorithm(algorithm)
+    kv = None
+    if not derivable(layer, strat):
+        kv = tuple(kv_comms(layer, strat, local, machine, rule, kernel,
+                            (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo))
+    got = (fwd, bwd_data, bwd_weights, kept_by, kv, compute.workspace_bytes(local, kernel))
+    if memo is not None:
+        memo[key] = got
+    return got
 
 
 def derivable(layer: Layer, strat: Strategy) -> bool:

@@ -9,9 +9,12 @@ reduce the same bytes over the same node-wide group), and a builder made again p
 its predecessor priced; a ZeRO stage changes a layer's weight collectives, update and memory,
 never its shard, kernels, activations or other collectives. :class:`PricedLayers` keeps them for one
 planning call on one machine and compute model, each under exactly the arguments it is a function
-of: a collective's time (``costmodel.layer.cost.group_time``), a layer's shard and what it prices
-whatever the optimiser (``costmodel.layer.cost``'s memo), and a layer's estimates under every
-argument ``Builder.estimates`` passes; so every number, and every plan, is the one priced afresh
+of: a collective's time (``costmodel.layer.cost.group_time``); in ``costmodel.layer.cost``'s memo,
+a layer's shard and what it prices whatever the optimiser, and its weights' shards and what they
+price whatever the batch (the micro-batch counts of one pipeline degree share them); each other
+algorithm's passes, kept bytes and workspace on a shard (``planner.problem.build.derive_estimate``);
+and a layer's estimates under every argument ``Builder.estimates`` passes; so every number, and
+every plan, is the one priced afresh
 (``tests/unit/planner/test_priced_layers.py``).
 
 Created per planning call (``planner.first_plan``), carried by its :class:`~planner.problem.solve.Settings`,
