@@ -4,7 +4,7 @@ Each command lives in its own module under :mod:`dnnplan.commands`; options are 
 :mod:`dnnplan.options`; what is drawn lives in :mod:`dnnplan.render`. The commands are named in
 :data:`COMMANDS`, in the order `--help` lists them, and a command's module is imported only when
 the command is run or a help lists it (:class:`Commands`): `dnnplan plan` loads the planner, not
-the executor behind `execute`, whose import alone took over a second on the 2-core development VM.
+the executor behind `execute` (a command's start-up counts against `dnnplan plan --time-limit`).
 Each command's help is its docstring reflowed into paragraphs (:func:`reflow`:
 typer's rich markup keeps a docstring's source line breaks after its first paragraph; this makes
 each paragraph one line that rich wraps to the terminal; a paragraph starting with ``\\b``, click's

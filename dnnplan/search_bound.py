@@ -18,14 +18,12 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import typer
 
 from dnnplan import STARTED
-
-if TYPE_CHECKING:  # imported where a search is bounded: the console script imports this module for every command
-    from planner.solvers import Budget
+from planner.solvers import Budget
 
 #: seconds `dnnplan plan` takes at most by default, from its start to its answer
 DEFAULT_TIME_LIMIT_S = 20.0
@@ -43,8 +41,6 @@ def search_budget(time_limit_s: float | None) -> Budget:
     command line's start (its first import, :data:`dnnplan.STARTED`: Python's import of the planner
     takes 1 s on a quiet 2-core machine, several on a loaded one; :func:`count_from_the_start`), or
     else of now."""
-    from planner.solvers import Budget  # noqa: PLC0415 - deferred: only a search needs the planner
-
     limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     return Budget(limit - finish_reserve_s(limit), stated_s=limit, start=_FROM[0])
 

@@ -96,9 +96,9 @@ def compute_model(machine: Machine, profile: str | None = None, devices: int = 1
     if precision != DEFAULT_PRECISION:
         return _datasheet_for(machine, path, precision)
     if machine.name == "local":
-        # deferred: the on-demand profiler brings the kernels and their timing harness, which
-        # planning for any other machine never runs
-        from profiler.ondemand import local_compute_model  # noqa: PLC0415
+        # the on-demand profiler brings the kernels and their timing harness, which planning for any
+        # other machine never runs
+        from profiler.ondemand import local_compute_model  # noqa: PLC0415 - deferred: machine `local` only
 
         return local_compute_model(machine, threads=1, concurrency=min(devices, machine.devices_per_node),
                                    refresh=refresh)

@@ -1,14 +1,9 @@
-"""`dnnplan plan`: the main job. Check the flags, resolve the inputs, one library call, one render.
-
-What only --sweep (several machines or device counts) and --emit (a framework's launch file) run is
-imported where they run, so that planning one point loads neither (dnnplan.cli).
-"""
+"""`dnnplan plan`: the main job. Check the flags, resolve the inputs, one library call, one render."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING
 
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
@@ -21,13 +16,19 @@ from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignPro
                              PlanPipelineOpt, PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt,
                              RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt,
                              TokensOpt, refresh_warning, takes_choices, token_budget)
+from dnnplan.export_file import check_framework, exported
 from dnnplan.output import check_outputs
+from dnnplan.render import export as export_render
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
+from dnnplan.render import sweep as sweep_render
+from dnnplan.render.plot import plot_machines, plot_sweep
 from dnnplan.render.progress import progress_line
 from dnnplan.search_bound import DEFAULT_TIME_LIMIT_S, end, finish_reserve_s, search_budget, stop_on_ctrl_c
 from executor.session import plan as planning
+from executor.session import sweep as sweeping
 from executor.session.plan import PlanRequest
+from executor.session.sweep import SweepRequest
 from lifecycle import stops
 from lifecycle.process_pool import ProcessPool, default_jobs
 from networks.errors import DnnplanError, short
@@ -37,9 +38,6 @@ from planner.problem.solve import Settings
 from planner.sweep import parse_counts, parse_machines, parse_prices
 from profiler import context
 from profiler.context import Context
-
-if TYPE_CHECKING:
-    from executor.session.sweep import SweepRequest
 
 GIB = 2 ** 30
 #: what the workers import once, before the first task (lifecycle.process_pool)
@@ -121,8 +119,6 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     check_flags(solver, sweep, plot, swept and (pipeline not in (None, "off", "auto") or micro_batches is not None),
                 len(machines), profile)
     if emit is not None:
-        from dnnplan.export_file import check_framework  # noqa: PLC0415 - deferred: --emit alone exports
-
         check_framework(emit, "--emit")
         if swept:
             raise DnnplanError("--emit prints one plan's launch file, and --sweep plans several",
@@ -133,8 +129,6 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     train_tokens = token_budget(tokens, price)
     prices = parse_prices(price, machines)
     if swept:
-        from executor.session.sweep import SweepRequest  # noqa: PLC0415 - deferred: a sweep's alone
-
         request = SweepRequest(
             network, tuple(machines), tuple(parse_counts(sweep) if sweep else [devices]), devices=devices,
             batch=batch, profile=profile, refresh=refresh,
@@ -208,8 +202,6 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
     answer, made = planning.finished(ctx, request, settings, answer)
     launch, refused = None, None
     if emit is not None:
-        from dnnplan.export_file import exported  # noqa: PLC0415 - deferred: --emit alone exports
-
         try:
             launch = exported(emit, made, ctx.network, out or "`dnnplan plan`", None)
         except DnnplanError as err:
@@ -230,8 +222,6 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
             f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
         render.console.print(f"wrote {out} ({how})")
     if launch is not None:
-        from dnnplan.render import export as export_render  # noqa: PLC0415 - deferred: --emit alone exports
-
         export_render.show(launch[0])
     elif refused is not None:
         fail_line(f"--emit {emit}: {refused} (`dnnplan export PLAN --to {emit} --nearest` writes the closest plan "
@@ -244,9 +234,6 @@ def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: 
     (executor.session.sweep), a line on stderr as each point finishes, then the table (strong
     scaling on one machine, else the comparison) or the JSON; Ctrl-C (or SIGTERM, SIGHUP) shows the
     points planned so far and exits 130."""
-    from dnnplan.render import sweep as sweep_render  # noqa: PLC0415 - deferred: a sweep's alone
-    from executor.session import sweep as sweeping  # noqa: PLC0415
-
     budget = search_budget(None)
     rows: list[dict] = []
     with stop_on_ctrl_c(budget):
@@ -278,9 +265,6 @@ def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: 
 def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str | None, as_json: bool,
                 complete: bool) -> None:
     """The sweep's table or JSON, and its plot."""
-    from dnnplan.render import sweep as sweep_render  # noqa: PLC0415 - deferred: a sweep's alone
-    from dnnplan.render.plot import plot_machines, plot_sweep  # noqa: PLC0415
-
     name, comparing = ctx.network.name, not request.with_data
     if plot and any("error" not in r for r in rows):
         if comparing:

@@ -88,9 +88,9 @@ def weighed(candidates: list[tuple[str, Plan]], threads: int | None = None,
             profile: str | None = None) -> list[Timed]:
     """Every candidate timed in its step's context and predicted from those times, before any run;
     a call two candidates make in the same context is timed once for both (:class:`Shared`)."""
-    # deferred: the executor's run machinery (imported in over a second on the 2-core development
-    # VM) weighs plans on machine `local` alone; `dnnplan plan` for any other machine never loads it
-    from executor.probes.step_kernels import Shared  # noqa: PLC0415
+    # the executor's run machinery weighs plans on machine `local` alone: `dnnplan plan` for any other
+    # machine never loads it
+    from executor.probes.step_kernels import Shared  # noqa: PLC0415 - deferred: machine `local` only
     from executor.session.execute import in_step_context, predict, prepare, step_context_entries  # noqa: PLC0415
 
     out, shared = [], Shared()
