@@ -1,7 +1,8 @@
 """A command imports what it runs (dnnplan.cli): `dnnplan plan` for a shipped machine plans
-without loading the executor's run machinery, the on-demand profiler and its kernels, the launch
-file export and import, or any other command, since the command's start-up counts against its
---time-limit. Each run is a fresh ``python`` (the test process has imported everything)."""
+without loading the executor's run machinery, the on-demand profiler and its kernels, the reading
+of launch files, the Hugging Face and ONNX importers, or any other command, since the command's
+start-up counts against its --time-limit. Each run is a fresh ``python`` (the test process has imported
+everything)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ main()
 """
 #: what planning one point on a shipped machine never runs
 NOT_PLANNING = ("executor.session.execute", "executor.runtime", "executor.launch", "executor.ops", "executor.comm",
-                "executor.backend", "executor.probes", "kernels", "profiler.ondemand", "planner.export",
-                "planner.launch_import")
+                "executor.backend", "executor.probes", "kernels", "profiler.ondemand", "planner.launch_import",
+                "networks.importers.hf_import", "networks.importers.onnx_import")
 
 
 def loaded(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
