@@ -20,7 +20,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.solvers import Edge, Problem, solve_ilp, solve_reduced  # noqa: E402
+from planner.solvers import Edge, Problem, solve_reduced  # noqa: E402
+from planner.solvers.ilp import solve_ilp  # noqa: E402
 
 RESNET50 = (3, 4, 6, 3)
 RESNET152 = (3, 8, 36, 3)

@@ -1,8 +1,11 @@
-"""The ``dnnplan`` command: the application, its error boundary, and every command registered on it.
+"""The ``dnnplan`` command: the application, its error boundary, and every command on it.
 
 Each command lives in its own module under :mod:`dnnplan.commands`; options are defined once in
-:mod:`dnnplan.options`; what is drawn lives in :mod:`dnnplan.render`. Commands are registered in
-the order `--help` lists them, each with its docstring reflowed into paragraphs (:func:`reflow`:
+:mod:`dnnplan.options`; what is drawn lives in :mod:`dnnplan.render`. The commands are named in
+:data:`COMMANDS`, in the order `--help` lists them, and a command's module is imported only when
+the command is run or a help lists it (:class:`Commands`): `dnnplan plan` loads the planner, not
+the executor behind `execute` (a command's start-up counts against `dnnplan plan --time-limit`).
+Each command's help is its docstring reflowed into paragraphs (:func:`reflow`:
 typer's rich markup keeps a docstring's source line breaks after its first paragraph; this makes
 each paragraph one line that rich wraps to the terminal; a paragraph starting with ``\\b``, click's
 "do not rewrap" mark, is kept as written, and anything after a ``\\f`` line is dropped).
@@ -17,26 +20,18 @@ traceback). A traceback reaching a user is a bug.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import re
 import sys
+from collections.abc import Mapping
 
 import typer
+import typer.main
 from typer._click import ClickException, Context  # typer >= 0.29 (pyproject) carries its own click
 from typer.core import TyperGroup
 
-from dnnplan.commands.execute import execute
-from dnnplan.commands.export import export
-from dnnplan.commands.import_ import import_
-from dnnplan.commands.info import info
-from dnnplan.commands.machines import machines
-from dnnplan.commands.networks import networks
-from dnnplan.commands.plan import plan
-from dnnplan.commands.predict import predict
-from dnnplan.commands.profile import profile
-from dnnplan.commands.profile_comm import profile_comm
-from dnnplan.commands.validate import validate
 from dnnplan.render.messages import fail_line
 from dnnplan.search_bound import count_from_the_start
 from lifecycle import stops
@@ -47,6 +42,21 @@ _BLANK_LINES = re.compile(r"\n\s*\n")
 #: The exit of a command whose reader left (`dnnplan ... | head`): a shell's 128 + SIGPIPE, as a
 #: writer the signal ends reports it
 EXIT_PIPE = 128 + 13
+
+#: every command, in the order `--help` lists them: its name and the module and function behind it
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("dnnplan.commands.info", "info"),
+    "networks": ("dnnplan.commands.networks", "networks"),
+    "machines": ("dnnplan.commands.machines", "machines"),
+    "predict": ("dnnplan.commands.predict", "predict"),
+    "plan": ("dnnplan.commands.plan", "plan"),
+    "export": ("dnnplan.commands.export", "export"),
+    "profile": ("dnnplan.commands.profile", "profile"),
+    "profile-comm": ("dnnplan.commands.profile_comm", "profile_comm"),
+    "execute": ("dnnplan.commands.execute", "execute"),
+    "validate": ("dnnplan.commands.validate", "validate"),
+    "import": ("dnnplan.commands.import_", "import_"),  # `import` is a Python keyword
+}
 
 
 def reflow(doc: str | None) -> str:
@@ -64,7 +74,42 @@ def command_help(command) -> str:
     return reflow((command.__doc__ or "") + ("\n\n" + examples if examples else ""))
 
 
+def command(name: str):
+    """The click command ``name`` (of :data:`COMMANDS`), built from its function as the app would
+    build it: its options from the function's signature, its help from :func:`command_help`."""
+    module, function = COMMANDS[name]
+    callback = getattr(importlib.import_module(module), function)
+    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode="rich")
+    one.command(name=name, help=command_help(callback))(callback)
+    return typer.main.get_command(one)
+
+
+class Commands(Mapping):
+    """The app's commands by name (:data:`COMMANDS`), each built (:func:`command`) the first time it
+    is asked for: running one command imports its module alone."""
+
+    def __init__(self) -> None:
+        self._built: dict = {}
+
+    def __getitem__(self, name: str):
+        if name not in self._built:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._built[name] = command(name)
+        return self._built[name]
+
+    def __iter__(self):
+        return iter(COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS)
+
+
 class Group(TyperGroup):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.commands = Commands()
+
     def invoke(self, ctx: Context):
         try:
             return super().invoke(ctx)
@@ -101,7 +146,7 @@ class Group(TyperGroup):
             raise typer.Exit(1) from None
 
     def list_commands(self, ctx):
-        return list(self.commands)  # in the order they were registered (dnnplan.cli), not alphabetical
+        return list(self.commands)  # in the order of COMMANDS, not alphabetical
 
 
 app = typer.Typer(
@@ -117,9 +162,10 @@ app = typer.Typer(
 )
 
 
-for command in (info, networks, machines, predict, plan, export, profile, profile_comm, execute, validate):
-    app.command(help=command_help(command))(command)  # named after the function: profile_comm -> profile-comm
-app.command(name="import", help=reflow(import_.__doc__))(import_)  # `import` is a Python keyword
+@app.callback()
+def _group() -> None:
+    # the commands are Group's own (Commands); a callback makes typer build the app as a group
+    pass
 
 
 def main() -> None:

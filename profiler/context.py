@@ -27,7 +27,6 @@ from networks.ir import Network
 from networks.default_batch import default_batch as family_batch, SAMPLES_PER_DEVICE
 from networks.loader import load_network
 from profiler.tables.compatibility import check_gpu, check_precision
-from profiler.ondemand import local_compute_model
 from profiler.tables.store import load_table
 
 
@@ -97,6 +96,10 @@ def compute_model(machine: Machine, profile: str | None = None, devices: int = 1
     if precision != DEFAULT_PRECISION:
         return _datasheet_for(machine, path, precision)
     if machine.name == "local":
+        # the on-demand profiler brings the kernels and their timing harness, which planning for any
+        # other machine never runs
+        from profiler.ondemand import local_compute_model  # noqa: PLC0415 - deferred: machine `local` only
+
         return local_compute_model(machine, threads=1, concurrency=min(devices, machine.devices_per_node),
                                    refresh=refresh)
     return Roofline(machine)

@@ -32,8 +32,6 @@ from costmodel.calls.algorithms import default_algorithms
 from costmodel.step.prediction import StepPrediction, model_flops_utilization, predict_step
 from costmodel.frameworks.uniform import uniform_strategies
 from executor.report.summary import PLANNER
-from executor.session.execute import in_step_context, predict, prepare, step_context_entries
-from executor.probes.step_kernels import Shared
 from networks.errors import DnnplanError
 from planner.problem.baselines import fastest_algorithms
 from planner.problem.solve import plan_from_prediction
@@ -90,6 +88,11 @@ def weighed(candidates: list[tuple[str, Plan]], threads: int | None = None,
             profile: str | None = None) -> list[Timed]:
     """Every candidate timed in its step's context and predicted from those times, before any run;
     a call two candidates make in the same context is timed once for both (:class:`Shared`)."""
+    # the executor's run machinery weighs plans on machine `local` alone: `dnnplan plan` for any other
+    # machine never loads it
+    from executor.probes.step_kernels import Shared  # noqa: PLC0415 - deferred: machine `local` only
+    from executor.session.execute import in_step_context, predict, prepare, step_context_entries  # noqa: PLC0415
+
     out, shared = [], Shared()
     with tempfile.TemporaryDirectory(prefix="dnnplan-context-") as tmp:
         for i, (name, plan) in enumerate(candidates):

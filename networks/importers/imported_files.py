@@ -3,7 +3,8 @@
 A network argument is imported when it is a ``.onnx`` file, a folder (holding a Hugging Face
 ``config.json``) or a ``.json`` file holding a Hugging Face config (an object with ``model_type``);
 a ``.json`` file without one is a network spec written as JSON, which YAML reads as it is. Every
-file is read through :mod:`networks.reading` (bounded, each failure one line).
+file is read through :mod:`networks.reading` (bounded, each failure one line). The importers
+themselves are imported when a file is imported: a zoo name or a spec never loads them.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from networks.errors import DnnplanError
-from networks.importers.hf_import import import_config
-from networks.importers.onnx_import import import_onnx
 from networks.ir import Network
 from networks.reading import MAX_ONNX_BYTES, read_bytes, read_text
 from networks.spec import parse_network
@@ -50,6 +49,8 @@ def imported_spec(name_or_path: str, seq: int | None = None) -> tuple[str, str, 
     ``name_or_path`` (:func:`is_importable`); a ``.json`` network spec comes back as it is."""
     path = Path(name_or_path)
     if path.suffix.lower() == ".onnx":
+        from networks.importers.onnx_import import import_onnx  # noqa: PLC0415 - deferred (module docstring)
+
         data = read_bytes(path, "ONNX model", limit=MAX_ONNX_BYTES)
         return import_onnx(data, str(path), seq, name=_model_name(path)), str(path), True
     if _exists(path, Path.is_dir):
@@ -62,6 +63,8 @@ def imported_spec(name_or_path: str, seq: int | None = None) -> tuple[str, str, 
     text = read_text(path, HF_WHAT if path.name == CONFIG else "Hugging Face config or network spec")
     if path.name != CONFIG and not _is_hf_config(text):
         return text, str(path), False  # a network spec written as JSON
+    from networks.importers.hf_import import import_config  # noqa: PLC0415 - deferred (module docstring)
+
     return import_config(text, str(path), seq, name=_model_name(path)), str(path), True
 
 

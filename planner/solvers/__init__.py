@@ -7,20 +7,23 @@ binding memory limit with a Lagrangian bound, candidate fixing and an ILP on wha
 says which solver ran, its status, gap and time. Nothing here prints, opens files or keeps state;
 the one exception is that the ILP solve points fd 1 at fd 2 while native solver code runs, so what
 that code prints cannot corrupt stdout (:func:`.ilp.native_stdout_to_stderr`).
+
+The ILP (:mod:`.ilp`: PuLP and HiGHS) is imported where a solve first needs it: most problems are
+solved whole by graph reduction, and a command that plans counts its imports against its time
+limit.
 """
 
 from __future__ import annotations
 
 from .brute import solve_brute
-from .budget import Budget
+from .budget import Budget, Stopped
 from .dp import solve_reduced
 from .fixing import Better, solve_fixed
-from .ilp import Stopped, build_ilp, solve_ilp
 from .problem import Assignment, Edge, Problem, evaluate, min_memory
 from .prune import expand_choice, prune_dominated
 
-__all__ = ["Assignment", "Budget", "Edge", "Problem", "Stopped", "build_ilp", "evaluate", "expand_choice", "min_memory",
-           "prune_dominated", "solve", "solve_brute", "solve_fixed", "solve_ilp", "solve_reduced"]
+__all__ = ["Assignment", "Budget", "Edge", "Problem", "Stopped", "evaluate", "expand_choice", "min_memory",
+           "prune_dominated", "solve", "solve_brute", "solve_fixed", "solve_reduced"]
 
 
 def solve(problem: Problem, method: str = "auto", time_limit_s: float | None = None,
@@ -34,6 +37,8 @@ def solve(problem: Problem, method: str = "auto", time_limit_s: float | None = N
     if method == "reduced":
         return solve_reduced(problem, time_limit_s=time_limit_s, gap=gap, budget=budget)
     if method == "ilp":
+        from .ilp import solve_ilp  # noqa: PLC0415 - deferred (module docstring)
+
         return solve_ilp(problem, time_limit_s=time_limit_s, gap=gap, budget=budget)
     if method == "brute":
         return solve_brute(problem)

@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 
+class Stopped(RuntimeError):
+    """The budget stopped the ILP before it found any assignment."""
+
+
 @dataclass(frozen=True)
 class Offer:
     """The best answer a search holds: its step (s), what it is in a few words, the lower bound

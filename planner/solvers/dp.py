@@ -16,7 +16,6 @@ import numpy as np
 
 from .brute import solve_brute
 from .budget import Budget
-from .ilp import solve_ilp
 from .problem import Assignment, Edge, Problem, check_feasible, evaluate, fits
 from .prune import expand_choice, prune_dominated
 from .reduce import Reduction, reduce_graph, unreduce
@@ -60,6 +59,8 @@ def solve_remainder(red: Reduction, time_limit_s: float | None, gap: float | Non
             solvers.add("brute")
             notes.append(f"a {len(comp)}-node remainder enumerated")
         else:
+            from .ilp import solve_ilp  # noqa: PLC0415 - deferred (the package's docstring)
+
             got = solve_ilp(sub, time_limit_s=time_limit_s, gap=gap, budget=budget)
             solvers.add(got.solver)
             notes.append(f"a {len(comp)}-node remainder solved by ILP ({got.status}, "
@@ -113,6 +114,8 @@ def _binding(problem: Problem, start: float, unconstrained_memory: float, detail
     """The memory limit binds: prune dominated candidates, then solve the full problem by ILP."""
     pruned, kept = prune_dominated(problem)
     left = None if time_limit_s is None else max(0.0, time_limit_s - (time.perf_counter() - start))
+    from .ilp import solve_ilp  # noqa: PLC0415 - deferred (the package's docstring)
+
     got = solve_ilp(pruned, time_limit_s=left, gap=gap, budget=budget)
     choice = expand_choice(kept, got.choice)
     objective, memory = evaluate(problem, choice)

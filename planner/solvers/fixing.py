@@ -34,9 +34,8 @@ from typing import Callable
 
 import numpy as np
 
-from .budget import Budget
+from .budget import Budget, Stopped
 from .dp import solve_reduced
-from .ilp import Stopped, solve_ilp
 from .lagrange import Relaxation, _priced_problem, relax, slack
 from .marginals import min_marginals
 from .pareto import MAX_LABELS, solve_pareto
@@ -103,6 +102,8 @@ def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None 
         left = None if time_limit_s is None else max(0.0, time_limit_s - (time.perf_counter() - start))
         try:
             pruned, undominated = prune_dominated(problem.restricted(keep))
+            from .ilp import solve_ilp  # noqa: PLC0415 - deferred (the package's docstring)
+
             ilp = solve_ilp(pruned, time_limit_s=left, gap=gap, budget=budget)
         except Stopped:
             notes.append(f"target +{share:.0%}: the time limit was reached before the ILP found a plan")

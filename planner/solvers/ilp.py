@@ -51,12 +51,8 @@ import pulp
 
 from networks.errors import DnnplanError
 
-from .budget import Budget
+from .budget import Budget, Stopped
 from .problem import Assignment, Problem, check_feasible, evaluate, fits
-
-
-class Stopped(RuntimeError):
-    """The budget stopped the ILP before it found any assignment."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,8 +11,9 @@ import pytest
 
 from networks.errors import DnnplanError
 from planner.solvers import (Edge, Problem, evaluate, expand_choice, min_memory, prune_dominated, solve,
-                             solve_brute, solve_fixed, solve_ilp, solve_reduced)
+                             solve_brute, solve_fixed, solve_reduced)
 from planner.solvers.brute import brute_tables
+from planner.solvers.ilp import solve_ilp
 from planner.solvers.marginals import min_marginals
 from planner.solvers.reduce import reduce_graph
 from planner.solvers.minplus import min_plus, min_plus_dense
