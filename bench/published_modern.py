@@ -91,7 +91,8 @@ def _mlp(m: dict, recompute_modules: tuple = ()) -> str:
         return (f"      - {{name: moe, op: moe, experts: {moe['experts']}, top_k: {moe['top_k']}, "
                 f"hidden: {moe['expert_ffn']}, gated: {str(m['activation'] == 'swiglu').lower()}, "
                 f"shared_experts: {moe.get('shared_experts', 0)}, bias: {str(m['bias']).lower()}, "
-                f"recompute_act: {str('moe_act' in recompute_modules).lower()}}}\n"
+                f"recompute_act: {str('moe_act' in recompute_modules).lower()}"
+                f"{', act_clamp: ' + str(m['act_clamp']) if m.get('act_clamp') is not None else ''}}}\n"
                 "      - {name: add2, op: add, inputs: [add1, moe]}\n")
     bias = str(m["bias"]).lower()
     if m["activation"] == "swiglu":
