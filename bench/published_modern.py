@@ -94,6 +94,8 @@ def _mlp(m: dict, recompute_modules: tuple = ()) -> str:
                 f"recompute_act: {str('moe_act' in recompute_modules).lower()}"
                 f"{', act_clamp: ' + str(m['act_clamp']) if m.get('act_clamp') is not None else ''}}}\n"
                 "      - {name: add2, op: add, inputs: [add1, moe]}\n")
+    if m.get("act_clamp") is not None:
+        raise SystemExit(f"{m['name']}: act_clamp is priced on a mixture of experts' activation only")
     bias = str(m["bias"]).lower()
     if m["activation"] == "swiglu":
         first, act = 2 * m["ffn"], "{name: act, op: swiglu}"

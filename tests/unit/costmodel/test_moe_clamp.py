@@ -93,3 +93,13 @@ def test_every_published_gpt_oss_row_prices_the_clamp():
     for row in rows:
         clamps = {dict(x.params).get("act_clamp") for x in pm.network_of(row).layers if x.op == "moe"}
         assert clamps == ({7.0} if row in oss else {None} if row["model"].get("moe") else set()), row["name"]
+
+
+def test_a_dense_row_with_a_clamp_is_refused():
+    """The bench prices act_clamp on experts only: a dense model naming it is refused, not priced
+    as if unclamped."""
+    pm = load_bench("published_modern")
+    row = next(r for r in pm.load_rows() if not r["model"].get("moe"))
+    row = {**row, "model": {**row["model"], "act_clamp": 7.0}}
+    with pytest.raises(SystemExit, match="act_clamp"):
+        pm.model_spec(row)
