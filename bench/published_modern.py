@@ -111,7 +111,7 @@ def model_spec(row: dict) -> str:
     m, seq = row["model"], row["config"]["sequence"]
     norm = "rmsnorm" if m["norm"] == "rmsnorm" else "layernorm"
     bias = str(m["bias"]).lower()
-    rotary = str(m["positions"] == "rope").lower()
+    rotary = str(m["positions"] in ("rope", "yarn")).lower()
     positions = f", positions: {seq}" if m["positions"] == "learned" else ""
     head = ", tied_to: embed" if m["tied"] else ""
     exchange = row["config"].get("context_exchange")
@@ -120,6 +120,7 @@ def model_spec(row: dict) -> str:
             f"    layers:\n      - {{name: norm1, op: {norm}}}\n"
             f"      - {{name: attn, op: attention, heads: {m['heads']}, kv_heads: {m['kv_heads']}, "
             f"head_dim: {m['head_dim']}, causal: true, bias: {bias}, rotary: {rotary}{exchange}"
+            f"{', yarn: true' if m['positions'] == 'yarn' else ''}"
             f"{', qk_norm: true' if m.get('qk_norm') else ''}}}\n"
             "      - {name: add1, op: add, inputs: [$input, attn]}\n"
             f"      - {{name: norm2, op: {norm}}}\n" + _mlp(m, tuple(row["config"].get("recompute_modules", ()))) +
