@@ -91,8 +91,11 @@ def _mlp(m: dict, recompute_modules: tuple = ()) -> str:
         return (f"      - {{name: moe, op: moe, experts: {moe['experts']}, top_k: {moe['top_k']}, "
                 f"hidden: {moe['expert_ffn']}, gated: {str(m['activation'] == 'swiglu').lower()}, "
                 f"shared_experts: {moe.get('shared_experts', 0)}, bias: {str(m['bias']).lower()}, "
-                f"recompute_act: {str('moe_act' in recompute_modules).lower()}}}\n"
+                f"recompute_act: {str('moe_act' in recompute_modules).lower()}"
+                f"{', act_clamp: ' + str(m['act_clamp']) if m.get('act_clamp') is not None else ''}}}\n"
                 "      - {name: add2, op: add, inputs: [add1, moe]}\n")
+    if m.get("act_clamp") is not None:
+        raise SystemExit(f"{m['name']}: act_clamp is priced on a mixture of experts' activation only")
     bias = str(m["bias"]).lower()
     if m["activation"] == "swiglu":
         first, act = 2 * m["ffn"], "{name: act, op: swiglu}"
@@ -108,7 +111,7 @@ def model_spec(row: dict) -> str:
     m, seq = row["model"], row["config"]["sequence"]
     norm = "rmsnorm" if m["norm"] == "rmsnorm" else "layernorm"
     bias = str(m["bias"]).lower()
-    rotary = str(m["positions"] == "rope").lower()
+    rotary = str(m["positions"] in ("rope", "yarn")).lower()
     positions = f", positions: {seq}" if m["positions"] == "learned" else ""
     head = ", tied_to: embed" if m["tied"] else ""
     exchange = row["config"].get("context_exchange")
@@ -117,6 +120,7 @@ def model_spec(row: dict) -> str:
             f"    layers:\n      - {{name: norm1, op: {norm}}}\n"
             f"      - {{name: attn, op: attention, heads: {m['heads']}, kv_heads: {m['kv_heads']}, "
             f"head_dim: {m['head_dim']}, causal: true, bias: {bias}, rotary: {rotary}{exchange}"
+            f"{', yarn: true' if m['positions'] == 'yarn' else ''}"
             f"{', qk_norm: true' if m.get('qk_norm') else ''}}}\n"
             "      - {name: add1, op: add, inputs: [$input, attn]}\n"
             f"      - {{name: norm2, op: {norm}}}\n" + _mlp(m, tuple(row["config"].get("recompute_modules", ()))) +

@@ -25,7 +25,9 @@ networks/ops/moe.py made exact as the buffer is. What the executor does not run 
 the experts, the shared experts' gate, the activation's recomputation under ``recompute_act``) is
 priced on the kernels the set has: a bias as an ``add.fwd`` over the projection's output, the gate
 as a ``linear.fwd`` to one, ``gelu.fwd`` for its sigmoid and ``add.fwd`` for the scale, the
-recomputed activation as a ``gelu.fwd`` over the hidden rows with the activation's FLOPs and bytes.
+recomputed activation as a ``gelu.fwd`` over the hidden rows with the activation's FLOPs and bytes,
+the clamp of its inputs (``act_clamp``) as Megatron-Core runs it (:func:`clamp_calls`), recomputed
+with it.
 
 FLOPs and bytes per call are counted from the kernels' code (module functions below): GEMMs at two
 a multiply-add, the activation at networks.ops.moe.ACTIVATIONS' FLOPs an element (the gated product
@@ -131,13 +133,35 @@ def _experts_call(pass_: str, e: int, rows: int, d: int, h: int, p: dict, dtype:
     return KernelCall(f"moe_experts.{pass_}", shape, dtype, "", flops, nbytes)
 
 
+def clamp_calls(pass_: str, p: dict, rows: int, h: int, dtype: str, item: int) -> list[KernelCall]:
+    """The clamp of a gated activation's inputs (``act_clamp``) as Megatron-Core runs it ahead of its
+    fused activation (megatron/core/fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl at
+    92c8482, NeMo 25.11's Megatron-LM, called by moe/experts.py TEGroupedMLP.forward; the same in the
+    later containers' Megatron-Core): eager PyTorch outside the compiled kernel, fc1's output
+    chunked into its gate and linear halves (views), each clamped (two elementwise kernels reading
+    and writing ``rows x hidden``) and concatenated again (one copy of ``rows x 2 hidden``).
+    Backward: each clamp's gradient masked by its input (reads the input and the gradient, writes
+    the gradient) and the chunk's gradient concatenated (a copy); the concatenation's gradient is
+    two views. Priced on the set's kernels: a clamp as ``relu`` (one comparison an element), the
+    concatenation as ``concat.fwd``. None without ``act_clamp``, and none for the weights."""
+    if p.get("act_clamp") is None or pass_ == "bwd_weights":
+        return []
+    half = rows * h
+    cat = KernelCall("concat.fwd", (rows, 1, h, h), dtype, "", 0, 2 * 2 * half * item)
+    if pass_ == "fwd":
+        return [KernelCall("relu.fwd", (half,), dtype, "", half, 2 * half * item)] * 2 + [cat]
+    return [KernelCall("relu.bwd", (half,), dtype, "", half, 3 * half * item)] * 2 + [cat]
+
+
 def _unrun(pass_: str, p: dict, tokens: int, rows: int, d: int, h: int, hs: int, dtype: str,
            item: int) -> list[KernelCall]:
     """What the executor does not run yet, on the kernels the set has (module docstring)."""
     out = []
     if p.get("recompute_act") and pass_ == "bwd_data":  # the activation's forward again (moe_act recompute)
         m, act_f = (2 if p["gated"] else 1), ACTIVATIONS[p["activation"]][0]
+        out += clamp_calls("fwd", p, rows, h, dtype, item)
         out.append(KernelCall("gelu.fwd", (rows * h,), dtype, "", (act_f + m - 1) * rows * h, (m + 1) * rows * h * item))
+    out += clamp_calls(pass_, p, rows, h, dtype, item)
     if p["bias"] and pass_ != "bwd_weights":
         out += [_add(rows * h * (2 if p["gated"] else 1), dtype, item), _add(rows * d, dtype, item)]
     if hs and p["shared_gate"]:

@@ -15,7 +15,8 @@ on the nearest kernels the set has:
   on add's kernel, then silu's gradient on gelu's;
 * attention's ``rotary`` positions: q and k through gelu's forward kernel after the query/key/value
   projection, and again (the inverse rotation) before its input gradient: one read and one write an
-  element, as the rotation (its cos and sin tables are small and stay in cache);
+  element, as the rotation (its cos and sin tables are small and stay in cache); a YaRN-scaled
+  rotation (``yarn``) as the eager kernels Megatron-Core runs for it (:func:`yarn_rotary_calls`);
 * attention's ``qk_norm``: each query and key head's RMSNorm on the layer-norm kernels at
   ``(rows x (heads + kv_heads), head_dim)``, forward and (with the scales' gradients) backward-data.
 
@@ -68,7 +69,33 @@ def rotary_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:
         return ()
     s, d = local.in_shapes[0]
     heads, kv, dh = head_shape(p, d)
-    return (_gelu("fwd", local.batch * s * (heads + kv) * dh, item),)
+    elems = local.batch * s * (heads + kv) * dh
+    if p.get("yarn"):
+        return yarn_rotary_calls(pass_, elems, dh, item)
+    return (_gelu("fwd", elems, item),)
+
+
+def yarn_rotary_calls(pass_: str, elems: int, dh: int, item: int) -> tuple[Proxy, ...]:
+    """The rotation of ``elems`` q and k elements (heads of width ``dh``) as Megatron-Core runs a
+    YaRN-scaled one: unfused, since Megatron-Bridge turns ``apply_rope_fusion`` off for any position
+    embedding but ``rope`` (src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility,
+    called by GPTModelProvider.provide, at 5776a6d as at v0.4.2) and Megatron-Core takes the unfused
+    path for a YaRN scale besides (``mscale`` != 1). ``_apply_rotary_pos_emb_bshd``
+    (megatron/core/models/common/embeddings/rope_utils.py at 92c8482) runs, each an eager kernel:
+    ``-x2`` on half the elements, ``cat((-x2, x1))``, ``t * cos``, ``rotated * sin``, their sum and
+    ``cat((t, t_pass))`` (a copy: the whole head rotates). Backward: the two products' gradients
+    (``grad * cos``, ``grad * sin``), the negation's, the chunk's gradient concatenated and the two
+    paths' gradients summed. Priced on the set's kernels: a negation as ``relu.fwd``, a copy as
+    ``concat.fwd``, a product with a (small, cached) table as gelu's one read and one write, a sum
+    as ``add``."""
+    half, rows = elems // 2, elems // dh
+    neg = ("relu.fwd", (half,), half, 2 * half * item)
+    cat = ("concat.fwd", (rows, 1, dh // 2, dh // 2), 0, 2 * elems * item)
+    table = _gelu("fwd", elems, item)
+    if pass_ == "fwd":
+        copy = ("concat.fwd", (rows, 1, dh, 0), 0, 2 * elems * item)
+        return (neg, cat, table, table, _product(elems, item), copy)
+    return (table, table, neg, cat, _product(elems, item))
 
 
 def qk_norm_calls(local: LocalLayer, pass_: str, item: int) -> tuple[Proxy, ...]:

@@ -52,6 +52,8 @@ PARAMS = (Param("heads", "pos", doc="number of query heads (must divide D unless
           Param("bias", "bool", True, "projection biases"),
           Param("qkv_bias", "bool", None, "biases on the query/key/value projections (default: bias)"),
           Param("rotary", "bool", False, "rotary position embeddings on queries and keys (RoFormer)"),
+          Param("yarn", "bool", False, "the rotary positions scaled by YaRN (gpt-oss), which Megatron-Core rotates "
+                "with eager PyTorch kernels (costmodel.calls.proxies)"),
           Param("qk_norm", "bool", False, "RMSNorm over each query and key head before the rotation (Qwen3)"),
           Param("context_exchange", "str", None, "how a split sequence exchanges keys and values: ring or "
                                                  "allgather (default: the cheaper for the step; costmodel.comm.context)"))
@@ -80,6 +82,9 @@ def infer(p, in_shapes, dtypes):
     if p.get("head_dim") is None and x[1] % heads:
         raise ShapeError(f"heads={heads} must divide the width {x[1]}", "heads",
                          hint="or give head_dim, the width of each head")
+    if p.get("yarn") and not p.get("rotary"):
+        raise ShapeError("yarn scales rotary positions, and this attention has none", "yarn",
+                         hint="add rotary: true, or remove yarn")
     if p.get("context_exchange") not in (None, "ring", "allgather"):
         raise ShapeError(f"unknown context_exchange '{p['context_exchange']}'", "context_exchange",
                          hint="use ring (ring attention, Megatron-Core's p2p) or allgather (Llama 3's)")

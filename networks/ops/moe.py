@@ -26,7 +26,9 @@ first GEMM's input), the hidden before and after the activation (the second GEMM
 outputs before the combine (the routing weights' gradient reads them), the shared experts' hidden.
 Under FP8 GEMMs the two GEMM inputs are kept as Transformer Engine keeps them, in FP8, one byte an
 element; ``recompute_act`` (Megatron-Core's ``recompute_modules: [moe_act]``) keeps no activation
-output and recomputes it in backward (costmodel.calls.moe prices the extra kernel).
+output and recomputes it in backward (costmodel.calls.moe prices the extra kernel). With
+``act_clamp`` (gpt-oss: the gate clamped from above and the linear half to ``[-c, c]`` before the
+activation) the clamped copy of the hidden before the activation is kept too, unless recomputed.
 
 **Load, as assumed** (DESIGN.md: an MoE layer's all-to-all is "stated by its capacity factor"):
 the router spreads tokens evenly, and each expert's batch is padded to its capacity
@@ -38,7 +40,8 @@ Work per sample (MACs), ``T = S`` tokens, ``R = capacity_factor x T x top_k`` ex
 router ``T D experts``; experts ``R D hidden (m + 1)``; combine ``R D``; shared
 ``T D Hs (m + 1)`` and ``T D`` for its gate. Elementwise: the router's softmax and top-k (5 + 1 a
 logit), the activation per expert hidden element (``silu`` 4 / 8 forward / backward, ``gelu`` 8 / 12,
-``relu`` 1 / 1; gated adds its product: 1 / 3, so SwiGLU is swiglu's 5 / 11).
+``relu`` 1 / 1; gated adds its product: 1 / 3, so SwiGLU is swiglu's 5 / 11); ``act_clamp`` one
+comparison an activation input, forward and backward.
 
 Splits: ``N`` and ``H`` split the tokens (every weight's gradient summed over them: for the experts
 that is expert data parallelism); ``E`` splits the experts over a group (expert parallelism,
@@ -70,7 +73,9 @@ PARAMS = (Param("experts", "pos", doc="number of routed experts"),
           Param("shared_gate", "bool", False, "scale the shared experts' output by sigmoid(w x) (Qwen2-MoE)"),
           Param("bias", "bool", False, "biases on the experts' linears"),
           Param("recompute_act", "bool", False, "recompute the experts' activation in backward instead of "
-                "keeping its output (Megatron-Core recompute_modules: moe_act)"))
+                "keeping its output (Megatron-Core recompute_modules: moe_act)"),
+          Param("act_clamp", "float", None, "gated experts' activation inputs clamped to this magnitude first "
+                "(gpt-oss: 7; Megatron-Core activation_func_clamp_value)"))
 
 
 #: The layer parameter costmodel.choices.moe_dispatch.with_moe_dispatch sets to the token dispatcher an
@@ -100,6 +105,9 @@ def infer(p, in_shapes, dtypes):
         raise ShapeError(f"top_k={p['top_k']} exceeds the {p['experts']} experts", "top_k")
     if p["activation"] not in ACTIVATIONS:
         raise ShapeError(f"unknown activation '{p['activation']}'", "activation", hint="use silu, gelu or relu")
+    if p.get("act_clamp") is not None and not p["gated"]:
+        raise ShapeError("act_clamp clamps a gated activation's two inputs, and the experts are not gated",
+                         "act_clamp", hint="remove act_clamp, or make the experts gated")
     if p["shared_gate"] and not p["shared_experts"]:
         raise ShapeError("shared_gate scales the shared experts, and there are none", "shared_gate",
                          hint="give shared_experts, or remove shared_gate")
@@ -139,8 +147,9 @@ def costs(p, in_shapes, out_shape, n, itemsize):
     shared = tokens * d * hs * (m + 1) + (tokens * d if p["shared_gate"] else 0)
     combine = rows * d
     macs = router + expert + combine + shared
-    elem_f = 6 * tokens * e_total + (rows * h + tokens * hs) * act_f + (tokens if p["shared_gate"] else 0)
-    elem_b = 6 * tokens * e_total + (rows * h + tokens * hs) * act_b + (tokens if p["shared_gate"] else 0)
+    clamp = rows * m * h if p.get("act_clamp") is not None else 0  # one comparison an activation input
+    elem_f = 6 * tokens * e_total + (rows * h + tokens * hs) * act_f + (tokens if p["shared_gate"] else 0) + clamp
+    elem_b = 6 * tokens * e_total + (rows * h + tokens * hs) * act_b + (tokens if p["shared_gate"] else 0) + clamp
     bias = (rows * (m * h + d) + tokens * (m * hs + d) * bool(hs)) if p["bias"] else 0
     wbytes = sum(_prod(shape) for shape in weights(p, in_shapes).values()) * itemsize
     act = tokens * d * itemsize
@@ -149,6 +158,8 @@ def costs(p, in_shapes, out_shape, n, itemsize):
     # experts' hidden before and after the activation and their gate
     kept = (tokens * e_total + rows * (2 * d + (m + 1) * h) + tokens * (m + 1) * hs
             + (tokens if p["shared_gate"] else 0)) * itemsize - _kept_saving(p, rows, d, h, itemsize)
+    if clamp and not p["recompute_act"]:
+        kept += clamp * itemsize  # the clamped copy the activation reads, beside fc1's output the clamps keep
     return LayerCost(
         flops=(2 * macs + elem_f + bias, 2 * macs + elem_b, 2 * (router + expert + shared) + bias),
         work=(macs + elem_f, macs + elem_b, router + expert + shared),
