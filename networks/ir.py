@@ -67,6 +67,12 @@ class Layer:
         return total
 
 
+#: op parameters added after plan files were written, with their defaults: left out of a network's
+#: hash (:meth:`Network.content_hash`) at that default, so the plans written before them still load
+LATER_PARAMS: dict[tuple[str, str], Any] = {("attention", "yarn"): False, ("moe", "act_clamp"): None}
+_KEPT = object()  # no default to leave out
+
+
 @dataclass(frozen=True)
 class Network:
     """A DAG of layers in topological order. The last layer is the network's output (its loss)."""
@@ -123,8 +129,11 @@ class Network:
         return replace(self, layers=tuple(mark(layer) for layer in self.layers))
 
     def content_hash(self) -> str:
-        """A short hash of everything that defines the network (not its file or comments)."""
+        """A short hash of everything that defines the network (not its file or comments); a
+        parameter of :data:`LATER_PARAMS` at its default is left out, so a plan file written before
+        the parameter existed still names the same network."""
         canon = {"inputs": [[i.name, list(i.shape), i.dtype] for i in self.inputs],
-                 "layers": [[l.name, l.op, list(l.inputs), [[k, repr(v)] for k, v in l.params]]
+                 "layers": [[l.name, l.op, list(l.inputs), [[k, repr(v)] for k, v in l.params
+                                                            if LATER_PARAMS.get((l.op, k), _KEPT) != v]]
                             for l in self.layers]}
         return hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()[:16]

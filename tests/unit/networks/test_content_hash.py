@@ -1,0 +1,30 @@
+"""A network's hash names what defines it: a parameter added later, at its default, leaves the
+hash of the networks written before it as it was, so their plan files still load."""
+
+from dataclasses import replace
+
+from networks.ir import LATER_PARAMS
+from networks.loader import load_network
+
+
+def _without(net, key):
+    """``net`` as written before parameter ``key`` existed."""
+    return replace(net, layers=tuple(replace(layer, params=tuple((k, v) for k, v in layer.params if k != key))
+                                     for layer in net.layers))
+
+
+def test_a_later_parameter_at_its_default_leaves_the_hash_as_before_it_existed():
+    for name in ("gpt-tiny", "tiny-moe"):
+        net = load_network(name)
+        for (op, key), default in LATER_PARAMS.items():
+            if not any(layer.op == op for layer in net.layers):
+                continue
+            assert any(k == key and v == default for layer in net.layers if layer.op == op for k, v in layer.params)
+            assert _without(net, key).content_hash() == net.content_hash()
+
+
+def test_a_later_parameter_set_changes_the_hash():
+    net = load_network("tiny-moe")
+    assert net.with_param("moe", "act_clamp", 7.0).content_hash() != net.content_hash()
+    assert load_network("gpt-tiny").with_param("attention", "yarn", True).content_hash() \
+        != load_network("gpt-tiny").content_hash()
