@@ -49,6 +49,7 @@ class ClosingTask:
     micro_batches: int
     chunks: int
     deadline: float | None
+    searcher: type  # the search's own class (planner.pipeline.search._Search), which closes the pair
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,8 @@ class Closed:
 def close_pair(task: ClosingTask, kept: dict) -> Closed | str | None:
     """``task``'s pair searched with its gaps closed: :class:`Closed`, None (no cut fits) or
     :data:`LATE`; ``kept``: the worker's dict across its tasks (:func:`kept_pricing`)."""
-    from planner.pipeline.search import _Search  # (a module that hands these tasks out)
-
     settings, compute = kept_pricing(task.settings, task.compute, kept)
-    search = _Search(task.stack, task.batch, task.devices, task.machine, compute, task.limit, settings, task.exact,
+    search = task.searcher(task.stack, task.batch, task.devices, task.machine, compute, task.limit, settings, task.exact,
                      task.schedule)
     search.deadline = task.deadline
     try:
@@ -124,7 +123,8 @@ def closed_side_by_side(search, parallel: Parallel, best: Best, out: list[Candid
     order = [i for i in order if wanted(i)]  # the pairs handed out (fewer may be needed, never more)
     tasks = [ClosingTask(search.stack, search.batch, search.p, search.machine, search.compute,
                          replace(search.settings, budget=None, parallel=None), search.limit, search.exact,
-                         search.schedule, out[i].stages, out[i].micro_batches, out[i].chunks, search.deadline)
+                         search.schedule, out[i].stages, out[i].micro_batches, out[i].chunks, search.deadline,
+                         type(search))
              for i in order]
     results = parallel.unordered(close_pair, tasks, here)
     done: dict[int, object] = {}
