@@ -56,6 +56,11 @@ class Layer:
         borrows (``tied_to``: a tied LM head's gradient of the embedding table)."""
         return bool(self.weights) or bool(dict(self.params).get("tied_to"))
 
+    def unnamed(self) -> "Layer":
+        """The layer without its name, inputs and source line: equal for layers that cost the same
+        (a transformer's blocks repeat one block's layers)."""
+        return replace(self, name="", inputs=(), line=None)
+
     @property
     def num_params(self) -> int:
         total = 0

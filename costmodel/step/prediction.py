@@ -34,6 +34,7 @@ each rank's block), so they cost no reshard.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from costmodel.compute.model import ComputeModel
@@ -249,17 +250,31 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     tied = {head: embed for embed, head in ties(net)}
     deltas = {} if dropped else held_deltas(net, batch, strategies, saved, algorithms)
     rows = []
+    # a layer's estimate and an edge's are functions of the layers' costs, not their names: priced
+    # once for layers that repeat (a transformer's blocks), the name set on each
+    unnamed = {layer.name: layer.unnamed() for layer in net.layers}
+    estimates: dict[tuple, LayerEstimate] = {}
+    edges: dict[tuple, EdgeEstimate] = {}
     for layer in net.layers:
         strat = strategies[layer.name]
-        est = layer_estimate(layer, strat, batch, machine, compute, algorithms.get(layer.name, ""),
-                             optimizer, rule, readers[layer.name], saved[layer.name], overlap, layer.name in front,
-                             micro_batches)
+        key = (unnamed[layer.name], strat, algorithms.get(layer.name, ""), readers[layer.name], saved[layer.name],
+               layer.name in front)
+        est = estimates.get(key)
+        if est is None:
+            est = estimates[key] = layer_estimate(layer, strat, batch, machine, compute, algorithms.get(layer.name, ""),
+                                                  optimizer, rule, readers[layer.name], saved[layer.name], overlap,
+                                                  layer.name in front, micro_batches)
+        elif est.name != layer.name:
+            est = dataclasses.replace(est, name=layer.name)
         fwd = bwd = 0.0
         halo = False
         for slot, src in enumerate(layer.inputs):
             if src not in by_name:
                 continue
-            edge: EdgeEstimate = edge_estimate(by_name[src], strategies[src], layer, strat, slot, batch, machine)
+            ekey = (unnamed[src], strategies[src], key[0], strat, slot)
+            edge = edges.get(ekey)
+            if edge is None:
+                edge = edges[ekey] = edge_estimate(by_name[src], strategies[src], layer, strat, slot, batch, machine)
             fcopy, bcopy = edge.copy_s(compute)
             fwd += edge.fwd_s + fcopy
             bwd += edge.bwd_s + bcopy

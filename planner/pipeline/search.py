@@ -125,7 +125,7 @@ class _Search:
         #: the pairs' bounds computed by workers (planner.pipeline.pair_bounds), None: here, one by one
         self.many = None if parallel is None else bound_side_by_side(
             parallel, stack, batch, p, machine, compute, settings, limit, lambda s, m, v: tuple(self.sends(s, m, v)),
-            lambda s, m, v: self.solver(s, m, chunks=v).builder, self.stage_bound)
+            self.stage_bound)
 
     def solver(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> StageSolver:
         """The stage solver of ``(S, m, V)``: one pricing of its ranks and micro-batch (shared by its
@@ -303,11 +303,16 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     search.ceiling = float("inf") if ceiling is None else ceiling
     budget = settings.budget
     triples = pairs(stack, batch, p, machine, net, stage_counts, micro_counts, schedule)
+    # a pair whose physics floor already reaches the step held is not bounded (nor priced): its
+    # stage bound, at least its floor, would leave it unsearched anyway
+    out = [Candidate(s2, m2, f2, skipped="bound", lower_s=f2, chunks=v2) for f2, s2, m2, v2 in triples
+           if f2 >= search.ceiling]
+    triples = [t for t in triples if t[0] < search.ceiling]
     for _, s2, m2, _ in triples:
         search.pending[(s2, m2)] = search.pending.get((s2, m2), 0) + 1
     combos = bounded(search.bound, triples, budget, search.many)
-    out = [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
-           for b2, s2, m2, v2, fits in combos if fits is False]
+    out += [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
+            for b2, s2, m2, v2, fits in combos if fits is False]
     combos = [c for c in combos if c[4] is not False]
     then = Interleaving(search, physics_floor(net, batch, p, machine), start, _pairs) if schedule == DEFAULT else None
     best = _pairs(search, combos, out, progress, start, then=then)

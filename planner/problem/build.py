@@ -111,7 +111,7 @@ def derivable(layer: Layer, strat: Strategy) -> bool:
 
 def signature(layer: Layer) -> Layer:
     """The layer without its name and inputs: equal for layers that cost the same."""
-    return dataclasses.replace(layer, name="", inputs=(), line=None)
+    return layer.unnamed()
 
 
 @dataclass(frozen=True, eq=False)
