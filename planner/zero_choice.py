@@ -46,7 +46,12 @@ until its interleaved plan, and keeps searching). Without the share the first
 stage's search could spend the whole limit bounding and proving its own pairs: Llama 3 70B on 64
 H100s (NeMo 24.07's FP8 row) held ZeRO-0's 11.26 s plan after 4 s and searched ZeRO-0's other
 pairs for the remaining 56 s, so ZeRO-1, whose 1F1B pipeline of 4 stages takes 10.46 s (faster
-than the run's published layout's 10.79 s), was never planned. A stage after
+than the run's published layout's 10.79 s), was never planned. A stage's proof (closing its
+chosen pairs' gaps, :func:`planner.pipeline.search.proved`) ends in time to leave each stage still
+to plan as long as this stage's bounds took (:meth:`Share.proof_deadline`): bounding a stage's
+pairs is what covers it in the gap, closing gaps only narrows one stage's (Llama 3 70B on 64 H100s
+spent 6 s of the 20 s default closing ZeRO-3's gaps, to 0.0%, and left ZeRO-0, 1 and 2 out of
+the gap; with the reserve every stage is covered, within 2.6%). A stage after
 the first starts only while a quarter of the time limit is left (a search given less bounds few
 pipeline pairs and may spend its time on a slow one), else it is named as not planned. Each stage's search offers its plans to the
 command's budget (:class:`Share`): Ctrl-C answers with the fastest of any stage. The gap stated
@@ -109,7 +114,7 @@ class Share(Budget):
     the command's budget as ``wrap(result)``, with the least lower bound over all the stages."""
 
     def __init__(self, parent: Budget, seconds: float | None, wrap: Callable, lower: Callable[[float], float],
-                 label: str = "", share_s: float | None = None):
+                 label: str = "", share_s: float | None = None, later: int = 0):
         self.share_s: float | None = None
         super().__init__(seconds, parent.clock, parent.stated_s)
         if parent.deadline is not None:
@@ -118,6 +123,17 @@ class Share(Budget):
         self.parent, self.wrap, self.lower, self.label = parent, wrap, lower, label
         self.share_s = share_s  # its share of the time left (module docstring)
         self.improved_at: float | None = None  # when it last held a better plan
+        self.later = later  # the stages that may still be planned after this one
+
+    def proof_deadline(self, bounding_s: float) -> float | None:
+        """The stage's deadline, and no later than leaves each stage still to plan as long as
+        this stage's bounds took (module docstring: a stage's proof never takes the time in which
+        a later stage would be bounded)."""
+        own, hard = self.deadline, self.parent.deadline
+        if hard is None or not self.later:
+            return own
+        keep = hard - self.later * bounding_s
+        return keep if own is None else min(own, keep)
 
     @property
     def deadline(self) -> float | None:
@@ -164,17 +180,15 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
     done: dict[int, Weighed] = {}
     answers: dict[int, object] = {}
     errors: list[tuple[bool, DnnplanError]] = []
-    first_s: float | None = None  # how long the first stage planned took
     for z in order:
         if (why := _skip(z, done)) is not None:
             done[z] = why
             continue
-        if parent is not None and (parent.expired() or (done and _short(parent, first_s))):
+        if parent is not None and (parent.expired() or (done and _short(parent))):
             done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not planned (the time limit came first){UNCOVERED}",
                               covered=False)
             continue
         trial = dataclasses.replace(settings.with_zero(z), budget=_share(parent, z, done, settings, wrap, order))
-        started = None if parent is None else parent.clock()
         held = min((done[x].step_s for x in answers), default=None)
         try:
             answers[z] = plan_at(trial, held)
@@ -189,8 +203,6 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
                 Weighed(z, lower_s=float("inf"), skipped="has no plan that fits")
             continue
         done[z] = outcome(answers[z])
-        if first_s is None and started is not None:
-            first_s = parent.clock() - started
     if not answers:
         if not errors:
             raise DnnplanError("no ZeRO stage was planned within the time limit", hint="raise --time-limit")
@@ -224,14 +236,14 @@ def _skip(z: int, done: dict[int, Weighed]) -> Weighed | None:
     return None
 
 
-def _short(budget: Budget, first_s: float | None) -> bool:
+def _short(budget: Budget) -> bool:
     """Too little time is left to plan one more stage well: less than :data:`LATE_SHARE` of the
-    limit, or than the first stage took (a stage's search may overrun its deadline by what one
-    pipeline pair takes: llama3.1-405b on 16,384 GPUs, ZeRO-1 after ZeRO-0's 11 s, 24 s in all)."""
+    limit. (A stage's search may overrun its deadline by what one pipeline pair's bound or a whole
+    batch's pricing takes, which the command's finishing reserve holds: ``dnnplan.search_bound``.)"""
     left = budget.left()
     if left is None or budget.seconds is None:
         return False
-    return left < LATE_SHARE * budget.seconds or (first_s is not None and left < first_s)
+    return left < LATE_SHARE * budget.seconds
 
 
 def _late(budget: Budget | None) -> bool:
@@ -255,4 +267,5 @@ def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Se
     covered = (f"stopped while planning ZeRO-{z}: the gap stated covers " + ", ".join(planned + [f"ZeRO-{z}"])
                + (f", not ZeRO-{', ZeRO-'.join(map(str, left))} (not planned yet)" if left else ""))
     return Share(parent, seconds, lambda result, budget: wrap(result, budget, settings.with_zero(z),
-                                                               covered), lower, f"ZeRO-{z}", share)
+                                                               covered), lower, f"ZeRO-{z}", share,
+                 len([x for x in order[order.index(z) + 1:] if x not in done]))

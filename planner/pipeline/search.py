@@ -121,6 +121,7 @@ class _Search:
         self.predicted: dict = {}  # the last choice's (solutions, prediction): _choice
         self.ceiling = float("inf")  # a step the caller holds already: pairs bounded at it are not searched
         self.pair_deadline: float | None = None  # budget clock time the pair being searched is left at (FIRST_SHARE)
+        self.bounding_s = 0.0  # how long bounding the pairs took (the proof's deadline: Budget.proof_deadline)
         parallel = side_by_side(settings.parallel, compute)
         #: the pairs' bounds computed by workers (planner.pipeline.pair_bounds), None: here, one by one
         self.many = None if parallel is None else bound_side_by_side(
@@ -310,7 +311,9 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     triples = [t for t in triples if t[0] < search.ceiling]
     for _, s2, m2, _ in triples:
         search.pending[(s2, m2)] = search.pending.get((s2, m2), 0) + 1
+    bounding = time.perf_counter()
     combos = bounded(search.bound, triples, budget, search.many)
+    search.bounding_s = time.perf_counter() - bounding
     out += [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
             for b2, s2, m2, v2, fits in combos if fits is False]
     combos = [c for c in combos if c[4] is not False]
@@ -465,7 +468,7 @@ def proved(search, best: Best, out: list[Candidate], seconds: float | None,
     or ``seconds`` pass: its stage solves' gap closing stops at that deadline (module docstring)."""
     index = {c.key: i for i, c in enumerate(out)}
     budget = search.settings.budget
-    ends = None if budget is None else budget.deadline
+    ends = None if budget is None else budget.proof_deadline(search.bounding_s)
     target = min(best.step_s, search.ceiling)  # a step the caller holds: only pairs that could beat it count
     if best.solver.relaxed and best.lower_s < target * (1 - tolerance) and not (budget is not None and budget.expired()):
         search.deadline = ends

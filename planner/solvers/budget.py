@@ -79,6 +79,12 @@ class Budget:
     def elapsed(self) -> float:
         return self.clock() - self.start
 
+    def proof_deadline(self, bounding_s: float) -> float | None:
+        """The clock's time by which proving a plan (closing its gaps) ends, for a search whose
+        pairs' bounds took ``bounding_s``: the deadline (a part of a larger search may end sooner,
+        to leave its later parts their bounds: ``planner.zero_choice.Share``)."""
+        return self.deadline
+
     def timed_out(self) -> bool:
         return self.deadline is not None and self.clock() >= self.deadline
 

@@ -17,7 +17,7 @@ from dnnplan.render import fmt
 from planner.first_plan import Answer, _chosen, answer_peak, first_plan
 from planner.problem.solve import Settings, make_plan
 from planner.solvers import Budget
-from planner.zero_choice import Weighed, fastest_stage, uncovered
+from planner.zero_choice import Share, Weighed, fastest_stage, uncovered
 from dnnplan.render.answer import gap_line
 from dnnplan.render.plan import proof_line
 from costmodel.choices.training import TrainingChoices
@@ -136,15 +136,31 @@ def test_a_stage_holding_a_plan_stops_at_its_share_so_the_next_stages_are_planne
     share (60 s over ZeRO-0, 1 and 3: 20 s) after that plan, not at the limit, so ZeRO-1 (half of
     the 38 s left, after its plan) is planned and, the fastest, is the answer (Llama 3 70B on 64
     H100s held ZeRO-0 for the whole 60 s and never planned ZeRO-1, which beats its published
-    layout); the 17 s left then are less than ZeRO-0 took, so ZeRO-3 is not planned."""
+    layout); the 17 s left then are more than a quarter of the limit, so ZeRO-3 is planned in
+    them and every stage is covered."""
     clock, ended = _Clock(), {}
     steps = {0: 11.3, 1: 10.6, 3: 10.9}
     answer, zero, weighed = _choose(_searching(clock, {z: {2.0: s} for z, s in steps.items()}, ended), clock, steps)
     assert (answer, zero) == (1, 1)
-    assert ended == {0: 22, 1: 21}
-    assert [w.zero for w in weighed if w.step_s is not None] == [0, 1]
-    assert next(w for w in weighed if w.zero == 3).skipped.startswith("not planned (the time limit")
-    assert uncovered(weighed) == [3]  # ZeRO-2, skipped as ZeRO-1's equal, is covered
+    assert ended == {0: 22, 1: 21, 3: 17}
+    assert [w.zero for w in weighed if w.step_s is not None] == [0, 1, 3]
+    assert uncovered(weighed) == []  # ZeRO-2, skipped as ZeRO-1's equal, is covered
+
+
+def test_a_stage_proof_leaves_each_later_stage_as_long_as_its_bounds_took():
+    """A stage's proof (closing its pairs' gaps) ends in time to leave each stage still to plan
+    what this stage's bounds took: 60 s limit, two stages after this one, bounds of 5 s: by 50 s;
+    the last stage's proof runs to its own deadline; and never past the stage's own deadline."""
+    clock = _Clock()
+    parent = Budget(60, clock)
+    share = Share(parent, 60, lambda result, budget: result, lambda own: own, "ZeRO-3", 20.0, later=2)
+    assert share.proof_deadline(5.0) == 50.0
+    assert share.proof_deadline(40.0) == -20.0  # no time for a proof at all: the later stages' bounds first
+    last = Share(parent, 60, lambda result, budget: result, lambda own: own, "ZeRO-2", 20.0, later=0)
+    assert last.proof_deadline(5.0) == 60.0
+    share.offer(9.0, "a plan", lambda: 3)  # held at 0 s: its deadline is a share (20 s) on
+    assert share.proof_deadline(5.0) == 20.0
+    assert Budget(60, clock).proof_deadline(5.0) == 60.0
 
 
 def test_a_stage_still_finding_better_plans_keeps_searching():
