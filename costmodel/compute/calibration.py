@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -28,8 +28,11 @@ GRID = np.round(np.arange(0.02, 1.0001, 0.01), 2)
 
 @dataclass(frozen=True)
 class RecordingRoofline(Roofline):
-    """A :class:`Roofline` that notes every kernel it prices: (flops, bytes, peak FLOP/s, class)."""
+    """A :class:`Roofline` that notes every kernel it prices: (flops, bytes, peak FLOP/s, class).
+    ``notes_every_call`` asks costmodel.step.prediction to price repeated layers again rather than
+    reuse the first one's estimate, so that each kernel run is one noted call."""
 
+    notes_every_call: ClassVar[bool] = True
     calls: list = field(default_factory=list, compare=False, hash=False)
 
     def _time(self, flops: float, nbytes: float, peak_key: str = "float32", kind: str = "cuda_cores") -> float:

@@ -251,7 +251,9 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
     deltas = {} if dropped else held_deltas(net, batch, strategies, saved, algorithms)
     rows = []
     # a layer's estimate and an edge's are functions of the layers' costs, not their names: priced
-    # once for layers that repeat (a transformer's blocks), the name set on each
+    # once for layers that repeat (a transformer's blocks), the name set on each; a compute model
+    # that notes every kernel it prices (costmodel.compute.calibration) is asked for every layer
+    once = not getattr(compute, "notes_every_call", False)
     unnamed = {layer.name: layer.unnamed() for layer in net.layers}
     estimates: dict[tuple, LayerEstimate] = {}
     edges: dict[tuple, EdgeEstimate] = {}
@@ -259,7 +261,7 @@ def predict_step(net: Network, batch: int, strategies: dict[str, Strategy], algo
         strat = strategies[layer.name]
         key = (unnamed[layer.name], strat, algorithms.get(layer.name, ""), readers[layer.name], saved[layer.name],
                layer.name in front)
-        est = estimates.get(key)
+        est = estimates.get(key) if once else None
         if est is None:
             est = estimates[key] = layer_estimate(layer, strat, batch, machine, compute, algorithms.get(layer.name, ""),
                                                   optimizer, rule, readers[layer.name], saved[layer.name], overlap,
