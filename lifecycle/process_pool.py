@@ -22,11 +22,12 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 from multiprocessing.reduction import ForkingPickler
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 from lifecycle.jobs import LAUNCHER_ENV, launcher_env, watch_launcher
 from lifecycle.stops import STOP_SIGNALS
@@ -140,6 +141,8 @@ class ProcessPool:
         self.workers = max(1, self.jobs - 1)
         self.preload = tuple(preload)
         self._pool: ProcessPoolExecutor | None = None
+        #: the keys of the tasks this process computed (:meth:`unordered`'s ``keys``)
+        self._here: set = set()
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -164,53 +167,61 @@ class ProcessPool:
         return self._pool
 
     def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
-                  here: Callable[[int], Any] | None = None) -> Iterator[tuple[int, Any]]:
+                  here: Callable[[int], Any] | None = None,
+                  keys: Sequence[Hashable] | None = None) -> Iterator[tuple[int, Any]]:
         """``(i, fn(tasks[i], kept))`` as each finishes, ``kept`` the worker's own dict across its
         tasks; closing the iterator cancels the tasks not started. ``here(i)``: task ``i`` computed
         in this process, which then takes the tasks in order beside the workers (each worker is
         handed the next task not taken while it holds fewer than two: one running, one waiting, so
         it never idles while this process computes), and, once none is left to take, any handed to
-        a worker that has not started it.
+        a worker that has not started it. ``keys[i]``: what task ``i`` prices (a pipeline pair's
+        ranks and micro-batch): a task whose key this process computed in an earlier call of this
+        pool stays here, where what it priced is kept; the workers take the others, and each side
+        takes the other's (from the end of its list) once its own are all taken.
         A worker the system ends (the out-of-memory killer's SIGKILL, a crash) ends the workers and
         raises :class:`networks.writing.SystemFailure`: one line saying how it ended."""
         pool = self._executor()
         workers = list((getattr(pool, "_processes", None) or {}).values())
         futures: dict = {}
         pending: set = set()
-        taken = 0  # the tasks before this one are handed out or computed here
+        mine = [] if here is None or keys is None else [i for i in range(len(tasks)) if keys[i] in self._here]
+        local = deque(mine)  # this process's own, in order
+        remote = deque(i for i in range(len(tasks)) if i not in set(mine))  # the workers', in order
         most = len(tasks) if here is None else 2 * self.workers  # tasks handed to the workers at once
 
         def hand_out() -> None:
-            nonlocal taken
-            while len(pending) < most and taken < len(tasks):
-                future = pool.submit(_with_kept, fn, tasks[taken])
-                futures[future] = taken
+            while len(pending) < most and (remote or local):
+                i = remote.popleft() if remote else local.pop()
+                future = pool.submit(_with_kept, fn, tasks[i])
+                futures[future] = i
                 pending.add(future)
-                taken += 1
 
         def take() -> int | None:
-            """The task this process computes next: the next not handed out, else one handed to a
-            worker that has not started it (withdrawn), else None."""
-            nonlocal taken
-            if taken < len(tasks):
-                taken += 1
-                return taken - 1
+            """The task this process computes next: its own next, else the next not handed out,
+            else one handed to a worker that has not started it (withdrawn), else None."""
+            if local or remote:
+                return local.popleft() if local else remote.popleft()
             for future in sorted(pending, key=futures.get):
                 if future.cancel():
                     pending.discard(future)
                     return futures[future]
             return None
 
+        def computed_here(i: int):
+            if keys is not None:
+                self._here.add(keys[i])
+            return here(i)
+
         try:
             if here is not None and tasks:
-                taken = 1  # the first, the likeliest to matter, here
+                first = take()  # its own first, else the first of all, the likeliest to matter, here
                 hand_out()
-                yield 0, here(0)
+                yield first, computed_here(first)
             hand_out()
             while pending:
                 done = {f for f in pending if f.done()}
-                if not done and here is not None and (mine := take()) is not None:
-                    yield mine, here(mine)
+                if not done and here is not None and (mine_next := take()) is not None:
+                    yield mine_next, computed_here(mine_next)
                     hand_out()
                     continue
                 if not done:

@@ -80,7 +80,10 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
     def many(combos: list) -> Iterator[tuple[int, tuple[float, bool, float]]]:
         tasks = [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v))
                  for _, s, m, v in combos]
-        results = parallel.unordered(pair_bound, tasks, lambda i: here(*combos[i][1:]))
+        # a pair's pricing is its stage's ranks and micro-batch: bounded where it was before (an
+        # earlier ZeRO stage's bound), it is priced there already
+        results = parallel.unordered(pair_bound, tasks, lambda i: here(*combos[i][1:]),
+                                     [(t.ranks, t.micro_batch) for t in tasks])
         try:
             for i, got in results:
                 yield i, (got.step_s, got.fits, got.mean_s)

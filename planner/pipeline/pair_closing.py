@@ -126,7 +126,8 @@ def closed_side_by_side(search, parallel: Parallel, best: Best, out: list[Candid
                          search.schedule, out[i].stages, out[i].micro_batches, out[i].chunks, search.deadline,
                          type(search))
              for i in order]
-    results = parallel.unordered(close_pair, tasks, here)
+    results = parallel.unordered(close_pair, tasks, here,
+                                 [(search.p // out[i].stages, search.batch // out[i].micro_batches) for i in order])
     done: dict[int, object] = {}
     k = 0
     try:

@@ -14,7 +14,7 @@ computes them one after another here.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Hashable, Iterator, Protocol, Sequence
 
 from costmodel.compute.model import OnDemand
 
@@ -25,11 +25,14 @@ class Parallel(Protocol):
     jobs: int
 
     def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
-                  here: Callable[[int], Any] | None = None) -> Iterator[tuple[int, Any]]:
+                  here: Callable[[int], Any] | None = None,
+                  keys: Sequence[Hashable] | None = None) -> Iterator[tuple[int, Any]]:
         """``(i, fn(tasks[i], kept))`` for every task, in the order they finish, ``kept`` the
         worker's own dict across its tasks; closing the iterator early drops the tasks not yet
         started. ``here(i)``: task ``i`` computed in the caller's process instead, which then
-        takes tasks too (its answer is ``here(i)``'s: what it computes stays where it is used)."""
+        takes tasks too (its answer is ``here(i)``'s: what it computes stays where it is used).
+        ``keys[i]``: what task ``i`` prices; a task whose key the caller's process computed in an
+        earlier call is computed there again where it can be (what it priced is kept there)."""
         ...
 
 
@@ -39,7 +42,8 @@ class InProcess:
     jobs = 1
 
     def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
-                  here: Callable[[int], Any] | None = None) -> Iterator[tuple[int, Any]]:
+                  here: Callable[[int], Any] | None = None,
+                  keys: Sequence[Hashable] | None = None) -> Iterator[tuple[int, Any]]:
         kept: dict = {}  # this call's alone: nothing outlives it
         for i, task in enumerate(tasks):
             yield i, fn(task, kept) if here is None else here(i)

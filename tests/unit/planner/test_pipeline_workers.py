@@ -41,7 +41,7 @@ class _Counted(ProcessPool):
     here = 0
     closings = 0
 
-    def unordered(self, fn, tasks, here=None):
+    def unordered(self, fn, tasks, here=None, keys=None):
         self.sent += len(tasks)
         self.closings += len(tasks) if fn is close_pair else 0
 
@@ -49,7 +49,7 @@ class _Counted(ProcessPool):
             self.here += 1
             return here(i)
 
-        yield from super().unordered(fn, tasks, None if here is None else counted)
+        yield from super().unordered(fn, tasks, None if here is None else counted, keys)
 
 
 class _AllInWorkers:
@@ -63,7 +63,7 @@ class _AllInWorkers:
         self.fns: list = []
         self.kept: dict = {}
 
-    def unordered(self, fn, tasks, here=None):
+    def unordered(self, fn, tasks, here=None, keys=None):
         self.fns.append(fn)
         for i, task in enumerate(tasks):
             yield i, fn(task, self.kept)

@@ -1,0 +1,55 @@
+"""The search's pool (lifecycle.process_pool, `plan --jobs`) keeps a task where its key was computed
+before: the pipeline search bounds the same pairs again for each ZeRO stage, and a pair's pricing
+is kept in the process that priced it, so each pair goes back to that process (its own tasks
+first, the others' taken only once its own are all taken)."""
+
+from __future__ import annotations
+
+import time
+
+from lifecycle.process_pool import ProcessPool
+
+#: how long a worker's task takes, and this process's: the worker's long beside all of this
+#: process's, so which process takes which task follows from the pool's order alone
+WORKER_S = 0.6
+HERE_S = 0.05
+
+
+def _in_worker(task: int, kept: dict) -> tuple[str, int]:
+    time.sleep(WORKER_S)
+    return "worker", task
+
+
+def _here(key: int) -> tuple[str, int]:
+    time.sleep(HERE_S)
+    return "here", key
+
+
+def _where(pool: ProcessPool, keys: list[int], with_keys: bool) -> dict[int, str]:
+    """Which process computed each key, the tasks in ``keys``' order."""
+    got = pool.unordered(_in_worker, keys, lambda i: _here(keys[i]), keys if with_keys else None)
+    return {key: side for _, (side, key) in got}
+
+
+def test_a_task_goes_back_to_the_process_that_computed_its_key():
+    pool = ProcessPool(2)
+    try:
+        first = _where(pool, [0, 1, 2, 3, 4, 5], True)
+        workers = {k for k, side in first.items() if side == "worker"}
+        assert workers and len(workers) < 6  # each side computed some
+        again = _where(pool, [5, 4, 3, 2, 1, 0], True)  # the same keys, in another order
+        assert {k for k, side in again.items() if side == "worker"} == workers
+    finally:
+        pool.close()
+
+
+def test_without_keys_the_tasks_are_taken_in_order():
+    """No keys: this process takes the first task and then the next not handed out, as before."""
+    pool = ProcessPool(2)
+    try:
+        _where(pool, [0, 1, 2, 3, 4, 5], False)
+        again = _where(pool, [5, 4, 3, 2, 1, 0], False)
+        assert again[5] == "here"  # the first task, here whatever computed it before
+        assert sorted(again) == [0, 1, 2, 3, 4, 5]
+    finally:
+        pool.close()
