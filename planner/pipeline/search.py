@@ -116,6 +116,8 @@ class _Search:
         self.solves = 0
         self._solvers: dict[tuple[int, int, int, bool], StageSolver] = {}  # (S, m, V, close)
         self._builders: dict[tuple[int, int], object] = {}  # (S, m): one pricing for every V
+        #: (S, m, V): the solver of a triple searched with gaps left, for closing them (its bisections)
+        self._searched: dict[tuple[int, int, int], StageSolver] = {}
         self.pending: dict[tuple[int, int], int] = {}  # (S, m): its triples not yet searched
         self.held: tuple[int, int] | None = None  # the best pair so far: its pricing is kept (hold)
         self.predicted: dict = {}  # the last choice's (solutions, prediction): _choice
@@ -137,7 +139,8 @@ class _Search:
             builder = self._builders.get((stages, m))
             self._solvers[key] = StageSolver(self.p // stages, self.batch // m, m + (stages - 1) / chunks,
                                              self.machine, self.compute, self.settings, self.limit, self.exact,
-                                             close, self.deadline if close else None, builder)
+                                             close, self.deadline if close else None, builder,
+                                             self._searched.pop((stages, m, chunks), None) if close else None)
             if not close:
                 self._builders[(stages, m)] = self._solvers[key].builder
         return self._solvers[key]
@@ -229,6 +232,8 @@ class _Search:
         self.solves += solver.solves
         if not close:
             self.worst_gap = max(self.worst_gap, solver.worst_gap)
+            if solver.open:
+                self._searched[(stages, m, chunks)] = solver
         if got is None:
             return None
         lower = got[0]

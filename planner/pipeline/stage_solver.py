@@ -92,7 +92,8 @@ class StageSolver:
 
     def __init__(self, ranks: int, micro_batch: int, weight: float, machine: Machine, compute: ComputeModel,
                  settings: Settings, memory_limit: float, exact: bool = False, close: bool = False,
-                 deadline: float | None = None, builder: Builder | None = None):
+                 deadline: float | None = None, builder: Builder | None = None,
+                 searched: StageSolver | None = None):
         self.deadline = deadline  # perf_counter time after which no gap is closed (each left open)
         self.ranks, self.micro_batch, self.weight = ranks, micro_batch, weight
         self.settings, self.limit, self.exact, self.close = settings, memory_limit, exact, close
@@ -105,6 +106,14 @@ class StageSolver:
         self.relaxed = 0  # solves the Lagrangian bisection left a gap in
         self.open = 0  # of those, the ones left with a gap (always 0 with ``close`` but an ILP time limit)
         self._lam: float | None = None  # the last stage's multiplier: where the next bisection starts
+        #: (key, kept) -> the multiplier it started from, the problem built and the bisection's
+        #: answer, for each solve whose bisection left a gap (:meth:`_solve`); ``searched``: the
+        #: solver that searched this pair before its gaps are closed, whose free solves and
+        #: bisections this one takes where it would compute the same (``tests/unit/planner/test_pipeline_search.py``)
+        self._relaxed: dict[tuple[object, object], tuple] = {}
+        self._taken: dict[tuple[object, object], tuple] = {} if searched is None else searched._relaxed
+        if searched is not None:
+            self._free.update(searched._free)
 
     def solve(self, key: object, net: Network, kept: float | ChunkHold, extra: dict | None = None) -> StageSolution | None:
         """The best solution of stage ``net`` (``key`` names its (k, role)) holding ``kept``
@@ -129,7 +138,7 @@ class StageSolver:
         """The stage's optimum under the limit, each layer's activations counted ``kept`` times
         (one count, or one a layer); remembered."""
         if (key, kept) not in self._bound:
-            self._bound[(key, kept)] = self._solve(net, kept, self.limit, extra)
+            self._bound[(key, kept)] = self._solve(net, kept, self.limit, extra, key)
         return self._bound[(key, kept)]
 
     def _left(self) -> float | None:
@@ -139,13 +148,25 @@ class StageSolver:
                               None if self.deadline is None else self.deadline - time.perf_counter()) if x is not None]
         return min(limits, default=None)
 
-    def _solve(self, net: Network, kept: float | tuple[float, ...], limit: float | None, extra: dict | None = None) -> StageSolution | None:
+    def _solve(self, net: Network, kept: float | tuple[float, ...], limit: float | None, extra: dict | None = None,
+               key: object = None) -> StageSolution | None:
         self.solves += 1
-        built = build_with(self.builder, net, limit, weight=self.weight, kept=kept, extra_once=extra)
+        # the bisection the search ran on this stage from the same multiplier: the same problem,
+        # the same answer (a pure function of them), not computed again
+        taken = self._taken.get((key, kept)) if key is not None and limit is not None and not self.exact else None
+        if taken is not None and taken[0] == self._lam:
+            _, built, got = taken
+        else:
+            taken = None
+            built = build_with(self.builder, net, limit, weight=self.weight, kept=kept, extra_once=extra)
         if limit is not None and not self.exact:
             budget = self.settings.budget  # at its deadline the bisection ends with what it holds
-            got = solve_lagrange(built.problem, hint=self._lam,
-                                 stop=None if budget is None else budget.expired)
+            if taken is None:
+                hint = self._lam
+                got = solve_lagrange(built.problem, hint=hint, stop=None if budget is None else budget.expired)
+                if got is not None and got.status != "optimal" and key is not None and not self.close \
+                        and (budget is None or not budget.expired()):  # a bisection the budget did not cut
+                    self._relaxed[(key, kept)] = (hint, built, got)
             if got is None:
                 return None  # nothing fits
             self._lam = got.lam or self._lam

@@ -415,6 +415,40 @@ def test_the_chosen_pairs_stages_have_their_gaps_closed(tmp_path):
     assert got.prediction.step_s == pytest.approx(exact.prediction.step_s, rel=1e-9)
 
 
+def _summary(choice) -> tuple:
+    return (choice.stages, choice.micro_batches, choice.chunks, choice.cut, choice.prediction.step_s,
+            choice.stats["proven_gap"], choice.stats["closed_pairs"],
+            tuple((c.stages, c.micro_batches, c.chunks, c.bound_s, c.step_s, c.lower_s, c.skipped, c.closed)
+                  for c in choice.candidates))
+
+
+def test_closing_a_pairs_gaps_takes_its_searchs_bisections_and_answers_as_afresh(tmp_path, monkeypatch):
+    """The solver that closes a searched pair's gaps takes that search's bisections where it would
+    start them from the same multiplier (the same problem and answer), and its solves without the
+    memory limit: fewer bisections and stage solves, and the choice, cut, step, proof and every
+    pair's bounds of a solver that solves afresh."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    limit = 2.0 ** 30 * 0.0012  # memory-bound stages: Lagrangian gaps, closed by the proof
+    args = (ctx.network, 8, 8, ctx.machine, ctx.compute, limit, Settings(gap=0.0, choices=SETTINGS.choices))
+    import planner.pipeline.stage_solver as stage_solver
+    bisections = [0]
+    real = stage_solver.solve_lagrange
+
+    def counted(*a, **k):
+        bisections[0] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(stage_solver, "solve_lagrange", counted)
+    taken = search_pipeline(*args, micro_counts=divisors(8), prove_s=None)
+    with_taken, bisections[0] = bisections[0], 0
+    init = StageSolver.__init__
+    monkeypatch.setattr(StageSolver, "__init__", lambda self, *a, **k: init(self, *a[:11]))  # none searched before
+    afresh = search_pipeline(*args, micro_counts=divisors(8), prove_s=None)
+    assert taken.stats["closed_pairs"] > 0 and taken.stats["relaxed_stage_solves"] > 0
+    assert with_taken < bisections[0] and taken.stats["stage_solves"] < afresh.stats["stage_solves"]
+    assert _summary(taken) == _summary(afresh)
+
+
 def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path):
     """Under the default schedule every (S, m) that was the best 1F1B pair when it was searched has
     its interleaved triples weighed, not only the last best (planner.pipeline.triples.interleaving):
