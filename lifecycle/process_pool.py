@@ -184,9 +184,9 @@ class ProcessPool:
         workers = list((getattr(pool, "_processes", None) or {}).values())
         futures: dict = {}
         pending: set = set()
-        mine = [] if here is None or keys is None else [i for i in range(len(tasks)) if keys[i] in self._here]
-        local = deque(mine)  # this process's own, in order
-        remote = deque(i for i in range(len(tasks)) if i not in set(mine))  # the workers', in order
+        mine = set() if here is None or keys is None else {i for i in range(len(tasks)) if keys[i] in self._here}
+        local = deque(i for i in range(len(tasks)) if i in mine)  # this process's own, in order
+        remote = deque(i for i in range(len(tasks)) if i not in mine)  # the workers', in order
         most = len(tasks) if here is None else 2 * self.workers  # tasks handed to the workers at once
 
         def hand_out() -> None:
