@@ -104,6 +104,12 @@ def _with_kept(fn: Callable[[Any, dict], Any], task: Any) -> Any:
     return fn(task, _KEPT)
 
 
+def _with_kept_blob(blob: bytes) -> Any:
+    """``fn(task, kept)`` in a worker, from ``(fn, task)`` pickled by the command (:meth:`ProcessPool.ahead`)."""
+    fn, task = ForkingPickler.loads(blob)
+    return fn(task, _KEPT)
+
+
 def _ready(hold_s: float) -> float:
     """A worker's first task: it has started (held ``hold_s``: :data:`READY_S`)."""
     time.sleep(hold_s)
@@ -143,6 +149,10 @@ class ProcessPool:
         self._pool: ProcessPoolExecutor | None = None
         #: the keys of the tasks this process computed (:meth:`unordered`'s ``keys``)
         self._here: set = set()
+        #: what the workers take once this process's caller leaves them idle (:meth:`when_idle`)
+        self._later: Callable[[], tuple[Callable, Sequence]] | None = None
+        #: the tasks handed to the workers ahead of being asked for, by their pickled call (:meth:`ahead`)
+        self._ahead: dict[bytes, Any] = {}
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -166,6 +176,36 @@ class ProcessPool:
                 hold_signals(signal.SIG_SETMASK, held)
         return self._pool
 
+    def when_idle(self, later: Callable[[], tuple[Callable, Sequence, Sequence[Hashable] | None]] | None) -> None:
+        """``later()``: ``(fn, tasks, keys)`` the workers are to compute ahead of being asked for, once
+        the caller says they are idle (:meth:`idle`); None: nothing."""
+        self._later = later
+
+    def idle(self) -> None:
+        """The caller hands the workers nothing more for now: they compute what :meth:`when_idle`
+        named (:meth:`ahead`)."""
+        later, self._later = self._later, None
+        if later is not None:
+            self.ahead(*later())
+
+    def ahead(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any], keys: Sequence[Hashable] | None = None) -> None:
+        """Hand ``tasks`` to the workers before they are asked for: a later :meth:`unordered` of
+        the same function on an equal task (the same pickled call: a pure function of it, the same
+        answer) takes the worker's answer, or, not started when this process would compute it, takes
+        it back. The tasks whose key (``keys``, as :meth:`unordered` takes them) this process computed
+        before come last, after the workers' own (each process keeps what it priced). The later
+        pipeline pairs' bounds of the ZeRO stages still to plan, while the command searches a
+        stage's pairs alone."""
+        if self.jobs <= 1:
+            return
+        pool = self._executor()
+        mine = set() if keys is None else {i for i in range(len(tasks)) if keys[i] in self._here}
+        for i in [i for i in range(len(tasks)) if i not in mine] + sorted(mine):
+            task = tasks[i]
+            blob = bytes(ForkingPickler.dumps((fn, task)))
+            if blob not in self._ahead:
+                self._ahead[blob] = pool.submit(_with_kept_blob, blob)
+
     def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
                   here: Callable[[int], Any] | None = None,
                   keys: Sequence[Hashable] | None = None) -> Iterator[tuple[int, Any]]:
@@ -185,8 +225,15 @@ class ProcessPool:
         futures: dict = {}
         pending: set = set()
         mine = set() if here is None or keys is None else {i for i in range(len(tasks)) if keys[i] in self._here}
-        local = deque(i for i in range(len(tasks)) if i in mine)  # this process's own, in order
-        remote = deque(i for i in range(len(tasks)) if i not in mine)  # the workers', in order
+        # the tasks handed out ahead (:meth:`ahead`): their futures, pending from the start
+        for i, task in enumerate(tasks) if self._ahead else ():
+            future = self._ahead.pop(bytes(ForkingPickler.dumps((fn, task))), None)
+            if future is not None:
+                futures[future] = i
+                pending.add(future)
+        out = set(futures.values())
+        local = deque(i for i in range(len(tasks)) if i in mine and i not in out)  # this process's own, in order
+        remote = deque(i for i in range(len(tasks)) if i not in mine and i not in out)  # the workers', in order
         most = len(tasks) if here is None else 2 * self.workers  # tasks handed to the workers at once
 
         def hand_out() -> None:
@@ -216,7 +263,8 @@ class ProcessPool:
             if here is not None and tasks:
                 first = take()  # its own first, else the first of all, the likeliest to matter, here
                 hand_out()
-                yield first, computed_here(first)
+                if first is not None:  # None: every task was handed out ahead, and each has started
+                    yield first, computed_here(first)
             hand_out()
             while pending:
                 done = {f for f in pending if f.done()}
@@ -249,6 +297,8 @@ class ProcessPool:
     def close(self) -> None:
         """End the workers now (a task still running is not waited for)."""
         pool, self._pool = self._pool, None
+        self._ahead.clear()
+        self._later = None
         if pool is None:
             return
         processes = list((getattr(pool, "_processes", None) or {}).values())

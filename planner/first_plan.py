@@ -30,7 +30,7 @@ from planner.problem.priced_layers import PricedLayers
 from planner.problem.priced_once import PricedOnce, priced_once
 from planner.problem.solve import Infeasible, Settings, make_plan
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
-                                     search_pipeline)
+                                     bound_tasks, search_pipeline)
 from costmodel.step.pipeline import INTERLEAVED
 from planner.fit_check import REFIT_SHARE, fitting
 from planner.pipeline.triples import AUTO, DEFAULT
@@ -39,6 +39,8 @@ from planner.refusal import refusal
 from planner.solvers import Budget
 from planner.solvers.problem import memory_of
 from planner.pipeline.stack import uniform_stack
+from planner.pipeline.pair_bounds import pair_bound, pair_keys
+from planner.problem.parallel import side_by_side
 from planner.zero_choice import (ATTENTION_ORDER, ORDER, SHARDED_FIRST, Beaten, Weighed, fastest_stage, overall_gap,
                                  uncovered)
 
@@ -84,7 +86,13 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     # and each layer and collective, where the kernels' times are fixed for the call (priced_once)
     settings = dataclasses.replace(settings, priced=PricedLayers() if isinstance(compute, PricedOnce) else None)
 
+    lookahead: list[int] = []  # the ZeRO stages in the order the planner weighs them, when workers may bound ahead
+
     def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
+        if lookahead:  # the later stages' pairs bounded by idle workers while this stage's pairs are searched
+            later = lookahead[lookahead.index(trial.choices.zero) + 1:]
+            settings.parallel.when_idle(lambda: _later_bounds(net, batch, p, machine, compute, limit, settings,
+                                                              schedule, later))
         answer, note = fitting(lambda under: _at_stage(net, network_ref, batch, p, machine, compute, under, trial,
                                                        machine_ref, fingerprint, schedule, prove_s, ceiling),
                                answer_peak, limit,
@@ -101,11 +109,23 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         if any(layer.op == "attention" for layer in net.layers):
             binds = _memory_binds(net, batch, p, machine, compute, limit, settings.with_zero(1))
             order = SHARDED_FIRST if binds else ATTENTION_ORDER
+        if side_by_side(settings.parallel, compute) is not None:
+            lookahead[:] = order
         answer, zero, weighed = fastest_stage(settings, plan_at, _outcome, _wrap, order)
     except _NoneFits as err:
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
     return _chosen(answer, zero, weighed)
+
+
+def _later_bounds(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
+                  settings: Settings, schedule: str, later: list[int]) -> tuple:
+    """``(pair_bound, tasks, keys)``: the pairs' bounds the ZeRO stages ``later`` will ask for
+    (:func:`planner.pipeline.search.bound_tasks`), for workers to compute while the command
+    searches a stage's pairs alone."""
+    tasks = [task for z in later for task in bound_tasks(net, batch, p, machine, compute, limit,
+                                                         settings.with_zero(z), schedule)]
+    return pair_bound, tasks, pair_keys(tasks)
 
 
 def _refit(answer: Answer, net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, under: float,

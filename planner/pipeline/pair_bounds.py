@@ -67,6 +67,21 @@ def pair_bound(task: PairTask, kept: dict) -> StageBound:
     return stage_bound(builder, task.stack, task.stages, task.micro_batches, task.limit, task.sends_s, task.chunks)
 
 
+def pair_tasks(stack: Stack, batch: int, p: int, machine: Machine, compute: ComputeModel, settings: Settings,
+               limit: float, sends: Callable[[int, int, int], tuple[float, ...]], combos: list) -> list[PairTask]:
+    """The :class:`PairTask` of each (floor, S, m, V) of ``combos`` (``settings`` without its budget
+    and workers, which never cross processes)."""
+    plain = replace(settings, budget=None, parallel=None)
+    return [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v))
+            for _, s, m, v in combos]
+
+
+def pair_keys(tasks: list[PairTask]) -> list[tuple[int, int]]:
+    """Each task's key: its stage's ranks and micro-batch, what its pricing is kept under (a process
+    that bounded the pair before holds it: lifecycle.process_pool's ``keys``)."""
+    return [(t.ranks, t.micro_batch) for t in tasks]
+
+
 def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, machine: Machine,
                        compute: ComputeModel, settings: Settings, limit: float,
                        sends: Callable[[int, int, int], tuple[float, ...]],
@@ -75,19 +90,16 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
     done (:func:`planner.pipeline.triples.bounded`): this process takes pairs in order beside the
     workers (``here(S, m, V)``: the bound on its own pricing). ``sends(S, m, V)``: each stage's
     sends per micro-batch."""
-    plain = replace(settings, budget=None, parallel=None)
 
     def many(combos: list) -> Iterator[tuple[int, tuple[float, bool, float]]]:
-        tasks = [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v))
-                 for _, s, m, v in combos]
-        # a pair's pricing is its stage's ranks and micro-batch: bounded where it was before (an
-        # earlier ZeRO stage's bound), it is priced there already
-        results = parallel.unordered(pair_bound, tasks, lambda i: here(*combos[i][1:]),
-                                     [(t.ranks, t.micro_batch) for t in tasks])
+        tasks = pair_tasks(stack, batch, p, machine, compute, settings, limit, sends, combos)
+        # bounded where it was before (an earlier ZeRO stage's bound), a pair is priced there already
+        results = parallel.unordered(pair_bound, tasks, lambda i: here(*combos[i][1:]), pair_keys(tasks))
         try:
             for i, got in results:
                 yield i, (got.step_s, got.fits, got.mean_s)
         finally:
             results.close()
+            parallel.idle()  # the search's next pieces are its own: the workers may take what comes later
 
     return many

@@ -59,7 +59,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.pipeline import interleave
 from planner.pipeline.bound import stage_bound
-from planner.pipeline.pair_bounds import bound_side_by_side
+from planner.pipeline.pair_bounds import PairTask, bound_side_by_side, pair_tasks
 from planner.pipeline.pair_closing import closed_side_by_side
 from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, proven_gap
 from planner.pipeline.cuts import best_cut, cut_lower
@@ -336,6 +336,25 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     choice = _choice(search, best, tuple(out), time.perf_counter() - start)
     choice.stats["prove_tolerance"] = tolerance
     return choice
+
+
+def bound_tasks(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
+                settings: Settings, schedule: str = SCHEDULE) -> list[PairTask]:
+    """The pairs' bound tasks :func:`search_pipeline` hands its workers for these arguments (every
+    pair, no ceiling; none when ``net`` cannot be pipelined): what a ZeRO stage still to plan will
+    ask for, computed ahead while the workers would idle (planner.first_plan)."""
+    stack = uniform_stack(net)
+    if stack is None:
+        return []
+    limit = float(limit)
+    search = _Search(stack, batch, p, machine, compute, limit, replace(settings, parallel=None), False,
+                     "1f1b" if schedule in (AUTO, DEFAULT, INTERLEAVED) else schedule)
+    try:
+        triples = pairs(stack, batch, p, machine, net, None, None, schedule)
+    except DnnplanError:
+        return []
+    return pair_tasks(stack, batch, p, machine, compute, settings, limit, lambda s, m, v: tuple(search.sends(s, m, v)),
+                      triples)
 
 
 def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start: float,

@@ -35,6 +35,14 @@ class Parallel(Protocol):
         earlier call is computed there again where it can be (what it priced is kept there)."""
         ...
 
+    def when_idle(self, later: Callable[[], tuple[Callable, Sequence]] | None) -> None:
+        """``later()``: ``(fn, tasks)`` the workers may compute ahead, once the search leaves them idle."""
+        ...
+
+    def idle(self) -> None:
+        """The search hands the workers nothing more for now (they may take what ``when_idle`` named)."""
+        ...
+
 
 class InProcess:
     """Every task here, one after another, in order."""
@@ -47,6 +55,12 @@ class InProcess:
         kept: dict = {}  # this call's alone: nothing outlives it
         for i, task in enumerate(tasks):
             yield i, fn(task, kept) if here is None else here(i)
+
+    def when_idle(self, later) -> None:
+        pass  # nothing is computed ahead in one process
+
+    def idle(self) -> None:
+        pass
 
 
 IN_PROCESS = InProcess()

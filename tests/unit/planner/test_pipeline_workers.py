@@ -63,6 +63,12 @@ class _AllInWorkers:
         self.fns: list = []
         self.kept: dict = {}
 
+    def when_idle(self, later):
+        pass
+
+    def idle(self):
+        pass
+
     def unordered(self, fn, tasks, here=None, keys=None):
         self.fns.append(fn)
         for i, task in enumerate(tasks):
