@@ -3,7 +3,9 @@
 :class:`ProcessPool` maps a module-level function over picklable tasks on ``jobs`` processes (the
 planner's ``planner.problem.parallel.Parallel``: ``dnnplan plan --jobs N``): this one and ``jobs - 1``
 workers, all taking the tasks in order from one list (this process computes its own the caller's
-way, ``here``: what it computes lands where it is used, nothing is sent back). The workers start
+way, ``here``: what it computes lands where it is used, nothing is sent back); a task whose key
+this process computed before stays here, and the workers compute ahead, while the caller leaves
+them idle, the tasks a later call will ask for (:meth:`ProcessPool.ahead`). The workers start
 on the first map (:func:`start_method`), every one before a stop signal is taken, and they
 end with the command however it ends: they ignore Ctrl-C (the command answers it), and
 :meth:`ProcessPool.close` ends them and the fork server at exit (also when the command ends at once,
@@ -185,7 +187,7 @@ class ProcessPool:
         """The caller hands the workers nothing more for now: they compute what :meth:`when_idle`
         named (:meth:`ahead`)."""
         later, self._later = self._later, None
-        if later is not None:
+        if later is not None and self._pool is not None:  # never a pool started (or again) for this
             self.ahead(*later())
 
     def ahead(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any], keys: Sequence[Hashable] | None = None) -> None:

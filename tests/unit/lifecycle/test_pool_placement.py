@@ -61,6 +61,10 @@ def test_tasks_computed_ahead_while_idle_are_taken_by_the_call_that_asks_for_the
     pool = ProcessPool(2)
     try:
         pool.when_idle(lambda: (_in_worker, [10, 11], None))
+        pool.idle()  # no worker started yet: none is started for this
+        assert pool._pool is None
+        _where(pool, [1], False)  # the workers start
+        pool.when_idle(lambda: (_in_worker, [10, 11], None))
         pool.idle()  # the workers compute 10 and 11 now
         time.sleep(2 * WORKER_S + 0.5)
         start = time.perf_counter()
