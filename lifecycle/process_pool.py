@@ -106,6 +106,11 @@ def _with_kept(fn: Callable[[Any, dict], Any], task: Any) -> Any:
     return fn(task, _KEPT)
 
 
+def _call_blob(fn: Callable[[Any, dict], Any], task: Any) -> bytes:
+    """``(fn, task)`` pickled: what names a task computed ahead (:meth:`ProcessPool.ahead`), and what a worker runs."""
+    return bytes(ForkingPickler.dumps((fn, task)))
+
+
 def _with_kept_blob(blob: bytes) -> Any:
     """``fn(task, kept)`` in a worker, from ``(fn, task)`` pickled by the command (:meth:`ProcessPool.ahead`)."""
     fn, task = ForkingPickler.loads(blob)
@@ -152,7 +157,7 @@ class ProcessPool:
         #: the keys of the tasks this process computed (:meth:`unordered`'s ``keys``)
         self._here: set = set()
         #: what the workers take once this process's caller leaves them idle (:meth:`when_idle`)
-        self._later: Callable[[], tuple[Callable, Sequence]] | None = None
+        self._later: Callable[[], tuple[Callable, Sequence, Sequence[Hashable] | None]] | None = None
         #: the tasks handed to the workers ahead of being asked for, by their pickled call (:meth:`ahead`)
         self._ahead: dict[bytes, Any] = {}
 
@@ -201,12 +206,15 @@ class ProcessPool:
         if self.jobs <= 1:
             return
         pool = self._executor()
-        mine = set() if keys is None else {i for i in range(len(tasks)) if keys[i] in self._here}
+        mine = self._kept_here(keys, len(tasks))
         for i in [i for i in range(len(tasks)) if i not in mine] + sorted(mine):
-            task = tasks[i]
-            blob = bytes(ForkingPickler.dumps((fn, task)))
+            blob = _call_blob(fn, tasks[i])
             if blob not in self._ahead:
                 self._ahead[blob] = pool.submit(_with_kept_blob, blob)
+
+    def _kept_here(self, keys: Sequence[Hashable] | None, n: int) -> set[int]:
+        """The tasks (of ``n``) whose key this process computed before."""
+        return set() if keys is None else {i for i in range(n) if keys[i] in self._here}
 
     def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
                   here: Callable[[int], Any] | None = None,
@@ -226,10 +234,12 @@ class ProcessPool:
         workers = list((getattr(pool, "_processes", None) or {}).values())
         futures: dict = {}
         pending: set = set()
-        mine = set() if here is None or keys is None else {i for i in range(len(tasks)) if keys[i] in self._here}
-        # the tasks handed out ahead (:meth:`ahead`): their futures, pending from the start
-        for i, task in enumerate(tasks) if self._ahead else ():
-            future = self._ahead.pop(bytes(ForkingPickler.dumps((fn, task))), None)
+        mine = set() if here is None else self._kept_here(keys, len(tasks))
+        # the tasks handed out ahead (:meth:`ahead`): their futures, pending from the start; the
+        # others' pickled calls, made to look them up, are what a worker is handed
+        blobs = {i: _call_blob(fn, task) for i, task in enumerate(tasks)} if self._ahead else {}
+        for i, blob in blobs.items():
+            future = self._ahead.pop(blob, None)
             if future is not None:
                 futures[future] = i
                 pending.add(future)
@@ -241,7 +251,7 @@ class ProcessPool:
         def hand_out() -> None:
             while len(pending) < most and (remote or local):
                 i = remote.popleft() if remote else local.pop()
-                future = pool.submit(_with_kept, fn, tasks[i])
+                future = pool.submit(_with_kept_blob, blobs[i]) if i in blobs else pool.submit(_with_kept, fn, tasks[i])
                 futures[future] = i
                 pending.add(future)
 

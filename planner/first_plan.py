@@ -30,7 +30,7 @@ from planner.problem.priced_layers import PricedLayers
 from planner.problem.priced_once import PricedOnce, priced_once
 from planner.problem.solve import Infeasible, Settings, make_plan
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
-                                     bound_tasks, search_pipeline)
+                                     search_pipeline)
 from costmodel.step.pipeline import INTERLEAVED
 from planner.fit_check import REFIT_SHARE, fitting
 from planner.pipeline.triples import AUTO, DEFAULT
@@ -39,7 +39,7 @@ from planner.refusal import refusal
 from planner.solvers import Budget
 from planner.solvers.problem import memory_of
 from planner.pipeline.stack import uniform_stack
-from planner.pipeline.pair_bounds import pair_bound, pair_keys
+from planner.pipeline.pair_bounds import bound_tasks, pair_bound, pair_keys
 from planner.problem.parallel import side_by_side
 from planner.zero_choice import (ATTENTION_ORDER, ORDER, SHARDED_FIRST, Beaten, Weighed, fastest_stage, overall_gap,
                                  uncovered)
@@ -121,7 +121,7 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
 def _later_bounds(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
                   settings: Settings, schedule: str, later: list[int]) -> tuple:
     """``(pair_bound, tasks, keys)``: the pairs' bounds the ZeRO stages ``later`` will ask for
-    (:func:`planner.pipeline.search.bound_tasks`), for workers to compute while the command
+    (:func:`planner.pipeline.pair_bounds.bound_tasks`), for workers to compute while the command
     searches a stage's pairs alone."""
     tasks = [task for z in later for task in bound_tasks(net, batch, p, machine, compute, limit,
                                                          settings.with_zero(z), schedule)]

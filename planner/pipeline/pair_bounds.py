@@ -19,8 +19,12 @@ from typing import Callable, Iterator
 
 from costmodel.compute.model import ComputeModel
 from costmodel.machine.model import Machine
+from networks.errors import DnnplanError
+from networks.ir import Network
 from planner.pipeline.bound import StageBound, stage_bound
-from planner.pipeline.stack import Stack
+from planner.pipeline.sends import pair_sends_s
+from planner.pipeline.stack import Stack, uniform_stack
+from planner.pipeline.triples import pairs
 from planner.pipeline.stage_solver import stage_builder
 from planner.problem.parallel import Parallel
 from planner.problem.solve import Settings
@@ -74,6 +78,23 @@ def pair_tasks(stack: Stack, batch: int, p: int, machine: Machine, compute: Comp
     plain = replace(settings, budget=None, parallel=None)
     return [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v))
             for _, s, m, v in combos]
+
+
+def bound_tasks(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
+                settings: Settings, schedule: str) -> list[PairTask]:
+    """The pairs' bound tasks :func:`planner.pipeline.search.search_pipeline` hands its workers for
+    these arguments (every pair, no ceiling; none when ``net`` cannot be pipelined): what a ZeRO
+    stage still to plan will ask for, computed ahead while the workers would idle (planner.first_plan)."""
+    stack = uniform_stack(net)
+    if stack is None:
+        return []
+    try:
+        triples = pairs(stack, batch, p, machine, net, None, None, schedule)
+    except DnnplanError:
+        return []
+    boundary = stack.boundary_bytes()
+    return pair_tasks(stack, batch, p, machine, compute, settings, float(limit),
+                      lambda s, m, v: tuple(pair_sends_s(machine, p, batch, boundary, s, m, v)), triples)
 
 
 def pair_keys(tasks: list[PairTask]) -> list[tuple[int, int]]:

@@ -53,14 +53,14 @@ from costmodel.compute.model import ComputeModel
 from costmodel.layer.edge_table import PricingStopped
 from costmodel.layer.tied import crossing_ties, tied_table_s
 from costmodel.machine.model import Machine
-from costmodel.step.pipeline import (INTERLEAVED, PipelinePrediction, StagePrediction, kept_micro_batches,
-                                     p2p_s as send_s)
+from costmodel.step.pipeline import INTERLEAVED, PipelinePrediction, StagePrediction, kept_micro_batches
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.pipeline import interleave
 from planner.pipeline.bound import stage_bound
-from planner.pipeline.pair_bounds import PairTask, bound_side_by_side, pair_tasks
+from planner.pipeline.pair_bounds import bound_side_by_side
 from planner.pipeline.pair_closing import closed_side_by_side
+from planner.pipeline.sends import pair_sends_s, stage_sends_s
 from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, proven_gap
 from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
@@ -158,18 +158,12 @@ class _Search:
                            chunks)
 
     def sends(self, stages: int, m: int, chunks: int) -> list[float]:
-        """Each stage's (device's) sends per micro-batch."""
-        if chunks == 1:
-            return [self.p2p_s(stages, s, self.batch // m) for s in range(stages)]
-        return [interleave.sends_s(self.machine, self.p, stages, chunks, s, self.boundary, self.batch // m)
-                for s in range(stages)]
+        """Each stage's (device's) sends per micro-batch (planner.pipeline.sends)."""
+        return pair_sends_s(self.machine, self.p, self.batch, self.boundary, stages, m, chunks)
 
     def p2p_s(self, stages: int, s: int, micro: int) -> float:
         """Stage ``s``'s sends per micro-batch: the activation forward, its gradient back."""
-        if s == stages - 1:
-            return 0.0
-        d = self.p // stages
-        return 2 * send_s(self.machine, s * d, (s + 1) * d, self.boundary * micro // d)
+        return stage_sends_s(self.machine, self.p, stages, s, self.boundary, micro)
 
     def tied(self, stages: int, s: int, net: Network) -> dict | None:
         """The first and the last stage's tied layers (embedding, head with its copy), each with its
@@ -336,25 +330,6 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     choice = _choice(search, best, tuple(out), time.perf_counter() - start)
     choice.stats["prove_tolerance"] = tolerance
     return choice
-
-
-def bound_tasks(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-                settings: Settings, schedule: str = SCHEDULE) -> list[PairTask]:
-    """The pairs' bound tasks :func:`search_pipeline` hands its workers for these arguments (every
-    pair, no ceiling; none when ``net`` cannot be pipelined): what a ZeRO stage still to plan will
-    ask for, computed ahead while the workers would idle (planner.first_plan)."""
-    stack = uniform_stack(net)
-    if stack is None:
-        return []
-    limit = float(limit)
-    search = _Search(stack, batch, p, machine, compute, limit, replace(settings, parallel=None), False,
-                     "1f1b" if schedule in (AUTO, DEFAULT, INTERLEAVED) else schedule)
-    try:
-        triples = pairs(stack, batch, p, machine, net, None, None, schedule)
-    except DnnplanError:
-        return []
-    return pair_tasks(stack, batch, p, machine, compute, settings, limit, lambda s, m, v: tuple(search.sends(s, m, v)),
-                      triples)
 
 
 def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start: float,

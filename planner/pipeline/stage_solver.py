@@ -154,14 +154,15 @@ class StageSolver:
         # the bisection the search ran on this stage from the same multiplier: the same problem,
         # the same answer (a pure function of them), not computed again
         taken = self._taken.get((key, kept)) if key is not None and limit is not None and not self.exact else None
-        if taken is not None and taken[0] == self._lam:
-            _, built, got = taken
-        else:
+        if taken is not None and taken[0] != self._lam:
             taken = None
-            built = build_with(self.builder, net, limit, weight=self.weight, kept=kept, extra_once=extra)
+        built = taken[1] if taken is not None else \
+            build_with(self.builder, net, limit, weight=self.weight, kept=kept, extra_once=extra)
         if limit is not None and not self.exact:
             budget = self.settings.budget  # at its deadline the bisection ends with what it holds
-            if taken is None:
+            if taken is not None:
+                got = taken[2]
+            else:
                 hint = self._lam
                 got = solve_lagrange(built.problem, hint=hint, stop=None if budget is None else budget.expired)
                 if got is not None and got.status != "optimal" and key is not None and not self.close \
