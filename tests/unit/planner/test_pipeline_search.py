@@ -1,10 +1,10 @@
 """The pipeline search (planner.pipeline.search): its cut search and its outer search are exact
-over their domain, checked by brute force; the Lagrangian stage solve is feasible and within its gap."""
+over their domain, checked by brute force (the Lagrangian stage solve it uses:
+tests/unit/planner/test_solvers.py)."""
 
 from __future__ import annotations
 
 import itertools
-import warnings
 
 import numpy as np
 import pytest
@@ -19,9 +19,6 @@ from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.triples import AUTO, chunk_counts, highest_peak, micro_sizes, physics_floor
 from planner.problem.solve import Settings
 from planner.pipeline.search import _Search, kept, roles, search_pipeline
-from planner.solvers import Edge, Problem, evaluate, solve
-from planner.solvers import lagrange
-from planner.solvers.lagrange import solve_lagrange
 from planner.pipeline.stack import uniform_stack
 from planner.pipeline.stage_solver import StageSolver
 from profiler import context
@@ -317,59 +314,6 @@ def test_a_network_that_is_no_uniform_stack_is_refused_in_one_line():
     ctx = context.resolve("lenet5", 2, 8, "local", None)
     with pytest.raises(DnnplanError, match="not a stack of identical blocks"):
         search_pipeline(ctx.network, 8, 2, ctx.machine, ctx.compute, None, Settings())
-
-
-def _random_problem(rng, n=6, k=4):
-    cost = tuple(rng.uniform(1, 10, k) for _ in range(n))
-    memory = tuple(rng.uniform(1, 10, k) for _ in range(n))
-    workspace = tuple(rng.uniform(0, 2, k) for _ in range(n))
-    edges = tuple(Edge(i, i + 1, rng.uniform(0, 3, (k, k))) for i in range(n - 1))
-    return Problem(tuple(f"n{i}" for i in range(n)), cost, memory, workspace, edges, None)
-
-
-@pytest.mark.parametrize("seed", range(15))
-@pytest.mark.parametrize("hint", [None, 1e-3, 0.5, 1.0, 2.0, 1e3])
-def test_the_lagrangian_solve_fits_and_is_within_its_proven_gap_of_the_optimum(seed, hint):
-    """With or without a multiplier to start from (``hint``: times the one found without), near or
-    far from the one the problem needs."""
-    rng = np.random.default_rng(seed)
-    free = _random_problem(rng)
-    lo = min(evaluate(free, c)[1] for c in itertools.product(range(4), repeat=6))
-    hi = evaluate(free, solve(free).choice)[1]
-    problem = free.with_memory_limit(lo + (hi - lo) * rng.uniform(0.1, 0.9))
-    got = solve_lagrange(problem)
-    if hint is not None and got.lam:
-        got = solve_lagrange(problem, hint=hint * got.lam)
-    exact = solve(problem, "brute")
-    cost, memory = evaluate(problem, got.choice)
-    assert memory <= problem.memory_limit * (1 + 1e-9)
-    assert cost >= exact.objective * (1 - 1e-9)
-    assert cost - exact.objective <= got.gap * cost + 1e-9
-
-
-@pytest.mark.parametrize("hint", [None, 1.0])
-def test_the_lagrangian_solve_stops_when_only_the_workspace_keeps_it_from_fitting(hint):
-    """The least-memory candidates need a workspace over the limit and no multiplier prices
-    workspace: the bisection stops at once (before its multiplier overflows) with the only
-    assignment that fits, found by the least-memory search."""
-    problem = Problem(("a", "b"), (np.array([1.0, 5.0]),) * 2, (np.array([1.0, 3.0]),) * 2,
-                      (np.array([10.0, 0.0]),) * 2, (), 6.5)
-    calls = []
-    original = lagrange._priced
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        try:
-            lagrange._priced = lambda prob, lam: calls.append(lam) or original(prob, lam)
-            got = solve_lagrange(problem, hint=hint)
-        finally:
-            lagrange._priced = original
-    assert got.choice == (1, 1) and got.objective == 10.0
-    assert len(calls) == 1 and all(np.isfinite(calls))
-
-
-def test_the_lagrangian_solve_says_when_nothing_fits():
-    problem = _random_problem(np.random.default_rng(0)).with_memory_limit(1.0)
-    assert solve_lagrange(problem) is None
 
 
 def test_dnnplan_plan_pipeline_auto_prints_and_writes_json(tmp_path):

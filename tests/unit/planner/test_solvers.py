@@ -1,10 +1,14 @@
 """The plan solvers (planner.solvers: the ILP, the series-parallel reduction, brute force, min-marginals,
 dominated-candidate pruning, min-plus products) against each other and brute force on seeded random
-instances of every graph shape the planner meets (tests/support/random_problems.py)."""
+instances of every graph shape the planner meets (tests/support/random_problems.py); the Lagrangian
+relaxation of the memory limit (planner.solvers.lagrange, the pipeline's stage solve) is feasible and
+within its gap."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +17,9 @@ from networks.errors import DnnplanError
 from planner.solvers import (Edge, Problem, evaluate, expand_choice, min_memory, prune_dominated, solve,
                              solve_brute, solve_fixed, solve_reduced)
 from planner.solvers.brute import brute_tables
+from planner.solvers import lagrange
 from planner.solvers.ilp import solve_ilp
+from planner.solvers.lagrange import solve_lagrange
 from planner.solvers.marginals import min_marginals
 from planner.solvers.reduce import reduce_graph
 from planner.solvers.minplus import min_plus, min_plus_dense
@@ -222,3 +228,56 @@ def test_pruned_min_plus_equals_dense(seed):
     if seed % 4 == 1:
         np.fill_diagonal(b, 0.0)
     assert np.array_equal(min_plus(a, c, b), min_plus_dense(a, c, b))
+
+
+def _random_problem(rng, n=6, k=4):
+    cost = tuple(rng.uniform(1, 10, k) for _ in range(n))
+    memory = tuple(rng.uniform(1, 10, k) for _ in range(n))
+    workspace = tuple(rng.uniform(0, 2, k) for _ in range(n))
+    edges = tuple(Edge(i, i + 1, rng.uniform(0, 3, (k, k))) for i in range(n - 1))
+    return Problem(tuple(f"n{i}" for i in range(n)), cost, memory, workspace, edges, None)
+
+
+@pytest.mark.parametrize("seed", range(15))
+@pytest.mark.parametrize("hint", [None, 1e-3, 0.5, 1.0, 2.0, 1e3])
+def test_the_lagrangian_solve_fits_and_is_within_its_proven_gap_of_the_optimum(seed, hint):
+    """With or without a multiplier to start from (``hint``: times the one found without), near or
+    far from the one the problem needs."""
+    rng = np.random.default_rng(seed)
+    free = _random_problem(rng)
+    lo = min(evaluate(free, c)[1] for c in itertools.product(range(4), repeat=6))
+    hi = evaluate(free, solve(free).choice)[1]
+    problem = free.with_memory_limit(lo + (hi - lo) * rng.uniform(0.1, 0.9))
+    got = solve_lagrange(problem)
+    if hint is not None and got.lam:
+        got = solve_lagrange(problem, hint=hint * got.lam)
+    exact = solve(problem, "brute")
+    cost, memory = evaluate(problem, got.choice)
+    assert memory <= problem.memory_limit * (1 + 1e-9)
+    assert cost >= exact.objective * (1 - 1e-9)
+    assert cost - exact.objective <= got.gap * cost + 1e-9
+
+
+@pytest.mark.parametrize("hint", [None, 1.0])
+def test_the_lagrangian_solve_stops_when_only_the_workspace_keeps_it_from_fitting(hint):
+    """The least-memory candidates need a workspace over the limit and no multiplier prices
+    workspace: the bisection stops at once (before its multiplier overflows) with the only
+    assignment that fits, found by the least-memory search."""
+    problem = Problem(("a", "b"), (np.array([1.0, 5.0]),) * 2, (np.array([1.0, 3.0]),) * 2,
+                      (np.array([10.0, 0.0]),) * 2, (), 6.5)
+    calls = []
+    original = lagrange._priced
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            lagrange._priced = lambda prob, lam: calls.append(lam) or original(prob, lam)
+            got = solve_lagrange(problem, hint=hint)
+        finally:
+            lagrange._priced = original
+    assert got.choice == (1, 1) and got.objective == 10.0
+    assert len(calls) == 1 and all(np.isfinite(calls))
+
+
+def test_the_lagrangian_solve_says_when_nothing_fits():
+    problem = _random_problem(np.random.default_rng(0)).with_memory_limit(1.0)
+    assert solve_lagrange(problem) is None
