@@ -78,10 +78,24 @@ def end(code: int) -> None:
     at once: the exit handlers run and the output is flushed, then the process ends without the
     interpreter's teardown, which waits for HiGHS's worker threads (0.1-1.5 s measured on the
     2-core development VM, the longer under load) and would abort on a solve that a Ctrl-C left
-    winding down in its thread (planner.solvers.ilp). Called in-process (tests), ``typer.Exit``."""
+    winding down in its thread (planner.solvers.ilp). Should an exit handler not return within
+    :data:`EXIT_WAIT_S` (one waiting on a lock a stop signal left held), the process ends all the
+    same, with ``code``: its workers end with it (lifecycle.process_pool). Called in-process
+    (tests), ``typer.Exit``."""
     if _FROM[0] is None:
         raise typer.Exit(code)
+    watchdog = threading.Timer(EXIT_WAIT_S, _flushed_exit, (code,))
+    watchdog.daemon = True
+    watchdog.start()
     atexit._run_exitfuncs()
+    _flushed_exit(code)
+
+
+#: seconds the exit handlers may take before :func:`end` ends the process without them
+EXIT_WAIT_S = 10.0
+
+
+def _flushed_exit(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -38,6 +38,8 @@ from networks.writing import SystemFailure
 #: how long each worker's first task holds it, so that each is started by one (an idle worker
 #: would take the next, and the pool start no more) [s]
 READY_S = 0.1
+#: how long :meth:`ProcessPool.close` waits for the pool's own lock before ending the workers without it [s]
+LOCK_WAIT_S = 1.0
 #: prctl's option that sends the caller a signal when its parent ends (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
 
@@ -315,7 +317,14 @@ class ProcessPool:
             return
         processes = list((getattr(pool, "_processes", None) or {}).values())
         manager = getattr(pool, "_executor_manager_thread", None)
-        pool.shutdown(wait=False, cancel_futures=True)
+        lock = getattr(pool, "_shutdown_lock", None)
+        # a stop signal raised in this thread inside the pool's own ``with lock`` can leave that lock
+        # held (the interrupt lands after the lock is taken, before the block that releases it):
+        # the pool is then not shut down in order, its workers are ended all the same
+        if lock is None or lock.acquire(timeout=LOCK_WAIT_S):
+            if lock is not None:
+                lock.release()
+            pool.shutdown(wait=False, cancel_futures=True)
         _end(processes)
         # the pool's own thread reaps its workers too: until it has, one it reaped may still read
         # as alive here (its exit status taken by that thread, not yet recorded)

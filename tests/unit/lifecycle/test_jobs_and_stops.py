@@ -85,3 +85,20 @@ def test_a_rank_exits_once_its_launcher_is_gone():
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_the_command_ends_with_its_code_when_an_exit_handler_never_returns():
+    """`dnnplan plan` ends through dnnplan.search_bound.end: should an exit handler wait for ever (on a
+    lock a stop signal left held), the command still ends, with its exit code and its output."""
+    start = time.monotonic()
+    got = _python("""
+        import atexit, threading
+        from dnnplan import search_bound
+        search_bound.count_from_the_start()
+        search_bound.EXIT_WAIT_S = 1.0
+        atexit.register(threading.Event().wait)  # never returns
+        print("the plan", end="")
+        search_bound.end(130)
+    """)
+    assert (got.returncode, got.stdout) == (130, "the plan"), got.stderr
+    assert time.monotonic() - start < 60

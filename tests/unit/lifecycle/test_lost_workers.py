@@ -7,8 +7,10 @@ that should die sends itself SIGKILL."""
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
+import time
 
 import pytest
 
@@ -120,3 +122,29 @@ def test_the_search_pool_ends_in_one_line_when_a_worker_is_killed():
         assert sorted(again.unordered(_tenfold_or_die, [1, 5])) == [(0, 10), (1, 50)]  # a new pool works
     finally:
         again.close()
+
+
+def _slow(task: bytes, kept: dict | None = None) -> int:
+    time.sleep(60)
+    return len(task)
+
+
+def test_closing_the_pool_waits_on_nothing_a_stop_left_held():
+    """A stop signal can land inside the executor's own ``with lock`` and leave the lock held (the
+    interrupt raised after the lock is taken, before the block that releases it). Closing the pool
+    still ends its workers, tasks queued behind a busy one, and multiprocessing's exit handler (it
+    joins the queues' feeder threads) returns."""
+    before = set(multiprocessing.active_children())  # other tests' workers, not these
+    pool = ProcessPool(2)
+    pool.ahead(_slow, [bytes([i]) * 300_000 for i in range(4)])  # the worker busy, more queued behind it
+    time.sleep(0.5)
+    executor = pool._pool
+    executor._shutdown_lock.acquire()  # as a stop signal inside ``with executor._shutdown_lock`` leaves it
+    start = time.perf_counter()
+    try:
+        pool.close()
+        multiprocessing.util._run_finalizers()  # what the exit handler runs last (the feeder's join)
+    finally:
+        executor._shutdown_lock.release()
+    assert time.perf_counter() - start < 10
+    assert not _started_here(before)
