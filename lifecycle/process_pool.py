@@ -26,7 +26,7 @@ import sys
 import time
 from collections import deque
 from multiprocessing.reduction import ForkingPickler
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from types import MappingProxyType
 from typing import Any, Callable, Hashable, Iterator, Sequence
@@ -203,8 +203,8 @@ class ProcessPool:
         answer) takes the worker's answer, or, not started when this process would compute it, takes
         it back. The tasks whose key (``keys``, as :meth:`unordered` takes them) this process computed
         before come last, after the workers' own (each process keeps what it priced). The later
-        pipeline pairs' bounds of the ZeRO stages still to plan, while the command searches a
-        stage's pairs alone."""
+        pipeline pairs' bounds of the ZeRO stages still to plan, while the command closes a
+        stage's gaps alone."""
         if self.jobs <= 1:
             return
         pool = self._executor()
@@ -213,6 +213,17 @@ class ProcessPool:
             blob = _call_blob(fn, tasks[i])
             if blob not in self._ahead:
                 self._ahead[blob] = pool.submit(_with_kept_blob, blob)
+
+    def submit(self, fn: Callable[[Any, dict], Any], task: Any) -> Future:
+        """``fn(task, kept)`` handed to a worker now, before the tasks handed out ahead (:meth:`ahead`)
+        not yet started, which wait behind it: its future (``cancel()`` takes it back while not
+        started). A worker the system ends makes ``result()`` raise the pool's own error."""
+        pool = self._executor()
+        behind = [blob for blob, future in self._ahead.items() if future.cancel()]
+        future = pool.submit(_with_kept, fn, task)
+        for blob in behind:
+            self._ahead[blob] = pool.submit(_with_kept_blob, blob)
+        return future
 
     def _kept_here(self, keys: Sequence[Hashable] | None, n: int) -> set[int]:
         """The tasks (of ``n``) whose key this process computed before."""

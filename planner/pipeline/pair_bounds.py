@@ -121,6 +121,5 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
                 yield i, (got.step_s, got.fits, got.mean_s)
         finally:
             results.close()
-        parallel.idle()  # every pair bounded: the search's next pieces are its own, the workers may take what comes later
 
     return many

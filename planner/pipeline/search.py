@@ -60,6 +60,7 @@ from planner.pipeline import interleave
 from planner.pipeline.bound import stage_bound
 from planner.pipeline.pair_bounds import bound_side_by_side
 from planner.pipeline.pair_closing import closed_side_by_side
+from planner.pipeline.pair_searches import Ahead, Searched
 from planner.pipeline.sends import pair_sends_s, stage_sends_s
 from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, proven_gap
 from planner.pipeline.cuts import best_cut, cut_lower
@@ -235,6 +236,16 @@ class _Search:
             lower = min(lower, cut_lower(n, stages, m, lambda s, k: lows.get((s, k), 0.0), hi))
         return Best(got[0], stages, m, got[1], solver, lower)
 
+    def taken_elsewhere(self, got: Searched) -> None:
+        """A pair a worker searched (planner.pipeline.pair_searches), counted as :meth:`_best`
+        counts one searched here: its stage solves and gaps, and its pricing let go."""
+        pair = (got.stages, got.micro_batches)
+        self.pending[pair] = left = self.pending.get(pair, 1) - 1
+        if left <= 0 and pair != self.held:
+            self._builders.pop(pair, None)
+        self.solves += got.solves
+        self.worst_gap = max(self.worst_gap, got.worst_gap)
+
     def hold(self, stages: int, m: int) -> None:
         """Keep ``(S, m)``'s pricing (the best pair so far, to be interleaved after), and let the
         previous one's go."""
@@ -317,10 +328,20 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
             for b2, s2, m2, v2, fits in combos if fits is False]
     combos = [c for c in combos if c[4] is not False]
     then = Interleaving(search, physics_floor(net, batch, p, machine), start, _pairs) if schedule == DEFAULT else None
-    best = _pairs(search, combos, out, progress, start, then=then)
+    parallel = side_by_side(settings.parallel, compute)
+    ahead = None if parallel is None else Ahead(
+        search, parallel, combos, lambda k: search.best(combos[k][1], combos[k][2], chunks=combos[k][3]),
+        lambda k: (combos[k][1], combos[k][2]) in search._builders)
+    try:
+        best = _pairs(search, combos, out, progress, start, then=then, ahead=ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
     tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
     if best is not None and then is not None:
         best = then.rest(then(best, out, []), out, tolerance)
+    if parallel is not None:
+        parallel.idle()  # the pairs searched: the workers may take what comes later
     if best is None and any(c.skipped == "bound" for c in out):
         raise NotFaster(f"no pipelined plan of {net.name} can beat the {search.ceiling:.6g} s step held")
     if best is None:
@@ -333,11 +354,19 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
 
 
 def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start: float,
-           best: Best | None = None, then=None, later: list = ()) -> Best | None:
+           best: Best | None = None, then=None, later: list = (), ahead: Ahead | None = None) -> Best | None:
     """Each (S, m, V) in order of its bound until the bound reaches the best step found (from ``best``
     on) or the budget ends the search (once a plan is in hand); ``out`` gets a :class:`Candidate` for
-    each; ``then``: a new best 1F1B pair's interleaving (planner.pipeline.triples.Interleaving)."""
+    each; ``then``: a new best 1F1B pair's interleaving (planner.pipeline.triples.Interleaving);
+    ``ahead``: ``combos``' pairs searched by workers ahead of their turn (planner.pipeline.pair_searches)."""
     budget = search.settings.budget
+
+    def wait_s() -> float | None:
+        """How long a worker's search of the pair whose turn it is may still be waited for."""
+        if budget is None or budget.left() is None:
+            return None
+        left = budget.left()
+        return left if search.pair_deadline is None else max(0.0, min(left, search.pair_deadline - budget.clock()))
     for i, (bound, stages, m, v, fits) in enumerate(combos):
         if fits is None and bound < min(search.ceiling, best.step_s if best is not None else float("inf")) \
                 and not (budget is not None and budget.expired()):
@@ -357,7 +386,18 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
         try:
             if budget is not None and budget.expired():
                 raise OutOfTime
-            got = search.best(stages, m, chunks=v)
+            if ahead is None:
+                got = search.best(stages, m, chunks=v)
+            else:
+                got = ahead.best(i, min(search.ceiling, best.step_s if best is not None else float("inf")), wait_s)
+                if isinstance(got, Searched) and got.step_s is None:  # no cut fits
+                    search.taken_elsewhere(got)
+                    got = None
+                elif isinstance(got, Searched):
+                    if best is None or got.step_s < best.step_s * (1 - 1e-12):
+                        got = search.best(stages, m, chunks=v)  # the new best: searched here, for its plan
+                    else:
+                        search.taken_elsewhere(got)
         except OutOfTime:
             if best is None and budget is not None and not budget.expired():  # left at its share: the next pair
                 out.append(Candidate(stages, m, bound, skipped="time", lower_s=bound, chunks=v))

@@ -14,6 +14,7 @@ computes them one after another here.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any, Callable, Hashable, Iterator, Protocol, Sequence
 
 from costmodel.compute.model import OnDemand
@@ -33,6 +34,11 @@ class Parallel(Protocol):
         takes tasks too (its answer is ``here(i)``'s: what it computes stays where it is used).
         ``keys[i]``: what task ``i`` prices; a task whose key the caller's process computed in an
         earlier call is computed there again where it can be (what it priced is kept there)."""
+        ...
+
+    def submit(self, fn: Callable[[Any, dict], Any], task: Any) -> Future:
+        """``fn(task, kept)`` handed to a worker now, ahead of being needed: its future
+        (``cancel()`` takes it back while not started, to be computed by the caller)."""
         ...
 
     def when_idle(self, later: Callable[[], tuple[Callable, Sequence]] | None) -> None:
@@ -55,6 +61,11 @@ class InProcess:
         kept: dict = {}  # this call's alone: nothing outlives it
         for i, task in enumerate(tasks):
             yield i, fn(task, kept) if here is None else here(i)
+
+    def submit(self, fn: Callable[[Any, dict], Any], task: Any) -> Future:
+        future: Future = Future()  # computed now, in order: nothing runs beside this process
+        future.set_result(fn(task, {}))
+        return future
 
     def when_idle(self, later) -> None:
         pass  # nothing is computed ahead in one process

@@ -90,3 +90,32 @@ def test_a_task_handed_out_ahead_and_not_started_is_taken_back():
         assert "worker" in {side for _, (side, _) in answers}
     finally:
         pool.close()
+
+
+def _started(task: tuple[str, int], kept: dict) -> int:
+    """Notes that ``task`` started (in the file it names), then holds the worker a while."""
+    path, key = task
+    with open(path, "a") as fh:
+        fh.write(f"{key}\n")
+    time.sleep(WORKER_S / 3)
+    return key
+
+
+def test_a_task_submitted_now_goes_before_the_tasks_handed_out_ahead_not_started(tmp_path):
+    """Six tasks ahead, one worker: a task submitted now waits only behind those already on their
+    way to the worker (at most the worker's one running and the one queued for it), and the six are
+    still computed, once each."""
+    log = str(tmp_path / "started")
+    pool = ProcessPool(2)
+    try:
+        _where(pool, [0], False)  # the worker started
+        ahead = [(log, k) for k in range(30, 36)]
+        pool.ahead(_started, ahead)
+        assert pool.submit(_started, (log, 99)).result(timeout=60) == 99
+        order = [int(line) for line in open(log).read().split()]
+        assert 99 in order[:3]
+        got = dict(pool.unordered(_started, ahead))
+        assert sorted(got.values()) == list(range(30, 36))
+        assert sorted(int(line) for line in open(log).read().split()) == [*range(30, 36), 99]
+    finally:
+        pool.close()

@@ -1,11 +1,13 @@
 """The pipeline search with its pairs' bounds computed by worker processes (``dnnplan plan --jobs N``)
 gives the answer one process gives: the same choice, step, cut, every pair's bound and the proven
-gap, the other pairs' gaps closed by the workers too (planner.pipeline.pair_bounds,
-planner.pipeline.pair_closing, lifecycle.process_pool)."""
+gap, the pairs searched and the other pairs' gaps closed by the workers too
+(planner.pipeline.pair_bounds, planner.pipeline.pair_searches, planner.pipeline.pair_closing,
+lifecycle.process_pool)."""
 
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import Future
 
 import pytest
 
@@ -14,6 +16,7 @@ from costmodel.layer.candidates import divisors
 from lifecycle.process_pool import ProcessPool
 from planner.pipeline.pair_bounds import pair_bound
 from planner.pipeline.pair_closing import close_pair
+from planner.pipeline.pair_searches import search_pair
 from planner.pipeline.search import search_pipeline
 from planner.pipeline.triples import AUTO, bounded
 from planner.problem.parallel import IN_PROCESS
@@ -74,6 +77,12 @@ class _AllInWorkers:
         for i, task in enumerate(tasks):
             yield i, fn(task, self.kept)
 
+    def submit(self, fn, task):
+        self.fns.append(fn)
+        future = Future()
+        future.set_result(fn(task, self.kept))
+        return future
+
 
 def _summary(choice) -> tuple:
     return (choice.stages, choice.micro_batches, choice.chunks, choice.cut, choice.prediction.step_s,
@@ -128,5 +137,6 @@ def test_bounds_and_closings_computed_only_by_workers_give_the_answer_one_proces
     away = _AllInWorkers()
     elsewhere = search_pipeline(*args, dataclasses.replace(settings, parallel=away, priced=PricedLayers()),
                                 micro_counts=divisors(8), prove_s=None)
-    assert {pair_bound, close_pair} <= set(away.fns) and alone.stats["closed_pairs"] > 0
+    assert {pair_bound, search_pair, close_pair} <= set(away.fns) and alone.stats["closed_pairs"] > 0
     assert _summary(elsewhere) == _summary(alone)
+    assert elsewhere.stats["worst_stage_gap"] == alone.stats["worst_stage_gap"]
