@@ -203,8 +203,8 @@ class ProcessPool:
         answer) takes the worker's answer, or, not started when this process would compute it, takes
         it back. The tasks whose key (``keys``, as :meth:`unordered` takes them) this process computed
         before come last, after the workers' own (each process keeps what it priced). The later
-        pipeline pairs' bounds of the ZeRO stages still to plan, while the command closes a
-        stage's gaps alone."""
+        pipeline pairs' bounds of the ZeRO stages still to plan, while the command searches a
+        stage's pairs and closes their gaps (a task :meth:`submit` hands out goes before them)."""
         if self.jobs <= 1:
             return
         pool = self._executor()

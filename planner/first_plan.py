@@ -122,7 +122,7 @@ def _later_bounds(net: Network, batch: int, p: int, machine: Machine, compute: C
                   settings: Settings, schedule: str, later: list[int]) -> tuple:
     """``(pair_bound, tasks, keys)``: the pairs' bounds the ZeRO stages ``later`` will ask for
     (:func:`planner.pipeline.pair_bounds.bound_tasks`), for workers to compute while the command
-    closes a stage's chosen gaps alone."""
+    searches a stage's pairs and closes their gaps."""
     tasks = [task for z in later for task in bound_tasks(net, batch, p, machine, compute, limit,
                                                          settings.with_zero(z), schedule)]
     return pair_bound, tasks, pair_keys(tasks)

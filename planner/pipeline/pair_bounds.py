@@ -121,5 +121,6 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
                 yield i, (got.step_s, got.fits, got.mean_s)
         finally:
             results.close()
+        parallel.idle()  # every pair bounded: the workers may take what comes later (a search's pairs go first)
 
     return many

@@ -2,9 +2,9 @@
 
 After the pairs are bounded, the search takes them in order of their bounds and searches each
 whose bound is below the best step found so far (:func:`planner.pipeline.search._pairs`). With a
-:class:`planner.problem.parallel.Parallel` of several processes, the pairs a worker bounded (whose
-pricing the search's own process does not hold) are handed to the workers ahead of their turn, as
-:class:`SearchTask` s; a worker searches its pair on a pricing of its own (the planning call's
+:class:`planner.problem.parallel.Parallel` of several processes, once a step is held, the pairs a
+worker bounded (whose pricing the search's own process does not hold) are handed to the workers
+ahead of their turn, as :class:`SearchTask` s; a worker searches its pair on a pricing of its own (the planning call's
 kernel times and layers kept across its tasks, :func:`planner.pipeline.pair_bounds.kept_pricing`)
 and sends back only the pair's step, cut, lower bound and stage solves (:class:`Searched`). The
 search's own process takes the pairs in order as before: a pair a worker holds is taken from it
@@ -102,7 +102,11 @@ class Ahead:
 
     def hand_out(self, i: int, below: float) -> None:
         """The pairs after ``i`` still to be searched under ``below`` (the best step held) whose
-        pricing a worker holds, to the workers, up to :data:`AHEAD_PER_WORKER` each not yet done."""
+        pricing a worker holds, to the workers, up to :data:`AHEAD_PER_WORKER` each not yet done;
+        none before a step is held (a pair whose bound reaches the first step found is never
+        searched, and the workers meanwhile bound the later ZeRO stages' pairs)."""
+        if below == float("inf"):
+            return
         running = sum(1 for f in self.futures.values() if not f.done())
         for k in range(i + 1, len(self.combos)):
             if running >= self.most:

@@ -340,8 +340,6 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
     if best is not None and then is not None:
         best = then.rest(then(best, out, []), out, tolerance)
-    if parallel is not None:
-        parallel.idle()  # the pairs searched: the workers may take what comes later
     if best is None and any(c.skipped == "bound" for c in out):
         raise NotFaster(f"no pipelined plan of {net.name} can beat the {search.ceiling:.6g} s step held")
     if best is None:

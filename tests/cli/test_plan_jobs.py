@@ -58,7 +58,7 @@ def test_one_job_plans_in_process_and_answers_as_two_do():
 
 def test_two_jobs_bound_the_later_zero_stages_pairs_ahead_and_answer_as_one_does(monkeypatch):
     """The planner weighs the ZeRO stages one after another, each with a pipeline search; while the
-    command closes a stage's gaps alone, the worker bounds the pairs of the stages still to come,
+    command searches a stage's pairs, the worker bounds the pairs of the stages still to come,
     and those stages take its bounds: the same answer, gap and ZeRO choice as one job."""
     args = ["plan", "gpt-tiny", "-p", "8", "--precision", "fp16", "--memory", "0.003", "--json", "--time-limit", "600"]
     one = CliRunner().invoke(app, args + ["--jobs", "1"])
