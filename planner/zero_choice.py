@@ -47,7 +47,7 @@ stage's search could spend the whole limit bounding and proving its own pairs: L
 H100s (NeMo 24.07's FP8 row) held ZeRO-0's 11.26 s plan after 4 s and searched ZeRO-0's other
 pairs for the remaining 56 s, so ZeRO-1, whose 1F1B pipeline of 4 stages takes 10.46 s (faster
 than the run's published layout's 10.79 s), was never planned. A stage's proof (closing its
-chosen pairs' gaps, :func:`planner.pipeline.search.proved`) ends in time to leave each stage still
+chosen pairs' gaps, :func:`planner.pipeline.pair_closing.proved`) ends in time to leave each stage still
 to plan as long as this stage's bounds took (:meth:`Share.proof_deadline`): bounding a stage's
 pairs is what covers it in the gap, closing gaps only narrows one stage's (Llama 3 70B on 64 H100s
 spent 6 s of the 20 s default closing ZeRO-3's gaps, to 0.0%, and left ZeRO-0, 1 and 2 out of

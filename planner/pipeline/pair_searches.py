@@ -34,7 +34,10 @@ AHEAD_PER_WORKER = 2
 
 @dataclass(frozen=True)
 class SearchTask:
-    """One (S, m)'s search under 1F1B, as a worker computes it: the search's inputs and the pair."""
+    """One (S, m, V)'s search, as a worker computes it: the search's inputs, the pair, whether its
+    memory-bound stages' gaps are closed (the proof, :mod:`planner.pipeline.pair_closing`) and the
+    deadline (``time.perf_counter``'s, the same clock in every process on one machine) at which
+    closing stops."""
 
     stack: Stack
     batch: int
@@ -47,7 +50,18 @@ class SearchTask:
     schedule: str
     stages: int
     micro_batches: int
+    chunks: int
+    close: bool
+    deadline: float | None
     searcher: type  # the search's own class (planner.pipeline.search._Search)
+
+
+def search_task(search, stages: int, micro_batches: int, chunks: int = 1, close: bool = False) -> SearchTask:
+    """The :class:`SearchTask` of ``search``'s pair (S, m, V), closing at its deadline when ``close``."""
+    return SearchTask(search.stack, search.batch, search.p, search.machine, search.compute,
+                      replace(search.settings, budget=None, parallel=None), search.limit, search.exact,
+                      search.schedule, stages, micro_batches, chunks, close, search.deadline if close else None,
+                      type(search))
 
 
 @dataclass(frozen=True)
@@ -65,16 +79,26 @@ class Searched:
     chunks: int = 1
 
 
-def search_pair(task: SearchTask, kept: dict) -> Searched:
-    """``task``'s pair searched (its step None: no cut fits); ``kept``: the worker's dict across
-    its tasks (:func:`kept_pricing`)."""
+#: a closing its deadline left unfinished (its gaps stay open)
+LATE = "late"
+
+
+def search_pair(task: SearchTask, kept: dict) -> Searched | str:
+    """``task``'s pair searched (its step None: no cut fits), or :data:`LATE` (a closing its
+    deadline left unfinished); ``kept``: the worker's dict across its tasks (:func:`kept_pricing`)."""
     settings, compute = kept_pricing(task.settings, task.compute, kept)
     search = task.searcher(task.stack, task.batch, task.devices, task.machine, compute, task.limit, settings,
                            task.exact, task.schedule)
-    got = search.best(task.stages, task.micro_batches)
+    search.deadline = task.deadline
+    try:
+        got = search.best(task.stages, task.micro_batches, close=task.close, chunks=task.chunks)
+    except OutOfTime:
+        return LATE
     if got is None:
-        return Searched(None, task.stages, task.micro_batches, (), float("inf"), search.solves, search.worst_gap)
-    return Searched(got.step_s, got.stages, got.micro_batches, got.cut, got.lower_s, search.solves, search.worst_gap)
+        return Searched(None, task.stages, task.micro_batches, (), float("inf"), search.solves, search.worst_gap,
+                        task.chunks)
+    return Searched(got.step_s, got.stages, got.micro_batches, got.cut, got.lower_s, search.solves, search.worst_gap,
+                    got.chunks)
 
 
 class Ahead:
@@ -89,12 +113,6 @@ class Ahead:
         self.futures: dict[int, object] = {}  # pair -> its worker's future
         self.done: dict[int, object] = {}  # pair -> its search, done here ahead of its turn
         self.most = AHEAD_PER_WORKER * max(1, parallel.jobs - 1)
-
-    def _task(self, i: int) -> SearchTask:
-        s = self.search
-        _, stages, m, _, _ = self.combos[i]
-        return SearchTask(s.stack, s.batch, s.p, s.machine, s.compute, replace(s.settings, budget=None, parallel=None),
-                          s.limit, s.exact, s.schedule, stages, m, type(s))
 
     def _searchable(self, i: int, below: float) -> bool:
         bound, _, _, chunks, fits = self.combos[i]
@@ -113,7 +131,7 @@ class Ahead:
                 break
             if k in self.futures or k in self.done or self.mine(k) or not self._searchable(k, below):
                 continue
-            self.futures[k] = self.parallel.submit(search_pair, self._task(k))
+            self.futures[k] = self.parallel.submit(search_pair, search_task(self.search, *self.combos[k][1:3]))
             running += 1
 
     def best(self, i: int, below: float, wait_s: Callable[[], float | None]):

@@ -59,7 +59,7 @@ from networks.ir import Network
 from planner.pipeline import interleave
 from planner.pipeline.bound import stage_bound
 from planner.pipeline.pair_bounds import bound_side_by_side
-from planner.pipeline.pair_closing import closed_side_by_side
+from planner.pipeline.pair_closing import proved
 from planner.pipeline.pair_searches import Ahead, Searched
 from planner.pipeline.sends import pair_sends_s, stage_sends_s
 from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, proven_gap
@@ -73,7 +73,7 @@ from planner.problem.solve import PlanMismatch, Settings
 SCHEDULE = "1f1b"
 #: until a plan is in hand, the share of the time left one pair's search may take (module docstring)
 FIRST_SHARE = 1 / 3
-#: seconds the search spends closing other pairs' stage gaps to prove its choice (proved)
+#: seconds the search spends closing other pairs' stage gaps to prove its choice (planner.pipeline.pair_closing.proved)
 PROVE_S = 5.0
 #: another pair that could beat the choice by less than this fraction is not searched again (the
 #: caller's ``Settings.gap`` replaces it): below the model's own error
@@ -109,7 +109,7 @@ class _Search:
         self.stack, self.batch, self.p, self.machine, self.compute = stack, batch, p, machine, compute
         self.schedule = schedule
         self.limit, self.settings, self.exact = limit, settings, exact
-        self.deadline: float | None = None  # perf_counter time at which closing stage gaps stops (proved)
+        self.deadline: float | None = None  # perf_counter time at which closing stage gaps stops (pair_closing.proved)
         self.worst_gap = 0.0
         self.boundary = stack.boundary_bytes()
         ends = {layer.name: 0 for layer in stack.before} | {layer.name: 2 for layer in stack.after}
@@ -481,47 +481,3 @@ def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: f
              "time_limit_s": None if search.settings.budget is None else search.settings.budget.stated_s}
     return PipelineChoice(stack, search.batch, search.p, stages, m, cut, tuple(sols), pred, candidates, stats,
                           best.chunks)
-
-
-def closed(search, best: Best, out: list[Candidate], i: int) -> Best:
-    """``out[i]``'s ``(S, m)`` searched again with its memory-bound stages' gaps closed (module
-    docstring), ``out[i]`` updated, and the better of it and ``best``."""
-    c = out[i]
-    try:
-        got = search.best(c.stages, c.micro_batches, close=True, chunks=c.chunks)
-    except OutOfTime:  # its gaps stay open (its lower bound counts them)
-        return best
-    if got is None:  # no cut fits with exact stages where a relaxed one did: cannot be, but stay safe
-        return best
-    out[i] = replace(c, step_s=min(got.step_s, c.step_s or got.step_s), cut=got.cut,
-                     lower_s=max(c.lower_s, got.lower_s), closed=True)
-    return got if got.step_s < best.step_s * (1 - 1e-12) else best
-
-
-def proved(search, best: Best, out: list[Candidate], seconds: float | None,
-           tolerance: float) -> tuple[Best, list[Candidate]]:
-    """The chosen pair's gaps closed; then every other pair whose lower bound is more than
-    ``tolerance`` below the best step, most promising (least relaxed step) first, until none is left
-    or ``seconds`` pass: its stage solves' gap closing stops at that deadline (module docstring)."""
-    index = {c.key: i for i, c in enumerate(out)}
-    budget = search.settings.budget
-    ends = None if budget is None else budget.proof_deadline(search.bounding_s)
-    target = min(best.step_s, search.ceiling)  # a step the caller holds: only pairs that could beat it count
-    if best.solver.relaxed and best.lower_s < target * (1 - tolerance) and not (budget is not None and budget.expired()):
-        search.deadline = ends
-        best = closed(search, best, out, index[(best.stages, best.micro_batches, best.chunks)])
-    start = time.perf_counter()
-    search.deadline = min((x for x in (ends, None if seconds is None else start + seconds) if x is not None),
-                          default=None)
-    order = [i for _, i in sorted((c.step_s, i) for i, c in enumerate(out) if c.step_s is not None and not c.closed
-                                  and c.key != (best.stages, best.micro_batches, best.chunks))]
-    parallel = side_by_side(search.settings.parallel, search.compute)
-    if parallel is not None:
-        return closed_side_by_side(search, parallel, best, out, order, tolerance), out
-    for i in order:
-        if search.deadline is not None and time.perf_counter() >= search.deadline:
-            break
-        if out[i].lower_s < min(best.step_s, search.ceiling) * (1 - tolerance):
-            best = closed(search, best, out, i)
-    return best, out
-
