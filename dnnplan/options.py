@@ -392,8 +392,8 @@ PlanPipelineOpt = Annotated[Optional[str], typer.Option(
     "(at most one stage a block) and micro-batches of 1, 2, 4 or 8 samples, cuts the blocks into stages "
     "exactly and solves each stage's layers as the planner does (1F1B); a number fixes the degree; 'off' "
     "never pipelines. Only for networks that are stacks of identical blocks (transformers). Without the "
-    "flag a stack that fits no plan without pipelining gets 'auto' (and, if nothing fits still and --zero is "
-    "not given, ZeRO-1, then ZeRO-3); docs/planner.md, Pipelines.")]
+    "flag a stack gets 'auto' too: beside the whole batch at once where that fits (a pipeline only when "
+    "faster), alone where it does not; docs/planner.md, Pipelines.")]
 PlanProveOpt = Annotated[float, typer.Option(
     "--prove", help="With --pipeline: seconds to spend proving the choice. Pairs are compared with their "
     "memory-bound stages solved by Lagrangian relaxation; each other (pipeline, micro-batch) pair whose lower "

@@ -97,9 +97,9 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     plan it holds and says how far from the optimum it can still be; a progress line on stderr
     shows the best plan so far, and Ctrl-C prints it and exits 130.
 
-    A transformer that fits no plan without pipelining gets the pipeline search: stages, micro-batches
-    (gradient accumulation on one stage), the stage cut and interleaving, each stage solved as above
-    (--pipeline auto asks for it; --pipeline off refuses it). GPT-3 175B on 1024 A100s:
+    A transformer gets the pipeline search too: stages, micro-batches (gradient accumulation on one
+    stage), the stage cut and interleaving, each stage solved as above; where the whole batch fits,
+    under its step (a pipeline is the answer only when faster; --pipeline off refuses it). GPT-3 175B on 1024 A100s:
     dnnplan plan gpt3-175b -p 1024 -b 1536 --precision bf16
 
     --sweep plans at several device counts; with several machines (-m dgx-a100,dgx-h100) and a token

@@ -85,11 +85,22 @@ class NoPipelineFits(DnnplanError):
 
 
 class NotFaster(NoPipelineFits):
-    """No pipelined plan can beat the caller's ``ceiling`` step (every pair's lower bound reaches it)."""
+    """No pipelined plan was found that beats the caller's ``ceiling`` step; ``lower_s``, the least
+    step any pipelined plan can take (the pairs' lower bounds: at least the ceiling when every pair
+    was bounded out, below it when the time limit left a pair unsearched)."""
+
+    def __init__(self, message: str, lower_s: float = 0.0, **kw):
+        super().__init__(message, **kw)
+        self.lower_s = lower_s
 
 
 class SearchOutOfTime(DnnplanError):
-    """The time limit came before the search held any plan."""
+    """The time limit came before the search held any plan; ``lower_s``, the least step any
+    pipelined plan can take by the bounds of the pairs it did not search (0: not known)."""
+
+    def __init__(self, message: str, lower_s: float = 0.0, **kw):
+        super().__init__(message, **kw)
+        self.lower_s = lower_s
 
 
 def roles(stages: int) -> list[str]:
@@ -341,7 +352,8 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     if best is not None and then is not None:
         best = then.rest(then(best, out, []), out, tolerance)
     if best is None and any(c.skipped == "bound" for c in out):
-        raise NotFaster(f"no pipelined plan of {net.name} can beat the {search.ceiling:.6g} s step held")
+        raise NotFaster(f"no pipelined plan of {net.name} can beat the {search.ceiling:.6g} s step held",
+                        lower_s=min(c.lower_s for c in out))
     if best is None:
         raise NoPipelineFits(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
@@ -400,10 +412,11 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
             if best is None and budget is not None and not budget.expired():  # left at its share: the next pair
                 out.append(Candidate(stages, m, bound, skipped="time", lower_s=bound, chunks=v))
                 continue
-            if best is None:
+            if best is None:  # the pairs left, each at its bound (a floor where not bounded)
+                lower = min([c.lower_s for c in out] + [c[0] for c in combos[i:]])
                 raise SearchOutOfTime(f"no plan was found within the {budget.stated_s:g} s time limit "
                                       f"({i} of {len(combos)} pipeline and micro-batch pairs searched)",
-                                      hint="raise --time-limit") from None
+                                      hint="raise --time-limit", lower_s=lower) from None
             out.extend(Candidate(s2, m2, b2, skipped="time", lower_s=b2, chunks=v2)
                        for b2, s2, m2, v2, _ in [(bound, stages, m, v, fits)] + list(combos[i + 1:]))
             break

@@ -170,7 +170,8 @@ def test_plan_emit_prints_the_plans_launch_file_after_it(tmp_path):
     """`dnnplan plan --emit FRAMEWORK`: the plan's summary, then the file `dnnplan export --to` writes
     (its JSON under "export" with --json); a plan the framework cannot run is one line after the
     summary, exit 2; --emit with --sweep or an unknown framework, one line before planning."""
-    base = ["plan", "tiny-llama", "-p", "4", "--machine", "dgx-h100", "--precision", "bf16", "--time-limit", "5"]
+    base = ["plan", "tiny-llama", "-p", "4", "--machine", "dgx-h100", "--precision", "bf16", "--time-limit", "5",
+            "--pipeline", "off"]
     out = tmp_path / "p.yaml"
     result = runner.invoke(app, [*base, "--emit", "megatron", "--out", str(out)])
     assert result.exit_code == 0, result.output

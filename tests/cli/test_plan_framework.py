@@ -25,7 +25,7 @@ GIB = 2 ** 30
 def _plan(tmp_path, network: str, *extra: str) -> tuple[dict, str]:
     out = tmp_path / f"{network}-{len(list(tmp_path.iterdir()))}.yaml"
     args = ["plan", network, "-p", "4", "-b", "64", "--machine", "dgx-h100", "--time-limit", "60", "--json",
-            "--out", str(out), *extra]
+            "--pipeline", "off", "--out", str(out), *extra]  # the whole batch's host timeline
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout.strip().splitlines()[-1]), str(out)

@@ -49,13 +49,13 @@ def _step(answer) -> float:
 
 def test_zero3_data_parallel_beats_zero0_accumulation_and_is_chosen(tmp_path):
     """A 100M-parameter GPT at sequence 1024, batch 16 on 8 H100s under 0.8 GiB a device: without
-    ZeRO the whole batch fits only with its limit binding and gradient accumulation answers; ZeRO-3
+    ZeRO the whole batch fits only with its limit binding and a pipeline answers; ZeRO-3
     fits the whole batch at once and is faster. Without --zero the planner weighs the stages and
     answers ZeRO-3, with each stage's step, and the plan is no slower than any stage's own."""
     spec = _gpt(tmp_path, 1024, 1024)
     _, zero0 = _first(spec, 16, 0.8, 0)
     _, zero3 = _first(spec, 16, 0.8, 3)
-    assert zero0.pipeline is not None and zero0.pipeline.stages == 1 and zero0.pipeline.micro_batches > 1
+    assert zero0.pipeline is not None and zero0.pipeline.micro_batches > 1
     assert zero3.plan is not None and _step(zero3) < _step(zero0) * 0.9
     _, chosen = _first(spec, 16, 0.8, None)
     assert chosen.settings.choices.zero == 3 and chosen.plan is not None
@@ -85,20 +85,22 @@ def test_the_cli_says_which_zero_stage_it_chose(tmp_path):
 def test_every_returned_plan_fits_its_limit_as_its_peak_is_predicted(tmp_path):
     """A 100M-parameter GPT at sequence 32, batch 8, ZeRO-1, under 0.22 GiB a device: the solver's
     optimum holds its per-layer count under the limit but its peak, counting the resharded inputs
-    the executor keeps, is over it; the plan returned is planned again under a lower limit and fits,
-    and so does the answer of every ZeRO stage weighed."""
+    the executor keeps, is over it; the plan of the whole batch returned (--pipeline off) is planned
+    again under a lower limit and fits, and so does the answer of every ZeRO stage weighed (a
+    pipeline here)."""
     spec = _gpt(tmp_path, 1024, 32)
     ctx = context.resolve(spec, 8, 8, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
     settings = Settings(choices=TrainingChoices(optimizer="adam", precision="bf16", zero=1))
     raw = make_plan(ctx.network, spec, 8, 8, ctx.machine, ctx.compute, 0.22 * GIB, settings)
     assert raw.memory_peak_bytes > 0.22 * GIB  # the case is one the count alone lets over the limit
     _, fitted = _first(spec, 8, 0.22, 1)
-    assert answer_peak(fitted) <= 0.22 * GIB and "planned under" in fitted.memory_note
+    assert answer_peak(fitted) <= 0.22 * GIB
     _, chosen = _first(spec, 8, 0.22, None)
     assert answer_peak(chosen) <= 0.22 * GIB
     # the summary states the limit asked for, and the note the lower one the answer was planned under
     said = CliRunner().invoke(app, ["plan", spec, "-p", "8", "-b", "8", "--machine", "dgx-h100", "--precision",
-                                    "bf16", "--optimizer", "adam", "--memory", "0.22", "--zero", "1"])
+                                    "bf16", "--optimizer", "adam", "--memory", "0.22", "--zero", "1", "--pipeline",
+                                    "off"])
     assert said.exit_code == 0, said.output
     text = " ".join(said.output.split())
     assert f"(limit {fmt.nbytes(0.22 * GIB)})" in text and "planned under" in text
@@ -210,7 +212,7 @@ def test_an_answer_whose_gap_leaves_out_a_stage_says_so_and_is_not_called_optima
 
 
 def test_out_of_time_planning_again_the_answers_own_pair_is_planned_under_the_lower_limit(tmp_path, monkeypatch):
-    """ZeRO-0's answer (gradient accumulation) taken as 0.05 GiB over the limit, and its search
+    """ZeRO-0's answer (a pipeline) taken as 0.05 GiB over the limit, and its search
     under the lowered limit out of time (llm-foundry's MPT-7B at 65,536 on 8 H100s): its own pipeline
     degree and micro-batch count are planned under that limit, and the gap stated counts every layout."""
     import planner.first_plan as auto
@@ -228,7 +230,7 @@ def test_out_of_time_planning_again_the_answers_own_pair_is_planned_under_the_lo
         return got
 
     monkeypatch.setattr(auto, "_at_stage", stage)
-    monkeypatch.setattr(auto, "answer_peak", lambda a: real_peak(a) + (0.05 * GIB if first and a is first[0] else 0.0))
+    monkeypatch.setattr(auto, "answer_peak", lambda a: 0.85 * GIB if first and a is first[0] else real_peak(a))
     _, got = _first(spec, 16, 0.8, 0)
     over = first[0].pipeline
     assert len(calls) == 2 and calls[1] < 0.8 * GIB

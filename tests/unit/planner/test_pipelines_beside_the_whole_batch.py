@@ -1,0 +1,72 @@
+"""Where the whole batch at once fits, the planner weighs pipelines too (planner.first_plan): under
+that plan's step as the ceiling, a pipeline (or gradient accumulation) is the answer when faster,
+and the whole batch's plan is called optimal only where no pipelined plan can beat it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import planner.first_plan as first
+from costmodel.choices.training import TrainingChoices
+from dnnplan.cli import app
+from planner.pipeline.search import NotFaster, SearchOutOfTime
+from planner.problem.solve import Settings
+from planner.solvers import Budget
+from profiler import context
+
+runner = CliRunner()
+ARGS = ["plan", "tiny-llama", "-p", "4", "-b", "64", "--machine", "dgx-h100", "--precision", "bf16", "--zero", "1",
+        "--time-limit", "60", "--json"]
+
+
+def _json(*extra: str) -> dict:
+    got = runner.invoke(app, [*ARGS, *extra])
+    assert got.exit_code == 0, got.output
+    return json.loads(got.stdout.strip().splitlines()[-1])
+
+
+def test_a_pipeline_faster_than_the_whole_batch_is_the_answer_and_says_why():
+    """tiny-llama on 4 H100s: the whole batch fits (its tensors take KiB), and its data-parallel
+    gradient sync costs more than the kernels; accumulation without one is faster."""
+    whole = _json("--pipeline", "off")
+    answer = _json()
+    assert whole["solver"]["memory_binding"] is False and not whole.get("pipeline")
+    assert answer["pipeline"] and answer["step_s"] < whole["step_s"]
+    text = runner.invoke(app, ARGS[:-1]).output
+    assert f"the whole batch at once fits at {whole['step_s']:.4g} s a step, and a pipeline is faster" in \
+        " ".join(text.split())
+
+
+def _tiny(monkeypatch, raised: Exception):
+    """tiny-llama's ZeRO-1 answer with the pipeline search replaced by one that raises ``raised``."""
+    ctx = context.resolve("tiny-llama", 4, 64, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    calls = []
+
+    def search(*args, **kwargs):
+        calls.append(kwargs["ceiling"])
+        raise raised
+
+    monkeypatch.setattr(first, "search_pipeline", search)
+    settings = Settings(budget=Budget(60), choices=TrainingChoices(optimizer="adam", precision="bf16", zero=1))
+    answer = first.first_plan(ctx.network, "tiny-llama", 64, 4, ctx.machine, ctx.compute, None, settings,
+                              machine_ref="dgx-h100", fingerprint=None, zero_given=True)
+    return answer, calls
+
+
+def test_pipelines_proven_no_faster_leave_the_whole_batch_optimal(monkeypatch):
+    answer, calls = _tiny(monkeypatch, NotFaster("none beats it", lower_s=1.0))
+    assert answer.pipeline is None and calls == [pytest.approx(answer.plan.step_s)]
+    assert answer.plan.solver["status"] == "optimal" and not answer.plan.solver.get("gap")
+
+
+@pytest.mark.parametrize("error", [NotFaster, SearchOutOfTime])
+def test_pipelines_left_unsearched_count_in_the_gap_by_their_bound(monkeypatch, error):
+    """A pair the time limit left unsearched may still beat the whole batch: the answer is not
+    called optimal, its gap the share its bound leaves."""
+    ctx_step = _tiny(monkeypatch, NotFaster("", lower_s=1.0))[0].plan.step_s
+    answer, _ = _tiny(monkeypatch, error("out of time", lower_s=0.75 * ctx_step))
+    assert answer.pipeline is None and answer.plan.solver["status"] == "feasible"
+    assert answer.plan.solver["gap"] == pytest.approx(0.25)
