@@ -46,10 +46,13 @@ from planner.solvers.problem import memory_of
 from planner.pipeline.stack import uniform_stack
 from planner.pipeline.pair_bounds import bound_tasks, pair_bound, pair_keys
 from planner.problem.parallel import side_by_side
-from planner.zero_choice import (ATTENTION_ORDER, ORDER, SHARDED_FIRST, Beaten, Weighed, fastest_stage, overall_gap,
-                                 uncovered)
+from costmodel.layer.candidates import divisors
+from planner.zero_choice import (ATTENTION_ORDER, ORDER, SHARDED_FIRST, Beaten, Share, Weighed, fastest_stage,
+                                 overall_gap, uncovered)
 
 GIB = 2.0 ** 30
+#: what a stage's answer weighed of the pipelined plans (:attr:`Answer.pipelines`)
+ALL, ONE_STAGE, NONE = "all", "one stage", "none"
 #: the stages tried in order on the executor's own machine (a CPU), the next only when nothing fits
 CPU_ZERO_TRIED = (0, 1, 3)
 
@@ -73,6 +76,9 @@ class Answer:
     pipeline: PipelineChoice | None = None
     why: str = ""
     timed: tuple = ()  # machine `local`: the candidates weighed in step context (executor.step_choice)
+    #: the pipelined plans its search weighed: every pair (ALL), gradient accumulation's only
+    #: (ONE_STAGE), none (NONE: the whole batch fits, its pipelines weighed after the ZeRO stages)
+    pipelines: str = "all"
     zero_why: str = ""
     weighed: tuple = ()  # planner.zero_choice.Weighed of each ZeRO stage, when the planner chose it
     memory_note: str = ""  # the limit was lowered so the peak fits (planner.fit_check)
@@ -92,23 +98,40 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     settings = dataclasses.replace(settings, priced=PricedLayers() if isinstance(compute, PricedOnce) else None)
 
     lookahead: list[int] = []  # the ZeRO stages in the order the planner weighs them, when workers may bound ahead
+    stages: dict[int, Answer] = {}  # each ZeRO stage's answer, when the planner chooses the stage
 
     def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
         if lookahead:  # the later stages' pairs bounded by idle workers while this stage's pairs are searched
-            later = lookahead[lookahead.index(trial.choices.zero) + 1:]
+            # the stages whose whole batch fit first: their pairs are bounded after the stages (_pipelines_after)
+            later = [x for x, a in (stages or {}).items() if a.pipelines != ALL and x != trial.choices.zero]
+            later += [x for x in lookahead[lookahead.index(trial.choices.zero) + 1:] if x not in later]
             settings.parallel.when_idle(lambda: _later_bounds(net, batch, p, machine, compute, limit, settings,
                                                               schedule, later))
         answer, note = fitting(lambda under: _at_stage(net, network_ref, batch, p, machine, compute, under, trial,
-                                                       machine_ref, fingerprint, schedule, prove_s, ceiling),
+                                                       machine_ref, fingerprint, schedule, prove_s, ceiling,
+                                                       defer=stages is not None),
                                answer_peak, limit,
                                lambda over, under: _refit(over, net, batch, p, machine, compute, under, trial, schedule),
                                passes=(Beaten,))
-        return dataclasses.replace(answer, memory_note=note) if note else answer
+        answer = dataclasses.replace(answer, memory_note=note) if note else answer
+        if stages is not None:
+            stages[trial.choices.zero] = answer
+        return answer
+
+    def pipelines_at(trial: Settings, ceiling: float, counts: tuple[int, ...] | None) -> tuple[Answer, str]:
+        """Stage ``trial``'s pipelined plans of ``counts`` stages (None: every count) that beat ``ceiling``."""
+        return fitting(lambda under: Answer(trial, pipeline=search_pipeline(
+            net, batch, p, machine, compute, under, trial, stage_counts=counts, schedule=schedule, prove_s=prove_s,
+            ceiling=ceiling)), answer_peak, limit,
+            lambda over, under: _refit(over, net, batch, p, machine, compute, under, trial, schedule),
+            passes=(NotFaster,))
 
     try:
         if zero_given or settings.choices.zero or p == 1:  # one device: no replica to shard over
+            stages = None
             return plan_at(settings)
         if machine.device.kind == "cpu":
+            stages = None
             return _when_nothing_fits(plan_at, settings)
         order = ORDER
         if any(layer.op == "attention" for layer in net.layers):
@@ -116,7 +139,10 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
             order = SHARDED_FIRST if binds else ATTENTION_ORDER
         if side_by_side(settings.parallel, compute) is not None:
             lookahead[:] = order
-        answer, zero, weighed = fastest_stage(settings, plan_at, _outcome, _wrap, order)
+        floor = physics_floor(net, batch, p, machine)(1, 1, 1) if uniform_stack(net) is not None else 0.0
+        answer, zero, weighed = fastest_stage(settings, plan_at, lambda a: _outcome(a, floor), _wrap, order)
+        answer, zero, weighed = _pipelines_after(settings, pipelines_at, stages, answer, zero, weighed, floor,
+                                                 uniform_stack(net).n if uniform_stack(net) is not None else 0, p)
     except _NoneFits as err:
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
@@ -193,14 +219,16 @@ def _when_nothing_fits(plan_at, settings: Settings) -> Answer:
 
 def _at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
               limit: float, settings: Settings, machine_ref: str, fingerprint: str | None, schedule: str,
-              prove_s: float | None, ceiling: float | None = None) -> Answer:
+              prove_s: float | None, ceiling: float | None = None, defer: bool = False) -> Answer:
     """The plan under ``settings``' ZeRO stage (module docstring); :class:`_NoneFits` when none fits;
     ``ceiling``: a step held from another stage (pipelines that cannot beat it are not searched,
-    :class:`Beaten` when none is left)."""
+    :class:`Beaten` when none is left); ``defer``: where the whole batch fits, its pipelines are
+    weighed after every ZeRO stage's plan (:func:`_pipelines_after`), gradient accumulation only
+    where its memory limit binds."""
     try:
         plan = make_plan(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref=machine_ref,
                          profile_fingerprint=fingerprint, suggest=False)
-        return _pipelined(net, batch, p, machine, compute, limit, settings, plan, schedule, prove_s, ceiling)
+        return _pipelined(net, batch, p, machine, compute, limit, settings, plan, schedule, prove_s, ceiling, defer)
     except Infeasible as err:
         if uniform_stack(net) is None:
             raise _NoneFits(False) from err
@@ -220,9 +248,14 @@ def _at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     return Answer(settings, pipeline=choice, why=why)
 
 
-def _outcome(answer: Answer) -> Weighed:
+def _outcome(answer: Answer, floor: float = 0.0) -> Weighed:
     """A stage's answer as :mod:`planner.zero_choice` weighs it: its step, proven lower bound, and
-    whether the memory limit held it back (anything but the whole batch's unconstrained optimum)."""
+    whether the memory limit held it back (anything but the whole batch's unconstrained optimum);
+    ``floor``: the least step of the pipelined plans the answer has not weighed yet (their physics
+    floor)."""
+    if answer.pipelines != ALL:
+        own = _outcome(dataclasses.replace(answer, pipelines=ALL))
+        return dataclasses.replace(own, lower_s=min(own.lower_s, floor))
     if answer.pipeline is not None:
         step = answer.pipeline.prediction.step_s
         return Weighed(answer.settings.choices.zero, step, step * (1 - answer.pipeline.stats.get("proven_gap", 1.0)))
@@ -270,43 +303,100 @@ def _chosen(answer: Answer, zero: int, weighed: list[Weighed]) -> Answer:
 
 def _pipelined(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
                settings: Settings, plan: Plan, schedule: str, prove_s: float | None,
-               ceiling: float | None = None) -> Answer:
+               ceiling: float | None = None, defer: bool = False) -> Answer:
     """The answer where the whole batch at once fits (module docstring): the pipeline search under
     ``plan``'s step as its ceiling (and ``ceiling``'s, a step held from elsewhere: a pair whose bound
     reaches it is not searched); its plan when faster, else ``plan`` with its gap counting the
     pipelined plans' least step (the pairs' bounds; their physics floor where the time limit left
-    none to search), so an answer is called optimal only where no pipeline can beat it."""
+    none to search), so an answer is called optimal only where no pipeline can beat it; ``defer``:
+    accumulation only, where the memory limit binds (the rest after the ZeRO stages: :func:`_pipelines_after`)."""
     cpu = machine.device.kind == "cpu"  # the executor's own machine: accumulation where memory binds
-    if uniform_stack(net) is None or (cpu and not plan.solver.get("memory_binding")):
+    binds = bool(plan.solver.get("memory_binding"))
+    if uniform_stack(net) is None or (cpu and not binds):
         return Answer(settings, plan=plan)
+    if defer and not binds:
+        return Answer(settings, plan=plan, pipelines=NONE)
     held = plan.step_s if ceiling is None else min(plan.step_s, ceiling)
     budget = settings.budget
     if budget is not None and budget.expired():
-        return _unbeaten(settings, plan, physics_floor(net, batch, p, machine)(1, 1, 1))
+        return _unbeaten(settings, plan, physics_floor(net, batch, p, machine)(1, 1, 1), defer)
     try:
         choice = search_pipeline(net, batch, p, machine, compute, limit, settings, schedule=schedule,
-                                 stage_counts=(1,) if cpu else None, prove_s=prove_s, ceiling=held)
+                                 stage_counts=(1,) if cpu or defer else None, prove_s=prove_s, ceiling=held)
     except (NotFaster, SearchOutOfTime) as err:
-        return _unbeaten(settings, plan, err.lower_s)
+        return _unbeaten(settings, plan, err.lower_s, defer)
     except NoPipelineFits:
-        return Answer(settings, plan=plan)
+        return Answer(settings, plan=plan, pipelines=ONE_STAGE if defer else ALL)
     step = choice.prediction.step_s
     if step >= plan.step_s * (1 - 1e-9):
-        return _unbeaten(settings, plan, step * (1 - choice.stats.get("proven_gap", 1.0)))
+        return _unbeaten(settings, plan, step * (1 - choice.stats.get("proven_gap", 1.0)), defer)
     why = ("the whole batch at once fits only with the memory limit binding, and gradient accumulation is faster"
            if choice.stages == 1 and plan.solver.get("memory_binding") else
            f"the whole batch at once fits at {plan.step_s:.4g} s a step, and a pipeline is faster")
-    return Answer(settings, pipeline=choice, why=why)
+    return Answer(settings, pipeline=choice, why=why, pipelines=ONE_STAGE if defer else ALL)
 
 
-def _unbeaten(settings: Settings, plan: Plan, lower_s: float) -> Answer:
+def _unbeaten(settings: Settings, plan: Plan, lower_s: float, defer: bool = False) -> Answer:
     """``plan`` as the answer, its proven gap widened to what a pipelined plan could still take
     (``lower_s``, the least step of any pipelined plan)."""
     step = plan.step_s
     gap = 1 - lower_s / step if 0 < step and lower_s < step else 0.0
     if gap > (plan.solver.get("gap") or 0.0) and gap > 1e-12:
         plan = dataclasses.replace(plan, solver={**plan.solver, "gap": gap, "status": "feasible"})
-    return Answer(settings, plan=plan)
+    return Answer(settings, plan=plan, pipelines=ONE_STAGE if defer else ALL)
+
+
+def _pipelines_after(settings: Settings, pipelines_at, stages: dict[int, Answer], answer: Answer, zero: int,
+                     weighed: list[Weighed], floor: float, blocks: int, p: int) -> tuple[Answer, int, list[Weighed]]:
+    """The pipelined plans of the ZeRO stages whose answers have not weighed them (the whole batch
+    fit), each under the fastest step held as its ceiling, fastest stage first (a pair whose bound
+    reaches the step held is not searched, so once the stages have their plans most are not):
+    ``(answer, zero, weighed)`` with a faster pipeline as the answer, and each stage's lower bound
+    counting its pipelined plans (their bounds, or ``floor`` where the time limit left them
+    unsearched; a stage skipped by dominance follows the stage it follows).
+    ``pipelines_at(settings, ceiling, counts)``: a stage's pipelined plans of ``counts`` stages."""
+    by = {w.zero: w for w in weighed}
+    parent = settings.budget
+    step = _step_of
+    for got in sorted((a for a in stages.values() if a.pipelines != ALL), key=step):
+        z = got.settings.choices.zero
+        counts = None if got.pipelines == NONE else tuple(s for s in divisors(p) if 1 < s <= blocks)
+        own = _outcome(dataclasses.replace(got, pipelines=ALL)).lower_s  # the whole batch's (or accumulation's)
+        lower = float("inf") if counts == () else floor
+        if counts != () and not (parent is not None and parent.expired()):
+            held = step(answer)
+            share = None if parent is None else Share(
+                parent, parent.left(), lambda result, budget, s=got.settings: _wrap(result, budget, s),
+                lambda x: min([x] + [w.lower_s for w in by.values()]), f"ZeRO-{z}")
+            trial = dataclasses.replace(got.settings, budget=share)
+            try:
+                found, note = pipelines_at(trial, held, counts)
+            except (NotFaster, SearchOutOfTime) as err:
+                lower = err.lower_s
+            except NoPipelineFits:
+                lower = float("inf")
+            except DnnplanError:  # a faster pipeline whose peak fits no lowered limit: not proven slower
+                pass
+            else:
+                got_step = step(found)
+                lower = got_step * (1 - found.pipeline.stats.get("proven_gap", 1.0))
+                if got_step < held * (1 - 1e-9):
+                    what = "the whole batch at once fits" if got.pipeline is None else "gradient accumulation runs"
+                    answer, zero = dataclasses.replace(
+                        found, memory_note=note, why=f"{what} at {step(got):.4g} s a step, and a pipeline is faster"), z
+                    by[z] = dataclasses.replace(by[z], step_s=min(by[z].step_s, got_step))
+        before = by[z].lower_s
+        by[z] = dataclasses.replace(by[z], lower_s=min(own, lower))
+        for x in (2, 3):  # ZeRO-2 and ZeRO-3 skipped on this stage's plan (planner.zero_choice._skip)
+            w, source = by.get(x), 1 if x == 2 or by.get(2) is None or by[2].step_s is None else 2
+            if w is not None and source == z and w.step_s is None and w.skipped.startswith("not planned (its step") \
+                    and w.lower_s == before:
+                by[x] = dataclasses.replace(w, lower_s=by[z].lower_s)
+    return answer, zero, [by[z] for z in sorted(by)]
+
+
+def _step_of(answer: Answer) -> float:
+    return answer.pipeline.prediction.step_s if answer.pipeline is not None else answer.plan.step_s
 
 
 def _memory_binds(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,

@@ -22,7 +22,10 @@ What the stages change in the cost model decides which need planning:
 
 Each stage's search is given the fastest step held so far as a ceiling: pipeline and micro-batch
 pairs whose lower bound reaches it are not searched (:func:`planner.pipeline.search.search_pipeline`),
-nor proven against.
+nor proven against. A stage whose whole batch fits has its pipelines weighed after every stage has
+its plan, fastest stage first, under the fastest step held (:func:`planner.first_plan._pipelines_after`:
+by then most pairs' bounds reach it); until then its lower bound is their physics floor, and a
+stage skipped by dominance on it follows its bound.
 
 The stages run in the order 0, 1, 2, 3 for a network without attention (ZeRO-0 first: the plan
 given before the choice, so a search the time limit cuts short answers no worse), and 1, 3, 0, 2

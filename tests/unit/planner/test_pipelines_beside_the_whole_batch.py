@@ -70,3 +70,22 @@ def test_pipelines_left_unsearched_count_in_the_gap_by_their_bound(monkeypatch, 
     answer, _ = _tiny(monkeypatch, error("out of time", lower_s=0.75 * ctx_step))
     assert answer.pipeline is None and answer.plan.solver["status"] == "feasible"
     assert answer.plan.solver["gap"] == pytest.approx(0.25)
+
+
+def test_the_zero_stage_choice_weighs_each_stages_pipelines_after_the_stages():
+    """Without --zero each stage's whole batch is planned first and its pipelines after every stage
+    has a plan (under the fastest step held): the answer equals the fastest of the stages planned
+    one by one with their pipelines, and no stage's lower bound is above its step."""
+    free = [a for a in ARGS if a not in ("--zero", "1")]
+    chosen = json.loads(runner.invoke(app, free).stdout.strip().splitlines()[-1])
+    each = [_json_args([*free, "--zero", str(z)]) for z in (0, 1, 3)]
+    assert chosen["pipeline"] and chosen["step_s"] == pytest.approx(min(e["step_s"] for e in each), rel=1e-9)
+    weighed = chosen["zero_choice"]["weighed"]
+    assert all(w["lower_s"] <= w["step_s"] * (1 + 1e-9) for w in weighed if w["step_s"] is not None)
+    assert "uncovered_zero" not in chosen.get("search", {})
+
+
+def _json_args(args: list[str]) -> dict:
+    got = runner.invoke(app, args)
+    assert got.exit_code == 0, got.output
+    return json.loads(got.stdout.strip().splitlines()[-1])
