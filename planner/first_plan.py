@@ -102,9 +102,9 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
 
     def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
         if lookahead:  # the later stages' pairs bounded by idle workers while this stage's pairs are searched
-            # the stages whose whole batch fit first: their pairs are bounded after the stages (_pipelines_after)
-            later = [x for x, a in (stages or {}).items() if a.pipelines != ALL and x != trial.choices.zero]
-            later += [x for x in lookahead[lookahead.index(trial.choices.zero) + 1:] if x not in later]
+            # then the stages whose whole batch fit: their pairs are bounded after the stages (_pipelines_after)
+            later = lookahead[lookahead.index(trial.choices.zero) + 1:]
+            later += [x for x, a in (stages or {}).items() if a.pipelines != ALL and x not in later]
             settings.parallel.when_idle(lambda: _later_bounds(net, batch, p, machine, compute, limit, settings,
                                                               schedule, later))
         answer, note = fitting(lambda under: _at_stage(net, network_ref, batch, p, machine, compute, under, trial,
