@@ -139,10 +139,11 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
             order = SHARDED_FIRST if binds else ATTENTION_ORDER
         if side_by_side(settings.parallel, compute) is not None:
             lookahead[:] = order
-        floor = physics_floor(net, batch, p, machine)(1, 1, 1) if uniform_stack(net) is not None else 0.0
+        stack = uniform_stack(net)
+        floor = physics_floor(net, batch, p, machine)(1, 1, 1) if stack is not None else 0.0
         answer, zero, weighed = fastest_stage(settings, plan_at, lambda a: _outcome(a, floor), _wrap, order)
         answer, zero, weighed = _pipelines_after(settings, pipelines_at, stages, answer, zero, weighed, floor,
-                                                 uniform_stack(net).n if uniform_stack(net) is not None else 0, p)
+                                                 stack.n if stack is not None else 0, p)
     except _NoneFits as err:
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
@@ -282,7 +283,7 @@ def _wrap(result, budget: Budget, settings: Settings, covered: str = "") -> Answ
 
 def _chosen(answer: Answer, zero: int, weighed: list[Weighed]) -> Answer:
     """The fastest stage's answer, its gap counting every stage and why its ZeRO stage was chosen."""
-    step = answer.pipeline.prediction.step_s if answer.pipeline is not None else answer.plan.step_s
+    step = _step_of(answer)
     gap = overall_gap(step, weighed)
     left_out = uncovered(weighed)  # stages the gap does not cover: stated, and the answer not called optimal
     more = {"uncovered_zero": left_out} if left_out else {}
@@ -331,7 +332,7 @@ def _pipelined(net: Network, batch: int, p: int, machine: Machine, compute: Comp
     if step >= plan.step_s * (1 - 1e-9):
         return _unbeaten(settings, plan, step * (1 - choice.stats.get("proven_gap", 1.0)), defer)
     why = ("the whole batch at once fits only with the memory limit binding, and gradient accumulation is faster"
-           if choice.stages == 1 and plan.solver.get("memory_binding") else
+           if choice.stages == 1 and binds else
            f"the whole batch at once fits at {plan.step_s:.4g} s a step, and a pipeline is faster")
     return Answer(settings, pipeline=choice, why=why, pipelines=ONE_STAGE if defer else ALL)
 
@@ -357,7 +358,7 @@ def _pipelines_after(settings: Settings, pipelines_at, stages: dict[int, Answer]
     ``pipelines_at(settings, ceiling, counts)``: a stage's pipelined plans of ``counts`` stages."""
     by = {w.zero: w for w in weighed}
     parent = settings.budget
-    step = _step_of
+    step = _step_of  # an answer's step, whole batch or pipelined
     for got in sorted((a for a in stages.values() if a.pipelines != ALL), key=step):
         z = got.settings.choices.zero
         counts = None if got.pipelines == NONE else tuple(s for s in divisors(p) if 1 < s <= blocks)
@@ -396,6 +397,7 @@ def _pipelines_after(settings: Settings, pipelines_at, stages: dict[int, Answer]
 
 
 def _step_of(answer: Answer) -> float:
+    """An answer's step: its pipeline's, else its plan's."""
     return answer.pipeline.prediction.step_s if answer.pipeline is not None else answer.plan.step_s
 
 
