@@ -53,7 +53,8 @@ def plan(dnnplan: str, net: str, p: int, machine: str, limit: float | None, extr
     args += [] if limit is None else ["--time-limit", str(limit), "--prove", str(limit)]
     env = None if base is None else {**os.environ, "PYTHONPATH": base}
     start = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    # in that folder: `python -m` puts the working folder first on the path, before PYTHONPATH
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=base)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         return {"wall_s": wall, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}

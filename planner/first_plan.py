@@ -33,7 +33,7 @@ from networks.errors import DnnplanError
 from planner.problem.build import Builder, build_with
 from planner.problem.priced_layers import PricedLayers
 from planner.problem.priced_once import PricedOnce, priced_once
-from planner.problem.solve import Infeasible, Settings, make_plan
+from planner.problem.solve import Infeasible, Settings, Slower, make_plan
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
                                      search_pipeline)
 from costmodel.step.pipeline import INTERLEAVED
@@ -41,7 +41,7 @@ from planner.fit_check import REFIT_SHARE, fitting
 from planner.pipeline.triples import AUTO, DEFAULT, physics_floor
 from planner.plan.plan import Plan
 from planner.refusal import refusal
-from planner.solvers import Budget
+from planner.solvers import Budget, partial
 from planner.solvers.problem import memory_of
 from planner.pipeline.stack import uniform_stack
 from planner.pipeline.pair_bounds import bound_tasks, pair_bound, pair_keys
@@ -140,7 +140,7 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         if side_by_side(settings.parallel, compute) is not None:
             lookahead[:] = order
         stack = uniform_stack(net)
-        floor = physics_floor(net, batch, p, machine)(1, 1, 1) if stack is not None else 0.0
+        floor = _floor(net, batch, p, machine) if stack is not None else 0.0
         answer, zero, weighed = fastest_stage(settings, plan_at, lambda a: _outcome(a, floor), _wrap, order)
         answer, zero, weighed = _pipelines_after(settings, pipelines_at, stages, answer, zero, weighed, floor,
                                                  stack.n if stack is not None else 0, p)
@@ -225,9 +225,17 @@ def _at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     ``ceiling``: a step held from another stage (pipelines that cannot beat it are not searched,
     :class:`Beaten` when none is left); ``defer``: where the whole batch fits, its pipelines are
     weighed after every ZeRO stage's plan (:func:`_pipelines_after`), gradient accumulation only
-    where its memory limit binds."""
+    where its memory limit binds. Where the devices outnumber the batch's samples, the pipelined
+    plans are weighed first (:func:`_pipelines_first`)."""
+    stack = uniform_stack(net) is not None and machine.device.kind != "cpu"
+    if stack and p > batch:
+        return _pipelines_first(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref,
+                                fingerprint, schedule, prove_s, ceiling)
+    # the whole batch's bounds are no bounds over the pipelined plans: passed on no higher than their floor
+    whole = dataclasses.replace(settings, budget=partial(settings.budget, _floor(net, batch, p, machine))) \
+        if stack else settings
     try:
-        plan = make_plan(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref=machine_ref,
+        plan = make_plan(net, network_ref, batch, p, machine, compute, limit, whole, machine_ref=machine_ref,
                          profile_fingerprint=fingerprint, suggest=False)
         return _pipelined(net, batch, p, machine, compute, limit, settings, plan, schedule, prove_s, ceiling, defer)
     except Infeasible as err:
@@ -238,15 +246,85 @@ def _at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     try:
         choice = search_pipeline(net, batch, p, machine, compute, limit, settings, schedule=schedule, prove_s=prove_s,
                                  ceiling=ceiling)
-    except NotFaster:
-        raise Beaten(ceiling) from None
+    except NotFaster as err:
+        raise Beaten(ceiling, err.lower_s) from None
     except NoPipelineFits:
-        if settings.budget is not None and settings.budget.expired():
-            settings.budget.check()
-            raise SearchOutOfTime(f"no plan was found within the {settings.budget.stated_s:g} s time limit",
-                                  hint="raise --time-limit") from None
+        _out_of_time(settings)
         raise _NoneFits(True) from None
     return Answer(settings, pipeline=choice, why=why)
+
+
+def _out_of_time(settings: Settings) -> None:
+    """:class:`SearchOutOfTime` (or Ctrl-C's ``KeyboardInterrupt``) when the time limit ended a search
+    that found nothing; else nothing."""
+    if settings.budget is not None and settings.budget.expired():
+        settings.budget.check()
+        raise SearchOutOfTime(f"no plan was found within the {settings.budget.stated_s:g} s time limit",
+                              hint="raise --time-limit")
+
+
+def _floor(net: Network, batch: int, p: int, machine: Machine) -> float:
+    """The least step any plan of ``net`` can take on ``p`` devices: its arithmetic at the highest
+    peak it runs at (:func:`planner.pipeline.triples.physics_floor`, one stage, no bubble)."""
+    return physics_floor(net, batch, p, machine)(1, 1, 1)
+
+
+def _pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
+                     limit: float, settings: Settings, machine_ref: str, fingerprint: str | None, schedule: str,
+                     prove_s: float | None, ceiling: float | None) -> Answer:
+    """The answer where the devices outnumber the batch's samples: a plan of the whole batch at once
+    then splits every sample (its sequence, heads or channels) over ``p / batch`` devices or more,
+    in every layer, and a pipeline, whose stages split the layers instead, is likely faster (every
+    transformer of the zoo on 4,096 H100s). So the pipeline search runs first (every stage count,
+    gradient accumulation included, under ``ceiling``), then the whole batch under the fastest
+    step held: its optimum without the memory limit, a bound on all its plans, ends it at once
+    when no faster (a memory-bound whole batch otherwise takes the whole time limit to solve:
+    Qwen3-30B-A3B on 4,096 H100s). The faster of the two is the answer, its gap counting the
+    other's lower bound."""
+    budget = settings.budget
+    floor = _floor(net, batch, p, machine)
+    choice, piped, fits = None, float("inf"), True
+    try:
+        choice = search_pipeline(net, batch, p, machine, compute, limit,
+                                 dataclasses.replace(settings, budget=partial(budget, floor)), schedule=schedule,
+                                 prove_s=prove_s, ceiling=ceiling)
+    except (NotFaster, SearchOutOfTime) as err:
+        piped = err.lower_s
+    except NoPipelineFits:
+        fits = False
+    else:
+        piped = choice.prediction.step_s * (1 - choice.stats.get("proven_gap", 1.0))
+    steps = [x for x in (ceiling, choice.prediction.step_s if choice is not None else None) if x is not None]
+    plan, whole = None, floor  # the whole batch's lower bound: the floor until it is planned
+    if budget is None or not budget.expired():
+        try:
+            plan = make_plan(net, network_ref, batch, p, machine, compute, limit,
+                             dataclasses.replace(settings, budget=partial(budget, piped)), machine_ref=machine_ref,
+                             profile_fingerprint=fingerprint, suggest=False, ceiling=min(steps, default=None))
+        except Slower as err:
+            whole = err.lower_s
+        except Infeasible:
+            whole = float("inf")
+            fits = fits and choice is not None
+        except DnnplanError:  # the time limit came before a plan (and no baseline fits)
+            if budget is None or not budget.expired():
+                raise
+        else:
+            whole = _outcome(Answer(settings, plan=plan)).lower_s
+    if choice is not None and (plan is None or choice.prediction.step_s <= plan.step_s):
+        step = choice.prediction.step_s
+        gap = max(choice.stats.get("proven_gap", 0.0), 1 - whole / step if 0 < whole < step else 0.0)
+        held = "" if plan is None else f" (its fastest found: {plan.step_s:.4g} s a step)"
+        why = (f"the devices outnumber the batch's samples ({p} > {batch}): the pipelined plans weighed first, "
+               f"then the whole batch at once under their step{held}")
+        return Answer(settings, pipeline=dataclasses.replace(choice, stats={**choice.stats, "proven_gap": gap}),
+                      why=why)
+    if plan is not None:
+        return _unbeaten(settings, plan, piped)
+    _out_of_time(settings)
+    if (not fits and whole == float("inf")) or not steps:
+        raise _NoneFits(True)
+    raise Beaten(min(steps), min(piped, whole))
 
 
 def _outcome(answer: Answer, floor: float = 0.0) -> Weighed:
@@ -320,9 +398,12 @@ def _pipelined(net: Network, batch: int, p: int, machine: Machine, compute: Comp
     held = plan.step_s if ceiling is None else min(plan.step_s, ceiling)
     budget = settings.budget
     if budget is not None and budget.expired():
-        return _unbeaten(settings, plan, physics_floor(net, batch, p, machine)(1, 1, 1), defer)
+        return _unbeaten(settings, plan, _floor(net, batch, p, machine), defer)
+    own = plan.step_s * (1 - (plan.solver.get("gap") or 0.0))  # the whole batch's lower bound
+    cap = min(own, _floor(net, batch, p, machine)) if defer else own  # defer: the other pipelines pending
     try:
-        choice = search_pipeline(net, batch, p, machine, compute, limit, settings, schedule=schedule,
+        choice = search_pipeline(net, batch, p, machine, compute, limit,
+                                 dataclasses.replace(settings, budget=partial(budget, cap)), schedule=schedule,
                                  stage_counts=(1,) if cpu or defer else None, prove_s=prove_s, ceiling=held)
     except (NotFaster, SearchOutOfTime) as err:
         return _unbeaten(settings, plan, err.lower_s, defer)

@@ -104,11 +104,14 @@ class Weighed:
 
 
 class Beaten(DnnplanError):
-    """A stage's search proved that no plan of it beats ``ceiling``, the fastest step held."""
+    """A stage's search found no plan that beats ``ceiling``, the fastest step held; ``lower_s``, the
+    least step its plans can take by their bounds: the ceiling where they reach it (proven none
+    faster), below it where the time limit left some unsearched."""
 
-    def __init__(self, ceiling: float):
+    def __init__(self, ceiling: float, lower_s: float | None = None):
         super().__init__(f"no plan beats the {ceiling:.6g} s step held")
         self.ceiling = ceiling
+        self.lower_s = ceiling if lower_s is None else min(lower_s, ceiling)
 
 
 class Share(Budget):
@@ -196,7 +199,10 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
         try:
             answers[z] = plan_at(trial, held)
         except Beaten as err:
-            done[z] = Weighed(z, lower_s=err.ceiling, skipped=f"has no plan that can beat {err.ceiling:.4g} s (its bounds)")
+            done[z] = Weighed(z, lower_s=err.lower_s, skipped=(
+                f"has no plan that can beat {err.ceiling:.4g} s (its bounds)" if err.lower_s >= err.ceiling else
+                f"has no plan found that beats {err.ceiling:.4g} s (the time limit left some unsearched: their bounds "
+                f"leave {err.lower_s:.4g} s)"))
             continue
         except DnnplanError as err:
             late = _late(trial.budget)

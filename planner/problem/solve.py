@@ -53,6 +53,16 @@ class PlanMismatch(RuntimeError):
     """The plan's predicted step differs from the solver's objective (a dnnplan bug)."""
 
 
+class Slower(DnnplanError):
+    """No plan of the whole batch beats the caller's ``ceiling`` step: ``lower_s``, the optimum
+    without the memory limit, is at least it."""
+
+    def __init__(self, lower_s: float, ceiling: float):
+        super().__init__(f"no plan of the whole batch at once beats the {ceiling:.6g} s step held "
+                         f"(the fastest takes {lower_s:.6g} s without the memory limit)")
+        self.lower_s = lower_s
+
+
 class Infeasible(DnnplanError):
     """No plan fits the memory limit: ``need_bytes`` is the least any plan needs a device."""
 
@@ -227,14 +237,15 @@ class _Maker:
 def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
               memory_limit_bytes: float | None = None, settings: Settings = Settings(),
               machine_ref: str | None = None, profile_fingerprint: str | None = None,
-              with_baselines: bool = True, suggest: bool = True) -> Plan:
+              with_baselines: bool = True, suggest: bool = True, ceiling: float | None = None) -> Plan:
     """The optimal plan of ``net`` at ``batch`` on ``p`` devices of ``machine``.
 
     ``memory_limit_bytes`` defaults to the device memory. Raises :class:`Infeasible` when no plan
     fits (``suggest``: its hint names the device count that would fit, found by trying them), and
     :class:`PlanMismatch` if the plan's prediction disagrees with the solver (a bug). Under
     ``settings.budget`` the search ends at its deadline with the best plan in hand (module
-    docstring).
+    docstring). ``ceiling``: a step held from elsewhere (a pipelined plan): :class:`Slower` when the
+    optimum without the memory limit, a lower bound on every plan, is no faster.
     """
     start = time.perf_counter()
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
@@ -252,8 +263,10 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
                    profile_fingerprint, base)
     built_s = time.perf_counter() - start
     better = _offers(maker, settings.budget, limit)
-    if settings.budget is not None:
-        _free_bound(built, settings.budget)
+    if settings.budget is not None or ceiling is not None:
+        free = _free_bound(built, settings.budget)
+        if ceiling is not None and free is not None and free >= ceiling * (1 - 1e-12):
+            raise Slower(free, ceiling)
     try:
         choice, got, notes, binding = solve_exact(built, settings, better)
     except Stopped:
@@ -304,14 +317,18 @@ def _offers(maker: _Maker, budget: Budget | None, limit: float) -> Better | None
     return better
 
 
-def _free_bound(built: Built, budget: Budget) -> None:
-    """Tell ``budget`` the optimum without the memory limit: no plan within the limit is faster."""
+def _free_bound(built: Built, budget: Budget | None) -> float | None:
+    """The optimum without the memory limit (None: the budget stopped it first), told to
+    ``budget``: no plan within the limit is faster."""
     try:
         got = solve(built.restrict(built.fastest).with_memory_limit(None), "reduced", budget=budget)
     except Stopped:
-        return
-    if got.status == "optimal":
+        return None
+    if got.status != "optimal":
+        return None
+    if budget is not None:
         budget.bound(got.objective)
+    return got.objective
 
 
 def _out_of_time(maker: _Maker, budget: Budget | None, limit: float) -> Plan:

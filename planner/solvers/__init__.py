@@ -16,14 +16,14 @@ limit.
 from __future__ import annotations
 
 from .brute import solve_brute
-from .budget import Budget, Stopped
+from .budget import Budget, Stopped, partial
 from .dp import solve_reduced
 from .fixing import Better, solve_fixed
 from .problem import Assignment, Edge, Problem, evaluate, min_memory
 from .prune import expand_choice, prune_dominated
 
 __all__ = ["Assignment", "Budget", "Edge", "Problem", "Stopped", "evaluate", "expand_choice", "min_memory",
-           "prune_dominated", "solve", "solve_brute", "solve_fixed", "solve_reduced"]
+           "partial", "prune_dominated", "solve", "solve_brute", "solve_fixed", "solve_reduced"]
 
 
 def solve(problem: Problem, method: str = "auto", time_limit_s: float | None = None,

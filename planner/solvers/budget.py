@@ -143,3 +143,32 @@ class Budget:
 def unlimited() -> Budget:
     """A budget with no deadline (tests, library callers that want the exact optimum)."""
     return Budget(None)
+
+
+class Partial:
+    """A budget seen by a search over part of the plans (the whole batch at once, or the pipelined
+    plans): the budget's clock, stop request and best plan, its plans offered to the budget, but
+    each lower bound it proves passed on no higher than ``cap``, the least step the rest of the
+    plans may take (a bound over part of the plans is no bound over all of them). The part's own
+    bound is kept as :attr:`lower_s`."""
+
+    def __init__(self, budget: Budget, cap: float):
+        self.budget, self.cap = budget, cap
+        self.lower_s = 0.0
+
+    def __getattr__(self, name: str):
+        return getattr(self.budget, name)
+
+    def offer(self, step_s: float, what: str, finish: Callable[[], Any], lower_s: float | None = None) -> bool:
+        if lower_s is not None:
+            self.lower_s = max(self.lower_s, lower_s)
+        return self.budget.offer(step_s, what, finish, None if lower_s is None else min(lower_s, self.cap))
+
+    def bound(self, lower_s: float) -> None:
+        self.lower_s = max(self.lower_s, lower_s)
+        self.budget.bound(min(lower_s, self.cap))
+
+
+def partial(budget: Budget | None, cap: float) -> Budget | None:
+    """``budget`` seen by a search over part of the plans (:class:`Partial`); None without one."""
+    return None if budget is None else Partial(budget, cap)

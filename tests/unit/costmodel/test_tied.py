@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 
 from costmodel.machine.loading import load_machine
 from costmodel.parallel.strategy import make_strategy
-from costmodel.layer.tied import head_sum_s, tie_estimate, tie_mismatch, ties
+from costmodel.layer.tied import head_sum_s, same_blocks, table_layout, tie_estimate, tie_mismatch, ties
+from costmodel.parallel.layout import block
+from costmodel.parallel.shard import weight_layouts
 from dnnplan.cli import app
 from executor.session.step_choice import uniform_plan
 from networks.loader import load_network
@@ -45,6 +47,26 @@ def test_a_head_needing_other_rows_pays_the_tables_reshard_and_its_gradient_sum(
     assert edge.bwd_s >= head_sum_s(h, hs, machine) > 0
     if embed != {"N": 4}:  # a replicated table is sliced where it lies; others move
         assert edge.fwd_bytes > 0 and edge.fwd_s > 0
+
+
+EMBEDS = [{"N": 8}, {"C": 8}, {"H": 8}, {"N": 2, "C": 4}, {"C": 4, "N": 2}, {"H": 2, "N": 4}, {"N": 4, "H": 2},
+          {"N": 2, "H": 2, "C": 2}]
+HEADS = [{"N": 8}, {"F": 8}, {"H": 8}, {"N": 2, "F": 4}, {"F": 2, "N": 4}, {"H": 2, "N": 4}, {"N": 4, "H": 2},
+         {"N": 2, "H": 2, "F": 2}]
+
+
+@pytest.mark.parametrize("embed", EMBEDS)
+def test_the_blocks_compared_all_at_once_are_the_blocks_compared_rank_by_rank(embed):
+    """same_blocks (every rank's interval along each axis at once) says what comparing each rank's
+    block says, for every pair of these layouts of gpt-tiny's table on 8 ranks."""
+    net = load_network(GPT)
+    alike = []
+    for head in HEADS:
+        e, es, h, hs = _pair(net, 8, embed, head)
+        table, needed = weight_layouts(e, es)["tokens"], table_layout(h, hs)
+        alike.append(same_blocks(table, needed))
+        assert alike[-1] == all(block(table, r) == block(needed, r) for r in range(8))
+    assert any(alike) and not all(alike)
 
 
 def test_the_planner_weighs_the_tie_and_predicts_what_it_chose():

@@ -1,6 +1,8 @@
 """Where the whole batch at once fits, the planner weighs pipelines too (planner.first_plan): under
 that plan's step as the ceiling, a pipeline (or gradient accumulation) is the answer when faster,
-and the whole batch's plan is called optimal only where no pipelined plan can beat it."""
+and the whole batch's plan is called optimal only where no pipelined plan can beat it. Where the
+devices outnumber the batch's samples the pipelines are weighed first and the whole batch under
+their step; a bound either search proves covers its own plans only (planner.solvers.budget.Partial)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ import planner.first_plan as first
 from costmodel.choices.training import TrainingChoices
 from dnnplan.cli import app
 from planner.pipeline.search import NotFaster, SearchOutOfTime
-from planner.problem.solve import Settings
-from planner.solvers import Budget
+from planner.problem.solve import Settings, Slower, make_plan
+from planner.solvers import Budget, partial
 from profiler import context
 
 runner = CliRunner()
@@ -89,3 +91,62 @@ def _json_args(args: list[str]) -> dict:
     got = runner.invoke(app, args)
     assert got.exit_code == 0, got.output
     return json.loads(got.stdout.strip().splitlines()[-1])
+
+
+FEW = ["plan", "tiny-llama", "-p", "8", "-b", "4", "--machine", "dgx-h100", "--precision", "bf16", "--zero", "1",
+       "--time-limit", "60", "--json"]
+
+
+def test_where_the_devices_outnumber_the_samples_the_answer_is_the_faster_of_pipelines_and_the_whole_batch():
+    """tiny-llama on 8 H100s at batch 4: the pipelined plans are weighed first, then the whole batch
+    under their step; the answer is the faster of the two searched alone."""
+    answer = _json_args(FEW)
+    piped = _json_args([*FEW, "--pipeline", "auto"])
+    whole = _json_args([*FEW, "--pipeline", "off"])
+    assert answer["step_s"] == pytest.approx(min(piped["step_s"], whole["step_s"]), rel=1e-9)
+    assert bool(answer.get("pipeline")) == (piped["step_s"] < whole["step_s"])
+    if answer.get("pipeline"):
+        text = " ".join(runner.invoke(app, FEW[:-1]).output.split())
+        assert "the devices outnumber the batch's samples (8 > 4): the pipelined plans weighed first" in text
+
+
+def test_the_whole_batch_after_the_pipelines_is_planned_under_their_step(monkeypatch):
+    ctx = context.resolve("tiny-llama", 8, 4, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    ceilings = []
+
+    def recorded(*args, **kwargs):
+        ceilings.append(kwargs.get("ceiling"))
+        return make_plan(*args, **kwargs)
+
+    monkeypatch.setattr(first, "make_plan", recorded)
+    settings = Settings(budget=Budget(60), choices=TrainingChoices(optimizer="adam", precision="bf16", zero=1))
+    answer = first.first_plan(ctx.network, "tiny-llama", 4, 8, ctx.machine, ctx.compute, None, settings,
+                              machine_ref="dgx-h100", fingerprint=None, zero_given=True)
+    assert answer.pipeline is not None
+    assert ceilings == [pytest.approx(answer.pipeline.prediction.step_s)]
+
+
+def test_a_whole_batch_under_a_ceiling_it_cannot_beat_ends_at_its_bound():
+    """make_plan's ``ceiling``: its optimum without the memory limit (here the plan itself, the
+    limit not binding) at or above the ceiling ends the search (Slower); below it, the plan is the
+    one planned without a ceiling."""
+    ctx = context.resolve("tiny-llama", 4, 64, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    settings = Settings(choices=TrainingChoices(optimizer="adam", precision="bf16"))
+    plan = make_plan(ctx.network, "tiny-llama", 64, 4, ctx.machine, ctx.compute, None, settings)
+    assert plan.solver["memory_binding"] is False
+    with pytest.raises(Slower) as err:
+        make_plan(ctx.network, "tiny-llama", 64, 4, ctx.machine, ctx.compute, None, settings, ceiling=plan.step_s)
+    assert err.value.lower_s == pytest.approx(plan.step_s, rel=1e-9)
+    again = make_plan(ctx.network, "tiny-llama", 64, 4, ctx.machine, ctx.compute, None, settings,
+                      ceiling=plan.step_s * 1.01)
+    assert again.step_s == pytest.approx(plan.step_s, rel=1e-12)
+
+
+def test_a_bound_over_part_of_the_plans_is_passed_on_no_higher_than_the_rest_may_take():
+    budget = Budget(None)
+    part = partial(budget, 2.0)
+    part.bound(3.0)
+    assert (budget.lower_s, part.lower_s) == (2.0, 3.0)
+    assert part.offer(5.0, "a plan", lambda: "it", lower_s=4.0)
+    assert (budget.best.step_s, budget.best.lower_s, budget.best.what) == (5.0, 2.0, "a plan")
+    assert part.lower_s == 4.0 and part.best is budget.best and partial(None, 2.0) is None
