@@ -33,7 +33,7 @@ from networks.errors import DnnplanError
 from planner.problem.build import Builder, build_with
 from planner.problem.priced_layers import PricedLayers
 from planner.problem.priced_once import PricedOnce, priced_once
-from planner.problem.solve import Infeasible, Settings, Slower, make_plan
+from planner.problem.solve import Binding, Infeasible, Settings, Slower, make_plan
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
                                      search_pipeline)
 from costmodel.step.pipeline import INTERLEAVED
@@ -225,24 +225,26 @@ def _at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     ``ceiling``: a step held from another stage (pipelines that cannot beat it are not searched,
     :class:`Beaten` when none is left); ``defer``: where the whole batch fits, its pipelines are
     weighed after every ZeRO stage's plan (:func:`_pipelines_after`), gradient accumulation only
-    where its memory limit binds. Where the devices outnumber the batch's samples, the pipelined
-    plans are weighed first (:func:`_pipelines_first`)."""
+    where its memory limit binds. Where the devices outnumber the batch's samples and the memory
+    limit binds the whole batch, the pipelined plans are weighed first (:func:`_pipelines_first`)."""
     stack = uniform_stack(net) is not None and machine.device.kind != "cpu"
-    if stack and p > batch:
-        return _pipelines_first(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref,
-                                fingerprint, schedule, prove_s, ceiling)
     # the whole batch's bounds are no bounds over the pipelined plans: passed on no higher than their floor
     whole = dataclasses.replace(settings, budget=partial(settings.budget, _floor(net, batch, p, machine))) \
         if stack else settings
+    few = stack and p > batch  # the devices outnumber the samples: a pipeline likely wins (_pipelines_first)
     try:
         plan = make_plan(net, network_ref, batch, p, machine, compute, limit, whole, machine_ref=machine_ref,
-                         profile_fingerprint=fingerprint, suggest=False)
-        return _pipelined(net, batch, p, machine, compute, limit, settings, plan, schedule, prove_s, ceiling, defer)
+                         profile_fingerprint=fingerprint, suggest=False, unbound_only=few)
+    except Binding:
+        return _pipelines_first(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref,
+                                fingerprint, schedule, prove_s, ceiling)
     except Infeasible as err:
         if uniform_stack(net) is None:
             raise _NoneFits(False) from err
         why = (f"no plan of the whole batch at once fits: the least any needs is {err.need_bytes / GIB:.1f} GiB a "
                f"device, over the {limit / GIB:.1f} GiB limit")
+    else:
+        return _pipelined(net, batch, p, machine, compute, limit, settings, plan, schedule, prove_s, ceiling, defer)
     try:
         choice = search_pipeline(net, batch, p, machine, compute, limit, settings, schedule=schedule, prove_s=prove_s,
                                  ceiling=ceiling)
@@ -272,15 +274,15 @@ def _floor(net: Network, batch: int, p: int, machine: Machine) -> float:
 def _pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
                      limit: float, settings: Settings, machine_ref: str, fingerprint: str | None, schedule: str,
                      prove_s: float | None, ceiling: float | None) -> Answer:
-    """The answer where the devices outnumber the batch's samples: a plan of the whole batch at once
-    then splits every sample (its sequence, heads or channels) over ``p / batch`` devices or more,
-    in every layer, and a pipeline, whose stages split the layers instead, is likely faster (every
-    transformer of the zoo on 4,096 H100s). So the pipeline search runs first (every stage count,
-    gradient accumulation included, under ``ceiling``), then the whole batch under the fastest
-    step held: its optimum without the memory limit, a bound on all its plans, ends it at once
-    when no faster (a memory-bound whole batch otherwise takes the whole time limit to solve:
-    Qwen3-30B-A3B on 4,096 H100s). The faster of the two is the answer, its gap counting the
-    other's lower bound."""
+    """The answer where the devices outnumber the batch's samples and the memory limit binds the
+    whole batch at once (its optimum without the limit does not fit). Its plans then split every
+    sample (its sequence, heads or channels) over ``p / batch`` devices or more, in every layer,
+    and a pipeline, whose stages split the layers instead, is likely faster; and its search under
+    the binding limit is long (Qwen3-30B-A3B on 4,096 H100s: the 20 s default, for a plan twice a
+    pipeline's step). So the pipeline search runs first (every stage count, gradient accumulation
+    included, under ``ceiling``), then the whole batch under the fastest step held: its optimum
+    without the memory limit, a bound on all its plans, ends it at once when no faster. The
+    faster of the two is the answer, its gap counting the other's lower bound."""
     budget = settings.budget
     floor = _floor(net, batch, p, machine)
     choice, piped, fits = None, float("inf"), True

@@ -349,8 +349,8 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
         if ahead is not None:
             ahead.close()
     tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
-    if best is not None and then is not None:
-        best = then.rest(then(best, out, []), out, tolerance)
+    if then is not None:  # with none found under 1F1B, the interleavings that may beat the ceiling
+        best = then.rest(then(best, out, []) if best is not None else None, out, tolerance)
     if best is None and any(c.skipped == "bound" for c in out):
         raise NotFaster(f"no pipelined plan of {net.name} can beat the {search.ceiling:.6g} s step held",
                         lower_s=min(c.lower_s for c in out))

@@ -201,7 +201,9 @@ class Interleaving:
 
     def rest(self, best, out: list, tolerance: float):
         """Every other pair whose interleaving could beat ``best`` by more than ``tolerance`` (class
-        docstring), least bound first, until none is left or the budget ends the search."""
+        docstring), least bound first, until none is left or the budget ends the search; with no
+        ``best`` (no 1F1B plan beat the search's ceiling), every pair whose interleaving could beat
+        the ceiling: a pair's 1F1B bound over it leaves its interleavings to search."""
         n, budget, left = self.search.stack.n, self.search.settings.budget, []
         for c in out:
             key, vs = (c.stages, c.micro_batches), chunk_counts(n, c.stages, c.micro_batches, INTERLEAVED)
@@ -209,11 +211,12 @@ class Interleaving:
                 left.append((c.lower_s * saving(*key, max(vs)), key, max(vs)))
         left.sort()
         for i, (bound, key, v) in enumerate(left):
-            if bound >= best.step_s * (1 - tolerance):
+            held = best.step_s * (1 - tolerance) if best is not None else self.search.ceiling
+            if bound >= held:
                 break
             if budget is not None and budget.expired():
                 out.extend(Candidate(k[0], k[1], b, skipped="time", lower_s=b, chunks=v2) for b, k, v2 in left[i:]
-                           if b < best.step_s * (1 - tolerance))
+                           if b < held)
                 break
             best = self.pair(key, best, out, [])
         return best

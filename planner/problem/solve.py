@@ -63,6 +63,16 @@ class Slower(DnnplanError):
         self.lower_s = lower_s
 
 
+class Binding(DnnplanError):
+    """The memory limit binds the whole batch (its optimum without the limit does not fit) and the
+    caller asked for the unbound optimum only (``make_plan(..., unbound_only=True)``); ``lower_s``,
+    that optimum, a lower bound on every plan under the limit."""
+
+    def __init__(self, lower_s: float):
+        super().__init__(f"the memory limit binds (the optimum without it, {lower_s:.6g} s, does not fit)")
+        self.lower_s = lower_s
+
+
 class Infeasible(DnnplanError):
     """No plan fits the memory limit: ``need_bytes`` is the least any plan needs a device."""
 
@@ -114,12 +124,12 @@ class Settings:
         return pred if self.framework is None else step_as_run(pred, net, self.framework, machine)
 
 
-def solve_exact(built: Built, settings: Settings,
-                better: Better | None = None) -> tuple[tuple[int, ...], Assignment, list[str], bool]:
+def solve_exact(built: Built, settings: Settings, better: Better | None = None,
+                unbound_only: bool = False) -> tuple[tuple[int, ...], Assignment, list[str], bool]:
     """The optimal candidate index per layer in ``built.problem`` (see the module docstring), the
     assignment, notes, and whether the memory limit binds (the unconstrained optimum does not fit);
     ``better(choice, cost, bound)`` is told each better fitting assignment a binding limit's search
-    finds (indices into ``built.problem``)."""
+    finds (indices into ``built.problem``); ``unbound_only``: :class:`Binding` where the limit binds."""
     notes = []
     full = built.problem
     fast = built.restrict(built.fastest)
@@ -141,6 +151,8 @@ def solve_exact(built: Built, settings: Settings,
     need, _ = min_memory(full)
     if not fits(full, need):
         raise DnnplanError("infeasible")  # replaced by the caller with the full message
+    if unbound_only:
+        raise Binding(got.objective)
     notes.append(f"memory limit binding: the unconstrained optimum needs {memory / GIB:.3f} GiB > "
                  f"{full.memory_limit / GIB:.3f} GiB, so every algorithm was weighed under the limit")
     pruned, kept = prune_dominated(full)
@@ -237,7 +249,8 @@ class _Maker:
 def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
               memory_limit_bytes: float | None = None, settings: Settings = Settings(),
               machine_ref: str | None = None, profile_fingerprint: str | None = None,
-              with_baselines: bool = True, suggest: bool = True, ceiling: float | None = None) -> Plan:
+              with_baselines: bool = True, suggest: bool = True, ceiling: float | None = None,
+              unbound_only: bool = False) -> Plan:
     """The optimal plan of ``net`` at ``batch`` on ``p`` devices of ``machine``.
 
     ``memory_limit_bytes`` defaults to the device memory. Raises :class:`Infeasible` when no plan
@@ -245,7 +258,8 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     :class:`PlanMismatch` if the plan's prediction disagrees with the solver (a bug). Under
     ``settings.budget`` the search ends at its deadline with the best plan in hand (module
     docstring). ``ceiling``: a step held from elsewhere (a pipelined plan): :class:`Slower` when the
-    optimum without the memory limit, a lower bound on every plan, is no faster.
+    optimum without the memory limit, a lower bound on every plan, is no faster; ``unbound_only``:
+    :class:`Binding` where that optimum does not fit (the limit binds: its search takes longer).
     """
     start = time.perf_counter()
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
@@ -268,7 +282,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
         if ceiling is not None and free is not None and free >= ceiling * (1 - 1e-12):
             raise Slower(free, ceiling)
     try:
-        choice, got, notes, binding = solve_exact(built, settings, better)
+        choice, got, notes, binding = solve_exact(built, settings, better, unbound_only)
     except Stopped:
         return _out_of_time(maker, settings.budget, limit)
     except DnnplanError as err:

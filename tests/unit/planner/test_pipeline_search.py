@@ -493,3 +493,22 @@ def test_a_pair_past_its_share_is_left_for_the_next_until_a_plan_is_in_hand(tmp_
     left = [c for c in got.candidates if c.key == first[:3]]
     assert left and left[0].skipped == "time" and left[0].lower_s == left[0].bound_s
     assert got.prediction.step_s > 0 and (got.stages, got.micro_batches, got.chunks) != first[:3]
+
+
+def test_a_ceiling_between_the_interleaved_and_the_1f1b_best_keeps_the_interleaved_plan(tmp_path):
+    """gpt-tiny widened to 1,024 features, 8 blocks at 512 tokens, on 8 H100s at batch 8: the default
+    schedule's best interleaves (4 stages, 2 chunks a device), faster than any 1F1B plan. Under a
+    ceiling between the two every 1F1B pair's bound reaches the ceiling; the search must still weigh
+    the pairs' interleavings (their bounds, the saving times the 1F1B one, below it) and answer the
+    interleaved plan, not 'nothing beats the ceiling'."""
+    from tests.unit.planner.test_zero_choice import _gpt
+
+    ctx = context.resolve(_gpt(tmp_path, 1024, 512), 8, 8, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    settings = Settings(choices=TrainingChoices(optimizer="adam", precision="bf16"))
+    best = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, settings, schedule="default", prove_s=None)
+    plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, settings, schedule="1f1b", prove_s=None)
+    assert best.chunks > 1 and best.prediction.step_s < plain.prediction.step_s
+    ceiling = (best.prediction.step_s + plain.prediction.step_s) / 2
+    got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, settings, schedule="default",
+                          prove_s=None, ceiling=ceiling)
+    assert got.prediction.step_s == pytest.approx(best.prediction.step_s, rel=1e-9) and got.chunks == best.chunks

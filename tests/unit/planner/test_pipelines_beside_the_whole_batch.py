@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import planner.first_plan as first
 from costmodel.choices.training import TrainingChoices
 from dnnplan.cli import app
-from planner.pipeline.search import NotFaster, SearchOutOfTime
+from planner.pipeline.search import NotFaster, SearchOutOfTime, search_pipeline
 from planner.problem.solve import Settings, Slower, make_plan
 from planner.solvers import Budget, partial
 from profiler import context
@@ -93,37 +93,63 @@ def _json_args(args: list[str]) -> dict:
     return json.loads(got.stdout.strip().splitlines()[-1])
 
 
-FEW = ["plan", "tiny-llama", "-p", "8", "-b", "4", "--machine", "dgx-h100", "--precision", "bf16", "--zero", "1",
-       "--time-limit", "60", "--json"]
+#: tiny-llama on 8 H100s at batch 4 under 0.15 MiB a device: the devices outnumber the samples and the
+#: memory limit binds the whole batch (its optimum without the limit needs 0.22 MiB)
+FEW = dict(net="tiny-llama", batch=4, p=8, limit=0.15 * 2.0 ** 20)
 
 
-def test_where_the_devices_outnumber_the_samples_the_answer_is_the_faster_of_pipelines_and_the_whole_batch():
-    """tiny-llama on 8 H100s at batch 4: the pipelined plans are weighed first, then the whole batch
-    under their step; the answer is the faster of the two searched alone."""
-    answer = _json_args(FEW)
-    piped = _json_args([*FEW, "--pipeline", "auto"])
-    whole = _json_args([*FEW, "--pipeline", "off"])
-    assert answer["step_s"] == pytest.approx(min(piped["step_s"], whole["step_s"]), rel=1e-9)
-    assert bool(answer.get("pipeline")) == (piped["step_s"] < whole["step_s"])
-    if answer.get("pipeline"):
-        text = " ".join(runner.invoke(app, FEW[:-1]).output.split())
-        assert "the devices outnumber the batch's samples (8 > 4): the pipelined plans weighed first" in text
+def _few(monkeypatch=None):
+    ctx = context.resolve(FEW["net"], FEW["p"], FEW["batch"], "dgx-h100", None, False,
+                          TrainingChoices(precision="bf16"))
+    choices = TrainingChoices(optimizer="adam", precision="bf16", zero=1)
+    calls = []
+    if monkeypatch is not None:
+        def recorded(*args, **kwargs):
+            calls.append(kwargs)
+            return make_plan(*args, **kwargs)
+        monkeypatch.setattr(first, "make_plan", recorded)
+    answer = first.first_plan(ctx.network, FEW["net"], FEW["batch"], FEW["p"], ctx.machine, ctx.compute, FEW["limit"],
+                              Settings(budget=Budget(60), choices=choices), machine_ref="dgx-h100", fingerprint=None,
+                              zero_given=True)
+    return ctx, Settings(choices=choices), answer, calls
+
+
+def test_where_the_devices_outnumber_the_samples_and_memory_binds_pipelines_come_first():
+    """The pipelined plans are weighed first, then the whole batch under their step: the answer is
+    the faster of the two searched alone, and says why."""
+    ctx, settings, answer, _ = _few()
+    whole = make_plan(ctx.network, FEW["net"], FEW["batch"], FEW["p"], ctx.machine, ctx.compute, FEW["limit"], settings)
+    piped = search_pipeline(ctx.network, FEW["batch"], FEW["p"], ctx.machine, ctx.compute, FEW["limit"], settings)
+    assert whole.solver["memory_binding"] is True and piped.prediction.step_s < whole.step_s
+    assert answer.pipeline is not None
+    assert answer.pipeline.prediction.step_s == pytest.approx(piped.prediction.step_s, rel=1e-9)
+    assert answer.why.startswith("the devices outnumber the batch's samples (8 > 4): the pipelined plans weighed first")
 
 
 def test_the_whole_batch_after_the_pipelines_is_planned_under_their_step(monkeypatch):
-    ctx = context.resolve("tiny-llama", 8, 4, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
-    ceilings = []
+    """Its optimum without the limit is asked for first (Binding: the limit binds), then the whole
+    batch under the pipeline's step, which ends it at that optimum (Slower)."""
+    _, _, answer, calls = _few(monkeypatch)
+    assert [c.get("unbound_only", False) for c in calls] == [True, False]
+    assert calls[1]["ceiling"] == pytest.approx(answer.pipeline.prediction.step_s)
+
+
+def test_where_the_whole_batch_fits_unbound_it_is_planned_first_as_before(monkeypatch):
+    """The same devices and batch without the tight limit: the whole batch's optimum fits, so it is
+    the plan the pipelines are weighed beside (under its step), once."""
+    ctx = context.resolve(FEW["net"], FEW["p"], FEW["batch"], "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    calls = []
 
     def recorded(*args, **kwargs):
-        ceilings.append(kwargs.get("ceiling"))
+        calls.append(kwargs)
         return make_plan(*args, **kwargs)
 
     monkeypatch.setattr(first, "make_plan", recorded)
-    settings = Settings(budget=Budget(60), choices=TrainingChoices(optimizer="adam", precision="bf16", zero=1))
-    answer = first.first_plan(ctx.network, "tiny-llama", 4, 8, ctx.machine, ctx.compute, None, settings,
-                              machine_ref="dgx-h100", fingerprint=None, zero_given=True)
-    assert answer.pipeline is not None
-    assert ceilings == [pytest.approx(answer.pipeline.prediction.step_s)]
+    choices = TrainingChoices(optimizer="adam", precision="bf16", zero=1)
+    first.first_plan(ctx.network, FEW["net"], FEW["batch"], FEW["p"], ctx.machine, ctx.compute, None,
+                     Settings(budget=Budget(60), choices=choices), machine_ref="dgx-h100", fingerprint=None,
+                     zero_given=True)
+    assert len(calls) == 1 and calls[0]["unbound_only"] is True and calls[0].get("ceiling") is None
 
 
 def test_a_whole_batch_under_a_ceiling_it_cannot_beat_ends_at_its_bound():
