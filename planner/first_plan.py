@@ -6,7 +6,9 @@ plan's step as its ceiling (a pipeline and micro-batch pair whose lower bound re
 searched, so most are not): a pipeline, or gradient accumulation on one stage, is the answer when
 faster, and the answer is called optimal only where every pipelined plan is proven no faster (the
 gap stated counts the pipelined plans' least step; a device count far above the batch is where a
-pipeline wins: GPT-2 on 4,096 H100s, 8.8 ms a step with 4 stages against 11.5 ms without). On the
+pipeline wins: GPT-2 on 4,096 H100s, 8.8 ms a step with 4 stages against 11.5 ms without; where
+the memory limit binds the whole batch there too, the pipelines are weighed first and the whole
+batch after, under their step: :func:`_pipelines_first`). On the
 executor's own machine (a CPU) only gradient accumulation is weighed so, and only where the whole
 batch fits with its memory limit binding (its plans are checked in their step's context, below).
 When no such plan fits the memory limit and the network is a stack of identical blocks (a
@@ -232,12 +234,16 @@ def _at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     whole = dataclasses.replace(settings, budget=partial(settings.budget, _floor(net, batch, p, machine))) \
         if stack else settings
     few = stack and p > batch  # the devices outnumber the samples: a pipeline likely wins (_pipelines_first)
-    try:
+    try:  # a transformer's whole batch under the step held: it ends once its bounds reach it
         plan = make_plan(net, network_ref, batch, p, machine, compute, limit, whole, machine_ref=machine_ref,
-                         profile_fingerprint=fingerprint, suggest=False, unbound_only=few)
+                         profile_fingerprint=fingerprint, suggest=False, unbound_only=few,
+                         ceiling=ceiling if stack else None)
     except Binding:
         return _pipelines_first(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref,
                                 fingerprint, schedule, prove_s, ceiling)
+    except Slower as err:  # its pipelines may still beat the step held
+        return _pipelines_first(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref,
+                                fingerprint, schedule, prove_s, ceiling, whole_lower=err.lower_s)
     except Infeasible as err:
         if uniform_stack(net) is None:
             raise _NoneFits(False) from err
@@ -273,7 +279,7 @@ def _floor(net: Network, batch: int, p: int, machine: Machine) -> float:
 
 def _pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
                      limit: float, settings: Settings, machine_ref: str, fingerprint: str | None, schedule: str,
-                     prove_s: float | None, ceiling: float | None) -> Answer:
+                     prove_s: float | None, ceiling: float | None, whole_lower: float | None = None) -> Answer:
     """The answer where the devices outnumber the batch's samples and the memory limit binds the
     whole batch at once (its optimum without the limit does not fit). Its plans then split every
     sample (its sequence, heads or channels) over ``p / batch`` devices or more, in every layer,
@@ -282,14 +288,17 @@ def _pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine
     pipeline's step). So the pipeline search runs first (every stage count, gradient accumulation
     included, under ``ceiling``), then the whole batch under the fastest step held: its optimum
     without the memory limit, a bound on all its plans, ends it at once when no faster. The
-    faster of the two is the answer, its gap counting the other's lower bound."""
+    faster of the two is the answer, its gap counting the other's lower bound. ``whole_lower``: the
+    whole batch was planned first, under ``ceiling``, and its bound ``whole_lower`` reached it
+    (:class:`planner.problem.solve.Slower`): the pipelines alone are left to weigh."""
     budget = settings.budget
     floor = _floor(net, batch, p, machine)
     choice, piped, fits = None, float("inf"), True
     try:
         choice = search_pipeline(net, batch, p, machine, compute, limit,
-                                 dataclasses.replace(settings, budget=partial(budget, floor)), schedule=schedule,
-                                 prove_s=prove_s, ceiling=ceiling)
+                                 dataclasses.replace(settings, budget=partial(budget, floor if whole_lower is None
+                                                                              else whole_lower)),
+                                 schedule=schedule, prove_s=prove_s, ceiling=ceiling)
     except (NotFaster, SearchOutOfTime) as err:
         piped = err.lower_s
     except NoPipelineFits:
@@ -297,8 +306,8 @@ def _pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine
     else:
         piped = choice.prediction.step_s * (1 - choice.stats.get("proven_gap", 1.0))
     steps = [x for x in (ceiling, choice.prediction.step_s if choice is not None else None) if x is not None]
-    plan, whole = None, floor  # the whole batch's lower bound: the floor until it is planned
-    if budget is None or not budget.expired():
+    plan, whole = None, floor if whole_lower is None else whole_lower  # the floor until it is planned
+    if whole_lower is None and (budget is None or not budget.expired()):
         try:
             plan = make_plan(net, network_ref, batch, p, machine, compute, limit,
                              dataclasses.replace(settings, budget=partial(budget, piped)), machine_ref=machine_ref,
@@ -317,7 +326,9 @@ def _pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine
         step = choice.prediction.step_s
         gap = max(choice.stats.get("proven_gap", 0.0), 1 - whole / step if 0 < whole < step else 0.0)
         held = "" if plan is None else f" (its fastest found: {plan.step_s:.4g} s a step)"
-        why = (f"the devices outnumber the batch's samples ({p} > {batch}): the pipelined plans weighed first, "
+        why = (f"no plan of the whole batch at once beats {ceiling:.4g} s a step (its bounds), the step held"
+               if whole_lower is not None else
+               f"the devices outnumber the batch's samples ({p} > {batch}): the pipelined plans weighed first, "
                f"then the whole batch at once under their step{held}")
         return Answer(settings, pipeline=dataclasses.replace(choice, stats={**choice.stats, "proven_gap": gap}),
                       why=why)

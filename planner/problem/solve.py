@@ -41,7 +41,7 @@ from planner.problem.build import Builder, Built, build_problem, build_with
 from planner.problem.parallel import Parallel
 from planner.problem.priced_layers import PricedLayers
 from planner.plan.plan import Baseline, LayerPlan, Plan
-from planner.solvers import Assignment, Budget, Stopped, evaluate, expand_choice, min_memory, prune_dominated, solve
+from planner.solvers import Assignment, Budget, Ceiling, Stopped, evaluate, expand_choice, min_memory, prune_dominated, solve
 from planner.solvers.fixing import Better
 from planner.solvers.problem import fits
 
@@ -54,12 +54,13 @@ class PlanMismatch(RuntimeError):
 
 
 class Slower(DnnplanError):
-    """No plan of the whole batch beats the caller's ``ceiling`` step: ``lower_s``, the optimum
-    without the memory limit, is at least it."""
+    """No plan of the whole batch beats the caller's ``ceiling`` step: ``lower_s``, a lower bound on
+    all its plans (the optimum without the memory limit, or the binding limit's search's bound), is
+    at least it."""
 
     def __init__(self, lower_s: float, ceiling: float):
         super().__init__(f"no plan of the whole batch at once beats the {ceiling:.6g} s step held "
-                         f"(the fastest takes {lower_s:.6g} s without the memory limit)")
+                         f"(none is faster than {lower_s:.6g} s)")
         self.lower_s = lower_s
 
 
@@ -257,8 +258,9 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     fits (``suggest``: its hint names the device count that would fit, found by trying them), and
     :class:`PlanMismatch` if the plan's prediction disagrees with the solver (a bug). Under
     ``settings.budget`` the search ends at its deadline with the best plan in hand (module
-    docstring). ``ceiling``: a step held from elsewhere (a pipelined plan): :class:`Slower` when the
-    optimum without the memory limit, a lower bound on every plan, is no faster; ``unbound_only``:
+    docstring). ``ceiling``: a step held from elsewhere (a pipelined plan, another ZeRO stage's):
+    :class:`Slower` when the optimum without the memory limit, a lower bound on every plan, is no
+    faster, or once the binding limit's search proves a bound that reaches it; ``unbound_only``:
     :class:`Binding` where that optimum does not fit (the limit binds: its search takes longer).
     """
     start = time.perf_counter()
@@ -273,6 +275,9 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     base = tuple(baselines(net, batch, p, machine, compute, built, settings.choices.sharded_optimizer, limit,
                                 settings.overlap)) if with_baselines else ()
     base = tuple(dataclasses.replace(b, prediction=settings.as_run(b.prediction, net, machine)) for b in base)
+    # under a ceiling the search ends once its bounds reach it (Slower)
+    view = Ceiling(settings.budget, ceiling) if ceiling is not None and settings.budget is not None else None
+    settings = settings if view is None else dataclasses.replace(settings, budget=view)
     maker = _Maker(net, network_ref, batch, p, machine, compute, settings, built, machine_ref or machine.name,
                    profile_fingerprint, base)
     built_s = time.perf_counter() - start
@@ -284,12 +289,16 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     try:
         choice, got, notes, binding = solve_exact(built, settings, better, unbound_only)
     except Stopped:
+        if view is not None and view.beaten:
+            raise Slower(view.lower_s, ceiling) from None
         return _out_of_time(maker, settings.budget, limit)
     except DnnplanError as err:
         need, _ = min_memory(built.problem)
         if fits(built.problem, need):
             raise
         raise _infeasible(net, batch, p, machine, compute, limit, need, settings, suggest) from err
+    if view is not None and view.beaten:
+        raise Slower(view.lower_s, ceiling)
     solved_s = time.perf_counter() - start - built_s
     solver = {
         "method": settings.method, "solver": got.solver, "status": got.status,

@@ -16,13 +16,13 @@ limit.
 from __future__ import annotations
 
 from .brute import solve_brute
-from .budget import Budget, Stopped, partial
+from .budget import Budget, Ceiling, Stopped, partial
 from .dp import solve_reduced
 from .fixing import Better, solve_fixed
 from .problem import Assignment, Edge, Problem, evaluate, min_memory
 from .prune import expand_choice, prune_dominated
 
-__all__ = ["Assignment", "Budget", "Edge", "Problem", "Stopped", "evaluate", "expand_choice", "min_memory",
+__all__ = ["Assignment", "Budget", "Ceiling", "Edge", "Problem", "Stopped", "evaluate", "expand_choice", "min_memory",
            "partial", "prune_dominated", "solve", "solve_brute", "solve_fixed", "solve_reduced"]
 
 

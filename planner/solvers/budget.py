@@ -172,3 +172,23 @@ class Partial:
 def partial(budget: Budget | None, cap: float) -> Budget | None:
     """``budget`` seen by a search over part of the plans (:class:`Partial`); None without one."""
     return None if budget is None else Partial(budget, cap)
+
+
+class Ceiling(Partial):
+    """A budget seen by a search that need not go on once it proves none of its plans beats
+    ``ceiling``, a step held from elsewhere: it expires then (:attr:`beaten`), and its bounds are
+    passed on as proven."""
+
+    def __init__(self, budget: Budget, ceiling: float):
+        super().__init__(budget, float("inf"))
+        self.ceiling = ceiling
+
+    @property
+    def beaten(self) -> bool:
+        return self.lower_s >= self.ceiling * (1 - 1e-12)
+
+    def expired(self) -> bool:
+        return self.beaten or self.budget.expired()
+
+    def timed_out(self) -> bool:
+        return self.beaten or self.budget.timed_out()

@@ -16,7 +16,7 @@ from costmodel.choices.training import TrainingChoices
 from dnnplan.cli import app
 from planner.pipeline.search import NotFaster, SearchOutOfTime, search_pipeline
 from planner.problem.solve import Settings, Slower, make_plan
-from planner.solvers import Budget, partial
+from planner.solvers import Budget, Ceiling, partial
 from profiler import context
 
 runner = CliRunner()
@@ -176,3 +176,29 @@ def test_a_bound_over_part_of_the_plans_is_passed_on_no_higher_than_the_rest_may
     assert part.offer(5.0, "a plan", lambda: "it", lower_s=4.0)
     assert (budget.best.step_s, budget.best.lower_s, budget.best.what) == (5.0, 2.0, "a plan")
     assert part.lower_s == 4.0 and part.best is budget.best and partial(None, 2.0) is None
+
+
+def test_a_budget_under_a_ceiling_expires_once_a_bound_reaches_it():
+    budget = Budget(None)
+    view = Ceiling(budget, 2.0)
+    view.bound(1.5)
+    assert not view.expired() and not view.beaten
+    view.offer(3.0, "a plan", lambda: "it", lower_s=2.0)
+    assert view.expired() and view.beaten and not budget.expired()
+    assert budget.best.step_s == 3.0 and budget.lower_s == 2.0
+
+
+def test_a_binding_whole_batch_under_a_ceiling_ends_when_its_search_bound_reaches_it():
+    """The whole batch of tiny-llama on 8 H100s at batch 4 under 0.15 MiB: its optimum without the
+    limit is below a ceiling just above it, so the binding limit's search runs, and its first bound
+    (the Lagrangian relaxation's) reaches the ceiling: Slower, with that bound, at most the optimum."""
+    ctx = context.resolve(FEW["net"], FEW["p"], FEW["batch"], "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    choices = TrainingChoices(optimizer="adam", precision="bf16", zero=1)
+    args = (ctx.network, FEW["net"], FEW["batch"], FEW["p"], ctx.machine, ctx.compute)
+    free = make_plan(*args, None, Settings(choices=choices)).step_s
+    bound = make_plan(*args, FEW["limit"], Settings(choices=choices))
+    assert bound.solver["memory_binding"] is True and bound.step_s > free
+    ceiling = free * (1 + 1e-6)
+    with pytest.raises(Slower) as err:
+        make_plan(*args, FEW["limit"], Settings(budget=Budget(60), choices=choices), ceiling=ceiling)
+    assert ceiling <= err.value.lower_s <= bound.step_s * (1 + 1e-12)
