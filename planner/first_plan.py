@@ -316,7 +316,6 @@ def _pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine
             whole = err.lower_s
         except Infeasible:
             whole = float("inf")
-            fits = fits and choice is not None
         except DnnplanError:  # the time limit came before a plan (and no baseline fits)
             if budget is None or not budget.expired():
                 raise
