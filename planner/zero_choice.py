@@ -24,10 +24,11 @@ Each stage's search is given the fastest step held so far as a ceiling: pipeline
 pairs whose lower bound reaches it are not searched (:func:`planner.pipeline.search.search_pipeline`),
 nor proven against, and a transformer's whole batch at once ends once its bound reaches it
 (:class:`planner.problem.solve.Slower`: Llama 2 7B on 512 H100s, ZeRO-0's memory-bound whole batch
-under ZeRO-1's 0.6756 s, proven optimal in 10 s where it took the 20 s default for a 43% gap). A stage whose whole batch fits has its pipelines weighed after every stage has
-its plan, fastest stage first, under the fastest step held (:func:`planner.first_plan._pipelines_after`:
-by then most pairs' bounds reach it); until then its lower bound is their physics floor, and a
-stage skipped by dominance on it follows its bound.
+under ZeRO-1's 0.6756 s, proven optimal in 10 s where it took the 20 s default for a 43% gap).
+A stage whose whole batch fits has its pipelines weighed after every stage has its plan, fastest
+stage first, under the fastest step held (:func:`planner.first_plan._pipelines_after`: by then
+most pairs' bounds reach it); until then its lower bound is their physics floor, and a stage
+skipped by dominance on it follows its bound.
 
 The stages run in the order 0, 1, 2, 3 for a network without attention (ZeRO-0 first: the plan
 given before the choice, so a search the time limit cuts short answers no worse), and 1, 3, 0, 2
