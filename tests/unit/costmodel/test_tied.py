@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from costmodel.machine.loading import load_machine
 from costmodel.parallel.strategy import make_strategy
-from costmodel.layer.tied import head_sum_s, same_blocks, table_layout, tie_estimate, tie_mismatch, ties
-from costmodel.parallel.layout import block
+from costmodel.layer.tied import head_sum_s, table_layout, tie_estimate, tie_mismatch, ties
+from costmodel.parallel.layout import block, same_blocks
 from costmodel.parallel.shard import weight_layouts
 from dnnplan.cli import app
 from executor.session.step_choice import uniform_plan
@@ -57,8 +57,8 @@ HEADS = [{"N": 8}, {"F": 8}, {"H": 8}, {"N": 2, "F": 4}, {"F": 2, "N": 4}, {"H":
 
 @pytest.mark.parametrize("embed", EMBEDS)
 def test_the_blocks_compared_all_at_once_are_the_blocks_compared_rank_by_rank(embed):
-    """same_blocks (every rank's interval along each axis at once) says what comparing each rank's
-    block says, for every pair of these layouts of gpt-tiny's table on 8 ranks."""
+    """layout.same_blocks (every rank's interval along each axis at once), as tie_mismatch asks it,
+    says what comparing each rank's block says, for every pair of these layouts of gpt-tiny's table on 8 ranks."""
     net = load_network(GPT)
     alike = []
     for head in HEADS:
