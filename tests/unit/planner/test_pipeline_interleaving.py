@@ -1,0 +1,93 @@
+"""The default schedule's interleaving inside the pipeline search (planner.pipeline.triples.Interleaving):
+each pair that becomes the best 1F1B pair has its interleavings weighed, no interleaving beats its
+pair's 1F1B bound times the saving, and under a ceiling no 1F1B pair beats, the interleavings that
+may beat it are still searched."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.choices.training import TrainingChoices
+from costmodel.step.pipeline import INTERLEAVED
+from networks.errors import DnnplanError
+from planner.pipeline.search import search_pipeline
+from planner.pipeline.triples import chunk_counts
+from planner.problem.solve import Settings
+from profiler import context
+
+from tests.unit.planner.test_pipeline_search import PROVE, SETTINGS, _gpt4
+
+
+def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path):
+    """Under the default schedule every (S, m) that was the best 1F1B pair when it was searched has
+    its interleaved triples weighed, not only the last best (planner.pipeline.triples.interleaving):
+    the 4-block GPT on 8 devices at batch 8 under 1.5 MiB finds (2, 8) first, whose 2 chunks a device
+    are searched, then (4, 8) and (4, 1), which cannot interleave 4 blocks (the last best alone
+    weighed no interleaving)."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    limit = 2.0 ** 30 * 0.0015
+    got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="default")
+    plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="1f1b")
+    assert got.prediction.step_s <= plain.prediction.step_s * (1 + 1e-12)
+    best, leaders = float("inf"), []
+    for c in got.candidates:
+        if c.chunks == 1 and c.step_s is not None and c.step_s < best:
+            leaders.append((c.stages, c.micro_batches))
+        best = min(best, c.step_s or best)
+    assert (2, 8) in leaders and not chunk_counts(4, got.stages, got.micro_batches, INTERLEAVED)
+    interleavable = [k for k in leaders if chunk_counts(4, *k, INTERLEAVED)]
+    searched = {c.key for c in got.candidates if c.chunks > 1 and c.step_s is not None}
+    assert {(s, m, v) for s, m in interleavable for v in chunk_counts(4, s, m, INTERLEAVED)} <= searched
+
+
+@pytest.mark.parametrize("batch, limit_gib", [(8, 0.0015), (8, 0.0025), (16, 0.0012)])
+def test_no_interleaving_beats_its_pairs_1f1b_bound_times_the_saving_and_default_finds_the_best(tmp_path, batch,
+                                                                                                limit_gib):
+    """Brute force, stages solved exactly: every interleavable pair's every V searched on its own;
+    each triple's step is at least ``saving(S, m, V)`` times its pair's 1F1B lower bound (the bound
+    the default schedule prunes other pairs' interleavings by), and the default schedule, which
+    interleaves only where that bound could win, finds the best step of all (1F1B or interleaved)."""
+    from planner.pipeline.triples import saving
+
+    ctx = context.resolve(_gpt4(tmp_path), 8, batch, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    limit = 2.0 ** 30 * limit_gib
+    plain = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
+                            schedule="1f1b", prove_s=None)
+    lower = {(c.stages, c.micro_batches): c.lower_s for c in plain.candidates}
+    best, triples = plain.prediction.step_s, 0
+    for (s, m), low in lower.items():
+        if not chunk_counts(4, s, m, INTERLEAVED) or low == float("inf"):
+            continue
+        try:  # every V of the pair (here V = 2: 4 blocks)
+            got = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
+                                  stage_counts=(s,), micro_counts=(m,), schedule=INTERLEAVED, prove_s=None)
+        except DnnplanError:
+            continue  # nothing fits interleaved
+        for c in got.candidates:
+            if c.step_s is not None:
+                triples += 1
+                assert c.step_s >= saving(s, m, c.chunks) * low * (1 - 1e-12)
+                best = min(best, c.step_s)
+    assert triples >= 2
+    default = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
+                              schedule="default", prove_s=None)
+    assert default.prediction.step_s <= best * (1 + 1e-9)
+
+
+def test_a_ceiling_between_the_interleaved_and_the_1f1b_best_keeps_the_interleaved_plan(tmp_path):
+    """gpt-tiny widened to 1,024 features, 8 blocks at 512 tokens, on 8 H100s at batch 8: the default
+    schedule's best interleaves (4 stages, 2 chunks a device), faster than any 1F1B plan. Under a
+    ceiling between the two every 1F1B pair's bound reaches the ceiling; the search must still weigh
+    the pairs' interleavings (their bounds, the saving times the 1F1B one, below it) and answer the
+    interleaved plan, not 'nothing beats the ceiling'."""
+    from tests.unit.planner.test_zero_choice import _gpt
+
+    ctx = context.resolve(_gpt(tmp_path, 1024, 512), 8, 8, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    settings = Settings(choices=TrainingChoices(optimizer="adam", precision="bf16"))
+    best = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, settings, schedule="default", prove_s=None)
+    plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, settings, schedule="1f1b", prove_s=None)
+    assert best.chunks > 1 and best.prediction.step_s < plain.prediction.step_s
+    ceiling = (best.prediction.step_s + plain.prediction.step_s) / 2
+    got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, settings, schedule="default",
+                          prove_s=None, ceiling=ceiling)
+    assert got.prediction.step_s == pytest.approx(best.prediction.step_s, rel=1e-9) and got.chunks == best.chunks
