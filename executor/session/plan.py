@@ -21,7 +21,8 @@ from costmodel.step.pipeline import INTERLEAVED, SCHEDULES
 from costmodel.step.prediction import model_flops_utilization
 from executor.session import step_choice
 from networks.errors import DnnplanError, short
-from planner.first_plan import Answer, first_plan, refit_choice
+from planner.answer import Answer
+from planner.first_plan import first_plan, refit_choice
 from planner.fit_check import fitting
 from planner.pipeline.search import PROVE_S, PipelineChoice, search_pipeline
 from planner.pipeline.to_plan import plan_of_choice

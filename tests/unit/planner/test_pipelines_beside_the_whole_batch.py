@@ -1,4 +1,4 @@
-"""Where the whole batch at once fits, the planner weighs pipelines too (planner.first_plan): under
+"""Where the whole batch at once fits, the planner weighs pipelines too (planner.stage_plan): under
 that plan's step as the ceiling, a pipeline (or gradient accumulation) is the answer when faster,
 and the whole batch's plan is called optimal only where no pipelined plan can beat it. Where the
 devices outnumber the batch's samples the pipelines are weighed first and the whole batch under
@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import planner.first_plan as first
+import planner.stage_plan as stage_plan
 from costmodel.choices.training import TrainingChoices
 from dnnplan.cli import app
 from planner.pipeline.search import NotFaster, SearchOutOfTime, search_pipeline
@@ -51,7 +52,7 @@ def _tiny(monkeypatch, raised: Exception):
         calls.append(kwargs["ceiling"])
         raise raised
 
-    monkeypatch.setattr(first, "search_pipeline", search)
+    monkeypatch.setattr(stage_plan, "search_pipeline", search)
     settings = Settings(budget=Budget(60), choices=TrainingChoices(optimizer="adam", precision="bf16", zero=1))
     answer = first.first_plan(ctx.network, "tiny-llama", 64, 4, ctx.machine, ctx.compute, None, settings,
                               machine_ref="dgx-h100", fingerprint=None, zero_given=True)
@@ -107,7 +108,7 @@ def _few(monkeypatch=None):
         def recorded(*args, **kwargs):
             calls.append(kwargs)
             return make_plan(*args, **kwargs)
-        monkeypatch.setattr(first, "make_plan", recorded)
+        monkeypatch.setattr(stage_plan, "make_plan", recorded)
     answer = first.first_plan(ctx.network, FEW["net"], FEW["batch"], FEW["p"], ctx.machine, ctx.compute, FEW["limit"],
                               Settings(budget=Budget(60), choices=choices), machine_ref="dgx-h100", fingerprint=None,
                               zero_given=True)
@@ -144,7 +145,7 @@ def test_where_the_whole_batch_fits_unbound_it_is_planned_first_as_before(monkey
         calls.append(kwargs)
         return make_plan(*args, **kwargs)
 
-    monkeypatch.setattr(first, "make_plan", recorded)
+    monkeypatch.setattr(stage_plan, "make_plan", recorded)
     choices = TrainingChoices(optimizer="adam", precision="bf16", zero=1)
     first.first_plan(ctx.network, FEW["net"], FEW["batch"], FEW["p"], ctx.machine, ctx.compute, None,
                      Settings(budget=Budget(60), choices=choices), machine_ref="dgx-h100", fingerprint=None,

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from dnnplan.cli import app
 from dnnplan.render import fmt
-from planner.first_plan import Answer, _chosen, answer_peak, first_plan
+from planner.answer import Answer, answer_peak
+from planner.first_plan import _chosen, first_plan
 from planner.problem.solve import Settings, make_plan
 from planner.solvers import Budget
 from planner.zero_choice import Share, Weighed, fastest_stage, uncovered
@@ -228,7 +229,7 @@ def test_out_of_time_planning_again_the_answers_own_pair_is_planned_under_the_lo
     from planner.pipeline.search import SearchOutOfTime
 
     spec = _gpt(tmp_path, 1024, 1024)
-    real_stage, real_peak, calls, first = auto._at_stage, auto.answer_peak, [], []
+    real_stage, real_peak, calls, first = auto.at_stage, auto.answer_peak, [], []
 
     def stage(*args, **kwargs):
         calls.append(args[6])  # the limit it plans under
@@ -238,7 +239,7 @@ def test_out_of_time_planning_again_the_answers_own_pair_is_planned_under_the_lo
         first.append(got)
         return got
 
-    monkeypatch.setattr(auto, "_at_stage", stage)
+    monkeypatch.setattr(auto, "at_stage", stage)
     monkeypatch.setattr(auto, "answer_peak", lambda a: 0.85 * GIB if first and a is first[0] else real_peak(a))
     _, got = _first(spec, 16, 0.8, 0)
     over = first[0].pipeline
