@@ -85,7 +85,7 @@ def test_memory_per_device_by_what_holds_it_against_a_hand_count(tmp_path):
     embedding (256 x 64 + 32 x 64 = 18,432) and blocks 0 and 2 (49,984 each): 118,400 parameters;
     device 1 blocks 1 and 3, ln_f (128) and the tied table again (16,384): 116,480. Megatron's
     order (S = 2, V = 2, m = 4) has in flight, per chunk, (3, 2) or (4, 1) on device 0 and (2, 1)
-    or (3, 0) on device 1 (tests/unit/costmodel/test_pipeline_memory.py writes the order out)."""
+    or (3, 0) on device 1 (tests/unit/costmodel/step/test_pipeline_memory.py writes the order out)."""
     ctx = _ctx(tmp_path, p=4)
 
     def stage(net, ranks, micro):
