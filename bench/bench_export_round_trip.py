@@ -26,7 +26,7 @@ from collections import Counter
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.unit.planner.test_export_round_trip import DEVICES, MACHINE, TRANSFORMERS, round_trip  # noqa: E402
+from tests.unit.planner.export.test_export_round_trip import DEVICES, MACHINE, TRANSFORMERS, round_trip  # noqa: E402
 from planner.plan.plan_file import read_plan  # noqa: E402
 
 FRAMEWORKS = ("torchtitan", "deepspeed", "megatron")

@@ -21,7 +21,7 @@ edge: thousands of pairs, too many to price one by one through :func:`reshard_vo
 The link a reshard uses is found without listing the group: rank 0's group along ``dims`` stays
 inside link domain 0 (node 0, or the NVLink domain holding it: ``Machine.domain_size``) iff its largest
 member, ``sum (degree - 1) * stride``, is below the domain's size.
-``tests/unit/planner/test_planner_core.py`` checks all of it against the per-pair functions.
+``tests/unit/planner/problem/test_planner_core.py`` checks all of it against the per-pair functions.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def shape_difference(stated: GptShape, net: Network) -> str | None:
 
 def zoo_network_of(shape: GptShape) -> str | None:
     """The zoo network of ``shape`` (:func:`compared`), or None. The zoo's transformers differ in
-    shape (tests/unit/planner/test_launch_import.py holds it), so the first found is the one; the
+    shape (tests/unit/planner/launch_import/test_launch_import.py holds it), so the first found is the one; the
     specs that write the hidden size and the layer count are tried first (loading every spec
     costs most of the command's time on a 405B configuration)."""
     numbers = re.compile(rf"\b({shape.hidden_size}|{shape.num_layers})\b")

@@ -109,7 +109,7 @@ class StageSolver:
         #: (key, kept) -> the multiplier it started from, the problem built and the bisection's
         #: answer, for each solve whose bisection left a gap (:meth:`_solve`); ``searched``: the
         #: solver that searched this pair before its gaps are closed, whose free solves and
-        #: bisections this one takes where it would compute the same (``tests/unit/planner/test_pipeline_search.py``)
+        #: bisections this one takes where it would compute the same (``tests/unit/planner/pipeline/test_pipeline_search.py``)
         self._relaxed: dict[tuple[object, object], tuple] = {}
         self._taken: dict[tuple[object, object], tuple] = {} if searched is None else searched._relaxed
         if searched is not None:

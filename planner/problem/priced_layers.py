@@ -15,7 +15,7 @@ price whatever the batch (the micro-batch counts of one pipeline degree share th
 algorithm's passes, kept bytes and workspace on a shard (``planner.problem.build.derive_estimate``);
 and a layer's estimates under every argument ``Builder.estimates`` passes; so every number, and
 every plan, is the one priced afresh
-(``tests/unit/planner/test_priced_layers.py``).
+(``tests/unit/planner/problem/test_priced_layers.py``).
 
 Created per planning call (``planner.first_plan``), carried by its :class:`~planner.problem.solve.Settings`,
 never module-wide: nothing outlives the call; a worker process starts with none kept

@@ -8,7 +8,7 @@ the collectives, the update and the memory, never a shard's kernels). :class:`Pr
 the command's compute model for one planning call and remembers each answer under exactly the
 arguments it was asked with: the compute model's answer is a function of them alone (its table is
 fixed for the call), so every number, and every plan, is the one the model gives unwrapped
-(``tests/unit/planner/test_priced_once.py``).
+(``tests/unit/planner/problem/test_priced_once.py``).
 
 A model that times kernels on demand (``costmodel.compute.model.OnDemand``, machine ``local``)
 is not wrapped: its table grows while the planner weighs, and an entry interpolated early may be

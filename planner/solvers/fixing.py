@@ -19,7 +19,7 @@ fronts or the ILP on what is left.
    and the next round aims higher: ``TARGETS`` go 5%, 30%, then all the way from the bound to
    the best assignment in hand, and that last round always proves (the best in hand is kept).
 
-Exact as the plain ILP is (``tests/unit/planner/test_solvers.py`` holds it to brute force); the ILPs see the
+Exact as the plain ILP is (``tests/unit/planner/solvers/test_solvers.py`` holds it to brute force); the ILPs see the
 candidates the bound could not rule out. Without an elimination order (a K4 remainder) the bound
 is skipped and one ILP gets every candidate. Measured on llama2-7b, 64 A100, fp16, Adam
 (docs/planner.md): the whole `dnnplan plan` took 9.9 s at batch 64 and 53 s at 256 with one ILP

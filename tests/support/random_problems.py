@@ -1,5 +1,5 @@
 """Seeded random instances for the solver tests (small graphs of every shape the planner meets), and
-the checks the solver tests (tests/unit/planner/test_solvers.py, test_pareto.py) hold each answer to."""
+the checks the solver tests (tests/unit/planner/solvers/test_solvers.py, test_pareto.py) hold each answer to."""
 
 from __future__ import annotations
 

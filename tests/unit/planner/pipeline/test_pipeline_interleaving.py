@@ -15,7 +15,7 @@ from planner.pipeline.triples import chunk_counts
 from planner.problem.solve import Settings
 from profiler import context
 
-from tests.unit.planner.test_pipeline_search import PROVE, SETTINGS, _gpt4
+from tests.unit.planner.pipeline.test_pipeline_search import PROVE, SETTINGS, _gpt4
 
 
 def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path):

@@ -1,6 +1,6 @@
 """The pipeline search (planner.pipeline.search): its cut search and its outer search are exact
 over their domain, checked by brute force (the Lagrangian stage solve it uses:
-tests/unit/planner/test_solvers.py)."""
+tests/unit/planner/solvers/test_solvers.py)."""
 
 from __future__ import annotations
 

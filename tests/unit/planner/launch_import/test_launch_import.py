@@ -22,7 +22,7 @@ from planner.launch_import.formats import format_of, read_launch
 from planner.launch_import.shell_words import launch_command
 from planner.launch_import.to_plan import launch_plan
 from planner.launch_import.trained_network import compared, network_ref, shape_difference, zoo_network_of
-from tests.unit.planner.test_export_megatron import CASES, MEGATRON_FLAGS, make
+from tests.unit.planner.export.test_export_megatron import CASES, MEGATRON_FLAGS, make
 
 MACHINE = load_machine("dgx-a100")
 
