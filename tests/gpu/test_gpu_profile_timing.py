@@ -1,5 +1,5 @@
 """The profiler's harness times a kernel call on cupy, on operands of the call's shapes (skipped
-without cupy + CUDA). `dnnplan profile` and the harness on the CPU: tests/cli/test_profile_command.py."""
+without cupy + CUDA). `dnnplan profile` and the harness on the CPU: tests/cli/profile/test_profile_command.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A stand-in for validate's runs (executor.session.validate.measure_both) and the small validate
-command the validate tests interrupt and resume (tests/cli/test_validate_interrupt.py,
+command the validate tests interrupt and resume (tests/cli/validate/test_validate_interrupt.py,
 test_validate_repeats.py)."""
 
 from __future__ import annotations

@@ -339,7 +339,7 @@ def test_dnnplan_plan_pipeline_auto_prints_and_writes_json(tmp_path):
     out_file = runner.invoke(app, args + ["--out", str(tmp_path / "p.yaml")])
     assert out_file.exit_code == 0 and "wrote" in out_file.output, out_file.output
     assert "pipeline:" in (tmp_path / "p.yaml").read_text()
-    swept = runner.invoke(app, args[:-1] + ["2", "--sweep", "2,4"])  # auto is swept (tests/cli/test_plan_sweep_machines.py)
+    swept = runner.invoke(app, args[:-1] + ["2", "--sweep", "2,4"])  # auto is swept (tests/cli/plan/test_plan_sweep_machines.py)
     assert swept.exit_code == 2 and "cannot be swept" in swept.output
     gone = runner.invoke(app, args + ["--schedule", "zigzag"])
     assert gone.exit_code == 2 and "unknown --schedule" in gone.output
