@@ -1,9 +1,9 @@
 """What the first plan answers under one ZeRO stage, and how the ZeRO choice weighs it (pure).
 
 An :class:`Answer` holds a plan over all the devices or a pipelined one, the settings it was found
-under and why (:mod:`planner.stage_plan` makes one a ZeRO stage, :mod:`planner.first_plan` chooses
-among the stages' answers). :func:`outcome` reads an answer as :mod:`planner.zero_choice` weighs it:
-its step, its proven lower bound and whether the memory limit held it back.
+under and why (:mod:`planner.stage_plan` makes one for each ZeRO stage, :mod:`planner.first_plan`
+chooses among the stages' answers). :func:`outcome` reads an answer as :mod:`planner.zero_choice`
+weighs it: its step, its proven lower bound and whether the memory limit held it back.
 """
 
 from __future__ import annotations
