@@ -76,8 +76,8 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
             settings.parallel.when_idle(lambda: _later_bounds(net, batch, p, machine, compute, limit, settings,
                                                               schedule, later))
         answer, note = fitting(lambda under: at_stage(net, network_ref, batch, p, machine, compute, under, trial,
-                                                       machine_ref, fingerprint, schedule, prove_s, ceiling,
-                                                       defer=stages is not None),
+                                                      machine_ref, fingerprint, schedule, prove_s, ceiling,
+                                                      defer=stages is not None),
                                answer_peak, limit,
                                lambda over, under: _refit(over, net, batch, p, machine, compute, under, trial, schedule),
                                passes=(Beaten,))

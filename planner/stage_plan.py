@@ -23,16 +23,14 @@ from planner.pipeline.search import NoPipelineFits, NotFaster, SearchOutOfTime, 
 from planner.pipeline.stack import uniform_stack
 from planner.pipeline.triples import physics_floor
 from planner.plan.plan import Plan
-from planner.problem.solve import Binding, Infeasible, Settings, Slower, make_plan
+from planner.problem.solve import GIB, Binding, Infeasible, Settings, Slower, make_plan
 from planner.solvers import partial
 from planner.zero_choice import Beaten
 
-GIB = 2.0 ** 30
-
 
 def at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
-              limit: float, settings: Settings, machine_ref: str, fingerprint: str | None, schedule: str,
-              prove_s: float | None, ceiling: float | None = None, defer: bool = False) -> Answer:
+             limit: float, settings: Settings, machine_ref: str, fingerprint: str | None, schedule: str,
+             prove_s: float | None, ceiling: float | None = None, defer: bool = False) -> Answer:
     """The plan under ``settings``' ZeRO stage (module docstring); :class:`NoneFits` when none fits;
     ``ceiling``: a step held from another stage (pipelines that cannot beat it are not searched,
     :class:`Beaten` when none is left); ``defer``: where the whole batch fits, its pipelines are
@@ -50,10 +48,10 @@ def at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machin
                          ceiling=ceiling if stack else None)
     except Binding:
         return pipelines_first(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref,
-                                fingerprint, schedule, prove_s, ceiling)
+                               fingerprint, schedule, prove_s, ceiling)
     except Slower as err:  # its pipelines may still beat the step held
         return pipelines_first(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref,
-                                fingerprint, schedule, prove_s, ceiling, whole_lower=err.lower_s)
+                               fingerprint, schedule, prove_s, ceiling, whole_lower=err.lower_s)
     except Infeasible as err:
         if uniform_stack(net) is None:
             raise NoneFits(False) from err
@@ -83,13 +81,13 @@ def _out_of_time(settings: Settings) -> None:
 
 def floor_s(net: Network, batch: int, p: int, machine: Machine) -> float:
     """The least step any plan of ``net`` can take on ``p`` devices: its arithmetic at the highest
-    peak it runs at (:func:`planner.pipeline.triples.physicsfloor_s`, one stage, no bubble)."""
+    peak it runs at (:func:`planner.pipeline.triples.physics_floor`, one stage, no bubble)."""
     return physics_floor(net, batch, p, machine)(1, 1, 1)
 
 
 def pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
-                     limit: float, settings: Settings, machine_ref: str, fingerprint: str | None, schedule: str,
-                     prove_s: float | None, ceiling: float | None, whole_lower: float | None = None) -> Answer:
+                    limit: float, settings: Settings, machine_ref: str, fingerprint: str | None, schedule: str,
+                    prove_s: float | None, ceiling: float | None, whole_lower: float | None = None) -> Answer:
     """The answer where the devices outnumber the batch's samples and the memory limit binds the
     whole batch at once (its optimum without the limit does not fit). Its plans then split every
     sample (its sequence, heads or channels) over ``p / batch`` devices or more, in every layer,
