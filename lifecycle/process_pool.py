@@ -4,8 +4,7 @@
 planner's ``planner.problem.parallel.Parallel``: ``dnnplan plan --jobs N``): this one and ``jobs - 1``
 workers, all taking the tasks in order from one list (this process computes its own the caller's
 way, ``here``: what it computes lands where it is used, nothing is sent back); a task whose key
-this process computed before stays here, and the workers compute ahead, while the caller leaves
-them idle, the tasks a later call will ask for (:meth:`ProcessPool.ahead`). The workers start
+this process computed before stays here. The workers start
 on the first map (:func:`start_method`), every one before a stop signal is taken, and they
 end with the command however it ends: they ignore Ctrl-C (the command answers it), and
 :meth:`ProcessPool.close` ends them and the fork server at exit (also when the command ends at once,
@@ -108,17 +107,6 @@ def _with_kept(fn: Callable[[Any, dict], Any], task: Any) -> Any:
     return fn(task, _KEPT)
 
 
-def _call_blob(fn: Callable[[Any, dict], Any], task: Any) -> bytes:
-    """``(fn, task)`` pickled: what names a task computed ahead (:meth:`ProcessPool.ahead`), and what a worker runs."""
-    return bytes(ForkingPickler.dumps((fn, task)))
-
-
-def _with_kept_blob(blob: bytes) -> Any:
-    """``fn(task, kept)`` in a worker, from ``(fn, task)`` pickled by the command (:meth:`ProcessPool.ahead`)."""
-    fn, task = ForkingPickler.loads(blob)
-    return fn(task, _KEPT)
-
-
 def _ready(hold_s: float) -> float:
     """A worker's first task: it has started (held ``hold_s``: :data:`READY_S`)."""
     time.sleep(hold_s)
@@ -158,10 +146,6 @@ class ProcessPool:
         self._pool: ProcessPoolExecutor | None = None
         #: the keys of the tasks this process computed (:meth:`unordered`'s ``keys``)
         self._here: set = set()
-        #: what the workers take once this process's caller leaves them idle (:meth:`when_idle`)
-        self._later: Callable[[], tuple[Callable, Sequence, Sequence[Hashable] | None]] | None = None
-        #: the tasks handed to the workers ahead of being asked for, by their pickled call (:meth:`ahead`)
-        self._ahead: dict[bytes, Any] = {}
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -185,45 +169,10 @@ class ProcessPool:
                 hold_signals(signal.SIG_SETMASK, held)
         return self._pool
 
-    def when_idle(self, later: Callable[[], tuple[Callable, Sequence, Sequence[Hashable] | None]] | None) -> None:
-        """``later()``: ``(fn, tasks, keys)`` the workers are to compute ahead of being asked for, once
-        the caller says they are idle (:meth:`idle`); None: nothing."""
-        self._later = later
-
-    def idle(self) -> None:
-        """The caller hands the workers nothing more for now: they compute what :meth:`when_idle`
-        named (:meth:`ahead`)."""
-        later, self._later = self._later, None
-        if later is not None and self._pool is not None:  # never a pool started (or again) for this
-            self.ahead(*later())
-
-    def ahead(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any], keys: Sequence[Hashable] | None = None) -> None:
-        """Hand ``tasks`` to the workers before they are asked for: a later :meth:`unordered` of
-        the same function on an equal task (the same pickled call: a pure function of it, the same
-        answer) takes the worker's answer, or, not started when this process would compute it, takes
-        it back. The tasks whose key (``keys``, as :meth:`unordered` takes them) this process computed
-        before come last, after the workers' own (each process keeps what it priced). The later
-        pipeline pairs' bounds of the ZeRO stages still to plan, while the command searches a
-        stage's pairs and closes their gaps (a task :meth:`submit` hands out goes before them)."""
-        if self.jobs <= 1:
-            return
-        pool = self._executor()
-        mine = self._kept_here(keys, len(tasks))
-        for i in [i for i in range(len(tasks)) if i not in mine] + sorted(mine):
-            blob = _call_blob(fn, tasks[i])
-            if blob not in self._ahead:
-                self._ahead[blob] = pool.submit(_with_kept_blob, blob)
-
     def submit(self, fn: Callable[[Any, dict], Any], task: Any) -> Future:
-        """``fn(task, kept)`` handed to a worker now, before the tasks handed out ahead (:meth:`ahead`)
-        not yet started, which wait behind it: its future (``cancel()`` takes it back while not
-        started). A worker the system ends makes ``result()`` raise the pool's own error."""
-        pool = self._executor()
-        behind = [blob for blob, future in self._ahead.items() if future.cancel()]
-        future = pool.submit(_with_kept, fn, task)
-        for blob in behind:
-            self._ahead[blob] = pool.submit(_with_kept_blob, blob)
-        return future
+        """``fn(task, kept)`` handed to a worker now: its future (``cancel()`` takes it back while
+        not started). A worker the system ends makes ``result()`` raise the pool's own error."""
+        return self._executor().submit(_with_kept, fn, task)
 
     def _kept_here(self, keys: Sequence[Hashable] | None, n: int) -> set[int]:
         """The tasks (of ``n``) whose key this process computed before."""
@@ -248,23 +197,14 @@ class ProcessPool:
         futures: dict = {}
         pending: set = set()
         mine = set() if here is None else self._kept_here(keys, len(tasks))
-        # the tasks handed out ahead (:meth:`ahead`): their futures, pending from the start; the
-        # others' pickled calls, made to look them up, are what a worker is handed
-        blobs = {i: _call_blob(fn, task) for i, task in enumerate(tasks)} if self._ahead else {}
-        for i, blob in blobs.items():
-            future = self._ahead.pop(blob, None)
-            if future is not None:
-                futures[future] = i
-                pending.add(future)
-        out = set(futures.values())
-        local = deque(i for i in range(len(tasks)) if i in mine and i not in out)  # this process's own, in order
-        remote = deque(i for i in range(len(tasks)) if i not in mine and i not in out)  # the workers', in order
+        local = deque(i for i in range(len(tasks)) if i in mine)  # this process's own, in order
+        remote = deque(i for i in range(len(tasks)) if i not in mine)  # the workers', in order
         most = len(tasks) if here is None else 2 * self.workers  # tasks handed to the workers at once
 
         def hand_out() -> None:
             while len(pending) < most and (remote or local):
                 i = remote.popleft() if remote else local.pop()
-                future = pool.submit(_with_kept_blob, blobs[i]) if i in blobs else pool.submit(_with_kept, fn, tasks[i])
+                future = pool.submit(_with_kept, fn, tasks[i])
                 futures[future] = i
                 pending.add(future)
 
@@ -288,7 +228,7 @@ class ProcessPool:
             if here is not None and tasks:
                 first = take()  # its own first, else the first of all, the likeliest to matter, here
                 hand_out()
-                if first is not None:  # None: every task was handed out ahead, and each has started
+                if first is not None:
                     yield first, computed_here(first)
             hand_out()
             while pending:
@@ -322,8 +262,6 @@ class ProcessPool:
     def close(self) -> None:
         """End the workers now (a task still running is not waited for)."""
         pool, self._pool = self._pool, None
-        self._ahead.clear()
-        self._later = None
         if pool is None:
             return
         processes = list((getattr(pool, "_processes", None) or {}).values())

@@ -30,13 +30,11 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.answer import ALL, NONE, Answer, NoneFits, answer_peak, outcome, step_of
 from planner.fit_check import REFIT_SHARE, fitting
-from planner.pipeline.pair_bounds import bound_tasks, pair_bound, pair_keys
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
                                      search_pipeline)
 from planner.pipeline.stack import uniform_stack
 from planner.pipeline.triples import AUTO, DEFAULT
 from planner.problem.build import Builder, build_with
-from planner.problem.parallel import side_by_side
 from planner.problem.priced_layers import PricedLayers
 from planner.problem.priced_once import PricedOnce, priced_once
 from planner.problem.solve import Settings
@@ -65,16 +63,9 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     # and each layer and collective, where the kernels' times are fixed for the call (priced_once)
     settings = dataclasses.replace(settings, priced=PricedLayers() if isinstance(compute, PricedOnce) else None)
 
-    lookahead: list[int] = []  # the ZeRO stages in the order the planner weighs them, when workers may bound ahead
     stages: dict[int, Answer] = {}  # each ZeRO stage's answer, when the planner chooses the stage
 
     def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
-        if lookahead:  # the later stages' pairs bounded by idle workers while this stage's pairs are searched
-            # then the stages whose whole batch fit: their pairs are bounded after the stages (_pipelines_after)
-            later = lookahead[lookahead.index(trial.choices.zero) + 1:]
-            later += [x for x, a in (stages or {}).items() if a.pipelines != ALL and x not in later]
-            settings.parallel.when_idle(lambda: _later_bounds(net, batch, p, machine, compute, limit, settings,
-                                                              schedule, later))
         answer, note = fitting(lambda under: at_stage(net, network_ref, batch, p, machine, compute, under, trial,
                                                       machine_ref, fingerprint, schedule, prove_s, ceiling,
                                                       defer=stages is not None),
@@ -105,8 +96,6 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         if any(layer.op == "attention" for layer in net.layers):
             binds = _memory_binds(net, batch, p, machine, compute, limit, settings.with_zero(1))
             order = SHARDED_FIRST if binds else ATTENTION_ORDER
-        if side_by_side(settings.parallel, compute) is not None:
-            lookahead[:] = order
         stack = uniform_stack(net)
         floor = floor_s(net, batch, p, machine) if stack is not None else 0.0
         answer, zero, weighed = fastest_stage(settings, plan_at, lambda a: outcome(a, floor), _wrap, order)
@@ -116,16 +105,6 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
     return _chosen(answer, zero, weighed)
-
-
-def _later_bounds(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-                  settings: Settings, schedule: str, later: list[int]) -> tuple:
-    """``(pair_bound, tasks, keys)``: the pairs' bounds the ZeRO stages ``later`` will ask for
-    (:func:`planner.pipeline.pair_bounds.bound_tasks`), for workers to compute while the command
-    searches a stage's pairs and closes their gaps."""
-    tasks = [task for z in later for task in bound_tasks(net, batch, p, machine, compute, limit,
-                                                         settings.with_zero(z), schedule)]
-    return pair_bound, tasks, pair_keys(tasks)
 
 
 def _refit(answer: Answer, net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, under: float,

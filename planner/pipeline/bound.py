@@ -29,7 +29,9 @@ with the layers before and after the blocks, and the step by the busiest device'
 slowest (:func:`planner.pipeline.interleave.lower_s`: never below the devices' average). No cut
 fits at all when ``ceil(n / S)`` blocks of least-memory layers already exceed ``L - W0``.
 Everything here is separable per layer, so it costs one pricing of a block's layers, which the
-stage solves that follow reuse (the builder keeps its nodes).
+stage solves that follow reuse (the builder keeps its nodes); and each layer's term is no less
+than zero, so against a step held the sum over the layers priced so far, the most FLOPs first,
+bounds the pair once it reaches that step, the other layers not priced (:func:`_early`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.step.pipeline import stage_network
-from planner.problem.build import Builder, build_with
+from networks.analysis import layer_cost
+from planner.problem.build import Builder, build_with, node_keys, node_of, weighed_cost
 from planner.pipeline.interleave import lower_s
 from planner.pipeline.stack import MIDDLE, Stack
 
@@ -49,19 +52,24 @@ BISECTIONS = 60
 @dataclass(frozen=True)
 class StageBound:
     step_s: float  # no cut of this (S, m) has a shorter step
-    fits: bool  # False: no cut fits the memory limit
+    fits: bool | None  # False: no cut fits the memory limit; None: not known (a partial bound, _early)
     #: the stages' mean bracket over the balanced cut, ``(1/S) sum_s L_s`` (at most ``step_s``): the
     #: order the search tries the pairs in (planner.pipeline.triples.bounded)
     mean_s: float = float("inf")
 
 
 def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int, limit: float,
-                sends_s: tuple[float, ...] = (), chunks: int = 1) -> StageBound:
+                sends_s: tuple[float, ...] = (), chunks: int = 1, above: float | None = None) -> StageBound:
     """The bound of the module docstring for ``stages`` stages and ``micro_batches`` micro-batches
     (``chunks`` model chunks a device), the stage solver's ``builder`` pricing one stage's ranks at
     one micro-batch; ``sends_s``: each stage's (device's) point-to-point seconds per micro-batch
-    (none: no sends)."""
+    (none: no sends). ``above``: a step the caller holds; a bound that reaches it from part of a
+    block's layers is answered as soon as it does (:func:`_early`), the other layers not priced."""
     weight = micro_batches + (stages - 1) / chunks
+    if above is not None and above < float("inf") and chunks == 1:
+        early = _early(builder, stack, stages, micro_batches, weight, tuple(sends_s), above)
+        if early is not None:
+            return early
     cost, memory, w0 = _block(builder, stack, weight)
     n = stack.n
     big = -(-n // stages)
@@ -177,6 +185,29 @@ def _dual(value, k: int, room: float, free: float) -> tuple[float, float, float]
         else:
             hi = lam
     return best, *at
+
+
+def _early(builder: Builder, stack: Stack, stages: int, micro_batches: int, weight: float,
+           sends: tuple[float, ...], above: float) -> StageBound | None:
+    """The bound of the module docstring without the memory limit and the layers before and after
+    the blocks, from a block's layers priced one at a time, the most FLOPs first: once the layers
+    priced make it reach ``above``, that bound (whether anything fits not known: None); None when
+    all of them leave it below (the whole bound is then computed, on the nodes priced here). Every
+    term left out is no less than zero, so each partial sum is a lower bound of the whole one, and
+    a pair far slower than the step held is bounded out on its largest layers' pricing alone."""
+    per = len(stack.blocks[0])
+    two, _ = stage_network(stack.network, stack.layers(0, 2, MIDDLE), 0)
+    keys = node_keys(builder, two)
+    order = sorted(range(per), key=lambda j: -sum(layer_cost(two.layers[j], builder.batch).flops))
+    fixed = weight * sum(sends)
+    block = 0.0
+    for j in order:
+        block += min(float(weighed_cost(node_of(builder, keys[i]), weight).min()) for i in {j, j + per})
+        total = stack.n * block + fixed  # sum_s L_s at least
+        step = ((micro_batches - 1) * total / stages + total) / weight  # max_s L_s at least their mean
+        if step >= above:
+            return StageBound(step, None, total / stages)
+    return None
 
 
 def _block(builder: Builder, stack: Stack, weight: float):

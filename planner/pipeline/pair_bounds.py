@@ -19,12 +19,8 @@ from typing import Callable, Iterator
 
 from costmodel.compute.model import ComputeModel
 from costmodel.machine.model import Machine
-from networks.errors import DnnplanError
-from networks.ir import Network
 from planner.pipeline.bound import StageBound, stage_bound
-from planner.pipeline.sends import pair_sends_s
-from planner.pipeline.stack import Stack, uniform_stack
-from planner.pipeline.triples import pairs
+from planner.pipeline.stack import Stack
 from planner.pipeline.stage_solver import stage_builder
 from planner.problem.parallel import Parallel
 from planner.problem.solve import Settings
@@ -46,6 +42,8 @@ class PairTask:
     chunks: int
     limit: float
     sends_s: tuple[float, ...]  # each stage's (device's)
+    #: the step held, as :func:`planner.pipeline.bound.stage_bound` takes it (None: the whole bound)
+    above: float | None = None
 
 
 def kept_pricing(settings: Settings, compute: ComputeModel, kept: dict) -> tuple[Settings, ComputeModel]:
@@ -68,33 +66,18 @@ def pair_bound(task: PairTask, kept: dict) -> StageBound:
     later pairs and ZeRO stages reuse what its earlier ones priced)."""
     settings, compute = kept_pricing(task.settings, task.compute, kept)
     builder = stage_builder(task.ranks, task.micro_batch, task.machine, compute, settings)
-    return stage_bound(builder, task.stack, task.stages, task.micro_batches, task.limit, task.sends_s, task.chunks)
+    return stage_bound(builder, task.stack, task.stages, task.micro_batches, task.limit, task.sends_s, task.chunks,
+                       task.above)
 
 
 def pair_tasks(stack: Stack, batch: int, p: int, machine: Machine, compute: ComputeModel, settings: Settings,
-               limit: float, sends: Callable[[int, int, int], tuple[float, ...]], combos: list) -> list[PairTask]:
+               limit: float, sends: Callable[[int, int, int], tuple[float, ...]], combos: list,
+               above: float | None = None) -> list[PairTask]:
     """The :class:`PairTask` of each (floor, S, m, V) of ``combos`` (``settings`` without its budget
-    and workers, which never cross processes)."""
+    and workers, which never cross processes; ``above``: each task's)."""
     plain = replace(settings, budget=None, parallel=None)
-    return [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v))
+    return [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v), above)
             for _, s, m, v in combos]
-
-
-def bound_tasks(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-                settings: Settings, schedule: str) -> list[PairTask]:
-    """The pairs' bound tasks :func:`planner.pipeline.search.search_pipeline` hands its workers for
-    these arguments (every pair, no ceiling; none when ``net`` cannot be pipelined): what a ZeRO
-    stage still to plan will ask for, computed ahead while the workers would idle (planner.first_plan)."""
-    stack = uniform_stack(net)
-    if stack is None:
-        return []
-    try:
-        triples = pairs(stack, batch, p, machine, net, None, None, schedule)
-    except DnnplanError:
-        return []
-    boundary = stack.boundary_bytes()
-    return pair_tasks(stack, batch, p, machine, compute, settings, float(limit),
-                      lambda s, m, v: tuple(pair_sends_s(machine, p, batch, boundary, s, m, v)), triples)
 
 
 def pair_keys(tasks: list[PairTask]) -> list[tuple[int, int]]:
@@ -106,21 +89,21 @@ def pair_keys(tasks: list[PairTask]) -> list[tuple[int, int]]:
 def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, machine: Machine,
                        compute: ComputeModel, settings: Settings, limit: float,
                        sends: Callable[[int, int, int], tuple[float, ...]],
-                       here: Callable[[int, int, int], StageBound]) -> Callable:
-    """``many(combos)``: for (floor, S, m, V) ``combos``, ``(i, (bound, fits, mean))`` as each is
-    done (:func:`planner.pipeline.triples.bounded`): this process takes pairs in order beside the
-    workers (``here(S, m, V)``: the bound on its own pricing). ``sends(S, m, V)``: each stage's
-    sends per micro-batch."""
+                       here: Callable[..., StageBound]) -> Callable:
+    """``many(combos, above=None)``: for (floor, S, m, V) ``combos``, ``(i, (bound, fits, mean))``
+    as each is done (:func:`planner.pipeline.triples.bounded`): this process takes pairs in order
+    beside the workers (``here(S, m, V, above)``: the bound on its own pricing); ``above``: the
+    step held, as :func:`planner.pipeline.bound.stage_bound` takes it (None: each bound whole).
+    ``sends(S, m, V)``: each stage's sends per micro-batch."""
 
-    def many(combos: list) -> Iterator[tuple[int, tuple[float, bool, float]]]:
-        tasks = pair_tasks(stack, batch, p, machine, compute, settings, limit, sends, combos)
+    def many(combos: list, above: float | None = None) -> Iterator[tuple[int, tuple[float, bool, float]]]:
+        tasks = pair_tasks(stack, batch, p, machine, compute, settings, limit, sends, combos, above)
         # bounded where it was before (an earlier ZeRO stage's bound), a pair is priced there already
-        results = parallel.unordered(pair_bound, tasks, lambda i: here(*combos[i][1:]), pair_keys(tasks))
+        results = parallel.unordered(pair_bound, tasks, lambda i: here(*combos[i][1:], above), pair_keys(tasks))
         try:
             for i, got in results:
                 yield i, (got.step_s, got.fits, got.mean_s)
         finally:
             results.close()
-        parallel.idle()  # every pair bounded: the workers may take what comes later (a search's pairs go first)
 
     return many

@@ -23,8 +23,12 @@ when it starts; one that takes longer is left (counted in the proven gap by its 
 is searched, so one slow pair does not leave the search without a plan (Llama 3.1 405B on 512 H100s
 under ZeRO-3: 2 stages x 8 micro-batches, the least bound, did not finish its 63-block stages in
 the 13 s left at load 1; 64 stages x 512, its bound 0.2% above, answers in about a second).
-Handed workers (``Settings.parallel``), the search has the bounds computed side by side
-(:mod:`planner.pipeline.pair_bounds`): the same numbers, so the same answer.
+A pair is bounded against the step held (the caller's ceiling, else the least bound of the
+``SETTLE`` pairs of least physics floor, bounded whole first): a bound that reaches it on part of
+a block's layers stops there, and the pair keeps that partial bound until the search comes to it
+(:func:`planner.pipeline.triples.bounded`). Handed workers (``Settings.parallel``), the search has
+the bounds computed side by side (:mod:`planner.pipeline.pair_bounds`): the same numbers, so the
+same answer.
 
 Stages the memory limit binds are solved by Lagrangian relaxation while pairs are compared (fast,
 feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)`` is then searched
@@ -73,6 +77,9 @@ from planner.problem.solve import PlanMismatch, Settings
 SCHEDULE = "1f1b"
 #: until a plan is in hand, the share of the time left one pair's search may take (module docstring)
 FIRST_SHARE = 1 / 3
+#: with no step held, the pairs of least physics floor bounded first, and the others against the
+#: least of their bounds (planner.pipeline.triples.bounded)
+SETTLE = 4
 #: seconds the search spends closing other pairs' stage gaps to prove its choice (planner.pipeline.pair_closing.proved)
 PROVE_S = 5.0
 #: another pair that could beat the choice by less than this fraction is not searched again (the
@@ -157,17 +164,22 @@ class _Search:
                 self._builders[(stages, m)] = self._solvers[key].builder
         return self._solvers[key]
 
-    def bound(self, stages: int, m: int, chunks: int = 1) -> tuple[float, bool, float]:
+    def bound(self, stages: int, m: int, chunks: int = 1, above: float | None = None) -> tuple[float, bool, float]:
         """No cut of ``(S, m, V)`` is faster than this (module docstring); False: none fits; and the
-        stages' mean bracket, the order the pairs are tried in (:class:`planner.pipeline.bound.StageBound`)."""
-        got = self.stage_bound(stages, m, chunks)
+        stages' mean bracket, the order the pairs are tried in (:class:`planner.pipeline.bound.StageBound`);
+        ``above``: the step held (:meth:`stage_bound`)."""
+        got = self.stage_bound(stages, m, chunks, above)
         return got.step_s, got.fits, got.mean_s
 
-    def stage_bound(self, stages: int, m: int, chunks: int = 1):
-        """``(S, m, V)``'s :class:`planner.pipeline.bound.StageBound`, on its own pricing."""
+    def stage_bound(self, stages: int, m: int, chunks: int = 1, above: float | None = None):
+        """``(S, m, V)``'s :class:`planner.pipeline.bound.StageBound`, on its own pricing; once it
+        reaches ``above`` (the step held; None: the caller's ceiling, when it gave one) from part of
+        a block's layers, that partial bound, the rest not priced (:func:`planner.pipeline.bound.stage_bound`)."""
+        if above is None and self.ceiling < float("inf"):
+            above = self.ceiling
         sends = tuple(self.sends(stages, m, chunks))
         return stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
-                           chunks)
+                           chunks, above)
 
     def sends(self, stages: int, m: int, chunks: int) -> list[float]:
         """Each stage's (device's) sends per micro-batch (planner.pipeline.sends)."""
@@ -333,7 +345,11 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     for _, s2, m2, _ in triples:
         search.pending[(s2, m2)] = search.pending.get((s2, m2), 0) + 1
     bounding = time.perf_counter()
-    combos = bounded(search.bound, triples, budget, search.many)
+    # every pair bounded against the step held; with none, the pairs of least floor first and the
+    # others against the least of their bounds: a pair shown slower on part of its layers waits for
+    # the search (triples.bounded)
+    held = None if search.ceiling == float("inf") else search.ceiling
+    combos = bounded(search.bound, triples, budget, search.many, SETTLE, held)
     search.bounding_s = time.perf_counter() - bounding
     out += [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
             for b2, s2, m2, v2, fits in combos if fits is False]
@@ -380,11 +396,13 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
     for i, (bound, stages, m, v, fits) in enumerate(combos):
         if fits is None and bound < min(search.ceiling, best.step_s if best is not None else float("inf")) \
                 and not (budget is not None and budget.expired()):
-            # a pair the bounding left at its physics floor: its stage bound now, on the pricing its
-            # search takes anyway, so a pair it proves slower than the best (or unfit) is not searched
-            step, fits, _ = search.bound(stages, m, v)
+            # a pair the bounding left at its floor (physics, or a partial bound against a step
+            # held): its stage bound now, on the pricing its search takes anyway, against the step
+            # held now, so a pair it proves slower than the best (or unfit) is not searched
+            step, fits, _ = search.bound(stages, m, v, min(search.ceiling, best.step_s if best is not None
+                                                           else float("inf")))
             bound = max(bound, step)
-            if not fits:
+            if fits is False:
                 out.append(Candidate(stages, m, bound, skipped="memory", lower_s=float("inf"), chunks=v))
                 continue
         if bound >= min(search.ceiling, best.step_s if best is not None else float("inf")):

@@ -22,7 +22,6 @@ distinct strategy (algorithms share them), and all reshards are evaluated in one
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -220,19 +219,10 @@ def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool
     ``extra_once``: layer name -> seconds once a step under a strategy, added to that layer's
     candidates (a pipeline's tied table summed between two stages)."""
     sigs = [signature(layer) for layer in net.layers]
-    readers, saved = consumers(net), saved_outputs(net)
-    # layers share nodes when they have one signature, as many readers (gradient sums), their
-    # output saved or not alike, and their gradients in the last bucket or not (costmodel.comm.overlap)
-    front = front_layers(net, b.overlap.bucket_bytes)
-    node_keys = [(sig, readers[layer.name], saved[layer.name], layer.name in front)
-                 for sig, layer in zip(sigs, net.layers)]
-    for key in dict.fromkeys(node_keys):
-        if key not in b.nodes:
-            b.nodes[key] = _node(b, *key)
-    nodes = [b.nodes[key] for key in node_keys]
+    keys = node_keys(b, net)
+    nodes = [node_of(b, key) for key in keys]
     edge_list, distinct_edges, pairs = _edges(b, net, sigs, nodes, edges, weight)
-    cost = tuple(n.vals[:, 0] if weight == once_weight == 1 else weight * (n.vals[:, 0] - n.vals[:, 3])
-                 + once_weight * n.vals[:, 3] for n in nodes)
+    cost = tuple(weighed_cost(n, weight, once_weight) for n in nodes)
     counts = kept if isinstance(kept, tuple) else (kept,) * len(nodes)  # per layer (interleaved chunks)
     memory = tuple(n.vals[:, 1] if k == 1 else n.vals[:, 1] + (k - 1) * n.vals[:, 4] for n, k in zip(nodes, counts))
     if extra_once:
@@ -241,8 +231,33 @@ def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool
     problem = Problem(tuple(layer.name for layer in net.layers), cost, memory, tuple(n.vals[:, 2] for n in nodes),
                       edge_list, memory_limit)
     return Built(problem, tuple(n.candidates for n in nodes), tuple(n.fastest for n in nodes),
-                 len(dict.fromkeys(node_keys)), distinct_edges, pairs, tuple(n.vals[:, 3] for n in nodes),
+                 len(dict.fromkeys(keys)), distinct_edges, pairs, tuple(n.vals[:, 3] for n in nodes),
                  tuple(n.vals[:, 4] for n in nodes))
+
+
+def node_keys(b: Builder, net: Network) -> list[tuple]:
+    """Each layer's node key in ``net``: layers share a node when they have one signature, as many
+    readers (gradient sums), their output saved or not alike, and their gradients in the last
+    bucket or not (costmodel.comm.overlap)."""
+    readers, saved = consumers(net), saved_outputs(net)
+    front = front_layers(net, b.overlap.bucket_bytes)
+    return [(signature(layer), readers[layer.name], saved[layer.name], layer.name in front) for layer in net.layers]
+
+
+def node_of(b: Builder, key: tuple) -> "_Node":
+    """The node of ``key`` (:func:`node_keys`), priced once on ``b`` and kept there."""
+    got = b.nodes.get(key)
+    if got is None:
+        got = b.nodes[key] = _node(b, *key)
+    return got
+
+
+def weighed_cost(node: "_Node", weight: float = 1.0, once_weight: float = 1.0) -> np.ndarray:
+    """Each candidate's cost with its per-micro-batch part ``weight`` times and its once-a-step part
+    ``once_weight`` times (:func:`build_with`)."""
+    if weight == once_weight == 1:
+        return node.vals[:, 0]
+    return weight * (node.vals[:, 0] - node.vals[:, 3]) + once_weight * node.vals[:, 3]
 
 
 @dataclass(frozen=True, eq=False)

@@ -43,14 +43,6 @@ class Parallel(Protocol):
         (``cancel()`` takes it back while not started, to be computed by the caller)."""
         ...
 
-    def when_idle(self, later: Callable[[], tuple[Callable, Sequence]] | None) -> None:
-        """``later()``: ``(fn, tasks)`` the workers may compute ahead, once the search leaves them idle."""
-        ...
-
-    def idle(self) -> None:
-        """The search hands the workers nothing more for now (they may take what ``when_idle`` named)."""
-        ...
-
 
 class InProcess:
     """Every task here, one after another, in order."""
@@ -68,12 +60,6 @@ class InProcess:
         future: Future = Future()  # computed now, in order: nothing runs beside this process
         future.set_result(fn(task, {}))
         return future
-
-    def when_idle(self, later) -> None:
-        pass  # nothing is computed ahead in one process
-
-    def idle(self) -> None:
-        pass
 
 
 IN_PROCESS = InProcess()

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from dnnplan.cli import app
 from lifecycle.process_pool import ProcessPool
+from planner.pipeline.pair_bounds import pair_bound
 from tests.support.cli_errors import one_error_line
 from tests.support.proc_table import describe, gone_within, tree
 from tests.support.processes import dnnplan_env
@@ -56,24 +57,24 @@ def test_one_job_plans_in_process_and_answers_as_two_do():
     assert a["pipeline"] is not None and (a["step_s"], a["pipeline"], a["zero"]) == (b["step_s"], b["pipeline"], b["zero"])
 
 
-def test_two_jobs_bound_the_later_zero_stages_pairs_ahead_and_answer_as_one_does(monkeypatch):
-    """The planner weighs the ZeRO stages one after another, each with a pipeline search; while the
-    command searches a stage's pairs, the worker bounds the pairs of the stages still to come,
-    and those stages take its bounds: the same answer, gap and ZeRO choice as one job."""
+def test_two_jobs_bound_each_zero_stages_pairs_side_by_side_and_answer_as_one_does(monkeypatch):
+    """The planner weighs the ZeRO stages one after another, each with a pipeline search whose
+    pairs' bounds two jobs compute side by side, the later stages' against the step held: the
+    same answer, gap and ZeRO choice as one job."""
     args = ["plan", "gpt-tiny", "-p", "8", "--precision", "fp16", "--memory", "0.003", "--json", "--time-limit", "600"]
     one = CliRunner().invoke(app, args + ["--jobs", "1"])
-    taken = []
+    bounds = []
     unordered = ProcessPool.unordered
 
     def counted(self, fn, tasks, here=None, keys=None):
-        before = len(self._ahead)
+        if fn is pair_bound:
+            bounds.append(len(tasks))
         yield from unordered(self, fn, tasks, here, keys)
-        taken.append(before - len(self._ahead))
 
     monkeypatch.setattr(ProcessPool, "unordered", counted)
     two = CliRunner().invoke(app, args + ["--jobs", "2"])
     assert one.exit_code == 0 and two.exit_code == 0, one.output + two.output
-    assert sum(taken) > 0  # bounds computed ahead were taken
+    assert len(bounds) > 1 and sum(bounds) > 0  # the pairs of more than one stage bounded side by side
     a, b = json.loads(one.stdout), json.loads(two.stdout)
     assert a["pipeline"] is not None
     assert (a["step_s"], a["pipeline"], a["zero"], a["solver"]["proven_gap"], a["zero_choice"]) == \

@@ -136,7 +136,8 @@ def test_closing_the_pool_waits_on_nothing_a_stop_left_held():
     joins the queues' feeder threads) returns."""
     before = set(multiprocessing.active_children())  # other tests' workers, not these
     pool = ProcessPool(2)
-    pool.ahead(_slow, [bytes([i]) * 300_000 for i in range(4)])  # the worker busy, more queued behind it
+    for i in range(4):  # the worker busy, more queued behind it
+        pool.submit(_slow, bytes([i]) * 300_000)
     time.sleep(0.5)
     executor = pool._pool
     executor._shutdown_lock.acquire()  # as a stop signal inside ``with executor._shutdown_lock`` leaves it

@@ -16,7 +16,7 @@ from costmodel.step.pipeline import INTERLEAVED, stage_network
 from costmodel.memory.pipeline import device_hold
 from planner.pipeline import interleave
 from planner.pipeline.cuts import best_cut, cut_lower
-from planner.pipeline.triples import AUTO, chunk_counts, highest_peak, micro_sizes, physics_floor
+from planner.pipeline.triples import AUTO, bounded, chunk_counts, highest_peak, micro_sizes, physics_floor
 from planner.problem.solve import Settings
 from planner.pipeline.search import _Search, kept, roles, search_pipeline
 from planner.pipeline.stack import uniform_stack
@@ -199,6 +199,54 @@ def test_the_stage_bound_weighs_the_slowest_stage_and_stays_below_each_pairs_opt
                                 stage_counts=(stages,), micro_counts=(m,),
                                 schedule=INTERLEAVED if v > 1 else "1f1b")
         assert fits and mean * 1.001 < bound <= exact.prediction.step_s * (1 + 1e-12)
+
+
+def test_a_bound_against_a_step_held_stops_on_part_of_the_layers_and_stays_below_the_whole(tmp_path):
+    """Bounded against a step held (``above``), a pair's bound prices a block's layers one at a time
+    and stops once their part of the sum reaches it: that partial bound reaches the step, stays at
+    most the whole bound, says nothing of memory (None), and priced fewer layers; a step the whole
+    bound stays below changes nothing."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    stack, limit = uniform_stack(ctx.network), 2.0 ** 30
+    for stages, m in [(1, 1), (1, 8), (2, 8), (4, 8), (4, 1)]:
+        whole = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
+        step, fits, mean = whole.bound(stages, m)
+        assert fits
+        priced = len(whole.solver(stages, m).builder.nodes)
+        for above in (0.0, 0.5 * step):
+            held = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
+            part, known, _ = held.bound(stages, m, 1, above)
+            assert known is None and above <= part <= step * (1 + 1e-12)
+            assert len(held.solver(stages, m).builder.nodes) < priced
+        above = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
+        assert above.bound(stages, m, 1, 2 * step) == (step, fits, mean)
+
+
+def test_with_no_step_held_the_pairs_of_least_floor_are_bounded_first_and_set_the_step_for_the_rest():
+    """``bounded`` with ``settle``: the pairs of least floor bounded whole, the others against the
+    least bound of theirs; a pair bounded out on part of its layers keeps that partial bound as its
+    floor (whether anything fits not known) and comes after the pairs bounded whole."""
+    whole = {(1, 1): 9.0, (1, 2): 5.0, (2, 1): 7.0, (2, 2): 4.5, (4, 1): 20.0, (4, 2): 6.0}
+    asked = []
+
+    def bound(s, m, v, above=None):
+        asked.append(((s, m), above))
+        full = whole[(s, m)]
+        if above is not None and full >= above:
+            return full / 2 if full / 2 >= above else above, None, full / 2
+        return full, True, full
+
+    combos = [(1.0 + s / 10 + m / 100, s, m, 1) for s, m in whole]
+    got = bounded(bound, combos, settle=2)
+    assert [a for _, a in asked[:2]] == [None, None]  # the two of least floor: (1, 1), (1, 2)
+    assert {k for k, _ in asked[:2]} == {(1, 1), (1, 2)}
+    assert all(a == 5.0 for _, a in asked[2:])  # the others against (1, 2)'s bound
+    assert [(c[1], c[2], c[4]) for c in got[:3]] == [(2, 2, True), (1, 2, True), (1, 1, True)]
+    # bounded out on part of their layers: their partial bounds, after the others
+    assert [(c[0], c[1], c[2], c[4]) for c in got[3:]] == [(5.0, 2, 1, None), (5.0, 4, 2, None), (10.0, 4, 1, None)]
+    # without settle every pair is bounded whole, in order of its bound
+    assert [(c[1], c[2], c[4]) for c in bounded(bound, combos)] == [
+        (2, 2, True), (1, 2, True), (4, 2, True), (2, 1, True), (1, 1, True), (4, 1, True)]
 
 
 def test_the_stage_bound_proves_when_nothing_fits(tmp_path):

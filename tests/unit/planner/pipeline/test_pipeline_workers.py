@@ -67,12 +67,6 @@ class _AllInWorkers:
         self.closings = 0  # pairs' gaps closed as a worker closes them
         self.searches = 0  # pairs searched as a worker searches them, ahead of their turn
 
-    def when_idle(self, later):
-        pass
-
-    def idle(self):
-        pass
-
     def unordered(self, fn, tasks, here=None, keys=None):
         self.fns.append(fn)
         self.closings += sum(1 for t in tasks if fn is search_pair and t.close)
