@@ -37,7 +37,8 @@ class SearchTask:
     """One (S, m, V)'s search, as a worker computes it: the search's inputs, the pair, whether its
     memory-bound stages' gaps are closed (the proof, :mod:`planner.pipeline.pair_closing`) and the
     deadline (``time.perf_counter``'s, the same clock in every process on one machine) at which
-    closing stops."""
+    closing stops, and the command's, at which any search stops (a task already running when the
+    command's search moves on would else hold its worker past the command's time limit)."""
 
     stack: Stack
     batch: int
@@ -54,6 +55,7 @@ class SearchTask:
     close: bool
     deadline: float | None
     searcher: type  # the search's own class (planner.pipeline.search._Search)
+    ends: float | None = None
 
 
 def search_task(search, stages: int, micro_batches: int, chunks: int = 1, close: bool = False) -> SearchTask:
@@ -61,7 +63,7 @@ def search_task(search, stages: int, micro_batches: int, chunks: int = 1, close:
     return SearchTask(search.stack, search.batch, search.p, search.machine, search.compute,
                       replace(search.settings, budget=None, parallel=None), search.limit, search.exact,
                       search.schedule, stages, micro_batches, chunks, close, search.deadline if close else None,
-                      type(search))
+                      type(search), search.command_end())
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,12 @@ LATE = "late"
 
 def search_pair(task: SearchTask, kept: dict) -> Searched | str:
     """``task``'s pair searched (its step None: no cut fits), or :data:`LATE` (a closing its
-    deadline left unfinished); ``kept``: the worker's dict across its tasks (:func:`kept_pricing`)."""
+    deadline left unfinished, or a search the command's); ``kept``: the worker's dict across its
+    tasks (:func:`kept_pricing`)."""
     settings, compute = kept_pricing(task.settings, task.compute, kept)
     search = task.searcher(task.stack, task.batch, task.devices, task.machine, compute, task.limit, settings,
                            task.exact, task.schedule)
-    search.deadline = task.deadline
+    search.deadline, search.ends = task.deadline, task.ends
     try:
         got = search.best(task.stages, task.micro_batches, close=task.close, chunks=task.chunks)
     except OutOfTime:
@@ -158,11 +161,12 @@ class Ahead:
             if not self._before_turn(k):
                 break
         try:
-            return future.result(timeout=wait_s())
+            got = future.result(timeout=wait_s())
         except TimeoutError:
             raise OutOfTime from None
         except Exception:  # noqa: BLE001 - a worker that failed: the pair searched here (an error of its own is raised here)
             return self.here(i)
+        return self.here(i) if got == LATE else got  # left at the command's deadline: here, under its budget
 
     def _before_turn(self, k: int) -> bool:
         """Pair ``k`` searched here before its turn, its stage solves and gaps kept apart until then;

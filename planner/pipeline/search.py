@@ -128,6 +128,9 @@ class _Search:
         self.schedule = schedule
         self.limit, self.settings, self.exact = limit, settings, exact
         self.deadline: float | None = None  # perf_counter time at which closing stage gaps stops (pair_closing.proved)
+        #: perf_counter time at which any search of a pair stops: a worker's, which has no budget, at
+        #: the command's deadline (planner.pipeline.pair_searches.SearchTask.ends)
+        self.ends: float | None = None
         self.worst_gap = 0.0
         self.boundary = stack.boundary_bytes()
         ends = {layer.name: 0 for layer in stack.before} | {layer.name: 2 for layer in stack.after}
@@ -181,6 +184,15 @@ class _Search:
         return stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
                            chunks, above)
 
+    def command_end(self) -> float | None:
+        """The command's deadline as a ``time.perf_counter`` time (the same clock in every process on
+        one machine), for a worker's search to stop at; None without one."""
+        budget = self.settings.budget
+        while getattr(budget, "parent", None) is not None:  # a ZeRO stage's share: the command's own
+            budget = budget.parent
+        left = None if budget is None else budget.left()
+        return None if left is None else time.perf_counter() + left
+
     def sends(self, stages: int, m: int, chunks: int) -> list[float]:
         """Each stage's (device's) sends per micro-batch (planner.pipeline.sends)."""
         return pair_sends_s(self.machine, self.p, self.batch, self.boundary, stages, m, chunks)
@@ -204,6 +216,8 @@ class _Search:
         budget = self.settings.budget
         if budget is not None:
             budget.check()  # a stop request: KeyboardInterrupt (the budget holds the best plan so far)
+        if self.ends is not None and time.perf_counter() >= self.ends:
+            return True
         if close:
             return self.deadline is not None and time.perf_counter() >= self.deadline
         return budget is not None and (budget.expired() or (self.pair_deadline is not None

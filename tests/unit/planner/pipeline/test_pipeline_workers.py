@@ -137,3 +137,40 @@ def test_bounds_and_closings_computed_only_by_workers_give_the_answer_one_proces
     assert pair_bound in away.fns and away.searches > 0 and away.closings > 0 and alone.stats["closed_pairs"] > 0
     assert _summary(elsewhere) == _summary(alone)
     assert elsewhere.stats["worst_stage_gap"] == alone.stats["worst_stage_gap"]
+
+
+def test_a_workers_search_stops_at_the_commands_deadline_and_the_pair_is_searched_here(tmp_path):
+    """A pair's search handed to a worker carries the command's deadline (a worker has no budget):
+    past it the worker answers LATE at once instead of holding the worker past the command's time
+    limit, and the command then searches the pair itself, under its own budget."""
+    import time
+
+    from planner.pipeline.pair_searches import LATE, Ahead, search_task
+    from planner.pipeline.search import _Search
+    from planner.pipeline.stack import uniform_stack
+    from planner.solvers import Budget
+
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=SETTINGS.choices)
+    stack = uniform_stack(ctx.network)
+    spent = dataclasses.replace(SETTINGS, budget=Budget(0.0))
+    search = _Search(stack, 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, spent)
+    task = search_task(search, 2, 8)
+    assert task.ends is not None and task.ends <= time.perf_counter()
+    assert search_pair(task, {}) == LATE
+    fresh = dataclasses.replace(task, ends=None)  # the same pair with time left: searched
+    assert search_pair(fresh, {}) != LATE
+
+    class _Late:
+        jobs = 2
+
+        def submit(self, fn, task):
+            future = Future()
+            future.set_running_or_notify_cancel()  # a worker has it: not taken back
+            future.set_result(LATE)
+            return future
+
+    here = []
+    ahead = Ahead(search, _Late(), [(1.0, 2, 8, 1, True), (1.0, 2, 4, 1, True)], lambda i: here.append(i) or i,
+                  lambda i: False)
+    ahead.hand_out(0, 10.0)  # pair 1 to the worker
+    assert ahead.best(1, 10.0, lambda: None) == 1 and here == [1]
