@@ -125,7 +125,7 @@ class Ahead:
         """The pairs after ``i`` still to be searched under ``below`` (the best step held) whose
         pricing a worker holds, to the workers, up to :data:`AHEAD_PER_WORKER` each not yet done;
         none before a step is held (a pair whose bound reaches the first step found is never
-        searched, and the workers meanwhile bound the later ZeRO stages' pairs)."""
+        searched)."""
         if below == float("inf"):
             return
         running = sum(1 for f in self.futures.values() if not f.done())
