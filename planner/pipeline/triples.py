@@ -133,9 +133,9 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
     :func:`planner.pipeline.bound.stage_bound`): a pair whose bound reaches it on part of a block's
     layers keeps that partial bound as its floor, not knowing whether anything fits, and is
     bounded by the search when it comes to it, against the best step then held, on the layers
-    already priced (GPT-3 175B on 1,024 A100s: 26 of 55 pairs' bounds over twice the best step,
-    each pricing a block's every layer to learn it). ``above``: a step the caller holds, against
-    which every pair is so bounded (``settle`` then has no use).
+    already priced (GPT-3 175B on 1,024 A100s under ZeRO-3: 26 of 58 pair bounds over twice the
+    best step, each pricing a block's every layer to learn it). ``above``: a step the caller
+    holds, against which every pair is so bounded (``settle`` then has no use).
     """
     bounded_, done = [], set()
     left = None if budget is None else budget.left()
