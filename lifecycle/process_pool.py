@@ -102,8 +102,17 @@ def ended_how(exitcode: int | None) -> str:
 _KEPT: dict = {}
 
 
-def _with_kept(fn: Callable[[Any, dict], Any], task: Any) -> Any:
-    """``fn(task, kept)`` in a worker, with that worker's own ``kept``."""
+def _pickled(fn: Callable[[Any, dict], Any], task: Any) -> bytes:
+    """``(fn, task)`` pickled now, in the caller's thread: the task as it is when handed out. The
+    pool's own thread pickles what it sends later, while the caller goes on; a task sharing a dict
+    the caller fills meanwhile (a pricing cache) would change under it ("dictionary changed size
+    during iteration", or a task sent half old, half new)."""
+    return bytes(ForkingPickler.dumps((fn, task)))
+
+
+def _with_kept(blob: bytes) -> Any:
+    """``fn(task, kept)`` in a worker, ``(fn, task)`` from :func:`_pickled`, with that worker's own ``kept``."""
+    fn, task = ForkingPickler.loads(blob)
     return fn(task, _KEPT)
 
 
@@ -172,7 +181,8 @@ class ProcessPool:
     def submit(self, fn: Callable[[Any, dict], Any], task: Any) -> Future:
         """``fn(task, kept)`` handed to a worker now: its future (``cancel()`` takes it back while
         not started). A worker the system ends makes ``result()`` raise the pool's own error."""
-        return self._executor().submit(_with_kept, fn, task)
+        pool = self._executor()  # first: it registers how read-only mappings are pickled
+        return pool.submit(_with_kept, _pickled(fn, task))
 
     def _kept_here(self, keys: Sequence[Hashable] | None, n: int) -> set[int]:
         """The tasks (of ``n``) whose key this process computed before."""
@@ -204,7 +214,7 @@ class ProcessPool:
         def hand_out() -> None:
             while len(pending) < most and (remote or local):
                 i = remote.popleft() if remote else local.pop()
-                future = pool.submit(_with_kept, fn, tasks[i])
+                future = pool.submit(_with_kept, _pickled(fn, tasks[i]))
                 futures[future] = i
                 pending.add(future)
 
