@@ -8,8 +8,10 @@ proves a lower bound on any assignment that fits::
 
     min over fitting x of cost(x)  >=  min_x [cost(x) + lam * sum memory(x)] - lam * (limit - W0)
 
-with ``W0`` the largest workspace some node cannot avoid (each node's least). The answer carries
-the gap between the best assignment found and the best bound (0: proved optimal).
+with ``W0`` the largest workspace some node cannot avoid (each node's least). The best fitting
+assignment the bisection found is then made cheaper by local moves (:mod:`.improve`: identical
+blocks flip together at one ``lam``, where memory has room for some of them only). The answer
+carries the gap between that assignment and the best bound (0: proved optimal).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .dp import solve_reduced
+from .improve import improve
 from .problem import Assignment, Problem, evaluate, fits, min_memory
 
 ROUNDS = 40
@@ -57,6 +60,8 @@ def solve_lagrange(problem: Problem, rounds: int = ROUNDS, rtol: float = 1e-3,
     if fits(problem, free.memory):
         return solve_reduced(problem)
     got = relax(problem, free.objective, rounds, rtol, hint, stop)
+    if got.gap > rtol and not (stop is not None and stop()):  # cheaper by local moves (.improve)
+        got = Relaxation(*improve(problem, got.choice, stop), got.bound, got.lam)
     cost, memory = evaluate(problem, got.choice)
     return Assignment(got.choice, cost, memory, "lagrange(dp)", "optimal" if got.gap <= rtol else "feasible",
                       got.gap, time.perf_counter() - start, problem.num_nodes,

@@ -1,0 +1,72 @@
+"""Local moves on a fitting assignment (planner.solvers.improve), after the Lagrangian relaxation of
+the memory limit: identical blocks flip together at one multiplier, and the transient the largest
+workspace holds is priced by none; the moves keep the assignment fitting and only lower its cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.solvers import Edge, Problem, evaluate, min_memory, solve_brute
+from planner.solvers.problem import fits
+from planner.solvers.improve import improve
+from planner.solvers.lagrange import relax, solve_lagrange
+
+from tests.support.random_problems import SEEDS, _binding_limit, _close, random_problem
+
+#: four identical blocks, each recomputing (cost 2, memory 1) or keeping its activations (cost 1,
+#: memory 3), and a head whose fast kernel needs 4 of workspace (cost 1) or none (cost 1.5)
+BLOCKS = 4
+LIMIT = 10.0
+
+
+def _stack() -> Problem:
+    names = tuple(f"block{i}" for i in range(BLOCKS)) + ("head",)
+    cost = (np.array([2.0, 1.0]),) * BLOCKS + (np.array([1.0, 1.5]),)
+    memory = (np.array([1.0, 3.0]),) * BLOCKS + (np.array([0.0, 0.0]),)
+    workspace = (np.array([0.0, 0.0]),) * BLOCKS + (np.array([4.0, 0.0]),)
+    edges = tuple(Edge(i, i + 1, np.zeros((2, 2))) for i in range(BLOCKS))
+    return Problem(names, cost, memory, workspace, edges, LIMIT)
+
+
+def test_the_blocks_flip_apart_and_the_head_gives_its_workspace_up():
+    problem = _stack()
+    free = solve_brute(problem.with_memory_limit(None))
+    lagrangian = relax(problem, free.objective)
+    # every block recomputes at once (keeping one more costs 2 more memory at every multiplier
+    # that fits), and the head keeps its workspace, which no multiplier prices
+    assert lagrangian.choice == (0,) * BLOCKS + (0,) and _close(lagrangian.cost, 9.0)
+    choice, cost = improve(problem, lagrangian.choice)
+    # the head without workspace leaves room for three blocks to keep theirs: 4 + 3 * 2 = 10
+    assert sorted(choice[:BLOCKS]) == [0, 1, 1, 1] and choice[BLOCKS] == 1
+    assert _close(cost, 6.5) and _close(cost, solve_brute(problem).objective)
+    got = solve_lagrange(problem)
+    assert _close(got.objective, 6.5) and fits(problem, got.memory)
+    assert got.gap == pytest.approx((6.5 - lagrangian.bound) / 6.5)  # the bound is the relaxation's
+
+
+def test_fill_alone_keeps_what_the_room_allows():
+    """With the head's workspace held (it is the cheaper kernel and the only move that frees memory
+    costs more than the blocks it would let keep theirs save), fill keeps one block."""
+    problem = _stack()
+    wide = Problem(problem.names, problem.node_cost[:BLOCKS] + (np.array([1.0, 9.0]),), problem.node_memory,
+                   problem.node_workspace, problem.edges, LIMIT)
+    choice, cost = improve(wide, (0,) * (BLOCKS + 1))
+    assert sorted(choice[:BLOCKS]) == [0, 0, 0, 1] and choice[BLOCKS] == 0 and _close(cost, 8.0)
+    assert _close(cost, solve_brute(wide).objective)
+
+
+@pytest.mark.parametrize("seed", SEEDS[::4])
+def test_moves_keep_the_assignment_fitting_and_never_dearer(seed):
+    free = random_problem(seed)
+    limit = _binding_limit(free, seed)
+    if limit is None:
+        pytest.skip("the unconstrained optimum already has the least memory")
+    problem = free.with_memory_limit(limit)
+    best = solve_brute(problem).objective
+    starts = [min_memory(problem)[1], relax(problem, solve_brute(free).objective).choice]
+    for start in starts:
+        choice, cost = improve(problem, start)
+        objective, memory = evaluate(problem, choice)
+        assert fits(problem, memory) and _close(cost, objective)
+        assert objective <= evaluate(problem, start)[0] * (1 + 1e-12) and objective >= best - 1e-9
