@@ -14,7 +14,8 @@ moves, each checked exactly against the limit (summed memory plus the largest wo
 Every move keeps the assignment fitting and lowers its cost, so the answer is never worse than the
 one given; what the Lagrangian bound proves is unchanged, only the gap to it narrows (llama3-70b's
 ZeRO-3 plan on 512 H100s without a pipeline: 2.7% to 0.4%, the optimum; the two stages of its
-2-stage pipeline: 6.7% to 0.7% and 45% to 2.4%; docs/solvers.md). A heuristic: the exact closing of the gap stays with :mod:`.fixing`.
+2-stage pipeline: 6.7% to 0.7% and 45% to 2.4%; docs/solvers.md). A heuristic: the exact
+closing of the gap stays with :mod:`.fixing`.
 """
 
 from __future__ import annotations
