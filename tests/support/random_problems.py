@@ -120,3 +120,11 @@ def _binding_limit(problem: Problem, seed: int) -> float | None:
     if free <= need * (1 + 1e-6):
         return None
     return need + np.random.default_rng(seed + 10_000).uniform(0.05, 0.95) * (free - need)
+
+
+def binding_problem(seed: int, family: str | None = None) -> Problem | None:
+    """``random_problem(seed, family)`` under a limit that binds (:func:`_binding_limit`); None where
+    the unconstrained optimum already has the least memory."""
+    free = random_problem(seed, family)
+    limit = _binding_limit(free, seed)
+    return None if limit is None else free.with_memory_limit(limit)

@@ -12,7 +12,7 @@ from planner.solvers.problem import fits
 from planner.solvers.improve import improve
 from planner.solvers.lagrange import relax, solve_lagrange
 
-from tests.support.random_problems import SEEDS, _binding_limit, _close, random_problem
+from tests.support.random_problems import SEEDS, _close, binding_problem
 
 #: four identical blocks, each recomputing (cost 2, memory 1) or keeping its activations (cost 1,
 #: memory 3), and a head whose fast kernel needs 4 of workspace (cost 1) or none (cost 1.5)
@@ -58,13 +58,11 @@ def test_fill_alone_keeps_what_the_room_allows():
 
 @pytest.mark.parametrize("seed", SEEDS[::4])
 def test_moves_keep_the_assignment_fitting_and_never_dearer(seed):
-    free = random_problem(seed)
-    limit = _binding_limit(free, seed)
-    if limit is None:
+    problem = binding_problem(seed)
+    if problem is None:
         pytest.skip("the unconstrained optimum already has the least memory")
-    problem = free.with_memory_limit(limit)
     best = solve_brute(problem).objective
-    starts = [min_memory(problem)[1], relax(problem, solve_brute(free).objective).choice]
+    starts = [min_memory(problem)[1], relax(problem, solve_brute(problem.with_memory_limit(None)).objective).choice]
     for start in starts:
         choice, cost = improve(problem, start)
         objective, memory = evaluate(problem, choice)

@@ -9,18 +9,12 @@ from planner.solvers import Edge, Problem, evaluate, min_memory, solve_brute, so
 from planner.solvers.pareto import solve_pareto
 from planner.solvers.reduce import reduce_graph
 
-from tests.support.random_problems import SEEDS, _binding_limit, _check, _close, random_problem
-
-
-def _bound(seed: int, family: str | None = None) -> Problem | None:
-    free = random_problem(seed, family)
-    limit = _binding_limit(free, seed)
-    return None if limit is None else free.with_memory_limit(limit)
+from tests.support.random_problems import SEEDS, _check, _close, binding_problem
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_pareto_finds_the_brute_force_optimum(seed):
-    problem = _bound(seed)
+    problem = binding_problem(seed)
     if problem is None:
         pytest.skip("the unconstrained optimum already has the least memory")
     need, least = min_memory(problem)
@@ -36,13 +30,13 @@ def test_pareto_finds_the_brute_force_optimum(seed):
 
 def test_pareto_is_exercised_on_most_binding_instances():
     solved = sum(solve_pareto(p, evaluate(p, min_memory(p)[1])[0]) is not None
-                 for p in (_bound(s) for s in SEEDS) if p is not None)
+                 for p in (binding_problem(s) for s in SEEDS) if p is not None)
     assert solved >= 100
 
 
 @pytest.mark.parametrize("seed", range(0, 240, 5))
 def test_negative_edge_costs_turn_cost_pruning_off_and_stay_exact(seed):
-    problem = _bound(seed, "chain")
+    problem = binding_problem(seed, "chain")
     if problem is None:
         pytest.skip("not binding")
     shifted = Problem(problem.names, problem.node_cost, problem.node_memory, problem.node_workspace,
@@ -53,7 +47,7 @@ def test_negative_edge_costs_turn_cost_pruning_off_and_stay_exact(seed):
 
 def test_too_many_labels_gives_up():
     for seed in SEEDS:
-        problem = _bound(seed, "chain")
+        problem = binding_problem(seed, "chain")
         if problem is not None and problem.num_nodes >= 4:
             upper = evaluate(problem, min_memory(problem)[1])[0] * 10
             assert solve_pareto(problem, upper) is not None
@@ -65,7 +59,7 @@ def test_too_many_labels_gives_up():
 def test_solve_fixed_takes_the_fronts_and_falls_back_to_the_ilp_rounds():
     fronts = rounds = 0
     for seed in SEEDS:
-        problem = _bound(seed, "residual")
+        problem = binding_problem(seed, "residual")
         if problem is None:
             continue
         best = solve_brute(problem).objective

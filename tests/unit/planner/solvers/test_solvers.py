@@ -24,7 +24,7 @@ from planner.solvers.marginals import min_marginals
 from planner.solvers.reduce import reduce_graph
 from planner.solvers.minplus import min_plus, min_plus_dense
 
-from tests.support.random_problems import SEEDS, _binding_limit, _check, _close, random_problem
+from tests.support.random_problems import SEEDS, _binding_limit, _check, _close, binding_problem, random_problem
 
 
 # ---------------------------------------------------------------------------------------------
@@ -44,13 +44,11 @@ def test_ilp_reduced_brute_agree(seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_binding_memory_limit_agree(seed):
-    free = random_problem(seed)
-    limit = _binding_limit(free, seed)
-    if limit is None:
+    problem = binding_problem(seed)
+    if problem is None:
         pytest.skip("the unconstrained optimum already has the least memory")
-    problem = free.with_memory_limit(limit)
     best = solve_brute(problem)
-    assert best.objective > solve_brute(free).objective - 1e-12
+    assert best.objective > solve_brute(problem.with_memory_limit(None)).objective - 1e-12
     for got in (solve_ilp(problem), solve_reduced(problem), solve(problem, "ilp"), solve(problem)):
         _check(problem, got)
         assert _close(got.objective, best.objective), (got.solver, got.detail)
