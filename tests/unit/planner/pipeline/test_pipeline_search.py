@@ -19,8 +19,10 @@ from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.triples import AUTO, bounded, chunk_counts, highest_peak, micro_sizes, physics_floor
 from planner.problem.solve import Settings
 from planner.pipeline.search import _Search, kept, roles, search_pipeline
-from planner.pipeline.stack import uniform_stack
-from planner.pipeline.stage_solver import StageSolver
+from planner.pipeline.bound import _ends
+from planner.pipeline.stack import LAST, uniform_stack
+from planner.pipeline.stage_solver import StageSolver, stage_builder
+from planner.problem.build import node_keys, node_of, weighed_cost
 from profiler import context
 
 from tests.support.paths import ZOO
@@ -199,6 +201,33 @@ def test_the_stage_bound_weighs_the_slowest_stage_and_stays_below_each_pairs_opt
                                 stage_counts=(stages,), micro_counts=(m,),
                                 schedule=INTERLEAVED if v > 1 else "1f1b")
         assert fits and mean * 1.001 < bound <= exact.prediction.step_s * (1 + 1e-12)
+
+
+def test_the_layers_after_the_blocks_are_bounded_in_the_form_they_take_behind_a_block():
+    """GPT-3 175B in 32 stages of 2 H100s under ZeRO-3 (1,024 micro-batches of one sequence): the last
+    stage's tied head holds a copy of the table. Standing alone the head would fill the bucket the
+    backward makes last, its ZeRO-3 gathers exposed; behind a block, as in every last stage, they
+    hide under the passes. The bound counts the layers after the blocks at no more than their least
+    cost in a last stage, so the pair's bound stays below the step its search finds."""
+    choices = TrainingChoices(optimizer="adam", precision="bf16", zero=3)
+    ctx = context.resolve("gpt3-175b", 64, 1024, "dgx-h100", None, choices=choices)
+    stack, limit, settings = uniform_stack(ctx.network), ctx.machine.device.mem_capacity_bytes, Settings(choices=choices)
+    stages, m = 32, 1024
+    weight = m + stages - 1
+    builder = stage_builder(64 // stages, 1024 // m, ctx.machine, ctx.compute, settings)
+    last, _ = stage_network(ctx.network, stack.layers(stack.n - 1, 1, LAST), stages - 1)
+    after = {layer.name for layer in stack.after}
+    alone, _ = stage_network(ctx.network, list(stack.after), 0)
+    head = [k for layer, k in zip(alone.layers, node_keys(builder, alone)) if layer.name == "lm_head"][0]
+    assert head[3] and weighed_cost(node_of(builder, head), weight).min() > weighed_cost(
+        node_of(builder, (*head[:3], False)), weight).min()  # alone, the head's gathers are exposed
+    inside = sum(float(weighed_cost(node_of(builder, key), weight).min())
+                 for layer, key in zip(last.layers, node_keys(builder, last)) if layer.name in after)
+    assert _ends(builder, stack, weight, stages)[1] <= inside * (1 + 1e-12)
+    bound = _Search(stack, 1024, 64, ctx.machine, ctx.compute, limit, settings).bound(stages, m)[0]
+    found = search_pipeline(ctx.network, 1024, 64, ctx.machine, ctx.compute, limit, settings,
+                            stage_counts=(stages,), micro_counts=(m,), schedule="1f1b", prove_s=None)
+    assert bound <= found.prediction.step_s
 
 
 def test_a_bound_against_a_step_held_stops_on_part_of_the_layers_and_stays_below_the_whole(tmp_path):
