@@ -12,15 +12,18 @@ blocks and edges cost nothing negative, so it is at least ``k_s`` times the leas
 one block's layers taken one by one (each layer its cheapest candidate, no edges), ``V(0)`` below;
 the first and last stages add the least cost of the layers before and after the blocks.
 
-Memory tightens it: a stage's layers' memory (activations of one kept micro-batch at least) plus
-the workspace no layer can avoid, ``W0``, must fit the limit ``L``, so for every ``lam >= 0``
-(Lagrangian duality) a stage of ``k`` blocks has::
+Memory tightens it: a stage's layers' memory (activations of the micro-batches it keeps, as the
+search solves it: 1F1B's first stage ``min(S, m)``, its last one) plus the workspace no layer can
+avoid, ``W0``, must fit the limit ``L``, so for every ``lam >= 0`` (Lagrangian duality) a stage of
+``k`` blocks has::
 
-    bracket >= g(k) = max over lam of [k V(lam) - lam (L - W0)],  V(lam) = sum over layers of min (cost + lam memory)
+    bracket >= g_s(k) = max over lam of [k V_s(lam) - lam (L - W0)],  V_s(lam) = sum over layers of min (cost + lam memory_s)
 
-``g`` is a maximum of functions linear in ``k``, so convex, and a sum of ``g(k_s)`` over stages with
-``sum k_s = n`` is least at the balanced cut (stage sizes ``floor(n / S)`` and ``ceil(n / S)``):
-that is the least ``sum_s L_s``. The least ``max_s L_s`` over cuts (:func:`_least_slowest`) is at
+``g_s`` is a maximum of functions linear in ``k``, so convex; the least ``sum_s L_s`` over cuts
+(``sum k_s = n``) is the least sum of the ``g_s(k_s)``, found block by block (:func:`_least_sum`),
+at the balanced cut (stage sizes ``floor(n / S)`` and ``ceil(n / S)``) where every stage keeps
+as many. Before any of it, :func:`_some_cut_fits` proves from each stage's least memory that no
+cut fits, where none does. The least ``max_s L_s`` over cuts (:func:`_least_slowest`) is at
 least the mean, more where the first and last stages' layers before and after the blocks or the
 blocks' granularity (``n / S`` not whole) keep the stages apart. Interleaved 1F1B with ``V`` chunks a device (step ``m max_s T_s +
 (sum_s T_s - max_s T_s) / V + max_s O_s``) has its cut fixed, ``n / S`` blocks a device, so each
@@ -59,54 +62,41 @@ class StageBound:
 
 
 def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int, limit: float,
-                sends_s: tuple[float, ...] = (), chunks: int = 1, above: float | None = None) -> StageBound:
+                sends_s: tuple[float, ...] = (), chunks: int = 1, above: float | None = None,
+                holds: tuple[float, ...] = ()) -> StageBound:
     """The bound of the module docstring for ``stages`` stages and ``micro_batches`` micro-batches
     (``chunks`` model chunks a device), the stage solver's ``builder`` pricing one stage's ranks at
     one micro-batch; ``sends_s``: each stage's (device's) point-to-point seconds per micro-batch
     (none: no sends). ``above``: a step the caller holds; a bound that reaches it from part of a
-    block's layers is answered as soon as it does (:func:`_early`), the other layers not priced."""
+    block's layers is answered as soon as it does (:func:`_early`), the other layers not priced.
+    ``holds``: each stage's kept micro-batches as the search solves it (planner.pipeline.search.kept),
+    for the proof that no cut fits (:func:`_some_cut_fits`; none: one each)."""
     weight = micro_batches + (stages - 1) / chunks
     if above is not None and above < float("inf") and chunks == 1:
         early = _early(builder, stack, stages, micro_batches, weight, tuple(sends_s), above)
         if early is not None:
             return early
-    cost, memory, w0 = _block(builder, stack, weight)
+    cost, memory, w0, acts, workspace = _block(builder, stack, weight)
     n = stack.n
     big = -(-n // stages)
     room = limit - w0
 
-    def value(lam: float) -> tuple[float, float]:
-        """``V(lam)`` and the memory of the layers' choices attaining it."""
-        total, mem = 0.0, 0.0
-        for costs, mems in zip(cost, memory):  # a layer's forms: each its (cost, memory) arrays
-            best = min((float((c + lam * m).min()), float(m[int(np.argmin(c + lam * m))]))
-                       for c, m in zip(costs, mems))
-            total, mem = total + best[0], mem + best[1]
-        return total, mem
-
     least = sum(min(float(m.min()) for m in ms) for ms in memory)
-    if big * least > room * (1 + 1e-9):
+    if big * least > room * (1 + 1e-9) or (holds and not _some_cut_fits(builder, stack, memory, acts, workspace, holds,
+                                                                           limit)):
         return StageBound(float("inf"), False, float("inf"))
-    free, free_mem = value(0.0)
-
-    lines = [(0.0, free)]  # (lam, V(lam)) of each multiplier that proved a stage's bound
-
-    def stage(k: int) -> float:
-        """The least objective of a stage of ``k`` blocks that fits (its dual bound)."""
-        if k * free_mem <= room:
-            return k * free
-        got, lam, v = _dual(value, k, room, free)
-        lines.append((lam, v))
-        return max(k * free, got)
-
-    def near(k: int) -> float:
-        """A bound on a stage of ``k`` blocks from the multipliers already tried (``k V(lam) - lam
-        (L - W0)`` holds for every ``lam``): no bisection of its own."""
-        return max(k * v - lam * room for lam, v in lines)
-
+    counts = tuple(holds) or (1,) * stages
+    duals = {q: _Dual(cost, memory, acts, q, room) for q in sorted(set(counts))}
     sends = tuple(sends_s) or (0.0,) * stages
     small, wide = n // stages, n % stages  # the balanced cut: ``wide`` stages of ``small + 1`` blocks
-    total = wide * stage(small + 1) + (stages - wide) * stage(small)
+    if len(duals) == 1:
+        one = duals[counts[0]]
+        total = wide * one.stage(small + 1) + (stages - wide) * one.stage(small)
+    else:  # each stage its own dual: the least sum over cuts of their convex bounds (_least_sum)
+        for dual in duals.values():
+            dual.stage(small)
+            dual.stage(small + 1)
+        total = _least_sum([duals[q].near for q in counts], n)
     first, last = _ends(builder, stack, weight, stages)
     total += first + last + weight * sum(sends)
     mean = float(total) / stages
@@ -115,9 +105,59 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
     extra = [weight * send for send in sends]
     extra[0], extra[-1] = extra[0] + first, extra[-1] + last
     if chunks > 1:  # the cut is fixed: each device's bracket, the busiest weighed as the slowest
+        near = duals[counts[0]].near
         return StageBound(max(mean, lower_s([near(small) + e for e in extra], micro_batches, chunks)), True, mean)
-    slowest = _least_slowest(near, extra, n, range(max(1, small - SPAN), big + SPAN + 1))
+    slowest = _least_slowest([duals[q].near for q in counts], extra, n,
+                             range(max(1, small - SPAN), big + SPAN + 1))
     return StageBound(max(mean, float((micro_batches - 1) * slowest + total) / weight), True, mean)
+
+
+class _Dual:
+    """A stage's dual bound ``g(k) = max over lam of [k V(lam) - lam (L - W0)]`` (module docstring)
+    for a stage holding ``kept`` micro-batches' activations (each layer's memory ``memory + (kept -
+    1) activations``, as the stage solver counts it): the first stage of 1F1B holds ``min(S, m)``,
+    so its blocks need more memory, or recomputation, than the last stage's, which holds one."""
+
+    def __init__(self, cost, memory, acts, kept: float, room: float):
+        self.cost, self.room = cost, room
+        self.memory = [tuple(m + (kept - 1) * a for m, a in zip(ms, acs)) for ms, acs in zip(memory, acts)]
+        self.free, self.free_mem = self.value(0.0)
+        self.lines = [(0.0, self.free)]  # (lam, V(lam)) of each multiplier that proved a stage's bound
+
+    def value(self, lam: float) -> tuple[float, float]:
+        """``V(lam)`` and the memory of the layers' choices attaining it."""
+        total, mem = 0.0, 0.0
+        for costs, mems in zip(self.cost, self.memory):  # a layer's forms: each its (cost, memory) arrays
+            best = min((float((c + lam * m).min()), float(m[int(np.argmin(c + lam * m))]))
+                       for c, m in zip(costs, mems))
+            total, mem = total + best[0], mem + best[1]
+        return total, mem
+
+    def stage(self, k: int) -> float:
+        """The least objective of a stage of ``k`` blocks that fits (its dual bound)."""
+        if k * self.free_mem <= self.room:
+            return k * self.free
+        got, lam, v = _dual(self.value, k, self.room, self.free)
+        self.lines.append((lam, v))
+        return max(k * self.free, got)
+
+    def near(self, k: int) -> float:
+        """A bound on a stage of ``k`` blocks from the multipliers already tried (``k V(lam) - lam
+        (L - W0)`` holds for every ``lam``): no bisection of its own; convex in ``k``."""
+        return max(k * v - lam * self.room for lam, v in self.lines)
+
+
+def _least_sum(stages, n: int) -> float:
+    """The least ``sum_s f_s(k_s)`` over cuts (every ``k_s >= 1``, ``sum_s k_s = n``) of convex
+    ``f_s`` (one a stage): from one block each, each next block to the stage it costs least
+    (a separable convex allocation, which this greedy order solves exactly)."""
+    ks = [1] * len(stages)
+    total = sum(f(1) for f in stages)
+    for _ in range(n - len(stages)):
+        step, s = min((f(k + 1) - f(k), s) for s, (f, k) in enumerate(zip(stages, ks)))
+        ks[s] += 1
+        total += step
+    return total
 
 
 #: the stage sizes around ``n / S`` whose bounds the least slowest stage is found from (others: 0 below,
@@ -125,26 +165,29 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
 SPAN = 2
 
 
-def _least_slowest(stage, extra: list[float], n: int, ks: range) -> float:
-    """At most the least over cuts of ``max_s [D(k_s) + extra_s]``, ``D(k)`` the dual bound of ``k``
-    blocks (increasing in ``k``) and ``stage(k) <= D(k)`` a value of it (from the multipliers the
-    balanced cut's stages tried).
+def _least_slowest(stages, extra: list[float], n: int, ks: range) -> float:
+    """At most the least over cuts of ``max_s [D_s(k_s) + extra_s]``, ``D_s(k)`` stage ``s``'s dual
+    bound of ``k`` blocks (increasing in ``k``) and ``stages[s](k) <= D_s(k)`` a value of it (from
+    the multipliers the balanced cut's stages tried).
 
-    For sizes in ``ks``, ``h(k)``, the most ``stage`` takes up to ``k`` (0 below ``ks``), is at most
-    ``D(k)`` and grows with ``k``; a cut whose sizes are at most ``ks[-1]`` has ``max_s [h(k_s) +
-    extra_s] = t`` for one of the values ``h(k) + extra_s``, and each stage then holds at most
-    ``K_s(t)``, the largest ``k`` with ``h(k) + extra_s <= t``: the least such ``t`` with ``sum_s
-    K_s(t) >= n`` is at most its slowest stage. A cut with a larger stage has one of at least
-    ``stage(ks[-1] + 1) + min_s extra_s``."""
-    h, most = {}, 0.0
-    for k in ks:
-        most = max(most, stage(k))
-        h[k] = most
-    tail = stage(ks[-1] + 1) + min(extra) if ks[-1] + len(extra) - 1 < n else float("inf")
+    For sizes in ``ks``, ``h_s(k)``, the most ``stages[s]`` takes up to ``k`` (0 below ``ks``), is
+    at most ``D_s(k)`` and grows with ``k``; a cut whose sizes are at most ``ks[-1]`` has ``max_s
+    [h_s(k_s) + extra_s] = t`` for one of the values ``h_s(k) + extra_s``, and each stage then holds
+    at most ``K_s(t)``, the largest ``k`` with ``h_s(k) + extra_s <= t``: the least such ``t`` with
+    ``sum_s K_s(t) >= n`` is at most its slowest stage. A cut with a larger stage has one of at
+    least ``min_s [stages[s](ks[-1] + 1) + extra_s]``."""
+    hs = []
+    for f in stages:
+        h, most = {}, 0.0
+        for k in ks:
+            most = max(most, f(k))
+            h[k] = most
+        hs.append(h)
+    tail = min(f(ks[-1] + 1) + e for f, e in zip(stages, extra)) if ks[-1] + len(extra) - 1 < n else float("inf")
 
     def room(t: float) -> int:  # sum_s K_s(t): the most blocks a cut with every stage <= t holds
         total = 0
-        for e in extra:
+        for h, e in zip(hs, extra):
             fit = [k for k in ks if h[k] + e <= t]
             if fit:
                 total += fit[-1]
@@ -154,7 +197,7 @@ def _least_slowest(stage, extra: list[float], n: int, ks: range) -> float:
                 return 0
         return total
 
-    for t in sorted({v + e for v in h.values() for e in extra}):
+    for t in sorted({v + e for h, e in zip(hs, extra) for v in h.values()}):
         if t >= tail:
             break
         if room(t) >= n:
@@ -220,8 +263,62 @@ def _block(builder: Builder, stack: Stack, weight: float):
     p = built.problem
     cost = [(p.node_cost[j], p.node_cost[j + per]) for j in range(per)]
     memory = [(p.node_memory[j], p.node_memory[j + per]) for j in range(per)]
+    acts = [(built.activations[j], built.activations[j + per]) for j in range(per)]
+    workspace = [(p.node_workspace[j], p.node_workspace[j + per]) for j in range(per)]
     w0 = max(float(w.min()) for w in p.node_workspace)
-    return cost, memory, w0
+    return cost, memory, w0, acts, workspace
+
+
+def _some_cut_fits(builder: Builder, stack: Stack, memory, acts, workspace, holds: tuple[float, ...],
+                   limit: float) -> bool:
+    """False when no cut of the blocks over ``len(holds)`` stages fits the memory limit, stage ``s``
+    holding ``holds[s]`` micro-batches' activations (each layer's memory ``memory + (holds[s] - 1)
+    activations``, as the stage solver counts it), the first stage the layers before the blocks and
+    the last those after them. A stage's memory is its layers' sum plus the largest workspace of
+    its layers' choices (planner.solvers.problem.memory_of): at a largest workspace ``W`` each
+    layer takes at least its least memory among its candidates of workspace ``W`` or less, so stage
+    ``s`` holds at most ``K_s`` blocks, the most over ``W`` of those that fit with its end layers
+    (each layer its least in either form, :func:`_block`); a cut needs ``sum_s K_s >= n`` and every
+    ``K_s >= 1``. Where the stage solves would learn it cut by cut, this says at once that none
+    fits: GPT-3 175B on 64 H100s under ZeRO-3 in 8 stages x 128 micro-batches (the first stage holds
+    8 micro-batches' activations) took 40 s of stage solves."""
+    n, stages = stack.n, len(holds)
+    ends = [list(stack.before) + list(stack.after)] if stages == 1 else [list(stack.before), list(stack.after)]
+    nets = [stage_network(stack.network, layers, 0)[0] if layers else None for layers in ends]
+    block_forms = [list(zip(ms, acs, ws)) for ms, acs, ws in zip(memory, acts, workspace)]
+    total = 0
+    for s, k in enumerate(holds):
+        net = nets[0] if s == 0 else nets[-1] if s == stages - 1 else None
+        end_layers = [] if net is None else [[(v[:, 1], v[:, 4], v[:, 2])] for v in
+                                             (node_of(builder, key).vals for key in node_keys(builder, net))]
+        levels = np.unique(np.concatenate([w for forms in block_forms + end_layers for _, _, w in forms]))
+        block = _least_at(block_forms, k, levels)
+        fixed = _least_at(end_layers, k, levels) if end_layers else np.zeros(len(levels))
+        left = limit * (1 + 1e-9) - levels - fixed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            most = np.where(left < 0, 0.0, np.where(block > 0, np.floor(left / block), n))
+        most = int(min(np.nanmax(most), n))
+        if most < 1:
+            return False
+        total += most
+    return total >= n
+
+
+def _least_at(layers, kept: float, levels: np.ndarray) -> np.ndarray:
+    """At each largest workspace in ``levels``, the sum over ``layers`` (each a list of forms:
+    (memory, activations, workspace) arrays over its candidates) of its least memory holding
+    ``kept`` micro-batches among candidates of that workspace or less, in its cheapest form (inf
+    where a layer has none)."""
+    out = np.zeros(len(levels))
+    for forms in layers:
+        best = np.full(len(levels), np.inf)
+        for mem, act, ws in forms:
+            order = np.argsort(ws, kind="stable")
+            least = np.minimum.accumulate((mem + (kept - 1) * act)[order])
+            at = np.searchsorted(ws[order], levels, side="right") - 1
+            best = np.minimum(best, np.where(at >= 0, least[np.maximum(at, 0)], np.inf))
+        out += best
+    return out
 
 
 def _ends(builder: Builder, stack: Stack, weight: float, stages: int) -> tuple[float, float]:

@@ -44,6 +44,7 @@ class PairTask:
     sends_s: tuple[float, ...]  # each stage's (device's)
     #: the step held, as :func:`planner.pipeline.bound.stage_bound` takes it (None: the whole bound)
     above: float | None = None
+    holds: tuple[int, ...] = ()  # each stage's kept micro-batches (stage_bound's ``holds``)
 
 
 def kept_pricing(settings: Settings, compute: ComputeModel, kept: dict) -> tuple[Settings, ComputeModel]:
@@ -67,17 +68,19 @@ def pair_bound(task: PairTask, kept: dict) -> StageBound:
     settings, compute = kept_pricing(task.settings, task.compute, kept)
     builder = stage_builder(task.ranks, task.micro_batch, task.machine, compute, settings)
     return stage_bound(builder, task.stack, task.stages, task.micro_batches, task.limit, task.sends_s, task.chunks,
-                       task.above)
+                       task.above, task.holds)
 
 
 def pair_tasks(stack: Stack, batch: int, p: int, machine: Machine, compute: ComputeModel, settings: Settings,
                limit: float, sends: Callable[[int, int, int], tuple[float, ...]], combos: list,
-               above: float | None = None) -> list[PairTask]:
+               above: float | None = None,
+               holds: Callable[[int, int, int], tuple[int, ...]] = lambda s, m, v: ()) -> list[PairTask]:
     """The :class:`PairTask` of each (floor, S, m, V) of ``combos`` (``settings`` without its budget
-    and workers, which never cross processes; ``above``: each task's)."""
+    and workers, which never cross processes; ``above``: each task's; ``holds(S, m, V)``: its
+    stages' kept micro-batches)."""
     plain = replace(settings, budget=None, parallel=None)
-    return [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v), above)
-            for _, s, m, v in combos]
+    return [PairTask(stack, p // s, batch // m, machine, compute, plain, s, m, v, limit, sends(s, m, v), above,
+                     holds(s, m, v)) for _, s, m, v in combos]
 
 
 def pair_keys(tasks: list[PairTask]) -> list[tuple[int, int]]:
@@ -89,15 +92,17 @@ def pair_keys(tasks: list[PairTask]) -> list[tuple[int, int]]:
 def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, machine: Machine,
                        compute: ComputeModel, settings: Settings, limit: float,
                        sends: Callable[[int, int, int], tuple[float, ...]],
-                       here: Callable[..., StageBound]) -> Callable:
+                       here: Callable[..., StageBound],
+                       holds: Callable[[int, int, int], tuple[int, ...]] = lambda s, m, v: ()) -> Callable:
     """``many(combos, above=None)``: for (floor, S, m, V) ``combos``, ``(i, (bound, fits, mean))``
     as each is done (:func:`planner.pipeline.triples.bounded`): this process takes pairs in order
     beside the workers (``here(S, m, V, above)``: the bound on its own pricing); ``above``: the
     step held, as :func:`planner.pipeline.bound.stage_bound` takes it (None: each bound whole).
-    ``sends(S, m, V)``: each stage's sends per micro-batch."""
+    ``sends(S, m, V)``: each stage's sends per micro-batch; ``holds(S, m, V)``: its stages' kept
+    micro-batches."""
 
     def many(combos: list, above: float | None = None) -> Iterator[tuple[int, tuple[float, bool, float]]]:
-        tasks = pair_tasks(stack, batch, p, machine, compute, settings, limit, sends, combos, above)
+        tasks = pair_tasks(stack, batch, p, machine, compute, settings, limit, sends, combos, above, holds)
         # bounded where it was before (an earlier ZeRO stage's bound), a pair is priced there already
         results = parallel.unordered(pair_bound, tasks, lambda i: here(*combos[i][1:], above), pair_keys(tasks))
         try:

@@ -150,7 +150,7 @@ class _Search:
         #: the pairs' bounds computed by workers (planner.pipeline.pair_bounds), None: here, one by one
         self.many = None if parallel is None else bound_side_by_side(
             parallel, stack, batch, p, machine, compute, settings, limit, lambda s, m, v: tuple(self.sends(s, m, v)),
-            self.stage_bound)
+            self.stage_bound, self.holds)
 
     def solver(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> StageSolver:
         """The stage solver of ``(S, m, V)``: one pricing of its ranks and micro-batch (shared by its
@@ -184,7 +184,12 @@ class _Search:
             above = self.ceiling
         sends = tuple(self.sends(stages, m, chunks))
         return stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
-                           chunks, above)
+                           chunks, above, self.holds(stages, m, chunks))
+
+    def holds(self, stages: int, m: int, chunks: int) -> tuple[int, ...]:
+        """Each stage's kept micro-batches as :meth:`_best` solves it (:func:`kept`), for the bound's
+        proof that no cut fits; none interleaved (its devices hold chunk by chunk)."""
+        return () if chunks > 1 else tuple(kept(stages, s, m, self.schedule) for s in range(stages))
 
     def command_end(self) -> float | None:
         """The command's deadline as a ``time.perf_counter`` time (the same clock in every process on

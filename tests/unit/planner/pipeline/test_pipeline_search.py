@@ -19,7 +19,7 @@ from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.triples import AUTO, bounded, chunk_counts, highest_peak, micro_sizes, physics_floor
 from planner.problem.solve import Settings
 from planner.pipeline.search import _Search, kept, roles, search_pipeline
-from planner.pipeline.bound import _ends
+from planner.pipeline.bound import _ends, stage_bound
 from planner.pipeline.stack import LAST, uniform_stack
 from planner.pipeline.stage_solver import StageSolver, stage_builder
 from planner.problem.build import node_keys, node_of, weighed_cost
@@ -228,6 +228,68 @@ def test_the_layers_after_the_blocks_are_bounded_in_the_form_they_take_behind_a_
     found = search_pipeline(ctx.network, 1024, 64, ctx.machine, ctx.compute, limit, settings,
                             stage_counts=(stages,), micro_counts=(m,), schedule="1f1b", prove_s=None)
     assert bound <= found.prediction.step_s
+
+
+def _best_cut_step(ctx, stack, p, batch, stages, m, limit, sends) -> float | None:
+    """The least step over every cut of ``(S, m)`` under 1F1B within ``limit``, each stage solved
+    exactly (None: no cut fits)."""
+    solver = StageSolver(p // stages, batch // m, m + stages - 1, ctx.machine, ctx.compute, SETTINGS, limit, exact=True)
+    best = None
+    for cut in _compositions(stack.n, stages):
+        ts, os_, start = [], [], 0
+        for s, k in enumerate(cut):
+            stage, _ = stage_network(ctx.network, stack.layers(start, k, roles(stages)[s]), s)
+            start += k
+            sol = solver.solve(("own", s, cut), stage, kept(stages, s, m), sends.tied(stages, s, stage))
+            if sol is None:
+                break
+            ts.append(sol.micro_s + sends.p2p_s(stages, s, batch // m))
+            os_.append(sol.once_s + sol.tied_s)
+        else:
+            step = _step(ts, os_, m)
+            best = step if best is None else min(best, step)
+    return best
+
+
+@pytest.mark.slow
+def test_each_stage_bounded_holding_its_own_micro_batches_stays_below_the_best_cut(tmp_path):
+    """The 4-block GPT on 8 devices, under memory limits from none fitting to all: each stage's
+    bound counts the micro-batches it holds (1F1B's first stage ``min(S, m)``, its last one). A pair
+    whose bound says nothing fits has no cut that fits (every cut's stages solved exactly), and
+    some are proven so only by those counts; every other pair's bound stays below its best cut,
+    and for some it is above the bound that counts one micro-batch a stage."""
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    stack, proofs, tighter, seen = uniform_stack(ctx.network), 0, 0, set()
+    for limit in np.geomspace(2.0 ** 20 * 0.5, 2.0 ** 20 * 8, 9):
+        search = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
+        for stages, m in [(2, 2), (2, 4), (2, 8), (4, 4), (4, 8)]:
+            bound, fits, _ = search.bound(stages, m)
+            one = stage_bound(search.solver(stages, m).builder, stack, stages, m, limit,
+                              tuple(search.sends(stages, m, 1)))
+            best = _best_cut_step(ctx, stack, 8, 8, stages, m, limit, search)
+            seen.add(fits)
+            if not fits:
+                assert best is None
+                proofs += one.fits is True
+            elif best is not None:
+                assert one.step_s <= bound <= best * (1 + 1e-12)
+                tighter += bound > one.step_s * (1 + 1e-9)
+    assert seen == {True, False} and proofs > 0 and tighter > 0
+
+
+def test_gpt3s_pairs_whose_first_stages_cannot_hold_their_micro_batches_are_proven_unfit_at_once():
+    """GPT-3 175B on 64 H100s under ZeRO-3 at a batch of 1,024: 8 stages x 128 micro-batches (the
+    first stage holds 8 micro-batches' activations) took 40 s of stage solves to find that no cut
+    fits; its bound says so, while 8 stages x 256 (whose search finds 58.2 s) fits. And 4 stages x
+    64, whose first stage holds 4 micro-batches' activations, is bounded above 58.2 s (its search
+    finds 73.7 s; one micro-batch a stage bounds it at 57.2 s)."""
+    choices = TrainingChoices(optimizer="adam", precision="bf16", zero=3)
+    ctx = context.resolve("gpt3-175b", 64, 1024, "dgx-h100", None, choices=choices)
+    search = _Search(uniform_stack(ctx.network), 1024, 64, ctx.machine, ctx.compute,
+                     ctx.machine.device.mem_capacity_bytes, Settings(choices=choices))
+    assert search.bound(8, 128)[1] is False and search.bound(16, 256)[1] is False
+    assert search.bound(8, 256)[1] is True
+    assert search.bound(4, 64)[0] > 58.2
 
 
 def test_a_bound_against_a_step_held_stops_on_part_of_the_layers_and_stays_below_the_whole(tmp_path):
