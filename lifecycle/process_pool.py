@@ -61,10 +61,13 @@ def start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
-def worker_started(launcher: dict) -> None:
+def worker_started(launcher: dict, stops=None) -> None:
     """In each worker: Ctrl-C is the command's to answer; end when the command's process ends
     (its parent, the fork server, by the kernel's parent-death signal; the command itself watched,
-    :func:`lifecycle.jobs.watch_launcher`)."""
+    :func:`lifecycle.jobs.watch_launcher`). ``stops``: the pool's count of stops, shared with the
+    command's process (:meth:`ProcessPool.stop_handed_out`)."""
+    global _STOPS
+    _STOPS = stops
     watch_launcher(launcher)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     hold_signals(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a forked worker inherits them held
@@ -100,6 +103,9 @@ def ended_how(exitcode: int | None) -> str:
 #: in a worker process, what its tasks keep for its later ones (``fn(task, kept)``,
 #: planner.problem.parallel); the command's own process never fills it
 _KEPT: dict = {}
+#: in a worker process, the pool's count of stops, shared with the command's process: a task handed
+#: out by :meth:`ProcessPool.submit` at a lower count is to stop (``kept["stopped"]()``)
+_STOPS = None
 
 
 def _pickled(fn: Callable[[Any, dict], Any], task: Any) -> bytes:
@@ -110,9 +116,13 @@ def _pickled(fn: Callable[[Any, dict], Any], task: Any) -> bytes:
     return bytes(ForkingPickler.dumps((fn, task)))
 
 
-def _with_kept(blob: bytes) -> Any:
-    """``fn(task, kept)`` in a worker, ``(fn, task)`` from :func:`_pickled`, with that worker's own ``kept``."""
+def _with_kept(blob: bytes, handed_at: int | None = None) -> Any:
+    """``fn(task, kept)`` in a worker, ``(fn, task)`` from :func:`_pickled`, with that worker's own
+    ``kept``; ``kept["stopped"]()`` says whether the command has stopped the tasks handed out up to
+    this one since (``handed_at``, the count of stops when it was handed out; None: never)."""
     fn, task = ForkingPickler.loads(blob)
+    stops = _STOPS
+    _KEPT["stopped"] = (lambda: False) if handed_at is None or stops is None else (lambda: stops.value != handed_at)
     return fn(task, _KEPT)
 
 
@@ -155,6 +165,7 @@ class ProcessPool:
         self._pool: ProcessPoolExecutor | None = None
         #: the keys of the tasks this process computed (:meth:`unordered`'s ``keys``)
         self._here: set = set()
+        self._stops = None  # the count of stops shared with the workers (stop_handed_out)
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -167,8 +178,9 @@ class ProcessPool:
             # would leave it half started (its traceback on stderr), the command's end would not see it
             held = hold_signals(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
+                self._stops = context.Value("q", 0, lock=False)
                 self._pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=worker_started,
-                                                 initargs=({LAUNCHER_ENV: launcher_env()[LAUNCHER_ENV]},))
+                                                 initargs=({LAUNCHER_ENV: launcher_env()[LAUNCHER_ENV]}, self._stops))
                 atexit.register(self.close)
                 forked = context.get_start_method() == "fork"  # the first task forks them all at once
                 for future in [self._pool.submit(_ready, 0.0 if forked else READY_S)
@@ -180,9 +192,19 @@ class ProcessPool:
 
     def submit(self, fn: Callable[[Any, dict], Any], task: Any) -> Future:
         """``fn(task, kept)`` handed to a worker now: its future (``cancel()`` takes it back while
-        not started). A worker the system ends makes ``result()`` raise the pool's own error."""
+        not started; :meth:`stop_handed_out` asks it to stop while running). A worker the system
+        ends makes ``result()`` raise the pool's own error."""
         pool = self._executor()  # first: it registers how read-only mappings are pickled
-        return pool.submit(_with_kept, _pickled(fn, task))
+        return pool.submit(_with_kept, _pickled(fn, task), self._stops.value)
+
+    def stop_handed_out(self) -> None:
+        """The tasks :meth:`submit` handed out so far are to stop: each running one's
+        ``kept["stopped"]()`` says so from now on (one that never asks runs to its end), so its
+        worker is free for the tasks after it (a pipeline pair searched ahead of its turn, the
+        search moving on to another ZeRO stage, would else hold its worker to the command's
+        deadline, and the next stage's bounds handed to it would wait as long)."""
+        if self._stops is not None:
+            self._stops.value += 1
 
     def _kept_here(self, keys: Sequence[Hashable] | None, n: int) -> set[int]:
         """The tasks (of ``n``) whose key this process computed before."""

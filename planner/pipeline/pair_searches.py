@@ -93,6 +93,7 @@ def search_pair(task: SearchTask, kept: dict) -> Searched | str:
     search = task.searcher(task.stack, task.batch, task.devices, task.machine, compute, task.limit, settings,
                            task.exact, task.schedule)
     search.deadline, search.ends = task.deadline, task.ends
+    search.stopped = kept.get("stopped")  # the search moved on (Ahead.close): left
     try:
         got = search.best(task.stages, task.micro_batches, close=task.close, chunks=task.chunks)
     except OutOfTime:
@@ -184,8 +185,12 @@ class Ahead:
         return True
 
     def close(self) -> None:
-        """Drop the searches not started."""
+        """Drop the searches not started, and stop those running (a worker searching a slow pair
+        ahead would else hold it to the command's deadline, and the next ZeRO stage's bounds handed
+        to it would wait as long)."""
         for future in self.futures.values():
             future.cancel()
+        if any(not future.done() for future in self.futures.values()):
+            self.parallel.stop_handed_out()
         self.futures.clear()
         self.done.clear()

@@ -131,6 +131,9 @@ class _Search:
         #: perf_counter time at which any search of a pair stops: a worker's, which has no budget, at
         #: the command's deadline (planner.pipeline.pair_searches.SearchTask.ends)
         self.ends: float | None = None
+        #: in a worker, whether the search that handed this pair out has moved on (None: never asks;
+        #: planner.pipeline.pair_searches.Ahead.close)
+        self.stopped = None
         self.worst_gap = 0.0
         self.boundary = stack.boundary_bytes()
         ends = {layer.name: 0 for layer in stack.before} | {layer.name: 2 for layer in stack.after}
@@ -224,6 +227,8 @@ class _Search:
         if budget is not None:
             budget.check()  # a stop request: KeyboardInterrupt (the budget holds the best plan so far)
         if self.ends is not None and time.perf_counter() >= self.ends:
+            return True
+        if self.stopped is not None and self.stopped():
             return True
         if close:
             return self.deadline is not None and time.perf_counter() >= self.deadline

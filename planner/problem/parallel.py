@@ -40,7 +40,13 @@ class Parallel(Protocol):
 
     def submit(self, fn: Callable[[Any, dict], Any], task: Any) -> Future:
         """``fn(task, kept)`` handed to a worker now, ahead of being needed: its future
-        (``cancel()`` takes it back while not started, to be computed by the caller)."""
+        (``cancel()`` takes it back while not started, to be computed by the caller). While it
+        runs, ``kept["stopped"]()`` says whether :meth:`stop_handed_out` was called since."""
+        ...
+
+    def stop_handed_out(self) -> None:
+        """The tasks :meth:`submit` handed out so far are to stop: a running one that asks
+        ``kept["stopped"]()`` learns it, and ends early (its answer is then not used)."""
         ...
 
 
@@ -60,6 +66,9 @@ class InProcess:
         future: Future = Future()  # computed now, in order: nothing runs beside this process
         future.set_result(fn(task, {}))
         return future
+
+    def stop_handed_out(self) -> None:
+        """Nothing is running: every task :meth:`submit` took is done."""
 
 
 IN_PROCESS = InProcess()

@@ -174,3 +174,40 @@ def test_a_workers_search_stops_at_the_commands_deadline_and_the_pair_is_searche
                   lambda i: False)
     ahead.hand_out(0, 10.0)  # pair 1 to the worker
     assert ahead.best(1, 10.0, lambda: None) == 1 and here == [1]
+
+
+
+def test_a_workers_search_left_when_the_search_moves_on_answers_late_and_the_pool_is_told(tmp_path):
+    """A pair searched ahead of its turn whose search has moved on (``kept["stopped"]()``: the pool's
+    ``stop_handed_out``) answers LATE at once; Ahead.close tells the pool only while a search it
+    handed out is still running."""
+    from planner.pipeline.pair_searches import LATE, Ahead, search_task
+    from planner.pipeline.search import _Search
+    from planner.pipeline.stack import uniform_stack
+
+    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=SETTINGS.choices)
+    search = _Search(uniform_stack(ctx.network), 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, SETTINGS)
+    task = search_task(search, 2, 8)
+    assert search_pair(task, {"stopped": lambda: True}) == LATE
+    assert search_pair(task, {"stopped": lambda: False}) != LATE
+
+    class _Held:
+        jobs = 2
+        told = 0
+
+        def submit(self, fn, task):
+            future = Future()
+            future.set_running_or_notify_cancel()  # a worker runs it: not taken back, not done
+            return future
+
+        def stop_handed_out(self):
+            self.told += 1
+
+    held = _Held()
+    ahead = Ahead(search, held, [(1.0, 2, 8, 1, True), (1.0, 2, 4, 1, True)], lambda i: i, lambda i: False)
+    ahead.hand_out(0, 10.0)
+    ahead.close()
+    assert held.told == 1
+    idle = _Held()
+    Ahead(search, idle, [(1.0, 2, 8, 1, True)], lambda i: i, lambda i: False).close()  # none handed out
+    assert idle.told == 0
