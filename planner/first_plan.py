@@ -71,7 +71,8 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
                                                       defer=stages is not None),
                                answer_peak, limit,
                                lambda over, under: _refit(over, net, batch, p, machine, compute, under, trial, schedule),
-                               passes=(Beaten,))
+                               passes=(Beaten,), beaten=None if ceiling is None else lambda over: _slower(
+                                   over, ceiling, floor_s(net, batch, p, machine) if uniform_stack(net) else 0.0))
         answer = dataclasses.replace(answer, memory_note=note) if note else answer
         if stages is not None:
             stages[trial.choices.zero] = answer
@@ -105,6 +106,21 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
     return _chosen(answer, zero, weighed)
+
+
+def _slower(answer: Answer, ceiling: float, floor: float) -> Beaten | None:
+    """A stage's over-limit answer no faster than ``ceiling``, the step held from another stage, is
+    not planned again under a lower limit (its plans there are no faster: GPT-3 175B on 64 H100s,
+    ZeRO-1's 58.8 s pipeline under ZeRO-3's 58.18 s peaked over the limit, and planning it again took
+    5 s of the 20 s default, which left ZeRO-0 unplanned): the stage is beaten, its lower bound the
+    over-limit search's (no less under the lower limit; ``floor``: the least step of the pipelined
+    plans the answer has not weighed yet, as :func:`planner.answer.outcome` takes it)."""
+    step = step_of(answer)
+    if step < ceiling:
+        return None
+    lower = outcome(answer, floor).lower_s
+    return Beaten(ceiling, lower, f"has no plan faster than {ceiling:.4g} s (its fastest, {step:.4g} s, "
+                                  f"peaked over the limit and was not planned again)")
 
 
 def _refit(answer: Answer, net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, under: float,

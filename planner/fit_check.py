@@ -46,19 +46,24 @@ MOST_LOWERED = 0.5
 
 def fitting(plan_under: Callable[[float], T], peak: Callable[[T], float], limit: float,
             refit: Callable[[T, float], T] | None = None,
-            passes: tuple[type[DnnplanError], ...] = ()) -> tuple[T, str]:
+            passes: tuple[type[DnnplanError], ...] = (),
+            beaten: Callable[[T], DnnplanError | None] | None = None) -> tuple[T, str]:
     """``plan_under(limit)``'s answer whose ``peak`` fits ``limit`` (module docstring), and a note
     saying how far the limit was lowered ("" when the first plan fits). Raises
     :class:`DnnplanError` when none fits after :data:`TRIES` plans, or when planning under a lowered
     limit raises one (nothing fits it), naming ``limit``; ``refit(answer, under)``: the answer's
     layout planned under ``under`` when planning again runs out of time (else the error);
     ``passes``: errors of planning again that say something else than that nothing fits, raised as
-    they are (a ZeRO stage beaten by a step held from another)."""
+    they are (a ZeRO stage beaten by a step held from another). ``beaten(answer)``: the error to
+    raise instead of planning an over-limit answer again, where planning again cannot help (an
+    answer already slower than a step held elsewhere: under a lower limit it is no faster), else None."""
     under, answer = limit, plan_under(limit)
     for k in range(TRIES - 1):
         over = peak(answer) - limit
         if over <= limit * 1e-9:
             break
+        if beaten is not None and (err := beaten(answer)) is not None:
+            raise err
         under = lowered_limit(under, over, k)
         try:
             answer = _plan_again(plan_under, refit, answer, under)

@@ -111,10 +111,11 @@ class Beaten(DnnplanError):
     least step its plans can take by their bounds: the ceiling where they reach it (proven none
     faster), below it where the time limit left some unsearched."""
 
-    def __init__(self, ceiling: float, lower_s: float | None = None):
+    def __init__(self, ceiling: float, lower_s: float | None = None, why: str = ""):
         super().__init__(f"no plan beats the {ceiling:.6g} s step held")
         self.ceiling = ceiling
         self.lower_s = ceiling if lower_s is None else min(lower_s, ceiling)
+        self.why = why  # what the stage's line says instead of its bounds (fastest_stage)
 
 
 class Share(Budget):
@@ -202,7 +203,7 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
         try:
             answers[z] = plan_at(trial, held)
         except Beaten as err:
-            done[z] = Weighed(z, lower_s=err.lower_s, skipped=(
+            done[z] = Weighed(z, lower_s=err.lower_s, skipped=err.why or (
                 f"has no plan that can beat {err.ceiling:.4g} s (its bounds)" if err.lower_s >= err.ceiling else
                 f"has no plan found that beats {err.ceiling:.4g} s (the time limit left some unsearched: their bounds "
                 f"leave {err.lower_s:.4g} s)"))

@@ -43,6 +43,28 @@ def test_a_plan_over_the_limit_is_planned_again_under_a_lower_one():
     assert calls == [80 * GIB, 76 * GIB] and answer[2] <= 80 * GIB and "76" in note
 
 
+def test_an_over_limit_answer_beaten_already_is_not_planned_again():
+    """An over-limit answer that ``beaten`` says cannot win (slower than a step held elsewhere: no
+    faster under a lower limit) raises ``beaten``'s error at once, with no plan again; one it lets
+    pass is planned again as before, and an answer that fits is never asked about."""
+    plan_under, calls = _planner({80 * GIB: 84 * GIB, 76 * GIB: 79 * GIB})
+    asked = []
+
+    def beaten(answer):
+        asked.append(answer)
+        return DnnplanError("no plan beats the step held")
+
+    with pytest.raises(DnnplanError, match="step held"):
+        fitting(plan_under, lambda a: a[2], 80 * GIB, beaten=beaten)
+    assert calls == [80 * GIB] and asked == [("searched", 80 * GIB, 84 * GIB)]
+    plan_under, calls = _planner({80 * GIB: 84 * GIB, 76 * GIB: 79 * GIB})
+    answer, _ = fitting(plan_under, lambda a: a[2], 80 * GIB, beaten=lambda a: None)
+    assert calls == [80 * GIB, 76 * GIB] and answer[2] <= 80 * GIB
+    plan_under, calls = _planner({80 * GIB: 79 * GIB})
+    fitting(plan_under, lambda a: a[2], 80 * GIB, beaten=lambda a: asked.append(a))
+    assert len(asked) == 1
+
+
 def test_out_of_time_again_the_first_answers_layout_is_refitted():
     """The search held an over-limit plan at its deadline; planning again has no time left: the
     refit gets that answer and the lowered limit, and its answer is returned with the note."""
