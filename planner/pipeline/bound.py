@@ -56,8 +56,8 @@ BISECTIONS = 60
 class StageBound:
     step_s: float  # no cut of this (S, m) has a shorter step
     fits: bool | None  # False: no cut fits the memory limit; None: not known (a partial bound, _early)
-    #: the stages' mean bracket over the balanced cut, ``(1/S) sum_s L_s`` (at most ``step_s``): the
-    #: order the search tries the pairs in (planner.pipeline.triples.bounded)
+    #: the stages' mean bracket over the least cut, ``(1/S) sum_s L_s`` (at most ``step_s``): the
+    #: bound before its slowest stage is weighed
     mean_s: float = float("inf")
 
 

@@ -173,8 +173,8 @@ class _Search:
     def bound(self, stages: int, m: int, chunks: int = 1,
               above: float | None = None) -> tuple[float, bool | None, float]:
         """No cut of ``(S, m, V)`` is faster than this (module docstring); False: none fits (None:
-        not known, a partial bound against ``above``); and the
-        stages' mean bracket, the order the pairs are tried in (:class:`planner.pipeline.bound.StageBound`);
+        not known, a partial bound against ``above``); and the stages' mean bracket
+        (:class:`planner.pipeline.bound.StageBound`);
         ``above``: the step held (:meth:`stage_bound`)."""
         got = self.stage_bound(stages, m, chunks, above)
         return got.step_s, got.fits, got.mean_s

@@ -190,7 +190,7 @@ def test_the_stage_bound_weighs_the_slowest_stage_and_stays_below_each_pairs_opt
     """The 4-block GPT on 8 devices: its first and last stage carry the embedding and the head, which
     no cut of 4 stages (one block each) or of 2 interleaved devices (two each) moves off them, and
     2 stages balance only to within a block; so weighing the slowest stage's bracket bounds above
-    the stages' mean bracket (the bound's third number, by which the pairs are ordered), and still
+    the stages' mean bracket (the bound's third number), and still
     below the pair's exact optimum over every cut."""
     ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     stack, limit = uniform_stack(ctx.network), 2.0 ** 30

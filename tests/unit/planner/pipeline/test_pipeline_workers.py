@@ -108,8 +108,8 @@ def test_workers_give_the_answer_one_process_gives(tmp_path, schedule):
 
 
 def test_the_bounds_come_in_bound_order_whatever_order_they_finish_in():
-    """In order of the stages' mean bracket (the bound's third number), each with its bound (the
-    first, here above the mean by 2 for odd m, which would put 5 before 6 in the bound's order)."""
+    """In order of the bound (the first number; here above the stages' mean bracket, the third, by 2
+    for odd m, which puts 5 after 4 where the mean would put it before), each with its bound."""
     combos = [(0.1 * i, 2 ** (i % 3), i, 1) for i in range(7)]
 
     def bound(stages, m, v):
@@ -122,8 +122,8 @@ def test_the_bounds_come_in_bound_order_whatever_order_they_finish_in():
     assert bounded(bound, combos, many=backwards) == bounded(bound, combos)
     assert bounded(bound, combos, many=lambda given: IN_PROCESS.unordered(lambda c, kept: bound(*c[1:]), given)) \
         == bounded(bound, combos)
-    assert [c[2] for c in bounded(bound, combos)] == [6, 5, 4, 3, 2, 1, 0]
-    assert [c[0] for c in bounded(bound, combos)] == [10.0 - m + 2 * (m % 2) for m in (6, 5, 4, 3, 2, 1, 0)]
+    assert [c[2] for c in bounded(bound, combos)] == [6, 4, 5, 2, 3, 0, 1]
+    assert [c[0] for c in bounded(bound, combos)] == [10.0 - m + 2 * (m % 2) for m in (6, 4, 5, 2, 3, 0, 1)]
 
 
 def test_bounds_and_closings_computed_only_by_workers_give_the_answer_one_process_gives(tmp_path):
