@@ -286,22 +286,32 @@ def _some_cut_fits(builder: Builder, stack: Stack, memory, acts, workspace, hold
     ends = [list(stack.before) + list(stack.after)] if stages == 1 else [list(stack.before), list(stack.after)]
     nets = [stage_network(stack.network, layers, 0)[0] if layers else None for layers in ends]
     block_forms = [list(zip(ms, acs, ws)) for ms, acs, ws in zip(memory, acts, workspace)]
+    ends_of = [[[(v[:, 1], v[:, 4], v[:, 2])] for v in (node_of(builder, key).vals for key in node_keys(builder, net))]
+               if net is not None else [] for net in nets]
+    most_of: dict[tuple[int, float], int] = {}  # (end, kept) -> K_s: the middle stages share one
     total = 0
     for s, k in enumerate(holds):
-        net = nets[0] if s == 0 else nets[-1] if s == stages - 1 else None
-        end_layers = [] if net is None else [[(v[:, 1], v[:, 4], v[:, 2])] for v in
-                                             (node_of(builder, key).vals for key in node_keys(builder, net))]
-        levels = np.unique(np.concatenate([w for forms in block_forms + end_layers for _, _, w in forms]))
-        block = _least_at(block_forms, k, levels)
-        fixed = _least_at(end_layers, k, levels) if end_layers else np.zeros(len(levels))
-        left = limit * (1 + 1e-9) - levels - fixed
-        with np.errstate(divide="ignore", invalid="ignore"):
-            most = np.where(left < 0, 0.0, np.where(block > 0, np.floor(left / block), n))
-        most = int(min(np.nanmax(most), n))
+        end = 0 if s == 0 else len(nets) - 1 if s == stages - 1 else -1
+        if (end, k) not in most_of:
+            most_of[(end, k)] = _most_blocks(block_forms, ends_of[end] if end >= 0 else [], k, limit, n)
+        most = most_of[(end, k)]
         if most < 1:
             return False
         total += most
     return total >= n
+
+
+def _most_blocks(block_forms, end_layers, kept: float, limit: float, n: int) -> int:
+    """The most blocks (at most ``n``) a stage holding ``kept`` micro-batches fits with its
+    ``end_layers`` (:func:`_some_cut_fits`): over every largest workspace, each layer its least
+    memory among its candidates of that workspace or less."""
+    levels = np.unique(np.concatenate([w for forms in block_forms + end_layers for _, _, w in forms]))
+    block = _least_at(block_forms, kept, levels)
+    fixed = _least_at(end_layers, kept, levels) if end_layers else np.zeros(len(levels))
+    left = limit * (1 + 1e-9) - levels - fixed
+    with np.errstate(divide="ignore", invalid="ignore"):
+        most = np.where(left < 0, 0.0, np.where(block > 0, np.floor(left / block), n))
+    return int(min(np.nanmax(most), n))
 
 
 def _least_at(layers, kept: float, levels: np.ndarray) -> np.ndarray:

@@ -159,13 +159,13 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
                 got = next(results, None)
                 if got is None:
                     break
-                k, (step, fits, mean) = got
+                k, (step, fits, _) = got
                 i = which[k]
                 phys, stages, m, v = combos[i]
                 if fits is None:
                     partial[i] = max(phys, step)
                 else:
-                    bounded_.append((max(phys, step), (max(phys, step), stages, m, v, fits)))
+                    bounded_.append((max(phys, step), stages, m, v, fits))
                     done.add(i)
         finally:
             getattr(results, "close", lambda: None)()
@@ -175,10 +175,10 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
     else:
         by_floor = sorted(range(len(combos)), key=lambda i: combos[i])
         round_(by_floor[:settle])
-        least = min((b[1][0] for b in bounded_ if b[1][4]), default=float("inf"))
+        least = min((b[0] for b in bounded_ if b[4]), default=float("inf"))
         round_(by_floor[settle:], None if least == float("inf") else least)
     floored = [(partial.get(i, phys), s, m, v, None) for i, (phys, s, m, v) in enumerate(combos) if i not in done]
-    return [c for _, c in sorted(bounded_, key=lambda x: (x[0], *x[1][1:]))] + sorted(floored, key=lambda c: c[:4])
+    return sorted(bounded_) + sorted(floored, key=lambda c: c[:4])
 
 
 def saving(stages: int, m: int, chunks: int) -> float:
