@@ -246,6 +246,49 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
         dispatch_s=dispatch)
 
 
+def micro_floor_s(layer: Layer, strategy: Strategy, batch: int, machine: Machine, compute: ComputeModel,
+                  algorithm: str = "", rule: str = "mpi", consumers: int = 1, output_saved: bool = True,
+                  overlap=None, front: bool = False, memo: dict | None = None) -> float:
+    """No optimiser and no ZeRO stage prices this layer's per-micro-batch seconds (``total_s`` less
+    its once-a-step gradient sync and update, as ``layer_estimate`` has them) below this: its
+    passes, gradient sum, dispatch and the exposed part of every collective but the weights' own,
+    the passes as their windows (:func:`shard_parts`, what every ZeRO stage shares). A ZeRO stage
+    adds only what cannot make the sum less: the weights' collectives (a collective joining a
+    window leaves each other one there at least as exposed, ``costmodel.comm.overlap.overlapped``'s
+    shares grow with the window's link time), and PyTorch FSDP's kernels on the weights (each
+    second of a window hides at most a second of collectives). So a pipeline pair bounded on it is
+    bounded under every ZeRO stage at once (planner.pipeline.bound)."""
+    algorithm = resolve_algorithm(layer, algorithm, machine)
+    fwd, bwd_data, bwd_weights, comms, grad_sum, dispatch = shard_parts(layer, strategy, batch, machine, compute,
+                                                                        algorithm, rule, consumers, output_saved, memo)
+    return floor_s(comms, layer, (fwd, bwd_data, bwd_weights), grad_sum, dispatch, algorithm, overlap, machine, front)
+
+
+def shard_parts(layer: Layer, strategy: Strategy, batch: int, machine: Machine, compute: ComputeModel,
+                algorithm: str, rule: str, consumers: int, output_saved: bool, memo: dict | None) -> tuple:
+    """(forward, backward-data, backward-weights seconds, the collectives but the weights' own,
+    gradient sum, dispatch) of a layer's shard under a resolved ``algorithm``, whatever the
+    optimiser (:func:`_sharded`, kept in ``memo``)."""
+    shard = _sharded(layer, strategy, batch, machine, compute, algorithm, rule, consumers, output_saved, memo)
+    _, _, fwd, bwd_data, bwd_weights, head, tail, grad_sum, _, _, dispatch, _ = shard
+    return fwd, bwd_data, bwd_weights, tuple(head + tail), grad_sum, dispatch
+
+
+def floor_s(comms, layer: Layer, passes: tuple[float, float, float], grad_sum: float, dispatch: float,
+            algorithm: str, overlap, machine: Machine, front: bool) -> float:
+    """:func:`micro_floor_s` from its parts: ``comms`` (under recomputation the forward's run
+    again) hidden under ``passes`` (forward, backward-data, backward-weights) and the gradient sum
+    as ``layer_estimate`` hides them, plus the passes and ``dispatch``."""
+    fwd, bwd_data, bwd_weights = passes
+    comms = tuple(comms)
+    if is_recomputed(algorithm):
+        comms += tuple(recomputed_comms(comms))
+    comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + grad_sum},
+                       resolve_overlap(overlap, machine), front)
+    return (fwd + bwd_data + bwd_weights + grad_sum + dispatch
+            + sum(c.seconds for c in comms if c.phase in ("fwd", "bwd")))
+
+
 def _weighed(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, compute: ComputeModel,
              opt: Optimizer, rule: str, micro_batches: int, memo: dict | None) -> tuple:
     """What :func:`layer_estimate` prices from the weights' shards alone, whatever the batch: their

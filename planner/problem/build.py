@@ -30,8 +30,8 @@ from costmodel.parallel.axes import H
 from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from costmodel.compute.model import ComputeModel
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
-from costmodel.layer.cost import (LayerEstimate, framework_kept_bytes, kv_comms, layer_estimate, own_kept_bytes,
-                                  passes_s, replaced, shard_of)
+from costmodel.layer.cost import (LayerEstimate, floor_s, framework_kept_bytes, kv_comms, layer_estimate,
+                                  own_kept_bytes, passes_s, replaced, shard_of, shard_parts)
 from costmodel.parallel.shard import input_layout, output_layout, weight_layouts
 from costmodel.parallel.layout import Layout
 from costmodel.machine.model import Machine
@@ -190,6 +190,49 @@ class Builder:
         if self.priced is not None:
             self.priced.estimates[key] = got
         return got
+
+    def micro_floor(self, key: tuple) -> float:
+        """No candidate of node ``key`` (:func:`node_keys`) has per-micro-batch seconds below this,
+        under any optimiser and ZeRO stage (``costmodel.layer.cost.micro_floor_s``, the least over
+        its strategies and algorithms); kept in ``priced`` by what it depends on, so the ZeRO
+        stages of one planning call share it."""
+        memo_key = self._floor_key(key)
+        got = None if self.priced is None else self.priced.floors.get(memo_key)
+        if got is None:
+            sig = key[0]
+            algos = algorithms(sig, self.recompute, self.machine)
+            got = min(min(self._floors(s, algos, *key)) for s in self.strategies(sig))
+            if self.priced is not None:
+                self.priced.floors[memo_key] = got
+        return got
+
+    def _floor_key(self, key: tuple) -> tuple:
+        """What a node's floor depends on besides the optimiser (its candidates and their pricing)."""
+        return key, self.batch, self.p, self.recompute, self.max_model_degree, self.max_candidates, self.rule, \
+            self.overlap
+
+    def _floors(self, strat: Strategy, algos: tuple[str, ...], sig: Layer, readers: int, saved: bool,
+                front: bool) -> list[float]:
+        """``micro_floor_s`` of each algorithm under one strategy, the others' from the first's
+        collectives as :func:`derive_estimate` makes their estimates (the same numbers, at the
+        cost of their passes)."""
+        memo = None if self.priced is None else self.priced.collectives
+        base = resolve_algorithm(sig, algos[0], self.machine)
+        fwd, bwd_data, bwd_weights, comms, grad_sum, dispatch = shard_parts(
+            sig, strat, self.batch, self.machine, self.compute, base, self.rule, readers, saved, memo)
+        out = [floor_s(comms, sig, (fwd, bwd_data, bwd_weights), grad_sum, dispatch, base, self.overlap,
+                       self.machine, front)]
+        for algorithm in algos[1:]:
+            algorithm = resolve_algorithm(sig, algorithm, self.machine)
+            fwd, bwd_data, bwd_weights, _, kv, _ = _algorithm_shard(base, sig, strat, self.batch, self.compute,
+                                                                    algorithm, self.machine, self.rule, memo)
+            own = comms
+            if kv is not None:  # as derive_estimate: this algorithm's ring of keys and values
+                at = next(i for i, c in enumerate(comms) if c.purpose == "kv")
+                own = comms[:at] + kv + tuple(c for c in comms[at:] if c.purpose != "kv")
+            out.append(floor_s(own, sig, (fwd, bwd_data, bwd_weights), grad_sum, dispatch, algorithm, self.overlap,
+                               self.machine, front))
+        return out
 
     def layout_id(self, layout: Layout) -> int:
         got = self.layout_ids.get(layout)

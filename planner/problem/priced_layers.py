@@ -13,8 +13,8 @@ of: a collective's time (``costmodel.layer.cost.group_time``); in ``costmodel.la
 a layer's shard and what it prices whatever the optimiser, and its weights' shards and what they
 price whatever the batch (the micro-batch counts of one pipeline degree share them); each other
 algorithm's passes, kept bytes and workspace on a shard (``planner.problem.build.derive_estimate``);
-and a layer's estimates under every argument ``Builder.estimates`` passes; so every number, and
-every plan, is the one priced afresh
+a layer's estimates under every argument ``Builder.estimates`` passes; its floor under any ZeRO
+stage (``Builder.micro_floor``); so every number, and every plan, is the one priced afresh
 (``tests/unit/planner/problem/test_priced_layers.py``).
 
 Created per planning call (``planner.first_plan``), carried by its :class:`~planner.problem.solve.Settings`,
@@ -30,7 +30,8 @@ import uuid
 
 class PricedLayers:
     """What one planning call has priced: ``collectives`` (``costmodel.layer.cost.group_time``'s
-    memo) and ``estimates`` (``planner.problem.build.Builder.estimates``' rows by their arguments)."""
+    memo), ``estimates`` (``planner.problem.build.Builder.estimates``' rows by their arguments),
+    and ``floors`` (``Builder.micro_floor``, whatever the optimiser)."""
 
     def __init__(self, token: str | None = None):
         #: names the planning call: a worker keeps one PricedLayers per token across its tasks
@@ -38,6 +39,8 @@ class PricedLayers:
         self.token = uuid.uuid4().hex if token is None else token
         self.collectives: dict[tuple, float] = {}
         self.estimates: dict[tuple, list] = {}
+        #: each node's least per-micro-batch seconds under any ZeRO stage (``Builder.micro_floor``)
+        self.floors: dict[tuple, float] = {}
 
     def __reduce__(self):
         return PricedLayers, (self.token,)

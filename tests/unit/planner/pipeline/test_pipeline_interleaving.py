@@ -15,7 +15,7 @@ from planner.pipeline.triples import chunk_counts
 from planner.problem.solve import Settings
 from profiler import context
 
-from tests.unit.planner.pipeline.test_pipeline_search import PROVE, SETTINGS, _gpt4
+from tests.support.pipeline_cases import PROVE, SETTINGS, gpt4
 
 
 def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_path):
@@ -24,7 +24,7 @@ def test_the_default_schedule_interleaves_each_pair_that_became_the_best(tmp_pat
     the 4-block GPT on 8 devices at batch 8 under 2.4 MiB finds (2, 8) first, whose 2 chunks a device
     are weighed (searched, or bounded out against the step then held), then (4, 1), which cannot
     interleave 4 blocks (the last best alone weighed no interleaving)."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.0025
     got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="default")
     plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, schedule="1f1b")
@@ -49,7 +49,7 @@ def test_no_interleaving_beats_its_pairs_1f1b_bound_times_the_saving_and_default
     interleaves only where that bound could win, finds the best step of all (1F1B or interleaved)."""
     from planner.pipeline.triples import saving
 
-    ctx = context.resolve(_gpt4(tmp_path), 8, batch, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    ctx = context.resolve(gpt4(tmp_path), 8, batch, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * limit_gib
     plain = search_pipeline(ctx.network, batch, 8, ctx.machine, ctx.compute, limit, PROVE, exact=True,
                             schedule="1f1b", prove_s=None)

@@ -1,10 +1,8 @@
 """The pipeline search (planner.pipeline.search): its cut search and its outer search are exact
 over their domain, checked by brute force (the Lagrangian stage solve it uses:
-tests/unit/planner/solvers/test_solvers.py)."""
+tests/unit/planner/solvers/test_solvers.py; the bound on a pair's every cut: test_stage_bound.py)."""
 
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 import pytest
@@ -19,27 +17,12 @@ from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.triples import AUTO, bounded, chunk_counts, highest_peak, micro_sizes, physics_floor
 from planner.problem.solve import Settings
 from planner.pipeline.search import _Search, kept, roles, search_pipeline
-from planner.pipeline.bound import _ends, stage_bound
-from planner.pipeline.stack import LAST, uniform_stack
-from planner.pipeline.stage_solver import StageSolver, stage_builder
-from planner.problem.build import node_keys, node_of, weighed_cost
+from planner.pipeline.stack import uniform_stack
+from planner.pipeline.stage_solver import StageSolver
 from profiler import context
 
 from tests.support.paths import ZOO
-
-SETTINGS = Settings(choices=TrainingChoices(optimizer="adam", precision="fp16"))
-#: every pair that could win is searched again
-PROVE = Settings(gap=0.0, choices=TrainingChoices(optimizer="adam", precision="fp16"))
-
-
-def _compositions(n: int, parts: int):
-    for cuts in itertools.combinations(range(1, n), parts - 1):
-        bounds = (0, *cuts, n)
-        yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
-
-
-def _step(ts, os_, m):
-    return sum(ts) + (m - 1) * max(ts) + max(os_)
+from tests.support.pipeline_cases import PROVE, SETTINGS, compositions, gpt4, moe4, step_1f1b
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -51,45 +34,22 @@ def test_the_cut_search_equals_brute_force_on_random_stage_costs(seed):
              for s in range(stages) for k in range(1, n + 1)}
     got = best_cut(n, stages, m, lambda s, k: table[(s, k)], range(1, n - stages + 2))
     best = None
-    for cut in _compositions(n, stages):
+    for cut in compositions(n, stages):
         costs = [table[(s, k)] for s, k in enumerate(cut)]
         if any(c is None for c in costs):
             continue
-        step = _step([c[0] for c in costs], [c[1] for c in costs], m)
+        step = step_1f1b([c[0] for c in costs], [c[1] for c in costs], m)
         best = step if best is None else min(best, step)
     if best is None:
         assert got is None
     else:
         assert got is not None and got[0] == pytest.approx(best, rel=1e-12)
         costs = [table[(s, k)] for s, k in enumerate(got[1])]
-        assert sum(got[1]) == n and _step([c[0] for c in costs], [c[1] for c in costs], m) == pytest.approx(got[0])
-
-
-def _gpt4(tmp_path) -> str:
-    text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4")
-    path = tmp_path / "gpt-4blocks.yaml"
-    path.write_text(text)
-    return str(path)
-
-
-def _moe4(tmp_path) -> str:
-    """A 4-block mixture-of-experts GPT: grouped-query attention (4 heads, 2 key/value) and 4 SwiGLU
-    experts, top 2, in place of the MLP; its attention can split the sequence (context parallelism)
-    and its experts over an expert group."""
-    text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4").replace(
-        'heads: "{heads}", causal: true', 'heads: "{heads}", kv_heads: 2, causal: true').replace(
-        '      - {name: fc, op: linear, features: "{4 * dim}"}\n      - {name: gelu, op: gelu}\n'
-        '      - {name: proj, op: linear, features: "{dim}"}\n',
-        '      - {name: moe, op: moe, experts: 4, top_k: 2, hidden: 64}\n').replace(
-        "inputs: [add1, mlp_drop]", "inputs: [add1, moe]").replace(
-        '      - {name: mlp_drop, op: dropout, rate: "{rate}"}\n', "")
-    path = tmp_path / "moe-4blocks.yaml"
-    path.write_text(text)
-    return str(path)
+        assert sum(got[1]) == n and step_1f1b([c[0] for c in costs], [c[1] for c in costs], m) == pytest.approx(got[0])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make, limit", [(_gpt4, 2.0 ** 30 * 0.0033), (_moe4, 2.0 ** 20 * 0.95)])
+@pytest.mark.parametrize("make, limit", [(gpt4, 2.0 ** 30 * 0.0033), (moe4, 2.0 ** 20 * 0.95)])
 def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_path, make, limit):
     """A 4-block GPT on 8 devices: every pipeline degree, micro-batch count and stage split, and
     every interleaving (2 stages of 2 chunks of 1 block, Megatron's equal chunks), each stage or
@@ -100,7 +60,7 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
     ctx = context.resolve(make(tmp_path), p, batch, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     net, stack = ctx.network, uniform_stack(ctx.network)
     assert stack is not None and stack.n == 4
-    if make is _moe4:
+    if make is moe4:
         space = {s.label for op in ("attention", "moe") for layer in net.layers if layer.op == op
                  for s in candidate_strategies(layer, p, batch)}
         assert any("H=" in s for s in space) and any("E=" in s for s in space)
@@ -114,7 +74,7 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
             per[(stages, m)] = None
             solver = StageSolver(p // stages, batch // m, m + stages - 1, ctx.machine, ctx.compute, SETTINGS, limit,
                                  exact=True)
-            for cut in _compositions(stack.n, stages):
+            for cut in compositions(stack.n, stages):
                 ts, os_, start = [], [], 0
                 for s, k in enumerate(cut):
                     stage, _ = stage_network(net, stack.layers(start, k, roles(stages)[s]), s)
@@ -125,7 +85,7 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
                     ts.append(sol.micro_s + sends.p2p_s(stages, s, batch // m))
                     os_.append(sol.once_s + sol.tied_s)  # with the tied table's sum on the first and last stage
                 else:
-                    step = _step(ts, os_, m)
+                    step = step_1f1b(ts, os_, m)
                     best = step if best is None else min(best, step)
                     per[(stages, m)] = min(step, per[(stages, m)] or step)
     assert best is not None and got.stages > 1  # the limit makes it pipeline
@@ -174,7 +134,7 @@ def test_the_proof_closes_the_pairs_that_could_still_win(tmp_path):
     """Memory-bound stages leave Lagrangian gaps: without time to prove, the search says how much
     faster another pair could be; given the time, it closes every pair whose bound is below its
     step and says the choice is optimal, no slower than before."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.0012  # gaps up to 51% in the stages the pairs are compared with
     quick = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, prove_s=0)
     full = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, PROVE, prove_s=None)
@@ -184,133 +144,6 @@ def test_the_proof_closes_the_pairs_that_could_still_win(tmp_path):
     for c in full.candidates:
         assert c.lower_s <= (c.step_s or float("inf")) * (1 + 1e-12)
         assert c.skipped or c.closed or c.lower_s >= full.prediction.step_s * (1 - 1e-12)
-
-
-def test_the_stage_bound_weighs_the_slowest_stage_and_stays_below_each_pairs_optimum(tmp_path):
-    """The 4-block GPT on 8 devices: its first and last stage carry the embedding and the head, which
-    no cut of 4 stages (one block each) or of 2 interleaved devices (two each) moves off them, and
-    2 stages balance only to within a block; so weighing the slowest stage's bracket bounds above
-    the stages' mean bracket (the bound's third number), and still
-    below the pair's exact optimum over every cut."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
-    stack, limit = uniform_stack(ctx.network), 2.0 ** 30
-    search = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
-    for stages, m, v in [(4, 8, 1), (2, 8, 1), (2, 8, 2)]:
-        bound, fits, mean = search.bound(stages, m, v)
-        exact = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
-                                stage_counts=(stages,), micro_counts=(m,),
-                                schedule=INTERLEAVED if v > 1 else "1f1b")
-        assert fits and mean * 1.001 < bound <= exact.prediction.step_s * (1 + 1e-12)
-
-
-def test_the_layers_after_the_blocks_are_bounded_in_the_form_they_take_behind_a_block():
-    """GPT-3 175B in 32 stages of 2 H100s under ZeRO-3 (1,024 micro-batches of one sequence): the last
-    stage's tied head holds a copy of the table. Standing alone the head would fill the bucket the
-    backward makes last, its ZeRO-3 gathers exposed; behind a block, as in every last stage, they
-    hide under the passes. The bound counts the layers after the blocks at no more than their least
-    cost in a last stage, so the pair's bound stays below the step its search finds."""
-    choices = TrainingChoices(optimizer="adam", precision="bf16", zero=3)
-    ctx = context.resolve("gpt3-175b", 64, 1024, "dgx-h100", None, choices=choices)
-    stack, limit, settings = uniform_stack(ctx.network), ctx.machine.device.mem_capacity_bytes, Settings(choices=choices)
-    stages, m = 32, 1024
-    weight = m + stages - 1
-    builder = stage_builder(64 // stages, 1024 // m, ctx.machine, ctx.compute, settings)
-    last, _ = stage_network(ctx.network, stack.layers(stack.n - 1, 1, LAST), stages - 1)
-    after = {layer.name for layer in stack.after}
-    alone, _ = stage_network(ctx.network, list(stack.after), 0)
-    head = [k for layer, k in zip(alone.layers, node_keys(builder, alone)) if layer.name == "lm_head"][0]
-    assert head[3] and weighed_cost(node_of(builder, head), weight).min() > weighed_cost(
-        node_of(builder, (*head[:3], False)), weight).min()  # alone, the head's gathers are exposed
-    inside = sum(float(weighed_cost(node_of(builder, key), weight).min())
-                 for layer, key in zip(last.layers, node_keys(builder, last)) if layer.name in after)
-    assert _ends(builder, stack, weight, stages)[1] <= inside * (1 + 1e-12)
-    bound = _Search(stack, 1024, 64, ctx.machine, ctx.compute, limit, settings).bound(stages, m)[0]
-    found = search_pipeline(ctx.network, 1024, 64, ctx.machine, ctx.compute, limit, settings,
-                            stage_counts=(stages,), micro_counts=(m,), schedule="1f1b", prove_s=None)
-    assert bound <= found.prediction.step_s
-
-
-def _best_cut_step(ctx, stack, p, batch, stages, m, limit, sends) -> float | None:
-    """The least step over every cut of ``(S, m)`` under 1F1B within ``limit``, each stage solved
-    exactly (None: no cut fits)."""
-    solver = StageSolver(p // stages, batch // m, m + stages - 1, ctx.machine, ctx.compute, SETTINGS, limit, exact=True)
-    best = None
-    for cut in _compositions(stack.n, stages):
-        ts, os_, start = [], [], 0
-        for s, k in enumerate(cut):
-            stage, _ = stage_network(ctx.network, stack.layers(start, k, roles(stages)[s]), s)
-            start += k
-            sol = solver.solve(("own", s, cut), stage, kept(stages, s, m), sends.tied(stages, s, stage))
-            if sol is None:
-                break
-            ts.append(sol.micro_s + sends.p2p_s(stages, s, batch // m))
-            os_.append(sol.once_s + sol.tied_s)
-        else:
-            step = _step(ts, os_, m)
-            best = step if best is None else min(best, step)
-    return best
-
-
-@pytest.mark.slow
-def test_each_stage_bounded_holding_its_own_micro_batches_stays_below_the_best_cut(tmp_path):
-    """The 4-block GPT on 8 devices, under memory limits from none fitting to all: each stage's
-    bound counts the micro-batches it holds (1F1B's first stage ``min(S, m)``, its last one). A pair
-    whose bound says nothing fits has no cut that fits (every cut's stages solved exactly), and
-    some are proven so only by those counts; every other pair's bound stays below its best cut,
-    and for some it is above the bound that counts one micro-batch a stage."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
-    stack, proofs, tighter, seen = uniform_stack(ctx.network), 0, 0, set()
-    for limit in np.geomspace(2.0 ** 20 * 0.5, 2.0 ** 20 * 8, 9):
-        search = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
-        for stages, m in [(2, 2), (2, 4), (2, 8), (4, 4), (4, 8)]:
-            bound, fits, _ = search.bound(stages, m)
-            one = stage_bound(search.solver(stages, m).builder, stack, stages, m, limit,
-                              tuple(search.sends(stages, m, 1)))
-            best = _best_cut_step(ctx, stack, 8, 8, stages, m, limit, search)
-            seen.add(fits)
-            if not fits:
-                assert best is None
-                proofs += one.fits is True
-            elif best is not None:
-                assert one.step_s <= bound <= best * (1 + 1e-12)
-                tighter += bound > one.step_s * (1 + 1e-9)
-    assert seen == {True, False} and proofs > 0 and tighter > 0
-
-
-def test_gpt3s_pairs_whose_first_stages_cannot_hold_their_micro_batches_are_proven_unfit_at_once():
-    """GPT-3 175B on 64 H100s under ZeRO-3 at a batch of 1,024: 8 stages x 128 micro-batches (the
-    first stage holds 8 micro-batches' activations) took 40 s of stage solves to find that no cut
-    fits; its bound says so, while 8 stages x 256 (whose search finds 58.2 s) fits. And 4 stages x
-    64, whose first stage holds 4 micro-batches' activations, is bounded above 58.2 s (its search
-    finds 73.7 s; one micro-batch a stage bounds it at 57.2 s)."""
-    choices = TrainingChoices(optimizer="adam", precision="bf16", zero=3)
-    ctx = context.resolve("gpt3-175b", 64, 1024, "dgx-h100", None, choices=choices)
-    search = _Search(uniform_stack(ctx.network), 1024, 64, ctx.machine, ctx.compute,
-                     ctx.machine.device.mem_capacity_bytes, Settings(choices=choices))
-    assert search.bound(8, 128)[1] is False and search.bound(16, 256)[1] is False
-    assert search.bound(8, 256)[1] is True
-    assert search.bound(4, 64)[0] > 58.2
-
-
-def test_a_bound_against_a_step_held_stops_on_part_of_the_layers_and_stays_below_the_whole(tmp_path):
-    """Bounded against a step held (``above``), a pair's bound prices a block's layers one at a time
-    and stops once their part of the sum reaches it: that partial bound reaches the step, stays at
-    most the whole bound, says nothing of memory (None), and priced fewer layers; a step the whole
-    bound stays below changes nothing."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
-    stack, limit = uniform_stack(ctx.network), 2.0 ** 30
-    for stages, m in [(1, 1), (1, 8), (2, 8), (4, 8), (4, 1)]:
-        whole = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
-        step, fits, mean = whole.bound(stages, m)
-        assert fits
-        priced = len(whole.solver(stages, m).builder.nodes)
-        for above in (0.0, 0.5 * step):
-            held = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
-            part, known, _ = held.bound(stages, m, 1, above)
-            assert known is None and above <= part <= step * (1 + 1e-12)
-            assert len(held.solver(stages, m).builder.nodes) < priced
-        above = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
-        assert above.bound(stages, m, 1, 2 * step) == (step, fits, mean)
 
 
 def test_with_no_step_held_the_pairs_of_least_floor_are_bounded_first_and_set_the_step_for_the_rest():
@@ -340,18 +173,6 @@ def test_with_no_step_held_the_pairs_of_least_floor_are_bounded_first_and_set_th
         (2, 2, True), (1, 2, True), (4, 2, True), (2, 1, True), (1, 1, True), (4, 1, True)]
 
 
-def test_the_stage_bound_proves_when_nothing_fits(tmp_path):
-    """Below one block's least memory no (S, m) fits: the bound says so and the search refuses."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
-    stack = uniform_stack(ctx.network)
-    roomy = _Search(stack, 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, SETTINGS)
-    assert all(roomy.bound(s, m)[1] for s in (1, 2, 4) for m in (1, 8))
-    tight = _Search(stack, 8, 8, ctx.machine, ctx.compute, 1e4, SETTINGS)
-    assert not any(tight.bound(s, m)[1] for s in (1, 2, 4) for m in (1, 8))
-    with pytest.raises(DnnplanError, match="no pipelined plan"):
-        search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, 1e4, SETTINGS)
-
-
 def test_the_search_prices_its_choice_as_the_pipeline_model_does():
     ctx = context.resolve("gpt-tiny", 4, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     got = search_pipeline(ctx.network, 8, 4, ctx.machine, ctx.compute, None, SETTINGS)
@@ -377,11 +198,11 @@ def test_the_cut_lower_bound_holds_for_every_cut(seed):
     too_big = int(rng.integers(2, n + 2))  # stages of this many blocks or more do not fit
     gaps = rng.uniform(0, 0.5, (stages, n + 1)) * (rng.random() < 0.5)  # half the cases exact
     best = None
-    for cut in _compositions(n, stages):
+    for cut in compositions(n, stages):
         if max(cut) >= too_big:
             continue
         costs = [cost[(s, k)] for s, k in enumerate(cut)]
-        step = _step([c[0] for c in costs], [c[1] for c in costs], m)
+        step = step_1f1b([c[0] for c in costs], [c[1] for c in costs], m)
         best = step if best is None else min(best, step)
 
     def lower(s, k):
@@ -401,7 +222,7 @@ def test_the_cut_lower_bound_holds_for_every_cut(seed):
 def _average_cut_lower(n: int, stages: int, lower, hi: int) -> float:
     """The bound before the slowest stage was weighed: the least over cuts (stages of at most ``hi``
     blocks) of the stages' brackets averaged."""
-    sums = [sum(lower(s, k) for s, k in enumerate(cut)) for cut in _compositions(n, stages)
+    sums = [sum(lower(s, k) for s, k in enumerate(cut)) for cut in compositions(n, stages)
             if max(cut) <= hi and all(lower(s, k) is not None for s, k in enumerate(cut))]
     return min(sums, default=float("inf")) / stages
 
@@ -433,7 +254,7 @@ def test_the_cut_lower_bound_weighs_the_slowest_stage():
 
     steps = [sum(lower(s, k) for s, k in enumerate(cut)) / weight + (m - 1) * max(lower(s, k) for s, k in
                                                                                      enumerate(cut)) / weight
-             for cut in _compositions(n, stages)]
+             for cut in compositions(n, stages)]
     assert min(steps) == pytest.approx(31 / 9)
     assert cut_lower(n, stages, m, lower, n - 1) == pytest.approx(min(steps), rel=1e-12)
     assert _average_cut_lower(n, stages, lower, n - 1) == pytest.approx(3.25)
@@ -487,7 +308,7 @@ def test_dnnplan_plan_pipeline_auto_prints_and_writes_json(tmp_path):
 def test_the_chosen_pairs_stages_have_their_gaps_closed(tmp_path):
     """Pairs are compared with Lagrangian stage solves; the chosen one is searched again with each
     memory-bound stage's gap closed, which gives what the ILP gives on that pair."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.003  # one stage of 8 micro-batches: the bisection leaves a 55% gap there
     got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, stage_counts=(1,),
                           micro_counts=(8,))
@@ -510,7 +331,7 @@ def test_closing_a_pairs_gaps_takes_its_searchs_bisections_and_answers_as_afresh
     start them from the same multiplier (the same problem and answer), and its solves without the
     memory limit: fewer bisections and stage solves, and the choice, cut, step, proof and every
     pair's bounds of a solver that solves afresh."""
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.0012  # memory-bound stages: Lagrangian gaps, closed by the proof
     args = (ctx.network, 8, 8, ctx.machine, ctx.compute, limit, Settings(gap=0.0, choices=SETTINGS.choices))
     import planner.pipeline.stage_solver as stage_solver
@@ -558,7 +379,7 @@ def test_a_pair_past_its_share_is_left_for_the_next_until_a_plan_is_in_hand(tmp_
     from planner.pipeline.choice import OutOfTime
     from planner.solvers import Budget
 
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     real, calls = search_module._Search.best, []
 
     def slow_first(self, stages, m, close=False, chunks=1):

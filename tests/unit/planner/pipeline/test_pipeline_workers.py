@@ -24,16 +24,9 @@ from planner.problem.priced_once import priced_once
 from planner.problem.solve import Settings
 from profiler import context
 
-from tests.support.paths import ZOO
+from tests.support.pipeline_cases import gpt4
 
 SETTINGS = Settings(gap=0.0, choices=TrainingChoices(optimizer="adam", precision="fp16"))
-
-
-def _gpt4(tmp_path) -> str:
-    text = (ZOO / "gpt-tiny.yaml").read_text().replace("repeat: 2", "repeat: 4")
-    path = tmp_path / "gpt-4blocks.yaml"
-    path.write_text(text)
-    return str(path)
 
 
 class _Counted(ProcessPool):
@@ -90,7 +83,7 @@ def _summary(choice) -> tuple:
 
 @pytest.mark.parametrize("schedule", ["1f1b", pytest.param(AUTO, marks=pytest.mark.slow)])
 def test_workers_give_the_answer_one_process_gives(tmp_path, schedule):
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     limit = 2.0 ** 30 * 0.0012  # memory-bound stages: Lagrangian gaps, closed by the proof
     args = (ctx.network, 8, 8, ctx.machine, ctx.compute, limit)
     alone = search_pipeline(*args, SETTINGS, micro_counts=divisors(8), prove_s=None, schedule=schedule)
@@ -127,7 +120,7 @@ def test_the_bounds_come_in_bound_order_whatever_order_they_finish_in():
 
 
 def test_bounds_and_closings_computed_only_by_workers_give_the_answer_one_process_gives(tmp_path):
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     args = (ctx.network, 8, 8, ctx.machine, priced_once(ctx.compute), 2.0 ** 30 * 0.0012)
     settings = dataclasses.replace(SETTINGS, priced=PricedLayers())
     alone = search_pipeline(*args, settings, micro_counts=divisors(8), prove_s=None)
@@ -150,7 +143,7 @@ def test_a_workers_search_stops_at_the_commands_deadline_and_the_pair_is_searche
     from planner.pipeline.stack import uniform_stack
     from planner.solvers import Budget
 
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=SETTINGS.choices)
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=SETTINGS.choices)
     stack = uniform_stack(ctx.network)
     spent = dataclasses.replace(SETTINGS, budget=Budget(0.0))
     search = _Search(stack, 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, spent)
@@ -185,7 +178,7 @@ def test_a_workers_search_left_when_the_search_moves_on_answers_late_and_the_poo
     from planner.pipeline.search import _Search
     from planner.pipeline.stack import uniform_stack
 
-    ctx = context.resolve(_gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=SETTINGS.choices)
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=SETTINGS.choices)
     search = _Search(uniform_stack(ctx.network), 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, SETTINGS)
     task = search_task(search, 2, 8)
     assert search_pair(task, {"stopped": lambda: True}) == LATE
