@@ -154,7 +154,11 @@ class Builder:
         self.layout_ids: dict[Layout, int] = {}
         self.layouts: list[Layout] = []
         self.nodes: dict[tuple, _Node] = {}
-        self.matrices: dict[tuple, np.ndarray] = {}
+        #: each edge pattern's cost matrix (:func:`_edges`): reshards depend on the layouts alone, not
+        #: on the optimiser, so the builders of one planning call at one (batch, ranks) share them
+        #: (the ZeRO stages' stage solves of one pipeline pair)
+        self.matrices: dict[tuple, np.ndarray] = {} if priced is None else priced.matrices.setdefault(
+            (batch, p, max_model_degree, max_candidates), {})
         #: asked while reshards are priced; True raises costmodel.layer.edge_table.PricingStopped (a
         #: search's deadline: pricing one large stage's edges can take longer than the whole bound)
         self.stop = None

@@ -14,7 +14,8 @@ a layer's shard and what it prices whatever the optimiser, and its weights' shar
 price whatever the batch (the micro-batch counts of one pipeline degree share them); each other
 algorithm's passes, kept bytes and workspace on a shard (``planner.problem.build.derive_estimate``);
 a layer's estimates under every argument ``Builder.estimates`` passes; its floor under any ZeRO
-stage (``Builder.micro_floor``); so every number, and every plan, is the one priced afresh
+stage (``Builder.micro_floor``); and the reshards' edge matrices of one batch and ranks, which no
+optimiser changes; so every number, and every plan, is the one priced afresh
 (``tests/unit/planner/problem/test_priced_layers.py``).
 
 Created per planning call (``planner.first_plan``), carried by its :class:`~planner.problem.solve.Settings`,
@@ -31,7 +32,7 @@ import uuid
 class PricedLayers:
     """What one planning call has priced: ``collectives`` (``costmodel.layer.cost.group_time``'s
     memo), ``estimates`` (``planner.problem.build.Builder.estimates``' rows by their arguments),
-    and ``floors`` (``Builder.micro_floor``, whatever the optimiser)."""
+    ``floors`` (``Builder.micro_floor``) and ``matrices`` (``Builder.matrices``), whatever the optimiser."""
 
     def __init__(self, token: str | None = None):
         #: names the planning call: a worker keeps one PricedLayers per token across its tasks
@@ -41,6 +42,8 @@ class PricedLayers:
         self.estimates: dict[tuple, list] = {}
         #: each node's least per-micro-batch seconds under any ZeRO stage (``Builder.micro_floor``)
         self.floors: dict[tuple, float] = {}
+        #: (batch, ranks, candidate limits) -> the edge matrices of the builders there (``Builder.matrices``)
+        self.matrices: dict[tuple, dict] = {}
 
     def __reduce__(self):
         return PricedLayers, (self.token,)

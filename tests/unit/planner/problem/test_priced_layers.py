@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 
+import numpy as np
 import pytest
 
 from costmodel.choices.optimizer import Optimizer
@@ -16,7 +17,7 @@ from costmodel.choices.training import TrainingChoices
 from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, candidate_strategies, divisors
 from costmodel.layer.cost import layer_estimate
 from planner.pipeline.search import search_pipeline
-from planner.problem.build import signature
+from planner.problem.build import Builder, build_with, signature
 from planner.problem.priced_layers import PricedLayers
 from planner.problem.priced_once import priced_once
 from planner.problem.solve import Settings
@@ -62,7 +63,32 @@ def test_the_pipeline_search_is_the_same_with_layers_priced_once(name, limit_gib
                for kept in (None, priced)]
         assert got[1] == got[0], zero
         assert len(got[0][-1]) > 4  # several pairs bounded
-    assert priced.estimates and priced.collectives
+    assert priced.estimates and priced.collectives and priced.matrices and priced.floors
+
+
+def test_the_zero_stages_builders_share_the_edge_matrices_they_would_price_alike():
+    """Reshards depend on the layouts, not the optimiser: the builders of every ZeRO stage at one
+    batch and ranks share one planning call's edge matrices, so a later ZeRO stage prices only the
+    patterns whose candidates it keeps otherwise (ZeRO-1 and 2 none here), and each problem's edges
+    are those a builder with none kept prices."""
+    ctx = context.resolve(str(ZOO / "tiny-llama.yaml"), 8, 8, "dgx-h100", None,
+                          choices=TrainingChoices(precision="bf16"))
+    priced = PricedLayers()
+    shared = [Builder(4, 8, ctx.machine, ctx.compute, Optimizer("adam", zero), priced=priced) for zero in (0, 1, 2, 3)]
+    assert all(b.matrices is shared[0].matrices for b in shared)
+    for zero, builder in zip((0, 1, 2, 3), shared):
+        got = build_with(builder, ctx.network, None)
+        fresh = build_with(Builder(4, 8, ctx.machine, ctx.compute, Optimizer("adam", zero)), ctx.network, None)
+        assert fresh.reshard_pairs > 0
+        if zero == 0:
+            assert got.reshard_pairs == fresh.reshard_pairs  # the first prices them
+        else:
+            assert got.reshard_pairs < fresh.reshard_pairs and (got.reshard_pairs == 0 or zero == 3)
+        assert len(got.problem.edges) == len(fresh.problem.edges) > 0
+        for a, b in zip(got.problem.edges, fresh.problem.edges):
+            assert (a.src, a.dst) == (b.src, b.dst) and np.array_equal(a.cost, b.cost)
+    other = Builder(2, 8, ctx.machine, ctx.compute, Optimizer("adam", 0), priced=priced)
+    assert other.matrices is not shared[0].matrices  # another micro-batch: its own reshards
 
 
 def test_a_worker_starts_with_nothing_kept():
