@@ -68,8 +68,8 @@ def solve_fixed(problem: Problem, time_limit_s: float | None = None, gap: float 
     free = solve_reduced(problem.with_memory_limit(None))
     if problem.memory_limit is None or fits(problem, free.memory):
         return solve_reduced(problem, time_limit_s, gap, budget=budget)
-    return solve_relaxed(problem, relax(problem, free.objective), time_limit_s, gap, max_labels, start, budget,
-                         better)
+    return solve_relaxed(problem, relax(problem, free.objective, free_choice=free.choice), time_limit_s, gap,
+                         max_labels, start, budget, better)
 
 
 def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None = None, gap: float | None = None,
