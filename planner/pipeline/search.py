@@ -179,15 +179,16 @@ class _Search:
         got = self.stage_bound(stages, m, chunks, above)
         return got.step_s, got.fits, got.mean_s
 
-    def stage_bound(self, stages: int, m: int, chunks: int = 1, above: float | None = None):
+    def stage_bound(self, stages: int, m: int, chunks: int = 1, above: float | None = None, edges: bool = False):
         """``(S, m, V)``'s :class:`planner.pipeline.bound.StageBound`, on its own pricing; once it
         reaches ``above`` (the step held; None: the caller's ceiling, when it gave one) from part of
-        a block's layers, that partial bound, the rest not priced (:func:`planner.pipeline.bound.stage_bound`)."""
-        if above is None and self.ceiling < float("inf"):
+        a block's layers, that partial bound, the rest not priced (:func:`planner.pipeline.bound.stage_bound`);
+        ``edges``: whole, with the reshards inside a block."""
+        if above is None and self.ceiling < float("inf") and not edges:
             above = self.ceiling
         sends = tuple(self.sends(stages, m, chunks))
         return stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
-                           chunks, above, self.holds(stages, m, chunks))
+                           chunks, above, self.holds(stages, m, chunks), edges)
 
     def holds(self, stages: int, m: int, chunks: int) -> tuple[int, ...]:
         """Each stage's kept micro-batches as :meth:`_best` solves it (:func:`kept`), for the bound's
@@ -435,6 +436,14 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
             # (the pairs whose bound was not computed come last)
             out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
             continue
+        if fits and not (budget is not None and budget.expired()):
+            # about to be searched: its bound with the reshards inside a block, which its stage
+            # solves price anyway (planner.pipeline.bound.stage_bound's ``edges``; here whichever
+            # process searches it, so every pair's bound is the one a single process finds)
+            bound = max(bound, search.stage_bound(stages, m, v, edges=True).step_s)
+            if bound >= min(search.ceiling, best.step_s if best is not None else float("inf")):
+                out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
+                continue
         left = None if budget is None or best is not None else budget.left()
         search.pair_deadline = None if left is None else budget.clock() + FIRST_SHARE * left
         try:
