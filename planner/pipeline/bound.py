@@ -31,7 +31,9 @@ device's bracket (weight ``m + (S - 1) / V``) is bounded on its own, the first a
 with the layers before and after the blocks, and the step by the busiest device's weighed as the
 slowest (:func:`planner.pipeline.interleave.lower_s`: never below the devices' average). No cut
 fits at all when ``ceil(n / S)`` blocks of least-memory layers already exceed ``L - W0``.
-Everything here is separable per layer, so it costs one pricing of a block's layers, which the
+A pair about to be searched is bounded with the reshards between a block's layers too
+(``edges``, :meth:`_Dual.tight`): a block pays at least its own. Everything else here is separable
+per layer, so it costs one pricing of a block's layers, which the
 stage solves that follow reuse (the builder keeps its nodes); and each layer's term is no less
 than zero, so against a step held the sum over the layers priced so far, the most FLOPs first,
 bounds the pair once it reaches that step, the other layers not priced (:func:`_early`).
@@ -81,7 +83,7 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
         early = _early(builder, stack, stages, micro_batches, weight, tuple(sends_s), above)
         if early is not None:
             return early
-    cost, memory, w0, acts, workspace, edges = _block(builder, stack, weight, edges)
+    cost, memory, w0, acts, workspace, inner = _block(builder, stack, weight, edges)
     n = stack.n
     big = -(-n // stages)
     room = limit - w0
@@ -91,7 +93,7 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
                                                                            limit)):
         return StageBound(float("inf"), False, float("inf"))
     counts = tuple(holds) or (1,) * stages
-    duals = {q: _Dual(cost, memory, acts, q, room, edges) for q in sorted(set(counts))}
+    duals = {q: _Dual(cost, memory, acts, q, room, inner) for q in sorted(set(counts))}
     sends = tuple(sends_s) or (0.0,) * stages
     small, wide = n // stages, n % stages  # the balanced cut: ``wide`` stages of ``small + 1`` blocks
     if len(duals) == 1:
@@ -147,8 +149,8 @@ class _Dual:
         alone), solved exactly (planner.solvers); never below ``v``, the value without the edges;
         ``v`` where the edges are not known. A block of any stage pays at least its own
         edges (those to the next block cost no less than nothing), so ``k`` times it still bounds
-        a stage of ``k`` blocks: the reshards inside a block of llama3.1-405b on 64 H100s are 7% of
-        its cost, which the bound without them left out."""
+        a stage of ``k`` blocks: the reshards inside a block of llama3.1-405b on 4,096 H100s are 7%
+        of its cost, which the bound without them left out."""
         if self.edges is None:
             return v
         strategy_of, edges = self.edges
