@@ -62,16 +62,20 @@ def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: i
     kept = base.memory.activations
     if kept_by is not None:
         kept += kept_by
-    comms = base.comms
-    if kv is not None:  # the ring of keys and values hides under this algorithm's core
-        at = next(i for i, c in enumerate(comms) if c.purpose == "kv")
-        comms = comms[:at] + kv + tuple(c for c in comms[at:] if c.purpose != "kv")
+    comms = base.comms if kv is None else _with_kv(base.comms, kv)  # its ring hides under this core
     comms = comms + tuple(recomputed_comms(comms)) if is_recomputed(algorithm) else comms
     # what hides under the passes changes with them (costmodel.comm.overlap, from the link times kept)
     comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + base.grad_sum_s},
                        resolve_overlap(overlap, machine), front)
     return replaced(base, algorithm=algorithm, fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
                     comms=comms, memory=replaced(base.memory, workspace=workspace, activations=kept))
+
+
+def _with_kv(comms: tuple, kv: tuple) -> tuple:
+    """``comms`` with its keys and values over a split sequence (purpose ``kv``) replaced by ``kv``,
+    another algorithm's, in their place."""
+    at = next(i for i, c in enumerate(comms) if c.purpose == "kv")
+    return comms[:at] + kv + tuple(c for c in comms[at:] if c.purpose != "kv")
 
 
 def _algorithm_shard(base: str, layer: Layer, strat: Strategy, batch: int, compute: ComputeModel, algorithm: str,
@@ -230,10 +234,7 @@ class Builder:
             algorithm = resolve_algorithm(sig, algorithm, self.machine)
             fwd, bwd_data, bwd_weights, _, kv, _ = _algorithm_shard(base, sig, strat, self.batch, self.compute,
                                                                     algorithm, self.machine, self.rule, memo)
-            own = comms
-            if kv is not None:  # as derive_estimate: this algorithm's ring of keys and values
-                at = next(i for i, c in enumerate(comms) if c.purpose == "kv")
-                own = comms[:at] + kv + tuple(c for c in comms[at:] if c.purpose != "kv")
+            own = comms if kv is None else _with_kv(comms, kv)  # as derive_estimate
             out.append(floor_s(own, sig, (fwd, bwd_data, bwd_weights), grad_sum, dispatch, algorithm, self.overlap,
                                self.machine, front))
         return out
