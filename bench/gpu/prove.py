@@ -1,33 +1,35 @@
 """The GPU proof on one GPU, in one process tree under a time budget (bench/gpu/prove.sh runs it).
 
 Stages, most important first (:func:`plan_stages`), each with its own limit in seconds (``LIMITS``,
-``ROW_LIMITS``), its commands each a process sharing it. Before anything runs, the stages are kept
-in order while their limits sum within the budget (bench/gpu/prove_budget.py), and a stage whose
-packages are neither installed nor in the carried wheels is dropped; each stage left out is written
-to details.json (``skipped``) and prove.log with why (run it in another call with ``--skip`` and
-``--rows``). A command that still fails or runs out of its stage's time is reported as missing,
-never estimated.
+``ROW_LIMITS``), its commands each a process sharing it. Before anything runs, a stage whose
+packages are neither installed nor in the carried wheels is dropped; then each stage starts only
+when its whole limit fits what the stages before it left of the budget (bench/gpu/prove_budget.py).
+Each stage left out is written to details.json (``skipped``) and prove.log with why (run it in
+another call with ``--skip`` and ``--rows``). A command that still fails or runs out of its
+stage's time is reported as missing, never estimated. The card is named from nvidia-smi
+(prove_rows.card_of): its tables are CARD-PRECISION.json and its plans are priced on its machine
+(an H200 on dgx-h200).
 
 1. every cuDNN graph dnnplan builds, built on the card (bench/gpu/cudnn_validate.py: seconds; its
    one line per graph diagnoses the stages after it);
 2. ``pytest -m gpu``: every GPU kernel against the numpy kernel, the prepared convolutions, NCCL on
    one rank, a plan with --check (each test bounded by pytest-timeout when it is installed);
 3. per row of prove_rows.ROWS, one stage each: ``dnnplan profile`` (an earlier process), ``dnnplan
-   plan`` from that table, ``dnnplan execute`` on one GPU (the ahead-of-time step, per-layer and
-   memory errors), then PyTorch eager's step of the same row (bench/gpu/torch_steps.py, cuDNN
+   plan`` from that table, ``dnnplan execute`` on one GPU eagerly and replayed as a CUDA graph (each
+   a row with its ``mode``: the ahead-of-time step, per-layer and memory errors), then PyTorch eager's step of the same row (bench/gpu/torch_steps.py, cuDNN
    benchmark mode);
 4. two ranks on the one GPU (host-staged): ``dnnplan profile --devices 1,2``, ``dnnplan profile-comm
    --backend cupy`` (the staged collectives timed end to end), ``dnnplan validate --check``;
-5. the shipped H100 tables for 1-8 devices (resumed from profiler/profiles/ when there), with what
+5. the card's shipped tables for 1-8 devices (resumed from profiler/profiles/ when there), with what
    the stages before left;
-6. the dgx-h100 machine's price of transformer kernels (FlashAttention forward and backward, bf16 and
+6. the card's machine's price of transformer kernels (FlashAttention forward and backward, bf16 and
    FP8 GEMMs at Llama 3 shapes) against PyTorch's on the card (bench/gpu/transformer_kernels.py);
 7. cuDNN's engines of a few convolutions, all timed beside the families' top-k choice
    (bench/gpu/engines_probe.py).
 
 Outputs under ``--out`` (at most 8 files): prove.log, gpu-validation.json (rows, prove_rows.ROW_KEYS),
 details.json (every command's JSON, the verdicts, the stages run and skipped), kernels.json,
-torch_steps.json, engines.json, h100-tf32.json, h100-bf16.json (the tests' output is in prove.log).
+torch_steps.json, engines.json, CARD-tf32.json, CARD-bf16.json (the tests' output is in prove.log).
 
 ``--dry-run``: every stage's plumbing on the host (numpy, lenet5, fp32; no torch, no engines, no
 tests): checks the script, produces no figure.
@@ -47,9 +49,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prove_budget import DNNPLAN, TESTS, TORCH, Stage, allot, missing_packages  # noqa: E402
+from prove_budget import DNNPLAN, TESTS, TORCH, Stage, admit, allot, grown, missing_packages  # noqa: E402
 from prove_rows import (DRY_ROWS, DRY_TWO_RANKS, ROWS, SHIPPED_NETWORKS, SHIPPED_PRECISIONS,  # noqa: E402
-                        TWO_RANKS, Row, from_execute, from_validate, torch_step, verdicts)
+                        TWO_RANKS, Row, card_of, from_execute, from_validate, torch_step, verdicts)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,6 +71,8 @@ class Session:
         self.rows: list[dict] = []
         self.date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
         self.device = "host (dry run)" if dry else "?"
+        # the card's short name (the tables' prefix) and the machine it is priced on (prove_rows.card_of)
+        self.card, self.machine = ("local", "local") if dry else card_of(gpu_name())
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -127,6 +131,16 @@ class Session:
         (self.out / "details.json").write_text(json.dumps(self.details, indent=1) + "\n")
 
 
+def gpu_name() -> str:
+    """What nvidia-smi names the first GPU ('' when it cannot say)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.strip().splitlines()[0] if out.strip() else ""
+
+
 def read_json(path: Path):
     try:
         return json.loads(path.read_text())
@@ -139,7 +153,7 @@ def backend_args(s: Session, precision: str) -> list[str]:
 
 
 def plan_args(s: Session) -> list[str]:
-    return ["--machine", "local"] if s.dry else ["--machine", "dgx-h100"]
+    return ["--machine", s.machine]
 
 
 def gpu_tests(s: Session) -> None:
@@ -157,7 +171,8 @@ def cudnn_graphs(s: Session) -> None:
 
 
 def transformer_kernels(s: Session) -> None:
-    args = ["bench/gpu/transformer_kernels.py", "--out", str(s.out)] + (["--dry-run"] if s.dry else [])
+    args = (["bench/gpu/transformer_kernels.py", "--out", str(s.out)]
+            + (["--dry-run"] if s.dry else ["--machine", s.machine]))
     _, text = s.run(args, 90, "transformer kernels against the clock")
     summary = _last_json(text)
     if summary is not None:
@@ -165,8 +180,9 @@ def transformer_kernels(s: Session) -> None:
 
 
 def one_gpu_row(s: Session, row: Row, with_torch: bool) -> None:
-    """The row's profile, plan and execute, then (``with_torch``) PyTorch eager's step of it."""
-    plan, result = (s.work / f"{row.name}{suffix}" for suffix in (".plan.yaml", ".execute.json"))
+    """The row's profile, plan and execute (eagerly, then replayed as a CUDA graph; on the host the
+    graphs are asked for and refused), then (``with_torch``) PyTorch eager's step of it."""
+    plan = s.work / f"{row.name}.plan.yaml"
     # the precision's shipped table: each row's kernels timed at its batch (stage 7 adds what time allows)
     table = shipped_table(s, row.precision) if not s.dry else s.work / f"{row.name}.json"
     rc, text = s.run(["-m", "dnnplan", "profile", row.network, "-b", str(row.batch), "--devices", "1", "--out",
@@ -185,15 +201,20 @@ def one_gpu_row(s: Session, row: Row, with_torch: bool) -> None:
                    "--force"], ROW_LIMITS["plan"], f"{row.name}: plan")
     if rc != 0:
         return
-    rc, _ = s.run(["-m", "dnnplan", "execute", str(plan), "--ranks", "1", "--steps", "10", "--warmup", "3",
-                   "--profile", str(table), "--json", str(result), "--force", "--timeout", "240"],
-                  ROW_LIMITS["execute"], f"{row.name}: execute")
-    got = read_json(result)
-    if got is None:
+    runs = {}
+    for mode in ("eager", "graphs"):
+        result = s.work / f"{row.name}.{mode}.execute.json"
+        s.run(["-m", "dnnplan", "execute", str(plan), "--ranks", "1", "--steps", "10", "--warmup", "3",
+               "--profile", str(table), "--json", str(result), "--force", "--timeout", "240",
+               "--graphs" if mode == "graphs" else "--no-graphs"], ROW_LIMITS["execute"], f"{row.name}: execute {mode}")
+        got = read_json(result)
+        if got is not None:
+            runs[mode] = s.details["runs"][f"{row.name}-{mode}"] = got
+    if not runs:
         return
-    s.details["runs"][row.name] = got
     torch_json = torch_rows(s, [row]) if with_torch else None
-    s.rows.append(from_execute(row, got, torch_step(torch_json, row.torch_row), s.device, s.commit, s.date))
+    for got in runs.values():
+        s.rows.append(from_execute(row, got, torch_step(torch_json, row.torch_row), s.device, s.commit, s.date))
     s.save()
 
 
@@ -246,16 +267,17 @@ def engines(s: Session) -> None:
 
 
 def shipped_table(s: Session, prec: str) -> Path:
-    """The precision's H100 table under ``--out``, resumed from the committed one."""
-    out = s.out / f"h100-{prec}.json"
-    start = ROOT / "profiler" / "profiles" / f"h100-{prec}.json"
+    """The card's table of the precision under ``--out`` (named CARD-PRECISION, the card from
+    nvidia-smi), resumed from the committed one of that card."""
+    out = s.out / f"{s.card}-{prec}.json"
+    start = ROOT / "profiler" / "profiles" / f"{s.card}-{prec}.json"
     if start.is_file() and not out.exists() and not s.dry:
         shutil.copy(start, out)
     return out
 
 
 def shipped(s: Session) -> None:
-    """The H100 tables, resumed from the committed ones, with the time left (each network a share)."""
+    """The card's tables, resumed from the committed ones, with the time left (each network a share)."""
     precisions = ("fp32",) if s.dry else SHIPPED_PRECISIONS
     nets = ("lenet5",) if s.dry else SHIPPED_NETWORKS
     for prec in precisions:
@@ -288,8 +310,8 @@ def _name(row: dict) -> str:
 
 
 #: Seconds each command of a row may take (measured 2026-11-27 on an H100: profiles 9-28 s, a plan a
-#: few seconds); a row's stage is their sum
-ROW_LIMITS = {"profile": 45, "plan": 20, "execute": 60, "torch": 35}
+#: few seconds); a row's stage is their sum, its two executes (eager, graphs) counted apart
+ROW_LIMITS = {"profile": 45, "plan": 20, "execute": 50, "torch": 35}
 #: The stages' own limits, in seconds (a row's: ROW_LIMITS's sum)
 LIMITS = {"graphs": 20, "tests": 90, "two": 200, "shipped": 90, "kernels": 60, "engines": 60}
 
@@ -308,7 +330,7 @@ def plan_stages(rows, skip: set, dry: bool) -> list[Stage]:
         out.append(Stage("tests", LIMITS["tests"], TESTS))
     if "rows" not in skip:
         with_torch = "torch" not in skip and not dry
-        row_s = sum(v for k, v in ROW_LIMITS.items() if with_torch or k != "torch")
+        row_s = sum(v * (2 if k == "execute" else 1) for k, v in ROW_LIMITS.items() if with_torch or k != "torch")
         out += [Stage(f"row {row.name}", row_s, row_needs if with_torch else host) for row in rows]
     if "two" not in skip:
         out.append(Stage("two", LIMITS["two"], host))
@@ -343,16 +365,20 @@ def main(argv=None) -> int:
     s.timeout_plugin = not missing_packages([Stage("timeout", 0, ("pytest_timeout",))])
     if not s.timeout_plugin:
         s.say("pytest-timeout is not installed: the GPU tests run bounded by their stage's limit only")
-    stages, skipped = allot(asked, args.budget, missing)
+    stages, skipped = allot(asked, missing)
     for name, why in skipped:
         s.skip(name, why)
-    if stages and stages[-1].name == "shipped":  # the profiles take what the others leave
-        spare = args.budget - 15 - sum(st.limit_s for st in stages)
-        stages[-1] = Stage("shipped", stages[-1].limit_s + max(spare, 0), stages[-1].needs)
-    s.details["stages"] = [{"stage": st.name, "limit_s": st.limit_s} for st in stages]
+    s.details["stages"] = []
     s.save()
     by_row = {f"row {r.name}": r for r in rows}
-    for stage in stages:
+    for i, stage in enumerate(stages):
+        if stage.name == "shipped":  # the 1-8 device tables take what the others leave
+            stage = grown(stage, s.left(), stages[i + 1:])
+        why = admit(stage, s.left())
+        if why is not None:
+            s.skip(stage.name, why)
+            continue
+        s.details["stages"].append({"stage": stage.name, "limit_s": round(stage.limit_s)})
         s.begin(stage)
         if stage.name == "graphs":
             cudnn_graphs(s)
@@ -368,11 +394,12 @@ def main(argv=None) -> int:
             transformer_kernels(s)
         elif stage.name == "engines":
             engines(s)
+        s.stage_end = None
         s.save()
     s.say(f"done: {len(s.rows)} row(s), {len(s.details['missing'])} missing figure(s), "
           f"{len(s.details['skipped'])} stage(s) skipped")
     for row in s.rows:
-        s.say(json.dumps({k: row[k] for k in ("network", "batch", "precision", "ranks", "predicted_s", "measured_s",
+        s.say(json.dumps({k: row[k] for k in ("network", "batch", "precision", "ranks", "mode", "predicted_s", "measured_s",
                                               "torch_s", "layer_median_error", "memory_error", "check_passed")}))
     return 0
 

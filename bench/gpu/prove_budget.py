@@ -1,7 +1,8 @@
 """What the GPU proof runs in one call: its stages in priority order, each with the most seconds it
-may take, kept while their sum fits the budget; the others are skipped before anything runs, each
-with why (bench/gpu/prove.py writes them to details.json and prove.log). And what each stage needs
-installed, checked up front (:func:`missing_packages`).
+may take; a stage starts only when its limit fits what the stages before it left of the budget
+(:func:`admit`), else it is skipped with why (bench/gpu/prove.py writes them to details.json and
+prove.log). And what each stage needs installed, checked before anything runs
+(:func:`missing_packages`, :func:`allot`).
 
 Pure: no process, no clock (tests/gpu/test_gpu_prove.py checks the sums).
 """
@@ -51,21 +52,33 @@ def missing_packages(stages: Sequence[Stage], have: Callable[[str], bool] | None
     return out
 
 
-def allot(stages: Sequence[Stage], budget_s: float, missing: dict[str, list[str]] | None = None,
-          reserve_s: float = RESERVE_S) -> tuple[list[Stage], list[tuple[str, str]]]:
-    """(the stages that run, in order; (stage, why) for each skipped): a stage runs when what it
-    needs is installed and its limit fits what the stages before it left of ``budget_s - reserve_s``;
-    so the limits of the stages that run never sum past the budget."""
-    left = budget_s - reserve_s
+def allot(stages: Sequence[Stage], missing: dict[str, list[str]] | None = None
+          ) -> tuple[list[Stage], list[tuple[str, str]]]:
+    """(the stages whose packages are installed, in order; (stage, why) for each of the others),
+    before anything runs."""
     run, skipped = [], []
     for stage in stages:
         lack = (missing or {}).get(stage.name)
         if lack:
             skipped.append((stage.name, f"not installed: {', '.join(lack)} (neither on the machine nor in .whl/)"))
-        elif stage.limit_s > left:
-            skipped.append((stage.name, f"its {stage.limit_s:.0f} s do not fit the {max(left, 0):.0f} s the budget "
-                                        f"has left; run it in another call (--skip, --rows)"))
         else:
             run.append(stage)
-            left -= stage.limit_s
     return run, skipped
+
+
+def admit(stage: Stage, left_s: float, reserve_s: float = RESERVE_S) -> str | None:
+    """Why ``stage`` cannot start with ``left_s`` seconds of the budget left (None: it starts): it
+    starts only when its whole limit fits what is left less the reserve, so no stage is cut short
+    by the budget and the call ends within it."""
+    room = left_s - reserve_s
+    if stage.limit_s > room:
+        return (f"its {stage.limit_s:.0f} s did not fit the {max(room, 0):.0f} s the budget had left when it came; "
+                "run it in another call (--skip, --rows)")
+    return None
+
+
+def grown(stage: Stage, left_s: float, later: Sequence[Stage], reserve_s: float = RESERVE_S) -> Stage:
+    """``stage`` given what is left less the reserve and the later stages' limits, when that is more
+    than its own limit (the 1-8 device tables take what the others leave)."""
+    spare = left_s - reserve_s - sum(st.limit_s for st in later)
+    return Stage(stage.name, max(stage.limit_s, spare), stage.needs) if spare > stage.limit_s else stage

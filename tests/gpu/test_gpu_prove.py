@@ -11,7 +11,7 @@ from tests.support.paths import BENCH
 
 sys.path.insert(0, str(BENCH / "gpu"))
 
-from prove_rows import ROW_KEYS, ROWS, Row, from_execute, from_validate, layer_median_error, torch_step, verdicts  # noqa: E402
+from prove_rows import ROW_KEYS, ROWS, Row, card_of, from_execute, from_validate, layer_median_error, torch_step, verdicts  # noqa: E402
 
 EXECUTE = {"plan": "p.yaml", "ranks": 1, "steps": 10,
            "measured": {"step_s": 0.080, "layers": []}, "predicted": {"step_s": 0.075, "layers": []},
@@ -52,7 +52,22 @@ def test_the_targets_are_judged_only_on_what_was_measured():
 
 def test_the_rows_are_the_issues():
     assert [(r.network, r.batch, r.precision) for r in ROWS] == [
-        ("resnet50", 64, "tf32"), ("resnet50", 64, "bf16"), ("vgg16", 64, "tf32"), ("gpt2", 8, "bf16")]
+        ("resnet50", 64, "tf32"), ("gpt2", 8, "bf16"), ("resnet50", 64, "bf16"), ("vgg16", 64, "tf32")]
+
+
+def test_a_row_says_how_its_steps_ran():
+    graphed = {**EXECUTE, "steps_mode": {"mode": "graphs"}}
+    refused = {**EXECUTE, "steps_mode": {"mode": "eager", "reason": "host-staged collectives"}}
+    assert [from_execute(ROWS[0], e, None, "H200", "abc", "2026-12-04")["mode"]
+            for e in (graphed, refused, EXECUTE)] == ["graphs", "eager", "eager"]
+
+
+def test_the_card_names_its_tables_and_machine():
+    assert card_of("NVIDIA H200") == ("h200", "dgx-h200")
+    assert card_of("NVIDIA H100 80GB HBM3") == ("h100", "dgx-h100")
+    assert card_of("NVIDIA B200") == ("b200", "dgx-b200")
+    assert card_of("NVIDIA RTX 6000 Ada Generation") == ("rtx-6000-ada-generation", "dgx-h100")
+    assert card_of("") == ("gpu", "dgx-h100")
 
 
 def test_each_row_has_its_pytorch_twin():
@@ -61,21 +76,21 @@ def test_each_row_has_its_pytorch_twin():
         assert f'("{row.torch_row}", "{row.network}", {row.batch}, "{row.precision}", "momentum"' in text, row
 
 
-def test_the_stages_that_run_sum_within_the_budget_the_rest_skipped_with_why():
+def test_a_stage_starts_only_when_its_limit_fits_what_is_left():
     import prove  # noqa: PLC0415 - the script beside prove_rows
-    from prove_budget import RESERVE_S, Stage, allot  # noqa: PLC0415
+    from prove_budget import RESERVE_S, Stage, admit, allot, grown  # noqa: PLC0415
 
     asked = prove.plan_stages(ROWS, set(), dry=False)
     assert [st.name for st in asked][:3] == ["graphs", "tests", f"row {ROWS[0].name}"]  # most important first
-    for budget in (300, 420, 450, 2000):
-        run, skipped = allot(asked, budget, {})
-        assert sum(st.limit_s for st in run) <= budget - RESERVE_S
-        assert sorted([st.name for st in run] + [name for name, _ in skipped]) == sorted(st.name for st in asked)
-        assert all("do not fit" in why for _, why in skipped)
-    run, skipped = allot(asked, 450, {})
-    assert len([st for st in run if st.name.startswith("row ")]) >= 2  # the first rows, each with its PyTorch step
-    run, skipped = allot([Stage("a", 100), Stage("b", 400), Stage("c", 50)], 200, {"c": ["torch"]})
-    assert [st.name for st in run] == ["a"] and dict(skipped)["c"].startswith("not installed: torch")
+    row = asked[2]
+    assert admit(row, row.limit_s + RESERVE_S) is None
+    assert "did not fit" in admit(row, row.limit_s + RESERVE_S - 1)
+    run, skipped = allot([Stage("a", 100), Stage("b", 400), Stage("c", 50)], {"c": ["torch"]})
+    assert [st.name for st in run] == ["a", "b"] and dict(skipped)["c"].startswith("not installed: torch")
+    # the tables take what the later stages leave, never less than their own limit
+    later = [Stage("kernels", 60), Stage("engines", 60)]
+    assert grown(Stage("shipped", 90), 400, later).limit_s == 400 - RESERVE_S - 120
+    assert grown(Stage("shipped", 90), 200, later).limit_s == 90
 
 
 def test_packages_are_checked_before_anything_runs():
