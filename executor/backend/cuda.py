@@ -19,7 +19,8 @@ the memory pool's peak, NCCL collectives (executor.backend.device's docstring li
   (executor.backend.staging) and :attr:`staged` says so for the report.
 - **Precision**: the plan's, set once for the process's kernels (kernels.cuda.precision).
 - **Graphs**: a step captured as a CUDA graph in a memory pool of its own and replayed
-  (``capture``/``replay``), unless collectives are staged through the host (``graph_refusal``).
+  (``capture``/``replay``; cuBLAS bound to the stream with a workspace of its own first,
+  kernels.cuda.cublas_direct; the dropout step counter advanced inside, kernels.cuda.elementwise), unless collectives are staged through the host (``graph_refusal``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from executor.backend.cuda_memory import device_held_bytes, pool_peak_bytes
 from executor.backend.host import HostCommunicator
 from executor.backend.nccl import NcclCommunicator
 from executor.backend.staging import StagedCommunicator
-from kernels.cuda import libs
+from kernels.cuda import cublas_direct, elementwise, libs
 from kernels.cuda.cudnn_graphs import workspace_bytes
 from kernels.cuda.precision import set_precision
 
@@ -152,9 +153,12 @@ class CudaBackend:
         cp = self.xp
         pool = cp.cuda.MemoryPool()
         self._graph_pools.append(pool)
-        with cp.cuda.using_allocator(pool.malloc):
+        elementwise.dropout_step()  # made outside the graph's pool; each replay advances it (below)
+        # cuBLAS bound to the stream with a workspace of its own before the capture (CuPy's wrappers refuse it inside)
+        with cublas_direct.bound(self.stream.ptr), cp.cuda.using_allocator(pool.malloc):
             self.stream.begin_capture()
             try:
+                elementwise.advance_dropout_step()  # a new dropout mask at each replay
                 out = run()
             finally:
                 graph = self.stream.end_capture()
@@ -165,7 +169,7 @@ class CudaBackend:
         graph.launch(self.stream)
 
     def peak_bytes(self, run) -> int:
-        return pool_peak_bytes(self.xp, run, self.synchronize) + workspace_bytes()
+        return pool_peak_bytes(self.xp, run, self.synchronize) + workspace_bytes() + cublas_direct.workspace_bytes()
 
     def describe(self) -> dict:
         """What the report says of the device: its name, and whether collectives were staged."""

@@ -20,8 +20,9 @@ from planner.plan.plan import Plan
 
 EAGER, GRAPHS = "eager", "graphs"
 #: ops a captured step cannot replay, and why (each reason a line the report prints)
+#: (dropout runs captured: its seed moves with a step counter in device memory that each replay
+#: advances, kernels.cuda.elementwise)
 OPS_REFUSED = {
-    "dropout": "dropout draws a new mask seed on the host each step, which a replayed graph would repeat",
     "moe": "mixture-of-experts routing sizes its all-to-all from token counts read on the host each step",
 }
 

@@ -9,6 +9,9 @@ Dropout keeps element ``i`` when ``splitmix64(seed * golden + i)`` (a counter-ba
 Philox-style generators are) reaches ``rate * 2^32``: the mask is a function of (seed, index)
 only, drawn inside the pass instead of by a generator writing a buffer first; it differs from
 numpy's mask, as numpy's and cupy's generators already did (kernels.activation.dropout_mask).
+The seed also moves with a step counter in device memory (:func:`dropout_step`), 0 unless a CUDA
+graph's capture advanced it (:func:`advance_dropout_step`, launched inside the captured step, so
+each replay draws new masks where the host's seed is the captured one).
 """
 
 from __future__ import annotations
@@ -17,6 +20,26 @@ from typing import Callable
 
 from kernels.cuda import libs
 from kernels.cuda.launch import f32, fits, from_float32, i64, run, to_float32, u32, u64
+
+
+#: device -> the dropout step counter (one unsigned 64-bit integer in device memory)
+_STEP: dict[int, object] = {}
+
+
+def dropout_step():
+    """This device's dropout step counter, made (0) on first use."""
+    cp = libs.cupy()
+    dev = cp.cuda.Device().id
+    step = _STEP.get(dev)
+    if step is None:
+        step = _STEP[dev] = cp.zeros(1, dtype=cp.uint64)
+    return step
+
+
+def advance_dropout_step() -> None:
+    """Add one to the step counter on the current stream (inside a capture: at each replay)."""
+    step = dropout_step()
+    run("step_advance", "float32", 1, (step, i64(1)))
 
 
 def relu_forward(x, fallback: Callable):
@@ -73,7 +96,8 @@ def dropout_forward(x, rate, seed, fallback: Callable):
     y = cp.empty_like(x)
     keep = cp.empty(x.shape, dtype=cp.bool_)
     run("dropout_fwd", x.dtype.name, x.size,
-        (x, y, keep, i64(x.size), u64(int(seed) % 2 ** 64), u32(dropout_threshold(rate)), f32(scale)))
+        (x, y, keep, i64(x.size), dropout_step(), u64(int(seed) % 2 ** 64), u32(dropout_threshold(rate)),
+         f32(scale)))
     return y, (keep, x.dtype.type(scale))
 
 

@@ -7,7 +7,9 @@ cupy.matmul reaches cuBLAS for 2-D operands but raises TypeError on batched bflo
 probe, 2026-11-27), and picks its own compute type; calling cuBLAS directly gives one path for
 every format and batch, with the compute type stated. cuBLAS is column-major: a row-major
 ``C = op(A) op(B)`` is computed as the column-major ``C^T = op(B)^T op(A)^T``, which reads the
-row-major buffers as they are (:func:`operands`, pure, tested on the CPU).
+row-major buffers as they are (:func:`operands`, pure, tested on the CPU). While a CUDA graph
+captures the step, the same calls go to cuBLAS past CuPy, which refuses them
+(kernels.cuda.cublas_direct).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Callable
 
 import numpy
 
-from kernels.cuda import libs
+from kernels.cuda import cublas_direct, libs
 from kernels.cuda.launch import fits, from_float32, i64, run
 from kernels.cuda.precision import CUBLAS_COMPUTE_64F, CUDA_DATA_TYPE, compute_type
 from kernels.cuda.reduce import column_sums
@@ -65,6 +67,16 @@ def matmul(a, b, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.
     code, ctype = CUDA_DATA_TYPE[a.dtype.name], compute_type(a.dtype.name)
     scalar = numpy.float64 if ctype == CUBLAS_COMPUTE_64F else numpy.float32
     al, be = numpy.array([alpha], dtype=scalar), numpy.array([0.0], dtype=scalar)
+    direct = cublas_direct.captured_handle()  # a CUDA graph capturing: cuBLAS called past CuPy's wrappers
+    if direct is not None:
+        if not batched:
+            cublas_direct.gemm_ex(direct, ops, al.ctypes.data, b.data.ptr, a.data.ptr, be.ctypes.data, c.data.ptr,
+                                  code, ctype, GEMM_DEFAULT)
+        else:
+            cublas_direct.gemm_strided_batched_ex(direct, ops, al.ctypes.data, b.data.ptr, 0 if bb == 1 else k * n,
+                                                  a.data.ptr, 0 if ba == 1 else m * k, be.ctypes.data, c.data.ptr,
+                                                  m * n, batch, code, ctype, GEMM_DEFAULT)
+        return c
     cublas = cp.cuda.cublas
     handle = cp.cuda.device.get_cublas_handle()
     if not batched:

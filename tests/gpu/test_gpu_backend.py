@@ -65,8 +65,8 @@ def _run(args, tmp_path, timeout=300):
     ("lenet5", "fp32", 1, "--graphs"), ("lenet5", "bf16", 1, "--graphs"), ("lenet5", "fp32", 2, "--graphs"),
     ("tests/assets/tinyres.yaml", "fp32", 1, "--graphs"), ("tests/assets/tinyres.yaml", "bf16", 1, "--no-graphs")])
 def test_a_plan_runs_on_the_gpu_and_passes_its_check(tmp_path, network, precision, ranks, graphs):
-    """tinyres: batch norm's two-launch passes, the multi-tensor update and the prepared convolutions,
-    replayed as a CUDA graph and eagerly."""
+    """tinyres: batch norm's two-launch passes, the multi-tensor update, the prepared convolutions
+    and dropout (its step counter on the device), replayed as a CUDA graph and eagerly."""
     if ranks > 1 and not (shutil.which("mpiexec") or (Path(sys.executable).parent / "mpiexec").exists()):
         pytest.skip("no mpiexec")
     plan, out = tmp_path / "plan.yaml", tmp_path / "run.json"

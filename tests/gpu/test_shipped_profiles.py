@@ -1,5 +1,6 @@
-"""The H100 tables shipped in profiler/profiles/ (measured on a lent H100, docs/VALIDATION.md "GPU
-loop"): named by --profile, they plan without a GPU from the card's measured kernels."""
+"""The GPU tables shipped in profiler/profiles/, named CARD-PRECISION (measured on lent H100s and an
+H200, docs/VALIDATION.md "GPU loop"): named by --profile, they plan without a GPU from the card's
+measured kernels."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from profiler.tables.store import SHIPPED_DIR, read_table, resolve_table
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("name", ["h100-tf32", "h100-bf16"])
+@pytest.mark.parametrize("name", ["h100-tf32", "h100-bf16", "h200-tf32", "h200-bf16"])
 def test_a_shipped_table_is_a_gpu_table_of_its_precision(name):
     table = read_table(name)
     fp = table.fingerprint
-    assert fp["backend"] == "cupy" and "H100" in fp["device"] and fp["precision"] == name.split("-")[1]
+    card, precision = name.split("-")
+    assert fp["backend"] == "cupy" and card.upper() in fp["device"] and fp["precision"] == precision
     assert fp["cudnn"] and fp["driver"] and len(table.entries) > 100
     assert resolve_table(name) == str(SHIPPED_DIR / f"{name}.json")
 

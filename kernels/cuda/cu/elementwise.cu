@@ -26,13 +26,20 @@ extern "C" __global__ void gelu_bwd(const T* dy, const T* x, T* dx, long long n)
         ST(dx, i, LD(dy, i) * d);
     }
 }
+// the seed moves with the step counter in device memory (0 in eager steps), which a CUDA graph's
+// replays advance (step_advance), so each replay draws a new mask
 extern "C" __global__ void dropout_fwd(const T* x, T* y, unsigned char* keep, long long n,
-                                       unsigned long long seed, unsigned int threshold, float scale) {
+                                       const unsigned long long* step, unsigned long long seed,
+                                       unsigned int threshold, float scale) {
+    unsigned long long s = seed + step[0] * 0xD1B54A32D192ED03ULL;
     GRID_LOOP(i, n) {
-        bool k = mix64(seed * 0x9E3779B97F4A7C15ULL + (unsigned long long)i) >= threshold;
+        bool k = mix64(s * 0x9E3779B97F4A7C15ULL + (unsigned long long)i) >= threshold;
         ST(y, i, k ? LD(x, i) * scale : 0.0f);
         keep[i] = k ? 1 : 0;
     }
+}
+extern "C" __global__ void step_advance(unsigned long long* step, long long n) {
+    GRID_LOOP(i, n) { step[i] += 1; }
 }
 extern "C" __global__ void add2(const T* a, const T* b, T* y, long long n) {
     GRID_LOOP(i, n) { ST(y, i, LD(a, i) + LD(b, i)); }

@@ -71,7 +71,6 @@ NET = SimpleNamespace(layers=[SimpleNamespace(op="conv2d", name="conv1")])
 
 @pytest.mark.parametrize("plan,net,steps,warmup,why", [
     (SimpleNamespace(pipeline=object()), NET, 2, 1, "MPI point-to-point"),
-    (PLAN, SimpleNamespace(layers=[SimpleNamespace(op="dropout", name="drop1")]), 2, 1, "layer drop1: dropout"),
     (PLAN, SimpleNamespace(layers=[SimpleNamespace(op="moe", name="experts")]), 2, 1, "layer experts: mixture"),
     (PLAN, NET, 2, 0, "--warmup 0"),
     (PLAN, NET, 0, 1, "no timed step"),
