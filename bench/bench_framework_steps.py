@@ -1,4 +1,4 @@
-"""Steps measured on one H100 against predictions under the framework that ran them.
+"""Steps measured on one H100 or H200 against predictions under the framework that ran them.
 
     PYTHONPATH=. python bench/bench_framework_steps.py [--json] [--fit]
 
@@ -50,19 +50,24 @@ ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORKS = ROOT / "costmodel" / "frameworks"
 ASSETS = ROOT / "bench" / "assets"
 GPU_ROWS = ASSETS / "gpu-validation.json"
-#: every session's PyTorch steps (a row timed in several sessions: the mean of their medians)
-TORCH_STEPS = ("h100_torch_steps.json", "h100_torch_steps_kernels.json", "h100_torch_steps_compiled.json",
-               "h100_torch_steps_prove1.json", "h100_torch_steps_prove2.json")
-#: the networks and precisions the shipped GPU profiles timed (profiler/profiles/h100-*.json); the
-#: others are priced from the datasheet
-PROFILED = {("resnet50", "tf32"), ("resnet50", "bf16"), ("gpt2", "bf16")}
-MACHINE = "dgx-h100"
+#: every session's PyTorch steps by card (a row timed in several sessions: the mean of their medians)
+TORCH_STEPS = {"h100": ("h100_torch_steps.json", "h100_torch_steps_kernels.json", "h100_torch_steps_compiled.json",
+                        "h100_torch_steps_prove1.json", "h100_torch_steps_prove2.json"),
+               "h200": ("h200_torch_steps_prove_a.json", "h200_torch_steps_prove_b.json")}
+#: the machine each card is priced on
+MACHINES = {"h100": "dgx-h100", "h200": "dgx-h200"}
+#: the networks, batches and precisions the shipped GPU profiles timed (profiler/profiles/CARD-*.json),
+#: which price dnnplan's own rows
+PROFILED = {"h100": {("resnet50", 64, "tf32"), ("resnet50", 64, "bf16"), ("gpt2", 8, "bf16")},
+            "h200": {("resnet50", 64, "tf32"), ("resnet50", 64, "bf16"), ("gpt2", 8, "bf16"), ("vgg16", 64, "tf32")}}
+#: the proof's calls on H200s (bench/gpu/prove.sh, 2026-12-04): two machines, by the commit each ran
+GPU_CALLS = {"9ec40e6": "A", "8fa0d9d": "B"}
 #: the rows each framework's fitted values were fitted on (at most half of each source's rows)
 CALIBRATION = {
     "pytorch": ("gpt2-b8-bf16", "gpt2-b16-fp16", "resnet50-b256-fp16", "resnet50-b128-tf32",
                 "resnet50-b64-tf32-sgd", "gpt2-b8-bf16-sdpa"),
     "pytorch-compile": ("gpt2-b8-bf16-compiled", "resnet50-b256-fp16-compiled"),
-    "dnnplan": ("resnet50-b64-tf32 A",),
+    "dnnplan": ("resnet50-b64-tf32 B", "gpt2-b8-bf16 B"),
 }
 #: the values ``--fit`` fits per framework (dotted keys of its file; ``a|b``: one value for both)
 FITTED = {
@@ -78,16 +83,25 @@ FITTED = {
 
 
 def measured_rows() -> list[dict]:
-    """Every measured PyTorch row once, with each session's median."""
+    """Every measured PyTorch row once per card, with each session's median (an H200 row's name
+    says so); priced from the machine's datasheet (no profile: dnnplan's kernels are not PyTorch's)."""
     rows: dict[str, dict] = {}
-    for name in TORCH_STEPS:
-        for r in json.loads((ASSETS / name).read_text())["rows"]:
-            if "median_s" in r:
-                row = rows.setdefault(r["name"], {k: r[k] for k in ("name", "network", "batch", "precision",
-                                                                    "optimizer", "layout")} | {"runs_s": []})
-                row["runs_s"].append(r["median_s"])
-                row["peak_memory_bytes"] = r["peak_memory_bytes"]
+    for card, files in TORCH_STEPS.items():
+        for name in files:
+            for r in json.loads((ASSETS / name).read_text())["rows"]:
+                if "median_s" in r:
+                    key = r["name"] if card == "h100" else f"{r['name']} {card}"
+                    row = rows.setdefault(key, {k: r[k] for k in ("network", "batch", "precision", "optimizer",
+                                                                  "layout")} | {"name": key, "runs_s": [],
+                                                                                "machine": MACHINES[card]})
+                    row["runs_s"].append(r["median_s"])
+                    row["peak_memory_bytes"] = r["peak_memory_bytes"]
     return list(rows.values())
+
+
+def _profile(card: str, r: dict) -> str | None:
+    """The shipped table that timed the row's kernels, None where the datasheet prices them."""
+    return f"{card}-{r['precision']}" if (r["network"], r["batch"], r["precision"]) in PROFILED[card] else None
 
 
 def framework_of(row: dict) -> str:
@@ -132,7 +146,7 @@ def predict_row(row: dict, framework: str) -> dict:
     choices = TrainingChoices.from_flags(precision=row["precision"], optimizer=row["optimizer"],
                                          attention=attention if is_gpt else None, framework=framework,
                                          recompute="none")
-    ctx = context.resolve(row["network"], 1, row["batch"], MACHINE, row.get("profile"), choices=choices,
+    ctx = context.resolve(row["network"], 1, row["batch"], row["machine"], row.get("profile"), choices=choices,
                           network_defaults=True)
     pred = predicting.step(ctx, predicting.LayerSplits()).prediction
     return {"predicted_s": pred.step_s, "host_s": pred.host_s, "host_bound": len(pred.host_bound),
@@ -163,11 +177,11 @@ def dnnplan_rows(data: dict, folder: str) -> list[dict]:
     load_framework.cache_clear()
     out = []
     for r in json.loads(GPU_ROWS.read_text()):
-        call = "A" if r["commit"] == "6ec2d87" else "B"
-        name = f"{r['network']}-b{r['batch']}-{r['precision']} {call}"
+        card = "h200" if "H200" in r["device"] else "h100"
+        name = f"{r['network']}-b{r['batch']}-{r['precision']} {GPU_CALLS.get(r['commit'], r['commit'])}"
         row = {"name": name, "network": r["network"], "batch": r["batch"], "precision": r["precision"],
                "optimizer": "momentum", "layout": "sdpa" if r["network"].startswith("gpt") else "",
-               "profile": f"h100-{r['precision']}" if (r["network"], r["precision"]) in PROFILED else None}
+               "machine": MACHINES[card], "profile": _profile(card, r)}
         got = predict_row(row, path)
         out.append({**row, "framework": "dnnplan", "measured_s": r["measured_s"], **got,
                     "error": got["predicted_s"] / r["measured_s"] - 1, "calibration": name in CALIBRATION["dnnplan"]})

@@ -9,7 +9,10 @@ the pointers and sizes, which stay put across steps); a step writes only the gra
 into it, and only when they moved (a memory pool often hands a step the same addresses as the one
 before), so a step's update is one launch per group and at most one small host-to-device copy,
 from page-locked memory: an asynchronous copy that a CUDA graph captures (a replay copies what the
-capture wrote there).
+capture wrote there). The copy is the runtime's ``cudaMemcpyAsync``: CuPy's ``ndarray.set`` refuses
+every host-to-device copy while the stream captures ("the current stream is capturing, so H2D
+transfers are disallowed", on the H200, 2026-12-04), and a captured step's gradients come from the
+graph's own memory pool, so their pointers always move there.
 """
 
 from __future__ import annotations
@@ -54,6 +57,14 @@ def _prepare(key: tuple, ws, vs, ms) -> Prepared:
     return PREPARED[key]
 
 
+def _copy_pointers(prep: Prepared) -> None:
+    """The gradient pointers from page-locked memory into the table, on the current stream."""
+    cp = libs.cupy()
+    rt = cp.cuda.runtime
+    rt.memcpyAsync(prep.table.data.ptr + 8 * 3 * prep.n, prep.grads.ctypes.data, 8 * prep.n, rt.memcpyHostToDevice,
+                   cp.cuda.get_current_stream().ptr)
+
+
 def _group_fits(ws, vs, gs, ms) -> bool:
     """Whether the kernel takes the group: contiguous arrays of one storage format it knows; with
     masters, those and the momenta float32."""
@@ -84,7 +95,7 @@ def sgd_momentum_update_many(weights, momenta, grads, lr, momentum, masters=None
         ptrs = numpy.fromiter((g.data.ptr for g in gs), dtype=numpy.int64, count=len(gs))
         if not numpy.array_equal(ptrs, prep.grads):
             prep.grads[...] = ptrs  # the previous step's copy is done: each step starts after the last ended
-            prep.table[3 * prep.n:4 * prep.n].set(prep.grads, stream=libs.cupy().cuda.get_current_stream())
+            _copy_pointers(prep)
         if prep.blocks:
             run_grid("sgd_many", dtype_name, (prep.blocks,), (THREADS,),
                      (prep.table, i32(prep.n), i32(CHUNK), f32(lr), f32(momentum), i32(int(mixed))))

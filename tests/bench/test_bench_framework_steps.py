@@ -1,4 +1,4 @@
-"""bench/bench_framework_steps.py: every measured H100 step predicted under the framework that ran it,
+"""bench/bench_framework_steps.py: every measured H100 and H200 step predicted under the framework that ran it,
 at most half of each source's rows calibrating the framework files, the calibration rows within the
 documented error (docs/VALIDATION.md, "The same steps under the framework that ran them")."""
 
@@ -11,7 +11,8 @@ def test_each_source_calibrates_on_at_most_half_its_rows_and_holds_the_documente
     bench = load_bench("bench_framework_steps")
     files = {name: bench.file_data(name) for name in ("pytorch", "pytorch-compile")}
     rows = bench.torch_rows(files, str(tmp_path)) + bench.dnnplan_rows(bench.file_data("dnnplan"), str(tmp_path))
-    assert len(rows) == 18 + 5
+    assert len(rows) == 18 + 4 + 6  # PyTorch's on the H100 and the H200, dnnplan's on the H200
+    assert {r["machine"] for r in rows if r["name"].endswith(" h200") or r["framework"] == "dnnplan"} == {"dgx-h200"}
     for fw in ("pytorch", "pytorch-compile", "dnnplan"):
         mine = [r for r in rows if r["framework"] == fw]
         assert 0 < 2 * sum(r["calibration"] for r in mine) <= len(mine)
@@ -23,6 +24,7 @@ def test_each_source_calibrates_on_at_most_half_its_rows_and_holds_the_documente
     assert summary["pytorch-compile held out"]["worst_abs_error"] < 0.10
     assert summary["pytorch held out"]["mean_abs_error"] < 0.10
     assert summary["pytorch held out"]["worst_abs_error"] < 0.15
+    assert summary["dnnplan calibration"]["mean_abs_error"] < 0.05
 
 
 def test_each_row_is_priced_in_the_layout_and_precision_it_ran():

@@ -24,6 +24,8 @@ which launches dnnplan's GPU path makes per op, not how long they take.
 
 from __future__ import annotations
 
+import ctypes
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -68,6 +70,20 @@ def at(ptr: int, count: int, dtype) -> np.ndarray:
     if arr.dtype != np.dtype(dtype):
         raise AssertionError(f"the array at {ptr:#x} is {arr.dtype}, a kernel reads it as {np.dtype(dtype)}")
     return arr.reshape(-1)[:int(count)]
+
+
+def _memcpy_async(dst: int, src: int, nbytes: int, kind: int, stream: int) -> None:
+    """``cudaMemcpyAsync`` host to device (kind 1): ``nbytes`` from host address ``src`` into the
+    device array that holds address ``dst``."""
+    if kind != 1:
+        raise AssertionError(f"only host-to-device copies are modelled, not kind {kind}")
+    _record("to_device", "memcpyAsync")
+    for base, arr in _MEMORY.items():
+        raw = arr.reshape(-1).view(np.uint8)
+        if base <= dst and dst + nbytes <= base + raw.size:
+            raw[dst - base:dst - base + nbytes] = np.frombuffer((ctypes.c_char * nbytes).from_address(src), np.uint8)
+            return
+    raise AssertionError(f"no device array holds {nbytes} bytes at {dst:#x}")
 
 
 class DeviceArray(np.ndarray):
@@ -172,7 +188,8 @@ class FakeCupy:
             return b.ms - a.ms
 
         stream = SimpleNamespace(ptr=1, use=lambda: None, synchronize=lambda: None)
-        self.cuda = SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: 0, getDeviceCount=lambda: 1),
+        self.cuda = SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: 0, getDeviceCount=lambda: 1,
+                                                            memcpyAsync=_memcpy_async, memcpyHostToDevice=1),
                                     Device=lambda i=0: SimpleNamespace(id=0, use=lambda: None,
                                                                        pci_bus_id="0000:01:00.0"),
                                     get_current_stream=lambda: stream, Stream=lambda non_blocking=False: stream,
