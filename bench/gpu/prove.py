@@ -18,7 +18,7 @@ stage's time is reported as missing, never estimated. The card is named from nvi
    plan`` from that table, ``dnnplan execute`` on one GPU eagerly and replayed as a CUDA graph (each
    a row with its ``mode``: the ahead-of-time step, per-layer and memory errors), then PyTorch eager's step of the same row (bench/gpu/torch_steps.py, cuDNN
    benchmark mode);
-4. two ranks on the one GPU (host-staged): ``dnnplan profile --devices 1,2``, ``dnnplan profile-comm
+4. two ranks on the one GPU (host-staged; after the first two rows): ``dnnplan profile --devices 1,2``, ``dnnplan profile-comm
    --backend cupy`` (the staged collectives timed end to end), ``dnnplan validate --check``;
 5. the card's shipped tables for 1-8 devices (resumed from profiler/profiles/ when there), with what
    the stages before left;
@@ -315,13 +315,14 @@ def _name(row: dict) -> str:
 #: 18-34 s); a row's stage is their sum, its two executes (eager, graphs) counted apart
 ROW_LIMITS = {"profile": 30, "plan": 15, "execute": 40, "torch": 35}
 #: The stages' own limits, in seconds (a row's: ROW_LIMITS's sum)
-LIMITS = {"graphs": 20, "tests": 90, "two": 200, "shipped": 90, "kernels": 60, "engines": 60}
+LIMITS = {"graphs": 20, "tests": 90, "two": 160, "shipped": 90, "kernels": 60, "engines": 60}
 
 
 def plan_stages(rows, skip: set, dry: bool) -> list[Stage]:
     """The stages asked for, most important first: the graphs and kernel tests that the rows rest on,
-    each row (with PyTorch's step of it), the two ranks on one GPU, the 1-8 device profiles, then the
-    transformer kernels and the engines probe."""
+    the first two rows (with PyTorch's step of each), the two ranks on one GPU (never reached in the
+    three calls before, where it came after every row), the other rows, the 1-8 device profiles,
+    then the transformer kernels and the engines probe."""
     gpu = () if dry else ("cupy", "cudnn")
     host = tuple(n for n in DNNPLAN if n not in ("cupy", "cudnn")) + gpu
     row_needs = host + (() if dry else TORCH)
@@ -335,7 +336,7 @@ def plan_stages(rows, skip: set, dry: bool) -> list[Stage]:
         row_s = sum(v * (2 if k == "execute" else 1) for k, v in ROW_LIMITS.items() if with_torch or k != "torch")
         out += [Stage(f"row {row.name}", row_s, row_needs if with_torch else host) for row in rows]
     if "two" not in skip:
-        out.append(Stage("two", LIMITS["two"], host))
+        out.insert(min(len(out), sum(not st.name.startswith("row ") for st in out) + 2), Stage("two", LIMITS["two"], host))
     if "shipped" not in skip:
         out.append(Stage("shipped", LIMITS["shipped"], host))
     if "kernels" not in skip:
