@@ -18,13 +18,15 @@ stage's time is reported as missing, never estimated. The card is named from nvi
    plan`` from that table, ``dnnplan execute`` on one GPU eagerly and replayed as a CUDA graph (each
    a row with its ``mode``: the ahead-of-time step, per-layer and memory errors), then PyTorch eager's step of the same row (bench/gpu/torch_steps.py, cuDNN
    benchmark mode);
-4. two ranks on the one GPU (host-staged; after the first two rows): ``dnnplan profile --devices 1,2``, ``dnnplan profile-comm
-   --backend cupy`` (the staged collectives timed end to end), ``dnnplan validate --check``;
+4. two ranks on the one GPU (host-staged; after the first two rows): ``dnnplan profile --devices
+   1,2``, ``dnnplan profile-comm --backend cupy`` (the staged collectives timed end to end),
+   ``dnnplan validate --check``;
 5. the card's shipped tables for 1-8 devices (resumed from profiler/profiles/ when there), with what
    the stages before left;
-6. the card's machine's price of transformer kernels (FlashAttention forward and backward, bf16 and
+6. PyTorch's GPT-2 step at batch 8 in bf16, eager and through torch.compile (``COMPILED``);
+7. the card's machine's price of transformer kernels (FlashAttention forward and backward, bf16 and
    FP8 GEMMs at Llama 3 shapes) against PyTorch's on the card (bench/gpu/transformer_kernels.py);
-7. cuDNN's engines of a few convolutions, all timed beside the families' top-k choice
+8. cuDNN's engines of a few convolutions, all timed beside the families' top-k choice
    (bench/gpu/engines_probe.py).
 
 Outputs under ``--out`` (at most 8 files): prove.log, gpu-validation.json (rows, prove_rows.ROW_KEYS),
@@ -219,14 +221,16 @@ def one_gpu_row(s: Session, row: Row, with_torch: bool) -> None:
     s.save()
 
 
-def torch_rows(s: Session, rows) -> dict | None:
-    """PyTorch eager's steps of ``rows``, added to torch_steps.json (one file for every row)."""
+def torch_rows(s: Session, rows, names: tuple[str, ...] = (), limit_s: float | None = None,
+               what: str = "PyTorch eager steps") -> dict | None:
+    """PyTorch's steps of ``rows`` (each its twin, Row.torch_row) or of the torch_steps.py rows
+    ``names``, added to torch_steps.json (one file for every row)."""
     if s.dry:
-        s.missing("PyTorch eager steps", "dry run: no GPU")
+        s.missing(what, "dry run: no GPU")
         return None
     path, part = s.out / "torch_steps.json", s.work / "torch_steps.part.json"
-    s.run(["bench/gpu/torch_steps.py", "--out", str(part), "--rows", ",".join(r.torch_row for r in rows),
-           "--steps", "20", "--warmup", "5"], ROW_LIMITS["torch"], "PyTorch eager steps")
+    s.run(["bench/gpu/torch_steps.py", "--out", str(part), "--rows", ",".join(names or [r.torch_row for r in rows]),
+           "--steps", "20", "--warmup", "5"], limit_s or ROW_LIMITS["torch"], what)
     got = read_json(part)
     if got is None:
         return None
@@ -235,6 +239,15 @@ def torch_rows(s: Session, rows) -> dict | None:
     kept = {**got, "rows": [r for r in kept.get("rows", []) if r.get("name") not in new] + got.get("rows", [])}
     path.write_text(json.dumps(kept, indent=1) + "\n")
     return got
+
+
+#: PyTorch's rows timed eagerly and through torch.compile in one stage (bench/gpu/torch_steps.py), for
+#: the pytorch and pytorch-compile framework files' held-out rows on this card
+COMPILED = ("gpt2-b8-bf16", "gpt2-b8-bf16-compiled")
+
+
+def compiled(s: Session) -> None:
+    torch_rows(s, (), COMPILED, LIMITS["compiled"] - 5, "PyTorch eager and compiled steps")
 
 
 def two_ranks(s: Session) -> None:
@@ -315,7 +328,7 @@ def _name(row: dict) -> str:
 #: 18-34 s); a row's stage is their sum, its two executes (eager, graphs) counted apart
 ROW_LIMITS = {"profile": 30, "plan": 15, "execute": 40, "torch": 35}
 #: The stages' own limits, in seconds (a row's: ROW_LIMITS's sum)
-LIMITS = {"graphs": 20, "tests": 90, "two": 160, "shipped": 90, "kernels": 60, "engines": 60}
+LIMITS = {"graphs": 20, "tests": 90, "two": 160, "shipped": 90, "compiled": 90, "kernels": 60, "engines": 60}
 
 
 def plan_stages(rows, skip: set, dry: bool) -> list[Stage]:
@@ -339,6 +352,8 @@ def plan_stages(rows, skip: set, dry: bool) -> list[Stage]:
         out.insert(min(len(out), sum(not st.name.startswith("row ") for st in out) + 2), Stage("two", LIMITS["two"], host))
     if "shipped" not in skip:
         out.append(Stage("shipped", LIMITS["shipped"], host))
+    if "compiled" not in skip and not dry:
+        out.append(Stage("compiled", LIMITS["compiled"], TORCH))
     if "kernels" not in skip:
         out.append(Stage("kernels", LIMITS["kernels"], () if dry else host + TORCH))
     if "engines" not in skip and not dry:
@@ -353,7 +368,8 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", default=os.environ.get("COMMIT", "unknown"))
     ap.add_argument("--dry-run", action="store_true", help="the plumbing on the host (numpy, lenet5)")
     ap.add_argument("--skip", default="",
-                    help="comma-separated stages to skip: graphs,tests,rows,torch,two,shipped,kernels,engines")
+                    help="comma-separated stages to skip: graphs,tests,rows,torch,two,shipped,compiled,kernels,"
+                         "engines")
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all), e.g. gpt2-b8-bf16")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -393,6 +409,8 @@ def main(argv=None) -> int:
             two_ranks(s)
         elif stage.name == "shipped":
             shipped(s)
+        elif stage.name == "compiled":
+            compiled(s)
         elif stage.name == "kernels":
             transformer_kernels(s)
         elif stage.name == "engines":
