@@ -16,8 +16,8 @@ stage's time is reported as missing, never estimated. The card is named from nvi
    one rank, a plan with --check (each test bounded by pytest-timeout when it is installed);
 3. per row of prove_rows.ROWS, one stage each: ``dnnplan profile`` (an earlier process), ``dnnplan
    plan`` from that table, ``dnnplan execute`` on one GPU eagerly and replayed as a CUDA graph (each
-   a row with its ``mode``: the ahead-of-time step, per-layer and memory errors), then PyTorch eager's step of the same row (bench/gpu/torch_steps.py, cuDNN
-   benchmark mode);
+   a row with its ``mode``: the ahead-of-time step, per-layer and memory errors), then PyTorch
+   eager's step of the same row (bench/gpu/torch_steps.py, cuDNN benchmark mode);
 4. two ranks on the one GPU (host-staged; after the first two rows): ``dnnplan profile --devices
    1,2``, ``dnnplan profile-comm --backend cupy`` (the staged collectives timed end to end),
    ``dnnplan validate --check``;
@@ -349,7 +349,8 @@ def plan_stages(rows, skip: set, dry: bool) -> list[Stage]:
         row_s = sum(v * (2 if k == "execute" else 1) for k, v in ROW_LIMITS.items() if with_torch or k != "torch")
         out += [Stage(f"row {row.name}", row_s, row_needs if with_torch else host) for row in rows]
     if "two" not in skip:
-        out.insert(min(len(out), sum(not st.name.startswith("row ") for st in out) + 2), Stage("two", LIMITS["two"], host))
+        after = sum(not st.name.startswith("row ") for st in out) + 2  # the first two rows
+        out.insert(min(len(out), after), Stage("two", LIMITS["two"], host))
     if "shipped" not in skip:
         out.append(Stage("shipped", LIMITS["shipped"], host))
     if "compiled" not in skip and not dry:
@@ -420,7 +421,8 @@ def main(argv=None) -> int:
     s.say(f"done: {len(s.rows)} row(s), {len(s.details['missing'])} missing figure(s), "
           f"{len(s.details['skipped'])} stage(s) skipped")
     for row in s.rows:
-        s.say(json.dumps({k: row[k] for k in ("network", "batch", "precision", "ranks", "mode", "predicted_s", "measured_s",
+        s.say(json.dumps({k: row[k] for k in ("network", "batch", "precision", "ranks", "mode", "predicted_s",
+                                              "measured_s",
                                               "torch_s", "layer_median_error", "memory_error", "check_passed")}))
     return 0
 
