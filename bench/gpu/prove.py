@@ -422,8 +422,8 @@ def main(argv=None) -> int:
           f"{len(s.details['skipped'])} stage(s) skipped")
     for row in s.rows:
         s.say(json.dumps({k: row[k] for k in ("network", "batch", "precision", "ranks", "mode", "predicted_s",
-                                              "measured_s",
-                                              "torch_s", "layer_median_error", "memory_error", "check_passed")}))
+                                              "measured_s", "torch_s", "layer_median_error", "memory_error",
+                                              "check_passed")}))
     return 0
 
 
