@@ -44,20 +44,21 @@ faster than the choice any pair's optimum could still be (0: the choice is optim
 solves every stage of every pair exactly from the start.
 
 Inside a cut, a stage of ``k`` blocks makes the step at least ``m T + O`` of that stage, so stage
-sizes whose cheapest such bound already loses are not tried (stage times grow with ``k``).
+sizes whose cheapest such bound already loses are not tried (stage times grow with ``k``). The pair
+chosen, and each best so far offered to the time budget, become the answer in
+:mod:`planner.pipeline.chosen`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Callable
 
 from costmodel.compute.model import ComputeModel
 from costmodel.layer.edge_table import PricingStopped
 from costmodel.layer.tied import crossing_ties, tied_table_s
 from costmodel.machine.model import Machine
-from costmodel.step.pipeline import INTERLEAVED, PipelinePrediction, StagePrediction, kept_micro_batches
+from costmodel.step.pipeline import INTERLEAVED, kept_micro_batches
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.pipeline import interleave
@@ -66,13 +67,14 @@ from planner.pipeline.pair_bounds import bound_side_by_side
 from planner.pipeline.pair_closing import proved
 from planner.pipeline.pair_searches import Ahead, Searched
 from planner.pipeline.sends import pair_sends_s, stage_sends_s
-from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice, proven_gap
+from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice
+from planner.pipeline.chosen import choice, offer
 from planner.pipeline.cuts import best_cut, cut_lower
-from planner.pipeline.stack import FIRST, LAST, MIDDLE, ONLY, Stack, uniform_stack
+from planner.pipeline.stack import Stack, roles, uniform_stack
 from planner.pipeline.stage_solver import StageSolver
 from planner.pipeline.triples import AUTO, DEFAULT, Interleaving, bounded, pairs, physics_floor
 from planner.problem.parallel import side_by_side
-from planner.problem.solve import PlanMismatch, Settings
+from planner.problem.solve import Settings
 
 SCHEDULE = "1f1b"
 #: until a plan is in hand, the share of the time left one pair's search may take (module docstring)
@@ -108,10 +110,6 @@ class SearchOutOfTime(DnnplanError):
     def __init__(self, message: str, lower_s: float = 0.0, **kw):
         super().__init__(message, **kw)
         self.lower_s = lower_s
-
-
-def roles(stages: int) -> list[str]:
-    return [ONLY] if stages == 1 else [FIRST] + [MIDDLE] * (stages - 2) + [LAST]
 
 
 def kept(stages: int, s: int, micro_batches: int, schedule: str = SCHEDULE) -> int:
@@ -189,6 +187,10 @@ class _Search:
         sends = tuple(self.sends(stages, m, chunks))
         return stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
                            chunks, above, self.holds(stages, m, chunks), edges)
+
+    def kept(self, stages: int, s: int, m: int) -> int:
+        """Micro-batches whose activations stage ``s`` is solved to hold (:func:`kept`)."""
+        return kept(stages, s, m, self.schedule)
 
     def holds(self, stages: int, m: int, chunks: int) -> tuple[int, ...]:
         """Each stage's kept micro-batches as :meth:`_best` solves it (:func:`kept`), for the bound's
@@ -401,9 +403,9 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
         raise NoPipelineFits(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
     best, out = proved(search, best, out, prove_s, tolerance)
-    choice = _choice(search, best, tuple(out), time.perf_counter() - start)
-    choice.stats["prove_tolerance"] = tolerance
-    return choice
+    answer = choice(search, best, tuple(out), time.perf_counter() - start)
+    answer.stats["prove_tolerance"] = tolerance
+    return answer
 
 
 def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start: float,
@@ -483,67 +485,7 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
             if then is not None and got.chunks == 1:
                 best = then(best, out, list(combos[i + 1:]) + list(later))
         if best is not None and budget is not None:
-            _offer(search, best, out, list(combos[i + 1:]) + list(later), start)
+            offer(search, best, out, list(combos[i + 1:]) + list(later), start)
         if progress:
             progress(i + 1, len(combos))
     return best
-
-
-def _offer(search: _Search, best: Best, out: list[Candidate], pending: list, start: float) -> None:
-    """Offer ``best`` to the budget as the plan so far, with the least lower bound of every pair
-    (those not tried yet by their bounds); finishing it makes its :class:`PipelineChoice`."""
-    budget = search.settings.budget
-    rest = [Candidate(s2, m2, b2, skipped="interrupted", lower_s=b2, chunks=v2) for b2, s2, m2, v2, _ in pending]
-    lower = min([c.lower_s for c in out] + [c.lower_s for c in rest], default=best.step_s)
-    if budget.best is not None and best.step_s >= budget.best.step_s:
-        budget.bound(lower)
-        return
-    what = f"pipeline {best.stages}, {best.micro_batches} micro-batches" + (
-        f", {best.chunks} chunks a device" if best.chunks > 1 else "")
-    got = _choice(search, best, tuple(out) + tuple(rest), time.perf_counter() - start)  # now: Ctrl-C answers at once
-    budget.offer(best.step_s, what, lambda: replace(got, stats={**got.stats, "proven_gap": budget.best.gap,
-                                                              "interrupted": True}), lower)
-
-
-def _predicted(search: _Search, best) -> tuple[list, PipelinePrediction]:
-    """``best``'s stage solutions and its pipelined step as the cost model prices it, checked against
-    the search's step."""
-    step, stages, m, cut, solver = best.step_s, best.stages, best.micro_batches, best.cut, best.solver
-    micro, rl, stack = search.batch // m, roles(stages), search.stack
-    sols, preds, start = [], [], 0
-    for s, k in enumerate(cut if best.chunks == 1 else ()):
-        net = stack.stage(k, rl[s])
-        sol = solver.solve((k, rl[s]), net, kept(stages, s, m, search.schedule), search.tied(stages, s, net))
-        sols.append(sol)
-        layers = stack.layers(start, k, rl[s])
-        preds.append(StagePrediction(s, (layers[0].name, layers[-1].name), search.p // stages,
-                                     sol.predict(micro, search.machine, search.compute, search.settings),
-                                     search.p2p_s(stages, s, micro), kept(stages, s, m, search.schedule),
-                                     sol.tied_s))
-        start += k
-    pred = PipelinePrediction(stack.network.name, search.batch, search.p, m, search.schedule, tuple(preds))
-    if best.chunks > 1:
-        sols = list(best.solutions)
-        pred = interleave.predict(stack, search.batch, search.p, stages, m, best.chunks, best.solutions,
-                                  search.machine, search.compute, search.settings, step)
-    if abs(pred.step_s - step) > 1e-9 * step:
-        raise PlanMismatch(f"the pipelined step {pred.step_s!r} s differs from the search's {step!r} s")
-    return sols, pred
-
-
-def _choice(search: _Search, best, candidates: tuple[Candidate, ...], seconds: float) -> PipelineChoice:
-    step, stages, m, cut, solver = best.step_s, best.stages, best.micro_batches, best.cut, best.solver
-    key = (id(best.solver), stages, m, best.chunks, cut, step)  # predicted once: offered, then chosen
-    if key not in search.predicted:
-        search.predicted = {key: _predicted(search, best)}
-    sols, pred = search.predicted[key]
-    stack = search.stack
-    stats = {"seconds": round(seconds, 3), "tried": sum(1 for c in candidates if not c.skipped),
-             "skipped": sum(1 for c in candidates if c.skipped), "stage_solves": search.solves,
-             "worst_stage_gap": search.worst_gap, "relaxed_stage_solves": solver.relaxed,
-             "open_stage_solves": solver.open,
-             "closed_pairs": sum(1 for c in candidates if c.closed and c.key != (stages, m, best.chunks)),
-             "proven_gap": proven_gap(step, candidates), "memory_limit_bytes": search.limit,
-             "time_limit_s": None if search.settings.budget is None else search.settings.budget.stated_s}
-    return PipelineChoice(stack, search.batch, search.p, stages, m, cut, tuple(sols), pred, candidates, stats,
-                          best.chunks)

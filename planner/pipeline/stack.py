@@ -18,6 +18,11 @@ from planner.problem.build import signature
 FIRST, MIDDLE, LAST, ONLY = "first", "middle", "last", "only"
 
 
+def roles(stages: int) -> list[str]:
+    """Each stage's role in a pipeline of ``stages`` (the only one, else first, middles, last)."""
+    return [ONLY] if stages == 1 else [FIRST] + [MIDDLE] * (stages - 2) + [LAST]
+
+
 @dataclass(frozen=True)
 class Stack:
     network: Network

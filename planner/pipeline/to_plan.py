@@ -22,7 +22,8 @@ from costmodel.parallel.strategy import Strategy
 from networks.ir import Network
 from planner.pipeline.interleave import chunk_firsts
 from planner.problem.solve import plan_from_prediction
-from planner.pipeline.search import PipelineChoice, roles
+from planner.pipeline.search import PipelineChoice
+from planner.pipeline.stack import roles
 from planner.plan.plan import PipelineSpec, Plan
 
 

@@ -16,7 +16,8 @@ from planner.pipeline import interleave
 from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.triples import AUTO, bounded, chunk_counts, highest_peak, micro_sizes, physics_floor
 from planner.problem.solve import Settings
-from planner.pipeline.search import _Search, kept, roles, search_pipeline
+from planner.pipeline.search import _Search, kept, search_pipeline
+from planner.pipeline.stack import roles
 from planner.pipeline.stack import uniform_stack
 from planner.pipeline.stage_solver import StageSolver
 from profiler import context

@@ -14,7 +14,8 @@ from costmodel.choices.training import TrainingChoices
 from costmodel.step.pipeline import INTERLEAVED, stage_network
 from networks.errors import DnnplanError
 from planner.pipeline.bound import _ends, stage_bound
-from planner.pipeline.search import _Search, kept, roles, search_pipeline
+from planner.pipeline.search import _Search, kept, search_pipeline
+from planner.pipeline.stack import roles
 from planner.pipeline.stack import LAST, uniform_stack
 from planner.pipeline.stage_solver import StageSolver, stage_builder
 from planner.problem.build import node_keys, node_of, weighed_cost
