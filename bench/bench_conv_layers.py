@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_framework_steps import (ASSETS, MACHINE, as_run, file_data, framework_of, measured_rows,  # noqa: E402
+from bench_framework_steps import (ASSETS, as_run, file_data, framework_of, measured_rows,  # noqa: E402
                                   tag, written)  # (bench/ is not a package)
 from costmodel.choices.training import TrainingChoices  # noqa: E402
 from costmodel.frameworks.loading import load_framework  # noqa: E402
@@ -69,7 +69,8 @@ def layers(row: dict, folder: str):
     load_framework.cache_clear()
     choices = TrainingChoices.from_flags(precision=row["precision"], optimizer=row["optimizer"],
                                          framework=path, recompute="none")
-    ctx = context.resolve(row["network"], 1, row["batch"], MACHINE, None, choices=choices, network_defaults=True)
+    ctx = context.resolve(row["network"], 1, row["batch"], row["machine"], None, choices=choices,
+                          network_defaults=True)
     pred = predicting.step(ctx, predicting.LayerSplits()).prediction
     kinds: dict[str, float] = {}
     for row_ in pred.layers:
@@ -89,8 +90,8 @@ def main() -> None:
     out = {"kernels": [], "convolutions": []}
     with tempfile.TemporaryDirectory() as folder:
         for row in measured_rows():
-            if row["network"] not in CONV_GMACS or framework_of(row) != "pytorch":
-                continue
+            if row["network"] not in CONV_GMACS or framework_of(row) != "pytorch" or row["machine"] != "dgx-h100":
+                continue  # the H100's rows (the H200's are in bench_framework_steps' table)
             step_s, kinds = layers(row, folder)
             measured = sum(row["runs_s"]) / len(row["runs_s"])
             conv = kinds.get("convolution", 0.0)
