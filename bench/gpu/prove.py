@@ -187,7 +187,7 @@ def one_gpu_row(s: Session, row: Row, with_torch: bool) -> None:
     plan = s.work / f"{row.name}.plan.yaml"
     # the precision's shipped table: each row's kernels timed at its batch (stage 7 adds what time allows)
     table = shipped_table(s, row.precision) if not s.dry else s.work / f"{row.name}.json"
-    rc, text = s.run(["-m", "dnnplan", "profile", row.network, "-b", str(row.batch), "--devices", "1", "--out",
+    rc, text = s.run(["-m", "dnnplan", "profile", row.source, "-b", str(row.batch), "--devices", "1", "--out",
                       str(table), "--json", *backend_args(s, row.precision)], ROW_LIMITS["profile"],
                      f"{row.name}: profile")
     summary = _last_json(text)
@@ -198,7 +198,7 @@ def one_gpu_row(s: Session, row: Row, with_torch: bool) -> None:
         return
     fp = (read_json(table) or {}).get("fingerprint", {})
     s.device = fp.get("device", s.device) if not s.dry else s.device
-    rc, _ = s.run(["-m", "dnnplan", "plan", row.network, "-p", "1", "-b", str(row.batch), *plan_args(s),
+    rc, _ = s.run(["-m", "dnnplan", "plan", row.source, "-p", "1", "-b", str(row.batch), *plan_args(s),
                    "--precision", row.precision, "--optimizer", "momentum", "--profile", str(table), "--no-recompute",
                    "--out", str(plan),
                    "--force"], ROW_LIMITS["plan"], f"{row.name}: plan")
@@ -253,7 +253,7 @@ def compiled(s: Session) -> None:
 def two_ranks(s: Session) -> None:
     row = DRY_TWO_RANKS if s.dry else TWO_RANKS
     table, report = s.work / f"{row.name}-2r.json", s.work / f"{row.name}-2r.validate.json"
-    rc, _ = s.run(["-m", "dnnplan", "profile", row.network, "-b", str(row.batch), "--devices", "1,2", "--out",
+    rc, _ = s.run(["-m", "dnnplan", "profile", row.source, "-b", str(row.batch), "--devices", "1,2", "--out",
                    str(table), *backend_args(s, row.precision)], 90, "two ranks: profile")
     if rc != 0:
         return
@@ -262,7 +262,7 @@ def two_ranks(s: Session) -> None:
     sizes = ",".join(str(8 * 16**i) for i in range(6)) + f",{16 * 2**20}"
     rc, _ = s.run(["-m", "dnnplan", "profile-comm", "--ranks", "2", "--sizes", sizes, "--cap", "0.05", "--out",
                    str(table), *backend_args(s, row.precision)], 90, "two ranks: profile-comm (staged)")
-    rc, _ = s.run(["-m", "dnnplan", "validate", row.network, "--ranks", "2", "--batch", str(row.batch),
+    rc, _ = s.run(["-m", "dnnplan", "validate", row.source, "--ranks", "2", "--batch", str(row.batch),
                    *plan_args(s), "--profile", str(table), "--steps", "10", "--warmup", "3", "--no-in-run",
                    "--no-step-context", "--json", str(report), "--force", "--timeout", "240"],
                   300, "two ranks: validate --check")

@@ -23,12 +23,18 @@ ROW_KEYS = ("network", "batch", "precision", "ranks", "device", "commit", "date"
 @dataclass(frozen=True)
 class Row:
     """One network, batch and precision executed on one GPU, and PyTorch's row of it
-    (bench/gpu/torch_steps.py ROWS)."""
+    (bench/gpu/torch_steps.py ROWS); ``spec``: the network's file when it is not a zoo name."""
 
     network: str
     batch: int
     precision: str
     torch_row: str
+    spec: str = ""
+
+    @property
+    def source(self) -> str:
+        """What the commands are given for the network: its file, else its zoo name."""
+        return self.spec or self.network
 
     @property
     def name(self) -> str:
@@ -36,11 +42,13 @@ class Row:
 
 
 #: The rows, most telling first (host-bound ResNet-50, then GPT-2; VGG-16 met every target on an
-#: H100): each executed eagerly and replayed as a CUDA graph beside PyTorch eager's step; targets:
+#: H100; one block of Llama 3 8B with grouped-query attention, RMSNorm, SwiGLU and rotary
+#: positions at 4,096 tokens): each executed eagerly and replayed as a CUDA graph beside PyTorch eager's step; targets:
 #: dnnplan's step within 1.25x of PyTorch eager's, |step error| < 10%, per-layer median < 15%, peak
 #: memory within 10%
 ROWS = (Row("resnet50", 64, "tf32", "resnet50-b64-tf32-sgd"), Row("gpt2", 8, "bf16", "gpt2-b8-bf16-sgd-sdpa"),
-        Row("resnet50", 64, "bf16", "resnet50-b64-bf16-sgd"), Row("vgg16", 64, "tf32", "vgg16-b64-tf32-sgd"))
+        Row("resnet50", 64, "bf16", "resnet50-b64-bf16-sgd"), Row("vgg16", 64, "tf32", "vgg16-b64-tf32-sgd"),
+        Row("llama3-8b-block", 1, "bf16", "llama3-8b-block-b1-bf16-sgd-sdpa", "bench/gpu/llama3-8b-block.yaml"))
 #: Two ranks on the one GPU (host-staged): the planner's plan and the uniform baselines of
 #: `dnnplan validate`, each with --check, in float32 (the check's tightest tolerance)
 TWO_RANKS = Row("alexnet", 32, "fp32", "")

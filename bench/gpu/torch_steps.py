@@ -60,9 +60,13 @@ ROWS = (
     ("vgg16-b64-tf32-sgd", "vgg16", 64, "tf32", "momentum", "channels_first"),
     ("gpt2-b8-bf16-sgd-sdpa", "gpt2", 8, "bf16", "momentum", "sdpa"),
     ("gpt2-b8-bf16-sgd", "gpt2", 8, "bf16", "momentum", "math"),
+    # the proof's transformer row: one Llama 3 8B block (bench/gpu/llama3-8b-block.yaml)
+    ("llama3-8b-block-b1-bf16-sgd-sdpa", "llama3-8b-block", 1, "bf16", "momentum", "sdpa"),
 )
 GPT = {"gpt2": (768, 12, 12), "gpt2-xl": (1600, 25, 48)}  # dim, heads, blocks
 VOCAB, CONTEXT, RATE = 50257, 1024, 0.1
+#: dim, query heads, key/value heads, intermediate, vocabulary, tokens, blocks (bench/gpu/llama3-8b-block.yaml)
+LLAMA = {"llama3-8b-block": (4096, 32, 8, 14336, 128256, 4096, 1)}
 
 
 class Block(nn.Module):
@@ -107,6 +111,57 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary positions on (batch, heads, tokens, head dim), the halves rotated (Llama's)."""
+    a, b = x.chunk(2, dim=-1)
+    return x * cos.to(x.dtype) + torch.cat((-b, a), dim=-1) * sin.to(x.dtype)  # in the activations' format
+
+
+class LlamaBlock(nn.Module):
+    """Pre-norm: h = x + attn(rmsnorm(x)) with rotary queries and keys and grouped key/value heads,
+    then h + down(silu(gate) * up), gate and up one linear (networks/zoo/llama3-8b.yaml); no bias,
+    no dropout."""
+
+    def __init__(self, dim: int, heads: int, kv_heads: int, ffn: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.dh = heads, kv_heads, dim // heads
+        self.norm1, self.norm2 = nn.RMSNorm(dim, eps=1e-5), nn.RMSNorm(dim, eps=1e-5)
+        self.qkv = nn.Linear(dim, (heads + 2 * kv_heads) * self.dh, bias=False)
+        self.out = nn.Linear(dim, dim, bias=False)
+        self.gate_up, self.down = nn.Linear(dim, 2 * ffn, bias=False), nn.Linear(ffn, dim, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split([d, self.kv_heads * self.dh, self.kv_heads * self.dh], dim=2)
+        q = rotate(q.view(b, s, self.heads, self.dh).transpose(1, 2), cos, sin)
+        k = rotate(k.view(b, s, self.kv_heads, self.dh).transpose(1, 2), cos, sin)
+        v = v.view(b, s, self.kv_heads, self.dh).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        h = x + self.out(y.transpose(1, 2).reshape(b, s, d))
+        gate, up = self.gate_up(self.norm2(h)).chunk(2, dim=-1)
+        return h + self.down(F.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    def __init__(self, dim: int, heads: int, kv_heads: int, ffn: int, vocab: int, blocks: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(LlamaBlock(dim, heads, kv_heads, ffn) for _ in range(blocks))
+        self.norm, self.head = nn.RMSNorm(dim, eps=1e-5), nn.Linear(dim, vocab, bias=False)
+        self.dh = dim // heads
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        s = tokens.shape[1]
+        inv = 1.0 / 500000.0 ** (torch.arange(0, self.dh, 2, device=tokens.device).float() / self.dh)
+        angles = torch.outer(torch.arange(s, device=tokens.device).float(), inv)
+        cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+
 class Classifier(nn.Module):
     def __init__(self, net: nn.Module):
         super().__init__()
@@ -125,6 +180,13 @@ def build(network: str, batch: int, layout: str, device: str, smoke: bool):
             dim, heads, blocks = heads * 8, heads, 2
         model = GPT2(dim, heads, blocks, layout.split("+")[0], vocab, context)
         tokens = torch.randint(0, vocab, (batch, context + 1), device=device)
+        return model.to(device), (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+    if network in LLAMA:
+        dim, heads, kv_heads, ffn, vocab, tokens_n, blocks = LLAMA[network]
+        if smoke:
+            dim, heads, kv_heads, ffn, vocab, tokens_n = 64, 4, 2, 128, 512, 32
+        model = Llama(dim, heads, kv_heads, ffn, vocab, blocks)
+        tokens = torch.randint(0, vocab, (batch, tokens_n + 1), device=device)
         return model.to(device), (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
     import torchvision  # noqa: PLC0415 - only the CNN rows need it
 

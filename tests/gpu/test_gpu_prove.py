@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.support.paths import BENCH
+from tests.support.paths import BENCH, ROOT
 
 sys.path.insert(0, str(BENCH / "gpu"))
 
@@ -52,7 +52,11 @@ def test_the_targets_are_judged_only_on_what_was_measured():
 
 def test_the_rows_are_the_issues():
     assert [(r.network, r.batch, r.precision) for r in ROWS] == [
-        ("resnet50", 64, "tf32"), ("gpt2", 8, "bf16"), ("resnet50", 64, "bf16"), ("vgg16", 64, "tf32")]
+        ("resnet50", 64, "tf32"), ("gpt2", 8, "bf16"), ("resnet50", 64, "bf16"), ("vgg16", 64, "tf32"),
+        ("llama3-8b-block", 1, "bf16")]
+    # the block's file is what the commands are given, and it plans on the card's machine
+    (llama,) = [r for r in ROWS if r.spec]
+    assert (ROOT / llama.source).is_file() and llama.name == "llama3-8b-block-b1-bf16"
 
 
 def test_a_row_says_how_its_steps_ran():
