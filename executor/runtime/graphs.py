@@ -7,7 +7,10 @@ replays that record for each timed step, timed with one pair of marks; the per-l
 from the eager attribution step after them (executor.runtime.run). ``dnnplan execute`` replays by
 default where the plan allows it (``--graphs``), runs eagerly with ``--no-graphs``, and the report
 says which mode ran and, when eager, why. A graph replays exactly the work it recorded, so a step
-in which the host decides anew or waits for the device runs eagerly (:func:`graph_refusal`).
+in which the host decides anew or waits for the device runs eagerly (:func:`graph_refusal`). A
+capture the device refuses (:class:`CaptureFailed`) ends a run that asked for graphs
+(``--graphs``); by default the timed steps then run eagerly, and the report says why
+(:func:`fell_back`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from executor.backend.device import Backend, StepGraphs
+from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.plan.plan import Plan
 
@@ -25,6 +29,15 @@ EAGER, GRAPHS = "eager", "graphs"
 OPS_REFUSED = {
     "moe": "mixture-of-experts routing sizes its all-to-all from token counts read on the host each step",
 }
+
+
+class CaptureFailed(DnnplanError):
+    """The device refused to capture the step: a call inside it the capture cannot hold."""
+
+
+def fell_back(err: CaptureFailed) -> "StepMode":
+    """The mode of timed steps run eagerly after the default's capture failed, saying why."""
+    return StepMode(EAGER, f"{err.bare}; the timed steps ran eagerly")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from executor.backend.device import Backend, Communicator, DeviceMemory, EventCl
 from executor.backend.select import select_backend
 from executor.check.gradients import CheckResult, local_parts, run_check
 from executor.check.reference import plan_shards
-from executor.runtime.graphs import EAGER, GRAPHS, StepMode, step_mode
+from executor.runtime.graphs import EAGER, GRAPHS, CaptureFailed, StepMode, fell_back, step_mode
 from executor.runtime.pipeline import PipelineRuntime
 from executor.runtime.stage import _Runtime
 from executor.runtime.timers import Timers
@@ -74,8 +74,9 @@ def run_plan(plan: Plan, net: Network, comm, *, steps: int = 5, warmup: int = 2,
                             after_step, measure_memory)
         return replace(got, mode=mode)
     rt = _Runtime(plan, net, group, backend, seed, timers, check)
-    losses, kept, peak = _train(rt, group, timers, steps, warmup, check, lr, momentum, after_step, measure_memory,
-                                mode.mode == GRAPHS)
+    losses, kept, peak, failed = _train(rt, group, timers, steps, warmup, check, lr, momentum, after_step,
+                                        measure_memory, mode.mode == GRAPHS, fallback=graphs is None)
+    mode = fell_back(failed) if failed is not None else mode
     result = None
     if check:
         mine = local_parts(net.layers, rt.strategies, group.rank, _host(backend, kept))
@@ -108,24 +109,38 @@ def _line_up(rt, comm: Communicator) -> None:
 
 
 def _train(rt, comm: Communicator, timers: Timers, steps: int, warmup: int, check: bool, lr: float,
-           momentum: float, after_step, measure_memory: bool,
-           graphed: bool = False) -> tuple[list[float], dict | None, int | None]:
+           momentum: float, after_step, measure_memory: bool, graphed: bool = False,
+           fallback: bool = False) -> tuple[list[float], dict | None, int | None, CaptureFailed | None]:
     """The steps of a runtime (one stage or a pipeline): every loss, the gradients of the step the
-    check compares, and this rank's peak memory in one more step run with its memory traced
-    (``Backend.peak_bytes``; its times dropped, so it never counts as a timed step). ``graphed``:
-    the timed steps are replays of one step captured after the warm-up (executor.runtime.graphs)."""
+    check compares, this rank's peak memory in one more step run with its memory traced
+    (``Backend.peak_bytes``; its times dropped, so it never counts as a timed step), and the failed
+    capture the timed steps fell back from (else None). ``graphed``: the timed steps are replays of
+    one step captured after the warm-up (executor.runtime.graphs); ``fallback``: a capture the
+    device refuses leaves them eager instead of ending the run."""
     losses, kept = [], None
     apart = attributes_apart(rt.backend)
     timers.attributing = not apart
-    for i in range(-warmup, 0 if graphed else steps):
-        _line_up(rt, comm)
-        loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
-        losses.append(float(loss))  # read after the step's clock stopped: the loss stays on the device in it
-        kept = grads if grads is not None else kept
-        if after_step is not None and i < 0:
-            after_step(i)
+
+    def eager(indices) -> None:
+        nonlocal kept
+        for i in indices:
+            _line_up(rt, comm)
+            loss, grads = rt.step(i, lr, momentum, keep_grads=check and not losses)
+            losses.append(float(loss))  # read after the step's clock stopped: the loss stays on the device in it
+            kept = grads if grads is not None else kept
+            if after_step is not None and i < 0:
+                after_step(i)
+
+    eager(range(-warmup, 0 if graphed else steps))
+    failed = None
     if graphed:
-        losses += _replayed(rt, comm, timers, steps, lr, momentum)
+        try:
+            losses += _replayed(rt, comm, timers, steps, lr, momentum)
+        except CaptureFailed as err:
+            if not fallback:
+                raise
+            failed = err
+            eager(range(steps))
     timers.attributing = True
     first = steps
     if apart and steps > 0:  # the timed steps' per-layer times: one eager step with every span
@@ -140,12 +155,12 @@ def _train(rt, comm: Communicator, timers: Timers, steps: int, warmup: int, chec
         timers.forget(first + k)
         after_step(k)
     if not measure_memory:
-        return losses, kept, None
+        return losses, kept, None, failed
     last = first + extra
     _line_up(rt, comm)
     traced = rt.backend.peak_bytes(lambda: rt.step(last, lr, momentum, keep_grads=False))
     timers.forget(last)
-    return losses, kept, rt.backend.held_bytes(rt.held()) + traced
+    return losses, kept, rt.backend.held_bytes(rt.held()) + traced, failed
 
 
 def _replayed(rt, comm: Communicator, timers: Timers, steps: int, lr: float, momentum: float) -> list[float]:
@@ -161,11 +176,12 @@ def _replayed(rt, comm: Communicator, timers: Timers, steps: int, lr: float, mom
     _line_up(rt, comm)
     try:
         graph, (loss, _) = rt.backend.capture(one_step)
-    except DnnplanError:
-        raise
+    except DnnplanError as err:  # a call the capture cannot hold, said as one line by the code that made it
+        raise CaptureFailed(f"capturing a training step as a CUDA graph failed ({err.bare})",
+                            hint="run the plan eagerly with --no-graphs") from None
     except Exception as err:  # noqa: BLE001 - the device refused the capture: one line, not a traceback
-        raise DnnplanError(f"capturing a training step as a CUDA graph failed ({type(err).__name__}: "
-                           f"{str(err)[:200]})", hint="run the plan eagerly with --no-graphs") from None
+        raise CaptureFailed(f"capturing a training step as a CUDA graph failed ({type(err).__name__}: "
+                            f"{str(err)[:200]})", hint="run the plan eagerly with --no-graphs") from None
     losses = []
     for i in range(steps):
         _line_up(rt, comm)
@@ -197,7 +213,8 @@ def _run_pipeline(plan: Plan, net: Network, comm: Communicator, backend: Backend
     """:func:`run_plan` of a pipelined plan (executor.runtime.pipeline); the check gathers each stage's
     gradient shards (regions over the stage's own ranks) and compares them with one process."""
     pipe = PipelineRuntime(plan, net, comm, backend, seed, timers)
-    losses, kept, peak = _train(pipe, comm, timers, steps, warmup, check, lr, momentum, after_step, measure_memory)
+    losses, kept, peak, _ = _train(pipe, comm, timers, steps, warmup, check, lr, momentum, after_step,
+                                   measure_memory)
     result = None
     if check:
         mine = local_parts(pipe.layers, pipe.rt.strategies, pipe.i, _host(backend, kept))

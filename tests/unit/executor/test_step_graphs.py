@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from mpi4py import MPI
 
@@ -50,7 +51,13 @@ def test_a_host_wait_inside_the_captured_step_is_refused(monkeypatch):
 
     monkeypatch.setattr(stage._Runtime, "finish", waits)
     with pytest.raises(DnnplanError, match="CaptureError: synchronize inside a captured step"):
-        _run(GraphingBackend())
+        _run(GraphingBackend(), graphs=True)
+    # by default the timed steps then run eagerly, and the mode says why
+    got, timers = _run(GraphingBackend(), steps=3)
+    assert got.mode.mode == EAGER and "CaptureError: synchronize inside a captured step" in got.mode.reason
+    assert "ran eagerly" in got.mode.reason and sorted(timers.step_wall) == [-1, 0, 1, 2]
+    eager, _ = _run(GraphingBackend(), steps=3, graphs=False)
+    assert got.losses[:2] == eager.losses[:2]  # the warm-up, then the timed steps from the same weights
 
 
 def test_no_graphs_runs_every_step_eagerly_and_says_so():
@@ -117,5 +124,9 @@ def test_a_capture_the_device_refuses_is_one_line_naming_no_graphs(monkeypatch):
     backend = GraphingBackend()
     monkeypatch.setattr(backend, "capture", lambda run: (_ for _ in ()).throw(RuntimeError("cudaErrorStreamCapture")))
     with pytest.raises(DnnplanError, match="CUDA graph failed") as err:
-        _run(backend)
+        _run(backend, graphs=True)
     assert "--no-graphs" in str(err.value.hint)
+    got, _ = _run(backend)  # the default: eager, saying why
+    assert got.mode == StepMode(EAGER, "capturing a training step as a CUDA graph failed (RuntimeError: "
+                                       "cudaErrorStreamCapture); the timed steps ran eagerly")
+    assert len(got.losses) == 3 and all(np.isfinite(got.losses))
