@@ -89,8 +89,8 @@ ProfileTargetArg = Annotated[Optional[str], typer.Argument(
 HostOpt = Annotated[bool, typer.Option("--host", help="Time a framework's per-op dispatch cost on this computer "
                                        "(tight loops of tiny ops) and print the framework file's host: keys.")]
 HostFrameworkOpt = Annotated[str, typer.Option(
-    "--framework", help="With --host: the installed framework to time, numpy (always installed) or torch "
-    "(on its GPU where it has one).")]
+    "--framework", help="With --host: the installed framework to time, numpy (always installed), torch "
+    "(on its GPU where it has one) or cupy (on the GPU: what dnnplan's own executor issues through).")]
 DevicesOpt = Annotated[int, typer.Option("--devices", "-p", help="Number of devices (ranks) to split over.",
                                          callback=within("--devices", 1, MAX_DEVICES))]
 DeviceCountsOpt = Annotated[str, typer.Option("--devices", "-p", help="Device counts the planner will consider, "

@@ -20,7 +20,8 @@ stage's time is reported as missing, never estimated. The card is named from nvi
    eager's step of the same row (bench/gpu/torch_steps.py, cuDNN benchmark mode);
 4. two ranks on the one GPU (host-staged; after the first two rows): ``dnnplan profile --devices
    1,2``, ``dnnplan profile-comm --backend cupy`` (the staged collectives timed end to end),
-   ``dnnplan validate --check``;
+   ``dnnplan validate --check``; then the host's cost per op under cupy and torch (``dnnplan profile
+   --host``, into details.json);
 5. the card's shipped tables for 1-8 devices (resumed from profiler/profiles/ when there), with what
    the stages before left;
 6. PyTorch's GPT-2 step at batch 8 in bf16, eager and through torch.compile (``COMPILED``);
@@ -250,6 +251,19 @@ def compiled(s: Session) -> None:
     torch_rows(s, (), COMPILED, LIMITS["compiled"] - 5, "PyTorch eager and compiled steps")
 
 
+def host_costs(s: Session) -> None:
+    """The host's cost to issue one op (`dnnplan profile --host`) under cupy (what dnnplan's
+    executor issues through: the ``dnnplan`` framework file) and torch (``pytorch``), on this GPU's
+    host; each summary into details.json (``host``)."""
+    for framework in ("cupy", "torch"):
+        _, text = s.run(["-m", "dnnplan", "profile", "--host", "--framework", framework, "--json"], 20,
+                        f"host cost per op ({framework})")
+        got = _last_json(text)
+        if got is not None:
+            s.details.setdefault("host", {})[framework] = got
+            s.save()
+
+
 def two_ranks(s: Session) -> None:
     row = DRY_TWO_RANKS if s.dry else TWO_RANKS
     table, report = s.work / f"{row.name}-2r.json", s.work / f"{row.name}-2r.validate.json"
@@ -328,7 +342,8 @@ def _name(row: dict) -> str:
 #: 18-34 s); a row's stage is their sum, its two executes (eager, graphs) counted apart
 ROW_LIMITS = {"profile": 30, "plan": 15, "execute": 40, "torch": 35}
 #: The stages' own limits, in seconds (a row's: ROW_LIMITS's sum)
-LIMITS = {"graphs": 20, "tests": 90, "two": 160, "shipped": 90, "compiled": 90, "kernels": 60, "engines": 60}
+LIMITS = {"graphs": 20, "tests": 90, "two": 160, "host": 40, "shipped": 90, "compiled": 90, "kernels": 60,
+          "engines": 60}
 
 
 def plan_stages(rows, skip: set, dry: bool) -> list[Stage]:
@@ -351,6 +366,9 @@ def plan_stages(rows, skip: set, dry: bool) -> list[Stage]:
     if "two" not in skip:
         after = sum(not st.name.startswith("row ") for st in out) + 2  # the first two rows
         out.insert(min(len(out), after), Stage("two", LIMITS["two"], host))
+    if "host" not in skip and not dry:  # seconds: right after the two ranks
+        at = next((i + 1 for i, st in enumerate(out) if st.name == "two"), len(out))
+        out.insert(at, Stage("host", LIMITS["host"], host + TORCH))
     if "shipped" not in skip:
         out.append(Stage("shipped", LIMITS["shipped"], host))
     if "compiled" not in skip and not dry:
@@ -369,8 +387,8 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", default=os.environ.get("COMMIT", "unknown"))
     ap.add_argument("--dry-run", action="store_true", help="the plumbing on the host (numpy, lenet5)")
     ap.add_argument("--skip", default="",
-                    help="comma-separated stages to skip: graphs,tests,rows,torch,two,shipped,compiled,kernels,"
-                         "engines")
+                    help="comma-separated stages to skip: graphs,tests,rows,torch,two,host,shipped,compiled,"
+                         "kernels,engines")
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all), e.g. gpt2-b8-bf16")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -408,6 +426,8 @@ def main(argv=None) -> int:
             one_gpu_row(s, by_row[stage.name], "torch" not in skip and not s.dry)
         elif stage.name == "two":
             two_ranks(s)
+        elif stage.name == "host":
+            host_costs(s)
         elif stage.name == "shipped":
             shipped(s)
         elif stage.name == "compiled":

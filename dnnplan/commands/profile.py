@@ -35,7 +35,7 @@ def profile(ctx: typer.Context, target: ProfileTargetArg = None, devices: Device
     On a GPU (--backend cupy) the kernels are cuDNN's engines, cuBLAS and fused passes in --precision,
     timed with CUDA events on operands rotated past the L2 cache; convolutions record their engine.
 
-    --host times a framework's per-op dispatch cost instead (--framework numpy or torch): tight loops
+    --host times a framework's per-op dispatch cost instead (--framework numpy, torch or cupy): tight loops
     of tiny ops, each op's mean and spread per call, and the host: keys of a framework file stating
     it (--out FILE writes them; docs/profiler.md, "A framework's host cost").
     """

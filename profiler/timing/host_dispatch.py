@@ -8,7 +8,9 @@ time per op of a framework file (``host.op_s``, costmodel.frameworks.framework).
 and its spread their standard deviation. Under torch on a GPU the operands live there and the loop
 ends with a synchronisation, so the time per call is the host's issue (dispatcher, autograd's
 bookkeeping where the operand requires a gradient, the launch), the device's tiny kernels running
-behind it. numpy is always installed; torch is timed where it imports.
+behind it. Under cupy (what dnnplan's own executor issues its GPU work through, the ``dnnplan``
+framework file) the operands live on the GPU likewise. numpy is always installed; torch and cupy
+are timed where they import (cupy only with a GPU).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Callable
 from networks.errors import DnnplanError
 
 #: the frameworks `profile --host` can time
-HOST_FRAMEWORKS = ("numpy", "torch")
+HOST_FRAMEWORKS = ("numpy", "torch", "cupy")
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,13 @@ def torch_ops(torch, device: str) -> dict[str, Callable[[], object]]:
             "add (autograd)": lambda: torch.add(g, g)}
 
 
+def cupy_ops(cp) -> dict[str, Callable[[], object]]:
+    """cupy's tiny ops on the GPU: add, multiply, maximum (ReLU), a 1 x 1 matmul (cuBLAS), a sum."""
+    a, m = cp.ones(1, dtype=cp.float32), cp.ones((1, 1), dtype=cp.float32)
+    return {"add": lambda: cp.add(a, a), "mul": lambda: cp.multiply(a, a), "relu": lambda: cp.maximum(a, 0.0),
+            "matmul 1x1": lambda: cp.matmul(m, m), "sum": lambda: cp.sum(a)}
+
+
 def time_loop(fn: Callable[[], object], calls: int, sync: Callable[[], None] = lambda: None,
               clock: Callable[[], float] = time.perf_counter) -> float:
     """Seconds ``calls`` calls of ``fn`` take, the device synchronised after them (``sync``)."""
@@ -103,6 +112,13 @@ def measure_host(framework: str, calls: int = 2000, repeats: int = 7,
                            hint=f"pip install {framework}, or time numpy (--framework numpy)") from None
     if framework == "numpy":
         ops, device, sync = numpy_ops(module), "cpu", (lambda: None)
+    elif framework == "cupy":
+        try:
+            module.cuda.runtime.getDeviceCount()
+        except Exception:  # noqa: BLE001 - no driver, no device
+            raise DnnplanError("cupy finds no usable CUDA device, so its dispatch cannot be timed here",
+                               hint="run it on a machine with an NVIDIA GPU, or time numpy (--framework numpy)") from None
+        ops, device, sync = cupy_ops(module), "cuda", module.cuda.Device().synchronize
     else:
         gpu = module.cuda.is_available()
         device = "cuda" if gpu else "cpu"

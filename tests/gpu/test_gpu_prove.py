@@ -85,9 +85,9 @@ def test_a_stage_starts_only_when_its_limit_fits_what_is_left():
     from prove_budget import RESERVE_S, Stage, admit, allot, grown  # noqa: PLC0415
 
     asked = prove.plan_stages(ROWS, set(), dry=False)
-    # most important first; the two-rank check after the first two rows, before the others
-    assert [st.name for st in asked][:6] == ["graphs", "tests", f"row {ROWS[0].name}", f"row {ROWS[1].name}", "two",
-                                             f"row {ROWS[2].name}"]
+    # most important first; the two-rank check and the host's cost per op after the first two rows
+    assert [st.name for st in asked][:7] == ["graphs", "tests", f"row {ROWS[0].name}", f"row {ROWS[1].name}", "two",
+                                             "host", f"row {ROWS[2].name}"]
     row = asked[2]
     assert admit(row, row.limit_s + RESERVE_S) is None
     assert "did not fit" in admit(row, row.limit_s + RESERVE_S - 1)

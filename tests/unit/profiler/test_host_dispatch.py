@@ -50,6 +50,36 @@ def test_torch_is_timed_op_by_op_with_a_warm_up_loop_where_it_imports():
     assert got.op_s == pytest.approx(sum(o.mean_s for o in got.ops) / 6)
 
 
+class _Cupy(SimpleNamespace):
+    """A recorded double of the cupy calls `profile --host --framework cupy` makes: each op's name."""
+
+    def __init__(self, devices: int = 1):
+        calls: list[str] = []
+
+        def op(name):
+            return lambda *a, **k: calls.append(name)
+
+        def count():
+            if not devices:
+                raise RuntimeError("cudaErrorNoDevice")
+            return devices
+        super().__init__(__version__="14.2.0", calls=calls, float32="float32", ones=op("ones"), add=op("add"),
+                         multiply=op("mul"), maximum=op("max"), matmul=op("matmul"), sum=op("sum"),
+                         cuda=SimpleNamespace(runtime=SimpleNamespace(getDeviceCount=count),
+                                              Device=lambda: SimpleNamespace(synchronize=op("sync"))))
+
+
+def test_cupy_is_timed_on_the_gpu_and_refused_in_one_line_without_one():
+    cp = _Cupy()
+    got = measure_host("cupy", calls=10, repeats=3, importer=lambda name: cp)
+    assert (got.framework, got.version, got.device) == ("cupy", "14.2.0", "cuda")
+    assert [o.name for o in got.ops] == ["add", "mul", "relu", "matmul 1x1", "sum"]
+    assert cp.calls.count("matmul") == 10 * 4 and cp.calls.count("sync") == 5 * 4  # each loop ends synchronised
+    with pytest.raises(DnnplanError, match="cupy finds no usable CUDA device") as err:
+        measure_host("cupy", importer=lambda name: _Cupy(devices=0))
+    assert "\n" not in str(err.value)
+
+
 def test_a_framework_not_installed_or_unknown_is_one_line():
     def missing(name):
         raise ImportError(name)
