@@ -20,7 +20,8 @@ the memory pool's peak, NCCL collectives (executor.backend.device's docstring li
 - **Precision**: the plan's, set once for the process's kernels (kernels.cuda.precision).
 - **Graphs**: a step captured as a CUDA graph in a memory pool of its own and replayed
   (``capture``/``replay``; cuBLAS bound to the stream with a workspace of its own first,
-  kernels.cuda.cublas_direct; the dropout step counter advanced inside, kernels.cuda.elementwise), unless collectives are staged through the host (``graph_refusal``).
+  kernels.cuda.cublas_direct; the dropout step counter advanced inside, kernels.cuda.elementwise),
+  unless collectives are staged through the host (``graph_refusal``).
 """
 
 from __future__ import annotations
