@@ -10,7 +10,8 @@ is allocated inside it; PyTorch captures its GEMMs so, with a 32 MiB workspace o
 :func:`bound` does that for one capture: the device's cuBLAS handle (CuPy's) set to the capture's
 stream with a workspace this module keeps for as long as the process (a replayed graph's GEMMs use
 it); while it holds, :func:`captured_handle` names the handle and kernels.cuda.gemm calls
-:func:`gemm_ex` and :func:`gemm_strided_batched_ex` here instead of CuPy's wrappers. Outside a
+:func:`gemmEx` and :func:`gemmStridedBatchedEx` here, with the arguments of CuPy's wrappers of
+the same names, instead of those wrappers. Outside a
 capture nothing changes (CuPy's wrappers set the stream again at each call, which also gives the
 handle back its default workspace).
 """
@@ -110,19 +111,11 @@ def workspace_bytes() -> int:
     return WORKSPACE_BYTES if _WORKSPACES.get(libs.cupy().cuda.Device().id) is not None else 0
 
 
-def gemm_ex(handle: int, ops: dict, alpha_ptr: int, b_ptr: int, a_ptr: int, beta_ptr: int, c_ptr: int, code: int,
-            ctype: int, algo: int) -> None:
-    """``cublasGemmEx`` with kernels.cuda.gemm's operands (B first: column-major)."""
-    check(library().cublasGemmEx(handle, ops["transa"], ops["transb"], ops["m"], ops["n"], ops["k"], alpha_ptr,
-                                 b_ptr, code, ops["lda"], a_ptr, code, ops["ldb"], beta_ptr, c_ptr, code, ops["ldc"],
-                                 ctype, algo), "cublasGemmEx")
+def gemmEx(*args) -> None:  # noqa: N802 - CuPy's name, so kernels.cuda.gemm calls either the same way
+    """``cublasGemmEx`` with ``cupy.cuda.cublas.gemmEx``'s arguments (the C API's, in its order)."""
+    check(library().cublasGemmEx(*args), "cublasGemmEx")
 
 
-def gemm_strided_batched_ex(handle: int, ops: dict, alpha_ptr: int, b_ptr: int, stride_b: int, a_ptr: int,
-                            stride_a: int, beta_ptr: int, c_ptr: int, stride_c: int, batch: int, code: int,
-                            ctype: int, algo: int) -> None:
-    """``cublasGemmStridedBatchedEx`` with kernels.cuda.gemm's operands (B first: column-major)."""
-    check(library().cublasGemmStridedBatchedEx(handle, ops["transa"], ops["transb"], ops["m"], ops["n"], ops["k"],
-                                               alpha_ptr, b_ptr, code, ops["lda"], stride_b, a_ptr, code, ops["ldb"],
-                                               stride_a, beta_ptr, c_ptr, code, ops["ldc"], stride_c, batch, ctype,
-                                               algo), "cublasGemmStridedBatchedEx")
+def gemmStridedBatchedEx(*args) -> None:  # noqa: N802 - CuPy's name
+    """``cublasGemmStridedBatchedEx`` with ``cupy.cuda.cublas.gemmStridedBatchedEx``'s arguments."""
+    check(library().cublasGemmStridedBatchedEx(*args), "cublasGemmStridedBatchedEx")

@@ -68,17 +68,8 @@ def matmul(a, b, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.
     scalar = numpy.float64 if ctype == CUBLAS_COMPUTE_64F else numpy.float32
     al, be = numpy.array([alpha], dtype=scalar), numpy.array([0.0], dtype=scalar)
     direct = cublas_direct.captured_handle()  # a CUDA graph capturing: cuBLAS called past CuPy's wrappers
-    if direct is not None:
-        if not batched:
-            cublas_direct.gemm_ex(direct, ops, al.ctypes.data, b.data.ptr, a.data.ptr, be.ctypes.data, c.data.ptr,
-                                  code, ctype, GEMM_DEFAULT)
-        else:
-            cublas_direct.gemm_strided_batched_ex(direct, ops, al.ctypes.data, b.data.ptr, 0 if bb == 1 else k * n,
-                                                  a.data.ptr, 0 if ba == 1 else m * k, be.ctypes.data, c.data.ptr,
-                                                  m * n, batch, code, ctype, GEMM_DEFAULT)
-        return c
-    cublas = cp.cuda.cublas
-    handle = cp.cuda.device.get_cublas_handle()
+    cublas, handle = ((cp.cuda.cublas, cp.cuda.device.get_cublas_handle()) if direct is None
+                      else (cublas_direct, direct))
     if not batched:
         cublas.gemmEx(handle, ops["transa"], ops["transb"], ops["m"], ops["n"], ops["k"], al.ctypes.data,
                       b.data.ptr, code, ops["lda"], a.data.ptr, code, ops["ldb"], be.ctypes.data,
