@@ -201,8 +201,7 @@ def one_gpu_row(s: Session, row: Row, with_torch: bool) -> None:
     s.device = fp.get("device", s.device) if not s.dry else s.device
     rc, _ = s.run(["-m", "dnnplan", "plan", row.source, "-p", "1", "-b", str(row.batch), *plan_args(s),
                    "--precision", row.precision, "--optimizer", "momentum", "--profile", str(table), "--no-recompute",
-                   "--out", str(plan),
-                   "--force"], ROW_LIMITS["plan"], f"{row.name}: plan")
+                   "--out", str(plan), "--force"], ROW_LIMITS["plan"], f"{row.name}: plan")
     if rc != 0:
         return
     runs = {}
@@ -216,21 +215,20 @@ def one_gpu_row(s: Session, row: Row, with_torch: bool) -> None:
             runs[mode] = s.details["runs"][f"{row.name}-{mode}"] = got
     if not runs:
         return
-    torch_json = torch_rows(s, [row]) if with_torch else None
+    torch_json = torch_rows(s, [row.torch_row]) if with_torch else None
     for got in runs.values():
         s.rows.append(from_execute(row, got, torch_step(torch_json, row.torch_row), s.device, s.commit, s.date))
     s.save()
 
 
-def torch_rows(s: Session, rows, names: tuple[str, ...] = (), limit_s: float | None = None,
-               what: str = "PyTorch eager steps") -> dict | None:
-    """PyTorch's steps of ``rows`` (each its twin, Row.torch_row) or of the torch_steps.py rows
-    ``names``, added to torch_steps.json (one file for every row)."""
+def torch_rows(s: Session, names, limit_s: float | None = None, what: str = "PyTorch eager steps") -> dict | None:
+    """PyTorch's steps of the torch_steps.py rows ``names``, added to torch_steps.json (one file for
+    every row)."""
     if s.dry:
         s.missing(what, "dry run: no GPU")
         return None
     path, part = s.out / "torch_steps.json", s.work / "torch_steps.part.json"
-    s.run(["bench/gpu/torch_steps.py", "--out", str(part), "--rows", ",".join(names or [r.torch_row for r in rows]),
+    s.run(["bench/gpu/torch_steps.py", "--out", str(part), "--rows", ",".join(names),
            "--steps", "20", "--warmup", "5"], limit_s or ROW_LIMITS["torch"], what)
     got = read_json(part)
     if got is None:
@@ -248,7 +246,7 @@ COMPILED = ("gpt2-b8-bf16", "gpt2-b8-bf16-compiled")
 
 
 def compiled(s: Session) -> None:
-    torch_rows(s, (), COMPILED, LIMITS["compiled"] - 5, "PyTorch eager and compiled steps")
+    torch_rows(s, COMPILED, LIMITS["compiled"] - 5, "PyTorch eager and compiled steps")
 
 
 def host_costs(s: Session) -> None:
