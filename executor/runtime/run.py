@@ -4,7 +4,9 @@ device :func:`executor.backend.select.select_backend` picks for the plan."""
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable
 
 from executor.backend.device import Backend, Communicator, DeviceMemory, EventClock, LaunchBound, on_host
@@ -19,6 +21,9 @@ from executor.check.zero import check_zero
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.plan.plan import Plan
+
+#: The repository's root (:func:`_where` names frames under it)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -181,7 +186,7 @@ def _replayed(rt, comm: Communicator, timers: Timers, steps: int, lr: float, mom
                             hint="run the plan eagerly with --no-graphs") from None
     except Exception as err:  # noqa: BLE001 - the device refused the capture: one line, not a traceback
         raise CaptureFailed(f"capturing a training step as a CUDA graph failed ({type(err).__name__}: "
-                            f"{str(err)[:200]})", hint="run the plan eagerly with --no-graphs") from None
+                            f"{str(err)[:200]}{_where(err)})", hint="run the plan eagerly with --no-graphs") from None
     losses = []
     for i in range(steps):
         _line_up(rt, comm)
@@ -190,6 +195,13 @@ def _replayed(rt, comm: Communicator, timers: Timers, steps: int, lr: float, mom
         timers.end_step()
         losses.append(float(loss))
     return losses
+
+
+def _where(err: BaseException) -> str:
+    """Where in dnnplan's own code a refused capture failed, for a bug report (' at FILE:LINE'; '' when
+    no frame of the repository's is on the traceback)."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename.startswith(str(ROOT))]
+    return f" at {Path(frames[-1].filename).relative_to(ROOT)}:{frames[-1].lineno}" if frames else ""
 
 
 def attributes_apart(backend: Backend) -> bool:

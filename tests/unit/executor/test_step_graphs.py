@@ -122,11 +122,16 @@ def test_the_report_line_says_which_mode_ran(capsys):
 
 def test_a_capture_the_device_refuses_is_one_line_naming_no_graphs(monkeypatch):
     backend = GraphingBackend()
-    monkeypatch.setattr(backend, "capture", lambda run: (_ for _ in ()).throw(RuntimeError("cudaErrorStreamCapture")))
+    def refuse(run):
+        raise RuntimeError("cudaErrorStreamCapture")
+
+    monkeypatch.setattr(backend, "capture", refuse)
     with pytest.raises(DnnplanError, match="CUDA graph failed") as err:
         _run(backend, graphs=True)
     assert "--no-graphs" in str(err.value.hint)
-    got, _ = _run(backend)  # the default: eager, saying why
+    got, _ = _run(backend)  # the default: eager, saying why, and where the refusal was raised
+    line = refuse.__code__.co_firstlineno + 1
     assert got.mode == StepMode(EAGER, "capturing a training step as a CUDA graph failed (RuntimeError: "
-                                       "cudaErrorStreamCapture); the timed steps ran eagerly")
+                                       f"cudaErrorStreamCapture at tests/unit/executor/test_step_graphs.py:{line});"
+                                       " the timed steps ran eagerly")
     assert len(got.losses) == 3 and all(np.isfinite(got.losses))
