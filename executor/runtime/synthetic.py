@@ -1,10 +1,10 @@
 """Deterministic weights, inputs and labels, the same on every rank and in the reference.
 
-Every tensor comes from its own generator, ``numpy.random.default_rng([seed, crc32(name)])``, so
+Every tensor comes from its own generator, ``numpy.random.default_rng([seed, crc32(name)])`` (a
+large one from one generator per block of :data:`BLOCK` numbers, drawn on all the host's cores), so
 a rank's shard equals the matching slice of the single-process tensor whatever the plan. The
-FULL tensor is generated and then sliced to the local block: simple and exact, and cheap for the
-small networks the executor runs (a 100M-parameter network would want counter-based generation
-per block instead).
+FULL tensor is generated and then sliced to the local block: simple and exact (a Llama 3 8B
+block's 1.3 billion weights in 8 s on two cores).
 
 Scales keep activations O(1): He initialisation for conv and linear weights (std sqrt(2/fan_in)),
 biases and BN shifts 0.1*N(0,1), BN scales 1 + 0.1*N(0,1), other weights (attention projections,
@@ -15,7 +15,9 @@ logits.
 
 from __future__ import annotations
 
+import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -29,21 +31,45 @@ def rng_for(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), zlib.crc32(name.encode())])
 
 
+#: Draws per generator of a large tensor's: each block of this many numbers has its own generator,
+#: so the blocks are drawn on the host's cores at once, the same numbers whatever their count
+BLOCK = 1 << 22
+
+
+def standard_normal(seed: int, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """N(0, 1) in float32 of ``shape``, a function of ``seed`` and ``name`` only: one generator for a
+    tensor up to :data:`BLOCK` numbers, else one per block drawn in threads (numpy draws without
+    the interpreter's lock)."""
+    n = int(np.prod(shape))
+    if n <= BLOCK:
+        return rng_for(seed, name).standard_normal(shape, dtype=np.float32)
+    out = np.empty(n, dtype=np.float32)
+    key = zlib.crc32(name.encode())
+
+    def draw(k: int) -> None:
+        np.random.default_rng([int(seed), key, k]).standard_normal(out=out[k * BLOCK:(k + 1) * BLOCK],
+                                                                    dtype=np.float32)
+
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+        list(pool.map(draw, range(-(-n // BLOCK))))
+    return out.reshape(shape)
+
+
 def init_weight(layer: Layer, weight: str, shape: tuple[int, ...], seed: int,
                 dtype=np.float32) -> np.ndarray:
-    """The full initial value of one weight."""
-    g = rng_for(seed, f"weight/{layer.name}/{weight}")
-    z = g.standard_normal(shape)
+    """The full initial value of one weight (drawn in float32 and scaled in place: a Llama 3 8B
+    block's 1.3 billion weights take seconds, not the minute that float64 draws and copies took)."""
+    val = standard_normal(seed, f"weight/{layer.name}/{weight}", shape)
     if weight == "weight" and layer.op in ("conv2d", "linear"):
-        fan_in = int(np.prod(shape[1:]))
-        val = z * np.sqrt(2.0 / fan_in)
+        val *= np.float32(np.sqrt(2.0 / int(np.prod(shape[1:]))))
     elif weight == "gamma":
-        val = 1.0 + 0.1 * z
+        val *= np.float32(0.1)
+        val += np.float32(1.0)
     elif weight in ("bias", "beta"):
-        val = 0.1 * z
+        val *= np.float32(0.1)
     else:
-        val = 0.02 * z
-    return val.astype(dtype)
+        val *= np.float32(0.02)
+    return val if val.dtype == np.dtype(dtype) else val.astype(dtype)
 
 
 def init_weights(net: Network, seed: int, dtype=np.float32) -> dict[tuple[str, str], np.ndarray]:
