@@ -14,9 +14,10 @@ path as a user would; the rows that moved their model to channels last (layout `
 likewise under a copy with ``layout.convolutions: nhwc`` (PyTorch's default, and the shipped
 file's, is NCHW).
 
-dnnplan's own GPU rows (bench/assets/gpu-validation.json: `dnnplan execute` on one H100, its plan
+dnnplan's own GPU rows (bench/assets/gpu-validation.json: `dnnplan execute` on one H200, its plan
 from the GPU profile shipped in profiler/profiles) are predicted with that profile under
-``--framework dnnplan``.
+``--framework dnnplan`` (the rows run eagerly) or ``--framework dnnplan-graphs`` (the rows whose
+steps were replayed as a CUDA graph: mode ``graphs``; nothing in that file is fitted).
 
 Memory: each PyTorch row recorded ``torch.cuda.max_memory_allocated`` over its timed steps (the
 tensors' peak, no CUDA context, no allocator reserve): it is held against the predicted
@@ -61,13 +62,14 @@ MACHINES = {"h100": "dgx-h100", "h200": "dgx-h200"}
 PROFILED = {"h100": {("resnet50", 64, "tf32"), ("resnet50", 64, "bf16"), ("gpt2", 8, "bf16")},
             "h200": {("resnet50", 64, "tf32"), ("resnet50", 64, "bf16"), ("gpt2", 8, "bf16"), ("vgg16", 64, "tf32")}}
 #: the proof's calls on H200s (bench/gpu/prove.sh, 2026-12-04): two machines, by the commit each ran
-GPU_CALLS = {"9ec40e6": "A", "8fa0d9d": "B"}
+GPU_CALLS = {"9ec40e6": "A", "8fa0d9d": "B", "c6741d5": "C"}
 #: the rows each framework's fitted values were fitted on (at most half of each source's rows)
 CALIBRATION = {
     "pytorch": ("gpt2-b8-bf16", "gpt2-b16-fp16", "resnet50-b256-fp16", "resnet50-b128-tf32",
                 "resnet50-b64-tf32-sgd", "gpt2-b8-bf16-sdpa"),
     "pytorch-compile": ("gpt2-b8-bf16-compiled", "resnet50-b256-fp16-compiled"),
     "dnnplan": ("resnet50-b64-tf32 B", "gpt2-b8-bf16 B"),
+    "dnnplan-graphs": (),
 }
 #: the values ``--fit`` fits per framework (dotted keys of its file; ``a|b``: one value for both)
 FITTED = {
@@ -171,21 +173,30 @@ def torch_rows(files: dict[str, dict], folder: str) -> list[dict]:
     return out
 
 
-def dnnplan_rows(data: dict, folder: str) -> list[dict]:
-    """dnnplan's own GPU rows (gpu-validation.json) predicted from the shipped GPU profile under ``data``."""
-    path = written(data, folder, "run")
+def dnnplan_rows(files: dict[str, dict], folder: str) -> list[dict]:
+    """dnnplan's own GPU rows (gpu-validation.json) predicted from the shipped GPU profile, each under
+    its mode's framework (``files``: the data of ``dnnplan`` and ``dnnplan-graphs``)."""
+    paths = {fw: written(data, folder, "run") for fw, data in files.items()}
     load_framework.cache_clear()
     out = []
     for r in json.loads(GPU_ROWS.read_text()):
         card = "h200" if "H200" in r["device"] else "h100"
-        name = f"{r['network']}-b{r['batch']}-{r['precision']} {GPU_CALLS.get(r['commit'], r['commit'])}"
+        graphs = r.get("mode") == "graphs"
+        fw = "dnnplan-graphs" if graphs else "dnnplan"
+        name = (f"{r['network']}-b{r['batch']}-{r['precision']} {GPU_CALLS.get(r['commit'], r['commit'])}"
+                + (" graphs" if graphs else ""))
         row = {"name": name, "network": r["network"], "batch": r["batch"], "precision": r["precision"],
                "optimizer": "momentum", "layout": "sdpa" if r["network"].startswith("gpt") else "",
                "machine": MACHINES[card], "profile": _profile(card, r)}
-        got = predict_row(row, path)
-        out.append({**row, "framework": "dnnplan", "measured_s": r["measured_s"], **got,
-                    "error": got["predicted_s"] / r["measured_s"] - 1, "calibration": name in CALIBRATION["dnnplan"]})
+        got = predict_row(row, paths[fw])
+        out.append({**row, "framework": fw, "measured_s": r["measured_s"], **got,
+                    "error": got["predicted_s"] / r["measured_s"] - 1, "calibration": name in CALIBRATION[fw]})
     return out
+
+
+def dnnplan_files(**given: dict) -> dict[str, dict]:
+    """The data of the two dnnplan framework files, the shipped ones where ``given`` has none."""
+    return {fw: given.get(fw.replace("-", "_")) or file_data(fw) for fw in ("dnnplan", "dnnplan-graphs")}
 
 
 def summary(rows: list[dict]) -> dict:
@@ -234,7 +245,8 @@ def fit(name: str, folder: str) -> dict:
             return float("inf")
 
     def _loss(d: dict) -> float:
-        rows = (dnnplan_rows(d, folder) if name == "dnnplan" else
+        rows = ([r for r in dnnplan_rows(dnnplan_files(dnnplan=d), folder) if r["framework"] == name]
+                if name == "dnnplan" else
                 [r for r in torch_rows({name: d, **{k: file_data(k) for k in ("pytorch", "pytorch-compile")
                                                      if k != name}}, folder) if r["framework"] == name])
         errs = [r["error"] for r in rows if r["calibration"]]
@@ -294,7 +306,7 @@ def main() -> None:
             print(json.dumps({name: fit(name, folder) for name in (args.fit or FITTED)}, indent=1))
             return
         rows = torch_rows({k: file_data(k) for k in ("pytorch", "pytorch-compile")}, folder)
-        rows += dnnplan_rows(file_data("dnnplan"), folder)
+        rows += dnnplan_rows(dnnplan_files(), folder)
     summ = summary(rows)
     print(json.dumps({"rows": rows, "summary": summ}, indent=1) if args.json else render(rows, summ))
 

@@ -199,7 +199,8 @@ FrameworkOpt = Annotated[str, typer.Option(
     "(costmodel/frameworks/*.yaml: per op, the kernels launched and their device time, the host's cost per op "
     "and launch, CUDA graphs, overlap efficiencies, memory added, what fp32 means): ideal (the cost model's "
     "fused kernels issued by a host that never holds the device back; the default, dnnplan's pricing before "
-    "frameworks were files), megatron, pytorch (eager), pytorch-compile, dnnplan (what `dnnplan execute` runs) "
+    "frameworks were files), megatron, pytorch (eager), pytorch-compile, dnnplan (what `dnnplan execute` runs "
+    "eagerly), dnnplan-graphs (its steps replayed as one CUDA graph) "
     "or deepspeed (DeepSpeed's ZeRO-3 as published runs of it behave, with --zero 3 and no model "
     "parallelism). On a CPU machine the measured kernels hold the host: only the overlap applies "
     "(docs/costmodel.md, Frameworks).")]

@@ -10,13 +10,18 @@ from tests.support.bench import load_bench
 def test_each_source_calibrates_on_at_most_half_its_rows_and_holds_the_documented_error(tmp_path):
     bench = load_bench("bench_framework_steps")
     files = {name: bench.file_data(name) for name in ("pytorch", "pytorch-compile")}
-    rows = bench.torch_rows(files, str(tmp_path)) + bench.dnnplan_rows(bench.file_data("dnnplan"), str(tmp_path))
-    assert len(rows) == 18 + 4 + 6  # PyTorch's on the H100 and the H200, dnnplan's on the H200
-    assert {r["machine"] for r in rows if r["name"].endswith(" h200") or r["framework"] == "dnnplan"} == {"dgx-h200"}
+    rows = bench.torch_rows(files, str(tmp_path)) + bench.dnnplan_rows(bench.dnnplan_files(), str(tmp_path))
+    assert len(rows) == 18 + 4 + 10  # PyTorch's on the H100 and the H200, dnnplan's on the H200
+    ours = [r for r in rows if r["framework"].startswith("dnnplan")]
+    assert {r["machine"] for r in rows if r["name"].endswith(" h200") or r in ours} == {"dgx-h200"}
+    # a row replayed as a CUDA graph is priced under dnnplan-graphs, an eager one under dnnplan
+    assert {r["name"] for r in ours if r["framework"] == "dnnplan-graphs"} == {
+        "resnet50-b64-tf32 C graphs", "gpt2-b8-bf16 C graphs"}
     for fw in ("pytorch", "pytorch-compile", "dnnplan"):
         mine = [r for r in rows if r["framework"] == fw]
         assert 0 < 2 * sum(r["calibration"] for r in mine) <= len(mine)
         assert {r["name"] for r in mine if r["calibration"]} == set(bench.CALIBRATION[fw])
+    assert not any(r["calibration"] for r in ours if r["framework"] == "dnnplan-graphs")  # nothing fitted
     summary = bench.summary(rows)
     assert summary["pytorch calibration"]["mean_abs_error"] < 0.025
     assert summary["pytorch calibration"]["worst_abs_error"] < 0.06
@@ -25,6 +30,7 @@ def test_each_source_calibrates_on_at_most_half_its_rows_and_holds_the_documente
     assert summary["pytorch held out"]["mean_abs_error"] < 0.10
     assert summary["pytorch held out"]["worst_abs_error"] < 0.15
     assert summary["dnnplan calibration"]["mean_abs_error"] < 0.05
+    assert summary["dnnplan-graphs held out"]["worst_abs_error"] < 0.10
 
 
 def test_each_row_is_priced_in_the_layout_and_precision_it_ran():

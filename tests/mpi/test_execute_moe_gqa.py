@@ -60,7 +60,7 @@ def test_shared_experts_plain_gelu_experts_and_capacity_one_under_tensor_and_exp
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("net,tensor,expert,broken", [("tiny-moe", 1, 4, "h0.moe."), ("tiny-gqa", 4, 1, ".attn.kv_")])
+@pytest.mark.parametrize("net,tensor,expert,broken", [("tiny-moe", 1, 4, ".moe."), ("tiny-gqa", 4, 1, ".attn.kv_")])
 def test_check_catches_a_missing_expert_exchange_or_key_value_sum(tmp_path, monkeypatch, net, tensor, expert, broken):
     """No all-to-all over the expert group, or no sum of a replicated key/value head's gradient
     (tests/support/workers/skip_moe_gqa_sums_worker.py): --check fails (exit 3), by far."""

@@ -20,7 +20,7 @@ from networks.loader import load_network
 from tests.support.cli_errors import one_error_line
 
 runner = CliRunner()
-SHIPPED = ("deepspeed", "dnnplan", "ideal", "megatron", "pytorch", "pytorch-compile")
+SHIPPED = ("deepspeed", "dnnplan", "dnnplan-graphs", "ideal", "megatron", "pytorch", "pytorch-compile")
 
 
 def test_every_shipped_framework_loads_and_the_default_is_todays_pricing():
