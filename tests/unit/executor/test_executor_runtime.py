@@ -14,6 +14,7 @@ from costmodel.parallel.shard import input_layout, output_layout
 from costmodel.parallel.layout import reshard_volume
 from executor.check.gradients import rel_error, tolerance_for
 from executor.comm.reshard import reshard_plan
+from executor.runtime import synthetic
 from executor.runtime.synthetic import init_weights, make_inputs
 from executor.ops.base import local_pads
 from executor.check.reference import reference_step
@@ -110,6 +111,19 @@ def test_init_is_deterministic_and_seeded():
     assert not np.array_equal(a[("conv1", "weight")], c[("conv1", "weight")])
     x = make_inputs(net, 8, 0)["image"]
     assert x.shape == (8, 1, 32, 32) and x.dtype == np.float32
+
+
+def test_a_large_tensor_is_the_same_whatever_the_host_cores(monkeypatch):
+    """A tensor over one block is drawn a block a generator on the host's cores: the same numbers
+    with one core as with many, each block its own stream, N(0, 1) in float32."""
+    shape = (3, synthetic.BLOCK // 2 + 5)  # one block and a part
+    many = synthetic.standard_normal(7, "weight/x/weight", shape)
+    monkeypatch.setattr(synthetic.os, "cpu_count", lambda: 1)
+    assert np.array_equal(synthetic.standard_normal(7, "weight/x/weight", shape), many)
+    flat = many.reshape(-1)
+    assert many.dtype == np.float32 and not np.array_equal(flat[:1000], flat[synthetic.BLOCK:synthetic.BLOCK + 1000])
+    assert abs(float(flat.mean())) < 0.01 and abs(float(flat.std()) - 1) < 0.01
+    assert not np.array_equal(synthetic.standard_normal(8, "weight/x/weight", shape), many)
 
 
 def test_local_pads_reproduce_the_global_window():
