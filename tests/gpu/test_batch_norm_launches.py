@@ -1,5 +1,5 @@
 """Batch norm on the GPU path in two launches each way, on the recording cupy double
-(tests/support/fake_cupy.py) with numpy models of the fused passes (tests/support/gpu_kernel_models.py):
+(tests/support/doubles/fake_cupy.py) with numpy models of the fused passes (tests/support/doubles/gpu_kernel_models.py):
 what each stage launches, what the cache keeps, and the passes' arithmetic against kernels.norm in
 float64. Runs without a GPU; tests/gpu/test_gpu_kernels.py checks the same passes on one."""
 
@@ -15,8 +15,8 @@ from executor.ops import norm as bn_op
 from kernels import norm
 from kernels.cuda import norm as gpu_norm
 
-from tests.support.fake_cupy import FakeCupy
-from tests.support.gpu_kernel_models import BATCH_NORM
+from tests.support.doubles.fake_cupy import FakeCupy
+from tests.support.doubles.gpu_kernel_models import BATCH_NORM
 
 RNG = np.random.default_rng(66)
 

@@ -1,7 +1,7 @@
 """The prepared path of a convolution call site (kernels.cuda.conv): the first call with a ``site``
 resolves the geometry, engine, handle and workspace; every later call with the same operands only
-executes the plan. On the recording cuDNN frontend (tests/support/fake_cudnn.py) and cupy double
-(tests/support/fake_cupy.py); runs without a GPU."""
+executes the plan. On the recording cuDNN frontend (tests/support/doubles/fake_cudnn.py) and cupy double
+(tests/support/doubles/fake_cupy.py); runs without a GPU."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from kernels.cuda import conv, cudnn_graphs, libs, precision
 from kernels.xp import gpu_available
 
 from tests.gpu.test_gpu_engines import ENGINES
-from tests.support.fake_cudnn import fake_module
-from tests.support.fake_cupy import FakeCupy
+from tests.support.doubles.fake_cudnn import fake_module
+from tests.support.doubles.fake_cupy import FakeCupy
 
 
 @pytest.fixture

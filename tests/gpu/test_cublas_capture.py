@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kernels.cuda import cublas_direct, gemm
-from tests.support.fake_cupy import FakeCupy
+from tests.support.doubles.fake_cupy import FakeCupy
 
 HANDLE, STREAM = 77, 0x5000
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.cuda import elementwise
-from tests.support.fake_cupy import FakeCupy
+from tests.support.doubles.fake_cupy import FakeCupy
 
 
 def test_the_mask_reads_the_device_counter_which_only_an_advance_moves(monkeypatch):

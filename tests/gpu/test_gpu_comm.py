@@ -25,7 +25,7 @@ from executor.backend.cuda import local_rank, shared_devices
 from executor.backend.nccl import NcclCommunicator
 from executor.backend.staging import StagedCommunicator
 
-from tests.support.fake_nccl import FakeHost, FakeNccl, HostNccl
+from tests.support.doubles.fake_nccl import FakeHost, FakeNccl, HostNccl
 from tests.support.paths import ROOT
 
 
@@ -121,7 +121,7 @@ def test_each_group_of_a_plan_is_one_nccl_communicator_of_its_ranks():
     """Under mpiexec with 4 ranks: the plan's groups (executor.comm.groups over the NCCL
     communicator's splits) each share one unique id among exactly their ranks, ranked by world rank."""
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-    proc = subprocess.run([mpiexec, "-n", "4", sys.executable, "-m", "tests.support.run_nccl_groups"], cwd=ROOT,
+    proc = subprocess.run([mpiexec, "-n", "4", sys.executable, "-m", "tests.support.ranks.run_nccl_groups"], cwd=ROOT,
                           capture_output=True, text=True, timeout=240, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -6,7 +6,7 @@ notes its appearance there implies (the probe's strict-fp32 run deselected TENSO
 DOWN_CONVERT_INPUTS and kept eng0, eng1, eng3, eng28 and eng70; eng58, eng62 and eng67 appeared only
 with tensor cores allowed), plus a Winograd engine with the notes a cuDNN frontend log printed for
 it and an FFT engine carrying the FFT note cuDNN documents (its id made up). The frontend is
-tests/support/fake_cudnn.py, which reproduces the frontend's note filters from its source; these
+tests/support/doubles/fake_cudnn.py, which reproduces the frontend's note filters from its source; these
 tests prove the family rules and dnnplan's calls, not which engines a GPU offers
 (bench/gpu/engines_probe.py lists those on a GPU).
 """
@@ -21,7 +21,7 @@ from kernels._conv_common import make_geom
 from kernels.cuda import conv, engines, libs, precision
 from kernels.cuda.engines import FAMILIES, NoteFilter, families_of, family_filter, parse_plan_name, precision_filter
 
-from tests.support.fake_cudnn import fake_module
+from tests.support.doubles.fake_cudnn import fake_module
 from tests.support.paths import BENCH
 
 PROBE = [  # (name, numerical notes, workspace bytes), in a heuristics-like order
@@ -66,7 +66,7 @@ def test_the_probes_strict_float32_engines_are_the_ones_fp32_keeps():
 @pytest.mark.parametrize("prec", precision.PRECISIONS)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_frontends_filters_keep_exactly_the_family(family, prec):
-    """The filter calls on a graph (the frontend's rule, tests/support/fake_cudnn.py) keep what
+    """The filter calls on a graph (the frontend's rule, tests/support/doubles/fake_cudnn.py) keep what
     :func:`families_of` assigns to the family."""
     graphs, calls = [], []
     g = fake_module(ENGINES, graphs, calls).pygraph()

@@ -66,7 +66,7 @@ def test_the_cuda_backend_records_spans_on_pooled_events(monkeypatch):
     """executor.backend.cuda on the recording cupy double: the first step makes the events it has in
     flight at once, every later step records the same ones again."""
     from executor.backend.cuda import CudaBackend  # noqa: PLC0415 - test-local
-    from tests.support.fake_cupy import FakeCupy  # noqa: PLC0415
+    from tests.support.doubles.fake_cupy import FakeCupy  # noqa: PLC0415
 
     cp = FakeCupy().install(monkeypatch)
     backend = CudaBackend(0)

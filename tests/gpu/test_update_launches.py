@@ -1,6 +1,6 @@
 """Every weight's SGD update in one launch per storage format (kernels.cuda.multi_tensor), on the
-recording cupy double (tests/support/fake_cupy.py) with a numpy model of the pass
-(tests/support/gpu_kernel_models.py): what a step launches and copies, and the arithmetic against one
+recording cupy double (tests/support/doubles/fake_cupy.py) with a numpy model of the pass
+(tests/support/doubles/gpu_kernel_models.py): what a step launches and copies, and the arithmetic against one
 kernels.optimizer update per weight. Runs without a GPU."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from kernels.cuda import multi_tensor
 from kernels.optimizer import sgd_momentum_update, sgd_momentum_update_many
 from kernels.xp import gpu_available, storage_dtype
 
-from tests.support.fake_cupy import FakeCupy
-from tests.support.gpu_kernel_models import UPDATE
+from tests.support.doubles.fake_cupy import FakeCupy
+from tests.support.doubles.gpu_kernel_models import UPDATE
 
 RNG = np.random.default_rng(67)
 #: a small network's weights: a convolution, its bias, a big linear layer, an empty one, a norm's gamma

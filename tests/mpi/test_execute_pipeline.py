@@ -60,7 +60,7 @@ def test_a_stages_memory_does_not_grow_with_the_micro_batches_1f1b_keeps_out_of_
 
 
 def _run_case(plan: str, ranks: int, *extra: str) -> dict:
-    cmd = [sys.executable, "-m", "tests.support.run_pipeline", plan, *extra]
+    cmd = [sys.executable, "-m", "tests.support.ranks.run_pipeline", plan, *extra]
     mpiexec = Path(sys.executable).parent / "mpiexec"
     got = subprocess.run([str(mpiexec) if mpiexec.exists() else "mpiexec", "-n", str(ranks), *cmd], cwd=ROOT,
                          capture_output=True, text=True, timeout=240)

@@ -1,6 +1,6 @@
 """Real ranks: every strategy family on small networks passes --check with 1, 2 and 4 ranks.
 
-Each rank count is one ``mpiexec`` running many cases (``tests.support.run_case``), so process
+Each rank count is one ``mpiexec`` running many cases (``tests.support.ranks.run_case``), so process
 start-up is paid once. 4 ranks oversubscribe the 2-core test machine; only numerics are checked.
 Families (tests.support.cases): data, spatial H, spatial HxW, filter F, channel C, hybrids
 N+F, N+H, C+F, replication (R), and ``mixed`` (consecutive layers on different strategies, so
@@ -35,7 +35,7 @@ def run_cases(ranks: int, cases: list[str], timeout_s: float = 240) -> list[dict
     exe = mpiexec_or_skip()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([exe, "-n", str(ranks), sys.executable, "-m", "tests.support.run_case", *cases],
+    proc = subprocess.run([exe, "-n", str(ranks), sys.executable, "-m", "tests.support.ranks.run_case", *cases],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) == len(cases), f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
@@ -65,7 +65,7 @@ def test_mixed_plan_really_mixes_strategies():
 @pytest.mark.mpi
 def test_a_rank_failure_aborts_the_job_with_its_message():
     exe = mpiexec_or_skip()
-    proc = subprocess.run([exe, "-n", "2", sys.executable, "-m", "tests.support.run_case", "nosuchnet:4:data"],
+    proc = subprocess.run([exe, "-n", "2", sys.executable, "-m", "tests.support.ranks.run_case", "nosuchnet:4:data"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "nosuchnet" in proc.stderr

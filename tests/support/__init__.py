@@ -1,4 +1,5 @@
-"""What the tests share: helpers (paths into the repository, the executor's named cases and the
-workers that run them under mpiexec, plan files, finite-difference and op checks, ONNX builders, the
-process table, loading a benchmark script), recording doubles of GPU libraries (fake_cudnn, fake_nccl,
-fake_devices) and, in ``workers``, stand-in executor workers. Data files live in tests/assets/."""
+"""What the tests share: helpers (paths into the repository, the executor's named cases, plan files,
+finite-difference and op checks, ONNX builders, the process table, loading a benchmark script); in
+``doubles``, recording doubles of the GPU libraries and devices (cupy, cuDNN, NCCL, CUDA graphs); in
+``ranks``, the scripts run on the ranks under mpiexec; in ``workers``, stand-in executor workers.
+Data files live in tests/assets/."""

@@ -15,7 +15,7 @@ from executor.runtime.run import run_plan
 from executor.runtime.timers import Timers
 
 from tests.support.cases import load, make_plan
-from tests.support.fake_devices import FusingBackend
+from tests.support.doubles.fake_devices import FusingBackend
 
 
 def _run(backend, steps: int):

@@ -23,14 +23,14 @@ from executor.runtime.run import run_plan
 from networks.errors import DnnplanError
 
 from tests.support.cases import load, make_plan
-from tests.support.fake_devices import CopyingBackend, FakeArray, FakeDevice
+from tests.support.doubles.fake_devices import CopyingBackend, FakeArray, FakeDevice
 from tests.support.paths import ROOT
 from tests.support.processes import mpiexec_or_skip
-from tests.support.run_backend import exercise, staged
+from tests.support.ranks.run_backend import exercise, staged
 
 
 def expected(r: int, p: int) -> dict:
-    """What rank ``r`` of ``p`` must get from tests.support.run_backend.exercise, worked out by hand."""
+    """What rank ``r`` of ``p`` must get from tests.support.ranks.run_backend.exercise, worked out by hand."""
     counts = [k + 1 for k in range(p)]
     start = sum(counts[:r])
     return {
@@ -105,7 +105,7 @@ def test_the_collectives_and_a_staged_plan_on_two_ranks():
     exe = mpiexec_or_skip()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([exe, "-n", "2", sys.executable, "-m", "tests.support.run_backend"], cwd=ROOT, env=env,
+    proc = subprocess.run([exe, "-n", "2", sys.executable, "-m", "tests.support.ranks.run_backend"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and lines, proc.stdout + proc.stderr[-3000:]

@@ -11,7 +11,7 @@ from executor.ops import conv
 from executor.runtime.run import run_plan
 
 from tests.support.cases import load, make_plan
-from tests.support.fake_devices import FusingBackend
+from tests.support.doubles.fake_devices import FusingBackend
 
 DATA = conv.conv2d_backward_data
 

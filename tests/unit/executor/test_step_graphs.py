@@ -1,5 +1,5 @@
 """Timed steps replayed as one captured CUDA graph (executor.runtime.graphs), on the recording
-graph double (tests/support/fake_graphs.py): the capture sequence (the eager warm-up, one capture,
+graph double (tests/support/doubles/fake_graphs.py): the capture sequence (the eager warm-up, one capture,
 one replay per timed step, the eager attribution step), no host wait inside the captured step, and
 each plan that cannot be captured running eagerly with its reason."""
 
@@ -19,7 +19,7 @@ from executor.runtime.timers import Timers
 from networks.errors import DnnplanError
 
 from tests.support.cases import load, make_plan
-from tests.support.fake_graphs import GraphingBackend
+from tests.support.doubles.fake_graphs import GraphingBackend
 
 
 def _run(backend, steps=2, warmup=1, graphs=None, check=False):

@@ -145,7 +145,7 @@ def test_a_weighing_that_filled_the_profile_is_weighed_again_on_it():
     """On a fresh cache the first weighing times kernels on first lookup: it is weighed once more on
     the completed table, after ``again`` (issue 55: lenet5 on two ranks priced one plan twice)."""
     from planner.problem.full_profile import refreshed
-    from tests.support.on_demand_stub import OnDemandStub
+    from tests.support.doubles.on_demand_stub import OnDemandStub
 
     m, log = OnDemandStub(), []
 

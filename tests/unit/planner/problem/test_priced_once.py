@@ -16,7 +16,7 @@ from planner.problem.priced_once import PricedOnce, priced_once
 from planner.problem.solve import Settings, make_plan
 from profiler import context
 
-from tests.support.on_demand_stub import OnDemandStub
+from tests.support.doubles.on_demand_stub import OnDemandStub
 from tests.support.paths import ZOO
 from tests.support.pipeline_summary import search_summary
 

@@ -2,7 +2,7 @@
 and on a staged one over "device" arrays MPI cannot read, and a plan run on a backend that
 stages; rank 0 prints one JSON line (tests/unit/executor/test_backend.py).
 
-    mpiexec -n 2 python -m tests.support.run_backend
+    mpiexec -n 2 python -m tests.support.ranks.run_backend
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from executor.launch.abort import abort
 from executor.runtime.run import run_plan
 
 from tests.support.cases import load, make_plan, parse_case
-from tests.support.fake_devices import CopyingBackend, FakeArray, FakeDevice
+from tests.support.doubles.fake_devices import CopyingBackend, FakeArray, FakeDevice
 
 
 def _f32(values) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Run a pipelined plan on the ranks of COMM_WORLD with the check and print one JSON line (rank 0).
 
-    mpiexec -n 4 python -m tests.support.run_pipeline PLAN [--no-tied-sum]
+    mpiexec -n 4 python -m tests.support.ranks.run_pipeline PLAN [--no-tied-sum]
 
 ``--no-tied-sum`` leaves out the sum of the tied table's gradients between its two stages (a
 broken run the check must catch)."""

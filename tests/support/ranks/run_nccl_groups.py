@@ -1,5 +1,5 @@
 """Under ``mpiexec -n 4``: the NCCL communicators a plan's groups make (executor.comm.groups over
-executor.backend.nccl, NCCL recorded by tests/support/fake_nccl.py, MPI real); rank 0 prints one
+executor.backend.nccl, NCCL recorded by tests/support/doubles/fake_nccl.py, MPI real); rank 0 prints one
 JSON line with the groups formed (world ranks sharing a unique id, in their NCCL rank order) and
 the groups the plan's strategies give (tests/gpu/test_gpu_comm.py)."""
 
@@ -16,7 +16,7 @@ from executor.runtime.stage import run_strategies
 from executor.ops.norm import STAT_DIMS
 
 from tests.support.cases import load, make_plan
-from tests.support.fake_nccl import FakeNccl, HostNccl, counter_ids
+from tests.support.doubles.fake_nccl import FakeNccl, HostNccl, counter_ids
 
 DIMS = (("C",), ("F",), ("H", "W"), ("N", "H"), STAT_DIMS, ("N",))
 

@@ -1,4 +1,4 @@
-"""numpy models of fused GPU passes (kernels/cuda/cu/), run by tests/support/fake_cupy.py on a
+"""numpy models of fused GPU passes (kernels/cuda/cu/), run by tests/support/doubles/fake_cupy.py on a
 kernel's own arguments, so the passes' arithmetic is checked on a computer without a GPU.
 
 Each model follows its kernel's algorithm, not only its result: the same grid (channels x parts),
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.support.fake_cupy import at
+from tests.support.doubles.fake_cupy import at
 
 F32 = np.float32
 

@@ -5,7 +5,7 @@ them to the GPU kernel set, as it does cupy's); everything that would be a launc
 recorded in :attr:`FakeCupy.launches` as ``(kind, name)``:
 
 - ``kernel``: a compiled fused pass (``RawModule(...).get_function(name)(grid, block, args)``);
-  when :attr:`FakeCupy.models` holds a numpy model of that kernel (tests/support/gpu_kernel_models.py)
+  when :attr:`FakeCupy.models` holds a numpy model of that kernel (tests/support/doubles/gpu_kernel_models.py)
   it runs on the arguments (host views, and ``dtype``: the storage format the source was compiled
   for, None for bfloat16, which numpy lacks), so its results can be checked, else the outputs stay
   as allocated;

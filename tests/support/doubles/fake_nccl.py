@@ -1,6 +1,6 @@
 """Recording stand-ins for ``cupy.cuda.nccl`` and a host communicator, and the NCCL communicator on
 numpy buffers (their addresses stand for device pointers), for tests/gpu/test_gpu_comm.py and
-tests/support/run_nccl_groups.py. Nothing is moved: every call is recorded with its pointer,
+tests/support/ranks/run_nccl_groups.py. Nothing is moved: every call is recorded with its pointer,
 count, type, peer and stream."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A recording stand-in for a device that captures a step as a CUDA graph and replays it
 (executor.backend.device.StepGraphs), on the host's numpy arrays.
 
-:class:`GraphingBackend` is a launch-bound copying backend (tests/support/fake_devices.py) that
+:class:`GraphingBackend` is a launch-bound copying backend (tests/support/doubles/fake_devices.py) that
 logs ``begin_capture``, ``end_capture`` and each ``replay`` in :attr:`GraphingBackend.log`, and
 raises :class:`CaptureError` for any call that waits for the device or moves data through the host
 while a step is being captured or replayed (``synchronize``, the clock, copies both ways, memory
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.support.fake_devices import FusingBackend
+from tests.support.doubles.fake_devices import FusingBackend
 
 
 class CaptureError(RuntimeError):

@@ -1,6 +1,6 @@
 """Run executor test cases on the ranks of COMM_WORLD and print one JSON line per case (rank 0).
 
-    mpiexec -n 4 python -m tests.support.run_case lenet5:8:data tinyres:4:mixed:winograd
+    mpiexec -n 4 python -m tests.support.ranks.run_case lenet5:8:data tinyres:4:mixed:winograd
 """
 
 from __future__ import annotations
