@@ -194,9 +194,10 @@ def dnnplan_rows(files: dict[str, dict], folder: str) -> list[dict]:
     return out
 
 
-def dnnplan_files(**given: dict) -> dict[str, dict]:
-    """The data of the two dnnplan framework files, the shipped ones where ``given`` has none."""
-    return {fw: given.get(fw.replace("-", "_")) or file_data(fw) for fw in ("dnnplan", "dnnplan-graphs")}
+def dnnplan_files(dnnplan: dict | None = None) -> dict[str, dict]:
+    """The data of the two dnnplan framework files: ``dnnplan`` (a trial of ``--fit``) in place of the
+    shipped ``dnnplan.yaml`` where given."""
+    return {"dnnplan": dnnplan or file_data("dnnplan"), "dnnplan-graphs": file_data("dnnplan-graphs")}
 
 
 def summary(rows: list[dict]) -> dict:

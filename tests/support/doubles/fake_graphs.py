@@ -36,23 +36,24 @@ class GraphingBackend(FusingBackend):
 
     def capture(self, run):
         self.log.append("begin_capture")
-        self.inside = True
         try:
-            out = run()
+            out = self._inside(run)
         finally:
-            self.inside = False
             self.log.append("end_capture")
         return (run, out), out
 
     def replay(self, graph) -> None:
         run, out = graph
         self.log.append("replay")
+        np.copyto(out[0], self._inside(run)[0])
+
+    def _inside(self, run):
+        """``run()`` as a captured or replayed step: the host may not wait for the device in it."""
         self.inside = True
         try:
-            again = run()
+            return run()
         finally:
             self.inside = False
-        np.copyto(out[0], again[0])
 
     def _host(self, what: str) -> None:
         if self.inside:
