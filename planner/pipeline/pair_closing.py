@@ -37,6 +37,8 @@ def closed(search, best: Best, out: list[Candidate], i: int) -> Best:
         return best
     out[i] = replace(c, step_s=min(got.step_s, c.step_s or got.step_s), cut=got.cut,
                      lower_s=max(c.lower_s, got.lower_s), closed=True)
+    if c.key == (best.stages, best.micro_batches, best.chunks):  # the choice itself, proved: as
+        return got if got.step_s <= best.step_s * (1 + 1e-12) else best  # cheap, its stages closed
     return got if got.step_s < best.step_s * (1 - 1e-12) else best
 
 

@@ -178,7 +178,8 @@ class StageSolver:
                 bound = got.objective * (1 - (got.gap or 0.0))
                 closed = solve_relaxed(built.problem, Relaxation(got.choice, got.objective, bound, got.lam or 0.0),
                                        left, self.settings.gap, budget=self.settings.budget)
-                got = closed if closed.objective <= got.objective else got
+                # the same assignment summed in another order may differ in its last digit
+                got = closed if closed.objective <= got.objective * (1 + CHECK_RTOL) else got
             choice, gap = got.choice, (got.gap or 0.0) if got.status != "optimal" else 0.0
             self.worst_gap = max(self.worst_gap, gap)
             self.open += got.status != "optimal"

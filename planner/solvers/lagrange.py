@@ -10,7 +10,8 @@ proves a lower bound on any assignment that fits::
 
 with ``W0`` the largest workspace some node cannot avoid (each node's least). The best fitting
 assignment the bisection found is then made cheaper by local moves (:mod:`.improve`: identical
-blocks flip together at one ``lam``, where memory has room for some of them only). The answer
+blocks flip together at one ``lam``, where memory has room for some of them only; the minimiser
+just below the multiplier, which does not fit, shows which). The answer
 carries the gap between that assignment and the best bound (0: proved optimal).
 """
 
@@ -39,6 +40,9 @@ class Relaxation:
     cost: float
     bound: float
     lam: float
+    #: the minimiser at the largest multiplier probed whose minimiser does not fit (None: none
+    #: probed): where memory had room, the relaxation's other side (:func:`.improve.improve`)
+    near: tuple[int, ...] | None = None
 
     @property
     def gap(self) -> float:
@@ -61,7 +65,7 @@ def solve_lagrange(problem: Problem, rounds: int = ROUNDS, rtol: float = 1e-3,
         return solve_reduced(problem)
     got = relax(problem, free.objective, rounds, rtol, hint, stop, free.choice)
     if got.gap > rtol and not (stop is not None and stop()):  # cheaper by local moves (.improve)
-        got = Relaxation(*improve(problem, got.choice, stop), got.bound, got.lam)
+        got = Relaxation(*improve(problem, got.choice, stop, toward=got.near), got.bound, got.lam)
     cost, memory = evaluate(problem, got.choice)
     return Assignment(got.choice, cost, memory, "lagrange(dp)", "optimal" if got.gap <= rtol else "feasible",
                       got.gap, time.perf_counter() - start, problem.num_nodes,
@@ -87,6 +91,7 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
     room = slack(problem)
     best_choice, best_cost = tuple(least), evaluate(problem, least)[0]
     bound, bound_lam = free_objective, 0.0
+    near, near_lam = free_choice, 0.0
     lo, hi = 0.0, max(free_objective, 1e-30) / max(need, 1.0)
     floor = sum(float(m.min()) for m in problem.node_memory)
 
@@ -95,7 +100,7 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
         lines.add(0.0, free_objective, sum(float(m[c]) for m, c in zip(problem.node_memory, free_choice)))
 
     def probe(lam: float) -> bool:
-        nonlocal best_choice, best_cost, bound, bound_lam
+        nonlocal best_choice, best_cost, bound, bound_lam, near, near_lam
         if stop is not None and stop():
             raise _Stopped
         choice, relaxed = _priced(problem, lam)
@@ -107,6 +112,8 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
             if cost < best_cost:
                 best_choice, best_cost = choice, cost
             return True
+        if lam >= near_lam:
+            near, near_lam = choice, lam
         if sum(float(m[c]) for m, c in zip(problem.node_memory, choice)) <= floor * (1 + 1e-12):
             raise _Saturated  # the least summed memory already: a larger multiplier picks the same
         return False
@@ -115,7 +122,7 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
         _bisect(probe, lo, hi, hint, rounds, lambda: best_cost - bound <= rtol * best_cost, lines)
     except (_Stopped, _Saturated):
         pass
-    return Relaxation(tuple(best_choice), best_cost, bound, bound_lam)
+    return Relaxation(tuple(best_choice), best_cost, bound, bound_lam, None if near is None else tuple(near))
 
 
 class _Stopped(Exception):

@@ -1,6 +1,6 @@
 """Local moves on a fitting assignment (planner.solvers.improve), after the Lagrangian relaxation of
-the memory limit: identical blocks flip together at one multiplier, and the transient the largest
-workspace holds is priced by none; the moves keep the assignment fitting and only lower its cost."""
+the memory limit: identical blocks flip together at one multiplier, a block's layers change layout
+together, and the transient the largest workspace holds is priced by none; the moves keep the assignment fitting and only lower its cost."""
 
 from __future__ import annotations
 
@@ -56,15 +56,50 @@ def test_fill_alone_keeps_what_the_room_allows():
     assert _close(cost, solve_brute(wide).objective)
 
 
+def _coupled() -> Problem:
+    """Four blocks of two layers, each fast and large (cost 1, memory 3) or slow and small (cost 2,
+    memory 1), a reshard of 5 between a block's two layers when they differ, and a one-candidate
+    layer between blocks (a residual stream): room for two blocks to be fast."""
+    names, cost, memory, workspace, edges = [], [], [], [], []
+    for i in range(BLOCKS):
+        names += [f"a{i}", f"b{i}", f"join{i}"]
+        cost += [np.array([2.0, 1.0]), np.array([2.0, 1.0]), np.array([0.0])]
+        memory += [np.array([1.0, 3.0]), np.array([1.0, 3.0]), np.array([0.0])]
+        workspace += [np.zeros(2), np.zeros(2), np.zeros(1)]
+        a = 3 * i
+        edges += [Edge(a, a + 1, np.array([[0.0, 5.0], [5.0, 0.0]])), Edge(a + 1, a + 2, np.zeros((2, 1)))]
+        if i + 1 < BLOCKS:
+            edges.append(Edge(a + 2, a + 3, np.zeros((1, 2))))
+    return Problem(tuple(names), tuple(cost), tuple(memory), tuple(workspace), tuple(edges), 2.0 * BLOCKS + 8.0)
+
+
+def test_a_blocks_layers_switch_together_toward_the_other_side_of_the_multiplier():
+    """Every block is fast below the multiplier and slow above it: the relaxation's fitting
+    assignment has every block slow, with room left for two. No move of one layer or one edge's
+    two ends gets there (a lone layer pays the reshard); moving a block's two layers at once to the
+    minimiser that does not fit does, to the optimum."""
+    problem = _coupled()
+    free = solve_brute(problem.with_memory_limit(None))
+    got = relax(problem, free.objective, free_choice=free.choice)
+    slow, fast = (0, 0, 0) * BLOCKS, (1, 1, 0) * BLOCKS
+    assert got.choice == slow and got.near == fast and _close(got.cost, 16.0)
+    assert _close(improve(problem, got.choice)[1], 16.0)
+    choice, cost = improve(problem, got.choice, toward=got.near)
+    assert _close(cost, 12.0) and _close(cost, solve_brute(problem).objective)
+    assert fits(problem, evaluate(problem, choice)[1]) and sum(choice) == 4
+    assert _close(solve_lagrange(problem).objective, 12.0)
+
+
 @pytest.mark.parametrize("seed", SEEDS[::4])
 def test_moves_keep_the_assignment_fitting_and_never_dearer(seed):
     problem = binding_problem(seed)
     if problem is None:
         pytest.skip("the unconstrained optimum already has the least memory")
     best = solve_brute(problem).objective
-    starts = [min_memory(problem)[1], relax(problem, solve_brute(problem.with_memory_limit(None)).objective).choice]
-    for start in starts:
-        choice, cost = improve(problem, start)
+    got = relax(problem, solve_brute(problem.with_memory_limit(None)).objective)
+    starts = [(min_memory(problem)[1], None), (got.choice, None), (got.choice, got.near)]
+    for start, toward in starts:
+        choice, cost = improve(problem, start, toward=toward)
         objective, memory = evaluate(problem, choice)
         assert fits(problem, memory) and _close(cost, objective)
         assert objective <= evaluate(problem, start)[0] * (1 + 1e-12) and objective >= best - 1e-9
