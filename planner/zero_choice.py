@@ -124,7 +124,7 @@ class Share(Budget):
     the command's budget as ``wrap(result)``, with the least lower bound over all the stages."""
 
     def __init__(self, parent: Budget, seconds: float | None, wrap: Callable, lower: Callable[[float], float],
-                 label: str = "", share_s: float | None = None, later: int = 0):
+                 label: str = "", share_s: float | None = None, later: int = 0, pending: str = ""):
         self.share_s: float | None = None
         super().__init__(seconds, parent.clock, parent.stated_s)
         if parent.deadline is not None:
@@ -134,6 +134,7 @@ class Share(Budget):
         self.share_s = share_s  # its share of the time left (module docstring)
         self.improved_at: float | None = None  # when it last held a better plan
         self.later = later  # the stages that may still be planned after this one
+        self.pending = pending  # those the command's bound does not cover yet, in words (Offer.pending)
 
     def proof_deadline(self, bounding_s: float) -> float | None:
         """The stage's deadline, and no later than leaves each stage still to plan as long as
@@ -161,17 +162,18 @@ class Share(Budget):
 
     def offer(self, step_s: float, what: str, finish: Callable, lower_s: float | None = None) -> bool:
         kept = super().offer(step_s, what, finish, lower_s)
+        # the command's bound covers the stages planned so far and this one: it replaces the one
+        # the stages before this one left (Budget.cover), never raised by it
+        self.parent.cover(self.lower(self.lower_s))
         if kept:
             self.improved_at = self.clock()
             self.parent.offer(step_s, f"{self.label}: {what}", lambda: self.wrap(finish(), self.parent),
-                              self.lower(self.lower_s))
-        else:
-            self.parent.bound(self.lower(self.lower_s))
+                              None, self.pending)
         return kept
 
     def bound(self, lower_s: float) -> None:
         super().bound(lower_s)
-        self.parent.bound(self.lower(self.lower_s))
+        self.parent.cover(self.lower(self.lower_s))
 
 
 def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None], object], outcome: Callable[[object], Weighed],
@@ -279,6 +281,7 @@ def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Se
     planned = [f"ZeRO-{w.zero}" for w in done.values() if w.step_s is not None or w.lower_s < float("inf")]
     covered = (f"stopped while planning ZeRO-{z}: the gap stated covers " + ", ".join(planned + [f"ZeRO-{z}"])
                + (f", not ZeRO-{', ZeRO-'.join(map(str, left))} (not planned yet)" if left else ""))
+    pending = f"ZeRO-{', ZeRO-'.join(map(str, left))} not planned yet" if left else ""
     return Share(parent, seconds, lambda result, budget: wrap(result, budget, settings.with_zero(z),
                                                                covered), lower, f"ZeRO-{z}", share,
-                 len([x for x in order[order.index(z) + 1:] if x not in done]))
+                 len([x for x in order[order.index(z) + 1:] if x not in done]), pending)

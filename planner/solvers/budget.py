@@ -39,6 +39,8 @@ class Offer:
     what: str
     lower_s: float
     finish: Callable[[], Any]
+    #: the parts of the search ``lower_s`` does not cover yet, in words ("": every part)
+    pending: str = ""
 
     @property
     def gap(self) -> float:
@@ -106,15 +108,17 @@ class Budget:
 
     # --- the best answer so far -----------------------------------------------------------------
 
-    def offer(self, step_s: float, what: str, finish: Callable[[], Any], lower_s: float | None = None) -> bool:
+    def offer(self, step_s: float, what: str, finish: Callable[[], Any], lower_s: float | None = None,
+              pending: str = "") -> bool:
         """Keep this answer if it is the best so far (True); ``lower_s``: a lower bound on every
-        answer's step proven with it (the bound held is the largest proven)."""
+        answer's step proven with it (the bound held is the largest proven); ``pending``: what
+        that bound does not cover yet, in words (:attr:`Offer.pending`)."""
         if lower_s is not None:
             self.lower_s = max(self.lower_s, lower_s)
         if self.best is not None and step_s >= self.best.step_s:
             self.bound(self.lower_s)
             return False
-        self.best = Offer(step_s, what, min(self.lower_s, step_s), finish)
+        self.best = Offer(step_s, what, min(self.lower_s, step_s), finish, pending)
         self._tell()
         return True
 
@@ -123,7 +127,18 @@ class Budget:
         self.lower_s = max(self.lower_s, lower_s)
         if self.best is not None and min(self.lower_s, self.best.step_s) > self.best.lower_s:
             self.best = Offer(self.best.step_s, self.best.what, min(self.lower_s, self.best.step_s),
-                              self.best.finish)
+                              self.best.finish, self.best.pending)
+            self._tell()
+
+    def cover(self, lower_s: float) -> None:
+        """The lower bound held is now ``lower_s``, higher or lower: a search whose bound covers
+        the parts planned so far (``planner.zero_choice.Share``: the ZeRO stages), to which a new
+        part is added, replaces its bound rather than raising it (a bound over fewer parts is no
+        bound over more)."""
+        self.lower_s = lower_s
+        if self.best is not None and min(lower_s, self.best.step_s) != self.best.lower_s:
+            self.best = Offer(self.best.step_s, self.best.what, min(lower_s, self.best.step_s),
+                              self.best.finish, self.best.pending)
             self._tell()
 
     def forget(self) -> None:

@@ -144,3 +144,18 @@ def test_the_pipeline_search_ends_at_its_budget():
     if got is not None:
         assert got.prediction.memory_peak_bytes <= machine.device.mem_capacity_bytes * (1 + 1e-9)
         assert 0 <= got.stats["proven_gap"] < 1
+
+
+def test_the_progress_line_says_which_zero_stages_its_gap_leaves_out():
+    """The best plan so far is proven only over the ZeRO stages planned so far: the line says so,
+    naming the stages still to come; once none is, it says the gap alone."""
+    from dnnplan.render.progress import line
+
+    budget = Budget(20)
+    budget.offer(18.9, "ZeRO-3: pipeline 8, 24 micro-batches", lambda: None, 18.9,
+                 pending="ZeRO-1, ZeRO-0 not planned yet")
+    assert line(budget).endswith("18.9 s a step (ZeRO-3: pipeline 8, 24 micro-batches), proven optimal of the "
+                                 "ZeRO stages planned so far (ZeRO-1, ZeRO-0 not planned yet)")
+    budget.cover(17.0)
+    budget.offer(17.2, "ZeRO-1: pipeline 4", lambda: None)
+    assert line(budget).endswith("17.2 s a step (ZeRO-1: pipeline 4), within 1.2% of the optimum")

@@ -250,3 +250,25 @@ def test_out_of_time_planning_again_the_answers_own_pair_is_planned_under_the_lo
     assert real_peak(got) <= calls[1] * (1 + 1e-9) and "planned under" in got.memory_note
     lower = over.prediction.step_s * (1 - over.stats["proven_gap"])
     assert got.pipeline.stats["proven_gap"] >= 1 - lower / got.pipeline.prediction.step_s - 1e-12
+
+
+def test_the_bound_a_stage_proved_is_not_carried_over_to_the_next_stages_plans():
+    """ZeRO-3's search ends with its plan proven (its bound meets its 18.9 s step); ZeRO-1's first
+    plan, 17.2 s, is faster, but its own bound so far is 16.0 s: the command's best so far says
+    16.0 s, not ZeRO-3's 18.9 s (the progress line once called that plan proven optimal and then
+    found a 16.7 s one), and names the stages its bound does not cover yet."""
+    clock = _Clock()
+    parent = Budget(60, clock)
+    done: dict[int, Weighed] = {}
+    three = Share(parent, 60, lambda result, budget: result, lambda own: min([own] + [w.lower_s for w in done.values()]),
+                  "ZeRO-3", 20.0, later=3, pending="ZeRO-1, ZeRO-0, ZeRO-2 not planned yet")
+    three.offer(18.9, "a plan", lambda: 3, lower_s=18.9)
+    assert parent.best.gap == 0.0 and parent.best.pending == "ZeRO-1, ZeRO-0, ZeRO-2 not planned yet"
+    done[3] = Weighed(3, 18.9, lower_s=18.9)
+    one = Share(parent, 60, lambda result, budget: result, lambda own: min([own] + [w.lower_s for w in done.values()]),
+                "ZeRO-1", 20.0, later=2, pending="ZeRO-0, ZeRO-2 not planned yet")
+    one.offer(17.2, "a better plan", lambda: 1, lower_s=16.0)
+    assert parent.best.step_s == 17.2 and parent.best.lower_s == 16.0 and parent.best.gap > 0.06
+    assert parent.best.pending == "ZeRO-0, ZeRO-2 not planned yet"
+    one.bound(16.5)  # the stage's bound rises as it searches: so does the command's
+    assert parent.best.lower_s == 16.5
