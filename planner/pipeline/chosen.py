@@ -22,7 +22,9 @@ def offer(search, best: Best, out: list[Candidate], pending: list, start: float)
     (those not tried yet by their bounds); finishing it makes its :class:`PipelineChoice`."""
     budget = search.settings.budget
     rest = [Candidate(s2, m2, b2, skipped="interrupted", lower_s=b2, chunks=v2) for b2, s2, m2, v2, _ in pending]
-    lower = min([c.lower_s for c in out] + [c.lower_s for c in rest], default=best.step_s)
+    inter = search.interleaving  # a pair not interleaved yet: its interleavings may run below its 1F1B bound
+    lower = min([c.lower_s if inter is None or c.chunks != 1 or c.lower_s == float("inf")
+                 else inter.lower(c.stages, c.micro_batches, c.lower_s) for c in out + rest], default=best.step_s)
     if budget.best is not None and best.step_s >= budget.best.step_s:
         budget.bound(lower)
         return

@@ -142,6 +142,9 @@ class _Search:
         #: (S, m, V): the solver of a triple searched with gaps left, for closing them (its bisections)
         self._searched: dict[tuple[int, int, int], StageSolver] = {}
         self.pending: dict[tuple[int, int], int] = {}  # (S, m): its triples not yet searched
+        #: the default schedule's interleaving (triples.Interleaving), whose pairs not yet
+        #: interleaved bound the plans offered below their 1F1B bound (chosen.offer)
+        self.interleaving = None
         self.held: tuple[int, int] | None = None  # the best pair so far: its pricing is kept (hold)
         self.predicted: dict = {}  # the last choice's (solutions, prediction): _choice
         self.ceiling = float("inf")  # a step the caller holds already: pairs bounded at it are not searched
@@ -384,6 +387,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
             for b2, s2, m2, v2, fits in combos if fits is False]
     combos = [c for c in combos if c[4] is not False]
     then = Interleaving(search, physics_floor(net, batch, p, machine), start, _pairs) if schedule == DEFAULT else None
+    search.interleaving = then
     parallel = side_by_side(settings.parallel, compute)
     ahead = None if parallel is None else Ahead(
         search, parallel, combos, lambda k: search.best(combos[k][1], combos[k][2], chunks=combos[k][3]),

@@ -230,6 +230,15 @@ class Interleaving:
         # would price afresh (a tenth of the time or less here, the search waiting there)
         return self.search_triples(search, bounded(search.bound, more), out, None, self.start, best, later=later)
 
+    def lower(self, stages: int, m: int, bound: float) -> float:
+        """The least step any plan of ``(S, m)`` can take, 1F1B or interleaved, from its 1F1B
+        bound: the bound times :func:`saving` at its most chunks until its interleavings are
+        searched (class docstring), the bound itself once they are or where none exists."""
+        vs = chunk_counts(self.search.stack.n, stages, m, INTERLEAVED)
+        if (stages, m) in self.done or not vs:
+            return bound
+        return bound * saving(stages, m, max(vs))
+
     def rest(self, best, out: list, tolerance: float):
         """Every other pair whose interleaving could beat ``best`` by more than ``tolerance`` (class
         docstring), least bound first, until none is left or the budget ends the search; with no

@@ -91,3 +91,22 @@ def test_a_ceiling_between_the_interleaved_and_the_1f1b_best_keeps_the_interleav
     got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, settings, schedule="default",
                           prove_s=None, ceiling=ceiling)
     assert got.prediction.step_s == pytest.approx(best.prediction.step_s, rel=1e-9) and got.chunks == best.chunks
+
+
+def test_no_bound_offered_while_searching_is_above_the_interleaved_plan_found_later(tmp_path):
+    """The same widened gpt-tiny, searched under a budget: each best-so-far plan is offered with a
+    lower bound on every plan's step (the progress line's gap, Ctrl-C's answer). While a pair's
+    interleavings are not yet searched that bound is its 1F1B bound times the saving, never the
+    1F1B bound alone: no bound offered may exceed the interleaved step the search answers."""
+    from dataclasses import replace
+
+    from planner.solvers import Budget
+    from tests.unit.planner.test_zero_choice import _gpt
+
+    ctx = context.resolve(_gpt(tmp_path, 1024, 512), 8, 8, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    budget, bounds = Budget(None), []
+    budget.listener = lambda best, _elapsed: bounds.append((best.step_s, best.lower_s))
+    settings = replace(Settings(choices=TrainingChoices(optimizer="adam", precision="bf16")), budget=budget)
+    got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, settings, schedule="default", prove_s=None)
+    assert got.chunks > 1 and len(bounds) >= 2 and bounds[0][0] > got.prediction.step_s  # a 1F1B plan first
+    assert all(lower <= got.prediction.step_s * (1 + 1e-9) for _, lower in bounds), bounds
