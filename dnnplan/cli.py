@@ -139,6 +139,9 @@ class Group(TyperGroup):
             fail_line(f"{where}the system refused: {reason(err)}")
             raise typer.Exit(EXIT_SYSTEM) from None
         except Exception as err:  # noqa: BLE001 - the boundary that keeps tracebacks from users
+            if stops.stopped_by(err):  # a stop that landed inside an import (lifecycle.stops.stopped_by)
+                fail_line(f"interrupted by {stops.name()}")
+                raise typer.Exit(stops.exit_code()) from None
             if os.environ.get("DNNPLAN_DEBUG"):
                 raise
             fail_line(f"internal error: {type(err).__name__}: {err} "

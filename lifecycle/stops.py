@@ -44,6 +44,19 @@ def install() -> None:
             signal.signal(sig, _raise)
 
 
+def stopped_by(err: BaseException) -> bool:
+    """Whether ``err`` is a stop's: a ``KeyboardInterrupt`` (:class:`Stopped` too), or an error it
+    was raised from on its way out. A stop that lands while a C extension's module initialises
+    leaves that import as ``ImportError: initialization failed``, the interrupt its cause (pybind11's
+    module init: HiGHS's ``highspy``, imported when a plan's first ILP runs)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def handles(handler: object) -> bool:
     """Whether ``handler`` is one that stops the command (this module's or Python's Ctrl-C's)."""
     return handler is _raise or handler is signal.default_int_handler

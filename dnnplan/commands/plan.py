@@ -162,7 +162,9 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                                   step_context, _given(click, "batch"))
             answer = planning.plan(ctx, request, settings)
             budget.settled = True
-        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (lifecycle.stops): the best plan so far
+        except (KeyboardInterrupt, ImportError) as err:  # Ctrl-C, SIGTERM or SIGHUP (lifecycle.stops): the best plan so far
+            if not stops.stopped_by(err):
+                raise  # an import that failed by itself
             budget.request_stop()
             if budget.best is None:
                 fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s, before any plan was found")
@@ -252,7 +254,9 @@ def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: 
 
         try:
             sweeping.run(request, ctxs, budget, made)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, ImportError) as err:
+            if not stops.stopped_by(err):
+                raise  # an import that failed by itself
             budget.request_stop()
     rows = sweeping.ordered(request, rows)
     _show_sweep(request, first, rows, plot, as_json, complete=not budget.stop_requested)

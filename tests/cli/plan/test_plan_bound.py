@@ -159,3 +159,30 @@ def test_the_progress_line_says_which_zero_stages_its_gap_leaves_out():
     budget.cover(17.0)
     budget.offer(17.2, "ZeRO-1: pipeline 4", lambda: None)
     assert line(budget).endswith("17.2 s a step (ZeRO-1: pipeline 4), within 1.2% of the optimum")
+
+
+def test_a_stop_inside_an_import_during_the_search_shows_the_best_plan(monkeypatch):
+    """SIGTERM landing while the search imports a C extension (HiGHS's, at its first ILP) surfaces
+    as ImportError raised from the stop: the command answers as for any stop, the best plan so far
+    and exit 143, not an internal error."""
+    import signal as signals
+
+    from typer.testing import CliRunner
+
+    import planner.pipeline.search as search
+    from dnnplan.cli import app
+    from lifecycle import stops
+
+    def importing(*args, **kwargs):
+        stops._RECEIVED.append(signals.SIGTERM)
+        try:
+            raise stops.Stopped(signals.SIGTERM)
+        except KeyboardInterrupt as stop:
+            raise ImportError("initialization failed") from stop
+
+    monkeypatch.setattr(stops, "_RECEIVED", [])
+    monkeypatch.setattr(search, "proved", importing)  # after the pairs: a plan is held
+    got = CliRunner().invoke(app, ["plan", "gpt-tiny", "-p", "4", "-b", "8", "--machine", "dgx-a100", "--precision",
+                                   "fp16", "--pipeline", "auto", "--jobs", "1"])
+    assert got.exit_code == 143, got.output
+    assert "interrupted by SIGTERM" in got.output and "internal error" not in got.output and "step " in got.output

@@ -102,3 +102,20 @@ def test_the_command_ends_with_its_code_when_an_exit_handler_never_returns():
     """)
     assert (got.returncode, got.stdout) == (130, "the plan"), got.stderr
     assert time.monotonic() - start < 60
+
+
+def test_a_stop_that_lands_inside_an_import_is_still_a_stop():
+    """A stop raised while a C extension initialises reaches Python as ImportError('initialization
+    failed') raised from it (pybind11's module init: highspy, imported at a plan's first ILP): still
+    a stop; an import that fails by itself is not."""
+    from lifecycle import stops
+
+    try:
+        try:
+            raise stops.Stopped(15)
+        except KeyboardInterrupt as stop:
+            raise ImportError("initialization failed") from stop
+    except ImportError as err:
+        landed = err
+    assert stops.stopped_by(landed) and stops.stopped_by(KeyboardInterrupt())
+    assert not stops.stopped_by(ImportError("No module named 'highspy'"))
