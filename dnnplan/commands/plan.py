@@ -161,6 +161,10 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                                   micro_batches, planning.check_schedule(schedule, _given(click, "schedule")), prove,
                                   step_context, _given(click, "batch"))
             answer = planning.plan(ctx, request, settings)
+            if budget.stop_requested and budget.best is not None:
+                # a stop the search took as its time running out (between two ZeRO stages): the
+                # answer a stop gives, the best plan so far as interrupted, not as the time limit's
+                answer = budget.best.finish()
             budget.settled = True
         except (KeyboardInterrupt, ImportError) as err:  # Ctrl-C, SIGTERM or SIGHUP (lifecycle.stops): the best plan so far
             if not stops.stopped_by(err):

@@ -186,3 +186,26 @@ def test_a_stop_inside_an_import_during_the_search_shows_the_best_plan(monkeypat
                                    "fp16", "--pipeline", "auto", "--jobs", "1"])
     assert got.exit_code == 143, got.output
     assert "interrupted by SIGTERM" in got.output and "internal error" not in got.output and "step " in got.output
+
+
+def test_a_stop_the_search_takes_as_its_time_running_out_still_answers_as_interrupted(monkeypatch):
+    """Ctrl-C landing between two ZeRO stages ends the search as its time limit would, and the
+    planner returns the stages it planned: the command answers as for any stop (the best plan so
+    far, marked interrupted, exit 130), not as if the time limit had come first."""
+    from typer.testing import CliRunner
+
+    from dnnplan.cli import app
+    from executor.session import plan as planning
+
+    real = planning.plan
+
+    def stopped_after(ctx, request, settings):
+        got = real(ctx, request, settings)
+        settings.budget.request_stop()  # as stop_on_ctrl_c does, the planner having ended by itself
+        return got
+
+    monkeypatch.setattr(planning, "plan", stopped_after)
+    got = CliRunner().invoke(app, ["plan", "gpt-tiny", "-p", "4", "-b", "8", "--machine", "dgx-a100", "--precision",
+                                   "fp16", "--jobs", "1"])
+    assert got.exit_code == 130, got.output
+    assert "interrupted: the best plan found so far" in got.output and "time limit came first" not in got.output
