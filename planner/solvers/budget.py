@@ -124,11 +124,7 @@ class Budget:
 
     def bound(self, lower_s: float) -> None:
         """A lower bound on every answer's step, proven now (kept if higher than the one held)."""
-        self.lower_s = max(self.lower_s, lower_s)
-        if self.best is not None and min(self.lower_s, self.best.step_s) > self.best.lower_s:
-            self.best = Offer(self.best.step_s, self.best.what, min(self.lower_s, self.best.step_s),
-                              self.best.finish, self.best.pending)
-            self._tell()
+        self.cover(max(self.lower_s, lower_s))
 
     def cover(self, lower_s: float) -> None:
         """The lower bound held is now ``lower_s``, higher or lower: a search whose bound covers
