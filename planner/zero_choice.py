@@ -59,13 +59,15 @@ pairs is what covers it in the gap, closing gaps only narrows one stage's (Llama
 spent 6 s of the 20 s default closing ZeRO-3's gaps, to 0.0%, and left ZeRO-0, 1 and 2 out of
 the gap; with the reserve every stage is covered, within 2.6%). A stage after
 the first starts only while a quarter of the time limit is left (a search given less bounds few
-pipeline pairs and may spend its time on a slow one), else it is named as not planned. Each stage's search offers its plans to the
-command's budget (:class:`Share`): Ctrl-C answers with the fastest of any stage. The gap stated
-covers the stages planned: ``1 - min_z(lower_z) / step``, ``lower_z`` each planned stage's proven
-lower bound (the ceiling for a stage whose every pair it bounds), a stage where nothing fits none,
-a stage skipped by dominance that of the stage that dominates it. A stage the time limit left
-unplanned or unfinished (or Ctrl-C, not yet planned) is not covered: the answer names it
-(:func:`uncovered`, the JSON's ``uncovered_zero``) and is not called optimal.
+pipeline pairs and may spend its time on a slow one), else it is named as not planned. Each
+stage's search offers its plans to the command's budget (:class:`Share`): Ctrl-C answers with the
+fastest of any stage, in the words of the stage planned then; a stop is never taken for the time
+limit (a later stage is not named as left out by the time limit). The gap stated covers the
+stages planned: ``1 - min_z(lower_z) / step``, ``lower_z`` each planned stage's proven lower bound
+(the ceiling for a stage whose every pair it bounds), a stage where nothing fits none, a stage
+skipped by dominance that of the stage that dominates it. A stage the time limit left unplanned
+or unfinished (or Ctrl-C, not yet planned) is not covered: the answer names it (:func:`uncovered`,
+the JSON's ``uncovered_zero``) and is not called optimal.
 """
 
 from __future__ import annotations
@@ -124,7 +126,8 @@ class Share(Budget):
     the command's budget as ``wrap(result)``, with the least lower bound over all the stages."""
 
     def __init__(self, parent: Budget, seconds: float | None, wrap: Callable, lower: Callable[[float], float],
-                 label: str = "", share_s: float | None = None, later: int = 0, pending: str = ""):
+                 label: str = "", share_s: float | None = None, later: int = 0, pending: str = "",
+                 covered: str = ""):
         self.share_s: float | None = None
         super().__init__(seconds, parent.clock, parent.stated_s)
         if parent.deadline is not None:
@@ -135,6 +138,7 @@ class Share(Budget):
         self.improved_at: float | None = None  # when it last held a better plan
         self.later = later  # the stages that may still be planned after this one
         self.pending = pending  # those the command's bound does not cover yet, in words (Offer.pending)
+        self.covered = covered  # what it covers, in words, for an answer a stop finishes (Budget.covering)
 
     def proof_deadline(self, bounding_s: float) -> float | None:
         """The stage's deadline, and no later than leaves each stage still to plan as long as
@@ -164,7 +168,7 @@ class Share(Budget):
         kept = super().offer(step_s, what, finish, lower_s)
         # the command's bound covers the stages planned so far and this one: it replaces the one
         # the stages before this one left (Budget.cover), never raised by it
-        self.parent.cover(self.lower(self.lower_s))
+        self.parent.cover(self.lower(self.lower_s), self.pending, self.covered)
         if kept:
             self.improved_at = self.clock()
             self.parent.offer(step_s, f"{self.label}: {what}", lambda: self.wrap(finish(), self.parent),
@@ -173,7 +177,7 @@ class Share(Budget):
 
     def bound(self, lower_s: float) -> None:
         super().bound(lower_s)
-        self.parent.cover(self.lower(self.lower_s))
+        self.parent.cover(self.lower(self.lower_s), self.pending, self.covered)
 
 
 def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None], object], outcome: Callable[[object], Weighed],
@@ -193,6 +197,8 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
     answers: dict[int, object] = {}
     errors: list[tuple[bool, DnnplanError]] = []
     for z in order:
+        if parent is not None:
+            parent.check()  # a stop is answered as one (the best plan so far), never as the time limit
         if (why := _skip(z, done)) is not None:
             done[z] = why
             continue
@@ -218,6 +224,8 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
                 Weighed(z, lower_s=float("inf"), skipped="has no plan that fits")
             continue
         done[z] = outcome(answers[z])
+    if parent is not None:
+        parent.check()
     if not answers:
         if not errors:
             raise DnnplanError("no ZeRO stage was planned within the time limit", hint="raise --time-limit")
@@ -282,6 +290,7 @@ def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Se
     covered = (f"stopped while planning ZeRO-{z}: the gap stated covers " + ", ".join(planned + [f"ZeRO-{z}"])
                + (f", not ZeRO-{', ZeRO-'.join(map(str, left))} (not planned yet)" if left else ""))
     pending = f"ZeRO-{', ZeRO-'.join(map(str, left))} not planned yet" if left else ""
+    # finished after a stop: in the words of the stage planned then (Budget.covering), which may be a later one
     return Share(parent, seconds, lambda result, budget: wrap(result, budget, settings.with_zero(z),
-                                                               covered), lower, f"ZeRO-{z}", share,
-                 len([x for x in order[order.index(z) + 1:] if x not in done]), pending)
+                                                               budget.covering or covered), lower, f"ZeRO-{z}",
+                 share, len([x for x in order[order.index(z) + 1:] if x not in done]), pending, covered)

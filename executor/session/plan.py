@@ -125,10 +125,10 @@ def _plan(ctx: Context, request: PlanRequest, settings: Settings, given: float |
             machine_ref=request.machine_ref, fingerprint=request.fingerprint,
             zero_given="zero" in settings.choices.given, schedule=request.schedule, prove_s=request.prove_s,
             batch_given=request.batch_given), settings.budget.forget)
-    if answer.plan is None or not request.step_context:
-        return answer
+    if answer.plan is None or not request.step_context or settings.budget.stop_requested:
+        return answer  # a stop the search took as its time running out: the command answers it
     result = answer.plan  # machine `local`: checked in its step's context against the uniform plans
-    settings.budget.settle(result.step_s, lambda: result)
+    settings.budget.settle(result.step_s, lambda: answer)  # the whole answer: its ZeRO stage, its gaps
     checked, timed = step_choice.checked(result, ctx, request.network, request.machine_ref)
     return dataclasses.replace(answer, plan=checked, timed=tuple(timed))
 

@@ -309,7 +309,21 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
         "reduced_nodes": got.reduced_nodes, "build_s": round(built_s, 4), "solve_s": round(solved_s, 4),
         "total_s": round(time.perf_counter() - start, 4), "detail": "; ".join([got.detail, *notes]),
     }
-    return _no_slower_than_baselines(maker, maker.plan(choice, solver))
+    plan = _no_slower_than_baselines(maker, maker.plan(choice, solver))
+    _offer_answer(plan, got.status == "optimal", settings.budget)
+    return plan
+
+
+def _offer_answer(plan: Plan, optimal: bool, budget: Budget | None) -> None:
+    """Offer the search's answer to ``budget`` (an exact solver that ends at once offers nothing
+    before it): a stop that lands while the caller goes on (a later ZeRO stage, the pipelines)
+    answers with it, not with a slower plan offered earlier."""
+    if budget is None:
+        return
+    budget.offer(plan.step_s, "the search's plan",
+                 lambda: dataclasses.replace(plan, solver={**plan.solver, "status": "interrupted",
+                                                           "gap": budget.best.gap}),
+                 plan.step_s if optimal else None)
 
 
 def _limit_s(settings: Settings) -> float | None:

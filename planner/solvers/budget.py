@@ -62,6 +62,8 @@ class Budget:
         self.best: Offer | None = None
         self.lower_s = 0.0  # the largest lower bound proven on every answer's step
         self.settled = False  # the search is over (settle)
+        #: what the bound held covers, in words, for an answer a stop finishes (the last :meth:`cover`'s)
+        self.covering = ""
         self.listener: Callable[[Offer, float], None] | None = None
         self._shared = {"stop": False}  # with the budgets renewed from this one
 
@@ -126,15 +128,22 @@ class Budget:
         """A lower bound on every answer's step, proven now (kept if higher than the one held)."""
         self.cover(max(self.lower_s, lower_s))
 
-    def cover(self, lower_s: float) -> None:
+    def cover(self, lower_s: float, pending: str | None = None, covering: str | None = None) -> None:
         """The lower bound held is now ``lower_s``, higher or lower: a search whose bound covers
         the parts planned so far (``planner.zero_choice.Share``: the ZeRO stages), to which a new
         part is added, replaces its bound rather than raising it (a bound over fewer parts is no
-        bound over more)."""
+        bound over more). ``pending`` (:attr:`Offer.pending`) and ``covering`` (:attr:`covering`):
+        what the new bound leaves out and covers, in words, where the caller says (the answer
+        held may have been offered while fewer parts were planned)."""
         self.lower_s = lower_s
-        if self.best is not None and min(lower_s, self.best.step_s) != self.best.lower_s:
+        if covering is not None:
+            self.covering = covering
+        if self.best is None:
+            return
+        pending = self.best.pending if pending is None else pending
+        if min(lower_s, self.best.step_s) != self.best.lower_s or pending != self.best.pending:
             self.best = Offer(self.best.step_s, self.best.what, min(lower_s, self.best.step_s),
-                              self.best.finish, self.best.pending)
+                              self.best.finish, pending)
             self._tell()
 
     def forget(self) -> None:
