@@ -64,6 +64,10 @@ OPTIMIZERS = {"adam": {"type": "Adam"}, "momentum": {"type": "SGD", "params": {"
               "sgd": {"type": "SGD", "params": {"momentum": 0}}}
 #: the script and configuration names the launcher line uses
 SCRIPT, CONFIG = "train.py", "ds_config.json"
+#: what a refused recomputation tells the user: DeepSpeed's activation checkpointing reruns whole modules
+RECOMPUTE_HINT = ("DeepSpeed's activation checkpointing reruns the whole transformer layers the script wraps: "
+                  "re-plan with --no-recompute, make the plan with `dnnplan predict --recompute full --out FILE`, or "
+                  "export with --nearest")
 HINT = "DeepSpeed's JSON sets data parallelism and ZeRO; export a plan of `dnnplan predict NET --zero Z --out FILE`"
 
 
@@ -130,10 +134,10 @@ def bucket_elements(overlap: str, precision: str) -> int:
 
 def recomputes(plan: Plan, net: Network) -> bool:
     """Whether the plan recomputes every transformer layer whole (one line for another pattern)."""
-    recompute = megatron_recompute(plan, net, (blocks_of(net.layers),))
+    recompute = megatron_recompute(plan, net, (blocks_of(net.layers),), RECOMPUTE_HINT)
     if recompute.granularity == "selective" or recompute.method == "block":
         algorithms = plan.algorithms()
         first = next(layer.name for layer in net.layers if is_recomputed(algorithms.get(layer.name, "")))
         raise DnnplanError(f"recomputed {recompute.granularity}: DeepSpeed's activation checkpointing reruns whole "
-                           "modules the script wraps", layer=first, hint="re-plan with --recompute full or none")
+                           "modules the script wraps", layer=first, hint=RECOMPUTE_HINT)
     return bool(recompute.granularity)

@@ -21,7 +21,8 @@ from networks.ir import Network
 from planner.plan.plan import Plan
 
 HINT = "Megatron-LM recomputes attention's core (selective) or whole transformer layers (full): re-plan with " \
-       "--no-recompute, or make the plan with `dnnplan predict --recompute selective|full --out FILE`"
+       "--no-recompute, make the plan with `dnnplan predict --recompute selective|full --out FILE`, or export " \
+       "with --nearest"
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,11 @@ class Recompute:
     num_layers: int = 0
 
 
-def megatron_recompute(plan: Plan, net: Network, chunk_blocks: tuple[tuple[str, ...], ...]) -> Recompute:
+def megatron_recompute(plan: Plan, net: Network, chunk_blocks: tuple[tuple[str, ...], ...],
+                       hint: str = HINT) -> Recompute:
     """The plan's recomputation (module docstring); ``chunk_blocks``: the transformer layers of each
-    pipeline chunk in order (one chunk without a pipeline)."""
+    pipeline chunk in order (one chunk without a pipeline); ``hint``: what a refusal tells the user
+    (another framework that reads recomputation as Megatron-LM does names its own)."""
     algorithms = plan.algorithms()
     recomputed = [layer for layer in net.layers if is_recomputed(algorithms.get(layer.name, ""))]
     if not recomputed:
@@ -50,11 +53,11 @@ def megatron_recompute(plan: Plan, net: Network, chunk_blocks: tuple[tuple[str, 
     names = {layer.name for layer in recomputed}
     for layer in recomputed:
         if block_of(layer) is None:
-            raise DnnplanError("recomputed outside every transformer layer", layer=layer.name, hint=HINT)
+            raise DnnplanError("recomputed outside every transformer layer", layer=layer.name, hint=hint)
         partial = [name for name in layers_of[block_of(layer)] if name not in names]
         if partial:
             raise DnnplanError(f"not recomputed while {layer.name} of its transformer layer is", layer=partial[0],
-                               hint=HINT)
+                               hint=hint)
     done = {block_of(layer) for layer in recomputed}
     whole = [[b in done for b in chunk] for chunk in chunk_blocks]
     if all(all(flags) for flags in whole):
@@ -66,5 +69,5 @@ def megatron_recompute(plan: Plan, net: Network, chunk_blocks: tuple[tuple[str, 
             block = chunk[[a != b for a, b in zip(flags, want)].index(True)]
             raise DnnplanError(f"Megatron-LM's block recomputation takes the first {first} transformer layers of "
                                f"each pipeline chunk; transformer layer {block} breaks the pattern",
-                               layer=layers_of[block][0], hint=HINT)
+                               layer=layers_of[block][0], hint=hint)
     return Recompute("full", "block", first)

@@ -88,6 +88,9 @@ PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
 #: the FP8 converter as torchtitan/components/quantization/float8.py registers it
 FLOAT8_CONVERTER = "quantize.linear.float8"
 #: ops of dnnplan's transformers that torchtitan's llama-style models lack (they use RMSNorm, SwiGLU, no dropout)
+#: what a refused recomputation tells the user: torchtitan's ``activation_checkpoint`` modes
+RECOMPUTE_HINT = ("torchtitan recomputes every transformer layer whole (mode full): re-plan with --no-recompute, "
+                  "make the plan with `dnnplan predict --recompute full --out FILE`, or export with --nearest")
 FOREIGN_OPS = {"layernorm": "normalise with RMSNorm", "gelu": "use SwiGLU MLPs", "dropout": "have no dropout"}
 
 
@@ -99,14 +102,14 @@ def torchtitan_config(plan: Plan, net: Network) -> dict[str, dict[str, Any]]:
     check_model(net, layout)
     check_default_attention(plan, net, "torchtitan's models run attention by PyTorch's SDPA, which picks its "
                                        "fused kernels itself")
-    recompute = megatron_recompute(plan, net, layout.chunk_blocks)
+    recompute = megatron_recompute(plan, net, layout.chunk_blocks, RECOMPUTE_HINT)
     if recompute.granularity and recompute.method != "uniform":
         first = next(layer.name for layer in net.layers if layer.op == "attention")
         which = f" (the first {recompute.num_layers} of each chunk)" if recompute.method else ""
         raise DnnplanError(f"recomputed {recompute.granularity}{which}: torchtitan recomputes every transformer "
                            "layer whole (full), or per op or every n-th layer (selective), not attention's core "
                            "alone nor the first layers of a chunk",
-                           layer=first, hint="re-plan with --recompute full or none")
+                           layer=first, hint=RECOMPUTE_HINT)
     choices = plan.choices
     shape = gpt_shape(net)
     sections: dict[str, dict[str, Any]] = {

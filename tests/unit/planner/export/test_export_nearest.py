@@ -71,6 +71,25 @@ def test_recomputation_of_part_of_a_layer_becomes_the_frameworks():
         assert "every transformer layer whole (full)" in " ".join(got.changes)
 
 
+def test_a_refused_recomputation_names_the_frameworks_own_and_the_nearest():
+    """Part of a transformer layer recomputed: each exporter's one line says how its own framework
+    recomputes (torchtitan's and DeepSpeed's once named Megatron-LM's) and offers --nearest."""
+    full, net = uniform_plan("tiny-llama", recompute="full", optimizer="adam", precision="bf16", zero=3,
+                             machine="dgx-h100")
+    partial = swapped(full, "h1.add2", algorithm="")
+    data, dnet = data_plan("tiny-llama", devices=4, batch=8, recompute="full", optimizer="adam", precision="bf16",
+                           machine="dgx-h100")
+    for export, plan, pnet, own in ((megatron_args, partial, net, "Megatron-LM recomputes"),
+                                    (torchtitan_config, partial, net, "torchtitan recomputes"),
+                                    (deepspeed_config, swapped(data, "h1.add2", algorithm=""), dnet,
+                                     "DeepSpeed's activation checkpointing")):
+        with pytest.raises(DnnplanError) as err:
+            export(plan, pnet)
+        assert err.value.layer == "h1.add2", (export.__name__, err.value.layer)
+        assert own in err.value.hint and "--nearest" in err.value.hint, err.value.hint
+        assert "Megatron" not in err.value.hint or export is megatron_args, err.value.hint
+
+
 def net_of(plan: Plan):
     return uniform_plan(plan.network, optimizer=plan.choices.optimizer, precision=plan.choices.precision)[1]
 
