@@ -14,8 +14,11 @@ changes, each said in one line:
 - **the pipeline**: a stage cut inside a transformer layer moved to that layer's start; GPipe run
   as 1F1B where the framework lacks it (Megatron-LM);
 - **recomputation**: attention's core (selective) where the framework has it and the plan
-  recomputes attention layers but no transformer layer whole, else every transformer layer whole
-  (full): the plan recomputed to save memory, and full saves at least as much;
+  recomputes attention layers but no transformer layer whole; else, where the framework recomputes
+  the first layers of each chunk (Megatron-LM's block method), as many first transformer layers of
+  each chunk whole as the most any chunk recomputes part of; else every transformer layer whole
+  (full): the plan recomputed to save memory, and the same count of a uniform stack's transformer
+  layers recomputed whole saves at least as much;
 - **the attention kernels**: Megatron-LM runs one backend, the most common of the plan's; torchtitan
   and DeepSpeed the machine's default;
 - **ZeRO and overlap on torchtitan**: ZeRO-1, and ZeRO-0 beside other parallelism, as FSDP keeping
@@ -227,8 +230,15 @@ def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, chang
                        f"{recomputed[0].name}): {fw.name} recomputes the transformer layers the script wraps")
         return out
     whole = any(all(name in names for name in block) for block in layers_of.values())
+    chunks = _chunks(plan, net)
+    # the most transformer layers any chunk recomputes part of: as many first ones of each chunk, whole
+    first = max(sum(any(name in names for name in layers_of[b]) for b in chunk) for chunk in chunks)
     if fw.selective and not whole and any(layer.op == "attention" for layer in recomputed):
         wanted, what = {layer.name for layer in attention}, "attention's core on every transformer layer (selective)"
+    elif fw.block_recompute and first < max(map(len, chunks)):
+        wanted = {name for chunk in chunks for b in chunk[:first] for name in layers_of[b]}
+        what = ("the first transformer layer" if first == 1 else f"the first {first} transformer layers") \
+            + (" of each pipeline chunk" if len(chunks) > 1 else "") + " whole (full, block)"
     else:
         wanted, what = {name for block in layers_of.values() for name in block}, "every transformer layer whole (full)"
     changes.append(f"recomputation of {what}, where the plan recomputed {len(names)} layers (the first "
@@ -237,13 +247,17 @@ def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, chang
     return out | {name: with_recompute(out.get(name, "")) for name in wanted}
 
 
+def _chunks(plan: Plan, net: Network) -> tuple[tuple[str, ...], ...]:
+    """The transformer layers of each pipeline chunk in order (one chunk without a pipeline)."""
+    pipe = plan.pipeline
+    return (blocks_of(net.layers),) if pipe is None else \
+        tuple(blocks_of(chunk) for chunk in cut_at(net, pipe.first_layers))
+
+
 def _expressible_recompute(plan: Plan, net: Network, fw: Framework) -> bool:
     """Whether the framework states the plan's recomputation as it is (planner.export.megatron_recompute)."""
-    pipe = plan.pipeline
-    chunks = (blocks_of(net.layers),) if pipe is None else \
-        tuple(blocks_of(chunk) for chunk in cut_at(net, pipe.first_layers))
     try:
-        got = megatron_recompute(plan, net, chunks)
+        got = megatron_recompute(plan, net, _chunks(plan, net))
     except DnnplanError:
         return False
     return (got.granularity != "selective" or fw.selective) and (got.method != "block" or fw.block_recompute)

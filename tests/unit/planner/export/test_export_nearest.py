@@ -71,6 +71,28 @@ def test_recomputation_of_part_of_a_layer_becomes_the_frameworks():
         assert "every transformer layer whole (full)" in " ".join(got.changes)
 
 
+def test_megatron_recomputes_as_many_first_layers_whole_as_the_plan_recomputes_part_of():
+    """Megatron-LM's block method: a plan recomputing part of one of tiny-llama's two transformer
+    layers (not its attention, which would make it selective) becomes the first one recomputed
+    whole (--recompute-method block, 1 layer), not both; torchtitan, which lacks the method,
+    recomputes both."""
+    full, net = uniform_plan("tiny-llama", recompute="full", optimizer="adam", precision="bf16", zero=3,
+                             machine="dgx-h100")
+    h1 = [layer.name for layer in net.layers if layer.name.startswith("h1.")]
+    partial = swapped(swapped(full, "h0.add2", algorithm=""), "h0.attn", algorithm="flash")
+    for name in h1:
+        partial = swapped(partial, name, algorithm="")
+    got = nearest_plan(partial, net, "megatron", load_machine("dgx-h100"))
+    recomputed = {name for name, a in got.plan.algorithms().items() if is_recomputed(a)}
+    assert recomputed == {layer.name for layer in net.layers if layer.name.startswith("h0.")}
+    assert "the first transformer layer whole (full, block)" in " ".join(got.changes)
+    args = megatron_args(got.plan, net)
+    assert args[args.index("--recompute-method") + 1] == "block"
+    assert args[args.index("--recompute-num-layers") + 1] == "1"
+    titan = nearest_plan(partial, net, "torchtitan", load_machine("dgx-h100"))
+    assert "every transformer layer whole (full)" in " ".join(titan.changes)
+
+
 def test_a_refused_recomputation_names_the_frameworks_own_and_the_nearest():
     """Part of a transformer layer recomputed: each exporter's one line says how its own framework
     recomputes (torchtitan's and DeepSpeed's once named Megatron-LM's) and offers --nearest."""
