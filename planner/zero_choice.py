@@ -208,7 +208,6 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
             continue
         trial = dataclasses.replace(settings.with_zero(z), budget=_share(parent, z, done, settings, wrap, order))
         held = min((done[x].step_s for x in answers), default=None)
-        import time as _t, sys as _s; _t0 = _t.perf_counter()
         try:
             answers[z] = plan_at(trial, held)
         except Beaten as err:
@@ -225,7 +224,6 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
                 Weighed(z, lower_s=float("inf"), skipped="has no plan that fits")
             continue
         done[z] = outcome(answers[z])
-        print("DBG stage", z, round(_t.perf_counter() - _t0, 2), done[z].step_s, file=_s.stderr)
     if parent is not None:
         parent.check()
     if not answers:
