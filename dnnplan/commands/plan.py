@@ -108,7 +108,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     dnnplan plan llama3-70b -m dgx-a100,dgx-h100 --sweep 256,512,1024 --tokens 15T
     --gpu-hour-price dgx-a100=1.6,dgx-h100=2.5
 
-    Default batch: 32 samples a device; a language model about 4M tokens, at most 16 sequences a device.
+    Default batch: 32 samples a device; a language model about 4M tokens, at most 16 sequences a device
+    (a sweep: one batch at every point, that of --devices).
     On machine `local` the plan is checked against the uniform plans in its step's context.
 
     --emit megatron|torchtitan|deepspeed prints the plan as that framework's launch file after it
@@ -280,7 +281,7 @@ def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str
         else:
             plot_sweep(rows, plot, f"{name}, batch {ctx.batch}, {ctx.machine.name}")
     if as_json:
-        head = {"network": name, "batch": ctx.batch}
+        head = {"network": name, "batch": ctx.batch, **({"batch_assumed": ctx.batch_rule} if ctx.batch_rule else {})}
         if comparing:
             best = {k: next(({"machine": r["machine"], "devices": r["devices"]} for r in rows if r.get(k)), None)
                     for k in ("fastest", "cheapest")}
@@ -294,5 +295,7 @@ def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str
         sweep_render.compare_table(rows, name, ctx.batch, request.tokens, request.pipelines)
     else:
         sweep_render.sweep_table(rows, name, ctx.batch, ctx.machine.name)
+    if ctx.batch_rule:
+        render.console.print(f"[dim]assumed, the flag not given: --batch {ctx.batch} ({ctx.batch_rule})[/dim]")
     if plot and any("error" not in r for r in rows):
         render.console.print(f"wrote {plot}")

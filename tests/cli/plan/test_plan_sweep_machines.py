@@ -171,3 +171,17 @@ def test_ctrl_c_keeps_the_points_planned_and_exits_130(jobs):
     data = json.loads(out)
     assert not data["complete"] and 1 <= len(data["rows"]) < 8
     assert "points planned, shown above" in err
+
+
+
+def test_the_batch_a_sweep_assumes_is_said_with_the_count_it_is_the_default_of():
+    """Without --batch, a sweep plans every point at one batch, the default at --devices (1 unless
+    given), and says so under the table and in the JSON (batch_assumed)."""
+    data = _json()
+    assert data["batch"] == 16 and data["batch_assumed"].endswith(", at 1 device")  # gpt-tiny: 16 a device
+    fewer = _json("-p", "2")
+    assert fewer["batch"] == 32 and fewer["batch_assumed"].endswith(", at 2 devices")
+    given = _json("-b", "8")
+    assert given["batch"] == 8 and "batch_assumed" not in given
+    table = runner.invoke(app, [*SWEEP])
+    assert table.exit_code == 0 and "assumed, the flag not given: --batch 16" in " ".join(table.output.split())
