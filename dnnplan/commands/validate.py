@@ -23,6 +23,7 @@ from dnnplan.rerun import command_line
 from dnnplan.output import check_output, check_output_folder, write_json_file
 from dnnplan.render import execute as render, report as report_files
 from dnnplan.render.messages import fail_line, warn
+from executor.launch.interrupts import sigint_ignored
 from executor.session import validate as validation
 from executor.report.job_view import strategy_labels
 from executor.session.validate import PlanRun, RunSettings, ValidationInterrupted, ValidationReport, strategy_summary
@@ -174,7 +175,7 @@ def _keep(err: ValidationInterrupted, path: str, command: str, resumed: bool) ->
     when this run stopped before it planned)."""
     report = err.report
     if report.rows:
-        with validation.sigint_ignored():
+        with sigint_ignored():
             write_json_file(path, report.to_json())
     kept = path if report.rows or resumed else None
     render.validate_interrupted(report.rows, report.planned, kept, err.cache, command, report.repeats)

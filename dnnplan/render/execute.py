@@ -19,7 +19,6 @@ from executor.check.gradients import CheckResult
 from executor.report.compare import Comparison
 from executor.report.in_run import LABEL as IN_RUN_LABEL
 from executor.report.pipeline import bubble
-from executor.runtime.timers import PHASES
 
 console = Console(highlight=False, width=min(WIDTH, Console().width) if sys.stdout.isatty() else WIDTH)
 

@@ -34,7 +34,7 @@ from executor.launch import mpiexec as launcher
 from executor.report.compare import Comparison, comparison_json
 from executor.report import in_run
 from executor.session import step_choice
-from executor.launch.interrupts import save_timed, sigint_ignored
+from executor.launch.interrupts import save_timed
 from executor.report.repeats import plan_rows, run_order
 from executor.report.summary import best_plan_loss, is_planner, summarize
 from executor.report.job_view import non_finite_loss_warning
@@ -43,7 +43,7 @@ from executor.session.execute import (Prepared, agree_node_cores, in_run_unavail
 from executor.session.step_choice import PLANNER, uniform_plans
 from executor.launch.worker import JobResult
 from networks.errors import DnnplanError
-from planner.problem.solve import Settings, make_plan, plan_from_prediction
+from planner.problem.solve import Settings, make_plan
 from planner.plan.plan import Plan
 from planner.plan.plan_file import write_plan
 from planner.problem.full_profile import refreshed

@@ -10,7 +10,6 @@ came from. Weights' values are never read, only their shapes.
 from __future__ import annotations
 
 from networks.importers.onnx_attrs import attrs, f32, padding, pair
-from networks.importers.onnx_graph import Graph
 from networks.importers.onnx_linear import matmul_weight
 from networks.importers.onnx_map import Mapper
 from networks.importers.onnx_pool import CONVERTERS as POOLING

@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 
 from executor.backend.cuda import local_rank, shared_devices
-from executor.backend.nccl import NcclCommunicator
 from executor.backend.staging import StagedCommunicator
 
 from tests.support.doubles.fake_nccl import FakeHost, FakeNccl, HostNccl

@@ -16,7 +16,6 @@ from costmodel.frameworks.as_run import step_as_run
 from dnnplan.cli import app
 from planner.plan.plan_file import read_plan
 from profiler import context
-from costmodel.choices.training import TrainingChoices
 
 runner = CliRunner()
 GIB = 2 ** 30

@@ -285,7 +285,6 @@ def test_kept_stored_copies_are_the_scores_in_the_layers_own_format():
 
 
 def test_a_frameworks_workspace_share_and_gradient_copies_are_its_layers_transient():
-    from costmodel.compute.roofline import Roofline
     from costmodel.frameworks.kernels import FrameworkKernels
     h100, roofline, conv = _h100_conv("bf16")
     plain = roofline.workspace_bytes(conv, "im2col")
