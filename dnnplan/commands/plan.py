@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Callable
 
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
@@ -105,8 +106,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     --sweep plans at several device counts; with several machines (-m dgx-a100,dgx-h100) and a token
     budget it compares them: time and cost to train at each, the fastest and the cheapest marked
     (rows print on stderr as they finish; Ctrl-C keeps the rows made):
-    dnnplan plan llama3-70b -m dgx-a100,dgx-h100 --sweep 256,512,1024 --tokens 15T
-    --gpu-hour-price dgx-a100=1.6,dgx-h100=2.5
+    dnnplan plan llama3-70b -m dgx-a100,dgx-h100 --sweep 256,512,1024 -b 512 --precision bf16
+    --pipeline auto --tokens 15T --gpu-hour-price dgx-a100=1.6,dgx-h100=2.5
 
     Default batch: 32 samples a device; a language model about 4M tokens, at most 16 sequences a device
     (a sweep: one batch at every point, that of --devices).
@@ -140,7 +141,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             point_s=None if time_limit is None else time_limit - finish_reserve_s(time_limit),
             total_s=DEFAULT_SWEEP_LIMIT_S, most_s=DEFAULT_TIME_LIMIT_S - finish_reserve_s(DEFAULT_TIME_LIMIT_S),
             jobs=sweep_jobs)
-        plan_sweep(request, plot, as_json, refresh)
+        plan_sweep(request, plot, as_json, refresh, lambda ctx: _defaults(click, ctx))
         return
     price = None if prices is None else prices[machines[0]]
     machine = machines[0] if machine is not None else None
@@ -236,11 +237,13 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
     return refused is None
 
 
-def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: bool) -> None:
+def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: bool,
+               assumed: Callable[[Context], tuple[str, ...]] = lambda ctx: ()) -> None:
     """`dnnplan plan --sweep` (or several --machine): every machine and device count planned
     (executor.session.sweep), a line on stderr as each point finishes, then the table (strong
-    scaling on one machine, else the comparison) or the JSON; Ctrl-C (or SIGTERM, SIGHUP) shows the
-    points planned so far and exits 130."""
+    scaling on one machine, else the comparison) or the JSON, with what the command ``assumed``
+    because a flag was not given; Ctrl-C (or SIGTERM, SIGHUP) shows the points planned so far and
+    exits 130."""
     budget = search_budget(None)
     rows: list[dict] = []
     with stop_on_ctrl_c(budget):
@@ -264,7 +267,7 @@ def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: 
                 raise  # an import that failed by itself
             budget.request_stop()
     rows = sweeping.ordered(request, rows)
-    _show_sweep(request, first, rows, plot, as_json, complete=not budget.stop_requested)
+    _show_sweep(request, first, rows, plot, as_json, not budget.stop_requested, assumed(first))
     if budget.stop_requested:
         fail_line(f"interrupted by {stops.name()}: {len(rows)} of {request.size} points planned, shown above")
         end(stops.exit_code())
@@ -272,8 +275,9 @@ def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: 
 
 
 def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str | None, as_json: bool,
-                complete: bool) -> None:
-    """The sweep's table or JSON, and its plot."""
+                complete: bool, assumed: tuple[str, ...] = ()) -> None:
+    """The sweep's table or JSON, and its plot; ``assumed``: the flags not given and what they
+    were taken as (as a single plan's summary says them)."""
     name, comparing = ctx.network.name, not request.with_data
     if plot and any("error" not in r for r in rows):
         if comparing:
@@ -281,7 +285,8 @@ def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str
         else:
             plot_sweep(rows, plot, f"{name}, batch {ctx.batch}, {ctx.machine.name}")
     if as_json:
-        head = {"network": name, "batch": ctx.batch, **({"batch_assumed": ctx.batch_rule} if ctx.batch_rule else {})}
+        head = {"network": name, "batch": ctx.batch, "assumed": list(assumed),
+                **({"batch_assumed": ctx.batch_rule} if ctx.batch_rule else {})}
         if comparing:
             best = {k: next(({"machine": r["machine"], "devices": r["devices"]} for r in rows if r.get(k)), None)
                     for k in ("fastest", "cheapest")}
@@ -295,7 +300,7 @@ def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str
         sweep_render.compare_table(rows, name, ctx.batch, request.tokens, request.pipelines)
     else:
         sweep_render.sweep_table(rows, name, ctx.batch, ctx.machine.name)
-    if ctx.batch_rule:
-        render.console.print(f"[dim]assumed, the flag not given: --batch {ctx.batch} ({ctx.batch_rule})[/dim]")
+    if assumed:
+        render.console.print(f"[dim]assumed, the flag not given: {'; '.join(assumed)}[/dim]")
     if plot and any("error" not in r for r in rows):
         render.console.print(f"wrote {plot}")

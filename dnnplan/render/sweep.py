@@ -158,8 +158,8 @@ def _mix(row: dict) -> str:
     if pipe is None:
         return mix
     chunks = f", {pipe['chunks']} chunks a device" if pipe["chunks"] > 1 else ""
-    if pipe["stages"] == 1:
-        return f"{pipe['micro_batches']} micro-batches (accumulated); {mix}"
+    if pipe["stages"] == 1:  # gradient accumulation; one micro-batch is the whole batch at once
+        return mix if pipe["micro_batches"] == 1 else f"{pipe['micro_batches']} micro-batches (accumulated); {mix}"
     return f"pipeline {pipe['stages']} ({pipe['micro_batches']} micro-batches{chunks}); {mix}"
 
 

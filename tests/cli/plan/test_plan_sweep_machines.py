@@ -174,14 +174,30 @@ def test_ctrl_c_keeps_the_points_planned_and_exits_130(jobs):
 
 
 
-def test_the_batch_a_sweep_assumes_is_said_with_the_count_it_is_the_default_of():
-    """Without --batch, a sweep plans every point at one batch, the default at --devices (1 unless
-    given), and says so under the table and in the JSON (batch_assumed)."""
+def test_what_a_sweep_assumes_is_said_as_a_plans_summary_says_it():
+    """The flags not given are said under the table and in the JSON (``assumed``), as a single plan
+    says them; the batch, the same at every point, is the default at --devices (1 unless given), and
+    says the count it is the default of (the JSON's batch_assumed)."""
     data = _json()
     assert data["batch"] == 16 and data["batch_assumed"].endswith(", at 1 device")  # gpt-tiny: 16 a device
     fewer = _json("-p", "2")
     assert fewer["batch"] == 32 and fewer["batch_assumed"].endswith(", at 2 devices")
     given = _json("-b", "8")
     assert given["batch"] == 8 and "batch_assumed" not in given
-    table = runner.invoke(app, [*SWEEP])
-    assert table.exit_code == 0 and "assumed, the flag not given: --batch 16" in " ".join(table.output.split())
+    assert "--precision fp32" in data["assumed"] and "--optimizer adam (a network with attention)" in data["assumed"]
+    table = " ".join(runner.invoke(app, [*SWEEP, "--precision", "fp16"]).output.split())
+    assert "assumed, the flag not given: --optimizer adam (a network with attention); --batch 16" in table
+    assert "--precision" not in table.split("assumed, the flag not given:")[1]
+
+
+def test_a_point_of_one_micro_batch_is_not_called_accumulated():
+    """--pipeline auto: a point whose answer is the whole batch at once (one stage, one micro-batch)
+    shows its layers' mix alone; gradient accumulation says its micro-batches; a pipeline its stages."""
+    from dnnplan.render.sweep import _mix
+
+    row = {"mix": {"N+H": 641, "N+F": 2}}
+    assert _mix({**row, "pipeline": {"stages": 1, "micro_batches": 1, "chunks": 1}}) == "N+H x641, N+F x2"
+    assert _mix({**row, "pipeline": {"stages": 1, "micro_batches": 4, "chunks": 1}}).startswith(
+        "4 micro-batches (accumulated); ")
+    assert _mix({**row, "pipeline": {"stages": 2, "micro_batches": 8, "chunks": 1}}).startswith(
+        "pipeline 2 (8 micro-batches); ")
