@@ -41,7 +41,7 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
                       foreign_profile)
     train = None if budget is None else train_time(got.prediction.step_s, tokens_per_step(got.network, got.plan.batch),
                                                    got.plan.devices, budget, price)
-    render.launch(got, machine, as_json, train)
+    render.launch(got, as_json, train)
 
 
 def _given() -> dict[str, str]:

@@ -7,6 +7,7 @@ import shlex
 
 from dnnplan.render import fmt
 from dnnplan.render.console import Console
+from planner.launch_import.exported_header import header_line
 from planner.plan.plan import Plan
 
 console = Console(highlight=False, soft_wrap=True)
@@ -61,7 +62,7 @@ def prediction_lines(plan: Plan, plan_path: str, source: str, names: str) -> lis
     one) and where its ``names`` (options, keys) were read."""
     lines = []
     if plan.step_s > 0:
-        lines.append(f"# dnnplan: predicted step {plan.step_s:.4g} s on {plan.devices} devices of {plan.machine}")
+        lines.append(header_line(plan.step_s, plan.devices, plan.machine))
     lines.append(f"# from {plan_path} ({plan.network_name}); {names} as in {source}")
     return lines
 

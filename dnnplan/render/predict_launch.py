@@ -8,7 +8,6 @@ import json
 
 from rich.markup import escape
 
-from costmodel.machine.loading import DEFAULT_MACHINE
 from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
 from costmodel.step.pipeline import PipelinePrediction
 from dnnplan.render import fmt, tables
@@ -21,7 +20,7 @@ from planner.launch_import.formats import DESCRIPTIONS
 ALLOCATED = "allocated at the peak (the caching allocator's reserve on top is not modelled)"
 
 
-def launch(got: LaunchStep, machine: str | None, as_json: bool, train=None) -> None:
+def launch(got: LaunchStep, as_json: bool, train=None) -> None:
     pred, config, plan = got.prediction, got.config, got.plan
     terms = pipeline_terms(pred) if isinstance(pred, PipelinePrediction) else step_terms(pred)
     dominant, share = max(terms, key=lambda t: t[1])
@@ -29,7 +28,7 @@ def launch(got: LaunchStep, machine: str | None, as_json: bool, train=None) -> N
         print(json.dumps({
             "file": config.path, "framework": config.framework, "network": got.network_ref,
             "network_from": got.named_by, "devices": plan.devices, "devices_from": config.devices_from,
-            "machine": plan.machine, "batch": plan.batch, "layout": layout_json(got),
+            "machine": plan.machine, "machine_from": got.machine_from, "batch": plan.batch, "layout": layout_json(got),
             "step_s": pred.step_s, "step_breakdown_s": dict(terms), "dominant": dominant,
             "memory_allocated_bytes": pred.memory_allocated_bytes, "memory_reserved_bytes": pred.memory_reserved_bytes,
             "memory_limit_bytes": got.memory_limit_bytes, "mfu": got.mfu,
@@ -40,7 +39,7 @@ def launch(got: LaunchStep, machine: str | None, as_json: bool, train=None) -> N
     devices_from = "--devices" if config.devices is None else config.devices_from
     c.print(f"[bold]{escape(config.path)}[/bold]: {DESCRIPTIONS[config.framework]}; "
             f"{escape(got.network_ref)} ({escape(got.named_by)}) on {plan.devices} devices ({escape(devices_from)}) "
-            f"of {escape(plan.machine)}" + ("" if machine else f" (assumed, --machine not given: {DEFAULT_MACHINE})"))
+            f"of {escape(plan.machine)}" + ("" if got.machine_from == "--machine" else f" ({escape(got.machine_from)})"))
     c.print("layout: " + escape(layout_line(got)))
     c.print(step_line(pred.step_s, terms))
     line = comm_line(comm_parts(pred), plan.choices.overlap)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from costmodel.choices.precision import get_precision
-from costmodel.machine.loading import load_machine
+from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
 from costmodel.step.pipeline import PipelinePrediction
 from costmodel.step.prediction import StepPrediction, model_flops_utilization
 from executor.session.predict import predict_plan
@@ -20,6 +20,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from networks.loader import load_network
 from planner.export.megatron_model import gpt_shape
+from planner.launch_import.exported_header import WHERE
 from planner.launch_import.launch_config import LaunchConfig
 from planner.launch_import.trained_network import check_shape, network_ref
 from planner.launch_import.to_plan import launch_plan
@@ -40,6 +41,8 @@ class LaunchStep:
     prediction: StepPrediction | PipelinePrediction
     mfu: float
     memory_limit_bytes: float
+    #: where the machine came from, in words: "--machine", the file's dnnplan line, or assumed
+    machine_from: str = "--machine"
 
 
 def launch_step(config: LaunchConfig, network: str | None, devices: int | None, machine: str | None,
@@ -51,6 +54,12 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     ref = network_ref(config, network)
     named_by = ("--network" if network else "the file" if config.network
                 else "the zoo network of the shape the file states")
+    header = config.written_for  # a file dnnplan exported: the devices and machine it was planned for
+    if header is not None and devices is None and config.devices is None:
+        config = replace(config, devices=header[0], devices_from=WHERE)
+    machine_from = "--machine" if machine else WHERE if header is not None else \
+        f"assumed, --machine not given: {DEFAULT_MACHINE}"
+    machine = machine or (header[1] if header is not None else None)
     count = world_size(config, devices)
     choices = config.choices
     if choices.seq is not None and _own_seq(ref) == choices.seq:
@@ -62,7 +71,8 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     pred = predict_plan(plan, ctx.network, ctx)
     mfu = model_flops_utilization(ctx.network, plan.batch, pred.step_s, count, load_machine(plan.machine),
                                   get_precision(choices.precision).matmul)
-    return LaunchStep(config, ref, named_by, ctx.network, plan, pred, mfu, ctx.machine.device.mem_capacity_bytes)
+    return LaunchStep(config, ref, named_by, ctx.network, plan, pred, mfu, ctx.machine.device.mem_capacity_bytes,
+                      machine_from)
 
 
 def world_size(config: LaunchConfig, devices: int | None) -> int:

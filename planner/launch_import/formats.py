@@ -3,11 +3,13 @@ format's reader (the contract: :mod:`planner.launch_import`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import PurePath
 from typing import Callable
 
 from networks.errors import DnnplanError
 from planner.launch_import import deepspeed, megatron, torchtitan
+from planner.launch_import.exported_header import written_for
 from planner.launch_import.launch_config import LaunchConfig
 
 #: each format's reader: ``read(text, path) -> LaunchConfig``
@@ -35,4 +37,4 @@ def read_launch(text: str, path: str) -> LaunchConfig:
         raise DnnplanError(f"{DESCRIPTIONS.get(name, name)} is not read yet (dnnplan reads "
                            f"{', '.join(DESCRIPTIONS[n] for n in READERS)})", file=path,
                            hint="give Megatron-LM's arguments in a file of another suffix")
-    return reader(text, path)
+    return replace(reader(text, path), written_for=written_for(text))

@@ -65,3 +65,6 @@ class LaunchConfig:
     #: sequence (``seq``: None when the file states none; checked against the network)
     choices: TrainingChoices = TrainingChoices()
     ignored: tuple[Ignored, ...] = ()
+    #: the devices and machine the file's dnnplan line names (a file `dnnplan export` wrote:
+    #: planner.launch_import.exported_header), None without one
+    written_for: tuple[int, str] | None = None

@@ -137,6 +137,28 @@ def test_exported_then_predicted_from_the_file_gives_the_plans_step_and_memory(p
     assert got["devices"] == 16 and got["network"] == "tiny-llama"
 
 
+@pytest.mark.parametrize("to, suffix", [("megatron", "sh"), ("torchtitan", "toml")])
+def test_a_file_dnnplan_wrote_is_predicted_on_the_devices_and_machine_its_first_line_names(plans, tmp_path, to,
+                                                                                         suffix):
+    """No --devices nor --machine: the exported file's dnnplan line names them (Megatron-LM's script
+    states no world size, and no launch file names the machine); the flags still decide."""
+    path = tmp_path / f"{to}.{suffix}"
+    assert runner.invoke(app, ["export", plans["llama"], "--to", to, "--out", str(path)]).exit_code == 0
+    assert path.read_text().splitlines()[0].startswith("# dnnplan: predicted step")
+    want = json.loads(runner.invoke(app, ["predict", plans["llama"], "--json"]).output)
+    got = runner.invoke(app, ["predict", "--from", str(path), "--network", "tiny-llama", "--json"])
+    assert got.exit_code == 0, got.output
+    got = json.loads(got.output)
+    assert (got["machine"], got["machine_from"], got["devices"]) == ("dgx-h100", "the file's dnnplan line", 16)
+    assert got["step_s"] == want["step_s"]
+    other = json.loads(runner.invoke(app, ["predict", "--from", str(path), "--network", "tiny-llama", "--machine",
+                                           "dgx-a100", "--json"]).output)
+    assert (other["machine"], other["machine_from"]) == ("dgx-a100", "--machine")
+    path.write_text("\n".join(path.read_text().splitlines()[1:]))  # without the line: as before
+    bare = runner.invoke(app, ["predict", "--from", str(path), "--network", "tiny-llama", "--devices", "16"])
+    assert bare.exit_code == 0 and "assumed, --machine not given: dgx-a100" in " ".join(bare.output.split())
+
+
 def test_a_bad_key_in_a_file_predicted_is_one_line(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text("[parallelism]\ntensor_parallel_degre = 2\n")
