@@ -87,10 +87,10 @@ COMM_BACKENDS = {"alltoall": "standard", "flex": "deepep"}
 PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
 #: the FP8 converter as torchtitan/components/quantization/float8.py registers it
 FLOAT8_CONVERTER = "quantize.linear.float8"
-#: ops of dnnplan's transformers that torchtitan's llama-style models lack (they use RMSNorm, SwiGLU, no dropout)
 #: what a refused recomputation tells the user: torchtitan's ``activation_checkpoint`` modes
 RECOMPUTE_HINT = ("torchtitan recomputes every transformer layer whole (mode full): re-plan with --no-recompute, "
                   "make the plan with `dnnplan predict --recompute full --out FILE`, or export with --nearest")
+#: ops of dnnplan's transformers that torchtitan's llama-style models lack (they use RMSNorm, SwiGLU, no dropout)
 FOREIGN_OPS = {"layernorm": "normalise with RMSNorm", "gelu": "use SwiGLU MLPs", "dropout": "have no dropout"}
 
 
