@@ -7,7 +7,7 @@ import shlex
 
 from dnnplan.render import fmt
 from dnnplan.render.console import Console
-from planner.launch_import.exported_header import header_line
+from planner.export.exported_header import header_line
 from planner.plan.plan import Plan
 
 console = Console(highlight=False, soft_wrap=True)

@@ -20,7 +20,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from networks.loader import load_network
 from planner.export.megatron_model import gpt_shape
-from planner.launch_import.exported_header import WHERE
+from planner.export.exported_header import WHERE
 from planner.launch_import.launch_config import LaunchConfig
 from planner.launch_import.trained_network import check_shape, network_ref
 from planner.launch_import.to_plan import launch_plan

@@ -9,7 +9,7 @@ from typing import Callable
 
 from networks.errors import DnnplanError
 from planner.launch_import import deepspeed, megatron, torchtitan
-from planner.launch_import.exported_header import written_for
+from planner.export.exported_header import written_for
 from planner.launch_import.launch_config import LaunchConfig
 
 #: each format's reader: ``read(text, path) -> LaunchConfig``

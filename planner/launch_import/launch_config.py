@@ -66,5 +66,5 @@ class LaunchConfig:
     choices: TrainingChoices = TrainingChoices()
     ignored: tuple[Ignored, ...] = ()
     #: the devices and machine the file's dnnplan line names (a file `dnnplan export` wrote:
-    #: planner.launch_import.exported_header), None without one
+    #: planner.export.exported_header), None without one
     written_for: tuple[int, str] | None = None
