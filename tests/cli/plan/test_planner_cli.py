@@ -135,8 +135,8 @@ def test_plan_errors_are_one_line_exit_2(args, text):
 
 
 def test_ilp_solver_option_gives_the_same_plan_step():
-    a = json.loads(runner.invoke(app, ["plan", "lenet5", "-p", "4", "--json"]).output)
+    a = json.loads(runner.invoke(app, ["plan", "lenet5", "-p", "4", "--json"]).stdout)
     b = json.loads(runner.invoke(app, ["plan", "lenet5", "-p", "4", "--json", "--solver", "ilp",
-                                       "--time-limit", "60"]).output)
+                                       "--time-limit", "60"]).stdout)
     assert b["solver"]["solver"].startswith("ilp") and b["solver"]["time_limit_s"] == 60
     assert a["step_s"] == pytest.approx(b["step_s"], rel=1e-9)
