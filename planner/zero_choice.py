@@ -290,7 +290,8 @@ def _share(parent: Budget | None, z: int, done: dict[int, Weighed], settings: Se
     covered = (f"stopped while planning ZeRO-{z}: the gap stated covers " + ", ".join(planned + [f"ZeRO-{z}"])
                + (f", not ZeRO-{', ZeRO-'.join(map(str, left))} (not planned yet)" if left else ""))
     pending = f"ZeRO-{', ZeRO-'.join(map(str, left))} not planned yet" if left else ""
-    # finished after a stop: in the words of the stage planned then (Budget.covering), which may be a later one
+    # finished after a stop: in the words of the stage planned then (Budget.covering, which every
+    # Share sets before it offers), which may be a later one
     return Share(parent, seconds, lambda result, budget: wrap(result, budget, settings.with_zero(z),
-                                                               budget.covering or covered), lower, f"ZeRO-{z}",
+                                                               budget.covering), lower, f"ZeRO-{z}",
                  share, len([x for x in order[order.index(z) + 1:] if x not in done]), pending, covered)

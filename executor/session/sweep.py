@@ -46,7 +46,7 @@ class SweepRequest:
     network: str
     machines: tuple[str, ...]
     counts: tuple[int, ...]
-    devices: int | None = None  # --devices: the default batch is the one of this count (None: of 1)
+    devices: int = 1  # --devices: the default batch is the one of this count
     batch: int | None = None
     profile: str | None = None
     refresh: bool = False
@@ -77,10 +77,10 @@ def contexts(request: SweepRequest) -> dict[str, Context]:
                            "computer as it plans", hint="drop --sweep-jobs for machine local")
     out = {}
     for name in request.machines:
-        ctx = context.resolve(request.network, request.devices or 1, request.batch, name, request.profile,
+        ctx = context.resolve(request.network, request.devices, request.batch, name, request.profile,
                               request.refresh, request.choices, request.foreign_profile, network_defaults=True)
         if request.batch is None:  # one batch at every point, the default at one count: said with its count
-            at = request.devices or 1
+            at = request.devices
             ctx = dataclasses.replace(ctx, batch_rule=f"{ctx.batch_rule}, at {at} device{'s' * (at > 1)}")
         out[name] = ctx
     return out
