@@ -49,7 +49,7 @@ def imported_spec(name_or_path: str, seq: int | None = None) -> tuple[str, str, 
     ``name_or_path`` (:func:`is_importable`); a ``.json`` network spec comes back as it is."""
     path = Path(name_or_path)
     if path.suffix.lower() == ".onnx":
-        from networks.importers.onnx_import import import_onnx  # noqa: PLC0415 - deferred (module docstring)
+        from networks.importers.onnx.importer import import_onnx  # noqa: PLC0415 - deferred (module docstring)
 
         data = read_bytes(path, "ONNX model", limit=MAX_ONNX_BYTES)
         return import_onnx(data, str(path), seq, name=_model_name(path)), str(path), True
@@ -63,7 +63,7 @@ def imported_spec(name_or_path: str, seq: int | None = None) -> tuple[str, str, 
     text = read_text(path, HF_WHAT if path.name == CONFIG else "Hugging Face config or network spec")
     if path.name != CONFIG and not _is_hf_config(text):
         return text, str(path), False  # a network spec written as JSON
-    from networks.importers.hf_import import import_config  # noqa: PLC0415 - deferred (module docstring)
+    from networks.importers.hf.importer import import_config  # noqa: PLC0415 - deferred (module docstring)
 
     return import_config(text, str(path), seq, name=_model_name(path)), str(path), True
 

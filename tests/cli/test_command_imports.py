@@ -23,7 +23,7 @@ main()
 #: what planning one point on a shipped machine never runs
 NOT_PLANNING = ("executor.session.execute", "executor.runtime", "executor.launch", "executor.ops", "executor.comm",
                 "executor.backend", "executor.probes", "kernels", "profiler.ondemand", "planner.launch_import",
-                "networks.importers.hf_import", "networks.importers.onnx_import")
+                "networks.importers.hf.importer", "networks.importers.onnx.importer")
 
 
 def loaded(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:

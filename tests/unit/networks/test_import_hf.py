@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from dnnplan.cli import app
 from networks.analysis import summarize
 from networks.errors import DnnplanError
-from networks.importers.hf_import import import_config
+from networks.importers.hf.importer import import_config
 from networks.loader import load_network
 from networks.ops.catalogue import OPS
 

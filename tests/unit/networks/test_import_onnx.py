@@ -19,7 +19,7 @@ from costmodel.compute.roofline import Roofline
 from costmodel.machine.loading import load_machine
 from networks.analysis import summarize
 from networks.errors import DnnplanError
-from networks.importers.onnx_import import import_onnx
+from networks.importers.onnx.importer import import_onnx
 from networks.loader import load_network
 from networks.spec import parse_network
 from planner.problem.solve import make_plan

@@ -113,8 +113,8 @@ DEFERRED = {
     "executor.session.execute": "the executor's run machinery: `plan` needs it on machine `local` only",
     "executor.probes.step_kernels": "with it, weighing plans in their step's context (machine `local`)",
     "profiler.ondemand": "the on-demand profiler and its kernels: machine `local` only",
-    "networks.importers.hf_import": "the Hugging Face importer: a config given instead of a network",
-    "networks.importers.onnx_import": "the ONNX importer: an ONNX file given instead of a network",
+    "networks.importers.hf.importer": "the Hugging Face importer: a config given instead of a network",
+    "networks.importers.onnx.importer": "the ONNX importer: an ONNX file given instead of a network",
     ".ilp": "the ILP (PuLP, HiGHS) in planner.solvers: most problems are solved whole by graph reduction",
 }
 

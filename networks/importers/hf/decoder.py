@@ -1,11 +1,11 @@
 """A decoder-only language model as a Hugging Face config describes it, and what the op catalogue
 must have to express it.
 
-The family readers (:mod:`networks.importers.hf_families`) fill a :class:`Decoder`; the checks
+The family readers (:mod:`networks.importers.hf.families`) fill a :class:`Decoder`; the checks
 here ask the op catalogue (:data:`networks.ops.catalogue.OPS`) for every op and parameter the model
 needs (grouped-query attention needs the attention op's ``kv_heads``, a mixture of experts the
 ``moe`` op), so a feature is refused while the catalogue lacks it and imported the moment it is
-there; the spec writer (:mod:`networks.importers.hf_spec`) then writes it.
+there; the spec writer (:mod:`networks.importers.hf.spec`) then writes it.
 """
 
 from __future__ import annotations

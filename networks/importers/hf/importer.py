@@ -1,19 +1,19 @@
 """A Hugging Face ``config.json`` -> the equivalent network spec (YAML text). Pure: text in, text out.
 
 Reads ``model_type`` and hands the config to its family's reader
-(:data:`networks.importers.hf_families.FAMILIES`), checks that the op catalogue can express what it
-found (:func:`networks.importers.hf_decoder.check_expressible`) and writes the spec
-(:func:`networks.importers.hf_spec.decoder_spec`). Only causal language models are imported: the
+(:data:`networks.importers.hf.families.FAMILIES`), checks that the op catalogue can express what it
+found (:func:`networks.importers.hf.decoder.check_expressible`) and writes the spec
+(:func:`networks.importers.hf.spec.decoder_spec`). Only causal language models are imported: the
 head is the LM head over the vocabulary, trained with the next-token loss.
 """
 
 from __future__ import annotations
 
 from networks.errors import DnnplanError, short
-from networks.importers.hf_config import Config, parse_config
-from networks.importers.hf_decoder import check_expressible
-from networks.importers.hf_families import FAMILIES
-from networks.importers.hf_spec import decoder_spec
+from networks.importers.hf.config import Config, parse_config
+from networks.importers.hf.decoder import check_expressible
+from networks.importers.hf.families import FAMILIES
+from networks.importers.hf.spec import decoder_spec
 
 #: Head classes (``architectures``) whose model is the decoder plus an LM head.
 LM_HEADS = ("ForCausalLM", "LMHeadModel")

@@ -3,16 +3,16 @@
 
 Each converter reads the node's attributes and weights' shapes, refuses in one line what the
 catalogue op cannot say (asymmetric padding, an exact-erf GELU, a layer norm without bias...), and
-emits the layer through :meth:`networks.importers.onnx_map.Mapper.emit`, each number with where it
+emits the layer through :meth:`networks.importers.onnx.map.Mapper.emit`, each number with where it
 came from. Weights' values are never read, only their shapes.
 """
 
 from __future__ import annotations
 
-from networks.importers.onnx_attrs import attrs, f32, padding, pair
-from networks.importers.onnx_linear import matmul_weight
-from networks.importers.onnx_map import Mapper
-from networks.importers.onnx_pool import CONVERTERS as POOLING
+from networks.importers.onnx.attrs import attrs, f32, padding, pair
+from networks.importers.onnx.linear import matmul_weight
+from networks.importers.onnx.map import Mapper
+from networks.importers.onnx.pool import CONVERTERS as POOLING
 from networks.importers.values import Val
 from networks.ops.base import prod
 from networks.ops.catalogue import OPS

@@ -1,8 +1,8 @@
 """An ONNX model -> the equivalent network spec (YAML text). Pure: bytes in, text out.
 
-The graph is read (:class:`networks.importers.onnx_graph.Graph`), its attention regions found
-(:mod:`networks.importers.onnx_attention`), every data node mapped to a layer
-(:mod:`networks.importers.onnx_map`, :mod:`networks.importers.onnx_convert`), and a
+The graph is read (:class:`networks.importers.onnx.model_graph.Graph`), its attention regions found
+(:mod:`networks.importers.onnx.attention`), every data node mapped to a layer
+(:mod:`networks.importers.onnx.map`, :mod:`networks.importers.onnx.convert`), and a
 ``softmax_cross_entropy`` loss put on the graph's output (the logits; a softmax there is the loss's
 own). The spec is then read back, and its parameter count must equal the graph's trainable
 weights' (batch-norm statistics are not parameters; a tied head's table counts once): a mapping
@@ -12,10 +12,10 @@ that lost or invented a weight is refused rather than written.
 from __future__ import annotations
 
 from networks.errors import DnnplanError, short
-from networks.importers.onnx_attention import Region, find_regions
-from networks.importers.onnx_convert import CONVERTERS
-from networks.importers.onnx_graph import Graph, parse_model
-from networks.importers.onnx_map import Act, Mapper, Rec, walk
+from networks.importers.onnx.attention import Region, find_regions
+from networks.importers.onnx.convert import CONVERTERS
+from networks.importers.onnx.model_graph import Graph, parse_model
+from networks.importers.onnx.map import Act, Mapper, Rec, walk
 from networks.importers.spec_out import header, item, scalar
 from networks.importers.values import Val
 from networks.ops.catalogue import OPS

@@ -3,8 +3,8 @@ spatial axes (how ``torch.export`` writes an adaptive average pool to 1x1)."""
 
 from __future__ import annotations
 
-from networks.importers.onnx_attrs import attrs, padding, pair
-from networks.importers.onnx_map import Mapper
+from networks.importers.onnx.attrs import attrs, padding, pair
+from networks.importers.onnx.map import Mapper
 from networks.importers.values import Val
 
 

@@ -2,14 +2,14 @@
 
 Exporters compute the mask from constants and the inputs' shapes (GPT-2's is a few dozen nodes of
 ``Range``, ``CumSum``, comparisons and ``Where``); it is evaluated here with ONNX's reference
-evaluator (:meth:`networks.importers.onnx_graph.Graph.const`) at the graph's sequence length and
+evaluator (:meth:`networks.importers.onnx.model_graph.Graph.const`) at the graph's sequence length and
 compared with the lower-triangular pattern of a causal mask. A mask that depends on the input data
 (a padding mask from an ``attention_mask`` input) is refused.
 """
 
 from __future__ import annotations
 
-from networks.importers.onnx_graph import Graph
+from networks.importers.onnx.model_graph import Graph
 
 #: An additive mask entry at or below this hides its score (exporters use -inf or the dtype's minimum).
 HIDDEN = -1e4

@@ -8,12 +8,12 @@ The block is the pre-norm transformer block (docs/network-spec.md): ``x + attn(n
 A mixture of experts replaces the MLP with one ``moe`` layer (the zoo's ``mixtral-8x7b``). Parameters
 the catalogue has only once another op lands (``kv_heads``, ``head_dim``, ``qkv_bias``, the ``moe`` op)
 are written only where the model needs them, after
-:func:`networks.importers.hf_decoder.check_expressible` has found them in the catalogue.
+:func:`networks.importers.hf.decoder.check_expressible` has found them in the catalogue.
 """
 
 from __future__ import annotations
 
-from networks.importers.hf_decoder import Decoder
+from networks.importers.hf.decoder import Decoder
 from networks.importers.spec_out import header, item, scalar
 from networks.importers.values import Val
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from networks.importers.hf_config import Config
-from networks.importers.hf_decoder import Decoder, Experts
+from networks.importers.hf.config import Config
+from networks.importers.hf.decoder import Decoder, Experts
 from networks.importers.values import Val, derived
 
 #: Activations the catalogue's ``gelu`` op computes: the tanh approximation (GPT-2's gelu_new).

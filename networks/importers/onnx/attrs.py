@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from networks.importers.onnx_graph import Graph
+from networks.importers.onnx.model_graph import Graph
 
 
 def attrs(g: Graph, k: int) -> dict:

@@ -2,7 +2,7 @@
 ``Add`` of a vector weight or Gemm's third input) and the reshapes exporters put around them
 ((B, S, D) -> (B*S, D) before a 2-D Gemm and back after it).
 
-The attention pattern (:mod:`networks.importers.onnx_attention`) uses these to find its query, key,
+The attention pattern (:mod:`networks.importers.onnx.attention`) uses these to find its query, key,
 value and output projections; a reshape counts as part of a unit only when it keeps the last axis
 (it regroups the leading ones, which the spec's per-sample shapes do not see).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from networks.importers.onnx_graph import Graph
+from networks.importers.onnx.model_graph import Graph
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from networks.importers.onnx_graph import Graph
-from networks.importers.onnx_linear import Unit, unit_ending_at, unit_reading
-from networks.importers.onnx_mask import mask_causal
+from networks.importers.onnx.model_graph import Graph
+from networks.importers.onnx.linear import Unit, unit_ending_at, unit_reading
+from networks.importers.onnx.mask import mask_causal
 
 #: Ops between a projection and the head-shaped q, k or v (and back to the output projection).
 HEAD_OPS = ("Reshape", "Transpose", "Split", "Slice", "Squeeze", "Unsqueeze", "Identity", "Cast", "Mul", "Div",

@@ -2,9 +2,9 @@
 activations each ONNX value stands for.
 
 Every node that reads the input data is mapped by its op type's converter
-(:data:`networks.importers.onnx_convert.CONVERTERS`); nodes that compute only from constants and
+(:data:`networks.importers.onnx.convert.CONVERTERS`); nodes that compute only from constants and
 shapes are left out (their values are read where a converter needs them); the nodes of an attention
-region (:mod:`networks.importers.onnx_attention`) become one ``attention`` layer. Each layer's
+region (:mod:`networks.importers.onnx.attention`) become one ``attention`` layer. Each layer's
 output shape is worked out by the op catalogue's own shape rule and checked against the shape ONNX
 infers for the node, so a mapping that would change the model is refused at the node.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from networks.errors import DnnplanError, short
-from networks.importers.onnx_graph import Graph
+from networks.importers.onnx.model_graph import Graph
 from networks.importers.values import Val
 from networks.ops.base import REQUIRED, ShapeError, coerce, prod
 from networks.ops.catalogue import OPS
@@ -77,7 +77,7 @@ class Mapper:
     def use(self, weight: str, trainable: bool = True, k: int | None = None) -> tuple[int, ...]:
         """Count ``weight`` as a parameter of the layer being emitted (``trainable``: not a running
         statistic); a weight already held by another layer is refused (only a tied LM head shares one,
-        and :func:`networks.importers.onnx_convert.linear` says so itself)."""
+        and :func:`networks.importers.onnx.convert.linear` says so itself)."""
         if weight in self.owner and k is not None:
             raise self.g.fail(k, f"uses the weight {short(weight)} of layer '{self.owner[weight]}' again; "
                               "layers sharing weights (other than a tied LM head) are not expressible")
