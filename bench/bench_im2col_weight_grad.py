@@ -1,4 +1,4 @@
-"""im2col's two weight-gradient forms, side by side (kernels.conv_im2col).
+"""im2col's two weight-gradient forms, side by side (kernels.conv.im2col).
 
 Per sample (one GEMM per sample, then a sum over the batch) against the batch folded into one GEMM,
 on 3x3 'same' convolutions of lenet5, alexnet-like and ResNet-18 (64x64, 8 samples) shapes, one
@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-from kernels import conv_im2col  # noqa: E402
-from kernels._conv_common import make_geom  # noqa: E402
+from kernels.conv import im2col as conv_im2col  # noqa: E402
 from kernels.conv import conv2d_backward_weights  # noqa: E402
+from networks.ops.conv_geometry import make_geom  # noqa: E402
 
 SHAPES = [  # (N, C, H=W, F, K): lenet5, alexnet and ResNet-18 at 64x64 layers, 'same' padding
     (256, 1, 32, 6, 5), (256, 6, 14, 16, 5), (256, 1, 32, 6, 3), (256, 6, 14, 16, 3),

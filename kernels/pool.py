@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy
 
-from kernels._conv_common import pair, quad
 from kernels.dispatch import device_kernel
 from kernels.xp import module_of
+from networks.ops.conv_geometry import pair, quad
 
 
 def pool_output_size(size, k, s, pad_lo, pad_hi, dil=1, ceil_mode=False) -> int:

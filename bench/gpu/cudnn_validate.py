@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kernels._conv_common import make_geom  # noqa: E402
 from kernels.cuda import attention, conv, libs  # noqa: E402
 from kernels.cuda.engines import FAMILIES, TOP_K, family_filter  # noqa: E402
 from kernels.cuda.precision import set_precision, storage_of  # noqa: E402
+from networks.ops.conv_geometry import make_geom  # noqa: E402
 
 #: (x shape, w shape, stride, padding, dilation, groups): a ResNet 3x3, a grouped strided dilated one
 CONVS = (((8, 64, 14, 14), (64, 64, 3, 3), 1, 1, 1, 1), ((2, 6, 9, 7), (4, 3, 3, 3), (2, 1), (1, 1, 0, 0), (1, 2), 2))

@@ -21,7 +21,6 @@ import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from kernels._conv_common import make_geom  # noqa: E402
 from kernels.cuda import libs  # noqa: E402
 from kernels.cuda.conv import _build  # noqa: E402
 from kernels.cuda.cudnn_graphs import execute  # noqa: E402
@@ -29,6 +28,7 @@ from kernels.cuda.engines import FAMILIES, TOP_K, family_filter  # noqa: E402
 from kernels.cuda.launch import from_float32  # noqa: E402
 from kernels.cuda.precision import set_precision, storage_of  # noqa: E402
 from kernels.xp import storage_dtype  # noqa: E402
+from networks.ops.conv_geometry import make_geom  # noqa: E402
 
 SHAPES = ((64, 256, 14, 14, 256, 3), (64, 64, 56, 56, 64, 3), (64, 1024, 14, 14, 256, 1))
 PRECISIONS = ("fp32", "tf32", "bf16")

@@ -33,7 +33,7 @@ def local_cost(local: LocalLayer) -> LayerCost:
 def algorithm_factor(local: LocalLayer, algorithm: str) -> float:
     """Work of a convolution algorithm relative to direct convolution, every transform and product
     of the algorithm counted (networks.ops.conv.winograd_work, fft_work); the backward passes run
-    the same algorithm (kernels.conv_winograd, conv_fft), so the same factor prices them."""
+    the same algorithm (kernels.conv.winograd, .fft), so the same factor prices them."""
     if local.layer.op != "conv2d" or algorithm in ("direct", "im2col", ""):
         return 1.0
     c, h, w = local.in_shapes[0]

@@ -28,7 +28,6 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kernels._conv_common import make_geom
 from kernels.cuda import libs
 from kernels.cuda import precision as process_precision
 from kernels.cuda.cudnn_graphs import WORKSPACE_VERSION, cudnn_type, execute, handle, strides, workspace
@@ -36,6 +35,7 @@ from kernels.cuda.engines import TOP_K, NoteFilter, family_filter
 from kernels.cuda.launch import fits, from_float32, i32, i64, run, spin
 from kernels.cuda.precision import precision_of
 from kernels.cuda.reduce import channel_sums
+from networks.ops.conv_geometry import make_geom
 
 PASSES = ("fwd", "bwd_data", "bwd_weights")
 

@@ -95,7 +95,7 @@ def splits(p, in_shapes, out_shape):
     return tuple(out)
 
 
-#: Winograd F(m x m, 3 x 3): the output tile m (kernels.conv_winograd's default, F(2x2, 3x3)).
+#: Winograd F(m x m, 3 x 3): the output tile m (kernels.conv.winograd's default, F(2x2, 3x3)).
 WINOGRAD_TILE = 2
 #: Real multiply-adds of one real-input FFT of n points per n*log2(n): the radix-2 complex FFT's
 #: 5 n log2 n real flops (Cooley-Tukey), halved for real input, halved again from flops to MACs.
@@ -125,7 +125,7 @@ def fft_work(n: int, c: int, f: int, hp: int, wp: int) -> int:
     Hoefler 2019, App. B.3] with its constant made explicit: a real FFT of each of the
     Cout*Cin + N*Cin + N*Cout planes (FFT_MACS_PER_NLOGN * HpWp log2 HpWp each), and the product
     on the Hp*(Wp/2+1) complex bins of a real FFT, each complex multiply-add four real ones
-    (kernels.conv_fft transforms the padded plane, its size exactly what avoids circular aliasing)."""
+    (kernels.conv.fft transforms the padded plane, its size exactly what avoids circular aliasing)."""
     size = hp * wp
     transforms = FFT_MACS_PER_NLOGN * size * math.log2(max(size, 2)) * (f * c + n * c + n * f)
     return int(transforms) + 4 * hp * (wp // 2 + 1) * n * c * f

@@ -2,7 +2,7 @@
 output size, and the padded and dilated extents every algorithm works from.
 
 Padding is asymmetric ``(top, bottom, left, right)`` because a spatially split rank pads only at
-the global border. The kernels (kernels/conv_*.py) run on it; the workspace each algorithm
+the global border. The kernels (kernels/conv/) run on it; the workspace each algorithm
 allocates (networks.ops.conv_workspace) is a function of it, shared by the kernels and the cost model.
 """
 

@@ -1,6 +1,6 @@
 """The temporary buffers each convolution algorithm allocates, beyond its inputs and its result,
 for each pass (pure): one closed form per algorithm, read off the kernels' implementations
-(kernels/conv_direct.py, conv_im2col.py, conv_fft.py, conv_winograd.py list their buffers in their
+(kernels/conv/direct.py, im2col.py, fft.py, winograd.py list their buffers in their
 docstrings). The kernels report the same sum through their ``trace`` argument and the tests check
 that the two agree; the cost model counts a layer's workspace from here, so what it predicts is
 what the kernels allocate (the largest temporaries; O(F*C) per-offset scratch and library
@@ -65,7 +65,7 @@ def im2col_elems(g: ConvGeom, pass_name: str, per_sample: bool | None = None) ->
 
 def fft_events(g: ConvGeom, pass_name: str, itemsize: int) -> list[int]:
     """The bytes of each buffer the FFT algorithm allocates (positive) and lets go (negative), in
-    the order it does (kernels/conv_fft.py): the operands cast (float16 runs in float32), padded or
+    the order it does (kernels/conv/fft.py): the operands cast (float16 runs in float32), padded or
     spread; each operand's spectrum through its rows' spectrum; the frequency-major copies; their
     product; the product reordered; the inverse through its column pass."""
     half = itemsize == 2

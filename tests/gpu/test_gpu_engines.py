@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from kernels._conv_common import make_geom
 from kernels.cuda import conv, engines, libs, precision
 from kernels.cuda.engines import FAMILIES, NoteFilter, families_of, family_filter, parse_plan_name, precision_filter
+from networks.ops.conv_geometry import make_geom
 
 from tests.support.doubles.fake_cudnn import fake_module
 from tests.support.paths import BENCH

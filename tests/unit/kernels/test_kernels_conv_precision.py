@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import conv_winograd
-from kernels._conv_common import make_geom
+from kernels.conv import winograd as conv_winograd
+from networks.ops.conv_geometry import make_geom
 from kernels.conv import CONV_ALGORITHMS, conv2d_backward_data, conv2d_backward_weights, conv2d_forward
 
 from tests.support.conv_cases import CASES, _data, _rel, naive_backward, naive_forward

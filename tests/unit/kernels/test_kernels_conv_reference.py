@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernels import conv_im2col
-from kernels._conv_common import make_geom
+from kernels.conv import im2col as conv_im2col
+from networks.ops.conv_geometry import make_geom
 from kernels.conv import (CONV_ALGORITHMS, PASS_FALLBACK, conv2d_backward_data, conv2d_backward_weights,
                           conv2d_forward, conv_applicable, conv_output_hw, conv_workspace_bytes, kernel_run)
 from networks.ops.conv_workspace import peak

@@ -16,8 +16,9 @@ Buffers (the workspace, see ``conv_workspace_bytes``):
 
 from __future__ import annotations
 
-from kernels._conv_common import ConvGeom, crop, let_go, note, pad_input, padded_zeros
+from kernels.conv.buffers import crop, let_go, note, pad_input, padded_zeros
 from kernels.xp import module_of
+from networks.ops.conv_geometry import ConvGeom
 from networks.ops.conv_workspace import PER_SAMPLE_MAX_ELEMS, per_sample_products
 
 

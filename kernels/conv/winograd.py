@@ -33,8 +33,9 @@ import functools
 
 import numpy
 
-from kernels._conv_common import ConvGeom, crop, note
+from kernels.conv.buffers import crop, note
 from kernels.xp import module_of
+from networks.ops.conv_geometry import ConvGeom
 from networks.ops.conv_workspace import DEFAULT_TILE, rotated_geom, winograd_tiles
 
 # Lavin and Gray's (CVPR 2016) matrices, stored as (B^T, G, A^T).

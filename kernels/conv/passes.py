@@ -1,8 +1,8 @@
 """2-D convolution: the dispatcher over the four algorithms, and their workspace sizes.
 
 ``conv2d_forward``, ``conv2d_backward_data`` and ``conv2d_backward_weights`` take the algorithm by
-name and run exactly that algorithm's implementation (``conv_direct``, ``conv_im2col``, ``conv_fft``,
-``conv_winograd``). Padding is asymmetric ``(top, bottom, left, right)``; weights are
+name and run exactly that algorithm's implementation (:mod:`kernels.conv.direct`, ``.im2col``, ``.fft``,
+``.winograd``). Padding is asymmetric ``(top, bottom, left, right)``; weights are
 ``(F, C/groups, KH, KW)``; the computation is a cross-correlation (as cuDNN and PyTorch).
 
 Applicability (``conv_applicable``):
@@ -16,10 +16,11 @@ should still look a pass up through ``kernel_run`` in case a fallback is ever ad
 
 from __future__ import annotations
 
-from kernels import conv_direct, conv_fft, conv_im2col, conv_winograd
-from kernels._conv_common import add_bias, conv_output_hw, make_geom, pair
+from kernels.conv import direct, fft, im2col, winograd
+from kernels.conv.buffers import add_bias
 from kernels.dispatch import device_kernel
 from kernels.xp import module_of
+from networks.ops.conv_geometry import conv_output_hw, make_geom, pair
 from networks.ops.conv_workspace import workspace_bytes
 
 CONV_ALGORITHMS = ("direct", "im2col", "fft", "winograd")
@@ -28,7 +29,7 @@ CONV_PASSES = ("fwd", "bwd_data", "bwd_weights")
 # (algorithm, pass) -> algorithm whose kernel actually runs for that pass. Empty: none falls back.
 PASS_FALLBACK: dict[tuple[str, str], str] = {}
 
-_IMPL = {"direct": conv_direct, "im2col": conv_im2col, "fft": conv_fft, "winograd": conv_winograd}
+_IMPL = {"direct": direct, "im2col": im2col, "fft": fft, "winograd": winograd}
 
 __all__ = ["CONV_ALGORITHMS", "CONV_PASSES", "PASS_FALLBACK", "conv_applicable", "conv_output_hw",
            "conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights",
@@ -119,4 +120,4 @@ def conv_workspace_bytes(algo, x_shape, w_shape, stride=(1, 1), padding=(0, 0, 0
     _check(algo, g)
     run = kernel_run(algo, pass_name)
     return workspace_bytes(run, g, pass_name, itemsize,
-                           conv_im2col.per_sample_weight_grads(g) if run == "im2col" else None)
+                           im2col.per_sample_weight_grads(g) if run == "im2col" else None)

@@ -1,4 +1,5 @@
-"""Shared pieces of the convolution algorithms: argument normalisation, geometry, padding.
+"""What the convolution algorithms share: their buffers counted, padding put on and cut off, the bias
+added (the geometry is networks.ops.conv_geometry's).
 
 Conventions (all algorithms): NCHW input ``x`` (N, C, H, W); weights ``w`` (F, C/groups, KH, KW);
 cross-correlation as in every DNN framework; padding is asymmetric ``(top, bottom, left, right)``
@@ -13,10 +14,7 @@ a closed form of it (networks.ops.conv_workspace) and the tests check the two ag
 from __future__ import annotations
 
 from kernels.xp import module_of
-from networks.ops.conv_geometry import ConvGeom, conv_output_hw, make_geom, pair, quad
-
-__all__ = ["ConvGeom", "add_bias", "conv_output_hw", "crop", "let_go", "make_geom", "note", "pad_input",
-           "padded_zeros", "pair", "quad"]
+from networks.ops.conv_geometry import ConvGeom
 
 
 def note(trace, arr) -> None:

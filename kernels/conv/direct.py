@@ -12,8 +12,9 @@ Buffers (the workspace, see ``conv_workspace_bytes``):
 
 from __future__ import annotations
 
-from kernels._conv_common import ConvGeom, crop, note, pad_input, padded_zeros
+from kernels.conv.buffers import crop, note, pad_input, padded_zeros
 from kernels.xp import module_of
+from networks.ops.conv_geometry import ConvGeom
 
 
 def _w_offset(w, g: ConvGeom, i: int, j: int):

@@ -29,8 +29,9 @@ counted.
 
 from __future__ import annotations
 
-from kernels._conv_common import ConvGeom, let_go, note, pad_input
+from kernels.conv.buffers import let_go, note, pad_input
 from kernels.xp import module_of
+from networks.ops.conv_geometry import ConvGeom
 
 
 def _compute_dtype(xp, dtype):
