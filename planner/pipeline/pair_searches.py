@@ -56,14 +56,19 @@ class SearchTask:
     deadline: float | None
     searcher: type  # the search's own class (planner.pipeline.search._Search)
     ends: float | None = None
+    #: a search ahead of its turn: the step held when it was handed out; the pair's bound with the
+    #: reshards inside a block comes first, and a bound that reaches it ends the task (None: closing)
+    below: float | None = None
 
 
-def search_task(search, stages: int, micro_batches: int, chunks: int = 1, close: bool = False) -> SearchTask:
-    """The :class:`SearchTask` of ``search``'s pair (S, m, V), closing at its deadline when ``close``."""
+def search_task(search, stages: int, micro_batches: int, chunks: int = 1, close: bool = False,
+                below: float | None = None) -> SearchTask:
+    """The :class:`SearchTask` of ``search``'s pair (S, m, V), closing at its deadline when ``close``;
+    ``below``: searched ahead of its turn under that step held (:attr:`SearchTask.below`)."""
     return SearchTask(search.stack, search.batch, search.p, search.machine, search.compute,
                       replace(search.settings, budget=None, parallel=None), search.limit, search.exact,
                       search.schedule, stages, micro_batches, chunks, close, search.deadline if close else None,
-                      type(search), search.command_end())
+                      type(search), search.command_end(), below)
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,10 @@ class Searched:
     solves: int
     worst_gap: float
     chunks: int = 1
+    #: its bound with the reshards inside a block (0: not computed, a closing); a search ahead of
+    #: its turn whose bound reached the step held when it was handed out is not run (``bounded``)
+    bound_s: float = 0.0
+    bounded: bool = False
 
 
 #: a closing its deadline left unfinished (its gaps stay open)
@@ -94,15 +103,20 @@ def search_pair(task: SearchTask, kept: dict) -> Searched | str:
                            task.exact, task.schedule)
     search.deadline, search.ends = task.deadline, task.ends
     search.stopped = kept.get("stopped")  # the search moved on (Ahead.close): left
+    bound = 0.0
+    if task.below is not None:  # as the search's process bounds a pair whose turn has come (search._pairs)
+        bound = search.stage_bound(task.stages, task.micro_batches, task.chunks, edges=True).step_s
+        if bound >= task.below:
+            return Searched(None, task.stages, task.micro_batches, (), bound, 0, 0.0, task.chunks, bound, True)
     try:
         got = search.best(task.stages, task.micro_batches, close=task.close, chunks=task.chunks)
     except OutOfTime:
         return LATE
     if got is None:
         return Searched(None, task.stages, task.micro_batches, (), float("inf"), search.solves, search.worst_gap,
-                        task.chunks)
+                        task.chunks, bound)
     return Searched(got.step_s, got.stages, got.micro_batches, got.cut, got.lower_s, search.solves, search.worst_gap,
-                    got.chunks)
+                    got.chunks, bound)
 
 
 class Ahead:
@@ -115,6 +129,7 @@ class Ahead:
                  mine: Callable[[int], bool]):
         self.search, self.parallel, self.combos, self.here, self.mine = search, parallel, combos, here, mine
         self.futures: dict[int, object] = {}  # pair -> its worker's future
+        self.taken: dict[int, Searched] = {}  # pair -> its worker's search, taken for its bound (edges_bound)
         self.done: dict[int, object] = {}  # pair -> its search, done here ahead of its turn
         self.most = AHEAD_PER_WORKER * max(1, parallel.jobs - 1)
 
@@ -135,8 +150,28 @@ class Ahead:
                 break
             if k in self.futures or k in self.done or self.mine(k) or not self._searchable(k, below):
                 continue
-            self.futures[k] = self.parallel.submit(search_pair, search_task(self.search, *self.combos[k][1:3]))
+            self.futures[k] = self.parallel.submit(search_pair, search_task(self.search, *self.combos[k][1:3],
+                                                                            below=below))
             running += 1
+
+    def edges_bound(self, i: int, below: float, wait_s: Callable[[], float | None]) -> float | None:
+        """Pair ``i``'s bound with the reshards inside a block, its turn come with ``below`` the best
+        step held, where a worker holds its search (which computes that bound first, and ends there
+        when it reaches the step held at hand-out, no more than ``below``): the worker's result is
+        kept for :meth:`best`. None: no worker holds it (taken back while not started, or its worker
+        failed or was late): the search's process bounds it, and :meth:`best` searches it here."""
+        self.hand_out(i, below)
+        future = self.futures.get(i)
+        if future is None:
+            return None
+        del self.futures[i]
+        if future.cancel():
+            return None
+        got = self._result(i, future, below, wait_s)
+        if got is None:
+            return None
+        self.taken[i] = got
+        return got.bound_s
 
     def best(self, i: int, below: float, wait_s: Callable[[], float | None]):
         """Pair ``i``'s search (a ``Best`` searched here, a :class:`Searched` from a worker, or
@@ -144,6 +179,8 @@ class Ahead:
         it may still wait for a worker (None: as long as it takes; raises :class:`OutOfTime` past it).
         A search done here ahead of its turn is counted in the search's stage solves and gaps when
         its turn comes, as one process counts it."""
+        if i in self.taken:
+            return self.taken.pop(i)
         self.hand_out(i, below)
         if i in self.done:
             got, solves, worst_gap = self.done.pop(i)
@@ -153,6 +190,13 @@ class Ahead:
         future = self.futures.pop(i, None)
         if future is None or future.cancel():
             return self.here(i)
+        got = self._result(i, future, below, wait_s)
+        return self.here(i) if got is None else got
+
+    def _result(self, i: int, future, below: float, wait_s: Callable[[], float | None]) -> Searched | None:
+        """The worker's search of pair ``i`` (None: it failed, or was left at the command's deadline:
+        the pair is the search's process's to bound and search); while it runs, later pairs are
+        searched here (:meth:`_before_turn`)."""
         while not future.done():  # running in a worker: a later pair searched here meanwhile
             k = next((k for k in range(i + 1, len(self.combos)) if k not in self.done and self._searchable(k, below)
                       and (self.mine(k) or (k in self.futures and self.futures[k].cancel()))), None)
@@ -166,8 +210,8 @@ class Ahead:
         except TimeoutError:
             raise OutOfTime from None
         except Exception:  # noqa: BLE001 - a worker that failed: the pair searched here (an error of its own is raised here)
-            return self.here(i)
-        return self.here(i) if got == LATE else got  # left at the command's deadline: here, under its budget
+            return None
+        return None if got == LATE else got
 
     def _before_turn(self, k: int) -> bool:
         """Pair ``k`` searched here before its turn, its stage solves and gaps kept apart until then;
@@ -194,3 +238,4 @@ class Ahead:
             self.parallel.stop_handed_out()
         self.futures.clear()
         self.done.clear()
+        self.taken.clear()

@@ -442,19 +442,21 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
             # (the pairs whose bound was not computed come last)
             out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
             continue
-        if fits and not (budget is not None and budget.expired()):
-            # about to be searched: its bound with the reshards inside a block, which its stage
-            # solves price anyway (planner.pipeline.bound.stage_bound's ``edges``; here whichever
-            # process searches it, so every pair's bound is the one a single process finds)
-            bound = max(bound, search.stage_bound(stages, m, v, edges=True).step_s)
-            if bound >= min(search.ceiling, best.step_s if best is not None else float("inf")):
-                out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
-                continue
         left = None if budget is None or best is not None else budget.left()
         search.pair_deadline = None if left is None else budget.clock() + FIRST_SHARE * left
         try:
             if budget is not None and budget.expired():
                 raise OutOfTime
+            if fits:
+                # about to be searched: its bound with the reshards inside a block, which its stage
+                # solves price anyway (planner.pipeline.bound.stage_bound's ``edges``): computed
+                # first by the worker that holds its search, else here; the same number in any process
+                below = min(search.ceiling, best.step_s if best is not None else float("inf"))
+                edges = None if ahead is None else ahead.edges_bound(i, below, wait_s)
+                bound = max(bound, search.stage_bound(stages, m, v, edges=True).step_s if edges is None else edges)
+                if bound >= below:
+                    out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
+                    continue
             if ahead is None:
                 got = search.best(stages, m, chunks=v)
             else:
