@@ -103,6 +103,8 @@ def parse_prices(text: str | None, machines: list[str]) -> dict[str, float] | No
             raise DnnplanError(f"--gpu-hour-price {short(part)} names no machine, beside prices that do",
                                hint="write one price for all, or MACHINE=PRICE for each: dgx-h100=2.5,dgx-a100=1.6")
         name = name.strip()
+        if name in prices:
+            raise DnnplanError(f"--gpu-hour-price prices {short(name)} twice", hint="give each machine one price")
         if name not in machines:
             raise DnnplanError(f"--gpu-hour-price names {short(name)}, which --machine does not plan for "
                                f"({', '.join(machines)})", hint="price only the machines given to --machine")
@@ -129,8 +131,9 @@ def point(net: Network, network_ref: str, batch: int, p: int, machine: Machine, 
     where no plan fits, the least any plan needs a device and the limit)."""
     try:
         machine.check_devices(p)
-        plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, settings,
-                         with_baselines=False)
+        # the baselines too, as `dnnplan plan` weighs them: a baseline outside the candidates (data
+        # parallelism over a batch the devices do not divide) may be faster than their optimum
+        plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, settings)
     except Infeasible as err:  # the least any plan needs a device, beside the limit
         return {"devices": p, "error": str(err), "need_bytes": err.need_bytes, "limit_bytes": err.limit_bytes}
     except DnnplanError as err:
