@@ -125,6 +125,11 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
         if swept:
             raise DnnplanError("--emit prints one plan's launch file, and --sweep plans several",
                                hint="drop --emit, or plan one device count and machine")
+    if out is not None and swept:
+        what = "--sweep plans several" if sweep else "several machines are compared"
+        raise DnnplanError(f"--out writes one plan's file, and {what}",
+                           hint="drop --out (the table as JSON: --json > FILE; as a figure: --plot FILE), "
+                           "or plan one device count and machine")
     if sweep_jobs > 1 and not swept:
         raise DnnplanError("--sweep-jobs plans a sweep's points at once", hint="add --sweep 1,2,4,... or drop it")
     check_outputs({"--out": out, "--plot": plot}, force)

@@ -127,10 +127,17 @@ def test_plot_draws_a_line_a_machine(tmp_path):
     (["--micro-batches", "2"], "a fixed --pipeline or --micro-batches cannot be swept"),
     (["-m", "dgx-a100,dgx-h100", "--sweep-jobs", "0"], "--sweep-jobs must be a whole number from 1 to 64"),
     (["-m", "dgx-a100,local", "--sweep-jobs", "2"], "machine `local`"),
+    (["--out", "sweep.yaml"], "--out writes one plan's file, and --sweep plans several"),
 ])
 def test_mistakes_are_one_line_exit_2(args, words):
     line = one_error_line(runner.invoke(app, ["plan", "gpt-tiny", "--sweep", "1,2", *args]))
     assert words in line
+
+
+def test_out_comparing_machines_is_one_line_and_writes_nothing(tmp_path):
+    out = tmp_path / "plan.yaml"
+    line = one_error_line(runner.invoke(app, ["plan", "gpt-tiny", "-m", "dgx-a100,dgx-h100", "--out", str(out)]))
+    assert "several machines are compared" in line and not out.exists()
 
 
 def test_sweep_jobs_without_a_sweep_is_one_line():
