@@ -79,6 +79,14 @@ def test_a_mistake_is_one_line_naming_the_file_line_and_key(tmp_path, text, key)
         assert f"{path}:{text.count(chr(10))}, field" in line or key.count(".") > 1
 
 
+def test_an_unknown_op_kind_is_answered_with_the_ops_the_file_may_name(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: x\nabout: y\nkernels:\n  linearr: {fwd: 1}\n")
+    with pytest.raises(DnnplanError) as err:
+        load_framework(str(path))
+    assert "linear, maxpool2d" in str(err.value) and "attention.flash" in str(err.value)
+
+
 def test_a_users_file_by_path_prices_the_step(tmp_path):
     path = tmp_path / "slow-host.yaml"
     path.write_text("name: slow-host\nabout: a host ten times slower than eager PyTorch's\n"
