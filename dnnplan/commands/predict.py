@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import typer
+from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
+
 from costmodel.choices.training import TrainingChoices
 from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.commands.predict_from import predict_from
@@ -49,7 +52,7 @@ as a plan (no pipeline) for `dnnplan execute`, e.g. tiny-moe -p 4 -b 8 --tensor 
 
 @takes_choices("precision", "optimizer", "zero", "attention", "overlap", "bucket_mb", "batch_norm", "moe_dispatch",
                "seq", "framework")
-def predict(network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
+def predict(click: typer.Context, network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
             batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
             choices: TrainingChoices = TrainingChoices(), tensor: TensorOpt = 1,
             sequence_parallel: SequenceParallelOpt = False, context_: ContextOpt = 1, expert: ExpertOpt = 1,
@@ -63,7 +66,8 @@ def predict(network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy
 
     Given a plan file (from `dnnplan plan --out`, possibly edited by hand) instead of a network,
     predicts that plan on the network, batch, devices, machine, precision and optimiser it names
-    (for machine `local`, as `dnnplan execute` predicts it before its run: --step-context).
+    (for machine `local`, as `dnnplan execute` predicts it before its run: --step-context); a flag
+    that would change what the file names is refused (plan again with it).
 
     Layers that cannot take the strategy fall back to data parallelism, and the output says which.
     The step is forward + backward + gradient synchronisation + update, each collective at the time
@@ -90,6 +94,7 @@ def predict(network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy
         return None if budget is None else train_time(step_s, tokens_per_step(net, batch), devices, budget, price)
 
     if is_plan_file(network):
+        _plan_holds(click, network)
         got = predicting.plan_step(network, profile, step_context, foreign_profile, choices)
         for line in got.ahead.warnings if got.ahead else ():
             warn(line)
@@ -121,6 +126,24 @@ def predict(network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy
         write_plan(predicting.as_plan(ctx, got.prediction, network, machine), out)
         if not as_json:
             tables.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {ctx.devices}`)")
+
+
+#: what a plan file names itself (its network's layout, batch, devices and machine), as predict's
+#: parameters and their flags: given with a plan file, they would be ignored
+PLAN_HOLDS = (("devices", "--devices"), ("batch", "--batch"), ("machine", "--machine"), ("strategy", "--strategy"),
+              ("tensor", "--tensor"), ("sequence_parallel", "--sequence-parallel"), ("context_", "--context"),
+              ("expert", "--expert"), ("pipeline", "--pipeline"), ("micro_batches", "--micro-batches"),
+              ("schedule", "--schedule"), ("chunks", "--chunks"), ("recompute", "--recompute"), ("out", "--out"))
+
+
+def _plan_holds(click: typer.Context, path: str) -> None:
+    """One line for the flags given beside a plan file that the file itself decides."""
+    given = [flag for name, flag in PLAN_HOLDS if click.get_parameter_source(name) != ParameterSource.DEFAULT]
+    if given:
+        raise DnnplanError(f"{', '.join(given)} given with a plan file, which names its own layout, batch, devices "
+                           "and machine", file=path,
+                           hint=f"leave {'them' if len(given) > 1 else 'it'} out, or plan again with "
+                                f"{'them' if len(given) > 1 else 'it'} (`dnnplan plan NETWORK ... --out FILE`)")
 
 
 def framework_of(choices: TrainingChoices, runtime: str | None) -> tuple[TrainingChoices, str]:

@@ -184,8 +184,8 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
         raise DnnplanError(f"--seq applies to a network, and {path} is a plan file: its network's sequence "
                            "is the one it was planned for", hint="leave --seq out, or plan again with --seq")
     plan, net = read_plan(path)
-    for name in ("batch_norm", "moe_dispatch"):
-        if name in given.given and getattr(given, name) != getattr(plan.choices, name):
+    for name in sorted(given.given - {"seq"}):  # each choice the flags name, the plan's own
+        if getattr(given, name) != getattr(plan.choices, name):
             flag = "--" + name.replace("_", "-")
             raise DnnplanError(f"{flag} {short(getattr(given, name))} differs from the plan's {name} "
                                f"{getattr(plan.choices, name)}", file=path, field=name,

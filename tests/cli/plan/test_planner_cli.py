@@ -73,6 +73,20 @@ def test_hand_edited_plan_evaluates_and_is_not_faster(tmp_path):
     assert table.exit_code == 0 and "recorded" in table.output
 
 
+@pytest.mark.parametrize("flags, words", [
+    (["-p", "16", "-m", "dgx-h100", "-s", "filter"], "--devices, --machine, --strategy given with a plan file"),
+    (["--pipeline", "2", "--micro-batches", "4"], "--pipeline, --micro-batches given with a plan file"),
+    (["--precision", "bf16"], "--precision 'bf16' differs from the plan's precision fp32"),
+    (["--zero", "3"], "--zero 3 differs from the plan's zero 0"),
+])
+def test_flags_a_plan_file_decides_are_refused_not_ignored(alexnet_plan, tmp_path, flags, words):
+    path = tmp_path / "p.yaml"
+    write_plan(alexnet_plan, str(path))
+    result = runner.invoke(app, ["predict", str(path), *flags])
+    assert result.exit_code == 2 and words in result.output and str(path) in result.output
+    assert runner.invoke(app, ["predict", str(path), "--precision", "fp32", "--json"]).exit_code == 0  # the same
+
+
 def test_plan_for_another_network_version_is_rejected(alexnet_plan, tmp_path):
     path = tmp_path / "p.yaml"
     write_plan(alexnet_plan, str(path))
