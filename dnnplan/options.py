@@ -43,6 +43,15 @@ def within(flag: str, least: float, most: float, unit: str = "") -> Callable[[N 
     return check
 
 
+def one_of(flag: str, names: tuple[str, ...]) -> Callable[[str | None], str | None]:
+    """A typer callback refusing a value of ``flag`` that is none of ``names``, in one line naming them."""
+    def check(value: str | None) -> str | None:
+        if value is None or value in names:
+            return value
+        raise DnnplanError(f"unknown {flag} {short(value)}", hint=f"use {' or '.join(names)}")
+    return check
+
+
 def refresh_warning(refresh: bool, compute: ComputeModel) -> str | None:
     """``--refresh-profile`` re-times this computer's on-demand cache only: the line saying so
     when the compute model is something else (a given table, the datasheet)."""
@@ -362,7 +371,8 @@ CheckEachOpt = Annotated[bool, typer.Option("--check/--no-check", help="Check ea
 # --- profiling -------------------------------------------------------------------------------
 
 BackendOpt = Annotated[str, typer.Option("--backend", help="numpy (CPU) or cupy (NVIDIA GPU: cuDNN engines, "
-                                         "cuBLAS, fused passes; docs/profiler.md, GPU).")]
+                                         "cuBLAS, fused passes; docs/profiler.md, GPU).",
+                                         callback=one_of("--backend", ("numpy", "cupy")))]
 ProfilePrecisionOpt = Annotated[str, typer.Option(
     "--precision", help="Number format the kernels run in: fp32, tf32, fp16 or bf16 (a GPU's; numpy times fp32). "
     "Recorded in the table: a plan in another precision refuses it.")]

@@ -58,8 +58,9 @@ def test_profile_rejects_foreign_table(tmp_path):
 def test_profile_bad_inputs_are_one_line_errors():
     r = runner.invoke(app, ["profile", "lenet5", "--devices", "1,x"])
     assert r.exit_code == 2 and "--devices" in r.output
-    r = runner.invoke(app, ["profile", "lenet5", "--backend", "tpu"])
-    assert r.exit_code == 2
+    for cmd in (["profile", "lenet5"], ["profile-comm"]):  # before any rank is started
+        r = runner.invoke(app, [*cmd, "--backend", "tpu"])
+        assert r.exit_code == 2 and "unknown --backend 'tpu' (use numpy or cupy)" in r.output
 
 
 def test_help():
