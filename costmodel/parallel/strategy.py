@@ -210,6 +210,8 @@ def parse_degrees(text: str, p: int) -> Strategy:
             raise DnnplanError(f"cannot read '{part}' in strategy '{text}'", hint="write degrees like N=4,F=2")
         dim, _, val = part.partition("=")
         dim = dim.strip().upper()
+        if dim in degrees:
+            raise DnnplanError(f"strategy '{text}' gives {dim} twice", hint=f"give each dimension once, e.g. {dim}={val.strip()}")
         try:
             degrees[dim] = int(val)
         except ValueError:

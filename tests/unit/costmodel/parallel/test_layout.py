@@ -8,6 +8,7 @@ import pytest
 from costmodel.parallel.layout import AxisSplit, Layout, block, reshard_volume, same_blocks, transfers
 from costmodel.parallel.axes import GRID_ORDER
 from costmodel.parallel.strategy import Strategy, make_strategy, parse_degrees
+from networks.errors import DnnplanError
 from networks.ops.base import Window
 
 
@@ -129,6 +130,11 @@ def test_halo_exchange_is_a_reshard_with_overlapping_needed_blocks():
     assert list(vol.recv_elems) == [row, 2 * row, 2 * row, row]
     assert list(vol.messages) == [1, 2, 2, 1]
     assert not same_blocks(own, need)
+
+
+def test_a_dimension_given_twice_is_refused_not_the_last_taken():
+    with pytest.raises(DnnplanError, match="gives N twice"):
+        parse_degrees("N=8, n=1", 8)
 
 
 def test_grid_mapping_order_and_groups():
