@@ -72,6 +72,8 @@ def memory_mfu_line(peak_bytes: float, limit_bytes: float | None, mfu: float | N
     memory beyond the tensors (``allocated_bytes`` below the peak), the peak is its reserved one
     and the tensors' (allocated) peak is said beside it."""
     limit = f" (limit {fmt.nbytes(limit_bytes)})" if limit_bytes else ""
+    if limit_bytes and peak_bytes > limit_bytes * (1 + 1e-9):  # a layout predicted as given, over the limit
+        limit = f" (over the limit of {fmt.nbytes(limit_bytes)}: it does not fit)"
     util = "" if mfu is None else f";  model FLOP utilisation {mfu:.1%}{mfu_note(mfu)}"
     if allocated_bytes is not None and allocated_bytes < peak_bytes:
         return (f"memory {fmt.nbytes(peak_bytes)} reserved a device{limit}, {fmt.nbytes(allocated_bytes)} "

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
 from costmodel.step.pipeline import PipelinePrediction
-from dnnplan.render import fmt, tables
+from dnnplan.render import tables
 from dnnplan.render.answer import comm_line, memory_mfu_line, step_line, train_line
 from executor.session.predict_launch import LaunchStep
 from planner.launch_import.formats import DESCRIPTIONS
@@ -47,9 +47,6 @@ def launch(got: LaunchStep, as_json: bool, train=None) -> None:
         c.print(line)
     c.print(memory_mfu_line(pred.memory_peak_bytes, got.memory_limit_bytes, got.mfu, pred.memory_allocated_bytes).replace(
         " a device", " a device " + ALLOCATED, 1))
-    if pred.memory_peak_bytes > got.memory_limit_bytes:
-        c.print(f"[bold]does not fit[/bold]: {fmt.nbytes(pred.memory_peak_bytes - got.memory_limit_bytes)} over a "
-                "device's memory")
     c.print(f"dominated by {dominant}: {share / pred.step_s:.0%} of the step" if pred.step_s > 0 else "")
     if train is not None:
         c.print(train_line(train))

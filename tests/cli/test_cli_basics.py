@@ -77,3 +77,10 @@ def test_machines_lists_the_current_gpus_with_their_nvlink_domain():
     assert rows["mi300x"]["memory_bytes"] == 192 * 2**30
     table = runner.invoke(app, ["machines"])
     assert "NVLink" in table.output and "gb200-nvl72" in table.output
+
+
+def test_a_layout_predicted_over_the_memory_limit_says_it_does_not_fit():
+    over = runner.invoke(app, ["predict", "gpt2", "-p", "1", "-b", "128"], env={"COLUMNS": "400"})
+    assert over.exit_code == 0 and "(over the limit of 80.00 GiB: it does not fit)" in over.output
+    under = runner.invoke(app, ["predict", "gpt2", "-p", "8"], env={"COLUMNS": "400"})
+    assert under.exit_code == 0 and "(limit 80.00 GiB)" in under.output and "does not fit" not in under.output
