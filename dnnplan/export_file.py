@@ -8,6 +8,7 @@ from dnnplan.render import export as render
 from networks.errors import DnnplanError, short
 from planner.export.deepspeed import CONFIG, DEEPSPEED_SOURCE, SCRIPT, deepspeed_config
 from planner.export.megatron import MEGATRON_SOURCE, megatron_args
+from planner.export.nearest import nearest_plan
 from planner.export.torchtitan import TORCHTITAN_SOURCE, flavor_note, torchtitan_config
 from planner.plan.plan import Plan
 
@@ -26,6 +27,17 @@ def exported(to: str, made: Plan, net, plan: str, out: str | None) -> tuple[str,
     ``out``: where it is written): (the file's text, its JSON, what it holds, a launcher line to
     print after writing it); the exporter's refusal as it is."""
     return {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}[to](made, net, plan, out)
+
+
+def nearest_runs(to: str, made: Plan, net) -> bool:
+    """Whether ``--nearest`` would write ``made`` for framework ``to``: its nearest plan (unpriced)
+    is one the exporter writes, so a refusal may point to it."""
+    try:
+        got = nearest_plan(made, net, to, load_machine(made.machine))
+        exported(to, got.plan, net, "", None)
+    except DnnplanError:
+        return False
+    return bool(got.changes)
 
 
 def megatron(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:

@@ -17,7 +17,7 @@ from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignPro
                              PlanPipelineOpt, PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt,
                              RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt,
                              TokensOpt, refresh_warning, takes_choices, token_budget)
-from dnnplan.export_file import check_framework, exported
+from dnnplan.export_file import check_framework, exported, nearest_runs
 from dnnplan.output import check_outputs
 from dnnplan.render import export as export_render
 from dnnplan.render import plan as render
@@ -237,8 +237,9 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
     if launch is not None:
         export_render.show(launch[0])
     elif refused is not None:
-        fail_line(f"--emit {emit}: {refused} (`dnnplan export PLAN --to {emit} --nearest` writes the closest plan "
-                  "it runs)")
+        near = nearest_runs(emit, made, ctx.network)
+        fail_line(f"--emit {emit}: {refused}" + (f" (`dnnplan export PLAN --to {emit} --nearest` writes the closest "
+                                                  "plan it runs)" if near else ""))
     return refused is None
 
 

@@ -47,8 +47,9 @@ from costmodel.step.pipeline import cut_at
 from networks.analysis import block_of
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.export.megatron_layout import MEGATRON_SCHEDULES, blocks_of, degree, gpt_layers
+from planner.export.megatron_layout import MEGATRON, MEGATRON_SCHEDULES, blocks_of, degree, gpt_layers
 from planner.export.megatron_recompute import megatron_recompute
+from planner.export.torchtitan import TORCHTITAN
 from planner.plan.plan import LayerPlan, Plan
 
 
@@ -75,6 +76,8 @@ FRAMEWORKS = {
     "torchtitan": Framework("torchtitan", True, False, False, ("gpipe",) + MEGATRON_SCHEDULES, False, fsdp=True),
     "deepspeed": Framework("DeepSpeed", False, False, False, (), False),
 }
+#: the transformer model of each framework that sets model parallelism, whose layers a plan must be
+TARGETS = {"megatron": MEGATRON, "torchtitan": TORCHTITAN}
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ def nearest_plan(plan: Plan, net: Network, framework: str, machine: Machine) -> 
     can express (module docstring); ``machine``: the plan's, for its default attention kernel."""
     fw = FRAMEWORKS[framework]
     if fw.model_parallel:
-        gpt_layers(net)  # not a transformer Megatron's model holds: nothing near it either
+        gpt_layers(net, TARGETS[framework])  # not a transformer the framework's model holds: nothing near it either
     changes: list[str] = []
     pipeline = _pipeline(plan, net, fw, changes)
     plan = dataclasses.replace(plan, pipeline=pipeline)
@@ -173,7 +176,8 @@ def _strategies(plan: Plan, net: Network, fw: Framework, changes: list[str]) -> 
                                layer=f.layer, hint="re-plan with tensor, context and expert sizes that divide it")
     moved = [layer.name for layer in net.layers if plan.strategies()[layer.name] != want[layer.name]]
     if moved:
-        which = f"{layout} (that of {count} of the {blocks} transformer layers)" if blocks else \
+        transformer = any(layer.op == "attention" for layer in net.layers)  # a CNN's blocks are no transformer layers
+        which = f"{layout} (that of {count} of the {blocks} transformer layers)" if blocks and transformer else \
             "data parallelism (the network has no transformer layers)"
         changes.append(f"one layout on every layer, {which}: {len(moved)} layers split otherwise before, the first "
                        f"{moved[0]}")

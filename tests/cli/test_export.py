@@ -112,6 +112,11 @@ def test_a_plan_megatron_cannot_run_names_the_file_and_layer(plans):
     assert plans["cnn"].split("/")[-1] in line and "layer 'conv1'" in line
 
 
+def test_nearest_names_the_framework_asked_for_and_a_cnns_data_parallelism(plans):
+    line = one_error_line(runner.invoke(app, ["export", plans["cnn"], "--to", "torchtitan", "--nearest"]))
+    assert "torchtitan's llama-style models" in line and "Megatron" not in line
+
+
 def test_a_missing_plan_is_one_line(tmp_path):
     assert "no such plan file" in one_error_line(runner.invoke(app, ["export", str(tmp_path / "nope.yaml"),
                                                                       "--to", "megatron"]))
@@ -205,6 +210,7 @@ def test_plan_emit_prints_the_plans_launch_file_after_it(tmp_path):
     refused = runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "--time-limit", "5", "--emit", "torchtitan"])
     assert refused.exit_code == 2 and "step" in refused.stdout
     assert "--emit torchtitan:" in refused.stderr and "learned position embeddings" in refused.stderr
+    assert "--nearest" not in refused.stderr  # which refuses the same plan: not offered
     for args, words in [(["--emit", "foo"], "unknown --emit 'foo'"), (["--sweep", "2,4", "--emit", "megatron"],
                                                                        "--emit prints one plan's launch file")]:
         assert words in one_error_line(runner.invoke(app, ["plan", "tiny-llama", *args]))
