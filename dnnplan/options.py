@@ -48,7 +48,7 @@ def one_of(flag: str, names: tuple[str, ...]) -> Callable[[str | None], str | No
     def check(value: str | None) -> str | None:
         if value is None or value in names:
             return value
-        raise DnnplanError(f"unknown {flag} {short(value)}", hint=f"use {' or '.join(names)}")
+        raise DnnplanError(f"unknown {flag} {short(value)}", hint=f"use {', '.join(names[:-1])} or {names[-1]}")
     return check
 
 
@@ -220,7 +220,8 @@ ScheduleOpt = Annotated[str, typer.Option(
     "model chunks a device: the fill and drain shrink that many times, the sends grow as many; "
     "`dnnplan predict` takes --chunks). Not given, `dnnplan plan` searches every pipeline and "
     "micro-batch count under 1f1b, each that becomes the best interleaved with 2 to 8 chunks a device; auto "
-    "weighs interleaving on every pair (slower); given, only that schedule.")]
+    "weighs interleaving on every pair (slower); given, only that schedule.",
+    callback=one_of("--schedule", ("1f1b", "gpipe", "interleaved", "auto")))]
 ChunksOpt = Annotated[int, typer.Option(
     "--chunks", help="With --schedule interleaved: model chunks each device holds (Megatron-LM's virtual "
     "pipeline stages; the layers are cut into pipeline x chunks pieces).",

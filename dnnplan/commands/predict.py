@@ -108,7 +108,8 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     check_framework(ctx.framework.step, choices, flag, tensor, pipeline, sequence_parallel, strategy)
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
     train(ctx.network, ctx.batch, ctx.devices, 0.0)  # a budget of tokens for a network of none: one line, now
-    for line in ctx.choices.idle(ctx.network):
+    for line in ctx.choices.idle(ctx.network) + idle_layout(ctx.network, splits, pipeline, micro_batches, schedule,
+                                                            chunks):
         warn(line)
     if ctx.framework.step == "zero3":
         step, fallbacks, micro = predicting.deepspeed_step(ctx, micro_batches)
@@ -126,6 +127,23 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
         write_plan(predicting.as_plan(ctx, got.prediction, network, machine), out)
         if not as_json:
             tables.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {ctx.devices}`)")
+
+
+def idle_layout(net, splits: LayerSplits, pipeline: int, micro_batches: int, schedule: str, chunks: int) -> list[str]:
+    """The layout flags given that change nothing for ``net`` or beside the others, each in one line
+    naming the flag and why (as :meth:`TrainingChoices.idle` says of the choices)."""
+    piped = pipeline > 1 or micro_batches > 1
+    out = []
+    if splits.expert > 1 and not any(layer.op == "moe" for layer in net.layers):
+        out.append(f"--expert {splits.expert} changes nothing: {net.name} has no mixture-of-experts layer")
+    if splits.sequence_parallel and splits.tensor == 1:
+        out.append("--sequence-parallel changes nothing without --tensor above 1 (it splits the tensor groups' "
+                   "norms over the sequence)")
+    if schedule != "1f1b" and not piped:
+        out.append(f"--schedule {schedule} changes nothing without --pipeline or --micro-batches")
+    elif chunks > 1 and not piped:
+        out.append(f"--chunks {chunks} changes nothing without --pipeline and --schedule interleaved")
+    return out
 
 
 #: what a plan file names itself (its network's layout, batch, devices and machine), as predict's

@@ -47,11 +47,21 @@ def test_a_flag_that_changes_nothing_for_the_network_says_so():
              (["predict", "resnet18", "--attention", "flash"],
               "--attention flash changes nothing: resnet18 has no attention layer"),
              (["predict", "resnet18", "-p", "2", "--overlap", "none", "--bucket-mb", "50"],
-              "--bucket-mb 50 changes nothing: --overlap none overlaps no gradient bucket"))
+              "--bucket-mb 50 changes nothing: --overlap none overlaps no gradient bucket"),
+             (["predict", "gpt-tiny", "-p", "2", "--expert", "2"],
+              "--expert 2 changes nothing: gpt-tiny has no mixture-of-experts layer"),
+             (["predict", "gpt-tiny", "-p", "2", "--sequence-parallel"],
+              "--sequence-parallel changes nothing without --tensor above 1"),
+             (["predict", "gpt-tiny", "-p", "2", "--chunks", "2"],
+              "--chunks 2 changes nothing without --pipeline and --schedule interleaved"),
+             (["predict", "gpt-tiny", "-p", "2", "--schedule", "gpipe"],
+              "--schedule gpipe changes nothing without --pipeline or --micro-batches"))
     for args, line in cases:
         got = runner.invoke(app, args)
         assert got.exit_code == 0 and f"warning: {line}" in got.output, got.output
     used = runner.invoke(app, ["plan", "tiny-moe", "-p", "2", "--moe-dispatch", "flex", "--machine", "dgx-h100"])
+    assert used.exit_code == 0 and "changes nothing" not in used.output
+    used = runner.invoke(app, ["predict", "tiny-moe", "-p", "4", "--expert", "2", "--tensor", "2", "--sequence-parallel"])
     assert used.exit_code == 0 and "changes nothing" not in used.output
 
 
