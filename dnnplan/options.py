@@ -52,6 +52,13 @@ def one_of(flag: str, names: tuple[str, ...]) -> Callable[[str | None], str | No
     return check
 
 
+def foreign_warning(foreign: bool, profile: str | None) -> str | None:
+    """``--foreign-profile`` without ``--profile``: the line saying it changes nothing."""
+    if foreign and profile is None:
+        return "--foreign-profile changes nothing without --profile (it lets another GPU's table price this one)"
+    return None
+
+
 def refresh_warning(refresh: bool, compute: ComputeModel) -> str | None:
     """``--refresh-profile`` re-times this computer's on-demand cache only: the line saying so
     when the compute model is something else (a given table, the datasheet)."""

@@ -16,7 +16,7 @@ from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignPro
                              LayersOpt, MemoryOpt, NetworkArg, PlanMachineOpt, PlanMicroBatchesOpt, PlanOutOpt,
                              PlanPipelineOpt, PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt,
                              RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt,
-                             TokensOpt, refresh_warning, takes_choices, token_budget)
+                             TokensOpt, foreign_warning, refresh_warning, takes_choices, token_budget)
 from dnnplan.export_file import check_framework, exported, nearest_runs
 from dnnplan.output import check_outputs
 from dnnplan.render import export as export_render
@@ -156,7 +156,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             ctx = context.resolve(network, devices, batch, machine, profile, refresh,
                                   choices.but(recompute="auto" if recompute else "none"), foreign_profile,
                                   network_defaults=True)
-            for line in [refresh_warning(refresh, ctx.compute), *ctx.choices.idle(ctx.network)]:
+            for line in [refresh_warning(refresh, ctx.compute), foreign_warning(foreign_profile, profile),
+                         *ctx.choices.idle(ctx.network)]:
                 if line is not None:
                     warn(line)
             per_step = None if train_tokens is None else tokens_per_step(ctx.network, ctx.batch)
@@ -255,7 +256,8 @@ def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: 
     with stop_on_ctrl_c(budget):
         ctxs = sweeping.contexts(request)
         first = next(iter(ctxs.values()))
-        for line in [refresh_warning(refresh, first.compute), *first.choices.idle(first.network)]:
+        for line in [refresh_warning(refresh, first.compute), foreign_warning(request.foreign_profile, request.profile),
+                     *first.choices.idle(first.network)]:
             if line is not None:
                 warn(line)
         if request.tokens is not None:

@@ -13,8 +13,8 @@ from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, Expert
                              FromNetworkOpt, FromOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt,
                              PredictNetworkArg, PipelineOpt, PlanOutOpt,
                              PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
-                             SequenceParallelOpt, StrategyOpt, TensorOpt, PriceOpt, TokensOpt, takes_choices,
-                             token_budget)
+                             SequenceParallelOpt, StrategyOpt, TensorOpt, PriceOpt, TokensOpt, foreign_warning,
+                             takes_choices, token_budget)
 from dnnplan.render import predict as render, tables
 from dnnplan.render.messages import warn
 from executor.session import predict as predicting
@@ -52,8 +52,8 @@ as a plan (no pipeline) for `dnnplan execute`, e.g. tiny-moe -p 4 -b 8 --tensor 
 
 @takes_choices("precision", "optimizer", "zero", "attention", "overlap", "bucket_mb", "batch_norm", "moe_dispatch",
                "seq", "framework")
-def predict(click: typer.Context, network: PredictNetworkArg = None, devices: DevicesOpt = 1, strategy: StrategyOpt = "data",
-            batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
+def predict(click: typer.Context, network: PredictNetworkArg = None, devices: DevicesOpt = 1,
+            strategy: StrategyOpt = "data", batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
             choices: TrainingChoices = TrainingChoices(), tensor: TensorOpt = 1,
             sequence_parallel: SequenceParallelOpt = False, context_: ContextOpt = 1, expert: ExpertOpt = 1,
             pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
@@ -108,9 +108,10 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     check_framework(ctx.framework.step, choices, flag, tensor, pipeline, sequence_parallel, strategy)
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
     train(ctx.network, ctx.batch, ctx.devices, 0.0)  # a budget of tokens for a network of none: one line, now
-    for line in ctx.choices.idle(ctx.network) + idle_layout(ctx.network, splits, pipeline, micro_batches, schedule,
-                                                            chunks):
-        warn(line)
+    for line in [foreign_warning(foreign_profile, profile), *ctx.choices.idle(ctx.network),
+                 *idle_layout(ctx.network, splits, pipeline, micro_batches, schedule, chunks)]:
+        if line is not None:
+            warn(line)
     if ctx.framework.step == "zero3":
         step, fallbacks, micro = predicting.deepspeed_step(ctx, micro_batches)
         return render.deepspeed(ctx, step, fallbacks, micro, micro_batches, as_json,

@@ -55,7 +55,9 @@ def test_a_flag_that_changes_nothing_for_the_network_says_so():
              (["predict", "gpt-tiny", "-p", "2", "--chunks", "2"],
               "--chunks 2 changes nothing without --pipeline and --schedule interleaved"),
              (["predict", "gpt-tiny", "-p", "2", "--schedule", "gpipe"],
-              "--schedule gpipe changes nothing without --pipeline or --micro-batches"))
+              "--schedule gpipe changes nothing without --pipeline or --micro-batches"),
+             (["plan", "gpt-tiny", "-p", "2", "--foreign-profile"],
+              "--foreign-profile changes nothing without --profile"))
     for args, line in cases:
         got = runner.invoke(app, args)
         assert got.exit_code == 0 and f"warning: {line}" in got.output, got.output
