@@ -52,6 +52,16 @@ def one_of(flag: str, names: tuple[str, ...]) -> Callable[[str | None], str | No
     return check
 
 
+def not_blank(flag: str, what: str, example: str) -> Callable[[str | None], str | None]:
+    """A typer callback refusing an empty value of ``flag`` (``--machine ''`` fell back to the
+    default in silence) in one line naming ``what`` it should name."""
+    def check(value: str | None) -> str | None:
+        if value is not None and not value.strip(" ,"):
+            raise DnnplanError(f"{flag} {short(value)} names no {what}", hint=f"e.g. {flag} {example}")
+        return value
+    return check
+
+
 def foreign_warning(foreign: bool, profile: str | None) -> str | None:
     """``--foreign-profile`` without ``--profile``: the line saying it changes nothing."""
     if foreign and profile is None:
@@ -118,7 +128,8 @@ BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Global b
 SamplesOpt = Annotated[int, typer.Option("--batch", "-b", help="Samples per training step.",
                                          callback=within("--batch", 1, MAX_INT))]
 MachineOpt = Annotated[Optional[str], typer.Option("--machine", "-m", help="A shipped machine (see `dnnplan "
-                                                   "machines`) or a machine YAML path \\[default: dgx-a100].")]
+                                                   "machines`) or a machine YAML path \\[default: dgx-a100].",
+                                                   callback=not_blank("--machine", "machine", "dgx-h100"))]
 LocalMachineOpt = Annotated[str, typer.Option("--machine", "-m", help="The machine to plan for: a shipped machine "
                                               "or a machine YAML path; `local` is this computer.")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="A profile table (from `dnnplan profile`) to "
@@ -289,7 +300,7 @@ SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Plan at each o
                                                  "and count (step, throughput, time and cost to train, the fastest and "
                                                  "the cheapest marked). Each point is planned without pipelining; "
                                                  "with --pipeline auto as a single plan is, pipelined where nothing "
-                                                 "fits whole.")]
+                                                 "fits whole.", callback=not_blank("--sweep", "device count", "8,16,...,1024"))]
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="With --sweep: write a PNG (needs the plot extra, "
                                                 "matplotlib); comparing machines, a line per machine of the time "
                                                 "and cost to train over device counts.")]

@@ -84,3 +84,10 @@ def test_a_token_budget_and_a_price_add_time_and_cost_to_train():
                        (["plan", "gpt2", "--gpu-hour-price", "2"], "--gpu-hour-price prices a token budget")):
         bad = runner.invoke(app, args)
         assert bad.exit_code == 2 and line in bad.output, bad.output
+
+
+def test_a_blank_machine_or_sweep_is_one_line_not_the_default():
+    for args, words in ((["predict", "gpt-tiny", "-m", ""], "--machine '' names no machine"),
+                        (["plan", "gpt-tiny", "--sweep", ""], "--sweep '' names no device count")):
+        got = runner.invoke(app, args)
+        assert got.exit_code == 2 and words in got.output, got.output
