@@ -13,7 +13,8 @@ from networks.errors import DnnplanError, short
 from networks.importers.hf.config import Config, parse_config
 from networks.importers.hf.decoder import check_expressible
 from networks.importers.hf.families import FAMILIES
-from networks.importers.hf.spec import decoder_spec
+from networks.importers.hf.spec import block_layers, decoder_spec
+from networks.spec_expand import MAX_ENTRIES
 
 #: Head classes (``architectures``) whose model is the decoder plus an LM head.
 LM_HEADS = ("ForCausalLM", "LMHeadModel")
@@ -30,6 +31,18 @@ def _architecture(cfg: Config) -> None:
         raise cfg.fail("architectures", f"architectures={short(arch)}: only the causal language model "
                        f"(a class ending in {' or '.join(LM_HEADS)}) is imported",
                        hint="the spec's head is the LM head over the vocabulary")
+
+
+def _not_too_deep(decoder, source: str) -> None:
+    """One line naming the config's layer count where its blocks expand past what a spec holds
+    (networks.spec_expand's :data:`MAX_ENTRIES`); else the spec's own error would name a line
+    of the spec written, which the user never saw."""
+    per_block = len(block_layers(decoder)) + 1  # the block's layers, and the block's own entry
+    most = MAX_ENTRIES // per_block
+    if decoder.layers.value > most:
+        raise DnnplanError(f"{decoder.layers.field}={short(decoder.layers.value)}: {per_block - 1} layers a decoder "
+                           f"layer expand past the {MAX_ENTRIES:,} a network spec holds", file=source,
+                           field=decoder.layers.field, hint=f"at most {most:,} decoder layers")
 
 
 def import_config(text: str, source: str, seq: int | None = None, name: str = "model") -> str:
@@ -50,6 +63,7 @@ def import_config(text: str, source: str, seq: int | None = None, name: str = "m
     _architecture(cfg)
     decoder = FAMILIES[kind](cfg, seq)
     check_expressible(decoder, source)
+    _not_too_deep(decoder, source)
     origin = data.get("_name_or_path")
     intro = [f"Imported by `dnnplan import` from {source} (model_type {kind}"
              + (f", {origin}" if isinstance(origin, str) and origin else "") + ").",

@@ -177,6 +177,7 @@ def _config(tmp_path, **fields) -> str:
 @pytest.mark.parametrize("fields,field,words", [
     ({"hidden_size": "DROP"}, "hidden_size", "has no 'hidden_size'"),
     ({"num_hidden_layers": 0}, "num_hidden_layers", "whole number"),
+    ({"num_hidden_layers": 10 ** 9}, "num_hidden_layers", "expand past the 20,000 a network spec holds"),
     ({"model_type": "bert"}, "model_type", "not a family dnnplan imports"),
     ({"architectures": ["LlamaForSequenceClassification"]}, "architectures", "only the causal language model"),
     ({"hidden_act": "gelu"}, "hidden_act", "gated gelu MLP is not in the op catalogue"),
