@@ -80,7 +80,10 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     """Parse a plan and check it against the network and machine it names."""
     _check_top(data, path)
     choices = _choices(data, path)
-    net = choices.marked(load_network(str(data["network"]), choices.seq))
+    try:
+        net = choices.marked(load_network(str(data["network"]), choices.seq))
+    except DnnplanError as err:
+        raise _in_plan(err, path, "network") from None
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
         raise fail(f"the plan was made for a different version of network {short(data['network'])} "
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
@@ -226,9 +229,21 @@ def _baselines(data: dict, path: str) -> tuple[Baseline, ...]:
                           b.get("fits", True)) for b in raw)
 
 
+def _in_plan(err: DnnplanError, path: str, field: str) -> DnnplanError:
+    """``err`` of loading what the plan's ``field`` names, located in the plan where it names no
+    file of its own (an unknown zoo network or machine; a spec's or machine file's own mistake
+    keeps its file)."""
+    if err.file is not None:
+        return err
+    return DnnplanError(err.bare, file=path, field=field, line=err.line, hint=err.hint)
+
+
 def _check_machine(data: dict, path: str) -> None:
     """The machine the plan names must exist and hold the plan's devices."""
-    machine = load_machine(str(data["machine"]))
+    try:
+        machine = load_machine(str(data["machine"]))
+    except DnnplanError as err:
+        raise _in_plan(err, path, "machine") from None
     p, most = data["devices"], machine.max_devices()
     if most is not None and p > most:
         raise fail(f"the plan is for {p} devices, but machine '{machine.name}' has {most}", path, field="machine",

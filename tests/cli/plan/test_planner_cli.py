@@ -107,6 +107,12 @@ def test_plan_for_a_wrong_machine_is_rejected(alexnet_plan, tmp_path):
     path.write_text(yaml.safe_dump(data))
     result = runner.invoke(app, ["predict", str(path)])
     assert result.exit_code == 2 and "no-such-machine" in result.output
+    assert f"{path}, field 'machine'" in result.output  # the plan file named, where no machine file is
+    data["network"] = "no-such-net"
+    path.write_text(yaml.safe_dump(data))
+    result = runner.invoke(app, ["predict", str(path)])
+    assert result.exit_code == 2 and f"{path}, field 'network'" in result.output
+    data["network"] = "alexnet"
     data["machine"] = "local"
     data["devices"] = 4096
     path.write_text(yaml.safe_dump(data))
