@@ -88,7 +88,8 @@ def emb_infer(p, in_shapes, dtypes):
         raise ShapeError(f"embedding needs integer token ids, got {dtypes[0]}", "inputs")
     if p["positions"] and x[0] > p["positions"]:
         raise ShapeError(f"sequence length {x[0]} exceeds the {p['positions']} learned positions",
-                         "positions")
+                         "positions", hint=f"a sequence of {p['positions']} or less (--seq): the table of learned "
+                                           "positions has no row for a later token")
     return (x[0], p["dim"]), "float32"
 
 
