@@ -272,7 +272,11 @@ def _positive(value: Any, field: str, source: str, unit: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         hint = _AUTO_HINT if value == "auto" else f"write a positive number in {unit}"
         if isinstance(value, str) and _reads_as_float(value):
-            hint = f"YAML reads {short(value)} as text; write it with a decimal point, e.g. {float(value):.1e}"
+            lo, hi, _ = RANGES[unit]
+            number = float(value)
+            hint = (f"YAML reads {short(value)} as text; write it with a decimal point, e.g. {number:.1e}"
+                    if lo <= number <= hi else f"YAML reads {short(value)} as text, and as a number it lies outside "
+                    f"{lo:g} to {hi:g} {unit}: write the figure in {unit}")
         raise _fail(f"expected a number ({unit}), got {short(value)}", source, field, hint=hint)
     lo, hi, words = RANGES[unit]
     if not lo <= value <= hi:  # also false for nan
