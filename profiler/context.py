@@ -66,9 +66,14 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
     loaded = load_network(network, choices.seq)
     choices = choices.for_network(loaded) if network_defaults else choices
     net = choices.marked(loaded)
-    mach = load_machine(machine or DEFAULT_MACHINE)
-    check_machine_dispatch(choices.moe_dispatch, mach.device.kind, mach.name)
-    mach.check_devices(devices)
+    try:  # the flags name them: no field of a file (a machine file's own mistake keeps its file)
+        mach = load_machine(machine or DEFAULT_MACHINE)
+        check_machine_dispatch(choices.moe_dispatch, mach.device.kind, mach.name)
+        mach.check_devices(devices)
+    except DnnplanError as err:
+        if err.file is not None:
+            raise
+        raise DnnplanError(err.bare, layer=err.layer, hint=err.hint) from None
     framework = load_framework(choices.framework)
     compute = compute_model(mach, profile, devices, refresh, choices.precision, foreign_ok)
     rule = "" if batch else family_batch(net, devices)[1]

@@ -91,3 +91,10 @@ def test_a_blank_machine_or_sweep_is_one_line_not_the_default():
                         (["plan", "gpt-tiny", "--sweep", ""], "--sweep '' names no device count")):
         got = runner.invoke(app, args)
         assert got.exit_code == 2 and words in got.output, got.output
+
+
+def test_a_bad_machine_or_device_count_on_the_command_line_names_no_file_field():
+    for args, words in ((["predict", "gpt-tiny", "-m", "no-such"], "error: unknown machine 'no-such'"),
+                        (["predict", "lenet5", "-m", "local", "-p", "100000"], "error: 100000 devices do not fit")):
+        got = runner.invoke(app, args)
+        assert got.exit_code == 2 and words in got.output and "field '" not in got.output, got.output
