@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from dnnplan.cli import app
 from dnnplan.render import fmt
+from networks.errors import DnnplanError
 from planner.answer import Answer, answer_peak
 from planner.first_plan import _chosen, first_plan
 from planner.problem.solve import Settings, make_plan
@@ -195,6 +196,22 @@ def test_a_stage_without_a_plan_may_take_the_whole_time_left():
     offers = {0: {30.0: 11.3}, 1: {2.0: 10.6}, 3: {2.0: 10.9}}
     _, zero, _ = _choose(_searching(clock, offers, ended), clock, steps)
     assert ended == {0: 50} and zero == 0
+
+
+def test_no_plan_that_fits_before_the_time_limit_names_the_stages_it_left_out():
+    """ZeRO-0 spends the whole limit and ends with nothing that fits (resnet152 on 8 A100s under
+    3.2 GiB, planned again under lower limits until its time ran out): the stages after it, which a
+    longer search found a plan in (ZeRO-1, 76.6 ms at 40 s), are named with --time-limit."""
+    clock = _Clock()
+
+    def plan_at(trial: Settings, ceiling):
+        clock.t += 61.0
+        raise DnnplanError("no plan was found whose peak fits 3.200 GiB a device",
+                           hint="allow more --memory, or more --devices")
+    with pytest.raises(DnnplanError) as err:
+        _choose(plan_at, clock, {})
+    assert "ZeRO-1, ZeRO-2, ZeRO-3 not planned or not finished within the time limit" in str(err.value)
+    assert "raise --time-limit; or allow more --memory" in str(err.value)
 
 
 @dataclasses.dataclass(frozen=True)
