@@ -190,8 +190,10 @@ OptimizerOpt = Annotated[str, typer.Option(
     show_default=False)]
 ZeroOpt = Annotated[int, typer.Option(
     "--zero", help="ZeRO stage: 0 none; 1 shards optimiser state and master weights over each weight's "
-    "data-parallel replicas; 2 also gradients; 3 also the weights, gathered per layer (docs/costmodel.md, ZeRO).",
-    callback=within("--zero", 0, 3))]
+    "data-parallel replicas; 2 also gradients; 3 also the weights, gathered per layer (docs/costmodel.md, ZeRO). "
+    "Not given, `dnnplan plan` weighs the stages and answers with the fastest (its summary says which), and "
+    "`predict` and a sweep's points (but with --pipeline auto) take 0.",
+    callback=within("--zero", 0, 3), show_default=False)]
 RecomputeOpt = Annotated[bool, typer.Option(
     "--recompute/--no-recompute", help="Let layers that keep internals for backward (attention, dropout, max "
     "pooling, the loss) run their forward again in backward instead, where memory needs it (docs/costmodel.md, "

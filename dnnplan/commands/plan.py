@@ -146,7 +146,9 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             point_s=None if time_limit is None else time_limit - finish_reserve_s(time_limit),
             total_s=DEFAULT_SWEEP_LIMIT_S, most_s=DEFAULT_TIME_LIMIT_S - finish_reserve_s(DEFAULT_TIME_LIMIT_S),
             jobs=sweep_jobs)
-        plan_sweep(request, plot, as_json, refresh, lambda ctx: _defaults(click, ctx))
+        zero = () if request.pipelines or _given(click, "zero") else ("--zero 0 (each point; --pipeline auto weighs "
+                                                                     "the stages as a single plan does)",)
+        plan_sweep(request, plot, as_json, refresh, lambda ctx: _defaults(click, ctx) + zero)
         return
     price = None if prices is None else prices[machines[0]]
     machine = machines[0] if machine is not None else None

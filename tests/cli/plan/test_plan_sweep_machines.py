@@ -195,6 +195,9 @@ def test_what_a_sweep_assumes_is_said_as_a_plans_summary_says_it():
     table = " ".join(runner.invoke(app, [*SWEEP, "--precision", "fp16"]).output.split())
     assert "assumed, the flag not given: --optimizer adam (a network with attention); --batch 16" in table
     assert "--precision" not in table.split("assumed, the flag not given:")[1]
+    # each point's ZeRO stage, which a single plan weighs: said unless given or weighed (--pipeline auto)
+    assert any(a.startswith("--zero 0 (each point") for a in data["assumed"])
+    assert not any(a.startswith("--zero") for a in _json("--zero", "1")["assumed"])
 
 
 def test_a_point_of_one_micro_batch_is_not_called_accumulated():
