@@ -23,6 +23,7 @@ from costmodel.calls.algorithms import recompute_algorithms
 from costmodel.comm.overlap import overlap_with_bucket, resolve_overlap
 from costmodel.compute.model import OnDemand
 from costmodel.machine.loading import load_machine
+from costmodel.parallel.axes import PIPELINE
 from costmodel.frameworks.as_run import framework_overlap, pipeline_as_run, step_as_run
 from costmodel.frameworks.deepspeed import Zero3Step, zero3_step
 from costmodel.frameworks.megatron import megatron_strategies
@@ -129,7 +130,13 @@ def pipelined(ctx: Context, splits: LayerSplits, stages: int, micro_batches: int
     fallbacks: list[Fallback] = []
 
     def stage(net: Network, ranks: int, micro: int):
-        strategies, fell = splits.strategies(net, ranks, micro)
+        try:
+            strategies, fell = splits.strategies(net, ranks, micro)
+        except DnnplanError as err:  # a stage's ranks, not the devices: the pipeline's share said
+            raise DnnplanError(f"{ctx.devices} devices over {stages} pipeline stages leave {ranks} a stage: {err.bare}",
+                               layer=err.layer,
+                               hint=err.hint.replace("--devices", f"--devices / {PIPELINE.flag}") if err.hint
+                               else None) from None
         fallbacks.extend(fell)
         return predict_step(net, micro, strategies, algos, ctx.machine, ctx.compute, choices.sharded_optimizer,
                             checkpoints=choices.recompute == "full", overlap=overlap)

@@ -78,6 +78,9 @@ def test_1f1b_keeps_fewer_micro_batches_than_gpipe():
     (["--devices", "6", "--pipeline", "4"], "do not divide 6 devices"),
     (["--devices", "8", "--batch", "10", "--pipeline", "2", "--micro-batches", "4"], "do not divide the batch 10"),
     (["--devices", "8", "--pipeline", "2", "--schedule", "zb"], "unknown --schedule"),
+    (["--devices", "4", "--pipeline", "2", "--micro-batches", "2", "--tensor", "3"],
+     "4 devices over 2 pipeline stages leave 2 a stage: the tensor-parallel degree 3 does not divide 2 devices "
+     "(give --tensor a divisor of --devices / --pipeline)"),
 ])
 def test_pipeline_mistakes_are_one_line(args, message):
     result = runner.invoke(app, ["predict", "gpt2", *args])
