@@ -84,7 +84,8 @@ def memory_mfu_line(peak_bytes: float, limit_bytes: float | None, mfu: float | N
 def train_line(t) -> str:
     """Time and cost to train a token budget (costmodel.step.train_time.TrainTime) at the step."""
     cost = "" if t.cost is None else f", {t.cost:,.0f} at {t.price_per_device_hour:g} a device-hour"
-    return (f"to train {_count(t.tokens)} tokens: {t.steps:,} steps of {t.tokens_per_step:,} tokens, {t.days:,.1f} days on "
+    span = f"{t.days:,.1f} days" if t.days >= 1 else f"{t.days * 24:.3g} hours"  # a small budget: not 0.0 days
+    return (f"to train {_count(t.tokens)} tokens: {t.steps:,} steps of {t.tokens_per_step:,} tokens, {span} on "
             f"{t.devices:,} devices ({t.device_hours:,.0f} device-hours{cost}; the steps alone: no warm-up, "
             "evaluation, checkpoints or failures)")
 

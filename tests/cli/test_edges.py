@@ -80,6 +80,7 @@ def test_a_token_budget_and_a_price_add_time_and_cost_to_train():
         assert train["cost"] == pytest.approx(train["device_hours"] * 2, rel=1e-12)
         text = runner.invoke(app, [command, *args]).output
         assert "to train 1B tokens:" in text and "device-hours" in text
+        assert " hours on 8 devices" in text and "0.0 days" not in text  # under a day: said in hours
     for args, line in ((["predict", "resnet50", "--tokens", "1T"], "reads no token ids"),
                        (["plan", "gpt2", "--gpu-hour-price", "2"], "--gpu-hour-price prices a token budget")):
         bad = runner.invoke(app, args)
