@@ -56,7 +56,7 @@ def pipelined(got: Predicted, as_json: bool, train=None) -> None:
     _train_line(train)
     if got.fallbacks:
         f = got.fallbacks[0]
-        tables.console.print(f"{len(got.fallbacks)} layer(s) could not take their split and run data parallel "
+        tables.console.print(f"{len(got.fallbacks)} layer(s) could not take their split and run {f.used} "
                              f"instead, first {f.layer} ({f.wanted}: {f.reason})")
 
 

@@ -87,6 +87,13 @@ def test_pipeline_mistakes_are_one_line(args, message):
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
+def test_a_stage_layer_that_falls_back_says_what_it_runs_instead():
+    """tiny-llama's micro-batch of 1 over a stage's 2 ranks: its layers cannot split it and run
+    replicated, which the line names (it said data parallel, the split that failed)."""
+    got = runner.invoke(app, ["predict", "tiny-llama", "-p", "4", "-b", "8", "--pipeline", "2", "--micro-batches", "8"])
+    assert got.exit_code == 0 and "could not take their split and run replicated instead" in got.output
+
+
 def test_predict_pipeline_json():
     result = runner.invoke(app, ["predict", "gpt2", "--devices", "8", "--pipeline", "2", "--micro-batches", "4",
                                  "--json"])
