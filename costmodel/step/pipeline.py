@@ -300,7 +300,10 @@ def _check(batch: int, devices: int, stages: int, micro_batches: int, schedule: 
     if schedule not in SCHEDULES + (INTERLEAVED,):
         raise DnnplanError(f"unknown --schedule {schedule!r}", hint="use 1f1b, gpipe or interleaved")
     if (schedule == INTERLEAVED) != (chunks > 1):
-        raise DnnplanError(f"the {schedule} schedule with {chunks} model chunk(s) a device",
+        raise DnnplanError(f"the interleaved schedule needs 2 or more model chunks a device, got --chunks {chunks}"
+                           if schedule == INTERLEAVED else
+                           f"--chunks {chunks} cuts each device's layers into model chunks, which only the interleaved "
+                           f"schedule runs (--schedule {schedule})",
                            hint="interleave with --schedule interleaved --chunks V (V >= 2), else --chunks 1")
     if devices % stages:
         raise DnnplanError(f"{stages} pipeline stages do not divide {devices} devices",

@@ -146,8 +146,8 @@ def test_interleaving_gives_each_device_every_s_th_chunk_and_shrinks_the_bubble(
 
 @pytest.mark.parametrize("args,needle", [
     (["--micro-batches", "6", "--schedule", "interleaved", "--chunks", "2"], "not a multiple"),
-    (["--micro-batches", "4", "--chunks", "2"], "with 2 model chunk(s)"),
-    (["--micro-batches", "4", "--schedule", "interleaved"], "with 1 model chunk(s)"),
+    (["--micro-batches", "4", "--chunks", "2"], "--chunks 2 cuts each device's layers into model chunks"),
+    (["--micro-batches", "4", "--schedule", "interleaved"], "needs 2 or more model chunks a device, got --chunks 1"),
 ])
 def test_predict_refuses_an_interleaving_it_cannot_run_in_one_line(args, needle):
     result = CliRunner().invoke(app, ["predict", GPT, "-p", "4", "-b", "12", "--machine", "dgx-a100",
