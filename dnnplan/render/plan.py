@@ -220,7 +220,9 @@ def pipeline_summary(got) -> None:
     mix = "; ".join((f"stage {a}" if a == b else f"stages {a}-{b}") + f": {m}" for a, b, m in runs)
     again = sum(algo == RECOMPUTE for sol in got.solutions for algo in sol.algorithms.values())
     mix += f"; recomputation on {again} stage layers (memory binds)" if again else ""
-    if got.stages == 1:
+    if got.stages == 1 and got.micro_batches == 1:
+        console.print(f"layout: no pipeline, the whole batch at once; splits {mix}")
+    elif got.stages == 1:
         console.print(f"layout: no pipeline; {got.micro_batches} micro-batches of {got.micro_batch} a step "
                       f"(gradient accumulation); splits {mix}")
     else:

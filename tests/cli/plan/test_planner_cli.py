@@ -160,3 +160,12 @@ def test_ilp_solver_option_gives_the_same_plan_step():
                                        "--time-limit", "60"]).stdout)
     assert b["solver"]["solver"].startswith("ilp") and b["solver"]["time_limit_s"] == 60
     assert a["step_s"] == pytest.approx(b["step_s"], rel=1e-9)
+
+
+def test_one_stage_of_one_micro_batch_is_laid_out_as_the_whole_batch_at_once():
+    """tiny-gqa at batch 10 on 3 devices: the pipeline search's answer of one stage and one
+    micro-batch is the whole batch at once, not '1 micro-batches ... (gradient accumulation)'."""
+    text = runner.invoke(app, ["plan", "tiny-gqa", "-p", "3", "-b", "10", "--time-limit", "10"],
+                         env={"COLUMNS": "400"}).output
+    layout = next(line for line in text.splitlines() if line.startswith("layout:"))
+    assert "1 micro-batches" not in layout and "gradient accumulation" not in layout
