@@ -35,6 +35,12 @@ LAYOUT_OPS = ("Identity", "Transpose", "Cast", "Reshape", "Unsqueeze", "Squeeze"
 SHAPE_OPS = ("Shape", "Size")
 
 
+def _sequence(rank: int, dtype: str) -> bool:
+    """Whether an input's axis 1 is a sequence: token ids (batch, tokens), or (batch, tokens,
+    features); a float input of (batch, features) has none (an MLP's 784 pixels)."""
+    return rank == 3 or (rank == 2 and dtype.startswith("int"))
+
+
 @dataclass(frozen=True)
 class DataInput:
     name: str
@@ -139,22 +145,23 @@ class Graph:
                 continue
             if name not in self.consumers:
                 continue
-            out.append(DataInput(name, self._fixed(name, dims, seq), DTYPES.get(
-                info.type.tensor_type.elem_type, f"type {info.type.tensor_type.elem_type}")))
+            dtype = DTYPES.get(info.type.tensor_type.elem_type, f"type {info.type.tensor_type.elem_type}")
+            out.append(DataInput(name, self._fixed(name, dims, seq, _sequence(len(dims), dtype)), dtype))
         if not out:
             raise DnnplanError("the graph has no data input (every input is a weight)", file=self.source)
-        if seq is not None and not any(len(i.dims) in (2, 3) for i in out):
+        if seq is not None and not any(_sequence(len(i.dims), i.dtype) for i in out):
             got = ", ".join(f"{short(i.name)} {list(i.dims)}" for i in out)
             raise DnnplanError(f"--seq {seq}: the graph takes no sequence (its inputs, batch first: {got}); --seq "
                                "sets the tokens per sequence of a language model", file=self.source,
                                hint="leave --seq out")
         return out
 
-    def _fixed(self, name: str, dims: list, seq: int | None) -> tuple[int, ...]:
+    def _fixed(self, name: str, dims: list, seq: int | None, sequence: bool) -> tuple[int, ...]:
+        """``dims`` with the batch and (``sequence``: axis 1 is one) a dynamic sequence fixed."""
         fixed = []
         for axis, d in enumerate(dims):
             if isinstance(d, int) and d > 0:
-                if axis == 1 and seq is not None and d != seq and len(dims) in (2, 3):
+                if axis == 1 and seq is not None and d != seq and sequence:
                     raise DnnplanError(f"--seq {seq} differs from input {short(name)} (its fixed sequence is {d})",
                                        file=self.source, hint="export the model with a dynamic sequence axis, or leave --seq out")
                 fixed.append(d)
@@ -166,7 +173,9 @@ class Graph:
                 raise DnnplanError(f"input {short(name)} has a dynamic dimension {axis} ({short(d)})", file=self.source,
                                    hint="give --seq for a dynamic sequence; other sizes must be fixed in the export")
         if not fixed:
-            raise DnnplanError(f"input {short(name)} is a scalar; dnnplan needs a batch axis first", file=self.source)
+            raise DnnplanError(f"input {short(name)} declares no axes (a scalar, or no shape at all); dnnplan needs a "
+                               "batch axis first", file=self.source,
+                               hint="export the model with its input's shape, batch first (torch.onnx.export does)")
         return tuple(fixed)
 
     @property

@@ -176,6 +176,22 @@ def test_a_dynamic_sequence_needs_seq():
     assert "--seq 6 differs" in refusal(transformer(blocks=1)[0], seq=6)
 
 
+def test_seq_on_a_float_input_of_features_says_the_graph_takes_no_sequence():
+    b = Builder()  # an MLP: 784 pixels a sample, which are no sequence
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 784])
+    b.node("Gemm", ["x", b.weight("w", 10, 784)], "fc", transB=1)
+    msg = refusal(b.model([x], "fc", ["N", 10]), seq=100)
+    assert "the graph takes no sequence" in msg and "fixed sequence" not in msg
+
+
+def test_an_input_without_axes_says_how_to_export_it():
+    b = Builder()
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)
+    b.node("Gemm", ["x", b.weight("w", 10, 784)], "fc", transB=1)
+    assert "declares no axes" in refusal(b.model([x], "fc", ["N", 10])) and "batch first" in \
+        refusal(b.model([x], "fc", ["N", 10]))
+
+
 def test_a_mask_from_the_input_data_is_refused():
     model, _ = transformer(blocks=1)
     model.graph.input.append(helper.make_tensor_value_info("pad", onnx.TensorProto.FLOAT, ["N", 1, 8, 8]))
