@@ -15,12 +15,11 @@ import math
 
 from costmodel.compute.model import ComputeModel
 from costmodel.machine.model import MAX_DEVICES, Machine
-from costmodel.step.prediction import predict_step
 from costmodel.step.train_time import train_time
-from costmodel.frameworks.uniform import uniform_strategies
 from networks.errors import DnnplanError, short
 from networks.ir import Network
-from planner.problem.solve import Infeasible, Settings, fastest_algorithms, make_plan, strategy_mix
+from planner.problem.baselines import DATA_PARALLEL
+from planner.problem.solve import Infeasible, Settings, make_plan, strategy_mix
 
 
 #: The most device counts one sweep plans for.
@@ -139,14 +138,10 @@ def point(net: Network, network_ref: str, batch: int, p: int, machine: Machine, 
     except DnnplanError as err:
         return {"devices": p, "error": str(err)}
     row = {"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes, "mfu": plan.mfu}
-    if with_data:
-        strategies, _ = uniform_strategies(net, p, batch, "data")
-        data = settings.as_run(predict_step(net, batch, strategies, fastest_algorithms(
-            net, strategies, batch, machine, compute, settings.choices.sharded_optimizer), machine, compute,
-            settings.choices.sharded_optimizer, overlap=settings.overlap), net, machine)
-        limit = plan.solver.get("memory_limit_bytes") or machine.device.mem_capacity_bytes
+    if with_data:  # the plan's own data-parallel baseline, priced and checked against the limit with it
+        data = next(b for b in plan.baselines if b.name == DATA_PARALLEL)
         row.update({"data_step_s": data.step_s, "data_memory_peak_bytes": data.memory_peak_bytes,
-                    "data_fits": data.memory_bound_bytes <= limit * (1 + 1e-9)})
+                    "data_fits": data.fits})
     row.update({"mix": strategy_mix(plan), "solver": plan.solver.get("solver"), "status": plan.solver.get("status"),
                 "gap": plan.solver.get("gap")})
     return row

@@ -28,6 +28,8 @@ from planner.solvers import evaluate
 
 #: a plan's memory may exceed the limit by this fraction of it and still fit (the solver's rounding)
 FIT_RTOL = 1e-9
+#: the name of the pure data-parallel baseline (its row beside a plan, and a sweep's data columns)
+DATA_PARALLEL = "data parallel"
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def baselines(net: Network, batch: int, p: int, machine: Machine, compute: Compu
             best = x
     out = []
     kind = "context" if best[2] == "spatial" and any(layer.op == "attention" for layer in net.layers) else best[2]
-    for name, (_, _, spec, strategies) in (("data parallel", data), (f"best uniform ({kind})", best)):
+    for name, (_, _, spec, strategies) in ((DATA_PARALLEL, data), (f"best uniform ({kind})", best)):
         pred = predicted.get(spec) or predict_step(net, batch, strategies, fastest_algorithms(
             net, strategies, batch, machine, compute, optimizer), machine, compute, optimizer, overlap=overlap)
         out.append(PricedBaseline(name, pred, _fits(pred.memory_bound_bytes, limit)))
