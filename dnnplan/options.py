@@ -5,15 +5,16 @@ form and help cannot drift apart; flags that share a name but mean different thi
 as one count or as a list to profile for, ``--json`` as a switch or a file) are distinct
 definitions with distinct names. Defaults that depend on other inputs are stated in the help as
 ``\\[default: ...]`` (the backslash keeps rich from reading them as markup). What typer's types
-cannot check is checked here too: every number within its plausible range (finite; NaN is never in
-range), and flags that do nothing where they are given.
+cannot check is checked as the flag is read (dnnplan.flag_values: every number within its plausible
+range, finite, NaN never in range; a name among its choices; no blank name), and flags that do
+nothing where they are given are said here.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from typing import Annotated, Any, Callable, Optional, TypeVar
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 from typer._click.globals import get_current_context  # typer >= 0.29 (pyproject) carries its own click
@@ -24,43 +25,9 @@ from costmodel.compute.model import ComputeModel, OnDemand
 from costmodel.machine.model import MAX_DEVICES
 from costmodel.parallel.axes import CONTEXT, EXPERT, PIPELINE, TENSOR
 from costmodel.step.train_time import parse_tokens
-from networks.errors import DnnplanError, short
+from dnnplan.flag_values import not_blank, one_of, within
+from networks.errors import DnnplanError
 from networks.ops.base import MAX_INT
-
-N = TypeVar("N", int, float)
-
-
-def within(flag: str, least: float, most: float, unit: str = "") -> Callable[[N | None], N | None]:
-    """A typer callback refusing a value of ``flag`` outside ``[least, most]`` (NaN included) with
-    one line naming the flag, the range and what was given."""
-    def check(value: N | None) -> N | None:
-        if value is None or least <= value <= most:
-            return value
-        words = f"from {least:g} to {most:g}{unit}"
-        if isinstance(value, int) and least == 1:
-            words = f"a whole number from 1 to {most:,.0f}"
-        raise DnnplanError(f"{flag} must be {words}, got {short(value)}")
-    return check
-
-
-def one_of(flag: str, names: tuple[str, ...]) -> Callable[[str | None], str | None]:
-    """A typer callback refusing a value of ``flag`` that is none of ``names``, in one line naming them."""
-    def check(value: str | None) -> str | None:
-        if value is None or value in names:
-            return value
-        raise DnnplanError(f"unknown {flag} {short(value)}", hint=f"use {', '.join(names[:-1])} or {names[-1]}")
-    return check
-
-
-def not_blank(flag: str, what: str, example: str) -> Callable[[str | None], str | None]:
-    """A typer callback refusing an empty value of ``flag`` (``--machine ''`` fell back to the
-    default in silence) in one line naming ``what`` it should name."""
-    def check(value: str | None) -> str | None:
-        if value is not None and not value.strip(" ,"):
-            raise DnnplanError(f"{flag} {short(value)} names no {what}", hint=f"e.g. {flag} {example}")
-        return value
-    return check
-
 
 def foreign_warning(foreign: bool, profile: str | None) -> str | None:
     """``--foreign-profile`` without ``--profile``: the line saying it changes nothing."""
