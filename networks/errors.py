@@ -127,7 +127,9 @@ class DnnplanError(Exception):
             text += f" ({self.hint})"
         return _cut(text, LINE_CHARS)
 
-    def located(self, *, file: str | None = None, line: int | None = None) -> "DnnplanError":
-        """Return a copy that also names the file (and line) the mistake came from."""
-        return DnnplanError(self.bare, file=file or self.file, layer=self.layer, field=self.field,
+    def located(self, *, file: str | None = None, line: int | None = None,
+                field: str | None = None) -> "DnnplanError":
+        """Return a copy that also names the file (and line, and field where it names none) the
+        mistake came from."""
+        return DnnplanError(self.bare, file=file or self.file, layer=self.layer, field=self.field or field,
                             line=line or self.line, hint=self.hint)

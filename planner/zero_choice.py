@@ -234,7 +234,8 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
         if left and type(err) is DnnplanError:  # the stages the time limit left out may hold a plan
             raise DnnplanError(err.bare, file=err.file, layer=err.layer, field=err.field, line=err.line,
                                hint=f"ZeRO-{', ZeRO-'.join(map(str, left))} not planned or not finished within the "
-                                    "time limit, and may hold a plan that fits: raise --time-limit" + (f"; or {err.hint}" if err.hint else ""))
+                                    "time limit, and may hold a plan that fits: raise --time-limit"
+                                    + (f"; or {err.hint}" if err.hint else ""))
         raise err
     best = min(answers, key=lambda z: (done[z].step_s, z))
     return answers[best], best, [done[z] for z in sorted(done)]

@@ -233,9 +233,7 @@ def _in_plan(err: DnnplanError, path: str, field: str) -> DnnplanError:
     """``err`` of loading what the plan's ``field`` names, located in the plan where it names no
     file of its own (an unknown zoo network or machine; a spec's or machine file's own mistake
     keeps its file)."""
-    if err.file is not None:
-        return err
-    return DnnplanError(err.bare, file=path, field=field, line=err.line, hint=err.hint)
+    return err if err.file is not None else err.located(file=path, field=field)
 
 
 def _check_machine(data: dict, path: str) -> None:
