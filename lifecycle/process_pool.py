@@ -39,6 +39,9 @@ from networks.writing import SystemFailure
 READY_S = 0.1
 #: how long :meth:`ProcessPool.close` waits for the pool's own lock before ending the workers without it [s]
 LOCK_WAIT_S = 1.0
+#: how long this process waits for a worker to finish a task whose pricing it holds before it takes
+#: such tasks itself (the worker may be busy with a long task handed out before) [s]
+STEAL_AFTER_S = 0.1
 #: prctl's option that sends the caller a signal when its parent ends (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
 
@@ -163,8 +166,9 @@ class ProcessPool:
         self.workers = max(1, self.jobs - 1)
         self.preload = tuple(preload)
         self._pool: ProcessPoolExecutor | None = None
-        #: the keys of the tasks this process computed (:meth:`unordered`'s ``keys``)
+        #: the keys of the tasks this process computed (:meth:`unordered`'s ``keys``), and those a worker did
         self._here: set = set()
+        self._there: set = set()
         self._stops = None  # the count of stops shared with the workers (stop_handed_out)
 
     def _executor(self) -> ProcessPoolExecutor:
@@ -220,8 +224,10 @@ class ProcessPool:
         it never idles while this process computes), and, once none is left to take, any handed to
         a worker that has not started it. ``keys[i]``: what task ``i`` prices (a pipeline pair's
         ranks and micro-batch): a task whose key this process computed in an earlier call of this
-        pool stays here, where what it priced is kept; the workers take the others, and each side
-        takes the other's (from the end of its list) once its own are all taken.
+        pool stays here, where what it priced is kept; the workers take the others, and this
+        process takes the workers' (from the end of its list) once its own are all taken, but
+        for those whose key a worker computed before (priced there, they cost a worker less),
+        until a worker keeps it waiting :data:`STEAL_AFTER_S`.
         A worker the system ends (the out-of-memory killer's SIGKILL, a crash) ends the workers and
         raises :class:`networks.writing.SystemFailure`: one line saying how it ended."""
         pool = self._executor()
@@ -240,13 +246,25 @@ class ProcessPool:
                 futures[future] = i
                 pending.add(future)
 
+        waited = [False]  # a worker has kept this process waiting: it takes any task left
+
+        def theirs(i: int) -> bool:
+            """Task ``i`` prices what a worker priced before: a worker computes it for less, unless
+            the workers are busy."""
+            return not waited[0] and keys is not None and keys[i] in self._there and keys[i] not in self._here
+
         def take() -> int | None:
             """The task this process computes next: its own next, else the next not handed out,
-            else one handed to a worker that has not started it (withdrawn), else None."""
-            if local or remote:
-                return local.popleft() if local else remote.popleft()
+            else one handed to a worker that has not started it (withdrawn), else None; never one
+            whose pricing a worker holds (it waits for the workers instead)."""
+            if local:
+                return local.popleft()
+            i = next((i for i in remote if not theirs(i)), None)
+            if i is not None:
+                remote.remove(i)
+                return i
             for future in sorted(pending, key=futures.get):
-                if future.cancel():
+                if not theirs(futures[future]) and future.cancel():
                     pending.discard(future)
                     return futures[future]
             return None
@@ -269,11 +287,19 @@ class ProcessPool:
                     yield mine_next, computed_here(mine_next)
                     hand_out()
                     continue
+                if not done and here is not None and not waited[0]:
+                    done, _ = wait(pending, timeout=STEAL_AFTER_S, return_when=FIRST_COMPLETED)
+                    waited[0] = not done
+                    if not done:
+                        continue
                 if not done:
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 pending -= done
                 for future in sorted(done, key=futures.get):
-                    yield futures[future], future.result()
+                    got = future.result()
+                    if keys is not None:
+                        self._there.add(keys[futures[future]])
+                    yield futures[future], got
                 hand_out()
         except BrokenProcessPool:
             raise self._lost(workers) from None

@@ -42,6 +42,7 @@ bounds the pair once it reaches that step, the other layers not priced (:func:`_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -279,6 +280,17 @@ def _early(builder: Builder, stack: Stack, stages: int, micro_batches: int, weig
     a later ZeRO stage's pair already slower on them than the step held is bounded out without
     pricing its layers under that stage (GPT-3 175B on 1,024 A100s: the three ZeRO stages after
     ZeRO-3 bounded in about a third of the time); then at its node's least weighted cost."""
+    for step, mean in partial_bounds(builder, stack, stages, weight, sends):
+        if step >= above:
+            return StageBound(step, None, mean)
+    return None
+
+
+def partial_bounds(builder: Builder, stack: Stack, stages: int, weight: float,
+                   sends: tuple[float, ...]) -> Iterator[tuple[float, float]]:
+    """The partial bounds :func:`_early` weighs, in its order, each ``(step, mean bracket)``: a
+    bound computed whole ahead of its search keeps them, so that the bound against any step held
+    is the one :func:`_early` would give (:mod:`planner.pipeline.bounds_ahead`)."""
     per = len(stack.blocks[0])
     two, _ = stage_network(stack.network, stack.layers(0, 2, MIDDLE), 0)
     keys = node_keys(builder, two)
@@ -290,10 +302,7 @@ def _early(builder: Builder, stack: Stack, stages: int, micro_batches: int, weig
         for j in order:
             block += min(least(i) for i in {j, j + per})
             total = stack.n * block + fixed  # sum_s L_s at least
-            step = total / stages  # the step is at least the stages' (devices') mean bracket
-            if step >= above:
-                return StageBound(step, None, total / stages)
-    return None
+            yield total / stages, total / stages  # the step is at least the stages' (devices') mean bracket
 
 
 def _block(builder: Builder, stack: Stack, weight: float, edges: bool = False):

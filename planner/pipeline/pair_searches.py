@@ -17,7 +17,7 @@ again here, for the plan itself (as the proof's closings, :mod:`planner.pipeline
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 from costmodel.compute.model import ComputeModel
@@ -66,7 +66,7 @@ def search_task(search, stages: int, micro_batches: int, chunks: int = 1, close:
     """The :class:`SearchTask` of ``search``'s pair (S, m, V), closing at its deadline when ``close``;
     ``below``: searched ahead of its turn under that step held (:attr:`SearchTask.below`)."""
     return SearchTask(search.stack, search.batch, search.p, search.machine, search.compute,
-                      replace(search.settings, budget=None, parallel=None), search.limit, search.exact,
+                      search.settings.plain(), search.limit, search.exact,
                       search.schedule, stages, micro_batches, chunks, close, search.deadline if close else None,
                       type(search), search.command_end(), below)
 

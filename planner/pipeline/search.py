@@ -23,12 +23,13 @@ when it starts; one that takes longer is left (counted in the proven gap by its 
 is searched, so one slow pair does not leave the search without a plan (Llama 3.1 405B on 512 H100s
 under ZeRO-3: 2 stages x 8 micro-batches, the least bound, did not finish its 63-block stages in
 the 13 s left at load 1; 64 stages x 512, its bound 0.2% above, answers in about a second).
-A pair is bounded against the step held (the caller's ceiling, else the least bound of the
+A pair is bounded against the step held (the caller's ceiling, or the least bound of the
+``SETTLE`` pairs of least first partial bound where lower; with no ceiling, the least bound of the
 ``SETTLE`` pairs of least physics floor, bounded whole first): a bound that reaches it on part of
 a block's layers stops there, and the pair keeps that partial bound until the search comes to it
 (:func:`planner.pipeline.triples.bounded`). Handed workers (``Settings.parallel``), the search has
-the bounds computed side by side (:mod:`planner.pipeline.pair_bounds`): the same numbers, so the
-same answer.
+the bounds computed side by side (:mod:`planner.pipeline.pair_bounds`), some ahead of the search
+(:mod:`planner.pipeline.bounds_ahead`): the same numbers, so the same answer.
 
 Stages the memory limit binds are solved by Lagrangian relaxation while pairs are compared (fast,
 feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)`` is then searched
@@ -63,7 +64,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.pipeline import interleave
 from planner.pipeline.bound import stage_bound
-from planner.pipeline.pair_bounds import bound_side_by_side
+from planner.pipeline.pair_bounds import PairTask, bound_side_by_side, pair_tasks
 from planner.pipeline.pair_closing import proved
 from planner.pipeline.pair_searches import Ahead, Searched
 from planner.pipeline.sends import pair_sends_s, stage_sends_s
@@ -79,8 +80,8 @@ from planner.problem.solve import Settings
 SCHEDULE = "1f1b"
 #: until a plan is in hand, the share of the time left one pair's search may take (module docstring)
 FIRST_SHARE = 1 / 3
-#: with no step held, the pairs of least physics floor bounded first, and the others against the
-#: least of their bounds (planner.pipeline.triples.bounded)
+#: the pairs bounded first (of least physics floor with no step held, else of least first partial
+#: bound), and the others against the least of their bounds (planner.pipeline.triples.bounded)
 SETTLE = 4
 #: seconds the search spends closing other pairs' stage gaps to prove its choice (planner.pipeline.pair_closing.proved)
 PROVE_S = 5.0
@@ -177,8 +178,21 @@ class _Search:
         not known, a partial bound against ``above``); and the stages' mean bracket
         (:class:`planner.pipeline.bound.StageBound`);
         ``above``: the step held (:meth:`stage_bound`)."""
-        got = self.stage_bound(stages, m, chunks, above)
+        got = self.ahead_bound(stages, m, chunks, above) or self.stage_bound(stages, m, chunks, above)
         return got.step_s, got.fits, got.mean_s
+
+    def ahead_bound(self, stages: int, m: int, chunks: int = 1, above: float | None = None):
+        """``(S, m, V)``'s bound as :meth:`stage_bound` gives it, where a worker computed it ahead of
+        this search (:mod:`planner.pipeline.bounds_ahead`); else None."""
+        ahead = self.settings.ahead
+        if ahead is None:
+            return None
+        if above is None and self.ceiling < float("inf"):
+            above = self.ceiling
+        task = pair_tasks(self.stack, self.batch, self.p, self.machine, self.compute, self.settings, self.limit,
+                          lambda s, m2, v: tuple(self.sends(s, m2, v)), [(0.0, stages, m, chunks)], above,
+                          self.holds)[0]
+        return ahead.bound(task)
 
     def stage_bound(self, stages: int, m: int, chunks: int = 1, above: float | None = None, edges: bool = False):
         """``(S, m, V)``'s :class:`planner.pipeline.bound.StageBound`, on its own pricing; once it
@@ -495,3 +509,18 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
         if progress:
             progress(i + 1, len(combos))
     return best
+
+
+def pair_tasks_ahead(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
+                     settings: Settings, schedule: str = SCHEDULE) -> list[PairTask]:
+    """The bound of each pair :func:`search_pipeline` weighs under ``settings`` and ``limit`` with
+    every stage count, as a task for a worker ahead of that search (:mod:`planner.pipeline.bounds_ahead`),
+    least physics floor first; none for a network that is not a uniform stack."""
+    stack = uniform_stack(net)
+    if stack is None:
+        return []
+    search = _Search(stack, batch, p, machine, compute, limit, settings.plain(), False,
+                     "1f1b" if schedule in (AUTO, DEFAULT, INTERLEAVED) else schedule)
+    triples = sorted(pairs(stack, batch, p, machine, net, None, None, schedule))
+    return pair_tasks(stack, batch, p, machine, compute, settings, limit, lambda s, m, v: tuple(search.sends(s, m, v)),
+                      triples, None, search.holds)

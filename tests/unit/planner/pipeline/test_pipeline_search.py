@@ -147,10 +147,13 @@ def test_the_proof_closes_the_pairs_that_could_still_win(tmp_path):
         assert c.skipped or c.closed or c.lower_s >= full.prediction.step_s * (1 - 1e-12)
 
 
-def test_with_no_step_held_the_pairs_of_least_floor_are_bounded_first_and_set_the_step_for_the_rest():
-    """``bounded`` with ``settle``: the pairs of least floor bounded whole, the others against the
-    least bound of theirs; a pair bounded out on part of its layers keeps that partial bound as its
-    floor (whether anything fits not known) and comes after the pairs bounded whole."""
+def test_the_pairs_likeliest_to_win_are_bounded_first_and_set_the_step_for_the_rest():
+    """``bounded`` with ``settle``: with no step held, the pairs of least floor bounded whole, the
+    others against the least bound of theirs; with one held, each pair's first partial bound first
+    (its largest layer: here half its bound), then the pairs of least such bound against the step
+    held, the others against the least bound of theirs, no higher than it. A pair bounded out on
+    part of its layers keeps that partial bound as its floor (whether anything fits not known) and
+    comes after the pairs bounded whole."""
     whole = {(1, 1): 9.0, (1, 2): 5.0, (2, 1): 7.0, (2, 2): 4.5, (4, 1): 20.0, (4, 2): 6.0}
     asked = []
 
@@ -169,6 +172,14 @@ def test_with_no_step_held_the_pairs_of_least_floor_are_bounded_first_and_set_th
     assert [(c[1], c[2], c[4]) for c in got[:3]] == [(2, 2, True), (1, 2, True), (1, 1, True)]
     # bounded out on part of their layers: their partial bounds, after the others
     assert [(c[0], c[1], c[2], c[4]) for c in got[3:]] == [(5.0, 2, 1, None), (5.0, 4, 2, None), (10.0, 4, 1, None)]
+    asked.clear()
+    held = bounded(bound, combos, settle=2, above=6.5)
+    assert sorted(k for k, a in asked[:6] if a == 0.0) == sorted(whole)  # each pair's first partial bound
+    assert asked[6:8] == [((2, 2), 6.5), ((1, 2), 6.5)]  # the two of least first partial bound
+    assert len(asked) == 12 and all(a == 4.5 for _, a in asked[8:])  # the others against (2, 2)'s bound
+    assert [(c[0], c[1], c[2], c[4]) for c in held] == [
+        (4.5, 2, 2, True), (5.0, 1, 2, True), (4.5, 1, 1, None), (4.5, 2, 1, None), (4.5, 4, 2, None),
+        (10.0, 4, 1, None)]
     # without settle every pair is bounded whole, in order of its bound
     assert [(c[1], c[2], c[4]) for c in bounded(bound, combos)] == [
         (2, 2, True), (1, 2, True), (4, 2, True), (2, 1, True), (1, 1, True), (4, 1, True)]
