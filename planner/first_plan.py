@@ -30,7 +30,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.answer import ALL, NONE, Answer, NoneFits, answer_peak, outcome, step_of
 from planner.fit_check import REFIT_SHARE, fitting
-from planner.pipeline.bounds_ahead import BoundsAhead
+from planner.pipeline.workers.ahead import BoundsAhead
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
                                      pair_tasks_ahead, search_pipeline)
 from planner.pipeline.stack import uniform_stack
@@ -120,7 +120,7 @@ def _bounds_ahead(net: Network, batch: int, p: int, machine: Machine, compute: C
                   settings: Settings, order: tuple[int, ...], schedule: str) -> BoundsAhead | None:
     """With workers, and a stack of blocks to pipeline, the pairs of the ZeRO stages planned after
     the first handed to a worker while this process plans the first stage's whole batch
-    (:mod:`planner.pipeline.bounds_ahead`): the next stage's first, ZeRO-2's never (planned only
+    (:mod:`planner.pipeline.workers.ahead`): the next stage's first, ZeRO-2's never (planned only
     where ZeRO-1 has no plan), ZeRO-3's last in the attention order (planned there only where
     ZeRO-1's plan is held back by memory, :mod:`planner.zero_choice`)."""
     parallel = side_by_side(settings.parallel, compute)

@@ -5,10 +5,10 @@ Once the pipeline search holds its choice, the chosen pair's memory-bound stages
 with its gaps closed, most promising first, until none is left or the proof's time is spent
 (:func:`proved`; :mod:`planner.pipeline.search`, module docstring). Each closing is a function of
 its pair alone, so with a :class:`planner.problem.parallel.Parallel` of several processes the
-pairs are handed out as :class:`planner.pipeline.pair_searches.SearchTask` s that close, the
+pairs are handed out as :class:`planner.pipeline.workers.pair_searches.SearchTask` s that close, the
 search's own process taking them in order beside the workers. A worker searches its pair on a
 pricing of its own (the planning call's kernel times and layers kept across its tasks,
-:func:`planner.pipeline.pair_bounds.kept_pricing`) and sends back only the pair's step, cut, lower
+:func:`planner.pipeline.workers.pair_bounds.kept_pricing`) and sends back only the pair's step, cut, lower
 bound and stage solves. The results are taken in the order one process takes the pairs, each only
 if its pair is still to be closed under the best step then held, so the pairs closed and the
 answer are the ones one process gives; a worker's pair that becomes the best is searched again
@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 
 from planner.pipeline.choice import Best, Candidate, OutOfTime
-from planner.pipeline.pair_searches import LATE, Searched, search_pair, search_task
+from planner.pipeline.workers.pair_searches import LATE, Searched, search_pair, search_task
 from planner.problem.parallel import Parallel, side_by_side
 
 

@@ -28,8 +28,8 @@ A pair is bounded against the step held (the caller's ceiling, or the least boun
 ``SETTLE`` pairs of least physics floor, bounded whole first): a bound that reaches it on part of
 a block's layers stops there, and the pair keeps that partial bound until the search comes to it
 (:func:`planner.pipeline.triples.bounded`). Handed workers (``Settings.parallel``), the search has
-the bounds computed side by side (:mod:`planner.pipeline.pair_bounds`), some ahead of the search
-(:mod:`planner.pipeline.bounds_ahead`): the same numbers, so the same answer.
+the bounds computed side by side (:mod:`planner.pipeline.workers.pair_bounds`), some ahead of the search
+(:mod:`planner.pipeline.workers.ahead`): the same numbers, so the same answer.
 
 Stages the memory limit binds are solved by Lagrangian relaxation while pairs are compared (fast,
 feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)`` is then searched
@@ -64,9 +64,9 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.pipeline import interleave
 from planner.pipeline.bound import stage_bound
-from planner.pipeline.pair_bounds import PairTask, bound_side_by_side, pair_tasks
+from planner.pipeline.workers.pair_bounds import PairTask, bound_side_by_side, pair_tasks
 from planner.pipeline.pair_closing import proved
-from planner.pipeline.pair_searches import Ahead, Searched
+from planner.pipeline.workers.pair_searches import Ahead, Searched
 from planner.pipeline.sends import pair_sends_s, stage_sends_s
 from planner.pipeline.choice import Best, Candidate, OutOfTime, PipelineChoice
 from planner.pipeline.chosen import choice, offer
@@ -128,10 +128,10 @@ class _Search:
         self.limit, self.settings, self.exact = limit, settings, exact
         self.deadline: float | None = None  # perf_counter time at which closing stage gaps stops (pair_closing.proved)
         #: perf_counter time at which any search of a pair stops: a worker's, which has no budget, at
-        #: the command's deadline (planner.pipeline.pair_searches.SearchTask.ends)
+        #: the command's deadline (planner.pipeline.workers.pair_searches.SearchTask.ends)
         self.ends: float | None = None
         #: in a worker, whether the search that handed this pair out has moved on (None: never asks;
-        #: planner.pipeline.pair_searches.Ahead.close)
+        #: planner.pipeline.workers.pair_searches.Ahead.close)
         self.stopped = None
         self.worst_gap = 0.0
         self.boundary = stack.boundary_bytes()
@@ -152,7 +152,7 @@ class _Search:
         self.pair_deadline: float | None = None  # budget clock time the pair being searched is left at (FIRST_SHARE)
         self.bounding_s = 0.0  # how long bounding the pairs took (the proof's deadline: Budget.proof_deadline)
         parallel = side_by_side(settings.parallel, compute)
-        #: the pairs' bounds computed by workers (planner.pipeline.pair_bounds), None: here, one by one
+        #: the pairs' bounds computed by workers (planner.pipeline.workers.pair_bounds), None: here, one by one
         self.many = None if parallel is None else bound_side_by_side(
             parallel, stack, batch, p, machine, compute, settings, limit, lambda s, m, v: tuple(self.sends(s, m, v)),
             self.stage_bound, self.holds)
@@ -183,7 +183,7 @@ class _Search:
 
     def ahead_bound(self, stages: int, m: int, chunks: int = 1, above: float | None = None):
         """``(S, m, V)``'s bound as :meth:`stage_bound` gives it, where a worker computed it ahead of
-        this search (:mod:`planner.pipeline.bounds_ahead`); else None."""
+        this search (:mod:`planner.pipeline.workers.ahead`); else None."""
         ahead = self.settings.ahead
         if ahead is None:
             return None
@@ -306,7 +306,7 @@ class _Search:
         return Best(got[0], stages, m, got[1], solver, lower)
 
     def taken_elsewhere(self, got: Searched) -> None:
-        """A pair a worker searched (planner.pipeline.pair_searches), counted as :meth:`_best`
+        """A pair a worker searched (planner.pipeline.workers.pair_searches), counted as :meth:`_best`
         counts one searched here: its stage solves and gaps, and its pricing let go."""
         pair = (got.stages, got.micro_batches)
         self.pending[pair] = left = self.pending.get(pair, 1) - 1
@@ -431,7 +431,7 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
     """Each (S, m, V) in order of its bound until the bound reaches the best step found (from ``best``
     on) or the budget ends the search (once a plan is in hand); ``out`` gets a :class:`Candidate` for
     each; ``then``: a new best 1F1B pair's interleaving (planner.pipeline.triples.Interleaving);
-    ``ahead``: ``combos``' pairs searched by workers ahead of their turn (planner.pipeline.pair_searches)."""
+    ``ahead``: ``combos``' pairs searched by workers ahead of their turn (planner.pipeline.workers.pair_searches)."""
     budget = search.settings.budget
 
     def wait_s() -> float | None:
@@ -514,7 +514,7 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
 def pair_tasks_ahead(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
                      settings: Settings, schedule: str = SCHEDULE) -> list[PairTask]:
     """The bound of each pair :func:`search_pipeline` weighs under ``settings`` and ``limit`` with
-    every stage count, as a task for a worker ahead of that search (:mod:`planner.pipeline.bounds_ahead`),
+    every stage count, as a task for a worker ahead of that search (:mod:`planner.pipeline.workers.ahead`),
     least physics floor first; none for a network that is not a uniform stack."""
     stack = uniform_stack(net)
     if stack is None:

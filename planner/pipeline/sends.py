@@ -6,7 +6,7 @@ ranks) to the next stage's first rank and takes its gradient back: twice a micro
 nothing. With ``V`` chunks a device, each chunk but the last of all sends to the next chunk's device
 (:func:`planner.pipeline.interleave.sends_s`). The pipeline search prices its stages with these
 (planner.pipeline.search), and its pairs' bounds are handed to workers with them
-(planner.pipeline.pair_bounds).
+(planner.pipeline.workers.pair_bounds).
 """
 
 from __future__ import annotations

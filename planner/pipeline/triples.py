@@ -127,7 +127,7 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
     bound: by it they would all come first), with None for whether anything fits (not known: the
     search bounds each when it comes to it, against the best step it then holds). ``many(combos)``:
     the stage bounds computed side by side, ``(i, (bound, fits, mean))`` as each is done
-    (:mod:`planner.pipeline.pair_bounds`); the order is the bounds', so the same either way.
+    (:mod:`planner.pipeline.workers.pair_bounds`); the order is the bounds', so the same either way.
 
     ``settle`` (more than 0): the ``settle`` pairs of least floor are bounded first (in this process,
     where the search that likely takes them runs), then the others

@@ -4,9 +4,9 @@ The planner never starts a process. The command line hands it a :class:`Parallel
 ``Settings.parallel`` (``dnnplan plan --jobs N``: this process and ``N - 1`` workers,
 :mod:`lifecycle.process_pool`), and the search maps a module-level function over picklable tasks
 with it, its own process taking tasks beside the workers (``here``): the lower bounds of the
-pipeline and micro-batch pairs (:func:`planner.pipeline.pair_bounds.pair_bound`) and their gap
+pipeline and micro-batch pairs (:func:`planner.pipeline.workers.pair_bounds.pair_bound`) and their gap
 closings; or it hands single tasks out ahead of their turn (``submit``): the pairs' searches
-(:func:`planner.pipeline.pair_searches.search_pair`). Each is a pure function of its task, so the
+(:func:`planner.pipeline.workers.pair_searches.search_pair`). Each is a pure function of its task, so the
 numbers are the same wherever they are computed and the answer is the one a single process
 gives. The function is called as ``fn(task, kept)``: ``kept`` is a dict that lives as long as the
 worker, so a worker's later tasks reuse what its earlier ones priced (the planning call's

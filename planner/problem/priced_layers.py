@@ -36,7 +36,7 @@ class PricedLayers:
 
     def __init__(self, token: str | None = None):
         #: names the planning call: a worker keeps one PricedLayers per token across its tasks
-        #: (planner.pipeline.pair_bounds.pair_bound); sent to a worker empty, token kept
+        #: (planner.pipeline.workers.pair_bounds.pair_bound); sent to a worker empty, token kept
         self.token = uuid.uuid4().hex if token is None else token
         self.collectives: dict[tuple, float] = {}
         self.estimates: dict[tuple, list] = {}

@@ -108,7 +108,7 @@ class Settings:
     #: each builder its own
     priced: PricedLayers | None = field(default=None, compare=False)
     #: the pipeline pairs' bounds a worker computes ahead of their ZeRO stage's search
-    #: (planner.pipeline.bounds_ahead.BoundsAhead); None: none
+    #: (planner.pipeline.workers.ahead.BoundsAhead); None: none
     ahead: Any = field(default=None, compare=False)
 
     def plain(self) -> "Settings":

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from dnnplan.cli import app
 from lifecycle.process_pool import ProcessPool
-from planner.pipeline.pair_bounds import pair_bound
+from planner.pipeline.workers.pair_bounds import pair_bound
 from tests.support.cli_errors import one_error_line
 from tests.support.proc_table import describe, gone_within, tree
 from tests.support.processes import dnnplan_env

@@ -1,5 +1,5 @@
 """Pipeline pairs' bounds computed by a worker ahead of their search give the numbers the search
-computes itself, against any step held, and the same answer (planner.pipeline.bounds_ahead)."""
+computes itself, against any step held, and the same answer (planner.pipeline.workers.ahead)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from concurrent.futures import Future
 
 from costmodel.choices.training import TrainingChoices
 from costmodel.layer.candidates import divisors
-from planner.pipeline.bounds_ahead import BoundAhead, BoundsAhead, against, bound_ahead, bounds_ahead, task_key
-from planner.pipeline.pair_bounds import pair_bound
+from planner.pipeline.workers.ahead import BoundAhead, BoundsAhead, against, bound_ahead, bounds_ahead, task_key
+from planner.pipeline.workers.pair_bounds import pair_bound
 from planner.pipeline.search import pair_tasks_ahead, search_pipeline
 from planner.problem.priced_layers import PricedLayers
 from planner.problem.priced_once import priced_once

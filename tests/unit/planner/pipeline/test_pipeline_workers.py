@@ -1,7 +1,7 @@
 """The pipeline search with its pairs' bounds computed by worker processes (``dnnplan plan --jobs N``)
 gives the answer one process gives: the same choice, step, cut, every pair's bound and the proven
 gap, the pairs searched and the other pairs' gaps closed by the workers too
-(planner.pipeline.pair_bounds, planner.pipeline.pair_searches, planner.pipeline.pair_closing,
+(planner.pipeline.workers.pair_bounds, planner.pipeline.workers.pair_searches, planner.pipeline.pair_closing,
 lifecycle.process_pool)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from costmodel.choices.training import TrainingChoices
 from costmodel.layer.candidates import divisors
 from lifecycle.process_pool import ProcessPool
-from planner.pipeline.pair_bounds import pair_bound
-from planner.pipeline.pair_searches import search_pair
+from planner.pipeline.workers.pair_bounds import pair_bound
+from planner.pipeline.workers.pair_searches import search_pair
 from planner.pipeline.search import SETTLE, search_pipeline
 from planner.pipeline.triples import AUTO, bounded
 from planner.problem.parallel import IN_PROCESS
@@ -87,7 +87,7 @@ def test_workers_give_the_answer_one_process_gives(tmp_path, schedule):
     limit = 2.0 ** 30 * 0.0012  # memory-bound stages: Lagrangian gaps, closed by the proof
     args = (ctx.network, 8, 8, ctx.machine, ctx.compute, limit)
     alone = search_pipeline(*args, SETTINGS, micro_counts=divisors(8), prove_s=None, schedule=schedule)
-    workers = _Counted(2, ("planner.pipeline.pair_bounds",))
+    workers = _Counted(2, ("planner.pipeline.workers.pair_bounds",))
     try:
         shared = search_pipeline(*args, dataclasses.replace(SETTINGS, parallel=workers), micro_counts=divisors(8),
                                  prove_s=None, schedule=schedule)
@@ -139,7 +139,7 @@ def test_a_workers_search_stops_at_the_commands_deadline_and_the_pair_is_searche
     limit, and the command then searches the pair itself, under its own budget."""
     import time
 
-    from planner.pipeline.pair_searches import LATE, Ahead, search_task
+    from planner.pipeline.workers.pair_searches import LATE, Ahead, search_task
     from planner.pipeline.search import _Search
     from planner.pipeline.stack import uniform_stack
     from planner.solvers import Budget
@@ -175,7 +175,7 @@ def test_a_workers_search_left_when_the_search_moves_on_answers_late_and_the_poo
     """A pair searched ahead of its turn whose search has moved on (``kept["stopped"]()``: the pool's
     ``stop_handed_out``) answers LATE at once; Ahead.close tells the pool only while a search it
     handed out is still running."""
-    from planner.pipeline.pair_searches import LATE, Ahead, search_task
+    from planner.pipeline.workers.pair_searches import LATE, Ahead, search_task
     from planner.pipeline.search import _Search
     from planner.pipeline.stack import uniform_stack
 

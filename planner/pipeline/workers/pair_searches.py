@@ -5,7 +5,7 @@ whose bound is below the best step found so far (:func:`planner.pipeline.search.
 :class:`planner.problem.parallel.Parallel` of several processes, once a step is held, the pairs a
 worker bounded (whose pricing the search's own process does not hold) are handed to the workers
 ahead of their turn, as :class:`SearchTask` s; a worker searches its pair on a pricing of its own (the planning call's
-kernel times and layers kept across its tasks, :func:`planner.pipeline.pair_bounds.kept_pricing`)
+kernel times and layers kept across its tasks, :func:`planner.pipeline.workers.pair_bounds.kept_pricing`)
 and sends back only the pair's step, cut, lower bound and stage solves (:class:`Searched`). The
 search's own process takes the pairs in order as before: a pair a worker holds is taken from it
 (waited for while running, withdrawn and searched here while not started), and while it waits
@@ -23,7 +23,7 @@ from typing import Callable
 from costmodel.compute.model import ComputeModel
 from costmodel.machine.model import Machine
 from planner.pipeline.choice import OutOfTime
-from planner.pipeline.pair_bounds import kept_pricing
+from planner.pipeline.workers.pair_bounds import kept_pricing
 from planner.pipeline.stack import Stack
 from planner.problem.parallel import Parallel
 from planner.problem.solve import Settings

@@ -103,7 +103,7 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
 
     def many(combos: list, above: float | None = None) -> Iterator[tuple[int, tuple[float, bool, float]]]:
         tasks = pair_tasks(stack, batch, p, machine, compute, settings, limit, sends, combos, above, holds)
-        ahead = settings.ahead  # the pairs a worker bounded ahead of this search (planner.pipeline.bounds_ahead)
+        ahead = settings.ahead  # the pairs a worker bounded ahead of this search (planner.pipeline.workers.ahead)
         known = {} if ahead is None else {i: got for i, task in enumerate(tasks)
                                           if (got := ahead.bound(task)) is not None}
         for i, got in known.items():

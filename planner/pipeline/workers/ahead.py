@@ -27,7 +27,7 @@ from itertools import islice
 from typing import Hashable, Sequence
 
 from planner.pipeline.bound import StageBound, partial_bounds, stage_bound
-from planner.pipeline.pair_bounds import PairTask, kept_pricing
+from planner.pipeline.workers.pair_bounds import PairTask, kept_pricing
 from planner.pipeline.stage_solver import stage_builder
 from planner.problem.parallel import Parallel
 
@@ -72,7 +72,7 @@ def _partials(task: PairTask, kept: dict, first: bool) -> tuple[object, tuple[tu
 
 def bound_ahead(task: PairTask, kept: dict) -> BoundAhead:
     """``task``'s whole bound with its partial bounds; ``kept``: the worker's dict across its tasks
-    (:func:`planner.pipeline.pair_bounds.kept_pricing`)."""
+    (:func:`planner.pipeline.workers.pair_bounds.kept_pricing`)."""
     builder, partials = _partials(task, kept, False)
     whole = stage_bound(builder, task.stack, task.stages, task.micro_batches, task.limit, task.sends_s,
                         task.chunks, None, task.holds)
