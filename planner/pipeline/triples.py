@@ -129,8 +129,7 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
     the stage bounds computed side by side, ``(i, (bound, fits, mean))`` as each is done
     (:mod:`planner.pipeline.workers.pair_bounds`); the order is the bounds', so the same either way.
 
-    ``settle`` (more than 0): the ``settle`` pairs of least floor are bounded first (in this process,
-    where the search that likely takes them runs), then the others
+    ``settle`` (more than 0): the ``settle`` pairs of least floor are bounded first, then the others
     against the least bound of those that fit (``bound(S, m, V, above)``, ``many(combos, above)``:
     :func:`planner.pipeline.bound.stage_bound`): a pair whose bound reaches it on part of a block's
     layers keeps that partial bound as its floor, not knowing whether anything fits, and is
@@ -139,7 +138,8 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
     best step, each pricing a block's every layer to learn it). ``above``: a step the caller
     holds, against which every pair is so bounded; with ``settle`` each pair's first partial bound
     (its largest layer alone, which a bound against ``above`` prices anyway) is taken first, the
-    ``settle`` pairs of least such bound are bounded against ``above``, and the others against
+    ``settle`` pairs of least such bound are bounded against ``above`` (in this process, where the
+    search that likely takes them runs, which prices them), and the others against
     the least of their bounds where lower (Llama 3.1 405B on 16,384 H100s, ZeRO-0 under ZeRO-1's
     4.25 s: 64 stages x 256 bounded at 1.85 s among the first four, and the other 21 pairs against
     it).
@@ -185,7 +185,8 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
             round_(list(range(len(combos))), 0.0)
             first = sorted((i for i in range(len(combos)) if i not in done),
                            key=lambda i: (partial.get(i, combos[i][0]), i))
-        round_(first[:settle], above, here=True)  # the likeliest searched: priced where the search runs
+        # against a ceiling, the likeliest searched bounded where the search runs, which prices them
+        round_(first[:settle], above, here=above is not None)
         least = min([b[0] for b in bounded_ if b[4]] + ([above] if above is not None else []), default=float("inf"))
         round_([i for i in first[settle:] if i not in done], None if least == float("inf") else least)
     floored = [(partial.get(i, phys), s, m, v, None) for i, (phys, s, m, v) in enumerate(combos) if i not in done]

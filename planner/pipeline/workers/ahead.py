@@ -6,8 +6,8 @@ pairs the next stages' searches will bound are handed to one of them then
 (:meth:`BoundsAhead.hand_out`), as one task (:func:`bounds_ahead`): every pair's first partial bound
 (its largest layer), then whole bounds, the next stage's first, least first partial bound first,
 until the first search to bound pairs calls them in (:meth:`BoundsAhead.bound`: the worker stops
-at the end of the pair it is bounding; the pairs it had not come to are bounded as before, side by
-side). Llama 3.1 405B on 16,384 H100s, where ZeRO-1's whole batch takes about 0.9 s: with
+at the end of the pair it is bounding, waited for by a search of the pairs handed out, not by
+another, a first stage's own; the pairs it had not come to are bounded as before, side by side). Llama 3.1 405B on 16,384 H100s, where ZeRO-1's whole batch takes about 0.9 s: with
 ``--jobs 2`` the command answered in 5.5 s, 6.3 s without the bounds ahead (the 2-core development
 VM, the median of five runs each, alternately).
 
@@ -108,6 +108,8 @@ class BoundsAhead:
     def __init__(self, parallel: Parallel):
         self.parallel = parallel
         self.future: Future | None = None
+        self.stopping = False  # the worker was asked to stop and send what it has
+        self.keys: set = set()  # the pairs handed out (task_key)
         self.got: dict = {}  # key -> BoundAhead
 
     def hand_out(self, tasks: Sequence[PairTask]) -> None:
@@ -115,22 +117,34 @@ class BoundsAhead:
         tasks = tuple(replace(t, above=None) for t in tasks)
         if not tasks or self.future is not None:
             return
+        self.keys = {task_key(t) for t in tasks}
         self.future = self.parallel.submit(bounds_ahead, tasks)
 
     def bound(self, task: PairTask) -> StageBound | None:
         """``task``'s bound against its step held, where the worker bounded it ahead (None: not
         handed out, or not come to). The first search to bound pairs calls them in: it needs the
-        workers (a first stage whose own pipelines are searched at once has none of them)."""
-        self._collect()
-        got = self.got.get(task_key(task))
+        workers. A search of the pairs handed out waits for what the worker has; another (a first
+        stage's own pipelines, searched at once) does not."""
+        key = task_key(task)
+        self._collect(wait=key in self.keys)
+        got = self.got.get(key)
         return None if got is None else against(got, task.above)
 
-    def _collect(self) -> None:
-        """The worker's bounds so far: it stops at the end of the pair it is bounding."""
-        future, self.future = self.future, None
-        if future is None or future.cancel():
+    def _collect(self, wait: bool) -> None:
+        """The worker's bounds so far, once it has sent them (``wait``: waited for): asked to stop
+        at the end of the pair it is bounding."""
+        future = self.future
+        if future is None:
             return
-        self.parallel.stop_handed_out()
+        if not self.stopping:
+            self.stopping = True
+            if future.cancel():
+                self.future = None
+                return
+            self.parallel.stop_handed_out()
+        if not wait and not future.done():
+            return
+        self.future = None
         try:
             self.got.update(future.result())
         except Exception:  # noqa: BLE001 - a worker that failed: its pairs are bounded as before (a lost worker is raised there)
@@ -140,5 +154,5 @@ class BoundsAhead:
         """The task taken back, or stopped, where no search called it in (not waited for: the
         command is answering)."""
         future, self.future = self.future, None
-        if future is not None and not future.cancel():
+        if future is not None and not self.stopping and not future.cancel():
             self.parallel.stop_handed_out()
