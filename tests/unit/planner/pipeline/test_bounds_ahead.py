@@ -4,6 +4,8 @@ computes itself, against any step held, and the same answer (planner.pipeline.wo
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from concurrent.futures import Future
 
 from costmodel.choices.training import TrainingChoices
@@ -119,3 +121,39 @@ def test_a_task_handed_to_a_worker_carries_no_workers_budget_or_bounds_ahead(tmp
     shared = dataclasses.replace(SETTINGS, parallel=_Worker(), ahead=BoundsAhead(_Worker()))
     task = pair_tasks_ahead(net, batch, p, machine, compute, LIMIT, shared)[0]
     assert task.settings.parallel is None and task.settings.ahead is None and task.settings.budget is None
+
+
+class _Pending:
+    """Two jobs; a task handed out runs until its test sets its result."""
+
+    jobs = 2
+
+    def __init__(self):
+        self.future = Future()
+        self.future.set_running_or_notify_cancel()  # started: not taken back
+        self.stops = 0
+
+    def submit(self, fn, task):
+        return self.future
+
+    def stop_handed_out(self):
+        self.stops += 1
+
+
+def test_only_a_search_of_the_pairs_handed_out_waits_for_the_worker(tmp_path):
+    net, batch, p, machine, compute = _case(tmp_path)
+    settings = dataclasses.replace(SETTINGS, priced=PricedLayers())
+    tasks = pair_tasks_ahead(net, batch, p, machine, compute, LIMIT, settings)
+    pool = _Pending()
+    ahead = BoundsAhead(pool)
+    ahead.hand_out(tasks[1:])
+    done = bounds_ahead(tuple(tasks[1:]), {})
+    late = threading.Timer(2.0, pool.future.set_result, (done,))  # a search that waited would wait this long
+    late.start()
+    try:
+        start = time.perf_counter()
+        assert ahead.bound(tasks[0]) is None and pool.stops == 1  # another pair: asked to stop, not waited for
+        assert time.perf_counter() - start < 1.0
+    finally:
+        late.join()
+    assert ahead.bound(tasks[1]) == against(done[task_key(tasks[1])], None) and pool.stops == 1
