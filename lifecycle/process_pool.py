@@ -239,12 +239,20 @@ class ProcessPool:
         remote = deque(i for i in range(len(tasks)) if i not in mine)  # the workers', in order
         most = len(tasks) if here is None else 2 * self.workers  # tasks handed to the workers at once
 
+        def submit(i: int) -> None:
+            future = pool.submit(_with_kept, _pickled(fn, tasks[i]))
+            futures[future] = i
+            pending.add(future)
+
         def hand_out() -> None:
+            """The next tasks to the workers, up to ``most`` at once; those whose key a worker
+            computed before, all at once (this process leaves them to the workers: sent together,
+            a worker takes one after another without waiting on this process)."""
+            for i in [i for i in remote if theirs(i)]:
+                remote.remove(i)
+                submit(i)
             while len(pending) < most and (remote or local):
-                i = remote.popleft() if remote else local.pop()
-                future = pool.submit(_with_kept, _pickled(fn, tasks[i]))
-                futures[future] = i
-                pending.add(future)
+                submit(remote.popleft() if remote else local.pop())
 
         waited = [False]  # a worker has kept this process waiting: it takes any task left
 
