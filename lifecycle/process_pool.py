@@ -41,7 +41,7 @@ READY_S = 0.1
 LOCK_WAIT_S = 1.0
 #: how long this process waits for a worker to finish a task whose pricing it holds before it takes
 #: such tasks itself (the worker may be busy with a long task handed out before) [s]
-STEAL_AFTER_S = 0.1
+STEAL_AFTER_S = 0.03
 #: prctl's option that sends the caller a signal when its parent ends (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
 

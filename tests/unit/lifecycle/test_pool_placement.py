@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 
-from lifecycle.process_pool import STEAL_AFTER_S, ProcessPool
+from lifecycle import process_pool
+from lifecycle.process_pool import ProcessPool
 
 #: how long a worker's task takes, and this process's: the worker's long beside all of this
 #: process's, so which process takes which task follows from the pool's order alone
@@ -61,9 +62,11 @@ def _timed(task: tuple[int, float], kept: dict) -> tuple[str, int]:
     return "worker", task[0]
 
 
-def test_a_task_a_worker_priced_waits_for_the_worker_unless_it_keeps_this_process_waiting():
+def test_a_task_a_worker_priced_waits_for_the_worker_unless_it_keeps_this_process_waiting(monkeypatch):
     """A task whose key only a worker computed is not taken here while the workers answer within
     STEAL_AFTER_S (it prices for less there); once one keeps this process waiting longer, it is."""
+    monkeypatch.setattr(process_pool, "STEAL_AFTER_S", 0.5)  # a worker's answer, however loaded the machine
+    steal_after = process_pool.STEAL_AFTER_S
     pool = ProcessPool(2)
     try:
         keys = list(range(8))
@@ -75,10 +78,10 @@ def test_a_task_a_worker_priced_waits_for_the_worker_unless_it_keeps_this_proces
         first = {key: side for _, (side, key) in pool.unordered(_timed, [(k, 0.01) for k in keys], slow_here, keys)}
         theirs = [k for k, side in first.items() if side == "worker"]
         assert len(theirs) > 4
-        quick = pool.unordered(_timed, [(k, STEAL_AFTER_S / 10) for k in theirs],
+        quick = pool.unordered(_timed, [(k, 0.01) for k in theirs],
                                lambda i: _here(theirs[i]), theirs)
         assert {side for _, (side, _) in quick} == {"worker"}
-        slow = pool.unordered(_timed, [(k, 5 * STEAL_AFTER_S) for k in theirs], lambda i: _here(theirs[i]), theirs)
+        slow = pool.unordered(_timed, [(k, 3 * steal_after) for k in theirs], lambda i: _here(theirs[i]), theirs)
         assert "here" in {side for _, (side, _) in slow}
     finally:
         pool.close()
