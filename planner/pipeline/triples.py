@@ -183,7 +183,8 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
             first = sorted(range(len(combos)), key=lambda i: combos[i])
         else:  # of least first partial bound (its largest layer alone, which a bound against ``above`` prices anyway)
             round_(list(range(len(combos))), 0.0)
-            first = sorted((i for i in range(len(combos)) if i not in done),
+            # a pair whose first partial bound reaches ``above`` is bounded as against it: left as it is
+            first = sorted((i for i in range(len(combos)) if i not in done and partial.get(i, 0.0) < above),
                            key=lambda i: (partial.get(i, combos[i][0]), i))
         # against a ceiling, the likeliest searched bounded where the search runs, which prices them
         round_(first[:settle], above, here=above is not None)

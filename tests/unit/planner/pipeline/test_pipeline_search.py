@@ -151,7 +151,8 @@ def test_the_pairs_likeliest_to_win_are_bounded_first_and_set_the_step_for_the_r
     """``bounded`` with ``settle``: with no step held, the pairs of least floor bounded whole, the
     others against the least bound of theirs; with one held, each pair's first partial bound first
     (its largest layer: here half its bound), then the pairs of least such bound against the step
-    held, the others against the least bound of theirs, no higher than it. A pair bounded out on
+    held, the others against the least bound of theirs, no higher than it (a pair whose first
+    partial bound reaches the step held keeps it: so bounded against it). A pair bounded out on
     part of its layers keeps that partial bound as its floor (whether anything fits not known) and
     comes after the pairs bounded whole."""
     whole = {(1, 1): 9.0, (1, 2): 5.0, (2, 1): 7.0, (2, 2): 4.5, (4, 1): 20.0, (4, 2): 6.0}
@@ -176,7 +177,8 @@ def test_the_pairs_likeliest_to_win_are_bounded_first_and_set_the_step_for_the_r
     held = bounded(bound, combos, settle=2, above=6.5)
     assert sorted(k for k, a in asked[:6] if a == 0.0) == sorted(whole)  # each pair's first partial bound
     assert asked[6:8] == [((2, 2), 6.5), ((1, 2), 6.5)]  # the two of least first partial bound
-    assert len(asked) == 12 and all(a == 4.5 for _, a in asked[8:])  # the others against (2, 2)'s bound
+    # the others against (2, 2)'s bound, but (4, 1), whose first partial bound (10) reaches the step held
+    assert [k for k, _ in asked[8:]] == [(4, 2), (2, 1), (1, 1)] and all(a == 4.5 for _, a in asked[8:])
     assert [(c[0], c[1], c[2], c[4]) for c in held] == [
         (4.5, 2, 2, True), (5.0, 1, 2, True), (4.5, 1, 1, None), (4.5, 2, 1, None), (4.5, 4, 2, None),
         (10.0, 4, 1, None)]
