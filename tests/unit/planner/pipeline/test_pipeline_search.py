@@ -152,7 +152,8 @@ def test_the_pairs_likeliest_to_win_are_bounded_first_and_set_the_step_for_the_r
     others against the least bound of theirs; with one held, each pair's first partial bound first
     (its largest layer: here half its bound), then the pairs of least such bound against the step
     held, the others against the least bound of theirs, no higher than it (a pair whose first
-    partial bound reaches the step held keeps it: so bounded against it). A pair bounded out on
+    partial bound reaches the step held keeps it: so bounded against it); side by side, every pair
+    against the step held at once. A pair bounded out on
     part of its layers keeps that partial bound as its floor (whether anything fits not known) and
     comes after the pairs bounded whole."""
     whole = {(1, 1): 9.0, (1, 2): 5.0, (2, 1): 7.0, (2, 2): 4.5, (4, 1): 20.0, (4, 2): 6.0}
@@ -182,6 +183,12 @@ def test_the_pairs_likeliest_to_win_are_bounded_first_and_set_the_step_for_the_r
     assert [(c[0], c[1], c[2], c[4]) for c in held] == [
         (4.5, 2, 2, True), (5.0, 1, 2, True), (4.5, 1, 1, None), (4.5, 2, 1, None), (4.5, 4, 2, None),
         (10.0, 4, 1, None)]
+    # side by side, every pair at once against the step held
+    asked.clear()
+    side = bounded(bound, combos, many=lambda given, above: ((i, bound(*c[1:], above)) for i, c in enumerate(given)),
+                   settle=2, above=6.5)
+    assert sorted(k for k, _ in asked) == sorted(whole) and all(a == 6.5 for _, a in asked)
+    assert [(c[1], c[2], c[4]) for c in side[:2]] == [(2, 2, True), (1, 2, True)]
     # without settle every pair is bounded whole, in order of its bound
     assert [(c[1], c[2], c[4]) for c in bounded(bound, combos)] == [
         (2, 2, True), (1, 2, True), (4, 2, True), (2, 1, True), (1, 1, True), (4, 1, True)]
