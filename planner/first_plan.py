@@ -30,13 +30,11 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.answer import ALL, NONE, Answer, NoneFits, answer_peak, outcome, step_of
 from planner.fit_check import REFIT_SHARE, fitting
-from planner.pipeline.workers.ahead import BoundsAhead
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
-                                     pair_tasks_ahead, search_pipeline)
+                                     search_pipeline)
 from planner.pipeline.stack import uniform_stack
 from planner.pipeline.triples import AUTO, DEFAULT
 from planner.problem.build import Builder, build_with
-from planner.problem.parallel import side_by_side
 from planner.problem.priced_layers import PricedLayers
 from planner.problem.priced_once import PricedOnce, priced_once
 from planner.problem.solve import Settings
@@ -101,39 +99,13 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
             order = SHARDED_FIRST if binds else ATTENTION_ORDER
         stack = uniform_stack(net)
         floor = floor_s(net, batch, p, machine) if stack is not None else 0.0
-        ahead = _bounds_ahead(net, batch, p, machine, compute, limit, settings, order, schedule)
-        settings = settings if ahead is None else dataclasses.replace(settings, ahead=ahead)
-        try:
-            answer, zero, weighed = fastest_stage(settings, plan_at, lambda a: outcome(a, floor), _wrap, order)
-            answer, zero, weighed = _pipelines_after(settings, pipelines_at, stages, answer, zero, weighed, floor,
-                                                     stack.n if stack is not None else 0, p)
-        finally:
-            if ahead is not None:
-                ahead.close()
+        answer, zero, weighed = fastest_stage(settings, plan_at, lambda a: outcome(a, floor), _wrap, order)
+        answer, zero, weighed = _pipelines_after(settings, pipelines_at, stages, answer, zero, weighed, floor,
+                                                 stack.n if stack is not None else 0, p)
     except NoneFits as err:
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
     return _chosen(answer, zero, weighed)
-
-
-def _bounds_ahead(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-                  settings: Settings, order: tuple[int, ...], schedule: str) -> BoundsAhead | None:
-    """With workers, and a stack of blocks to pipeline, the pairs of the ZeRO stages planned after
-    the first handed to a worker while this process plans the first stage's whole batch
-    (:mod:`planner.pipeline.workers.ahead`): the next stage's first, ZeRO-2's never (planned only
-    where ZeRO-1 has no plan), ZeRO-3's last in the attention order (planned there only where
-    ZeRO-1's plan is held back by memory, :mod:`planner.zero_choice`)."""
-    parallel = side_by_side(settings.parallel, compute)
-    if parallel is None or uniform_stack(net) is None:
-        return None
-    later = [z for z in order[1:] if z != 2]
-    if order == ATTENTION_ORDER:
-        later.sort(key=lambda z: z == 3)
-    ahead = BoundsAhead(parallel)
-    ahead.hand_out([task for z in later
-                    for task in pair_tasks_ahead(net, batch, p, machine, compute, limit, settings.with_zero(z),
-                                                 schedule)])
-    return ahead
 
 
 def _slower(answer: Answer, ceiling: float, floor: float) -> Beaten | None:

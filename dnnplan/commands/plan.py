@@ -42,7 +42,7 @@ from profiler.context import Context
 
 GIB = 2 ** 30
 #: what the workers import once, before the first task (lifecycle.process_pool)
-WORKER_MODULES = ("planner.pipeline.workers.pair_bounds", "planner.pipeline.workers.ahead", "planner.pipeline.pair_closing")
+WORKER_MODULES = ("planner.pipeline.workers.pair_bounds", "planner.pipeline.pair_closing")
 #: seconds a sweep's points share when --time-limit (then each point's) is not given
 DEFAULT_SWEEP_LIMIT_S = 30.0
 

@@ -288,9 +288,7 @@ def _early(builder: Builder, stack: Stack, stages: int, micro_batches: int, weig
 
 def partial_bounds(builder: Builder, stack: Stack, stages: int, weight: float,
                    sends: tuple[float, ...]) -> Iterator[tuple[float, float]]:
-    """The partial bounds :func:`_early` weighs, in its order, each ``(step, mean bracket)``: a
-    bound computed whole ahead of its search keeps them, so that the bound against any step held
-    is the one :func:`_early` would give (:mod:`planner.pipeline.workers.ahead`)."""
+    """The partial bounds :func:`_early` weighs, in its order, each ``(step, mean bracket)``."""
     per = len(stack.blocks[0])
     two, _ = stage_network(stack.network, stack.layers(0, 2, MIDDLE), 0)
     keys = node_keys(builder, two)

@@ -28,8 +28,8 @@ A pair is bounded against the step held (the caller's ceiling, or the least boun
 ``SETTLE`` pairs of least physics floor, bounded whole first): a bound that reaches it on part of
 a block's layers stops there, and the pair keeps that partial bound until the search comes to it
 (:func:`planner.pipeline.triples.bounded`). Handed workers (``Settings.parallel``), the search has
-the bounds computed side by side (:mod:`planner.pipeline.workers.pair_bounds`), some ahead of the search
-(:mod:`planner.pipeline.workers.ahead`): the same numbers, so the same answer.
+the bounds computed side by side (:mod:`planner.pipeline.workers.pair_bounds`): the same numbers, so the
+same answer.
 
 Stages the memory limit binds are solved by Lagrangian relaxation while pairs are compared (fast,
 feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)`` is then searched
@@ -64,7 +64,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.pipeline import interleave
 from planner.pipeline.bound import stage_bound
-from planner.pipeline.workers.pair_bounds import PairTask, bound_side_by_side, pair_tasks
+from planner.pipeline.workers.pair_bounds import bound_side_by_side
 from planner.pipeline.pair_closing import proved
 from planner.pipeline.workers.pair_searches import Ahead, Searched
 from planner.pipeline.sends import pair_sends_s, stage_sends_s
@@ -178,21 +178,8 @@ class _Search:
         not known, a partial bound against ``above``); and the stages' mean bracket
         (:class:`planner.pipeline.bound.StageBound`);
         ``above``: the step held (:meth:`stage_bound`)."""
-        got = self.ahead_bound(stages, m, chunks, above) or self.stage_bound(stages, m, chunks, above)
+        got = self.stage_bound(stages, m, chunks, above)
         return got.step_s, got.fits, got.mean_s
-
-    def ahead_bound(self, stages: int, m: int, chunks: int = 1, above: float | None = None):
-        """``(S, m, V)``'s bound as :meth:`stage_bound` gives it, where a worker computed it ahead of
-        this search (:mod:`planner.pipeline.workers.ahead`); else None."""
-        ahead = self.settings.ahead
-        if ahead is None:
-            return None
-        if above is None and self.ceiling < float("inf"):
-            above = self.ceiling
-        task = pair_tasks(self.stack, self.batch, self.p, self.machine, self.compute, self.settings, self.limit,
-                          lambda s, m2, v: tuple(self.sends(s, m2, v)), [(0.0, stages, m, chunks)], above,
-                          self.holds)[0]
-        return ahead.bound(task)
 
     def stage_bound(self, stages: int, m: int, chunks: int = 1, above: float | None = None, edges: bool = False):
         """``(S, m, V)``'s :class:`planner.pipeline.bound.StageBound`, on its own pricing; once it
@@ -510,17 +497,3 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
             progress(i + 1, len(combos))
     return best
 
-
-def pair_tasks_ahead(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-                     settings: Settings, schedule: str = SCHEDULE) -> list[PairTask]:
-    """The bound of each pair :func:`search_pipeline` weighs under ``settings`` and ``limit`` with
-    every stage count, as a task for a worker ahead of that search (:mod:`planner.pipeline.workers.ahead`),
-    least physics floor first; none for a network that is not a uniform stack."""
-    stack = uniform_stack(net)
-    if stack is None:
-        return []
-    search = _Search(stack, batch, p, machine, compute, limit, settings.plain(), False,
-                     "1f1b" if schedule in (AUTO, DEFAULT, INTERLEAVED) else schedule)
-    triples = sorted(pairs(stack, batch, p, machine, net, None, None, schedule))
-    return pair_tasks(stack, batch, p, machine, compute, settings, limit, lambda s, m, v: tuple(search.sends(s, m, v)),
-                      triples, None, search.holds)

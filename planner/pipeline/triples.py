@@ -143,8 +143,7 @@ def bounded(bound, combos: list[tuple[float, int, int, int]], budget: Budget | N
     under ZeRO-1's 4.25 s: 64 stages x 256 bounded at 1.85 s among the first four, and the other 21
     pairs against it). Side by side (``many``) every pair is bounded against ``above`` at once (two
     more rounds would hand out and wait for each pair twice more: Mixtral 8x7B on 64 H100s with two
-    jobs, 1.8 s against 1.6 s; there the workers bound the pairs ahead of the search,
-    :mod:`planner.pipeline.workers.ahead`).
+    jobs, 1.8 s against 1.6 s).
     """
     bounded_, done = [], set()
     left = None if budget is None else budget.left()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
 from dataclasses import dataclass, field
 
 from costmodel.choices.batch_norm import batch_norm_of
@@ -107,14 +106,10 @@ class Settings:
     #: what the planning call has priced, shared by its builders (planner.problem.priced_layers); None:
     #: each builder its own
     priced: PricedLayers | None = field(default=None, compare=False)
-    #: the pipeline pairs' bounds a worker computes ahead of their ZeRO stage's search
-    #: (planner.pipeline.workers.ahead.BoundsAhead); None: none
-    ahead: Any = field(default=None, compare=False)
-
     def plain(self) -> "Settings":
-        """These settings without what never crosses processes (the budget, the workers, the
-        bounds computed ahead), as a task handed to a worker carries them."""
-        return dataclasses.replace(self, budget=None, parallel=None, ahead=None)
+        """These settings without what never crosses processes (the budget and the workers), as a
+        task handed to a worker carries them."""
+        return dataclasses.replace(self, budget=None, parallel=None)
 
     def with_zero(self, stage: int) -> "Settings":
         """These settings planning under ZeRO stage ``stage``."""

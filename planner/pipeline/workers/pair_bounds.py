@@ -103,18 +103,11 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
 
     def many(combos: list, above: float | None = None) -> Iterator[tuple[int, tuple[float, bool, float]]]:
         tasks = pair_tasks(stack, batch, p, machine, compute, settings, limit, sends, combos, above, holds)
-        ahead = settings.ahead  # the pairs a worker bounded ahead of this search (planner.pipeline.workers.ahead)
-        known = {} if ahead is None else {i: got for i, task in enumerate(tasks)
-                                          if (got := ahead.bound(task)) is not None}
-        for i, got in known.items():
-            yield i, (got.step_s, got.fits, got.mean_s)
-        rest = [i for i in range(len(tasks)) if i not in known]
-        left = [tasks[i] for i in rest]
         # bounded where it was before (an earlier ZeRO stage's bound), a pair is priced there already
-        results = parallel.unordered(pair_bound, left, lambda k: here(*combos[rest[k]][1:], above), pair_keys(left))
+        results = parallel.unordered(pair_bound, tasks, lambda i: here(*combos[i][1:], above), pair_keys(tasks))
         try:
-            for k, got in results:
-                yield rest[k], (got.step_s, got.fits, got.mean_s)
+            for i, got in results:
+                yield i, (got.step_s, got.fits, got.mean_s)
         finally:
             results.close()
 
