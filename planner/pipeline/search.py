@@ -23,13 +23,13 @@ when it starts; one that takes longer is left (counted in the proven gap by its 
 is searched, so one slow pair does not leave the search without a plan (Llama 3.1 405B on 512 H100s
 under ZeRO-3: 2 stages x 8 micro-batches, the least bound, did not finish its 63-block stages in
 the 13 s left at load 1; 64 stages x 512, its bound 0.2% above, answers in about a second).
-A pair is bounded against the step held (the caller's ceiling, or the least bound of the
-``SETTLE`` pairs of least first partial bound where lower; with no ceiling, the least bound of the
-``SETTLE`` pairs of least physics floor, bounded whole first): a bound that reaches it on part of
-a block's layers stops there, and the pair keeps that partial bound until the search comes to it
-(:func:`planner.pipeline.triples.bounded`). Handed workers (``Settings.parallel``), the search has
-the bounds computed side by side (:mod:`planner.pipeline.workers.pair_bounds`): the same numbers, so the
-same answer.
+A pair is bounded against the step held (the caller's ceiling, or in one process the least bound
+of the ``SETTLE`` pairs of least first partial bound where lower; with no ceiling, the least bound
+of the ``SETTLE`` pairs of least physics floor, bounded whole first): a bound that reaches it on
+part of a block's layers stops there, and the pair keeps that partial bound until the search comes
+to it (:func:`planner.pipeline.triples.bounded`). Handed workers (``Settings.parallel``), the
+search has the bounds computed side by side (:mod:`planner.pipeline.workers.pair_bounds`): the
+same numbers, so the same answer.
 
 Stages the memory limit binds are solved by Lagrangian relaxation while pairs are compared (fast,
 feasible, its proven gap reported as the worst stage gap); the chosen ``(S, m)`` is then searched
@@ -80,8 +80,8 @@ from planner.problem.solve import Settings
 SCHEDULE = "1f1b"
 #: until a plan is in hand, the share of the time left one pair's search may take (module docstring)
 FIRST_SHARE = 1 / 3
-#: the pairs bounded first (of least physics floor with no step held, else of least first partial
-#: bound), and the others against the least of their bounds (planner.pipeline.triples.bounded)
+#: the pairs bounded first (of least physics floor with no step held, else, in one process, of least
+#: first partial bound), and the others against the least of their bounds (planner.pipeline.triples.bounded)
 SETTLE = 4
 #: seconds the search spends closing other pairs' stage gaps to prove its choice (planner.pipeline.pair_closing.proved)
 PROVE_S = 5.0
@@ -496,4 +496,3 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
         if progress:
             progress(i + 1, len(combos))
     return best
-

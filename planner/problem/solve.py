@@ -106,6 +106,7 @@ class Settings:
     #: what the planning call has priced, shared by its builders (planner.problem.priced_layers); None:
     #: each builder its own
     priced: PricedLayers | None = field(default=None, compare=False)
+
     def plain(self) -> "Settings":
         """These settings without what never crosses processes (the budget and the workers), as a
         task handed to a worker carries them."""
