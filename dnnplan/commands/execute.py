@@ -14,7 +14,7 @@ from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, F
                              PlanArg, ProfileOpt, RanksOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt,
                              TraceOpt, WarmupOpt)
 from dnnplan.output import check_outputs, write_json_file
-from dnnplan.render import execute as render
+from dnnplan.render.measured import execute as render
 from dnnplan.render.messages import err_console, fail_line, warn
 from executor.report.compare import comparison_json
 from executor.launch.mpiexec import RunFailed

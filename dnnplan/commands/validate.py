@@ -21,7 +21,7 @@ from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRun
                              ValidateRanksOpt, WarmupOpt, takes_choices)
 from dnnplan.rerun import command_line
 from dnnplan.output import check_output, check_output_folder, write_json_file
-from dnnplan.render import execute as render, report as report_files
+from dnnplan.render.measured import execute as render, report as report_files
 from dnnplan.render.messages import fail_line, warn
 from executor.launch.interrupts import sigint_ignored
 from executor.session import validate as validation

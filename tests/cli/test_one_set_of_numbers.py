@@ -13,7 +13,7 @@ from costmodel.compute.roofline import Roofline
 from costmodel.machine.loading import load_machine
 from costmodel.step.prediction import predict_step
 from dnnplan.cli import app
-from dnnplan.render.execute import _terms
+from dnnplan.render.measured.execute import _terms
 from executor.report.compare import Measured, compare_prediction, predicted_layers
 from networks.loader import load_network
 from planner.problem.build import build_problem

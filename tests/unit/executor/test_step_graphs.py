@@ -111,7 +111,7 @@ def test_the_worker_is_told_the_mode_asked_for():
 
 
 def test_the_report_line_says_which_mode_ran(capsys):
-    from dnnplan.render.execute import steps_mode_line  # noqa: PLC0415 - test-local
+    from dnnplan.render.measured.execute import steps_mode_line  # noqa: PLC0415 - test-local
 
     steps_mode_line(StepMode(GRAPHS).as_json())
     steps_mode_line(StepMode(EAGER, "layer drop1: dropout draws a new mask seed").as_json())

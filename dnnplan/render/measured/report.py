@@ -3,7 +3,7 @@
 DIR gets ``report.md`` (what ran, on what, when and from which commit; the summary; one table of
 every plan and one of each plan's layers, the ahead-of-time error first and the model error given
 in-run kernel times beside it (executor.report.in_run); how to read them), ``summary.json`` (the JSON's
-``summary``) and the figures (:mod:`dnnplan.render.figures`). Every number comes from the JSON
+``summary``) and the figures (:mod:`dnnplan.render.measured.figures`). Every number comes from the JSON
 object `--json` writes, formatted by the functions here, so the report, the figures and the
 JSON cannot disagree. Relative errors print as signed percentages with one decimal, absolute
 errors (the summary) unsigned.
@@ -17,7 +17,8 @@ import subprocess
 from pathlib import Path
 
 from dnnplan.output import write_json_file
-from dnnplan.render import figures, fmt
+from dnnplan.render import fmt
+from dnnplan.render.measured import figures
 from executor.report.in_run import LABEL as IN_RUN
 from networks.errors import DnnplanError
 from networks.writing import failure, write_file
