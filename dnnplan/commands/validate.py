@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import typer
 
@@ -83,11 +84,19 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
         raise typer.Exit(stops.exit_code()) from None
     if report is None:  # nothing ran here: a rank other than 0 of an MPI job
         return
-    _report(report, ctx.compute.name, earlier)
     data = report.to_json()
-    if json_out:
-        write_json_file(json_out, data)
-    elif found and os.path.exists(keep):
+    if json_out:  # written before the tables: a Ctrl-C while they print loses no measurement
+        with sigint_ignored():
+            write_json_file(json_out, data)
+    try:
+        _report(report, ctx.compute.name, earlier)
+    except KeyboardInterrupt:
+        if not json_out:  # every plan measured: kept as a partial report the same command shows again
+            _keep(ValidationInterrupted(replace(report, complete=False), None), keep, command_line(cli), found)
+        else:
+            fail_line(f"interrupted by {stops.name()} while the tables printed; the complete report is in {json_out}")
+        raise typer.Exit(stops.exit_code()) from None
+    if not json_out and found and os.path.exists(keep):
         os.unlink(keep)  # the report is complete: the partial one is spent
     if report_dir:
         written = report_files.write_report(report_dir, data, command_line(cli))

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
+from dnnplan.commands import validate as validate_command
 from executor.session import validate as validation
 from executor.session.validate import RunSettings, ValidationInterrupted
 
@@ -129,6 +130,35 @@ def test_a_partial_file_of_other_settings_is_refused(monkeypatch, tmp_path):
     assert r.exit_code == 2 and "pass --force to replace it" in r.output, r.output
 
 
+def test_ctrl_c_while_the_tables_print_keeps_every_plan_measured(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(validation, "measure_both", FakeRuns())
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(validate_command.render, "validate_table", stop)
+    r = runner.invoke(app, [*ARGS, "--json", "v.json"])
+    assert r.exit_code == 130 and "the complete report is in v.json" in " ".join(r.output.split()), r.output
+    done = json.loads((tmp_path / "v.json").read_text())
+    assert done["complete"] is True and len(done["plans"]) == done["planned"]
+
+    runs = FakeRuns()
+    monkeypatch.setattr(validation, "measure_both", runs)
+    r = runner.invoke(app, ARGS)  # no --json: every plan kept as a partial report
+    partial = tmp_path / "validate-lenet5-2r.partial.json"
+    assert r.exit_code == 130 and "kept in validate-lenet5-2r.partial.json" in r.output, r.output
+    data = json.loads(partial.read_text())
+    assert data["complete"] is False and len(data["plans"]) == data["planned"] == len(runs.plans)
+
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    again = FakeRuns()
+    monkeypatch.setattr(validation, "measure_both", again)
+    r = runner.invoke(app, ARGS)  # the same command shows them, running none again
+    assert r.exit_code == 0 and again.plans == [] and not partial.exists(), r.output
+
+
 # --- Ctrl-C at a terminal, for real -------------------------------------------------------------
 
 def _worker_pids(marker: str) -> list[int]:
@@ -166,7 +196,9 @@ def test_ctrl_c_in_validate_keeps_the_finished_plans_and_the_same_command_resume
     (tmp_path / "tmp").mkdir()
     env = {**os.environ, "DNNPLAN_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT),
            "TMPDIR": str(tmp_path / "tmp")}  # the plans' temporary folder: the workers' marker
-    args = ["validate", "lenet5", "-n", "2", "--batch", "8", "--steps", "20", "--warmup", "0", "--json", "v.json"]
+    # 200 steps: each plan's run lasts seconds, so the Ctrl-C sent on the first "measured" line lands
+    # while the second plan runs, however slowly this process reads that line
+    args = ["validate", "lenet5", "-n", "2", "--batch", "8", "--steps", "200", "--warmup", "0", "--json", "v.json"]
     proc, readers, out_lines, lines = _start(args, tmp_path, env)
     try:
         start = time.monotonic()
@@ -186,12 +218,13 @@ def test_ctrl_c_in_validate_keeps_the_finished_plans_and_the_same_command_resume
     err = " ".join("".join(lines).split())
     assert proc.returncode == 130, out + err
     assert "Traceback" not in out + err and _workers_gone(str(tmp_path)) == []
+    assert (tmp_path / "v.json").exists(), out + err
     data = json.loads((tmp_path / "v.json").read_text())
-    assert data["complete"] is False and data["machine"] == "local" and data["steps"] == 20
+    assert data["complete"] is False and data["machine"] == "local" and data["steps"] == 200
     assert len(data["plans"]) == 1 and data["plans"][0]["plan"]["strategies"]
     first = data["plans"][0]
     assert f"interrupted: 1 of {data['planned']} plans finished ({first['name']}); kept in v.json" in err
-    assert "resume with: dnnplan validate lenet5 --ranks 2 --batch 8 --steps 20 --warmup 0 --json v.json" in err
+    assert "resume with: dnnplan validate lenet5 --ranks 2 --batch 8 --steps 200 --warmup 0 --json v.json" in err
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
     again = subprocess.run([sys.executable, "-m", "dnnplan", *args], cwd=tmp_path, env=env, capture_output=True,
