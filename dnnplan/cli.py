@@ -20,6 +20,7 @@ traceback). A traceback reaching a user is a bug.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
@@ -81,7 +82,32 @@ def command(name: str):
     callback = getattr(importlib.import_module(module), function)
     one = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode="rich")
     one.command(name=name, help=command_help(callback))(callback)
-    return typer.main.get_command(one)
+    built = typer.main.get_command(one)
+    built.format_help = help_to_a_reader_that_left(built.format_help)
+    return built
+
+
+def help_to_a_reader_that_left(format_help):
+    """``format_help`` (a command's --help, printed as it is made) ending the command quietly with
+    :data:`EXIT_PIPE` when the program reading it stops reading (`dnnplan --help | head -3`), as
+    the commands' own output does (:class:`Group`), not with click's exit 1."""
+    @functools.wraps(format_help)
+    def printed(ctx, formatter):
+        from typer import rich_utils  # imported by --help alone
+        from dnnplan.render.console import Console
+        rich_utils.Console = Console  # typer's help console: its broken pipe raised here, not exit 1
+        try:
+            return format_help(ctx, formatter)
+        except BrokenPipeError:
+            _stdout_to_devnull()
+            raise typer.Exit(EXIT_PIPE) from None
+    return printed
+
+
+def _stdout_to_devnull() -> None:
+    """Standard output to /dev/null, so that the interpreter's final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 class Commands(Mapping):
@@ -129,8 +155,7 @@ class Group(TyperGroup):
                       "(try a smaller --batch, --sizes or network)")
             raise typer.Exit(2) from None
         except BrokenPipeError:  # `dnnplan ... | head`: the reader left (dnnplan.render.console)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again
+            _stdout_to_devnull()
             raise typer.Exit(EXIT_PIPE) from None
         except OSError as err:  # the system failed under a library call (a temporary folder on a full disk)
             if os.environ.get("DNNPLAN_DEBUG"):
@@ -147,6 +172,9 @@ class Group(TyperGroup):
             fail_line(f"internal error: {type(err).__name__}: {err} "
                       "(this is a dnnplan bug; rerun with DNNPLAN_DEBUG=1 for the traceback)")
             raise typer.Exit(1) from None
+
+    def format_help(self, ctx, formatter):  # `dnnplan --help | head`, `dnnplan | head`
+        return help_to_a_reader_that_left(super().format_help)(ctx, formatter)
 
     def list_commands(self, ctx):
         return list(self.commands)  # in the order of COMMANDS, not alphabetical

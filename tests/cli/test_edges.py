@@ -25,6 +25,18 @@ def test_a_reader_that_leaves_ends_the_command_quietly_as_a_shell_expects():
         assert err == ""
 
 
+def test_help_to_a_reader_that_left_ends_quietly_as_a_shell_expects():
+    """`dnnplan --help | head -3`: help is smaller than a pipe holds, so the reader leaves first
+    here (before the command writes), and the write fails; 128 + SIGPIPE, nothing on stderr."""
+    for args in (["--help"], ["plan", "--help"], []):
+        proc = subprocess.Popen([sys.executable, "-m", "dnnplan", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, bufsize=0)
+        proc.stdout.close()  # the reader leaves before the interpreter has started
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == EXIT_PIPE, (args, err)
+        assert err == "", args
+
+
 def test_a_number_no_value_can_be_is_one_line_naming_the_file(tmp_path):
     huge = "9" * 5000  # past the 4,300 digits Python reads into an integer
     config = tmp_path / "config.json"
