@@ -260,14 +260,15 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
 
 def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool = True, weight: float = 1.0,
                kept: float | tuple[float, ...] = 1, once_weight: float = 1.0,
-               extra_once: dict | None = None) -> Built:
+               extra_once: dict | None = None, last_bucket: bool = True) -> Built:
     """:func:`build_problem` on ``b``'s pricing (reusing what it priced before): the per-micro-batch
     costs ``weight`` times, the once-a-step costs ``once_weight`` times, the activations ``kept``
     times (module docstring; a tuple: each layer's own count, its chunk's under interleaving);
     ``extra_once``: layer name -> seconds once a step under a strategy, added to that layer's
-    candidates (a pipeline's tied table summed between two stages)."""
+    candidates (a pipeline's tied table summed between two stages); ``last_bucket``: as
+    :func:`node_keys`."""
     sigs = [signature(layer) for layer in net.layers]
-    keys = node_keys(b, net)
+    keys = node_keys(b, net, last_bucket)
     nodes = [node_of(b, key) for key in keys]
     edge_list, distinct_edges, pairs = _edges(b, net, sigs, nodes, edges, weight)
     cost = tuple(weighed_cost(n, weight, once_weight) for n in nodes)
@@ -283,12 +284,14 @@ def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool
                  tuple(n.vals[:, 4] for n in nodes))
 
 
-def node_keys(b: Builder, net: Network) -> list[tuple]:
+def node_keys(b: Builder, net: Network, last_bucket: bool = True) -> list[tuple]:
     """Each layer's node key in ``net``: layers share a node when they have one signature, as many
     readers (gradient sums), their output saved or not alike, and their gradients in the last
-    bucket or not (costmodel.comm.overlap)."""
+    bucket or not (costmodel.comm.overlap). ``last_bucket`` False: no layer's gradients are in it
+    (each priced as the layers behind the first bucket are: their gradient sums hidden where
+    the overlap hides them, never slower than in the last bucket)."""
     readers, saved = consumers(net), saved_outputs(net)
-    front = front_layers(net, b.overlap.bucket_bytes)
+    front = front_layers(net, b.overlap.bucket_bytes) if last_bucket else frozenset()
     return [(signature(layer), readers[layer.name], saved[layer.name], layer.name in front) for layer in net.layers]
 
 

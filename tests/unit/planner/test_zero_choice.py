@@ -65,8 +65,10 @@ def test_zero3_data_parallel_beats_zero0_accumulation_and_is_chosen(tmp_path):
     weighed = {w.zero: w for w in chosen.weighed}
     assert set(weighed) == {0, 1, 2, 3} and weighed[3].step_s == pytest.approx(_step(chosen), rel=1e-9)
     assert all(w.step_s is None or w.step_s >= _step(chosen) * (1 - 1e-9) for w in weighed.values())
-    # ZeRO-3 first (a cheap bound says memory binds ZeRO-1), then ZeRO-1 under its step: its bounds reach it
-    assert weighed[1].step_s is None and weighed[1].skipped.startswith("has no plan that can beat")
+    # ZeRO-3 first (a cheap bound says memory binds ZeRO-1), then ZeRO-1 under its step: searched
+    # (its pipelines' bounds, the blocks priced behind the last bucket, stay below it) to a slower
+    # plan, its lower bound at the step chosen
+    assert weighed[1].step_s is None or weighed[1].step_s > _step(chosen)
     assert weighed[1].lower_s >= _step(chosen) * (1 - 1e-9)
     assert "ZeRO-3 is the fastest" in chosen.zero_why
 
