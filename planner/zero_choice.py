@@ -13,7 +13,7 @@ What the stages change in the cost model decides which need planning:
   gradient gathered while its backward runs). Where ZeRO-1's plan is not held back by memory its
   optimum is ZeRO-1's, and it is not planned; where no ZeRO-1 plan fits or memory held ZeRO-1's
   back, it is planned, under the step held: plans that fit only with the gradients sharded can be
-  faster (Llama 3 8B on 64 H100s under 16 GiB: ZeRO-2's 2-stage pipeline at 7.870 s, where ZeRO-1's
+  faster (Llama 3 8B on 64 H100s under 16 GiB: ZeRO-2's 2-stage pipeline at 7.64 s, where ZeRO-1's
   best is 8.046 s and ZeRO-3's 7.945 s).
 - **ZeRO-3's step is at least ZeRO-2's** for every plan (it adds a parameter all-gather before
   each backward to the same overlap windows), so it can beat ZeRO-1/2 only through memory: it is
