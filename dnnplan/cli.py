@@ -33,6 +33,7 @@ import typer.main
 from typer._click import ClickException, Context  # typer >= 0.29 (pyproject) carries its own click
 from typer.core import TyperGroup
 
+from dnnplan.render.console import Console
 from dnnplan.render.messages import fail_line
 from dnnplan.search_bound import count_from_the_start
 from lifecycle import stops
@@ -93,8 +94,7 @@ def help_to_a_reader_that_left(format_help):
     the commands' own output does (:class:`Group`), not with click's exit 1."""
     @functools.wraps(format_help)
     def printed(ctx, formatter):
-        from typer import rich_utils  # imported by --help alone
-        from dnnplan.render.console import Console
+        from typer import rich_utils  # noqa: PLC0415 - typer's help rendering: imported by --help alone
         rich_utils.Console = Console  # typer's help console: its broken pipe raised here, not exit 1
         try:
             return format_help(ctx, formatter)
