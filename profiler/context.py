@@ -64,8 +64,6 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
     if batch is not None and batch < 1:
         raise DnnplanError(f"--batch must be a positive integer, got {batch}")
     loaded = load_network(network, choices.seq)
-    choices = choices.for_network(loaded) if network_defaults else choices
-    net = choices.marked(loaded)
     try:  # the flags name them: no field of a file (a machine file's own mistake keeps its file)
         mach = load_machine(machine or DEFAULT_MACHINE)
         check_machine_dispatch(choices.moe_dispatch, mach.device.kind, mach.name)
@@ -74,6 +72,10 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
         if err.file is not None:
             raise
         raise DnnplanError(err.bare, layer=err.layer, hint=err.hint) from None
+    if network_defaults:  # a GPU priced from its datasheet: the precision a profile table was timed in is its own
+        datasheet = mach.device.kind == "gpu" and not (profile or mach.profile)
+        choices = choices.for_network(loaded, mach.device.peak_flops if datasheet else None)
+    net = choices.marked(loaded)
     framework = load_framework(choices.framework)
     compute = compute_model(mach, profile, devices, refresh, choices.precision, foreign_ok)
     rule = "" if batch else family_batch(net, devices)[1]

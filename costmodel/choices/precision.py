@@ -73,6 +73,18 @@ AMAX_HISTORY = 1024
 FP8_TENSORS_PER_GEMM = 5
 
 
+#: the mixed precisions a GPU's tensor cores may run, the one a transformer trains in by default first
+#: (:func:`mixed_precision`)
+MIXED_PRECISIONS = ("bf16", "fp16")
+
+
+def mixed_precision(peaks) -> str | None:
+    """The 16-bit mixed precision a device with datasheet ``peaks`` (``peak_tflops``, by element
+    type) trains a transformer in: bf16 where it has a bfloat16 peak (A100 and later, MI300X), else
+    fp16 (V100); None where it has neither."""
+    return next((name for name in MIXED_PRECISIONS if PRECISIONS[name].matmul in peaks), None)
+
+
 def get_precision(name: str) -> Precision:
     got = PRECISIONS.get(name)
     if got is None:

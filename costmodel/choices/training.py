@@ -16,12 +16,12 @@ the default), a flag in dnnplan.options, and the cost-model code that prices it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from costmodel.choices.batch_norm import DEFAULT_BATCH_NORM, check_batch_norm, with_batch_norm
 from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, check_moe_dispatch, with_moe_dispatch
 from costmodel.choices.optimizer import Optimizer
-from costmodel.choices.precision import DEFAULT_PRECISION, get_precision, with_precision
+from costmodel.choices.precision import DEFAULT_PRECISION, get_precision, mixed_precision, with_precision
 from networks.errors import DnnplanError, short
 from networks.ir import Network
 
@@ -129,13 +129,19 @@ class TrainingChoices:
         """Whether a layer may recompute its internals in backward (the planner's candidates)."""
         return self.recompute != "none"
 
-    def for_network(self, net: Network) -> "TrainingChoices":
-        """These choices with the defaults a network's kind changes: a network with attention trains
+    def for_network(self, net: Network, peaks: Mapping[str, float] | None = None) -> "TrainingChoices":
+        """These choices with the defaults a network's kind changes. A network with attention trains
         with Adam unless the optimiser was named (nobody trains a transformer with SGD and momentum,
-        and Adam's two moments change which layouts fit); the others keep momentum."""
-        if "optimizer" in self.given or not any(layer.op == "attention" for layer in net.layers):
+        and Adam's two moments change which layouts fit), and, on a GPU priced from its datasheet
+        (``peaks``, its ``peak_tflops``; None on a CPU or with a profile table, whose precision is its
+        own), in the 16-bit mixed precision its tensor cores run (:func:`mixed_precision`: bf16, on a
+        V100 fp16) unless the precision was named, as Megatron-LM, torchtitan and DeepSpeed train
+        transformers. Other networks keep momentum and float32."""
+        if not any(layer.op == "attention" for layer in net.layers):
             return self
-        return self.but(optimizer=TRANSFORMER_OPTIMIZER)
+        out = self if "optimizer" in self.given else self.but(optimizer=TRANSFORMER_OPTIMIZER)
+        half = None if "precision" in self.given or peaks is None else mixed_precision(peaks)
+        return out if half is None else out.but(precision=half)
 
     def marked(self, net: Network) -> Network:
         """``net`` as these choices train it: stored in the precision's format, its batch-norm and

@@ -9,6 +9,7 @@ from typing import Callable
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
+from costmodel.choices.precision import DEFAULT_PRECISION
 from costmodel.choices.training import TRANSFORMER_OPTIMIZER, TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
 from costmodel.step.train_time import tokens_per_step, train_time
@@ -148,7 +149,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             jobs=sweep_jobs)
         zero = () if request.pipelines or _given(click, "zero") else ("--zero 0 (each point; --pipeline auto weighs "
                                                                      "the stages as a single plan does)",)
-        plan_sweep(request, plot, as_json, refresh, lambda ctx: _defaults(click, ctx) + zero)
+        plan_sweep(request, plot, as_json, refresh, lambda *ctxs: _defaults(click, *ctxs) + zero)
         return
     price = None if prices is None else prices[machines[0]]
     machine = machines[0] if machine is not None else None
@@ -196,8 +197,9 @@ def _given(click: typer.Context, name: str) -> bool:
     return click.get_parameter_source(name) != ParameterSource.DEFAULT
 
 
-def _defaults(click: typer.Context, ctx: Context) -> tuple[str, ...]:
-    """What the command assumed because the flag was not given (said in the summary)."""
+def _defaults(click: typer.Context, ctx: Context, *others: Context) -> tuple[str, ...]:
+    """What the command assumed because the flag was not given (said in the summary); ``others``:
+    the other machines' contexts of a comparison, whose precision may differ (a V100's fp16)."""
     out = []
     for name, flag, value in (("machine", "--machine", ctx.machine.name), ("precision", "--precision",
                               ctx.choices.precision), ("optimizer", "--optimizer", ctx.choices.optimizer),
@@ -206,6 +208,10 @@ def _defaults(click: typer.Context, ctx: Context) -> tuple[str, ...]:
             out.append(f"{flag} {value}" if name != "batch" else f"--batch {ctx.batch} ({value})")
             if name == "optimizer" and value == TRANSFORMER_OPTIMIZER:
                 out[-1] += " (a network with attention)"
+            if name == "precision" and value != DEFAULT_PRECISION:
+                out[-1] += " (a network with attention on a GPU" + "".join(
+                    f"; {o.choices.precision} on {o.machine.name}" for o in others
+                    if o.choices.precision != value) + ")"
     return tuple(out)
 
 
@@ -247,11 +253,11 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
 
 
 def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: bool,
-               assumed: Callable[[Context], tuple[str, ...]] = lambda ctx: ()) -> None:
+               assumed: Callable[..., tuple[str, ...]] = lambda *ctxs: ()) -> None:
     """`dnnplan plan --sweep` (or several --machine): every machine and device count planned
     (executor.session.sweep), a line on stderr as each point finishes, then the table (strong
     scaling on one machine, else the comparison) or the JSON, with what the command ``assumed``
-    because a flag was not given; Ctrl-C (or SIGTERM, SIGHUP) shows the points planned so far and
+    because a flag was not given (``assumed(*contexts)``, the first machine's first); Ctrl-C (or SIGTERM, SIGHUP) shows the points planned so far and
     exits 130."""
     budget = search_budget(None)
     rows: list[dict] = []
@@ -277,7 +283,7 @@ def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: 
                 raise  # an import that failed by itself
             budget.request_stop()
     rows = sweeping.ordered(request, rows)
-    _show_sweep(request, first, rows, plot, as_json, not budget.stop_requested, assumed(first))
+    _show_sweep(request, first, rows, plot, as_json, not budget.stop_requested, assumed(*ctxs.values()))
     if budget.stop_requested:
         fail_line(f"interrupted by {stops.name()}: {len(rows)} of {request.size} points planned, shown above")
         end(stops.exit_code())

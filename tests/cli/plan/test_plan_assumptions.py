@@ -71,3 +71,22 @@ def test_a_network_with_attention_trains_with_adam_unless_told_and_a_cnn_with_mo
     momentum = _summary("predict", "gpt-tiny", "-p", "4", "--optimizer", "momentum", "--json")
     optimizer_bytes = [int(re.search(r'"optimizer": (\d+)', out).group(1)) for out in (adam, momentum)]
     assert optimizer_bytes[0] == 2 * optimizer_bytes[1] > 0  # Adam's two moments against momentum's one
+
+
+def test_a_network_with_attention_on_a_gpu_trains_in_16_bit_mixed_precision_unless_told():
+    """The precision a transformer user expects on a GPU: bf16 (fp16 on a V100, which has no
+    bfloat16 peak), said in the summary; a named --precision stands; a CNN, a CPU (machine local)
+    and a profile table keep fp32."""
+    said = _summary("plan", "gpt-tiny", "-p", "4", "--machine", "dgx-h100")
+    assert "--precision bf16 (a network with attention on a GPU)" in said
+    assert '"precision": "bf16"' in _summary("plan", "gpt-tiny", "-p", "4", "--machine", "dgx-h100", "--json")
+    assert '"precision": "fp16"' in _summary("plan", "gpt-tiny", "-p", "4", "--machine", "dgx1-v100", "--json")
+    assert '"precision": "fp32"' in _summary("plan", "gpt-tiny", "-p", "4", "--machine", "dgx-h100",
+                                              "--precision", "fp32", "--json")
+    assert '"precision": "fp32"' in _summary("plan", "resnet18", "-p", "4", "--machine", "dgx-h100", "--json")
+    assert "--precision fp32;" in _summary("plan", "resnet18", "-p", "4", "--machine", "dgx-h100")
+    assert '"precision": "fp32"' in _summary("plan", "gpt-tiny", "-p", "2", "--machine", "local", "--json")
+    bf16 = _summary("predict", "gpt-tiny", "-p", "4", "--machine", "dgx-h100", "--json")
+    fp32 = _summary("predict", "gpt-tiny", "-p", "4", "--machine", "dgx-h100", "--precision", "fp32", "--json")
+    steps = [float(re.search(r'"step_s": ([0-9.e-]+)', out).group(1)) for out in (bf16, fp32)]
+    assert steps[0] < steps[1]  # the tensor cores' 16-bit peak against the CUDA cores' float32

@@ -20,7 +20,7 @@ from costmodel.calls.algorithms import default_algorithms
 from costmodel.machine.loading import load_machine
 from costmodel.parallel.shard import local_layer
 from costmodel.choices.optimizer import Optimizer
-from costmodel.choices.precision import PRECISIONS, with_precision
+from costmodel.choices.precision import PRECISIONS, mixed_precision, with_precision
 from costmodel.step.prediction import predict_step
 from costmodel.parallel.strategy import make_strategy
 from costmodel.frameworks.uniform import uniform_strategies
@@ -249,3 +249,21 @@ def test_memory_parts_add_up_to_the_peak_and_reach_the_plan_output(tmp_path):
     shown = subprocess.run([sys.executable, "-m", "dnnplan", "plan", "gpt2", "--devices", "8", "--precision", "bf16",
                             "--optimizer", "adam"], capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0 and "memory per device: weights" in shown.stdout and "master weights" in shown.stdout
+
+
+def test_a_transformer_on_a_gpu_datasheet_defaults_to_the_16_bit_format_its_tensor_cores_run():
+    """TrainingChoices.for_network: bf16 where the device has a bfloat16 peak, fp16 where it has
+    only float16 (V100), nothing where it has neither or no peaks are given (a CPU, a profile
+    table); a named precision and a network without attention keep theirs."""
+    gpt, cnn = load_network("gpt-tiny"), load_network("resnet18")
+    a100, v100 = (load_machine(m).device.peak_flops for m in ("dgx-a100", "dgx1-v100"))
+    assert (mixed_precision(a100), mixed_precision(v100), mixed_precision({"float32": 1e12})) == ("bf16", "fp16", None)
+    assert TrainingChoices().for_network(gpt, a100).precision == "bf16"
+    assert TrainingChoices().for_network(gpt, v100).precision == "fp16"
+    assert TrainingChoices().for_network(gpt).precision == "fp32"  # no datasheet peaks: a CPU or a table
+    named = TrainingChoices.from_flags(precision="fp32")
+    assert named.for_network(gpt, a100).precision == "fp32"
+    assert TrainingChoices().for_network(cnn, a100) == TrainingChoices()
+    assert resolve("gpt-tiny", 4, None, "dgx-h100", network_defaults=True).choices.precision == "bf16"
+    assert resolve("gpt-tiny", 2, None, "local", network_defaults=True).choices.precision == "fp32"
+    assert resolve("gpt-tiny", 4, None, "dgx-h100").choices.precision == "fp32"  # the flags alone: execute, validate
