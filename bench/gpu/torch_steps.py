@@ -1,5 +1,5 @@
 """Time whole training steps of zoo networks with PyTorch on one NVIDIA GPU (the clock that
-``bench/bench_gpu_steps.py`` holds dnnplan's ahead-of-time predictions against).
+``bench/frameworks/bench_gpu_steps.py`` holds dnnplan's ahead-of-time predictions against).
 
 Run on a machine with a CUDA GPU, PyTorch and torchvision::
 

@@ -64,7 +64,7 @@ FP8_GEMMS = GEMMS[:3]
 PASSES = ("linear.fwd", "linear.bwd_data", "linear.bwd_weights")
 
 
-#: The efficiencies fitted on the published H100-era runs (bench/bench_published_modern.py --write)
+#: The efficiencies fitted on the published H100-era runs (bench/published/bench_published_modern.py --write)
 FIT = Path(__file__).resolve().parents[1] / "assets" / "published-modern-results.json"
 
 

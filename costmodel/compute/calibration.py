@@ -7,7 +7,7 @@ collectives) plus a sum of such terms. :func:`step_terms` records those terms on
 configuration; :func:`step_s` re-prices them for any efficiencies without predicting again, and
 :func:`fit_efficiencies` finds the efficiencies that best explain a set of measured steps (least
 squares of the log error, coordinate descent on a grid: no efficiency above 1, so nothing is ever
-priced below physics). bench/bench_published.py fits the shipped machines this way on half of the
+priced below physics). bench/published/bench_published.py fits the shipped machines this way on half of the
 published measurements at most and reports the error on the rest (docs/VALIDATION.md).
 """
 

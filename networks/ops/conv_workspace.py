@@ -15,7 +15,7 @@ from networks.ops.conv_geometry import ConvGeom, make_geom
 #: gradient makes one GEMM per sample and sums them; above it, one GEMM with the batch folded into
 #: the reduction. Small buffers favour the per-sample GEMMs (the folded one is then very long and
 #: thin); large ones the folded GEMM, which writes no per-sample buffer to sum. The crossover was
-#: chosen with ``python bench/bench_im2col_weight_grad.py`` (figures: docs/kernels.md, "Convolution").
+#: chosen with ``python bench/kernels/bench_im2col_weight_grad.py`` (figures: docs/kernels.md, "Convolution").
 PER_SAMPLE_MAX_ELEMS = 1 << 16
 
 #: Winograd F(m x m, 3 x 3) output tile size the kernels use

@@ -1,4 +1,4 @@
-"""bench/bench_conv_layers.py: the H100 CNN steps' convolutions layer by layer (docs/VALIDATION.md,
+"""bench/frameworks/bench_conv_layers.py: the H100 CNN steps' convolutions layer by layer (docs/VALIDATION.md,
 "Convolutions layer by layer"), and the dgx-h100 CUDA-core efficiency the same H100 measured."""
 
 from __future__ import annotations

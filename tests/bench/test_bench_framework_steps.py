@@ -1,4 +1,4 @@
-"""bench/bench_framework_steps.py: every measured H100 and H200 step predicted under the framework that ran it,
+"""bench/frameworks/bench_framework_steps.py: every measured H100 and H200 step predicted under the framework that ran it,
 at most half of each source's rows calibrating the framework files, the calibration rows within the
 documented error (docs/VALIDATION.md, "The same steps under the framework that ran them")."""
 

@@ -1,4 +1,4 @@
-"""bench/bench_gpu_steps.py: the H100 measurements it reads are whole and its numbers agree with
+"""bench/frameworks/bench_gpu_steps.py: the H100 measurements it reads are whole and its numbers agree with
 each other and with docs/VALIDATION.md ("One H100"), so the table there is today's model's."""
 
 from __future__ import annotations

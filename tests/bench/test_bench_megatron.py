@@ -1,4 +1,4 @@
-"""bench/bench_megatron.py: the published Megatron-LM and DeepSpeed rows (Narayanan et al., Korthikanti
+"""bench/published/bench_megatron.py: the published Megatron-LM and DeepSpeed rows (Narayanan et al., Korthikanti
 et al.) cite their tables and hold the documented error, the ZeRO-3 rows are priced as DeepSpeed ran
 them, and a pipelined, recomputed row's calibration terms reprice it as predicting it again."""
 
@@ -16,7 +16,7 @@ def _bench():
 
 
 def test_published_megatron_rows_cite_their_table_and_hold_the_documented_error():
-    """bench/bench_megatron.py on the rows that predict in a few seconds (docs/VALIDATION.md holds
+    """bench/published/bench_megatron.py on the rows that predict in a few seconds (docs/VALIDATION.md holds
     all 30): at most half of the rows calibrate (the ZeRO-3 ones never), each quick row within 20%
     and the held-out ones within 10% on average; the published step of a Narayanan row is its
     equation (3) FLOPs over its TFLOP/s."""

@@ -1,4 +1,4 @@
-"""bench/bench_plan_exactness.py: what it calls a violation (the plans stood in for, none run)."""
+"""bench/planner/bench_plan_exactness.py: what it calls a violation (the plans stood in for, none run)."""
 
 from __future__ import annotations
 

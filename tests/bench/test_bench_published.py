@@ -1,4 +1,4 @@
-"""The shipped GPU machines' efficiencies are what bench/bench_published.py fits on its calibration
+"""The shipped GPU machines' efficiencies are what bench/published/bench_published.py fits on its calibration
 rows, and the held-out published trainings stay within the issue's bounds (deterministic
 predictions from datasheets: no timing here)."""
 

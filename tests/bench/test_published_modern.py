@@ -1,4 +1,4 @@
-"""bench/published_modern.py maps a published run to the step the cost model prices: the stated
+"""bench/published/published_modern.py maps a published run to the step the cost model prices: the stated
 layout on the stated GPUs, the cited model to its parameter, the source's FLOP convention to its
 published figures. Mapping checks only, no timing (the errors are bench_published_modern.py's)."""
 

@@ -11,9 +11,12 @@ from tests.support.paths import BENCH
 
 
 def load_bench(name: str) -> ModuleType:
-    """bench/NAME.py, run afresh as module ``NAME`` and registered in ``sys.modules`` under that name
-    (its dataclasses look their module up)."""
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    """bench/CONCEPT/NAME.py (the one script of that name, in its concept's folder), run afresh as
+    module ``NAME`` and registered in ``sys.modules`` under that name (its dataclasses look their
+    module up)."""
+    found = sorted(BENCH.glob(f"*/{name}.py"))
+    assert len(found) == 1, f"bench/*/{name}.py: {found}"
+    spec = importlib.util.spec_from_file_location(name, found[0])
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -2,7 +2,7 @@
 (costmodel.calls.moe.experts_kernels: grouped GEMMs, the activation, Transformer Engine's FP8
 casts), what the layer keeps under FP8 GEMMs and the moe_act recomputation, and expert parallelism
 folded over data x sequence-parallel tensor ranks (Strategy.expert_seq), each against hand counts;
-and a published row's memory by what holds it (bench/published_modern.py)."""
+and a published row's memory by what holds it (bench/published/published_modern.py)."""
 
 from __future__ import annotations
 
