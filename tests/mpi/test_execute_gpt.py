@@ -1,7 +1,7 @@
 """`dnnplan execute --check` of a tiny GPT (networks/zoo/gpt-tiny.yaml) under mpiexec on 2 and 4 ranks:
 data parallel and Megatron tensor parallel (heads, column/row-parallel linears, vocabulary-parallel
 embedding, head and loss), with and without sequence parallelism, and samples x positions (N x H)
-around a data-parallel attention. The ops and kernels on one process: tests/unit/executor/test_gpt_ops.py.
+around a data-parallel attention. The ops and kernels on one process: tests/unit/executor/ops/test_gpt_ops.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 for real: ``dnnplan execute --check`` under mpiexec on 2 and 4 ranks (data and tensor parallelism,
 a head split above ``kv_heads`` with qk_norm), a run whose rotation's backward is broken fails the
 check, and a Hugging Face Qwen3 config.json imported as it is runs under tensor and context
-parallelism. The ops on one process: tests/unit/executor/test_llama_ops.py.
+parallelism. The ops on one process: tests/unit/executor/ops/test_llama_ops.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Grouped-query attention and the mixture of experts run for real (issue 52): ``dnnplan execute
 --check`` under mpiexec on 2 and 4 ranks (data, tensor and (MoE) expert parallelism, shared and
 plain-GELU experts at capacity one), and a run whose expert exchange or key/value sum is broken
-fails the check. The ops on one process: tests/unit/executor/test_moe_gqa_ops.py.
+fails the check. The ops on one process: tests/unit/executor/ops/test_moe_gqa_ops.py.
 """
 
 from __future__ import annotations

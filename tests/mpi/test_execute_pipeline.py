@@ -1,7 +1,7 @@
 """Pipelined plans run for real: GPipe and 1F1B on 2 and 4 ranks, data and tensor parallel inside
 the stages, cuts inside blocks, the tied head's table on two stages, with ``--check`` against one
 process and the per-stage report; a stage's memory does not grow with the micro-batches under 1F1B.
-The schedules, plan files and report on one process: tests/unit/executor/test_pipelined_plans.py."""
+The schedules, plan files and report on one process: tests/unit/executor/runtime/test_pipelined_plans.py."""
 
 from __future__ import annotations
 

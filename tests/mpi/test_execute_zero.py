@@ -7,7 +7,7 @@
 - the collectives a step makes, per layer (phase, name, bytes, group), are those the prediction
   prices (``costmodel.layer.cost.weight_collectives``).
 
-The shard arithmetic on one process: tests/unit/executor/test_zero_shards.py.
+The shard arithmetic on one process: tests/unit/executor/runtime/test_zero_shards.py.
 """
 
 from __future__ import annotations

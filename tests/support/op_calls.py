@@ -1,6 +1,6 @@
 """The kernels an executor op calls, recorded beside those the cost model prices for it
 (costmodel.calls.layer_calls), on one rank's shard of a layer with its collectives left out:
-shared by tests/unit/executor/test_gpt_ops.py and tests/unit/costmodel/moe/test_moe_kernel_calls.py."""
+shared by tests/unit/executor/ops/test_gpt_ops.py and tests/unit/costmodel/moe/test_moe_kernel_calls.py."""
 
 from __future__ import annotations
 

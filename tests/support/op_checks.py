@@ -1,4 +1,4 @@
-"""Shared by the executor op tests (tests/unit/executor/test_*_ops.py, tests/mpi/test_execute_*.py): one
+"""Shared by the executor op tests (tests/unit/executor/ops/test_*_ops.py, tests/mpi/test_execute_*.py): one
 rank's shard of a layer as the executor runs it, its op checked against finite differences and the
 reference step's own code, and variants of the zoo's tiny-llama written to a folder."""
 

@@ -1,6 +1,6 @@
 """The device seam on the ranks of COMM_WORLD: every collective of a communicator, on the host's
 and on a staged one over "device" arrays MPI cannot read, and a plan run on a backend that
-stages; rank 0 prints one JSON line (tests/unit/executor/test_backend.py).
+stages; rank 0 prints one JSON line (tests/unit/executor/backend/test_backend.py).
 
     mpiexec -n 2 python -m tests.support.ranks.run_backend
 """

@@ -132,6 +132,6 @@ def test_a_capture_the_device_refuses_is_one_line_naming_no_graphs(monkeypatch):
     got, _ = _run(backend)  # the default: eager, saying why, and where the refusal was raised
     line = refuse.__code__.co_firstlineno + 1
     assert got.mode == StepMode(EAGER, "capturing a training step as a CUDA graph failed (RuntimeError: "
-                                       f"cudaErrorStreamCapture at tests/unit/executor/test_step_graphs.py:{line});"
+                                       f"cudaErrorStreamCapture at tests/unit/executor/backend/test_step_graphs.py:{line});"
                                        " the timed steps ran eagerly")
     assert len(got.losses) == 3 and all(np.isfinite(got.losses))
