@@ -140,7 +140,8 @@ PrecisionOpt = Annotated[str, typer.Option(
     "device's FP8 peak; its FP8 weight copies and scaling state in memory; needs a machine with an FP8 peak). "
     "Priced from the GPU datasheet, or from a GPU profile table timed in it (--profile; "
     "docs/costmodel.md, Precision) \\[default: bf16 for a network with attention on a GPU priced from its "
-    "datasheet (fp16 on a V100), as Megatron-LM, torchtitan and DeepSpeed train transformers; else fp32].",
+    "datasheet (fp16 on a V100), as Megatron-LM, torchtitan and DeepSpeed train transformers; with --profile, "
+    "the precision the table was timed in; else fp32].",
     show_default=False)]
 BatchNormOpt = Annotated[Optional[str], typer.Option(
     "--batch-norm", help="How batch normalisation takes its statistics: sync (the default: over the whole batch, "

@@ -18,6 +18,7 @@ from costmodel.machine.model import Machine
 from costmodel.choices.precision import DEFAULT_PRECISION, get_precision
 from costmodel.choices.training import TrainingChoices
 from costmodel.compute.profile_links import links_from_table
+from costmodel.compute.profile_table import table_precision
 from costmodel.compute.profiled import ProfiledCompute
 from costmodel.frameworks.framework import Framework
 from costmodel.frameworks.kernels import framework_kernels
@@ -57,7 +58,8 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
             foreign_ok: bool = False, network_defaults: bool = False) -> Context:
     """Load the network (at the choices' ``seq`` tokens a sequence when given, stored and marked as
     the choices train it; with ``network_defaults``, the choices not given defaulting as the
-    network's kind has them: TrainingChoices.for_network, what `plan` and `predict` assume) and the
+    network's kind has them, TrainingChoices.for_network, and the precision a profile table was
+    timed in: what `plan` and `predict` assume) and the
     machine named on the command line, and choose the compute model."""
     if devices < 1:
         raise DnnplanError(f"--devices must be a positive integer, got {devices}")
@@ -72,7 +74,9 @@ def resolve(network: str, devices: int, batch: int | None, machine: str | None,
         if err.file is not None:
             raise
         raise DnnplanError(err.bare, layer=err.layer, hint=err.hint) from None
-    if network_defaults:  # a GPU priced from its datasheet: the precision a profile table was timed in is its own
+    if network_defaults:
+        if profile and "precision" not in choices.given:  # a profile table prices its own precision
+            choices = choices.but(precision=table_precision(load_table(profile).fingerprint))
         datasheet = mach.device.kind == "gpu" and not (profile or mach.profile)
         choices = choices.for_network(loaded, mach.device.peak_flops if datasheet else None)
     net = choices.marked(loaded)

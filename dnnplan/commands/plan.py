@@ -208,7 +208,9 @@ def _defaults(click: typer.Context, ctx: Context, *others: Context) -> tuple[str
             out.append(f"{flag} {value}" if name != "batch" else f"--batch {ctx.batch} ({value})")
             if name == "optimizer" and value == TRANSFORMER_OPTIMIZER:
                 out[-1] += " (a network with attention)"
-            if name == "precision" and value != DEFAULT_PRECISION:
+            if name == "precision" and _given(click, "profile"):
+                out[-1] += " (the profile table's)"
+            elif name == "precision" and value != DEFAULT_PRECISION:
                 out[-1] += " (a network with attention on a GPU" + "".join(
                     f"; {o.choices.precision} on {o.machine.name}" for o in others
                     if o.choices.precision != value) + ")"

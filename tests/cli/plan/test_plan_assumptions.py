@@ -90,3 +90,15 @@ def test_a_network_with_attention_on_a_gpu_trains_in_16_bit_mixed_precision_unle
     fp32 = _summary("predict", "gpt-tiny", "-p", "4", "--machine", "dgx-h100", "--precision", "fp32", "--json")
     steps = [float(re.search(r'"step_s": ([0-9.e-]+)', out).group(1)) for out in (bf16, fp32)]
     assert steps[0] < steps[1]  # the tensor cores' 16-bit peak against the CUDA cores' float32
+
+
+def test_a_profile_table_prices_its_own_precision_unless_told():
+    """With --profile and no --precision, the plan is in the precision the table was timed in (a
+    table prices nothing else), said in the summary; a named other precision is refused in one line."""
+    said = _summary("plan", "resnet18", "-p", "4", "--machine", "dgx-h100", "--profile", "h100-tf32")
+    assert "--precision tf32 (the profile table's)" in said
+    assert '"precision": "bf16"' in _summary("plan", "gpt-tiny", "-p", "4", "--machine", "dgx-h100", "--profile",
+                                              "h100-bf16", "--json")
+    refused = runner.invoke(app, ["plan", "resnet18", "-p", "4", "--machine", "dgx-h100", "--profile", "h100-tf32",
+                                  "--precision", "fp32"])
+    assert refused.exit_code == 2 and "timed in tf32, the plan is for fp32" in refused.output
