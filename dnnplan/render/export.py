@@ -92,11 +92,15 @@ def torchtitan_toml(plan: Plan, plan_path: str, sections: dict, source: str, fla
 
 
 def deepspeed_launcher(devices: int, per_node: int | None, config_path: str, script: str) -> str:
-    """DeepSpeed's launcher line: the devices a node and the nodes when the machine says them."""
+    """DeepSpeed's launcher line: the devices a node and the nodes when the machine says them, every
+    node running as many (``--num_gpus`` is the launcher's devices on each node, deepspeed/launcher/
+    runner.py): the most of a node's ``per_node`` that divide ``devices`` (12 on nodes of 8: 6 on
+    each of 2 nodes), so they multiply to the plan's devices."""
     if per_node is None:
         gpus, nodes = '"$GPUS_PER_NODE"', '"$NNODES"'
     else:
-        gpus, nodes = str(min(per_node, devices)), str(max(1, devices // per_node))
+        most = max(d for d in range(1, min(per_node, devices) + 1) if devices % d == 0)
+        gpus, nodes = str(most), str(devices // most)
     return (f"deepspeed --num_gpus {gpus} --num_nodes {nodes} {script} --deepspeed "
             f"--deepspeed_config {shlex.quote(config_path)}")
 

@@ -11,6 +11,7 @@ from costmodel.machine.loading import load_machine
 from costmodel.step.pipeline import PipelinePrediction
 from costmodel.step.prediction import StepPrediction
 from executor.session.predict import predict_plan
+from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.export.nearest import nearest_plan
 from planner.plan.plan import Plan
@@ -30,10 +31,19 @@ class NearestExport:
 
 def nearest_export(plan: Plan, net: Network, framework: str) -> NearestExport:
     """``plan`` of ``net`` made expressible in ``framework`` (planner.export.nearest) and priced."""
-    got = nearest_plan(plan, net, framework, load_machine(plan.machine))
+    machine = load_machine(plan.machine)
+    got = nearest_plan(plan, net, framework, machine)
     if not got.changes:
         return NearestExport(plan, ())
     before, after = priced(plan, net), priced(got.plan, net)
+    limit = machine.device.mem_capacity_bytes
+    if after.memory_peak_bytes > limit * (1 + 1e-9) >= before.memory_peak_bytes:
+        gib = 2.0 ** 30
+        raise DnnplanError(f"the nearest plan {framework} runs needs {after.memory_peak_bytes / gib:.2f} GiB a "
+                           f"device, over {machine.name}'s {limit / gib:.2f} GiB (the plan's: "
+                           f"{before.memory_peak_bytes / gib:.2f} GiB): it would not run",
+                           hint=f"plan a layout {framework} runs as it is, one every transformer layer shares "
+                           "(`dnnplan predict NETWORK --tensor T --pipeline S ... --out PLAN.yaml`), or more devices")
     made = dataclasses.replace(got.plan, step_s=after.step_s, memory_peak_bytes=int(after.memory_peak_bytes))
     return NearestExport(made, got.changes, before, after)
 

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
+from dnnplan.render.export import deepspeed_launcher
 from tests.support.cli_errors import one_error_line
 from tests.support.executor_plans import pipelined_plan, predicted_plan, write_uniform_plan
 
@@ -214,3 +215,13 @@ def test_plan_emit_prints_the_plans_launch_file_after_it(tmp_path):
     for args, words in [(["--emit", "foo"], "unknown --emit 'foo'"), (["--sweep", "2,4", "--emit", "megatron"],
                                                                        "--emit prints one plan's launch file")]:
         assert words in one_error_line(runner.invoke(app, ["plan", "tiny-llama", *args]))
+
+
+def test_the_deepspeed_launcher_runs_the_plans_devices_on_whole_nodes_alike():
+    """--num_gpus is each node's devices: a count that is not a whole number of nodes runs fewer a
+    node on more nodes (12 on nodes of 8: 6 on each of 2), never fewer devices than the plan."""
+    for devices, per_node, gpus, nodes in ((16, 8, 8, 2), (12, 8, 6, 2), (20, 8, 5, 4), (6, 4, 3, 2), (4, 8, 4, 1),
+                                           (7, 8, 7, 1), (11, 8, 1, 11)):
+        line = deepspeed_launcher(devices, per_node, "ds.json", "train.py")
+        assert line.startswith(f"deepspeed --num_gpus {gpus} --num_nodes {nodes} "), (devices, line)
+        assert gpus * nodes == devices
