@@ -49,7 +49,7 @@ from costmodel.frameworks.uniform import data_strategy
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.export.attention_kernel import check_default_attention
-from planner.export.megatron_layout import blocks_of
+from planner.export.megatron_layout import blocks_of, micro_hint
 from planner.export.megatron_recompute import megatron_recompute
 from planner.plan.plan import Plan
 
@@ -116,7 +116,7 @@ def check_layout(plan: Plan, net: Network) -> int:
                                "parallelism are set in the script, not in its JSON", layer=layer.name, hint=HINT)
     if micro % plan.devices:
         raise DnnplanError(f"a micro-batch of {micro} samples does not split over {plan.devices} devices",
-                           layer=net.layers[0].name, hint="re-plan with a batch a multiple of the devices")
+                           layer=net.layers[0].name, hint=micro_hint(plan.batch, micro_batches, plan.devices))
     return micro_batches
 
 
@@ -141,3 +141,4 @@ def recomputes(plan: Plan, net: Network) -> bool:
         raise DnnplanError(f"recomputed {recompute.granularity}: DeepSpeed's activation checkpointing reruns whole "
                            "modules the script wraps", layer=first, hint=RECOMPUTE_HINT)
     return bool(recompute.granularity)
+

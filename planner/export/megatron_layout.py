@@ -127,7 +127,8 @@ def megatron_layout(plan: Plan, net: Network, target: Target = MEGATRON) -> Mega
     data = ranks // (tensor * context)
     if micro % data:
         raise DnnplanError(f"a micro-batch of {micro} samples does not split over {data} data-parallel ranks",
-                           layer=attention.name, hint="re-plan with a batch a multiple of the data-parallel degree")
+                           layer=attention.name, hint=micro_hint(plan.batch, plan.batch // micro, data,
+                                                                 "data-parallel ranks"))
     stages, chunks, blocks = _pipeline(plan, net, target)
     return MegatronLayout(tensor, context, expert, expert > data, sequence_parallel, data, stages, chunks, blocks,
                           micro // data, plan.batch)
@@ -171,3 +172,11 @@ def blocks_of(layers: list[Layer]) -> tuple[str, ...]:
     """The transformer layers (repeated blocks) among ``layers``, in order."""
     return tuple(dict.fromkeys(b for b in map(block_of, layers) if b is not None))
 
+def micro_hint(batch: int, micro_batches: int, ranks: int, what: str = "devices") -> str:
+    """How to re-plan where a micro-batch does not split over the ``ranks`` a framework's data
+    parallelism takes it over: a batch not a multiple of them, or too many micro-batches of it."""
+    if batch % ranks:
+        return f"re-plan with a batch a multiple of the {ranks} {what}"
+    return (f"the plan accumulates {micro_batches} micro-batches of {batch // micro_batches}: re-plan in at most "
+            f"{batch // ranks} (`dnnplan predict NETWORK ... --micro-batches K --out PLAN.yaml`, {batch} / K a "
+            f"multiple of {ranks})")

@@ -15,6 +15,7 @@ from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
 from planner.export.deepspeed import deepspeed_config
 from planner.export.megatron import megatron_args
+from planner.export.megatron_layout import micro_hint
 from planner.export.nearest import most_common_layout, nearest_plan
 from planner.export.torchtitan import torchtitan_config
 from planner.plan.plan import Plan
@@ -159,3 +160,11 @@ def test_a_cnn_hybrid_becomes_data_parallel_on_deepspeed_and_stays_refused_on_me
     assert deepspeed_config(got.plan, net)["train_micro_batch_size_per_gpu"] == 2
     with pytest.raises(DnnplanError, match="conv2d"):
         nearest_plan(hybrid, net, "megatron", A100)
+
+
+def test_a_micro_batch_that_does_not_split_says_how_to_replan():
+    """The batch not a multiple of the ranks: a batch that is; a batch that is, in too many
+    micro-batches: at most batch / ranks of them."""
+    assert micro_hint(36, 1, 8) == "re-plan with a batch a multiple of the 8 devices"
+    hint = micro_hint(64, 64, 8, "data-parallel ranks")
+    assert "accumulates 64 micro-batches of 1: re-plan in at most 8" in hint and "64 / K a multiple of 8" in hint
