@@ -8,7 +8,7 @@ from dnnplan.export_file import check_framework, exported
 from dnnplan.options import ExportOutOpt, ExportToOpt, ForceOpt, JsonOpt, NearestOpt, PlanArg
 from dnnplan.output import check_outputs
 from dnnplan.render import export as render
-from executor.session.export_nearest import NearestExport, nearest_export
+from executor.session.export_nearest import NearestExport, as_priced_now, nearest_export
 from networks.errors import DnnplanError
 from networks.writing import write_file
 from planner.plan.plan_file import read_plan
@@ -53,7 +53,9 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     try:
         if nearest:
             near = nearest_export(made, net, to)
-            made = near.plan
+            made = near.plan if near.changes else as_priced_now(made, net)
+        else:
+            made = as_priced_now(made, net)  # the header's step as the plan is priced now (an edited file's)
         text, data, count, launch = exported(to, made, net, plan, out)
     except DnnplanError as err:
         raise err.located(file=plan) from None

@@ -52,3 +52,14 @@ def priced(plan: Plan, net: Network) -> StepPrediction | PipelinePrediction:
     """``plan`` of ``net`` priced now on its machine's datasheet, as `dnnplan predict PLAN.yaml` prices it."""
     ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, None, choices=plan.choices)
     return predict_plan(plan, net, ctx)
+
+
+def as_priced_now(plan: Plan, net: Network) -> Plan:
+    """``plan`` with the step and memory it is predicted now, as `dnnplan predict PLAN.yaml` gives
+    them for a plan priced on its machine's datasheet (a file edited by hand carries its old
+    figures); a plan made with a profile table keeps the figures the table gave."""
+    if plan.profile_fingerprint is not None:
+        return plan
+    now = priced(plan, net)
+    return dataclasses.replace(plan, step_s=now.step_s, memory_peak_bytes=int(now.memory_peak_bytes))
+

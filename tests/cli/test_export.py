@@ -225,3 +225,16 @@ def test_the_deepspeed_launcher_runs_the_plans_devices_on_whole_nodes_alike():
         line = deepspeed_launcher(devices, per_node, "ds.json", "train.py")
         assert line.startswith(f"deepspeed --num_gpus {gpus} --num_nodes {nodes} "), (devices, line)
         assert gpus * nodes == devices
+
+
+def test_an_edited_plans_header_gives_the_step_it_is_priced_now(plans, tmp_path):
+    """The first line's step is the plan as `dnnplan predict PLAN.yaml` prices it now, not the figure
+    a file edited by hand still carries."""
+    text = open(plans["llama"]).read()
+    assert "\nstep_s: " in text
+    edited = tmp_path / "edited.yaml"
+    edited.write_text("\n".join("step_s: 999.0" if line.startswith("step_s: ") else line
+                                for line in text.splitlines()) + "\n")
+    first = [runner.invoke(app, ["export", str(path), "--to", "megatron"]).output.splitlines()[0]
+             for path in (plans["llama"], edited)]
+    assert first[0] == first[1] and "999" not in first[1]
