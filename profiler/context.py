@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from costmodel.compute.model import ComputeModel
 from costmodel.compute.roofline import Roofline
-from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
+from costmodel.machine.loading import DEFAULT_MACHINE, load_machine, shipped_machine_names
 from costmodel.choices.moe_dispatch import check_machine_dispatch
 from costmodel.machine.model import Machine
 from costmodel.choices.precision import DEFAULT_PRECISION, get_precision
@@ -133,10 +133,15 @@ def _datasheet_for(machine: Machine, profile: str | None, precision: str) -> Roo
                            hint="name a datasheet machine (--machine dgx-a100, dgx-h100, dgx1-v100, summit), "
                                 "or plan in fp32")
     if prec.matmul not in machine.device.peak_flops:
+        shipped = machine.name in shipped_machine_names()
+        having = [name for name in shipped_machine_names() if name != machine.name
+                  and prec.matmul in load_machine(name).device.peak_flops]
         raise DnnplanError(f"machine '{machine.name}' ({machine.device.name}) has no {prec.matmul} peak, "
                            f"so it cannot train in {prec.name}", file=machine.source,
                            field=f"device.peak_tflops.{prec.matmul}",
-                           hint="add the datasheet figure there, or choose another --precision")
+                           hint=("" if shipped else "add the datasheet figure there, or ")
+                           + f"name a machine whose GPU has it (--machine {', '.join(having)})"
+                           + ", or another precision")
     return Roofline(machine, tf32=prec.matmul == "tf32")
 
 
