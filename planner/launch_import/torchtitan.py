@@ -92,6 +92,9 @@ IGNORED = {
                                    "recipe_name", "filter_fqns", "emulate"}},
 }
 IGNORED_SUBSECTION = "a part of a section that does not change the step"
+#: why ``[compile]`` is listed as ignored (read only for what async tensor parallelism needs)
+COMPILED = ("torch.compile's fusions: the step is priced with the cost model's fused kernels either way "
+            "(`dnnplan predict NETWORK --framework pytorch-compile` prices inductor's)")
 #: torchtitan's defaults (job_config.py) for the keys read
 DEFAULTS = {"local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048, "mixed_precision_param": "bfloat16",
             "dtype": "float32", "data_parallel_replicate_degree": 1, "data_parallel_shard_degree": -1,
@@ -169,6 +172,10 @@ def read(text: str, path: str) -> LaunchConfig:
     """The configuration of torchtitan's job TOML ``text`` (the file at ``path``; module docstring);
     one line naming the key and the file for a mistake."""
     toml = Toml(text, path)
+    if not any(toml.sections.values()):
+        raise DnnplanError("a torchtitan job TOML without a key: nothing to predict", file=path,
+                           hint="write the job's [model], [parallelism] and [training] sections (`dnnplan export "
+                                "PLAN --to torchtitan` writes them)")
     check_keys(toml)
     network = model_network(toml)
     precision = read_precision(toml)
@@ -386,7 +393,11 @@ def experts(toml: Toml, tensor: int, context: int, shard: int) -> tuple[int, int
 
 
 def async_tensor_parallel(toml: Toml) -> bool:
-    """Whether async tensor parallelism is on (one line when [compile] does not allow it)."""
+    """Whether async tensor parallelism is on (one line when [compile] does not allow it). Compilation
+    itself is listed as ignored: the step is priced with the cost model's fused kernels either way."""
+    for key in ("enable", "components"):
+        if key in toml.sections.get("compile", {}):
+            toml.ignored[f"[compile] {key}"] = COMPILED
     if not toml.get("parallelism", "enable_async_tensor_parallel"):
         return False
     if not (toml.get("compile", "enable") and "model" in (toml.get("compile", "components") or ["model", "loss"])):

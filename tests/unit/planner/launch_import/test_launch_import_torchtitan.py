@@ -183,3 +183,17 @@ def test_sub_tables_of_ignored_sections_are_ignored_too():
                "pp.toml")
     assert {"[training.dataloader] num_workers", "[validation.dataloader] num_workers"} <= \
         {i.option for i in got.ignored}
+
+
+def test_compilation_is_listed_as_ignored_with_why():
+    """[compile] is read only for what async tensor parallelism needs; the step is priced with the
+    cost model's fused kernels either way, so the file's compile keys are listed as not changing it."""
+    got = read(PIPELINED + "[compile]\nenable = true\ncomponents = [\"model\"]\n", "pp.toml")
+    reasons = {i.option: i.reason for i in got.ignored}
+    assert "torch.compile" in reasons["[compile] enable"] and "[compile] components" in reasons
+    assert "[compile] enable" not in {i.option for i in read(PIPELINED, "pp.toml").ignored}
+
+
+def test_an_empty_toml_is_one_line_saying_so():
+    for text in ("", "[job]\n", "# a comment\n"):
+        assert "without a key" in str(line(text))
