@@ -50,7 +50,7 @@ def _network(folder: Path, net: str) -> str:
 def _run(folder: Path, net: str, ranks: int, flags: list[str], warmup: int = 1):
     plan = folder / "plan.yaml"
     made = CliRunner().invoke(app, ["predict", _network(folder, net), "-p", str(ranks), "-b", "8", "--machine",
-                                    "dgx-a100", "--optimizer", "momentum", "--out", str(plan), *flags])
+                                    "dgx-a100", "--optimizer", "momentum", "--precision", "fp32", "--out", str(plan), *flags])
     assert made.exit_code == 0, made.output
     out = folder / "run.json"
     result = CliRunner().invoke(app, ["execute", str(plan), "--ranks", str(ranks), "--steps", "1", "--warmup",
@@ -135,7 +135,7 @@ def test_the_reference_routes_each_sequence_block_with_its_own_capacity():
 @pytest.mark.mpi
 def test_a_mixture_of_experts_over_a_split_sequence_matches_one_process(tmp_path):
     made = CliRunner().invoke(app, ["predict", _tight_moe(tmp_path), "-p", "4", "-b", "8", "--machine", "dgx-a100",
-                                    "--context", "2", "--expert", "2", "--optimizer", "momentum",
+                                    "--context", "2", "--expert", "2", "--optimizer", "momentum", "--precision", "fp32",
                                     "--out", str(tmp_path / "plan.yaml")])
     assert made.exit_code == 0, made.output
     out = tmp_path / "run.json"
@@ -148,7 +148,7 @@ def test_a_mixture_of_experts_over_a_split_sequence_matches_one_process(tmp_path
 @pytest.mark.mpi
 def test_check_catches_the_whole_sequences_capacity_on_a_block(tmp_path, monkeypatch):
     made = CliRunner().invoke(app, ["predict", _tight_moe(tmp_path), "-p", "2", "-b", "8", "--machine", "dgx-a100",
-                                    "--context", "2", "--optimizer", "momentum", "--out", str(tmp_path / "plan.yaml")])
+                                    "--context", "2", "--optimizer", "momentum", "--precision", "fp32", "--out", str(tmp_path / "plan.yaml")])
     assert made.exit_code == 0, made.output
     monkeypatch.setattr(launch, "WORKER_MODULE", "tests.support.workers.whole_sequence_capacity_worker")
     out = tmp_path / "run.json"

@@ -77,7 +77,7 @@ def test_an_imported_qwen3_config_runs_under_tensor_and_context_parallelism(tmp_
     assert any(layer.p.get("qk_norm") and layer.p.get("rotary") for layer in spec.layers if layer.op == "attention")
     plan = tmp_path / "plan.yaml"
     made = CliRunner().invoke(app, ["predict", str(config), "-p", "4", "-b", "8", "--machine", "dgx-a100", "--tensor",
-                                    "2", "--context", "2", "--optimizer", "momentum", "--out", str(plan)])
+                                    "2", "--context", "2", "--optimizer", "momentum", "--precision", "fp32", "--out", str(plan)])
     assert made.exit_code == 0, made.output
     out = tmp_path / "run.json"
     result = _execute(str(plan), 4, out)

@@ -29,11 +29,12 @@ def write_uniform_plan(folder, network: str, devices: int, batch: int, spec: str
 
 
 def predicted_plan(folder, net: str, ranks: int, tensor: int = 1, expert: int = 1) -> str:
-    """The plan ``dnnplan predict NET -p RANKS -b 8 --machine dgx-a100 --optimizer momentum [--tensor] [--expert]
-    --out`` writes (momentum: the executor's optimiser; a network with attention would default to Adam)."""
+    """The plan ``dnnplan predict NET -p RANKS -b 8 --machine dgx-a100 --optimizer momentum --precision fp32
+    [--tensor] [--expert] --out`` writes (momentum and fp32: what the executor runs on the host; a network
+    with attention on a GPU would default to Adam in bf16)."""
     path = folder / f"{Path(net).stem}-{ranks}-t{tensor}-e{expert}.yaml"
     args = ["predict", net, "-p", str(ranks), "-b", "8", "--machine", "dgx-a100", "--optimizer", "momentum",
-            "--out", str(path)]
+            "--precision", "fp32", "--out", str(path)]
     args += ["--tensor", str(tensor)] if tensor > 1 else []
     args += ["--expert", str(expert)] if expert > 1 else []
     result = CliRunner().invoke(app, args)
