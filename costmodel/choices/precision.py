@@ -132,6 +132,26 @@ def matmul_peak(layer: Layer, tf32: bool, fp8: bool = True) -> tuple[str, str]:
     return "float32", "cuda_cores"
 
 
+#: the kernels (costmodel.calls) that are GEMMs or convolutions run as them: a call of one alone
+#: (no layer) runs on the matrix peak of its element type (:func:`call_peak`)
+GEMM_KERNELS = ("gemm", "linear.", "conv2d.", "attention.", "moe_experts.")
+
+
+def call_peak(kernel: str, dtype: str, tf32: bool) -> tuple[str, str]:
+    """(``peak_tflops`` key, efficiency class) of one kernel call priced without its layer (a
+    profile table's miss): a GEMM's as :func:`matmul_peak` gives a layer's of its element type (FP8
+    GEMMs are their layers': a call alone is priced at its 16-bit peak, never below physics), the
+    rest on the CUDA cores."""
+    if kernel.startswith(GEMM_KERNELS):
+        if dtype in ("float16", "bfloat16"):
+            return dtype, "tensor_16bit"
+        if dtype == "float32" and tf32:
+            return "tf32", "tensor_tf32"
+    if dtype == "float64":
+        return "float64", "cuda_cores"
+    return "float32", "cuda_cores"
+
+
 def is_fp8(layer: Layer) -> bool:
     """Whether ``layer``'s GEMMs run in FP8 (``fp8`` precision, :func:`with_precision`)."""
     return bool(dict(layer.params).get(FP8_PARAM))

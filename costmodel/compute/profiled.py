@@ -148,6 +148,9 @@ class ProfiledCompute:
         self._groups: dict[tuple, _Group] = {}
         self._memo: dict[KernelCall, Lookup] = {}
         self._points: tuple[object, list[tuple[int, float]]] = (None, [])  # (executor mapping, its points)
+        #: a GPU's table (its datasheet roofline, with efficiencies fitted on published runs, caps an
+        #: upward extrapolation; a CPU's datasheet figures are rough defaults, its table's throughput stands)
+        self._gpu = table.fingerprint.get("backend") == "cupy"
         for key, e in table.entries.items():
             if is_occurrence_key(key):
                 continue
@@ -169,7 +172,13 @@ class ProfiledCompute:
                 self.misses.add(call)
             else:
                 log_thr, inside = interpolate(group.points, math.log(call.work), _sizes(call.kernel, call.shape))
-                out = Lookup(call.work / math.exp(log_thr), "interpolated" if inside else "extrapolated")
+                seconds = call.work / math.exp(log_thr)
+                if self._gpu and not inside and math.log(call.work) > max(point[0] for point in group.points):
+                    # more work than any shape measured: a GPU kernel's throughput grows with its work
+                    # toward the roofline, so a small kernel's is a floor, not a price (a 262 MFLOP
+                    # GEMM's 0.4 TFLOPS carried to a 100 GFLOP one: 60 times the datasheet's time)
+                    seconds = min(seconds, self._fallback_call(call))
+                out = Lookup(seconds, "interpolated" if inside else "extrapolated")
                 if not inside:
                     self.outside.add(call)
         self._memo[call] = out

@@ -13,7 +13,7 @@ from costmodel.calls.attention import attention_core_kernels
 from costmodel.calls.kernel_call import KernelCall
 from costmodel.calls.layer_calls import PASSES, kernel_calls, reshard_copy_call
 from costmodel.calls.moe import experts_kernels
-from costmodel.choices.precision import matmul_peak
+from costmodel.choices.precision import call_peak, matmul_peak
 from costmodel.compute.model import conv_workspace_bytes, update_bytes
 from costmodel.machine.model import Machine
 from costmodel.parallel.shard import LocalLayer
@@ -135,7 +135,9 @@ class Roofline:
         return self._time(call.flops, call.bytes)
 
     def call_s(self, call: KernelCall) -> float:
-        return self._time(call.flops, call.bytes)
+        """One kernel call alone (no layer: a profile table's miss): a GEMM's on the matrix peak of
+        its element type (:func:`costmodel.choices.precision.call_peak`), the others on the CUDA cores."""
+        return self._time(call.flops, call.bytes, *call_peak(call.kernel, call.dtype, self.tf32))
 
     def workspace_bytes(self, local: LocalLayer, algorithm: str) -> int:
         return conv_workspace_bytes(local, algorithm)

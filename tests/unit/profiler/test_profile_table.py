@@ -322,3 +322,34 @@ def test_batched_reshard_times_use_the_cold_alltoall_fit(tmp_path):
         e = edge_estimate(a, sa, b, sb, 0, 8, m)
         (t,) = reshard_times([(output_layout(a, sa, 8), input_layout(b, sb, 8, 0))], False, 4, m)
         assert t == pytest.approx(e.fwd_s)
+
+
+def test_a_call_beyond_the_largest_measured_shape_takes_no_longer_than_the_roofline():
+    """In a GPU's table a small kernel's throughput is a floor for a larger one, not its price:
+    extrapolated upward past the datasheet's time, the roofline answers (a table timed on one 262 MFLOP linear layer
+    priced GPT-2's 100 GFLOP ones 60 times the datasheet's); below the smallest, the nearest
+    throughput is kept."""
+    roof = Roofline(load_machine("dgx-a100"))
+    slow = {linear_call("linear.fwd", 64, 64, 64, False, "float32", 4).key: _entry(1e-3, 2 * 64 ** 3)}
+    pc = ProfiledCompute(_table(slow, fp={**FP, "backend": "cupy"}), roof)
+    big = linear_call("linear.fwd", 8192, 8192, 8192, False, "float32", 4)
+    got = pc.lookup(big)
+    assert got.how == "extrapolated" and got.seconds == pytest.approx(roof.call_s(big))
+    small = linear_call("linear.fwd", 16, 16, 16, False, "float32", 4)
+    assert pc.lookup(small).seconds == pytest.approx(1e-3 * 16 ** 3 / 64 ** 3)  # the measured throughput
+    cpu = ProfiledCompute(_table(slow), roof)  # a CPU's table: its throughput stands (rough datasheet figures)
+    assert cpu.lookup(big).seconds == pytest.approx(1e-3 * 8192 ** 3 / 64 ** 3)
+
+
+def test_a_gemm_call_alone_runs_on_its_element_types_matrix_peak():
+    """A profile table's miss is priced as the call alone: a GEMM on the tensor cores in 16 bits or
+    under TF32, the rest (and float32 GEMMs without TF32) on the CUDA cores."""
+    machine = load_machine("dgx-h100")
+    peaks, dev = machine.device.peak_flops, machine.device
+    for dtype, tf32, key, kind in (("bfloat16", False, "bfloat16", "tensor_16bit"), ("float32", True, "tf32", "tensor_tf32"),
+                                   ("float32", False, "float32", "cuda_cores")):
+        call = linear_call("linear.fwd", 8192, 8192, 8192, False, dtype, 2 if dtype != "float32" else 4)
+        assert Roofline(machine, tf32=tf32).call_s(call) == pytest.approx(
+            call.flops / (peaks[key] * dev.efficiency_of(kind)))
+    add = KernelCall("add.fwd", (1 << 20,), "bfloat16", "", 1 << 20, 6 << 20)
+    assert Roofline(machine).call_s(add) == Roofline(machine, tf32=True).call_s(add)
