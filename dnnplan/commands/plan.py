@@ -9,8 +9,7 @@ from typing import Callable
 import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
-from costmodel.choices.precision import DEFAULT_PRECISION
-from costmodel.choices.training import TRANSFORMER_OPTIMIZER, TrainingChoices
+from costmodel.choices.training import TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
 from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignProfileOpt, GapOpt, JobsOpt, JsonOpt,
@@ -18,6 +17,7 @@ from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignPro
                              PlanPipelineOpt, PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt,
                              RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt,
                              TokensOpt, foreign_warning, refresh_warning, takes_choices, token_budget)
+from dnnplan.assumed import assumed_flags
 from dnnplan.export_file import check_framework, exported, nearest_runs
 from dnnplan.output import check_outputs
 from dnnplan.render import export as export_render
@@ -198,23 +198,8 @@ def _given(click: typer.Context, name: str) -> bool:
 
 
 def _defaults(click: typer.Context, ctx: Context, *others: Context) -> tuple[str, ...]:
-    """What the command assumed because the flag was not given (said in the summary); ``others``:
-    the other machines' contexts of a comparison, whose precision may differ (a V100's fp16)."""
-    out = []
-    for name, flag, value in (("machine", "--machine", ctx.machine.name), ("precision", "--precision",
-                              ctx.choices.precision), ("optimizer", "--optimizer", ctx.choices.optimizer),
-                              ("batch", "--batch", ctx.batch_rule)):
-        if not _given(click, name):
-            out.append(f"{flag} {value}" if name != "batch" else f"--batch {ctx.batch} ({value})")
-            if name == "optimizer" and value == TRANSFORMER_OPTIMIZER:
-                out[-1] += " (a network with attention)"
-            if name == "precision" and _given(click, "profile"):
-                out[-1] += " (the profile table's)"
-            elif name == "precision" and value != DEFAULT_PRECISION:
-                out[-1] += " (a network with attention on a GPU" + "".join(
-                    f"; {o.choices.precision} on {o.machine.name}" for o in others
-                    if o.choices.precision != value) + ")"
-    return tuple(out)
+    """What the command assumed because the flag was not given (said in the summary)."""
+    return assumed_flags(lambda name: _given(click, name), ctx, *others)
 
 
 def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: str | None, as_json: bool,

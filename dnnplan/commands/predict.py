@@ -7,6 +7,7 @@ from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carri
 
 from costmodel.choices.training import TrainingChoices
 from costmodel.step.train_time import tokens_per_step, train_time
+from dnnplan.assumed import assumed_flags
 from dnnplan.commands.predict_from import predict_from
 from dnnplan.output import check_outputs
 from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForceOpt, ForeignProfileOpt,
@@ -104,6 +105,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     choices, flag = framework_of(choices, runtime)
     ctx = context.resolve(network, devices, batch, machine, profile, choices=choices.but(recompute=recompute,
                           schedule=schedule), foreign_ok=foreign_profile, network_defaults=True)
+    assumed = assumed_flags(lambda name: click.get_parameter_source(name) != ParameterSource.DEFAULT, ctx)
     check_options(splits.megatron, strategy, out, force, ctx.framework.step, pipeline, micro_batches)
     check_framework(ctx.framework.step, choices, flag, tensor, pipeline, sequence_parallel, strategy)
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
@@ -115,15 +117,16 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     if ctx.framework.step == "zero3":
         step, fallbacks, micro = predicting.deepspeed_step(ctx, micro_batches)
         return render.deepspeed(ctx, step, fallbacks, micro, micro_batches, as_json,
-                                train(ctx.network, ctx.batch, ctx.devices, step.step_s))
+                                train(ctx.network, ctx.batch, ctx.devices, step.step_s), assumed)
     if pipeline > 1 or (schedule != "1f1b" and micro_batches > 1):  # one 1F1B stage: accumulation
         got = predicting.pipelined(ctx, splits, pipeline, micro_batches, chunks)
-        return render.pipelined(got, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s))
+        return render.pipelined(got, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s), ctx,
+                                assumed)
     got = predicting.step(ctx, splits, micro_batches)
     if got.plain is not None and (line := render.recompute_warning(ctx.network, recompute, got.prediction,
                                                                     got.plain)) is not None:
         warn(line)
-    render.step(ctx, got, layers, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s))
+    render.step(ctx, got, layers, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s), assumed)
     if out:
         write_plan(predicting.as_plan(ctx, got.prediction, network, machine), out)
         if not as_json:

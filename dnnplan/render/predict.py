@@ -9,6 +9,7 @@ import json
 from costmodel.step.breakdown import comm_parts
 from costmodel.step.pipeline import pipeline_json
 from costmodel.step.prediction import prediction_json
+from dnnplan.assumed import ASSUMED
 from dnnplan.render import fmt, tables
 from dnnplan.render.answer import train_line
 from dnnplan.render.plan import SMALL_NETWORK
@@ -17,18 +18,31 @@ from networks.ir import Network
 from profiler.context import Context
 
 
-def step(ctx: Context, got: Predicted, layers: bool, as_json: bool, train=None) -> None:
+def step(ctx: Context, got: Predicted, layers: bool, as_json: bool, train=None, assumed: tuple[str, ...] = ()) -> None:
     """`dnnplan predict NET`'s answer: JSON, or the step by term, memory and MFU first; ``train``: a
-    token budget's time and cost (costmodel.step.train_time.TrainTime)."""
+    token budget's time and cost (costmodel.step.train_time.TrainTime); ``assumed``: the flags not
+    given (dnnplan.assumed)."""
     pred = got.prediction
     if as_json:
-        print(json.dumps({**prediction_json(pred), "framework": ctx.choices.framework,
+        print(json.dumps({**prediction_json(pred), "framework": ctx.choices.framework, **trained_as(ctx, assumed),
                           "fallbacks": [f.__dict__ for f in got.fallbacks], "mfu": got.mfu, **_train(train)}))
         return
     tables.prediction_table(pred, got.fallbacks, got.mfu, layers or len(pred.layers) <= SMALL_NETWORK,
                             ctx.machine.device.mem_capacity_bytes)
     framework_line(ctx, pred)
     _train_line(train)
+    assumed_line(assumed)
+
+
+def trained_as(ctx: Context, assumed: tuple[str, ...]) -> dict:
+    """The JSON's precision and optimiser, and the flags assumed (``assumed``, as `plan --json`'s sweep lists them)."""
+    return {"precision": ctx.choices.precision, "optimizer": ctx.choices.optimizer, "assumed": list(assumed)}
+
+
+def assumed_line(assumed: tuple[str, ...]) -> None:
+    """The summary's last line: what was assumed because its flag was not given."""
+    if assumed:
+        tables.console.print(ASSUMED + "; ".join(assumed), markup=False, emoji=False, style="dim")
 
 
 def framework_line(ctx: Context, pred) -> None:
@@ -43,17 +57,20 @@ def framework_line(ctx: Context, pred) -> None:
     tables.console.print(line, markup=False, emoji=False)
 
 
-def pipelined(got: Predicted, as_json: bool, train=None) -> None:
+def pipelined(got: Predicted, as_json: bool, train=None, ctx: Context | None = None,
+              assumed: tuple[str, ...] = ()) -> None:
     """`dnnplan predict NET --pipeline S`'s answer: JSON, or the stages' table and the first fallback."""
     pred = got.prediction
     if as_json:
         comm = dict(comm_parts(pred))
         print(json.dumps({**pipeline_json(pred), "overlap": pred.stages[0].micro.overlap,
                           "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
+                          **(trained_as(ctx, assumed) if ctx is not None else {}),
                           "fallbacks": [f.__dict__ for f in got.fallbacks], **_train(train)}))
         return
     tables.pipeline_table(pred)
     _train_line(train)
+    assumed_line(assumed)
     if got.fallbacks:
         f = got.fallbacks[0]
         tables.console.print(f"{len(got.fallbacks)} layer(s) could not take their split and run {f.used} "
@@ -61,7 +78,7 @@ def pipelined(got: Predicted, as_json: bool, train=None) -> None:
 
 
 def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches: int, as_json: bool,
-              train=None) -> None:
+              train=None, assumed: tuple[str, ...] = ()) -> None:
     """DeepSpeed's ZeRO-3 step (costmodel.frameworks.deepspeed.Zero3Step): JSON, or its terms in words."""
     out = {"runtime": "deepspeed", "network": ctx.network.name, "devices": ctx.devices, "batch": ctx.batch,
            "micro_batches": micro_batches, "step_s": step_.step_s, "per_micro_s": step_.per_micro_s,
@@ -69,7 +86,7 @@ def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches:
            "gather_s": step_.gather_s, "gathers_in_backward": step_.gathers_in_backward,
            "reduce_scatter_s": step_.reduce_scatter_s, "update_s": step_.update_s,
            "exposed_comm_s": step_.exposed_comm_s, "memory_peak_bytes": step_.memory_peak_bytes,
-           "fallbacks": [f.__dict__ for f in fallbacks], **_train(train)}
+           **trained_as(ctx, assumed), "fallbacks": [f.__dict__ for f in fallbacks], **_train(train)}
     if as_json:
         print(json.dumps(out))
         return
@@ -85,6 +102,7 @@ def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches:
         c.print(f"{len(fallbacks)} layer(s) could not split the micro-batch over every device and run "
                 f"data parallel on fewer, first {fallbacks[0].layer}")
     _train_line(train)
+    assumed_line(assumed)
 
 
 def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None) -> None:
@@ -94,6 +112,7 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
     if plan.pipeline is not None and ahead is None:
         if as_json:
             print(json.dumps({**pipeline_json(pred), "plan": {"file": path, "recorded_step_s": plan.step_s},
+                              "precision": plan.choices.precision, "optimizer": plan.choices.optimizer,
                               **_train(train)}))
             return
         tables.pipeline_table(pred)
@@ -107,6 +126,7 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
         out["plan"] = {"file": path, "recorded_step_s": plan.step_s}
         out["as_execute_predicts"] = ahead is not None
         out["profile_predicted_step_s"] = alone
+        out["precision"], out["optimizer"] = plan.choices.precision, plan.choices.optimizer
         print(json.dumps({**out, **_train(train)}))
         return
     tables.prediction_table(pred, (), got.mfu, layers or len(pred.layers) <= SMALL_NETWORK,

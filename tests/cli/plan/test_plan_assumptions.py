@@ -3,6 +3,7 @@
 it, and the attention kernels the plan chose, flash attention where the machine runs it (issue 52),
 the unfused kernels where it does not."""
 
+import json
 import re
 
 from typer.testing import CliRunner
@@ -102,3 +103,18 @@ def test_a_profile_table_prices_its_own_precision_unless_told():
     refused = runner.invoke(app, ["plan", "resnet18", "-p", "4", "--machine", "dgx-h100", "--profile", "h100-tf32",
                                   "--precision", "fp32"])
     assert refused.exit_code == 2 and "timed in tf32, the plan is for fp32" in refused.output
+
+
+def test_predict_says_what_it_assumed_as_plan_does():
+    """`predict NETWORK` names the precision and optimiser it priced and the flags it assumed, in its
+    summary and its JSON, as `plan` does; a plan file's prediction names the file's."""
+    said = _summary("predict", "gpt-tiny", "-p", "4", "--machine", "dgx-h100")
+    assert "assumed, the flag not given: --precision bf16 (a network with attention on a GPU); --optimizer adam" in said
+    data = json.loads(runner.invoke(app, ["predict", "gpt-tiny", "-p", "4", "--machine", "dgx-h100", "--optimizer",
+                                          "momentum", "--json"]).stdout)
+    assert (data["precision"], data["optimizer"]) == ("bf16", "momentum")
+    assert "--precision bf16 (a network with attention on a GPU)" in data["assumed"]
+    assert not any(a.startswith("--optimizer") for a in data["assumed"])
+    piped = json.loads(runner.invoke(app, ["predict", "gpt-tiny", "-p", "4", "--machine", "dgx-h100", "--pipeline", "2",
+                                           "--micro-batches", "2", "--precision", "fp32", "--json"]).stdout)
+    assert piped["precision"] == "fp32" and not any(a.startswith("--precision") for a in piped["assumed"])
