@@ -99,7 +99,8 @@ def run(request: SweepRequest, ctxs: dict[str, Context], budget: Budget, on_row:
     for k, (name, p) in enumerate(points):
         seconds = request.point_s if request.point_s is not None else point_seconds(
             request.total_s - (time.perf_counter() - start), len(points) - k, 1, request.most_s)
-        on_row(plan(request, ctxs[name], name, p, budget.renewed(seconds)))
+        # a point's messages name its own bound, as a point planned in a worker does (Budget(seconds))
+        on_row(plan(request, ctxs[name], name, p, budget.renewed(seconds, stated_s=seconds)))
 
 
 def plan_point(request: SweepRequest, ctx: Context, name: str, devices: int, budget: Budget) -> dict:

@@ -67,10 +67,12 @@ class Budget:
         self.listener: Callable[[Offer, float], None] | None = None
         self._shared = {"stop": False}  # with the budgets renewed from this one
 
-    def renewed(self, seconds: float | None = None) -> "Budget":
+    def renewed(self, seconds: float | None = None, stated_s: float | None = None) -> "Budget":
         """A budget of the same seconds (or ``seconds``) from now (the next search of a series: a
-        sweep's next device count), sharing this one's stop request."""
-        out = Budget(self.seconds if seconds is None else seconds, self.clock, self.stated_s)  # from now
+        sweep's next device count), sharing this one's stop request; ``stated_s``: the bound its
+        messages name (default: this one's)."""
+        out = Budget(self.seconds if seconds is None else seconds, self.clock,
+                     self.stated_s if stated_s is None else stated_s)  # from now
         out._shared = self._shared
         return out
 

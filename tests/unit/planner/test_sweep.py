@@ -10,6 +10,7 @@ from costmodel.machine.loading import load_machine
 from networks.errors import DnnplanError
 from networks.loader import load_network
 from planner.problem.solve import Settings
+from planner.solvers import Budget
 from planner.sweep import (MIN_POINT_S, mark_best, parse_machines, parse_prices, point, point_seconds, priced,
                            with_speedups)
 
@@ -93,3 +94,14 @@ def test_a_point_is_never_slower_than_the_data_parallel_step_beside_it():
     net, machine = load_network("resnet18"), load_machine("dgx-a100")
     row = point(net, "resnet18", 32, 7, machine, Roofline(machine), None, Settings())
     assert row["data_fits"] and row["step_s"] <= row["data_step_s"] * (1 + 1e-9)
+
+
+def test_a_points_budget_names_its_own_bound_and_shares_the_stop():
+    """A sweep's point searches its share of the bound; its messages ("no plan was found within the
+    N s time limit") name that share, not the command's default, and a stop reaches it."""
+    command = Budget(None, stated_s=20.0)
+    point_budget = command.renewed(1.5, stated_s=1.5)
+    assert (point_budget.seconds, point_budget.stated_s) == (1.5, 1.5)
+    assert command.renewed(3.0).stated_s == 20.0  # the next search of a series keeps the bound it states
+    command.request_stop()
+    assert point_budget.stop_requested
