@@ -52,8 +52,15 @@ def parse_counts(text: str) -> list[int]:
                 raise DnnplanError(f"cannot read '...' in --sweep {short(text)}", hint="write e.g. 1,2,4,...,1024")
             ratio = out[-1] // out[-2]
             end = _count(parts[i + 1])
-            while out[-1] * ratio < end and ratio > 1:
+            if ratio < 2 or out[-1] != out[-2] * ratio or end <= out[-1]:
+                raise DnnplanError(f"cannot continue {out[-2]},{out[-1]} to {end} in --sweep {short(text)}: '...' "
+                                   "multiplies on to a larger end", hint="write e.g. 1,2,4,...,1024")
+            while out[-1] * ratio < end:
                 out.append(out[-1] * ratio)
+            if out[-1] * ratio != end:
+                raise DnnplanError(f"--sweep {short(text)}: multiplying by {ratio} does not reach {end}",
+                                   hint=f"end at {out[-1]} or {out[-1] * ratio}, or list the counts after "
+                                        f"{out[-1]} one by one")
             continue
         out.append(_count(part))
     if not out:

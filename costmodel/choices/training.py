@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 from costmodel.choices.batch_norm import DEFAULT_BATCH_NORM, check_batch_norm, with_batch_norm
 from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, check_moe_dispatch, with_moe_dispatch
 from costmodel.choices.optimizer import Optimizer
-from costmodel.choices.precision import DEFAULT_PRECISION, get_precision, mixed_precision, with_precision
+from costmodel.choices.precision import DEFAULT_PRECISION, get_precision, is_fp8, mixed_precision, with_precision
 from networks.errors import DnnplanError, short
 from networks.ir import Network
 
@@ -158,10 +158,14 @@ class TrainingChoices:
         return TrainingChoices(**(kept | recorded))
 
     def idle(self, net: Network) -> list[str]:
-        """The choices the user named that change nothing for ``net``, each in one line naming its
-        flag and why (a flag left in by mistake is then seen, not silently ignored)."""
+        """The choices the user named that change nothing for ``net`` (as these choices mark it:
+        :meth:`marked`), each in one line naming its flag and why (a flag left in by mistake is then
+        seen, not silently ignored)."""
         ops = {layer.op for layer in net.layers}
-        idle = {"moe_dispatch": ("moe" not in ops, f"{net.name} has no mixture-of-experts layer"),
+        idle = {"precision": (self.precision == "fp8" and not any(is_fp8(layer) for layer in net.layers),
+                              f"{net.name} has no transformer block whose GEMMs Transformer Engine runs in FP8: it "
+                              "trains as in bf16"),
+                "moe_dispatch": ("moe" not in ops, f"{net.name} has no mixture-of-experts layer"),
                 "batch_norm": ("batchnorm2d" not in ops, f"{net.name} has no batch normalisation"),
                 "attention": ("attention" not in ops, f"{net.name} has no attention layer"),
                 "bucket_mb": (self.overlap.split("@")[0] == "none", "--overlap none overlaps no gradient bucket")}

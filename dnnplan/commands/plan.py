@@ -121,13 +121,16 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     swept = bool(sweep) or len(machines) > 1
     check_flags(solver, sweep, plot, swept and (pipeline not in (None, "off", "auto") or micro_batches is not None),
                 len(machines), profile)
+    what = "--sweep plans several" if sweep else "several machines are compared"
     if emit is not None:
         check_framework(emit, "--emit")
         if swept:
-            raise DnnplanError("--emit prints one plan's launch file, and --sweep plans several",
+            raise DnnplanError(f"--emit prints one plan's launch file, and {what}",
                                hint="drop --emit, or plan one device count and machine")
+    if layers and swept:
+        raise DnnplanError(f"--layers prints one plan's per-layer tables, and {what}",
+                           hint="drop --layers, or plan one device count and machine")
     if out is not None and swept:
-        what = "--sweep plans several" if sweep else "several machines are compared"
         raise DnnplanError(f"--out writes one plan's file, and {what}",
                            hint="drop --out (the table as JSON: --json > FILE; as a figure: --plot FILE), "
                            "or plan one device count and machine")

@@ -128,6 +128,9 @@ def test_plot_draws_a_line_a_machine(tmp_path):
     (["-m", "dgx-a100,dgx-h100", "--sweep-jobs", "0"], "--sweep-jobs must be a whole number from 1 to 64"),
     (["-m", "dgx-a100,local", "--sweep-jobs", "2"], "machine `local`"),
     (["--out", "sweep.yaml"], "--out writes one plan's file, and --sweep plans several"),
+    (["--layers"], "--layers prints one plan's per-layer tables, and --sweep plans several"),
+    (["--emit", "megatron"], "--emit prints one plan's launch file, and --sweep plans several"),
+    (["--sweep", "8,16,...,12"], "multiplies on to a larger end"),
 ])
 def test_mistakes_are_one_line_exit_2(args, words):
     line = one_error_line(runner.invoke(app, ["plan", "gpt-tiny", "--sweep", "1,2", *args]))
@@ -138,6 +141,13 @@ def test_out_comparing_machines_is_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "plan.yaml"
     line = one_error_line(runner.invoke(app, ["plan", "gpt-tiny", "-m", "dgx-a100,dgx-h100", "--out", str(out)]))
     assert "several machines are compared" in line and not out.exists()
+
+
+def test_one_plans_outputs_comparing_machines_name_the_comparison():
+    for flags, words in ((["--emit", "megatron"], "--emit prints one plan's launch file, and several machines"),
+                         (["--layers"], "--layers prints one plan's per-layer tables, and several machines")):
+        line = one_error_line(runner.invoke(app, ["plan", "gpt-tiny", "-m", "dgx-a100,dgx-h100", *flags]))
+        assert words in line and "--sweep" not in line.split("(")[0]
 
 
 def test_sweep_jobs_without_a_sweep_is_one_line():

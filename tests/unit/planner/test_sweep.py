@@ -11,7 +11,7 @@ from networks.errors import DnnplanError
 from networks.loader import load_network
 from planner.problem.solve import Settings
 from planner.solvers import Budget
-from planner.sweep import (MIN_POINT_S, mark_best, parse_machines, parse_prices, point, point_seconds, priced,
+from planner.sweep import (MIN_POINT_S, mark_best, parse_counts, parse_machines, parse_prices, point, point_seconds, priced,
                            with_speedups)
 
 MACHINES = ["dgx-a100", "dgx-h100"]
@@ -105,3 +105,17 @@ def test_a_points_budget_names_its_own_bound_and_shares_the_stop():
     assert command.renewed(3.0).stated_s == 20.0  # the next search of a series keeps the bound it states
     command.request_stop()
     assert point_budget.stop_requested
+
+
+@pytest.mark.parametrize("text,counts", [("1,2,4,...,1024", [2 ** k for k in range(11)]), ("3,9,...,81", [3, 9, 27, 81]),
+                                         ("8,16,...,64,100", [8, 16, 32, 64, 100]), ("1,2,...,4", [1, 2, 4])])
+def test_dots_multiply_on_to_the_end(text, counts):
+    assert parse_counts(text) == counts
+
+
+@pytest.mark.parametrize("text,says", [("8,16,...,12", "multiplies on to a larger end"),
+                                       ("8,16,...,48", "multiplying by 2 does not reach 48"),
+                                       ("2,3,...,9", "multiplies on to a larger end"), ("...,8", "cannot read")])
+def test_dots_that_do_not_reach_their_end_are_refused(text, says):
+    with pytest.raises(DnnplanError, match=says):
+        parse_counts(text)

@@ -146,3 +146,13 @@ def test_no_kernel_set_runs_fp8_and_both_say_so_in_one_line(tmp_path):
     assert ran.exit_code == 2 and "no FP8 GEMMs" in ran.output and "Traceback" not in ran.output
     timed = runner.invoke(app, ["profile", "lenet5", "--precision", "fp8"])
     assert timed.exit_code == 2 and "priced from the GPU datasheet" in timed.output
+
+
+def test_fp8_on_a_network_without_fp8_gemms_is_said_to_change_nothing():
+    """ResNet-50 has no transformer block for Transformer Engine to run in FP8: the flag is named as
+    changing nothing (its step is bf16's), not taken in silence."""
+    got = runner.invoke(app, ["predict", "resnet50", "-p", "8", "--machine", "dgx-h100", "--precision", "fp8"])
+    assert got.exit_code == 0 and "--precision fp8 changes nothing: resnet50 has no transformer block" in \
+        " ".join(got.output.split())
+    gpt = runner.invoke(app, ["predict", "gpt2", "-p", "8", "-b", "16", "--machine", "dgx-h100", "--precision", "fp8"])
+    assert gpt.exit_code == 0 and "changes nothing" not in gpt.output
