@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from costmodel.step.breakdown import step_terms
-from costmodel.calls.algorithms import RECOMPUTE, attention_default, kernel_algorithm
+from costmodel.calls.algorithms import attention_default, is_recomputed, kernel_algorithm
 from costmodel.choices.training import DEFAULT_FRAMEWORK
 from costmodel.comm.overlap import resolve_overlap
 from costmodel.step.pipeline import pipeline_json
@@ -51,7 +51,7 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
     if plan.memory_parts and got is None:
         console.print(memory_line(plan.memory_parts))
     if got is None:
-        again = sum(lp.algorithm == RECOMPUTE for lp in plan.layers)
+        again = sum(is_recomputed(lp.algorithm) for lp in plan.layers)  # flash+recompute too, as the axes count
         console.print(layout_line([lp.strategy.label for lp in plan.layers])
                       + (f"; {again} layers recompute their forward in backward (memory binds)" if again else ""))
         console.print(gap_line(plan.solver))
@@ -218,7 +218,7 @@ def pipeline_summary(got) -> None:
         else:
             runs.append([s.index, s.index, m])
     mix = "; ".join((f"stage {a}" if a == b else f"stages {a}-{b}") + f": {m}" for a, b, m in runs)
-    again = sum(algo == RECOMPUTE for sol in got.solutions for algo in sol.algorithms.values())
+    again = sum(is_recomputed(algo) for sol in got.solutions for algo in sol.algorithms.values())
     mix += f"; recomputation on {again} stage layers (memory binds)" if again else ""
     if got.stages == 1 and got.micro_batches == 1:
         console.print(f"layout: no pipeline, the whole batch at once; splits {mix}")

@@ -49,13 +49,15 @@ def axes(layers: list[tuple[str, Strategy, str]], sequence: bool) -> dict:
 
 
 def axes_line(found: dict, pipeline: str = "", zero: int = 0) -> str:
-    """The axes in one line, each degree with the layers taking it: ``axes (layers): data 32 (256),
-    context 2 (247), tensor 2 (9; sequence-parallel 9); ...``."""
+    """The axes in one line, each degree with the layers taking it, the layers whose tensor split
+    scatters the sequence after the tensor degrees (counted once over them): ``axes (layers): data 32
+    (256), context 2 (247), tensor 2 (9), sequence-parallel 9; ...``."""
     parts = []
     for axis in LAYER_AXES:
         for k, n in (found.get(axis.name) or {}).items():
-            sp = found.get("sequence_parallel_layers") if axis is TENSOR else 0
-            parts.append(f"{axis.name} {k} ({n}" + (f"; sequence-parallel {sp})" if sp else ")"))
+            parts.append(f"{axis.name} {k} ({n})")
+        if axis is TENSOR and found.get("sequence_parallel_layers"):
+            parts.append(f"sequence-parallel {found['sequence_parallel_layers']}")
     line = ", ".join(parts) or "every layer whole on each device (replicated)"
     extra = [pipeline] if pipeline else []
     extra.append(f"ZeRO-{zero}" if zero else "no ZeRO")

@@ -153,8 +153,10 @@ def test_the_axes_line_names_every_axis_by_hand():
     assert "spatial" not in found and found["sequence_parallel_layers"] == 1 and found["recomputed_layers"] == 1
     assert found["attention"] == {"flash": 1, "materialized": 1}
     line = axes_line(found, "pipeline 4 (1F1B), 8 micro-batches of 2", 1)
-    assert line.startswith("axes (degree, layers): data 2 (4), expert 8 (1), context 4 (3), tensor 2 (3; "
-                           "sequence-parallel 1)")
+    assert line.startswith("axes (degree, layers): data 2 (4), expert 8 (1), context 4 (3), tensor 2 (3), "
+                           "sequence-parallel 1;")
+    two = axes_line({**found, "tensor": {4: 242, 16: 1}, "sequence_parallel_layers": 161})
+    assert "tensor 4 (242), tensor 16 (1), sequence-parallel 161;" in two  # counted once, not per degree
     assert "pipeline 4 (1F1B)" in line and "ZeRO-1" in line and "recomputation on 1 layers" in line
     image = axes([("conv2d", Strategy.of(8, N=4, H=2), "im2col"), ("conv2d", Strategy.of(8, N=8), "fft")], False)
     assert image["data"] == {4: 1, 8: 1} and image["spatial"] == {2: 1} and "context" not in image
