@@ -3,6 +3,7 @@ format's reader (the contract: :mod:`planner.launch_import`)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import PurePath
 from typing import Callable
@@ -23,15 +24,32 @@ DESCRIPTIONS = {"megatron": "Megatron-LM arguments (a launch script, or the argu
 DEFAULT_FORMAT = "megatron"
 
 
-def format_of(path: str) -> str:
-    """The format of the file at ``path``, by its suffix (:data:`SUFFIXES`)."""
-    return SUFFIXES.get(PurePath(path).suffix.lower(), DEFAULT_FORMAT)
+#: a torchtitan job TOML's section line, for a file whose suffix says nothing (:func:`format_of`)
+TOML_SECTION = re.compile(r"^\s*\[(job|model|parallelism|training|activation_checkpoint|compile)\]\s*$", re.M)
+#: the DeepSpeed JSON a launch script writes before its launcher (`dnnplan export --to deepspeed`'s)
+HERE_DOCUMENT = re.compile(r"^cat > \S+ <<'?(\w+)'?\n(.*?)^\1$", re.M | re.S)
+
+
+def format_of(path: str, text: str = "") -> str:
+    """The format of the file at ``path``, by its suffix (:data:`SUFFIXES`); a file of another suffix
+    holding a torchtitan section line is a torchtitan TOML, one launching ``deepspeed`` with its
+    JSON written in the script a DeepSpeed script, the others Megatron-LM's arguments."""
+    by_suffix = SUFFIXES.get(PurePath(path).suffix.lower())
+    if by_suffix is not None:
+        return by_suffix
+    if TOML_SECTION.search(text):
+        return "torchtitan"
+    if "--deepspeed_config" in text and HERE_DOCUMENT.search(text):
+        return "deepspeed script"
+    return DEFAULT_FORMAT
 
 
 def read_launch(text: str, path: str) -> LaunchConfig:
     """``text``, the file at ``path``, read by its format's reader; one line for a format no reader
     reads yet."""
-    name = format_of(path)
+    name = format_of(path, text)
+    if name == "deepspeed script":  # the JSON the script writes, read as the JSON file
+        return replace(deepspeed.read(HERE_DOCUMENT.search(text).group(2), path), written_for=written_for(text))
     reader = READERS.get(name)
     if reader is None:
         raise DnnplanError(f"{DESCRIPTIONS.get(name, name)} is not read yet (dnnplan reads "

@@ -185,6 +185,20 @@ def test_formats_by_suffix():
         read_launch("{}", "ds_config.json")
 
 
+def test_a_file_whose_suffix_says_nothing_is_read_by_what_it_holds():
+    """A torchtitan TOML saved under another suffix, and the DeepSpeed script `dnnplan export --to
+    deepspeed` prints (its JSON written by a here-document before the launcher), are read as such."""
+    assert format_of("job.cfg", "[parallelism]\ntensor_parallel_degree = 2\n") == "torchtitan"
+    script = ("# dnnplan\ncat > ds_config.json <<'EOF'\n{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 2,"
+              " \"gradient_accumulation_steps\": 1, \"bf16\": {\"enabled\": true}, \"zero_optimization\": "
+              "{\"stage\": 2}}\nEOF\ndeepspeed --num_gpus 8 --num_nodes 2 train.py --deepspeed --deepspeed_config "
+              "ds_config.json\n")
+    assert format_of("ds.sh", script) == "deepspeed script"
+    got = read_launch(script, "ds.sh")
+    assert got.framework == "deepspeed" and got.devices == 16 and got.choices.zero == 2
+    assert format_of("run.sh", "torchrun pretrain_gpt.py --tensor-model-parallel-size 2\n") == "megatron"
+
+
 def test_the_network_is_found_by_its_shape_and_checked():
     config = megatron.read("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
                            "--num-query-groups 8 --ffn-hidden-size 14336 --swiglu --normalization RMSNorm "
