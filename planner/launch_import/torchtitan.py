@@ -258,7 +258,9 @@ def model_network(toml: Toml) -> str | None:
     if flavor in zoo_names():
         return flavor
     if flavor is not None:
-        toml.ignored["[model] flavor"] = f"{name} {flavor} is not a network dnnplan ships: --network names it"
+        near = did_you_mean(flavor, [*zoo_names(), *(f for _, f in FLAVORS.values())])
+        toml.ignored["[model] flavor"] = (f"{name} {flavor} is not a network dnnplan ships"
+                                          + (f" (did you mean {near}?)" if near else "") + ": --network names it")
     return None
 
 

@@ -73,6 +73,11 @@ def network_ref(config: LaunchConfig, given: str | None) -> str:
     found = zoo_network_of(config.shape) if config.shape is not None else None
     if found:
         return found
+    flavor = next((i.reason.rpartition(":")[0] for i in config.ignored if i.option == "[model] flavor"), None)
+    if flavor:  # the file names a flavor the zoo lacks: said, not "no network named"
+        raise DnnplanError(f"[model] flavor: {flavor}", file=config.path,
+                           hint="fix the flavor, or give --network: a zoo name (dnnplan networks), a spec or a "
+                                "Hugging Face config.json")
     raise DnnplanError("no network named, and no zoo network has the shape the file states", file=config.path,
                        hint="give --network: a zoo name (dnnplan networks), a spec or a Hugging Face config.json")
 

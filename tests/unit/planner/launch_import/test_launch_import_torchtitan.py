@@ -11,6 +11,7 @@ import pytest
 from networks.errors import DnnplanError
 from planner.launch_import.formats import read_launch
 from planner.launch_import.torchtitan import read
+from planner.launch_import.trained_network import network_ref
 
 #: torchtitan's torchtitan/models/llama3/train_configs/llama3_70b.toml at v0.2.2, its parallelism and
 #: activation checkpointing as a user sets them for 64 GPUs (shard 8 x tensor 8), float8 turned on
@@ -197,3 +198,15 @@ def test_compilation_is_listed_as_ignored_with_why():
 def test_an_empty_toml_is_one_line_saying_so():
     for text in ("", "[job]\n", "# a comment\n"):
         assert "without a key" in str(line(text))
+
+
+def test_a_mistyped_flavor_is_named_with_the_network_it_likely_meant():
+    """A flavor the zoo lacks is listed as ignored beside --network; without it, the file's flavor is
+    the error (did you mean), not "no network named"."""
+    text = "[model]\nname = \"llama3\"\nflavor = \"tiny-lama\"\n[activation_checkpoint]\nmode = \"none\"\n"
+    got = read(text, "job.toml")
+    reason = {i.option: i.reason for i in got.ignored}["[model] flavor"]
+    assert "did you mean tiny-llama?" in reason and got.network is None
+    with pytest.raises(DnnplanError, match="flavor: llama3 tiny-lama is not a network dnnplan ships") as err:
+        network_ref(got, None)
+    assert "fix the flavor" in err.value.hint and network_ref(got, "tiny-llama") == "tiny-llama"
