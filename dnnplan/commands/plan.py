@@ -224,7 +224,7 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
         write_plan(made, out)
     if as_json:
         print(json.dumps({**render.plan_json(ctx, answer, made, got, train),
-                          "answered_in_s": round(settings.budget.elapsed(), 3),
+                          "answered_in_s": round(settings.budget.elapsed(), 3), "assumed": list(defaults),
                           **({} if emit is None else {"export": {"framework": emit, **launch[1]} if launch else
                                                       {"framework": emit, "refused": str(refused)}})}))
         return refused is None

@@ -80,7 +80,8 @@ def test_a_network_with_attention_on_a_gpu_trains_in_16_bit_mixed_precision_unle
     and a profile table keep fp32."""
     said = _summary("plan", "gpt-tiny", "-p", "4", "--machine", "dgx-h100")
     assert "--precision bf16 (a network with attention on a GPU)" in said
-    assert '"precision": "bf16"' in _summary("plan", "gpt-tiny", "-p", "4", "--machine", "dgx-h100", "--json")
+    planned = json.loads(runner.invoke(app, ["plan", "gpt-tiny", "-p", "4", "--machine", "dgx-h100", "--json"]).stdout)
+    assert planned["precision"] == "bf16" and "--precision bf16 (a network with attention on a GPU)" in planned["assumed"]
     assert '"precision": "fp16"' in _summary("plan", "gpt-tiny", "-p", "4", "--machine", "dgx1-v100", "--json")
     assert '"precision": "fp32"' in _summary("plan", "gpt-tiny", "-p", "4", "--machine", "dgx-h100",
                                               "--precision", "fp32", "--json")
