@@ -112,8 +112,8 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
     if plan.pipeline is not None and ahead is None:
         if as_json:
             print(json.dumps({**pipeline_json(pred), "plan": {"file": path, "recorded_step_s": plan.step_s},
-                              "precision": plan.choices.precision, "optimizer": plan.choices.optimizer,
-                              **_train(train)}))
+                              "machine": plan.machine, "mfu": got.mfu, "precision": plan.choices.precision,
+                              "optimizer": plan.choices.optimizer, **_train(train)}))
             return
         tables.pipeline_table(pred)
         recorded_line(plan.step_s, pred.step_s)

@@ -203,8 +203,6 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
     else:
         ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, choices=plan.choices,
                               foreign_ok=foreign_ok)
-        if plan.pipeline is not None:
-            return PlanStep(plan, net, predict_plan(plan, net, ctx))
         pred = predict_plan(plan, net, ctx)
     machine = load_machine(plan.machine)
     return PlanStep(plan, net, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
