@@ -21,7 +21,8 @@ without a plan at the time limit (:class:`SearchOutOfTime`), ``refit(answer, und
 over-limit answer's own layout (its pipeline degree, micro-batch count and schedule:
 planner.first_plan.refit_choice, for ``dnnplan plan`` with or without ``--pipeline``) under the
 lowered limit, within :data:`REFIT_SHARE` of the stated time limit past it (one pair's search, not
-the whole search again): llm-foundry's MPT-7B at sequence 65,536 on 8 H100s, ZeRO-0, held an
+the whole search again, its stages relaxed, not closed exactly: a closing can take the whole share,
+each refit): llm-foundry's MPT-7B at sequence 65,536 on 8 H100s, ZeRO-0, held an
 over-limit plan after 2 s and searched on to its deadline, so its plan again had no time and the
 stage ended with no plan. The answer so made is the best of its layout under the lowered limit,
 not the optimum over every layout (its gap is its own pair's).

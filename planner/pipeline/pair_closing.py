@@ -43,15 +43,17 @@ def closed(search, best: Best, out: list[Candidate], i: int) -> Best:
 
 
 def proved(search, best: Best, out: list[Candidate], seconds: float | None,
-           tolerance: float) -> tuple[Best, list[Candidate]]:
-    """The chosen pair's gaps closed; then every other pair whose lower bound is more than
-    ``tolerance`` below the best step, most promising (least relaxed step) first, until none is left
-    or ``seconds`` pass: its stage solves' gap closing stops at that deadline (module docstring)."""
+           tolerance: float, close_choice: bool = True) -> tuple[Best, list[Candidate]]:
+    """The chosen pair's gaps closed (unless ``close_choice`` is False: its relaxed stages and their
+    stated gap stand); then every other pair whose lower bound is more than ``tolerance`` below the
+    best step, most promising (least relaxed step) first, until none is left or ``seconds`` pass:
+    its stage solves' gap closing stops at that deadline (module docstring)."""
     index = {c.key: i for i, c in enumerate(out)}
     budget = search.settings.budget
     ends = None if budget is None else budget.proof_deadline(search.bounding_s)
     target = min(best.step_s, search.ceiling)  # a step the caller holds: only pairs that could beat it count
-    if best.solver.relaxed and best.lower_s < target * (1 - tolerance) and not (budget is not None and budget.expired()):
+    if close_choice and best.solver.relaxed and best.lower_s < target * (1 - tolerance) and \
+            not (budget is not None and budget.expired()):
         search.deadline = ends
         best = closed(search, best, out, index[(best.stages, best.micro_batches, best.chunks)])
     start = time.perf_counter()

@@ -348,7 +348,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
                     stage_counts: tuple[int, ...] | None = None, micro_counts: tuple[int, ...] | None = None,
                     progress: Callable[[int, int], None] | None = None, exact: bool = False,
                     schedule: str = SCHEDULE, prove_s: float | None = PROVE_S,
-                    ceiling: float | None = None) -> PipelineChoice:
+                    ceiling: float | None = None, close_choice: bool = True) -> PipelineChoice:
     """The best pipelined plan of ``net`` (module docstring); ``stage_counts`` / ``micro_counts``
     restrict the degrees tried; ``progress(done, total)`` is told after each (S, m); ``exact``:
     stages the memory limit binds are solved by the ILP, not by Lagrangian relaxation; ``schedule``:
@@ -407,7 +407,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     if best is None:
         raise NoPipelineFits(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")
-    best, out = proved(search, best, out, prove_s, tolerance)
+    best, out = proved(search, best, out, prove_s, tolerance, close_choice)
     answer = choice(search, best, tuple(out), time.perf_counter() - start)
     answer.stats["prove_tolerance"] = tolerance
     return answer
