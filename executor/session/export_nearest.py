@@ -62,4 +62,3 @@ def as_priced_now(plan: Plan, net: Network) -> Plan:
         return plan
     now = priced(plan, net)
     return dataclasses.replace(plan, step_s=now.step_s, memory_peak_bytes=int(now.memory_peak_bytes))
-

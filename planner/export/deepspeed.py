@@ -141,4 +141,3 @@ def recomputes(plan: Plan, net: Network) -> bool:
         raise DnnplanError(f"recomputed {recompute.granularity}: DeepSpeed's activation checkpointing reruns whole "
                            "modules the script wraps", layer=first, hint=RECOMPUTE_HINT)
     return bool(recompute.granularity)
-
