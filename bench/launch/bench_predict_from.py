@@ -26,7 +26,7 @@ SCRIPT = "tests/assets/launch/llama3.1-405b.sh"
 TOML = "tests/assets/launch/llama3_405b.toml"
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_import import _dnnplan, _load, _time  # noqa: E402  (bench/ is not a package; one timer for both)
+from bench_import import _dnnplan, _load, _run  # noqa: E402  (bench/ is not a package; one timer for both)
 
 
 def main(repeats: int) -> None:
@@ -44,15 +44,7 @@ def main(repeats: int) -> None:
     }
     print(f"{platform.node()} ({platform.processor() or platform.machine()}), {_load()}")
     print(f"whole process, {repeats} runs each:")
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    cpus: dict[str, list[float]] = {name: [] for name in cases}
-    outcome: dict[str, str] = {}
-    for _ in range(repeats):
-        for name, args in cases.items():
-            took, cpu, rc, last = _time(args)
-            times[name].append(took)
-            cpus[name].append(cpu)
-            outcome[name] = "ok" if rc == 0 else f"exit {rc}: {last[:100]}"
+    times, cpus, outcome = _run(cases, repeats)
     for name in cases:
         print(f"  {name:36s} wall median {statistics.median(times[name]):.2f} s, fastest {min(times[name]):.2f} s; "
               f"CPU median {statistics.median(cpus[name]):.2f} s  {outcome[name]}")
