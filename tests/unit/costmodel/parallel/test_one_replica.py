@@ -1,0 +1,63 @@
+"""A shard is priced once per data-parallel replica (costmodel.layer.cost.one_replica): a strategy
+whose sample split moves nothing of its own prices the same shard, kernels, collectives, kept bytes
+and workspace as the same strategy without that split over ``p / n`` ranks at ``batch / n``
+samples; a split with collectives of its own (batch-norm statistics, a vocabulary-parallel loss)
+keeps its strategy."""
+
+from __future__ import annotations
+
+import pytest
+
+import costmodel.layer.cost as cost
+from costmodel.choices.moe_dispatch import with_moe_dispatch
+from costmodel.choices.training import TrainingChoices
+from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
+from costmodel.parallel.axes import N
+from planner.problem.build import signature
+from profiler import context
+
+from tests.support.paths import ZOO
+
+CASES = [("tiny-llama", "bf16", "alltoall"), ("tiny-moe", "bf16", "alltoall"), ("tiny-moe", "bf16", "flex"),
+         ("tiny-gqa", "bf16", "alltoall"), ("resnet18", "fp32", "alltoall")]
+
+
+def _kept(layer, strategy, batch):
+    return strategy, batch
+
+
+@pytest.mark.parametrize("name,precision,dispatch", CASES)
+def test_a_replica_prices_the_shard_its_strategy_prices(monkeypatch, name, precision, dispatch):
+    p, batch = 64, 128
+    ctx = context.resolve(str(ZOO / f"{name}.yaml"), batch, p, "dgx-h100", None,
+                          choices=TrainingChoices(precision=precision))
+    net = with_moe_dispatch(ctx.network, dispatch) if dispatch != "alltoall" else ctx.network
+    cases = []
+    for layer in net.layers:
+        sig = signature(layer)
+        for strat in candidate_strategies(sig, p, batch, MAX_MODEL_DEGREE, MAX_CANDIDATES):
+            for algorithm in algorithms(sig, True, ctx.machine)[:2]:
+                cases.append((sig, strat, cost.resolve_algorithm(sig, algorithm, ctx.machine)))
+    reduced = 0
+    for sig, strat, algorithm in cases:
+        replica, samples = cost.one_replica(sig, strat, batch)
+        if replica != strat:
+            reduced += 1
+            assert replica.degree(N) == 1 and replica.p * strat.degree(N) == p and samples * strat.degree(N) == batch
+        got = cost._sharded(sig, strat, batch, ctx.machine, ctx.compute, algorithm, "mpi", 2, True, None)
+        with monkeypatch.context() as m:
+            m.setattr(cost, "one_replica", _kept)
+            whole = cost._sharded(sig, strat, batch, ctx.machine, ctx.compute, algorithm, "mpi", 2, True, None)
+        assert got == whole, (sig.name, sig.op, strat.label, algorithm)
+    assert reduced > len(cases) // 4  # most candidates split the samples
+
+
+@pytest.mark.parametrize("op,name", [("batchnorm2d", "resnet18"), ("softmax_cross_entropy", "tiny-llama")])
+def test_a_sample_split_with_collectives_of_its_own_keeps_its_strategy(op, name):
+    ctx = context.resolve(str(ZOO / f"{name}.yaml"), 128, 64, "dgx-h100", None,
+                          choices=TrainingChoices(precision="fp32"))
+    sig = signature(next(layer for layer in ctx.network.layers if layer.op == op))
+    split = [s for s in candidate_strategies(sig, 64, 128, MAX_MODEL_DEGREE, MAX_CANDIDATES) if s.degree(N) > 1]
+    assert split
+    for strat in split:
+        assert cost.one_replica(sig, strat, 128) == (strat, 128)
