@@ -170,6 +170,9 @@ class FirstExit(threading.Thread):
         super().__init__(daemon=True)
         self.folder, self.ranks = folder, ranks
         self.first: int | None = None
+        #: several ranks were seen ended at once (the launcher ended the others before this thread
+        #: woke): which ended first cannot be told, and MPI's own report is not taken for it
+        self.together = False
         self._done = threading.Event()
 
     def run(self) -> None:
@@ -194,6 +197,7 @@ class FirstExit(threading.Thread):
             for fd in fds:
                 os.close(fd)
         self.first = gone[0] if len(gone) == 1 else None
+        self.together = len(gone) > 1
 
     def stop(self) -> int | None:
         self._done.set()
@@ -220,10 +224,15 @@ def _where(rec: RankProgress, cmd: list[str]) -> str:
     return f"in {when}, layer '{rec.layer}', phase {rec.phase}"
 
 
-def _dead_rank(lines: list[str], records: dict[int, RankProgress], first: int | None) -> int | None:
-    """The rank that died first: seen by :class:`FirstExit`, else named by MPI's report."""
+def _dead_rank(lines: list[str], records: dict[int, RankProgress], first: int | None,
+               together: bool = False) -> int | None:
+    """The rank that died first: seen by :class:`FirstExit`, else named by MPI's report, unless the
+    watch saw several end at once (``together``): MPI's report then names whichever it reaped first,
+    often one it ended itself."""
     if first is not None:
         return first
+    if together:
+        return None
     for line in lines:
         if m := _OMPI_RANK.search(line):
             return int(m.group(1))
@@ -233,16 +242,18 @@ def _dead_rank(lines: list[str], records: dict[int, RankProgress], first: int | 
 
 
 def lost_rank_message(returncode: int, lines: list[str], records: dict[int, RankProgress],
-                      first: int | None, cmd: list[str]) -> str:
+                      first: int | None, cmd: list[str], together: bool = False) -> str:
     """One line for a job that failed without any rank saying why: which rank ended, by which
-    signal or with which exit status, and the step, layer and phase it last started."""
+    signal or with which exit status, and the step, layer and phase it last started; ``together``:
+    the ranks were seen ended at once, so which one first is not told (:func:`_dead_rank`)."""
     if returncode < 0:
         return f"mpiexec was killed by {_signal_name(-returncode)} (all ranks stopped)"
     sig = next((int(m.group(1) or m.group(2)) for line in lines if (m := _EXIT_SIGNAL.search(line))), None)
     how = f"was killed by {_signal_name(sig)}" if sig else f"exited with status {returncode}"
-    rank = _dead_rank(lines, records, first)
+    rank = _dead_rank(lines, records, first, together)
     if rank is None and sig:
-        return f"a rank {how}; which one could not be told (the MPI job failed with exit status {returncode})"
+        return (f"a rank {how}; which one could not be told ("
+                + ("the ranks ended together; " if together else "") + f"the MPI job failed with exit status {returncode})")
     if rank is None:
         tail = next((l for l in reversed(lines) if l.strip() and not _NOISE.match(l)), "")
         return f"the MPI job failed with exit status {returncode}" + (f": {tail}" if tail else "")
@@ -309,6 +320,7 @@ def _follow(proc: subprocess.Popen, cmd: list[str], timeout_s: float, folder: st
         raise
     finally:
         first = watch.stop() if watch else None
+        together = watch.together if watch else False
     for t in pumps:
         t.join(2.0)
     output = "\n".join(out_lines + err_lines)
@@ -322,8 +334,8 @@ def _follow(proc: subprocess.Popen, cmd: list[str], timeout_s: float, folder: st
         failure = state["failure"]
         if failure is None:
             records = read_progress(folder) if folder else {}
-            raise RunFailed(lost_rank_message(proc.returncode, err_lines + out_lines, records, first, cmd), 1,
-                            output)
+            raise RunFailed(lost_rank_message(proc.returncode, err_lines + out_lines, records, first, cmd, together),
+                            1, output)
         msg = _RANK_LINE.match(failure).group(2)
         code = EXIT_TIMEOUT if msg.startswith("timed out") else 1 if msg.startswith("internal error") else \
             EXIT_SYSTEM if msg.startswith(SYSTEM_FAILED) else 2

@@ -159,6 +159,10 @@ def test_a_lost_rank_is_named_with_its_signal_and_layer():
     assert "while starting" in launch.lost_rank_message(9, HYDRA, {1: _rec(1, 12, None, "", SETUP)}, 1, CMD)
     assert "a rank was killed by SIGKILL (signal 9); which one could not be told" in \
         launch.lost_rank_message(9, HYDRA, {}, None, CMD)
+    # the watch saw both ranks end at once: Hydra's pid (often a rank it killed itself) is not taken
+    together = launch.lost_rank_message(9, HYDRA, records, None, CMD, together=True)
+    assert together.startswith("a rank was killed by SIGKILL (signal 9); which one could not be told (the ranks "
+                               "ended together"), together
     assert "mpiexec was killed by SIGTERM" in launch.lost_rank_message(-15, [], {}, None, CMD)
     ompi = ["mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."]
     assert launch.lost_rank_message(137, ompi, {}, None, CMD).startswith("rank 1 was killed by SIGKILL")
@@ -222,8 +226,11 @@ def test_a_killed_rank_is_named_with_signal_and_layer(tmp_path):
     assert proc.returncode not in (0, None), text
     assert "Traceback" not in text and "BAD TERMINATION" not in text
     m = re.search(rf"rank ([01]) \(pid {victim}\) was killed by SIGKILL \(signal 9\) in .*layer '([^']+)'", text)
-    assert m, text
-    assert m.group(2) in LENET5_LAYERS
+    # on a loaded machine the launcher may end the other rank before the watch wakes: then neither
+    # is named (never the wrong one)
+    together = "was killed by SIGKILL (signal 9); which one could not be told (the ranks ended together" in text
+    assert m or together, text
+    assert together or m.group(2) in LENET5_LAYERS
     assert not (tmp_path / "r.json").exists()  # no result that looks complete
     assert _worker_pids(str(plan)) == []
 
