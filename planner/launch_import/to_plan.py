@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from costmodel.calls.algorithms import attention_default, default_algorithms, with_recompute
 from costmodel.frameworks.megatron import megatron_strategies
+from costmodel.frameworks.uniform import data_strategy
 from costmodel.machine.model import Machine
 from networks.analysis import block_of
 from networks.errors import DnnplanError
@@ -33,6 +34,8 @@ def launch_plan(config: LaunchConfig, net: Network, network_ref: str, devices: i
 
 
 def _plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, machine: Machine) -> Plan:
+    if config.framework == "deepspeed" and not any(layer.op == "attention" for layer in net.layers):
+        return _data_parallel(config, net, network_ref, devices, machine)
     gpt_layers(net)  # a network Megatron-Core's layout cannot hold: one line naming its layer
     if devices % config.stages:
         raise DnnplanError(f"{config.stages} pipeline stages do not divide {devices} devices",
@@ -62,6 +65,28 @@ def _plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, ma
         pipeline = PipelineSpec(config.stages, micro_batches, config.schedule, first_layers(net, chunks),
                                 config.chunks)
     layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
+                   for layer in net.layers)
+    return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=batch,
+                devices=devices, machine=machine.name, layers=layers, solver={"name": f"{config.framework} import"},
+                choices=config.choices, pipeline=pipeline)
+
+
+def _data_parallel(config: LaunchConfig, net: Network, network_ref: str, devices: int, machine: Machine) -> Plan:
+    """A DeepSpeed file that trains a network without transformer layers (a CNN): data parallelism on
+    every layer over every device (:func:`costmodel.frameworks.uniform.data_strategy`, as
+    :mod:`planner.export.nearest` writes such a plan), the batch in the file's micro-batches, no
+    recomputation (DeepSpeed's activation checkpointing is the script's, of transformer layers)."""
+    if config.recompute != "none":
+        raise DnnplanError(f"the file recomputes ({config.recompute}), and {net.name} has no transformer layers "
+                           "to recompute", hint="leave activation_checkpointing out of the file")
+    micro = config.micro_batch * devices
+    batch = config.batch or micro
+    if batch % micro:
+        raise DnnplanError(f"the global batch {batch} is not a multiple of micro-batch {config.micro_batch} "
+                           f"x {devices} data-parallel ranks", hint="give a global batch that is")
+    pipeline = PipelineSpec(1, batch // micro, config.schedule, (net.layers[0].name,), 1) if batch > micro else None
+    algorithms = default_algorithms(net)
+    layers = tuple(LayerPlan(layer.name, data_strategy(layer, devices, micro), algorithms.get(layer.name, ""))
                    for layer in net.layers)
     return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=batch,
                 devices=devices, machine=machine.name, layers=layers, solver={"name": f"{config.framework} import"},

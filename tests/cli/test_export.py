@@ -238,3 +238,21 @@ def test_an_edited_plans_header_gives_the_step_it_is_priced_now(plans, tmp_path)
     first = [runner.invoke(app, ["export", str(path), "--to", "megatron"]).output.splitlines()[0]
              for path in (plans["llama"], edited)]
     assert first[0] == first[1] and "999" not in first[1]
+
+
+def test_a_deepspeed_file_of_a_cnn_is_predicted_as_data_parallelism(tmp_path):
+    """DeepSpeed trains any model: its JSON of a network without transformer layers is predicted as
+    data parallelism on every layer (planner.launch_import.to_plan); activation checkpointing, the
+    script's of transformer layers, is refused for it in one line."""
+    path = tmp_path / "ds_config.json"
+    config = {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2,
+              "optimizer": {"type": "SGD", "params": {"momentum": 0.9}}, "zero_optimization": {"stage": 0}}
+    path.write_text(json.dumps(config))
+    got = runner.invoke(app, ["predict", "--from", str(path), "--network", "resnet50", "--machine", "dgx-a100"])
+    assert got.exit_code == 0, got.output
+    text = " ".join(got.output.split())
+    assert "tensor 1; context 1; expert 1; data 8; 2 micro-batches of 16 a data-parallel rank, global batch 256" in text
+    path.write_text(json.dumps(config | {"activation_checkpointing": {"partition_activations": False}}))
+    line = one_error_line(runner.invoke(app, ["predict", "--from", str(path), "--network", "resnet50", "--machine",
+                                              "dgx-a100"]))
+    assert "ds_config.json" in line and "resnet50 has no transformer layers" in line

@@ -6,13 +6,19 @@ price) is one line naming the key and the file."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from costmodel.calls.algorithms import DEFAULT_CONV_ALGORITHM
+from costmodel.frameworks.uniform import data_strategy
+from costmodel.machine.loading import load_machine
 from networks.errors import DnnplanError
+from networks.loader import load_network
 from planner.launch_import.deepspeed import read
 from planner.launch_import.formats import read_launch
+from planner.launch_import.to_plan import launch_plan
 
 #: a ZeRO-3 config as DeepSpeed's tutorials write them: bf16, AdamW with its settings, a scheduler,
 #: clipping, logging, the stage-3 tuning knobs
@@ -117,3 +123,19 @@ def test_the_line_of_the_key_is_named():
 def test_hugging_faces_auto_placeholders_are_named():
     err = line(text(train_micro_batch_size_per_gpu="auto"))
     assert "Hugging Face's Trainer" in err.hint
+
+
+def test_a_cnn_reads_as_data_parallelism_on_every_layer():
+    """A network without transformer layers: every layer split over every device by its samples,
+    as the exporter's nearest plan writes it (costmodel.frameworks.uniform.data_strategy), in the
+    file's micro-batches, with the default convolution algorithms (the file names none)."""
+    config = read_launch(json.dumps({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 16,
+                                     "gradient_accumulation_steps": 2}), "ds_config.json")
+    net = load_network("resnet50")
+    plan = launch_plan(config, net, "resnet50", 8, load_machine("dgx-a100"))
+    assert (plan.batch, plan.devices, plan.pipeline.stages, plan.pipeline.micro_batches) == (256, 8, 1, 2)
+    assert all(lp.strategy == data_strategy(layer, 8, 128) for lp, layer in zip(plan.layers, net.layers))
+    assert {lp.algorithm for lp, layer in zip(plan.layers, net.layers) if layer.op == "conv2d"} == \
+        {DEFAULT_CONV_ALGORITHM}
+    with pytest.raises(DnnplanError, match="global batch 250 is not a multiple"):
+        launch_plan(dataclasses.replace(config, batch=250), net, "resnet50", 8, load_machine("dgx-a100"))
