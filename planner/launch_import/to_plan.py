@@ -7,6 +7,8 @@ over one pipeline stage's ranks at one micro-batch
 checks a plan against before it exports it), the stages cut between whole transformer layers as
 the configuration cuts them, recomputation and the attention kernel as the layers' algorithms
 (:mod:`costmodel.calls.algorithms`). A plan exported and read back is therefore the plan itself.
+A DeepSpeed file of a network without transformer layers (a CNN) is data parallelism on every
+layer instead (:func:`_data_parallel`): DeepSpeed's JSON sets data parallelism and ZeRO alone.
 """
 
 from __future__ import annotations
