@@ -76,7 +76,7 @@ def sweep(cases) -> tuple[list[dict], int]:
             if got is not None:
                 floor = got["step_s"] * (1 - got["gap"])
                 if held is not None and floor > held["step_s"] * (1 + 1e-9):
-                    if got["uncovered"]:  # its gap does not cover the stages it names as left out
+                    if got.get("uncovered"):  # its gap does not cover the stages it names as left out
                         note = (f"slower than {held['step_s']:.6g} s at {held['limit']} GiB, ZeRO-"
                                 f"{', ZeRO-'.join(map(str, got['uncovered']))} left out by the time limit")
                     else:
@@ -98,7 +98,7 @@ def forced(cases) -> tuple[list[dict], int]:
         stages = {z: plan(net, p, machine, memory, z) for z in (0, 1, 2, 3)}
         note = ""
         # the stated gap covers the stages the answer does not name as left out by the time limit
-        left = set(auto["uncovered"]) if auto is not None else set()
+        left = set(auto.get("uncovered") or ()) if auto is not None else set()
         best = min((g["step_s"] for z, g in stages.items() if g is not None and z not in left), default=None)
         faster = min((g["step_s"] for z, g in stages.items() if g is not None and z in left), default=None)
         if auto is not None and best is not None and best < auto["step_s"] * (1 - auto["gap"]) * (1 - 1e-9):
@@ -113,7 +113,7 @@ def forced(cases) -> tuple[list[dict], int]:
         where = f"{net} on {p} x {machine}" + ("" if memory is None else f" under {memory} GiB")
         answer = "no plan" if auto is None else (
             f"{auto['step_s']:.6g} s (ZeRO-{auto['zero']}, gap {100 * auto['gap']:.2f}%"
-            + (f" not covering ZeRO-{', ZeRO-'.join(map(str, auto['uncovered']))}" if auto["uncovered"] else "") + ")")
+            + (f" not covering ZeRO-{', ZeRO-'.join(map(str, sorted(left)))}" if left else "") + ")")
         alone = ", ".join(f"{z}: {'-' if g is None else format(g['step_s'], '.6g')}" for z, g in stages.items())
         print(f"{where}: {answer}; --zero {alone}" + (f"  {note}" if note else ""), flush=True)
     return rows, bad
