@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from costmodel.parallel.axes import H, N
+from costmodel.parallel.axes import H
 from costmodel.comm.groups import collective_s
 from costmodel.compute.model import ComputeModel, update_bytes
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
@@ -23,7 +23,8 @@ from costmodel.calls.flash import attention_kept_bytes
 from costmodel.compute.dispatch import dispatch_time
 from costmodel.layer.fsdp import fsdp_grad_copy, fsdp_prep_s
 from costmodel.calls.layer_calls import grad_sum_calls
-from costmodel.parallel.shard import LocalLayer, dim_splits, local_layer, output_layout, received_block_bytes, windowed
+from costmodel.parallel.shard import (LocalLayer, dim_splits, local_layer, one_replica, output_layout,
+                                      received_block_bytes, windowed)
 from costmodel.parallel.layout import max_block_extents
 from costmodel.machine.model import Machine
 from costmodel.choices.optimizer import Optimizer, as_optimizer
@@ -344,26 +345,6 @@ def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, com
     if memo is not None:
         memo[key] = got
     return got[:5] + (list(got[5]), list(got[6])) + got[7:]
-
-
-def one_replica(layer: Layer, strategy: Strategy, batch: int) -> tuple[Strategy, int]:
-    """``(strategy, batch)`` of one data-parallel replica, where its sample split ``N`` moves nothing of
-    its own: the same strategy without ``N`` over ``p / n`` ranks, at ``batch / n`` samples. ``N`` is the
-    grid's outermost dimension, so every other dimension's group is the same ranks' in both (rank
-    0's group along any other dimension lies in its first ``p / n`` ranks), and the shard is the
-    same: the same kernels, collectives, kept bytes and workspace (:func:`_sharded`; the pipeline
-    pairs of a search price the same replicas at many device counts: Llama 3.1 405B on 16,384
-    H100s: 6,946 shards priced where 17,333 were). Where ``N`` has collectives of its own (a batch
-    norm's statistics, ``DimSplit.extra``; the loss's partial sum, ``partial_out``), cuts grouped
-    weights, or does not divide the batch, the strategy and batch are kept."""
-    n = strategy.degree(N)
-    if n == 1 or batch % n:
-        return strategy, batch
-    split = dim_splits(layer).get(N)
-    if split is None or split.extra or split.weight_units or split.partial_out or split.partial_in_grad:
-        return strategy, batch
-    return Strategy(strategy.p // n, tuple((d, k) for d, k in strategy.degrees if d != N), strategy.seq_scatter,
-                    strategy.expert_seq), batch // n
 
 
 def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], itemsize: int, opt: Optimizer) -> float:

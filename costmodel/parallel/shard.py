@@ -26,6 +26,26 @@ def dim_splits(layer: Layer) -> dict[str, DimSplit]:
     return layer_splits(layer)
 
 
+def one_replica(layer: Layer, strategy: Strategy, batch: int) -> tuple[Strategy, int]:
+    """``(strategy, batch)`` of one data-parallel replica, where its sample split ``N`` moves nothing of
+    its own: the same strategy without ``N`` over ``p / n`` ranks, at ``batch / n`` samples. ``N`` is the
+    grid's outermost dimension, so every other dimension's group is the same ranks' in both (rank
+    0's group along any other dimension lies in its first ``p / n`` ranks), and the shard is the
+    same: the same kernels, collectives, kept bytes and workspace (``costmodel.layer.cost._sharded``
+    prices it once; the pipeline pairs of a search price the same replicas at many device counts:
+    Llama 3.1 405B on 16,384 H100s, 6,946 shards priced where 17,333 were). Where ``N`` has collectives of its own (a batch
+    norm's statistics, ``DimSplit.extra``; the loss's partial sum, ``partial_out``), cuts grouped
+    weights, or does not divide the batch, the strategy and batch are kept."""
+    n = strategy.degree(N)
+    if n == 1 or batch % n:
+        return strategy, batch
+    split = dim_splits(layer).get(N)
+    if split is None or split.extra or split.weight_units or split.partial_out or split.partial_in_grad:
+        return strategy, batch
+    return Strategy(strategy.p // n, tuple((d, k) for d, k in strategy.degrees if d != N), strategy.seq_scatter,
+                    strategy.expert_seq), batch // n
+
+
 def windowed(layer: Layer, strategy: Strategy) -> bool:
     """Whether the strategy splits a windowed dimension (H or W of a convolution or pool), whose
     input blocks carry halos."""

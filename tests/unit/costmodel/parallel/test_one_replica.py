@@ -1,4 +1,4 @@
-"""A shard is priced once per data-parallel replica (costmodel.layer.cost.one_replica): a strategy
+"""A shard is priced once per data-parallel replica (costmodel.parallel.shard.one_replica): a strategy
 whose sample split moves nothing of its own prices the same shard, kernels, collectives, kept bytes
 and workspace as the same strategy without that split over ``p / n`` ranks at ``batch / n``
 samples; a split with collectives of its own (batch-norm statistics, a vocabulary-parallel loss)
@@ -13,6 +13,7 @@ from costmodel.choices.moe_dispatch import with_moe_dispatch
 from costmodel.choices.training import TrainingChoices
 from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from costmodel.parallel.axes import N
+from costmodel.parallel.shard import one_replica
 from planner.problem.build import signature
 from profiler import context
 
@@ -40,13 +41,13 @@ def test_a_replica_prices_the_shard_its_strategy_prices(monkeypatch, name, preci
                 cases.append((sig, strat, cost.resolve_algorithm(sig, algorithm, ctx.machine)))
     reduced = 0
     for sig, strat, algorithm in cases:
-        replica, samples = cost.one_replica(sig, strat, batch)
+        replica, samples = one_replica(sig, strat, batch)
         if replica != strat:
             reduced += 1
             assert replica.degree(N) == 1 and replica.p * strat.degree(N) == p and samples * strat.degree(N) == batch
         got = cost._sharded(sig, strat, batch, ctx.machine, ctx.compute, algorithm, "mpi", 2, True, None)
         with monkeypatch.context() as m:
-            m.setattr(cost, "one_replica", _kept)
+            m.setattr(cost, "one_replica", _kept)  # as _sharded looks it up
             whole = cost._sharded(sig, strat, batch, ctx.machine, ctx.compute, algorithm, "mpi", 2, True, None)
         assert got == whole, (sig.name, sig.op, strat.label, algorithm)
     assert reduced > len(cases) // 4  # most candidates split the samples
@@ -60,4 +61,4 @@ def test_a_sample_split_with_collectives_of_its_own_keeps_its_strategy(op, name)
     split = [s for s in candidate_strategies(sig, 64, 128, MAX_MODEL_DEGREE, MAX_CANDIDATES) if s.degree(N) > 1]
     assert split
     for strat in split:
-        assert cost.one_replica(sig, strat, 128) == (strat, 128)
+        assert one_replica(sig, strat, 128) == (strat, 128)
