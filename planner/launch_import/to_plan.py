@@ -48,11 +48,7 @@ def _plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, ma
                            "devices of a pipeline stage", hint="give a device count the model-parallel sizes divide")
     data = ranks // (config.tensor * config.context)
     micro = config.micro_batch * data
-    batch = config.batch or micro
-    if batch % micro:
-        raise DnnplanError(f"the global batch {batch} is not a multiple of micro-batch {config.micro_batch} "
-                           f"x {data} data-parallel ranks", hint="give a global batch that is")
-    micro_batches = batch // micro
+    batch, micro_batches = global_batch(config, data)
     check_expert_tensor(config, data)
     strategies, fallbacks = megatron_strategies(net, ranks, micro, config.tensor, config.sequence_parallel,
                                                 context=config.context, expert=config.expert)
@@ -82,17 +78,25 @@ def _data_parallel(config: LaunchConfig, net: Network, network_ref: str, devices
         raise DnnplanError(f"the file recomputes ({config.recompute}), and {net.name} has no transformer layers "
                            "to recompute", hint="leave activation_checkpointing out of the file")
     micro = config.micro_batch * devices
-    batch = config.batch or micro
-    if batch % micro:
-        raise DnnplanError(f"the global batch {batch} is not a multiple of micro-batch {config.micro_batch} "
-                           f"x {devices} data-parallel ranks", hint="give a global batch that is")
-    pipeline = PipelineSpec(1, batch // micro, config.schedule, (net.layers[0].name,), 1) if batch > micro else None
+    batch, micro_batches = global_batch(config, devices)
+    pipeline = PipelineSpec(1, micro_batches, config.schedule, (net.layers[0].name,), 1) if micro_batches > 1 else None
     algorithms = default_algorithms(net)
     layers = tuple(LayerPlan(layer.name, data_strategy(layer, devices, micro), algorithms.get(layer.name, ""))
                    for layer in net.layers)
     return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=batch,
                 devices=devices, machine=machine.name, layers=layers, solver={"name": f"{config.framework} import"},
                 choices=config.choices, pipeline=pipeline)
+
+
+def global_batch(config: LaunchConfig, data: int) -> tuple[int, int]:
+    """The global batch (the file's, else one micro-batch on each of ``data`` data-parallel ranks) and
+    its micro-batches; one line where the batch is not a multiple of them."""
+    micro = config.micro_batch * data
+    batch = config.batch or micro
+    if batch % micro:
+        raise DnnplanError(f"the global batch {batch} is not a multiple of micro-batch {config.micro_batch} "
+                           f"x {data} data-parallel ranks", hint="give a global batch that is")
+    return batch, batch // micro
 
 
 def check_expert_tensor(config: LaunchConfig, data: int) -> None:
