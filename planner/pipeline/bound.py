@@ -134,6 +134,7 @@ class _Dual:
     def __init__(self, cost, memory, acts, kept: float, room: float, edges: tuple | None = None):
         self.cost, self.room, self.edges = cost, room, edges
         self.memory = [tuple(m + (kept - 1) * a for m, a in zip(ms, acs)) for ms, acs in zip(memory, acts)]
+        self._flat = _Forms(cost, self.memory)
         self.free, self.free_mem = self.value(0.0)
         #: (lam, V(lam)) of each multiplier that proved a stage's bound, V with the block's edges
         #: where they are known (:meth:`tight`)
@@ -141,12 +142,7 @@ class _Dual:
 
     def value(self, lam: float) -> tuple[float, float]:
         """``V(lam)`` and the memory of the layers' choices attaining it."""
-        total, mem = 0.0, 0.0
-        for costs, mems in zip(self.cost, self.memory):  # a layer's forms: each its (cost, memory) arrays
-            best = min((float((c + lam * m).min()), float(m[int(np.argmin(c + lam * m))]))
-                       for c, m in zip(costs, mems))
-            total, mem = total + best[0], mem + best[1]
-        return total, mem
+        return self._flat.value(lam)
 
     def tight(self, lam: float, v: float) -> float:
         """``V(lam)`` with the reshards between a block's layers (their edges, :func:`_inner_edges`):
@@ -184,6 +180,37 @@ class _Dual:
         """A bound on a stage of ``k`` blocks from the multipliers already tried (``k V(lam) - lam
         (L - W0)`` holds for every ``lam``): no bisection of its own; convex in ``k``."""
         return max(k * v - lam * self.room for lam, v in self.lines)
+
+
+class _Forms:
+    """The layers' forms (each a cost and a memory array) laid end to end, so ``V(lam)`` is a few
+    array operations over all of them rather than a few per form (the bounds call it thousands of
+    times a search). Each layer takes the form of least ``min(cost + lam memory)``, ties to the
+    least memory at its first minimum, and the sums run layer by layer in order: the same floats
+    as the loop over layers and forms it replaces."""
+
+    def __init__(self, cost, memory):
+        lengths = [len(c) for costs in cost for c in costs]
+        self.cost = np.concatenate([c for costs in cost for c in costs]).astype(np.float64)
+        self.memory = np.concatenate([m for mems in memory for m in mems]).astype(np.float64)
+        self.starts = np.cumsum([0] + lengths[:-1])
+        self.lengths = np.array(lengths)
+        forms = [len(costs) for costs in cost]
+        self.layer_of = np.repeat(np.arange(len(forms)), forms)  # each form's layer
+        self.layer_starts = np.cumsum([0] + forms[:-1])
+
+    def value(self, lam: float) -> tuple[float, float]:
+        v = self.cost + lam * self.memory
+        least = np.minimum.reduceat(v, self.starts)  # each form's least
+        hits = np.flatnonzero(v == np.repeat(least, self.lengths))
+        at = self.memory[hits[np.searchsorted(hits, self.starts)]]  # memory at each form's first least
+        layer_least = np.minimum.reduceat(least, self.layer_starts)
+        mem = np.where(least == layer_least[self.layer_of], at, np.inf)
+        layer_mem = np.minimum.reduceat(mem, self.layer_starts)  # ties between forms: the least memory
+        total, held = 0.0, 0.0
+        for t, m in zip(layer_least.tolist(), layer_mem.tolist()):
+            total, held = total + t, held + m
+        return total, held
 
 
 def _least_sum(stages, n: int) -> float:
