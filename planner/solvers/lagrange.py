@@ -226,8 +226,7 @@ def _bracket(probe, hint: float, rounds: int) -> tuple[float, float] | None:
 
 def _priced_problem(problem: Problem, lam: float) -> Problem:
     """The unconstrained problem of cost + lam * memory."""
-    return Problem(problem.names, tuple(c + lam * m for c, m in zip(problem.node_cost, problem.node_memory)),
-                   problem.node_memory, problem.node_workspace, problem.edges, None)
+    return problem.with_costs(tuple(c + lam * m for c, m in zip(problem.node_cost, problem.node_memory)), None)
 
 
 def _priced(problem: Problem, lam: float) -> tuple[tuple[int, ...], float]:

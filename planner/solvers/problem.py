@@ -101,8 +101,27 @@ class Problem:
 
     def with_memory_limit(self, memory_limit: float | None) -> "Problem":
         """The same problem under another memory limit."""
-        return Problem(self.names, self.node_cost, self.node_memory, self.node_workspace,
-                       self.edges, memory_limit)
+        return self._derived(self.node_cost, memory_limit)
+
+    def with_costs(self, node_cost: tuple[np.ndarray, ...], memory_limit: float | None) -> "Problem":
+        """The same nodes and edges with other costs (each node's float64 vector of the same
+        length, as ``cost + lam * memory`` of this one's) under ``memory_limit``."""
+        for c, old in zip(node_cost, self.node_cost):
+            if c.dtype != np.float64 or c.shape != old.shape:
+                raise ValueError(f"node costs of shape {c.shape} ({c.dtype}) for {old.shape} candidates")
+            c.flags.writeable = False
+        return self._derived(tuple(node_cost), memory_limit)
+
+    def _derived(self, node_cost: tuple[np.ndarray, ...], memory_limit: float | None) -> "Problem":
+        """This problem with ``node_cost`` (read-only float64 vectors of its shapes) and
+        ``memory_limit``, without its checks again: the solvers derive one a probe, thousands a
+        search, from a problem already checked."""
+        new = object.__new__(Problem)
+        for name, value in (("names", self.names), ("node_cost", node_cost), ("node_memory", self.node_memory),
+                            ("node_workspace", self.node_workspace), ("edges", self.edges),
+                            ("memory_limit", memory_limit)):
+            object.__setattr__(new, name, value)
+        return new
 
 
 @dataclass(frozen=True)
