@@ -90,6 +90,8 @@ class _Moves:
         self.summed = float(self.mem.sum())
         #: per node, its cost changes and their least (None: to be priced again)
         self._delta: list[tuple[np.ndarray, float] | None] = [None] * n
+        #: the nodes in decreasing order of workspace, its first few as a list (None: a node moved)
+        self._ws_order: tuple[list, np.ndarray] | None = None
 
     def delta(self, v: int) -> np.ndarray:
         """The cost change of each candidate of ``v``."""
@@ -107,15 +109,18 @@ class _Moves:
         return got
 
     def _other_ws(self, nodes) -> float:
-        """The largest workspace chosen outside ``nodes`` (0 when none is left)."""
+        """The largest workspace chosen outside ``nodes`` (0 when none is left): the first node of
+        the workspaces in decreasing order (kept until a node moves) not in ``nodes``."""
         if len(nodes) >= len(self.ws):
             return 0.0
-        top = float(self.ws.max())
-        if all(self.ws[v] < top for v in nodes):
-            return top
-        ws = self.ws.copy()
-        ws[list(nodes)] = -np.inf
-        return float(ws.max())
+        if self._ws_order is None:
+            order = np.argsort(-self.ws, kind="stable")
+            self._ws_order = (order[:len(nodes) + 3].tolist(), order)
+        head, order = self._ws_order
+        if len(head) <= len(nodes):
+            head = order[:len(nodes) + 1].tolist()
+        out = nodes if len(nodes) <= 4 else set(nodes)
+        return float(self.ws[next(v for v in head if v not in out)])
 
     def needs(self, v: int) -> np.ndarray:
         """The memory of the whole assignment with each candidate of ``v``."""
@@ -128,6 +133,7 @@ class _Moves:
         self.summed += float(self.p.node_memory[v][j] - self.mem[v])
         self.mem[v] = self.p.node_memory[v][j]
         self.ws[v] = self.p.node_workspace[v][j]
+        self._ws_order = None
         self._delta[v] = None
         for u in self.neighbours[v]:
             self._delta[u] = None
@@ -146,6 +152,7 @@ class _Moves:
     def restore(self, held: tuple) -> None:
         c, mem, ws, delta, summed, cost = held
         self.c, self.mem, self.ws, self._delta = list(c), mem.copy(), ws.copy(), list(delta)
+        self._ws_order = None
         self.summed, self.cost = summed, cost
 
     def runs(self, toward) -> list[list[int]]:
