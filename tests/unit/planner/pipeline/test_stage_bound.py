@@ -13,7 +13,7 @@ import pytest
 from costmodel.choices.training import TrainingChoices
 from costmodel.step.pipeline import INTERLEAVED, stage_network
 from networks.errors import DnnplanError
-from planner.pipeline.bound import _ends, stage_bound
+from planner.pipeline.bound import _Forms, _ends, stage_bound
 from planner.pipeline.search import _Search, kept, search_pipeline
 from planner.pipeline.stack import roles
 from planner.pipeline.stack import LAST, uniform_stack
@@ -224,3 +224,33 @@ def test_the_reshards_inside_a_block_tighten_the_bound_below_the_pairs_search():
     loose = search.bound(8, 128)[0]
     tight = search.stage_bound(8, 128, 1, edges=True).step_s
     assert loose < 6.455 < tight <= 7.556
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_dual_value_over_the_forms_laid_end_to_end_is_the_loop_over_them(seed):
+    """bound._Forms.value: each layer's least ``cost + lam memory`` over its forms, ties to the least
+    memory at a form's first minimum, summed layer by layer: the same floats as the loop over
+    layers and forms (ties made on purpose: integer costs, a form repeated)."""
+    rng = np.random.default_rng(seed)
+
+    def loop(cost, memory, lam):
+        total, mem = 0.0, 0.0
+        for costs, mems in zip(cost, memory):
+            best = min((float((c + lam * m).min()), float(m[int(np.argmin(c + lam * m))])) for c, m in zip(costs, mems))
+            total, mem = total + best[0], mem + best[1]
+        return total, mem
+
+    cost, memory = [], []
+    for _ in range(int(rng.integers(1, 16))):
+        forms = int(rng.integers(1, 3))
+        cs = [rng.integers(0, 4, int(rng.integers(1, 12))).astype(float) if seed % 2 else rng.random(int(rng.integers(1, 12)))
+              for _ in range(forms)]
+        ms = [rng.integers(0, 4, len(c)).astype(float) * 1e9 for c in cs]
+        if forms == 2 and seed % 3 == 0:
+            cs[1], ms[1] = cs[0].copy(), ms[0][::-1].copy()
+        cs[0][0] = np.inf if seed % 7 == 0 else cs[0][0]  # a candidate that never wins
+        cost.append(tuple(cs))
+        memory.append(tuple(ms))
+    forms = _Forms(cost, memory)
+    for lam in (0.0, 1e-12, 1e-9, 0.5, 3.0):
+        assert forms.value(lam) == loop(cost, memory, lam)

@@ -9,7 +9,7 @@ import pytest
 
 from planner.solvers import Edge, Problem, evaluate, min_memory, solve_brute
 from planner.solvers.problem import fits
-from planner.solvers.improve import improve
+from planner.solvers.improve import _Moves, improve
 from planner.solvers.lagrange import relax, solve_lagrange
 
 from tests.support.random_problems import SEEDS, _close, binding_problem
@@ -103,3 +103,20 @@ def test_moves_keep_the_assignment_fitting_and_never_dearer(seed):
         objective, memory = evaluate(problem, choice)
         assert fits(problem, memory) and _close(cost, objective)
         assert objective <= evaluate(problem, start)[0] * (1 + 1e-12) and objective >= best - 1e-9
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_largest_workspace_outside_a_move_is_the_max_over_the_other_nodes(seed):
+    """_Moves._other_ws keeps the workspaces' order until a node moves: after any moves it answers
+    the max over the nodes outside the move, as a max over them computes it."""
+    rng = np.random.default_rng(seed)
+    n, k = 9, 3
+    ws = tuple(rng.integers(0, 4, k).astype(float) for _ in range(n))  # ties on purpose
+    zeros = tuple(np.zeros(k) for _ in range(n))
+    problem = Problem(tuple(map(str, range(n))), zeros, zeros, ws, (), 1.0)
+    moves = _Moves(problem, [0] * n)
+    for _ in range(30):
+        nodes = [int(v) for v in rng.choice(n, size=int(rng.integers(1, 7)), replace=False)]
+        rest = [moves.ws[v] for v in range(n) if v not in nodes]
+        assert moves._other_ws(nodes) == (max(rest) if rest else 0.0)
+        moves.set(int(rng.integers(n)), int(rng.integers(k)))

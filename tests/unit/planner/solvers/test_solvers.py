@@ -21,7 +21,8 @@ from planner.solvers import lagrange
 from planner.solvers.ilp import solve_ilp
 from planner.solvers.lagrange import solve_lagrange
 from planner.solvers.marginals import min_marginals
-from planner.solvers.reduce import reduce_graph
+from planner.solvers import reduce as reduce_module
+from planner.solvers.reduce import Series, reduce_graph
 from planner.solvers.minplus import min_plus, min_plus_dense
 
 from tests.support.random_problems import SEEDS, _binding_limit, _check, _close, binding_problem, random_problem
@@ -320,3 +321,33 @@ def test_probing_where_the_lines_cross_finds_what_bisection_finds_in_fewer_probe
         assert got[True].bound <= exact.objective * (1 + 1e-9) and got[True].cost >= exact.objective * (1 - 1e-9)
         seen += 1
     assert seen >= 20 and probes[True] * 2 < probes[False]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_repeated_blocks_reduce_to_the_brute_force_optimum(seed, monkeypatch):
+    """A chain of identical blocks (two branches between a block's input and output, as attention
+    and its residual) eliminates the same matrices once per block: each repeat is taken from the
+    first, computed once, and the reduced optimum is still brute force's."""
+    computed = []
+    monkeypatch.setattr(reduce_module, "min_plus", lambda a, c, b, *rest: computed.append(1) or min_plus(a, c, b))
+    rng = np.random.default_rng(seed)
+    ends, branch, blocks = 2, 4, 2  # the branches' eliminations cost least: taken first
+    inner = [rng.random(ends), rng.random(branch), rng.random(branch), rng.random(ends)]
+    into, out_of = rng.random((ends, branch)), rng.random((branch, ends))
+    names, cost, edges = ["embed"], [rng.random(ends)], []
+    for b in range(blocks):
+        base = 4 * b + 1
+        names += [f"in{b}", f"attention{b}", f"residual{b}", f"out{b}"]
+        cost += inner
+        edges += [Edge(base - 1, base, rng.random((ends, ends)) if b == 0 else np.eye(ends)),
+                  Edge(base, base + 1, into), Edge(base, base + 2, into),
+                  Edge(base + 1, base + 3, out_of), Edge(base + 2, base + 3, out_of)]
+    names.append("head")
+    cost.append(rng.random(ends))
+    edges.append(Edge(len(names) - 2, len(names) - 1, rng.random((ends, ends))))
+    zeros = tuple(np.zeros(len(c)) for c in cost)
+    problem = Problem(tuple(names), tuple(cost), zeros, zeros, tuple(edges))
+    series = [s for s in reduce_graph(problem).steps if isinstance(s, Series)]
+    distinct = {(s.a.tobytes(), s.node_cost.tobytes(), s.b.tobytes()) for s in series}
+    assert len(series) >= 2 * blocks and len(computed) == len(distinct) < len(series)
+    assert _close(solve_reduced(problem).objective, solve_brute(problem).objective)
