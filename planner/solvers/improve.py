@@ -88,8 +88,9 @@ class _Moves:
         limit = float(problem.memory_limit)
         self.limit = limit + 1e-9 * max(abs(limit), 1.0)  # problem.fits' slack
         self.summed = float(self.mem.sum())
-        #: per node, its cost changes and their least (None: to be priced again)
-        self._delta: list[tuple[np.ndarray, float] | None] = [None] * n
+        #: per node, its cost changes, their least, and the least memory of a candidate that lowers
+        #: the cost (inf: none; None: to be priced again)
+        self._delta: list[tuple[np.ndarray, float, float] | None] = [None] * n
         #: the nodes in decreasing order of workspace, its first few as a list (None: a node moved)
         self._ws_order: tuple[list, np.ndarray] | None = None
 
@@ -97,7 +98,7 @@ class _Moves:
         """The cost change of each candidate of ``v``."""
         return self._priced(v)[0]
 
-    def _priced(self, v: int) -> tuple[np.ndarray, float]:
+    def _priced(self, v: int) -> tuple[np.ndarray, float, float]:
         got = self._delta[v]
         if got is None:
             p, c = self.p, self.c
@@ -105,7 +106,9 @@ class _Moves:
             for e, side in self.incident[v]:
                 line = e.cost[:, c[e.dst]] if side == 0 else e.cost[c[e.src], :]
                 d = d + (line - line[c[v]])
-            got = self._delta[v] = (d, float(d.min()))
+            lower = d < 0
+            got = self._delta[v] = (d, float(d.min()),
+                                    float(p.node_memory[v][lower].min()) if lower.any() else np.inf)
         return got
 
     def _other_ws(self, nodes) -> float:
@@ -213,8 +216,13 @@ class _Moves:
             moved = False
             tol = 1e-12 * max(abs(self.cost), 1e-30)
             for v in range(self.p.num_nodes):
-                d, least = self._priced(v)
+                d, least, least_memory = self._priced(v)
                 if least >= -tol:
+                    continue
+                # no candidate that lowers the cost fits: the least of them in memory, beside the
+                # largest workspace of the others, is over the limit (float sums are monotone, so
+                # this never exceeds the needs it bounds)
+                if float(self.summed - self.mem[v]) + least_memory + self._other_ws([v]) > self.limit:
                     continue
                 ok = (d < -tol) & (self.needs(v) <= self.limit)
                 if ok.any():
