@@ -59,8 +59,11 @@ class Layer:
 
     def unnamed(self) -> "Layer":
         """The layer without its name, inputs and source line: equal for layers that cost the same
-        (a transformer's blocks repeat one block's layers)."""
-        return replace(self, name="", inputs=(), line=None)
+        (a transformer's blocks repeat one block's layers). Copied field by field rather than
+        through ``replace`` (a tenth of its time: the planner asks it of every layer it prices)."""
+        new = object.__new__(Layer)
+        new.__dict__.update(self.__dict__, name="", inputs=(), line=None)
+        return new
 
     @property
     def num_params(self) -> int:
