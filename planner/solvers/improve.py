@@ -93,6 +93,7 @@ class _Moves:
         self._delta: list[tuple[np.ndarray, float, float] | None] = [None] * n
         #: the nodes in decreasing order of workspace, its first few as a list (None: a node moved)
         self._ws_order: tuple[list, np.ndarray] | None = None
+        self._groups: _Groups | None = None  # made at the first exchange round
 
     def delta(self, v: int) -> np.ndarray:
         """The cost change of each candidate of ``v``."""
@@ -233,34 +234,96 @@ class _Moves:
 
     def freeing(self) -> list[tuple[tuple[int, int], ...]]:
         """Moves that free memory, of one node or of an edge's two ends, each node's or edge's
-        cheapest per byte freed, in that order (module docstring)."""
-        p, c = self.p, self.c
+        cheapest per byte freed, in that order (module docstring). The nodes of one candidate count,
+        and the edges of one shape, are priced together (:class:`_Groups`), with the same float
+        operations one at a time would take, in the order one at a time would rank them."""
+        if self._groups is None:
+            self._groups = _Groups(self.p, self.between)
         total = self.summed + float(self.ws.max())
-        ranked = []
-        for v in range(p.num_nodes):
-            freed = total - self.needs(v)
-            frees = freed > 0
-            if frees.any():
-                per_byte = np.where(frees, self.delta(v) / np.where(frees, freed, 1.0), np.inf)
-                j = int(np.argmin(per_byte))
-                ranked.append((float(per_byte[j]), ((v, j),)))
-        for (u, v), costs in self.between.items():
-            joint = self.delta(u)[:, None] + self.delta(v)[None, :]
-            for m in costs:  # an edge between the two, in both deltas with the other end as it is
-                joint = joint + (m - m[:, [c[v]]] - m[[c[u]], :] + m[c[u], c[v]])
-            needs = (self.summed - self.mem[u] - self.mem[v] + p.node_memory[u][:, None]
-                     + p.node_memory[v][None, :] + np.maximum(np.maximum(self._other_ws([u, v]),
-                                                                         p.node_workspace[u][:, None]),
-                                                              p.node_workspace[v][None, :]))
+        order = np.argsort(-self.ws, kind="stable")[:3]
+        top = [(int(v), float(self.ws[v])) for v in order]
+        nodes: list[tuple[int, float, int]] = []
+        for idx, memory, workspace in self._groups.nodes:
+            # the largest workspace of the others: the first in decreasing order that is not the node
+            other = np.where(idx == top[0][0], top[1][1] if len(top) > 1 else 0.0, top[0][1])
+            needs = (self.summed - self.mem[idx])[:, None] + memory + np.maximum(other[:, None], workspace)
             freed = total - needs
             frees = freed > 0
-            if frees.any():
-                per_byte = np.where(frees, joint / np.where(frees, freed, 1.0), np.inf)
-                i, j = np.unravel_index(int(np.argmin(per_byte)), per_byte.shape)
-                ranked.append((float(per_byte[i, j]), ((u, int(i)), (v, int(j)))))
+            rows = np.flatnonzero(frees.any(axis=1))
+            if not rows.size:
+                continue
+            delta = np.stack([self.delta(int(v)) for v in idx[rows]])
+            per_byte = np.where(frees[rows], delta / np.where(frees[rows], freed[rows], 1.0), np.inf)
+            best = np.argmin(per_byte, axis=1)
+            prices = per_byte[np.arange(len(rows)), best]
+            nodes += zip(idx[rows].tolist(), prices.tolist(), best.tolist())
+        ranked = [(price, ((v, j),)) for v, price, j in sorted(nodes)]
+        edges: list[tuple[int, float, tuple]] = []
+        c = np.array(self.c)
+        for at, us, vs, costs, memory_u, memory_v, workspace_u, workspace_v in self._groups.edges:
+            joint = (np.stack([self.delta(int(u)) for u in us])[:, :, None]
+                     + np.stack([self.delta(int(v)) for v in vs])[:, None, :])
+            cu, cv, lines = c[us], c[vs], np.arange(len(us))
+            for m in costs:  # an edge between the two, in both deltas with the other end as it is
+                joint = joint + (m - m[lines, :, cv][:, :, None] - m[lines, cu, :][:, None, :]
+                                 + m[lines, cu, cv][:, None, None])
+            other = _other_of_two(top, us, vs, len(self.ws))
+            needs = ((self.summed - self.mem[us] - self.mem[vs])[:, None, None] + memory_u[:, :, None]
+                     + memory_v[:, None, :] + np.maximum(np.maximum(other[:, None, None], workspace_u[:, :, None]),
+                                                         workspace_v[:, None, :]))
+            freed = total - needs
+            frees = freed > 0
+            rows = np.flatnonzero(frees.reshape(len(us), -1).any(axis=1))
+            if not rows.size:
+                continue
+            per_byte = np.where(frees[rows], joint[rows] / np.where(frees[rows], freed[rows], 1.0), np.inf)
+            flat = per_byte.reshape(len(rows), -1)
+            best = np.argmin(flat, axis=1)
+            prices = flat[np.arange(len(rows)), best]
+            i, j = np.divmod(best, per_byte.shape[2])
+            edges += zip(at[rows].tolist(), prices.tolist(),
+                         zip(us[rows].tolist(), i.tolist(), vs[rows].tolist(), j.tolist()))
+        ranked += [(price, ((u, i), (v, j))) for _, price, (u, i, v, j) in sorted(edges)]
         ranked.sort(key=lambda t: t[0])
         # identical blocks offer the same move at the same price: one of them is tried
         first: dict[float, tuple] = {}
         for price, move in ranked:
             first.setdefault(price, move)
         return list(first.values())
+
+
+class _Groups:
+    """The nodes of each candidate count, and the edges (node pairs) of each shape, with their
+    memory and workspace stacked, for :meth:`_Moves.freeing`: ``nodes``, ``(indices, memory,
+    workspace)``; ``edges``, ``(their places in between's order, us, vs, the stacked costs of
+    each parallel edge, memory and workspace of u, of v)``."""
+
+    def __init__(self, problem: Problem, between: dict[tuple[int, int], list[np.ndarray]]):
+        by_count: dict[int, list[int]] = {}
+        for v in range(problem.num_nodes):
+            by_count.setdefault(len(problem.node_cost[v]), []).append(v)
+        self.nodes = [(np.array(vs), np.stack([problem.node_memory[v] for v in vs]),
+                       np.stack([problem.node_workspace[v] for v in vs])) for vs in by_count.values()]
+        by_shape: dict[tuple, list[tuple[int, int, int]]] = {}
+        for at, ((u, v), costs) in enumerate(between.items()):
+            by_shape.setdefault((costs[0].shape, len(costs)), []).append((at, u, v))
+        self.edges = []
+        for members in by_shape.values():
+            at, us, vs = (np.array(x) for x in zip(*members))
+            costs = [np.stack([between[(u, v)][t] for u, v in zip(us.tolist(), vs.tolist())])
+                     for t in range(len(between[(int(us[0]), int(vs[0]))]))]
+            self.edges.append((at, us, vs, costs,
+                               np.stack([problem.node_memory[u] for u in us]), np.stack([problem.node_memory[v] for v in vs]),
+                               np.stack([problem.node_workspace[u] for u in us]),
+                               np.stack([problem.node_workspace[v] for v in vs])))
+
+
+def _other_of_two(top: list[tuple[int, float]], us: np.ndarray, vs: np.ndarray, n: int) -> np.ndarray:
+    """The largest workspace outside each edge's two ends: the first of ``top`` (the three largest,
+    in decreasing order, as ``(node, workspace)``) that is neither (0 when no other node is left)."""
+    if n <= 2:
+        return np.zeros(len(us))
+    out = np.full(len(us), top[-1][1])
+    for node, ws in reversed(top[:-1]):
+        out = np.where((us != node) & (vs != node), ws, out)
+    return out

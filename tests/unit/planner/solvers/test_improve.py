@@ -120,3 +120,60 @@ def test_the_largest_workspace_outside_a_move_is_the_max_over_the_other_nodes(se
         rest = [moves.ws[v] for v in range(n) if v not in nodes]
         assert moves._other_ws(nodes) == (max(rest) if rest else 0.0)
         moves.set(int(rng.integers(n)), int(rng.integers(k)))
+
+
+def _freeing_one_at_a_time(moves: _Moves) -> list:
+    """The freeing moves priced node by node and edge by edge (the reference the grouped pricing
+    of _Moves.freeing must equal, float for float and in the same order)."""
+    p, c = moves.p, moves.c
+    total = moves.summed + float(moves.ws.max())
+    ranked = []
+    for v in range(p.num_nodes):
+        freed = total - moves.needs(v)
+        frees = freed > 0
+        if frees.any():
+            per_byte = np.where(frees, moves.delta(v) / np.where(frees, freed, 1.0), np.inf)
+            j = int(np.argmin(per_byte))
+            ranked.append((float(per_byte[j]), ((v, j),)))
+    for (u, v), costs in moves.between.items():
+        joint = moves.delta(u)[:, None] + moves.delta(v)[None, :]
+        for m in costs:
+            joint = joint + (m - m[:, [c[v]]] - m[[c[u]], :] + m[c[u], c[v]])
+        needs = (moves.summed - moves.mem[u] - moves.mem[v] + p.node_memory[u][:, None] + p.node_memory[v][None, :]
+                 + np.maximum(np.maximum(moves._other_ws([u, v]), p.node_workspace[u][:, None]),
+                              p.node_workspace[v][None, :]))
+        freed = total - needs
+        frees = freed > 0
+        if frees.any():
+            per_byte = np.where(frees, joint / np.where(frees, freed, 1.0), np.inf)
+            i, j = np.unravel_index(int(np.argmin(per_byte)), per_byte.shape)
+            ranked.append((float(per_byte[i, j]), ((u, int(i)), (v, int(j)))))
+    ranked.sort(key=lambda t: t[0])
+    first: dict[float, tuple] = {}
+    for price, move in ranked:
+        first.setdefault(price, move)
+    return list(first.values())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_freeing_moves_priced_in_groups_equal_one_at_a_time(seed):
+    """_Moves.freeing prices the nodes of a candidate count and the edges of a shape together: the
+    same moves at the same prices in the same order as one at a time, on problems with
+    workspaces (ties among them, or none) and parallel edges, over a few moves."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 9))
+    sizes = rng.integers(1, 4, n)
+    cost = tuple(rng.random(k) for k in sizes)
+    memory = tuple(rng.integers(1, 5, k).astype(float) for k in sizes)
+    workspace = tuple(rng.integers(0, 3, k).astype(float) if seed % 2 else rng.random(k) * 3 for k in sizes)
+    edges = tuple(Edge(u, v, rng.random((sizes[u], sizes[v]))) for u in range(n) for v in range(u + 1, n)
+                  if rng.random() < 0.5)
+    edges += edges[:2]  # parallel edges
+    problem = Problem(tuple(map(str, range(n))), cost, memory, workspace, edges, float(sum(m.max() for m in memory)))
+    moves = _Moves(problem, [int(rng.integers(k)) for k in sizes])
+    for _ in range(4):
+        got = moves.freeing()
+        assert got == _freeing_one_at_a_time(moves)
+        if not got:
+            break
+        moves.apply(got[int(rng.integers(len(got)))])
