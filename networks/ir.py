@@ -28,6 +28,11 @@ class InputSpec:
     dtype: str = "float32"
 
 
+#: what a Layer keeps once asked (never compared, copied or pickled): its unnamed twin and its hash
+_UNNAMED, _HASH = "_unnamed", "_hash"
+_ASKED = (_UNNAMED, _HASH)
+
+
 @dataclass(frozen=True)
 class Layer:
     """One node of the network graph, with everything shape inference found out about it."""
@@ -59,11 +64,31 @@ class Layer:
 
     def unnamed(self) -> "Layer":
         """The layer without its name, inputs and source line: equal for layers that cost the same
-        (a transformer's blocks repeat one block's layers). Copied field by field rather than
-        through ``replace`` (a tenth of its time: the planner asks it of every layer it prices)."""
-        new = object.__new__(Layer)
-        new.__dict__.update(self.__dict__, name="", inputs=(), line=None)
-        return new
+        (a transformer's blocks repeat one block's layers). Made once a layer, field by field
+        rather than through ``replace`` (a fifth of its time), and kept on it: the planner asks it
+        of every layer it prices, and the same object each time is found in its memos by identity."""
+        got = self.__dict__.get(_UNNAMED)
+        if got is None:
+            got = object.__new__(Layer)
+            got.__dict__.update({k: v for k, v in self.__dict__.items() if k not in _ASKED},
+                                name="", inputs=(), line=None)
+            object.__setattr__(self, _UNNAMED, got)
+        return got
+
+    def __hash__(self) -> int:
+        """The hash of the fields that compare (the dataclass's own), kept on the layer after the
+        first ask: the planner's memos hash each priced layer hundreds of times."""
+        got = self.__dict__.get(_HASH)
+        if got is None:
+            got = hash((self.name, self.op, self.inputs, self.params, self.in_shapes, self.out_shape, self.dtype,
+                        self.weights))
+            object.__setattr__(self, _HASH, got)
+        return got
+
+    def __getstate__(self) -> dict:
+        """The fields alone: what is kept (a string's hash differs from one process to the next) is
+        made again where the layer is unpickled."""
+        return {k: v for k, v in self.__dict__.items() if k not in _ASKED}
 
     @property
     def num_params(self) -> int:
