@@ -33,9 +33,10 @@ def one_replica(layer: Layer, strategy: Strategy, batch: int) -> tuple[Strategy,
     0's group along any other dimension lies in its first ``p / n`` ranks), and the shard is the
     same: the same kernels, collectives, kept bytes and workspace (``costmodel.layer.cost._sharded``
     prices it once; the pipeline pairs of a search price the same replicas at many device counts:
-    Llama 3.1 405B on 16,384 H100s, 6,946 shards priced where 17,333 were). Where ``N`` has collectives of its own (a batch
-    norm's statistics, ``DimSplit.extra``; the loss's partial sum, ``partial_out``), cuts grouped
-    weights, or does not divide the batch, the strategy and batch are kept."""
+    Llama 3.1 405B on 16,384 H100s, 6,946 shards priced where 17,333 were). Where ``N`` has
+    collectives of its own (a batch norm's statistics, ``DimSplit.extra``; the loss's partial sum,
+    ``partial_out``), cuts grouped weights, or does not divide the batch, the strategy and batch are
+    kept."""
     n = strategy.degree(N)
     if n == 1 or batch % n:
         return strategy, batch

@@ -91,8 +91,8 @@ class _Moves:
         #: per node, its cost changes, their least, and the least memory of a candidate that lowers
         #: the cost (inf: none; None: to be priced again)
         self._delta: list[tuple[np.ndarray, float, float] | None] = [None] * n
-        #: the nodes in decreasing order of workspace, its first few as a list (None: a node moved)
-        self._ws_order: tuple[list, np.ndarray] | None = None
+        #: the nodes in decreasing order of workspace (None: a node moved since it was sorted)
+        self._ws_order: list[int] | None = None
         self._groups: _Groups | None = None  # made at the first exchange round
 
     def delta(self, v: int) -> np.ndarray:
@@ -112,25 +112,27 @@ class _Moves:
                                     float(p.node_memory[v][lower].min()) if lower.any() else np.inf)
         return got
 
+    def ws_order(self) -> list[int]:
+        """The nodes in decreasing order of their chosen workspace (ties in node order), kept until
+        a node moves."""
+        if self._ws_order is None:
+            self._ws_order = np.argsort(-self.ws, kind="stable").tolist()
+        return self._ws_order
+
     def _other_ws(self, nodes) -> float:
-        """The largest workspace chosen outside ``nodes`` (0 when none is left): the first node of
-        the workspaces in decreasing order (kept until a node moves) not in ``nodes``."""
+        """The largest workspace chosen outside ``nodes`` (0 when none is left): the first node in
+        :meth:`ws_order` not in ``nodes``."""
         if len(nodes) >= len(self.ws):
             return 0.0
-        if self._ws_order is None:
-            order = np.argsort(-self.ws, kind="stable")
-            self._ws_order = (order[:len(nodes) + 3].tolist(), order)
-        head, order = self._ws_order
-        if len(head) <= len(nodes):
-            head = order[:len(nodes) + 1].tolist()
         out = nodes if len(nodes) <= 4 else set(nodes)
-        return float(self.ws[next(v for v in head if v not in out)])
+        return float(self.ws[next(v for v in self.ws_order() if v not in out)])
 
-    def needs(self, v: int) -> np.ndarray:
-        """The memory of the whole assignment with each candidate of ``v``."""
+    def needs(self, v: int, other: float | None = None) -> np.ndarray:
+        """The memory of the whole assignment with each candidate of ``v`` (``other``: the
+        largest workspace outside ``v``, where the caller holds it)."""
         p = self.p
-        return (self.summed - self.mem[v] + p.node_memory[v]
-                + np.maximum(self._other_ws([v]), p.node_workspace[v]))
+        other = self._other_ws([v]) if other is None else other
+        return self.summed - self.mem[v] + p.node_memory[v] + np.maximum(other, p.node_workspace[v])
 
     def set(self, v: int, j: int) -> None:
         self.c[v] = int(j)
@@ -223,9 +225,10 @@ class _Moves:
                 # no candidate that lowers the cost fits: the least of them in memory, beside the
                 # largest workspace of the others, is over the limit (float sums are monotone, so
                 # this never exceeds the needs it bounds)
-                if float(self.summed - self.mem[v]) + least_memory + self._other_ws([v]) > self.limit:
+                other = self._other_ws([v])
+                if float(self.summed - self.mem[v]) + least_memory + other > self.limit:
                     continue
-                ok = (d < -tol) & (self.needs(v) <= self.limit)
+                ok = (d < -tol) & (self.needs(v, other) <= self.limit)
                 if ok.any():
                     j = int(np.flatnonzero(ok)[np.argmin(d[ok])])
                     self.cost += float(d[j])
@@ -240,8 +243,7 @@ class _Moves:
         if self._groups is None:
             self._groups = _Groups(self.p, self.between)
         total = self.summed + float(self.ws.max())
-        order = np.argsort(-self.ws, kind="stable")[:3]
-        top = [(int(v), float(self.ws[v])) for v in order]
+        top = [(v, float(self.ws[v])) for v in self.ws_order()[:3]]
         nodes: list[tuple[int, float, int]] = []
         for idx, memory, workspace in self._groups.nodes:
             # the largest workspace of the others: the first in decreasing order that is not the node
@@ -308,12 +310,13 @@ class _Groups:
         for at, ((u, v), costs) in enumerate(between.items()):
             by_shape.setdefault((costs[0].shape, len(costs)), []).append((at, u, v))
         self.edges = []
-        for members in by_shape.values():
+        for (_, parallel), members in by_shape.items():
             at, us, vs = (np.array(x) for x in zip(*members))
-            costs = [np.stack([between[(u, v)][t] for u, v in zip(us.tolist(), vs.tolist())])
-                     for t in range(len(between[(int(us[0]), int(vs[0]))]))]
+            pairs = list(zip(us.tolist(), vs.tolist()))
+            costs = [np.stack([between[pair][t] for pair in pairs]) for t in range(parallel)]
             self.edges.append((at, us, vs, costs,
-                               np.stack([problem.node_memory[u] for u in us]), np.stack([problem.node_memory[v] for v in vs]),
+                               np.stack([problem.node_memory[u] for u in us]),
+                               np.stack([problem.node_memory[v] for v in vs]),
                                np.stack([problem.node_workspace[u] for u in us]),
                                np.stack([problem.node_workspace[v] for v in vs])))
 
