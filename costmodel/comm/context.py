@@ -27,6 +27,8 @@ group with the samples' (the ``H`` split lists every weight in ``partial_weight_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from costmodel.parallel.axes import H
 from costmodel.comm.groups import collective_s
 from costmodel.comm.collectives import sendrecv_s
@@ -60,6 +62,52 @@ def _ring_sends(c: int, kv: float) -> tuple[list[float], list[float]]:
     return [kv] * (c - 1), [kv] + [2 * kv] * (c - 2) + [kv]
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """A split sequence's key/value exchange, priced before what hides it: the all-gather's
+    comms, each ring phase's send seconds, and the exchange the layer or machine fixes (None: the
+    cheaper when exposed). :meth:`comms` adds the core's time; the algorithms of one shard share
+    the rest (their core differs)."""
+
+    gathered: tuple[tuple, ...]  # (purpose, phase, collective, bytes, group, exposed, link seconds)
+    ring: tuple[tuple[str, int, tuple[float, ...]], ...]  # (phase, bytes sent, each send's seconds)
+    group: int
+    chosen: str | None
+
+    def comms(self, core_s: tuple[float, float]) -> list[tuple]:
+        """:func:`context_comms` with the core's forward and backward seconds ``core_s``."""
+        ring = []
+        for (phase, sent, times), core in zip(self.ring, core_s):
+            step = core / self.group
+            exposed = 0.0 if max(times, default=0.0) <= step else sum(max(0.0, t - step) for t in times)
+            ring.append(("kv", phase, "ring", sent, self.group, exposed, sum(times)))
+        gathered = list(self.gathered)
+        if self.chosen:  # the framework's, where the network names it; dnnplan's executor's on the CPU
+            return ring if self.chosen == "ring" else gathered
+        return min((ring, gathered), key=lambda comms: (sum(x[5] for x in comms), comms is gathered))
+
+
+def context_exchange(layer, strategy: Strategy, local: LocalLayer, itemsize: int, machine: Machine,
+                     rule: str = "mpi") -> Exchange | None:
+    """The :class:`Exchange` of an attention layer whose sequence the strategy splits (None otherwise)."""
+    c = strategy.degree(H)
+    if layer.op != "attention" or c == 1:
+        return None
+    kv = kv_bytes(local, itemsize)
+    per_node, nodes = machine.group_span(strategy.group_array(0, (H,)))
+    gather = [("kv", "fwd", "allgather", c * kv, c), ("kv", "bwd", "reduce_scatter", c * kv, c)]
+    gathered = tuple((*g, t, t) for g in gather
+                     for t in [collective_s(g[2], g[3], per_node, nodes, machine, rule=rule, cold=True)])
+    link = machine.intra if nodes == 1 else machine.inter  # Machine.link_for of the group
+    ring = []
+    timed: dict[float, float] = {}  # the ring's sends take two sizes: each priced once
+    for phase, sends in zip(("fwd", "bwd"), _ring_sends(c, kv)):
+        times = tuple(timed[n] if n in timed else timed.setdefault(n, sendrecv_s(n, link)) for n in sends)
+        ring.append((phase, int(sum(sends)), times))
+    chosen = layer.p.get("context_exchange") or ("allgather" if machine.device.kind == "cpu" else None)
+    return Exchange(gathered, tuple(ring), c, chosen)
+
+
 def context_comms(layer, strategy: Strategy, local: LocalLayer, itemsize: int, machine: Machine,
                   core_s: tuple[float, float], rule: str = "mpi") -> list[tuple]:
     """(purpose, phase, collective, bytes, group, exposed seconds, link seconds) of the key/value
@@ -67,24 +115,5 @@ def context_comms(layer, strategy: Strategy, local: LocalLayer, itemsize: int, m
     ``context_exchange`` parameter names, else on a CPU machine (whose executor is dnnplan's, which
     all-gathers: executor.ops.attention_context) the all-gather, else the cheaper of :data:`EXCHANGES`
     by exposed time; ``core_s``: the core's forward and backward seconds."""
-    c = strategy.degree(H)
-    if layer.op != "attention" or c == 1:
-        return []
-    kv = kv_bytes(local, itemsize)
-    members = strategy.group_array(0, (H,))
-    per_node, nodes = machine.group_span(members)
-    gather = [("kv", "fwd", "allgather", c * kv, c), ("kv", "bwd", "reduce_scatter", c * kv, c)]
-    gathered = [(*g, t, t) for g in gather
-                for t in [collective_s(g[2], g[3], per_node, nodes, machine, rule=rule, cold=True)]]
-    link = machine.link_for(members)
-    ring = []
-    timed: dict[float, float] = {}  # the ring's sends take two sizes: each priced once
-    for phase, sends, core in zip(("fwd", "bwd"), _ring_sends(c, kv), core_s):
-        step = core / c
-        times = [timed[n] if n in timed else timed.setdefault(n, sendrecv_s(n, link)) for n in sends]
-        exposed = 0.0 if max(times, default=0.0) <= step else sum(max(0.0, t - step) for t in times)
-        ring.append(("kv", phase, "ring", int(sum(sends)), c, exposed, sum(times)))
-    chosen = layer.p.get("context_exchange") or ("allgather" if machine.device.kind == "cpu" else None)
-    if chosen:  # the framework's, where the network names it; dnnplan's executor's on the CPU
-        return ring if chosen == "ring" else gathered
-    return min((ring, gathered), key=lambda comms: (sum(x[5] for x in comms), comms is gathered))
+    exchange = context_exchange(layer, strategy, local, itemsize, machine, rule)
+    return [] if exchange is None else exchange.comms(core_s)

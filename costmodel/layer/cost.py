@@ -17,7 +17,7 @@ from costmodel.comm.groups import collective_s
 from costmodel.compute.model import ComputeModel, update_bytes
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
 from costmodel.compute.roofline import local_cost
-from costmodel.comm.context import context_comms, core_share
+from costmodel.comm.context import context_exchange, core_share
 from costmodel.comm.expert import expert_collectives, flex_exchanges
 from costmodel.calls.flash import attention_kept_bytes
 from costmodel.compute.dispatch import dispatch_time
@@ -422,12 +422,25 @@ def kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machi
         key = ("kv", layer, strategy, local, rule, kernel, passes)
         got = memo.get(key)
         if got is None:
-            got = memo[key] = tuple(kv_comms(layer, strategy, local, machine, rule, kernel, passes))
+            got = memo[key] = tuple(_kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo))
         return list(got)
+    return _kv_comms(layer, strategy, local, machine, rule, kernel, passes, None)
+
+
+def _kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
+              passes: tuple[float, float], memo: dict | None) -> list[Comm]:
+    """:func:`kv_comms` priced; the exchange kept in ``memo`` for the shard's other algorithms
+    (only the core's time differs)."""
+    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+    key = ("kv-exchange", layer, strategy, local, rule)
+    exchange = None if memo is None else memo.get(key)
+    if exchange is None:
+        exchange = context_exchange(layer, strategy, local, itemsize, machine, rule)
+        if memo is not None:
+            memo[key] = exchange
     sram = machine.device.sram_bytes
     core = tuple(t * core_share(local, pass_, kernel, sram) for t, pass_ in zip(passes, ("fwd", "bwd_data")))
-    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    return [Comm(*c) for c in context_comms(layer, strategy, local, itemsize, machine, core, rule)]
+    return [Comm(*c) for c in exchange.comms(core)]
 
 
 def _extra_collectives(active, local: LocalLayer, strategy: Strategy, itemsize: int) -> list[tuple]:

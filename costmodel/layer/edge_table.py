@@ -105,6 +105,15 @@ class LayoutTable:
                 self.batch[i] = lay.shape[0]
             self.span[i] = self.p // strat.degree(N)
             self.reducible[i] = bool(lay.shape) and reducible(lay)
+        shapes = np.zeros((n, axes), np.int64)
+        for i, lay in enumerate(self.layouts):
+            shapes[i, :len(lay.shape)] = lay.shape
+        rows = np.concatenate([shapes, self.ndim[:, None], self.deg, self.ext, self.hasw, self.win.reshape(n, -1),
+                               self.radix, self.stride, self.batch[:, None], self.span[:, None],
+                               self.reducible[:, None]], axis=1)
+        # layouts with equal rows reshard alike: other strategies can split a tensor the same way
+        # over the same ranks (dims it is replicated over); their pairs are priced once
+        self.feature = np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1) if n else np.zeros(0, np.int64)
 
 
 def _intervals_v(deg, ext, hasw, win, width):
@@ -163,23 +172,32 @@ def _axis_tables(scode, dcode, sdeg, sext, shasw, swin, ddeg, dext, dhasw, dwin)
 
 
 def _evaluate(sides, backward: bool, nranks: int):
-    """Maxima over ``nranks`` ranks for pairs with prepared parameters (see :func:`_side`)."""
+    """Maxima over ``nranks`` ranks for pairs with prepared parameters (see :func:`_side`). An axis
+    neither side splits over these ranks (radix 1: every rank in block 0) gives each pair one
+    factor, not one per rank; the others gather from their flattened tables."""
     (sdeg, sext, shasw, swin, srad, sstr, scode), (ddeg, dext, dhasw, dwin, drad, dstr, dcode) = sides
     npairs, axes = sdeg.shape
     ranks = np.arange(nranks, dtype=np.int64)[None, :]
-    total = np.ones((npairs, nranks), np.int64)
-    local = np.ones((npairs, nranks), np.int64)
-    pieces = np.ones((npairs, nranks), np.int64)
+    total = np.ones((npairs, 1), np.int64)  # widened to (pairs, ranks) by the first split axis
+    local = np.ones((npairs, 1), np.int64)
+    pieces = np.ones((npairs, 1), np.int64)
     for a in range(axes):
         inv, table, need, summed, count = _axis_tables(scode[:, a], dcode[:, a], sdeg[:, a], sext[:, a],
                                                        shasw[:, a], swin[:, a], ddeg[:, a], dext[:, a],
                                                        dhasw[:, a], dwin[:, a])
-        rows = inv[:, None]
-        sc = (ranks // sstr[:, a, None]) % srad[:, a, None]
-        dc = (ranks // dstr[:, a, None]) % drad[:, a, None]
-        total *= (summed if backward else need)[rows, dc]
-        pieces *= count[rows, dc]
-        local *= table[rows, dc, sc]
+        got = summed if backward else need
+        if not ((srad[:, a] > 1).any() or (drad[:, a] > 1).any()):
+            total = total * got[inv, 0][:, None]
+            pieces = pieces * count[inv, 0][:, None]
+            local = local * table[inv, 0, 0][:, None]
+            continue
+        dst_blocks, src_blocks = table.shape[1], table.shape[2]
+        dc = inv[:, None] * dst_blocks + (ranks // dstr[:, a, None]) % drad[:, a, None]  # into (spec, dst)
+        sc = dc * src_blocks + (ranks // sstr[:, a, None]) % srad[:, a, None]  # into (spec, dst, src)
+        total = total * got.reshape(-1).take(dc)
+        pieces = pieces * count.reshape(-1).take(dc)
+        local = local * table.reshape(-1).take(sc)
+    total, local, pieces = np.broadcast_arrays(total, local, pieces)
     return (total - local).max(axis=1), np.maximum(pieces - (local > 0), 0).max(axis=1), total.max(axis=1)
 
 
@@ -199,11 +217,15 @@ def _maxima_ids(t: LayoutTable, src, dst, backward: bool, stop=None) -> tuple[np
     ``stop()`` (optional) is asked between pieces of work, and :class:`PricingStopped` raised when
     it says so."""
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    if len(src) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    _, first, inverse = np.unique(t.feature[src] * len(t.layouts) + t.feature[dst], return_index=True,
+                                  return_inverse=True)
+    if len(first) < len(src):  # pairs of layouts that reshard alike (LayoutTable.feature) priced once
+        return tuple(x[inverse.reshape(-1)] for x in _maxima_ids(t, src[first], dst[first], backward, stop))
     recv = np.zeros(len(src), np.int64)
     msgs = np.zeros(len(src), np.int64)
     written = np.zeros(len(src), np.int64)
-    if len(src) == 0:
-        return recv, msgs, written
     big = np.maximum(t.span[src], t.span[dst])
     small = np.minimum(t.span[src], t.span[dst])
     ok = t.reducible[src] & t.reducible[dst] & (big % small == 0) & (big < t.p)

@@ -390,7 +390,8 @@ def _edges(b: Builder, net: Network, sigs: list[Layer], nodes: list[_Node],
             for i in ins:
                 needed[(o, i, size)] = None
     pairs = list(needed)
-    cost = _times(b, pairs, backward=False) + _times(b, pairs, backward=True)
+    table = LayoutTable(b.layouts) if pairs else None
+    cost = _times(b, table, pairs, backward=False) + _times(b, table, pairs, backward=True)
     where = {k: n for n, k in enumerate(pairs)}
     for key, (outs, ins, size, u, v) in patterns.items():
         flat = np.array([where[(o, i, size)] for o in outs for i in ins], dtype=np.int64)
@@ -416,12 +417,12 @@ def _head_sums(b: Builder, embed: Layer, head: Layer, embeds, heads) -> np.ndarr
                      for es in embeds])
 
 
-def _times(b: Builder, pairs, backward: bool) -> np.ndarray:
-    """Reshard seconds of each (producer layout id, consumer layout id, itemsize)."""
+def _times(b: Builder, table: LayoutTable | None, pairs, backward: bool) -> np.ndarray:
+    """Reshard seconds of each (producer layout id, consumer layout id, itemsize); ``table``: the
+    builder's layouts."""
     out = np.zeros(len(pairs))
     if not pairs:
         return out
-    table = LayoutTable(b.layouts)
     arr = np.array(pairs, dtype=np.int64).reshape(len(pairs), 3)
     for size in np.unique(arr[:, 2]):
         idx = np.nonzero(arr[:, 2] == size)[0]

@@ -13,7 +13,7 @@ from costmodel.compute.roofline import Roofline
 from costmodel.comm.context import context_comms, kv_bytes
 from costmodel.machine.loading import load_machine
 from costmodel.calls.flash import visited
-from costmodel.layer.cost import layer_estimate
+from costmodel.layer.cost import kv_comms, layer_estimate
 from costmodel.parallel.shard import local_layer
 from costmodel.parallel.layout import AxisSplit, Layout, reshard_peaks
 from costmodel.choices.precision import with_precision
@@ -92,3 +92,17 @@ def test_a_network_can_name_its_frameworks_exchange():
     assert {x[2] for x in context_comms(ring, strat, local_layer(ring, strat, batch), 2, H100, (0.0, 0.0))} == {"ring"}
     with pytest.raises(Exception, match="context_exchange"):
         _attn(seq, extra=", context_exchange: gossip")
+
+
+def test_the_algorithms_of_a_shard_share_one_exchange_and_price_as_alone():
+    """kv_comms with a memo prices the exchange once per shard (its algorithms differ in the core's
+    seconds alone) and gives what it gives without one, for cores that hide the ring, part of it
+    and none of it."""
+    layer, strat = _attn(4096), make_strategy(8, {"H": 8})
+    local = local_layer(layer, strat, 2)
+    memo: dict = {}
+    for kernel in ("flash", "materialized"):
+        for passes in ((1.0, 2.0), (1e-5, 3e-5), (0.0, 0.0)):
+            assert kv_comms(layer, strat, local, H100, "mpi", kernel, passes, memo) == \
+                kv_comms(layer, strat, local, H100, "mpi", kernel, passes)
+    assert [k[0] for k in memo].count("kv-exchange") == 1

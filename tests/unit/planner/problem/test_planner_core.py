@@ -12,7 +12,7 @@ from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
 from costmodel.layer.cost import layer_estimate
 from costmodel.layer.edge import reshard_copy_s
 from costmodel.parallel.shard import dim_splits, input_layout, output_layout
-from costmodel.parallel.layout import copy_run, reshard_volume, reshard_volume_unreduced
+from costmodel.parallel.layout import copy_run, reshard_peaks, reshard_volume, reshard_volume_unreduced
 from costmodel.machine.model import LinkLevel
 from costmodel.layer.edge_table import LayoutTable, _maxima_ids, copy_runs_ids, reshard_copy_times_ids, reshard_maxima
 from costmodel.step.prediction import predict_step
@@ -122,6 +122,30 @@ def test_batched_and_reduced_reshards_equal_the_reference(name, p, batch):
             assert np.array_equal(fast.written_elems, ref.written_elems)
             want = reshard_copy_s(COMPUTE, ref.max_written, ref.max_recv, copy_run(src, dst), "float32", backward)
             assert c == want and (c > 0) == (ref.max_recv > 0)
+
+
+def test_layouts_that_reshard_alike_are_priced_once_and_exactly():
+    """Strategies that split a tensor alike over the same ranks (differing in a dim it is replicated
+    over) give one LayoutTable feature; every pair of every candidate of an edge still equals its
+    own reference, forward and backward."""
+    net = load_network("gpt2")
+    by = {l.name: l for l in net.layers}
+    p, batch = 16, 64
+    shared = 0
+    for u, v, slot in net.edges()[3:9]:
+        outs = [output_layout(by[u], s, batch) for s in candidate_strategies(by[u], p, batch)]
+        ins = [input_layout(by[v], s, batch, slot) for s in candidate_strategies(by[v], p, batch)]
+        layouts = list(dict.fromkeys(outs + ins))
+        ids = {lay: i for i, lay in enumerate(layouts)}
+        table = LayoutTable(layouts)
+        shared += len(layouts) - len(set(table.feature))
+        src, dst = [ids[o] for o in outs for _ in ins], [ids[i] for _ in outs for i in ins]
+        for backward in (False, True):
+            a, b = (dst, src) if backward else (src, dst)
+            got = zip(*_maxima_ids(table, a, b, backward))
+            want = [reshard_peaks(layouts[i], layouts[j], backward) for i, j in zip(a, b)]
+            assert [tuple(int(x) for x in g) for g in got] == want
+    assert shared > 0  # the pricing once is exercised
 
 
 @pytest.mark.parametrize("name", ["lenet5", "resnet18"])
