@@ -150,13 +150,41 @@ def _side(t: LayoutTable, ids, ranks, ok):
     return deg, ext, t.hasw[ids], t.win[ids], radix, stride, code
 
 
-def _axis_tables(scode, dcode, sdeg, sext, shasw, swin, ddeg, dext, dhasw, dwin):
-    """Overlap tables of the distinct (source axis, destination axis) specs among the pairs.
+class AxisTables:
+    """Per distinct (source axis, destination axis) spec, its overlap table ``T[dst block, src
+    block]`` and per destination block its size, the summed overlaps and how many source blocks
+    overlap it, each spec's flattened into one array at its own offset (specs of one shape are
+    computed together: padded to the widest spec, a table of thousands of blocks would make every
+    other spec's as large)."""
 
-    ``scode``/``dcode`` identify each side's axis spec. Returns ``inverse`` (pair -> distinct spec)
-    and, per distinct spec, the table ``T[dst block, src block]`` with the destination block sizes,
-    the summed overlaps and the number of overlapping source blocks per destination block.
-    """
+    def __init__(self, slo, shi, dlo, dhi, sdeg, ddeg):
+        n = len(sdeg)
+        width_d, width_s = np.maximum(ddeg, 1), np.maximum(sdeg, 1)
+        self.src_blocks = width_s
+        self.row_at = np.zeros(n, np.int64)  # offset of each spec's rows (need, summed, count)
+        self.table_at = np.zeros(n, np.int64)  # offset of each spec's table
+        self.row_at[1:] = np.cumsum(width_d)[:-1]
+        self.table_at[1:] = np.cumsum(width_d * width_s)[:-1]
+        self.need = np.zeros(int(width_d.sum()), np.int64)
+        self.summed = np.zeros_like(self.need)
+        self.count = np.zeros_like(self.need)
+        self.table = np.zeros(int((width_d * width_s).sum()), np.int64)
+        shapes = width_d * (int(width_s.max()) + 1) + width_s
+        for shape in np.unique(shapes):
+            ids = np.nonzero(shapes == shape)[0]
+            nd, ns = int(width_d[ids[0]]), int(width_s[ids[0]])
+            table = np.maximum(0, np.minimum(dhi[ids, :nd, None], shi[ids, None, :ns])
+                               - np.maximum(dlo[ids, :nd, None], slo[ids, None, :ns]))  # (spec, dst, src)
+            rows = self.row_at[ids, None] + np.arange(nd)
+            self.need[rows] = dhi[ids, :nd] - dlo[ids, :nd]
+            self.summed[rows] = table.sum(axis=2)
+            self.count[rows] = (table > 0).sum(axis=2)
+            self.table[(self.table_at[ids, None] + np.arange(nd * ns)).reshape(-1)] = table.reshape(-1)
+
+
+def _axis_tables(scode, dcode, sdeg, sext, shasw, swin, ddeg, dext, dhasw, dwin):
+    """The :class:`AxisTables` of the distinct (source axis, destination axis) specs among the
+    pairs, and ``inverse`` (pair -> distinct spec); ``scode``/``dcode`` identify each side's axis spec."""
     _, rs = np.unique(scode, return_inverse=True)
     _, rd = np.unique(dcode, return_inverse=True)
     _, first, inverse = np.unique(rs.reshape(-1) * (int(rd.max()) + 1) + rd.reshape(-1), return_index=True,
@@ -166,15 +194,22 @@ def _axis_tables(scode, dcode, sdeg, sext, shasw, swin, ddeg, dext, dhasw, dwin)
     ud = ddeg[first], dext[first], dhasw[first], dwin[first]
     slo, shi = _intervals_v(*us, int(us[0].max()))
     dlo, dhi = _intervals_v(*ud, int(ud[0].max()))
-    table = np.maximum(0, np.minimum(dhi[:, :, None], shi[:, None, :])
-                       - np.maximum(dlo[:, :, None], slo[:, None, :]))  # (spec, dst, src)
-    return inverse, table, dhi - dlo, table.sum(axis=2), (table > 0).sum(axis=2)
+    return inverse, AxisTables(slo, shi, dlo, dhi, us[0], ud[0])
+
+
+def _coordinate(ranks: np.ndarray, stride: np.ndarray, radix: np.ndarray) -> np.ndarray:
+    """Each pair's block coordinate of each rank, ``(rank // stride) % radix``; by shifts and masks
+    where every stride and radix is a power of two (the same integers, in a fraction of the time)."""
+    if not ((stride & (stride - 1)).any() or (radix & (radix - 1)).any()):
+        shift = np.log2(stride).astype(np.int64)
+        return (ranks >> shift[:, None]) & (radix - 1)[:, None]
+    return (ranks // stride[:, None]) % radix[:, None]
 
 
 def _evaluate(sides, backward: bool, nranks: int):
     """Maxima over ``nranks`` ranks for pairs with prepared parameters (see :func:`_side`). An axis
     neither side splits over these ranks (radix 1: every rank in block 0) gives each pair one
-    factor, not one per rank; the others gather from their flattened tables."""
+    factor, not one per rank; the others gather from their specs' flattened tables."""
     (sdeg, sext, shasw, swin, srad, sstr, scode), (ddeg, dext, dhasw, dwin, drad, dstr, dcode) = sides
     npairs, axes = sdeg.shape
     ranks = np.arange(nranks, dtype=np.int64)[None, :]
@@ -182,21 +217,20 @@ def _evaluate(sides, backward: bool, nranks: int):
     local = np.ones((npairs, 1), np.int64)
     pieces = np.ones((npairs, 1), np.int64)
     for a in range(axes):
-        inv, table, need, summed, count = _axis_tables(scode[:, a], dcode[:, a], sdeg[:, a], sext[:, a],
-                                                       shasw[:, a], swin[:, a], ddeg[:, a], dext[:, a],
-                                                       dhasw[:, a], dwin[:, a])
-        got = summed if backward else need
+        inv, t = _axis_tables(scode[:, a], dcode[:, a], sdeg[:, a], sext[:, a], shasw[:, a], swin[:, a],
+                              ddeg[:, a], dext[:, a], dhasw[:, a], dwin[:, a])
+        got = t.summed if backward else t.need
+        rows, tables = t.row_at[inv][:, None], t.table_at[inv][:, None]
         if not ((srad[:, a] > 1).any() or (drad[:, a] > 1).any()):
-            total = total * got[inv, 0][:, None]
-            pieces = pieces * count[inv, 0][:, None]
-            local = local * table[inv, 0, 0][:, None]
+            total = total * got[rows]
+            pieces = pieces * t.count[rows]
+            local = local * t.table[tables]
             continue
-        dst_blocks, src_blocks = table.shape[1], table.shape[2]
-        dc = inv[:, None] * dst_blocks + (ranks // dstr[:, a, None]) % drad[:, a, None]  # into (spec, dst)
-        sc = dc * src_blocks + (ranks // sstr[:, a, None]) % srad[:, a, None]  # into (spec, dst, src)
-        total = total * got.reshape(-1).take(dc)
-        pieces = pieces * count.reshape(-1).take(dc)
-        local = local * table.reshape(-1).take(sc)
+        dc, sc = _coordinate(ranks, dstr[:, a], drad[:, a]), _coordinate(ranks, sstr[:, a], srad[:, a])
+        at = rows + dc
+        total = total * got.take(at)
+        pieces = pieces * t.count.take(at)
+        local = local * t.table.take(tables + dc * t.src_blocks[inv][:, None] + sc)
     total, local, pieces = np.broadcast_arrays(total, local, pieces)
     return (total - local).max(axis=1), np.maximum(pieces - (local > 0), 0).max(axis=1), total.max(axis=1)
 
