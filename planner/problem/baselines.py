@@ -115,12 +115,22 @@ def _candidate_uniforms(net: Network, batch: int, p: int, built: Built,
     """Every strategy that is a candidate of some layer, applied to every layer that has it as a
     candidate (else the spec is skipped), priced on the built problem: (step, memory, spec, strategies)."""
     out = []
-    lookup = [{built.candidates[i][c][0]: int(c) for c in built.fastest[i]} for i in range(len(net.layers))]
-    labels = sorted({s.label for cands in built.candidates for s, _ in cands} - {"replicated", "serial"})
+    # layers of one node share its candidates and fastest (the same objects): each looked up once
+    nodes = {(id(cands), id(fast)): (cands, fast) for cands, fast in zip(built.candidates, built.fastest)}
+    lookups = {key: {cands[c][0]: int(c) for c in fast} for key, (cands, fast) in nodes.items()}
+    lookup = [lookups[(id(cands), id(fast))] for cands, fast in zip(built.candidates, built.fastest)]
+    labels = sorted({s.label for cands, _ in nodes.values() for s, _ in cands} - {"replicated", "serial"})
     for label in labels:
         spec = ",".join(part for part in label.split(",") if not part.startswith("R="))
         strategies = uniform(net, p, batch, spec, sigs)
-        choice = [lookup[i].get(strategies[layer.name]) for i, layer in enumerate(net.layers)]
+        found: dict[tuple[int, int], int | None] = {}  # (node's lookup, strategy) -> its candidate
+        choice = []
+        for i, layer in enumerate(net.layers):
+            strategy = strategies[layer.name]
+            key = (id(lookup[i]), id(strategy))
+            if key not in found:
+                found[key] = lookup[i].get(strategy)
+            choice.append(found[key])
         if any(c is None for c in choice):
             continue
         step, memory = evaluate(built.problem, choice)
