@@ -88,13 +88,14 @@ class Exchange:
 
 
 def context_exchange(layer, strategy: Strategy, local: LocalLayer, itemsize: int, machine: Machine,
-                     rule: str = "mpi") -> Exchange | None:
-    """The :class:`Exchange` of an attention layer whose sequence the strategy splits (None otherwise)."""
+                     rule: str = "mpi", span: tuple[int, int] | None = None) -> Exchange | None:
+    """The :class:`Exchange` of an attention layer whose sequence the strategy splits (None
+    otherwise); ``span``: ``machine.group_span`` of rank 0's sequence group, where the caller knows it."""
     c = strategy.degree(H)
     if layer.op != "attention" or c == 1:
         return None
     kv = kv_bytes(local, itemsize)
-    per_node, nodes = machine.group_span(strategy.group_array(0, (H,)))
+    per_node, nodes = machine.group_span(strategy.group_array(0, (H,))) if span is None else span
     gather = [("kv", "fwd", "allgather", c * kv, c), ("kv", "bwd", "reduce_scatter", c * kv, c)]
     gathered = tuple((*g, t, t) for g in gather
                      for t in [collective_s(g[2], g[3], per_node, nodes, machine, rule=rule, cold=True)])

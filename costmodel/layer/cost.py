@@ -435,12 +435,17 @@ def _kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Mach
     key = ("kv-exchange", layer, strategy, local, rule)
     exchange = None if memo is None else memo.get(key)
     if exchange is None:
-        exchange = context_exchange(layer, strategy, local, itemsize, machine, rule)
+        exchange = context_exchange(layer, strategy, local, itemsize, machine, rule,
+                                    _group_span(strategy, (H,), machine))
         if memo is not None:
             memo[key] = exchange
     sram = machine.device.sram_bytes
-    core = tuple(t * core_share(local, pass_, kernel, sram) for t, pass_ in zip(passes, ("fwd", "bwd_data")))
-    return [Comm(*c) for c in exchange.comms(core)]
+    shares = None if memo is None else memo.get(("core-share", local, kernel, sram))
+    if shares is None:  # the core's share of each pass: its kernel's, whatever the algorithm's passes
+        shares = tuple(core_share(local, pass_, kernel, sram) for pass_ in ("fwd", "bwd_data"))
+        if memo is not None:
+            memo[("core-share", local, kernel, sram)] = shares
+    return [Comm(*c) for c in exchange.comms(tuple(t * share for t, share in zip(passes, shares)))]
 
 
 def _extra_collectives(active, local: LocalLayer, strategy: Strategy, itemsize: int) -> list[tuple]:
