@@ -81,25 +81,41 @@ def _with_kv(comms: tuple, kv: tuple) -> tuple:
 def _algorithm_shard(base: str, layer: Layer, strat: Strategy, batch: int, compute: ComputeModel, algorithm: str,
                      machine: Machine, rule: str, memo: dict | None) -> tuple:
     """What :func:`derive_estimate` prices of ``algorithm`` on a layer's shard, whatever the
-    optimiser: its passes, the change in kept activations from those of the ``base`` algorithm
-    (None: none), its keys and values over a split sequence where they are not :func:`derivable`
-    (None: the base's serve), and its workspace; kept in ``memo`` when given, by these arguments."""
+    optimiser: its passes and keys and values (:func:`_algorithm_passes`), the change in kept
+    activations from those of the ``base`` algorithm (None: none) and its workspace; kept in
+    ``memo`` when given, by these arguments."""
     key = ("derive", base, layer, strat, batch, algorithm, rule)
+    got = None if memo is None else memo.get(key)
+    if got is not None:
+        return got
+    fwd, bwd_data, bwd_weights, kv = _algorithm_passes(layer, strat, batch, compute, algorithm, machine, rule, memo)
+    local = shard_of(layer, strat, batch, memo)
+    kept_by = None
+    if layer.op == "attention" or is_recomputed(algorithm) != is_recomputed(base):
+        kept_by = (own_kept_bytes(local, algorithm) + framework_kept_bytes(compute, local, algorithm)
+                   - own_kept_bytes(local, base) - framework_kept_bytes(compute, local, base))
+    got = (fwd, bwd_data, bwd_weights, kept_by, kv, compute.workspace_bytes(local, kernel_algorithm(algorithm)))
+    if memo is not None:
+        memo[key] = got
+    return got
+
+
+def _algorithm_passes(layer: Layer, strat: Strategy, batch: int, compute: ComputeModel, algorithm: str,
+                      machine: Machine, rule: str, memo: dict | None) -> tuple:
+    """The part of :func:`_algorithm_shard` a layer's time needs (``Builder.micro_floor`` prices no
+    memory): ``algorithm``'s passes on the shard, and its keys and values over a split sequence
+    where they are not :func:`derivable` (None: the base's serve); kept in ``memo`` when given."""
+    key = ("derive-passes", layer, strat, batch, algorithm, rule)
     got = None if memo is None else memo.get(key)
     if got is not None:
         return got
     local = shard_of(layer, strat, batch, memo)
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
-    kept_by = None
-    if layer.op == "attention" or is_recomputed(algorithm) != is_recomputed(base):
-        kept_by = (own_kept_bytes(local, algorithm) + framework_kept_bytes(compute, local, algorithm)
-                   - own_kept_bytes(local, base) - framework_kept_bytes(compute, local, base))
-    kernel = kernel_algorithm(algorithm)
     kv = None
     if not derivable(layer, strat):
-        kv = tuple(kv_comms(layer, strat, local, machine, rule, kernel,
+        kv = tuple(kv_comms(layer, strat, local, machine, rule, kernel_algorithm(algorithm),
                             (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo))
-    got = (fwd, bwd_data, bwd_weights, kept_by, kv, compute.workspace_bytes(local, kernel))
+    got = (fwd, bwd_data, bwd_weights, kv)
     if memo is not None:
         memo[key] = got
     return got
@@ -232,8 +248,8 @@ class Builder:
                        self.machine, front)]
         for algorithm in algos[1:]:
             algorithm = resolve_algorithm(sig, algorithm, self.machine)
-            fwd, bwd_data, bwd_weights, _, kv, _ = _algorithm_shard(base, sig, strat, self.batch, self.compute,
-                                                                    algorithm, self.machine, self.rule, memo)
+            fwd, bwd_data, bwd_weights, kv = _algorithm_passes(sig, strat, self.batch, self.compute, algorithm,
+                                                               self.machine, self.rule, memo)
             own = comms if kv is None else _with_kv(comms, kv)  # as derive_estimate
             out.append(floor_s(own, sig, (fwd, bwd_data, bwd_weights), grad_sum, dispatch, algorithm, self.overlap,
                                self.machine, front))
