@@ -16,7 +16,12 @@ edge: thousands of pairs, too many to price one by one through :func:`reshard_vo
    ranks with N degrees ``L / m_s`` and ``L / m_d`` (inner strides are unchanged).
 2. **Vectorisation.** Pairs with the same (reduced) rank count and rank are evaluated together with
    per-axis overlap tables ``T[pair, dst block, src block]`` gathered by each rank's coordinates,
-   exactly as :func:`reshard_volume` does per pair (same integer formulas, same windows).
+   exactly as :func:`reshard_volume` does per pair (same integer formulas, same windows). Each
+   distinct axis spec's table has its own size (:class:`AxisTables`), and an axis neither side
+   splits gives a pair one factor for all its ranks.
+3. **Layouts that reshard alike.** Strategies that split a tensor the same way over the same ranks
+   (differing only in dims it is replicated over) give layouts with equal features
+   (:attr:`LayoutTable.feature`); their pairs are priced once.
 
 The link a reshard uses is found without listing the group: rank 0's group along ``dims`` stays
 inside link domain 0 (node 0, or the NVLink domain holding it: ``Machine.domain_size``) iff its largest
