@@ -296,28 +296,33 @@ def _weighed(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machi
     collectives (:func:`_weight_comms`), PyTorch FSDP's (forward, backward) seconds on them
     (:func:`fsdp_prep_s`), their bytes (weights, gradients, optimiser state, master copies,
     gathered transient, FP8 copies, FSDP's gradient copy) and the update's seconds; kept in
-    ``memo`` (:func:`group_time`'s) when given, by these arguments (the micro-batch counts a
-    pipeline search weighs price the same weights)."""
-    key = ("weights", layer, strategy, local.weight_shapes, opt, rule, micro_batches)
-    got = None if memo is None else memo.get(key)
-    if got is not None:
-        return got
-    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    wcomms = tuple(_weight_comms(layer, strategy, local, machine, opt, rule, memo))
-    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
-    wshapes = dict(local.weight_shapes)
-    replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
-    prep_fwd, prep_bwd = fsdp_prep_s(compute, wshapes, replicas, layer.dtype, opt, micro_batches)
-    weights, grads, state, master, gathered = weight_memory(wshapes, replicas, itemsize, opt)
-    fp8_elems = sum(-(-prod(s) // (replicas[n] if opt.zero >= 3 else 1)) for n, s in wshapes.items() if fp8_weight(n, s))
-    fp8 = fp8_bytes(layer, fp8_elems)
-    if fp8_params(layer):  # the weight is its FP8 copy, one byte (costmodel.choices.precision): no 16-bit one
-        weights, fp8 = weights - fp8_elems * (itemsize - 1), fp8 - fp8_elems
-    held = (weights, grads, state, master, gathered, fp8, fsdp_grad_copy(wshapes, itemsize, opt))
-    got = (wcomms, prep_fwd, prep_bwd, held, _update_s(compute, wshapes, replicas, itemsize, opt))
-    if memo is not None:
-        memo[key] = got
-    return got
+    ``memo`` (:func:`group_time`'s) when given, by these arguments, all but FSDP's seconds whatever
+    the micro-batch count (the micro-batch counts a pipeline search weighs price the same weights)."""
+    key = ("weights", layer, strategy, local.weight_shapes, opt, rule)
+    base = None if memo is None else memo.get(key)
+    if base is None:
+        itemsize = DTYPE_BYTES.get(layer.dtype, 4)
+        wcomms = tuple(_weight_comms(layer, strategy, local, machine, opt, rule, memo))
+        active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
+        wshapes = dict(local.weight_shapes)
+        replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
+        weights, grads, state, master, gathered = weight_memory(wshapes, replicas, itemsize, opt)
+        fp8_elems = sum(-(-prod(s) // (replicas[n] if opt.zero >= 3 else 1)) for n, s in wshapes.items()
+                        if fp8_weight(n, s))
+        fp8 = fp8_bytes(layer, fp8_elems)
+        if fp8_params(layer):  # the weight is its FP8 copy, one byte (costmodel.choices.precision): no 16-bit one
+            weights, fp8 = weights - fp8_elems * (itemsize - 1), fp8 - fp8_elems
+        held = (weights, grads, state, master, gathered, fp8, fsdp_grad_copy(wshapes, itemsize, opt))
+        base = (wcomms, replicas, held, _update_s(compute, wshapes, replicas, itemsize, opt))
+        if memo is not None:
+            memo[key] = base
+    wcomms, replicas, held, update = base
+    prep = None if memo is None or not opt.fsdp_kernels else memo.get(key + (micro_batches,))
+    if prep is None:  # FSDP's kernels per micro-batch (none without them: fsdp_prep_s answers at once)
+        prep = fsdp_prep_s(compute, dict(local.weight_shapes), replicas, layer.dtype, opt, micro_batches)
+        if memo is not None and opt.fsdp_kernels:
+            memo[key + (micro_batches,)] = prep
+    return wcomms, prep[0], prep[1], held, update
 
 
 def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, compute: ComputeModel, algorithm: str,

@@ -9,6 +9,7 @@ import pytest
 from costmodel.compute.roofline import Roofline
 from costmodel.calls.algorithms import default_algorithms
 from costmodel.machine.loading import load_machine
+from costmodel.layer.cost import layer_estimate
 from costmodel.layer.fsdp import fsdp_kernels, postdivide_factor, predivide_factor
 from costmodel.frameworks.megatron import megatron_strategies
 from costmodel.choices.optimizer import Optimizer
@@ -99,3 +100,20 @@ def test_the_float32_copy_of_a_layers_gradient_is_held_while_it_is_reduced():
     assert buffers(Optimizer("adam", 3, reduce_bytes=4, reduce_each_micro=True, torch_fsdp=True)) - plain == 4 * elems
     assert buffers(Optimizer("adam", 3, reduce_each_micro=True, torch_fsdp=True)) == buffers(
         Optimizer("adam", 3, reduce_each_micro=True))
+
+
+def test_a_memo_shared_across_micro_batch_counts_prices_each_as_alone():
+    """The weights' pricing is kept once for every micro-batch count (a pipeline search weighs many),
+    FSDP's kernels per count: h0.fc's estimate with one memo across 1, 4 and 16 micro-batches equals
+    its estimate without one, under PyTorch FSDP and a generic ZeRO-3."""
+    layer = GPT2.layer("h0.fc")
+    strategy, _ = megatron_strategies(GPT2, 8, 8, 1, False)
+    for opt in (Optimizer("adam", 3, reduce_bytes=4, reduce_each_micro=True, torch_fsdp=True),
+                Optimizer("adam", 3, reduce_bytes=4)):
+        memo: dict = {}
+        for micro_batches in (1, 4, 16, 4):
+            alone = layer_estimate(layer, strategy["h0.fc"], 8, H100, ROOF, optimizer=opt, micro_batches=micro_batches)
+            kept = layer_estimate(layer, strategy["h0.fc"], 8, H100, ROOF, optimizer=opt, micro_batches=micro_batches,
+                                  memo=memo)
+            assert kept == alone
+        assert sum(1 for k in memo if k[0] == "weights" and len(k) == 6) == 1
