@@ -53,6 +53,7 @@ def held_deltas(net: Network, batch: int, strategies: dict[str, Strategy], saved
     by_name = {layer.name: layer for layer in net.layers}
     deltas = dict.fromkeys(by_name, 0)
     moved_all = {name: saved[name] and OPS[layer.op].saves != "output" for name, layer in by_name.items()}
+    edges: dict[tuple, tuple[bool, int]] = {}  # (reader, strategy, slot, producer, its strategy) -> (unmoved, bytes)
     for reader in net.layers:
         if OPS[reader.op].saves != "inputs":
             continue
@@ -63,14 +64,20 @@ def held_deltas(net: Network, batch: int, strategies: dict[str, Strategy], saved
             if src not in by_name:
                 continue
             producer = by_name[src]
-            need = input_layout(reader, strat, batch, slot)
-            unmoved = _unmoved(output_layout(producer, strategies[src], batch), need)
+            # an edge's layouts are those of its layers' costs, not their names: a transformer's
+            # blocks repeat each edge (llama3.1-405b: 1,012 layers), its layouts made once
+            key = (reader.unnamed(), strat, slot, producer.unnamed(), strategies[src])
+            if key not in edges:
+                need = input_layout(reader, strat, batch, slot)
+                edges[key] = (_unmoved(output_layout(producer, strategies[src], batch), need),
+                              prod(max_block_extents(need)) * DTYPE_BYTES.get(producer.dtype, 4))
+            unmoved, received = edges[key]
             if keeps and unmoved:
                 moved_all[src] = False  # the reader holds the producer's own array
             if local is not None and (unmoved or not keeps):  # the block the per-layer count holds is none
                 deltas[reader.name] -= received_block_bytes(local, slot)
             elif keeps and not unmoved and local is None:  # a received block the per-layer count does not hold
-                deltas[reader.name] += prod(max_block_extents(need)) * DTYPE_BYTES.get(producer.dtype, 4)
+                deltas[reader.name] += received
     for name, gone in moved_all.items():
         if gone:
             layer, strat = by_name[name], strategies[name]
