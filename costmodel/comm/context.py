@@ -99,7 +99,7 @@ def context_exchange(layer, strategy: Strategy, local: LocalLayer, itemsize: int
     gather = [("kv", "fwd", "allgather", c * kv, c), ("kv", "bwd", "reduce_scatter", c * kv, c)]
     gathered = tuple((*g, t, t) for g in gather
                      for t in [collective_s(g[2], g[3], per_node, nodes, machine, rule=rule, cold=True)])
-    link = machine.intra if nodes == 1 else machine.inter  # Machine.link_for of the group
+    link = machine.link_spanning(nodes)
     ring = []
     timed: dict[float, float] = {}  # the ring's sends take two sizes: each priced once
     for phase, sends in zip(("fwd", "bwd"), _ring_sends(c, kv)):

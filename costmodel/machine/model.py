@@ -207,7 +207,12 @@ class Machine:
         """The slowest link level the group crosses: ``intra`` inside one link domain (a node, or
         an NVLink domain of several), else ``inter``."""
         _, nodes = self.group_span(ranks)
-        return self.intra if nodes == 1 else self.inter
+        return self.link_spanning(nodes)
+
+    def link_spanning(self, domains: int) -> LinkLevel:
+        """The slowest link level of a group spanning ``domains`` link domains (its
+        :meth:`group_span`'s second number): ``intra`` for one, else ``inter``."""
+        return self.intra if domains == 1 else self.inter
 
 
 # --- parsing -------------------------------------------------------------------------------------
