@@ -79,9 +79,11 @@ class LayoutTable:
         self.contrib = np.zeros((n, len(DIM_BIT)), np.int64)  # (degree - 1) * stride per dim
         self.spec = np.zeros((n, axes), np.int64)  # id of (degree, extent, window) per axis
         self.first = np.ones((n, axes), np.int64)  # rank 0's block extents (copy_run)
+        shapes = np.zeros((n, axes), np.int64)
         specs: dict[tuple, int] = {}
         for i, lay in enumerate(self.layouts):
             strat = lay.strategy
+            shapes[i, :len(lay.shape)] = lay.shape
             for a, size in enumerate(lay.shape):
                 split = lay.axes[a]
                 if split is None:
@@ -110,12 +112,8 @@ class LayoutTable:
                 self.batch[i] = lay.shape[0]
             self.span[i] = self.p // strat.degree(N)
             self.reducible[i] = bool(lay.shape) and reducible(lay)
-        shapes = np.zeros((n, axes), np.int64)
-        for i, lay in enumerate(self.layouts):
-            shapes[i, :len(lay.shape)] = lay.shape
-        rows = np.concatenate([shapes, self.ndim[:, None], self.deg, self.ext, self.hasw, self.win.reshape(n, -1),
-                               self.radix, self.stride, self.batch[:, None], self.span[:, None],
-                               self.reducible[:, None]], axis=1)
+        rows = np.concatenate([shapes, self.ndim[:, None], self.spec, self.radix, self.stride, self.batch[:, None],
+                               self.span[:, None], self.reducible[:, None]], axis=1)  # spec: degree, extent, window
         # layouts with equal rows reshard alike: other strategies can split a tensor the same way
         # over the same ranks (dims it is replicated over); their pairs are priced once
         self.feature = np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1) if n else np.zeros(0, np.int64)
