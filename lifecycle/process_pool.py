@@ -30,6 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from types import MappingProxyType
 from typing import Any, Callable, Hashable, Iterator, Sequence
 
+from lifecycle import sent_once
 from lifecycle.jobs import LAUNCHER_ENV, launcher_env, watch_launcher
 from lifecycle.stops import STOP_SIGNALS
 from networks.writing import SystemFailure
@@ -111,19 +112,20 @@ _KEPT: dict = {}
 _STOPS = None
 
 
-def _pickled(fn: Callable[[Any, dict], Any], task: Any) -> bytes:
+def _pickled(fn: Callable[[Any, dict], Any], task: Any, named: dict | None = None) -> bytes:
     """``(fn, task)`` pickled now, in the caller's thread: the task as it is when handed out. The
     pool's own thread pickles what it sends later, while the caller goes on; a task sharing a dict
     the caller fills meanwhile (a pricing cache) would change under it ("dictionary changed size
-    during iteration", or a task sent half old, half new)."""
-    return bytes(ForkingPickler.dumps((fn, task)))
+    during iteration", or a task sent half old, half new). ``named``: the objects pickled once
+    (:meth:`lifecycle.sent_once.Shared.named`)."""
+    return sent_once.dumps((fn, task), named or {})
 
 
 def _with_kept(blob: bytes, handed_at: int | None = None) -> Any:
     """``fn(task, kept)`` in a worker, ``(fn, task)`` from :func:`_pickled`, with that worker's own
     ``kept``; ``kept["stopped"]()`` says whether the command has stopped the tasks handed out up to
     this one since (``handed_at``, the count of stops when it was handed out; None: never)."""
-    fn, task = ForkingPickler.loads(blob)
+    fn, task = sent_once.loads(blob)
     stops = _STOPS
     _KEPT["stopped"] = (lambda: False) if handed_at is None or stops is None else (lambda: stops.value != handed_at)
     return fn(task, _KEPT)
@@ -170,6 +172,7 @@ class ProcessPool:
         self._here: set = set()
         self._there: set = set()
         self._stops = None  # the count of stops shared with the workers (stop_handed_out)
+        self._shared = sent_once.Shared()  # the objects many tasks carry, pickled once
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -194,12 +197,14 @@ class ProcessPool:
                 hold_signals(signal.SIG_SETMASK, held)
         return self._pool
 
-    def submit(self, fn: Callable[[Any, dict], Any], task: Any) -> Future:
+    def submit(self, fn: Callable[[Any, dict], Any], task: Any, shared: Sequence[Any] = ()) -> Future:
         """``fn(task, kept)`` handed to a worker now: its future (``cancel()`` takes it back while
         not started; :meth:`stop_handed_out` asks it to stop while running). A worker the system
-        ends makes ``result()`` raise the pool's own error."""
+        ends makes ``result()`` raise the pool's own error. ``shared``: objects the task carries
+        that other tasks carry too, pickled once and loaded once in each worker
+        (:mod:`lifecycle.sent_once`)."""
         pool = self._executor()  # first: it registers how read-only mappings are pickled
-        return pool.submit(_with_kept, _pickled(fn, task), self._stops.value)
+        return pool.submit(_with_kept, _pickled(fn, task, self._shared.named(shared)), self._stops.value)
 
     def stop_handed_out(self) -> None:
         """The tasks :meth:`submit` handed out so far are to stop: each running one's
@@ -216,7 +221,7 @@ class ProcessPool:
 
     def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
                   here: Callable[[int], Any] | None = None,
-                  keys: Sequence[Hashable] | None = None) -> Iterator[tuple[int, Any]]:
+                  keys: Sequence[Hashable] | None = None, shared: Sequence[Any] = ()) -> Iterator[tuple[int, Any]]:
         """``(i, fn(tasks[i], kept))`` as each finishes, ``kept`` the worker's own dict across its
         tasks; closing the iterator cancels the tasks not started. ``here(i)``: task ``i`` computed
         in this process, which then takes the tasks in order beside the workers (each worker is
@@ -229,8 +234,11 @@ class ProcessPool:
         for those whose key a worker computed before (priced there, they cost a worker less),
         until a worker keeps it waiting :data:`STEAL_AFTER_S`.
         A worker the system ends (the out-of-memory killer's SIGKILL, a crash) ends the workers and
-        raises :class:`networks.writing.SystemFailure`: one line saying how it ended."""
+        raises :class:`networks.writing.SystemFailure`: one line saying how it ended. ``shared``:
+        objects every task carries, pickled once and loaded once in each worker
+        (:mod:`lifecycle.sent_once`)."""
         pool = self._executor()
+        named = self._shared.named(shared)
         workers = list((getattr(pool, "_processes", None) or {}).values())
         futures: dict = {}
         pending: set = set()
@@ -240,7 +248,7 @@ class ProcessPool:
         most = len(tasks) if here is None else 2 * self.workers  # tasks handed to the workers at once
 
         def submit(i: int) -> None:
-            future = pool.submit(_with_kept, _pickled(fn, tasks[i]))
+            future = pool.submit(_with_kept, _pickled(fn, tasks[i], named))
             futures[future] = i
             pending.add(future)
 

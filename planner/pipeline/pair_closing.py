@@ -119,7 +119,8 @@ def closed_side_by_side(search, parallel: Parallel, best: Best, out: list[Candid
     order = [i for i in order if wanted(i)]  # the pairs handed out (fewer may be needed, never more)
     tasks = [search_task(search, out[i].stages, out[i].micro_batches, out[i].chunks, close=True) for i in order]
     results = parallel.unordered(search_pair, tasks, here,
-                                 [(search.p // out[i].stages, search.batch // out[i].micro_batches) for i in order])
+                                 [(search.p // out[i].stages, search.batch // out[i].micro_batches) for i in order],
+                                 shared=(search.stack,))
     done: dict[int, object] = {}
     k = 0
     try:

@@ -29,19 +29,21 @@ class Parallel(Protocol):
 
     def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
                   here: Callable[[int], Any] | None = None,
-                  keys: Sequence[Hashable] | None = None) -> Iterator[tuple[int, Any]]:
+                  keys: Sequence[Hashable] | None = None, shared: Sequence[Any] = ()) -> Iterator[tuple[int, Any]]:
         """``(i, fn(tasks[i], kept))`` for every task, in the order they finish, ``kept`` the
         worker's own dict across its tasks; closing the iterator early drops the tasks not yet
         started. ``here(i)``: task ``i`` computed in the caller's process instead, which then
         takes tasks too (its answer is ``here(i)``'s: what it computes stays where it is used).
         ``keys[i]``: what task ``i`` prices; a task whose key the caller's process computed in an
-        earlier call is computed there again where it can be (what it priced is kept there)."""
+        earlier call is computed there again where it can be (what it priced is kept there).
+        ``shared``: objects every task carries (a network's stack), sent to a worker once."""
         ...
 
-    def submit(self, fn: Callable[[Any, dict], Any], task: Any) -> Future:
+    def submit(self, fn: Callable[[Any, dict], Any], task: Any, shared: Sequence[Any] = ()) -> Future:
         """``fn(task, kept)`` handed to a worker now, ahead of being needed: its future
         (``cancel()`` takes it back while not started, to be computed by the caller). While it
-        runs, ``kept["stopped"]()`` says whether :meth:`stop_handed_out` was called since."""
+        runs, ``kept["stopped"]()`` says whether :meth:`stop_handed_out` was called since.
+        ``shared``: objects other tasks carry too, sent to a worker once."""
         ...
 
     def stop_handed_out(self) -> None:
@@ -57,12 +59,12 @@ class InProcess:
 
     def unordered(self, fn: Callable[[Any, dict], Any], tasks: Sequence[Any],
                   here: Callable[[int], Any] | None = None,
-                  keys: Sequence[Hashable] | None = None) -> Iterator[tuple[int, Any]]:
+                  keys: Sequence[Hashable] | None = None, shared: Sequence[Any] = ()) -> Iterator[tuple[int, Any]]:
         kept: dict = {}  # this call's alone: nothing outlives it
         for i, task in enumerate(tasks):
             yield i, fn(task, kept) if here is None else here(i)
 
-    def submit(self, fn: Callable[[Any, dict], Any], task: Any) -> Future:
+    def submit(self, fn: Callable[[Any, dict], Any], task: Any, shared: Sequence[Any] = ()) -> Future:
         future: Future = Future()  # computed now, in order: nothing runs beside this process
         future.set_result(fn(task, {}))
         return future

@@ -104,7 +104,8 @@ def bound_side_by_side(parallel: Parallel, stack: Stack, batch: int, p: int, mac
     def many(combos: list, above: float | None = None) -> Iterator[tuple[int, tuple[float, bool, float]]]:
         tasks = pair_tasks(stack, batch, p, machine, compute, settings, limit, sends, combos, above, holds)
         # bounded where it was before (an earlier ZeRO stage's bound), a pair is priced there already
-        results = parallel.unordered(pair_bound, tasks, lambda i: here(*combos[i][1:], above), pair_keys(tasks))
+        results = parallel.unordered(pair_bound, tasks, lambda i: here(*combos[i][1:], above), pair_keys(tasks),
+                                     shared=(stack,))
         try:
             for i, got in results:
                 yield i, (got.step_s, got.fits, got.mean_s)

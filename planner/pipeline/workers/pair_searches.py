@@ -151,7 +151,7 @@ class Ahead:
             if k in self.futures or k in self.done or self.mine(k) or not self._searchable(k, below):
                 continue
             self.futures[k] = self.parallel.submit(search_pair, search_task(self.search, *self.combos[k][1:3],
-                                                                            below=below))
+                                                                            below=below), shared=(self.search.stack,))
             running += 1
 
     def edges_bound(self, i: int, below: float, wait_s: Callable[[], float | None]) -> float | None:

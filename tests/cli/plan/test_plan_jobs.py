@@ -66,10 +66,10 @@ def test_two_jobs_bound_each_zero_stages_pairs_side_by_side_and_answer_as_one_do
     bounds = []
     unordered = ProcessPool.unordered
 
-    def counted(self, fn, tasks, here=None, keys=None):
+    def counted(self, fn, tasks, here=None, keys=None, shared=()):
         if fn is pair_bound:
             bounds.append(len(tasks))
-        yield from unordered(self, fn, tasks, here, keys)
+        yield from unordered(self, fn, tasks, here, keys, shared)
 
     monkeypatch.setattr(ProcessPool, "unordered", counted)
     two = CliRunner().invoke(app, args + ["--jobs", "2"])

@@ -36,7 +36,7 @@ class _Counted(ProcessPool):
     here = 0
     closings = 0
 
-    def unordered(self, fn, tasks, here=None, keys=None):
+    def unordered(self, fn, tasks, here=None, keys=None, shared=()):
         self.sent += len(tasks)
         self.closings += sum(1 for t in tasks if t.close) if fn is search_pair else 0
 
@@ -44,7 +44,7 @@ class _Counted(ProcessPool):
             self.here += 1
             return here(i)
 
-        yield from super().unordered(fn, tasks, None if here is None else counted, keys)
+        yield from super().unordered(fn, tasks, None if here is None else counted, keys, shared)
 
 
 class _AllInWorkers:
@@ -60,13 +60,13 @@ class _AllInWorkers:
         self.closings = 0  # pairs' gaps closed as a worker closes them
         self.searches = 0  # pairs searched as a worker searches them, ahead of their turn
 
-    def unordered(self, fn, tasks, here=None, keys=None):
+    def unordered(self, fn, tasks, here=None, keys=None, shared=()):
         self.fns.append(fn)
         self.closings += sum(1 for t in tasks if fn is search_pair and t.close)
         for i, task in enumerate(tasks):
             yield i, fn(task, self.kept)
 
-    def submit(self, fn, task):
+    def submit(self, fn, task, shared=()):
         self.fns.append(fn)
         self.searches += fn is search_pair and not task.close
         future = Future()
@@ -156,7 +156,7 @@ def test_a_workers_search_stops_at_the_commands_deadline_and_the_pair_is_searche
     class _Late:
         jobs = 2
 
-        def submit(self, fn, task):
+        def submit(self, fn, task, shared=()):
             future = Future()
             future.set_running_or_notify_cancel()  # a worker has it: not taken back
             future.set_result(LATE)
@@ -188,7 +188,7 @@ def test_a_workers_search_left_when_the_search_moves_on_answers_late_and_the_poo
         jobs = 2
         told = 0
 
-        def submit(self, fn, task):
+        def submit(self, fn, task, shared=()):
             future = Future()
             future.set_running_or_notify_cancel()  # a worker runs it: not taken back, not done
             return future
