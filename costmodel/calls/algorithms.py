@@ -128,7 +128,7 @@ def kernel_algorithm(algorithm: str) -> str:
 
 
 def recomputed_comms(comms) -> list:
-    """The collectives (``layer_cost.Comm``) a layer under ``RECOMPUTE`` runs again: its forward
+    """The collectives (``costmodel.layer.comms.Comm``) a layer under ``RECOMPUTE`` runs again: its forward
     runs again in backward, collectives included (ZeRO-3's parameter gather excepted: the
     backward's own gather serves it)."""
     return [c.in_phase("bwd") for c in comms if c.phase == "fwd" and c.purpose != "param_gather"]

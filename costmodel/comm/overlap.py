@@ -1,6 +1,6 @@
 """Which collectives overlap compute, as the frameworks schedule them (pure).
 
-Every collective a layer runs (``layer_cost.Comm``) has its link time, what its messages take, and
+Every collective a layer runs (``costmodel.layer.comms.Comm``) has its link time, what its messages take, and
 its exposed time, what the step waits for; the step adds the exposed times
 (docs/costmodel.md, "Overlap"). One rule per purpose, under a mode a user picks (``--overlap``):
 

@@ -1,26 +1,21 @@
 """Cost of one layer under a strategy (pure); an edge's reshard is priced in costmodel.layer.edge.
 
-Per layer (docs/costmodel.md, "Per layer"): forward and backward compute of the local shard; the
-forward partial-sum allreduce of a split contraction (C); the backward allreduce of partial input
-gradients of a split filter dimension (F); op-specific collectives (batch-norm statistics,
-attention keys and values); the weight-gradient allreduce over the ranks holding replicas of the
-same weight shard; the optimiser update; memory per device.
+Per layer (docs/costmodel.md, "Per layer"): forward and backward compute of the local shard; its
+collectives (costmodel.layer.comms: a split contraction's partial sums and input gradients,
+op-specific ones, the weights' gradient sums), hidden under the passes where the overlap allows;
+the optimiser update; memory per device.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
-from costmodel.parallel.axes import H
-from costmodel.comm.groups import collective_s
 from costmodel.compute.model import ComputeModel, update_bytes
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
 from costmodel.compute.roofline import local_cost
-from costmodel.comm.context import context_exchange, core_share
-from costmodel.comm.expert import expert_collectives, flex_exchanges
 from costmodel.calls.flash import attention_kept_bytes
 from costmodel.compute.dispatch import dispatch_time
+from costmodel.layer.comms import Comm, shard_comms, weight_comms
 from costmodel.layer.fsdp import fsdp_grad_copy, fsdp_prep_s
 from costmodel.calls.layer_calls import grad_sum_calls
 from costmodel.parallel.shard import (LocalLayer, dim_splits, local_layer, one_replica, output_layout,
@@ -31,52 +26,9 @@ from costmodel.choices.optimizer import Optimizer, as_optimizer
 from costmodel.choices.precision import fp8_bytes, fp8_params, fp8_weight
 from costmodel.comm.overlap import overlapped, resolve_overlap
 from costmodel.parallel.strategy import Strategy
-from costmodel.comm.tensor import tensor_collectives
-from costmodel.comm.weight_sync import grad_dims, replica_sums, weight_collectives, weight_memory
+from costmodel.comm.weight_sync import grad_dims, weight_memory
 from networks.ir import DTYPE_BYTES, Layer
 from networks.ops.base import prod
-
-
-@dataclass(frozen=True)
-class Comm:
-    """One collective a layer runs: what it is for, the phase, bytes per rank and group size, and
-    its time: ``seconds`` is what the step waits for (its exposed time), ``link_s`` the time its
-    messages hold the link where that differs (a context-parallel ring hidden under attention's
-    steps, costmodel.comm.context); None: the same."""
-
-    purpose: str  # "partial_sum", "input_grad", "output_grad", "input_gather", "stats", "kv", "grad_sync", "param_gather"
-    phase: str  # "fwd", "bwd", "sync"
-    collective: str
-    nbytes: int
-    group: int
-    seconds: float
-    link_s: float | None = None
-
-    @property
-    def link_time(self) -> float:
-        """The time its messages hold the link (``seconds`` unless part of it is hidden)."""
-        return self.seconds if self.link_s is None else self.link_s
-
-    def timed(self, seconds: float, link_s: float | None) -> "Comm":
-        """This collective with other times (the planner asks it for every candidate's every
-        collective, costmodel.comm.overlap: :func:`replaced`)."""
-        return replaced(self, seconds=seconds, link_s=link_s)
-
-    def in_phase(self, phase: str) -> "Comm":
-        """This collective run in another phase (a recomputed forward's, in backward: :func:`replaced`)."""
-        return replaced(self, phase=phase)
-
-
-def replaced(obj, **changes):
-    """``dataclasses.replace(obj, **changes)`` for a frozen dataclass without ``__post_init__`` or
-    ``init=False`` fields, made directly: its ``__init__`` sets each field through
-    ``object.__setattr__``, which costs more than the planner's arithmetic on the collectives and
-    estimates it derives for every candidate (``changes`` must name fields)."""
-    new = object.__new__(type(obj))
-    fields = new.__dict__
-    fields.update(obj.__dict__)
-    fields.update(changes)
-    return new
 
 
 @dataclass(frozen=True)
@@ -160,44 +112,12 @@ class LayerEstimate:
                 + sum(sync) + self.update_s + self.dispatch_s)
 
 
-def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
-               rule: str = "mpi", cold: bool = False, within: int = 0, memo: dict | None = None) -> float:
-    """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group; with
-    ``within``, its first ``within`` ranks: neighbours along one dimension holding the same replica,
-    costmodel.comm.weight_sync.replica_sums); ``cold``: right after a layer's kernels
-    (``Machine.fitted_cold``). Inside one node, a time measured in the run for exactly this
-    collective (``Machine.measured``) comes first. ``memo``: what a caller pricing many layers keeps,
-    one machine and compute model a memo (``planner.problem.priced_layers``); here the times, by
-    collective, bytes, span, rule and ``cold``: the time is a function of them alone."""
-    dims = tuple(dims)
-    if not dims or nbytes <= 0 or (within or strategy.group_size(dims)) == 1:
-        return 0.0
-    per_node, nodes = _group_span(strategy, dims, machine, within)
-    key = (collective, nbytes, per_node, nodes, rule, cold)
-    if memo is not None and key in memo:
-        return memo[key]
-    got = machine.measured_s(collective, int(nbytes), per_node, cold) if nodes == 1 else None
-    if got is None:
-        got = collective_s(collective, nbytes, per_node, nodes, machine, rule=rule, cold=cold)
-    if memo is not None:
-        memo[key] = got
-    return got
-
-
-@lru_cache(maxsize=None)
-def _group_span(strategy: Strategy, dims: tuple[str, ...], machine: Machine, within: int = 0) -> tuple[int, int]:
-    """``machine.group_span`` of rank 0's group along ``dims`` (its first ``within`` ranks when
-    given; memoised: the planner asks often)."""
-    members = strategy.group_array(0, dims)
-    return machine.group_span(members[:within] if within else members)
-
-
 def _elems(shape) -> int:
     return prod(shape)
 
 
 def shard_of(layer: Layer, strategy: Strategy, batch: int, memo: dict | None = None) -> LocalLayer:
-    """``local_layer``, kept in ``memo`` (:func:`group_time`'s) when given: a function of its arguments alone."""
+    """``local_layer``, kept in ``memo`` (``costmodel.layer.comms.group_time``'s) when given: a function of its arguments alone."""
     if memo is None:
         return local_layer(layer, strategy, batch)
     key = ("local", layer, strategy, batch)
@@ -221,7 +141,7 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     default); ``front``: the layer's gradients are in the bucket the backward makes last
     (``overlap.front_layers``). ``micro_batches``: how many a step runs (PyTorch FSDP's gradient
     kernels, :func:`fsdp_prep_s`). ``memo``: what a caller pricing many layers on one machine and
-    compute model keeps (:func:`group_time`): the collectives' times, each shard with what it
+    compute model keeps (``costmodel.layer.comms.group_time``): the collectives' times, each shard with what it
     prices whatever the optimiser (:func:`_sharded`), and each layer's weights with what they price
     whatever the batch (:func:`_weighed`)."""
     opt = as_optimizer(optimizer)
@@ -293,16 +213,16 @@ def floor_s(comms, layer: Layer, passes: tuple[float, float, float], grad_sum: f
 def _weighed(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, compute: ComputeModel,
              opt: Optimizer, rule: str, micro_batches: int, memo: dict | None) -> tuple:
     """What :func:`layer_estimate` prices from the weights' shards alone, whatever the batch: their
-    collectives (:func:`_weight_comms`), PyTorch FSDP's (forward, backward) seconds on them
+    collectives (:func:`weight_comms`), PyTorch FSDP's (forward, backward) seconds on them
     (:func:`fsdp_prep_s`), their bytes (weights, gradients, optimiser state, master copies,
     gathered transient, FP8 copies, FSDP's gradient copy) and the update's seconds; kept in
-    ``memo`` (:func:`group_time`'s) when given, by these arguments, all but FSDP's seconds whatever
+    ``memo`` (``costmodel.layer.comms.group_time``'s) when given, by these arguments, all but FSDP's seconds whatever
     the micro-batch count (the micro-batch counts a pipeline search weighs price the same weights)."""
     key = ("weights", layer, strategy, local.weight_shapes, opt, rule)
     base = None if memo is None else memo.get(key)
     if base is None:
         itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-        wcomms = tuple(_weight_comms(layer, strategy, local, machine, opt, rule, memo))
+        wcomms = tuple(weight_comms(layer, strategy, local, machine, opt, rule, memo))
         active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
         wshapes = dict(local.weight_shapes)
         replicas = {name: strategy.group_size(dims) if dims else 1 for name, dims in grad_dims(layer, active).items()}
@@ -328,8 +248,8 @@ def _weighed(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machi
 def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, compute: ComputeModel, algorithm: str,
              rule: str, consumers: int, output_saved: bool, memo: dict | None) -> tuple:
     """What :func:`layer_estimate` prices whatever the optimiser and its ZeRO stage: the shard, its
-    kernel, passes, collectives before and after the weights' own (:func:`_shard_comms`), gradient
-    sum, kept activations, workspace, dispatch and gradient buffers; kept in ``memo`` (:func:`group_time`'s) when given,
+    kernel, passes, collectives before and after the weights' own (:func:`shard_comms`), gradient
+    sum, kept activations, workspace, dispatch and gradient buffers; kept in ``memo`` (``costmodel.layer.comms.group_time``'s) when given,
     by these arguments (the ZeRO stages of one planning call price the same shards)."""
     strategy, batch = one_replica(layer, strategy, batch)
     key = ("shard", layer, strategy, batch, algorithm, rule, consumers, output_saved)
@@ -339,7 +259,7 @@ def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, com
     local = shard_of(layer, strategy, batch, memo)
     kernel = kernel_algorithm(algorithm)
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
-    head, tail = _shard_comms(layer, strategy, local, machine, rule, kernel,
+    head, tail = shard_comms(layer, strategy, local, machine, rule, kernel,
                               (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo)
     grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
     acts = activation_bytes(local, strategy, output_saved, algorithm, batch) + framework_kept_bytes(compute, local,
@@ -359,115 +279,6 @@ def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], it
     scale = opt.update_bytes / update_bytes(itemsize, opt.slots) if opt.update_bytes else 1.0
     return scale * sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize, opt.slots)
                        for n, shape in wshapes.items())
-
-
-def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, opt: Optimizer,
-                rule: str, kernel: str, passes: tuple[float, float], memo: dict | None = None) -> list[Comm]:
-    """A layer's collectives under a strategy (docs/costmodel.md, "Per layer"): a split contraction's
-    reductions (costmodel.comm.tensor), op-specific ones (statistics; an expert split's dispatch and
-    combine, costmodel.comm.expert; attention's keys and values over a split sequence,
-    costmodel.comm.context, whose ring hides under the core: ``passes``, the forward and
-    backward-data seconds), the weights' gradient sums (costmodel.comm.weight_sync). ``memo``:
-    :func:`group_time`'s."""
-    head, tail = _shard_comms(layer, strategy, local, machine, rule, kernel, passes, memo)
-    return head + _weight_comms(layer, strategy, local, machine, opt, rule, memo) + tail
-
-
-def _comms(strategy: Strategy, machine: Machine, rule: str, memo: dict | None, calls) -> list[Comm]:
-    """Each (purpose, phase, collective, bytes, dims[, within]) of ``calls`` with bytes to move over
-    a group of more than its own rank, priced (:func:`group_time`)."""
-    out = []
-    for purpose, phase, collective, nbytes, dims, *within in calls:
-        dims, within = tuple(dims), within[0] if within else 0
-        if not dims or nbytes <= 0:
-            continue
-        # partial sums, input gradients and statistics follow the layer's kernels (cold caches);
-        # the executor makes the weight-gradient allreduces back to back (runtime.step)
-        secs = group_time(collective, nbytes, strategy, dims, machine, rule, cold=phase != "sync", within=within,
-                          memo=memo)
-        out.append(Comm(purpose, phase, collective, int(nbytes), within or strategy.group_size(dims), secs))
-    return out
-
-
-def _shard_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
-                 passes: tuple[float, float], memo: dict | None) -> tuple[list[Comm], list[Comm]]:
-    """:func:`layer_comms` but the weights' own (the optimiser's): those before them (the split's
-    reductions, statistics, expert and key/value exchanges) and those after (the sums of replicated
-    grouped weights)."""
-    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
-    head = _comms(strategy, machine, rule, memo, tensor_collectives(layer, strategy, local, itemsize)
-                  + _extra_collectives(active, local, strategy, itemsize)
-                  + expert_collectives(layer, strategy, local, itemsize))
-    head += kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo)
-    head += [Comm(*c) for c in flex_exchanges(layer, strategy, local, itemsize, machine)]
-    tail = _comms(strategy, machine, rule, memo,
-                  [(purpose, phase, collective, nbytes, (dim,), share) for purpose, phase, collective, nbytes, dim, share
-                   in replica_sums(active, dict(strategy.degrees), dict(local.weight_shapes), itemsize)])
-    return head, tail
-
-
-def _weight_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, opt: Optimizer, rule: str,
-                  memo: dict | None) -> list[Comm]:
-    """The weights' gradient sums, or ZeRO's reduce-scatters and gathers (costmodel.comm.weight_sync)."""
-    active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
-    return _comms(strategy, machine, rule, memo, weight_collectives(layer, active, dict(local.weight_shapes),
-                                                                    DTYPE_BYTES.get(layer.dtype, 4), opt))
-
-
-def kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
-             passes: tuple[float, float], memo: dict | None = None) -> list[Comm]:
-    """The keys and values an attention layer over a split sequence exchanges
-    (costmodel.comm.context), their ring hidden under the core's share of ``passes`` (the forward
-    and backward-data seconds of ``kernel``); none for any other layer or split. ``memo``: as
-    :func:`group_time`'s (one machine a memo), these kept by all the other arguments."""
-    if layer.op != "attention" or strategy.degree(H) == 1:
-        return []
-    if memo is not None:
-        key = ("kv", layer, strategy, local, rule, kernel, passes)
-        got = memo.get(key)
-        if got is None:
-            got = memo[key] = tuple(_kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo))
-        return list(got)
-    return _kv_comms(layer, strategy, local, machine, rule, kernel, passes, None)
-
-
-def _kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
-              passes: tuple[float, float], memo: dict | None) -> list[Comm]:
-    """:func:`kv_comms` priced; the exchange kept in ``memo`` for the shard's other algorithms
-    (only the core's time differs)."""
-    itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    key = ("kv-exchange", layer, strategy, local, rule)
-    exchange = None if memo is None else memo.get(key)
-    if exchange is None:
-        exchange = context_exchange(layer, strategy, local, itemsize, machine, rule,
-                                    _group_span(strategy, (H,), machine))
-        if memo is not None:
-            memo[key] = exchange
-    sram = machine.device.sram_bytes
-    shares = None if memo is None else memo.get(("core-share", local, kernel, sram))
-    if shares is None:  # the core's share of each pass: its kernel's, whatever the algorithm's passes
-        shares = tuple(core_share(local, pass_, kernel, sram) for pass_ in ("fwd", "bwd_data"))
-        if memo is not None:
-            memo[("core-share", local, kernel, sram)] = shares
-    return [Comm(*c) for c in exchange.comms(tuple(t * share for t, share in zip(passes, shares)))]
-
-
-def _extra_collectives(active, local: LocalLayer, strategy: Strategy, itemsize: int) -> list[tuple]:
-    """(purpose, phase, collective, bytes, dims) of an op's ``DimSplit.extra`` collectives (batch-norm
-    statistics, a vocabulary-parallel loss's per-token numbers), over the dims that declare them."""
-    extra_dims = [d for d, s in active if s.extra]
-    if not extra_dims:
-        return []
-    out = []
-    for ex in dict((s.dim, s) for _, s in active if s.extra)[extra_dims[0]].extra:
-        base = {"channels": local.in_shapes[0][0], "rows": local.batch * _elems(local.in_shapes[0][:-1]),
-                "output": local.batch * _elems(local.out_shape)}[ex.per]
-        contrib = ex.factor * base * itemsize
-        nbytes = contrib * strategy.group_size(extra_dims) if ex.collective == "allgather" else contrib
-        out.append(({"channels": "stats", "rows": "stats", "output": "kv"}[ex.per], ex.phase, ex.collective,
-                    nbytes, extra_dims))
-    return out
 
 
 def passes_s(compute: ComputeModel, local: LocalLayer, algorithm: str) -> tuple[float, float, float]:

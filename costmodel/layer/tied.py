@@ -26,7 +26,7 @@ import numpy as np
 
 from costmodel.comm.collectives import allreduce_s
 from costmodel.layer.edge import EdgeEstimate, layout_edge
-from costmodel.layer.cost import group_time
+from costmodel.layer.comms import group_time
 from costmodel.parallel.shard import weight_layouts
 from costmodel.parallel.layout import Layout, block, same_blocks
 from costmodel.machine.model import Machine

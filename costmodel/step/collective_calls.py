@@ -7,7 +7,7 @@ the cache state it meets in the step: ``cold`` after a layer's kernels (reshards
 partial sums, statistics), ``warm`` after another collective (the weight-gradient allreduces the
 executor makes back to back). Its :attr:`CommCall.measured_key` is the key of
 ``Machine.measured``, through which a time measured so prices the same collective in
-:func:`costmodel.layer.cost.group_time` and in a reshard.
+:func:`costmodel.layer.comms.group_time` and in a reshard.
 
 Why time them in the run: the collectives' fits come from an earlier ``dnnplan profile-comm``, and
 a machine's speed drifts between runs, for collectives as for kernels, so fits made earlier price

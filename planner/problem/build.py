@@ -30,8 +30,10 @@ from costmodel.parallel.axes import H
 from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from costmodel.compute.model import ComputeModel
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
-from costmodel.layer.cost import (LayerEstimate, floor_s, framework_kept_bytes, kv_comms, layer_estimate,
-                                  own_kept_bytes, passes_s, replaced, shard_of, shard_parts)
+from costmodel.layer.comms import kv_comms
+from costmodel.layer.cost import (LayerEstimate, floor_s, framework_kept_bytes, layer_estimate, own_kept_bytes,
+                                  passes_s, shard_of, shard_parts)
+from costmodel.layer.replaced import replaced
 from costmodel.parallel.shard import input_layout, output_layout, weight_layouts
 from costmodel.parallel.layout import Layout
 from costmodel.machine.model import Machine
@@ -55,7 +57,7 @@ def derive_estimate(base: LayerEstimate, layer: Layer, strat: Strategy, batch: i
     and values over a split sequence (their ring hides under the core: not :func:`derivable` from
     the base's) depend on it (``layer_cost.passes_s``, ``own_kept_bytes``, ``recomputed_comms``,
     ``kv_comms``). ``memo``: the collectives, shards and these per-algorithm parts already priced
-    on ``machine`` (``costmodel.layer.cost.group_time``, :func:`_algorithm_shard`)."""
+    on ``machine`` (``costmodel.layer.comms.group_time``, :func:`_algorithm_shard`)."""
     algorithm = resolve_algorithm(layer, algorithm, machine)
     fwd, bwd_data, bwd_weights, kept_by, kv, workspace = _algorithm_shard(base.algorithm, layer, strat, batch, compute,
                                                                           algorithm, machine, rule, memo)

@@ -9,7 +9,7 @@ reduce the same bytes over the same node-wide group), and a builder made again p
 its predecessor priced; a ZeRO stage changes a layer's weight collectives, update and memory,
 never its shard, kernels, activations or other collectives. :class:`PricedLayers` keeps them for one
 planning call on one machine and compute model, each under exactly the arguments it is a function
-of: a collective's time (``costmodel.layer.cost.group_time``); in ``costmodel.layer.cost``'s memo,
+of: a collective's time (``costmodel.layer.comms.group_time``); in ``costmodel.layer.cost``'s memo,
 a layer's shard and what it prices whatever the optimiser, and its weights' shards and what they
 price whatever the batch (the micro-batch counts of one pipeline degree share them); each other
 algorithm's passes, kept bytes and workspace on a shard (``planner.problem.build.derive_estimate``);
@@ -30,7 +30,7 @@ import uuid
 
 
 class PricedLayers:
-    """What one planning call has priced: ``collectives`` (``costmodel.layer.cost.group_time``'s
+    """What one planning call has priced: ``collectives`` (``costmodel.layer.comms.group_time``'s
     memo), ``estimates`` (``planner.problem.build.Builder.estimates``' rows by their arguments),
     ``floors`` (``Builder.micro_floor``) and ``matrices`` (``Builder.matrices``), whatever the optimiser."""
 

@@ -5,7 +5,7 @@
   with the measured peak falling stage by stage, the tiny GPT data parallel and under Megatron
   tensor parallelism (a weight's data-parallel group smaller than the ranks) on 2 and 4 ranks;
 - the collectives a step makes, per layer (phase, name, bytes, group), are those the prediction
-  prices (``costmodel.layer.cost.weight_collectives``).
+  prices (``costmodel.comm.weight_sync.weight_collectives``).
 
 The shard arithmetic on one process: tests/unit/executor/runtime/test_zero_shards.py.
 """

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from costmodel.comm.groups import collective_s
 from costmodel.layer.candidates import candidate_strategies
-from costmodel.layer.cost import group_time
+from costmodel.layer.comms import group_time
 from costmodel.machine.loading import load_machine
 from costmodel.parallel.axes import F
 from costmodel.parallel.strategy import make_strategy

@@ -12,7 +12,7 @@ from costmodel.step.breakdown import comm_parts
 from costmodel.compute.roofline import Roofline
 from costmodel.calls.algorithms import default_algorithms
 from costmodel.machine.loading import load_machine
-from costmodel.layer.cost import Comm
+from costmodel.layer.comms import Comm
 from costmodel.frameworks.megatron import megatron_strategies
 from costmodel.choices.optimizer import Optimizer
 from costmodel.comm.overlap import (Overlap, default_overlap, front_layers, hidden_expert_s, overlapped,

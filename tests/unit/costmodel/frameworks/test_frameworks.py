@@ -13,7 +13,7 @@ from costmodel.comm.overlap import Overlap, overlapped
 from costmodel.frameworks.framework import framework_from_dict
 from costmodel.frameworks.loading import DEFAULT_FRAMEWORK, load_framework, shipped_framework_names
 from costmodel.choices.training import DEFAULT_FRAMEWORK as CHOICES_DEFAULT
-from costmodel.layer.cost import Comm
+from costmodel.layer.comms import Comm
 from dnnplan.cli import app
 from networks.errors import DnnplanError
 from networks.loader import load_network

@@ -13,7 +13,8 @@ from costmodel.compute.roofline import Roofline
 from costmodel.comm.context import context_comms, kv_bytes
 from costmodel.machine.loading import load_machine
 from costmodel.calls.flash import visited
-from costmodel.layer.cost import kv_comms, layer_estimate
+from costmodel.layer.comms import kv_comms
+from costmodel.layer.cost import layer_estimate
 from costmodel.parallel.shard import local_layer
 from costmodel.parallel.layout import AxisSplit, Layout, reshard_peaks
 from costmodel.choices.precision import with_precision
