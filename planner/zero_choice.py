@@ -59,8 +59,10 @@ to plan as long as this stage's bounds took (:meth:`Share.proof_deadline`): boun
 pairs is what covers it in the gap, closing gaps only narrows one stage's (Llama 3 70B on 64 H100s
 spent 6 s of the 20 s default closing ZeRO-3's gaps, to 0.0%, and left ZeRO-0, 1 and 2 out of
 the gap; with the reserve every stage is covered, within 2.6%). A stage after
-the first starts only while a quarter of the time limit is left (a search given less bounds few
-pipeline pairs and may spend its time on a slow one), else it is named as not planned. Each
+the first starts only while the time left is at least the longest an earlier stage took to bound
+its pipeline pairs (``Budget.bounds_s``: the bounds are what cover a stage), or, before any has,
+a quarter of the time limit (a search given less bounds few pipeline pairs and may spend its time
+on a slow one), else it is named as not planned. Each
 stage's search offers its plans to the command's budget (:class:`Share`): Ctrl-C answers with the
 fastest of any stage, in the words of the stage planned then; a stop is never taken for the time
 limit (a later stage is not named as left out by the time limit). The gap stated covers the
@@ -89,8 +91,8 @@ ATTENTION_ORDER = (1, 3, 0, 2)
 #: as FSDP users run it, the stage that can win where memory holds ZeRO-1 back, then ZeRO-1 under
 #: its step as a ceiling (a pair whose bound reaches it is not searched)
 SHARDED_FIRST = (3, 1, 0, 2)
-#: a stage after the first is planned only while this share of the time limit is left: a search
-#: given less bounds few pipeline pairs and may search a slow one first
+#: before any stage has bounded pipeline pairs, a stage after the first is planned only while this
+#: share of the time limit is left (after, while the longest bounding so far is left: _short)
 LATE_SHARE = 0.25
 #: what a stage the time limit left out adds to its line: the gap stated does not cover it
 UNCOVERED = ": the gap stated does not cover it"
@@ -175,6 +177,10 @@ class Share(Budget):
             self.parent.offer(step_s, f"{self.label}: {what}", lambda: self.wrap(finish(), self.parent),
                               None, self.pending)
         return kept
+
+    def bounding_took(self, seconds: float) -> None:
+        super().bounding_took(seconds)
+        self.parent.bounding_took(seconds)
 
     def bound(self, lower_s: float) -> None:
         super().bound(lower_s)
@@ -268,13 +274,15 @@ def _skip(z: int, done: dict[int, Weighed]) -> Weighed | None:
 
 
 def _short(budget: Budget) -> bool:
-    """Too little time is left to plan one more stage well: less than :data:`LATE_SHARE` of the
-    limit. (A stage's search may overrun its deadline by what one pipeline pair's bound or a whole
-    batch's pricing takes, which the command's finishing reserve holds: ``dnnplan.search_bound``.)"""
+    """Too little time is left to plan one more stage: less than the longest an earlier stage's
+    pipeline pairs took to bound (``Budget.bounds_s``: a stage's bounds are what cover it in the gap
+    stated), or, before any stage has bounded pairs, :data:`LATE_SHARE` of the limit. (A stage's
+    search may overrun its deadline by what one pipeline pair's bound or a whole batch's pricing
+    takes, which the command's finishing reserve holds: ``dnnplan.search_bound``.)"""
     left = budget.left()
     if left is None or budget.seconds is None:
         return False
-    return left < LATE_SHARE * budget.seconds
+    return left < (budget.bounds_s if budget.bounds_s > 0 else LATE_SHARE * budget.seconds)
 
 
 def _late(budget: Budget | None) -> bool:

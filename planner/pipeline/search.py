@@ -384,6 +384,8 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     held = None if search.ceiling == float("inf") else search.ceiling
     combos = bounded(search.bound, triples, budget, search.many, SETTLE, held)
     search.bounding_s = time.perf_counter() - bounding
+    if budget is not None:
+        budget.bounding_took(search.bounding_s)
     out += [Candidate(s2, m2, b2, skipped="memory", lower_s=float("inf"), chunks=v2)
             for b2, s2, m2, v2, fits in combos if fits is False]
     combos = [c for c in combos if c[4] is not False]

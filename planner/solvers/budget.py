@@ -66,6 +66,8 @@ class Budget:
         self.covering = ""
         self.listener: Callable[[Offer, float], None] | None = None
         self._shared = {"stop": False}  # with the budgets renewed from this one
+        #: the longest a pipeline search under this budget took to bound its pairs (:meth:`bounding_took`)
+        self.bounds_s = 0.0
 
     def renewed(self, seconds: float | None = None, stated_s: float | None = None) -> "Budget":
         """A budget of the same seconds (or ``seconds``) from now (the next search of a series: a
@@ -90,6 +92,12 @@ class Budget:
         pairs' bounds took ``bounding_s``: the deadline (a part of a larger search may end sooner,
         to leave its later parts their bounds: ``planner.zero_choice.Share``)."""
         return self.deadline
+
+    def bounding_took(self, seconds: float) -> None:
+        """A pipeline search bounded its pairs in ``seconds`` (the longest so far is kept as
+        ``bounds_s``: what a later part of a larger search needs for its own bounds, which are
+        what cover it in the gap stated, ``planner.zero_choice``)."""
+        self.bounds_s = max(self.bounds_s, seconds)
 
     def timed_out(self) -> bool:
         return self.deadline is not None and self.clock() >= self.deadline

@@ -201,6 +201,26 @@ def test_a_stage_without_a_plan_may_take_the_whole_time_left():
     assert ended == {0: 50} and zero == 0
 
 
+def test_a_later_stage_is_planned_while_the_time_its_bounds_need_is_left():
+    """Once a stage has bounded pipeline pairs, the time a later stage needs is the longest such
+    bounding (its bounds are what cover it in the gap), not a quarter of the limit: ZeRO-0 finds
+    its plan after 30 s of a 60 s limit, having bounded its pairs in 4 s, and searches a share (20
+    s) after it; the 10 s left then are under a quarter of the limit, and ZeRO-1 is planned in
+    them. Had the bounds taken 12 s, ZeRO-1 would not be (10 s left), as without any bounding."""
+    for bounds_s, planned in ((4.0, [0, 1]), (12.0, [0])):
+        clock, ended = _Clock(), {}
+        steps = {0: 11.3, 1: 10.6, 3: 10.9}
+        searching = _searching(clock, {0: {30.0: 11.3}, 1: {2.0: 10.6}, 3: {2.0: 10.9}}, ended)
+
+        def plan_at(trial: Settings, ceiling, searching=searching, bounds_s=bounds_s):
+            trial.budget.bounding_took(bounds_s)
+            return searching(trial, ceiling)
+
+        _, zero, weighed = _choose(plan_at, clock, steps)
+        assert [w.zero for w in weighed if w.step_s is not None] == planned
+        assert ended[0] == 50 and zero == planned[-1]
+
+
 def test_no_plan_that_fits_before_the_time_limit_names_the_stages_it_left_out():
     """ZeRO-0 spends the whole limit and ends with nothing that fits (resnet152 on 8 A100s under
     3.2 GiB, planned again under lower limits until its time ran out): the stages after it, which a
