@@ -57,13 +57,13 @@ def solve_lagrange(problem: Problem, rounds: int = ROUNDS, rtol: float = 1e-3,
     start = time.perf_counter()
     if problem.memory_limit is None:
         return solve_reduced(problem)
-    least = min_memory(problem)
-    if not fits(problem, least[0]):
+    minimum = min_memory(problem)
+    if not fits(problem, minimum[0]):
         return None
     free = solve_reduced(problem.with_memory_limit(None))
     if fits(problem, free.memory):
         return solve_reduced(problem)
-    got = relax(problem, free.objective, rounds, rtol, hint, stop, free.choice, least)
+    got = relax(problem, free.objective, rounds, rtol, hint, stop, free.choice, minimum)
     if got.gap > rtol and not (stop is not None and stop()):  # cheaper by local moves (.improve)
         got = Relaxation(*improve(problem, got.choice, stop, toward=got.near), got.bound, got.lam)
     cost, memory = evaluate(problem, got.choice)
@@ -80,7 +80,7 @@ def slack(problem: Problem) -> float:
 def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: float = 1e-3,
           hint: float | None = None, stop: Callable[[], bool] | None = None,
           free_choice: tuple[int, ...] | None = None,
-          least: tuple[float, tuple[int, ...]] | None = None) -> Relaxation:
+          minimum: tuple[float, tuple[int, ...]] | None = None) -> Relaxation:
     """Bisection on ``lam`` for a problem whose limit binds and which some assignment fits
     (``free_objective``: the unconstrained optimum, the bound at ``lam = 0``). Without ``hint`` the
     bracket grows up from ``free / need`` by fours; with one (a multiplier a similar problem
@@ -88,8 +88,9 @@ def relax(problem: Problem, free_objective: float, rounds: int = ROUNDS, rtol: f
     bisection starts narrow. ``stop()`` True ends it before its next probe: the best fitting
     assignment so far (the least-memory one at worst) and the best bound so far are returned.
     ``free_choice``: the unconstrained optimum, the minimiser at ``lam = 0`` (:class:`_Lines`);
-    ``least``: :func:`.problem.min_memory` of ``problem`` where the caller has it."""
-    need, least = min_memory(problem) if least is None else least
+    ``minimum``: :func:`.problem.min_memory` of ``problem`` (the least memory and an assignment
+    that needs it) where the caller has it."""
+    need, least = min_memory(problem) if minimum is None else minimum
     room = slack(problem)
     best_choice, best_cost = tuple(least), evaluate(problem, least)[0]
     bound, bound_lam = free_objective, 0.0
