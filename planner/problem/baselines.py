@@ -71,15 +71,15 @@ def baselines(net: Network, batch: int, p: int, machine: Machine, compute: Compu
     """
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
     priced: list[tuple[float, float, str, dict[str, Strategy]]] = []  # (step, memory bound, spec, strategies)
-    sigs = [signature(layer) for layer in net.layers]
+    groups = _Groups(net)
     predicted: dict[str, StepPrediction] = {}  # the named specs' predictions, not made twice
     for spec in NAMED:
-        strategies = uniform(net, p, batch, spec, sigs)
+        strategies = uniform(net, p, batch, spec, groups)
         pred = predicted[spec] = predict_step(net, batch, strategies, fastest_algorithms(
             net, strategies, batch, machine, compute, optimizer), machine, compute, optimizer, overlap=overlap)
         priced.append((pred.step_s, pred.memory_bound_bytes, spec, strategies))
     if built is not None:
-        priced += _candidate_uniforms(net, batch, p, built, sigs)
+        priced += _candidate_uniforms(net, batch, p, built, groups)
     data = next(x for x in priced if x[2] == "data")
     fitting = [x for x in priced if _fits(x[1], limit)]
     best = data if _fits(data[1], limit) or not fitting else fitting[0]
@@ -95,23 +95,34 @@ def baselines(net: Network, batch: int, p: int, machine: Machine, compute: Compu
     return out
 
 
-def uniform(net: Network, p: int, batch: int, spec: str, sigs: list | None = None) -> dict[str, Strategy]:
+class _Groups:
+    """A network's layers grouped by :func:`planner.problem.build.signature` (each group's first
+    layer, and each layer's group), compared once for every spec :func:`uniform` is asked."""
+
+    def __init__(self, net: Network):
+        index: dict = {}
+        self.of = [index.setdefault(signature(layer), len(index)) for layer in net.layers]
+        firsts: dict[int, object] = {}
+        for group, layer in zip(self.of, net.layers):
+            firsts.setdefault(group, layer)
+        self.firsts = tuple(firsts[g] for g in range(len(index)))
+        self.distinct = dataclasses.replace(net, layers=self.firsts)
+
+
+def uniform(net: Network, p: int, batch: int, spec: str, groups: _Groups | None = None) -> dict[str, Strategy]:
     """``costmodel.frameworks.uniform.uniform_strategies``' strategy for every layer, chosen once for
     each distinct layer: the choice depends on the layer's op, parameters and shapes alone (its
     :func:`planner.problem.build.signature`), and a transformer repeats one block's layers
-    (llama3.1-405b: 1,012 layers, a dozen distinct; 70 specs were seconds). ``sigs``: each layer's
-    signature, when known."""
-    sigs = sigs or [signature(layer) for layer in net.layers]
-    first: dict = {}
-    for sig, layer in zip(sigs, net.layers):
-        first.setdefault(sig, layer)
-    chosen, _ = uniform_strategies(dataclasses.replace(net, layers=tuple(first.values())), p, batch, spec)
-    by_sig = {sig: chosen[layer.name] for sig, layer in first.items()}
-    return {layer.name: by_sig[sig] for sig, layer in zip(sigs, net.layers)}
+    (llama3.1-405b: 1,012 layers, a dozen distinct; 70 specs were seconds). ``groups``: the layers
+    grouped so, when known."""
+    groups = groups or _Groups(net)
+    chosen, _ = uniform_strategies(groups.distinct, p, batch, spec)
+    by_group = [chosen[layer.name] for layer in groups.firsts]
+    return {layer.name: by_group[g] for g, layer in zip(groups.of, net.layers)}
 
 
 def _candidate_uniforms(net: Network, batch: int, p: int, built: Built,
-                        sigs: list | None = None) -> list[tuple[float, float, str, dict]]:
+                        groups: _Groups | None = None) -> list[tuple[float, float, str, dict]]:
     """Every strategy that is a candidate of some layer, applied to every layer that has it as a
     candidate (else the spec is skipped), priced on the built problem: (step, memory, spec, strategies)."""
     out = []
@@ -122,7 +133,7 @@ def _candidate_uniforms(net: Network, batch: int, p: int, built: Built,
     labels = sorted({s.label for cands, _ in nodes.values() for s, _ in cands} - {"replicated", "serial"})
     for label in labels:
         spec = ",".join(part for part in label.split(",") if not part.startswith("R="))
-        strategies = uniform(net, p, batch, spec, sigs)
+        strategies = uniform(net, p, batch, spec, groups)
         found: dict[tuple[int, int], int | None] = {}  # (node's lookup, strategy) -> its candidate
         choice = []
         for i, layer in enumerate(net.layers):

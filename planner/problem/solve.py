@@ -10,7 +10,9 @@ full problem (every algorithm, dominated candidates pruned) goes to the solver w
 Within a bound: ``Settings.budget`` (:mod:`planner.solvers.budget`) ends the search at its deadline
 with the best plan in hand and its proven gap (status ``feasible``), and holds the best plan so far
 for the command line to finish and show if the search is interrupted. The baselines are priced
-before the search, so the fastest that fits is the first plan in hand.
+before the binding limit's search, so the fastest that fits is the first plan in hand, and not for a
+whole batch turned away before it (a step held that its optimum without the limit does not beat,
+or a binding limit its caller leaves for later).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable
 
 from costmodel.choices.batch_norm import batch_norm_of
 from costmodel.choices.moe_dispatch import moe_dispatch_of
@@ -131,11 +135,15 @@ class Settings:
 
 
 def solve_exact(built: Built, settings: Settings, better: Better | None = None,
-                unbound_only: bool = False) -> tuple[tuple[int, ...], Assignment, list[str], bool]:
+                unbound_only: bool = False, searching: Callable[[], None] | None = None,
+                free_optimum: Assignment | None = None) -> tuple[tuple[int, ...], Assignment, list[str], bool]:
     """The optimal candidate index per layer in ``built.problem`` (see the module docstring), the
     assignment, notes, and whether the memory limit binds (the unconstrained optimum does not fit);
     ``better(choice, cost, bound)`` is told each better fitting assignment a binding limit's search
-    finds (indices into ``built.problem``); ``unbound_only``: :class:`Binding` where the limit binds."""
+    finds (indices into ``built.problem``); ``unbound_only``: :class:`Binding` where the limit binds;
+    ``searching()`` is called once before the binding limit's search starts; ``free_optimum``: the
+    unconstrained problem of the fastest candidates already solved by graph reduction (the caller's
+    bound: the same problem, the same exact solve), not solved again."""
     notes = []
     full = built.problem
     fast = built.restrict(built.fastest)
@@ -145,7 +153,8 @@ def solve_exact(built: Built, settings: Settings, better: Better | None = None,
         got = solve(pruned, "ilp", settings.time_limit_s, settings.gap, settings.budget)
         local = expand_choice(kept, got.choice)
     else:
-        got = solve(free, settings.method, settings.time_limit_s, settings.gap)
+        got = free_optimum if _reusable(free_optimum) else solve(free, settings.method, settings.time_limit_s,
+                                                                  settings.gap)
         local = got.choice
     choice = tuple(int(built.fastest[i][c]) for i, c in enumerate(local))
     _, memory = evaluate(full, choice)
@@ -159,6 +168,8 @@ def solve_exact(built: Built, settings: Settings, better: Better | None = None,
         raise DnnplanError("infeasible")  # replaced by the caller with the full message
     if unbound_only:
         raise Binding(got.objective)
+    if searching is not None:
+        searching()
     notes.append(f"memory limit binding: the unconstrained optimum needs {memory / GIB:.3f} GiB > "
                  f"{full.memory_limit / GIB:.3f} GiB, so every algorithm was weighed under the limit")
     pruned, kept = prune_dominated(full)
@@ -166,6 +177,14 @@ def solve_exact(built: Built, settings: Settings, better: Better | None = None,
     got = solve(pruned, "ilp" if settings.method == "ilp" else settings.method, settings.time_limit_s,
                 settings.gap, settings.budget, told)
     return expand_choice(kept, got.choice), got, notes, True
+
+
+def _reusable(free_optimum: Assignment | None) -> bool:
+    """Whether a solve of the unconstrained problem is the one ``solve`` would give again: optimal
+    by the graph reduction and the enumeration or dynamic programme after it (exact and
+    deterministic; a remainder left to the ILP, whose answer among equal optima depends on its
+    gap and time limit, is solved again)."""
+    return free_optimum is not None and free_optimum.status == "optimal" and "ilp" not in free_optimum.solver
 
 
 def algorithm_alternatives(net: Network, strategies: dict[str, Strategy], batch: int,
@@ -222,7 +241,16 @@ class _Maker:
     built: Built
     machine_ref: str
     fingerprint: str | None
-    base: tuple[PricedBaseline, ...] = ()
+    #: the baselines' pricing (:func:`planner.problem.baselines.baselines`; None: none)
+    pricing: Callable[[], tuple[PricedBaseline, ...]] | None = None
+
+    @cached_property
+    def base(self) -> tuple[PricedBaseline, ...]:
+        """The baselines, priced when a plan or the binding limit's search first needs them: never
+        for a whole batch that the step held or the binding limit turns away (:class:`Slower`,
+        :class:`Binding`; GPT-3 175B on 4,096 H100s, three of its four ZeRO stages' whole batches,
+        0.4 s each)."""
+        return () if self.pricing is None else self.pricing()
 
     def plan(self, choice: tuple[int, ...], solver: dict) -> Plan:
         """The plan of ``choice`` (its prediction checked against the solver's numbers)."""
@@ -277,22 +305,26 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     if need > limit * (1 + 1e-9):
         raise _infeasible(net, batch, p, machine, compute, limit, need, settings, suggest)
     built = build_with(builder, net, limit)
-    base = tuple(baselines(net, batch, p, machine, compute, built, settings.choices.sharded_optimizer, limit,
-                                settings.overlap)) if with_baselines else ()
-    base = tuple(dataclasses.replace(b, prediction=settings.as_run(b.prediction, net, machine)) for b in base)
+    as_run, optimizer, overlap = settings.as_run, settings.choices.sharded_optimizer, settings.overlap
+
+    def pricing() -> tuple[PricedBaseline, ...]:
+        return tuple(dataclasses.replace(b, prediction=as_run(b.prediction, net, machine))
+                     for b in baselines(net, batch, p, machine, compute, built, optimizer, limit, overlap))
+
     # under a ceiling the search ends once its bounds reach it (Slower)
     view = Ceiling(settings.budget, ceiling) if ceiling is not None and settings.budget is not None else None
     settings = settings if view is None else dataclasses.replace(settings, budget=view)
     maker = _Maker(net, network_ref, batch, p, machine, compute, settings, built, machine_ref or machine.name,
-                   profile_fingerprint, base)
+                   profile_fingerprint, pricing if with_baselines else None)
     built_s = time.perf_counter() - start
-    better = _offers(maker, settings.budget, limit)
+    free = None
     if settings.budget is not None or ceiling is not None:
         free = _free_bound(built, settings.budget)
-        if ceiling is not None and free is not None and free >= ceiling * (1 - 1e-12):
-            raise Slower(free, ceiling)
+        if ceiling is not None and free is not None and free.objective >= ceiling * (1 - 1e-12):
+            raise Slower(free.objective, ceiling)
     try:
-        choice, got, notes, binding = solve_exact(built, settings, better, unbound_only)
+        choice, got, notes, binding = solve_exact(built, settings, _offers(maker, settings.budget, limit), unbound_only,
+                                                  lambda: _offer_baselines(maker, settings.budget, limit), free)
     except Stopped:
         if view is not None and view.beaten:
             raise Slower(view.lower_s, ceiling) from None
@@ -337,16 +369,23 @@ def _limit_s(settings: Settings) -> float | None:
     return budget.stated_s if budget is not None and budget.stated_s is not None else settings.time_limit_s
 
 
-def _offers(maker: _Maker, budget: Budget | None, limit: float) -> Better | None:
-    """Offer the fitting baselines to ``budget`` as the first plans in hand, and return the
-    function that offers each better assignment the search finds."""
+def _offer_baselines(maker: _Maker, budget: Budget | None, limit: float) -> None:
+    """Offer the fitting baselines to ``budget`` as the first plans in hand, before the binding
+    limit's search (module docstring)."""
     if budget is None:
-        return None
+        return
     stopped = {"status": "interrupted", "memory_limit_bytes": limit, "time_limit_s": budget.stated_s}
     for b in maker.base:
         if b.fits:
             budget.offer(b.prediction.step_s, b.name, lambda b=b: maker.stopped(None, b, {**stopped,
                                                                                           "gap": budget.best.gap}))
+
+
+def _offers(maker: _Maker, budget: Budget | None, limit: float) -> Better | None:
+    """The function that offers ``budget`` each better assignment the binding limit's search finds."""
+    if budget is None:
+        return None
+    stopped = {"status": "interrupted", "memory_limit_bytes": limit, "time_limit_s": budget.stated_s}
 
     def better(choice: tuple[int, ...], cost: float, bound: float) -> None:
         if budget.best is not None and cost >= budget.best.step_s:
@@ -359,9 +398,9 @@ def _offers(maker: _Maker, budget: Budget | None, limit: float) -> Better | None
     return better
 
 
-def _free_bound(built: Built, budget: Budget | None) -> float | None:
-    """The optimum without the memory limit (None: the budget stopped it first), told to
-    ``budget``: no plan within the limit is faster."""
+def _free_bound(built: Built, budget: Budget | None) -> Assignment | None:
+    """The optimum without the memory limit (None: the budget stopped it first), its objective told
+    to ``budget``: no plan within the limit is faster."""
     try:
         got = solve(built.restrict(built.fastest).with_memory_limit(None), "reduced", budget=budget)
     except Stopped:
@@ -370,7 +409,7 @@ def _free_bound(built: Built, budget: Budget | None) -> float | None:
         return None
     if budget is not None:
         budget.bound(got.objective)
-    return got.objective
+    return got
 
 
 def _out_of_time(maker: _Maker, budget: Budget | None, limit: float) -> Plan:

@@ -16,7 +16,9 @@ import planner.stage_plan as stage_plan
 from costmodel.choices.training import TrainingChoices
 from dnnplan.cli import app
 from planner.pipeline.search import NotFaster, SearchOutOfTime, search_pipeline
-from planner.problem.solve import Settings, Slower, make_plan
+import planner.problem.baselines as baselines_module
+import planner.problem.solve as solve_module
+from planner.problem.solve import Binding, Settings, Slower, make_plan
 from planner.solvers import Budget, Ceiling, partial
 from profiler import context
 
@@ -203,3 +205,30 @@ def test_a_binding_whole_batch_under_a_ceiling_ends_when_its_search_bound_reache
     with pytest.raises(Slower) as err:
         make_plan(*args, FEW["limit"], Settings(budget=Budget(60), choices=choices), ceiling=ceiling)
     assert ceiling <= err.value.lower_s <= bound.step_s * (1 + 1e-12)
+
+
+def test_a_whole_batch_turned_away_prices_no_baselines(monkeypatch):
+    """The baselines are priced when a plan or the binding limit's search needs them: not for a
+    whole batch whose optimum without the limit does not beat the step held (Slower), nor for one
+    whose limit binds where the caller asked for the unbound optimum only (Binding); the plan
+    made carries them, priced once, and the binding search has them in hand before it starts."""
+    priced = []
+
+    def recorded(*args, **kwargs):
+        priced.append(args[2])
+        return baselines_module.baselines(*args, **kwargs)
+
+    monkeypatch.setattr(solve_module, "baselines", recorded)
+    ctx = context.resolve(FEW["net"], FEW["p"], FEW["batch"], "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    choices = TrainingChoices(optimizer="adam", precision="bf16", zero=1)
+    args = (ctx.network, FEW["net"], FEW["batch"], FEW["p"], ctx.machine, ctx.compute)
+    free = make_plan(*args, None, Settings(choices=choices))
+    assert len(priced) == 1 and [b.name for b in free.baselines] == ["data parallel", free.baselines[1].name]
+    with pytest.raises(Slower):
+        make_plan(*args, None, Settings(budget=Budget(60), choices=choices), ceiling=free.step_s)
+    with pytest.raises(Binding):
+        make_plan(*args, FEW["limit"], Settings(choices=choices), unbound_only=True)
+    assert len(priced) == 1
+    budget = Budget(60)
+    bound = make_plan(*args, FEW["limit"], Settings(budget=budget, choices=choices))
+    assert bound.solver["memory_binding"] is True and len(priced) == 2 and len(bound.baselines) == 2
