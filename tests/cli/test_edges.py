@@ -1,5 +1,6 @@
 """The command line's edges: a reader that leaves, numbers no value can be, flags that change nothing."""
 
+import io
 import json
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import EXIT_PIPE, app
+from dnnplan.render.console import Console
 
 runner = CliRunner()
 
@@ -111,3 +113,11 @@ def test_a_bad_machine_or_device_count_on_the_command_line_names_no_file_field()
                         (["predict", "lenet5", "-m", "local", "-p", "100000"], "error: 100000 devices do not fit")):
         got = runner.invoke(app, args)
         assert got.exit_code == 2 and words in got.output and "field '" not in got.output, got.output
+
+
+def test_text_holding_an_emoji_code_is_printed_as_written():
+    """A layer or file name such as ``:fire:`` is printed as it is, not as rich's emoji."""
+    out = io.StringIO()
+    console = Console(file=out, width=80)
+    console.print("layer :fire: of conv:1:")
+    assert out.getvalue() == "layer :fire: of conv:1:\n"
