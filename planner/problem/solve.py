@@ -153,8 +153,8 @@ def solve_exact(built: Built, settings: Settings, better: Better | None = None,
         got = solve(pruned, "ilp", settings.time_limit_s, settings.gap, settings.budget)
         local = expand_choice(kept, got.choice)
     else:
-        got = free_optimum if _reusable(free_optimum) else solve(free, settings.method, settings.time_limit_s,
-                                                                  settings.gap)
+        got = free_optimum if _reusable(free_optimum, settings.method) else solve(
+            free, settings.method, settings.time_limit_s, settings.gap)
         local = got.choice
     choice = tuple(int(built.fastest[i][c]) for i, c in enumerate(local))
     _, memory = evaluate(full, choice)
@@ -179,12 +179,14 @@ def solve_exact(built: Built, settings: Settings, better: Better | None = None,
     return expand_choice(kept, got.choice), got, notes, True
 
 
-def _reusable(free_optimum: Assignment | None) -> bool:
-    """Whether a solve of the unconstrained problem is the one ``solve`` would give again: optimal
-    by the graph reduction and the enumeration or dynamic programme after it (exact and
-    deterministic; a remainder left to the ILP, whose answer among equal optima depends on its
-    gap and time limit, is solved again)."""
-    return free_optimum is not None and free_optimum.status == "optimal" and "ilp" not in free_optimum.solver
+def _reusable(free_optimum: Assignment | None, method: str) -> bool:
+    """Whether a solve of the unconstrained problem is the one ``solve(problem, method)`` would give
+    again: the graph reduction's (``auto`` and ``reduced`` run it on a problem without a limit),
+    optimal by the dynamic programme or enumeration after it (exact and deterministic; a remainder
+    left to the ILP, whose answer among equal optima depends on its gap and time limit, is solved
+    again, as is every problem of another method)."""
+    return (method in ("auto", "reduced") and free_optimum is not None and free_optimum.status == "optimal"
+            and "ilp" not in free_optimum.solver)
 
 
 def algorithm_alternatives(net: Network, strategies: dict[str, Strategy], batch: int,

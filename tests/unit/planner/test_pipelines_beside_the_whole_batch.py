@@ -18,6 +18,7 @@ from dnnplan.cli import app
 from planner.pipeline.search import NotFaster, SearchOutOfTime, search_pipeline
 import planner.problem.baselines as baselines_module
 import planner.problem.solve as solve_module
+import planner.solvers as solver_module
 from planner.problem.solve import Binding, Settings, Slower, make_plan
 from planner.solvers import Budget, Ceiling, partial
 from profiler import context
@@ -232,3 +233,27 @@ def test_a_whole_batch_turned_away_prices_no_baselines(monkeypatch):
     budget = Budget(60)
     bound = make_plan(*args, FEW["limit"], Settings(budget=budget, choices=choices))
     assert bound.solver["memory_binding"] is True and len(priced) == 2 and len(bound.baselines) == 2
+
+
+def test_the_optimum_without_the_limit_is_solved_once_a_whole_batch(monkeypatch):
+    """Under a budget the optimum without the memory limit is solved first, as the whole batch's
+    bound; the exact solve takes it from there, not solving the same problem again (the graph
+    reduction is exact and deterministic), and the plan is the one solved without the budget.
+    A solver method other than the reduction's solves it again, with that method."""
+    methods = []
+
+    def recorded(problem, method="auto", *args, **kwargs):
+        if problem.memory_limit is None:
+            methods.append(method)
+        return solver_module.solve(problem, method, *args, **kwargs)
+
+    monkeypatch.setattr(solve_module, "solve", recorded)
+    ctx = context.resolve("tiny-llama", 4, 64, "dgx-h100", None, False, TrainingChoices(precision="bf16"))
+    choices = TrainingChoices(optimizer="adam", precision="bf16")
+    args = (ctx.network, "tiny-llama", 64, 4, ctx.machine, ctx.compute, None)
+    plan = make_plan(*args, Settings(budget=Budget(60), choices=choices))
+    assert methods == ["reduced"] and plan.solver["status"] == "optimal"
+    assert make_plan(*args, Settings(choices=choices)).step_s == plan.step_s
+    methods.clear()
+    make_plan(*args, Settings(budget=Budget(60), choices=choices, method="ilp"))
+    assert methods == ["reduced", "ilp"]
