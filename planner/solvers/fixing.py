@@ -64,9 +64,11 @@ def solve_fixed(problem: Problem, time_limit_s: float | None = None, gap: float 
     proven gap); ``better(choice, cost, bound)`` is told each better fitting assignment found and
     the lower bound proven with it."""
     start = time.perf_counter()
+    if problem.memory_limit is None:  # the unconstrained optimum, reduced once
+        return solve_reduced(problem, time_limit_s, gap, budget=budget)
     check_feasible(problem)
     free = solve_reduced(problem.with_memory_limit(None))
-    if problem.memory_limit is None or fits(problem, free.memory):
+    if fits(problem, free.memory):
         return solve_reduced(problem, time_limit_s, gap, budget=budget)
     return solve_relaxed(problem, relax(problem, free.objective, free_choice=free.choice), time_limit_s, gap,
                          max_labels, start, budget, better)
