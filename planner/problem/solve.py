@@ -371,12 +371,17 @@ def _limit_s(settings: Settings) -> float | None:
     return budget.stated_s if budget is not None and budget.stated_s is not None else settings.time_limit_s
 
 
+def _interrupted(budget: Budget, limit: float) -> dict:
+    """The solver record of a plan offered to ``budget`` before its search ends (Ctrl-C's answer)."""
+    return {"status": "interrupted", "memory_limit_bytes": limit, "time_limit_s": budget.stated_s}
+
+
 def _offer_baselines(maker: _Maker, budget: Budget | None, limit: float) -> None:
     """Offer the fitting baselines to ``budget`` as the first plans in hand, before the binding
     limit's search (module docstring)."""
     if budget is None:
         return
-    stopped = {"status": "interrupted", "memory_limit_bytes": limit, "time_limit_s": budget.stated_s}
+    stopped = _interrupted(budget, limit)
     for b in maker.base:
         if b.fits:
             budget.offer(b.prediction.step_s, b.name, lambda b=b: maker.stopped(None, b, {**stopped,
@@ -387,7 +392,7 @@ def _offers(maker: _Maker, budget: Budget | None, limit: float) -> Better | None
     """The function that offers ``budget`` each better assignment the binding limit's search finds."""
     if budget is None:
         return None
-    stopped = {"status": "interrupted", "memory_limit_bytes": limit, "time_limit_s": budget.stated_s}
+    stopped = _interrupted(budget, limit)
 
     def better(choice: tuple[int, ...], cost: float, bound: float) -> None:
         if budget.best is not None and cost >= budget.best.step_s:
