@@ -101,11 +101,13 @@ class _Groups:
 
     def __init__(self, net: Network):
         index: dict = {}
-        self.of = [index.setdefault(signature(layer), len(index)) for layer in net.layers]
-        firsts: dict[int, object] = {}
-        for group, layer in zip(self.of, net.layers):
-            firsts.setdefault(group, layer)
-        self.firsts = tuple(firsts[g] for g in range(len(index)))
+        firsts, self.of = [], []
+        for layer in net.layers:
+            group = index.setdefault(signature(layer), len(firsts))
+            if group == len(firsts):
+                firsts.append(layer)
+            self.of.append(group)
+        self.firsts = tuple(firsts)
         self.distinct = dataclasses.replace(net, layers=self.firsts)
 
 
