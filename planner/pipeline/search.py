@@ -395,12 +395,13 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     ahead = None if parallel is None else Ahead(
         search, parallel, combos, lambda k: search.best(combos[k][1], combos[k][2], chunks=combos[k][3]),
         lambda k: (combos[k][1], combos[k][2]) in search._builders)
+    tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
     try:
-        best = _pairs(search, combos, out, progress, start, then=then, ahead=ahead)
+        best = _pairs(search, combos, out, progress, start, then=then, ahead=ahead,
+                      early=None if then is None else tolerance)
     finally:
         if ahead is not None:
             ahead.close()
-    tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
     if then is not None:  # with none found under 1F1B, the interleavings that may beat the ceiling
         best = then.rest(then(best, out, []) if best is not None else None, out, tolerance)
     if best is None and any(c.skipped == "bound" for c in out):
@@ -416,10 +417,13 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
 
 
 def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start: float,
-           best: Best | None = None, then=None, later: list = (), ahead: Ahead | None = None) -> Best | None:
+           best: Best | None = None, then=None, later: list = (), ahead: Ahead | None = None,
+           early: float | None = None) -> Best | None:
     """Each (S, m, V) in order of its bound until the bound reaches the best step found (from ``best``
     on) or the budget ends the search (once a plan is in hand); ``out`` gets a :class:`Candidate` for
-    each; ``then``: a new best 1F1B pair's interleaving (planner.pipeline.triples.Interleaving);
+    each; ``then``: a new best 1F1B pair's interleaving (planner.pipeline.triples.Interleaving), and
+    with ``early`` (the proof tolerance) under a ceiling, the other pairs' interleavings whose bound
+    is below a pair's, weighed before it (``Interleaving.ahead_of``);
     ``ahead``: ``combos``' pairs searched by workers ahead of their turn (planner.pipeline.workers.pair_searches)."""
     budget = search.settings.budget
 
@@ -430,6 +434,9 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
         left = budget.left()
         return left if search.pair_deadline is None else max(0.0, min(left, search.pair_deadline - budget.clock()))
     for i, (bound, stages, m, v, fits) in enumerate(combos):
+        if early is not None and search.ceiling < float("inf") and \
+                bound < min(search.ceiling, best.step_s if best is not None else float("inf")):
+            then.ahead_of(bound, best, out, list(combos[i:]) + list(later), early)
         if fits is None and bound < min(search.ceiling, best.step_s if best is not None else float("inf")) \
                 and not (budget is not None and budget.expired()):
             # a pair the bounding left at its floor (physics, or a partial bound against a step

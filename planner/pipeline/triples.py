@@ -224,6 +224,8 @@ class Interleaving:
     def __init__(self, search, floor, start: float, search_triples):
         self.search, self.floor, self.start, self.search_triples = search, floor, start, search_triples
         self.done: set[tuple[int, int]] = set()
+        #: pairs :meth:`ahead_of` bounded and left to :meth:`rest`: the least bound of their triples
+        self.open: dict[tuple[int, int], float] = {}
 
     def __call__(self, best, out: list, later: list):
         return self.pair((best.stages, best.micro_batches), best, out, later, best.solver.builder)
@@ -250,7 +252,37 @@ class Interleaving:
         vs = chunk_counts(self.search.stack.n, stages, m, INTERLEAVED)
         if (stages, m) in self.done or not vs:
             return bound
-        return bound * saving(stages, m, max(vs))
+        return min(bound, max(bound * saving(stages, m, max(vs)), self.open.get((stages, m), 0.0)))
+
+    def ahead_of(self, bound: float, best, out: list, combos: list, tolerance: float):
+        """The interleavings of every pair whose least step (as :meth:`rest` bounds it: its 1F1B
+        bound, from ``out`` where searched, else from ``combos``, times :func:`saving`) is below
+        ``bound``, the 1F1B pair's about to be searched, and below the step held, least first:
+        each triple bounded now (:func:`bounded`), and a pair none of whose triples can beat the
+        step held is weighed (its triples in ``out`` at their bounds), so a deadline never leaves
+        it at a bound below the pairs searched; a pair one of whose triples could win is left to
+        be searched by :meth:`rest`, once the best step the pairs give prunes most of them."""
+        search = self.search
+        n, budget = search.stack.n, search.settings.budget
+        known = {(c.stages, c.micro_batches): c.lower_s for c in out if c.chunks == 1}
+        for b, s, m, v, fits in combos:
+            if v == 1 and fits is not False:
+                known.setdefault((s, m), b)
+        left = sorted((lower * saving(*key, max(vs)), key) for key, lower in known.items()
+                      if key not in self.done and key not in self.open and lower < float("inf")
+                      and (vs := chunk_counts(n, *key, INTERLEAVED)))
+        held = min(search.ceiling, best.step_s * (1 - tolerance) if best is not None else float("inf"))
+        for least, key in left:
+            if least >= min(bound, held) or (budget is not None and budget.expired()):
+                break
+            got = bounded(search.bound, [(self.floor(*key, v), *key, v) for v in
+                                         chunk_counts(n, *key, INTERLEAVED)])
+            if any(fits is not False and b < held for b, *_, fits in got):
+                self.open[key] = min(b for b, *_, fits in got if fits is not False)
+                continue
+            self.done.add(key)
+            out.extend(Candidate(s, m, b, skipped="memory" if fits is False else "bound",
+                                 lower_s=float("inf") if fits is False else b, chunks=v) for b, s, m, v, fits in got)
 
     def rest(self, best, out: list, tolerance: float):
         """Every other pair whose interleaving could beat ``best`` by more than ``tolerance`` (class
@@ -261,7 +293,7 @@ class Interleaving:
         for c in out:
             key, vs = (c.stages, c.micro_batches), chunk_counts(n, c.stages, c.micro_batches, INTERLEAVED)
             if c.chunks == 1 and vs and key not in self.done and c.lower_s < float("inf"):
-                left.append((c.lower_s * saving(*key, max(vs)), key, max(vs)))
+                left.append((max(c.lower_s * saving(*key, max(vs)), self.open.get(key, 0.0)), key, max(vs)))
         left.sort()
         for i, (bound, key, v) in enumerate(left):
             held = best.step_s * (1 - tolerance) if best is not None else self.search.ceiling
