@@ -186,7 +186,7 @@ def _reusable(free_optimum: Assignment | None, method: str) -> bool:
     left to the ILP, whose answer among equal optima depends on its gap and time limit, is solved
     again, as is every problem of another method)."""
     return (method in ("auto", "reduced") and free_optimum is not None and free_optimum.status == "optimal"
-            and "ilp" not in free_optimum.solver)
+            and not free_optimum.ilp)
 
 
 def algorithm_alternatives(net: Network, strategies: dict[str, Strategy], batch: int,

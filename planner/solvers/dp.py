@@ -39,10 +39,12 @@ def _components(n: int, edges) -> list[list[int]]:
 
 
 def solve_remainder(red: Reduction, time_limit_s: float | None, gap: float | None,
-                    enumerate_limit: int, budget: Budget | None = None) -> tuple[list[int], str, str, float | None, list[str]]:
-    """Choice for the nodes left by reduction: ``(choice, solver, status, gap, notes)``."""
+                    enumerate_limit: int, budget: Budget | None = None
+                    ) -> tuple[list[int], str, str, float | None, list[str], bool]:
+    """Choice for the nodes left by reduction: ``(choice, solver, status, gap, notes, by_ilp)``,
+    ``by_ilp`` whether an ILP solved a component."""
     choice = [0] * len(red.alive)
-    solvers, status, worst_gap, notes = {"dp"}, "optimal", 0.0, []
+    solvers, status, worst_gap, notes, by_ilp = {"dp"}, "optimal", 0.0, [], False
     for comp in _components(len(red.alive), red.edges):
         if len(comp) == 1:
             choice[comp[0]] = int(np.argmin(red.node_cost[comp[0]]))
@@ -63,6 +65,7 @@ def solve_remainder(red: Reduction, time_limit_s: float | None, gap: float | Non
 
             got = solve_ilp(sub, time_limit_s=time_limit_s, gap=gap, budget=budget)
             solvers.add(got.solver)
+            by_ilp = True
             notes.append(f"a {len(comp)}-node remainder solved by ILP ({got.status}, "
                          f"gap {got.gap})")
             if got.status != "optimal":
@@ -70,7 +73,7 @@ def solve_remainder(red: Reduction, time_limit_s: float | None, gap: float | Non
             worst_gap = None if got.gap is None or worst_gap is None else max(worst_gap, got.gap)
         for v, c in zip(comp, got.choice):
             choice[v] = c
-    return choice, "+".join(sorted(solvers)), status, worst_gap, notes
+    return choice, "+".join(sorted(solvers)), status, worst_gap, notes, by_ilp
 
 
 def solve_reduced(problem: Problem, time_limit_s: float | None = None, gap: float | None = None,
@@ -92,7 +95,7 @@ def solve_reduced(problem: Problem, time_limit_s: float | None = None, gap: floa
     else:
         red = reduce_graph(problem)
     reduced_at = time.perf_counter()
-    alive_choice, solver, status, achieved, notes = solve_remainder(
+    alive_choice, solver, status, achieved, notes, by_ilp = solve_remainder(
         red, time_limit_s, gap, enumerate_limit, budget)
     choice = unreduce(red, alive_choice)
     objective, memory = evaluate(problem, choice)
@@ -100,12 +103,12 @@ def solve_reduced(problem: Problem, time_limit_s: float | None = None, gap: floa
               f"{reduced_at - start:.3f} s" + "".join(f"; {n}" for n in notes))
     if problem.memory_limit is None:
         return Assignment(choice, objective, memory, f"reduced({solver})", status, achieved,
-                          time.perf_counter() - start, len(red.alive), detail)
+                          time.perf_counter() - start, len(red.alive), detail, ilp=by_ilp)
     if fits(problem, memory):
         detail += (f"; the unconstrained optimum needs {memory:.6g} bytes <= limit "
                    f"{problem.memory_limit:.6g}, so it is optimal under the limit too")
         return Assignment(choice, objective, memory, f"reduced({solver})", status, achieved,
-                          time.perf_counter() - start, len(red.alive), detail)
+                          time.perf_counter() - start, len(red.alive), detail, ilp=by_ilp)
     return _binding(problem, start, memory, detail, time_limit_s, gap, budget)
 
 
@@ -124,4 +127,4 @@ def _binding(problem: Problem, start: float, unconstrained_memory: float, detail
                f"problem went to the ILP after pruning dominated candidates "
                f"({sum(map(len, kept))} of {sum(problem.sizes)} kept): {got.detail}")
     return Assignment(choice, objective, memory, f"reduced+{got.solver}", got.status, got.gap,
-                      time.perf_counter() - start, problem.num_nodes, detail)
+                      time.perf_counter() - start, problem.num_nodes, detail, ilp=got.ilp)

@@ -130,7 +130,8 @@ def solve_relaxed(problem: Problem, got: Relaxation, time_limit_s: float | None 
               f"candidates ruled out by it and the ILP on the rest, aiming between the two; " + "; ".join(notes))
     proven = max(0.0, (cost - got.bound) / cost) if cost > 0 else 0.0
     return Assignment(best, cost, memory, f"lagrange+{ilp.solver if ilp else 'dp'}", status,
-                      0.0 if status == "optimal" else proven, time.perf_counter() - start, problem.num_nodes, detail)
+                      0.0 if status == "optimal" else proven, time.perf_counter() - start, problem.num_nodes, detail,
+                      ilp=ilp is not None)
 
 
 def _fronts(problem: Problem, got: Relaxation, marg: tuple[np.ndarray, ...], max_labels: int,

@@ -293,7 +293,7 @@ def solve_ilp(problem: Problem, time_limit_s: float | None = None, gap: float | 
     start = time.perf_counter()
     check_feasible(problem)
     if problem.num_nodes == 0:
-        return Assignment((), 0.0, 0.0, "ilp", "optimal", 0.0, 0.0, 0, "empty problem")
+        return Assignment((), 0.0, 0.0, "ilp", "optimal", 0.0, 0.0, 0, "empty problem", ilp=True)
     model = build_ilp(problem, budget)
     built = time.perf_counter()
     if budget is not None and budget.left() is not None:
@@ -325,7 +325,7 @@ def solve_ilp(problem: Problem, time_limit_s: float | None = None, gap: float | 
               f"{model.lp.numConstraints()} constraints; built in {built - start:.3f} s, "
               f"solved in {solved - built:.3f} s")
     return Assignment(choice, objective, memory, f"ilp-{label.lower()}", status, achieved,
-                      time.perf_counter() - start, problem.num_nodes, detail)
+                      time.perf_counter() - start, problem.num_nodes, detail, ilp=True)
 
 
 def _has_solution(lp: pulp.LpProblem) -> bool:

@@ -143,6 +143,8 @@ class Assignment:
     reduced_nodes: int
     detail: str
     lam: float | None = None  # Lagrangian relaxation: the multiplier of its best bound (a hint for a similar problem)
+    #: an ILP solved some of it (HiGHS: which of equal optima it answers depends on its gap and time limit)
+    ilp: bool = False
 
 
 def evaluate(problem: Problem, choice) -> tuple[float, float]:

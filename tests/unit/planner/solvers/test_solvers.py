@@ -118,8 +118,30 @@ def test_series_parallel_reduces_to_one_node(family):
 def test_k4_leaves_a_remainder_for_the_ilp():
     problem = random_problem(3, "k4")
     got = solve_reduced(problem, enumerate_limit=0)
-    assert got.reduced_nodes >= 4 and "ilp" in got.solver
+    assert got.reduced_nodes >= 4 and "ilp" in got.solver and got.ilp
     assert _close(got.objective, solve_brute(problem).objective)
+
+
+def test_an_assignment_says_whether_an_ilp_solved_any_of_it():
+    """``Assignment.ilp``: set by the ILP and by every solver that hands it a part (a reduction's
+    remainder, a binding limit), never by the reduction's dynamic programme or enumeration alone;
+    ``make_plan`` reuses an unconstrained solve only without it (planner.problem.solve._reusable:
+    which of equal optima HiGHS answers depends on its gap and time limit)."""
+    from dataclasses import replace
+
+    from planner.problem.solve import _reusable
+
+    k4 = random_problem(3, "k4")
+    assert solve_ilp(k4).ilp and solve_reduced(k4, enumerate_limit=0).ilp
+    enumerated = solve_reduced(k4)  # its remainder enumerated
+    assert not enumerated.ilp and "brute" in enumerated.solver
+    chain = random_problem(0, "chain")
+    assert not solve_reduced(chain).ilp and not solve_brute(chain).ilp
+    binding = next(p for p in map(binding_problem, SEEDS) if p is not None)
+    assert solve_reduced(binding).ilp  # the limit binds: the pruned problem goes to the ILP
+    free = solve_reduced(chain)
+    assert _reusable(free, "auto") and _reusable(free, "reduced") and not _reusable(free, "ilp")
+    assert not _reusable(replace(free, ilp=True), "auto") and not _reusable(replace(free, status="feasible"), "auto")
 
 
 @pytest.mark.parametrize("method", ["reduced", "ilp", "brute"])
