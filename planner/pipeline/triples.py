@@ -271,13 +271,15 @@ class Interleaving:
         left = sorted((lower * saving(*key, max(vs)), key) for key, lower in known.items()
                       if key not in self.done and key not in self.open and lower < float("inf")
                       and (vs := chunk_counts(n, *key, INTERLEAVED)))
+        # weighed within the proof's tolerance of the step held (as rest), pruned only by the step itself
+        beaten = min(search.ceiling, best.step_s if best is not None else float("inf"))
         held = min(search.ceiling, best.step_s * (1 - tolerance) if best is not None else float("inf"))
         for least, key in left:
             if least >= min(bound, held) or (budget is not None and budget.expired()):
                 break
             got = bounded(search.bound, [(self.floor(*key, v), *key, v) for v in
                                          chunk_counts(n, *key, INTERLEAVED)])
-            if any(fits is not False and b < held for b, *_, fits in got):
+            if any(fits is not False and b < beaten for b, *_, fits in got):
                 self.open[key] = min(b for b, *_, fits in got if fits is not False)
                 continue
             self.done.add(key)

@@ -163,6 +163,11 @@ def test_under_a_ceiling_a_pairs_interleavings_are_bounded_before_a_1f1b_pair_of
     then.done, then.open = {(2, 4)}, {}
     then.ahead_of(11.0, SimpleNamespace(step_s=7.9), list(out), combos, 0.01)  # a step held below them
     assert asked == []
+    then.done, then.open = {(2, 4)}, {}
+    then.ahead_of(11.0, SimpleNamespace(step_s=8.55), list(out), combos, 0.01)
+    # 8.5 is within the proof's tolerance of 8.55 but below it: left open (its pair may still become
+    # the best 1F1B pair, whose interleavings are searched whole), never weighed as beaten
+    assert then.open == {(2, 8): 8.5} and then.done == {(2, 4), (4, 8)}
     searched = []
     then.done, then.open = {(2, 4), (4, 8)}, {(2, 8): 8.5}
     then.pair = lambda key, best, out, later, builder=None: searched.append(key) or best
