@@ -398,7 +398,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     tolerance = max(PROVE_GAP if settings.gap is None else settings.gap, 1e-12)
     try:
         best = _pairs(search, combos, out, progress, start, then=then, ahead=ahead,
-                      early=None if then is None else tolerance)
+                      early=tolerance if then is not None and search.ceiling < float("inf") else None)
     finally:
         if ahead is not None:
             ahead.close()
@@ -422,8 +422,8 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
     """Each (S, m, V) in order of its bound until the bound reaches the best step found (from ``best``
     on) or the budget ends the search (once a plan is in hand); ``out`` gets a :class:`Candidate` for
     each; ``then``: a new best 1F1B pair's interleaving (planner.pipeline.triples.Interleaving), and
-    with ``early`` (the proof tolerance) under a ceiling, the other pairs' interleavings whose bound
-    is below a pair's, weighed before it (``Interleaving.ahead_of``);
+    with ``early`` (the proof tolerance, given under a ceiling) the other pairs' interleavings whose
+    bound is below a pair's, weighed before it (``Interleaving.ahead_of``);
     ``ahead``: ``combos``' pairs searched by workers ahead of their turn (planner.pipeline.workers.pair_searches)."""
     budget = search.settings.budget
 
@@ -434,21 +434,19 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
         left = budget.left()
         return left if search.pair_deadline is None else max(0.0, min(left, search.pair_deadline - budget.clock()))
     for i, (bound, stages, m, v, fits) in enumerate(combos):
-        if early is not None and search.ceiling < float("inf") and \
-                bound < min(search.ceiling, best.step_s if best is not None else float("inf")):
+        below = min(search.ceiling, best.step_s if best is not None else float("inf"))  # the step to beat
+        if early is not None and bound < below:
             then.ahead_of(bound, best, out, list(combos[i:]) + list(later), early)
-        if fits is None and bound < min(search.ceiling, best.step_s if best is not None else float("inf")) \
-                and not (budget is not None and budget.expired()):
+        if fits is None and bound < below and not (budget is not None and budget.expired()):
             # a pair the bounding left at its floor (physics, or a partial bound against a step
             # held): its stage bound now, on the pricing its search takes anyway, against the step
             # held now, so a pair it proves slower than the best (or unfit) is not searched
-            step, fits, _ = search.bound(stages, m, v, min(search.ceiling, best.step_s if best is not None
-                                                           else float("inf")))
+            step, fits, _ = search.bound(stages, m, v, below)
             bound = max(bound, step)
             if fits is False:
                 out.append(Candidate(stages, m, bound, skipped="memory", lower_s=float("inf"), chunks=v))
                 continue
-        if bound >= min(search.ceiling, best.step_s if best is not None else float("inf")):
+        if bound >= below:
             # (the pairs whose bound was not computed come last)
             out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
             continue
@@ -461,7 +459,6 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
                 # about to be searched: its bound with the reshards inside a block, which its stage
                 # solves price anyway (planner.pipeline.bound.stage_bound's ``edges``): computed
                 # first by the worker that holds its search, else here; the same number in any process
-                below = min(search.ceiling, best.step_s if best is not None else float("inf"))
                 edges = None if ahead is None else ahead.edges_bound(i, below, wait_s)
                 bound = max(bound, search.stage_bound(stages, m, v, edges=True).step_s if edges is None else edges)
                 if bound >= below:
@@ -470,7 +467,7 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
             if ahead is None:
                 got = search.best(stages, m, chunks=v)
             else:
-                got = ahead.best(i, min(search.ceiling, best.step_s if best is not None else float("inf")), wait_s)
+                got = ahead.best(i, below, wait_s)
                 if isinstance(got, Searched) and got.step_s is None:  # no cut fits
                     search.taken_elsewhere(got)
                     got = None
