@@ -15,7 +15,10 @@ weighted ``m + (S - 1) / V``, which is how often a balanced device's ``T`` count
 
 A lower bound on the triple's step from its device solves, each of which bounds its device's
 bracket ``L_s <= w T_s + O_s``, ``w = m + (S - 1) / V`` (its optimum, or its Lagrangian bound when a
-gap is left): :func:`lower_s`, the step's formula on the times ``L_s / w``.
+gap is left): :func:`lower_s`, the step's formula on the times ``L_s / w``. Searched against a step
+to beat, a triple is left once the devices solved so far bound it at that step (the others'
+brackets at 0), and one whose device is unresolved (:mod:`planner.pipeline.chunks`) is left at its
+devices' bound, never as one that fits nothing (:class:`Unplanned`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from costmodel.memory.pipeline import ChunkHold, device_hold
 from costmodel.step.prediction import predict_step
 from networks.ir import Network
 from planner.problem.solve import PlanMismatch, Settings
+from planner.pipeline.chunks import Unresolved
 from planner.pipeline.stack import FIRST, LAST, MIDDLE, Stack
 from planner.pipeline.stage_solver import StageSolution, StageSolver
 
@@ -69,22 +73,48 @@ def step_s(ts: list[float], os_: list[float], m: int, chunks: int) -> float:
     return m * max(ts) + (sum(ts) - max(ts)) / chunks + max(os_)
 
 
+class Unplanned(Exception):
+    """A triple left without a plan, and a lower bound on its step from the devices solved
+    (``lower_s``): ``why`` is ``"bound"`` where that bound reaches the step to beat (:func:`search`'s
+    ``above``), ``"unresolved"`` where a device's solves found no plan fitting every moment of its
+    order yet could not prove that none fits (:class:`planner.pipeline.chunks.Unresolved`)."""
+
+    def __init__(self, lower_s: float, why: str):
+        super().__init__(f"no plan of the triple ({why}); none faster than {lower_s:.6g} s")
+        self.lower_s, self.why = lower_s, why
+
+
 def search(solver: StageSolver, stack: Stack, stages: int, m: int, chunks: int, sends: list[float],
-           tied, late) -> Interleaved | None:
+           tied, late, above: float | None = None) -> Interleaved | None:
     """The best plan of ``(S, m, V)`` (module docstring); None when a device fits nothing. ``sends``:
     each device's sends per micro-batch; ``tied(s, net)``: the tied table's once-a-step seconds a
-    device's solver weighs (or None); ``late()`` raises when the search is to be left."""
-    sols = {}
-    for r, s in {role(stages, s): s for s in (0, 1, stages - 1)}.items():
+    device's solver weighs (or None); ``late()`` raises when the search is to be left. Raises
+    :class:`Unplanned` when a device is unresolved, or with ``above`` (the step to beat) once the
+    devices solved so far prove the step at least that (:func:`lower_s` on their brackets, the
+    others' at 0: the formula only grows with each bracket)."""
+    weight = m + (stages - 1) / chunks
+    sols: dict[str, StageSolution] = {}
+
+    def partial(extra: dict[str, float]) -> float:
+        brackets = {r: sol.lower_s(weight) for r, sol in sols.items()} | extra
+        return lower_s([brackets[role(stages, s)] + weight * sends[s] if role(stages, s) in brackets else 0.0
+                        for s in range(stages)], m, chunks)
+
+    devices = {role(stages, s): s for s in (0, 1, stages - 1)}
+    for r, s in devices.items():
         late()
         net = stack.interleaved_stage(stages, chunks, r)
-        sols[r] = solver.solve(("interleaved", chunks, r), net, kept(stack, stages, s, m, chunks), tied(s, net))
+        try:
+            sols[r] = solver.solve(("interleaved", chunks, r), net, kept(stack, stages, s, m, chunks), tied(s, net))
+        except Unresolved as e:
+            raise Unplanned(partial({r: e.lower_s}), "unresolved") from None
         if sols[r] is None:
             return None
+        if above is not None and len(sols) < len(devices) and (low := partial({})) >= above:
+            raise Unplanned(low, "bound")
     per = tuple(sols[role(stages, s)] for s in range(stages))
     ts = [sol.micro_s + sends[s] for s, sol in enumerate(per)]
     step = step_s(ts, [sol.once_s + sol.tied_s for sol in per], m, chunks)
-    weight = m + (stages - 1) / chunks
     lower = lower_s([sol.lower_s(weight) + weight * sends[s] for s, sol in enumerate(per)], m, chunks)
     return Interleaved(step, min(step, lower), per)
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import replace
 
 from planner.pipeline.choice import Best, Candidate, OutOfTime
+from planner.pipeline.interleave import Unplanned
 from planner.pipeline.workers.pair_searches import LATE, Searched, search_pair, search_task
 from planner.problem.parallel import Parallel, side_by_side
 
@@ -31,7 +32,7 @@ def closed(search, best: Best, out: list[Candidate], i: int) -> Best:
     c = out[i]
     try:
         got = search.best(c.stages, c.micro_batches, close=True, chunks=c.chunks)
-    except OutOfTime:  # its gaps stay open (its lower bound counts them)
+    except (OutOfTime, Unplanned):  # its gaps stay open (its lower bound counts them)
         return best
     if got is None:  # no cut fits with exact stages where a relaxed one did: cannot be, but stay safe
         return best
@@ -94,7 +95,7 @@ def closed_side_by_side(search, parallel: Parallel, best: Best, out: list[Candid
         c = out[i]
         try:
             return search.best(c.stages, c.micro_batches, close=True, chunks=c.chunks)
-        except OutOfTime:
+        except (OutOfTime, Unplanned):
             return LATE
 
     def taken(k: int, got) -> None:

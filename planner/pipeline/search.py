@@ -242,28 +242,32 @@ class _Search:
         return budget is not None and (budget.expired() or (self.pair_deadline is not None
                                                             and budget.clock() >= self.pair_deadline))
 
-    def best(self, stages: int, m: int, close: bool = False, chunks: int = 1) -> Best | None:
+    def best(self, stages: int, m: int, close: bool = False, chunks: int = 1,
+             below: float | None = None) -> Best | None:
         """The best cut of ``(S, m, V)`` (None: nothing fits); raises :class:`OutOfTime` when it is
         left unfinished (:meth:`late`), also in the middle of pricing one stage's reshards (a stage of
-        thousands of ranks can take longer than the whole time limit)."""
+        thousands of ranks can take longer than the whole time limit), and, for a triple,
+        :class:`planner.pipeline.interleave.Unplanned` when a device is unresolved or, with ``below``
+        (the step to beat), once its devices solved prove it no faster."""
         solver = self.solver(stages, m, close, chunks)
         del self._solvers[(stages, m, chunks, close)]  # searched once: its pricing is not needed again
         solver.builder.stop = lambda: self.late(close)
         try:
-            return self._best(solver, stages, m, close, chunks)
+            return self._best(solver, stages, m, close, chunks, below)
         except PricingStopped:
             raise OutOfTime from None
         finally:
             solver.builder.stop = None
 
-    def _best(self, solver: StageSolver, stages: int, m: int, close: bool, chunks: int) -> Best | None:
+    def _best(self, solver: StageSolver, stages: int, m: int, close: bool, chunks: int,
+              below: float | None = None) -> Best | None:
         n, micro = self.stack.n, self.batch // m
         if not close:
             self.pending[(stages, m)] = left = self.pending.get((stages, m), 1) - 1
             if left <= 0 and (stages, m) != self.held:
                 self._builders.pop((stages, m), None)
         if chunks > 1:
-            return self._interleaved(solver, stages, m, chunks, close)
+            return self._interleaved(solver, stages, m, chunks, close, below)
         rl, weight = roles(stages), m + stages - 1
         lows: dict[tuple[int, int], float | None] = {}  # each stage solve's lower bound (cut_lower)
 
@@ -313,16 +317,19 @@ class _Search:
         """Give ``pair``'s other triples its 1F1B search's pricing (planner.pipeline.triples.Interleaving)."""
         self._builders[pair] = builder
 
-    def _interleaved(self, solver: StageSolver, stages: int, m: int, chunks: int, close: bool) -> Best | None:
+    def _interleaved(self, solver: StageSolver, stages: int, m: int, chunks: int, close: bool,
+                     below: float | None) -> Best | None:
         def late():
             if self.late(close):
                 raise OutOfTime
 
-        got = interleave.search(solver, self.stack, stages, m, chunks, self.sends(stages, m, chunks),
-                                lambda s, net: self.tied(stages, s, net), late)
-        self.solves += solver.solves
-        if not close:
-            self.worst_gap = max(self.worst_gap, solver.worst_gap)
+        try:
+            got = interleave.search(solver, self.stack, stages, m, chunks, self.sends(stages, m, chunks),
+                                    lambda s, net: self.tied(stages, s, net), late, below)
+        finally:
+            self.solves += solver.solves
+            if not close:
+                self.worst_gap = max(self.worst_gap, solver.worst_gap)
         if got is None:
             return None
         return Best(got.step_s, stages, m, (self.stack.n // stages,) * stages, solver, got.lower_s, chunks,
@@ -465,7 +472,7 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
                     out.append(Candidate(stages, m, bound, skipped="bound", lower_s=bound, chunks=v))
                     continue
             if ahead is None:
-                got = search.best(stages, m, chunks=v)
+                got = search.best(stages, m, chunks=v, below=below)
             else:
                 got = ahead.best(i, below, wait_s)
                 if isinstance(got, Searched) and got.step_s is None:  # no cut fits
@@ -476,6 +483,9 @@ def _pairs(search: _Search, combos: list, out: list[Candidate], progress, start:
                         got = search.best(stages, m, chunks=v)  # the new best: searched here, for its plan
                     else:
                         search.taken_elsewhere(got)
+        except interleave.Unplanned as e:  # a triple proven no faster than the step to beat, or a device unresolved
+            out.append(Candidate(stages, m, bound, skipped=e.why, lower_s=max(bound, e.lower_s), chunks=v))
+            continue
         except OutOfTime:
             if best is None and budget is not None and not budget.expired():  # left at its share: the next pair
                 out.append(Candidate(stages, m, bound, skipped="time", lower_s=bound, chunks=v))

@@ -23,6 +23,7 @@ from typing import Callable
 from costmodel.compute.model import ComputeModel
 from costmodel.machine.model import Machine
 from planner.pipeline.choice import OutOfTime
+from planner.pipeline.interleave import Unplanned
 from planner.pipeline.workers.pair_bounds import kept_pricing
 from planner.pipeline.stack import Stack
 from planner.problem.parallel import Parallel
@@ -110,7 +111,7 @@ def search_pair(task: SearchTask, kept: dict) -> Searched | str:
             return Searched(None, task.stages, task.micro_batches, (), bound, 0, 0.0, task.chunks, bound, True)
     try:
         got = search.best(task.stages, task.micro_batches, close=task.close, chunks=task.chunks)
-    except OutOfTime:
+    except (OutOfTime, Unplanned):  # (a triple's: closings only, whose pairs keep what they had)
         return LATE
     if got is None:
         return Searched(None, task.stages, task.micro_batches, (), float("inf"), search.solves, search.worst_gap,

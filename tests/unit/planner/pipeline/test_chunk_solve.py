@@ -115,7 +115,8 @@ def test_memory_per_device_by_what_holds_it_against_a_hand_count(tmp_path):
 
 class _Fake:
     """A stage solver over a two-layer device, layer i in chunk i: ``answers`` maps each count
-    vector (per layer) to (objective, that layer's activations); its own gap 0."""
+    vector (per layer) to (objective, that layer's activations), or None (nothing fits); its own
+    gap 0."""
 
     def __init__(self, answers, limit):
         self.limit, self.weight, self.worst_gap, self.asked = limit, 1.0, 0.0, []
@@ -131,7 +132,8 @@ class _Fake:
 
     def bound(self, key, net, kept, extra=None):
         self.asked.append(kept)
-        return self._sol(*self.answers[kept])
+        answer = self.answers[kept]
+        return None if answer is None else self._sol(*answer)
 
 
 def test_a_held_solve_returns_the_first_relaxation_that_fits_every_moment():
@@ -151,18 +153,61 @@ def test_a_held_solve_returns_the_first_relaxation_that_fits_every_moment():
     assert got.gap == 0.0 and fake.worst_gap == 0.0
 
 
-def test_a_held_solve_falls_back_on_each_chunks_most_with_the_relaxations_bound():
+#: the relaxations of the two moments (3, 1) and (1, 3) and of their mean, none of whose answers fits
+#: both under the limit 30: each holds 38 at the other moment
+CYCLING = {(3.0, 1.0): (3.0, (2.0, 12.0)), (1.0, 3.0): (2.0, (12.0, 2.0)), (2.0, 2.0): (3.5, (2.0, 12.0))}
+
+
+def test_a_held_solve_goes_from_the_mean_of_the_moments_tried_toward_each_chunks_most():
     """When no relaxation's answer fits every moment in :data:`planner.pipeline.chunks.TRIES` solves,
-    each chunk counted at its most, (3, 3), restricts the plan to one that fits every moment; its gap
-    is against the relaxations' bound, not its own (a restriction's optimum bounds nothing)."""
+    the counts between their mean (2, 2) and each chunk's most (3, 3) are solved in turn,
+    :data:`planner.pipeline.chunks.TOWARD_MOST` of the way: (2.05, 2.05) answers (2, 12), 38 at
+    (1, 3), over; (2.2, 2.2) answers (6, 6), 24 at both moments: taken, its gap against the
+    relaxations' bound (3.5), as these counts bound nothing."""
+    from planner.pipeline.chunks import TOWARD_MOST, solve_held  # noqa: PLC0415 - beside the fake it drives
+    assert TOWARD_MOST == (0.05, 0.2)
+    hold = ChunkHold(((3, 1), (1, 3)), (0, 1))
+    fake = _Fake({**CYCLING, (2.05, 2.05): (3.6, (2.0, 12.0)), (2.2, 2.2): (5.0, (6.0, 6.0))}, 30.0)
+    got = solve_held(fake, "k", None, hold)
+    assert fake.asked[3:] == [(2.05, 2.05), (2.2, 2.2)]
+    assert got.held_bytes(hold) == 24.0 and got.micro_s == 5.0
+    assert got.gap == pytest.approx(1 - 3.5 / 5.0) and fake.worst_gap == got.gap
+
+
+def test_a_held_solve_falls_back_on_each_chunks_most_with_the_relaxations_bound():
+    """When no count between the mean and the most gives a plan that fits every moment, each chunk
+    counted at its most, (3, 3), restricts the plan to one that fits every moment; its gap is
+    against the relaxations' bound, not its own (a restriction's optimum bounds nothing)."""
     from planner.pipeline.chunks import solve_held  # noqa: PLC0415 - beside the fake it drives
     hold = ChunkHold(((3, 1), (1, 3)), (0, 1))
-    answers = {(3.0, 1.0): (3.0, (2.0, 12.0)), (1.0, 3.0): (2.0, (12.0, 2.0)), (2.0, 2.0): (3.5, (2.0, 12.0)),
+    answers = {**CYCLING, (2.05, 2.05): (3.6, (2.0, 12.0)), (2.2, 2.2): (3.7, (12.0, 2.0)),
                (3.0, 3.0): (6.0, (4.0, 4.0))}
     fake = _Fake(answers, 30.0)
     got = solve_held(fake, "k", None, hold)
-    assert fake.asked[-1] == (3.0, 3.0) and len(fake.asked) == 4
+    assert fake.asked[-1] == (3.0, 3.0) and len(fake.asked) == 6
     assert got.held_bytes(hold) == 16.0 and got.gap == pytest.approx(1 - 3.5 / 6.0)
+
+
+def test_a_held_solve_whose_restriction_fits_nothing_is_unresolved_not_infeasible():
+    """A relaxation fits, so a plan fitting every moment may exist though none of the solves found
+    one and the restriction fits nothing: no answer and no claim that nothing fits, but
+    :class:`planner.pipeline.chunks.Unresolved` with the relaxations' bound on the device."""
+    from planner.pipeline.chunks import Unresolved, solve_held  # noqa: PLC0415 - beside the fake it drives
+    hold = ChunkHold(((3, 1), (1, 3)), (0, 1))
+    fake = _Fake({**CYCLING, (2.05, 2.05): (3.6, (2.0, 12.0)), (2.2, 2.2): (3.7, (12.0, 2.0)), (3.0, 3.0): None},
+                 30.0)
+    with pytest.raises(Unresolved) as raised:
+        solve_held(fake, "k", None, hold)
+    assert raised.value.lower_s == 3.5 and fake.asked[-1] == (3.0, 3.0)
+
+
+def test_a_held_solve_whose_first_relaxation_fits_nothing_fits_nothing():
+    """A relaxation is a superset of the plans that fit every moment: where it fits nothing, the
+    device fits nothing (None), after that one solve."""
+    from planner.pipeline.chunks import solve_held  # noqa: PLC0415 - beside the fake it drives
+    hold = ChunkHold(((3, 1), (1, 3)), (0, 1))
+    fake = _Fake({(3.0, 1.0): None}, 30.0)
+    assert solve_held(fake, "k", None, hold) is None and fake.asked == [(3.0, 1.0)]
 
 
 @pytest.mark.parametrize("stages", [3, 4, 8])
@@ -227,3 +272,56 @@ def test_the_triples_bound_weighs_the_busiest_device_and_stays_below_its_exact_o
                                 stack, STAGES, M, CHUNKS, search.sends(STAGES, M, CHUNKS),
                                 lambda s, net: search.tied(STAGES, s, net), lambda: None)
     assert relaxed.lower_s <= exact.step_s * (1 + 1e-12) <= relaxed.step_s * (1 + 1e-12)
+
+
+def _triple(ctx, above=None, solve=None):
+    """gpt-tiny's (2, 4, 2) searched with no memory limit; ``solve``: the solver's solve, wrapped."""
+    stack = uniform_stack(ctx.network)
+    search = _Search(stack, BATCH, P, ctx.machine, ctx.compute, float("inf"), SETTINGS)
+    solver = StageSolver(P // STAGES, BATCH // M, M + (STAGES - 1) / CHUNKS, ctx.machine, ctx.compute, SETTINGS,
+                         float("inf"), exact=True)
+    if solve is not None:
+        solver.solve = solve(solver.solve)
+    sends = search.sends(STAGES, M, CHUNKS)
+    return sends, interleave.search(solver, stack, STAGES, M, CHUNKS, sends, lambda s, net: search.tied(STAGES, s, net),
+                                    lambda: None, above)
+
+
+def test_a_triple_whose_first_device_proves_it_no_faster_than_the_step_to_beat_is_left_there(tmp_path):
+    """With ``above`` (the step to beat), once the devices solved bound the step at least that
+    (:func:`interleave.lower_s` on their brackets, the others at 0) the search stops with
+    :class:`interleave.Unplanned` ``"bound"`` and that bound, which is never above the full triple's
+    own lower bound; below it the devices are all solved and the plan is the one without ``above``."""
+    ctx = _ctx(tmp_path, precision="fp16")
+    sends, full = _triple(ctx)
+    weight = M + (STAGES - 1) / CHUNKS
+    first = interleave.lower_s([full.solutions[0].lower_s(weight) + weight * sends[0], 0.0], M, CHUNKS)
+    assert 0 < first < full.lower_s
+    with pytest.raises(interleave.Unplanned) as raised:
+        _triple(ctx, above=first * 0.999)
+    assert raised.value.why == "bound" and raised.value.lower_s == pytest.approx(first, rel=1e-12)
+    assert _triple(ctx, above=first * 1.001)[1] == full
+
+
+def test_a_triple_with_an_unresolved_device_is_unplanned_at_its_devices_bounds(tmp_path):
+    """A device whose solves find no plan fitting every moment and cannot prove none fits
+    (:class:`planner.pipeline.chunks.Unresolved`) leaves the triple :class:`interleave.Unplanned`
+    ``"unresolved"``, never "nothing fits": its bound is the step's formula on the brackets of the
+    devices solved and the unresolved device's own bound."""
+    from planner.pipeline.chunks import Unresolved  # noqa: PLC0415 - this test's only use
+
+    def unresolved_last(solve):
+        def wrapped(key, net, kept, extra=None):
+            if key[-1] == "last":
+                raise Unresolved(key, 5.0)
+            return solve(key, net, kept, extra)
+        return wrapped
+
+    ctx = _ctx(tmp_path, precision="fp16")
+    sends, full = _triple(ctx)
+    weight = M + (STAGES - 1) / CHUNKS
+    with pytest.raises(interleave.Unplanned) as raised:
+        _triple(ctx, solve=unresolved_last)
+    want = interleave.lower_s([full.solutions[0].lower_s(weight) + weight * sends[0], 5.0 + weight * sends[1]],
+                              M, CHUNKS)
+    assert raised.value.why == "unresolved" and raised.value.lower_s == pytest.approx(want, rel=1e-12)

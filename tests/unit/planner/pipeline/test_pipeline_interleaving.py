@@ -175,3 +175,30 @@ def test_under_a_ceiling_a_pairs_interleavings_are_bounded_before_a_1f1b_pair_of
     assert searched == []  # 8.5 is within the tolerance of 8.55: not searched
     then.rest(SimpleNamespace(step_s=8.7), [Candidate(2, 8, 9.0, lower_s=9.0)], 0.01)
     assert searched == [(2, 8)]
+
+
+def test_an_unresolved_triple_stays_in_the_gap_at_its_bound_never_as_nothing_fits(tmp_path, monkeypatch):
+    """A triple whose device solves found no plan fitting every moment of its order, without proving
+    none fits (planner.pipeline.interleave.Unplanned ``"unresolved"``), is a candidate with no step
+    at the larger of its bound and the devices' bound: the proven gap counts it, where "nothing fits"
+    (no lower bound) would have called the answer optimal."""
+    from planner.pipeline import interleave  # noqa: PLC0415 - the function this test replaces
+    from planner.pipeline.choice import proven_gap  # noqa: PLC0415 - this test's only use
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, PROVE, schedule=INTERLEAVED)
+    assert plain.chunks > 1 and plain.stats["proven_gap"] < 1e-3
+    real, chosen = interleave.search, (plain.stages, plain.micro_batches, plain.chunks)
+
+    def unresolved(solver, stack, stages, m, chunks, *rest):
+        if (stages, m, chunks) == chosen:
+            raise interleave.Unplanned(0.0, "unresolved")
+        return real(solver, stack, stages, m, chunks, *rest)
+
+    monkeypatch.setattr(interleave, "search", unresolved)
+    got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, PROVE, schedule=INTERLEAVED)
+    left = next(c for c in got.candidates if c.key == chosen)
+    assert left.skipped == "unresolved" and left.step_s is None and left.lower_s == left.bound_s
+    assert got.prediction.step_s > plain.prediction.step_s
+    gap = got.stats["proven_gap"]
+    assert gap == pytest.approx(proven_gap(got.prediction.step_s, got.candidates))
+    assert gap >= 1 - left.lower_s / got.prediction.step_s > plain.stats["proven_gap"]

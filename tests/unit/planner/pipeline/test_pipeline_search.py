@@ -403,11 +403,11 @@ def test_a_pair_past_its_share_is_left_for_the_next_until_a_plan_is_in_hand(tmp_
     ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     real, calls = search_module._Search.best, []
 
-    def slow_first(self, stages, m, close=False, chunks=1):
+    def slow_first(self, stages, m, close=False, chunks=1, below=None):
         calls.append((stages, m, chunks, self.pair_deadline is not None))
         if len(calls) == 1:
             raise OutOfTime  # as past its share
-        return real(self, stages, m, close, chunks)
+        return real(self, stages, m, close, chunks, below)
 
     monkeypatch.setattr(search_module._Search, "best", slow_first)
     settings = Settings(budget=Budget(600.0), choices=TrainingChoices(optimizer="adam", precision="fp16"))
