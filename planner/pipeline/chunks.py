@@ -13,15 +13,16 @@ memory count, so a device is solved with one count vector ``v`` (each layer's ac
   each plan that fits every moment fits it, so its optimum is a lower bound on the device's, and its
   optimum is the device's when it fits every moment;
 * the solve starts from the moment the unconstrained optimum holds the most at, and when its answer
-  holds the most at another moment, solves that moment next (or, one seen before, the mean of those
-  tried), :data:`TRIES` solves at most; the first answer whose busiest moment fits is returned, its
-  proven gap against the best of the relaxations' bounds;
+  holds the most at another moment, solves that moment next, until one seen before comes back (a
+  cycle) or :data:`TRIES` solves are made; the first answer whose busiest moment fits is returned,
+  its proven gap against the best of the relaxations' bounds;
 * else counts between the mean of the moments tried and each chunk's most over the order
   (``ChunkHold.most``), :data:`TOWARD_MOST` of the way: neither a relaxation nor a restriction, so
   an answer is taken only where its busiest moment fits, its gap against the relaxations' bound
   (gpt3-175b on 512 H100s: devices whose relaxations' answers hold 0.2-9% over the limit at
   another moment, and whose restriction fits nothing, fit at 5% of the way, within 1-4% of the
-  relaxations' bound);
+  relaxations' bound; the mean of the two moments that cycled, itself a relaxation, fit none of
+  them);
 * else the *restriction*: each chunk counted at its most (a plan fitting it fits every moment), its
   gap against the relaxations' bound;
 * else :class:`Unresolved`: some moment's relaxation fits, so the device may have a plan the solves
@@ -69,8 +70,9 @@ def solve_held(solver, key: object, net, hold: ChunkHold, extra: dict | None = N
         if sol.held_bytes(hold) <= limit:
             return _proven(solver, sol, lower)
         tried.append(tuple(float(x) for x in v))
-        w = tuple(float(x) for x in hold.worst(sol.layer_activation_bytes))
-        v = w if w not in tried else tuple(sum(col) / len(tried) for col in zip(*tried))
+        v = tuple(float(x) for x in hold.worst(sol.layer_activation_bytes))
+        if v in tried:
+            break
     mean, most = tuple(sum(col) / len(tried) for col in zip(*tried)), hold.most()
     for share in TOWARD_MOST:
         sol = solver.bound(key, net, hold.per_layer(tuple(a + share * (b - a) for a, b in zip(mean, most))), extra)
