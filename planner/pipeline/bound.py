@@ -79,7 +79,7 @@ def stage_bound(builder: Builder, stack: Stack, stages: int, micro_batches: int,
     one micro-batch; ``sends_s``: each stage's (device's) point-to-point seconds per micro-batch
     (none: no sends). ``above``: a step the caller holds; a bound that reaches it from part of a
     block's layers is answered as soon as it does (:func:`_early`), the other layers not priced.
-    ``holds``: each stage's kept micro-batches as the search solves it (planner.pipeline.search.kept),
+    ``holds``: each stage's kept micro-batches as the search solves it (planner.pipeline.pair_search.kept),
     for the proof that no cut fits (:func:`_some_cut_fits`; none: one each). ``edges``: each block
     also pays the reshards between its layers (:meth:`_Dual.tight`): their pricing can take longer
     than the rest of the bound (12 s for one pair of llama3.1-405b on 16,384 H100s), so the search

@@ -11,7 +11,7 @@ from planner.pipeline.stage_solver import StageSolution, StageSolver
 
 
 class OutOfTime(Exception):
-    """A pair's search left unfinished at the deadline (:meth:`planner.pipeline.search._Search.late`)."""
+    """A pair's search left unfinished at the deadline (:meth:`planner.pipeline.pair_search.PairSearch.late`)."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 the cost model and checked against the search's step (:func:`predicted`), its
 :class:`~planner.pipeline.choice.PipelineChoice` with the search's statistics (:func:`choice`), and
 a best so far offered to the time budget as the plan a stop would answer (:func:`offer`). ``search``
-is :mod:`planner.pipeline.search`'s ``_Search`` (pure).
+is :class:`planner.pipeline.pair_search.PairSearch` (pure).
 """
 
 from __future__ import annotations

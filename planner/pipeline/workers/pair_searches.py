@@ -55,7 +55,7 @@ class SearchTask:
     chunks: int
     close: bool
     deadline: float | None
-    searcher: type  # the search's own class (planner.pipeline.search._Search)
+    searcher: type  # the search's own class (planner.pipeline.pair_search.PairSearch)
     ends: float | None = None
     #: a search ahead of its turn: the step held when it was handed out; the pair's bound with the
     #: reshards inside a block comes first, and a bound that reaches it ends the task (None: closing)

@@ -11,7 +11,7 @@ from costmodel.memory.pipeline import ChunkHold, held_bytes
 from costmodel.step.prediction import predict_step
 from planner.pipeline import interleave
 from planner.problem.solve import Settings
-from planner.pipeline.search import _Search
+from planner.pipeline.pair_search import PairSearch
 from planner.pipeline.stack import uniform_stack
 from planner.pipeline.stage_solver import StageSolver
 from profiler import context
@@ -41,7 +41,7 @@ def test_a_hold_is_the_most_over_its_moments_and_each_layer_counts_its_chunks():
 
 def _search(ctx, limit: float):
     stack = uniform_stack(ctx.network)
-    search = _Search(stack, BATCH, P, ctx.machine, ctx.compute, limit, SETTINGS)
+    search = PairSearch(stack, BATCH, P, ctx.machine, ctx.compute, limit, SETTINGS)
     solver = StageSolver(P // STAGES, BATCH // M, M + (STAGES - 1) / CHUNKS, ctx.machine, ctx.compute, SETTINGS,
                          limit, exact=True)
     got = interleave.search(solver, stack, STAGES, M, CHUNKS, search.sends(STAGES, M, CHUNKS),
@@ -257,7 +257,7 @@ def test_the_triples_bound_weighs_the_busiest_device_and_stays_below_its_exact_o
     Lagrangian device solves (gaps left open) stays below the triple's exact optimum."""
     ctx = _ctx(tmp_path, precision="fp16")
     stack, _, free = _search(ctx, float("inf"))
-    search = _Search(stack, BATCH, P, ctx.machine, ctx.compute, float("inf"), SETTINGS)
+    search = PairSearch(stack, BATCH, P, ctx.machine, ctx.compute, float("inf"), SETTINGS)
     weight = M + (STAGES - 1) / CHUNKS
     brackets = [sol.lower_s(weight) + weight * send
                 for sol, send in zip(free.solutions, search.sends(STAGES, M, CHUNKS))]
@@ -276,7 +276,7 @@ def test_the_triples_bound_weighs_the_busiest_device_and_stays_below_its_exact_o
 def _triple(ctx, above=None, solve=None):
     """gpt-tiny's (2, 4, 2) searched with no memory limit; ``solve``: the solver's solve, wrapped."""
     stack = uniform_stack(ctx.network)
-    search = _Search(stack, BATCH, P, ctx.machine, ctx.compute, float("inf"), SETTINGS)
+    search = PairSearch(stack, BATCH, P, ctx.machine, ctx.compute, float("inf"), SETTINGS)
     solver = StageSolver(P // STAGES, BATCH // M, M + (STAGES - 1) / CHUNKS, ctx.machine, ctx.compute, SETTINGS,
                          float("inf"), exact=True)
     if solve is not None:

@@ -16,7 +16,8 @@ from planner.pipeline import interleave
 from planner.pipeline.cuts import best_cut, cut_lower
 from planner.pipeline.triples import AUTO, bounded, chunk_counts, highest_peak, micro_sizes, physics_floor
 from planner.problem.solve import Settings
-from planner.pipeline.search import _Search, kept, search_pipeline
+from planner.pipeline.pair_search import PairSearch, kept
+from planner.pipeline.search import search_pipeline
 from planner.pipeline.stack import roles
 from planner.pipeline.stack import uniform_stack
 from planner.pipeline.stage_solver import StageSolver
@@ -68,7 +69,7 @@ def test_brute_force_over_every_stage_split_and_degree_finds_nothing_better(tmp_
     # limit: 3.4 MiB (0.95 MiB) a device, so one stage does not fit and the search must cut
     got = search_pipeline(net, batch, p, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
                           micro_counts=divisors(batch), schedule=AUTO)
-    sends = _Search(stack, batch, p, ctx.machine, ctx.compute, limit, SETTINGS)
+    sends = PairSearch(stack, batch, p, ctx.machine, ctx.compute, limit, SETTINGS)
     best, per = _interleaved_brute_force(ctx, stack, p, batch, limit, sends)
     for stages in (s for s in divisors(p) if s <= stack.n):
         for m in divisors(batch):
@@ -396,12 +397,12 @@ def test_the_physics_floor_is_the_peak_the_layers_run_at_and_below_every_pairs_o
 def test_a_pair_past_its_share_is_left_for_the_next_until_a_plan_is_in_hand(tmp_path, monkeypatch):
     """Until a plan is in hand, a pair whose search runs past FIRST_SHARE of the time left is left
     (a candidate skipped for time, at its bound) and the next pair searched: the search answers."""
-    from planner.pipeline import search as search_module
+    from planner.pipeline.pair_search import PairSearch
     from planner.pipeline.choice import OutOfTime
     from planner.solvers import Budget
 
     ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
-    real, calls = search_module._Search.best, []
+    real, calls = PairSearch.best, []
 
     def slow_first(self, stages, m, close=False, chunks=1, below=None):
         calls.append((stages, m, chunks, self.pair_deadline is not None))
@@ -409,7 +410,7 @@ def test_a_pair_past_its_share_is_left_for_the_next_until_a_plan_is_in_hand(tmp_
             raise OutOfTime  # as past its share
         return real(self, stages, m, close, chunks, below)
 
-    monkeypatch.setattr(search_module._Search, "best", slow_first)
+    monkeypatch.setattr(PairSearch, "best", slow_first)
     settings = Settings(budget=Budget(600.0), choices=TrainingChoices(optimizer="adam", precision="fp16"))
     got = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, settings, schedule="1f1b")
     first = calls[0]

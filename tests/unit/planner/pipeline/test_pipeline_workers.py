@@ -139,14 +139,14 @@ def test_a_workers_search_stops_at_the_commands_deadline_and_the_pair_is_searche
     import time
 
     from planner.pipeline.workers.pair_searches import LATE, Ahead, search_task
-    from planner.pipeline.search import _Search
+    from planner.pipeline.pair_search import PairSearch
     from planner.pipeline.stack import uniform_stack
     from planner.solvers import Budget
 
     ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=SETTINGS.choices)
     stack = uniform_stack(ctx.network)
     spent = dataclasses.replace(SETTINGS, budget=Budget(0.0))
-    search = _Search(stack, 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, spent)
+    search = PairSearch(stack, 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, spent)
     task = search_task(search, 2, 8)
     assert task.ends is not None and task.ends <= time.perf_counter()
     assert search_pair(task, {}) == LATE
@@ -175,11 +175,11 @@ def test_a_workers_search_left_when_the_search_moves_on_answers_late_and_the_poo
     ``stop_handed_out``) answers LATE at once; Ahead.close tells the pool only while a search it
     handed out is still running."""
     from planner.pipeline.workers.pair_searches import LATE, Ahead, search_task
-    from planner.pipeline.search import _Search
+    from planner.pipeline.pair_search import PairSearch
     from planner.pipeline.stack import uniform_stack
 
     ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=SETTINGS.choices)
-    search = _Search(uniform_stack(ctx.network), 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, SETTINGS)
+    search = PairSearch(uniform_stack(ctx.network), 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, SETTINGS)
     task = search_task(search, 2, 8)
     assert search_pair(task, {"stopped": lambda: True}) == LATE
     assert search_pair(task, {"stopped": lambda: False}) != LATE

@@ -14,7 +14,8 @@ from costmodel.choices.training import TrainingChoices
 from costmodel.step.pipeline import INTERLEAVED, stage_network
 from networks.errors import DnnplanError
 from planner.pipeline.bound import _Forms, _ends, stage_bound
-from planner.pipeline.search import _Search, kept, search_pipeline
+from planner.pipeline.pair_search import PairSearch, kept
+from planner.pipeline.search import search_pipeline
 from planner.pipeline.stack import roles
 from planner.pipeline.stack import LAST, uniform_stack
 from planner.pipeline.stage_solver import StageSolver, stage_builder
@@ -34,7 +35,7 @@ def test_the_stage_bound_weighs_the_slowest_stage_and_stays_below_each_pairs_opt
     below the pair's exact optimum over every cut."""
     ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     stack, limit = uniform_stack(ctx.network), 2.0 ** 30
-    search = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
+    search = PairSearch(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
     for stages, m, v in [(4, 8, 1), (2, 8, 1), (2, 8, 2)]:
         bound, fits, mean = search.bound(stages, m, v)
         exact = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS, exact=True,
@@ -64,7 +65,7 @@ def test_the_layers_after_the_blocks_are_bounded_in_the_form_they_take_behind_a_
     inside = sum(float(weighed_cost(node_of(builder, key), weight).min())
                  for layer, key in zip(last.layers, node_keys(builder, last)) if layer.name in after)
     assert _ends(builder, stack, weight, stages)[1] <= inside * (1 + 1e-12)
-    bound = _Search(stack, 1024, 64, ctx.machine, ctx.compute, limit, settings).bound(stages, m)[0]
+    bound = PairSearch(stack, 1024, 64, ctx.machine, ctx.compute, limit, settings).bound(stages, m)[0]
     found = search_pipeline(ctx.network, 1024, 64, ctx.machine, ctx.compute, limit, settings,
                             stage_counts=(stages,), micro_counts=(m,), schedule="1f1b", prove_s=None)
     assert bound <= found.prediction.step_s
@@ -80,7 +81,7 @@ def test_blocks_smaller_than_a_bucket_are_bounded_as_the_layers_behind_the_last_
     choices = TrainingChoices(optimizer="adam", precision="bf16", zero=1)
     ctx = context.resolve("gpt2", 8, 128, "dgx-a100", None, choices=choices)
     stack, limit, settings = uniform_stack(ctx.network), 4.0 * 2**30, Settings(choices=choices)
-    bound = _Search(stack, 128, 8, ctx.machine, ctx.compute, limit, settings).bound(1, 4)[0]
+    bound = PairSearch(stack, 128, 8, ctx.machine, ctx.compute, limit, settings).bound(1, 4)[0]
     found = search_pipeline(ctx.network, 128, 8, ctx.machine, ctx.compute, limit, settings,
                             stage_counts=(1,), micro_counts=(4,), schedule="1f1b", prove_s=None)
     assert bound <= found.prediction.step_s
@@ -119,7 +120,7 @@ def test_each_stage_bounded_holding_its_own_micro_batches_stays_below_the_best_c
     ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     stack, proofs, tighter, seen, tighter_edges = uniform_stack(ctx.network), 0, 0, set(), 0
     for limit in np.geomspace(2.0 ** 20 * 0.5, 2.0 ** 20 * 8, 9):
-        search = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
+        search = PairSearch(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
         for stages, m in [(2, 2), (2, 4), (2, 8), (4, 4), (4, 8)]:
             bound, fits, _ = search.bound(stages, m)
             one = stage_bound(search.solver(stages, m).builder, stack, stages, m, limit,
@@ -146,7 +147,7 @@ def test_gpt3s_pairs_whose_first_stages_cannot_hold_their_micro_batches_are_prov
     finds 73.7 s; one micro-batch a stage bounds it at 57.2 s)."""
     choices = TrainingChoices(optimizer="adam", precision="bf16", zero=3)
     ctx = context.resolve("gpt3-175b", 64, 1024, "dgx-h100", None, choices=choices)
-    search = _Search(uniform_stack(ctx.network), 1024, 64, ctx.machine, ctx.compute,
+    search = PairSearch(uniform_stack(ctx.network), 1024, 64, ctx.machine, ctx.compute,
                      ctx.machine.device.mem_capacity_bytes, Settings(choices=choices))
     assert search.bound(8, 128)[1] is False and search.bound(16, 256)[1] is False
     assert search.bound(8, 256)[1] is True
@@ -161,16 +162,16 @@ def test_a_bound_against_a_step_held_stops_on_part_of_the_layers_and_stays_below
     ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     stack, limit = uniform_stack(ctx.network), 2.0 ** 30
     for stages, m in [(1, 1), (1, 8), (2, 8), (4, 8), (4, 1)]:
-        whole = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
+        whole = PairSearch(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
         step, fits, mean = whole.bound(stages, m)
         assert fits
         priced = len(whole.solver(stages, m).builder.nodes)
         for above in (0.0, 0.5 * step):
-            held = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
+            held = PairSearch(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
             part, known, _ = held.bound(stages, m, 1, above)
             assert known is None and above <= part <= step * (1 + 1e-12)
             assert len(held.solver(stages, m).builder.nodes) < priced
-        above = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
+        above = PairSearch(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS)
         assert above.bound(stages, m, 1, 2 * step) == (step, fits, mean)
 
 
@@ -184,11 +185,11 @@ def test_a_bound_against_a_step_held_starts_from_floors_every_zero_stage_shares(
     stack, limit = uniform_stack(ctx.network), 2.0 ** 30
     priced = PricedLayers()
     for stages, m, v in [(1, 8, 1), (2, 8, 1), (4, 4, 1), (2, 8, 2)]:
-        wholes = [_Search(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS.with_zero(z)).bound(stages, m, v)[0]
+        wholes = [PairSearch(stack, 8, 8, ctx.machine, ctx.compute, limit, SETTINGS.with_zero(z)).bound(stages, m, v)[0]
                   for z in (0, 1, 2, 3)]
         above = 0.25 * min(wholes)  # reached on the floors (the tiny layers' update is much of their cost)
         for zero in (3, 0, 2):  # one planning call's pricing, as the ZeRO choice shares it
-            held = _Search(stack, 8, 8, ctx.machine, ctx.compute, limit,
+            held = PairSearch(stack, 8, 8, ctx.machine, ctx.compute, limit,
                            dataclasses.replace(SETTINGS.with_zero(zero), priced=priced))
             part, known, _ = held.bound(stages, m, v, above)
             assert known is None and above <= part <= min(wholes) * (1 + 1e-12)
@@ -204,9 +205,9 @@ def test_the_stage_bound_proves_when_nothing_fits(tmp_path):
     """Below one block's least memory no (S, m) fits: the bound says so and the search refuses."""
     ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
     stack = uniform_stack(ctx.network)
-    roomy = _Search(stack, 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, SETTINGS)
+    roomy = PairSearch(stack, 8, 8, ctx.machine, ctx.compute, 2.0 ** 30, SETTINGS)
     assert all(roomy.bound(s, m)[1] for s in (1, 2, 4) for m in (1, 8))
-    tight = _Search(stack, 8, 8, ctx.machine, ctx.compute, 1e4, SETTINGS)
+    tight = PairSearch(stack, 8, 8, ctx.machine, ctx.compute, 1e4, SETTINGS)
     assert not any(tight.bound(s, m)[1] for s in (1, 2, 4) for m in (1, 8))
     with pytest.raises(DnnplanError, match="no pipelined plan"):
         search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, 1e4, SETTINGS)
@@ -220,7 +221,7 @@ def test_the_reshards_inside_a_block_tighten_the_bound_below_the_pairs_search():
     choices = TrainingChoices(optimizer="adam", precision="bf16", zero=1)
     ctx = context.resolve("llama3.1-405b", 4096, 512, "dgx-h100", None, choices=choices)
     stack, limit = uniform_stack(ctx.network), ctx.machine.device.mem_capacity_bytes
-    search = _Search(stack, 512, 4096, ctx.machine, ctx.compute, limit, Settings(choices=choices))
+    search = PairSearch(stack, 512, 4096, ctx.machine, ctx.compute, limit, Settings(choices=choices))
     loose = search.bound(8, 128)[0]
     tight = search.stage_bound(8, 128, 1, edges=True).step_s
     assert loose < 6.455 < tight <= 7.556
