@@ -101,14 +101,16 @@ def pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine:
     (:class:`planner.problem.solve.Slower`): the pipelines alone are left to weigh."""
     budget = settings.budget
     floor = floor_s(net, batch, p, machine)
-    choice, piped, fits = None, float("inf"), True
+    choice, piped, fits, unsearched = None, float("inf"), True, None
     try:
         choice = search_pipeline(net, batch, p, machine, compute, limit,
                                  dataclasses.replace(settings, budget=partial(budget, floor if whole_lower is None
                                                                               else whole_lower)),
                                  schedule=schedule, prove_s=prove_s, ceiling=ceiling)
-    except (NotFaster, SearchOutOfTime) as err:
+    except NotFaster as err:
         piped = err.lower_s
+    except SearchOutOfTime as err:  # pairs left unsearched: none found, not proven none fits
+        piped, unsearched = err.lower_s, err
     except NoPipelineFits:
         fits = False
     else:
@@ -142,6 +144,8 @@ def pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine:
     if plan is not None:
         return _unbeaten(settings, plan, piped)
     _out_of_time(settings)
+    if not steps and whole == float("inf") and unsearched is not None:
+        raise unsearched
     if (not fits and whole == float("inf")) or not steps:
         raise NoneFits(True)
     raise Beaten(min(steps), min(piped, whole))

@@ -80,6 +80,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from networks.errors import DnnplanError
+from planner.pipeline.search import SearchOutOfTime
 from planner.problem.solve import Settings
 from planner.solvers import Budget
 
@@ -223,12 +224,22 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
                 f"has no plan found that beats {err.ceiling:.4g} s (the time limit left some unsearched: their bounds "
                 f"leave {err.lower_s:.4g} s)"))
             continue
+        except SearchOutOfTime as err:
+            if err.lower_s > 0 and not _late(trial.budget):
+                # pipelined pairs left unsearched within the time limit (their shares spent, or an
+                # interleaved device unresolved): the stage may hold a plan, none faster than their bounds
+                errors.append((False, err))
+                done[z] = Weighed(z, lower_s=err.lower_s, skipped=f"has no plan found (pipelined pairs left "
+                                                                  f"unsearched, bounded at {err.lower_s:.4g} s)")
+                continue
+            late = _late(trial.budget)
+            errors.append((late, err))
+            done[z] = _failed(z, late)
+            continue
         except DnnplanError as err:
             late = _late(trial.budget)
             errors.append((late, err))
-            done[z] = Weighed(z, lower_s=float("inf"), skipped=f"not finished (the time limit came first){UNCOVERED}",
-                              covered=False) if late else \
-                Weighed(z, lower_s=float("inf"), skipped="has no plan that fits")
+            done[z] = _failed(z, late)
             continue
         done[z] = outcome(answers[z])
     if parent is not None:
@@ -283,6 +294,14 @@ def _short(budget: Budget) -> bool:
     if left is None or budget.seconds is None:
         return False
     return left < (budget.bounds_s if budget.bounds_s > 0 else LATE_SHARE * budget.seconds)
+
+
+def _failed(z: int, late: bool) -> Weighed:
+    """Stage ``z``'s outcome where its planning raised: unfinished when its time ran out, else no plan fits."""
+    if late:
+        return Weighed(z, lower_s=float("inf"), skipped=f"not finished (the time limit came first){UNCOVERED}",
+                       covered=False)
+    return Weighed(z, lower_s=float("inf"), skipped="has no plan that fits")
 
 
 def _late(budget: Budget | None) -> bool:

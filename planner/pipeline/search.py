@@ -106,6 +106,26 @@ class SearchOutOfTime(DnnplanError):
         self.lower_s = lower_s
 
 
+#: why a pair left unsearched may still hold a plan: its share of the time limit ran out, or an
+#: interleaved device's memory constraints were left unresolved (planner.pipeline.chunks.Unresolved)
+UNSETTLED = ("time", "unresolved")
+
+
+def unsettled(open_: list[Candidate]) -> SearchOutOfTime:
+    """The error for a search that found no plan while the pairs ``open_`` may hold one: never "no
+    pipelined plan fits" (not proven), the least step they can take its ``lower_s``."""
+    timed = sum(c.skipped == "time" for c in open_)
+    why = ", ".join(w for w in (f"{timed} by their share of the time limit" if timed else "",
+                                f"{len(open_) - timed} with an interleaved device whose memory the solver left "
+                                f"unresolved" if len(open_) > timed else "") if w)
+    lower = min(c.lower_s for c in open_)
+    return SearchOutOfTime(f"no pipelined plan was found, and {len(open_)} pipeline and micro-batch pairs were left "
+                           f"unsearched ({why}), any of which may hold a plan of at least {lower:.4g} s a step",
+                           hint="raise --time-limit" + (", or plan with --schedule 1f1b" if len(open_) > timed else ""),
+                           lower_s=lower)
+
+
+
 def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
                     memory_limit_bytes: float | None = None, settings: Settings = Settings(),
                     stage_counts: tuple[int, ...] | None = None, micro_counts: tuple[int, ...] | None = None,
@@ -170,6 +190,8 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     if best is None and any(c.skipped == "bound" for c in out):
         raise NotFaster(f"no pipelined plan of {net.name} can beat the {search.ceiling:.6g} s step held",
                         lower_s=min(c.lower_s for c in out))
+    if best is None and (open_ := [c for c in out if c.skipped in UNSETTLED]):
+        raise unsettled(open_)
     if best is None:
         raise NoPipelineFits(f"no pipelined plan of {net.name} at batch {batch} fits {limit / 2**30:.3f} GiB "
                            f"per device on {p} devices", hint="allow more --memory, more --devices or a smaller --batch")

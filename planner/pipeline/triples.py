@@ -249,10 +249,17 @@ class Interleaving:
         """The least step any plan of ``(S, m)`` can take, 1F1B or interleaved, from its 1F1B
         bound: the bound times :func:`saving` at its most chunks until its interleavings are
         searched (class docstring), the bound itself once they are or where none exists."""
-        vs = chunk_counts(self.search.stack.n, stages, m, INTERLEAVED)
-        if (stages, m) in self.done or not vs:
-            return bound
-        return min(bound, max(bound * saving(stages, m, max(vs)), self.open.get((stages, m), 0.0)))
+        least = None if (stages, m) in self.done else self.least((stages, m), bound)
+        return bound if least is None else min(bound, least[0])
+
+    def least(self, key: tuple[int, int], bound: float) -> tuple[float, int] | None:
+        """The least step of pair ``key``'s interleavings from its 1F1B bound (class docstring: the
+        bound times :func:`saving` at its most chunks, or the least bound of its triples where
+        :meth:`ahead_of` bounded them), and its most chunks; None: the pair has no interleaving."""
+        vs = chunk_counts(self.search.stack.n, *key, INTERLEAVED)
+        if not vs:
+            return None
+        return max(bound * saving(*key, max(vs)), self.open.get(key, 0.0)), max(vs)
 
     def ahead_of(self, bound: float, best, out: list, combos: list, tolerance: float):
         """The interleavings of every pair whose least step (as :meth:`rest` bounds it: its 1F1B
@@ -268,9 +275,9 @@ class Interleaving:
         for b, s, m, v, fits in combos:
             if v == 1 and fits is not False:
                 known.setdefault((s, m), b)
-        left = sorted((lower * saving(*key, max(vs)), key) for key, lower in known.items()
+        left = sorted((least[0], key) for key, lower in known.items()
                       if key not in self.done and key not in self.open and lower < float("inf")
-                      and (vs := chunk_counts(n, *key, INTERLEAVED)))
+                      and (least := self.least(key, lower)) is not None)
         # weighed within the proof's tolerance of the step held (as rest), pruned only by the step itself
         beaten = min(search.ceiling, best.step_s if best is not None else float("inf"))
         held = min(search.ceiling, best.step_s * (1 - tolerance) if best is not None else float("inf"))
@@ -291,11 +298,12 @@ class Interleaving:
         docstring), least bound first, until none is left or the budget ends the search; with no
         ``best`` (no 1F1B plan beat the search's ceiling), every pair whose interleaving could beat
         the ceiling: a pair's 1F1B bound over it leaves its interleavings to search."""
-        n, budget, left = self.search.stack.n, self.search.settings.budget, []
+        budget, left = self.search.settings.budget, []
         for c in out:
-            key, vs = (c.stages, c.micro_batches), chunk_counts(n, c.stages, c.micro_batches, INTERLEAVED)
-            if c.chunks == 1 and vs and key not in self.done and c.lower_s < float("inf"):
-                left.append((max(c.lower_s * saving(*key, max(vs)), self.open.get(key, 0.0)), key, max(vs)))
+            key = (c.stages, c.micro_batches)
+            if c.chunks == 1 and key not in self.done and c.lower_s < float("inf") \
+                    and (least := self.least(key, c.lower_s)) is not None:
+                left.append((least[0], key, least[1]))
         left.sort()
         for i, (bound, key, v) in enumerate(left):
             held = best.step_s * (1 - tolerance) if best is not None else self.search.ceiling

@@ -19,7 +19,8 @@ from planner.answer import Answer, answer_peak
 from planner.first_plan import _chosen, first_plan
 from planner.problem.solve import Settings, make_plan
 from planner.solvers import Budget
-from planner.zero_choice import Share, Weighed, fastest_stage, uncovered
+from planner.pipeline.search import SearchOutOfTime
+from planner.zero_choice import Share, Weighed, fastest_stage, overall_gap, uncovered
 from dnnplan.render.answer import gap_line
 from dnnplan.render.plan import proof_line
 from costmodel.choices.training import TrainingChoices
@@ -235,6 +236,29 @@ def test_no_plan_that_fits_before_the_time_limit_names_the_stages_it_left_out():
         _choose(plan_at, clock, {})
     assert "ZeRO-1, ZeRO-2, ZeRO-3 not planned or not finished within the time limit" in str(err.value)
     assert "raise --time-limit; or allow more --memory" in str(err.value)
+
+
+def test_a_stage_whose_pipelined_pairs_were_left_unsearched_is_weighed_at_their_bound_not_as_unfit():
+    """ZeRO-0's search found no plan, its pipelined pairs left unsearched within the limit (each pair's
+    share of the time spent, or an interleaved device unresolved: SearchOutOfTime with their least
+    bound, 9.5 s): the stage is weighed at that bound, covered by the gap stated (ZeRO-1's 10.6 s
+    answer is 10.4% from it), never as "has no plan that fits", which would prove it away."""
+    clock = _Clock()
+    steps = {1: 10.6, 2: 10.7, 3: 10.9}
+
+    def plan_at(trial: Settings, ceiling):
+        clock.t += 1.0
+        if trial.choices.zero == 0:
+            raise SearchOutOfTime("no pipelined plan was found", lower_s=9.5)
+        return trial.choices.zero
+
+    settings = Settings(budget=Budget(60, clock), choices=TrainingChoices(optimizer="adam"))
+    answer, zero, weighed = fastest_stage(settings, plan_at, lambda z: Weighed(z, steps[z], steps[z]),
+                                          lambda result, budget, s, covered="": result)
+    first = next(w for w in weighed if w.zero == 0)
+    assert (answer, zero) == (1, 1)
+    assert first.lower_s == 9.5 and first.covered and "has no plan that fits" not in first.skipped
+    assert overall_gap(10.6, weighed) == pytest.approx(1 - 9.5 / 10.6)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pytest
 from costmodel.choices.training import TrainingChoices
 from costmodel.step.pipeline import INTERLEAVED
 from networks.errors import DnnplanError
-from planner.pipeline.search import search_pipeline
+from planner.pipeline.search import NoPipelineFits, SearchOutOfTime, search_pipeline
 from planner.pipeline.triples import chunk_counts
 from planner.problem.solve import Settings
 from profiler import context
@@ -202,3 +202,23 @@ def test_an_unresolved_triple_stays_in_the_gap_at_its_bound_never_as_nothing_fit
     gap = got.stats["proven_gap"]
     assert gap == pytest.approx(proven_gap(got.prediction.step_s, got.candidates))
     assert gap >= 1 - left.lower_s / got.prediction.step_s > plain.stats["proven_gap"]
+
+
+def test_a_search_whose_every_triple_is_unresolved_is_unfinished_at_their_bounds_never_unfit(tmp_path, monkeypatch):
+    """With no plan found and every interleaved triple unresolved (not proven unfit), the search
+    says it found none and how fast one could be (SearchOutOfTime at the triples' least bound, the
+    stage's lower bound for the ZeRO choice), never that no pipelined plan fits."""
+    from planner.pipeline import interleave  # noqa: PLC0415 - the function this test replaces
+    ctx = context.resolve(gpt4(tmp_path), 8, 8, "dgx-a100", None, choices=TrainingChoices(precision="fp16"))
+    plain = search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, PROVE, schedule=INTERLEAVED)
+
+    def unresolved(*args):
+        raise interleave.Unplanned(0.0, "unresolved")
+
+    monkeypatch.setattr(interleave, "search", unresolved)
+    with pytest.raises(SearchOutOfTime) as err:
+        search_pipeline(ctx.network, 8, 8, ctx.machine, ctx.compute, None, PROVE, schedule=INTERLEAVED)
+    assert not isinstance(err.value, NoPipelineFits)
+    assert 0 < err.value.lower_s <= plain.prediction.step_s
+    assert "unresolved" in str(err.value) and "--schedule 1f1b" in err.value.hint
+
