@@ -10,8 +10,9 @@ typer's rich markup keeps a docstring's source line breaks after its first parag
 each paragraph one line that rich wraps to the terminal; a paragraph starting with ``\\b``, click's
 "do not rewrap" mark, is kept as written, and anything after a ``\\f`` line is dropped).
 
-Every command runs inside :class:`Group.invoke`, which turns a :class:`DnnplanError` into one red
-line on stderr and exit code 2, a failure of the system around the tool (a full disk, a read-only
+Every command runs inside :class:`Group.invoke`, which turns a :class:`DnnplanError`, and a mistake
+on the command line itself (an unknown option: :mod:`dnnplan.usage_errors`), into one red line on
+stderr and exit code 2, a failure of the system around the tool (a full disk, a read-only
 folder, a lock held too long: :class:`networks.writing.SystemFailure` or an OSError) into one line
 and :data:`EXIT_SYSTEM`, a stop signal into 128 + the signal (lifecycle.stops), and any other
 exception into a one-line internal-error report (exit 1; ``DNNPLAN_DEBUG=1`` shows the
@@ -36,6 +37,7 @@ from typer.core import TyperGroup
 from dnnplan.render.console import Console
 from dnnplan.render.messages import fail_line
 from dnnplan.search_bound import count_from_the_start
+from dnnplan.usage_errors import one_line, usage_line
 from lifecycle import stops
 from networks.errors import DnnplanError
 from networks.writing import EXIT_SYSTEM, SystemFailure, reason
@@ -136,9 +138,23 @@ class Group(TyperGroup):
         super().__init__(**kwargs)
         self.commands = Commands()
 
+    def make_context(self, info_name, args, parent=None, **extra):  # `dnnplan --frobnicate`
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except ClickException as err:
+            if not one_line(err):
+                raise
+            fail_line(usage_line(err))
+            raise typer.Exit(2) from None
+
     def invoke(self, ctx: Context):
         try:
             return super().invoke(ctx)
+        except ClickException as err:  # a command's unknown option, a value of the wrong type
+            if not one_line(err):
+                raise
+            fail_line(usage_line(err))
+            raise typer.Exit(2) from None
         except DnnplanError as err:
             fail_line(str(err))
             raise typer.Exit(2) from None
@@ -148,7 +164,7 @@ class Group(TyperGroup):
         except KeyboardInterrupt:
             fail_line(f"interrupted by {stops.name()}")
             raise typer.Exit(stops.exit_code()) from None
-        except (typer.Exit, typer.Abort, ClickException):
+        except (typer.Exit, typer.Abort):
             raise
         except MemoryError:
             fail_line("out of memory: what was asked needs more memory than this computer has "

@@ -121,3 +121,34 @@ def test_text_holding_an_emoji_code_is_printed_as_written():
     console = Console(file=out, width=80)
     console.print("layer :fire: of conv:1:")
     assert out.getvalue() == "layer :fire: of conv:1:\n"
+
+
+def test_a_mistake_on_the_command_line_itself_is_one_line_with_the_fix():
+    """An unknown option, a value of the wrong type, a missing network, an unknown command: one
+    line (not click's box) naming the command, the fix where known and its `-h`; exit 2. Another
+    tool's name for an option is answered with dnnplan's (Megatron-LM's `--tp` is `--tensor`)."""
+    for args, words in ((["predict", "gpt-tiny", "-p", "4", "--tp", "2"],
+                         "dnnplan predict: no such option --tp: use --tensor (the tensor-parallel group's size)"),
+                        (["plan", "gpt-tiny", "--pp", "2"], "no such option --pp: use --pipeline"),
+                        (["plan", "gpt-tiny", "--devise", "8"], "no such option --devise: did you mean --devices"),
+                        (["plan", "gpt-tiny", "--devices", "eight"], "dnnplan plan: Invalid value for '--devices'"),
+                        (["plan"], "dnnplan plan: Missing argument 'network'; `dnnplan plan -h` lists its usage"),
+                        (["plna", "gpt-tiny"], "Did you mean 'plan'? `dnnplan -h` lists the commands"),
+                        (["export", "gpt-tiny", "--tp", "2"], "dnnplan export: no such option --tp: did you mean --to")):
+        got = runner.invoke(app, args)
+        lines = got.output.strip().splitlines()
+        assert got.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), got.output
+        assert words in " ".join(lines[0].split()), got.output
+    shown = runner.invoke(app, [])  # no arguments at all: the help, as before
+    assert "Usage: dnnplan" in shown.output and "error:" not in shown.output
+
+
+def test_every_other_tools_option_name_maps_to_an_option_of_plan_or_predict():
+    """dnnplan.usage_errors.OTHER_NAMES answers with options that exist (a renamed option would
+    leave the answer pointing nowhere)."""
+    import typer.main  # noqa: PLC0415 - this test's only use
+    from dnnplan.usage_errors import OTHER_NAMES  # noqa: PLC0415 - this test's only use
+    group = typer.main.get_command(app)
+    options = {o for name in ("plan", "predict") for p in group.get_command(None, name).params for o in p.opts}
+    assert {target for target, _ in OTHER_NAMES.values()} <= options
+    assert not set(OTHER_NAMES) & options  # none of them is already one of dnnplan's

@@ -1,0 +1,67 @@
+"""A mistake on the command line itself (an unknown option, a value of the wrong type, a missing
+network) as one line, like every other user mistake (:class:`dnnplan.cli.Group`): what was wrong,
+the fix where it is known, and the command's ``-h``.
+
+An option another tool names differently is answered with dnnplan's name for it, where the command
+has that option: Megatron-LM's ``--tensor-model-parallel-size`` (``--tp`` in NeMo and most
+launchers) is ``--tensor`` here, ``--pipeline-model-parallel-size`` ``--pipeline``, DeepSpeed's ZeRO
+stage ``--zero``, a launcher's GPU count ``--devices``.
+"""
+
+from __future__ import annotations
+
+from typer._click.exceptions import NoArgsIsHelpError, NoSuchOption, UsageError
+
+#: other tools' options (Megatron-LM's arguments, NeMo's and torchtitan's short names, launchers'),
+#: each with dnnplan's option for it and what it means here
+OTHER_NAMES: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(("--tp", "--tensor-model-parallel-size", "--tensor-parallel-size", "--tensor-parallel"),
+                    ("--tensor", "the tensor-parallel group's size")),
+    **dict.fromkeys(("--pp", "--pipeline-model-parallel-size", "--pipeline-parallel-size", "--pipeline-parallel"),
+                    ("--pipeline", "the pipeline's stages")),
+    **dict.fromkeys(("--vpp", "--virtual-pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage"),
+                    ("--chunks", "the model chunks a device holds, with --schedule interleaved")),
+    **dict.fromkeys(("--cp", "--context-parallel-size", "--context-parallel"),
+                    ("--context", "the context-parallel group's size")),
+    **dict.fromkeys(("--ep", "--expert-model-parallel-size", "--expert-parallel-size", "--expert-parallel"),
+                    ("--expert", "the expert-parallel group's size")),
+    **dict.fromkeys(("--sp",), ("--sequence-parallel", "sequence parallelism inside the tensor groups")),
+    **dict.fromkeys(("--zero-stage", "--zero_stage", "--fsdp"), ("--zero", "the ZeRO stage (3: FSDP)")),
+    **dict.fromkeys(("--global-batch-size", "--gbs", "--global-batch"), ("--batch", "the samples a step")),
+    **dict.fromkeys(("--micro-batch-size", "--mbs", "--local-batch-size"),
+                    ("--micro-batches", "how many micro-batches a step takes, not their size")),
+    **dict.fromkeys(("--seq-length", "--seq-len", "--seq_len", "--sequence-length", "--max-seq-len"),
+                    ("--seq", "the tokens a sample")),
+    **dict.fromkeys(("--num-gpus", "--gpus", "--ngpus", "--nproc-per-node", "--world-size", "--num-devices"),
+                    ("--devices", "the devices in all")),
+    **dict.fromkeys(("--recompute-granularity", "--activation-checkpointing", "--ac"),
+                    ("--recompute", "which activations are recomputed")),
+    **dict.fromkeys(("--bf16", "--fp16", "--fp8", "--fp32", "--dtype", "--mixed-precision"),
+                    ("--precision", "the number format the step computes in")),
+}
+
+
+def one_line(err: Exception) -> bool:
+    """Whether ``err`` is a usage mistake said in one line (a command given no arguments that asks
+    for some shows its help instead)."""
+    return isinstance(err, UsageError) and not isinstance(err, NoArgsIsHelpError)
+
+
+def usage_line(err: UsageError) -> str:
+    """``err`` as the one line a user reads (without the ``error:`` the caller prints before it)."""
+    command = err.ctx.command_path if err.ctx is not None else "dnnplan"
+    what = "every option" if isinstance(err, NoSuchOption) else \
+        "the commands" if err.ctx is None or hasattr(err.ctx.command, "list_commands") else "its usage"
+    help_ = f"`{command} -h` lists {what}"
+    if isinstance(err, NoSuchOption):
+        known = {o for p in err.ctx.command.params for o in p.opts} if err.ctx is not None else set()
+        name = err.option_name
+        other = OTHER_NAMES.get(name)
+        if other is not None and other[0] in known:
+            return f"{command}: no such option {name}: use {other[0]} ({other[1]}); {help_}"
+        near = [p for p in (err.possibilities or []) if p != "--help"]
+        if near:
+            return f"{command}: no such option {name}: did you mean {' or '.join(near)}? {help_}"
+        return f"{command}: no such option {name}; {help_}"
+    message = " ".join(err.format_message().split()).rstrip(".")
+    return f"{command}: {message}{' ' if message.endswith('?') else '; '}{help_}"
