@@ -54,7 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from prove_budget import DNNPLAN, TESTS, TORCH, Stage, admit, allot, grown, missing_packages  # noqa: E402
 from prove_rows import (DRY_ROWS, DRY_TWO_RANKS, ROWS, SHIPPED_NETWORKS, SHIPPED_PRECISIONS,  # noqa: E402
-                        TWO_RANKS, Row, card_of, from_execute, from_validate, torch_step, verdicts)
+                        TWO_RANKS, Row, breakdown_args, card_of, from_execute, from_validate, torch_step,
+                        verdicts)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -229,7 +230,7 @@ def torch_rows(s: Session, names, limit_s: float | None = None, what: str = "PyT
         return None
     path, part = s.out / "torch_steps.json", s.work / "torch_steps.part.json"
     s.run(["bench/gpu/torch_steps.py", "--out", str(part), "--rows", ",".join(names),
-           "--steps", "20", "--warmup", "5"], limit_s or ROW_LIMITS["torch"], what)
+           "--steps", "20", "--warmup", "5", *breakdown_args(names)], limit_s or ROW_LIMITS["torch"], what)
     got = read_json(part)
     if got is None:
         return None

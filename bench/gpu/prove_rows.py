@@ -49,6 +49,20 @@ class Row:
 ROWS = (Row("resnet50", 64, "tf32", "resnet50-b64-tf32-sgd"), Row("gpt2", 8, "bf16", "gpt2-b8-bf16-sgd-sdpa"),
         Row("resnet50", 64, "bf16", "resnet50-b64-bf16-sgd"), Row("vgg16", 64, "tf32", "vgg16-b64-tf32-sgd"),
         Row("llama3-8b-block", 1, "bf16", "llama3-8b-block-b1-bf16-sgd-sdpa", "bench/gpu/llama3-8b-block.yaml"))
+#: PyTorch's rows whose kernels are listed too (bench/gpu/torch_steps.py --breakdown: each kernel's
+#: name, calls and device seconds a step): VGG-16's convolutions leave 128 TFLOP/s (tf32) on an H100
+#: where the pytorch framework file's one fraction of the peak, fitted on ResNet-50's, prices them at
+#: 146, and which of its passes (forward, data or weight gradient) runs slow is not measured
+#: (docs/VALIDATION.md, "Convolutions layer by layer")
+BREAKDOWN = ("vgg16-b64-tf32-sgd",)
+
+
+def breakdown_args(names) -> list[str]:
+    """torch_steps.py's arguments listing the kernels of those of ``names`` in :data:`BREAKDOWN`."""
+    listed = [n for n in names if n in BREAKDOWN]
+    return ["--breakdown", ",".join(listed)] if listed else []
+
+
 #: Two ranks on the one GPU (host-staged): the planner's plan and the uniform baselines of
 #: `dnnplan validate`, each with --check, in float32 (the check's tightest tolerance)
 TWO_RANKS = Row("alexnet", 32, "fp32", "")

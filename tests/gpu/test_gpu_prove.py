@@ -11,7 +11,8 @@ from tests.support.paths import BENCH, ROOT
 
 sys.path.insert(0, str(BENCH / "gpu"))
 
-from prove_rows import ROW_KEYS, ROWS, Row, card_of, from_execute, from_validate, layer_median_error, torch_step, verdicts  # noqa: E402
+from prove_rows import (ROW_KEYS, ROWS, Row, breakdown_args, card_of, from_execute, from_validate,  # noqa: E402
+                        layer_median_error, torch_step, verdicts)
 
 EXECUTE = {"plan": "p.yaml", "ranks": 1, "steps": 10,
            "measured": {"step_s": 0.080, "layers": []}, "predicted": {"step_s": 0.075, "layers": []},
@@ -127,3 +128,13 @@ def test_without_pytest_timeout_the_gpu_tests_run_bounded_by_their_stage(tmp_pat
     s.timeout_plugin = True
     prove.gpu_tests(s)
     assert "--timeout" not in ran[0] and "--timeout" in ran[1]
+
+
+def test_the_vgg_row_alone_has_its_kernels_listed_by_pytorchs_profiler():
+    """PyTorch's VGG-16 step, whose convolutions run below the one fraction fitted on ResNet-50's,
+    has its kernels listed (torch_steps.py --breakdown) when it is among the rows timed; no other row
+    pays the profiler's steps, and a call without it passes nothing."""
+    names = [row.torch_row for row in ROWS]
+    assert breakdown_args(names) == ["--breakdown", "vgg16-b64-tf32-sgd"]
+    assert breakdown_args(["resnet50-b64-tf32-sgd", "gpt2-b8-bf16"]) == []
+
