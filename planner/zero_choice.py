@@ -226,11 +226,11 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
             continue
         except SearchOutOfTime as err:
             if err.lower_s > 0 and not _late(trial.budget):
-                # pipelined pairs left unsearched within the time limit (their shares spent, or an
+                # pipelined pairs left open within the time limit (their shares spent, or an
                 # interleaved device unresolved): the stage may hold a plan, none faster than their bounds
                 errors.append((False, err))
                 done[z] = Weighed(z, lower_s=err.lower_s, skipped=f"has no plan found (pipelined pairs left "
-                                                                  f"unsearched, bounded at {err.lower_s:.4g} s)")
+                                                                  f"open, bounded at {err.lower_s:.4g} s)")
                 continue
             late = _late(trial.budget)
             errors.append((late, err))

@@ -106,7 +106,7 @@ class SearchOutOfTime(DnnplanError):
         self.lower_s = lower_s
 
 
-#: why a pair left unsearched may still hold a plan: its share of the time limit ran out, or an
+#: why a pair left open may still hold a plan: its share of the time limit ran out, or an
 #: interleaved device's memory constraints were left unresolved (planner.pipeline.chunks.Unresolved)
 UNSETTLED = ("time", "unresolved")
 
@@ -120,10 +120,9 @@ def unsettled(open_: list[Candidate]) -> SearchOutOfTime:
                                 f"unresolved" if len(open_) > timed else "") if w)
     lower = min(c.lower_s for c in open_)
     return SearchOutOfTime(f"no pipelined plan was found, and {len(open_)} pipeline and micro-batch pairs were left "
-                           f"unsearched ({why}), any of which may hold a plan of at least {lower:.4g} s a step",
+                           f"open ({why}), any of which may hold a plan of at least {lower:.4g} s a step",
                            hint="raise --time-limit" + (", or plan with --schedule 1f1b" if len(open_) > timed else ""),
                            lower_s=lower)
-
 
 
 def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
