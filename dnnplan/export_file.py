@@ -6,6 +6,7 @@ from __future__ import annotations
 from costmodel.machine.loading import load_machine
 from dnnplan.render import export as render
 from networks.errors import DnnplanError, short
+from planner.export import deepspeed as deepspeed_export, megatron as megatron_export, torchtitan as torchtitan_export
 from planner.export.deepspeed import CONFIG, DEEPSPEED_SOURCE, SCRIPT, deepspeed_config
 from planner.export.megatron import MEGATRON_SOURCE, megatron_args
 from planner.export.nearest import nearest_plan
@@ -14,6 +15,22 @@ from planner.plan.plan import Plan
 
 #: the frameworks `--to` and `--emit` name
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+
+
+#: the ZeRO stages each framework runs (its exporter's ``ZERO_RUN``)
+ZERO_RUN = {"megatron": megatron_export.ZERO_RUN, "torchtitan": torchtitan_export.ZERO_RUN,
+            "deepspeed": deepspeed_export.ZERO_RUN}
+
+
+def weighed_for(to: str) -> tuple[tuple[int, ...], str] | None:
+    """The ZeRO stages `dnnplan plan --emit TO` weighs where `--zero` is not given, and why, when the
+    framework runs fewer than all four (torchtitan has no ZeRO-1); None: every stage."""
+    runs = ZERO_RUN[to]
+    if set(runs) >= {0, 1, 2, 3}:
+        return None
+    out = [z for z in (0, 1, 2, 3) if z not in runs]
+    return runs, (f"ZeRO-{', ZeRO-'.join(map(str, out))} not weighed: {to} does not run it (--emit {to}; "
+                  "--zero to plan it anyway)")
 
 
 def check_framework(name: str, flag: str) -> None:

@@ -53,11 +53,12 @@ CPU_ZERO_TRIED = (0, 1, 3)
 def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
                limit: float | None, settings: Settings, *, machine_ref: str, fingerprint: str | None,
                zero_given: bool = True, schedule: str = SCHEDULE, prove_s: float | None = PROVE_S,
-               batch_given: bool = True) -> Answer:
+               batch_given: bool = True, zero_stages: tuple[tuple[int, ...], str] | None = None) -> Answer:
     """The plan (module docstring); ``limit``: bytes a device (None: the machine's memory);
     ``zero_given``: the user chose the ZeRO stage (else the fastest stage is the planner's choice,
     :mod:`planner.zero_choice`); ``batch_given``: the user chose the batch (else a refusal names it
-    with a device count)."""
+    with a device count); ``zero_stages``: (the stages the planner may choose from, why the others
+    are not weighed: said after its choice), None: every stage."""
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
     compute = priced_once(compute)  # each kernel priced once over the pairs and the ZeRO stages
     # and each layer and collective, where the kernels' times are fixed for the call (priced_once)
@@ -97,6 +98,8 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
         if any(layer.op == "attention" for layer in net.layers):
             binds = _memory_binds(net, batch, p, machine, compute, limit, settings.with_zero(1))
             order = SHARDED_FIRST if binds else ATTENTION_ORDER
+        if zero_stages is not None:
+            order = tuple(z for z in order if z in zero_stages[0])
         stack = uniform_stack(net)
         floor = floor_s(net, batch, p, machine) if stack is not None else 0.0
         answer, zero, weighed = fastest_stage(settings, plan_at, lambda a: outcome(a, floor), _wrap, order)
@@ -105,7 +108,8 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     except NoneFits as err:
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
         raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
-    return _chosen(answer, zero, weighed)
+    chosen = _chosen(answer, zero, weighed)
+    return chosen if zero_stages is None else dataclasses.replace(chosen, zero_why=f"{chosen.zero_why}; {zero_stages[1]}")
 
 
 def _slower(answer: Answer, ceiling: float, floor: float) -> Beaten | None:

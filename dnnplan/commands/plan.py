@@ -18,7 +18,7 @@ from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignPro
                              RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt,
                              TokensOpt, foreign_warning, refresh_warning, takes_choices, token_budget)
 from dnnplan.assumed import assumed_flags
-from dnnplan.export_file import check_framework, exported, nearest_runs
+from dnnplan.export_file import check_framework, exported, nearest_runs, weighed_for
 from dnnplan.output import check_outputs
 from dnnplan.render import export as export_render
 from dnnplan.render import plan as render
@@ -173,7 +173,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             settings = dataclasses.replace(planning.settings_for(ctx, solver, gap, budget), parallel=pool)
             request = PlanRequest(network, machine or DEFAULT_MACHINE, profile_fingerprint(ctx), limit, pipeline,
                                   micro_batches, planning.check_schedule(schedule, _given(click, "schedule")), prove,
-                                  step_context, _given(click, "batch"))
+                                  step_context, _given(click, "batch"),
+                                  None if emit is None or _given(click, "zero") else weighed_for(emit))
             answer = planning.plan(ctx, request, settings)
             if budget.stop_requested and budget.best is not None:
                 # a stop the search took as its time running out (between two ZeRO stages): the

@@ -50,6 +50,9 @@ class PlanRequest:
     prove_s: float = PROVE_S
     step_context: bool = True  # machine `local`: the plan checked in its step's context
     batch_given: bool = True  # else a refusal names a batch with the device count
+    #: the ZeRO stages weighed where --zero is not given, and why the others are not (the framework
+    #: --emit names runs only these: dnnplan.export_file.weighed_for); None: every stage
+    zero_stages: tuple[tuple[int, ...], str] | None = None
 
     @property
     def searches_pipelines(self) -> bool:
@@ -124,7 +127,7 @@ def _plan(ctx: Context, request: PlanRequest, settings: Settings, given: float |
             ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, given, settings,
             machine_ref=request.machine_ref, fingerprint=request.fingerprint,
             zero_given="zero" in settings.choices.given, schedule=request.schedule, prove_s=request.prove_s,
-            batch_given=request.batch_given), settings.budget.forget)
+            batch_given=request.batch_given, zero_stages=request.zero_stages), settings.budget.forget)
     if answer.plan is None or not request.step_context or settings.budget.stop_requested:
         return answer  # a stop the search took as its time running out: the command answers it
     result = answer.plan  # machine `local`: checked in its step's context against the uniform plans

@@ -68,6 +68,8 @@ SCRIPT, CONFIG = "train.py", "ds_config.json"
 RECOMPUTE_HINT = ("DeepSpeed's activation checkpointing reruns the whole transformer layers the script wraps: "
                   "re-plan with --no-recompute, make the plan with `dnnplan predict --recompute full --out FILE`, or "
                   "export with --nearest")
+#: the ZeRO stages DeepSpeed runs (zero_optimization.stage)
+ZERO_RUN = (0, 1, 2, 3)
 HINT = "DeepSpeed's JSON sets data parallelism and ZeRO; export a plan of `dnnplan predict NET --zero Z --out FILE`"
 
 

@@ -61,6 +61,8 @@ MEGATRON_SOURCE = "NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 (
 OPTIMIZERS = {"adam": "adam", "momentum": "sgd", "sgd": "sgd"}
 #: ZeRO-2 and ZeRO-3 as Megatron-FSDP's ``--data-parallel-sharding-strategy``
 FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+#: the ZeRO stages Megatron-LM runs: none, the distributed optimiser (1) and Megatron-FSDP's
+ZERO_RUN = (0, 1, *FSDP_SHARDING)
 
 
 def megatron_args(plan: Plan, net: Network) -> list[str]:

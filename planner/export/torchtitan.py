@@ -81,6 +81,8 @@ FLAVORS = {"llama3-8b": ("llama3", "8B"), "llama3-70b": ("llama3", "70B"), "llam
 FAMILIES = {False: "llama3", True: "qwen3"}
 #: ZeRO stages as FSDP's fsdp_reshard_after_forward (ZeRO-0 is DDP; torchtitan has no ZeRO-1)
 RESHARD = {2: "never", 3: "always"}
+#: the ZeRO stages torchtitan runs: DDP (0) and FSDP's two
+ZERO_RUN = (0, *RESHARD)
 #: dnnplan's MoE dispatchers as expert_parallel_comm_backend
 COMM_BACKENDS = {"alltoall": "standard", "flex": "deepep"}
 #: dnnplan's precisions as mixed_precision_param; fp8 adds the float8 converter

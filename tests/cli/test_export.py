@@ -217,6 +217,24 @@ def test_plan_emit_prints_the_plans_launch_file_after_it(tmp_path):
         assert words in one_error_line(runner.invoke(app, ["plan", "tiny-llama", *args]))
 
 
+def test_plan_emit_torchtitan_weighs_only_the_zero_stages_torchtitan_runs():
+    """torchtitan has no ZeRO-1 (FSDP shards the optimiser state only with the weights): with --emit
+    torchtitan and no --zero the planner chooses among ZeRO-0, 2 and 3 and says why ZeRO-1 is left
+    out (GPT-2 on 8 H100s: ZeRO-1's 39.04 ms otherwise, ZeRO-2 the same step); --emit megatron weighs
+    every stage, and --zero 1 is planned as asked."""
+    base = ["plan", "gpt2", "-p", "8", "--machine", "dgx-h100", "--time-limit", "10", "--json"]
+    free = json.loads(runner.invoke(app, base).stdout)
+    titan = json.loads(runner.invoke(app, [*base, "--emit", "torchtitan"]).stdout)
+    megatron = json.loads(runner.invoke(app, [*base, "--emit", "megatron"]).stdout)
+    assert free["zero"] == 1 and megatron["zero"] == 1
+    assert titan["zero"] in (0, 2, 3) and titan["step_s"] >= free["step_s"] * (1 - 1e-9)
+    assert all(w["zero"] != 1 for w in titan["zero_choice"]["weighed"])
+    assert "ZeRO-1 not weighed: torchtitan does not run it" in titan["zero_choice"]["why"]
+    assert "not weighed" not in megatron["zero_choice"]["why"]
+    asked = json.loads(runner.invoke(app, [*base, "--emit", "torchtitan", "--zero", "1"]).stdout)
+    assert asked["zero"] == 1 and "refused" in asked["export"]
+
+
 def test_the_deepspeed_launcher_runs_the_plans_devices_on_whole_nodes_alike():
     """--num_gpus is each node's devices: a count that is not a whole number of nodes runs fewer a
     node on more nodes (12 on nodes of 8: 6 on each of 2), never fewer devices than the plan."""
