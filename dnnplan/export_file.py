@@ -29,8 +29,9 @@ def weighed_for(to: str) -> tuple[tuple[int, ...], str] | None:
     if set(runs) >= {0, 1, 2, 3}:
         return None
     out = [z for z in (0, 1, 2, 3) if z not in runs]
-    return runs, (f"ZeRO-{', ZeRO-'.join(map(str, out))} not weighed: {to} does not run it (--emit {to}; "
-                  "--zero to plan it anyway)")
+    it = "it" if len(out) == 1 else "them"
+    return runs, (f"ZeRO-{', ZeRO-'.join(map(str, out))} not weighed: {to} does not run {it} (--emit {to}; "
+                  f"--zero to plan {it} anyway)")
 
 
 def check_framework(name: str, flag: str) -> None:
