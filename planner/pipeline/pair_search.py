@@ -182,9 +182,7 @@ class PairSearch:
               below: float | None = None) -> Best | None:
         n, micro = self.stack.n, self.batch // m
         if not close:
-            self.pending[(stages, m)] = left = self.pending.get((stages, m), 1) - 1
-            if left <= 0 and (stages, m) != self.held:
-                self._builders.pop((stages, m), None)
+            self._searched_one((stages, m))
         if chunks > 1:
             return self._interleaved(solver, stages, m, chunks, close, below)
         rl, weight = roles(stages), m + stages - 1
@@ -203,11 +201,9 @@ class PairSearch:
             got, hi = best_cut(n, 1, m, cost, range(n, n + 1)), n
         else:
             got, hi = self._widening(n, stages, m, cost)
-        self.solves += solver.solves
-        if not close:
-            self.worst_gap = max(self.worst_gap, solver.worst_gap)
-            if solver.open:
-                self._searched[(stages, m, chunks)] = solver
+        self._count(solver.solves, None if close else solver.worst_gap)
+        if not close and solver.open:
+            self._searched[(stages, m, chunks)] = solver
         if got is None:
             return None
         lower = got[0]
@@ -218,12 +214,21 @@ class PairSearch:
     def taken_elsewhere(self, got: Searched) -> None:
         """A pair a worker searched (planner.pipeline.workers.pair_searches), counted as :meth:`_best`
         counts one searched here: its stage solves and gaps, and its pricing let go."""
-        pair = (got.stages, got.micro_batches)
+        self._searched_one((got.stages, got.micro_batches))
+        self._count(got.solves, got.worst_gap)
+
+    def _searched_one(self, pair: tuple[int, int]) -> None:
+        """One of ``pair``'s triples searched: its pricing let go once none is left, unless it is
+        the pair held (:meth:`hold`)."""
         self.pending[pair] = left = self.pending.get(pair, 1) - 1
         if left <= 0 and pair != self.held:
             self._builders.pop(pair, None)
-        self.solves += got.solves
-        self.worst_gap = max(self.worst_gap, got.worst_gap)
+
+    def _count(self, solves: int, worst_gap: float | None) -> None:
+        """A search's stage solves, and its worst gap left (None: a closing, whose gaps are not the search's)."""
+        self.solves += solves
+        if worst_gap is not None:
+            self.worst_gap = max(self.worst_gap, worst_gap)
 
     def hold(self, stages: int, m: int) -> None:
         """Keep ``(S, m)``'s pricing (the best pair so far, to be interleaved after), and let the
@@ -246,9 +251,7 @@ class PairSearch:
             got = interleave.search(solver, self.stack, stages, m, chunks, self.sends(stages, m, chunks),
                                     lambda s, net: self.tied(stages, s, net), late, below)
         finally:
-            self.solves += solver.solves
-            if not close:
-                self.worst_gap = max(self.worst_gap, solver.worst_gap)
+            self._count(solver.solves, None if close else solver.worst_gap)
         if got is None:
             return None
         return Best(got.step_s, stages, m, (self.stack.n // stages,) * stages, solver, got.lower_s, chunks,
