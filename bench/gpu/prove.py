@@ -165,8 +165,9 @@ def gpu_tests(s: Session) -> None:
         return
     bound = ["--timeout", "60"] if s.timeout_plugin else []  # else the stage's limit bounds them all
     s.run(["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *bound, "-rfE",
-           "tests/gpu/test_gpu_kernels.py", "tests/gpu/test_gpu_backend.py", "tests/gpu/test_kernels_backend.py",
-           "tests/gpu/test_conv_prepared.py", "tests/gpu/test_update_launches.py"], 90, "pytest -m gpu")
+           "tests/gpu/kernels/test_gpu_kernels.py", "tests/gpu/backend/test_gpu_backend.py",
+           "tests/gpu/kernels/test_kernels_backend.py", "tests/gpu/kernels/test_conv_prepared.py",
+           "tests/gpu/launches/test_update_launches.py"], 90, "pytest -m gpu")
 
 
 def cudnn_graphs(s: Session) -> None:

@@ -4,7 +4,7 @@ may take; a stage starts only when its limit fits what the stages before it left
 prove.log). And what each stage needs installed, checked before anything runs
 (:func:`missing_packages`, :func:`allot`).
 
-Pure: no process, no clock (tests/gpu/test_gpu_prove.py checks the admission).
+Pure: no process, no clock (tests/bench/test_bench_gpu_prove.py checks the admission).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The rows of issue 51's GPU proof and how each figure is read off the commands' JSON (pure; used by
-bench/gpu/prove.py, tested on the CPU in tests/gpu/test_gpu_prove.py).
+bench/gpu/prove.py, tested on the CPU in tests/bench/test_bench_gpu_prove.py).
 
 A row of ``gpu-validation.json`` (bench/assets/ once measured) has exactly the keys
 :data:`ROW_KEYS`: ``predicted_s`` is the ahead-of-time step (`dnnplan execute`'s prediction from a

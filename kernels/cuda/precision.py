@@ -4,7 +4,7 @@ A kernel finds the storage format from its arrays (float32, bfloat16, float16). 
 not say is whether float32 matrix work may run on the tensor cores in TF32: that is the process's
 **float32 mode** (:func:`set_precision`, as PyTorch's ``allow_tf32`` flags), set once by the profiler
 from ``--precision`` and by the GPU backend from the plan's precision. The names are the cost
-model's (costmodel.choices.precision.PRECISIONS; tests/gpu/test_gpu_precision.py holds them equal).
+model's (costmodel.choices.precision.PRECISIONS; tests/gpu/kernels/test_gpu_precision.py holds them equal).
 
 =========  ===========  ========================  ==============================  ==================
 precision  storage      cuBLAS compute type       cuDNN engines (notes allowed)   test tolerance

@@ -10,7 +10,7 @@ float16 both ways ``cvt.f32.f16`` / ``cvt.rn.f16.f32``. Sums over many elements 
 (double for batch-norm statistics, which the executor all-reduces in float64).
 
 ``bench/gpu/nvrtc_check.py`` compiles every variant for sm_90 with NVRTC on a computer without a
-GPU; tests/gpu/test_gpu_precision.py checks the text's structure.
+GPU; tests/gpu/kernels/test_gpu_precision.py checks the text's structure.
 """
 
 from __future__ import annotations

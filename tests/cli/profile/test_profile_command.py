@@ -1,6 +1,6 @@
 """`dnnplan profile` end to end (networks, GEMM sweeps, resuming, foreign tables, bad inputs), the
 harness timing every kernel of small networks, companion processes, the allocator (the cupy path:
-tests/gpu/test_gpu_profile_timing.py)."""
+tests/gpu/profiles/test_gpu_profile_timing.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Recording stand-ins for ``cupy.cuda.nccl`` and a host communicator, and the NCCL communicator on
-numpy buffers (their addresses stand for device pointers), for tests/gpu/test_gpu_comm.py and
+numpy buffers (their addresses stand for device pointers), for tests/gpu/backend/test_gpu_comm.py and
 tests/support/ranks/run_nccl_groups.py. Nothing is moved: every call is recorded with its pointer,
 count, type, peer and stream."""
 

@@ -1,7 +1,7 @@
 """Under ``mpiexec -n 4``: the NCCL communicators a plan's groups make (executor.comm.groups over
 executor.backend.nccl, NCCL recorded by tests/support/doubles/fake_nccl.py, MPI real); rank 0 prints one
 JSON line with the groups formed (world ranks sharing a unique id, in their NCCL rank order) and
-the groups the plan's strategies give (tests/gpu/test_gpu_comm.py)."""
+the groups the plan's strategies give (tests/gpu/backend/test_gpu_comm.py)."""
 
 from __future__ import annotations
 

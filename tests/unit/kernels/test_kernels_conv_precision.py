@@ -1,5 +1,5 @@
 """Convolution kernels in lower precision: float32 accuracy within measured bounds, Winograd's F(4x4,
-3x3) tile and its cached transforms, float16, determinism (on cupy: tests/gpu/test_gpu_conv.py)."""
+3x3) tile and its cached transforms, float16, determinism (on cupy: tests/gpu/kernels/test_gpu_conv.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 mapping (emulated in numpy as cuBLAS reads memory), the CUDA source and the names it exports,
 dispatch by array module, dropout's threshold, the profiler's operand rotation, the attention
 algorithm rule. No GPU: what these prove is dnnplan's arithmetic about the libraries, not the
-libraries (tests/gpu/test_gpu_kernels.py runs the kernels on a GPU)."""
+libraries (tests/gpu/kernels/test_gpu_kernels.py runs the kernels on a GPU)."""
 
 from __future__ import annotations
 

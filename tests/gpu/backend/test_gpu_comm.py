@@ -5,7 +5,7 @@ which NCCL communicator for a plan's groups.
 
 The stand-in records calls and moves nothing: these tests prove dnnplan's side (the calls, their
 peers, counts and offsets, the unique id each group shares), not NCCL's transfers
-(tests/gpu/test_gpu_backend.py runs NCCL on a GPU).
+(tests/gpu/backend/test_gpu_backend.py runs NCCL on a GPU).
 """
 
 from __future__ import annotations

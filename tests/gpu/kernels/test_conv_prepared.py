@@ -12,7 +12,7 @@ from kernels import conv as kconv
 from kernels.cuda import conv, cudnn_graphs, libs, precision
 from kernels.xp import gpu_available
 
-from tests.gpu.test_gpu_engines import ENGINES
+from tests.gpu.kernels.test_gpu_engines import ENGINES
 from tests.support.doubles.fake_cudnn import fake_module
 from tests.support.doubles.fake_cupy import FakeCupy
 

@@ -1,6 +1,6 @@
 """Spans timed by marks on a device's stream (executor.backend.device.EventClock), resolved once at
 the step's end (executor.runtime.timers): a stand-in clock whose marks carry made-up device times
-shows the arithmetic; tests/gpu/test_gpu_backend.py runs CUDA events."""
+shows the arithmetic; tests/gpu/backend/test_gpu_backend.py runs CUDA events."""
 
 from __future__ import annotations
 

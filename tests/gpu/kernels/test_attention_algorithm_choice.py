@@ -2,7 +2,7 @@
 executor's attention op and the profiler's timing harness pass it on, and on a GPU array the
 kernel dispatch runs cuDNN's fused attention for ``flash`` and the materialised GEMMs for
 ``materialized`` (kernels.cuda.attention), here on stand-in device arrays with the two GPU paths
-recorded instead of run (no GPU on this machine; the GPU's own numerics: tests/gpu/test_gpu_kernels.py).
+recorded instead of run (no GPU on this machine; the GPU's own numerics: tests/gpu/kernels/test_gpu_kernels.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Batch norm on the GPU path in two launches each way, on the recording cupy double
 (tests/support/doubles/fake_cupy.py) with numpy models of the fused passes (tests/support/doubles/gpu_kernel_models.py):
 what each stage launches, what the cache keeps, and the passes' arithmetic against kernels.norm in
-float64. Runs without a GPU; tests/gpu/test_gpu_kernels.py checks the same passes on one."""
+float64. Runs without a GPU; tests/gpu/kernels/test_gpu_kernels.py checks the same passes on one."""
 
 from __future__ import annotations
 
