@@ -25,7 +25,7 @@ The layout (:mod:`planner.export.megatron_layout`) and recomputation
   (and the weights). Torch FSDP2 (``--use-torch-fsdp2``) is not used: Megatron refuses it with
   pipeline or expert parallelism, FP16, or a tied head (``--untie-embeddings-and-output-weights``);
 - precision: ``--fp16``, ``--bf16``, FP8 as ``--bf16 --fp8-format hybrid`` (dnnplan's fp8 is BF16
-  mixed precision with FP8 GEMMs); fp32 and tf32 add nothing;
+  mixed precision with FP8 GEMMs); fp32 adds nothing, and tf32 (no switch of Megatron's) is refused;
 - the optimiser: ``--optimizer adam``, or ``sgd`` (dnnplan's momentum is Megatron's SGD with its
   default ``--sgd-momentum`` 0.9; plain SGD sets it to 0);
 - overlap ``data``: ``--overlap-grad-reduce`` (and ``--overlap-param-gather`` with a sharded
@@ -152,6 +152,10 @@ def model_args(shape: GptShape) -> list[str]:
 
 
 def precision_args(precision: str) -> list[str]:
+    if precision == "tf32":  # read back without a flag, the file would be priced in full FP32
+        raise DnnplanError("precision tf32: Megatron-LM has no TF32 switch (without --fp16 or --bf16 it trains in "
+                           "float32, its matmuls under PyTorch's default, full FP32)",
+                           hint="re-plan with --precision bf16, fp16, fp8 or fp32")
     return {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}.get(precision, [])
 
 

@@ -186,6 +186,10 @@ def test_precisions():
     fp8 = megatron_args(*make("gpt-tiny", precision="fp8"))
     assert "--bf16" in fp8 and value(fp8, "--fp8-format") == "hybrid"
     assert not {"--bf16", "--fp16"} & set(megatron_args(*make("gpt-tiny", precision="fp32")))
+    # no flag says TF32: written as fp32's arguments, the file would read back priced in full FP32
+    with pytest.raises(DnnplanError, match="no TF32 switch") as err:
+        megatron_args(*make("gpt-tiny", precision="tf32"))
+    assert "--precision bf16, fp16, fp8 or fp32" in err.value.hint
 
 
 def test_attention_kernels_one_backend():
