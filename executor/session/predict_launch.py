@@ -67,7 +67,7 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     config = replace(config, choices=choices)
     ctx = context.resolve(ref, count, None, machine, profile, choices=choices, foreign_ok=foreign_ok)
     check_shape(config, ctx.network)
-    plan = launch_plan(config, ctx.network, ref, count, ctx.machine)
+    plan = launch_plan(config, ctx.network, ref, count, ctx.machine, machine or DEFAULT_MACHINE)
     pred = predict_plan(plan, ctx.network, ctx)
     mfu = model_flops_utilization(ctx.network, plan.batch, pred.step_s, count, load_machine(plan.machine),
                                   get_precision(choices.precision).matmul)

@@ -16,7 +16,8 @@ import re
 LINE = "# dnnplan: predicted step {step_s:.4g} s on {devices} devices of {machine}"
 #: where :func:`written_for`'s devices and machine were read, in words
 WHERE = "the file's dnnplan line"
-_PATTERN = re.compile(r"#\s*dnnplan: predicted step \S+ s on (\d+) devices of (\S+)\s*$")
+#: the machine to the line's end: a machine YAML's path may hold spaces
+_PATTERN = re.compile(r"#\s*dnnplan: predicted step \S+ s on (\d+) devices of (\S.*?)\s*$")
 #: the lines at the top of a file where the line is looked for
 _TOP = 5
 

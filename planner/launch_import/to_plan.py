@@ -25,19 +25,23 @@ from planner.launch_import.launch_config import LaunchConfig
 from planner.plan.plan import LayerPlan, PipelineSpec, Plan
 
 
-def launch_plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, machine: Machine) -> Plan:
+def launch_plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, machine: Machine,
+                machine_ref: str | None = None) -> Plan:
     """``config`` run on ``devices`` devices of ``machine`` as a plan of ``net`` (the network the
     configuration trains, stored and marked as its choices train it; ``network_ref`` its zoo name or
-    path); one line naming the file for a layout that does not fit the devices, batch or network."""
+    path; ``machine_ref``, the machine as named, a shipped name or a machine YAML's path, which the
+    plan keeps: None, its name); one line naming the file for a layout that does not fit the
+    devices, batch or network."""
     try:
-        return _plan(config, net, network_ref, devices, machine)
+        return _plan(config, net, network_ref, devices, machine, machine_ref or machine.name)
     except DnnplanError as err:
         raise err.located(file=config.path) from None
 
 
-def _plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, machine: Machine) -> Plan:
+def _plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, machine: Machine,
+          machine_ref: str) -> Plan:
     if config.framework == "deepspeed" and not any(layer.op == "attention" for layer in net.layers):
-        return _data_parallel(config, net, network_ref, devices, machine)
+        return _data_parallel(config, net, network_ref, devices, machine_ref)
     gpt_layers(net)  # a network Megatron-Core's layout cannot hold: one line naming its layer
     if devices % config.stages:
         raise DnnplanError(f"{config.stages} pipeline stages do not divide {devices} devices",
@@ -65,11 +69,11 @@ def _plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, ma
     layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
                    for layer in net.layers)
     return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=batch,
-                devices=devices, machine=machine.name, layers=layers, solver={"name": f"{config.framework} import"},
+                devices=devices, machine=machine_ref, layers=layers, solver={"name": f"{config.framework} import"},
                 choices=config.choices, pipeline=pipeline)
 
 
-def _data_parallel(config: LaunchConfig, net: Network, network_ref: str, devices: int, machine: Machine) -> Plan:
+def _data_parallel(config: LaunchConfig, net: Network, network_ref: str, devices: int, machine_ref: str) -> Plan:
     """A DeepSpeed file that trains a network without transformer layers (a CNN): data parallelism on
     every layer over every device (:func:`costmodel.frameworks.uniform.data_strategy`, as
     :mod:`planner.export.nearest` writes such a plan), the batch in the file's micro-batches, no
@@ -84,7 +88,7 @@ def _data_parallel(config: LaunchConfig, net: Network, network_ref: str, devices
     layers = tuple(LayerPlan(layer.name, data_strategy(layer, devices, micro), algorithms.get(layer.name, ""))
                    for layer in net.layers)
     return Plan(network=network_ref, network_name=net.name, network_hash=net.content_hash(), batch=batch,
-                devices=devices, machine=machine.name, layers=layers, solver={"name": f"{config.framework} import"},
+                devices=devices, machine=machine_ref, layers=layers, solver={"name": f"{config.framework} import"},
                 choices=config.choices, pipeline=pipeline)
 
 

@@ -165,6 +165,30 @@ def test_a_file_dnnplan_wrote_is_predicted_on_the_devices_and_machine_its_first_
     assert bare.exit_code == 0 and "assumed, --machine not given: dgx-a100" in " ".join(bare.output.split())
 
 
+@pytest.mark.parametrize("to, suffix", [("megatron", "sh"), ("torchtitan", "toml"), ("deepspeed", "json")])
+def test_a_plan_on_a_machine_yaml_of_ones_own_reads_back_on_it(tmp_path, to, suffix):
+    """A machine YAML whose name is no shipped machine's, at a path with a space in it: the file's
+    dnnplan line names the path, and reading the file back (or with --machine PATH; DeepSpeed's JSON
+    has no comment to hold the line) predicts the plan's step on that machine, not "unknown machine"."""
+    from costmodel.machine.loading import _shipped_dir  # noqa: PLC0415
+    folder = tmp_path / "my machines"
+    folder.mkdir()
+    machine = folder / "my h100.yaml"
+    machine.write_text(_shipped_dir().joinpath("dgx-h100.yaml").read_text().replace("name: dgx-h100", "name: myh100"))
+    plan = str(tmp_path / "plan.yaml")
+    made = runner.invoke(app, ["predict", "tiny-llama", "-p", "16", "-b", "32", "--machine", str(machine),
+                               "--precision", "bf16", "--optimizer", "adam", "--zero", "2", "--out", plan])
+    assert made.exit_code == 0, made.output
+    path = tmp_path / f"{to}.{suffix}"
+    assert runner.invoke(app, ["export", plan, "--to", to, "--out", str(path)]).exit_code == 0
+    want = json.loads(runner.invoke(app, ["predict", plan, "--json"]).output)
+    for flags in ([] if to == "deepspeed" else [[]]) + [["--machine", str(machine)]]:
+        got = runner.invoke(app, ["predict", "--from", str(path), "--network", "tiny-llama", *flags, "--json"])
+        assert got.exit_code == 0, got.output
+        got = json.loads(got.output)
+        assert (got["machine"], got["devices"], got["step_s"]) == (str(machine), 16, want["step_s"])
+
+
 def test_a_bad_key_in_a_file_predicted_is_one_line(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text("[parallelism]\ntensor_parallel_degre = 2\n")
