@@ -30,10 +30,12 @@ a layer split otherwise, or a pipeline, is refused in one line naming the layer.
   torch's SGD, which ZeRO runs when ``zero_allow_untested_optimizer`` is true);
 - recomputation of every transformer layer whole: the ``activation_checkpointing`` section, and the
   user wraps each layer in ``deepspeed.checkpointing.checkpoint`` (the JSON configures checkpointing,
-  the script applies it); other patterns are refused.
+  the script applies it); other patterns, and any recomputation of a network without transformer
+  layers (a CNN, whose file read back may not checkpoint), are refused.
 
-The attention kernel is the script's: a plan is exported when its attention runs the machine's
-default (:mod:`planner.export.attention_kernel`).
+The attention kernel and a convolution's algorithm are the script's: a plan is exported when its
+attention runs the machine's default and its convolutions the default algorithm, as the file is
+read back (:mod:`planner.export.attention_kernel`).
 
 Left to the user: the script, the learning rate and its schedule, the data, and batch normalisation's
 statistics (a script syncs them with ``SyncBatchNorm``).
@@ -48,7 +50,7 @@ from costmodel.comm.overlap import BUCKET_MARK, DEFAULT_BUCKET_BYTES, EXPERTS
 from costmodel.frameworks.uniform import data_strategy
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.export.attention_kernel import check_default_attention
+from planner.export.attention_kernel import check_default_attention, check_default_convolutions
 from planner.export.megatron_layout import blocks_of, micro_hint
 from planner.export.megatron_recompute import megatron_recompute
 from planner.plan.plan import Plan
@@ -78,6 +80,7 @@ def deepspeed_config(plan: Plan, net: Network) -> dict[str, Any]:
     JSON cannot express (module docstring)."""
     micro_batches = check_layout(plan, net)
     check_default_attention(plan, net, "the attention kernel is the script's, which DeepSpeed's JSON does not say")
+    check_default_convolutions(plan, net, "DeepSpeed")
     choices = plan.choices
     out: dict[str, Any] = {
         "train_batch_size": plan.batch,
@@ -136,9 +139,16 @@ def bucket_elements(overlap: str, precision: str) -> int:
 
 def recomputes(plan: Plan, net: Network) -> bool:
     """Whether the plan recomputes every transformer layer whole (one line for another pattern)."""
+    algorithms = plan.algorithms()
+    if not any(layer.op == "attention" for layer in net.layers):  # a CNN: its blocks are no transformer layers
+        first = next((layer.name for layer in net.layers if is_recomputed(algorithms.get(layer.name, ""))), None)
+        if first is not None:
+            raise DnnplanError(f"recomputed, and {net.name} has no transformer layers: DeepSpeed's activation "
+                               "checkpointing reruns the transformer layers the script wraps", layer=first,
+                               hint="re-plan with --no-recompute, or export with --nearest")
+        return False
     recompute = megatron_recompute(plan, net, (blocks_of(net.layers),), RECOMPUTE_HINT)
     if recompute.granularity == "selective" or recompute.method == "block":
-        algorithms = plan.algorithms()
         first = next(layer.name for layer in net.layers if is_recomputed(algorithms.get(layer.name, "")))
         raise DnnplanError(f"recomputed {recompute.granularity}: DeepSpeed's activation checkpointing reruns whole "
                            "modules the script wraps", layer=first, hint=RECOMPUTE_HINT)

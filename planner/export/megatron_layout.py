@@ -6,13 +6,15 @@ chooses a strategy per layer; it is Megatron's when every layer takes the strate
 :func:`costmodel.frameworks.megatron.megatron_strategies` gives it under the degrees the plan's first
 attention layer splits (:mod:`costmodel.parallel.axes` names them). What is not, is refused in one
 line naming the first layer that differs and how: a network Megatron's GPT model cannot hold (a
-convolution), a per-layer hybrid (a layer whose tensor degree differs), a stage cut inside a
-transformer layer, a pipeline schedule Megatron lacks (GPipe), a micro-batch the data-parallel ranks
-cannot share.
+convolution), a sequence the context and sequence parallelism cannot split as the framework
+splits it (:func:`megatron_sequence_splits`), a per-layer hybrid (a layer whose tensor degree
+differs), a stage cut inside a transformer layer, a pipeline schedule Megatron lacks (GPipe), a
+micro-batch the data-parallel ranks cannot share.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from costmodel.frameworks.megatron import megatron_strategies
@@ -32,18 +34,63 @@ GPT_OPS = frozenset({"embedding", "layernorm", "rmsnorm", "attention", "dropout"
 MEGATRON_SCHEDULES = ("1f1b", INTERLEAVED)
 
 
+#: what a framework requires of the sequence length under tensor ``t``, context ``c`` and sequence
+#: parallelism ``sp``: (the divisor, how it is formed from the degrees, why), one a requirement
+SequenceSplits = Callable[[int, int, bool], tuple[tuple[int, str, str], ...]]
+
+
+def megatron_sequence_splits(tensor: int, context: int, sequence_parallel: bool) -> tuple[tuple[int, str, str], ...]:
+    """Megatron-LM's requirements of ``--seq-length``, read in NVIDIA/Megatron-LM at commit
+    d98e8a64ddf34856e74b24714e3bedb2f5a39553: context parallelism splits each sequence into 2 x CP
+    chunks, rank r holding chunks r and 2 CP - 1 - r for load balance under the causal mask
+    (megatron/core/utils.py ``_get_batch_on_this_cp_rank_per_sequence_balancing``), and
+    ``validate_args`` asserts "seq-length should be a multiple of 2 * context-parallel-size"
+    (megatron/training/arguments.py, lines 1335-1338); sequence parallelism scatters a context rank's
+    S / CP positions over the tensor ranks (megatron/core/models/common/embeddings/
+    language_model_embedding.py, lines 143-146), and ``_split_along_first_dim`` and
+    ``_reduce_scatter_along_first_dim`` assert "First dimension of the tensor should be divisible by
+    tensor parallel size" (megatron/core/tensor_parallel/mappings.py, lines 72-74 and 176-178)."""
+    out = []
+    if context > 1:
+        out.append((2 * context, "2 x context", f"context {context} splits a sequence into 2 x {context} chunks "
+                                                "(Megatron-Core's load balance)"))
+    if sequence_parallel and tensor > 1:
+        out.append((context * tensor, "context x tensor",
+                    f"sequence parallelism splits a context rank's positions over tensor {tensor}"))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Target:
     """A framework that runs one layout on every layer, as its refusals name it: ``name``, its
-    transformer model (``model``: what a layer must belong to) and the pipeline schedules it runs."""
+    transformer model (``model``: what a layer must belong to), the pipeline schedules it runs and
+    what it requires of the sequence length (``sequence_splits``)."""
 
     name: str
     model: str
     schedules: tuple[str, ...]
+    sequence_splits: SequenceSplits = megatron_sequence_splits
 
 
 #: Megatron-LM's pretrain_gpt.py and its GPT model
 MEGATRON = Target("Megatron-LM", "Megatron-LM's GPT model", MEGATRON_SCHEDULES)
+
+
+def sequence_length(net: Network) -> int:
+    """The positions of a sequence: the first attention layer's input's."""
+    return next(layer for layer in net.layers if layer.op == "attention").in_shapes[0][-2]
+
+
+def check_sequence(net: Network, target: Target, tensor: int, context: int, sequence_parallel: bool) -> None:
+    """One line naming the first attention layer where ``target`` cannot split ``net``'s sequence under
+    these degrees (:attr:`Target.sequence_splits`)."""
+    seq = sequence_length(net)
+    for divisor, formed, why in target.sequence_splits(tensor, context, sequence_parallel):
+        if seq % divisor:
+            raise DnnplanError(f"{why}: {seq} positions are not a multiple of {formed} = {divisor}",
+                               layer=next(layer.name for layer in net.layers if layer.op == "attention"),
+                               hint=f"re-plan with sizes whose {formed} divides {seq}, or --seq a multiple of "
+                                    f"{divisor}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +157,10 @@ def megatron_layout(plan: Plan, net: Network, target: Target = MEGATRON) -> Mega
     experts = [degree(strategies[layer.name], EXPERT) for layer in layers if layer.op == "moe"]
     expert = max(experts, default=1)
     sequence_parallel = any(s.seq_scatter for s in strategies.values())
+    # the sequence split over the tensor ranks too (a norm's context degree context x tensor), even where a
+    # sequence that does not split left the plan's tensor-parallel layers without their sequence-parallel variant
+    split = tensor > 1 and any(degree(s, CONTEXT) == context * tensor for s in strategies.values())
+    check_sequence(net, target, tensor, context, sequence_parallel or split)
     ranks, micro = plan.stage_ranks, plan.micro_batch
     try:
         want, _ = megatron_strategies(net, ranks, micro, tensor, sequence_parallel=sequence_parallel,

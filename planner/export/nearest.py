@@ -8,9 +8,11 @@ changes, each said in one line:
 - **the layout**: every layer under the layout most of the transformer layers take (the tensor and
   context degrees of their attention, the expert degree of their mixture of experts, sequence
   parallelism), as :func:`costmodel.frameworks.megatron.megatron_strategies` splits each layer under
-  it; DeepSpeed's JSON states data parallelism only, so there the most common layout must be
-  data-parallel, every layer then split over the samples; torchtitan's tensor parallelism adds
-  sequence parallelism;
+  it (refused where the framework cannot split the sequence under it:
+  :func:`planner.export.megatron_layout.check_sequence`); DeepSpeed's JSON states data parallelism
+  only, so there the most common layout must be data-parallel, every layer then split over the
+  samples; torchtitan's tensor parallelism adds sequence parallelism; a micro-batch the layout's
+  data-parallel ranks cannot share is refused as the exporter refuses it;
 - **the pipeline**: a stage cut inside a transformer layer moved to that layer's start; GPipe run
   as 1F1B where the framework lacks it (Megatron-LM);
 - **recomputation**: attention's core (selective) where the framework has it and the plan
@@ -19,8 +21,10 @@ changes, each said in one line:
   each chunk whole as the most any chunk recomputes part of; else every transformer layer whole
   (full): the plan recomputed to save memory, and the same count of a uniform stack's transformer
   layers recomputed whole saves at least as much;
-- **the attention kernels**: Megatron-LM runs one backend, the most common of the plan's; torchtitan
-  and DeepSpeed the machine's default;
+- **the kernels**: Megatron-LM runs one attention backend, the most common of the plan's; torchtitan
+  and DeepSpeed the machine's default; every convolution the default algorithm, which a file read
+  back runs (no framework's file names one: :mod:`planner.export.attention_kernel`), so the nearest
+  plan's predicted step is the file's;
 - **ZeRO and overlap on torchtitan**: ZeRO-1, and ZeRO-0 beside other parallelism, as FSDP keeping
   the weights gathered (ZeRO-2); overlap ``none`` as ``data``, the gradient bucket as DDP's, without
   ``+experts``.
@@ -36,7 +40,8 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
-from costmodel.calls.algorithms import attention_default, is_recomputed, kernel_algorithm, with_recompute
+from costmodel.calls.algorithms import (attention_default, default_algorithms, is_recomputed, kernel_algorithm,
+                                        with_recompute)
 from costmodel.comm.overlap import BUCKET_MARK, DEFAULT_BUCKET_BYTES, EXPERTS
 from costmodel.frameworks.megatron import megatron_strategies
 from costmodel.frameworks.uniform import data_strategy
@@ -47,7 +52,9 @@ from costmodel.step.pipeline import cut_at
 from networks.analysis import block_of
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.export.megatron_layout import MEGATRON, MEGATRON_SCHEDULES, blocks_of, degree, gpt_layers
+from planner.export.attention_kernel import other_convolutions
+from planner.export.megatron_layout import (MEGATRON, MEGATRON_SCHEDULES, Target, blocks_of, check_sequence, degree,
+                                            gpt_layers, micro_hint)
 from planner.export.megatron_recompute import megatron_recompute
 from planner.export.torchtitan import TORCHTITAN
 from planner.plan.plan import LayerPlan, Plan
@@ -112,7 +119,7 @@ def nearest_plan(plan: Plan, net: Network, framework: str, machine: Machine) -> 
     changes: list[str] = []
     pipeline = _pipeline(plan, net, fw, changes)
     plan = dataclasses.replace(plan, pipeline=pipeline)
-    strategies, layout = _strategies(plan, net, fw, changes)
+    strategies, layout = _strategies(plan, net, fw, TARGETS.get(framework), changes)
     algorithms = _algorithms(plan, net, fw, machine, changes)
     choices = _choices(plan, layout, fw, changes)
     layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
@@ -152,22 +159,30 @@ def most_common_layout(plan: Plan, net: Network) -> tuple[Layout, int, int]:
     return layout, count, len(layouts)
 
 
-def _strategies(plan: Plan, net: Network, fw: Framework, changes: list[str]) -> tuple[dict[str, Strategy], Layout]:
-    """Every layer under the most common layout (module docstring), and that layout."""
+def _strategies(plan: Plan, net: Network, fw: Framework, target: Target | None,
+                changes: list[str]) -> tuple[dict[str, Strategy], Layout]:
+    """Every layer under the most common layout (module docstring), and that layout; one line where
+    ``target`` (the framework's transformer model) cannot split the sequence under it."""
     layout, count, blocks = most_common_layout(plan, net)
     ranks, micro = plan.stage_ranks, plan.micro_batch
+    if not fw.model_parallel and layout != Layout():
+        raise DnnplanError(f"{count} of the {blocks} transformer layers run {layout}: {fw.name}'s configuration "
+                           "states data parallelism only (its model parallelism is set in the script)",
+                           layer=next(layer.name for layer in net.layers if layer.op == "attention"),
+                           hint="export the plan to Megatron-LM or torchtitan")
+    _check_micro_batch(plan, net, fw, layout)
     if not fw.model_parallel:
-        if layout != Layout():
-            raise DnnplanError(f"{count} of the {blocks} transformer layers run {layout}: {fw.name}'s configuration "
-                               "states data parallelism only (its model parallelism is set in the script)",
-                               layer=next(layer.name for layer in net.layers if layer.op == "attention"),
-                               hint="export the plan to Megatron-LM or torchtitan")
         want = {layer.name: data_strategy(layer, ranks, micro) for layer in net.layers}
     else:
         if fw.fsdp and layout.tensor > 1 and not layout.sequence_parallel:
             layout = dataclasses.replace(layout, sequence_parallel=True)
             changes.append(f"sequence parallelism added: {fw.name}'s tensor parallelism splits the norms over the "
                            "sequence")
+        try:
+            check_sequence(net, target, layout.tensor, layout.context, layout.sequence_parallel)
+        except DnnplanError as err:
+            raise DnnplanError(f"{err.bare}, under the layout most transformer layers take ({layout})",
+                               layer=err.layer, hint=err.hint) from None
         want, fallbacks = megatron_strategies(net, ranks, micro, layout.tensor, layout.sequence_parallel,
                                               context=layout.context, expert=layout.expert)
         if fallbacks:
@@ -182,6 +197,19 @@ def _strategies(plan: Plan, net: Network, fw: Framework, changes: list[str]) -> 
         changes.append(f"one layout on every layer, {which}: {len(moved)} layers split otherwise before, the first "
                        f"{moved[0]}")
     return want, layout
+
+
+def _check_micro_batch(plan: Plan, net: Network, fw: Framework, layout: Layout) -> None:
+    """One line, as the exporter's, where a micro-batch does not split over the data-parallel ranks of
+    the layout (a layout change would not reach it: the micro-batches are the plan's to change)."""
+    data = plan.stage_ranks // (layout.tensor * layout.context)
+    if plan.micro_batch % data:
+        what = "data-parallel ranks" if fw.model_parallel else "devices"
+        first = next((layer.name for layer in net.layers if layer.op == "attention"), net.layers[0].name) \
+            if fw.model_parallel else net.layers[0].name
+        under = f" under the layout most transformer layers take ({layout})" if layout != Layout() else ""
+        raise DnnplanError(f"a micro-batch of {plan.micro_batch} samples does not split over {data} {what}{under}",
+                           layer=first, hint=micro_hint(plan.batch, plan.batch // plan.micro_batch, data, what))
 
 
 def _pipeline(plan: Plan, net: Network, fw: Framework, changes: list[str]):
@@ -219,15 +247,20 @@ def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, chang
     if any(k != kernel for k in kernels):
         changes.append(f"attention by {kernel} kernels on every layer: {fw.name} runs "
                        + ("one attention backend" if fw.one_kernel else f"the machine's default ({default})"))
+    convs, other = default_algorithms(net), other_convolutions(plan, net)
+    if other:
+        conv = convs[other[0]]
+        changes.append(f"every convolution by {conv}, where the plan chose another on {len(other)} (the first "
+                       f"{other[0]}): {fw.name}'s file names no convolution algorithm, and is read back with {conv}")
     out = {name: a for name, a in algorithms.items() if not is_recomputed(a)}
-    out |= {layer.name: kernel for layer in attention}
+    out |= {layer.name: kernel for layer in attention} | convs
     recomputed = [layer for layer in net.layers if is_recomputed(algorithms.get(layer.name, ""))]
     names = {layer.name for layer in recomputed}
-    if not names or _expressible_recompute(plan, net, fw):
+    if not names or (attention and _expressible_recompute(plan, net, fw)):
         return out | {name: with_recompute(out.get(name, "")) for name in names}
     layers_of: dict[str, list[str]] = {}
     for layer in net.layers:
-        if block_of(layer) is not None:
+        if block_of(layer) is not None and attention:  # a CNN's blocks are no transformer layers
             layers_of.setdefault(block_of(layer), []).append(layer.name)
     if not layers_of:  # no transformer layers to recompute whole (a CNN on DeepSpeed)
         changes.append(f"no recomputation, where the plan recomputed {len(names)} layers (the first "

@@ -69,15 +69,45 @@ from planner.plan.plan import Plan
 #: the torchtitan release the keys were read in (module docstring)
 TORCHTITAN_SOURCE = ("pytorch/torchtitan v0.2.2 (73a0e6979dd10b6b1904098eb3c8f62c18ab87ce), "
                      "torchtitan/config/job_config.py")
+
+
+def torchtitan_sequence_splits(tensor: int, context: int, sequence_parallel: bool) -> tuple[tuple[int, str, str], ...]:
+    """torchtitan's requirement of ``seq_len``, read in pytorch/torchtitan at tag v0.2.2: each model's
+    ``parallelize`` asserts ``seq_len % parallel_dims.seq_len_divisor == 0``
+    (torchtitan/models/llama3/infra/parallelize.py, lines 69-74; likewise qwen3's, llama4's,
+    deepseek_v3's), the divisor ``tp * (cp * 2)`` (torchtitan/distributed/parallel_dims.py, lines
+    365-372): sequence parallelism splits the sequence over the tensor ranks, and context
+    parallelism's default ``headtail`` load balancer (``context_parallel_load_balancer``,
+    torchtitan/config/job_config.py; ``cp_shard`` in torchtitan/distributed/context_parallel.py) into
+    2 x CP chunks, as PyTorch's ``_HeadTailLoadBalancer`` requires
+    (torch/distributed/tensor/experimental/_context_parallel/_load_balancer.py: ``seq_length %
+    (world_size * 2)``). The assertion holds whatever the degrees, so at tensor and context 1 the
+    sequence must be even."""
+    why = f"torchtitan splits a sequence into 2 x {context} chunks (its headtail load balance)" \
+        + (f" and a context rank's over tensor {tensor} (SequenceParallel)" if tensor > 1 else "")
+    return ((tensor * 2 * context, "tensor x 2 x context", why),)
+
+
 #: torchtitan's transformer models, and the pipeline schedules dnnplan prices that torch runs
-TORCHTITAN = Target("torchtitan", "torchtitan's llama-style models", ("gpipe", "1f1b", INTERLEAVED))
+TORCHTITAN = Target("torchtitan", "torchtitan's llama-style models", ("gpipe", "1f1b", INTERLEAVED),
+                    torchtitan_sequence_splits)
 #: dnnplan's pipeline schedules as torch.distributed.pipelining's get_schedule_class names them
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", INTERLEAVED: "Interleaved1F1B"}
 #: zoo networks torchtitan ships: (model name, flavor) as torchtitan/models/llama3/__init__.py
 #: (llama3_args) and torchtitan/models/qwen3/__init__.py (qwen3_args) register them at v0.2.2
 FLAVORS = {"llama3-8b": ("llama3", "8B"), "llama3-70b": ("llama3", "70B"), "llama3.1-405b": ("llama3", "405B"),
            "qwen3-30b-a3b": ("qwen3", "30B-A3B")}
-#: the family a network torchtitan does not ship is registered in: dense llama3, a mixture of experts qwen3
+#: the family a network torchtitan does not ship is registered in: dense llama3, a mixture of experts
+#: qwen3. At v0.2.2, qwen3's ``Qwen3ModelArgs`` (torchtitan/models/qwen3/model/args.py) takes the
+#: experts' width as it is (``moe_inter_dim``), an expert mixture on every layer (``moe_enabled``),
+#: grouped-query attention with ``n_kv_heads``, ``head_dim`` and ``qk_norm`` (default 8, 128 and True:
+#: stated in the note) and the experts' count, shared experts and top-k in ``moe_args=MoEArgs(...)``
+#: (torchtitan/models/moe/moe.py, ``MoEArgs``: ``num_experts``, ``num_shared_experts`` 1 by default,
+#: ``top_k``, the router's ``score_func`` "sigmoid", ``route_norm`` False, ``score_before_experts``
+#: True). llama4's ``TransformerModelArgs`` sizes the experts from ``multiple_of`` and
+#: ``ffn_dim_multiplier`` (divided by top-k plus shared experts, torchtitan/models/llama4/model/model.py)
+#: and puts them on every second layer (``interleave_moe_layer_step`` 2); deepseek_v3 runs multi-head
+#: latent attention (``kv_lora_rank``): neither holds a Mixtral-like model as it is
 FAMILIES = {False: "llama3", True: "qwen3"}
 #: ZeRO stages as FSDP's fsdp_reshard_after_forward (ZeRO-0 is DDP; torchtitan has no ZeRO-1)
 RESHARD = {2: "never", 3: "always"}
@@ -242,7 +272,18 @@ def flavor_note(net: Network) -> str | None:
     dims = [f"dim={shape.hidden_size}", f"n_layers={shape.num_layers}", f"n_heads={shape.heads}"]
     if shape.query_groups:
         dims.append(f"n_kv_heads={shape.query_groups}")
-    if shape.experts:
-        dims += [f"moe_inter_dim={shape.ffn_hidden_size}", f"num_experts={shape.experts}", f"top_k={shape.top_k}"]
-    return (f"torchtitan ships no flavor {net.name}: register it in torchtitan/models/{family}/__init__.py "
-            f"({', '.join(dims)}; the MLP width {shape.ffn_hidden_size})")
+    where = f"torchtitan ships no flavor {net.name}: register it in torchtitan/models/{family}/__init__.py"
+    if not shape.experts:
+        return f"{where} ({', '.join(dims)}; the MLP width {shape.ffn_hidden_size})"
+    attention = next(layer for layer in net.layers if layer.op == "attention")
+    moe = next(layer for layer in net.layers if layer.op == "moe")
+    vocab = next((layer.p["vocab"] for layer in net.layers if layer.op == "embedding"), None)
+    if not shape.query_groups:  # Qwen3ModelArgs' n_kv_heads defaults to 8, not to the heads
+        dims.append(f"n_kv_heads={shape.heads}")
+    dims += [f"head_dim={shape.kv_channels or shape.hidden_size // shape.heads}",
+             f"qk_norm={bool(attention.p.get('qk_norm'))}"] + ([f"vocab_size={vocab}"] if vocab else [])
+    dims += ["moe_enabled=True", f"moe_inter_dim={shape.ffn_hidden_size}",
+             f"moe_args=MoEArgs(num_experts={shape.experts}, num_shared_experts={moe.p.get('shared_experts') or 0}, "
+             f"top_k={shape.top_k}, ...)"]
+    return (f"{where} as Qwen3ModelArgs({', '.join(dims)}), the router in MoEArgs as the model routes (its "
+            "defaults: score_func=\"sigmoid\", route_norm=False, score_before_experts=True)")

@@ -298,3 +298,35 @@ def test_a_deepspeed_file_of_a_cnn_is_predicted_as_data_parallelism(tmp_path):
     line = one_error_line(runner.invoke(app, ["predict", "--from", str(path), "--network", "resnet50", "--machine",
                                               "dgx-a100"]))
     assert "ds_config.json" in line and "resnet50 has no transformer layers" in line
+
+
+def test_a_sequence_the_framework_cannot_split_is_one_line(tmp_path):
+    """`dnnplan predict --context 3` on 16 positions (Megatron-Core and torchtitan split a sequence
+    into 2 x 3 chunks), and tensor 2 with sequence parallelism on 15: each export is one line naming
+    the attention layer, the sequence and the fix, --nearest too, nothing written; but Megatron-LM's
+    nearest plan of the second is tensor 2 without sequence parallelism, which keeps the sequence whole."""
+    base = ["predict", "tiny-llama", "--machine", "dgx-h100", "--precision", "bf16", "--optimizer", "adam", "--zero",
+            "3"]
+    context = str(tmp_path / "cp3.yaml")
+    assert runner.invoke(app, [*base, "-p", "6", "-b", "6", "--context", "3", "--out", context]).exit_code == 0
+    odd = str(tmp_path / "seq15.yaml")
+    assert runner.invoke(app, [*base, "-p", "2", "-b", "4", "--tensor", "2", "--sequence-parallel", "--seq", "15",
+                               "--out", odd]).exit_code == 0
+    for plan, to, says in ((context, "megatron", "2 x 3 chunks"), (context, "torchtitan", "2 x 3 chunks"),
+                           (odd, "megatron", "over tensor 2"), (odd, "torchtitan", "over tensor 2")):
+        for nearest in ([], ["--nearest"]):
+            out = tmp_path / f"{to}.out"
+            result = runner.invoke(app, ["export", plan, "--to", to, *nearest, "--out", str(out)])
+            if plan == odd and to == "megatron" and nearest:
+                assert result.exit_code == 0 and "--sequence-parallel" not in out.read_text(), result.output
+                continue
+            line = one_error_line(result)
+            assert "layer 'h0.attn'" in line and says in line and "not a multiple of" in line, (to, nearest, line)
+            assert not out.exists()
+
+
+def test_an_empty_out_is_one_line(plans):
+    """--out '' names no file: refused in one line (exit 2), nothing printed as if --out were left out."""
+    for empty in ("", " "):
+        result = runner.invoke(app, ["export", plans["llama"], "--to", "megatron", "--out", empty])
+        assert "--out names no file" in one_error_line(result) and "pretrain_gpt.py" not in result.stdout

@@ -110,3 +110,20 @@ def test_attention_other_than_the_machines_default_is_refused():
     with pytest.raises(DnnplanError) as err:
         deepspeed_config(unfused, net)
     assert err.value.layer == "h0.attn" and "the script's" in err.value.bare
+
+
+def test_a_convolution_algorithm_other_than_the_default_is_refused():
+    """The JSON names no convolution algorithm, and is read back with each at the default: a CNN's
+    plan whose convolution runs another is refused naming it (--nearest takes the default)."""
+    plan, net = data_plan("resnet18", devices=4, batch=64, optimizer="momentum")
+    direct = dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, algorithm="direct")
+                                                    if lp.name == "layer1.0.conv2" else lp for lp in plan.layers))
+    with pytest.raises(DnnplanError) as err:
+        deepspeed_config(direct, net)
+    assert err.value.layer == "layer1.0.conv2" and "by direct, where" in err.value.bare
+    assert "--nearest" in err.value.hint
+    assert deepspeed_config(plan, net)["train_batch_size"] == 64
+    recomputed, rnet = data_plan("resnet18", devices=4, batch=64, optimizer="momentum", recompute="full")
+    with pytest.raises(DnnplanError) as err:  # a file of a CNN that checkpoints is refused when read back
+        deepspeed_config(recomputed, rnet)
+    assert "resnet18 has no transformer layers" in err.value.bare and "--nearest" in err.value.hint

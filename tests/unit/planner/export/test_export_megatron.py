@@ -12,7 +12,9 @@ import pytest
 from costmodel.calls.algorithms import with_recompute
 from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
+from networks.loader import load_network
 from planner.export.megatron import MEGATRON_SOURCE, megatron_args
+from planner.export.megatron_layout import MEGATRON, check_sequence
 from planner.plan.plan import Plan
 from tests.support.export_plans import uniform_plan as make
 
@@ -235,3 +237,21 @@ def test_recomputing_part_of_a_transformer_layer_is_refused():
 
 def test_a_micro_batch_the_data_ranks_cannot_share_is_refused():
     assert "does not split" in refusal(*make("gpt-tiny", devices=8, batch=4)).bare
+
+
+def test_a_sequence_context_or_sequence_parallelism_cannot_split_is_refused():
+    """Megatron-Core splits a sequence into 2 x CP chunks (validate_args: seq-length a multiple of
+    2 x context-parallel-size), and sequence parallelism a context rank's positions over the tensor
+    ranks: gpt-tiny's 32 positions under context 3, and 15 positions under tensor 2 with sequence
+    parallelism, are refused naming the attention layer and the fix; 16 under tensor 2 without it runs."""
+    err = refusal(*make("gpt-tiny", devices=6, batch=6, context=3))
+    assert err.layer == "h0.attn" and "2 x 3 chunks" in err.bare and "not a multiple of 2 x context = 6" in err.bare
+    assert "2 x context divides 32" in err.hint
+    assert value(megatron_args(*make("gpt-tiny", devices=8, batch=8, context=4)), "--context-parallel-size") == "4"
+    odd = load_network("tiny-llama", 15)
+    with pytest.raises(DnnplanError, match="context x tensor = 2") as got:
+        check_sequence(odd, MEGATRON, 2, 1, True)
+    assert got.value.layer == "h0.attn" and "--seq a multiple of 2" in got.value.hint
+    check_sequence(odd, MEGATRON, 2, 1, False)  # tensor parallelism alone keeps the whole sequence
+    with pytest.raises(DnnplanError, match="2 x context = 4"):
+        check_sequence(load_network("tiny-llama", 18), MEGATRON, 1, 2, False)

@@ -9,15 +9,19 @@ import dataclasses
 
 import pytest
 
-from costmodel.calls.algorithms import is_recomputed, with_recompute
+from costmodel.calls.algorithms import default_algorithms, is_recomputed, with_recompute
 from costmodel.machine.loading import load_machine
 from costmodel.parallel.strategy import Strategy
+from dnnplan.render.export import deepspeed_json
+from executor.session.export_nearest import nearest_export
+from executor.session.predict_launch import launch_step
 from networks.errors import DnnplanError
 from planner.export.deepspeed import deepspeed_config
 from planner.export.megatron import megatron_args
 from planner.export.megatron_layout import micro_hint
 from planner.export.nearest import most_common_layout, nearest_plan
 from planner.export.torchtitan import torchtitan_config
+from planner.launch_import.formats import read_launch
 from planner.plan.plan import Plan
 from tests.support.export_plans import data_plan, uniform_plan
 
@@ -160,6 +164,10 @@ def test_a_cnn_hybrid_becomes_data_parallel_on_deepspeed_and_stays_refused_on_me
     assert deepspeed_config(got.plan, net)["train_micro_batch_size_per_gpu"] == 2
     with pytest.raises(DnnplanError, match="conv2d"):
         nearest_plan(hybrid, net, "megatron", A100)
+    recomputed, rnet = data_plan("resnet18", devices=4, batch=64, optimizer="momentum", recompute="full")
+    got = nearest_plan(recomputed, rnet, "deepspeed", A100)  # its residual blocks are no transformer layers
+    assert not any(is_recomputed(a) for a in got.plan.algorithms().values()) and "no recomputation" in got.changes[0]
+    assert "activation_checkpointing" not in deepspeed_config(got.plan, rnet)
 
 
 def test_a_micro_batch_that_does_not_split_says_how_to_replan():
@@ -168,3 +176,36 @@ def test_a_micro_batch_that_does_not_split_says_how_to_replan():
     assert micro_hint(36, 1, 8) == "re-plan with a batch a multiple of the 8 devices"
     hint = micro_hint(64, 64, 8, "data-parallel ranks")
     assert "accumulates 64 micro-batches of 1: re-plan in at most 8" in hint and "64 / K a multiple of 8" in hint
+
+
+def test_a_cnns_nearest_on_deepspeed_runs_the_convolutions_the_file_read_back_runs():
+    """DeepSpeed's JSON names no convolution algorithm and is read back with each convolution at the
+    default (planner.launch_import.to_plan): the nearest plan takes that default where the planner
+    chose others, says so, and its file read back predicts its step and memory to the last digit."""
+    plan, net = data_plan("resnet18", devices=4, batch=64, optimizer="momentum")
+    convs = [layer.name for layer in net.layers if layer.op == "conv2d"]
+    chosen = plan
+    for name in convs:
+        chosen = swapped(chosen, name, algorithm="direct")  # the planner's choice, which the file cannot say
+    hybrid = swapped(chosen, "fc", strategy=Strategy.of(4, N=2, F=2))
+    for original in (chosen, hybrid):
+        near = nearest_export(original, net, "deepspeed")
+        assert {name: near.plan.algorithms()[name] for name in convs} == default_algorithms(net)
+        assert f"the first {convs[0]}" in " ".join(near.changes) and "names no convolution" in " ".join(near.changes)
+        text = deepspeed_json(deepspeed_config(near.plan, net))
+        back = launch_step(read_launch(text, "ds_config.json"), "resnet18", 4, "dgx-a100").prediction
+        assert (back.step_s, back.memory_peak_bytes) == (near.plan.step_s, near.plan.memory_peak_bytes)
+        assert (near.nearest.step_s, int(near.nearest.memory_peak_bytes)) == (near.plan.step_s,
+                                                                            near.plan.memory_peak_bytes)
+
+
+def test_a_micro_batch_the_data_ranks_cannot_share_is_named_as_such_by_the_nearest_plan():
+    """8 samples in 8 micro-batches of 1 over 4 data-parallel ranks: no layout change reaches it, and
+    --nearest says so as the exporter does (the micro-batches, not the degrees), for each framework."""
+    plan, net = uniform_plan("tiny-llama", devices=4, batch=8, micro=8, optimizer="adam", precision="bf16",
+                             machine="dgx-h100", zero=3)
+    for framework in ("megatron", "torchtitan", "deepspeed"):
+        with pytest.raises(DnnplanError) as err:
+            nearest_plan(plan, net, framework, load_machine("dgx-h100"))
+        assert "a micro-batch of 1 samples does not split over 4" in err.value.bare, (framework, err.value.bare)
+        assert "re-plan in at most 2" in err.value.hint and "tensor, context and expert" not in err.value.hint

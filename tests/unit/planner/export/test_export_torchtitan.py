@@ -9,8 +9,12 @@ import dataclasses
 
 import pytest
 
+from costmodel.machine.loading import load_machine
 from networks.errors import DnnplanError
-from planner.export.torchtitan import TORCHTITAN_SOURCE, flavor_note, torchtitan_config
+from networks.loader import load_network
+from planner.export.megatron_layout import check_sequence
+from planner.export.nearest import nearest_plan
+from planner.export.torchtitan import TORCHTITAN, TORCHTITAN_SOURCE, flavor_note, torchtitan_config
 from tests.support.export_plans import uniform_plan as make
 
 #: torchtitan's sections and their keys, the fields of the dataclasses JobConfig holds in
@@ -172,6 +176,23 @@ def test_a_shipped_flavor_or_the_one_to_register():
     assert "torchtitan/models/llama3/__init__.py" in note and "dim=32" in note and "n_layers=2" in note
 
 
+def test_a_mixture_of_experts_registers_as_qwen3_args_with_moe_args():
+    """torchtitan v0.2.2's Qwen3ModelArgs (torchtitan/models/qwen3/model/args.py) holds the experts'
+    width as moe_inter_dim and their count and top-k in moe_args=MoEArgs(...) (torchtitan/models/moe/
+    moe.py), defaults qk_norm to True and head_dim to 128, and MoEArgs num_shared_experts to 1:
+    Mixtral's note states each, as the fields' own names."""
+    note = flavor_note(make("mixtral-8x7b", devices=8)[1])
+    assert "torchtitan/models/qwen3/__init__.py" in note and "Qwen3ModelArgs(" in note
+    for field in ("dim=4096", "n_layers=32", "n_heads=32", "n_kv_heads=8", "head_dim=128", "qk_norm=False",
+                  "vocab_size=32000", "moe_enabled=True", "moe_inter_dim=14336",
+                  "moe_args=MoEArgs(num_experts=8, num_shared_experts=0, top_k=2"):
+        assert field in note, (field, note)
+    assert ", num_experts=8" not in note.split("MoEArgs(")[0]  # not a field of the model's arguments
+    assert "score_func" in note  # the router is the model's to state: MoEArgs defaults to sigmoid scores
+    tiny = flavor_note(make("tiny-moe")[1])
+    assert "head_dim=8" in tiny and "moe_inter_dim=32" in tiny and "top_k=2" in tiny
+
+
 @pytest.mark.parametrize("kwargs, layer, says", [
     (dict(name="gpt-tiny", zero=3), "embed", "rotary positions"),
     (dict(name="lenet5", zero=3), "conv1", "conv2d"),
@@ -199,3 +220,20 @@ def test_attention_other_than_the_machines_default_is_refused():
     with pytest.raises(DnnplanError) as err:
         torchtitan_config(unfused, net)
     assert err.value.layer == "h1.attn" and "SDPA" in err.value.bare
+
+
+def test_a_sequence_torchtitan_cannot_split_is_refused():
+    """torchtitan's parallelize asserts seq_len a multiple of tensor x 2 x context (its headtail load
+    balance and SequenceParallel): tiny-llama's 16 positions under context 3 are refused naming the
+    attention layer and the fix, and under --nearest too; tensor 2 with context 2 (8) runs; at
+    tensor and context 1 an odd sequence is refused."""
+    err = refusal("tiny-llama", devices=6, batch=6, context=3, zero=3)
+    assert err.layer == "h0.attn" and "tensor x 2 x context = 6" in err.bare and "divides 16" in err.hint
+    plan, net = make("tiny-llama", devices=6, batch=6, context=3, zero=1, optimizer="adam", machine="dgx-h100")
+    with pytest.raises(DnnplanError, match="under the layout most transformer layers take") as got:
+        nearest_plan(plan, net, "torchtitan", load_machine("dgx-h100"))
+    assert got.value.layer == "h0.attn" and "tensor x 2 x context = 6" in got.value.bare
+    assert config("tiny-llama", devices=8, batch=8, tensor=2, sp=True, context=2,
+                  zero=3)["parallelism"]["context_parallel_degree"] == 2
+    with pytest.raises(DnnplanError, match="= 2"):
+        check_sequence(load_network("tiny-llama", 15), TORCHTITAN, 1, 1, False)
