@@ -31,6 +31,15 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
         raise DnnplanError(f"{short(network)} and --from: with --from the network is --network's",
                            hint=f"write --network {short(network)}")
     given = _given()
+    if "framework" in given or "runtime" in given:
+        raise DnnplanError(f"{given.get('framework') or given['runtime']} with --from: the file's layout is priced under "
+                           "the default framework (ideal)", file=path,
+                           hint="for a framework's kernels, host and memory, predict the network with the layout's "
+                                "flags: dnnplan predict NETWORK --framework F ...")
+    if "out" in given:
+        raise DnnplanError("--out with --from: predict --from writes no plan", file=path,
+                           hint="plan the network with `dnnplan plan NETWORK ... --out PLAN.yaml`, or predict the "
+                                "layout's flags with `dnnplan predict NETWORK ... --out PLAN.yaml`")
     others = [flag for name, flag in given.items() if name not in WITH_FROM]
     if others:
         raise DnnplanError(f"{others[0]} with --from: the file states it", file=path,

@@ -26,7 +26,7 @@ def launch(got: LaunchStep, as_json: bool, train=None) -> None:
     dominant, share = max(terms, key=lambda t: t[1])
     if as_json:
         print(json.dumps({
-            "file": config.path, "framework": config.framework, "network": got.network_ref,
+            "file": config.path, "framework": config.framework, "script": config.script, "network": got.network_ref,
             "network_from": got.named_by, "devices": plan.devices, "devices_from": config.devices_from,
             "machine": plan.machine, "machine_from": got.machine_from, "batch": plan.batch, "layout": layout_json(got),
             "step_s": pred.step_s, "step_breakdown_s": dict(terms), "dominant": dominant,
@@ -37,7 +37,8 @@ def launch(got: LaunchStep, as_json: bool, train=None) -> None:
         return
     c = tables.console
     devices_from = "--devices" if config.devices is None else config.devices_from
-    c.print(f"[bold]{escape(config.path)}[/bold]: {DESCRIPTIONS[config.framework]}; "
+    script = f" of {escape(config.script)}" if config.script and "read as" in config.script else ""
+    c.print(f"[bold]{escape(config.path)}[/bold]: {DESCRIPTIONS[config.framework]}{script}; "
             f"{escape(got.network_ref)} ({escape(got.named_by)}) on {plan.devices} devices ({escape(devices_from)}) "
             f"of {escape(plan.machine)}" + ("" if got.machine_from == "--machine" else f" ({escape(got.machine_from)})"))
     c.print("layout: " + escape(layout_line(got)))

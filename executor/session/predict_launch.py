@@ -62,7 +62,12 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     machine = machine or (header[1] if header is not None else None)
     count = world_size(config, devices)
     choices = config.choices
-    if choices.seq is not None and _own_seq(ref) == choices.seq:
+    own_seq = _own_seq(ref)
+    if choices.seq is not None and own_seq is None:  # a CNN named by the file or --network
+        raise DnnplanError(f"{ref} (named by {named_by}) is not a transformer, and the file trains one at "
+                           f"{choices.seq} tokens a sequence", file=config.path,
+                           hint="give --network the transformer the file trains, or fix the file's model")
+    if choices.seq is not None and own_seq == choices.seq:
         choices = choices.but(seq=None)  # the network's own sequence: loaded as a plan of it loads it
     config = replace(config, choices=choices)
     ctx = context.resolve(ref, count, None, machine, profile, choices=choices, foreign_ok=foreign_ok)

@@ -20,7 +20,8 @@ The contract, for a reader of one more format:
    shape: :mod:`planner.launch_import.trained_network`).
 2. **Register it** in :data:`planner.launch_import.formats.READERS` under its format name and, when
    its files are told apart by their suffix, in :data:`planner.launch_import.formats.SUFFIXES`
-   (``.toml`` torchtitan, ``.json`` DeepSpeed; any other file is Megatron-LM arguments).
+   (``.toml`` torchtitan, ``.json`` DeepSpeed; under another suffix a file is told by what it holds,
+:func:`planner.launch_import.formats.format_of`, Megatron-LM arguments by default).
 3. **What the predict path consumes** is a plan: :func:`planner.launch_import.to_plan.launch_plan`
    turns a :class:`LaunchConfig` and the network it trains into a :class:`planner.plan.plan.Plan`, the
    one `dnnplan predict PLAN.yaml` prices (executor.session.predict.predict_plan), so a plan
@@ -30,7 +31,8 @@ The contract, for a reader of one more format:
    granularity) and needs nothing else of the plan.
 
 Modules: :mod:`launch_config` (the configuration read), :mod:`formats` (which reader a file takes),
-:mod:`shell_words` (a launch script's command words: continuations, comments, variables, arrays),
+:mod:`shell_words` (a launch script's command words as bash splits them: quotes, continuations,
+comments, variables, arrays, redirections),
 :mod:`megatron` (Megatron-LM's arguments; parsed in :mod:`megatron_args`, named in
 :mod:`megatron_options`), :mod:`torchtitan`
 (torchtitan's job TOML), :mod:`deepspeed` (DeepSpeed's JSON), :mod:`value_kinds` (the kinds of

@@ -23,7 +23,8 @@ What DeepSpeed does with the keys, read in the same source, is kept:
 - the optimiser: Adam or AdamW (adam); SGD with a ``momentum`` above 0 (momentum) or without (sgd);
   others are not priced;
 - ``activation_checkpointing``: the script recomputes every transformer layer (full), the section's
-  presence is what says it (the export writes it so); CPU checkpointing is not priced.
+  presence is what says it (the export writes it so); CPU checkpointing is not priced;
+- a key given twice in one object is refused, as DeepSpeed loads the file refusing duplicate keys.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import re
 from typing import Any
 
 from costmodel.choices.training import TrainingChoices
+from costmodel.machine.model import MAX_DEVICES
 from networks.errors import DnnplanError, did_you_mean, short
 from planner.export.deepspeed import GRAD_BYTES
 from planner.launch_import.launch_config import Ignored, LaunchConfig
@@ -87,16 +89,40 @@ AUTO = "\"auto\" is filled in by Hugging Face's Trainer from its arguments: writ
 HINT = "see docs/export.md, \"Importing a launch configuration\", for the keys dnnplan reads"
 
 
+class DuplicateKey(Exception):
+    """A key an object of the JSON gives twice (``key``)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    """An object of the JSON, refusing a key given twice as DeepSpeed does (deepspeed/runtime/config_utils.py
+    ``dict_raise_error_on_duplicate_keys``, the ``object_pairs_hook`` runtime/config.py loads the file with)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 class Config:
     """The JSON's keys, read and checked one by one, with the line each stands on."""
 
     def __init__(self, text: str, path: str):
         self.text, self.path = text, path
         try:
-            self.data = json.loads(text)
+            self.data = json.loads(text, object_pairs_hook=no_duplicates)
         except json.JSONDecodeError as err:
             raise DnnplanError(f"not JSON: {err.msg}", file=path, line=err.lineno,
                                hint="write the DeepSpeed config as JSON") from None
+        except DuplicateKey as twice:
+            found = list(re.finditer(rf'"{re.escape(twice.key)}"\s*:', text))
+            raise DnnplanError(f"{short(twice.key)} given twice: DeepSpeed refuses a config with duplicate keys",
+                               file=path, line=text.count("\n", 0, found[1].start()) + 1 if len(found) > 1 else None,
+                               hint="give it once") from None
         if not isinstance(self.data, dict):
             raise DnnplanError(f"not a DeepSpeed config: a JSON {type(self.data).__name__}, not an object",
                                file=path, hint="write {\"train_batch_size\": ..., ...}")
@@ -213,7 +239,12 @@ def batching(config: Config) -> tuple[int | None, int, int | None]:
     if batch % (micro * steps):
         raise config.refuse(batch_key, f"{batch} is not {micro_key} {micro} x {steps_key} {steps} x the devices "
                             "(DeepSpeed checks it)", hint="make the three agree")
-    return batch // (micro * steps), micro, batch
+    devices = batch // (micro * steps)
+    if devices > MAX_DEVICES:
+        raise config.refuse(batch_key, f"{short(batch)} over {micro_key} {micro} x {steps_key} {steps} leaves more "
+                            f"devices than dnnplan plans for (at most 2^20 = {MAX_DEVICES})",
+                            hint="give the batch the run takes")
+    return devices, micro, batch
 
 
 def zero_stage(config: Config, zero: dict) -> int:

@@ -68,3 +68,6 @@ class LaunchConfig:
     #: the devices and machine the file's dnnplan line names (a file `dnnplan export` wrote:
     #: planner.export.exported_header), None without one
     written_for: tuple[int, str] | None = None
+    #: the training script the file launches, as read ("pretrain_gpt.py", "train.py, read as
+    #: pretrain_gpt.py's arguments"); None where the file names none
+    script: str | None = None

@@ -30,15 +30,17 @@ an elastic range or ``--nproc-per-node gpu`` leaves it unstated); otherwise `--d
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 
 from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH
 from costmodel.choices.training import TrainingChoices
 from costmodel.step.pipeline import INTERLEAVED
-from networks.errors import short
+from networks.errors import DnnplanError, short
 from networks.ops.base import MAX_INT
 from planner.export.megatron_model import GptShape
 from planner.launch_import.launch_config import Ignored, LaunchConfig
 from planner.launch_import.megatron_args import Args, given, parse, positive
+from planner.launch_import.megatron_options import GPT_SCRIPT, OTHER_MODELS
 from planner.launch_import.shell_words import LaunchCommand, Word, launch_command
 
 #: torchrun's world-size options, read in pytorch/pytorch torch/distributed/run.py at commit
@@ -57,6 +59,7 @@ def read(text: str, path: str) -> LaunchConfig:
     """The configuration of Megatron-LM's arguments in ``text`` (the file at ``path``; module
     docstring); one line naming the option and the file for a mistake."""
     command = launch_command(text, path)
+    script = training_script(command, path)
     args = parse(command.args, path)
     devices, devices_from = world_size(command, path)
     shape = model_shape(args)
@@ -70,6 +73,12 @@ def read(text: str, path: str) -> LaunchConfig:
     if expert > 1 and not shape.experts:
         raise args.refuse("--expert-model-parallel-size", f"{expert} experts' split without --num-experts",
                           hint="give --num-experts, or leave expert parallelism out")
+    expert_tensor = given(args, "--expert-tensor-parallel-size")
+    if expert_tensor not in (None, tensor) and not shape.experts:
+        raise args.refuse("--expert-tensor-parallel-size", f"{expert_tensor} experts' split without --num-experts",
+                          hint="give --num-experts, or leave the experts' tensor size out")
+    if expert_tensor is not None and not shape.experts:
+        args.ignored["--expert-tensor-parallel-size"] = "no mixture of experts (--num-experts)"
     recompute, recompute_layers = recomputation(args)
     choices = training_choices(args, shape, sequence_parallel, tensor)
     chunks = layout[1]
@@ -78,9 +87,24 @@ def read(text: str, path: str) -> LaunchConfig:
         path=path, framework="megatron", network=None, shape=shape, devices=devices, devices_from=devices_from,
         batch=given(args, "--global-batch-size"), micro_batch=positive(args, "--micro-batch-size", required=True),
         tensor=tensor, context=positive(args, "--context-parallel-size"), expert=expert,
-        expert_tensor=given(args, "--expert-tensor-parallel-size"), sequence_parallel=sequence_parallel,
+        expert_tensor=expert_tensor, sequence_parallel=sequence_parallel,
         stages=layout[0], chunks=chunks, chunk_layers=layout[2], schedule=INTERLEAVED if chunks > 1 else "1f1b",
-        recompute=recompute, recompute_layers=recompute_layers, choices=choices, ignored=ignored)
+        recompute=recompute, recompute_layers=recompute_layers, choices=choices, ignored=ignored, script=script)
+
+
+def training_script(command: LaunchCommand, path: str) -> str | None:
+    """The script the command runs, as read: ``pretrain_gpt.py``, or another name read as its
+    arguments (a Megatron-Bridge or one's own entry point); one line for Megatron-LM's entry points
+    of other models (:data:`planner.launch_import.megatron_options.OTHER_MODELS`)."""
+    if command.script is None:
+        return None
+    name = PurePosixPath(command.script).name
+    if name in OTHER_MODELS:
+        raise DnnplanError(f"{short(command.script)} trains {OTHER_MODELS[name]}, not a GPT-style decoder: dnnplan "
+                           f"reads the arguments of Megatron-LM's {GPT_SCRIPT}", file=path, line=command.line,
+                           hint=f"give the launch of {GPT_SCRIPT}; another model is predicted from its network "
+                                "spec (dnnplan predict SPEC with the layout's flags)")
+    return command.script if name == GPT_SCRIPT else f"{command.script}, read as {GPT_SCRIPT}'s arguments"
 
 def world_size(command: LaunchCommand, path: str) -> tuple[int | None, str]:
     """The devices torchrun's ``--nnodes`` x ``--nproc-per-node`` give (None where the file does not

@@ -65,6 +65,10 @@ def parse(words: tuple[Word, ...], path: str) -> Args:
             args.ignored[name] = REASON_OF[name]
             continue
         kind = READ.get(name)
+        if kind is None and any(ch.isspace() for ch in name):
+            raise DnnplanError(f"unknown option {short(name)}: one word holding several (a variable expanded "
+                               "inside double quotes stays one word)", file=path, line=word.line,
+                               hint="leave the variable unquoted ($GPT_ARGS), or write the options as a bash array")
         if kind is None:
             near = did_you_mean(name, list(READ) + list(REASON_OF))
             raise DnnplanError(f"unknown option {short(name)}: not an option dnnplan reads of Megatron-LM's "

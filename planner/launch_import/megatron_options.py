@@ -99,3 +99,21 @@ IGNORED = {
     "the gradient buckets' size: dnnplan prices PyTorch DDP's 25 MiB buckets": ("--ddp-bucket-size",),
 }
 REASON_OF = {name: reason for reason, names in IGNORED.items() for name in names}
+
+#: the GPT-style decoder's entry point, the one whose arguments are read
+GPT_SCRIPT = "pretrain_gpt.py"
+#: Megatron-LM's entry points that train another model than a GPT-style decoder, by what they train:
+#: in the repository's root at d98e8a64ddf34856e74b24714e3bedb2f5a39553 pretrain_hybrid.py
+#: (HybridModel, megatron/core/models/hybrid), pretrain_mamba.py (its wrapper), pretrain_vlm.py
+#: (LLaVAModel) and train_rl.py (GRPO); up to tag core_v0.17.0 also pretrain_bert.py and
+#: pretrain_t5.py, up to core_v0.16.0 pretrain_ict.py and pretrain_vision_{classify,dino,inpaint}.py,
+#: up to core_v0.15.0 pretrain_retro.py (each file's docstring says what it pretrains)
+OTHER_MODELS = {
+    "pretrain_bert.py": "BERT, a bidirectional encoder", "pretrain_t5.py": "T5, an encoder-decoder",
+    "pretrain_retro.py": "RETRO, a decoder with retrieval cross-attention",
+    "pretrain_ict.py": "ICT, a pair of BERT encoders for retrieval",
+    "pretrain_vision_classify.py": "a vision transformer classifier", "pretrain_vision_dino.py": "DINO, a vision "
+    "transformer", "pretrain_vision_inpaint.py": "a vision transformer for inpainting",
+    "pretrain_mamba.py": "a Mamba hybrid (state-space layers)", "pretrain_hybrid.py": "a Mamba hybrid "
+    "(state-space layers)", "pretrain_vlm.py": "a vision-language model (LLaVA)",
+    "train_rl.py": "a GPT by reinforcement learning (rollouts generated between steps)"}

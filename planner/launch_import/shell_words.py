@@ -3,41 +3,65 @@
 People pass a framework's arguments in a shell script: one command continued over lines by
 backslashes, often built from variables and bash arrays (Megatron-LM's own examples,
 ``examples/gpt3/train_gpt3_175b_distributed.sh``: ``GPT_MODEL_ARGS=( --num-layers 96 ... )`` then
-``torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${GPT_MODEL_ARGS[@]} ...``). This reads such a
-script as far as a launch needs, without running anything: comments dropped, continuations joined,
-quotes as the shell removes them, and the script's own simple assignments (``NAME=value``,
-``export NAME=value``, arrays ``NAME=( ... )``, ``$(( ))`` integer arithmetic on them) expanded in
-``$NAME``, ``${NAME}``, ``${NAME:-default}`` and ``${NAME[@]}``. A variable the script does not set
-(the environment's, a positional ``$1``) or a command substitution stays unexpanded and is marked
-(:attr:`Word.unresolved`): the reader refuses it only where its value matters. The training command
-is the line that runs a Python script (``torchrun ... pretrain_gpt.py ...``, ``python -m
-torch.distributed.run ...``); a file of arguments alone (every word an option or its value) is the
-arguments of no launcher.
+``torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${GPT_MODEL_ARGS[@]} ...``, or older ones'
+``GPT_ARGS="--num-layers 24 ..."`` then ``torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $GPT_ARGS``).
+This reads such a script as bash reads it, as far as a launch needs, without running anything
+(bash(1), "QUOTING", "EXPANSION", "REDIRECTION"):
+
+- words are split at blanks and at the operators ``;`` ``&`` ``&&`` ``|`` ``||`` ``|&`` ``(`` ``)``
+  and newlines, which end a command (so ``... 2>&1 | tee log.txt`` is the training command, then
+  ``tee``'s); comments are dropped, ``\\`` and a newline joins lines (also inside double quotes);
+  quotes may span lines (``GPT_ARGS="`` over several lines ``"``);
+- redirections (``> log``, ``2>&1``, ``&> log``, ``< in``, a here-document's body) are no words;
+- the script's own assignments (``NAME=value``, ``export NAME=value``, arrays ``NAME=( ... )``,
+  ``+=``) are expanded in ``$NAME``, ``${NAME}``, ``${NAME:-default}``, ``${NAME[@]}`` and ``$((
+  ))`` integer arithmetic, except inside single quotes; an expansion outside double quotes is split
+  into words at blanks (``$GPT_ARGS`` is its options, ``"$GPT_ARGS"`` one word), and an array's
+  ``"${NAME[@]}"`` is a word an element;
+- a variable the script does not set (the environment's, a positional ``$1``), a command
+  substitution or another ``${...}`` form stays unexpanded, as one word, and is marked
+  (:attr:`Word.unresolved`): the reader refuses it only where its value matters.
+
+The training command is the one that runs a Python script (``torchrun ... pretrain_gpt.py ...``,
+``python -m torch.distributed.run ...``); a file of arguments alone (every word an option or its
+value) is the arguments of no launcher.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-import shlex
 from dataclasses import dataclass
 
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-ASSIGNMENT = re.compile(rf"^({NAME})=(.*)$", re.S)
-ARRAY_OPEN = re.compile(rf"^\s*(?:export\s+|declare\s+-a\s+|local\s+)?({NAME})=\(")
-#: ``$((expr))``, ``${NAME[@]}``, ``${NAME:-default}``, ``${NAME}``, ``$NAME``, ``$1``, ``$(cmd)``
+#: ``$((expr))``, ``${NAME[@]}``, ``${NAME:-default}``, ``${NAME}``, another ``${...}``, ``$NAME``,
+#: ``$1``, ``$(cmd)`` or a backquote
 REFERENCE = re.compile(rf"\$\(\((?P<arith>[^()]*(?:\([^()]*\)[^()]*)*)\)\)|\$\{{(?P<braced>{NAME})(?P<all>\[[@*]\])?"
-                       rf"(?::-(?P<default>[^}}]*))?\}}|\$(?P<plain>{NAME}|[0-9@*#?$!])|(?P<command>\$\(|`)")
-#: words before a command that only prepare it
-PREFIXES = ("export", "exec", "nohup", "time")
+                       rf"(?::-(?P<default>[^}}]*))?\}}|(?P<other>\$\{{[^}}]*\}})|\$(?P<plain>{NAME}|[0-9@*#?$!])"
+                       rf"|(?P<command>\$\(|`)")
+ASSIGNMENT = re.compile(rf"({NAME})(\+?)=")
+#: words before a command that only prepare it (bash's reserved words among them)
+PREFIXES = ("exec", "nohup", "time", "if", "elif", "then", "while", "until", "do", "else", "{", "!", "command",
+            "builtin")
+#: commands that name a script without running it (``if [ ! -f "$PRETRAIN_SCRIPT_PATH" ]``, as
+#: Megatron-LM's examples/llama/train_llama3_8b_h100_fp8.sh checks it before launching)
+NOT_RUNNING = ("[", "[[", "test", "echo", "printf", "ls", "cat", "cp", "mv", "rm", "mkdir", "touch", "chmod",
+               "realpath", "readlink", "dirname", "basename", "cd", "head", "tail", "grep", "sed", "wget", "curl")
+#: commands whose arguments are assignments
+DECLARATIONS = ("export", "declare", "typeset", "local", "readonly")
+#: operators that end a command (``(`` and ``)`` also open and close an array's elements)
+OPERATORS = ("&&", "||", ";;", "|&", ";", "&", "|", "(", ")")
+#: redirection operators, longest first (a ``N`` before one is its file descriptor, no word)
+REDIRECTIONS = ("&>>", "&>", "<<<", "<<-", "<<", ">>", ">&", "<&", ">|", "<>", ">", "<")
+BLANKS = " \t\r"
 
 
 @dataclass(frozen=True)
 class Word:
-    """A word of the command as the shell would pass it, the line it was written on, and the first
-    variable in it the script does not set (None: fully expanded)."""
+    """A word of the command as the shell would pass it, the line its first character was written
+    on, and the first variable in it the script does not set (None: fully expanded)."""
 
     text: str
     line: int
@@ -55,103 +79,212 @@ class LaunchCommand:
     line: int
 
 
-def logical_lines(text: str) -> list[list[tuple[int, str]]]:
-    """Each command as its physical lines, (line number, text) each: backslash continuations joined
-    (the backslash dropped), an array's parentheses read to their close."""
-    out: list[list[tuple[int, str]]] = []
-    pending: list[tuple[int, str]] = []
-    depth = 0
-    for number, line in enumerate(text.splitlines(), 1):
-        if depth or (not pending and ARRAY_OPEN.match(line)):
-            depth += _parens(line)
-            pending.append((number, line))
-            if depth > 0:
-                continue
-            depth = 0
-        elif line.endswith("\\") and not line.endswith("\\\\"):
-            pending.append((number, line[:-1]))
-            continue
+@dataclass(frozen=True)
+class _Part:
+    """A run of a written word's characters quoted one way on one line: ``""`` unquoted (expanded,
+    then split at blanks), ``'"'`` double-quoted (expanded, not split), ``"'"`` literal (single
+    quotes, or a backslash's character)."""
+
+    text: str
+    quote: str
+    line: int
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """A piece of an expanded word: its text, whether blanks in it split words, its line, and the
+    variable it leaves unexpanded (None: none)."""
+
+    text: str
+    split: bool
+    line: int
+    unresolved: str | None = None
+
+
+#: between two elements of ``"${NAME[@]}"``: a word ends there
+_BREAK = _Piece("", False, 0)
+#: ``"${NAME[@]}"`` of no element: no word, though quoted
+_NOTHING = _Piece("", False, 0)
+
+
+@dataclass(frozen=True)
+class _Token:
+    """A written word (``parts``) or an operator (``op``: one of :data:`OPERATORS` or ``"\\n"``);
+    ``glued``: no blank before it (an array's ``(`` right after ``NAME=``)."""
+
+    line: int
+    parts: tuple[_Part, ...] = ()
+    op: str = ""
+    glued: bool = False
+
+
+class _Scanner:
+    """The script's tokens, as bash's parser splits them (module docstring)."""
+
+    def __init__(self, text: str, path: str):
+        self.text, self.path = text.replace("\r\n", "\n").removeprefix("\ufeff"), path
+        self.i, self.line = 0, 1
+        self.tokens: list[_Token] = []
+        self.parts: list[_Part] = []
+        self.redirect = ""  # a redirection waiting for its target word
+        self.here: list[tuple[str, bool]] = []  # here-documents' delimiters (and <<-'s tab stripping) to skip
+
+    def fail(self, message: str, line: int, hint: str) -> DnnplanError:
+        return DnnplanError(message, file=self.path, line=line, hint=hint)
+
+    def add(self, text: str, quote: str, line: int | None = None) -> None:
+        """Characters of the current word, a part a line (``line``: where they start)."""
+        line = self.line if line is None else line
+        for k, piece in enumerate(text.split("\n")):
+            piece += "\n" if k < text.count("\n") else ""
+            last = self.parts[-1] if self.parts else None
+            if last and last.quote == quote and last.line == line + k:
+                self.parts[-1] = _Part(last.text + piece, quote, last.line)
+            elif piece or k == 0:
+                self.parts.append(_Part(piece, quote, line + k))
+
+    def end_word(self) -> None:
+        if not self.parts:
+            return
+        parts, self.parts = tuple(self.parts), []
+        if self.redirect:  # the redirection's file (or a here-document's delimiter): no word
+            if self.redirect in ("<<", "<<-"):
+                self.here.append(("".join(p.text for p in parts), self.redirect == "<<-"))
+            self.redirect = ""
+            return
+        self.tokens.append(_Token(parts[0].line, parts))
+
+    def operator(self, op: str, glued: bool) -> None:
+        self.end_word()
+        self.redirect = ""
+        self.tokens.append(_Token(self.line, op=op, glued=glued))
+
+    def closing(self, start: int, opening: str, closing: str) -> int:
+        """The index after the ``closing`` that balances the ``opening`` at ``start``, quotes skipped."""
+        depth, quote, j = 0, "", start
+        while j < len(self.text):
+            ch = self.text[j]
+            if quote:
+                quote = "" if ch == quote else quote
+                j += ch == "\\" and quote == '"'
+            elif ch == "\\":
+                j += 1
+            elif ch in "'\"`":
+                quote = ch
+            elif ch == opening:
+                depth += 1
+            elif ch == closing:
+                depth -= 1
+                if depth == 0:
+                    return j + 1
+            j += 1
+        raise self.fail(f"{short(self.text[start - 1:start + 20])}: not closed", self.line,
+                        hint=f"close it with {closing}")
+
+    def substitution(self, quote: str) -> None:
+        """``$(...)``, ``$((...))``, ``${...}`` or a backquoted command, kept whole for expansion."""
+        ch = self.text[self.i]
+        if ch == "`":
+            end = self.text.find("`", self.i + 1)
+            if end < 0:
+                raise self.fail("a backquote is not closed", self.line, hint="close it with `")
+            end += 1
         else:
-            pending.append((number, line))
-        out.append(pending)
-        pending = []
-    if pending:
-        out.append(pending)
-    return out
+            opening = self.text[self.i + 1]
+            end = self.closing(self.i + 1, opening, ")" if opening == "(" else "}")
+        raw = self.text[self.i:end]
+        self.add(raw, quote)
+        self.line += raw.count("\n")
+        self.i = end
 
+    def single_quoted(self) -> None:
+        end = self.text.find("'", self.i + 1)
+        if end < 0:
+            raise self.fail("a quote (') opened here is not closed", self.line, hint="close the quote")
+        raw = self.text[self.i + 1:end]
+        self.add(raw, "'")
+        self.line += raw.count("\n")
+        self.i = end + 1
 
-def _parens(line: str) -> int:
-    """Opening less closing parentheses outside quotes and comments on one line."""
-    depth, quote = 0, ""
-    for ch in line:
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#":
-            break
-        else:
-            depth += (ch == "(") - (ch == ")")
-    return depth
+    def double_quoted(self) -> None:
+        opened, self.i = self.line, self.i + 1
+        self.add("", '"')
+        while True:
+            if self.i >= len(self.text):
+                raise self.fail('a quote (") opened here is not closed', opened, hint="close the quote")
+            ch, nxt = self.text[self.i], self.text[self.i + 1:self.i + 2]
+            if ch == '"':
+                self.i += 1
+                return
+            if ch == "\\" and nxt in ("$", "`", '"', "\\", "\n"):
+                if nxt == "\n":  # a continuation inside double quotes: both characters removed
+                    self.line += 1
+                else:
+                    self.add(nxt, "'")
+                self.i += 2
+            elif (ch == "$" and nxt in ("(", "{")) or ch == "`":
+                self.substitution('"')
+            else:
+                self.add(ch, '"')
+                self.line += ch == "\n"
+                self.i += 1
 
+    def skip_here_documents(self) -> None:
+        """After a newline, the bodies of the here-documents its line opened."""
+        for delimiter, tabs in self.here:
+            while self.i < len(self.text):
+                end = self.text.find("\n", self.i)
+                end = len(self.text) if end < 0 else end
+                body, self.i = self.text[self.i:end], end + 1
+                self.line += 1
+                if (body.lstrip("\t") if tabs else body) == delimiter:
+                    break
+        self.here = []
 
-class Variables:
-    """The script's variables as it sets them, scalars and arrays, and their expansion in a word."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.values: dict[str, str | list[Word]] = {}
-
-    def expand(self, word: str, line: int) -> list[Word]:
-        """``word`` expanded: one word, or an array's words where it is ``${NAME[@]}`` alone."""
-        whole = REFERENCE.fullmatch(word)
-        if whole and whole.group("all") and isinstance(self.values.get(whole.group("braced")), list):
-            return list(self.values[whole.group("braced")])
-        unresolved: list[str] = []
-
-        def one(match: re.Match) -> str:
-            if match.group("command"):
-                unresolved.append("a command substitution")
-                return match.group(0)
-            if match.group("arith") is not None:
-                return self._arithmetic(match.group("arith"), line, unresolved, match.group(0))
-            name = match.group("braced") or match.group("plain")
-            value = self.values.get(name)
-            if isinstance(value, list):
-                return " ".join(w.text for w in value)
-            if value is not None:
-                return value
-            if match.group("default") is not None:
-                return match.group("default")
-            unresolved.append(f"${name}")
-            return match.group(0)
-
-        text = REFERENCE.sub(one, word)
-        return [Word(text, line, unresolved[0] if unresolved else None)]
-
-    def _arithmetic(self, expr: str, line: int, unresolved: list[str], original: str) -> str:
-        """``$(( expr ))`` on integers and the script's variables, or the text unexpanded (marked)."""
-        missing: list[str] = []
-
-        def value(match: re.Match) -> str:
-            got = self.values.get(match.group(1))
-            if isinstance(got, str) and got.strip().lstrip("-").isdigit():
-                return got.strip()
-            missing.append(f"${match.group(1)}")
-            return "0"
-
-        plain = re.sub(rf"\$?\{{?({NAME})\}}?", value, expr)
-        if missing:
-            unresolved.append(missing[0])
-            return original
-        try:
-            return str(_integer(ast.parse(plain.strip(), mode="eval").body))
-        except (SyntaxError, ValueError, ZeroDivisionError):
-            unresolved.append(f"the arithmetic $(({expr}))")
-            return original
-
-    def assign(self, name: str, words: list[Word] | str) -> None:
-        self.values[name] = words
+    def scan(self) -> list[_Token]:
+        text = self.text
+        while self.i < len(text):
+            ch, nxt = text[self.i], text[self.i + 1:self.i + 2]
+            if ch == "\\":
+                if nxt == "\n":
+                    self.line += 1
+                elif nxt:
+                    self.add(nxt, "'")
+                self.i += 2
+            elif ch == "'":
+                self.single_quoted()
+            elif ch == '"':
+                self.double_quoted()
+            elif (ch == "$" and nxt in ("(", "{")) or ch == "`":
+                self.substitution("")
+            elif ch == "#" and not self.parts:
+                end = text.find("\n", self.i)
+                self.i = len(text) if end < 0 else end
+            elif ch in BLANKS:
+                self.end_word()
+                self.i += 1
+            elif ch == "\n":
+                self.operator("\n", False)
+                self.i += 1
+                self.line += 1
+                self.skip_here_documents()
+            elif ch in "<>" or (ch == "&" and nxt == ">"):
+                if all(p.quote == "" and p.text.isdigit() for p in self.parts):
+                    self.parts = []  # a file descriptor: 2>&1
+                self.end_word()
+                op = next(o for o in REDIRECTIONS if text.startswith(o, self.i))
+                self.redirect = op
+                self.i += len(op)
+            elif ch in "|&;()":
+                glued = bool(self.parts)
+                op = next(o for o in OPERATORS if text.startswith(o, self.i))
+                self.operator(op, glued)
+                self.i += len(op)
+            else:
+                self.add(ch, "")
+                self.i += 1
+        self.end_word()
+        return self.tokens
 
 
 def _integer(node: ast.AST) -> int:
@@ -170,53 +303,203 @@ def _integer(node: ast.AST) -> int:
     raise ValueError("not shell arithmetic")
 
 
-def _split(text: str, line: int, path: str) -> list[str]:
-    try:
-        return shlex.split(text, comments=True)
-    except ValueError as err:
-        raise DnnplanError(f"cannot read the shell words here: {err}", file=path, line=line,
-                           hint="close the quote, or give the arguments alone, one option a line") from None
+class Variables:
+    """The script's variables as it sets them, scalars and arrays (each value as pieces, the line
+    each was written on), and their expansion in a word."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.values: dict[str, tuple[_Piece, ...] | list[tuple[_Piece, ...]]] = {}
+
+    def scalar(self, name: str) -> str | None:
+        """The text of ``$name`` (an array's first element), None where the script does not set it."""
+        value = self.values.get(name)
+        if isinstance(value, list):
+            value = value[0] if value else ()
+        return None if value is None else "".join(p.text for p in value)
+
+    def pieces(self, parts: tuple[_Part, ...]) -> list[_Piece]:
+        """A written word's parts expanded: literal pieces, and each expansion's value, split at
+        blanks where it stands outside double quotes."""
+        out: list[_Piece] = []
+        for part in parts:
+            if part.quote == "'":
+                out.append(_Piece(part.text, False, part.line))
+                continue
+            at = 0
+            for match in REFERENCE.finditer(part.text):
+                out.extend(self.literal(part, part.text[at:match.start()]))
+                out.extend(self.reference(match, part))
+                at = match.end()
+            out.extend(self.literal(part, part.text[at:]))
+        return out
+
+    @staticmethod
+    def literal(part: _Part, text: str) -> list[_Piece]:
+        """Written characters: a piece, none for unquoted nothing (a quoted ``""`` is a word)."""
+        return [_Piece(text, False, part.line)] if text or part.quote else []
+
+    def reference(self, match: re.Match, part: _Part) -> list[_Piece]:
+        """One expansion's pieces (``part``: the written part it stands in)."""
+        split = part.quote == ""
+
+        def unresolved(why: str) -> list[_Piece]:
+            return [_Piece(match.group(0), False, part.line, why)]
+
+        if match.group("command"):
+            return unresolved("a command substitution")
+        if match.group("other"):
+            return unresolved(match.group("other"))
+        if match.group("arith") is not None:
+            value, why = self.arithmetic(match.group("arith"))
+            return unresolved(why) if why else [_Piece(value, split, part.line)]
+        name = match.group("braced") or match.group("plain")
+        value = self.values.get(name)
+        if isinstance(value, list) and match.group("all"):
+            out: list[_Piece] = [] if value or split else [_NOTHING]
+            for k, element in enumerate(value):
+                if k:
+                    out.append(_Piece(" ", True, part.line) if split else _BREAK)
+                out.extend(_Piece(p.text, split, p.line, p.unresolved) for p in element)
+            return out
+        if isinstance(value, list):
+            value = value[0] if value else ()
+        if value and any(p.text for p in value):
+            return [_Piece(p.text, split, p.line, p.unresolved) for p in value]
+        if match.group("default") is not None:
+            default = _Part(match.group("default"), part.quote, part.line)
+            return [_Piece(p.text, split, p.line, p.unresolved) for p in self.pieces((default,))]
+        if value is not None:
+            return []
+        return unresolved(f"${name}")
+
+    def arithmetic(self, expr: str) -> tuple[str, str | None]:
+        """``$(( expr ))`` on integers and the script's variables: (its value, None), or (the text,
+        why not)."""
+        missing: list[str] = []
+
+        def value(match: re.Match) -> str:
+            got = self.scalar(match.group(1))
+            if got is not None and got.strip().lstrip("-").isdigit():
+                return got.strip()
+            missing.append(f"${match.group(1)}")
+            return "0"
+
+        plain = re.sub(rf"\$?\{{?({NAME})\}}?", value, expr)
+        if missing:
+            return "", missing[0]
+        try:
+            return str(_integer(ast.parse(plain.strip(), mode="eval").body)), None
+        except (SyntaxError, ValueError, ZeroDivisionError):
+            return "", f"the arithmetic $(({expr}))"
+
+    def words(self, parts: tuple[_Part, ...]) -> list[Word]:
+        """A written word as the words it expands to (bash's word splitting: blanks in an unquoted
+        expansion split it; a quoted empty string stays a word, an unquoted empty expansion none)."""
+        words: list[Word] = []
+        text: str | None = None
+        line, why, nothing = parts[0].line, None, False
+
+        def close() -> None:
+            nonlocal text, why, nothing
+            if text is not None and not (nothing and text == ""):
+                words.append(Word(text, line, why))
+            text, why, nothing = None, None, False
+
+        for piece in self.pieces(parts):
+            if piece is _BREAK:
+                close()
+                continue
+            nothing = nothing or piece is _NOTHING
+            for chars in (piece.text if piece.split else [piece.text]):
+                if piece.split and chars in " \t\n":
+                    close()
+                    continue
+                if text is None or (text == "" and chars):  # a word's line: its first character's
+                    line = piece.line
+                text = (text or "") + chars
+                why = why or piece.unresolved
+        close()
+        return words
+
+    def value(self, parts: tuple[_Part, ...]) -> tuple[_Piece, ...]:
+        """An assignment's value: expanded, not split."""
+        return tuple(_Piece(p.text, False, p.line, p.unresolved) for p in self.pieces(parts)
+                     if p is not _BREAK and p is not _NOTHING)
 
 
-def _words(lines: list[tuple[int, str]], path: str) -> list[tuple[int, str]]:
-    """The shell words of one command's physical lines, each with its line: split line by line, or
-    as one text where a quote spans lines."""
-    try:
-        return [(number, word) for number, text in lines for word in shlex.split(text, comments=True)]
-    except ValueError:
-        return [(lines[0][0], word) for word in _split(" ".join(text for _, text in lines), lines[0][0], path)]
+def _assignment(token: _Token) -> tuple[str, bool, tuple[_Part, ...]] | None:
+    """(name, ``+=``, the value's parts) where ``token`` is ``NAME=value`` (``NAME`` unquoted)."""
+    if token.op or token.parts[0].quote != "":
+        return None
+    match = ASSIGNMENT.match(token.parts[0].text)
+    if match is None:
+        return None
+    first = token.parts[0]
+    rest = _Part(first.text[match.end():], "", first.line)
+    return match.group(1), bool(match.group(2)), (rest,) + token.parts[1:]
 
 
 def launch_command(text: str, path: str) -> LaunchCommand:
     """The training command of a launch script (module docstring), its variables expanded; one line
     naming the file when it runs no Python script and is not arguments alone, or runs several."""
+    tokens = _Scanner(text, path).scan()
     variables = Variables(path)
     commands: list[tuple[int, list[Word]]] = []
-    for lines in logical_lines(text):
-        array = ARRAY_OPEN.match(lines[0][1])
-        if array:
-            body = [(lines[0][0], lines[0][1][array.end():])] + lines[1:]
-            number, last = body[-1]
-            body[-1] = (number, last[:last.rfind(")")] if ")" in last else last)
-            variables.assign(array.group(1), [w for number, raw in _words(body, path)
-                                              for w in variables.expand(raw, number)])
+    current: list[_Token] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        assigned = _assignment(token) if not token.op else None
+        if assigned and i + 1 < len(tokens) and tokens[i + 1].op == "(" and tokens[i + 1].glued \
+                and assigned[2] == (_Part("", "", token.line),):
+            end = next((k for k in range(i + 2, len(tokens)) if tokens[k].op == ")"), len(tokens))
+            elements = [w for t in tokens[i + 2:end] if not t.op for w in variables.words(t.parts)]
+            value = [(_Piece(w.text, False, w.line, w.unresolved),) for w in elements]
+            old = variables.values.get(assigned[0])
+            if assigned[1] and isinstance(old, list):
+                value = old + value
+            variables.values[assigned[0]] = value
+            i = end + 1
             continue
-        raw = _words(lines, path)
-        while raw and raw[0][1] in PREFIXES:
-            raw = raw[1:]
-        while raw and ASSIGNMENT.match(raw[0][1]):
-            number, word = raw[0]
-            name, value = ASSIGNMENT.match(word).groups()
-            if len(raw) == 1:  # NAME=value alone sets it; before a command it is that command's
-                variables.assign(name, " ".join(w.text for w in variables.expand(value, number)))
-            raw = raw[1:]
-        if raw:
-            commands.append((raw[0][0], [w for number, word in raw for w in variables.expand(word, number)]))
+        if token.op:
+            _run(current, variables, commands)
+            current = []
+        else:
+            current.append(token)
+        i += 1
+    _run(current, variables, commands)
     return _training_command(commands, path)
 
 
+def _run(tokens: list[_Token], variables: Variables, commands: list[tuple[int, list[Word]]]) -> None:
+    """One simple command: its assignments made (alone, or after a declaration), else its words."""
+    while tokens and len(tokens[0].parts) == 1 and tokens[0].parts[0].quote == "" \
+            and tokens[0].parts[0].text in PREFIXES:
+        tokens = tokens[1:]
+    declared = bool(tokens) and len(tokens[0].parts) == 1 and tokens[0].parts[0].text in DECLARATIONS
+    if declared:
+        tokens = [t for t in tokens[1:] if not "".join(p.text for p in t.parts).startswith("-")]
+    leading = 0
+    while leading < len(tokens) and _assignment(tokens[leading]):
+        leading += 1
+    if declared or leading == len(tokens):  # NAME=value alone sets it; before a command it is the command's
+        for token in tokens[:leading]:
+            name, append, parts = _assignment(token)
+            value = variables.value(parts)
+            old = variables.values.get(name)
+            if append and isinstance(old, tuple):
+                value = old + value
+            variables.values[name] = value
+        return
+    words = [w for token in tokens[leading:] for w in variables.words(token.parts)]
+    if words:
+        commands.append((words[0].line, words))
+
+
 def _training_command(commands: list[tuple[int, list[Word]]], path: str) -> LaunchCommand:
-    running = [(line, words) for line, words in commands if any(_is_script(w.text) for w in words)]
+    running = [(line, words) for line, words in commands
+               if words[0].text not in NOT_RUNNING and any(_is_script(w.text) for w in words)]
     preferred = [c for c in running if any(re.search(r"(^|/)pretrain_\w*\.py$", w.text) for w in c[1])]
     running = preferred or running
     if len(running) > 1:

@@ -34,7 +34,14 @@ What torchtitan does with the keys, read in the same source, is kept:
 - the optimiser: Adam or AdamW (adam), the only two torchtitan builds;
 - the model: a flavor torchtitan ships that dnnplan's zoo holds
   (:data:`planner.export.torchtitan.FLAVORS`), or a flavor named as a zoo network (what
-  `dnnplan export` writes for a network torchtitan does not ship); otherwise ``--network``.
+  `dnnplan export` writes for a network torchtitan does not ship); otherwise ``--network``. A name
+  or flavor left out is torchtitan's default (``llama3``, ``debugmodel``);
+- FP8: the ``quantize.linear.float8`` converter runs every ``nn.Linear`` whose name holds none of
+  ``[quantize.linear.float8] filter_fqns`` in FP8; dnnplan's fp8 is ``filter_fqns = ["output"]``
+  (the transformer blocks' linear layers in FP8, the output layer in bf16), another list is refused;
+- a key before any section is refused, as torchtitan's ConfigManager refuses a name that is not one
+  of JobConfig's fields (config/manager.py ``_dict_to_dataclass``); the pipeline's keys without a
+  pipeline are listed as ignored.
 """
 
 from __future__ import annotations
@@ -44,9 +51,11 @@ import tomllib
 from typing import Any
 
 from costmodel.choices.training import TrainingChoices
+from costmodel.machine.model import MAX_DEVICES
 from costmodel.step.pipeline import INTERLEAVED
 from networks.errors import DnnplanError, did_you_mean, short
 from networks.loader import zoo_names
+from networks.ops.base import MAX_INT
 from planner.export.torchtitan import COMM_BACKENDS, FLAVORS, FLOAT8_CONVERTER, SCHEDULES
 from planner.launch_import.launch_config import Ignored, LaunchConfig
 from planner.launch_import.value_kinds import BOOL, INT, PARTS, STR, STRS, typed
@@ -67,6 +76,7 @@ READ = {
                     "expert_tensor_parallel_degree": INT, "expert_parallel_comm_backend": STR},
     "activation_checkpoint": {"mode": STR},
     "compile": {"enable": BOOL, "components": STRS},
+    "quantize.linear.float8": {"filter_fqns": STRS},
 }
 #: keys (a whole section: "*") that do not change the step dnnplan prices, by the reason
 IGNORED = {
@@ -89,7 +99,7 @@ IGNORED = {
                                   "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
                                   "determinism_check", "debug"},
         "quantize.linear.float8": {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
-                                   "recipe_name", "filter_fqns", "emulate"}},
+                                   "recipe_name", "emulate"}},
 }
 IGNORED_SUBSECTION = "a part of a section that does not change the step"
 #: why ``[compile]`` is listed as ignored (read only for what async tensor parallelism needs)
@@ -102,7 +112,14 @@ DEFAULTS = {"local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048, "mi
             "pipeline_parallel_first_stage_less_layers": 1, "pipeline_parallel_last_stage_less_layers": 1,
             "pipeline_parallel_schedule": "1F1B", "pipeline_parallel_microbatch_size": 1,
             "context_parallel_degree": 1, "expert_parallel_degree": 1, "expert_tensor_parallel_degree": 1,
-            "expert_parallel_comm_backend": "standard", "mode": "selective", "name": None}
+            "expert_parallel_comm_backend": "standard", "mode": "selective", "name": None, "filter_fqns": []}
+#: the [parallelism] keys that cut and schedule a pipeline (listed as ignored without one)
+PIPELINE_KEYS = ("module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+                 "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage",
+                 "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size")
+#: the float8 converter's filter_fqns that dnnplan's fp8 prices: the transformer blocks' linear layers
+#: in FP8, the output layer (torchtitan's module ``output``) in bf16 (costmodel.choices.precision)
+FP8_FILTER = ["output"]
 #: dnnplan's precisions by mixed_precision_param
 PRECISIONS = {"bfloat16": "bf16", "float32": "fp32"}
 RESHARD_POLICIES = ("default", "always", "never")
@@ -154,6 +171,9 @@ class Toml:
         if value < least:
             raise self.refuse("parallelism", key, f"must be at least {least}, got {value}",
                               hint=f"write {key} = N, N >= {least}")
+        if value > MAX_DEVICES:
+            raise self.refuse("parallelism", key, f"{short(value)} is more devices than dnnplan plans for (at most "
+                              f"2^20 = {MAX_DEVICES})", hint=f"write {key} = N, N <= {MAX_DEVICES}")
         return value
 
 
@@ -207,10 +227,18 @@ def read(text: str, path: str) -> LaunchConfig:
     if dispatch not in COMM_BACKENDS.values():
         raise toml.refuse("parallelism", "expert_parallel_comm_backend", f"unknown backend {short(dispatch)}",
                           hint="torchtitan takes standard or deepep")
+    seq = toml.get("training", "seq_len")
+    if not 1 <= seq <= MAX_INT:
+        raise toml.refuse("training", "seq_len", f"must be from 1 to 2^31 tokens, got {short(seq)}",
+                          hint="write seq_len = N")
     choices = TrainingChoices(precision=precision, optimizer="adam", zero=zero, overlap=overlap,
                               moe_dispatch={v: k for k, v in COMM_BACKENDS.items()}[dispatch],
-                              seq=toml.get("training", "seq_len"), schedule=schedule)
+                              seq=seq, schedule=schedule)
     devices = None if shard < 0 else replicate * shard * tensor * context * stages
+    if (devices or tensor * context * stages) > MAX_DEVICES:
+        raise toml.refuse("parallelism", None, f"the degrees make {short(devices or tensor * context * stages)} "
+                          f"devices, more than dnnplan plans for (at most 2^20 = {MAX_DEVICES})",
+                          hint="give degrees whose product is at most that")
     devices_from = (f"[parallelism]: replicate {replicate} x shard {shard} x tensor {tensor} x context {context} "
                     f"x pipeline {stages}") if devices else "data_parallel_shard_degree = -1 (the devices left)"
     return LaunchConfig(
@@ -222,7 +250,19 @@ def read(text: str, path: str) -> LaunchConfig:
 
 
 def check_keys(toml: Toml) -> None:
-    """Every key one torchtitan reads: read, or ignored with its reason; one line for another."""
+    """Every key one torchtitan reads: read, or ignored with its reason; one line for another (a
+    key before any section too: torchtitan's ConfigManager._dict_to_dataclass, config/manager.py,
+    refuses a name that is not a JobConfig field, and JobConfig's fields are its sections)."""
+    top = next((key for key, value in toml.data.items() if not isinstance(value, dict)), None)
+    if top is not None:
+        known = [f"[{s}] {k}" for s, names in READ.items() for k in names]
+        near = next((k for k in known if k.endswith(f"] {top}")), None)
+        number = next((n for n, text in enumerate(toml.text.splitlines(), 1)
+                       if re.match(rf"\s*\"?{re.escape(top)}\"?\s*=", text)), None)
+        named = top if top.isidentifier() else short(top)
+        raise DnnplanError(f"{named}: a key before any section (torchtitan refuses it: its keys belong to sections)",
+                           file=toml.path, line=number,
+                           hint=f"move it under {near.split(' ')[0]}" if near else f"put it in its section; {HINT}")
     sections = set(READ) | {name for ignored in IGNORED.values() for name in ignored}
     ignored_whole = {name for ignored in IGNORED.values() for name, keys in ignored.items() if keys == "*"}
     for section, keys in toml.sections.items():
@@ -250,17 +290,25 @@ def check_keys(toml: Toml) -> None:
 
 def model_network(toml: Toml) -> str | None:
     """The zoo network the [model] section names: a flavor torchtitan ships that the zoo holds, or a
-    flavor named as a zoo network; None (and the flavor listed as ignored) for another."""
-    name, flavor = toml.get("model", "name"), toml.get("model", "flavor")
+    flavor named as a zoo network; None (and the flavor listed as ignored, with what dnnplan ships)
+    for another. A name or flavor left out is torchtitan's default (job_config.py ``Model``: name
+    "llama3", flavor "debugmodel")."""
+    name = toml.get("model", "name") or "llama3"
+    flavor = toml.get("model", "flavor") or "debugmodel"
     by_flavor = {pair: zoo for zoo, pair in FLAVORS.items()}
     if (name, flavor) in by_flavor:
         return by_flavor[name, flavor]
     if flavor in zoo_names():
         return flavor
-    if flavor is not None:
-        near = did_you_mean(flavor, [*zoo_names(), *(f for _, f in FLAVORS.values())])
-        toml.ignored["[model] flavor"] = (f"{name} {flavor} is not a network dnnplan ships"
-                                          + (f" (did you mean {near}?)" if near else "") + ": --network names it")
+    stated = {key: "" if key in toml.sections.get("model", {}) else " (torchtitan's default)"
+              for key in ("name", "flavor")}
+    names = [n for n, f in FLAVORS.values() if f == flavor]
+    near = did_you_mean(flavor, [*zoo_names(), *(f for n, f in FLAVORS.values() if n == name)])
+    hint = (f"did you mean name = \"{names[0]}\"?" if names else f"did you mean {near}?" if near else
+            "dnnplan ships " + ", ".join(f"{n} {f}" for n, f in FLAVORS.values()) + ", and a zoo network named as "
+            "the flavor")
+    toml.ignored["[model] flavor"] = (f"{name}{stated['name']} {flavor}{stated['flavor']} is not a network dnnplan "
+                                      f"ships ({hint}): --network names it")
     return None
 
 
@@ -280,7 +328,28 @@ def read_precision(toml: Toml) -> str:
     if converters and param != "bfloat16":
         raise toml.refuse("model", "converters", "FP8 GEMMs with float32 parameters: dnnplan prices FP8 with BF16 "
                           "mixed precision", hint="write mixed_precision_param = \"bfloat16\"")
+    float8_filter(toml, bool(converters))
     return "fp8" if converters else PRECISIONS[param]
+
+
+def float8_filter(toml: Toml, converted: bool) -> None:
+    """``[quantize.linear.float8] filter_fqns``, the linear layers the float8 converter leaves in bf16
+    (torchtitan/components/quantization/utils.py ``module_filter_fn``: a layer whose name holds one
+    of them; default none): dnnplan's fp8 prices exactly ``["output"]`` (:data:`FP8_FILTER`), one
+    line for another list; listed as ignored without the converter."""
+    section, key = "quantize.linear.float8", "filter_fqns"
+    stated = key in toml.sections.get(section, {})
+    if not converted:
+        if stated:
+            toml.ignored[f"[{section}] {key}"] = "the float8 converter is not in [model] converters"
+        return
+    fqns = toml.get(section, key)
+    if sorted(set(fqns)) != FP8_FILTER:
+        got = f"{short(fqns)}" + ("" if stated else " (torchtitan's default: every linear layer in FP8)")
+        raise DnnplanError(f"[{section}] {key}: {got}: dnnplan prices FP8 GEMMs in the transformer blocks' linear "
+                           "layers and the output layer in bf16", file=toml.path,
+                           line=toml.line_of(section, key) if stated else toml.line_of("model", "converters"),
+                           hint=f"write filter_fqns = [\"output\"] in [{section}]")
 
 
 def zero_stage(toml: Toml, replicate: int, shard: int, model_parallel: int, stages: int) -> int:
@@ -318,6 +387,9 @@ def pipeline(toml: Toml, stages: int) -> tuple[str, int, tuple[int, ...] | None]
     schedule = by_name[name.lower()]
     parts = toml.get("parallelism", "module_fqns_per_model_part")
     if stages == 1:  # no pipeline: micro-batches accumulate gradients, whatever the schedule
+        for key in PIPELINE_KEYS:
+            if key in toml.sections.get("parallelism", {}):
+                toml.ignored[f"[parallelism] {key}"] = "no pipeline (pipeline_parallel_degree 1)"
         return "1f1b", 1, None
     if toml.get("parallelism", "pipeline_parallel_layers_per_stage") is not None:
         raise toml.refuse("parallelism", "pipeline_parallel_layers_per_stage", "cuts by the model's layer count, "

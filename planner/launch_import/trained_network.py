@@ -43,8 +43,19 @@ def shape_difference(stated: GptShape, net: Network) -> str | None:
     got, want = compared(stated), compared(gpt_shape(net))
     for key, words in COMPARED.items():
         if got[key] != want[key]:
-            return f"the file states {words} {got[key]}, and {net.name} has {want[key]}"
+            return f"the file states {_stated(words, got[key])}, and {net.name} has {_has(want[key])}"
     return None
+
+
+def _stated(words: str, value) -> str:
+    """A shape's field as the file states it: "experts 8", "RMSNorm", "no experts (a dense model)"."""
+    if value is None or value is False:
+        return f"no {words}" + (" (a dense model)" if words == "experts" else "")
+    return words if value is True else f"{words} {value}"
+
+
+def _has(value) -> str:
+    return "none" if value is None or value is False else "one" if value is True else str(value)
 
 
 def zoo_network_of(shape: GptShape) -> str | None:
@@ -78,6 +89,9 @@ def network_ref(config: LaunchConfig, given: str | None) -> str:
         raise DnnplanError(f"[model] flavor: {flavor}", file=config.path,
                            hint="fix the flavor, or give --network: a zoo name (dnnplan networks), a spec or a "
                                 "Hugging Face config.json")
+    if config.shape is None:  # a DeepSpeed config: the training script builds the model
+        raise DnnplanError("the file names no model and states no model shape", file=config.path,
+                           hint="give --network: a zoo name (dnnplan networks), a spec or a Hugging Face config.json")
     raise DnnplanError("no network named, and no zoo network has the shape the file states", file=config.path,
                        hint="give --network: a zoo name (dnnplan networks), a spec or a Hugging Face config.json")
 

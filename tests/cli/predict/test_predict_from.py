@@ -85,6 +85,11 @@ def test_mistakes_are_one_line(exported, tmp_path):
     for args, words in [
         (["--from", str(unstated)], "the world size is not stated: torchrun's --nnodes uses $NNODES"),
         (["--from", script, "-p", "4", "--tensor", "2"], "--tensor with --from: the file states it"),
+        # neither is stated by a file: said as what they are
+        (["--from", script, "-p", "4", "--framework", "pytorch"], "--framework with --from: the file's layout is "
+                                                                  "priced under the default framework (ideal)"),
+        (["--from", script, "-p", "4", "--out", str(tmp_path / "p.yaml")], "--out with --from: predict --from "
+                                                                          "writes no plan"),
         (["tiny-gqa", "--from", script, "-p", "4"], "'tiny-gqa' and --from"),
         (["--from", script, "-p", "4", "--network", "tiny-llama"], "the network does not match the file: the "
                                                                     "file states MLP hidden size 128"),
@@ -177,3 +182,23 @@ def test_torchtitans_own_405b_preset_is_predicted(tmp_path):
         as_shipped.write_text(f.read().replace('converters = ["quantize.linear.float8"]', 'converters = ["float8"]'))
     line = one_error_line(runner.invoke(app, ["predict", "--from", str(as_shipped), "--devices", "128"]))
     assert "[model] converters: 'float8'" in line and 'write converters = ["quantize.linear.float8"]' in line
+
+
+def test_what_the_file_is_read_as_is_said_and_a_wrong_file_is_one_line(exported, tmp_path):
+    """A script of another name is read as pretrain_gpt.py's arguments, and says so; a flavor naming a
+    network that is not a transformer, and a dnnplan plan given to --from, are one line naming the
+    file."""
+    plan, script = exported["tensor"]
+    renamed = tmp_path / "renamed.sh"
+    renamed.write_text(open(script).read().replace("pretrain_gpt.py", "train.py"))
+    result = runner.invoke(app, ["predict", "--from", str(renamed), "-p", "4", "--machine", "dgx-a100"])
+    assert result.exit_code == 0, result.output
+    assert "of train.py, read as pretrain_gpt.py's arguments; tiny-gqa" in " ".join(result.output.split())
+    assert predicted(["--from", script, "-p", "4"])["script"] == "pretrain_gpt.py"
+    cnn = tmp_path / "cnn.toml"
+    cnn.write_text('[model]\nflavor = "resnet50"\n[activation_checkpoint]\nmode = "none"\n[parallelism]\n'
+                   "data_parallel_shard_degree = 2\n")
+    line = one_error_line(runner.invoke(app, ["predict", "--from", str(cnn)]))
+    assert f"{cnn}: resnet50 (named by the file) is not a transformer, and the file trains one at 2048" in line, line
+    line = one_error_line(runner.invoke(app, ["predict", "--from", plan]))
+    assert f"{plan}: a dnnplan plan" in line and f"dnnplan predict {plan}" in line, line

@@ -157,7 +157,7 @@ def test_pipeline_options_give_each_chunks_layers():
     ("--hidden-size 128", "--hidden-size", "given twice"),
     ("--seq-length $SEQ", "--seq-length", "uses $SEQ, which the file does not set"),
     ("--num-experts 4", "--moe-token-dispatcher-type", "allgather (Megatron-LM's default) is not priced"),
-    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et|tLm", "--pipeline-model-parallel-layout",
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|tLm'", "--pipeline-model-parallel-layout",
      "has 'm'"),
 ])
 def test_mistakes_are_one_line_naming_the_option_and_the_file(extra, option, words):
@@ -231,3 +231,105 @@ def test_the_405b_launch_script_is_read_as_written():
     assert (config.batch, config.micro_batch, config.recompute) == (2048, 1, "selective")
     assert (config.choices.precision, config.choices.zero, config.choices.overlap) == ("bf16", 1, "data")
     assert len(config.ignored) == 24 and config.schedule == "1f1b" and network_ref(config, None) == "llama3.1-405b"
+
+
+SMALL = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1"
+
+
+def test_an_unquoted_variable_is_split_into_words_and_a_quoted_one_is_not():
+    """As bash splits an expansion outside double quotes (Megatron-LM's older examples write
+    ``GPT_ARGS="..."`` then ``torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $GPT_ARGS``)."""
+    text = (f'DISTRIBUTED_ARGS="--nproc_per_node 8 --nnodes 2"\nGPT_ARGS="{SMALL} --tensor-model-parallel-size 2"\n'
+            "torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $GPT_ARGS\n")
+    config = megatron.read(text, "split.sh")
+    assert (config.devices, config.tensor, config.shape.num_layers) == (16, 2, 2)
+    quoted = launch_command(text.replace("$GPT_ARGS", '"$GPT_ARGS"'), "quoted.sh")
+    assert [w.text for w in quoted.args] == [f"{SMALL} --tensor-model-parallel-size 2"]
+    with pytest.raises(DnnplanError, match="quoted.sh:2: unknown option '--num-layers 2 --hidden-size.*one word"):
+        megatron.read(text.replace("$GPT_ARGS", '"$GPT_ARGS"'), "quoted.sh")
+    words = launch_command("A=(x 'y z')\nE=\ntorchrun \"${A[@]}\" ${A[@]} $E \"$E\" '$E' t.py", "w.sh").launcher
+    assert [w.text for w in words] == ["torchrun", "x", "y z", "x", "y", "z", "", "$E"]
+
+
+def test_a_quoted_assignment_over_several_lines():
+    """``GPT_ARGS="`` newline, lines ending in `` \\``, ``"``: bash takes it (the backslash and the
+    newline dropped inside double quotes), and an option keeps the line it was written on."""
+    text = ('#!/bin/bash\nGPT_ARGS="\n    --num-layers 2 \\\n    --hidden-size 64 \\\n    --num-attention-heads 4 \\\n'
+            '    --seq-length 32 --micro-batch-size 1\n    --tensor-model-parallel-size 3\n"\n'
+            "torchrun --nproc-per-node 8 pretrain_gpt.py \\\n    $GPT_ARGS \\\n    --save $CHECKPOINT_PATH\n")
+    with pytest.raises(DnnplanError) as err:
+        megatron.read(text, "multi.sh")
+    assert str(err.value).startswith("multi.sh:7: --tensor-model-parallel-size: 3 does not divide"), str(err.value)
+    config = megatron.read(text.replace("--tensor-model-parallel-size 3", "--tensor-model-parallel-size 2"), "multi.sh")
+    assert (config.devices, config.tensor, config.shape.hidden_size) == (8, 2, 64)
+    with pytest.raises(DnnplanError, match="unclosed.sh:2: a quote \\(\"\\) opened here is not closed"):
+        launch_command('A=1\nGPT_ARGS="--num-layers 2\ntorchrun pretrain_gpt.py $GPT_ARGS\n', "unclosed.sh")
+
+
+@pytest.mark.parametrize("tail", ["2>&1 | tee log.txt", "> log 2>&1", "|& tee log.txt", "&> log", ">>log 2>err &",
+                                  "2> /dev/null; echo done", "&& echo done"])
+def test_redirections_and_a_pipeline_after_the_command_are_no_arguments(tail):
+    config = megatron.read(f"torchrun --nproc-per-node 4 pretrain_gpt.py {SMALL} --tensor-model-parallel-size 2 "
+                           f"{tail}\n", "log.sh")
+    assert (config.devices, config.tensor, config.micro_batch) == (4, 2, 1)
+
+
+@pytest.mark.parametrize("script, trains", [("pretrain_bert.py", "BERT"), ("pretrain_t5.py", "T5"),
+                                            ("../../pretrain_mamba.py", "Mamba"), ("pretrain_hybrid.py", "Mamba"),
+                                            ("pretrain_vlm.py", "vision-language"), ("pretrain_retro.py", "RETRO"),
+                                            ("pretrain_ict.py", "ICT"), ("pretrain_vision_dino.py", "vision"),
+                                            ("train_rl.py", "reinforcement learning")])
+def test_megatron_entry_points_of_other_models_are_refused(script, trains):
+    with pytest.raises(DnnplanError) as err:
+        megatron.read(f"A=1\ntorchrun --nproc-per-node 8 {script} {SMALL}\n", "other.sh")
+    message = str(err.value)
+    assert message.startswith(f"other.sh:2: '{script}' trains ") and trains in message, message
+    assert "not a GPT-style decoder" in message and "\n" not in message
+
+
+def test_the_script_read_is_stated():
+    assert megatron.read(f"torchrun pretrain_gpt.py {SMALL}", "a.sh").script == "pretrain_gpt.py"
+    assert megatron.read(f"torchrun /opt/megatron/pretrain_gpt.py {SMALL}", "a.sh").script == \
+        "/opt/megatron/pretrain_gpt.py"
+    assert megatron.read(f"torchrun train.py {SMALL}", "a.sh").script == "train.py, read as pretrain_gpt.py's arguments"
+    assert megatron.read(SMALL, "args.txt").script is None
+
+
+def test_the_experts_tensor_size_on_a_dense_model_is_refused_as_the_expert_size_is():
+    for option in ("--expert-model-parallel-size 2", "--expert-tensor-parallel-size 2"):
+        with pytest.raises(DnnplanError) as err:
+            megatron.read(f"torchrun pretrain_gpt.py {SMALL} {option}", "dense.sh")
+        assert f"{option.split()[0]}: 2 experts' split without --num-experts" in str(err.value), str(err.value)
+    same = megatron.read(f"torchrun pretrain_gpt.py {SMALL} --tensor-model-parallel-size 2 "
+                         "--expert-tensor-parallel-size 2", "dense.sh")
+    assert {i.option: i.reason for i in same.ignored}["--expert-tensor-parallel-size"] == \
+        "no mixture of experts (--num-experts)"
+
+
+def test_a_dense_file_against_a_mixture_of_experts_says_no_experts():
+    moe = load_network("tiny-moe")
+    dense = dataclasses.replace(gpt_shape(moe), experts=None, top_k=None)
+    assert shape_difference(dense, moe) == f"the file states no experts (a dense model), and tiny-moe has " \
+                                           f"{gpt_shape(moe).experts}"
+    plain = dataclasses.replace(gpt_shape(moe), rmsnorm=not gpt_shape(moe).rmsnorm)
+    assert shape_difference(plain, moe) in ("the file states RMSNorm, and tiny-moe has none",
+                                            "the file states no RMSNorm, and tiny-moe has one")
+
+
+def test_a_deepspeed_config_without_network_says_it_names_no_model():
+    config = read_launch('{"train_micro_batch_size_per_gpu": 2}', "ds.json")
+    with pytest.raises(DnnplanError, match="ds.json: the file names no model and states no model shape") as err:
+        network_ref(config, None)
+    assert "give --network" in err.value.hint
+
+
+def test_a_json_object_is_a_deepspeed_config_whatever_its_name_and_a_plan_is_named_as_one():
+    text = '{\n  "train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1\n}\n'
+    assert format_of("ds_config", text) == "deepspeed" and read_launch(text, "ds_config").devices == 8
+    for plan in ("version: 1\nnetwork: tiny-gqa\nnetwork_hash: 00329784d732da5c\nbatch: 8\n",
+                 '{"version": 1, "network": "tiny-gqa", "network_hash": "00329784d732da5c"}'):
+        for path in ("plan.yaml", "plan.json", "plan"):
+            with pytest.raises(DnnplanError) as err:
+                read_launch(plan, path)
+            assert str(err.value) == f"{path}: a dnnplan plan (`dnnplan plan --out`), not a framework's launch " \
+                                     f"configuration (predict it with dnnplan predict {path})"

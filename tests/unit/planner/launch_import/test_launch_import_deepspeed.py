@@ -139,3 +139,24 @@ def test_a_cnn_reads_as_data_parallelism_on_every_layer():
         {DEFAULT_CONV_ALGORITHM}
     with pytest.raises(DnnplanError, match="global batch 250 is not a multiple"):
         launch_plan(dataclasses.replace(config, batch=250), net, "resnet50", 8, load_machine("dgx-a100"))
+
+
+def test_a_key_given_twice_is_refused_as_deepspeed_refuses_it():
+    """DeepSpeed loads its config with dict_raise_error_on_duplicate_keys: a key twice is an error,
+    not the last value."""
+    text = ('{\n  "train_batch_size": 64,\n  "train_micro_batch_size_per_gpu": 2,\n  "train_batch_size": 32,\n'
+            '  "gradient_accumulation_steps": 4\n}\n')
+    with pytest.raises(DnnplanError) as err:
+        read(text, "ds.json")
+    assert str(err.value) == "ds.json:4: 'train_batch_size' given twice: DeepSpeed refuses a config with duplicate " \
+                             "keys (give it once)"
+    with pytest.raises(DnnplanError, match="'stage' given twice"):
+        read('{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1, "stage": 3}}', "ds.json")
+
+
+def test_a_batch_that_leaves_more_devices_than_dnnplan_plans_for_names_the_key():
+    with pytest.raises(DnnplanError) as err:
+        read('{\n  "train_batch_size": 1e30,\n  "train_micro_batch_size_per_gpu": 1,\n'
+             '  "gradient_accumulation_steps": 1\n}', "ds.json")
+    assert str(err.value).startswith("ds.json:2: train_batch_size: ") and "more devices than dnnplan plans for" in \
+        str(err.value), str(err.value)

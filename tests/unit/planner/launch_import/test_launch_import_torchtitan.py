@@ -103,7 +103,8 @@ def test_a_users_toml_reads_to_what_torchtitan_runs():
     assert (c.precision, c.optimizer, c.zero, c.overlap, c.seq) == ("fp8", "adam", 3, "data", 8192)
     ignored = {i.option for i in got.ignored}
     assert {"[optimizer] lr", "[training] dataset", "[profiling] profile_freq", "[job] description",
-            "[quantize.linear.float8] filter_fqns", "[model] hf_assets_path"} <= ignored
+            "[model] hf_assets_path"} <= ignored
+    assert "[quantize.linear.float8] filter_fqns" not in ignored  # read: which linear layers run in FP8
 
 
 def test_a_pipeline_its_cut_and_micro_batches():
@@ -210,3 +211,62 @@ def test_a_mistyped_flavor_is_named_with_the_network_it_likely_meant():
     with pytest.raises(DnnplanError, match="flavor: llama3 tiny-lama is not a network dnnplan ships") as err:
         network_ref(got, None)
     assert "fix the flavor" in err.value.hint and network_ref(got, "tiny-llama") == "tiny-llama"
+
+
+def test_a_key_before_any_section_is_refused_as_torchtitan_refuses_it():
+    """torchtitan's ConfigManager refuses a name that is not one of JobConfig's sections."""
+    err = line("tensor_parallel_degree = 4\n" + USERS)
+    assert err.line == 1 and "tensor_parallel_degree: a key before any section" in str(err)
+    assert "move it under [parallelism]" in err.hint
+    assert line("# top\nsteps = 3\n" + USERS).line == 2
+
+
+@pytest.mark.parametrize("fqns, says", [
+    (None, "[] (torchtitan's default: every linear layer in FP8)"), ("[]", "[]"),
+    ('["output", "attention.wq"]', "'attention.wq'"), ('["auto_filter_small_kn"]', "auto_filter_small_kn")])
+def test_the_float8_filter_is_what_dnnplan_prices_or_one_line(fqns, says):
+    """filter_fqns decides which linear layers run in FP8; dnnplan's fp8 prices the transformer blocks'
+    linear layers in FP8 and the output layer in bf16, torchtitan's filter_fqns = ["output"]."""
+    old = 'filter_fqns = ["output"]\n'
+    assert old in USERS
+    text = USERS.replace(old, "" if fqns is None else f"filter_fqns = {fqns}\n")
+    err = line(text)
+    assert str(err).startswith("job.toml:") and "filter_fqns" in str(err) and says in str(err), str(err)
+    assert "the output layer in bf16" in str(err) and 'filter_fqns = ["output"]' in err.hint
+    assert err.line == text.splitlines().index(f"filter_fqns = {fqns}" if fqns else
+                                                'converters = ["quantize.linear.float8"]') + 1
+    plain = read(USERS.replace('converters = ["quantize.linear.float8"]', "").replace(old, 'filter_fqns = []\n'),
+                 "job.toml")
+    assert plain.choices.precision == "bf16"
+    assert {i.option: i.reason for i in plain.ignored}["[quantize.linear.float8] filter_fqns"] == \
+        "the float8 converter is not in [model] converters"
+
+
+def test_pipeline_keys_without_a_pipeline_are_listed_as_ignored():
+    got = read(edited("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 1\n"
+                      "pipeline_parallel_microbatch_size = 2\npipeline_parallel_schedule = \"GPipe\""), "job.toml")
+    reasons = {i.option: i.reason for i in got.ignored}
+    assert reasons["[parallelism] pipeline_parallel_microbatch_size"] == "no pipeline (pipeline_parallel_degree 1)"
+    assert "[parallelism] pipeline_parallel_schedule" in reasons and got.micro_batch == 8
+
+
+@pytest.mark.parametrize("old, new, says", [
+    ("tensor_parallel_degree = 8  # 8-way TP", "tensor_parallel_degree = 99999999999999999999",
+     "[parallelism] tensor_parallel_degree: 99999999999999999999 is more devices than dnnplan plans for"),
+    ("seq_len = 8192", "seq_len = -5", "[training] seq_len: must be from 1 to 2^31 tokens, got -5")])
+def test_a_value_out_of_range_names_its_key_and_line(old, new, says):
+    text = edited(old, new)
+    err = line(text)
+    assert says in str(err) and err.line == text.splitlines().index(new) + 1, str(err)
+
+
+def test_the_model_name_and_flavor_left_out_are_torchtitans_defaults():
+    """job_config.py's Model: name "llama3", flavor "debugmodel"."""
+    assert read(edited('name = "llama3"\n', ""), "job.toml").network == "llama3-70b"
+    debug = read(edited('flavor = "70B"\n', ""), "job.toml")
+    reason = {i.option: i.reason for i in debug.ignored}["[model] flavor"]
+    assert debug.network is None and "llama3 debugmodel (torchtitan's default) is not a network" in reason
+    assert "dnnplan ships llama3 8B, llama3 70B, llama3 405B" in reason
+    other = read(edited('name = "llama3"', 'name = "llama4"'), "job.toml")
+    reason = {i.option: i.reason for i in other.ignored}["[model] flavor"]
+    assert "llama4 70B is not a network dnnplan ships (did you mean name = \"llama3\"?)" in reason
