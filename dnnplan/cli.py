@@ -174,6 +174,9 @@ class Group(TyperGroup):
             _stdout_to_devnull()
             raise typer.Exit(EXIT_PIPE) from None
         except OSError as err:  # the system failed under a library call (a temporary folder on a full disk)
+            if stops.stopped_by(err):  # a pipe a stop signal reset on the stop's way out (lifecycle.stops)
+                fail_line(f"interrupted by {stops.name()}")
+                raise typer.Exit(stops.exit_code()) from None
             if os.environ.get("DNNPLAN_DEBUG"):
                 raise
             where = f"{err.filename}: " if err.filename else ""

@@ -174,8 +174,9 @@ class OnDemandCompute(ProfiledCompute):
         return Lookup(entry.median_s, "exact")
 
     def _start_companions(self) -> None:
-        """For a profile of several ranks, the other ranks' companion processes (once)."""
-        if self.concurrency > 1 and self._companions is None:
+        """For a profile of several ranks, the other ranks' companion processes (once; again where
+        they ended: :meth:`profiler.timing.companions.Companions.pause`)."""
+        if self.concurrency > 1 and (self._companions is None or not self._companions.conns):
             self._companions = Companions(self.concurrency - 1, self.threads)
 
     def _say(self, text: str) -> None:

@@ -112,11 +112,16 @@ class Companions:
             conn.recv()
 
     def pause(self) -> None:
-        """Stop every companion's loop (they wait, idle, for the next call)."""
-        for conn in self.conns:
-            conn.send("pause")
-        for conn in self.conns:
-            conn.recv()
+        """Stop every companion's loop (they wait, idle, for the next call). A companion that has
+        ended (a stop signal sent to the command's process group ends it with the command: its
+        pipe resets) ends the others: they are started again for the next call."""
+        try:
+            for conn in self.conns:
+                conn.send("pause")
+            for conn in self.conns:
+                conn.recv()
+        except (EOFError, OSError):
+            self.close()
 
     def close(self) -> None:
         for conn in self.conns:

@@ -208,3 +208,25 @@ def test_plan_refresh_profile_lists_then_retimes_every_call_once_and_times_none_
     assert {"conv2d.fwd", "conv2d.bwd_data", "conv2d.bwd_weights", "linear.fwd", "maxpool2d.bwd"} <= kernels
     plan = json.loads(r.stdout[r.stdout.index("{"):])
     assert plan["network"] == "lenet5" and len(plan["layers"]) == 13
+
+
+def test_a_companion_ended_by_a_stop_signal_is_no_error_of_the_timing_and_the_next_start_is_fresh():
+    """A stop signal sent to the command's process group (`timeout -s TERM`, a batch scheduler) ends
+    the companions with the command; the timing's pause then found their pipes reset and the
+    command ended "the system refused: Connection reset by peer" (exit 74) instead of as stopped
+    (143). The pause ends the others, and the profiler starts new ones for its next call
+    (profiler.ondemand's ``_start_companions``: a set with none left)."""
+    import os
+    import signal
+
+    from profiler.timing.companions import Companions
+
+    comp = Companions(1)
+    try:
+        comp.load(_calls()[0])
+        os.kill(comp.procs[0].pid, signal.SIGTERM)
+        comp.procs[0].join(timeout=10)
+        comp.pause()  # no ConnectionResetError, no EOFError
+        assert comp.conns == [] and comp.procs == []
+    finally:
+        comp.close()
