@@ -201,7 +201,7 @@ FrameworkOpt = Annotated[str, typer.Option(
     "frameworks were files), megatron, pytorch (eager), pytorch-compile, dnnplan (what `dnnplan execute` runs "
     "eagerly), dnnplan-graphs (its steps replayed as one CUDA graph) "
     "or deepspeed (DeepSpeed's ZeRO-3 as published runs of it behave, with --zero 3 and no model "
-    "parallelism). On a CPU machine the measured kernels hold the host: only the overlap applies "
+    "parallelism: `dnnplan predict` only). On a CPU machine the measured kernels hold the host: only the overlap applies "
     "(docs/costmodel.md, Frameworks).")]
 RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="The same as --framework (its earlier name).")]
 ScheduleOpt = Annotated[str, typer.Option(

@@ -53,12 +53,14 @@ CPU_ZERO_TRIED = (0, 1, 3)
 def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
                limit: float | None, settings: Settings, *, machine_ref: str, fingerprint: str | None,
                zero_given: bool = True, schedule: str = SCHEDULE, prove_s: float | None = PROVE_S,
-               batch_given: bool = True, zero_stages: tuple[tuple[int, ...], str] | None = None) -> Answer:
+               batch_given: bool = True, zero_stages: tuple[tuple[int, ...], str] | None = None,
+               pipelines: bool = True) -> Answer:
     """The plan (module docstring); ``limit``: bytes a device (None: the machine's memory);
     ``zero_given``: the user chose the ZeRO stage (else the fastest stage is the planner's choice,
     :mod:`planner.zero_choice`); ``batch_given``: the user chose the batch (else a refusal names it
     with a device count); ``zero_stages``: (the stages the planner may choose from, why the others
-    are not weighed: said after its choice), None: every stage."""
+    are not weighed: said after its choice), None: every stage; ``pipelines`` False (``--pipeline
+    off``): each stage's plan of the whole batch at once alone, no pipeline nor accumulation weighed."""
     limit = float(machine.device.mem_capacity_bytes if limit is None else limit)
     compute = priced_once(compute)  # each kernel priced once over the pairs and the ZeRO stages
     # and each layer and collective, where the kernels' times are fixed for the call (priced_once)
@@ -69,11 +71,11 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
     def plan_at(trial: Settings, ceiling: float | None = None) -> Answer:
         answer, note = fitting(lambda under: at_stage(net, network_ref, batch, p, machine, compute, under, trial,
                                                       machine_ref, fingerprint, schedule, prove_s, ceiling,
-                                                      defer=stages is not None),
+                                                      defer=stages is not None, pipelines=pipelines),
                                answer_peak, limit,
                                lambda over, under: _refit(over, net, batch, p, machine, compute, under, trial, schedule),
                                passes=(Beaten,), beaten=None if ceiling is None else lambda over: _slower(
-                                   over, ceiling, floor_s(net, batch, p, machine) if uniform_stack(net) else 0.0))
+                                   over, ceiling, floor_s(net, batch, p, machine) if pipelines and uniform_stack(net) else 0.0))
         answer = dataclasses.replace(answer, memory_note=note) if note else answer
         if stages is not None:
             stages[trial.choices.zero] = answer
@@ -100,7 +102,7 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
             order = SHARDED_FIRST if binds else ATTENTION_ORDER
         if zero_stages is not None:
             order = tuple(z for z in order if z in zero_stages[0])
-        stack = uniform_stack(net)
+        stack = uniform_stack(net) if pipelines else None
         floor = floor_s(net, batch, p, machine) if stack is not None else 0.0
         answer, zero, weighed = fastest_stage(settings, plan_at, lambda a: outcome(a, floor), _wrap, order)
         answer, zero, weighed = _pipelines_after(settings, pipelines_at, stages, answer, zero, weighed, floor,

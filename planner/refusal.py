@@ -3,8 +3,9 @@
 Each alternative named is tried, not guessed: a plan without pipelining exists with it when the
 least memory any assignment of the planner's candidates needs fits the limit (``min_memory`` of the
 nodes-only problem: exact, and the solver then finds such a plan); for a stack of identical blocks,
-a pipelined plan exists when the balanced cut's stages fit at micro-batches of one sample
-(:func:`_pipeline_fits`). Tried, with everything else as given: more devices (doubling, up to 64
+a plan exists when gradient accumulation at micro-batches of one sample fits (one stage), or a
+pipeline's balanced cut's stages do (:func:`_pipeline_fits`); the memory named is the least of the
+whole batch at once and of accumulation. Tried, with everything else as given: more devices (doubling, up to 64
 times as many, within the machine), a smaller batch (halving), a ZeRO stage (when none was asked
 for), and the memory a device would need.
 """
@@ -20,7 +21,7 @@ from costmodel.layer.candidates import divisors
 from planner.problem.build import Builder, build_problem, build_with
 from planner.problem.solve import Settings
 from planner.solvers import Budget, min_memory
-from planner.pipeline.stack import FIRST, LAST, MIDDLE, uniform_stack
+from planner.pipeline.stack import FIRST, LAST, MIDDLE, ONLY, uniform_stack
 
 GIB = 2.0 ** 30
 
@@ -38,14 +39,29 @@ def _fits(net, batch, p, machine, compute, settings, limit) -> bool:
             or _pipeline_fits(net, batch, p, machine, compute, settings, limit))
 
 
+def accumulation_memory(net, p, machine, compute, settings) -> float | None:
+    """The least memory a device needs under gradient accumulation (one stage, every layer on all
+    ``p`` devices, micro-batches of one sample: the pipeline search's one-stage plans), for a stack
+    of identical blocks (bytes; None: not a stack, never accumulated)."""
+    stack = uniform_stack(net)
+    if stack is None:
+        return None
+    builder = Builder(1, p, machine, compute, settings.choices.sharded_optimizer,
+                      recompute=settings.choices.may_recompute, overlap=settings.overlap, priced=settings.priced)
+    return min_memory(build_with(builder, stack.stage(stack.n, ONLY), None, edges=False, kept=1).problem)[0]
+
+
 def _pipeline_fits(net, batch, p, machine, compute, settings, limit) -> bool:
-    """A pipelined plan fits (a stack of identical blocks only): for some stage count ``S``, stages of
+    """A pipelined plan fits (a stack of identical blocks only): gradient accumulation at
+    micro-batches of one sample (:func:`accumulation_memory`), or for some stage count ``S``, stages of
     ``ceil(n / S)`` blocks on ``p / S`` devices, at micro-batches of one sample under 1F1B, fit as the
     first stage (holding ``S`` micro-batches' activations), a middle one (``S - 1``) and the last (one),
     each by its least memory (so the balanced cut fits, and the pipeline search finds a plan)."""
     stack = uniform_stack(net)
     if stack is None:
         return False
+    if accumulation_memory(net, p, machine, compute, settings) <= limit * (1 + 1e-9):
+        return True
     for stages in sorted((s for s in divisors(p) if 1 < s <= stack.n), reverse=True):
         k = -(-stack.n // stages)
         builder = Builder(1, p // stages, machine, compute, settings.choices.sharded_optimizer,
@@ -103,6 +119,7 @@ def refusal(net: Network, batch: int, p: int, machine: Machine, compute: Compute
     every alternative that was checked to fit (module docstring); ``batch_given``: else a device
     count is named with the batch it was checked at (the default batch follows the devices)."""
     need = least_memory(net, batch, p, machine, compute, settings)
+    accumulated = accumulation_memory(net, p, machine, compute, settings) if pipelined else None
     budget = settings.budget
     found = []
     if (q := _more_devices(net, batch, p, machine, compute, settings, limit, budget)) is not None:
@@ -111,11 +128,13 @@ def refusal(net: Network, batch: int, p: int, machine: Machine, compute: Compute
         found.append(f"--batch {b}")
     if (z := _zero(net, batch, p, machine, compute, settings, limit, budget)) is not None:
         found.append(f"--zero {z}")
-    found.append(f"--memory {_up(need / GIB)} (GiB a device)")
+    least = need if accumulated is None else min(need, accumulated)
+    found.append(f"--memory {_up(least / GIB)} (GiB a device)")
     how = ", with or without pipelining" if pipelined else ""
+    more = "" if accumulated is None else f" at once, {accumulated / GIB:.3f} GiB accumulating micro-batches of one sample"
     return DnnplanError(
         f"no plan of {net.name} at batch {batch} fits {limit / GIB:.3f} GiB per device on {p} devices{how}; "
-        f"without pipelining the least any plan needs is {need / GIB:.3f} GiB per device",
+        f"the least any plan needs is {need / GIB:.3f} GiB per device{more}",
         hint="a plan exists (checked) with " + _either(found))
 
 

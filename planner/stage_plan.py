@@ -30,13 +30,22 @@ from planner.zero_choice import Beaten
 
 def at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machine, compute: ComputeModel,
              limit: float, settings: Settings, machine_ref: str, fingerprint: str | None, schedule: str,
-             prove_s: float | None, ceiling: float | None = None, defer: bool = False) -> Answer:
+             prove_s: float | None, ceiling: float | None = None, defer: bool = False,
+             pipelines: bool = True) -> Answer:
     """The plan under ``settings``' ZeRO stage (module docstring); :class:`NoneFits` when none fits;
     ``ceiling``: a step held from another stage (pipelines that cannot beat it are not searched,
     :class:`Beaten` when none is left); ``defer``: where the whole batch fits, its pipelines are
     weighed after every ZeRO stage's plan (:func:`planner.first_plan._pipelines_after`), gradient accumulation only
     where its memory limit binds. Where the devices outnumber the batch's samples and the memory
-    limit binds the whole batch, the pipelined plans are weighed first (:func:`pipelines_first`)."""
+    limit binds the whole batch, the pipelined plans are weighed first (:func:`pipelines_first`).
+    ``pipelines`` False (``--pipeline off``): the whole batch at once alone, nothing else weighed."""
+    if not pipelines:
+        try:
+            plan = make_plan(net, network_ref, batch, p, machine, compute, limit, settings, machine_ref=machine_ref,
+                             profile_fingerprint=fingerprint, suggest=False)
+        except Infeasible as err:
+            raise NoneFits(False) from err
+        return Answer(settings, plan=plan)
     stack = uniform_stack(net) is not None and machine.device.kind != "cpu"
     # the whole batch's bounds are no bounds over the pipelined plans: passed on no higher than their floor
     whole = dataclasses.replace(settings, budget=partial(settings.budget, floor_s(net, batch, p, machine))) \

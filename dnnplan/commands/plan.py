@@ -34,7 +34,9 @@ from executor.session.sweep import SweepRequest
 from lifecycle import stops
 from lifecycle.process_pool import ProcessPool, default_jobs
 from networks.errors import DnnplanError, short
+from networks.ir import Network
 from planner.pipeline.search import PROVE_S
+from planner.pipeline.stack import uniform_stack
 from planner.plan.plan_file import write_plan
 from planner.problem.solve import Settings
 from planner.sweep import parse_counts, parse_machines, parse_prices
@@ -72,6 +74,25 @@ def check_flags(solver: str, sweep: str | None, plot: str | None, pipelined_swee
     if machines > 1 and profile:
         raise DnnplanError("--profile times one machine's kernels, and --machine names several",
                            hint="drop --profile to price each machine from its own")
+
+
+def check_accumulation(pipeline: str | None, micro_batches: int | None) -> None:
+    """One line for micro-batches asked of a plan --pipeline off keeps to the whole batch at once."""
+    if pipeline == "off" and micro_batches is not None:
+        raise DnnplanError(f"--micro-batches {micro_batches} accumulates micro-batches, and --pipeline off plans the "
+                           "whole batch at once", hint="drop --pipeline off (--micro-batches alone is gradient "
+                           "accumulation on one stage), or drop --micro-batches")
+
+
+def idle_pipeline_flags(net: Network, given: Callable[[str], bool], schedule: str, prove: float) -> list[str]:
+    """The pipeline search's flags given for a network it never pipelines (not a stack of identical
+    blocks), each in one line: they change nothing."""
+    if uniform_stack(net) is not None:
+        return []
+    why = f"{net.name} is not a stack of identical blocks, so it is never pipelined"
+    return [f"--{name} {value:g} changes nothing: {why}" if isinstance(value, float) else
+            f"--{name} {value} changes nothing: {why}"
+            for name, value in (("schedule", schedule), ("prove", prove)) if given(name)]
 
 
 @takes_choices("precision", "optimizer", "zero", "overlap", "bucket_mb", "batch_norm", "moe_dispatch", "seq",
@@ -121,6 +142,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     swept = bool(sweep) or len(machines) > 1
     check_flags(solver, sweep, plot, swept and (pipeline not in (None, "off", "auto") or micro_batches is not None),
                 len(machines), profile)
+    check_accumulation(pipeline, micro_batches)
     what = "--sweep plans several" if sweep else "several machines are compared"
     if emit is not None:
         check_framework(emit, "--emit")
@@ -163,7 +185,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                                   choices.but(recompute="auto" if recompute else "none"), foreign_profile,
                                   network_defaults=True)
             for line in [refresh_warning(refresh, ctx.compute), foreign_warning(foreign_profile, profile),
-                         *ctx.choices.idle(ctx.network)]:
+                         *ctx.choices.idle(ctx.network),
+                         *idle_pipeline_flags(ctx.network, lambda name: _given(click, name), schedule, prove)]:
                 if line is not None:
                     warn(line)
             per_step = None if train_tokens is None else tokens_per_step(ctx.network, ctx.batch)
@@ -224,7 +247,9 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
     if out:
         write_plan(made, out)
     if as_json:
-        print(json.dumps({**render.plan_json(ctx, answer, made, got, train),
+        # "interrupted": the best plan a stop (Ctrl-C, SIGTERM, SIGHUP) found so far; else "done"
+        print(json.dumps({"status": "interrupted" if settings.budget.stop_requested else "done",
+                          **render.plan_json(ctx, answer, made, got, train),
                           "answered_in_s": round(settings.budget.elapsed(), 3), "assumed": list(defaults),
                           **({} if emit is None else {"export": {"framework": emit, **launch[1]} if launch else
                                                       {"framework": emit, "refused": str(refused)}})}))

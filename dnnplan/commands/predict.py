@@ -32,7 +32,8 @@ GPT-3 175B as Narayanan et al. (SC21, Table 2) ran it on 1536 GPUs, tensor 8 x p
 data 16, micro-batches of one sample:
 dnnplan predict gpt3-175b -p 1536 -b 1536 --precision fp16 --optimizer adam --tensor 8
 --pipeline 12 --micro-batches 96 --recompute full --machine dgx-a100
-Add --schedule interleaved --chunks 3 for Megatron-LM's interleaved 1F1B with 3 model chunks a device.
+Add --schedule interleaved --chunks 2 for Megatron-LM's interleaved 1F1B with 2 model chunks a device
+(of 4 of a stage's 8 blocks each).
 
 Llama 3 8B under FSDP on 64 H100s in FP8, 4 micro-batches of one sequence, the gradient
 reduction and the gathers overlapped (--overlap data, the default on GPU machines):

@@ -180,7 +180,10 @@ def baselines_table(plan: Plan) -> None:
     if not plan.baselines:
         return
     limit = plan.solver.get("memory_limit_bytes")
-    t = Table(title="against the baselines (same cost model)", title_justify="left")
+    # each baseline with every convolution's fastest algorithm, as the plan (planner.problem.baselines);
+    # `dnnplan predict NETWORK --strategy data` prices the default one (im2col): slower where it differs
+    t = Table(title="against the baselines (same cost model, each convolution's fastest algorithm)",
+              title_justify="left")
     for col in ("strategy", "step", "peak memory", "this plan is"):
         t.add_column(col, justify="left" if col in ("strategy", "this plan is") else "right", overflow="fold")
     t.add_row("[bold]this plan[/bold]", fmt.seconds(plan.step_s), fmt.nbytes(plan.memory_peak_bytes), "")

@@ -3,7 +3,7 @@
 :func:`plan` answers for one network on one device count: the planner's first plan
 (planner.first_plan: the ZeRO stages weighed, the pipeline search run when nothing fits without
 it), or with ``--pipeline`` / ``--micro-batches`` the pipeline search alone, or with ``--pipeline
-off`` the plan over all the devices only; each planned again under a lowered limit until its
+off`` the ZeRO stages weighed on plans over all the devices only; each planned again under a lowered limit until its
 predicted peak fits (planner.fit_check). On machine `local` the plan is then checked in its step's
 context against the uniform plans (executor.session.step_choice). :func:`finished` turns an answer
 into the plan a file holds; :func:`sweep` plans over several device counts.
@@ -29,7 +29,7 @@ from planner.pipeline.to_plan import plan_of_choice
 from planner.pipeline.triples import AUTO, DEFAULT
 from planner.plan.plan import Plan
 from planner.problem.full_profile import refreshed
-from planner.problem.solve import Settings, make_plan
+from planner.problem.solve import Settings
 from planner.sweep import sweep as sweep_counts
 from profiler.context import Context
 
@@ -92,6 +92,7 @@ def tensors_limit(ctx: Context, limit: float | None) -> float | None:
 def plan(ctx: Context, request: PlanRequest, settings: Settings) -> Answer:
     """The answer (module docstring); where the framework reserves memory beside the tensors, a
     refusal says the limit the tensors had."""
+    check_plannable(ctx)
     given = tensors_limit(ctx, request.limit)
     if given == request.limit:
         return _plan(ctx, request, settings, given)
@@ -106,6 +107,19 @@ def plan(ctx: Context, request: PlanRequest, settings: Settings) -> Answer:
                            "named there") from None
 
 
+def check_plannable(ctx: Context) -> None:
+    """One line for a framework whose step is its own model of one layout (DeepSpeed's ZeRO-3 over
+    every device, costmodel.frameworks.deepspeed), which the planner's per-layer search does not
+    price: planned under it, the answer would be priced as ``ideal`` and disagree with `dnnplan
+    predict` of the same layout."""
+    if ctx.framework is not None and ctx.framework.step == "zero3":
+        raise DnnplanError(f"--framework {ctx.framework.name} prices DeepSpeed's ZeRO-3 step of data parallelism over "
+                           "every device, one layout the planner does not search",
+                           hint=f"predict it: `dnnplan predict NETWORK --framework {ctx.framework.name} --zero 3` "
+                                "(with --micro-batches M, --recompute full); or plan under --framework pytorch, "
+                                "the eager kernels DeepSpeed's engine runs")
+
+
 def _plan(ctx: Context, request: PlanRequest, settings: Settings, given: float | None) -> Answer:
     """:func:`plan` with the tensors' limit ``given`` (None: the device's memory)."""
     limit = given if given is not None else ctx.machine.device.mem_capacity_bytes
@@ -115,19 +129,13 @@ def _plan(ctx: Context, request: PlanRequest, settings: Settings, given: float |
                                lambda c, under: refit_choice(c, ctx.network, ctx.batch, ctx.devices, ctx.machine,
                                                              ctx.compute, under, settings, request.schedule))
         return Answer(settings, pipeline=choice, memory_note=note)
-    if request.pipeline == "off":
-        result, note = fitting(lambda under: refreshed(
-            ctx.compute, lambda: make_plan(ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine,
-                                           ctx.compute, under, settings, machine_ref=request.machine_ref,
-                                           profile_fingerprint=request.fingerprint),
-            settings.budget.forget), lambda r: r.memory_allocated_bytes, limit)
-        answer = Answer(settings, plan=result, memory_note=note)
-    else:
-        answer = refreshed(ctx.compute, lambda: first_plan(
-            ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, given, settings,
-            machine_ref=request.machine_ref, fingerprint=request.fingerprint,
-            zero_given="zero" in settings.choices.given, schedule=request.schedule, prove_s=request.prove_s,
-            batch_given=request.batch_given, zero_stages=request.zero_stages), settings.budget.forget)
+    # --pipeline off: each ZeRO stage's plan of the whole batch at once, the fastest the answer
+    answer = refreshed(ctx.compute, lambda: first_plan(
+        ctx.network, request.network, ctx.batch, ctx.devices, ctx.machine, ctx.compute, given, settings,
+        machine_ref=request.machine_ref, fingerprint=request.fingerprint,
+        zero_given="zero" in settings.choices.given, schedule=request.schedule, prove_s=request.prove_s,
+        batch_given=request.batch_given, zero_stages=request.zero_stages, pipelines=request.pipeline != "off"),
+        settings.budget.forget)
     if answer.plan is None or not request.step_context or settings.budget.stop_requested:
         return answer  # a stop the search took as its time running out: the command answers it
     result = answer.plan  # machine `local`: checked in its step's context against the uniform plans

@@ -214,6 +214,11 @@ def predict_plan(plan: Plan, net: Network, ctx: Context) -> StepPrediction | Pip
     it), priced on ``ctx``'s machine and compute model: its pipeline as cut, else one step. A
     transformer layer (a repeated block) recomputed whole is checkpointed at its input, as
     `dnnplan predict NET --recompute full` prices it (costmodel.memory.recompute)."""
+    if ctx.framework is not None and ctx.framework.step == "zero3":  # its own step, of one layout
+        raise DnnplanError(f"framework {ctx.framework.name} prices DeepSpeed's ZeRO-3 step of data parallelism over "
+                           "every device, not a plan's layers", field="framework",
+                           hint=f"predict the layout with `dnnplan predict NETWORK --framework {ctx.framework.name} "
+                                "--zero 3`, or set the plan's framework to pytorch")
     overlap = resolve_overlap(plan.choices.overlap or None, ctx.machine)
     if ctx.framework is not None:  # the framework's overlap efficiencies, host time and memory
         overlap = framework_overlap(overlap, ctx.framework)

@@ -144,8 +144,8 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     start = time.perf_counter()
     stack = uniform_stack(net)
     if stack is None:
-        raise DnnplanError(f"{net.name} is not a stack of identical blocks, so it cannot be pipelined",
-                           hint="plan it without --pipeline")
+        raise DnnplanError(f"{net.name} is not a stack of identical blocks, so it cannot be pipelined nor its "
+                           "micro-batches accumulated", hint="plan it without --pipeline and --micro-batches")
     limit = float(memory_limit_bytes if memory_limit_bytes is not None else machine.device.mem_capacity_bytes)
     search = PairSearch(stack, batch, p, machine, compute, limit, settings, exact,
                      "1f1b" if schedule in (AUTO, DEFAULT, INTERLEAVED) else schedule)

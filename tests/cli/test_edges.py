@@ -71,10 +71,17 @@ def test_a_flag_that_changes_nothing_for_the_network_says_so():
              (["predict", "gpt-tiny", "-p", "2", "--schedule", "gpipe"],
               "--schedule gpipe changes nothing without --pipeline or --micro-batches"),
              (["plan", "gpt-tiny", "-p", "2", "--foreign-profile"],
-              "--foreign-profile changes nothing without --profile"))
+              "--foreign-profile changes nothing without --profile"),
+             (["plan", "resnet18", "-p", "2", "--schedule", "interleaved"],
+              "--schedule interleaved changes nothing: resnet18 is not a stack of identical blocks, so it is never "
+              "pipelined"),
+             (["plan", "resnet18", "-p", "2", "--prove", "1"],
+              "--prove 1 changes nothing: resnet18 is not a stack of identical blocks, so it is never pipelined"))
     for args, line in cases:
         got = runner.invoke(app, args)
         assert got.exit_code == 0 and f"warning: {line}" in got.output, got.output
+    used = runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "--schedule", "gpipe"])  # a stack: weighed
+    assert used.exit_code == 0 and "changes nothing" not in used.output
     used = runner.invoke(app, ["plan", "tiny-moe", "-p", "2", "--moe-dispatch", "flex", "--machine", "dgx-h100"])
     assert used.exit_code == 0 and "changes nothing" not in used.output
     used = runner.invoke(app, ["predict", "tiny-moe", "-p", "4", "--expert", "2", "--tensor", "2", "--sequence-parallel"])

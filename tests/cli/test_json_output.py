@@ -46,6 +46,7 @@ def test_plan_json_on_the_ilp_path(args, solver):
     # a time limit far beyond these solves (seconds) so a loaded machine cannot cut them short
     data = one_document(dnnplan("plan", *args, "--json", "--time-limit", "900").stdout)
     assert data["solver"]["solver"] == solver  # the case really went the path named
+    assert data["status"] == "done"  # not stopped (a stop's answer says "interrupted")
 
 
 def test_plan_sweep_json_through_the_ilp():

@@ -147,6 +147,9 @@ def test_plot_needs_matplotlib_or_writes_a_png(tmp_path):
     (["--memory", "-1"], "--memory"),
     (["--plot", "x.png"], "--sweep"),
     (["--sweep", "1,x"], "--sweep"),
+    (["--pipeline", "off", "--micro-batches", "4"], "--micro-batches 4 accumulates micro-batches, and --pipeline off"),
+    (["--micro-batches", "4"], "cannot be pipelined nor its micro-batches accumulated (plan it without --pipeline "
+                               "and --micro-batches)"),
 ])
 def test_plan_errors_are_one_line_exit_2(args, text):
     result = runner.invoke(app, ["plan", "resnet18", "-p", "4", *args])

@@ -258,3 +258,15 @@ def test_the_optimum_without_the_limit_is_solved_once_a_whole_batch(monkeypatch)
     methods.clear()
     make_plan(*args, Settings(budget=Budget(60), choices=choices, method="ilp"))
     assert methods == ["reduced", "ilp"]
+
+
+def test_pipeline_off_weighs_the_zero_stages_on_the_whole_batch_alone():
+    """--pipeline off without --zero: the ZeRO stages weighed as without it (`--zero`'s help: the
+    planner answers with the fastest), each on plans of the whole batch at once: gpt2 on 8 A100s
+    answers ZeRO-1 (its update a shard's), not the ZeRO-0 plan that --pipeline off gave before."""
+    base = ["plan", "gpt2", "-p", "8", "--machine", "dgx-a100", "--time-limit", "120", "--json"]
+    off = json.loads(runner.invoke(app, [*base, "--pipeline", "off"]).stdout.strip().splitlines()[-1])
+    zero0 = json.loads(runner.invoke(app, [*base, "--pipeline", "off", "--zero", "0"]).stdout.strip().splitlines()[-1])
+    assert not off.get("pipeline")  # nor accumulation: the whole batch at once
+    assert [w["zero"] for w in off["zero_choice"]["weighed"]] == [0, 1, 2, 3]
+    assert off["zero"] == 1 and off["step_s"] < zero0["step_s"] and zero0["zero"] == 0

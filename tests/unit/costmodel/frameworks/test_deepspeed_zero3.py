@@ -145,3 +145,8 @@ def test_the_framework_choice_names_deepspeed_as_runtime_did_and_refuses_a_confl
                            (["--framework", "deepspeed", "--zero", "1"], "--framework deepspeed prices")):
         bad = runner.invoke(app, args + wrong)
         assert bad.exit_code == 2 and message in bad.output, bad.output
+    # the planner's per-layer search does not price DeepSpeed's step: planned under it, its answer
+    # was the ideal framework's, faster than `predict` of the same layout
+    planned = runner.invoke(app, ["plan", "gpt2", "-p", "64", "-b", "256", "--zero", "3", "--framework", "deepspeed"])
+    assert planned.exit_code == 2 and "one layout the planner does not search" in planned.output, planned.output
+    assert "dnnplan predict NETWORK --framework deepspeed --zero 3" in planned.output

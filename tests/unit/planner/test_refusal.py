@@ -1,0 +1,60 @@
+"""When no plan fits (planner.refusal): the memory a refusal names counts gradient accumulation (a
+stack's micro-batches of one sample need far less than the whole batch at once), where the search
+finds a plan."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from costmodel.choices.training import TrainingChoices
+from networks.errors import DnnplanError
+from planner.first_plan import first_plan
+from planner.problem.solve import Settings
+from planner.refusal import accumulation_memory, least_memory, refusal
+from profiler import context
+
+GIB = 2.0 ** 30
+CHOICES = TrainingChoices(precision="bf16", optimizer="adam")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    ctx = context.resolve("gpt2", 8, 128, "dgx-a100", None, False, CHOICES)
+    settings = Settings(choices=CHOICES)
+    need = least_memory(ctx.network, 128, 8, ctx.machine, ctx.compute, settings)
+    accumulated = accumulation_memory(ctx.network, 8, ctx.machine, ctx.compute, settings)
+    return ctx, settings, need, accumulated
+
+
+def _plan(ctx, settings, limit: float):
+    return first_plan(ctx.network, "gpt2", 128, 8, ctx.machine, ctx.compute, limit, settings,
+                      machine_ref="dgx-a100", fingerprint=None)
+
+
+def test_accumulation_needs_less_than_the_whole_batch_and_a_plan_fits_between(tiny):
+    ctx, settings, need, accumulated = tiny
+    assert accumulated < need / 4  # 128 samples at once against one at a time
+    answer = _plan(ctx, settings, (accumulated + need) / 2)  # the whole batch at once fits nothing here
+    assert answer.pipeline is not None and answer.pipeline.micro_batches > 1
+
+
+def test_the_memory_named_is_the_least_of_at_once_and_accumulated(tiny):
+    ctx, settings, need, accumulated = tiny
+    err = refusal(ctx.network, 128, 8, ctx.machine, ctx.compute, accumulated / 2, settings, pipelined=True)
+    text = str(err)
+    assert f"the least any plan needs is {need / GIB:.3f} GiB per device at once" in text
+    assert f"{accumulated / GIB:.3f} GiB accumulating micro-batches of one sample" in text
+    named = float(re.search(r"--memory ([0-9.]+) \(GiB a device\)", err.hint).group(1)) * GIB
+    assert accumulated <= named < need / 4  # not the whole batch's, many times more than needed
+    with pytest.raises(DnnplanError):  # and what was refused is refused by the search too
+        _plan(ctx, settings, accumulated / 2)
+
+
+def test_a_network_that_is_no_stack_names_the_whole_batch_alone():
+    ctx = context.resolve("lenet5", 2, 64, "dgx-h100", None, False, TrainingChoices())
+    settings = Settings(choices=TrainingChoices())
+    assert accumulation_memory(ctx.network, 2, ctx.machine, ctx.compute, settings) is None
+    err = refusal(ctx.network, 64, 2, ctx.machine, ctx.compute, 1e3, settings, pipelined=False)
+    assert "the least any plan needs is" in str(err) and "accumulating" not in str(err)
