@@ -20,7 +20,8 @@ from costmodel.machine.model import Machine
 from networks.analysis import block_of
 from networks.errors import DnnplanError
 from networks.ir import Network
-from planner.export.megatron_layout import blocks_of, gpt_layers
+from planner.export.megatron_layout import MEGATRON, blocks_of, check_sequence, gpt_layers
+from planner.export.torchtitan import TORCHTITAN
 from planner.launch_import.launch_config import LaunchConfig
 from planner.plan.plan import LayerPlan, PipelineSpec, Plan
 
@@ -43,6 +44,13 @@ def _plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, ma
     if config.framework == "deepspeed" and not any(layer.op == "attention" for layer in net.layers):
         return _data_parallel(config, net, network_ref, devices, machine_ref)
     gpt_layers(net)  # a network Megatron-Core's layout cannot hold: one line naming its layer
+    # a sequence the framework cannot split under the file's degrees, as exporting refuses it
+    try:
+        check_sequence(net, TORCHTITAN if config.framework == "torchtitan" else MEGATRON, config.tensor,
+                       config.context, config.sequence_parallel)
+    except DnnplanError as err:
+        raise DnnplanError(err.bare, layer=err.layer, hint="give the file tensor and context sizes that split the "
+                                                           "sequence so, or a sequence length they divide") from None
     if devices % config.stages:
         raise DnnplanError(f"{config.stages} pipeline stages do not divide {devices} devices",
                            hint="give a device count (--devices, or the launcher's) that the stages divide")

@@ -333,3 +333,18 @@ def test_a_json_object_is_a_deepspeed_config_whatever_its_name_and_a_plan_is_nam
                 read_launch(plan, path)
             assert str(err.value) == f"{path}: a dnnplan plan (`dnnplan plan --out`), not a framework's launch " \
                                      f"configuration (predict it with dnnplan predict {path})"
+
+
+def test_a_sequence_the_files_context_cannot_split_is_refused_as_exporting_refuses_it():
+    """Megatron-Core splits a sequence into 2 x CP chunks (planner.export.megatron_layout's
+    ``megatron_sequence_splits``): gpt-tiny's 32 positions under context 2 read back, under context
+    3 (on 12 devices) refused naming the attention layer, as `dnnplan export` refuses such a plan."""
+    plan, net = make("gpt-tiny", devices=4, context=2, overlap="data")
+    args = megatron_args(plan, net)
+    config = megatron.read(script(args, plan.devices), "launch.sh")
+    assert launch_plan(config, net, plan.network, plan.devices, MACHINE).strategies() == plan.strategies()
+    i = args.index("--context-parallel-size")
+    three = megatron.read(script(args[:i + 1] + ["3"] + args[i + 2:], 12), "launch.sh")
+    with pytest.raises(DnnplanError, match=r"32 positions are not a multiple of 2 x context = 6") as err:
+        launch_plan(three, net, plan.network, 12, MACHINE)
+    assert err.value.layer is not None and err.value.file == "launch.sh"
