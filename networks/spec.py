@@ -76,6 +76,10 @@ def _parse(text: str, source: str, seq: int | None = None) -> Network:
     p = Parser(source)
     if not isinstance(doc, LDict):
         raise p.fail("a network spec must be a YAML mapping with 'name', 'inputs' and 'layers'")
+    if "network_hash" in doc and "network" in doc:  # a plan file (planner.plan.plan_file) where a spec goes
+        net = doc.get("network")
+        raise p.fail(f"a dnnplan plan (of {net}), not a network spec", line=doc.line,
+                     hint=f"give the network: {net}; or predict the plan with `dnnplan predict {source}`")
     p.check_keys(doc, TOP_KEYS, "the network spec")
     name = doc.get("name")
     if not isinstance(name, str) or not name:

@@ -1,4 +1,4 @@
-"""`dnnplan plan --sweep --plot`: a PNG of predicted step time against devices (needs matplotlib)."""
+"""`dnnplan plan --sweep --plot`: a figure (PNG, PDF or SVG) of predicted step time against devices (needs matplotlib)."""
 
 from __future__ import annotations
 
@@ -20,16 +20,27 @@ def pyplot(missing: str):
     return plt
 
 
+#: the figure formats written by the file's suffix (matplotlib's Agg backend writes each); any other suffix gets a PNG
+FORMATS = ("png", "pdf", "svg")
+
+
+def figure_format(path: str) -> str:
+    """The format ``path``'s suffix names (:data:`FORMATS`), else PNG."""
+    suffix = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
+    return suffix if suffix in FORMATS else "png"
+
+
 def save_figure(plt, fig, path: str, what: str, dpi: int) -> None:
-    """Lay out ``fig``, write it to ``path`` (atomically: networks.writing, whose SystemFailure is
-    the one line if it cannot be written) and close it."""
+    """Lay out ``fig``, write it to ``path`` in the format its suffix names (:func:`figure_format`;
+    atomically: networks.writing, whose SystemFailure is the one line if it cannot be written) and
+    close it."""
     fig.tight_layout()
-    png = io.BytesIO()
+    data = io.BytesIO()
     try:
-        fig.savefig(png, dpi=dpi, format="png")
+        fig.savefig(data, dpi=dpi, format=figure_format(path))
     finally:
         plt.close(fig)
-    write_file(path, png.getvalue())
+    write_file(path, data.getvalue())
 
 
 def plot_sweep(rows: list[dict], path: str, title: str) -> None:

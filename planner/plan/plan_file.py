@@ -421,6 +421,9 @@ def layer_plan(layer: Layer, entry: dict, p: int, batch: int, path: str) -> Laye
         pass
     elif layer.op == "conv2d":
         algo = algo or DEFAULT_CONV_ALGORITHM
+        if algo not in CONV_ALGORITHMS:
+            raise fail(f"unknown convolution algorithm {short(algo)}", path, layer=layer.name, field="algorithm",
+                       hint=f"use one of {', '.join(CONV_ALGORITHMS)} (or leave it out: {DEFAULT_CONV_ALGORITHM})")
         if not algorithm_applies(layer, algo):
             raise fail(f"convolution algorithm '{algo}' cannot run this layer", path, layer=layer.name,
                         field="algorithm", hint="direct and im2col run every convolution")

@@ -77,6 +77,18 @@ def test_missing_file_exits_2(tmp_path: Path):
     assert "no such network spec file" in result.output
 
 
+def test_a_plan_file_where_a_network_goes_is_named_as_a_plan(tmp_path: Path):
+    """`dnnplan plan --out` wrote it; given to `info` (or `plan`) it is a plan, not a spec with an
+    unknown key 'version'."""
+    plan = tmp_path / "lenet5-plan.yaml"
+    assert runner.invoke(app, ["plan", "lenet5", "-p", "2", "--out", str(plan)]).exit_code == 0
+    for args in (["info", str(plan)], ["plan", str(plan), "-p", "2"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+        assert "a dnnplan plan (of lenet5), not a network spec" in result.output
+        assert f"dnnplan predict {plan}" in result.output
+
+
 def test_directory_exits_2(tmp_path: Path):
     result = runner.invoke(app, ["info", str(tmp_path)])
     assert result.exit_code == 2

@@ -86,6 +86,7 @@ def plans(files) -> dict[str, str]:
     out["cut_layers"] = _write(d, "cut_layers.yaml", "\n".join(text.splitlines()[:100]) + "\n")
     out["cut_json"] = _write(d, "cut.json", Path(out["p4json"]).read_text()[:700])
     out["on_local"] = _write(d, "on_local.yaml", text.replace("machine: dgx-a100", "machine: local"))
+    out["bogus_algo"] = _write(d, "bogus_algo.yaml", text.replace("algorithm: direct", "algorithm: bogus", 1))
     return out
 
 
@@ -171,6 +172,8 @@ REFUSED = [
                                           r"\(make it again with `dnnplan plan lenet5 --devices 64"),
     (["predict", "{cut_layers}"], r"the plan ends after layer '\w+', \d+ of the network's \d+ layers short"),
     (["predict", "{cut_json}"], r"cut.json:\d+: the plan ends early"),
+    (["predict", "{bogus_algo}"], r"unknown convolution algorithm 'bogus' \(use one of direct, im2col, fft, "
+                                  r"winograd"),
     # output files
     (["plan", "lenet5", "--out", "/nonexistent-dnnplan/dir/p.yaml"], "the folder /nonexistent-dnnplan/dir does not exist"),
     (["plan", "lenet5", "--out", "{p64}"], r"already exists \(pass --force to replace it\)"),

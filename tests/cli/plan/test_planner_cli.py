@@ -138,7 +138,12 @@ def test_plot_needs_matplotlib_or_writes_a_png(tmp_path):
     except ImportError:
         assert result.exit_code == 2 and "matplotlib" in result.output
     else:
-        assert result.exit_code == 0 and png.stat().st_size > 0
+        assert result.exit_code == 0 and png.read_bytes().startswith(b"\x89PNG")
+        # the format the suffix names: PDF and SVG as such, another suffix a PNG
+        for name, head in (("s.pdf", b"%PDF"), ("s.svg", b"<?xml"), ("s.fig", b"\x89PNG")):
+            path = tmp_path / name
+            got = runner.invoke(app, ["plan", "mlp", "-p", "4", "--sweep", "1,2,4", "--plot", str(path)])
+            assert got.exit_code == 0 and path.read_bytes().startswith(head), (name, path.read_bytes()[:20])
 
 
 @pytest.mark.parametrize("args,text", [
