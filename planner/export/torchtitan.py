@@ -126,11 +126,30 @@ RECOMPUTE_HINT = ("torchtitan recomputes every transformer layer whole (mode ful
 FOREIGN_OPS = {"layernorm": "normalise with RMSNorm", "gelu": "use SwiGLU MLPs", "dropout": "have no dropout"}
 
 
+#: torchtitan's float8 converter (``quantize.linear.float8``) swaps ``nn.Linear`` modules; a mixture
+#: of experts' weights are ``GroupedExperts`` parameters (torchtitan/models/moe/moe.py, v0.2.2), run
+#: in FP8 only by the prototype ``quantize.grouped_mm.float8`` converter ("Prototype feature",
+#: torchtitan/config/job_config.py ``Float8GroupedMM``; it wants torch.compile): the experts' GEMMs
+#: stay in bf16, where dnnplan's fp8 prices them in FP8 (costmodel.choices.precision.fp8_gemms)
+FP8_EXPERTS = ("FP8 on a mixture of experts: torchtitan's float8 converter runs nn.Linear layers in FP8 and the "
+               "experts' grouped GEMMs stay in bf16 (their prototype grouped_mm converter aside), where dnnplan's "
+               "fp8 runs them in FP8")
+
+
+def check_fp8_experts(net: Network, precision: str) -> None:
+    """One line for FP8 on a mixture of experts (:data:`FP8_EXPERTS`)."""
+    moe = next((layer for layer in net.layers if layer.op == "moe"), None)
+    if precision == "fp8" and moe is not None:
+        raise DnnplanError(FP8_EXPERTS, layer=moe.name,
+                           hint="plan it in bf16 for torchtitan, or export the FP8 plan to Megatron-LM")
+
+
 def torchtitan_config(plan: Plan, net: Network) -> dict[str, dict[str, Any]]:
     """torchtitan's job configuration for ``plan`` of ``net``: section (dotted for a nested one, as
     ``quantize.linear.float8``) to key to value; or one line naming the layer torchtitan cannot run
     as planned (module docstring)."""
     layout = megatron_layout(plan, net, TORCHTITAN)
+    check_fp8_experts(net, plan.choices.precision)
     check_model(net, layout)
     check_default_attention(plan, net, "torchtitan's models run attention by PyTorch's SDPA, which picks its "
                                        "fused kernels itself")

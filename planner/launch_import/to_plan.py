@@ -21,7 +21,7 @@ from networks.analysis import block_of
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.export.megatron_layout import MEGATRON, blocks_of, check_sequence, gpt_layers
-from planner.export.torchtitan import TORCHTITAN
+from planner.export.torchtitan import TORCHTITAN, check_fp8_experts
 from planner.launch_import.launch_config import LaunchConfig
 from planner.plan.plan import LayerPlan, PipelineSpec, Plan
 
@@ -44,6 +44,8 @@ def _plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, ma
     if config.framework == "deepspeed" and not any(layer.op == "attention" for layer in net.layers):
         return _data_parallel(config, net, network_ref, devices, machine_ref)
     gpt_layers(net)  # a network Megatron-Core's layout cannot hold: one line naming its layer
+    if config.framework == "torchtitan":  # its float8 converter leaves the experts in bf16
+        check_fp8_experts(net, config.choices.precision)
     # a sequence the framework cannot split under the file's degrees, as exporting refuses it
     try:
         check_sequence(net, TORCHTITAN if config.framework == "torchtitan" else MEGATRON, config.tensor,

@@ -169,6 +169,14 @@ def test_experts_fp8_and_overlap():
     assert config("tiny-llama", zero=3, recompute="full")["activation_checkpoint"] == {"mode": "full"}
 
 
+def test_fp8_on_a_mixture_of_experts_is_refused_naming_its_first_experts_layer():
+    """torchtitan's float8 converter leaves the experts' grouped GEMMs in bf16, where dnnplan's fp8
+    runs them in FP8: the file would train slower than the plan says."""
+    with pytest.raises(DnnplanError, match="experts' grouped GEMMs stay in bf16") as err:
+        config("qwen3-30b-a3b", devices=16, batch=32, expert=16, zero=3, precision="fp8")
+    assert err.value.layer is not None and "moe" in err.value.layer and "Megatron-LM" in err.value.hint
+
+
 def test_a_shipped_flavor_or_the_one_to_register():
     assert config("llama3-8b", devices=8, batch=16, zero=3)["model"] == {"name": "llama3", "flavor": "8B"}
     assert flavor_note(make("llama3-8b")[1]) is None

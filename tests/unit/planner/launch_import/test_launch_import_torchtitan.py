@@ -270,3 +270,23 @@ def test_the_model_name_and_flavor_left_out_are_torchtitans_defaults():
     other = read(edited('name = "llama3"', 'name = "llama4"'), "job.toml")
     reason = {i.option: i.reason for i in other.ignored}["[model] flavor"]
     assert "llama4 70B is not a network dnnplan ships (did you mean name = \"llama3\"?)" in reason
+
+
+def test_fp8_on_a_mixture_of_experts_is_refused_as_exporting_refuses_it():
+    """The float8 converter on Qwen3-30B-A3B: torchtitan runs the experts' grouped GEMMs in bf16, which
+    dnnplan's fp8 would price in FP8 (planner.export.torchtitan.FP8_EXPERTS)."""
+    from costmodel.machine.loading import load_machine  # noqa: PLC0415
+    from networks.loader import load_network  # noqa: PLC0415
+    from planner.launch_import.to_plan import launch_plan  # noqa: PLC0415
+
+    text = (USERS.replace('name = "llama3"', 'name = "qwen3"').replace('flavor = "70B"', 'flavor = "30B-A3B"')
+            .replace("tensor_parallel_degree = 8  # 8-way TP", "tensor_parallel_degree = 1")
+            .replace("seq_len = 8192", "seq_len = 4096"))
+    config = read(text, "qwen.toml")
+    assert config.choices.precision == "fp8"
+    net = load_network("qwen3-30b-a3b")
+    with pytest.raises(DnnplanError, match="experts' grouped GEMMs stay in bf16") as err:
+        launch_plan(config, net, "qwen3-30b-a3b", 8, load_machine("dgx-h100"))
+    assert err.value.file == "qwen.toml"
+    bf16 = read(text.replace('converters = ["quantize.linear.float8"]', ""), "qwen.toml")
+    assert launch_plan(bf16, net, "qwen3-30b-a3b", 8, load_machine("dgx-h100")).choices.precision == "bf16"
