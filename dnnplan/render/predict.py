@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from costmodel.step.breakdown import comm_parts
+from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
 from costmodel.step.pipeline import pipeline_json
 from costmodel.step.prediction import prediction_json
 from dnnplan.assumed import ASSUMED
@@ -24,7 +24,8 @@ def step(ctx: Context, got: Predicted, layers: bool, as_json: bool, train=None, 
     given (dnnplan.assumed)."""
     pred = got.prediction
     if as_json:
-        print(json.dumps({**prediction_json(pred), "framework": ctx.choices.framework, **trained_as(ctx, assumed),
+        print(json.dumps({**prediction_json(pred), "step_breakdown_s": dict(step_terms(pred)),
+                          "framework": ctx.choices.framework, **trained_as(ctx, assumed),
                           "fallbacks": [f.__dict__ for f in got.fallbacks], "mfu": got.mfu, **_train(train)}))
         return
     tables.prediction_table(pred, got.fallbacks, got.mfu, layers or len(pred.layers) <= SMALL_NETWORK,
@@ -63,7 +64,8 @@ def pipelined(got: Predicted, as_json: bool, train=None, ctx: Context | None = N
     pred = got.prediction
     if as_json:
         comm = dict(comm_parts(pred))
-        print(json.dumps({**pipeline_json(pred), "overlap": pred.stages[0].micro.overlap,
+        print(json.dumps({**pipeline_json(pred), "step_breakdown_s": dict(pipeline_terms(pred)),
+                          "overlap": pred.stages[0].micro.overlap,
                           "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
                           **(trained_as(ctx, assumed) if ctx is not None else {}),
                           "fallbacks": [f.__dict__ for f in got.fallbacks], **_train(train)}))
@@ -111,7 +113,8 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
     plan, pred, ahead = got.plan, got.prediction, got.ahead
     if plan.pipeline is not None and ahead is None:
         if as_json:
-            print(json.dumps({**pipeline_json(pred), "plan": {"file": path, "recorded_step_s": plan.step_s},
+            print(json.dumps({**pipeline_json(pred), "step_breakdown_s": dict(pipeline_terms(pred)),
+                              "plan": {"file": path, "recorded_step_s": plan.step_s},
                               "machine": plan.machine, "mfu": got.mfu, "precision": plan.choices.precision,
                               "optimizer": plan.choices.optimizer, **_train(train)}))
             return
@@ -122,6 +125,7 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
     alone = ahead.profile_step_s if ahead else None
     if as_json:
         out = prediction_json(pred)
+        out["step_breakdown_s"] = dict(step_terms(pred))  # as `plan --json` and `predict --from --json` name them
         out["mfu"] = got.mfu
         out["plan"] = {"file": path, "recorded_step_s": plan.step_s}
         out["as_execute_predicts"] = ahead is not None

@@ -63,6 +63,14 @@ def test_plan_sweep_json():
 def test_predict_json():
     data = one_document(dnnplan("predict", "lenet5", "--devices", "2", "--json").stdout)
     assert data["step_s"] > 0
+    # the step by term under the names `plan --json` gives them, summing to the step
+    terms = data["step_breakdown_s"]
+    assert {"forward", "backward", "gradient sync", "update"} <= set(terms)
+    assert sum(terms.values()) == pytest.approx(data["step_s"], rel=1e-9)
+    piped = one_document(dnnplan("predict", "gpt-tiny", "-p", "2", "--pipeline", "2", "--micro-batches", "2",
+                                 "--json").stdout)
+    assert "bubble" in piped["step_breakdown_s"]
+    assert sum(piped["step_breakdown_s"].values()) == pytest.approx(piped["step_s"], rel=1e-9)
 
 
 def test_predict_plan_file_json(plan_file):
