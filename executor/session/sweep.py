@@ -91,7 +91,10 @@ def run(request: SweepRequest, ctxs: dict[str, Context], budget: Budget, on_row:
     """Plan every point (module docstring), calling ``on_row`` with each row as it is made; ``plan``
     plans one point (:func:`plan_point`, or a test's stand-in)."""
     plan = plan or plan_point
-    points = [(m, p) for p in request.counts for m in request.machines]
+    # a machine whose kernels are timed here as it is planned (a CPU: `local`) last, so the other
+    # machines' points, seconds each, are in the table when a stop comes during its minutes of timing
+    points = sorted(((m, p) for p in request.counts for m in request.machines),
+                    key=lambda point: ctxs[point[0]].machine.device.kind == "cpu")
     if request.jobs > 1 and len(points) > 1:
         _in_workers(request, ctxs, points, on_row, plan)
         return

@@ -55,3 +55,20 @@ def test_the_table_marks_the_point_failed_with_its_note(dgx_h100_x2_killed):
     assert any("dgx-h100" in line and "failed" in line and "note 1" in line for line in lines), result.stdout
     assert any(f"dgx-h100 x 2: {KILLED}" in line for line in lines), result.stdout
     assert "Traceback" not in result.output
+
+
+def test_a_machine_whose_kernels_are_timed_here_is_planned_last(monkeypatch):
+    """Machine `local` times its kernels as it is planned (minutes on a small CPU): the other
+    machines' points come first, so a stop during its timing keeps them; the table keeps the order named."""
+    planned = []
+
+    def plan_point(request, ctx, name, devices, budget):
+        planned.append((name, devices))
+        return {"machine": name, "devices": devices, "error": "stand-in"}
+
+    monkeypatch.setattr(sweep, "plan_point", plan_point)
+    result = runner.invoke(app, ["plan", "lenet5", "-m", "local,dgx-a100", "--sweep", "1,2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert planned == [("dgx-a100", 1), ("dgx-a100", 2), ("local", 1), ("local", 2)]
+    assert [(r["machine"], r["devices"]) for r in json.loads(result.stdout)["rows"]] == \
+        [("local", 1), ("local", 2), ("dgx-a100", 1), ("dgx-a100", 2)]
