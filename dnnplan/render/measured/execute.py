@@ -84,6 +84,17 @@ def _terms(layers, wait_s: float | None, step_s: float):
     return measured_terms(phases, step_s)
 
 
+def _equation(step_s: float, terms) -> str:
+    """`` = forward ... + ...`` where the terms sum to the step; else (a measured step: each layer's
+    phase is its slowest rank's median, and the slowest rank differs by phase, so the terms can sum
+    to more than the median step) the terms with their sum, never an equation that does not hold."""
+    total = sum(secs for _, secs in terms)
+    if total <= step_s * (1 + 1e-6):
+        return f" = {breakdown_text(terms)}"
+    return (f"; by term, each layer's phase its slowest rank's median ({fmt.seconds(total)} together: the slowest "
+            f"rank differs by phase): {breakdown_text(terms)}")
+
+
 def step_summary(cmp: Comparison, mfu: Callable[[float], float] | None = None) -> None:
     """The step predicted and measured, each by term (the names `plan` and `predict` use), its
     error and the model FLOP utilisation of each; then how the measured step was spread."""
@@ -91,11 +102,11 @@ def step_summary(cmp: Comparison, mfu: Callable[[float], float] | None = None) -
     med = cmp.layer_median_abs_rel
     util = ((lambda secs: f";  model FLOP utilisation {mfu(secs):.1%}{mfu_note(mfu(secs))}") if mfu
             else (lambda secs: ""))
-    console.print(f"[bold]predicted step {fmt.seconds(cmp.predicted_step_s)}[/bold] = "
-                  f"{breakdown_text(_terms(cmp.predicted, cmp.predicted_wait_s, cmp.predicted_step_s))}"
+    console.print(f"[bold]predicted step {fmt.seconds(cmp.predicted_step_s)}[/bold]"
+                  f"{_equation(cmp.predicted_step_s, _terms(cmp.predicted, cmp.predicted_wait_s, cmp.predicted_step_s))}"
                   f"{util(cmp.predicted_step_s)}")
-    console.print(f"[bold]measured step {fmt.seconds(m.step_s)}[/bold] = "
-                  f"{breakdown_text(_terms(m.layers, None, m.step_s))}{util(m.step_s)}")
+    console.print(f"[bold]measured step {fmt.seconds(m.step_s)}[/bold]"
+                  f"{_equation(m.step_s, _terms(m.layers, None, m.step_s))}{util(m.step_s)}")
     console.print(
         f"[bold]step[/bold]  error {pct(cmp.step_rel)}; measured the median of {m.steps} steps, "
         f"{fmt.seconds(m.step_min_s)} to {fmt.seconds(m.step_max_s)}; predicted outside the timed layers "

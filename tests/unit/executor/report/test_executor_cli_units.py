@@ -242,3 +242,18 @@ def test_a_comm_profile_without_cold_fits_warns(plan2, monkeypatch, cold):
         machine, fitted=fits, fitted_cold=fits if cold else ()))
     err = " ".join(prepare(plan2, 2, 1, None).warnings)
     assert ("no cold fits" in err) is not cold, err
+
+
+def test_the_measured_step_is_an_equation_only_where_its_terms_sum_to_it():
+    """Each layer's measured phase is its slowest rank's median, and the slowest rank differs by
+    phase: the terms can sum to more than the median step. The line then gives their sum, never
+    `step 8.31 ms = ...` of terms that sum to 9.58 ms."""
+    from dnnplan.render.measured.execute import _equation, _terms
+
+    held = _terms([lt("a", fwd_compute=0.002, bwd_compute=0.003, update=0.001)], None, 0.008)
+    assert _equation(0.008, held).startswith(" = forward 2 ms + backward 3 ms")  # 2 ms outside the timed layers
+    over = _terms([lt("a", fwd_compute=0.00275, bwd_compute=0.0015, grad_sync=0.00122, update=0.000188,
+                      wait=0.00392)], None, 0.00831)
+    text = _equation(0.00831, over)
+    assert " = " not in text and "(9.58 ms together: the slowest rank differs by phase)" in text
+    assert "forward 2.75 ms" in text and "outside the timed layers" not in text
