@@ -147,6 +147,10 @@ def abort_with(comm, err: BaseException) -> None:
     rank = comm.Get_rank()
     if isinstance(err, DnnplanError):
         msg, code = str(err), ABORT_USER
+    elif isinstance(err, MemoryError):  # the plan's arrays need more than this computer has: the plan's to change
+        what = f" ({err})" if str(err) else ""
+        msg, code = (f"out of memory: the plan's arrays need more memory than this computer has{what} (plan a "
+                     "smaller --batch, or run it on more --ranks)"), ABORT_USER
     elif isinstance(err, (SystemFailure, OSError)):  # a full disk, say: the launcher exits with EXIT_SYSTEM
         where = f"{err.filename}: " if isinstance(err, OSError) and err.filename else ""
         msg = SYSTEM_FAILED + (str(err) if isinstance(err, SystemFailure) else f"{where}{reason(err)}")

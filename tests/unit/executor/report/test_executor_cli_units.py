@@ -257,3 +257,20 @@ def test_the_measured_step_is_an_equation_only_where_its_terms_sum_to_it():
     text = _equation(0.00831, over)
     assert " = " not in text and "(9.58 ms together: the slowest rank differs by phase)" in text
     assert "forward 2.75 ms" in text and "outside the timed layers" not in text
+
+
+def test_a_rank_out_of_memory_is_the_plans_mistake_in_one_line(monkeypatch, capsys):
+    """A rank that cannot allocate the plan's arrays (numpy's MemoryError) ends the job as a user's
+    mistake (the launcher's exit 2), naming the allocation and the fix, not as "internal error"
+    (exit 1)."""
+    from executor.launch import worker
+    from executor.launch.mpiexec import _RANK_LINE
+
+    ended = []
+    monkeypatch.setattr(worker, "abort", lambda comm, code: ended.append(code))
+    comm = SimpleNamespace(Get_rank=lambda: 1)
+    worker.abort_with(comm, MemoryError("Unable to allocate 16.0 TiB for an array with shape (2147483648, 1, 32, 32)"))
+    line = capsys.readouterr().err.strip()
+    assert ended == [worker.ABORT_USER] and line.count("\n") == 0
+    assert line.startswith("rank 1: out of memory:") and "16.0 TiB" in line and "--batch" in line
+    assert not _RANK_LINE.match(line).group(2).startswith("internal error")
