@@ -13,6 +13,8 @@ from dnnplan.output import check_output_folder
 from dnnplan.render import profile as render
 from dnnplan.render.messages import err_console, fail_line
 from lifecycle import stops
+from networks.errors import DnnplanError
+from profiler.comm.launch import default_sizes
 from profiler.comm.profile import run_profile_comm
 from profiler.service import parse_ints
 
@@ -34,9 +36,10 @@ def profile_comm(cli: typer.Context, ranks: CommRanksOpt = 2, sizes: MessageSize
     """
     if out:
         check_output_folder(out)  # the fit is added to an existing table: no --force
+    asked = parse_ints(sizes, "sizes", 2**31) if sizes else None
+    check_sizes(asked, max_bytes)
     try:
-        summary = run_profile_comm(ranks, parse_ints(sizes, "sizes", 2**31) if sizes else None, max_bytes, out,
-                                   seconds_per_point, backend, precision)
+        summary = run_profile_comm(ranks, asked, max_bytes, out, seconds_per_point, backend, precision)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (lifecycle.stops): the MPI job was ended whole
         fail_line(f"interrupted by {stops.name()}: the benchmark's MPI job was ended; nothing is kept (a fit needs "
                   "every size measured) and the table is unchanged")
@@ -46,3 +49,21 @@ def profile_comm(cli: typer.Context, ranks: CommRanksOpt = 2, sizes: MessageSize
         print(json.dumps(summary))
     else:
         render.comm_summary(summary)
+
+
+#: the fewest message sizes a fit takes: alpha, beta and gamma (latency, time a byte, reduction a
+#: byte) are three unknowns; fewer points fit any line, and the fit then prices every size from it
+LEAST_SIZES = 3
+
+
+def check_sizes(sizes: list[int] | None, max_bytes: int) -> None:
+    """One line for message sizes too few to fit the collectives (``sizes``: --sizes; None: the
+    defaults, 8 B to ``max_bytes`` by powers of 2)."""
+    got = sorted(set(sizes if sizes is not None else default_sizes(max_bytes)))
+    if len(got) >= LEAST_SIZES:
+        return
+    if sizes is not None:
+        raise DnnplanError(f"--sizes {','.join(map(str, got))}: a fit of alpha, beta and gamma needs at least "
+                           f"{LEAST_SIZES} message sizes", hint="e.g. --sizes 8,4096,1048576, or leave --sizes out")
+    raise DnnplanError(f"--max-bytes {max_bytes}: the default sizes, 8 B to --max-bytes by powers of 2, are "
+                       f"{len(got)}, and a fit needs at least {LEAST_SIZES}", hint="give --max-bytes 32 or more")

@@ -379,6 +379,9 @@ def layer_entries(layers_raw, net: Network, path: str, remake: str) -> dict:
         for key in entry:
             if key not in LAYER_KEYS:
                 raise fail(f"unknown key '{key}'", path, layer=str(name), field=key)
+        if name in by_name:  # one would silently win over the other
+            raise fail(f"layer {short(name)} is listed twice", path, layer=name, field="layers",
+                       hint="keep one entry for it")
         by_name[name] = entry
     names = [l.name for l in net.layers]
     missing = [n for n in names if n not in by_name]

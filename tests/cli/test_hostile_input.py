@@ -87,6 +87,9 @@ def plans(files) -> dict[str, str]:
     out["cut_json"] = _write(d, "cut.json", Path(out["p4json"]).read_text()[:700])
     out["on_local"] = _write(d, "on_local.yaml", text.replace("machine: dgx-a100", "machine: local"))
     out["bogus_algo"] = _write(d, "bogus_algo.yaml", text.replace("algorithm: direct", "algorithm: bogus", 1))
+    first = text.index("- name: ", text.index("\nlayers:"))  # the first layer's entry, listed again after the last
+    entry = text[first:text.index("- name: ", first + 1)]
+    out["twice"] = _write(d, "twice.yaml", text.rstrip("\n") + "\n" + entry)
     return out
 
 
@@ -154,6 +157,12 @@ REFUSED = [
     (["predict", "lenet5", "--devices", "4", "--strategy", "N=99999999999999999999999"], "does not divide 4 devices"),
     (["profile", "lenet5", "--algorithms", "nope", "--out", "{d}/t.json"], "unknown convolution algorithm 'nope'"),
     (["profile-comm", "--ranks", "9999999"], "--ranks must be a whole number"),
+    # sizes too few to fit alpha, beta and gamma: refused before any rank starts (a one-point fit
+    # priced every size from it; below 8 bytes the ranks failed, blaming the MPI install)
+    (["profile-comm", "--max-bytes", "4", "--out", "{d}/c.json"], r"--max-bytes 4: .* a fit needs at least 3 "
+                                                                 r"\(give --max-bytes 32 or more\)"),
+    (["profile-comm", "--sizes", "8,64", "--out", "{d}/c.json"], r"--sizes 8,64: a fit of alpha, beta and gamma "
+                                                                r"needs at least 3 message sizes"),
     (["info", "/dev/zero"], "is a character device, not a network spec file"),  # refused before it is read
     # machine files out of physics
     (["plan", "lenet5", "--machine", "{slow_link}"], r"intra.bandwidth_gb_per_s.*1 MB/s to 100 TB/s"),
@@ -172,6 +181,7 @@ REFUSED = [
                                           r"\(make it again with `dnnplan plan lenet5 --devices 64"),
     (["predict", "{cut_layers}"], r"the plan ends after layer '\w+', \d+ of the network's \d+ layers short"),
     (["predict", "{cut_json}"], r"cut.json:\d+: the plan ends early"),
+    (["predict", "{twice}"], r"twice.yaml.*layer 'conv1' is listed twice \(keep one entry for it\)"),
     (["predict", "{bogus_algo}"], r"unknown convolution algorithm 'bogus' \(use one of direct, im2col, fft, "
                                   r"winograd"),
     # output files

@@ -177,3 +177,16 @@ def test_one_stage_of_one_micro_batch_is_laid_out_as_the_whole_batch_at_once():
                          env={"COLUMNS": "400"}).output
     layout = next(line for line in text.splitlines() if line.startswith("layout:"))
     assert "1 micro-batches" not in layout and "gradient accumulation" not in layout
+
+
+def test_the_written_plans_next_step_is_one_the_executor_takes(tmp_path):
+    """A pipelined plan's line suggests `dnnplan execute` only where the executor runs it: tiny-llama
+    pipelined on this computer under Adam (the default with attention; the executor runs momentum
+    SGD) is pointed at `dnnplan predict`, and under momentum at `execute`."""
+    for flags, words in ((["--optimizer", "adam"], "evaluate it, or an edited copy, with `dnnplan predict"),
+                         (["--optimizer", "momentum"], "run it with `dnnplan execute")):
+        out = tmp_path / f"{flags[1]}.yaml"
+        result = runner.invoke(app, ["plan", "tiny-llama", "-p", "2", "-b", "8", "--machine", "local", "--pipeline",
+                                     "2", *flags, "--out", str(out)], env={"COLUMNS": "300"})
+        assert result.exit_code == 0, result.output
+        assert words in " ".join(result.output.split()), result.output[-600:]  # the line wraps at a long path
