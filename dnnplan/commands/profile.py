@@ -13,6 +13,7 @@ from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, D
 from dnnplan.rerun import command_line
 from dnnplan.output import check_output, check_output_folder
 from dnnplan.render import profile as render
+from dnnplan.render.messages import fail_line
 from lifecycle import stops
 from profiler.run import ProfileInterrupted
 from networks.errors import DnnplanError
@@ -52,6 +53,7 @@ def profile(ctx: typer.Context, target: ProfileTargetArg = None, devices: Device
         if as_json:
             run, path, fp = run_profile(req)
             print(json.dumps(run_summary(run, fp, threads, path)))
+            _failed(run.failed, len(run.measured))
             return
         with render.progress_bar(f"profiling {target}") as cb:
             run, path, fp = run_profile(req, cb)
@@ -62,6 +64,20 @@ def profile(ctx: typer.Context, target: ProfileTargetArg = None, devices: Device
         render.interrupted_line(summary, command_line(ctx))
         raise typer.Exit(stops.exit_code()) from None
     render.profile_summary(run_summary(run, fp, threads, path))
+    _failed(run.failed, len(run.measured))
+
+
+def _failed(failed: dict[str, str], measured: int) -> None:
+    """Exit 2 with one line on stderr when kernel shapes could not be timed (the table keeps those
+    that were, and lacks these: a plan would price them from the roofline)."""
+    if not failed:
+        return
+    why = sorted(set(failed.values()))
+    oom = why == ["out of memory"]
+    fail_line(f"{len(failed)} of {len(failed) + measured} kernel shapes could not be timed"
+              + (" (out of memory: their operands need more than this computer has)" if oom else f" ({why[0]})")
+              + "; the table keeps the others" + (" (try a smaller --batch)" if oom else ""))
+    raise typer.Exit(2)
 
 
 def profile_host(target: str | None, framework: str, out: str | None, as_json: bool, quick: bool,

@@ -70,8 +70,11 @@ def profile_summary(s: dict) -> None:
     if s["left"]:
         console.print(f"[yellow]{s['left']} shapes not measured: --max-seconds reached; run the same command "
                       f"again to resume[/yellow]")
-    for key, why in list(s["failed"].items())[:5]:
+    failed = list(s["failed"].items())
+    for key, why in failed[:5]:
         console.print(f"[red]failed[/red] {key}: {why}")
+    if len(failed) > 5:
+        console.print(f"[red]and {len(failed) - 5} more failed[/red] (--json lists every one)")
     console.print(f"table: {s['table']}")
 
 

@@ -133,3 +133,17 @@ def test_a_gpu_profile_times_attention_fused_and_materialised_a_cpu_one_material
     got = {c.algo for c in network_calls(net, [1], lambda p: 2, ("im2col",), ("", "flash"))
            if c.kernel.startswith("attention.")}
     assert got == {"", "flash"}
+
+
+def test_kernel_shapes_that_could_not_be_timed_end_the_profile_with_exit_2(tmp_path):
+    """A batch whose operands this computer cannot hold: the shapes that fit are kept in the table,
+    the others counted in one line on stderr, exit 2 (it was exit 0, five of them listed)."""
+    out = tmp_path / "big.json"
+    r = runner.invoke(app, ["profile", "lenet5", "-b", "1000000000", "--out", str(out), "--quick", "--json"])
+    assert r.exit_code == 2, r.output
+    summary = json.loads(r.stdout.strip().splitlines()[0])
+    failed, measured = len(summary["failed"]), summary["measured"]
+    assert failed > 5 and set(summary["failed"].values()) == {"out of memory"}
+    assert f"error: {failed} of {failed + measured} kernel shapes could not be timed (out of memory" in r.output
+    assert "the table keeps the others (try a smaller --batch)" in r.output
+    assert len(json.loads(out.read_text())["entries"]) == measured  # nothing lost
