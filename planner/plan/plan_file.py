@@ -76,15 +76,34 @@ def write_plan(plan: Plan, path: str) -> None:
     write_file(path, text)  # a failure of the system: networks.writing.SystemFailure, any old plan intact
 
 
+def _edited_choice(raw: Network, choices: TrainingChoices, recorded: str) -> tuple[str, str] | None:
+    """The choice that marks the network's layers (precision, batch norm, MoE dispatcher:
+    :meth:`TrainingChoices.marked`) and its value the plan was made with, where the network marked
+    with it has the hash the plan recorded (the choice edited, not the network); else None."""
+    for key, values in (("precision", PRECISIONS), ("batch_norm", BATCH_NORMS), ("moe_dispatch", MOE_DISPATCHES)):
+        for value in values:
+            if value != getattr(choices, key) and choices.but(**{key: value}).marked(raw).content_hash() == recorded:
+                return key, value
+    return None
+
+
 def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     """Parse a plan and check it against the network and machine it names."""
     _check_top(data, path)
     choices = _choices(data, path)
     try:
-        net = choices.marked(load_network(str(data["network"]), choices.seq))
+        raw = load_network(str(data["network"]), choices.seq)
     except DnnplanError as err:
         raise _in_plan(err, path, "network") from None
+    net = choices.marked(raw)
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
+        edited = _edited_choice(raw, choices, data["network_hash"])
+        if edited is not None:  # the network is as it was: a choice that marks its layers was edited
+            key, was = edited
+            raise fail(f"the plan was made for {key} {was}, and its '{key}' now says {getattr(choices, key)}: "
+                       f"the {key} decides the layers' kernels and memory", path, field=key,
+                       hint=f"re-plan it with --{key.replace('_', '-')} {getattr(choices, key)}, or set it back "
+                            f"to {was}")
         raise fail(f"the plan was made for a different version of network {short(data['network'])} "
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
                     hint="re-plan it for the network as it is now")

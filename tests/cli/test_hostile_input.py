@@ -87,6 +87,7 @@ def plans(files) -> dict[str, str]:
     out["cut_json"] = _write(d, "cut.json", Path(out["p4json"]).read_text()[:700])
     out["on_local"] = _write(d, "on_local.yaml", text.replace("machine: dgx-a100", "machine: local"))
     out["bogus_algo"] = _write(d, "bogus_algo.yaml", text.replace("algorithm: direct", "algorithm: bogus", 1))
+    out["precision_edited"] = _write(d, "precision_edited.yaml", text.replace("precision: fp32", "precision: bf16"))
     first = text.index("- name: ", text.index("\nlayers:"))  # the first layer's entry, listed again after the last
     entry = text[first:text.index("- name: ", first + 1)]
     out["twice"] = _write(d, "twice.yaml", text.rstrip("\n") + "\n" + entry)
@@ -181,6 +182,8 @@ REFUSED = [
                                           r"\(make it again with `dnnplan plan lenet5 --devices 64"),
     (["predict", "{cut_layers}"], r"the plan ends after layer '\w+', \d+ of the network's \d+ layers short"),
     (["predict", "{cut_json}"], r"cut.json:\d+: the plan ends early"),
+    (["predict", "{precision_edited}"], r"field 'precision': the plan was made for precision fp32, and its "
+                                        r"'precision' now says bf16"),
     (["predict", "{twice}"], r"twice.yaml.*layer 'conv1' is listed twice \(keep one entry for it\)"),
     (["predict", "{bogus_algo}"], r"unknown convolution algorithm 'bogus' \(use one of direct, im2col, fft, "
                                   r"winograd"),
