@@ -98,7 +98,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     if is_plan_file(network):
         _plan_holds(click, network)
         got = predicting.plan_step(network, profile, step_context, foreign_profile, choices)
-        for line in got.ahead.warnings if got.ahead else ():
+        for line in (*(got.ahead.warnings if got.ahead else ()), *([got.lacks] if got.lacks else [])):
             warn(line)
         return render.plan_step(network, got, layers, as_json,
                                 train(got.network, got.plan.batch, got.plan.devices, got.prediction.step_s))
@@ -117,13 +117,16 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
             warn(line)
     if ctx.framework.step == "zero3":
         step, fallbacks, micro = predicting.deepspeed_step(ctx, micro_batches)
+        _lacks(ctx, profile)
         return render.deepspeed(ctx, step, fallbacks, micro, micro_batches, as_json,
                                 train(ctx.network, ctx.batch, ctx.devices, step.step_s), assumed)
     if pipeline > 1 or (schedule != "1f1b" and micro_batches > 1):  # one 1F1B stage: accumulation
         got = predicting.pipelined(ctx, splits, pipeline, micro_batches, chunks)
+        _lacks(ctx, profile)
         return render.pipelined(got, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s), ctx,
                                 assumed)
     got = predicting.step(ctx, splits, micro_batches)
+    _lacks(ctx, profile)
     if got.plain is not None and (line := render.recompute_warning(ctx.network, recompute, got.prediction,
                                                                     got.plain)) is not None:
         warn(line)
@@ -195,6 +198,12 @@ def check_options(megatron: bool, strategy: str, out: str | None, force: bool, s
                            "layer by layer", hint="drop --pipeline, --micro-batches and a ZeRO-3 --framework, or plan a pipeline with "
                                 "`dnnplan plan --pipeline S --out FILE`")
     check_outputs({"--out": out}, force)
+
+
+def _lacks(ctx, profile: str | None) -> None:
+    """Warn where the table given (--profile) lacked kernels the prediction priced."""
+    if (line := predicting.table_lacks(ctx.compute, profile)) is not None:
+        warn(line)
 
 
 def check_framework(step: str, choices: TrainingChoices, flag: str, tensor: int, pipeline: int,

@@ -180,6 +180,20 @@ class PlanStep:
     prediction: StepPrediction | PipelinePrediction
     mfu: float | None = None
     ahead: "AheadOfTime | None" = None
+    lacks: str | None = None  # the table given (--profile) lacked some of its kernels (:func:`table_lacks`)
+
+
+def table_lacks(compute, profile: str | None) -> str | None:
+    """The line saying how many of the kernel shapes a prediction priced the table ``profile``
+    (``--profile``) lacked, each priced by its fallback model instead (the roofline or datasheet);
+    None where it held every one, or none was given (a profile cache times what it lacks)."""
+    misses = getattr(compute, "misses", None)
+    if profile is None or not misses or isinstance(compute, OnDemand):
+        return None
+    kinds = sorted({call.kernel for call in misses})
+    return (f"{len(misses)} kernel shape(s) of this prediction are not in {profile} ({', '.join(kinds[:4])}"
+            f"{', ...' if len(kinds) > 4 else ''}): priced by {compute.fallback.name} instead (a table timed for "
+            f"this network on the device, `dnnplan profile NETWORK --devices P --batch B --out FILE`, holds them)")
 
 
 def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bool, given) -> PlanStep:
@@ -206,7 +220,8 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
         pred = predict_plan(plan, net, ctx)
     machine = load_machine(plan.machine)
     return PlanStep(plan, net, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
-                                                        get_precision(plan.choices.precision).matmul), ahead)
+                                                        get_precision(plan.choices.precision).matmul), ahead,
+                    None if ahead is not None else table_lacks(ctx.compute, profile))
 
 
 def predict_plan(plan: Plan, net: Network, ctx: Context) -> StepPrediction | PipelinePrediction:

@@ -75,3 +75,23 @@ def test_plans_execute_would_not_predict_here_are_priced_by_the_model_alone(tmp_
     assert ahead.ahead_of_time(path) is None
     out = _predict(path)
     assert not out["as_execute_predicts"] and out["profile_predicted_step_s"] is None and out["wait_s"] == 0
+
+
+def test_a_table_given_that_lacks_the_predictions_kernels_is_said(tmp_path):
+    """--profile with a table of GEMMs alone: the convolutions and the rest are priced by the
+    roofline, said in one warning line (it was silent); a table holding them all says nothing."""
+    from typer.testing import CliRunner
+
+    from dnnplan.cli import app
+    runner = CliRunner()
+    table = tmp_path / "g.json"
+    made = runner.invoke(app, ["profile", "gemm", "--sizes", "64,128", "--quick", "--out", str(table)])
+    assert made.exit_code == 0, made.output
+    got = runner.invoke(app, ["predict", "lenet5", "-p", "2", "-b", "8", "--machine", "local", "--profile", str(table)])
+    assert got.exit_code == 0, got.output
+    text = " ".join(got.output.split())
+    assert f"kernel shape(s) of this prediction are not in {table} (conv2d.bwd_data" in text
+    assert "priced by roofline instead" in text
+    whole = runner.invoke(app, ["predict", "resnet50", "-p", "1", "-b", "64", "--machine", "dgx-h100",
+                                "--precision", "tf32", "--profile", "h100-tf32"])
+    assert whole.exit_code == 0 and "not in h100-tf32" not in whole.output
