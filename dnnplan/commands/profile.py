@@ -13,12 +13,12 @@ from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, D
 from dnnplan.rerun import command_line
 from dnnplan.output import check_output, check_output_folder
 from dnnplan.render import profile as render
-from dnnplan.render.messages import fail_line
+from dnnplan.render.messages import fail_line, warn
 from lifecycle import stops
 from profiler.run import ProfileInterrupted
 from networks.errors import DnnplanError
 from networks.writing import write_file
-from profiler.service import ProfileRequest, host_profile, parse_ints, run_profile, run_summary
+from profiler.service import GRID_MODES, ProfileRequest, host_profile, parse_ints, run_profile, run_summary
 
 
 
@@ -44,6 +44,10 @@ def profile(ctx: typer.Context, target: ProfileTargetArg = None, devices: Device
         return profile_host(target, framework, out, as_json, quick, host)
     if out:
         check_output_folder(out)  # an existing table is resumed, not replaced: no --force
+    for flag, value in (("--sizes", sizes), ("--channels", channels)):
+        if value and target not in GRID_MODES:  # a network's own shapes are timed
+            warn(f"{flag} {value} changes nothing: it sizes the gemm and conv sweeps, and {target} is timed at its "
+                 "own layers' shapes")
     req = ProfileRequest(target, parse_ints(devices, "devices", MAX_DEVICES), batch, backend, threads, out,
                          max_seconds,
                          parse_ints(sizes, "sizes", 16384) if sizes else None,

@@ -38,6 +38,10 @@ def profile_comm(cli: typer.Context, ranks: CommRanksOpt = 2, sizes: MessageSize
         check_output_folder(out)  # the fit is added to an existing table: no --force
     asked = parse_ints(sizes, "sizes", 2**31) if sizes else None
     check_sizes(asked, max_bytes)
+    if backend == "numpy" and precision != "fp32":  # as `dnnplan profile` refuses it: the host's table is fp32's
+        raise DnnplanError(f"--precision {precision} names a GPU's table; the numpy backend's collectives go into "
+                           "this computer's table", hint="profile with --backend cupy on a machine with an NVIDIA "
+                                                         "GPU, or leave --precision out")
     try:
         summary = run_profile_comm(ranks, asked, max_bytes, out, seconds_per_point, backend, precision)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (lifecycle.stops): the MPI job was ended whole

@@ -162,6 +162,8 @@ REFUSED = [
     # priced every size from it; below 8 bytes the ranks failed, blaming the MPI install)
     (["profile-comm", "--max-bytes", "4", "--out", "{d}/c.json"], r"--max-bytes 4: .* a fit needs at least 3 "
                                                                  r"\(give --max-bytes 32 or more\)"),
+    (["profile-comm", "--precision", "bf16", "--out", "{d}/c.json"], r"--precision bf16 names a GPU's table; the "
+                                                                    r"numpy backend's collectives"),
     (["profile-comm", "--sizes", "8,64", "--out", "{d}/c.json"], r"--sizes 8,64: a fit of alpha, beta and gamma "
                                                                 r"needs at least 3 message sizes"),
     (["info", "/dev/zero"], "is a character device, not a network spec file"),  # refused before it is read

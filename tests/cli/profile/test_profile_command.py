@@ -147,3 +147,12 @@ def test_kernel_shapes_that_could_not_be_timed_end_the_profile_with_exit_2(tmp_p
     assert f"error: {failed} of {failed + measured} kernel shapes could not be timed (out of memory" in r.output
     assert "the table keeps the others (try a smaller --batch)" in r.output
     assert len(json.loads(out.read_text())["entries"]) == measured  # nothing lost
+
+
+def test_sizes_given_for_a_networks_profile_are_said_to_change_nothing(tmp_path):
+    """--sizes and --channels size the gemm and conv sweeps; a network is timed at its own shapes."""
+    r = runner.invoke(app, ["profile", "lenet5", "--sizes", "3", "--max-seconds", "0.01", "--out",
+                            str(tmp_path / "t.json")])
+    assert r.exit_code == 0, r.output
+    assert "warning: --sizes 3 changes nothing: it sizes the gemm and conv sweeps, and lenet5 is timed at its own " \
+           "layers' shapes" in " ".join(r.output.split())
