@@ -273,7 +273,8 @@ SweepOpt = Annotated[Optional[str], typer.Option("--sweep", help="Plan at each o
                                                  "the cheapest marked). Each point is planned without pipelining; "
                                                  "with --pipeline auto as a single plan is, pipelined where nothing "
                                                  "fits whole.", callback=not_blank("--sweep", "device count", "8,16,...,1024"))]
-PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="With --sweep: write a figure, a PDF or SVG by the file's suffix, else a PNG (needs the plot extra, "
+PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="With --sweep: write a figure, a PDF or SVG by the "
+                                                "file's suffix, else a PNG (needs the plot extra, "
                                                 "matplotlib); comparing machines, a line per machine of the time "
                                                 "and cost to train over device counts.")]
 SweepJobsOpt = Annotated[int, typer.Option("--sweep-jobs", help="With --sweep: plan this many of its points at "

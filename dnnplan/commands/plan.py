@@ -258,7 +258,8 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
     render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit, train), layers)
     if out:
         # the executor's run suggested only for a plan it runs (on the machine's kind of device)
-        runs = got is not None and cannot_run(made, out, "cupy" if ctx.machine.device.kind == "gpu" else "numpy") is None
+        backend = "cupy" if ctx.machine.device.kind == "gpu" else "numpy"
+        runs = got is not None and cannot_run(made, out, backend) is None
         how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if runs else \
             f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
         render.console.print(f"wrote {out} ({how})")

@@ -32,8 +32,9 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
                            hint=f"write --network {short(network)}")
     given = _given()
     if "framework" in given or "runtime" in given:
-        raise DnnplanError(f"{given.get('framework') or given['runtime']} with --from: the file's layout is priced under "
-                           "the default framework (ideal)", file=path,
+        flag = given.get("framework") or given["runtime"]
+        raise DnnplanError(f"{flag} with --from: the file's layout is priced under the default framework (ideal)",
+                           file=path,
                            hint="for a framework's kernels, host and memory, predict the network with the layout's "
                                 "flags: dnnplan predict NETWORK --framework F ...")
     if "out" in given:

@@ -1,4 +1,5 @@
-"""`dnnplan plan --sweep --plot`: a figure (PNG, PDF or SVG) of predicted step time against devices (needs matplotlib)."""
+"""`dnnplan plan --sweep --plot`: a figure (PNG, PDF or SVG) of predicted step time against devices
+(needs matplotlib)."""
 
 from __future__ import annotations
 

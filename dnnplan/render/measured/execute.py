@@ -102,8 +102,9 @@ def step_summary(cmp: Comparison, mfu: Callable[[float], float] | None = None) -
     med = cmp.layer_median_abs_rel
     util = ((lambda secs: f";  model FLOP utilisation {mfu(secs):.1%}{mfu_note(mfu(secs))}") if mfu
             else (lambda secs: ""))
+    predicted = _terms(cmp.predicted, cmp.predicted_wait_s, cmp.predicted_step_s)
     console.print(f"[bold]predicted step {fmt.seconds(cmp.predicted_step_s)}[/bold]"
-                  f"{_equation(cmp.predicted_step_s, _terms(cmp.predicted, cmp.predicted_wait_s, cmp.predicted_step_s))}"
+                  f"{_equation(cmp.predicted_step_s, predicted)}"
                   f"{util(cmp.predicted_step_s)}")
     console.print(f"[bold]measured step {fmt.seconds(m.step_s)}[/bold]"
                   f"{_equation(m.step_s, _terms(m.layers, None, m.step_s))}{util(m.step_s)}")
