@@ -29,7 +29,7 @@ from dnnplan.render.progress import progress_line
 from dnnplan.search_bound import DEFAULT_TIME_LIMIT_S, end, finish_reserve_s, search_budget, stop_on_ctrl_c
 from executor.session import plan as planning
 from executor.session import sweep as sweeping
-from executor.session.execute import cannot_run
+from executor.session.runnable import cannot_run
 from executor.session.plan import PlanRequest
 from executor.session.sweep import SweepRequest
 from lifecycle import stops
