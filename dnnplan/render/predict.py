@@ -64,13 +64,13 @@ def pipelined(got: Predicted, as_json: bool, train=None, ctx: Context | None = N
     pred = got.prediction
     if as_json:
         comm = dict(comm_parts(pred))
-        print(json.dumps({**pipeline_json(pred), "step_breakdown_s": dict(pipeline_terms(pred)),
+        print(json.dumps({**pipeline_json(pred), "step_breakdown_s": dict(pipeline_terms(pred)), "mfu": got.mfu,
                           "overlap": pred.stages[0].micro.overlap,
                           "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
                           **(trained_as(ctx, assumed) if ctx is not None else {}),
                           "fallbacks": [f.__dict__ for f in got.fallbacks], **_train(train)}))
         return
-    tables.pipeline_table(pred)
+    tables.pipeline_table(pred, ctx.machine.device.mem_capacity_bytes if ctx is not None else None, got.mfu)
     _train_line(train)
     assumed_line(assumed)
     if got.fallbacks:
@@ -118,7 +118,7 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
                               "machine": plan.machine, "mfu": got.mfu, "precision": plan.choices.precision,
                               "optimizer": plan.choices.optimizer, **_train(train)}))
             return
-        tables.pipeline_table(pred)
+        tables.pipeline_table(pred, plan.solver.get("memory_limit_bytes"), got.mfu)
         recorded_line(plan.step_s, pred.step_s)
         _train_line(train)
         return

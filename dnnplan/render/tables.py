@@ -9,7 +9,7 @@ from rich.table import Table
 
 from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
 from dnnplan.render import fmt
-from dnnplan.render.answer import comm_line, memory_mfu_line, step_line
+from dnnplan.render.answer import comm_line, memory_mfu_line, mfu_note, step_line
 from networks.analysis import NetworkSummary
 
 # wide tables when piped (logs, CI); the terminal width otherwise
@@ -31,8 +31,10 @@ def memory_line(parts: dict[str, int]) -> str:
     return "memory per device: " + ", ".join(f"{MEMORY_WORDS[k]} {fmt.nbytes(v)}" for k, v in parts.items() if v)
 
 
-def pipeline_table(pred) -> None:
-    """A pipelined prediction (costmodel.step.pipeline.PipelinePrediction): one row per stage."""
+def pipeline_table(pred, limit_bytes: float | None = None, mfu: float | None = None) -> None:
+    """A pipelined prediction (costmodel.step.pipeline.PipelinePrediction): one row per stage; with
+    ``limit_bytes`` (a device's memory) a peak over it said not to fit, and with ``mfu`` the step's
+    model FLOP utilisation."""
     t = Table(title=f"{pred.network}: batch {pred.batch} on {pred.devices} devices, {len(pred.stages)} stages, "
                     f"{pred.micro_batches} micro-batches, {pred.schedule}"
                     + (f" ({pred.chunks} chunks a device)" if pred.chunks > 1 else ""), title_justify="left")
@@ -47,10 +49,13 @@ def pipeline_table(pred) -> None:
     console.print(step_line(pred.step_s, pipeline_terms(pred)))
     if (line := comm_line(comm_parts(pred), pred.stages[0].micro.overlap)) is not None:
         console.print(line)
+    over = limit_bytes is not None and pred.memory_peak_bytes > limit_bytes * (1 + 1e-9)
     console.print(f"the step: fill and drain plus the slowest stage per further micro-batch, then gradient sync and "
                   f"update; bubble {pred.bubble_fraction:.1%} of the pipelined part;  peak memory "
                   f"{fmt.nbytes(pred.memory_peak_bytes)} per device (stage "
-                  f"{max(pred.stages, key=lambda s: s.memory_peak_bytes).index})")
+                  f"{max(pred.stages, key=lambda s: s.memory_peak_bytes).index}"
+                  + (f"; over the limit of {fmt.nbytes(limit_bytes)}: it does not fit" if over else "") + ")"
+                  + ("" if mfu is None else f";  model FLOP utilisation {mfu:.1%}{mfu_note(mfu)}"))
 
 
 def info_table(s: NetworkSummary) -> None:

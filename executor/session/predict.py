@@ -143,7 +143,8 @@ def pipelined(ctx: Context, splits: LayerSplits, stages: int, micro_batches: int
 
     pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, choices.schedule, ctx.machine,
                             stage, chunks=chunks)
-    return Predicted(pipeline_as_run(pred, ctx.framework, ctx.machine) if ctx.framework else pred, tuple(fallbacks))
+    pred = pipeline_as_run(pred, ctx.framework, ctx.machine) if ctx.framework else pred
+    return Predicted(pred, tuple(fallbacks), mfu(ctx, pred.step_s))
 
 
 def deepspeed_step(ctx: Context, micro_batches: int) -> tuple[Zero3Step, tuple[Fallback, ...], int]:

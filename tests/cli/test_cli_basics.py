@@ -84,3 +84,18 @@ def test_a_layout_predicted_over_the_memory_limit_says_it_does_not_fit():
     assert over.exit_code == 0 and "(over the limit of 80.00 GiB: it does not fit)" in over.output
     under = runner.invoke(app, ["predict", "gpt2", "-p", "8"], env={"COLUMNS": "400"})
     assert under.exit_code == 0 and "(limit 80.00 GiB)" in under.output and "does not fit" not in under.output
+
+
+def test_a_pipelined_layout_over_the_memory_limit_says_so_and_gives_its_mfu():
+    """A pipelined prediction said neither (llama3-70b, tensor 8 x pipeline 2 on 16 A100s: 291 GiB a
+    device printed on 80 GiB devices, exit 0, no word of it)."""
+    args = ["predict", "llama3-70b", "-p", "16", "-b", "64", "--tensor", "8", "--pipeline", "2", "--micro-batches",
+            "16", "--machine", "dgx-a100"]
+    over = runner.invoke(app, args, env={"COLUMNS": "400"})
+    text = " ".join(over.output.split())
+    assert over.exit_code == 0 and "over the limit of 80.00 GiB: it does not fit" in text
+    mfu = json.loads(runner.invoke(app, [*args, "--json"]).output)["mfu"]
+    assert 0 < mfu < 1 and f"model FLOP utilisation {mfu:.1%}" in text
+    fits = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--pipeline", "2", "--micro-batches", "4"],
+                         env={"COLUMNS": "400"})
+    assert fits.exit_code == 0 and "does not fit" not in fits.output and "model FLOP utilisation" in fits.output
