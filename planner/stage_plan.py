@@ -205,5 +205,9 @@ def _unbeaten(settings: Settings, plan: Plan, lower_s: float, defer: bool = Fals
     step = plan.step_s
     gap = 1 - lower_s / step if 0 < step and lower_s < step else 0.0
     if gap > (plan.solver.get("gap") or 0.0) and gap > 1e-12:
-        plan = dataclasses.replace(plan, solver={**plan.solver, "gap": gap, "status": "feasible"})
+        # the gap is the pipelined plans': left at the time limit, or (the search ended before it)
+        # those that could beat this plan by less than the proof tolerance (planner.pipeline.search)
+        timed = settings.budget is not None and settings.budget.expired()
+        plan = dataclasses.replace(plan, solver={**plan.solver, "gap": gap, "status": "feasible",
+                                                 "gap_of": "time" if timed else "tolerance"})
     return Answer(settings, plan=plan, pipelines=ONE_STAGE if defer else ALL)

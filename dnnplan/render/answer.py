@@ -168,6 +168,10 @@ def gap_line(solver: dict) -> str:
         return f"{uncovered_words(gap, solver['uncovered_zero'])} ({_how(solver)})"
     if status == "optimal" or gap <= 0:
         return f"proven optimal ({_how(solver)})"
+    if solver.get("gap_of") == "tolerance":  # the search ended before its limit (planner.stage_plan._unbeaten)
+        return (f"within [bold]{percent(gap)}[/bold] of the optimum (proven; pipelined plans that could be faster "
+                f"by less than the proof tolerance (--gap, 1% by default) are left unsearched: --gap 0 searches "
+                f"them) ({_how(solver)})")
     why = f"the search stopped at its {limit:g} s time limit" if limit else "the search stopped early"
     return (f"within [bold]{percent(gap)}[/bold] of the optimum (proven; {why}: a longer --time-limit can close "
             f"the gap) ({_how(solver)})")
