@@ -26,9 +26,10 @@ scatter the local ``S / c`` positions over the tensor group (``layer_layouts.seq
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
-from costmodel.parallel.axes import CONTEXT, EXPERT, TENSOR, C, E, F, H, N
+from costmodel.parallel.axes import CONTEXT, ESEQ, EXPERT, SP, TENSOR, C, E, F, H, N
 from costmodel.parallel.shard import check_fits, dim_splits
 from costmodel.parallel.strategy import Strategy, make_strategy
 from costmodel.frameworks.uniform import Fallback, data_strategy
@@ -92,10 +93,25 @@ def megatron_strategies(net: Network, p: int, batch: int, tensor: int,
             out[layer.name] = want
             split_out[layer.name] = splits_features and tensor > 1
             continue
-        out[layer.name] = data_strategy(layer, p, batch)
-        split_out[layer.name] = False
+        kept = _fewer_samples(layer, p, batch, want)  # its model-parallel split kept, over fewer data ranks
+        out[layer.name] = kept if kept is not None else data_strategy(layer, p, batch)
+        split_out[layer.name] = kept is not None and splits_features and tensor > 1
         fallbacks.append(Fallback(layer.name, want.label, out[layer.name].label, why))
     return out, fallbacks
+
+
+def _fewer_samples(layer: Layer, p: int, batch: int, want: Strategy) -> Strategy | None:
+    """``want`` with its sample split cut to what the micro-batch's ``batch`` samples divide, the
+    rest of its ranks replicas, where it then fits (a micro-batch of 16 samples over 32 data ranks:
+    N=16 beside the tensor split, not the tensor split dropped for N=16 x R=16); None otherwise."""
+    degrees = dict(want.degrees)
+    n = degrees.get(N, 1)
+    fewer = math.gcd(n, batch)
+    if fewer == n:
+        return None
+    kept = make_strategy(p, {**{d: k for d, k in degrees.items() if d != N}, **({N: fewer} if fewer > 1 else {}),
+                             SP: int(want.seq_scatter), ESEQ: want.expert_seq})
+    return kept if check_fits(layer, kept, batch) is None else None
 
 
 def _expert_strategy(layer: Layer, p: int, data: int, tensor: int, expert: int, degrees: dict,

@@ -155,3 +155,18 @@ def test_predict_tensor_on_the_command_line():
     stages = json.loads(piped.stdout)["stages"]
     assert [(s["first_layer"], s["last_layer"]) for s in stages] == \
         [("embed", "h2.add2"), ("h3.ln1", "h5.add2"), ("h6.ln1", "h8.add2"), ("h9.ln1", "loss")]
+
+
+def test_a_micro_batch_too_small_for_the_data_ranks_keeps_the_tensor_split():
+    """16 samples a micro-batch over 32 data ranks of tensor 4 (128 devices): each layer keeps its
+    tensor split over the 16 sample groups the micro-batch has, the rest replicas (N=16,F=4,R=2), as
+    reported; it fell back to data parallelism alone (N=16,R=8), every device holding the whole
+    model (Llama 3 70B at tensor 8 on 256 H100s: 131 GiB of weights a device, 106 s a step)."""
+    net = _gpt2()
+    strategies, fallbacks = megatron_strategies(net, 128, 16, 4)
+    model = lambda label: [d for d in label.split(",") if d[0] not in "NR"]  # noqa: E731
+    assert fallbacks and all(model(f.used) == model(f.wanted) for f in fallbacks)  # the model split kept
+    label = {name: s.label for name, s in strategies.items()}
+    assert label["h0.attn"] == "N=16,F=4,R=2" and label["embed"] == "N=16,C=4,R=2"
+    whole, _ = megatron_strategies(net, 64, 16, 4)  # 16 data ranks: every layer takes its split
+    assert {name: s.label for name, s in whole.items()}["h0.attn"] == "N=16,F=4"
