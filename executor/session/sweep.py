@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 from costmodel.choices.training import TrainingChoices
 from costmodel.step.train_time import tokens_per_step
 from executor.session import plan as planning
-from executor.session.plan import PlanRequest, settings_for
+from executor.session.plan import PlanRequest, check_plannable, settings_for
 from lifecycle.forked_workers import Lost, each_forked
 from networks.errors import DnnplanError
 from planner.problem.full_profile import refreshed
@@ -79,6 +79,7 @@ def contexts(request: SweepRequest) -> dict[str, Context]:
     for name in request.machines:
         ctx = context.resolve(request.network, request.devices, request.batch, name, request.profile,
                               request.refresh, request.choices, request.foreign_profile, network_defaults=True)
+        check_plannable(ctx)  # a framework whose step the planner does not price: one line, before any point
         if request.batch is None:  # one batch at every point, the default at one count: said with its count
             at = request.devices
             ctx = dataclasses.replace(ctx, batch_rule=f"{ctx.batch_rule}, at {at} device{'s' * (at > 1)}")

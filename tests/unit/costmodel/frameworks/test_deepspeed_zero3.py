@@ -150,3 +150,6 @@ def test_the_framework_choice_names_deepspeed_as_runtime_did_and_refuses_a_confl
     planned = runner.invoke(app, ["plan", "gpt2", "-p", "64", "-b", "256", "--zero", "3", "--framework", "deepspeed"])
     assert planned.exit_code == 2 and "one layout the planner does not search" in planned.output, planned.output
     assert "dnnplan predict NETWORK --framework deepspeed --zero 3" in planned.output
+    swept = runner.invoke(app, ["plan", "gpt2", "--sweep", "8,16", "-m", "dgx-h100", "--zero", "3", "--framework",
+                                "deepspeed"])  # a sweep's points too, in one line before any is planned
+    assert swept.exit_code == 2 and "one layout the planner does not search" in swept.output, swept.output
