@@ -3,6 +3,8 @@ Megatron's layout (costmodel.frameworks.megatron) on every layer, or data parall
 
 from __future__ import annotations
 
+import dataclasses
+
 from costmodel.calls.algorithms import recompute_algorithms
 from costmodel.choices.training import TrainingChoices
 from costmodel.frameworks.megatron import megatron_strategies
@@ -46,3 +48,9 @@ def _plan(name, net, chosen, strategies, batch, devices, micro, schedule, chunks
     plan = Plan(name, net.name, net.content_hash(), batch, devices, machine, layers, step_s=0.25, choices=chosen,
                 pipeline=pipeline)
     return plan, net
+
+
+def swapped(plan: Plan, layer: str, **change) -> Plan:
+    """``plan`` with one layer's entry changed (an algorithm, a strategy)."""
+    return dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, **change) if lp.name == layer else lp
+                                                  for lp in plan.layers))

@@ -5,13 +5,11 @@ DeepSpeed sets in the script, are refused naming the layer."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from networks.errors import DnnplanError
 from planner.export.deepspeed import DEEPSPEED_SOURCE, deepspeed_config
-from tests.support.export_plans import data_plan, uniform_plan
+from tests.support.export_plans import data_plan, swapped, uniform_plan
 
 #: DeepSpeed's keys, read in deepspeedai/DeepSpeed at tag v0.19.5 (commit
 #: cf44300453eb0af79ed84ed8f1cb49d57478bd76): the top level in deepspeed/runtime/constants.py
@@ -105,8 +103,7 @@ def test_what_deepspeed_json_cannot_say_is_one_line(plan, layer, says):
 
 def test_attention_other_than_the_machines_default_is_refused():
     plan, net = data_plan("tiny-llama", devices=4, batch=8, machine="dgx-h100")
-    unfused = dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, algorithm="materialized")
-                                                     if lp.name == "h0.attn" else lp for lp in plan.layers))
+    unfused = swapped(plan, "h0.attn", algorithm="materialized")
     with pytest.raises(DnnplanError) as err:
         deepspeed_config(unfused, net)
     assert err.value.layer == "h0.attn" and "the script's" in err.value.bare
@@ -116,8 +113,7 @@ def test_a_convolution_algorithm_other_than_the_default_is_refused():
     """The JSON names no convolution algorithm, and is read back with each at the default: a CNN's
     plan whose convolution runs another is refused naming it (--nearest takes the default)."""
     plan, net = data_plan("resnet18", devices=4, batch=64, optimizer="momentum")
-    direct = dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, algorithm="direct")
-                                                    if lp.name == "layer1.0.conv2" else lp for lp in plan.layers))
+    direct = swapped(plan, "layer1.0.conv2", algorithm="direct")
     with pytest.raises(DnnplanError) as err:
         deepspeed_config(direct, net)
     assert err.value.layer == "layer1.0.conv2" and "by direct, where" in err.value.bare

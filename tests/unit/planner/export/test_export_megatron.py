@@ -16,7 +16,7 @@ from networks.loader import load_network
 from planner.export.megatron import MEGATRON_SOURCE, megatron_args
 from planner.export.megatron_layout import MEGATRON, check_sequence
 from planner.plan.plan import Plan
-from tests.support.export_plans import uniform_plan as make
+from tests.support.export_plans import swapped, uniform_plan as make
 
 #: Megatron-LM's option names, each read in NVIDIA/Megatron-LM at commit
 #: d98e8a64ddf34856e74b24714e3bedb2f5a39553 (Megatron-Core 0.20.0): added by hand in
@@ -70,11 +70,6 @@ def value(args: list[str], flag: str) -> str:
     assert flag in got, f"{flag} missing from {args}"
     return " ".join(got[flag])
 
-
-def swapped(plan: Plan, layer: str, **change) -> Plan:
-    """``plan`` with one layer's entry changed."""
-    return dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, **change) if lp.name == layer else lp
-                                                  for lp in plan.layers))
 
 
 CASES = {

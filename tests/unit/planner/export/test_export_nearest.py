@@ -5,8 +5,6 @@ positions on torchtitan, a tensor layout on DeepSpeed's JSON) still refused."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from costmodel.calls.algorithms import default_algorithms, is_recomputed, with_recompute
@@ -23,14 +21,10 @@ from planner.export.nearest import most_common_layout, nearest_plan
 from planner.export.torchtitan import torchtitan_config
 from planner.launch_import.formats import read_launch
 from planner.plan.plan import Plan
-from tests.support.export_plans import data_plan, uniform_plan
+from tests.support.export_plans import data_plan, swapped, uniform_plan
 
 A100 = load_machine("dgx-a100")
 
-
-def swapped(plan: Plan, layer: str, **change) -> Plan:
-    return dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, **change) if lp.name == layer else lp
-                                                  for lp in plan.layers))
 
 
 def test_an_expressible_plan_is_its_own_nearest():

@@ -5,8 +5,6 @@ refused naming the layer."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from costmodel.machine.loading import load_machine
@@ -15,7 +13,7 @@ from networks.loader import load_network
 from planner.export.megatron_layout import check_sequence
 from planner.export.nearest import nearest_plan
 from planner.export.torchtitan import TORCHTITAN, TORCHTITAN_SOURCE, flavor_note, torchtitan_config
-from tests.support.export_plans import uniform_plan as make
+from tests.support.export_plans import swapped, uniform_plan as make
 
 #: torchtitan's sections and their keys, the fields of the dataclasses JobConfig holds in
 #: torchtitan/config/job_config.py at pytorch/torchtitan tag v0.2.2 (commit
@@ -223,8 +221,7 @@ def test_what_torchtitan_cannot_run_is_one_line(kwargs, layer, says):
 def test_attention_other_than_the_machines_default_is_refused():
     plan, net = make("tiny-llama", zero=3, optimizer="adam", machine="dgx-h100")
     assert torchtitan_config(plan, net)["model"]["name"] == "llama3"  # flash: dgx-h100's default
-    unfused = dataclasses.replace(plan, layers=tuple(dataclasses.replace(lp, algorithm="materialized")
-                                                     if lp.name == "h1.attn" else lp for lp in plan.layers))
+    unfused = swapped(plan, "h1.attn", algorithm="materialized")
     with pytest.raises(DnnplanError) as err:
         torchtitan_config(unfused, net)
     assert err.value.layer == "h1.attn" and "SDPA" in err.value.bare
