@@ -31,8 +31,9 @@ The contract, for a reader of one more format:
    granularity) and needs nothing else of the plan.
 
 Modules: :mod:`launch_config` (the configuration read), :mod:`formats` (which reader a file takes),
-:mod:`shell_words` (a launch script's command words as bash splits them: quotes, continuations,
-comments, variables, arrays, redirections),
+:mod:`shell_tokens` (a launch script's tokens as bash's parser splits them: quotes, continuations,
+comments, operators, redirections), :mod:`shell_words` (their expansion, variables and arrays, and
+the training command),
 :mod:`megatron` (Megatron-LM's arguments; parsed in :mod:`megatron_args`, named in
 :mod:`megatron_options`), :mod:`torchtitan`
 (torchtitan's job TOML), :mod:`deepspeed` (DeepSpeed's JSON), :mod:`value_kinds` (the kinds of

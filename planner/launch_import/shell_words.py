@@ -8,11 +8,9 @@ backslashes, often built from variables and bash arrays (Megatron-LM's own examp
 This reads such a script as bash reads it, as far as a launch needs, without running anything
 (bash(1), "QUOTING", "EXPANSION", "REDIRECTION"):
 
-- words are split at blanks and at the operators ``;`` ``&`` ``&&`` ``|`` ``||`` ``|&`` ``(`` ``)``
-  and newlines, which end a command (so ``... 2>&1 | tee log.txt`` is the training command, then
-  ``tee``'s); comments are dropped, ``\\`` and a newline joins lines (also inside double quotes);
-  quotes may span lines (``GPT_ARGS="`` over several lines ``"``);
-- redirections (``> log``, ``2>&1``, ``&> log``, ``< in``, a here-document's body) are no words;
+- its tokens are bash's (:mod:`planner.launch_import.shell_tokens`: words split at blanks and at
+  operators, which with newlines end a command, so ``... 2>&1 | tee log.txt`` is the training
+  command, then ``tee``'s; quotes over several lines; redirections no words);
 - the script's own assignments (``NAME=value``, ``export NAME=value``, arrays ``NAME=( ... )``,
   ``+=``) are expanded in ``$NAME``, ``${NAME}``, ``${NAME:-default}``, ``${NAME[@]}`` and ``$((
   ))`` integer arithmetic, except inside single quotes; an expansion outside double quotes is split
@@ -33,7 +31,8 @@ import ast
 import re
 from dataclasses import dataclass
 
-from networks.errors import DnnplanError, short
+from networks.errors import DnnplanError
+from planner.launch_import.shell_tokens import Part, Scanner, Token
 
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 #: ``$((expr))``, ``${NAME[@]}``, ``${NAME:-default}``, ``${NAME}``, another ``${...}``, ``$NAME``,
@@ -51,11 +50,6 @@ NOT_RUNNING = ("[", "[[", "test", "echo", "printf", "ls", "cat", "cp", "mv", "rm
                "realpath", "readlink", "dirname", "basename", "cd", "head", "tail", "grep", "sed", "wget", "curl")
 #: commands whose arguments are assignments
 DECLARATIONS = ("export", "declare", "typeset", "local", "readonly")
-#: operators that end a command (``(`` and ``)`` also open and close an array's elements)
-OPERATORS = ("&&", "||", ";;", "|&", ";", "&", "|", "(", ")")
-#: redirection operators, longest first (a ``N`` before one is its file descriptor, no word)
-REDIRECTIONS = ("&>>", "&>", "<<<", "<<-", "<<", ">>", ">&", "<&", ">|", "<>", ">", "<")
-BLANKS = " \t\r"
 
 
 @dataclass(frozen=True)
@@ -80,17 +74,6 @@ class LaunchCommand:
 
 
 @dataclass(frozen=True)
-class _Part:
-    """A run of a written word's characters quoted one way on one line: ``""`` unquoted (expanded,
-    then split at blanks), ``'"'`` double-quoted (expanded, not split), ``"'"`` literal (single
-    quotes, or a backslash's character)."""
-
-    text: str
-    quote: str
-    line: int
-
-
-@dataclass(frozen=True)
 class _Piece:
     """A piece of an expanded word: its text, whether blanks in it split words, its line, and the
     variable it leaves unexpanded (None: none)."""
@@ -105,186 +88,6 @@ class _Piece:
 _BREAK = _Piece("", False, 0)
 #: ``"${NAME[@]}"`` of no element: no word, though quoted
 _NOTHING = _Piece("", False, 0)
-
-
-@dataclass(frozen=True)
-class _Token:
-    """A written word (``parts``) or an operator (``op``: one of :data:`OPERATORS` or ``"\\n"``);
-    ``glued``: no blank before it (an array's ``(`` right after ``NAME=``)."""
-
-    line: int
-    parts: tuple[_Part, ...] = ()
-    op: str = ""
-    glued: bool = False
-
-
-class _Scanner:
-    """The script's tokens, as bash's parser splits them (module docstring)."""
-
-    def __init__(self, text: str, path: str):
-        self.text, self.path = text.replace("\r\n", "\n").removeprefix("\ufeff"), path
-        self.i, self.line = 0, 1
-        self.tokens: list[_Token] = []
-        self.parts: list[_Part] = []
-        self.redirect = ""  # a redirection waiting for its target word
-        self.here: list[tuple[str, bool]] = []  # here-documents' delimiters (and <<-'s tab stripping) to skip
-
-    def fail(self, message: str, line: int, hint: str) -> DnnplanError:
-        return DnnplanError(message, file=self.path, line=line, hint=hint)
-
-    def add(self, text: str, quote: str, line: int | None = None) -> None:
-        """Characters of the current word, a part a line (``line``: where they start)."""
-        line = self.line if line is None else line
-        for k, piece in enumerate(text.split("\n")):
-            piece += "\n" if k < text.count("\n") else ""
-            last = self.parts[-1] if self.parts else None
-            if last and last.quote == quote and last.line == line + k:
-                self.parts[-1] = _Part(last.text + piece, quote, last.line)
-            elif piece or k == 0:
-                self.parts.append(_Part(piece, quote, line + k))
-
-    def end_word(self) -> None:
-        if not self.parts:
-            return
-        parts, self.parts = tuple(self.parts), []
-        if self.redirect:  # the redirection's file (or a here-document's delimiter): no word
-            if self.redirect in ("<<", "<<-"):
-                self.here.append(("".join(p.text for p in parts), self.redirect == "<<-"))
-            self.redirect = ""
-            return
-        self.tokens.append(_Token(parts[0].line, parts))
-
-    def operator(self, op: str, glued: bool) -> None:
-        self.end_word()
-        self.redirect = ""
-        self.tokens.append(_Token(self.line, op=op, glued=glued))
-
-    def closing(self, start: int, opening: str, closing: str) -> int:
-        """The index after the ``closing`` that balances the ``opening`` at ``start``, quotes skipped."""
-        depth, quote, j = 0, "", start
-        while j < len(self.text):
-            ch = self.text[j]
-            if quote:
-                quote = "" if ch == quote else quote
-                j += ch == "\\" and quote == '"'
-            elif ch == "\\":
-                j += 1
-            elif ch in "'\"`":
-                quote = ch
-            elif ch == opening:
-                depth += 1
-            elif ch == closing:
-                depth -= 1
-                if depth == 0:
-                    return j + 1
-            j += 1
-        raise self.fail(f"{short(self.text[start - 1:start + 20])}: not closed", self.line,
-                        hint=f"close it with {closing}")
-
-    def substitution(self, quote: str) -> None:
-        """``$(...)``, ``$((...))``, ``${...}`` or a backquoted command, kept whole for expansion."""
-        ch = self.text[self.i]
-        if ch == "`":
-            end = self.text.find("`", self.i + 1)
-            if end < 0:
-                raise self.fail("a backquote is not closed", self.line, hint="close it with `")
-            end += 1
-        else:
-            opening = self.text[self.i + 1]
-            end = self.closing(self.i + 1, opening, ")" if opening == "(" else "}")
-        raw = self.text[self.i:end]
-        self.add(raw, quote)
-        self.line += raw.count("\n")
-        self.i = end
-
-    def single_quoted(self) -> None:
-        end = self.text.find("'", self.i + 1)
-        if end < 0:
-            raise self.fail("a quote (') opened here is not closed", self.line, hint="close the quote")
-        raw = self.text[self.i + 1:end]
-        self.add(raw, "'")
-        self.line += raw.count("\n")
-        self.i = end + 1
-
-    def double_quoted(self) -> None:
-        opened, self.i = self.line, self.i + 1
-        self.add("", '"')
-        while True:
-            if self.i >= len(self.text):
-                raise self.fail('a quote (") opened here is not closed', opened, hint="close the quote")
-            ch, nxt = self.text[self.i], self.text[self.i + 1:self.i + 2]
-            if ch == '"':
-                self.i += 1
-                return
-            if ch == "\\" and nxt in ("$", "`", '"', "\\", "\n"):
-                if nxt == "\n":  # a continuation inside double quotes: both characters removed
-                    self.line += 1
-                else:
-                    self.add(nxt, "'")
-                self.i += 2
-            elif (ch == "$" and nxt in ("(", "{")) or ch == "`":
-                self.substitution('"')
-            else:
-                self.add(ch, '"')
-                self.line += ch == "\n"
-                self.i += 1
-
-    def skip_here_documents(self) -> None:
-        """After a newline, the bodies of the here-documents its line opened."""
-        for delimiter, tabs in self.here:
-            while self.i < len(self.text):
-                end = self.text.find("\n", self.i)
-                end = len(self.text) if end < 0 else end
-                body, self.i = self.text[self.i:end], end + 1
-                self.line += 1
-                if (body.lstrip("\t") if tabs else body) == delimiter:
-                    break
-        self.here = []
-
-    def scan(self) -> list[_Token]:
-        text = self.text
-        while self.i < len(text):
-            ch, nxt = text[self.i], text[self.i + 1:self.i + 2]
-            if ch == "\\":
-                if nxt == "\n":
-                    self.line += 1
-                elif nxt:
-                    self.add(nxt, "'")
-                self.i += 2
-            elif ch == "'":
-                self.single_quoted()
-            elif ch == '"':
-                self.double_quoted()
-            elif (ch == "$" and nxt in ("(", "{")) or ch == "`":
-                self.substitution("")
-            elif ch == "#" and not self.parts:
-                end = text.find("\n", self.i)
-                self.i = len(text) if end < 0 else end
-            elif ch in BLANKS:
-                self.end_word()
-                self.i += 1
-            elif ch == "\n":
-                self.operator("\n", False)
-                self.i += 1
-                self.line += 1
-                self.skip_here_documents()
-            elif ch in "<>" or (ch == "&" and nxt == ">"):
-                if all(p.quote == "" and p.text.isdigit() for p in self.parts):
-                    self.parts = []  # a file descriptor: 2>&1
-                self.end_word()
-                op = next(o for o in REDIRECTIONS if text.startswith(o, self.i))
-                self.redirect = op
-                self.i += len(op)
-            elif ch in "|&;()":
-                glued = bool(self.parts)
-                op = next(o for o in OPERATORS if text.startswith(o, self.i))
-                self.operator(op, glued)
-                self.i += len(op)
-            else:
-                self.add(ch, "")
-                self.i += 1
-        self.end_word()
-        return self.tokens
 
 
 def _integer(node: ast.AST) -> int:
@@ -318,7 +121,7 @@ class Variables:
             value = value[0] if value else ()
         return None if value is None else "".join(p.text for p in value)
 
-    def pieces(self, parts: tuple[_Part, ...]) -> list[_Piece]:
+    def pieces(self, parts: tuple[Part, ...]) -> list[_Piece]:
         """A written word's parts expanded: literal pieces, and each expansion's value, split at
         blanks where it stands outside double quotes."""
         out: list[_Piece] = []
@@ -335,11 +138,11 @@ class Variables:
         return out
 
     @staticmethod
-    def literal(part: _Part, text: str) -> list[_Piece]:
+    def literal(part: Part, text: str) -> list[_Piece]:
         """Written characters: a piece, none for unquoted nothing (a quoted ``""`` is a word)."""
         return [_Piece(text, False, part.line)] if text or part.quote else []
 
-    def reference(self, match: re.Match, part: _Part) -> list[_Piece]:
+    def reference(self, match: re.Match, part: Part) -> list[_Piece]:
         """One expansion's pieces (``part``: the written part it stands in)."""
         split = part.quote == ""
 
@@ -367,7 +170,7 @@ class Variables:
         if value and any(p.text for p in value):
             return [_Piece(p.text, split, p.line, p.unresolved) for p in value]
         if match.group("default") is not None:
-            default = _Part(match.group("default"), part.quote, part.line)
+            default = Part(match.group("default"), part.quote, part.line)
             return [_Piece(p.text, split, p.line, p.unresolved) for p in self.pieces((default,))]
         if value is not None:
             return []
@@ -393,7 +196,7 @@ class Variables:
         except (SyntaxError, ValueError, ZeroDivisionError):
             return "", f"the arithmetic $(({expr}))"
 
-    def words(self, parts: tuple[_Part, ...]) -> list[Word]:
+    def words(self, parts: tuple[Part, ...]) -> list[Word]:
         """A written word as the words it expands to (bash's word splitting: blanks in an unquoted
         expansion split it; a quoted empty string stays a word, an unquoted empty expansion none)."""
         words: list[Word] = []
@@ -422,13 +225,13 @@ class Variables:
         close()
         return words
 
-    def value(self, parts: tuple[_Part, ...]) -> tuple[_Piece, ...]:
+    def value(self, parts: tuple[Part, ...]) -> tuple[_Piece, ...]:
         """An assignment's value: expanded, not split."""
         return tuple(_Piece(p.text, False, p.line, p.unresolved) for p in self.pieces(parts)
                      if p is not _BREAK and p is not _NOTHING)
 
 
-def _assignment(token: _Token) -> tuple[str, bool, tuple[_Part, ...]] | None:
+def _assignment(token: Token) -> tuple[str, bool, tuple[Part, ...]] | None:
     """(name, ``+=``, the value's parts) where ``token`` is ``NAME=value`` (``NAME`` unquoted)."""
     if token.op or token.parts[0].quote != "":
         return None
@@ -436,23 +239,23 @@ def _assignment(token: _Token) -> tuple[str, bool, tuple[_Part, ...]] | None:
     if match is None:
         return None
     first = token.parts[0]
-    rest = _Part(first.text[match.end():], "", first.line)
+    rest = Part(first.text[match.end():], "", first.line)
     return match.group(1), bool(match.group(2)), (rest,) + token.parts[1:]
 
 
 def launch_command(text: str, path: str) -> LaunchCommand:
     """The training command of a launch script (module docstring), its variables expanded; one line
     naming the file when it runs no Python script and is not arguments alone, or runs several."""
-    tokens = _Scanner(text, path).scan()
+    tokens = Scanner(text, path).scan()
     variables = Variables(path)
     commands: list[tuple[int, list[Word]]] = []
-    current: list[_Token] = []
+    current: list[Token] = []
     i = 0
     while i < len(tokens):
         token = tokens[i]
         assigned = _assignment(token) if not token.op else None
         if assigned and i + 1 < len(tokens) and tokens[i + 1].op == "(" and tokens[i + 1].glued \
-                and assigned[2] == (_Part("", "", token.line),):
+                and assigned[2] == (Part("", "", token.line),):
             end = next((k for k in range(i + 2, len(tokens)) if tokens[k].op == ")"), len(tokens))
             elements = [w for t in tokens[i + 2:end] if not t.op for w in variables.words(t.parts)]
             value = [(_Piece(w.text, False, w.line, w.unresolved),) for w in elements]
@@ -472,7 +275,7 @@ def launch_command(text: str, path: str) -> LaunchCommand:
     return _training_command(commands, path)
 
 
-def _run(tokens: list[_Token], variables: Variables, commands: list[tuple[int, list[Word]]]) -> None:
+def _run(tokens: list[Token], variables: Variables, commands: list[tuple[int, list[Word]]]) -> None:
     """One simple command: its assignments made (alone, or after a declaration), else its words."""
     while tokens and len(tokens[0].parts) == 1 and tokens[0].parts[0].quote == "" \
             and tokens[0].parts[0].text in PREFIXES:
