@@ -252,7 +252,7 @@ def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_lim
 
 
 #: the run's settings `dnnplan plan` has no option for (it plans dnnplan's stack: fused Adam, the
-#: gradients reduced once a step in their own precision)
+#: gradients reduced in their own precision when their ZeRO stage reduces them)
 STACK = ("grad_reduce", "reduce_each_micro", "optimizer")
 
 

@@ -256,7 +256,7 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
     net = network_of(row)
     machine = machine or load_machine(row["machine"])
     opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]], reduce_bytes=REDUCE_BYTES.get(c.get("grad_reduce"), 0),
-                    reduce_each_micro=bool(c.get("reduce_each_micro")),
+                    reduce_each_micro=c.get("reduce_each_micro"),  # absent: the stage's own (Optimizer.reduces_each_micro)
                     update_bytes=UPDATE_BYTES.get(c.get("optimizer"), 0),
                     torch_fsdp=c.get("framework") in TORCH_FSDP)
     full = recompute == "full"

@@ -26,7 +26,11 @@ the reduction runs in float32 under 16-bit weights: PyTorch FSDP's ``MixedPrecis
 torch.float32)``, Composer's ``mixed_precision: DEFAULT``; 0: the weights' own); ``reduce_each_micro``,
 the reduction (reduce-scatter or allreduce) run in every micro-batch's backward rather than once a
 step after the last (FSDP without ``no_sync``, as Composer's trainer runs it: its ``no_sync`` context
-is DDP's only). ``update_bytes``: what the update moves per weight element where the framework's
+is DDP's only); None, the default, is the stage's own (:attr:`Optimizer.reduces_each_micro`): from
+stage 2 on every micro-batch, as the gradients are held sharded (DeepSpeed's ZeRO-2 and -3 reduce
+in every micro-batch's backward, PyTorch FSDP unless told ``no_sync``: torchtitan's trainer
+accumulates without it, torchtitan/trainer.py at b5bcd76); stages 0 and 1 once a step, the whole
+gradient accumulated in place (DDP's ``no_sync``, Megatron-Core's distributed optimiser). ``update_bytes``: what the update moves per weight element where the framework's
 optimiser is not one fused pass (:func:`unfused_adamw_bytes`); 0: the fused step's
 (``costmodel.compute.model.update_bytes``). ``torch_fsdp``: the sharding is PyTorch FSDP's flat
 parameters (ZeRO-3, the gradients reduced in every micro-batch): its own kernels on each unit's
@@ -50,7 +54,7 @@ class Optimizer:
     name: str = "momentum"
     zero: int = 0
     reduce_bytes: int = 0  # a gradient element's bytes on the wire; 0: the weights' own (module docstring)
-    reduce_each_micro: bool = False  # the reduction in every micro-batch's backward, not once a step
+    reduce_each_micro: bool | None = None  # the reduction in every micro-batch's backward, not once a step; None: the stage's
     update_bytes: int = 0  # bytes a weight element's update moves; 0: the fused step's (costmodel.compute.model.update_bytes)
     torch_fsdp: bool = False  # PyTorch FSDP's own kernels priced (module docstring; costmodel.layer.fsdp)
 
@@ -64,10 +68,16 @@ class Optimizer:
                                hint="use 2 (16-bit), 4 (float32) or 0 (the weights' own)")
 
     @property
+    def reduces_each_micro(self) -> bool:
+        """Whether the gradients are reduced in every micro-batch's backward (module docstring):
+        ``reduce_each_micro`` where given, else from stage 2 on, where the gradients are sharded."""
+        return self.zero >= 2 if self.reduce_each_micro is None else self.reduce_each_micro
+
+    @property
     def fsdp_kernels(self) -> bool:
         """PyTorch FSDP's own kernels run in every micro-batch's passes (module docstring): its
         flat parameters fully sharded, the gradients reduce-scattered in every micro-batch."""
-        return self.torch_fsdp and self.zero == 3 and self.reduce_each_micro
+        return self.torch_fsdp and self.zero == 3 and self.reduces_each_micro
 
     @property
     def slots(self) -> int:

@@ -105,11 +105,11 @@ class Overlap:
     def label(self) -> str:
         """What the mode overlaps, in the words of the output's assumptions line."""
         if not self.data:
-            return ("weight gradients all-reduced layer by layer after the backward pass (no bucketing, no "
-                    "overlap with compute)")
+            return ("weight gradients all-reduced layer by layer after the backward pass, from ZeRO-2 on "
+                    "reduce-scattered in it (no bucketing, no overlap with compute)")
         out = (f"weight gradients reduced in {self.bucket_bytes / 2 ** 20:g} MiB buckets overlapped with the "
-               "backward pass (the last bucket exposed; under accumulation the last micro-batch's backward only); "
-               "ZeRO parameter gathers overlapped with forward and backward")
+               "backward pass (the last bucket exposed; under accumulation the last micro-batch's backward only, "
+               "from ZeRO-2 on every micro-batch's); ZeRO parameter gathers overlapped with forward and backward")
         out += ("; tensor-parallel collectives overlapped with their GEMMs" if self.tensor
                 else "; tensor-parallel collectives not overlapped")
         return out + ("; expert all-to-alls overlapped with another micro-batch's opposite pass" if self.experts

@@ -43,8 +43,8 @@ def weight_collectives(layer: Layer, active, wshapes: dict, itemsize: int, opt: 
             by_group[dims] = by_group.get(dims, 0) + elems
             gathered[dims] = gathered.get(dims, 0) + elems * (1 if fp8 and fp8_weight(name, wshapes[name]) else itemsize)
     # the gradients in their wire precision (``Optimizer.reduce_bytes``), in every micro-batch's
-    # backward or once a step (``Optimizer.reduce_each_micro``)
-    wire, when = opt.reduce_bytes or itemsize, "bwd" if opt.reduce_each_micro else "sync"
+    # backward or once a step (``Optimizer.reduces_each_micro``)
+    wire, when = opt.reduce_bytes or itemsize, "bwd" if opt.reduces_each_micro else "sync"
     out = []
     for dims, elems in by_group.items():
         nbytes, gbytes = gathered[dims], elems * wire

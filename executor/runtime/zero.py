@@ -12,12 +12,12 @@ stage  held between steps (per weight, r ranks)   collectives per group (n: the 
 =====  =========================================  ================================================
 1      whole weight, momentum shard               ``grad_sync``: reduce-scatter(n) after the whole
                                                   backward, update of the shard, allgather(n)
-2      whole weight, momentum shard               ``grad_sync``: reduce-scatter(n) right after the
-                                                  layer's backward (the whole gradient is freed),
-                                                  update of the shard, allgather(n) after the update
+2      whole weight, momentum shard               ``bwd_comm``: reduce-scatter(n) right after the
+                                                  layer's backward (the whole gradient is freed);
+                                                  ``grad_sync``: update of the shard, allgather(n)
 3      weight shard, momentum shard               ``fwd_comm``: allgather(n) before forward;
-                                                  ``bwd_comm``: allgather(n) before backward;
-                                                  ``grad_sync``: reduce-scatter(n) after it
+                                                  ``bwd_comm``: allgather(n) before backward and
+                                                  reduce-scatter(n) after it
 =====  =========================================  ================================================
 
 Shards are uneven, not padded, so what moves and what is updated are what the cost model counts:
@@ -219,13 +219,16 @@ class LayerZero:
 
     def reduce(self, ctx, grads: dict[str, Array]) -> dict[str, Array]:
         """Reduce-scatter each group's gradients (``grad_sync``): this rank's summed pieces replace
-        the whole gradients in the returned dict; ungrouped weights keep theirs."""
+        the whole gradients in the returned dict; ungrouped weights keep theirs. Stages 2 and 3 do
+        it in the layer's backward (timed there, as priced: ``Optimizer.reduces_each_micro``),
+        stage 1 after the whole backward."""
         if not self.groups:
             return grads
         out = dict(grads)
-        with self._span(ctx, "grad_sync"):
+        phase = "bwd" if self.stage >= 2 else "sync"
+        with self._span(ctx, TIMER_PHASE[phase]):
             for g in self.groups:
-                for name, piece in zip(g.names, g.reduce_scatter([grads[n] for n in g.names], "sync")):
+                for name, piece in zip(g.names, g.reduce_scatter([grads[n] for n in g.names], phase)):
                     out[name] = piece
         return out
 

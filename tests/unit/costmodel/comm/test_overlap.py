@@ -268,7 +268,7 @@ def test_fsdp_reducing_in_float32_every_micro_batch_moves_what_it_runs():
     reduce-scatters its gradients in float32. GPT-2's h0.fc, a 768 x 3072 weight and 3072 biases in
     bf16 (2 bytes an element), over 16 data ranks: gathered as 4,724,736 bytes before forward and
     before backward, its gradients reduce-scattered as 9,449,472 bytes in each of 4 micro-batches,
-    instead of 4,724,736 once a step after the last."""
+    instead of 4,724,736 once a step after the last (under ``no_sync``, the whole gradient kept)."""
     strategies, _ = megatron_strategies(GPT2, 16, 8, 1, False)
     fsdp = Optimizer("adam", 3, reduce_bytes=4, reduce_each_micro=True)
 
@@ -276,7 +276,7 @@ def test_fsdp_reducing_in_float32_every_micro_batch_moves_what_it_runs():
         return predict_step(GPT2, 32, strategies, default_algorithms(GPT2), H100, ROOF, opt, micro_batches=4,
                             overlap=overlap)
 
-    once, each = run(Optimizer("adam", 3)), run(fsdp)
+    once, each = run(Optimizer("adam", 3, reduce_each_micro=False)), run(fsdp)
 
     def comms(pred):
         layer = next(x.layer for x in pred.layers if x.layer.name == "h0.fc")
@@ -298,4 +298,28 @@ def test_fsdp_reducing_in_float32_every_micro_batch_moves_what_it_runs():
     assert hidden.comm_exposed_s + hidden.comm_overlapped_s == pytest.approx(each.comm_exposed_s, rel=1e-9)
     with pytest.raises(DnnplanError):
         Optimizer("adam", 3, reduce_bytes=3)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_sharded_gradients_are_reduced_in_every_micro_batch_by_default(stage):
+    """ZeRO-2 and -3 hold a weight's gradient as a shard, so under gradient accumulation they
+    reduce-scatter it in every micro-batch's backward (DeepSpeed's stages 2 and 3, PyTorch FSDP as
+    torchtitan accumulates); stages 0 and 1 accumulate the whole gradient and reduce it once a step.
+    GPT-2 on 16 data ranks: with one micro-batch the step is the same either way; with 4, stages 2
+    and 3 reduce four times what once a step reduces."""
+    strategies, _ = megatron_strategies(GPT2, 16, 8, 1, False)
+    each = stage >= 2
+    assert Optimizer("adam", stage).reduces_each_micro == each
+    assert Optimizer("adam", stage, reduce_each_micro=not each).reduces_each_micro == (not each)
+
+    def run(opt, m):
+        return predict_step(GPT2, 32 * m, strategies, default_algorithms(GPT2), H100, ROOF, opt, micro_batches=m,
+                            overlap="none")
+
+    default, once = Optimizer("adam", stage), Optimizer("adam", stage, reduce_each_micro=False)
+    assert run(default, 1).step_s == pytest.approx(run(once, 1).step_s, rel=1e-12)
+    reduced = [c for x in run(default, 4).layers for c in x.layer.comms if c.purpose == "grad_sync"]
+    assert reduced and all(c.phase == ("bwd" if each else "sync") for c in reduced)
+    extra = run(default, 4).comm_exposed_s - run(once, 4).comm_exposed_s
+    assert extra == pytest.approx(3 * sum(c.seconds for c in reduced) if each else 0.0, rel=1e-9, abs=1e-15)
 
