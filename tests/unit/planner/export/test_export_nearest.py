@@ -11,7 +11,7 @@ from costmodel.calls.algorithms import default_algorithms, is_recomputed, with_r
 from costmodel.machine.loading import load_machine
 from costmodel.parallel.strategy import Strategy
 from dnnplan.render.export import deepspeed_json
-from executor.session.export_nearest import nearest_export
+from executor.session.export_nearest import nearest_export, priced
 from executor.session.predict_launch import launch_step
 from networks.errors import DnnplanError
 from planner.export.deepspeed import deepspeed_config
@@ -68,6 +68,36 @@ def test_recomputation_of_part_of_a_layer_becomes_the_frameworks():
         recomputed = {name for name, a in got.plan.algorithms().items() if is_recomputed(a)}
         assert recomputed == {name for name, a in full.algorithms().items() if is_recomputed(a)}, framework
         assert "every transformer layer whole (full)" in " ".join(got.changes)
+
+
+def test_a_plan_recomputing_its_mixtures_of_experts_is_not_made_selective():
+    """tiny-moe recomputing both blocks' mixtures of experts and one block's attention: Megatron-LM's
+    selective recomputation would rerun attention's core alone and keep the experts' activations
+    (the planner's Qwen3 30B-A3B plan on 64 H100s so became 218.84 GiB a device where it held
+    79.74), so the nearest recomputes every transformer layer whole, and holds less than selective
+    recomputation would."""
+    full, net = uniform_plan("tiny-moe", recompute="full", optimizer="adam", precision="bf16", machine="dgx-h100")
+    partial = full
+    for layer in net.layers:
+        if layer.op not in ("moe",) and layer.name != "h0.attn":
+            partial = swapped(partial, layer.name, algorithm="")
+    recomputing = {name for name, a in partial.algorithms().items() if is_recomputed(a)}
+    assert {net.layer(name).op for name in recomputing} == {"moe", "attention"}
+    got = nearest_plan(partial, net, "megatron", load_machine("dgx-h100"))
+    assert "every transformer layer whole (full)" in " ".join(got.changes)
+    assert {name for name, a in got.plan.algorithms().items() if is_recomputed(a)} == \
+        {name for name, a in full.algorithms().items() if is_recomputed(a)}
+    made = nearest_export(partial, net, "megatron")
+    selective, _ = uniform_plan("tiny-moe", recompute="selective", optimizer="adam", precision="bf16",
+                                machine="dgx-h100")
+    assert made.nearest.memory_peak_bytes < priced(selective, net).memory_peak_bytes
+    attention_only = full
+    for layer in net.layers:
+        if layer.op != "attention":
+            attention_only = swapped(attention_only, layer.name, algorithm="")
+    assert nearest_plan(attention_only, net, "megatron", load_machine("dgx-h100")).changes == ()
+    args = megatron_args(attention_only, net)  # attention alone recomputed is Megatron-LM's selective
+    assert args[args.index("--recompute-granularity") + 1] == "selective"
 
 
 def test_megatron_recomputes_as_many_first_layers_whole_as_the_plan_recomputes_part_of():
