@@ -91,6 +91,9 @@ def _parse(text: str, source: str, seq: int | None = None) -> Network:
     if "layers" not in doc:
         raise p.fail("the spec needs 'layers'", line=doc.line, field="layers")
     p.expand(doc["layers"], {}, "", inputs[0].name, None, 0, "the network", "layers", doc.line)
+    if not p.raws:
+        raise p.fail("every layer is left out by its 'when': the network has no layer", line=doc.line,
+                     field="layers", hint="make at least one layer's 'when' true")
     order = toposort(p.raws, {i.name for i in inputs}, p)
     return _build(name, inputs, order, p)
 

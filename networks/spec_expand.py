@@ -74,7 +74,7 @@ class Parser:
         if not isinstance(entries, list) or not entries:
             raise self.fail(f"'layers' of {where} must be a non-empty list, got {short(entries)}", line=line,
                             layer=prefix or None, field=field)
-        local: dict[str, str] = {}
+        local = self._ahead(entries, env, prefix)
         for entry in entries:
             if not isinstance(entry, LDict):
                 raise self.fail(f"each entry of 'layers' in {where} must be a mapping, got {short(entry)}",
@@ -89,6 +89,23 @@ class Parser:
             else:
                 prev = self.expand_layer(entry, env, prefix, prev, block_input, local)
         return prev
+
+    def _ahead(self, entries: list, env: dict, prefix: str) -> dict[str, str]:
+        """The list's layers by name, each its full name, before any is expanded: a layer may read one
+        of its own list written later (as at the top level), which resolves to this instance's first.
+        A block used in the list takes its name as it is expanded (its output); a name that fails
+        here fails where its entry is expanded, in order."""
+        out: dict[str, str] = {}
+        if not prefix:
+            return out  # the top level's names are the layers' own
+        for entry in entries:
+            if isinstance(entry, LDict) and "use" not in entry and "name" in entry:
+                try:
+                    name = self._layer_name(entry, env)
+                except DnnplanError:
+                    continue
+                out.setdefault(name, f"{prefix}.{name}")
+        return out
 
     def resolve(self, ref: str, local: dict, block_input: str | None, line, layer) -> str:
         if ref == BLOCK_INPUT:

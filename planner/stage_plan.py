@@ -64,8 +64,8 @@ def at_stage(net: Network, network_ref: str, batch: int, p: int, machine: Machin
     except Infeasible as err:
         if uniform_stack(net) is None:
             raise NoneFits(False) from err
-        why = (f"no plan of the whole batch at once fits: the least any needs is {err.need_bytes / GIB:.1f} GiB a "
-               f"device, over the {limit / GIB:.1f} GiB limit")
+        why = (f"no plan of the whole batch at once fits: the least any needs is {_gib(err.need_bytes)} GiB a "
+               f"device, over the {_gib(limit)} GiB limit")
     else:
         return _pipelined(net, batch, p, machine, compute, limit, settings, plan, schedule, prove_s, ceiling, defer)
     try:
@@ -211,3 +211,9 @@ def _unbeaten(settings: Settings, plan: Plan, lower_s: float, defer: bool = Fals
         plan = dataclasses.replace(plan, solver={**plan.solver, "gap": gap, "status": "feasible",
                                                  "gap_of": "time" if timed else "tolerance"})
     return Answer(settings, plan=plan, pipelines=ONE_STAGE if defer else ALL)
+
+
+def _gib(nbytes: float) -> str:
+    """Bytes in GiB to a tenth, or to three figures below 1 GiB (a limit of 0.01 GiB is not 0.0)."""
+    gib = nbytes / GIB
+    return f"{gib:.1f}" if gib >= 1 else f"{gib:.3g}"

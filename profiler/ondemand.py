@@ -46,6 +46,10 @@ from lifecycle.stops import sigint_handled_by
 from profiler.tables.store import cache_path, earlier_cache_paths, open_for_device, read_table, write_table
 
 
+#: into a file or pipe, the seconds at least between two lines saying what is being timed
+SAY_EVERY_S = 10.0
+
+
 class OnDemandCompute(ProfiledCompute):
     def __init__(self, table, fallback, path, threads: int, progress: bool = True, max_call_s: float = 1.0,
                  concurrency: int = 1, refresh: bool = False):
@@ -62,6 +66,7 @@ class OnDemandCompute(ProfiledCompute):
         self.cached = table  # what the cache file holds: the profiler's own timings (save writes it)
         self._last_save = time.perf_counter()
         self._status = None
+        self._said_at: float | None = None  # when the latest timing line went to a file or pipe (_say)
         self.enabled = not os.environ.get("DNNPLAN_NO_PROFILE")
         self._recording: dict[str, KernelCall] | None = None
         self._listing_only = False  # calls_of(time_missing=False): list the calls, time none
@@ -180,12 +185,22 @@ class OnDemandCompute(ProfiledCompute):
             self._companions = Companions(self.concurrency - 1, self.threads)
 
     def _say(self, text: str) -> None:
-        """Show what is being timed on the status line (stderr), started on first use."""
-        if self.progress and self._status is None:
-            self._status = Console(stderr=True).status(text)
+        """Show what is being timed on the status line (stderr), started on first use; into a file
+        or pipe, where no line redraws, the latest as a line of its own now and then (at most every
+        :data:`SAY_EVERY_S`: minutes of timing, a sweep's machine `local` points, say what they do)."""
+        if not self.progress:
+            return
+        console = Console(stderr=True)
+        if not console.is_terminal:
+            now = time.perf_counter()
+            if self._said_at is None or now - self._said_at >= SAY_EVERY_S:
+                console.print(text, markup=False, highlight=False, soft_wrap=True)
+                self._said_at = now
+            return
+        if self._status is None:
+            self._status = console.status(text)
             self._status.start()
-        if self._status is not None:
-            self._status.update(text)
+        self._status.update(text)
 
     def _rebuild(self) -> None:
         fresh = ProfiledCompute(self.table, self.fallback)

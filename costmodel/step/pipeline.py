@@ -242,7 +242,11 @@ def cut_at(net: Network, first_layers: tuple[str, ...]) -> list[list[Layer]]:
     """``net``'s layers cut into stages starting at ``first_layers`` (a plan's cut; the first of them
     must be the network's first layer, the others later layers in order)."""
     index = {layer.name: i for i, layer in enumerate(net.layers)}
-    starts = [index.get(name, -1) for name in first_layers]
+    unknown = [name for name in first_layers if name not in index]
+    if unknown:
+        raise DnnplanError(f"the stages' first layer '{unknown[0]}' is not a layer of {net.name}",
+                           hint=f"name layers of the network, the first stage starting at '{net.layers[0].name}'")
+    starts = [index[name] for name in first_layers]
     if not starts or starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:])):
         raise DnnplanError(f"the stages' first layers {', '.join(first_layers)} do not cut {net.name} in order",
                            hint=f"the first stage starts at '{net.layers[0].name}', each next one at a later layer")

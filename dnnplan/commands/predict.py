@@ -144,6 +144,9 @@ def idle_layout(net, splits: LayerSplits, pipeline: int, micro_batches: int, sch
     out = []
     if splits.expert > 1 and not any(layer.op == "moe" for layer in net.layers):
         out.append(f"--expert {splits.expert} changes nothing: {net.name} has no mixture-of-experts layer")
+    if splits.context > 1 and not any(layer.op == "attention" for layer in net.layers):
+        out.append(f"--context {splits.context} splits {net.name}'s image height over {splits.context} devices (a "
+                   "spatial split, the rows at each cut exchanged): it has no sequence")
     if splits.sequence_parallel and splits.tensor == 1:
         out.append("--sequence-parallel changes nothing without --tensor above 1 (it splits the tensor groups' "
                    "norms over the sequence)")

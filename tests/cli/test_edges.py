@@ -88,6 +88,14 @@ def test_a_flag_that_changes_nothing_for_the_network_says_so():
     assert used.exit_code == 0 and "changes nothing" not in used.output
 
 
+def test_context_on_a_cnn_says_it_splits_the_image_height():
+    got = runner.invoke(app, ["predict", "resnet18", "-p", "8", "--context", "2"])
+    assert got.exit_code == 0 and ("warning: --context 2 splits resnet18's image height over 2 devices (a spatial "
+                                   "split, the rows at each cut exchanged): it has no sequence") in got.output
+    sequence = runner.invoke(app, ["predict", "gpt-tiny", "-p", "4", "--context", "2"])
+    assert sequence.exit_code == 0 and "image height" not in sequence.output
+
+
 def test_a_token_budget_and_a_price_add_time_and_cost_to_train():
     """--tokens and --gpu-hour-price: the summary's line and the JSON's ``train``, at the step the
     command predicts (plan and predict alike)."""

@@ -181,7 +181,8 @@ REFUSED = [
     (["execute", "{p64}", "-n", "4"], "the plan is for 64 devices, not --ranks 4"),
     (["plan", "lenet5", "--devices", "64", "--machine", "local"], r"--devices \d+\) or pick a larger --machine"),
     (["execute", "{cut_top}", "-n", "2"], r"cut_top.yaml:\d+: the plan ends early .*last complete line is \d+ "
-                                          r"\(make it again with `dnnplan plan lenet5 --devices 64"),
+                                          r"\(make it again with `dnnplan plan lenet5 --devices 64 --out \S*cut_top.yaml "
+                                          r"--force`"),  # the file is there: replacing it takes --force
     (["predict", "{cut_layers}"], r"the plan ends after layer '\w+', \d+ of the network's \d+ layers short"),
     (["predict", "{cut_json}"], r"cut.json:\d+: the plan ends early"),
     (["predict", "{precision_edited}"], r"field 'precision': the plan was made for precision fp32, and its "

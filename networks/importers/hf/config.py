@@ -79,11 +79,14 @@ class Config:
             raise self.fail(name or field, f"must be a whole number from {low} to 2^31, got {short(value)}")
         return self._val(field, name, value)
 
-    def number(self, field: str, default: Any = _ABSENT, aliases: tuple[str, ...] = ()) -> Val:
-        """A finite number >= 0 (an epsilon, a rate, a factor)."""
+    def number(self, field: str, default: Any = _ABSENT, aliases: tuple[str, ...] = (), positive: bool = False) -> Val:
+        """A finite number >= 0 (a rate, a factor), or > 0 where ``positive`` (a norm's epsilon, which
+        the network's layers refuse at 0)."""
         name, value = self._get(field, default, aliases)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-            raise self.fail(name or field, f"must be a number >= 0, got {short(value)}")
+        low = "> 0" if positive else ">= 0"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf \
+                or (positive and value == 0):
+            raise self.fail(name or field, f"must be a number {low}, got {short(value)}")
         return self._val(field, name, float(value))
 
     def flag(self, field: str, default: Any = _ABSENT, aliases: tuple[str, ...] = ()) -> Val:

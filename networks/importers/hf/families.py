@@ -102,7 +102,7 @@ def gpt2(cfg: Config, seq: int | None) -> Decoder:
         kv_heads=heads, head_dim=_head_dim(cfg, width, heads),
         ffn=cfg.whole("n_inner") if ffn is not None else derived(4 * width.value, "n_inner null: 4 x n_embd"),
         vocab=cfg.whole("vocab_size"), seq=_seq(cfg, seq, "n_positions", aliases=("max_position_embeddings",)),
-        norm=Val("layernorm", "GPT-2's LayerNorm"), eps=cfg.number("layer_norm_epsilon", 1e-5),
+        norm=Val("layernorm", "GPT-2's LayerNorm"), eps=cfg.number("layer_norm_epsilon", 1e-5, positive=True),
         mlp=_activation(cfg, cfg.text("activation_function", "gelu_new"), gated=False),
         attn_bias=Val(True, "GPT-2's Conv1D projections have biases"), mlp_bias=Val(True, "GPT-2's Conv1D biases"),
         rotary=Val(False, "learned positions"), tied=cfg.flag("tie_word_embeddings", True), positions=positions,
@@ -135,7 +135,7 @@ def _llama_like(cfg: Config, seq: int | None, family: str, *, eps_default: float
         family=family, width=width, layers=cfg.whole("num_hidden_layers"), heads=heads, kv_heads=kv,
         head_dim=head_dim, ffn=cfg.whole("intermediate_size"), vocab=cfg.whole("vocab_size"),
         seq=_seq(cfg, seq, "max_position_embeddings", max_default), norm=Val("rmsnorm", f"{family}'s RMSNorm"),
-        eps=cfg.number("rms_norm_eps", eps_default), mlp=mlp,
+        eps=cfg.number("rms_norm_eps", eps_default, positive=True), mlp=mlp,
         attn_bias=bias, mlp_bias=mlp_bias, rotary=Val(True, "rotary positions (RoPE)"),
         tied=cfg.flag("tie_word_embeddings", tied_default), notes=tuple(notes))
 
@@ -280,7 +280,7 @@ def gpt_neox(cfg: Config, seq: int | None) -> Decoder:
         head_dim=_head_dim(cfg, width, heads),
         ffn=cfg.whole("intermediate_size"), vocab=cfg.whole("vocab_size"),
         seq=_seq(cfg, seq, "max_position_embeddings", 2048), norm=Val("layernorm", "GPT-NeoX's LayerNorm"),
-        eps=cfg.number("layer_norm_eps", 1e-5), mlp=_activation(cfg, cfg.text("hidden_act", "gelu"), gated=False),
+        eps=cfg.number("layer_norm_eps", 1e-5, positive=True), mlp=_activation(cfg, cfg.text("hidden_act", "gelu"), gated=False),
         attn_bias=cfg.flag("attention_bias", True), mlp_bias=Val(True, "GPT-NeoX's MLP has biases"),
         rotary=Val(True, "rotary positions"), tied=cfg.flag("tie_word_embeddings", False),
         residual=Val("parallel" if parallel.value else "sequential", parallel.origin, parallel.field),
@@ -312,7 +312,7 @@ def falcon(cfg: Config, seq: int | None) -> Decoder:
         family="falcon", width=width, layers=cfg.whole("num_hidden_layers"), heads=heads, kv_heads=kv,
         head_dim=_head_dim(cfg, width, heads), ffn=ffn,
         vocab=cfg.whole("vocab_size"), seq=_seq(cfg, seq, "max_position_embeddings", 2048),
-        norm=Val("layernorm", "Falcon's LayerNorm"), eps=cfg.number("layer_norm_epsilon", 1e-5), mlp=mlp,
+        norm=Val("layernorm", "Falcon's LayerNorm"), eps=cfg.number("layer_norm_epsilon", 1e-5, positive=True), mlp=mlp,
         attn_bias=bias, mlp_bias=bias, rotary=Val(True, "rotary positions"), tied=cfg.flag("tie_word_embeddings", True),
         residual=Val(residual, "new_decoder_architecture / parallel_attn", "parallel_attn"),
         dropout=cfg.number("hidden_dropout", 0.0), notes=tuple(notes))

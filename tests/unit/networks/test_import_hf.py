@@ -191,6 +191,8 @@ def _config(tmp_path, **fields) -> str:
      "num_experts_per_tok=6 exceeds num_local_experts=4"),
     ({"model_type": "qwen2_moe", "decoder_sparse_step": 2}, "decoder_sparse_step", "blocks of two kinds"),
     ({"model_type": "qwen2_moe", "mlp_only_layers": [0]}, "mlp_only_layers", "blocks of two kinds"),
+    ({"rms_norm_eps": 0}, "rms_norm_eps", "must be a number > 0, got 0"),  # not the spec's line the import makes
+    ({"model_type": "gpt2", "layer_norm_epsilon": 0.0}, "layer_norm_epsilon", "must be a number > 0"),
 ])
 def test_what_the_catalogue_cannot_express_is_refused_naming_the_field(tmp_path, fields, field, words):
     with pytest.raises(DnnplanError) as err:

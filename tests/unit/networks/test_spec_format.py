@@ -224,6 +224,15 @@ layers:
   - {use: b, name: kept, when: true}
 """)
     assert names(net) == ["kept.r"]
+    with pytest.raises(DnnplanError, match="every layer is left out by its 'when'") as err:
+        parse("""
+name: t
+inputs:
+  x: {shape: [8]}
+layers:
+  - {name: r, op: relu, when: false}
+""")
+    assert err.value.field == "layers"
 
 
 def test_input_inside_a_nested_block_is_that_blocks_input():
@@ -264,3 +273,37 @@ def test_lenet5_from_the_zoo():
     net = parse_network((ZOO / "lenet5.yaml").read_text(encoding="utf-8"), source="lenet5.yaml")
     assert net.num_params == 61_706
     assert net.layer("flatten").out_shape == (400,)
+
+
+def test_a_layer_in_a_block_reads_one_written_after_it_in_the_block():
+    """As at the top level, a layer may name one written later; inside a block the name is this
+    instance's first, and a loop through such names is a cycle."""
+    net = parse("""
+name: t
+inputs:
+  x: {shape: [8]}
+blocks:
+  b:
+    layers:
+      - {name: r, op: relu, inputs: s}
+      - {name: s, op: relu, inputs: $input}
+      - {name: sum, op: add, inputs: [r, s]}
+layers:
+  - {use: b, name: "b{i}", repeat: 2}
+""")
+    assert net.layer("b0.r").inputs == ("b0.s",) and net.layer("b1.s").inputs == ("b0.sum",)
+    assert net.layer("b1.r").inputs == ("b1.s",)
+    with pytest.raises(DnnplanError, match="cycle"):
+        parse("""
+name: t
+inputs:
+  x: {shape: [8]}
+blocks:
+  b:
+    layers:
+      - {name: r, op: relu, inputs: sum}
+      - {name: s, op: relu, inputs: r}
+      - {name: sum, op: add, inputs: [r, s]}
+layers:
+  - {use: b, name: b0}
+""")

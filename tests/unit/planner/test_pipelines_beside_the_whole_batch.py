@@ -289,3 +289,9 @@ def test_a_gap_left_by_the_proof_tolerance_is_not_blamed_on_the_time_limit():
     assert closed["solver"]["status"] == "optimal" and closed["step_s"] == got["step_s"]
     timed = gap_line({**got["solver"], "gap_of": "time"})
     assert "the search stopped at its 60 s time limit" in timed
+
+
+def test_why_pipelined_names_a_limit_under_1_gib_as_it_is():
+    """The pipeline search's reason: a limit under 1 GiB to three figures (--memory 0.01 read
+    "over the 0.0 GiB limit"), the others to a tenth."""
+    assert [stage_plan._gib(x * 2.0 ** 30) for x in (0.01, 0.496, 6.66, 80.0)] == ["0.01", "0.496", "6.7", "80.0"]

@@ -110,3 +110,20 @@ def test_plan_and_validate_offer_refresh_profile():
         assert r.exit_code == 0 and "--refresh-profile" in r.output
     r = runner.invoke(app, ["plan", "lenet5", "--devices", "2", "--refresh-profile"])  # machine dgx-a100
     assert r.exit_code == 0 and "--refresh-profile applies to machine `local`" in " ".join(r.output.split())
+
+
+def test_into_a_pipe_what_is_timed_is_a_line_now_and_then(monkeypatch, capsys):
+    """On a terminal the timing status redraws one line; into a file or pipe (capsys's stderr is
+    neither a terminal) it is printed as a line of its own, at most every SAY_EVERY_S, so a long
+    timing (a sweep's machine `local` points) is not minutes of silence in a log."""
+    cm = local_compute_model(load_machine("local"), progress=True)
+    now = [0.0]
+    monkeypatch.setattr(ondemand.time, "perf_counter", lambda: now[0])
+    for at, text in ((100.0, "profiling kernel 1: a"), (101.0, "profiling kernel 2: b"),
+                     (100.5 + ondemand.SAY_EVERY_S, "profiling kernel 3: c")):
+        now[0] = at
+        cm._say(text)
+    assert capsys.readouterr().err.splitlines() == ["profiling kernel 1: a", "profiling kernel 3: c"]
+    quiet = local_compute_model(load_machine("local"), progress=False)
+    quiet._say("profiling kernel 4: d")
+    assert capsys.readouterr().err == ""

@@ -67,6 +67,7 @@ def test_a_pipelined_plan_file_reads_back_as_written_and_predicts_its_recorded_s
     (lambda p: p.update(micro_batches=3), "dividing the plan's batch"),
     (lambda p: p.update(schedule="zigzag"), "unknown pipeline schedule"),
     (lambda p: p.update(first_layers=["h1.ln1", "embed"]), "do not cut gpt-tiny in order"),
+    (lambda p: p.update(first_layers=["embed", "h1.nope"]), "first layer 'h1.nope' is not a layer of gpt-tiny"),
     (lambda p: p.update(first_layers=["embed"]), "first layer of each of the 2 stages"),
 ])
 def test_a_bad_pipeline_section_is_one_line_naming_the_file(tmp_path, edit, needle):

@@ -1,0 +1,56 @@
+"""A plan file names its network spec and machine YAML relative to its own folder, so it reads back
+from any working folder (planner.plan.plan_file)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import yaml
+from typer.testing import CliRunner
+
+from dnnplan.cli import app
+from tests.support.paths import ROOT, ZOO
+
+runner = CliRunner()
+
+
+def _step(args: list[str]) -> float:
+    got = runner.invoke(app, args + ["--json"])
+    assert got.exit_code == 0, got.output
+    return json.loads(got.stdout)["step_s"]
+
+
+def test_a_plan_of_files_reads_back_from_any_folder(tmp_path, monkeypatch):
+    specs, plans, elsewhere = tmp_path / "specs", tmp_path / "plans", tmp_path / "elsewhere"
+    for folder in (specs, plans, elsewhere):
+        folder.mkdir()
+    shutil.copy(ZOO / "lenet5.yaml", specs / "net.yaml")
+    shutil.copy(ROOT / "costmodel" / "machine" / "dgx-a100.yaml", specs / "m.yaml")
+    monkeypatch.chdir(tmp_path)
+    planned = _step(["plan", "specs/net.yaml", "-p", "4", "--machine", "specs/m.yaml", "--out", "plans/p.yaml"])
+    recorded = yaml.safe_load((plans / "p.yaml").read_text())
+    assert (recorded["network"], recorded["machine"]) == ("../specs/net.yaml", "../specs/m.yaml")
+    for folder, plan in ((elsewhere, str(plans / "p.yaml")), (plans, "p.yaml"), (tmp_path, "plans/p.yaml")):
+        monkeypatch.chdir(folder)
+        assert _step(["predict", plan]) == planned, folder
+    # another net.yaml in the working folder is not the plan's
+    shutil.copy(ZOO / "alexnet.yaml", elsewhere / "net.yaml")
+    monkeypatch.chdir(elsewhere)
+    assert _step(["predict", str(plans / "p.yaml")]) == planned
+
+
+def test_a_plan_written_beside_its_spec_and_one_naming_the_working_folder_read_back(tmp_path, monkeypatch):
+    shutil.copy(ZOO / "lenet5.yaml", tmp_path / "net.yaml")
+    monkeypatch.chdir(tmp_path)
+    planned = _step(["plan", "net.yaml", "-p", "2", "--out", "p.yaml"])
+    assert yaml.safe_load((tmp_path / "p.yaml").read_text())["network"] == "./net.yaml"
+    assert _step(["predict", "p.yaml"]) == planned
+    # a plan that names a path from the folder it was made in (not from its own): read from there
+    (tmp_path / "plans").mkdir()
+    data = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    (tmp_path / "plans" / "old.yaml").write_text(yaml.safe_dump({**data, "network": "net.yaml"}, sort_keys=False))
+    assert _step(["predict", "plans/old.yaml"]) == planned
+    # a zoo name stays a name
+    _step(["plan", "lenet5", "-p", "2", "--out", "z.yaml"])
+    assert yaml.safe_load((tmp_path / "z.yaml").read_text())["network"] == "lenet5"
