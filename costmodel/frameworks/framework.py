@@ -292,9 +292,15 @@ def _value(data: Any, key: str, low: float = 0.0, high: float = math.inf) -> Val
     return Value(float(data), basis, source)
 
 
+#: the most kernel launches a count of a framework file may give (an op's in a pass, an expert's, the
+#: update's): the shipped files' largest is 42; each launch is a call on the host's timeline, so a count
+#: of billions would hold the machine's memory before any answer
+MAX_LAUNCHES = 10_000
+
+
 def _count(data: Any, key: str) -> int:
-    if isinstance(data, bool) or not isinstance(data, int) or data < 0:
-        raise _fail(f"bad value {short(str(data))}: expected a whole number from 0", key)
+    if isinstance(data, bool) or not isinstance(data, int) or not 0 <= data <= MAX_LAUNCHES:
+        raise _fail(f"bad value {short(str(data))}: expected a whole number from 0 to {MAX_LAUNCHES:,}", key)
     return data
 
 

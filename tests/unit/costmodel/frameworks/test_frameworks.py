@@ -67,6 +67,11 @@ def test_every_shipped_framework_loads_and_the_default_is_todays_pricing():
      "kernels.softmax_cross_entropy.grad_copies"),
     ("name: x\nabout: y\nmemory:\n  grads_in_backward: sometimes\n", "memory.grads_in_backward"),
     ("about: y\n", "name"),
+    # a count of billions of launches would hold the machine's memory before any answer
+    ("name: x\nabout: y\nkernels:\n  layernorm: {fwd: 1000000000, bwd: 3}\n", "kernels.layernorm.fwd"),
+    ("name: x\nabout: y\nhost:\n  update_launches: 10001\n", "host.update_launches"),
+    ("name: x\nabout: y\nkernels:\n  moe: {per_local_expert: {fwd: 2, bwd: 99999999999999999999}}\n",
+     "kernels.moe.per_local_expert.bwd"),
 ])
 def test_a_mistake_is_one_line_naming_the_file_line_and_key(tmp_path, text, key):
     path = tmp_path / "mine.yaml"
