@@ -13,7 +13,7 @@ from dnnplan.assumed import ASSUMED
 from dnnplan.render import fmt, tables
 from dnnplan.render.answer import train_line
 from dnnplan.render.plan import SMALL_NETWORK
-from executor.session.predict import PlanStep, Predicted
+from executor.session.predict import PlanStep, Predicted, mfu
 from networks.ir import Network
 from profiler.context import Context
 
@@ -81,25 +81,34 @@ def pipelined(got: Predicted, as_json: bool, train=None, ctx: Context | None = N
 
 def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches: int, as_json: bool,
               train=None, assumed: tuple[str, ...] = ()) -> None:
-    """DeepSpeed's ZeRO-3 step (costmodel.frameworks.deepspeed.Zero3Step): JSON, or its terms in words."""
-    out = {"runtime": "deepspeed", "network": ctx.network.name, "devices": ctx.devices, "batch": ctx.batch,
+    """DeepSpeed's ZeRO-3 step (costmodel.frameworks.deepspeed.Zero3Step): JSON, or its terms in words,
+    with whether its peak fits the device's memory and its model FLOP utilisation, as every step says."""
+    limit = ctx.machine.device.mem_capacity_bytes
+    fits = step_.memory_peak_bytes <= limit * (1 + 1e-9)
+    utilisation = mfu(ctx, step_.step_s)
+    out = {"runtime": "deepspeed", "framework": "deepspeed", "network": ctx.network.name, "devices": ctx.devices,
+           "machine": ctx.machine.name, "batch": ctx.batch,
            "micro_batches": micro_batches, "step_s": step_.step_s, "per_micro_s": step_.per_micro_s,
            "fwd_compute_s": step_.fwd_compute_s, "bwd_compute_s": step_.bwd_compute_s,
            "gather_s": step_.gather_s, "gathers_in_backward": step_.gathers_in_backward,
            "reduce_scatter_s": step_.reduce_scatter_s, "update_s": step_.update_s,
            "exposed_comm_s": step_.exposed_comm_s, "memory_peak_bytes": step_.memory_peak_bytes,
+           "memory_limit_bytes": limit, "fits": fits, "mfu": utilisation,
            **trained_as(ctx, assumed), "fallbacks": [f.__dict__ for f in fallbacks], **_train(train)}
     if as_json:
         print(json.dumps(out))
         return
     c = tables.console
-    c.print(f"{ctx.network.name}: batch {ctx.batch} on {ctx.devices} devices of {ctx.machine.name}, DeepSpeed ZeRO-3, "
-            f"{micro_batches} micro-batch(es) of {micro}")
-    c.print(f"step {step_.step_s:.4g} s = {micro_batches} x (max(forward {step_.fwd_compute_s:.4g} s, gathers "
-            f"{step_.gather_s:.4g} s) + max(backward {step_.bwd_compute_s:.4g} s, {step_.gathers_in_backward} x "
-            f"gathers) + reduce-scatters {step_.reduce_scatter_s:.4g} s) + update {step_.update_s:.4g} s")
-    c.print(f"communication not hidden by compute {step_.exposed_comm_s:.4g} s; peak memory "
-            f"{step_.memory_peak_bytes / 2 ** 30:.2f} GiB per device (docs/costmodel.md, DeepSpeed ZeRO-3)")
+    s = fmt.seconds
+    c.print(f"{ctx.network.name}: batch {ctx.batch} on {ctx.devices} x {ctx.machine.name}, DeepSpeed ZeRO-3, "
+            f"{micro_batches} micro-batch{'es' if micro_batches > 1 else ''} of {micro}")
+    c.print(f"step {s(step_.step_s)} = {micro_batches} x (max(forward {s(step_.fwd_compute_s)}, gathers "
+            f"{s(step_.gather_s)}) + max(backward {s(step_.bwd_compute_s)}, {step_.gathers_in_backward} x "
+            f"gathers) + reduce-scatters {s(step_.reduce_scatter_s)}) + update {s(step_.update_s)}")
+    over = "" if fits else f" (over the limit of {fmt.nbytes(limit)}: it does not fit)"
+    c.print(f"communication not hidden by compute {s(step_.exposed_comm_s)}; peak memory "
+            f"{fmt.nbytes(step_.memory_peak_bytes)} a device{over};  model FLOP utilisation {utilisation:.1%} "
+            "(docs/costmodel.md, DeepSpeed ZeRO-3)")
     if fallbacks:
         c.print(f"{len(fallbacks)} layer(s) could not split the micro-batch over every device and run "
                 f"data parallel on fewer, first {fallbacks[0].layer}")

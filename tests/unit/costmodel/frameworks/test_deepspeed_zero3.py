@@ -153,3 +153,22 @@ def test_the_framework_choice_names_deepspeed_as_runtime_did_and_refuses_a_confl
     swept = runner.invoke(app, ["plan", "gpt2", "--sweep", "8,16", "-m", "dgx-h100", "--zero", "3", "--framework",
                                 "deepspeed"])  # a sweep's points too, in one line before any is planned
     assert swept.exit_code == 2 and "one layout the planner does not search" in swept.output, swept.output
+
+
+def test_a_deepspeed_step_over_the_devices_memory_says_it_does_not_fit():
+    """As every other step: Llama 3 8B under ZeRO-3 in 4 micro-batches on 64 H100s peaks at 85.84 GiB
+    a device, over their 80 (it said the peak alone), with its model FLOP utilisation and machine."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from dnnplan.cli import app
+    args = ["predict", "llama3-8b", "-p", "64", "-m", "dgx-h100", "--framework", "deepspeed", "--zero", "3",
+            "--micro-batches", "4"]
+    text = CliRunner().invoke(app, args)
+    said = " ".join(text.output.split())  # the console wraps its lines
+    assert text.exit_code == 0 and "85.84 GiB a device (over the limit of 80.00 GiB: it does not fit)" in said
+    assert "model FLOP utilisation" in said and "on 64 x dgx-h100" in said
+    out = json.loads(CliRunner().invoke(app, args + ["--json"]).stdout)
+    assert out["fits"] is False and out["machine"] == "dgx-h100" and 0 < out["mfu"] < 1
+    assert out["memory_limit_bytes"] == 80 * 2 ** 30 < out["memory_peak_bytes"]
