@@ -132,10 +132,19 @@ def refusal(net: Network, batch: int, p: int, machine: Machine, compute: Compute
     found.append(f"--memory {_up(least / GIB)} (GiB a device)")
     how = ", with or without pipelining" if pipelined else ""
     more = "" if accumulated is None else f" at once, {accumulated / GIB:.3f} GiB accumulating micro-batches of one sample"
-    return DnnplanError(
+    return NoPlanFits(
         f"no plan of {net.name} at batch {batch} fits {limit / GIB:.3f} GiB per device on {p} devices{how}; "
         f"the least any plan needs is {need / GIB:.3f} GiB per device{more}",
-        hint="a plan exists (checked) with " + _either(found))
+        hint="a plan exists (checked) with " + _either(found), need_bytes=least, limit_bytes=limit)
+
+
+class NoPlanFits(DnnplanError):
+    """:func:`refusal`'s error, with the least any plan needs a device (``need_bytes``, accumulating
+    where that needs less) and the limit it is over (a sweep's rows group the counts so refused)."""
+
+    def __init__(self, message: str, *, hint: str, need_bytes: float, limit_bytes: float):
+        super().__init__(message, hint=hint)
+        self.need_bytes, self.limit_bytes = need_bytes, limit_bytes
 
 
 def _up(gib: float) -> str:

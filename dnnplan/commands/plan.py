@@ -133,7 +133,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     --pipeline auto --tokens 15T --gpu-hour-price dgx-a100=1.6,dgx-h100=2.5
 
     Default batch: 32 samples a device; a language model about 4M tokens, at most 16 sequences a device
-    (a sweep: one batch at every point, that of --devices).
+    (a sweep: one batch at every point, that of --devices, else of the sweep's most devices).
     On machine `local` the plan is checked against the uniform plans in its step's context.
 
     --emit megatron|torchtitan|deepspeed prints the plan as that framework's launch file after it
@@ -163,8 +163,11 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     train_tokens = token_budget(tokens, price)
     prices = parse_prices(price, machines)
     if swept:
+        counts = tuple(parse_counts(sweep) if sweep else [devices])
+        # one batch at every point: the default at --devices, else at the sweep's most devices (at one
+        # device a language model's default is 16 sequences, not the 4M tokens it trains on)
         request = SweepRequest(
-            network, tuple(machines), tuple(parse_counts(sweep) if sweep else [devices]), devices=devices,
+            network, tuple(machines), counts, devices=devices if _given(click, "devices") else max(counts),
             batch=batch, profile=profile, refresh=refresh,
             choices=choices.but(recompute="auto" if recompute else "none"),
             foreign_profile=foreign_profile, memory_limit_bytes=None if memory is None else memory * GIB,
@@ -173,8 +176,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             point_s=None if time_limit is None else time_limit - finish_reserve_s(time_limit),
             total_s=DEFAULT_SWEEP_LIMIT_S, most_s=DEFAULT_TIME_LIMIT_S - finish_reserve_s(DEFAULT_TIME_LIMIT_S),
             jobs=sweep_jobs)
-        zero = () if request.pipelines or _given(click, "zero") else ("--zero 0 (each point; --pipeline auto weighs "
-                                                                     "the stages as a single plan does)",)
+        zero = () if not request.with_data or _given(click, "zero") else (
+            "--zero 0 (each point; --pipeline auto weighs the stages as a single plan does)",)
         plan_sweep(request, plot, as_json, refresh, lambda *ctxs: _defaults(click, *ctxs) + zero)
         return
     price = None if prices is None else prices[machines[0]]

@@ -152,8 +152,11 @@ def _marks(row: dict) -> str:
 
 
 def _mix(row: dict) -> str:
-    """The layers' splits by kind, after the pipeline where the point is pipelined."""
+    """The layers' splits by kind, after the pipeline where the point is pipelined, and the ZeRO stage
+    the point chose where it weighed them (ZeRO-0 said by nothing)."""
     mix = ", ".join(f"{k} x{v}" for k, v in row["mix"].items())
+    if row.get("zero"):
+        mix += f"; ZeRO-{row['zero']}"
     pipe = row.get("pipeline")
     if pipe is None:
         return mix

@@ -32,6 +32,7 @@ from lifecycle.forked_workers import Lost, each_forked
 from networks.errors import DnnplanError
 from planner.problem.full_profile import refreshed
 from planner.problem.solve import strategy_mix
+from planner.refusal import NoPlanFits
 from planner.solvers import Budget
 from planner.sweep import mark_best, point, point_seconds, priced, with_speedups
 from profiler import context
@@ -56,7 +57,9 @@ class SweepRequest:
     solver: str = "auto"
     gap: float | None = None
     with_data: bool = True  # each point beside pure data parallelism (strong scaling on one machine)
-    pipelines: bool = False  # each point as `dnnplan plan` answers it: pipelined where nothing fits whole
+    #: each point as `dnnplan plan` answers it: pipelined where nothing fits whole (else a comparison of
+    #: machines or of time to train weighs each point's ZeRO stages on the whole batch, as --pipeline off)
+    pipelines: bool = False
     tokens: float | None = None  # a token budget: each point's time and cost to train it
     prices: dict | None = None  # machine -> price a device-hour
     point_s: float | None = None  # each point's search bound; None: a share of total_s
@@ -111,8 +114,9 @@ def plan_point(request: SweepRequest, ctx: Context, name: str, devices: int, bud
     """One point's row (planner.sweep.point) under ``budget``, named with its machine and priced."""
     started = time.perf_counter()
     settings = settings_for(ctx, request.solver, request.gap, budget)
-    if request.pipelines:
-        row = _answered(request, dataclasses.replace(ctx, devices=devices), name, settings)
+    if request.pipelines or not request.with_data:  # a comparison: each point's ZeRO stage weighed
+        row = _answered(request, dataclasses.replace(ctx, devices=devices), name, settings,
+                        None if request.pipelines else "off")
     else:
         row = refreshed(ctx.compute, lambda: point(ctx.network, request.network, ctx.batch, devices, ctx.machine,
                                                     ctx.compute, request.memory_limit_bytes, settings,
@@ -123,20 +127,24 @@ def plan_point(request: SweepRequest, ctx: Context, name: str, devices: int, bud
     return priced(row, ctx.batch, per_step, request.tokens, price)
 
 
-def _answered(request: SweepRequest, ctx: Context, name: str, settings) -> dict:
+def _answered(request: SweepRequest, ctx: Context, name: str, settings, pipeline: str | None = None) -> dict:
     """One point planned as `dnnplan plan` plans it (executor.session.plan.plan: the ZeRO stages
-    weighed, the pipeline search where nothing fits whole), as a row like planner.sweep.point's,
-    with the pipeline chosen, if any."""
-    ask = PlanRequest(request.network, name, None, request.memory_limit_bytes, step_context=False,
+    weighed, the pipeline search where nothing fits whole; ``pipeline`` "off": as `--pipeline off`,
+    the whole batch at once under each ZeRO stage), as a row like planner.sweep.point's, with the
+    pipeline chosen, if any."""
+    ask = PlanRequest(request.network, name, None, request.memory_limit_bytes, pipeline=pipeline, step_context=False,
                       batch_given=request.batch is not None)
     try:
         ctx.machine.check_devices(ctx.devices)
         answer, made = planning.finished(ctx, ask, settings, planning.plan(ctx, ask, settings))
+    except NoPlanFits as err:  # the least any plan needs beside the limit: the counts so refused share a note
+        return {"devices": ctx.devices, "error": str(err), "need_bytes": err.need_bytes, "limit_bytes": err.limit_bytes}
     except DnnplanError as err:
         return {"devices": ctx.devices, "error": str(err)}
     solver = made.solver
     row = {"devices": ctx.devices, "step_s": made.step_s, "memory_peak_bytes": made.memory_peak_bytes,
-           "mfu": made.mfu, "mix": strategy_mix(made), "solver": solver.get("solver", solver.get("method")),
+           "mfu": made.mfu, "mix": strategy_mix(made), "zero": made.choices.zero,
+           "solver": solver.get("solver", solver.get("method")),
            "status": solver.get("status"), "gap": solver.get("gap", solver.get("proven_gap"))}
     got = answer.pipeline
     if got is not None:

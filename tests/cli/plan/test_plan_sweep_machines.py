@@ -193,10 +193,10 @@ def test_ctrl_c_keeps_the_points_planned_and_exits_130(jobs):
 
 def test_what_a_sweep_assumes_is_said_as_a_plans_summary_says_it():
     """The flags not given are said under the table and in the JSON (``assumed``), as a single plan
-    says them; the batch, the same at every point, is the default at --devices (1 unless given), and
-    says the count it is the default of (the JSON's batch_assumed)."""
+    says them; the batch, the same at every point, is the default at --devices where given, else at
+    the sweep's most devices, and says the count it is the default of (the JSON's batch_assumed)."""
     data = _json()
-    assert data["batch"] == 16 and data["batch_assumed"].endswith(", at 1 device")  # gpt-tiny: 16 a device
+    assert data["batch"] == 64 and data["batch_assumed"].endswith(", at 4 devices")  # gpt-tiny: 16 a device
     fewer = _json("-p", "2")
     assert fewer["batch"] == 32 and fewer["batch_assumed"].endswith(", at 2 devices")
     given = _json("-b", "8")
@@ -205,11 +205,16 @@ def test_what_a_sweep_assumes_is_said_as_a_plans_summary_says_it():
     assert "--precision bf16 (a network with attention on a GPU; fp16 on dgx1-v100)" in data["assumed"]
     assert "--optimizer adam (a network with attention)" in data["assumed"]
     table = " ".join(runner.invoke(app, [*SWEEP, "--precision", "fp16"]).output.split())
-    assert "assumed, the flag not given: --optimizer adam (a network with attention); --batch 16" in table
+    assert "assumed, the flag not given: --optimizer adam (a network with attention); --batch 64" in table
     assert "--precision" not in table.split("assumed, the flag not given:")[1]
-    # each point's ZeRO stage, which a single plan weighs: said unless given or weighed (--pipeline auto)
-    assert any(a.startswith("--zero 0 (each point") for a in data["assumed"])
-    assert not any(a.startswith("--zero") for a in _json("--zero", "1")["assumed"])
+    # each point of a comparison weighs the ZeRO stages, as a single plan does; a strong-scaling sweep
+    # (one machine, no tokens) plans each at ZeRO-0 unless given, and says so
+    assert not any(a.startswith("--zero") for a in data["assumed"])
+    assert all(r["zero"] in (0, 1, 2, 3) for r in data["rows"] if "step_s" in r)
+    scaling = runner.invoke(app, ["plan", "gpt-tiny", "--sweep", "1,2,4", "--json"])
+    assert any(a.startswith("--zero 0 (each point") for a in json.loads(scaling.stdout)["assumed"])
+    assert not any(a.startswith("--zero") for a in json.loads(
+        runner.invoke(app, ["plan", "gpt-tiny", "--sweep", "1,2,4", "--zero", "1", "--json"]).stdout)["assumed"])
 
 
 def test_a_point_of_one_micro_batch_is_not_called_accumulated():
@@ -223,3 +228,16 @@ def test_a_point_of_one_micro_batch_is_not_called_accumulated():
         "4 micro-batches (accumulated); ")
     assert _mix({**row, "pipeline": {"stages": 2, "micro_batches": 8, "chunks": 1}}).startswith(
         "pipeline 2 (8 micro-batches); ")
+
+
+def test_a_comparisons_point_is_the_plan_dnnplan_plan_answers_there():
+    """Comparing machines, each point weighs the ZeRO stages as `dnnplan plan --pipeline off` does at
+    that count (it planned ZeRO-0 alone: gpt2 on 8 H100s 40.6 ms where the plan's ZeRO-1 takes 39)."""
+    swept = runner.invoke(app, ["plan", "gpt2", "-m", "dgx-a100,dgx-h100", "--sweep", "8", "--tokens", "1B", "--json"])
+    assert swept.exit_code == 0, swept.output
+    for machine in ("dgx-a100", "dgx-h100"):
+        single = runner.invoke(app, ["plan", "gpt2", "-p", "8", "-m", machine, "--pipeline", "off", "--json"])
+        assert single.exit_code == 0, single.output
+        want = json.loads(single.stdout)
+        got = next(r for r in json.loads(swept.stdout)["rows"] if r["machine"] == machine)
+        assert (got["step_s"], got["zero"]) == (want["step_s"], want["zero"]) and want["zero"] == 1, machine
