@@ -41,6 +41,16 @@ def test_the_shipped_efficiencies_are_the_fit(bench):
                                                                               abs=1e-9), name
 
 
+def test_the_machines_without_a_fit_of_their_own_carry_the_h100s_fractions():
+    """dgx-h200 (the same GH100 chip), the Blackwell machines and the MI300X say they carry the H100's
+    efficiencies: every class as dgx-h100 has it, its measured float32 GEMM included."""
+    h100 = load_machine("dgx-h100").device
+    for name in ("dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x"):
+        device = load_machine(name).device
+        assert {k: device.efficiency_of(k) for k in EFFICIENCY_CLASSES} == \
+            {k: h100.efficiency_of(k) for k in EFFICIENCY_CLASSES}, name
+
+
 def test_held_out_error_within_bounds(bench):
     results = bench.predict_rows(bench.load_rows())
     held = [abs(x["error"]) for x in results if x["set"] == "held-out"]
