@@ -40,3 +40,19 @@ def not_blank(flag: str, what: str, example: str) -> Callable[[str | None], str 
             raise DnnplanError(f"{flag} {short(value)} names no {what}", hint=f"e.g. {flag} {example}")
         return value
     return check
+
+
+def one_price(flag: str, most: float) -> Callable[[str | None], float | None]:
+    """A typer callback reading one price from 0 to ``most`` (a command that prices one machine);
+    ``MACHINE=PRICE`` pairs, which a comparison of machines takes, are refused in one line saying so."""
+    def check(value: str | None) -> float | None:
+        if value is None:
+            return None
+        try:
+            price = float(value)
+        except ValueError:
+            hint = ("this command prices one machine: give its price alone, e.g. 2.5; MACHINE=PRICE pairs "
+                    "price the machines `dnnplan plan -m A,B` compares") if "=" in value else "e.g. 2.5"
+            raise DnnplanError(f"{flag} {short(value)} is not a price", hint=hint) from None
+        return within(flag, 0, most)(price)
+    return check

@@ -25,7 +25,7 @@ from costmodel.compute.model import ComputeModel, OnDemand
 from costmodel.machine.model import MAX_DEVICES
 from costmodel.parallel.axes import CONTEXT, EXPERT, PIPELINE, TENSOR
 from costmodel.step.train_time import parse_tokens
-from dnnplan.flag_values import not_blank, one_of, within
+from dnnplan.flag_values import not_blank, one_of, one_price, within
 from networks.errors import DnnplanError
 from networks.ops.base import MAX_INT
 
@@ -414,9 +414,9 @@ PlanMicroBatchesOpt = Annotated[Optional[int], typer.Option(
 TokensOpt = Annotated[Optional[str], typer.Option(
     "--tokens", help="Tokens to train a language model on (15T, 300B, 2e12): the summary adds the steps, days, "
     "device-hours and, with --gpu-hour-price, the cost at the predicted step.", show_default=False)]
-PriceOpt = Annotated[Optional[float], typer.Option(
+PriceOpt = Annotated[Optional[str], typer.Option(
     "--gpu-hour-price", help="Price of one device for one hour (any currency), for --tokens's cost.",
-    callback=within("--gpu-hour-price", 0, 1e6), show_default=False)]
+    callback=one_price("--gpu-hour-price", 1e6), show_default=False)]
 
 
 def token_budget(tokens: str | None, price: float | None) -> float | None:

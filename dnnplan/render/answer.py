@@ -83,11 +83,19 @@ def memory_mfu_line(peak_bytes: float, limit_bytes: float | None, mfu: float | N
 
 def train_line(t) -> str:
     """Time and cost to train a token budget (costmodel.step.train_time.TrainTime) at the step."""
-    cost = "" if t.cost is None else f", {t.cost:,.0f} at {t.price_per_device_hour:g} a device-hour"
-    span = f"{t.days:,.1f} days" if t.days >= 1 else f"{t.days * 24:.3g} hours"  # a small budget: not 0.0 days
-    return (f"to train {_count(t.tokens)} tokens: {t.steps:,} steps of {t.tokens_per_step:,} tokens, {span} on "
-            f"{t.devices:,} devices ({t.device_hours:,.0f} device-hours{cost}; the steps alone: no warm-up, "
+    cost = "" if t.cost is None else f", {_amount(t.cost)} at {t.price_per_device_hour:g} a device-hour"
+    hours = t.days * 24  # a small budget: not 0.0 days, nor hours in powers of ten
+    span = (f"{t.days:,.1f} days" if t.days >= 1 else f"{hours:.3g} hours" if hours >= 0.1 else
+            f"{hours * 60:.3g} minutes" if hours * 60 >= 0.1 else f"{hours * 3600:.3g} seconds")
+    steps = "1 step" if t.steps == 1 else f"{t.steps:,} steps"
+    return (f"to train {_count(t.tokens)} tokens: {steps} of {t.tokens_per_step:,} tokens, {span} on "
+            f"{t.devices:,} devices ({_amount(t.device_hours)} device-hours{cost}; the steps alone: no warm-up, "
             "evaluation, checkpoints or failures)")
+
+
+def _amount(x: float) -> str:
+    """A count of device-hours or a cost: whole from 100 on, else three figures (not 0 for a small budget)."""
+    return f"{x:,.0f}" if x >= 100 or x == 0 else f"{x:.3g}"
 
 
 def _count(n: float) -> str:

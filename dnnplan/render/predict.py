@@ -70,7 +70,8 @@ def pipelined(got: Predicted, as_json: bool, train=None, ctx: Context | None = N
                           **(trained_as(ctx, assumed) if ctx is not None else {}),
                           "fallbacks": [f.__dict__ for f in got.fallbacks], **_train(train)}))
         return
-    tables.pipeline_table(pred, ctx.machine.device.mem_capacity_bytes if ctx is not None else None, got.mfu)
+    tables.pipeline_table(pred, ctx.machine.device.mem_capacity_bytes if ctx is not None else None, got.mfu,
+                          ctx.machine.name if ctx is not None else None)
     _train_line(train)
     assumed_line(assumed)
     if got.fallbacks:
@@ -127,7 +128,7 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
                               "machine": plan.machine, "mfu": got.mfu, "precision": plan.choices.precision,
                               "optimizer": plan.choices.optimizer, **_train(train)}))
             return
-        tables.pipeline_table(pred, plan.solver.get("memory_limit_bytes"), got.mfu)
+        tables.pipeline_table(pred, plan.solver.get("memory_limit_bytes"), got.mfu, plan.machine)
         recorded_line(plan.step_s, pred.step_s)
         _train_line(train)
         return

@@ -31,11 +31,13 @@ def memory_line(parts: dict[str, int]) -> str:
     return "memory per device: " + ", ".join(f"{MEMORY_WORDS[k]} {fmt.nbytes(v)}" for k, v in parts.items() if v)
 
 
-def pipeline_table(pred, limit_bytes: float | None = None, mfu: float | None = None) -> None:
+def pipeline_table(pred, limit_bytes: float | None = None, mfu: float | None = None,
+                   machine: str | None = None) -> None:
     """A pipelined prediction (costmodel.step.pipeline.PipelinePrediction): one row per stage; with
-    ``limit_bytes`` (a device's memory) a peak over it said not to fit, and with ``mfu`` the step's
-    model FLOP utilisation."""
-    t = Table(title=f"{pred.network}: batch {pred.batch} on {pred.devices} devices, {len(pred.stages)} stages, "
+    ``limit_bytes`` (a device's memory) a peak over it said not to fit, with ``mfu`` the step's model
+    FLOP utilisation, and with ``machine`` its name in the title (as an unpipelined step's says it)."""
+    on = f"{pred.devices} x {machine}" if machine else f"{pred.devices} devices"
+    t = Table(title=f"{pred.network}: batch {pred.batch} on {on}, {len(pred.stages)} stages, "
                     f"{pred.micro_batches} micro-batches, {pred.schedule}"
                     + (f" ({pred.chunks} chunks a device)" if pred.chunks > 1 else ""), title_justify="left")
     for col in ("stage", "layers", "ranks", "fwd", "bwd", "sends", "per micro-batch", "sync+update",

@@ -167,3 +167,20 @@ def test_every_other_tools_option_name_maps_to_an_option_of_plan_or_predict():
     options = {o for name in ("plan", "predict") for p in group.get_command(None, name).params for o in p.opts}
     assert {target for target, _ in OTHER_NAMES.values()} <= options
     assert not set(OTHER_NAMES) & options  # none of them is already one of dnnplan's
+
+
+def test_a_pipelined_prediction_names_its_machine_as_every_step_does():
+    got = runner.invoke(app, ["predict", "gpt-tiny", "-p", "4", "--pipeline", "2", "--micro-batches", "4",
+                              "-m", "dgx-h100"])
+    assert got.exit_code == 0 and "gpt-tiny: batch 64 on 4 x dgx-h100, 2 stages" in got.output, got.output
+
+
+def test_predict_takes_one_price_and_says_so_of_a_machines_pair():
+    pair = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tokens", "15T", "--gpu-hour-price", "dgx-a100=2.5"])
+    assert pair.exit_code == 2 and "--gpu-hour-price 'dgx-a100=2.5' is not a price (this command prices one " \
+        "machine: give its price alone, e.g. 2.5;" in " ".join(pair.output.split()), pair.output
+    for bad in ("-1", "nan", "cheap"):
+        got = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tokens", "15T", "--gpu-hour-price", bad])
+        assert got.exit_code == 2 and got.output.startswith("error: --gpu-hour-price"), got.output
+    one = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tokens", "15T", "--gpu-hour-price", "2.5", "--json"])
+    assert one.exit_code == 0 and json.loads(one.stdout)["train"]["cost"] > 0, one.output

@@ -26,3 +26,13 @@ def test_tokens_read_with_their_suffix_and_a_step_takes_batch_times_sequence():
     assert tokens_per_step(gpt2, 8) == 8 * 1024
     with pytest.raises(DnnplanError, match="reads no token ids"):
         tokens_per_step(load_network("resnet50"), 32)
+
+
+def test_the_summary_line_reads_a_small_budget_in_its_own_units():
+    """A budget of one step: "1 step", its seconds, its device-hours and cost to three figures (it read
+    "1 steps", "2.56e-05 hours" and "0 device-hours, 0 at 2.5"); a large one in days and whole numbers."""
+    from dnnplan.render.answer import train_line
+    small = train_line(train_time(0.0923, 131072, 8, 1e3, 2.5))
+    assert "1 step of 131,072 tokens, 0.0923 seconds on 8 devices (0.000205 device-hours, 0.000513 at 2.5" in small
+    large = train_line(train_time(0.0923, 131072, 8, 15e12, 2.5))
+    assert "114,440,918 steps" in large and "122.3 days" in large and "23,473 device-hours, 58,683 at 2.5" in large
