@@ -348,8 +348,9 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
         op, _, algorithm = str(kind).partition(".")
         if kind != DEFAULT_OP and (op not in OPS or (algorithm and algorithm not in ALGORITHMS.get(op, ()))):
             raise _fail(f"unknown op kind {short(str(kind))}", f"kernels.{kind}",
-                        hint=f"use {DEFAULT_OP}, an op of the catalogue ({', '.join(sorted(OPS))}), or one "
-                             f"op's algorithm ({', '.join(f'{o}.{a}' for o, algos in ALGORITHMS.items() for a in algos)})")
+                        hint=f"use {DEFAULT_OP}, one op's algorithm: "
+                             f"{', '.join(f'{o}.{a}' for o, algos in ALGORITHMS.items() for a in algos)}; or an op "
+                             f"of the catalogue: {', '.join(sorted(OPS))}")
         entry = _mapping(raw, f"kernels.{kind}", _OP)
         kernels.append((str(kind), OpKernels(_count(entry.get("fwd", 1), f"kernels.{kind}.fwd"),
                                              _count(entry.get("bwd", 2), f"kernels.{kind}.bwd"),

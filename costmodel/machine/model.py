@@ -21,6 +21,7 @@ Reading files is :mod:`costmodel.machine.loading`' job. The schema is documented
 from __future__ import annotations
 
 import difflib
+import re
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -234,8 +235,11 @@ def _fail(message: str, source: str, field: str | None, hint: str | None = None)
 def _check_keys(data: Any, required: tuple[str, ...], optional: tuple[str, ...], where: str,
                 source: str) -> Mapping[str, Any]:
     label = where or "the top level"
+    if data is None and not where:
+        raise _fail("the machine file is empty", source, None, hint="see docs/machines.md for the schema")
     if not isinstance(data, Mapping):
-        raise _fail(f"expected a mapping of keys at {label}, got {type(data).__name__}", source,
+        got = "nothing" if data is None else type(data).__name__
+        raise _fail(f"expected a mapping of keys at {label}, got {got}", source,
                     where or None, hint="see docs/machines.md for the schema")
     allowed = required + optional
     for key in data:
@@ -279,7 +283,9 @@ def _positive(value: Any, field: str, source: str, unit: str) -> float:
         if isinstance(value, str) and _reads_as_float(value):
             lo, hi, _ = RANGES[unit]
             number = float(value)
-            hint = (f"YAML reads {short(value)} as text; write it with a decimal point, e.g. {number:.1e}"
+            quoted = re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)", value.strip())  # YAML reads these as numbers unquoted
+            hint = (f"write {value.strip()} without quotes" if quoted and lo <= number <= hi else
+                    f"YAML reads {short(value)} as text; write it with a decimal point, e.g. {number:.1e}"
                     if lo <= number <= hi else f"YAML reads {short(value)} as text, and as a number it lies outside "
                     f"{lo:g} to {hi:g} {unit}: write the figure in {unit}")
         raise _fail(f"expected a number ({unit}), got {short(value)}", source, field, hint=hint)

@@ -219,6 +219,7 @@ BAD = [
      "expected a number"),
     ("exponent YAML reads as text", _mutated(("device", "memory_gib"), "8e1"), "device.memory_gib",
      "write it with a decimal point, e.g. 8.0e+01"),
+    ("quoted number", _mutated(("device", "memory_gib"), "80"), "device.memory_gib", "write 80 without quotes"),
     ("exponent past the range", _mutated(("device", "peak_tflops", "float32"), "1e400"), "device.peak_tflops.float32",
      "as a number it lies outside 1e-06 to 1e+06 TFLOP/s"),
     ("float node count", _mutated(("devices_per_node",), 8.5), "devices_per_node", "integer"),
@@ -325,3 +326,12 @@ def test_batched_reshards_take_the_link_of_the_domain_not_the_node():
         assert in_domain <= across
         cheaper += in_domain < across
     assert cheaper  # some reshard crosses the two nodes the domain joins
+
+
+def test_an_empty_machine_file_says_it_is_empty(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("# nothing here yet\n")
+    with pytest.raises(DnnplanError) as err:
+        load_machine(str(path))
+    assert "the machine file is empty" in str(err.value) and str(path) in str(err.value)
+    assert "NoneType" not in str(err.value)
