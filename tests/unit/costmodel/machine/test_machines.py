@@ -278,7 +278,10 @@ def test_yaml_syntax_errors_and_duplicates(tmp_path):
     with pytest.raises(DnnplanError, match="not valid YAML"):
         load_machine(str(path))
     path.write_text("")
-    with pytest.raises(DnnplanError, match="expected a mapping"):
+    with pytest.raises(DnnplanError, match="the machine file is empty"):
+        load_machine(str(path))
+    path.write_text("- a list\n")
+    with pytest.raises(DnnplanError, match="expected a mapping of keys at the top level, got list"):
         load_machine(str(path))
 
 
