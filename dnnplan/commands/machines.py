@@ -1,21 +1,36 @@
-"""`dnnplan machines`: the shipped machine models."""
+"""`dnnplan machines`: the shipped machine models, or the figures of the ones named."""
 
 from __future__ import annotations
 
 import json
+from typing import Annotated, Optional
 
-from costmodel.machine.loading import DEFAULT_MACHINE, list_machines
+import typer
+
+from costmodel.machine.loading import DEFAULT_MACHINE, list_machines, load_machine
 from dnnplan.options import JsonOpt
 from dnnplan.render import tables
 
+NamesArg = Annotated[Optional[list[str]], typer.Argument(
+    help="Machines to detail (shipped names or machine YAML paths); none: list the shipped ones.",
+    show_default=False)]
 
-def machines(as_json: JsonOpt = False) -> None:
-    """List the shipped machines: devices per node, peak FLOP/s, memory, link latency and bandwidth.
+
+def machines(names: NamesArg = None, as_json: JsonOpt = False) -> None:
+    """List the shipped machines, or every figure of the machines named.
+
+    The list: devices per node, peak FLOP/s, memory, link latency and bandwidth. Named (shipped
+    names or machine YAML paths): every figure the cost model prices with (peaks per number
+    format, memory bandwidth, the efficiencies, the links).
 
     Pass one by name with --machine anywhere, or a path to your own machine YAML (docs/machines.md).
     """
-    rows = [tables.machine_row(m, m.name == DEFAULT_MACHINE) for m in list_machines()]
+    found = [load_machine(name) for name in names] if names else list_machines()
+    rows = [tables.machine_row(m, m.name == DEFAULT_MACHINE) for m in found]
     if as_json:
         print(json.dumps(rows))
+    elif names:
+        for row in rows:
+            tables.machine_details(row)
     else:
         tables.machines_table(rows)

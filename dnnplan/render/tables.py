@@ -5,8 +5,10 @@ from __future__ import annotations
 import sys
 
 from dnnplan.render.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from costmodel.machine.model import EFFICIENCY_CLASSES
 from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
 from dnnplan.render import fmt
 from dnnplan.render.answer import comm_line, memory_mfu_line, mfu_note, step_line
@@ -91,24 +93,58 @@ def machine_row(m, default: bool) -> dict:
             "devices_per_nvlink_domain": m.domain_size, "nodes": m.nodes,
             "device": dev.name, "peak_flops": dict(dev.peak_flops), "memory_bytes": dev.mem_capacity_bytes,
             "memory_bandwidth_bytes_per_s": dev.mem_bandwidth_bytes_per_s,
+            "efficiency": {k: dev.efficiency_of(k) for k in EFFICIENCY_CLASSES},
             "intra": {"alpha_s": m.intra.alpha_s, "bandwidth_bytes_per_s": 1 / m.intra.beta_s_per_byte},
             "inter": {"alpha_s": m.inter.alpha_s, "bandwidth_bytes_per_s": 1 / m.inter.beta_s_per_byte},
             "source": m.source}
 
 
+def _rate(bytes_per_s: float) -> str:
+    """A bandwidth in GB/s (decimal, as datasheets and the machine files give it)."""
+    gb = bytes_per_s / 1e9
+    return f"{gb:,.0f} GB/s" if gb >= 10 else f"{gb:.3g} GB/s"
+
+
+def _tflops(flops: float) -> str:
+    return f"{flops / 1e12:,.4g}"
+
+
+def _per_node(r: dict) -> str:
+    domain = r["devices_per_nvlink_domain"]
+    return str(r["devices_per_node"]) + (f" (NVLink domain {domain})" if domain != r["devices_per_node"] else "")
+
+
 def machines_table(rows: list[dict]) -> None:
-    t = Table(title="machines (--machine NAME, or a YAML path)", title_justify="left")
-    for col in ("name", "device", "per node", "nodes", "fp32 peak", "memory", "intra link", "inter link"):
+    """The machines side by side; `dnnplan machines NAME` details one (:func:`machine_details`)."""
+    t = Table(title="machines (--machine NAME, or a YAML path; `dnnplan machines NAME` details one)",
+              title_justify="left")
+    for col in ("name", "device", "per node", "nodes", "TFLOP/s fp32, 16-bit", "memory", "intra link", "inter link"):
         t.add_column(col)
     for r in rows:
-        domain = r["devices_per_nvlink_domain"]
-        per_node = str(r["devices_per_node"]) + (f" (NVLink domain {domain})" if domain != r["devices_per_node"] else "")
-        t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["device"], per_node,
+        peaks = r["peak_flops"]
+        half = peaks.get("bfloat16", peaks.get("float16"))
+        t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["device"], _per_node(r),
                   "unlimited" if r["nodes"] is None else str(r["nodes"]),
-                  fmt.count(r["peak_flops"].get("float32", 0)) + "FLOP/s", fmt.nbytes(r["memory_bytes"]),
-                  f"{fmt.seconds(r['intra']['alpha_s'])}, {fmt.nbytes(r['intra']['bandwidth_bytes_per_s'])}/s",
-                  f"{fmt.seconds(r['inter']['alpha_s'])}, {fmt.nbytes(r['inter']['bandwidth_bytes_per_s'])}/s")
+                  _tflops(peaks.get("float32", 0)) + ("" if half is None else f", {_tflops(half)}"),
+                  f"{fmt.nbytes(r['memory_bytes'])}, {_rate(r['memory_bandwidth_bytes_per_s'])}",
+                  f"{fmt.seconds(r['intra']['alpha_s'])}, {_rate(r['intra']['bandwidth_bytes_per_s'])}",
+                  f"{fmt.seconds(r['inter']['alpha_s'])}, {_rate(r['inter']['bandwidth_bytes_per_s'])}")
     console.print(t)
+
+
+def machine_details(r: dict) -> None:
+    """One machine's every figure the cost model prices with (`dnnplan machines NAME`)."""
+    console.print(f"[bold]{escape(r['name'])}[/bold]{' (default)' if r['default'] else ''}: {escape(r['device'])}, "
+                  f"{_per_node(r)} a node, {'unlimited' if r['nodes'] is None else r['nodes']} nodes "
+                  f"({escape(r['source'])})")
+    console.print("peak TFLOP/s: " + ", ".join(f"{k} {_tflops(v)}" for k, v in r["peak_flops"].items()))
+    console.print(f"memory {fmt.nbytes(r['memory_bytes'])} at {_rate(r['memory_bandwidth_bytes_per_s'])}")
+    console.print("efficiency (the share of the peak kernels reach): "
+                  + ", ".join(f"{k} {v:g}" for k, v in r["efficiency"].items()))
+    for level, words in (("intra", "inside a node"), ("inter", "between nodes")):
+        link = r[level]
+        console.print(f"links {words}: {fmt.seconds(link['alpha_s'])} latency, {_rate(link['bandwidth_bytes_per_s'])} "
+                      "a device each way")
 
 
 def ahead_of_time_line(pred, alone_s: float | None) -> None:

@@ -75,8 +75,21 @@ def test_machines_lists_the_current_gpus_with_their_nvlink_domain():
     assert (nvl72["devices_per_node"], nvl72["devices_per_nvlink_domain"]) == (4, 72)
     assert rows["dgx-b200"]["devices_per_nvlink_domain"] == 8
     assert rows["mi300x"]["memory_bytes"] == 192 * 2**30
-    table = runner.invoke(app, ["machines"])
+    table = runner.invoke(app, ["machines"], env={"COLUMNS": "400"})
     assert "NVLink" in table.output and "gb200-nvl72" in table.output
+    # bandwidths in GB/s as the datasheets and machine files give them (they read 279.40 GiB/s for 300)
+    assert "GB/s" in table.output and "GiB/s" not in table.output and "279.40" not in table.output
+
+
+def test_machines_named_gives_each_ones_every_figure(tmp_path):
+    one = runner.invoke(app, ["machines", "dgx-h200"], env={"COLUMNS": "400"})
+    assert one.exit_code == 0, one.output
+    assert "bfloat16 989.5" in one.output and "memory 141.00 GiB at 4,800 GB/s" in one.output
+    assert "cuda_cores 0.764" in one.output and "links between nodes: 5 µs latency, 50 GB/s" in one.output
+    rows = json.loads(runner.invoke(app, ["machines", "dgx-h100", "mi300x", "--json"]).stdout)
+    assert [r["name"] for r in rows] == ["dgx-h100", "mi300x"] and rows[1]["efficiency"]["tensor_16bit"] == 0.73
+    bad = runner.invoke(app, ["machines", "nope"])
+    assert bad.exit_code == 2 and "unknown machine 'nope'" in bad.output
 
 
 def test_a_layout_predicted_over_the_memory_limit_says_it_does_not_fit():
