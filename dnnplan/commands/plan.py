@@ -25,6 +25,7 @@ from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
 from dnnplan.render import sweep as sweep_render
 from dnnplan.render.plot import plot_machines, plot_sweep
+from dnnplan.render.plot import check_figure_path
 from dnnplan.render.progress import progress_line
 from dnnplan.search_bound import DEFAULT_TIME_LIMIT_S, end, finish_reserve_s, search_budget, stop_on_ctrl_c
 from executor.session import plan as planning
@@ -159,6 +160,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                            "or plan one device count and machine")
     if sweep_jobs > 1 and not swept:
         raise DnnplanError("--sweep-jobs plans a sweep's points at once", hint="add --sweep 1,2,4,... or drop it")
+    check_figure_path("--plot", plot)
     check_outputs({"--out": out, "--plot": plot}, force)
     train_tokens = token_budget(tokens, price)
     prices = parse_prices(price, machines)

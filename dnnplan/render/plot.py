@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.writing import write_file
 
 
@@ -23,6 +23,17 @@ def pyplot(missing: str):
 
 #: the figure formats written by the file's suffix (matplotlib's Agg backend writes each); any other suffix gets a PNG
 FORMATS = ("png", "pdf", "svg")
+
+
+#: image formats people name that the figures are not written in: refused, not written as a PNG under their name
+OTHER_IMAGES = ("jpg", "jpeg", "gif", "bmp", "tif", "tiff", "webp", "eps", "ps")
+
+
+def check_figure_path(flag: str, path: str | None) -> None:
+    """One line for a figure file whose suffix names an image format other than :data:`FORMATS`."""
+    if path and "." in path.rsplit("/", 1)[-1] and path.rsplit(".", 1)[-1].lower() in OTHER_IMAGES:
+        raise DnnplanError(f"{flag} {short(path)}: the figure is written as PNG, PDF or SVG",
+                           hint="name the file .png, .pdf or .svg")
 
 
 def figure_format(path: str) -> str:

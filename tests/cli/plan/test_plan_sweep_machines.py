@@ -241,3 +241,10 @@ def test_a_comparisons_point_is_the_plan_dnnplan_plan_answers_there():
         want = json.loads(single.stdout)
         got = next(r for r in json.loads(swept.stdout)["rows"] if r["machine"] == machine)
         assert (got["step_s"], got["zero"]) == (want["step_s"], want["zero"]) and want["zero"] == 1, machine
+
+
+def test_a_figure_named_for_a_format_it_is_not_written_in_is_refused(tmp_path):
+    """--plot x.jpg wrote PNG bytes under a .jpg name; now one line before any point is planned."""
+    got = runner.invoke(app, [*SWEEP, "--plot", str(tmp_path / "x.jpg")])
+    assert got.exit_code == 2 and "the figure is written as PNG, PDF or SVG" in got.output, got.output
+    assert not (tmp_path / "x.jpg").exists() and "planned" not in got.output
