@@ -390,10 +390,13 @@ def _remake(data: dict | None, path: str, machine: str | None = None) -> str:
 
 
 def _cut_short(text: str, data: dict | None, path: str) -> DnnplanError:
-    """The error for a plan file that ends early: its last complete line and how to make it again."""
+    """The error for a plan file that ends early: its last complete line, the keys it lacks (where
+    it parsed), and how to make it again."""
     last = text.count("\n") if text.count("\n") else 1
-    return DnnplanError(f"the plan ends early (was it cut short?); its last complete line is {last}", file=path,
-                        line=last, hint=f"make it again with `{_remake(data, path)}`")
+    lacks = [k for k in REQUIRED_KEYS if k not in data] if isinstance(data, dict) else []
+    what = f"; it has no {', '.join(repr(k) for k in lacks)}" if lacks else ""
+    return DnnplanError(f"the plan ends early (was it cut short?){what}; its last complete line is {last}",
+                        file=path, line=last, hint=f"make it again with `{_remake(data, path)}`")
 
 
 def is_plan_file(arg: str) -> bool:

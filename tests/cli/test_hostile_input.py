@@ -85,6 +85,7 @@ def plans(files) -> dict[str, str]:
     out["cut_top"] = _write(d, "cut_top.yaml", text[:300])
     out["cut_layers"] = _write(d, "cut_layers.yaml", "\n".join(text.splitlines()[:100]) + "\n")
     out["cut_json"] = _write(d, "cut.json", Path(out["p4json"]).read_text()[:700])
+    out["no_layers"] = _write(d, "no_layers.yaml", text[:text.index("\nlayers:") + 1])  # the key deleted
     out["on_local"] = _write(d, "on_local.yaml", text.replace("machine: dgx-a100", "machine: local"))
     out["bogus_algo"] = _write(d, "bogus_algo.yaml", text.replace("algorithm: direct", "algorithm: bogus", 1))
     out["precision_edited"] = _write(d, "precision_edited.yaml", text.replace("precision: fp32", "precision: bf16"))
@@ -185,6 +186,7 @@ REFUSED = [
                                           r"--force`"),  # the file is there: replacing it takes --force
     (["predict", "{cut_layers}"], r"the plan ends after layer '\w+', \d+ of the network's \d+ layers short"),
     (["predict", "{cut_json}"], r"cut.json:\d+: the plan ends early"),
+    (["predict", "{no_layers}"], r"no_layers.yaml:\d+: the plan ends early \(was it cut short\?\); it has no 'layers'"),
     (["predict", "{precision_edited}"], r"field 'precision': the plan was made for precision fp32, and its "
                                         r"'precision' now says bf16"),
     (["predict", "{twice}"], r"twice.yaml.*layer 'conv1' is listed twice \(keep one entry for it\)"),
