@@ -67,6 +67,16 @@ def pairs(stack: Stack, batch: int, p: int, machine: Machine, net: Network, stag
                 continue
             out += [(floor(stages, m, v), stages, m, v) for v in chunk_counts(stack.n, stages, m, schedule)]
     if not out:
+        bad_m = [m for m in micro_counts or () if batch % m]
+        bad_s = [s for s in stage_counts or () if p % s or s > stack.n]
+        if bad_m and len(micro_counts) == 1:  # the count given cannot be: named, as predict names it
+            raise DnnplanError(f"--micro-batches {bad_m[0]} does not divide the batch {batch}",
+                               hint="choose --micro-batches dividing --batch")
+        if bad_s and len(stage_counts) == 1:
+            why = (f"does not divide the {p} devices" if p % bad_s[0] else
+                   f"is more stages than {net.name}'s {stack.n} blocks")
+            raise DnnplanError(f"--pipeline {bad_s[0]} {why}",
+                               hint=f"choose --pipeline from {', '.join(str(s) for s in divisors(p) if s <= stack.n)}")
         raise DnnplanError(f"no pipeline degree and micro-batch count to try for {net.name} on {p} devices at "
                            f"batch {batch}" + (" interleaved" if schedule == INTERLEAVED else ""),
                            hint=f"--pipeline divides --devices and is at most {stack.n} (its blocks); "

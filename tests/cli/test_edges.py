@@ -184,3 +184,14 @@ def test_predict_takes_one_price_and_says_so_of_a_machines_pair():
         assert got.exit_code == 2 and got.output.startswith("error: --gpu-hour-price"), got.output
     one = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tokens", "15T", "--gpu-hour-price", "2.5", "--json"])
     assert one.exit_code == 0 and json.loads(one.stdout)["train"]["cost"] > 0, one.output
+
+
+def test_plan_names_a_pipeline_or_micro_batch_count_that_cannot_be():
+    """plan --micro-batches 3 or --pipeline 3 said only "no pipeline degree and micro-batch count to
+    try"; predict named the count. Now both name it."""
+    cases = ((["--micro-batches", "3"], "--micro-batches 3 does not divide the batch 64"),
+             (["--pipeline", "3"], "--pipeline 3 does not divide the 8 devices"),
+             (["--pipeline", "8"], "--pipeline 8 is more stages than gpt-tiny's"))
+    for args, words in cases:
+        got = runner.invoke(app, ["plan", "gpt-tiny", "-p", "8", "-b", "64", *args])
+        assert got.exit_code == 2 and words in got.output, got.output
