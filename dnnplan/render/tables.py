@@ -141,7 +141,8 @@ def machine_details(r: dict) -> None:
     console.print(f"memory {fmt.nbytes(r['memory_bytes'])} at {_rate(r['memory_bandwidth_bytes_per_s'])}")
     console.print("efficiency (the share of the peak kernels reach): "
                   + ", ".join(f"{k} {v:g}" for k, v in r["efficiency"].items()))
-    for level, words in (("intra", "inside a node"), ("inter", "between nodes")):
+    for level, words in (("intra", "inside a link domain (a node, or its NVLink domain)"),
+                         ("inter", "between link domains")):
         link = r[level]
         console.print(f"links {words}: {fmt.seconds(link['alpha_s'])} latency, {_rate(link['bandwidth_bytes_per_s'])} "
                       "a device each way")
