@@ -8,13 +8,13 @@ What the stages change in the cost model decides which need planning:
   of each weight (the update is 1/R of ZeRO-0's) and moves a reduce-scatter and an all-gather
   where ZeRO-0 moves one all-reduce of the same bytes; an all-reduce of small messages (recursive
   doubling) can take less than the two, and the gather's overlap window differs.
-- **ZeRO-2's step equals ZeRO-1's** for every plan (the same collectives and update;
-  :mod:`costmodel.comm.weight_sync`); only its memory differs (the gradients sharded, a layer's whole
-  gradient gathered while its backward runs). Where ZeRO-1's plan is not held back by memory its
-  optimum is ZeRO-1's, and it is not planned; where no ZeRO-1 plan fits or memory held ZeRO-1's
-  back, it is planned, under the step held: plans that fit only with the gradients sharded can be
-  faster (Llama 3 8B on 64 H100s under 16 GiB: ZeRO-2's 2-stage pipeline at 7.64 s, where ZeRO-1's
-  best is 8.046 s and ZeRO-3's 7.945 s).
+- **ZeRO-2's step is at least ZeRO-1's** for every plan (the same collectives and update,
+  :mod:`costmodel.comm.weight_sync`, its reduce-scatter run in every micro-batch where ZeRO-1 runs it
+  once a step); it differs in memory (the gradients sharded, a layer's whole gradient held while
+  its backward runs). Where ZeRO-1's plan is not held back by memory its optimum is ZeRO-1's, and
+  it is not planned; where no ZeRO-1 plan fits or memory held ZeRO-1's back, it is planned, under
+  the step held: plans that fit only with the gradients sharded can be faster (Llama 3 8B on 64
+  H100s under 16 GiB: ZeRO-2's 7.696 s, where ZeRO-1's best is 7.984 s and ZeRO-3's 8.000 s).
 - **ZeRO-3's step is at least ZeRO-2's** for every plan (it adds a parameter all-gather before
   each backward to the same overlap windows), so it can beat ZeRO-1/2 only through memory: it is
   planned only when the ZeRO-1 (or ZeRO-2) answer was held back by the memory limit (anything but
@@ -276,7 +276,7 @@ def _skip(z: int, done: dict[int, Weighed]) -> Weighed | None:
     """Why stage ``z`` is not planned (module docstring), or None."""
     if z == 2 and 1 in done and done[1].step_s is not None and not done[1].bound:
         return Weighed(2, lower_s=done[1].lower_s, bound=False,
-                       skipped="not planned (its step equals ZeRO-1's, whose plan memory did not hold back)")
+                       skipped="not planned (its step is no less than ZeRO-1's, whose plan memory did not hold back)")
     below = done.get(2) if done.get(2) is not None and done[2].step_s is not None else done.get(1)
     if z == 3 and below is not None and below.step_s is not None and not below.bound:
         return Weighed(3, lower_s=below.lower_s, bound=False,
