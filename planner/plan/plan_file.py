@@ -330,10 +330,12 @@ def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:
 FILE_KEYS = ("network", "machine")
 
 
-def _names_a_path(ref: str) -> bool:
-    """Whether a plan's network or machine is a path (a folder in it, or a spec's suffix), not a
-    zoo network or shipped machine's name."""
-    return "/" in ref or os.sep in ref or ref.endswith((".yaml", ".yml", ".json"))
+def _names_a_path(ref: str, folder: str = ".") -> bool:
+    """Whether a plan's network or machine is a path (a folder in it, a spec's, config's or ONNX
+    file's suffix, or a folder in ``folder``: a Hugging Face model's, which the loader reads before
+    a zoo name), not a zoo network or shipped machine's name."""
+    return ("/" in ref or os.sep in ref or ref.endswith((".yaml", ".yml", ".json", ".onnx"))
+            or os.path.isdir(os.path.join(folder, ref)))
 
 
 def _from_plan_folder(ref: str, path: str) -> str:
@@ -348,7 +350,7 @@ def _from_plan_folder(ref: str, path: str) -> str:
 def _in_plan_folder(ref: str, path: str) -> str:
     """A relative path the plan at ``path`` records, from the working folder: from the plan's folder
     where it is there, else as recorded (a plan written relative to the folder it was made in)."""
-    if not _names_a_path(ref) or os.path.isabs(ref):
+    if not _names_a_path(ref, os.path.dirname(path) or ".") or os.path.isabs(ref):
         return ref
     there = os.path.normpath(os.path.join(os.path.dirname(path), ref))
     return there if os.path.exists(there) else ref

@@ -10,7 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
-from tests.support.paths import ROOT, ZOO
+from tests.support.paths import ASSETS, ROOT, ZOO
 
 runner = CliRunner()
 
@@ -54,3 +54,15 @@ def test_a_plan_written_beside_its_spec_and_one_naming_the_working_folder_read_b
     # a zoo name stays a name
     _step(["plan", "lenet5", "-p", "2", "--out", "z.yaml"])
     assert yaml.safe_load((tmp_path / "z.yaml").read_text())["network"] == "lenet5"
+
+
+def test_a_plan_of_a_hugging_face_folder_named_without_a_slash_reads_back_from_elsewhere(tmp_path, monkeypatch):
+    """`dnnplan plan llamaish` (a folder holding a config.json, which the loader reads before a zoo
+    name) records ./llamaish from the plan's folder, as it records a spec."""
+    shutil.copytree(ASSETS / "hf" / "gpt2", tmp_path / "mygpt")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    planned = _step(["plan", "mygpt", "-p", "2", "--seq", "128", "--out", "p.yaml"])
+    assert yaml.safe_load((tmp_path / "p.yaml").read_text())["network"] == "./mygpt"
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert _step(["predict", str(tmp_path / "p.yaml")]) == planned
