@@ -32,6 +32,7 @@ from networks.ops.base import MAX_INT
 from networks.reading import read_text
 from networks.spec_yaml import DIGITS, load_yaml
 from networks.writing import write_file
+from planner.plan.file_refs import FILE_KEYS, from_plan_folder, in_plan_folder
 from planner.plan.plan import PLAN_VERSION, Baseline, LayerPlan, PipelineSpec, Plan
 
 TOP_KEYS = ("version", "network", "seq", "network_name", "network_hash", "batch", "devices", "machine", "precision",
@@ -73,10 +74,10 @@ def write_plan(plan: Plan, path: str) -> None:
     """Write atomically (networks.writing: a temporary file in the same folder, synced, then
     renamed; the user's umask); ``.json`` gives JSON, anything else YAML. The folder must exist. A
     network spec or machine file the plan names is written relative to the plan's own folder
-    (:func:`_from_plan_folder`), so the plan reads back from any working folder."""
+    (:func:`from_plan_folder`), so the plan reads back from any working folder."""
     data = plan_to_dict(plan)
     for key in FILE_KEYS:
-        data[key] = _from_plan_folder(data[key], path)
+        data[key] = from_plan_folder(data[key], path)
     text = json.dumps(data, indent=1) if path.endswith(".json") else yaml.safe_dump(data, sort_keys=False)
     write_file(path, text)  # a failure of the system: networks.writing.SystemFailure, any old plan intact
 
@@ -321,39 +322,9 @@ def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:
     if isinstance(data, dict) and _keys_missing_at_end(data):
         raise _cut_short(text, data, path)
     if isinstance(data, dict):
-        data = {**data, **{key: _in_plan_folder(data[key], path) for key in FILE_KEYS
+        data = {**data, **{key: in_plan_folder(data[key], path) for key in FILE_KEYS
                            if isinstance(data.get(key), str)}}
     return plan_from_dict(data, path, check)
-
-
-#: the plan's keys that may name a file (a network spec or Hugging Face config, a machine YAML)
-FILE_KEYS = ("network", "machine")
-
-
-def _names_a_path(ref: str, folder: str = ".") -> bool:
-    """Whether a plan's network or machine is a path (a folder in it, a spec's, config's or ONNX
-    file's suffix, or a folder in ``folder``: a Hugging Face model's, which the loader reads before
-    a zoo name), not a zoo network or shipped machine's name."""
-    return ("/" in ref or os.sep in ref or ref.endswith((".yaml", ".yml", ".json", ".onnx"))
-            or os.path.isdir(os.path.join(folder, ref)))
-
-
-def _from_plan_folder(ref: str, path: str) -> str:
-    """``ref`` (a path from the working folder, or a name) as the plan at ``path`` records it: a
-    relative path from the plan's folder (``./`` first where it is there), a name as it is."""
-    if not _names_a_path(ref) or os.path.isabs(ref) or not os.path.exists(ref):
-        return ref
-    rel = os.path.relpath(os.path.abspath(ref), os.path.dirname(os.path.abspath(path)))
-    return rel if rel.startswith("..") else os.path.join(".", rel)
-
-
-def _in_plan_folder(ref: str, path: str) -> str:
-    """A relative path the plan at ``path`` records, from the working folder: from the plan's folder
-    where it is there, else as recorded (a plan written relative to the folder it was made in)."""
-    if not _names_a_path(ref, os.path.dirname(path) or ".") or os.path.isabs(ref):
-        return ref
-    there = os.path.normpath(os.path.join(os.path.dirname(path), ref))
-    return there if os.path.exists(there) else ref
 
 
 def _on_an_unfinished_last_line(text: str, line: int) -> bool:
@@ -384,7 +355,7 @@ def _remake(data: dict | None, path: str, machine: str | None = None) -> str:
     the working folder), on ``machine`` when one is named; ``--force`` where the file is there."""
     data = data or {}
     net, p = data.get("network"), data.get("devices")
-    network = short(_in_plan_folder(net, path), 40).strip("'") if isinstance(net, str) else "NETWORK"
+    network = short(in_plan_folder(net, path), 40).strip("'") if isinstance(net, str) else "NETWORK"
     devices = p if isinstance(p, int) and not isinstance(p, bool) else "P"
     on = f" --machine {machine}" if machine else ""
     force = " --force" if os.path.exists(path) else ""

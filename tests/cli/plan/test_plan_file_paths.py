@@ -1,5 +1,5 @@
 """A plan file names its network spec and machine YAML relative to its own folder, so it reads back
-from any working folder (planner.plan.plan_file)."""
+from any working folder (planner.plan.file_refs)."""
 
 from __future__ import annotations
 
