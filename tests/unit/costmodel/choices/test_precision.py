@@ -178,11 +178,11 @@ def test_plan_file_keeps_its_precision_and_the_executor_refuses_it(tmp_path):
     assert "bf16 training" in refused.stderr and "Traceback" not in refused.stderr
 
 
-def _per_device(name: str, p: int, zero: int) -> tuple[dict, list]:
+def _per_device(name: str, p: int, zero: int, reduce_each_micro: bool | None = None) -> tuple[dict, list]:
     net = with_precision(load_network(name), "fp16")
     strategies, _ = uniform_strategies(net, p, 8 * p, "data")
     pred = predict_step(net, 8 * p, strategies, default_algorithms(net), A100,
-                        compute_model(A100, precision="fp16"), Optimizer("adam", zero))
+                        compute_model(A100, precision="fp16"), Optimizer("adam", zero, reduce_each_micro=reduce_each_micro))
     mems = [x.layer.memory for x in pred.layers]
     return ({k: sum(getattr(m, k) for m in mems) for k in ("weights", "grads", "master", "optimizer")},
             [c for x in pred.layers for c in x.layer.comms])
@@ -210,6 +210,21 @@ def test_zero_stages_shard_memory_as_the_zero_paper_counts():
                   3: [("grad_sync", "bwd", "reduce_scatter"), ("param_gather", "bwd", "allgather"),
                       ("param_gather", "fwd", "allgather")]}
         assert kinds == sorted(expect[stage]), stage
+
+
+def test_zero_stages_that_reduce_once_a_step_hold_their_gradients_whole():
+    """A stage 2 or 3 run that accumulates its gradients over the micro-batches and reduces them once
+    a step (PyTorch FSDP's ``no_sync``: "FSDP will accumulate the full model gradients (instead of
+    gradient shards) until the eventual sync") holds 2 Psi of gradients, as stage 1 does; its
+    weights and optimiser state stay sharded as the stage shards them."""
+    psi, nd = PARAMS["gpt2"], 64
+    for stage in (2, 3):
+        sharded, _ = _per_device("gpt2", nd, stage)
+        whole, _ = _per_device("gpt2", nd, stage, reduce_each_micro=False)
+        assert whole["grads"] == pytest.approx(2 * psi, rel=1e-4), stage
+        assert sharded["grads"] == pytest.approx(2 * psi / nd, rel=1e-2), stage
+        assert {k: whole[k] for k in ("weights", "master", "optimizer")} == \
+            {k: sharded[k] for k in ("weights", "master", "optimizer")}, stage
 
 
 def test_plan_file_keeps_its_optimizer_and_zero_stage_and_the_executor_refuses_them(tmp_path):
