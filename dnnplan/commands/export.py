@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from costmodel.machine.loading import load_machine
 from dnnplan.export_file import check_framework, exported
 from dnnplan.options import ExportOutOpt, ExportToOpt, ForceOpt, JsonOpt, NearestOpt, PlanArg
 from dnnplan.output import check_outputs
@@ -65,13 +66,28 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
         write_file(out, text)
     if near is not None and near.changes and not as_json:
         render.nearest_lines(near)
+    limit = over_memory(made)
+    if limit is not None and not as_json:
+        render.over_memory_line(made, limit)
     if as_json:
-        print(json.dumps({"framework": to, **data, "out": out,
+        print(json.dumps({"framework": to, **data, "out": out, "memory_peak_bytes": made.memory_peak_bytes,
+                          "memory_fits": limit is None,
                           **({"nearest": nearest_json(near)} if near is not None else {})}))
     elif out:
         render.wrote_line(out, to, count, launch)
     else:
         render.show(text)
+
+
+def over_memory(plan) -> float | None:
+    """The device memory of the plan's machine where the plan's predicted peak is over it, else None
+    (a layout predicted as given, `dnnplan predict --out`, may not fit: the framework would run out
+    of memory)."""
+    try:
+        limit = load_machine(plan.machine).device.mem_capacity_bytes
+    except DnnplanError:
+        return None  # a machine file that no longer reads: reading the plan names it elsewhere
+    return limit if plan.memory_peak_bytes > limit * (1 + 1e-9) else None
 
 
 def nearest_json(near: NearestExport) -> dict:

@@ -7,6 +7,7 @@ import shlex
 
 from dnnplan.render import fmt
 from dnnplan.render.console import Console
+from costmodel.choices.training import DEFAULT_FRAMEWORK
 from planner.export.exported_header import header_line
 from planner.plan.plan import Plan
 
@@ -46,6 +47,14 @@ def nearest_lines(near) -> None:
                   markup=False, emoji=False)
 
 
+def over_memory_line(plan: Plan, limit: float) -> None:
+    """On stderr: the warning that the exported plan does not fit its machine's device memory."""
+    err = Console(highlight=False, soft_wrap=True, stderr=True)
+    err.print(f"warning: the plan's predicted memory, {fmt.nbytes(plan.memory_peak_bytes)} a device, is over the "
+              f"{fmt.nbytes(limit)} of a {plan.machine} device: the framework would run out of memory (plan it "
+              f"with `dnnplan plan`, which keeps every device within its memory)", markup=False, emoji=False)
+
+
 def show(text: str) -> None:
     console.print(text, markup=False, emoji=False, end="")
 
@@ -62,7 +71,9 @@ def prediction_lines(plan: Plan, plan_path: str, source: str, names: str) -> lis
     one) and where its ``names`` (options, keys) were read."""
     lines = []
     if plan.step_s > 0:
-        lines.append(header_line(plan.step_s, plan.devices, plan.machine))
+        framework = plan.choices.framework
+        lines.append(header_line(plan.step_s, plan.devices, plan.machine,
+                                 None if framework == DEFAULT_FRAMEWORK else framework))
     lines.append(f"# from {plan_path} ({plan.network_name}); {names} as in {source}")
     return lines
 

@@ -8,6 +8,7 @@ import json
 
 from rich.markup import escape
 
+from costmodel.choices.training import DEFAULT_FRAMEWORK
 from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
 from costmodel.step.pipeline import PipelinePrediction
 from dnnplan.render import tables
@@ -32,6 +33,7 @@ def launch(got: LaunchStep, as_json: bool, train=None) -> None:
             "step_s": pred.step_s, "step_breakdown_s": dict(terms), "dominant": dominant,
             "memory_allocated_bytes": pred.memory_allocated_bytes, "memory_reserved_bytes": pred.memory_reserved_bytes,
             "memory_limit_bytes": got.memory_limit_bytes, "mfu": got.mfu,
+            "priced_under": plan.choices.framework, "written_step_s": got.written_step_s,
             "ignored": [{"option": i.option, "reason": i.reason} for i in config.ignored],
             **({"train": train.json()} if train is not None else {})}))
         return
@@ -43,11 +45,15 @@ def launch(got: LaunchStep, as_json: bool, train=None) -> None:
             f"of {escape(plan.machine)}" + ("" if got.machine_from == "--machine" else f" ({escape(got.machine_from)})"))
     c.print("layout: " + escape(layout_line(got)))
     c.print(step_line(pred.step_s, terms))
+    if got.written_step_s is not None:
+        c.print(escape(written_note(got)))
     line = comm_line(comm_parts(pred), plan.choices.overlap)
     if line:
         c.print(line)
-    c.print(memory_mfu_line(pred.memory_peak_bytes, got.memory_limit_bytes, got.mfu, pred.memory_allocated_bytes).replace(
-        " a device", " a device " + ALLOCATED, 1))
+    memory = memory_mfu_line(pred.memory_peak_bytes, got.memory_limit_bytes, got.mfu, pred.memory_allocated_bytes)
+    # under a framework the line says reserved and allocated itself; the default prices the tensors alone
+    c.print(memory.replace(" a device", " a device " + ALLOCATED, 1) if plan.choices.framework == DEFAULT_FRAMEWORK
+            else memory)
     c.print(f"dominated by {dominant}: {share / pred.step_s:.0%} of the step" if pred.step_s > 0 else "")
     if train is not None:
         c.print(train_line(train))
@@ -75,8 +81,16 @@ def layout_line(got: LaunchStep) -> str:
     recompute = config.recompute if config.recompute != "full" or config.recompute_layers is None else \
         f"full, the first {config.recompute_layers} transformer layers of each chunk"
     parts.append(f"{choices.precision}, {choices.optimizer}, ZeRO-{choices.zero}, overlap {choices.overlap}, "
-                 f"recomputation {recompute}")
+                 f"recomputation {recompute}" + ("" if choices.framework == DEFAULT_FRAMEWORK
+                                                 else f", priced under {choices.framework}"))
     return "; ".join(parts)
+
+
+def written_note(got: LaunchStep) -> str:
+    """The line saying the file's dnnplan line states another step than this prediction, and why."""
+    return (f"note: the file's dnnplan line states {got.written_step_s:.4g} s a step; as read here it predicts "
+            f"{got.prediction.step_s:.4g} s: the plan was priced with what is not given here (a kernel profile: "
+            f"give the plan's --profile again; a framework file)")
 
 
 def layout_json(got: LaunchStep) -> dict:

@@ -20,7 +20,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from networks.loader import load_network
 from planner.export.megatron_model import gpt_shape
-from planner.export.exported_header import WHERE
+from planner.export.exported_header import WHERE, same_step
 from planner.launch_import.launch_config import LaunchConfig
 from planner.launch_import.trained_network import check_shape, network_ref
 from planner.launch_import.to_plan import launch_plan
@@ -43,6 +43,9 @@ class LaunchStep:
     memory_limit_bytes: float
     #: where the machine came from, in words: "--machine", the file's dnnplan line, or assumed
     machine_from: str = "--machine"
+    #: the step the file's dnnplan line states where it is not this prediction's (to its four
+    #: digits): the plan was priced from something not given here (a profile, a framework file)
+    written_step_s: float | None = None
 
 
 def launch_step(config: LaunchConfig, network: str | None, devices: int | None, machine: str | None,
@@ -54,14 +57,16 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     ref = network_ref(config, network)
     named_by = ("--network" if network else "the file" if config.network
                 else "the zoo network of the shape the file states")
-    header = config.written_for  # a file dnnplan exported: the devices and machine it was planned for
+    header = config.written_for  # a file dnnplan exported: the devices, machine and framework it was planned for
     if header is not None and devices is None and config.devices is None:
-        config = replace(config, devices=header[0], devices_from=WHERE)
+        config = replace(config, devices=header.devices, devices_from=WHERE)
     machine_from = "--machine" if machine else WHERE if header is not None else \
         f"assumed, --machine not given: {DEFAULT_MACHINE}"
-    machine = machine or (header[1] if header is not None else None)
+    machine = machine or (header.machine if header is not None else None)
     count = world_size(config, devices)
     choices = config.choices
+    if header is not None and header.framework and "framework" not in choices.given:
+        choices = choices.but(framework=header.framework)
     own_seq = _own_seq(ref)
     if choices.seq is not None and own_seq is None:  # a CNN named by the file or --network
         raise DnnplanError(f"{ref} (named by {named_by}) is not a transformer, and the file trains one at "
@@ -76,8 +81,10 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     pred = predict_plan(plan, ctx.network, ctx)
     mfu = model_flops_utilization(ctx.network, plan.batch, pred.step_s, count, load_machine(plan.machine),
                                   get_precision(choices.precision).matmul)
+    written = header.step_s if header is not None and header.step_s is not None \
+        and not same_step(pred.step_s, header.step_s) else None
     return LaunchStep(config, ref, named_by, ctx.network, plan, pred, mfu, ctx.machine.device.mem_capacity_bytes,
-                      machine_from)
+                      machine_from, written)
 
 
 def world_size(config: LaunchConfig, devices: int | None) -> int:

@@ -1,36 +1,63 @@
 """The line `dnnplan export` writes at the top of a launch file, and reads back (pure): the plan's
-predicted step, its devices and its machine.
+predicted step, the framework it was priced under (where not the default), its devices and its
+machine.
 
 A Megatron-LM launch script states no world size of its own (torchrun's ``--nnodes`` is the
-user's), and no launch file names the machine; the exported file's first line does, so `dnnplan
-predict --from` a file dnnplan wrote predicts it on the devices and machine it was planned for
-without ``--devices`` or ``--machine`` (which, given, still decide; the file's own settings, where it
-states a world size, come first).
+user's), and no launch file names the machine or the framework dnnplan priced; the exported file's
+first line does, so `dnnplan predict --from` a file dnnplan wrote predicts it on the devices and
+machine it was planned for without ``--devices`` or ``--machine`` (which, given, still decide; the
+file's own settings, where it states a world size, come first), under the framework it was planned
+under, and says so where its step is not the one the line states (a plan priced from a profile not
+given again).
 """
 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 #: the line, as the exporter writes it (``# dnnplan: ...``: a comment in a script and in TOML)
-LINE = "# dnnplan: predicted step {step_s:.4g} s on {devices} devices of {machine}"
+LINE = "# dnnplan: predicted step {step_s:.4g} s{under} on {devices} devices of {machine}"
 #: where :func:`written_for`'s devices and machine were read, in words
 WHERE = "the file's dnnplan line"
 #: the machine to the line's end: a machine YAML's path may hold spaces
-_PATTERN = re.compile(r"#\s*dnnplan: predicted step \S+ s on (\d+) devices of (\S.*?)\s*$")
+_PATTERN = re.compile(r"#\s*dnnplan: predicted step (\S+) s(?: under (\S+))? on (\d+) devices of (\S.*?)\s*$")
 #: the lines at the top of a file where the line is looked for
 _TOP = 5
 
 
-def header_line(step_s: float, devices: int, machine: str) -> str:
-    """The line the exporter writes for a plan of ``devices`` devices of ``machine``."""
-    return LINE.format(step_s=step_s, devices=devices, machine=machine)
+class Written(NamedTuple):
+    """What a file's dnnplan line states: the devices and machine it was planned for, its step as
+    written (four significant digits) and the framework it was priced under (None: the default)."""
+
+    devices: int
+    machine: str
+    step_s: float | None = None
+    framework: str | None = None
 
 
-def written_for(text: str) -> tuple[int, str] | None:
-    """The devices and machine the file's dnnplan line names, or None (no such line at its top)."""
+def header_line(step_s: float, devices: int, machine: str, framework: str | None = None) -> str:
+    """The line the exporter writes for a plan of ``devices`` devices of ``machine``, priced under
+    ``framework`` (None: the default, not written; nor a framework file, whose path need not hold
+    where the launch file is read: reading it back then says its step differs)."""
+    under = f" under {framework}" if framework and re.fullmatch(r"[\w.-]+", framework) \
+        and not framework.endswith((".yaml", ".yml")) else ""
+    return LINE.format(step_s=step_s, under=under, devices=devices, machine=machine)
+
+
+def written_for(text: str) -> Written | None:
+    """What the file's dnnplan line states, or None (no such line at its top)."""
     for line in text.splitlines()[:_TOP]:
         found = _PATTERN.match(line.strip())
         if found:
-            return int(found.group(1)), found.group(2)
+            try:
+                step_s = float(found.group(1))
+            except ValueError:
+                step_s = None
+            return Written(int(found.group(3)), found.group(4), step_s, found.group(2))
     return None
+
+
+def same_step(step_s: float, written_s: float) -> bool:
+    """Whether ``step_s`` is the step the line wrote as ``written_s`` (its four significant digits)."""
+    return f"{step_s:.4g}" == f"{written_s:.4g}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel.choices.training import TrainingChoices
+from planner.export.exported_header import Written
 from planner.export.megatron_model import GptShape
 
 #: recomputation as a configuration states it: none, attention's core (selective), whole
@@ -65,9 +66,9 @@ class LaunchConfig:
     #: sequence (``seq``: None when the file states none; checked against the network)
     choices: TrainingChoices = TrainingChoices()
     ignored: tuple[Ignored, ...] = ()
-    #: the devices and machine the file's dnnplan line names (a file `dnnplan export` wrote:
-    #: planner.export.exported_header), None without one
-    written_for: tuple[int, str] | None = None
+    #: what the file's dnnplan line states: the devices, machine, step and framework it was planned
+    #: for (a file `dnnplan export` wrote: planner.export.exported_header), None without one
+    written_for: Written | None = None
     #: the training script the file launches, as read ("pretrain_gpt.py", "train.py, read as
     #: pretrain_gpt.py's arguments"); None where the file names none
     script: str | None = None

@@ -330,3 +330,53 @@ def test_an_empty_out_is_one_line(plans):
     for empty in ("", " "):
         result = runner.invoke(app, ["export", plans["llama"], "--to", "megatron", "--out", empty])
         assert "--out names no file" in one_error_line(result) and "pretrain_gpt.py" not in result.stdout
+
+
+@pytest.mark.parametrize("to, suffix, zero, framework", [("megatron", "sh", "1", "megatron"),
+                                                         ("torchtitan", "toml", "3", "pytorch")])
+def test_a_plan_priced_under_a_framework_reads_back_under_it(tmp_path, to, suffix, zero, framework):
+    """The file's dnnplan line names the framework the plan was priced under, and `predict --from`
+    prices under it: the same step and memory to the last digit."""
+    plan = llama_plan(tmp_path, "--tensor", "2", "--sequence-parallel", "--zero", zero, "--framework", framework)
+    path = tmp_path / f"{to}.{suffix}"
+    assert runner.invoke(app, ["export", plan, "--to", to, "--out", str(path)]).exit_code == 0
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# dnnplan: predicted step ") and f" s under {framework} on 16 devices of dgx-h100" in first
+    want = json.loads(runner.invoke(app, ["predict", plan, "--json"]).output)
+    got = runner.invoke(app, ["predict", "--from", str(path), "--network", "tiny-llama", "--json"])
+    assert got.exit_code == 0, got.output
+    got = json.loads(got.output)
+    assert (got["step_s"], got["memory_reserved_bytes"]) == (want["step_s"], want["memory_peak_bytes"])
+    assert (got["priced_under"], got["written_step_s"]) == (framework, None)
+
+
+def test_a_file_whose_line_states_another_step_says_so(plans, tmp_path):
+    """A plan priced with what is not given again (its kernel profile) reads back at another step:
+    the output says the line's step and this one, not silently one of them."""
+    path = tmp_path / "megatron.sh"
+    assert runner.invoke(app, ["export", plans["llama"], "--to", "megatron", "--out", str(path)]).exit_code == 0
+    lines = path.read_text().splitlines()
+    lines[0] = "# dnnplan: predicted step 99 s on 16 devices of dgx-h100"
+    path.write_text("\n".join(lines) + "\n")
+    got = runner.invoke(app, ["predict", "--from", str(path), "--network", "tiny-llama"])
+    assert got.exit_code == 0, got.output
+    assert "note: the file's dnnplan line states 99 s a step; as read here it predicts" in " ".join(got.output.split())
+    got = json.loads(runner.invoke(app, ["predict", "--from", str(path), "--network", "tiny-llama", "--json"]).output)
+    assert got["written_step_s"] == 99 and got["step_s"] < 99
+
+
+def test_exporting_a_plan_over_its_devices_memory_warns(tmp_path):
+    """A layout predicted as given (`predict --out`) may not fit: the export says the framework
+    would run out of memory, and --json says memory_fits false."""
+    plan = str(tmp_path / "big.yaml")
+    made = runner.invoke(app, ["predict", "llama3-8b", "-p", "64", "-b", "256", "--machine", "dgx-h100", "--precision",
+                               "bf16", "--tensor", "4", "--sequence-parallel", "--zero", "1", "--out", plan])
+    assert made.exit_code == 0, made.output
+    wrote = runner.invoke(app, ["export", plan, "--to", "megatron", "--out", str(tmp_path / "big.sh")])
+    assert wrote.exit_code == 0 and "is over the 80.00 GiB of a dgx-h100 device: the framework would run out of " \
+        "memory" in " ".join(wrote.output.split())
+    data = json.loads(runner.invoke(app, ["export", plan, "--to", "megatron", "--json"]).stdout)
+    assert data["memory_fits"] is False and data["memory_peak_bytes"] > 80 * 2 ** 30
+    fits = json.loads(runner.invoke(app, ["export", llama_plan(tmp_path, "--zero", "1"), "--to", "megatron",
+                                          "--json"]).stdout)
+    assert fits["memory_fits"] is True
