@@ -127,7 +127,7 @@ def world_size(command: LaunchCommand, path: str) -> tuple[int | None, str]:
         if key == "nnodes" and low == high:  # --nnodes N:N, as many nodes at least as at most
             word = Word(low, word.line, word.unresolved)
         if word.unresolved or not word.text.isdigit() or int(word.text) < 1:
-            why = f"uses {word.unresolved}, which the file does not set" if word.unresolved else \
+            why = f"uses {word.unresolved}" if word.unresolved else \
                 f"is {short(word.text)}, not a number of devices"
             return None, f"torchrun's {flag} {why}"
         parts.append(int(word.text))

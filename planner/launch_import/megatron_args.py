@@ -102,8 +102,8 @@ def convert(args: Args, name: str, kind: str, values: list[Word]) -> object:
     """An option's value as its kind reads it, checked against its choices (one line for a bad one)."""
     for word in values:
         if word.unresolved:
-            raise args.refuse(name, f"its value {short(word.text)} uses {word.unresolved}, which the file does "
-                                    "not set", hint="set it in the file (NAME=value), or write the value")
+            raise args.refuse(name, f"its value {short(word.text)} uses {word.unresolved}",
+                              hint="set it in the file once (NAME=value), or write the value")
     text = values[0].text
     if kind == WORDS:
         return tuple(w.text for w in values)

@@ -50,12 +50,17 @@ NOT_RUNNING = ("[", "[[", "test", "echo", "printf", "ls", "cat", "cp", "mv", "rm
                "realpath", "readlink", "dirname", "basename", "cd", "head", "tail", "grep", "sed", "wget", "curl")
 #: commands whose arguments are assignments
 DECLARATIONS = ("export", "declare", "typeset", "local", "readonly")
+#: words that open a compound command whose body runs under a condition, or in a loop, and close it
+OPENERS, CLOSERS = ("if", "while", "until", "for", "select", "case"), ("fi", "done", "esac")
+#: operators after which a command runs only under the previous one's status
+CONDITIONAL_OPS = ("&&", "||")
 
 
 @dataclass(frozen=True)
 class Word:
     """A word of the command as the shell would pass it, the line its first character was written
-    on, and the first variable in it the script does not set (None: fully expanded)."""
+    on, and the first expansion in it whose value the script does not settle, in words (``$TP, which
+    the file does not set``; None: fully expanded)."""
 
     text: str
     line: int
@@ -113,6 +118,31 @@ class Variables:
     def __init__(self, path: str):
         self.path = path
         self.values: dict[str, tuple[_Piece, ...] | list[tuple[_Piece, ...]]] = {}
+        #: compound commands (if, loops, case) the script is inside, at the command being read
+        self.depth = 0
+
+    def assign(self, name: str, value: tuple[_Piece, ...], line: int, conditional: bool) -> None:
+        """``name=value``. Under a condition (inside an if, a loop or a case, or after ``&&`` or
+        ``||``) the value is the script's only where the variable had none before, or the same one
+        (``if [ -z "$TP" ]; then TP=2; fi``: 2, as ``${TP:-2}`` is 2); one the script sets to one
+        value or another by a condition is unsettled (:attr:`Word.unresolved`: the reader refuses it
+        where its value matters, as bash's would be the condition's)."""
+        old = self.values.get(name)
+        if conditional and old is not None and not isinstance(old, list):
+            before, now = "".join(p.text for p in old), "".join(p.text for p in value)
+            if before != now or any(p.unresolved for p in old):
+                why = next((p.unresolved for p in old if p.unresolved), None) or \
+                    f"${name}, which the file sets to {before!r} or {now!r} by a condition (line {line})"
+                value = (_Piece(f"${name}", False, line, why),)
+        self.values[name] = value
+
+    def loop_variable(self, name: str, items: list["Word"], line: int) -> None:
+        """``for name in items``: the loop's variable, one item's value a pass (unsettled with more than one)."""
+        if len(items) == 1 and not items[0].unresolved:
+            self.values[name] = (_Piece(items[0].text, False, line),)
+        else:
+            self.values[name] = (_Piece(f"${name}", False, line,
+                                        f"${name}, a for loop's variable (line {line}), one value a pass"),)
 
     def scalar(self, name: str) -> str | None:
         """The text of ``$name`` (an array's first element), None where the script does not set it."""
@@ -150,9 +180,9 @@ class Variables:
             return [_Piece(match.group(0), False, part.line, why)]
 
         if match.group("command"):
-            return unresolved("a command substitution")
+            return unresolved("a command substitution, which dnnplan does not run")
         if match.group("other"):
-            return unresolved(match.group("other"))
+            return unresolved(f"{match.group('other')}, which dnnplan does not expand")
         if match.group("arith") is not None:
             value, why = self.arithmetic(match.group("arith"))
             return unresolved(why) if why else [_Piece(value, split, part.line)]
@@ -174,7 +204,7 @@ class Variables:
             return [_Piece(p.text, split, p.line, p.unresolved) for p in self.pieces((default,))]
         if value is not None:
             return []
-        return unresolved(f"${name}")
+        return unresolved(f"${name}, which the file does not set")
 
     def arithmetic(self, expr: str) -> tuple[str, str | None]:
         """``$(( expr ))`` on integers and the script's variables: (its value, None), or (the text,
@@ -185,7 +215,7 @@ class Variables:
             got = self.scalar(match.group(1))
             if got is not None and got.strip().lstrip("-").isdigit():
                 return got.strip()
-            missing.append(f"${match.group(1)}")
+            missing.append(f"${match.group(1)}, which the file does not set as an integer")
             return "0"
 
         plain = re.sub(rf"\$?\{{?({NAME})\}}?", value, expr)
@@ -194,7 +224,7 @@ class Variables:
         try:
             return str(_integer(ast.parse(plain.strip(), mode="eval").body)), None
         except (SyntaxError, ValueError, ZeroDivisionError):
-            return "", f"the arithmetic $(({expr}))"
+            return "", f"the arithmetic $(({expr})), which dnnplan cannot evaluate"
 
     def words(self, parts: tuple[Part, ...]) -> list[Word]:
         """A written word as the words it expands to (bash's word splitting: blanks in an unquoted
@@ -250,6 +280,7 @@ def launch_command(text: str, path: str) -> LaunchCommand:
     variables = Variables(path)
     commands: list[tuple[int, list[Word]]] = []
     current: list[Token] = []
+    after = None  # the operator before the command being read
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -266,20 +297,39 @@ def launch_command(text: str, path: str) -> LaunchCommand:
             i = end + 1
             continue
         if token.op:
-            _run(current, variables, commands)
-            current = []
+            _run(current, variables, commands, after)
+            current, after = [], token.op
         else:
             current.append(token)
         i += 1
-    _run(current, variables, commands)
+    _run(current, variables, commands, after)
     return _training_command(commands, path)
 
 
-def _run(tokens: list[Token], variables: Variables, commands: list[tuple[int, list[Word]]]) -> None:
-    """One simple command: its assignments made (alone, or after a declaration), else its words."""
-    while tokens and len(tokens[0].parts) == 1 and tokens[0].parts[0].quote == "" \
-            and tokens[0].parts[0].text in PREFIXES:
+def _plain(token: Token) -> str | None:
+    """The text of an unquoted word of one part (a reserved word can only be such), else None."""
+    return token.parts[0].text if not token.op and len(token.parts) == 1 and token.parts[0].quote == "" else None
+
+
+def _run(tokens: list[Token], variables: Variables, commands: list[tuple[int, list[Word]]],
+         after: str | None = None) -> None:
+    """One simple command: its assignments made (alone, or after a declaration), else its words;
+    the compound commands it opens or closes counted (``if``, loops, ``case``: what runs inside
+    them runs under a condition, :meth:`Variables.assign`)."""
+    while tokens and _plain(tokens[0]) in CLOSERS:
+        variables.depth = max(0, variables.depth - 1)
         tokens = tokens[1:]
+    while tokens and _plain(tokens[0]) in PREFIXES:
+        variables.depth += _plain(tokens[0]) in OPENERS
+        tokens = tokens[1:]
+    if tokens and _plain(tokens[0]) in OPENERS:  # for, select, case: their heads set or test, run nothing
+        variables.depth += 1
+        if _plain(tokens[0]) in ("for", "select") and len(tokens) > 1 and _plain(tokens[1]):
+            at = next((k for k in range(2, len(tokens)) if _plain(tokens[k]) == "in"), None)
+            items = [] if at is None else [w for t in tokens[at + 1:] for w in variables.words(t.parts)]
+            variables.loop_variable(_plain(tokens[1]), items or [Word("", tokens[1].line, "$@")], tokens[1].line)
+        return
+    conditional = variables.depth > 0 or after in CONDITIONAL_OPS
     declared = bool(tokens) and len(tokens[0].parts) == 1 and tokens[0].parts[0].text in DECLARATIONS
     if declared:
         tokens = [t for t in tokens[1:] if not "".join(p.text for p in t.parts).startswith("-")]
@@ -293,7 +343,7 @@ def _run(tokens: list[Token], variables: Variables, commands: list[tuple[int, li
             old = variables.values.get(name)
             if append and isinstance(old, tuple):
                 value = old + value
-            variables.values[name] = value
+            variables.assign(name, value, token.line, conditional)
         return
     words = [w for token in tokens[leading:] for w in variables.words(token.parts)]
     if words:

@@ -110,7 +110,7 @@ def test_the_arguments_alone_state_no_world_size():
 def test_a_variable_the_file_does_not_set_leaves_the_world_size_unstated():
     words = launch_command('torchrun --nnodes "$NNODES" --nproc-per-node 8 pretrain_gpt.py --num-layers 2', "x.sh")
     assert [w.text for w in words.launcher] == ["torchrun", "--nnodes", "$NNODES", "--nproc-per-node", "8"]
-    assert words.launcher[2].unresolved == "$NNODES" and words.script == "pretrain_gpt.py"
+    assert words.launcher[2].unresolved == "$NNODES, which the file does not set" and words.script == "pretrain_gpt.py"
     config = megatron.read('torchrun --nnodes "$NNODES" --nproc-per-node 8 pretrain_gpt.py --num-layers 2 '
                            "--hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1", "x.sh")
     assert config.devices is None and "$NNODES" in config.devices_from
@@ -348,3 +348,33 @@ def test_a_sequence_the_files_context_cannot_split_is_refused_as_exporting_refus
     with pytest.raises(DnnplanError, match=r"32 positions are not a multiple of 2 x context = 6") as err:
         launch_plan(three, net, plan.network, 12, MACHINE)
     assert err.value.layer is not None and err.value.file == "launch.sh"
+
+
+ARGS = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1"
+
+
+@pytest.mark.parametrize("head, says", [
+    ('if [ -z "$X" ]; then TP=4; else TP=2; fi\n', "$TP, which the file sets to '4' or '2' by a condition (line 1)"),
+    ('TP=2\n[ -n "$BIG" ] && TP=4\n', "$TP, which the file sets to '2' or '4' by a condition (line 2)"),
+    ('case $SIZE in\n big) TP=4 ;;\n *) TP=2 ;;\nesac\n', "$TP, which the file sets to '4' or '2' by a condition"),
+    ("for TP in 1 2 4; do\n", "$TP, a for loop's variable (line 1), one value a pass"),
+])
+def test_a_variable_set_one_way_or_another_by_a_condition_is_refused_where_it_matters(head, says):
+    """bash runs the branch its condition picks; the file alone does not settle it, so the option
+    that uses it is refused, naming the variable and the condition's line (not the last value written)."""
+    text = head + f"torchrun --nproc-per-node 8 pretrain_gpt.py {ARGS} --tensor-model-parallel-size $TP\n" + \
+        ("done\n" if head.startswith("for") else "")
+    with pytest.raises(DnnplanError) as err:
+        megatron.read(text, "run.sh")
+    assert "--tensor-model-parallel-size" in str(err.value) and says in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("head", ['if [ -z "$TP" ]; then TP=2; fi\n', '[ -z "$TP" ] && TP=2\n',
+                                  "if true; then\n  echo hi\nfi\nTP=2\n", "for N in 1; do :; done\nTP=2\n",
+                                  'TP=2\nif [ -n "$X" ]; then TP=2; fi\n'])
+def test_a_variable_the_file_settles_is_read_however_it_is_written(head):
+    """Set under a condition where it had no value (the environment's default, as ``${TP:-2}``),
+    the same value again, or after the compound command closed: its value."""
+    got = megatron.read(head + f"torchrun --nproc-per-node 8 pretrain_gpt.py {ARGS} --tensor-model-parallel-size $TP\n",
+                        "run.sh")
+    assert got.tensor == 2
