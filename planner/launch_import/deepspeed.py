@@ -13,7 +13,8 @@ What DeepSpeed does with the keys, read in the same source, is kept:
 - the batch: ``train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x
   devices`` (runtime/config.py ``_batch_assertion``); with all three the devices are what they
   leave, with the batch and the micro-batch the accumulation is what the devices leave
-  (``--devices``); the micro-batch is required, and without the batch the accumulation must be 1;
+  (``--devices``), with the micro-batch and the accumulation the batch is their product with the
+  devices (DeepSpeed's ``_set_batch_related_parameters``); the micro-batch is required;
 - ZeRO: ``zero_optimization.stage`` (a bare true or false: stage 1 or 0, as config.py reads it);
   ``overlap_comm`` (DeepSpeed's default: on at stage 3 only) is overlap ``data``, else ``none``;
   ``reduce_bucket_size`` (elements; default 5e8) the gradient bucket in MiB at the gradients' type;
@@ -162,7 +163,7 @@ def read(text: str, path: str) -> LaunchConfig:
     config = Config(text, path)
     check_keys(config)
     precision = read_precision(config)
-    devices, micro, batch = batching(config)
+    devices, micro, batch, steps = batching(config)
     raw = config.data.get("zero_optimization", {})
     zero = {"stage": int(raw)} if isinstance(raw, bool) else config.section("zero_optimization")
     stage = zero_stage(config, zero)
@@ -178,7 +179,8 @@ def read(text: str, path: str) -> LaunchConfig:
     devices_from = ("train_batch_size / (train_micro_batch_size_per_gpu x gradient_accumulation_steps)"
                     if devices else "the JSON states no world size (the launcher's --num_gpus, --num_nodes)")
     return LaunchConfig(path=path, framework="deepspeed", network=None, shape=None, devices=devices,
-                        devices_from=devices_from, batch=batch, micro_batch=micro, recompute=recompute,
+                        devices_from=devices_from, batch=batch, micro_batch=micro, accumulation=steps,
+                        recompute=recompute,
                         choices=choices, ignored=tuple(Ignored(k, r) for k, r in config.ignored.items()))
 
 
@@ -216,9 +218,10 @@ def read_precision(config: Config) -> str:
     return "fp16" if enabled == ["fp16"] else "bf16" if enabled else "fp32"
 
 
-def batching(config: Config) -> tuple[int | None, int, int | None]:
-    """(devices the three batch keys leave or None, the micro-batch a device, the step's batch or None
-    for one micro-batch a device), checked as DeepSpeed checks them."""
+def batching(config: Config) -> tuple[int | None, int, int | None, int | None]:
+    """(devices the three batch keys leave or None, the micro-batch a device, the step's batch or None,
+    the accumulation steps where the batch is not given, else None: the batch is then the micro-batch
+    x the steps x the devices, as DeepSpeed sets it), checked as DeepSpeed checks them."""
     batch_key, micro_key = "train_batch_size", "train_micro_batch_size_per_gpu"
     steps_key = "gradient_accumulation_steps"
     if micro_key not in config.data:
@@ -227,15 +230,12 @@ def batching(config: Config) -> tuple[int | None, int, int | None]:
     micro = config.integer(micro_key, config.data[micro_key])
     batch = config.integer(batch_key, config.data[batch_key]) if batch_key in config.data else None
     steps = config.integer(steps_key, config.data[steps_key]) if steps_key in config.data else None
-    if batch is None:
-        if steps not in (None, 1):
-            raise config.refuse(steps_key, f"{steps} without {batch_key}: the step's batch needs the world size",
-                                hint=f"add \"{batch_key}\"")
-        return None, micro, None
+    if batch is None:  # DeepSpeed sets it to micro x steps x the world size (runtime/config.py _set_batch_related_parameters)
+        return None, micro, None, steps
     if batch % micro:
         raise config.refuse(batch_key, f"{batch} is not a multiple of {micro_key} {micro}", hint="make it one")
     if steps is None:
-        return None, micro, batch
+        return None, micro, batch, None
     if batch % (micro * steps):
         raise config.refuse(batch_key, f"{batch} is not {micro_key} {micro} x {steps_key} {steps} x the devices "
                             "(DeepSpeed checks it)", hint="make the three agree")
@@ -244,7 +244,7 @@ def batching(config: Config) -> tuple[int | None, int, int | None]:
         raise config.refuse(batch_key, f"{short(batch)} over {micro_key} {micro} x {steps_key} {steps} leaves more "
                             f"devices than dnnplan plans for (at most 2^20 = {MAX_DEVICES})",
                             hint="give the batch the run takes")
-    return devices, micro, batch
+    return devices, micro, batch, None
 
 
 def zero_stage(config: Config, zero: dict) -> int:

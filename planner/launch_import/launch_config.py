@@ -45,6 +45,9 @@ class LaunchConfig:
     #: rank (Megatron-LM's default)
     batch: int | None
     micro_batch: int  # samples a data-parallel rank takes in one micro-batch
+    #: micro-batches a step where the file states the accumulation but not the global batch
+    #: (DeepSpeed's gradient_accumulation_steps without train_batch_size); None: from ``batch``
+    accumulation: int | None = None
     tensor: int = 1
     context: int = 1
     expert: int = 1

@@ -103,10 +103,10 @@ def _data_parallel(config: LaunchConfig, net: Network, network_ref: str, devices
 
 
 def global_batch(config: LaunchConfig, data: int) -> tuple[int, int]:
-    """The global batch (the file's, else one micro-batch on each of ``data`` data-parallel ranks) and
-    its micro-batches; one line where the batch is not a multiple of them."""
+    """The global batch (the file's, else its accumulation's micro-batches, one on each of ``data``
+    data-parallel ranks, or one) and its micro-batches; one line where the batch is not a multiple of them."""
     micro = config.micro_batch * data
-    batch = config.batch or micro
+    batch = config.batch or micro * (config.accumulation or 1)
     if batch % micro:
         raise DnnplanError(f"the global batch {batch} is not a multiple of micro-batch {config.micro_batch} "
                            f"x {data} data-parallel ranks", hint="give a global batch that is")

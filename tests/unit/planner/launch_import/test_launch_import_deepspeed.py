@@ -97,7 +97,6 @@ def line(body: str, path: str = "ds_config.json") -> DnnplanError:
     (text(train_batch_size=260), "x the devices"),
     # missing
     (text(train_micro_batch_size_per_gpu=None), "train_micro_batch_size_per_gpu is missing"),
-    (text(train_batch_size=None), "without train_batch_size"),
     # the script's parallelism, and what dnnplan does not price
     (text(pipeline={"stages": 4}), "PipelineModule"),
     (text(tensor_parallel={"autotp_size": 4}), "AutoTP"),
@@ -110,6 +109,15 @@ def line(body: str, path: str = "ds_config.json") -> DnnplanError:
 def test_a_bad_config_is_one_line_naming_the_key_and_file(body, says):
     err = line(body)
     assert says in str(err), str(err)
+
+
+def test_without_the_batch_the_accumulation_makes_it_with_the_devices():
+    """train_batch_size left out: DeepSpeed sets it to the micro-batch x the accumulation x the world
+    size (runtime/config.py _set_batch_related_parameters), so 2 micro-batches of 4 on each of 8 devices."""
+    config = read_launch(text(train_batch_size=None, activation_checkpointing=None), "ds_config.json")
+    assert (config.devices, config.batch, config.accumulation) == (None, None, 2)
+    plan = launch_plan(config, load_network("resnet50"), "resnet50", 8, load_machine("dgx-a100"))
+    assert (plan.batch, plan.pipeline.micro_batches) == (64, 2)
 
 
 def test_the_line_of_the_key_is_named():
