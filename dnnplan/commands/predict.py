@@ -85,12 +85,14 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     (docs/export.md, "Importing a launch configuration"), on the network --network names (else the
     one the file names, or the zoo network of the model shape it states), the devices the file states
     (else --devices) and --machine; it prints the step, memory per device, MFU, what dominates and
-    the options that do not change the prediction.
+    the options that do not change the prediction (--layers: the per-layer tables too). A Megatron-LM
+    script on 16 H100s: dnnplan predict --from train_llama3_8b.sh --devices 16 --machine dgx-h100; a
+    DeepSpeed JSON: dnnplan predict --from ds_config.json --network llama3-8b --devices 8 --machine dgx-h100.
     """
     budget = token_budget(tokens, price)
     if from_ is not None or network is None or network_name is not None:
         return predict_from(from_, network, network_name, devices, machine, profile, foreign_profile, as_json,
-                            tokens, price)
+                            tokens, price, layers)
 
     def train(net, batch: int, devices: int, step_s: float):  # the budget's time and cost at the step
         return None if budget is None else train_time(step_s, tokens_per_step(net, batch), devices, budget, price)

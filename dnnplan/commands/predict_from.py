@@ -16,12 +16,12 @@ from planner.launch_import.formats import read_launch
 
 #: the parameters of `dnnplan predict` that go with --from (the file states the rest)
 WITH_FROM = ("from_", "network", "network_name", "devices", "machine", "profile", "foreign_profile", "as_json",
-             "tokens", "price")
+             "tokens", "price", "layers")
 
 
 def predict_from(path: str | None, network: str | None, network_name: str | None, devices: int,
                  machine: str | None, profile: str | None, foreign_profile: bool, as_json: bool,
-                 tokens: str | None, price: float | None) -> None:
+                 tokens: str | None, price: float | None, layers: bool = False) -> None:
     """Read the launch configuration at ``path`` and print its prediction (one line for a flag that
     the file states instead, or a network given as the positional argument)."""
     if path is None:
@@ -33,7 +33,8 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
     given = _given()
     if "framework" in given or "runtime" in given:
         flag = given.get("framework") or given["runtime"]
-        raise DnnplanError(f"{flag} with --from: the file's layout is priced under the default framework (ideal)",
+        raise DnnplanError(f"{flag} with --from: the file's layout is priced under the framework its dnnplan line "
+                           "names, else the default framework (ideal)",
                            file=path,
                            hint="for a framework's kernels, host and memory, predict the network with the layout's "
                                 "flags: dnnplan predict NETWORK --framework F ...")
@@ -41,6 +42,9 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
         raise DnnplanError("--out with --from: predict --from writes no plan", file=path,
                            hint="plan the network with `dnnplan plan NETWORK ... --out PLAN.yaml`, or predict the "
                                 "layout's flags with `dnnplan predict NETWORK ... --out PLAN.yaml`")
+    if "step_context" in given:
+        raise DnnplanError(f"{given['step_context']} with --from: it prices a plan file as `dnnplan execute` runs it "
+                           "on this machine", file=path, hint="leave it out: a launch file is priced on --machine")
     others = [flag for name, flag in given.items() if name not in WITH_FROM]
     if others:
         raise DnnplanError(f"{others[0]} with --from: the file states it", file=path,
@@ -51,7 +55,7 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
                       foreign_profile)
     train = None if budget is None else train_time(got.prediction.step_s, tokens_per_step(got.network, got.plan.batch),
                                                    got.plan.devices, budget, price)
-    render.launch(got, as_json, train)
+    render.launch(got, as_json, train, layers)
 
 
 def _given() -> dict[str, str]:

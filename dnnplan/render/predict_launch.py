@@ -21,7 +21,7 @@ from planner.launch_import.formats import DESCRIPTIONS
 ALLOCATED = "allocated at the peak (the caching allocator's reserve on top is not modelled)"
 
 
-def launch(got: LaunchStep, as_json: bool, train=None) -> None:
+def launch(got: LaunchStep, as_json: bool, train=None, layers: bool = False) -> None:
     pred, config, plan = got.prediction, got.config, got.plan
     terms = pipeline_terms(pred) if isinstance(pred, PipelinePrediction) else step_terms(pred)
     dominant, share = max(terms, key=lambda t: t[1])
@@ -63,6 +63,12 @@ def launch(got: LaunchStep, as_json: bool, train=None) -> None:
     if by_reason:
         c.print(f"ignored, not changing the prediction ({len(config.ignored)}): " + escape("; ".join(
             f"{', '.join(options)} ({reason})" for reason, options in by_reason.items())))
+    if layers:  # a pipeline's: each stage's layers at one micro-batch
+        stages = pred.stages if isinstance(pred, PipelinePrediction) else ()
+        for stage in stages:
+            tables.layer_table(stage.micro, f"stage {stage.index}: per layer, one micro-batch")
+        if not stages:
+            tables.layer_table(pred, "per layer" + (", one micro-batch" if pred.micro_batches > 1 else ""))
 
 
 def layout_line(got: LaunchStep) -> str:

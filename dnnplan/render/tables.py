@@ -176,7 +176,12 @@ def prediction_table(pred, fallbacks=(), mfu: float | None = None, layers: bool 
     if not layers:
         console.print(f"[dim]per-layer table: --layers ({len(pred.layers)} layers)[/dim]")
         return
-    t = Table(title="per layer", title_justify="left")
+    layer_table(pred)
+
+
+def layer_table(pred, title: str = "per layer") -> None:
+    """A step's per-layer table: each layer's strategy, pass times, communication, reshards, memory."""
+    t = Table(title=title, title_justify="left")
     for col in ("layer", "strategy", "fwd", "bwd", "comm", "reshard", "memory"):
         t.add_column(col, justify="left" if col in ("layer", "strategy") else "right", overflow="fold")
     for x in pred.layers:

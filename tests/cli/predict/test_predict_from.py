@@ -87,7 +87,10 @@ def test_mistakes_are_one_line(exported, tmp_path):
         (["--from", script, "-p", "4", "--tensor", "2"], "--tensor with --from: the file states it"),
         # neither is stated by a file: said as what they are
         (["--from", script, "-p", "4", "--framework", "pytorch"], "--framework with --from: the file's layout is "
-                                                                  "priced under the default framework (ideal)"),
+                                                                  "priced under the framework its dnnplan line "
+                                                                  "names, else the default framework (ideal)"),
+        (["--from", script, "-p", "4", "--step-context"], "--step-context with --from: it prices a plan file as "
+                                                          "`dnnplan execute` runs it on this machine"),
         (["--from", script, "-p", "4", "--out", str(tmp_path / "p.yaml")], "--out with --from: predict --from "
                                                                           "writes no plan"),
         (["tiny-gqa", "--from", script, "-p", "4"], "'tiny-gqa' and --from"),
@@ -105,6 +108,19 @@ def test_mistakes_are_one_line(exported, tmp_path):
         json.loads(runner.invoke(app, ["export", plan, "--to", "megatron", "--json"]).output)["args"]))
     line = one_error_line(runner.invoke(app, ["predict", "--from", str(written), "-p", "4"]))
     assert "--devices 4, and 8 from torchrun --nnodes 1 x --nproc-per-node 8" in line
+
+
+@pytest.mark.parametrize("case, titles", [("tensor", ["per layer"]),
+                                          ("pipeline", ["stage 0: per layer, one micro-batch",
+                                                        "stage 1: per layer, one micro-batch"])])
+def test_layers_prints_the_per_layer_tables_of_the_file_read(exported, case, titles):
+    """--layers after --from: each layer's strategy, times and memory, a pipeline's stage by stage."""
+    plan, script = exported[case]
+    result = runner.invoke(app, ["predict", "--from", script, "--machine", "dgx-a100", "--layers"])
+    assert result.exit_code == 0, result.output
+    assert all(title in result.output for title in titles) and "strategy" in result.output
+    plain = runner.invoke(app, ["predict", "--from", script, "--machine", "dgx-a100"])
+    assert "per layer" not in plain.output
 
 
 @pytest.mark.parametrize("pipeline", [False, True])
