@@ -1,16 +1,18 @@
 """Files the command line writes for scripts (JSON results, traces), and the checks made on an
 output path before any work starts: its folder must exist (none is created: a mistyped folder
-is a mistake to report, not one to act on), and an existing file is replaced only with --force.
+is a mistake to report, not one to act on) and take new files, and an existing file is replaced
+only with --force.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from networks.errors import DnnplanError
-from networks.writing import check_target, write_file
+from networks.writing import check_target, reason, write_file
 
 
 def check_output_folder(path: str) -> None:
@@ -24,6 +26,24 @@ def check_output_folder(path: str) -> None:
                            hint="create it first, or pass a path in an existing folder")
     if target.is_dir():
         raise DnnplanError(f"cannot write {path}: it is a folder", hint="pass a file name")
+    if check_target(path) is None:  # a file, new or not: written beside itself (a device or FIFO is written through)
+        check_writable(parent, path)
+
+
+def check_writable(folder: Path, path: str) -> None:
+    """Create and remove a file in ``folder``, where ``path`` will be written (atomically, by a
+    file beside it: networks.writing), so that a folder the command cannot write in is said before
+    its work starts, not after (a permission, a read-only mount): one line, exit 2."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dnnplan-probe-", dir=folder)
+    except OSError as err:
+        raise DnnplanError(f"cannot write {path}: the folder {folder} does not take new files ({reason(err)})",
+                           hint="pass a path in a folder you can write") from None
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
 
 
 def check_output(path: str | None, force: bool = False) -> None:

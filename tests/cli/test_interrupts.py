@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from dnnplan.cli import app
 from dnnplan.commands import execute as execute_cmd
 from dnnplan.output import check_output, check_outputs, write_json_file
+from dnnplan import output
 from executor.launch import mpiexec as launch
 from executor.runtime.timers import FINISH, SETUP, ProgressFile, RankProgress, Timers, read_progress
 from networks.errors import DnnplanError
@@ -250,6 +251,21 @@ def test_check_output(tmp_path):
         check_output(str(tmp_path), force=True)
     with pytest.raises(DnnplanError, match="--json and --trace name the same file"):
         check_outputs({"--json": str(tmp_path / "a"), "--trace": str(tmp_path / "a")})
+
+
+def test_a_folder_that_takes_no_new_files_is_refused_before_the_work(tmp_path, monkeypatch):
+    """A permission or a read-only mount is found by creating (and removing) a file in the folder
+    before the work starts, not when its result is written (which lost a whole run's measurements)."""
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(output.tempfile, "mkstemp", refused)
+    with pytest.raises(DnnplanError, match=r"cannot write \S*r.json: the folder \S* does not take new files "
+                                           r"\(Permission denied \(EACCES\)\)"):
+        check_outputs({"--json": str(tmp_path / "r.json")})
+    monkeypatch.undo()
+    check_outputs({"--json": str(tmp_path / "r.json")})
+    assert os.listdir(tmp_path) == []  # the probe is gone
 
 
 def test_write_json_file_creates_no_folder(tmp_path):
