@@ -14,6 +14,7 @@ from dnnplan.render import profile as render
 from dnnplan.render.messages import err_console, fail_line
 from lifecycle import stops
 from networks.errors import DnnplanError
+from profiler.comm.bench import measured_bytes
 from profiler.comm.launch import default_sizes
 from profiler.comm.profile import run_profile_comm
 from profiler.service import parse_ints
@@ -37,7 +38,7 @@ def profile_comm(cli: typer.Context, ranks: CommRanksOpt = 2, sizes: MessageSize
     if out:
         check_output_folder(out)  # the fit is added to an existing table: no --force
     asked = parse_ints(sizes, "sizes", 2**31) if sizes else None
-    check_sizes(asked, max_bytes)
+    check_sizes(asked, max_bytes, ranks)
     if backend == "numpy" and precision != "fp32":  # as `dnnplan profile` refuses it: the host's table is fp32's
         raise DnnplanError(f"--precision {precision} names a GPU's table; the numpy backend's collectives go into "
                            "this computer's table", hint="profile with --backend cupy on a machine with an NVIDIA "
@@ -60,14 +61,20 @@ def profile_comm(cli: typer.Context, ranks: CommRanksOpt = 2, sizes: MessageSize
 LEAST_SIZES = 3
 
 
-def check_sizes(sizes: list[int] | None, max_bytes: int) -> None:
+def check_sizes(sizes: list[int] | None, max_bytes: int, ranks: int = 2) -> None:
     """One line for message sizes too few to fit the collectives (``sizes``: --sizes; None: the
-    defaults, 8 B to ``max_bytes`` by powers of 2)."""
+    defaults, 8 B to ``max_bytes`` by powers of 2), counted as they are measured: whole float32
+    elements, a multiple of the ``ranks`` (profiler.comm.bench.measured_bytes), so 3, 5 and 7 bytes
+    are one size."""
     got = sorted(set(sizes if sizes is not None else default_sizes(max_bytes)))
-    if len(got) >= LEAST_SIZES:
+    measured = sorted({measured_bytes(n, ranks) for n in got})
+    if len(measured) >= LEAST_SIZES:
         return
     if sizes is not None:
-        raise DnnplanError(f"--sizes {','.join(map(str, got))}: a fit of alpha, beta and gamma needs at least "
+        same = "" if len(measured) == len(got) else \
+            (f" (measured as {len(measured)} distinct size{'s' if len(measured) > 1 else ''}, "
+             f"{', '.join(f'{n} B' for n in measured)}: whole float32 elements, a multiple of the {ranks} ranks)")
+        raise DnnplanError(f"--sizes {','.join(map(str, got))}{same}: a fit of alpha, beta and gamma needs at least "
                            f"{LEAST_SIZES} message sizes", hint="e.g. --sizes 8,4096,1048576, or leave --sizes out")
     raise DnnplanError(f"--max-bytes {max_bytes}: the default sizes, 8 B to --max-bytes by powers of 2, are "
-                       f"{len(got)}, and a fit needs at least {LEAST_SIZES}", hint="give --max-bytes 32 or more")
+                       f"{len(measured)}, and a fit needs at least {LEAST_SIZES}", hint="give --max-bytes 32 or more")

@@ -109,6 +109,12 @@ def staged(op, device_bufs: list, host_bufs: list, xp):
     return run_staged
 
 
+def measured_bytes(nbytes: int, ranks: int) -> int:
+    """The bytes a message of ``nbytes`` is measured at: whole float32 elements, a multiple of the
+    ranks' count (each rank's part of a reduce-scatter or allgather is whole), at least one each."""
+    return max(ranks, nbytes // ITEM // ranks * ranks) * ITEM
+
+
 def _round(sizes: list[int], collectives: list[str], cap_s: float,
            xp=None) -> list[tuple[tuple[str, str, int], float]]:
     from mpi4py import MPI  # noqa: PLC0415 - initialises MPI: only under mpiexec
@@ -116,8 +122,8 @@ def _round(sizes: list[int], collectives: list[str], cap_s: float,
     p, rank = comm.Get_size(), comm.Get_rank()
     out = []
     for nbytes in sizes:
-        n = max(p, nbytes // ITEM // p * p)  # a multiple of p elements
-        nb = n * ITEM
+        nb = measured_bytes(nbytes, p)
+        n = nb // ITEM
         send = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
         recv = np.empty_like(send)
         part = np.empty(n // p, dtype=np.float32)

@@ -119,3 +119,17 @@ def test_piecewise_comm_fit_finds_the_size_regimes_one_line_cannot():
     assert [u for u, *_ in pieces.regimes][:-1] == sorted(u for u, *_ in pieces.regimes[:-1])
     top = pieces.regime_links[-1][1]  # beta and gamma are collinear here: compare times, not parameters
     assert model_s("allreduce", 2**23, 2, top) == pytest.approx(model_s("allreduce", 2**23, 2, big), rel=1e-3)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--sizes", "3,5,7"], "--sizes 3,5,7 (measured as 1 distinct size, 8 B: whole float32 elements, a multiple of "
+                           "the 2 ranks): a fit of alpha, beta and gamma needs at least 3 message sizes"),
+    (["--sizes", "8,12,16"], "measured as 2 distinct sizes, 8 B, 16 B"),
+    (["--sizes", "8,16"], "--sizes 8,16: a fit of alpha, beta and gamma needs at least 3"),
+    (["--max-bytes", "16"], "--max-bytes 16: the default sizes, 8 B to --max-bytes by powers of 2, are 2"),
+])
+def test_sizes_too_few_to_fit_as_measured_are_refused_before_the_run(args, says):
+    """Sizes are measured in whole float32 elements, a multiple of the ranks: 3, 5 and 7 bytes are all
+    8 B, one point, whose fit would price every size from it (exit 2, nothing run or written)."""
+    r = runner.invoke(app, ["profile-comm", "--ranks", "2", *args])
+    assert r.exit_code == 2 and says in " ".join(r.output.split()), r.output
