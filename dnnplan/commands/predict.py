@@ -19,6 +19,7 @@ from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, Expert
 from dnnplan.render import predict as render, tables
 from dnnplan.render.messages import warn
 from executor.session import predict as predicting
+from executor.session.runnable import cannot_run
 from executor.session.predict import LayerSplits
 from planner.plan.plan_file import is_plan_file, write_plan
 from networks.errors import DnnplanError
@@ -134,9 +135,13 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
         warn(line)
     render.step(ctx, got, layers, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s), assumed)
     if out:
-        write_plan(predicting.as_plan(ctx, got.prediction, network, machine), out)
-        if not as_json:
-            tables.console.print(f"wrote {out} (run it with `dnnplan execute {out} --ranks {ctx.devices}`)")
+        made = predicting.as_plan(ctx, got.prediction, network, machine)
+        write_plan(made, out)
+        if not as_json:  # the executor's run suggested only for a plan it runs (on the machine's kind of device)
+            runs = cannot_run(made, out, "cupy" if ctx.machine.device.kind == "gpu" else "numpy") is None
+            how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if runs else \
+                f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
+            tables.console.print(f"wrote {out} ({how})")
 
 
 def idle_layout(net, splits: LayerSplits, pipeline: int, micro_batches: int, schedule: str, chunks: int) -> list[str]:

@@ -36,7 +36,7 @@ def cannot_run(plan: Plan, plan_path: str, array_backend: str = "numpy") -> Dnnp
     if again:
         return DnnplanError(f"the plan recomputes {len(again)} layer(s) in backward; the executor keeps every "
                             f"activation instead", file=plan_path, layer=again[0], field="algorithm",
-                            hint="plan again with --no-recompute to run it")
+                            hint="plan again with --no-recompute (`dnnplan predict`: --recompute none) to run it")
     if plan.choices.precision in DATASHEET_ONLY:
         return DnnplanError(f"the plan is for {plan.choices.precision} training; the executor's kernels run fp32, "
                             "tf32, fp16 "

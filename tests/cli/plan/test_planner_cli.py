@@ -190,3 +190,15 @@ def test_the_written_plans_next_step_is_one_the_executor_takes(tmp_path):
                                      "2", *flags, "--out", str(out)], env={"COLUMNS": "300"})
         assert result.exit_code == 0, result.output
         assert words in " ".join(result.output.split()), result.output[-600:]  # the line wraps at a long path
+
+
+def test_a_predicted_layouts_next_step_is_one_the_executor_takes(tmp_path):
+    """`dnnplan predict --out` as `plan --out`: `execute` suggested only for a layout it runs (tiny-llama
+    on this computer under Adam, the default with attention, is pointed at `dnnplan predict`)."""
+    for flags, words in ((["--optimizer", "adam"], "evaluate it, or an edited copy, with `dnnplan predict"),
+                         (["--optimizer", "momentum"], "run it with `dnnplan execute")):
+        out = tmp_path / f"{flags[1]}.yaml"
+        result = runner.invoke(app, ["predict", "tiny-llama", "-p", "2", "-b", "8", "--machine", "dgx-a100",
+                                     "--precision", "fp32", *flags, "--out", str(out)], env={"COLUMNS": "300"})
+        assert result.exit_code == 0, result.output
+        assert words in " ".join(result.output.split()), result.output[-600:]
