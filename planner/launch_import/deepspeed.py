@@ -65,6 +65,8 @@ IGNORED = {
                  "consecutive_hysteresis", "min_loss_scale", "fp16_master_weights_and_grads"},
         "bf16": {"immediate_grad_update", "check_grad_overflow"},
         "bfloat16": {"immediate_grad_update", "check_grad_overflow"}},
+    "the gradients' precision in their reduction: dnnplan prices it in the weights'": {
+        "": {"communication_data_type"}},
     "an implementation switch (bucketing, partitioning's bookkeeping, checkpointing's): dnnplan prices the "
     "collectives' volumes alike": {
         "zero_optimization": {"contiguous_gradients", "reduce_scatter", "allgather_partitions", "allgather_bucket_size",

@@ -64,11 +64,13 @@ IGNORED = {
         "--data-path", "--split", "--train-data-path", "--valid-data-path", "--test-data-path", "--data-cache-path",
         "--mock-data", "--num-workers", "--dataloader-type", "--tokenizer-type", "--tokenizer-model", "--vocab-file",
         "--merge-file", "--vocab-size", "--make-vocab-size-divisible-by", "--eod-mask-loss",
-        "--no-create-attention-mask-in-dataloader"),
+        "--no-create-attention-mask-in-dataloader", "--tiktoken-pattern", "--tiktoken-num-special-tokens",
+        "--no-mmap-bin-files"),
     "the learning-rate schedule and the optimiser's settings: a step's work does not depend on them": (
         "--lr", "--min-lr", "--lr-decay-style", "--lr-warmup-iters", "--lr-warmup-fraction", "--lr-warmup-samples",
         "--lr-decay-iters", "--lr-decay-samples", "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2",
-        "--adam-eps", "--init-method-std", "--seed"),
+        "--adam-eps", "--init-method-std", "--seed", "--decoupled-lr", "--decoupled-min-lr", "--lr-warmup-init",
+        "--start-weight-decay", "--end-weight-decay", "--weight-decay-incr-style"),
     "how long to train: one step is predicted (--tokens gives the time to train)": (
         "--train-iters", "--train-samples", "--exit-interval", "--exit-duration-in-mins"),
     "logging, evaluation and checkpoints: outside the training step": (
@@ -77,7 +79,10 @@ IGNORED = {
         "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard", "--tensorboard-dir",
         "--tensorboard-log-interval", "--timing-log-level", "--wandb-project", "--wandb-exp-name", "--wandb-save-dir",
         "--eval-interval", "--eval-iters", "--save", "--load", "--save-interval", "--ckpt-format", "--use-dist-ckpt",
-        "--async-save", "--no-load-optim", "--no-load-rng", "--profile"),
+        "--async-save", "--no-load-optim", "--no-load-rng", "--profile", "--profile-step-start", "--profile-step-end",
+        "--profile-ranks", "--use-pytorch-profiler", "--record-memory-history", "--memory-snapshot-path",
+        "--pretrained-checkpoint", "--finetune", "--auto-detect-ckpt-format", "--ckpt-fully-parallel-save",
+        "--dist-ckpt-strictness", "--use-checkpoint-args"),
     "an implementation switch (kernel fusion, initialisation, process group set-up): dnnplan prices the "
     "layers' work and memory traffic alike": (
         "--use-mcore-models", "--transformer-impl", "--no-masked-softmax-fusion", "--no-gradient-accumulation-fusion",
@@ -85,7 +90,10 @@ IGNORED = {
         "--cross-entropy-loss-fusion", "--moe-grouped-gemm", "--moe-permute-fusion", "--manual-gc",
         "--use-cpu-initialization", "--distributed-backend", "--distributed-timeout-minutes",
         "--empty-unused-memory-level", "--tp-comm-overlap-cfg", "--no-check-for-nan-in-loss-and-grad",
-        "--calculate-per-token-loss", "--attention-softmax-in-fp32", "--accumulate-allreduce-grads-in-fp32"),
+        "--calculate-per-token-loss", "--attention-softmax-in-fp32", "--cross-entropy-fusion-impl"),
+    "the gradients' precision in their reduction: dnnplan prices it in the weights' (Megatron-LM's default under "
+    "--bf16 is float32, accumulate_allreduce_grads_in_fp32, unless --grad-reduce-in-bf16)": (
+        "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"),
     "a model setting that does not change a step's work: dropout rates, biases, norm epsilon, rotary settings, "
     "positions (the network's own are priced)": (
         "--hidden-dropout", "--attention-dropout", "--disable-bias-linear", "--norm-epsilon", "--rotary-base",
@@ -95,7 +103,7 @@ IGNORED = {
         "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-dtype",
         "--moe-router-score-function", "--moe-router-pre-softmax"),
     "the FP8 recipe: dnnplan prices FP8 GEMMs with BF16 mixed precision alike": (
-        "--fp8-recipe", "--fp8-param-gather"),
+        "--fp8-recipe", "--fp8-param-gather", "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin"),
     "the gradient buckets' size: dnnplan prices PyTorch DDP's 25 MiB buckets": ("--ddp-bucket-size",),
 }
 REASON_OF = {name: reason for reason, names in IGNORED.items() for name in names}

@@ -378,3 +378,17 @@ def test_a_variable_the_file_settles_is_read_however_it_is_written(head):
     got = megatron.read(head + f"torchrun --nproc-per-node 8 pretrain_gpt.py {ARGS} --tensor-model-parallel-size $TP\n",
                         "run.sh")
     assert got.tensor == 2
+
+
+@pytest.mark.parametrize("extra, option, reason", [
+    ("--fp8-amax-history-len 1024 --fp8-amax-compute-algo max", "--fp8-amax-history-len", "the FP8 recipe"),
+    ("--decoupled-lr 5e-4", "--decoupled-lr", "the learning-rate schedule"),
+    ("--tiktoken-pattern v2", "--tiktoken-pattern", "the data and tokenizer"),
+    ("--profile-step-start 4 --profile-step-end 6", "--profile-step-start", "logging"),
+    ("--grad-reduce-in-bf16", "--grad-reduce-in-bf16", "the gradients' precision in their reduction"),
+])
+def test_megatron_options_that_change_no_step_are_listed_as_ignored(extra, option, reason):
+    """Options of Megatron-LM's pretrain_gpt.py (arguments.py, or a config dataclass's field, at the
+    commit megatron_options names) of the kinds the docs list as not priced: read, listed with the reason."""
+    got = megatron.read(f"torchrun --nproc-per-node 8 pretrain_gpt.py {ARGS} {extra}\n", "run.sh")
+    assert any(i.option == option and reason in i.reason for i in got.ignored), got.ignored
