@@ -39,11 +39,19 @@ def launch_plan(config: LaunchConfig, net: Network, network_ref: str, devices: i
         raise err.located(file=config.path) from None
 
 
+#: the setting of no experts' split, by the reader's format
+EXPERT_OPTION = {"megatron": "--expert-model-parallel-size 1", "torchtitan": "expert_parallel_degree = 1 in [parallelism]"}
+
+
 def _plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, machine: Machine,
           machine_ref: str) -> Plan:
     if config.framework == "deepspeed" and not any(layer.op == "attention" for layer in net.layers):
         return _data_parallel(config, net, network_ref, devices, machine_ref)
     gpt_layers(net)  # a network Megatron-Core's layout cannot hold: one line naming its layer
+    if config.expert > 1 and not any(layer.op == "moe" for layer in net.layers):
+        raise DnnplanError(f"the file splits experts {config.expert} ways, and {net.name} has no mixture of experts",
+                           hint=f"set {EXPERT_OPTION.get(config.framework, 'the expert degree to 1')}, or give the "
+                                "network with experts the file trains")
     if config.framework == "torchtitan":  # its float8 converter leaves the experts in bf16
         check_fp8_experts(net, config.choices.precision)
     # a sequence the framework cannot split under the file's degrees, as exporting refuses it

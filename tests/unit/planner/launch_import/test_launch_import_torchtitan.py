@@ -290,3 +290,16 @@ def test_fp8_on_a_mixture_of_experts_is_refused_as_exporting_refuses_it():
     assert err.value.file == "qwen.toml"
     bf16 = read(text.replace('converters = ["quantize.linear.float8"]', ""), "qwen.toml")
     assert launch_plan(bf16, net, "qwen3-30b-a3b", 8, load_machine("dgx-h100")).choices.precision == "bf16"
+
+
+def test_an_expert_degree_on_a_network_without_experts_is_refused():
+    """expert_parallel_degree above 1 on a dense model: one line naming the file, as Megatron-LM's
+    --expert-model-parallel-size without --num-experts is (not a layout line that says expert 2)."""
+    from costmodel.machine.loading import load_machine
+    from networks.loader import load_network
+    from planner.launch_import.to_plan import launch_plan
+    config = read_launch(edited("context_parallel_degree = 1", "context_parallel_degree = 1\nexpert_parallel_degree = 2"),
+                         "job.toml")
+    with pytest.raises(DnnplanError, match=r"job.toml: the file splits experts 2 ways, and llama3-70b has no mixture "
+                                           r"of experts \(set expert_parallel_degree = 1 in \[parallelism\]"):
+        launch_plan(config, load_network("llama3-70b"), "llama3-70b", 64, load_machine("dgx-h100"))
