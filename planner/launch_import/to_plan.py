@@ -78,6 +78,11 @@ def _plan(config: LaunchConfig, net: Network, network_ref: str, devices: int, ma
         f = fallbacks[0]
         raise DnnplanError(f"cannot split {f.wanted} ({f.reason})", layer=f.layer,
                            hint="give tensor, context and expert sizes that divide the layer")
+    if config.chunks > 1 and micro_batches % config.stages:
+        raise DnnplanError(f"the global batch {batch} gives {micro_batches} micro-batches of {config.micro_batch} on "
+                           f"each of {data} data-parallel ranks, and the interleaved schedule runs them in groups of "
+                           f"the {config.stages} pipeline stages", hint=f"give a global batch of {micro} x a multiple "
+                                                                      f"of {config.stages}, e.g. {micro * config.stages}")
     chunks = chunk_blocks(config, net)
     algorithms = layer_algorithms(config, net, chunks, machine)
     pipeline = None

@@ -392,3 +392,18 @@ def test_megatron_options_that_change_no_step_are_listed_as_ignored(extra, optio
     commit megatron_options names) of the kinds the docs list as not priced: read, listed with the reason."""
     got = megatron.read(f"torchrun --nproc-per-node 8 pretrain_gpt.py {ARGS} {extra}\n", "run.sh")
     assert any(i.option == option and reason in i.reason for i in got.ignored), got.ignored
+
+
+def test_an_interleaved_batch_not_in_groups_of_the_stages_names_the_file_and_the_batch():
+    """Interleaving runs micro-batches in groups of the stages: a global batch that gives 3 micro-batches
+    over 2 stages is one line naming the file and a batch that works, not the flags --from refuses."""
+    from costmodel.machine.loading import load_machine as machine
+    text = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+            "--seq-length 32 --micro-batch-size 1 --pipeline-model-parallel-size 2 "
+            "--num-layers-per-virtual-pipeline-stage 1 --global-batch-size 12\n")
+    config = megatron.read(text, "vpp.sh")
+    net = load_network("gpt-tiny")
+    with pytest.raises(DnnplanError, match=r"vpp.sh: the global batch 12 gives 3 micro-batches of 1 on each of 4 "
+                                           r"data-parallel ranks, and the interleaved schedule runs them in groups of "
+                                           r"the 2 pipeline stages \(give a global batch of 4 x a multiple of 2, e.g. 8\)"):
+        launch_plan(config, net, "gpt-tiny", 8, machine("dgx-a100"))
