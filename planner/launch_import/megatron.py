@@ -239,8 +239,15 @@ def first_last(args: Args, stages: int, layers: int, first: int | None, last: in
     ends = [k for k in (first, last) if k is not None]
     middle = stages - len(ends)
     rest = layers - sum(ends)
-    if min(ends) < 0 or rest < 0 or (middle and rest % middle) or (not middle and rest):
-        name = "--decoder-first-pipeline-num-layers" if first is not None else "--decoder-last-pipeline-num-layers"
+    name = "--decoder-first-pipeline-num-layers" if first is not None else "--decoder-last-pipeline-num-layers"
+    if min(ends) < 0:
+        raise args.refuse(name, f"{min(ends)} is a negative count of layers", hint="give 0 or more")
+    if rest < 0:
+        both = f" with --decoder-last-pipeline-num-layers {last}" if first is not None and last is not None else ""
+        raise args.refuse(name, f"{sum(ends) if not both else f'{first} + {last}'}{both} is more than the {layers} "
+                          "layers the model has (--num-layers)",
+                          hint=f"give the first and last stages at most {layers} layers together")
+    if (middle and rest % middle) or (not middle and rest):
         raise args.refuse(name, f"leaves {rest} layers for {middle} other stages, which do not split them evenly",
                           hint="Megatron-LM splits the other layers evenly over the other stages")
     each = rest // middle if middle else 0

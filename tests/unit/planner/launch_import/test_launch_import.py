@@ -156,6 +156,8 @@ def test_pipeline_options_give_each_chunks_layers():
     ("--recompute-granularity selective --recompute-method block", "--recompute-method", "Megatron-LM refuses it"),
     ("--hidden-size 128", "--hidden-size", "given twice"),
     ("--seq-length $SEQ", "--seq-length", "uses $SEQ, which the file does not set"),
+    ("--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 5", "--decoder-first-pipeline-num-layers",
+     "5 is more than the 2 layers the model has (--num-layers)"),
     ("--num-experts 4", "--moe-token-dispatcher-type", "allgather (Megatron-LM's default) is not priced"),
     ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|tLm'", "--pipeline-model-parallel-layout",
      "has 'm'"),
