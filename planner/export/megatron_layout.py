@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from costmodel.frameworks.megatron import megatron_strategies
-from costmodel.parallel.axes import CONTEXT, EXPERT, LAYER_AXES, TENSOR
+from costmodel.parallel.axes import CONTEXT, EXPERT, TENSOR, axes_of
 from costmodel.parallel.strategy import Strategy
 from costmodel.step.pipeline import INTERLEAVED, cut_at
 from networks.analysis import block_of
@@ -186,8 +186,9 @@ def megatron_layout(plan: Plan, net: Network, target: Target = MEGATRON) -> Mega
 
 
 def _differences(got: Strategy, want: Strategy) -> str:
-    """`` (tensor 4, not 2)``: the axes whose degree differs, by the names users read."""
-    out = [f"{axis.name} {degree(got, axis)}, not {degree(want, axis)}" for axis in LAYER_AXES
+    """`` (tensor 4, not 2)``: the axes whose degree differs, by the names users read (a transformer's:
+    its sequence split is context, not also spatial)."""
+    out = [f"{axis.name} {degree(got, axis)}, not {degree(want, axis)}" for axis in axes_of(sequence=True)
            if degree(got, axis) != degree(want, axis)]
     return f" ({'; '.join(out)})" if out else ""
 

@@ -103,6 +103,10 @@ class Layout:
     expert: int = 1
     sequence_parallel: bool = False
 
+    def __post_init__(self):
+        # sequence parallelism splits what tensor parallelism replicates: off at tensor 1, as Megatron-LM turns it off
+        object.__setattr__(self, "sequence_parallel", self.sequence_parallel and self.tensor > 1)
+
     def __str__(self) -> str:
         return (f"tensor {self.tensor}, context {self.context}, expert {self.expert}"
                 + (" (sequence-parallel)" if self.sequence_parallel else ""))

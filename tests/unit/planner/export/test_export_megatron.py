@@ -250,3 +250,19 @@ def test_a_sequence_context_or_sequence_parallelism_cannot_split_is_refused():
     check_sequence(odd, MEGATRON, 2, 1, False)  # tensor parallelism alone keeps the whole sequence
     with pytest.raises(DnnplanError, match="2 x context = 4"):
         check_sequence(load_network("tiny-llama", 18), MEGATRON, 1, 2, False)
+
+
+def test_a_layers_differences_name_a_transformers_sequence_split_once():
+    """A transformer's H split is its context degree: the refusal says context 4, not 1, and not
+    also spatial 4, not 1 (the image axes are a CNN's)."""
+    from costmodel.parallel.strategy import parse_degrees
+    from planner.export.megatron_layout import _differences
+    got, want = parse_degrees("N=16,H=4", 64), parse_degrees("N=16,C=4,SP", 64)
+    assert _differences(got, want) == " (context 4, not 1; tensor 1, not 4)"
+
+
+def test_the_nearest_layout_is_sequence_parallel_only_with_tensor_parallelism():
+    from planner.export.nearest import Layout
+    assert str(Layout(1, 4, 1, True)) == "tensor 1, context 4, expert 1"
+    assert str(Layout(2, 1, 1, True)) == "tensor 2, context 1, expert 1 (sequence-parallel)"
+    assert not Layout(1, 4, 1, True).sequence_parallel
