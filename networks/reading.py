@@ -45,7 +45,7 @@ def read_bytes(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_
     try:
         if p.is_dir():
             raise DnnplanError(f"is a directory, not a {what} file", file=source,
-                               hint=missing_hint or f"give the path of the {what} file inside it")
+                               hint=f"give the path of the {what} file inside it")  # not how to make one here
         _refuse_special(p, what, source)  # before open: opening a FIFO would wait for a writer
         # O_NONBLOCK: should a FIFO take the file's place after that check, opening it still does not wait
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))

@@ -354,12 +354,14 @@ def _remake(data: dict | None, path: str, machine: str | None = None) -> str:
     """The command that makes this plan again (from what the plan says of itself, its network from
     the working folder), on ``machine`` when one is named; ``--force`` where the file is there."""
     data = data or {}
-    net, p = data.get("network"), data.get("devices")
+    net, p, b = data.get("network"), data.get("devices"), data.get("batch")
     network = short(in_plan_folder(net, path), 40).strip("'") if isinstance(net, str) else "NETWORK"
     devices = p if isinstance(p, int) and not isinstance(p, bool) else "P"
-    on = f" --machine {machine}" if machine else ""
+    batch = f" --batch {b}" if isinstance(b, int) and not isinstance(b, bool) else ""
+    named = machine or data.get("machine")
+    on = f" --machine {short(in_plan_folder(named, path), 40).strip(chr(39))}" if isinstance(named, str) else ""
     force = " --force" if os.path.exists(path) else ""
-    return f"dnnplan plan {network} --devices {devices}{on} --out {path}{force}"
+    return f"dnnplan plan {network} --devices {devices}{batch}{on} --out {path}{force}"
 
 
 def _cut_short(text: str, data: dict | None, path: str) -> DnnplanError:

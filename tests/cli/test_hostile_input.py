@@ -138,7 +138,7 @@ REFUSED = [
     (["plan", "lenet5", "--machine", "local", "--profile", "{dir}"], "is a directory, not a profile table"),
     (["plan", "lenet5", "--machine", "{dir}"], "is a directory, not a machine file"),
     (["plan", "lenet5", "--machine", "{latin1}"], "is not UTF-8 text"),
-    (["execute", "{dir}", "-n", "2"], "is a directory, not a plan file"),
+    (["execute", "{dir}", "-n", "2"], r"is a directory, not a plan file \(give the path of the plan file inside it\)"),
     (["execute", "{latin1}", "-n", "2"], "is not UTF-8 text"),
     # numbers beyond any machine
     (["info", "{bigint}"], r"field 'features': must be at most 2\^31.*about 401 digits"),
@@ -182,7 +182,7 @@ REFUSED = [
     (["execute", "{p64}", "-n", "4"], "the plan is for 64 devices, not --ranks 4"),
     (["plan", "lenet5", "--devices", "64", "--machine", "local"], r"--devices \d+\) or pick a larger --machine"),
     (["execute", "{cut_top}", "-n", "2"], r"cut_top.yaml:\d+: the plan ends early .*last complete line is \d+ "
-                                          r"\(make it again with `dnnplan plan lenet5 --devices 64 --out \S*cut_top.yaml "
+                                          r"\(make it again with `dnnplan plan lenet5 --devices 64 --batch 2048 --machine dgx-a100 --out \S*cut_top.yaml "
                                           r"--force`"),  # the file is there: replacing it takes --force
     (["predict", "{cut_layers}"], r"the plan ends after layer '\w+', \d+ of the network's \d+ layers short"),
     (["predict", "{cut_json}"], r"cut.json:\d+: the plan ends early"),
