@@ -14,7 +14,7 @@ from dataclasses import replace
 import typer
 
 from costmodel.choices.training import TrainingChoices
-from costmodel.machine.loading import usable_cores
+from costmodel.machine.loading import load_machine, usable_cores
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
 from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt,
                              LocalMachineOpt, ProfileOpt, QuickValidateOpt, refresh_warning, RefreshOpt, RepeatsOpt,
@@ -65,6 +65,7 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     if report_dir:
         report_files.check_report_folder(report_dir, force)
     earlier = _partial(json_out, force) if json_out else None
+    _ranks_fit(ranks, machine)
     ctx = validation.resolve(network, ranks, batch, machine, profile, refresh, choices)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)
@@ -188,3 +189,15 @@ def _keep(err: ValidationInterrupted, path: str, command: str, resumed: bool) ->
             write_json_file(path, report.to_json())
     kept = path if report.rows or resumed else None
     render.validate_interrupted(report.rows, report.planned, kept, err.cache, command, report.repeats)
+
+
+def _ranks_fit(ranks: int, machine: str) -> None:
+    """One line, in validate's flag, for more --ranks than the machine's devices (a machine that does
+    not load is said by the run's own resolution)."""
+    try:
+        most = load_machine(machine).max_devices()
+    except DnnplanError:
+        return
+    if most is not None and ranks > most:
+        raise DnnplanError(f"--ranks {ranks}: machine '{machine}' has {most} devices",
+                           hint=f"run on at most --ranks {most}, or pick a larger --machine")

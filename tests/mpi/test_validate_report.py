@@ -173,6 +173,14 @@ def test_a_network_and_ranks_are_required_without_quick():
     one_line_exit_2(["validate", "lenet5"], "--ranks is required")
 
 
+def test_more_ranks_than_the_machines_devices_is_said_in_validates_flag():
+    """validate has --ranks, not --devices: the fix names the flag it takes."""
+    from costmodel.machine.loading import load_machine
+    most = load_machine("local").max_devices()  # this computer's cores
+    one_line_exit_2(["validate", "lenet5", "--ranks", str(most + 1)],
+                    f"--ranks {most + 1}: machine 'local' has {most} devices (run on at most --ranks {most}")
+
+
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_the_quick_validate_predicts_from_kernels_timed_in_step_context_with_the_profile_alone_beside(quick):
