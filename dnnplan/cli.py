@@ -144,16 +144,17 @@ class Group(TyperGroup):
         except ClickException as err:
             if not one_line(err):
                 raise
-            fail_line(usage_line(err))
+            fail_line(usage_line(err, list(args), tuple(COMMANDS)))
             raise typer.Exit(2) from None
 
     def invoke(self, ctx: Context):
+        words = [*getattr(ctx, "_protected_args", ()), *ctx.args]  # the command's words, before click takes them
         try:
             return super().invoke(ctx)
         except ClickException as err:  # a command's unknown option, a value of the wrong type
             if not one_line(err):
                 raise
-            fail_line(usage_line(err))
+            fail_line(usage_line(err, words, tuple(COMMANDS)))
             raise typer.Exit(2) from None
         except DnnplanError as err:
             fail_line(str(err))

@@ -5,10 +5,12 @@ the fix where it is known, and the command's ``-h``.
 An option another tool names differently is answered with dnnplan's name for it, where the command
 has that option: Megatron-LM's ``--tensor-model-parallel-size`` (``--tp`` in NeMo and most
 launchers) is ``--tensor`` here, ``--pipeline-model-parallel-size`` ``--pipeline``, DeepSpeed's ZeRO
-stage ``--zero``, a launcher's GPU count ``--devices``.
+stage ``--zero``, a launcher's GPU count ``--devices`` (``--ranks`` where a command runs MPI ranks).
 """
 
 from __future__ import annotations
+
+import sys
 
 from typer._click.exceptions import NoArgsIsHelpError, NoSuchOption, UsageError
 
@@ -32,7 +34,8 @@ OTHER_NAMES: dict[str, tuple[str, str]] = {
                     ("--micro-batches", "how many micro-batches a step takes, not their size")),
     **dict.fromkeys(("--seq-length", "--seq-len", "--seq_len", "--sequence-length", "--max-seq-len"),
                     ("--seq", "the tokens a sample")),
-    **dict.fromkeys(("--num-gpus", "--gpus", "--ngpus", "--nproc-per-node", "--world-size", "--num-devices"),
+    **dict.fromkeys(("--num-gpus", "--gpus", "--ngpus", "--nproc-per-node", "--world-size", "--num-devices",
+                     "--np", "-np", "--nproc"),
                     ("--devices", "the devices in all")),
     **dict.fromkeys(("--recompute-granularity", "--activation-checkpointing", "--ac"),
                     ("--recompute", "which activations are recomputed")),
@@ -47,16 +50,29 @@ def one_line(err: Exception) -> bool:
     return isinstance(err, UsageError) and not isinstance(err, NoArgsIsHelpError)
 
 
-def usage_line(err: UsageError) -> str:
-    """``err`` as the one line a user reads (without the ``error:`` the caller prints before it)."""
+def usage_line(err: UsageError, argv: list[str] | None = None, commands: tuple[str, ...] = ()) -> str:
+    """``err`` as the one line a user reads (without the ``error:`` the caller prints before it);
+    ``argv``: the command line's words after the program (sys.argv[1:] where not given), whose first of
+    ``commands`` (dnnplan's) names the command a mistake found with no command's context belongs to
+    (an option's missing value)."""
+    argv = sys.argv[1:] if argv is None else argv
     command = err.ctx.command_path if err.ctx is not None else "dnnplan"
-    what = "every option" if isinstance(err, NoSuchOption) else \
-        "the commands" if err.ctx is None or hasattr(err.ctx.command, "list_commands") else "its usage"
+    group = err.ctx is None or hasattr(err.ctx.command, "list_commands")
+    if group and not isinstance(err, NoSuchOption):
+        named = next((w for w in argv if w in commands), None)
+        if named is not None:  # the command's own option, its words parsed before its context was made
+            command, group = f"dnnplan {named}", False
+    what = "every option" if isinstance(err, NoSuchOption) else "the commands" if group else "its usage"
     help_ = f"`{command} -h` lists {what}"
+    if not isinstance(err, NoSuchOption) and "-np" in argv and "'--ranks' / '-n'" in err.format_message():
+        return f"{command}: -np is read as -n p: mpiexec's -np is --ranks (-n) here, e.g. -n 2; {help_}"
     if isinstance(err, NoSuchOption):
         known = {o for p in err.ctx.command.params for o in p.opts} if err.ctx is not None else set()
         name = err.option_name
         other = OTHER_NAMES.get(name)
+        if (name == "--devices" or other is not None and other[0] == "--devices") and "--devices" not in known \
+                and "--ranks" in known:
+            other = ("--ranks", "the MPI ranks it runs on")  # execute and validate: the devices are ranks
         if other is not None and other[0] in known:
             return f"{command}: no such option {name}: use {other[0]} ({other[1]}); {help_}"
         near = [p for p in (err.possibilities or []) if p != "--help"]

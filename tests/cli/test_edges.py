@@ -149,7 +149,16 @@ def test_a_mistake_on_the_command_line_itself_is_one_line_with_the_fix():
                         (["plan", "gpt-tiny", "--devices", "eight"], "dnnplan plan: Invalid value for '--devices'"),
                         (["plan"], "dnnplan plan: Missing argument 'network'; `dnnplan plan -h` lists its usage"),
                         (["plna", "gpt-tiny"], "Did you mean 'plan'? `dnnplan -h` lists the commands"),
-                        (["export", "gpt-tiny", "--tp", "2"], "dnnplan export: no such option --tp: did you mean --to")):
+                        (["export", "gpt-tiny", "--tp", "2"], "dnnplan export: no such option --tp: did you mean --to"),
+                        # a launcher's device count is --ranks where a command runs MPI ranks
+                        (["execute", "p.yaml", "--devices", "2"], "dnnplan execute: no such option --devices: use "
+                                                                  "--ranks (the MPI ranks it runs on)"),
+                        (["validate", "lenet5", "--np", "2"], "no such option --np: use --ranks"),
+                        (["execute", "p.yaml", "-np", "2"], "dnnplan execute: -np is read as -n p: mpiexec's -np is "
+                                                            "--ranks (-n) here"),
+                        # an option's missing value: the command's own help, not the group's
+                        (["execute", "p.yaml", "--ranks", "2", "--json"], "dnnplan execute: Option '--json' requires "
+                                                                          "an argument; `dnnplan execute -h`")):
         got = runner.invoke(app, args)
         lines = got.output.strip().splitlines()
         assert got.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), got.output
