@@ -129,7 +129,7 @@ def foreign_reason(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
 
 def _bad(source: str, why: str) -> DnnplanError:
     return DnnplanError(f"profile table is corrupt: {why}", file=source,
-                        hint="delete it and run `dnnplan profile` again")
+                        hint="profile again into a new file: `dnnplan profile NETWORK --out NEW.json`")
 
 
 def table_from_dict(data: Any, source: str) -> ProfileTable:

@@ -11,6 +11,7 @@ The format lives in :mod:`costmodel.compute.profile_table` (and the compute mode
 from __future__ import annotations
 
 import json
+import re
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -69,6 +70,11 @@ def resolve_table(path: str | os.PathLike) -> str:
     return str(shipped) if shipped else path
 
 
+#: the fix for a file that does not read as a profile table: never "delete it" (it may be the user's own file)
+NOT_A_TABLE = ("give a profile table, or a new file for `dnnplan profile --out`; a table cut short is profiled again "
+               "into a new file")
+
+
 def read_table(path: str | os.PathLike) -> ProfileTable:
     path = resolve_table(path)
     shipped = ", ".join(shipped_table_names())
@@ -78,12 +84,14 @@ def read_table(path: str | os.PathLike) -> ProfileTable:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise DnnplanError(f"profile table is corrupt: invalid JSON at line {err.lineno} ({err.msg})",
-                           file=path, hint="delete it and run `dnnplan profile` again") from None
+        if re.search(r"^network:", text, re.M) and re.search(r"^layers:", text, re.M):
+            raise DnnplanError("is a dnnplan plan, not a profile table", file=path,
+                               hint="give a profile table, or a new file for `dnnplan profile --out`") from None
+        raise DnnplanError(f"is not a profile table: invalid JSON at line {err.lineno} ({err.msg})",
+                           file=path, hint=NOT_A_TABLE) from None
     except (RecursionError, ValueError) as err:  # deep nesting; a number past Python's 4,300-digit limit
         why = "its JSON nests too deeply" if isinstance(err, RecursionError) else DIGITS
-        raise DnnplanError(f"profile table is corrupt: {why}", file=path,
-                           hint="delete it and run `dnnplan profile` again") from None
+        raise DnnplanError(f"is not a profile table: {why}", file=path, hint=NOT_A_TABLE) from None
     return table_from_dict(data, path)
 
 

@@ -104,14 +104,20 @@ def test_open_for_device_refuses_a_foreign_table(tmp_path):
         open_for_device(str(path), {**FP, "threads": 2})
 
 
-@pytest.mark.parametrize("text,match", [("{not json", "corrupt: invalid JSON"), ("[]", "not a dnnplan profile"),
+@pytest.mark.parametrize("text,match", [("{not json", "is not a profile table: invalid JSON"),
+                                        ("network: lenet5\ndevices: 2\nlayers:\n  - {name: conv1}\n",
+                                         r"is a dnnplan plan, not a profile table \(give a profile table, or a new file"),
+                                        ("[]", "not a dnnplan profile"),
                                         ('{"format": "dnnplan-profile", "version": 99}', "version"),
                                         ('{"format": "dnnplan-profile", "version": 1, "fingerprint": {}}', "corrupt")])
 def test_corrupt_tables_are_clear_errors(tmp_path, text, match):
+    """A file that is no table (a plan given as --out, a table cut short) is said to be none, with a
+    fix that never tells the user to delete their file."""
     path = tmp_path / "bad.json"
     path.write_text(text)
-    with pytest.raises(DnnplanError, match=match):
+    with pytest.raises(DnnplanError, match=match) as err:
         read_table(path)
+    assert "delete" not in str(err.value)
 
 
 def test_bad_entry_is_corrupt():
