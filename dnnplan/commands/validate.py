@@ -79,7 +79,8 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     try:
         report = guard_failure(lambda: validation.validate(
             ctx, network, machine, settings, on_run=lambda run: _shown(run, details), earlier=earlier,
-            on_reused=lambda row: render.validate_reused(row, keep)))
+            on_reused=lambda row: render.validate_reused(row, keep),
+            on_progress=(lambda so_far: _kept(so_far, keep)) if target_kind(keep) is None else None))
     except ValidationInterrupted as err:
         _keep(err, keep, command_line(cli), bool(earlier))
         raise typer.Exit(stops.exit_code()) from None
@@ -97,7 +98,7 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
         else:
             fail_line(f"interrupted by {stops.name()} while the tables printed; the complete report is in {json_out}")
         raise typer.Exit(stops.exit_code()) from None
-    if not json_out and found and os.path.exists(keep):
+    if not json_out and os.path.exists(keep):
         os.unlink(keep)  # the report is complete: the partial one is spent
     if report_dir:
         written = report_files.write_report(report_dir, data, command_line(cli))
@@ -177,6 +178,14 @@ def _resumable(earlier: dict, path: str, report: ValidationReport, force: bool) 
         return None
     raise DnnplanError(f"{path} holds an interrupted validate of other settings ({'; '.join(differ)})",
                        hint="run with its settings to resume it, or pass --force to start over and replace it")
+
+
+def _kept(report: ValidationReport, path: str) -> None:
+    """The rows so far written as a partial report after each plan (atomically, Ctrl-C held off while
+    it is written): a run killed outright (`kill -9`, the machine's own end) keeps what it measured,
+    and the same command resumes from it."""
+    with sigint_ignored():
+        write_json_file(path, report.to_json())
 
 
 def _keep(err: ValidationInterrupted, path: str, command: str, resumed: bool) -> None:

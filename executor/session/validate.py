@@ -353,11 +353,13 @@ def _earlier_row(earlier: list[dict], name: str, plan: Plan, repeat: int | None)
 
 def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSettings,
              on_run: Callable[[PlanRun], None] | None = None, earlier: list[dict] | None = None,
-             on_reused: Callable[[dict], None] | None = None) -> ValidationReport | None:
+             on_reused: Callable[[dict], None] | None = None,
+             on_progress: Callable[[ValidationReport], None] | None = None) -> ValidationReport | None:
     """Plan, then run and compare every candidate plan; None on ranks other than 0 of an MPI job.
     ``ctx`` comes from :func:`resolve`. ``earlier``: the rows of an interrupted run of the same
     settings (:func:`conflicts`, :func:`earlier_runs`); a plan (repeat) measured there is not run
-    again, its row is reused (and passed to ``on_reused``). With ``settings.repeats`` above 1 every
+    again, its row is reused (and passed to ``on_reused``). ``on_progress``: the report so far
+    (incomplete) after each plan measured, for the caller to keep (a killed run loses none of them). With ``settings.repeats`` above 1 every
     plan runs that many times, interleaved (executor.report.repeats). Ctrl-C raises :class:`ValidationInterrupted` with the rows so far."""
     candidates = _plans(ctx, network_arg, machine_arg, settings)
     report = new_report(ctx, machine_arg, settings, planned=len(candidates))
@@ -379,6 +381,8 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
                 report.rows.append(run.row())
                 if on_run is not None:
                     on_run(run)
+                if on_progress is not None:
+                    on_progress(replace(report, complete=False))
     except KeyboardInterrupt:
         raise ValidationInterrupted(replace(report, complete=False), None) from None
     return report if report.rows else None

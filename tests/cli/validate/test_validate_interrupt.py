@@ -111,6 +111,33 @@ def test_the_command_keeps_a_partial_file_and_the_same_command_resumes(monkeypat
     assert not partial.exists()  # spent: the report is complete
 
 
+class _Killed(BaseException):
+    """The process ended outright (kill -9): nothing of the command runs after it."""
+
+
+def test_a_run_killed_outright_keeps_the_plans_measured_before_it(monkeypatch, tmp_path):
+    """The partial report is written after each plan, not only on Ctrl-C: a run killed mid-plan
+    (here, the second plan's run never returns) keeps the first, and the same command resumes."""
+    monkeypatch.chdir(tmp_path)
+    runs = FakeRuns()
+
+    def killed_at_the_second(prep, **kwargs):
+        if len(runs.plans) == 1:
+            raise _Killed
+        return runs(prep, **kwargs)
+
+    monkeypatch.setattr(validation, "measure_both", killed_at_the_second)
+    with pytest.raises(_Killed):
+        runner.invoke(app, ARGS)
+    data = json.loads((tmp_path / "validate-lenet5-2r.partial.json").read_text())
+    assert data["complete"] is False and len(data["plans"]) == 1 and data["plans"][0]["plan"] == runs.plans[0]
+    again = FakeRuns()
+    monkeypatch.setattr(validation, "measure_both", again)
+    r = runner.invoke(app, ARGS)
+    assert r.exit_code == 0 and "not run again" in r.output, r.output
+    assert runs.plans[0] not in again.plans and not (tmp_path / "validate-lenet5-2r.partial.json").exists()
+
+
 def test_a_partial_file_of_other_settings_is_refused(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(validation, "measure_both", FakeRuns(stop_at=2))
