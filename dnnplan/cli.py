@@ -133,6 +133,26 @@ class Commands(Mapping):
         return len(COMMANDS)
 
 
+#: the environment an MPI launcher gives each rank its number in (MPICH's Hydra and PMI, Open MPI,
+#: PMIx; Slurm's srun inside a job step)
+RANK_ENV = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+def another_rank() -> bool:
+    """Whether this process is a rank other than 0 of an MPI job (`mpiexec -n 2 dnnplan ...`): a
+    mistake on the command line is the same on every rank, and rank 0 says it once."""
+    ranks = [os.environ.get(v) for v in RANK_ENV]
+    if os.environ.get("SLURM_STEP_ID") is not None:
+        ranks.append(os.environ.get("SLURM_PROCID"))
+    return any(r not in (None, "", "0") for r in ranks)
+
+
+def user_mistake(line: str) -> None:
+    """A user's mistake, on stderr once however many ranks run the command."""
+    if not another_rank():
+        fail_line(line)
+
+
 class Group(TyperGroup):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -144,7 +164,7 @@ class Group(TyperGroup):
         except ClickException as err:
             if not one_line(err):
                 raise
-            fail_line(usage_line(err, list(args), tuple(COMMANDS)))
+            user_mistake(usage_line(err, list(args), tuple(COMMANDS)))
             raise typer.Exit(2) from None
 
     def invoke(self, ctx: Context):
@@ -154,10 +174,10 @@ class Group(TyperGroup):
         except ClickException as err:  # a command's unknown option, a value of the wrong type
             if not one_line(err):
                 raise
-            fail_line(usage_line(err, words, tuple(COMMANDS)))
+            user_mistake(usage_line(err, words, tuple(COMMANDS)))
             raise typer.Exit(2) from None
         except DnnplanError as err:
-            fail_line(str(err))
+            user_mistake(str(err))
             raise typer.Exit(2) from None
         except SystemFailure as err:
             fail_line(str(err))

@@ -183,7 +183,9 @@ def _in_job(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: bool
     comm = launcher.world()
     if comm.Get_size() != prep.plan.devices:
         raise DnnplanError(f"this MPI job has {comm.Get_size()} ranks but the plan is for "
-                           f"{prep.plan.devices} devices", file=prep.path)
+                           f"{prep.plan.devices} devices", file=prep.path,
+                           hint=f"start it with mpiexec -n {prep.plan.devices}, or without mpiexec: `dnnplan execute` "
+                                "starts the ranks itself")
     dog = start_watchdog(comm, timeout_s)
     try:
         kernel_calls = comm.bcast(kernel_calls, root=0)  # listed by rank 0 alone (measure)

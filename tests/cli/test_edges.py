@@ -204,3 +204,17 @@ def test_plan_names_a_pipeline_or_micro_batch_count_that_cannot_be():
     for args, words in cases:
         got = runner.invoke(app, ["plan", "gpt-tiny", "-p", "8", "-b", "64", *args])
         assert got.exit_code == 2 and words in got.output, got.output
+
+
+def test_under_mpiexec_a_mistake_is_said_once_by_rank_0(monkeypatch):
+    """`mpiexec -n 2 dnnplan execute bad.yaml`: every rank finds the same mistake; rank 0 says it,
+    the others exit 2 silently (the launcher's environment numbers them)."""
+    args = ["execute", "no-such-plan.yaml", "--ranks", "2"]
+    for env, said in (({"PMI_RANK": "0"}, True), ({"PMI_RANK": "1"}, False), ({"OMPI_COMM_WORLD_RANK": "3"}, False),
+                      ({"PMIX_RANK": "0"}, True), ({}, True)):
+        for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_STEP_ID"):
+            monkeypatch.delenv(var, raising=False)
+        for var, value in env.items():
+            monkeypatch.setenv(var, value)
+        got = runner.invoke(app, args)
+        assert got.exit_code == 2 and ("no such plan file" in got.output) == said, (env, got.output)
