@@ -70,6 +70,24 @@ def check_outputs(paths: dict[str, str | None], force: bool = False) -> None:
         check_output(path, force)
 
 
+def is_stdout(path: str | None) -> bool:
+    """Whether ``path`` names this process's standard output (``--json /dev/stdout``, a pipe or a
+    terminal): the command's tables then go to stderr, so what stdout carries is the JSON alone."""
+    if not path:
+        return False
+    try:
+        there, out = os.stat(path), os.fstat(1)
+    except OSError:
+        return False
+    return (there.st_dev, there.st_ino) == (out.st_dev, out.st_ino)
+
+
+def tables_to_stderr(*consoles) -> None:
+    """The consoles the command's tables print on, moved to stderr (:func:`is_stdout`)."""
+    for console in consoles:
+        console.stderr = True
+
+
 def write_json_file(path: str, data: dict) -> None:
     """Atomic (networks.writing): a failed run never leaves a partial file, and a failure of the
     system is one line (SystemFailure) with the old file intact. The folder must exist (never created)."""

@@ -13,7 +13,7 @@ from dnnplan.rerun import command_line
 from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, FreshOpt, GraphsOpt, JsonFileOpt,
                              PlanArg, ProfileOpt, RanksOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt,
                              TraceOpt, WarmupOpt)
-from dnnplan.output import check_outputs, write_json_file
+from dnnplan.output import check_outputs, is_stdout, tables_to_stderr, write_json_file
 from dnnplan.render.measured import execute as render
 from dnnplan.render.messages import err_console, fail_line, warn
 from executor.report.compare import comparison_json
@@ -53,6 +53,8 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
     local rank, with the cuDNN engines its profile recorded, collectives over NCCL (--device).
     """
     check_outputs({"--json": json_out, "--trace": trace}, force)
+    if is_stdout(json_out):  # --json /dev/stdout: the JSON alone on stdout, the tables on stderr
+        tables_to_stderr(render.console)
     try:
         prep = replace(prepare(plan, ranks, threads, profile, fresh, device, foreign_profile), graphs=graphs)
         for line in prep.warnings:

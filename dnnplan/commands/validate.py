@@ -21,7 +21,7 @@ from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRun
                              ReportDirOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg,
                              ValidateRanksOpt, WarmupOpt, takes_choices)
 from dnnplan.rerun import command_line
-from dnnplan.output import check_output, check_output_folder, write_json_file
+from dnnplan.output import check_output, check_output_folder, is_stdout, tables_to_stderr, write_json_file
 from dnnplan.render.measured import execute as render, report as report_files
 from dnnplan.render.messages import fail_line, warn
 from executor.launch.interrupts import sigint_ignored
@@ -65,6 +65,8 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     if report_dir:
         report_files.check_report_folder(report_dir, force)
     earlier = _partial(json_out, force) if json_out else None
+    if is_stdout(json_out):  # --json /dev/stdout: the JSON alone on stdout, the tables on stderr
+        tables_to_stderr(render.console)
     _ranks_fit(ranks, machine)
     ctx = validation.resolve(network, ranks, batch, machine, profile, refresh, choices)
     if (line := refresh_warning(refresh, ctx.compute)) is not None:

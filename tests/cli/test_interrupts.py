@@ -319,3 +319,23 @@ def test_profile_out_needs_its_folder_but_resumes_an_existing_table(tmp_path, mo
     assert json.loads(r.stdout)["measured"] == 0
     r = runner.invoke(app, ["profile-comm", "--out", str(missing)])
     assert r.exit_code == 2 and "does not exist" in r.output, r.output
+
+
+def test_json_to_stdout_moves_the_tables_to_stderr(tmp_path, monkeypatch):
+    """--json naming this process's standard output: is_stdout says so (the tables then print on
+    stderr, leaving the JSON alone on stdout); another file is not stdout."""
+    from dnnplan.output import is_stdout, tables_to_stderr  # noqa: PLC0415 - this test's only use
+    from dnnplan.render.console import Console  # noqa: PLC0415
+    out = tmp_path / "out.txt"
+    with open(out, "w") as fh:
+        saved = os.dup(1)
+        os.dup2(fh.fileno(), 1)
+        try:
+            assert is_stdout(str(out)) and is_stdout("/dev/stdout")
+            assert not is_stdout(str(tmp_path / "other.json")) and not is_stdout(None)
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+    console = Console()
+    tables_to_stderr(console)
+    assert console.file is sys.stderr
