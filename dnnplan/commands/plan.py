@@ -272,8 +272,12 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
         export_render.show(launch[0])
     elif refused is not None:
         near = nearest_runs(emit, made, ctx.network)
-        fail_line(f"--emit {emit}: {refused}" + (f" (`dnnplan export PLAN --to {emit} --nearest` writes the closest "
-                                                  "plan it runs)" if near else ""))
+        plan_file = out or "PLAN.yaml"
+        keep = "" if out else f"keep the plan with --out {plan_file}, then "  # no plan file to export yet
+        what = DnnplanError(refused.bare, layer=refused.layer, field=refused.field)  # its own fix said below
+        fail_line(f"--emit {emit}: {what}" + (f" ({keep}`dnnplan export {plan_file} --to {emit} --nearest` "
+                                                       "writes the closest plan it runs)" if near else
+                                                       f" ({refused.hint})" if refused.hint else ""))
     return refused is None
 
 

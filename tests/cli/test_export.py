@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
+from networks.errors import DnnplanError
 from dnnplan.render.export import deepspeed_launcher
 from tests.support.cli_errors import one_error_line
 from tests.support.executor_plans import pipelined_plan, predicted_plan, write_uniform_plan
@@ -380,3 +381,21 @@ def test_exporting_a_plan_over_its_devices_memory_warns(tmp_path):
     fits = json.loads(runner.invoke(app, ["export", llama_plan(tmp_path, "--zero", "1"), "--to", "megatron",
                                           "--json"]).stdout)
     assert fits["memory_fits"] is True
+
+
+def test_plan_emit_without_out_says_to_keep_the_plan_before_exporting_its_nearest(monkeypatch):
+    """A plan --emit refuses, which --nearest would make runnable: without --out there is no plan file
+    to export, so the line says to keep it first (and names the fix once, not twice)."""
+    from dnnplan.commands import plan as plan_command  # noqa: PLC0415 - this test's only use
+
+    def refused(*args, **kwargs):
+        raise DnnplanError("split N=4,F=2, where Megatron-LM's layout splits it N=8", layer="embed",
+                           hint="re-plan with --tensor 2, or export with --nearest")
+
+    monkeypatch.setattr(plan_command, "exported", refused)
+    monkeypatch.setattr(plan_command, "nearest_runs", lambda *args: True)
+    got = runner.invoke(app, ["plan", "tiny-llama", "-p", "2", "--time-limit", "5", "--emit", "megatron"])
+    line = " ".join(got.stderr.split())
+    assert got.exit_code == 2 and "--emit megatron: layer 'embed': split N=4,F=2" in line, line
+    assert "(keep the plan with --out PLAN.yaml, then `dnnplan export PLAN.yaml --to megatron --nearest` writes " \
+           "the closest plan it runs)" in line and line.count("--nearest") == 1
