@@ -118,6 +118,8 @@ RefreshOpt = Annotated[bool, typer.Option("--refresh-profile", help="Machine `lo
 # --- output ----------------------------------------------------------------------------------
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+ExportJsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (the arguments or the config, "
+                                             "and what --nearest changed) instead of the file.")]
 JsonFileOpt = Annotated[Optional[str], typer.Option("--json", help="Write the result as JSON to FILE.")]
 PlanOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the plan here (.yaml, or .json for "
                                                    "JSON).")]

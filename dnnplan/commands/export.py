@@ -6,7 +6,7 @@ import json
 
 from costmodel.machine.loading import load_machine
 from dnnplan.export_file import check_framework, exported
-from dnnplan.options import ExportOutOpt, ExportToOpt, ForceOpt, JsonOpt, NearestOpt, PlanArg
+from dnnplan.options import ExportJsonOpt, ExportOutOpt, ExportToOpt, ForceOpt, NearestOpt, PlanArg
 from dnnplan.output import check_outputs
 from dnnplan.render import export as render
 from executor.session.export_nearest import NearestExport, as_priced_now, nearest_export
@@ -16,7 +16,7 @@ from planner.plan.plan_file import read_plan
 
 
 def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: ForceOpt = False,
-           as_json: JsonOpt = False, nearest: NearestOpt = False) -> None:
+           as_json: ExportJsonOpt = False, nearest: NearestOpt = False) -> None:
     """Write a plan for the framework you run: Megatron-LM's arguments, torchtitan's TOML or DeepSpeed's JSON.
 
     Each option is named as that framework's release names it (docs/export.md cites the versions).
@@ -45,7 +45,9 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     --sequence-parallel --machine dgx-a100 --out plan.yaml, then dnnplan export plan.yaml --to megatron.
     Tiny-Llama under FSDP on 16 H100s: dnnplan predict tiny-llama -p 16 -b 32 --machine dgx-h100
     --precision bf16 --optimizer adam --zero 3 --out fsdp.yaml, then dnnplan export fsdp.yaml --to
-    torchtitan (or --to deepspeed --out ds_config.json).
+    torchtitan (or --to deepspeed --out ds_config.json). A plan the planner made, on the layout
+    Megatron-LM runs nearest to it: dnnplan plan llama3-70b -p 64 --machine dgx-h100 --out plan.yaml,
+    then dnnplan export plan.yaml --to megatron --nearest --out train.sh.
     """
     check_framework(to, "--to")
     if out is not None and not out.strip():

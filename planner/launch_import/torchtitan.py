@@ -85,8 +85,10 @@ IGNORED = {
         "memory_estimation": "*", "fault_tolerance": "*", "experimental": "*", "debug": "*"},
     "the data and tokenizer: the network's own vocabulary is priced": {
         "model": {"hf_assets_path", "tokenizer_path", "print_after_conversion"},
-        "training": {"dataset", "dataset_path", "dataloader", "steps", "gc_freq", "gc_debug"},
+        "training": {"dataset", "dataset_path", "dataloader", "gc_freq", "gc_debug"},
         "training.dataloader": "*"},
+    "how long to train: one step is predicted (--tokens gives the time to train)": {
+        "training": {"steps"}},
     "the learning rate and the optimiser's settings: a step's work does not depend on them": {
         "optimizer": {"lr", "beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"},
         "lr_scheduler": "*", "training": {"max_norm", "mixed_precision_reduce"}},

@@ -105,6 +105,7 @@ def test_a_users_toml_reads_to_what_torchtitan_runs():
     assert {"[optimizer] lr", "[training] dataset", "[profiling] profile_freq", "[job] description",
             "[model] hf_assets_path"} <= ignored
     assert "[quantize.linear.float8] filter_fqns" not in ignored  # read: which linear layers run in FP8
+    assert {i.option: i.reason for i in got.ignored}["[training] steps"].startswith("how long to train")
 
 
 def test_a_pipeline_its_cut_and_micro_batches():
