@@ -21,7 +21,12 @@ def zoo_rows() -> list[dict]:
 
 
 def networks(as_json: JsonOpt = False) -> None:
-    """List the shipped networks (the zoo) with their parameter counts."""
+    """List the shipped networks (the zoo) with their parameter counts.
+
+    Each name is a NETWORK the other commands take (dnnplan info gpt2, dnnplan plan llama3-8b -p 64
+    --machine dgx-h100); a spec of your own (YAML), a Hugging Face config.json or an ONNX file is
+    named by its path instead. --json prints the rows as one JSON object.
+    """
     rows = zoo_rows()
     if as_json:
         print(json.dumps(rows))

@@ -34,6 +34,9 @@ def profile_comm(cli: typer.Context, ranks: CommRanksOpt = 2, sizes: MessageSize
     --ranks devices (docs/profiler.md). With --backend cupy the buffers are GPU arrays staged
     through the host, as ranks sharing one GPU make their collectives; the fits go into that GPU's
     table of --precision.
+
+    Two ranks on this computer, into its per-user cache: dnnplan profile-comm --ranks 2; into a
+    table of your own, quicker: dnnplan profile-comm --ranks 2 --cap 0.05 --out local.json.
     """
     if out:
         check_output_folder(out)  # the fit is added to an existing table: no --force

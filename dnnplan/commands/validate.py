@@ -48,7 +48,9 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
 
     The loop in one command: plan, then run the plan and each uniform baseline that fits (data,
     filter, spatial) with --check, and compare measured with predicted step time, per-layer
-    times and peak memory; says whether the planner's plan was measured fastest. The headline
+    times and peak memory; says whether the planner's plan was measured fastest. Where the
+    planner's answer is a baseline re-weighed in its step's context (`planner = data`), the
+    solver's own plan runs too, as `solver`. The headline
     prediction is made before the run: from the profile this computer already has, each plan's
     kernels (and collectives) then timed again in its step's order and context before any plan runs (--step-context;
     the prediction from the profile alone is shown beside). Beside it, by default (--in-run), the
