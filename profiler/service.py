@@ -33,7 +33,11 @@ GRID_MODES = ("gemm", "conv")
 
 def parse_ints(text: str, what: str, most: int) -> list[int]:
     """``--what``'s comma-separated integers, each from 1 to ``most``; at most 64 of them."""
-    parts = [part.strip() for part in text.split(",") if part.strip()]
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) > 1 and not all(parts):
+        raise DnnplanError(f"--{what} {short(text)} has an empty item", hint=f"write --{what} "
+                           f"{','.join(p for p in parts if p) or 'N,M'}")
+    parts = [part for part in parts if part]
     if len(parts) > 64:
         raise DnnplanError(f"--{what} lists {len(parts)} values; at most 64 are taken")
     try:

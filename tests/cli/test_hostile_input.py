@@ -156,6 +156,8 @@ REFUSED = [
     (["validate", "lenet5", "-n", "2", "--timeout", "nan"], "--timeout must be from"),
     (["execute", "{p64}", "-n", "2", "--steps", "0"], "--steps must be a whole number"),
     (["plan", "lenet5", "--sweep", ",".join(str(i) for i in range(1, 100))], "at most 64 are taken"),
+    (["profile", "lenet5", "-p", "1,,2", "--out", "{d}/t.json"], r"--devices '1,,2' has an empty item \(write "
+                                                                 r"--devices 1,2\)"),
     (["predict", "lenet5", "--devices", "4", "--strategy", "N=99999999999999999999999"], "does not divide 4 devices"),
     (["profile", "lenet5", "--algorithms", "nope", "--out", "{d}/t.json"], "unknown convolution algorithm 'nope'"),
     (["profile-comm", "--ranks", "9999999"], "--ranks must be a whole number"),
