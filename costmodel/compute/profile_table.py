@@ -188,6 +188,9 @@ def _fingerprint(fp: Any, source: str) -> dict[str, Any]:
 
 def _check_key(key: str) -> None:
     """An entry's key names a kernel the cost model knows, with sizes from 0 to 2^48."""
+    if key.count("|") != 3:
+        raise ValueError("a key is KERNEL|SHAPE|DTYPE|ALGORITHM (four fields, '|' between them), as "
+                         "`dnnplan profile` writes it")
     kernel, shape, _, _ = split_key(key)
     if kernel not in SHAPE_FIELDS:
         raise ValueError(f"unknown kernel {short(kernel)}")

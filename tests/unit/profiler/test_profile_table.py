@@ -359,3 +359,10 @@ def test_a_gemm_call_alone_runs_on_its_element_types_matrix_peak():
             call.flops / (peaks[key] * dev.efficiency_of(kind)))
     add = KernelCall("add.fwd", (1 << 20,), "bfloat16", "", 1 << 20, 6 << 20)
     assert Roofline(machine).call_s(add) == Roofline(machine, tf32=True).call_s(add)
+
+
+def test_an_entry_key_not_of_four_fields_says_what_a_key_is():
+    data = table_to_dict(_table())
+    data["entries"] = {"bogus|key": {"median_s": 1e-3}}
+    with pytest.raises(DnnplanError, match=r"entry 'bogus\|key': a key is KERNEL\|SHAPE\|DTYPE\|ALGORITHM"):
+        table_from_dict(data, "x")
