@@ -424,6 +424,11 @@ def layer_entries(layers_raw, net: Network, path: str, remake: str) -> dict:
         raise fail(f"the plan ends after layer '{names[-len(missing) - 1]}', {len(missing)} of the network's "
                     f"{len(names)} layers short (was it cut short?)", path, field="layers",
                     hint=f"make it again with `{remake}`")
+    if missing and extra:  # an entry renamed, or the plan of another network: both names said
+        raise fail(f"the plan has no entry for layer '{missing[0]}', and names layer {short(extra[0])} the network "
+                   "lacks" + (f" ({len(extra)} such)" if len(extra) > 1 else ""), path, layer=missing[0],
+                   field="layers", hint=f"rename {short(extra[0])} back to '{missing[0]}' if it was edited, else "
+                                        "re-plan it for this network")
     if missing or extra:
         what = f"has no entry for layer '{missing[0]}'" if missing else f"names layer {short(extra[0])} the network lacks"
         raise fail(f"the plan {what}", path, layer=(missing or extra)[0], field="layers",

@@ -92,6 +92,7 @@ def plans(files) -> dict[str, str]:
     first = text.index("- name: ", text.index("\nlayers:"))  # the first layer's entry, listed again after the last
     entry = text[first:text.index("- name: ", first + 1)]
     out["twice"] = _write(d, "twice.yaml", text.rstrip("\n") + "\n" + entry)
+    out["renamed"] = _write(d, "renamed.yaml", text.replace("- name: conv1\n", "- name: convX\n", 1))
     return out
 
 
@@ -192,6 +193,8 @@ REFUSED = [
     (["predict", "{precision_edited}"], r"field 'precision': the plan was made for precision fp32, and its "
                                         r"'precision' now says bf16"),
     (["predict", "{twice}"], r"twice.yaml.*layer 'conv1' is listed twice \(keep one entry for it\)"),
+    (["predict", "{renamed}"], r"renamed.yaml.*no entry for layer 'conv1', and names layer 'convX' the network lacks "
+                               r"\(rename 'convX' back to 'conv1' if it was edited"),
     (["predict", "{bogus_algo}"], r"unknown convolution algorithm 'bogus' \(use one of direct, im2col, fft, "
                                   r"winograd"),
     # output files
