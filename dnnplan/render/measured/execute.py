@@ -124,7 +124,9 @@ def stage_table(cmp: Comparison) -> None:
     if not cmp.stages:
         return
     t = Table(title="pipeline stages", title_justify="left", caption="busy: the step less the stage's waits "
-              "(slowest of its ranks); idle: the step less busy; the bubble: the least idle stage's idle time",
+              "(slowest of its ranks); idle: the step less busy; each measured one the median over the timed "
+              "steps (so a stage's busy and idle need not add up to the median step); the bubble: the least idle "
+              "stage's idle time",
               caption_justify="left")
     for col in ("stage", "layers", "ranks", "busy", "idle"):
         t.add_column(col, justify="right" if col in ("busy", "idle") else "left")
