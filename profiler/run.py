@@ -38,6 +38,9 @@ class ProfileRun:
     seconds: float = 0.0
     interrupted: bool = False  # stopped by Ctrl-C (what was measured is saved)
     records: dict[str, dict] = field(default_factory=dict)  # key -> what ran (a GPU's conv engines)
+    #: the call that stopped the run under ``max_seconds`` before it started, and the least its timing
+    #: takes (its FLOPs at the device's peak, times the policy's fewest runs): more than was left
+    too_long: tuple[KernelCall, float] | None = None
 
 
 class ProfileInterrupted(DnnplanError):
@@ -55,9 +58,12 @@ class ProfileInterrupted(DnnplanError):
 
 def profile_calls(calls: list[KernelCall], table: ProfileTable, xp: ModuleType = numpy, *,
                   threads: int = 1, policy: TimingPolicy = TimingPolicy(), max_seconds: float | None = None,
-                  out: str | None = None, save_every_s: float = 10.0, progress: Progress | None = None
-                  ) -> ProfileRun:
+                  out: str | None = None, save_every_s: float = 10.0, progress: Progress | None = None,
+                  peak_flops: float | None = None) -> ProfileRun:
     """Time every call not yet in ``table``; save to ``out`` every ``save_every_s`` and at the end.
+    With ``max_seconds``, a call whose timing cannot end within what is left (its FLOPs at
+    ``peak_flops``, the device's, for the policy's fewest runs: a kernel is never timed faster) is
+    not started: the run stops there (``too_long``), as a kernel cannot be stopped once running.
     Ctrl-C saves what was measured and raises :class:`ProfileInterrupted`."""
     todo = [c for c in calls if c.key not in table.entries]
     run = ProfileRun(table, skipped=len(calls) - len(todo))
@@ -68,6 +74,10 @@ def profile_calls(calls: list[KernelCall], table: ProfileTable, xp: ModuleType =
             for i, call in enumerate(todo):
                 if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
                     run.left = todo[i:]
+                    break
+                least = least_timing_s(call, policy, peak_flops)
+                if max_seconds is not None and least > max_seconds - (time.perf_counter() - t0):
+                    run.left, run.too_long = todo[i:], (call, least)
                     break
                 _measure(run, call, xp, policy)
                 if progress is not None:
@@ -85,6 +95,14 @@ def profile_calls(calls: list[KernelCall], table: ProfileTable, xp: ModuleType =
     if run.interrupted:
         raise ProfileInterrupted(run, out)
     return run
+
+
+def least_timing_s(call: KernelCall, policy: TimingPolicy, peak_flops: float | None) -> float:
+    """The least time timing ``call`` takes: its arithmetic at the device's peak, for the warm-up and
+    the fewest timed runs of ``policy`` (0 without a peak, or for a call of no FLOPs)."""
+    if not peak_flops or call.flops <= 0:
+        return 0.0
+    return call.flops / peak_flops * (policy.warmup + policy.min_reps)
 
 
 def _save(table: ProfileTable, out: str, shielded: bool) -> None:

@@ -122,7 +122,7 @@ def run_profile(req: ProfileRequest, progress=None) -> tuple[ProfileRun, str, di
     else:
         policy = QUICK if req.quick else TimingPolicy()
     run = profile_calls(calls, table, xp, threads=req.threads, policy=policy, max_seconds=req.max_seconds,
-                        out=out, progress=progress)
+                        out=out, progress=progress, peak_flops=device_peak_flops(fp, req.threads))
     return run, out, fp
 
 
@@ -134,6 +134,8 @@ def run_summary(run: ProfileRun, fp: dict, threads: int, path: str) -> dict:
     return {"table": path, "device": fp["device"], "backend": fp["backend"], "threads": threads,
             "measured": len(run.measured), "resumed": run.skipped, "left": len(run.left),
             "interrupted": run.interrupted,
+            "too_long": None if run.too_long is None else {"kernel": run.too_long[0].key,
+                                                          "least_seconds": run.too_long[1]},
             "failed": run.failed, "seconds": run.seconds, "entries": len(run.table.entries),
             "achieved_flops": flops / secs if secs else 0.0, "best_flops": best, "peak_flops": peak,
             "by_kernel": _by_kernel(run)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import time
 from contextlib import contextmanager
 
@@ -67,7 +69,13 @@ def profile_summary(s: dict) -> None:
     console.print(f"[bold]{s['measured']} kernel shapes measured[/bold] in {fmt.seconds(s['seconds'])}"
                   f" ({s['resumed']} already in the table, {s['entries']} in all)  "
                   f"achieved {fmt.count(s['achieved_flops'])}FLOP/s{vs}{best}")
-    if s["left"]:
+    if s["left"] and s.get("too_long"):
+        long = s["too_long"]
+        console.print(f"[yellow]{s['left']} shapes not measured: timing {escape(long['kernel'])} takes at least "
+                      f"{fmt.seconds(long['least_seconds'])} (its arithmetic at the peak, for its fewest runs), more "
+                      f"than --max-seconds left; run again with --max-seconds "
+                      f"{max(1, math.ceil(long['least_seconds'] * 2))} or more to time it[/yellow]")
+    elif s["left"]:
         console.print(f"[yellow]{s['left']} shapes not measured: --max-seconds reached; run the same command "
                       f"again to resume[/yellow]")
     failed = list(s["failed"].items())

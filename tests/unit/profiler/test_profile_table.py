@@ -366,3 +366,21 @@ def test_an_entry_key_not_of_four_fields_says_what_a_key_is():
     data["entries"] = {"bogus|key": {"median_s": 1e-3}}
     with pytest.raises(DnnplanError, match=r"entry 'bogus\|key': a key is KERNEL\|SHAPE\|DTYPE\|ALGORITHM"):
         table_from_dict(data, "x")
+
+
+def test_a_kernel_whose_timing_cannot_end_within_max_seconds_is_not_started(tmp_path):
+    """A running kernel cannot be stopped: under --max-seconds, a call whose arithmetic at the
+    device's peak, for the policy's fewest runs, takes longer than what is left is not started, and
+    the run says so (``too_long``) rather than run past the limit."""
+    from profiler.run import least_timing_s, profile_calls
+    from profiler.timing.harness import QUICK
+    small = KernelCall("relu.fwd", (100,), "float32", "", 100, 800)
+    huge = KernelCall("relu.fwd", (200,), "float32", "", 10 ** 15, 1600)  # 1e15 FLOPs: 1e4 s at 1e11 FLOP/s
+    path = str(tmp_path / "t.json")
+    run = profile_calls([small, huge], open_for_device(path, {**FP}), policy=QUICK, out=path, max_seconds=60,
+                        peak_flops=1e11)
+    assert list(run.measured) == [small.key] and run.left == [huge]
+    assert run.too_long == (huge, least_timing_s(huge, QUICK, 1e11))
+    assert run.too_long[1] == pytest.approx(1e4 * (QUICK.warmup + QUICK.min_reps))
+    free = profile_calls([huge], open_for_device(str(tmp_path / "u.json"), {**FP}), policy=QUICK, max_seconds=60)
+    assert free.too_long is None  # no peak known: nothing estimated (the huge relu is cheap to time here)
