@@ -23,7 +23,6 @@ the bytes of the pass before it (costmodel.step.barriers, executor.session.execu
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 
 import numpy as np
@@ -37,6 +36,7 @@ from executor.comm.reshard import reshard
 from executor.probes.dispatch import PROBE
 from executor.runtime.timers import ProgressFile, Timers
 from networks.loader import load_network
+from lifecycle.scratch import scratch_folder
 
 #: The passes before a sample: none, about L2's size, and two beyond it (the bytes a zoo layer moves).
 PASS_BYTES = (0, 1 << 20, 4 << 20, 16 << 20)
@@ -106,7 +106,7 @@ def measure(comm, samples: int = 41, warmup: int = 5) -> list[tuple[str, int, fl
     """(kind, pass bytes, median seconds of the executor's code around one collective) for each
     kind and pass size, over ``samples`` samples each after ``warmup`` (every rank returns them:
     the slowest rank's median)."""
-    with tempfile.TemporaryDirectory(prefix="dnnplan-collective-") as folder:
+    with scratch_folder("collective") as folder:
         progress = ProgressFile(folder, comm.Get_rank())  # as `dnnplan execute`'s ranks record spans
         try:
             return _measure(comm, Timers(progress=progress), samples, warmup)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from costmodel.calls.algorithms import default_algorithms
@@ -47,6 +46,7 @@ from networks.ir import Network
 from networks.loader import load_network
 from planner.plan.plan import LayerPlan, Plan
 from lifecycle.jobs import watch_launcher
+from lifecycle.scratch import scratch_folder
 
 PROBE = Path(__file__).resolve().parent / "dispatch.yaml"
 #: The probe's batches: its passes moving from nothing to tens of megabytes.
@@ -117,7 +117,7 @@ def measure(batch: int, steps: int = 11, warmup: int = 2, comm=None) -> list[dic
 def run_recorded(plan: Plan, net: Network, comm, steps: int, warmup: int) -> Timers:
     """The plan's spans over ``steps`` timed steps after ``warmup``, each span's start recorded in
     a progress file, as `dnnplan execute`'s ranks record it (executor.launch.worker)."""
-    with tempfile.TemporaryDirectory(prefix="dnnplan-dispatch-") as folder:
+    with scratch_folder("dispatch") as folder:
         progress = ProgressFile(folder, comm.Get_rank())
         try:
             timers = Timers(keep_spans=True, progress=progress)

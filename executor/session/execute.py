@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from profiler import context
 from profiler.tables.fingerprint import fingerprint
 from profiler.in_step.kernels import entries_from_samples
 from profiler.probes.launch import find_mpiexec
+from lifecycle.scratch import scratch_folder
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def run_measure(prep: Prepared, *, steps: int, warmup: int, check: bool, trace: 
     if launcher.inside_mpi_job():
         return _in_job(prep, steps=steps, warmup=warmup, check=check, trace=trace, timeout_s=timeout_s,
                        kernel_calls=kernel_calls)
-    with tempfile.TemporaryDirectory(prefix="dnnplan-run-") as tmp:
+    with scratch_folder("run") as tmp:
         result_path = os.path.join(tmp, "result.pkl")
         calls_path = None
         if kernel_calls:

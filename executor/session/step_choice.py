@@ -24,7 +24,6 @@ and keeps its profile-alone step; the planner's plan then stands.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, replace
 
 from costmodel.compute.model import OnDemand
@@ -38,6 +37,7 @@ from planner.problem.solve import plan_from_prediction
 from planner.plan.plan import Plan
 from planner.plan.plan_file import write_plan
 from profiler.context import Context
+from lifecycle.scratch import scratch_folder
 
 BASELINES = ("data", "filter", "spatial")
 
@@ -94,7 +94,7 @@ def weighed(candidates: list[tuple[str, Plan]], threads: int | None = None,
     from executor.session.execute import in_step_context, predict, prepare, step_context_entries  # noqa: PLC0415
 
     out, shared = [], Shared()
-    with tempfile.TemporaryDirectory(prefix="dnnplan-context-") as tmp:
+    with scratch_folder("context") as tmp:
         for i, (name, plan) in enumerate(candidates):
             path = os.path.join(tmp, f"plan{i}.yaml")
             write_plan(plan, path)

@@ -24,7 +24,6 @@ holds one row per run (with its ``repeat``) and :attr:`ValidationReport.plans` o
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -49,6 +48,7 @@ from planner.plan.plan_file import write_plan
 from planner.problem.full_profile import refreshed
 from profiler import context
 from profiler.context import Context
+from lifecycle.scratch import scratch_folder
 
 #: What a partial report must share with a run to be resumed by it (keys of its JSON).
 SETTINGS = ("network", "ranks", "batch", "machine", "compute_model", "steps", "warmup", "check", "repeats",
@@ -364,7 +364,7 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
     candidates = _plans(ctx, network_arg, machine_arg, settings)
     report = new_report(ctx, machine_arg, settings, planned=len(candidates))
     try:
-        with tempfile.TemporaryDirectory(prefix="dnnplan-validate-") as tmp:
+        with scratch_folder("validate") as tmp:
             candidates = _in_context(candidates, settings, earlier)
             for repeat, i in run_order(len(candidates), settings.repeats):
                 name, plan, context = candidates[i]

@@ -11,7 +11,6 @@ import os
 import pickle
 import subprocess
 import sys
-import tempfile
 from typing import Sequence
 
 from costmodel.step.collective_calls import CommCall
@@ -20,6 +19,7 @@ from networks.errors import DnnplanError
 from profiler.probes.launch import find_mpiexec, probe_env
 from profiler.timing.harness import summarize
 from lifecycle.jobs import run_job
+from lifecycle.scratch import scratch_folder
 
 TIMEOUT_S = 300.0
 
@@ -31,7 +31,7 @@ def time_collectives(calls: Sequence[CommCall], ranks: int, threads: int,
     if ranks < 2 or not calls:
         return {}, ""
     env = probe_env(threads)
-    with tempfile.TemporaryDirectory(prefix="dnnplan-comm-context-") as tmp:
+    with scratch_folder("comm-context") as tmp:
         calls_path, result = os.path.join(tmp, "calls.pkl"), os.path.join(tmp, "samples.pkl")
         with open(calls_path, "wb") as fh:
             pickle.dump(list(calls), fh)
