@@ -359,8 +359,9 @@ def validate(ctx: Context, network_arg: str, machine_arg: str, settings: RunSett
     ``ctx`` comes from :func:`resolve`. ``earlier``: the rows of an interrupted run of the same
     settings (:func:`conflicts`, :func:`earlier_runs`); a plan (repeat) measured there is not run
     again, its row is reused (and passed to ``on_reused``). ``on_progress``: the report so far
-    (incomplete) after each plan measured, for the caller to keep (a killed run loses none of them). With ``settings.repeats`` above 1 every
-    plan runs that many times, interleaved (executor.report.repeats). Ctrl-C raises :class:`ValidationInterrupted` with the rows so far."""
+    (incomplete) after each plan measured, for the caller to keep (a killed run loses none of them).
+    With ``settings.repeats`` above 1 every plan runs that many times, interleaved
+    (executor.report.repeats). Ctrl-C raises :class:`ValidationInterrupted` with the rows so far."""
     candidates = _plans(ctx, network_arg, machine_arg, settings)
     report = new_report(ctx, machine_arg, settings, planned=len(candidates))
     try:
