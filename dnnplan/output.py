@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from networks.errors import DnnplanError
-from networks.writing import check_target, reason, write_file
+from networks.writing import SystemFailure, check_target, reason, write_file
 
 
 def check_output_folder(path: str) -> None:
@@ -33,12 +33,13 @@ def check_output_folder(path: str) -> None:
 def check_writable(folder: Path, path: str) -> None:
     """Create and remove a file in ``folder``, where ``path`` will be written (atomically, by a
     file beside it: networks.writing), so that a folder the command cannot write in is said before
-    its work starts, not after (a permission, a read-only mount): one line, exit 2."""
+    its work starts, not after (a permission, a read-only mount): one line, the system's failure
+    (exit 74, as a write that fails later is)."""
     try:
         fd, probe = tempfile.mkstemp(prefix=".dnnplan-probe-", dir=folder)
     except OSError as err:
-        raise DnnplanError(f"cannot write {path}: the folder {folder} does not take new files ({reason(err)})",
-                           hint="pass a path in a folder you can write") from None
+        raise SystemFailure(f"cannot write {path}: the folder {folder} does not take new files ({reason(err)})",
+                            hint="pass a path in a folder you can write") from None
     os.close(fd)
     try:
         os.unlink(probe)

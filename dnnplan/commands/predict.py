@@ -20,6 +20,7 @@ from dnnplan.render import predict as render, tables
 from dnnplan.render.messages import warn
 from executor.session import predict as predicting
 from executor.session.runnable import cannot_run
+from planner.export.megatron_layout import sequence_length
 from executor.session.predict import LayerSplits
 from planner.plan.plan_file import is_plan_file, write_plan
 from networks.errors import DnnplanError
@@ -112,6 +113,8 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     assumed = assumed_flags(lambda name: click.get_parameter_source(name) != ParameterSource.DEFAULT, ctx)
     check_options(splits.megatron, strategy, out, force, ctx.framework.step, pipeline, micro_batches)
     check_framework(ctx.framework.step, choices, flag, tensor, pipeline, sequence_parallel, strategy)
+    check_splits(ctx.network, splits, ctx.batch, ctx.devices, pipeline, micro_batches,
+                 click.get_parameter_source("micro_batches") != ParameterSource.DEFAULT)
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
     train(ctx.network, ctx.batch, ctx.devices, 0.0)  # a budget of tokens for a network of none: one line, now
     for line in [foreign_warning(foreign_profile, profile), *ctx.choices.idle(ctx.network),
@@ -142,6 +145,38 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
             how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if runs else \
                 f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
             tables.console.print(f"wrote {out} ({how})")
+
+
+def check_splits(net, splits: LayerSplits, batch: int, devices: int, pipeline: int, micro_batches: int,
+                 micro_given: bool) -> None:
+    """One line for a layout the flags give that no framework runs, before it is priced: a context
+    split of a causal sequence not in 2 x C chunks (Megatron-Core's load balance: `--seq-length
+    should be a multiple of 2 * context-parallel-size`, megatron/training/arguments.py at d98e8a6),
+    more expert ranks than the model has experts, and --micro-batches leaving fewer samples in a
+    micro-batch than data-parallel ranks (each layer would run whole on every rank)."""
+    attention = [layer for layer in net.layers if layer.op == "attention"]
+    if splits.context > 1 and attention and attention[0].p.get("causal"):
+        seq = sequence_length(net)
+        if seq % (2 * splits.context):
+            fit = -(-seq // (2 * splits.context)) * 2 * splits.context
+            raise DnnplanError(f"--context {splits.context} splits each causal sequence into 2 x {splits.context} "
+                               f"chunks (Megatron-Core's load balance), and {seq} positions are not a multiple of "
+                               f"{2 * splits.context}", hint=f"give --seq a multiple of {2 * splits.context}"
+                                                             + f", e.g. {fit}")
+    experts = [layer.p["experts"] for layer in net.layers if layer.op == "moe"]
+    if splits.expert > 1 and experts and splits.expert > max(experts):
+        raise DnnplanError(f"--expert {splits.expert} is more expert ranks than {net.name}'s {max(experts)} experts",
+                           hint=f"give --expert a divisor of {max(experts)}")
+    if not micro_given or splits.strategy != "data" and not splits.megatron:
+        return
+    stage_ranks = devices // max(1, pipeline)
+    data = stage_ranks // (splits.tensor * splits.context) if splits.megatron else stage_ranks
+    samples = batch // max(1, micro_batches)
+    if data > 1 and samples < data:
+        most = max(1, batch // data)
+        raise DnnplanError(f"--micro-batches {micro_batches} leaves micro-batches of {samples} sample"
+                           f"{'' if samples == 1 else 's'} for {data} data-parallel ranks", hint=f"give at most "
+                           f"--micro-batches {most}, a sample a rank each, or a larger --batch")
 
 
 def idle_layout(net, splits: LayerSplits, pipeline: int, micro_batches: int, schedule: str, chunks: int) -> list[str]:

@@ -20,6 +20,7 @@ from dnnplan.cli import app
 from dnnplan.commands import execute as execute_cmd
 from dnnplan.output import check_output, check_outputs, write_json_file
 from dnnplan import output
+from networks.writing import SystemFailure
 from executor.launch import mpiexec as launch
 from executor.runtime.timers import FINISH, SETUP, ProgressFile, RankProgress, Timers, read_progress
 from networks.errors import DnnplanError
@@ -260,7 +261,7 @@ def test_a_folder_that_takes_no_new_files_is_refused_before_the_work(tmp_path, m
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(output.tempfile, "mkstemp", refused)
-    with pytest.raises(DnnplanError, match=r"cannot write \S*r.json: the folder \S* does not take new files "
+    with pytest.raises(SystemFailure, match=r"cannot write \S*r.json: the folder \S* does not take new files "
                                            r"\(Permission denied \(EACCES\)\)"):
         check_outputs({"--json": str(tmp_path / "r.json")})
     monkeypatch.undo()
