@@ -191,7 +191,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                                   choices.but(recompute="auto" if recompute else "none"), foreign_profile,
                                   network_defaults=True)
             for line in [refresh_warning(refresh, ctx.compute), foreign_warning(foreign_profile, profile),
-                         *ctx.choices.idle(ctx.network),
+                         memory_warning(memory, ctx.machine), *ctx.choices.idle(ctx.network),
                          *idle_pipeline_flags(ctx.network, lambda name: _given(click, name), schedule, prove)]:
                 if line is not None:
                     warn(line)
@@ -279,6 +279,16 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
                                                        "writes the closest plan it runs)" if near else
                                                        f" ({refused.hint})" if refused.hint else ""))
     return refused is None
+
+
+def memory_warning(memory_gib: float | None, machine) -> str | None:
+    """The line saying --memory is more than the machine's device holds (a plan within it may not
+    run there), None where it is not."""
+    capacity = machine.device.mem_capacity_bytes
+    if memory_gib is None or not capacity or memory_gib * GIB <= capacity * (1 + 1e-9):
+        return None
+    return (f"--memory {memory_gib:g} GiB is more than a {machine.name} device holds ({capacity / GIB:.2f} GiB): a "
+            "plan within it may not run there")
 
 
 def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: bool,

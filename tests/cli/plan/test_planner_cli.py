@@ -202,3 +202,13 @@ def test_a_predicted_layouts_next_step_is_one_the_executor_takes(tmp_path):
                                      "--precision", "fp32", *flags, "--out", str(out)], env={"COLUMNS": "300"})
         assert result.exit_code == 0, result.output
         assert words in " ".join(result.output.split()), result.output[-600:]
+
+
+def test_a_memory_limit_above_the_devices_own_is_warned_of():
+    got = runner.invoke(app, ["plan", "lenet5", "-p", "2", "--machine", "dgx-a100", "--memory", "1000",
+                              "--time-limit", "5"])
+    assert got.exit_code == 0, got.output
+    assert "warning: --memory 1000 GiB is more than a dgx-a100 device holds" in " ".join(got.output.split())
+    within = runner.invoke(app, ["plan", "lenet5", "-p", "2", "--machine", "dgx-a100", "--memory", "10",
+                                 "--time-limit", "5"])
+    assert within.exit_code == 0 and "warning: --memory" not in within.output
