@@ -44,6 +44,12 @@ OTHER_NAMES: dict[str, tuple[str, str]] = {
 }
 
 
+#: `dnnplan predict`'s layout flags, which `dnnplan plan` chooses itself, layer by layer
+PLAN_CHOOSES = ("--tensor", "--context", "--expert", "--sequence-parallel", "--strategy")
+#: `dnnplan predict --recompute`'s modes; `dnnplan plan --recompute` is a switch
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
 def one_line(err: Exception) -> bool:
     """Whether ``err`` is a usage mistake said in one line (a command given no arguments that asks
     for some shows its help instead)."""
@@ -66,6 +72,17 @@ def usage_line(err: UsageError, argv: list[str] | None = None, commands: tuple[s
     help_ = f"`{command} -h` lists {what}"
     if not isinstance(err, NoSuchOption) and "-np" in argv and "'--ranks' / '-n'" in err.format_message():
         return f"{command}: -np is read as -n p: mpiexec's -np is --ranks (-n) here, e.g. -n 2; {help_}"
+    mode = next((argv[i + 1] for i, w in enumerate(argv[:-1]) if w == "--recompute" and argv[i + 1] in RECOMPUTE_MODES),
+                None)
+    if command.endswith(" plan") and mode is not None and "unexpected extra argument" in err.format_message():
+        return (f"{command}: --recompute is a switch here (--recompute, --no-recompute: whether layers may "
+                f"recompute); `dnnplan predict NETWORK --recompute {mode}` prices that mode; {help_}")
+    if command.endswith(" predict") and isinstance(err, NoSuchOption) and err.option_name == "--no-recompute":
+        return f"{command}: no such option --no-recompute: use --recompute none (predict's modes: none, selective, " \
+               f"full); {help_}"
+    if command.endswith(" plan") and isinstance(err, NoSuchOption) and err.option_name in PLAN_CHOOSES:
+        return (f"{command}: no such option {err.option_name}: plan chooses each layer's split itself; `dnnplan "
+                f"predict NETWORK {err.option_name} ...` prices a layout you give; {help_}")
     if isinstance(err, NoSuchOption):
         known = {o for p in err.ctx.command.params for o in p.opts} if err.ctx is not None else set()
         name = err.option_name

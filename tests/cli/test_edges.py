@@ -156,6 +156,14 @@ def test_a_mistake_on_the_command_line_itself_is_one_line_with_the_fix():
                         (["validate", "lenet5", "--np", "2"], "no such option --np: use --ranks"),
                         (["execute", "p.yaml", "-np", "2"], "dnnplan execute: -np is read as -n p: mpiexec's -np is "
                                                             "--ranks (-n) here"),
+                        # plan's and predict's own ways: plan chooses the splits; recomputation's flags differ
+                        (["plan", "gpt-tiny", "--tensor", "2"], "dnnplan plan: no such option --tensor: plan chooses "
+                                                                "each layer's split itself; `dnnplan predict NETWORK "
+                                                                "--tensor ...` prices a layout you give"),
+                        (["plan", "gpt-tiny", "--recompute", "full"], "dnnplan plan: --recompute is a switch here "
+                                                                      "(--recompute, --no-recompute"),
+                        (["predict", "gpt-tiny", "--no-recompute"], "no such option --no-recompute: use --recompute "
+                                                                    "none"),
                         # an option's missing value: the command's own help, not the group's
                         (["execute", "p.yaml", "--ranks", "2", "--json"], "dnnplan execute: Option '--json' requires "
                                                                           "an argument; `dnnplan execute -h`")):
