@@ -219,7 +219,13 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                 end(stops.exit_code())
             answer = budget.best.finish()
     budgeted = None if train_tokens is None else (train_tokens, per_step, price)
-    emitted = show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx), budgeted, emit)
+    # the pipeline search alone answers (--pipeline S or auto, --micro-batches M): at the stage given
+    # or ZeRO-0, the stages not weighed (a plan without these flags weighs them)
+    unweighed = ("--zero 0 (not weighed with --pipeline or --micro-batches: `dnnplan plan` without them weighs "
+                 "the ZeRO stages and pipelines, --zero N plans another stage)",) \
+        if request.searches_pipelines and not _given(click, "zero") and ctx.devices > 1 else ()
+    emitted = show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx) + unweighed, budgeted,
+                   emit)
     if budget.stop_requested:
         fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s: the best plan found so far is shown")
         end(stops.exit_code())

@@ -212,3 +212,16 @@ def test_a_memory_limit_above_the_devices_own_is_warned_of():
     within = runner.invoke(app, ["plan", "lenet5", "-p", "2", "--machine", "dgx-a100", "--memory", "10",
                                  "--time-limit", "5"])
     assert within.exit_code == 0 and "warning: --memory" not in within.output
+
+
+def test_pipeline_flags_say_the_zero_stage_they_plan_at():
+    """--pipeline S (or --micro-batches M) answers by the pipeline search at ZeRO-0 where --zero is
+    not given: the summary lists it as assumed, with how to weigh the stages."""
+    got = runner.invoke(app, ["plan", "tiny-llama", "-p", "4", "--machine", "dgx-h100", "--pipeline", "2",
+                              "--time-limit", "5", "--json"])
+    assert got.exit_code == 0, got.output
+    data = json.loads(got.stdout)
+    assert any(a.startswith("--zero 0 (not weighed with --pipeline or --micro-batches") for a in data["assumed"])
+    given = json.loads(runner.invoke(app, ["plan", "tiny-llama", "-p", "4", "--machine", "dgx-h100", "--pipeline",
+                                           "2", "--zero", "1", "--time-limit", "5", "--json"]).stdout)
+    assert not any(a.startswith("--zero") for a in given["assumed"])
