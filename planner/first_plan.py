@@ -109,7 +109,7 @@ def first_plan(net: Network, network_ref: str, batch: int, p: int, machine: Mach
                                                  stack.n if stack is not None else 0, p)
     except NoneFits as err:
         most = settings if zero_given or settings.choices.zero else settings.with_zero(max(ZERO_STAGES))
-        raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given) from None
+        raise refusal(net, batch, p, machine, compute, limit, most, err.pipelined, batch_given, pipelines) from None
     chosen = _chosen(answer, zero, weighed)
     return chosen if zero_stages is None else dataclasses.replace(chosen, zero_why=f"{chosen.zero_why}; {zero_stages[1]}")
 

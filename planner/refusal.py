@@ -34,9 +34,10 @@ def least_memory(net: Network, batch: int, p: int, machine: Machine, compute: Co
     return min_memory(built.problem)[0]
 
 
-def _fits(net, batch, p, machine, compute, settings, limit) -> bool:
+def _fits(net, batch, p, machine, compute, settings, limit, pipelines: bool = True) -> bool:
+    """A plan fits: the whole batch at once, or (``pipelines``: not ``--pipeline off``) pipelined or accumulated."""
     return (least_memory(net, batch, p, machine, compute, settings) <= limit * (1 + 1e-9)
-            or _pipeline_fits(net, batch, p, machine, compute, settings, limit))
+            or pipelines and _pipeline_fits(net, batch, p, machine, compute, settings, limit))
 
 
 def accumulation_memory(net, p, machine, compute, settings) -> float | None:
@@ -75,36 +76,36 @@ def _pipeline_fits(net, batch, p, machine, compute, settings, limit) -> bool:
     return False
 
 
-def _more_devices(net, batch, p, machine, compute, settings, limit, budget) -> int | None:
+def _more_devices(net, batch, p, machine, compute, settings, limit, budget, pipelines: bool = True) -> int | None:
     q = p * 2
     while q <= p * 64 and not _late(budget):
         try:
             machine.check_devices(q)
         except DnnplanError:
             return None
-        if _fits(net, batch, q, machine, compute, settings, limit):
+        if _fits(net, batch, q, machine, compute, settings, limit, pipelines):
             return q
         q *= 2
     return None
 
 
-def _smaller_batch(net, batch, p, machine, compute, settings, limit, budget) -> int | None:
+def _smaller_batch(net, batch, p, machine, compute, settings, limit, budget, pipelines: bool = True) -> int | None:
     b = batch // 2
     while b >= 1 and not _late(budget):
-        if _fits(net, b, p, machine, compute, settings, limit):
+        if _fits(net, b, p, machine, compute, settings, limit, pipelines):
             return b
         b //= 2
     return None
 
 
-def _zero(net, batch, p, machine, compute, settings, limit, budget) -> int | None:
+def _zero(net, batch, p, machine, compute, settings, limit, budget, pipelines: bool = True) -> int | None:
     if settings.choices.zero:
         return None
     for stage in (1, 2, 3):
         if _late(budget):
             return None
         trial = settings.with_zero(stage)
-        if _fits(net, batch, p, machine, compute, trial, limit):
+        if _fits(net, batch, p, machine, compute, trial, limit, pipelines):
             return stage
     return None
 
@@ -114,19 +115,20 @@ def _late(budget: Budget | None) -> bool:
 
 
 def refusal(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, limit: float,
-            settings: Settings, pipelined: bool, batch_given: bool = True) -> DnnplanError:
+            settings: Settings, pipelined: bool, batch_given: bool = True, pipelines: bool = True) -> DnnplanError:
     """The error when no plan fits (``pipelined``: the pipeline search found none either), naming
     every alternative that was checked to fit (module docstring); ``batch_given``: else a device
-    count is named with the batch it was checked at (the default batch follows the devices)."""
+    count is named with the batch it was checked at (the default batch follows the devices);
+    ``pipelines`` False (``--pipeline off``): each alternative checked for the whole batch at once."""
     need = least_memory(net, batch, p, machine, compute, settings)
-    accumulated = accumulation_memory(net, p, machine, compute, settings) if pipelined else None
+    accumulated = accumulation_memory(net, p, machine, compute, settings) if pipelined and pipelines else None
     budget = settings.budget
     found = []
-    if (q := _more_devices(net, batch, p, machine, compute, settings, limit, budget)) is not None:
+    if (q := _more_devices(net, batch, p, machine, compute, settings, limit, budget, pipelines)) is not None:
         found.append(f"--devices {q}" + ("" if batch_given else f" --batch {batch}"))
-    if (b := _smaller_batch(net, batch, p, machine, compute, settings, limit, budget)) is not None:
+    if (b := _smaller_batch(net, batch, p, machine, compute, settings, limit, budget, pipelines)) is not None:
         found.append(f"--batch {b}")
-    if (z := _zero(net, batch, p, machine, compute, settings, limit, budget)) is not None:
+    if (z := _zero(net, batch, p, machine, compute, settings, limit, budget, pipelines)) is not None:
         found.append(f"--zero {z}")
     least = need if accumulated is None else min(need, accumulated)
     found.append(f"--memory {_up(least / GIB)} (GiB a device)")

@@ -58,3 +58,19 @@ def test_a_network_that_is_no_stack_names_the_whole_batch_alone():
     assert accumulation_memory(ctx.network, 2, ctx.machine, ctx.compute, settings) is None
     err = refusal(ctx.network, 64, 2, ctx.machine, ctx.compute, 1e3, settings, pipelined=False)
     assert "the least any plan needs is" in str(err) and "accumulating" not in str(err)
+
+
+def test_with_pipelines_off_every_alternative_named_is_one_the_whole_batch_at_once_fits(tiny):
+    """`--pipeline off` plans the whole batch at once: an alternative that fits only accumulated or
+    pipelined is not named "checked" (it was: --devices 2x with half the need still over the limit),
+    and each one named is a plan `--pipeline off` then finds."""
+    ctx, settings, need, accumulated = tiny
+    limit = need / 3  # accumulation fits (need/4 > accumulated), the batch at once does not
+    both = refusal(ctx.network, 128, 8, ctx.machine, ctx.compute, limit, settings, pipelined=True)
+    alone = refusal(ctx.network, 128, 8, ctx.machine, ctx.compute, limit, settings, pipelined=False, pipelines=False)
+    assert "--devices 16" in both.hint  # accumulation at 16 devices fits
+    devices = int(re.search(r"--devices (\d+)", alone.hint).group(1))
+    batch = int(re.search(r"--batch (\d+)", alone.hint).group(1))
+    assert least_memory(ctx.network, 128, devices, ctx.machine, ctx.compute, settings) <= limit
+    assert least_memory(ctx.network, batch, 8, ctx.machine, ctx.compute, settings) <= limit
+    assert devices > 16 and batch < 64
