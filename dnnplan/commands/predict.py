@@ -118,7 +118,8 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
     train(ctx.network, ctx.batch, ctx.devices, 0.0)  # a budget of tokens for a network of none: one line, now
     for line in [foreign_warning(foreign_profile, profile), *ctx.choices.idle(ctx.network),
-                 *idle_layout(ctx.network, splits, pipeline, micro_batches, schedule, chunks)]:
+                 *idle_layout(ctx.network, splits, pipeline, micro_batches, schedule, chunks),
+                 straddle_warning(splits, ctx.machine, ctx.devices // max(1, pipeline))]:
         if line is not None:
             warn(line)
     if ctx.framework.step == "zero3":
@@ -177,6 +178,20 @@ def check_splits(net, splits: LayerSplits, batch: int, devices: int, pipeline: i
         raise DnnplanError(f"--micro-batches {micro_batches} leaves micro-batches of {samples} sample"
                            f"{'' if samples == 1 else 's'} for {data} data-parallel ranks", hint=f"give at most "
                            f"--micro-batches {most}, a sample a rank each, or a larger --batch")
+
+
+def straddle_warning(splits: LayerSplits, machine, ranks: int) -> str | None:
+    """The line saying some tensor (or tensor x context) groups cross a link domain's edge: groups of
+    contiguous ranks that do not divide the domain, on more ranks than one domain holds. The cost
+    model prices rank 0's group, which does not cross it (docs/machines.md), so those groups' links
+    are priced faster than they are."""
+    domain = machine.domain_size
+    for size, what in ((splits.tensor, "tensor"), (splits.tensor * splits.context, "tensor x context")):
+        if size > 1 and ranks > domain and domain % size and size < ranks:
+            return (f"{what} groups of {size} ranks do not divide {machine.name}'s {domain}-device link domain: some "
+                    f"groups cross two domains, and are priced as rank 0's group, inside one (faster than they "
+                    f"run); a {what} size dividing {domain} keeps every group inside a domain")
+    return None
 
 
 def idle_layout(net, splits: LayerSplits, pipeline: int, micro_batches: int, schedule: str, chunks: int) -> list[str]:

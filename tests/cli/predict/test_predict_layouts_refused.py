@@ -34,3 +34,16 @@ def test_the_same_layouts_that_divide_are_priced():
                  ["tiny-llama", "-p", "8", "-b", "16", "--micro-batches", "2"]):
         got = runner.invoke(app, ["predict", *args, "--machine", "dgx-h100"])
         assert got.exit_code == 0, got.output
+
+
+def test_tensor_groups_that_cross_a_link_domain_are_warned_of():
+    """gb200-nvl72's NVLink domain holds 72 GPUs: tensor groups of 16 over 144 ranks put one group
+    across two domains, which the cost model prices as rank 0's (inside one); groups of 8 do not."""
+    crossing = runner.invoke(app, ["predict", "tiny-llama", "-p", "144", "-b", "144", "--machine", "gb200-nvl72",
+                                   "--tensor", "16"])
+    assert crossing.exit_code == 0, crossing.output
+    assert "warning: tensor groups of 16 ranks do not divide gb200-nvl72's 72-device link domain" in \
+        " ".join(crossing.output.split())
+    inside = runner.invoke(app, ["predict", "tiny-llama", "-p", "144", "-b", "144", "--machine", "gb200-nvl72",
+                                 "--tensor", "8"])
+    assert inside.exit_code == 0 and "link domain" not in inside.output
