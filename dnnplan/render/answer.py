@@ -124,8 +124,8 @@ def header_lines(f: Facts) -> list[str]:
 #: How the summary names the attention kernels a plan runs (costmodel.calls.attention)
 ATTENTION_WORDS = {
     ("flash",): "attention by one fused flash-attention kernel a pass (priced as FlashAttention-2's algorithm; "
-                "cuDNN's fused kernel on an H100 runs faster at long sequences, docs/VALIDATION.md; "
-                "--attention materialized on `dnnplan predict` prices the unfused kernels)",
+                "a vendor's own fused kernel may run faster at long sequences, as cuDNN's on an H100 does, "
+                "docs/VALIDATION.md; --attention materialized on `dnnplan predict` prices the unfused kernels)",
     ("materialized",): "attention by its unfused kernels (the scores materialised, as Megatron-LM's unfused "
                        "attention), not flash attention",
 }

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from costmodel.step.breakdown import step_terms
-from costmodel.calls.algorithms import attention_default, is_recomputed, kernel_algorithm
+from costmodel.calls.algorithms import CONV_ALGORITHMS, attention_default, is_recomputed, kernel_algorithm
 from costmodel.choices.training import DEFAULT_FRAMEWORK
 from costmodel.comm.overlap import resolve_overlap
 from costmodel.step.pipeline import pipeline_json
@@ -182,8 +182,9 @@ def baselines_table(plan: Plan) -> None:
     limit = plan.solver.get("memory_limit_bytes")
     # each baseline with every convolution's fastest algorithm, as the plan (planner.problem.baselines);
     # `dnnplan predict NETWORK --strategy data` prices the default one (im2col): slower where it differs
-    t = Table(title="against the baselines (same cost model, each convolution's fastest algorithm)",
-              title_justify="left")
+    convolves = any(lp.algorithm in CONV_ALGORITHMS for lp in plan.layers)
+    t = Table(title="against the baselines (same cost model" + (", each convolution's fastest algorithm)" if convolves
+                                                                else ")"), title_justify="left")
     for col in ("strategy", "step", "peak memory", "this plan is"):
         t.add_column(col, justify="left" if col in ("strategy", "this plan is") else "right", overflow="fold")
     t.add_row("[bold]this plan[/bold]", fmt.seconds(plan.step_s), fmt.nbytes(plan.memory_peak_bytes), "")

@@ -225,3 +225,12 @@ def test_pipeline_flags_say_the_zero_stage_they_plan_at():
     given = json.loads(runner.invoke(app, ["plan", "tiny-llama", "-p", "4", "--machine", "dgx-h100", "--pipeline",
                                            "2", "--zero", "1", "--time-limit", "5", "--json"]).stdout)
     assert not any(a.startswith("--zero") for a in given["assumed"])
+
+
+def test_the_baselines_title_names_convolution_algorithms_only_where_there_are_convolutions():
+    text = runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "--pipeline", "off", "--time-limit", "5", "--layers"],
+                         env={"COLUMNS": "200"}).output
+    assert "against the baselines (same cost model)" in text and "convolution's fastest" not in text
+    cnn = runner.invoke(app, ["plan", "lenet5", "-p", "2", "--time-limit", "5", "--layers"],
+                        env={"COLUMNS": "200"}).output
+    assert "against the baselines (same cost model, each convolution's fastest algorithm)" in cnn
