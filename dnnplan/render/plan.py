@@ -245,14 +245,14 @@ def _cut(cut) -> str:
 
 
 def pipeline_details(got) -> None:
-    """The stages' table, the first stage's memory by part and how the search went (--layers)."""
+    """The stages' table, the fullest stage's memory by part (the peak's) and how the search went (--layers)."""
     pred = got.prediction
     pipeline_table(pred)
-    stage0 = pred.stages[0]
-    parts = dict(stage0.micro.memory_parts)
+    fullest = max(pred.stages, key=lambda s: s.memory_peak_bytes)
+    parts = dict(fullest.micro.memory_parts)
     # the micro-batches (chunks) the schedule holds beyond one: the parts then sum to the stage's peak
-    parts["activations"] = parts.get("activations", 0) + stage0.memory_peak_bytes - sum(parts.values())
-    console.print(memory_line(parts) + " (stage 0)")
+    parts["activations"] = parts.get("activations", 0) + fullest.memory_peak_bytes - sum(parts.values())
+    console.print(f"{memory_line(parts)} (stage {fullest.index}, the peak's)")
     st = got.stats
     gap = (f"; pairs compared with memory-bound stages solved by Lagrangian relaxation, worst gap "
            f"{st['worst_stage_gap']:.2%}" if st["worst_stage_gap"] else "")

@@ -234,3 +234,13 @@ def test_the_baselines_title_names_convolution_algorithms_only_where_there_are_c
     cnn = runner.invoke(app, ["plan", "lenet5", "-p", "2", "--time-limit", "5", "--layers"],
                         env={"COLUMNS": "200"}).output
     assert "against the baselines (same cost model, each convolution's fastest algorithm)" in " ".join(cnn.split())
+
+
+def test_a_pipelined_plans_memory_parts_are_the_peak_stages():
+    """--layers of a pipelined plan: the memory by part adds up to the peak the line above names,
+    the fullest stage's (it was always stage 0's)."""
+    import re  # noqa: PLC0415 - this test's only use
+    text = " ".join(runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "--machine", "dgx-a100", "--pipeline", "2",
+                                        "--time-limit", "5", "--layers"], env={"COLUMNS": "250"}).output.split())
+    peak_stage = re.search(r"peak memory \S+ \S+ per device \(stage (\d+)", text).group(1)
+    assert f"(stage {peak_stage}, the peak's)" in text
