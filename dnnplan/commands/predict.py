@@ -168,8 +168,8 @@ def check_splits(net, splits: LayerSplits, batch: int, devices: int, pipeline: i
     if splits.expert > 1 and experts and splits.expert > max(experts):
         raise DnnplanError(f"--expert {splits.expert} is more expert ranks than {net.name}'s {max(experts)} experts",
                            hint=f"give --expert a divisor of {max(experts)}")
-    if not micro_given or splits.strategy != "data" and not splits.megatron:
-        return
+    if not micro_given or splits.strategy != "data" and not splits.megatron or batch % max(1, micro_batches):
+        return  # a batch the micro-batches do not divide: said by the pipeline's own check
     stage_ranks = devices // max(1, pipeline)
     data = stage_ranks // (splits.tensor * splits.context) if splits.megatron else stage_ranks
     samples = batch // max(1, micro_batches)

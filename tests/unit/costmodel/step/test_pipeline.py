@@ -87,11 +87,13 @@ def test_pipeline_mistakes_are_one_line(args, message):
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
-def test_a_stage_layer_that_falls_back_says_what_it_runs_instead():
-    """tiny-llama's micro-batch of 1 over a stage's 2 ranks: its layers cannot split it and run
-    replicated, which the line names (it said data parallel, the split that failed)."""
+def test_a_stage_micro_batch_smaller_than_its_ranks_is_refused():
+    """tiny-llama's micro-batch of 1 over a stage's 2 ranks: its layers could not split it and would
+    run replicated on each rank, a layout no framework runs; --micro-batches is refused with the most
+    that splits (it was priced, replicated, with exit 0)."""
     got = runner.invoke(app, ["predict", "tiny-llama", "-p", "4", "-b", "8", "--pipeline", "2", "--micro-batches", "8"])
-    assert got.exit_code == 0 and "could not take their split and run replicated instead" in got.output
+    assert got.exit_code == 2 and "--micro-batches 8 leaves micro-batches of 1 sample for 2 data-parallel ranks " \
+        "(give at most --micro-batches 4" in " ".join(got.output.split())
 
 
 def test_predict_pipeline_json():
