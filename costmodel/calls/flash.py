@@ -66,7 +66,7 @@ def _chunks(sq: int, sk: int, causal: bool) -> tuple[tuple[tuple[int, int], ...]
     and ``2c - 1 - i`` of every rank ``i``; not causal, any block (every rank visits all keys)."""
     if sq >= sk or not causal:
         return (((sk - sq, sk),),)
-    c = max(1, sk // sq)
+    c = max(1, -(-sk // sq))  # a split that does not divide: the straggler rank holds ceil(S / c) positions
     half = sq // 2
     return tuple(((i * half, (i + 1) * half), ((2 * c - 1 - i) * half, (2 * c - i) * half)) for i in range(c))
 

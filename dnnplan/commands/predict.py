@@ -119,7 +119,8 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     train(ctx.network, ctx.batch, ctx.devices, 0.0)  # a budget of tokens for a network of none: one line, now
     for line in [foreign_warning(foreign_profile, profile), *ctx.choices.idle(ctx.network),
                  *idle_layout(ctx.network, splits, pipeline, micro_batches, schedule, chunks),
-                 straddle_warning(splits, ctx.machine, ctx.devices // max(1, pipeline))]:
+                 straddle_warning(splits, ctx.machine, ctx.devices // max(1, pipeline)),
+                 context_warning(ctx.network, splits)]:
         if line is not None:
             warn(line)
     if ctx.framework.step == "zero3":
@@ -150,20 +151,9 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
 
 def check_splits(net, splits: LayerSplits, batch: int, devices: int, pipeline: int, micro_batches: int,
                  micro_given: bool) -> None:
-    """One line for a layout the flags give that no framework runs, before it is priced: a context
-    split of a causal sequence not in 2 x C chunks (Megatron-Core's load balance: `--seq-length
-    should be a multiple of 2 * context-parallel-size`, megatron/training/arguments.py at d98e8a6),
-    more expert ranks than the model has experts, and --micro-batches leaving fewer samples in a
-    micro-batch than data-parallel ranks (each layer would run whole on every rank)."""
-    attention = [layer for layer in net.layers if layer.op == "attention"]
-    if splits.context > 1 and attention and attention[0].p.get("causal"):
-        seq = sequence_length(net)
-        if seq % (2 * splits.context):
-            fit = -(-seq // (2 * splits.context)) * 2 * splits.context
-            raise DnnplanError(f"--context {splits.context} splits each causal sequence into 2 x {splits.context} "
-                               f"chunks (Megatron-Core's load balance), and {seq} positions are not a multiple of "
-                               f"{2 * splits.context}", hint=f"give --seq a multiple of {2 * splits.context}"
-                                                             + f", e.g. {fit}")
+    """One line for a layout the flags give that no framework runs, before it is priced: more expert
+    ranks than the model has experts, and --micro-batches leaving fewer samples in a micro-batch than
+    data-parallel ranks (each layer would run whole on every rank)."""
     experts = [layer.p["experts"] for layer in net.layers if layer.op == "moe"]
     if splits.expert > 1 and experts and splits.expert > max(experts):
         raise DnnplanError(f"--expert {splits.expert} is more expert ranks than {net.name}'s {max(experts)} experts",
@@ -178,6 +168,23 @@ def check_splits(net, splits: LayerSplits, batch: int, devices: int, pipeline: i
         raise DnnplanError(f"--micro-batches {micro_batches} leaves micro-batches of {samples} sample"
                            f"{'' if samples == 1 else 's'} for {data} data-parallel ranks", hint=f"give at most "
                            f"--micro-batches {most}, a sample a rank each, or a larger --batch")
+
+
+def context_warning(net, splits: LayerSplits) -> str | None:
+    """The line saying a context split of a causal sequence not in 2 x C equal chunks runs in dnnplan's
+    executor (the straggler rank's ceil(S / C) positions priced) but not in Megatron-LM or torchtitan
+    (`--seq-length should be a multiple of 2 * context-parallel-size`, megatron/training/arguments.py
+    at d98e8a6; `dnnplan export` refuses it)."""
+    attention = [layer for layer in net.layers if layer.op == "attention"]
+    if splits.context < 2 or not attention or not attention[0].p.get("causal"):
+        return None
+    seq = sequence_length(net)
+    if seq % (2 * splits.context) == 0:
+        return None
+    fit = -(-seq // (2 * splits.context)) * 2 * splits.context
+    return (f"--context {splits.context} on {seq} positions: Megatron-LM and torchtitan split a causal sequence into "
+            f"2 x {splits.context} equal chunks, so they need a multiple of {2 * splits.context} (e.g. --seq {fit}); "
+            "priced as dnnplan's executor runs it, the last rank's chunks short")
 
 
 def straddle_warning(splits: LayerSplits, machine, ranks: int) -> str | None:

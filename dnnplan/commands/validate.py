@@ -14,7 +14,7 @@ from dataclasses import replace
 import typer
 
 from costmodel.choices.training import TrainingChoices
-from costmodel.machine.loading import load_machine, usable_cores
+from costmodel.machine.loading import usable_cores
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
 from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt,
                              LocalMachineOpt, ProfileOpt, QuickValidateOpt, refresh_warning, RefreshOpt, RepeatsOpt,
@@ -69,8 +69,10 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     earlier = _partial(json_out, force) if json_out else None
     if is_stdout(json_out):  # --json /dev/stdout: the JSON alone on stdout, the tables on stderr
         tables_to_stderr(render.console)
-    _ranks_fit(ranks, machine)
-    ctx = validation.resolve(network, ranks, batch, machine, profile, refresh, choices)
+    try:
+        ctx = validation.resolve(network, ranks, batch, machine, profile, refresh, choices)
+    except DnnplanError as err:  # the machine's devices (sized by the MPI job inside one): said in validate's flag
+        raise _in_ranks(err, ranks) from None
     if (line := refresh_warning(refresh, ctx.compute)) is not None:
         warn(line)
     settings = RunSettings(steps, warmup, timeout, threads, profile, in_run, check, repeats, step_context)
@@ -204,13 +206,10 @@ def _keep(err: ValidationInterrupted, path: str, command: str, resumed: bool) ->
     render.validate_interrupted(report.rows, report.planned, kept, err.cache, command, report.repeats)
 
 
-def _ranks_fit(ranks: int, machine: str) -> None:
-    """One line, in validate's flag, for more --ranks than the machine's devices (a machine that does
-    not load is said by the run's own resolution)."""
-    try:
-        most = load_machine(machine).max_devices()
-    except DnnplanError:
-        return
-    if most is not None and ranks > most:
-        raise DnnplanError(f"--ranks {ranks}: machine '{machine}' has {most} devices",
-                           hint=f"run on at most --ranks {most}, or pick a larger --machine")
+def _in_ranks(err: DnnplanError, ranks: int) -> DnnplanError:
+    """``err``, where it says the devices do not fit the machine, in validate's flag (--ranks, which
+    it takes, not --devices); any other error as it is."""
+    if "devices do not fit on machine" not in err.bare:
+        return err
+    return DnnplanError(f"--ranks {ranks}: {err.bare.replace('devices do not fit', 'ranks do not fit', 1)}",
+                        hint="run on fewer --ranks, or pick a larger --machine")

@@ -178,7 +178,9 @@ def test_more_ranks_than_the_machines_devices_is_said_in_validates_flag():
     from costmodel.machine.loading import load_machine
     most = load_machine("local").max_devices()  # this computer's cores
     one_line_exit_2(["validate", "lenet5", "--ranks", str(most + 1)],
-                    f"--ranks {most + 1}: machine 'local' has {most} devices (run on at most --ranks {most}")
+                    f"--ranks {most + 1}: {most + 1} ranks do not fit on machine 'local'")
+    one_line_exit_2(["validate", "lenet5", "--ranks", str(most + 1)], "(run on fewer --ranks, or pick a larger "
+                                                                     "--machine)")
 
 
 @pytest.mark.mpi
