@@ -30,7 +30,6 @@ from dnnplan.render.progress import progress_line
 from dnnplan.search_bound import DEFAULT_TIME_LIMIT_S, end, finish_reserve_s, search_budget, stop_on_ctrl_c
 from executor.session import plan as planning
 from executor.session import sweep as sweeping
-from executor.session.runnable import cannot_run
 from executor.session.plan import PlanRequest
 from executor.session.sweep import SweepRequest
 from lifecycle import stops
@@ -268,12 +267,7 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
         return refused is None
     render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit, train), layers)
     if out:
-        # the executor's run suggested only for a plan it runs (on the machine's kind of device)
-        backend = "cupy" if ctx.machine.device.kind == "gpu" else "numpy"
-        runs = got is not None and cannot_run(made, out, backend) is None
-        how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if runs else \
-            f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
-        render.console.print(f"wrote {out} ({how})")
+        render.console.print(render.wrote_line(made, out, ctx.machine.device.kind, ctx.devices))
     if launch is not None:
         export_render.show(launch[0])
     elif refused is not None:

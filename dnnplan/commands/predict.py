@@ -18,8 +18,8 @@ from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, Expert
                              takes_choices, token_budget)
 from dnnplan.render import predict as render, tables
 from dnnplan.render.messages import warn
+from dnnplan.render.plan import wrote_line
 from executor.session import predict as predicting
-from executor.session.runnable import cannot_run
 from planner.export.megatron_layout import sequence_length
 from executor.session.predict import LayerSplits
 from planner.plan.plan_file import is_plan_file, write_plan
@@ -142,11 +142,8 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     if out:
         made = predicting.as_plan(ctx, got.prediction, network, machine)
         write_plan(made, out)
-        if not as_json:  # the executor's run suggested only for a plan it runs (on the machine's kind of device)
-            runs = cannot_run(made, out, "cupy" if ctx.machine.device.kind == "gpu" else "numpy") is None
-            how = f"run it with `dnnplan execute {out} --ranks {ctx.devices}`" if runs else \
-                f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
-            tables.console.print(f"wrote {out} ({how})")
+        if not as_json:
+            tables.console.print(wrote_line(made, out, ctx.machine.device.kind, ctx.devices))
 
 
 def check_splits(net, splits: LayerSplits, batch: int, devices: int, pipeline: int, micro_batches: int,

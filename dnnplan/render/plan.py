@@ -19,6 +19,7 @@ from dnnplan.render import fmt
 from dnnplan.render.answer import (Facts, assumptions_line, comm_line, gap_line, header_lines, layout_line,
                                    memory_mfu_line, step_line, train_line, uncovered_words)
 from dnnplan.render.tables import console, memory_line, pipeline_table
+from executor.session.runnable import cannot_run
 from executor.session.step_choice import fastest
 from planner.problem.solve import speedup, strategy_mix
 from planner.plan.layout_by_axis import axes_line, plan_axes
@@ -242,6 +243,16 @@ def _schedule(got) -> str:
 
 def _cut(cut) -> str:
     return f"{cut[0]} each" if len(set(cut)) == 1 else "/".join(map(str, cut))
+
+
+def wrote_line(made, out: str, device_kind: str, devices: int) -> str:
+    """``wrote FILE (...)`` after a plan written by `plan --out` or `predict --out`: the executor's
+    run suggested only for a plan it runs on the machine's kind of device
+    (executor.session.runnable.cannot_run), else a prediction of the file."""
+    runs = cannot_run(made, out, "cupy" if device_kind == "gpu" else "numpy") is None
+    how = f"run it with `dnnplan execute {out} --ranks {devices}`" if runs else \
+        f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
+    return f"wrote {out} ({how})"
 
 
 def pipeline_details(got) -> None:

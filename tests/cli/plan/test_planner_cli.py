@@ -244,3 +244,13 @@ def test_a_pipelined_plans_memory_parts_are_the_peak_stages():
                                         "--time-limit", "5", "--layers"], env={"COLUMNS": "250"}).output.split())
     peak_stage = re.search(r"peak memory \S+ \S+ per device \(stage (\d+)", text).group(1)
     assert f"(stage {peak_stage}, the peak's)" in text
+
+
+def test_a_plan_without_a_pipeline_that_the_executor_runs_is_pointed_at_execute(tmp_path):
+    """lenet5 on this computer's 2 cores, the whole batch at once: `dnnplan execute` runs it, and the
+    line says so (it pointed every plan without a pipeline at `dnnplan predict`)."""
+    out = tmp_path / "p.yaml"
+    got = runner.invoke(app, ["plan", "lenet5", "-p", "2", "-b", "16", "--machine", "local", "--out", str(out),
+                              "--time-limit", "10"], env={"COLUMNS": "300"})
+    assert got.exit_code == 0, got.output
+    assert f"run it with `dnnplan execute {out} --ranks 2`" in " ".join(got.output.split())
