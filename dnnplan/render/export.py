@@ -7,6 +7,7 @@ import shlex
 
 from dnnplan.render import fmt
 from dnnplan.render.console import Console
+from dnnplan.render.messages import warn
 from costmodel.choices.training import DEFAULT_FRAMEWORK
 from planner.export.exported_header import header_line
 from planner.plan.plan import Plan
@@ -49,10 +50,9 @@ def nearest_lines(near) -> None:
 
 def over_memory_line(plan: Plan, limit: float) -> None:
     """On stderr: the warning that the exported plan does not fit its machine's device memory."""
-    err = Console(highlight=False, soft_wrap=True, stderr=True)
-    err.print(f"warning: the plan's predicted memory, {fmt.nbytes(plan.memory_peak_bytes)} a device, is over the "
-              f"{fmt.nbytes(limit)} of a {plan.machine} device: the framework would run out of memory (plan it "
-              f"with `dnnplan plan`, which keeps every device within its memory)", markup=False, emoji=False)
+    warn(f"the plan's predicted memory, {fmt.nbytes(plan.memory_peak_bytes)} a device, is over the "
+         f"{fmt.nbytes(limit)} of a {plan.machine} device: the framework would run out of memory (plan it "
+         f"with `dnnplan plan`, which keeps every device within its memory)")
 
 
 def show(text: str) -> None:
