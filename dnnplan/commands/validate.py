@@ -187,11 +187,11 @@ def _resumable(earlier: dict, path: str, report: ValidationReport, force: bool) 
 
 
 def _kept(report: ValidationReport, path: str) -> None:
-    """The rows so far written as a partial report after each plan (atomically, Ctrl-C held off while
-    it is written): a run killed outright (`kill -9`, the machine's own end) keeps what it measured,
-    and the same command resumes from it."""
-    with sigint_ignored():
-        write_json_file(path, report.to_json())
+    """The rows so far written as a partial report after each plan: a run killed outright (`kill -9`,
+    the machine's own end) keeps what it measured, and the same command resumes from it. Written
+    atomically, so a Ctrl-C while it is written leaves the last one whole, and is not held off (an
+    ignored Ctrl-C would be lost: the run would go on); the interrupt then writes the rows itself."""
+    write_json_file(path, report.to_json())
 
 
 def _keep(err: ValidationInterrupted, path: str, command: str, resumed: bool) -> None:
