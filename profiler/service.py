@@ -11,7 +11,7 @@ from costmodel.calls.algorithms import CONV_ALGORITHMS
 from costmodel.machine.loading import load_machine
 from costmodel.calls.layer_calls import DEFAULT_CONV_ALGORITHM
 from costmodel.calls.kernel_call import KernelCall, split_key
-from costmodel.choices.precision import DATASHEET_ONLY, get_precision, with_precision
+from costmodel.choices.precision import DATASHEET_ONLY, PRECISIONS, get_precision, with_precision
 from costmodel.compute.profile_table import ProfileTable
 from costmodel.frameworks.host_fragment import host_fragment
 from kernels.cuda import libs
@@ -102,7 +102,10 @@ def run_profile(req: ProfileRequest, progress=None) -> tuple[ProfileRun, str, di
     Ctrl-C: what was measured is saved and :class:`profiler.run.ProfileInterrupted` raised."""
     if req.threads < 1:
         raise DnnplanError(f"--threads must be positive, got {req.threads}")
-    get_precision(req.precision)
+    if req.precision not in PRECISIONS:  # named with the precisions a kernel set times (fp8 is the datasheet's)
+        timed = ", ".join(name for name in PRECISIONS if name not in DATASHEET_ONLY)
+        raise DnnplanError(f"unknown --precision {short(req.precision)}",
+                           hint=f"profile in one of {timed}; the numpy kernels run fp32 alone")
     if req.precision in DATASHEET_ONLY:
         raise DnnplanError(f"--precision {req.precision} is priced from the GPU datasheet; no kernel set times it",
                            hint="profile in bf16 (--precision bf16), and predict fp8 from the datasheet")

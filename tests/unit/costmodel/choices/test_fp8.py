@@ -146,6 +146,10 @@ def test_no_kernel_set_runs_fp8_and_both_say_so_in_one_line(tmp_path):
     assert ran.exit_code == 2 and "no FP8 GEMMs" in ran.output and "Traceback" not in ran.output
     timed = runner.invoke(app, ["profile", "lenet5", "--precision", "fp8"])
     assert timed.exit_code == 2 and "priced from the GPU datasheet" in timed.output
+    # an unknown precision is answered with the ones profile times, not with fp8, which it refuses
+    unknown = runner.invoke(app, ["profile", "lenet5", "--precision", "fp9"])
+    assert unknown.exit_code == 2 and "unknown --precision 'fp9'" in unknown.output
+    assert "bf16" in unknown.output and "fp8" not in unknown.output
 
 
 def test_fp8_on_a_network_without_fp8_gemms_is_said_to_change_nothing():
