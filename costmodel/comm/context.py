@@ -34,6 +34,7 @@ from costmodel.comm.groups import collective_s
 from costmodel.comm.collectives import sendrecv_s
 from costmodel.calls.layer_calls import kernel_calls
 from costmodel.parallel.shard import LocalLayer
+from costmodel.comm.spans import slowest_span
 from costmodel.machine.model import Machine
 from costmodel.parallel.strategy import Strategy
 from networks.ops.attention import head_shape
@@ -90,12 +91,12 @@ class Exchange:
 def context_exchange(layer, strategy: Strategy, local: LocalLayer, itemsize: int, machine: Machine,
                      rule: str = "mpi", span: tuple[int, int] | None = None) -> Exchange | None:
     """The :class:`Exchange` of an attention layer whose sequence the strategy splits (None
-    otherwise); ``span``: ``machine.group_span`` of rank 0's sequence group, where the caller knows it."""
+    otherwise); ``span``: the slowest sequence group's ``machine.group_span`` (costmodel.comm.spans), where the caller knows it."""
     c = strategy.degree(H)
     if layer.op != "attention" or c == 1:
         return None
     kv = kv_bytes(local, itemsize)
-    per_node, nodes = machine.group_span(strategy.group_array(0, (H,))) if span is None else span
+    per_node, nodes = slowest_span(strategy, (H,), machine) if span is None else span
     gather = [("kv", "fwd", "allgather", c * kv, c), ("kv", "bwd", "reduce_scatter", c * kv, c)]
     gathered = tuple((*g, t, t) for g in gather
                      for t in [collective_s(g[2], g[3], per_node, nodes, machine, rule=rule, cold=True)])

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from costmodel.parallel.axes import E
 from costmodel.parallel.shard import LocalLayer
+from costmodel.comm.spans import slowest_span
 from costmodel.machine.model import Machine
 from costmodel.calls.moe import capacity
 from costmodel.parallel.strategy import Strategy
@@ -109,7 +110,7 @@ def flex_exchanges(layer: Layer, strategy: Strategy, local: LocalLayer, itemsize
     the all-to-all (:func:`expert_collectives`)."""
     if layer.op != "moe" or strategy.degree(E) == 1 or dispatcher(layer.p) != "flex":
         return []
-    per_node, nodes = machine.group_span(strategy.group_array(0, (E,)))
+    per_node, nodes = slowest_span(strategy, (E,), machine)
     inter, intra = flex_bytes(local, itemsize, per_node, nodes)
     secs = flex_seconds(inter, intra, per_node, nodes, machine)
     return [(purpose, phase, "flex", int(inter + intra), per_node * nodes, secs) for purpose, phase in PASSES]

@@ -11,12 +11,12 @@ update and memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from costmodel.choices.optimizer import Optimizer
 from costmodel.comm.context import context_exchange, core_share
 from costmodel.comm.expert import expert_collectives, flex_exchanges
 from costmodel.comm.groups import collective_s
+from costmodel.comm.spans import slowest_span
 from costmodel.comm.tensor import tensor_collectives
 from costmodel.comm.weight_sync import replica_sums, weight_collectives
 from costmodel.layer.replaced import replaced
@@ -60,8 +60,8 @@ class Comm:
 
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
                rule: str = "mpi", cold: bool = False, within: int = 0, memo: dict | None = None) -> float:
-    """Time of a collective over the ranks that differ only along ``dims`` (rank 0's group; with
-    ``within``, its first ``within`` ranks: neighbours along one dimension holding the same replica,
+    """Time of a collective over the ranks that differ only along ``dims`` (the slowest such group,
+    costmodel.comm.spans; with ``within``, its first ``within`` ranks: neighbours along one dimension holding the same replica,
     costmodel.comm.weight_sync.replica_sums); ``cold``: right after a layer's kernels
     (``Machine.fitted_cold``). Inside one node, a time measured in the run for exactly this
     collective (``Machine.measured``) comes first. ``memo``: what a caller pricing many layers keeps,
@@ -82,12 +82,10 @@ def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine
     return got
 
 
-@lru_cache(maxsize=None)
 def _group_span(strategy: Strategy, dims: tuple[str, ...], machine: Machine, within: int = 0) -> tuple[int, int]:
-    """``machine.group_span`` of rank 0's group along ``dims`` (its first ``within`` ranks when
-    given; memoised: the planner asks often)."""
-    members = strategy.group_array(0, dims)
-    return machine.group_span(members[:within] if within else members)
+    """``machine.group_span`` of the slowest group along ``dims`` (of the groups of its first
+    ``within`` ranks when given): costmodel.comm.spans."""
+    return slowest_span(strategy, dims, machine, within)
 
 
 def layer_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, opt: Optimizer,

@@ -187,14 +187,14 @@ def context_warning(net, splits: LayerSplits) -> str | None:
 def straddle_warning(splits: LayerSplits, machine, ranks: int) -> str | None:
     """The line saying some tensor (or tensor x context) groups cross a link domain's edge: groups of
     contiguous ranks that do not divide the domain, on more ranks than one domain holds. The cost
-    model prices rank 0's group, which does not cross it (docs/machines.md), so those groups' links
-    are priced faster than they are."""
+    model prices the slowest group, one that crosses (costmodel.comm.spans): a size dividing the
+    domain would keep each group on the domain's links."""
     domain = machine.domain_size
     for size, what in ((splits.tensor, "tensor"), (splits.tensor * splits.context, "tensor x context")):
         if size > 1 and ranks > domain and domain % size and size < ranks:
             return (f"{what} groups of {size} ranks do not divide {machine.name}'s {domain}-device link domain: some "
-                    f"groups cross two domains, and are priced as rank 0's group, inside one (faster than they "
-                    f"run); a {what} size dividing {domain} keeps every group inside a domain")
+                    f"groups cross two domains, and the step waits for them (priced over the link between "
+                    f"domains); a {what} size dividing {domain} keeps every group inside a domain")
     return None
 
 

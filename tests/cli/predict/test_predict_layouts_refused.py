@@ -50,7 +50,7 @@ def test_the_same_layouts_that_divide_are_priced():
 
 def test_tensor_groups_that_cross_a_link_domain_are_warned_of():
     """gb200-nvl72's NVLink domain holds 72 GPUs: tensor groups of 16 over 144 ranks put one group
-    across two domains, which the cost model prices as rank 0's (inside one); groups of 8 do not."""
+    across two domains, which the step waits for; groups of 8 do not."""
     crossing = runner.invoke(app, ["predict", "tiny-llama", "-p", "144", "-b", "144", "--machine", "gb200-nvl72",
                                    "--tensor", "16"])
     assert crossing.exit_code == 0, crossing.output

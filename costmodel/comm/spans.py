@@ -1,0 +1,62 @@
+"""The link domains a strategy's communicator groups span: the slowest group's (pure).
+
+A strategy's groups along some grid dimensions (its tensor groups, its expert groups, ...) are
+translations of rank 0's group: the group of first rank ``b`` is ``b`` plus rank 0's members. Every
+group runs its collective at once and the step waits for the slowest, so a collective is priced on
+the group that crosses the most link domains (``Machine.domain_size`` ranks each, in rank order),
+not on rank 0's. Where the domain is a multiple of the group's extent every group is rank 0's
+alike; where it is not (GB200 NVL72's 72-GPU domain and tensor groups of 16 on 144 GPUs: ranks
+64-79 hold one group across domains 0 and 1), rank 0's group stays inside one domain and others
+do not.
+
+Only a first rank's residue modulo the domain decides how its group lies across domains (a
+multiple of the domain moves it to the next domain whole): the residues are the sums of the other
+dimensions' coordinates times their strides, modulo the domain, at most ``domain_size`` values.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from costmodel.machine.model import Machine
+from costmodel.parallel.axes import GRID_ORDER
+from costmodel.parallel.strategy import Strategy
+
+
+def first_residues(strategy: Strategy, dims: tuple[str, ...], domain: int, within: int = 0) -> tuple[int, ...]:
+    """The residues modulo ``domain`` of the first ranks of ``strategy``'s groups along ``dims``
+    (the ranks whose coordinate along every one of ``dims`` is 0; with ``within``, the groups of
+    ``within`` consecutive members of those, as ``costmodel.comm.weight_sync.replica_sums`` takes
+    them), sorted."""
+    seen = {0}
+    group = set(dims)
+    for i, name in enumerate(GRID_ORDER):
+        k, s = strategy.radix[i], strategy.strides[i]
+        if k == 1 or name in group or s % domain == 0:
+            continue
+        steps = {(c * s) % domain for c in range(min(k, domain))}
+        seen = {(r + t) % domain for r in seen for t in steps}
+    if within:
+        members = strategy.group_array(0, dims)
+        starts = {int(m) % domain for m in members[::within]}
+        seen = {(r + t) % domain for r in seen for t in starts}
+    return tuple(sorted(seen))
+
+
+@lru_cache(maxsize=None)
+def slowest_span(strategy: Strategy, dims: tuple[str, ...], machine: Machine, within: int = 0) -> tuple[int, int]:
+    """``(ranks_per_domain, domains_spanned)`` (``Machine.group_span``) of the group along ``dims``
+    that spans the most link domains (of those, the most ranks in one domain): every group's where
+    they all lie alike, rank 0's included (module docstring). ``within``: the groups of the first
+    ``within`` members (``costmodel.layer.comms.group_time``). Memoised: the planner asks often."""
+    members = strategy.group_array(0, dims)
+    if within:
+        members = members[:within]
+    first = machine.group_span(members)
+    domain = machine.domain_size
+    offsets = members % domain
+    residues = first_residues(strategy, dims, domain, within)
+    if residues[-1] + int(offsets.max()) < domain:  # no residue moves a member past its domain's end
+        return first
+    spans = {machine.group_span(members + r) for r in residues}
+    return max(spans, key=lambda span: (span[1], span[0]))
