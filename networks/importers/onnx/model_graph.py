@@ -146,7 +146,13 @@ class Graph:
             if name not in self.consumers:
                 continue
             dtype = DTYPES.get(info.type.tensor_type.elem_type, f"type {info.type.tensor_type.elem_type}")
-            out.append(DataInput(name, self._fixed(name, dims, seq, _sequence(len(dims), dtype)), dtype))
+            shape = self._fixed(name, dims, seq, _sequence(len(dims), dtype))
+            if len(shape) == 1 and dtype.startswith("float"):  # the batch alone: a sample of no features
+                raise DnnplanError(f"input {short(name)} {list(dims)} has one axis, which dnnplan reads as the batch: "
+                                   "its samples have no features", file=self.source,
+                                   hint="export the model with a batch axis first (torch.onnx.export of an input "
+                                   "shaped [N, features] does)")
+            out.append(DataInput(name, shape, dtype))
         if not out:
             raise DnnplanError("the graph has no data input (every input is a weight)", file=self.source)
         if seq is not None and not any(_sequence(len(i.dims), i.dtype) for i in out):

@@ -192,6 +192,16 @@ def test_an_input_without_axes_says_how_to_export_it():
         refusal(b.model([x], "fc", ["N", 10]))
 
 
+def test_an_input_of_one_axis_is_the_batch_alone_and_says_so():
+    """x [64] times a [64, 10] weight: its one axis is read as the batch, so a sample has no features;
+    said in one line, not an index error."""
+    b = Builder()
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [64])
+    b.node("MatMul", ["x", b.weight("w", 64, 10)], "fc")
+    msg = refusal(b.model([x], "fc", [10]))
+    assert "input 'x' [64] has one axis" in msg and "batch axis first" in msg
+
+
 def test_a_mask_from_the_input_data_is_refused():
     model, _ = transformer(blocks=1)
     model.graph.input.append(helper.make_tensor_value_info("pad", onnx.TensorProto.FLOAT, ["N", 1, 8, 8]))
