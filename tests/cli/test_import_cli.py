@@ -37,6 +37,21 @@ def test_import_prints_the_spec_and_writes_it_with_out(tmp_path):
     assert "already exists" in one_error_line(again)
 
 
+def test_out_names_a_file_the_spec_reads_back_from_and_never_the_model(tmp_path):
+    """A .json name would be read back as JSON (the spec is YAML with comments); the model's own
+    file would be replaced by its spec, even with --force; ``-`` prints; an empty name is refused."""
+    to_json = runner.invoke(app, ["import", str(HF / "gpt2"), "--out", str(tmp_path / "gpt2.json")])
+    assert "the spec is YAML" in one_error_line(to_json) and "gpt2.yaml" in to_json.output
+    model = tmp_path / "m.onnx"
+    model.write_bytes((ONNX / "resnet50.onnx").read_bytes())
+    onto = runner.invoke(app, ["import", str(model), "--out", str(model), "--force"])
+    assert "is the model being imported" in one_error_line(onto)
+    assert model.read_bytes() == (ONNX / "resnet50.onnx").read_bytes()
+    dashed = runner.invoke(app, ["import", str(HF / "gpt2"), "--out", "-"])
+    assert dashed.exit_code == 0 and dashed.output.startswith("# Imported") and not Path("-").exists()
+    assert "--out is empty" in one_error_line(runner.invoke(app, ["import", str(HF / "gpt2"), "--out", ""]))
+
+
 def test_import_json_gives_the_count_and_the_spec():
     result = runner.invoke(app, ["import", str(ONNX / "resnet50.onnx"), "--json"])
     assert result.exit_code == 0, result.output

@@ -186,6 +186,7 @@ def _config(tmp_path, **fields) -> str:
     ({"model_type": "mistral", "sliding_window": 1024}, "sliding_window", "shorter than the sequence 4096"),
     ({"model_type": "gpt_neox", "rotary_pct": 0.25}, "rotary_pct", "part of each head"),
     ({"model_type": "falcon", "alibi": True}, "alibi", "ALiBi"),
+    ({"model_type": "falcon"}, "activation", "activation=gelu (falcon's default: the file sets none)"),
     ({"model_type": "gemma", "hidden_act": "gelu_pytorch_tanh"}, "hidden_act", "gated gelu_pytorch_tanh MLP"),
     ({"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 6}, "num_experts_per_tok",
      "num_experts_per_tok=6 exceeds num_local_experts=4"),
