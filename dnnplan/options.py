@@ -118,6 +118,8 @@ RefreshOpt = Annotated[bool, typer.Option("--refresh-profile", help="Machine `lo
 # --- output ----------------------------------------------------------------------------------
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+ListJsonOpt = Annotated[bool, typer.Option("--json", help="Print the rows as one JSON array, an object a row, "
+                                                           "instead of the table.")]
 ExportJsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (the arguments or the config, "
                                              "and what --nearest changed) instead of the file.")]
 JsonFileOpt = Annotated[Optional[str], typer.Option("--json", help="Write the result as JSON to FILE.")]

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel.machine.loading import DEFAULT_MACHINE, list_machines, load_machine
-from dnnplan.options import JsonOpt
+from dnnplan.options import ListJsonOpt
 from dnnplan.render import tables
 
 NamesArg = Annotated[Optional[list[str]], typer.Argument(
@@ -16,7 +16,7 @@ NamesArg = Annotated[Optional[list[str]], typer.Argument(
     show_default=False)]
 
 
-def machines(names: NamesArg = None, as_json: JsonOpt = False) -> None:
+def machines(names: NamesArg = None, as_json: ListJsonOpt = False) -> None:
     """List the shipped machines, or every figure of the machines named.
 
     The list: devices per node, peak FLOP/s, memory, link latency and bandwidth. Named (shipped

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dnnplan.options import JsonOpt
+from dnnplan.options import ListJsonOpt
 from dnnplan.render import tables
 from networks.analysis import summarize
 from networks.loader import load_network, zoo_names
@@ -20,12 +20,12 @@ def zoo_rows() -> list[dict]:
     return rows
 
 
-def networks(as_json: JsonOpt = False) -> None:
+def networks(as_json: ListJsonOpt = False) -> None:
     """List the shipped networks (the zoo) with their parameter counts.
 
     Each name is a NETWORK the other commands take (dnnplan info gpt2, dnnplan plan llama3-8b -p 64
     --machine dgx-h100); a spec of your own (YAML), a Hugging Face config.json or an ONNX file is
-    named by its path instead. --json prints the rows as one JSON object.
+    named by its path instead. --json prints the rows as one JSON array.
     """
     rows = zoo_rows()
     if as_json:

@@ -95,4 +95,9 @@ def import_model(name_or_path: str, seq: int | None = None) -> Imported:
     if not generated:
         raise DnnplanError("is a network spec already (written as JSON), not a Hugging Face config", file=source,
                            hint="a Hugging Face config names its model_type")
-    return Imported(text, parse_network(text, source), source)
+    try:
+        network = parse_network(text, source)
+    except DnnplanError as err:  # a line of the spec made here, not of the user's file: the layer and the file
+        raise DnnplanError(err.bare, file=source, layer=err.layer,
+                           hint=err.hint or "the sizes the file gives make this layer; check them") from None
+    return Imported(text, network, source)

@@ -52,6 +52,16 @@ def test_out_names_a_file_the_spec_reads_back_from_and_never_the_model(tmp_path)
     assert "--out is empty" in one_error_line(runner.invoke(app, ["import", str(HF / "gpt2"), "--out", ""]))
 
 
+def test_a_layer_the_config_makes_too_large_names_the_config_not_a_line_of_the_spec(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 2 ** 31, "num_attention_heads": 2 ** 31,
+                                  "num_key_value_heads": 1, "num_hidden_layers": 2, "intermediate_size": 64,
+                                  "vocab_size": 100}))
+    line = one_error_line(runner.invoke(app, ["import", str(config)]))
+    assert f"{config}, layer 'layers0.attn': its weights have more than 2^48 elements" in line
+    assert f"{config}:" not in line and "check them" in line
+
+
 def test_import_json_gives_the_count_and_the_spec():
     result = runner.invoke(app, ["import", str(ONNX / "resnet50.onnx"), "--json"])
     assert result.exit_code == 0, result.output
