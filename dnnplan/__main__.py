@@ -1,5 +1,5 @@
 """``python -m dnnplan``: the same as the ``dnnplan`` command."""
 
-from dnnplan.cli import main
+from dnnplan.entry import main
 
 main()

@@ -12,6 +12,7 @@ handler for the length of a block (a child job that must end in order first), th
 
 from __future__ import annotations
 
+import os
 import signal
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -35,12 +36,27 @@ def _raise(signum: int, frame: object) -> None:
     raise Stopped(signum)
 
 
+def _end_at_once(signum: int, frame: object) -> None:
+    os._exit(128 + signum)
+
+
+def end_at_once_until_installed() -> None:
+    """Until :func:`install`, a stop signal ends the process at once, with 128 + the signal: one
+    landing while the command's modules load (before anything was started or written) would else
+    be Python's ``KeyboardInterrupt`` traceback (each signal left alone where it is ignored or
+    handled outside Python, as :func:`install` leaves it)."""
+    for sig in STOP_SIGNALS:
+        current = signal.getsignal(sig)
+        if current is signal.default_int_handler or current == signal.SIG_DFL:
+            signal.signal(sig, _end_at_once)
+
+
 def install() -> None:
     """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread from now on (each one
     left alone where it is ignored or handled outside Python)."""
     for sig in STOP_SIGNALS:
         current = signal.getsignal(sig)
-        if current is signal.default_int_handler or current == signal.SIG_DFL:
+        if current is signal.default_int_handler or current == signal.SIG_DFL or current is _end_at_once:
             signal.signal(sig, _raise)
 
 

@@ -63,6 +63,32 @@ def test_a_signal_ignored_at_start_stays_ignored():
     assert got.stdout.strip() == "SIGHUP ignored; SIGTERM stopped, exit 143 SIGTERM", got.stdout + got.stderr
 
 
+def test_a_stop_while_the_command_loads_ends_it_quietly_and_install_takes_over():
+    """The console script's first code (dnnplan.entry): Ctrl-C before the command handles signals
+    ends it with 130 and no traceback; once installed, a stop is the command's to handle."""
+    early = _python("""
+        import os, signal, time
+        from lifecycle import stops
+        stops.end_at_once_until_installed()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+        print("not ended")
+    """)
+    assert (early.returncode, early.stdout, early.stderr) == (130, "", "")
+    later = _python("""
+        import os, signal, time
+        from lifecycle import stops
+        stops.end_at_once_until_installed()
+        stops.install()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except stops.Stopped:
+            print("the command's stop, exit", stops.exit_code())
+    """)
+    assert later.stdout.strip() == "the command's stop, exit 130", later.stdout + later.stderr
+
+
 def test_a_rank_exits_once_its_launcher_is_gone():
     """A rank (or probe) watches the dnnplan that started it: gone (here: a process that exits at
     once, reaped), the rank exits within a second or two."""
