@@ -81,14 +81,24 @@ def memory_mfu_line(peak_bytes: float, limit_bytes: float | None, mfu: float | N
     return f"memory {fmt.nbytes(peak_bytes)} a device{limit}{util}"
 
 
-def train_line(t) -> str:
-    """Time and cost to train a token budget (costmodel.step.train_time.TrainTime) at the step."""
+def memory_json(peak_bytes: int, limit_bytes: int | None) -> dict:
+    """The JSON's device memory limit and whether the peak fits it (every answer with a step says
+    so: a script pricing a layout that cannot run learns it); no limit known: fits."""
+    return {"memory_limit_bytes": None if limit_bytes is None else int(limit_bytes),
+            "memory_fits": limit_bytes is None or peak_bytes <= limit_bytes * (1 + 1e-9)}
+
+
+def train_line(t, fits: bool = True) -> str:
+    """Time and cost to train a token budget (costmodel.step.train_time.TrainTime) at the step;
+    ``fits``: whether the layout fits the devices' memory (said first where it does not: no run of
+    it trains at all)."""
     cost = "" if t.cost is None else f", {_amount(t.cost)} at {t.price_per_device_hour:g} a device-hour"
     hours = t.days * 24  # a small budget: not 0.0 days, nor hours in powers of ten
     span = (f"{t.days:,.1f} days" if t.days >= 1 else f"{hours:.3g} hours" if hours >= 0.1 else
             f"{hours * 60:.3g} minutes" if hours * 60 >= 0.1 else f"{hours * 3600:.3g} seconds")
     steps = "1 step" if t.steps == 1 else f"{t.steps:,} steps"
-    return (f"to train {_count(t.tokens)} tokens: {steps} of {t.tokens_per_step:,} tokens, {span} on "
+    return ("" if fits else "were it to fit in memory (it does not): ") + (
+            f"to train {_count(t.tokens)} tokens: {steps} of {t.tokens_per_step:,} tokens, {span} on "
             f"{t.devices:,} devices ({_amount(t.device_hours)} device-hours{cost}; the steps alone: no warm-up, "
             "evaluation, checkpoints or failures)")
 

@@ -11,7 +11,7 @@ from costmodel.step.pipeline import pipeline_json
 from costmodel.step.prediction import prediction_json
 from dnnplan.assumed import ASSUMED
 from dnnplan.render import fmt, tables
-from dnnplan.render.answer import train_line
+from dnnplan.render.answer import memory_json, train_line
 from dnnplan.render.plan import SMALL_NETWORK
 from executor.session.predict import PlanStep, Predicted, mfu
 from networks.ir import Network
@@ -23,16 +23,18 @@ def step(ctx: Context, got: Predicted, layers: bool, as_json: bool, train=None, 
     token budget's time and cost (costmodel.step.train_time.TrainTime); ``assumed``: the flags not
     given (dnnplan.assumed)."""
     pred = got.prediction
+    limit = ctx.machine.device.mem_capacity_bytes
     if as_json:
         print(json.dumps({**prediction_json(pred), "step_breakdown_s": dict(step_terms(pred)),
-                          "framework": ctx.choices.framework, **trained_as(ctx, assumed),
+                          "framework": ctx.choices.framework, "zero": ctx.choices.zero, **trained_as(ctx, assumed),
+                          **memory_json(pred.memory_peak_bytes, limit),
                           "fallbacks": [f.__dict__ for f in got.fallbacks], "mfu": got.mfu, **_train(train)}))
         return
-    tables.prediction_table(pred, got.fallbacks, got.mfu, layers or len(pred.layers) <= SMALL_NETWORK,
-                            ctx.machine.device.mem_capacity_bytes)
+    tables.prediction_table(pred, got.fallbacks, got.mfu, layers or len(pred.layers) <= SMALL_NETWORK, limit)
     framework_line(ctx, pred)
-    _train_line(train)
+    _train_line(train, memory_json(pred.memory_peak_bytes, limit)["memory_fits"])
     assumed_line(assumed)
+
 
 
 def trained_as(ctx: Context, assumed: tuple[str, ...]) -> dict:
@@ -62,17 +64,19 @@ def pipelined(got: Predicted, as_json: bool, train=None, ctx: Context | None = N
               assumed: tuple[str, ...] = ()) -> None:
     """`dnnplan predict NET --pipeline S`'s answer: JSON, or the stages' table and the first fallback."""
     pred = got.prediction
+    limit = ctx.machine.device.mem_capacity_bytes if ctx is not None else None
+    memory = memory_json(pred.memory_peak_bytes, limit)
     if as_json:
         comm = dict(comm_parts(pred))
         print(json.dumps({**pipeline_json(pred), "step_breakdown_s": dict(pipeline_terms(pred)), "mfu": got.mfu,
                           "overlap": pred.stages[0].micro.overlap,
                           "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
-                          **(trained_as(ctx, assumed) if ctx is not None else {}),
-                          "fallbacks": [f.__dict__ for f in got.fallbacks], **_train(train)}))
+                          **({"machine": ctx.machine.name, "framework": ctx.choices.framework,
+                              "zero": ctx.choices.zero, **trained_as(ctx, assumed)} if ctx is not None else {}),
+                          **memory, "fallbacks": [f.__dict__ for f in got.fallbacks], **_train(train)}))
         return
-    tables.pipeline_table(pred, ctx.machine.device.mem_capacity_bytes if ctx is not None else None, got.mfu,
-                          ctx.machine.name if ctx is not None else None)
-    _train_line(train)
+    tables.pipeline_table(pred, limit, got.mfu, ctx.machine.name if ctx is not None else None)
+    _train_line(train, memory["memory_fits"])
     assumed_line(assumed)
     if got.fallbacks:
         f = got.fallbacks[0]
@@ -94,7 +98,7 @@ def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches:
            "gather_s": step_.gather_s, "gathers_in_backward": step_.gathers_in_backward,
            "reduce_scatter_s": step_.reduce_scatter_s, "update_s": step_.update_s,
            "exposed_comm_s": step_.exposed_comm_s, "memory_peak_bytes": step_.memory_peak_bytes,
-           "memory_limit_bytes": limit, "fits": fits, "mfu": utilisation,
+           "memory_limit_bytes": limit, "memory_fits": fits, "fits": fits, "mfu": utilisation,
            **trained_as(ctx, assumed), "fallbacks": [f.__dict__ for f in fallbacks], **_train(train)}
     if as_json:
         print(json.dumps(out))
@@ -113,7 +117,7 @@ def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches:
     if fallbacks:
         c.print(f"{len(fallbacks)} layer(s) could not split the micro-batch over every device and run "
                 f"data parallel on fewer, first {fallbacks[0].layer}")
-    _train_line(train)
+    _train_line(train, fits)
     assumed_line(assumed)
 
 
@@ -121,16 +125,19 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
     """`dnnplan predict plan.yaml`'s answer: JSON, or the step's table and how it compares with the
     step the plan file recorded."""
     plan, pred, ahead = got.plan, got.prediction, got.ahead
+    limit = plan.solver.get("memory_limit_bytes")
+    memory = memory_json(pred.memory_peak_bytes, limit)
     if plan.pipeline is not None and ahead is None:
         if as_json:
             print(json.dumps({**pipeline_json(pred), "step_breakdown_s": dict(pipeline_terms(pred)),
                               "plan": {"file": path, "recorded_step_s": plan.step_s},
                               "machine": plan.machine, "mfu": got.mfu, "precision": plan.choices.precision,
-                              "optimizer": plan.choices.optimizer, **_train(train)}))
+                              "optimizer": plan.choices.optimizer, "zero": plan.choices.zero, **memory,
+                              **_train(train)}))
             return
-        tables.pipeline_table(pred, plan.solver.get("memory_limit_bytes"), got.mfu, plan.machine)
+        tables.pipeline_table(pred, limit, got.mfu, plan.machine)
         recorded_line(plan.step_s, pred.step_s)
-        _train_line(train)
+        _train_line(train, memory["memory_fits"])
         return
     alone = ahead.profile_step_s if ahead else None
     if as_json:
@@ -140,12 +147,12 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
         out["plan"] = {"file": path, "recorded_step_s": plan.step_s}
         out["as_execute_predicts"] = ahead is not None
         out["profile_predicted_step_s"] = alone
-        out["precision"], out["optimizer"] = plan.choices.precision, plan.choices.optimizer
-        print(json.dumps({**out, **_train(train)}))
+        out["precision"], out["optimizer"], out["zero"] = plan.choices.precision, plan.choices.optimizer, \
+            plan.choices.zero
+        print(json.dumps({**out, **memory, **_train(train)}))
         return
-    tables.prediction_table(pred, (), got.mfu, layers or len(pred.layers) <= SMALL_NETWORK,
-                            plan.solver.get("memory_limit_bytes"))
-    _train_line(train)
+    tables.prediction_table(pred, (), got.mfu, layers or len(pred.layers) <= SMALL_NETWORK, limit)
+    _train_line(train, memory["memory_fits"])
     if ahead is None:
         recorded_line(plan.step_s, pred.step_s)
         return
@@ -160,9 +167,9 @@ def _train(train) -> dict:
     return {} if train is None else {"train": train.json()}
 
 
-def _train_line(train) -> None:
+def _train_line(train, fits: bool = True) -> None:
     if train is not None:
-        tables.console.print(train_line(train))
+        tables.console.print(train_line(train, fits))
 
 
 def recorded_line(recorded_s: float, now_s: float) -> None:

@@ -12,7 +12,7 @@ from costmodel.choices.training import DEFAULT_FRAMEWORK
 from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
 from costmodel.step.pipeline import PipelinePrediction
 from dnnplan.render import tables
-from dnnplan.render.answer import comm_line, memory_mfu_line, step_line, train_line
+from dnnplan.render.answer import comm_line, memory_json, memory_mfu_line, step_line, train_line
 from executor.session.predict_launch import LaunchStep
 from planner.launch_import.formats import DESCRIPTIONS
 
@@ -31,8 +31,9 @@ def launch(got: LaunchStep, as_json: bool, train=None, layers: bool = False) -> 
             "network_from": got.named_by, "devices": plan.devices, "devices_from": config.devices_from,
             "machine": plan.machine, "machine_from": got.machine_from, "batch": plan.batch, "layout": layout_json(got),
             "step_s": pred.step_s, "step_breakdown_s": dict(terms), "dominant": dominant,
+            "memory_peak_bytes": pred.memory_peak_bytes,
             "memory_allocated_bytes": pred.memory_allocated_bytes, "memory_reserved_bytes": pred.memory_reserved_bytes,
-            "memory_limit_bytes": got.memory_limit_bytes, "mfu": got.mfu,
+            **memory_json(pred.memory_peak_bytes, got.memory_limit_bytes), "mfu": got.mfu,
             "priced_under": plan.choices.framework, "written_step_s": got.written_step_s,
             "ignored": [{"option": i.option, "reason": i.reason} for i in config.ignored],
             **({"train": train.json()} if train is not None else {})}))
@@ -56,7 +57,7 @@ def launch(got: LaunchStep, as_json: bool, train=None, layers: bool = False) -> 
             else memory)
     c.print(f"dominated by {dominant}: {share / pred.step_s:.0%} of the step" if pred.step_s > 0 else "")
     if train is not None:
-        c.print(train_line(train))
+        c.print(train_line(train, memory_json(pred.memory_peak_bytes, got.memory_limit_bytes)["memory_fits"]))
     by_reason: dict[str, list[str]] = {}
     for item in config.ignored:
         by_reason.setdefault(item.reason, []).append(item.option)

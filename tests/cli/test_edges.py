@@ -116,6 +116,22 @@ def test_a_token_budget_and_a_price_add_time_and_cost_to_train():
         assert bad.exit_code == 2 and line in bad.output, bad.output
 
 
+def test_time_to_train_a_layout_that_does_not_fit_says_so_and_the_json_carries_the_limit():
+    """gpt2 at batch 512 on one A100 holds more than 80 GiB: its time to train is said to be for a
+    layout that cannot run, and every predict JSON (one stage or a pipeline) says whether it fits
+    its machine's memory, with the machine and the ZeRO stage, as plan's does."""
+    over = ["predict", "gpt2", "-p", "1", "-b", "512", "--tokens", "1B"]
+    assert "were it to fit in memory (it does not): to train 1B tokens" in " ".join(
+        runner.invoke(app, over).output.split())
+    data = json.loads(runner.invoke(app, [*over, "--json"]).stdout)
+    assert data["memory_fits"] is False and data["memory_limit_bytes"] == 80 * 2 ** 30 < data["memory_peak_bytes"]
+    piped = json.loads(runner.invoke(app, ["predict", "gpt-tiny", "-p", "4", "--pipeline", "2", "--micro-batches", "4",
+                                           "--json"]).stdout)
+    assert piped["machine"] == "dgx-a100" and piped["zero"] == 0 and piped["memory_fits"] is True
+    fits = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tokens", "1B"]).output
+    assert "to train 1B tokens" in fits and "were it to fit" not in fits
+
+
 def test_a_blank_machine_or_sweep_is_one_line_not_the_default():
     for args, words in ((["predict", "gpt-tiny", "-m", ""], "--machine '' names no machine"),
                         (["plan", "gpt-tiny", "--sweep", ""], "--sweep '' names no device count")):
