@@ -339,6 +339,8 @@ def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str
             plot_machines(rows, plot, f"{name}, batch {ctx.batch}")
         else:
             plot_sweep(rows, plot, f"{name}, batch {ctx.batch}, {ctx.machine.name}")
+    elif plot:  # nothing to draw: said, as the file the flag names is not written
+        warn(f"--plot {plot}: no figure written, no point of the sweep has a plan")
     if as_json:
         head = {"network": name, "batch": ctx.batch, "assumed": list(assumed),
                 **({"batch_assumed": ctx.batch_rule} if ctx.batch_rule else {})}

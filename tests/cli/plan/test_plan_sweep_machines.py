@@ -115,6 +115,16 @@ def test_plot_draws_a_line_a_machine(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in result.stdout
 
 
+def test_a_plot_of_a_sweep_without_a_plan_says_no_figure_was_written(tmp_path):
+    png = tmp_path / "none.png"
+    result = runner.invoke(app, ["plan", "gpt-tiny", "-b", "64", "-m", "dgx-a100,dgx-h100", "--sweep", "1,2",
+                                 "--memory", "0.001", "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert f"warning: --plot {png}: no figure written, no point of the sweep has a plan" in \
+        " ".join(result.output.split())
+    assert not png.exists() and "wrote" not in result.output
+
+
 @pytest.mark.parametrize("args, words", [
     (["-m", "dgx-a100,dgx-z9"], "dgx-z9"),
     (["-m", "dgx-a100,dgx-h100", "--tokens", "1B", "--gpu-hour-price", "dgx-a100=1,dgx-h200=3"],
