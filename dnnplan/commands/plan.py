@@ -34,6 +34,7 @@ from executor.session.plan import PlanRequest
 from executor.session.sweep import SweepRequest
 from lifecycle import stops
 from lifecycle.process_pool import ProcessPool, default_jobs
+from networks.default_batch import sequence_length
 from networks.errors import DnnplanError, short
 from networks.ir import Network
 from planner.pipeline.search import PROVE_S
@@ -354,7 +355,8 @@ def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str
         print(json.dumps({**head, "rows": rows, "complete": complete}))
         return
     if comparing:
-        sweep_render.compare_table(rows, name, ctx.batch, request.tokens, request.pipelines)
+        sweep_render.compare_table(rows, name, ctx.batch, request.tokens, request.pipelines,
+                                   priced=bool(request.prices), reads_tokens=sequence_length(ctx.network) is not None)
     else:
         sweep_render.sweep_table(rows, name, ctx.batch, ctx.machine.name)
     if assumed:

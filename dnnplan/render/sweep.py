@@ -40,14 +40,16 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> Non
 
 
 def compare_table(rows: list[dict], network: str, batch: int, tokens: float | None,
-                  pipelines: bool = False) -> None:
+                  pipelines: bool = False, priced: bool = False, reads_tokens: bool = False) -> None:
     """Per machine and device count: the step, throughput, and for a token budget the days,
     device-hours and cost to train; the fastest and the cheapest marked (planner.sweep.mark_best);
-    ``pipelines``: the points were planned with the pipeline search where nothing fits whole."""
+    ``pipelines``: the points were planned with the pipeline search where nothing fits whole;
+    ``priced``: the machines were given prices; ``reads_tokens``: the network reads token ids (its
+    throughput in tokens a second)."""
     budget = f", {fmt.count(tokens)} tokens" if tokens is not None else ""
     t = Table(title=f"{network}, batch {batch}{budget}: machines and device counts", title_justify="left")
-    priced = any((r.get("train") or {}).get("cost") is not None for r in rows)
-    cols = ["machine", "devices", "step", _rate_title(rows)]
+    priced = priced and tokens is not None
+    cols = ["machine", "devices", "step", "tokens/s" if reads_tokens else "samples/s"]
     if tokens is not None:
         cols += ["days", "device-hours"] + (["cost"] if priced else [])
     else:
@@ -137,10 +139,6 @@ def point_line(row: dict, done: int, total: int, rows: list[dict]) -> str:
 def _amount(x: float) -> str:
     """Days, device-hours or money: 3 digits below 100, whole to 100,000, then with a suffix (1.44M)."""
     return fmt.count(x) if x >= 1e5 else f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-
-def _rate_title(rows: list[dict]) -> str:
-    return "tokens/s" if any("tokens_per_s" in r for r in rows) else "samples/s"
 
 
 def _rate(row: dict) -> str:
