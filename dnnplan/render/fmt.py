@@ -4,14 +4,15 @@ from __future__ import annotations
 
 
 def count(x: float) -> str:
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
             return f"{x / scale:.2f}{unit}"
     return f"{x:.0f}"
 
 
 def nbytes(x: float) -> str:
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
+                        ("KiB", 2**10)):
         if abs(x) >= scale:
             return f"{x / scale:.2f} {unit}"
     return f"{x:.0f} B"
