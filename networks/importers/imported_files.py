@@ -88,8 +88,9 @@ class Imported:
 
 def import_model(name_or_path: str, seq: int | None = None) -> Imported:
     """Import a Hugging Face config (or its folder) or an ONNX file: its spec and the network."""
-    if not is_importable(name_or_path):
-        raise DnnplanError(f"{name_or_path} is not a model to import", file=name_or_path,
+    if not is_importable(name_or_path) or not _exists(Path(name_or_path), Path.exists):
+        what = "not a model to import" if _exists(Path(name_or_path), Path.exists) else "no such file or folder"
+        raise DnnplanError(what, file=name_or_path,
                            hint="give a Hugging Face config.json, a folder holding one, or a .onnx file")
     text, source, generated = imported_spec(name_or_path, seq)
     if not generated:

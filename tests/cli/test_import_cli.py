@@ -62,6 +62,15 @@ def test_a_layer_the_config_makes_too_large_names_the_config_not_a_line_of_the_s
     assert f"{config}:" not in line and "check them" in line
 
 
+def test_a_path_that_is_not_there_or_a_misspelt_family_is_said_so(tmp_path):
+    missing = one_error_line(runner.invoke(app, ["import", str(tmp_path / "nope")]))
+    assert "nope: no such file or folder" in missing
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "Llama", "hidden_size": 64}))
+    assert "model_type 'Llama' is not a family dnnplan imports (did you mean llama?" in \
+        one_error_line(runner.invoke(app, ["import", str(config)]))
+
+
 def test_import_json_gives_the_count_and_the_spec():
     result = runner.invoke(app, ["import", str(ONNX / "resnet50.onnx"), "--json"])
     assert result.exit_code == 0, result.output

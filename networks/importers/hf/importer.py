@@ -9,6 +9,8 @@ head is the LM head over the vocabulary, trained with the next-token loss.
 
 from __future__ import annotations
 
+import difflib
+
 from networks.errors import DnnplanError, short
 from networks.importers.hf.config import Config, parse_config
 from networks.importers.hf.decoder import check_expressible
@@ -56,8 +58,10 @@ def import_config(text: str, source: str, seq: int | None = None, name: str = "m
         raise DnnplanError("the config has no 'model_type'", file=source, field="model_type",
                            hint="a Hugging Face config.json names its model_type (llama, gpt2, ...)")
     if kind not in FAMILIES:
+        close = difflib.get_close_matches(str(kind).lower(), FAMILIES, n=1, cutoff=0.75)
+        hint = (f"did you mean {close[0]}? " if close else "") + f"it imports {', '.join(FAMILIES)}"
         raise DnnplanError(f"model_type {short(kind)} is not a family dnnplan imports", file=source,
-                           field="model_type", hint=f"it imports {', '.join(FAMILIES)}")
+                           field="model_type", hint=hint)
     cfg = Config(data, source, kind)
     cfg.read.update({"model_type", "_name_or_path", "transformers_version"})
     _architecture(cfg)
