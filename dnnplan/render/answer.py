@@ -99,7 +99,7 @@ def train_line(t, fits: bool = True) -> str:
     steps = "1 step" if t.steps == 1 else f"{t.steps:,} steps"
     return ("" if fits else "were it to fit in memory (it does not): ") + (
             f"to train {_count(t.tokens)} tokens: {steps} of {t.tokens_per_step:,} tokens, {span} on "
-            f"{t.devices:,} devices ({_amount(t.device_hours)} device-hours{cost}; the steps alone: no warm-up, "
+            f"{t.devices:,} device{'s' if t.devices != 1 else ''} ({_amount(t.device_hours)} device-hours{cost}; the steps alone: no warm-up, "
             "evaluation, checkpoints or failures)")
 
 
@@ -109,7 +109,9 @@ def _amount(x: float) -> str:
 
 
 def _count(n: float) -> str:
-    """A count with its suffix: 15T, 300B, 2.5M."""
+    """A count with its suffix: 15T, 300B, 2.5M (past a thousand T in whole T: 1,000,000T)."""
+    if n >= 1e15:
+        return f"{n / 1e12:,.0f}T"
     for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= scale:
             return f"{n / scale:.4g}{suffix}"

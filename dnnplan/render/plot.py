@@ -30,7 +30,10 @@ OTHER_IMAGES = ("jpg", "jpeg", "gif", "bmp", "tif", "tiff", "webp", "eps", "ps")
 
 
 def check_figure_path(flag: str, path: str | None) -> None:
-    """One line for a figure file whose suffix names an image format other than :data:`FORMATS`."""
+    """One line for a figure file whose suffix names an image format other than :data:`FORMATS`, and
+    for a name that names no file (empty, or ``-``: a figure is not written to a terminal)."""
+    if path is not None and (not path.strip() or path == "-"):
+        raise DnnplanError(f"{flag} {short(path)} names no file", hint=f"e.g. {flag} scaling.png")
     if path and "." in path.rsplit("/", 1)[-1] and path.rsplit(".", 1)[-1].lower() in OTHER_IMAGES:
         raise DnnplanError(f"{flag} {short(path)}: the figure is written as PNG, PDF or SVG",
                            hint="name the file .png, .pdf or .svg")

@@ -25,7 +25,7 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> Non
     notes = []
     for r in rows:
         if r.get("error"):
-            notes.append(f"{r['devices']} devices: {r['error']}")
+            notes.append(f"{r['devices']} device{'s' if r['devices'] != 1 else ''}: {r['error']}")
             t.add_row(str(r["devices"]), _no_plan(r), "", "", "", "", "", "", f"note {len(notes)}")
             continue
         fits = r.get("data_fits", True)

@@ -132,6 +132,17 @@ def test_time_to_train_a_layout_that_does_not_fit_says_so_and_the_json_carries_t
     assert "to train 1B tokens" in fits and "were it to fit" not in fits
 
 
+def test_a_huge_token_budget_reads_in_whole_t_and_one_device_is_singular():
+    text = " ".join(runner.invoke(app, ["predict", "gpt-tiny", "-p", "1", "--tokens", "1e18"]).output.split())
+    assert "to train 1,000,000T tokens:" in text and " on 1 device (" in text
+
+
+def test_a_plot_named_empty_or_dash_is_one_line():
+    for name in ("", "-"):
+        got = runner.invoke(app, ["plan", "gpt-tiny", "--sweep", "1,2", "--plot", name])
+        assert got.exit_code == 2 and "names no file" in got.output, got.output
+
+
 def test_a_blank_machine_or_sweep_is_one_line_not_the_default():
     for args, words in ((["predict", "gpt-tiny", "-m", ""], "--machine '' names no machine"),
                         (["plan", "gpt-tiny", "--sweep", ""], "--sweep '' names no device count")):
