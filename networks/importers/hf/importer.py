@@ -42,8 +42,9 @@ def _not_too_deep(decoder, source: str) -> None:
     per_block = len(block_layers(decoder)) + 1  # the block's layers, and the block's own entry
     most = MAX_ENTRIES // per_block
     if decoder.layers.value > most:
-        raise DnnplanError(f"{decoder.layers.field}={short(decoder.layers.value)}: {per_block - 1} layers a decoder "
-                           f"layer expand past the {MAX_ENTRIES:,} a network spec holds", file=source,
+        raise DnnplanError(f"{decoder.layers.field}={short(decoder.layers.value)}: each decoder layer is {per_block} "
+                           f"entries of the spec ({per_block - 1} layers and the block), past the {MAX_ENTRIES:,} "
+                           "entries a network spec holds", file=source,
                            field=decoder.layers.field, hint=f"at most {most:,} decoder layers")
 
 

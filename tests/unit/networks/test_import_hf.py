@@ -177,7 +177,8 @@ def _config(tmp_path, **fields) -> str:
 @pytest.mark.parametrize("fields,field,words", [
     ({"hidden_size": "DROP"}, "hidden_size", "has no 'hidden_size'"),
     ({"num_hidden_layers": 0}, "num_hidden_layers", "whole number"),
-    ({"num_hidden_layers": 10 ** 9}, "num_hidden_layers", "expand past the 20,000 a network spec holds"),
+    ({"num_hidden_layers": 10 ** 9}, "num_hidden_layers", "each decoder layer is 9 entries of the spec (8 layers and "
+     "the block), past the 20,000 entries a network spec holds (at most 2,222 decoder layers)"),
     ({"model_type": "bert"}, "model_type", "not a family dnnplan imports"),
     ({"architectures": ["LlamaForSequenceClassification"]}, "architectures", "only the causal language model"),
     ({"hidden_act": "gelu"}, "hidden_act", "gated gelu MLP is not in the op catalogue"),
