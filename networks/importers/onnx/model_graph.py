@@ -166,6 +166,9 @@ class Graph:
         """``dims`` with the batch and (``sequence``: axis 1 is one) a dynamic sequence fixed."""
         fixed = []
         for axis, d in enumerate(dims):
+            if isinstance(d, int) and d <= 0 and axis > 0:  # the batch (axis 0) is given when planned
+                raise DnnplanError(f"input {short(name)} {list(dims)} has an axis of size {d} (axis {axis})",
+                                   file=self.source, hint="export the model with its input's real shape")
             if isinstance(d, int) and d > 0:
                 if axis == 1 and seq is not None and d != seq and sequence:
                     raise DnnplanError(f"--seq {seq} differs from input {short(name)} (its fixed sequence is {d})",
@@ -176,8 +179,9 @@ class Graph:
             elif axis == 1 and seq is not None:
                 fixed.append(seq)
             else:
-                raise DnnplanError(f"input {short(name)} has a dynamic dimension {axis} ({short(d)})", file=self.source,
-                                   hint="give --seq for a dynamic sequence; other sizes must be fixed in the export")
+                raise DnnplanError(f"input {short(name)} {list(dims)} has a dynamic dimension {axis} ({short(d)})",
+                                   file=self.source, hint="dnnplan reads axis 0 as the batch and axis 1 as a "
+                                   "dynamic sequence (--seq); other sizes must be fixed in the export")
         if not fixed:
             raise DnnplanError(f"input {short(name)} declares no axes (a scalar, or no shape at all); dnnplan needs a "
                                "batch axis first", file=self.source,

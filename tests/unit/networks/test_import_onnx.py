@@ -202,6 +202,14 @@ def test_an_input_of_one_axis_is_the_batch_alone_and_says_so():
     assert "input 'x' [64] has one axis" in msg and "batch axis first" in msg
 
 
+def test_an_axis_of_size_zero_is_said_so_not_called_dynamic():
+    b = Builder()
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 0])
+    b.node("Gemm", ["x", b.weight("w", 10, 64)], "fc", transB=1)
+    msg = refusal(b.model([x], "fc", ["N", 10]))
+    assert "has an axis of size 0 (axis 1)" in msg and "dynamic" not in msg
+
+
 def test_a_mask_from_the_input_data_is_refused():
     model, _ = transformer(blocks=1)
     model.graph.input.append(helper.make_tensor_value_info("pad", onnx.TensorProto.FLOAT, ["N", 1, 8, 8]))
