@@ -13,6 +13,7 @@ from networks.importers.onnx.attrs import attrs, f32, padding, pair
 from networks.importers.onnx.linear import matmul_weight
 from networks.importers.onnx.map import Mapper
 from networks.importers.onnx.pool import CONVERTERS as POOLING
+from networks.errors import short
 from networks.importers.values import Val
 from networks.ops.base import prod
 from networks.ops.catalogue import OPS
@@ -46,7 +47,7 @@ def linear(m: Mapper, k: int) -> None:
     g, node = m.g, m.g.nodes[k]
     found = matmul_weight(g, k)
     if found is None:
-        raise g.fail(k, "multiplies two activations outside an attention pattern, which no catalogue op does")
+        raise g.fail(k, _unmapped_product(g, k))
     name, fin, fout = found
     a = attrs(g, k)
     if node.op_type == "Gemm" and (a.get("transA", 0) or f32(a.get("alpha", 1.0)) != 1 or f32(a.get("beta", 1.0)) != 1):
@@ -68,6 +69,19 @@ def linear(m: Mapper, k: int) -> None:
     if tied is not None:
         params["tied_to"] = Val(tied, f"{name} is the embedding's table")
     m.emit(k, "linear", [node.input[0]], params)
+
+
+def _unmapped_product(g, k: int) -> str:
+    """Why a Gemm or MatMul maps to no linear layer: a weight of another shape or on the left (a
+    linear layer is data times a 2-D weight), else two activations multiplied."""
+    node = g.nodes[k]
+    weights = [(slot, g.weight_of(v)) for slot, v in enumerate(node.input[:2]) if v and g.weight_of(v) is not None]
+    if weights:
+        slot, (name, dims, _) = weights[0]
+        where = "a 2-D weight" if len(dims) != 2 else "the weight on the right"
+        return (f"multiplies by the weight {short(name)} {list(dims)} as input {slot}: a linear layer is the data "
+                f"times {where} (x @ W), which this is not")
+    return "multiplies two activations outside an attention pattern, which no catalogue op does"
 
 
 def _tied_embedding(m: Mapper, weight: str, fin: int, fout: int) -> str | None:

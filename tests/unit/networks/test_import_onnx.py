@@ -210,6 +210,14 @@ def test_an_axis_of_size_zero_is_said_so_not_called_dynamic():
     assert "has an axis of size 0 (axis 1)" in msg and "dynamic" not in msg
 
 
+def test_a_product_by_a_weight_of_another_shape_names_the_weight_not_two_activations():
+    b = Builder()
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 64])
+    b.node("MatMul", ["x", b.weight("w", 64)], "fc")
+    msg = refusal(b.model([x], "fc", ["N"]))
+    assert "multiplies by the weight 'w' [64]" in msg and "two activations" not in msg
+
+
 def test_a_mask_from_the_input_data_is_refused():
     model, _ = transformer(blocks=1)
     model.graph.input.append(helper.make_tensor_value_info("pad", onnx.TensorProto.FLOAT, ["N", 1, 8, 8]))
