@@ -91,7 +91,8 @@ class Exchange:
 def context_exchange(layer, strategy: Strategy, local: LocalLayer, itemsize: int, machine: Machine,
                      rule: str = "mpi", span: tuple[int, int] | None = None) -> Exchange | None:
     """The :class:`Exchange` of an attention layer whose sequence the strategy splits (None
-    otherwise); ``span``: the slowest sequence group's ``machine.group_span`` (costmodel.comm.spans), where the caller knows it."""
+    otherwise); ``span``: the slowest sequence group's ``machine.group_span`` (costmodel.comm.spans),
+    where the caller knows it."""
     c = strategy.degree(H)
     if layer.op != "attention" or c == 1:
         return None

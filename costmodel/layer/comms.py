@@ -61,8 +61,8 @@ class Comm:
 def group_time(collective: str, nbytes: float, strategy: Strategy, dims, machine: Machine,
                rule: str = "mpi", cold: bool = False, within: int = 0, memo: dict | None = None) -> float:
     """Time of a collective over the ranks that differ only along ``dims`` (the slowest such group,
-    costmodel.comm.spans; with ``within``, its first ``within`` ranks: neighbours along one dimension holding the same replica,
-    costmodel.comm.weight_sync.replica_sums); ``cold``: right after a layer's kernels
+    costmodel.comm.spans; with ``within``, its first ``within`` ranks: neighbours along one dimension
+    holding the same replica, costmodel.comm.weight_sync.replica_sums); ``cold``: right after a layer's kernels
     (``Machine.fitted_cold``). Inside one node, a time measured in the run for exactly this
     collective (``Machine.measured``) comes first. ``memo``: what a caller pricing many layers keeps,
     one machine and compute model a memo (``planner.problem.priced_layers``); here the times, by

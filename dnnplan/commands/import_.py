@@ -31,8 +31,9 @@ def import_(model: ModelArg, seq: SeqOpt = None, out: SpecOutOpt = None, force: 
     --out. `dnnplan info`, `predict` and `plan` also take the config, folder or ONNX file directly.
 
     Hugging Face families: gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, phi3,
-    gpt_neox and falcon, where the op catalogue can express them; anything it cannot (a sliding window shorter than the
-    sequence, partial rotary, ALiBi, an exact-erf GELU, a gated GELU...) is refused naming the field.
+    gpt_neox and falcon, where the op catalogue can express them; anything it cannot (a sliding window
+    shorter than the sequence, partial rotary, ALiBi, an exact-erf GELU, a gated GELU...) is refused
+    naming the field.
     ONNX: convolutions, linear layers (Gemm, MatMul + Add), normalisations, activations, pooling, residual
     adds and concatenations, flatten, dropout and attention; an operator it cannot map is refused naming
     the node (docs/network-spec.md, "Importing a model").

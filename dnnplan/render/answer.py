@@ -99,7 +99,8 @@ def train_line(t, fits: bool = True) -> str:
     steps = "1 step" if t.steps == 1 else f"{t.steps:,} steps"
     return ("" if fits else "were it to fit in memory (it does not): ") + (
             f"to train {_count(t.tokens)} tokens: {steps} of {t.tokens_per_step:,} tokens, {span} on "
-            f"{t.devices:,} device{'s' if t.devices != 1 else ''} ({_amount(t.device_hours)} device-hours{cost}; the steps alone: no warm-up, "
+            f"{t.devices:,} device{'s' if t.devices != 1 else ''} ({_amount(t.device_hours)} device-hours{cost}; "
+            "the steps alone: no warm-up, "
             "evaluation, checkpoints or failures)")
 
 

@@ -36,7 +36,6 @@ def step(ctx: Context, got: Predicted, layers: bool, as_json: bool, train=None, 
     assumed_line(assumed)
 
 
-
 def trained_as(ctx: Context, assumed: tuple[str, ...]) -> dict:
     """The JSON's precision and optimiser, and the flags assumed (``assumed``, as `plan --json`'s sweep lists them)."""
     return {"precision": ctx.choices.precision, "optimizer": ctx.choices.optimizer, "assumed": list(assumed)}

@@ -38,7 +38,8 @@ def _activation(cfg: Config, act: Val, gated: bool) -> Val:
     kind = "gated " if gated else ""
     have = "SiLU (swiglu)" if gated else "the tanh approximation of GELU (gelu_new)"
     # a default, not the file's: said so (the field the message names is not in the file)
-    given = f"{act.field}={name}" + ("" if act.origin == act.field else f" ({cfg.family}'s default: the file sets none)")
+    given = f"{act.field}={name}" + ("" if act.origin == act.field else
+                                      f" ({cfg.family}'s default: the file sets none)")
     raise cfg.fail(act.field, f"{given}: a {kind}{name} MLP is not in the op catalogue, whose "
                    f"{kind}MLP activation is {have}", hint="the model cannot be expressed as a network spec today")
 

@@ -26,4 +26,5 @@ def test_a_sequence_of_half_the_4m_tokens_or_more_is_one_sequence_said_so():
 
 
 def test_a_network_of_images_takes_a_number_a_device():
-    assert default_batch(load_network("resnet50"), 8) == (SAMPLES_PER_DEVICE * 8, f"{SAMPLES_PER_DEVICE} samples a device")
+    want = (SAMPLES_PER_DEVICE * 8, f"{SAMPLES_PER_DEVICE} samples a device")
+    assert default_batch(load_network("resnet50"), 8) == want
