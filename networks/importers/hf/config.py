@@ -22,6 +22,8 @@ _ABSENT = object()
 
 def parse_config(text: str, source: str) -> dict:
     """The JSON object in ``text``; a DnnplanError at the line of a JSON mistake."""
+    if not text.strip():
+        raise DnnplanError("the file is empty", file=source, hint="give the model's config.json")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -61,6 +63,10 @@ class Config:
                 return name, self.data[name]
         self.read.add(field)
         if default is _ABSENT:
+            null = next((name for name in (field, *aliases) if name in self.data), None)
+            if null is not None:  # written, as null: not the same mistake as a field left out
+                raise self.fail(null, f"'{null}' is null, and a {self.family} model needs it",
+                                hint=f"give '{null}' its value")
             raise self.fail(field, f"the config has no '{field}', which a {self.family} model needs",
                             hint="is this the model's config.json?")
         return "", default

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from networks.errors import short
 from networks.importers.hf.config import Config
 from networks.importers.hf.decoder import Decoder, Experts
 from networks.importers.values import Val, derived
@@ -79,7 +80,10 @@ def _rope_notes(cfg: Config, notes: list[str]) -> None:
         notes.append(f"rope_theta={theta}: the rotary frequencies (no weights, no effect on costs)")
     scaling = cfg.raw("rope_scaling")
     if scaling is not None:
-        kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
+        if not isinstance(scaling, dict):  # transformers' rope_scaling is a mapping ({"rope_type": ..., ...})
+            raise cfg.fail("rope_scaling", f"must be a mapping such as {{\"rope_type\": \"llama3\", ...}} or null, got "
+                           f"{short(scaling)}")
+        kind = scaling.get("rope_type", scaling.get("type"))
         notes.append(f"rope_scaling ({kind}): rescaled rotary frequencies (no weights, no effect on costs)")
 
 

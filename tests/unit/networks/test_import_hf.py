@@ -176,6 +176,8 @@ def _config(tmp_path, **fields) -> str:
 
 @pytest.mark.parametrize("fields,field,words", [
     ({"hidden_size": "DROP"}, "hidden_size", "has no 'hidden_size'"),
+    ({"hidden_size": None}, "hidden_size", "'hidden_size' is null, and a llama model needs it"),
+    ({"rope_scaling": "yes"}, "rope_scaling", "must be a mapping"),
     ({"num_hidden_layers": 0}, "num_hidden_layers", "whole number"),
     ({"num_hidden_layers": 10 ** 9}, "num_hidden_layers", "each decoder layer is 9 entries of the spec (8 layers and "
      "the block), past the 20,000 entries a network spec holds (at most 2,222 decoder layers)"),
@@ -221,6 +223,14 @@ def test_malformed_json_names_its_line(tmp_path):
     with pytest.raises(DnnplanError) as err:
         load_network(str(path))
     assert f"{path}:3" in str(err.value) and "not valid JSON" in str(err.value)
+
+
+def test_an_empty_config_is_said_to_be_empty(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("\n")
+    with pytest.raises(DnnplanError) as err:
+        load_network(str(path))
+    assert "the file is empty" in str(err.value)
 
 
 def test_a_folder_without_a_config_is_refused(tmp_path):
