@@ -56,9 +56,14 @@ def imported_spec(name_or_path: str, seq: int | None = None) -> tuple[str, str, 
     if _exists(path, Path.is_dir):
         inner = path / CONFIG
         if not _exists(inner, Path.is_file):
+            try:  # an ONNX model the folder holds: named, as the file to give
+                onnx = sorted(p.name for p in path.iterdir() if p.suffix.lower() == ".onnx")[:1]
+            except OSError:
+                onnx = []
+            hint = (f"give the ONNX model itself: {path / onnx[0]}" if onnx else
+                    "give a network spec, a config.json or a folder holding one, or a .onnx file")
             raise DnnplanError(f"is a directory, not a network spec file, and holds no {CONFIG} (a Hugging Face "
-                               "model's folder has one)", file=str(path),
-                               hint="give a network spec, a config.json or a folder holding one, or a .onnx file")
+                               "model's folder has one)", file=str(path), hint=hint)
         path = inner
     text = read_text(path, HF_WHAT if path.name == CONFIG else "Hugging Face config or network spec")
     if path.name != CONFIG and not _is_hf_config(text):

@@ -237,6 +237,10 @@ def test_a_folder_without_a_config_is_refused(tmp_path):
     with pytest.raises(DnnplanError) as err:
         load_network(str(tmp_path))
     assert "holds no config.json" in str(err.value)
+    (tmp_path / "model.onnx").write_bytes(b"")  # a folder of an ONNX model: the file to give is named
+    with pytest.raises(DnnplanError) as err:
+        load_network(str(tmp_path))
+    assert f"give the ONNX model itself: {tmp_path / 'model.onnx'}" in str(err.value)
 
 
 def test_a_json_network_spec_is_still_a_spec(tmp_path):
