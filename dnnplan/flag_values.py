@@ -42,17 +42,40 @@ def not_blank(flag: str, what: str, example: str) -> Callable[[str | None], str 
     return check
 
 
+class MachinePrice(float):
+    """A price given as ``MACHINE=PRICE`` (as `dnnplan plan -m A,B` takes them): the machine it names
+    is checked against the one priced (:func:`price_for`)."""
+
+    machine: str
+
+    def __new__(cls, value: float, machine: str) -> "MachinePrice":
+        got = super().__new__(cls, value)
+        got.machine = machine
+        return got
+
+
 def one_price(flag: str, most: float) -> Callable[[str | None], float | None]:
-    """A typer callback reading one price from 0 to ``most`` (a command that prices one machine);
-    ``MACHINE=PRICE`` pairs, which a comparison of machines takes, are refused in one line saying so."""
+    """A typer callback reading one price from 0 to ``most`` (a command that prices one machine):
+    a number, or one ``MACHINE=PRICE`` pair (a :class:`MachinePrice`, the pair a comparison of
+    machines takes); several pairs are refused in one line saying so."""
     def check(value: str | None) -> float | None:
         if value is None:
             return None
+        name, _, number = value.rpartition("=") if "=" in value and "," not in value else ("", "", value)
         try:
-            price = float(value)
+            price = float(number)
         except ValueError:
             hint = ("this command prices one machine: give its price alone, e.g. 2.5; MACHINE=PRICE pairs "
                     "price the machines `dnnplan plan -m A,B` compares") if "=" in value else "e.g. 2.5"
             raise DnnplanError(f"{flag} {short(value)} is not a price", hint=hint) from None
-        return within(flag, 0, most)(price)
+        price = within(flag, 0, most)(price)
+        return MachinePrice(price, name.strip()) if name.strip() else price
     return check
+
+
+def price_for(price: float | None, machine: str, flag: str = "--gpu-hour-price") -> float | None:
+    """``price`` for ``machine``, the one priced: a ``MACHINE=PRICE`` naming another is one line."""
+    if isinstance(price, MachinePrice) and price.machine != machine:
+        raise DnnplanError(f"{flag} prices {short(price.machine)}, and this prices {machine}",
+                           hint=f"give its price alone, e.g. {flag} {float(price):g}, or {machine}={float(price):g}")
+    return None if price is None else float(price)

@@ -419,7 +419,8 @@ TokensOpt = Annotated[Optional[str], typer.Option(
     "--tokens", help="Tokens to train a language model on (15T, 300B, 2e12): the summary adds the steps, days, "
     "device-hours and, with --gpu-hour-price, the cost at the predicted step.", show_default=False)]
 PriceOpt = Annotated[Optional[str], typer.Option(
-    "--gpu-hour-price", help="Price of one device for one hour (any currency), for --tokens's cost.",
+    "--gpu-hour-price", help="Price of one device for one hour (any currency), for --tokens's cost: 2.5, or "
+    "MACHINE=PRICE naming the machine predicted (as plan -m A,B takes them).",
     callback=one_price("--gpu-hour-price", 1e6), show_default=False)]
 
 

@@ -9,6 +9,7 @@ from costmodel.choices.training import TrainingChoices
 from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.assumed import assumed_flags
 from dnnplan.commands.predict_from import predict_from
+from dnnplan.flag_values import price_for
 from dnnplan.output import check_outputs
 from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForceOpt, ForeignProfileOpt,
                              FromNetworkOpt, FromOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt,
@@ -102,6 +103,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     if is_plan_file(network):
         _plan_holds(click, network)
         got = predicting.plan_step(network, profile, step_context, foreign_profile, choices)
+        price = price_for(price, got.plan.machine)
         for line in (*(got.ahead.warnings if got.ahead else ()), *([got.lacks] if got.lacks else [])):
             warn(line)
         return render.plan_step(network, got, layers, as_json,
@@ -116,6 +118,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     check_splits(ctx.network, splits, ctx.batch, ctx.devices, pipeline, micro_batches,
                  click.get_parameter_source("micro_batches") != ParameterSource.DEFAULT)
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
+    price = price_for(price, ctx.machine.name)
     train(ctx.network, ctx.batch, ctx.devices, 0.0)  # a budget of tokens for a network of none: one line, now
     for line in [foreign_warning(foreign_profile, profile), *ctx.choices.idle(ctx.network),
                  *idle_layout(ctx.network, splits, pipeline, micro_batches, schedule, chunks),

@@ -7,6 +7,7 @@ from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carri
 from typer._click.globals import get_current_context
 
 from costmodel.step.train_time import tokens_per_step, train_time
+from dnnplan.flag_values import price_for
 from dnnplan.options import token_budget
 from dnnplan.render import predict_launch as render
 from executor.session.predict_launch import launch_step
@@ -53,6 +54,7 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
     config = read_launch(read_text(path, "launch configuration"), path)
     got = launch_step(config, network_name, devices if "devices" in given else None, machine, profile,
                       foreign_profile)
+    price = price_for(price, got.plan.machine)
     train = None if budget is None else train_time(got.prediction.step_s, tokens_per_step(got.network, got.plan.batch),
                                                    got.plan.devices, budget, price)
     render.launch(got, as_json, train, layers)

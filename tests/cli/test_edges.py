@@ -219,9 +219,17 @@ def test_a_pipelined_prediction_names_its_machine_as_every_step_does():
     assert got.exit_code == 0 and "gpt-tiny: batch 64 on 4 x dgx-h100, 2 stages" in got.output, got.output
 
 
-def test_predict_takes_one_price_and_says_so_of_a_machines_pair():
-    pair = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tokens", "15T", "--gpu-hour-price", "dgx-a100=2.5"])
-    assert pair.exit_code == 2 and "--gpu-hour-price 'dgx-a100=2.5' is not a price (this command prices one " \
+def test_predict_takes_one_price_or_the_pair_of_the_machine_it_predicts():
+    """A MACHINE=PRICE pair, as `plan -m A,B` takes them, is the price where it names the machine
+    predicted (the same flag serves both commands); another machine's, or several, are one line."""
+    args = ["predict", "gpt2", "-p", "8", "--machine", "dgx-h100", "--tokens", "15T", "--json", "--gpu-hour-price"]
+    alone, paired = (json.loads(runner.invoke(app, [*args, price]).stdout)["train"] for price in ("2.5", "dgx-h100=2.5"))
+    assert paired == alone and paired["price_per_device_hour"] == 2.5
+    other = runner.invoke(app, [*args, "dgx-a100=2.5"])
+    assert other.exit_code == 2 and "--gpu-hour-price prices 'dgx-a100', and this prices dgx-h100" in other.output
+    pair = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tokens", "15T", "--gpu-hour-price",
+                               "dgx-a100=2.5,dgx-h100=3"])
+    assert pair.exit_code == 2 and "is not a price (this command prices one " \
         "machine: give its price alone, e.g. 2.5;" in " ".join(pair.output.split()), pair.output
     for bad in ("-1", "nan", "cheap"):
         got = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tokens", "15T", "--gpu-hour-price", bad])
