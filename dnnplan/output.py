@@ -11,6 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from dnnplan.render.messages import warn
 from networks.errors import DnnplanError
 from networks.writing import SystemFailure, check_target, reason, write_file
 
@@ -60,8 +61,11 @@ def check_output(path: str | None, force: bool = False) -> None:
 
 
 def check_outputs(paths: dict[str, str | None], force: bool = False) -> None:
-    """:func:`check_output` for each option's file (option -> path); two options may not name one file."""
+    """:func:`check_output` for each option's file (option -> path); two options may not name one
+    file; --force with none of them given is said to change nothing (one warning line)."""
     given = {opt: p for opt, p in paths.items() if p}
+    if force and not given:
+        warn(f"--force changes nothing: it replaces the file {' or '.join(paths)} names, and none is given")
     seen: dict[str, str] = {}
     for opt, path in given.items():
         real = os.path.realpath(path)
