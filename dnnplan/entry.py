@@ -7,6 +7,6 @@ from lifecycle import stops
 
 def main() -> None:
     stops.end_at_once_until_installed()
-    from dnnplan.cli import main as run  # the command's modules: a second or less
+    from dnnplan.cli import main as run  # noqa: PLC0415 - after the signals are set: the command's modules
 
     run()

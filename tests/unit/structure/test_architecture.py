@@ -116,6 +116,7 @@ DEFERRED = {
     "networks.importers.hf.importer": "the Hugging Face importer: a config given instead of a network",
     "networks.importers.onnx.importer": "the ONNX importer: an ONNX file given instead of a network",
     ".ilp": "the ILP (PuLP, HiGHS) in planner.solvers: most problems are solved whole by graph reduction",
+    "dnnplan.cli": "the command itself, loaded once the console script (dnnplan.entry) has a stop signal end it",
 }
 
 
