@@ -17,7 +17,7 @@ from costmodel.comm.overlap import resolve_overlap
 from costmodel.step.pipeline import pipeline_json
 from dnnplan.render import fmt
 from dnnplan.render.answer import (Facts, assumptions_line, comm_line, gap_line, header_lines, layout_line,
-                                   memory_mfu_line, step_line, train_line, uncovered_words)
+                                   memory_json, memory_mfu_line, step_line, train_line, uncovered_words)
 from dnnplan.render.tables import console, memory_line, pipeline_table
 from executor.session.runnable import cannot_run
 from executor.session.step_choice import fastest
@@ -334,8 +334,11 @@ def plan_json(ctx: Context, answer, plan: Plan, got, train=None) -> dict:
     """`dnnplan plan --json`: the plan file's fields, the step context, the layout by axis, for a
     pipelined plan the search's choice and every candidate it weighed, and with ``train`` a token
     budget's time and cost."""
+    limit = plan.solver.get("memory_limit_bytes") or ctx.machine.device.mem_capacity_bytes
     out = {**plan_to_dict(plan), "memory_allocated_bytes": plan.memory_allocated_bytes,
-           "memory_reserved_bytes": plan.memory_peak_bytes, "step_context": step_context_dict(list(answer.timed))}
+           "memory_reserved_bytes": plan.memory_peak_bytes, **memory_json(plan.memory_peak_bytes, limit),
+           "step_context": step_context_dict(list(answer.timed))}
+    out.setdefault("framework", plan.choices.framework)  # as predict's JSON names it, given or not
     if train is not None:
         out["train"] = train.json()
     out["axes"] = {**plan_axes(ctx.network, plan, got), "zero": answer.settings.choices.zero}

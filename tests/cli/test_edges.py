@@ -130,6 +130,9 @@ def test_time_to_train_a_layout_that_does_not_fit_says_so_and_the_json_carries_t
     assert piped["machine"] == "dgx-a100" and piped["zero"] == 0 and piped["memory_fits"] is True
     fits = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--tokens", "1B"]).output
     assert "to train 1B tokens" in fits and "were it to fit" not in fits
+    planned = json.loads(runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "--json"]).stdout)
+    assert planned["memory_fits"] is True and planned["memory_limit_bytes"] == 80 * 2 ** 30
+    assert planned["framework"] == "ideal" and planned["machine"] == "dgx-a100"
 
 
 def test_a_huge_token_budget_reads_in_whole_t_and_one_device_is_singular():
