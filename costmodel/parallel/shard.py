@@ -26,7 +26,7 @@ def dim_splits(layer: Layer) -> dict[str, DimSplit]:
     return layer_splits(layer)
 
 
-def one_replica(layer: Layer, strategy: Strategy, batch: int) -> tuple[Strategy, int]:
+def one_replica(layer: Layer, strategy: Strategy, batch: int, domain: int | None = None) -> tuple[Strategy, int]:
     """``(strategy, batch)`` of one data-parallel replica, where its sample split ``N`` moves nothing of
     its own: the same strategy without ``N`` over ``p / n`` ranks, at ``batch / n`` samples. ``N`` is the
     grid's outermost dimension, so every other dimension's group is the same ranks' in both (rank
@@ -36,9 +36,14 @@ def one_replica(layer: Layer, strategy: Strategy, batch: int) -> tuple[Strategy,
     Llama 3.1 405B on 16,384 H100s, 6,946 shards priced where 17,333 were). Where ``N`` has
     collectives of its own (a batch norm's statistics, ``DimSplit.extra``; the loss's partial sum,
     ``partial_out``), cuts grouped weights, or does not divide the batch, the strategy and batch are
-    kept."""
+    kept; so too where the ranks span several link domains (``domain``, given) and a replica's
+    ``p / n`` ranks and the domain neither divides the other: a replica then lies across the
+    domains unlike the first one, and its groups are priced where they lie (costmodel.comm.spans)."""
     n = strategy.degree(N)
     if n == 1 or batch % n:
+        return strategy, batch
+    q = strategy.p // n
+    if domain is not None and strategy.p > domain and q % domain and domain % q:
         return strategy, batch
     split = dim_splits(layer).get(N)
     if split is None or split.extra or split.weight_units or split.partial_out or split.partial_in_grad:

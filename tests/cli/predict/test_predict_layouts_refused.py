@@ -4,11 +4,14 @@ silently ran the layers whole on every rank."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import app
 from tests.support.cli_errors import one_error_line
+from tests.support.paths import ROOT
 
 runner = CliRunner()
 
@@ -59,3 +62,15 @@ def test_tensor_groups_that_cross_a_link_domain_are_warned_of():
     inside = runner.invoke(app, ["predict", "tiny-llama", "-p", "144", "-b", "144", "--machine", "gb200-nvl72",
                                  "--tensor", "8"])
     assert inside.exit_code == 0 and "link domain" not in inside.output
+
+
+def test_tensor_groups_that_cross_a_link_domain_are_priced_over_the_link_between(tmp_path):
+    """As warned: the same layout on a machine whose one domain holds all 144 GPUs is faster (its
+    tensor groups all on NVLink), where on 72-GPU domains the groups of ranks 64-79 wait on InfiniBand."""
+    text = (ROOT / "costmodel" / "machine" / "gb200-nvl72.yaml").read_text()
+    one = tmp_path / "one-domain.yaml"
+    one.write_text(text.replace("devices_per_nvlink_domain: 72", "devices_per_nvlink_domain: 144")
+                   .replace("name: gb200-nvl72", "name: one-domain"))
+    args = ["predict", "tiny-llama", "-p", "144", "-b", "144", "--tensor", "16", "--json", "--machine"]
+    racks, whole = (json.loads(runner.invoke(app, [*args, m]).stdout) for m in ("gb200-nvl72", str(one)))
+    assert racks["step_s"] > whole["step_s"] * 1.01

@@ -14,6 +14,7 @@ from costmodel.choices.training import TrainingChoices
 from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from costmodel.parallel.axes import N
 from costmodel.parallel.shard import one_replica
+from costmodel.parallel.strategy import make_strategy
 from planner.problem.build import signature
 from profiler import context
 
@@ -23,7 +24,7 @@ CASES = [("tiny-llama", "bf16", "alltoall"), ("tiny-moe", "bf16", "alltoall"), (
          ("tiny-gqa", "bf16", "alltoall"), ("resnet18", "fp32", "alltoall")]
 
 
-def _kept(layer, strategy, batch):
+def _kept(layer, strategy, batch, domain=None):
     return strategy, batch
 
 
@@ -51,6 +52,25 @@ def test_a_replica_prices_the_shard_its_strategy_prices(monkeypatch, name, preci
             whole = cost._sharded(sig, strat, batch, ctx.machine, ctx.compute, algorithm, "mpi", 2, True, None)
         assert got == whole, (sig.name, sig.op, strat.label, algorithm)
     assert reduced > len(cases) // 4  # most candidates split the samples
+
+
+def test_replicas_that_lie_across_link_domains_unlike_the_first_keep_their_strategy(monkeypatch):
+    """GB200 NVL72 (72-GPU domains), 144 ranks as 9 replicas of 16: replica 4 (ranks 64-79) crosses
+    domains 0 and 1, so a replica's shard is not every replica's; the strategy is kept, and the price
+    is the whole strategy's, its tensor groups the slowest. 8 replicas of 18 (dividing 72) reduce."""
+    p, batch = 144, 144
+    ctx = context.resolve(str(ZOO / "tiny-llama.yaml"), batch, p, "gb200-nvl72", None,
+                          choices=TrainingChoices(precision="bf16"))
+    sig = signature(next(layer for layer in ctx.network.layers if layer.op == "linear"))
+    for degrees, reduces in (((("N", 9), ("F", 16)), False), ((("N", 8), ("F", 18)), True)):
+        strat = make_strategy(p, dict(degrees))
+        replica, _ = one_replica(sig, strat, batch, ctx.machine.domain_size)
+        assert (replica != strat) == reduces, degrees
+        got = cost._sharded(sig, strat, batch, ctx.machine, ctx.compute, "gemm", "mpi", 2, True, None)
+        with monkeypatch.context() as m:
+            m.setattr(cost, "one_replica", _kept)
+            whole = cost._sharded(sig, strat, batch, ctx.machine, ctx.compute, "gemm", "mpi", 2, True, None)
+        assert got == whole, degrees
 
 
 @pytest.mark.parametrize("op,name", [("batchnorm2d", "resnet18"), ("softmax_cross_entropy", "tiny-llama")])
