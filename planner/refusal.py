@@ -131,12 +131,14 @@ def refusal(net: Network, batch: int, p: int, machine: Machine, compute: Compute
     if (z := _zero(net, batch, p, machine, compute, settings, limit, budget, pipelines)) is not None:
         found.append(f"--zero {z}")
     least = need if accumulated is None else min(need, accumulated)
-    found.append(f"--memory {_up(least / GIB)} (GiB a device)")
+    found.append(f"--memory {_up(least / GIB)} (GiB a device{', a pipeline perhaps less' if pipelined else ''})")
     how = ", with or without pipelining" if pipelined else ""
     more = "" if accumulated is None else f" at once, {accumulated / GIB:.3f} GiB accumulating micro-batches of one sample"
+    # the floors are of one stage over every device: a pipeline's stages may hold less (gpt2-xl on 6
+    # devices: 7.78 GiB whole, a pipeline of 3 stages in 5.00), so they are said as that, not as any plan's
     return NoPlanFits(
         f"no plan of {net.name} at batch {batch} fits {limit / GIB:.3f} GiB per device on {p} devices{how}; "
-        f"the least any plan needs is {need / GIB:.3f} GiB per device{more}",
+        f"without a pipeline the least any plan needs is {need / GIB:.3f} GiB per device{more}",
         hint="a plan exists (checked) with " + _either(found), need_bytes=least, limit_bytes=limit)
 
 
