@@ -305,17 +305,23 @@ def framework_as_run(row: dict) -> Framework:
 def with_host_per_micro(pred: StepPrediction, net: Network, fw: Framework) -> StepPrediction:
     """``pred`` (one stage's step on one micro-batch) with what ``fw``'s host adds to each layer's
     passes: the calls of one micro-batch on the host timeline (costmodel.frameworks.host_calls), each
-    layer's share of it less its device time, kept in the layer's ``dispatch_s`` (the pipeline
+    layer's share of it less its device time, and the device's launch gaps beside its kernels (the
+    timeline's device time holds them), kept in the layer's ``dispatch_s (the pipeline
     prices a stage's micro-batch as its passes and their dispatch, costmodel.step.pipeline). Nothing
     where the host never holds the device back."""
     if fw.host.zero:
         return pred
-    line = run_timeline(step_calls(pred, net, fw))
+    calls = step_calls(pred, net, fw)
+    line = run_timeline(calls)
+    gaps: dict[str, float] = {}  # the device's launch gap beside each of a pass's calls (host_calls)
+    for call in calls:
+        if not call.sync:
+            gaps[call.label] = gaps.get(call.label, 0.0) + fw.host.launch_gap_s.value
     added: dict[str, float] = {}
     for span in line.spans:
         name, _, pass_ = span.label.rpartition(" ")
         if pass_ in ("fwd", "bwd"):
-            added[name] = added.get(name, 0.0) + max(0.0, span.share_s - span.device_s)
+            added[name] = added.get(name, 0.0) + max(0.0, span.share_s - span.device_s) + gaps.get(span.label, 0.0)
     layers = tuple(replace(x, layer=replace(x.layer, dispatch_s=x.layer.dispatch_s + added.get(x.layer.name, 0.0)))
                    for x in pred.layers)
     return replace(pred, layers=layers)

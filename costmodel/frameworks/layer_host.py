@@ -15,7 +15,10 @@ shard), the time the device would sit idle if every pass waited for its own issu
 is the layer's ``dispatch_s`` under the framework (costmodel.frameworks.kernels), so it enters
 every layer's cost, a pipeline stage's time and the planner's objective alike. The step a command
 reports is still the timeline's (``with_host`` puts the timeline in place of these sums), which
-lets the host run ahead of short passes across long ones and so is at most the sum's.
+lets the host run ahead of short passes across long ones and so is at most the sum's. The device's
+own ``launch_gap_s`` beside each kernel is the layer's too (the timeline counts it as device time):
+the pass takes ``max(host, device)``, its ``dispatch_s`` that less the kernels, ``excess`` plus the
+gaps.
 
 The device time is priced with the op's first kernel algorithm (``costmodel.layer.candidates``), so
 a layer's excess is the same under each of its algorithms (the planner derives its algorithms'
@@ -37,8 +40,8 @@ def pass_excess_s(host_s: float, device_s: float) -> float:
 
 
 def layer_host_excess_s(local: LocalLayer, fw: Framework, compute: ComputeModel) -> float:
-    """The forward's and the backward's host excess of ``local`` under ``fw`` (module docstring),
-    its kernels priced by ``compute``."""
+    """The forward's and the backward's host excess of ``local`` under ``fw`` and their launch gaps
+    (module docstring), its kernels priced by ``compute``."""
     host = fw.host
     if host.cuda_graphs or host.zero:
         return 0.0
@@ -51,5 +54,6 @@ def layer_host_excess_s(local: LocalLayer, fw: Framework, compute: ComputeModel)
     experts = local.p.get("experts", 0) if local.layer.op == "moe" else 0  # the shard's own experts
     for launches, device_s in ((ops.launches("fwd", experts), fwd), (ops.launches("bwd", experts), bwd)):
         issue = host.op_s.value + launches * launch_s
-        total += pass_excess_s(issue, device_s + launches * host.launch_gap_s.value)
+        gaps = launches * host.launch_gap_s.value
+        total += gaps + pass_excess_s(issue, device_s + gaps)
     return total

@@ -38,10 +38,11 @@ def test_a_small_layers_excess_is_its_issue_less_its_kernels_and_large_kernels_h
     small = _local("resnet18", "batchnorm2d", 1)
     fwd = compute.pass_s(small, "fwd", "")
     bwd = compute.pass_s(small, "bwd_data", "") + compute.pass_s(small, "bwd_weights", "")
-    want = (1e-4 + 2e-5 - fwd - 2e-6) + (1e-4 + 3e-5 - bwd - 3e-6)
+    # each pass takes its issue where the host is slower: its kernels, their gaps and the excess
+    want = (1e-4 + 2e-5 - fwd - 2e-6) + 2e-6 + (1e-4 + 3e-5 - bwd - 3e-6) + 3e-6
     assert layer_host_excess_s(small, fw, compute) == pytest.approx(want)
-    big = _local("vgg16", "conv2d", 256)
-    assert layer_host_excess_s(big, fw, compute) == 0.0
+    big = _local("vgg16", "conv2d", 256)  # its kernels outlast their issue: the 5 launches' gaps alone
+    assert layer_host_excess_s(big, fw, compute) == pytest.approx(5e-6)
     # CUDA graphs issue the step at once; an idle host issues nothing
     graphs = _host(op_s=1e-4, launch_s=1e-5, cuda_graphs=True)
     assert layer_host_excess_s(small, graphs, compute) == 0.0
