@@ -369,12 +369,14 @@ def _cut_short(text: str, data: dict | None, path: str) -> DnnplanError:
 
 
 def is_plan_file(arg: str) -> bool:
-    """Whether a command argument names a plan file (not a network spec)."""
+    """Whether a command argument names a plan file (not a network spec), whatever its name ends in
+    (`plan --out` writes YAML under any name but .json: `plan -o p.txt` is read back as a plan)."""
     p = Path(arg)
-    if not p.is_file() or p.suffix not in (".yaml", ".yml", ".json"):
+    if not p.is_file() or p.suffix.lower() == ".onnx":
         return False
     try:
-        head = p.read_text(encoding="utf-8")[:4000]
-    except (OSError, UnicodeDecodeError):
+        with open(p, "rb") as f:
+            head = f.read(4000).decode("utf-8", errors="replace")
+    except OSError:
         return False
     return "network_hash" in head or ("devices" in head and "strategy" in head and "layers" in head)

@@ -66,3 +66,14 @@ def test_a_plan_of_a_hugging_face_folder_named_without_a_slash_reads_back_from_e
     assert yaml.safe_load((tmp_path / "p.yaml").read_text())["network"] == "./mygpt"
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert _step(["predict", str(tmp_path / "p.yaml")]) == planned
+
+
+def test_a_plan_written_under_any_name_reads_back_as_a_plan(tmp_path):
+    """`plan -o p3.txt` writes YAML and says to predict it; predict reads it back as a plan, not as a
+    network spec it then refuses."""
+    out = tmp_path / "p3.txt"
+    made = runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "-o", str(out), "--json"])
+    assert made.exit_code == 0, made.output
+    again = runner.invoke(app, ["predict", str(out), "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["step_s"] == json.loads(made.stdout)["step_s"]
