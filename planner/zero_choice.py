@@ -246,7 +246,8 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
         parent.check()
     if not answers:
         if not errors:
-            raise DnnplanError("no ZeRO stage was planned within the time limit", hint="raise --time-limit")
+            raise DnnplanError("no ZeRO stage was planned within the time limit: it ran out before the first "
+                               "stage's search began", hint="raise --time-limit; without it the search has 20 s")
         err = min(errors, key=lambda e: e[0])[1]  # a stage's whose time did not run out, if any
         left = uncovered([done[z] for z in sorted(done)])
         if left and type(err) is DnnplanError:  # the stages the time limit left out may hold a plan
