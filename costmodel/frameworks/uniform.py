@@ -56,7 +56,10 @@ def wanted_strategy(spec: str, p: int) -> Strategy:
         h, w = _square_split(p)
         return make_strategy(p, {H: h, W: w})
     if "=" in spec:
-        return parse_degrees(spec, p)
+        try:
+            return parse_degrees(spec, p)
+        except DnnplanError as err:  # named by the flag that gave it
+            raise DnnplanError(f"--strategy {spec}: {err.bare}", hint=err.hint) from None
     raise DnnplanError(f"unknown strategy '{spec}'",
                        hint="use data, filter, channel, spatial, or degrees such as N=4,F=2")
 

@@ -174,7 +174,8 @@ def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
     for dim in SPLIT_DIMS:
         k = int(degrees.get(dim, 1))
         if k < 1:
-            raise DnnplanError(f"degree of {dim} must be positive, got {k}")
+            raise DnnplanError(f"degree of {dim} must be positive, got {k}",
+                               hint=f"{dim}=1 leaves {dim} unsplit; leave it out")
         if k > 1:
             items.append((dim, k))
             used *= k
@@ -202,7 +203,10 @@ def make_strategy(p: int, degrees: dict[str, int]) -> Strategy:
 def parse_degrees(text: str, p: int) -> Strategy:
     """Parse ``"N=4,F=2"`` (``"N=4,C=2,SP"``: the sequence-parallel variant) into a strategy over ``p`` ranks."""
     degrees: dict[str, int] = {}
-    for part in filter(None, (s.strip() for s in text.split(","))):
+    parts = [s.strip() for s in text.split(",")]
+    if not all(parts):
+        raise DnnplanError(f"strategy '{text}' has an empty item", hint="write degrees like N=4,F=2")
+    for part in parts:
         if part.upper() == SP:
             degrees[SP] = 1
             continue

@@ -74,3 +74,13 @@ def test_tensor_groups_that_cross_a_link_domain_are_priced_over_the_link_between
     args = ["predict", "tiny-llama", "-p", "144", "-b", "144", "--tensor", "16", "--json", "--machine"]
     racks, whole = (json.loads(runner.invoke(app, [*args, m]).stdout) for m in ("gb200-nvl72", str(one)))
     assert racks["step_s"] > whole["step_s"] * 1.01
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("N=4,F=2", "--strategy N=4,F=2: the degrees' product '4x2 = 8' does not divide 6 devices"),
+    ("N=3,X=2", "--strategy N=3,X=2: unknown dimension(s) X"),
+    ("N=0,F=6", "--strategy N=0,F=6: degree of N must be positive, got 0 (N=1 leaves N unsplit"),
+    ("N=3,,F=2", "--strategy N=3,,F=2: strategy 'N=3,,F=2' has an empty item"),
+])
+def test_a_strategy_of_degrees_that_cannot_be_is_refused_naming_the_flag(spec, words):
+    assert words in one_error_line(runner.invoke(app, ["predict", "gpt-tiny", "-p", "6", "-s", spec]))
