@@ -102,7 +102,8 @@ def infer(p, in_shapes, dtypes):
     need_rank(x, (2,), "its input", "moe")
     need_float(dtypes[0], "moe")
     if p["top_k"] > p["experts"]:
-        raise ShapeError(f"top_k={p['top_k']} exceeds the {p['experts']} experts", "top_k")
+        raise ShapeError(f"top_k={p['top_k']} exceeds the {p['experts']} experts", "top_k",
+                         hint=f"route each token to at most the {p['experts']} experts (top_k <= experts)")
     if p["activation"] not in ACTIVATIONS:
         raise ShapeError(f"unknown activation '{p['activation']}'", "activation", hint="use silu, gelu or relu")
     if p.get("act_clamp") is not None and not p["gated"]:
