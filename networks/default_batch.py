@@ -34,10 +34,11 @@ def default_batch(net: Network, devices: int) -> tuple[int, str]:
     if seq is None:
         return SAMPLES_PER_DEVICE * devices, f"{SAMPLES_PER_DEVICE} samples a device"
     tokens = max(1, TOKENS_PER_BATCH // seq)
+    unit = "token" if seq == 1 else "tokens"
     cap = SEQUENCES_PER_DEVICE * devices
     if tokens == 1:  # a sequence of half the 4M tokens or more: one, the fewest
         return 1, f"1 sequence of {seq:,} tokens, the fewest (Llama 2 and GPT-3 trained on about 4M tokens a batch)"
     if tokens <= cap:
-        return tokens, f"{tokens} sequences of {seq} tokens: about 4M tokens, as Llama 2 and GPT-3 trained"
-    return cap, (f"{SEQUENCES_PER_DEVICE} sequences of {seq} tokens a device: 4M tokens would be more than "
+        return tokens, f"{tokens} sequences of {seq} {unit}: about 4M tokens, as Llama 2 and GPT-3 trained"
+    return cap, (f"{SEQUENCES_PER_DEVICE} sequences of {seq} {unit} a device: 4M tokens would be more than "
                  f"{SEQUENCES_PER_DEVICE} a device")

@@ -29,3 +29,8 @@ def seconds(x: float) -> str:
 
 def shape(s) -> str:
     return "×".join(str(d) for d in s) if s else "scalar"
+
+
+def many(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 stage", "4 micro-batches"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{n} {noun}s"

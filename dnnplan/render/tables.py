@@ -39,8 +39,8 @@ def pipeline_table(pred, limit_bytes: float | None = None, mfu: float | None = N
     ``limit_bytes`` (a device's memory) a peak over it said not to fit, with ``mfu`` the step's model
     FLOP utilisation, and with ``machine`` its name in the title (as an unpipelined step's says it)."""
     on = f"{pred.devices} x {machine}" if machine else f"{pred.devices} devices"
-    t = Table(title=f"{pred.network}: batch {pred.batch} on {on}, {len(pred.stages)} stages, "
-                    f"{pred.micro_batches} micro-batches, {pred.schedule}"
+    t = Table(title=f"{pred.network}: batch {pred.batch} on {on}, {fmt.many(len(pred.stages), 'stage')}, "
+                    f"{fmt.many(pred.micro_batches, 'micro-batch')}, {pred.schedule}"
                     + (f" ({pred.chunks} chunks a device)" if pred.chunks > 1 else ""), title_justify="left")
     for col in ("stage", "layers", "ranks", "fwd", "bwd", "sends", "per micro-batch", "sync+update",
                 "micro-batches kept", "memory"):
