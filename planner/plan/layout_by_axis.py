@@ -14,6 +14,7 @@ it. Each axis is the set of degrees its layers take:
 - **pipeline** stages, schedule (1F1B, GPipe, interleaved with its chunks a device), and the
   micro-batches (with one stage: gradient accumulation);
 - **ZeRO** stage (``--zero``, or the planner's own choice when nothing fits without it);
+- **replicated**: the ranks a layer's degrees leave over (R), which repeat its work;
 - **recomputation** (layers that recompute their forward in backward) and **attention** algorithm
   (flash or materialised, per layer).
 """
@@ -41,6 +42,11 @@ def axes(layers: list[tuple[str, Strategy, str]], sequence: bool) -> dict:
             if k > 1:
                 counts[k] = counts.get(k, 0) + 1
         out[axis.name] = dict(sorted(counts.items()))
+    replicated: dict[int, int] = {}  # ranks repeating a layer's work (R: the degrees leave them over)
+    for _, strategy, _ in layers:
+        if (r := strategy.degree("R")) > 1:
+            replicated[r] = replicated.get(r, 0) + 1
+    out["replicated"] = dict(sorted(replicated.items()))
     out["sequence_parallel_layers"] = sum(s.seq_scatter for _, s, _ in layers)
     out["recomputed_layers"] = sum(is_recomputed(a) for _, _, a in layers if a)
     attention = [a.split("+")[0] for op, _, a in layers if op == "attention"]
@@ -58,6 +64,9 @@ def axes_line(found: dict, pipeline: str = "", zero: int = 0) -> str:
             parts.append(f"{axis.name} {k} ({n})")
         if axis is TENSOR and found.get("sequence_parallel_layers"):
             parts.append(f"sequence-parallel {found['sequence_parallel_layers']}")
+    # ranks the degrees leave over repeat a layer's work (a device count the batch and the model
+    # dimensions do not divide): said, as the time those devices add nothing to
+    parts += [f"replicated {k} ({n})" for k, n in (found.get("replicated") or {}).items()]
     line = ", ".join(parts) or "every layer whole on each device (replicated)"
     extra = [pipeline] if pipeline else []
     extra.append(f"ZeRO-{zero}" if zero else "no ZeRO")

@@ -161,3 +161,12 @@ def test_the_axes_line_names_every_axis_by_hand():
     image = axes([("conv2d", Strategy.of(8, N=4, H=2), "im2col"), ("conv2d", Strategy.of(8, N=8), "fft")], False)
     assert image["data"] == {4: 1, 8: 1} and image["spatial"] == {2: 1} and "context" not in image
     assert "data 4 (1), data 8 (1), spatial 2 (1)" in axes_line(image)
+
+
+def test_ranks_that_repeat_a_layers_work_are_named_replicated():
+    """A device count the degrees do not fill (1000 ranks, a layer split 200 ways) leaves 5 ranks
+    a replica repeating its work: the line says so, as the time those devices add nothing to."""
+    layers = [("linear", Strategy.of(1000, N=200), ""), ("linear", Strategy.of(1000, N=1000), "")]
+    found = axes(layers, sequence=False)
+    assert found["replicated"] == {5: 1} and found["data"] == {200: 1, 1000: 1}
+    assert "data 200 (1), data 1000 (1), replicated 5 (1);" in axes_line(found)
