@@ -21,11 +21,13 @@ traceback). A traceback reaching a user is a bug.
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import inspect
 import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 
@@ -200,7 +202,7 @@ class Group(TyperGroup):
                 raise typer.Exit(stops.exit_code()) from None
             if os.environ.get("DNNPLAN_DEBUG"):
                 raise
-            where = f"{err.filename}: " if err.filename else ""
+            where = f"{err.filename}: " if err.filename else "standard output: " if _stdout_full(err) else ""
             fail_line(f"{where}the system refused: {reason(err)}")
             raise typer.Exit(EXIT_SYSTEM) from None
         except Exception as err:  # noqa: BLE001 - the boundary that keeps tracebacks from users
@@ -237,6 +239,21 @@ app = typer.Typer(
 def _group() -> None:
     # the commands are Group's own (Commands); a callback makes typer build the app as a group
     pass
+
+
+def _stdout_full(err: OSError) -> bool:
+    """Whether a full disk without a file named (``dnnplan info NET > FILE`` on a full disk, or
+    ``> /dev/full``) is this process's standard output's: a file on a file system with no block
+    left, or the device /dev/full (major 1, minor 7 on Linux)."""
+    if err.errno != errno.ENOSPC:
+        return False
+    try:
+        out = os.fstat(sys.stdout.fileno())
+        if stat.S_ISCHR(out.st_mode):
+            return (os.major(out.st_rdev), os.minor(out.st_rdev)) == (1, 7)
+        return stat.S_ISREG(out.st_mode) and os.fstatvfs(sys.stdout.fileno()).f_bavail == 0
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def main() -> None:

@@ -145,6 +145,14 @@ def test_plan_out_dev_full_is_exit_74_in_one_line(tmp_path):
     assert "/dev/full: could not be written" in _one_error_line(r.stderr) and "ENOSPC" in r.stderr
 
 
+def test_a_full_standard_output_is_named_as_the_file_refused(tmp_path):
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "dnnplan", "info", "lenet5"], cwd=tmp_path, env=dnnplan_env(tmp_path),
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == EXIT_SYSTEM, r.stderr
+    assert "standard output: the system refused: No space left on device" in _one_error_line(r.stderr)
+
+
 def _file_size_limit(limit: int):
     def limit_it():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # writes past it fail with EFBIG
