@@ -12,11 +12,11 @@ import difflib
 
 #: The longest a value quoted from a user's input, or a message, may run in an error line.
 VALUE_CHARS = 60
-MESSAGE_CHARS = 300
+MESSAGE_CHARS = 400
 HINT_CHARS = 300
 NAME_CHARS = 60
 PATH_CHARS = 120
-LINE_CHARS = 600
+LINE_CHARS = 720
 
 
 def short(value: object, limit: int = VALUE_CHARS) -> str:

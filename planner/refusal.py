@@ -138,7 +138,7 @@ def refusal(net: Network, batch: int, p: int, machine: Machine, compute: Compute
     # devices: 7.78 GiB whole, a pipeline of 3 stages in 5.00), so they are said as that, not as any plan's
     return NoPlanFits(
         f"no plan of {net.name} at batch {batch} fits {limit / GIB:.3f} GiB per device on {p} devices{how}; "
-        f"without a pipeline the least any plan needs is {need / GIB:.3f} GiB per device{more}",
+        f"the least a plan of one stage needs is {need / GIB:.3f} GiB per device{more}",
         hint="a plan exists (checked) with " + _either(found), need_bytes=least, limit_bytes=limit)
 
 

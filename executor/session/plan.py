@@ -101,10 +101,9 @@ def plan(ctx: Context, request: PlanRequest, settings: Settings) -> Answer:
     except DnnplanError as err:
         whole = request.limit if request.limit is not None else ctx.machine.device.mem_capacity_bytes
         raise DnnplanError(f"{err.bare} (the tensors' share of the {whole / GIB:.3f} GiB a device: framework "
-                           f"{ctx.framework.name} reserves {(whole - given) / GIB:.3f} GiB beside them, for its "
-                           "CUDA context, communicator buffers and allocator reserve)",
-                           hint=None if err.hint is None else f"{err.hint}; add the framework's share to a --memory "
-                           "named there") from None
+                           f"{ctx.framework.name} reserves {(whole - given) / GIB:.3f} GiB beside them)",
+                           hint=None if err.hint is None else f"{err.hint}; add the framework's share (its CUDA "
+                           "context, communicator buffers and allocator reserve) to a --memory named there") from None
 
 
 def check_plannable(ctx: Context) -> None:

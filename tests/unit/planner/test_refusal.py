@@ -45,7 +45,7 @@ def test_the_memory_named_is_the_least_of_at_once_and_accumulated(tiny):
     err = refusal(ctx.network, 128, 8, ctx.machine, ctx.compute, accumulated / 2, settings, pipelined=True)
     text = str(err)
     # a floor of one stage over every device, said as that: a pipeline's stages may hold less
-    assert f"without a pipeline the least any plan needs is {need / GIB:.3f} GiB per device at once" in text
+    assert f"the least a plan of one stage needs is {need / GIB:.3f} GiB per device at once" in text
     assert f"{accumulated / GIB:.3f} GiB accumulating micro-batches of one sample" in text
     named = float(re.search(r"--memory ([0-9.]+) \(GiB a device, a pipeline perhaps less\)", err.hint).group(1)) * GIB
     assert accumulated <= named < need / 4  # not the whole batch's, many times more than needed
@@ -58,7 +58,7 @@ def test_a_network_that_is_no_stack_names_the_whole_batch_alone():
     settings = Settings(choices=TrainingChoices())
     assert accumulation_memory(ctx.network, 2, ctx.machine, ctx.compute, settings) is None
     err = refusal(ctx.network, 64, 2, ctx.machine, ctx.compute, 1e3, settings, pipelined=False)
-    assert "the least any plan needs is" in str(err) and "accumulating" not in str(err)
+    assert "the least a plan of one stage needs is" in str(err) and "accumulating" not in str(err)
 
 
 def test_with_pipelines_off_every_alternative_named_is_one_the_whole_batch_at_once_fits(tiny):
