@@ -395,12 +395,13 @@ CommOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Table fi
 CapOpt = Annotated[float, typer.Option("--cap", help="Seconds per (collective, size, cache state).",
                                        callback=within("--cap", 0.001, 1e5, " s"))]
 PlanPipelineOpt = Annotated[Optional[str], typer.Option(
-    PIPELINE.flag, help="Search pipelined plans: 'auto' tries every pipeline degree dividing the devices "
-    "(at most one stage a block) and micro-batches of 1, 2, 4 or 8 samples, cuts the blocks into stages "
-    "exactly and solves each stage's layers as the planner does (1F1B); a number fixes the degree; 'off' "
-    "never pipelines. Only for networks that are stacks of identical blocks (transformers). Without the "
-    "flag a stack gets 'auto' too: beside the whole batch at once where that fits (a pipeline only when "
-    "faster), alone where it does not; docs/planner.md, Pipelines.")]
+    PIPELINE.flag, help="Search pipelined plans alone, at --zero (0 when not given): 'auto' tries every "
+    "pipeline degree dividing the devices (at most one stage a block) and micro-batches of 1, 2, 4 or 8 "
+    "samples, cuts the blocks into stages exactly and solves each stage's layers as the planner does (1F1B); "
+    "a number fixes the degree; 'off' never pipelines. Only for networks that are stacks of identical blocks "
+    "(transformers). Without the flag a stack's plan weighs the ZeRO stages, and the same pipeline search "
+    "beside the whole batch at once where that fits (a pipeline only when faster), alone where it does not; "
+    "with --sweep, 'auto' plans each point so. docs/planner.md, Pipelines.")]
 PlanProveOpt = Annotated[float, typer.Option(
     "--prove", help="With --pipeline: seconds to spend proving the choice. Pairs are compared with their "
     "memory-bound stages solved by Lagrangian relaxation; each other (pipeline, micro-batch) pair whose lower "

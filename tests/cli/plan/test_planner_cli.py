@@ -148,7 +148,7 @@ def test_plot_needs_matplotlib_or_writes_a_png(tmp_path):
 
 @pytest.mark.parametrize("args,text", [
     (["--solver", "magic"], "--solver"),
-    (["--memory", "0.001"], "least any plan needs"),
+    (["--memory", "0.001"], "the least a plan of one stage needs"),
     (["--memory", "-1"], "--memory"),
     (["--plot", "x.png"], "--sweep"),
     (["--sweep", "1,x"], "--sweep"),
