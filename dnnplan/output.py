@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from dnnplan.render.messages import warn
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.writing import SystemFailure, check_target, reason, write_file
 
 
@@ -63,6 +63,8 @@ def check_output(path: str | None, force: bool = False) -> None:
 def check_outputs(paths: dict[str, str | None], force: bool = False) -> None:
     """:func:`check_output` for each option's file (option -> path); two options may not name one
     file; --force with none of them given is said to change nothing (one warning line)."""
+    for opt, p in paths.items():
+        named(opt, p)
     given = {opt: p for opt, p in paths.items() if p}
     if force and not given:
         warn(f"--force changes nothing: it replaces the file {' or '.join(paths)} names, and none is given")
@@ -73,6 +75,14 @@ def check_outputs(paths: dict[str, str | None], force: bool = False) -> None:
             raise DnnplanError(f"{seen[real]} and {opt} name the same file {path}", hint="pass two files")
         seen[real] = opt
         check_output(path, force)
+
+
+def named(opt: str, path: str | None) -> str | None:
+    """``path``, refused in one line where it is empty: no file, not the option left out (``--out
+    ''`` wrote nothing and said nothing; a profile's went to the per-user cache)."""
+    if path is not None and not path.strip():
+        raise DnnplanError(f"{opt} {short(path)} names no file", hint=f"name the file, or leave {opt} out")
+    return path
 
 
 def is_stdout(path: str | None) -> bool:

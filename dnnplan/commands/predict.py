@@ -10,7 +10,7 @@ from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.assumed import assumed_flags
 from dnnplan.commands.predict_from import predict_from
 from dnnplan.flag_values import price_for
-from dnnplan.output import check_outputs
+from dnnplan.output import check_outputs, named
 from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForceOpt, ForeignProfileOpt,
                              FromNetworkOpt, FromOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt,
                              PredictNetworkArg, PipelineOpt, PlanOutOpt,
@@ -258,7 +258,8 @@ def check_options(megatron: bool, strategy: str, out: str | None, force: bool, s
     if megatron and strategy != "data":
         raise DnnplanError("--tensor (--context, --expert) and --strategy both give the layers' splits",
                            hint="give one: --tensor T splits the batch over the devices it leaves")
-    if not out:
+    if not named("--out", out):
+        check_outputs({"--out": out}, force)  # --force alone: said to change nothing
         return
     if pipeline > 1 or micro_batches > 1 or step != "layers":
         raise DnnplanError("--out writes a plan without pipeline or micro-batches, of a framework that runs "

@@ -11,7 +11,7 @@ from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, D
                              HostOpt, JsonOpt, MaxSecondsOpt, ProfilePrecisionOpt, ProfileTargetArg,
                              ProfileThreadsOpt, QuickOpt, SizesOpt, TableOutOpt)
 from dnnplan.rerun import command_line
-from dnnplan.output import check_output, check_output_folder
+from dnnplan.output import check_output, check_output_folder, named
 from dnnplan.render import profile as render
 from dnnplan.render.messages import fail_line, warn
 from lifecycle import stops
@@ -42,7 +42,7 @@ def profile(ctx: typer.Context, target: ProfileTargetArg = None, devices: Device
     """
     if host or target is None:
         return profile_host(target, framework, out, as_json, quick, host)
-    if out:
+    if named("--out", out):
         check_output_folder(out)  # an existing table is resumed, not replaced: no --force
     for flag, value in (("--sizes", sizes), ("--channels", channels)):
         if value and target not in GRID_MODES:  # a network's own shapes are timed

@@ -21,7 +21,7 @@ from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRun
                              ReportDirOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg,
                              ValidateRanksOpt, WarmupOpt, takes_choices)
 from dnnplan.rerun import command_line
-from dnnplan.output import check_output, check_output_folder, is_stdout, tables_to_stderr, write_json_file
+from dnnplan.output import check_output, check_output_folder, is_stdout, tables_to_stderr, write_json_file, named
 from dnnplan.render.measured import execute as render, report as report_files
 from dnnplan.render.messages import fail_line, warn
 from executor.launch.interrupts import sigint_ignored
@@ -66,7 +66,7 @@ def validate(cli: typer.Context, network: ValidateNetworkArg = None, ranks: Vali
     network, ranks, batch, steps, warmup, repeats = _preset(cli, given, quick)
     if report_dir:
         report_files.check_report_folder(report_dir, force)
-    earlier = _partial(json_out, force) if json_out else None
+    earlier = _partial(json_out, force) if named("--json", json_out) else None
     if is_stdout(json_out):  # --json /dev/stdout: the JSON alone on stdout, the tables on stderr
         tables_to_stderr(render.console)
     try:

@@ -264,3 +264,16 @@ def test_under_mpiexec_a_mistake_is_said_once_by_rank_0(monkeypatch):
             monkeypatch.setenv(var, value)
         got = runner.invoke(app, args)
         assert got.exit_code == 2 and ("no such plan file" in got.output) == said, (env, got.output)
+
+
+@pytest.mark.parametrize("args", [["predict", "gpt-tiny", "-p", "2", "--out", ""],
+                                  ["plan", "gpt-tiny", "-p", "2", "--out", ""],
+                                  ["profile", "lenet5", "--quick", "--out", ""],
+                                  ["execute", "x.yaml", "--ranks", "2", "--json", ""],
+                                  ["validate", "lenet5", "--ranks", "2", "--json", ""]])
+def test_an_empty_file_name_is_refused_not_taken_for_the_option_left_out(args):
+    """`--out ''` wrote nothing and said nothing; profile's went to the per-user cache; execute's
+    ran its whole job: each is one line, before any work."""
+    got = runner.invoke(app, args)
+    flag = args[-2]
+    assert got.exit_code == 2 and f"{flag} '' names no file" in got.output, got.output
