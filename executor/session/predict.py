@@ -197,6 +197,31 @@ def table_lacks(compute, profile: str | None) -> str | None:
             f"this network on the device, `dnnplan profile NETWORK --devices P --batch B --out FILE`, holds them)")
 
 
+def _same_choice(name: str, given, planned, machine) -> bool:
+    """Whether the flags' ``name`` is the plan's, as priced on ``machine``: the overlap and its
+    bucket as the mode they give (``data`` with the default bucket is the plan's ``data@25``), an
+    attention left to the machine as its default (flash where FlashAttention runs), the others as
+    written."""
+    if name in ("overlap", "bucket_mb"):
+        return (overlap_with_bucket(given.overlap, machine, given.bucket_mb)
+                == overlap_with_bucket(planned.overlap, machine, planned.bucket_mb))
+    if name == "attention":
+        default = "flash" if machine.device.flash else "materialized"
+        return (given.attention or default) == (planned.attention or default)
+    return getattr(given, name) == getattr(planned, name)
+
+
+def _planned(name: str, planned, machine) -> str:
+    """The plan's ``name`` in words, as :func:`_same_choice` reads it: ``overlap data@25`` for its
+    overlap and bucket, ``attention flash`` for the machine's default."""
+    if name in ("overlap", "bucket_mb"):
+        got = overlap_with_bucket(planned.overlap, machine, planned.bucket_mb)
+        return f"overlap {got.mode}" + (f" with {got.bucket_bytes / 2 ** 20:g} MiB gradient buckets" if got.data else "")
+    if name == "attention" and not planned.attention:
+        return f"attention {'flash' if machine.device.flash else 'materialized'} (the machine's default)"
+    return f"{name} {getattr(planned, name)}"
+
+
 def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bool, given) -> PlanStep:
     """`dnnplan predict plan.yaml`: the plan's own strategies and algorithms, predicted now; for
     machine `local` without ``profile``, as `dnnplan execute` predicts it before its run. The plan
@@ -206,11 +231,12 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
         raise DnnplanError(f"--seq applies to a network, and {path} is a plan file: its network's sequence "
                            "is the one it was planned for", hint="leave --seq out, or plan again with --seq")
     plan, net = read_plan(path)
+    machine = load_machine(plan.machine)
     for name in sorted(given.given - {"seq"}):  # each choice the flags name, the plan's own
-        if getattr(given, name) != getattr(plan.choices, name):
+        if not _same_choice(name, given, plan.choices, machine):
             flag = "--" + name.replace("_", "-")
-            raise DnnplanError(f"{flag} {short(getattr(given, name))} differs from the plan's {name} "
-                               f"{getattr(plan.choices, name)}", file=path, field=name,
+            raise DnnplanError(f"{flag} {short(getattr(given, name))} differs from the plan's "
+                               f"{_planned(name, plan.choices, machine)}", file=path, field=name,
                                hint=f"leave {flag} out (a plan file's own choice holds), or plan again with it")
     ahead = ahead_of_time(path, step_context) if profile is None else None
     if ahead is not None:
@@ -219,7 +245,6 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
         ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, choices=plan.choices,
                               foreign_ok=foreign_ok)
         pred = predict_plan(plan, net, ctx)
-    machine = load_machine(plan.machine)
     return PlanStep(plan, net, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
                                                         get_precision(plan.choices.precision).matmul), ahead,
                     None if ahead is not None else table_lacks(ctx.compute, profile))

@@ -87,6 +87,21 @@ def test_flags_a_plan_file_decides_are_refused_not_ignored(alexnet_plan, tmp_pat
     assert runner.invoke(app, ["predict", str(path), "--precision", "fp32", "--json"]).exit_code == 0  # the same
 
 
+def test_flags_that_give_the_plans_own_choices_are_taken(tmp_path):
+    """The plan's overlap and bucket, and its attention left to the machine, given as flags: the same
+    choices written another way (data with the default bucket is data@25, flash the machine's), taken;
+    another bucket is refused naming the plan's in words."""
+    path = tmp_path / "moe.yaml"
+    assert runner.invoke(app, ["predict", "tiny-moe", "-p", "4", "-b", "8", "--tensor", "2", "--expert", "2",
+                               "--machine", "dgx-h100", "--out", str(path)]).exit_code == 0
+    for flags in (["--bucket-mb", "25"], ["--attention", "flash"], ["--overlap", "data@25"], ["--overlap", "data"]):
+        got = runner.invoke(app, ["predict", str(path), *flags])
+        assert got.exit_code == 0, (flags, got.output)
+    other = runner.invoke(app, ["predict", str(path), "--bucket-mb", "50"])
+    assert other.exit_code == 2 and "differs from the plan's overlap data with 25 MiB gradient buckets" in \
+        " ".join(other.output.split())
+
+
 def test_plan_for_another_network_version_is_rejected(alexnet_plan, tmp_path):
     path = tmp_path / "p.yaml"
     write_plan(alexnet_plan, str(path))
