@@ -215,7 +215,12 @@ ScheduleOpt = Annotated[str, typer.Option(
     "`dnnplan predict` takes --chunks). Not given, `dnnplan plan` searches every pipeline and "
     "micro-batch count under 1f1b, each that becomes the best interleaved with 2 to 8 chunks a device; auto "
     "weighs interleaving on every pair (slower); given, only that schedule.",
-    callback=one_of("--schedule", ("1f1b", "gpipe", "interleaved", "auto")))]
+    callback=one_of("--schedule", ("1f1b", "gpipe", "interleaved", "auto")), show_default=False)]
+PredictScheduleOpt = Annotated[str, typer.Option(
+    "--schedule", help="Pipeline schedule: 1f1b (activations of at most as many micro-batches as stages "
+    "remain), gpipe (of all of them), the same step, or interleaved (Megatron-LM's interleaved 1F1B with "
+    "--chunks model chunks a device: the fill and drain shrink that many times, the sends grow as many).",
+    callback=one_of("--schedule", ("1f1b", "gpipe", "interleaved")))]
 ChunksOpt = Annotated[int, typer.Option(
     "--chunks", help="With --schedule interleaved: model chunks each device holds (Megatron-LM's virtual "
     "pipeline stages; the layers are cut into pipeline x chunks pieces).",

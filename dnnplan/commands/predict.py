@@ -14,7 +14,7 @@ from dnnplan.output import check_outputs, named
 from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForceOpt, ForeignProfileOpt,
                              FromNetworkOpt, FromOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt,
                              PredictNetworkArg, PipelineOpt, PlanOutOpt,
-                             PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, ScheduleOpt,
+                             PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, PredictScheduleOpt,
                              SequenceParallelOpt, StrategyOpt, TensorOpt, PriceOpt, TokensOpt, foreign_warning,
                              takes_choices, token_budget)
 from dnnplan.render import predict as render, tables
@@ -61,7 +61,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
             strategy: StrategyOpt = "data", batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
             choices: TrainingChoices = TrainingChoices(), tensor: TensorOpt = 1,
             sequence_parallel: SequenceParallelOpt = False, context_: ContextOpt = 1, expert: ExpertOpt = 1,
-            pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: ScheduleOpt = "1f1b",
+            pipeline: PipelineOpt = 1, micro_batches: MicroBatchesOpt = 1, schedule: PredictScheduleOpt = "1f1b",
             chunks: ChunksOpt = 1, recompute: RecomputeModeOpt = "none", runtime: RuntimeOpt = None,
             step_context: PredictStepContextOpt = True, layers: LayersOpt = False, as_json: JsonOpt = False,
             foreign_profile: ForeignProfileOpt = False, out: PlanOutOpt = None, force: ForceOpt = False,
