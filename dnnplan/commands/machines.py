@@ -10,6 +10,7 @@ import typer
 from costmodel.machine.loading import DEFAULT_MACHINE, list_machines, load_machine
 from dnnplan.options import ListJsonOpt
 from dnnplan.render import tables
+from networks.errors import DnnplanError
 
 NamesArg = Annotated[Optional[list[str]], typer.Argument(
     help="Machines to detail (shipped names or machine YAML paths); none: list the shipped ones.",
@@ -25,7 +26,12 @@ def machines(names: NamesArg = None, as_json: ListJsonOpt = False) -> None:
 
     Pass one by name with --machine anywhere, or a path to your own machine YAML (docs/machines.md).
     """
-    found = [load_machine(name) for name in names] if names else list_machines()
+    try:
+        found = [load_machine(name) for name in names] if names else list_machines()
+    except DnnplanError as err:  # a name given here is no file's field (a machine file's own mistake keeps its file)
+        if err.file is not None:
+            raise
+        raise DnnplanError(err.bare, hint=err.hint) from None
     rows = [tables.machine_row(m, m.name == DEFAULT_MACHINE) for m in found]
     if as_json:
         print(json.dumps(rows))

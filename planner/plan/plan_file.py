@@ -273,6 +273,9 @@ def _check_top(data, path: str) -> None:
     """The plan's top level: a mapping of known keys, with the required ones, of this version."""
     if not isinstance(data, dict):
         raise fail("a plan must be a mapping (made by `dnnplan plan --out`)", path)
+    if "network_hash" not in data and "compute_model" in data:  # what `predict --json` prints, kept in a file
+        raise fail("is the JSON `dnnplan predict --json` prints, not a plan file", path,
+                   hint="write a plan with `dnnplan plan ... --out FILE` or `dnnplan predict ... --out FILE`")
     for key in data:
         if key not in TOP_KEYS:
             raise fail(f"unknown key '{key}'", path, field=key)

@@ -277,3 +277,13 @@ def test_an_empty_file_name_is_refused_not_taken_for_the_option_left_out(args):
     got = runner.invoke(app, args)
     flag = args[-2]
     assert got.exit_code == 2 and f"{flag} '' names no file" in got.output, got.output
+
+
+def test_a_predict_json_kept_in_a_file_is_said_not_to_be_a_plan_and_a_machine_name_no_field(tmp_path):
+    saved = tmp_path / "base.json"
+    saved.write_text(runner.invoke(app, ["predict", "gpt-tiny", "-p", "2", "--json"]).stdout)
+    for command in (["export", str(saved), "--to", "megatron"], ["predict", str(saved)]):
+        got = runner.invoke(app, command)
+        assert got.exit_code == 2 and "is the JSON `dnnplan predict --json` prints, not a plan file" in got.output
+    unknown = runner.invoke(app, ["machines", "dgx-h10"])
+    assert unknown.exit_code == 2 and unknown.output.startswith("error: unknown machine 'dgx-h10' (did you mean")
