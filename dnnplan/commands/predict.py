@@ -154,6 +154,12 @@ def check_splits(net, splits: LayerSplits, batch: int, devices: int, pipeline: i
     """One line for a layout the flags give that no framework runs, before it is priced: more expert
     ranks than the model has experts, and --micro-batches leaving fewer samples in a micro-batch than
     data-parallel ranks (each layer would run whole on every rank)."""
+    if splits.megatron:  # the degrees' own arithmetic, before any warning about the layout they give
+        stage_ranks = devices // max(1, pipeline)
+        if stage_ranks % splits.tensor == 0 and (stage_ranks // splits.tensor) % splits.context:
+            raise DnnplanError(f"the context-parallel degree {splits.context} does not divide the "
+                               f"{stage_ranks // splits.tensor} devices --tensor leaves",
+                               hint="give --context a divisor of --devices / --tensor")
     experts = [layer.p["experts"] for layer in net.layers if layer.op == "moe"]
     if splits.expert > 1 and experts and splits.expert > max(experts):
         raise DnnplanError(f"--expert {splits.expert} is more expert ranks than {net.name}'s {max(experts)} experts",

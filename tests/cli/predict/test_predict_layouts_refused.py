@@ -84,3 +84,9 @@ def test_tensor_groups_that_cross_a_link_domain_are_priced_over_the_link_between
 ])
 def test_a_strategy_of_degrees_that_cannot_be_is_refused_naming_the_flag(spec, words):
     assert words in one_error_line(runner.invoke(app, ["predict", "gpt-tiny", "-p", "6", "-s", spec]))
+
+
+def test_a_context_degree_that_cannot_split_is_one_line_not_a_warning_about_it_first():
+    got = runner.invoke(app, ["predict", "gpt-tiny", "-p", "8", "--context", "3"])
+    assert "the context-parallel degree 3 does not divide the 8 devices --tensor leaves" in one_error_line(got)
+    assert "warning" not in got.output
