@@ -235,8 +235,21 @@ app = typer.Typer(
 )
 
 
+def _version(shown: bool) -> None:
+    """``dnnplan --version``: the installed package's version, then the command ends."""
+    if shown:
+        try:
+            from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 - only for --version
+            number = version("dnnplan")
+        except PackageNotFoundError:
+            number = "unknown (not installed: run from a checkout)"
+        print(f"dnnplan {number}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _group() -> None:
+def _group(shown: bool = typer.Option(False, "--version", help="Show the installed version and exit.",
+                                      is_eager=True, callback=_version)) -> None:
     # the commands are Group's own (Commands); a callback makes typer build the app as a group
     pass
 

@@ -112,3 +112,10 @@ def test_a_pipelined_layout_over_the_memory_limit_says_so_and_gives_its_mfu():
     fits = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--pipeline", "2", "--micro-batches", "4"],
                          env={"COLUMNS": "400"})
     assert fits.exit_code == 0 and "does not fit" not in fits.output and "model FLOP utilisation" in fits.output
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version  # noqa: PLC0415 - the version the test compares
+
+    got = runner.invoke(app, ["--version"])
+    assert got.exit_code == 0 and got.output.strip() == f"dnnplan {version('dnnplan')}"
