@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import typer
+from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
 from costmodel.machine.model import MAX_DEVICES
 from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, DeviceCountsOpt, HostFrameworkOpt,
@@ -20,6 +21,12 @@ from networks.errors import DnnplanError
 from networks.writing import write_file
 from profiler.service import GRID_MODES, ProfileRequest, host_profile, parse_ints, run_profile, run_summary
 
+
+
+#: profile's flags that size or run the kernels' timing, and none of --host's
+KERNEL_FLAGS = {"devices": "--devices", "batch": "--batch", "backend": "--backend", "threads": "--threads",
+                "max_seconds": "--max-seconds", "sizes": "--sizes", "channels": "--channels",
+                "algorithms": "--algorithms", "precision": "--precision"}
 
 
 def profile(ctx: typer.Context, target: ProfileTargetArg = None, devices: DeviceCountsOpt = "1",
@@ -41,7 +48,13 @@ def profile(ctx: typer.Context, target: ProfileTargetArg = None, devices: Device
     it (--out FILE writes them; docs/profiler.md, "A framework's host cost").
     """
     if host or target is None:
+        for name in KERNEL_FLAGS:  # the kernels' flags, given beside the host's timing: said to change nothing
+            if ctx.get_parameter_source(name) != ParameterSource.DEFAULT:
+                warn(f"{KERNEL_FLAGS[name]} changes nothing with --host: it times the framework's calls from the host, "
+                     "not kernels")
         return profile_host(target, framework, out, as_json, quick, host)
+    if ctx.get_parameter_source("framework") != ParameterSource.DEFAULT:
+        warn("--framework changes nothing without --host: it names the framework whose host calls --host times")
     if named("--out", out):
         check_output_folder(out)  # an existing table is resumed, not replaced: no --force
     for flag, value in (("--sizes", sizes), ("--channels", channels)):

@@ -50,3 +50,10 @@ def test_torch_not_installed_is_one_line():
 def test_a_mistake_is_one_line(args, words):
     r = runner.invoke(app, args)
     assert r.exit_code == 2 and words in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_the_kernels_flags_beside_host_and_framework_without_it_are_said_to_change_nothing():
+    r = runner.invoke(app, ["profile", "--host", "--quick", "--threads", "2", "--json"])
+    assert r.exit_code == 0 and "--threads changes nothing with --host" in r.output
+    r = runner.invoke(app, ["profile", "gemm", "--sizes", "16", "--quick", "--framework", "numpy", "--json"])
+    assert "--framework changes nothing without --host" in r.output
