@@ -168,8 +168,11 @@ class TrainingChoices:
                 "moe_dispatch": ("moe" not in ops, f"{net.name} has no mixture-of-experts layer"),
                 "batch_norm": ("batchnorm2d" not in ops, f"{net.name} has no batch normalisation"),
                 "attention": ("attention" not in ops, f"{net.name} has no attention layer"),
-                "bucket_mb": (self.overlap.split("@")[0] == "none", "--overlap none overlaps no gradient bucket")}
-        return [f"--{name.replace('_', '-')} {getattr(self, name):g} changes nothing: {why}"
+                "bucket_mb": (self.overlap.split("@")[0] == "none", "--overlap none overlaps no gradient bucket"),
+                "overlap": ("+experts" in self.overlap and "moe" not in ops,
+                            f"{net.name} has no mixture-of-experts layer whose all-to-alls it would hide")}
+        return [f"--overlap {self.overlap}: its +experts changes nothing: {why}" if name == "overlap" else
+                f"--{name.replace('_', '-')} {getattr(self, name):g} changes nothing: {why}"
                 if isinstance(getattr(self, name), float) else
                 f"--{name.replace('_', '-')} {getattr(self, name)} changes nothing: {why}"
                 for name, (unused, why) in idle.items() if name in self.given and unused]

@@ -64,6 +64,8 @@ def test_a_flag_that_changes_nothing_for_the_network_says_so():
               "--bucket-mb 50 changes nothing: --overlap none overlaps no gradient bucket"),
              (["predict", "gpt-tiny", "-p", "2", "--expert", "2"],
               "--expert 2 changes nothing: gpt-tiny has no mixture-of-experts layer"),
+             (["predict", "gpt-tiny", "-p", "2", "--overlap", "data+experts"],
+              "--overlap data+experts: its +experts changes nothing: gpt-tiny has no mixture-of-experts layer"),
              (["predict", "gpt-tiny", "-p", "2", "--sequence-parallel"],
               "--sequence-parallel changes nothing without --tensor above 1"),
              (["predict", "gpt-tiny", "-p", "2", "--chunks", "2"],
