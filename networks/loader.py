@@ -43,6 +43,9 @@ def load_network(name_or_path: str, seq: int | None = None) -> Network:
     """Load and validate a network by zoo name or path; a config.json, a folder holding one or an
     ONNX file is imported first. ``seq``: the tokens per sequence (default: an imported config's
     longest, the ONNX graph's, the spec's own); a network without a token sequence is refused."""
+    if not str(name_or_path).strip():  # '' is no network (as a path it would read the working folder)
+        raise DnnplanError(f"{short(name_or_path)} names no network",
+                           hint="give a zoo name (`dnnplan networks`), a spec, a config.json or an ONNX file")
     if not is_importable(name_or_path):
         text, source = spec_text(name_or_path)
         return parse_network(text, source, seq)

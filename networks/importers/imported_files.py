@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from networks.errors import DnnplanError
+from networks.errors import DnnplanError, short
 from networks.ir import Network
 from networks.reading import MAX_ONNX_BYTES, read_bytes, read_text
 from networks.spec import parse_network
@@ -93,6 +93,9 @@ class Imported:
 
 def import_model(name_or_path: str, seq: int | None = None) -> Imported:
     """Import a Hugging Face config (or its folder) or an ONNX file: its spec and the network."""
+    if not name_or_path.strip():
+        raise DnnplanError(f"{short(name_or_path)} names no model to import",
+                           hint="give a Hugging Face config.json, a folder holding one, or a .onnx file")
     if not is_importable(name_or_path) or not _exists(Path(name_or_path), Path.exists):
         what = "not a model to import" if _exists(Path(name_or_path), Path.exists) else "no such file or folder"
         raise DnnplanError(what, file=name_or_path,

@@ -180,3 +180,9 @@ def test_seq_where_there_is_no_sequence_is_one_line(command):
     line = one_error_line(runner.invoke(app, [command, str(ONNX / "resnet50.onnx"), "--seq", "512"]))
     assert "--seq 512: the graph takes no sequence" in line
     assert "--seq" in one_error_line(runner.invoke(app, [command, "gpt2", "--seq", "0"]))
+
+
+def test_an_empty_name_is_no_network_not_the_working_folder():
+    assert "'' names no model to import" in one_error_line(runner.invoke(app, ["import", ""]))
+    for command in (["info", ""], ["predict", "", "-p", "2"], ["plan", "", "-p", "2"]):
+        assert "'' names no network" in one_error_line(runner.invoke(app, command))
