@@ -9,6 +9,7 @@ from dnnplan.export_file import check_framework, exported
 from dnnplan.options import ExportJsonOpt, ExportOutOpt, ExportToOpt, ForceOpt, NearestOpt, PlanArg
 from dnnplan.output import check_outputs
 from dnnplan.render import export as render
+from dnnplan.render.messages import warn
 from executor.session.export_nearest import NearestExport, as_priced_now, nearest_export
 from networks.errors import DnnplanError
 from networks.writing import write_file
@@ -68,6 +69,8 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
         write_file(out, text)
     if near is not None and near.changes and not as_json:
         render.nearest_lines(near)
+    elif near is not None and not near.changes:  # the plan runs as it is: the flag is said to change nothing
+        warn(f"--nearest changes nothing: {to} runs {plan} as it is")
     limit = over_memory(made)
     if limit is not None and not as_json:
         render.over_memory_line(made, limit)

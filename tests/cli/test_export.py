@@ -215,8 +215,9 @@ def test_nearest_writes_the_closest_plan_the_framework_runs_and_prints_both_pred
     back = json.loads(runner.invoke(app, ["predict", "--from", job, "--devices", "16", "--machine", "dgx-h100",
                                           "--json"]).stdout)
     assert (back["step_s"], back["memory_allocated_bytes"]) == (near["step_s"], near["memory_peak_bytes"])
-    same = json.loads(runner.invoke(app, ["export", plan, "--to", "megatron", "--nearest", "--json"]).stdout)
-    assert same["nearest"] == {"changes": []}
+    same = runner.invoke(app, ["export", plan, "--to", "megatron", "--nearest", "--json"])
+    assert json.loads(same.stdout)["nearest"] == {"changes": []}
+    assert f"--nearest changes nothing: megatron runs {plan} as it is" in " ".join(same.stderr.split())
 
 
 def test_plan_emit_prints_the_plans_launch_file_after_it(tmp_path):
