@@ -45,6 +45,15 @@ def refresh_warning(refresh: bool, compute: ComputeModel) -> str | None:
     return None
 
 
+def step_context_warning(given: bool, compute: ComputeModel) -> str | None:
+    """``--step-context`` / ``--no-step-context`` times kernels on this computer only: the line
+    saying so when given where the compute model is something else (a given table, the datasheet)."""
+    if given and not isinstance(compute, OnDemand):
+        return ("--step-context applies to machine `local` without --profile (kernels timed on this computer); "
+                "ignored")
+    return None
+
+
 # --- what to work on -------------------------------------------------------------------------
 
 NetworkArg = Annotated[str, typer.Argument(help="A zoo network name (see `dnnplan networks`), a path to a "

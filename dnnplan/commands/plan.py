@@ -16,7 +16,8 @@ from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignPro
                              LayersOpt, MemoryOpt, NetworkArg, PlanMachineOpt, PlanMicroBatchesOpt, PlanOutOpt,
                              PlanPipelineOpt, PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt,
                              RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt,
-                             TokensOpt, foreign_warning, refresh_warning, takes_choices, token_budget)
+                             TokensOpt, foreign_warning, refresh_warning, step_context_warning, takes_choices,
+                             token_budget)
 from dnnplan.assumed import assumed_flags
 from dnnplan.export_file import check_framework, exported, nearest_runs, weighed_for
 from dnnplan.output import check_outputs
@@ -191,6 +192,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                                   choices.but(recompute="auto" if recompute else "none"), foreign_profile,
                                   network_defaults=True)
             for line in [refresh_warning(refresh, ctx.compute), foreign_warning(foreign_profile, profile),
+                         step_context_warning(_given(click, "step_context"), ctx.compute),
                          memory_warning(memory, ctx.machine), *ctx.choices.idle(ctx.network),
                          *idle_pipeline_flags(ctx.network, lambda name: _given(click, name), schedule, prove)]:
                 if line is not None:

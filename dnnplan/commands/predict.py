@@ -120,7 +120,10 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     predicting.algorithms(ctx)  # an unknown recomputation or attention algorithm: one line, before any split
     price = price_for(price, ctx.machine.name)
     train(ctx.network, ctx.batch, ctx.devices, 0.0)  # a budget of tokens for a network of none: one line, now
-    for line in [foreign_warning(foreign_profile, profile), *ctx.choices.idle(ctx.network),
+    step_given = click.get_parameter_source("step_context") != ParameterSource.DEFAULT
+    for line in [foreign_warning(foreign_profile, profile),
+                 "--step-context applies to a plan file for machine `local` (predicted as `dnnplan execute` "
+                 "predicts it); ignored" if step_given else None, *ctx.choices.idle(ctx.network),
                  *idle_layout(ctx.network, splits, pipeline, micro_batches, schedule, chunks),
                  straddle_warning(splits, ctx.machine, ctx.devices // max(1, pipeline)),
                  context_warning(ctx.network, splits)]:

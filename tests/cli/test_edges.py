@@ -74,6 +74,10 @@ def test_a_flag_that_changes_nothing_for_the_network_says_so():
               "--schedule gpipe changes nothing without --pipeline or --micro-batches"),
              (["plan", "gpt-tiny", "-p", "2", "--foreign-profile"],
               "--foreign-profile changes nothing without --profile"),
+             (["plan", "gpt-tiny", "-p", "2", "--no-step-context"],
+              "--step-context applies to machine `local` without --profile (kernels timed on this computer); ignored"),
+             (["predict", "gpt-tiny", "-p", "2", "--step-context"],
+              "--step-context applies to a plan file for machine `local`"),
              (["plan", "resnet18", "-p", "2", "--schedule", "interleaved"],
               "--schedule interleaved changes nothing: resnet18 is not a stack of identical blocks, so it is never "
               "pipelined"),
