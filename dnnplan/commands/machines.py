@@ -28,7 +28,7 @@ def machines(names: NamesArg = None, as_json: ListJsonOpt = False) -> None:
     """
     try:
         found = [load_machine(name) for name in names] if names else list_machines()
-    except DnnplanError as err:  # a name given here is no file's field (a machine file's own mistake keeps its file)
+    except DnnplanError as err:  # a name given here is no file's field (a machine file's mistake keeps its file)
         if err.file is not None:
             raise
         raise DnnplanError(err.bare, hint=err.hint) from None

@@ -22,7 +22,6 @@ from networks.writing import write_file
 from profiler.service import GRID_MODES, ProfileRequest, host_profile, parse_ints, run_profile, run_summary
 
 
-
 #: profile's flags that size or run the kernels' timing, and none of --host's
 KERNEL_FLAGS = {"devices": "--devices", "batch": "--batch", "backend": "--backend", "threads": "--threads",
                 "max_seconds": "--max-seconds", "sizes": "--sizes", "channels": "--channels",
@@ -50,8 +49,8 @@ def profile(ctx: typer.Context, target: ProfileTargetArg = None, devices: Device
     if host or target is None:
         for name in KERNEL_FLAGS:  # the kernels' flags, given beside the host's timing: said to change nothing
             if ctx.get_parameter_source(name) != ParameterSource.DEFAULT:
-                warn(f"{KERNEL_FLAGS[name]} changes nothing with --host: it times the framework's calls from the host, "
-                     "not kernels")
+                warn(f"{KERNEL_FLAGS[name]} changes nothing with --host: it times the framework's calls from "
+                     "the host, not kernels")
         return profile_host(target, framework, out, as_json, quick, host)
     if ctx.get_parameter_source("framework") != ParameterSource.DEFAULT:
         warn("--framework changes nothing without --host: it names the framework whose host calls --host times")

@@ -212,11 +212,12 @@ def _same_choice(name: str, given, planned, machine) -> bool:
 
 
 def _planned(name: str, planned, machine) -> str:
-    """The plan's ``name`` in words, as :func:`_same_choice` reads it: ``overlap data@25`` for its
-    overlap and bucket, ``attention flash`` for the machine's default."""
+    """The plan's ``name`` in words, as :func:`_same_choice` reads it: ``overlap data with 25 MiB
+    gradient buckets`` for its overlap and bucket, ``attention flash`` for the machine's default."""
     if name in ("overlap", "bucket_mb"):
         got = overlap_with_bucket(planned.overlap, machine, planned.bucket_mb)
-        return f"overlap {got.mode}" + (f" with {got.bucket_bytes / 2 ** 20:g} MiB gradient buckets" if got.data else "")
+        buckets = f" with {got.bucket_bytes / 2 ** 20:g} MiB gradient buckets" if got.data else ""
+        return f"overlap {got.mode}{buckets}"
     if name == "attention" and not planned.attention:
         return f"attention {'flash' if machine.device.flash else 'materialized'} (the machine's default)"
     return f"{name} {getattr(planned, name)}"

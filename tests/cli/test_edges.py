@@ -232,7 +232,8 @@ def test_predict_takes_one_price_or_the_pair_of_the_machine_it_predicts():
     """A MACHINE=PRICE pair, as `plan -m A,B` takes them, is the price where it names the machine
     predicted (the same flag serves both commands); another machine's, or several, are one line."""
     args = ["predict", "gpt2", "-p", "8", "--machine", "dgx-h100", "--tokens", "15T", "--json", "--gpu-hour-price"]
-    alone, paired = (json.loads(runner.invoke(app, [*args, price]).stdout)["train"] for price in ("2.5", "dgx-h100=2.5"))
+    alone, paired = (json.loads(runner.invoke(app, [*args, price]).stdout)["train"]
+                     for price in ("2.5", "dgx-h100=2.5"))
     assert paired == alone and paired["price_per_device_hour"] == 2.5
     other = runner.invoke(app, [*args, "dgx-a100=2.5"])
     assert other.exit_code == 2 and "--gpu-hour-price prices 'dgx-a100', and this prices dgx-h100" in other.output
