@@ -38,7 +38,7 @@ from costmodel.compute.profile_table import Entry, with_entries
 from costmodel.compute.profiled import ProfiledCompute
 from costmodel.parallel.strategy import Strategy
 from dnnplan.cli import app
-from networks.errors import DnnplanError
+from networks.errors import LINE_CHARS, DnnplanError
 from networks.loader import load_network
 from planner.plan.plan import Plan
 from planner.plan.plan_file import read_plan
@@ -54,7 +54,7 @@ EXAMPLES = int(os.environ.get("DNNPLAN_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), database=None,
                 max_examples=EXAMPLES or 400, phases=list(Phase) if EXAMPLES else [Phase.generate])
 MANY = settings(FUZZ, max_examples=EXAMPLES * 2 or 1000)  # machines are cheap to load
-LIMIT_S, MAX_LINES, MAX_CHARS = 20.0, 6, 600
+LIMIT_S, MAX_LINES, MAX_CHARS = 20.0, 6, LINE_CHARS  # an error line's own cap (networks.errors)
 MACHINES_DIR = ROOT / "costmodel" / "machine"
 MACHINE_TEXTS = {p.stem: p.read_text(encoding="utf-8") for p in sorted(MACHINES_DIR.glob("*.yaml"))}
 MACHINE_TREES = {name: yaml.safe_load(text) for name, text in MACHINE_TEXTS.items()}
