@@ -51,8 +51,6 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     then dnnplan export plan.yaml --to megatron --nearest --out train.sh.
     """
     check_framework(to, "--to")
-    if out is not None and not out.strip():
-        raise DnnplanError("--out names no file", hint="give --out a file name, or leave it out to print the file")
     check_outputs({"--out": out}, force)
     made, net = read_plan(plan)
     near = None

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from dnnplan.options import ForceOpt, JsonOpt, SeqOpt
-from dnnplan.output import check_outputs
+from dnnplan.output import check_outputs, named
 from dnnplan.render.imported import imported_line
 from networks.errors import DnnplanError
 from networks.importers.imported_files import import_model
@@ -57,12 +57,11 @@ def import_(model: ModelArg, seq: SeqOpt = None, out: SpecOutOpt = None, force: 
 def _spec_out(out: str | None, model: str) -> str | None:
     """The file --out names (None: print the spec, as ``-`` asks too), refused in one line where it
     cannot hold the spec as dnnplan reads it back (a .json name: dnnplan reads a .json spec as JSON,
-    and the spec is YAML with its provenance comments), is empty, or is the model being imported
+    and the spec is YAML with its provenance comments), is empty (:func:`dnnplan.output.named`), or
+    is the model being imported
     (--force would replace the config it is read from)."""
-    if out is None or out == "-":
+    if out is None or out == "-" or not named("--out", out):
         return None
-    if not out.strip():
-        raise DnnplanError("--out is empty", hint="name a .yaml file, or leave --out out to print the spec")
     if out.lower().endswith(".json"):
         raise DnnplanError(f"--out {out}: the spec is YAML with comments saying where each number came from, and "
                            "dnnplan reads a .json spec as JSON", hint=f"name it {out[:-5]}.yaml")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.calls.algorithms import recompute_algorithms
+from costmodel.calls.algorithms import attention_default, recompute_algorithms
 from costmodel.comm.overlap import overlap_with_bucket, resolve_overlap
 from costmodel.compute.model import OnDemand
 from costmodel.machine.loading import load_machine
@@ -206,7 +206,7 @@ def _same_choice(name: str, given, planned, machine) -> bool:
         return (overlap_with_bucket(given.overlap, machine, given.bucket_mb)
                 == overlap_with_bucket(planned.overlap, machine, planned.bucket_mb))
     if name == "attention":
-        default = "flash" if machine.device.flash else "materialized"
+        default = attention_default(machine)
         return (given.attention or default) == (planned.attention or default)
     return getattr(given, name) == getattr(planned, name)
 
@@ -219,7 +219,7 @@ def _planned(name: str, planned, machine) -> str:
         buckets = f" with {got.bucket_bytes / 2 ** 20:g} MiB gradient buckets" if got.data else ""
         return f"overlap {got.mode}{buckets}"
     if name == "attention" and not planned.attention:
-        return f"attention {'flash' if machine.device.flash else 'materialized'} (the machine's default)"
+        return f"attention {attention_default(machine)} (the machine's default)"
     return f"{name} {getattr(planned, name)}"
 
 

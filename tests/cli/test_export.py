@@ -332,7 +332,7 @@ def test_an_empty_out_is_one_line(plans):
     """--out '' names no file: refused in one line (exit 2), nothing printed as if --out were left out."""
     for empty in ("", " "):
         result = runner.invoke(app, ["export", plans["llama"], "--to", "megatron", "--out", empty])
-        assert "--out names no file" in one_error_line(result) and "pretrain_gpt.py" not in result.stdout
+        assert f"--out '{empty}' names no file" in one_error_line(result) and "pretrain_gpt.py" not in result.stdout
 
 
 @pytest.mark.parametrize("to, suffix, zero, framework", [("megatron", "sh", "1", "megatron"),

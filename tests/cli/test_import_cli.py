@@ -49,7 +49,7 @@ def test_out_names_a_file_the_spec_reads_back_from_and_never_the_model(tmp_path)
     assert model.read_bytes() == (ONNX / "resnet50.onnx").read_bytes()
     dashed = runner.invoke(app, ["import", str(HF / "gpt2"), "--out", "-"])
     assert dashed.exit_code == 0 and dashed.output.startswith("# Imported") and not Path("-").exists()
-    assert "--out is empty" in one_error_line(runner.invoke(app, ["import", str(HF / "gpt2"), "--out", ""]))
+    assert "--out '' names no file" in one_error_line(runner.invoke(app, ["import", str(HF / "gpt2"), "--out", ""]))
 
 
 def test_a_layer_the_config_makes_too_large_names_the_config_not_a_line_of_the_spec(tmp_path):
