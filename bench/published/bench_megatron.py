@@ -105,7 +105,7 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
     data = c["gpus"] // (c["tensor"] * c["pipeline"])
     micro_batches = c["batch"] // (data * c["micro"])
 
-    def stage(stage_net: Network, ranks: int, micro: int):
+    def stage(stage_net: Network, ranks: int, micro: int, view: Machine = machine):
         strategies, fallbacks = megatron_strategies(stage_net, ranks, micro, c["tensor"],
                                                     c.get("sequence_parallel", False))
         if fallbacks:
@@ -114,7 +114,7 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
         compute = stage_compute(machine, recorders)
         # Megatron-LM as run in 2021-22 all-reduced the gradients after the backward pass (its local
         # DDP; --overlap-grad-reduce came with Megatron-Core): no overlap (costmodel.comm.overlap)
-        return predict_step(stage_net, micro, strategies, algorithms, machine, compute, opt,
+        return predict_step(stage_net, micro, strategies, algorithms, view, compute, opt,
                             checkpoints=c.get("recompute") == "full", overlap="none")
 
     chunks = c.get("chunks", 1)  # model chunks a device: the interleaved schedule (Korthikanti's 175B and 530B)

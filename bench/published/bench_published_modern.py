@@ -92,7 +92,7 @@ def baseline_layout(row: dict, rows: list[dict], machine: Machine) -> dict:
 
 def micros(rows: list[dict]) -> dict[str, dict]:
     """Each row's micro-batch and recomputation as priced (:func:`baseline_layout`)."""
-    return {r["name"]: baseline_layout(r, rows, load_machine(r["machine"])) for r in rows}
+    return {r["name"]: baseline_layout(r, rows, pm.machine_of(r)) for r in rows}
 
 
 def generation(row: dict) -> str:
@@ -112,7 +112,7 @@ def calibration_data(rows: list[dict], micro: dict[str, dict], gen: str = "") ->
     """(step terms on the shipped machine, published step seconds) of generation ``gen``'s
     calibration rows priced as they ran, and for the shared set bench_megatron.py's calibration rows
     too (the A100 GPT trainings the shipped efficiencies were fitted on, so the fit keeps holding them)."""
-    data = [(pm.terms_of(r, load_machine(r["machine"]), **micro[r["name"]]), pm.published_s(r, pm.network_of(r)))
+    data = [(pm.terms_of(r, pm.machine_of(r), **micro[r["name"]]), pm.published_s(r, pm.network_of(r)))
             for r in fitting_rows(rows, gen)]
     if gen:
         return data
@@ -149,7 +149,7 @@ def predict(row: dict, machine: Machine, chosen: dict) -> dict:
 def run(rows: list[dict], micro: dict[str, dict], fitted: dict[str, dict[str, float]]) -> list[dict]:
     out = []
     for row in rows:
-        shipped = load_machine(row["machine"])
+        shipped = pm.machine_of(row)
         net = pm.network_of(row)
         key = pm.metric_of(row)
         ahead = predict(row, shipped, micro[row["name"]])
@@ -242,6 +242,11 @@ def planner_check(rows: list[dict], results: list[dict], max_gpus: int, time_lim
         c = row["config"]
         if c["gpus"] > max_gpus:
             continue
+        placed = pm.machine_of(row).domain_size
+        if placed != load_machine(row["machine"]).domain_size:  # the planner plans on the rack as shipped
+            res["planner"] = {"error": f"run in Slurm segments of {placed} GPUs (published_modern.machine_of); "
+                                       f"`dnnplan plan` prices {row['machine']}'s racks as shipped"}
+            continue
         key = plan_key(row)
         if key not in seen:
             seen[key] = plan_step(row, time_limit)
@@ -264,7 +269,7 @@ def published_as_planned(row: dict, res: dict) -> float:
     if not any(row["config"].get(k) for k in STACK):
         return res["shipped"]["step_s"]
     plain = {**row, "config": {k: v for k, v in row["config"].items() if k not in STACK}}
-    return pm.predict_row(plain, load_machine(row["machine"]), **{k: res["layout"][k] for k in ("micro", "recompute")}).step_s
+    return pm.predict_row(plain, pm.machine_of(row), **{k: res["layout"][k] for k in ("micro", "recompute")}).step_s
 
 
 def _commit() -> str:

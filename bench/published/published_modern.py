@@ -71,6 +71,34 @@ UPDATE_BYTES = {"composer-decoupled-adamw": unfused_adamw_bytes(weight_bytes=4, 
 ATTENTION = {"flash": "flash", "flash2": "flash", "standard": "materialized"}
 
 
+#: trays in one NVL72 rack: the largest Slurm segment Megatron-Bridge's performance launcher asks for
+SEGMENT_NODES_MAX = 18
+
+
+def segment_nodes(nodes: int) -> int:
+    """The Slurm ``--segment`` (nodes allocated together in one topology block: one NVL72 rack)
+    Megatron-Bridge's performance launcher gives a job of ``nodes`` 4-GPU nodes: all of them up to
+    18, else the largest divisor of ``nodes`` up to 18 (scripts/performance/utils/executors.py at
+    067f987, "add --segment flag to sbatch if job uses GB200", since 568b3a3ef, 2025-08-28): 256
+    GB200s (64 nodes) run as four segments of 16 trays, 64 GPUs a rack."""
+    if nodes <= SEGMENT_NODES_MAX:
+        return nodes
+    return next(k for k in range(SEGMENT_NODES_MAX, 0, -1) if nodes % k == 0)
+
+
+def machine_of(row: dict) -> Machine:
+    """The row's shipped machine as its job was placed: on a machine whose NVLink domain spans
+    several nodes (gb200-nvl72), the ranks of one Slurm segment (:func:`segment_nodes`) share a
+    rack's NVLink and the next segment starts on another rack, so the domain the run saw is the
+    segment's GPUs (at most the rack's): ranks in segment order, as the launcher's node list gives them."""
+    machine = load_machine(row["machine"])
+    per_node = machine.devices_per_node
+    if machine.domain_size <= per_node:
+        return machine
+    segment = segment_nodes(-(-row["config"]["gpus"] // per_node)) * per_node
+    return replace(machine, devices_per_domain=min(machine.domain_size, segment))
+
+
 def load_rows(path: Path = ASSET) -> list[dict]:
     """The rows, each ``calibration`` or ``held-out``, at most half of each group calibrating."""
     rows = yaml.safe_load(path.read_text())["rows"]
@@ -254,7 +282,7 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
         lay = {**lay, "micro": micro, "micro_batches": c["batch"] // (micro * lay["data"])}
     recompute = recompute or c["recompute"]
     net = network_of(row)
-    machine = machine or load_machine(row["machine"])
+    machine = machine or machine_of(row)
     opt = Optimizer("adam", ZERO_STAGE[c["data_sharding"]], reduce_bytes=REDUCE_BYTES.get(c.get("grad_reduce"), 0),
                     reduce_each_micro=c.get("reduce_each_micro"),  # absent: the stage's own (Optimizer.reduces_each_micro)
                     update_bytes=UPDATE_BYTES.get(c.get("optimizer"), 0),
@@ -264,14 +292,14 @@ def predict_row(row: dict, machine: Machine | None = None, recorders: list | Non
     fw = framework_as_run(row)
     overlap = framework_overlap(resolve_overlap(overlap_of(row), machine), fw)
 
-    def stage(stage_net: Network, ranks: int, batch: int):
+    def stage(stage_net: Network, ranks: int, batch: int, view: Machine):
         strategies, fallbacks = megatron_strategies(stage_net, ranks, batch, lay["tensor"], sequence_parallel(row),
                                                     context=lay["context"], expert=lay["expert"])
         if fallbacks:
             raise SystemExit(f"{row['name']}: {fallbacks[0].layer} cannot take {fallbacks[0].wanted}: "
                              f"{fallbacks[0].reason}")
         compute = stage_compute(machine, recorders)
-        return with_host_per_micro(predict_step(stage_net, batch, strategies, algorithms, machine, compute, opt,
+        return with_host_per_micro(predict_step(stage_net, batch, strategies, algorithms, view, compute, opt,
                                                 checkpoints=full, overlap=overlap), stage_net, fw)
 
     chunks = lay["chunks"]
@@ -354,7 +382,7 @@ def cuts_of(row: dict, net: Network) -> list | None:
 def terms_of(row: dict, machine: Machine | None = None, micro: int | None = None,
              recompute: str | None = None) -> PipelineTerms:
     """The row's predicted step as priced terms (costmodel.compute.calibration)."""
-    machine = machine or load_machine(row["machine"])
+    machine = machine or machine_of(row)
     recorders: list = []
     pred = predict_row(row, machine, recorders, micro, recompute)
     return pipeline_terms(machine, [(r, s.per_micro_s, s.once_s) for r, s in zip(recorders, pred.stages, strict=True)],

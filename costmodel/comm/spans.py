@@ -12,10 +12,19 @@ do not.
 Only a first rank's residue modulo the domain decides how its group lies across domains (a
 multiple of the domain moves it to the next domain whole): the residues are the sums of the other
 dimensions' coordinates times their strides, modulo the domain, at most ``domain_size`` values.
+
+A pipeline's stages run one stage's strategy each on its own ranks, stage ``s`` on ``[s d, (s + 1) d)``
+(``costmodel.step.pipeline``), and its pace is the slowest stage's. Where ``d`` and the domain
+neither divides the other, later stages lie across the domains unlike stage 0 (Llama 3.1 405B on
+256 GB200s in 8 stages of 32: stage 2 holds ranks 64-95, across racks 0 and 1). A stage is priced
+on :func:`pipeline_view` of the machine, which names the other stages' first ranks
+(``Machine.copies``), and every collective on the slowest group of every stage: each stage priced
+as the slowest, one pricing for all (the planner prices one stage's layers for every stage).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 from costmodel.machine.model import Machine
@@ -56,7 +65,20 @@ def slowest_span(strategy: Strategy, dims: tuple[str, ...], machine: Machine, wi
     domain = machine.domain_size
     offsets = members % domain
     residues = first_residues(strategy, dims, domain, within)
+    if machine.copies:  # the other stages' groups too (pipeline_view)
+        residues = tuple(sorted({(r + c) % domain for r in residues for c in (0, *machine.copies)}))
     if residues[-1] + int(offsets.max()) < domain:  # no residue moves a member past its domain's end
         return first
     spans = {machine.group_span(members + r) for r in residues}
     return max(spans, key=lambda span: (span[1], span[0]))
+
+
+def pipeline_view(machine: Machine, devices: int, stages: int) -> Machine:
+    """``machine`` as one stage of ``stages`` over ``devices`` ranks sees it: the other stages'
+    first ranks modulo the domain as its ``copies`` (module docstring); ``machine`` itself where
+    every stage lies across the domains as stage 0 (each stage's first rank a multiple of the
+    domain: one stage, or stages of whole domains)."""
+    domain, d = machine.domain_size, devices // max(1, stages)
+    copies = tuple(sorted({(s * d) % domain for s in range(1, stages)} - {0}))
+    return dataclasses.replace(machine, copies=copies) if copies else machine
+

@@ -251,7 +251,7 @@ def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, com
     kernel, passes, collectives before and after the weights' own (:func:`shard_comms`), gradient
     sum, kept activations, workspace, dispatch and gradient buffers; kept in ``memo`` (``costmodel.layer.comms.group_time``'s) when given,
     by these arguments (the ZeRO stages of one planning call price the same shards)."""
-    strategy, batch = one_replica(layer, strategy, batch, machine.domain_size)
+    strategy, batch = one_replica(layer, strategy, batch, machine.domain_size, machine.copies)
     key = ("shard", layer, strategy, batch, algorithm, rule, consumers, output_saved)
     got = None if memo is None else memo.get(key)
     if got is not None:

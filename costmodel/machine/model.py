@@ -132,6 +132,10 @@ class Machine:
     #: Devices joined by the ``intra`` link (a machine file's ``devices_per_nvlink_domain``): a
     #: multiple of ``devices_per_node``; ``None``, one node (:attr:`domain_size`).
     devices_per_domain: int | None = None
+    #: The first ranks, modulo :attr:`domain_size`, of the other copies of the ranks priced: a
+    #: pipeline's later stages, each the same strategy on its own ranks (``costmodel.comm.spans``
+    #: prices a collective on the slowest group of every copy); empty for one copy, rank 0's.
+    copies: tuple[int, ...] = ()
 
     @property
     def domain_size(self) -> int:

@@ -26,7 +26,8 @@ def dim_splits(layer: Layer) -> dict[str, DimSplit]:
     return layer_splits(layer)
 
 
-def one_replica(layer: Layer, strategy: Strategy, batch: int, domain: int | None = None) -> tuple[Strategy, int]:
+def one_replica(layer: Layer, strategy: Strategy, batch: int, domain: int | None = None,
+                copies: tuple[int, ...] = ()) -> tuple[Strategy, int]:
     """``(strategy, batch)`` of one data-parallel replica, where its sample split ``N`` moves nothing of
     its own: the same strategy without ``N`` over ``p / n`` ranks, at ``batch / n`` samples. ``N`` is the
     grid's outermost dimension, so every other dimension's group is the same ranks' in both (rank
@@ -38,12 +39,17 @@ def one_replica(layer: Layer, strategy: Strategy, batch: int, domain: int | None
     ``partial_out``), cuts grouped weights, or does not divide the batch, the strategy and batch are
     kept; so too where the ranks span several link domains (``domain``, given) and a replica's
     ``p / n`` ranks and the domain neither divides the other: a replica then lies across the
-    domains unlike the first one, and its groups are priced where they lie (costmodel.comm.spans)."""
+    domains unlike the first one, and its groups are priced where they lie (costmodel.comm.spans);
+    and so too for a pipeline stage's strategy (``copies``: the other stages' first ranks modulo
+    ``domain``, ``Machine.copies``) unless every replica of every stage is a block of ``p / n``
+    ranks inside one domain, as the first one is."""
     n = strategy.degree(N)
     if n == 1 or batch % n:
         return strategy, batch
     q = strategy.p // n
     if domain is not None and strategy.p > domain and q % domain and domain % q:
+        return strategy, batch
+    if copies and domain is not None and (domain % q or any(c % q for c in copies)):
         return strategy, batch
     split = dim_splits(layer).get(N)
     if split is None or split.extra or split.weight_units or split.partial_out or split.partial_in_grad:

@@ -37,8 +37,9 @@ from typing import Callable
 
 from costmodel.machine.model import Machine
 from costmodel.comm.overlap import hidden_expert_s, unpaired_passes
+from costmodel.comm.spans import pipeline_view
 from costmodel.memory.pipeline import held_bytes, warm_up
-from costmodel.step.prediction import StepPrediction
+from costmodel.step.prediction import StepPrediction, prediction_json
 from costmodel.layer.tied import crossing_ties, tied_sync_s, with_table
 from networks.analysis import block_of, layer_cost
 from networks.errors import DnnplanError
@@ -128,7 +129,19 @@ class PipelinePrediction:
 
 
 def pipeline_json(pred: PipelinePrediction) -> dict:
-    """The ``dnnplan predict --pipeline --json`` object."""
+    """The ``dnnplan predict --pipeline --json`` object; of one stage (gradient accumulation: a
+    plan file's ``pipeline: {stages: 1, ...}``), its layers, memory parts and overlap too, as a
+    step's (``costmodel.step.prediction.prediction_json``: one micro-batch's times per layer)."""
+    out = _pipeline_json(pred)
+    if len(pred.stages) == 1:
+        one = prediction_json(pred.stages[0].micro)
+        out |= {key: one[key] for key in ("micro_batch", "overlap", "layers")}
+        if pred.stages[0].micro.memory_peak_bytes == pred.memory_peak_bytes:  # its peak is the step's
+            out["memory_parts_bytes"] = one["memory_parts_bytes"]
+    return out
+
+
+def _pipeline_json(pred: PipelinePrediction) -> dict:
     return {"network": pred.network, "batch": pred.batch, "devices": pred.devices, "micro_batches": pred.micro_batches,
             "schedule": pred.schedule, "chunks": pred.chunks, "step_s": pred.step_s, "bubble_s": pred.bubble_s,
             "bubble_fraction": pred.bubble_fraction, "memory_peak_bytes": pred.memory_peak_bytes,
@@ -255,11 +268,12 @@ def cut_at(net: Network, first_layers: tuple[str, ...]) -> list[list[Layer]]:
 
 
 def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_batches: int, schedule: str,
-                     machine: Machine, predict_stage: Callable[[Network, int, int], StepPrediction],
+                     machine: Machine, predict_stage: Callable[[Network, int, int, Machine], StepPrediction],
                      cuts: list[list[Layer]] | None = None, chunks: int = 1) -> PipelinePrediction:
     """The pipelined step of ``net`` (module docstring). ``predict_stage(stage network, ranks,
-    micro-batch)`` predicts one stage on its own ranks at one micro-batch (its strategies chosen by
-    the caller); ``cuts``: the stages' layers (default: Megatron's cut, else balanced); ``chunks``:
+    micro-batch, machine)`` predicts one stage on its own ranks at one micro-batch (its strategies
+    chosen by the caller) on ``machine`` as a stage sees it (``costmodel.comm.spans.pipeline_view``:
+    its collectives on the slowest group of every stage); ``cuts``: the stages' layers (default: Megatron's cut, else balanced); ``chunks``:
     under the interleaved schedule, the model chunks each device holds (module docstring)."""
     _check(batch, devices, stages, micro_batches, schedule, chunks)
     d, mb, n = devices // stages, batch // micro_batches, stages * chunks
@@ -268,6 +282,7 @@ def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_
     stage_of = {layer.name: c % stages for c, layers in enumerate(cuts) for layer in layers}
     ties = crossing_ties(net, stage_of.__getitem__)
     ends = sorted({stage_of[name] for name in ties}) or [0, 0]
+    view = pipeline_view(machine, devices, stages)
     out = []
     for s in range(stages):
         mine = range(s, n, stages)  # chunks s, s + S, ...: device s's (one stage when not interleaved)
@@ -275,7 +290,7 @@ def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_
         # each of the d ranks sends its block of the micro-batch to the next chunk's device
         sends = sum(2 * p2p_s(machine, s * d, (c + 1) % stages * d, received[c + 1] * mb // d)
                     for c in mine if c + 1 < n and received[c + 1])
-        micro = predict_stage(stage_net, d, mb)
+        micro = predict_stage(stage_net, d, mb, view)
         tied = tied_sync_s(stage_net, {x.layer.name: x.layer.strategy for x in micro.layers}, ties, machine,
                            (ends[0] * d, ends[-1] * d))
         kept = device_kept(schedule, stages, s, micro_batches, micro, [cuts[c] for c in mine])

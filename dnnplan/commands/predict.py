@@ -125,7 +125,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
                  "--step-context applies to a plan file for machine `local` (predicted as `dnnplan execute` "
                  "predicts it); ignored" if step_given else None, *ctx.choices.idle(ctx.network),
                  *idle_layout(ctx.network, splits, pipeline, micro_batches, schedule, chunks),
-                 straddle_warning(splits, ctx.machine, ctx.devices // max(1, pipeline)),
+                 straddle_warning(splits, ctx.machine, ctx.devices, pipeline),
                  context_warning(ctx.network, splits)]:
         if line is not None:
             warn(line)
@@ -196,14 +196,19 @@ def context_warning(net, splits: LayerSplits) -> str | None:
             "priced as dnnplan's executor runs it, the last rank's chunks short")
 
 
-def straddle_warning(splits: LayerSplits, machine, ranks: int) -> str | None:
+def straddle_warning(splits: LayerSplits, machine, devices: int, stages: int = 1) -> str | None:
     """The line saying some tensor (or tensor x context) groups cross a link domain's edge: groups of
-    contiguous ranks that do not divide the domain, on more ranks than one domain holds. The cost
+    contiguous ranks that do not divide the domain, where one of them starts inside a domain and
+    ends past it (in any pipeline stage: stage ``s`` holds ranks ``[s d, (s + 1) d)``). The cost
     model prices the slowest group, one that crosses (costmodel.comm.spans): a size dividing the
     domain would keep each group on the domain's links."""
-    domain = machine.domain_size
+    domain, ranks = machine.domain_size, devices // max(1, stages)
     for size, what in ((splits.tensor, "tensor"), (splits.tensor * splits.context, "tensor x context")):
-        if size > 1 and ranks > domain and domain % size and size < ranks:
+        if size <= 1 or size >= ranks or not domain % size:
+            continue
+        starts = {(s * ranks + k * size) % domain for s in range(min(stages, domain))
+                  for k in range(min(ranks // size, domain))}
+        if any(start + size > domain for start in starts):
             return (f"{what} groups of {size} ranks do not divide {machine.name}'s {domain}-device link domain: some "
                     f"groups cross two domains, and the step waits for them (priced over the link between "
                     f"domains); a {what} size dividing {domain} keeps every group inside a domain")

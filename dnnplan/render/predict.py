@@ -134,6 +134,8 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
                               "optimizer": plan.choices.optimizer, "zero": plan.choices.zero, **memory,
                               **_train(train)}))
             return
+        if layers and len(pred.stages) == 1:  # gradient accumulation: one stage, its layers per micro-batch
+            tables.layer_table(pred.stages[0].micro, "per layer, one micro-batch")
         tables.pipeline_table(pred, limit, got.mfu, plan.machine)
         recorded_line(plan.step_s, pred.step_s)
         _train_line(train, memory["memory_fits"])

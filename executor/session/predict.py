@@ -23,6 +23,7 @@ from costmodel.calls.algorithms import attention_default, recompute_algorithms
 from costmodel.comm.overlap import overlap_with_bucket, resolve_overlap
 from costmodel.compute.model import OnDemand
 from costmodel.machine.loading import load_machine
+from costmodel.machine.model import Machine
 from costmodel.parallel.axes import PIPELINE
 from costmodel.frameworks.as_run import framework_overlap, pipeline_as_run, step_as_run
 from costmodel.frameworks.deepspeed import Zero3Step, zero3_step
@@ -129,7 +130,7 @@ def pipelined(ctx: Context, splits: LayerSplits, stages: int, micro_batches: int
     algos = algorithms(ctx)
     fallbacks: list[Fallback] = []
 
-    def stage(net: Network, ranks: int, micro: int):
+    def stage(net: Network, ranks: int, micro: int, view: Machine):
         try:
             strategies, fell = splits.strategies(net, ranks, micro)
         except DnnplanError as err:  # a stage's ranks, not the devices: the pipeline's share said
@@ -138,7 +139,7 @@ def pipelined(ctx: Context, splits: LayerSplits, stages: int, micro_batches: int
                                hint=err.hint.replace("--devices", f"--devices / {PIPELINE.flag}") if err.hint
                                else None) from None
         fallbacks.extend(fell)
-        return predict_step(net, micro, strategies, algos, ctx.machine, ctx.compute, choices.sharded_optimizer,
+        return predict_step(net, micro, strategies, algos, view, ctx.compute, choices.sharded_optimizer,
                             checkpoints=choices.recompute == "full", overlap=overlap)
 
     pred = predict_pipeline(ctx.network, ctx.batch, ctx.devices, stages, micro_batches, choices.schedule, ctx.machine,

@@ -47,7 +47,7 @@ def predicted(search, best) -> tuple[list, PipelinePrediction]:
         sols.append(sol)
         layers = stack.layers(start, k, rl[s])
         preds.append(StagePrediction(s, (layers[0].name, layers[-1].name), search.p // stages,
-                                     sol.predict(micro, search.machine, search.compute, search.settings),
+                                     sol.predict(micro, search.view(stages), search.compute, search.settings),
                                      search.p2p_s(stages, s, micro), search.kept(stages, s, m),
                                      sol.tied_s))
         start += k

@@ -143,12 +143,12 @@ def predict(stack: Stack, batch: int, p: int, stages: int, m: int, chunks: int, 
     matched by position), checked against the search's ``step``."""
     devices = iter(range(stages))
 
-    def stage(net: Network, ranks: int, micro: int):
+    def stage(net: Network, ranks: int, micro: int, view: Machine):
         sol = solutions[next(devices)]
         names = dict(zip((layer.name for layer in net.layers), (layer.name for layer in sol.network.layers)))
         strategies = {name: sol.strategies[own] for name, own in names.items()}
         algorithms = {name: sol.algorithms[own] for name, own in names.items() if own in sol.algorithms}
-        return predict_step(net, micro, strategies, algorithms, machine, compute, settings.choices.sharded_optimizer,
+        return predict_step(net, micro, strategies, algorithms, view, compute, settings.choices.sharded_optimizer,
                             overlap=settings.overlap)
 
     pred = predict_pipeline(stack.network, batch, p, stages, m, INTERLEAVED, machine, stage, chunks=chunks)

@@ -11,6 +11,7 @@ import time
 from costmodel.compute.model import ComputeModel
 from costmodel.layer.edge_table import PricingStopped
 from costmodel.layer.tied import crossing_ties, tied_table_s
+from costmodel.comm.spans import pipeline_view
 from costmodel.machine.model import Machine
 from costmodel.step.pipeline import kept_micro_batches
 from networks.ir import Network
@@ -84,7 +85,7 @@ class PairSearch:
         if key not in self._solvers:
             builder = self._builders.get((stages, m))
             self._solvers[key] = StageSolver(self.p // stages, self.batch // m, m + (stages - 1) / chunks,
-                                             self.machine, self.compute, self.settings, self.limit, self.exact,
+                                             self.view(stages), self.compute, self.settings, self.limit, self.exact,
                                              close, self.deadline if close else None, builder,
                                              self._searched.pop((stages, m, chunks), None) if close else None)
             if not close:
@@ -110,6 +111,11 @@ class PairSearch:
         sends = tuple(self.sends(stages, m, chunks))
         return stage_bound(self.solver(stages, m, chunks=chunks).builder, self.stack, stages, m, self.limit, sends,
                            chunks, above, self.holds(stages, m, chunks), edges)
+
+    def view(self, stages: int) -> Machine:
+        """The machine as each of ``stages`` stages sees it: its collectives on the slowest group of
+        every stage (costmodel.comm.spans.pipeline_view)."""
+        return pipeline_view(self.machine, self.p, stages)
 
     def kept(self, stages: int, s: int, m: int) -> int:
         """Micro-batches whose activations stage ``s`` is solved to hold (:func:`kept`)."""

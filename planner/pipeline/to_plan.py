@@ -72,9 +72,9 @@ def predict_pipelined(plan: Plan, net: Network, strategies: dict[str, Strategy],
     algorithms = plan.algorithms()
     optimizer = plan.choices.sharded_optimizer
 
-    def stage(stage_net: Network, ranks: int, micro: int):
+    def stage(stage_net: Network, ranks: int, micro: int, view: Machine):
         own = {layer.name: strategies[layer.name] for layer in stage_net.layers}
-        return predict_step(stage_net, micro, own, algorithms, machine, compute, optimizer, checkpoints=True,
+        return predict_step(stage_net, micro, own, algorithms, view, compute, optimizer, checkpoints=True,
                             overlap=overlap)
 
     return predict_pipeline(net, plan.batch, plan.devices, spec.stages, spec.micro_batches, spec.schedule, machine,

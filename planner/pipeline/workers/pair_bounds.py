@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from costmodel.compute.model import ComputeModel
+from costmodel.comm.spans import pipeline_view
 from costmodel.machine.model import Machine
 from planner.pipeline.bound import StageBound, stage_bound
 from planner.pipeline.stack import Stack
@@ -66,7 +67,8 @@ def pair_bound(task: PairTask, kept: dict) -> StageBound:
     """``task``'s bound; ``kept``: the worker's dict across its tasks (:func:`kept_pricing`: its
     later pairs and ZeRO stages reuse what its earlier ones priced)."""
     settings, compute = kept_pricing(task.settings, task.compute, kept)
-    builder = stage_builder(task.ranks, task.micro_batch, task.machine, compute, settings)
+    builder = stage_builder(task.ranks, task.micro_batch, pipeline_view(task.machine, task.ranks * task.stages, task.stages),
+                            compute, settings)
     return stage_bound(builder, task.stack, task.stages, task.micro_batches, task.limit, task.sends_s, task.chunks,
                        task.above, task.holds)
 

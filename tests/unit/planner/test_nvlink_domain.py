@@ -74,3 +74,36 @@ def test_the_planner_uses_the_domain_for_llama3_70b_on_64_gpus(tmp_path):
     # all 64 GPUs in one domain: the planner's groups talk on NVLink, so its exposed communication is
     # a small share of the step
     assert nvl72["step_comm_s"]["exposed"] < 0.01 * nvl72["step_s"]
+
+
+def _domain_of(tmp_path, devices: int) -> str:
+    """gb200-nvl72 with NVLink domains of ``devices`` GPUs (a rack run as Slurm segments of 16 trays)."""
+    data = yaml.safe_load(resources.files("costmodel.machine").joinpath("gb200-nvl72.yaml").read_text())
+    data["devices_per_nvlink_domain"] = devices
+    data["name"] = f"gb200-nvl{devices}"
+    path = tmp_path / f"gb200-nvl{devices}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_a_later_pipeline_stage_across_two_racks_sets_every_stage_s_pace(tmp_path):
+    """llama3-70b on 256 GB200s, 8 stages of 32 with tensor groups of 16: on 72-GPU racks stage 2
+    (ranks 64-95) holds a tensor group across racks 0 and 1, and the pipeline waits for it; on racks
+    of 64 every stage's groups stay inside one. Stage 0 alone lies the same in both."""
+    layout = ["predict", "llama3-70b", "-p", "256", "-b", "512", "--tensor", "16", "--pipeline", "8",
+              "--micro-batches", "64", "--precision", "bf16", "--optimizer", "adam", "--json"]
+    nvl72 = runner.invoke(app, layout + ["-m", "gb200-nvl72"])
+    assert nvl72.exit_code == 0, nvl72.output
+    assert "tensor groups of 16 ranks do not divide gb200-nvl72's 72-device link domain" in nvl72.stderr
+    racks_of_64 = _json(layout + ["-m", _domain_of(tmp_path, 64)])
+    assert json.loads(nvl72.stdout)["step_s"] > 1.1 * racks_of_64["step_s"]
+
+
+def test_the_planner_prices_a_stage_as_the_pipeline_runs_it(tmp_path):
+    """Three stages of 32 on one and a half NVL72 racks: the plan's step is its plan file's, as
+    `dnnplan predict` prices it (every stage on the slowest group of every stage)."""
+    out = tmp_path / "plan.yaml"
+    planned = _json(["plan", "llama3-8b", "-p", "96", "-b", "96", "-m", "gb200-nvl72", "--precision", "bf16",
+                     "--pipeline", "3", "--json", "--out", str(out)])
+    assert planned["pipeline"]["stages"] == 3
+    assert _json(["predict", str(out), "--json"])["step_s"] == planned["step_s"]

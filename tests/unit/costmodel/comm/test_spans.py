@@ -6,7 +6,7 @@ from itertools import product
 
 import pytest
 
-from costmodel.comm.spans import slowest_span
+from costmodel.comm.spans import pipeline_view, slowest_span
 from costmodel.layer.comms import group_time
 from costmodel.machine.loading import load_machine
 from costmodel.parallel.axes import GRID_ORDER
@@ -64,3 +64,54 @@ def test_a_tensor_group_across_two_nvlink_domains_is_priced_over_the_link_betwee
     crossing = group_time("allreduce", 64e6, make_strategy(144, {"N": 9, "F": 16}), ("F",), m)
     inside = group_time("allreduce", 64e6, make_strategy(64, {"N": 4, "F": 16}), ("F",), m)
     assert crossing > 2 * inside
+
+
+def _every_stage_worst(strategy, dims, machine, stages):
+    """Every group of every stage listed (stage ``s`` the same strategy on ranks ``s d`` on), and the
+    one spanning the most domains."""
+    spans = set()
+    for s in range(stages):
+        for rank in range(strategy.p):
+            spans.add(machine.group_span(strategy.group_array(rank, dims) + s * strategy.p))
+    return max(spans, key=lambda span: (span[1], span[0]))
+
+
+STAGE_LAYOUTS = [  # (stage ranks, its degrees, stages)
+    (32, {"N": 2, "F": 16}, 8), (32, {"N": 8, "F": 4}, 8), (16, {"N": 2, "F": 8}, 9), (48, {"N": 3, "F": 16}, 3),
+    (36, {"N": 3, "F": 12}, 4), (64, {"N": 4, "E": 16}, 4), (8, {"F": 8}, 18),
+]
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+@pytest.mark.parametrize("d,degrees,stages", STAGE_LAYOUTS)
+def test_a_stage_is_priced_on_the_worst_group_of_every_stage(machine, d, degrees, stages):
+    """Stage ``s`` of a pipeline runs on ranks ``[s d, (s + 1) d)``: on the machine as a stage sees it
+    (pipeline_view) the span priced is the worst over every stage's groups, not stage 0's."""
+    m = MACHINES[machine]
+    view = pipeline_view(m, d * stages, stages)
+    s = make_strategy(d, degrees)
+    split = [g for g in GRID_ORDER if s.degree(g) > 1]
+    for dims in {(g,) for g in split}:
+        assert slowest_span(s, dims, view) == _every_stage_worst(s, dims, m, stages), (machine, degrees, dims)
+
+
+def test_stages_that_begin_at_a_domain_edge_see_the_machine_itself():
+    """Stages of whole domains, or one stage: every stage lies as stage 0 does, and the view is the
+    machine (its pricing and caches unchanged); stages of 32 on 72-GPU domains are not."""
+    nvl, dgx = MACHINES["gb200-nvl72"], MACHINES["dgx-h100"]
+    assert pipeline_view(nvl, 144, 2) is nvl and pipeline_view(nvl, 256, 1) is nvl
+    assert pipeline_view(dgx, 16384, 64) is dgx and pipeline_view(dgx, 64, 16) != dgx  # stages of 4 on 8-GPU nodes
+    assert pipeline_view(nvl, 256, 8).copies == (8, 16, 24, 32, 48, 56, 64)
+
+
+def test_a_tensor_group_in_a_later_stage_across_two_racks_slows_every_stage():
+    """Llama-style stages of 32 GB200s with tensor groups of 16, 8 stages: stage 2 (ranks 64-95) holds
+    ranks 64-79 across racks 0 and 1, so its allreduce waits for the link between racks; stage 0's
+    alone would not."""
+    m = MACHINES["gb200-nvl72"]
+    s = make_strategy(32, {"N": 2, "F": 16})
+    alone = group_time("allreduce", 64e6, s, ("F",), m)
+    staged = group_time("allreduce", 64e6, s, ("F",), pipeline_view(m, 256, 8))
+    assert staged > 2 * alone
+    assert group_time("allreduce", 64e6, s, ("F",), pipeline_view(MACHINES["dgx-h100"], 256, 8)) == \
+        group_time("allreduce", 64e6, s, ("F",), MACHINES["dgx-h100"])

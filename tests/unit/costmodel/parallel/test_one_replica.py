@@ -11,6 +11,7 @@ import pytest
 import costmodel.layer.cost as cost
 from costmodel.choices.moe_dispatch import with_moe_dispatch
 from costmodel.choices.training import TrainingChoices
+from costmodel.comm.spans import pipeline_view
 from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from costmodel.parallel.axes import N
 from costmodel.parallel.shard import one_replica
@@ -24,7 +25,7 @@ CASES = [("tiny-llama", "bf16", "alltoall"), ("tiny-moe", "bf16", "alltoall"), (
          ("tiny-gqa", "bf16", "alltoall"), ("resnet18", "fp32", "alltoall")]
 
 
-def _kept(layer, strategy, batch, domain=None):
+def _kept(layer, strategy, batch, domain=None, copies=()):
     return strategy, batch
 
 
@@ -82,3 +83,25 @@ def test_a_sample_split_with_collectives_of_its_own_keeps_its_strategy(op, name)
     assert split
     for strat in split:
         assert one_replica(sig, strat, 128) == (strat, 128)
+
+
+def test_a_stage_whose_replicas_lie_unlike_in_later_stages_keeps_its_strategy(monkeypatch):
+    """Eight pipeline stages of 32 GB200s (72-GPU domains): under the view a stage is priced on
+    (costmodel.comm.spans.pipeline_view), 2 replicas of 16 ranks lie across racks in stage 2 (ranks
+    64-95), so the strategy is kept; 8 replicas of 4 sit inside one domain in every stage and reduce.
+    Either way the price is the whole strategy's."""
+    p, batch = 32, 32
+    ctx = context.resolve(str(ZOO / "tiny-llama.yaml"), batch, p, "gb200-nvl72", None,
+                          choices=TrainingChoices(precision="bf16"))
+    view = pipeline_view(ctx.machine, p * 8, 8)
+    sig = signature(next(layer for layer in ctx.network.layers if layer.op == "linear"))
+    for degrees, reduces in (((("N", 2), ("F", 16)), False), ((("N", 8), ("F", 4)), True)):
+        strat = make_strategy(p, dict(degrees))
+        replica, _ = one_replica(sig, strat, batch, view.domain_size, view.copies)
+        assert (replica != strat) == reduces, degrees
+        assert one_replica(sig, strat, batch, view.domain_size)[0] != strat  # stage 0 alone reduces both
+        got = cost._sharded(sig, strat, batch, view, ctx.compute, "gemm", "mpi", 2, True, None)
+        with monkeypatch.context() as m:
+            m.setattr(cost, "one_replica", _kept)
+            whole = cost._sharded(sig, strat, batch, view, ctx.compute, "gemm", "mpi", 2, True, None)
+        assert got == whole, degrees

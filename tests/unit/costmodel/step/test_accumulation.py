@@ -51,9 +51,9 @@ def test_accumulated_step_counts_by_hand():
 
 
 def test_a_pipeline_of_one_stage_is_gradient_accumulation():
-    def stage(net, ranks, micro):
+    def stage(net, ranks, micro, machine):
         strategies, _ = uniform_strategies(net, ranks, micro, "data")
-        return predict_step(net, micro, strategies, default_algorithms(net), A100, ROOF, "adam")
+        return predict_step(net, micro, strategies, default_algorithms(net), machine, ROOF, "adam")
 
     pipe = predict_pipeline(NET, 64, 8, 1, 4, "1f1b", A100, stage)
     acc = _step(64, 8, 4)

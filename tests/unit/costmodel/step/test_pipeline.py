@@ -27,9 +27,9 @@ ROOF = Roofline(A100)
 runner = CliRunner()
 
 
-def _stage(net, ranks, micro):
+def _stage(net, ranks, micro, machine=A100):
     strategies, _ = uniform_strategies(net, ranks, micro, "data")
-    return predict_step(net, micro, strategies, default_algorithms(net), A100, ROOF)
+    return predict_step(net, micro, strategies, default_algorithms(net), machine, ROOF)
 
 
 def test_stages_are_contiguous_cover_every_layer_and_balance_flops():
@@ -128,10 +128,10 @@ def test_interleaving_gives_each_device_every_s_th_chunk_and_shrinks_the_bubble(
     spec.write_text(text)
     ctx = context.resolve(str(spec), 4, 8, "dgx-a100")
 
-    def stage(net, ranks, micro):
+    def stage(net, ranks, micro, machine):
         from costmodel.step.prediction import predict_step
         strategies, _ = megatron_strategies(net, ranks, micro, 1)
-        return predict_step(net, micro, strategies, {}, ctx.machine, ctx.compute)
+        return predict_step(net, micro, strategies, {}, machine, ctx.compute)
 
     from costmodel.step.pipeline import predict_pipeline
     pred = predict_pipeline(ctx.network, 8, 4, 2, 4, "interleaved", ctx.machine, stage, chunks=2)

@@ -63,10 +63,10 @@ def _gpt(tmp_path, repeat: int):
     spec.write_text(ZOO_TINY.read_text().replace("repeat: 2", f"repeat: {repeat}"))
     ctx = context.resolve(str(spec), 4, 8, "dgx-a100")
 
-    def stage(net, ranks, micro):
+    def stage(net, ranks, micro, machine):
         from costmodel.step.prediction import predict_step
         strategies, _ = megatron_strategies(net, ranks, micro, 1)
-        return predict_step(net, micro, strategies, {}, ctx.machine, ctx.compute)
+        return predict_step(net, micro, strategies, {}, machine, ctx.compute)
     return ctx, stage
 
 

@@ -88,9 +88,9 @@ def test_memory_per_device_by_what_holds_it_against_a_hand_count(tmp_path):
     or (3, 0) on device 1 (tests/unit/costmodel/step/test_pipeline_memory.py writes the order out)."""
     ctx = _ctx(tmp_path, p=4)
 
-    def stage(net, ranks, micro):
+    def stage(net, ranks, micro, machine):
         strategies, _ = megatron_strategies(net, ranks, micro, 1)
-        return predict_step(net, micro, strategies, {}, ctx.machine, ctx.compute)
+        return predict_step(net, micro, strategies, {}, machine, ctx.compute)
 
     pred = predict_pipeline(ctx.network, BATCH, 4, STAGES, M, INTERLEAVED, ctx.machine, stage, chunks=CHUNKS)
     for st, params, moments in ((pred.stages[0], 118_400, ((3, 2), (4, 1))),
