@@ -22,16 +22,18 @@ kernels ran as they were timed). Everything else is the cost model's own.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from costmodel.calls.algorithms import kernel_algorithm
 from costmodel.calls.kernel_call import KernelCall
 from costmodel.calls.layer_calls import kernel_calls
 from costmodel.choices.precision import matmul_peak
+from costmodel.compute.calibration import with_efficiencies
 from costmodel.compute.model import ComputeModel
 from costmodel.compute.roofline import Roofline
 from costmodel.frameworks.framework import Framework
 from costmodel.frameworks.layer_host import layer_host_excess_s
-from costmodel.machine.model import Machine
+from costmodel.machine.model import EFFICIENCY_CLASSES, Machine
 from costmodel.parallel.shard import LocalLayer
 from networks.ir import DTYPE_BYTES
 from networks.ops.base import prod
@@ -80,11 +82,31 @@ class FrameworkKernels:
         base = model.pass_s(local, pass_, algorithm)
         if base == 0.0:
             return base
-        out = base * self._factor(local, model, algorithm) + self._transposes_s(local, model)
+        factor = self._factor(local, model, algorithm)
+        out = base * factor
+        ops = self.framework.op(local.layer.op, kernel_algorithm(algorithm))
+        if factor < 1.0 and ops.launches("fwd" if pass_ == "fwd" else "bwd"):  # kernels of its own
+            out = max(out, min(base, self._floor_s(local, pass_, algorithm, model)))
+        out += self._transposes_s(local, model)
         if pass_ == "bwd_weights":
             return out
-        ops = self.framework.op(local.layer.op, kernel_algorithm(algorithm))
         return out + ops.passes * self._pass_bytes_s(local, pass_, algorithm)
+
+    @cached_property
+    def _at_peak(self) -> Machine:
+        """The machine with every class of kernels at its datasheet peak and memory at its full bandwidth."""
+        return with_efficiencies(self.machine, {kind: 1.0 for kind in EFFICIENCY_CLASSES})
+
+    def _floor_s(self, local: LocalLayer, pass_: str, algorithm: str, model: ComputeModel) -> float:
+        """The pass's arithmetic at the peak of the format it runs on and its bytes at the full memory
+        bandwidth: what no kernel of its own beats. A framework's factor below 1 (fitted: the
+        machine's efficiencies price eager PyTorch's elementwise kernels slower than they run) speeds
+        the cost model's time up to this and no further (nor is the time raised past the cost
+        model's own: a profile table's kernels ran as timed, a Winograd engine under direct FLOPs)."""
+        tf32 = getattr(model, "tf32", False) or (
+            local.layer.dtype == "float32" and ((self.framework.float32_convolutions == "tf32" and local.layer.op == "conv2d")
+                                                or (self.framework.float32_matmuls == "tf32" and local.layer.op in MATMUL_OPS)))
+        return Roofline(self._at_peak, tf32=tf32).pass_s(local, pass_, algorithm)
 
     def _transposes_s(self, local: LocalLayer, model: ComputeModel) -> float:
         """What an NCHW convolution on the tensor cores adds to each pass: cuDNN's tensor-core
