@@ -11,7 +11,10 @@ and the same plan measured can be read side by side:
 - ``update``: the optimiser's update of every weight;
 - where the executor's prediction adds them: ``between kernels`` (its own time per layer pass),
   ``waiting for the slowest rank`` and ``code around collectives``; where a framework's host or
-  launches hold the device back, ``host and launches`` (costmodel.frameworks.host_calls);
+  launches hold the device back, ``host and launches`` (costmodel.frameworks.host_calls); where
+  ``--overlap ...+experts`` hides the expert all-to-alls under another micro-batch's pass,
+  ``expert all-to-alls alone``: those of the passes no other pass runs beside (the first forward
+  and the last backward; in a pipeline, the warm-up and cool-down passes);
 - for a pipelined step, the forward and backward of the slowest stage times the micro-batches,
   its ``pipeline sends``, the ``bubble`` (fill and drain) and the gradient sync and update of the
   stage that takes longest for them (``costmodel.step.pipeline``).
@@ -30,7 +33,8 @@ from costmodel.step.prediction import StepPrediction
 #: the terms in the order they are printed (name, StepPrediction attribute)
 TERMS = (("forward", "fwd_s"), ("backward", "bwd_s"), ("gradient sync", "sync_s"), ("update", "update_s"),
          ("between kernels", "dispatch_s"), ("waiting for the slowest rank", "wait_s"),
-         ("code around collectives", "collective_code_s"), ("host and launches", "host_s"))
+         ("code around collectives", "collective_code_s"), ("host and launches", "host_s"),
+         ("expert all-to-alls alone", "unpaired_expert_s"))
 #: the terms every breakdown shows, even at zero
 CORE = ("forward", "backward", "gradient sync", "update")
 
@@ -49,7 +53,7 @@ def pipeline_terms(pred: PipelinePrediction) -> tuple[tuple[str, float], ...]:
     out = [("forward", m * slowest.micro.fwd_s), ("backward", m * slowest.micro.bwd_s),
            ("between kernels", m * slowest.micro.dispatch_s), ("pipeline sends", m * slowest.p2p_s),
            ("bubble", pred.bubble_s), ("gradient sync", once.micro.sync_s + once.tied_sync_s),
-           ("update", once.micro.update_s)]
+           ("update", once.micro.update_s), ("expert all-to-alls alone", once.unpaired_s)]
     return tuple((name, secs) for name, secs in out if name in CORE or secs > 0)
 
 
@@ -78,7 +82,8 @@ def comm_parts(pred: StepPrediction | PipelinePrediction) -> tuple[tuple[str, fl
     def total(step: StepPrediction, sync: bool, time) -> float:
         return sum(time(c) for x in step.layers for c in x.layer.comms if (c.phase == "sync") == sync)
 
-    exposed = m * total(slowest, False, lambda c: c.seconds) + total(once, True, lambda c: c.seconds)
+    alone = max(pred.stages, key=lambda s: s.once_s).unpaired_s  # the expert all-to-alls no pass hides
+    exposed = m * total(slowest, False, lambda c: c.seconds) + total(once, True, lambda c: c.seconds) + alone
     hidden = (m * total(slowest, False, lambda c: c.link_time - c.seconds)
-              + total(once, True, lambda c: c.link_time - c.seconds))
+              + total(once, True, lambda c: c.link_time - c.seconds) - alone)
     return ("exposed", exposed), ("overlapped", hidden)

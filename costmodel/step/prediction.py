@@ -109,14 +109,15 @@ class StepPrediction:
 
     @property
     def comm_exposed_s(self) -> float:
-        """The collectives' time the step waits for (inside forward, backward and gradient sync)."""
-        return self._comm(lambda c: c.seconds)
+        """The collectives' time the step waits for (inside forward, backward and gradient sync, and
+        the expert all-to-alls no other micro-batch's pass hides: :attr:`unpaired_expert_s`)."""
+        return self._comm(lambda c: c.seconds) + self.unpaired_expert_s
 
     @property
     def comm_overlapped_s(self) -> float:
         """The collectives' time hidden under compute (costmodel.comm.overlap; a context-parallel ring's
         under its attention steps): not in the step."""
-        return self._comm(lambda c: c.link_time - c.seconds)
+        return self._comm(lambda c: c.link_time - c.seconds) - self.unpaired_expert_s
 
     @property
     def micro_batch(self) -> int:

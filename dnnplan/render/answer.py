@@ -121,9 +121,12 @@ def _count(n: float) -> str:
 
 def mfu_note(mfu: float) -> str:
     """Why a model FLOP utilisation can pass 100%: it counts the network's own FLOPs (PaLM's
-    definition), and FFT and Winograd convolutions compute the same result with less arithmetic."""
-    return (" (over 100%: FFT or Winograd convolutions do less arithmetic than the model's FLOPs count)"
-            if mfu > 1 else "")
+    definition) against the precision's peak, which kernels beat where they run float32 on TF32
+    tensor cores (PyTorch's convolutions by default: a framework's ``precision`` setting) or do less
+    arithmetic (FFT and Winograd convolutions)."""
+    return (" (over 100%: counted against the precision's peak, which kernels beat on TF32 tensor cores, as "
+            "PyTorch runs float32 convolutions by default, or with less arithmetic, as FFT and Winograd "
+            "convolutions)" if mfu > 1 else "")
 
 
 def header_lines(f: Facts) -> list[str]:

@@ -88,3 +88,33 @@ def test_the_readme_main_command_answers_in_its_first_screen():
     assert max(len(line) for line in lines) <= 120
     assert lines[0].startswith(args[1]) and any(line.startswith("step ") for line in lines[:6])
     assert any("optimal" in line or "of the optimum" in line for line in lines[:10])
+
+
+@pytest.mark.parametrize("layout", [["-p", "64", "-b", "64", "--precision", "fp8"],
+                                    ["-p", "64", "-b", "256", "--pipeline", "2", "--micro-batches", "8"]])
+def test_the_terms_sum_to_the_step_when_expert_all_to_alls_hide_under_other_micro_batches(layout):
+    """``+experts`` hides each expert all-to-all under another micro-batch's opposite pass, but not
+    in the passes no other pass runs beside (the first forward, the last backward; a pipeline's
+    warm-up and cool-down): those are a term of their own, and exposed, not overlapped, communication."""
+    got = runner.invoke(app, ["predict", "mixtral-8x7b", "--machine", "dgx-h100", "--expert", "8",
+                              "--overlap", "all+experts", "--json", *layout])
+    assert got.exit_code == 0, got.output
+    out = json.loads(got.stdout)
+    terms = out["step_breakdown_s"]
+    assert terms["expert all-to-alls alone"] > 0
+    assert sum(terms.values()) == pytest.approx(out["step_s"], rel=1e-12)
+
+
+def test_a_plan_file_of_accumulated_micro_batches_predicts_with_its_layers(tmp_path):
+    """A plan of one stage and several micro-batches (gradient accumulation, the planner's answer for
+    a transformer whose batch does not fit whole) predicted from its file: its per-layer entries and
+    memory parts, as a step's, beside the pipeline's fields; --layers prints their table."""
+    out = tmp_path / "plan.yaml"
+    planned = runner.invoke(app, ["plan", "tiny-llama", "-p", "4", "-b", "8", "--pipeline", "1", "--micro-batches",
+                                  "2", "--time-limit", "5", "--out", str(out), "--json"])
+    assert planned.exit_code == 0, planned.output
+    got = json.loads(runner.invoke(app, ["predict", str(out), "--json"]).stdout)
+    assert got["step_s"] == json.loads(planned.stdout)["step_s"] and got["micro_batches"] == 2
+    assert len(got["layers"]) == len(load_network("tiny-llama").layers) and got["micro_batch"] == 4
+    assert sum(got["memory_parts_bytes"].values()) == got["memory_peak_bytes"]
+    assert "per layer, one micro-batch" in runner.invoke(app, ["predict", str(out), "--layers"]).stdout
