@@ -273,5 +273,11 @@ def main() -> None:
     """Console-script entry point: SIGTERM and SIGHUP stop a command as Ctrl-C does (lifecycle.stops)."""
     count_from_the_start()
     stops.install()
-    app(prog_name="dnnplan")
+    try:
+        app(prog_name="dnnplan")
+    except OSError as err:  # the help or --version, printed before any command, to a full disk (> /dev/full)
+        where = "standard output: " if _stdout_full(err) else ""
+        _stdout_to_devnull()
+        fail_line(f"{where}the system refused: {reason(err)}")
+        sys.exit(EXIT_SYSTEM)
     sys.exit(0)

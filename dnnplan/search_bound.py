@@ -6,7 +6,8 @@ the command's start (its first import): the search (:mod:`planner.solvers.budget
 
 Ctrl-C during a search (:func:`stop_on_ctrl_c`): asks the search to stop (an ILP that runs, in a
 thread of its own, ends at HiGHS's next interrupt callback) and raises ``KeyboardInterrupt`` in the
-command, which shows the best plan it holds and exits 130 (docs/errors.md). A second Ctrl-C while
+command, which shows the best plan it holds and exits 130 (docs/errors.md). Another Ctrl-C within
+``lifecycle.stops.BURST_S`` of the first is ignored (a held or mashed Ctrl-C); a later one while
 that plan is priced and printed ends the command at once (exit 130, nothing shown).
 """
 
@@ -23,6 +24,7 @@ from typing import Iterator
 import typer
 
 from dnnplan import STARTED
+from lifecycle import stops
 from planner.solvers import Budget
 
 #: seconds `dnnplan plan` takes at most by default, from its start to its answer
@@ -63,8 +65,9 @@ def stop_on_ctrl_c(budget: Budget) -> Iterator[None]:
         return
 
     def handler(signum, frame) -> None:
-        budget.request_stop()
-        raise KeyboardInterrupt
+        if stops.arrived(signum):  # the first: the best plan so far is shown; a burst's others ignored
+            budget.request_stop()
+            raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
@@ -99,6 +102,6 @@ def _flushed_exit(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # a stream closed by the caller (2>&-): None
             pass
     os._exit(code)

@@ -7,13 +7,16 @@ scheduler's time limit) and SIGHUP (the terminal closed), all handled as Ctrl-C 
 does the same for them; :func:`exit_code` is then 128 + the signal, as a shell reports a command
 a signal ended. A signal that was ignored when the command started (``nohup`` ignores SIGHUP, a
 background job of a script SIGINT) stays ignored. :func:`sigint_handled_by` hands them to another
-handler for the length of a block (a child job that must end in order first), then back.
+handler for the length of a block (a child job that must end in order first), then back. Another
+stop signal within :data:`BURST_S` of the first is ignored (the first is being handled); a later
+one ends the command at once (:func:`arrived`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -21,6 +24,13 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 #: The stop signals this process received, in order (state of the process, kept at its edge)
 _RECEIVED: list[int] = []
+#: when the first of them arrived (``time.monotonic``)
+_FIRST_AT: list[float] = []
+#: seconds after the first stop signal in which another is the same stop, ignored: a burst (a held
+#: or mashed Ctrl-C, a scheduler signalling every process of a job, several kills at once), which
+#: landing in the first one's handling (the plan shown, the workers ended, the exit handlers) would
+#: else leave a traceback, a plan not shown or workers not ended
+BURST_S = 2.0
 
 
 class Stopped(KeyboardInterrupt):
@@ -31,9 +41,23 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+def arrived(signum: int) -> bool:
+    """A stop signal arrived: True for the first (the caller raises it), False for another within
+    :data:`BURST_S` of it (ignored: the first is being handled); a later one ends the process at
+    once, with 128 + the first signal (the user asked twice: nothing more is shown; workers end
+    with this process, lifecycle.process_pool)."""
+    if not _RECEIVED:
+        _RECEIVED.append(signum)
+        _FIRST_AT[:] = [time.monotonic()]
+        return True
+    if not _FIRST_AT or time.monotonic() - _FIRST_AT[0] < BURST_S:
+        return False
+    os._exit(128 + _RECEIVED[0])
+
+
 def _raise(signum: int, frame: object) -> None:
-    _RECEIVED.append(signum)
-    raise Stopped(signum)
+    if arrived(signum):
+        raise Stopped(signum)
 
 
 def _end_at_once(signum: int, frame: object) -> None:

@@ -49,6 +49,7 @@ class Parser:
         self.aliases: dict[str, str] = {}
         self.raws: list[Raw] = []
         self.entries = 0
+        self.uses = 0  # 'use' entries expanded (blocks, repeated or not)
 
     def fail(self, message: str, *, line=None, layer=None, field=None, hint=None) -> DnnplanError:
         return DnnplanError(message, file=self.source, line=line, layer=layer, field=field, hint=hint)
@@ -81,8 +82,13 @@ class Parser:
                                 line=line, layer=prefix or None, field=field)
             self.entries += 1
             if self.entries > MAX_ENTRIES:
-                raise self.fail(f"the spec expands to more than {MAX_ENTRIES} layers", line=entry.line,
-                                layer=prefix or None, field="repeat", hint="check the 'repeat' counts")
+                if self.uses:  # blocks repeated past the bound: their counts
+                    raise self.fail(f"the spec expands to more than {MAX_ENTRIES} layers", line=entry.line,
+                                    layer=prefix or None, field="repeat", hint="check the 'repeat' counts")
+                raise self.fail(f"the spec lists more than {MAX_ENTRIES} layers, more than dnnplan plans",
+                                line=entry.line, layer=prefix or None, field="layers",
+                                hint="write a repeated block once under 'blocks' and 'use' it with 'repeat' "
+                                     "(docs/network-spec.md), or plan a smaller network")
             line = entry.line
             if "use" in entry:
                 prev = self.expand_use(entry, env, prefix, prev, block_input, local, depth)
@@ -192,6 +198,7 @@ class Parser:
     def expand_use(self, entry: LDict, env, prefix, prev, block_input, local, depth) -> str | None:
         """One block use: the block's layers once per repeat, each instance reading the previous
         one's output; returns the last instance's output (``prev`` when ``when`` skips the use)."""
+        self.uses += 1
         label = str(entry.get("name", entry["use"]))
         use, block = self._used_block(entry, label, depth)
         if not self.condition(entry, env, label):

@@ -36,6 +36,7 @@ from executor.session.sweep import SweepRequest
 from lifecycle import stops
 from lifecycle.process_pool import ProcessPool, default_jobs
 from networks.default_batch import sequence_length
+from networks.writing import SystemFailure
 from networks.errors import DnnplanError, short
 from networks.ir import Network
 from planner.pipeline.search import PROVE_S
@@ -258,8 +259,12 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
             refused = err
     got = answer.pipeline
     train = None if budgeted is None else train_time(made.step_s, budgeted[1], ctx.devices, budgeted[0], budgeted[2])
+    failed = None  # the plan file not written (a full disk): said after the plan is shown, so the search is not lost
     if out:
-        write_plan(made, out)
+        try:
+            write_plan(made, out)
+        except SystemFailure as err:
+            failed, out = err, None
     if as_json:
         # "interrupted": the best plan a stop (Ctrl-C, SIGTERM, SIGHUP) found so far; else "done"
         print(json.dumps({"status": "interrupted" if settings.budget.stop_requested else "done",
@@ -267,13 +272,15 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
                           "answered_in_s": round(settings.budget.elapsed(), 3), "assumed": list(defaults),
                           **({} if emit is None else {"export": {"framework": emit, **launch[1]} if launch else
                                                       {"framework": emit, "refused": str(refused)}})}))
-        return refused is None
-    render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit, train), layers)
-    if out:
-        render.console.print(render.wrote_line(made, out, ctx.machine.device.kind, ctx.devices))
-    if launch is not None:
-        export_render.show(launch[0])
-    elif refused is not None:
+    else:
+        render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit, train), layers)
+        if out:
+            render.console.print(render.wrote_line(made, out, ctx.machine.device.kind, ctx.devices))
+        if launch is not None:
+            export_render.show(launch[0])
+    if failed is not None:
+        raise failed
+    if refused is not None:  # the plan is printed (and written); the refusal is the one line on stderr
         near = nearest_runs(emit, made, ctx.network)
         plan_file = out or "PLAN.yaml"
         keep = "" if out else f"keep the plan with --out {plan_file}, then "  # no plan file to export yet

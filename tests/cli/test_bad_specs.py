@@ -101,3 +101,16 @@ def test_undecodable_file_exits_2(tmp_path: Path):
     result = runner.invoke(app, ["info", str(bad)])
     assert result.exit_code == 2
     assert "Traceback" not in result.output and "internal error" not in result.output
+
+
+def test_a_spec_that_lists_too_many_layers_says_so_not_its_repeat_counts(tmp_path):
+    """More layers than dnnplan plans written out one by one (no block, no 'repeat'): the line names
+    the layers and how to write them shorter, not a 'repeat' the file does not have."""
+    from networks.spec_expand import MAX_ENTRIES  # noqa: PLC0415
+
+    rows = "\n".join(f"  - {{name: l{i}, op: linear, features: 8}}" for i in range(MAX_ENTRIES + 1))
+    path = tmp_path / "long.yaml"
+    path.write_text(f"name: long\ninputs:\n  x: {{shape: [8]}}\nlayers:\n{rows}\n")
+    with pytest.raises(DnnplanError) as err:
+        parse_network(path.read_text(), str(path))
+    assert err.value.field == "layers" and "repeat" not in err.value.bare and "'use'" in err.value.hint

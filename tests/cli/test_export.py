@@ -238,6 +238,9 @@ def test_plan_emit_prints_the_plans_launch_file_after_it(tmp_path):
     assert refused.exit_code == 2 and "step" in refused.stdout
     assert "--emit torchtitan:" in refused.stderr and "learned position embeddings" in refused.stderr
     assert "--nearest" not in refused.stderr  # which refuses the same plan: not offered
+    as_json = runner.invoke(app, ["plan", "gpt-tiny", "-p", "2", "--time-limit", "5", "--emit", "torchtitan", "--json"])
+    assert as_json.exit_code == 2 and "learned position embeddings" in json.loads(as_json.stdout)["export"]["refused"]
+    assert "--emit torchtitan:" in as_json.stderr  # the refusal's one line, as without --json
     for args, words in [(["--emit", "foo"], "unknown --emit 'foo'"), (["--sweep", "2,4", "--emit", "megatron"],
                                                                        "--emit prints one plan's launch file")]:
         assert words in one_error_line(runner.invoke(app, ["plan", "tiny-llama", *args]))

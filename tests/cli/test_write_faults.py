@@ -143,6 +143,7 @@ def test_plan_out_dev_full_is_exit_74_in_one_line(tmp_path):
     r = _dnnplan(["plan", "lenet5", "--devices", "2", "--machine", "dgx-a100", "--out", "/dev/full"], tmp_path)
     assert r.returncode == EXIT_SYSTEM, r.stderr
     assert "/dev/full: could not be written" in _one_error_line(r.stderr) and "ENOSPC" in r.stderr
+    assert "step " in r.stdout  # the plan the search found is shown all the same, not lost
 
 
 def test_a_full_standard_output_is_named_as_the_file_refused(tmp_path):
@@ -151,6 +152,31 @@ def test_a_full_standard_output_is_named_as_the_file_refused(tmp_path):
                            stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
     assert r.returncode == EXIT_SYSTEM, r.stderr
     assert "standard output: the system refused: No space left on device" in _one_error_line(r.stderr)
+
+
+@pytest.mark.parametrize("args", [["--help"], [], ["--version"]])
+def test_the_help_and_version_to_a_full_standard_output_are_one_line_too(tmp_path, args):
+    """Printed before any command runs (the help, with no command too, and --version): the same line
+    and exit 74 as a command's output to a full disk, no traceback."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "dnnplan", *args], cwd=tmp_path, env=dnnplan_env(tmp_path),
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == EXIT_SYSTEM, r.stderr
+    assert "standard output: the system refused: No space left on device" in _one_error_line(r.stderr)
+
+
+@pytest.mark.parametrize("closed", [1, 2])
+def test_a_standard_stream_the_caller_closed_is_written_nowhere(tmp_path, closed):
+    """``>&-`` or ``2>&-``: what would go there goes nowhere, and the command's status is its own
+    (the plan written with --out, exit 0), not an internal error or a failed exit."""
+    out = tmp_path / "plan.yaml"
+    r = subprocess.run([sys.executable, "-m", "dnnplan", "plan", "lenet5", "--devices", "2", "--machine", "dgx-a100",
+                        "--out", str(out)], cwd=tmp_path, env=dnnplan_env(tmp_path), capture_output=closed == 1,
+                       text=True, timeout=300, preexec_fn=lambda: os.close(closed))
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert out.exists()
+    if closed == 1:
+        assert "error" not in r.stderr and "Traceback" not in r.stderr
 
 
 def _file_size_limit(limit: int):

@@ -16,6 +16,7 @@ from dnnplan.cli import app
 from lifecycle.process_pool import ProcessPool
 from planner.pipeline.workers.pair_bounds import pair_bound
 from tests.support.cli_errors import one_error_line
+from tests.support.ctrl_c import default_stop_signals
 from tests.support.proc_table import describe, gone_within, tree
 from tests.support.processes import dnnplan_env
 
@@ -38,6 +39,33 @@ def test_ctrl_c_while_workers_bound_the_pairs_leaves_no_process_running(tmp_path
         proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err
+    still = gone_within(seen, 3.0)
+    assert not still, describe(still)
+
+
+@pytest.mark.slow
+def test_a_burst_of_stop_signals_is_one_stop_with_the_best_plan_and_no_process_left(tmp_path):
+    """Six SIGTERMs 2 ms apart (several kills at once; a held Ctrl-C is the same) once the workers
+    run: the first stops the search, the others land while it is handled and change nothing: the
+    best plan so far, exit 143, no traceback, every worker gone."""
+    proc = subprocess.Popen([sys.executable, "-m", "dnnplan", "plan", *PIPELINED, "--jobs", "2", "--time-limit", "600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dnnplan_env(tmp_path),
+                            preexec_fn=default_stop_signals)
+    try:
+        deadline = time.monotonic() + 60
+        while len(seen := tree(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert len(seen) >= 2, f"no worker started: {describe(list(seen))}"
+        time.sleep(1.0)  # a plan held
+        for _ in range(6):
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.002)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and "Exception ignored" not in err
+    assert "interrupted by SIGTERM" in err and "step " in out
     still = gone_within(seen, 3.0)
     assert not still, describe(still)
 

@@ -63,6 +63,32 @@ def test_a_signal_ignored_at_start_stays_ignored():
     assert got.stdout.strip() == "SIGHUP ignored; SIGTERM stopped, exit 143 SIGTERM", got.stdout + got.stderr
 
 
+def test_a_burst_of_stops_is_one_stop_and_a_later_one_ends_the_process_at_once():
+    """Stop signals within BURST_S of the first (a held Ctrl-C, several kills at once) land while the
+    first is handled and are ignored: it finishes (here, prints) and exits with the first's code. One
+    after that ends the process at once, with the first signal's code, nothing more done."""
+    got = _python("""
+        import os, signal, time
+        from lifecycle import stops
+        stops.install()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except stops.Stopped:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                os.kill(os.getpid(), sig)  # the burst, while the first is handled
+                time.sleep(0.01)
+            print("handled", stops.exit_code(), flush=True)
+            stops.BURST_S = 0.1
+            time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGINT)  # past the burst: at once
+            time.sleep(5)
+            print("not ended")
+    """)
+    assert got.returncode == 143 and got.stdout.strip() == "handled 143", (got.stdout, got.stderr)
+    assert "Traceback" not in got.stderr
+
+
 def test_a_stop_while_the_command_loads_ends_it_quietly_and_install_takes_over():
     """The console script's first code (dnnplan.entry): Ctrl-C before the command handles signals
     ends it with 130 and no traceback; once installed, a stop is the command's to handle."""
