@@ -105,7 +105,11 @@ def layout_json(got: LaunchStep) -> dict:
     return {"tensor": config.tensor, "context": config.context, "expert": config.expert,
             "sequence_parallel": config.sequence_parallel, "stages": config.stages, "chunks": config.chunks,
             "schedule": plan.pipeline.schedule if plan.pipeline else config.schedule,
-            "micro_batches": plan.pipeline.micro_batches if plan.pipeline else 1, "micro_batch": config.micro_batch,
+            "micro_batches": plan.pipeline.micro_batches if plan.pipeline else 1,
+            # samples a micro-batch over all data-parallel ranks (as plan and predict's JSON give it),
+            # and on one rank (the framework's own: Megatron-LM's --micro-batch-size)
+            "micro_batch": plan.batch // (plan.pipeline.micro_batches if plan.pipeline else 1),
+            "micro_batch_per_rank": config.micro_batch,
             "first_layers": list(plan.pipeline.first_layers) if plan.pipeline else [],
             "precision": plan.choices.precision, "optimizer": plan.choices.optimizer, "zero": plan.choices.zero,
             "overlap": plan.choices.overlap, "recompute": config.recompute,

@@ -143,6 +143,9 @@ def test_full_recomputation_prices_the_same_as_a_plan_read_back_and_by_flags(tmp
         got = predicted(["--from", str(script), "--devices", "8", "--machine", "dgx-h100"])
         want = predicted([*flags, "--pipeline", "2", "--micro-batches", "8"])
         assert got["layout"]["stages"] == 2
+        # 16 sequences in 8 micro-batches of 2 over 2 data-parallel ranks (--micro-batch-size 1): the
+        # micro-batch as plan and predict name it, and the framework's per rank
+        assert (got["layout"]["micro_batch"], got["layout"]["micro_batch_per_rank"]) == (2, 1)
     else:
         result = runner.invoke(app, ["predict", *flags, "--out", str(plan)])
         assert result.exit_code == 0, result.output
