@@ -343,7 +343,9 @@ def plan_json(ctx: Context, answer, plan: Plan, got, train=None) -> dict:
         out["train"] = train.json()
     out["axes"] = {**plan_axes(ctx.network, plan, got), "zero": answer.settings.choices.zero}
     if got is not None:
-        out.update({**pipeline_json(got.prediction), "cut_blocks": list(got.cut), "mfu": plan.mfu,
+        # a one-stage pipeline's layers and overlap as the plan file has them, not as predict's JSON does
+        piped = {k: v for k, v in pipeline_json(got.prediction).items() if k not in ("layers", "overlap")}
+        out.update({**piped, "cut_blocks": list(got.cut), "mfu": plan.mfu,
                     "micro_batch": got.micro_batch, "search": got.stats,
                     "tried": [_finite(c.__dict__) for c in got.candidates]})
     if answer.why:

@@ -118,3 +118,4 @@ def test_a_plan_file_of_accumulated_micro_batches_predicts_with_its_layers(tmp_p
     assert len(got["layers"]) == len(load_network("tiny-llama").layers) and got["micro_batch"] == 4
     assert sum(got["memory_parts_bytes"].values()) == got["memory_peak_bytes"]
     assert "per layer, one micro-batch" in runner.invoke(app, ["predict", str(out), "--layers"]).stdout
+    assert "fwd_s" in json.loads(planned.stdout)["layers"][0]  # plan --json keeps the plan file's entries
