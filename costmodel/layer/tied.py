@@ -91,18 +91,20 @@ def crossing_ties(net: Network, stage_of: Callable[[str], int]) -> set[str]:
     return out
 
 
-def tied_table_s(layer: Layer, strategy, machine: Machine, ranks: tuple[int, int]) -> float:
+def tied_table_s(layer: Layer, strategy, machine: Machine, ranks: tuple[int, int], block: int = 1) -> float:
     """The two-rank allreduce of the tied table's gradient that ``layer`` (an embedding, or a head
     holding its copy) takes part in under ``strategy``: each rank sums its own rows with the rank
-    of the other stage (``ranks``: a rank of each of the two stages)."""
+    of the other stage (``ranks``: the first rank of each of the two stages; ``block``: a stage's
+    ranks, each paired with its peer, all at once: the slowest pair sets the time)."""
     rows = weight_layouts(layer, strategy)["tokens" if layer.op == "embedding" else "weight"]
     nbytes = _block_elems(rows) * DTYPE_BYTES.get(layer.dtype, 4)
-    return allreduce_s(nbytes, 2, machine.intra if machine.same_domain(*ranks) else machine.inter)
+    return allreduce_s(nbytes, 2, machine.intra if machine.pairs_same_domain(*ranks, block) else machine.inter)
 
 
-def tied_sync_s(stage: Network, strategies: dict, names: set[str], machine: Machine, ranks: tuple[int, int]) -> float:
+def tied_sync_s(stage: Network, strategies: dict, names: set[str], machine: Machine, ranks: tuple[int, int],
+                block: int = 1) -> float:
     """:func:`tied_table_s` of the stage's layers in ``names`` (:func:`crossing_ties`)."""
-    return sum(tied_table_s(layer, strategies[layer.name], machine, ranks) for layer in stage.layers
+    return sum(tied_table_s(layer, strategies[layer.name], machine, ranks, block) for layer in stage.layers
                if layer.name in names)
 
 

@@ -169,6 +169,12 @@ class Machine:
         """Whether ranks ``a`` and ``b`` share a link domain (talk over ``intra``)."""
         return a // self.domain_size == b // self.domain_size
 
+    def pairs_same_domain(self, a: int, b: int, n: int = 1) -> bool:
+        """Whether every rank ``a + i`` shares a link domain with ``b + i``, ``i < n`` (a pipeline
+        stage's ``n`` ranks each sending to its peer of the next stage). The pairs repeat with the
+        domain (both ranks move one domain on), so the first ``domain_size`` decide."""
+        return all(self.same_domain(a + i, b + i) for i in range(min(max(n, 1), self.domain_size)))
+
     def max_devices(self) -> int | None:
         """Total devices, or ``None`` when the node count is unlimited."""
         return None if self.nodes is None else self.nodes * self.devices_per_node

@@ -288,11 +288,11 @@ def predict_pipeline(net: Network, batch: int, devices: int, stages: int, micro_
         mine = range(s, n, stages)  # chunks s, s + S, ...: device s's (one stage when not interleaved)
         stage_net, _ = stage_network(net, [layer for c in mine for layer in cuts[c]], s)
         # each of the d ranks sends its block of the micro-batch to the next chunk's device
-        sends = sum(2 * p2p_s(machine, s * d, (c + 1) % stages * d, received[c + 1] * mb // d)
+        sends = sum(2 * p2p_s(machine, s * d, (c + 1) % stages * d, received[c + 1] * mb // d, d)
                     for c in mine if c + 1 < n and received[c + 1])
         micro = predict_stage(stage_net, d, mb, view)
         tied = tied_sync_s(stage_net, {x.layer.name: x.layer.strategy for x in micro.layers}, ties, machine,
-                           (ends[0] * d, ends[-1] * d))
+                           (ends[0] * d, ends[-1] * d), d)
         kept = device_kept(schedule, stages, s, micro_batches, micro, [cuts[c] for c in mine])
         alone = unpaired_expert_s(schedule, stages, s, micro_batches, chunks, micro)
         out.append(StagePrediction(s, (cuts[s][0].name, cuts[mine[-1]][-1].name), d, micro, sends, kept, tied,
@@ -362,8 +362,11 @@ def device_kept(schedule: str, stages: int, s: int, m: int, micro: StepPredictio
     return held_bytes(stages, s, m, per_chunk) / total
 
 
-def p2p_s(machine: Machine, src: int, dst: int, nbytes: int) -> float:
+def p2p_s(machine: Machine, src: int, dst: int, nbytes: int, ranks: int = 1) -> float:
     """One point-to-point message of ``nbytes`` from rank ``src`` to ``dst`` (alpha + n beta of the
-    level that joins them: ``intra`` inside one link domain, Machine.same_domain)."""
-    link = machine.intra if machine.same_domain(src, dst) else machine.inter
+    level that joins them: ``intra`` inside one link domain, Machine.same_domain); with ``ranks``,
+    each of ``src .. src + ranks - 1`` sends its own to its peer from ``dst`` on, all at once, and the
+    slowest pair sets the time (a stage's ranks sending to the next stage's: one pair across a
+    domain's edge crosses, Machine.pairs_same_domain)."""
+    link = machine.intra if machine.pairs_same_domain(src, dst, ranks) else machine.inter
     return link.alpha_s + nbytes * link.beta_s_per_byte

@@ -204,7 +204,7 @@ def straddle_warning(splits: LayerSplits, machine, devices: int, stages: int = 1
     domain would keep each group on the domain's links."""
     domain, ranks = machine.domain_size, devices // max(1, stages)
     for size, what in ((splits.tensor, "tensor"), (splits.tensor * splits.context, "tensor x context")):
-        if size <= 1 or size >= ranks or not domain % size:
+        if size <= 1 or size > ranks or not domain % size:  # a group of a whole stage's ranks too
             continue
         starts = {(s * ranks + k * size) % domain for s in range(min(stages, domain))
                   for k in range(min(ranks // size, domain))}

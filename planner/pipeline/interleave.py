@@ -65,7 +65,7 @@ def sends_s(machine: Machine, p: int, stages: int, chunks: int, s: int, boundary
     """Device ``s``'s sends per micro-batch: each of its chunks but the last of all sends its output
     to the next chunk's device, and that device its gradient back (``costmodel.step.pipeline``)."""
     d = p // stages
-    return sum(2 * p2p_s(machine, s * d, (c + 1) % stages * d, boundary * micro // d)
+    return sum(2 * p2p_s(machine, s * d, (c + 1) % stages * d, boundary * micro // d, d)
                for c in range(s, stages * chunks, stages) if c + 1 < stages * chunks)
 
 

@@ -149,7 +149,7 @@ class PairSearch:
         if stages == 1 or s not in (0, stages - 1) or not self.ties:
             return None
         ranks = (0, (stages - 1) * (self.p // stages))
-        return {layer.name: (lambda st, layer=layer: tied_table_s(layer, st, self.machine, ranks))
+        return {layer.name: (lambda st, layer=layer: tied_table_s(layer, st, self.machine, ranks, self.p // stages))
                 for layer in net.layers if layer.name in self.ties}
 
     def late(self, close: bool) -> bool:

@@ -1,8 +1,8 @@
 """A pipeline's point-to-point sends per micro-batch, stage by stage (pure).
 
 A stage of ``p / S`` ranks sends its output activation (``boundary`` bytes a sample, split over its
-ranks) to the next stage's first rank and takes its gradient back: twice a micro-batch, priced by
-``costmodel.step.pipeline.p2p_s`` between the two stages' first devices; the last stage sends
+ranks) to the next stage's ranks, each to its peer, and takes its gradient back: twice a micro-batch,
+priced by ``costmodel.step.pipeline.p2p_s`` on the slowest pair of the two stages; the last stage sends
 nothing. With ``V`` chunks a device, each chunk but the last of all sends to the next chunk's device
 (:func:`planner.pipeline.interleave.sends_s`). The pipeline search prices its stages with these
 (planner.pipeline.search), and its pairs' bounds are handed to workers with them
@@ -21,7 +21,7 @@ def stage_sends_s(machine: Machine, p: int, stages: int, s: int, boundary: int, 
     if s == stages - 1:
         return 0.0
     d = p // stages
-    return 2 * p2p_s(machine, s * d, (s + 1) * d, boundary * micro // d)
+    return 2 * p2p_s(machine, s * d, (s + 1) * d, boundary * micro // d, d)
 
 
 def pair_sends_s(machine: Machine, p: int, batch: int, boundary: int, stages: int, m: int, chunks: int) -> list[float]:

@@ -107,3 +107,35 @@ def test_the_planner_prices_a_stage_as_the_pipeline_runs_it(tmp_path):
                      "--pipeline", "3", "--json", "--out", str(out)])
     assert planned["pipeline"]["stages"] == 3
     assert _json(["predict", str(out), "--json"])["step_s"] == planned["step_s"]
+
+
+def test_a_stage_s_sends_are_priced_on_its_slowest_pair():
+    """Stage 1 of 8 stages of 32 on 72-GPU racks (ranks 32-63) sends to ranks 64-95: ranks 40-63 send
+    to rack 1, over InfiniBand, though ranks 32 and 64 share rack 0. On DGX H100 nodes, stages of 6
+    (tensor 2 over 48 GPUs) send across a node's edge from the first stage on."""
+    from costmodel.step.pipeline import p2p_s  # noqa: PLC0415
+
+    nbytes = 2 ** 24
+    over_ib = p2p_s(NVL72, 32, 64, nbytes, 32)
+    assert over_ib == pytest.approx(NVL72.inter.alpha_s + nbytes * NVL72.inter.beta_s_per_byte)
+    assert p2p_s(NVL72, 32, 64, nbytes) < over_ib  # the first pair alone: inside rack 0
+    assert p2p_s(NVL72, 0, 32, nbytes, 32) < over_ib  # stage 0 to 1: all inside rack 0
+    h100 = load_machine("dgx-h100")
+    assert not h100.pairs_same_domain(0, 6, 6) and h100.pairs_same_domain(0, 4, 4)
+
+
+def test_crossing_more_racks_is_never_priced_faster(tmp_path):
+    """llama3.1-405b on 256 GB200s, tensor 8 over 8 stages of 32: 72-GPU racks put more stages'
+    sends and data-parallel groups across racks than racks of 64 do, so the step is no faster."""
+    layout = ["predict", "llama3.1-405b", "-p", "256", "-b", "2048", "--tensor", "8", "--pipeline", "8",
+              "--micro-batches", "256", "--precision", "bf16", "--optimizer", "adam", "--json"]
+    assert _json(layout + ["-m", "gb200-nvl72"])["step_s"] >= _json(layout + ["-m", _domain_of(tmp_path, 64)])["step_s"]
+
+
+def test_a_tensor_group_of_a_whole_stage_across_two_racks_is_warned_of():
+    """16 stages of 16 with tensor groups of 16: each group is its stage, and stage 4 (ranks 64-79)
+    crosses racks 0 and 1: the warning says so, as for groups smaller than a stage."""
+    got = runner.invoke(app, ["predict", "llama3.1-405b", "-p", "256", "-b", "2048", "--tensor", "16", "--pipeline",
+                              "16", "--micro-batches", "256", "--precision", "bf16", "-m", "gb200-nvl72"])
+    assert got.exit_code == 0, got.output
+    assert "tensor groups of 16 ranks do not divide gb200-nvl72's 72-device link domain" in got.stderr
