@@ -31,6 +31,9 @@ _FIRST_AT: list[float] = []
 #: landing in the first one's handling (the plan shown, the workers ended, the exit handlers) would
 #: else leave a traceback, a plan not shown or workers not ended
 BURST_S = 2.0
+#: whether :func:`install` ran: this process is a command's, which a stop ends (a library caller's
+#: process, a notebook's, outlives a stop: there a burst is not ignored nor a later stop fatal)
+_INSTALLED: list[bool] = []
 
 
 class Stopped(KeyboardInterrupt):
@@ -42,11 +45,12 @@ class Stopped(KeyboardInterrupt):
 
 
 def arrived(signum: int) -> bool:
-    """A stop signal arrived: True for the first (the caller raises it), False for another within
+    """A stop signal arrived, in a command's process (:func:`install` ran; else always True): True
+    for the first (the caller raises it), False for another within
     :data:`BURST_S` of it (ignored: the first is being handled); a later one ends the process at
     once, with 128 + the first signal (the user asked twice: nothing more is shown; workers end
     with this process, lifecycle.process_pool)."""
-    if not _RECEIVED:
+    if not _RECEIVED or not _INSTALLED:  # a library caller's process (no install()): every stop raised
         _RECEIVED.append(signum)
         _FIRST_AT[:] = [time.monotonic()]
         return True
@@ -78,6 +82,7 @@ def end_at_once_until_installed() -> None:
 def install() -> None:
     """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread from now on (each one
     left alone where it is ignored or handled outside Python)."""
+    _INSTALLED[:] = [True]
     for sig in STOP_SIGNALS:
         current = signal.getsignal(sig)
         if current is signal.default_int_handler or current == signal.SIG_DFL or current is _end_at_once:

@@ -171,3 +171,15 @@ def test_a_stop_that_lands_inside_an_import_is_still_a_stop():
         landed = err
     assert stops.stopped_by(landed) and stops.stopped_by(KeyboardInterrupt())
     assert not stops.stopped_by(ImportError("No module named 'highspy'"))
+
+
+def test_a_library_caller_s_process_raises_every_stop(monkeypatch):
+    """Without install() (a notebook or script calling dnnplan's functions, which outlives a stop):
+    each stop is raised, none ignored as a burst nor ending the process."""
+    from lifecycle import stops  # noqa: PLC0415
+
+    for name in ("_RECEIVED", "_FIRST_AT", "_INSTALLED"):
+        monkeypatch.setattr(stops, name, [])
+    monkeypatch.setattr(stops, "BURST_S", 0.0)
+    assert stops.arrived(2) and stops.arrived(2) and stops.arrived(15)
+    assert stops.exit_code() == 130
