@@ -202,8 +202,7 @@ class Group(TyperGroup):
                 raise typer.Exit(stops.exit_code()) from None
             if os.environ.get("DNNPLAN_DEBUG"):
                 raise
-            where = f"{err.filename}: " if err.filename else "standard output: " if _stdout_full(err) else ""
-            fail_line(f"{where}the system refused: {reason(err)}")
+            fail_line(refused_line(err))
             raise typer.Exit(EXIT_SYSTEM) from None
         except Exception as err:  # noqa: BLE001 - the boundary that keeps tracebacks from users
             if stops.stopped_by(err):  # a stop that landed inside an import (lifecycle.stops.stopped_by)
@@ -269,6 +268,13 @@ def _stdout_full(err: OSError) -> bool:
         return False
 
 
+def refused_line(err: OSError) -> str:
+    """The one line of a failure of the system under a call: the file it names, or standard output
+    where that is the full one, and the system's reason."""
+    where = f"{err.filename}: " if err.filename else "standard output: " if _stdout_full(err) else ""
+    return f"{where}the system refused: {reason(err)}"
+
+
 def main() -> None:
     """Console-script entry point: SIGTERM and SIGHUP stop a command as Ctrl-C does (lifecycle.stops)."""
     count_from_the_start()
@@ -276,8 +282,8 @@ def main() -> None:
     try:
         app(prog_name="dnnplan")
     except OSError as err:  # the help or --version, printed before any command, to a full disk (> /dev/full)
-        where = "standard output: " if _stdout_full(err) else ""
+        line = refused_line(err)  # before standard output is moved: it names the full one
         _stdout_to_devnull()
-        fail_line(f"{where}the system refused: {reason(err)}")
+        fail_line(line)
         sys.exit(EXIT_SYSTEM)
     sys.exit(0)

@@ -70,12 +70,17 @@ class FrameworkKernels:
         if not isinstance(self.inner, Roofline):
             return self.inner
         model = self.inner
-        tf32 = (fw.float32_convolutions == "tf32" and op == "conv2d") or \
-               (fw.float32_matmuls == "tf32" and op in MATMUL_OPS)
-        if tf32 and local.layer.dtype == "float32" and not model.tf32:
+        if self._on_tf32(local) and not model.tf32:
             model = replace(model, tf32=True)
         fraction = fw.op(op, kernel_algorithm(algorithm)).peak_fraction
         return model if fraction is None else replace(model, peak_fraction=fraction)
+
+    def _on_tf32(self, local: LocalLayer) -> bool:
+        """Whether the framework runs ``local``'s float32 kernels on the TF32 tensor cores by default
+        (``precision.float32_convolutions``, ``precision.float32_matmuls``)."""
+        fw, op = self.framework, local.layer.op
+        return local.layer.dtype == "float32" and ((fw.float32_convolutions == "tf32" and op == "conv2d")
+                                                   or (fw.float32_matmuls == "tf32" and op in MATMUL_OPS))
 
     def pass_s(self, local: LocalLayer, pass_: str, algorithm: str) -> float:
         model = self._model_for(local, algorithm)
@@ -103,9 +108,7 @@ class FrameworkKernels:
         machine's efficiencies price eager PyTorch's elementwise kernels slower than they run) speeds
         the cost model's time up to this and no further (nor is the time raised past the cost
         model's own: a profile table's kernels ran as timed, a Winograd engine under direct FLOPs)."""
-        tf32 = getattr(model, "tf32", False) or (
-            local.layer.dtype == "float32" and ((self.framework.float32_convolutions == "tf32" and local.layer.op == "conv2d")
-                                                or (self.framework.float32_matmuls == "tf32" and local.layer.op in MATMUL_OPS)))
+        tf32 = getattr(model, "tf32", False) or self._on_tf32(local)
         return Roofline(self._at_peak, tf32=tf32).pass_s(local, pass_, algorithm)
 
     def _transposes_s(self, local: LocalLayer, model: ComputeModel) -> float:

@@ -76,13 +76,13 @@ def comm_parts(pred: StepPrediction | PipelinePrediction) -> tuple[tuple[str, fl
     if isinstance(pred, StepPrediction):
         return ("exposed", pred.comm_exposed_s), ("overlapped", pred.comm_overlapped_s)
     slowest = max(pred.stages, key=lambda s: s.per_micro_s).micro
-    once = max(pred.stages, key=lambda s: s.once_s).micro
+    once_stage = max(pred.stages, key=lambda s: s.once_s)
+    once, alone = once_stage.micro, once_stage.unpaired_s  # alone: the expert all-to-alls no pass hides
     m = pred.micro_batches
 
     def total(step: StepPrediction, sync: bool, time) -> float:
         return sum(time(c) for x in step.layers for c in x.layer.comms if (c.phase == "sync") == sync)
 
-    alone = max(pred.stages, key=lambda s: s.once_s).unpaired_s  # the expert all-to-alls no pass hides
     exposed = m * total(slowest, False, lambda c: c.seconds) + total(once, True, lambda c: c.seconds) + alone
     hidden = (m * total(slowest, False, lambda c: c.link_time - c.seconds)
               + total(once, True, lambda c: c.link_time - c.seconds) - alone)
