@@ -8,6 +8,9 @@
 * :func:`launcher_env` names this process to the job (``DNNPLAN_LAUNCHER``: pid and start time);
   each rank and probe calls :func:`watch_launcher` at start, and exits within a second of the
   launcher's end however it ended (``kill -9`` included), so nothing is left running.
+* Once the job has ended, the MPI shared-memory files its stopped ranks left are removed
+  (:mod:`lifecycle.shm_leftovers`), and a rank whose launcher is gone removes those it maps
+  before it exits: a stopped job leaves nothing in memory either.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from networks.errors import DnnplanError
+from lifecycle import shm_leftovers
 from lifecycle.stops import sigint_handled_by
 
 LAUNCHER_ENV = "DNNPLAN_LAUNCHER"
@@ -85,6 +89,7 @@ def watch_launcher(environ: dict | None = None, every_s: float = WATCH_S) -> thr
             print(f"dnnplan (pid {pid}) that started this process is gone; exiting", file=sys.stderr, flush=True)
         except (OSError, ValueError):
             pass
+        shm_leftovers.remove_own()  # its job is over: nobody is left to remove them after it
         os._exit(EXIT_ORPHANED)
 
     thread = threading.Thread(target=watch, name="launcher-watch", daemon=True)
@@ -146,6 +151,7 @@ def job(cmd: list[str], env: dict | None = None, **popen) -> Iterator[subprocess
     arguments of :class:`subprocess.Popen`. A command that cannot be started is a DnnplanError."""
     proc = None
     deferred: list[int] = []
+    earlier = shm_leftovers.before()
     try:
         with sigint_handled_by(lambda signum, frame: deferred.append(signum)):
             try:
@@ -159,6 +165,9 @@ def job(cmd: list[str], env: dict | None = None, **popen) -> Iterator[subprocess
         if proc is not None:
             end_group(proc)
         raise
+    finally:
+        if proc is not None and proc.poll() is not None:  # ended: what its stopped ranks left
+            shm_leftovers.remove_left(earlier)
 
 
 def run_job(cmd: list[str], timeout_s: float, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -2,7 +2,8 @@
 `profile` and `profile-comm` end mpiexec and every rank, keep what was measured, say what was kept
 and exit 128 + the signal; `kill -9` of `execute` leaves ranks that notice within a second or two
 and exit. Every check reads the process table (tests/support/proc_table.py): the whole tree the command
-started, taken while it runs, must be gone within 10 s. The tests wait for progress lines or for
+started, taken while it runs, must be gone within 10 s, and the MPI shared-memory files its ranks
+made with it (lifecycle/shm_leftovers.py). The tests wait for progress lines or for
 the ranks to appear, never for a fixed time. The stop signals and jobs themselves, in a child
 Python: tests/unit/lifecycle/test_jobs_and_stops.py."""
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle import shm_leftovers
 from tests.support import proc_table
 from tests.support.ctrl_c import default_stop_signals
 from tests.support.processes import dnnplan_env
@@ -75,6 +77,16 @@ def _stopped(proc: subprocess.Popen, lines: proc_table.Lines, seen: dict[int, st
     return lines.join()
 
 
+@pytest.fixture
+def no_shm_left():
+    """The MPI shared-memory files the test's ranks made are gone when it ends (none on a system
+    without /dev/shm)."""
+    earlier = shm_leftovers.before()
+    yield
+    left = set(shm_leftovers.before()) - earlier
+    assert not left, f"left in {shm_leftovers.SHM_DIR}: {sorted(left)}"
+
+
 @pytest.fixture(scope="module")
 def plan_file(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("plan")
@@ -88,7 +100,7 @@ def plan_file(tmp_path_factory) -> Path:
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_a_stopped_execute_ends_mpiexec_and_every_rank(tmp_path, plan_file, sig):
+def test_a_stopped_execute_ends_mpiexec_and_every_rank(tmp_path, plan_file, sig, no_shm_left):
     args = ["execute", str(plan_file), "--ranks", "2", "--steps", "100000", "--json", "r.json"]
     proc, lines = _start(args, tmp_path)
     seen = _tree_with(proc, "executor.launch.worker", 2)
@@ -103,7 +115,7 @@ def test_a_stopped_execute_ends_mpiexec_and_every_rank(tmp_path, plan_file, sig)
 
 @pytest.mark.mpi
 @pytest.mark.slow
-def test_ranks_of_an_execute_killed_with_sigkill_exit_on_their_own(tmp_path, plan_file):
+def test_ranks_of_an_execute_killed_with_sigkill_exit_on_their_own(tmp_path, plan_file, no_shm_left):
     proc, lines = _start(["execute", str(plan_file), "--ranks", "2", "--steps", "100000"], tmp_path)
     seen = _tree_with(proc, "executor.launch.worker", 2)
     _stopped(proc, lines, seen, signal.SIGKILL)
