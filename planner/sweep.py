@@ -141,7 +141,8 @@ def point(net: Network, network_ref: str, batch: int, p: int, machine: Machine, 
         # parallelism over a batch the devices do not divide) may be faster than their optimum
         plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, settings)
     except Infeasible as err:  # the least any plan needs a device, beside the limit
-        return {"devices": p, "error": str(err), "need_bytes": err.need_bytes, "limit_bytes": err.limit_bytes}
+        return {"devices": p, "error": str(err), "need_bytes": math.ceil(err.need_bytes) if math.isfinite(err.need_bytes) else err.need_bytes,
+                "limit_bytes": int(err.limit_bytes) if float(err.limit_bytes).is_integer() else err.limit_bytes}
     except DnnplanError as err:
         return {"devices": p, "error": str(err)}
     row = {"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes, "mfu": plan.mfu}

@@ -51,7 +51,7 @@ def plan_to_dict(plan: Plan) -> dict:
         **({"step_comm_s": dict(plan.comm), "overlap": choices.overlap} if plan.comm else {}),
         "baselines": [{"name": b.name, "step_s": b.step_s, "memory_peak_bytes": b.memory_peak_bytes,
                        "fits": b.fits} for b in plan.baselines],
-        "solver": dict(plan.solver),
+        "solver": {k: _whole_bytes(k, v) for k, v in plan.solver.items()},
         **({"pipeline": {"stages": plan.pipeline.stages, "micro_batches": plan.pipeline.micro_batches,
                          "schedule": plan.pipeline.schedule, "first_layers": list(plan.pipeline.first_layers),
                          **({"chunks": plan.pipeline.chunks} if plan.pipeline.chunks > 1 else {})}}
@@ -383,3 +383,9 @@ def is_plan_file(arg: str) -> bool:
     except OSError:
         return False
     return "network_hash" in head or ("devices" in head and "strategy" in head and "layers" in head)
+
+
+def _whole_bytes(key: str, value):
+    """A solver entry as written: a count of bytes held as a whole float (a memory limit) as an
+    integer, every other value as it is."""
+    return int(value) if key.endswith("_bytes") and isinstance(value, float) and value.is_integer() else value

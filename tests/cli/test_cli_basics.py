@@ -75,6 +75,7 @@ def test_machines_lists_the_current_gpus_with_their_nvlink_domain():
     assert (nvl72["devices_per_node"], nvl72["devices_per_nvlink_domain"]) == (4, 72)
     assert rows["dgx-b200"]["devices_per_nvlink_domain"] == 8
     assert rows["mi300x"]["memory_bytes"] == 192 * 2**30
+    assert all(type(r["memory_bytes"]) is int for r in rows.values())  # whole bytes as a script reads them
     table = runner.invoke(app, ["machines"], env={"COLUMNS": "400"})
     assert "NVLink" in table.output and "gb200-nvl72" in table.output
     # bandwidths in GB/s as the datasheets and machine files give them (they read 279.40 GiB/s for 300)

@@ -46,6 +46,7 @@ def test_plan_json_and_out_then_predict_agrees(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["devices"] == 4 and data["solver"]["status"] == "optimal"
+    assert type(data["solver"]["memory_limit_bytes"]) is int  # whole bytes, as a script compares them
     conv1 = data["layers"][0]  # a convolution: its algorithms as the planner weighed them
     assert {"name", "strategy", "algorithm", "fwd_s", "bwd_s", "comm_s", "memory_bytes", "alternatives"} == set(conv1)
     assert conv1["algorithm"] == min(conv1["alternatives"], key=lambda a: a["compute_s"])["algorithm"]

@@ -96,6 +96,13 @@ def test_a_point_is_never_slower_than_the_data_parallel_step_beside_it():
     assert row["data_fits"] and row["step_s"] <= row["data_step_s"] * (1 + 1e-9)
 
 
+def test_a_point_where_nothing_fits_gives_the_least_need_and_the_limit_in_whole_bytes():
+    net, machine = load_network("resnet18"), load_machine("dgx-a100")
+    row = point(net, "resnet18", 32, 2, machine, Roofline(machine), 2.0 ** 20, Settings())
+    assert "fits" in row["error"] and row["limit_bytes"] == 2 ** 20 < row["need_bytes"]
+    assert type(row["need_bytes"]) is int and type(row["limit_bytes"]) is int
+
+
 def test_a_points_budget_names_its_own_bound_and_shares_the_stop():
     """A sweep's point searches its share of the bound; its messages ("no plan was found within the
     N s time limit") name that share, not the command's default, and a stop reaches it."""
