@@ -25,10 +25,11 @@ as the slowest, one pricing for all (the planner prices one stage's layers for e
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from functools import lru_cache
 
 from costmodel.machine.model import Machine
-from costmodel.parallel.axes import GRID_ORDER
+from costmodel.parallel.axes import DATA, GRID_ORDER, axes_of
 from costmodel.parallel.strategy import Strategy
 
 
@@ -82,3 +83,40 @@ def pipeline_view(machine: Machine, devices: int, stages: int) -> Machine:
     copies = tuple(sorted({(s * d) % domain for s in range(1, stages)} - {0}))
     return dataclasses.replace(machine, copies=copies) if copies else machine
 
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """Groups of one axis some of which lie across more link domains than rank 0's: the step waits
+    for the slowest (:func:`slowest_span`). ``size``: the ranks a group; ``first``: the domains
+    rank 0's group spans; ``slowest``: the most any group spans."""
+
+    axis: str
+    size: int
+    first: int
+    slowest: int
+
+
+def crossings(strategies, machine: Machine, sequence: bool = True) -> tuple[Crossing, ...]:
+    """Each layer axis (``costmodel.parallel.axes.axes_of(sequence)``, data parallelism aside: its
+    groups span the nodes anyway) whose groups in some of ``strategies`` lie across more link
+    domains than rank 0's group does, the worst such size of each axis: a layout whose degrees do
+    not divide the domain, groups that start inside one domain and end in the next (module
+    docstring). ``machine``: the view the strategies are priced on (:func:`pipeline_view` for a
+    pipeline's stage)."""
+    worst: dict[str, Crossing] = {}
+    for strategy in dict.fromkeys(s.plain for s in strategies):  # in order: the first of equals named
+        for axis in axes_of(sequence):
+            if axis is DATA:
+                continue
+            dims = tuple(d for d in axis.letters if strategy.degree(d) > 1)
+            size = 1
+            for d in dims:
+                size *= strategy.degree(d)
+            if size <= 1:
+                continue
+            first = machine.group_span(strategy.group_array(0, dims))[1]
+            slowest = slowest_span(strategy, dims, machine)[1]
+            if slowest > first and (axis.name not in worst or slowest > worst[axis.name].slowest):
+                worst[axis.name] = Crossing(axis.name, size, first, slowest)
+    return tuple(worst[a.name] for a in axes_of(sequence) if a.name in worst)

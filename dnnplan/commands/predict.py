@@ -6,6 +6,7 @@ import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
 from costmodel.choices.training import TrainingChoices
+from costmodel.machine.loading import load_machine
 from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.assumed import assumed_flags
 from dnnplan.commands.predict_from import predict_from
@@ -18,6 +19,7 @@ from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, Expert
                              SequenceParallelOpt, StrategyOpt, TensorOpt, PriceOpt, TokensOpt, foreign_warning,
                              takes_choices, token_budget)
 from dnnplan.render import predict as render, tables
+from dnnplan.render.crossings import crossing_lines
 from dnnplan.render.messages import warn
 from dnnplan.render.plan import wrote_line
 from executor.session import predict as predicting
@@ -104,7 +106,8 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
         _plan_holds(click, network)
         got = predicting.plan_step(network, profile, step_context, foreign_profile, choices)
         price = price_for(price, got.plan.machine)
-        for line in (*(got.ahead.warnings if got.ahead else ()), *([got.lacks] if got.lacks else [])):
+        for line in (*(got.ahead.warnings if got.ahead else ()), *([got.lacks] if got.lacks else []),
+                     *crossing_lines(got.prediction, load_machine(got.plan.machine), got.plan.devices, got.network)):
             warn(line)
         return render.plan_step(network, got, layers, as_json,
                                 train(got.network, got.plan.batch, got.plan.devices, got.prediction.step_s))
@@ -125,7 +128,6 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
                  "--step-context applies to a plan file for machine `local` (predicted as `dnnplan execute` "
                  "predicts it); ignored" if step_given else None, *ctx.choices.idle(ctx.network),
                  *idle_layout(ctx.network, splits, pipeline, micro_batches, schedule, chunks),
-                 straddle_warning(splits, ctx.machine, ctx.devices, pipeline),
                  context_warning(ctx.network, splits)]:
         if line is not None:
             warn(line)
@@ -137,10 +139,12 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     if pipeline > 1 or (schedule != "1f1b" and micro_batches > 1):  # one 1F1B stage: accumulation
         got = predicting.pipelined(ctx, splits, pipeline, micro_batches, chunks)
         _lacks(ctx, profile)
+        _crossings(ctx, got.prediction)
         return render.pipelined(got, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s), ctx,
                                 assumed)
     got = predicting.step(ctx, splits, micro_batches)
     _lacks(ctx, profile)
+    _crossings(ctx, got.prediction)
     if got.plain is not None and (line := render.recompute_warning(ctx.network, recompute, got.prediction,
                                                                     got.plain)) is not None:
         warn(line)
@@ -194,25 +198,6 @@ def context_warning(net, splits: LayerSplits) -> str | None:
     return (f"--context {splits.context} on {seq} positions: Megatron-LM and torchtitan split a causal sequence into "
             f"2 x {splits.context} equal chunks, so they need a multiple of {2 * splits.context} (e.g. --seq {fit}); "
             "priced as dnnplan's executor runs it, the last rank's chunks short")
-
-
-def straddle_warning(splits: LayerSplits, machine, devices: int, stages: int = 1) -> str | None:
-    """The line saying some tensor (or tensor x context) groups cross a link domain's edge: groups of
-    contiguous ranks that do not divide the domain, where one of them starts inside a domain and
-    ends past it (in any pipeline stage: stage ``s`` holds ranks ``[s d, (s + 1) d)``). The cost
-    model prices the slowest group, one that crosses (costmodel.comm.spans): a size dividing the
-    domain would keep each group on the domain's links."""
-    domain, ranks = machine.domain_size, devices // max(1, stages)
-    for size, what in ((splits.tensor, "tensor"), (splits.tensor * splits.context, "tensor x context")):
-        if size <= 1 or size > ranks or not domain % size:  # a group of a whole stage's ranks too
-            continue
-        starts = {(s * ranks + k * size) % domain for s in range(min(stages, domain))
-                  for k in range(min(ranks // size, domain))}
-        if any(start + size > domain for start in starts):
-            return (f"{what} groups of {size} ranks do not divide {machine.name}'s {domain}-device link domain: some "
-                    f"groups cross two domains, and the step waits for them (priced over the link between "
-                    f"domains); a {what} size dividing {domain} keeps every group inside a domain")
-    return None
 
 
 def idle_layout(net, splits: LayerSplits, pipeline: int, micro_batches: int, schedule: str, chunks: int) -> list[str]:
@@ -280,6 +265,12 @@ def check_options(megatron: bool, strategy: str, out: str | None, force: bool, s
                            "layer by layer", hint="drop --pipeline, --micro-batches and a ZeRO-3 --framework, or plan a pipeline with "
                                 "`dnnplan plan --pipeline S --out FILE`")
     check_outputs({"--out": out}, force)
+
+
+def _crossings(ctx, prediction) -> None:
+    """Warn of groups that lie across a link domain's edge (dnnplan.render.crossings)."""
+    for line in crossing_lines(prediction, ctx.machine, ctx.devices, ctx.network):
+        warn(line)
 
 
 def _lacks(ctx, profile: str | None) -> None:

@@ -64,6 +64,40 @@ def test_tensor_groups_that_cross_a_link_domain_are_warned_of():
     assert inside.exit_code == 0 and "link domain" not in inside.output
 
 
+def test_expert_groups_that_cross_a_link_domain_are_warned_of_and_a_strided_context_group_too():
+    """Expert groups of 16 over 144 GB200s put ranks 64-79 across racks 0 and 1 as tensor groups do;
+    context groups of 2 beside tensor groups of 8 pair ranks 8 apart (64 and 72 among them): 2
+    divides 72, and still some groups cross."""
+    args = ["predict", "qwen3-30b-a3b", "-p", "144", "-b", "144", "--machine", "gb200-nvl72"]
+    experts = runner.invoke(app, [*args, "--expert", "16"])
+    assert experts.exit_code == 0, experts.output
+    assert ("warning: expert groups of 16 ranks do not divide gb200-nvl72's 72-device link domain: some groups "
+            "cross 2 domains where rank 0's lies in 1") in " ".join(experts.output.split())
+    context = runner.invoke(app, [*args, "--tensor", "8", "--context", "2"])
+    assert context.exit_code == 0, context.output
+    text = " ".join(context.output.split())
+    assert ("warning: some context groups of 2 ranks cross 2 of gb200-nvl72's 72-device link domains where rank 0's "
+            "lies in 1") in text
+    assert "tensor groups" not in text  # groups of 8 from multiples of 8: each inside a domain
+    inside = runner.invoke(app, [*args, "--expert", "8"])
+    assert inside.exit_code == 0 and "link domain" not in inside.output
+
+
+def test_a_plan_file_and_a_launch_file_that_cross_a_link_domain_are_warned_of_as_the_flags_are(tmp_path):
+    plan = tmp_path / "p.yaml"
+    made = runner.invoke(app, ["predict", "qwen3-30b-a3b", "-p", "144", "-b", "144", "--machine", "gb200-nvl72",
+                               "--expert", "16", "--out", str(plan)])
+    assert made.exit_code == 0, made.output
+    words = "warning: expert groups of 16 ranks do not divide gb200-nvl72's 72-device link domain"
+    again = runner.invoke(app, ["predict", str(plan)])
+    assert again.exit_code == 0 and words in " ".join(again.output.split()), again.output
+    launch = tmp_path / "launch.sh"
+    exported = runner.invoke(app, ["export", str(plan), "--to", "megatron", "--out", str(launch)])
+    assert exported.exit_code == 0, exported.output
+    read = runner.invoke(app, ["predict", "--from", str(launch)])
+    assert read.exit_code == 0 and words in " ".join(read.output.split()), read.output
+
+
 def test_tensor_groups_that_cross_a_link_domain_are_priced_over_the_link_between(tmp_path):
     """As warned: the same layout on a machine whose one domain holds all 144 GPUs is faster (its
     tensor groups all on NVLink), where on 72-GPU domains the groups of ranks 64-79 wait on InfiniBand."""

@@ -115,3 +115,21 @@ def test_a_tensor_group_in_a_later_stage_across_two_racks_slows_every_stage():
     assert staged > 2 * alone
     assert group_time("allreduce", 64e6, s, ("F",), pipeline_view(MACHINES["dgx-h100"], 256, 8)) == \
         group_time("allreduce", 64e6, s, ("F",), MACHINES["dgx-h100"])
+
+
+def test_the_axes_whose_groups_lie_across_more_domains_than_rank_0s_are_named_each_its_worst():
+    from costmodel.comm.spans import Crossing, crossings
+    m = load_machine("gb200-nvl72")
+
+    def S(p, **degrees):
+        return make_strategy(p, degrees)
+    assert crossings([S(144, N=9, C=16)], m) == (Crossing("tensor", 16, 1, 2),)
+    assert crossings([S(144, N=9, E=16), S(144, N=3, E=48)], m) == (Crossing("expert", 16, 1, 2),)
+    assert crossings([S(144, N=9, H=2, C=8)], m) == (Crossing("context", 2, 1, 2),)  # ranks 8 apart: 64 and 72
+    assert crossings([S(144, N=18, C=8), S(144, N=16, H=9), S(144, N=2, C=72)], m) == ()
+    assert crossings([S(144, N=9, F=16)], m, sequence=False) == (Crossing("tensor", 16, 1, 2),)
+    assert crossings([S(144, N=9, H=16)], m, sequence=False) == (Crossing("spatial", 16, 1, 2),)
+    # a stage of 32 in 8 over 256: stage 2's tensor groups of 16 hold ranks 64-79
+    assert crossings([S(32, N=2, C=16)], pipeline_view(m, 256, 8)) == (Crossing("tensor", 16, 1, 2),)
+    assert crossings([S(32, N=4, C=8)], pipeline_view(m, 256, 8)) == ()
+    assert crossings([S(144, N=144)], m) == ()  # data parallelism spans the nodes anyway: not named
