@@ -17,7 +17,7 @@ plan file for this computer says what `execute` would.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from costmodel.calls.algorithms import attention_default, recompute_algorithms
 from costmodel.comm.overlap import overlap_with_bucket, resolve_overlap
@@ -167,9 +167,10 @@ def deepspeed_step(ctx: Context, micro_batches: int) -> tuple[Zero3Step, tuple[F
 def as_plan(ctx: Context, pred: StepPrediction, network: str, machine: str | None) -> Plan:
     """A prediction's strategies and algorithms as a plan file holds them (`dnnplan predict --out`)."""
     table = ctx.compute.table
-    return plan_from_prediction(pred, ctx.network, network, machine or ctx.machine.name,
+    plan = plan_from_prediction(pred, ctx.network, network, machine or ctx.machine.name,
                                 None if table is None else table.short_id, solver={"name": "predict"},
                                 choices=ctx.choices)
+    return replace(plan, mfu=mfu(ctx, pred.step_s), memory_parts=pred.memory_parts)
 
 
 @dataclass(frozen=True)

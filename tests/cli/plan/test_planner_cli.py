@@ -220,6 +220,17 @@ def test_a_predicted_layouts_next_step_is_one_the_executor_takes(tmp_path):
         assert words in " ".join(result.output.split()), result.output[-600:]
 
 
+def test_a_predicted_layouts_plan_file_keeps_its_utilisation_and_memory_parts(tmp_path):
+    """`dnnplan predict --out` writes the MFU and memory parts it printed, as `plan --out` does."""
+    out = tmp_path / "p.yaml"
+    args = ["predict", "tiny-llama", "-p", "4", "-b", "8", "--machine", "dgx-h100", "--tensor", "2"]
+    printed = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert runner.invoke(app, [*args, "--out", str(out)]).exit_code == 0
+    written, _ = read_plan(str(out))
+    assert written.mfu == pytest.approx(printed["mfu"], rel=1e-12) and written.mfu > 0
+    assert sum(written.memory_parts.values()) == written.memory_peak_bytes == printed["memory_peak_bytes"]
+
+
 def test_a_memory_limit_above_the_devices_own_is_warned_of():
     got = runner.invoke(app, ["plan", "lenet5", "-p", "2", "--machine", "dgx-a100", "--memory", "1000",
                               "--time-limit", "5"])
