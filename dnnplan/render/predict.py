@@ -128,7 +128,10 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
     memory = memory_json(pred.memory_peak_bytes, limit)
     if plan.pipeline is not None and ahead is None:
         if as_json:
+            comm = dict(comm_parts(pred))  # as the flags' pipeline names them
             print(json.dumps({**pipeline_json(pred), "step_breakdown_s": dict(pipeline_terms(pred)),
+                              "overlap": pred.stages[0].micro.overlap,
+                              "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
                               "plan": {"file": path, "recorded_step_s": plan.step_s},
                               "machine": plan.machine, "mfu": got.mfu, "precision": plan.choices.precision,
                               "optimizer": plan.choices.optimizer, "zero": plan.choices.zero, **memory,

@@ -26,11 +26,13 @@ def launch(got: LaunchStep, as_json: bool, train=None, layers: bool = False) -> 
     terms = pipeline_terms(pred) if isinstance(pred, PipelinePrediction) else step_terms(pred)
     dominant, share = max(terms, key=lambda t: t[1])
     if as_json:
+        comm = dict(comm_parts(pred))  # as `dnnplan predict` names them
         print(json.dumps({
             "file": config.path, "framework": config.framework, "script": config.script, "network": got.network_ref,
             "network_from": got.named_by, "devices": plan.devices, "devices_from": config.devices_from,
             "machine": plan.machine, "machine_from": got.machine_from, "batch": plan.batch, "layout": layout_json(got),
             "step_s": pred.step_s, "step_breakdown_s": dict(terms), "dominant": dominant,
+            "comm_exposed_s": comm["exposed"], "comm_overlapped_s": comm["overlapped"],
             "memory_peak_bytes": pred.memory_peak_bytes,
             "memory_allocated_bytes": pred.memory_allocated_bytes, "memory_reserved_bytes": pred.memory_reserved_bytes,
             **memory_json(pred.memory_peak_bytes, got.memory_limit_bytes), "mfu": got.mfu,

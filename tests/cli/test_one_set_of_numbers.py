@@ -119,3 +119,23 @@ def test_a_plan_file_of_accumulated_micro_batches_predicts_with_its_layers(tmp_p
     assert sum(got["memory_parts_bytes"].values()) == got["memory_peak_bytes"]
     assert "per layer, one micro-batch" in runner.invoke(app, ["predict", str(out), "--layers"]).stdout
     assert "fwd_s" in json.loads(planned.stdout)["layers"][0]  # plan --json keeps the plan file's entries
+
+
+def test_every_predict_json_says_the_communication_exposed_and_overlapped_as_the_plan_did(tmp_path):
+    """A pipelined plan file and the launch file exported from it, predicted with --json, carry
+    comm_exposed_s and comm_overlapped_s as a network's prediction does, equal to the plan's
+    step_comm_s."""
+    out = tmp_path / "plan.yaml"
+    planned = runner.invoke(app, ["plan", "tiny-llama", "-p", "4", "-b", "8", "--pipeline", "2", "--machine",
+                                  "dgx-h100", "--time-limit", "5", "--out", str(out), "--json"])
+    assert planned.exit_code == 0, planned.output
+    comm = json.loads(planned.stdout)["step_comm_s"]
+    got = json.loads(runner.invoke(app, ["predict", str(out), "--json"]).stdout)
+    assert (got["comm_exposed_s"], got["comm_overlapped_s"]) == pytest.approx((comm["exposed"], comm["overlapped"]),
+                                                                              rel=1e-12)
+    assert got["comm_exposed_s"] > 0 and got["overlap"] == "data"
+    launch = tmp_path / "launch.sh"
+    assert runner.invoke(app, ["export", str(out), "--to", "megatron", "--out", str(launch)]).exit_code == 0
+    read = json.loads(runner.invoke(app, ["predict", "--from", str(launch), "--json"]).stdout)
+    assert (read["comm_exposed_s"], read["comm_overlapped_s"]) == pytest.approx(
+        (got["comm_exposed_s"], got["comm_overlapped_s"]), rel=1e-12)
