@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from costmodel.calls.algorithms import CONV_ALGORITHMS, kernel_algorithm
 from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
 from costmodel.step.pipeline import pipeline_json
 from costmodel.step.prediction import prediction_json
@@ -32,8 +33,21 @@ def step(ctx: Context, got: Predicted, layers: bool, as_json: bool, train=None, 
         return
     tables.prediction_table(pred, got.fallbacks, got.mfu, layers or len(pred.layers) <= SMALL_NETWORK, limit)
     framework_line(ctx, pred)
+    convolutions_line(pred)
     _train_line(train, memory_json(pred.memory_peak_bytes, limit)["memory_fits"])
     assumed_line(assumed)
+
+
+def convolutions_line(pred) -> None:
+    """Which algorithm the layout's convolutions are priced on: `predict` runs each on the default
+    (:data:`costmodel.calls.layer_calls.DEFAULT_CONV_ALGORITHM`), where `dnnplan plan` and its
+    baselines take each convolution's fastest, so a baseline of the same split can be faster."""
+    used = sorted({kernel_algorithm(lp.layer.algorithm) for lp in pred.layers} & set(CONV_ALGORITHMS))
+    if used:
+        others = ", ".join(a for a in CONV_ALGORITHMS if a not in used)
+        tables.console.print(f"convolutions priced as {', '.join(used)}; `dnnplan plan` and its baselines weigh "
+                             f"each convolution's fastest algorithm ({others}), which can be faster (--layers "
+                             "shows each layer's)", markup=False, emoji=False)
 
 
 def trained_as(ctx: Context, assumed: tuple[str, ...]) -> dict:

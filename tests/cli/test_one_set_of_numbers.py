@@ -139,3 +139,13 @@ def test_every_predict_json_says_the_communication_exposed_and_overlapped_as_the
     read = json.loads(runner.invoke(app, ["predict", "--from", str(launch), "--json"]).stdout)
     assert (read["comm_exposed_s"], read["comm_overlapped_s"]) == pytest.approx(
         (got["comm_exposed_s"], got["comm_overlapped_s"]), rel=1e-12)
+
+
+def test_predict_says_its_convolutions_algorithm_where_the_plans_baselines_take_the_fastest():
+    """`plan`'s data-parallel baseline of resnet18 runs each convolution on its fastest algorithm,
+    `predict -s data` on im2col: the two steps differ, and predict's summary says why."""
+    got = runner.invoke(app, ["predict", "resnet18", "-p", "4", "-s", "data"], env={"COLUMNS": "300"})
+    assert got.exit_code == 0, got.output
+    assert "convolutions priced as im2col; `dnnplan plan` and its baselines weigh each convolution's fastest " \
+           "algorithm (direct, fft, winograd)" in " ".join(got.output.split())
+    assert "convolutions" not in runner.invoke(app, ["predict", "gpt2", "-p", "8"], env={"COLUMNS": "300"}).output
