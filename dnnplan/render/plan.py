@@ -217,14 +217,14 @@ def pipeline_summary(got) -> None:
     """The pipeline search's choice in two lines: the layout, and the gap proven to the optimum."""
     runs: list[list] = []  # consecutive stages with one mix of splits, as [first, last, mix]
     for s, sol in zip(got.prediction.stages, got.solutions):
-        m = _mix(sol.strategies)
+        m = stage_mix(sol.strategies)
         if runs and runs[-1][2] == m:
             runs[-1][1] = s.index
         else:
             runs.append([s.index, s.index, m])
     mix = "; ".join((f"stage {a}" if a == b else f"stages {a}-{b}") + f": {m}" for a, b, m in runs)
     again = sum(is_recomputed(algo) for sol in got.solutions for algo in sol.algorithms.values())
-    mix += f"; recomputation on {again} stage layers (memory binds)" if again else ""
+    mix += f"; recomputation on {again} layer{'s' if again != 1 else ''} of the stages (memory binds)" if again else ""
     if got.stages == 1 and got.micro_batches == 1:
         console.print(f"layout: no pipeline, the whole batch at once; splits {mix}")
     elif got.stages == 1:
@@ -293,11 +293,16 @@ def proof_line(stats: dict) -> str:
             f"Lagrangian gaps, could still be faster; a longer --time-limit or --prove closes them){again}")
 
 
-def _mix(strategies) -> str:
+def stage_mix(strategies) -> str:
+    """A stage's splits, each with its count of layers, commonest first: the first three, and how
+    many layers the others take (the counts sum to the stage's layers)."""
     out: dict[str, int] = {}
     for strat in strategies.values():
         out[strat.label] = out.get(strat.label, 0) + 1
-    return " ".join(f"{k} x{v}" for k, v in sorted(out.items(), key=lambda kv: -kv[1])[:3])
+    ranked = sorted(out.items(), key=lambda kv: -kv[1])
+    rest = sum(v for _, v in ranked[3:])
+    more = f" and {len(ranked) - 3} other split{'s' if len(ranked) > 4 else ''} x{rest}" if rest else ""
+    return " ".join(f"{k} x{v}" for k, v in ranked[:3]) + more
 
 
 def facts(ctx: Context, answer, plan: Plan, got, defaults: tuple[str, ...], limit: float | None,

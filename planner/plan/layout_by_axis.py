@@ -70,8 +70,8 @@ def axes_line(found: dict, pipeline: str = "", zero: int = 0) -> str:
     line = ", ".join(parts) or "every layer whole on each device (replicated)"
     extra = [pipeline] if pipeline else []
     extra.append(f"ZeRO-{zero}" if zero else "no ZeRO")
-    extra.append(f"recomputation on {found['recomputed_layers']} layers" if found.get("recomputed_layers")
-                 else "no recomputation")
+    again = found.get("recomputed_layers")
+    extra.append(f"recomputation on {again} layer{'s' if again != 1 else ''}" if again else "no recomputation")
     if found.get("attention"):
         extra.append("attention " + ", ".join(f"{k} x{v}" for k, v in found["attention"].items()))
     return "axes (degree, layers): " + line + "; " + "; ".join(extra)

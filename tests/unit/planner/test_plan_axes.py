@@ -157,7 +157,7 @@ def test_the_axes_line_names_every_axis_by_hand():
                            "sequence-parallel 1;")
     two = axes_line({**found, "tensor": {4: 242, 16: 1}, "sequence_parallel_layers": 161})
     assert "tensor 4 (242), tensor 16 (1), sequence-parallel 161;" in two  # counted once, not per degree
-    assert "pipeline 4 (1F1B)" in line and "ZeRO-1" in line and "recomputation on 1 layers" in line
+    assert "pipeline 4 (1F1B)" in line and "ZeRO-1" in line and "recomputation on 1 layer;" in line
     image = axes([("conv2d", Strategy.of(8, N=4, H=2), "im2col"), ("conv2d", Strategy.of(8, N=8), "fft")], False)
     assert image["data"] == {4: 1, 8: 1} and image["spatial"] == {2: 1} and "context" not in image
     assert "data 4 (1), data 8 (1), spatial 2 (1)" in axes_line(image)
