@@ -173,8 +173,10 @@ def megatron_layout(plan: Plan, net: Network, target: Target = MEGATRON) -> Mega
             raise DnnplanError(f"split {got.label}, where {target.name}'s layout of tensor {tensor}, context "
                                f"{context}, expert {expert} splits it {want[layer.name].label}"
                                f"{_differences(got, want[layer.name])}", layer=layer.name,
-                               hint=f"{target.name} runs one layout on every layer: export a plan of `dnnplan "
-                                    "predict NET --tensor T [--context C] [--expert E] --out FILE`")
+                               hint=f"{target.name} runs one layout on every layer: export with --nearest (the "
+                                    "closest plan it runs, with both predictions), or a plan of one layout: `dnnplan "
+                                    "predict NET --tensor T [--context C] [--expert E] --out FILE` (without a "
+                                    "pipeline: predict --out writes none)")
     data = ranks // (tensor * context)
     if micro % data:
         raise DnnplanError(f"a micro-batch of {micro} samples does not split over {data} data-parallel ranks",

@@ -215,6 +215,7 @@ def test_a_per_layer_hybrid_is_refused_naming_the_layer():
     plan, net = make("gpt-tiny", tensor=2)
     err = refusal(swapped(plan, "h1.fc", strategy=Strategy.of(4, N=4)), net)
     assert err.layer == "h1.fc" and "tensor 1, not 2" in err.bare
+    assert "export with --nearest" in err.hint and "without a pipeline" in err.hint  # what predict --out writes
 
 
 def test_a_schedule_megatron_lacks_and_a_cut_inside_a_layer_are_refused():
