@@ -167,6 +167,7 @@ def check_splits(net, splits: LayerSplits, batch: int, devices: int, pipeline: i
             raise DnnplanError(f"the context-parallel degree {splits.context} does not divide the "
                                f"{stage_ranks // splits.tensor} devices --tensor leaves",
                                hint="give --context a divisor of --devices / --tensor")
+        sequence_split(net, splits)
     experts = [layer.p["experts"] for layer in net.layers if layer.op == "moe"]
     if splits.expert > 1 and experts and splits.expert > max(experts):
         raise DnnplanError(f"--expert {splits.expert} is more expert ranks than {net.name}'s {max(experts)} experts",
@@ -181,6 +182,24 @@ def check_splits(net, splits: LayerSplits, batch: int, devices: int, pipeline: i
         raise DnnplanError(f"--micro-batches {micro_batches} leaves micro-batches of {samples} sample"
                            f"{'' if samples == 1 else 's'} for {data} data-parallel ranks", hint=f"give at most "
                            f"--micro-batches {most}, a sample a rank each, or a larger --batch")
+
+
+def sequence_split(net, splits: LayerSplits) -> None:
+    """One line for sequence parallelism over a sequence the tensor group cannot split evenly: each
+    rank's positions (the sequence over the context ranks) are cut over the tensor group, which
+    Megatron-LM asserts divides them ("First dimension of the tensor should be divisible by tensor
+    parallel size", megatron/core/tensor_parallel/mappings.py _split_along_first_dim at d98e8a6);
+    priced anyway, its tensor-parallel layers would fall back to all-reduces and reshards."""
+    if not splits.sequence_parallel or splits.tensor < 2 or not any(l.op == "attention" for l in net.layers):
+        return
+    seq, ways = sequence_length(net), splits.tensor * splits.context
+    if seq % ways == 0:
+        return
+    of = f"--tensor {splits.tensor}" + (f" x --context {splits.context}" if splits.context > 1 else "")
+    fit = -(-seq // ways) * ways
+    raise DnnplanError(f"--sequence-parallel cuts the {seq} positions over {of} = {ways} ranks, which do not divide "
+                       f"them (Megatron-LM asserts they do)", hint=f"give --seq a multiple of {ways} (e.g. --seq "
+                       f"{fit}), or leave --sequence-parallel out")
 
 
 def context_warning(net, splits: LayerSplits) -> str | None:

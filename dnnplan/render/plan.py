@@ -54,7 +54,8 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
     if got is None:
         again = sum(is_recomputed(lp.algorithm) for lp in plan.layers)  # flash+recompute too, as the axes count
         console.print(layout_line([lp.strategy.label for lp in plan.layers])
-                      + (f"; {again} layers recompute their forward in backward (memory binds)" if again else ""))
+                      + (f"; {again} layer{'s' if again != 1 else ''} recompute{'' if again != 1 else 's'} "
+                         f"{'their' if again != 1 else 'its'} forward in backward (memory binds)" if again else ""))
         console.print(gap_line(plan.solver))
     else:
         pipeline_summary(got)
