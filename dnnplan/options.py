@@ -259,9 +259,11 @@ SequenceParallelOpt = Annotated[bool, typer.Option(
     "across the tensor group instead of repeating them on every device of it (Korthikanti et al. 2022); with "
     "--context, each context rank's share of the sequence, as Megatron-Core runs the two.")]
 RecomputeModeOpt = Annotated[str, typer.Option(
-    "--recompute", help="Activation recomputation: none; selective (attention reruns its forward in backward); "
-    "full (every layer of every block does, its forward collectives included, each block keeping only its "
-    "input, as Megatron's full recomputation).")]
+    "--recompute", help="Activation recomputation: none; selective (each attention layer reruns its forward in "
+    "backward, its projections and their collectives included: more time, and more memory saved, than Megatron's "
+    "selective recomputation of the core alone); full (every layer of every block does, its forward collectives "
+    "included, each block keeping only its input, as Megatron's full recomputation; convolutions are not "
+    "recomputed and keep their inputs, so a CNN saves little or nothing: said when so).")]
 SolverOpt = Annotated[str, typer.Option("--solver", help="auto (graph reduction + DP; under a binding memory limit "
                                         "a Lagrangian bound rules candidates out and Pareto fronts of (cost, memory), or an ILP, solve the rest, "
                                         "exactly), "
