@@ -84,7 +84,6 @@ def pipeline_view(machine: Machine, devices: int, stages: int) -> Machine:
     return dataclasses.replace(machine, copies=copies) if copies else machine
 
 
-
 @dataclass(frozen=True)
 class Crossing:
     """Groups of one axis some of which lie across more link domains than rank 0's: the step waits

@@ -190,7 +190,7 @@ def sequence_split(net, splits: LayerSplits) -> None:
     Megatron-LM asserts divides them ("First dimension of the tensor should be divisible by tensor
     parallel size", megatron/core/tensor_parallel/mappings.py _split_along_first_dim at d98e8a6);
     priced anyway, its tensor-parallel layers would fall back to all-reduces and reshards."""
-    if not splits.sequence_parallel or splits.tensor < 2 or not any(l.op == "attention" for l in net.layers):
+    if not splits.sequence_parallel or splits.tensor < 2 or not any(layer.op == "attention" for layer in net.layers):
         return
     seq, ways = sequence_length(net), splits.tensor * splits.context
     if seq % ways == 0:
