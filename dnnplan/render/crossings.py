@@ -35,7 +35,7 @@ def crossing_lines(prediction, machine, devices: int, net) -> list[str]:
                          f"step waits for them (priced over the link between domains); {a} {c.axis} size dividing "
                          f"{domain} keeps every group inside a domain")
         else:
-            lines.append(f"some {c.axis} groups of {c.size} ranks cross {c.slowest} of {machine.name}'s {domain}-device "
-                         f"link domains where rank 0's lies in {c.first} (the other splits' degrees place them so), "
-                         "and the step waits for them (priced over the link between domains)")
+            lines.append(f"some {c.axis} groups of {c.size} ranks cross {c.slowest} of {machine.name}'s "
+                         f"{domain}-device link domains where rank 0's lies in {c.first} (the other splits' degrees "
+                         "place them so), and the step waits for them (priced over the link between domains)")
     return lines

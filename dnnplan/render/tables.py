@@ -89,9 +89,11 @@ def networks_table(rows: list[dict]) -> None:
 
 def machine_row(m, default: bool) -> dict:
     dev = m.device
+    memory = dev.mem_capacity_bytes
     return {"name": m.name, "default": default, "devices_per_node": m.devices_per_node,
             "devices_per_nvlink_domain": m.domain_size, "nodes": m.nodes,
-            "device": dev.name, "peak_flops": dict(dev.peak_flops), "memory_bytes": int(dev.mem_capacity_bytes) if float(dev.mem_capacity_bytes).is_integer() else dev.mem_capacity_bytes,
+            "device": dev.name, "peak_flops": dict(dev.peak_flops),
+            "memory_bytes": int(memory) if float(memory).is_integer() else memory,  # whole bytes as an integer
             "memory_bandwidth_bytes_per_s": dev.mem_bandwidth_bytes_per_s,
             "efficiency": {k: dev.efficiency_of(k) for k in EFFICIENCY_CLASSES},
             "intra": {"alpha_s": m.intra.alpha_s, "bandwidth_bytes_per_s": 1 / m.intra.beta_s_per_byte},
