@@ -305,19 +305,24 @@ def test_a_deepspeed_file_of_a_cnn_is_predicted_as_data_parallelism(tmp_path):
     assert "ds_config.json" in line and "resnet50 has no transformer layers" in line
 
 
-def test_a_sequence_the_framework_cannot_split_is_one_line(tmp_path):
+def test_a_sequence_the_framework_cannot_split_is_one_line(tmp_path, monkeypatch):
     """`dnnplan predict --context 3` on 16 positions (Megatron-Core and torchtitan split a sequence
-    into 2 x 3 chunks), and tensor 2 with sequence parallelism on 15: each export is one line naming
-    the attention layer, the sequence and the fix, --nearest too, nothing written; but Megatron-LM's
-    nearest plan of the second is tensor 2 without sequence parallelism, which keeps the sequence whole."""
+    into 2 x 3 chunks), and tensor 2 with sequence parallelism on 15 (which predict refuses; a plan
+    file edited by hand can hold it): each export is one line naming the attention layer, the
+    sequence and the fix, --nearest too, nothing written; but Megatron-LM's nearest plan of the
+    second is tensor 2 without sequence parallelism, which keeps the sequence whole."""
+    from dnnplan.commands import predict as predict_command  # noqa: PLC0415 - this test's only use
     base = ["predict", "tiny-llama", "--machine", "dgx-h100", "--precision", "bf16", "--optimizer", "adam", "--zero",
             "3"]
     context = str(tmp_path / "cp3.yaml")
     made = runner.invoke(app, [*base, "-p", "6", "-b", "6", "--context", "3", "--out", context])
     assert made.exit_code == 0 and "need a multiple of 6" in " ".join(made.output.split())  # predict warns of it
     odd = str(tmp_path / "seq15.yaml")
-    assert runner.invoke(app, [*base, "-p", "2", "-b", "4", "--tensor", "2", "--sequence-parallel", "--seq", "15",
-                               "--out", odd]).exit_code == 0
+    odd_args = [*base, "-p", "2", "-b", "4", "--tensor", "2", "--sequence-parallel", "--seq", "15", "--out", odd]
+    assert "--sequence-parallel cuts the 15 positions" in one_error_line(runner.invoke(app, odd_args))
+    monkeypatch.setattr(predict_command, "sequence_split", lambda net, splits: None)  # the file as edited by hand
+    assert runner.invoke(app, odd_args).exit_code == 0
+    monkeypatch.undo()
     for plan, to, says in ((context, "megatron", "2 x 3 chunks"), (context, "torchtitan", "2 x 3 chunks"),
                            (odd, "megatron", "over tensor 2"), (odd, "torchtitan", "over tensor 2")):
         for nearest in ([], ["--nearest"]):
