@@ -17,11 +17,13 @@ from lifecycle.process_pool import ProcessPool
 from planner.pipeline.workers.pair_bounds import pair_bound
 from tests.support.cli_errors import one_error_line
 from tests.support.ctrl_c import default_stop_signals
-from tests.support.proc_table import describe, gone_within, tree
+from tests.support.proc_table import Lines, describe, gone_within, tree
 from tests.support.processes import dnnplan_env
 
 #: a transformer whose every ZeRO stage runs the pipeline search (no plan of the whole batch fits)
 PIPELINED = ["qwen3-30b-a3b", "-p", "64", "--machine", "dgx-h100", "--precision", "bf16"]
+#: a longer search: a plan held after about 3 s, the search going on for about 4 s more (this VM)
+LONGER = ["gpt3-175b", "-p", "512", "--machine", "dgx-h100", "--precision", "bf16"]
 
 
 @pytest.mark.slow
@@ -48,19 +50,22 @@ def test_a_burst_of_stop_signals_is_one_stop_with_the_best_plan_and_no_process_l
     """Six SIGTERMs 2 ms apart (several kills at once; a held Ctrl-C is the same) once the workers
     run: the first stops the search, the others land while it is handled and change nothing: the
     best plan so far, exit 143, no traceback, every worker gone."""
-    proc = subprocess.Popen([sys.executable, "-m", "dnnplan", "plan", *PIPELINED, "--jobs", "2", "--time-limit", "600"],
+    proc = subprocess.Popen([sys.executable, "-m", "dnnplan", "plan", *LONGER, "--jobs", "2", "--time-limit", "600"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dnnplan_env(tmp_path),
                             preexec_fn=default_stop_signals)
+    outs, errs = Lines(proc.stdout), Lines(proc.stderr)
     try:
         deadline = time.monotonic() + 60
         while len(seen := tree(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         assert len(seen) >= 2, f"no worker started: {describe(list(seen))}"
-        time.sleep(1.0)  # a plan held
+        # a plan held: the progress line that names it (a fixed wait held none on a loaded machine)
+        assert errs.wait_for(lambda line: "best so far" in line, 300, proc), errs.join(1.0)[-2000:]
         for _ in range(6):
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.002)
-        out, err = proc.communicate(timeout=60)
+        proc.wait(60)
+        out, err = outs.join(), errs.join()
     finally:
         proc.kill()
     assert proc.returncode == 143, err[-2000:]
