@@ -41,6 +41,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(FOLDER_MARKS[top])
 
 
+@pytest.fixture(autouse=True)
+def _no_mpi_files_left(request):
+    """After each test marked ``mpi``: the MPI shared-memory files it made and no live process maps
+    removed (lifecycle.shm_leftovers), as `dnnplan`'s own jobs remove theirs; a test that runs
+    ``mpiexec`` itself (a rank that aborts on purpose, tests/mpi/test_executor_mpi.py) would else leave
+    them in /dev/shm. The stop tests' own check (tests/mpi/test_stop_signals.py) runs before this."""
+    if request.node.get_closest_marker("mpi") is None:
+        yield
+        return
+    from lifecycle import shm_leftovers  # noqa: PLC0415 - only where a test runs MPI
+    earlier = shm_leftovers.before()
+    yield
+    shm_leftovers.remove_left(earlier)
+
+
 @pytest.fixture
 def dnnplan_cache(tmp_path, monkeypatch) -> Path:
     """A per-test profile cache (``DNNPLAN_CACHE``) under the test's tmp_path, so no test reads or
