@@ -141,8 +141,9 @@ def point(net: Network, network_ref: str, batch: int, p: int, machine: Machine, 
         # parallelism over a batch the devices do not divide) may be faster than their optimum
         plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, settings)
     except Infeasible as err:  # the least any plan needs a device, beside the limit
-        return {"devices": p, "error": str(err), "need_bytes": math.ceil(err.need_bytes) if math.isfinite(err.need_bytes) else err.need_bytes,
-                "limit_bytes": int(err.limit_bytes) if float(err.limit_bytes).is_integer() else err.limit_bytes}
+        need, limit = err.need_bytes, err.limit_bytes  # whole bytes as integers; the need rounded up
+        return {"devices": p, "error": str(err), "need_bytes": math.ceil(need) if math.isfinite(need) else need,
+                "limit_bytes": int(limit) if float(limit).is_integer() else limit}
     except DnnplanError as err:
         return {"devices": p, "error": str(err)}
     row = {"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes, "mfu": plan.mfu}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
+from math import prod
 
 from costmodel.machine.model import Machine
 from costmodel.parallel.axes import DATA, GRID_ORDER, axes_of
@@ -109,11 +110,9 @@ def crossings(strategies, machine: Machine, sequence: bool = True) -> tuple[Cros
             if axis is DATA:
                 continue
             dims = tuple(d for d in axis.letters if strategy.degree(d) > 1)
-            size = 1
-            for d in dims:
-                size *= strategy.degree(d)
-            if size <= 1:
+            if not dims:
                 continue
+            size = prod(strategy.degree(d) for d in dims)
             first = machine.group_span(strategy.group_array(0, dims))[1]
             slowest = slowest_span(strategy, dims, machine)[1]
             if slowest > first and (axis.name not in worst or slowest > worst[axis.name].slowest):

@@ -6,7 +6,6 @@ import typer
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 
 from costmodel.choices.training import TrainingChoices
-from costmodel.machine.loading import load_machine
 from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.assumed import assumed_flags
 from dnnplan.commands.predict_from import predict_from
@@ -107,7 +106,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
         got = predicting.plan_step(network, profile, step_context, foreign_profile, choices)
         price = price_for(price, got.plan.machine)
         for line in (*(got.ahead.warnings if got.ahead else ()), *([got.lacks] if got.lacks else []),
-                     *crossing_lines(got.prediction, load_machine(got.plan.machine), got.plan.devices, got.network)):
+                     *crossing_lines(got.prediction, got.machine, got.plan.devices, got.network)):
             warn(line)
         return render.plan_step(network, got, layers, as_json,
                                 train(got.network, got.plan.batch, got.plan.devices, got.prediction.step_s))

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 from typer._click.globals import get_current_context
 
-from costmodel.machine.loading import load_machine
 from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.flag_values import price_for
 from dnnplan.options import token_budget
@@ -57,7 +56,7 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
     config = read_launch(read_text(path, "launch configuration"), path)
     got = launch_step(config, network_name, devices if "devices" in given else None, machine, profile,
                       foreign_profile)
-    for line in crossing_lines(got.prediction, load_machine(got.plan.machine), got.plan.devices, got.network):
+    for line in crossing_lines(got.prediction, got.machine, got.plan.devices, got.network):
         warn(line)
     price = price_for(price, got.plan.machine)
     train = None if budget is None else train_time(got.prediction.step_s, tokens_per_step(got.network, got.plan.batch),

@@ -54,8 +54,8 @@ def answer(plan: Plan, got, facts: Facts, layers: bool) -> None:
     if got is None:
         again = sum(is_recomputed(lp.algorithm) for lp in plan.layers)  # flash+recompute too, as the axes count
         console.print(layout_line([lp.strategy.label for lp in plan.layers])
-                      + (f"; {again} layer{'s' if again != 1 else ''} recompute{'' if again != 1 else 's'} "
-                         f"{'their' if again != 1 else 'its'} forward in backward (memory binds)" if again else ""))
+                      + (f"; {fmt.many(again, 'layer')} recompute{'s its' if again == 1 else ' their'} forward in "
+                         "backward (memory binds)" if again else ""))
         console.print(gap_line(plan.solver))
     else:
         pipeline_summary(got)
@@ -225,7 +225,7 @@ def pipeline_summary(got) -> None:
             runs.append([s.index, s.index, m])
     mix = "; ".join((f"stage {a}" if a == b else f"stages {a}-{b}") + f": {m}" for a, b, m in runs)
     again = sum(is_recomputed(algo) for sol in got.solutions for algo in sol.algorithms.values())
-    mix += f"; recomputation on {again} layer{'s' if again != 1 else ''} of the stages (memory binds)" if again else ""
+    mix += f"; recomputation on {fmt.many(again, 'layer')} of the stages (memory binds)" if again else ""
     if got.stages == 1 and got.micro_batches == 1:
         console.print(f"layout: no pipeline, the whole batch at once; splits {mix}")
     elif got.stages == 1:
@@ -302,7 +302,7 @@ def stage_mix(strategies) -> str:
         out[strat.label] = out.get(strat.label, 0) + 1
     ranked = sorted(out.items(), key=lambda kv: -kv[1])
     rest = sum(v for _, v in ranked[3:])
-    more = f" and {len(ranked) - 3} other split{'s' if len(ranked) > 4 else ''} x{rest}" if rest else ""
+    more = f" and {fmt.many(len(ranked) - 3, 'other split')} x{rest}" if rest else ""
     return " ".join(f"{k} x{v}" for k, v in ranked[:3]) + more
 
 

@@ -180,6 +180,7 @@ class PlanStep:
 
     plan: Plan
     network: Network  # as the plan names it
+    machine: Machine  # the plan's machine, as its step is priced on it
     prediction: StepPrediction | PipelinePrediction
     mfu: float | None = None
     ahead: "AheadOfTime | None" = None
@@ -248,7 +249,7 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
         ctx = context.resolve(plan.network, plan.devices, plan.batch, plan.machine, profile, choices=plan.choices,
                               foreign_ok=foreign_ok)
         pred = predict_plan(plan, net, ctx)
-    return PlanStep(plan, net, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
+    return PlanStep(plan, net, machine, pred, model_flops_utilization(net, plan.batch, pred.step_s, plan.devices, machine,
                                                         get_precision(plan.choices.precision).matmul), ahead,
                     None if ahead is not None else table_lacks(ctx.compute, profile))
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from costmodel.choices.precision import get_precision
 from costmodel.machine.loading import DEFAULT_MACHINE, load_machine
+from costmodel.machine.model import Machine
 from costmodel.step.pipeline import PipelinePrediction
 from costmodel.step.prediction import StepPrediction, model_flops_utilization
 from executor.session.predict import predict_plan
@@ -38,6 +39,7 @@ class LaunchStep:
     named_by: str
     network: Network
     plan: Plan
+    machine: Machine  # the plan's machine, as its step is priced on it
     prediction: StepPrediction | PipelinePrediction
     mfu: float
     memory_limit_bytes: float
@@ -83,7 +85,8 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
                                   get_precision(choices.precision).matmul)
     written = header.step_s if header is not None and header.step_s is not None \
         and not same_step(pred.step_s, header.step_s) else None
-    return LaunchStep(config, ref, named_by, ctx.network, plan, pred, mfu, ctx.machine.device.mem_capacity_bytes,
+    return LaunchStep(config, ref, named_by, ctx.network, plan, ctx.machine, pred, mfu,
+                      ctx.machine.device.mem_capacity_bytes,
                       machine_from, written)
 
 
