@@ -28,6 +28,7 @@ from costmodel.machine.model import Machine
 from costmodel.step.pipeline import INTERLEAVED
 from networks.errors import DnnplanError
 from networks.ir import Network
+from networks import durations
 from planner.answer import ALL, NONE, Answer, NoneFits, answer_peak, outcome, step_of
 from planner.fit_check import REFIT_SHARE, fitting
 from planner.pipeline.search import (PROVE_S, SCHEDULE, NoPipelineFits, NotFaster, PipelineChoice, SearchOutOfTime,
@@ -125,8 +126,8 @@ def _slower(answer: Answer, ceiling: float, floor: float) -> Beaten | None:
     if step < ceiling:
         return None
     lower = outcome(answer, floor).lower_s
-    return Beaten(ceiling, lower, f"has no plan faster than {ceiling:.4g} s (its fastest, {step:.4g} s, "
-                                  f"peaked over the limit and was not planned again)")
+    return Beaten(ceiling, lower, f"has no plan faster than {durations.seconds(ceiling, 4)} (its fastest, "
+                                  f"{durations.seconds(step, 4)}, peaked over the limit and was not planned again)")
 
 
 def _refit(answer: Answer, net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel, under: float,
@@ -212,7 +213,7 @@ def _chosen(answer: Answer, zero: int, weighed: list[Weighed]) -> Answer:
         answer = dataclasses.replace(answer, plan=dataclasses.replace(
             answer.plan, solver={**answer.plan.solver, "gap": max(gap, answer.plan.solver.get("gap") or 0.0),
                                  "status": "feasible", **more}))
-    each = "; ".join(f"ZeRO-{w.zero} {w.step_s:.4g} s a step" if w.step_s is not None else
+    each = "; ".join(f"ZeRO-{w.zero} {durations.seconds(w.step_s, 4)} a step" if w.step_s is not None else
                      f"ZeRO-{w.zero} {w.skipped}" for w in weighed)
     return dataclasses.replace(answer, weighed=tuple(weighed),
                                zero_why=f"ZeRO-{zero} is the fastest of the ZeRO stages weighed ({each})")
@@ -254,8 +255,8 @@ def _pipelines_after(settings: Settings, pipelines_at, stages: dict[int, Answer]
                 lower = got_step * (1 - found.pipeline.stats.get("proven_gap", 1.0))
                 if got_step < held * (1 - 1e-9):
                     what = "the whole batch at once fits" if got.pipeline is None else "gradient accumulation runs"
-                    answer, zero = dataclasses.replace(
-                        found, memory_note=note, why=f"{what} at {step(got):.4g} s a step, and a pipeline is faster"), z
+                    why = f"{what} at {durations.seconds(step(got), 4)} a step, and a pipeline is faster"
+                    answer, zero = dataclasses.replace(found, memory_note=note, why=why), z
                     by[z] = dataclasses.replace(by[z], step_s=min(by[z].step_s, got_step))
         before = by[z].lower_s
         by[z] = dataclasses.replace(by[z], lower_s=min(own, lower))

@@ -18,6 +18,7 @@ from costmodel.compute.model import ComputeModel
 from costmodel.machine.model import Machine
 from networks.errors import DnnplanError
 from networks.ir import Network
+from networks import durations
 from planner.answer import ALL, ONE_STAGE, NONE, Answer, NoneFits, outcome
 from planner.pipeline.search import NoPipelineFits, NotFaster, SearchOutOfTime, search_pipeline
 from planner.pipeline.stack import uniform_stack
@@ -143,8 +144,8 @@ def pipelines_first(net: Network, network_ref: str, batch: int, p: int, machine:
     if choice is not None and (plan is None or choice.prediction.step_s <= plan.step_s):
         step = choice.prediction.step_s
         gap = max(choice.stats.get("proven_gap", 0.0), 1 - whole / step if 0 < whole < step else 0.0)
-        held = "" if plan is None else f" (its fastest found: {plan.step_s:.4g} s a step)"
-        why = (f"no plan of the whole batch at once beats {ceiling:.4g} s a step (its bounds), the step held"
+        held = "" if plan is None else f" (its fastest found: {durations.seconds(plan.step_s, 4)} a step)"
+        why = (f"no plan of the whole batch at once beats {durations.seconds(ceiling, 4)} a step (its bounds), the step held"
                if whole_lower is not None else
                f"the devices outnumber the batch's samples ({p} > {batch}): the pipelined plans weighed first, "
                f"then the whole batch at once under their step{held}")
@@ -195,7 +196,7 @@ def _pipelined(net: Network, batch: int, p: int, machine: Machine, compute: Comp
         return _unbeaten(settings, plan, step * (1 - choice.stats.get("proven_gap", 1.0)), defer)
     why = ("the whole batch at once fits only with the memory limit binding, and gradient accumulation is faster"
            if choice.stages == 1 and binds else
-           f"the whole batch at once fits at {plan.step_s:.4g} s a step, and a pipeline is faster")
+           f"the whole batch at once fits at {durations.seconds(plan.step_s, 4)} a step, and a pipeline is faster")
     return Answer(settings, pipeline=choice, why=why, pipelines=ONE_STAGE if defer else ALL)
 
 

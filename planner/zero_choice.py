@@ -80,6 +80,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from networks.errors import DnnplanError
+from networks import durations
 from planner.pipeline.search import SearchOutOfTime
 from planner.problem.solve import Settings
 from planner.solvers import Budget
@@ -220,9 +221,9 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
             answers[z] = plan_at(trial, held)
         except Beaten as err:
             done[z] = Weighed(z, lower_s=err.lower_s, skipped=err.why or (
-                f"has no plan that can beat {err.ceiling:.4g} s (its bounds)" if err.lower_s >= err.ceiling else
-                f"has no plan found that beats {err.ceiling:.4g} s (the time limit left some unsearched: their bounds "
-                f"leave {err.lower_s:.4g} s)"))
+                f"has no plan that can beat {durations.seconds(err.ceiling, 4)} (its bounds)" if err.lower_s >= err.ceiling else
+                f"has no plan found that beats {durations.seconds(err.ceiling, 4)} (the time limit left some "
+                f"unsearched: their bounds leave {durations.seconds(err.lower_s, 4)})"))
             continue
         except SearchOutOfTime as err:
             if err.lower_s > 0 and not _late(trial.budget):
@@ -230,7 +231,7 @@ def fastest_stage(settings: Settings, plan_at: Callable[[Settings, float | None]
                 # interleaved device unresolved): the stage may hold a plan, none faster than their bounds
                 errors.append((False, err))
                 done[z] = Weighed(z, lower_s=err.lower_s, skipped=f"has no plan found (pipelined pairs left "
-                                                                  f"open, bounded at {err.lower_s:.4g} s)")
+                                                                  f"open, bounded at {durations.seconds(err.lower_s, 4)})")
                 continue
             late = _late(trial.budget)
             errors.append((late, err))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from networks.durations import seconds  # noqa: F401  (the tables' durations: three significant digits)
+
 
 def count(x: float) -> str:
     for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -16,15 +18,6 @@ def nbytes(x: float) -> str:
         if abs(x) >= scale:
             return f"{x / scale:.2f} {unit}"
     return f"{x:.0f} B"
-
-
-def seconds(x: float) -> str:
-    if x == 0:
-        return "0"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x / 1e-9:.3g} ns"
 
 
 def shape(s) -> str:

@@ -60,6 +60,7 @@ from costmodel.machine.model import Machine
 from costmodel.step.pipeline import INTERLEAVED
 from networks.errors import DnnplanError
 from networks.ir import Network
+from networks import durations
 from planner.pipeline import interleave
 from planner.pipeline.pair_closing import proved
 from planner.pipeline.workers.pair_searches import Ahead, Searched
@@ -120,7 +121,7 @@ def unsettled(open_: list[Candidate]) -> SearchOutOfTime:
                                 f"unresolved" if len(open_) > timed else "") if w)
     lower = min(c.lower_s for c in open_)
     return SearchOutOfTime(f"no pipelined plan was found, and {len(open_)} pipeline and micro-batch pairs were left "
-                           f"open ({why}), any of which may hold a plan of at least {lower:.4g} s a step",
+                           f"open ({why}), any of which may hold a plan of at least {durations.seconds(lower, 4)} a step",
                            hint="raise --time-limit" + (", or plan with --schedule 1f1b" if len(open_) > timed else ""),
                            lower_s=lower)
 

@@ -18,6 +18,7 @@ import planner.solvers as solver_module
 import planner.stage_plan as stage_plan
 from costmodel.choices.training import TrainingChoices
 from dnnplan.cli import app
+from networks import durations
 from planner.pipeline.search import NotFaster, SearchOutOfTime, search_pipeline
 from planner.problem.solve import Binding, Settings, Slower, make_plan
 from planner.solvers import Budget, Ceiling, partial
@@ -42,7 +43,7 @@ def test_a_pipeline_faster_than_the_whole_batch_is_the_answer_and_says_why():
     assert whole["solver"]["memory_binding"] is False and not whole.get("pipeline")
     assert answer["pipeline"] and answer["step_s"] < whole["step_s"]
     text = runner.invoke(app, ARGS[:-1]).output
-    assert f"the whole batch at once fits at {whole['step_s']:.4g} s a step, and a pipeline is faster" in \
+    assert f"the whole batch at once fits at {durations.seconds(whole['step_s'], 4)} a step, and a pipeline is faster" in \
         " ".join(text.split())
 
 
