@@ -132,7 +132,7 @@ def refusal(net: Network, batch: int, p: int, machine: Machine, compute: Compute
         found.append(f"--zero {z}")
     least = need if accumulated is None else min(need, accumulated)
     found.append(f"--memory {_up(least / GIB)} (GiB a device{', a pipeline perhaps less' if pipelined else ''})")
-    how = ", with or without pipelining" if pipelined else ""
+    how = ", with or without pipelining" if pipelined else " with the whole batch at once" if not pipelines else ""
     more = "" if accumulated is None else f" at once, {accumulated / GIB:.3f} GiB accumulating micro-batches of one sample"
     # the floors are of one stage over every device: a pipeline's stages may hold less (gpt2-xl on 6
     # devices: 7.78 GiB whole, a pipeline of 3 stages in 5.00), so they are said as that, not as any plan's

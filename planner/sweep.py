@@ -141,9 +141,7 @@ def point(net: Network, network_ref: str, batch: int, p: int, machine: Machine, 
         # parallelism over a batch the devices do not divide) may be faster than their optimum
         plan = make_plan(net, network_ref, batch, p, machine, compute, memory_limit_bytes, settings)
     except Infeasible as err:  # the least any plan needs a device, beside the limit
-        need, limit = err.need_bytes, err.limit_bytes  # whole bytes as integers; the need rounded up
-        return {"devices": p, "error": str(err), "need_bytes": math.ceil(need) if math.isfinite(need) else need,
-                "limit_bytes": int(limit) if float(limit).is_integer() else limit}
+        return refused(p, err, err.need_bytes, err.limit_bytes)
     except DnnplanError as err:
         return {"devices": p, "error": str(err)}
     row = {"devices": p, "step_s": plan.step_s, "memory_peak_bytes": plan.memory_peak_bytes, "mfu": plan.mfu}
@@ -154,6 +152,13 @@ def point(net: Network, network_ref: str, batch: int, p: int, machine: Machine, 
     row.update({"mix": strategy_mix(plan), "solver": plan.solver.get("solver"), "status": plan.solver.get("status"),
                 "gap": plan.solver.get("gap")})
     return row
+
+
+def refused(p: int, err: Exception, need: float, limit: float) -> dict:
+    """The row of a device count where no plan fits: the reason, the least a plan needs a device
+    (whole bytes, rounded up) and the limit (whole where it is), as the counts so refused share a note."""
+    return {"devices": p, "error": str(err), "need_bytes": math.ceil(need) if math.isfinite(need) else need,
+            "limit_bytes": int(limit) if float(limit).is_integer() else limit}
 
 
 def sweep(net: Network, network_ref: str, batch: int, counts: list[int], machine: Machine, compute: ComputeModel,

@@ -367,7 +367,7 @@ def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str
         sweep_render.compare_table(rows, name, ctx.batch, request.tokens, request.pipelines,
                                    priced=bool(request.prices), reads_tokens=sequence_length(ctx.network) is not None)
     else:
-        sweep_render.sweep_table(rows, name, ctx.batch, ctx.machine.name)
+        sweep_render.sweep_table(rows, name, ctx.batch, ctx.machine.name, request.pipelines)
     if assumed:
         render.console.print(f"[dim]assumed, the flag not given: {'; '.join(assumed)}[/dim]")
     if plot and any("error" not in r for r in rows):

@@ -15,9 +15,10 @@ from dnnplan.render.messages import err_console
 from dnnplan.render.tables import console
 
 
-def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> None:
+def sweep_table(rows: list[dict], network: str, batch: int, machine: str, pipelines: bool = False) -> None:
     """Per device count: the plan and data parallelism, speedups and efficiencies; a count with no
-    plan gives its reason, wrapped (never cut); data parallelism over the memory limit is marked."""
+    plan gives its reason, wrapped (never cut); data parallelism over the memory limit is marked;
+    ``pipelines``: the points were planned with the pipeline search where nothing fits whole."""
     t = Table(title=f"strong scaling of {network}, batch {batch} on {machine}", title_justify="left")
     for col in ("devices", "plan step", "speedup", "efficiency", "data-parallel step", "speedup ", "efficiency ",
                 "plan / data", "strategy mix"):
@@ -37,6 +38,7 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str) -> Non
     console.print(t)
     _notes(notes)
     console.print("speedup and efficiency are relative to the first device count that has a plan")
+    _whole_batch_only(rows, pipelines)
 
 
 def compare_table(rows: list[dict], network: str, batch: int, tokens: float | None,
@@ -59,7 +61,7 @@ def compare_table(rows: list[dict], network: str, batch: int, tokens: float | No
         t.add_column(col, justify="left" if col in ("machine", "best", "strategy mix") else "right",
                      overflow="fold")
     notes: list[str] = []
-    for r, note in zip(rows, _no_plan_notes(rows)):
+    for r, note in zip(rows, _no_plan_notes(rows, pipelines)):
         if r.get("error"):
             if note not in notes:
                 notes.append(note)
@@ -79,10 +81,17 @@ def compare_table(rows: list[dict], network: str, batch: int, tokens: float | No
     _notes(notes)
     cheapest = "cost" if priced else "device-hours" if tokens is not None else "device-time a step"
     console.print(f"fastest: the shortest step; cheapest: the least {cheapest}")
+    _whole_batch_only(rows, pipelines)
+
+
+def _whole_batch_only(rows: list[dict], pipelines: bool) -> None:
+    """Where a point has no plan and the points were planned with the whole batch at once, the flag
+    that weighs what a single plan weighs beside it."""
     refused = any(r.get("error") and not r.get("lost") for r in rows)
     if refused and not any("pipeline" in r for r in rows) and not pipelines:
-        console.print("these points were planned without pipelining: --pipeline auto plans each as `dnnplan plan` "
-                      "does, pipelined where nothing fits whole")
+        console.print("these points were planned with the whole batch at once, without gradient accumulation or "
+                      "pipelining: --pipeline auto plans each as `dnnplan plan` does, accumulating micro-batches "
+                      "or pipelined where nothing fits whole")
 
 
 def _no_plan(row: dict) -> str:
@@ -90,9 +99,11 @@ def _no_plan(row: dict) -> str:
     return "[red]failed[/red]" if row.get("lost") else "[yellow]no plan[/yellow]"
 
 
-def _no_plan_notes(rows: list[dict]) -> list[str | None]:
+def _no_plan_notes(rows: list[dict], pipelines: bool = False) -> list[str | None]:
     """Each row's note (None: it has a plan). The consecutive counts of one machine where no plan
-    fits its memory share one note: the counts, and the least any plan needs a device at each."""
+    fits its memory share one note: the counts, and the least a plan needs a device at each: of the
+    whole batch at once (then ``--pipeline auto`` is named first: accumulating micro-batches may
+    fit), or with ``pipelines`` of one stage, accumulating or not (a pipeline's stages may hold less)."""
     out: list[str | None] = []
     run: list[dict] = []
 
@@ -100,9 +111,17 @@ def _no_plan_notes(rows: list[dict]) -> list[str | None]:
         if run:
             needs = ", ".join(f"{fmt.nbytes(r['need_bytes'])} ({r['devices']})" for r in run)
             counts = ", ".join(str(r["devices"]) for r in run)
-            out.extend([f"{run[0]['machine']} x {counts}: no plan fits {fmt.nbytes(run[0]['limit_bytes'])} a "
-                        f"device; the least any plan needs a device (devices): {needs}; allow more --memory, "
-                        "more devices or a smaller --batch"] * len(run))
+            limit = fmt.nbytes(run[0]["limit_bytes"])
+            head = f"{run[0]['machine']} x {counts}: "
+            if pipelines:
+                note = (head + f"no plan fits {limit} a device, with or without pipelining; the least a plan of one "
+                        f"stage needs a device (devices): {needs}; allow more --memory, more devices or a smaller "
+                        "--batch")
+            else:
+                note = (head + f"no plan of the whole batch at once fits {limit} a device; the least such a plan "
+                        f"needs a device (devices): {needs}; --pipeline auto weighs gradient accumulation and "
+                        "pipelines, or allow more --memory, more devices or a smaller --batch")
+            out.extend([note] * len(run))
             run.clear()
 
     for r in rows:

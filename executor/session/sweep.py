@@ -34,7 +34,7 @@ from planner.problem.full_profile import refreshed
 from planner.problem.solve import strategy_mix
 from planner.refusal import NoPlanFits
 from planner.solvers import Budget
-from planner.sweep import mark_best, point, point_seconds, priced, with_speedups
+from planner.sweep import mark_best, point, point_seconds, priced, refused, with_speedups
 from profiler import context
 from profiler.context import Context
 
@@ -138,7 +138,7 @@ def _answered(request: SweepRequest, ctx: Context, name: str, settings, pipeline
         ctx.machine.check_devices(ctx.devices)
         answer, made = planning.finished(ctx, ask, settings, planning.plan(ctx, ask, settings))
     except NoPlanFits as err:  # the least any plan needs beside the limit: the counts so refused share a note
-        return {"devices": ctx.devices, "error": str(err), "need_bytes": err.need_bytes, "limit_bytes": err.limit_bytes}
+        return refused(ctx.devices, err, err.need_bytes, err.limit_bytes)
     except DnnplanError as err:
         return {"devices": ctx.devices, "error": str(err)}
     solver = made.solver

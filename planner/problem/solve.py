@@ -224,8 +224,8 @@ def _infeasible(net: Network, batch: int, p: int, machine: Machine, compute: Com
         q *= 2
     devices = f" or {more} devices" if more else ""
     return Infeasible(
-        f"no plan of {net.name} at batch {batch} fits {limit / GIB:.3f} GiB per device on {p} devices; "
-        f"the least any plan needs is {need / GIB:.3f} GiB per device", need, limit,
+        f"no plan of {net.name} at batch {batch} fits {limit / GIB:.3f} GiB per device on {p} devices with the "
+        f"whole batch at once; the least such a plan needs is {need / GIB:.3f} GiB per device", need, limit,
         hint=f"allow at least {need / GIB:.3f} GiB per device (--memory){devices}, or a smaller --batch")
 
 

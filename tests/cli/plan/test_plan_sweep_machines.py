@@ -102,9 +102,17 @@ def test_counts_of_a_machine_where_nothing_fits_share_one_note():
                                  "--memory", "0.005"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())  # the notes wrap at the table's width
-    assert "note 1: dgx-a100 x 1, 2: no plan fits 5.12 MiB a device" in text  # 4 devices have a plan
+    # 4 devices have a plan; the others' note says what was weighed and what weighs more
+    assert "note 1: dgx-a100 x 1, 2: no plan of the whole batch at once fits 5.12 MiB a device" in text
+    assert "--pipeline auto weighs gradient accumulation and pipelines" in text
     assert "note 2: dgx-h100 x 1, 2:" in text and "note 3" not in text
     assert "--pipeline auto plans each as `dnnplan plan` does" in text
+    piped = runner.invoke(app, ["plan", "gpt-tiny", "-b", "64", "-m", "dgx-a100,dgx-h100", "--sweep", "1,2,4",
+                                "--memory", "0.001", "--pipeline", "auto"])
+    assert piped.exit_code == 0, piped.output
+    text = " ".join(piped.stdout.split())
+    assert "x 1: no plan fits 1.02 MiB a device, with or without pipelining; the least a plan of one stage needs" in text
+    assert "weighs gradient accumulation" not in text and "planned with the whole batch at once" not in text
 
 
 def test_plot_draws_a_line_a_machine(tmp_path):
