@@ -20,9 +20,10 @@ and the same plan measured can be read side by side:
   stage that takes longest for them (``costmodel.step.pipeline``).
 
 The terms sum to the step (``StepPrediction.step_s``, ``PipelinePrediction.step_s``). Apart from
-them, the collectives' time in two parts (:func:`comm_parts`): ``exposed`` (inside the terms
+them, the communication's time in two parts (:func:`comm_parts`): ``exposed`` (inside the terms
 above: what the step waits for) and ``overlapped`` (hidden under compute, costmodel.comm.overlap; not
-in the step); they sum to the collectives' link time.
+in the step); they sum to the collectives' link time and, in a pipeline, the stages' sends and the
+tied embedding's gradient sync between the first and the last stage.
 """
 
 from __future__ import annotations
@@ -70,12 +71,14 @@ def measured_terms(phases: dict[str, float], step_s: float) -> tuple[tuple[str, 
 
 
 def comm_parts(pred: StepPrediction | PipelinePrediction) -> tuple[tuple[str, float], ...]:
-    """The step's collectives as (``exposed``, seconds in the terms) and (``overlapped``, seconds
-    hidden under compute); of a pipelined step, the slowest stage's per micro-batch times the
-    micro-batches and the once-a-step stage's gradient sync, as :func:`pipeline_terms` takes them."""
+    """The step's communication as (``exposed``, seconds in the terms) and (``overlapped``, seconds
+    hidden under compute); of a pipelined step, the slowest stage's collectives and sends per
+    micro-batch times the micro-batches and the once-a-step stage's gradient sync (its tied
+    embedding's too), as :func:`pipeline_terms` takes them."""
     if isinstance(pred, StepPrediction):
         return ("exposed", pred.comm_exposed_s), ("overlapped", pred.comm_overlapped_s)
-    slowest = max(pred.stages, key=lambda s: s.per_micro_s).micro
+    slowest_stage = max(pred.stages, key=lambda s: s.per_micro_s)
+    slowest = slowest_stage.micro
     once_stage = max(pred.stages, key=lambda s: s.once_s)
     once, alone = once_stage.micro, once_stage.unpaired_s  # alone: the expert all-to-alls no pass hides
     m = pred.micro_batches
@@ -83,7 +86,8 @@ def comm_parts(pred: StepPrediction | PipelinePrediction) -> tuple[tuple[str, fl
     def total(step: StepPrediction, sync: bool, time) -> float:
         return sum(time(c) for x in step.layers for c in x.layer.comms if (c.phase == "sync") == sync)
 
-    exposed = m * total(slowest, False, lambda c: c.seconds) + total(once, True, lambda c: c.seconds) + alone
+    exposed = (m * (total(slowest, False, lambda c: c.seconds) + slowest_stage.p2p_s)
+               + total(once, True, lambda c: c.seconds) + once_stage.tied_sync_s + alone)
     hidden = (m * total(slowest, False, lambda c: c.link_time - c.seconds)
               + total(once, True, lambda c: c.link_time - c.seconds) - alone)
     return ("exposed", exposed), ("overlapped", hidden)

@@ -323,3 +323,20 @@ def test_sharded_gradients_are_reduced_in_every_micro_batch_by_default(stage):
     extra = run(default, 4).comm_exposed_s - run(once, 4).comm_exposed_s
     assert extra == pytest.approx(3 * sum(c.seconds for c in reduced) if each else 0.0, rel=1e-9, abs=1e-15)
 
+
+
+@pytest.mark.parametrize("args", [
+    ["gpt2", "-p", "16", "--pipeline", "2", "--micro-batches", "4"],  # tied embedding: synced between the ends
+    ["resnet152", "-p", "32", "--machine", "dgx-b200", "--pipeline", "4", "--micro-batches", "8"],  # sends
+])
+def test_a_pipelines_communication_holds_its_sends_and_its_tied_sync(args):
+    """In a pipeline the communication line holds every term that is communication: the stages'
+    sends and the gradient sync whole (the tied embedding's two-rank allreduce between the first and
+    the last stage with it), not only the layers' collectives; with nothing overlapped, all exposed."""
+    got = json.loads(runner.invoke(app, ["predict", *args, "--overlap", "none", "--json"]).output)
+    terms = got["step_breakdown_s"]
+    sends, sync = terms.get("pipeline sends", 0.0), terms["gradient sync"]
+    assert sends + sync > 0 and got["comm_overlapped_s"] == 0
+    assert got["comm_exposed_s"] >= sends + sync
+    tied = max(s.get("tied_sync_s", 0.0) for s in got["stages"])
+    assert (tied > 0) == (args[0] == "gpt2")
