@@ -79,6 +79,27 @@ class Zero3Step:
         and the reduce-scatters."""
         return self.step_s - self.micro_batches * (self.fwd_compute_s + self.bwd_compute_s) - self.update_s
 
+    @property
+    def comm_exposed_s(self) -> float:
+        """:attr:`exposed_comm_s`, by the name every step's prediction gives it."""
+        return self.exposed_comm_s
+
+    @property
+    def comm_overlapped_s(self) -> float:
+        """The collectives' time compute hides: every gather and reduce-scatter of the step less
+        what is exposed."""
+        link = self.micro_batches * ((1 + self.gathers_in_backward) * self.gather_s + self.reduce_scatter_s)
+        return max(0.0, link - self.exposed_comm_s)
+
+    def terms(self) -> tuple[tuple[str, float], ...]:
+        """The step in the terms every breakdown names (costmodel.step.breakdown): each pass with the
+        gathers it waits for, the reduce-scatters as the gradient sync (every micro-batch's), the
+        update; they sum to :attr:`step_s`."""
+        m = self.micro_batches
+        return (("forward", m * max(self.fwd_compute_s, self.gather_s)),
+                ("backward", m * max(self.bwd_compute_s, self.gathers_in_backward * self.gather_s)),
+                ("gradient sync", m * self.reduce_scatter_s), ("update", self.update_s))
+
 
 def sharded_tensors(net: Network) -> list[int]:
     """Bytes of each weight tensor DeepSpeed shards (at least :data:`PERSISTENCE_THRESHOLD`

@@ -110,7 +110,9 @@ def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches:
            "fwd_compute_s": step_.fwd_compute_s, "bwd_compute_s": step_.bwd_compute_s,
            "gather_s": step_.gather_s, "gathers_in_backward": step_.gathers_in_backward,
            "reduce_scatter_s": step_.reduce_scatter_s, "update_s": step_.update_s,
-           "exposed_comm_s": step_.exposed_comm_s, "memory_peak_bytes": step_.memory_peak_bytes,
+           "exposed_comm_s": step_.exposed_comm_s, "step_breakdown_s": dict(step_.terms()),
+           "comm_exposed_s": step_.comm_exposed_s, "comm_overlapped_s": step_.comm_overlapped_s,
+           "memory_peak_bytes": step_.memory_peak_bytes,
            "memory_limit_bytes": limit, "memory_fits": fits, "fits": fits, "mfu": utilisation,
            **trained_as(ctx, assumed), "fallbacks": [f.__dict__ for f in fallbacks], **_train(train)}
     if as_json:
@@ -124,9 +126,10 @@ def deepspeed(ctx: Context, step_: object, fallbacks, micro: int, micro_batches:
             f"{s(step_.gather_s)}) + max(backward {s(step_.bwd_compute_s)}, {step_.gathers_in_backward} x "
             f"gathers) + reduce-scatters {s(step_.reduce_scatter_s)}) + update {s(step_.update_s)}")
     over = "" if fits else f" (over the limit of {fmt.nbytes(limit)}: it does not fit)"
-    c.print(f"communication not hidden by compute {s(step_.exposed_comm_s)}; peak memory "
-            f"{fmt.nbytes(step_.memory_peak_bytes)} a device{over};  model FLOP utilisation {utilisation:.1%} "
-            "(docs/costmodel.md, DeepSpeed ZeRO-3)")
+    exposed, hidden = step_.comm_exposed_s, step_.comm_overlapped_s
+    c.print(f"communication {s(exposed + hidden)}: {s(exposed)} exposed (in the terms above), {s(hidden)} "
+            f"overlapped with compute; peak memory {fmt.nbytes(step_.memory_peak_bytes)} a device{over};  model "
+            f"FLOP utilisation {utilisation:.1%} (docs/costmodel.md, DeepSpeed ZeRO-3)")
     if fallbacks:
         c.print(f"{len(fallbacks)} layer(s) could not split the micro-batch over every device and run "
                 f"data parallel on fewer, first {fallbacks[0].layer}")

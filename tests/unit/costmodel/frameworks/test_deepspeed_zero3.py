@@ -62,6 +62,10 @@ def test_zero3_step_is_its_formula_of_flat_rings_on_the_inter_node_link():
     assert z.gather_s * 2 + z.reduce_scatter_s >= own * 0.99
     without = zero3_step(net, ranks, 3, compute, A100, recompute=False)
     assert without.step_s <= z.step_s and without.gathers_in_backward == 1
+    # the terms every breakdown names sum to the step; exposed and overlapped to every collective's time
+    terms = dict(z.terms())
+    assert sum(terms.values()) == pytest.approx(z.step_s) and terms["gradient sync"] == pytest.approx(3 * r)
+    assert z.comm_exposed_s + z.comm_overlapped_s == pytest.approx(3 * (3 * g + r))
 
 
 def test_step_time_stops_shrinking_with_more_ranks_once_the_gathers_bind():
