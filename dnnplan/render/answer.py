@@ -94,7 +94,7 @@ def train_line(t, fits: bool = True) -> str:
     it trains at all)."""
     cost = "" if t.cost is None else f", {_amount(t.cost)} at {t.price_per_device_hour:g} a device-hour"
     hours = t.days * 24  # a small budget: not 0.0 days, nor hours in powers of ten
-    span = (f"{t.days:,.1f} days" if t.days >= 1 else f"{hours:.3g} hours" if hours >= 0.1 else
+    span = (f"{t.days:.3g} days" if 1 <= t.days < 100 else f"{t.days:,.1f} days" if t.days >= 1 else f"{hours:.3g} hours" if hours >= 0.1 else
             f"{hours * 60:.3g} minutes" if hours * 60 >= 0.1 else f"{hours * 3600:.3g} seconds")
     steps = "1 step" if t.steps == 1 else f"{t.steps:,} steps"
     return ("" if fits else "were it to fit in memory (it does not): ") + (

@@ -36,3 +36,5 @@ def test_the_summary_line_reads_a_small_budget_in_its_own_units():
     assert "1 step of 131,072 tokens, 0.0923 seconds on 8 devices (0.000205 device-hours, 0.000513 at 2.5" in small
     large = train_line(train_time(0.0923, 131072, 8, 15e12, 2.5))
     assert "114,440,918 steps" in large and "122.3 days" in large and "23,473 device-hours, 58,683 at 2.5" in large
+    few = train_line(train_time(0.0923, 131072, 8, 3e11, 2.5))  # 2.447 days: three figures, not "2.4 days"
+    assert "2.45 days" in few
