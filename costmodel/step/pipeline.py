@@ -83,6 +83,15 @@ class StagePrediction:
         """The peak without what the framework adds (StepPrediction.memory_allocated_bytes)."""
         return self.memory_peak_bytes - self.micro.framework_bytes
 
+    @property
+    def memory_parts(self) -> dict[str, int]:
+        """The stage's peak by what holds it (StepPrediction.memory_parts): one micro-batch's parts,
+        the activations of the micro-batches (chunks) the schedule holds beyond it added, so they
+        sum to :attr:`memory_peak_bytes`."""
+        parts = dict(self.micro.memory_parts)
+        parts["activations"] = parts.get("activations", 0) + self.memory_peak_bytes - sum(parts.values())
+        return parts
+
 
 @dataclass(frozen=True)
 class PipelinePrediction:
@@ -129,15 +138,21 @@ class PipelinePrediction:
 
 
 def pipeline_json(pred: PipelinePrediction) -> dict:
-    """The ``dnnplan predict --pipeline --json`` object; of one stage (gradient accumulation: a
-    plan file's ``pipeline: {stages: 1, ...}``), its layers, memory parts and overlap too, as a
-    step's (``costmodel.step.prediction.prediction_json``: one micro-batch's times per layer)."""
+    """The ``dnnplan predict --pipeline --json`` object: each stage with its layers (one
+    micro-batch's times per layer, as a step's: ``costmodel.step.prediction.prediction_json``) and
+    its peak by part; the step's peak by part where the fullest stage's peak is the step's; of one
+    stage (gradient accumulation: a plan file's ``pipeline: {stages: 1, ...}``), its layers and
+    overlap at the top too, as a step's."""
     out = _pipeline_json(pred)
+    for row, stage in zip(out["stages"], pred.stages):
+        row["layers"] = prediction_json(stage.micro)["layers"]
+        row["memory_parts_bytes"] = stage.memory_parts
+    fullest = max(pred.stages, key=lambda s: s.memory_peak_bytes)
+    if fullest.memory_peak_bytes == pred.memory_peak_bytes:  # its peak is the step's
+        out["memory_parts_bytes"] = fullest.memory_parts
     if len(pred.stages) == 1:
         one = prediction_json(pred.stages[0].micro)
         out |= {key: one[key] for key in ("micro_batch", "overlap", "layers")}
-        if pred.stages[0].micro.memory_peak_bytes == pred.memory_peak_bytes:  # its peak is the step's
-            out["memory_parts_bytes"] = one["memory_parts_bytes"]
     return out
 
 

@@ -140,7 +140,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
         _lacks(ctx, profile)
         _crossings(ctx, got.prediction)
         return render.pipelined(got, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s), ctx,
-                                assumed)
+                                assumed, layers)
     got = predicting.step(ctx, splits, micro_batches)
     _lacks(ctx, profile)
     _crossings(ctx, got.prediction)

@@ -261,10 +261,7 @@ def pipeline_details(got) -> None:
     pred = got.prediction
     pipeline_table(pred)
     fullest = max(pred.stages, key=lambda s: s.memory_peak_bytes)
-    parts = dict(fullest.micro.memory_parts)
-    # the micro-batches (chunks) the schedule holds beyond one: the parts then sum to the stage's peak
-    parts["activations"] = parts.get("activations", 0) + fullest.memory_peak_bytes - sum(parts.values())
-    console.print(f"{memory_line(parts)} (stage {fullest.index}, the peak's)")
+    console.print(f"{memory_line(fullest.memory_parts)} (stage {fullest.index}, the peak's)")
     st = got.stats
     gap = (f"; pairs compared with memory-bound stages solved by Lagrangian relaxation, worst gap "
            f"{st['worst_stage_gap']:.2%}" if st["worst_stage_gap"] else "")

@@ -73,9 +73,23 @@ def framework_line(ctx: Context, pred) -> None:
     tables.console.print(line, markup=False, emoji=False)
 
 
+def stage_layers(pred) -> None:
+    """Each stage's per-layer table (one micro-batch; ``--layers``) and the fullest stage's peak by
+    part, as `plan --layers` prints a pipeline's."""
+    one = len(pred.stages) == 1
+    for stage in pred.stages:
+        where = "" if one else f"stage {stage.index} ({fmt.many(stage.ranks, 'device')}), "
+        tables.layer_table(stage.micro, f"{where}per layer, one micro-batch")
+    if not one:
+        fullest = max(pred.stages, key=lambda s: s.memory_peak_bytes)
+        tables.console.print(f"{tables.memory_line(fullest.memory_parts)} (stage {fullest.index}, the peak's)",
+                             markup=False, emoji=False)
+
+
 def pipelined(got: Predicted, as_json: bool, train=None, ctx: Context | None = None,
-              assumed: tuple[str, ...] = ()) -> None:
-    """`dnnplan predict NET --pipeline S`'s answer: JSON, or the stages' table and the first fallback."""
+              assumed: tuple[str, ...] = (), layers: bool = False) -> None:
+    """`dnnplan predict NET --pipeline S`'s answer: JSON, or the stages' table (``layers``: each
+    stage's layers and the fullest stage's memory by part before it) and the first fallback."""
     pred = got.prediction
     limit = ctx.machine.device.mem_capacity_bytes if ctx is not None else None
     memory = memory_json(pred.memory_peak_bytes, limit)
@@ -88,6 +102,8 @@ def pipelined(got: Predicted, as_json: bool, train=None, ctx: Context | None = N
                               "zero": ctx.choices.zero, **trained_as(ctx, assumed)} if ctx is not None else {}),
                           **memory, "fallbacks": [f.__dict__ for f in got.fallbacks], **_train(train)}))
         return
+    if layers:
+        stage_layers(pred)
     tables.pipeline_table(pred, limit, got.mfu, ctx.machine.name if ctx is not None else None)
     _train_line(train, memory["memory_fits"])
     assumed_line(assumed)
@@ -154,8 +170,8 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
                               "optimizer": plan.choices.optimizer, "zero": plan.choices.zero, **memory,
                               **_train(train)}))
             return
-        if layers and len(pred.stages) == 1:  # gradient accumulation: one stage, its layers per micro-batch
-            tables.layer_table(pred.stages[0].micro, "per layer, one micro-batch")
+        if layers:
+            stage_layers(pred)
         tables.pipeline_table(pred, limit, got.mfu, plan.machine)
         recorded_line(plan.step_s, pred.step_s)
         _train_line(train, memory["memory_fits"])

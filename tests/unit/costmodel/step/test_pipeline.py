@@ -103,6 +103,16 @@ def test_predict_pipeline_json():
     data = json.loads(result.stdout)
     assert len(data["stages"]) == 2 and data["stages"][1]["last_layer"] == "loss"
     assert 0 < data["bubble_fraction"] < 1
+    # each stage's layers and its peak by part (the 1F1B micro-batches it keeps counted in the
+    # activations); the step's parts are the fullest stage's
+    for stage in data["stages"]:
+        assert [x["name"] for x in stage["layers"]][0] == ("embed" if stage["stage"] == 0 else "h6.ln1")
+        assert sum(stage["memory_parts_bytes"].values()) == stage["memory_peak_bytes"]
+    assert data["memory_parts_bytes"] == max(data["stages"], key=lambda s: s["memory_peak_bytes"])["memory_parts_bytes"]
+    text = runner.invoke(app, ["predict", "gpt2", "--devices", "8", "--pipeline", "2", "--micro-batches", "4",
+                               "--layers"]).output
+    assert "stage 0 (4 devices), per layer, one micro-batch" in text and "stage 1 (4 devices)" in text
+    assert "(stage 1, the peak's)" in text or "(stage 0, the peak's)" in text
 
 
 GPT = "gpt-tiny"
