@@ -85,7 +85,7 @@ def test_machines_lists_the_current_gpus_with_their_nvlink_domain():
 def test_machines_named_gives_each_ones_every_figure(tmp_path):
     one = runner.invoke(app, ["machines", "dgx-h200"], env={"COLUMNS": "400"})
     assert one.exit_code == 0, one.output
-    assert "bfloat16 989.5" in one.output and "memory 141.00 GiB at 4,800 GB/s" in one.output
+    assert "bfloat16 989.5" in one.output and "memory 140.40 GiB at 4,800 GB/s" in one.output
     assert "cuda_cores 0.764" in one.output and "links between link domains: 5 µs latency, 50 GB/s" in one.output
     rows = json.loads(runner.invoke(app, ["machines", "dgx-h100", "mi300x", "--json"]).stdout)
     assert [r["name"] for r in rows] == ["dgx-h100", "mi300x"] and rows[1]["efficiency"]["tensor_16bit"] == 0.73

@@ -38,7 +38,7 @@ def test_every_shipped_machine_loads():
 def test_dgx_h100_figures():
     m = load_machine("dgx-h100")
     assert m.devices_per_node == 8 and m.nodes is None and m.max_devices() is None
-    assert m.device.mem_capacity_bytes == 80 * 2**30
+    assert m.device.mem_capacity_bytes == 81_559 * 2**20  # NVML's total of the 80 GB (the machine file's source)
     assert m.device.peak_flops["bfloat16"] == pytest.approx(989.5e12)
     assert m.device.mem_bandwidth_bytes_per_s == pytest.approx(3.35e12)
     assert 1 / m.intra.beta_s_per_byte == pytest.approx(450e9)   # 900 GB/s bidirectional
@@ -48,7 +48,7 @@ def test_dgx_h100_figures():
 def test_dgx_h200_figures():
     m = load_machine("dgx-h200")
     assert m.devices_per_node == 8 and m.domain_size == 8
-    assert m.device.mem_capacity_bytes == 141 * 2**30                      # 141 GB HBM3e
+    assert m.device.mem_capacity_bytes == 143_771 * 2**20                # NVML's total of the 141 GB HBM3e
     assert m.device.mem_bandwidth_bytes_per_s == pytest.approx(4.8e12)    # 4.8 TB/s
     assert m.device.peak_flops["float8"] == pytest.approx(3958e12 / 2)   # 3,958 with sparsity
 
