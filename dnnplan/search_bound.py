@@ -67,7 +67,8 @@ def stop_on_ctrl_c(budget: Budget) -> Iterator[None]:
     def handler(signum, frame) -> None:
         if stops.arrived(signum):  # the first: the best plan so far is shown; a burst's others ignored
             budget.request_stop()
-            raise KeyboardInterrupt
+            if not stops.held():  # the search has ended and its answer is being shown: noted only
+                raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
@@ -90,7 +91,8 @@ def end(code: int) -> None:
     watchdog = threading.Timer(EXIT_WAIT_S, _flushed_exit, (code,))
     watchdog.daemon = True
     watchdog.start()
-    atexit._run_exitfuncs()
+    with stops.holding():  # a stop signal now is noted: the exit handlers end the workers whole
+        atexit._run_exitfuncs()
     _flushed_exit(code)
 
 

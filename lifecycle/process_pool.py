@@ -22,11 +22,12 @@ import multiprocessing.forkserver
 import os
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from multiprocessing.reduction import ForkingPickler
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool, _ExecutorManagerThread
 from types import MappingProxyType
 from typing import Any, Callable, Hashable, Iterator, Sequence
 
@@ -145,6 +146,23 @@ def _mapping_proxy(mapping: dict) -> MappingProxyType:
     return MappingProxyType(mapping)
 
 
+def _quiet_cancelled_race(hook: Callable) -> Callable:
+    """``threading.excepthook`` that leaves out the pool's own thread failing to fail a future the
+    pool had cancelled: :meth:`ProcessPool.close` cancels the tasks not started and ends the workers,
+    and Python 3.11's pool, finding its workers gone, sets its broken-pool error on every task it
+    holds, the cancelled ones too (``InvalidStateError``), a traceback on stderr after a stop
+    signal. Every other thread's error goes to ``hook``."""
+
+    def quiet(args) -> None:
+        if isinstance(args.thread, _ExecutorManagerThread) and args.exc_type is not None \
+                and issubclass(args.exc_type, InvalidStateError):
+            return
+        hook(args)
+
+    quiet.quiets_cancelled_race = True
+    return quiet
+
+
 def _end(processes: list) -> None:
     """End and reap ``processes``: SIGTERM, then SIGKILL for one still alive a second later (a
     worker the pool's own thread forked holds that thread's signal mask, SIGTERM among the held:
@@ -183,6 +201,8 @@ class ProcessPool:
                 context.set_forkserver_preload(list(self.preload))
             # every worker started before a stop signal is taken: one landing while a worker starts
             # would leave it half started (its traceback on stderr), the command's end would not see it
+            if not getattr(threading.excepthook, "quiets_cancelled_race", False):
+                threading.excepthook = _quiet_cancelled_race(threading.excepthook)
             held = hold_signals(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
                 self._stops = context.Value("q", 0, lock=False)

@@ -34,6 +34,8 @@ BURST_S = 2.0
 #: whether :func:`install` ran: this process is a command's, which a stop ends (a library caller's
 #: process, a notebook's, outlives a stop: there a burst is not ignored nor a later stop fatal)
 _INSTALLED: list[bool] = []
+#: the :func:`holding` blocks open: a stop signal meanwhile is noted, not raised
+_HELD: list[object] = []
 
 
 class Stopped(KeyboardInterrupt):
@@ -60,8 +62,39 @@ def arrived(signum: int) -> bool:
 
 
 def _raise(signum: int, frame: object) -> None:
-    if arrived(signum):
+    if arrived(signum) and not _HELD:
         raise Stopped(signum)
+
+
+class Hold:
+    """A :func:`holding` block: :attr:`stopped` says whether a stop signal arrived in it."""
+
+    def __init__(self) -> None:
+        self.before = len(_RECEIVED)
+
+    @property
+    def stopped(self) -> bool:
+        return len(_RECEIVED) > self.before
+
+
+def held() -> bool:
+    """Whether a :func:`holding` block is open: a stop is to be noted, not raised."""
+    return bool(_HELD)
+
+
+@contextmanager
+def holding() -> Iterator[Hold]:
+    """Meanwhile a stop signal is noted (the first of a burst; a later one still ends the command at
+    once, :func:`arrived`) and not raised, so the block finishes: a search's answer printed whole and
+    its files written once the search has ended (a stop landing while they were shown lost them
+    all). After the block, ``hold.stopped`` says whether one arrived: the command then ends with
+    :func:`exit_code`."""
+    hold = Hold()
+    _HELD.append(hold)
+    try:
+        yield hold
+    finally:
+        _HELD.remove(hold)
 
 
 def _end_at_once(signum: int, frame: object) -> None:

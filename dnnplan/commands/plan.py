@@ -208,6 +208,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                                   step_context, _given(click, "batch"),
                                   None if emit is None or _given(click, "zero") else weighed_for(emit))
             answer = planning.plan(ctx, request, settings)
+            hold = _hold(click)
             if budget.stop_requested and budget.best is not None:
                 # a stop the search took as its time running out (between two ZeRO stages): the
                 # answer a stop gives, the best plan so far as interrupted, not as the time limit's
@@ -221,6 +222,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                 fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s, before any plan was found")
                 end(stops.exit_code())
             answer = budget.best.finish()
+            hold = _hold(click)
     budgeted = None if train_tokens is None else (train_tokens, per_step, price)
     # the pipeline search alone answers (--pipeline S or auto, --micro-batches M): at the stage given
     # or ZeRO-0, the stages not weighed (a plan without these flags weighs them)
@@ -229,10 +231,23 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
         if request.searches_pipelines and not _given(click, "zero") and ctx.devices > 1 else ()
     emitted = show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx) + unweighed, budgeted,
                    emit)
+    if hold.stopped:
+        fail_line(f"{stops.name()} after {budget.elapsed():.1f} s, once the search had ended: its answer is shown whole")
+        end(stops.exit_code())
     if budget.stop_requested:
         fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s: the best plan found so far is shown")
         end(stops.exit_code())
     end(0 if emitted else 2)
+
+
+def _hold(click: typer.Context) -> stops.Hold:
+    """Once the search has answered, until the command ends, a stop signal is noted and not raised:
+    the answer is shown whole and its --out written, then the command ends with the signal's code
+    (lifecycle.stops.holding; a stop landing while the answer was shown lost it all)."""
+    held = stops.holding()
+    hold = held.__enter__()
+    click.call_on_close(lambda: held.__exit__(None, None, None))
+    return hold
 
 
 def _given(click: typer.Context, name: str) -> bool:

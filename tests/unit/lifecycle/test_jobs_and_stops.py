@@ -183,3 +183,28 @@ def test_a_library_caller_s_process_raises_every_stop(monkeypatch):
     monkeypatch.setattr(stops, "BURST_S", 0.0)
     assert stops.arrived(2) and stops.arrived(2) and stops.arrived(15)
     assert stops.exit_code() == 130
+
+
+def test_a_stop_while_holding_is_noted_not_raised_and_raised_again_after():
+    """lifecycle.stops.holding: a stop signal in the block is noted (hold.stopped) and the block
+    finishes; it names the signal and its exit code; after the block a stop raises again."""
+    got = _python("""
+        import os, signal, time
+        from lifecycle import stops
+        stops.install()
+        with stops.holding() as hold:
+            assert not hold.stopped and stops.held()
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            print("finished", hold.stopped, stops.exit_code(), stops.name(), flush=True)
+        assert not stops.held()
+        stops._RECEIVED.clear()  # a new command's first stop
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+            print("not raised")
+        except stops.Stopped:
+            print("raised", flush=True)
+    """)
+    assert got.stdout.split("\n")[:2] == ["finished True 143 SIGTERM", "raised"], (got.stdout, got.stderr)
+    assert "Traceback" not in got.stderr

@@ -149,3 +149,26 @@ def test_closing_the_pool_waits_on_nothing_a_stop_left_held():
         executor._shutdown_lock.release()
     assert time.perf_counter() - start < 10
     assert not _started_here(before)
+
+
+def test_the_pools_own_race_with_a_cancelled_task_prints_no_traceback():
+    """Python 3.11's pool, finding its workers ended by close(), fails every task it holds, the
+    cancelled ones too: InvalidStateError in its own thread, left out of stderr; any other thread's
+    error, or another error of that thread, still reaches the hook."""
+    import threading
+    from concurrent.futures import InvalidStateError
+    from concurrent.futures.process import _ExecutorManagerThread
+
+    from lifecycle.process_pool import _quiet_cancelled_race
+
+    seen = []
+    hook = _quiet_cancelled_race(seen.append)
+    manager = _ExecutorManagerThread.__new__(_ExecutorManagerThread)
+    other = threading.Thread()
+    race = threading.ExceptHookArgs((InvalidStateError, InvalidStateError("CANCELLED"), None, manager))
+    hook(race)
+    assert seen == []
+    for args in (threading.ExceptHookArgs((InvalidStateError, InvalidStateError("x"), None, other)),
+                 threading.ExceptHookArgs((ValueError, ValueError("x"), None, manager))):
+        hook(args)
+    assert len(seen) == 2
