@@ -294,3 +294,18 @@ def test_a_predict_json_kept_in_a_file_is_said_not_to_be_a_plan_and_a_machine_na
         assert got.exit_code == 2 and "is the JSON `dnnplan predict --json` prints, not a plan file" in got.output
     unknown = runner.invoke(app, ["machines", "dgx-h10"])
     assert unknown.exit_code == 2 and unknown.output.startswith("error: unknown machine 'dgx-h10' (did you mean")
+
+
+def test_an_ascii_only_terminal_gets_the_answer_in_ascii():
+    """A locale that writes ASCII alone (PYTHONIOENCODING=ascii, LC_ALL=en_US.ASCII): the tables in
+    ASCII boxes and µs as us, not an encoding error after the work ("internal error", exit 1)."""
+    import os
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    for args, said in ((["predict", "gpt2", "-p", "8", "--layers"], "| embed "), (["machines", "dgx-h100"], "2 us latency"),
+                       (["info", "resnet18"], "1x64x112x112")):
+        got = subprocess.run([sys.executable, "-m", "dnnplan", *args], capture_output=True, env=env, timeout=120)
+        assert got.returncode == 0, got.stderr.decode(errors="replace")
+        text = got.stdout.decode("ascii")  # every byte ASCII
+        assert said in text, text[:2000]
+    from dnnplan.entry import _nearest_ascii
+    assert _nearest_ascii(UnicodeEncodeError("ascii", "5 µs × 2 — é ☃", 2, 14, "")) == ("us x 2 -- e ?", 14)
