@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 import tempfile
 
 from networks.errors import DnnplanError
@@ -28,8 +29,14 @@ SYSTEM_FAILED = "the system failed: "
 #: What an existing target that is not a regular file is, by its mode
 _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
-#: Targets written through (nothing to rename over: the device or the pipe is the destination)
-_THROUGH = ("a character device", "a FIFO")
+#: The paths that name this process's own standard output or error: written into that stream, after
+#: what it holds (a redirection to a file, ``> out.txt``, is not replaced by the file written)
+STANDARD_STREAMS = {"/dev/stdout": 1, "/dev/fd/1": 1, "/proc/self/fd/1": 1,
+                    "/dev/stderr": 2, "/dev/fd/2": 2, "/proc/self/fd/2": 2}
+#: what such a target is
+STANDARD = "this process's standard output or error"
+#: Targets written through (nothing to rename over: the device, the pipe or the stream is the destination)
+_THROUGH = ("a character device", "a FIFO", STANDARD)
 _HINTS = {errno.ENOSPC: "free some space or write elsewhere", errno.EDQUOT: "free some space or write elsewhere",
           errno.EROFS: "the file system is read-only; write elsewhere",
           errno.EACCES: "you may not write there; write elsewhere",
@@ -61,9 +68,17 @@ def failure(step: str, err: OSError, path: str, kept: bool = True) -> SystemFail
     return SystemFailure(f"could not be written: {step} failed: {reason(err)}", file=path, hint=hint)
 
 
+def standard_stream(path: str) -> bool:
+    """Whether ``path`` names this process's standard output or error (``/dev/stdout``...): what is
+    written there is the output itself, so no line says it was written."""
+    return os.path.normpath(path) in STANDARD_STREAMS
+
+
 def target_kind(path: str) -> str | None:
-    """What the existing ``path`` is when it is not a regular file ("a FIFO"...); None when it is a
-    regular file or does not exist."""
+    """What the existing ``path`` is when it is not a regular file ("a FIFO"...; :data:`STANDARD` for
+    ``/dev/stdout`` and the like, whatever the stream is); None when it is a regular file or does not exist."""
+    if standard_stream(path):
+        return STANDARD
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -132,7 +147,18 @@ def write_file(path: str | os.PathLike, data: str | bytes) -> None:
 
 
 def _write_through(path: str, body: bytes, kind: str) -> None:
-    """Write into a character device or a FIFO (a FIFO nobody reads is an error, not a wait)."""
+    """Write into a character device or a FIFO (a FIFO nobody reads is an error, not a wait), or
+    into this process's standard stream itself, after what was printed to it (flushed first)."""
+    if kind == STANDARD:
+        fd = STANDARD_STREAMS[os.path.normpath(path)]
+        try:
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+            _write_all(fd, body)
+        except OSError as err:
+            raise failure(f"writing it ({kind})", err, path, kept=False) from None
+        return
     step = "opening it"
     try:
         fd = os.open(path, os.O_WRONLY | (os.O_NONBLOCK if kind == "a FIFO" else 0))

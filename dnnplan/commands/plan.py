@@ -36,7 +36,7 @@ from executor.session.sweep import SweepRequest
 from lifecycle import stops
 from lifecycle.process_pool import ProcessPool, default_jobs
 from networks.default_batch import sequence_length
-from networks.writing import SystemFailure
+from networks.writing import SystemFailure, standard_stream
 from networks.errors import DnnplanError, short
 from networks.ir import Network
 from planner.pipeline.search import PROVE_S
@@ -289,7 +289,7 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
                                                       {"framework": emit, "refused": str(refused)}})}))
     else:
         render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit, train), layers)
-        if out:
+        if out and not standard_stream(out):
             render.console.print(render.wrote_line(made, out, ctx.machine.device.kind, ctx.devices))
         if launch is not None:
             export_render.show(launch[0])

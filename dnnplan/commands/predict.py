@@ -26,6 +26,7 @@ from planner.export.megatron_layout import sequence_length
 from executor.session.predict import LayerSplits
 from planner.plan.plan_file import is_plan_file, write_plan
 from networks.errors import DnnplanError
+from networks.writing import standard_stream
 from profiler import context
 
 
@@ -151,7 +152,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     if out:
         made = predicting.as_plan(ctx, got.prediction, network, machine)
         write_plan(made, out)
-        if not as_json:
+        if not as_json and not standard_stream(out):
             tables.console.print(wrote_line(made, out, ctx.machine.device.kind, ctx.devices))
 
 

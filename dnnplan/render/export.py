@@ -11,6 +11,7 @@ from dnnplan.render.messages import warn
 from costmodel.choices.training import DEFAULT_FRAMEWORK
 from planner.export.exported_header import header_line
 from planner.plan.plan import Plan
+from networks.writing import standard_stream
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -60,8 +61,10 @@ def show(text: str) -> None:
 
 
 def wrote_line(out: str, framework: str, holds: str, launch: str | None = None) -> None:
-    """``wrote FILE (framework: what it holds)``, and the line that launches it when the file is not a script."""
-    console.print(f"wrote {out} ({framework}: {holds})", markup=False, emoji=False)
+    """``wrote FILE (framework: what it holds)`` (not after the output itself: ``--out /dev/stdout``),
+    and the line that launches it when the file is not a script."""
+    if not standard_stream(out):
+        console.print(f"wrote {out} ({framework}: {holds})", markup=False, emoji=False)
     if launch:
         console.print(f"launch: {launch}", markup=False, emoji=False)
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from dnnplan.render import fmt
 from dnnplan.render.messages import err_console
 from dnnplan.render.tables import console
+from networks.writing import standard_stream
 
 
 @contextmanager
@@ -149,6 +150,7 @@ def host_dispatch(got, fragment: dict, out: str | None) -> None:
     console.print(t)
     console.print(f"mean over the ops: {fmt.seconds(got.op_s)} an op (host.op_s)")
     if out:
-        console.print(f"wrote {escape(out)} (a framework file's host: keys)")
+        if not standard_stream(out):
+            console.print(f"wrote {escape(out)} (a framework file's host: keys)")
     else:
         console.print(fragment_yaml(fragment).rstrip(), markup=False, highlight=False, soft_wrap=True)

@@ -309,3 +309,19 @@ def test_an_ascii_only_terminal_gets_the_answer_in_ascii():
         assert said in text, text[:2000]
     from dnnplan.entry import _nearest_ascii
     assert _nearest_ascii(UnicodeEncodeError("ascii", "5 µs × 2 — é ☃", 2, 14, "")) == ("us x 2 -- e ?", 14)
+
+
+def test_out_to_standard_output_redirected_to_a_file_keeps_the_tables_and_adds_the_plan(tmp_path):
+    """`dnnplan predict gpt2 -p 8 --out /dev/stdout > so.txt`: the plan is written into the stream
+    after the tables, as through a pipe; no --force is asked (it said "/dev/stdout already exists"),
+    and the redirection's file is not replaced by the plan alone (the tables were lost)."""
+    import yaml
+    kept = tmp_path / "so.txt"
+    with open(kept, "w") as fh:
+        got = subprocess.run([sys.executable, "-m", "dnnplan", "predict", "gpt2", "-p", "8", "--out", "/dev/stdout"],
+                             stdout=fh, stderr=subprocess.PIPE, timeout=120)
+    assert got.returncode == 0, got.stderr.decode()
+    text = kept.read_text()
+    tables, _, plan = text.partition("\nversion:")
+    assert "step " in tables and "model FLOP utilisation" in tables
+    assert yaml.safe_load("version:" + plan)["network_name"] == "gpt2"
