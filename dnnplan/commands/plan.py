@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from typing import Callable
 
 import typer
@@ -300,7 +301,7 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
         plan_file = out or "PLAN.yaml"
         keep = "" if out else f"keep the plan with --out {plan_file}, then "  # no plan file to export yet
         what = DnnplanError(refused.bare, layer=refused.layer, field=refused.field)  # its own fix said below
-        fail_line(f"--emit {emit}: {what}" + (f" ({keep}`dnnplan export {plan_file} --to {emit} --nearest` "
+        fail_line(f"--emit {emit}: {what}" + (f" ({keep}`dnnplan export {shlex.quote(plan_file)} --to {emit} --nearest` "
                                                        "writes the closest plan it runs)" if near else
                                                        f" ({refused.hint})" if refused.hint else ""))
     return refused is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 
 from rich.markup import escape
 from rich.table import Table
@@ -251,8 +252,8 @@ def wrote_line(made, out: str, device_kind: str, devices: int) -> str:
     run suggested only for a plan it runs on the machine's kind of device
     (executor.session.runnable.cannot_run), else a prediction of the file."""
     runs = cannot_run(made, out, "cupy" if device_kind == "gpu" else "numpy") is None
-    how = f"run it with `dnnplan execute {out} --ranks {devices}`" if runs else \
-        f"evaluate it, or an edited copy, with `dnnplan predict {out}`"
+    how = f"run it with `dnnplan execute {shlex.quote(out)} --ranks {devices}`" if runs else \
+        f"evaluate it, or an edited copy, with `dnnplan predict {shlex.quote(out)}`"
     return f"wrote {out} ({how})"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import yaml
@@ -315,7 +316,7 @@ def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:
             raise
     if isinstance(data, dict) and "inputs" in data and "devices" not in data:
         raise DnnplanError("this is a network spec, not a plan", file=path,
-                           hint=f"make a plan of it with `dnnplan plan {path} --devices P --out plan.yaml`")
+                           hint=f"make a plan of it with `dnnplan plan {shlex.quote(path)} --devices P --out plan.yaml`")
     if isinstance(data, dict) and _keys_missing_at_end(data):
         raise _cut_short(text, data, path)
     if isinstance(data, dict):

@@ -325,3 +325,16 @@ def test_out_to_standard_output_redirected_to_a_file_keeps_the_tables_and_adds_t
     tables, _, plan = text.partition("\nversion:")
     assert "step " in tables and "model FLOP utilisation" in tables
     assert yaml.safe_load("version:" + plan)["network_name"] == "gpt2"
+
+
+def test_a_suggested_command_quotes_a_path_a_shell_would_split(tmp_path):
+    """The command said after a plan is written pastes into a shell as it is: a folder with a space
+    is quoted (it read `dnnplan predict dir with space/x.yaml`, three arguments)."""
+    import shlex
+    folder = tmp_path / "dir with space"
+    folder.mkdir()
+    out = str(folder / "x.yaml")
+    got = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--out", out], env={"COLUMNS": "400"})
+    assert got.exit_code == 0, got.output
+    said = got.output.split("`")[-2]  # the command between the backquotes of the last line
+    assert shlex.split(said) == ["dnnplan", "predict", out]

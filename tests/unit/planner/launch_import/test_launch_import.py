@@ -334,7 +334,7 @@ def test_a_json_object_is_a_deepspeed_config_whatever_its_name_and_a_plan_is_nam
             with pytest.raises(DnnplanError) as err:
                 read_launch(plan, path)
             assert str(err.value) == f"{path}: a dnnplan plan (`dnnplan plan --out`), not a framework's launch " \
-                                     f"configuration (predict it with dnnplan predict {path})"
+                                     f"configuration (predict it with `dnnplan predict {path}`)"
 
 
 def test_a_sequence_the_files_context_cannot_split_is_refused_as_exporting_refuses_it():
