@@ -60,12 +60,19 @@ def check_output(path: str | None, force: bool = False) -> None:
         raise DnnplanError(f"{path} already exists", hint="pass --force to replace it")
 
 
-def check_outputs(paths: dict[str, str | None], force: bool = False) -> None:
+def check_outputs(paths: dict[str, str | None], force: bool = False, reads: tuple[str | None, ...] = ()) -> None:
     """:func:`check_output` for each option's file (option -> path); two options may not name one
-    file; --force with none of them given is said to change nothing (one warning line)."""
+    file, nor one name a file the command reads (``reads``: with --force the input would be
+    replaced by what is made of it); --force with none of them given is said to change nothing
+    (one warning line)."""
     for opt, p in paths.items():
         named(opt, p)
     given = {opt: p for opt, p in paths.items() if p}
+    for opt, path in given.items():
+        for read in reads:
+            if read and os.path.isfile(read) and os.path.realpath(read) == os.path.realpath(path):
+                raise DnnplanError(f"{opt} {path} names the file this command reads, which it would replace",
+                                   hint="write the output to another file")
     if force and not given:
         warn(f"--force changes nothing: it replaces the file {' or '.join(paths)} names, and none is given")
     seen: dict[str, str] = {}

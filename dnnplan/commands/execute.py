@@ -56,7 +56,7 @@ def execute(cli: typer.Context, plan: PlanArg, ranks: RanksOpt, steps: StepsOpt 
     then dnnplan execute p.yaml --ranks 2 (--json r.json keeps the comparison; --check compares
     the numerics with one process).
     """
-    check_outputs({"--json": json_out, "--trace": trace}, force)
+    check_outputs({"--json": json_out, "--trace": trace}, force, reads=(plan,))
     if is_stdout(json_out):  # --json /dev/stdout: the JSON alone on stdout, the tables on stderr
         tables_to_stderr(render.console)
     try:

@@ -51,7 +51,7 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     then dnnplan export plan.yaml --to megatron --nearest --out train.sh.
     """
     check_framework(to, "--to")
-    check_outputs({"--out": out}, force)
+    check_outputs({"--out": out}, force, reads=(plan,))
     made, net = read_plan(plan)
     near = None
     try:

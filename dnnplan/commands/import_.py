@@ -41,7 +41,7 @@ def import_(model: ModelArg, seq: SeqOpt = None, out: SpecOutOpt = None, force: 
     dnnplan import Llama-2-7b-hf/config.json --seq 4096 --out llama2-7b.yaml
     """
     out = _spec_out(out, model)
-    check_outputs({"--out": out}, force)
+    check_outputs({"--out": out}, force, reads=(model,))
     got = import_model(model, seq)
     if out:
         write_file(out, got.text)

@@ -164,7 +164,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     if sweep_jobs > 1 and not swept:
         raise DnnplanError("--sweep-jobs plans a sweep's points at once", hint="add --sweep 1,2,4,... or drop it")
     check_figure_path("--plot", plot)
-    check_outputs({"--out": out, "--plot": plot}, force)
+    check_outputs({"--out": out, "--plot": plot}, force, reads=(network,))
     train_tokens = token_budget(tokens, price)
     prices = parse_prices(price, machines)
     if swept:

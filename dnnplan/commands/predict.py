@@ -116,7 +116,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     ctx = context.resolve(network, devices, batch, machine, profile, choices=choices.but(recompute=recompute,
                           schedule=schedule), foreign_ok=foreign_profile, network_defaults=True)
     assumed = assumed_flags(lambda name: click.get_parameter_source(name) != ParameterSource.DEFAULT, ctx)
-    check_options(splits.megatron, strategy, out, force, ctx.framework.step, pipeline, micro_batches)
+    check_options(splits.megatron, strategy, out, force, ctx.framework.step, pipeline, micro_batches, reads=(network,))
     check_framework(ctx.framework.step, choices, flag, tensor, pipeline, sequence_parallel, strategy)
     check_splits(ctx.network, splits, ctx.batch, ctx.devices, pipeline, micro_batches,
                  click.get_parameter_source("micro_batches") != ParameterSource.DEFAULT)
@@ -270,20 +270,21 @@ def framework_of(choices: TrainingChoices, runtime: str | None) -> tuple[Trainin
 
 
 def check_options(megatron: bool, strategy: str, out: str | None, force: bool, step: str, pipeline: int,
-                  micro_batches: int) -> None:
+                  micro_batches: int, reads: tuple[str | None, ...] = ()) -> None:
     """Options that exclude each other (one line each); --out writes a plan without pipeline, of a
-    framework whose step is its layers' (``step``: the framework's, costmodel.frameworks.framework)."""
+    framework whose step is its layers' (``step``: the framework's, costmodel.frameworks.framework),
+    never over a file the command reads (``reads``)."""
     if megatron and strategy != "data":
         raise DnnplanError("--tensor (--context, --expert) and --strategy both give the layers' splits",
                            hint="give one: --tensor T splits the batch over the devices it leaves")
     if not named("--out", out):
-        check_outputs({"--out": out}, force)  # --force alone: said to change nothing
+        check_outputs({"--out": out}, force, reads)  # --force alone: said to change nothing
         return
     if pipeline > 1 or micro_batches > 1 or step != "layers":
         raise DnnplanError("--out writes a plan without pipeline or micro-batches, of a framework that runs "
                            "layer by layer", hint="drop --pipeline, --micro-batches and a ZeRO-3 --framework, or plan a pipeline with "
                                 "`dnnplan plan --pipeline S --out FILE`")
-    check_outputs({"--out": out}, force)
+    check_outputs({"--out": out}, force, reads)
 
 
 def _crossings(ctx, prediction) -> None:

@@ -338,3 +338,18 @@ def test_a_suggested_command_quotes_a_path_a_shell_would_split(tmp_path):
     assert got.exit_code == 0, got.output
     said = got.output.split("`")[-2]  # the command between the backquotes of the last line
     assert shlex.split(said) == ["dnnplan", "predict", out]
+
+
+def test_an_output_naming_the_input_is_refused_even_with_force(tmp_path):
+    """`dnnplan export plan.yaml --out plan.yaml --force` replaced the plan by its export, and
+    `predict spec.yaml --out spec.yaml --force` a spec by a plan: one line, exit 2, the input kept."""
+    plan = tmp_path / "p.yaml"
+    made = runner.invoke(app, ["predict", "gpt2", "-p", "8", "--machine", "dgx-h100", "--out", str(plan)])
+    assert made.exit_code == 0, made.output
+    before = plan.read_bytes()
+    for args in (["export", str(plan), "--to", "megatron", "--out", str(plan), "--force"],
+                 ["plan", str(plan), "-p", "8", "--out", str(tmp_path / "." / "p.yaml"), "--force"]):
+        got = runner.invoke(app, args)
+        assert got.exit_code == 2 and "names the file this command reads, which it would replace" in got.output, \
+            got.output
+        assert plan.read_bytes() == before
