@@ -115,8 +115,13 @@ def load_yaml(text: str, source: str) -> Any:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark else None
-        raise DnnplanError(f"not valid YAML: {err.problem or err.context or err}", file=source,
-                           line=line, field=getattr(err, "field", None)) from None
+        where = text.splitlines()[mark.line] if mark and mark.line < len(text.splitlines()) else ""
+        tab = "\t" in where[:mark.column + 1] if mark else False
+        raise DnnplanError(f"not valid YAML: {err.problem or err.context or err}"
+                           + (f" (a tab at column {where.index(chr(9)) + 1})" if tab else ""), file=source,
+                           line=line, field=getattr(err, "field", None),
+                           hint="YAML indents with spaces, never tabs: replace the tab with spaces" if tab else None) \
+            from None
     except yaml.YAMLError as err:  # ReaderError (a control character) has no mark but a multi-line text
         raise DnnplanError(f"not valid YAML: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
                            file=source) from None

@@ -307,3 +307,16 @@ blocks:
 layers:
   - {use: b, name: b0}
 """)
+
+
+def test_a_tab_indenting_yaml_is_named_with_its_fix():
+    """YAML's own words for a tab ('found character that cannot start any token') name no tab: the
+    error says where the tab is and that YAML indents with spaces."""
+    from networks.spec_yaml import load_yaml
+    with pytest.raises(DnnplanError) as err:
+        load_yaml("name: x\nlayers:\n\t- {name: fc, op: linear}\n", "net.yaml")
+    assert "net.yaml:3:" in str(err.value) and "(a tab at column 1)" in str(err.value)
+    assert "indents with spaces, never tabs" in (err.value.hint or "")
+    with pytest.raises(DnnplanError) as other:  # another mistake: no word of tabs
+        load_yaml("name: [x\n", "net.yaml")
+    assert "tab" not in str(other.value) and "tab" not in (other.value.hint or "")
