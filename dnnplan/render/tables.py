@@ -14,11 +14,13 @@ from dnnplan.render import fmt
 from dnnplan.render.answer import comm_line, memory_mfu_line, mfu_note, step_line
 from networks.analysis import NetworkSummary
 
-# wide tables when piped (logs, CI); the terminal width otherwise
 #: every table and line fits this many columns (cells wrap at spaces, never cut): a terminal's
 #: width up to it, and it when piped (logs, CI)
 WIDTH = 120
-console = Console(highlight=False, width=min(WIDTH, Console().width) if sys.stdout.isatty() else WIDTH)
+#: piped, a sentence stays on one line (a log is searched line by line: a sentence broken at 120
+#: columns, mid-phrase, with a trailing space, is missed); a table keeps the width
+console = Console(highlight=False, width=min(WIDTH, Console().width) if sys.stdout.isatty() else WIDTH,
+                  soft_wrap=not sys.stdout.isatty())
 
 
 MEMORY_WORDS = {"weights": "weights", "grads": "gradients", "master": "master weights",
