@@ -20,7 +20,8 @@ from executor.report.compare import Comparison
 from executor.report.in_run import LABEL as IN_RUN_LABEL
 from executor.report.pipeline import bubble
 
-console = Console(highlight=False, width=min(WIDTH, Console().width) if sys.stdout.isatty() else WIDTH)
+console = Console(highlight=False, width=min(WIDTH, Console().width) if sys.stdout.isatty() else WIDTH,
+                  soft_wrap=not sys.stdout.isatty())  # piped, a sentence on one line (dnnplan.render.tables)
 
 
 def pct(rel: float | None) -> str:
