@@ -42,6 +42,13 @@ def not_blank(flag: str, what: str, example: str) -> Callable[[str | None], str 
     return check
 
 
+def dash_is_standard_output(value: str | None) -> str | None:
+    """A typer callback: ``-``, standard output by the shell tools' convention (as `dnnplan import
+    --out -` takes it), is ``/dev/stdout``, written after what the command prints there
+    (networks.writing.standard_stream); it wrote a file called '-'."""
+    return "/dev/stdout" if value == "-" else value
+
+
 class MachinePrice(float):
     """A price given as ``MACHINE=PRICE`` (as `dnnplan plan -m A,B` takes them): the machine it names
     is checked against the one priced (:func:`price_for`)."""

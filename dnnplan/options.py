@@ -25,7 +25,7 @@ from costmodel.compute.model import ComputeModel, OnDemand
 from costmodel.machine.model import MAX_DEVICES
 from costmodel.parallel.axes import CONTEXT, EXPERT, PIPELINE, TENSOR
 from costmodel.step.train_time import parse_tokens
-from dnnplan.flag_values import not_blank, one_of, one_price, within
+from dnnplan.flag_values import dash_is_standard_output, not_blank, one_of, one_price, within
 from networks.errors import DnnplanError
 from networks.ops.base import MAX_INT
 
@@ -84,7 +84,9 @@ NearestOpt = Annotated[bool, typer.Option("--nearest", help="Where the framework
                                           "recomputation, schedule and ZeRO) and print both predictions.")]
 ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the file here instead of printing "
                                                      "it: Megatron-LM's launch command (a shell script), "
-                                                     "torchtitan's TOML or DeepSpeed's JSON.")]
+                                                     "torchtitan's TOML or DeepSpeed's JSON (- or "
+                                                     "/dev/stdout: after what the command prints).",
+                                                     callback=dash_is_standard_output)]
 ProfileTargetArg = Annotated[Optional[str], typer.Argument(
     help="A network (zoo name or spec path), or a sweep: 'gemm' (GEMM grid over --sizes) or 'conv' (3x3 conv "
     "grid); none with --host.", show_default=False)]
@@ -131,11 +133,14 @@ ListJsonOpt = Annotated[bool, typer.Option("--json", help="Print the rows as one
                                                            "instead of the table.")]
 ExportJsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (the arguments or the config, "
                                              "and what --nearest changed) instead of the file.")]
-JsonFileOpt = Annotated[Optional[str], typer.Option("--json", help="Write the result as JSON to FILE.")]
+JsonFileOpt = Annotated[Optional[str], typer.Option("--json", help="Write the result as JSON to FILE (- or "
+                                                   "/dev/stdout: standard output).",
+                                                   callback=dash_is_standard_output)]
 PlanOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the plan here (.yaml, or .json for "
-                                                   "JSON).")]
+                                                   "JSON; - or /dev/stdout: after what the command prints).",
+                                                   callback=dash_is_standard_output)]
 TraceOpt = Annotated[Optional[str], typer.Option("--trace", help="Write a Chrome/Perfetto trace of every rank's "
-                                                 "timeline to FILE.")]
+                                                 "timeline to FILE.", callback=dash_is_standard_output)]
 DetailsOpt = Annotated[bool, typer.Option("--details", help="Also print each plan's per-layer table.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing output file.")]
 

@@ -89,6 +89,9 @@ def named(opt: str, path: str | None) -> str | None:
     ''`` wrote nothing and said nothing; a profile's went to the per-user cache)."""
     if path is not None and not path.strip():
         raise DnnplanError(f"{opt} {short(path)} names no file", hint=f"name the file, or leave {opt} out")
+    if path == "-":  # the shell tools' standard output: a file called '-' would be written instead
+        raise DnnplanError(f"{opt} - : dnnplan names standard output /dev/stdout",
+                           hint=f"{opt} /dev/stdout, or name a file; a file called '-' is ./-")
     return path
 
 

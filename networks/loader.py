@@ -10,7 +10,7 @@ from pathlib import Path
 from networks.errors import DnnplanError, did_you_mean, short
 from networks.importers.imported_files import imported_spec, is_importable
 from networks.ir import Network
-from networks.reading import read_text
+from networks.reading import read_text, refuse_standard_input
 from networks.spec import parse_network
 
 ZOO_PACKAGE = "networks.zoo"
@@ -23,6 +23,7 @@ def zoo_names() -> list[str]:
 
 def spec_text(name_or_path: str) -> tuple[str, str]:
     """Return (text, source) for a zoo name or a path to a YAML file."""
+    refuse_standard_input(name_or_path, "network spec")
     path = Path(name_or_path)
     try:
         exists = path.exists()

@@ -35,11 +35,20 @@ def read_text(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_B
     return decode(read_bytes(path, what, limit=limit, missing_hint=missing_hint), str(path), what)
 
 
+def refuse_standard_input(path: str | os.PathLike, what: str) -> None:
+    """``-``, standard input by the shell tools' convention, refused in one line: dnnplan reads a
+    file (a pipe into ``-`` would else read a stale file of that name, or none)."""
+    if str(path) == "-":
+        raise DnnplanError(f"'-' names standard input, and a {what} is read from a file",
+                           hint="save it to a file and name that; a file called '-' is ./-")
+
+
 def read_bytes(path: str | os.PathLike, what: str, *, limit: int = MAX_DOCUMENT_BYTES,
                missing_hint: str | None = None) -> bytes:
     """The bytes of the ``what`` file at ``path`` (an ONNX model, or a text file before decoding);
     a :class:`DnnplanError` naming the file if it is missing, a directory, unreadable or larger
-    than ``limit`` bytes."""
+    than ``limit`` bytes, or ``-`` (:func:`refuse_standard_input`)."""
+    refuse_standard_input(path, what)
     source = str(path)
     p = Path(path)
     try:

@@ -353,3 +353,26 @@ def test_an_output_naming_the_input_is_refused_even_with_force(tmp_path):
         assert got.exit_code == 2 and "names the file this command reads, which it would replace" in got.output, \
             got.output
         assert plan.read_bytes() == before
+
+
+@pytest.mark.parametrize("args, said", [
+    (["predict", "-"], "'-' names standard input, and a network spec is read from a file"),
+    (["export", "-", "--to", "megatron"], "'-' names standard input, and a plan is read from a file"),
+    (["predict", "--from", "-", "--network", "llama3-8b", "-p", "8"], "'-' names standard input"),
+])
+def test_a_dash_for_standard_input_is_one_line(args, said, tmp_path, monkeypatch):
+    """`-`, standard input by the shell tools' convention, is refused in one line: `cat p.yaml |
+    dnnplan predict -` predicted a stale file of that name, another network, exit 0."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text("stale")
+    got = runner.invoke(app, args)
+    assert got.exit_code == 2 and said in " ".join(got.output.split()), got.output
+    assert (tmp_path / "-").read_text() == "stale"
+
+
+def test_out_dash_is_standard_output_as_import_takes_it(tmp_path):
+    """`--out -` writes to standard output, after what the command prints (it wrote a file called '-')."""
+    got = subprocess.run([sys.executable, "-m", "dnnplan", "predict", "gpt2", "-p", "8", "--out", "-"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0 and "\nversion: 1\nnetwork: gpt2\n" in got.stdout, got.stderr
+    assert not (tmp_path / "-").exists() and "wrote" not in got.stdout
