@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dnnplan.render.messages import warn
 from networks.errors import DnnplanError, short
-from networks.writing import SystemFailure, check_target, reason, write_file
+from networks.writing import SystemFailure, check_target, reason, standard_stream, write_file
 
 
 def check_output_folder(path: str) -> None:
@@ -82,6 +82,14 @@ def check_outputs(paths: dict[str, str | None], force: bool = False, reads: tupl
             raise DnnplanError(f"{seen[real]} and {opt} name the same file {path}", hint="pass two files")
         seen[real] = opt
         check_output(path, force)
+
+
+def json_beside(as_json: bool, out: str | None, opt: str = "--out") -> None:
+    """--json prints one JSON object on standard output: an output file written there too (``--out
+    -``, ``/dev/stdout``) would leave it no longer JSON; refused in one line."""
+    if as_json and out and standard_stream(out):
+        raise DnnplanError(f"--json and {opt} {out} both write standard output, which --json keeps for its object",
+                           hint=f"write {opt} to a file, or drop --json")
 
 
 def named(opt: str, path: str | None) -> str | None:

@@ -116,9 +116,13 @@ def load_yaml(text: str, source: str) -> Any:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark else None
         where = text.splitlines()[mark.line] if mark and mark.line < len(text.splitlines()) else ""
-        tab = "\t" in where[:mark.column + 1] if mark else False
+        # a tab in the indentation, or where the reader stopped: not one inside a quoted value
+        indent = len(where) - len(where.lstrip(" \t"))
+        at = where.find("\t", 0, indent) if "\t" in where[:indent] else \
+            (mark.column if mark and mark.column < len(where) and where[mark.column] == "\t" else -1)
+        tab = at >= 0
         raise DnnplanError(f"not valid YAML: {err.problem or err.context or err}"
-                           + (f" (a tab at column {where.index(chr(9)) + 1})" if tab else ""), file=source,
+                           + (f" (a tab at column {at + 1})" if tab else ""), file=source,
                            line=line, field=getattr(err, "field", None),
                            hint="YAML indents with spaces, never tabs: replace the tab with spaces" if tab else None) \
             from None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import stat
 import sys
 import tempfile
@@ -66,6 +67,12 @@ def failure(step: str, err: OSError, path: str, kept: bool = True) -> SystemFail
     if kept:
         hint = (hint + "; " if hint else "") + "any previous file there is unchanged"
     return SystemFailure(f"could not be written: {step} failed: {reason(err)}", file=path, hint=hint)
+
+
+def shell_word(path: str) -> str:
+    """``path`` as one shell word naming it, for a command the user pastes: quoted where a shell
+    would split it (a space), ``./`` before a name that starts with ``-`` (else an option)."""
+    return shlex.quote("./" + path if path.startswith("-") else path)
 
 
 def standard_stream(path: str) -> bool:

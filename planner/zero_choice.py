@@ -119,7 +119,7 @@ class Beaten(DnnplanError):
     faster), below it where the time limit left some unsearched."""
 
     def __init__(self, ceiling: float, lower_s: float | None = None, why: str = ""):
-        super().__init__(f"no plan beats the {ceiling:.6g} s step held")
+        super().__init__(f"no plan beats the {durations.seconds(ceiling, 6)} step held")
         self.ceiling = ceiling
         self.lower_s = ceiling if lower_s is None else min(lower_s, ceiling)
         self.why = why  # what the stage's line says instead of its bounds (fastest_stage)

@@ -22,8 +22,9 @@ and the same plan measured can be read side by side:
 The terms sum to the step (``StepPrediction.step_s``, ``PipelinePrediction.step_s``). Apart from
 them, the communication's time in two parts (:func:`comm_parts`): ``exposed`` (inside the terms
 above: what the step waits for) and ``overlapped`` (hidden under compute, costmodel.comm.overlap; not
-in the step); they sum to the collectives' link time and, in a pipeline, the stages' sends and the
-tied embedding's gradient sync between the first and the last stage.
+in the step); they sum to the collectives' link time and, in a pipeline, the slowest stage's sends
+and the tied embedding's gradient sync between the first and the last stage (a pipeline's line is
+its slowest stage's, as its terms are: the other stages' collectives and sends run beside it).
 """
 
 from __future__ import annotations

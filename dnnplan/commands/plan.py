@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-import shlex
 from typing import Callable
 
 import typer
@@ -21,7 +21,7 @@ from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignPro
                              token_budget)
 from dnnplan.assumed import assumed_flags
 from dnnplan.export_file import check_framework, exported, nearest_runs, weighed_for
-from dnnplan.output import check_outputs
+from dnnplan.output import check_outputs, json_beside
 from dnnplan.render import export as export_render
 from dnnplan.render import plan as render
 from dnnplan.render.messages import fail_line, warn
@@ -37,7 +37,7 @@ from executor.session.sweep import SweepRequest
 from lifecycle import stops
 from lifecycle.process_pool import ProcessPool, default_jobs
 from networks.default_batch import sequence_length
-from networks.writing import SystemFailure, standard_stream
+from networks.writing import SystemFailure, shell_word, standard_stream
 from networks.errors import DnnplanError, short
 from networks.ir import Network
 from planner.pipeline.search import PROVE_S
@@ -164,7 +164,10 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     if sweep_jobs > 1 and not swept:
         raise DnnplanError("--sweep-jobs plans a sweep's points at once", hint="add --sweep 1,2,4,... or drop it")
     check_figure_path("--plot", plot)
-    check_outputs({"--out": out, "--plot": plot}, force, reads=(network,))
+    json_beside(as_json, out)
+    json_beside(as_json, plot, "--plot")
+    check_outputs({"--out": out, "--plot": plot}, force,
+                  reads=(network, *(machine or "").split(","), profile, choices.framework))
     train_tokens = token_budget(tokens, price)
     prices = parse_prices(price, machines)
     if swept:
@@ -276,7 +279,8 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
     got = answer.pipeline
     train = None if budgeted is None else train_time(made.step_s, budgeted[1], ctx.devices, budgeted[0], budgeted[2])
     failed = None  # the plan file not written (a full disk): said after the plan is shown, so the search is not lost
-    if out:
+    streamed = bool(out) and standard_stream(out)  # --out -: the plan after what the command prints there
+    if out and not streamed:
         try:
             write_plan(made, out)
         except SystemFailure as err:
@@ -290,10 +294,15 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
                                                       {"framework": emit, "refused": str(refused)}})}))
     else:
         render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit, train), layers)
-        if out and not standard_stream(out):
+        if out and not streamed:
             render.console.print(render.wrote_line(made, out, ctx.machine.device.kind, ctx.devices))
         if launch is not None:
             export_render.show(launch[0])
+    if streamed:
+        try:
+            write_plan(made, out)
+        except SystemFailure as err:
+            failed = err
     if failed is not None:
         raise failed
     if refused is not None:  # the plan is printed (and written); the refusal is the one line on stderr
@@ -301,7 +310,7 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
         plan_file = out or "PLAN.yaml"
         keep = "" if out else f"keep the plan with --out {plan_file}, then "  # no plan file to export yet
         what = DnnplanError(refused.bare, layer=refused.layer, field=refused.field)  # its own fix said below
-        fail_line(f"--emit {emit}: {what}" + (f" ({keep}`dnnplan export {shlex.quote(plan_file)} --to {emit} --nearest` "
+        fail_line(f"--emit {emit}: {what}" + (f" ({keep}`dnnplan export {shell_word(plan_file)} --to {emit} --nearest` "
                                                        "writes the closest plan it runs)" if near else
                                                        f" ({refused.hint})" if refused.hint else ""))
     return refused is None
@@ -324,35 +333,43 @@ def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: 
     scaling on one machine, else the comparison) or the JSON, with what the command ``assumed``
     because a flag was not given (``assumed(*contexts)``, the first machine's first); Ctrl-C (or SIGTERM, SIGHUP) shows the points planned so far and
     exits 130."""
-    budget = search_budget(None)
-    rows: list[dict] = []
-    with stop_on_ctrl_c(budget):
-        ctxs = sweeping.contexts(request)
-        first = next(iter(ctxs.values()))
-        for line in [refresh_warning(refresh, first.compute), foreign_warning(request.foreign_profile, request.profile),
-                     *first.choices.idle(first.network)]:
-            if line is not None:
-                warn(line)
-        if request.tokens is not None:
-            tokens_per_step(first.network, first.batch)  # a network without tokens: one line, before planning
+    # once the points are planned, a stop signal is noted and the table shown whole (lifecycle.stops.holding)
+    held = contextlib.ExitStack()
+    with held:
+        budget = search_budget(None)
+        rows: list[dict] = []
+        with stop_on_ctrl_c(budget):
+            ctxs = sweeping.contexts(request)
+            first = next(iter(ctxs.values()))
+            for line in [refresh_warning(refresh, first.compute), foreign_warning(request.foreign_profile, request.profile),
+                         *first.choices.idle(first.network)]:
+                if line is not None:
+                    warn(line)
+            if request.tokens is not None:
+                tokens_per_step(first.network, first.batch)  # a network without tokens: one line, before planning
 
-        def made(row: dict) -> None:
-            rows.append(row)
-            sweeping.ordered(request, rows)
-            sweep_render.progress(sweep_render.point_line(row, len(rows), request.size, rows))
+            def made(row: dict) -> None:
+                rows.append(row)
+                sweeping.ordered(request, rows)
+                sweep_render.progress(sweep_render.point_line(row, len(rows), request.size, rows))
 
-        try:
-            sweeping.run(request, ctxs, budget, made)
-        except (KeyboardInterrupt, ImportError) as err:
-            if not stops.stopped_by(err):
-                raise  # an import that failed by itself
-            budget.request_stop()
-    rows = sweeping.ordered(request, rows)
-    _show_sweep(request, first, rows, plot, as_json, not budget.stop_requested, assumed(*ctxs.values()))
-    if budget.stop_requested:
-        fail_line(f"interrupted by {stops.name()}: {len(rows)} of {request.size} points planned, shown above")
-        end(stops.exit_code())
-    end(0)
+            try:
+                sweeping.run(request, ctxs, budget, made)
+                hold = held.enter_context(stops.holding())
+            except (KeyboardInterrupt, ImportError) as err:
+                if not stops.stopped_by(err):
+                    raise  # an import that failed by itself
+                budget.request_stop()
+                hold = held.enter_context(stops.holding())
+        rows = sweeping.ordered(request, rows)
+        _show_sweep(request, first, rows, plot, as_json, not budget.stop_requested, assumed(*ctxs.values()))
+        if hold.stopped:
+            fail_line(f"{stops.name()} once the sweep had ended: its {len(rows)} points are shown whole")
+            end(stops.exit_code())
+        if budget.stop_requested:
+            fail_line(f"interrupted by {stops.name()}: {len(rows)} of {request.size} points planned, shown above")
+            end(stops.exit_code())
+        end(0)
 
 
 def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str | None, as_json: bool,
@@ -387,4 +404,5 @@ def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str
     if assumed:
         render.console.print(f"[dim]assumed, the flag not given: {'; '.join(assumed)}[/dim]")
     if plot and any("error" not in r for r in rows):
-        render.console.print(f"wrote {plot}")
+        if not standard_stream(plot):
+            render.console.print(f"wrote {plot}")

@@ -10,7 +10,7 @@ from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.assumed import assumed_flags
 from dnnplan.commands.predict_from import predict_from
 from dnnplan.flag_values import price_for
-from dnnplan.output import check_outputs, named
+from dnnplan.output import check_outputs, json_beside, named
 from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForceOpt, ForeignProfileOpt,
                              FromNetworkOpt, FromOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt,
                              PredictNetworkArg, PipelineOpt, PlanOutOpt,
@@ -116,7 +116,8 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     ctx = context.resolve(network, devices, batch, machine, profile, choices=choices.but(recompute=recompute,
                           schedule=schedule), foreign_ok=foreign_profile, network_defaults=True)
     assumed = assumed_flags(lambda name: click.get_parameter_source(name) != ParameterSource.DEFAULT, ctx)
-    check_options(splits.megatron, strategy, out, force, ctx.framework.step, pipeline, micro_batches, reads=(network,))
+    check_options(splits.megatron, strategy, out, force, ctx.framework.step, pipeline, micro_batches,
+                  reads=(network, machine, profile, choices.framework), as_json=as_json)
     check_framework(ctx.framework.step, choices, flag, tensor, pipeline, sequence_parallel, strategy)
     check_splits(ctx.network, splits, ctx.batch, ctx.devices, pipeline, micro_batches,
                  click.get_parameter_source("micro_batches") != ParameterSource.DEFAULT)
@@ -270,10 +271,11 @@ def framework_of(choices: TrainingChoices, runtime: str | None) -> tuple[Trainin
 
 
 def check_options(megatron: bool, strategy: str, out: str | None, force: bool, step: str, pipeline: int,
-                  micro_batches: int, reads: tuple[str | None, ...] = ()) -> None:
+                  micro_batches: int, reads: tuple[str | None, ...] = (), as_json: bool = False) -> None:
     """Options that exclude each other (one line each); --out writes a plan without pipeline, of a
     framework whose step is its layers' (``step``: the framework's, costmodel.frameworks.framework),
-    never over a file the command reads (``reads``)."""
+    never over a file the command reads (``reads``), nor into standard output beside --json."""
+    json_beside(as_json, out)
     if megatron and strategy != "data":
         raise DnnplanError("--tensor (--context, --expert) and --strategy both give the layers' splits",
                            hint="give one: --tensor T splits the batch over the devices it leaves")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shlex
 
 from rich.markup import escape
 from rich.table import Table
@@ -22,6 +21,7 @@ from dnnplan.render.answer import (Facts, assumptions_line, comm_line, gap_line,
 from dnnplan.render.tables import console, memory_line, pipeline_table
 from executor.session.runnable import cannot_run
 from executor.session.step_choice import fastest
+from networks.writing import shell_word
 from planner.problem.solve import speedup, strategy_mix
 from planner.plan.layout_by_axis import axes_line, plan_axes
 from planner.plan.plan import Plan
@@ -252,8 +252,8 @@ def wrote_line(made, out: str, device_kind: str, devices: int) -> str:
     run suggested only for a plan it runs on the machine's kind of device
     (executor.session.runnable.cannot_run), else a prediction of the file."""
     runs = cannot_run(made, out, "cupy" if device_kind == "gpu" else "numpy") is None
-    how = f"run it with `dnnplan execute {shlex.quote(out)} --ranks {devices}`" if runs else \
-        f"evaluate it, or an edited copy, with `dnnplan predict {shlex.quote(out)}`"
+    how = f"run it with `dnnplan execute {shell_word(out)} --ranks {devices}`" if runs else \
+        f"evaluate it, or an edited copy, with `dnnplan predict {shell_word(out)}`"
     return f"wrote {out} ({how})"
 
 

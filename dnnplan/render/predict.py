@@ -15,6 +15,7 @@ from dnnplan.render import fmt, tables
 from dnnplan.render.answer import memory_json, train_line
 from dnnplan.render.plan import SMALL_NETWORK
 from executor.session.predict import PlanStep, Predicted, mfu
+from networks import durations
 from networks.ir import Network
 from profiler.context import Context
 
@@ -195,7 +196,7 @@ def plan_step(path: str, got: PlanStep, layers: bool, as_json: bool, train=None)
         return
     tables.ahead_of_time_line(pred, alone)
     if plan.step_s:
-        tables.console.print(f"the plan file recorded {plan.step_s:.6g} s, the planner's price: the profile's "
+        tables.console.print(f"the plan file recorded {durations.seconds(plan.step_s, 6)}, the planner's price: the profile's "
                              "kernels timed alone, no wait for other ranks")
 
 
@@ -212,8 +213,8 @@ def _train_line(train, fits: bool = True) -> None:
 def recorded_line(recorded_s: float, now_s: float) -> None:
     """Where a plan file's recorded step differs from what it predicts as written now."""
     if recorded_s and abs(recorded_s - now_s) > 1e-9 * recorded_s:
-        tables.console.print(f"the plan file recorded {recorded_s:.6g} s; as written it predicts "
-                             f"{now_s:.6g} s ({now_s / recorded_s:.4f}x)")
+        tables.console.print(f"the plan file recorded {durations.seconds(recorded_s, 6)}; as written it predicts "
+                             f"{durations.seconds(now_s, 6)} ({now_s / recorded_s:.4f}x)")
 
 
 def recompute_warning(net: Network, mode: str, pred, plain) -> str | None:

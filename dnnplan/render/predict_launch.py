@@ -14,6 +14,7 @@ from costmodel.step.pipeline import PipelinePrediction
 from dnnplan.render import tables
 from dnnplan.render.answer import comm_line, memory_json, memory_mfu_line, step_line, train_line
 from executor.session.predict_launch import LaunchStep
+from networks import durations
 from planner.launch_import.formats import DESCRIPTIONS
 
 #: what a predicted memory is: the bytes the framework allocates at the peak, not what its caching
@@ -97,8 +98,8 @@ def layout_line(got: LaunchStep) -> str:
 
 def written_note(got: LaunchStep) -> str:
     """The line saying the file's dnnplan line states another step than this prediction, and why."""
-    return (f"note: the file's dnnplan line states {got.written_step_s:.4g} s a step; as read here it predicts "
-            f"{got.prediction.step_s:.4g} s: the plan was priced with what is not given here (a kernel profile: "
+    return (f"note: the file's dnnplan line states {durations.seconds(got.written_step_s, 4)} a step; as read here it predicts "
+            f"{durations.seconds(got.prediction.step_s, 4)}: the plan was priced with what is not given here (a kernel profile: "
             f"give the plan's --profile again; a framework file)")
 
 

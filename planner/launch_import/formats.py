@@ -4,12 +4,12 @@ format's reader (the contract: :mod:`planner.launch_import`)."""
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import replace
 from pathlib import PurePath
 from typing import Callable
 
 from networks.errors import DnnplanError
+from networks.writing import shell_word
 from planner.launch_import import deepspeed, megatron, torchtitan
 from planner.export.exported_header import written_for
 from planner.launch_import.launch_config import LaunchConfig
@@ -57,7 +57,7 @@ def read_launch(text: str, path: str) -> LaunchConfig:
     reads yet."""
     if PLAN_KEY.search(text[:4000]):
         raise DnnplanError("a dnnplan plan (`dnnplan plan --out`), not a framework's launch configuration",
-                           file=path, hint=f"predict it with `dnnplan predict {shlex.quote(path)}`")
+                           file=path, hint=f"predict it with `dnnplan predict {shell_word(path)}`")
     name = format_of(path, text)
     if name == "deepspeed script":  # the JSON the script writes, read as the JSON file
         return replace(deepspeed.read(HERE_DOCUMENT.search(text).group(2), path), written_for=written_for(text))

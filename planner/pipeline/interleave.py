@@ -30,6 +30,7 @@ from costmodel.machine.model import Machine
 from costmodel.step.pipeline import INTERLEAVED, PipelinePrediction, StagePrediction, p2p_s, predict_pipeline
 from costmodel.memory.pipeline import ChunkHold, device_hold
 from costmodel.step.prediction import predict_step
+from networks import durations
 from networks.ir import Network
 from planner.problem.solve import PlanMismatch, Settings
 from planner.pipeline.chunks import Unresolved
@@ -80,7 +81,7 @@ class Unplanned(Exception):
     order yet could not prove that none fits (:class:`planner.pipeline.chunks.Unresolved`)."""
 
     def __init__(self, lower_s: float, why: str):
-        super().__init__(f"no plan of the triple ({why}); none faster than {lower_s:.6g} s")
+        super().__init__(f"no plan of the triple ({why}); none faster than {durations.seconds(lower_s, 6)}")
         self.lower_s, self.why = lower_s, why
 
 

@@ -188,7 +188,7 @@ def search_pipeline(net: Network, batch: int, p: int, machine: Machine, compute:
     if then is not None:  # with none found under 1F1B, the interleavings that may beat the ceiling
         best = then.rest(then(best, out, []) if best is not None else None, out, tolerance)
     if best is None and any(c.skipped == "bound" for c in out):
-        raise NotFaster(f"no pipelined plan of {net.name} can beat the {search.ceiling:.6g} s step held",
+        raise NotFaster(f"no pipelined plan of {net.name} can beat the {durations.seconds(search.ceiling, 6)} step held",
                         lower_s=min(c.lower_s for c in out))
     if best is None and (open_ := [c for c in out if c.skipped in UNSETTLED]):
         raise unsettled(open_)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 from pathlib import Path
 
 import yaml
@@ -25,7 +24,7 @@ from networks.loader import load_network
 from networks.ops.base import MAX_INT
 from networks.reading import read_text
 from networks.spec_yaml import DIGITS, load_yaml
-from networks.writing import write_file
+from networks.writing import shell_word, write_file
 from planner.plan.file_refs import FILE_KEYS, from_plan_folder, in_plan_folder
 from planner.plan.layer_entries import check_recomputed, fail, layer_entries, layer_plan, number
 from planner.plan.plan import PLAN_VERSION, Baseline, PipelineSpec, Plan
@@ -316,7 +315,7 @@ def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:
             raise
     if isinstance(data, dict) and "inputs" in data and "devices" not in data:
         raise DnnplanError("this is a network spec, not a plan", file=path,
-                           hint=f"make a plan of it with `dnnplan plan {shlex.quote(path)} --devices P --out plan.yaml`")
+                           hint=f"make a plan of it with `dnnplan plan {shell_word(path)} --devices P --out plan.yaml`")
     if isinstance(data, dict) and _keys_missing_at_end(data):
         raise _cut_short(text, data, path)
     if isinstance(data, dict):

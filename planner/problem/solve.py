@@ -38,6 +38,7 @@ from costmodel.frameworks.as_run import framework_overlap, step_as_run
 from costmodel.frameworks.framework import Framework
 from costmodel.step.prediction import StepPrediction, model_flops_utilization, predict_step
 from costmodel.parallel.strategy import Strategy
+from networks import durations
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.problem.baselines import PricedBaseline, baselines, fastest_algorithms
@@ -63,8 +64,8 @@ class Slower(DnnplanError):
     at least it."""
 
     def __init__(self, lower_s: float, ceiling: float):
-        super().__init__(f"no plan of the whole batch at once beats the {ceiling:.6g} s step held "
-                         f"(none is faster than {lower_s:.6g} s)")
+        super().__init__(f"no plan of the whole batch at once beats the {durations.seconds(ceiling, 6)} step held "
+                         f"(none is faster than {durations.seconds(lower_s, 6)})")
         self.lower_s = lower_s
 
 
@@ -74,7 +75,7 @@ class Binding(DnnplanError):
     that optimum, a lower bound on every plan under the limit."""
 
     def __init__(self, lower_s: float):
-        super().__init__(f"the memory limit binds (the optimum without it, {lower_s:.6g} s, does not fit)")
+        super().__init__(f"the memory limit binds (the optimum without it, {durations.seconds(lower_s, 6)}, does not fit)")
         self.lower_s = lower_s
 
 
@@ -438,7 +439,7 @@ def _no_slower_than_baselines(maker: _Maker, plan: Plan) -> Plan:
     if not faster:
         return plan
     b = min(faster, key=lambda b: b.prediction.step_s)
-    note = (f"{b.name} is faster than the search's plan ({plan.step_s:.6g} s, {plan.solver.get('status')}) "
+    note = (f"{b.name} is faster than the search's plan ({durations.seconds(plan.step_s, 6)}, {plan.solver.get('status')}) "
             "and fits, so it is the plan")
     return maker.finished(b.prediction, {**plan.solver, "solver": f"baseline: {b.name}",
                                          "detail": "; ".join(x for x in (plan.solver.get("detail"), note) if x)})

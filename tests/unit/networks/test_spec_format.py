@@ -317,6 +317,7 @@ def test_a_tab_indenting_yaml_is_named_with_its_fix():
         load_yaml("name: x\nlayers:\n\t- {name: fc, op: linear}\n", "net.yaml")
     assert "net.yaml:3:" in str(err.value) and "(a tab at column 1)" in str(err.value)
     assert "indents with spaces, never tabs" in (err.value.hint or "")
-    with pytest.raises(DnnplanError) as other:  # another mistake: no word of tabs
-        load_yaml("name: [x\n", "net.yaml")
-    assert "tab" not in str(other.value) and "tab" not in (other.value.hint or "")
+    for text in ("name: [x\n", 'layers:\n  - {name: "c\t1", op: conv2d, kernel: 5 x: }}\n'):
+        with pytest.raises(DnnplanError) as other:  # another mistake, a tab inside a quoted value: no word of tabs
+            load_yaml(text, "net.yaml")
+        assert "tab" not in str(other.value) and "tab" not in (other.value.hint or "")
