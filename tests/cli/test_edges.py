@@ -376,3 +376,31 @@ def test_out_dash_is_standard_output_as_import_takes_it(tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert got.returncode == 0 and "\nversion: 1\nnetwork: gpt2\n" in got.stdout, got.stderr
     assert not (tmp_path / "-").exists() and "wrote" not in got.stdout
+
+
+def test_json_beside_an_output_on_standard_output_is_one_line():
+    """--json keeps standard output for its one object: --out - (or /dev/stdout) beside it made it
+    no longer JSON (the plan's YAML before or after it)."""
+    for args in (["predict", "gpt2", "-p", "8", "--json", "--out", "-"],
+                 ["plan", "gpt-tiny", "-p", "4", "--json", "--out", "/dev/stdout"]):
+        got = runner.invoke(app, args)
+        assert got.exit_code == 2 and "both write standard output, which --json keeps for its object" in \
+            " ".join(got.output.split()), got.output
+
+
+def test_an_output_naming_the_machine_file_read_is_refused(tmp_path):
+    """The machine YAML the command reads is an input too: --out over it replaced the machine."""
+    import shutil
+    from tests.support.paths import ROOT
+    machine = tmp_path / "m.yaml"
+    shutil.copy(ROOT / "costmodel" / "machine" / "dgx-h100.yaml", machine)
+    before = machine.read_bytes()
+    got = runner.invoke(app, ["predict", "gpt-tiny", "-p", "2", "--machine", str(machine), "--out", str(machine),
+                              "--force"])
+    assert got.exit_code == 2 and "names the file this command reads" in got.output and machine.read_bytes() == before
+
+
+def test_a_path_a_shell_reads_as_an_option_is_suggested_as_a_path():
+    from networks.writing import shell_word
+    assert shell_word("-y.yaml") == "./-y.yaml" and shell_word("a b/x.yaml") == "'a b/x.yaml'"
+    assert shell_word("plan.yaml") == "plan.yaml"

@@ -35,3 +35,25 @@ def test_a_stop_while_the_answer_is_shown_keeps_it_whole(tmp_path):
     assert answer["step_s"] > 0 and out.is_file()
     assert "SIGTERM after" in got.stderr and "once the search had ended: its answer is shown whole" in got.stderr
     assert "Traceback" not in got.stderr and "interrupted" not in got.stderr
+
+
+def test_a_stop_while_a_sweeps_table_is_shown_keeps_it_whole():
+    """The same once a sweep's points are planned: the table is shown whole, then one line and 143."""
+    code = textwrap.dedent("""
+        import os, signal, sys
+        from dnnplan.render import sweep as render
+        shown = render.compare_table
+        def table(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return shown(*args, **kwargs)
+        render.compare_table = table
+        sys.argv = ["dnnplan", "plan", "gpt-tiny", "-m", "dgx-a100,dgx-h100", "--sweep", "1,2", "--time-limit", "10"]
+        from dnnplan.entry import main
+        main()
+    """)
+    got = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert got.returncode == 143, (got.stdout[-500:], got.stderr[-2000:])
+    assert "machines and device counts" in got.stdout and "dgx-h100" in got.stdout
+    assert "SIGTERM once the sweep had ended: its 4 points are shown whole" in got.stderr
+    assert "Traceback" not in got.stderr and "interrupted" not in got.stderr
