@@ -6,6 +6,7 @@ validate, profile, profile-comm and their ranks): tests/mpi/test_stop_signals.py
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,8 +18,12 @@ from tests.support.paths import ROOT
 # --- the signal handling itself, in a child Python --------------------------------------------------
 
 def _python(code: str, **kw) -> subprocess.CompletedProcess:
+    """``code`` in a child Python whose Ctrl-C is as a terminal's command has it: a suite run as a
+    background job of a script (``pytest &``) has SIGINT ignored, which the child would inherit
+    and keep (as a command keeps an ignored signal), and its Ctrl-C cases would test nothing."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)}, **kw)
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
 def test_a_stop_landing_between_starting_a_job_and_guarding_it_still_ends_the_job():
