@@ -23,7 +23,7 @@ import yaml
 
 from costmodel.machine.model import Machine, machine_from_dict
 from networks.errors import DnnplanError, did_you_mean
-from networks.reading import read_text
+from networks.reading import read_text, refuse_standard_input
 from networks.spec_yaml import load_yaml
 
 #: The machine used when none is named. DGX A100 is the most widely deployed multi-node GPU
@@ -190,6 +190,7 @@ def load_machine(name_or_path: str) -> Machine:
 
     A relative ``profile:`` in the file is resolved against the file's folder.
     """
+    refuse_standard_input(name_or_path, "machine")
     if _looks_like_path(name_or_path):
         path = Path(name_or_path)
         text = read_text(path, "machine", missing_hint=f"give a path to a machine YAML or one of "

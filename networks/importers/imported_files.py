@@ -15,7 +15,7 @@ from pathlib import Path
 
 from networks.errors import DnnplanError, short
 from networks.ir import Network
-from networks.reading import MAX_ONNX_BYTES, read_bytes, read_text
+from networks.reading import MAX_ONNX_BYTES, read_bytes, read_text, refuse_standard_input
 from networks.spec import parse_network
 
 CONFIG = "config.json"
@@ -96,6 +96,7 @@ def import_model(name_or_path: str, seq: int | None = None) -> Imported:
     if not name_or_path.strip():
         raise DnnplanError(f"{short(name_or_path)} names no model to import",
                            hint="give a Hugging Face config.json, a folder holding one, or a .onnx file")
+    refuse_standard_input(name_or_path, "model")
     if not is_importable(name_or_path) or not _exists(Path(name_or_path), Path.exists):
         what = "not a model to import" if _exists(Path(name_or_path), Path.exists) else "no such file or folder"
         raise DnnplanError(what, file=name_or_path,

@@ -359,6 +359,8 @@ def test_an_output_naming_the_input_is_refused_even_with_force(tmp_path):
     (["predict", "-"], "'-' names standard input, and a network spec is read from a file"),
     (["export", "-", "--to", "megatron"], "'-' names standard input, and a plan is read from a file"),
     (["predict", "--from", "-", "--network", "llama3-8b", "-p", "8"], "'-' names standard input"),
+    (["import", "-"], "'-' names standard input, and a model is read from a file"),
+    (["predict", "gpt2", "-p", "8", "--machine", "-"], "'-' names standard input, and a machine is read from a file"),
 ])
 def test_a_dash_for_standard_input_is_one_line(args, said, tmp_path, monkeypatch):
     """`-`, standard input by the shell tools' convention, is refused in one line: `cat p.yaml |
