@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from typing import Callable
@@ -186,7 +185,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
             jobs=sweep_jobs)
         zero = () if not request.with_data or _given(click, "zero") else (
             "--zero 0 (each point; --pipeline auto weighs the stages as a single plan does)",)
-        plan_sweep(request, plot, as_json, refresh, lambda *ctxs: _defaults(click, *ctxs) + zero)
+        plan_sweep(click, request, plot, as_json, refresh, lambda *ctxs: _defaults(click, *ctxs) + zero)
         return
     price = None if prices is None else prices[machines[0]]
     machine = machines[0] if machine is not None else None
@@ -235,13 +234,21 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
         if request.searches_pipelines and not _given(click, "zero") and ctx.devices > 1 else ()
     emitted = show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx) + unweighed, budgeted,
                    emit)
+    elapsed = f"after {budget.elapsed():.1f} s"
+    _end(hold, budget, f"{elapsed}, once the search had ended: its answer is shown whole",
+         f" {elapsed}: the best plan found so far is shown", 0 if emitted else 2)
+
+
+def _end(hold: stops.Hold, budget, after: str, during: str, code: int) -> None:
+    """The command's end once its answer is shown: a stop that arrived while it was shown (``hold``:
+    ``after`` says so), one that cut the work short (``during``), else ``code``."""
     if hold.stopped:
-        fail_line(f"{stops.name()} after {budget.elapsed():.1f} s, once the search had ended: its answer is shown whole")
+        fail_line(f"{stops.name()} {after}")
         end(stops.exit_code())
     if budget.stop_requested:
-        fail_line(f"interrupted by {stops.name()} after {budget.elapsed():.1f} s: the best plan found so far is shown")
+        fail_line(f"interrupted by {stops.name()}{during}")
         end(stops.exit_code())
-    end(0 if emitted else 2)
+    end(code)
 
 
 def _hold(click: typer.Context) -> stops.Hold:
@@ -326,50 +333,42 @@ def memory_warning(memory_gib: float | None, machine) -> str | None:
             "plan within it may not run there")
 
 
-def plan_sweep(request: SweepRequest, plot: str | None, as_json: bool, refresh: bool,
+def plan_sweep(click: typer.Context, request: SweepRequest, plot: str | None, as_json: bool, refresh: bool,
                assumed: Callable[..., tuple[str, ...]] = lambda *ctxs: ()) -> None:
     """`dnnplan plan --sweep` (or several --machine): every machine and device count planned
     (executor.session.sweep), a line on stderr as each point finishes, then the table (strong
     scaling on one machine, else the comparison) or the JSON, with what the command ``assumed``
     because a flag was not given (``assumed(*contexts)``, the first machine's first); Ctrl-C (or SIGTERM, SIGHUP) shows the points planned so far and
     exits 130."""
-    # once the points are planned, a stop signal is noted and the table shown whole (lifecycle.stops.holding)
-    held = contextlib.ExitStack()
-    with held:
-        budget = search_budget(None)
-        rows: list[dict] = []
-        with stop_on_ctrl_c(budget):
-            ctxs = sweeping.contexts(request)
-            first = next(iter(ctxs.values()))
-            for line in [refresh_warning(refresh, first.compute), foreign_warning(request.foreign_profile, request.profile),
-                         *first.choices.idle(first.network)]:
-                if line is not None:
-                    warn(line)
-            if request.tokens is not None:
-                tokens_per_step(first.network, first.batch)  # a network without tokens: one line, before planning
+    budget = search_budget(None)
+    rows: list[dict] = []
+    with stop_on_ctrl_c(budget):
+        ctxs = sweeping.contexts(request)
+        first = next(iter(ctxs.values()))
+        for line in [refresh_warning(refresh, first.compute), foreign_warning(request.foreign_profile, request.profile),
+                     *first.choices.idle(first.network)]:
+            if line is not None:
+                warn(line)
+        if request.tokens is not None:
+            tokens_per_step(first.network, first.batch)  # a network without tokens: one line, before planning
 
-            def made(row: dict) -> None:
-                rows.append(row)
-                sweeping.ordered(request, rows)
-                sweep_render.progress(sweep_render.point_line(row, len(rows), request.size, rows))
+        def made(row: dict) -> None:
+            rows.append(row)
+            sweeping.ordered(request, rows)
+            sweep_render.progress(sweep_render.point_line(row, len(rows), request.size, rows))
 
-            try:
-                sweeping.run(request, ctxs, budget, made)
-                hold = held.enter_context(stops.holding())
-            except (KeyboardInterrupt, ImportError) as err:
-                if not stops.stopped_by(err):
-                    raise  # an import that failed by itself
-                budget.request_stop()
-                hold = held.enter_context(stops.holding())
-        rows = sweeping.ordered(request, rows)
-        _show_sweep(request, first, rows, plot, as_json, not budget.stop_requested, assumed(*ctxs.values()))
-        if hold.stopped:
-            fail_line(f"{stops.name()} once the sweep had ended: its {len(rows)} points are shown whole")
-            end(stops.exit_code())
-        if budget.stop_requested:
-            fail_line(f"interrupted by {stops.name()}: {len(rows)} of {request.size} points planned, shown above")
-            end(stops.exit_code())
-        end(0)
+        try:
+            sweeping.run(request, ctxs, budget, made)
+            hold = _hold(click)  # the points planned: a stop now shows the table whole
+        except (KeyboardInterrupt, ImportError) as err:
+            if not stops.stopped_by(err):
+                raise  # an import that failed by itself
+            budget.request_stop()
+            hold = _hold(click)  # a second stop now shows the points planned so far whole
+    rows = sweeping.ordered(request, rows)
+    _show_sweep(request, first, rows, plot, as_json, not budget.stop_requested, assumed(*ctxs.values()))
+    _end(hold, budget, f"once the sweep had ended: its {len(rows)} points are shown whole",
+         f": {len(rows)} of {request.size} points planned, shown above", 0)
 
 
 def _show_sweep(request: SweepRequest, ctx: Context, rows: list[dict], plot: str | None, as_json: bool,
