@@ -141,10 +141,15 @@ def model_args(shape: GptShape) -> list[str]:
     if shape.swiglu:
         out += ["--swiglu"]
     if shape.experts:
+        # --moe-grouped-gemm: Transformer Engine's GroupedLinear, the experts' kernels the megatron
+        # framework prices (costmodel/frameworks/megatron.yaml); without it Megatron-Core loops over
+        # the experts one MLP at a time (SequentialMLP)
         out += ["--num-experts", str(shape.experts), "--moe-router-topk", str(shape.top_k),
-                "--moe-ffn-hidden-size", str(shape.ffn_hidden_size)]
+                "--moe-ffn-hidden-size", str(shape.ffn_hidden_size), "--moe-grouped-gemm"]
     if shape.rmsnorm:
         out += ["--normalization", "RMSNorm"]
+    if shape.qk_norm:
+        out += ["--qk-layernorm"]
     if shape.rotary:
         out += ["--position-embedding-type", "rope"]
     out += ["--max-position-embeddings", str(shape.positions or shape.seq_length)]

@@ -32,6 +32,7 @@ class GptShape:
     rotary: bool
     rmsnorm: bool
     untied: bool
+    qk_norm: bool = False  # RMSNorm over each query and key head (Qwen3): Megatron-Core's --qk-layernorm
 
 
 def gpt_shape(net: Network) -> GptShape:
@@ -61,4 +62,4 @@ def gpt_shape(net: Network) -> GptShape:
         top_k=moe.p.get("top_k") if moe is not None else None, seq_length=seq,
         positions=(embedding.p.get("positions") if embedding is not None else None), rotary=bool(p.get("rotary")),
         rmsnorm=any(layer.op == "rmsnorm" for layer in net.layers),
-        untied=head is not None and not head.p.get("tied_to"))
+        untied=head is not None and not head.p.get("tied_to"), qk_norm=bool(p.get("qk_norm")))

@@ -79,6 +79,8 @@ IGNORED = {
                               "param_persistence_threshold", "max_live_parameters", "max_reuse_distance"},
         "activation_checkpointing": {"partition_activations", "contiguous_memory_optimization", "number_checkpoints",
                                      "synchronize_checkpoint_boundary", "profile"}},
+    "read by DeepSpeed and used nowhere else (runtime/config.py sets it; no other file reads it)": {
+        "": {"disable_allgather"}},
 }
 #: sections the script's parallelism configures, refused with the reason
 SCRIPT_SECTIONS = {"pipeline": "the pipeline's stages are the script's (PipelineModule(num_stages=...))",

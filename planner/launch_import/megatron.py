@@ -79,6 +79,7 @@ def read(text: str, path: str) -> LaunchConfig:
                           hint="give --num-experts, or leave the experts' tensor size out")
     if expert_tensor is not None and not shape.experts:
         args.ignored["--expert-tensor-parallel-size"] = "no mixture of experts (--num-experts)"
+    context_exchange(args)
     recompute, recompute_layers = recomputation(args)
     choices = training_choices(args, shape, sequence_parallel, tensor)
     chunks = layout[1]
@@ -90,6 +91,21 @@ def read(text: str, path: str) -> LaunchConfig:
         expert_tensor=expert_tensor, sequence_parallel=sequence_parallel,
         stages=layout[0], chunks=chunks, chunk_layers=layout[2], schedule=INTERLEAVED if chunks > 1 else "1f1b",
         recompute=recompute, recompute_layers=recompute_layers, choices=choices, ignored=ignored, script=script)
+
+
+def context_exchange(args: Args) -> None:
+    """``--cp-comm-type`` (Megatron-LM's default ``p2p``: Transformer Engine's ring of keys and values,
+    the exchange dnnplan prices, costmodel.comm.context) read; another (``a2a``, ``allgather``,
+    ``a2a+p2p``) refused in one line."""
+    kinds = args.get("--cp-comm-type")
+    if kinds is None:
+        return
+    other = next((k for k in kinds if k != "p2p"), None)
+    if other is not None:
+        raise args.refuse("--cp-comm-type", f"{other!r}: dnnplan prices context parallelism's ring exchange (p2p)",
+                          hint="write --cp-comm-type p2p, or leave it out (Megatron-LM's default)")
+    if positive(args, "--context-parallel-size") == 1:
+        args.ignored["--cp-comm-type"] = "no context parallelism (--context-parallel-size 1)"
 
 
 def training_script(command: LaunchCommand, path: str) -> str | None:
@@ -371,11 +387,18 @@ def zero_stage(args: Args) -> int:
                 raise args.refuse("--use-torch-fsdp2", f"with {size} above 1: Megatron-LM refuses it",
                                   hint="use --use-megatron-fsdp")
         return 3
+    version = args.get("--megatron-fsdp-version", 1)
+    if version not in (1, 2):
+        raise args.refuse("--megatron-fsdp-version", f"{version}: Megatron-LM takes 1 or 2", hint="write 1 or 2")
     if fsdp:
-        if distributed:
-            raise args.refuse("--use-megatron-fsdp", "with --use-distributed-optimizer: both shard the optimiser",
-                              hint="give one")
+        # Megatron-FSDP v1 (the default) runs with the distributed optimizer, turning it on where it is
+        # not given; v2 refuses it (megatron/training/arguments.py validate_args at d98e8a64)
+        if distributed and version == 2:
+            raise args.refuse("--use-megatron-fsdp", "--megatron-fsdp-version 2 with --use-distributed-optimizer: "
+                              "Megatron-LM refuses it", hint="leave out --use-distributed-optimizer")
         return FSDP_ZERO[args.get("--data-parallel-sharding-strategy", "optim_grads_params")]
+    if "--megatron-fsdp-version" in args:
+        args.ignored["--megatron-fsdp-version"] = "read with --use-megatron-fsdp only"
     if "--data-parallel-sharding-strategy" in args:
         args.ignored["--data-parallel-sharding-strategy"] = "read with --use-megatron-fsdp only"
     return 1 if distributed else 0

@@ -40,11 +40,11 @@ READ = {
     # precision, optimiser and its sharding
     "--fp16": FLAG, "--bf16": FLAG, "--fp8-format": TEXT, "--optimizer": TEXT, "--sgd-momentum": FLOAT,
     "--use-distributed-optimizer": FLAG, "--use-megatron-fsdp": FLAG, "--data-parallel-sharding-strategy": TEXT,
-    "--use-torch-fsdp2": FLAG,
+    "--use-torch-fsdp2": FLAG, "--megatron-fsdp-version": INT,
     # overlap, the MoE dispatcher, attention's kernels
     "--overlap-grad-reduce": FLAG, "--overlap-param-gather": FLAG, "--tp-comm-overlap": FLAG,
     "--overlap-moe-expert-parallel-comm": FLAG, "--moe-token-dispatcher-type": TEXT, "--attention-backend": TEXT,
-    "--use-flash-attn": FLAG,
+    "--use-flash-attn": FLAG, "--cp-comm-type": WORDS,
 }
 #: the values a text option takes (Megatron-LM's choices)
 CHOICES = {
@@ -82,7 +82,18 @@ IGNORED = {
         "--async-save", "--no-load-optim", "--no-load-rng", "--profile", "--profile-step-start", "--profile-step-end",
         "--profile-ranks", "--use-pytorch-profiler", "--record-memory-history", "--memory-snapshot-path",
         "--pretrained-checkpoint", "--finetune", "--auto-detect-ckpt-format", "--ckpt-fully-parallel-save",
-        "--dist-ckpt-strictness", "--use-checkpoint-args"),
+        "--dist-ckpt-strictness", "--use-checkpoint-args",
+        # the rest of LoggerConfig's fields (megatron/training/config/training_config.py): a bool that
+        # defaults to True as --no- and --disable-
+        "--log-throughput-to-tensorboard", "--throughput-window-size", "--log-progress", "--timing-log-option",
+        "--tensorboard-queue-size", "--no-log-loss-scale-to-tensorboard", "--disable-log-loss-scale-to-tensorboard",
+        "--memory-keys", "--log-memory-interval", "--log-device-memory-used", "--log-l2-norm-grad-to-tensorboard",
+        "--log-max-attention-logit", "--log-runtime-to-tensorboard", "--runtime-time-unit",
+        "--log-world-size-to-tensorboard", "--wandb-entity", "--logging-level", "--no-filter-warnings",
+        "--disable-filter-warnings", "--modules-to-filter", "--set-level-for-all-loggers", "--log-energy",
+        "--save-config-filepath", "--moe-routing-trace-path", "--moe-routing-trace-max-training-iters",
+        "--moe-routing-trace-capture-logits", "--moe-routing-trace-capture-hidden-states",
+        "--moe-routing-trace-dump-weights"),
     "an implementation switch (kernel fusion, initialisation, process group set-up): dnnplan prices the "
     "layers' work and memory traffic alike": (
         "--use-mcore-models", "--transformer-impl", "--no-masked-softmax-fusion", "--no-gradient-accumulation-fusion",
@@ -90,7 +101,8 @@ IGNORED = {
         "--cross-entropy-loss-fusion", "--moe-grouped-gemm", "--moe-permute-fusion", "--manual-gc",
         "--use-cpu-initialization", "--distributed-backend", "--distributed-timeout-minutes",
         "--empty-unused-memory-level", "--tp-comm-overlap-cfg", "--no-check-for-nan-in-loss-and-grad",
-        "--calculate-per-token-loss", "--attention-softmax-in-fp32", "--cross-entropy-fusion-impl"),
+        "--calculate-per-token-loss", "--attention-softmax-in-fp32", "--cross-entropy-fusion-impl",
+        "--init-model-with-meta-device"),
     "the gradients' precision in their reduction: dnnplan prices it in the weights' (Megatron-LM's default under "
     "--bf16 is float32, accumulate_allreduce_grads_in_fp32, unless --grad-reduce-in-bf16)": (
         "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"),
@@ -98,7 +110,7 @@ IGNORED = {
     "positions (the network's own are priced)": (
         "--hidden-dropout", "--attention-dropout", "--disable-bias-linear", "--norm-epsilon", "--rotary-base",
         "--rotary-percent", "--use-rope-scaling", "--apply-layernorm-1p", "--qk-layernorm",
-        "--max-position-embeddings", "--no-position-embedding"),
+        "--max-position-embeddings", "--no-position-embedding", "--apply-query-key-layer-scaling"),
     "routing's losses and the router's settings: dnnplan prices dropless top-k routing": (
         "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-dtype",
         "--moe-router-score-function", "--moe-router-pre-softmax"),

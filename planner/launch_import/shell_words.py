@@ -200,11 +200,26 @@ class Variables:
         if value and any(p.text for p in value):
             return [_Piece(p.text, split, p.line, p.unresolved) for p in value]
         if match.group("default") is not None:
-            default = Part(match.group("default"), part.quote, part.line)
-            return [_Piece(p.text, split, p.line, p.unresolved) for p in self.pieces((default,))]
+            return self.default_word(match.group("default"), part)
         if value is not None:
             return []
         return unresolved(f"${name}, which the file does not set")
+
+    def default_word(self, text: str, part: Part) -> list[_Piece]:
+        """``${NAME:-text}``'s ``text`` expanded as bash expands it: outside double quotes, its own
+        quotes removed (``${NNODES:-"1"}`` is ``1``, as Megatron-LM's example scripts write it)
+        and its blanks splitting words; inside double quotes, its double quotes removed (its single
+        quotes are characters there)."""
+        if part.quote or not any(c in text for c in "\"'\\"):
+            text = re.sub(r'(?<!\\)"', "", text) if part.quote else text
+            return [_Piece(p.text, not part.quote, p.line, p.unresolved)
+                    for p in self.pieces((Part(text, part.quote, part.line),))]
+        out: list[_Piece] = []
+        for k, token in enumerate(t for t in Scanner(text, self.path).scan() if not t.op):
+            if k:
+                out.append(_Piece(" ", True, part.line))
+            out.extend(self.pieces(tuple(Part(p.text, p.quote, part.line) for p in token.parts)))
+        return out
 
     def arithmetic(self, expr: str) -> tuple[str, str | None]:
         """``$(( expr ))`` on integers and the script's variables: (its value, None), or (the text,

@@ -32,7 +32,7 @@ from tests.support.export_plans import swapped, uniform_plan as make
 #: (megatron/core/transformer/transformer_config.py: num_layers, hidden_size, num_attention_heads,
 #: num_query_groups, kv_channels, ffn_hidden_size, normalization, recompute_granularity,
 #: recompute_method, recompute_num_layers, fp8 renamed --fp8-format, moe_router_topk,
-#: moe_ffn_hidden_size, moe_token_dispatcher_type, attention_backend: an AttnBackend of
+#: moe_ffn_hidden_size, moe_token_dispatcher_type, qk_layernorm, moe_grouped_gemm, attention_backend: an AttnBackend of
 #: megatron/core/transformer/enums.py, flash fused unfused local auto), TrainingConfig and CheckpointConfig
 #: (megatron/training/config/training_config.py: micro_batch_size, global_batch_size, ckpt_format) and
 #: DistributedInitConfig (megatron/training/config/common_config.py: use_megatron_fsdp).
@@ -48,7 +48,7 @@ MEGATRON_FLAGS = (
     "--recompute-num-layers", "--fp16", "--bf16", "--fp8-format", "--optimizer", "--sgd-momentum",
     "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format",
     "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
-    "--moe-token-dispatcher-type", "--attention-backend",
+    "--moe-token-dispatcher-type", "--attention-backend", "--qk-layernorm", "--moe-grouped-gemm",
 )
 GPT2_CHUNKS = ("embed", "h3.ln1", "h6.ln1", "h9.ln1")  # gpt2's 12 transformer layers, 3 a chunk
 

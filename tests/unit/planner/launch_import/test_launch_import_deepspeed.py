@@ -168,3 +168,10 @@ def test_a_batch_that_leaves_more_devices_than_dnnplan_plans_for_names_the_key()
              '  "gradient_accumulation_steps": 1\n}', "ds.json")
     assert str(err.value).startswith("ds.json:2: train_batch_size: ") and "more devices than dnnplan plans for" in \
         str(err.value), str(err.value)
+
+
+def test_a_key_deepspeed_reads_and_never_uses_is_listed_as_ignored():
+    """``disable_allgather``: deepspeed/runtime/config.py at v0.19.5 reads it into its config, and no
+    other file of the release reads it."""
+    got = read_launch(text(disable_allgather=True), "ds_config.json")
+    assert "disable_allgather" in {i.option for i in got.ignored}
