@@ -434,6 +434,14 @@ def attention(args: Args) -> str:
     """dnnplan's attention kernel: flash (FlashAttention, cuDNN's fused kernel priced alike), the
     materialised kernels (unfused, local), or "" for the machine's default (auto)."""
     backend = args.get("--attention-backend", "auto")
+    impl = args.get("--transformer-impl", "transformer_engine")
+    if impl == "local":  # megatron/core/models/backends.py LocalSpecProvider.core_attention: DotProductAttention
+        args.ignored["--transformer-impl"] = ("local: attention priced as the materialised kernels Megatron-Core's "
+                                              "DotProductAttention runs (whatever --attention-backend says), the "
+                                              "other layers as Transformer Engine's fused kernels")
+        return "materialized"
+    if impl == "inference_optimized":
+        args.ignored["--transformer-impl"] = "inference_optimized: priced as transformer_engine"
     if args.get("--use-flash-attn") and backend in ("unfused", "local"):
         raise args.refuse("--use-flash-attn", f"with --attention-backend {backend}", hint="give one")
     if backend in ("flash", "fused") or args.get("--use-flash-attn"):

@@ -44,7 +44,7 @@ READ = {
     # overlap, the MoE dispatcher, attention's kernels
     "--overlap-grad-reduce": FLAG, "--overlap-param-gather": FLAG, "--tp-comm-overlap": FLAG,
     "--overlap-moe-expert-parallel-comm": FLAG, "--moe-token-dispatcher-type": TEXT, "--attention-backend": TEXT,
-    "--use-flash-attn": FLAG, "--cp-comm-type": WORDS,
+    "--use-flash-attn": FLAG, "--cp-comm-type": WORDS, "--transformer-impl": TEXT,
 }
 #: the values a text option takes (Megatron-LM's choices)
 CHOICES = {
@@ -56,6 +56,7 @@ CHOICES = {
     "--data-parallel-sharding-strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
     "--moe-token-dispatcher-type": ("allgather", "alltoall", "flex"),
     "--attention-backend": ("flash", "fused", "unfused", "local", "auto"),
+    "--transformer-impl": ("local", "transformer_engine", "inference_optimized"),
 }
 #: options that do not change the step dnnplan prices, by the reason (each takes the words after
 #: it up to the next option, if any)
@@ -96,7 +97,7 @@ IGNORED = {
         "--moe-routing-trace-dump-weights"),
     "an implementation switch (kernel fusion, initialisation, process group set-up): dnnplan prices the "
     "layers' work and memory traffic alike": (
-        "--use-mcore-models", "--transformer-impl", "--no-masked-softmax-fusion", "--no-gradient-accumulation-fusion",
+        "--use-mcore-models", "--no-masked-softmax-fusion", "--no-gradient-accumulation-fusion",
         "--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion", "--no-rope-fusion",
         "--cross-entropy-loss-fusion", "--moe-grouped-gemm", "--moe-permute-fusion", "--manual-gc",
         "--use-cpu-initialization", "--distributed-backend", "--distributed-timeout-minutes",

@@ -258,6 +258,18 @@ def test_an_unquoted_variable_is_split_into_words_and_a_quoted_one_is_not():
     assert [w.text for w in words] == ["torchrun", "x", "y z", "x", "y", "z", "", "$E"]
 
 
+def test_the_local_implementation_materialises_attentions_scores():
+    """``--transformer-impl local`` builds Megatron-Core's DotProductAttention, which materialises the
+    scores (megatron/core/models/backends.py LocalSpecProvider.core_attention at d98e8a64), whatever
+    --attention-backend says; Transformer Engine's (the default) keeps the backend's kernels."""
+    local = megatron.read(f"torchrun --nproc-per-node 8 pretrain_gpt.py {ARGS} --transformer-impl local "
+                          "--attention-backend flash\n", "local.sh")
+    te = megatron.read(f"torchrun --nproc-per-node 8 pretrain_gpt.py {ARGS} --transformer-impl transformer_engine "
+                       "--attention-backend flash\n", "te.sh")
+    assert (local.choices.attention, te.choices.attention) == ("materialized", "flash")
+    assert any(i.option == "--transformer-impl" and "DotProductAttention" in i.reason for i in local.ignored)
+
+
 def test_megatron_fsdp_v1_runs_with_the_distributed_optimizer():
     """Megatron-FSDP v1 (the default) requires the distributed optimizer and turns it on where it is
     not given (megatron/training/arguments.py validate_args at d98e8a64): NVIDIA's
