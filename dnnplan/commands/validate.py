@@ -165,7 +165,7 @@ def _partial(path: str, force: bool) -> dict | None:
         try:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # not a report (deep nesting, a number past 4,300 digits)
             data = None
     if validation.is_partial(data):
         check_output_folder(path)

@@ -176,8 +176,13 @@ def plan_layers(plan: Plan) -> dict:
 
 
 def is_partial(data: object) -> bool:
-    """Whether ``data`` (read from a JSON file) is the report of an interrupted validate."""
-    return isinstance(data, dict) and data.get("complete") is False and isinstance(data.get("plans"), list)
+    """Whether ``data`` (read from a JSON file) is the report of an interrupted validate: its plans
+    (and runs, where it has them) each a row named as validate names them (a file edited otherwise
+    is no report to resume, and is replaced only with --force)."""
+    if not (isinstance(data, dict) and data.get("complete") is False and isinstance(data.get("plans"), list)):
+        return False
+    rows = data["plans"] + (data["runs"] if isinstance(data.get("runs"), list) else [])
+    return all(isinstance(row, dict) and isinstance(row.get("name"), str) for row in rows)
 
 
 def conflicts(earlier: dict, report: ValidationReport) -> list[str]:

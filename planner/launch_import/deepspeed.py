@@ -123,6 +123,12 @@ class Config:
         except json.JSONDecodeError as err:
             raise DnnplanError(f"not JSON: {err.msg}", file=path, line=err.lineno,
                                hint="write the DeepSpeed config as JSON") from None
+        except (RecursionError, ValueError) as err:  # deep nesting; a number past Python's 4,300-digit limit
+            deep = isinstance(err, RecursionError)
+            raise DnnplanError("not a DeepSpeed config: " + ("it nests too deeply" if deep else
+                                                              "a number has more digits than Python reads (4,300)"),
+                               file=path, hint="write the DeepSpeed config as JSON" if deep else
+                               "write each number as the run takes it") from None
         except DuplicateKey as twice:
             found = list(re.finditer(rf'"{re.escape(twice.key)}"\s*:', text))
             raise DnnplanError(f"{short(twice.key)} given twice: DeepSpeed refuses a config with duplicate keys",

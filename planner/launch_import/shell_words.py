@@ -40,6 +40,10 @@ NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 REFERENCE = re.compile(rf"\$\(\((?P<arith>[^()]*(?:\([^()]*\)[^()]*)*)\)\)|\$\{{(?P<braced>{NAME})(?P<all>\[[@*]\])?"
                        rf"(?::-(?P<default>[^}}]*))?\}}|(?P<other>\$\{{[^}}]*\}})|\$(?P<plain>{NAME}|[0-9@*#?$!])"
                        rf"|(?P<command>\$\(|`)")
+#: the most characters a variable of the script holds (a launch's arguments are a few thousand)
+MAX_VALUE = 100_000
+#: the most characters all of a script's expansions make together
+MAX_EXPANDED = 10 * MAX_VALUE
 ASSIGNMENT = re.compile(rf"({NAME})(\+?)=")
 #: words before a command that only prepare it (bash's reserved words among them)
 PREFIXES = ("exec", "nohup", "time", "if", "elif", "then", "while", "until", "do", "else", "{", "!", "command",
@@ -120,6 +124,8 @@ class Variables:
         self.values: dict[str, tuple[_Piece, ...] | list[tuple[_Piece, ...]]] = {}
         #: compound commands (if, loops, case) the script is inside, at the command being read
         self.depth = 0
+        #: the characters the script's expansions have made so far (at most :data:`MAX_EXPANDED`)
+        self.expanded = 0
 
     def assign(self, name: str, value: tuple[_Piece, ...], line: int, conditional: bool) -> None:
         """``name=value``. Under a condition (inside an if, a loop or a case, or after ``&&`` or
@@ -134,7 +140,17 @@ class Variables:
                 why = next((p.unresolved for p in old if p.unresolved), None) or \
                     f"${name}, which the file sets to {before!r} or {now!r} by a condition (line {line})"
                 value = (_Piece(f"${name}", False, line, why),)
+        self.check_length(name, value, line)
         self.values[name] = value
+
+    def check_length(self, name: str, value, line: int) -> None:
+        """One line for a value past :data:`MAX_VALUE` characters (``X=$X$X`` repeated doubles it each
+        time: 30 such lines would hold a billion characters), before it is kept."""
+        elements = value if isinstance(value, list) else [value]
+        if sum(len(p.text) for element in elements for p in element) > MAX_VALUE:
+            raise DnnplanError(f"${name} holds more than {MAX_VALUE:,} characters: no launch command's "
+                               "arguments are that long", file=self.path, line=line,
+                               hint="set it to the value the launch uses")
 
     def loop_variable(self, name: str, items: list["Word"], line: int) -> None:
         """``for name in items``: the loop's variable, one item's value a pass (unsettled with more than one)."""
@@ -165,6 +181,11 @@ class Variables:
                 out.extend(self.reference(match, part))
                 at = match.end()
             out.extend(self.literal(part, part.text[at:]))
+        self.expanded += sum(len(p.text) for p in out)
+        if self.expanded > MAX_EXPANDED:
+            raise DnnplanError(f"its variables expand to more than {MAX_EXPANDED:,} characters: no launch script's "
+                               "are that long", file=self.path, line=parts[0].line if parts else None,
+                               hint="give the launch command as it runs")
         return out
 
     @staticmethod
@@ -238,8 +259,9 @@ class Variables:
             return "", missing[0]
         try:
             return str(_integer(ast.parse(plain.strip(), mode="eval").body)), None
-        except (SyntaxError, ValueError, ZeroDivisionError):
-            return "", f"the arithmetic $(({expr})), which dnnplan cannot evaluate"
+        except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError, MemoryError):
+            cut = expr if len(expr) <= 60 else expr[:57] + "..."
+            return "", f"the arithmetic $(({cut})), which dnnplan cannot evaluate"
 
     def words(self, parts: tuple[Part, ...]) -> list[Word]:
         """A written word as the words it expands to (bash's word splitting: blanks in an unquoted

@@ -316,6 +316,9 @@ def read_plan(path: str, check: bool = True) -> tuple[Plan, Network]:
     if isinstance(data, dict) and "inputs" in data and "devices" not in data:
         raise DnnplanError("this is a network spec, not a plan", file=path,
                            hint=f"make a plan of it with `dnnplan plan {shell_word(path)} --devices P --out plan.yaml`")
+    if isinstance(data, dict) and data.get("format") == "dnnplan-profile":
+        raise DnnplanError("this is a profile table (dnnplan profile's), not a plan", file=path,
+                           hint=f"give it as --profile {shell_word(path)} to dnnplan plan or predict")
     if isinstance(data, dict) and _keys_missing_at_end(data):
         raise _cut_short(text, data, path)
     if isinstance(data, dict):

@@ -180,6 +180,8 @@ REFUSED = [
     # plans: the wrong file, another machine, cut short
     (["execute", str(ZOO / "lenet5.yaml"), "-n", "2"],
      r"this is a network spec, not a plan \(make a plan of it with `dnnplan plan .*--out plan.yaml`"),
+    (["execute", str(ROOT / "profiler" / "profiles" / "h100-bf16.json"), "-n", "2"],
+     r"this is a profile table \(dnnplan profile's\), not a plan \(give it as --profile .*h100-bf16.json"),
     (["execute", "{on_local}", "-n", "2"], r"the plan is for 64 devices, but machine 'local' has \d+ \(plan again"),
     (["predict", "{on_local}"], r"the plan is for 64 devices, but machine 'local' has"),
     (["execute", "{p64}", "-n", "4"], "the plan is for 64 devices, not --ranks 4"),

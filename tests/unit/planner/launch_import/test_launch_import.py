@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
+import re
+
 import pytest
 
 from costmodel.calls.algorithms import resolve_algorithm
@@ -278,6 +280,20 @@ def test_megatron_fsdp_v1_runs_with_the_distributed_optimizer():
                          "--use-distributed-optimizer\n", "fsdp.sh")
     alone = megatron.read(f"torchrun --nproc-per-node 8 pretrain_gpt.py {ARGS} --use-megatron-fsdp\n", "fsdp.sh")
     assert both.choices.zero == alone.choices.zero == 3
+
+
+@pytest.mark.parametrize("head, says", [
+    ("X=a\n" + "X=$X$X\n" * 22, "$X holds more than 100,000 characters"),  # doubled 22 times: 4 million
+    (f"X={'a' * 90_000}\nY=" + "$X" * 20 + "\n", "expand to more than 1,000,000 characters"),
+    ("TP=$(( " + "9" * 400 + " / 1 ))\n", "cannot evaluate"),  # past a float's range
+    ("TP=$((" + "+".join(["1"] * 40_000) + "))\n", "cannot evaluate"),  # past the parser's recursion limit
+])
+def test_a_script_that_would_expand_without_end_is_refused_in_one_line(head, says):
+    """A short script whose variables double at each line, or arithmetic Python cannot evaluate,
+    ends in one line naming the file, not in a run that fills the memory or an internal error."""
+    with pytest.raises(DnnplanError, match=re.escape(says)):
+        megatron.read(head + f"torchrun --nproc-per-node 8 pretrain_gpt.py {ARGS} --tensor-model-parallel-size $TP "
+                      "--log-dir $X\n", "grow.sh")
 
 
 def test_a_defaults_quotes_are_removed_as_bash_removes_them():
