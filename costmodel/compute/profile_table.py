@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from costmodel.calls.kernel_call import SHAPE_FIELDS, split_key
+from costmodel.choices.precision import PRECISIONS
 from networks.errors import DnnplanError, short
 
 FORMAT = "dnnplan-profile"
@@ -183,6 +184,9 @@ def _fingerprint(fp: Any, source: str) -> dict[str, Any]:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31:
             raise _bad(source, f"fingerprint {key} must be a whole number, got {short(value)}")
+    precision = fp.get("precision")
+    if precision is not None and (not isinstance(precision, str) or precision not in PRECISIONS):
+        raise _bad(source, f"fingerprint precision must be one of {', '.join(PRECISIONS)}, got {short(precision)}")
     return dict(fp)
 
 

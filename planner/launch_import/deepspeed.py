@@ -88,6 +88,8 @@ SCRIPT_SECTIONS = {"pipeline": "the pipeline's stages are the script's (Pipeline
                    "sequence_parallel_size": "Ulysses sequence parallelism is not read yet"}
 #: DeepSpeed's default reduce_bucket_size (zero/config.py), in elements
 DEFAULT_REDUCE_BUCKET = 500_000_000
+#: the largest reduce_bucket_size read (elements): 4 TB in float32, past any GPU's memory
+MAX_REDUCE_BUCKET = 10 ** 12
 ADAM_TYPES = ("adam", "adamw")
 #: Hugging Face Trainer's placeholder, which transformers fills in from its own arguments before DeepSpeed reads it
 AUTO = "\"auto\" is filled in by Hugging Face's Trainer from its arguments: write the value it runs with"
@@ -283,6 +285,10 @@ def overlap_mode(config: Config, zero: dict, stage: int, precision: str) -> str:
         return "none"
     elements = config.integer("zero_optimization.reduce_bucket_size",
                               zero.get("reduce_bucket_size", DEFAULT_REDUCE_BUCKET))
+    if elements > MAX_REDUCE_BUCKET:
+        raise config.refuse("zero_optimization.reduce_bucket_size", f"more than {MAX_REDUCE_BUCKET:.0e} elements: a "
+                            "bucket larger than any GPU's memory", hint=f"give DeepSpeed's default, "
+                                                                        f"{DEFAULT_REDUCE_BUCKET:.0e}, or the size the run takes")
     return f"data@{elements * GRAD_BYTES[precision] / 2 ** 20:g}"
 
 

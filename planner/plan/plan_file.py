@@ -16,6 +16,8 @@ from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, MOE_DISPATCHES
 from costmodel.choices.optimizer import STATE_SLOTS, ZERO_STAGES, Optimizer
 from costmodel.choices.precision import DEFAULT_PRECISION, PRECISIONS
 from costmodel.choices.training import TrainingChoices
+from costmodel.comm.overlap import BUCKET_MARK, EXPERTS, MODES, resolve_overlap
+from costmodel.frameworks.loading import is_framework_path, shipped_framework_names
 from costmodel.machine.loading import load_machine
 from costmodel.step.pipeline import INTERLEAVED, SCHEDULES, cut_at
 from networks.errors import DnnplanError, short
@@ -137,13 +139,31 @@ def _choices(data: dict, path: str) -> TrainingChoices:
              "overlap": str(data.get("overlap") or ""),
              "batch_norm": _named(data, path, "batch_norm", BATCH_NORMS, DEFAULT_BATCH_NORM),
              "moe_dispatch": _named(data, path, "moe_dispatch", MOE_DISPATCHES, DEFAULT_MOE_DISPATCH)}
+    _check_overlap(named["overlap"], path)
     for key in TrainingChoices.recorded():  # a choice recorded since, by its own check
         if key not in named and key in data:
             try:
                 named[key] = getattr(TrainingChoices(**{key: data[key]}), key)
             except DnnplanError as err:
                 raise fail(err.bare, path, field=key, hint=err.hint) from None
+    framework = named.get("framework")
+    if isinstance(framework, str) and not is_framework_path(framework) \
+            and framework not in shipped_framework_names():
+        raise fail(f"unknown framework {short(framework)}", path, field="framework",
+                   hint=f"shipped frameworks: {', '.join(shipped_framework_names())}; or a path to a framework YAML")
     return TrainingChoices(**named)
+
+
+def _check_overlap(overlap: str, path: str) -> None:
+    """The plan's ``overlap`` mode as ``--overlap`` takes it (costmodel.comm.overlap), a mistake naming the field."""
+    if not overlap:
+        return
+    try:
+        resolve_overlap(overlap, None)
+    except DnnplanError:
+        raise fail(f"unknown overlap {short(overlap)}", path, field="overlap",
+                   hint=f"write one of {', '.join(MODES)}, optionally with {EXPERTS} and {BUCKET_MARK}MiB for the "
+                        f"gradient bucket (data{BUCKET_MARK}25)") from None
 
 
 def _seq(data: dict, path: str) -> int | None:

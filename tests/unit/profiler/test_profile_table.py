@@ -384,3 +384,12 @@ def test_a_kernel_whose_timing_cannot_end_within_max_seconds_is_not_started(tmp_
     assert run.too_long[1] == pytest.approx(1e4 * (QUICK.warmup + QUICK.min_reps))
     free = profile_calls([huge], open_for_device(str(tmp_path / "u.json"), {**FP}), policy=QUICK, max_seconds=60)
     assert free.too_long is None  # no peak known: nothing estimated (the huge relu is cheap to time here)
+
+
+@pytest.mark.parametrize("precision", ["fp12", 16])
+def test_a_fingerprint_precision_not_one_dnnplan_prices_names_the_table(precision):
+    """It once reached the planner as `unknown --precision 'fp12'`, naming no table."""
+    data = table_to_dict(_table())
+    data["fingerprint"]["precision"] = precision
+    with pytest.raises(DnnplanError, match=r"corrupt.*fingerprint precision must be one of fp32, .*got"):
+        table_from_dict(data, "x.json")

@@ -207,6 +207,16 @@ def test_a_plan_file_records_the_framework_and_its_prediction_prices_it(tmp_path
     assert json.loads(predicted.output)["host_s"] > 0  # lenet5's small layers: eager PyTorch's host binds
     default = runner.invoke(app, args + ["--out", str(tmp_path / "default.yaml")])
     assert default.exit_code == 0 and "framework" not in (tmp_path / "default.yaml").read_text()
+    # a plan file's framework or overlap edited to one that is not: one line naming the file and the field
+    for edit, says in (("framework: tensorflow", "field 'framework': unknown framework 'tensorflow'"),
+                       ("overlap: bogus", "field 'overlap': unknown overlap 'bogus'"),
+                       ("overlap: data@-5", "field 'overlap': unknown overlap 'data@-5'")):
+        key = edit.split(":")[0]
+        lines = [line for line in out.read_text().splitlines() if not line.startswith(key + ":")]
+        edited = tmp_path / "edited.yaml"
+        edited.write_text("\n".join(lines + [edit]) + "\n")
+        got = runner.invoke(app, ["predict", str(edited)])
+        assert got.exit_code == 2 and says in got.output and "edited.yaml" in got.output, got.output
 
 
 def _h100_conv(precision: str, batch: int = 64):

@@ -107,6 +107,7 @@ def line(body: str, path: str = "ds_config.json") -> DnnplanError:
     (text().replace('"steps_per_print": 100,', '"steps_per_print": 100,,'), "not JSON"),
     # JSON Python's reader cannot hold: nesting past its recursion limit, a number past 4,300 digits
     ("[" * 100_000 + "]" * 100_000, "nests too deeply"),
+    (text(zero_optimization={"stage": 3, "reduce_bucket_size": 1e300}), "a bucket larger than any GPU's memory"),
     ('{"train_batch_size": ' + "9" * 5000 + "}", "more digits than Python reads"),
 ])
 def test_a_bad_config_is_one_line_naming_the_key_and_file(body, says):
