@@ -34,6 +34,7 @@ from pathlib import PurePosixPath
 
 from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH
 from costmodel.choices.training import TrainingChoices
+from costmodel.machine.model import MAX_DEVICES
 from costmodel.step.pipeline import INTERLEAVED
 from networks.errors import DnnplanError, short
 from networks.ops.base import MAX_INT
@@ -147,6 +148,11 @@ def world_size(command: LaunchCommand, path: str) -> tuple[int | None, str]:
                 f"is {short(word.text)}, not a number of devices"
             return None, f"torchrun's {flag} {why}"
         parts.append(int(word.text))
+    if parts[0] * parts[1] > MAX_DEVICES:
+        raise DnnplanError(f"torchrun's --nnodes {short(parts[0])} x --nproc-per-node {short(parts[1])} is more "
+                           f"devices than dnnplan plans for (at most 2^20 = {MAX_DEVICES})", file=path,
+                           line=got.get("nproc", got.get("nnodes", Word("", command.line))).line,
+                           hint="give the world size the run takes")
     return parts[0] * parts[1], f"torchrun --nnodes {parts[0]} x --nproc-per-node {parts[1]}"
 
 

@@ -286,7 +286,10 @@ def _check_machine(data: dict, path: str) -> None:
         raise fail(f"the plan is for {p} devices, but machine '{machine.name}' has {most}", path, field="machine",
                     hint=f"plan again for it with `{_remake({**data, 'devices': most}, path, machine.name)}`, "
                          f"or name a machine with {p} devices or more in the plan's 'machine'")
-    machine.check_devices(p)
+    try:
+        machine.check_devices(p)
+    except DnnplanError as err:  # more devices than dnnplan plans for: the plan's field, not a flag
+        raise fail(err.bare, path, field="devices", hint="plan again with fewer --devices") from None
 
 
 def _check_top(data, path: str) -> None:

@@ -296,6 +296,12 @@ def test_a_script_that_would_expand_without_end_is_refused_in_one_line(head, say
                       "--log-dir $X\n", "grow.sh")
 
 
+def test_a_world_size_past_what_dnnplan_plans_for_names_the_file():
+    with pytest.raises(DnnplanError, match=r"big.sh:1: torchrun's --nnodes 1 x --nproc-per-node 99999999999 is more "
+                                           r"devices than dnnplan plans for"):
+        megatron.read(f"torchrun --nproc_per_node=99999999999 pretrain_gpt.py {ARGS}\n", "big.sh")
+
+
 def test_a_defaults_quotes_are_removed_as_bash_removes_them():
     """``${NAME:-"1"}`` is ``1`` (Megatron-LM's examples/mixtral/train_mixtral_8x7b_distributed.sh
     writes ``NNODES=${SLURM_NNODES:-"1"}``); outside double quotes a default's blanks split it,
