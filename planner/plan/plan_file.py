@@ -96,6 +96,9 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
     try:
         raw = load_network(str(data["network"]), choices.seq)
     except DnnplanError as err:
+        if choices.seq is not None and _loads(str(data["network"])):  # the plan's seq, not its network
+            raise fail(err.bare.replace("--seq", "'seq'", 1), path, field="seq",
+                       hint="give the tokens a sequence the network takes, or remove 'seq'") from None
         raise _in_plan(err, path, "network") from None
     net = choices.marked(raw)
     if check and data.get("network_hash") and data["network_hash"] != net.content_hash():
@@ -164,6 +167,15 @@ def _check_overlap(overlap: str, path: str) -> None:
         raise fail(f"unknown overlap {short(overlap)}", path, field="overlap",
                    hint=f"write one of {', '.join(MODES)}, optionally with {EXPERTS} and {BUCKET_MARK}MiB for the "
                         f"gradient bucket (data{BUCKET_MARK}25)") from None
+
+
+def _loads(network: str) -> bool:
+    """Whether ``network`` loads at its own sequence."""
+    try:
+        load_network(network)
+    except DnnplanError:
+        return False
+    return True
 
 
 def _seq(data: dict, path: str) -> int | None:

@@ -94,6 +94,7 @@ def plans(files) -> dict[str, str]:
     out["twice"] = _write(d, "twice.yaml", text.rstrip("\n") + "\n" + entry)
     out["renamed"] = _write(d, "renamed.yaml", text.replace("- name: conv1\n", "- name: convX\n", 1))
     out["too_many"] = _write(d, "too_many.yaml", text.replace("devices: 64\n", "devices: 2147483648\n", 1))
+    out["seq_on_cnn"] = _write(d, "seq_on_cnn.yaml", text + "seq: 16\n")
     return out
 
 
@@ -196,6 +197,7 @@ REFUSED = [
     (["predict", "{precision_edited}"], r"field 'precision': the plan was made for precision fp32, and its "
                                         r"'precision' now says bf16"),
     (["predict", "{too_many}"], r"too_many.yaml, field 'devices': 2147483648 devices is more than dnnplan plans for"),
+    (["predict", "{seq_on_cnn}"], r"seq_on_cnn.yaml, field 'seq': 'seq' 16: lenet5 takes no sequence of tokens"),
     (["predict", "{twice}"], r"twice.yaml.*layer 'conv1' is listed twice \(keep one entry for it\)"),
     (["predict", "{renamed}"], r"renamed.yaml.*no entry for layer 'conv1', and names layer 'convX' the network lacks "
                                r"\(rename 'convX' back to 'conv1' if it was edited"),
