@@ -56,14 +56,15 @@ def profile(ctx: typer.Context, target: ProfileTargetArg = None, devices: Device
         warn("--framework changes nothing without --host: it names the framework whose host calls --host times")
     if named("--out", out):
         check_output_folder(out)  # an existing table is resumed, not replaced: no --force
+    # the values checked first: a bad one is its one line, without a warning before it
+    grid_sizes = parse_ints(sizes, "sizes", 16384) if sizes else None
+    grid_channels = parse_ints(channels, "channels", 4096) if channels else None
     for flag, value in (("--sizes", sizes), ("--channels", channels)):
         if value and target not in GRID_MODES:  # a network's own shapes are timed
             warn(f"{flag} {value} changes nothing: it sizes the gemm and conv sweeps, and {target} is timed at its "
                  "own layers' shapes")
     req = ProfileRequest(target, parse_ints(devices, "devices", MAX_DEVICES), batch, backend, threads, out,
-                         max_seconds,
-                         parse_ints(sizes, "sizes", 16384) if sizes else None,
-                         parse_ints(channels, "channels", 4096) if channels else None,
+                         max_seconds, grid_sizes, grid_channels,
                          [a.strip() for a in algorithms.split(",")] if algorithms else None, quick, precision)
     try:
         if as_json:

@@ -156,3 +156,11 @@ def test_sizes_given_for_a_networks_profile_are_said_to_change_nothing(tmp_path)
     assert r.exit_code == 0, r.output
     assert "warning: --sizes 3 changes nothing: it sizes the gemm and conv sweeps, and lenet5 is timed at its own " \
            "layers' shapes" in " ".join(r.output.split())
+
+
+def test_a_bad_size_for_a_networks_profile_is_one_line_without_the_warning():
+    """The value is checked before it is said to change nothing: one line, not a warning and an error."""
+    r = runner.invoke(app, ["profile", "lenet5", "--sizes", "0"])
+    assert r.exit_code == 2
+    assert [line for line in r.output.splitlines() if line.strip()] == [
+        "error: --sizes must list whole numbers from 1 to 16,384, got '0'"]
