@@ -172,6 +172,12 @@ MoeDispatchOpt = Annotated[Optional[str], typer.Option(
     "`dnnplan execute` runs) or flex (each token once to each node and each rank holding any of its experts, "
     "across nodes to the same local rank, then on over NVLink: Megatron-Core's flex dispatcher with DeepEP or "
     "HybridEP; GPU machines). A plan file records it (docs/costmodel.md, Mixture of experts).")]
+Fp8ParamsOpt = Annotated[Optional[bool], typer.Option(
+    "--fp8-params/--no-fp8-params", help="Under --precision fp8, keep the transformer blocks' GEMM weights only "
+    "in FP8 and gather them in FP8 (Megatron-Core's --fp8-param-gather, which Megatron-Bridge's FP8 "
+    "current-scaling and MXFP8 recipes set): no 16-bit copy of those weights, half the bytes of their ZeRO "
+    "gathers. A plan file records it "
+    "(docs/costmodel.md, Precision) \\[default: off, a 16-bit weight beside its FP8 copy].", show_default=False)]
 OptimizerOpt = Annotated[str, typer.Option(
     "--optimizer", help="The optimiser whose state each parameter carries: sgd (none), momentum (one value, "
     "what the executor runs) or adam (two) \\[default: adam for a network with attention, else momentum].",
@@ -469,6 +475,7 @@ CHOICE_FLAGS: dict[str, tuple[Any, Any]] = {
     "attention": (AttentionOpt, ""),
     "seq": (SeqOpt, None),
     "framework": (FrameworkOpt, "ideal"),
+    "fp8_params": (Fp8ParamsOpt, None),
 }
 
 

@@ -67,6 +67,12 @@ def _any(value: Any) -> Any:
     return value
 
 
+def _fp8_params(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise DnnplanError(f"fp8_params takes true or false, got {short(str(value))}", hint="write true or false")
+    return value
+
+
 def choice(default: Any, check: Callable[[Any], Any] = _any, file: str = NEVER) -> Any:
     """A field of :class:`TrainingChoices`: its default, the check that refuses a bad value (and
     returns the value as recorded), and whether a plan file records it (``file``)."""
@@ -101,6 +107,10 @@ class TrainingChoices:
     #: the framework whose step is priced: a shipped framework's name or a framework file
     #: (costmodel.frameworks); a plan file records one other than the default
     framework: str = choice(DEFAULT_FRAMEWORK, _framework, NOT_DEFAULT)
+    #: under fp8, the transformer blocks' GEMM weights kept only in FP8 and gathered in FP8
+    #: (Megatron-Core's --fp8-param-gather: no 16-bit copy; costmodel.choices.precision); a plan file
+    #: records it where set
+    fp8_params: bool = choice(False, _fp8_params, NOT_DEFAULT)
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self):
@@ -146,8 +156,8 @@ class TrainingChoices:
     def marked(self, net: Network) -> Network:
         """``net`` as these choices train it: stored in the precision's format, its batch-norm and
         mixture-of-experts layers marked with their choices (the network a plan's hash is of)."""
-        return with_moe_dispatch(with_batch_norm(with_precision(net, self.precision), self.batch_norm),
-                                 self.moe_dispatch)
+        return with_moe_dispatch(with_batch_norm(with_precision(net, self.precision, self.fp8_params),
+                                                 self.batch_norm), self.moe_dispatch)
 
     def as_planned(self, **recorded: Any) -> "TrainingChoices":
         """What a plan holds of these choices: those a plan file records (with ``recorded`` values,
@@ -165,6 +175,8 @@ class TrainingChoices:
         idle = {"precision": (self.precision == "fp8" and not any(is_fp8(layer) for layer in net.layers),
                               f"{net.name} has no transformer block whose GEMMs Transformer Engine runs in FP8: it "
                               "trains as in bf16"),
+                "fp8_params": (self.fp8_params and not any(is_fp8(layer) for layer in net.layers),
+                               "no layer trains in FP8 (--precision fp8 runs the transformer blocks' GEMMs in it)"),
                 "moe_dispatch": ("moe" not in ops, f"{net.name} has no mixture-of-experts layer"),
                 "batch_norm": ("batchnorm2d" not in ops, f"{net.name} has no batch normalisation"),
                 "attention": ("attention" not in ops, f"{net.name} has no attention layer"),
@@ -172,6 +184,7 @@ class TrainingChoices:
                 "overlap": ("+experts" in self.overlap and "moe" not in ops,
                             f"{net.name} has no mixture-of-experts layer whose all-to-alls it would hide")}
         return [f"--overlap {self.overlap}: its +experts changes nothing: {why}" if name == "overlap" else
+                f"--fp8-params changes nothing: {why}" if name == "fp8_params" else
                 f"--{name.replace('_', '-')} {getattr(self, name):g} changes nothing: {why}"
                 if isinstance(getattr(self, name), float) else
                 f"--{name.replace('_', '-')} {getattr(self, name)} changes nothing: {why}"

@@ -90,7 +90,8 @@ def layout_line(got: LaunchStep) -> str:
                  f"global batch {plan.batch}")
     recompute = config.recompute if config.recompute != "full" or config.recompute_layers is None else \
         f"full, the first {config.recompute_layers} transformer layers of each chunk"
-    parts.append(f"{choices.precision}, {choices.optimizer}, ZeRO-{choices.zero}, overlap {choices.overlap}, "
+    fp8 = " with FP8 parameters" if choices.fp8_params and choices.precision == "fp8" else ""
+    parts.append(f"{choices.precision}{fp8}, {choices.optimizer}, ZeRO-{choices.zero}, overlap {choices.overlap}, "
                  f"recomputation {recompute}" + ("" if choices.framework == DEFAULT_FRAMEWORK
                                                  else f", priced under {choices.framework}"))
     return "; ".join(parts)
@@ -114,6 +115,7 @@ def layout_json(got: LaunchStep) -> dict:
             "micro_batch": plan.batch // (plan.pipeline.micro_batches if plan.pipeline else 1),
             "micro_batch_per_rank": config.micro_batch,
             "first_layers": list(plan.pipeline.first_layers) if plan.pipeline else [],
-            "precision": plan.choices.precision, "optimizer": plan.choices.optimizer, "zero": plan.choices.zero,
+            "precision": plan.choices.precision, "fp8_params": plan.choices.fp8_params,
+            "optimizer": plan.choices.optimizer, "zero": plan.choices.zero,
             "overlap": plan.choices.overlap, "recompute": config.recompute,
             "recompute_layers": config.recompute_layers, "attention": plan.choices.attention or None}

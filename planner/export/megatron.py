@@ -82,6 +82,12 @@ def megatron_args(plan: Plan, net: Network) -> list[str]:
     if recompute.method:
         out += ["--recompute-method", recompute.method, "--recompute-num-layers", str(recompute.num_layers)]
     out += precision_args(choices.precision)
+    if choices.fp8_params and choices.precision == "fp8":
+        if choices.zero == 0:  # megatron/training/arguments.py validate_args at d98e8a64
+            raise DnnplanError("FP8 parameters (--fp8-params) without a sharded optimiser: Megatron-LM's "
+                               "--fp8-param-gather runs only with the distributed optimizer or FSDP",
+                               hint="re-plan with --zero 1 or more, or without --fp8-params")
+        out += ["--fp8-param-gather"]
     out += ["--optimizer", OPTIMIZERS[choices.optimizer]] + (["--sgd-momentum", "0"] if choices.optimizer == "sgd"
                                                              else [])
     out += zero_args(choices.zero)

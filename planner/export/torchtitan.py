@@ -162,6 +162,9 @@ def torchtitan_config(plan: Plan, net: Network) -> dict[str, dict[str, Any]]:
                            "alone nor the first layers of a chunk",
                            layer=first, hint=RECOMPUTE_HINT)
     choices = plan.choices
+    if choices.fp8_params and choices.precision == "fp8":
+        raise DnnplanError("FP8 parameters (--fp8-params): torchtitan's float8 converter keeps each weight in its "
+                           "own precision and casts it for the GEMM", hint="re-plan without --fp8-params")
     shape = gpt_shape(net)
     sections: dict[str, dict[str, Any]] = {
         "job": {"description": f"dnnplan plan of {plan.network_name} on {plan.devices} devices of {plan.machine}"},

@@ -353,9 +353,29 @@ def recomputation(args: Args) -> tuple[str, int | None]:
 def training_choices(args: Args, shape: GptShape, sequence_parallel: bool, tensor: int) -> TrainingChoices:
     """Precision, optimiser and its sharding, overlap, the MoE dispatcher, attention's kernel and the
     tokens a sequence, as dnnplan's training choices."""
-    return TrainingChoices(precision=precision(args), optimizer=optimizer(args), zero=zero_stage(args),
+    zero, prec = zero_stage(args), precision(args)
+    return TrainingChoices(precision=prec, optimizer=optimizer(args), zero=zero,
                            overlap=overlap(args, shape, sequence_parallel), moe_dispatch=dispatcher(args, shape),
-                           attention=attention(args), seq=shape.seq_length)
+                           attention=attention(args), seq=shape.seq_length, fp8_params=fp8_params(args, prec, zero))
+
+
+def fp8_params(args: Args, prec: str, zero: int) -> bool:
+    """``--fp8-param-gather``: the blocks' GEMM weights kept only in FP8 (dnnplan's ``fp8_params``),
+    under FP8 with a sharded optimiser, as Megatron-LM runs it (validate_args at d98e8a64: the
+    distributed optimizer or FSDP; under torch FSDP2 with Transformer Engine 2 it turns it off)."""
+    if not args.get("--fp8-param-gather"):
+        return False
+    if prec != "fp8":
+        args.ignored["--fp8-param-gather"] = "no FP8 GEMMs (--fp8-format)"
+        return False
+    if args.get("--use-torch-fsdp2"):
+        args.ignored["--fp8-param-gather"] = ("Megatron-LM turns it off under --use-torch-fsdp2 with Transformer "
+                                              "Engine 2, gathering in bf16")
+        return False
+    if zero == 0:
+        raise args.refuse("--fp8-param-gather", "without the distributed optimizer or FSDP: Megatron-LM refuses it",
+                          hint="add --use-distributed-optimizer")
+    return True
 
 
 def precision(args: Args) -> str:

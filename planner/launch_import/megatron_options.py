@@ -38,7 +38,8 @@ READ = {
     "--recompute-granularity": TEXT, "--recompute-method": TEXT, "--recompute-num-layers": INT,
     "--recompute-activations": FLAG, "--recompute-modules": WORDS, "--distribute-saved-activations": FLAG,
     # precision, optimiser and its sharding
-    "--fp16": FLAG, "--bf16": FLAG, "--fp8-format": TEXT, "--optimizer": TEXT, "--sgd-momentum": FLOAT,
+    "--fp16": FLAG, "--bf16": FLAG, "--fp8-format": TEXT, "--fp8-param-gather": FLAG, "--optimizer": TEXT,
+    "--sgd-momentum": FLOAT,
     "--use-distributed-optimizer": FLAG, "--use-megatron-fsdp": FLAG, "--data-parallel-sharding-strategy": TEXT,
     "--use-torch-fsdp2": FLAG, "--megatron-fsdp-version": INT,
     # overlap, the MoE dispatcher, attention's kernels
@@ -116,7 +117,7 @@ IGNORED = {
         "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-dtype",
         "--moe-router-score-function", "--moe-router-pre-softmax"),
     "the FP8 recipe: dnnplan prices FP8 GEMMs with BF16 mixed precision alike": (
-        "--fp8-recipe", "--fp8-param-gather", "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin"),
+        "--fp8-recipe", "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin"),
     "the gradient buckets' size: dnnplan prices PyTorch DDP's 25 MiB buckets": ("--ddp-bucket-size",),
 }
 REASON_OF = {name: reason for reason, names in IGNORED.items() for name in names}

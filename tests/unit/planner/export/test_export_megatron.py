@@ -24,7 +24,7 @@ from tests.support.export_plans import swapped, uniform_plan as make
 #: --group-query-attention, --max-position-embeddings, --position-embedding-type, --swiglu,
 #: --untie-embeddings-and-output-weights, --optimizer, --sgd-momentum, --use-distributed-optimizer,
 #: --overlap-grad-reduce, --overlap-param-gather, --data-parallel-sharding-strategy,
-#: --pipeline-model-parallel-layout, --num-experts), or by ArgumentGroupFactory
+#: --pipeline-model-parallel-layout, --num-experts, --fp8-param-gather), or by ArgumentGroupFactory
 #: (megatron/training/argument_utils.py) from the fields of ModelParallelConfig
 #: (megatron/core/model_parallel_config.py: tensor_model_parallel_size, pipeline_model_parallel_size,
 #: context_parallel_size, expert_model_parallel_size, expert_tensor_parallel_size, sequence_parallel,
@@ -49,6 +49,7 @@ MEGATRON_FLAGS = (
     "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format",
     "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
     "--moe-token-dispatcher-type", "--attention-backend", "--qk-layernorm", "--moe-grouped-gemm",
+    "--fp8-param-gather",
 )
 GPT2_CHUNKS = ("embed", "h3.ln1", "h6.ln1", "h9.ln1")  # gpt2's 12 transformer layers, 3 a chunk
 
@@ -86,6 +87,8 @@ CASES = {
     "gpt2 interleaved": dict(name="gpt2", devices=8, batch=16, stages=2, micro=2, schedule="interleaved",
                              chunks=2, firsts=GPT2_CHUNKS, tensor=2),
     "gpt-tiny context 2 fp16 sgd": dict(name="gpt-tiny", context=2, precision="fp16", optimizer="sgd"),
+    "tiny-llama zero 1 fp8 parameters": dict(name="tiny-llama", zero=1, precision="fp8", fp8_params=True,
+                                             machine="dgx-h100"),
 }
 
 
