@@ -22,6 +22,7 @@ from networks.ir import Network
 from networks.loader import load_network
 from planner.export.megatron_model import gpt_shape
 from planner.export.exported_header import WHERE, same_step
+from planner.launch_import.deepspeed import with_world_size
 from planner.launch_import.launch_config import LaunchConfig
 from planner.launch_import.trained_network import check_shape, network_ref
 from planner.launch_import.to_plan import launch_plan
@@ -66,6 +67,8 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
         f"assumed, --machine not given: {DEFAULT_MACHINE}"
     machine = machine or (header.machine if header is not None else None)
     count = world_size(config, devices)
+    if config.framework == "deepspeed":
+        config = with_world_size(config, count)
     choices = config.choices
     if header is not None and header.framework and "framework" not in choices.given:
         choices = choices.but(framework=header.framework)

@@ -14,7 +14,8 @@ What DeepSpeed does with the keys, read in the same source, is kept:
   devices`` (runtime/config.py ``_batch_assertion``); with all three the devices are what they
   leave, with the batch and the micro-batch the accumulation is what the devices leave
   (``--devices``), with the micro-batch and the accumulation the batch is their product with the
-  devices (DeepSpeed's ``_set_batch_related_parameters``); the micro-batch is required;
+  devices, with the batch alone or with the accumulation the micro-batch is what the devices
+  leave (DeepSpeed's ``_set_batch_related_parameters``; :func:`with_world_size`);
 - ZeRO: ``zero_optimization.stage`` (a bare true or false: stage 1 or 0, as config.py reads it);
   ``overlap_comm`` (DeepSpeed's default: on at stage 3 only) is overlap ``data``, else ``none``;
   ``reduce_bucket_size`` (elements; default 5e8) the gradient bucket in MiB at the gradients' type;
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 from costmodel.choices.training import TrainingChoices
@@ -236,12 +238,16 @@ def batching(config: Config) -> tuple[int | None, int, int | None, int | None]:
     x the steps x the devices, as DeepSpeed sets it), checked as DeepSpeed checks them."""
     batch_key, micro_key = "train_batch_size", "train_micro_batch_size_per_gpu"
     steps_key = "gradient_accumulation_steps"
-    if micro_key not in config.data:
-        raise DnnplanError(f"{micro_key} is missing: dnnplan reads the micro-batch a device from it", file=config.path,
-                           hint=f"add \"{micro_key}\": N")
-    micro = config.integer(micro_key, config.data[micro_key])
     batch = config.integer(batch_key, config.data[batch_key]) if batch_key in config.data else None
     steps = config.integer(steps_key, config.data[steps_key]) if steps_key in config.data else None
+    if micro_key not in config.data:
+        if batch is None:  # DeepSpeed's _configure_train_batch_size refuses it
+            raise DnnplanError(f"neither {batch_key} nor {micro_key} is given: DeepSpeed needs one", file=config.path,
+                               hint=f"add \"{micro_key}\": N")
+        # DeepSpeed sets it to the batch over the accumulation (1 where not given) and the world size
+        # (runtime/config.py _set_batch_related_parameters): :func:`with_world_size`, once it is known
+        return None, None, batch, steps or 1
+    micro = config.integer(micro_key, config.data[micro_key])
     if batch is None:  # DeepSpeed sets it to micro x steps x the world size (runtime/config.py _set_batch_related_parameters)
         return None, micro, None, steps
     if batch % micro:
@@ -257,6 +263,20 @@ def batching(config: Config) -> tuple[int | None, int, int | None, int | None]:
                             f"devices than dnnplan plans for (at most 2^20 = {MAX_DEVICES})",
                             hint="give the batch the run takes")
     return devices, micro, batch, None
+
+
+def with_world_size(config: LaunchConfig, devices: int) -> LaunchConfig:
+    """``config`` (a DeepSpeed JSON without ``train_micro_batch_size_per_gpu``) on ``devices``: the
+    micro-batch a device DeepSpeed sets, ``train_batch_size / (gradient_accumulation_steps x
+    devices)``; one line naming the file where they do not divide."""
+    if config.micro_batch is not None:
+        return config
+    steps = config.accumulation or 1
+    if config.batch % (steps * devices):
+        raise DnnplanError(f"train_batch_size {config.batch} is not gradient_accumulation_steps {steps} x {devices} "
+                           "devices x a micro-batch (DeepSpeed checks it)", file=config.path,
+                           hint="give train_micro_batch_size_per_gpu, or a batch the devices divide")
+    return replace(config, micro_batch=config.batch // (steps * devices), accumulation=None)
 
 
 def zero_stage(config: Config, zero: dict) -> int:

@@ -44,9 +44,12 @@ class LaunchConfig:
     #: the global batch a step, in samples (sequences); None: one micro-batch on every data-parallel
     #: rank (Megatron-LM's default)
     batch: int | None
-    micro_batch: int  # samples a data-parallel rank takes in one micro-batch
-    #: micro-batches a step where the file states the accumulation but not the global batch
-    #: (DeepSpeed's gradient_accumulation_steps without train_batch_size); None: from ``batch``
+    #: samples a data-parallel rank takes in one micro-batch (None: DeepSpeed's, from the world size,
+    #: planner.launch_import.deepspeed.with_world_size)
+    micro_batch: int | None
+    #: micro-batches a step where the file states the accumulation but not the global batch, or
+    #: not the micro-batch (DeepSpeed's gradient_accumulation_steps without train_batch_size or
+    #: without train_micro_batch_size_per_gpu); None: from ``batch``
     accumulation: int | None = None
     tensor: int = 1
     context: int = 1

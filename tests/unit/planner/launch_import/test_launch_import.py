@@ -190,7 +190,7 @@ def test_a_script_that_runs_no_training_command_is_refused():
 def test_formats_by_suffix():
     assert format_of("run.sh") == "megatron" and format_of("args") == "megatron"
     assert format_of("job.TOML") == "torchtitan" and format_of("ds.json") == "deepspeed"
-    with pytest.raises(DnnplanError, match="train_micro_batch_size_per_gpu is missing"):  # DeepSpeed's reader
+    with pytest.raises(DnnplanError, match="neither train_batch_size nor train_micro_batch_size_per_gpu"):  # DeepSpeed reads it
         read_launch("{}", "ds_config.json")
 
 

@@ -16,7 +16,7 @@ from costmodel.frameworks.uniform import data_strategy
 from costmodel.machine.loading import load_machine
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from planner.launch_import.deepspeed import read
+from planner.launch_import.deepspeed import read, with_world_size
 from planner.launch_import.formats import read_launch
 from planner.launch_import.to_plan import launch_plan
 
@@ -96,7 +96,8 @@ def line(body: str, path: str = "ds_config.json") -> DnnplanError:
     (text(train_batch_size=250), "not a multiple of train_micro_batch_size_per_gpu 4"),
     (text(train_batch_size=260), "x the devices"),
     # missing
-    (text(train_micro_batch_size_per_gpu=None), "train_micro_batch_size_per_gpu is missing"),
+    (text(train_micro_batch_size_per_gpu=None, train_batch_size=None), "neither train_batch_size nor "
+                                                                         "train_micro_batch_size_per_gpu is given"),
     # the script's parallelism, and what dnnplan does not price
     (text(pipeline={"stages": 4}), "PipelineModule"),
     (text(tensor_parallel={"autotp_size": 4}), "AutoTP"),
@@ -179,3 +180,16 @@ def test_a_key_deepspeed_reads_and_never_uses_is_listed_as_ignored():
     other file of the release reads it."""
     got = read_launch(text(disable_allgather=True), "ds_config.json")
     assert "disable_allgather" in {i.option for i in got.ignored}
+
+
+def test_without_the_micro_batch_the_devices_leave_it_as_deepspeed_sets_it():
+    """DeepSpeed's getting-started config gives train_batch_size alone (docs/_tutorials/getting-started.md
+    at v0.19.5): the micro-batch a device is the batch over the accumulation and the world size
+    (runtime/config.py _set_batch_related_parameters), once --devices gives it."""
+    got = read_launch(text(train_micro_batch_size_per_gpu=None), "ds_config.json")
+    assert (got.devices, got.micro_batch, got.batch, got.accumulation) == (None, None, 256, 2)
+    on_32 = with_world_size(got, 32)
+    assert (on_32.micro_batch, on_32.batch, on_32.accumulation) == (4, 256, None)  # 256 / (2 x 32)
+    with pytest.raises(DnnplanError, match=r"ds_config.json: train_batch_size 256 is not gradient_accumulation_steps "
+                                           r"2 x 24 devices x a micro-batch"):
+        with_world_size(got, 24)
