@@ -23,8 +23,10 @@ What torchtitan does with the keys, read in the same source, is kept:
   ``pipeline_parallel_microbatch_size`` samples, which must divide the local batch;
 - the pipeline's cut: ``module_fqns_per_model_part`` (``tok_embeddings``, ``layers.i``, ``norm``,
   ``output``), or an even cut when ``pipeline_parallel_first_stage_less_layers`` and
-  ``..._last_stage_less_layers`` are 0; torchtitan's default cut (the first and last stages a layer
-  short) depends on the model's layers, so it is refused with the fix; schedules GPipe, 1F1B and
+  ``..._last_stage_less_layers`` are 0, or torchtitan's own cut by the layers of the flavor the file
+  names (:mod:`planner.launch_import.torchtitan_cut`: the first and last stages a layer short by
+  default, ``pipeline_parallel_layers_per_stage``), refused with the fix for a flavor dnnplan does
+  not know; schedules GPipe, 1F1B and
   Interleaved1F1B (case-insensitive, as torch's get_schedule_class reads them);
 - recomputation ``none`` or ``full`` (every transformer layer); torchtitan's default ``selective``
   (every n-th layer, or per op) and ``memory_budget`` dnnplan does not price;
@@ -54,10 +56,12 @@ from costmodel.choices.training import TrainingChoices
 from costmodel.machine.model import MAX_DEVICES
 from costmodel.step.pipeline import INTERLEAVED
 from networks.errors import DnnplanError, did_you_mean, short
-from networks.loader import zoo_names
+from networks.loader import load_network, zoo_names
 from networks.ops.base import MAX_INT
+from planner.export.megatron_model import gpt_shape
 from planner.export.torchtitan import COMM_BACKENDS, FLAVORS, FLOAT8_CONVERTER, SCHEDULES
 from planner.launch_import.launch_config import Ignored, LaunchConfig
+from planner.launch_import.torchtitan_cut import CutError, torchtitan_cut
 from planner.launch_import.value_kinds import BOOL, INT, PARTS, STR, STRS, typed
 
 #: the keys read, by section, with the kind of value each takes
@@ -215,7 +219,7 @@ def read(text: str, path: str) -> LaunchConfig:
     stages = toml.degree("pipeline_parallel_degree")
     zero = zero_stage(toml, replicate, shard, tensor * context * stages, stages)
     data = replicate * shard if shard > 0 else None
-    schedule, chunks, chunk_layers = pipeline(toml, stages)
+    schedule, chunks, chunk_layers = pipeline(toml, stages, None if network is None else network_layers(network))
     micro, batch = batching(toml, stages, data)
     expert, expert_tensor = experts(toml, tensor, context, shard)
     overlap = "all" if async_tensor_parallel(toml) else "data"
@@ -288,6 +292,11 @@ def check_keys(toml: Toml) -> None:
                 raise toml.refuse(section, key, "unknown key: not one dnnplan reads of torchtitan 0.2's "
                                   "job_config.py (it may change what runs)",
                                   hint=f"did you mean {near}?" if near else f"remove it to predict without it; {HINT}")
+
+
+def network_layers(name: str) -> int:
+    """The transformer layers of zoo network ``name``."""
+    return gpt_shape(load_network(name)).num_layers
 
 
 def model_network(toml: Toml) -> str | None:
@@ -379,8 +388,10 @@ def zero_stage(toml: Toml, replicate: int, shard: int, model_parallel: int, stag
     return 3 if policy == "always" else 2
 
 
-def pipeline(toml: Toml, stages: int) -> tuple[str, int, tuple[int, ...] | None]:
-    """(schedule, model chunks a device, transformer layers a chunk or None for an even cut)."""
+def pipeline(toml: Toml, stages: int, layers: int | None) -> tuple[str, int, tuple[int, ...] | None]:
+    """(schedule, model chunks a device, transformer layers a chunk or None for an even cut);
+    ``layers``: the transformer layers of the flavor the file names (None: not a network dnnplan
+    knows), which torchtitan's own cut needs (:mod:`planner.launch_import.torchtitan_cut`)."""
     name = toml.get("parallelism", "pipeline_parallel_schedule")
     by_name = {torch_name.lower(): ours for ours, torch_name in SCHEDULES.items()}
     if name.lower() not in by_name:
@@ -393,18 +404,24 @@ def pipeline(toml: Toml, stages: int) -> tuple[str, int, tuple[int, ...] | None]
             if key in toml.sections.get("parallelism", {}):
                 toml.ignored[f"[parallelism] {key}"] = "no pipeline (pipeline_parallel_degree 1)"
         return "1f1b", 1, None
-    if toml.get("parallelism", "pipeline_parallel_layers_per_stage") is not None:
-        raise toml.refuse("parallelism", "pipeline_parallel_layers_per_stage", "cuts by the model's layer count, "
-                          "which the file does not state", hint="write the cut as module_fqns_per_model_part")
+    per_stage = toml.get("parallelism", "pipeline_parallel_layers_per_stage")
     if parts is None:
-        if (toml.get("parallelism", "pipeline_parallel_first_stage_less_layers"),
-                toml.get("parallelism", "pipeline_parallel_last_stage_less_layers")) != (0, 0):
-            raise toml.refuse("parallelism", "pipeline_parallel_degree", f"{stages} stages cut by torchtitan's default "
-                              "(the first and last stages a layer short), which depends on the model's layers",
-                              hint="write the cut as module_fqns_per_model_part, or set "
-                                   "pipeline_parallel_first_stage_less_layers and ..._last_stage_less_layers to 0")
-        chunks = 2 if schedule == INTERLEAVED else 1
-        return schedule, chunks, None
+        first, last = (toml.get("parallelism", f"pipeline_parallel_{end}_stage_less_layers") for end in ("first", "last"))
+        if per_stage is None and (first, last) == (0, 0):
+            return schedule, 2 if schedule == INTERLEAVED else 1, None
+        key = "pipeline_parallel_layers_per_stage" if per_stage is not None else "pipeline_parallel_degree"
+        if layers is None:  # torchtitan cuts by the model's layers, which only a flavor dnnplan knows states
+            what = "cuts" if per_stage is not None else f"{stages} stages cut by torchtitan's default (the first " \
+                "and last stages a layer short), which"
+            raise toml.refuse("parallelism", key, f"{what} by the model's layer count, which the file's flavor does "
+                              "not give dnnplan", hint="name a flavor dnnplan knows in [model], or write the cut as "
+                                                       "module_fqns_per_model_part")
+        try:
+            cut = torchtitan_cut(layers, stages, schedule == INTERLEAVED, first, last, per_stage)
+        except CutError as err:
+            raise toml.refuse("parallelism", key, f"{err}: torchtitan refuses it",
+                              hint="write the cut as module_fqns_per_model_part") from None
+        return schedule, len(cut) // stages, cut
     if len(parts) % stages:
         raise toml.refuse("parallelism", "module_fqns_per_model_part", f"{len(parts)} model parts over {stages} "
                           "pipeline ranks", hint="give a multiple of pipeline_parallel_degree parts")

@@ -114,6 +114,18 @@ def test_a_pipeline_its_cut_and_micro_batches():
     assert (got.micro_batch, got.batch, got.choices.zero) == (2, 16, 3)
 
 
+def test_without_a_cut_torchtitan_cuts_the_flavors_layers_itself():
+    """torchtitan's default cut (the first and last stages a layer short) and its layers-per-stage cut,
+    of the flavor's layers (planner.launch_import.torchtitan_cut); tiny-llama has 2."""
+    fqns = 'module_fqns_per_model_part = [["tok_embeddings"], ["layers.0", "layers.1", "norm", "output"]]'
+    got = read(PIPELINED.replace(fqns, ""), "pp.toml")
+    assert (got.stages, got.chunks, got.chunk_layers) == (2, 1, (1, 1))  # (2 + 1 + 1) / 2 = 2 a part, less 1 each
+    # one weighed layer a part: ceil((2 + 1 + 1) / 1) = 4 parts, two a rank; the ends hold no transformer layer
+    got = read(PIPELINED.replace(fqns, "pipeline_parallel_layers_per_stage = 1").replace('"1f1b"', '"Interleaved1F1B"'),
+               "pp.toml")
+    assert (got.stages, got.chunks, got.chunk_layers, got.schedule) == (2, 2, (0, 1, 1, 0), "interleaved")
+
+
 def test_zero_stages_from_the_data_parallel_degrees_and_the_reshard_policy():
     base = "[activation_checkpoint]\nmode = \"none\"\n[parallelism]\n"
     assert read(base + "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1\n", "a.toml").choices.zero == 0
@@ -161,7 +173,10 @@ def edited(old: str, new: str) -> str:
     # what is missing, or left to torchtitan's defaults that dnnplan does not price
     (edited("[activation_checkpoint]\nmode = \"full\"", ""), "(torchtitan's default)"),
     (PIPELINED.replace('module_fqns_per_model_part = [["tok_embeddings"], ["layers.0", "layers.1", "norm", "output"]]',
-                       ""), "module_fqns_per_model_part"),
+                       "").replace('flavor = "tiny-llama"', 'flavor = "my-own"'), "which the file's flavor does not "
+                                                                                  "give dnnplan"),
+    (PIPELINED.replace('module_fqns_per_model_part = [["tok_embeddings"], ["layers.0", "layers.1", "norm", "output"]]',
+                       "pipeline_parallel_layers_per_stage = 1"), "2 model parts a rank, and a single-stage schedule"),
     (PIPELINED.replace('"layers.0", "layers.1"', '"layers.1", "layers.0"'), "in order"),
     # what dnnplan does not price
     (edited('converters = ["quantize.linear.float8"]', 'converters = ["quantize.linear.mx"]'), "quantize.linear.mx"),
