@@ -294,9 +294,11 @@ def check_keys(toml: Toml) -> None:
                                   hint=f"did you mean {near}?" if near else f"remove it to predict without it; {HINT}")
 
 
-def network_layers(name: str) -> int:
-    """The transformer layers of zoo network ``name``."""
-    return gpt_shape(load_network(name)).num_layers
+def network_layers(name: str) -> int | None:
+    """The transformer layers of zoo network ``name`` (None: it has no attention layer, which the
+    network's check then says)."""
+    net = load_network(name)
+    return gpt_shape(net).num_layers if any(layer.op == "attention" for layer in net.layers) else None
 
 
 def model_network(toml: Toml) -> str | None:
