@@ -15,11 +15,14 @@ import math
 import statistics
 import subprocess
 import sys
+from contextlib import ExitStack
 
 from costmodel.compute.profile_table import Entry, dispatch_key
 from profiler.probes.launch import probe_env
 from profiler.timing.harness import summarize
-from lifecycle.jobs import launcher_env
+from lifecycle.jobs import end_group, job
+from lifecycle.scratch import remove_orphans
+from networks.errors import DnnplanError
 
 TIMEOUT_S = 120.0
 
@@ -30,9 +33,23 @@ def time_dispatch(threads: int = 1, concurrency: int = 1,
     or times out leaves the table without the entries (the prediction then has no dispatch time);
     it never stops a plan."""
     cmd = [sys.executable, "-m", "executor.probes.dispatch", "--threads", str(threads)]
-    env = launcher_env(probe_env())  # a probe ends itself should this process die (lifecycle.jobs)
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for _ in range(max(concurrency, 1))]
+    # each probe a job of its own session (lifecycle.jobs): a stop signal to this command's group
+    # reaches this process, which ends the probes' groups and removes the MPI shared memory their
+    # stopped ranks left, and a probe ends itself should this process die
+    try:
+        with ExitStack() as probes:
+            procs = [probes.enter_context(job(cmd, probe_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              text=True))
+                     for _ in range(max(concurrency, 1))]
+            return _runs(procs, timeout_s)
+    except DnnplanError as err:  # a probe that cannot start
+        return {}, f"the executor's probe did not start: {err.bare}"
+    finally:  # a probe ended by a signal leaves its scratch folder: its owner gone, it goes now
+        remove_orphans()
+
+
+def _runs(procs: list[subprocess.Popen], timeout_s: float) -> tuple[dict[str, Entry], str]:
+    """The probes' samples binned (:func:`time_dispatch`), each probe's group ended when done."""
     runs = []
     try:
         for proc in procs:
@@ -48,8 +65,7 @@ def time_dispatch(threads: int = 1, concurrency: int = 1,
     finally:
         for proc in procs:
             if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                end_group(proc)
     points = []
     for probes in zip(*runs):  # the same batch in every run
         for passes in zip(*(p["passes"] for p in probes)):  # the same pass in every run

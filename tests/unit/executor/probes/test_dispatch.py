@@ -190,6 +190,31 @@ def test_a_failing_probe_leaves_no_entry_and_says_why(monkeypatch):
     assert entries == {} and "probe failed" in why
 
 
+def test_a_probe_that_outlives_its_time_is_ended_with_every_process_it_started(monkeypatch, tmp_path):
+    """The probe runs as a job of its own session (lifecycle.jobs): ending it ends its whole group
+    (an MPI rank's helpers too), and the MPI shared memory and scratch folders its stopped ranks left
+    go with it; killing the probe alone left them."""
+    import os
+    import time
+    import profiler.probes.dispatch as pd
+    child = tmp_path / "child.pid"
+    probe = tmp_path / "probe.sh"
+    probe.write_text(f"#!/bin/sh\nsleep 30 &\necho $! > {child}\nwait\n")
+    probe.chmod(0o755)
+    monkeypatch.setattr(pd.sys, "executable", str(probe))
+    entries, why = pd.time_dispatch(timeout_s=1.0)
+    assert entries == {} and "took more than 1 s" in why
+    pid = int(child.read_text())
+    for _ in range(50):  # the group was sent SIGTERM, then SIGKILL after a grace
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the probe's child {pid} still runs")
+
+
 def test_backward_kernels_are_timed_on_operands_of_their_own():
     # a backward kernel reads what its forward saved, last touched a forward pass earlier: the
     # in-run timer warms the code with one set of operands and times another, untouched since
