@@ -361,6 +361,12 @@ class ProcessPool:
         processes = list((getattr(pool, "_processes", None) or {}).values())
         manager = getattr(pool, "_executor_manager_thread", None)
         lock = getattr(pool, "_shutdown_lock", None)
+        # the tasks' queue's feeder thread may be blocked writing to a worker a stop signal to the
+        # command's group ended: not joined at exit (multiprocessing's exit handler waited on it
+        # until end()'s watchdog, 10 s after `timeout` sent SIGTERM)
+        call_queue = getattr(pool, "_call_queue", None)
+        if call_queue is not None:
+            call_queue.cancel_join_thread()
         # a stop signal raised in this thread inside the pool's own ``with lock`` can leave that lock
         # held (the interrupt lands after the lock is taken, before the block that releases it):
         # the pool is then not shut down in order, its workers are ended all the same
