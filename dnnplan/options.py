@@ -292,8 +292,9 @@ LayersOpt = Annotated[bool, typer.Option("--layers", help="Also print the per-la
                                          "detail); shown anyway for networks of at most 24 layers.")]
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", help="Processes for one plan's search (the "
                                                "pipeline pairs' bounds and gap closings: this one and N-1 workers), "
-                                               "same answer as one process; 1: all in this process; a sweep's "
-                                               "points: --sweep-jobs \\[default: the cores this process may use].",
+                                               "same answer as one process; 1: all in this process; at most the "
+                                               "cores this process may use; a sweep's points: --sweep-jobs "
+                                               "\\[default: the cores this process may use].",
                                                callback=within("--jobs", 1, 1024))]
 GapOpt = Annotated[Optional[float], typer.Option("--gap", help="Relative optimality gap at which an ILP may stop "
                                                  "\\[default: 0, prove optimality].", callback=within("--gap", 0, 1))]
