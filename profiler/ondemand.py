@@ -65,6 +65,8 @@ class OnDemandCompute(ProfiledCompute):
         self.new: dict = {}
         self.cached = table  # what the cache file holds: the profiler's own timings (save writes it)
         self._last_save = time.perf_counter()
+        #: why the cache could not be written (said once; the plan goes on without it), None until then
+        self.unsaved: str | None = None
         self._status = None
         self._said_at: float | None = None  # when the latest timing line went to a file or pipe (_say)
         self.enabled = not os.environ.get("DNNPLAN_NO_PROFILE")
@@ -282,14 +284,8 @@ class OnDemandCompute(ProfiledCompute):
             self.new[name] = entry  # written with the next save
 
     def _save_at_exit(self) -> None:
-        """:meth:`save` as the process ends: a failure is one line on stderr (no traceback)."""
-        try:
-            self.save()
-        except (SystemFailure, DnnplanError) as err:
-            self.new = {}
-            if self.progress:
-                Console(stderr=True).print(f"[yellow]warning:[/yellow] the kernels timed were not saved: "
-                                           f"{escape(str(err))}", markup=True, highlight=False)
+        """:meth:`save` as the process ends (a failure is one line on stderr, once: :meth:`save`)."""
+        self.save()
 
     def save(self) -> None:
         if self._companions is not None:
@@ -298,13 +294,23 @@ class OnDemandCompute(ProfiledCompute):
         if self._status is not None:
             self._status.stop()
             self._status = None
-        if self.new:
-            with sigint_handled_by(signal.SIG_IGN):  # a stop signal meanwhile would lose them (atexit)
-                write_table(self.cached, self.path)
-            self.new = {}
+        self.unsaved = self.unsaved or _UNSAVED.get(str(self.path))
+        if self.new and self.unsaved is None:
+            try:
+                with sigint_handled_by(signal.SIG_IGN):  # a stop signal meanwhile would lose them (atexit)
+                    write_table(self.cached, self.path)
+            except (SystemFailure, DnnplanError) as err:  # the cache is a cache: the plan goes on without it
+                self.unsaved = _UNSAVED[str(self.path)] = str(err)
+                if self.progress:
+                    Console(stderr=True).print(
+                        f"[yellow]warning:[/yellow] the kernels timed are not cached: {escape(str(err))} (set "
+                        "DNNPLAN_CACHE to a folder this user can write)", markup=True, highlight=False)
+        self.new = {}
         self._last_save = time.perf_counter()
 
 
+#: per cache file this process could not write, why (said once, then not tried again)
+_UNSAVED: dict[str, str] = {}
 #: per cache file, the dispatch bins this process timed again (OnDemandCompute.retime_dispatch;
 #: empty: the probe failed)
 _RETIMED: dict[str, dict[str, Entry]] = {}

@@ -127,3 +127,18 @@ def test_into_a_pipe_what_is_timed_is_a_line_now_and_then(monkeypatch, capsys):
     quiet = local_compute_model(load_machine("local"), progress=False)
     quiet._say("profiling kernel 4: d")
     assert capsys.readouterr().err == ""
+
+
+def test_a_cache_that_cannot_be_written_is_said_once_and_the_plan_goes_on(tmp_path, monkeypatch):
+    """HOME not writable (a cluster's compute nodes) and no DNNPLAN_CACHE: the plan is answered, the
+    kernels timed are not cached, said in one warning (the periodic save failed the plan, exit 74,
+    and the exit's save said it again)."""
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv("DNNPLAN_CACHE", str(blocked / "cache"))  # a folder under a file: never made
+    monkeypatch.setattr(ondemand, "_UNSAVED", {})
+    r = runner.invoke(app, ["plan", "lenet5", "-p", "2", "--machine", "local", "--time-limit", "30"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert text.count("the kernels timed are not cached") == 1 and "set DNNPLAN_CACHE to a folder" in text
+    assert "step " in text
