@@ -117,10 +117,13 @@ def umask() -> int:
         return old
 
 
-def write_file(path: str | os.PathLike, data: str | bytes) -> None:
+def write_file(path: str | os.PathLike, data: str | bytes, replace: bool = True) -> None:
     """Write ``data`` (text is UTF-8) to ``path``: atomically for a file, written through for a
     character device or FIFO; :class:`SystemFailure` on any failure of the system, the previous
-    file intact. The folder must exist (it is never created here)."""
+    file intact. The folder must exist (it is never created here). ``replace`` False (a command's
+    output without --force, checked absent when the command started): a file another process made
+    there meanwhile is kept, and this one is refused in one line (two commands given one new
+    ``--out``: each said it wrote the file, and the first's was lost)."""
     path = os.fspath(path)
     body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     kind = check_target(path)
@@ -140,7 +143,10 @@ def write_file(path: str | os.PathLike, data: str | bytes) -> None:
         os.close(fd)
         fd = None
         step = "renaming it into place"
-        os.replace(tmp, real)
+        if replace:
+            os.replace(tmp, real)
+        else:
+            _place_new(tmp, real, path)
         tmp = None
         step = "syncing its folder"
         _sync_folder(folder)
@@ -151,6 +157,24 @@ def write_file(path: str | os.PathLike, data: str | bytes) -> None:
             os.close(fd)
         if tmp is not None:
             _remove(tmp)
+
+
+def _place_new(tmp: str, real: str, path: str) -> None:
+    """``tmp`` in place as ``real``, which must not exist: a hard link made only if nothing is there
+    (atomic), then the temporary name removed; where the file system takes no hard links, renamed
+    after a last look."""
+    try:
+        os.link(tmp, real)
+    except FileExistsError:
+        raise DnnplanError(f"{path} was made by another process while this one worked: it is kept",
+                           hint="pass --force to replace it, or give another path") from None
+    except OSError:  # no hard links here (some network and FAT file systems)
+        if os.path.lexists(real):
+            raise DnnplanError(f"{path} was made by another process while this one worked: it is kept",
+                               hint="pass --force to replace it, or give another path") from None
+        os.replace(tmp, real)
+        return
+    _remove(tmp)
 
 
 def _write_through(path: str, body: bytes, kind: str) -> None:

@@ -64,7 +64,7 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     except DnnplanError as err:
         raise err.located(file=plan) from None
     if out:
-        write_file(out, text)
+        write_file(out, text, replace=force)
     if near is not None and near.changes and not as_json:
         render.nearest_lines(near)
     elif near is not None and not near.changes:  # the plan runs as it is: the flag is said to change nothing

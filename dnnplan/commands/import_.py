@@ -44,7 +44,7 @@ def import_(model: ModelArg, seq: SeqOpt = None, out: SpecOutOpt = None, force: 
     check_outputs({"--out": out}, force, reads=(model,))
     got = import_model(model, seq)
     if out:
-        write_file(out, got.text)
+        write_file(out, got.text, replace=force)
     if as_json:
         print(json.dumps({"network": got.network.name, "source": got.source, "params": got.network.num_params,
                           "layers": len(got.network.layers), "out": out, "spec": None if out else got.text}))

@@ -233,7 +233,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                  "the ZeRO stages and pipelines, --zero N plans another stage)",) \
         if request.searches_pipelines and not _given(click, "zero") and ctx.devices > 1 else ()
     emitted = show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx) + unweighed, budgeted,
-                   emit)
+                   emit, force)
     elapsed = f"after {budget.elapsed():.1f} s"
     _end(hold, budget, f"{elapsed}, once the search had ended: its answer is shown whole",
          f" {elapsed}: the best plan found so far is shown", 0 if emitted else 2)
@@ -282,8 +282,10 @@ def _defaults(click: typer.Context, ctx: Context, *others: Context) -> tuple[str
 
 
 def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: str | None, as_json: bool,
-         layers: bool, defaults: tuple[str, ...], budgeted: tuple | None = None, emit: str | None = None) -> bool:
-    """Write the plan (``--out``) and print it: the summary first (dnnplan.render.answer); with
+         layers: bool, defaults: tuple[str, ...], budgeted: tuple | None = None, emit: str | None = None,
+         force: bool = False) -> bool:
+    """Write the plan (``--out``; a file another process made there meanwhile replaced only with
+    ``force``) and print it: the summary first (dnnplan.render.answer); with
     ``budgeted`` (tokens, tokens a step, price), the time and cost to train them; with ``emit``, the
     plan as that framework's file after it (its JSON under ``export``). False when the framework
     cannot run the plan (said in one line after it)."""
@@ -300,8 +302,8 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
     streamed = bool(out) and standard_stream(out)  # --out -: the plan after what the command prints there
     if out and not streamed:
         try:
-            write_plan(made, out)
-        except SystemFailure as err:
+            write_plan(made, out, replace=force)
+        except (SystemFailure, DnnplanError) as err:  # a full disk; a file made there meanwhile
             failed, out = err, None
     if as_json:
         # "interrupted": the best plan a stop (Ctrl-C, SIGTERM, SIGHUP) found so far; else "done"

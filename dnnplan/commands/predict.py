@@ -152,7 +152,7 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     render.step(ctx, got, layers, as_json, train(ctx.network, ctx.batch, ctx.devices, got.prediction.step_s), assumed)
     if out:
         made = predicting.as_plan(ctx, got.prediction, network, machine)
-        write_plan(made, out)
+        write_plan(made, out, replace=force)
         if not as_json and not standard_stream(out):
             tables.console.print(wrote_line(made, out, ctx.machine.device.kind, ctx.devices))
 

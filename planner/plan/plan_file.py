@@ -66,7 +66,7 @@ def plan_to_dict(plan: Plan) -> dict:
     }
 
 
-def write_plan(plan: Plan, path: str) -> None:
+def write_plan(plan: Plan, path: str, replace: bool = True) -> None:
     """Write atomically (networks.writing: a temporary file in the same folder, synced, then
     renamed; the user's umask); ``.json`` gives JSON, anything else YAML. The folder must exist. A
     network spec or machine file the plan names is written relative to the plan's own folder
@@ -75,7 +75,9 @@ def write_plan(plan: Plan, path: str) -> None:
     for key in FILE_KEYS:
         data[key] = from_plan_folder(data[key], path)
     text = json.dumps(data, indent=1) if path.endswith(".json") else yaml.safe_dump(data, sort_keys=False)
-    write_file(path, text)  # a failure of the system: networks.writing.SystemFailure, any old plan intact
+    # a failure of the system: networks.writing.SystemFailure, any old plan intact; not ``replace``:
+    # a file another process made there meanwhile is kept (one line)
+    write_file(path, text, replace)
 
 
 def _edited_choice(raw: Network, choices: TrainingChoices, recorded: str) -> tuple[str, str] | None:

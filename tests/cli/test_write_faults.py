@@ -61,6 +61,24 @@ def test_a_write_is_atomic_with_the_users_umask(tmp_path):
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~old and os.listdir(tmp_path) == ["p.yaml"]
 
 
+def test_a_new_output_made_by_another_process_meanwhile_is_kept(tmp_path, monkeypatch):
+    """Without --force an output is new: a file another command wrote there while this one worked is
+    kept and this one is refused (two plans given one new --out each said they wrote it, the first's
+    lost). Where the file system takes no hard links, the last look before the rename does it."""
+    out = tmp_path / "plan.yaml"
+    out.write_text("theirs\n")
+    with pytest.raises(DnnplanError, match="was made by another process while this one worked: it is kept"):
+        write_file(out, "mine\n", replace=False)
+    assert out.read_text() == "theirs\n" and [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
+    write_file(tmp_path / "new.yaml", "mine\n", replace=False)
+    assert (tmp_path / "new.yaml").read_text() == "mine\n" and len(list(tmp_path.iterdir())) == 2
+    monkeypatch.setattr(writing.os, "link", lambda a, b: (_ for _ in ()).throw(OSError(errno.EPERM, "no links")))
+    with pytest.raises(DnnplanError, match="was made by another process"):
+        write_file(out, "mine\n", replace=False)
+    write_file(tmp_path / "third.yaml", "mine\n", replace=False)
+    assert (tmp_path / "third.yaml").read_text() == "mine\n" and len(list(tmp_path.iterdir())) == 3
+
+
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EIO])
 def test_a_failed_write_leaves_the_old_file_and_says_why(tmp_path, monkeypatch, code):
     target = tmp_path / "t.json"
