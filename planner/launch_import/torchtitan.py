@@ -108,6 +108,8 @@ IGNORED = {
                                    "recipe_name", "emulate"}},
 }
 IGNORED_SUBSECTION = "a part of a section that does not change the step"
+#: torchtitan 0.1's keys that 0.2 reads elsewhere (v0.1.0 torchtitan/config_manager.py ``Training.compile``)
+MOVED = {("training", "compile"): "[compile] enable"}
 #: why ``[compile]`` is listed as ignored (read only for what async tensor parallelism needs)
 COMPILED = ("torch.compile's fusions: the step is priced with the cost model's fused kernels either way "
             "(`dnnplan predict NETWORK --framework pytorch-compile` prices inductor's)")
@@ -289,6 +291,9 @@ def check_keys(toml: Toml) -> None:
             elif key not in READ.get(section, {}):
                 known = [f"[{s}] {k}" for s, names in READ.items() for k in names]
                 near = did_you_mean(f"[{section}] {key}", known)
+                if (section, key) in MOVED:
+                    raise toml.refuse(section, key, f"torchtitan 0.1's key, which 0.2 reads as {MOVED[section, key]}",
+                                      hint=f"write it as {MOVED[section, key]}")
                 raise toml.refuse(section, key, "unknown key: not one dnnplan reads of torchtitan 0.2's "
                                   "job_config.py (it may change what runs)",
                                   hint=f"did you mean {near}?" if near else f"remove it to predict without it; {HINT}")

@@ -183,6 +183,8 @@ def edited(old: str, new: str) -> str:
     (edited('name = "AdamW"', 'name = "Lion"'), "Adam and AdamW"),
     (edited("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 1\npipeline_parallel_schedule = \"DualPipeV\""),
      "DualPipeV"),
+    # torchtitan 0.1's [training] compile, which 0.2 reads as [compile] enable (it was answered "did you mean dtype?")
+    (edited("seq_len = 8192", "seq_len = 8192\ncompile = true"), "torchtitan 0.1's key, which 0.2 reads as [compile] enable"),
     # not TOML at all: the line
     (USERS.replace("[metrics]", "[metrics"), "not TOML"),
 ])
