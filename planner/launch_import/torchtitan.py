@@ -200,7 +200,7 @@ def read(text: str, path: str) -> LaunchConfig:
     """The configuration of torchtitan's job TOML ``text`` (the file at ``path``; module docstring);
     one line naming the key and the file for a mistake."""
     toml = Toml(text, path)
-    if not any(toml.sections.values()):
+    if not any(toml.sections.values()) and all(isinstance(value, dict) for value in toml.data.values()):
         raise DnnplanError("a torchtitan job TOML without a key: nothing to predict", file=path,
                            hint="write the job's [model], [parallelism] and [training] sections (`dnnplan export "
                                 "PLAN --to torchtitan` writes them)")

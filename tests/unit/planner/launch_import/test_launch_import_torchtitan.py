@@ -237,6 +237,7 @@ def test_a_key_before_any_section_is_refused_as_torchtitan_refuses_it():
     assert err.line == 1 and "tensor_parallel_degree: a key before any section" in str(err)
     assert "move it under [parallelism]" in err.hint
     assert line("# top\nsteps = 3\n" + USERS).line == 2
+    assert "a key before any section" in str(line("tensor_parallel_degree = 4\n"))  # alone: not "without a key"
 
 
 @pytest.mark.parametrize("fqns, says", [
