@@ -21,9 +21,20 @@ def main() -> None:
     stops.end_at_once_until_installed()
     closed_streams_to_devnull()
     ascii_where_needed()
+    no_zero_width()
     from dnnplan.cli import main as run  # noqa: PLC0415 - after the signals are set: the command's modules
 
     run()
+
+
+def no_zero_width() -> None:
+    """``COLUMNS`` of 0 or less is not a width (rich drew everything in no columns: an error line, the
+    answer and the help vanished, exit 2 without a word): left out, the terminal's own width is used,
+    else 80."""
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name, "").strip()
+        if value.lstrip("-").isdigit() and int(value) <= 0:
+            del os.environ[name]
 
 
 def closed_streams_to_devnull() -> None:

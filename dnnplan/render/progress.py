@@ -14,6 +14,7 @@ or pipe, a new line every :data:`EVERY_S` seconds while the search runs.
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 from typing import Iterator
@@ -42,6 +43,17 @@ def line(budget: Budget) -> str | None:
             f"({best.what}), {gap}")
 
 
+def live_terminal(console: Console) -> bool:
+    """Whether stderr is a terminal that redraws a line in place: a terminal (FORCE_COLOR makes rich
+    take a file for one: a log got 4 redraws a second of cursor codes) that is not dumb
+    (TERM=dumb: rich's live line draws nothing there, and no progress was seen)."""
+    try:
+        tty = os.isatty(console.file.fileno())
+    except (AttributeError, OSError, ValueError):  # no file descriptor of its own (a test's capture)
+        tty = console.is_terminal
+    return tty and not console.is_dumb_terminal
+
+
 @contextmanager
 def progress_line(budget: Budget, enabled: bool = True) -> Iterator[None]:
     """Draw :func:`line` on stderr while the block runs (module docstring)."""
@@ -49,7 +61,7 @@ def progress_line(budget: Budget, enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
-    if console.is_terminal:
+    if live_terminal(console):
         with Live(get_renderable=lambda: Text(line(budget) or "") if budget.elapsed() >= FIRST_AFTER_S else Text(""),
                   console=console, transient=True, refresh_per_second=4):
             yield

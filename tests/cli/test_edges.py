@@ -406,3 +406,19 @@ def test_a_path_a_shell_reads_as_an_option_is_suggested_as_a_path():
     from networks.writing import shell_word
     assert shell_word("-y.yaml") == "./-y.yaml" and shell_word("a b/x.yaml") == "'a b/x.yaml'"
     assert shell_word("plan.yaml") == "plan.yaml"
+
+
+def test_a_width_of_zero_columns_is_no_width_and_cells_are_never_cut():
+    """COLUMNS=0: rich drew in no columns, so an error line and the help vanished (exit 2 without a
+    word); now the terminal's width is used. Tables wrap a cell onto more lines rather than cutting
+    it: `dnnplan machines` piped showed 'dgx-a100-40…', `info googlenet` 'inception3a.bran…'."""
+    import os
+    env = {**os.environ, "COLUMNS": "0"}
+    got = subprocess.run([sys.executable, "-m", "dnnplan", "plan", "resnet50", "-p", "8", "--zero", "9"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert got.returncode == 2 and "error: --zero must be from 0 to 3, got 9" in got.stderr, got.stderr
+    for args, name in ((["machines"], "dgx-a100-40gb"), (["info", "googlenet"], "inception3a.branch2a")):
+        got = subprocess.run([sys.executable, "-m", "dnnplan", *args], capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": "80"}, timeout=120)
+        assert got.returncode == 0 and "…" not in got.stdout, got.stdout[:2000]
+        assert name in got.stdout.replace("\n", "") or name[:8] in got.stdout

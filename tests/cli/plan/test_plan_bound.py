@@ -162,6 +162,29 @@ def test_the_progress_line_says_which_zero_stages_its_gap_leaves_out():
     assert line(budget).endswith("17.2 s a step (ZeRO-1: pipeline 4), within 1.2% of the optimum")
 
 
+def test_the_progress_line_is_redrawn_only_on_a_terminal_that_redraws(tmp_path, monkeypatch):
+    """A file is no terminal under FORCE_COLOR (a log got 4 redraws a second of cursor codes), and a
+    dumb terminal draws no live line (TERM=dumb showed no progress at all): both get plain lines."""
+    import os
+    import pty
+    from dnnplan.render.console import Console
+    from dnnplan.render.progress import live_terminal
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    with open(tmp_path / "log", "w") as fh:
+        assert not live_terminal(Console(file=fh))
+    monkeypatch.delenv("FORCE_COLOR")
+    leader, follower = pty.openpty()
+    try:
+        with os.fdopen(follower, "w", closefd=False) as tty:
+            monkeypatch.setenv("TERM", "xterm")
+            assert live_terminal(Console(file=tty))
+            monkeypatch.setenv("TERM", "dumb")
+            assert not live_terminal(Console(file=tty))
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
 def test_a_stop_inside_an_import_during_the_search_shows_the_best_plan(monkeypatch):
     """SIGTERM landing while the search imports a C extension (HiGHS's, at its first ILP) surfaces
     as ImportError raised from the stop: the command answers as for any stop, the best plan so far
