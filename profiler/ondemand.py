@@ -303,8 +303,8 @@ class OnDemandCompute(ProfiledCompute):
                 self.unsaved = _UNSAVED[str(self.path)] = str(err)
                 if self.progress:
                     Console(stderr=True).print(
-                        f"[yellow]warning:[/yellow] the kernels timed are not cached: {escape(str(err))} (set "
-                        "DNNPLAN_CACHE to a folder this user can write)", markup=True, highlight=False)
+                        f"[yellow]warning:[/yellow] the kernels timed are not cached; set DNNPLAN_CACHE to a "
+                        f"folder this user can write: {escape(str(err))}", markup=True, highlight=False)
         self.new = {}
         self._last_save = time.perf_counter()
 

@@ -239,7 +239,13 @@ def plan_step(path: str, profile: str | None, step_context: bool, foreign_ok: bo
     for name in sorted(given.given - {"seq"}):  # each choice the flags name, the plan's own
         if not _same_choice(name, given, plan.choices, machine):
             flag = "--" + name.replace("_", "-")
-            raise DnnplanError(f"{flag} {short(getattr(given, name))} differs from the plan's "
+            value = getattr(given, name)
+            if isinstance(value, bool):  # a switch: --fp8-params or --no-fp8-params
+                flag = flag if value else "--no-" + flag[2:]
+                raise DnnplanError(f"{flag} differs from the plan's {name} {str(not value).lower()}", file=path,
+                                   field=name, hint=f"leave {flag} out (a plan file's own choice holds), or plan "
+                                                    "again with it")
+            raise DnnplanError(f"{flag} {short(value)} differs from the plan's "
                                f"{_planned(name, plan.choices, machine)}", file=path, field=name,
                                hint=f"leave {flag} out (a plan file's own choice holds), or plan again with it")
     ahead = ahead_of_time(path, step_context) if profile is None else None

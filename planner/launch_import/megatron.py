@@ -143,7 +143,7 @@ def world_size(command: LaunchCommand, path: str) -> tuple[int | None, str]:
         low, _, high = word.text.partition(":")
         if key == "nnodes" and low == high:  # --nnodes N:N, as many nodes at least as at most
             word = Word(low, word.line, word.unresolved)
-        if word.unresolved or not word.text.isdigit() or int(word.text) < 1:
+        if word.unresolved or not re.fullmatch(r"[0-9]+", word.text) or int(word.text) < 1:
             why = f"uses {word.unresolved}" if word.unresolved else \
                 f"is {short(word.text)}, not a number of devices"
             return None, f"torchrun's {flag} {why}"
@@ -372,7 +372,7 @@ def fp8_params(args: Args, prec: str, zero: int) -> bool:
         args.ignored["--fp8-param-gather"] = ("Megatron-LM turns it off under --use-torch-fsdp2 with Transformer "
                                               "Engine 2, gathering in bf16")
         return False
-    if zero == 0:
+    if not (args.get("--use-distributed-optimizer") or args.get("--use-megatron-fsdp")):
         raise args.refuse("--fp8-param-gather", "without the distributed optimizer or FSDP: Megatron-LM refuses it",
                           hint="add --use-distributed-optimizer")
     return True
@@ -462,9 +462,9 @@ def attention(args: Args) -> str:
     backend = args.get("--attention-backend", "auto")
     impl = args.get("--transformer-impl", "transformer_engine")
     if impl == "local":  # megatron/core/models/backends.py LocalSpecProvider.core_attention: DotProductAttention
-        args.ignored["--transformer-impl"] = ("local: attention priced as the materialised kernels Megatron-Core's "
-                                              "DotProductAttention runs (whatever --attention-backend says), the "
-                                              "other layers as Transformer Engine's fused kernels")
+        for name in ("--attention-backend", "--use-flash-attn"):
+            if name in args:
+                args.ignored[name] = "--transformer-impl local runs Megatron-Core's DotProductAttention whatever it says"
         return "materialized"
     if impl == "inference_optimized":
         args.ignored["--transformer-impl"] = "inference_optimized: priced as transformer_engine"

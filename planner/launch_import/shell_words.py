@@ -227,19 +227,45 @@ class Variables:
         return unresolved(f"${name}, which the file does not set")
 
     def default_word(self, text: str, part: Part) -> list[_Piece]:
-        """``${NAME:-text}``'s ``text`` expanded as bash expands it: outside double quotes, its own
-        quotes removed (``${NNODES:-"1"}`` is ``1``, as Megatron-LM's example scripts write it)
-        and its blanks splitting words; inside double quotes, its double quotes removed (its single
-        quotes are characters there)."""
-        if part.quote or not any(c in text for c in "\"'\\"):
-            text = re.sub(r'(?<!\\)"', "", text) if part.quote else text
-            return [_Piece(p.text, not part.quote, p.line, p.unresolved)
-                    for p in self.pieces((Part(text, part.quote, part.line),))]
+        """``${NAME:-text}``'s ``text`` expanded as bash expands the word: outside double quotes its
+        quotes removed (``${NNODES:-"1"}`` is ``1``, as Megatron-LM's example scripts write it), a
+        backslash keeping the next character, blanks splitting words, and ``;``, ``>``, ``#`` mere
+        characters; inside double quotes, its double quotes removed and a backslash before ``"``,
+        ``\\``, ``$`` or a backquote keeping that character (its single quotes are characters there). A
+        quote left open (the default cut at a ``}`` of its own: ``${A:-"${B}/x"}``) keeps the rest
+        as written."""
+        if part.quote:
+            parts = [Part(m.group(1), "'", part.line) if m.group(1) else Part(m.group(2), part.quote, part.line)
+                     for m in re.finditer(r'\\(["\\$`])|"|([^"\\]+|\\)', text) if m.group(1) or m.group(2)]
+            return [_Piece(p.text, False, p.line, p.unresolved) for p in self.pieces(tuple(parts))]
         out: list[_Piece] = []
-        for k, token in enumerate(t for t in Scanner(text, self.path).scan() if not t.op):
-            if k:
-                out.append(_Piece(" ", True, part.line))
-            out.extend(self.pieces(tuple(Part(p.text, p.quote, part.line) for p in token.parts)))
+        word: list[Part] = []
+        i = 0
+        while i < len(text):
+            ch = text[i]
+            if ch in "'\"":
+                close = text.find(ch, i + 1)
+                if close < 0:  # left open: the rest as written
+                    word.append(Part(text[i:], "", part.line))
+                    break
+                word.append(Part(text[i + 1:close], ch, part.line))
+                i = close + 1
+            elif ch == "\\" and i + 1 < len(text):
+                word.append(Part(text[i + 1], "'", part.line))
+                i += 2
+            elif ch in " \t\n":
+                if word:
+                    out.extend(self.pieces(tuple(word)))
+                    out.append(_Piece(" ", True, part.line))
+                    word = []
+                i += 1
+            else:
+                j = i
+                while j < len(text) and text[j] not in "'\"\\ \t\n":
+                    j += 1
+                word.append(Part(text[i:j], "", part.line))
+                i = j
+        out.extend(self.pieces(tuple(word)))
         return out
 
     def arithmetic(self, expr: str) -> tuple[str, str | None]:

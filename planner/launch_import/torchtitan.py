@@ -417,12 +417,12 @@ def pipeline(toml: Toml, stages: int, layers: int | None) -> tuple[str, int, tup
         if per_stage is None and (first, last) == (0, 0):
             return schedule, 2 if schedule == INTERLEAVED else 1, None
         key = "pipeline_parallel_layers_per_stage" if per_stage is not None else "pipeline_parallel_degree"
-        if layers is None:  # torchtitan cuts by the model's layers, which only a flavor dnnplan knows states
+        if layers is None:  # torchtitan cuts by the model's layers, which only a transformer flavor dnnplan knows gives
             what = "cuts" if per_stage is not None else f"{stages} stages cut by torchtitan's default (the first " \
-                "and last stages a layer short), which"
-            raise toml.refuse("parallelism", key, f"{what} by the model's layer count, which the file's flavor does "
-                              "not give dnnplan", hint="name a flavor dnnplan knows in [model], or write the cut as "
-                                                       "module_fqns_per_model_part")
+                "and last stages a layer short), which depends on the model's transformer layers: it"
+            raise toml.refuse("parallelism", key, f"{what} by the model's transformer layer count, which the file's "
+                              "flavor does not give dnnplan", hint="name a transformer flavor dnnplan knows in [model], "
+                                                                   "or write the cut as module_fqns_per_model_part")
         try:
             cut = torchtitan_cut(layers, stages, schedule == INTERLEAVED, first, last, per_stage)
         except CutError as err:

@@ -81,10 +81,11 @@ def write_plan(plan: Plan, path: str, replace: bool = True) -> None:
 
 
 def _edited_choice(raw: Network, choices: TrainingChoices, recorded: str) -> tuple[str, str] | None:
-    """The choice that marks the network's layers (precision, batch norm, MoE dispatcher:
-    :meth:`TrainingChoices.marked`) and its value the plan was made with, where the network marked
+    """The choice that marks the network's layers (precision, batch norm, MoE dispatcher, FP8
+    parameters: :meth:`TrainingChoices.marked`) and its value the plan was made with, where the network marked
     with it has the hash the plan recorded (the choice edited, not the network); else None."""
-    for key, values in (("precision", PRECISIONS), ("batch_norm", BATCH_NORMS), ("moe_dispatch", MOE_DISPATCHES)):
+    for key, values in (("precision", PRECISIONS), ("batch_norm", BATCH_NORMS), ("moe_dispatch", MOE_DISPATCHES),
+                        ("fp8_params", (False, True))):
         for value in values:
             if value != getattr(choices, key) and choices.but(**{key: value}).marked(raw).content_hash() == recorded:
                 return key, value
@@ -107,10 +108,15 @@ def plan_from_dict(data, path: str, check: bool = True) -> tuple[Plan, Network]:
         edited = _edited_choice(raw, choices, data["network_hash"])
         if edited is not None:  # the network is as it was: a choice that marks its layers was edited
             key, was = edited
-            raise fail(f"the plan was made for {key} {was}, and its '{key}' now says {getattr(choices, key)}: "
+            now, flag = getattr(choices, key), "--" + key.replace("_", "-")
+            if isinstance(was, bool):  # a switch: its flag, and the file's true or false
+                raise fail(f"the plan was made {'with' if was else 'without'} {flag}, and its '{key}' now says "
+                           f"{str(now).lower()}: it decides the layers' kernels and memory", path, field=key,
+                           hint=f"re-plan it {'with' if now else 'without'} {flag}, or set it back to "
+                                f"{str(was).lower()}")
+            raise fail(f"the plan was made for {key} {was}, and its '{key}' now says {now}: "
                        f"the {key} decides the layers' kernels and memory", path, field=key,
-                       hint=f"re-plan it with --{key.replace('_', '-')} {getattr(choices, key)}, or set it back "
-                            f"to {was}")
+                       hint=f"re-plan it with {flag} {now}, or set it back to {was}")
         raise fail(f"the plan was made for a different version of network {short(data['network'])} "
                     f"(hash {short(data['network_hash'])}, now {net.content_hash()})", path, field="network_hash",
                     hint="re-plan it for the network as it is now")

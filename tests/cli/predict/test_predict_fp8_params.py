@@ -41,3 +41,17 @@ def test_a_plan_file_records_fp8_parameters(tmp_path):
     assert "fp8_params: true" in out.read_text()
     predicted = runner.invoke(app, ["predict", str(out), "--json"])
     assert predicted.exit_code == 0, predicted.output
+
+
+def test_a_plan_files_fp8_parameters_edited_or_contradicted_is_one_line_naming_the_switch(tmp_path):
+    out = tmp_path / "plan.yaml"
+    got = runner.invoke(app, ARGS[:-1] + ["--precision", "fp8", "--fp8-params", "--out", str(out)])
+    assert got.exit_code == 0, got.output
+    edited = tmp_path / "edited.yaml"
+    edited.write_text("".join(line for line in out.read_text().splitlines(True) if not line.startswith("fp8_params")))
+    said = runner.invoke(app, ["predict", str(edited)])
+    assert said.exit_code == 2 and "field 'fp8_params': the plan was made with --fp8-params, and its 'fp8_params' " \
+        "now says false" in " ".join(said.output.split()), said.output
+    said = runner.invoke(app, ["predict", str(out), "--no-fp8-params"])
+    assert said.exit_code == 2 and "--no-fp8-params differs from the plan's fp8_params true" in \
+        " ".join(said.output.split()), said.output
