@@ -2,7 +2,8 @@
 
 Every section and key is named as torchtitan's 0.2 releases read them (``torchtitan/config/job_config.py``
 at pytorch/torchtitan v0.2.2, the release :mod:`planner.export.torchtitan` writes for); each key is
-read (:data:`READ`), listed as ignored with the reason (:data:`IGNORED`: it does not change the step
+read (:data:`planner.launch_import.torchtitan_options.READ`), listed as ignored with the reason
+(:data:`~planner.launch_import.torchtitan_options.IGNORED`: it does not change the step
 dnnplan prices), or refused as unknown. A key left out takes torchtitan's default (job_config.py).
 
 What torchtitan does with the keys, read in the same source, is kept:
@@ -62,76 +63,10 @@ from planner.export.megatron_model import gpt_shape
 from planner.export.torchtitan import COMM_BACKENDS, FLAVORS, FLOAT8_CONVERTER, SCHEDULES
 from planner.launch_import.launch_config import Ignored, LaunchConfig
 from planner.launch_import.torchtitan_cut import CutError, torchtitan_cut
-from planner.launch_import.value_kinds import BOOL, INT, PARTS, STR, STRS, typed
-
-#: the keys read, by section, with the kind of value each takes
-READ = {
-    "model": {"name": STR, "flavor": STR, "converters": STRS},
-    "optimizer": {"name": STR},
-    "training": {"local_batch_size": INT, "global_batch_size": INT, "seq_len": INT, "mixed_precision_param": STR,
-                 "dtype": STR, "enable_cpu_offload": BOOL},
-    "parallelism": {"data_parallel_replicate_degree": INT, "data_parallel_shard_degree": INT,
-                    "fsdp_reshard_after_forward": STR, "tensor_parallel_degree": INT,
-                    "enable_async_tensor_parallel": BOOL, "pipeline_parallel_degree": INT,
-                    "module_fqns_per_model_part": PARTS, "pipeline_parallel_first_stage_less_layers": INT,
-                    "pipeline_parallel_last_stage_less_layers": INT, "pipeline_parallel_layers_per_stage": INT,
-                    "pipeline_parallel_schedule": STR, "pipeline_parallel_microbatch_size": INT,
-                    "context_parallel_degree": INT, "expert_parallel_degree": INT,
-                    "expert_tensor_parallel_degree": INT, "expert_parallel_comm_backend": STR},
-    "activation_checkpoint": {"mode": STR},
-    "compile": {"enable": BOOL, "components": STRS},
-    "quantize.linear.float8": {"filter_fqns": STRS},
-}
-#: keys (a whole section: "*") that do not change the step dnnplan prices, by the reason
-IGNORED = {
-    "the run's bookkeeping (folders, logging, profiling, checkpoints, validation, fault tolerance)": {
-        "job": "*", "profiling": "*", "metrics": "*", "checkpoint": "*", "validation": "*", "comm": "*",
-        "memory_estimation": "*", "fault_tolerance": "*", "experimental": "*", "debug": "*"},
-    "the data and tokenizer: the network's own vocabulary is priced": {
-        "model": {"hf_assets_path", "tokenizer_path", "print_after_conversion"},
-        "training": {"dataset", "dataset_path", "dataloader", "gc_freq", "gc_debug"},
-        "training.dataloader": "*"},
-    "how long to train: one step is predicted (--tokens gives the time to train)": {
-        "training": {"steps"}},
-    "the learning rate and the optimiser's settings: a step's work does not depend on them": {
-        "optimizer": {"lr", "beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"},
-        "lr_scheduler": "*", "training": {"max_norm", "mixed_precision_reduce"}},
-    "an implementation switch (compilation, loss parallelism, load balancing, the checkpointing's "
-    "bookkeeping, the FP8 recipe): dnnplan prices the layers' work alike": {
-        "compile": {"backend"},
-        "parallelism": {"disable_loss_parallel", "context_parallel_load_balancer", "context_parallel_rotate_method",
-                        "pipeline_parallel_schedule_csv", "pipeline_parallel_expert_parallel_overlap"},
-        "activation_checkpoint": {"selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
-                                  "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
-                                  "determinism_check", "debug"},
-        "quantize.linear.float8": {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
-                                   "recipe_name", "emulate"}},
-}
-IGNORED_SUBSECTION = "a part of a section that does not change the step"
-#: torchtitan 0.1's keys that 0.2 reads elsewhere (v0.1.0 torchtitan/config_manager.py ``Training.compile``)
-MOVED = {("training", "compile"): "[compile] enable"}
-#: why ``[compile]`` is listed as ignored (read only for what async tensor parallelism needs)
-COMPILED = ("torch.compile's fusions: the step is priced with the cost model's fused kernels either way "
-            "(`dnnplan predict NETWORK --framework pytorch-compile` prices inductor's)")
-#: torchtitan's defaults (job_config.py) for the keys read
-DEFAULTS = {"local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048, "mixed_precision_param": "bfloat16",
-            "dtype": "float32", "data_parallel_replicate_degree": 1, "data_parallel_shard_degree": -1,
-            "fsdp_reshard_after_forward": "default", "tensor_parallel_degree": 1, "pipeline_parallel_degree": 1,
-            "pipeline_parallel_first_stage_less_layers": 1, "pipeline_parallel_last_stage_less_layers": 1,
-            "pipeline_parallel_schedule": "1F1B", "pipeline_parallel_microbatch_size": 1,
-            "context_parallel_degree": 1, "expert_parallel_degree": 1, "expert_tensor_parallel_degree": 1,
-            "expert_parallel_comm_backend": "standard", "mode": "selective", "name": None, "filter_fqns": []}
-#: the [parallelism] keys that cut and schedule a pipeline (listed as ignored without one)
-PIPELINE_KEYS = ("module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
-                 "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage",
-                 "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size")
-#: the float8 converter's filter_fqns that dnnplan's fp8 prices: the transformer blocks' linear layers
-#: in FP8, the output layer (torchtitan's module ``output``) in bf16 (costmodel.choices.precision)
-FP8_FILTER = ["output"]
-#: dnnplan's precisions by mixed_precision_param
-PRECISIONS = {"bfloat16": "bf16", "float32": "fp32"}
-RESHARD_POLICIES = ("default", "always", "never")
-HINT = "see docs/export.md, \"Importing a launch configuration\", for the keys dnnplan reads"
+from planner.launch_import.torchtitan_options import (COMPILED, DEFAULTS, FP8_FILTER, HINT, IGNORED,
+                                                      IGNORED_SUBSECTION, MOVED, PIPELINE_KEYS, PRECISIONS,
+                                                      READ, RESHARD_POLICIES)
+from planner.launch_import.value_kinds import typed
 
 
 class Toml:
@@ -221,7 +156,7 @@ def read(text: str, path: str) -> LaunchConfig:
     stages = toml.degree("pipeline_parallel_degree")
     zero = zero_stage(toml, replicate, shard, tensor * context * stages, stages)
     data = replicate * shard if shard > 0 else None
-    schedule, chunks, chunk_layers = pipeline(toml, stages, None if network is None else network_layers(network))
+    schedule, chunks, chunk_layers = pipeline(toml, stages, network)
     micro, batch = batching(toml, stages, data)
     expert, expert_tensor = experts(toml, tensor, context, shard)
     overlap = "all" if async_tensor_parallel(toml) else "data"
@@ -395,10 +330,10 @@ def zero_stage(toml: Toml, replicate: int, shard: int, model_parallel: int, stag
     return 3 if policy == "always" else 2
 
 
-def pipeline(toml: Toml, stages: int, layers: int | None) -> tuple[str, int, tuple[int, ...] | None]:
+def pipeline(toml: Toml, stages: int, network: str | None) -> tuple[str, int, tuple[int, ...] | None]:
     """(schedule, model chunks a device, transformer layers a chunk or None for an even cut);
-    ``layers``: the transformer layers of the flavor the file names (None: not a network dnnplan
-    knows), which torchtitan's own cut needs (:mod:`planner.launch_import.torchtitan_cut`)."""
+    ``network``: the zoo network the file names (None: not one dnnplan knows), whose transformer
+    layers torchtitan's own cut needs (:mod:`planner.launch_import.torchtitan_cut`), loaded only then."""
     name = toml.get("parallelism", "pipeline_parallel_schedule")
     by_name = {torch_name.lower(): ours for ours, torch_name in SCHEDULES.items()}
     if name.lower() not in by_name:
@@ -417,6 +352,7 @@ def pipeline(toml: Toml, stages: int, layers: int | None) -> tuple[str, int, tup
         if per_stage is None and (first, last) == (0, 0):
             return schedule, 2 if schedule == INTERLEAVED else 1, None
         key = "pipeline_parallel_layers_per_stage" if per_stage is not None else "pipeline_parallel_degree"
+        layers = None if network is None else network_layers(network)
         if layers is None:  # torchtitan cuts by the model's layers, which only a transformer flavor dnnplan knows gives
             what = "cuts" if per_stage is not None else f"{stages} stages cut by torchtitan's default (the first " \
                 "and last stages a layer short), which depends on the model's transformer layers: it"
