@@ -12,15 +12,10 @@ nothing where they are given are said here.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Optional
 
 import typer
-from typer._click.globals import get_current_context  # typer >= 0.29 (pyproject) carries its own click
-from typer._click.core import ParameterSource
 
-from costmodel.choices.training import TrainingChoices
 from costmodel.compute.model import ComputeModel, OnDemand
 from costmodel.machine.model import MAX_DEVICES
 from costmodel.parallel.axes import CONTEXT, EXPERT, PIPELINE, TENSOR
@@ -458,51 +453,3 @@ def token_budget(tokens: str | None, price: float | None) -> float | None:
     if price is not None and tokens is None:
         raise DnnplanError("--gpu-hour-price prices a token budget", hint="give --tokens too, e.g. --tokens 15T")
     return None if tokens is None else parse_tokens(tokens)
-
-
-# --- the training choices ----------------------------------------------------------------------
-
-#: The flag of each training choice (costmodel.choices.training.TrainingChoices), with its default
-#: on the command line (None: the choice's own default, said in the flag's help). A command takes
-#: the ones it names with :func:`takes_choices`; a new choice is a field there and a line here.
-CHOICE_FLAGS: dict[str, tuple[Any, Any]] = {
-    "precision": (PrecisionOpt, "fp32"),
-    "optimizer": (OptimizerOpt, "momentum"),
-    "zero": (ZeroOpt, 0),
-    "overlap": (OverlapOpt, ""),
-    "bucket_mb": (BucketOpt, None),
-    "batch_norm": (BatchNormOpt, None),
-    "moe_dispatch": (MoeDispatchOpt, None),
-    "attention": (AttentionOpt, ""),
-    "seq": (SeqOpt, None),
-    "framework": (FrameworkOpt, "ideal"),
-    "fp8_params": (Fp8ParamsOpt, None),
-}
-
-
-def takes_choices(*names: str) -> Callable[[Callable], Callable]:
-    """A command taking the flags of the training choices ``names`` (:data:`CHOICE_FLAGS`) in place
-    of its parameter ``choices``, which it receives as one :class:`TrainingChoices` built from them,
-    the ones the user gave recorded as ``given``."""
-    def decorate(command: Callable) -> Callable:
-        signature = inspect.signature(command, eval_str=True)
-        params = list(signature.parameters.values())
-        at = [p.name for p in params].index("choices")
-        flags = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=CHOICE_FLAGS[name][0],
-                                   default=CHOICE_FLAGS[name][1]) for name in names]
-        params[at:at + 1] = flags
-
-        @functools.wraps(command)
-        def run(*args, **kwargs):
-            named = {name for name in names if name in kwargs}  # called from Python: what the call names
-            values = {name: kwargs.pop(name, CHOICE_FLAGS[name][1]) for name in names}
-            click = get_current_context(silent=True)
-            given = frozenset(name for name in names if name in named and (
-                click is None or click.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)))
-            kwargs["choices"] = TrainingChoices(**{k: v for k, v in values.items() if v is not None}, given=given)
-            return command(*args, **kwargs)
-
-        run.__signature__ = signature.replace(parameters=params)
-        run.__annotations__ = {p.name: p.annotation for p in params} | {"return": signature.return_annotation}
-        return run
-    return decorate

@@ -12,11 +12,12 @@ from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carri
 from costmodel.choices.training import TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
 from costmodel.step.train_time import tokens_per_step, train_time
+from dnnplan.choice_flags import takes_choices
 from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignProfileOpt, GapOpt, JobsOpt, JsonOpt,
                              LayersOpt, MemoryOpt, NetworkArg, PlanMachineOpt, PlanMicroBatchesOpt, PlanOutOpt,
                              PlanPipelineOpt, PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt,
                              RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt,
-                             TokensOpt, foreign_warning, refresh_warning, step_context_warning, takes_choices,
+                             TokensOpt, foreign_warning, refresh_warning, step_context_warning,
                              token_budget)
 from dnnplan.assumed import assumed_flags
 from dnnplan.export_file import check_framework, exported, nearest_runs, weighed_for

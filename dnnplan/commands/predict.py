@@ -11,12 +11,12 @@ from dnnplan.assumed import assumed_flags
 from dnnplan.commands.predict_from import predict_from
 from dnnplan.flag_values import price_for
 from dnnplan.output import check_outputs, json_beside, named
+from dnnplan.choice_flags import takes_choices
 from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, ExpertOpt, ForceOpt, ForeignProfileOpt,
                              FromNetworkOpt, FromOpt, JsonOpt, LayersOpt, MachineOpt, MicroBatchesOpt,
                              PredictNetworkArg, PipelineOpt, PlanOutOpt,
                              PredictStepContextOpt, ProfileOpt, RecomputeModeOpt, RuntimeOpt, PredictScheduleOpt,
-                             SequenceParallelOpt, StrategyOpt, TensorOpt, PriceOpt, TokensOpt, foreign_warning,
-                             takes_choices, token_budget)
+                             SequenceParallelOpt, StrategyOpt, TensorOpt, PriceOpt, TokensOpt, foreign_warning, token_budget)
 from dnnplan.render import predict as render, tables
 from dnnplan.render.crossings import crossing_lines
 from dnnplan.render.messages import warn

@@ -16,10 +16,11 @@ import typer
 from costmodel.choices.training import TrainingChoices
 from costmodel.machine.loading import usable_cores
 from dnnplan.commands.execute import EXIT_CHECK_FAILED, guard_failure
+from dnnplan.choice_flags import takes_choices
 from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRunOpt, JsonFileOpt,
                              LocalMachineOpt, ProfileOpt, QuickValidateOpt, refresh_warning, RefreshOpt, RepeatsOpt,
                              ReportDirOpt, StepContextOpt, StepsOpt, ThreadsOpt, TimeoutOpt, ValidateNetworkArg,
-                             ValidateRanksOpt, WarmupOpt, takes_choices)
+                             ValidateRanksOpt, WarmupOpt)
 from dnnplan.rerun import command_line
 from dnnplan.output import check_output, check_output_folder, is_stdout, tables_to_stderr, write_json_file, named
 from dnnplan.render.measured import execute as render, report as report_files
