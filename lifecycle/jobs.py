@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from networks.errors import DnnplanError
-from lifecycle import shm_leftovers
+from lifecycle import scratch, shm_leftovers
 from lifecycle.stops import sigint_handled_by
 
 LAUNCHER_ENV = "DNNPLAN_LAUNCHER"
@@ -147,8 +147,10 @@ def end_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
 @contextmanager
 def job(cmd: list[str], env: dict | None = None, **popen) -> Iterator[subprocess.Popen]:
     """``cmd`` started in its own session, this process named as its launcher; the whole group
-    is ended if the block raises (Ctrl-C, SIGTERM, a timeout, an error). ``popen``: more
-    arguments of :class:`subprocess.Popen`. A command that cannot be started is a DnnplanError."""
+    is ended if the block raises (Ctrl-C, SIGTERM, a timeout, an error), and once it has ended, the
+    MPI shared memory and scratch folders (lifecycle.scratch) its stopped processes left are removed.
+    ``popen``: more arguments of :class:`subprocess.Popen`. A command that cannot be started is a
+    DnnplanError."""
     proc = None
     deferred: list[int] = []
     earlier = shm_leftovers.before()
@@ -168,6 +170,7 @@ def job(cmd: list[str], env: dict | None = None, **popen) -> Iterator[subprocess
     finally:
         if proc is not None and proc.poll() is not None:  # ended: what its stopped ranks left
             shm_leftovers.remove_left(earlier)
+            scratch.remove_orphans()
 
 
 def run_job(cmd: list[str], timeout_s: float, env: dict | None = None) -> subprocess.CompletedProcess:

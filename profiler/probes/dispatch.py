@@ -21,7 +21,6 @@ from costmodel.compute.profile_table import Entry, dispatch_key
 from profiler.probes.launch import probe_env
 from profiler.timing.harness import summarize
 from lifecycle.jobs import end_group, job
-from lifecycle.scratch import remove_orphans
 from networks.errors import DnnplanError
 
 TIMEOUT_S = 120.0
@@ -34,8 +33,8 @@ def time_dispatch(threads: int = 1, concurrency: int = 1,
     it never stops a plan."""
     cmd = [sys.executable, "-m", "executor.probes.dispatch", "--threads", str(threads)]
     # each probe a job of its own session (lifecycle.jobs): a stop signal to this command's group
-    # reaches this process, which ends the probes' groups and removes the MPI shared memory their
-    # stopped ranks left, and a probe ends itself should this process die
+    # reaches this process, which ends the probes' groups and removes the MPI shared memory and
+    # scratch folders their stopped ranks left, and a probe ends itself should this process die
     try:
         with ExitStack() as probes:
             procs = [probes.enter_context(job(cmd, probe_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -44,8 +43,6 @@ def time_dispatch(threads: int = 1, concurrency: int = 1,
             return _runs(procs, timeout_s)
     except DnnplanError as err:  # a probe that cannot start
         return {}, f"the executor's probe did not start: {err.bare}"
-    finally:  # a probe ended by a signal leaves its scratch folder: its owner gone, it goes now
-        remove_orphans()
 
 
 def _runs(procs: list[subprocess.Popen], timeout_s: float) -> tuple[dict[str, Entry], str]:
