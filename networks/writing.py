@@ -163,15 +163,15 @@ def _place_new(tmp: str, real: str, path: str) -> None:
     """``tmp`` in place as ``real``, which must not exist: a hard link made only if nothing is there
     (atomic), then the temporary name removed; where the file system takes no hard links, renamed
     after a last look."""
+    made = DnnplanError(f"{path} was made by another process while this one worked: it is kept",
+                        hint="pass --force to replace it, or give another path")
     try:
         os.link(tmp, real)
     except FileExistsError:
-        raise DnnplanError(f"{path} was made by another process while this one worked: it is kept",
-                           hint="pass --force to replace it, or give another path") from None
+        raise made from None
     except OSError:  # no hard links here (some network and FAT file systems)
         if os.path.lexists(real):
-            raise DnnplanError(f"{path} was made by another process while this one worked: it is kept",
-                               hint="pass --force to replace it, or give another path") from None
+            raise made from None
         os.replace(tmp, real)
         return
     _remove(tmp)

@@ -65,8 +65,6 @@ class OnDemandCompute(ProfiledCompute):
         self.new: dict = {}
         self.cached = table  # what the cache file holds: the profiler's own timings (save writes it)
         self._last_save = time.perf_counter()
-        #: why the cache could not be written (said once; the plan goes on without it), None until then
-        self.unsaved: str | None = None
         self._status = None
         self._said_at: float | None = None  # when the latest timing line went to a file or pipe (_say)
         self.enabled = not os.environ.get("DNNPLAN_NO_PROFILE")
@@ -294,13 +292,12 @@ class OnDemandCompute(ProfiledCompute):
         if self._status is not None:
             self._status.stop()
             self._status = None
-        self.unsaved = self.unsaved or _UNSAVED.get(str(self.path))
-        if self.new and self.unsaved is None:
+        if self.new and str(self.path) not in _UNSAVED:
             try:
                 with sigint_handled_by(signal.SIG_IGN):  # a stop signal meanwhile would lose them (atexit)
                     write_table(self.cached, self.path)
             except (SystemFailure, DnnplanError) as err:  # the cache is a cache: the plan goes on without it
-                self.unsaved = _UNSAVED[str(self.path)] = str(err)
+                _UNSAVED[str(self.path)] = str(err)
                 if self.progress:
                     Console(stderr=True).print(
                         f"[yellow]warning:[/yellow] the kernels timed are not cached; set DNNPLAN_CACHE to a "

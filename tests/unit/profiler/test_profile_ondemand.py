@@ -136,7 +136,6 @@ def test_a_cache_that_cannot_be_written_is_said_once_and_the_plan_goes_on(tmp_pa
     blocked = tmp_path / "file"
     blocked.write_text("")
     monkeypatch.setenv("DNNPLAN_CACHE", str(blocked / "cache"))  # a folder under a file: never made
-    monkeypatch.setattr(ondemand, "_UNSAVED", {})
     r = runner.invoke(app, ["plan", "lenet5", "-p", "2", "--machine", "local", "--time-limit", "30"])
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
