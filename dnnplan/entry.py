@@ -4,6 +4,7 @@ itself (:func:`dnnplan.cli.main`, lifecycle.stops)."""
 
 import codecs
 import os
+import re
 import sys
 import unicodedata
 
@@ -28,12 +29,13 @@ def main() -> None:
 
 
 def no_zero_width() -> None:
-    """``COLUMNS`` of 0 or less is not a width (rich drew everything in no columns: an error line, the
-    answer and the help vanished, exit 2 without a word): left out, the terminal's own width is used,
-    else 80."""
+    """``COLUMNS`` (``LINES``) that is not a whole number from 1 is not a width: 0 drew everything in
+    no columns (an error line, the answer and the help vanished, exit 2 without a word), and one
+    that str.isdigit takes but int() does not ('²') ended rich's start in a traceback. Left out, the
+    terminal's own width is used, else 80."""
     for name in ("COLUMNS", "LINES"):
-        value = os.environ.get(name, "").strip()
-        if value.lstrip("-").isdigit() and int(value) <= 0:
+        value = os.environ.get(name)
+        if value is not None and not re.fullmatch(r"\s*0*[1-9][0-9]*\s*", value):
             del os.environ[name]
 
 

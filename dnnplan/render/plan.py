@@ -27,7 +27,6 @@ from planner.plan.layout_by_axis import axes_line, plan_axes
 from planner.plan.plan import Plan
 from planner.plan.plan_file import plan_to_dict
 from profiler.context import Context
-from dnnplan.render.whole_cells import whole
 
 __all__ = ["Facts", "answer", "facts", "plan_json", "plan_table", "step_context_dict", "console"]
 
@@ -95,7 +94,7 @@ def plan_table(plan: Plan) -> None:
     for lp in plan.layers:
         t.add_row(lp.name, lp.strategy.label, lp.algorithm or "-", fmt.seconds(lp.fwd_s), fmt.seconds(lp.bwd_s),
                   fmt.seconds(lp.comm_s), fmt.nbytes(lp.memory_bytes))
-    console.print(whole(t))
+    console.print(t)
     mix = ", ".join(f"{k} x{v}" for k, v in strategy_mix(plan).items())
     console.print(f"splits by dimension: {mix}")
     algorithms_table(plan)
@@ -128,7 +127,7 @@ def context_table(plan: Plan, timed: list) -> None:
         ratio = "" if c is chosen else (f"{c.step_s / chosen.step_s:.2f}x as fast" if fits
                                         else "[yellow]not comparable: it does not fit[/yellow]")
         t.add_row(name, fmt.seconds(c.step_s), fmt.seconds(c.alone_s), fmt.nbytes(c.plan.memory_peak_bytes), ratio)
-    console.print(whole(t))
+    console.print(t)
 
 
 def context_step_line(timed: list) -> None:
@@ -175,7 +174,7 @@ def algorithms_table(plan: Plan) -> None:
                    f"{fmt.nbytes(work[fastest])} of workspace: the memory limit binds")
         label = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} alike)"
         t.add_row(label, *cells, algo, why)
-    console.print(whole(t))
+    console.print(t)
 
 
 def baselines_table(plan: Plan) -> None:
@@ -199,7 +198,7 @@ def baselines_table(plan: Plan) -> None:
                       "[yellow]not comparable: the baseline does not fit[/yellow]")
             continue
         t.add_row(b.name, fmt.seconds(b.step_s), fmt.nbytes(b.memory_peak_bytes), f"{speedup(plan, b):.2f}x as fast")
-    console.print(whole(t))
+    console.print(t)
 
 
 def solver_line(plan: Plan) -> None:

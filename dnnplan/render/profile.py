@@ -16,7 +16,6 @@ from dnnplan.render import fmt
 from dnnplan.render.messages import err_console
 from dnnplan.render.tables import console
 from networks.writing import standard_stream
-from dnnplan.render.whole_cells import whole
 
 
 @contextmanager
@@ -63,7 +62,7 @@ def profile_summary(s: dict) -> None:
     for r in s["by_kernel"]:
         t.add_row(r["kernel"], r["algo"] or "-", str(r["count"]), fmt.seconds(r["seconds"]),
                   fmt.count(r["flops_per_s"]) if r["flops_per_s"] else "-")
-    console.print(whole(t))
+    console.print(t)
     peak = s["peak_flops"]
     vs = f" = {s['achieved_flops'] / peak:.0%} of the {fmt.count(peak)}FLOP/s peak" if peak else ""
     best = f"; best kernel {fmt.count(s['best_flops'])}FLOP/s" + (f" ({s['best_flops'] / peak:.0%})" if peak else "")
@@ -112,7 +111,7 @@ def comm_summary(s: dict) -> None:
                       fmt.seconds(j), f"{abs(j - m) / m:.0%}", *(("-", "-", "-") if cm is None else
                                                               (fmt.seconds(cm), fmt.seconds(cf),
                                                                f"{abs(cf - cm) / cm:.0%}")))
-    console.print(whole(t))
+    console.print(t)
     t2 = Table(title="fitted alpha-beta-gamma, per message-size regime", title_justify="left")
     for col in ("collective", "sizes", "alpha", "bandwidth 1/beta", "reduce 1/gamma", "median err", "max err"):
         t2.add_column(col, justify="left" if col in ("collective", "sizes") else "right")
@@ -128,7 +127,7 @@ def comm_summary(s: dict) -> None:
             t2.add_row(c if first else "", span, fmt.seconds(a), inv(b), inv(g),
                        f"{fit['fit_error']:.1%}" if first else "", f"{fit['max_error']:.1%}" if first else "")
             low = upto or low
-    console.print(whole(t2))
+    console.print(t2)
     console.print(f"table: {s['table']}")
 
 
@@ -148,7 +147,7 @@ def host_dispatch(got, fragment: dict, out: str | None) -> None:
         t.add_column(col, justify="left" if col == "op" else "right")
     for o in got.ops:
         t.add_row(o.name, fmt.seconds(o.mean_s), fmt.seconds(o.spread_s))
-    console.print(whole(t))
+    console.print(t)
     console.print(f"mean over the ops: {fmt.seconds(got.op_s)} an op (host.op_s)")
     if out:
         if not standard_stream(out):

@@ -13,7 +13,6 @@ from rich.table import Table
 from dnnplan.render import fmt
 from dnnplan.render.messages import err_console
 from dnnplan.render.tables import console
-from dnnplan.render.whole_cells import whole
 
 
 def sweep_table(rows: list[dict], network: str, batch: int, machine: str, pipelines: bool = False) -> None:
@@ -36,7 +35,7 @@ def sweep_table(rows: list[dict], network: str, batch: int, machine: str, pipeli
                   f"{r['efficiency']:.0%}", fmt.seconds(r["data_step_s"]) + over,
                   f"{r['data_speedup']:.2f}x", f"{r['data_efficiency']:.0%}",
                   f"{r['data_step_s'] / r['step_s']:.2f}x" if fits else "-", _mix(r))
-    console.print(whole(t))
+    console.print(t)
     _notes(notes)
     console.print("speedup and efficiency are relative to the first device count that has a plan")
     _whole_batch_only(rows, pipelines)
@@ -78,7 +77,7 @@ def compare_table(rows: list[dict], network: str, batch: int, tokens: float | No
             cells.append(fmt.seconds(r["device_s_per_step"]))
         cells += [_marks(r), _mix(r)]
         t.add_row(*cells)
-    console.print(whole(t))
+    console.print(t)
     _notes(notes)
     cheapest = "cost" if priced else "device-hours" if tokens is not None else "device-time a step"
     console.print(f"fastest: the shortest step; cheapest: the least {cheapest}")

@@ -13,7 +13,6 @@ from costmodel.step.breakdown import comm_parts, pipeline_terms, step_terms
 from dnnplan.render import fmt
 from dnnplan.render.answer import comm_line, memory_mfu_line, mfu_note, step_line
 from networks.analysis import NetworkSummary
-from dnnplan.render.whole_cells import whole
 
 #: every table and line fits this many columns (cells wrap at spaces, never cut): a terminal's
 #: width up to it, and it when piped (logs, CI)
@@ -52,7 +51,7 @@ def pipeline_table(pred, limit_bytes: float | None = None, mfu: float | None = N
         t.add_row(str(s.index), f"{s.layers[0]} .. {s.layers[1]}", str(s.ranks), fmt.seconds(s.micro.fwd_s),
                   fmt.seconds(s.micro.bwd_s), fmt.seconds(s.p2p_s), fmt.seconds(s.per_micro_s), fmt.seconds(s.once_s),
                   f"{s.kept_micro_batches:g}", fmt.nbytes(s.memory_peak_bytes))
-    console.print(whole(t))
+    console.print(t)
     console.print(step_line(pred.step_s, pipeline_terms(pred)))
     if (line := comm_line(comm_parts(pred), pred.stages[0].micro.overlap)) is not None:
         console.print(line)
@@ -73,7 +72,7 @@ def info_table(s: NetworkSummary) -> None:
         t.add_row(layer.name, layer.op, fmt.shape((s.batch, *layer.out_shape)), fmt.count(layer.num_params),
                   fmt.count(c.flops_fwd), fmt.count(c.flops_bwd), fmt.count(c.step_work), str(c.step_depth),
                   fmt.nbytes(kept))
-    console.print(whole(t))
+    console.print(t)
     console.print(f"[bold]{len(s.layers)} layers[/bold]  parameters {s.params:,}  "
                   f"MACs/sample {fmt.count(s.macs_per_sample)}  FLOPs/step {fmt.count(s.flops_fwd + s.flops_bwd)} "
                   f"(fwd {fmt.count(s.flops_fwd)}, bwd {fmt.count(s.flops_bwd)})  "
@@ -87,7 +86,7 @@ def networks_table(rows: list[dict]) -> None:
     for r in rows:
         t.add_row(r["name"], fmt.shape(r["input"]), str(r["layers"]), f"{r['params']:,}",
                   fmt.count(r["macs_per_sample"]))
-    console.print(whole(t))
+    console.print(t)
 
 
 def machine_row(m, default: bool) -> dict:
@@ -134,7 +133,7 @@ def machines_table(rows: list[dict]) -> None:
                   f"{fmt.nbytes(r['memory_bytes'])}, {_rate(r['memory_bandwidth_bytes_per_s'])}",
                   f"{fmt.seconds(r['intra']['alpha_s'])}, {_rate(r['intra']['bandwidth_bytes_per_s'])}",
                   f"{fmt.seconds(r['inter']['alpha_s'])}, {_rate(r['inter']['bandwidth_bytes_per_s'])}")
-    console.print(whole(t))
+    console.print(t)
 
 
 def machine_details(r: dict) -> None:
@@ -195,4 +194,4 @@ def layer_table(pred, title: str = "per layer") -> None:
                   fmt.seconds(e.fwd_compute_s), fmt.seconds(e.bwd_compute_s),
                   fmt.seconds(e.fwd_comm_s + e.bwd_comm_s + e.grad_sync_s),
                   fmt.seconds(x.reshard_s) + (" halo" if x.halo else ""), fmt.nbytes(e.memory.total))
-    console.print(whole(t))
+    console.print(t)
