@@ -13,8 +13,8 @@ from typer._click.globals import get_current_context  # typer >= 0.29 (pyproject
 from typer._click.core import ParameterSource
 
 from costmodel.choices.training import TrainingChoices
-from dnnplan.options import (AttentionOpt, BatchNormOpt, BucketOpt, Fp8ParamsOpt, FrameworkOpt, MoeDispatchOpt,
-                             OptimizerOpt, OverlapOpt, PrecisionOpt, SeqOpt, ZeroOpt)
+from dnnplan.options import (AttentionOpt, BatchNormOpt, BucketOpt, Fp8ParamsOpt, FrameworkOpt, GradFp32Opt,
+                             MoeDispatchOpt, OptimizerOpt, OverlapOpt, PrecisionOpt, SeqOpt, ZeroOpt)
 
 #: The flag of each training choice (costmodel.choices.training.TrainingChoices), with its default
 #: on the command line (None: the choice's own default, said in the flag's help). A command takes
@@ -31,6 +31,7 @@ CHOICE_FLAGS: dict[str, tuple[Any, Any]] = {
     "seq": (SeqOpt, None),
     "framework": (FrameworkOpt, "ideal"),
     "fp8_params": (Fp8ParamsOpt, None),
+    "grad_fp32": (GradFp32Opt, None),
 }
 
 

@@ -173,6 +173,12 @@ Fp8ParamsOpt = Annotated[Optional[bool], typer.Option(
     "current-scaling and MXFP8 recipes set): no 16-bit copy of those weights, half the bytes of their ZeRO "
     "gathers. A plan file records it "
     "(docs/costmodel.md, Precision) \\[default: off, a 16-bit weight beside its FP8 copy].", show_default=False)]
+GradFp32Opt = Annotated[Optional[bool], typer.Option(
+    "--grad-fp32/--no-grad-fp32", help="Under 16-bit weights, accumulate the gradients in a float32 buffer and "
+    "reduce them in float32 (Megatron-LM's default under --bf16, which keeps a float32 main_grad: 2 more bytes "
+    "a parameter and twice the gradient reduction's bytes) instead of in the weights' precision "
+    "(--grad-reduce-in-bf16, as Megatron-Bridge's performance recipes run). A plan file records it "
+    "(docs/costmodel.md, ZeRO) \\[default: off, the weights' precision].", show_default=False)]
 OptimizerOpt = Annotated[str, typer.Option(
     "--optimizer", help="The optimiser whose state each parameter carries: sgd (none), momentum (one value, "
     "what the executor runs) or adam (two) \\[default: adam for a network with attention, else momentum].",

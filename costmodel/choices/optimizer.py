@@ -23,7 +23,11 @@ gradient while its backward runs.
 How the framework reduces the gradients, where it differs from the weights' own precision and
 from once a step: ``reduce_bytes``, the bytes an element of the gradient has on the wire (4 where
 the reduction runs in float32 under 16-bit weights: PyTorch FSDP's ``MixedPrecision(reduce_dtype=
-torch.float32)``, Composer's ``mixed_precision: DEFAULT``; 0: the weights' own); ``reduce_each_micro``,
+torch.float32)``, Composer's ``mixed_precision: DEFAULT``; 0: the weights' own); ``grad_bytes``, the
+bytes an element of the gradient is accumulated and held in (4 where the framework keeps a float32
+gradient buffer under 16-bit weights: Megatron-Core's ``main_grad``, which Megatron-LM keeps under
+``--bf16`` unless told ``--grad-reduce-in-bf16``, megatron/training/arguments.py at d98e8a64; the
+update then reads it; 0: the weights' own); ``reduce_each_micro``,
 the reduction (reduce-scatter or allreduce) run in every micro-batch's backward rather than once a
 step after the last (FSDP without ``no_sync``, as Composer's trainer runs it: its ``no_sync`` context
 is DDP's only); None, the default, is the stage's own (:attr:`Optimizer.reduces_each_micro`): from
@@ -56,6 +60,7 @@ class Optimizer:
     reduce_bytes: int = 0  # a gradient element's bytes on the wire; 0: the weights' own (module docstring)
     reduce_each_micro: bool | None = None  # the reduction in every micro-batch's backward, not once a step; None: the stage's
     update_bytes: int = 0  # bytes a weight element's update moves; 0: the fused step's (costmodel.compute.model.update_bytes)
+    grad_bytes: int = 0  # bytes a gradient element is accumulated and held in; 0: the weights' own (module docstring)
     torch_fsdp: bool = False  # PyTorch FSDP's own kernels priced (module docstring; costmodel.layer.fsdp)
 
     def __post_init__(self):
@@ -65,6 +70,9 @@ class Optimizer:
             raise DnnplanError(f"--zero {short(self.zero)} is not a ZeRO stage", hint="use 0, 1, 2 or 3")
         if self.reduce_bytes not in (0, 2, 4):
             raise DnnplanError(f"gradient reduction of {short(self.reduce_bytes)} bytes an element",
+                               hint="use 2 (16-bit), 4 (float32) or 0 (the weights' own)")
+        if self.grad_bytes not in (0, 2, 4):
+            raise DnnplanError(f"gradients held in {short(self.grad_bytes)} bytes an element",
                                hint="use 2 (16-bit), 4 (float32) or 0 (the weights' own)")
 
     @property
@@ -85,7 +93,8 @@ class Optimizer:
 
     @property
     def label(self) -> str:
-        return self.name + (f", ZeRO-{self.zero}" if self.zero else "")
+        return self.name + (f", ZeRO-{self.zero}" if self.zero else "") + (
+            ", float32 gradients" if self.grad_bytes == 4 and self.reduce_bytes == 4 else "")
 
 
 def unfused_adamw_bytes(weight_bytes: int = 4, grad_bytes: int = 4, clip: bool = True) -> int:

@@ -23,7 +23,7 @@ from costmodel.choices.moe_dispatch import DEFAULT_MOE_DISPATCH, check_moe_dispa
 from costmodel.choices.optimizer import Optimizer
 from costmodel.choices.precision import DEFAULT_PRECISION, get_precision, is_fp8, mixed_precision, with_precision
 from networks.errors import DnnplanError, short
-from networks.ir import Network
+from networks.ir import DTYPE_BYTES, Network
 
 #: recomputation: ``auto`` the planner weighs it per layer; ``none`` no layer recomputes;
 #: ``selective`` attention's core (Korthikanti et al. 2022); ``full`` every layer of a block
@@ -67,10 +67,18 @@ def _any(value: Any) -> Any:
     return value
 
 
-def _fp8_params(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise DnnplanError(f"fp8_params takes true or false, got {short(str(value))}", hint="write true or false")
-    return value
+def _switch(name: str) -> Callable[[Any], bool]:
+    """The check of a choice that is on or off (a plan file's ``name: true``)."""
+    def check(value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise DnnplanError(f"{name} takes true or false, got {short(str(value))}", hint="write true or false")
+        return value
+    return check
+
+
+def _wide_weights(precision: str) -> bool:
+    """Whether the precision keeps the weights in 4 bytes (their gradients then are float32 anyway)."""
+    return DTYPE_BYTES.get(get_precision(precision).storage, 4) >= 4
 
 
 def choice(default: Any, check: Callable[[Any], Any] = _any, file: str = NEVER) -> Any:
@@ -110,7 +118,12 @@ class TrainingChoices:
     #: under fp8, the transformer blocks' GEMM weights kept only in FP8 and gathered in FP8
     #: (Megatron-Core's --fp8-param-gather: no 16-bit copy; costmodel.choices.precision); a plan file
     #: records it where set
-    fp8_params: bool = choice(False, _fp8_params, NOT_DEFAULT)
+    fp8_params: bool = choice(False, _switch("fp8_params"), NOT_DEFAULT)
+    #: under 16-bit weights, the gradients accumulated in a float32 buffer and reduced in float32
+    #: (Megatron-LM's default under --bf16, accumulate_allreduce_grads_in_fp32: Megatron-Core's
+    #: main_grad); off, in the weights' own precision (--grad-reduce-in-bf16, as Megatron-Bridge's
+    #: performance recipes run); a plan file records it where set
+    grad_fp32: bool = choice(False, _switch("grad_fp32"), NOT_DEFAULT)
     given: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self):
@@ -131,8 +144,10 @@ class TrainingChoices:
 
     @property
     def sharded_optimizer(self) -> Optimizer:
-        """The optimiser and its ZeRO stage, as the cost model takes them."""
-        return Optimizer(self.optimizer, self.zero)
+        """The optimiser and its ZeRO stage, as the cost model takes them: with ``grad_fp32`` under
+        16-bit weights, its gradients held and reduced in float32 (4 bytes an element)."""
+        wide = 4 if self.grad_fp32 and not _wide_weights(self.precision) else 0
+        return Optimizer(self.optimizer, self.zero, reduce_bytes=wide, grad_bytes=wide)
 
     @property
     def may_recompute(self) -> bool:
@@ -177,6 +192,9 @@ class TrainingChoices:
                               "trains as in bf16"),
                 "fp8_params": (self.fp8_params and not any(is_fp8(layer) for layer in net.layers),
                                "no layer trains in FP8 (--precision fp8 runs the transformer blocks' GEMMs in it)"),
+                "grad_fp32": (self.grad_fp32 and _wide_weights(self.precision),
+                              f"under --precision {self.precision} the weights and their gradients are float32 "
+                              "already"),
                 "moe_dispatch": ("moe" not in ops, f"{net.name} has no mixture-of-experts layer"),
                 "batch_norm": ("batchnorm2d" not in ops, f"{net.name} has no batch normalisation"),
                 "attention": ("attention" not in ops, f"{net.name} has no attention layer"),
@@ -185,6 +203,7 @@ class TrainingChoices:
                             f"{net.name} has no mixture-of-experts layer whose all-to-alls it would hide")}
         return [f"--overlap {self.overlap}: its +experts changes nothing: {why}" if name == "overlap" else
                 f"--fp8-params changes nothing: {why}" if name == "fp8_params" else
+                f"--grad-fp32 changes nothing: {why}" if name == "grad_fp32" else
                 f"--{name.replace('_', '-')} {getattr(self, name):g} changes nothing: {why}"
                 if isinstance(getattr(self, name), float) else
                 f"--{name.replace('_', '-')} {getattr(self, name)} changes nothing: {why}"

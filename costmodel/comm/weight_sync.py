@@ -76,10 +76,11 @@ def replica_sums(active, degrees: dict[str, int], wshapes: dict, itemsize: int) 
 def weight_memory(wshapes: dict, replicas: dict[str, int], itemsize: int,
                   opt: Optimizer) -> tuple[int, int, int, int, int]:
     """(weights, gradients, optimiser state, master weights, gathered transient) bytes per device,
-    each sharded over the weight's replicas from its ZeRO stage on (costmodel.choices.optimizer).
-    The gradients are held sharded only where they are reduced in every micro-batch: a stage 2 or 3
-    run that accumulates them and reduces once a step (``Optimizer.reduces_each_micro`` false,
-    PyTorch FSDP's ``no_sync``) holds them whole ("FSDP will accumulate the full model gradients
+    each sharded over the weight's replicas from its ZeRO stage on (costmodel.choices.optimizer);
+    the gradients in the bytes they are accumulated in (``Optimizer.grad_bytes``). The gradients
+    are held sharded only where they are reduced in every micro-batch: a stage 2 or 3 run that
+    accumulates them and reduces once a step (``Optimizer.reduces_each_micro`` false, PyTorch
+    FSDP's ``no_sync``) holds them whole ("FSDP will accumulate the full model gradients
     (instead of gradient shards) until the eventual sync": the ``no_sync`` docstring,
     torch/distributed/fsdp/fully_sharded_data_parallel.py)."""
     grads_sharded = opt.zero >= 2 and opt.reduces_each_micro
@@ -90,5 +91,6 @@ def weight_memory(wshapes: dict, replicas: dict[str, int], itemsize: int,
 
     whole = sum(prod(s) for s in wshapes.values()) * itemsize
     gathered = (whole if opt.zero >= 3 else 0) + (whole if grads_sharded else 0)
-    return (sharded(3, itemsize), sharded(2, itemsize, grads_sharded), sharded(1, opt.slots * max(itemsize, 4)),
+    return (sharded(3, itemsize), sharded(2, opt.grad_bytes or itemsize, grads_sharded),
+            sharded(1, opt.slots * max(itemsize, 4)),
             sharded(1, MASTER_BYTES) if itemsize < 4 else 0, gathered)

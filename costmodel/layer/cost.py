@@ -275,8 +275,12 @@ def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, com
 def _update_s(compute: ComputeModel, wshapes: dict, replicas: dict[str, int], itemsize: int, opt: Optimizer) -> float:
     """The optimiser step on each weight's local shard (from ZeRO stage 1 on, its replicas' share),
     scaled by the bytes it moves where the framework's update is not the fused step
-    (``Optimizer.update_bytes``: a memory-bound step's time goes with its bytes)."""
-    scale = opt.update_bytes / update_bytes(itemsize, opt.slots) if opt.update_bytes else 1.0
+    (``Optimizer.update_bytes``: a memory-bound step's time goes with its bytes), or reads gradients
+    held wider than the weights (``Optimizer.grad_bytes``: a float32 gradient buffer under 16-bit
+    weights, read once)."""
+    fused = update_bytes(itemsize, opt.slots)
+    wider = max(0, (opt.grad_bytes or itemsize) - itemsize)
+    scale = (opt.update_bytes or fused + wider) / fused if opt.update_bytes or wider else 1.0
     return scale * sum(compute.update_s(-(-_elems(shape) // (replicas[n] if opt.zero >= 1 else 1)), itemsize, opt.slots)
                        for n, shape in wshapes.items())
 

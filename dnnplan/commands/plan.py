@@ -101,7 +101,7 @@ def idle_pipeline_flags(net: Network, given: Callable[[str], bool], schedule: st
 
 
 @takes_choices("precision", "optimizer", "zero", "overlap", "bucket_mb", "batch_norm", "moe_dispatch", "seq",
-               "framework", "fp8_params")
+               "framework", "fp8_params", "grad_fp32")
 def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, batch: BatchOpt = None,
          machine: PlanMachineOpt = None, profile: ProfileOpt = None, memory: MemoryOpt = None, out: PlanOutOpt = None,
          solver: SolverOpt = "auto", time_limit: TimeLimitOpt = None, gap: GapOpt = None, sweep: SweepOpt = None,

@@ -58,7 +58,7 @@ as a plan (no pipeline) for `dnnplan execute`, e.g. tiny-moe -p 4 -b 8 --tensor 
 
 
 @takes_choices("precision", "optimizer", "zero", "attention", "overlap", "bucket_mb", "batch_norm", "moe_dispatch",
-               "seq", "framework", "fp8_params")
+               "seq", "framework", "fp8_params", "grad_fp32")
 def predict(click: typer.Context, network: PredictNetworkArg = None, devices: DevicesOpt = 1,
             strategy: StrategyOpt = "data", batch: BatchOpt = None, machine: MachineOpt = None, profile: ProfileOpt = None,
             choices: TrainingChoices = TrainingChoices(), tensor: TensorOpt = 1,

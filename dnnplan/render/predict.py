@@ -53,8 +53,8 @@ def convolutions_line(pred) -> None:
 
 def trained_as(ctx: Context, assumed: tuple[str, ...]) -> dict:
     """The JSON's precision and optimiser, and the flags assumed (``assumed``, as `plan --json`'s sweep lists them)."""
-    return {"precision": ctx.choices.precision, "fp8_params": ctx.choices.fp8_params, "optimizer": ctx.choices.optimizer,
-            "assumed": list(assumed)}
+    return {"precision": ctx.choices.precision, "fp8_params": ctx.choices.fp8_params,
+            "grad_fp32": ctx.choices.grad_fp32, "optimizer": ctx.choices.optimizer, "assumed": list(assumed)}
 
 
 def assumed_line(assumed: tuple[str, ...]) -> None:

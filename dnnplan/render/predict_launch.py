@@ -91,6 +91,8 @@ def layout_line(got: LaunchStep) -> str:
     recompute = config.recompute if config.recompute != "full" or config.recompute_layers is None else \
         f"full, the first {config.recompute_layers} transformer layers of each chunk"
     fp8 = " with FP8 parameters" if choices.fp8_params and choices.precision == "fp8" else ""
+    fp8 += " and float32 gradients" if fp8 and choices.sharded_optimizer.grad_bytes else \
+        " with float32 gradients" if choices.sharded_optimizer.grad_bytes else ""
     parts.append(f"{choices.precision}{fp8}, {choices.optimizer}, ZeRO-{choices.zero}, overlap {choices.overlap}, "
                  f"recomputation {recompute}" + ("" if choices.framework == DEFAULT_FRAMEWORK
                                                  else f", priced under {choices.framework}"))
@@ -116,6 +118,6 @@ def layout_json(got: LaunchStep) -> dict:
             "micro_batch_per_rank": config.micro_batch,
             "first_layers": list(plan.pipeline.first_layers) if plan.pipeline else [],
             "precision": plan.choices.precision, "fp8_params": plan.choices.fp8_params,
-            "optimizer": plan.choices.optimizer, "zero": plan.choices.zero,
+            "grad_fp32": plan.choices.grad_fp32, "optimizer": plan.choices.optimizer, "zero": plan.choices.zero,
             "overlap": plan.choices.overlap, "recompute": config.recompute,
             "recompute_layers": config.recompute_layers, "attention": plan.choices.attention or None}

@@ -93,6 +93,9 @@ def deepspeed_config(plan: Plan, net: Network) -> dict[str, Any]:
                            hint="re-plan with --precision bf16, fp16 or fp32")
     if PRECISIONS[choices.precision]:
         out[PRECISIONS[choices.precision]] = {"enabled": True}
+    if choices.sharded_optimizer.grad_bytes:
+        raise DnnplanError("float32 gradients (--grad-fp32): the JSON dnnplan writes reduces them in the weights' "
+                           "precision, as dnnplan prices a DeepSpeed run", hint="re-plan without --grad-fp32")
     out["optimizer"] = OPTIMIZERS[choices.optimizer]
     if choices.optimizer != "adam" and choices.zero:
         out["zero_allow_untested_optimizer"] = True

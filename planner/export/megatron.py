@@ -26,6 +26,9 @@ The layout (:mod:`planner.export.megatron_layout`) and recomputation
   pipeline or expert parallelism, FP16, or a tied head (``--untie-embeddings-and-output-weights``);
 - precision: ``--fp16``, ``--bf16``, FP8 as ``--bf16 --fp8-format hybrid`` (dnnplan's fp8 is BF16
   mixed precision with FP8 GEMMs); fp32 adds nothing, and tf32 (no switch of Megatron's) is refused;
+- the gradients' precision: ``--grad-reduce-in-bf16`` under BF16 and FP8 where they are priced in
+  the weights' precision (Megatron-LM's default keeps them in float32: dnnplan's ``grad_fp32``, which
+  writes nothing there), ``--accumulate-allreduce-grads-in-fp32`` under FP16 with ``grad_fp32``;
 - the optimiser: ``--optimizer adam``, or ``sgd`` (dnnplan's momentum is Megatron's SGD with its
   default ``--sgd-momentum`` 0.9; plain SGD sets it to 0);
 - overlap ``data``: ``--overlap-grad-reduce`` (and ``--overlap-param-gather`` with a sharded
@@ -46,6 +49,7 @@ vocabulary), the learning-rate schedule, checkpoints, dropout rates and biases.
 from __future__ import annotations
 
 from costmodel.calls.algorithms import attention_default, kernel_algorithm
+from costmodel.choices.training import TrainingChoices
 from costmodel.comm.overlap import EXPERTS
 from costmodel.machine.loading import load_machine
 from networks.errors import DnnplanError
@@ -88,6 +92,7 @@ def megatron_args(plan: Plan, net: Network) -> list[str]:
                                "--fp8-param-gather runs only with the distributed optimizer or FSDP",
                                hint="re-plan with --zero 1 or more, or without --fp8-params")
         out += ["--fp8-param-gather"]
+    out += gradient_args(choices)
     out += ["--optimizer", OPTIMIZERS[choices.optimizer]] + (["--sgd-momentum", "0"] if choices.optimizer == "sgd"
                                                              else [])
     out += zero_args(choices.zero)
@@ -95,6 +100,15 @@ def megatron_args(plan: Plan, net: Network) -> list[str]:
     if shape.experts:
         out += ["--moe-token-dispatcher-type", choices.moe_dispatch]
     return out + attention_args(plan, net)
+
+
+def gradient_args(choices: TrainingChoices) -> list[str]:
+    """The gradients' precision as the plan priced it: Megatron-LM accumulates and reduces them in
+    float32 under ``--bf16`` unless ``--grad-reduce-in-bf16``, and under ``--fp16`` only with
+    ``--accumulate-allreduce-grads-in-fp32`` (validate_args at d98e8a64); float32 weights need nothing."""
+    if choices.precision in ("bf16", "fp8"):
+        return [] if choices.grad_fp32 else ["--grad-reduce-in-bf16"]
+    return ["--accumulate-allreduce-grads-in-fp32"] if choices.precision == "fp16" and choices.grad_fp32 else []
 
 
 def attention_args(plan: Plan, net: Network) -> list[str]:

@@ -165,6 +165,10 @@ def torchtitan_config(plan: Plan, net: Network) -> dict[str, dict[str, Any]]:
     if choices.fp8_params and choices.precision == "fp8":
         raise DnnplanError("FP8 parameters (--fp8-params): torchtitan's float8 converter keeps each weight in its "
                            "own precision and casts it for the GEMM", hint="re-plan without --fp8-params")
+    if choices.sharded_optimizer.grad_bytes:
+        raise DnnplanError("float32 gradients (--grad-fp32): torchtitan keeps float32 weights and gradients (FSDP's "
+                           "sharded parameters, or autocast without it), which dnnplan prices as 16-bit weights "
+                           "beside float32 master weights, the same bytes", hint="re-plan without --grad-fp32")
     shape = gpt_shape(net)
     sections: dict[str, dict[str, Any]] = {
         "job": {"description": f"dnnplan plan of {plan.network_name} on {plan.devices} devices of {plan.machine}"},

@@ -12,7 +12,8 @@ What Megatron-LM's defaults and checks say, read in the same source, is kept: a 
 ``--ffn-hidden-size`` is 4 x hidden, or with ``--swiglu`` ``int(4 h 2 / 3 / 64) 64``; no
 ``--kv-channels`` hidden / heads; ``--num-query-groups`` counts only with ``--group-query-attention``
 (argument_utils.py, ``core_transformer_config_from_args``); ``--recompute-activations`` is
-``--recompute-granularity selective``; ``--sequence-parallel`` is turned off at tensor size 1;
+``--recompute-granularity selective``; ``--sequence-parallel`` is turned off at tensor size 1; under
+``--bf16`` the gradients are accumulated and reduced in float32 unless ``--grad-reduce-in-bf16``;
 ``--fp16`` and ``--bf16`` together, ``--tp-comm-overlap`` without ``--sequence-parallel``, heads or
 query groups that the tensor size does not divide (``TransformerConfig.__post_init__``), layers the
 pipeline does not split evenly, a recomputation method with selective granularity, more than one of
@@ -356,7 +357,28 @@ def training_choices(args: Args, shape: GptShape, sequence_parallel: bool, tenso
     zero, prec = zero_stage(args), precision(args)
     return TrainingChoices(precision=prec, optimizer=optimizer(args), zero=zero,
                            overlap=overlap(args, shape, sequence_parallel), moe_dispatch=dispatcher(args, shape),
-                           attention=attention(args), seq=shape.seq_length, fp8_params=fp8_params(args, prec, zero))
+                           attention=attention(args), seq=shape.seq_length, fp8_params=fp8_params(args, prec, zero),
+                           grad_fp32=grad_fp32(args, prec))
+
+
+def grad_fp32(args: Args, prec: str) -> bool:
+    """Whether the gradients are accumulated and reduced in float32 (dnnplan's ``grad_fp32``), as
+    Megatron-LM sets accumulate_allreduce_grads_in_fp32 (validate_args at d98e8a64): under --bf16
+    on, unless --grad-reduce-in-bf16; under --fp16 only with --accumulate-allreduce-grads-in-fp32;
+    float32 weights have float32 gradients."""
+    low, wide = args.get("--grad-reduce-in-bf16"), args.get("--accumulate-allreduce-grads-in-fp32")
+    if prec in ("fp32", "tf32"):
+        for name in ("--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"):
+            if args.get(name):
+                args.ignored[name] = "the weights and their gradients are float32 (no --bf16 or --fp16)"
+        return False
+    if prec == "fp16":
+        if low:
+            args.ignored["--grad-reduce-in-bf16"] = "Megatron-LM reads it under --bf16 only"
+        return bool(wide)
+    if low and wide:
+        args.ignored["--accumulate-allreduce-grads-in-fp32"] = "--grad-reduce-in-bf16 turns it off (Megatron-LM)"
+    return not low
 
 
 def fp8_params(args: Args, prec: str, zero: int) -> bool:

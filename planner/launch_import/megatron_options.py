@@ -39,7 +39,7 @@ READ = {
     "--recompute-activations": FLAG, "--recompute-modules": WORDS, "--distribute-saved-activations": FLAG,
     # precision, optimiser and its sharding
     "--fp16": FLAG, "--bf16": FLAG, "--fp8-format": TEXT, "--fp8-param-gather": FLAG, "--optimizer": TEXT,
-    "--sgd-momentum": FLOAT,
+    "--sgd-momentum": FLOAT, "--grad-reduce-in-bf16": FLAG, "--accumulate-allreduce-grads-in-fp32": FLAG,
     "--use-distributed-optimizer": FLAG, "--use-megatron-fsdp": FLAG, "--data-parallel-sharding-strategy": TEXT,
     "--use-torch-fsdp2": FLAG, "--megatron-fsdp-version": INT,
     # overlap, the MoE dispatcher, attention's kernels
@@ -105,9 +105,6 @@ IGNORED = {
         "--empty-unused-memory-level", "--tp-comm-overlap-cfg", "--no-check-for-nan-in-loss-and-grad",
         "--calculate-per-token-loss", "--attention-softmax-in-fp32", "--cross-entropy-fusion-impl",
         "--init-model-with-meta-device"),
-    "the gradients' precision in their reduction: dnnplan prices it in the weights' (Megatron-LM's default under "
-    "--bf16 is float32, accumulate_allreduce_grads_in_fp32, unless --grad-reduce-in-bf16)": (
-        "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"),
     "a model setting that does not change a step's work: dropout rates, biases, norm epsilon, rotary settings, "
     "positions (the network's own are priced)": (
         "--hidden-dropout", "--attention-dropout", "--disable-bias-linear", "--norm-epsilon", "--rotary-base",

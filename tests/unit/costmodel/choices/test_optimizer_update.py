@@ -36,3 +36,16 @@ def test_an_unfused_adamw_update_moves_its_ops_bytes():
     fused, unfused = run(Optimizer("adam", 3)), run(Optimizer("adam", 3, update_bytes=100))
     assert unfused.update_s == pytest.approx(fused.update_s * 100 / 28, rel=1e-9) and fused.update_s > 0
     assert unfused.fwd_s == fused.fwd_s and unfused.bwd_s == fused.bwd_s
+
+
+def test_a_float32_gradient_buffer_is_read_by_the_update():
+    """Megatron-LM's float32 main_grad under bf16 weights: the fused Adam step reads 4 gradient bytes
+    an element instead of 2 (28 + 2 = 30 bytes), so its memory-bound update takes 30/28 as long."""
+    strategies, _ = megatron_strategies(GPT2, 16, 2, 1, False)
+
+    def run(opt):
+        return predict_step(GPT2, 32, strategies, default_algorithms(GPT2), H100, ROOF, opt)
+
+    plain, wide = run(Optimizer("adam", 1)), run(Optimizer("adam", 1, reduce_bytes=4, grad_bytes=4))
+    assert wide.update_s == pytest.approx(plain.update_s * 30 / 28, rel=1e-9) and plain.update_s > 0
+    assert wide.fwd_s == plain.fwd_s and wide.bwd_s == plain.bwd_s

@@ -285,6 +285,26 @@ def test_megatron_fsdp_v1_runs_with_the_distributed_optimizer():
     assert both.choices.zero == alone.choices.zero == 3
 
 
+@pytest.mark.parametrize("extra, grad_fp32, ignored", [
+    ("--bf16", True, None),  # validate_args at d98e8a64: accumulate_allreduce_grads_in_fp32 under bf16
+    ("--bf16 --grad-reduce-in-bf16", False, None),
+    ("--bf16 --grad-reduce-in-bf16 --accumulate-allreduce-grads-in-fp32", False,
+     "--accumulate-allreduce-grads-in-fp32"),
+    ("--bf16 --fp8-format hybrid", True, None),
+    ("--fp16", False, None),  # under fp16 only when asked
+    ("--fp16 --accumulate-allreduce-grads-in-fp32", True, None),
+    ("--fp16 --grad-reduce-in-bf16", False, "--grad-reduce-in-bf16"),
+    ("--grad-reduce-in-bf16", False, "--grad-reduce-in-bf16"),  # float32 weights
+])
+def test_megatron_gradients_precision_is_read_as_megatron_sets_it(extra, grad_fp32, ignored):
+    """The gradients' precision as Megatron-LM derives it from --bf16, --fp16, --grad-reduce-in-bf16 and
+    --accumulate-allreduce-grads-in-fp32; an option that changes nothing listed as ignored."""
+    got = megatron.read(f"torchrun --nproc-per-node 8 pretrain_gpt.py {ARGS} {extra}\n", "run.sh")
+    assert got.choices.grad_fp32 is grad_fp32
+    assert (got.choices.sharded_optimizer.grad_bytes == 4) is grad_fp32
+    assert [i.option for i in got.ignored if "grad" in i.option] == ([ignored] if ignored else [])
+
+
 @pytest.mark.parametrize("head, says", [
     ("X=a\n" + "X=$X$X\n" * 22, "$X holds more than 100,000 characters"),  # doubled 22 times: 4 million
     (f"X={'a' * 90_000}\nY=" + "$X" * 20 + "\n", "expand to more than 1,000,000 characters"),
@@ -467,7 +487,6 @@ def test_a_variable_the_file_settles_is_read_however_it_is_written(head):
     ("--decoupled-lr 5e-4", "--decoupled-lr", "the learning-rate schedule"),
     ("--tiktoken-pattern v2", "--tiktoken-pattern", "the data and tokenizer"),
     ("--profile-step-start 4 --profile-step-end 6", "--profile-step-start", "logging"),
-    ("--grad-reduce-in-bf16", "--grad-reduce-in-bf16", "the gradients' precision in their reduction"),
     # LoggerConfig's fields (training_config.py): NVIDIA's examples/megatron_fsdp script passes --logging-level
     ("--logging-level 20 --log-memory-interval 50", "--logging-level", "logging"),
     ("--no-log-loss-scale-to-tensorboard", "--no-log-loss-scale-to-tensorboard", "logging"),
