@@ -30,7 +30,9 @@ changes, each said in one line:
   plan's predicted step is the file's;
 - **ZeRO and overlap on torchtitan**: ZeRO-1, and ZeRO-0 beside other parallelism, as FSDP keeping
   the weights gathered (ZeRO-2); overlap ``none`` as ``data``, the gradient bucket as DDP's, without
-  ``+experts``.
+  ``+experts``;
+- **the weights' bytes on torchtitan and DeepSpeed**: FP8 parameters and float32 gradients left out
+  (their files as dnnplan writes them state neither).
 
 What no such change reaches (a convolution, learned positions on torchtitan, a pipeline on
 DeepSpeed, a precision or optimiser the framework lacks) is still refused by the exporter. The plan
@@ -70,7 +72,9 @@ class Framework:
     recomputation of attention's core; ``block_recompute`` of the first transformer layers of each
     pipeline chunk (Megatron-LM's block method); ``schedules`` its pipeline schedules; ``one_kernel`` one
     attention backend of the plan's choosing (else the machine's default); ``fsdp``: ZeRO as
-    torchtitan's FSDP and DDP (no ZeRO-1, DDP alone)."""
+    torchtitan's FSDP and DDP (no ZeRO-1, DDP alone); ``weights_as_planned``: the training choices
+    that keep the weights and gradients otherwise than in the precision's own bytes (FP8 parameters,
+    float32 gradients: Megatron-LM's flags)."""
 
     name: str
     model_parallel: bool
@@ -79,10 +83,11 @@ class Framework:
     schedules: tuple[str, ...]
     one_kernel: bool
     fsdp: bool = False
+    weights_as_planned: bool = False
 
 
 FRAMEWORKS = {
-    "megatron": Framework("Megatron-LM", True, True, True, MEGATRON_SCHEDULES, True),
+    "megatron": Framework("Megatron-LM", True, True, True, MEGATRON_SCHEDULES, True, weights_as_planned=True),
     "torchtitan": Framework("torchtitan", True, False, False, ("gpipe",) + MEGATRON_SCHEDULES, False, fsdp=True),
     "deepspeed": Framework("DeepSpeed", False, False, False, (), False),
 }
@@ -313,8 +318,18 @@ def _expressible_recompute(plan: Plan, net: Network, fw: Framework) -> bool:
 
 
 def _choices(plan: Plan, layout: Layout, fw: Framework, changes: list[str]):
-    """torchtitan's ZeRO and overlap nearest the plan's (module docstring); the others' as they are."""
+    """torchtitan's ZeRO and overlap nearest the plan's, and FP8 parameters and float32 gradients
+    left out where the framework's file does not state them (module docstring); the others' as they are."""
     choices = plan.choices
+    if not fw.weights_as_planned:
+        if choices.fp8_params and choices.precision == "fp8":
+            changes.append(f"FP8 parameters as a 16-bit weight beside its FP8 copy: {fw.name}'s file keeps each "
+                           "weight in its own precision")
+            choices = choices.but(fp8_params=False)
+        if choices.sharded_optimizer.grad_bytes:
+            changes.append(f"the gradients in the weights' precision, not float32: the {fw.name} file dnnplan writes "
+                           "prices them so")
+            choices = choices.but(grad_fp32=False)
     if not fw.fsdp:
         return choices
     data = plan.stage_ranks // (layout.tensor * layout.context)

@@ -233,3 +233,23 @@ def test_a_micro_batch_the_data_ranks_cannot_share_is_named_as_such_by_the_neare
             nearest_plan(plan, net, framework, load_machine("dgx-h100"))
         assert "a micro-batch of 1 samples does not split over 4" in err.value.bare, (framework, err.value.bare)
         assert "re-plan in at most 2" in err.value.hint and "tensor, context and expert" not in err.value.hint
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "deepspeed"])
+def test_weights_kept_otherwise_become_the_precisions_own_where_the_file_states_no_such_thing(framework):
+    """FP8 parameters and float32 gradients, which torchtitan's and DeepSpeed's files as dnnplan writes
+    them do not state, are left out by the nearest plan, one line each; Megatron-LM writes both."""
+    H100 = load_machine("dgx-h100")
+    fp8 = framework == "torchtitan"  # DeepSpeed's JSON refuses fp8 itself
+    plan, net = data_plan("tiny-llama", devices=4, optimizer="adam", precision="fp8" if fp8 else "bf16", zero=3,
+                          fp8_params=fp8, grad_fp32=True, machine="dgx-h100")
+    export = torchtitan_config if framework == "torchtitan" else deepspeed_config
+    with pytest.raises(DnnplanError, match="FP8 parameters" if fp8 else "float32 gradients"):
+        export(plan, net)
+    got = nearest_plan(plan, net, framework, H100)
+    assert not got.plan.choices.grad_fp32 and not got.plan.choices.fp8_params
+    assert sum("not float32" in c for c in got.changes) == 1
+    assert sum("FP8 parameters as a 16-bit weight" in c for c in got.changes) == (1 if fp8 else 0)
+    export(got.plan, net)  # now expressible
+    kept = nearest_plan(plan, net, "megatron", H100)
+    assert kept.plan.choices.grad_fp32 and kept.plan.choices.fp8_params is fp8
