@@ -422,3 +422,17 @@ def test_a_width_of_zero_columns_is_no_width_and_cells_are_never_cut():
                              env={**os.environ, "COLUMNS": "80"}, timeout=120)
         assert got.returncode == 0 and "…" not in got.stdout, got.stdout[:2000]
         assert name in got.stdout.replace("\n", "") or name[:8] in got.stdout
+
+
+@pytest.mark.parametrize("width", ["50", "80"])
+def test_the_help_of_every_command_is_whole_however_narrow_the_terminal(width):
+    """`--help` draws its options in a panel of tables whose description cells hold long words (flag
+    names, file paths): at 80 columns `plan --help` cut '--overlap-param-gather…' and
+    '(costmodel/frameworks/…', at 50 the option names themselves ('--strate…'). Folded onto more
+    lines instead, every word is there whole."""
+    import os
+    for command in ("plan", "predict", "execute", "validate"):
+        got = subprocess.run([sys.executable, "-m", "dnnplan", command, "--help"], capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": width}, timeout=120)
+        assert got.returncode == 0 and "…" not in got.stdout, got.stdout[:3000]
+        assert f"Usage: dnnplan {command} [OPTIONS]" in got.stdout
