@@ -98,16 +98,18 @@ def read(text: str, path: str) -> LaunchConfig:
 def context_exchange(args: Args) -> None:
     """``--cp-comm-type`` (Megatron-LM's default ``p2p``: Transformer Engine's ring of keys and values,
     the exchange dnnplan prices, costmodel.comm.context) read; another (``a2a``, ``allgather``,
-    ``a2a+p2p``) refused in one line."""
+    ``a2a+p2p``) refused in one line where the sequence is split; without context parallelism any
+    is listed as ignored (no exchange runs)."""
     kinds = args.get("--cp-comm-type")
     if kinds is None:
+        return
+    if positive(args, "--context-parallel-size") == 1:
+        args.ignored["--cp-comm-type"] = "no context parallelism (--context-parallel-size 1)"
         return
     other = next((k for k in kinds if k != "p2p"), None)
     if other is not None:
         raise args.refuse("--cp-comm-type", f"{other!r}: dnnplan prices context parallelism's ring exchange (p2p)",
                           hint="write --cp-comm-type p2p, or leave it out (Megatron-LM's default)")
-    if positive(args, "--context-parallel-size") == 1:
-        args.ignored["--cp-comm-type"] = "no context parallelism (--context-parallel-size 1)"
 
 
 def training_script(command: LaunchCommand, path: str) -> str | None:

@@ -165,7 +165,8 @@ def test_pipeline_options_give_each_chunks_layers():
     ("--num-experts 4", "--moe-token-dispatcher-type", "allgather (Megatron-LM's default) is not priced"),
     ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|tLm'", "--pipeline-model-parallel-layout",
      "has 'm'"),
-    ("--cp-comm-type a2a", "--cp-comm-type", "'a2a': dnnplan prices context parallelism's ring exchange"),
+    ("--context-parallel-size 2 --cp-comm-type a2a", "--cp-comm-type",
+     "'a2a': dnnplan prices context parallelism's ring exchange"),
     ("--use-megatron-fsdp --use-distributed-optimizer --megatron-fsdp-version 2", "--use-megatron-fsdp",
      "Megatron-LM refuses it"),
     ("--use-megatron-fsdp --megatron-fsdp-version 3", "--megatron-fsdp-version", "Megatron-LM takes 1 or 2"),
@@ -493,6 +494,7 @@ def test_a_variable_the_file_settles_is_read_however_it_is_written(head):
     ("--init-model-with-meta-device", "--init-model-with-meta-device", "an implementation switch"),
     ("--apply-query-key-layer-scaling", "--apply-query-key-layer-scaling", "a model setting"),
     ("--cp-comm-type p2p", "--cp-comm-type", "no context parallelism"),
+    ("--cp-comm-type a2a", "--cp-comm-type", "no context parallelism"),  # no exchange runs: any kind is read
     ("--megatron-fsdp-version 1", "--megatron-fsdp-version", "with --use-megatron-fsdp only"),
 ])
 def test_megatron_options_that_change_no_step_are_listed_as_ignored(extra, option, reason):
