@@ -80,6 +80,8 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
         render.wrote_line(out, to, count, launch)
     else:
         render.show(text)
+    if to == "deepspeed" and not as_json and any(layer.op == "batchnorm2d" for layer in net.layers):
+        render.batch_norm_line(made.choices.batch_norm, out)
 
 
 def over_memory(plan) -> float | None:

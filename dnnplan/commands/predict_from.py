@@ -19,14 +19,16 @@ from planner.launch_import.formats import read_launch
 
 #: the parameters of `dnnplan predict` that go with --from (the file states the rest)
 WITH_FROM = ("from_", "network", "network_name", "devices", "machine", "profile", "foreign_profile", "as_json",
-             "tokens", "price", "layers")
+             "tokens", "price", "layers", "batch_norm")
 
 
 def predict_from(path: str | None, network: str | None, network_name: str | None, devices: int,
                  machine: str | None, profile: str | None, foreign_profile: bool, as_json: bool,
-                 tokens: str | None, price: float | None, layers: bool = False) -> None:
+                 tokens: str | None, price: float | None, layers: bool = False, batch_norm: str | None = None) -> None:
     """Read the launch configuration at ``path`` and print its prediction (one line for a flag that
-    the file states instead, or a network given as the positional argument)."""
+    the file states instead, or a network given as the positional argument); ``batch_norm``, how the
+    network's batch normalisation takes its statistics, which no launch file states (the script's
+    nn.BatchNorm2d or SyncBatchNorm), where given."""
     if path is None:
         raise DnnplanError("--network goes with --from FILE" if network_name else "give a network or a plan file",
                            hint="dnnplan predict NETWORK ..., or dnnplan predict --from launch.sh [--network NET]")
@@ -55,7 +57,9 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
     budget = token_budget(tokens, price)
     config = read_launch(read_text(path, "launch configuration"), path)
     got = launch_step(config, network_name, devices if "devices" in given else None, machine, profile,
-                      foreign_profile)
+                      foreign_profile, batch_norm)
+    if batch_norm is not None and not any(layer.op == "batchnorm2d" for layer in got.network.layers):
+        warn(f"--batch-norm {batch_norm} changes nothing: {got.network.name} has no batch normalisation")
     for line in crossing_lines(got.prediction, got.machine, got.plan.devices, got.network):
         warn(line)
     price = price_for(price, got.plan.machine)

@@ -130,3 +130,17 @@ def deepspeed_script(plan: Plan, plan_path: str, config: dict, source: str, laun
 
 def deepspeed_json(config: dict) -> str:
     return json.dumps(config, indent=2) + "\n"
+
+
+def batch_norm_line(batch_norm: str, out: str | None) -> None:
+    """On stderr: how the script must take batch normalisation's statistics, which DeepSpeed's JSON
+    cannot say, and how to predict the file back so (``predict --from`` takes ``sync`` unless told)."""
+    err = Console(highlight=False, soft_wrap=True, stderr=True)
+    file = out or "FILE"
+    if batch_norm == "local":
+        err.print(f"note: the plan's batch normalisation takes each rank's own statistics (nn.BatchNorm2d, unconverted "
+                  f"in the script); read it back with `dnnplan predict --from {file} --batch-norm local`",
+                  markup=False, emoji=False)
+    else:
+        err.print("note: the plan's batch normalisation syncs its statistics over the ranks: the script converts the "
+                  "model with torch.nn.SyncBatchNorm.convert_sync_batchnorm", markup=False, emoji=False)

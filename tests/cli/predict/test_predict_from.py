@@ -222,3 +222,33 @@ def test_what_the_file_is_read_as_is_said_and_a_wrong_file_is_one_line(exported,
     assert f"{cnn}: resnet50 (named by the file) is not a transformer, and the file trains one at 2048" in line, line
     line = one_error_line(runner.invoke(app, ["predict", "--from", plan]))
     assert f"{plan}: a dnnplan plan" in line and f"dnnplan predict {plan}" in line, line
+
+
+@pytest.mark.parametrize("batch_norm", ["local", "sync"])
+def test_a_deepspeed_json_comes_back_with_the_batch_normalisation_given(tmp_path, batch_norm):
+    """DeepSpeed's JSON cannot say how the script's batch normalisation takes its statistics: the
+    export says so on stderr, and `predict --from FILE --batch-norm B` reads the plan back to the
+    last digit (without it, sync)."""
+    plan, config = tmp_path / "plan.yaml", tmp_path / "ds.json"
+    made = runner.invoke(app, ["predict", "resnet18", "-p", "8", "-b", "64", "--machine", "dgx-h100", "--batch-norm",
+                               batch_norm, "--out", str(plan), "--json"])
+    assert made.exit_code == 0, made.output
+    want = json.loads(made.stdout)
+    wrote = runner.invoke(app, ["export", str(plan), "--to", "deepspeed", "--out", str(config)])
+    assert wrote.exit_code == 0, wrote.output
+    note = " ".join(wrote.stderr.split())
+    assert ("--batch-norm local" in note) if batch_norm == "local" else ("SyncBatchNorm" in note), note
+    back = runner.invoke(app, ["predict", "--from", str(config), "--network", "resnet18", "--machine", "dgx-h100",
+                               "--batch-norm", batch_norm, "--json"])
+    assert back.exit_code == 0, back.output
+    back = json.loads(back.stdout)
+    assert (back["step_s"], back["memory_allocated_bytes"]) == (want["step_s"], want["memory_peak_bytes"])
+
+
+def test_batch_normalisation_given_for_a_transformer_read_back_says_it_changes_nothing(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+                      "--num-attention-heads 4 --seq-length 32 --micro-batch-size 1 --bf16\n")
+    got = runner.invoke(app, ["predict", "--from", str(script), "--batch-norm", "local"])
+    assert got.exit_code == 0, got.output
+    assert "--batch-norm local changes nothing" in " ".join(got.stderr.split())
