@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from costmodel.step.pipeline import PipelinePrediction, StagePrediction
+from costmodel.step.pipeline import PipelinePrediction, StagePrediction, unpaired_expert_s
 from planner.pipeline import interleave
 from planner.pipeline.choice import Best, Candidate, PipelineChoice, proven_gap
 from planner.pipeline.stack import roles
@@ -46,18 +46,19 @@ def predicted(search, best) -> tuple[list, PipelinePrediction]:
         sol = solver.solve((k, rl[s]), net, search.kept(stages, s, m), search.tied(stages, s, net))
         sols.append(sol)
         layers = stack.layers(start, k, rl[s])
-        preds.append(StagePrediction(s, (layers[0].name, layers[-1].name), search.p // stages,
-                                     sol.predict(micro, search.view(stages), search.compute, search.settings),
+        one = sol.predict(micro, search.view(stages), search.compute, search.settings)
+        preds.append(StagePrediction(s, (layers[0].name, layers[-1].name), search.p // stages, one,
                                      search.p2p_s(stages, s, micro), search.kept(stages, s, m),
-                                     sol.tied_s))
+                                     sol.tied_s, unpaired_expert_s(search.schedule, stages, s, m, 1, one)))
         start += k
     pred = PipelinePrediction(stack.network.name, search.batch, search.p, m, search.schedule, tuple(preds))
     if best.chunks > 1:
         sols = list(best.solutions)
         pred = interleave.predict(stack, search.batch, search.p, stages, m, best.chunks, best.solutions,
                                   search.machine, search.compute, search.settings, step)
-    if abs(pred.step_s - step) > 1e-9 * step:
-        raise PlanMismatch(f"the pipelined step {pred.step_s!r} s differs from the search's {step!r} s")
+    searched = interleave.searched_step(pred)  # the plan's step adds +experts' all-to-alls run alone
+    if abs(searched - step) > 1e-9 * step:
+        raise PlanMismatch(f"the pipelined step {searched!r} s differs from the search's {step!r} s")
     return sols, pred
 
 

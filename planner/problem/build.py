@@ -38,7 +38,7 @@ from costmodel.parallel.shard import input_layout, output_layout, weight_layouts
 from costmodel.parallel.layout import Layout
 from costmodel.machine.model import Machine
 from costmodel.choices.optimizer import Optimizer
-from costmodel.comm.overlap import front_layers, overlapped, resolve_overlap
+from costmodel.comm.overlap import EXPERT_PURPOSES, front_layers, overlapped, resolve_overlap
 from costmodel.layer.edge_table import LayoutTable, reshard_times_ids
 from costmodel.parallel.strategy import Strategy
 from costmodel.layer.tied import head_sum_s, table_layout, tie_mismatch, ties
@@ -184,6 +184,8 @@ class Builder:
         #: asked while reshards are priced; True raises costmodel.layer.edge_table.PricingStopped (a
         #: search's deadline: pricing one large stage's edges can take longer than the whole bound)
         self.stop = None
+        #: a node's expert all-to-alls hidden under ``+experts`` (:meth:`hidden_experts`); the planning call's
+        self.hidden: dict[tuple, float] = {} if priced is None else priced.hidden
 
     def strategies(self, sig: Layer) -> tuple[Strategy, ...]:
         return candidate_strategies(sig, self.p, self.batch, self.max_model_degree, self.max_candidates)
@@ -211,11 +213,30 @@ class Builder:
         base = estimate(algos[0])
         ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a, self.machine, self.rule,
                                          self.overlap, front, memo) for a in algos[1:]]
+        for a, e in zip(algos, ests):
+            self.hidden[(sig, strat, a, consumers, saved, front, self.batch, self.optimizer, self.rule,
+                         self.overlap)] = _hidden(e)
         got = [(e.total_s, float(e.memory.persistent), float(e.memory.transient), e.grad_sync_s + e.update_s,
                 float(e.memory.activations)) for e in ests]
         if self.priced is not None:
             self.priced.estimates[key] = got
         return got
+
+    def hidden_experts(self, key: tuple, strat: Strategy, algorithm: str) -> float:
+        """The expert all-to-alls of one forward and one backward of node ``key`` (:func:`node_keys`)
+        under ``strat`` and ``algorithm`` that ``+experts`` hides under another micro-batch's
+        opposite pass (their link time less their exposed time): what a step of one micro-batch runs
+        alone (``StepPrediction.unpaired_expert_s``). 0 where nothing is hidden."""
+        if not self.overlap.experts:
+            return 0.0
+        sig, readers, saved, front = key
+        at = (sig, strat, algorithm, readers, saved, front, self.batch, self.optimizer, self.rule, self.overlap)
+        if at not in self.hidden:  # its estimates came from another builder's memo: priced once more here
+            if self.priced is not None:
+                self.priced.estimates.pop((sig, strat, algorithms(sig, self.recompute, self.machine), readers, saved,
+                                           front, self.batch, self.optimizer, self.rule, self.overlap), None)
+            self.estimates(sig, strat, algorithms(sig, self.recompute, self.machine), readers, saved, front)
+        return self.hidden[at]
 
     def micro_floor(self, key: tuple) -> float:
         """No candidate of node ``key`` (:func:`node_keys`) has per-micro-batch seconds below this,
@@ -265,6 +286,12 @@ class Builder:
         return got
 
 
+def _hidden(est: LayerEstimate) -> float:
+    """The expert all-to-alls of ``est``'s forward and backward that ``+experts`` hides (link time
+    less exposed time), as ``costmodel.comm.overlap.hidden_expert_s`` sums them over a step's layers."""
+    return sum(c.link_time - c.seconds for c in est.comms if c.purpose in EXPERT_PURPOSES and c.phase in ("fwd", "bwd"))
+
+
 def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: ComputeModel,
                   memory_limit: float | None, optimizer: Optimizer | str = "momentum", rule: str = "mpi",
                   max_model_degree: int = MAX_MODEL_DEGREE, max_candidates: int = MAX_CANDIDATES,
@@ -278,13 +305,14 @@ def build_problem(net: Network, batch: int, p: int, machine: Machine, compute: C
 
 def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool = True, weight: float = 1.0,
                kept: float | tuple[float, ...] = 1, once_weight: float = 1.0,
-               extra_once: dict | None = None, last_bucket: bool = True) -> Built:
+               extra_once: dict | None = None, last_bucket: bool = True, alone: bool = False) -> Built:
     """:func:`build_problem` on ``b``'s pricing (reusing what it priced before): the per-micro-batch
     costs ``weight`` times, the once-a-step costs ``once_weight`` times, the activations ``kept``
     times (module docstring; a tuple: each layer's own count, its chunk's under interleaving);
     ``extra_once``: layer name -> seconds once a step under a strategy, added to that layer's
     candidates (a pipeline's tied table summed between two stages); ``last_bucket``: as
-    :func:`node_keys`."""
+    :func:`node_keys`; ``alone``: the step is one micro-batch, whose expert all-to-alls ``+experts``
+    would hide under another's opposite pass run alone (:meth:`Builder.hidden_experts`, once a step)."""
     sigs = [signature(layer) for layer in net.layers]
     keys = node_keys(b, net, last_bucket)
     nodes = [node_of(b, key) for key in keys]
@@ -292,6 +320,9 @@ def build_with(b: Builder, net: Network, memory_limit: float | None, edges: bool
     cost = tuple(weighed_cost(n, weight, once_weight) for n in nodes)
     counts = kept if isinstance(kept, tuple) else (kept,) * len(nodes)  # per layer (interleaved chunks)
     memory = tuple(n.vals[:, 1] if k == 1 else n.vals[:, 1] + (k - 1) * n.vals[:, 4] for n, k in zip(nodes, counts))
+    if alone and b.overlap.experts:
+        cost = tuple(c + once_weight * np.array([b.hidden_experts(key, strat, a) for strat, a in n.candidates])
+                     for c, n, key in zip(cost, nodes, keys))
     if extra_once:
         cost = tuple(c + once_weight * np.array([extra_once[layer.name](s) for s, _ in n.candidates])
                      if layer.name in extra_once else c for c, n, layer in zip(cost, nodes, net.layers))

@@ -32,7 +32,8 @@ import uuid
 class PricedLayers:
     """What one planning call has priced: ``collectives`` (``costmodel.layer.comms.group_time``'s
     memo), ``estimates`` (``planner.problem.build.Builder.estimates``' rows by their arguments),
-    ``floors`` (``Builder.micro_floor``) and ``matrices`` (``Builder.matrices``), whatever the optimiser."""
+    ``floors`` (``Builder.micro_floor``), ``matrices`` (``Builder.matrices``) and ``hidden``
+    (``Builder.hidden_experts``), whatever the optimiser."""
 
     def __init__(self, token: str | None = None):
         #: names the planning call: a worker keeps one PricedLayers per token across its tasks
@@ -44,6 +45,8 @@ class PricedLayers:
         self.floors: dict[tuple, float] = {}
         #: (batch, ranks, candidate limits) -> the edge matrices of the builders there (``Builder.matrices``)
         self.matrices: dict[tuple, dict] = {}
+        #: a node's expert all-to-alls hidden under ``+experts`` (``Builder.hidden_experts``), by its arguments
+        self.hidden: dict[tuple, float] = {}
 
     def __reduce__(self):
         return PricedLayers, (self.token,)

@@ -307,7 +307,7 @@ def make_plan(net: Network, network_ref: str, batch: int, p: int, machine: Machi
     need, _ = min_memory(build_with(builder, net, limit, edges=False).problem)  # the nodes alone: cheap
     if need > limit * (1 + 1e-9):
         raise _infeasible(net, batch, p, machine, compute, limit, need, settings, suggest)
-    built = build_with(builder, net, limit)
+    built = build_with(builder, net, limit, alone=True)  # one micro-batch: +experts' all-to-alls run alone
     as_run, optimizer, overlap = settings.as_run, settings.choices.sharded_optimizer, settings.overlap
 
     def pricing() -> tuple[PricedBaseline, ...]:
