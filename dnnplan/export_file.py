@@ -8,7 +8,7 @@ from dnnplan.render import export as render
 from networks.errors import DnnplanError, short
 from planner.export import deepspeed as deepspeed_export, megatron as megatron_export, torchtitan as torchtitan_export
 from planner.export.deepspeed import CONFIG, DEEPSPEED_SOURCE, SCRIPT, deepspeed_config
-from planner.export.megatron import MEGATRON_SOURCE, megatron_args
+from planner.export.megatron import MEGATRON_SOURCE, environment, megatron_args
 from planner.export.nearest import nearest_plan
 from planner.export.torchtitan import TORCHTITAN_SOURCE, flavor_note, torchtitan_config
 from planner.plan.plan import Plan
@@ -61,8 +61,9 @@ def nearest_runs(to: str, made: Plan, net) -> bool:
 def megatron(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:
     """(the file's text, its JSON, what it holds, a launcher line to print after writing it)."""
     args = megatron_args(made, net)
-    return (render.launch_script(made, plan, "pretrain_gpt.py", args, MEGATRON_SOURCE), {"args": args},
-            f"{len(args)} arguments", None)
+    env = environment(args)
+    return (render.launch_script(made, plan, "pretrain_gpt.py", args, MEGATRON_SOURCE, tuple(env)),
+            {"args": args, "environment": env}, f"{len(args)} arguments", None)
 
 
 def torchtitan(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:

@@ -19,12 +19,14 @@ console = Console(highlight=False, soft_wrap=True)
 LAUNCHER = 'torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE"'
 
 
-def launch_script(plan: Plan, plan_path: str, script: str, args: list[str], source: str) -> str:
-    """The plan's prediction as a comment (when it carries one), what is left to set, and the launcher
-    with ``script`` and one flag (and its values, shell-quoted) a line, each line but the last
-    continued by a backslash."""
+def launch_script(plan: Plan, plan_path: str, script: str, args: list[str], source: str,
+                  environment: tuple[str, ...] = ()) -> str:
+    """The plan's prediction as a comment (when it carries one), what is left to set, the shell lines
+    the launch needs first (``environment``), and the launcher with ``script`` and one flag (and its
+    values, shell-quoted) a line, each line but the last continued by a backslash."""
     lines = prediction_lines(plan, plan_path, source, "option names")
     lines.append(f"# set NNODES x GPUS_PER_NODE = {plan.devices}, and add the data, tokenizer and checkpoint arguments")
+    lines += environment
     flags: list[list[str]] = []
     for arg in args:
         if arg.startswith("--") or not flags:

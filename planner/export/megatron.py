@@ -52,6 +52,7 @@ from costmodel.calls.algorithms import attention_default, kernel_algorithm
 from costmodel.choices.training import TrainingChoices
 from costmodel.comm.overlap import EXPERTS
 from costmodel.machine.loading import load_machine
+from networks.analysis import block_of
 from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.export.megatron_layout import MegatronLayout, megatron_layout
@@ -80,7 +81,7 @@ def megatron_args(plan: Plan, net: Network) -> list[str]:
     out = parallel_args(layout)
     out += ["--micro-batch-size", str(layout.micro_batch_size), "--global-batch-size", str(layout.global_batch_size),
             "--seq-length", str(shape.seq_length)]
-    out += model_args(shape)
+    out += model_args(shape) + regularisation_args(net)
     if recompute.granularity:
         out += ["--recompute-granularity", recompute.granularity]
     if recompute.method:
@@ -100,6 +101,22 @@ def megatron_args(plan: Plan, net: Network) -> list[str]:
     if shape.experts:
         out += ["--moe-token-dispatcher-type", choices.moe_dispatch]
     return out + attention_args(plan, net)
+
+
+def environment(args: list[str]) -> list[str]:
+    """The shell lines the launch needs before it, as Megatron-LM's validate_args checks them (at
+    d98e8a64, megatron/training/arguments.py): Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is
+    not 1 ("FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset"), so it is unset; tensor or
+    context parallelism without FSDP or expert overlap asserts it is 1 before Blackwell (sequence
+    parallelism's ordering of kernels on one hardware queue), so it is exported as 1, which Blackwell
+    also takes."""
+    if "--use-megatron-fsdp" in args:
+        return ["unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP asserts it is not 1"]
+    degree = {flag: int(args[args.index(flag) + 1]) for flag in ("--tensor-model-parallel-size",
+                                                                "--context-parallel-size") if flag in args}
+    if max(degree.values(), default=1) > 1 and "--overlap-moe-expert-parallel-comm" not in args:
+        return ["export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-LM asserts it under tensor or context parallelism"]
+    return []
 
 
 def gradient_args(choices: TrainingChoices) -> list[str]:
@@ -174,6 +191,20 @@ def model_args(shape: GptShape) -> list[str]:
         out += ["--position-embedding-type", "rope"]
     out += ["--max-position-embeddings", str(shape.positions or shape.seq_length)]
     return out + (["--untie-embeddings-and-output-weights"] if shape.untied else [])
+
+
+def regularisation_args(net: Network) -> list[str]:
+    """What Megatron-LM's defaults would add to a network that has none of it: biases on every
+    linear layer (``add_bias_linear`` True) and dropout of 0.1 after attention and the MLP
+    (``hidden_dropout``, ``attention_dropout``; megatron/core/transformer/transformer_config.py at
+    d98e8a64), each holding memory and time the plan did not price. A network whose transformer
+    layers' linear layers have no bias gets ``--disable-bias-linear``; one without dropout layers
+    ``--attention-dropout 0 --hidden-dropout 0``."""
+    linear = [layer for layer in net.layers if layer.op == "linear" and block_of(layer) is not None]
+    out = ["--disable-bias-linear"] if linear and not any(layer.p.get("bias") for layer in linear) else []
+    if not any(layer.op == "dropout" for layer in net.layers):
+        out += ["--attention-dropout", "0", "--hidden-dropout", "0"]
+    return out
 
 
 def precision_args(precision: str) -> list[str]:

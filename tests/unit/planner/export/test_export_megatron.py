@@ -13,7 +13,7 @@ from costmodel.calls.algorithms import with_recompute
 from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from planner.export.megatron import MEGATRON_SOURCE, megatron_args
+from planner.export.megatron import MEGATRON_SOURCE, environment, megatron_args, regularisation_args
 from planner.export.megatron_layout import MEGATRON, check_sequence
 from planner.plan.plan import Plan
 from tests.support.export_plans import swapped, uniform_plan as make
@@ -50,6 +50,7 @@ MEGATRON_FLAGS = (
     "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
     "--moe-token-dispatcher-type", "--attention-backend", "--qk-layernorm", "--moe-grouped-gemm",
     "--fp8-param-gather", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32",
+    "--disable-bias-linear", "--attention-dropout", "--hidden-dropout",
 )
 GPT2_CHUNKS = ("embed", "h3.ln1", "h6.ln1", "h9.ln1")  # gpt2's 12 transformer layers, 3 a chunk
 
@@ -270,3 +271,29 @@ def test_the_nearest_layout_is_sequence_parallel_only_with_tensor_parallelism():
     assert str(Layout(1, 4, 1, True)) == "tensor 1, context 4, expert 1"
     assert str(Layout(2, 1, 1, True)) == "tensor 2, context 1, expert 1 (sequence-parallel)"
     assert not Layout(1, 4, 1, True).sequence_parallel
+
+
+@pytest.mark.parametrize("kw, line", [
+    (dict(tensor=2, sp=True, zero=1), "export CUDA_DEVICE_MAX_CONNECTIONS=1"),  # validate_args asserts 1 before SM 10
+    (dict(tensor=2, sp=True, zero=3), "unset CUDA_DEVICE_MAX_CONNECTIONS"),  # Megatron-FSDP asserts it is not 1
+    (dict(zero=1), None),  # data parallelism alone: nothing asserted
+])
+def test_the_launch_sets_the_connections_megatron_asserts(kw, line):
+    """megatron/training/arguments.py validate_args at d98e8a64: 'FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1
+    or unset', and under tensor or context parallelism without FSDP 'require setting the environment variable
+    CUDA_DEVICE_MAX_CONNECTIONS to 1'; the script sets it so before the launcher, and reads back."""
+    plan, net = make("tiny-llama", devices=4, optimizer="adam", precision="bf16", machine="dgx-h100", **kw)
+    env = environment(megatron_args(plan, net))
+    assert [e.split("  #")[0] for e in env] == ([line] if line else [])
+
+
+
+@pytest.mark.parametrize("name, bias, dropout", [("llama3-8b", False, False), ("tiny-gqa", True, False),
+                                                 ("gpt2", True, True)])
+def test_biases_and_dropout_the_network_lacks_are_turned_off(name, bias, dropout):
+    """Megatron-LM adds biases to every linear layer and 0.1 dropout unless told otherwise
+    (transformer_config.py at d98e8a64): a network without them is exported with them off."""
+    net = load_network(name)
+    args = regularisation_args(net)
+    assert ("--disable-bias-linear" in args) is not bias
+    assert (args[-4:] == ["--attention-dropout", "0", "--hidden-dropout", "0"]) is not dropout
