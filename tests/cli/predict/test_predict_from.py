@@ -74,7 +74,8 @@ def test_the_summary_says_what_was_read_and_what_was_ignored(exported, tmp_path)
     assert "tiny-gqa" in out and "on 4 devices (torchrun --nnodes 1 x --nproc-per-node 4) of dgx-a100" in out
     assert "layout: tensor 2; context 1; expert 1; data 2" in out and "allocated at the peak" in out
     assert "model FLOP utilisation" in out and "dominated by " in out
-    assert "ignored, not changing the prediction (4): --max-position-embeddings" in out
+    # the file's dropout settings (the network has none) beside --max-position-embeddings, and the three added
+    assert "ignored, not changing the prediction (6): --max-position-embeddings, --attention-dropout" in out
     assert "--lr (the learning-rate schedule" in out and "--data-path, --tokenizer-type (the data" in out
 
 
