@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from costmodel.step.pipeline import PipelinePrediction, StagePrediction, unpaired_expert_s
+from costmodel.step.pipeline import PipelinePrediction, StagePrediction, kept_micro_batches, unpaired_expert_s
 from planner.pipeline import interleave
 from planner.pipeline.choice import Best, Candidate, PipelineChoice, proven_gap
 from planner.pipeline.stack import roles
@@ -47,8 +47,11 @@ def predicted(search, best) -> tuple[list, PipelinePrediction]:
         sols.append(sol)
         layers = stack.layers(start, k, rl[s])
         one = sol.predict(micro, search.view(stages), search.compute, search.settings)
+        # the micro-batches the stage holds (a middle stage's solve holds the most any middle stage does,
+        # so one solution serves them all: the plan states each stage's own, as `dnnplan predict` does)
         preds.append(StagePrediction(s, (layers[0].name, layers[-1].name), search.p // stages, one,
-                                     search.p2p_s(stages, s, micro), search.kept(stages, s, m),
+                                     search.p2p_s(stages, s, micro),
+                                     kept_micro_batches(search.schedule, stages, s, m),
                                      sol.tied_s, unpaired_expert_s(search.schedule, stages, s, m, 1, one)))
         start += k
     pred = PipelinePrediction(stack.network.name, search.batch, search.p, m, search.schedule, tuple(preds))
