@@ -1,8 +1,8 @@
-"""A plan states what its prediction gives. `+experts` overlap planned: the expert all-to-alls that no other micro-batch's opposite pass
-hides (a step of one micro-batch; a pipeline's warm-up and cool-down) are in the plan's step, as
-`dnnplan predict PLAN` prices them. Planned without them, the whole batch ended in an internal
-error (the solver's objective 3.04 s against the plan's 3.65 s) and a pipelined plan stated a step
-1.5% under its own prediction."""
+"""A plan states the step and memory its prediction gives (`dnnplan predict PLAN`). Under `+experts`
+overlap, the expert all-to-alls no other micro-batch's opposite pass hides (a step of one
+micro-batch; a pipeline's warm-up and cool-down) are in the plan's step: planned without them, the
+whole batch ended in an internal error (the solver's objective 3.04 s against the plan's 3.65 s)
+and a pipelined plan stated a step 1.5% under its own prediction."""
 
 from __future__ import annotations
 
