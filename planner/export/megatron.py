@@ -232,8 +232,18 @@ def overlap_args(overlap: str, layout: MegatronLayout, zero: int, full_recompute
     out = []
     if base in ("data", "all"):
         out += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if zero else [])
-    if base == "all" and layout.tensor > 1 and layout.sequence_parallel:
+    if base == "all" and layout.tensor > 1:
+        if not layout.sequence_parallel:  # validate_args at d98e8a64: tp_comm_overlap needs sequence_parallel
+            raise DnnplanError("overlap all hides the tensor-parallel collectives under their GEMMs, which Megatron-LM "
+                               "runs (--tp-comm-overlap) only with --sequence-parallel; read back, the file would be "
+                               "priced as overlap data", hint="re-plan with --sequence-parallel or --overlap data, or "
+                                                               "export with --nearest")
         out += ["--tp-comm-overlap"]
-    if mode.endswith(EXPERTS) and layout.expert > 1 and not full_recompute:
+    if mode.endswith(EXPERTS) and layout.expert > 1:
+        if full_recompute:  # transformer_config.py at d98e8a64: "disable full recomputation when enabling ..."
+            raise DnnplanError("overlap +experts with full recomputation: Megatron-LM's "
+                               "--overlap-moe-expert-parallel-comm does not run with it; read back, the expert "
+                               "all-to-alls would be priced exposed",
+                               hint="re-plan without +experts, or without full recomputation")
         out += ["--overlap-moe-expert-parallel-comm"]
     return out

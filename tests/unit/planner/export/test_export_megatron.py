@@ -163,7 +163,9 @@ def test_overlap_gathers_only_with_a_sharded_optimizer():
     assert "--overlap-grad-reduce" in plain and "--overlap-param-gather" not in plain
     assert "--overlap-param-gather" in megatron_args(*make("gpt-tiny", overlap="data", zero=1))
     assert "--tp-comm-overlap" in megatron_args(*make("gpt-tiny", tensor=2, sp=True, overlap="all"))
-    assert "--tp-comm-overlap" not in megatron_args(*make("gpt-tiny", tensor=2, overlap="all"))  # needs SP
+    with pytest.raises(DnnplanError, match="only with --sequence-parallel"):  # --tp-comm-overlap needs SP
+        megatron_args(*make("gpt-tiny", tensor=2, overlap="all"))
+    assert "--tp-comm-overlap" not in megatron_args(*make("gpt-tiny", overlap="all"))  # nothing to overlap at tensor 1
     assert "--overlap-grad-reduce" not in megatron_args(*make("gpt-tiny", overlap="none"))
 
 
@@ -297,3 +299,13 @@ def test_biases_and_dropout_the_network_lacks_are_turned_off(name, bias, dropout
     args = regularisation_args(net)
     assert ("--disable-bias-linear" in args) is not bias
     assert (args[-4:] == ["--attention-dropout", "0", "--hidden-dropout", "0"]) is not dropout
+
+
+def test_expert_overlap_with_full_recomputation_is_refused():
+    """transformer_config.py at d98e8a64: 'disable full recomputation when enabling
+    overlap_moe_expert_parallel_comm'; the plan priced the all-to-alls hidden, so it is refused, not
+    written without the overlap."""
+    with pytest.raises(DnnplanError, match="overlap \\+experts with full recomputation"):
+        megatron_args(*make("tiny-moe", devices=4, expert=2, recompute="full", overlap="data+experts"))
+    assert "--overlap-moe-expert-parallel-comm" in megatron_args(*make("tiny-moe", devices=4, expert=2,
+                                                                       overlap="data+experts"))

@@ -253,3 +253,15 @@ def test_weights_kept_otherwise_become_the_precisions_own_where_the_file_states_
     export(got.plan, net)  # now expressible
     kept = nearest_plan(plan, net, "megatron", H100)
     assert kept.plan.choices.grad_fp32 and kept.plan.choices.fp8_params is fp8
+
+
+def test_tensor_overlap_without_sequence_parallelism_is_refused_and_becomes_data_overlap():
+    """Megatron-LM overlaps the tensor-parallel collectives (--tp-comm-overlap) only under sequence
+    parallelism: a plan priced with them hidden is refused, and its nearest plan overlaps the data's."""
+    plan, net = uniform_plan("tiny-llama", devices=4, tensor=2, optimizer="adam", precision="bf16", zero=1,
+                             overlap="all", machine="dgx-h100")
+    with pytest.raises(DnnplanError, match="only with --sequence-parallel"):
+        megatron_args(plan, net)
+    got = nearest_plan(plan, net, "megatron", load_machine("dgx-h100"))
+    assert got.plan.choices.overlap == "data" and "overlap data, where the plan's is all" in got.changes[0]
+    assert "--tp-comm-overlap" not in megatron_args(got.plan, net)
