@@ -339,8 +339,10 @@ def _choices(plan: Plan, layout: Layout, fw: Framework, changes: list[str]):
     if not fw.fsdp:
         return choices
     data = plan.stage_ranks // (layout.tensor * layout.context)
-    if choices.zero == 1 or (choices.zero == 0 and 1 < data != plan.devices):
+    experts_unsharded = choices.zero == 0 and (layout.context * layout.tensor) % layout.expert
+    if choices.zero == 1 or (choices.zero == 0 and 1 < data != plan.devices) or experts_unsharded:
         why = "shards the optimiser state only with the weights" if choices.zero else \
+            "splits the experts over FSDP's shard dimension" if experts_unsharded else \
             "runs DDP without other parallelism"
         changes.append(f"ZeRO-{choices.zero} as FSDP keeping the weights gathered from the forward to the backward "
                        f"(ZeRO-2): torchtitan {why}")

@@ -239,6 +239,11 @@ def parallelism_section(plan: Plan, net: Network, layout: MegatronLayout, zero: 
         if layout.data > 1 and layout.data != plan.devices:
             raise DnnplanError(f"ZeRO-0 over {layout.data} of {plan.devices} devices: torchtitan's DDP runs without "
                                "other parallelism (llama3/infra/parallelize.py)", hint="re-plan with --zero 3")
+        if (layout.context * layout.tensor) % layout.expert:
+            raise DnnplanError(f"ZeRO-0 with expert degree {layout.expert}: torchtitan's expert parallelism splits "
+                               "FSDP's shard dimension (torchtitan/distributed/parallel_dims.py at v0.2.2: efsdp = "
+                               "shard x context x tensor / (expert tensor x expert)), which DDP does not have",
+                               hint="re-plan with --zero 3, or export with --nearest")
         out.update(data_parallel_replicate_degree=layout.data, data_parallel_shard_degree=1)
     elif zero in RESHARD:
         out.update(data_parallel_replicate_degree=1, data_parallel_shard_degree=layout.data,

@@ -265,3 +265,16 @@ def test_tensor_overlap_without_sequence_parallelism_is_refused_and_becomes_data
     got = nearest_plan(plan, net, "megatron", load_machine("dgx-h100"))
     assert got.plan.choices.overlap == "data" and "overlap data, where the plan's is all" in got.changes[0]
     assert "--tp-comm-overlap" not in megatron_args(got.plan, net)
+
+
+def test_experts_under_ddp_on_torchtitan_are_refused_and_become_fsdp():
+    """torchtitan v0.2.2 splits the experts over FSDP's shard dimension (parallel_dims.py: efsdp =
+    shard x context x tensor / (expert tensor x expert)): under DDP an expert degree over context x
+    tensor has nothing to split, and its own reader refused the file the export wrote."""
+    plan, net = uniform_plan("qwen3-30b-a3b", devices=8, expert=8, optimizer="adam", precision="bf16", zero=0,
+                             machine="dgx-h100")
+    with pytest.raises(DnnplanError, match="splits FSDP's shard dimension"):
+        torchtitan_config(plan, net)
+    got = nearest_plan(plan, net, "torchtitan", load_machine("dgx-h100"))
+    assert got.plan.choices.zero == 2 and "splits the experts over FSDP's shard dimension" in got.changes[-1]
+    torchtitan_config(got.plan, net)
