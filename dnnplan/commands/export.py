@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from costmodel.choices.training import DEFAULT_FRAMEWORK
 from costmodel.machine.loading import load_machine
 from dnnplan.export_file import check_framework, exported
 from dnnplan.options import ExportJsonOpt, ExportOutOpt, ExportToOpt, ForceOpt, NearestOpt, PlanArg
@@ -82,6 +83,8 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
         render.show(text)
     if to == "deepspeed" and not as_json and any(layer.op == "batchnorm2d" for layer in net.layers):
         render.batch_norm_line(made.choices.batch_norm, out)
+    if to == "deepspeed" and out and not as_json and made.choices.framework != DEFAULT_FRAMEWORK:
+        render.framework_line(made.choices.framework, out)  # the JSON has no dnnplan line to name it
 
 
 def over_memory(plan) -> float | None:

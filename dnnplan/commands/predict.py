@@ -97,7 +97,8 @@ def predict(click: typer.Context, network: PredictNetworkArg = None, devices: De
     budget = token_budget(tokens, price)
     if from_ is not None or network is None or network_name is not None:
         return predict_from(from_, network, network_name, devices, machine, profile, foreign_profile, as_json,
-                            tokens, price, layers, choices.batch_norm if "batch_norm" in choices.given else None)
+                            tokens, price, layers, choices.batch_norm if "batch_norm" in choices.given else None,
+                            choices.framework if "framework" in choices.given else None)
 
     def train(net, batch: int, devices: int, step_s: float):  # the budget's time and cost at the step
         return None if budget is None else train_time(step_s, tokens_per_step(net, batch), devices, budget, price)

@@ -3,6 +3,8 @@ call (executor.session.predict_launch), render (dnnplan.render.predict_launch)."
 
 from __future__ import annotations
 
+import dataclasses
+
 from typer._click.core import ParameterSource  # typer >= 0.29 (pyproject) carries its own click
 from typer._click.globals import get_current_context
 
@@ -19,16 +21,18 @@ from planner.launch_import.formats import read_launch
 
 #: the parameters of `dnnplan predict` that go with --from (the file states the rest)
 WITH_FROM = ("from_", "network", "network_name", "devices", "machine", "profile", "foreign_profile", "as_json",
-             "tokens", "price", "layers", "batch_norm")
+             "tokens", "price", "layers", "batch_norm", "framework")
 
 
 def predict_from(path: str | None, network: str | None, network_name: str | None, devices: int,
                  machine: str | None, profile: str | None, foreign_profile: bool, as_json: bool,
-                 tokens: str | None, price: float | None, layers: bool = False, batch_norm: str | None = None) -> None:
+                 tokens: str | None, price: float | None, layers: bool = False, batch_norm: str | None = None,
+                 framework: str | None = None) -> None:
     """Read the launch configuration at ``path`` and print its prediction (one line for a flag that
     the file states instead, or a network given as the positional argument); ``batch_norm``, how the
     network's batch normalisation takes its statistics, which no launch file states (the script's
-    nn.BatchNorm2d or SyncBatchNorm), where given."""
+    nn.BatchNorm2d or SyncBatchNorm), where given; ``framework``, the framework whose step is priced
+    where the file names none (a dnnplan line names the one it was planned under)."""
     if path is None:
         raise DnnplanError("--network goes with --from FILE" if network_name else "give a network or a plan file",
                            hint="dnnplan predict NETWORK ..., or dnnplan predict --from launch.sh [--network NET]")
@@ -36,13 +40,9 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
         raise DnnplanError(f"{short(network)} and --from: with --from the network is --network's",
                            hint=f"write --network {short(network)}")
     given = _given()
-    if "framework" in given or "runtime" in given:
-        flag = given.get("framework") or given["runtime"]
-        raise DnnplanError(f"{flag} with --from: the file's layout is priced under the framework its dnnplan line "
-                           "names, else the default framework (ideal)",
-                           file=path,
-                           hint="for a framework's kernels, host and memory, predict the network with the layout's "
-                                "flags: dnnplan predict NETWORK --framework F ...")
+    if "runtime" in given:
+        raise DnnplanError(f"{given['runtime']} with --from: name the framework with --framework", file=path,
+                           hint="write --framework F")
     if "out" in given:
         raise DnnplanError("--out with --from: predict --from writes no plan", file=path,
                            hint="plan the network with `dnnplan plan NETWORK ... --out PLAN.yaml`, or predict the "
@@ -56,6 +56,13 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
                            hint="edit the file, or predict without --from")
     budget = token_budget(tokens, price)
     config = read_launch(read_text(path, "launch configuration"), path)
+    if framework is not None:
+        header = config.written_for
+        if header is not None and header.framework and header.framework != framework:
+            raise DnnplanError(f"--framework {framework} with --from: the file's dnnplan line prices it under "
+                               f"{header.framework}", file=path,
+                               hint="leave --framework out, or edit the file's dnnplan line")
+        config = dataclasses.replace(config, choices=config.choices.but(framework=framework))
     got = launch_step(config, network_name, devices if "devices" in given else None, machine, profile,
                       foreign_profile, batch_norm)
     if batch_norm is not None and not any(layer.op == "batchnorm2d" for layer in got.network.layers):

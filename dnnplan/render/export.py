@@ -146,3 +146,11 @@ def batch_norm_line(batch_norm: str, out: str | None) -> None:
     else:
         err.print("note: the plan's batch normalisation syncs its statistics over the ranks: the script converts the "
                   "model with torch.nn.SyncBatchNorm.convert_sync_batchnorm", markup=False, emoji=False)
+
+
+def framework_line(framework: str, out: str) -> None:
+    """On stderr: the framework the plan was priced under, which a JSON file cannot name (a script's
+    dnnplan line does), and how to read the file back under it."""
+    Console(highlight=False, soft_wrap=True, stderr=True).print(
+        f"note: the plan is priced under the {framework} framework, which the JSON cannot name; read it back with "
+        f"`dnnplan predict --from {out} --framework {framework}`", markup=False, emoji=False)

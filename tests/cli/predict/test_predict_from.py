@@ -86,10 +86,7 @@ def test_mistakes_are_one_line(exported, tmp_path):
     for args, words in [
         (["--from", str(unstated)], "the world size is not stated: torchrun's --nnodes uses $NNODES"),
         (["--from", script, "-p", "4", "--tensor", "2"], "--tensor with --from: the file states it"),
-        # neither is stated by a file: said as what they are
-        (["--from", script, "-p", "4", "--framework", "pytorch"], "--framework with --from: the file's layout is "
-                                                                  "priced under the framework its dnnplan line "
-                                                                  "names, else the default framework (ideal)"),
+        # not stated by a file: said as what it is
         (["--from", script, "-p", "4", "--step-context"], "--step-context with --from: it prices a plan file as "
                                                           "`dnnplan execute` runs it on this machine"),
         (["--from", script, "-p", "4", "--out", str(tmp_path / "p.yaml")], "--out with --from: predict --from "
@@ -253,3 +250,22 @@ def test_batch_normalisation_given_for_a_transformer_read_back_says_it_changes_n
     got = runner.invoke(app, ["predict", "--from", str(script), "--batch-norm", "local"])
     assert got.exit_code == 0, got.output
     assert "--batch-norm local changes nothing" in " ".join(got.stderr.split())
+
+
+
+def test_a_file_naming_no_framework_is_priced_under_the_one_given(exported, tmp_path):
+    """--framework with --from prices a file whose dnnplan line names none (a user's own launch, a
+    DeepSpeed JSON) under that framework; one naming another is one line."""
+    plan, script = exported["tensor"]
+    ideal, eager = predicted(["--from", script, "-p", "4"]), predicted(["--from", script, "-p", "4", "--framework",
+                                                                        "pytorch"])
+    assert eager["step_s"] > ideal["step_s"]  # eager PyTorch's launches and kernels, where ideal's host is free
+    under = tmp_path / "megatron.yaml"
+    made = runner.invoke(app, ["predict", "tiny-gqa", "-p", "4", "-b", "8", "--tensor", "2", "--sequence-parallel",
+                               "--machine", "dgx-a100", "--precision", "bf16", "--framework", "megatron",
+                               "--out", str(under)])
+    assert made.exit_code == 0, made.output
+    written = tmp_path / "megatron.sh"
+    assert runner.invoke(app, ["export", str(under), "--to", "megatron", "--out", str(written)]).exit_code == 0
+    line = one_error_line(runner.invoke(app, ["predict", "--from", str(written), "--framework", "pytorch"]))
+    assert "--framework pytorch with --from: the file's dnnplan line prices it under megatron" in line
