@@ -284,9 +284,11 @@ def check_options(megatron: bool, strategy: str, out: str | None, force: bool, s
         check_outputs({"--out": out}, force, reads)  # --force alone: said to change nothing
         return
     if pipeline > 1 or micro_batches > 1 or step != "layers":
+        given = [flag for flag, on in (("--pipeline", pipeline > 1), ("--micro-batches", micro_batches > 1),
+                                       ("--framework", step != "layers")) if on]
         raise DnnplanError("--out writes a plan without pipeline or micro-batches, of a framework that runs "
-                           "layer by layer", hint="drop --pipeline, --micro-batches and a ZeRO-3 --framework, or plan a pipeline with "
-                                "`dnnplan plan --pipeline S --out FILE`")
+                           "layer by layer", hint=f"drop {' and '.join(given)}, or plan it with `dnnplan plan "
+                                                  "--pipeline S --micro-batches M --out FILE`")
     check_outputs({"--out": out}, force, reads)
 
 

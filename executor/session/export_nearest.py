@@ -43,7 +43,8 @@ def nearest_export(plan: Plan, net: Network, framework: str) -> NearestExport:
                            f"device, over {machine.name}'s {limit / gib:.2f} GiB (the plan's: "
                            f"{before.memory_peak_bytes / gib:.2f} GiB): it would not run",
                            hint=f"plan a layout {framework} runs as it is, one every transformer layer shares "
-                           "(`dnnplan predict NETWORK --tensor T --pipeline S ... --out PLAN.yaml`), or more devices")
+                           "(`dnnplan predict NETWORK --tensor T ... --out PLAN.yaml` without a pipeline, `dnnplan "
+                           "plan NETWORK --pipeline S ... --out PLAN.yaml` with one), or more devices")
     made = dataclasses.replace(got.plan, step_s=after.step_s, memory_peak_bytes=int(after.memory_peak_bytes))
     return NearestExport(made, got.changes, before, after)
 

@@ -232,5 +232,5 @@ def micro_hint(batch: int, micro_batches: int, ranks: int, what: str = "devices"
     if batch % ranks:
         return f"re-plan with a batch a multiple of the {ranks} {what}"
     return (f"the plan accumulates {micro_batches} micro-batches of {batch // micro_batches}: re-plan in at most "
-            f"{batch // ranks} (`dnnplan predict NETWORK ... --micro-batches K --out PLAN.yaml`, {batch} / K a "
-            f"multiple of {ranks})")
+            f"{batch // ranks} (`dnnplan plan NETWORK ... --pipeline 1 --micro-batches K --out PLAN.yaml`, "
+            f"{batch} / K a multiple of {ranks})")

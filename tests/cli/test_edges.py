@@ -436,3 +436,16 @@ def test_the_help_of_every_command_is_whole_however_narrow_the_terminal(width):
                              env={**os.environ, "COLUMNS": width}, timeout=120)
         assert got.returncode == 0 and "…" not in got.stdout, got.stdout[:3000]
         assert f"Usage: dnnplan {command} [OPTIONS]" in got.stdout
+
+
+def test_a_plan_out_refusal_names_the_flags_given_and_a_command_that_writes_such_a_plan():
+    """`predict --out` with micro-batches alone named 'a ZeRO-3 --framework' no one gave; the command it
+    points at writes the plan (`plan --pipeline 1 --micro-batches M`: gradient accumulation)."""
+    from typer.testing import CliRunner
+    from dnnplan.cli import app
+    got = CliRunner().invoke(app, ["predict", "tiny-llama", "-p", "4", "-b", "16", "--micro-batches", "4", "--out",
+                                   "x.yaml"])
+    line = " ".join(got.output.split())
+    assert got.exit_code == 2 and "(drop --micro-batches, or plan it with `dnnplan plan --pipeline S " \
+        "--micro-batches M --out FILE`)" in line, line
+    assert "--framework" not in line

@@ -200,6 +200,7 @@ def test_a_micro_batch_that_does_not_split_says_how_to_replan():
     assert micro_hint(36, 1, 8) == "re-plan with a batch a multiple of the 8 devices"
     hint = micro_hint(64, 64, 8, "data-parallel ranks")
     assert "accumulates 64 micro-batches of 1: re-plan in at most 8" in hint and "64 / K a multiple of 8" in hint
+    assert "`dnnplan plan NETWORK ... --pipeline 1 --micro-batches K --out PLAN.yaml`" in hint  # a command that writes it
 
 
 def test_a_cnns_nearest_on_deepspeed_runs_the_convolutions_the_file_read_back_runs():
