@@ -213,9 +213,10 @@ class Builder:
         base = estimate(algos[0])
         ests = [base] + [derive_estimate(base, sig, strat, self.batch, self.compute, a, self.machine, self.rule,
                                          self.overlap, front, memo) for a in algos[1:]]
-        for a, e in zip(algos, ests):
-            self.hidden[(sig, strat, a, consumers, saved, front, self.batch, self.optimizer, self.rule,
-                         self.overlap)] = _hidden(e)
+        if self.overlap.experts:  # the all-to-alls one micro-batch runs alone (hidden_experts)
+            for a, e in zip(algos, ests):
+                self.hidden[(sig, strat, a, consumers, saved, front, self.batch, self.optimizer, self.rule,
+                             self.overlap)] = _hidden(e)
         got = [(e.total_s, float(e.memory.persistent), float(e.memory.transient), e.grad_sync_s + e.update_s,
                 float(e.memory.activations)) for e in ests]
         if self.priced is not None:
@@ -226,17 +227,13 @@ class Builder:
         """The expert all-to-alls of one forward and one backward of node ``key`` (:func:`node_keys`)
         under ``strat`` and ``algorithm`` that ``+experts`` hides under another micro-batch's
         opposite pass (their link time less their exposed time): what a step of one micro-batch runs
-        alone (``StepPrediction.unpaired_expert_s``). 0 where nothing is hidden."""
+        alone (``StepPrediction.unpaired_expert_s``). 0 where nothing is hidden. Recorded by
+        :meth:`estimates` when the node was priced, in the same planning call's ``priced`` as its rows."""
         if not self.overlap.experts:
             return 0.0
         sig, readers, saved, front = key
-        at = (sig, strat, algorithm, readers, saved, front, self.batch, self.optimizer, self.rule, self.overlap)
-        if at not in self.hidden:  # its estimates came from another builder's memo: priced once more here
-            if self.priced is not None:
-                self.priced.estimates.pop((sig, strat, algorithms(sig, self.recompute, self.machine), readers, saved,
-                                           front, self.batch, self.optimizer, self.rule, self.overlap), None)
-            self.estimates(sig, strat, algorithms(sig, self.recompute, self.machine), readers, saved, front)
-        return self.hidden[at]
+        return self.hidden[(sig, strat, algorithm, readers, saved, front, self.batch, self.optimizer, self.rule,
+                            self.overlap)]
 
     def micro_floor(self, key: tuple) -> float:
         """No candidate of node ``key`` (:func:`node_keys`) has per-micro-batch seconds below this,
