@@ -7,7 +7,7 @@ import shlex
 
 from dnnplan.render import fmt
 from dnnplan.render.console import Console
-from dnnplan.render.messages import warn
+from dnnplan.render.messages import err_console as err, warn
 from costmodel.choices.training import DEFAULT_FRAMEWORK
 from planner.export.exported_header import header_line
 from planner.plan.plan import Plan
@@ -40,7 +40,6 @@ def launch_script(plan: Plan, plan_path: str, script: str, args: list[str], sour
 def nearest_lines(near) -> None:
     """On stderr (the file goes to stdout): each change `--nearest` made, and both plans' predicted
     step and memory a device."""
-    err = Console(highlight=False, soft_wrap=True, stderr=True)
     count = len(near.changes)
     err.print(f"nearest plan the framework runs ({count} change{'' if count == 1 else 's'}):", markup=False,
               emoji=False)
@@ -137,7 +136,6 @@ def deepspeed_json(config: dict) -> str:
 def batch_norm_line(batch_norm: str, out: str | None) -> None:
     """On stderr: how the script must take batch normalisation's statistics, which DeepSpeed's JSON
     cannot say, and how to predict the file back so (``predict --from`` takes ``sync`` unless told)."""
-    err = Console(highlight=False, soft_wrap=True, stderr=True)
     file = out or "FILE"
     if batch_norm == "local":
         err.print(f"note: the plan's batch normalisation takes each rank's own statistics (nn.BatchNorm2d, unconverted "
@@ -151,6 +149,6 @@ def batch_norm_line(batch_norm: str, out: str | None) -> None:
 def framework_line(framework: str, out: str) -> None:
     """On stderr: the framework the plan was priced under, which a JSON file cannot name (a script's
     dnnplan line does), and how to read the file back under it."""
-    Console(highlight=False, soft_wrap=True, stderr=True).print(
+    err.print(
         f"note: the plan is priced under the {framework} framework, which the JSON cannot name; read it back with "
         f"`dnnplan predict --from {out} --framework {framework}`", markup=False, emoji=False)
