@@ -56,18 +56,19 @@ def predict_from(path: str | None, network: str | None, network_name: str | None
                            hint="edit the file, or predict without --from")
     budget = token_budget(tokens, price)
     config = read_launch(read_text(path, "launch configuration"), path)
-    if framework is not None:
-        header = config.written_for
-        if header is not None and header.framework and header.framework != framework:
-            raise DnnplanError(f"--framework {framework} with --from: the file's dnnplan line prices it under "
-                               f"{header.framework}", file=path,
-                               hint="leave --framework out, or edit the file's dnnplan line")
-        config = dataclasses.replace(config, choices=config.choices.but(framework=framework))
+    header = config.written_for
+    if framework is not None and header is not None and header.framework and header.framework != framework:
+        raise DnnplanError(f"--framework {framework} with --from: the file's dnnplan line prices it under "
+                           f"{header.framework}", file=path,
+                           hint="leave --framework out, or edit the file's dnnplan line")
+    # what no launch file states, as given: the choices the file's are priced with, each said where idle
+    named = {k: v for k, v in (("batch_norm", batch_norm), ("framework", framework)) if v is not None}
+    choices = config.choices.but(**named, given=config.choices.given | set(named))
+    config = dataclasses.replace(config, choices=choices)
     got = launch_step(config, network_name, devices if "devices" in given else None, machine, profile,
-                      foreign_profile, batch_norm)
-    if batch_norm is not None and not any(layer.op == "batchnorm2d" for layer in got.network.layers):
-        warn(f"--batch-norm {batch_norm} changes nothing: {got.network.name} has no batch normalisation")
-    for line in crossing_lines(got.prediction, got.machine, got.plan.devices, got.network):
+                      foreign_profile)
+    for line in (*choices.idle(got.network), *crossing_lines(got.prediction, got.machine, got.plan.devices,
+                                                             got.network)):
         warn(line)
     price = price_for(price, got.plan.machine)
     train = None if budget is None else train_time(got.prediction.step_s, tokens_per_step(got.network, got.plan.batch),

@@ -52,10 +52,9 @@ class LaunchStep:
 
 
 def launch_step(config: LaunchConfig, network: str | None, devices: int | None, machine: str | None,
-                profile: str | None = None, foreign_ok: bool = False, batch_norm: str | None = None) -> LaunchStep:
+                profile: str | None = None, foreign_ok: bool = False) -> LaunchStep:
     """``config`` predicted on ``network`` (``--network``; None: the file's, or the zoo network of the
-    shape it states), ``devices`` (``--devices``; None: the launcher's) and ``machine``, its batch
-    normalisation's statistics ``batch_norm`` where given (no launch file states them); one line
+    shape it states), ``devices`` (``--devices``; None: the launcher's) and ``machine``; one line
     naming the file for a world size given twice differently or not at all, or a network that does
     not match the file."""
     ref = network_ref(config, network)
@@ -70,7 +69,7 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     count = world_size(config, devices)
     if config.framework == "deepspeed":
         config = with_world_size(config, count)
-    choices = config.choices if batch_norm is None else config.choices.but(batch_norm=batch_norm)
+    choices = config.choices
     if header is not None and header.framework and "framework" not in choices.given:
         choices = choices.but(framework=header.framework)
     own_seq = _own_seq(ref)
