@@ -330,8 +330,8 @@ def _choices(plan: Plan, layout: Layout, fw: Framework, changes: list[str]):
             changes.append(f"the gradients in the weights' precision, not float32: the {fw.name} file dnnplan writes "
                            "prices them so")
             choices = choices.but(grad_fp32=False)
-    mode, _, bucket = choices.overlap.partition(BUCKET_MARK)
-    if fw.name == "Megatron-LM" and mode.removesuffix(EXPERTS) == "all" and layout.tensor > 1 \
+    # Megatron-LM's alone: torchtitan's tensor parallelism is sequence-parallel here (_strategies), DeepSpeed has none
+    if choices.overlap.partition(BUCKET_MARK)[0].removesuffix(EXPERTS) == "all" and layout.tensor > 1 \
             and not layout.sequence_parallel:
         changes.append("overlap data, where the plan's is all: Megatron-LM overlaps the tensor-parallel collectives "
                        "with their GEMMs (--tp-comm-overlap) only under sequence parallelism")
