@@ -202,8 +202,7 @@ class TrainingChoices:
                 "overlap": ("+experts" in self.overlap and "moe" not in ops,
                             f"{net.name} has no mixture-of-experts layer whose all-to-alls it would hide")}
         return [f"--overlap {self.overlap}: its +experts changes nothing: {why}" if name == "overlap" else
-                f"--fp8-params changes nothing: {why}" if name == "fp8_params" else
-                f"--grad-fp32 changes nothing: {why}" if name == "grad_fp32" else
+                f"--{name.replace('_', '-')} changes nothing: {why}" if isinstance(getattr(self, name), bool) else
                 f"--{name.replace('_', '-')} {getattr(self, name):g} changes nothing: {why}"
                 if isinstance(getattr(self, name), float) else
                 f"--{name.replace('_', '-')} {getattr(self, name)} changes nothing: {why}"

@@ -57,9 +57,7 @@ def _fold(objects: Iterable) -> None:
                 _fold(column.cells)
         elif isinstance(obj, (Panel, Padding)):
             _fold((obj.renderable,))
-        elif isinstance(obj, Group):
-            _fold(obj.renderables)
-        elif isinstance(obj, Columns):
+        elif isinstance(obj, (Group, Columns)):
             _fold(obj.renderables)
         elif isinstance(obj, Text):
             obj.overflow = "fold"

@@ -90,10 +90,10 @@ def layout_line(got: LaunchStep) -> str:
                  f"global batch {plan.batch}")
     recompute = config.recompute if config.recompute != "full" or config.recompute_layers is None else \
         f"full, the first {config.recompute_layers} transformer layers of each chunk"
-    fp8 = " with FP8 parameters" if choices.fp8_params and choices.precision == "fp8" else ""
-    fp8 += " and float32 gradients" if fp8 and choices.sharded_optimizer.grad_bytes else \
-        " with float32 gradients" if choices.sharded_optimizer.grad_bytes else ""
-    parts.append(f"{choices.precision}{fp8}, {choices.optimizer}, ZeRO-{choices.zero}, overlap {choices.overlap}, "
+    kept = [what for what, on in (("FP8 parameters", choices.fp8_params and choices.precision == "fp8"),
+                                  ("float32 gradients", choices.sharded_optimizer.grad_bytes)) if on]
+    kept_as = f" with {' and '.join(kept)}" if kept else ""
+    parts.append(f"{choices.precision}{kept_as}, {choices.optimizer}, ZeRO-{choices.zero}, overlap {choices.overlap}, "
                  f"recomputation {recompute}" + ("" if choices.framework == DEFAULT_FRAMEWORK
                                                  else f", priced under {choices.framework}"))
     return "; ".join(parts)
