@@ -9,7 +9,7 @@ from networks.errors import DnnplanError, short
 from planner.export import deepspeed as deepspeed_export, megatron as megatron_export, torchtitan as torchtitan_export
 from planner.export.deepspeed import CONFIG, DEEPSPEED_SOURCE, SCRIPT, deepspeed_config
 from planner.export.megatron import MEGATRON_SOURCE, environment, megatron_args
-from planner.export.nearest import nearest_plan
+from planner.export.nearest import layouts_weighed, nearest_plan
 from planner.export.torchtitan import TORCHTITAN_SOURCE, flavor_note, torchtitan_config
 from planner.plan.plan import Plan
 
@@ -48,14 +48,19 @@ def exported(to: str, made: Plan, net, plan: str, out: str | None) -> tuple[str,
 
 
 def nearest_runs(to: str, made: Plan, net) -> bool:
-    """Whether ``--nearest`` would write ``made`` for framework ``to``: its nearest plan (unpriced)
-    is one the exporter writes, so a refusal may point to it."""
-    try:
-        got = nearest_plan(made, net, to, load_machine(made.machine))
-        exported(to, got.plan, net, "", None)
-    except DnnplanError:
-        return False
-    return bool(got.changes)
+    """Whether ``--nearest`` may write ``made`` for framework ``to``: one of its nearest plans
+    (unpriced, one a layout weighed) is one the exporter writes, so a refusal may point to it."""
+    machine = load_machine(made.machine)
+    for weighed in layouts_weighed(made, net, to):
+        for outside in (False, True):
+            try:
+                got = nearest_plan(made, net, to, machine, weighed, outside)
+                exported(to, got.plan, net, "", None)
+            except DnnplanError:
+                continue
+            if got.changes:
+                return True
+    return False
 
 
 def megatron(made: Plan, net, plan: str, out: str | None) -> tuple[str, dict, str, str | None]:

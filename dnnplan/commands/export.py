@@ -38,10 +38,10 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     degree differs (a per-layer hybrid), a stage cut inside a transformer layer, a schedule,
     recomputation, precision, optimiser or ZeRO stage the framework lacks; DeepSpeed's tensor and
     pipeline parallelism are set in the training script, not its JSON (docs/export.md). With
-    --nearest, such a plan is made into the closest one the framework runs (the layout most
-    transformer layers take on every layer, the framework's recomputation, schedule and ZeRO), each
-    change said on stderr with both plans' predicted step and memory; what no change reaches is
-    still refused.
+    --nearest, such a plan is made into the closest one the framework runs (one layout on every
+    layer: the one most transformer layers take, or another their layers take in part where it is
+    faster and fits; the framework's recomputation, schedule and ZeRO), each change said on stderr
+    with both plans' predicted step and memory; what no change reaches is still refused.
 
     Tiny-GQA on 4 GPUs, tensor 2 with sequence parallelism: dnnplan predict tiny-gqa -p 4 -b 8 --tensor 2
     --sequence-parallel --machine dgx-a100 --out plan.yaml, then dnnplan export plan.yaml --to megatron.
@@ -57,7 +57,7 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     near = None
     try:
         if nearest:
-            near = nearest_export(made, net, to)
+            near = nearest_export(made, net, to, lambda made: exported(to, made, net, plan, out))
             made = near.plan if near.changes else as_priced_now(made, net)
         else:
             made = as_priced_now(made, net)  # the header's step as the plan is priced now (an edited file's)

@@ -1,19 +1,29 @@
 """What `dnnplan export --nearest` does, as one library call: the nearest plan the framework can run
 (planner.export.nearest) and both plans priced now as `dnnplan predict PLAN.yaml` prices a plan
-(executor.session.predict.predict_plan), the nearest one carrying its own prediction."""
+(executor.session.predict.predict_plan), the nearest one carrying its own prediction.
+
+Where the plan's transformer layers take more than one layout in part (attention splitting the
+sequence, the MLPs their weights), each layout weighed (:func:`planner.export.nearest.layouts_weighed`)
+makes a nearest plan, and the fastest of those that fit the device's memory and that the framework's
+file writes is the one exported (Llama 3 70B on 256 H100s: attention's context 4 on every layer
+needs 116 GiB a device under Megatron-LM, the MLPs' tensor 4 with sequence parallelism fits);
+where none fits, the one of least memory is named. A plan whose own layout every layer takes keeps
+it (only its ZeRO stage, schedule or recomputation may change): no other layout is weighed."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 from costmodel.machine.loading import load_machine
 from costmodel.step.pipeline import PipelinePrediction
 from costmodel.step.prediction import StepPrediction
 from executor.session.predict import predict_plan
 from networks.errors import DnnplanError
+from networks import durations
 from networks.ir import Network
-from planner.export.nearest import nearest_plan
+from planner.export.nearest import Nearest, layouts_weighed, nearest_plan
 from planner.plan.plan import Plan
 from profiler import context
 
@@ -29,24 +39,61 @@ class NearestExport:
     nearest: StepPrediction | PipelinePrediction | None = None
 
 
-def nearest_export(plan: Plan, net: Network, framework: str) -> NearestExport:
-    """``plan`` of ``net`` made expressible in ``framework`` (planner.export.nearest) and priced."""
+def nearest_export(plan: Plan, net: Network, framework: str,
+                   writes: Callable[[Plan], object] = lambda plan: None) -> NearestExport:
+    """``plan`` of ``net`` made expressible in ``framework`` (planner.export.nearest) and priced: of
+    the layouts weighed, the fastest nearest plan that fits the device's memory (module docstring);
+    ``writes(plan)``: raises :class:`DnnplanError` where the framework's file cannot state a nearest
+    plan (another layout's may be written). The most common layout's refusal is the one raised
+    where no layout gives a plan."""
     machine = load_machine(plan.machine)
-    got = nearest_plan(plan, net, framework, machine)
-    if not got.changes:
-        return NearestExport(plan, ())
-    before, after = priced(plan, net), priced(got.plan, net)
-    limit = machine.device.mem_capacity_bytes
-    if after.memory_peak_bytes > limit * (1 + 1e-9) >= before.memory_peak_bytes:
-        gib = 2.0 ** 30
-        raise DnnplanError(f"the nearest plan {framework} runs needs {after.memory_peak_bytes / gib:.2f} GiB a "
-                           f"device, over {machine.name}'s {limit / gib:.2f} GiB (the plan's: "
-                           f"{before.memory_peak_bytes / gib:.2f} GiB): it would not run",
-                           hint=f"plan a layout {framework} runs as it is, one every transformer layer shares "
-                           "(`dnnplan predict NETWORK --tensor T ... --out PLAN.yaml` without a pipeline, `dnnplan "
-                           "plan NETWORK --pipeline S ... --out PLAN.yaml` with one), or more devices")
-    made = dataclasses.replace(got.plan, step_s=after.step_s, memory_peak_bytes=int(after.memory_peak_bytes))
-    return NearestExport(made, got.changes, before, after)
+    made: list[Nearest] = []
+    refused: DnnplanError | None = None
+    for weighed in layouts_weighed(plan, net, framework):
+        for outside in (False, True):  # the loss's recomputation dropped, or its memory saved in the layers
+            try:
+                got = nearest_plan(plan, net, framework, machine, weighed, outside)
+                if not got.changes:  # the plan runs as it is
+                    return NearestExport(plan, ())
+                writes(got.plan)
+            except DnnplanError as err:
+                refused = refused or err
+                continue
+            if all(got.plan != other.plan for other in made):
+                made.append(got)
+        if made and not made[0].relaid:  # the plan's own layout runs on every layer: kept, no other weighed
+            break
+    if not made:
+        raise refused
+    before = priced(plan, net)
+    after = [priced(got.plan, net) for got in made]
+    limit = machine.device.mem_capacity_bytes * (1 + 1e-9)
+    fits = [i for i, a in enumerate(after) if a.memory_peak_bytes <= limit]
+    if not fits and before.memory_peak_bytes <= limit:
+        least = min(range(len(made)), key=lambda i: after[i].memory_peak_bytes)
+        raise over_memory(framework, machine, after[least].memory_peak_bytes, before.memory_peak_bytes, len(made))
+    best = min(fits or range(len(made)), key=lambda i: (after[i].step_s, i))
+    changes = made[best].changes
+    if len(made) > 1:
+        changes += (f"{len(made)} nearest plans weighed, each one layout on every layer: this one the fastest that "
+                    f"{'fits' if fits else 'runs'} ({durations.seconds(after[best].step_s, 4)} a step)",)
+    chosen = dataclasses.replace(made[best].plan, step_s=after[best].step_s,
+                                 memory_peak_bytes=int(after[best].memory_peak_bytes))
+    return NearestExport(chosen, changes, before, after[best])
+
+
+def over_memory(framework: str, machine, need: float, planned: float, weighed: int) -> DnnplanError:
+    """The refusal of a nearest plan over the device's memory where the plan fits (``need``: the
+    least any of the ``weighed`` layouts' nearest plans needs)."""
+    gib = 2.0 ** 30
+    which = f"the nearest plan {framework} runs needs" if weighed == 1 else \
+        f"each of the {weighed} nearest plans {framework} runs (a layout on every layer) needs at least"
+    return DnnplanError(f"{which} {need / gib:.2f} GiB a device, over {machine.name}'s "
+                        f"{machine.device.mem_capacity_bytes / gib:.2f} GiB (the plan's: {planned / gib:.2f} GiB): "
+                        "it would not run",
+                        hint=f"plan a layout {framework} runs as it is, one every transformer layer shares "
+                        "(`dnnplan predict NETWORK --tensor T ... --out PLAN.yaml` without a pipeline, `dnnplan "
+                        "plan NETWORK --pipeline S ... --out PLAN.yaml` with one), or more devices")
 
 
 def priced(plan: Plan, net: Network) -> StepPrediction | PipelinePrediction:

@@ -55,6 +55,7 @@ from costmodel.machine.loading import load_machine
 from networks.analysis import block_of
 from networks.errors import DnnplanError
 from networks.ir import Network
+from networks.ops.attention import qkv_bias
 from planner.export.megatron_layout import MegatronLayout, megatron_layout
 from planner.export.megatron_model import GptShape, gpt_shape
 from planner.export.megatron_recompute import megatron_recompute
@@ -198,10 +199,13 @@ def regularisation_args(net: Network) -> list[str]:
     linear layer (``add_bias_linear`` True) and dropout of 0.1 after attention and the MLP
     (``hidden_dropout``, ``attention_dropout``; megatron/core/transformer/transformer_config.py at
     d98e8a64), each holding memory and time the plan did not price. A network whose transformer
-    layers' linear layers have no bias gets ``--disable-bias-linear``; one without dropout layers
-    ``--attention-dropout 0 --hidden-dropout 0``."""
+    layers' linear layers have no bias gets ``--disable-bias-linear``, and ``--add-qkv-bias`` where its
+    attention keeps biases on the query, key and value projections alone (``add_qkv_bias``, the same
+    file: Qwen2's layers); one without dropout layers ``--attention-dropout 0 --hidden-dropout 0``."""
     linear = [layer for layer in net.layers if layer.op == "linear" and block_of(layer) is not None]
     out = ["--disable-bias-linear"] if linear and not any(layer.p.get("bias") for layer in linear) else []
+    if out and any(qkv_bias(layer.p) for layer in net.layers if layer.op == "attention"):
+        out.append("--add-qkv-bias")
     if not any(layer.op == "dropout" for layer in net.layers):
         out += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     return out

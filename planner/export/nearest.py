@@ -5,11 +5,15 @@ optimiser (:mod:`planner.export.megatron_layout`, :mod:`planner.export.torchtita
 :mod:`planner.export.deepspeed`); a plan the exporter refuses is made expressible by the fewest
 changes, each said in one line:
 
-- **the layout**: every layer under the layout most of the transformer layers take (the tensor and
-  context degrees of their attention, the expert degree of their mixture of experts, sequence
-  parallelism), as :func:`costmodel.frameworks.megatron.megatron_strategies` splits each layer under
-  it (refused where the framework cannot split the sequence under it:
-  :func:`planner.export.megatron_layout.check_sequence`); DeepSpeed's JSON states data parallelism
+- **the layout**: every layer under one layout, as :func:`costmodel.frameworks.megatron.megatron_strategies`
+  splits each layer under it (refused where the framework cannot split the sequence under it:
+  :func:`planner.export.megatron_layout.check_sequence`): by default the layout most of the
+  transformer layers take (the tensor and context degrees of their attention, the expert degree
+  of their mixture of experts, sequence parallelism); :func:`layouts_weighed` lists it and the
+  others a transformer layer of the plan takes in part (a plan whose attention splits the sequence
+  and whose MLPs split their weights: Llama 3 70B on 256 H100s, context 4 on attention and tensor 4
+  on the MLPs, whose attention layout on every layer needs 116 GiB a device under Megatron-LM),
+  for the caller to price (executor.session.export_nearest); DeepSpeed's JSON states data parallelism
   only, so there the most common layout must be data-parallel, every layer then split over the
   samples; torchtitan's tensor parallelism adds sequence parallelism; a micro-batch the layout's
   data-parallel ranks cannot share is refused as the exporter refuses it;
@@ -23,7 +27,9 @@ changes, each said in one line:
   the first layers of each chunk (Megatron-LM's block method), as many first transformer layers of
   each chunk whole as the most any chunk recomputes part of; else every transformer layer whole
   (full): the plan recomputed to save memory, and the same count of a uniform stack's transformer
-  layers recomputed whole saves at least as much;
+  layers recomputed whole saves at least as much; a plan recomputing only layers outside the
+  transformer layers (the loss) recomputes none, or every transformer layer whole for the memory
+  they saved (``outside``: both are priced by the caller, executor.session.export_nearest);
 - **the kernels**: Megatron-LM runs one attention backend, the most common of the plan's; torchtitan
   and DeepSpeed the machine's default; every convolution the default algorithm, which a file read
   back runs (no framework's file names one: :mod:`planner.export.attention_kernel`), so the nearest
@@ -124,26 +130,33 @@ class Nearest:
 
     plan: Plan
     changes: tuple[str, ...]
+    #: some layer was split otherwise than the plan splits it (its layout not every layer's)
+    relaid: bool = False
 
 
-def nearest_plan(plan: Plan, net: Network, framework: str, machine: Machine) -> Nearest:
+def nearest_plan(plan: Plan, net: Network, framework: str, machine: Machine,
+                 layout: Weighed | None = None, outside: bool = False) -> Nearest:
     """The plan closest to ``plan`` of ``net`` that ``framework`` (megatron, torchtitan, deepspeed)
-    can express (module docstring); ``machine``: the plan's, for its default attention kernel."""
+    can express (module docstring); ``machine``: the plan's, for its default attention kernel;
+    ``layout``: one of :func:`layouts_weighed` on every layer (None: the most common);
+    ``outside``: the memory of layers recomputed outside the transformer layers (the loss) saved by
+    recomputing every transformer layer whole (else none is recomputed)."""
     fw = FRAMEWORKS[framework]
     if fw.model_parallel:
         gpt_layers(net, TARGETS[framework])  # not a transformer the framework's model holds: nothing near it either
     changes: list[str] = []
     pipeline = _pipeline(plan, net, fw, changes)
     plan = dataclasses.replace(plan, pipeline=pipeline)
-    strategies, layout = _strategies(plan, net, fw, TARGETS.get(framework), changes)
-    algorithms = _algorithms(plan, net, fw, machine, changes)
+    strategies, layout = _strategies(plan, net, fw, TARGETS.get(framework), changes, layout)
+    algorithms = _algorithms(plan, net, fw, machine, changes, outside)
     choices = _choices(plan, layout, fw, changes)
     layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
                    for layer in net.layers)
     if not changes:
         return Nearest(plan, ())
+    relaid = any(strategies[layer.name] != plan.strategies()[layer.name] for layer in net.layers)
     return Nearest(dataclasses.replace(plan, layers=layers, choices=choices, baselines=(),
-                                       solver={**plan.solver, "nearest": framework}), tuple(changes))
+                                       solver={**plan.solver, "nearest": framework}), tuple(changes), relaid)
 
 
 def block_layouts(plan: Plan, net: Network) -> dict[str, Layout]:
@@ -175,11 +188,60 @@ def most_common_layout(plan: Plan, net: Network) -> tuple[Layout, int, int]:
     return layout, count, len(layouts)
 
 
+@dataclass(frozen=True)
+class Weighed:
+    """A layout the nearest plan may run on every layer, and whose it is, in words (``that of 80 of
+    the 80 transformer layers``)."""
+
+    layout: Layout
+    whose: str
+
+
+#: the most layouts :func:`layouts_weighed` lists (each is priced: a pipelined 70B plan in about 0.4 s)
+MOST_WEIGHED = 8
+
+
+def layouts_weighed(plan: Plan, net: Network, framework: str) -> tuple[Weighed, ...]:
+    """The layouts the nearest plan may take on every layer, the most common first (the default,
+    :func:`nearest_plan`), then the others some transformer layer takes in part: each pairing of
+    a tensor degree and a context degree that one of its layers takes, with its expert
+    degree and sequence parallelism, most layers first, at most :data:`MOST_WEIGHED`. A framework
+    whose file states data parallelism only (DeepSpeed) weighs the most common alone."""
+    most, count, blocks = most_common_layout(plan, net)
+    first = Weighed(most, f"that of {count} of the {blocks} transformer layers")
+    if not blocks or not FRAMEWORKS[framework].model_parallel:
+        return (first,)
+    strategies = plan.strategies()
+    degrees: dict[str, tuple[set[int], set[int], list[bool]]] = {}
+    for layer in net.layers:
+        block = block_of(layer)
+        if block is not None:
+            tensors, contexts, sp = degrees.setdefault(block, (set(), set(), [False]))
+            strategy = strategies[layer.name]
+            tensors.add(degree(strategy, TENSOR))
+            if not strategy.seq_scatter:  # a sequence-parallel layer's split of the sequence is no context
+                contexts.add(degree(strategy, CONTEXT))
+            sp[0] = sp[0] or strategy.seq_scatter  # its MLP's, where its attention runs tensor 1
+    taken: Counter = Counter()
+    for block, own in block_layouts(plan, net).items():
+        tensors, contexts, sp = degrees[block]
+        taken.update({Layout(t, c, own.expert, sp[0]) for t in tensors for c in contexts or {own.context}
+                      if plan.stage_ranks % (t * c) == 0})
+    others = sorted((layout for layout in taken if layout != most),
+                    key=lambda x: (-taken[x], x.tensor, x.context, x.expert))
+    return (first,) + tuple(Weighed(layout, f"one that {taken[layout]} of the {blocks} transformer layers take in part")
+                            for layout in others[:MOST_WEIGHED - 1])
+
+
 def _strategies(plan: Plan, net: Network, fw: Framework, target: Target | None,
-                changes: list[str]) -> tuple[dict[str, Strategy], Layout]:
-    """Every layer under the most common layout (module docstring), and that layout; one line where
-    ``target`` (the framework's transformer model) cannot split the sequence under it."""
+                changes: list[str], weighed: Weighed | None = None) -> tuple[dict[str, Strategy], Layout]:
+    """Every layer under ``weighed``'s layout, else the most common (module docstring), and that
+    layout; one line where ``target`` (the framework's transformer model) cannot split the sequence
+    under it."""
     layout, count, blocks = most_common_layout(plan, net)
+    whose = f"that of {count} of the {blocks} transformer layers"
+    if weighed is not None:
+        layout, whose = weighed.layout, weighed.whose
     ranks, micro = plan.stage_ranks, plan.micro_batch
     if not fw.model_parallel and layout != Layout():
         raise DnnplanError(f"{count} of the {blocks} transformer layers run {layout}: {fw.name}'s configuration "
@@ -208,7 +270,7 @@ def _strategies(plan: Plan, net: Network, fw: Framework, target: Target | None,
     moved = [layer.name for layer in net.layers if plan.strategies()[layer.name] != want[layer.name]]
     if moved:
         transformer = any(layer.op == "attention" for layer in net.layers)  # a CNN's blocks are no transformer layers
-        which = f"{layout} (that of {count} of the {blocks} transformer layers)" if blocks and transformer else \
+        which = f"{layout} ({whose})" if blocks and transformer else \
             "data parallelism (the network has no transformer layers)"
         changes.append(f"one layout on every layer, {which}: {len(moved)} layers split otherwise before, the first "
                        f"{moved[0]}")
@@ -253,8 +315,11 @@ def _pipeline(plan: Plan, net: Network, fw: Framework, changes: list[str]):
     return dataclasses.replace(pipe, first_layers=firsts, schedule=schedule)
 
 
-def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, changes: list[str]) -> dict[str, str]:
-    """The attention kernel and recomputation the framework states nearest the plan's (module docstring)."""
+def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, changes: list[str],
+                outside: bool = False) -> dict[str, str]:
+    """The attention kernel and recomputation the framework states nearest the plan's (module
+    docstring); a plan recomputing layers outside the transformer layers alone (the loss) recomputes
+    none, or, ``outside``, every transformer layer whole for the memory they saved."""
     algorithms = plan.algorithms()
     attention = [layer for layer in net.layers if layer.op == "attention"]
     default = attention_default(machine)
@@ -286,10 +351,16 @@ def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, chang
     chunks = _chunks(plan, net)
     # the most transformer layers any chunk recomputes part of: as many first ones of each chunk, whole
     first = max(sum(any(name in names for name in layers_of[b]) for b in chunk) for chunk in chunks)
+    if first == 0 and not outside:  # only layers outside the transformer layers (the loss): none it states
+        which = f"{len(names)} layers outside the transformer layers (the first {recomputed[0].name})" \
+            if len(names) > 1 else f"{recomputed[0].name}, outside the transformer layers"
+        changes.append(f"no recomputation, where the plan recomputed {which}: {fw.name} recomputes transformer "
+                       "layers only")
+        return out
     mlp = [layer for layer in recomputed if block_of(layer) is not None and layer.op not in ATTENTION_SIDE]
     if fw.selective and not whole and not mlp and any(layer.op == "attention" for layer in recomputed):
         wanted, what = {layer.name for layer in attention}, "attention's core on every transformer layer (selective)"
-    elif fw.block_recompute and first < max(map(len, chunks)):
+    elif fw.block_recompute and 0 < first < max(map(len, chunks)):
         wanted = {name for chunk in chunks for b in chunk[:first] for name in layers_of[b]}
         what = ("the first transformer layer" if first == 1 else f"the first {first} transformer layers") \
             + (" of each pipeline chunk" if len(chunks) > 1 else "") + " whole (full, block)"

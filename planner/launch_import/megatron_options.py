@@ -107,7 +107,8 @@ IGNORED = {
         "--init-model-with-meta-device"),
     "a model setting that does not change a step's work: dropout rates, biases, norm epsilon, rotary settings, "
     "positions (the network's own are priced)": (
-        "--hidden-dropout", "--attention-dropout", "--disable-bias-linear", "--norm-epsilon", "--rotary-base",
+        "--hidden-dropout", "--attention-dropout", "--disable-bias-linear", "--add-qkv-bias", "--norm-epsilon",
+        "--rotary-base",
         "--rotary-percent", "--use-rope-scaling", "--apply-layernorm-1p", "--qk-layernorm",
         "--max-position-embeddings", "--no-position-embedding", "--apply-query-key-layer-scaling"),
     "routing's losses and the router's settings: dnnplan prices dropless top-k routing": (

@@ -50,7 +50,7 @@ MEGATRON_FLAGS = (
     "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
     "--moe-token-dispatcher-type", "--attention-backend", "--qk-layernorm", "--moe-grouped-gemm",
     "--fp8-param-gather", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32",
-    "--disable-bias-linear", "--attention-dropout", "--hidden-dropout",
+    "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout",
 )
 GPT2_CHUNKS = ("embed", "h3.ln1", "h6.ln1", "h9.ln1")  # gpt2's 12 transformer layers, 3 a chunk
 
@@ -299,6 +299,20 @@ def test_biases_and_dropout_the_network_lacks_are_turned_off(name, bias, dropout
     args = regularisation_args(net)
     assert ("--disable-bias-linear" in args) is not bias
     assert (args[-4:] == ["--attention-dropout", "0", "--hidden-dropout", "0"]) is not dropout
+
+
+def test_biases_on_the_query_key_and_value_alone_are_added_back():
+    """Qwen2's layers: no bias on any linear layer but the q/k/v projections' (``qkv_bias``):
+    ``--disable-bias-linear`` turns every bias off, ``--add-qkv-bias`` (TransformerConfig.add_qkv_bias
+    at d98e8a64) turns those back on, so Megatron-LM builds the layers dnnplan priced."""
+    net = load_network("tiny-llama")
+    qwen2 = dataclasses.replace(net, layers=tuple(
+        dataclasses.replace(layer, params=tuple({**layer.p, "qkv_bias": True}.items())) if layer.op == "attention"
+        else layer
+        for layer in net.layers))
+    assert regularisation_args(qwen2)[:2] == ["--disable-bias-linear", "--add-qkv-bias"]
+    assert "--add-qkv-bias" not in regularisation_args(net)
+    assert "--add-qkv-bias" not in regularisation_args(load_network("gpt2"))  # biases everywhere: Megatron's default
 
 
 def test_expert_overlap_with_full_recomputation_is_refused():

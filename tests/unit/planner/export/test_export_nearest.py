@@ -17,7 +17,7 @@ from networks.errors import DnnplanError
 from planner.export.deepspeed import deepspeed_config
 from planner.export.megatron import megatron_args
 from planner.export.megatron_layout import micro_hint
-from planner.export.nearest import most_common_layout, nearest_plan
+from planner.export.nearest import Layout, layouts_weighed, most_common_layout, nearest_plan
 from planner.export.torchtitan import torchtitan_config
 from planner.launch_import.formats import read_launch
 from planner.plan.plan import Plan
@@ -47,6 +47,41 @@ def test_a_hybrid_is_made_uniform_by_its_blocks_most_common_layout():
     assert got.plan.strategies() == plan.strategies()
     assert len(got.changes) == 1 and "2 layers split otherwise before, the first embed" in got.changes[0]
     assert "--tensor-model-parallel-size" in megatron_args(got.plan, net)
+
+
+def test_a_plan_whose_attention_and_mlps_split_otherwise_weighs_both_layouts():
+    """tiny-llama under tensor 2 with sequence parallelism, each attention layer then split over the
+    samples instead: attention's layout (tensor 1) is the most common, weighed first, and the MLPs'
+    (tensor 2, sequence-parallel) after it, whose nearest plan is the uniform plan again; DeepSpeed's
+    file states data parallelism alone, so it weighs the first alone."""
+    plan, net = uniform_plan("tiny-llama", devices=4, tensor=2, sp=True, optimizer="adam", precision="bf16",
+                             machine="dgx-h100")
+    hybrid = swapped(swapped(plan, "h0.attn", strategy=Strategy.of(4, N=4)), "h1.attn", strategy=Strategy.of(4, N=4))
+    weighed = layouts_weighed(hybrid, net, "megatron")
+    assert weighed[0].layout == Layout() and weighed[0].whose == "that of 2 of the 2 transformer layers"
+    mlp = next(w for w in weighed if w.layout == Layout(2, 1, 1, True))
+    assert mlp.whose == "one that 2 of the 2 transformer layers take in part"
+    got = nearest_plan(hybrid, net, "megatron", A100, mlp)
+    assert got.plan.strategies() == plan.strategies()
+    assert "tensor 2, context 1, expert 1 (sequence-parallel) (one that 2 of the 2" in got.changes[0]
+    assert nearest_plan(hybrid, net, "megatron", A100).plan.strategies() != plan.strategies()
+    assert layouts_weighed(hybrid, net, "deepspeed") == weighed[:1]
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_the_loss_recomputed_alone_becomes_none_or_every_transformer_layer(framework):
+    """A plan recomputing its loss alone: the frameworks recompute transformer layers only, so its
+    nearest plan recomputes nothing, or (``outside``) every transformer layer whole for the memory."""
+    plan, net = uniform_plan("tiny-llama", devices=4, tensor=2, sp=True, optimizer="adam", precision="bf16",
+                             machine="dgx-h100")
+    lossy = swapped(plan, "loss", algorithm=with_recompute(""))
+    got = nearest_plan(lossy, net, framework, A100)
+    assert not any(is_recomputed(a) for a in got.plan.algorithms().values())
+    assert any(c.startswith("no recomputation, where the plan recomputed loss, outside the transformer layers")
+               for c in got.changes)
+    whole = nearest_plan(lossy, net, framework, A100, outside=True)
+    recomputed = {name for name, a in whole.plan.algorithms().items() if is_recomputed(a)}
+    assert recomputed == {layer.name for layer in net.layers if layer.name.startswith(("h0.", "h1."))}
 
 
 def test_recomputation_of_part_of_a_layer_becomes_the_frameworks():
