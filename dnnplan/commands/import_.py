@@ -30,10 +30,12 @@ def import_(model: ModelArg, seq: SeqOpt = None, out: SpecOutOpt = None, force: 
     field, a default of the family's config class, --seq, or the ONNX node. It is printed, or written to
     --out. `dnnplan info`, `predict` and `plan` also take the config, folder or ONNX file directly.
 
-    Hugging Face families: gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, phi3,
-    gpt_neox and falcon, where the op catalogue can express them; anything it cannot (a sliding window
-    shorter than the sequence, partial rotary, ALiBi, an exact-erf GELU, a gated GELU...) is refused
-    naming the field.
+    Hugging Face families: gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe and phi3,
+    where the op catalogue can express them; anything it cannot (a sliding window shorter than the
+    sequence, partial rotary, ALiBi, an exact-erf GELU, a gated GELU...) is refused naming the field.
+    gemma, gpt_neox and falcon are read too, but their published checkpoints all need one of those
+    (Gemma's gated GELU, GPT-NeoX's and Pythia's partial rotary or exact GELU, Falcon's exact GELU),
+    so today only a config edited to what the catalogue holds imports.
     ONNX: convolutions, linear layers (Gemm, MatMul + Add), normalisations, activations, pooling, residual
     adds and concatenations, flatten, dropout and attention; an operator it cannot map is refused naming
     the node (docs/network-spec.md, "Importing a model").

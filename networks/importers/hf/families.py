@@ -50,7 +50,9 @@ def _sliding(cfg: Config, seq: Val, window: Val | None, notes: list[str]) -> Non
     if window is None or window.value is None:
         return
     if window.value < seq.value:
-        raise cfg.fail(window.field, f"{window.field}={window.value} is shorter than the sequence {seq.value}: "
+        given = f"{window.field}={window.value}" + ("" if window.origin == window.field else
+                                                    f" ({cfg.family}'s default: the file sets none)")
+        raise cfg.fail(window.field, f"{given} is shorter than the sequence {seq.value}: "
                        "sliding-window attention is not in the op catalogue",
                        hint=f"import with --seq {window.value} or less, where the window is the whole sequence")
     notes.append(f"{window.field}={window.value} covers the whole sequence of {seq.value}: full causal attention")

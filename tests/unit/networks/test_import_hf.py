@@ -186,7 +186,10 @@ def _config(tmp_path, **fields) -> str:
     ({"hidden_act": "gelu"}, "hidden_act", "gated gelu MLP is not in the op catalogue"),
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor", "part of each head"),
     ({"num_attention_heads": 30, "num_key_value_heads": "DROP"}, "num_attention_heads", "must divide hidden_size"),
-    ({"model_type": "mistral", "sliding_window": 1024}, "sliding_window", "shorter than the sequence 4096"),
+    ({"model_type": "mistral", "sliding_window": 1024}, "sliding_window", "sliding_window=1024 is shorter than the "
+     "sequence 4096"),
+    ({"model_type": "mistral", "sliding_window": "DROP", "max_position_embeddings": 32768}, "sliding_window",
+     "sliding_window=4096 (mistral's default: the file sets none) is shorter than the sequence 32768"),
     ({"model_type": "gpt_neox", "rotary_pct": 0.25}, "rotary_pct", "part of each head"),
     ({"model_type": "falcon", "alibi": True}, "alibi", "ALiBi"),
     ({"model_type": "falcon"}, "activation", "activation=gelu (falcon's default: the file sets none)"),
