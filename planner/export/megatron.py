@@ -61,6 +61,11 @@ from planner.export.megatron_model import GptShape, gpt_shape
 from planner.export.megatron_recompute import megatron_recompute
 from planner.plan.plan import Plan
 
+#: Megatron-LM's norms' epsilon (TransformerConfig.layernorm_epsilon at d98e8a64)
+MEGATRON_NORM_EPSILON = 1e-5
+#: the norms of a transformer layer, whose epsilon --norm-epsilon sets
+NORMS = ("layernorm", "rmsnorm")
+
 #: the Megatron-LM release the option names were read in (module docstring)
 MEGATRON_SOURCE = "NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 (Megatron-Core 0.20.0)"
 #: dnnplan's optimisers as Megatron's ``--optimizer`` names them (plain SGD also sets ``--sgd-momentum 0``)
@@ -201,11 +206,16 @@ def regularisation_args(net: Network) -> list[str]:
     d98e8a64), each holding memory and time the plan did not price. A network whose transformer
     layers' linear layers have no bias gets ``--disable-bias-linear``, and ``--add-qkv-bias`` where its
     attention keeps biases on the query, key and value projections alone (``add_qkv_bias``, the same
-    file: Qwen2's layers); one without dropout layers ``--attention-dropout 0 --hidden-dropout 0``."""
+    file: Qwen2's layers); one without dropout layers ``--attention-dropout 0 --hidden-dropout 0``; and
+    its norms' epsilon where it is not Megatron-LM's 1e-5 (``layernorm_epsilon``, ``--norm-epsilon``:
+    Qwen2's 1e-6), which changes no cost but the model the launch trains."""
     linear = [layer for layer in net.layers if layer.op == "linear" and block_of(layer) is not None]
     out = ["--disable-bias-linear"] if linear and not any(layer.p.get("bias") for layer in linear) else []
     if out and any(qkv_bias(layer.p) for layer in net.layers if layer.op == "attention"):
         out.append("--add-qkv-bias")
+    eps = {layer.p.get("eps") for layer in net.layers if layer.op in NORMS and block_of(layer) is not None} - {None}
+    if len(eps) == 1 and (value := eps.pop()) != MEGATRON_NORM_EPSILON:
+        out += ["--norm-epsilon", f"{value:g}"]
     if not any(layer.op == "dropout" for layer in net.layers):
         out += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     return out

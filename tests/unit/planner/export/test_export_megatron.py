@@ -50,7 +50,7 @@ MEGATRON_FLAGS = (
     "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm",
     "--moe-token-dispatcher-type", "--attention-backend", "--qk-layernorm", "--moe-grouped-gemm",
     "--fp8-param-gather", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32",
-    "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout",
+    "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--norm-epsilon",
 )
 GPT2_CHUNKS = ("embed", "h3.ln1", "h6.ln1", "h9.ln1")  # gpt2's 12 transformer layers, 3 a chunk
 
@@ -311,6 +311,11 @@ def test_biases_on_the_query_key_and_value_alone_are_added_back():
         else layer
         for layer in net.layers))
     assert regularisation_args(qwen2)[:2] == ["--disable-bias-linear", "--add-qkv-bias"]
+    fine = dataclasses.replace(qwen2, layers=tuple(
+        dataclasses.replace(layer, params=tuple({**layer.p, "eps": 1e-6}.items())) if layer.op == "rmsnorm"
+        else layer for layer in qwen2.layers))
+    assert flags(regularisation_args(fine))["--norm-epsilon"] == ["1e-06"]  # Qwen2's; Megatron-LM's is 1e-5
+    assert "--norm-epsilon" not in regularisation_args(qwen2)
     assert "--add-qkv-bias" not in regularisation_args(net)
     assert "--add-qkv-bias" not in regularisation_args(load_network("gpt2"))  # biases everywhere: Megatron's default
 
