@@ -209,7 +209,7 @@ def test_a_held_solve_whose_first_relaxation_fits_nothing_fits_nothing():
     assert solve_held(fake, "k", None, hold) is None and fake.asked == [(3.0, 1.0)]
 
 
-@pytest.mark.parametrize("stages", [3, 4, 8])
+@pytest.mark.parametrize("stages", [4, 5, 8])  # with 3 stages device 1 is the only middle one: nothing to hold
 @pytest.mark.parametrize("chunks", [2, 3, 5])
 @pytest.mark.parametrize("groups", [1, 2, 4])
 def test_device_1_holds_at_least_what_any_middle_device_holds_chunk_by_chunk(stages, chunks, groups):
@@ -218,7 +218,9 @@ def test_device_1_holds_at_least_what_any_middle_device_holds_chunk_by_chunk(sta
     from costmodel.memory.pipeline import in_flight  # noqa: PLC0415 - this test's only use
     m = groups * stages
     one = in_flight(stages, 1, m, chunks)
-    for s in range(2, stages - 1):
+    later = range(2, stages - 1)
+    assert len(later) >= 1
+    for s in later:
         assert all(any(all(a <= b for a, b in zip(v, u)) for u in one) for v in in_flight(stages, s, m, chunks))
 
 
