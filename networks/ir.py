@@ -104,6 +104,9 @@ class Layer:
 #: op parameters added after plan files were written, with their defaults: left out of a network's
 #: hash (:meth:`Network.content_hash`) at that default, so the plans written before them still load
 LATER_PARAMS: dict[tuple[str, str], Any] = {("attention", "yarn"): False, ("moe", "act_clamp"): None}
+#: parameters that change no cost nor memory, only the model a framework's launch file trains: never in
+#: the hash, so a plan made before one was set (Llama 3's rotary base) still names the same network
+UNPRICED_PARAMS = frozenset({("attention", "rotary_base")})
 _KEPT = object()  # no default to leave out
 
 
@@ -165,14 +168,16 @@ class Network:
     def content_hash(self) -> str:
         """A short hash of everything that defines the network (not its file or comments); a
         parameter of :data:`LATER_PARAMS` at its default is left out, so a plan file written before
-        the parameter existed still names the same network. Computed once a network (a plan
-        search names it in every plan it makes: 11 ms each for Llama 3.1 405B's layers)."""
+        the parameter existed still names the same network, and one of :data:`UNPRICED_PARAMS` always.
+        Computed once a network (a plan search names it in every plan it makes: 11 ms each for Llama
+        3.1 405B's layers)."""
         return self._content_hash
 
     @cached_property
     def _content_hash(self) -> str:
         canon = {"inputs": [[i.name, list(i.shape), i.dtype] for i in self.inputs],
                  "layers": [[l.name, l.op, list(l.inputs), [[k, repr(v)] for k, v in l.params
-                                                            if LATER_PARAMS.get((l.op, k), _KEPT) != v]]
+                                                            if LATER_PARAMS.get((l.op, k), _KEPT) != v
+                                                            and (l.op, k) not in UNPRICED_PARAMS]]
                             for l in self.layers]}
         return hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()[:16]

@@ -52,6 +52,8 @@ PARAMS = (Param("heads", "pos", doc="number of query heads (must divide D unless
           Param("bias", "bool", True, "projection biases"),
           Param("qkv_bias", "bool", None, "biases on the query/key/value projections (default: bias)"),
           Param("rotary", "bool", False, "rotary position embeddings on queries and keys (RoFormer)"),
+          Param("rotary_base", "float", None, "the base of the rotary frequencies (RoPE's theta: Llama 3's 500000); "
+                "no cost, the model a framework's launch file trains (default: the framework's, 10000)"),
           Param("yarn", "bool", False, "the rotary positions scaled by YaRN (gpt-oss), which Megatron-Core rotates "
                 "with eager PyTorch kernels (costmodel.calls.proxies)"),
           Param("qk_norm", "bool", False, "RMSNorm over each query and key head before the rotation (Qwen3)"),
@@ -82,6 +84,12 @@ def infer(p, in_shapes, dtypes):
     if p.get("head_dim") is None and x[1] % heads:
         raise ShapeError(f"heads={heads} must divide the width {x[1]}", "heads",
                          hint="or give head_dim, the width of each head")
+    if p.get("rotary_base") is not None and not p.get("rotary"):
+        raise ShapeError("rotary_base is the base of rotary positions, and this attention has none", "rotary_base",
+                         hint="add rotary: true, or remove rotary_base")
+    if p.get("rotary_base") is not None and p["rotary_base"] <= 1:
+        raise ShapeError(f"rotary_base must be over 1, got {p['rotary_base']:g}", "rotary_base",
+                         hint="give RoPE's theta, e.g. 500000")
     if p.get("yarn") and not p.get("rotary"):
         raise ShapeError("yarn scales rotary positions, and this attention has none", "yarn",
                          hint="add rotary: true, or remove yarn")

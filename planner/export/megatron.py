@@ -63,6 +63,8 @@ from planner.plan.plan import Plan
 
 #: Megatron-LM's norms' epsilon (TransformerConfig.layernorm_epsilon at d98e8a64)
 MEGATRON_NORM_EPSILON = 1e-5
+#: Megatron-LM's rotary base (--rotary-base's default, megatron/training/arguments.py at d98e8a64)
+MEGATRON_ROTARY_BASE = 10000
 #: the norms of a transformer layer, whose epsilon --norm-epsilon sets
 NORMS = ("layernorm", "rmsnorm")
 
@@ -208,7 +210,9 @@ def regularisation_args(net: Network) -> list[str]:
     attention keeps biases on the query, key and value projections alone (``add_qkv_bias``, the same
     file: Qwen2's layers); one without dropout layers ``--attention-dropout 0 --hidden-dropout 0``; and
     its norms' epsilon where it is not Megatron-LM's 1e-5 (``layernorm_epsilon``, ``--norm-epsilon``:
-    Qwen2's 1e-6), which changes no cost but the model the launch trains."""
+    Qwen2's 1e-6) and its rotary base where it is not Megatron-LM's 10000 (``--rotary-base``, a whole
+    number, megatron/training/arguments.py at d98e8a64: Llama 3's 500000), which change no cost but
+    the model the launch trains."""
     linear = [layer for layer in net.layers if layer.op == "linear" and block_of(layer) is not None]
     out = ["--disable-bias-linear"] if linear and not any(layer.p.get("bias") for layer in linear) else []
     if out and any(qkv_bias(layer.p) for layer in net.layers if layer.op == "attention"):
@@ -216,6 +220,13 @@ def regularisation_args(net: Network) -> list[str]:
     eps = {layer.p.get("eps") for layer in net.layers if layer.op in NORMS and block_of(layer) is not None} - {None}
     if len(eps) == 1 and (value := eps.pop()) != MEGATRON_NORM_EPSILON:
         out += ["--norm-epsilon", f"{value:g}"]
+    bases = {layer.p.get("rotary_base") for layer in net.layers if layer.op == "attention" and layer.p.get("rotary")}
+    if len(bases) == 1 and (base := bases.pop()) is not None and base != MEGATRON_ROTARY_BASE:
+        if not float(base).is_integer():
+            raise DnnplanError(f"rotary_base {base:g}: Megatron-LM's --rotary-base takes a whole number",
+                               layer=next(layer.name for layer in net.layers if layer.op == "attention"),
+                               hint="give the network's attention a whole rotary_base, or export it to torchtitan")
+        out += ["--rotary-base", str(int(base))]
     if not any(layer.op == "dropout" for layer in net.layers):
         out += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     return out

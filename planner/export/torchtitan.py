@@ -304,15 +304,18 @@ def flavor_note(net: Network) -> str | None:
     if shape.query_groups:
         dims.append(f"n_kv_heads={shape.query_groups}")
     where = f"torchtitan ships no flavor {net.name}: register it in torchtitan/models/{family}/__init__.py"
-    if not shape.experts:
-        return f"{where} ({', '.join(dims)}; the MLP width {shape.ffn_hidden_size})"
     attention = next(layer for layer in net.layers if layer.op == "attention")
+    base = attention.p.get("rotary_base")
+    # the model arguments' rope_theta (v0.2.2: llama3's TransformerModelArgs 10000, Qwen3ModelArgs 1000000)
+    theta = [f"rope_theta={base:g}"] if base is not None and base != (1e6 if shape.experts else 1e4) else []
+    if not shape.experts:
+        return f"{where} ({', '.join(dims + theta)}; the MLP width {shape.ffn_hidden_size})"
     moe = next(layer for layer in net.layers if layer.op == "moe")
     vocab = next((layer.p["vocab"] for layer in net.layers if layer.op == "embedding"), None)
     if not shape.query_groups:  # Qwen3ModelArgs' n_kv_heads defaults to 8, not to the heads
         dims.append(f"n_kv_heads={shape.heads}")
     dims += [f"head_dim={shape.kv_channels or shape.hidden_size // shape.heads}",
-             f"qk_norm={bool(attention.p.get('qk_norm'))}"] + ([f"vocab_size={vocab}"] if vocab else [])
+             f"qk_norm={bool(attention.p.get('qk_norm'))}"] + ([f"vocab_size={vocab}"] if vocab else []) + theta
     dims += ["moe_enabled=True", f"moe_inter_dim={shape.ffn_hidden_size}",
              f"moe_args=MoEArgs(num_experts={shape.experts}, num_shared_experts={moe.p.get('shared_experts') or 0}, "
              f"top_k={shape.top_k}, ...)"]

@@ -62,6 +62,7 @@ class Decoder:
     embed_dropout: Val = Val(0.0, "no dropout")
     experts: Experts | None = None
     qk_norm: Val | None = None  # RMSNorm over each query and key head (Qwen3), None for none
+    rotary_base: Val | None = None  # rope_theta where the file gives it (no cost: the launch's model)
     notes: tuple[str, ...] = ()  # what was read and has no effect on sizes or costs, for the header
 
 

@@ -79,7 +79,8 @@ def _head_dim(cfg: Config, width: Val, heads: Val) -> Val:
 def _rope_notes(cfg: Config, notes: list[str]) -> None:
     theta = cfg.raw("rope_theta")
     if theta is not None:
-        notes.append(f"rope_theta={theta}: the rotary frequencies (no weights, no effect on costs)")
+        notes.append(f"rope_theta={theta}: the rotary frequencies' base, the attention's rotary_base (no weights, "
+                     "no effect on costs; written to a framework's launch file)")
     scaling = cfg.raw("rope_scaling")
     if scaling is not None:
         if not isinstance(scaling, dict):  # transformers' rope_scaling is a mapping ({"rope_type": ..., ...})
@@ -146,7 +147,8 @@ def _llama_like(cfg: Config, seq: int | None, family: str, *, eps_default: float
         seq=_seq(cfg, seq, "max_position_embeddings", max_default), norm=Val("rmsnorm", f"{family}'s RMSNorm"),
         eps=cfg.number("rms_norm_eps", eps_default, positive=True), mlp=mlp,
         attn_bias=bias, mlp_bias=mlp_bias, rotary=Val(True, "rotary positions (RoPE)"),
-        tied=cfg.flag("tie_word_embeddings", tied_default), notes=tuple(notes))
+        tied=cfg.flag("tie_word_embeddings", tied_default), notes=tuple(notes),
+        rotary_base=cfg.number("rope_theta", positive=True) if cfg.raw("rope_theta") is not None else None)
 
 
 def llama(cfg: Config, seq: int | None) -> Decoder:

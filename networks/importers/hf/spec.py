@@ -38,6 +38,8 @@ def _attention(d: Decoder, inputs: str) -> dict:
     if d.qkv_bias is not None and d.qkv_bias.value != d.attn_bias.value:
         out["qkv_bias"] = d.qkv_bias
     out["rotary"] = d.rotary
+    if d.rotary_base is not None and d.rotary.value:
+        out["rotary_base"] = d.rotary_base
     if d.qk_norm is not None:
         out["qk_norm"] = d.qk_norm
     return out

@@ -3,7 +3,7 @@ hash of the networks written before it as it was, so their plan files still load
 
 from dataclasses import replace
 
-from networks.ir import LATER_PARAMS
+from networks.ir import LATER_PARAMS, UNPRICED_PARAMS
 from networks.loader import load_network
 
 
@@ -28,3 +28,13 @@ def test_a_later_parameter_set_changes_the_hash():
     assert net.with_param("moe", "act_clamp", 7.0).content_hash() != net.content_hash()
     assert load_network("gpt-tiny").with_param("attention", "yarn", True).content_hash() \
         != load_network("gpt-tiny").content_hash()
+
+
+def test_an_unpriced_parameter_never_changes_the_hash():
+    """Llama 3's rotary base (its zoo spec's rotary_base) prices nothing: a plan made before the spec
+    set it, or with another, names the same network."""
+    net = load_network("llama3-8b")
+    assert {layer.p["rotary_base"] for layer in net.layers if layer.op == "attention"} == {500000.0}
+    assert _without(net, "rotary_base").content_hash() == net.content_hash()
+    assert net.with_param("attention", "rotary_base", 10000.0).content_hash() == net.content_hash()
+    assert ("attention", "rotary_base") in UNPRICED_PARAMS

@@ -51,6 +51,7 @@ MEGATRON_FLAGS = (
     "--moe-token-dispatcher-type", "--attention-backend", "--qk-layernorm", "--moe-grouped-gemm",
     "--fp8-param-gather", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32",
     "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--norm-epsilon",
+    "--rotary-base",
 )
 GPT2_CHUNKS = ("embed", "h3.ln1", "h6.ln1", "h9.ln1")  # gpt2's 12 transformer layers, 3 a chunk
 
@@ -318,6 +319,22 @@ def test_biases_on_the_query_key_and_value_alone_are_added_back():
     assert "--norm-epsilon" not in regularisation_args(qwen2)
     assert "--add-qkv-bias" not in regularisation_args(net)
     assert "--add-qkv-bias" not in regularisation_args(load_network("gpt2"))  # biases everywhere: Megatron's default
+
+
+def test_the_rotary_base_is_written_where_it_is_not_megatrons():
+    """Llama 3's rope_theta 500000 (its zoo spec's rotary_base, from the released config.json) as
+    --rotary-base, a whole number (megatron/training/arguments.py at d98e8a64, default 10000); Llama
+    2's, unset, is Megatron-LM's default; a base that is not whole is refused, naming the layer."""
+    assert flags(regularisation_args(load_network("llama3-8b")))["--rotary-base"] == ["500000"]
+    assert flags(regularisation_args(load_network("qwen3-30b-a3b")))["--rotary-base"] == ["1000000"]
+    assert "--rotary-base" not in regularisation_args(load_network("llama2-7b"))
+    assert "--rotary-base" not in regularisation_args(load_network("gpt2"))  # learned positions
+    net = load_network("tiny-llama")
+    odd = dataclasses.replace(net, layers=tuple(
+        dataclasses.replace(layer, params=tuple({**layer.p, "rotary_base": 12345.5}.items()))
+        if layer.op == "attention" else layer for layer in net.layers))
+    with pytest.raises(DnnplanError, match="rotary_base 12345.5: Megatron-LM's --rotary-base takes a whole number"):
+        regularisation_args(odd)
 
 
 def test_expert_overlap_with_full_recomputation_is_refused():

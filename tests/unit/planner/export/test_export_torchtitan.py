@@ -182,6 +182,15 @@ def test_a_shipped_flavor_or_the_one_to_register():
     assert "torchtitan/models/llama3/__init__.py" in note and "dim=32" in note and "n_layers=2" in note
 
 
+def test_the_flavor_to_register_states_a_rotary_base_its_arguments_do_not_default_to():
+    """v0.2.2's llama3 TransformerModelArgs defaults rope_theta to 10000 and Qwen3ModelArgs to 1000000
+    (torchtitan/models/{llama3,qwen3}/model/args.py): a network's other base is stated, as theirs."""
+    net = make("tiny-llama")[1]
+    assert "rope_theta" not in flavor_note(net)
+    assert "rope_theta=500000" in flavor_note(net.with_param("attention", "rotary_base", 500000.0))
+    assert "rope_theta" not in flavor_note(make("mixtral-8x7b", devices=8)[1])  # 1e6: Qwen3ModelArgs' own
+
+
 def test_a_mixture_of_experts_registers_as_qwen3_args_with_moe_args():
     """torchtitan v0.2.2's Qwen3ModelArgs (torchtitan/models/qwen3/model/args.py) holds the experts'
     width as moe_inter_dim and their count and top-k in moe_args=MoEArgs(...) (torchtitan/models/moe/
