@@ -4,6 +4,8 @@ documented error (docs/VALIDATION.md, "The same steps under the framework that r
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.bench import load_bench
 
 
@@ -22,6 +24,11 @@ def test_each_source_calibrates_on_at_most_half_its_rows_and_holds_the_documente
         assert 0 < 2 * sum(r["calibration"] for r in mine) <= len(mine)
         assert {r["name"] for r in mine if r["calibration"]} == set(bench.CALIBRATION[fw])
     assert not any(r["calibration"] for r in ours if r["framework"] == "dnnplan-graphs")  # nothing fitted
+    bench.at_most_half(rows)  # the bench's own check, per framework and machine, passes
+    over = [dict(r, calibration=True) if r["framework"] == "pytorch" and r["machine"] == "dgx-h200" and i < 3 else r
+            for i, r in enumerate(r for r in rows if r["machine"] == "dgx-h200")]
+    with pytest.raises(SystemExit, match="pytorch on dgx-h200: 3 of its 4 rows are calibration rows, over half"):
+        bench.at_most_half(over)
     summary = bench.summary(rows)
     assert summary["pytorch calibration"]["mean_abs_error"] < 0.025
     assert summary["pytorch calibration"]["worst_abs_error"] < 0.06
