@@ -23,7 +23,7 @@ from executor.session.predict import predict_plan
 from networks.errors import DnnplanError
 from networks import durations
 from networks.ir import Network
-from planner.export.nearest import Nearest, layouts_weighed, nearest_plan
+from planner.export.nearest import Nearest, Weighed, layouts_weighed, nearest_plan, recompute_counts
 from planner.plan.plan import Plan
 from profiler import context
 
@@ -42,44 +42,85 @@ class NearestExport:
 def nearest_export(plan: Plan, net: Network, framework: str,
                    writes: Callable[[Plan], object] = lambda plan: None) -> NearestExport:
     """``plan`` of ``net`` made expressible in ``framework`` (planner.export.nearest) and priced: of
-    the layouts weighed, the fastest nearest plan that fits the device's memory (module docstring);
-    ``writes(plan)``: raises :class:`DnnplanError` where the framework's file cannot state a nearest
-    plan (another layout's may be written). The most common layout's refusal is the one raised
-    where no layout gives a plan."""
+    the layouts and recomputations weighed, the fastest nearest plan that fits the device's memory
+    (module docstring); ``writes(plan)``: raises :class:`DnnplanError` where the framework's file
+    cannot state a nearest plan (another may be written). The most common layout's refusal is the
+    one raised where no layout gives a plan."""
     machine = load_machine(plan.machine)
-    made: list[Nearest] = []
-    refused: DnnplanError | None = None
-    for weighed in layouts_weighed(plan, net, framework):
-        for outside in (False, True):  # the loss's recomputation dropped, or its memory saved in the layers
-            try:
-                got = nearest_plan(plan, net, framework, machine, weighed, outside)
-                if not got.changes:  # the plan runs as it is
-                    return NearestExport(plan, ())
+    longest, step = recompute_counts(plan, net, framework)
+    made: list[tuple[Nearest, object, Weighed]] = []  # each nearest plan weighed, its prediction and layout
+    refused: list[DnnplanError] = []
+
+    def weigh(weighed: Weighed, whole: int | None) -> tuple[Nearest, object, Weighed] | None:
+        """The nearest plan of ``weighed``'s layout and ``whole``'s recomputation, priced (None: the
+        framework cannot state it); each distinct plan once."""
+        try:
+            got = nearest_plan(plan, net, framework, machine, weighed, whole)
+            if got.changes:
                 writes(got.plan)
-            except DnnplanError as err:
-                refused = refused or err
-                continue
-            if all(got.plan != other.plan for other in made):
-                made.append(got)
-        if made and not made[0].relaid:  # the plan's own layout runs on every layer: kept, no other weighed
+        except DnnplanError as err:
+            refused.append(err)
+            return None
+        same = next((m for m in made if m[0].plan == got.plan), None)
+        if same is None and got.changes:
+            same = (got, priced(got.plan, net), weighed)
+            made.append(same)
+        return same or (got, None, weighed)
+
+    layouts = layouts_weighed(plan, net, framework)
+    for n, weighed in enumerate(layouts):
+        for whole in (None,) + ((0, longest) if longest else ()):  # the rule's recomputation, none, every layer
+            got = weigh(weighed, whole)
+            if got is not None and not got[0].changes:  # the plan runs as it is
+                return NearestExport(plan, ())
+        if n == 0 and made and not made[0][0].relaid:  # its own layout runs on every layer: no other weighed
+            layouts = layouts[:1]
             break
     if not made:
-        raise refused
+        raise refused[0]
     before = priced(plan, net)
-    after = [priced(got.plan, net) for got in made]
     limit = machine.device.mem_capacity_bytes * (1 + 1e-9)
-    fits = [i for i, a in enumerate(after) if a.memory_peak_bytes <= limit]
-    if not fits and before.memory_peak_bytes <= limit:
-        least = min(range(len(made)), key=lambda i: after[i].memory_peak_bytes)
-        raise over_memory(framework, machine, after[least].memory_peak_bytes, before.memory_peak_bytes, len(made))
-    best = min(fits or range(len(made)), key=lambda i: (after[i].step_s, i))
-    changes = made[best].changes
+
+    def fits(m) -> bool:
+        return m[1].memory_peak_bytes <= limit
+
+    fitting = [m for m in made if fits(m)]
+    if not fitting and before.memory_peak_bytes <= limit:
+        least = min(made, key=lambda m: m[1].memory_peak_bytes)
+        raise over_memory(framework, machine, least[1].memory_peak_bytes, before.memory_peak_bytes, len(made))
+    best = min(fitting or made, key=lambda m: m[1].step_s)
+    if step == 1 and longest > 1 and fitting:  # the fewest first layers of each chunk recomputed whole that fit
+        fewest = _fewest_whole(weigh, fits, best[2], longest)
+        if fewest is not None and fewest[1] is not None and fits(fewest) and fewest[1].step_s < best[1].step_s:
+            best = fewest
+    changes = best[0].changes
     if len(made) > 1:
-        changes += (f"{len(made)} nearest plans weighed, each one layout on every layer: this one the fastest that "
-                    f"{'fits' if fits else 'runs'} ({durations.seconds(after[best].step_s, 4)} a step)",)
-    chosen = dataclasses.replace(made[best].plan, step_s=after[best].step_s,
-                                 memory_peak_bytes=int(after[best].memory_peak_bytes))
-    return NearestExport(chosen, changes, before, after[best])
+        changes += (f"{len(made)} nearest plans weighed (a layout on every layer, a recomputation {framework} "
+                    f"states): this one the fastest that {'fits' if fitting else 'runs'} "
+                    f"({durations.seconds(best[1].step_s, 4)} a step)",)
+    chosen = dataclasses.replace(best[0].plan, step_s=best[1].step_s, memory_peak_bytes=int(best[1].memory_peak_bytes))
+    return NearestExport(chosen, changes, before, best[1])
+
+
+def _fewest_whole(weigh, fits, weighed: Weighed, longest: int):
+    """Of ``weighed``'s layout, the nearest plan recomputing the fewest first transformer layers of
+    each chunk whole that fits (memory falls and the step grows with the count): bisected between
+    none (over the memory) and every layer (within it), each count priced once."""
+    low, high = 0, longest
+    best = weigh(weighed, high)
+    if best is None or best[1] is None or not fits(best):
+        return best
+    none = weigh(weighed, low)
+    if none is not None and none[1] is not None and fits(none):
+        return none
+    while high - low > 1:
+        mid = (low + high) // 2
+        got = weigh(weighed, mid)
+        if got is not None and got[1] is not None and fits(got):
+            high, best = mid, got
+        else:
+            low = mid
+    return best
 
 
 def over_memory(framework: str, machine, need: float, planned: float, weighed: int) -> DnnplanError:

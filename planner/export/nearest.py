@@ -28,8 +28,10 @@ changes, each said in one line:
   each chunk whole as the most any chunk recomputes part of; else every transformer layer whole
   (full): the plan recomputed to save memory, and the same count of a uniform stack's transformer
   layers recomputed whole saves at least as much; a plan recomputing only layers outside the
-  transformer layers (the loss) recomputes none, or every transformer layer whole for the memory
-  they saved (``outside``: both are priced by the caller, executor.session.export_nearest);
+  transformer layers (the loss) recomputes none. Beside that rule the caller weighs the
+  recomputations the framework states, whole transformer layers (``whole``: none, every layer,
+  and, where the framework recomputes the first layers of each chunk, the fewest that fit;
+  executor.session.export_nearest), for the fastest that fits;
 - **the kernels**: Megatron-LM runs one attention backend, the most common of the plan's; torchtitan
   and DeepSpeed the machine's default; every convolution the default algorithm, which a file read
   back runs (no framework's file names one: :mod:`planner.export.attention_kernel`), so the nearest
@@ -135,12 +137,12 @@ class Nearest:
 
 
 def nearest_plan(plan: Plan, net: Network, framework: str, machine: Machine,
-                 layout: Weighed | None = None, outside: bool = False) -> Nearest:
+                 layout: Weighed | None = None, whole: int | None = None) -> Nearest:
     """The plan closest to ``plan`` of ``net`` that ``framework`` (megatron, torchtitan, deepspeed)
     can express (module docstring); ``machine``: the plan's, for its default attention kernel;
     ``layout``: one of :func:`layouts_weighed` on every layer (None: the most common);
-    ``outside``: the memory of layers recomputed outside the transformer layers (the loss) saved by
-    recomputing every transformer layer whole (else none is recomputed)."""
+    ``whole``: the first ``whole`` transformer layers of each chunk recomputed whole instead of the
+    recomputation nearest the plan's (:func:`recompute_counts`)."""
     fw = FRAMEWORKS[framework]
     if fw.model_parallel:
         gpt_layers(net, TARGETS[framework])  # not a transformer the framework's model holds: nothing near it either
@@ -148,7 +150,7 @@ def nearest_plan(plan: Plan, net: Network, framework: str, machine: Machine,
     pipeline = _pipeline(plan, net, fw, changes)
     plan = dataclasses.replace(plan, pipeline=pipeline)
     strategies, layout = _strategies(plan, net, fw, TARGETS.get(framework), changes, layout)
-    algorithms = _algorithms(plan, net, fw, machine, changes, outside)
+    algorithms = _algorithms(plan, net, fw, machine, changes, whole)
     choices = _choices(plan, layout, fw, changes)
     layers = tuple(LayerPlan(layer.name, strategies[layer.name], algorithms.get(layer.name, ""))
                    for layer in net.layers)
@@ -198,38 +200,47 @@ class Weighed:
 
 
 #: the most layouts :func:`layouts_weighed` lists (each is priced: a pipelined 70B plan in about 0.4 s)
-MOST_WEIGHED = 8
+MOST_WEIGHED = 12
 
 
 def layouts_weighed(plan: Plan, net: Network, framework: str) -> tuple[Weighed, ...]:
     """The layouts the nearest plan may take on every layer, the most common first (the default,
-    :func:`nearest_plan`), then the others some transformer layer takes in part: each pairing of
-    a tensor degree and a context degree that one of its layers takes, with its expert
-    degree and sequence parallelism, most layers first, at most :data:`MOST_WEIGHED`. A framework
-    whose file states data parallelism only (DeepSpeed) weighs the most common alone."""
+    :func:`nearest_plan`), then the others some layer takes in part: each pairing of a tensor
+    degree that a transformer layer's layer or a layer outside them (the embedding, the LM head)
+    takes with a context degree that a transformer layer's layer takes, with its expert degree, and
+    with and without sequence parallelism where the framework leaves it to the user (Megatron-LM),
+    most transformer layers first, at most :data:`MOST_WEIGHED`. A framework whose file states data
+    parallelism only (DeepSpeed) weighs the most common alone."""
     most, count, blocks = most_common_layout(plan, net)
     first = Weighed(most, f"that of {count} of the {blocks} transformer layers")
-    if not blocks or not FRAMEWORKS[framework].model_parallel:
+    fw = FRAMEWORKS[framework]
+    if not blocks or not fw.model_parallel:
         return (first,)
     strategies = plan.strategies()
     degrees: dict[str, tuple[set[int], set[int], list[bool]]] = {}
+    outer: dict[int, str] = {}  # a tensor degree of a layer outside the transformer layers: the first such layer
     for layer in net.layers:
-        block = block_of(layer)
-        if block is not None:
-            tensors, contexts, sp = degrees.setdefault(block, (set(), set(), [False]))
-            strategy = strategies[layer.name]
-            tensors.add(degree(strategy, TENSOR))
-            if not strategy.seq_scatter:  # a sequence-parallel layer's split of the sequence is no context
-                contexts.add(degree(strategy, CONTEXT))
-            sp[0] = sp[0] or strategy.seq_scatter  # its MLP's, where its attention runs tensor 1
+        block, strategy = block_of(layer), strategies[layer.name]
+        if block is None:
+            outer.setdefault(degree(strategy, TENSOR), layer.name)
+            continue
+        tensors, contexts, sp = degrees.setdefault(block, (set(), set(), [False]))
+        tensors.add(degree(strategy, TENSOR))
+        if not strategy.seq_scatter:  # a sequence-parallel layer's split of the sequence is no context
+            contexts.add(degree(strategy, CONTEXT))
+        sp[0] = sp[0] or strategy.seq_scatter  # its MLP's, where its attention runs tensor 1
     taken: Counter = Counter()
     for block, own in block_layouts(plan, net).items():
         tensors, contexts, sp = degrees[block]
-        taken.update({Layout(t, c, own.expert, sp[0]) for t in tensors for c in contexts or {own.context}
-                      if plan.stage_ranks % (t * c) == 0})
+        for t in tensors | set(outer):
+            for c in contexts or {own.context}:
+                if plan.stage_ranks % (t * c) == 0:
+                    both = (sp[0], not sp[0]) if t > 1 and not fw.fsdp else (sp[0],)
+                    taken.update({Layout(t, c, own.expert, with_sp): t in tensors for with_sp in both})
     others = sorted((layout for layout in taken if layout != most),
-                    key=lambda x: (-taken[x], x.tensor, x.context, x.expert))
-    return (first,) + tuple(Weighed(layout, f"one that {taken[layout]} of the {blocks} transformer layers take in part")
+                    key=lambda x: (-taken[x], x.tensor, x.context, x.expert, not x.sequence_parallel))
+    return (first,) + tuple(Weighed(layout, f"one that {taken[layout]} of the {blocks} transformer layers take in part"
+                                    if taken[layout] else f"tensor {layout.tensor} as {outer[layout.tensor]} takes it")
                             for layout in others[:MOST_WEIGHED - 1])
 
 
@@ -272,8 +283,8 @@ def _strategies(plan: Plan, net: Network, fw: Framework, target: Target | None,
         transformer = any(layer.op == "attention" for layer in net.layers)  # a CNN's blocks are no transformer layers
         which = f"{layout} ({whose})" if blocks and transformer else \
             "data parallelism (the network has no transformer layers)"
-        changes.append(f"one layout on every layer, {which}: {len(moved)} layers split otherwise before, the first "
-                       f"{moved[0]}")
+        changes.append(f"one layout on every layer, {which}: " + (f"{moved[0]} split otherwise before" if len(moved) == 1
+                       else f"{len(moved)} layers split otherwise before, the first {moved[0]}"))
     return want, layout
 
 
@@ -316,10 +327,13 @@ def _pipeline(plan: Plan, net: Network, fw: Framework, changes: list[str]):
 
 
 def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, changes: list[str],
-                outside: bool = False) -> dict[str, str]:
+                whole: int | None = None) -> dict[str, str]:
     """The attention kernel and recomputation the framework states nearest the plan's (module
     docstring); a plan recomputing layers outside the transformer layers alone (the loss) recomputes
-    none, or, ``outside``, every transformer layer whole for the memory they saved."""
+    none. ``whole``: instead, the first ``whole`` transformer layers of each pipeline chunk recomputed
+    whole (0 none, at least a chunk's layers every one; between, only where the framework
+    recomputes the first layers of each chunk), one of the recomputations the caller weighs
+    (:func:`recompute_counts`)."""
     algorithms = plan.algorithms()
     attention = [layer for layer in net.layers if layer.op == "attention"]
     default = attention_default(machine)
@@ -337,39 +351,64 @@ def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, chang
     out |= {layer.name: kernel for layer in attention} | convs
     recomputed = [layer for layer in net.layers if is_recomputed(algorithms.get(layer.name, ""))]
     names = {layer.name for layer in recomputed}
-    if not names or (attention and _expressible_recompute(plan, net, fw)):
+    was = ("nothing" if not names else f"{recomputed[0].name}" if len(names) == 1 else
+           f"{len(names)} layers (the first {recomputed[0].name})")
+    if whole is None and (not names or (attention and _expressible_recompute(plan, net, fw))):
         return out | {name: with_recompute(out.get(name, "")) for name in names}
     layers_of: dict[str, list[str]] = {}
     for layer in net.layers:
         if block_of(layer) is not None and attention:  # a CNN's blocks are no transformer layers
             layers_of.setdefault(block_of(layer), []).append(layer.name)
     if not layers_of:  # no transformer layers to recompute whole (a CNN on DeepSpeed)
-        changes.append(f"no recomputation, where the plan recomputed {len(names)} layers (the first "
-                       f"{recomputed[0].name}): {fw.name} recomputes the transformer layers the script wraps")
+        if names:
+            changes.append(f"no recomputation, where the plan recomputed {was}: {fw.name} recomputes the transformer "
+                           "layers the script wraps")
         return out
-    whole = any(all(name in names for name in block) for block in layers_of.values())
     chunks = _chunks(plan, net)
+    longest = max(map(len, chunks))
+    if whole is not None:
+        first = min(whole, longest) if fw.block_recompute or whole == 0 else longest
+        wanted = {name for chunk in chunks for b in chunk[:first] for name in layers_of[b]}
+        if wanted != names:
+            what = ("no recomputation" if first == 0 else "recomputation of every transformer layer whole (full)"
+                    if first == longest else "recomputation of " + (
+                        "the first transformer layer" if first == 1 else f"the first {first} transformer layers")
+                    + (" of each pipeline chunk" if len(chunks) > 1 else "") + " whole (full, block)")
+            changes.append(f"{what}, where the plan recomputed {was}: of the recomputations {fw.name} states, the "
+                           "fastest that fits")
+        return out | {name: with_recompute(out.get(name, "")) for name in wanted}
+    whole_block = any(all(name in names for name in block) for block in layers_of.values())
     # the most transformer layers any chunk recomputes part of: as many first ones of each chunk, whole
     first = max(sum(any(name in names for name in layers_of[b]) for b in chunk) for chunk in chunks)
-    if first == 0 and not outside:  # only layers outside the transformer layers (the loss): none it states
+    if first == 0:  # only layers outside the transformer layers (the loss): none it states
         which = f"{len(names)} layers outside the transformer layers (the first {recomputed[0].name})" \
             if len(names) > 1 else f"{recomputed[0].name}, outside the transformer layers"
         changes.append(f"no recomputation, where the plan recomputed {which}: {fw.name} recomputes transformer "
                        "layers only")
         return out
     mlp = [layer for layer in recomputed if block_of(layer) is not None and layer.op not in ATTENTION_SIDE]
-    if fw.selective and not whole and not mlp and any(layer.op == "attention" for layer in recomputed):
+    if fw.selective and not whole_block and not mlp and any(layer.op == "attention" for layer in recomputed):
         wanted, what = {layer.name for layer in attention}, "attention's core on every transformer layer (selective)"
-    elif fw.block_recompute and 0 < first < max(map(len, chunks)):
+    elif fw.block_recompute and first < longest:
         wanted = {name for chunk in chunks for b in chunk[:first] for name in layers_of[b]}
         what = ("the first transformer layer" if first == 1 else f"the first {first} transformer layers") \
             + (" of each pipeline chunk" if len(chunks) > 1 else "") + " whole (full, block)"
     else:
         wanted, what = {name for block in layers_of.values() for name in block}, "every transformer layer whole (full)"
-    changes.append(f"recomputation of {what}, where the plan recomputed {len(names)} layers (the first "
-                   f"{recomputed[0].name}): {fw.name} recomputes "
+    changes.append(f"recomputation of {what}, where the plan recomputed {was}: {fw.name} recomputes "
                    + ("attention's core or whole transformer layers" if fw.selective else "whole transformer layers"))
     return out | {name: with_recompute(out.get(name, "")) for name in wanted}
+
+
+def recompute_counts(plan: Plan, net: Network, framework: str) -> tuple[int, int]:
+    """``(longest, step)``: the transformer layers of the longest pipeline chunk (recomputing that
+    many first layers of each chunk whole is every layer, full) and the step between the counts the
+    framework states (1: Megatron-LM's block method takes any; else only none and all, ``longest``);
+    ``(0, 0)`` for a network without transformer layers."""
+    if not any(layer.op == "attention" for layer in net.layers) or not blocks_of(net.layers):
+        return 0, 0
+    longest = max(map(len, _chunks(plan, net)))
+    return longest, 1 if FRAMEWORKS[framework].block_recompute else longest
 
 
 def _chunks(plan: Plan, net: Network) -> tuple[tuple[str, ...], ...]:

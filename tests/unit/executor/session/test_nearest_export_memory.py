@@ -31,7 +31,8 @@ def _export(monkeypatch, original_gib: float, nearest: dict[str, tuple[float, fl
     plan = _Plan("original")
     plans = {name: _Plan(name) for name in nearest}
     monkeypatch.setattr(export_nearest, "layouts_weighed", lambda p, n, f: tuple(nearest))
-    monkeypatch.setattr(export_nearest, "nearest_plan", lambda p, n, f, m, layout, outside: SimpleNamespace(
+    monkeypatch.setattr(export_nearest, "recompute_counts", lambda p, n, f: (0, 0))  # no transformer layers
+    monkeypatch.setattr(export_nearest, "nearest_plan", lambda p, n, f, m, layout, whole: SimpleNamespace(
         plan=plans[layout], changes=(layout,), relaid=layout not in kept))
     priced = {"original": (1.0, original_gib)} | nearest
     monkeypatch.setattr(export_nearest, "priced", lambda p, n: SimpleNamespace(
@@ -81,3 +82,18 @@ def test_a_plan_whose_own_layout_runs_keeps_it_though_another_is_faster(monkeypa
     """Only the plan's ZeRO stage changes (its layout every layer's): no other layout is weighed."""
     got = _export(monkeypatch, 60.0, {"own": (2.0, 50.0), "faster": (1.0, 50.0)}, kept=("own",))
     assert got.plan.name == "own" and got.changes == ("own",)
+
+
+def test_the_fewest_whole_layers_that_fit_are_found_by_bisection():
+    """Memory falls as more first layers of each chunk are recomputed whole: of 0 to 10, the least
+    count that fits (here 4) is found pricing a few counts, not all eleven."""
+    asked = []
+
+    def weigh(layout, whole):
+        asked.append(whole)
+        return SimpleNamespace(), SimpleNamespace(memory_peak_bytes=100 - 10 * whole, step_s=1 + whole), layout
+
+    got = export_nearest._fewest_whole(weigh, lambda m: m[1].memory_peak_bytes <= 60, "w", 10)
+    assert got[1].step_s == 5 and len(asked) <= 6 and 4 in asked
+    assert export_nearest._fewest_whole(weigh, lambda m: True, "w", 10)[1].step_s == 1  # none recomputed fits
+    assert export_nearest._fewest_whole(weigh, lambda m: False, "w", 10)[1].step_s == 11  # nothing fits: every layer

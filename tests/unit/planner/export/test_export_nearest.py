@@ -17,7 +17,7 @@ from networks.errors import DnnplanError
 from planner.export.deepspeed import deepspeed_config
 from planner.export.megatron import megatron_args
 from planner.export.megatron_layout import micro_hint
-from planner.export.nearest import Layout, layouts_weighed, most_common_layout, nearest_plan
+from planner.export.nearest import Layout, layouts_weighed, most_common_layout, nearest_plan, recompute_counts
 from planner.export.torchtitan import torchtitan_config
 from planner.launch_import.formats import read_launch
 from planner.plan.plan import Plan
@@ -66,12 +66,26 @@ def test_a_plan_whose_attention_and_mlps_split_otherwise_weighs_both_layouts():
     assert "tensor 2, context 1, expert 1 (sequence-parallel) (one that 2 of the 2" in got.changes[0]
     assert nearest_plan(hybrid, net, "megatron", A100).plan.strategies() != plan.strategies()
     assert layouts_weighed(hybrid, net, "deepspeed") == weighed[:1]
+    # Megatron-LM leaves sequence parallelism to the user: both weighed; torchtitan's tensor parallelism has it
+    assert Layout(2, 1, 1, False) in [w.layout for w in weighed]
+    assert Layout(2, 1, 1, False) not in [w.layout for w in layouts_weighed(hybrid, net, "torchtitan")]
+
+
+def test_a_tensor_degree_of_the_embedding_or_head_alone_is_weighed_too():
+    """The embedding and LM head split over tensor 4 where the transformer layers run tensor 2: a
+    layout of tensor 4 on every layer is weighed, named by the layer that takes it."""
+    plan, net = uniform_plan("tiny-llama", devices=4, tensor=2, sp=True, optimizer="adam", precision="bf16",
+                             machine="dgx-h100")
+    wide = swapped(plan, "embed", strategy=Strategy.of(4, F=4))
+    weighed = {w.layout: w.whose for w in layouts_weighed(wide, net, "megatron")}
+    assert weighed[Layout(4, 1, 1, True)] == "tensor 4 as embed takes it"
 
 
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
 def test_the_loss_recomputed_alone_becomes_none_or_every_transformer_layer(framework):
     """A plan recomputing its loss alone: the frameworks recompute transformer layers only, so its
-    nearest plan recomputes nothing, or (``outside``) every transformer layer whole for the memory."""
+    nearest plan recomputes nothing, or (``whole``, the caller's other choices) every transformer
+    layer whole for the memory."""
     plan, net = uniform_plan("tiny-llama", devices=4, tensor=2, sp=True, optimizer="adam", precision="bf16",
                              machine="dgx-h100")
     lossy = swapped(plan, "loss", algorithm=with_recompute(""))
@@ -79,7 +93,8 @@ def test_the_loss_recomputed_alone_becomes_none_or_every_transformer_layer(frame
     assert not any(is_recomputed(a) for a in got.plan.algorithms().values())
     assert any(c.startswith("no recomputation, where the plan recomputed loss, outside the transformer layers")
                for c in got.changes)
-    whole = nearest_plan(lossy, net, framework, A100, outside=True)
+    assert recompute_counts(lossy, net, framework) == (2, 1 if framework == "megatron" else 2)
+    whole = nearest_plan(lossy, net, framework, A100, whole=2)
     recomputed = {name for name, a in whole.plan.algorithms().items() if is_recomputed(a)}
     assert recomputed == {layer.name for layer in net.layers if layer.name.startswith(("h0.", "h1."))}
 
@@ -122,10 +137,12 @@ def test_a_plan_recomputing_its_mixtures_of_experts_is_not_made_selective():
     assert "every transformer layer whole (full)" in " ".join(got.changes)
     assert {name for name, a in got.plan.algorithms().items() if is_recomputed(a)} == \
         {name for name, a in full.algorithms().items() if is_recomputed(a)}
-    made = nearest_export(partial, net, "megatron")
     selective, _ = uniform_plan("tiny-moe", recompute="selective", optimizer="adam", precision="bf16",
                                 machine="dgx-h100")
-    assert made.nearest.memory_peak_bytes < priced(selective, net).memory_peak_bytes
+    assert priced(got.plan, net).memory_peak_bytes < priced(selective, net).memory_peak_bytes
+    # the export weighs the other recomputations Megatron-LM states beside it: where all fit, the fastest
+    made = nearest_export(partial, net, "megatron")
+    assert made.nearest.step_s <= priced(got.plan, net).step_s
     attention_only = full
     for layer in net.layers:
         if layer.op != "attention":
