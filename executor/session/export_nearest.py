@@ -2,13 +2,16 @@
 (planner.export.nearest) and both plans priced now as `dnnplan predict PLAN.yaml` prices a plan
 (executor.session.predict.predict_plan), the nearest one carrying its own prediction.
 
-Where the plan's transformer layers take more than one layout in part (attention splitting the
-sequence, the MLPs their weights), each layout weighed (:func:`planner.export.nearest.layouts_weighed`)
-makes a nearest plan, and the fastest of those that fit the device's memory and that the framework's
-file writes is the one exported (Llama 3 70B on 256 H100s: attention's context 4 on every layer
-needs 116 GiB a device under Megatron-LM, the MLPs' tensor 4 with sequence parallelism fits);
-where none fits, the one of least memory is named. A plan whose own layout every layer takes keeps
-it (only its ZeRO stage, schedule or recomputation may change): no other layout is weighed."""
+Each layout weighed (:func:`planner.export.nearest.layouts_weighed`: attention's most common and
+those other layers take in part, as where attention splits the sequence and the MLPs their
+weights) makes nearest plans, one with the recomputation nearest the plan's and one each with
+none and with every transformer layer whole; on Megatron-LM the fastest of them also with the
+fewest first layers of each chunk whole that fit (bisected). Of those the framework's file
+writes, the fastest that fits the device's memory is exported (Llama 3 70B on 256 H100s:
+attention's context 4 on every layer needs 116 GiB a device under Megatron-LM, the MLPs' tensor
+4 with sequence parallelism fits); where none fits, the least memory any needs is named. A plan
+whose own layout every layer takes keeps it (only its ZeRO stage, schedule or recomputation may
+change): no other layout is weighed."""
 
 from __future__ import annotations
 
@@ -74,7 +77,6 @@ def nearest_export(plan: Plan, net: Network, framework: str,
             if got is not None and not got[0].changes:  # the plan runs as it is
                 return NearestExport(plan, ())
         if n == 0 and made and not made[0][0].relaid:  # its own layout runs on every layer: no other weighed
-            layouts = layouts[:1]
             break
     if not made:
         raise refused[0]

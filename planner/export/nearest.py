@@ -283,8 +283,9 @@ def _strategies(plan: Plan, net: Network, fw: Framework, target: Target | None,
         transformer = any(layer.op == "attention" for layer in net.layers)  # a CNN's blocks are no transformer layers
         which = f"{layout} ({whose})" if blocks and transformer else \
             "data parallelism (the network has no transformer layers)"
-        changes.append(f"one layout on every layer, {which}: " + (f"{moved[0]} split otherwise before" if len(moved) == 1
-                       else f"{len(moved)} layers split otherwise before, the first {moved[0]}"))
+        before = f"{moved[0]} split otherwise before" if len(moved) == 1 else \
+            f"{len(moved)} layers split otherwise before, the first {moved[0]}"
+        changes.append(f"one layout on every layer, {which}: {before}")
     return want, layout
 
 
