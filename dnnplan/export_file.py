@@ -4,6 +4,8 @@ exporter call (planner.export) and its rendering (dnnplan.render.export)."""
 from __future__ import annotations
 
 from costmodel.machine.loading import load_machine
+from typing import TYPE_CHECKING
+
 from dnnplan.render import export as render
 from networks.errors import DnnplanError, short
 from planner.export import deepspeed as deepspeed_export, megatron as megatron_export, torchtitan as torchtitan_export
@@ -12,6 +14,9 @@ from planner.export.megatron import MEGATRON_SOURCE, environment, megatron_args
 from planner.export.nearest import layouts_weighed, nearest_plan, recompute_counts
 from planner.export.torchtitan import TORCHTITAN_SOURCE, flavor_note, torchtitan_config
 from planner.plan.plan import Plan
+
+if TYPE_CHECKING:  # the executor's session modules are loaded by the commands that run them
+    from executor.session.export_nearest import NearestExport
 
 #: the frameworks `--to` and `--emit` name
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
@@ -92,3 +97,12 @@ def devices_per_node(machine: str) -> int | None:
         return load_machine(machine).devices_per_node
     except DnnplanError:
         return None
+
+
+def nearest_json(near: "NearestExport") -> dict:
+    """What --nearest changed, and both plans' predicted step and memory (none when nothing changed)."""
+    if not near.changes:
+        return {"changes": []}
+    return {"changes": list(near.changes),
+            "original": {"step_s": near.original.step_s, "memory_peak_bytes": near.original.memory_peak_bytes},
+            "nearest": {"step_s": near.nearest.step_s, "memory_peak_bytes": near.nearest.memory_peak_bytes}}

@@ -75,8 +75,14 @@ ExportToOpt = Annotated[str, typer.Option("--to", help="The framework to write t
 EmitOpt = Annotated[Optional[str], typer.Option("--emit", help="After the plan, print it as that framework's file: "
                                                "megatron, torchtitan or deepspeed (as `dnnplan export --to`).")]
 NearestOpt = Annotated[bool, typer.Option("--nearest", help="Where the framework cannot run the plan as planned, "
-                                          "write the closest plan it can (one layout on every layer, its "
+                                          "write the fastest plan it runs within the devices' memory (one "
+                                          "layout on every layer, of those the plan's layers take; its "
                                           "recomputation, schedule and ZeRO) and print both predictions.")]
+EmitNearestOpt = Annotated[bool, typer.Option("--nearest", help="With --emit, where the framework cannot run the "
+                                              "plan as planned: print the fastest plan it runs within the devices' "
+                                              "memory instead, each change and both predictions on stderr (as "
+                                              "`dnnplan export PLAN --to FRAMEWORK --nearest`; --out keeps the "
+                                              "plan as planned).")]
 ExportOutOpt = Annotated[Optional[str], typer.Option("--out", "-o", help="Write the file here instead of printing "
                                                      "it: Megatron-LM's launch command (a shell script), "
                                                      "torchtitan's TOML or DeepSpeed's JSON (- or "

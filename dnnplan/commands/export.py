@@ -6,12 +6,12 @@ import json
 
 from costmodel.choices.training import DEFAULT_FRAMEWORK
 from costmodel.machine.loading import load_machine
-from dnnplan.export_file import check_framework, exported
+from dnnplan.export_file import check_framework, exported, nearest_json
 from dnnplan.options import ExportJsonOpt, ExportOutOpt, ExportToOpt, ForceOpt, NearestOpt, PlanArg
 from dnnplan.output import check_outputs
 from dnnplan.render import export as render
 from dnnplan.render.messages import warn
-from executor.session.export_nearest import NearestExport, as_priced_now, nearest_export
+from executor.session.export_nearest import as_priced_now, nearest_export
 from networks.errors import DnnplanError
 from networks.writing import write_file
 from planner.plan.plan_file import read_plan
@@ -96,12 +96,3 @@ def over_memory(plan) -> float | None:
     except DnnplanError:
         return None  # a machine file that no longer reads: reading the plan names it elsewhere
     return limit if plan.memory_peak_bytes > limit * (1 + 1e-9) else None
-
-
-def nearest_json(near: NearestExport) -> dict:
-    """What --nearest changed, and both plans' predicted step and memory (none when nothing changed)."""
-    if not near.changes:
-        return {"changes": []}
-    return {"changes": list(near.changes),
-            "original": {"step_s": near.original.step_s, "memory_peak_bytes": near.original.memory_peak_bytes},
-            "nearest": {"step_s": near.nearest.step_s, "memory_peak_bytes": near.nearest.memory_peak_bytes}}

@@ -13,14 +13,15 @@ from costmodel.choices.training import TrainingChoices
 from costmodel.machine.loading import DEFAULT_MACHINE
 from costmodel.step.train_time import tokens_per_step, train_time
 from dnnplan.choice_flags import takes_choices
-from dnnplan.options import (BatchOpt, DevicesOpt, EmitOpt, ForceOpt, ForeignProfileOpt, GapOpt, JobsOpt, JsonOpt,
-                             LayersOpt, MemoryOpt, NetworkArg, PlanMachineOpt, PlanMicroBatchesOpt, PlanOutOpt,
+from dnnplan.options import (BatchOpt, DevicesOpt, EmitNearestOpt, EmitOpt, ForceOpt, ForeignProfileOpt, GapOpt,
+                             JobsOpt, JsonOpt, LayersOpt, MemoryOpt, NetworkArg, PlanMachineOpt, PlanMicroBatchesOpt,
+                             PlanOutOpt,
                              PlanPipelineOpt, PlanPriceOpt, PlanProveOpt, PlanStepContextOpt, PlotOpt, ProfileOpt,
                              RecomputeOpt, RefreshOpt, ScheduleOpt, SolverOpt, SweepJobsOpt, SweepOpt, TimeLimitOpt,
                              TokensOpt, foreign_warning, refresh_warning, step_context_warning,
                              token_budget)
 from dnnplan.assumed import assumed_flags
-from dnnplan.export_file import check_framework, exported, nearest_runs, weighed_for
+from dnnplan.export_file import check_framework, exported, nearest_json, nearest_runs, weighed_for
 from dnnplan.output import check_outputs, json_beside
 from dnnplan.render import export as export_render
 from dnnplan.render import plan as render
@@ -110,7 +111,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
          schedule: ScheduleOpt = "1f1b", prove: PlanProveOpt = PROVE_S, as_json: JsonOpt = False,
          step_context: PlanStepContextOpt = True, layers: LayersOpt = False, force: ForceOpt = False,
          foreign_profile: ForeignProfileOpt = False, tokens: TokensOpt = None, price: PlanPriceOpt = None,
-         sweep_jobs: SweepJobsOpt = 1, jobs: JobsOpt = None, emit: EmitOpt = None) -> None:
+         sweep_jobs: SweepJobsOpt = 1, jobs: JobsOpt = None, emit: EmitOpt = None,
+         nearest: EmitNearestOpt = False) -> None:
     """Choose how to split every layer across the devices so the predicted training step is shortest.
 
     For each layer the planner weighs every split of its dimensions (samples N: data; experts E;
@@ -141,7 +143,8 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
     On machine `local` the plan is checked against the uniform plans in its step's context.
 
     --emit megatron|torchtitan|deepspeed prints the plan as that framework's launch file after it
-    (as `dnnplan export PLAN --to`; a plan the framework cannot run is one line after the summary).
+    (as `dnnplan export PLAN --to`; a plan the framework cannot run is one line after the summary,
+    or with --nearest the fastest plan the framework runs within memory, its changes on stderr).
     """
     machines = parse_machines(machine) if machine is not None else [DEFAULT_MACHINE]
     swept = bool(sweep) or len(machines) > 1
@@ -149,6 +152,9 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                 len(machines), profile)
     check_accumulation(pipeline, micro_batches)
     what = "--sweep plans several" if sweep else "several machines are compared"
+    if nearest and emit is None:
+        raise DnnplanError("--nearest is the nearest plan a framework runs, printed by --emit",
+                           hint="add --emit megatron, torchtitan or deepspeed, or drop --nearest")
     if emit is not None:
         check_framework(emit, "--emit")
         if swept:
@@ -234,7 +240,7 @@ def plan(click: typer.Context, network: NetworkArg, devices: DevicesOpt = 1, bat
                  "the ZeRO stages and pipelines, --zero N plans another stage)",) \
         if request.searches_pipelines and not _given(click, "zero") and ctx.devices > 1 else ()
     emitted = show(ctx, request, settings, answer, out, as_json, layers, _defaults(click, ctx) + unweighed, budgeted,
-                   emit, force)
+                   emit, force, nearest)
     elapsed = f"after {budget.elapsed():.1f} s"
     _end(hold, budget, f"{elapsed}, once the search had ended: its answer is shown whole",
          f" {elapsed}: the best plan found so far is shown", 0 if emitted else 2)
@@ -284,17 +290,22 @@ def _defaults(click: typer.Context, ctx: Context, *others: Context) -> tuple[str
 
 def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: str | None, as_json: bool,
          layers: bool, defaults: tuple[str, ...], budgeted: tuple | None = None, emit: str | None = None,
-         force: bool = False) -> bool:
+         force: bool = False, nearest: bool = False) -> bool:
     """Write the plan (``--out``; a file another process made there meanwhile replaced only with
     ``force``) and print it: the summary first (dnnplan.render.answer); with
     ``budgeted`` (tokens, tokens a step, price), the time and cost to train them; with ``emit``, the
-    plan as that framework's file after it (its JSON under ``export``). False when the framework
-    cannot run the plan (said in one line after it)."""
+    plan as that framework's file after it (its JSON under ``export``), with ``nearest`` the fastest
+    plan the framework runs within memory where it cannot run the plan (its changes on stderr, or
+    under ``export.nearest``). False when the framework cannot run the plan (said in one line after it)."""
     answer, made = planning.finished(ctx, request, settings, answer)
-    launch, refused = None, None
+    launch, refused, near = None, None, None
     if emit is not None:
+        source = out or "`dnnplan plan`"
         try:
-            launch = exported(emit, made, ctx.network, out or "`dnnplan plan`", None)
+            if nearest:
+                from executor.session.export_nearest import nearest_export  # noqa: PLC0415 - its pricing: asked only
+                near = nearest_export(made, ctx.network, emit, lambda m: exported(emit, m, ctx.network, source, None))
+            launch = exported(emit, near.plan if near is not None else made, ctx.network, source, None)
         except DnnplanError as err:
             refused = err
     got = answer.pipeline
@@ -311,14 +322,17 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
         print(json.dumps({"status": "interrupted" if settings.budget.stop_requested else "done",
                           **render.plan_json(ctx, answer, made, got, train),
                           "answered_in_s": round(settings.budget.elapsed(), 3), "assumed": list(defaults),
-                          **({} if emit is None else {"export": {"framework": emit, **launch[1]} if launch else
-                                                      {"framework": emit, "refused": str(refused)}})}))
+                          **({} if emit is None else {"export": {"framework": emit, **launch[1],
+                                                                 **({"nearest": nearest_json(near)} if near else {})}
+                                                      if launch else {"framework": emit, "refused": str(refused)}})}))
     else:
         render.answer(made, got, render.facts(ctx, answer, made, got, defaults, request.limit, train), layers)
         if out and not streamed:
             render.console.print(render.wrote_line(made, out, ctx.machine.device.kind, ctx.devices))
         if launch is not None:
             export_render.show(launch[0])
+            if near is not None and near.changes:
+                export_render.nearest_lines(near)
     if streamed:
         try:
             write_plan(made, out)
@@ -327,12 +341,13 @@ def show(ctx: Context, request: PlanRequest, settings: Settings, answer, out: st
     if failed is not None:
         raise failed
     if refused is not None:  # the plan is printed (and written); the refusal is the one line on stderr
-        near = nearest_runs(emit, made, ctx.network)
+        runs = not nearest and nearest_runs(emit, made, ctx.network)  # with --nearest, none runs
         plan_file = out or "PLAN.yaml"
         keep = "" if out else f"keep the plan with --out {plan_file}, then "  # no plan file to export yet
         what = DnnplanError(refused.bare, layer=refused.layer, field=refused.field)  # its own fix said below
         fail_line(f"--emit {emit}: {what}" + (f" ({keep}`dnnplan export {shell_word(plan_file)} --to {emit} --nearest` "
-                                                       "writes the closest plan it runs)" if near else
+                                                       f"writes the closest plan it runs, as `--emit {emit} --nearest` "
+                                                       "prints it after the plan)" if runs else
                                                        f" ({refused.hint})" if refused.hint else ""))
     return refused is None
 

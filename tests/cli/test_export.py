@@ -246,6 +246,28 @@ def test_plan_emit_prints_the_plans_launch_file_after_it(tmp_path):
         assert words in one_error_line(runner.invoke(app, ["plan", "tiny-llama", *args]))
 
 
+def test_plan_emit_nearest_prints_the_plan_the_framework_runs_after_it():
+    """--zero 1 asked of a plan emitted for torchtitan, which has no ZeRO-1: without --nearest one line
+    points at it; with it the launch file is the nearest plan's (FSDP keeping the weights gathered),
+    its changes and both predictions on stderr or under export.nearest, exit 0; --nearest without
+    --emit is one line before planning."""
+    base = ["plan", "tiny-llama", "-p", "4", "--machine", "dgx-h100", "--precision", "bf16", "--time-limit", "5",
+            "--pipeline", "off", "--zero", "1", "--emit", "torchtitan"]
+    refused = runner.invoke(app, base)
+    assert refused.exit_code == 2 and "as `--emit torchtitan --nearest` prints it after the plan" in \
+        " ".join(refused.stderr.split())
+    near = runner.invoke(app, [*base, "--nearest"])
+    assert near.exit_code == 0, near.output
+    assert 'fsdp_reshard_after_forward = "never"' in near.stdout and near.stdout.index("step") < near.stdout.index("[")
+    err = " ".join(near.stderr.split())
+    assert "ZeRO-1 as FSDP keeping the weights gathered" in err and "the nearest: step" in err
+    got = json.loads(runner.invoke(app, [*base, "--nearest", "--json"]).stdout)
+    assert got["zero"] == 1 and got["export"]["config"]["parallelism"]["fsdp_reshard_after_forward"] == "never"
+    assert any("ZeRO-1 as FSDP" in c for c in got["export"]["nearest"]["changes"])
+    assert "--nearest is the nearest plan a framework runs, printed by --emit" in one_error_line(
+        runner.invoke(app, ["plan", "tiny-llama", "--nearest"]))
+
+
 def test_plan_emit_torchtitan_weighs_only_the_zero_stages_torchtitan_runs():
     """torchtitan has no ZeRO-1 (FSDP shards the optimiser state only with the weights): with --emit
     torchtitan and no --zero the planner chooses among ZeRO-0, 2 and 3 and says why ZeRO-1 is left
@@ -410,4 +432,5 @@ def test_plan_emit_without_out_says_to_keep_the_plan_before_exporting_its_neares
     line = " ".join(got.stderr.split())
     assert got.exit_code == 2 and "--emit megatron: layer 'embed': split N=4,F=2" in line, line
     assert "(keep the plan with --out PLAN.yaml, then `dnnplan export PLAN.yaml --to megatron --nearest` writes " \
-           "the closest plan it runs)" in line and line.count("--nearest") == 1
+           "the closest plan it runs, as `--emit megatron --nearest` prints it after the plan)" in line
+    assert line.count("--nearest") == 2  # the refusal's own hint (export with --nearest) is not said again

@@ -117,6 +117,8 @@ DEFERRED = {
     "networks.importers.onnx.importer": "the ONNX importer: an ONNX file given instead of a network",
     ".ilp": "the ILP (PuLP, HiGHS) in planner.solvers: most problems are solved whole by graph reduction",
     "dnnplan.cli": "the command itself, loaded once the console script (dnnplan.entry) has a stop signal end it",
+    "executor.session.export_nearest": "the nearest plans priced as `dnnplan predict PLAN.yaml` prices a plan: "
+                                       "`plan --emit --nearest` only",
 }
 
 
