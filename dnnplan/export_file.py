@@ -11,7 +11,7 @@ from networks.errors import DnnplanError, short
 from planner.export import deepspeed as deepspeed_export, megatron as megatron_export, torchtitan as torchtitan_export
 from planner.export.deepspeed import CONFIG, DEEPSPEED_SOURCE, SCRIPT, deepspeed_config
 from planner.export.megatron import MEGATRON_SOURCE, environment, megatron_args
-from planner.export.nearest import layouts_weighed, nearest_plan, recompute_counts
+from planner.export.nearest import choices_weighed, nearest_plan
 from planner.export.torchtitan import TORCHTITAN_SOURCE, flavor_note, torchtitan_config
 from planner.plan.plan import Plan
 
@@ -56,16 +56,14 @@ def nearest_runs(to: str, made: Plan, net) -> bool:
     """Whether ``--nearest`` may write ``made`` for framework ``to``: one of its nearest plans
     (unpriced, one a layout weighed) is one the exporter writes, so a refusal may point to it."""
     machine = load_machine(made.machine)
-    longest, _ = recompute_counts(made, net, to)
-    for weighed in layouts_weighed(made, net, to):
-        for whole in (None, 0, longest) if longest else (None,):
-            try:
-                got = nearest_plan(made, net, to, machine, weighed, whole)
-                exported(to, got.plan, net, "", None)
-            except DnnplanError:
-                continue
-            if got.changes:
-                return True
+    for weighed, whole in choices_weighed(made, net, to):
+        try:
+            got = nearest_plan(made, net, to, machine, weighed, whole)
+            exported(to, got.plan, net, "", None)
+        except DnnplanError:
+            continue
+        if got.changes:
+            return True
     return False
 
 

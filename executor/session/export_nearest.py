@@ -26,7 +26,7 @@ from executor.session.predict import predict_plan
 from networks.errors import DnnplanError
 from networks import durations
 from networks.ir import Network
-from planner.export.nearest import Nearest, Weighed, layouts_weighed, nearest_plan, recompute_counts
+from planner.export.nearest import Nearest, Weighed, choices_weighed, nearest_plan, recompute_counts
 from planner.plan.plan import Plan
 from profiler import context
 
@@ -70,21 +70,22 @@ def nearest_export(plan: Plan, net: Network, framework: str,
             made.append(same)
         return same or (got, None, weighed)
 
-    layouts = layouts_weighed(plan, net, framework)
-    for n, weighed in enumerate(layouts):
-        for whole in (None,) + ((0, longest) if longest else ()):  # the rule's recomputation, none, every layer
-            got = weigh(weighed, whole)
-            if got is not None and not got[0].changes:  # the plan runs as it is
-                return NearestExport(plan, ())
-        if n == 0 and made and not made[0][0].relaid:  # its own layout runs on every layer: no other weighed
+    first = None
+    for weighed, whole in choices_weighed(plan, net, framework):
+        first = first or weighed
+        if weighed is not first and made and not made[0][0].relaid:  # its own layout runs on every layer
             break
+        got = weigh(weighed, whole)
+        if got is not None and not got[0].changes:  # the plan runs as it is
+            return NearestExport(plan, ())
     if not made:
         raise refused[0]
     before = priced(plan, net)
     limit = machine.device.mem_capacity_bytes * (1 + 1e-9)
 
     def fits(m) -> bool:
-        return m[1].memory_peak_bytes <= limit
+        """A nearest plan made and priced that fits the device's memory."""
+        return m is not None and m[1] is not None and m[1].memory_peak_bytes <= limit
 
     fitting = [m for m in made if fits(m)]
     if not fitting and before.memory_peak_bytes <= limit:
@@ -93,7 +94,7 @@ def nearest_export(plan: Plan, net: Network, framework: str,
     best = min(fitting or made, key=lambda m: m[1].step_s)
     if step == 1 and longest > 1 and fitting:  # the fewest first layers of each chunk recomputed whole that fit
         fewest = _fewest_whole(weigh, fits, best[2], longest)
-        if fewest is not None and fewest[1] is not None and fits(fewest) and fewest[1].step_s < best[1].step_s:
+        if fits(fewest) and fewest[1].step_s < best[1].step_s:
             best = fewest
     changes = best[0].changes
     if len(made) > 1:
@@ -107,18 +108,19 @@ def nearest_export(plan: Plan, net: Network, framework: str,
 def _fewest_whole(weigh, fits, weighed: Weighed, longest: int):
     """Of ``weighed``'s layout, the nearest plan recomputing the fewest first transformer layers of
     each chunk whole that fits (memory falls and the step grows with the count): bisected between
-    none (over the memory) and every layer (within it), each count priced once."""
+    none (over the memory) and every layer (within it), each count priced once; ``fits(m)``: made,
+    priced and within the memory."""
     low, high = 0, longest
     best = weigh(weighed, high)
-    if best is None or best[1] is None or not fits(best):
+    if not fits(best):
         return best
     none = weigh(weighed, low)
-    if none is not None and none[1] is not None and fits(none):
+    if fits(none):
         return none
     while high - low > 1:
         mid = (low + high) // 2
         got = weigh(weighed, mid)
-        if got is not None and got[1] is not None and fits(got):
+        if fits(got):
             high, best = mid, got
         else:
             low = mid

@@ -89,7 +89,7 @@ def megatron_args(plan: Plan, net: Network) -> list[str]:
     out = parallel_args(layout)
     out += ["--micro-batch-size", str(layout.micro_batch_size), "--global-batch-size", str(layout.global_batch_size),
             "--seq-length", str(shape.seq_length)]
-    out += model_args(shape) + regularisation_args(net)
+    out += model_args(shape) + model_setting_args(net)
     if recompute.granularity:
         out += ["--recompute-granularity", recompute.granularity]
     if recompute.method:
@@ -201,8 +201,8 @@ def model_args(shape: GptShape) -> list[str]:
     return out + (["--untie-embeddings-and-output-weights"] if shape.untied else [])
 
 
-def regularisation_args(net: Network) -> list[str]:
-    """What Megatron-LM's defaults would add to a network that has none of it: biases on every
+def model_setting_args(net: Network) -> list[str]:
+    """The model settings Megatron-LM's defaults would get wrong for the network: biases on every
     linear layer (``add_bias_linear`` True) and dropout of 0.1 after attention and the MLP
     (``hidden_dropout``, ``attention_dropout``; megatron/core/transformer/transformer_config.py at
     d98e8a64), each holding memory and time the plan did not price. A network whose transformer

@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass
+from typing import Iterator
 
 from costmodel.calls.algorithms import (attention_default, default_algorithms, is_recomputed, kernel_algorithm,
                                         with_recompute)
@@ -399,6 +400,16 @@ def _algorithms(plan: Plan, net: Network, fw: Framework, machine: Machine, chang
     changes.append(f"recomputation of {what}, where the plan recomputed {was}: {fw.name} recomputes "
                    + ("attention's core or whole transformer layers" if fw.selective else "whole transformer layers"))
     return out | {name: with_recompute(out.get(name, "")) for name in wanted}
+
+
+def choices_weighed(plan: Plan, net: Network, framework: str) -> Iterator[tuple[Weighed, int | None]]:
+    """Each (layout, ``whole``) a nearest plan is made of, in the order weighed: every layout of
+    :func:`layouts_weighed`, each with the recomputation nearest the plan's (None), none (0) and
+    every transformer layer whole (for a network with transformer layers)."""
+    longest, _ = recompute_counts(plan, net, framework)
+    for weighed in layouts_weighed(plan, net, framework):
+        for whole in (None, 0, longest) if longest else (None,):
+            yield weighed, whole
 
 
 def recompute_counts(plan: Plan, net: Network, framework: str) -> tuple[int, int]:

@@ -30,7 +30,7 @@ def _export(monkeypatch, original_gib: float, nearest: dict[str, tuple[float, fl
     ``kept``: those whose nearest plan keeps the plan's own layout on every layer."""
     plan = _Plan("original")
     plans = {name: _Plan(name) for name in nearest}
-    monkeypatch.setattr(export_nearest, "layouts_weighed", lambda p, n, f: tuple(nearest))
+    monkeypatch.setattr(export_nearest, "choices_weighed", lambda p, n, f: ((layout, None) for layout in nearest))
     monkeypatch.setattr(export_nearest, "recompute_counts", lambda p, n, f: (0, 0))  # no transformer layers
     monkeypatch.setattr(export_nearest, "nearest_plan", lambda p, n, f, m, layout, whole: SimpleNamespace(
         plan=plans[layout], changes=(layout,), relaid=layout not in kept))

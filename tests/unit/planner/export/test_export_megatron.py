@@ -13,7 +13,7 @@ from costmodel.calls.algorithms import with_recompute
 from costmodel.parallel.strategy import Strategy
 from networks.errors import DnnplanError
 from networks.loader import load_network
-from planner.export.megatron import MEGATRON_SOURCE, environment, megatron_args, regularisation_args
+from planner.export.megatron import MEGATRON_SOURCE, environment, megatron_args, model_setting_args
 from planner.export.megatron_layout import MEGATRON, check_sequence
 from planner.plan.plan import Plan
 from tests.support.export_plans import swapped, uniform_plan as make
@@ -297,7 +297,7 @@ def test_biases_and_dropout_the_network_lacks_are_turned_off(name, bias, dropout
     """Megatron-LM adds biases to every linear layer and 0.1 dropout unless told otherwise
     (transformer_config.py at d98e8a64): a network without them is exported with them off."""
     net = load_network(name)
-    args = regularisation_args(net)
+    args = model_setting_args(net)
     assert ("--disable-bias-linear" in args) is not bias
     assert (args[-4:] == ["--attention-dropout", "0", "--hidden-dropout", "0"]) is not dropout
 
@@ -311,30 +311,30 @@ def test_biases_on_the_query_key_and_value_alone_are_added_back():
         dataclasses.replace(layer, params=tuple({**layer.p, "qkv_bias": True}.items())) if layer.op == "attention"
         else layer
         for layer in net.layers))
-    assert regularisation_args(qwen2)[:2] == ["--disable-bias-linear", "--add-qkv-bias"]
+    assert model_setting_args(qwen2)[:2] == ["--disable-bias-linear", "--add-qkv-bias"]
     fine = dataclasses.replace(qwen2, layers=tuple(
         dataclasses.replace(layer, params=tuple({**layer.p, "eps": 1e-6}.items())) if layer.op == "rmsnorm"
         else layer for layer in qwen2.layers))
-    assert flags(regularisation_args(fine))["--norm-epsilon"] == ["1e-06"]  # Qwen2's; Megatron-LM's is 1e-5
-    assert "--norm-epsilon" not in regularisation_args(qwen2)
-    assert "--add-qkv-bias" not in regularisation_args(net)
-    assert "--add-qkv-bias" not in regularisation_args(load_network("gpt2"))  # biases everywhere: Megatron's default
+    assert flags(model_setting_args(fine))["--norm-epsilon"] == ["1e-06"]  # Qwen2's; Megatron-LM's is 1e-5
+    assert "--norm-epsilon" not in model_setting_args(qwen2)
+    assert "--add-qkv-bias" not in model_setting_args(net)
+    assert "--add-qkv-bias" not in model_setting_args(load_network("gpt2"))  # biases everywhere: Megatron's default
 
 
 def test_the_rotary_base_is_written_where_it_is_not_megatrons():
     """Llama 3's rope_theta 500000 (its zoo spec's rotary_base, from the released config.json) as
     --rotary-base, a whole number (megatron/training/arguments.py at d98e8a64, default 10000); Llama
     2's, unset, is Megatron-LM's default; a base that is not whole is refused, naming the layer."""
-    assert flags(regularisation_args(load_network("llama3-8b")))["--rotary-base"] == ["500000"]
-    assert flags(regularisation_args(load_network("qwen3-30b-a3b")))["--rotary-base"] == ["1000000"]
-    assert "--rotary-base" not in regularisation_args(load_network("llama2-7b"))
-    assert "--rotary-base" not in regularisation_args(load_network("gpt2"))  # learned positions
+    assert flags(model_setting_args(load_network("llama3-8b")))["--rotary-base"] == ["500000"]
+    assert flags(model_setting_args(load_network("qwen3-30b-a3b")))["--rotary-base"] == ["1000000"]
+    assert "--rotary-base" not in model_setting_args(load_network("llama2-7b"))
+    assert "--rotary-base" not in model_setting_args(load_network("gpt2"))  # learned positions
     net = load_network("tiny-llama")
     odd = dataclasses.replace(net, layers=tuple(
         dataclasses.replace(layer, params=tuple({**layer.p, "rotary_base": 12345.5}.items()))
         if layer.op == "attention" else layer for layer in net.layers))
     with pytest.raises(DnnplanError, match="rotary_base 12345.5: Megatron-LM's --rotary-base takes a whole number"):
-        regularisation_args(odd)
+        model_setting_args(odd)
 
 
 def test_expert_overlap_with_full_recomputation_is_refused():
