@@ -105,8 +105,9 @@ class Layer:
 #: hash (:meth:`Network.content_hash`) at that default, so the plans written before them still load
 LATER_PARAMS: dict[tuple[str, str], Any] = {("attention", "yarn"): False, ("moe", "act_clamp"): None}
 #: parameters that change no cost nor memory, only the model a framework's launch file trains: never in
-#: the hash, so a plan made before one was set (Llama 3's rotary base) still names the same network
-UNPRICED_PARAMS = frozenset({("attention", "rotary_base")})
+#: the hash, so a plan made before one was set (Llama 3's rotary base, Llama 3.1's rotary scaling) still names
+#: the same network
+UNPRICED_PARAMS = frozenset({("attention", "rotary_base"), ("attention", "rope_scaling")})
 _KEPT = object()  # no default to leave out
 
 

@@ -54,6 +54,9 @@ PARAMS = (Param("heads", "pos", doc="number of query heads (must divide D unless
           Param("rotary", "bool", False, "rotary position embeddings on queries and keys (RoFormer)"),
           Param("rotary_base", "float", None, "the base of the rotary frequencies (RoPE's theta: Llama 3's 500000); "
                 "no cost, the model a framework's launch file trains (default: the framework's, 10000)"),
+          Param("rope_scaling", "float", None, "Llama 3.1's rotary frequency scaling: the factor (8) dividing the "
+                "low frequencies, blended over 1 to 4 wavelengths of 8,192 positions, as Megatron-LM and torchtitan "
+                "apply it; no cost, the model a framework's launch file trains (default: none)"),
           Param("yarn", "bool", False, "the rotary positions scaled by YaRN (gpt-oss), which Megatron-Core rotates "
                 "with eager PyTorch kernels (costmodel.calls.proxies)"),
           Param("qk_norm", "bool", False, "RMSNorm over each query and key head before the rotation (Qwen3)"),
@@ -90,6 +93,15 @@ def infer(p, in_shapes, dtypes):
     if p.get("rotary_base") is not None and p["rotary_base"] <= 1:
         raise ShapeError(f"rotary_base must be over 1, got {p['rotary_base']:g}", "rotary_base",
                          hint="give RoPE's theta, e.g. 500000")
+    if p.get("rope_scaling") is not None and not p.get("rotary"):
+        raise ShapeError("rope_scaling scales rotary positions, and this attention has none", "rope_scaling",
+                         hint="add rotary: true, or remove rope_scaling")
+    if p.get("rope_scaling") is not None and p["rope_scaling"] < 1:
+        raise ShapeError(f"rope_scaling must be at least 1, got {p['rope_scaling']:g}", "rope_scaling",
+                         hint="give Llama 3.1's factor, 8")
+    if p.get("rope_scaling") is not None and p.get("yarn"):
+        raise ShapeError("rope_scaling and yarn both scale the rotary positions", "rope_scaling",
+                         hint="keep one of them")
     if p.get("yarn") and not p.get("rotary"):
         raise ShapeError("yarn scales rotary positions, and this attention has none", "yarn",
                          hint="add rotary: true, or remove yarn")

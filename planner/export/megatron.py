@@ -65,6 +65,8 @@ from planner.plan.plan import Plan
 MEGATRON_NORM_EPSILON = 1e-5
 #: Megatron-LM's rotary base (--rotary-base's default, megatron/training/arguments.py at d98e8a64)
 MEGATRON_ROTARY_BASE = 10000
+#: Megatron-LM's Llama 3.x scaling factor (--rope-scaling-factor's default, the same file)
+MEGATRON_ROPE_SCALING = 8.0
 #: the norms of a transformer layer, whose epsilon --norm-epsilon sets
 NORMS = ("layernorm", "rmsnorm")
 
@@ -210,9 +212,10 @@ def model_setting_args(net: Network) -> list[str]:
     attention keeps biases on the query, key and value projections alone (``add_qkv_bias``, the same
     file: Qwen2's layers); one without dropout layers ``--attention-dropout 0 --hidden-dropout 0``; and
     its norms' epsilon where it is not Megatron-LM's 1e-5 (``layernorm_epsilon``, ``--norm-epsilon``:
-    Qwen2's 1e-6) and its rotary base where it is not Megatron-LM's 10000 (``--rotary-base``, a whole
-    number, megatron/training/arguments.py at d98e8a64: Llama 3's 500000), which change no cost but
-    the model the launch trains."""
+    Qwen2's 1e-6), its rotary base where it is not Megatron-LM's 10000 (``--rotary-base``, a whole
+    number, megatron/training/arguments.py at d98e8a64: Llama 3's 500000) and Llama 3.1's rotary
+    scaling (``--use-rope-scaling``, with ``--rope-scaling-factor`` where the factor is not 8), which
+    change no cost but the model the launch trains."""
     linear = [layer for layer in net.layers if layer.op == "linear" and block_of(layer) is not None]
     out = ["--disable-bias-linear"] if linear and not any(layer.p.get("bias") for layer in linear) else []
     if out and any(qkv_bias(layer.p) for layer in net.layers if layer.op == "attention"):
@@ -227,6 +230,9 @@ def model_setting_args(net: Network) -> list[str]:
                                layer=next(layer.name for layer in net.layers if layer.op == "attention"),
                                hint="give the network's attention a whole rotary_base, or export it to torchtitan")
         out += ["--rotary-base", str(int(base))]
+    scalings = {layer.p.get("rope_scaling") for layer in net.layers if layer.op == "attention" and layer.p.get("rotary")}
+    if len(scalings) == 1 and (factor := scalings.pop()) is not None:
+        out += ["--use-rope-scaling"] + ([] if factor == MEGATRON_ROPE_SCALING else ["--rope-scaling-factor", f"{factor:g}"])
     if not any(layer.op == "dropout" for layer in net.layers):
         out += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     return out

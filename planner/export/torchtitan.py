@@ -293,10 +293,29 @@ def overlap_keys(overlap: str) -> dict[str, Any]:
     return {"enable_async_tensor_parallel": True} if mode == "all" else {}
 
 
+#: the rotary scaling factor of torchtitan's llama3 model arguments (v0.2.2 torchtitan/models/llama3/model/
+#: args.py: ``RoPEScalingArgs.scaling_factor``, which every flavor keeps and ``precompute_freqs_cis`` always
+#: applies: Llama 3.1's; a factor of 1 scales nothing)
+TORCHTITAN_ROPE_SCALING = 8.0
+
+
+def rope_scaling(net: Network) -> float | None:
+    """The factor of Llama 3.1's rotary scaling ``net``'s attention takes (None: none)."""
+    return next((layer.p.get("rope_scaling") for layer in net.layers if layer.op == "attention"), None)
+
+
 def flavor_note(net: Network) -> str | None:
-    """What the user registers when torchtitan ships no flavor of ``net`` (None when it does): the
-    family's ``__init__.py`` and the shape, in the model arguments' names."""
+    """What the user registers when torchtitan ships no flavor of ``net``: the family's
+    ``__init__.py`` and the shape, in the model arguments' names. Where it ships one, None, or
+    what differs from the network in the model it trains (its llama3 flavors scale the rotary
+    frequencies as Llama 3.1, Llama 3's networks do not: the same step, another model's positions)."""
+    factor = rope_scaling(net)
     if net.name in FLAVORS:
+        family, flavor = FLAVORS[net.name]
+        if family == "llama3" and factor != TORCHTITAN_ROPE_SCALING:
+            return (f"torchtitan's flavor {flavor} scales the rotary frequencies as Llama 3.1 does (RoPEScalingArgs, "
+                    f"factor {TORCHTITAN_ROPE_SCALING:g}), which {net.name} does not: the same step and memory, "
+                    "the positions of another model")
         return None
     shape = gpt_shape(net)
     family = FAMILIES[shape.experts is not None]
@@ -309,7 +328,9 @@ def flavor_note(net: Network) -> str | None:
     # the model arguments' rope_theta (v0.2.2: llama3's TransformerModelArgs 10000, Qwen3ModelArgs 1000000)
     theta = [f"rope_theta={base:g}"] if base is not None and base != (1e6 if shape.experts else 1e4) else []
     if not shape.experts:
-        return f"{where} ({', '.join(dims + theta)}; the MLP width {shape.ffn_hidden_size})"
+        scaled = ([] if factor == TORCHTITAN_ROPE_SCALING else
+                  [f"rope_scaling_args=RoPEScalingArgs(scaling_factor={factor or 1.0:g})"])
+        return f"{where} ({', '.join(dims + theta + scaled)}; the MLP width {shape.ffn_hidden_size})"
     moe = next(layer for layer in net.layers if layer.op == "moe")
     vocab = next((layer.p["vocab"] for layer in net.layers if layer.op == "embedding"), None)
     if not shape.query_groups:  # Qwen3ModelArgs' n_kv_heads defaults to 8, not to the heads
@@ -319,5 +340,7 @@ def flavor_note(net: Network) -> str | None:
     dims += ["moe_enabled=True", f"moe_inter_dim={shape.ffn_hidden_size}",
              f"moe_args=MoEArgs(num_experts={shape.experts}, num_shared_experts={moe.p.get('shared_experts') or 0}, "
              f"top_k={shape.top_k}, ...)"]
+    unscaled = (f"; Qwen3ModelArgs scales no rotary frequencies, and {net.name}'s are scaled as Llama 3.1's "
+                f"(factor {factor:g})" if factor is not None else "")
     return (f"{where} as Qwen3ModelArgs({', '.join(dims)}), the router in MoEArgs as the model routes (its "
-            "defaults: score_func=\"sigmoid\", route_norm=False, score_before_experts=True)")
+            f"defaults: score_func=\"sigmoid\", route_norm=False, score_before_experts=True){unscaled}")

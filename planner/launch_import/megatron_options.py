@@ -109,7 +109,7 @@ IGNORED = {
     "positions (the network's own are priced)": (
         "--hidden-dropout", "--attention-dropout", "--disable-bias-linear", "--add-qkv-bias", "--norm-epsilon",
         "--rotary-base",
-        "--rotary-percent", "--use-rope-scaling", "--apply-layernorm-1p", "--qk-layernorm",
+        "--rotary-percent", "--use-rope-scaling", "--rope-scaling-factor", "--apply-layernorm-1p", "--qk-layernorm",
         "--max-position-embeddings", "--no-position-embedding", "--apply-query-key-layer-scaling"),
     "routing's losses and the router's settings: dnnplan prices dropless top-k routing": (
         "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-dtype",

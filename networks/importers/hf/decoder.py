@@ -63,6 +63,7 @@ class Decoder:
     experts: Experts | None = None
     qk_norm: Val | None = None  # RMSNorm over each query and key head (Qwen3), None for none
     rotary_base: Val | None = None  # rope_theta where the file gives it (no cost: the launch's model)
+    rope_scaling: Val | None = None  # Llama 3.1's rope_scaling factor (no cost: the launch's model)
     notes: tuple[str, ...] = ()  # what was read and has no effect on sizes or costs, for the header
 
 

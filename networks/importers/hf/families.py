@@ -87,7 +87,27 @@ def _rope_notes(cfg: Config, notes: list[str]) -> None:
             raise cfg.fail("rope_scaling", f"must be a mapping such as {{\"rope_type\": \"llama3\", ...}} or null, got "
                            f"{short(scaling)}")
         kind = scaling.get("rope_type", scaling.get("type"))
-        notes.append(f"rope_scaling ({kind}): rescaled rotary frequencies (no weights, no effect on costs)")
+        written = "the attention's rope_scaling, written to a framework's launch file; " if _llama3_scaling(cfg) else ""
+        notes.append(f"rope_scaling ({kind}): rescaled rotary frequencies ({written}no weights, no effect on costs)")
+
+
+#: Llama 3.1's frequency scaling as Megatron-LM (--use-rope-scaling: RotaryEmbedding._apply_scaling's
+#: defaults at d98e8a64) and torchtitan (v0.2.2 RoPEScalingArgs) apply it: only its factor is a flag
+LLAMA3_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def _llama3_scaling(cfg: Config) -> Val | None:
+    """The attention's ``rope_scaling`` (its factor) where the file's rope_scaling is Llama 3.1's
+    ("llama3", its bands as :data:`LLAMA3_SCALING`: what a launch file can state); else None (noted only)."""
+    scaling = cfg.raw("rope_scaling")
+    if not isinstance(scaling, dict) or scaling.get("rope_type", scaling.get("type")) != "llama3":
+        return None
+    factor = scaling.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor < 1:
+        raise cfg.fail("rope_scaling", f"rope_scaling's factor must be a number from 1, got {short(factor)}")
+    if any(scaling.get(key, value) != value for key, value in LLAMA3_SCALING.items()):
+        return None
+    return Val(float(factor), "rope_scaling (llama3): its factor", "rope_scaling")
 
 
 def gpt2(cfg: Config, seq: int | None) -> Decoder:
@@ -148,7 +168,8 @@ def _llama_like(cfg: Config, seq: int | None, family: str, *, eps_default: float
         eps=cfg.number("rms_norm_eps", eps_default, positive=True), mlp=mlp,
         attn_bias=bias, mlp_bias=mlp_bias, rotary=Val(True, "rotary positions (RoPE)"),
         tied=cfg.flag("tie_word_embeddings", tied_default), notes=tuple(notes),
-        rotary_base=cfg.number("rope_theta", positive=True) if cfg.raw("rope_theta") is not None else None)
+        rotary_base=cfg.number("rope_theta", positive=True) if cfg.raw("rope_theta") is not None else None,
+        rope_scaling=_llama3_scaling(cfg))
 
 
 def llama(cfg: Config, seq: int | None) -> Decoder:

@@ -40,6 +40,8 @@ def _attention(d: Decoder, inputs: str) -> dict:
     out["rotary"] = d.rotary
     if d.rotary_base is not None and d.rotary.value:
         out["rotary_base"] = d.rotary_base
+    if d.rope_scaling is not None and d.rotary.value:
+        out["rope_scaling"] = d.rope_scaling
     if d.qk_norm is not None:
         out["qk_norm"] = d.qk_norm
     return out

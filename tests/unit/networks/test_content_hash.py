@@ -38,3 +38,13 @@ def test_an_unpriced_parameter_never_changes_the_hash():
     assert _without(net, "rotary_base").content_hash() == net.content_hash()
     assert net.with_param("attention", "rotary_base", 10000.0).content_hash() == net.content_hash()
     assert ("attention", "rotary_base") in UNPRICED_PARAMS
+
+
+def test_llama_31s_rotary_scaling_is_left_out_of_the_hash():
+    """Llama 3.1's rope_scaling (its zoo spec's factor 8) prices nothing: a plan made before the spec
+    set it still names the same network."""
+    net = load_network("llama3.1-405b")
+    assert {layer.p["rope_scaling"] for layer in net.layers if layer.op == "attention"} == {8.0}
+    assert _without(net, "rope_scaling").content_hash() == net.content_hash()
+    assert net.with_param("attention", "rope_scaling", 32.0).content_hash() == net.content_hash()
+    assert ("attention", "rope_scaling") in UNPRICED_PARAMS

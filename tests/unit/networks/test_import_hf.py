@@ -198,6 +198,7 @@ def _config(tmp_path, **fields) -> str:
      "num_experts_per_tok=6 exceeds num_local_experts=4"),
     ({"model_type": "qwen2_moe", "decoder_sparse_step": 2}, "decoder_sparse_step", "blocks of two kinds"),
     ({"model_type": "qwen2_moe", "mlp_only_layers": [0]}, "mlp_only_layers", "blocks of two kinds"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 0.5}}, "rope_scaling", "factor must be a number from 1"),
     ({"rms_norm_eps": 0}, "rms_norm_eps", "must be a number > 0, got 0"),  # not the spec's line the import makes
     ({"model_type": "gpt2", "layer_norm_epsilon": 0.0}, "layer_norm_epsilon", "must be a number > 0"),
 ])
@@ -206,6 +207,29 @@ def test_what_the_catalogue_cannot_express_is_refused_naming_the_field(tmp_path,
         load_network(_config(tmp_path, **fields))
     msg = str(err.value)
     assert err.value.field == field and words in msg and "\n" not in msg, msg
+
+
+LLAMA31_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+
+
+def _scalings(path: str) -> set:
+    return {layer.p.get("rope_scaling") for layer in load_network(path).layers if layer.op == "attention"}
+
+
+def test_llama_31s_rope_scaling_is_the_attentions_and_other_scalings_are_noted_only(tmp_path):
+    """Llama 3.1's config.json rope_scaling (rope_type llama3, factor 8 over bands 1 and 4 of 8,192
+    positions; Llama 3.2's factor 32) is the attention's rope_scaling, which Megatron-LM's
+    --use-rope-scaling and torchtitan's RoPEScalingArgs state; other bands or kinds, which their flags
+    cannot state, are noted in the spec and set nothing."""
+    assert _scalings(_config(tmp_path, rope_scaling=LLAMA31_SCALING)) == {8.0}
+    assert _scalings(_config(tmp_path, rope_scaling={**LLAMA31_SCALING, "factor": 32.0})) == {32.0}
+    assert _scalings(_config(tmp_path, rope_scaling={**LLAMA31_SCALING, "high_freq_factor": 2.0})) == {None}
+    assert _scalings(_config(tmp_path, rope_scaling={"type": "linear", "factor": 2.0})) == {None}
+    assert _scalings(_config(tmp_path)) == {None}
+    text = import_config(json.dumps({**json.loads((HF / "Llama-2-7b-hf" / "config.json").read_text()),
+                                     "rope_scaling": LLAMA31_SCALING}), "config.json")
+    assert "rope_scaling: 8.0" in text and "the attention's rope_scaling, written to a framework's launch file" in text
 
 
 def test_gpt_neox_with_whole_rotary_and_a_tanh_gelu_has_a_parallel_residual(tmp_path):

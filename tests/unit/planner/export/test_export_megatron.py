@@ -51,7 +51,7 @@ MEGATRON_FLAGS = (
     "--moe-token-dispatcher-type", "--attention-backend", "--qk-layernorm", "--moe-grouped-gemm",
     "--fp8-param-gather", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32",
     "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--norm-epsilon",
-    "--rotary-base",
+    "--rotary-base", "--use-rope-scaling", "--rope-scaling-factor",
 )
 GPT2_CHUNKS = ("embed", "h3.ln1", "h6.ln1", "h9.ln1")  # gpt2's 12 transformer layers, 3 a chunk
 
@@ -335,6 +335,17 @@ def test_the_rotary_base_is_written_where_it_is_not_megatrons():
         if layer.op == "attention" else layer for layer in net.layers))
     with pytest.raises(DnnplanError, match="rotary_base 12345.5: Megatron-LM's --rotary-base takes a whole number"):
         model_setting_args(odd)
+
+
+def test_llama_31s_rotary_scaling_is_written_with_its_factor_where_it_is_not_megatrons():
+    """Llama 3.1's rope_scaling as --use-rope-scaling (megatron/training/arguments.py at d98e8a64:
+    'Apply rope scaling as used in llama3.x'), with --rope-scaling-factor where the factor is not its
+    default 8 (Llama 3.2's 32); Llama 3's, none, writes neither."""
+    assert "--use-rope-scaling" in model_setting_args(load_network("llama3.1-405b"))
+    assert "--rope-scaling-factor" not in model_setting_args(load_network("llama3.1-405b"))
+    assert "--use-rope-scaling" not in model_setting_args(load_network("llama3-8b"))
+    got = flags(model_setting_args(load_network("llama3-8b").with_param("attention", "rope_scaling", 32.0)))
+    assert got["--use-rope-scaling"] == [] and got["--rope-scaling-factor"] == ["32"]
 
 
 def test_expert_overlap_with_full_recomputation_is_refused():

@@ -177,7 +177,7 @@ def test_fp8_on_a_mixture_of_experts_is_refused_naming_its_first_experts_layer()
 
 def test_a_shipped_flavor_or_the_one_to_register():
     assert config("llama3-8b", devices=8, batch=16, zero=3)["model"] == {"name": "llama3", "flavor": "8B"}
-    assert flavor_note(make("llama3-8b")[1]) is None
+    assert flavor_note(make("llama3.1-405b", devices=64)[1]) is None
     note = flavor_note(make("tiny-llama")[1])
     assert "torchtitan/models/llama3/__init__.py" in note and "dim=32" in note and "n_layers=2" in note
 
@@ -189,6 +189,22 @@ def test_the_flavor_to_register_states_a_rotary_base_its_arguments_do_not_defaul
     assert "rope_theta" not in flavor_note(net)
     assert "rope_theta=500000" in flavor_note(net.with_param("attention", "rotary_base", 500000.0))
     assert "rope_theta" not in flavor_note(make("mixtral-8x7b", devices=8)[1])  # 1e6: Qwen3ModelArgs' own
+
+
+def test_the_rotary_scaling_torchtitans_llama3_arguments_apply_is_stated_where_the_network_differs():
+    """v0.2.2's llama3 TransformerModelArgs scale the rotary frequencies as Llama 3.1 (RoPEScalingArgs,
+    factor 8, applied by precompute_freqs_cis in every flavor; factor 1 scales nothing): Llama 3's
+    shipped flavors say the model differs, a flavor to register states the network's factor, and
+    Qwen3ModelArgs, which scales nothing, says what it leaves out."""
+    note = flavor_note(make("llama3-8b")[1])
+    assert "flavor 8B scales the rotary frequencies as Llama 3.1" in note and "llama3-8b does not" in note
+    tiny = make("tiny-llama")[1]
+    assert "rope_scaling_args=RoPEScalingArgs(scaling_factor=1)" in flavor_note(tiny)
+    assert "rope_scaling_args" not in flavor_note(tiny.with_param("attention", "rope_scaling", 8.0))
+    assert "scaling_factor=32" in flavor_note(tiny.with_param("attention", "rope_scaling", 32.0))
+    moe = make("mixtral-8x7b", devices=8)[1]
+    assert "scales no rotary" not in flavor_note(moe)
+    assert "Qwen3ModelArgs scales no rotary frequencies" in flavor_note(moe.with_param("attention", "rope_scaling", 8.0))
 
 
 def test_a_mixture_of_experts_registers_as_qwen3_args_with_moe_args():

@@ -35,7 +35,7 @@ def script(args: list[str], devices: int) -> str:
 def test_every_flag_the_exporter_writes_is_read():
     not_read = {"--ckpt-format", "--max-position-embeddings", "--qk-layernorm", "--moe-grouped-gemm",
                 "--disable-bias-linear", "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--norm-epsilon",
-                "--rotary-base"}
+                "--rotary-base", "--use-rope-scaling", "--rope-scaling-factor"}
     assert set(MEGATRON_FLAGS) - not_read <= set(megatron_options.READ)
     assert not_read <= set(megatron_options.REASON_OF)
 
