@@ -9,7 +9,7 @@ from dnnplan.render import fmt
 from dnnplan.render.console import Console
 from dnnplan.render.messages import err_console as err, warn
 from costmodel.choices.training import DEFAULT_FRAMEWORK
-from planner.export.exported_header import header_line
+from planner.export.exported_header import from_line, header_line
 from planner.plan.plan import Plan
 from networks.writing import standard_stream
 
@@ -78,7 +78,7 @@ def prediction_lines(plan: Plan, plan_path: str, source: str, names: str) -> lis
         framework = plan.choices.framework
         lines.append(header_line(plan.step_s, plan.devices, plan.machine,
                                  None if framework == DEFAULT_FRAMEWORK else framework))
-    lines.append(f"# from {plan_path} ({plan.network_name}); {names} as in {source}")
+    lines.append(from_line(plan_path, plan.network_name, names, source))
     return lines
 
 

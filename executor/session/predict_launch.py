@@ -9,6 +9,7 @@ a plan exported (`dnnplan export`) and read back predicts the same step and memo
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 from costmodel.choices.precision import get_precision
@@ -24,9 +25,10 @@ from planner.export.megatron_model import gpt_shape
 from planner.export.exported_header import WHERE, same_step
 from planner.launch_import.deepspeed import with_world_size
 from planner.launch_import.launch_config import LaunchConfig
-from planner.launch_import.trained_network import check_shape, network_ref
+from planner.launch_import.trained_network import check_shape, network_ref, shape_difference
 from planner.launch_import.to_plan import launch_plan
 from planner.plan.plan import Plan
+from planner.plan.plan_file import read_plan
 from profiler import context
 
 
@@ -57,8 +59,12 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     shape it states), ``devices`` (``--devices``; None: the launcher's) and ``machine``; one line
     naming the file for a world size given twice differently or not at all, or a network that does
     not match the file."""
-    ref = network_ref(config, network)
+    exported = None if network or config.network else exported_from(config)
+    if exported:  # the flavor the file names, which dnnplan does not ship, is the plan's network's
+        config = replace(config, ignored=tuple(i for i in config.ignored if i.option != "[model] flavor"))
+    ref = network_ref(config, network or (exported[0] if exported else None))
     named_by = ("--network" if network else "the file" if config.network
+                else f"the plan the file was exported from, {exported[1]}" if exported
                 else "the zoo network of the shape the file states")
     header = config.written_for  # a file dnnplan exported: the devices, machine and framework it was planned for
     if header is not None and devices is None and config.devices is None:
@@ -91,6 +97,30 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     return LaunchStep(config, ref, named_by, ctx.network, plan, ctx.machine, pred, mfu,
                       ctx.machine.device.mem_capacity_bytes,
                       machine_from, written)
+
+
+def exported_from(config: LaunchConfig) -> tuple[str, str] | None:
+    """The network of the plan a file dnnplan exported was made from, and that plan's path, where the
+    file's second line names it (planner.export.exported_header), the plan is found from the file's
+    folder or the working folder, reads back, and its network is the one the line names and has the
+    shape the file states, or the name of the model it names where it states no shape (torchtitan's
+    flavor: a file edited since trains another); else None."""
+    header = config.written_for
+    if header is None or header.plan is None or (config.shape is None and config.unshipped_model is None):
+        return None
+    here = os.path.join(os.path.dirname(config.path), header.plan)
+    for path in dict.fromkeys((here, header.plan)):
+        if not os.path.isfile(path):
+            continue
+        try:
+            plan, net = read_plan(path)
+        except DnnplanError:  # moved, edited or its network gone: the zoo's shapes are looked through instead
+            continue
+        same = (config.unshipped_model == net.name if config.shape is None
+                else shape_difference(config.shape, net) is None)
+        if net.name == header.network_name and same:
+            return plan.network, path
+    return None
 
 
 def world_size(config: LaunchConfig, devices: int | None) -> int:

@@ -8,7 +8,10 @@ first line does, so `dnnplan predict --from` a file dnnplan wrote predicts it on
 machine it was planned for without ``--devices`` or ``--machine`` (which, given, still decide; the
 file's own settings, where it states a world size, come first), under the framework it was planned
 under, and says so where its step is not the one the line states (a plan priced from a profile not
-given again).
+given again). The line after it names the plan the file was exported from and its network: where
+that plan is found (from the file's folder or the working folder), a file that names no network and
+trains none of the zoo's, as a network spec or Hugging Face config imported and planned does, is
+predicted on the plan's network.
 """
 
 from __future__ import annotations
@@ -26,14 +29,23 @@ _PATTERN = re.compile(r"#\s*dnnplan: predicted step (\S+) s(?: under (\S+))? on 
 _TOP = 5
 
 
+#: the line after it: the plan the file was exported from, as the export command was given it (a path
+#: from the folder it ran in), and the plan's network
+FROM_LINE = "# from {plan} ({network}); {names} as in {source}"
+_FROM = re.compile(r"#\s*from (.+) \(([^()]+)\); ")
+
+
 class Written(NamedTuple):
     """What a file's dnnplan line states: the devices and machine it was planned for, its step as
-    written (four significant digits) and the framework it was priced under (None: the default)."""
+    written (four significant digits) and the framework it was priced under (None: the default);
+    and the next line's plan it was exported from and that plan's network's name (None: no such line)."""
 
     devices: int
     machine: str
     step_s: float | None = None
     framework: str | None = None
+    plan: str | None = None
+    network_name: str | None = None
 
 
 def header_line(step_s: float, devices: int, machine: str, framework: str | None = None) -> str:
@@ -45,16 +57,25 @@ def header_line(step_s: float, devices: int, machine: str, framework: str | None
     return LINE.format(step_s=step_s, under=under, devices=devices, machine=machine)
 
 
+def from_line(plan: str, network: str, names: str, source: str) -> str:
+    """The line naming the plan the file is exported from (``plan``, its path as given), its network's
+    name, and where the file's ``names`` (options, keys) are read (``source``)."""
+    return FROM_LINE.format(plan=plan, network=network, names=names, source=source)
+
+
 def written_for(text: str) -> Written | None:
-    """What the file's dnnplan line states, or None (no such line at its top)."""
-    for line in text.splitlines()[:_TOP]:
+    """What the file's dnnplan line (and the line after it) states, or None (no such line at its top)."""
+    lines = text.splitlines()[:_TOP]
+    for i, line in enumerate(lines):
         found = _PATTERN.match(line.strip())
         if found:
             try:
                 step_s = float(found.group(1))
             except ValueError:
                 step_s = None
-            return Written(int(found.group(3)), found.group(4), step_s, found.group(2))
+            origin = _FROM.match(lines[i + 1].strip()) if i + 1 < len(lines) else None
+            return Written(int(found.group(3)), found.group(4), step_s, found.group(2),
+                           *((origin.group(1), origin.group(2)) if origin else ()))
     return None
 
 

@@ -60,6 +60,7 @@ from costmodel.comm.overlap import BUCKET_MARK, DEFAULT_BUCKET_BYTES, EXPERTS
 from costmodel.step.pipeline import INTERLEAVED
 from networks.errors import DnnplanError
 from networks.ir import Network
+from networks.ops.attention import qkv_bias
 from planner.export.attention_kernel import check_default_attention
 from planner.export.megatron_layout import MegatronLayout, Target, megatron_layout
 from planner.export.megatron_model import gpt_shape
@@ -188,9 +189,14 @@ def torchtitan_config(plan: Plan, net: Network) -> dict[str, dict[str, Any]]:
 
 def check_model(net: Network, layout: MegatronLayout) -> None:
     """One line for a network or layout torchtitan's llama-style models cannot hold: a layer norm,
-    GELU or dropout, learned positions, attention without rotary positions, tensor parallelism
-    without sequence parallelism."""
+    GELU or dropout, learned positions, attention without rotary positions, biases (v0.2.2's llama3
+    and qwen3 models build every projection, MLP, expert and output linear with ``bias=False``,
+    torchtitan/models/{llama3,qwen3}/model/model.py, models/moe/moe.py: Qwen2's query, key and value
+    biases would be trained without, and priced with), tensor parallelism without sequence parallelism."""
     for layer in net.layers:
+        if has_bias(layer):
+            raise DnnplanError(f"{layer.op} with biases: torchtitan's llama-style models have none",
+                               layer=layer.name, hint="export this plan to Megatron-LM (--to megatron)")
         if layer.op in FOREIGN_OPS:
             raise DnnplanError(f"{layer.op}: torchtitan's llama-style models {FOREIGN_OPS[layer.op]}",
                                layer=layer.name, hint="export this plan to Megatron-LM (--to megatron)")
@@ -205,6 +211,13 @@ def check_model(net: Network, layout: MegatronLayout) -> None:
         raise DnnplanError(f"replicated over tensor {layout.tensor}: torchtitan's tensor parallelism splits the "
                            "norms over the sequence (SequenceParallel)", layer=norm,
                            hint="re-plan with --sequence-parallel")
+
+
+def has_bias(layer) -> bool:
+    """Whether ``layer`` holds a bias torchtitan's llama-style models lack (check_model)."""
+    if layer.op == "attention":
+        return bool(layer.p.get("bias")) or qkv_bias(layer.p)
+    return layer.op in ("linear", "moe") and bool(layer.p.get("bias"))
 
 
 def model_section(net: Network, moe: bool, precision: str) -> dict[str, Any]:
@@ -326,7 +339,8 @@ def flavor_note(net: Network) -> str | None:
     attention = next(layer for layer in net.layers if layer.op == "attention")
     base = attention.p.get("rotary_base")
     # the model arguments' rope_theta (v0.2.2: llama3's TransformerModelArgs 10000, Qwen3ModelArgs 1000000)
-    theta = [f"rope_theta={base:g}"] if base is not None and base != (1e6 if shape.experts else 1e4) else []
+    theta = ([f"rope_theta={int(base) if float(base).is_integer() else base}"]
+             if base is not None and base != (1e6 if shape.experts else 1e4) else [])
     if not shape.experts:
         scaled = ([] if factor == TORCHTITAN_ROPE_SCALING else
                   [f"rope_scaling_args=RoPEScalingArgs(scaling_factor={factor or 1.0:g})"])

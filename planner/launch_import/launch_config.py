@@ -78,3 +78,6 @@ class LaunchConfig:
     #: the training script the file launches, as read ("pretrain_gpt.py", "train.py, read as
     #: pretrain_gpt.py's arguments"); None where the file names none
     script: str | None = None
+    #: the model the file names, as it names it, where dnnplan ships none of that name (torchtitan's
+    #: flavor to register: the network of the plan the file was exported from may be it); else None
+    unshipped_model: str | None = None

@@ -189,7 +189,8 @@ def read(text: str, path: str) -> LaunchConfig:
         batch=batch, micro_batch=micro, tensor=tensor, context=context, expert=expert, expert_tensor=expert_tensor,
         sequence_parallel=tensor > 1, stages=stages, chunks=chunks, chunk_layers=chunk_layers, schedule=schedule,
         recompute=mode, choices=choices,
-        ignored=tuple(Ignored(name, reason) for name, reason in toml.ignored.items()))
+        ignored=tuple(Ignored(name, reason) for name, reason in toml.ignored.items()),
+        unshipped_model=None if network else toml.get("model", "flavor"))
 
 
 def check_keys(toml: Toml) -> None:

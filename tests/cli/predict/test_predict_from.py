@@ -16,6 +16,7 @@ from dnnplan.cli import app
 from networks.loader import load_network, zoo_names
 from tests.support.cli_errors import one_error_line
 from tests.support.executor_plans import pipelined_plan, predicted_plan
+from tests.support.paths import ASSETS
 
 runner = CliRunner()
 
@@ -53,7 +54,7 @@ def test_a_plan_exported_and_read_back_predicts_the_same(exported, case, devices
     want, got = round_trip(plan, script, devices, "dgx-a100")
     assert got["step_s"] == want["step_s"] and got["memory_allocated_bytes"] == want["memory_peak_bytes"]
     assert got["network"] == "tiny-gqa" if case == "tensor" else "gpt-tiny"
-    assert got["network_from"] == "the zoo network of the shape the file states"
+    assert got["network_from"] == f"the plan the file was exported from, {plan}"
     assert got["layout"]["stages"] == (1 if case == "tensor" else 2)
     assert got["memory_reserved_bytes"] == want["memory_peak_bytes"]  # the default framework adds nothing
     if case == "uneven":
@@ -269,3 +270,48 @@ def test_a_file_naming_no_framework_is_priced_under_the_one_given(exported, tmp_
     assert runner.invoke(app, ["export", str(under), "--to", "megatron", "--out", str(written)]).exit_code == 0
     line = one_error_line(runner.invoke(app, ["predict", "--from", str(written), "--framework", "pytorch"]))
     assert "--framework pytorch with --from: the file's dnnplan line prices it under megatron" in line
+
+
+def test_an_imported_networks_plan_exported_comes_back_on_its_network_from_any_folder(tmp_path, monkeypatch):
+    """A network spec the zoo lacks (imported from a Hugging Face config), planned and exported: its
+    launch file names no network and no zoo network has its shape, and the plan the file's second
+    line names holds it, found from the file's folder or the working folder; moved away, the file
+    is refused as before, naming --network."""
+    spec, plan, script = tmp_path / "qwen2.yaml", tmp_path / "plan.yaml", tmp_path / "launch.sh"
+    result = runner.invoke(app, ["import", str(ASSETS / "hf" / "Qwen2-7B"), "--out", str(spec)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["predict", str(spec), "-p", "4", "--tensor", "4", "--machine", "dgx-h100",
+                                 "--precision", "bf16", "--batch", "8", "--out", str(plan)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["export", str(plan), "--to", "megatron", "--out", str(script)])
+    assert result.exit_code == 0, result.output
+    want = predicted([str(plan)])
+    got = predicted(["--from", str(script)])
+    assert got["step_s"] == want["step_s"] and got["network"] == str(spec)
+    assert got["network_from"] == f"the plan the file was exported from, {plan}"
+    monkeypatch.chdir(tmp_path)  # the plan named as given (a path from the folder export ran in)
+    elsewhere = tmp_path / "moved"
+    elsewhere.mkdir()
+    (elsewhere / "launch.sh").write_text(script.read_text().replace(str(plan), "plan.yaml"))
+    assert predicted(["--from", str(elsewhere / "launch.sh")])["step_s"] == want["step_s"]  # the working folder's
+    plan.rename(tmp_path / "gone.yaml")
+    line = one_error_line(runner.invoke(app, ["predict", "--from", str(script)]))
+    assert "no zoo network has the shape the file states" in line and "give --network" in line
+
+
+def test_an_imported_networks_torchtitan_file_comes_back_on_the_plans_network(tmp_path):
+    """torchtitan's TOML names the network as a flavor to register (not one dnnplan ships): the plan
+    the file's second line names holds it, and the flavor is not listed as ignored."""
+    spec, plan, toml = tmp_path / "mistral.yaml", tmp_path / "plan.yaml", tmp_path / "job.toml"
+    result = runner.invoke(app, ["import", str(ASSETS / "hf" / "Mistral-7B-v0.1"), "--seq", "4096", "--out", str(spec)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["predict", str(spec), "-p", "4", "--tensor", "4", "--sequence-parallel", "--zero", "3",
+                                 "--optimizer", "adam", "--machine", "dgx-h100", "--precision", "bf16", "--batch", "8",
+                                 "--out", str(plan)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["export", str(plan), "--to", "torchtitan", "--out", str(toml)])
+    assert result.exit_code == 0, result.output
+    got, want = predicted(["--from", str(toml)]), predicted([str(plan)])
+    assert got["step_s"] == want["step_s"] and got["network"] == str(spec)
+    assert "[model] flavor" not in [item["option"] for item in got["ignored"]], got["ignored"]
+    assert got["network_from"] == f"the plan the file was exported from, {plan}"

@@ -224,6 +224,18 @@ def test_a_mixture_of_experts_registers_as_qwen3_args_with_moe_args():
     assert "head_dim=8" in tiny and "moe_inter_dim=32" in tiny and "top_k=2" in tiny
 
 
+@pytest.mark.parametrize("op, param", [("attention", "qkv_bias"), ("attention", "bias"), ("linear", "bias")])
+def test_a_network_with_biases_is_refused_naming_the_layer(op, param):
+    """v0.2.2's llama3 and qwen3 models build every linear with bias=False: a network with Qwen2's
+    query, key and value biases (or any other) is refused, naming the layer, not trained without them."""
+    plan, net = make("tiny-llama", zero=3, optimizer="adam")
+    with pytest.raises(DnnplanError) as err:
+        torchtitan_config(plan, net.with_param(op, param, True))
+    first = next(layer.name for layer in net.layers if layer.op == op)
+    assert err.value.layer == first and "with biases: torchtitan's llama-style models have none" in err.value.bare
+    assert "--to megatron" in err.value.hint
+
+
 @pytest.mark.parametrize("kwargs, layer, says", [
     (dict(name="gpt-tiny", zero=3), "embed", "rotary positions"),
     (dict(name="lenet5", zero=3), "conv1", "conv2d"),
