@@ -59,6 +59,7 @@ from costmodel.calls.algorithms import (attention_default, default_algorithms, i
 from costmodel.comm.overlap import BUCKET_MARK, DEFAULT_BUCKET_BYTES, EXPERTS
 from costmodel.frameworks.megatron import megatron_strategies
 from costmodel.frameworks.uniform import data_strategy
+from costmodel.layer.candidates import divisors
 from costmodel.machine.model import Machine
 from costmodel.parallel.axes import CONTEXT, EXPERT, TENSOR
 from costmodel.parallel.strategy import Strategy
@@ -202,6 +203,8 @@ class Weighed:
 
 #: the most layouts :func:`layouts_weighed` lists (each is priced: a pipelined 70B plan in about 0.4 s)
 MOST_WEIGHED = 12
+#: of them, the most that split the most common layout's model-parallel ranks otherwise (_split_otherwise)
+MOST_SPLIT = 4
 
 
 def layouts_weighed(plan: Plan, net: Network, framework: str) -> tuple[Weighed, ...]:
@@ -240,9 +243,29 @@ def layouts_weighed(plan: Plan, net: Network, framework: str) -> tuple[Weighed, 
                     taken.update({Layout(t, c, own.expert, with_sp): t in tensors for with_sp in both})
     others = sorted((layout for layout in taken if layout != most),
                     key=lambda x: (-taken[x], x.tensor, x.context, x.expert, not x.sequence_parallel))
+    split = _split_otherwise(most, plan.stage_ranks, fw, set(taken) | {most})
+    kept = others[:MOST_WEIGHED - 1 - len(split)] + split
+    product = most.tensor * most.context
     return (first,) + tuple(Weighed(layout, f"one that {taken[layout]} of the {blocks} transformer layers take in part"
-                                    if taken[layout] else f"tensor {layout.tensor} as {outer[layout.tensor]} takes it")
-                            for layout in others[:MOST_WEIGHED - 1])
+                                    if taken[layout] else f"tensor {layout.tensor} as {outer[layout.tensor]} takes it"
+                                    if layout in taken else f"the most common layout's {product} ranks of tensor x "
+                                    "context split otherwise")
+                            for layout in kept)
+
+
+def _split_otherwise(most: Layout, ranks: int, fw: Framework, weighed: set[Layout]) -> list[Layout]:
+    """The layouts of ``most``'s tensor x context ranks split otherwise (tensor 4 as tensor 2 x
+    context 2: a layout no layer need take, as fast where the sequence is long), the nearest split
+    first, each sequence-parallel where it has tensor ranks (with and without on Megatron-LM), at
+    most :data:`MOST_SPLIT`; none already ``weighed``."""
+    product = most.tensor * most.context
+    out = []
+    for t in sorted(divisors(product), key=lambda t: (abs(t - most.tensor), t)):
+        if (t, product // t) == (most.tensor, most.context) or ranks % product:
+            continue
+        both = (True,) if t > 1 and fw.fsdp else (True, False) if t > 1 else (False,)
+        out += [layout for sp in both if (layout := Layout(t, product // t, most.expert, sp)) not in weighed]
+    return out[:MOST_SPLIT]
 
 
 def _strategies(plan: Plan, net: Network, fw: Framework, target: Target | None,

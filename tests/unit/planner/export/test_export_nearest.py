@@ -81,6 +81,25 @@ def test_a_tensor_degree_of_the_embedding_or_head_alone_is_weighed_too():
     assert weighed[Layout(4, 1, 1, True)] == "tensor 4 as embed takes it"
 
 
+def test_the_most_common_layouts_model_parallel_ranks_split_otherwise_are_weighed_after_it():
+    """A hybrid whose transformer layers run tensor 4: tensor 2 x context 2 is weighed too, though no
+    layer takes it (Llama 3.1 405B on 256 H200s to torchtitan: tensor 2 x context 2, 88.8 s, where
+    the tensor 4 its layers took gave 90.0 s), with and without sequence parallelism on Megatron-LM,
+    with it on torchtitan; no layout is weighed twice."""
+    plan, net = uniform_plan("tiny-llama", devices=4, tensor=4, sp=True, optimizer="adam", precision="bf16",
+                             machine="dgx-h100")
+    hybrid = swapped(plan, "embed", strategy=Strategy.of(4, N=4))
+    weighed = {w.layout: w for w in layouts_weighed(hybrid, net, "megatron")}
+    assert list(weighed)[0] == Layout(4, 1, 1, True) and len(weighed) == len(layouts_weighed(hybrid, net, "megatron"))
+    split = "the most common layout's 4 ranks of tensor x context split otherwise"
+    assert weighed[Layout(2, 2, 1, True)].whose == split and weighed[Layout(2, 2, 1, False)].whose == split
+    titan = {w.layout: w.whose for w in layouts_weighed(hybrid, net, "torchtitan")}
+    assert titan[Layout(2, 2, 1, True)] == split and Layout(2, 2, 1, False) not in titan
+    got = nearest_plan(hybrid, net, "megatron", A100, weighed[Layout(2, 2, 1, True)])
+    assert "tensor 2, context 2, expert 1 (sequence-parallel)" in got.changes[0] and split in got.changes[0]
+    assert "--context-parallel-size" in megatron_args(got.plan, net)
+
+
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
 def test_the_loss_recomputed_alone_becomes_none_or_every_transformer_layer(framework):
     """A plan recomputing its loss alone: the frameworks recompute transformer layers only, so its
