@@ -36,8 +36,8 @@ import typer.main
 from typer._click import ClickException, Context  # typer >= 0.29 (pyproject) carries its own click
 from typer.core import TyperGroup
 
-from dnnplan.render.console import Console
-from dnnplan.render.messages import fail_line
+from dnnplan.render.terminal.console import Console
+from dnnplan.render.terminal.messages import fail_line
 from dnnplan.search_bound import count_from_the_start
 from dnnplan.usage_errors import one_line, usage_line
 from lifecycle import stops
@@ -193,7 +193,7 @@ class Group(TyperGroup):
             fail_line("out of memory: what was asked needs more memory than this computer has "
                       "(try a smaller --batch, --sizes or network)")
             raise typer.Exit(2) from None
-        except BrokenPipeError:  # `dnnplan ... | head`: the reader left (dnnplan.render.console)
+        except BrokenPipeError:  # `dnnplan ... | head`: the reader left (dnnplan.render.terminal.console)
             _stdout_to_devnull()
             raise typer.Exit(EXIT_PIPE) from None
         except OSError as err:  # the system failed under a library call (a temporary folder on a full disk)

@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from dnnplan.render.messages import warn
+from dnnplan.render.terminal.messages import warn
 from networks.errors import DnnplanError, short
 from networks.writing import SystemFailure, check_target, reason, standard_stream, write_file
 

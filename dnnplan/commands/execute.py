@@ -15,7 +15,7 @@ from dnnplan.options import (CheckOpt, DeviceOpt, ForceOpt, ForeignProfileOpt, F
                              TraceOpt, WarmupOpt)
 from dnnplan.output import check_outputs, is_stdout, tables_to_stderr, write_json_file
 from dnnplan.render.measured import execute as render
-from dnnplan.render.messages import err_console, fail_line, warn
+from dnnplan.render.terminal.messages import err_console, fail_line, warn
 from executor.report.compare import comparison_json
 from executor.launch.mpiexec import RunFailed
 from lifecycle import stops

@@ -10,7 +10,7 @@ from dnnplan.export_file import check_framework, exported, nearest_json
 from dnnplan.options import ExportJsonOpt, ExportOutOpt, ExportToOpt, ForceOpt, NearestOpt, PlanArg
 from dnnplan.output import check_outputs
 from dnnplan.render import export as render
-from dnnplan.render.messages import warn
+from dnnplan.render.terminal.messages import warn
 from executor.session.export_nearest import as_priced_now, nearest_export
 from networks.errors import DnnplanError
 from networks.writing import write_file

@@ -25,11 +25,11 @@ from dnnplan.export_file import check_framework, exported, nearest_json, nearest
 from dnnplan.output import check_outputs, json_beside
 from dnnplan.render import export as export_render
 from dnnplan.render import plan as render
-from dnnplan.render.messages import fail_line, warn
+from dnnplan.render.terminal.messages import fail_line, warn
 from dnnplan.render import sweep as sweep_render
 from dnnplan.render.plot import plot_machines, plot_sweep
 from dnnplan.render.plot import check_figure_path
-from dnnplan.render.progress import progress_line
+from dnnplan.render.terminal.progress import progress_line
 from dnnplan.search_bound import DEFAULT_TIME_LIMIT_S, end, finish_reserve_s, search_budget, stop_on_ctrl_c
 from executor.session import plan as planning
 from executor.session import sweep as sweeping

@@ -19,7 +19,7 @@ from dnnplan.options import (BatchOpt, ChunksOpt, ContextOpt, DevicesOpt, Expert
                              SequenceParallelOpt, StrategyOpt, TensorOpt, PriceOpt, TokensOpt, foreign_warning, token_budget)
 from dnnplan.render import predict as render, tables
 from dnnplan.render.crossings import crossing_lines
-from dnnplan.render.messages import warn
+from dnnplan.render.terminal.messages import warn
 from dnnplan.render.plan import wrote_line
 from executor.session import predict as predicting
 from planner.export.megatron_layout import sequence_length

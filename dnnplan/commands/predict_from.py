@@ -13,7 +13,7 @@ from dnnplan.flag_values import price_for
 from dnnplan.options import token_budget
 from dnnplan.render import predict_launch as render
 from dnnplan.render.crossings import crossing_lines
-from dnnplan.render.messages import warn
+from dnnplan.render.terminal.messages import warn
 from executor.session.predict_launch import launch_step
 from networks.errors import DnnplanError, short
 from networks.reading import read_text

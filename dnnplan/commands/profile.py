@@ -14,7 +14,7 @@ from dnnplan.options import (AlgorithmsOpt, BackendOpt, BatchOpt, ChannelsOpt, D
 from dnnplan.rerun import command_line
 from dnnplan.output import check_output, check_output_folder, named
 from dnnplan.render import profile as render
-from dnnplan.render.messages import fail_line, warn
+from dnnplan.render.terminal.messages import fail_line, warn
 from lifecycle import stops
 from profiler.run import ProfileInterrupted
 from networks.errors import DnnplanError

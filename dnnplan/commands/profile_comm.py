@@ -11,7 +11,7 @@ from dnnplan.options import (BackendOpt, CapOpt, CommOutOpt, CommRanksOpt, JsonO
                              ProfilePrecisionOpt)
 from dnnplan.output import check_output_folder
 from dnnplan.render import profile as render
-from dnnplan.render.messages import err_console, fail_line
+from dnnplan.render.terminal.messages import err_console, fail_line
 from lifecycle import stops
 from networks.errors import DnnplanError
 from profiler.comm.bench import measured_bytes

@@ -24,7 +24,7 @@ from dnnplan.options import (BatchOpt, CheckEachOpt, DetailsOpt, ForceOpt, InRun
 from dnnplan.rerun import command_line
 from dnnplan.output import check_output, check_output_folder, is_stdout, tables_to_stderr, write_json_file, named
 from dnnplan.render.measured import execute as render, report as report_files
-from dnnplan.render.messages import fail_line, warn
+from dnnplan.render.terminal.messages import fail_line, warn
 from executor.launch.interrupts import sigint_ignored
 from executor.session import validate as validation
 from executor.report.job_view import strategy_labels

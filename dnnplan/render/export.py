@@ -6,8 +6,8 @@ import json
 import shlex
 
 from dnnplan.render import fmt
-from dnnplan.render.console import Console
-from dnnplan.render.messages import err_console as err, warn
+from dnnplan.render.terminal.console import Console
+from dnnplan.render.terminal.messages import err_console as err, warn
 from costmodel.choices.training import DEFAULT_FRAMEWORK
 from planner.export.exported_header import from_line, header_line
 from planner.plan.plan import Plan

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dnnplan.render.console import Console
+from dnnplan.render.terminal.console import Console
 
 from networks.ir import Network
 from networks.writing import standard_stream

@@ -7,13 +7,13 @@ import time
 from contextlib import contextmanager
 
 import yaml
-from dnnplan.render.console import Console
+from dnnplan.render.terminal.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from dnnplan.render import fmt
-from dnnplan.render.messages import err_console
+from dnnplan.render.terminal.messages import err_console
 from dnnplan.render.tables import console
 from networks.writing import standard_stream
 

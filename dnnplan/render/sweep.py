@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnnplan.render import fmt
-from dnnplan.render.messages import err_console
+from dnnplan.render.terminal.messages import err_console
 from dnnplan.render.tables import console
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from dnnplan.render.console import Console
+from dnnplan.render.terminal.console import Console
 from rich.markup import escape
 from rich.table import Table
 

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dnnplan.cli import EXIT_PIPE, app
-from dnnplan.render.console import Console
+from dnnplan.render.terminal.console import Console
 
 runner = CliRunner()
 

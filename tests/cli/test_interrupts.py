@@ -326,7 +326,7 @@ def test_json_to_stdout_moves_the_tables_to_stderr(tmp_path, monkeypatch):
     """--json naming this process's standard output: is_stdout says so (the tables then print on
     stderr, leaving the JSON alone on stdout); another file is not stdout."""
     from dnnplan.output import is_stdout, tables_to_stderr  # noqa: PLC0415 - this test's only use
-    from dnnplan.render.console import Console  # noqa: PLC0415
+    from dnnplan.render.terminal.console import Console  # noqa: PLC0415
     out = tmp_path / "out.txt"
     with open(out, "w") as fh:
         saved = os.dup(1)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from dnnplan.render.console import Console
+from dnnplan.render.terminal.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from costmodel.step.breakdown import measured_terms
 from dnnplan.render import fmt
 from dnnplan.render.answer import breakdown_text, mfu_note
-from dnnplan.render.messages import err_console
+from dnnplan.render.terminal.messages import err_console
 from dnnplan.render.tables import WIDTH
 from executor.check.gradients import CheckResult
 from executor.report.compare import Comparison

@@ -150,7 +150,7 @@ def test_the_pipeline_search_ends_at_its_budget():
 def test_the_progress_line_says_which_zero_stages_its_gap_leaves_out():
     """The best plan so far is proven only over the ZeRO stages planned so far: the line says so,
     naming the stages still to come; once none is, it says the gap alone."""
-    from dnnplan.render.progress import line
+    from dnnplan.render.terminal.progress import line
 
     budget = Budget(20)
     budget.offer(18.9, "ZeRO-3: pipeline 8, 24 micro-batches", lambda: None, 18.9,
@@ -167,8 +167,8 @@ def test_the_progress_line_is_redrawn_only_on_a_terminal_that_redraws(tmp_path, 
     dumb terminal draws no live line (TERM=dumb showed no progress at all): both get plain lines."""
     import os
     import pty
-    from dnnplan.render.console import Console
-    from dnnplan.render.progress import live_terminal
+    from dnnplan.render.terminal.console import Console
+    from dnnplan.render.terminal.progress import live_terminal
     monkeypatch.setenv("FORCE_COLOR", "1")
     with open(tmp_path / "log", "w") as fh:
         assert not live_terminal(Console(file=fh))

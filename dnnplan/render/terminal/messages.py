@@ -6,7 +6,7 @@ written rather than read as rich markup.
 
 from __future__ import annotations
 
-from dnnplan.render.console import Console
+from dnnplan.render.terminal.console import Console
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 

@@ -19,7 +19,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from dnnplan.render.console import Console
+from dnnplan.render.terminal.console import Console
 from rich.live import Live
 from rich.text import Text
 
