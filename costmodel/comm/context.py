@@ -89,10 +89,12 @@ class Exchange:
 
 
 def context_exchange(layer, strategy: Strategy, local: LocalLayer, itemsize: int, machine: Machine,
-                     rule: str = "mpi", span: tuple[int, int] | None = None) -> Exchange | None:
+                     rule: str = "mpi", span: tuple[int, int] | None = None,
+                     framework: str | None = None) -> Exchange | None:
     """The :class:`Exchange` of an attention layer whose sequence the strategy splits (None
     otherwise); ``span``: the slowest sequence group's ``machine.group_span`` (costmodel.comm.spans),
-    where the caller knows it."""
+    where the caller knows it; ``framework``: the exchange the framework runs where the layer names
+    none (costmodel.frameworks.framework's ``context_parallel``; None: the cheaper)."""
     c = strategy.degree(H)
     if layer.op != "attention" or c == 1:
         return None
@@ -107,7 +109,7 @@ def context_exchange(layer, strategy: Strategy, local: LocalLayer, itemsize: int
     for phase, sends in zip(("fwd", "bwd"), _ring_sends(c, kv)):
         times = tuple(timed[n] if n in timed else timed.setdefault(n, sendrecv_s(n, link)) for n in sends)
         ring.append((phase, int(sum(sends)), times))
-    chosen = layer.p.get("context_exchange") or ("allgather" if machine.device.kind == "cpu" else None)
+    chosen = layer.p.get("context_exchange") or ("allgather" if machine.device.kind == "cpu" else framework)
     return Exchange(gathered, tuple(ring), c, chosen)
 
 

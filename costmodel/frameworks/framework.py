@@ -48,6 +48,9 @@ Transformer Engine, DeepSpeed and dnnplan's own executor (docs/costmodel.md, "Fr
   Memory: NCHW vs NHWC"; PyTorch, "Channels Last Memory Format in PyTorch"): ``transposes`` says
   how many read-and-write passes over the pass's input and output that makes (one: each operand
   transposed once; costmodel.frameworks.kernels prices them at the machine's memory rate);
+* ``context_parallel``: how the keys and values of a sequence split over ranks are exchanged
+  (``exchange``: ``ring``, Megatron-LM's ``--cp-comm-type p2p``, or ``allgather``, torchtitan's
+  default; costmodel.comm.context); left out, the cheaper of the two for each layer;
 * ``step``: how the step is composed: ``layers`` (each layer's passes in order, costmodel.step) or
   ``zero3`` (DeepSpeed's ZeRO-3 step, costmodel.frameworks.deepspeed).
 
@@ -213,6 +216,9 @@ class Framework:
     convolution_layout: str = "nhwc"
     #: read-and-write passes over an NCHW tensor-core convolution pass's input and output
     convolution_transposes: Value = Value(1.0)
+    #: how a split sequence's keys and values are exchanged (costmodel.comm.context.EXCHANGES; None:
+    #: the cheaper for each layer)
+    context_exchange: str | None = None
 
     def op(self, kind: str, algorithm: str = "") -> OpKernels:
         """The kernels of op kind ``kind`` under its kernel ``algorithm`` (``attention.flash``
@@ -226,11 +232,13 @@ class Framework:
     @property
     def prices_device(self) -> bool:
         """Whether the framework's kernels differ from the cost model's (some op's device factor,
-        what its kernels keep for backward or allocate, unaligned GEMMs, a precision default)."""
+        what its kernels keep for backward or allocate, unaligned GEMMs, a precision default, the
+        exchange of a split sequence's keys and values)."""
         return (any(k.device != 1.0 or k.passes or k.kept or k.peak_fraction is not None or k.workspace != 1.0
                     or k.kept_stored or k.grad_copies for _, k in self.kernels)
                 or self.unaligned_gemm.value != 1.0 or self.convolution_layout != "nhwc"
-                or self.float32_convolutions != "float32" or self.float32_matmuls != "float32")
+                or self.float32_convolutions != "float32" or self.float32_matmuls != "float32"
+                or self.context_exchange is not None)
 
     @property
     def as_today(self) -> bool:
@@ -242,13 +250,17 @@ class Framework:
 
 # --- parsing (pure: a mapping in, a Framework out) ---------------------------------------------
 
-_TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap", "memory", "precision", "layout")
+_TOP = ("name", "about", "step", "kernels", "unaligned_gemm", "host", "overlap", "memory", "precision", "layout",
+        "context_parallel")
 _HOST = ("op_s", "launch_s", "launch_gap_s", "cuda_graphs", "graph_launch_s", "update_launches", "sync_each_pass")
 _MEMORY = ("context_bytes", "communicator_bytes", "allocator", "grads_in_backward")
 _PRECISION = ("float32_convolutions", "float32_matmuls")
 _OP = ("fwd", "bwd", "device", "passes", "sync_after", "launch_s", "small", "peak_fraction", "kept", "kept_stored",
        "workspace", "grad_copies", "per_local_expert")
 _LAYOUT = ("convolutions", "transposes")
+_CONTEXT = ("exchange", "source")
+#: the exchanges ``context_parallel.exchange`` names (costmodel.comm.context.EXCHANGES)
+CONTEXT_EXCHANGES = ("ring", "allgather")
 _VALUE = ("value", "basis", "source")
 
 
@@ -387,6 +399,8 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
                              _flag(mem.get("grads_in_backward", False), "memory.grads_in_backward"))
     prec = _mapping(top.get("precision"), "precision", _PRECISION)
     layout = _mapping(top.get("layout"), "layout", _LAYOUT)
+    context = _mapping(top.get("context_parallel"), "context_parallel", _CONTEXT)
+    exchange = context.get("exchange")
     return Framework(
         name=_text(top["name"], "name"), about=_text(top["about"], "about"), source=source,
         step=_choice(top.get("step", "layers"), "step", STEPS), kernels=tuple(kernels),
@@ -396,4 +410,6 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
                                      FLOAT32_MODES),
         float32_matmuls=_choice(prec.get("float32_matmuls", "float32"), "precision.float32_matmuls", FLOAT32_MODES),
         convolution_layout=_choice(layout.get("convolutions", "nhwc"), "layout.convolutions", LAYOUTS),
-        convolution_transposes=num(layout.get("transposes", 1.0), "layout.transposes", 0.0, 10.0))
+        convolution_transposes=num(layout.get("transposes", 1.0), "layout.transposes", 0.0, 10.0),
+        context_exchange=None if exchange is None else _choice(exchange, "context_parallel.exchange",
+                                                               CONTEXT_EXCHANGES))

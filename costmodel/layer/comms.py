@@ -117,16 +117,17 @@ def _comms(strategy: Strategy, machine: Machine, rule: str, memo: dict | None, c
 
 
 def shard_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
-                 passes: tuple[float, float], memo: dict | None) -> tuple[list[Comm], list[Comm]]:
+                 passes: tuple[float, float], memo: dict | None,
+                 exchange: str | None = None) -> tuple[list[Comm], list[Comm]]:
     """:func:`layer_comms` but the weights' own (the optimiser's): those before them (the split's
-    reductions, statistics, expert and key/value exchanges) and those after (the sums of replicated
-    grouped weights)."""
+    reductions, statistics, expert and key/value exchanges, ``exchange`` the framework's:
+    :func:`framework_exchange`) and those after (the sums of replicated grouped weights)."""
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
     active = [(dim, dim_splits(layer)[dim]) for dim, _ in strategy.degrees]
     head = _comms(strategy, machine, rule, memo, tensor_collectives(layer, strategy, local, itemsize)
                   + _extra_collectives(active, local, strategy, itemsize)
                   + expert_collectives(layer, strategy, local, itemsize))
-    head += kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo)
+    head += kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo, exchange)
     head += [Comm(*c) for c in flex_exchanges(layer, strategy, local, itemsize, machine)]
     tail = _comms(strategy, machine, rule, memo,
                   [(purpose, phase, collective, nbytes, (dim,), share) for purpose, phase, collective, nbytes, dim, share
@@ -142,8 +143,15 @@ def weight_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: M
                                                                     DTYPE_BYTES.get(layer.dtype, 4), opt))
 
 
+def framework_exchange(compute) -> str | None:
+    """The exchange of a split sequence's keys and values the compute model's framework runs
+    (costmodel.frameworks.framework's ``context_parallel``: Megatron-LM's ring, torchtitan's
+    all-gather), None where it states none (the cheaper for each layer)."""
+    return getattr(getattr(compute, "framework", None), "context_exchange", None)
+
+
 def kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
-             passes: tuple[float, float], memo: dict | None = None) -> list[Comm]:
+             passes: tuple[float, float], memo: dict | None = None, exchange: str | None = None) -> list[Comm]:
     """The keys and values an attention layer over a split sequence exchanges
     (costmodel.comm.context), their ring hidden under the core's share of ``passes`` (the forward
     and backward-data seconds of ``kernel``); none for any other layer or split. ``memo``: as
@@ -151,33 +159,33 @@ def kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machi
     if layer.op != "attention" or strategy.degree(H) == 1:
         return []
     if memo is not None:
-        key = ("kv", layer, strategy, local, rule, kernel, passes)
+        key = ("kv", layer, strategy, local, rule, kernel, passes, exchange)
         got = memo.get(key)
         if got is None:
-            got = memo[key] = tuple(_kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo))
+            got = memo[key] = tuple(_kv_comms(layer, strategy, local, machine, rule, kernel, passes, memo, exchange))
         return list(got)
-    return _kv_comms(layer, strategy, local, machine, rule, kernel, passes, None)
+    return _kv_comms(layer, strategy, local, machine, rule, kernel, passes, None, exchange)
 
 
 def _kv_comms(layer: Layer, strategy: Strategy, local: LocalLayer, machine: Machine, rule: str, kernel: str,
-              passes: tuple[float, float], memo: dict | None) -> list[Comm]:
+              passes: tuple[float, float], memo: dict | None, exchange: str | None = None) -> list[Comm]:
     """:func:`kv_comms` priced; the exchange kept in ``memo`` for the shard's other algorithms
     (only the core's time differs)."""
     itemsize = DTYPE_BYTES.get(layer.dtype, 4)
-    key = ("kv-exchange", layer, strategy, local, rule)
-    exchange = None if memo is None else memo.get(key)
-    if exchange is None:
-        exchange = context_exchange(layer, strategy, local, itemsize, machine, rule,
-                                    _group_span(strategy, (H,), machine))
+    key = ("kv-exchange", layer, strategy, local, rule, exchange)
+    priced = None if memo is None else memo.get(key)
+    if priced is None:
+        priced = context_exchange(layer, strategy, local, itemsize, machine, rule,
+                                  _group_span(strategy, (H,), machine), exchange)
         if memo is not None:
-            memo[key] = exchange
+            memo[key] = priced
     sram = machine.device.sram_bytes
     shares = None if memo is None else memo.get(("core-share", local, kernel, sram))
     if shares is None:  # the core's share of each pass: its kernel's, whatever the algorithm's passes
         shares = tuple(core_share(local, pass_, kernel, sram) for pass_ in ("fwd", "bwd_data"))
         if memo is not None:
             memo[("core-share", local, kernel, sram)] = shares
-    return [Comm(*c) for c in exchange.comms(tuple(t * share for t, share in zip(passes, shares)))]
+    return [Comm(*c) for c in priced.comms(tuple(t * share for t, share in zip(passes, shares)))]
 
 
 def _extra_collectives(active, local: LocalLayer, strategy: Strategy, itemsize: int) -> list[tuple]:

@@ -15,7 +15,7 @@ from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomput
 from costmodel.compute.roofline import local_cost
 from costmodel.calls.flash import attention_kept_bytes
 from costmodel.compute.dispatch import dispatch_time
-from costmodel.layer.comms import Comm, shard_comms, weight_comms
+from costmodel.layer.comms import Comm, framework_exchange, shard_comms, weight_comms
 from costmodel.layer.fsdp import fsdp_grad_copy, fsdp_prep_s
 from costmodel.calls.layer_calls import grad_sum_calls
 from costmodel.parallel.shard import (LocalLayer, dim_splits, local_layer, one_replica, output_layout,
@@ -252,7 +252,8 @@ def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, com
     sum, kept activations, workspace, dispatch and gradient buffers; kept in ``memo`` (``costmodel.layer.comms.group_time``'s) when given,
     by these arguments (the ZeRO stages of one planning call price the same shards)."""
     strategy, batch = one_replica(layer, strategy, batch, machine.domain_size, machine.copies)
-    key = ("shard", layer, strategy, batch, algorithm, rule, consumers, output_saved)
+    exchange = framework_exchange(compute)
+    key = ("shard", layer, strategy, batch, algorithm, rule, consumers, output_saved, exchange)
     got = None if memo is None else memo.get(key)
     if got is not None:
         return got[:5] + (list(got[5]), list(got[6])) + got[7:]
@@ -260,7 +261,7 @@ def _sharded(layer: Layer, strategy: Strategy, batch: int, machine: Machine, com
     kernel = kernel_algorithm(algorithm)
     fwd, bwd_data, bwd_weights = passes_s(compute, local, algorithm)
     head, tail = shard_comms(layer, strategy, local, machine, rule, kernel,
-                              (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo)
+                              (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo, exchange)
     grad_sum = sum(compute.call_s(c) for c in grad_sum_calls(local, consumers))
     acts = activation_bytes(local, strategy, output_saved, algorithm, batch) + framework_kept_bytes(compute, local,
                                                                                                     algorithm)

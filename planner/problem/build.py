@@ -30,7 +30,7 @@ from costmodel.parallel.axes import H
 from costmodel.layer.candidates import MAX_CANDIDATES, MAX_MODEL_DEGREE, algorithms, candidate_strategies
 from costmodel.compute.model import ComputeModel
 from costmodel.calls.algorithms import is_recomputed, kernel_algorithm, recomputed_comms, resolve_algorithm
-from costmodel.layer.comms import kv_comms
+from costmodel.layer.comms import framework_exchange, kv_comms
 from costmodel.layer.cost import (LayerEstimate, floor_s, framework_kept_bytes, layer_estimate, own_kept_bytes,
                                   passes_s, shard_of, shard_parts)
 from costmodel.layer.replaced import replaced
@@ -116,7 +116,8 @@ def _algorithm_passes(layer: Layer, strat: Strategy, batch: int, compute: Comput
     kv = None
     if not derivable(layer, strat):
         kv = tuple(kv_comms(layer, strat, local, machine, rule, kernel_algorithm(algorithm),
-                            (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo))
+                            (fwd, bwd_data - (fwd if is_recomputed(algorithm) else 0.0)), memo,
+                            framework_exchange(compute)))
     got = (fwd, bwd_data, bwd_weights, kv)
     if memo is not None:
         memo[key] = got

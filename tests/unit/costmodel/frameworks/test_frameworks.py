@@ -66,6 +66,8 @@ def test_every_shipped_framework_loads_and_the_default_is_todays_pricing():
     ("name: x\nabout: y\nkernels:\n  softmax_cross_entropy: {grad_copies: two}\n",
      "kernels.softmax_cross_entropy.grad_copies"),
     ("name: x\nabout: y\nmemory:\n  grads_in_backward: sometimes\n", "memory.grads_in_backward"),
+    ("name: x\nabout: y\ncontext_parallel:\n  exchange: gossip\n", "context_parallel.exchange"),
+    ("name: x\nabout: y\ncontext_parallel:\n  rotate: ring\n", "context_parallel.rotate"),
     ("about: y\n", "name"),
     # a count of billions of launches would hold the machine's memory before any answer
     ("name: x\nabout: y\nkernels:\n  layernorm: {fwd: 1000000000, bwd: 3}\n", "kernels.layernorm.fwd"),

@@ -108,3 +108,25 @@ def test_the_algorithms_of_a_shard_share_one_exchange_and_price_as_alone():
             assert kv_comms(layer, strat, local, H100, "mpi", kernel, passes, memo) == \
                 kv_comms(layer, strat, local, H100, "mpi", kernel, passes)
     assert [k[0] for k in memo].count("kv-exchange") == 1
+
+
+def test_the_frameworks_exchange_is_priced_where_the_layer_names_none():
+    """Megatron-LM rings a split sequence's keys and values (--cp-comm-type p2p, its default) and
+    torchtitan all-gathers them (context_parallel_rotate_method "allgather"): under each, that
+    exchange is priced even where the other is cheaper; the default framework takes the cheaper,
+    and a layer's own context_exchange comes first."""
+    from costmodel.frameworks.kernels import framework_kernels
+    from costmodel.frameworks.loading import load_framework
+
+    layer, strat = _attn(4096, extra=""), make_strategy(8, {"H": 8})
+    kinds, exposed = {}, {}
+    for name in ("megatron", "pytorch", "ideal"):
+        compute = framework_kernels(Roofline(H100), load_framework(name), H100)
+        kv = [c for c in layer_estimate(layer, strat, 2, H100, compute).comms if c.purpose == "kv"]
+        kinds[name], exposed[name] = {c.collective for c in kv}, sum(c.seconds for c in kv)
+    assert kinds["megatron"] == {"ring"} and kinds["pytorch"] == {"allgather", "reduce_scatter"}
+    assert exposed["ideal"] == min(exposed["megatron"], exposed["pytorch"])  # the cheaper of the two
+    pinned = _attn(4096, extra=", context_exchange: allgather")
+    megatron = framework_kernels(Roofline(H100), load_framework("megatron"), H100)
+    assert {c.collective for c in layer_estimate(pinned, strat, 2, H100, megatron).comms
+            if c.purpose == "kv"} == {"allgather", "reduce_scatter"}
