@@ -3,9 +3,10 @@ exporter call (planner.export) and its rendering (dnnplan.render.export)."""
 
 from __future__ import annotations
 
-from costmodel.machine.loading import load_machine
+import os
 from typing import TYPE_CHECKING
 
+from costmodel.machine.loading import load_machine
 from dnnplan.render import export as render
 from networks.errors import DnnplanError, short
 from planner.export import deepspeed as deepspeed_export, megatron as megatron_export, torchtitan as torchtitan_export
@@ -49,7 +50,10 @@ def exported(to: str, made: Plan, net, plan: str, out: str | None) -> tuple[str,
     """``made`` of ``net`` for framework ``to`` (``plan``: where it came from, for the file's comment;
     ``out``: where it is written): (the file's text, its JSON, what it holds, a launcher line to
     print after writing it); the exporter's refusal as it is."""
-    return {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}[to](made, net, plan, out)
+    # the plan named from the written file's folder: found again wherever the two are read from
+    named = plan if out is None or not os.path.isfile(plan) else \
+        os.path.relpath(os.path.abspath(plan), os.path.dirname(os.path.abspath(out)))
+    return {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}[to](made, net, named, out)
 
 
 def nearest_runs(to: str, made: Plan, net) -> bool:

@@ -59,10 +59,15 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     shape it states), ``devices`` (``--devices``; None: the launcher's) and ``machine``; one line
     naming the file for a world size given twice differently or not at all, or a network that does
     not match the file."""
-    exported = None if network or config.network else exported_from(config)
+    exported, unread = (None, None) if network or config.network else exported_from(config)
     if exported:  # the flavor the file names, which dnnplan does not ship, is the plan's network's
         config = replace(config, ignored=tuple(i for i in config.ignored if i.option != "[model] flavor"))
-    ref = network_ref(config, network or (exported[0] if exported else None))
+    try:
+        ref = network_ref(config, network or (exported[0] if exported else None))
+    except DnnplanError:
+        if unread is not None:  # the plan the file names is there and does not read back: why is said
+            raise unread from None
+        raise
     named_by = ("--network" if network else "the file" if config.network
                 else f"the plan the file was exported from, {exported[1]}" if exported
                 else "the zoo network of the shape the file states")
@@ -99,28 +104,32 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
                       machine_from, written)
 
 
-def exported_from(config: LaunchConfig) -> tuple[str, str] | None:
+def exported_from(config: LaunchConfig) -> tuple[tuple[str, str] | None, DnnplanError | None]:
     """The network of the plan a file dnnplan exported was made from, and that plan's path, where the
     file's second line names it (planner.export.exported_header), the plan is found from the file's
     folder or the working folder, reads back, and its network is the one the line names and has the
     shape the file states, or the name of the model it names where it states no shape (torchtitan's
-    flavor: a file edited since trains another); else None."""
+    flavor: a file edited since trains another); else None, with the error of a plan found that did
+    not read back (its network edited or gone), if any."""
     header = config.written_for
-    if header is None or header.plan is None or (config.shape is None and config.unshipped_model is None):
-        return None
-    here = os.path.join(os.path.dirname(config.path), header.plan)
-    for path in dict.fromkeys((here, header.plan)):
-        if not os.path.isfile(path):
-            continue
-        try:
-            plan, net = read_plan(path)
-        except DnnplanError:  # moved, edited or its network gone: the zoo's shapes are looked through instead
-            continue
-        same = (config.unshipped_model == net.name if config.shape is None
-                else shape_difference(config.shape, net) is None)
-        if net.name == header.network_name and same:
-            return plan.network, path
-    return None
+    if header is None or header.origin is None or (config.shape is None and config.unshipped_model is None):
+        return None, None
+    unread = None
+    for plan_path, name in header.origins():
+        here = os.path.join(os.path.dirname(config.path), plan_path)
+        for path in dict.fromkeys((here, plan_path)):
+            if not os.path.isfile(path):
+                continue
+            try:
+                plan, net = read_plan(path)
+            except DnnplanError as err:  # edited or its network gone: said where nothing else is found
+                unread = unread or err
+                continue
+            same = (config.unshipped_model == net.name if config.shape is None
+                    else shape_difference(config.shape, net) is None)
+            if net.name == name and same:
+                return (plan.network, path), None
+    return None, unread
 
 
 def world_size(config: LaunchConfig, devices: int | None) -> int:

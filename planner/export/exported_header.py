@@ -29,23 +29,31 @@ _PATTERN = re.compile(r"#\s*dnnplan: predicted step (\S+) s(?: under (\S+))? on 
 _TOP = 5
 
 
-#: the line after it: the plan the file was exported from, as the export command was given it (a path
-#: from the folder it ran in), and the plan's network
+#: the line after it: the plan the file was exported from (its path from the file's folder, where the
+#: file is written; else as the export command was given it), and the plan's network
 FROM_LINE = "# from {plan} ({network}); {names} as in {source}"
-_FROM = re.compile(r"#\s*from (.+) \(([^()]+)\); ")
+#: "PLAN (NETWORK" of the line: up to its last "); " (the names and source after it hold none)
+_FROM = re.compile(r"#\s*from (.+)\); ")
 
 
 class Written(NamedTuple):
     """What a file's dnnplan line states: the devices and machine it was planned for, its step as
     written (four significant digits) and the framework it was priced under (None: the default);
-    and the next line's plan it was exported from and that plan's network's name (None: no such line)."""
+    and the next line's plan it was exported from and that plan's network's name, as ``PLAN (NETWORK``
+    (None: no such line; :meth:`origins` splits it)."""
 
     devices: int
     machine: str
     step_s: float | None = None
     framework: str | None = None
-    plan: str | None = None
-    network_name: str | None = None
+    origin: str | None = None
+
+    def origins(self) -> list[tuple[str, str]]:
+        """The (plan, network name) pairs the next line may state, the plan's path shortest first:
+        either may hold " (" (a folder "runs (v2)", a network imported from "Llama (copy)"), so each
+        split is a candidate, for the caller to keep the one whose plan is there and names that network."""
+        text = self.origin or ""
+        return [(text[:i], text[i + 2:]) for i in range(len(text)) if text.startswith(" (", i) and i and text[i + 2:]]
 
 
 def header_line(step_s: float, devices: int, machine: str, framework: str | None = None) -> str:
@@ -75,7 +83,7 @@ def written_for(text: str) -> Written | None:
                 step_s = None
             origin = _FROM.match(lines[i + 1].strip()) if i + 1 < len(lines) else None
             return Written(int(found.group(3)), found.group(4), step_s, found.group(2),
-                           *((origin.group(1), origin.group(2)) if origin else ()))
+                           origin.group(1) if origin else None)
     return None
 
 

@@ -57,7 +57,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from networks.ops.attention import qkv_bias
 from planner.export.megatron_layout import MegatronLayout, megatron_layout
-from planner.export.megatron_model import GptShape, gpt_shape
+from planner.export.megatron_model import GptShape, gpt_shape, rotary_setting
 from planner.export.megatron_recompute import megatron_recompute
 from planner.plan.plan import Plan
 
@@ -223,16 +223,16 @@ def model_setting_args(net: Network) -> list[str]:
     eps = {layer.p.get("eps") for layer in net.layers if layer.op in NORMS and block_of(layer) is not None} - {None}
     if len(eps) == 1 and (value := eps.pop()) != MEGATRON_NORM_EPSILON:
         out += ["--norm-epsilon", f"{value:g}"]
-    bases = {layer.p.get("rotary_base") for layer in net.layers if layer.op == "attention" and layer.p.get("rotary")}
-    if len(bases) == 1 and (base := bases.pop()) is not None and base != MEGATRON_ROTARY_BASE:
+    base = rotary_setting(net, "rotary_base")
+    if base is not None and base != MEGATRON_ROTARY_BASE:
         if not float(base).is_integer():
             raise DnnplanError(f"rotary_base {base:g}: Megatron-LM's --rotary-base takes a whole number",
                                layer=next(layer.name for layer in net.layers if layer.op == "attention"),
                                hint="give the network's attention a whole rotary_base, or export it to torchtitan")
         out += ["--rotary-base", str(int(base))]
-    scalings = {layer.p.get("rope_scaling") for layer in net.layers if layer.op == "attention" and layer.p.get("rotary")}
-    if len(scalings) == 1 and (factor := scalings.pop()) is not None:
-        out += ["--use-rope-scaling"] + ([] if factor == MEGATRON_ROPE_SCALING else ["--rope-scaling-factor", f"{factor:g}"])
+    factor = rotary_setting(net, "rope_scaling")
+    if factor is not None:
+        out += ["--use-rope-scaling"] + ([] if factor == MEGATRON_ROPE_SCALING else ["--rope-scaling-factor", f"{factor:.12g}"])
     if not any(layer.op == "dropout" for layer in net.layers):
         out += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from networks.analysis import block_of
+from networks.errors import DnnplanError
 from networks.ir import Network
 from planner.export.megatron_layout import blocks_of
 
@@ -63,3 +64,17 @@ def gpt_shape(net: Network) -> GptShape:
         positions=(embedding.p.get("positions") if embedding is not None else None), rotary=bool(p.get("rotary")),
         rmsnorm=any(layer.op == "rmsnorm" for layer in net.layers),
         untied=head is not None and not head.p.get("tied_to"), qk_norm=bool(p.get("qk_norm")))
+
+
+def rotary_setting(net: Network, key: str):
+    """The value every rotary attention layer of ``net`` gives ``key`` (``rotary_base``,
+    ``rope_scaling``; None: none gives one); one line naming the first layer that differs, where
+    they do not agree: Megatron-LM and torchtitan set it once for the whole model."""
+    layers = [layer for layer in net.layers if layer.op == "attention" and layer.p.get("rotary")]
+    values = {layer.p.get(key) for layer in layers}
+    if len(values) > 1:
+        first = layers[0].p.get(key)
+        odd = next(layer for layer in layers if layer.p.get(key) != first)
+        raise DnnplanError(f"{key} {odd.p.get(key)} where {layers[0].name} has {first}: a framework's launch file "
+                           "sets one for every layer", layer=odd.name, hint=f"give every attention layer one {key}")
+    return values.pop() if values else None

@@ -63,7 +63,7 @@ from networks.ir import Network
 from networks.ops.attention import qkv_bias
 from planner.export.attention_kernel import check_default_attention
 from planner.export.megatron_layout import MegatronLayout, Target, megatron_layout
-from planner.export.megatron_model import gpt_shape
+from planner.export.megatron_model import gpt_shape, rotary_setting
 from planner.export.megatron_recompute import megatron_recompute
 from planner.plan.plan import Plan
 
@@ -313,8 +313,9 @@ TORCHTITAN_ROPE_SCALING = 8.0
 
 
 def rope_scaling(net: Network) -> float | None:
-    """The factor of Llama 3.1's rotary scaling ``net``'s attention takes (None: none)."""
-    return next((layer.p.get("rope_scaling") for layer in net.layers if layer.op == "attention"), None)
+    """The factor of Llama 3.1's rotary scaling ``net``'s attention takes (None: none; one line where
+    its layers differ)."""
+    return rotary_setting(net, "rope_scaling")
 
 
 def flavor_note(net: Network) -> str | None:
@@ -326,8 +327,9 @@ def flavor_note(net: Network) -> str | None:
     if net.name in FLAVORS:
         family, flavor = FLAVORS[net.name]
         if family == "llama3" and factor != TORCHTITAN_ROPE_SCALING:
+            own = "does not" if factor is None else f"scales by {factor:g}"
             return (f"torchtitan's flavor {flavor} scales the rotary frequencies as Llama 3.1 does (RoPEScalingArgs, "
-                    f"factor {TORCHTITAN_ROPE_SCALING:g}), which {net.name} does not: the same step and memory, "
+                    f"factor {TORCHTITAN_ROPE_SCALING:g}), where {net.name} {own}: the same step and memory, "
                     "the positions of another model")
         return None
     shape = gpt_shape(net)
@@ -337,7 +339,7 @@ def flavor_note(net: Network) -> str | None:
         dims.append(f"n_kv_heads={shape.query_groups}")
     where = f"torchtitan ships no flavor {net.name}: register it in torchtitan/models/{family}/__init__.py"
     attention = next(layer for layer in net.layers if layer.op == "attention")
-    base = attention.p.get("rotary_base")
+    base = rotary_setting(net, "rotary_base")
     # the model arguments' rope_theta (v0.2.2: llama3's TransformerModelArgs 10000, Qwen3ModelArgs 1000000)
     theta = ([f"rope_theta={int(base) if float(base).is_integer() else base}"]
              if base is not None and base != (1e6 if shape.experts else 1e4) else [])

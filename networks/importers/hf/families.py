@@ -10,7 +10,8 @@ not the tanh approximation, a gated GELU) is refused here naming the field.
 
 from __future__ import annotations
 
-from typing import Callable
+import math
+from typing import Any, Callable
 
 from networks.errors import short
 from networks.importers.hf.config import Config
@@ -76,19 +77,46 @@ def _head_dim(cfg: Config, width: Val, heads: Val) -> Val:
     return derived(width.value // heads.value, f"{width.field} / {heads.field}", "head_dim")
 
 
-def _rope_notes(cfg: Config, notes: list[str]) -> None:
-    theta = cfg.raw("rope_theta")
+def _rope(cfg: Config) -> tuple[Any, Any, str, str]:
+    """(theta, scaling, the fields they are read from): transformers' ``rope_theta`` and
+    ``rope_scaling``, or, where a config keeps both in ``rope_parameters`` (transformers 5: its
+    ``rope_theta`` and, beside a ``rope_type`` other than "default", the scaling's keys), theirs."""
+    params = cfg.raw("rope_parameters")
+    if cfg.raw("rope_theta") is None and cfg.raw("rope_scaling") is None and isinstance(params, dict):
+        scaled = params.get("rope_type", params.get("type")) not in (None, "default")
+        return params.get("rope_theta"), params if scaled else None, "rope_parameters", "rope_parameters"
+    return cfg.raw("rope_theta"), cfg.raw("rope_scaling"), "rope_theta", "rope_scaling"
+
+
+def _rotary_base(cfg: Config) -> Val | None:
+    """The attention's ``rotary_base``: the file's rope theta (None where it gives none)."""
+    theta, _, field, _ = _rope(cfg)
+    if theta is None:
+        return None
+    if field == "rope_theta":
+        return cfg.number("rope_theta", positive=True)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 < theta < math.inf:
+        raise cfg.fail(field, f"rope_parameters' rope_theta must be a number > 0, got {short(theta)}")
+    return Val(float(theta), "rope_parameters' rope_theta", field)
+
+
+def _rope_notes(cfg: Config, notes: list[str], written: bool = False) -> None:
+    """The rotary settings read, noted (no cost); ``written``: the family's attention takes the base
+    and Llama 3.1's scaling as its own (written to a framework's launch file)."""
+    theta, scaling, theta_field, scaling_field = _rope(cfg)
     if theta is not None:
-        notes.append(f"rope_theta={theta}: the rotary frequencies' base, the attention's rotary_base (no weights, "
-                     "no effect on costs; written to a framework's launch file)")
-    scaling = cfg.raw("rope_scaling")
+        where = "" if theta_field == "rope_theta" else f"{theta_field}' "
+        notes.append(f"{where}rope_theta={theta}: the rotary frequencies' base"
+                      + (", the attention's rotary_base (no weights, no effect on costs; written to a framework's "
+                         "launch file)" if written else " (no weights, no effect on costs)"))
     if scaling is not None:
         if not isinstance(scaling, dict):  # transformers' rope_scaling is a mapping ({"rope_type": ..., ...})
-            raise cfg.fail("rope_scaling", f"must be a mapping such as {{\"rope_type\": \"llama3\", ...}} or null, got "
-                           f"{short(scaling)}")
+            raise cfg.fail(scaling_field, f"must be a mapping such as {{\"rope_type\": \"llama3\", ...}} or null, "
+                           f"got {short(scaling)}")
         kind = scaling.get("rope_type", scaling.get("type"))
-        written = "the attention's rope_scaling, written to a framework's launch file; " if _llama3_scaling(cfg) else ""
-        notes.append(f"rope_scaling ({kind}): rescaled rotary frequencies ({written}no weights, no effect on costs)")
+        into = ("the attention's rope_scaling, written to a framework's launch file; "
+                if written and _llama3_scaling(cfg) else "")
+        notes.append(f"{scaling_field} ({kind}): rescaled rotary frequencies ({into}no weights, no effect on costs)")
 
 
 #: Llama 3.1's frequency scaling as Megatron-LM (--use-rope-scaling: RotaryEmbedding._apply_scaling's
@@ -97,17 +125,17 @@ LLAMA3_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max
 
 
 def _llama3_scaling(cfg: Config) -> Val | None:
-    """The attention's ``rope_scaling`` (its factor) where the file's rope_scaling is Llama 3.1's
+    """The attention's ``rope_scaling`` (its factor) where the file's rope scaling is Llama 3.1's
     ("llama3", its bands as :data:`LLAMA3_SCALING`: what a launch file can state); else None (noted only)."""
-    scaling = cfg.raw("rope_scaling")
+    _, scaling, _, field = _rope(cfg)
     if not isinstance(scaling, dict) or scaling.get("rope_type", scaling.get("type")) != "llama3":
         return None
     factor = scaling.get("factor")
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor < 1:
-        raise cfg.fail("rope_scaling", f"rope_scaling's factor must be a number from 1, got {short(factor)}")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 <= factor < math.inf:
+        raise cfg.fail(field, f"{field}'s factor must be a number from 1, got {short(factor)}")
     if any(scaling.get(key, value) != value for key, value in LLAMA3_SCALING.items()):
         return None
-    return Val(float(factor), "rope_scaling (llama3): its factor", "rope_scaling")
+    return Val(float(factor), f"{field} (llama3): its factor", field)
 
 
 def gpt2(cfg: Config, seq: int | None) -> Decoder:
@@ -155,7 +183,7 @@ def _llama_like(cfg: Config, seq: int | None, family: str, *, eps_default: float
         cfg.raw("head_dim")
         head_dim = _head_dim(cfg, width, heads)
     _rotary_whole(cfg, "partial_rotary_factor", notes)
-    _rope_notes(cfg, notes)
+    _rope_notes(cfg, notes, written=True)
     for field in ("attention_dropout", "pretraining_tp"):
         if cfg.raw(field) is not None:
             notes.append(f"{field}={cfg.raw(field)} (no effect on sizes or costs)")
@@ -168,8 +196,7 @@ def _llama_like(cfg: Config, seq: int | None, family: str, *, eps_default: float
         eps=cfg.number("rms_norm_eps", eps_default, positive=True), mlp=mlp,
         attn_bias=bias, mlp_bias=mlp_bias, rotary=Val(True, "rotary positions (RoPE)"),
         tied=cfg.flag("tie_word_embeddings", tied_default), notes=tuple(notes),
-        rotary_base=cfg.number("rope_theta", positive=True) if cfg.raw("rope_theta") is not None else None,
-        rope_scaling=_llama3_scaling(cfg))
+        rotary_base=_rotary_base(cfg), rope_scaling=_llama3_scaling(cfg))
 
 
 def llama(cfg: Config, seq: int | None) -> Decoder:

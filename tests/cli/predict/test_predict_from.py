@@ -315,3 +315,26 @@ def test_an_imported_networks_torchtitan_file_comes_back_on_the_plans_network(tm
     assert got["step_s"] == want["step_s"] and got["network"] == str(spec)
     assert "[model] flavor" not in [item["option"] for item in got["ignored"]], got["ignored"]
     assert got["network_from"] == f"the plan the file was exported from, {plan}"
+
+
+def test_the_plan_is_named_from_the_written_files_folder_and_one_that_does_not_read_back_is_said(tmp_path,
+                                                                                                 monkeypatch):
+    """Exported from another folder (`export runs/plan.yaml --out runs/launch.sh`), the file names its
+    plan from its own folder, and is read back from there or anywhere; a plan found that no longer
+    reads back (its network spec edited since) is what the refusal says, not "no zoo network"."""
+    runs = tmp_path / "runs (v2)"
+    runs.mkdir()
+    spec, plan = runs / "qwen2.yaml", runs / "plan.yaml"
+    assert runner.invoke(app, ["import", str(ASSETS / "hf" / "Qwen2-7B"), "--out", str(spec)]).exit_code == 0
+    result = runner.invoke(app, ["predict", str(spec), "-p", "4", "--tensor", "4", "--machine", "dgx-h100",
+                                 "--precision", "bf16", "--batch", "8", "--out", str(plan)])
+    assert result.exit_code == 0, result.output
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["export", "runs (v2)/plan.yaml", "--to", "megatron", "--out", "runs (v2)/launch.sh"])
+    assert result.exit_code == 0, result.output
+    assert "# from plan.yaml (Qwen2-7B); " in (runs / "launch.sh").read_text()
+    monkeypatch.chdir(runs)
+    assert predicted(["--from", "launch.sh"])["step_s"] == predicted(["plan.yaml"])["step_s"]
+    spec.write_text(spec.read_text().replace("eps: 1.0e-06", "eps: 2.0e-06"))
+    line = one_error_line(runner.invoke(app, ["predict", "--from", "launch.sh"]))
+    assert "plan.yaml" in line and "network_hash" in line, line

@@ -15,6 +15,7 @@ from networks.errors import DnnplanError
 from networks.loader import load_network
 from planner.export.megatron import MEGATRON_SOURCE, environment, megatron_args, model_setting_args
 from planner.export.megatron_layout import MEGATRON, check_sequence
+from planner.export.torchtitan import flavor_note
 from planner.plan.plan import Plan
 from tests.support.export_plans import swapped, uniform_plan as make
 
@@ -346,6 +347,22 @@ def test_llama_31s_rotary_scaling_is_written_with_its_factor_where_it_is_not_meg
     assert "--use-rope-scaling" not in model_setting_args(load_network("llama3-8b"))
     got = flags(model_setting_args(load_network("llama3-8b").with_param("attention", "rope_scaling", 32.0)))
     assert got["--use-rope-scaling"] == [] and got["--rope-scaling-factor"] == ["32"]
+
+
+def test_attention_layers_that_disagree_on_a_rotary_setting_are_refused_naming_the_first_that_differs():
+    """Megatron-LM's --rotary-base and --use-rope-scaling, and torchtitan's model arguments, hold one
+    value for the whole model: a network whose attention layers differ is refused, not written with
+    none of them."""
+    net = load_network("tiny-llama")
+    attn = [layer.name for layer in net.layers if layer.op == "attention"]
+    mixed = dataclasses.replace(net, layers=tuple(
+        dataclasses.replace(layer, params=tuple({**layer.p, "rope_scaling": 8.0}.items()))
+        if layer.name == attn[-1] else layer for layer in net.layers))
+    with pytest.raises(DnnplanError) as err:
+        model_setting_args(mixed)
+    assert err.value.layer == attn[-1] and "rope_scaling 8.0 where" in err.value.bare
+    with pytest.raises(DnnplanError):
+        flavor_note(mixed)
 
 
 def test_expert_overlap_with_full_recomputation_is_refused():

@@ -197,7 +197,9 @@ def test_the_rotary_scaling_torchtitans_llama3_arguments_apply_is_stated_where_t
     shipped flavors say the model differs, a flavor to register states the network's factor, and
     Qwen3ModelArgs, which scales nothing, says what it leaves out."""
     note = flavor_note(make("llama3-8b")[1])
-    assert "flavor 8B scales the rotary frequencies as Llama 3.1" in note and "llama3-8b does not" in note
+    assert "flavor 8B scales the rotary frequencies as Llama 3.1" in note and "where llama3-8b does not" in note
+    assert "where llama3-8b scales by 32" in flavor_note(make("llama3-8b")[1].with_param("attention", "rope_scaling",
+                                                                                      32.0))
     tiny = make("tiny-llama")[1]
     assert "rope_scaling_args=RoPEScalingArgs(scaling_factor=1)" in flavor_note(tiny)
     assert "rope_scaling_args" not in flavor_note(tiny.with_param("attention", "rope_scaling", 8.0))
