@@ -400,7 +400,8 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
     prec = _mapping(top.get("precision"), "precision", _PRECISION)
     layout = _mapping(top.get("layout"), "layout", _LAYOUT)
     context = _mapping(top.get("context_parallel"), "context_parallel", _CONTEXT)
-    exchange = context.get("exchange")
+    if "source" in context:
+        _text(context["source"], "context_parallel.source")
     return Framework(
         name=_text(top["name"], "name"), about=_text(top["about"], "about"), source=source,
         step=_choice(top.get("step", "layers"), "step", STEPS), kernels=tuple(kernels),
@@ -411,5 +412,5 @@ def framework_from_dict(data: Any, source: str = "") -> Framework:
         float32_matmuls=_choice(prec.get("float32_matmuls", "float32"), "precision.float32_matmuls", FLOAT32_MODES),
         convolution_layout=_choice(layout.get("convolutions", "nhwc"), "layout.convolutions", LAYOUTS),
         convolution_transposes=num(layout.get("transposes", 1.0), "layout.transposes", 0.0, 10.0),
-        context_exchange=None if exchange is None else _choice(exchange, "context_parallel.exchange",
-                                                               CONTEXT_EXCHANGES))
+        context_exchange=_choice(context["exchange"], "context_parallel.exchange", CONTEXT_EXCHANGES)
+        if "exchange" in context else None)

@@ -62,6 +62,16 @@ class FrameworkKernels:
     def table(self):
         return self.inner.table
 
+    @property
+    def misses(self):
+        """The kernel shapes a profile table lacked (``costmodel.compute.profiled``): the inner
+        model's, so a prediction under a framework still says what to profile (None: no table)."""
+        return getattr(self.inner, "misses", None)
+
+    @property
+    def fallback(self):
+        return getattr(self.inner, "fallback", None)
+
     def _model_for(self, local: LocalLayer, algorithm: str) -> ComputeModel:
         """The compute model of ``local``'s kernels: the datasheet at the fraction of the peak the
         framework's kernels for the op reach (``peak_fraction``), and on the TF32 peak where the

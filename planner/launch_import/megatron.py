@@ -97,7 +97,8 @@ def read(text: str, path: str) -> LaunchConfig:
 
 def context_exchange(args: Args) -> None:
     """``--cp-comm-type`` (Megatron-LM's default ``p2p``: Transformer Engine's ring of keys and values,
-    the exchange dnnplan prices, costmodel.comm.context) read; another (``a2a``, ``allgather``,
+    the exchange ``--framework megatron`` prices, costmodel/frameworks/megatron.yaml; the default
+    framework prices the cheaper, costmodel.comm.context) read; another (``a2a``, ``allgather``,
     ``a2a+p2p``) refused in one line where the sequence is split; without context parallelism any
     is listed as ignored (no exchange runs)."""
     kinds = args.get("--cp-comm-type")

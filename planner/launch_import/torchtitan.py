@@ -166,6 +166,7 @@ def read(text: str, path: str) -> LaunchConfig:
         raise toml.refuse("activation_checkpoint", "mode", f"{short(mode)}{default}: dnnplan prices no "
                           "recomputation or every transformer layer's (full), not torchtitan's selective or "
                           "memory-budget checkpointing", hint="write mode = \"full\" or \"none\"")
+    rotate_method(toml, context)
     dispatch = toml.get("parallelism", "expert_parallel_comm_backend")
     if dispatch not in COMM_BACKENDS.values():
         raise toml.refuse("parallelism", "expert_parallel_comm_backend", f"unknown backend {short(dispatch)}",
@@ -191,6 +192,25 @@ def read(text: str, path: str) -> LaunchConfig:
         recompute=mode, choices=choices,
         ignored=tuple(Ignored(name, reason) for name, reason in toml.ignored.items()),
         unshipped_model=None if network else toml.get("model", "flavor"))
+
+
+def rotate_method(toml: Toml, context: int) -> None:
+    """``context_parallel_rotate_method``: torchtitan's default ``allgather`` (job_config.py at v0.2.2:
+    every key/value shard all-gathered after the first sub-SDPA), the exchange ``--framework pytorch``
+    prices (costmodel/frameworks/pytorch.yaml, ``context_parallel``); ``alltoall`` (the shards
+    shuffled a step at a time, a ring) refused in one line where the sequence is split, listed as
+    ignored without context parallelism (no exchange runs)."""
+    method = toml.get("parallelism", "context_parallel_rotate_method")
+    if "context_parallel_rotate_method" not in toml.sections.get("parallelism", {}):
+        return
+    if context == 1:
+        toml.ignored["[parallelism] context_parallel_rotate_method"] = ("no context parallelism "
+                                                                        "(context_parallel_degree 1)")
+        return
+    if method != "allgather":
+        raise toml.refuse("parallelism", "context_parallel_rotate_method",
+                          f"{short(method)}: dnnplan prices torchtitan's default, allgather, for a split sequence",
+                          hint="write context_parallel_rotate_method = \"allgather\", or leave it out")
 
 
 def check_keys(toml: Toml) -> None:

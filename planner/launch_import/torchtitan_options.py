@@ -22,7 +22,8 @@ READ = {
                     "pipeline_parallel_last_stage_less_layers": INT, "pipeline_parallel_layers_per_stage": INT,
                     "pipeline_parallel_schedule": STR, "pipeline_parallel_microbatch_size": INT,
                     "context_parallel_degree": INT, "expert_parallel_degree": INT,
-                    "expert_tensor_parallel_degree": INT, "expert_parallel_comm_backend": STR},
+                    "expert_tensor_parallel_degree": INT, "expert_parallel_comm_backend": STR,
+                    "context_parallel_rotate_method": STR},
     "activation_checkpoint": {"mode": STR},
     "compile": {"enable": BOOL, "components": STRS},
     "quantize.linear.float8": {"filter_fqns": STRS},
@@ -44,7 +45,7 @@ IGNORED = {
     "an implementation switch (compilation, loss parallelism, load balancing, the checkpointing's "
     "bookkeeping, the FP8 recipe): dnnplan prices the layers' work alike": {
         "compile": {"backend"},
-        "parallelism": {"disable_loss_parallel", "context_parallel_load_balancer", "context_parallel_rotate_method",
+        "parallelism": {"disable_loss_parallel", "context_parallel_load_balancer",
                         "pipeline_parallel_schedule_csv", "pipeline_parallel_expert_parallel_overlap"},
         "activation_checkpoint": {"selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
                                   "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
@@ -65,7 +66,8 @@ DEFAULTS = {"local_batch_size": 8, "global_batch_size": -1, "seq_len": 2048, "mi
             "pipeline_parallel_first_stage_less_layers": 1, "pipeline_parallel_last_stage_less_layers": 1,
             "pipeline_parallel_schedule": "1F1B", "pipeline_parallel_microbatch_size": 1,
             "context_parallel_degree": 1, "expert_parallel_degree": 1, "expert_tensor_parallel_degree": 1,
-            "expert_parallel_comm_backend": "standard", "mode": "selective", "name": None, "filter_fqns": []}
+            "expert_parallel_comm_backend": "standard", "context_parallel_rotate_method": "allgather",
+            "mode": "selective", "name": None, "filter_fqns": []}
 #: the [parallelism] keys that cut and schedule a pipeline (listed as ignored without one)
 PIPELINE_KEYS = ("module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
                  "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage",

@@ -95,3 +95,16 @@ def test_a_table_given_that_lacks_the_predictions_kernels_is_said(tmp_path):
     whole = runner.invoke(app, ["predict", "resnet50", "-p", "1", "-b", "64", "--machine", "dgx-h100",
                                 "--precision", "tf32", "--profile", "h100-tf32"])
     assert whole.exit_code == 0 and "not in h100-tf32" not in whole.output
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "dnnplan-graphs"])
+def test_a_table_lacking_kernels_is_said_under_a_framework_too(framework):
+    """Under a framework the kernels are priced through its model (costmodel.frameworks.kernels),
+    which passes on what the table lacked: the warning stays (it was lost under pytorch and dnnplan)."""
+    from typer.testing import CliRunner
+
+    from dnnplan.cli import app
+    got = CliRunner().invoke(app, ["predict", "gpt2", "-p", "1", "-b", "8", "--machine", "dgx-h100", "--precision",
+                                   "tf32", "--profile", "h100-tf32", "--framework", framework])
+    assert got.exit_code == 0, got.output
+    assert "kernel shape(s) of this prediction are not in h100-tf32" in " ".join(got.output.split())

@@ -181,6 +181,9 @@ def edited(old: str, new: str) -> str:
     # what dnnplan does not price
     (edited('converters = ["quantize.linear.float8"]', 'converters = ["quantize.linear.mx"]'), "quantize.linear.mx"),
     (edited('name = "AdamW"', 'name = "Lion"'), "Adam and AdamW"),
+    # torchtitan's other way of exchanging a split sequence's keys and values (its default all-gathers)
+    (edited("context_parallel_degree = 1", "context_parallel_degree = 2\ncontext_parallel_rotate_method = \"alltoall\""),
+     "dnnplan prices torchtitan's default, allgather"),
     (edited("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 1\npipeline_parallel_schedule = \"DualPipeV\""),
      "DualPipeV"),
     # torchtitan 0.1's [training] compile, which 0.2 reads as [compile] enable (it was answered "did you mean dtype?")
@@ -322,3 +325,14 @@ def test_an_expert_degree_on_a_network_without_experts_is_refused():
     with pytest.raises(DnnplanError, match=r"job.toml: the file splits experts 2 ways, and llama3-70b has no mixture "
                                            r"of experts \(set expert_parallel_degree = 1 in \[parallelism\]"):
         launch_plan(config, load_network("llama3-70b"), "llama3-70b", 64, load_machine("dgx-h100"))
+
+
+def test_the_rotate_method_is_read_where_the_sequence_is_split_and_ignored_where_not():
+    """context_parallel_rotate_method "allgather" (torchtitan's default) reads under context
+    parallelism; without it any method is listed as ignored (no exchange runs)."""
+    split = read(edited("context_parallel_degree = 1",
+                        "context_parallel_degree = 2\ncontext_parallel_rotate_method = \"allgather\""), "job.toml")
+    assert split.context == 2 and "[parallelism] context_parallel_rotate_method" not in [i.option for i in split.ignored]
+    whole = read(edited("context_parallel_degree = 1",
+                        "context_parallel_degree = 1\ncontext_parallel_rotate_method = \"alltoall\""), "job.toml")
+    assert "[parallelism] context_parallel_rotate_method" in [i.option for i in whole.ignored]
