@@ -103,7 +103,9 @@ def written_note(got: LaunchStep) -> str:
     """The line saying the file's dnnplan line states another step than this prediction, and why."""
     return (f"note: the file's dnnplan line states {durations.seconds(got.written_step_s, 4)} a step; as read here it predicts "
             f"{durations.seconds(got.prediction.step_s, 4)}: the plan was priced with what is not given here (a kernel profile: "
-            f"give the plan's --profile again; a framework file)")
+            f"give the plan's --profile again; a framework file), or an earlier dnnplan wrote the file, whose options "
+            f"this one reads otherwise or prices anew (the layout line above says how it was read: export the plan "
+            f"again to train it as planned)")
 
 
 def layout_json(got: LaunchStep) -> dict:

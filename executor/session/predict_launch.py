@@ -25,7 +25,7 @@ from planner.export.megatron_model import gpt_shape
 from planner.export.exported_header import WHERE, same_step
 from planner.launch_import.deepspeed import with_world_size
 from planner.launch_import.launch_config import LaunchConfig
-from planner.launch_import.trained_network import check_shape, network_ref, shape_difference
+from planner.launch_import.trained_network import check_biases, check_shape, network_ref, shape_difference
 from planner.launch_import.to_plan import launch_plan
 from planner.plan.plan import Plan
 from planner.plan.plan_file import read_plan
@@ -93,6 +93,7 @@ def launch_step(config: LaunchConfig, network: str | None, devices: int | None, 
     config = replace(config, choices=choices)
     ctx = context.resolve(ref, count, None, machine, profile, choices=choices, foreign_ok=foreign_ok)
     check_shape(config, ctx.network)
+    check_biases(config, ctx.network)
     plan = launch_plan(config, ctx.network, ref, count, ctx.machine, machine or DEFAULT_MACHINE)
     pred = predict_plan(plan, ctx.network, ctx)
     mfu = model_flops_utilization(ctx.network, plan.batch, pred.step_s, count, load_machine(plan.machine),

@@ -78,3 +78,11 @@ def rotary_setting(net: Network, key: str):
         raise DnnplanError(f"{key} {odd.p.get(key)} where {layers[0].name} has {first}: a framework's launch file "
                            "sets one for every layer", layer=odd.name, hint=f"give every attention layer one {key}")
     return values.pop() if values else None
+
+
+def rotary_base_unstated(net: Network) -> bool:
+    """Whether ``net``'s attention rotates its positions without a ``rotary_base``: the launch then
+    trains at the framework's default base (10000), which a spec imported before the base was read
+    (or written by hand) may not mean."""
+    return rotary_setting(net, "rotary_base") is None and any(
+        layer.op == "attention" and layer.p.get("rotary") for layer in net.layers)

@@ -18,6 +18,7 @@ from networks.errors import DnnplanError
 from networks.ir import Network
 from networks.loader import load_network, spec_text, zoo_names
 from planner.export.megatron_model import GptShape, gpt_shape
+from planner.export.torchtitan import has_bias
 from planner.launch_import.launch_config import LaunchConfig
 
 #: the shape's fields compared, and how a message names each
@@ -104,3 +105,17 @@ def check_shape(config: LaunchConfig, net: Network) -> None:
     if why:
         raise DnnplanError(f"the network does not match the file: {why}", file=config.path,
                            hint="give the --network the file trains, or correct its model arguments")
+
+
+def check_biases(config: LaunchConfig, net: Network) -> None:
+    """One line naming the file where a torchtitan file would train ``net`` and ``net`` has biases:
+    torchtitan's llama-style models have none (planner.export.torchtitan.check_model, which refuses
+    to export such a plan), so the file trains another model than the one priced."""
+    if config.framework != "torchtitan":
+        return
+    layer = next((layer for layer in net.layers if has_bias(layer)), None)
+    if layer is not None:
+        raise DnnplanError(f"{net.name}'s {layer.name} has biases, and torchtitan's llama-style models have none: the "
+                           "file trains another model than this network", file=config.path,
+                           hint="give --network the model without biases, or export the plan to Megatron-LM "
+                                "(dnnplan export PLAN --to megatron)")

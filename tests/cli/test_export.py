@@ -16,6 +16,7 @@ from networks.errors import DnnplanError
 from dnnplan.render.export import deepspeed_launcher
 from tests.support.cli_errors import one_error_line
 from tests.support.executor_plans import pipelined_plan, predicted_plan, write_uniform_plan
+from tests.support.paths import ZOO
 
 runner = CliRunner()
 
@@ -442,3 +443,35 @@ def test_plan_emit_without_out_says_to_keep_the_plan_before_exporting_its_neares
     assert "(keep the plan with --out PLAN.yaml, then `dnnplan export PLAN.yaml --to megatron --nearest` writes " \
            "the closest plan it runs, as `--emit megatron --nearest` prints it after the plan)" in line
     assert line.count("--nearest") == 2  # the refusal's own hint (export with --nearest) is not said again
+
+
+def test_a_spec_that_states_no_rotary_base_is_warned_of_and_a_zoo_network_is_not(tmp_path):
+    """A spec of one's own (or imported before the importer read rope_theta) whose attention rotates
+    without a rotary_base is trained at the framework's default base: said on stderr, the file still
+    written; a zoo network's spec states what its model uses (tiny-llama, Llama 2: the default)."""
+    spec = tmp_path / "mine.yaml"
+    spec.write_text((ZOO / "tiny-llama.yaml").read_text().replace("name: tiny-llama", "name: mine"))
+    for network, warned in ((str(spec), True), ("tiny-llama", False)):
+        plan = tmp_path / f"{warned}.yaml"
+        made = runner.invoke(app, ["predict", network, "-p", "16", "-b", "32", "--machine", "dgx-h100", "--precision",
+                                   "bf16", "--optimizer", "adam", "--zero", "3", "--out", str(plan)])
+        assert made.exit_code == 0, made.output
+        for to in ("megatron", "torchtitan"):
+            got = runner.invoke(app, ["export", str(plan), "--to", to, "--out", str(tmp_path / f"{warned}.{to}")])
+            assert got.exit_code == 0, got.output
+            said = "states no rotary_base: the launch trains at " in " ".join(got.output.split())
+            assert said == warned, got.output
+
+
+def test_a_torchtitan_file_read_on_a_network_with_biases_is_refused(plans, tmp_path):
+    """torchtitan's llama-style models have no biases (the export refuses such a plan): a torchtitan
+    file read on a network with them (--network, or a file an earlier dnnplan wrote) is one line."""
+    spec = tmp_path / "biased.yaml"
+    spec.write_text((ZOO / "tiny-llama.yaml").read_text().replace("name: tiny-llama", "name: biased")
+                    .replace("causal: true, bias: false", "causal: true, bias: true"))
+    toml = tmp_path / "job.toml"
+    made = runner.invoke(app, ["export", plans["llama"], "--to", "torchtitan", "--out", str(toml)])
+    assert made.exit_code == 0, made.output
+    toml.write_text(toml.read_text().replace('flavor = "tiny-llama"', 'flavor = "biased"'))
+    line = one_error_line(runner.invoke(app, ["predict", "--from", str(toml), "--network", str(spec)]))
+    assert "biased's h0.attn has biases, and torchtitan's llama-style models have none" in line
