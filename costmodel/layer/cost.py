@@ -157,14 +157,23 @@ def layer_estimate(layer: Layer, strategy: Strategy, batch: int, machine: Machin
     comms = overlapped(comms, layer, {"fwd": fwd, "bwd": bwd_data + bwd_weights + grad_sum + prep_bwd},
                        resolve_overlap(overlap, machine), front)
     weights, grads, state, master, gathered, fp8, grad_copy = held
-    memory = Memory(weights, grads, state, acts, workspace, master=master, buffers=buffers + gathered + grad_copy,
-                    fp8=fp8)
+    memory = Memory(weights, grads, state, acts, workspace, master=master,
+                    buffers=buffers + gathered + grad_copy + gathered_kv_bytes(head), fp8=fp8)
     return LayerEstimate(
         name=layer.name, strategy=strategy, algorithm=algorithm,
         fwd_compute_s=fwd, bwd_data_s=bwd_data, bwd_weights_s=bwd_weights,
         update_s=update, comms=comms, memory=memory,
         grad_sum_s=grad_sum, grad_prep_s=prep_bwd,
         dispatch_s=dispatch)
+
+
+def gathered_kv_bytes(comms) -> int:
+    """The other ranks' keys and values an attention layer over a split sequence holds while its
+    pass runs, where they are all-gathered (costmodel.comm.context: ``c kv`` gathered, its own ``kv``
+    among them, already counted with its activations); the gradients' reduce-scatter reuses the
+    buffer. None where they go round a ring (one chunk in flight)."""
+    return max((c.nbytes - c.nbytes // c.group for c in comms
+                if c.purpose == "kv" and c.collective == "allgather" and c.group > 1), default=0)
 
 
 def micro_floor_s(layer: Layer, strategy: Strategy, batch: int, machine: Machine, compute: ComputeModel,

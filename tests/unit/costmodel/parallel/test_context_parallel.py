@@ -130,3 +130,19 @@ def test_the_frameworks_exchange_is_priced_where_the_layer_names_none():
     megatron = framework_kernels(Roofline(H100), load_framework("megatron"), H100)
     assert {c.collective for c in layer_estimate(pinned, strat, 2, H100, megatron).comms
             if c.purpose == "kv"} == {"allgather", "reduce_scatter"}
+
+
+def test_all_gathered_keys_and_values_are_held_while_the_pass_runs():
+    """Where a split sequence's keys and values are all-gathered, the other ranks' (c - 1) kv are a
+    transient buffer of the layer's pass; around a ring they are not (one chunk in flight)."""
+    from costmodel.frameworks.kernels import framework_kernels
+    from costmodel.frameworks.loading import load_framework
+
+    c, batch = 8, 2
+    layer, strat = _attn(4096), make_strategy(c, {"H": c})
+    mine = kv_bytes(local_layer(layer, strat, batch), 2)
+    held = {}
+    for name in ("megatron", "pytorch"):
+        compute = framework_kernels(Roofline(H100), load_framework(name), H100)
+        held[name] = layer_estimate(layer, strat, batch, H100, compute).memory.buffers
+    assert held["pytorch"] - held["megatron"] == (c - 1) * mine
