@@ -67,8 +67,8 @@ def _ring_sends(c: int, kv: float) -> tuple[list[float], list[float]]:
 class Exchange:
     """A split sequence's key/value exchange, priced before what hides it: the all-gather's
     comms, each ring phase's send seconds, and the exchange the layer, the machine (a CPU's executor)
-    or the framework fixes (None: the cheaper when exposed). :meth:`comms` adds the core's time; the algorithms of one shard share
-    the rest (their core differs)."""
+    or the framework fixes (None: the cheaper when exposed). :meth:`comms` adds the core's time; the
+    algorithms of one shard share the rest (their core differs)."""
 
     gathered: tuple[tuple, ...]  # (purpose, phase, collective, bytes, group, exposed, link seconds)
     ring: tuple[tuple[str, int, tuple[float, ...]], ...]  # (phase, bytes sent, each send's seconds)

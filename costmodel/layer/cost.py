@@ -171,7 +171,7 @@ def gathered_kv_bytes(comms) -> int:
     """The other ranks' keys and values an attention layer over a split sequence holds while its
     pass runs, where they are all-gathered (costmodel.comm.context: ``c kv`` gathered, its own ``kv``
     among them, already counted with its activations); the gradients' reduce-scatter reuses the
-    buffer. None where they go round a ring (one chunk in flight)."""
+    buffer. Nothing where they go round a ring (one chunk in flight)."""
     return max((c.nbytes - c.nbytes // c.group for c in comms
                 if c.purpose == "kv" and c.collective == "allgather" and c.group > 1), default=0)
 

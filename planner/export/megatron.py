@@ -232,7 +232,8 @@ def model_setting_args(net: Network) -> list[str]:
         out += ["--rotary-base", str(int(base))]
     factor = rotary_setting(net, "rope_scaling")
     if factor is not None:
-        out += ["--use-rope-scaling"] + ([] if factor == MEGATRON_ROPE_SCALING else ["--rope-scaling-factor", f"{factor:.12g}"])
+        out.append("--use-rope-scaling")
+        out += [] if factor == MEGATRON_ROPE_SCALING else ["--rope-scaling-factor", f"{factor:.12g}"]
     if not any(layer.op == "dropout" for layer in net.layers):
         out += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     return out

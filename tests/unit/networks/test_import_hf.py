@@ -199,8 +199,10 @@ def _config(tmp_path, **fields) -> str:
     ({"model_type": "qwen2_moe", "decoder_sparse_step": 2}, "decoder_sparse_step", "blocks of two kinds"),
     ({"model_type": "qwen2_moe", "mlp_only_layers": [0]}, "mlp_only_layers", "blocks of two kinds"),
     ({"rope_scaling": {"rope_type": "llama3", "factor": 0.5}}, "rope_scaling", "factor must be a number from 1"),
-    ({"rope_scaling": {"rope_type": "llama3", "factor": float("nan")}}, "rope_scaling", "factor must be a number from 1"),
-    ({"rope_scaling": {"rope_type": "llama3", "factor": float("inf")}}, "rope_scaling", "factor must be a number from 1"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": float("nan")}}, "rope_scaling",
+     "factor must be a number from 1"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": float("inf")}}, "rope_scaling",
+     "factor must be a number from 1"),
     ({"rope_theta": "DROP", "rope_parameters": {"rope_type": "default", "rope_theta": -1}}, "rope_parameters",
      "rope_theta must be a number > 0"),
     ({"rms_norm_eps": 0}, "rms_norm_eps", "must be a number > 0, got 0"),  # not the spec's line the import makes
@@ -239,9 +241,9 @@ def test_llama_31s_rope_scaling_is_the_attentions_and_other_scalings_are_noted_o
     assert _scalings(v5) == {8.0}
     assert {layer.p.get("rotary_base") for layer in load_network(v5).layers if layer.op == "attention"} == {500000.0}
     # a family whose attention takes neither (GPT-NeoX) notes the scaling and does not say it is written
-    neox = import_config(json.dumps({"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "rotary_pct": 1.0,
-                                     "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
-                                     "intermediate_size": 256, "vocab_size": 100, "max_position_embeddings": 64,
+    neox = import_config(json.dumps({"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"],
+                                     "rotary_pct": 1.0, "hidden_size": 64, "num_attention_heads": 4,
+                                     "num_hidden_layers": 2, "intermediate_size": 256, "vocab_size": 100, "max_position_embeddings": 64,
                                      "hidden_act": "gelu_new", "rope_scaling": LLAMA31_SCALING}), "config.json")
     assert "rope_scaling (llama3): rescaled rotary frequencies (no weights" in neox and "rope_scaling:" not in neox
 

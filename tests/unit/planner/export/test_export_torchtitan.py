@@ -206,7 +206,8 @@ def test_the_rotary_scaling_torchtitans_llama3_arguments_apply_is_stated_where_t
     assert "scaling_factor=32" in flavor_note(tiny.with_param("attention", "rope_scaling", 32.0))
     moe = make("mixtral-8x7b", devices=8)[1]
     assert "scales no rotary" not in flavor_note(moe)
-    assert "Qwen3ModelArgs scales no rotary frequencies" in flavor_note(moe.with_param("attention", "rope_scaling", 8.0))
+    scaled = moe.with_param("attention", "rope_scaling", 8.0)
+    assert "Qwen3ModelArgs scales no rotary frequencies" in flavor_note(scaled)
 
 
 def test_a_mixture_of_experts_registers_as_qwen3_args_with_moe_args():

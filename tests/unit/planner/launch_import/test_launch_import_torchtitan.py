@@ -182,7 +182,8 @@ def edited(old: str, new: str) -> str:
     (edited('converters = ["quantize.linear.float8"]', 'converters = ["quantize.linear.mx"]'), "quantize.linear.mx"),
     (edited('name = "AdamW"', 'name = "Lion"'), "Adam and AdamW"),
     # torchtitan's other way of exchanging a split sequence's keys and values (its default all-gathers)
-    (edited("context_parallel_degree = 1", "context_parallel_degree = 2\ncontext_parallel_rotate_method = \"alltoall\""),
+    (edited("context_parallel_degree = 1",
+            "context_parallel_degree = 2\ncontext_parallel_rotate_method = \"alltoall\""),
      "dnnplan prices torchtitan's default, allgather"),
     (edited("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 1\npipeline_parallel_schedule = \"DualPipeV\""),
      "DualPipeV"),
@@ -332,7 +333,8 @@ def test_the_rotate_method_is_read_where_the_sequence_is_split_and_ignored_where
     parallelism; without it any method is listed as ignored (no exchange runs)."""
     split = read(edited("context_parallel_degree = 1",
                         "context_parallel_degree = 2\ncontext_parallel_rotate_method = \"allgather\""), "job.toml")
-    assert split.context == 2 and "[parallelism] context_parallel_rotate_method" not in [i.option for i in split.ignored]
+    ignored = [i.option for i in split.ignored]
+    assert split.context == 2 and "[parallelism] context_parallel_rotate_method" not in ignored
     whole = read(edited("context_parallel_degree = 1",
                         "context_parallel_degree = 1\ncontext_parallel_rotate_method = \"alltoall\""), "job.toml")
     assert "[parallelism] context_parallel_rotate_method" in [i.option for i in whole.ignored]
