@@ -2,7 +2,7 @@
 (planner.export.nearest) and both plans priced now as `dnnplan predict PLAN.yaml` prices a plan
 (executor.session.predict.predict_plan), the nearest one carrying its own prediction.
 
-Each layout weighed (:func:`planner.export.nearest.layouts_weighed`: attention's most common and
+Each layout weighed (:func:`planner.export.nearest_layouts.layouts_weighed`: attention's most common and
 those other layers take in part, as where attention splits the sequence and the MLPs their
 weights) makes nearest plans, one with the recomputation nearest the plan's and one each with
 none and with every transformer layer whole; on Megatron-LM the fastest of them also with the
@@ -26,7 +26,8 @@ from executor.session.predict import predict_plan
 from networks.errors import DnnplanError
 from networks import durations
 from networks.ir import Network
-from planner.export.nearest import Nearest, Weighed, choices_weighed, nearest_plan, recompute_counts
+from planner.export.nearest import Nearest, choices_weighed, nearest_plan, recompute_counts
+from planner.export.nearest_layouts import Weighed
 from planner.plan.plan import Plan
 from profiler import context
 

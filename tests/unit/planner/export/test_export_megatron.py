@@ -271,7 +271,7 @@ def test_a_layers_differences_name_a_transformers_sequence_split_once():
 
 
 def test_the_nearest_layout_is_sequence_parallel_only_with_tensor_parallelism():
-    from planner.export.nearest import Layout
+    from planner.export.nearest_layouts import Layout
     assert str(Layout(1, 4, 1, True)) == "tensor 1, context 4, expert 1"
     assert str(Layout(2, 1, 1, True)) == "tensor 2, context 1, expert 1 (sequence-parallel)"
     assert not Layout(1, 4, 1, True).sequence_parallel

@@ -17,7 +17,8 @@ from networks.errors import DnnplanError
 from planner.export.deepspeed import deepspeed_config
 from planner.export.megatron import megatron_args
 from planner.export.megatron_layout import micro_hint
-from planner.export.nearest import Layout, layouts_weighed, most_common_layout, nearest_plan, recompute_counts
+from planner.export.nearest import nearest_plan, recompute_counts
+from planner.export.nearest_layouts import Layout, layouts_weighed, most_common_layout
 from planner.export.torchtitan import torchtitan_config
 from planner.launch_import.formats import read_launch
 from planner.plan.plan import Plan
