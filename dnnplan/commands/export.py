@@ -15,7 +15,9 @@ from executor.session.export_nearest import as_priced_now, nearest_export
 from networks.errors import DnnplanError
 from networks.loader import zoo_names
 from networks.writing import write_file
+from planner.export.megatron import MEGATRON_ROTARY_BASE
 from planner.export.megatron_model import rotary_base_unstated
+from planner.export.torchtitan import default_rotary_base
 from planner.plan.plan_file import read_plan
 
 
@@ -84,8 +86,7 @@ def export(plan: PlanArg, to: ExportToOpt, out: ExportOutOpt = None, force: Forc
     else:
         render.show(text)
     if to != "deepspeed" and rotary_base_unstated(net) and made.network not in zoo_names():
-        # torchtitan v0.2.2's Qwen3ModelArgs (a mixture of experts' family) default rope_theta to 1e6
-        base = 1_000_000 if to == "torchtitan" and any(layer.op == "moe" for layer in net.layers) else 10_000
+        base = default_rotary_base(net) if to == "torchtitan" else MEGATRON_ROTARY_BASE
         warn(f"{net.name} states no rotary_base: the launch trains at {to}'s default base, {base} (give its "
              "attention rotary_base, RoPE's theta, or import its config again, where the model's differs)")
     if to == "deepspeed" and not as_json and any(layer.op == "batchnorm2d" for layer in net.layers):

@@ -312,10 +312,10 @@ def overlap_keys(overlap: str) -> dict[str, Any]:
 TORCHTITAN_ROPE_SCALING = 8.0
 
 
-def rope_scaling(net: Network) -> float | None:
-    """The factor of Llama 3.1's rotary scaling ``net``'s attention takes (None: none; one line where
-    its layers differ)."""
-    return rotary_setting(net, "rope_scaling")
+def default_rotary_base(net: Network) -> int:
+    """The rope_theta torchtitan's model arguments default to for ``net``'s family (v0.2.2: llama3's
+    TransformerModelArgs 10000; Qwen3ModelArgs, a mixture of experts' family, 1000000)."""
+    return 1_000_000 if gpt_shape(net).experts is not None else 10_000
 
 
 def flavor_note(net: Network) -> str | None:
@@ -323,7 +323,7 @@ def flavor_note(net: Network) -> str | None:
     ``__init__.py`` and the shape, in the model arguments' names. Where it ships one, None, or
     what differs from the network in the model it trains (its llama3 flavors scale the rotary
     frequencies as Llama 3.1, Llama 3's networks do not: the same step, another model's positions)."""
-    factor = rope_scaling(net)
+    factor = rotary_setting(net, "rope_scaling")
     if net.name in FLAVORS:
         family, flavor = FLAVORS[net.name]
         if family == "llama3" and factor != TORCHTITAN_ROPE_SCALING:
@@ -340,9 +340,8 @@ def flavor_note(net: Network) -> str | None:
     where = f"torchtitan ships no flavor {net.name}: register it in torchtitan/models/{family}/__init__.py"
     attention = next(layer for layer in net.layers if layer.op == "attention")
     base = rotary_setting(net, "rotary_base")
-    # the model arguments' rope_theta (v0.2.2: llama3's TransformerModelArgs 10000, Qwen3ModelArgs 1000000)
     theta = ([f"rope_theta={int(base) if float(base).is_integer() else base}"]
-             if base is not None and base != (1e6 if shape.experts else 1e4) else [])
+             if base is not None and base != default_rotary_base(net) else [])
     if not shape.experts:
         scaled = ([] if factor == TORCHTITAN_ROPE_SCALING else
                   [f"rope_scaling_args=RoPEScalingArgs(scaling_factor={factor or 1.0:g})"])
